@@ -1,0 +1,80 @@
+"""Shared test helpers: tiny configs (forward passes stay fast on 2 cores) and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import strategies as st
+
+from tfcalc.cli.app import run
+from tfcalc.config import ModelConfig
+
+
+def tiny(**changes) -> ModelConfig:
+    """A 2-layer GPT-2-shaped config small enough for a CPU forward pass in milliseconds."""
+    fields = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)
+    fields.update(changes)
+    return ModelConfig(**fields)
+
+
+@st.composite
+def configs(draw) -> ModelConfig:
+    """Random valid configs over every option, at tiny sizes."""
+    n_kv_head = draw(st.integers(1, 4))
+    n_head = n_kv_head * draw(st.integers(1, 3))
+    explicit_head = draw(st.booleans())
+    pos = draw(st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none"]))
+    if explicit_head:
+        d_head = 2 * draw(st.integers(1, 6))
+        d_model = 2 * draw(st.integers(2, 24))
+    else:
+        d_head = None
+        d_model = n_head * 2 * draw(st.integers(1, 4))
+    norm = draw(st.sampled_from(["layernorm", "rmsnorm"]))
+    ffn = draw(st.sampled_from(["explicit", "mult", "llama"]))
+    ffn_fields = {
+        "explicit": dict(d_ff=draw(st.integers(1, 64))),
+        "mult": dict(ffn_mult=draw(st.sampled_from([1.0, 2.0, 4.0, 2.5]))),
+        "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])), ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
+    }[ffn]
+    return ModelConfig(
+        n_layer=draw(st.integers(1, 3)),
+        d_model=d_model,
+        n_head=n_head,
+        n_kv_head=draw(st.sampled_from([None, n_kv_head])) if n_kv_head == n_head else n_kv_head,
+        d_head=d_head,
+        vocab_size=draw(st.integers(2, 97)),
+        max_seq_len=draw(st.integers(1, 24)),
+        pos_encoding=pos,
+        norm=norm,
+        norm_placement=draw(st.sampled_from(["pre", "post"])),
+        final_norm=draw(st.booleans()),
+        activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
+        gated_ffn=draw(st.booleans()),
+        attn_bias=draw(st.booleans()),
+        ffn_bias=draw(st.booleans()),
+        norm_bias=norm == "layernorm" and draw(st.booleans()),
+        tie_embeddings=draw(st.booleans()),
+        **ffn_fields,
+    )
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self):
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run tfcalc in-process: cli('params', 'gpt2') -> CliResult(code, stdout, stderr)."""
+
+    def invoke(*args: str) -> CliResult:
+        code = run(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke

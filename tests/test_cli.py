@@ -1,0 +1,131 @@
+"""The command line: tables, the JSON contract, and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tfcalc.count import params as count
+from tfcalc.presets import load, preset_names
+
+
+def test_params_table_shows_breakdown_check_and_approximation(cli):
+    r = cli("params", "gpt2")
+    assert r.code == 0, r.err
+    for text in ("token embedding", "attention Q weight", "FFN up weight", "final norm", "tied to token_embedding",
+                 "124,439,808", "✓ agree", "12·L·d² + V·d", "-0.73%", "Weights, bf16", "248.9 MB"):
+        assert text in r.out, text
+
+
+def test_params_json_contract_single_and_several(cli):
+    one = cli("params", "gpt2", "--json").json()
+    assert {"preset", "analytic_total", "empirical_total", "breakdown"} <= set(one)
+    assert one["preset"] == "gpt2" and one["analytic_total"] == one["empirical_total"] == 124_439_808
+    assert sum(one["breakdown"].values()) == one["analytic_total"]
+    assert all(isinstance(v, int) for v in one["breakdown"].values())
+    several = cli("params", "gpt2", "llama2-7b", "--json").json()
+    assert [r["preset"] for r in several] == ["gpt2", "llama2-7b"]
+    assert several[1]["empirical_total"] == 6_738_415_616
+
+
+def test_no_measure_skips_torch(cli):
+    r = cli("params", "gpt3", "--no-measure", "--json").json()
+    assert r["empirical_total"] is None and r["analytic_total"] == count.total(load("gpt3"))
+
+
+def test_gpt3_inconsistency_is_shown(cli):
+    r = cli("params", "gpt3-xl")
+    assert "Note:" in r.out and "3072 differs from d_model = 2048" in r.out
+    assert cli("params", "gpt3-xl", "--json").json()["notes"]
+
+
+def test_several_presets_get_a_summary(cli):
+    r = cli("params", "gpt2", "llama2-70b", "--no-measure")
+    assert r.code == 0 and "Summary" in r.out and "llama2-70b" in r.out
+
+
+def test_set_override_changes_the_count(cli):
+    r = cli("params", "gpt2", "--set", "n_layer=1", "--json").json()
+    assert r["analytic_total"] == r["empirical_total"] == count.total(load("gpt2", ["n_layer=1"]))
+
+
+def test_user_yaml_path(cli, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n")
+    r = cli("params", str(path), "--json").json()
+    assert r["preset"] == "mine" and r["analytic_total"] == r["empirical_total"]
+
+
+def test_presets_lists_every_preset(cli):
+    rows = cli("presets", "--json").json()
+    assert [r["name"] for r in rows] == preset_names()
+    gpt3 = next(r for r in rows if r["name"] == "gpt3-175b")
+    assert gpt3["aliases"] == ["gpt3"] and gpt3["params"] == 174_604_259_328
+    table = cli("presets").out
+    assert "llama2-70b" in table and "64/8" in table
+
+
+def test_show_round_trips(cli, tmp_path):
+    text = cli("show", "llama2-70b", "--set", "n_layer=2").out
+    data = yaml.safe_load(text)
+    assert data["n_layer"] == 2 and data["d_ff"] == 28672 and data["n_kv_head"] == 8
+    path = tmp_path / "again.yaml"
+    path.write_text(text)
+    assert count.total(load(str(path))) == count.total(load("llama2-70b", ["n_layer=2"]))
+    assert cli("show", "gpt2", "--json").json()["d_head"] == 64
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["params", "gpt-2"], "unknown preset 'gpt-2' (did you mean 'gpt2'?)"),
+        (["params", "missing.yaml"], "missing.yaml: no such file"),
+        (["params", "gpt2", "--set", "n_layer"], "--set expects key=value"),
+        (["params", "gpt2", "--set", "n_layers=2"], "did you mean 'n_layer'"),
+        (["params", "gpt2", "--set", "n_layer=-2"], "must be positive"),
+        (["params", "gpt2", "--bogus"], "No such option: --bogus"),
+        (["params"], "Missing argument"),
+        (["nonsense"], "No such command 'nonsense'"),
+        (["show", "gpt2", "--set", "norm=rms"], "did you mean 'rmsnorm'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, args, message):
+    r = cli(*args)
+    assert r.code == 2
+    assert r.out == ""
+    assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error:"), r.err
+    assert message in r.err
+
+
+def test_no_arguments_prints_help(cli):
+    r = cli()
+    assert r.code == 0 and "params" in r.out and "presets" in r.out
+
+
+def test_version(cli):
+    r = cli("--version")
+    assert r.code == 0 and r.out.startswith("tfcalc ")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("", "the file is empty"), ("n_layer: [\n", "not valid YAML"), ("- a\n", "expected a mapping"),
+     ("n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\nbias: true\n", "unknown field 'bias'")],
+    ids=["empty", "malformed", "not-a-mapping", "unknown-field"],
+)
+def test_real_process_bad_file_has_no_traceback(tmp_path, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "tfcalc", "params", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert message in proc.stderr
+
+
+def test_real_process_json_is_parseable():
+    proc = subprocess.run([sys.executable, "-m", "tfcalc", "params", "gpt3", "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no torch warnings leak
+    assert json.loads(proc.stdout)["empirical_total"] == 174_604_259_328

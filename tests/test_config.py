@@ -1,0 +1,81 @@
+"""ModelConfig: derived sizes and validation."""
+
+import dataclasses
+
+import pytest
+
+from tfcalc.config import ConfigError, ModelConfig, from_mapping
+from conftest import tiny
+
+
+def test_derived_sizes_are_properties_not_copies():
+    cfg = tiny(d_model=64, n_head=8)
+    assert (cfg.head_dim, cfg.kv_heads, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim) == (8, 8, 64, 64, 256)
+    wider = dataclasses.replace(cfg, d_model=128)
+    assert wider.head_dim == 16 and wider.ffn_dim == 512  # re-derived, never stale
+
+
+def test_explicit_d_head_is_kept_even_when_width_differs_from_d_model():
+    cfg = tiny(d_model=2048, n_head=24, d_head=128)
+    assert cfg.head_dim == 128 and cfg.q_dim == 3072
+
+
+@pytest.mark.parametrize(
+    "d_model, multiplier, multiple_of, expected",
+    [(4096, None, 256, 11008), (5120, None, 256, 13824), (8192, 1.3, 4096, 28672)],
+    ids=["llama2-7b", "llama2-13b", "llama2-70b"],
+)
+def test_llama_ffn_derivation_matches_meta(d_model, multiplier, multiple_of, expected):
+    cfg = tiny(d_model=d_model, n_head=32, gated_ffn=True, ffn_dim_multiplier=multiplier, ffn_multiple_of=multiple_of)
+    assert cfg.ffn_dim == expected
+
+
+def test_gqa_and_mqa_kv_width():
+    assert tiny(n_head=8, n_kv_head=2, d_model=64).kv_dim == 16
+    assert tiny(n_head=8, n_kv_head=1, d_model=64).kv_dim == 8
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_layer=0), "'n_layer' must be positive"),
+        (dict(d_model=-8), "'d_model' must be positive"),
+        (dict(vocab_size=0), "'vocab_size' must be positive"),
+        (dict(d_head=0), "'d_head' must be positive"),
+        (dict(n_layer=2.5), "'n_layer' must be an integer"),
+        (dict(n_layer=True), "'n_layer' must be an integer"),
+        (dict(attn_bias="yes"), "'attn_bias' must be true or false"),
+        (dict(norm_eps="small"), "'norm_eps' must be a number"),
+        (dict(norm="rms"), "did you mean 'rmsnorm'"),
+        (dict(pos_encoding="rotary"), "must be one of learned, sinusoidal, rope, alibi, none"),
+        (dict(d_model=30, n_head=4), "d_model (30) is not divisible by n_head (4)"),
+        (dict(n_head=4, n_kv_head=3), "must be a multiple of n_kv_head (3)"),
+        (dict(n_head=4, n_kv_head=8), "must be a multiple of n_kv_head (8)"),
+        (dict(pos_encoding="rope", d_head=7), "d_head must be even"),
+        (dict(norm="rmsnorm", norm_bias=True), "rmsnorm has no bias"),
+        (dict(d_ff=64, ffn_multiple_of=256), "give either d_ff or its derivation"),
+        (dict(ffn_mult=0.01), "derived d_ff is 0"),
+    ],
+)
+def test_impossible_configs_are_refused_naming_the_field(changes, message):
+    with pytest.raises(ConfigError) as info:
+        tiny(**changes)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_from_mapping_names_unknown_and_missing_fields():
+    base = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)
+    with pytest.raises(ConfigError, match=r"unknown field 'n_haed' \(did you mean 'n_head'\?\)"):
+        from_mapping({**base, "n_haed": 4})
+    with pytest.raises(ConfigError, match="missing required field 'vocab_size'"):
+        from_mapping({k: v for k, v in base.items() if k != "vocab_size"})
+    assert from_mapping(base) == ModelConfig(**base)
+
+
+def test_resolved_writes_derived_sizes_and_rebuilds_the_same_model():
+    cfg = tiny(gated_ffn=True, ffn_multiple_of=16)
+    data = cfg.resolved()
+    assert data["d_ff"] == cfg.ffn_dim and data["d_head"] == cfg.head_dim and data["n_kv_head"] == cfg.kv_heads
+    rebuilt = from_mapping(data)
+    assert (rebuilt.ffn_dim, rebuilt.q_dim, rebuilt.kv_dim) == (cfg.ffn_dim, cfg.q_dim, cfg.kv_dim)

@@ -1,0 +1,81 @@
+"""Parameter counts: analytic == empirical (meta module) for every preset, and both == published figures."""
+
+import pytest
+
+from tfcalc.count import params as count
+from tfcalc.measure.params import measure_params
+from tfcalc.presets import load, preset_names
+from conftest import tiny
+
+PUBLISHED = {  # ../shared/reference.md
+    "gpt2": 124_439_808,
+    "llama2-7b": 6_738_415_616,
+    "llama2-13b": 13_015_864_320,
+    "llama2-70b": 68_976_648_192,
+}
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_analytic_equals_empirical_component_by_component(name):
+    cfg = load(name)
+    total, measured = measure_params(cfg)
+    assert measured == count.breakdown(cfg)
+    assert total == count.total(cfg) == sum(measured.values())
+
+
+@pytest.mark.parametrize("name, published", PUBLISHED.items(), ids=list(PUBLISHED))
+def test_published_counts(name, published):
+    cfg = load(name)
+    assert count.total(cfg) == published
+    assert measure_params(cfg)[0] == published
+
+
+def test_gpt2_by_hand():
+    # V*d + ctx*d + L*(12*d^2 + 13*d) + 2*d (final LayerNorm), head tied: Radford et al. 2019.
+    V, ctx, L, d = 50257, 1024, 12, 768
+    assert count.total(load("gpt2")) == V * d + ctx * d + L * (12 * d * d + 13 * d) + 2 * d
+
+
+def test_gpt3_175b_is_174_6_billion_and_near_the_seeds_formula():
+    cfg = load("gpt3")
+    assert count.total(cfg) == 174_604_259_328
+    assert count.seeds_approximation(cfg) == 12 * 96 * 12288**2 + 50257 * 12288
+    assert abs(count.seeds_approximation(cfg) / count.total(cfg) - 1) < 0.001
+
+
+def test_tied_head_counts_once_and_untied_adds_v_times_d():
+    tied, untied = tiny(), tiny(tie_embeddings=False)
+    assert count.total(untied) - count.total(tied) == 61 * 32
+    assert count.breakdown(tied)["lm_head"] == 0
+    assert measure_params(tied)[1]["lm_head"] == 0
+    assert count.seeds_approximation(untied) - count.seeds_approximation(tied) == 61 * 32
+
+
+def test_gqa_shrinks_k_and_v_only():
+    mha, gqa = count.breakdown(tiny(n_head=8)), count.breakdown(tiny(n_head=8, n_kv_head=2))
+    assert gqa["attn_q_weight"] == mha["attn_q_weight"] and gqa["attn_o_weight"] == mha["attn_o_weight"]
+    assert gqa["attn_k_weight"] * 4 == mha["attn_k_weight"] and gqa["attn_v_bias"] * 4 == mha["attn_v_bias"]
+
+
+def test_group_totals_sum_to_total():
+    for name in ("gpt2", "llama2-70b"):
+        cfg = load(name)
+        assert sum(count.group_totals(cfg, count.breakdown(cfg)).values()) == count.total(cfg)
+
+
+def test_width_note_for_the_inconsistent_gpt3_rows_only():
+    noted = {name for name in preset_names() if count.width_note(load(name))}
+    assert noted == {"gpt3-xl", "gpt3-13b"}
+    note = count.width_note(load("gpt3-xl"))
+    assert note.q_dim == 3072 and note.total_as_given == count.total(load("gpt3-xl"))
+    # Reading d_head as 2048/24 makes attention 4*2048^2 + 4*2048 per layer, as in GPT-2: ~1.3B, the named size.
+    d, L = 2048, 24
+    as_gpt2 = 50257 * d + 2048 * d + L * (12 * d * d + 13 * d) + 2 * d
+    assert note.total_attention_d_model_wide == as_gpt2
+    assert abs(as_gpt2 / 1.3e9 - 1) < 0.02 < abs(note.total_as_given / 1.3e9 - 1)
+    assert "+16.7% vs the named size" in note.text(24, 128)
+
+
+def test_nominal_value():
+    assert count.nominal_value("175B") == 175e9 and count.nominal_value("1.3B") == 1.3e9
+    assert count.nominal_value("124M") == 124e6 and count.nominal_value(None) is None

@@ -1,0 +1,128 @@
+"""Loading presets, user YAML files and --set overrides; every bad input is one named line."""
+
+import pytest
+
+from tfcalc.config import ConfigError
+from tfcalc.presets import load, parse_override, preset_dir, preset_names, resolve_preset_name
+
+ISSUE_PRESETS = [
+    "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl",
+    "gpt3-small", "gpt3-medium", "gpt3-large", "gpt3-xl", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
+    "llama2-7b", "llama2-13b", "llama2-70b",
+]
+GOOD_YAML = "n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n"
+
+
+def test_every_promised_preset_ships():
+    assert set(ISSUE_PRESETS) <= set(preset_names())
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_preset_files_are_explicit_and_cite_a_source(name):
+    text = (preset_dir() / f"{name}.yaml").read_text()
+    assert text.startswith("#"), "a comment citing the source comes first"
+    cfg = load(name)
+    assert cfg.name == name and cfg.source and cfg.nominal_params
+    for field in ("n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size", "max_seq_len",
+                  "pos_encoding", "norm", "norm_placement", "final_norm", "activation", "gated_ffn",
+                  "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings", "norm_eps"):
+        assert f"\n{field}:" in text, f"{name} leaves {field} implicit"
+
+
+def test_gpt3_table_2_1_as_printed():
+    table = {  # Brown et al. 2020, Table 2.1: n_layer, d_model, n_head, d_head
+        "gpt3-small": (12, 768, 12, 64), "gpt3-medium": (24, 1024, 16, 64), "gpt3-large": (24, 1536, 16, 96),
+        "gpt3-xl": (24, 2048, 24, 128), "gpt3-2.7b": (32, 2560, 32, 80), "gpt3-6.7b": (32, 4096, 32, 128),
+        "gpt3-13b": (40, 5140, 40, 128), "gpt3-175b": (96, 12288, 96, 128),
+    }
+    for name, shape in table.items():
+        cfg = load(name)
+        assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.head_dim) == shape
+        assert (cfg.max_seq_len, cfg.vocab_size, cfg.ffn_dim) == (2048, 50257, 4 * cfg.d_model)
+
+
+def test_alias_and_case():
+    assert load("gpt3").name == "gpt3-175b"
+    assert load("GPT2").name == "gpt2"
+
+
+@pytest.mark.parametrize("typo, suggestion", [("gpt-2", "gpt2"), ("llama2_7b", "llama2-7b"), ("gpt3-175", "gpt3-175b")])
+def test_unknown_preset_suggests_close_names(typo, suggestion):
+    with pytest.raises(ConfigError, match=f"unknown preset '{typo}' \\(did you mean '{suggestion}'"):
+        resolve_preset_name(typo)
+
+
+def test_user_yaml_file(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(GOOD_YAML + "norm_eps: 1e-6\n")  # 1e-6 without a dot still reads as a float
+    cfg = load(str(path))
+    assert cfg.name == "mine" and cfg.n_layer == 2 and cfg.norm_eps == 1e-6
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "the file is empty"),
+        ("# only a comment\n", "the file is empty"),
+        ("- 1\n- 2\n", "expected a mapping of field: value, got a list"),
+        ("just words\n", "expected a mapping of field: value, got a str"),
+        ("n_layer: [1,\n", "not valid YAML at line"),
+        ("n_layer: 2\n  d_model: 3\n", "not valid YAML at line"),
+        (GOOD_YAML + "n_haed: 4\n", "unknown field 'n_haed' (did you mean 'n_head'?)"),
+        (GOOD_YAML.replace("n_layer: 2", "n_layer: two"), "field 'n_layer' must be an integer; got 'two' (str)"),
+        (GOOD_YAML.replace("n_layer: 2", "n_layer: -1"), "field 'n_layer' must be positive"),
+        (GOOD_YAML.replace("d_model: 32", "d_model: 30"), "d_model (30) is not divisible by n_head (4)"),
+        (GOOD_YAML + "n_kv_head: 3\n", "must be a multiple of n_kv_head (3)"),
+        (GOOD_YAML.replace("vocab_size: 61\n", ""), "missing required field 'vocab_size'"),
+    ],
+    ids=["empty", "comment-only", "list", "scalar", "unclosed", "bad-indent", "unknown-field", "wrong-type",
+         "negative", "indivisible-heads", "indivisible-kv", "missing-field"],
+)
+def test_bad_yaml_files_name_the_file_and_field(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load(str(path))
+    assert message in str(info.value) and "bad.yaml" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load(str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match="is a directory"):
+        load(str(tmp_path) + "/")
+
+
+def test_overrides_apply_on_presets_and_files(tmp_path):
+    assert load("gpt2", ["n_layer=2", "tie_embeddings=false"]).n_layer == 2
+    assert load("gpt2", ["tie_embeddings=false"]).tie_embeddings is False
+    assert load("gpt2", ["norm_eps=1e-6"]).norm_eps == 1e-6
+    path = tmp_path / "m.yaml"
+    path.write_text(GOOD_YAML)
+    assert load(str(path), ["d_head=16"]).q_dim == 64
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("n_layer", "--set expects key=value, got 'n_layer'"),
+        ("=3", "--set expects key=value"),
+        ("n_layers=3", "--set: unknown field 'n_layers' (did you mean 'n_layer'?)"),
+        ("n_layer=three", "field 'n_layer' must be an integer"),
+        ("n_layer=0", "field 'n_layer' must be positive"),
+        ("n_layer=[1, 2]", "expected a single value"),
+        ("n_head=7", "n_head (7) must be a multiple of n_kv_head (12)"),
+    ],
+)
+def test_bad_overrides(override, message):
+    with pytest.raises(ConfigError) as info:
+        load("gpt2", [override])
+    assert message in str(info.value)
+
+
+def test_parse_override_types():
+    assert parse_override("n_layer=12") == ("n_layer", 12)
+    assert parse_override("d_head=null") == ("d_head", None)
+    assert parse_override("gated_ffn=true") == ("gated_ffn", True)
+    assert parse_override("norm=rmsnorm") == ("norm", "rmsnorm")

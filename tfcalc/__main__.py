@@ -1,0 +1,5 @@
+"""`python -m tfcalc` runs the command line."""
+
+from tfcalc.cli.app import main
+
+main()

@@ -1,0 +1,79 @@
+"""The tfcalc command line: one Typer app, one module per command, every error one line on stderr.
+
+Exit codes: 0 success; 1 a check failed (analytic and empirical counts disagree); 2 bad input
+(unknown preset, bad file, bad flag value); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from tfcalc import __version__
+from tfcalc.cli import params, presets
+from tfcalc.config import ConfigError
+
+try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
+    from typer import TyperException as CliError
+except ImportError:  # pragma: no cover - older Typer on the click package
+    from click import ClickException as CliError  # type: ignore[no-redef]
+
+app = typer.Typer(
+    name="tfcalc",
+    help="How many parameters, how many FLOPs, how much memory, and how fast: for real PyTorch transformers.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("params")(params.params)
+app.command("presets")(presets.list_presets)
+app.command("show")(presets.show)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"tfcalc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """How many parameters, how many FLOPs, how much memory, and how fast: for real PyTorch transformers."""
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"tfcalc: error: {message}", file=sys.stderr)
+    return code
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the app and turn every expected failure into one line on stderr and an exit code."""
+    try:
+        result = app(args=argv, prog_name="tfcalc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except typer.Exit as e:
+        return e.exit_code
+    except CliError as e:  # bad flags, missing arguments, bad values
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())
+            return 0
+        command = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "tfcalc" else ""
+        return _fail(command + " ".join(e.format_message().split()), getattr(e, "exit_code", 2) or 2)
+    except ConfigError as e:
+        return _fail(str(e), 2)
+    except (typer.Abort, KeyboardInterrupt):
+        return _fail("interrupted", 130)
+    except Exception as e:  # a bug: keep the one-line promise, but let developers see the traceback
+        if os.environ.get("TFCALC_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {e} (set TFCALC_DEBUG=1 for the traceback)", 1)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,174 @@
+"""The only module that prints: Rich tables for people, JSON for programs, one-line errors on stderr.
+
+Colour follows Rich's rules: none when stdout is not a terminal, none when NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tfcalc.count import params as count
+
+if TYPE_CHECKING:
+    from tfcalc.cli.params import ParamsReport
+
+
+@lru_cache(maxsize=None)
+def console() -> Console:
+    # Piped output gets a generous fixed width rather than Rich's default 80 columns.
+    return Console(width=None if sys.stdout.isatty() else 140, highlight=False)
+
+
+def error(message: str) -> None:
+    print(f"tfcalc: error: {message}", file=sys.stderr)
+
+
+def warn(message: str) -> None:
+    print(f"tfcalc: warning: {message}", file=sys.stderr)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+# ---------- number formatting ----------
+
+
+def human(n: float) -> str:
+    """124439808 -> '124.4M'; 174604259328 -> '174.6B'."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n:g}"
+
+
+def nbytes(n: int) -> str:
+    """Both decimal and binary units, named: '497.8 MB (474.7 MiB)'."""
+
+    def scaled(base: int, units: tuple[str, ...]) -> str:
+        value, unit = float(n), units[0]
+        for unit in units:
+            if value < base or unit == units[-1]:
+                break
+            value /= base
+        return f"{value:.1f} {unit}" if unit != units[0] else f"{n} {unit}"
+
+    return f"{scaled(1000, ('B', 'kB', 'MB', 'GB', 'TB'))} ({scaled(1024, ('B', 'KiB', 'MiB', 'GiB', 'TiB'))})"
+
+
+def shape(dims: tuple[int, ...]) -> str:
+    return " × ".join(str(d) for d in dims)
+
+
+# ---------- tfcalc params ----------
+
+_GROUP_TITLES = {
+    "embeddings": "Embeddings",
+    "attention": "Attention",
+    "ffn": "FFN",
+    "norms": "Norms",
+    "lm_head": "LM head",
+}
+
+
+def _params_table(r: ParamsReport) -> Table:
+    cfg, total = r.cfg, r.analytic_total
+    title = f"{cfg.name}" + (f"  ·  named {cfg.nominal_params}" if cfg.nominal_params else "")
+    caption = cfg.source or None
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
+    table.add_column("Component")
+    table.add_column("Shape", justify="right")
+    table.add_column("× copies", justify="right")
+    table.add_column("Parameters", justify="right")
+    table.add_column("Share", justify="right")
+    groups = r.groups
+    for group in count.GROUPS:
+        entries = [e for e in r.entries if e.group == group]
+        if not entries:
+            continue
+        table.add_row(
+            Text(_GROUP_TITLES[group], style="bold"), "", "", Text(f"{groups[group]:,}", style="bold"),
+            f"{groups[group] / total:.1%}",
+        )
+        for e in entries:
+            count_cell = f"{e.total:,}" if not e.tied_to else Text(f"tied to {e.tied_to}: counted once", style="dim")
+            table.add_row(f"  {e.label}", shape(e.shape), str(e.copies), count_cell, "")
+    if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
+        table.add_row(Text(f"  positions: {cfg.pos_encoding} (no parameters)", style="dim"), "", "", "", "")
+    table.add_section()
+    table.add_row(Text("Total, analytic", style="bold"), "", "", Text(f"{total:,}", style="bold"), human(total))
+    if r.empirical is not None:
+        ok = r.agrees
+        mark = Text("✓ agree", style="green") if ok else Text("✗ DISAGREE", style="bold red")
+        table.add_row("Total, empirical (meta module)", "", "", f"{r.empirical_total:,}", mark)
+    else:
+        table.add_row(Text("Total, empirical: not measured (--no-measure)", style="dim"), "", "", "", "")
+    table.add_row(
+        f"Approximation {count.seeds_formula(cfg)}", "", "", f"{r.approximation:,}",
+        f"{r.approximation_rel_error:+.2%}",
+    )
+    for dtype, size in r.weights_bytes.items():
+        table.add_row(f"Weights, {dtype}", "", "", nbytes(size), "")
+    return table
+
+
+def params_reports(reports: list[ParamsReport], as_json: bool) -> None:
+    if as_json:
+        data = [r.to_json() for r in reports]
+        print_json(data[0] if len(data) == 1 else data)
+        return
+    out = console()
+    for r in reports:
+        out.print(_params_table(r))
+        for note in r.notes:
+            out.print(Text(f"Note: {note}", style="yellow"))
+        out.print()
+    if len(reports) > 1:
+        out.print(_params_summary(reports))
+
+
+def _params_summary(reports: list[ParamsReport]) -> Table:
+    table = Table(title="Summary", title_justify="left")
+    for name in ("Preset", "Analytic", "Empirical", "Named", "Approx. error", "Attention", "FFN", "bf16 weights"):
+        table.add_column(name, justify="left" if name == "Preset" else "right")
+    for r in reports:
+        total, groups = r.analytic_total, r.groups
+        empirical = "—" if r.empirical is None else ("✓" if r.agrees else "✗ " + f"{r.empirical_total:,}")
+        table.add_row(
+            r.cfg.name, f"{total:,}", empirical, r.cfg.nominal_params or "—", f"{r.approximation_rel_error:+.2%}",
+            f"{groups['attention'] / total:.1%}", f"{groups['ffn'] / total:.1%}", nbytes(2 * total).split(" (")[0],
+        )
+    return table
+
+
+# ---------- tfcalc presets / show ----------
+
+
+def presets_table(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="Presets (tfcalc params NAME)", title_justify="left")
+    columns = [
+        ("name", "Name"), ("aliases", "Aliases"), ("n_layer", "Layers"), ("d_model", "d_model"),
+        ("heads", "Heads q/kv"), ("d_head", "d_head"), ("d_ff", "d_ff"), ("vocab_size", "Vocab"),
+        ("max_seq_len", "Context"), ("params", "Params"), ("nominal_params", "Named"),
+    ]
+    for key, title in columns:
+        table.add_column(title, justify="left" if key in ("name", "aliases") else "right")
+    for row in rows:
+        cells = dict(row, aliases=", ".join(row["aliases"]), heads=f"{row['n_head']}/{row['n_kv_head']}",
+                     params=human(row["params"]), nominal_params=row["nominal_params"] or "—")
+        table.add_row(*(str(cells[key]) for key in dict(columns)))
+    console().print(table)
+
+
+def show_config(text: str) -> None:
+    sys.stdout.write(text)
