@@ -76,6 +76,14 @@ def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
     return torch.tensor(slopes, device=device, dtype=torch.float32)
 
 
+class Linear(nn.Linear):
+    """nn.Linear without its own random init: every tfcalc model is built on meta first and filled once
+    by init_weights(), so kaiming_uniform_ here would be wasted work (a third of the meta build time)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 def _embedding(n: int, d: int) -> nn.Embedding:
     """An embedding whose weight is left uninitialized (init_weights fills it). nn.Embedding's own
     init calls normal_, which on the meta device goes through torch._refs and imports torch._dynamo:
@@ -88,8 +96,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.q_dim, self.kv_dim = cfg.q_dim, cfg.kv_dim
-        self.qkv = nn.Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.attn_bias)
-        self.out = nn.Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
+        self.qkv = Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.attn_bias)
+        self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
@@ -112,8 +120,8 @@ class FeedForward(nn.Module):
         self.gated = cfg.gated_ffn
         self.act = _ACTIVATIONS[cfg.activation]
         width = cfg.ffn_dim * (2 if cfg.gated_ffn else 1)
-        self.up = nn.Linear(cfg.d_model, width, bias=cfg.ffn_bias)  # rows [gate | up] when gated
-        self.down = nn.Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.ffn_bias)
+        self.up = Linear(cfg.d_model, width, bias=cfg.ffn_bias)  # rows [gate | up] when gated
+        self.down = Linear(cfg.ffn_dim, cfg.d_model, bias=cfg.ffn_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
@@ -134,12 +142,18 @@ class Block(nn.Module):
         self.ffn_norm = make_norm(cfg)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
         if self.pre_norm:  # GPT-2 onwards: x + f(norm(x))
-            x = x + self.attn(self.attn_norm(x), rope, mask)
+            return x + self.attn(self.attn_norm(x), rope, mask)
+        return self.attn_norm(x + self.attn(x, rope, mask))  # Vaswani et al. 2017, BERT: norm(x + f(x))
+
+    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:
             return x + self.ffn(self.ffn_norm(x))
-        x = self.attn_norm(x + self.attn(x, rope, mask))  # Vaswani et al. 2017, BERT: norm(x + f(x))
         return self.ffn_norm(x + self.ffn(x))
+
+    def forward(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
+        return self.ffn_sublayer(self.attention_sublayer(x, rope, mask))
 
 
 class Transformer(nn.Module):
@@ -152,7 +166,7 @@ class Transformer(nn.Module):
         self.pos_emb = _embedding(cfg.max_seq_len, cfg.d_model) if cfg.pos_encoding == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok_emb.weight
         self._register_position_buffers()
@@ -193,23 +207,35 @@ class Transformer(nn.Module):
         bias = bias.masked_fill(distance > 0, float("-inf"))
         return bias.to(dtype)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: (B, T) token ids -> logits (B, T, vocab_size)."""
-        B, T = idx.shape
-        x = self.tok_emb(idx)  # (B, T, d)
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, d) block input."""
+        x = self.tok_emb(idx)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(T, device=idx.device))
+            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
         elif self.cfg.pos_encoding == "sinusoidal":
-            x = x + self.pos_table[:T].to(x.dtype)
+            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
+        return x
+
+    def block_inputs(self, T: int, dtype: torch.dtype):
+        """(rope, mask) that every block takes at sequence length T."""
         rope = None
         if self.cfg.pos_encoding == "rope":
-            rope = (self.rope_cos[:T].to(x.dtype), self.rope_sin[:T].to(x.dtype))
-        mask = self.attention_mask(T, x.dtype)
-        for block in self.blocks:
-            x = block(x, rope, mask)
+            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
+        return rope, self.attention_mask(T, dtype)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) last block output -> (B, T, vocab_size) logits."""
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.lm_head(x)  # (B, T, vocab_size)
+        return self.lm_head(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx: (B, T) token ids -> logits (B, T, vocab_size)."""
+        x = self.embed(idx)  # (B, T, d)
+        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
+        for block in self.blocks:
+            x = block(x, rope, mask)
+        return self.head(x)  # (B, T, vocab_size)
 
 
 def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:
