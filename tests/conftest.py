@@ -20,7 +20,7 @@ def tiny(**changes) -> ModelConfig:
 
 @st.composite
 def configs(draw) -> ModelConfig:
-    """Random valid configs over every option, at tiny sizes."""
+    """Random valid configs over every option (every arch, dense and MoE), at tiny sizes."""
     n_kv_head = draw(st.integers(1, 4))
     n_head = n_kv_head * draw(st.integers(1, 3))
     explicit_head = draw(st.booleans())
@@ -38,6 +38,24 @@ def configs(draw) -> ModelConfig:
         "mult": dict(ffn_mult=draw(st.sampled_from([1.0, 2.0, 4.0, 2.5]))),
         "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])), ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
     }[ffn]
+    arch = draw(st.sampled_from(["decoder", "decoder", "encoder", "encoder-decoder"]))
+    moe = draw(st.booleans())
+    n_expert = draw(st.integers(1, 4)) if moe else None
+    n_expert_active = draw(st.integers(1, n_expert)) if moe else None
+    lm_head = arch != "encoder" or draw(st.booleans())
+    kind_fields = dict(
+        arch=arch,
+        n_encoder_layer=draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None,
+        tie_encoder_embedding=arch != "encoder-decoder" or draw(st.booleans()),
+        n_expert=n_expert,
+        n_expert_active=n_expert_active,
+        type_vocab_size=draw(st.integers(0, 3)) if arch != "encoder-decoder" else 0,
+        embedding_norm=draw(st.booleans()),
+        embedding_scale=draw(st.booleans()),
+        pooler=arch == "encoder" and draw(st.booleans()),
+        lm_head=lm_head,
+        tie_embeddings=lm_head and draw(st.booleans()),
+    )
     return ModelConfig(
         n_layer=draw(st.integers(1, 3)),
         d_model=d_model,
@@ -55,8 +73,8 @@ def configs(draw) -> ModelConfig:
         attn_bias=draw(st.booleans()),
         ffn_bias=draw(st.booleans()),
         norm_bias=norm == "layernorm" and draw(st.booleans()),
-        tie_embeddings=draw(st.booleans()),
         **ffn_fields,
+        **kind_fields,
     )
 
 

@@ -11,12 +11,24 @@ from tfcalc.presets import load
 from conftest import configs, tiny
 
 
-def _forward(cfg, batch=2, seq=None):
+def _forward(cfg, batch=2, seq=None, src_seq=None):
+    """The main output of a CPU forward pass: logits (B, T, V), or hidden states (B, T, d) without an LM
+    head; an encoder-decoder reads a source of src_seq tokens (default: seq)."""
     model = build_model(cfg, "cpu")
     seq = seq or cfg.max_seq_len
     idx = torch.randint(0, cfg.vocab_size, (batch, seq))
     with torch.no_grad():
-        return model(idx)
+        if cfg.arch == "encoder-decoder":
+            return model(torch.randint(0, cfg.vocab_size, (batch, src_seq or seq)), idx)
+        out = model(idx)
+    if cfg.pooler:
+        out, pooled = out
+        assert pooled.shape == (batch, cfg.d_model) and torch.isfinite(pooled).all()
+    return out
+
+
+def _output_width(cfg):
+    return cfg.vocab_size if cfg.lm_head else cfg.d_model
 
 
 @pytest.mark.parametrize(
@@ -85,6 +97,7 @@ def test_property_analytic_equals_empirical_and_forward_runs(cfg):
     assert isinstance(model, Transformer)
     assert measured_breakdown(model) == count.breakdown(cfg)
     assert measured_total(model) == count.total(cfg)
-    logits = _forward(cfg, batch=2)
-    assert logits.shape == (2, cfg.max_seq_len, cfg.vocab_size)
-    assert torch.isfinite(logits).all()
+    src_seq = max(1, cfg.max_seq_len // 2)  # a source shorter than the target (encoder-decoder only)
+    out = _forward(cfg, batch=2, src_seq=src_seq)
+    assert out.shape == (2, cfg.max_seq_len, _output_width(cfg))
+    assert torch.isfinite(out).all()

@@ -7,6 +7,19 @@ Fields hold what the user (or the preset) said. Sizes that may be left out and d
 read through properties (``head_dim``, ``kv_heads``, ``ffn_dim``, ``q_dim``, ``kv_dim``). An explicit
 value is never overwritten: ``d_head`` given as 128 with ``n_head = 24`` and ``d_model = 2048`` stays 128
 (the attention is then 3072 wide, not 2048; GPT-3 XL in Brown et al. 2020, Table 2.1, is such a case).
+
+Kinds of transformer (``arch``), and how the depth fields read for each:
+
+- ``decoder`` (GPT, Llama): one causal stack of ``n_layer`` blocks and an LM head.
+- ``encoder`` (BERT): one bidirectional stack of ``n_layer`` blocks; optionally token-type embeddings,
+  a norm after the embeddings, a pooler on the first token, and no LM head (BertModel).
+- ``encoder-decoder`` (Vaswani et al. 2017): ``n_layer`` is the decoder depth, as for a decoder;
+  ``n_encoder_layer`` the encoder depth (default: the same). Every decoder block adds cross-attention
+  (queries from the decoder, keys and values from the encoder output). The encoder's token embedding is
+  the decoder's unless ``tie_encoder_embedding`` is false.
+
+Any of them may replace each dense FFN by a mixture of experts (``n_expert`` FFNs, each as wide as the
+dense one, and a bias-free router d_model -> n_expert; each token runs ``n_expert_active`` of them).
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none"]
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+Arch = Literal["decoder", "encoder", "encoder-decoder"]
 
 
 class ConfigError(ValueError):
@@ -51,6 +65,14 @@ class ModelConfig:
     ffn_dim_multiplier: Optional[float] = None
     ffn_multiple_of: int = 1
 
+    # --- kind of transformer (see the module docstring) ---
+    arch: Arch = "decoder"
+    n_encoder_layer: Optional[int] = None  # encoder-decoder only; None: = n_layer
+
+    # --- mixture of experts: None for a dense FFN ---
+    n_expert: Optional[int] = None  # FFNs per block (Mixtral 8x7B: 8)
+    n_expert_active: Optional[int] = None  # top-k experts each token runs (Mixtral: 2)
+
     # --- architecture choices ---
     pos_encoding: PosEncoding = "learned"
     norm: Norm = "layernorm"
@@ -64,6 +86,14 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+
+    # --- embeddings and heads beyond GPT's (BERT, Vaswani et al. 2017) ---
+    type_vocab_size: int = 0  # token-type (segment) embedding rows; 0: none. BERT: 2
+    embedding_norm: bool = False  # a norm right after the embeddings are summed (BERT)
+    embedding_scale: bool = False  # token embeddings times sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)
+    pooler: bool = False  # BERT's pooler: tanh(Linear(d, d)) of the first token (encoder only)
+    lm_head: bool = True  # a vocabulary projection at the end; BertModel has none
+    tie_encoder_embedding: bool = True  # encoder-decoder: source and target share one token embedding
 
     def __post_init__(self) -> None:
         validate(self)
@@ -109,12 +139,40 @@ class ModelConfig:
 
     @property
     def family(self) -> str:
-        return "decoder"
+        return self.arch
+
+    @property
+    def encoder_layers(self) -> int:
+        """Depth of the bidirectional stack: 0 for a decoder, n_layer for an encoder."""
+        if self.arch == "encoder-decoder":
+            return self.n_encoder_layer if self.n_encoder_layer is not None else self.n_layer
+        return self.n_layer if self.arch == "encoder" else 0
+
+    @property
+    def decoder_layers(self) -> int:
+        """Depth of the causal stack: 0 for an encoder."""
+        return 0 if self.arch == "encoder" else self.n_layer
+
+    @property
+    def cross_attention_layers(self) -> int:
+        return self.n_layer if self.arch == "encoder-decoder" else 0
+
+    @property
+    def experts(self) -> int:
+        """FFNs per block: 1 when dense."""
+        return self.n_expert or 1
+
+    @property
+    def experts_active(self) -> int:
+        """FFNs each token runs per block: 1 when dense."""
+        return self.n_expert_active or 1
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""
         out = dataclasses.asdict(self)
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
+        if self.arch == "encoder-decoder":
+            out.update(n_encoder_layer=self.encoder_layers)
         for derivation_only in ("ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of"):
             out.pop(derivation_only)
         return out
@@ -136,12 +194,17 @@ _LITERALS = {
     "norm": get_args(Norm),
     "norm_placement": get_args(NormPlacement),
     "activation": get_args(Activation),
+    "arch": get_args(Arch),
 }
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
-_OPTIONAL_INT_FIELDS = ("n_kv_head", "d_head", "d_ff")
+_OPTIONAL_INT_FIELDS = ("n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active")
+_COUNT_FIELDS = ("type_vocab_size",)  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier",)
-_BOOL_FIELDS = ("final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings")
+_BOOL_FIELDS = (
+    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings",
+    "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding",
+)
 _STR_FIELDS = ("name",)
 _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 
@@ -167,7 +230,7 @@ def check_field_type(name: str, value: Any) -> None:
             raise ConfigError(f"field '{name}' must be one of {allowed}; got {value!r}{hint}")
         return
     expected, ok = {
-        **{n: ("an integer", is_int) for n in _INT_FIELDS},
+        **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
         **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS},
         **{n: ("a number", is_float) for n in _FLOAT_FIELDS},
         **{n: ("a number or null", is_float or value is None) for n in _OPTIONAL_FLOAT_FIELDS},
@@ -187,6 +250,9 @@ def validate(cfg: ModelConfig) -> None:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ConfigError(f"field '{name}' must be positive; got {value}")
+    for name in _COUNT_FIELDS:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"field '{name}' must be 0 or more; got {getattr(cfg, name)}")
     for name in _FLOAT_FIELDS + _OPTIONAL_FLOAT_FIELDS:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
@@ -213,6 +279,33 @@ def validate(cfg: ModelConfig) -> None:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
     if cfg.norm == "rmsnorm" and cfg.norm_bias:
         raise ConfigError("rmsnorm has no bias: set norm_bias to false")
+    _validate_kind(cfg)
+
+
+def _validate_kind(cfg: ModelConfig) -> None:
+    """The fields of one kind of transformer (arch, experts, BERT's extras) against each other."""
+    if cfg.arch != "encoder-decoder":
+        if cfg.n_encoder_layer is not None:
+            raise ConfigError(
+                f"n_encoder_layer applies to arch encoder-decoder only (arch is {cfg.arch}; n_layer is its depth)"
+            )
+        if not cfg.tie_encoder_embedding:
+            raise ConfigError(f"tie_encoder_embedding applies to arch encoder-decoder only (arch is {cfg.arch})")
+    elif cfg.type_vocab_size:
+        raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
+    if cfg.pooler and cfg.arch != "encoder":
+        raise ConfigError(
+            f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "
+            "which in a causal stack has seen no other token"
+        )
+    if not cfg.lm_head and cfg.tie_embeddings:
+        raise ConfigError("tie_embeddings needs an LM head: with lm_head false, set tie_embeddings to false")
+    if (cfg.n_expert is None) != (cfg.n_expert_active is None):
+        raise ConfigError("give n_expert and n_expert_active together (a mixture of experts), or neither (dense FFN)")
+    if cfg.n_expert is not None and cfg.n_expert_active > cfg.n_expert:
+        raise ConfigError(
+            f"n_expert_active ({cfg.n_expert_active}) must not exceed n_expert ({cfg.n_expert})"
+        )
 
 
 def replace(cfg: ModelConfig, **changes: Any) -> ModelConfig:

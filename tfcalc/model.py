@@ -1,7 +1,16 @@
-"""The real PyTorch transformer built from a ModelConfig.
+"""The real PyTorch transformer built from a ModelConfig: decoder, encoder or encoder-decoder.
 
-nanoGPT-sized modules (Attention, FeedForward, Block, Transformer), each taking the config. Every
-parameter here is one that tfcalc.count.params predicts; tests check the two agree tensor by tensor.
+nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
+Transformer), each taking the config. Every parameter here is one that tfcalc.count.params predicts;
+tests check the two agree tensor by tensor.
+
+- A ``Stack`` is embeddings, blocks and a final norm. ``Transformer`` is the stack that makes the output
+  (a decoder's, causal; or an encoder-only model's, bidirectional) plus its heads (LM head, BERT's
+  pooler); an encoder-decoder also holds ``encoder``, a bidirectional ``Stack`` whose output every
+  decoder block reads through cross-attention. ``forward(src_idx, tgt_idx)`` then.
+- A mixture of experts routes each token to its top-k experts (softmax over the k chosen router logits,
+  as in Mixtral); each expert runs on exactly the tokens routed to it (index_select, index_add), so a
+  forward pass does the matmuls of k experts per token, not of all of them.
 
 Layout choices, and why:
 - Q, K and V come from one fused Linear (``attn.qkv``, rows [Q | K | V]) and the gate and up projections
@@ -91,27 +100,59 @@ def _embedding(n: int, d: int) -> nn.Embedding:
     return nn.Embedding(n, d, _weight=torch.empty(n, d))
 
 
+def _merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """(B, nh, T, hs) -> (B, T, nh*hs)."""
+    B, nh, T, hs = y.shape
+    return y.transpose(1, 2).reshape(B, T, nh * hs)
+
+
+def _split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
+    """(B, T, nh*hs) -> (B, nh, T, hs)."""
+    B, T, _ = x.shape
+    return x.view(B, T, n_head, -1).transpose(1, 2)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    """Self-attention: causal in a decoder, bidirectional in an encoder."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
         self.q_dim, self.kv_dim = cfg.q_dim, cfg.kv_dim
+        self.causal = causal
         self.qkv = Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.attn_bias)
         self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
-        v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+        q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
+        k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs)
         if rope is not None:
             cos, sin = rope
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=self.n_kv_head != self.n_head
+        y = F.scaled_dot_product_attention(  # a mask, when given, already holds the causal part
+            q, k, v, attn_mask=mask, is_causal=self.causal and mask is None, enable_gqa=self.n_kv_head != self.n_head
         )  # (B, nh, T, hs)
-        return self.out(y.transpose(1, 2).reshape(B, T, self.q_dim))
+        return self.out(_merge_heads(y))
+
+
+class CrossAttention(nn.Module):
+    """Vaswani et al. 2017, sec. 3.2.3: queries from the decoder, keys and values from the encoder output
+    (one fused Linear, rows [K | V]). No mask (every target position sees the whole source), no positions."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.kv_dim = cfg.n_head, cfg.kv_heads, cfg.kv_dim
+        self.q = Linear(cfg.d_model, cfg.q_dim, bias=cfg.attn_bias)
+        self.kv = Linear(cfg.d_model, 2 * cfg.kv_dim, bias=cfg.attn_bias)
+        self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output."""
+        q = _split_heads(self.q(x), self.n_head)  # (B, nh, T, hs)
+        k, v = (_split_heads(t, self.n_kv_head) for t in self.kv(memory).split(self.kv_dim, dim=-1))  # (B, nkv, S, hs)
+        y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.n_kv_head != self.n_head)  # (B, nh, T, hs)
+        return self.out(_merge_heads(y))
 
 
 class FeedForward(nn.Module):
@@ -133,42 +174,80 @@ class FeedForward(nn.Module):
         return self.down(h)
 
 
-class Block(nn.Module):
+class MixtureOfExperts(nn.Module):
+    """n_expert FFNs and a bias-free router; each token runs its top n_expert_active experts, their
+    outputs weighted by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2)."""
+
     def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.top_k = cfg.experts_active
+        self.router = Linear(cfg.d_model, cfg.experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, d = x.shape
+        flat = x.reshape(B * T, d)  # (N, d)
+        logits, chosen = self.router(flat).topk(self.top_k, dim=-1)  # (N, k) each
+        weights = logits.float().softmax(dim=-1).to(x.dtype)  # (N, k)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token, slot = (chosen == e).nonzero(as_tuple=True)  # the tokens routed to expert e
+            y = expert(flat.index_select(0, token)) * weights[token, slot, None]  # (n_e, d)
+            out.index_add_(0, token, y)
+        return out.view(B, T, d)
+
+
+class Block(nn.Module):
+    """Self-attention, cross-attention (decoder of an encoder-decoder only), FFN or mixture of experts;
+    each a residual sub-layer with its own norm."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False):
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
         self.attn_norm = make_norm(cfg)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, causal)
+        self.cross_attn_norm = make_norm(cfg) if cross else None
+        self.cross_attn = CrossAttention(cfg) if cross else None
         self.ffn_norm = make_norm(cfg)
-        self.ffn = FeedForward(cfg)
+        self.ffn = MixtureOfExperts(cfg) if cfg.n_expert else FeedForward(cfg)
+
+    def _residual(self, norm: nn.Module, f, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:  # GPT-2 onwards: x + f(norm(x))
+            return x + f(norm(x))
+        return norm(x + f(x))  # Vaswani et al. 2017, BERT: norm(x + f(x))
 
     def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
-        if self.pre_norm:  # GPT-2 onwards: x + f(norm(x))
-            return x + self.attn(self.attn_norm(x), rope, mask)
-        return self.attn_norm(x + self.attn(x, rope, mask))  # Vaswani et al. 2017, BERT: norm(x + f(x))
+        return self._residual(self.attn_norm, lambda h: self.attn(h, rope, mask), x)
+
+    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return self._residual(self.cross_attn_norm, lambda h: self.cross_attn(h, memory), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        if self.pre_norm:
-            return x + self.ffn(self.ffn_norm(x))
-        return self.ffn_norm(x + self.ffn(x))
+        return self._residual(self.ffn_norm, self.ffn, x)
 
-    def forward(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
-        return self.ffn_sublayer(self.attention_sublayer(x, rope, mask))
+    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.attention_sublayer(x, rope, mask)
+        if self.cross_attn is not None:
+            x = self.cross_attention_sublayer(x, memory)
+        return self.ffn_sublayer(x)
 
 
-class Transformer(nn.Module):
-    """Decoder-only language model: embeddings, n_layer blocks, optional final norm, LM head."""
+class Stack(nn.Module):
+    """Embeddings, n_layer blocks and an optional final norm: one decoder (causal) or encoder stack.
 
-    def __init__(self, cfg: ModelConfig):
+    ``tok_emb`` may be a module shared with another stack (an encoder-decoder's tied embeddings)."""
+
+    def __init__(self, cfg: ModelConfig, n_layer: int, causal: bool, cross: bool = False,
+                 tok_emb: nn.Embedding | None = None):
         super().__init__()
-        self.cfg = cfg
-        self.tok_emb = _embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = _embedding(cfg.max_seq_len, cfg.d_model) if cfg.pos_encoding == "learned" else None
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.cfg, self.causal = cfg, causal
+        d = cfg.d_model
+        self.tok_emb = tok_emb if tok_emb is not None else _embedding(cfg.vocab_size, d)
+        self.pos_emb = _embedding(cfg.max_seq_len, d) if cfg.pos_encoding == "learned" else None
+        self.type_emb = _embedding(cfg.type_vocab_size, d) if cfg.type_vocab_size else None
+        self.emb_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.blocks = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layer))
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
-        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.tok_emb.weight
         self._register_position_buffers()
 
     def _register_position_buffers(self) -> None:
@@ -183,6 +262,74 @@ class Transformer(nn.Module):
         elif cfg.pos_encoding == "alibi":
             self.register_buffer("alibi", alibi_slopes(cfg.n_head, device), persistent=False)
 
+    def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """None (SDPA applies the causal mask itself, or none), or ALiBi's bias (nh, T, T): causal in a
+        decoder; in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use."""
+        if self.cfg.pos_encoding != "alibi":
+            return None
+        pos = torch.arange(T, device=self.alibi.device)
+        distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
+        if not self.causal:
+            return (self.alibi.float()[:, None, None] * -distance.abs()).to(dtype)
+        bias = self.alibi.float()[:, None, None] * distance
+        bias = bias.masked_fill(distance > 0, float("-inf"))
+        return bias.to(dtype)
+
+    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids (and token types, default 0) -> (B, T, d) block input."""
+        x = self.tok_emb(idx)
+        if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
+            x = x * math.sqrt(self.cfg.d_model)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+        elif self.cfg.pos_encoding == "sinusoidal":
+            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
+        if self.type_emb is not None:
+            x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return x
+
+    def block_inputs(self, T: int, dtype: torch.dtype):
+        """(rope, mask) that every block takes at sequence length T."""
+        rope = None
+        if self.cfg.pos_encoding == "rope":
+            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
+        return rope, self.attention_mask(T, dtype)
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
+        x = self.embed(idx, token_type_ids)  # (B, T, d)
+        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
+        for block in self.blocks:
+            x = block(x, rope, mask, memory)
+        return x
+
+
+class Transformer(Stack):
+    """The output stack (decoder, or an encoder-only model's encoder), its heads, and for an
+    encoder-decoder the ``encoder`` stack."""
+
+    def __init__(self, cfg: ModelConfig):
+        encoder_decoder = cfg.arch == "encoder-decoder"
+        super().__init__(cfg, cfg.n_layer, causal=cfg.arch != "encoder", cross=encoder_decoder)
+        self.pooler = Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
+        self.lm_head = Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.lm_head else None
+        # Registered after the decoder's own embedding, so a shared one is counted there (parameter order).
+        self.encoder = None
+        if encoder_decoder:
+            shared = self.tok_emb if cfg.tie_encoder_embedding else None
+            self.encoder = Stack(cfg, cfg.encoder_layers, causal=False, tok_emb=shared)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """The LM head shares the token embedding's tensor when tied (to_empty() unties them)."""
+        if self.lm_head is not None and self.cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:
         """Fast random init for timing and memory runs (weights are never loaded): N(0, std) matrices,
@@ -194,48 +341,40 @@ class Transformer(nn.Module):
                 p.zero_()
             else:
                 p.normal_(0.0, std)
-        self._register_position_buffers()
+        for stack in self.modules():
+            if isinstance(stack, Stack):
+                stack._register_position_buffers()
         self.to(self.tok_emb.weight.dtype)
 
-    def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """None (SDPA applies the causal mask itself), or ALiBi's causal bias (nh, T, T)."""
-        if self.cfg.pos_encoding != "alibi":
-            return None
-        pos = torch.arange(T, device=self.alibi.device)
-        distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
-        bias = self.alibi.float()[:, None, None] * distance
-        bias = bias.masked_fill(distance > 0, float("-inf"))
-        return bias.to(dtype)
-
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, d) block input."""
-        x = self.tok_emb(idx)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
-        elif self.cfg.pos_encoding == "sinusoidal":
-            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
-        return x
-
-    def block_inputs(self, T: int, dtype: torch.dtype):
-        """(rope, mask) that every block takes at sequence length T."""
-        rope = None
-        if self.cfg.pos_encoding == "rope":
-            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
-        return rope, self.attention_mask(T, dtype)
+    def encode(self, src_idx: torch.Tensor) -> torch.Tensor:
+        """(B, S) source ids -> (B, S, d) encoder output (after its final norm), read by cross-attention."""
+        return self.encoder.normed(self.encoder(src_idx))
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, d) last block output -> (B, T, vocab_size) logits."""
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return self.lm_head(x)
+        """(B, T, d) last block output -> (B, T, vocab_size) logits; without an LM head, the (normed)
+        hidden states."""
+        x = self.normed(x)
+        return x if self.lm_head is None else self.lm_head(x)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: (B, T) token ids -> logits (B, T, vocab_size)."""
-        x = self.embed(idx)  # (B, T, d)
-        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
-        for block in self.blocks:
-            x = block(x, rope, mask)
-        return self.head(x)  # (B, T, vocab_size)
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
+        return torch.tanh(self.pooler(h[:, 0]))
+
+    def forward(self, idx: torch.Tensor, tgt_idx: torch.Tensor | None = None, token_type_ids=None):
+        """idx: (B, T) token ids -> logits (B, T, vocab_size), or hidden states (B, T, d) without an LM head.
+
+        An encoder-decoder takes forward(src_idx (B, S), tgt_idx (B, T)) -> (B, T, vocab_size).
+        With a pooler (BERT), returns (output, pooled (B, d)), as Hugging Face's BertModel does."""
+        memory = None
+        if self.encoder is not None:
+            if tgt_idx is None:
+                raise ValueError("an encoder-decoder takes forward(src_idx, tgt_idx)")
+            memory, idx = self.encode(idx), tgt_idx
+        x = super().forward(idx, token_type_ids, memory)  # (B, T, d)
+        if self.pooler is None:
+            return self.head(x)
+        h = self.normed(x)
+        return (h if self.lm_head is None else self.lm_head(h)), self.pool(h)
 
 
 def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:
@@ -246,7 +385,6 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: to
     if torch.device(device).type == "meta":
         return model
     model.to_empty(device=device)
-    if cfg.tie_embeddings:  # to_empty() gives each module its own copy of a shared meta tensor
-        model.lm_head.weight = model.tok_emb.weight
+    model.tie_weights()  # to_empty() gives each module its own copy of a shared meta tensor
     model.init_weights()
     return model.eval()

@@ -12,6 +12,20 @@ have none); a final norm d (+d); the LM head V*d, counted once when tied to the 
 
 With q = k = d, no biases and f = 4d this is the textbook 12*d^2 per layer (4d^2 attention + 8d^2 FFN);
 the "seeds' approximation" is 12*L*d^2 + V*d (+ V*d for an untied head).
+
+Other kinds (see tfcalc.config):
+
+5. a mixture of experts replaces the FFN of step 3 by n_expert copies of it plus a router d*n_expert
+   (no bias, as in Mixtral); a token runs n_expert_active of the copies, so its *active* parameters
+   are the total less (n_expert - n_expert_active) FFNs per block;
+6. an encoder block is a decoder block (the mask changes no parameter); a decoder block of an
+   encoder-decoder adds cross-attention, steps 1-2 again with K and V read from the encoder output,
+   and its own norm;
+7. BERT adds token-type embeddings type_vocab_size*d, a norm after the embeddings, and a pooler d*d + d;
+   BertModel (the published ~110M) has no LM head;
+8. an encoder-decoder has an embedding (and a final norm, when pre-norm) per stack; the encoder's token
+   embedding is the decoder's, and the LM head the decoder's token embedding, when tied (Vaswani et
+   al. 2017, sec. 3.4, ties all three).
 """
 
 from __future__ import annotations
@@ -22,7 +36,8 @@ from dataclasses import dataclass
 
 from tfcalc.config import ModelConfig, replace
 
-GROUPS = ("embeddings", "attention", "ffn", "norms", "lm_head")
+GROUPS = ("embeddings", "attention", "cross_attention", "ffn", "norms", "pooler", "lm_head")
+STACKS = ("encoder", "decoder")  # the sections of an encoder-decoder; one-stack models leave stack ""
 
 
 @dataclass(frozen=True)
@@ -33,8 +48,11 @@ class ParamEntry:
     group: str  # one of GROUPS
     label: str  # what a reader calls it
     shape: tuple[int, ...]
-    copies: int = 1  # n_layer for per-block tensors
+    copies: int = 1  # n_layer for per-block tensors (times experts for an expert's tensors)
     tied_to: str | None = None  # shares storage with that component: counted there, not here
+    stack: str = ""  # one of STACKS in an encoder-decoder, "" otherwise
+    experts: int = 1  # per block, this many copies are experts of a MoE FFN ...
+    experts_active: int = 1  # ... of which each token runs this many
 
     @property
     def per_copy(self) -> int:
@@ -44,70 +62,159 @@ class ParamEntry:
     def total(self) -> int:
         return 0 if self.tied_to else self.per_copy * self.copies
 
+    @property
+    def active_total(self) -> int:
+        """Parameters one token's forward pass uses: only the experts it is routed to."""
+        return self.total // self.experts * self.experts_active
+
 
 def param_entries(cfg: ModelConfig) -> list[ParamEntry]:
-    """Every parameter tensor of the model built by tfcalc.model, in model order."""
-    d, q, k, f, L, V = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_layer, cfg.vocab_size
-    out = [ParamEntry("token_embedding", "embeddings", "token embedding", (V, d))]
-    if cfg.pos_encoding == "learned":
-        out.append(ParamEntry("position_embedding", "embeddings", "position embedding", (cfg.max_seq_len, d)))
+    """Every parameter tensor of the model built by tfcalc.model, in model order (encoder first).
 
-    def block(component: str, group: str, label: str, shape: tuple[int, ...], present: bool = True) -> None:
+    Component names are those of a decoder-only model for the stack that makes the output (the decoder,
+    or an encoder-only model's one stack); an encoder-decoder's encoder has the same names prefixed
+    ``encoder_``. Its token embedding is tied to the decoder's unless tie_encoder_embedding is false.
+    """
+    if cfg.arch != "encoder-decoder":
+        return _stack_entries(cfg, "", cfg.n_layer) + _head_entries(cfg, "")
+    shared = "token_embedding" if cfg.tie_encoder_embedding else None
+    encoder = _stack_entries(cfg, "encoder", cfg.encoder_layers, token_tied_to=shared)
+    return encoder + _stack_entries(cfg, "decoder", cfg.n_layer, cross=True) + _head_entries(cfg, "decoder")
+
+
+def _stack_entries(
+    cfg: ModelConfig, stack: str, L: int, cross: bool = False, token_tied_to: str | None = None
+) -> list[ParamEntry]:
+    """Embeddings, L blocks (with cross-attention in a decoder of an encoder-decoder), final norm."""
+    d, f, V, E = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.experts
+    prefix = "encoder_" if stack == "encoder" else ""
+    out: list[ParamEntry] = []
+
+    def add(component: str, group: str, label: str, shape: tuple[int, ...], copies: int = 1,
+            present: bool = True, **more) -> None:
         if present:
-            out.append(ParamEntry(component, group, label, shape, copies=L))
+            out.append(ParamEntry(prefix + component, group, label, shape, copies, stack=stack, **more))
 
-    block("attn_norm_weight", "norms", "attention norm weight", (d,))
-    block("attn_norm_bias", "norms", "attention norm bias", (d,), cfg.norm_bias)
-    for name, width in (("q", q), ("k", k), ("v", k)):
-        block(f"attn_{name}_weight", "attention", f"attention {name.upper()} weight", (width, d))
-        block(f"attn_{name}_bias", "attention", f"attention {name.upper()} bias", (width,), cfg.attn_bias)
-    block("attn_o_weight", "attention", "attention O weight", (d, q))
-    block("attn_o_bias", "attention", "attention O bias", (d,), cfg.attn_bias)
-    block("ffn_norm_weight", "norms", "FFN norm weight", (d,))
-    block("ffn_norm_bias", "norms", "FFN norm bias", (d,), cfg.norm_bias)
-    block("ffn_gate_weight", "ffn", "FFN gate weight", (f, d), cfg.gated_ffn)
-    block("ffn_gate_bias", "ffn", "FFN gate bias", (f,), cfg.gated_ffn and cfg.ffn_bias)
-    block("ffn_up_weight", "ffn", "FFN up weight", (f, d))
-    block("ffn_up_bias", "ffn", "FFN up bias", (f,), cfg.ffn_bias)
-    block("ffn_down_weight", "ffn", "FFN down weight", (d, f))
-    block("ffn_down_bias", "ffn", "FFN down bias", (d,), cfg.ffn_bias)
+    def norm(name: str, label: str, copies: int, present: bool = True) -> None:
+        add(f"{name}_weight", "norms", f"{label} weight", (d,), copies, present)
+        add(f"{name}_bias", "norms", f"{label} bias", (d,), copies, present and cfg.norm_bias)
 
-    if cfg.final_norm:
-        out.append(ParamEntry("final_norm_weight", "norms", "final norm weight", (d,)))
-        if cfg.norm_bias:
-            out.append(ParamEntry("final_norm_bias", "norms", "final norm bias", (d,)))
-    tied = "token_embedding" if cfg.tie_embeddings else None
-    out.append(ParamEntry("lm_head", "lm_head", "LM head", (V, d), tied_to=tied))
+    def attention(name: str, group: str, label: str) -> None:
+        for part, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
+            add(f"{name}_{part}_weight", group, f"{label} {part.upper()} weight", (width, d), L)
+            add(f"{name}_{part}_bias", group, f"{label} {part.upper()} bias", (width,), L, cfg.attn_bias)
+        add(f"{name}_o_weight", group, f"{label} O weight", (d, cfg.q_dim), L)
+        add(f"{name}_o_bias", group, f"{label} O bias", (d,), L, cfg.attn_bias)
+
+    def ffn(name: str, label: str, copies: int, **more) -> None:
+        gated, bias = cfg.gated_ffn, cfg.ffn_bias
+        add(f"{name}_gate_weight", "ffn", f"{label} gate weight", (f, d), copies, gated, **more)
+        add(f"{name}_gate_bias", "ffn", f"{label} gate bias", (f,), copies, gated and bias, **more)
+        add(f"{name}_up_weight", "ffn", f"{label} up weight", (f, d), copies, **more)
+        add(f"{name}_up_bias", "ffn", f"{label} up bias", (f,), copies, bias, **more)
+        add(f"{name}_down_weight", "ffn", f"{label} down weight", (d, f), copies, **more)
+        add(f"{name}_down_bias", "ffn", f"{label} down bias", (d,), copies, bias, **more)
+
+    add("token_embedding", "embeddings", "token embedding", (V, d), tied_to=token_tied_to)
+    add("position_embedding", "embeddings", "position embedding", (cfg.max_seq_len, d),
+        present=cfg.pos_encoding == "learned")
+    add("token_type_embedding", "embeddings", "token-type embedding", (cfg.type_vocab_size, d),
+        present=cfg.type_vocab_size > 0)
+    norm("embedding_norm", "embedding norm", 1, cfg.embedding_norm)
+    norm("attn_norm", "attention norm", L)
+    attention("attn", "attention", "attention")
+    if cross:
+        norm("cross_attn_norm", "cross-attention norm", L)
+        attention("cross_attn", "cross_attention", "cross-attention")
+    norm("ffn_norm", "FFN norm", L)
+    if cfg.n_expert is None:
+        ffn("ffn", "FFN", L)
+    else:
+        add("router_weight", "ffn", "MoE router weight", (E, d), L)
+        ffn("expert_ffn", "expert FFN", L * E, experts=E, experts_active=cfg.experts_active)
+    norm("final_norm", "final norm", 1, cfg.final_norm)
+    return out
+
+
+def _head_entries(cfg: ModelConfig, stack: str) -> list[ParamEntry]:
+    d, V = cfg.d_model, cfg.vocab_size
+    out = []
+    if cfg.pooler:  # BERT (Devlin et al. 2019, sec. 3): tanh(W h_[CLS] + b)
+        out.append(ParamEntry("pooler_weight", "pooler", "pooler weight", (d, d), stack=stack))
+        out.append(ParamEntry("pooler_bias", "pooler", "pooler bias", (d,), stack=stack))
+    if cfg.lm_head:
+        tied = "token_embedding" if cfg.tie_embeddings else None
+        out.append(ParamEntry("lm_head", "lm_head", "LM head", (V, d), tied_to=tied, stack=stack))
     return out
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
-    """{component: parameters}, in model order; sums to total(cfg). A tied LM head shows 0."""
+    """{component: parameters}, in model order; sums to total(cfg). A tied tensor shows 0."""
     return {e.component: e.total for e in param_entries(cfg)}
 
 
 def group_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
     """Sum a breakdown of cfg's model (analytic or measured) into GROUPS; unknown keys go to 'other'."""
-    group_of = {e.component: e.group for e in param_entries(cfg)}
-    out = dict.fromkeys(GROUPS, 0)
+    return _sum_by(cfg, counts, "group", GROUPS)
+
+
+def stack_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
+    """{encoder: n, decoder: n} for an encoder-decoder (the LM head counts with the decoder); {} otherwise."""
+    return _sum_by(cfg, counts, "stack", STACKS) if cfg.arch == "encoder-decoder" else {}
+
+
+def _sum_by(cfg: ModelConfig, counts: dict[str, int], attribute: str, keys: tuple[str, ...]) -> dict[str, int]:
+    key_of = {e.component: getattr(e, attribute) for e in param_entries(cfg)}
+    out = dict.fromkeys(keys, 0)
     for component, n in counts.items():
-        group = group_of.get(component, "other")
-        out[group] = out.get(group, 0) + n
+        key = key_of.get(component, "other")
+        out[key] = out.get(key, 0) + n
     return out
+
+
+def active_params(cfg: ModelConfig, counts: dict[str, int]) -> int:
+    """Parameters one token uses, from a breakdown of cfg's model: all but the experts it is not routed
+    to (router, attention, embeddings, norms and head included). Equals the total for a dense model."""
+    entries = {e.component: e for e in param_entries(cfg)}
+    return sum(n // entries[c].experts * entries[c].experts_active if c in entries else n for c, n in counts.items())
 
 
 def total(cfg: ModelConfig) -> int:
     return sum(e.total for e in param_entries(cfg))
 
 
+def active_total(cfg: ModelConfig) -> int:
+    return sum(e.active_total for e in param_entries(cfg))
+
+
+def _vocab_matrices(cfg: ModelConfig) -> int:
+    """How many V x d matrices the model holds: the token embedding, an untied LM head, an untied
+    encoder embedding."""
+    untied_head = cfg.lm_head and not cfg.tie_embeddings
+    untied_encoder = cfg.arch == "encoder-decoder" and not cfg.tie_encoder_embedding
+    return 1 + untied_head + untied_encoder
+
+
 def seeds_approximation(cfg: ModelConfig) -> int:
-    """12*L*d^2 + V*d, plus V*d more when the LM head is not tied (Kaplan et al. 2020, sec. 2.1)."""
-    embeddings = cfg.vocab_size * cfg.d_model * (1 if cfg.tie_embeddings else 2)
-    return 12 * cfg.n_layer * cfg.d_model**2 + embeddings
+    """12*L*d^2 + V*d, plus V*d more when the LM head is not tied (Kaplan et al. 2020, sec. 2.1).
+
+    Extended the same way to the other kinds: a MoE block is (4 + 8*E)*d^2 (E experts of 8*d^2), a
+    decoder block with cross-attention 4*d^2 more; one V*d per token embedding or LM head held."""
+    d2 = cfg.d_model**2
+    block = 4 * d2 + 8 * d2 * cfg.experts
+    blocks = block * (cfg.encoder_layers + cfg.decoder_layers) + 4 * d2 * cfg.cross_attention_layers
+    return blocks + _vocab_matrices(cfg) * cfg.vocab_size * cfg.d_model
 
 
 def seeds_formula(cfg: ModelConfig) -> str:
-    return "12·L·d² + V·d" if cfg.tie_embeddings else "12·L·d² + 2·V·d"
+    coef = "(4 + 8·E)" if cfg.n_expert else "12"
+    if cfg.arch == "encoder-decoder":
+        cross = "(8 + 8·E)" if cfg.n_expert else "16"
+        blocks = f"{coef}·L_enc·d² + {cross}·L_dec·d²"
+    else:
+        blocks = f"{coef}·L·d²"
+    n = _vocab_matrices(cfg)
+    return f"{blocks} + {'' if n == 1 else f'{n}·'}V·d"
 
 
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
@@ -152,7 +259,8 @@ def width_note(cfg: ModelConfig) -> WidthNote | None:
 
     def attention_params(q: float, k: float) -> float:
         d = cfg.d_model
-        return cfg.n_layer * (2 * d * q + 2 * d * k + (q + 2 * k + d if cfg.attn_bias else 0))
+        modules = cfg.encoder_layers + cfg.decoder_layers + cfg.cross_attention_layers
+        return modules * (2 * d * q + 2 * d * k + (q + 2 * k + d if cfg.attn_bias else 0))
 
     ratio = cfg.kv_heads / cfg.n_head
     d_model_wide = as_given - attention_params(cfg.q_dim, cfg.kv_dim) + attention_params(

@@ -2,34 +2,53 @@
 
 The module is built on the ``meta`` device (no storage), and its parameters are walked with
 ``named_parameters()``, which yields a tensor shared by two modules (a tied embedding and LM head) once.
-Each tensor's ``numel()`` is attributed to a breakdown component by its module path; the two fused
-tensors (``attn.qkv`` rows [Q | K | V], ``ffn.up`` rows [gate | up]) are split by rows, using the
-row counts the module itself was built with.
+Each tensor's ``numel()`` is attributed to a breakdown component by its module path (``encoder.`` paths
+get the ``encoder_`` prefix; ``ffn.experts.<i>.`` tensors are ``expert_ffn_*``); the fused tensors
+(``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up`` rows [gate | up]) are split by
+rows, using the row counts the module itself was built with.
 """
 
 from __future__ import annotations
 
+import re
+
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.model import Attention, FeedForward, build_model
+from tfcalc.model import Attention, CrossAttention, FeedForward, build_model
 
-# module-path suffix -> component, for the tensors that are not fused
+# module path, with "encoder." and "blocks.<i>." taken off and "ffn.experts.<i>." read as "expert_ffn.",
+# -> component, for the tensors that are not fused
 _COMPONENTS = {
     "tok_emb.weight": "token_embedding",
     "pos_emb.weight": "position_embedding",
+    "type_emb.weight": "token_type_embedding",
+    "emb_norm.weight": "embedding_norm_weight",
+    "emb_norm.bias": "embedding_norm_bias",
     "attn_norm.weight": "attn_norm_weight",
     "attn_norm.bias": "attn_norm_bias",
     "attn.out.weight": "attn_o_weight",
     "attn.out.bias": "attn_o_bias",
+    "cross_attn_norm.weight": "cross_attn_norm_weight",
+    "cross_attn_norm.bias": "cross_attn_norm_bias",
+    "cross_attn.q.weight": "cross_attn_q_weight",
+    "cross_attn.q.bias": "cross_attn_q_bias",
+    "cross_attn.out.weight": "cross_attn_o_weight",
+    "cross_attn.out.bias": "cross_attn_o_bias",
     "ffn_norm.weight": "ffn_norm_weight",
     "ffn_norm.bias": "ffn_norm_bias",
     "ffn.down.weight": "ffn_down_weight",
     "ffn.down.bias": "ffn_down_bias",
+    "ffn.router.weight": "router_weight",
+    "expert_ffn.down.weight": "expert_ffn_down_weight",
+    "expert_ffn.down.bias": "expert_ffn_down_bias",
     "final_norm.weight": "final_norm_weight",
     "final_norm.bias": "final_norm_bias",
+    "pooler.weight": "pooler_weight",
+    "pooler.bias": "pooler_bias",
     "lm_head.weight": "lm_head",
 }
+_FUSED = ("attn.qkv", "cross_attn.kv", "ffn.up", "expert_ffn.up")  # module paths split by rows
 
 
 def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
@@ -40,36 +59,48 @@ def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
     return {name: rows * per_row for name, rows in parts.items()}
 
 
-def _fused_parts(module: nn.Module, kind: str) -> dict[str, int]:
+def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
+    """Rows of each part of a fused tensor of module (an attention or FFN), as components named prefix_*."""
     if isinstance(module, Attention):
-        return {f"attn_q_{kind}": module.q_dim, f"attn_k_{kind}": module.kv_dim, f"attn_v_{kind}": module.kv_dim}
+        return {f"{prefix}_q_{kind}": module.q_dim, f"{prefix}_k_{kind}": module.kv_dim, f"{prefix}_v_{kind}": module.kv_dim}
+    if isinstance(module, CrossAttention):
+        return {f"{prefix}_k_{kind}": module.kv_dim, f"{prefix}_v_{kind}": module.kv_dim}
     assert isinstance(module, FeedForward)
     rows = module.down.in_features
-    return {f"ffn_gate_{kind}": rows, f"ffn_up_{kind}": rows} if module.gated else {f"ffn_up_{kind}": rows}
+    return {f"{prefix}_gate_{kind}": rows, f"{prefix}_up_{kind}": rows} if module.gated else {f"{prefix}_up_{kind}": rows}
 
 
-def _component_of(name: str) -> str:
-    for suffix, component in _COMPONENTS.items():
-        if name == suffix or name.endswith("." + suffix):
-            return component
-    raise AssertionError(f"parameter {name} has no component in the breakdown")
+def _local_path(name: str) -> tuple[str, str]:
+    """'encoder.blocks.3.ffn.experts.5.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
+    prefix = "encoder_" if name.startswith("encoder.") else ""
+    path = re.sub(r"^(encoder\.)?(blocks\.\d+\.)?", "", name)
+    return prefix, re.sub(r"^ffn\.experts\.\d+\.", "expert_ffn.", path)
+
+
+def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -> dict[str, int]:
+    """{component: numel} for one parameter tensor, fused tensors split into their parts."""
+    prefix, path = _local_path(name)
+    owner_path, _, kind = path.rpartition(".")
+    if owner_path in _FUSED:
+        owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
+        return _split_rows(param, _fused_parts(owner, prefix + owner_path.rpartition(".")[0], kind))
+    if path not in _COMPONENTS:
+        raise AssertionError(f"parameter {name} has no component in the breakdown")
+    return {prefix + _COMPONENTS[path]: param.numel()}
 
 
 def measured_breakdown(model: nn.Module) -> dict[str, int]:
-    """{component: parameters} of a tfcalc model; shared tensors counted once."""
+    """{component: parameters} of a tfcalc model; shared tensors counted once (where first met)."""
     counts: dict[str, int] = {}
-    modules = dict(model.named_modules())
+    modules = dict(model.named_modules(remove_duplicate=False))
     seen: set[int] = set()
     for name, param in model.named_parameters(remove_duplicate=False):
+        parts = _components(name, param, modules)
         if id(param) in seen:  # a tied tensor (the LM head sharing the embedding): held once, counted once
-            counts.setdefault(_component_of(name), 0)
+            for key in parts:
+                counts.setdefault(key, 0)
             continue
         seen.add(id(param))
-        owner, _, kind = name.rpartition(".")
-        if owner.endswith(("attn.qkv", "ffn.up")):
-            parts = _split_rows(param, _fused_parts(modules[owner.rpartition(".")[0]], kind))
-        else:
-            parts = {_component_of(name): param.numel()}
         for key, n in parts.items():
             counts[key] = counts.get(key, 0) + n
     return counts
