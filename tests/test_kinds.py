@@ -7,6 +7,7 @@ from tfcalc.config import ConfigError
 from tfcalc.count import params as count
 from tfcalc.measure.params import measure_params
 from tfcalc.model import MixtureOfExperts, build_model
+from tfcalc.presets import load
 from conftest import tiny
 
 BERT_LIKE = dict(arch="encoder", type_vocab_size=2, embedding_norm=True, pooler=True, lm_head=False,
@@ -191,3 +192,41 @@ def test_seeds_formula_for_each_kind():
     assert count.seeds_formula(tiny(**VASWANI_LIKE)) == "12·L_enc·d² + 16·L_dec·d² + V·d"
     assert count.seeds_formula(tiny(**MIXTRAL_LIKE, tie_embeddings=False)) == "(4 + 8·E)·L·d² + 2·V·d"
     assert count.seeds_approximation(tiny(**VASWANI_LIKE, n_encoder_layer=3)) == (12 * 3 + 16 * 2) * 32**2 + 61 * 32
+
+
+# ---------- the presets of the new kinds ----------
+
+
+def test_mixtral_active_parameters_per_token_are_12_9_billion():
+    cfg = load("mixtral-8x7b")
+    expert = 3 * 4096 * 14336  # SwiGLU: gate, up, down
+    assert count.total(cfg) - count.active_total(cfg) == 32 * 6 * expert  # 6 of 8 experts idle per token
+    assert count.active_total(cfg) == 12_879_925_248  # "12.9B" (Mistral AI), "13B" (Jiang et al. 2024)
+
+
+def test_mistral_is_llama3_8b_with_a_32000_vocabulary():
+    # Same blocks; Llama 3's 128,256-token vocabulary adds 96,256 rows to the embedding and to the head.
+    assert count.total(load("llama3-8b")) - count.total(load("mistral-7b")) == 2 * 96_256 * 4096
+
+
+def test_transformer_base_and_big_by_hand_against_table_3():
+    def vaswani(d, f, V=37000, N=6):
+        attention = 4 * d * d  # W^Q, W^K, W^V, W^O: no biases in sec. 3.2.2
+        ffn = 2 * d * f + f + d  # eq. 2, with biases
+        layer_norm = 2 * d
+        encoder = attention + ffn + 2 * layer_norm
+        decoder = 2 * attention + ffn + 3 * layer_norm
+        return V * d + N * (encoder + decoder)  # one V x d matrix for both embeddings and the pre-softmax
+
+    base, big = load("transformer-base"), load("transformer-big")
+    assert count.total(base) == vaswani(512, 2048) == 63_045_632  # Table 3: 65M, 3.0% higher
+    assert count.total(big) == vaswani(1024, 4096) == 214_171_648  # Table 3: 213M, 0.55% lower
+    assert measure_params(base)[0] == count.total(base)
+    b = count.breakdown(base)
+    assert b["encoder_token_embedding"] == b["lm_head"] == 0 and b["token_embedding"] == 37000 * 512
+
+
+def test_bert_base_as_bertmodel():
+    b = count.breakdown(load("bert-base"))
+    assert b["token_type_embedding"] == 2 * 768 and b["pooler_weight"] == 768 * 768
+    assert "lm_head" not in b and "final_norm_weight" not in b and b["embedding_norm_weight"] == 768

@@ -12,6 +12,12 @@ PUBLISHED = {  # ../shared/reference.md
     "llama2-7b": 6_738_415_616,
     "llama2-13b": 13_015_864_320,
     "llama2-70b": 68_976_648_192,
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    "mistral-7b": 7_241_732_096,
+    "mixtral-8x7b": 46_702_792_704,  # all experts; active per token in test_kinds
+    "bert-base": 109_482_240,  # BertModel: embeddings, encoder, pooler (the "110M")
+    "bert-large": 335_141_888,  # BertModel (the "340M")
 }
 
 

@@ -9,7 +9,11 @@ ISSUE_PRESETS = [
     "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl",
     "gpt3-small", "gpt3-medium", "gpt3-large", "gpt3-xl", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
     "llama2-7b", "llama2-13b", "llama2-70b",
+    "llama3-8b", "llama3-70b", "mistral-7b", "mixtral-8x7b", "bert-base", "bert-large",
+    "transformer-base", "transformer-big",
 ]
+KIND_FIELDS = ("n_encoder_layer", "n_expert", "n_expert_active", "type_vocab_size", "embedding_norm",
+               "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding")
 GOOD_YAML = "n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n"
 
 
@@ -23,7 +27,8 @@ def test_preset_files_are_explicit_and_cite_a_source(name):
     assert text.startswith("#"), "a comment citing the source comes first"
     cfg = load(name)
     assert cfg.name == name and cfg.source and cfg.nominal_params
-    for field in ("n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size", "max_seq_len",
+    kind = KIND_FIELDS if cfg.arch != "decoder" or cfg.n_expert else ()  # GPT and Llama 2 predate them
+    for field in ("arch", *kind, "n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size", "max_seq_len",
                   "pos_encoding", "norm", "norm_placement", "final_norm", "activation", "gated_ffn",
                   "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings", "norm_eps"):
         assert f"\n{field}:" in text, f"{name} leaves {field} implicit"
