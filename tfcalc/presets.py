@@ -1,4 +1,5 @@
-"""Where configs come from: the packaged YAML presets, the user's own YAML file, and --set overrides.
+"""Where configs come from: the packaged YAML presets, the user's own YAML file, a Hugging Face
+config.json (mapped by tfcalc.hf_config), and --set overrides.
 
 A model argument is a path when it ends in .yaml, .yml or .json or contains a path separator;
 otherwise it names a preset (file stem, or an alias listed in a preset's ``aliases``). Names are exact
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from tfcalc import hf_config
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig
@@ -61,15 +63,19 @@ def is_path(spec: str) -> bool:
     return spec.lower().endswith((".yaml", ".yml", ".json")) or "/" in spec or os.sep in spec
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_text(path: Path, kind: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a YAML file") from None
+        raise ConfigError(f"{path}: is a directory, not a {kind} file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot be read ({e})") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    text = _read_text(path, "YAML")
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
@@ -138,7 +144,8 @@ def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> Mod
 def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:
     path = Path(path)
     if path.suffix.lower() == ".json":
-        raise ConfigError(f"{path}: Hugging Face config.json files are not supported yet; write a tfcalc YAML file")
+        data = hf_config.config_fields(hf_config.parse_json(_read_text(path, "JSON"), path), path)
+        return _config_from(data, path.name, list(overrides))
     data = _read_yaml(path)
     data.setdefault("name", path.stem)
     data.setdefault("source", str(path))
@@ -151,5 +158,6 @@ def load_preset(name: str, overrides: list[str] = ()) -> ModelConfig:
 
 
 def load(spec: str, overrides: list[str] = ()) -> ModelConfig:
-    """A preset name or alias, or a path to a YAML file; then the --set overrides on top."""
+    """A preset name or alias, or a path to a YAML file or a Hugging Face config.json; then the --set
+    overrides on top."""
     return load_file(spec, overrides) if is_path(spec) else load_preset(spec, overrides)
