@@ -85,6 +85,24 @@ def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
     return torch.tensor(slopes, device=device, dtype=torch.float32)
 
 
+def position_buffers(cfg: ModelConfig, device) -> dict[str, torch.Tensor]:
+    """RoPE's cos and sin, the sinusoid table or ALiBi's slopes, by buffer name. On meta, only their
+    shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for
+    tables that init_weights() computes anyway once the model has storage."""
+    meta = torch.device(device).type == "meta"
+    T = cfg.max_seq_len
+    if cfg.pos_encoding == "rope":
+        if meta:
+            return {name: torch.empty(T, cfg.head_dim, device=device) for name in ("rope_cos", "rope_sin")}
+        cos, sin = rope_tables(cfg, device)
+        return {"rope_cos": cos, "rope_sin": sin}
+    if cfg.pos_encoding == "sinusoidal":
+        return {"pos_table": torch.empty(T, cfg.d_model, device=device) if meta else sinusoid_table(cfg, device)}
+    if cfg.pos_encoding == "alibi":
+        return {"alibi": torch.empty(cfg.n_head, device=device) if meta else alibi_slopes(cfg.n_head, device)}
+    return {}
+
+
 class Linear(nn.Linear):
     """nn.Linear without its own random init: every tfcalc model is built on meta first and filled once
     by init_weights(), so kaiming_uniform_ here would be wasted work (a third of the meta build time)."""
@@ -251,16 +269,8 @@ class Stack(nn.Module):
         self._register_position_buffers()
 
     def _register_position_buffers(self) -> None:
-        device = self.tok_emb.weight.device
-        cfg = self.cfg
-        if cfg.pos_encoding == "rope":
-            cos, sin = rope_tables(cfg, device)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
-        elif cfg.pos_encoding == "sinusoidal":
-            self.register_buffer("pos_table", sinusoid_table(cfg, device), persistent=False)
-        elif cfg.pos_encoding == "alibi":
-            self.register_buffer("alibi", alibi_slopes(cfg.n_head, device), persistent=False)
+        for name, table in position_buffers(self.cfg, self.tok_emb.weight.device).items():
+            self.register_buffer(name, table, persistent=False)
 
     def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
         """None (SDPA applies the causal mask itself, or none), or ALiBi's bias (nh, T, T): causal in a
