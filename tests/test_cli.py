@@ -129,3 +129,45 @@ def test_real_process_json_is_parseable():
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no torch warnings leak
     assert json.loads(proc.stdout)["empirical_total"] == 174_604_259_328
+
+
+def test_encoder_decoder_table_has_encoder_and_decoder_sections_with_cross_attention(cli):
+    r = cli("params", "transformer-base")
+    assert r.code == 0, r.err
+    for text in ("Encoder (6 layers)", "Decoder (6 layers)", "Cross-attention", "cross-attention Q weight",
+                 "63,045,632", "✓ agree", "12·L_enc·d² + 16·L_dec·d² + V·d", "positions: sinusoidal"):
+        assert text in r.out, text
+    data = cli("params", "transformer-base", "--json").json()
+    assert data["arch"] == "encoder-decoder" and sum(data["stacks"].values()) == data["analytic_total"]
+    assert data["groups"]["cross_attention"] == data["breakdown"]["cross_attn_q_weight"] * 4
+
+
+def test_moe_shows_active_parameters(cli):
+    r = cli("params", "mixtral")
+    assert "Active per token (top-2 of 8 experts)" in r.out and "12,879,925,248" in r.out and "32 × 8" in r.out
+    assert "Note: mixture of experts" in r.out
+    data = cli("params", "mixtral-8x7b", "--json").json()
+    assert data["analytic_total"] == data["empirical_total"] == 46_702_792_704
+    assert data["active_params"] == 12_879_925_248 and data["stacks"] == {}
+    assert cli("params", "gpt2", "--json").json()["active_params"] == 124_439_808
+
+
+def test_bert_has_no_lm_head_and_says_so(cli):
+    r = cli("params", "bert-base")
+    assert "Pooler" in r.out and "LM head" not in r.out.split("Note:")[0] and "BertModel" in r.out
+
+
+def test_presets_show_the_kind(cli):
+    rows = {row["name"]: row for row in cli("presets", "--json").json()}
+    assert rows["mixtral-8x7b"]["n_expert"] == 8 and rows["mixtral-8x7b"]["active_params"] == 12_879_925_248
+    assert rows["transformer-big"]["arch"] == "encoder-decoder" and rows["transformer-big"]["n_encoder_layer"] == 6
+    table = cli("presets").out
+    assert "decoder MoE 2/8" in table and "enc-dec" in table and "6+6" in table
+
+
+def test_params_of_a_config_json(cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 4,
+                                "n_positions": 16, "vocab_size": 61}))
+    r = cli("params", str(path), "--json").json()
+    assert r["analytic_total"] == r["empirical_total"] and r["preset"] == tmp_path.name

@@ -8,11 +8,17 @@ import typer
 
 Models = Annotated[
     list[str],
-    typer.Argument(help="Preset names or aliases (see `tfcalc presets`), or paths to YAML files.", show_default=False),
+    typer.Argument(
+        help="Preset names or aliases (see `tfcalc presets`), or paths to YAML or Hugging Face config.json files.",
+        show_default=False,
+    ),
 ]
 Model = Annotated[
     str,
-    typer.Argument(help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file.", show_default=False),
+    typer.Argument(
+        help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file or a Hugging Face config.json.",
+        show_default=False,
+    ),
 ]
 Overrides = Annotated[
     Optional[list[str]],

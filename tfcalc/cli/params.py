@@ -46,6 +46,16 @@ class ParamsReport:
     def groups(self) -> dict[str, int]:
         return count.group_totals(self.cfg, self.analytic)
 
+    @property
+    def stacks(self) -> dict[str, int]:
+        """{encoder: n, decoder: n} for an encoder-decoder, {} otherwise."""
+        return count.stack_totals(self.cfg, self.analytic)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (a MoE runs only its top-k experts); the total when dense."""
+        return count.active_params(self.cfg, self.analytic)
+
     def mismatches(self) -> list[str]:
         """Components whose analytic and empirical counts differ."""
         if self.empirical is None:
@@ -59,8 +69,20 @@ class ParamsReport:
 
     @property
     def notes(self) -> list[str]:
-        note = count.width_note(self.cfg)
-        return [note.text(self.cfg.n_head, self.cfg.head_dim)] if note else []
+        cfg, notes = self.cfg, []
+        note = count.width_note(cfg)
+        if note:
+            notes.append(note.text(cfg.n_head, cfg.head_dim))
+        if cfg.n_expert:
+            notes.append(
+                f"mixture of experts: each token runs {cfg.experts_active} of the {cfg.experts} experts of each "
+                f"block, so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
+                "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
+            )
+        if cfg.arch == "encoder" and not cfg.lm_head:
+            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
+                         + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
+        return notes
 
     def to_json(self) -> dict[str, Any]:
         total = self.analytic_total
@@ -69,6 +91,9 @@ class ParamsReport:
             "analytic_total": total,
             "empirical_total": self.empirical_total,
             "breakdown": self.analytic,
+            "arch": self.cfg.arch,
+            "active_params": self.active_params,
+            "stacks": self.stacks,
             "empirical_breakdown": self.empirical,
             "agree": self.agrees,
             "groups": self.groups,
@@ -110,7 +135,9 @@ def params(
 
     The empirical count sums numel() over the unique parameters of the real PyTorch module built on the
     meta device (no storage: GPT-3 175B costs no memory); a tied embedding and LM head count once.
-    Breakdown by component, the textbook approximation 12*L*d^2 + V*d beside it, and weight bytes.
+    Breakdown by component (an encoder-decoder's by encoder and decoder, cross-attention shown), the
+    textbook approximation 12*L*d^2 + V*d beside it (extended to each kind), and weight bytes. For a
+    mixture of experts, also the parameters active per token (the top-k experts, router and the rest).
     Exit 1 if the two counts disagree for any preset.
     """
     reports = [params_report(load(m, overrides or []), measure) for m in models]

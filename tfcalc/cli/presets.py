@@ -6,7 +6,7 @@ import yaml
 
 from tfcalc.cli import render
 from tfcalc.cli.options import Json, Model, Overrides
-from tfcalc.count.params import total
+from tfcalc.count.params import active_total, total
 from tfcalc.presets import aliases_of, load, preset_names
 
 
@@ -16,9 +16,12 @@ def list_presets(json_out: Json = False) -> None:
     for name in preset_names():
         cfg = load(name)
         rows.append({
-            "name": name, "aliases": aliases_of(name), "n_layer": cfg.n_layer, "d_model": cfg.d_model,
+            "name": name, "aliases": aliases_of(name), "arch": cfg.arch, "n_layer": cfg.n_layer,
+            "n_encoder_layer": cfg.encoder_layers if cfg.arch == "encoder-decoder" else None,
+            "n_expert": cfg.n_expert, "n_expert_active": cfg.n_expert_active, "d_model": cfg.d_model,
             "n_head": cfg.n_head, "n_kv_head": cfg.kv_heads, "d_head": cfg.head_dim, "d_ff": cfg.ffn_dim,
             "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len, "params": total(cfg),
+            "active_params": active_total(cfg),
             "nominal_params": cfg.nominal_params, "source": cfg.source,
         })
     render.presets_table(rows, json_out)

@@ -72,8 +72,10 @@ def shape(dims: tuple[int, ...]) -> str:
 _GROUP_TITLES = {
     "embeddings": "Embeddings",
     "attention": "Attention",
+    "cross_attention": "Cross-attention",
     "ffn": "FFN",
     "norms": "Norms",
+    "pooler": "Pooler",
     "lm_head": "LM head",
 }
 
@@ -88,18 +90,7 @@ def _params_table(r: ParamsReport) -> Table:
     table.add_column("× copies", justify="right")
     table.add_column("Parameters", justify="right")
     table.add_column("Share", justify="right")
-    groups = r.groups
-    for group in count.GROUPS:
-        entries = [e for e in r.entries if e.group == group]
-        if not entries:
-            continue
-        table.add_row(
-            Text(_GROUP_TITLES[group], style="bold"), "", "", Text(f"{groups[group]:,}", style="bold"),
-            f"{groups[group] / total:.1%}",
-        )
-        for e in entries:
-            count_cell = f"{e.total:,}" if not e.tied_to else Text(f"tied to {e.tied_to}: counted once", style="dim")
-            table.add_row(f"  {e.label}", shape(e.shape), str(e.copies), count_cell, "")
+    _component_rows(table, r, total)
     if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
         table.add_row(Text(f"  positions: {cfg.pos_encoding} (no parameters)", style="dim"), "", "", "", "")
     table.add_section()
@@ -110,6 +101,11 @@ def _params_table(r: ParamsReport) -> Table:
         table.add_row("Total, empirical (meta module)", "", "", f"{r.empirical_total:,}", mark)
     else:
         table.add_row(Text("Total, empirical: not measured (--no-measure)", style="dim"), "", "", "", "")
+    if cfg.n_expert:
+        table.add_row(
+            f"Active per token (top-{cfg.experts_active} of {cfg.experts} experts)", "", "",
+            f"{r.active_params:,}", f"{r.active_params / total:.1%}",
+        )
     table.add_row(
         f"Approximation {count.seeds_formula(cfg)}", "", "", f"{r.approximation:,}",
         f"{r.approximation_rel_error:+.2%}",
@@ -136,14 +132,17 @@ def params_reports(reports: list[ParamsReport], as_json: bool) -> None:
 
 def _params_summary(reports: list[ParamsReport]) -> Table:
     table = Table(title="Summary", title_justify="left")
-    for name in ("Preset", "Analytic", "Empirical", "Named", "Approx. error", "Attention", "FFN", "bf16 weights"):
+    for name in ("Preset", "Analytic", "Empirical", "Active", "Named", "Approx. error", "Attention", "FFN",
+                 "bf16 weights"):
         table.add_column(name, justify="left" if name == "Preset" else "right")
     for r in reports:
         total, groups = r.analytic_total, r.groups
         empirical = "—" if r.empirical is None else ("✓" if r.agrees else "✗ " + f"{r.empirical_total:,}")
+        attention = groups["attention"] + groups["cross_attention"]
         table.add_row(
-            r.cfg.name, f"{total:,}", empirical, r.cfg.nominal_params or "—", f"{r.approximation_rel_error:+.2%}",
-            f"{groups['attention'] / total:.1%}", f"{groups['ffn'] / total:.1%}", nbytes(2 * total).split(" (")[0],
+            r.cfg.name, f"{total:,}", empirical, human(r.active_params) if r.cfg.n_expert else "—",
+            r.cfg.nominal_params or "—", f"{r.approximation_rel_error:+.2%}",
+            f"{attention / total:.1%}", f"{groups['ffn'] / total:.1%}", nbytes(2 * total).split(" (")[0],
         )
     return table
 
@@ -157,18 +156,64 @@ def presets_table(rows: list[dict[str, Any]], as_json: bool) -> None:
         return
     table = Table(title="Presets (tfcalc params NAME)", title_justify="left")
     columns = [
-        ("name", "Name"), ("aliases", "Aliases"), ("n_layer", "Layers"), ("d_model", "d_model"),
+        ("name", "Name"), ("aliases", "Aliases"), ("kind", "Kind"), ("layers", "Layers"), ("d_model", "d_model"),
         ("heads", "Heads q/kv"), ("d_head", "d_head"), ("d_ff", "d_ff"), ("vocab_size", "Vocab"),
         ("max_seq_len", "Context"), ("params", "Params"), ("nominal_params", "Named"),
     ]
     for key, title in columns:
-        table.add_column(title, justify="left" if key in ("name", "aliases") else "right")
+        table.add_column(title, justify="left" if key in ("name", "aliases", "kind") else "right")
     for row in rows:
         cells = dict(row, aliases=", ".join(row["aliases"]), heads=f"{row['n_head']}/{row['n_kv_head']}",
-                     params=human(row["params"]), nominal_params=row["nominal_params"] or "—")
+                     params=human(row["params"]), nominal_params=row["nominal_params"] or "—",
+                     kind=_kind(row), layers=_layers(row))
         table.add_row(*(str(cells[key]) for key in dict(columns)))
     console().print(table)
 
 
 def show_config(text: str) -> None:
     sys.stdout.write(text)
+
+
+# ---------- kinds of transformer (encoder, encoder-decoder, mixture of experts) ----------
+
+
+def _component_rows(table: Table, r: ParamsReport, total: int) -> None:
+    """The breakdown rows, group by group; an encoder-decoder's in an Encoder and a Decoder section."""
+    cfg = r.cfg
+    sections = [("", r.entries)]
+    if cfg.arch == "encoder-decoder":
+        layers = {"encoder": cfg.encoder_layers, "decoder": cfg.decoder_layers}
+        sections = [(stack, [e for e in r.entries if e.stack == stack]) for stack in count.STACKS]
+    for stack, entries in sections:
+        indent = "  " if stack else ""
+        if stack:
+            n = sum(e.total for e in entries)
+            title = f"{stack.capitalize()} ({layers[stack]} layers)"
+            table.add_row(Text(title, style="bold underline"), "", "", Text(f"{n:,}", style="bold"), f"{n / total:.1%}")
+        for group in count.GROUPS:
+            in_group = [e for e in entries if e.group == group]
+            if not in_group:
+                continue
+            n = sum(e.total for e in in_group)
+            table.add_row(
+                Text(indent + _GROUP_TITLES[group], style="bold"), "", "", Text(f"{n:,}", style="bold"),
+                f"{n / total:.1%}",
+            )
+            for e in in_group:
+                tied = Text(f"tied to {e.tied_to}: counted once", style="dim")
+                count_cell = tied if e.tied_to else f"{e.total:,}"
+                copies = f"{e.copies // e.experts} × {e.experts}" if e.experts > 1 else str(e.copies)
+                table.add_row(f"{indent}  {e.label}", shape(e.shape), copies, count_cell, "")
+
+
+def _kind(row: dict[str, Any]) -> str:
+    """'decoder', 'encoder', 'enc-dec', with ' MoE 2/8' for a mixture of experts."""
+    kind = {"encoder-decoder": "enc-dec"}.get(row["arch"], row["arch"])
+    return kind + (f" MoE {row['n_expert_active']}/{row['n_expert']}" if row["n_expert"] else "")
+
+
+def _layers(row: dict[str, Any]) -> str:
+    """'12', or '6+6' (encoder + decoder)."""
+    if row["arch"] == "encoder-decoder":
+        return f"{row['n_encoder_layer']}+{row['n_layer']}"
+    return str(row["n_layer"])

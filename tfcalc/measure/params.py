@@ -62,12 +62,14 @@ def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
 def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
     """Rows of each part of a fused tensor of module (an attention or FFN), as components named prefix_*."""
     if isinstance(module, Attention):
-        return {f"{prefix}_q_{kind}": module.q_dim, f"{prefix}_k_{kind}": module.kv_dim, f"{prefix}_v_{kind}": module.kv_dim}
-    if isinstance(module, CrossAttention):
-        return {f"{prefix}_k_{kind}": module.kv_dim, f"{prefix}_v_{kind}": module.kv_dim}
-    assert isinstance(module, FeedForward)
-    rows = module.down.in_features
-    return {f"{prefix}_gate_{kind}": rows, f"{prefix}_up_{kind}": rows} if module.gated else {f"{prefix}_up_{kind}": rows}
+        rows = {"q": module.q_dim, "k": module.kv_dim, "v": module.kv_dim}
+    elif isinstance(module, CrossAttention):
+        rows = {"k": module.kv_dim, "v": module.kv_dim}
+    else:
+        assert isinstance(module, FeedForward)
+        width = module.down.in_features
+        rows = {"gate": width, "up": width} if module.gated else {"up": width}
+    return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
 
 
 def _local_path(name: str) -> tuple[str, str]:
