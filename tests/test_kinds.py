@@ -230,3 +230,11 @@ def test_bert_base_as_bertmodel():
     b = count.breakdown(load("bert-base"))
     assert b["token_type_embedding"] == 2 * 768 and b["pooler_weight"] == 768 * 768
     assert "lm_head" not in b and "final_norm_weight" not in b and b["embedding_norm_weight"] == 768
+
+
+@pytest.mark.parametrize("name", ["transformer-base", "mixtral-8x7b", "bert-base"])
+def test_resolved_config_of_each_kind_rebuilds_the_same_model(name):
+    from tfcalc.config import from_mapping
+
+    cfg = load(name)
+    assert count.breakdown(from_mapping(cfg.resolved())) == count.breakdown(cfg)
