@@ -120,3 +120,8 @@ def test_real_process_bad_seq_has_no_traceback():
     proc = subprocess.run([sys.executable, "-m", "tfcalc", "flops", "gpt2", "--seq", "2048", "--measure"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_unavailable_device_is_one_line(cli):
+    assert_one_line_error(cli("flops", "gpt2", "--seq", "8", "--measure", "--device", "cuda"), "--device cuda cannot be used here")

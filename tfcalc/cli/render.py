@@ -245,7 +245,7 @@ def _flops_table(r: FlopsReport) -> Table:
 
 
 def _formulas_table(r: FlopsReport) -> Table:
-    exact, exact_causal = 3 * r.forward, 3 * r.forward_causal
+    exact, exact_causal = r.training_exact
     table = Table(title=f"{r.cfg.name}: training FLOPs, B = {r.batch}, T = {r.seq:,}: the standard formulas",
                   title_justify="left")
     for name in ("Formula", "Expression", "Source", "N", "Training FLOPs", "vs full square", "vs causal"):

@@ -86,8 +86,10 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str) -> Non
         )
     if torch.device(device).type == "meta":
         return
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: CUDA is not available on this machine")
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as e:  # e.g. CUDA not compiled in, or no such GPU
+        raise ConfigError(f"--device {device} cannot be used here: {str(e).splitlines()[0]}") from None
     needed = 4 * (params_count.total(cfg) + batch * seq * cfg.vocab_size)
     if needed > MAX_REAL_BYTES:
         raise ConfigError(
