@@ -96,3 +96,11 @@ def cli(capsys):
         return CliResult(code, captured.out, captured.err)
 
     return invoke
+
+
+def assert_one_line_error(r: CliResult, message: str, code: int = 2) -> None:
+    """The CLI's promise for bad input: nothing on stdout, one 'tfcalc: error:' line on stderr."""
+    assert r.code == code
+    assert r.out == ""
+    assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error:"), r.err
+    assert message in r.err

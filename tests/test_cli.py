@@ -9,6 +9,7 @@ import yaml
 
 from tfcalc.count import params as count
 from tfcalc.presets import load, preset_names
+from conftest import assert_one_line_error
 
 
 def test_params_table_shows_breakdown_check_and_approximation(cli):
@@ -92,11 +93,7 @@ def test_show_round_trips(cli, tmp_path):
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, args, message):
-    r = cli(*args)
-    assert r.code == 2
-    assert r.out == ""
-    assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error:"), r.err
-    assert message in r.err
+    assert_one_line_error(cli(*args), message)
 
 
 def test_no_arguments_prints_help(cli):

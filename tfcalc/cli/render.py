@@ -17,6 +17,7 @@ from rich.text import Text
 from tfcalc.count import params as count
 
 if TYPE_CHECKING:
+    from tfcalc.cli.flops import FlopsReport
     from tfcalc.cli.params import ParamsReport
 
 
@@ -36,6 +37,12 @@ def warn(message: str) -> None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def print_json_reports(reports: list[Any]) -> None:
+    """The JSON contract: one object for one preset, a list for several."""
+    data = [r.to_json() for r in reports]
+    print_json(data[0] if len(data) == 1 else data)
 
 
 # ---------- number formatting ----------
@@ -117,8 +124,7 @@ def _params_table(r: ParamsReport) -> Table:
 
 def params_reports(reports: list[ParamsReport], as_json: bool) -> None:
     if as_json:
-        data = [r.to_json() for r in reports]
-        print_json(data[0] if len(data) == 1 else data)
+        print_json_reports(reports)
         return
     out = console()
     for r in reports:
@@ -172,6 +178,137 @@ def presets_table(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 def show_config(text: str) -> None:
     sys.stdout.write(text)
+
+
+# ---------- tfcalc flops ----------
+
+_FLOP_GROUP_TITLES = {
+    "attention_proj": "Attention projections",
+    "attention_scores": "Attention scores",
+    "ffn": "FFN",
+    "lm_head": "LM head",
+}
+
+
+def _matmul_shape(shape: tuple[int, int, int]) -> str:
+    m, k, n = shape
+    return f"{m}×{k} @ {k}×{n}"
+
+
+def _agree_mark(ok: bool) -> Text:
+    return Text("✓ agree", style="green") if ok else Text("✗ DISAGREE", style="bold red")
+
+
+def _flops_table(r: FlopsReport) -> Table:
+    cfg, b, fwd = r.cfg, r.breakdown, r.forward
+    title = f"{cfg.name}  ·  B = {r.batch}, T = {r.seq:,}  ·  forward matmul FLOPs (2·m·k·n, full T×T square)"
+    table = Table(title=title, caption=cfg.source or None, title_justify="left", caption_justify="left")
+    for name in ("Component", "Matmul (m×k @ k×n)", "× count", "Per layer", "Total", "Per token", "Share"):
+        table.add_column(name, justify="left" if name == "Component" else "right")
+    per_layer, totals = b.per_layer(), b.totals()
+    for group, title_ in _FLOP_GROUP_TITLES.items():
+        entries = [e for e in b.entries if e.group == group]
+        alone = entries[0] if len(entries) == 1 and entries[0].copies == 1 else None  # the LM head: one row
+        table.add_row(
+            Text(title_, style="bold"), _matmul_shape(alone.shape) if alone else "", str(alone.count) if alone else "",
+            Text(f"{per_layer[group]:,}" if group in per_layer else "", style="bold"),
+            Text(f"{totals[group]:,}", style="bold"), f"{b.per_token(totals[group]):,}", f"{totals[group] / fwd:.1%}",
+        )
+        for e in [] if alone else entries:
+            table.add_row(f"  {e.label}", _matmul_shape(e.shape), f"{e.count:,}", f"{e.per_copy:,}", f"{e.total:,}", "", "")
+    table.add_row(Text("Embeddings: lookups, 0 FLOPs", style="dim"), "", "", "", "0", "0", "0.0%")
+    table.add_section()
+    table.add_row(Text("Forward, full T×T square", style="bold"), "", "", "", Text(f"{fwd:,}", style="bold"),
+                  f"{b.per_token(fwd):,}", human(fwd))
+    causal = r.forward_causal
+    table.add_row("Forward, causal (unmasked scores only)", "", "", f"{b.per_layer(True)['attention_scores']:,}",
+                  f"{causal:,}", f"{b.per_token(causal):,}", f"{causal / fwd:.1%}")
+    for mult, label in ((3, "Training ×3 (forward + backward)"), (4, "Training ×4 (full recompute)")):
+        style = "bold" if mult == r.training_multiplier else ""
+        table.add_row(Text(label, style=style), "", "", "", f"{mult * fwd:,}", f"{b.per_token(mult * fwd):,}", human(mult * fwd))
+    m = r.measured
+    if m is not None:
+        table.add_row(f"Measured forward ({m.device})", "FlopCounterMode", "", "", f"{m.total:,}", "",
+                      _agree_mark(bool(r.agrees)))
+        if m.training_total is not None:
+            table.add_row(f"Measured training ({m.device})", "forward + backward", "", "", f"{m.training_total:,}",
+                          "", f"×{m.training_total / m.total:.4g}")
+    else:
+        table.add_row(Text("Measured: not run (--measure)", style="dim"), "", "", "", "", "", "")
+    table.add_section()
+    table.add_row(Text("Non-matmul, approximate", style="bold"), "FLOPs × elements", "", "",
+                  Text(f"{b.non_matmul_total:,}", style="bold"), f"{b.per_token(b.non_matmul_total):,}",
+                  f"+{b.non_matmul_total / fwd:.2%}")
+    for e in b.non_matmul:
+        table.add_row(f"  {e.label}", f"{e.per_element} × {e.elements:,}", f"{e.copies:,}", "", f"{e.total:,}", "", "")
+    return table
+
+
+def _formulas_table(r: FlopsReport) -> Table:
+    exact, exact_causal = r.training_exact
+    table = Table(title=f"{r.cfg.name}: training FLOPs, B = {r.batch}, T = {r.seq:,}: the standard formulas",
+                  title_justify="left")
+    for name in ("Formula", "Expression", "Source", "N", "Training FLOPs", "vs full square", "vs causal"):
+        table.add_column(name, justify="right" if name not in ("Formula", "Expression", "Source") else "left")
+    table.add_row(Text("Exact, full square", style="bold"), "3 × forward", "tfcalc", "", f"{exact:,}", "", "")
+    table.add_row(Text("Exact, causal", style="bold"), "3 × forward", "tfcalc", "", f"{exact_causal:,}", "", "")
+    for f in r.formulas:
+        table.add_row(f.name, f.formula, f.source, "—" if f.n_params is None else f"{f.n_params:,}",
+                      f"{f.training_flops:,}", f"{f.rel_error(exact):+.2%}", f"{f.rel_error(exact_causal):+.2%}")
+    return table
+
+
+def _decode_table(r: FlopsReport) -> Table:
+    decode, b = r.decode, r.breakdown
+    table = Table(title=f"{r.cfg.name}: decode with a KV cache at context T = {r.seq:,} against prefill (B = {r.batch})",
+                  title_justify="left")
+    for name in ("", "FLOPs", "Per token", "÷ decode"):
+        table.add_column(name, justify="left" if not name else "right")
+    table.add_row("Decode: 1 new token per sequence, scores against T cached keys", f"{decode:,}",
+                  f"{decode // r.batch:,}", "")
+    table.add_row(f"Prefill: {r.seq:,} tokens, full square", f"{r.forward:,}", f"{b.per_token(r.forward):,}",
+                  f"{r.forward / decode:,.1f}")
+    table.add_row(f"Prefill: {r.seq:,} tokens, causal", f"{r.forward_causal:,}",
+                  f"{b.per_token(r.forward_causal):,}", f"{r.forward_causal / decode:,.1f}")
+    return table
+
+
+def flops_reports(reports: list[FlopsReport], as_json: bool, show_training: bool = False, show_decode: bool = False) -> None:
+    if as_json:
+        print_json_reports(reports)
+        return
+    out = console()
+    for r in reports:
+        out.print(_flops_table(r))
+        out.print(Text(r.crossover_sentence()))
+        for note in r.notes:
+            out.print(Text(f"Note: {note}", style="yellow"))
+        if show_training:
+            out.print()
+            out.print(_formulas_table(r))
+        if show_decode:
+            out.print()
+            out.print(_decode_table(r))
+        out.print()
+    if len(reports) > 1:
+        out.print(_flops_summary(reports))
+
+
+def _flops_summary(reports: list[FlopsReport]) -> Table:
+    table = Table(title="Summary (forward, full square)", title_justify="left")
+    for name in ("Preset", "B × T", "Forward", "Causal", "Measured", "Attention", "FFN", "LM head",
+                 "Crossover scores / attention"):
+        table.add_column(name, justify="left" if name == "Preset" else "right")
+    for r in reports:
+        totals, fwd, x = r.breakdown.totals(), r.forward, r.crossover
+        measured = "—" if r.measured is None else ("✓" if r.agrees else f"✗ {r.measured.total:,}")
+        attention = totals["attention_proj"] + totals["attention_scores"]
+        table.add_row(
+            r.cfg.name, f"{r.batch} × {r.seq:,}", human(fwd), human(r.forward_causal), measured,
+            f"{attention / fwd:.1%}", f"{totals['ffn'] / fwd:.1%}", f"{totals['lm_head'] / fwd:.1%}",
+            f"{x.scores_vs_ffn:,} / {x.attention_vs_ffn:,}",
+        )
+    return table
 
 
 # ---------- kinds of transformer (encoder, encoder-decoder, mixture of experts) ----------

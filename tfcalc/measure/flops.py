@@ -1,0 +1,158 @@
+"""Measured FLOPs: run the real module under ``torch.utils.flop_counter.FlopCounterMode``.
+
+FlopCounterMode counts matmul-like aten ops from their shapes (``addmm`` as 2·m·k·n, bias ignored), the
+convention of tfcalc.count.flops. What it sees depends on the device, because
+``F.scaled_dot_product_attention`` dispatches to different aten ops:
+
+- on ``meta`` it is decomposed into the math path (two ``bmm``: Q·Kᵀ and attention·V), which is counted;
+  a grouped-query K/V is expanded to the query heads first, so the count is q heads × the full T² square;
+- on the CPU it is one ``aten._scaled_dot_product_flash_attention_for_cpu`` op, for which PyTorch
+  registers no formula: FlopCounterMode counts 0 for the attention scores. We pass formulas for it, and
+  for its backward, through ``custom_mapping`` (local to our counter, no global registration), reusing
+  PyTorch's own ``sdpa_flop_count`` / ``sdpa_backward_flop_count`` (they take K/V with fewer heads and
+  count the query heads, as the kernel computes);
+- on CUDA the flash, memory-efficient and cuDNN kernels already have formulas in PyTorch.
+
+Meta is the default: nothing is allocated, so GPT-3 175B at T = 2048 is counted anywhere. A real device
+allocates the weights and runs the forward; ``check_measurable`` refuses what would not fit or not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count import params as params_count
+from tfcalc.model import build_model
+
+aten = torch.ops.aten
+
+# The largest model a real (non-meta) device is asked to hold: fp32 weights plus the fp32 logits.
+MAX_REAL_BYTES = 4 * 2**30
+
+# module-path suffix of a leaf Linear -> breakdown group (tfcalc.count.flops.GROUPS)
+MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj", "ffn.up": "ffn",
+                 "ffn.down": "ffn", "lm_head": "lm_head"}
+
+
+def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_flash_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+CUSTOM_FORMULAS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward_flop,
+}
+
+
+def flop_counter() -> FlopCounterMode:
+    """A FlopCounterMode that also counts the CPU flash-attention ops (see the module docstring)."""
+    return FlopCounterMode(display=False, custom_mapping=CUSTOM_FORMULAS)
+
+
+@dataclass(frozen=True)
+class MeasuredFlops:
+    device: str
+    total: int  # the forward pass, all that FlopCounterMode counted
+    by_module: dict[str, int]  # attn.qkv, attn.out, attn.scores (SDPA), ffn.up, ffn.down, lm_head: summed over blocks
+    groups: dict[str, int]  # mapped onto tfcalc.count.flops.GROUPS, plus 'other' for anything unattributed
+    training_total: int | None = None  # forward + backward, when asked
+
+
+def _positions_table(cfg: ModelConfig) -> str | None:
+    """What limits the real module to max_seq_len positions, or None when nothing does."""
+    return {"learned": "learned positions", "sinusoidal": "sinusoidal table rows",
+            "rope": "RoPE table rows"}.get(cfg.pos_encoding)
+
+
+def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str) -> None:
+    """Raise ConfigError (one line) when the real module cannot run (batch, seq) on device."""
+    table = _positions_table(cfg)
+    if table and seq > cfg.max_seq_len:
+        raise ConfigError(
+            f"{cfg.name}: --seq {seq} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
+            "module cannot run it; drop --measure to count analytically"
+        )
+    if torch.device(device).type == "meta":
+        return
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as e:  # e.g. CUDA not compiled in, or no such GPU
+        raise ConfigError(f"--device {device} cannot be used here: {str(e).splitlines()[0]}") from None
+    needed = 4 * (params_count.total(cfg) + batch * seq * cfg.vocab_size)
+    if needed > MAX_REAL_BYTES:
+        raise ConfigError(
+            f"{cfg.name}: measuring on {device} would allocate {needed / 2**30:.1f} GiB of fp32 weights and "
+            f"logits (limit {MAX_REAL_BYTES // 2**30} GiB); measure on meta (the default), which allocates nothing"
+        )
+
+
+@contextlib.contextmanager
+def _numpy_absent_fast() -> Iterator[None]:
+    """Make a failing ``import numpy`` fail fast while we measure, when numpy is not installed.
+
+    ``torch.sym_max`` (called by the Python meta kernels of every elementwise op) tries ``import numpy``
+    on each call; without numpy each try searches sys.path again. Measured on GPT-3 175B at T = 2048 on
+    meta (2 CPU cores): 2.1 s per forward, 1.0 s with this. A ``None`` in sys.modules makes the import
+    raise the same ModuleNotFoundError at once; it is removed on exit (hypothesis, for one, reads
+    ``"numpy" in sys.modules``). With numpy installed this does nothing.
+    """
+    if "numpy" in sys.modules or importlib.util.find_spec("numpy") is not None:
+        yield
+        return
+    sys.modules["numpy"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if sys.modules.get("numpy", 0) is None:
+            del sys.modules["numpy"]
+
+
+def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
+    """Sum FlopCounterMode's per-module-path counts over the blocks, by module-path suffix."""
+    totals = {path: sum(ops.values()) for path, ops in counts.items()}
+    out = dict.fromkeys(("attn.qkv", "attn.out", "attn.scores", "ffn.up", "ffn.down", "lm_head"), 0)
+    for path, n in totals.items():
+        for suffix in MODULE_GROUPS:
+            if path.endswith("." + suffix):
+                out[suffix] += n
+        if path.endswith(".attn"):  # what the attention module counts beyond its two Linears: SDPA
+            out["attn.scores"] += n - totals.get(path + ".qkv", 0) - totals.get(path + ".out", 0)
+    return out
+
+
+def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
+    out = {"attention_proj": 0, "attention_scores": by_module["attn.scores"], "ffn": 0, "lm_head": 0}
+    for suffix, group in MODULE_GROUPS.items():
+        out[group] += by_module[suffix]
+    out["other"] = total - sum(out.values())
+    return out
+
+
+def measure_flops(cfg: ModelConfig, batch: int, seq: int, device: str = "meta", training: bool = False) -> MeasuredFlops:
+    """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward)."""
+    check_measurable(cfg, batch, seq, device)
+    model = build_model(cfg, device)
+    idx = torch.zeros(batch, seq, dtype=torch.long, device=device)
+    training_total = None
+    with _numpy_absent_fast():
+        with torch.no_grad(), flop_counter() as counter:
+            model(idx)
+        if training:
+            with flop_counter() as training_counter:
+                model(idx).sum().backward()
+            training_total = training_counter.get_total_flops()
+    total = counter.get_total_flops()
+    by_module = _module_counts(counter.get_flop_counts())
+    return MeasuredFlops(str(torch.device(device)), total, by_module, _groups(by_module, total), training_total)
