@@ -194,9 +194,9 @@ def test_decode_is_one_token_against_t_keys():
 # ---------- measured == analytic ----------
 
 
-def _assert_measured_matches(cfg, B, T, device):
-    m = measure.measure_flops(cfg, B, T, device)
-    b = count.breakdown(cfg, B, T)
+def _assert_measured_matches(cfg, B, T, device, src_seq=None):
+    m = measure.measure_flops(cfg, B, T, device, src_seq=src_seq)
+    b = count.breakdown(cfg, B, T, src_seq)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     return m
@@ -217,7 +217,8 @@ def test_gpt3_175b_at_its_context_on_meta():
 @given(configs(), st.integers(1, 3), st.data(), st.sampled_from(["cpu", "meta"]))
 def test_random_configs_measured_equal_analytic(cfg, B, data, device):
     T = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
-    _assert_measured_matches(cfg, B, T, device)
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src_seq") if cfg.arch == "encoder-decoder" else None
+    _assert_measured_matches(cfg, B, T, device, src_seq)
 
 
 def test_cpu_attention_needs_our_formula_and_gets_it():

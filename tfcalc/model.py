@@ -207,12 +207,25 @@ class MixtureOfExperts(nn.Module):
         flat = x.reshape(B * T, d)  # (N, d)
         logits, chosen = self.router(flat).topk(self.top_k, dim=-1)  # (N, k) each
         weights = logits.float().softmax(dim=-1).to(x.dtype)  # (N, k)
+        if flat.is_meta:
+            return self._meta_forward(flat, weights).view(B, T, d)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
             token, slot = (chosen == e).nonzero(as_tuple=True)  # the tokens routed to expert e
             y = expert(flat.index_select(0, token)) * weights[token, slot, None]  # (n_e, d)
             out.index_add_(0, token, y)
         return out.view(B, T, d)
+
+    def _meta_forward(self, flat: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """On meta there are no values, so no routing (nonzero cannot run): the N·k token-expert pairs are
+        dealt out evenly instead, in contiguous runs, one run per expert. Any routing does the same matmul
+        FLOPs, since the experts together always see N·k rows; the output depends on every expert, so a
+        backward pass counts theirs too."""
+        n_pairs, n_expert = flat.shape[0] * self.top_k, len(self.experts)
+        pairs = flat.repeat_interleave(self.top_k, dim=0)  # (N·k, d): each token once per chosen expert
+        runs = [n_pairs // n_expert + (e < n_pairs % n_expert) for e in range(n_expert)]
+        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs))])  # (N·k, d)
+        return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)
 
 
 class Block(nn.Module):

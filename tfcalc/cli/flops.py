@@ -9,7 +9,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import Json, Models, Overrides
-from tfcalc.config import ModelConfig
+from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import flops as count
 from tfcalc.count.params import width_note
 from tfcalc.presets import load
@@ -28,6 +28,11 @@ class FlopsReport:
     measured: MeasuredFlops | None  # None when not measured
 
     @property
+    def src_seq(self) -> int | None:
+        """Source tokens per sequence of an encoder-decoder; None for the other kinds."""
+        return self.breakdown.src_seq
+
+    @property
     def forward(self) -> int:
         return self.breakdown.forward
 
@@ -37,7 +42,7 @@ class FlopsReport:
 
     @property
     def training(self) -> int:
-        return count.training_flops(self.cfg, self.batch, self.seq, self.recompute)
+        return count.training_flops(self.cfg, self.batch, self.seq, self.recompute, src_seq=self.src_seq)
 
     @property
     def training_exact(self) -> tuple[int, int]:
@@ -75,8 +80,11 @@ class FlopsReport:
         return count.standard_formulas(self.cfg, self.batch, self.seq)
 
     @property
-    def decode(self) -> int:
-        return count.decode_flops(self.cfg, self.batch, self.seq)
+    def decode(self) -> int | None:
+        """One decode step at context T; None for an encoder, which generates nothing."""
+        if self.cfg.arch == "encoder":
+            return None
+        return count.decode_flops(self.cfg, self.batch, self.seq, self.src_seq)
 
     @property
     def beyond_context(self) -> str | None:
@@ -96,6 +104,24 @@ class FlopsReport:
                 f"attention width n_head·d_head = {cfg.q_dim} differs from d_model = {cfg.d_model} "
                 "(as printed in the source): the attention FLOPs are counted as given"
             )
+        if cfg.n_expert:
+            out.append(
+                f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
+                f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
+                f"{cfg.experts}; the experts a token skips do no work for it"
+            )
+        if cfg.arch == "encoder":
+            out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
+                       "full one; an encoder generates nothing, so there is no decode step")
+        if cfg.arch == "encoder-decoder":
+            out.append(
+                f"encoder-decoder: the encoder runs over S = {self.src_seq:,} source tokens, the decoder over "
+                f"T = {self.seq:,} target tokens, and cross-attention scores T × S; per-token figures divide by "
+                "the B·T target tokens"
+            )
+        if cfg.arch != "decoder":
+            out.append("the standard training formulas (--training) are written for decoder-only models; they are "
+                       "evaluated here as their sources write them, with T the target length")
         return out
 
     def crossover_sentence(self) -> str:
@@ -108,14 +134,17 @@ class FlopsReport:
         per_layer = self.breakdown.per_layer()
         scores_share = per_layer["attention_scores"] / per_layer["ffn"]
         attention_share = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
+        causal_clause = (
+            "" if cfg.arch == "encoder" else
+            f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}"
+        )
         return (
             f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
             f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "
             f"the whole attention sub-layer, projections included, at T = {full.attention_vs_ffn:,}"
             f"{times_d(full.attention_vs_ffn)}, counting the full T×T square "
             f"({full.scores_vs_ffn / cfg.max_seq_len:.3g}× and {full.attention_vs_ffn / cfg.max_seq_len:.3g}× "
-            f"the {cfg.max_seq_len:,}-token context); counting only the causal half, at "
-            f"T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}. At T = {self.seq:,} the scores are "
+            f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} the scores are "
             f"{scores_share:.1%} of the FFN's FLOPs and the whole attention {attention_share:.1%}."
         )
 
@@ -127,6 +156,7 @@ class FlopsReport:
             "preset": self.cfg.name,
             "batch": self.batch,
             "seq": self.seq,
+            "src_seq": self.src_seq,
             "tokens": tokens,
             "forward_flops": self.forward,
             "forward_flops_causal": self.forward_causal,
@@ -158,7 +188,7 @@ class FlopsReport:
                  "rel_error_causal": f.rel_error(exact_causal)}
                 for f in self.formulas
             ],
-            "decode": {
+            "decode": None if self.decode is None else {
                 "context": self.seq,
                 "flops": self.decode,
                 "flops_per_sequence": self.decode // self.batch,
@@ -177,15 +207,18 @@ def _crossover_json(crossover: count.Crossover) -> dict[str, int]:
 
 def flops_report(
     cfg: ModelConfig, batch: int, seq: int | None, measure: bool = False, device: str = "meta",
-    training: bool = False, recompute: bool = False,
+    training: bool = False, recompute: bool = False, src_seq: int | None = None,
 ) -> FlopsReport:
     seq = cfg.max_seq_len if seq is None else seq
+    if src_seq is not None and cfg.arch != "encoder-decoder":
+        raise ConfigError(f"{cfg.name}: --src-seq applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+    breakdown = count.breakdown(cfg, batch, seq, src_seq)
     measured = None
     if measure:
         from tfcalc.measure.flops import measure_flops  # imports torch: only when asked
 
-        measured = measure_flops(cfg, batch, seq, device, training=training)
-    return FlopsReport(cfg, batch, seq, recompute, count.breakdown(cfg, batch, seq), measured)
+        measured = measure_flops(cfg, batch, seq, device, training=training, src_seq=breakdown.src_seq)
+    return FlopsReport(cfg, batch, seq, recompute, breakdown, measured)
 
 
 def _check_device(device: str) -> str:
@@ -207,7 +240,12 @@ def flops(
     batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences per batch (B).")] = 1,
     seq: Annotated[
         Optional[int],
-        typer.Option("--seq", "-t", min=1, help="Sequence length T; default: the model's context length.",
+        typer.Option("--seq", "-t", min=1, help="Sequence length T (an encoder-decoder's target length); default: "
+                     "the model's context length.", show_default=False),
+    ] = None,
+    src_seq: Annotated[
+        Optional[int],
+        typer.Option("--src-seq", "-s", min=1, help="Encoder-decoder only: source length S; default: T.",
                      show_default=False),
     ] = None,
     measure: Annotated[
@@ -237,11 +275,15 @@ def flops(
     activations, RoPE, residual and bias adds) is approximate and reported separately. Training = 3 ×
     forward (4 × with --recompute). --measure runs the real module (on meta by default: no memory) under
     FlopCounterMode; exit 1 if its count differs from the analytic one.
+
+    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder
+    (BERT) masks no score. An encoder-decoder runs its encoder over --src-seq source tokens and its
+    decoder over --seq target tokens; cross-attention scores T × S.
     """
     device = _check_device(device)
     reports = []
     for name in models:
-        report = flops_report(load(name, overrides or []), batch, seq, measure, device, training, recompute)
+        report = flops_report(load(name, overrides or []), batch, seq, measure, device, training, recompute, src_seq)
         if report.beyond_context:
             render.warn(report.beyond_context)
         reports.append(report)

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tfcalc.count import params as count
+from tfcalc.count.flops import CROSS_GROUPS
 
 if TYPE_CHECKING:
     from tfcalc.cli.flops import FlopsReport
@@ -185,7 +186,10 @@ def show_config(text: str) -> None:
 _FLOP_GROUP_TITLES = {
     "attention_proj": "Attention projections",
     "attention_scores": "Attention scores",
+    "cross_attention_proj": "Cross-attention projections",
+    "cross_attention_scores": "Cross-attention scores",
     "ffn": "FFN",
+    "pooler": "Pooler",
     "lm_head": "LM head",
 }
 
@@ -208,6 +212,8 @@ def _flops_table(r: FlopsReport) -> Table:
     per_layer, totals = b.per_layer(), b.totals()
     for group, title_ in _FLOP_GROUP_TITLES.items():
         entries = [e for e in b.entries if e.group == group]
+        if not entries:  # a kind without it: no cross-attention in a decoder, no LM head in BertModel
+            continue
         alone = entries[0] if len(entries) == 1 and entries[0].copies == 1 else None  # the LM head: one row
         table.add_row(
             Text(title_, style="bold"), _matmul_shape(alone.shape) if alone else "", str(alone.count) if alone else "",
@@ -286,7 +292,7 @@ def flops_reports(reports: list[FlopsReport], as_json: bool, show_training: bool
         if show_training:
             out.print()
             out.print(_formulas_table(r))
-        if show_decode:
+        if show_decode and r.decode is not None:
             out.print()
             out.print(_decode_table(r))
         out.print()
@@ -302,7 +308,7 @@ def _flops_summary(reports: list[FlopsReport]) -> Table:
     for r in reports:
         totals, fwd, x = r.breakdown.totals(), r.forward, r.crossover
         measured = "—" if r.measured is None else ("✓" if r.agrees else f"✗ {r.measured.total:,}")
-        attention = totals["attention_proj"] + totals["attention_scores"]
+        attention = sum(totals[g] for g in ("attention_proj", "attention_scores") + CROSS_GROUPS)
         table.add_row(
             r.cfg.name, f"{r.batch} × {r.seq:,}", human(fwd), human(r.forward_causal), measured,
             f"{attention / fwd:.1%}", f"{totals['ffn'] / fwd:.1%}", f"{totals['lm_head'] / fwd:.1%}",

@@ -53,6 +53,20 @@ O(B·T) operations ignored), per element of the tensor named:
 - positions: a learned or sinusoidal table added once, 1 per element of (B·T, d); ALiBi adds its bias
   to every score element of every layer.
 
+Other kinds (tfcalc.config):
+
+7. mixture of experts: the router (B·T, d) @ (d, E), then each token runs its top-k experts only, so
+   the experts multiply B·T·k token rows in all, whichever way the router spreads them: 2·m·B·T·k·d·f
+   (the FFN of step 6 times k, not times E), plus 2·B·T·d·E for the router. Experts that a token is not
+   routed to do no work for it, and none is counted;
+8. encoder (BERT): no mask, so the causal count equals the full square; BERT's pooler multiplies the
+   first token of each sequence, 2·B·d·d; BertModel has no LM head;
+9. encoder-decoder, S source and T target tokens: the encoder's blocks run over B·S tokens (steps 1-6
+   with T = S, no mask); each decoder block adds cross-attention: Q and O projections over B·T tokens,
+   K and V over the B·S encoder outputs, and scores of T queries against S keys, 2·B·T·S·q twice
+   (never masked). The LM head runs over the B·T target tokens. Decoding reuses the encoder output and
+   the cross-attention K and V (the cross KV cache): one step does neither again.
+
 Public names (the benchmark imports these):
 
 - ``breakdown(cfg, batch, seq) -> FlopBreakdown``: every matmul as a ``MatmulEntry`` and every non-matmul
@@ -77,8 +91,11 @@ from fractions import Fraction
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as params_count
 
-GROUPS = ("attention_proj", "attention_scores", "ffn", "lm_head", "embeddings")
+GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
+          "lm_head", "embeddings")
 SUBLAYER_GROUPS = {"attention": ("attention_proj", "attention_scores"), "ffn": ("ffn",)}
+BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
+CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
 
 # Non-matmul FLOPs per element (see the module docstring for what each counts).
 SOFTMAX_PER_SCORE = 5
@@ -109,6 +126,7 @@ class MatmulEntry:
     count: int  # matmuls of this shape per copy: B·H for the score matmuls, 1 for a Linear over B·T rows
     copies: int  # n_layer for the blocks, 1 for the LM head
     causal_per_copy: int  # FLOPs per copy counting only unmasked score elements (= per_copy off the scores)
+    stack: str = ""  # "encoder" or "decoder" in an encoder-decoder, "" otherwise
 
     @property
     def per_copy(self) -> int:
@@ -128,7 +146,7 @@ class MatmulEntry:
 class NonMatmulEntry:
     """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
 
-    component: str  # softmax, norms, activation, rope, residual, bias, positions
+    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler (repeated per stack)
     label: str
     per_element: int
     elements: int
@@ -139,61 +157,140 @@ class NonMatmulEntry:
         return self.per_element * self.elements * self.copies
 
 
-def matmul_entries(cfg: ModelConfig, batch: int, queries: int, keys: int | None = None) -> list[MatmulEntry]:
+def matmul_entries(
+    cfg: ModelConfig, batch: int, queries: int, keys: int | None = None, src: int | None = None,
+    encoder: bool = True,
+) -> list[MatmulEntry]:
     """Every matmul of a forward pass over ``queries`` new tokens per sequence attending to ``keys``
-    positions (keys = queries for a full forward, keys = context with queries = 1 for decoding)."""
+    positions (keys = queries for a full forward, keys = context with queries = 1 for decoding).
+
+    An encoder-decoder's encoder reads ``src`` tokens per sequence (default: queries), and every decoder
+    block's cross-attention scores its queries against them. ``encoder=False`` leaves out what a decode
+    step reuses: the encoder, and the cross-attention K and V projections (the cross KV cache)."""
     keys = queries if keys is None else keys
-    d, q, k, f, L = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_layer
-    h, heads, rows = cfg.head_dim, batch * cfg.n_head, batch * queries
+    d, rows = cfg.d_model, batch * queries
     out: list[MatmulEntry] = []
-
-    def linear(component: str, group: str, label: str, n_in: int, n_out: int, copies: int = L) -> None:
-        flops = 2 * rows * n_in * n_out
-        out.append(MatmulEntry(component, group, label, (rows, n_in, n_out), 1, copies, flops))
-
-    def scores(component: str, label: str, shape: tuple[int, int, int]) -> None:
-        causal = 2 * heads * h * causal_pairs(queries, keys)  # 2·h FLOPs per unmasked (query, key) pair
-        out.append(MatmulEntry(component, "attention_scores", label, shape, heads, L, causal))
-
-    linear("attn_q", "attention_proj", "Q projection", d, q)
-    linear("attn_k", "attention_proj", "K projection", d, k)
-    linear("attn_v", "attention_proj", "V projection", d, k)
-    scores("attn_qk", "scores Q·Kᵀ", (queries, h, keys))
-    scores("attn_av", "attention · V", (queries, keys, h))
-    linear("attn_o", "attention_proj", "O projection", q, d)
-    if cfg.gated_ffn:
-        linear("ffn_gate", "ffn", "FFN gate", d, f)
-    linear("ffn_up", "ffn", "FFN up", d, f)
-    linear("ffn_down", "ffn", "FFN down", f, d)
-    linear("lm_head", "lm_head", "LM head", d, cfg.vocab_size, copies=1)
+    if cfg.arch == "encoder-decoder":
+        src = queries if src is None else src
+        if encoder:
+            out += _stack_matmuls(cfg, batch, src, src, cfg.encoder_layers, causal=False, stack="encoder")
+        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=True, stack="decoder",
+                              src=src, cross_kv=encoder)
+    else:
+        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder")
+    stack = "decoder" if cfg.arch == "encoder-decoder" else ""
+    if cfg.pooler:  # BERT: tanh(W h[:, 0] + b), the first token of each sequence only
+        out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
+    if cfg.lm_head:
+        V = cfg.vocab_size
+        out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, d, V), 1, 1, 2 * rows * d * V, stack))
     return out
 
 
-def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int) -> list[NonMatmulEntry]:
+def _stack_matmuls(
+    cfg: ModelConfig, batch: int, queries: int, keys: int, L: int, causal: bool, stack: str = "",
+    src: int | None = None, cross_kv: bool = True,
+) -> list[MatmulEntry]:
+    """The matmuls of L blocks of one stack (steps 1-9 of the module docstring); cross-attention when
+    src (the source length) is given."""
+    d, q, k, f, h = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.head_dim
+    heads, rows, prefix = batch * cfg.n_head, batch * queries, "encoder_" if stack == "encoder" else ""
+    out: list[MatmulEntry] = []
+
+    stack_label = f"{stack} " if stack else ""
+
+    def linear(component: str, group: str, label: str, n_in: int, n_out: int, m: int = rows) -> None:
+        flops = 2 * m * n_in * n_out
+        out.append(MatmulEntry(prefix + component, group, stack_label + label, (m, n_in, n_out), 1, L, flops, stack))
+
+    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int) -> None:
+        causal_flops = 2 * heads * h * pairs  # 2·h FLOPs per unmasked (query, key) pair
+        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack))
+
+    pairs = causal_pairs(queries, keys) if causal else queries * keys
+    linear("attn_q", "attention_proj", "Q projection", d, q)
+    linear("attn_k", "attention_proj", "K projection", d, k)
+    linear("attn_v", "attention_proj", "V projection", d, k)
+    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs)
+    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs)
+    linear("attn_o", "attention_proj", "O projection", q, d)
+    if src is not None:
+        group, sources = "cross_attention_proj", batch * src
+        linear("cross_attn_q", group, "cross-attention Q projection", d, q)
+        if cross_kv:
+            linear("cross_attn_k", group, "cross-attention K projection (encoder output)", d, k, sources)
+            linear("cross_attn_v", group, "cross-attention V projection (encoder output)", d, k, sources)
+        scores("cross_attn_qk", "cross_attention_scores", "cross-attention scores Q·Kᵀ", (queries, h, src),
+               queries * src)
+        scores("cross_attn_av", "cross_attention_scores", "cross-attention · V", (queries, src, h), queries * src)
+        linear("cross_attn_o", group, "cross-attention O projection", q, d)
+    name, label, routed = "ffn", "FFN", rows
+    if cfg.n_expert:
+        linear("router", "ffn", "MoE router", d, cfg.experts)
+        name, routed = "expert_ffn", rows * cfg.experts_active  # each token runs its top-k experts only
+        label = f"expert FFN (top-{cfg.experts_active} of {cfg.experts})"
+    if cfg.gated_ffn:
+        linear(f"{name}_gate", "ffn", f"{label} gate", d, f, routed)
+    linear(f"{name}_up", "ffn", f"{label} up", d, f, routed)
+    linear(f"{name}_down", "ffn", f"{label} down", f, d, routed)
+    return out
+
+
+def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
     """The approximate non-matmul work of a forward pass (conventions in the module docstring)."""
-    d, q, k, f, L = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_layer
+    if cfg.arch == "encoder-decoder":
+        src = seq if src is None else src
+        out = _stack_non_matmul(cfg, batch, src, cfg.encoder_layers, "encoder ")
+        out += _stack_non_matmul(cfg, batch, seq, cfg.n_layer, "decoder ", src=src)
+    else:
+        out = _stack_non_matmul(cfg, batch, seq, cfg.n_layer)
+    if cfg.pooler:
+        out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * cfg.d_model, 1))
+    return out
+
+
+def _stack_non_matmul(
+    cfg: ModelConfig, batch: int, seq: int, L: int, stack: str = "", src: int | None = None
+) -> list[NonMatmulEntry]:
+    """One stack's non-matmul work; stack is "" or "encoder "/"decoder " (labels only)."""
+    d, q, k, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
     tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
+    cross = src is not None
+    cross_scores = batch * cfg.n_head * seq * src if cross else 0
+    routed = tokens * cfg.experts_active  # token rows the FFN (or the top-k experts) runs on
     norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
     act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
-    attn_bias_outputs = q + 2 * k + d if cfg.attn_bias else 0  # qkv and out
-    ffn_bias_outputs = (ffn_matrices(cfg) - 1) * f + d if cfg.ffn_bias else 0  # (gate,) up and down
-    biased_outputs = attn_bias_outputs + ffn_bias_outputs
+    sublayers = 3 if cross else 2
+    bias_elements = 0
+    if cfg.attn_bias:  # qkv and out; cross: q and out per token, k and v per source token
+        bias_elements += tokens * (q + 2 * k + d) + (tokens * (q + d) + batch * src * 2 * k if cross else 0)
+    if cfg.ffn_bias:  # (gate,) up and down
+        bias_elements += routed * ((ffn_matrices(cfg) - 1) * f + d)
     out = [
-        NonMatmulEntry("softmax", "softmax (full square)", SOFTMAX_PER_SCORE, score_elements, L),
-        NonMatmulEntry("norms", f"{cfg.norm} ×2 per block", norm, tokens * d, 2 * L),
-        NonMatmulEntry("activation", f"{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, tokens * f, L),
-        NonMatmulEntry("residual", "residual adds ×2 per block", 1, tokens * d, 2 * L),
+        NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
+        NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{sublayers} per block", norm, tokens * d, sublayers * L),
+        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, routed * f, L),
+        NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
     ]
+    if cfg.n_expert:  # softmax over the k chosen logits; scale each expert output and add it in
+        out.append(NonMatmulEntry("moe", f"{stack}softmax of the top-k router logits", SOFTMAX_PER_SCORE, routed, L))
+        out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * d, L))
     if cfg.final_norm:
-        out.append(NonMatmulEntry("final_norm", f"final {cfg.norm}", norm, tokens * d, 1))
-    if biased_outputs:
-        out.append(NonMatmulEntry("bias", "bias adds", 1, tokens * biased_outputs, L))
+        out.append(NonMatmulEntry("final_norm", f"{stack}final {cfg.norm}", norm, tokens * d, 1))
+    if bias_elements:
+        out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, L))
     if cfg.pos_encoding == "rope":
-        out.append(NonMatmulEntry("rope", "RoPE on Q and K", ROPE_PER_ELEMENT, tokens * (q + k), L))
+        out.append(NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, tokens * (q + k), L))
     elif cfg.pos_encoding in ("learned", "sinusoidal"):
-        out.append(NonMatmulEntry("positions", f"{cfg.pos_encoding} positions added", 1, tokens * d, 1))
+        out.append(NonMatmulEntry("positions", f"{stack}{cfg.pos_encoding} positions added", 1, tokens * d, 1))
     elif cfg.pos_encoding == "alibi":
-        out.append(NonMatmulEntry("positions", "ALiBi bias on the scores", 1, score_elements, L))
+        out.append(NonMatmulEntry("positions", f"{stack}ALiBi bias on the scores", 1, score_elements, L))
+    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale)]
+    for label, present in embedding_extras:
+        if present:
+            out.append(NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1))
+    if cfg.embedding_norm:
+        out.append(NonMatmulEntry("norms", f"{stack}embedding {cfg.norm}", norm, tokens * d, 1))
     return out
 
 
@@ -206,9 +303,11 @@ class FlopBreakdown:
     seq: int
     entries: tuple[MatmulEntry, ...]
     non_matmul: tuple[NonMatmulEntry, ...]
+    src_seq: int | None = None  # source tokens per sequence of an encoder-decoder
 
     @property
     def tokens(self) -> int:
+        """B·T: the tokens the model outputs (an encoder-decoder's target tokens)."""
         return self.batch * self.seq
 
     def components(self, causal: bool = False) -> dict[str, int]:
@@ -216,10 +315,12 @@ class FlopBreakdown:
         return {e.component: e.causal_total if causal else e.total for e in self.entries}
 
     def per_layer(self, causal: bool = False) -> dict[str, int]:
-        """{attention_proj, attention_scores, ffn}: one block's FLOPs."""
-        out = {"attention_proj": 0, "attention_scores": 0, "ffn": 0}
+        """{attention_proj, attention_scores, ffn}: one block's FLOPs; an encoder-decoder's decoder block,
+        with its cross_attention_proj and cross_attention_scores."""
+        keys = BLOCK_GROUPS + (CROSS_GROUPS if self.cfg.arch == "encoder-decoder" else ())
+        out = dict.fromkeys(keys, 0)
         for e in self.entries:
-            if e.group in out:
+            if e.group in out and e.stack != "encoder":
                 out[e.group] += e.causal_per_copy if causal else e.per_copy
         return out
 
@@ -239,17 +340,21 @@ class FlopBreakdown:
         return sum(e.causal_total for e in self.entries)
 
     def non_matmul_by_kind(self) -> dict[str, int]:
-        return {e.component: e.total for e in self.non_matmul}
+        out: dict[str, int] = {}
+        for e in self.non_matmul:  # a kind may repeat (each stack of an encoder-decoder): summed
+            out[e.component] = out.get(e.component, 0) + e.total
+        return out
 
     @property
     def non_matmul_total(self) -> int:
         return sum(e.total for e in self.non_matmul)
 
     def per_token(self, flops: int) -> int:
-        """flops / (B·T). Exact: every term above carries a factor B·T (the scores B·T², causal B·T·(T+1))."""
-        if flops % self.tokens:
-            raise AssertionError(f"{flops} FLOPs do not divide over {self.tokens} tokens")
-        return flops // self.tokens
+        """flops / (B·T), per output token. Exact for a decoder or an encoder without a pooler: every
+        term carries a factor B·T (the scores B·T², causal B·T·(T+1)). Rounded to the nearest FLOP where
+        work is not per output token: BERT's pooler (once per sequence), an encoder-decoder's encoder and
+        cross-attention (per source token)."""
+        return round(Fraction(flops, self.tokens))
 
 
 def _check_sizes(**sizes: int) -> None:
@@ -258,36 +363,55 @@ def _check_sizes(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive integer; got {value!r}")
 
 
-def breakdown(cfg: ModelConfig, batch: int, seq: int) -> FlopBreakdown:
+def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
+    """The source length of an encoder-decoder (default: seq); None for the other kinds."""
+    if cfg.arch != "encoder-decoder":
+        if src_seq is not None:
+            raise ValueError(f"a source length applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+        return None
+    if src_seq is not None:
+        _check_sizes(src_seq=src_seq)
+    return seq if src_seq is None else src_seq
+
+
+def breakdown(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> FlopBreakdown:
+    """B sequences of T tokens (an encoder-decoder: T target tokens, src_seq source tokens, default T)."""
     _check_sizes(batch=batch, seq=seq)
+    src = _source_length(cfg, seq, src_seq)
     return FlopBreakdown(
-        cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq)), tuple(non_matmul_entries(cfg, batch, seq))
+        cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
+        tuple(non_matmul_entries(cfg, batch, seq, src)), src,
     )
 
 
-def forward_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+def forward_flops(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> int:
     """Matmul FLOPs of one forward pass, scores over the full T×T square."""
-    return breakdown(cfg, batch, seq).forward
+    return breakdown(cfg, batch, seq, src_seq).forward
 
 
-def forward_flops_causal(cfg: ModelConfig, batch: int, seq: int) -> int:
-    """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only."""
-    return breakdown(cfg, batch, seq).forward_causal
+def forward_flops_causal(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> int:
+    """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only (an encoder's
+    and cross-attention's scores are never masked: counted whole)."""
+    return breakdown(cfg, batch, seq, src_seq).forward_causal
 
 
 TRAINING_MULTIPLIER = 3  # forward + backward (2 × forward)
 RECOMPUTE_MULTIPLIER = 4  # ... + the forward run again by full activation recompute
 
 
-def training_flops(cfg: ModelConfig, batch: int, seq: int, recompute: bool = False, causal: bool = False) -> int:
+def training_flops(
+    cfg: ModelConfig, batch: int, seq: int, recompute: bool = False, causal: bool = False, src_seq: int | None = None
+) -> int:
     """One training step on B sequences of T tokens: 3 × forward, or 4 × with full activation recompute."""
-    fwd = forward_flops_causal(cfg, batch, seq) if causal else forward_flops(cfg, batch, seq)
+    fwd = forward_flops_causal(cfg, batch, seq, src_seq) if causal else forward_flops(cfg, batch, seq, src_seq)
     return (RECOMPUTE_MULTIPLIER if recompute else TRAINING_MULTIPLIER) * fwd
 
 
 def _group_sum(cfg: ModelConfig, batch: int, seq: int, groups: tuple[str, ...], causal: bool) -> int:
+    """One block of the output stack (an encoder-decoder's decoder, source length = seq)."""
     _check_sizes(batch=batch, seq=seq)
-    return sum(e.causal_per_copy if causal else e.per_copy for e in matmul_entries(cfg, batch, seq) if e.group in groups)
+    entries = matmul_entries(cfg, batch, seq)
+    return sum(e.causal_per_copy if causal else e.per_copy for e in entries if e.group in groups and e.stack != "encoder")
 
 
 def attention_proj_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
@@ -306,7 +430,8 @@ def attention_flops(cfg: ModelConfig, batch: int, seq: int, causal: bool = False
 
 
 def ffn_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
-    """One block's FFN sub-layer: 2·m·B·T·d·f (m = 3 gated, 2 otherwise)."""
+    """One block's FFN sub-layer: 2·m·B·T·d·f (m = 3 gated, 2 otherwise); a MoE: k experts' worth and the
+    router, 2·B·T·(k·m·d·f + d·E)."""
     return _group_sum(cfg, batch, seq, SUBLAYER_GROUPS["ffn"], False)
 
 
@@ -332,7 +457,7 @@ class Crossover:
 
 
 def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
-    """Smallest integer T >= 1 at which per-layer attention FLOPs reach the FFN's (batch cancels).
+    """Smallest integer T >= 1 at which per-layer self-attention FLOPs reach the FFN's (batch cancels).
 
     Per layer and sequence, with m = 3 (gated) or 2 FFN matrices:
       scores S(T) = 4·q·T²  (causal: 2·q·T·(T+1)),  projections P(T) = 2·d·T·(2q + 2k),  FFN F(T) = 2·m·d·f·T.
@@ -340,11 +465,15 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
       S + P >= F  <=>  T >= d·(m·f − 2q − 2k) / (2q)  (causal: T + 1 >= d·(m·f − 2q − 2k) / q)
     GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
     49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
+    A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
+    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q). An encoder is never masked: its causal answer is the
+    full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
     """
     d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
-    scores_bound = Fraction(m * d * f, 2 * q)  # T >= this (full square)
-    attention_bound = Fraction(d * (m * f - 2 * q - 2 * k), 2 * q)
-    if causal:  # each causal inequality reads T + 1 >= 2 × the full-square bound
+    ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
+    scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
+    attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
+    if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
 
@@ -352,17 +481,21 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
 # ---------- decoding with a KV cache ----------
 
 
-def decode_entries(cfg: ModelConfig, batch: int, context: int) -> list[MatmulEntry]:
+def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> list[MatmulEntry]:
     """The matmuls that generate one token per sequence at context length ``context`` with a KV cache:
     projections, FFN and LM head for 1 token; scores of that token against ``context`` cached keys
-    (itself included), so no square and no causal discount."""
+    (itself included), so no square and no causal discount. An encoder-decoder's step also scores
+    against the src_seq cached cross-attention keys (default: context); the encoder does not run again.
+    An encoder generates nothing: ValueError."""
     _check_sizes(batch=batch, context=context)
-    return matmul_entries(cfg, batch, 1, context)
+    if cfg.arch == "encoder":
+        raise ValueError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
+    return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
 
 
-def decode_flops(cfg: ModelConfig, batch: int, context: int) -> int:
+def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:
     """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
-    return sum(e.total for e in decode_entries(cfg, batch, context))
+    return sum(e.total for e in decode_entries(cfg, batch, context, src_seq))
 
 
 # ---------- the standard formulas ----------
@@ -383,20 +516,31 @@ class FormulaEstimate:
         return (self.training_flops - exact) / exact
 
 
+def _summed(b: dict[str, int], *suffixes: str) -> int:
+    """Parameters of the components named by suffix (each stack's: 'encoder_position_embedding' too)."""
+    return sum(n for c, n in b.items() if c.endswith(suffixes))
+
+
 def kaplan_params(cfg: ModelConfig) -> int:
     """Kaplan et al. 2020, sec. 2.1: N is the number of parameters "excluding all vocabulary and
-    positional embeddings": the token embedding, the position embedding and an untied LM head go."""
+    positional embeddings": the token embedding, the position embedding and an untied LM head go
+    (token-type tables too, and each stack's tables in an encoder-decoder). For a mixture of experts, N is
+    the parameters active per token, as MoE papers quote 6·N_active·D."""
     b = params_count.breakdown(cfg)
-    return params_count.total(cfg) - b["token_embedding"] - b.get("position_embedding", 0) - b["lm_head"]
+    lookups = _summed(b, "token_embedding", "token_type_embedding", "position_embedding", "lm_head")
+    return params_count.active_total(cfg) - lookups
 
 
 def palm_params(cfg: ModelConfig) -> int:
     """The N of PaLM's 6N (Chowdhery et al. 2022, App. B) as nanoGPT's estimate_mfu and torchtitan apply
     it: every parameter that multiplies an activation. A position table and an untied token embedding
-    are lookups and go; a tied embedding stays, counted once, as the LM head (PaLM ties them)."""
+    are lookups and go; a tied embedding stays, counted once, as the LM head (PaLM ties them). Without
+    an LM head every token embedding is a lookup. Active parameters for a mixture of experts."""
     b = params_count.breakdown(cfg)
-    lookups = b.get("position_embedding", 0) + (0 if cfg.tie_embeddings else b["token_embedding"])
-    return params_count.total(cfg) - lookups
+    lookups = _summed(b, "position_embedding", "token_type_embedding")
+    if not (cfg.lm_head and cfg.tie_embeddings):
+        lookups += _summed(b, "token_embedding")
+    return params_count.active_total(cfg) - lookups
 
 
 def standard_formulas(cfg: ModelConfig, batch: int, seq: int) -> list[FormulaEstimate]:

@@ -13,6 +13,10 @@ convention of tfcalc.count.flops. What it sees depends on the device, because
   count the query heads, as the kernel computes);
 - on CUDA the flash, memory-efficient and cuDNN kernels already have formulas in PyTorch.
 
+A mixture of experts runs each expert on the tokens routed to it, so the count is that of the top-k
+experts per token, whatever the routing; on meta, which has no values to route by, an even routing
+stands in (see tfcalc.model.MixtureOfExperts). An encoder-decoder runs on (source, target) token ids.
+
 Meta is the default: nothing is allocated, so GPT-3 175B at T = 2048 is counted anywhere. A real device
 allocates the weights and runs the forward; ``check_measurable`` refuses what would not fit or not run.
 """
@@ -30,6 +34,8 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import params as params_count
+from tfcalc.count.flops import GROUPS
+from tfcalc.measure.params import local_path
 from tfcalc.model import build_model
 
 aten = torch.ops.aten
@@ -37,9 +43,15 @@ aten = torch.ops.aten
 # The largest model a real (non-meta) device is asked to hold: fp32 weights plus the fp32 logits.
 MAX_REAL_BYTES = 4 * 2**30
 
-# module-path suffix of a leaf Linear -> breakdown group (tfcalc.count.flops.GROUPS)
-MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj", "ffn.up": "ffn",
-                 "ffn.down": "ffn", "lm_head": "lm_head"}
+# module path of a leaf Linear, read as tfcalc.measure.params.local_path reads it (no "encoder.", no
+# "blocks.<i>.", experts as "expert_ffn.") -> breakdown group (tfcalc.count.flops.GROUPS)
+MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
+                 "cross_attn.q": "cross_attention_proj", "cross_attn.kv": "cross_attention_proj",
+                 "cross_attn.out": "cross_attention_proj", "ffn.router": "ffn", "ffn.up": "ffn", "ffn.down": "ffn",
+                 "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "pooler": "pooler", "lm_head": "lm_head"}
+# attention module -> (its Linears, the group of what it counts beyond them: SDPA)
+ATTENTION_MODULES = {"attn": (("qkv", "out"), "attention_scores"),
+                     "cross_attn": (("q", "kv", "out"), "cross_attention_scores")}
 
 
 def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -65,7 +77,7 @@ def flop_counter() -> FlopCounterMode:
 class MeasuredFlops:
     device: str
     total: int  # the forward pass, all that FlopCounterMode counted
-    by_module: dict[str, int]  # attn.qkv, attn.out, attn.scores (SDPA), ffn.up, ffn.down, lm_head: summed over blocks
+    by_module: dict[str, int]  # attn.qkv, attn.out, attn.scores (SDPA), ffn.up, ..., lm_head: summed over blocks
     groups: dict[str, int]  # mapped onto tfcalc.count.flops.GROUPS, plus 'other' for anything unattributed
     training_total: int | None = None  # forward + backward, when asked
 
@@ -76,21 +88,22 @@ def _positions_table(cfg: ModelConfig) -> str | None:
             "rope": "RoPE table rows"}.get(cfg.pos_encoding)
 
 
-def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str) -> None:
+def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_seq: int | None = None) -> None:
     """Raise ConfigError (one line) when the real module cannot run (batch, seq) on device."""
     table = _positions_table(cfg)
-    if table and seq > cfg.max_seq_len:
-        raise ConfigError(
-            f"{cfg.name}: --seq {seq} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
-            "module cannot run it; drop --measure to count analytically"
-        )
+    for option, length in (("--seq", seq), ("--src-seq", src_seq)):
+        if table and length is not None and length > cfg.max_seq_len:
+            raise ConfigError(
+                f"{cfg.name}: {option} {length} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
+                "module cannot run it; drop --measure to count analytically"
+            )
     if torch.device(device).type == "meta":
         return
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as e:  # e.g. CUDA not compiled in, or no such GPU
         raise ConfigError(f"--device {device} cannot be used here: {str(e).splitlines()[0]}") from None
-    needed = 4 * (params_count.total(cfg) + batch * seq * cfg.vocab_size)
+    needed = 4 * (params_count.total(cfg) + batch * seq * (cfg.vocab_size if cfg.lm_head else cfg.d_model))
     if needed > MAX_REAL_BYTES:
         raise ConfigError(
             f"{cfg.name}: measuring on {device} would allocate {needed / 2**30:.1f} GiB of fp32 weights and "
@@ -120,38 +133,58 @@ def _numpy_absent_fast() -> Iterator[None]:
 
 
 def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
-    """Sum FlopCounterMode's per-module-path counts over the blocks, by module-path suffix."""
+    """Sum FlopCounterMode's per-module-path counts over the blocks and stacks, by module path."""
     totals = {path: sum(ops.values()) for path, ops in counts.items()}
-    out = dict.fromkeys(("attn.qkv", "attn.out", "attn.scores", "ffn.up", "ffn.down", "lm_head"), 0)
+    out = dict.fromkeys(list(MODULE_GROUPS) + [f"{name}.scores" for name in ATTENTION_MODULES], 0)
     for path, n in totals.items():
-        for suffix in MODULE_GROUPS:
-            if path.endswith("." + suffix):
-                out[suffix] += n
-        if path.endswith(".attn"):  # what the attention module counts beyond its two Linears: SDPA
-            out["attn.scores"] += n - totals.get(path + ".qkv", 0) - totals.get(path + ".out", 0)
+        _, _, inside = path.partition(".")  # FlopCounterMode names paths from the root's class: "Transformer."
+        local = local_path(inside)[1]
+        if local in MODULE_GROUPS:
+            out[local] += n
+        elif local in ATTENTION_MODULES:  # what the attention module counts beyond its Linears: SDPA
+            linears, _ = ATTENTION_MODULES[local]
+            out[f"{local}.scores"] += n - sum(totals.get(f"{path}.{linear}", 0) for linear in linears)
     return out
 
 
 def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
-    out = {"attention_proj": 0, "attention_scores": by_module["attn.scores"], "ffn": 0, "lm_head": 0}
-    for suffix, group in MODULE_GROUPS.items():
-        out[group] += by_module[suffix]
+    out = dict.fromkeys((g for g in GROUPS if g != "embeddings"), 0)
+    for path, group in MODULE_GROUPS.items():
+        out[group] += by_module[path]
+    for name, (_, group) in ATTENTION_MODULES.items():
+        out[group] += by_module[f"{name}.scores"]
     out["other"] = total - sum(out.values())
     return out
 
 
-def measure_flops(cfg: ModelConfig, batch: int, seq: int, device: str = "meta", training: bool = False) -> MeasuredFlops:
-    """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward)."""
-    check_measurable(cfg, batch, seq, device)
-    model = build_model(cfg, device)
+def _inputs(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None, device: str) -> tuple[torch.Tensor, ...]:
+    """Token ids for forward(): (idx,), or (src_idx, tgt_idx) for an encoder-decoder."""
     idx = torch.zeros(batch, seq, dtype=torch.long, device=device)
+    if cfg.arch != "encoder-decoder":
+        return (idx,)
+    return torch.zeros(batch, seq if src_seq is None else src_seq, dtype=torch.long, device=device), idx
+
+
+def _loss(output) -> torch.Tensor:
+    """A scalar that every output depends on (BERT returns hidden states and the pooled token)."""
+    return sum(o.sum() for o in output) if isinstance(output, tuple) else output.sum()
+
+
+def measure_flops(
+    cfg: ModelConfig, batch: int, seq: int, device: str = "meta", training: bool = False, src_seq: int | None = None
+) -> MeasuredFlops:
+    """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward).
+    An encoder-decoder reads src_seq source tokens (default: seq)."""
+    check_measurable(cfg, batch, seq, device, src_seq)
+    model = build_model(cfg, device)
+    inputs = _inputs(cfg, batch, seq, src_seq, device)
     training_total = None
     with _numpy_absent_fast():
         with torch.no_grad(), flop_counter() as counter:
-            model(idx)
+            model(*inputs)
         if training:
             with flop_counter() as training_counter:
-                model(idx).sum().backward()
+                _loss(model(*inputs)).backward()
             training_total = training_counter.get_total_flops()
     total = counter.get_total_flops()
     by_module = _module_counts(counter.get_flop_counts())

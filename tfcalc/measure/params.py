@@ -72,7 +72,7 @@ def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
     return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
 
 
-def _local_path(name: str) -> tuple[str, str]:
+def local_path(name: str) -> tuple[str, str]:
     """'encoder.blocks.3.ffn.experts.5.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
     prefix = "encoder_" if name.startswith("encoder.") else ""
     path = re.sub(r"^(encoder\.)?(blocks\.\d+\.)?", "", name)
@@ -81,7 +81,7 @@ def _local_path(name: str) -> tuple[str, str]:
 
 def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -> dict[str, int]:
     """{component: numel} for one parameter tensor, fused tensors split into their parts."""
-    prefix, path = _local_path(name)
+    prefix, path = local_path(name)
     owner_path, _, kind = path.rpartition(".")
     if owner_path in _FUSED:
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
