@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import params, presets
+from tfcalc.cli import memory, params, presets
 from tfcalc.config import ConfigError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -31,6 +31,7 @@ app = typer.Typer(
 app.command("params")(params.params)
 app.command("presets")(presets.list_presets)
 app.command("show")(presets.show)
+app.command("memory")(memory.memory)
 
 
 def _version(value: bool) -> None:
