@@ -49,7 +49,10 @@ class MemoryReport:
 
     @property
     def training_bytes(self) -> Optional[int]:
-        return None if self.state is None else self.state.total + self.activations.total
+        """State + the larger of the activation peak and the optimizer step's temporaries."""
+        if self.state is None:
+            return None
+        return self.state.total + max(self.activations.total, self.state.step_temporaries)
 
     @property
     def inference_bytes(self) -> int:
@@ -89,7 +92,7 @@ class MemoryReport:
             "training_state": None if s is None else {
                 "optimizer": s.optimizer, "weights_bytes": s.weights, "gradient_bytes": s.gradients,
                 "master_weight_bytes": s.master_weights, "optimizer_state_bytes": s.optimizer_state,
-                "bytes_per_param": s.bytes_per_param,
+                "bytes_per_param": s.bytes_per_param, "step_temporary_bytes": s.step_temporaries,
             },
             "training": self.training,
             "estimated_peak_bytes": self.run_estimate if m is not None else None,

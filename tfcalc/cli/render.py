@@ -122,8 +122,7 @@ def _params_table(r: ParamsReport) -> Table:
 
 def params_reports(reports: list[ParamsReport], as_json: bool) -> None:
     if as_json:
-        data = [r.to_json() for r in reports]
-        print_json(data[0] if len(data) == 1 else data)
+        print_json_reports(reports)
         return
     out = console()
     for r in reports:
@@ -224,6 +223,8 @@ def _memory_table(r: MemoryReport) -> Table:
         row("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")
         row("Activation peak", a.total, "", bold=True)
         row("  Korthikanti et al. 2022, eq. 1", r.korthikanti, "L·sbh(34 + 5as/h): 16-bit, dropout, no flash")
+        if s.step_temporaries > a.total:
+            row("Optimizer step temporaries", s.step_temporaries, "exceed the activations: they set the peak")
         row(f"Training total ({s.optimizer})", r.training_bytes,
             f"state {s.bytes_per_param:.4g} B/param + activations", bold=True)
     if r.measured is not None:
@@ -255,10 +256,15 @@ def _fit_rows(table: Table, r: MemoryReport) -> None:
     table.add_row(f"  largest batch at seq {r.seq:,}", "", "", batch_text)
 
 
+def print_json_reports(reports: list[Any]) -> None:
+    """The JSON contract: one object for one preset, a list for several."""
+    data = [r.to_json() for r in reports]
+    print_json(data[0] if len(data) == 1 else data)
+
+
 def memory_reports(reports: list[MemoryReport], as_json: bool) -> None:
     if as_json:
-        data = [r.to_json() for r in reports]
-        print_json(data[0] if len(data) == 1 else data)
+        print_json_reports(reports)
         return
     out = console()
     for r in reports:

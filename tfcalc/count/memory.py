@@ -65,6 +65,12 @@ Training state per parameter (P params, weights in the dtype, e_w bytes):
   fp32) + fp32 Adam moments 8: 16 bytes/param in bf16 (ZeRO, Rajbhandari et al. 2020, sec. 3.1);
 - "adam": everything in the weight dtype, torch.optim.Adam as it is: 4·e_w (16 in fp32, 8 in bf16);
 - "sgd": weights and gradients, 2·e_w (no momentum).
+The optimizer step adds temporaries, one tensor at a time in torch.optim's single-tensor code: Adam's
+denominator (√v, then √v / √(1 - β₂ᵗ) + ε: two tensors the size of the largest parameter, in the
+moments' dtype, alive together for an instant) and, for adam-mixed below fp32, the fp32 copy of that
+tensor's gradient. They live while the activations are gone, so a training step peaks at
+state + max(activation peak, step temporaries) -- the step matters only for small batches of models
+whose embedding is a large share (GPT-2 at seq 256: the 38.6M-parameter embedding).
 Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 are inference formats here.
 """
 
@@ -77,6 +83,7 @@ from typing import Callable, Optional
 
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count.dtypes import BITS_PER_ELEMENT, DTYPES, weight_bytes
+from tfcalc.count.params import param_entries
 from tfcalc.count.params import total as param_total
 
 ATTENTION_KERNELS = ("flash", "math")
@@ -256,6 +263,7 @@ class TrainingState:
     master_weights: int
     optimizer_state: int
     params: int
+    step_temporaries: int  # alive during the optimizer step only (see the module docstring)
 
     @property
     def total(self) -> int:
@@ -281,19 +289,24 @@ def training_state(cfg: ModelConfig, dtype: str, optimizer: str = "adam-mixed") 
         raise ConfigError(f"unknown optimizer '{optimizer}'; choose one of {', '.join(OPTIMIZERS)}")
     n = param_total(cfg)
     w = weight_bytes(n, dtype)
+    largest = max(e.per_copy for e in param_entries(cfg) if not e.tied_to)
     if optimizer == "adam-mixed":
-        master = FP32 * n if BITS_PER_ELEMENT[dtype] < 32 else 0
-        return TrainingState(optimizer, w, w, master, 2 * FP32 * n, n)
-    return TrainingState(optimizer, w, w, 0, 2 * w if optimizer == "adam" else 0, n)
+        narrow = BITS_PER_ELEMENT[dtype] < 32
+        master = FP32 * n if narrow else 0
+        return TrainingState(optimizer, w, w, master, 2 * FP32 * n, n, FP32 * largest * (3 if narrow else 2))
+    if optimizer == "adam":
+        return TrainingState(optimizer, w, w, 0, 2 * w, n, 2 * weight_bytes(largest, dtype))
+    return TrainingState(optimizer, w, w, 0, 0, n, 0)
 
 
 def training_bytes(
     cfg: ModelConfig, batch: int, seq: int, dtype: str, optimizer: str = "adam-mixed",
     attention: Optional[str] = None, recompute: str = "none",
 ) -> int:
-    """Training state plus activations (their peak, with recompute's rebuilt layer)."""
+    """The peak of a training step: the state, plus the activation peak (backward) or the optimizer
+    step's temporaries, whichever is larger."""
     state = training_state(cfg, dtype, optimizer)
-    return state.total + activations(cfg, batch, seq, dtype, attention, recompute).total
+    return state.total + max(activations(cfg, batch, seq, dtype, attention, recompute).total, state.step_temporaries)
 
 
 def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> int:
