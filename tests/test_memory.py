@@ -355,3 +355,17 @@ def test_bad_input_is_one_line_and_exit_2(cli, args, message):
     assert r.code == 2 and r.out == ""
     assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error:"), r.err
     assert message in r.err
+
+
+def test_optimizer_step_temporaries_can_set_the_training_peak():
+    """GPT-2's tied embedding, 50257·768 = 38,597,376 params, is its largest tensor: mixed-precision Adam
+    holds its fp32 gradient copy and two fp32 denominator temporaries during the step."""
+    cfg = load("gpt2")
+    state = mem.training_state(cfg, "bf16", "adam-mixed")
+    assert state.step_temporaries == 3 * 4 * 38_597_376
+    assert mem.training_state(cfg, "bf16", "adam").step_temporaries == 2 * 2 * 38_597_376
+    assert mem.training_state(cfg, "bf16", "sgd").step_temporaries == 0
+    short = mem.activations(cfg, 1, 8, "bf16").total
+    assert short < state.step_temporaries
+    assert mem.training_bytes(cfg, 1, 8, "bf16") == state.total + state.step_temporaries
+    assert mem.training_bytes(cfg, 8, 1024, "bf16") == state.total + mem.activations(cfg, 8, 1024, "bf16").total
