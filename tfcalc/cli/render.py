@@ -18,6 +18,7 @@ from tfcalc.count import params as count
 
 if TYPE_CHECKING:
     from tfcalc.cli.flops import FlopsReport
+    from tfcalc.cli.memory import MemoryReport
     from tfcalc.cli.params import ParamsReport
 
 
@@ -309,3 +310,104 @@ def _flops_summary(reports: list[FlopsReport]) -> Table:
             f"{x.scores_vs_ffn:,} / {x.attention_vs_ffn:,}",
         )
     return table
+
+
+# ---------- tfcalc memory ----------
+
+_ACTIVATION_LABELS = {
+    "attn_norm": "attention norm (input; stats)", "qkv_input": "QKV input", "qkv": "Q, K, V",
+    "rope_qk": "rotated Q, K (RoPE)", "attn_scores": "softmax scores (s²)", "softmax_stats": "log-sum-exp (fp32)",
+    "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
+    "ffn_hidden": "FFN hidden", "dropout": "dropout masks", "final_norm": "final norm",
+    "lm_head_input": "LM-head input", "log_probs": "log-probs (fp32)",
+}
+
+
+def _memory_table(r: MemoryReport) -> Table:
+    cfg = r.cfg
+    table = Table(title=f"{cfg.name}  ·  {r.dtype}  ·  batch {r.batch}  ·  seq {r.seq:,}", title_justify="left",
+                  caption="GB = 10⁹ bytes, GiB = 2³⁰ bytes", caption_justify="left")
+    for name, justify in (("Memory", "left"), ("Bytes", "right"), ("GB (GiB)", "right"), ("How", "left")):
+        table.add_column(name, justify=justify)
+
+    def row(label: Any, n: int | None, how: str = "", bold: bool = False) -> None:
+        style = "bold" if bold else ""
+        cells = ("—", "—") if n is None else (f"{n:,}", nbytes(n))
+        table.add_row(Text(label, style=style) if isinstance(label, str) else label, *cells, Text(how, style="dim"))
+
+    heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
+                                                          " (MQA)" if cfg.kv_heads == 1 < cfg.n_head else "")
+    row("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
+    row("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+    row("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
+    row("Inference: weights + KV cache", r.inference_bytes, "", bold=True)
+    a, s = r.activations, r.state
+    table.add_section()
+    if a is None or s is None:
+        table.add_row(Text(f"Training: not modelled for {r.dtype} (an inference format)", style="dim"), "", "", "")
+    else:
+        row("Gradients", s.gradients, f"in {r.dtype}")
+        if s.master_weights:
+            row("Master weights", s.master_weights, "fp32")
+        row("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
+        row(f"Activations kept, per layer ({a.attention} attention)", a.layer, "")
+        for key, n in a.per_layer.items():
+            if n:
+                row(f"  {_ACTIVATION_LABELS[key]}", n, "")
+        row("Activations kept, all layers + head", a.stored,
+            f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
+        if a.recompute_extra:
+            row("  + one block rebuilt in backward", a.recompute_extra, "")
+        row("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")
+        row("Activation peak", a.total, "", bold=True)
+        row("  Korthikanti et al. 2022, eq. 1", r.korthikanti, "L·sbh(34 + 5as/h): 16-bit, dropout, no flash")
+        if s.step_temporaries > a.total:
+            row("Optimizer step temporaries", s.step_temporaries, "exceed the activations: they set the peak")
+        row(f"Training total ({s.optimizer})", r.training_bytes,
+            f"state {s.bytes_per_param:.4g} B/param + activations", bold=True)
+    if r.measured is not None:
+        m = r.measured
+        table.add_section()
+        row(f"Estimate of this run ({'training step' if r.training else 'forward pass'})", r.run_estimate, "")
+        row(f"Measured peak on {m.device}", m.peak_bytes, f"{r.ratio:.3f} × estimate; {m.method}", bold=True)
+        if m.saved_activation_bytes is not None and a is not None:
+            row("Activations saved by autograd, measured", m.saved_activation_bytes,
+                f"{m.saved_activation_bytes / a.stored:.4f} × estimate (kept, all layers + head)")
+    if r.fit is not None:
+        _fit_rows(table, r)
+    return table
+
+
+def _fit_rows(table: Table, r: MemoryReport) -> None:
+    fit, target = r.fit, ("training state + activations" if r.training else "weights + KV cache")
+    table.add_section()
+    label = Text(f"Budget {nbytes(fit.budget)}: {target}", style="bold")
+    table.add_row(label, f"{fit.budget:,}", "", "")
+    if not fit.weights_fit:
+        what = "the training state" if r.training else "the weights"
+        table.add_row(Text(f"  {what} alone do not fit", style="red"), f"{fit.fixed_bytes:,}", nbytes(fit.fixed_bytes), "")
+        return
+    beyond = f" (beyond the model's context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
+    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
+    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    table.add_row(f"  largest context at batch {r.batch}", "", "", seq_text)
+    table.add_row(f"  largest batch at seq {r.seq:,}", "", "", batch_text)
+
+
+def memory_reports(reports: list[MemoryReport], as_json: bool) -> None:
+    if as_json:
+        print_json_reports(reports)
+        return
+    out = console()
+    for r in reports:
+        out.print(_memory_table(r))
+        out.print()
+    if len(reports) > 1:
+        table = Table(title="Summary (GB = 10⁹ bytes)", title_justify="left")
+        for name in ("Preset", "Weights", "KV cache", "Activations", "Training total", "Measured"):
+            table.add_column(name, justify="left" if name == "Preset" else "right")
+        for r in reports:
+            cells = (r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
+                     r.measured and r.measured.peak_bytes)
+            table.add_row(r.cfg.name, *("—" if n is None else nbytes(n).split(" (")[0] for n in cells))
+        out.print(table)
