@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +73,11 @@ def nbytes(n: int) -> str:
     return f"{scaled(1000, ('B', 'kB', 'MB', 'GB', 'TB'))} ({scaled(1024, ('B', 'KiB', 'MiB', 'GiB', 'TiB'))})"
 
 
+def share(fraction: float) -> str:
+    """0.316 -> '31.6%'; a non-zero share too small for one decimal reads '<0.1%', not '0.0%'."""
+    return "<0.1%" if 0 < fraction < 0.0005 else f"{fraction:.1%}"
+
+
 def shape(dims: tuple[int, ...]) -> str:
     return " × ".join(str(d) for d in dims)
 
@@ -103,7 +110,7 @@ def _params_table(r: ParamsReport) -> Table:
             continue
         table.add_row(
             Text(_GROUP_TITLES[group], style="bold"), "", "", Text(f"{groups[group]:,}", style="bold"),
-            f"{groups[group] / total:.1%}",
+            share(groups[group] / total),
         )
         for e in entries:
             count_cell = f"{e.total:,}" if not e.tied_to else Text(f"tied to {e.tied_to}: counted once", style="dim")
@@ -411,3 +418,102 @@ def memory_reports(reports: list[MemoryReport], as_json: bool) -> None:
                      r.measured and r.measured.peak_bytes)
             table.add_row(r.cfg.name, *("—" if n is None else nbytes(n).split(" (")[0] for n in cells))
         out.print(table)
+
+
+# ---------- progress ----------
+
+
+@contextmanager
+def progress(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr while work runs; yields the function to call after each step.
+    Quiet when disabled (--json) or when stderr is not a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+# ---------- tfcalc bench ----------
+
+
+def seconds(s: float) -> str:
+    """0.00123 -> '1.23 ms'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def rate(flops_per_s: float | None) -> str:
+    return "—" if flops_per_s is None else f"{flops_per_s / 1e12:.3g} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:.3g} GFLOP/s"
+
+
+def bench_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(rows[0] if len(rows) == 1 else rows)
+        return
+    first = rows[0]
+    where = first["device_name"] if first["device_name"].startswith(first["device"]) else f"{first['device_name']} ({first['device']})"
+    title = (f"{first['preset']} forward on {where}, {first['dtype']}, "
+             f"batch {first['batch']}, {first['samples']} timed calls after {first['warmup']} warm-up")
+    table = Table(title=title, title_justify="left")
+    for name in ("seq", "median", "p10 … p90", "tokens/s", "achieved", "of ceiling", "MFU",
+                 "attention: time / FLOPs", "peak memory"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        c = r["components"]
+        table.add_row(
+            str(r["seq"]), seconds(r["median_s"]), f"{seconds(r['p10_s'])} … {seconds(r['p90_s'])}",
+            f"{r['tokens_per_s']:,.0f}", rate(r["achieved_flops_per_s"]), f"{r['ceiling_fraction']:.0%}",
+            "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
+            f"{c['attention_time_share']:.0%} / {c['attention_flop_share']:.0%}",
+            "—" if r["peak_memory_bytes"] is None else nbytes(r["peak_memory_bytes"]).split(" (")[0],
+        )
+    out = console()
+    out.print(table)
+    notes = [f"Matmul ceiling ({first['dtype']}, measured here the same way): {rate(first['matmul_ceiling_flops_per_s'])}; "
+             f"datasheet peak: {rate(first['peak_flops_per_s']) if first['peak_flops_per_s'] else 'unknown for this device, so no MFU'}."]
+    if first["extrapolated"]:
+        notes.append(f"Ran {first['n_layer_run']} of {first['n_layer']} blocks; the full-depth time adds the missing "
+                     f"blocks at the median time of one block timed alone (measured forward: "
+                     f"{seconds(first['measured_forward_median_s'])}).")
+    notes.append("Attention time/FLOPs: one block's attention sub-layer against its FFN sub-layer, timed alone; "
+                 "a time share above the FLOP share is memory-bound work (softmax, reshapes, KV reads).")
+    notes.append("Achieved FLOP/s counts the analytic forward FLOPs, full T×T attention square.")
+    for note in notes:
+        out.print(Text(note, style="dim"))
+
+
+# ---------- tfcalc snapshot / check ----------
+
+
+def snapshot_written(path, data: dict[str, Any]) -> None:
+    names = ", ".join(e["preset"] for e in data["entries"])
+    console().print(f"Wrote {path}: {len(data['entries'])} models ({names}), tfcalc {data['tfcalc_version']}.")
+
+
+def check_result(path, data: dict[str, Any], drifts: list, as_json: bool) -> None:
+    if as_json:
+        print_json([{"preset": d.preset, "field": d.field, "expected": d.expected, "got": d.got,
+                     "difference": d.difference} for d in drifts])
+        return
+    if not drifts:
+        console().print(Text(f"✓ {path}: all counts of {len(data['entries'])} models match.", style="green"))
+        return
+    table = Table(title=f"{path}: {len(drifts)} counts drifted", title_justify="left", title_style="bold red")
+    for name in ("Preset", "Field", "Expected", "Got", "Difference"):
+        table.add_column(name, justify="left" if name in ("Preset", "Field") else "right")
+
+    def cell(x: Any) -> str:
+        return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
+
+    for d in drifts:
+        diff = d.difference
+        table.add_row(d.preset, d.field, cell(d.expected), cell(d.got),
+                      "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
+    console().print(table)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
-from tfcalc.measure.device import resolve_device, torch_dtype
+from tfcalc.measure.device import Device, resolve_device, torch_dtype
 
 WARMUP_SEQ = 16
 
@@ -161,7 +161,9 @@ def _proc_status(field: str) -> Optional[int]:
     return None
 
 
-class _CpuMeter:
+class CpuPeakMeter:
+    """Peak resident memory of this process above start() (see the module docstring)."""
+
     def start(self) -> None:
         gc.collect()
         self.reset = False
@@ -190,7 +192,9 @@ class _CpuMeter:
         return f"peak RSS of a child process above its baseline ({how})"
 
 
-class _CudaMeter:
+class CudaPeakMeter:
+    """The CUDA caching allocator's peak above start()."""
+
     def __init__(self, device: str):
         self.device = device
 
@@ -212,6 +216,13 @@ class _CudaMeter:
     method = "torch.cuda.max_memory_allocated above the start (caching allocator's counters)"
 
 
+def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
+    """The device's own peak-memory counter: start(), run, then peak() bytes above the start.
+    CUDA: the caching allocator; otherwise the process's peak RSS (on MPS, unified memory that the
+    process maps, which is an approximation)."""
+    return CudaPeakMeter(device.name) if device.kind == "cuda" else CpuPeakMeter()
+
+
 def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
     """Warm up, take the baseline, run, read the peak: the body of the child process."""
     import torch
@@ -223,7 +234,7 @@ def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     warm = min(request["seq"], WARMUP_SEQ)
     run_model(replace(cfg, n_layer=1), 1, warm, **args)  # code pages, thread pool, cuBLAS workspace
-    meter = _CudaMeter(device.name) if device.kind == "cuda" else _CpuMeter()
+    meter = peak_meter(device)
     meter.start()
     saved = run_model(cfg, request["batch"], request["seq"], **args)
     return {"peak_bytes": meter.peak(), "saved_activation_bytes": saved, "method": meter.method,
