@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import flops, params, presets
+from tfcalc.cli import bench, flops, memory, params, presets, snapshot
 from tfcalc.config import ConfigError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -32,6 +32,10 @@ app.command("params")(params.params)
 app.command("presets")(presets.list_presets)
 app.command("show")(presets.show)
 app.command("flops")(flops.flops)
+app.command("memory")(memory.memory)
+app.command("bench")(bench.bench)
+app.command("snapshot")(snapshot.snapshot)
+app.command("check")(snapshot.check)
 
 
 def _version(value: bool) -> None:

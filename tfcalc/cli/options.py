@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Optional
 
 import typer
+
+from tfcalc.count.dtypes import DTYPES
 
 Models = Annotated[
     list[str],
@@ -30,3 +33,18 @@ Overrides = Annotated[
     ),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (the stable contract) instead of tables.")]
+
+# ---------- workload options: shared by memory (and the flops and bench commands) ----------
+
+DTypeName = enum.Enum("DTypeName", {name: name for name in DTYPES}, type=str)  # fp32, tf32, ..., int4
+Batch = Annotated[int, typer.Option("--batch", "-b", min=1, help="Batch size (sequences).")]
+Seq = Annotated[
+    Optional[int],
+    typer.Option("--seq", "-s", min=1, help="Sequence length in tokens [default: the model's max_seq_len].",
+                 show_default=False),
+]
+DType = Annotated[
+    DTypeName,
+    typer.Option("--dtype", help="Storage dtype of weights (and activations; int8/int4/fp8 compute in bf16)."),
+]
+Device = Annotated[str, typer.Option("--device", help="Device to measure on: cpu, cuda, cuda:N or mps.")]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,7 @@ from tfcalc.count.flops import CROSS_GROUPS
 
 if TYPE_CHECKING:
     from tfcalc.cli.flops import FlopsReport
+    from tfcalc.cli.memory import MemoryReport
     from tfcalc.cli.params import ParamsReport
 
 
@@ -69,6 +72,11 @@ def nbytes(n: int) -> str:
         return f"{value:.1f} {unit}" if unit != units[0] else f"{n} {unit}"
 
     return f"{scaled(1000, ('B', 'kB', 'MB', 'GB', 'TB'))} ({scaled(1024, ('B', 'KiB', 'MiB', 'GiB', 'TiB'))})"
+
+
+def share(fraction: float) -> str:
+    """0.316 -> '31.6%'; a non-zero share too small for one decimal reads '<0.1%', not '0.0%'."""
+    return "<0.1%" if 0 < fraction < 0.0005 else f"{fraction:.1%}"
 
 
 def shape(dims: tuple[int, ...]) -> str:
@@ -317,6 +325,206 @@ def _flops_summary(reports: list[FlopsReport]) -> Table:
     return table
 
 
+# ---------- tfcalc memory ----------
+
+_ACTIVATION_LABELS = {
+    "attn_norm": "attention norm (input; stats)", "qkv_input": "QKV input", "qkv": "Q, K, V",
+    "rope_qk": "rotated Q, K (RoPE)", "attn_scores": "softmax scores (s²)", "softmax_stats": "log-sum-exp (fp32)",
+    "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
+    "ffn_hidden": "FFN hidden", "dropout": "dropout masks", "final_norm": "final norm",
+    "lm_head_input": "LM-head input", "log_probs": "log-probs (fp32)",
+}
+
+
+def _memory_table(r: MemoryReport) -> Table:
+    cfg = r.cfg
+    table = Table(title=f"{cfg.name}  ·  {r.dtype}  ·  batch {r.batch}  ·  seq {r.seq:,}", title_justify="left",
+                  caption="GB = 10⁹ bytes, GiB = 2³⁰ bytes", caption_justify="left")
+    for name, justify in (("Memory", "left"), ("Bytes", "right"), ("GB (GiB)", "right"), ("How", "left")):
+        table.add_column(name, justify=justify)
+
+    def row(label: Any, n: int | None, how: str = "", bold: bool = False) -> None:
+        style = "bold" if bold else ""
+        cells = ("—", "—") if n is None else (f"{n:,}", nbytes(n))
+        table.add_row(Text(label, style=style) if isinstance(label, str) else label, *cells, Text(how, style="dim"))
+
+    heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
+                                                          " (MQA)" if cfg.kv_heads == 1 < cfg.n_head else "")
+    row("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
+    row("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+    row("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
+    row("Inference: weights + KV cache", r.inference_bytes, "", bold=True)
+    a, s = r.activations, r.state
+    table.add_section()
+    if a is None or s is None:
+        table.add_row(Text(f"Training: not modelled for {r.dtype} (an inference format)", style="dim"), "", "", "")
+    else:
+        row("Gradients", s.gradients, f"in {r.dtype}")
+        if s.master_weights:
+            row("Master weights", s.master_weights, "fp32")
+        row("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
+        row(f"Activations kept, per layer ({a.attention} attention)", a.layer, "")
+        for key, n in a.per_layer.items():
+            if n:
+                row(f"  {_ACTIVATION_LABELS[key]}", n, "")
+        row("Activations kept, all layers + head", a.stored,
+            f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
+        if a.recompute_extra:
+            row("  + one block rebuilt in backward", a.recompute_extra, "")
+        row("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")
+        row("Activation peak", a.total, "", bold=True)
+        row("  Korthikanti et al. 2022, eq. 1", r.korthikanti, "L·sbh(34 + 5as/h): 16-bit, dropout, no flash")
+        if s.step_temporaries > a.total:
+            row("Optimizer step temporaries", s.step_temporaries, "exceed the activations: they set the peak")
+        row(f"Training total ({s.optimizer})", r.training_bytes,
+            f"state {s.bytes_per_param:.4g} B/param + activations", bold=True)
+    if r.measured is not None:
+        m = r.measured
+        table.add_section()
+        row(f"Estimate of this run ({'training step' if r.training else 'forward pass'})", r.run_estimate, "")
+        row(f"Measured peak on {m.device}", m.peak_bytes, f"{r.ratio:.3f} × estimate; {m.method}", bold=True)
+        if m.saved_activation_bytes is not None and a is not None:
+            row("Activations saved by autograd, measured", m.saved_activation_bytes,
+                f"{m.saved_activation_bytes / a.stored:.4f} × estimate (kept, all layers + head)")
+    if r.fit is not None:
+        _fit_rows(table, r)
+    return table
+
+
+def _fit_rows(table: Table, r: MemoryReport) -> None:
+    fit, target = r.fit, ("training state + activations" if r.training else "weights + KV cache")
+    table.add_section()
+    label = Text(f"Budget {nbytes(fit.budget)}: {target}", style="bold")
+    table.add_row(label, f"{fit.budget:,}", "", "")
+    if not fit.weights_fit:
+        what = "the training state" if r.training else "the weights"
+        table.add_row(Text(f"  {what} alone do not fit", style="red"), f"{fit.fixed_bytes:,}", nbytes(fit.fixed_bytes), "")
+        return
+    beyond = f" (beyond the model's context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
+    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
+    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    table.add_row(f"  largest context at batch {r.batch}", "", "", seq_text)
+    table.add_row(f"  largest batch at seq {r.seq:,}", "", "", batch_text)
+
+
+def memory_reports(reports: list[MemoryReport], as_json: bool) -> None:
+    if as_json:
+        print_json_reports(reports)
+        return
+    out = console()
+    for r in reports:
+        out.print(_memory_table(r))
+        out.print()
+    if len(reports) > 1:
+        table = Table(title="Summary (GB = 10⁹ bytes)", title_justify="left")
+        for name in ("Preset", "Weights", "KV cache", "Activations", "Training total", "Measured"):
+            table.add_column(name, justify="left" if name == "Preset" else "right")
+        for r in reports:
+            cells = (r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
+                     r.measured and r.measured.peak_bytes)
+            table.add_row(r.cfg.name, *("—" if n is None else nbytes(n).split(" (")[0] for n in cells))
+        out.print(table)
+
+
+# ---------- progress ----------
+
+
+@contextmanager
+def progress(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr while work runs; yields the function to call after each step.
+    Quiet when disabled (--json) or when stderr is not a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+# ---------- tfcalc bench ----------
+
+
+def seconds(s: float) -> str:
+    """0.00123 -> '1.23 ms'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def rate(flops_per_s: float | None) -> str:
+    return "—" if flops_per_s is None else f"{flops_per_s / 1e12:.3g} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:.3g} GFLOP/s"
+
+
+def bench_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(rows[0] if len(rows) == 1 else rows)
+        return
+    first = rows[0]
+    where = first["device_name"] if first["device_name"].startswith(first["device"]) else f"{first['device_name']} ({first['device']})"
+    title = (f"{first['preset']} forward on {where}, {first['dtype']}, "
+             f"batch {first['batch']}, {first['samples']} timed calls after {first['warmup']} warm-up")
+    table = Table(title=title, title_justify="left")
+    for name in ("seq", "median", "p10 … p90", "tokens/s", "achieved", "of ceiling", "MFU",
+                 "attention: time / FLOPs", "peak memory"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        c = r["components"]
+        table.add_row(
+            str(r["seq"]), seconds(r["median_s"]), f"{seconds(r['p10_s'])} … {seconds(r['p90_s'])}",
+            f"{r['tokens_per_s']:,.0f}", rate(r["achieved_flops_per_s"]), f"{r['ceiling_fraction']:.0%}",
+            "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
+            f"{c['attention_time_share']:.0%} / {c['attention_flop_share']:.0%}",
+            "—" if r["peak_memory_bytes"] is None else nbytes(r["peak_memory_bytes"]).split(" (")[0],
+        )
+    out = console()
+    out.print(table)
+    notes = [f"Matmul ceiling ({first['dtype']}, measured here the same way): {rate(first['matmul_ceiling_flops_per_s'])}; "
+             f"datasheet peak: {rate(first['peak_flops_per_s']) if first['peak_flops_per_s'] else 'unknown for this device, so no MFU'}."]
+    if first["extrapolated"]:
+        notes.append(f"Ran {first['n_layer_run']} of {first['n_layer']} blocks; the full-depth time adds the missing "
+                     f"blocks at the median time of one block timed alone (measured forward: "
+                     f"{seconds(first['measured_forward_median_s'])}).")
+    notes.append("Attention time/FLOPs: one block's attention sub-layer against its FFN sub-layer, timed alone; "
+                 "a time share above the FLOP share is memory-bound work (softmax, reshapes, KV reads).")
+    notes.append("Achieved FLOP/s counts the analytic forward FLOPs, full T×T attention square.")
+    for note in notes:
+        out.print(Text(note, style="dim"))
+
+
+# ---------- tfcalc snapshot / check ----------
+
+
+def snapshot_written(path, data: dict[str, Any]) -> None:
+    names = ", ".join(e["preset"] for e in data["entries"])
+    console().print(f"Wrote {path}: {len(data['entries'])} models ({names}), tfcalc {data['tfcalc_version']}.")
+
+
+def check_result(path, data: dict[str, Any], drifts: list, as_json: bool) -> None:
+    if as_json:
+        print_json([{"preset": d.preset, "field": d.field, "expected": d.expected, "got": d.got,
+                     "difference": d.difference} for d in drifts])
+        return
+    if not drifts:
+        console().print(Text(f"✓ {path}: all counts of {len(data['entries'])} models match.", style="green"))
+        return
+    table = Table(title=f"{path}: {len(drifts)} counts drifted", title_justify="left", title_style="bold red")
+    for name in ("Preset", "Field", "Expected", "Got", "Difference"):
+        table.add_column(name, justify="left" if name in ("Preset", "Field") else "right")
+
+    def cell(x: Any) -> str:
+        return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else str(x)
+
+    for d in drifts:
+        diff = d.difference
+        table.add_row(d.preset, d.field, cell(d.expected), cell(d.got),
+                      "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
+    console().print(table)
+
+
 # ---------- kinds of transformer (encoder, encoder-decoder, mixture of experts) ----------
 
 
@@ -332,7 +540,7 @@ def _component_rows(table: Table, r: ParamsReport, total: int) -> None:
         if stack:
             n = sum(e.total for e in entries)
             title = f"{stack.capitalize()} ({layers[stack]} layers)"
-            table.add_row(Text(title, style="bold underline"), "", "", Text(f"{n:,}", style="bold"), f"{n / total:.1%}")
+            table.add_row(Text(title, style="bold underline"), "", "", Text(f"{n:,}", style="bold"), share(n / total))
         for group in count.GROUPS:
             in_group = [e for e in entries if e.group == group]
             if not in_group:
@@ -340,7 +548,7 @@ def _component_rows(table: Table, r: ParamsReport, total: int) -> None:
             n = sum(e.total for e in in_group)
             table.add_row(
                 Text(indent + _GROUP_TITLES[group], style="bold"), "", "", Text(f"{n:,}", style="bold"),
-                f"{n / total:.1%}",
+                share(n / total),
             )
             for e in in_group:
                 tied = Text(f"tied to {e.tied_to}: counted once", style="dim")

@@ -1,0 +1,395 @@
+"""Analytic memory of a ModelConfig: weights, KV cache, activations, training state. Pure arithmetic, no torch.
+
+Notation (per token unless said): b batch, s sequence length, h = d_model, q = n_head·d_head (attention
+width), k = n_kv_head·d_head (K and V width), f = d_ff, a = n_head, V = vocab, L = n_layer, e = bytes per
+activation element. All sizes are bytes; "GB" is 10⁹ bytes and "GiB" 2³⁰.
+
+Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf32 is stored as fp32).
+
+KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
+dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head.
+
+Activations for training -- the tensors autograd keeps for the backward pass. Korthikanti et al. 2022
+("Reducing Activation Recomputation in Large Transformer Models", sec. 4.1, eq. 1) count, per layer, in
+16-bit with dropout, for a GPT block (LayerNorm, GELU MLP with f = 4h, q = k = h), in bytes:
+
+1. attention block, 11sbh + 5as²b: QKV input 2sbh; Q and K (for QKᵀ) 4sbh; softmax output 2as²b;
+   softmax-dropout mask as²b (1 byte); dropout output (for ·V) 2as²b; V 2sbh; output-projection input
+   2sbh; output-dropout mask sbh;
+2. MLP, 19sbh: first linear input 2sbh; GELU input 8sbh; GELU output (second linear input) 8sbh;
+   dropout mask sbh;
+3. two LayerNorms, 4sbh: each keeps its input, 2sbh.
+   Sum: sbh·(34 + 5as/h). They leave out the LayerNorm statistics (mean, 1/σ: 8 bytes per token per norm
+   in fp32); we keep them.
+
+Generalized to tfcalc's real module (tfcalc.model) -- each term is a tensor autograd saves, checked byte
+for byte against the saved tensors of the real model in tests/test_memory.py -- per token per layer:
+
+- each of the two norms: LayerNorm keeps its input (e·h) plus mean and 1/σ in fp32 (8 bytes);
+  RMSNorm, which PyTorch's CPU path runs as ops on an fp32 copy, keeps that copy and the normalized
+  x̂ (4·h each, 8·h in all, whatever the dtype) plus 1/rms (4 bytes);
+- the QKV and the FFN-up projections keep their input (the norm output), e·h each;
+- attention, fused kernel ("flash": what F.scaled_dot_product_attention runs, no s² tensor): Q, K and V
+  are views of the fused QKV output, kept whole, e·(q + 2k); with RoPE the rotated Q and K are new
+  tensors, e·(q + k) more (V, a view, still keeps the fused buffer alive); the output, which is also the
+  output-projection input, e·q; the log-sum-exp, 4·a (fp32). GQA shows here: K and V are k wide.
+- attention, "math" (scores materialized, as PyTorch does with an explicit mask -- ALiBi -- on CPU, and
+  as the paper counts): Q, K and V copies with K and V repeated to every query head, 3·e·q; the softmax
+  output e·a·s; the output-projection input e·q. No log-sum-exp. When V's heads need no copy (batch
+  1 or a single head, without GQA) V stays a view and keeps the whole fused QKV output: e·(q + 2k)
+  in place of e·q.
+- FFN: ungated, the activation input and output, 2·e·f (ReLU keeps only its output: e·f); gated
+  (SwiGLU/GeGLU), the fused [gate | up] output, 2·e·f, the activation output e·f and the product
+  (down-projection input) e·f: 4·e·f.
+- dropout: tfcalc's model has none, so the default leaves it out. ``dropout=True`` adds the paper's
+  terms: a 1-byte mask on the attention output and on the FFN output (2·h), and with math attention the
+  softmax-dropout mask and output, (1 + e)·a·s.
+
+Outside the blocks: the embedding output is the first layer's input (counted there); the head keeps the
+final-norm terms (when there is a final norm), the LM-head input e·h, and the log-probabilities of the
+loss, 4·V (the loss runs in fp32, on the upcast logits, as is usual). The token ids are inputs, not
+counted.
+
+The backward pass begins with one more transient: the gradients of the fp32 log-probabilities and of
+the fp32 logits, 8·V bytes per token, alive together with the saved log-probabilities. It is counted in
+the activation peak (``Activations.total``), not in the saved bytes (``Activations.stored``).
+
+Variants: attention kernel "flash" (the default: SDPA's fused kernels keep no s² tensor) or "math";
+ALiBi defaults to "math" (its bias is an explicit mask). Full recompute (activation checkpointing of
+every block): only each block's input is kept, e·h per token per layer (Korthikanti's 2sbh), and one
+block's activations are rebuilt at a time during the backward pass, so one layer's worth is added to
+the peak.
+
+Training state per parameter (P params, weights in the dtype, e_w bytes):
+- "adam-mixed": weights e_w + gradients e_w + fp32 master weights 4 (when the dtype is narrower than
+  fp32) + fp32 Adam moments 8: 16 bytes/param in bf16 (ZeRO, Rajbhandari et al. 2020, sec. 3.1);
+- "adam": everything in the weight dtype, torch.optim.Adam as it is: 4·e_w (16 in fp32, 8 in bf16);
+- "sgd": weights and gradients, 2·e_w (no momentum).
+The optimizer step adds temporaries, one tensor at a time in torch.optim's single-tensor code: Adam's
+denominator (√v, then √v / √(1 - β₂ᵗ) + ε: two tensors the size of the largest parameter, in the
+moments' dtype, alive together for an instant) and, for adam-mixed below fp32, the fp32 copy of that
+tensor's gradient. They live while the activations are gone, so a training step peaks at
+state + max(activation peak, step temporaries) -- the step matters only for small batches of models
+whose embedding is a large share (GPT-2 at seq 256: the 38.6M-parameter embedding).
+Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 are inference formats here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Callable, Optional
+
+from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count.dtypes import BITS_PER_ELEMENT, DTYPES, weight_bytes
+from tfcalc.count.params import param_entries
+from tfcalc.count.params import total as param_total
+
+ATTENTION_KERNELS = ("flash", "math")
+RECOMPUTE = ("none", "full")
+OPTIMIZERS = ("adam-mixed", "adam", "sgd")
+TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in BITS_PER_ELEMENT:
+        raise ConfigError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
+
+
+def activation_element_bytes(dtype: str) -> int:
+    """Bytes of one activation element: the dtype's own size for fp32/tf32/bf16/fp16. fp8, int8 and int4
+    are weight formats here: their matmuls dequantize and compute in bf16, so activations are 2 bytes."""
+    check_dtype(dtype)
+    return max(2, BITS_PER_ELEMENT[dtype] // 8)
+
+
+def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
+    check_dtype(dtype)
+    return weight_bytes(param_total(cfg), dtype)
+
+
+def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> int:
+    """2 · b · s · L · n_kv_head · d_head elements (K and V of every layer and position) in dtype."""
+    check_dtype(dtype)
+    return weight_bytes(2 * batch * seq * cfg.n_layer * cfg.kv_dim, dtype)
+
+
+def default_attention(cfg: ModelConfig) -> str:
+    """The kernel the real module's SDPA call runs on CPU: fused ("flash"), or "math" under an explicit
+    mask (ALiBi's bias)."""
+    return "math" if cfg.pos_encoding == "alibi" else "flash"
+
+
+def _norm_bytes(cfg: ModelConfig, e: int) -> int:
+    """Per token, what one norm keeps: LayerNorm its input and fp32 mean, 1/σ; RMSNorm an fp32 copy of
+    its input, the fp32 x̂ and 1/rms."""
+    return e * cfg.d_model + 2 * FP32 if cfg.norm == "layernorm" else 2 * FP32 * cfg.d_model + FP32
+
+
+def _ffn_factor(cfg: ModelConfig) -> int:
+    """Hidden-width tensors the FFN keeps: 4 gated, 1 for ReLU (keeps only its output), else 2."""
+    if cfg.gated_ffn:
+        return 4
+    return 1 if cfg.activation == "relu" else 2
+
+
+def layer_activations(
+    cfg: ModelConfig, batch: int, seq: int, e: int, attention: str, dropout: bool = False
+) -> dict[str, int]:
+    """{component: bytes per token} autograd keeps for one block (see the module docstring)."""
+    h, q, k, f, a = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
+    if attention not in ATTENTION_KERNELS:
+        raise ConfigError(f"unknown attention kernel '{attention}'; choose one of {', '.join(ATTENTION_KERNELS)}")
+    out = {"attn_norm": _norm_bytes(cfg, e), "qkv_input": e * h}
+    if attention == "flash":
+        out["qkv"] = e * (q + 2 * k)
+        out["rope_qk"] = e * (q + k) if cfg.pos_encoding == "rope" else 0
+        out["attn_scores"] = 0
+        out["softmax_stats"] = FP32 * a  # log-sum-exp per head
+    else:
+        v_is_view = cfg.kv_heads == cfg.n_head and (batch == 1 or cfg.n_head == 1)
+        out["qkv"] = 3 * e * q + (2 * e * k if v_is_view else 0)  # K, V repeated to every query head
+        out["rope_qk"] = 0
+        out["attn_scores"] = e * a * seq  # softmax output, the s² term
+        out["softmax_stats"] = 0
+    out["attn_output"] = e * q  # SDPA output = output-projection input
+    out["ffn_norm"] = _norm_bytes(cfg, e)
+    out["ffn_input"] = e * h
+    out["ffn_hidden"] = _ffn_factor(cfg) * e * f
+    masks = 2 * h + ((1 + e) * a * seq if attention == "math" else 0)
+    out["dropout"] = masks if dropout else 0
+    return out
+
+
+def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
+    """{component: bytes per token} kept outside the blocks: final norm, LM-head input, fp32 log-probs."""
+    return {
+        "final_norm": _norm_bytes(cfg, e) if cfg.final_norm else 0,
+        "lm_head_input": e * cfg.d_model,
+        "log_probs": FP32 * cfg.vocab_size,
+    }
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Activation bytes for one training step at (batch, seq): per layer, head, and total."""
+
+    per_layer: dict[str, int]  # bytes for one block, by component (already times b·s)
+    head: dict[str, int]  # bytes outside the blocks, by component
+    n_layer: int
+    layer_input: int  # bytes of one block's input, e·h·b·s: all that full recompute keeps per layer
+    loss_gradients: int  # fp32 gradients of the log-probs and logits as the backward pass starts
+    attention: str
+    recompute: str
+
+    @property
+    def layer(self) -> int:
+        return sum(self.per_layer.values())
+
+    @property
+    def stored(self) -> int:
+        """Bytes kept from the forward pass to the backward pass."""
+        per_layer = self.layer_input if self.recompute == "full" else self.layer
+        return self.n_layer * per_layer + sum(self.head.values())
+
+    @property
+    def recompute_extra(self) -> int:
+        """With full recompute, one block's activations rebuilt at a time during the backward pass."""
+        return self.layer if self.recompute == "full" else 0
+
+    @property
+    def total(self) -> int:
+        """The activation peak of a training step: stored, rebuilt layer, loss gradients."""
+        return self.stored + self.recompute_extra + self.loss_gradients
+
+
+def activations(
+    cfg: ModelConfig,
+    batch: int,
+    seq: int,
+    dtype: str,
+    attention: Optional[str] = None,
+    recompute: str = "none",
+    dropout: bool = False,
+) -> Activations:
+    """Training activations at (batch, seq) in dtype; attention None means default_attention(cfg)."""
+    if recompute not in RECOMPUTE:
+        raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
+    e, tokens = activation_element_bytes(dtype), batch * seq
+    attention = attention or default_attention(cfg)
+    per_layer = {key: tokens * n for key, n in layer_activations(cfg, batch, seq, e, attention, dropout).items()}
+    head = {key: tokens * n for key, n in head_activations(cfg, e).items()}
+    loss_gradients = 2 * FP32 * tokens * cfg.vocab_size
+    return Activations(per_layer, head, cfg.n_layer, tokens * e * cfg.d_model, loss_gradients, attention, recompute)
+
+
+def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
+    16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
+    h = cfg.d_model
+    return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)
+
+
+def forward_working_set(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None) -> int:
+    """Bytes alive at once during a no-grad forward pass, beyond the weights: the largest of
+    1. attention: residual x and norm output (2h), fused QKV output (q + 2k), rotated Q, K (q + k, RoPE),
+       SDPA output (q), projection output (h); math attention adds Q, K, V copies (3q) and the scores
+       and their softmax (2·a·s);
+    2. FFN: x and norm output (2h), then the hidden tensors: 2f ungated (input and output of the
+       activation), 4f gated (fused [gate | up], activation output, product);
+    3. head: x, final-norm output (2h) and the logits (V);
+    times b·s·e; plus ALiBi's bias, a·s² elements, alive through the whole pass. No KV cache is kept."""
+    e, tokens = activation_element_bytes(dtype), batch * seq
+    h, q, k, f, a = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
+    attention = attention or default_attention(cfg)
+    attn = 3 * h + (q + 2 * k) + q + ((q + k) if cfg.pos_encoding == "rope" else 0)
+    if attention == "math":
+        attn += 3 * q + 2 * a * seq
+    ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f
+    head = 2 * h + cfg.vocab_size
+    bias = a * seq * seq if cfg.pos_encoding == "alibi" else 0
+    return e * (tokens * max(attn, ffn, head) + bias)
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """Bytes of the state a training step keeps for its whole length (activations apart)."""
+
+    optimizer: str
+    weights: int
+    gradients: int
+    master_weights: int
+    optimizer_state: int
+    params: int
+    step_temporaries: int  # alive during the optimizer step only (see the module docstring)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.master_weights + self.optimizer_state
+
+    @property
+    def bytes_per_param(self) -> float:
+        return self.total / self.params
+
+
+def check_training_dtype(dtype: str) -> None:
+    check_dtype(dtype)
+    if dtype not in TRAINING_DTYPES:
+        raise ConfigError(
+            f"training is modelled for {', '.join(TRAINING_DTYPES)} weights; {dtype} is an inference format here"
+        )
+
+
+def training_state(cfg: ModelConfig, dtype: str, optimizer: str = "adam-mixed") -> TrainingState:
+    """Weights, gradients, master weights and optimizer state (see the module docstring)."""
+    check_training_dtype(dtype)
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer '{optimizer}'; choose one of {', '.join(OPTIMIZERS)}")
+    n = param_total(cfg)
+    w = weight_bytes(n, dtype)
+    largest = max(e.per_copy for e in param_entries(cfg) if not e.tied_to)
+    if optimizer == "adam-mixed":
+        narrow = BITS_PER_ELEMENT[dtype] < 32
+        master = FP32 * n if narrow else 0
+        return TrainingState(optimizer, w, w, master, 2 * FP32 * n, n, FP32 * largest * (3 if narrow else 2))
+    if optimizer == "adam":
+        return TrainingState(optimizer, w, w, 0, 2 * w, n, 2 * weight_bytes(largest, dtype))
+    return TrainingState(optimizer, w, w, 0, 0, n, 0)
+
+
+def training_bytes(
+    cfg: ModelConfig, batch: int, seq: int, dtype: str, optimizer: str = "adam-mixed",
+    attention: Optional[str] = None, recompute: str = "none",
+) -> int:
+    """The peak of a training step: the state, plus the activation peak (backward) or the optimizer
+    step's temporaries, whichever is larger."""
+    state = training_state(cfg, dtype, optimizer)
+    return state.total + max(activations(cfg, batch, seq, dtype, attention, recompute).total, state.step_temporaries)
+
+
+def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> int:
+    """Weights plus a KV cache of seq positions: what must fit to serve a context of seq tokens."""
+    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype)
+
+
+# ---------- budgets ----------
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
+}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_bytes(text: str) -> int:
+    """'80GB' -> 80·10⁹, '80 GiB' -> 80·2³⁰, '1.5TB', '512MB', '1000' (bytes). Decimal units (kB, MB,
+    GB, TB, PB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB, PiB) powers of 1024; case is
+    ignored. A bare 'G' is refused: it could mean either. Fractions of a byte round down."""
+    m = _SIZE.fullmatch(text or "")
+    unit = m.group(2).lower() if m else ""
+    if not m or unit not in _UNITS:
+        hint = " (say GB for 10^9 bytes or GiB for 2^30)" if m and unit in ("k", "m", "g", "t", "p") else ""
+        raise ConfigError(f"cannot read '{text}' as a size; write e.g. 80GB, 80GiB, 512MB or 1000000{hint}")
+    try:
+        value = int(Decimal(m.group(1)) * _UNITS[unit])
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
+        raise ConfigError(f"cannot read '{text}' as a size") from None
+    if value <= 0:
+        raise ConfigError(f"a size must be positive; got '{text}'")
+    return value
+
+
+def largest_fitting(needed: Callable[[int], int], budget: int, limit: int = 2**40) -> int:
+    """The largest n in [1, limit] with needed(n) <= budget, for needed non-decreasing in n; 0 if none."""
+    if needed(1) > budget:
+        return 0
+    lo, hi = 1, 2
+    while hi <= limit and needed(hi) <= budget:  # lo fits; double until hi does not
+        lo, hi = hi, 2 * hi
+    hi = min(hi, limit + 1)
+    while hi - lo > 1:  # invariant: lo fits, hi does not (or is past the limit)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if needed(mid) <= budget else (lo, mid)
+    return lo
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What fits a memory budget: the largest context at the given batch, the largest batch at the
+    given context; 0 where nothing fits (weights_fit False: not even the weights, or the state)."""
+
+    budget: int
+    fixed_bytes: int  # weights (inference) or the training state: needed before any token
+    max_seq: int
+    max_batch: int
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.fixed_bytes <= self.budget
+
+
+def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int) -> Fit:
+    """Largest context (at batch) and batch (at seq) whose weights + KV cache fit the budget."""
+    return Fit(
+        budget, weights_bytes(cfg, dtype),
+        largest_fitting(lambda t: inference_bytes(cfg, batch, t, dtype), budget),
+        largest_fitting(lambda b: inference_bytes(cfg, b, seq, dtype), budget),
+    )
+
+
+def fit_training(
+    cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, optimizer: str = "adam-mixed",
+    attention: Optional[str] = None, recompute: str = "none",
+) -> Fit:
+    """Largest context (at batch) and batch (at seq) whose training state + activations fit the budget."""
+    def need(b: int, t: int) -> int:
+        return training_bytes(cfg, b, t, dtype, optimizer, attention, recompute)
+
+    return Fit(
+        budget, training_state(cfg, dtype, optimizer).total,
+        largest_fitting(lambda t: need(batch, t), budget),
+        largest_fitting(lambda b: need(b, seq), budget),
+    )

@@ -1,0 +1,189 @@
+"""Timing forward passes of the real model, one code path for every device.
+
+How the clock is read, and why:
+- Every timed call is preceded by warm-up calls (first-call allocation, kernel selection, caches).
+- On CUDA, each call is bracketed by CUDA events recorded on the stream; the host synchronizes once at
+  the end and reads ``start.elapsed_time(end)``: GPU time, not the host's launch time. Elsewhere the
+  clock is ``time.perf_counter`` read after synchronizing the device (a no-op on the CPU, whose ops
+  return when done; ``torch.mps.synchronize`` on Apple GPUs).
+- The loop that calls, marks and collects is the same for all devices (``time_calls``); only the
+  clock object differs, so the CPU tests exercise the logic that runs on a GPU.
+- Statistics: median (robust to the odd slow call), p10 and p90 (inclusive deciles); never the mean.
+- Peak memory: tfcalc.measure.memory.peak_meter, the device's own counters (CUDA: the caching
+  allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``; CPU: the process's peak RSS,
+  reset through /proc/self/clear_refs), read around the timed forward passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from tfcalc.model import Transformer
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over the timed repeats."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def percentile(self, p: int) -> float:
+        """Inclusive percentile p (0..100), linear interpolation between samples."""
+        xs = sorted(self.samples)
+        if len(xs) == 1:
+            return xs[0]
+        pos = (len(xs) - 1) * p / 100
+        lo = int(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    @property
+    def p10(self) -> float:
+        return self.percentile(10)
+
+    @property
+    def p90(self) -> float:
+        return self.percentile(90)
+
+
+class HostClock:
+    """perf_counter after a device synchronize."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def sync(self) -> None:
+        if self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def mark(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
+    @staticmethod
+    def seconds(start: float, end: float) -> float:
+        return end - start
+
+
+class CudaEventClock:
+    """CUDA events recorded on the current stream; read after one synchronize at the end."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def seconds(start, end) -> float:
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+def clock_for(device: torch.device):
+    return CudaEventClock(device) if device.type == "cuda" else HostClock(device)
+
+
+def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeat: int,
+               on_call: Callable[[], None] | None = None) -> Timing:
+    """Call fn warmup times untimed, then repeat times timed; the same loop on every device."""
+    clock = clock_for(device)
+    for _ in range(warmup):
+        fn()
+        if on_call:
+            on_call()
+    clock.sync()
+    marks = []
+    for _ in range(repeat):
+        start = clock.mark()
+        fn()
+        end = clock.mark()
+        marks.append((start, end))
+        if on_call:
+            on_call()
+    clock.sync()
+    return Timing(tuple(clock.seconds(s, e) for s, e in marks))
+
+
+# ---------- what is timed ----------
+
+
+def matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int, warmup: int, repeat: int,
+                   on_call: Callable[[], None] | None = None) -> float:
+    """FLOP/s of an (n, n) @ (n, n) matmul, 2·n³ FLOPs, timed exactly like the model."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    timing = time_calls(lambda: torch.mm(a, b), device, warmup, repeat, on_call)
+    return 2 * n**3 / timing.median
+
+
+@dataclass(frozen=True)
+class ComponentTimes:
+    """One block's sub-layers, and the head, timed in isolation at the run's shapes (seconds)."""
+
+    attention: Timing
+    ffn: Timing
+    block: Timing
+    head: Timing
+
+
+def time_components(model: Transformer, idx: torch.Tensor, warmup: int, repeat: int,
+                    on_call: Callable[[], None] | None = None) -> ComponentTimes:
+    """Attention sub-layer, FFN sub-layer and a whole block of block 0, and the final norm + LM head."""
+    device = idx.device
+    block = model.blocks[0]
+    with torch.inference_mode():
+        x = model.embed(idx)
+        rope, mask = model.block_inputs(idx.shape[1], x.dtype)
+
+        def run(fn):
+            return time_calls(fn, device, warmup, repeat, on_call)
+
+        return ComponentTimes(
+            attention=run(lambda: block.attention_sublayer(x, rope, mask)),
+            ffn=run(lambda: block.ffn_sublayer(x)),
+            block=run(lambda: block(x, rope, mask)),
+            head=run(lambda: model.head(x)),
+        )
+
+
+def time_forward(model, idx: torch.Tensor, warmup: int, repeat: int,
+                 on_call: Callable[[], None] | None = None) -> Timing:
+    with torch.inference_mode():
+        return time_calls(lambda: model(idx), idx.device, warmup, repeat, on_call)
+
+
+# ---------- a whole benchmark run ----------
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One (batch, seq) point of a benchmark: everything the table and the JSON show."""
+
+    seq: int
+    forward: Timing  # the model actually run (n_layer_run blocks)
+    forward_flops: int  # analytic, full-square convention, at full depth
+    forward_seconds: float  # median at full depth (extrapolated when n_layer_run < n_layer)
+    components: ComponentTimes
+    attention_flops: int  # one block's attention sub-layer (projections + scores)
+    ffn_flops: int  # one block's FFN sub-layer
+    peak_memory_bytes: int | None
+
+
+def extrapolate(forward_median: float, block_median: float, n_run: int, n_full: int) -> float:
+    """Full-depth time from a model truncated to n_run blocks: add the missing blocks at the median
+    time of one block timed in isolation."""
+    return forward_median + (n_full - n_run) * block_median

@@ -1,0 +1,103 @@
+"""Devices and dtypes on the torch side: which device a name means, whether it is there, how much memory
+it has free, and which torch dtype a tfcalc dtype name runs as. Shared by `tfcalc memory --measure`
+and the benchmark. torch is imported inside the functions, so importing this module stays cheap.
+
+Free memory: CUDA asks the driver (torch.cuda.mem_get_info: free bytes on the device, other processes
+included); CPU reads MemAvailable from /proc/meminfo (the kernel's estimate of what can be allocated
+without swapping, page cache it can drop included); elsewhere (MPS, or a CPU without /proc) it is
+unknown (None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from tfcalc.config import ConfigError
+from tfcalc.count.dtypes import DTYPES
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+# tfcalc dtype name -> torch dtype name. tf32 runs as float32 storage with TF32 matmuls (see
+# matmul_precision); fp8/int8/int4 are storage formats that tfcalc only counts.
+_TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+RUNNABLE_DTYPES = tuple(_TORCH_DTYPES)
+
+
+def torch_dtype(name: str) -> "torch.dtype":
+    """The torch dtype a model runs in for a tfcalc dtype name; ConfigError for one that cannot run."""
+    import torch
+
+    if name not in DTYPES:
+        raise ConfigError(f"unknown dtype '{name}'; choose one of {', '.join(DTYPES)}")
+    if name not in _TORCH_DTYPES:
+        raise ConfigError(
+            f"{name} is counted, not run: a real model runs in {', '.join(RUNNABLE_DTYPES)}"
+        )
+    return getattr(torch, _TORCH_DTYPES[name])
+
+
+def matmul_precision(name: str) -> str:
+    """torch.set_float32_matmul_precision value for a dtype: 'high' (TF32 allowed) for tf32, else 'highest'."""
+    return "high" if name == "tf32" else "highest"
+
+
+@dataclass(frozen=True)
+class Device:
+    """A resolved, available device."""
+
+    name: str  # as torch writes it: 'cpu', 'cuda:0', 'mps'
+    kind: str  # 'cpu', 'cuda' or 'mps'
+    description: str  # e.g. 'NVIDIA H100 80GB HBM3' or 'cpu (16 threads)'
+
+    def torch(self) -> "torch.device":
+        import torch
+
+        return torch.device(self.name)
+
+
+def resolve_device(name: str) -> Device:
+    """'cpu', 'cuda', 'cuda:1' or 'mps' -> Device; a one-line ConfigError when it is unknown or absent."""
+    import torch
+
+    text = (name or "").strip().lower()
+    kind, _, index = text.partition(":")
+    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"unknown device '{name}'; use cpu, cuda, cuda:N or mps")
+    if kind == "cpu":
+        return Device("cpu", "cpu", f"cpu ({torch.get_num_threads()} threads)")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device '{name}' asked for, but CUDA is not available here (torch {torch.__version__})")
+        i = int(index) if index else torch.cuda.current_device()
+        if i >= torch.cuda.device_count():
+            raise ConfigError(f"device '{name}' asked for, but only {torch.cuda.device_count()} CUDA device(s) exist")
+        return Device(f"cuda:{i}", "cuda", torch.cuda.get_device_name(i))
+    if not torch.backends.mps.is_available():
+        raise ConfigError(f"device '{name}' asked for, but MPS is not available here")
+    return Device("mps", "mps", "Apple MPS")
+
+
+def _meminfo_available(path: str = "/proc/meminfo") -> Optional[int]:
+    try:
+        with open(path, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # the kernel writes kB meaning KiB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def free_memory(device: Device) -> Optional[int]:
+    """Bytes that can still be allocated on the device, or None where that cannot be known."""
+    if device.kind == "cpu":
+        return _meminfo_available()
+    if device.kind == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device.name))
+        return int(free)
+    return None

@@ -1,0 +1,273 @@
+"""Measured memory: build the real model on a device, run it, and read the peak.
+
+The run: build the model (tfcalc.model.build_model) in the dtype, then either one no-grad forward pass
+at (batch, seq), or -- training -- two steps of forward, loss (cross-entropy on the logits upcast to
+fp32), backward and optimizer step. The second step is the steady state: the optimizer state exists
+(Adam creates it lazily in the first step) and the gradients are kept between steps
+(zero_grad(set_to_none=False), as DDP and Megatron keep their gradient buffers), which is what the
+estimate "weights + gradients + optimizer state + activations" describes. Optimizers run with
+foreach=False: the foreach kernels add a parameter-sized temporary in the step that no estimate counts.
+"adam-mixed" below fp32 is Adam on fp32 master copies, stepped one tensor at a time (so the fp32 copy of
+a gradient exists for one tensor only).
+
+The peak, from the device's own counters, above a baseline taken after a warm-up run and before the
+model is built (so it counts the weights, everything the run allocates, and nothing of torch itself):
+
+- CUDA: the caching allocator's counters -- torch.cuda.reset_peak_memory_stats(), then after the run
+  (synchronized) torch.cuda.max_memory_allocated() minus memory_allocated() at the start. Bytes held by
+  live tensors; the allocator's cached-but-free blocks and the CUDA context are not counted.
+- CPU: PyTorch keeps no counters for CPU memory, so we read the operating system's: the peak resident
+  set size (VmHWM in /proc/self/status, reset through /proc/self/clear_refs) of a child process that
+  does nothing else, minus its resident size at the baseline. Why a child process: the peak of the
+  process is monotone, and the test runner's or the CLI's own memory must not be in it. Why this is
+  close to the tensor bytes: the child runs with MALLOC_MMAP_THRESHOLD_=65536, so glibc serves every
+  tensor of 64 KiB or more with its own mmap and returns it to the system when freed (without it, glibc
+  raises the threshold after the first free and keeps freed tensors in its heap, so the RSS peak would
+  stay high after tensors die); the warm-up run on a one-layer copy of the model, before the baseline,
+  faults in the kernels' code pages and starts the thread pool. What remains: small tensors and
+  allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page rounding, and the fresh
+  gradient of a tensor before it is added into .grad (for a tied embedding, V·h held through the
+  backward pass): small beside activations, but 10-20% of the peak for a two-layer GPT-2, whose
+  embedding is most of its weights. Where /proc is absent, resource.getrusage's ru_maxrss serves,
+  without the reset.
+
+Beside the peak, the training run reports the bytes autograd actually saved for the backward pass
+(saved_tensors_hooks on the measured step: every floating-point tensor packed for backward, each storage
+once, parameters and buffers excluded): the exact check of tfcalc.count.memory.activations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
+from tfcalc.measure.device import Device, resolve_device, torch_dtype
+
+WARMUP_SEQ = 16
+
+
+@dataclass(frozen=True)
+class MeasuredPeak:
+    peak_bytes: int  # above the baseline: weights and everything the run allocated
+    saved_activation_bytes: Optional[int]  # training only: what autograd kept for backward
+    method: str  # how the peak was read
+    device: str
+
+
+def forward_loss(model, idx, count_saved: bool = False):
+    """(loss, bytes autograd saved for backward or None): cross-entropy of the logits, upcast to fp32.
+
+    Counting: a saved_tensors_hooks pack hook records every floating-point tensor packed for backward,
+    each storage once, parameters and buffers (and 0-d tensors: the loss's weight total) left out."""
+    import torch
+    import torch.nn.functional as F
+
+    exclude = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if count_saved and t.is_floating_point() and t.dim() > 0:
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in exclude:
+                seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(idx)
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), idx.view(-1))
+    return loss, (sum(seen.values()) if count_saved else None)
+
+
+class _MasterAdam:
+    """Mixed-precision Adam: fp32 master weights and moments for low-precision parameters, stepped one
+    tensor at a time."""
+
+    def __init__(self, params):
+        import torch
+
+        self.pairs = [(p, p.detach().float().requires_grad_()) for p in params]
+        self.opts = [torch.optim.Adam([m], foreach=False) for _, m in self.pairs]
+
+    def step(self) -> None:
+        import torch
+
+        for (p, master), opt in zip(self.pairs, self.opts):
+            master.grad = p.grad.float()
+            opt.step()
+            master.grad = None
+            with torch.no_grad():
+                p.copy_(master)
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        for p, _ in self.pairs:
+            p.grad = None if set_to_none else p.grad.zero_()
+
+
+def make_optimizer(model, optimizer: str, dtype: str):
+    import torch
+
+    params = list(model.parameters())
+    if optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, foreach=False)
+    if optimizer == "adam-mixed" and dtype in ("bf16", "fp16"):
+        return _MasterAdam(params)
+    return torch.optim.Adam(params, foreach=False)
+
+
+def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, training: bool,
+              optimizer: str) -> Optional[int]:
+    """Build the model on device and run it (see the module docstring). Returns the bytes autograd saved
+    in the measured training step, or None for a forward pass."""
+    import torch
+
+    from tfcalc.model import build_model
+
+    model = build_model(cfg, device, torch_dtype(dtype))
+    idx = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
+    if not training:
+        with torch.no_grad():
+            model(idx)  # the logits die at once; the peak has been reached by then
+        return None
+    model.train()
+    opt = make_optimizer(model, optimizer, dtype)
+    saved = None
+    for step in range(2):
+        loss, saved = forward_loss(model, idx, count_saved=step == 1)
+        loss.backward()
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return saved
+
+
+# ---------- peak meters ----------
+
+
+def _proc_status(field: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class CpuPeakMeter:
+    """Peak resident memory of this process above start() (see the module docstring)."""
+
+    def start(self) -> None:
+        gc.collect()
+        self.reset = False
+        try:
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+                f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+            self.reset = True
+        except OSError:
+            pass
+        self.baseline = _proc_status("VmRSS") or self._maxrss()
+
+    @staticmethod
+    def _maxrss() -> int:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
+
+    def peak(self) -> int:
+        hwm = _proc_status("VmHWM") if self.reset else None
+        return max(0, (hwm if hwm is not None else self._maxrss()) - self.baseline)
+
+    @property
+    def method(self) -> str:
+        how = "VmHWM, reset via clear_refs" if self.reset else "ru_maxrss"
+        return f"peak RSS of a child process above its baseline ({how})"
+
+
+class CudaPeakMeter:
+    """The CUDA caching allocator's peak above start()."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    def start(self) -> None:
+        import torch
+
+        gc.collect()
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        self.baseline = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self) -> int:
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.max_memory_allocated(self.device) - self.baseline
+
+    method = "torch.cuda.max_memory_allocated above the start (caching allocator's counters)"
+
+
+def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
+    """The device's own peak-memory counter: start(), run, then peak() bytes above the start.
+    CUDA: the caching allocator; otherwise the process's peak RSS (on MPS, unified memory that the
+    process maps, which is an approximation)."""
+    return CudaPeakMeter(device.name) if device.kind == "cuda" else CpuPeakMeter()
+
+
+def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
+    """Warm up, take the baseline, run, read the peak: the body of the child process."""
+    import torch
+
+    cfg = from_mapping(request["config"])
+    device = resolve_device(request["device"])
+    args = dict(dtype=request["dtype"], device=device.name, training=request["training"],
+                optimizer=request["optimizer"])
+    torch.manual_seed(0)
+    warm = min(request["seq"], WARMUP_SEQ)
+    run_model(replace(cfg, n_layer=1), 1, warm, **args)  # code pages, thread pool, cuBLAS workspace
+    meter = peak_meter(device)
+    meter.start()
+    saved = run_model(cfg, request["batch"], request["seq"], **args)
+    return {"peak_bytes": meter.peak(), "saved_activation_bytes": saved, "method": meter.method,
+            "device": device.description}
+
+
+def _child_main() -> None:
+    """Entry point of the child process: a JSON request on stdin, a JSON answer on stdout."""
+    request = json.loads(sys.stdin.read())
+    try:
+        answer = measure_in_process(request)
+    except ConfigError as e:
+        answer = {"error": str(e)}
+    except (MemoryError, RuntimeError) as e:  # torch's out-of-memory errors are RuntimeErrors
+        answer = {"error": f"the measurement failed: {' '.join(str(e).split())[:300]}"}
+    sys.stdout.write(json.dumps(answer) + "\n")
+
+
+def measure_peak(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str = "cpu",
+                 training: bool = False, optimizer: str = "adam-mixed", timeout: float = 3600) -> MeasuredPeak:
+    """Run the model in a fresh child process and return its measured peak (see the module docstring)."""
+    request = dict(config=dataclasses.asdict(cfg), batch=batch, seq=seq, dtype=dtype, device=device,
+                   training=training, optimizer=optimizer)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
+    code = "from tfcalc.measure.memory import _child_main; _child_main()"
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
+                          text=True, env=env, timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        why = "killed, likely out of memory" if proc.returncode < 0 else (proc.stderr.strip().splitlines() or ["?"])[-1]
+        raise ConfigError(f"the measurement process failed (exit {proc.returncode}): {why}")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise ConfigError(answer["error"])
+    return MeasuredPeak(answer["peak_bytes"], answer["saved_activation_bytes"], answer["method"], answer["device"])
+
