@@ -191,6 +191,9 @@ def bench(
     exceeds its share of the FLOPs, memory-bound work is showing.
     """
     cfg = load(model, overrides or [])
+    if cfg.arch == "encoder-decoder":  # its forward takes a source and a target, and --n-layer has two depths
+        raise ConfigError(f"{cfg.name}: tfcalc bench times decoder and encoder models; encoder-decoders are not "
+                          "supported yet (tfcalc flops and tfcalc memory count them)")
     if dtype not in BENCH_DTYPES:
         raise typer.BadParameter(f"expected one of {', '.join(BENCH_DTYPES)}, got '{dtype}'", param_hint="--dtype")
     for name, value, low in (("--batch", batch, 1), ("--repeat", repeat, 1), ("--warmup", warmup, 0)):
