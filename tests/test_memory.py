@@ -144,8 +144,9 @@ def test_full_recompute_keeps_block_inputs_and_rebuilds_one_block(cfg, batch, se
     none = mem.activations(cfg, batch, seq, "bf16")
     full = mem.activations(cfg, batch, seq, "bf16", recompute="full")
     head = sum(none.head.values())
-    assert full.stored == cfg.n_layer * 2 * batch * seq * cfg.d_model + head
-    assert full.total == full.stored + none.layer + none.loss_gradients
+    blocks = cfg.n_layer + (cfg.encoder_layers if cfg.arch == "encoder-decoder" else 0)  # source length = seq
+    assert full.stored == blocks * 2 * batch * seq * cfg.d_model + head
+    assert full.total == full.stored + max(none.layer, none.encoder_layer) + none.loss_gradients
     assert full.stored <= none.stored
 
 
@@ -155,10 +156,12 @@ def test_activation_formula_equals_what_autograd_saves(cfg, batch, data):
     """The analytic bytes kept for backward equal, to the byte, the bytes of the tensors the real module
     saves (fp32, CPU), for every config Hypothesis draws."""
     seq = data.draw(st.integers(1, cfg.max_seq_len))
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len)) if cfg.arch == "encoder-decoder" else None
     model = build_model(cfg, "cpu").train()
     idx = torch.randint(0, cfg.vocab_size, (batch, seq))
-    _, saved = forward_loss(model, idx, count_saved=True)
-    assert saved == mem.activations(cfg, batch, seq, "fp32").stored
+    src_idx = None if src_seq is None else torch.randint(0, cfg.vocab_size, (batch, src_seq))
+    _, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx)
+    assert saved == mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
 
 
 def test_activation_formula_in_bf16_on_cpu_differs_only_by_layernorm_statistics():

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Json, Models, Overrides
+from tfcalc.cli.options import Json, Models, Overrides, SrcSeq
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import flops as count
 from tfcalc.count.params import width_note
@@ -243,11 +243,7 @@ def flops(
         typer.Option("--seq", "-t", min=1, help="Sequence length T (an encoder-decoder's target length); default: "
                      "the model's context length.", show_default=False),
     ] = None,
-    src_seq: Annotated[
-        Optional[int],
-        typer.Option("--src-seq", "-s", min=1, help="Encoder-decoder only: source length S; default: T.",
-                     show_default=False),
-    ] = None,
+    src_seq: SrcSeq = None,
     measure: Annotated[
         bool,
         typer.Option("--measure", help="Also run the real module under FlopCounterMode and check the count."),

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Batch, Device, DType, DTypeName, Json, Models, Overrides, Seq
+from tfcalc.cli.options import Batch, Device, DType, DTypeName, Json, Models, Overrides, Seq, SrcSeq
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import memory as mem
 from tfcalc.count.params import total as param_total
@@ -46,6 +46,8 @@ class MemoryReport:
     korthikanti: int
     fit: Optional[mem.Fit] = None
     measured: Any = None  # tfcalc.measure.memory.MeasuredPeak
+    src_seq: Optional[int] = None  # an encoder-decoder's source length; None for the other kinds
+    cross_kv_cache: int = 0  # the part of kv_cache that is an encoder-decoder's cross-attention cache
 
     @property
     def training_bytes(self) -> Optional[int]:
@@ -75,8 +77,10 @@ class MemoryReport:
             "dtype": self.dtype,
             "batch": self.batch,
             "seq": self.seq,
+            "src_seq": self.src_seq,
             "weights_bytes": self.weights,
             "kv_cache_bytes": self.kv_cache,
+            "cross_kv_cache_bytes": self.cross_kv_cache,
             "activation_bytes": None if a is None else a.total,
             "training_bytes": self.training_bytes,
             "measured_peak_bytes": None if m is None else m.peak_bytes,
@@ -87,6 +91,7 @@ class MemoryReport:
                 "attention": a.attention, "recompute": a.recompute, "stored_bytes": a.stored,
                 "per_layer_bytes": a.layer, "per_layer": a.per_layer, "head": a.head,
                 "recompute_extra_bytes": a.recompute_extra, "loss_gradient_bytes": a.loss_gradients,
+                "encoder_per_layer_bytes": a.encoder_layer, "encoder_per_layer": a.encoder_per_layer,
             },
             "korthikanti_bytes": self.korthikanti,
             "training_state": None if s is None else {
@@ -110,21 +115,28 @@ class MemoryReport:
 
 def memory_report(cfg: ModelConfig, batch: int, seq: int, dtype: str, training: bool = False,
                   optimizer: str = "adam-mixed", attention: Optional[str] = None, recompute: str = "none",
-                  budget: Optional[int] = None) -> MemoryReport:
-    """The analytic report: every figure, nothing measured."""
+                  budget: Optional[int] = None, src_seq: Optional[int] = None) -> MemoryReport:
+    """The analytic report: every figure, nothing measured. src_seq: an encoder-decoder's source length
+    (default: seq); refused for the other kinds."""
+    if src_seq is not None and cfg.arch != "encoder-decoder":
+        raise ConfigError(f"{cfg.name}: --src-seq applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+    if cfg.arch == "encoder-decoder" and src_seq is None:
+        src_seq = seq
     trainable = dtype in mem.TRAINING_DTYPES
     if training:
         mem.check_training_dtype(dtype)
-    acts = mem.activations(cfg, batch, seq, dtype, attention, recompute) if trainable else None
+    acts = mem.activations(cfg, batch, seq, dtype, attention, recompute, src_seq=src_seq) if trainable else None
     state = mem.training_state(cfg, dtype, optimizer) if trainable else None
     fit = None
     if budget is not None:
-        fit = (mem.fit_training(cfg, batch, seq, dtype, budget, optimizer, attention, recompute) if training
-               else mem.fit_inference(cfg, batch, seq, dtype, budget))
+        fit = (mem.fit_training(cfg, batch, seq, dtype, budget, optimizer, attention, recompute, src_seq) if training
+               else mem.fit_inference(cfg, batch, seq, dtype, budget, src_seq))
     return MemoryReport(
         cfg, dtype, batch, seq, training, optimizer, param_total(cfg), mem.weights_bytes(cfg, dtype),
-        mem.kv_cache_bytes(cfg, batch, seq, dtype), mem.forward_working_set(cfg, batch, seq, dtype, attention),
-        acts, state, mem.korthikanti_bytes(cfg, batch, seq), fit,
+        mem.kv_cache_bytes(cfg, batch, seq, dtype, src_seq),
+        mem.forward_working_set(cfg, batch, seq, dtype, attention, src_seq),
+        acts, state, mem.korthikanti_bytes(cfg, batch, seq), fit, src_seq=src_seq,
+        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, batch, src_seq or seq, dtype),
     )
 
 
@@ -152,7 +164,7 @@ def measured(report: MemoryReport, device: str) -> MemoryReport:
     what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
     refuse_unless_fits(report.run_estimate, device, what, report.dtype)
     peak = measure_peak(report.cfg, report.batch, report.seq, report.dtype, device, report.training,
-                        report.optimizer)
+                        report.optimizer, src_seq=report.src_seq)
     return replace(report, measured=peak)
 
 
@@ -161,6 +173,7 @@ def memory(
     overrides: Overrides = None,
     batch: Batch = 1,
     seq: Seq = None,
+    src_seq: SrcSeq = None,
     dtype: DType = DTypeName.bf16,
     training: Annotated[bool, typer.Option("--training", help="Measure (and fit) a training step, not inference.")] = False,
     optimizer: Annotated[
@@ -191,6 +204,10 @@ def memory(
     activations. Sizes in GB (10^9 bytes) and GiB (2^30 bytes). --measure runs the real model in a child
     process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the
     estimate says will not fit in the device's free memory.
+
+    An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq
+    source tokens; a mixture of experts keeps activations for the top-k experts each token runs; an
+    encoder keeps no KV cache.
     """
     budget_bytes = _budget(budget)
     if measure and recompute.value != "none":
@@ -199,6 +216,6 @@ def memory(
     for name in models:
         cfg = load(name, overrides or [])
         report = memory_report(cfg, batch, seq or cfg.max_seq_len, dtype.value, training, optimizer.value,
-                               attention.value if attention else None, recompute.value, budget_bytes)
+                               attention.value if attention else None, recompute.value, budget_bytes, src_seq)
         reports.append(measured(report, device) if measure else report)
     render.memory_reports(reports, json_out)

@@ -43,6 +43,11 @@ Seq = Annotated[
     typer.Option("--seq", "-s", min=1, help="Sequence length in tokens [default: the model's max_seq_len].",
                  show_default=False),
 ]
+SrcSeq = Annotated[
+    Optional[int],
+    typer.Option("--src-seq", min=1, help="Encoder-decoder models only: source length S [default: the --seq value].",
+                 show_default=False),
+]
 DType = Annotated[
     DTypeName,
     typer.Option("--dtype", help="Storage dtype of weights (and activations; int8/int4/fp8 compute in bf16)."),

@@ -333,6 +333,10 @@ _ACTIVATION_LABELS = {
     "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
     "ffn_hidden": "FFN hidden", "dropout": "dropout masks", "final_norm": "final norm",
     "lm_head_input": "LM-head input", "log_probs": "log-probs (fp32)",
+    "moe_routing": "MoE: routed inputs, outputs, weights", "cross_attn_norm": "cross-attention norm (input; stats)",
+    "cross_q_input": "cross-attention Q input", "cross_qkv": "cross-attention Q; K, V of the source",
+    "cross_attn_scores": "cross-attention softmax (T×S)", "cross_softmax_stats": "cross-attention log-sum-exp",
+    "cross_attn_output": "cross-attention output",
 }
 
 
@@ -351,7 +355,12 @@ def _memory_table(r: MemoryReport) -> Table:
     heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
                                                           " (MQA)" if cfg.kv_heads == 1 < cfg.n_head else "")
     row("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
-    row("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+    if cfg.arch == "encoder":
+        row("KV cache", r.kv_cache, "none: an encoder generates no tokens")
+    else:
+        row("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+    if r.cross_kv_cache:
+        row("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,} source tokens")
     row("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
     row("Inference: weights + KV cache", r.inference_bytes, "", bold=True)
     a, s = r.activations, r.state
@@ -363,10 +372,13 @@ def _memory_table(r: MemoryReport) -> Table:
         if s.master_weights:
             row("Master weights", s.master_weights, "fp32")
         row("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
-        row(f"Activations kept, per layer ({a.attention} attention)", a.layer, "")
+        stack = "decoder " if a.n_encoder_layer else ""
+        row(f"Activations kept, per {stack}layer ({a.attention} attention)", a.layer, "")
         for key, n in a.per_layer.items():
             if n:
                 row(f"  {_ACTIVATION_LABELS[key]}", n, "")
+        if a.n_encoder_layer:
+            row(f"Activations kept, per encoder layer (S = {r.src_seq:,})", a.encoder_layer, "")
         row("Activations kept, all layers + head", a.stored,
             f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
         if a.recompute_extra:

@@ -60,6 +60,28 @@ every block): only each block's input is kept, e·h per token per layer (Korthik
 block's activations are rebuilt at a time during the backward pass, so one layer's worth is added to
 the peak.
 
+Other kinds (tfcalc.config), each term again a tensor the real module saves (checked the same way):
+
+- mixture of experts: the FFN input is kept once (the router's input); for each of the k experts a token
+  is routed to, the expert's input rows (index_select), its hidden tensors (as the dense FFN's), its
+  output and the weighted output (both kept by the weighting and the index_add), and the routing
+  weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen router logits, 4·k;
+- encoder (BERT): as a decoder block (no mask changes what is kept); a norm after the embeddings keeps
+  what a norm keeps; BERT's pooler keeps its tanh output, e·h per sequence, and, without an LM head,
+  the final hidden states it reads its first token from (a view keeps the whole tensor), e·h per token.
+  Without an LM head there are no log-probabilities and no loss gradients over V: the loss of a
+  training step is then the sum of the outputs;
+- encoder-decoder, S source tokens: the encoder's blocks keep their terms over S tokens; the encoder
+  output is kept once, e·h per source token, as the input of every decoder block's K/V projection; each
+  decoder block adds, per target token, the cross-attention norm, the Q-projection input e·h, Q e·q, the
+  output e·q and the log-sum-exp 4·a, and per source token its fused K/V projection output e·2k. With
+  "math" attention (not what CPU runs: cross-attention has no mask, so it runs the fused kernel) it keeps,
+  by analogy with self-attention and unchecked, Q e·q, K and V copies e·q per source token (or, when V
+  needs no copy, the fused K/V output), and the softmax output e·a·S.
+- KV cache of an encoder-decoder: the decoder's self-attention cache over T target positions, plus the
+  cross-attention K and V of the S source positions, computed once from the encoder output:
+  2·b·S·L·n_kv_head·d_head more. An encoder generates nothing and keeps no cache.
+
 Training state per parameter (P params, weights in the dtype, e_w bytes):
 - "adam-mixed": weights e_w + gradients e_w + fp32 master weights 4 (when the dtype is narrower than
   fp32) + fp32 Adam moments 8: 16 bytes/param in bf16 (ZeRO, Rajbhandari et al. 2020, sec. 3.1);
@@ -76,6 +98,7 @@ Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -110,10 +133,19 @@ def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
     return weight_bytes(param_total(cfg), dtype)
 
 
-def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> int:
-    """2 · b · s · L · n_kv_head · d_head elements (K and V of every layer and position) in dtype."""
+def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: Optional[int] = None) -> int:
+    """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
+    an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
-    return weight_bytes(2 * batch * seq * cfg.n_layer * cfg.kv_dim, dtype)
+    own = 2 * batch * seq * cfg.decoder_layers * cfg.kv_dim
+    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+
+
+def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str) -> int:
+    """An encoder-decoder's cross-attention K and V of the src_seq source positions, in every decoder
+    layer: 2 · b · S · L · n_kv_head · d_head elements, computed once from the encoder output; 0 otherwise."""
+    check_dtype(dtype)
+    return weight_bytes(2 * batch * src_seq * cfg.cross_attention_layers * cfg.kv_dim, dtype)
 
 
 def default_attention(cfg: ModelConfig) -> str:
@@ -156,19 +188,43 @@ def layer_activations(
         out["softmax_stats"] = 0
     out["attn_output"] = e * q  # SDPA output = output-projection input
     out["ffn_norm"] = _norm_bytes(cfg, e)
-    out["ffn_input"] = e * h
-    out["ffn_hidden"] = _ffn_factor(cfg) * e * f
+    out["ffn_input"] = e * h  # a MoE's router input too
+    routed = cfg.experts_active  # FFN rows per token: the top-k experts of a MoE, else 1
+    out["ffn_hidden"] = routed * _ffn_factor(cfg) * e * f
+    if cfg.n_expert:  # each routed copy's input, output and weighted output, its weight; fp32 softmax
+        out["moe_routing"] = routed * (3 * e * h + e) + FP32 * routed
     masks = 2 * h + ((1 + e) * a * seq if attention == "math" else 0)
     out["dropout"] = masks if dropout else 0
     return out
 
 
+def cross_activations(cfg: ModelConfig, batch: int, seq: int, src_seq: int, e: int, attention: str) -> dict[str, int]:
+    """{component: bytes} one decoder block's cross-attention keeps, over b·T target and b·S source tokens
+    (see the module docstring)."""
+    h, q, k, a = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.n_head
+    target, source = batch * seq, batch * src_seq
+    out = {"cross_attn_norm": target * _norm_bytes(cfg, e), "cross_q_input": target * e * h}
+    if attention == "flash":
+        out["cross_qkv"] = target * e * q + source * e * 2 * k
+        out["cross_attn_scores"], out["cross_softmax_stats"] = 0, target * FP32 * a
+    else:
+        v_is_view = cfg.kv_heads == cfg.n_head and (batch == 1 or cfg.n_head == 1)
+        out["cross_qkv"] = target * e * q + source * e * (q + (2 * k if v_is_view else q))
+        out["cross_attn_scores"], out["cross_softmax_stats"] = target * e * a * src_seq, 0
+    out["cross_attn_output"] = target * e * q
+    return out
+
+
 def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
-    """{component: bytes per token} kept outside the blocks: final norm, LM-head input, fp32 log-probs."""
+    """{component: bytes per token} kept outside the blocks: embedding norm, final norm, pooler input
+    (without an LM head), LM-head input and fp32 log-probs."""
+    head = cfg.lm_head
     return {
+        "embedding_norm": _norm_bytes(cfg, e) if cfg.embedding_norm else 0,
         "final_norm": _norm_bytes(cfg, e) if cfg.final_norm else 0,
-        "lm_head_input": e * cfg.d_model,
-        "log_probs": FP32 * cfg.vocab_size,
+        "pooler_input": e * cfg.d_model if cfg.pooler and not head else 0,
+        "lm_head_input": e * cfg.d_model if head else 0,
+        "log_probs": FP32 * cfg.vocab_size if head else 0,
     }
 
 
@@ -183,21 +239,32 @@ class Activations:
     loss_gradients: int  # fp32 gradients of the log-probs and logits as the backward pass starts
     attention: str
     recompute: str
+    # an encoder-decoder's encoder blocks (over b·S source tokens); empty and 0 for the other kinds
+    encoder_per_layer: dict[str, int] = dataclasses.field(default_factory=dict)
+    n_encoder_layer: int = 0
+    encoder_layer_input: int = 0
 
     @property
     def layer(self) -> int:
+        """One block of the output stack (an encoder-decoder's decoder block, cross-attention included)."""
         return sum(self.per_layer.values())
+
+    @property
+    def encoder_layer(self) -> int:
+        return sum(self.encoder_per_layer.values())
 
     @property
     def stored(self) -> int:
         """Bytes kept from the forward pass to the backward pass."""
-        per_layer = self.layer_input if self.recompute == "full" else self.layer
-        return self.n_layer * per_layer + sum(self.head.values())
+        full = self.recompute == "full"
+        per_layer = self.layer_input if full else self.layer
+        per_encoder_layer = self.encoder_layer_input if full else self.encoder_layer
+        return self.n_layer * per_layer + self.n_encoder_layer * per_encoder_layer + sum(self.head.values())
 
     @property
     def recompute_extra(self) -> int:
         """With full recompute, one block's activations rebuilt at a time during the backward pass."""
-        return self.layer if self.recompute == "full" else 0
+        return max(self.layer, self.encoder_layer) if self.recompute == "full" else 0
 
     @property
     def total(self) -> int:
@@ -213,16 +280,32 @@ def activations(
     attention: Optional[str] = None,
     recompute: str = "none",
     dropout: bool = False,
+    src_seq: Optional[int] = None,
 ) -> Activations:
-    """Training activations at (batch, seq) in dtype; attention None means default_attention(cfg)."""
+    """Training activations at (batch, seq) in dtype; attention None means default_attention(cfg) (and,
+    for cross-attention, which has no mask, the fused kernel). An encoder-decoder reads src_seq source
+    tokens (default: seq)."""
     if recompute not in RECOMPUTE:
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
-    e, tokens = activation_element_bytes(dtype), batch * seq
-    attention = attention or default_attention(cfg)
-    per_layer = {key: tokens * n for key, n in layer_activations(cfg, batch, seq, e, attention, dropout).items()}
+    e, tokens, h = activation_element_bytes(dtype), batch * seq, cfg.d_model
+    kernel = attention or default_attention(cfg)
+    per_layer = {key: tokens * n for key, n in layer_activations(cfg, batch, seq, e, kernel, dropout).items()}
     head = {key: tokens * n for key, n in head_activations(cfg, e).items()}
-    loss_gradients = 2 * FP32 * tokens * cfg.vocab_size
-    return Activations(per_layer, head, cfg.n_layer, tokens * e * cfg.d_model, loss_gradients, attention, recompute)
+    if cfg.pooler:
+        head["pooler_output"] = batch * e * h  # tanh keeps its output, one row per sequence
+    more = {}
+    if cfg.arch == "encoder-decoder":
+        src = seq if src_seq is None else src_seq
+        per_layer.update(cross_activations(cfg, batch, seq, src, e, attention or "flash"))
+        sources = batch * src
+        encoder = layer_activations(cfg, batch, src, e, kernel, dropout)
+        more = dict(encoder_per_layer={key: sources * n for key, n in encoder.items()},
+                    n_encoder_layer=cfg.encoder_layers, encoder_layer_input=sources * e * h)
+        head["encoder_embedding_norm"] = sources * _norm_bytes(cfg, e) if cfg.embedding_norm else 0
+        head["encoder_final_norm"] = sources * _norm_bytes(cfg, e) if cfg.final_norm else 0
+        head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
+    loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
+    return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
@@ -232,25 +315,41 @@ def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
     return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)
 
 
-def forward_working_set(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None) -> int:
+def forward_working_set(
+    cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None, src_seq: Optional[int] = None
+) -> int:
     """Bytes alive at once during a no-grad forward pass, beyond the weights: the largest of
     1. attention: residual x and norm output (2h), fused QKV output (q + 2k), rotated Q, K (q + k, RoPE),
        SDPA output (q), projection output (h); math attention adds Q, K, V copies (3q) and the scores
        and their softmax (2·a·s);
     2. FFN: x and norm output (2h), then the hidden tensors: 2f ungated (input and output of the
-       activation), 4f gated (fused [gate | up], activation output, product);
-    3. head: x, final-norm output (2h) and the logits (V);
-    times b·s·e; plus ALiBi's bias, a·s² elements, alive through the whole pass. No KV cache is kept."""
-    e, tokens = activation_element_bytes(dtype), batch * seq
-    h, q, k, f, a = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
-    attention = attention or default_attention(cfg)
-    attn = 3 * h + (q + 2 * k) + q + ((q + k) if cfg.pos_encoding == "rope" else 0)
-    if attention == "math":
-        attn += 3 * q + 2 * a * seq
-    ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f
-    head = 2 * h + cfg.vocab_size
-    bias = a * seq * seq if cfg.pos_encoding == "alibi" else 0
-    return e * (tokens * max(attn, ffn, head) + bias)
+       activation), 4f gated (fused [gate | up], activation output, product); a MoE runs one expert at a
+       time on at most every token, beside the output it accumulates: 4h more (accumulator, the
+       expert's input, output and weighted output);
+    3. head: x, final-norm output (2h) and the logits (V; none without an LM head);
+    times b·s·e; plus ALiBi's bias, a·s² elements, alive through the whole pass. No KV cache is kept.
+    An encoder-decoder: the larger of the encoder's pass over S source tokens and the decoder's pass,
+    during which the encoder output (b·S·h) stays alive and cross-attention adds a stage: x, norm
+    output and projection output (3h), Q and the SDPA output (2q) per target token, K/V (2k) per source
+    token (math: the scores and softmax, 2·a·S per target token)."""
+    e, h, q, k, f, a = activation_element_bytes(dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
+    kernel = attention or default_attention(cfg)
+
+    def stack(length: int) -> int:
+        """Elements of the largest stage of one stack's blocks, and ALiBi's bias."""
+        attn = 3 * h + (q + 2 * k) + q + ((q + k) if cfg.pos_encoding == "rope" else 0)
+        if kernel == "math":
+            attn += 3 * q + 2 * a * length
+        ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
+        bias = a * length * length if cfg.pos_encoding == "alibi" else 0
+        return batch * length * max(attn, ffn) + bias
+
+    head = batch * seq * (2 * h + (cfg.vocab_size if cfg.lm_head else 0))
+    if cfg.arch != "encoder-decoder":
+        return e * max(stack(seq), head)
+    src = seq if src_seq is None else src_seq
+    cross = batch * seq * (3 * h + 2 * q + (2 * a * src if attention == "math" else 0)) + batch * src * 2 * k
+    return e * max(stack(src), batch * src * h + max(stack(seq), cross, head))
 
 
 @dataclass(frozen=True)
@@ -301,17 +400,19 @@ def training_state(cfg: ModelConfig, dtype: str, optimizer: str = "adam-mixed") 
 
 def training_bytes(
     cfg: ModelConfig, batch: int, seq: int, dtype: str, optimizer: str = "adam-mixed",
-    attention: Optional[str] = None, recompute: str = "none",
+    attention: Optional[str] = None, recompute: str = "none", src_seq: Optional[int] = None,
 ) -> int:
     """The peak of a training step: the state, plus the activation peak (backward) or the optimizer
     step's temporaries, whichever is larger."""
     state = training_state(cfg, dtype, optimizer)
-    return state.total + max(activations(cfg, batch, seq, dtype, attention, recompute).total, state.step_temporaries)
+    acts = activations(cfg, batch, seq, dtype, attention, recompute, src_seq=src_seq)
+    return state.total + max(acts.total, state.step_temporaries)
 
 
-def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> int:
-    """Weights plus a KV cache of seq positions: what must fit to serve a context of seq tokens."""
-    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype)
+def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: Optional[int] = None) -> int:
+    """Weights plus a KV cache of seq positions (and an encoder-decoder's cross-attention cache of
+    src_seq source positions, default seq): what must fit to serve a context of seq tokens."""
+    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype, src_seq)
 
 
 # ---------- budgets ----------
@@ -371,22 +472,24 @@ class Fit:
         return self.fixed_bytes <= self.budget
 
 
-def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int) -> Fit:
-    """Largest context (at batch) and batch (at seq) whose weights + KV cache fit the budget."""
+def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, src_seq: Optional[int] = None) -> Fit:
+    """Largest context (at batch) and batch (at seq) whose weights + KV cache fit the budget. An
+    encoder-decoder keeps src_seq source positions; without it, as many as the context."""
     return Fit(
         budget, weights_bytes(cfg, dtype),
-        largest_fitting(lambda t: inference_bytes(cfg, batch, t, dtype), budget),
-        largest_fitting(lambda b: inference_bytes(cfg, b, seq, dtype), budget),
+        largest_fitting(lambda t: inference_bytes(cfg, batch, t, dtype, src_seq), budget),
+        largest_fitting(lambda b: inference_bytes(cfg, b, seq, dtype, src_seq), budget),
     )
 
 
 def fit_training(
     cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, optimizer: str = "adam-mixed",
-    attention: Optional[str] = None, recompute: str = "none",
+    attention: Optional[str] = None, recompute: str = "none", src_seq: Optional[int] = None,
 ) -> Fit:
-    """Largest context (at batch) and batch (at seq) whose training state + activations fit the budget."""
+    """Largest context (at batch) and batch (at seq) whose training state + activations fit the budget
+    (an encoder-decoder: src_seq source tokens, or as many as the context)."""
     def need(b: int, t: int) -> int:
-        return training_bytes(cfg, b, t, dtype, optimizer, attention, recompute)
+        return training_bytes(cfg, b, t, dtype, optimizer, attention, recompute, src_seq)
 
     return Fit(
         budget, training_state(cfg, dtype, optimizer).total,

@@ -61,8 +61,10 @@ class MeasuredPeak:
     device: str
 
 
-def forward_loss(model, idx, count_saved: bool = False):
+def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
     """(loss, bytes autograd saved for backward or None): cross-entropy of the logits, upcast to fp32.
+    An encoder-decoder reads src_idx and predicts idx. A model without an LM head (BertModel) has no
+    logits: the loss is the sum of its outputs (hidden states, and the pooled token), upcast to fp32.
 
     Counting: a saved_tensors_hooks pack hook records every floating-point tensor packed for backward,
     each storage once, parameters and buffers (and 0-d tensors: the loss's weight total) left out."""
@@ -80,8 +82,12 @@ def forward_loss(model, idx, count_saved: bool = False):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(idx)
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), idx.view(-1))
+        output = model(idx) if src_idx is None else model(src_idx, idx)
+        if model.lm_head is None:
+            loss = sum(o.float().sum() for o in (output if isinstance(output, tuple) else (output,)))
+        else:
+            logits = output[0] if isinstance(output, tuple) else output
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), idx.view(-1))
     return loss, (sum(seen.values()) if count_saved else None)
 
 
@@ -122,24 +128,28 @@ def make_optimizer(model, optimizer: str, dtype: str):
 
 
 def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, training: bool,
-              optimizer: str) -> Optional[int]:
+              optimizer: str, src_seq: Optional[int] = None) -> Optional[int]:
     """Build the model on device and run it (see the module docstring). Returns the bytes autograd saved
-    in the measured training step, or None for a forward pass."""
+    in the measured training step, or None for a forward pass. An encoder-decoder reads src_seq source
+    tokens (default: seq)."""
     import torch
 
     from tfcalc.model import build_model
 
     model = build_model(cfg, device, torch_dtype(dtype))
     idx = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
+    src_idx = None
+    if cfg.arch == "encoder-decoder":
+        src_idx = torch.randint(0, cfg.vocab_size, (batch, seq if src_seq is None else src_seq), device=device)
     if not training:
         with torch.no_grad():
-            model(idx)  # the logits die at once; the peak has been reached by then
+            model(idx) if src_idx is None else model(src_idx, idx)  # the output dies at once, after the peak
         return None
     model.train()
     opt = make_optimizer(model, optimizer, dtype)
     saved = None
     for step in range(2):
-        loss, saved = forward_loss(model, idx, count_saved=step == 1)
+        loss, saved = forward_loss(model, idx, count_saved=step == 1, src_idx=src_idx)
         loss.backward()
         del loss
         opt.step()
@@ -230,10 +240,11 @@ def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
     cfg = from_mapping(request["config"])
     device = resolve_device(request["device"])
     args = dict(dtype=request["dtype"], device=device.name, training=request["training"],
-                optimizer=request["optimizer"])
+                optimizer=request["optimizer"], src_seq=request.get("src_seq"))
     torch.manual_seed(0)
     warm = min(request["seq"], WARMUP_SEQ)
-    run_model(replace(cfg, n_layer=1), 1, warm, **args)  # code pages, thread pool, cuBLAS workspace
+    warm_cfg = replace(cfg, n_layer=1, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None)
+    run_model(warm_cfg, 1, warm, **{**args, "src_seq": min(args["src_seq"] or warm, WARMUP_SEQ)})  # code pages, threads
     meter = peak_meter(device)
     meter.start()
     saved = run_model(cfg, request["batch"], request["seq"], **args)
@@ -254,10 +265,11 @@ def _child_main() -> None:
 
 
 def measure_peak(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str = "cpu",
-                 training: bool = False, optimizer: str = "adam-mixed", timeout: float = 3600) -> MeasuredPeak:
+                 training: bool = False, optimizer: str = "adam-mixed", timeout: float = 3600,
+                 src_seq: Optional[int] = None) -> MeasuredPeak:
     """Run the model in a fresh child process and return its measured peak (see the module docstring)."""
     request = dict(config=dataclasses.asdict(cfg), batch=batch, seq=seq, dtype=dtype, device=device,
-                   training=training, optimizer=optimizer)
+                   training=training, optimizer=optimizer, src_seq=src_seq)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
     code = "from tfcalc.measure.memory import _child_main; _child_main()"
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
