@@ -1,6 +1,8 @@
 """tfcalc snapshot / check: the CI regression of counts."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,35 @@ def test_write_is_atomic(tmp_path, monkeypatch):
         snap.write_atomic(out, {"new": True})
     assert json.loads(out.read_text()) == {"old": True}
     assert [p.name for p in tmp_path.iterdir()] == ["snap.json"]
+
+
+def test_written_file_has_ordinary_permissions(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        snap.write_atomic(tmp_path / "new.json", {})
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "new.json").chmod(0o640)
+        snap.write_atomic(tmp_path / "new.json", {"again": 1})
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
+
+
+GOLDEN = Path(__file__).parent / "golden" / "snapshot.json"
+
+
+def test_the_projects_golden_snapshot_still_holds():
+    """Every count of every preset, pinned. A change that moves one fails here (and in CI's
+    `tfcalc check`) until the snapshot is deliberately rewritten: tfcalc snapshot -o tests/golden/snapshot.json"""
+    data = snap.read(GOLDEN)
+    assert [e["spec"] for e in data["entries"]] == preset_names(), "a preset is missing from the golden snapshot"
+    drifts = snap.compare(data)
+    assert not drifts, "\n".join(f"{d.preset} {d.field}: {d.expected} -> {d.got}" for d in drifts)
+
+
+def test_snapshot_holds_flops_and_memory_figures():
+    entry = snap.build(["gpt2"], [])["entries"][0]
+    assert entry["flops"]["forward_flops"] == 291_648_307_200
+    assert entry["flops"]["crossover_seq"] == {"scores_vs_ffn": 3072, "attention_vs_ffn": 1536}
+    assert entry["memory"]["weights_bytes"] == 2 * 124_439_808
+    assert entry["memory"]["kv_cache_bytes"] == 2 * 1024 * 12 * 12 * 64 * 2

@@ -17,6 +17,8 @@ from typing import Any
 
 from tfcalc import __version__
 from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count import flops as count_flops
+from tfcalc.count import memory as count_memory
 from tfcalc.count import params as count_params
 from tfcalc.presets import load
 
@@ -25,16 +27,39 @@ CONVENTIONS = {
     "flop": "one floating-point operation; a multiply-add is 2 FLOPs; matmul (m,k)@(k,n) = 2·m·k·n",
     "forward_flops": "matmul FLOPs, attention scores over the full T×T square, LM head over all T positions",
     "params": "parameters shared between modules (tied embedding and LM head) count once",
-    "bytes": "bytes of the named dtype; memory figures at batch 1 and the context length, bf16",
+    "flops_at": "batch 1, the model's context length; training = 3 × forward (no recompute)",
+    "bytes": "bytes of the named dtype; memory figures at batch 1, the context length, bf16, "
+    "training with mixed-precision Adam (16 bytes/param) and tfcalc's default attention",
 }
+FIGURES_DTYPE = "bf16"
 
 
 def figures(cfg: ModelConfig) -> dict[str, Any]:
-    """Every number a snapshot pins for one model, as nested dicts of ints (and floats)."""
+    """Every number a snapshot pins for one model, as nested dicts of ints."""
+    seq = cfg.max_seq_len
+    flops = count_flops.breakdown(cfg, 1, seq)
+    crossover = count_flops.crossover_seq(cfg)
     return {
         "params": {
             "total": count_params.total(cfg),
             "breakdown": count_params.breakdown(cfg),
+        },
+        "flops": {
+            "seq": seq,
+            "forward_flops": flops.forward,
+            "forward_flops_causal": flops.forward_causal,
+            "training_flops": count_flops.training_flops(cfg, 1, seq),
+            "breakdown": flops.totals(),
+            "decode_flops_per_token": count_flops.decode_flops(cfg, 1, seq),
+            "crossover_seq": {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn},
+        },
+        "memory": {
+            "dtype": FIGURES_DTYPE,
+            "seq": seq,
+            "weights_bytes": count_memory.weights_bytes(cfg, FIGURES_DTYPE),
+            "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, 1, seq, FIGURES_DTYPE),
+            "activation_bytes": count_memory.activations(cfg, 1, seq, FIGURES_DTYPE).total,
+            "training_bytes": count_memory.training_bytes(cfg, 1, seq, FIGURES_DTYPE),
         },
     }
 
@@ -59,6 +84,7 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600 files; a snapshot is an ordinary file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2)
             f.write("\n")
@@ -68,6 +94,16 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The existing file's permissions, or what a plain open() would give under the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def read(path: Path) -> dict[str, Any]:

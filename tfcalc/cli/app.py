@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import bench, flops, memory, params, presets, snapshot
+from tfcalc.cli import bench, compare, flops, memory, params, presets, scan, snapshot
 from tfcalc.config import ConfigError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -36,6 +36,8 @@ app.command("memory")(memory.memory)
 app.command("bench")(bench.bench)
 app.command("snapshot")(snapshot.snapshot)
 app.command("check")(snapshot.check)
+app.command("compare")(compare.compare)
+app.command("scan")(scan.scan)
 
 
 def _version(value: bool) -> None:

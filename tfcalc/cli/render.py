@@ -54,7 +54,7 @@ def print_json_reports(reports: list[Any]) -> None:
 
 def human(n: float) -> str:
     """124439808 -> '124.4M'; 174604259328 -> '174.6B'."""
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, size in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.1f}{unit}"
     return f"{n:g}"
@@ -535,6 +535,98 @@ def check_result(path, data: dict[str, Any], drifts: list, as_json: bool) -> Non
         table.add_row(d.preset, d.field, cell(d.expected), cell(d.got),
                       "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
     console().print(table)
+
+
+# ---------- tfcalc compare ----------
+
+_COMPARE_ROWS = [
+    ("n_layer", "layers", str), ("d_model", "d_model", str), ("n_head", "query heads", str),
+    ("n_kv_head", "KV heads", str), ("d_head", "d_head", str), ("d_ff", "d_ff", str),
+    ("vocab_size", "vocab", str), ("max_seq_len", "context", str), ("pos_encoding", "positions", str),
+    ("norm", "norm", str), ("ffn", "FFN", str), ("tie_embeddings", "tied head", lambda v: "yes" if v else "no"),
+    ("params", "parameters", lambda v: f"{human(v)} ({v:,})"),
+    ("weights_bytes", "weights", lambda v: nbytes(v).split(" (")[0]),
+    ("seq", "at seq", str),
+    ("forward_flops_per_token", "forward FLOPs / token", human),
+    ("training_flops_per_token", "training FLOPs / token", human),
+    ("kv_cache_bytes_per_token", "KV cache / token", lambda v: nbytes(v).split(" (")[0]),
+    ("attention_param_share", "attention share of params", share),
+    ("ffn_param_share", "FFN share of params", share),
+    ("attention_flop_share", "attention share of FLOPs", share),
+    ("ffn_flop_share", "FFN share of FLOPs", share),
+]
+
+
+def compare_table(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        print_json(rows)
+        return
+    first = rows[0]
+    table = Table(title=f"Compared with {first['preset']} (differences highlighted; bytes in {first['kv_dtype']}, "
+                        "GB = 10⁹ bytes)", title_justify="left")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["preset"], justify="right")
+    for key, label, fmt in _COMPARE_ROWS:
+        cells = [Text(fmt(r[key]), style="" if i == 0 or r[key] == first[key] else "bold yellow")
+                 for i, r in enumerate(rows)]
+        table.add_row(label, *cells)
+    console().print(table)
+
+
+# ---------- tfcalc scan ----------
+
+# (key, characters, style): the characters tell the parts apart without colour (NO_COLOR, plain files)
+_SCAN_PARTS = (("attention_scores", "█", "red"), ("attention_proj", "▓", "dark_orange"),
+               ("ffn", "▒", "blue"), ("lm_head", "░", "grey50"))
+
+
+def _share_bar(row: dict[str, Any], width: int = 32) -> Text:
+    bar = Text()
+    used = 0
+    for i, (key, char, style) in enumerate(_SCAN_PARTS):
+        n = width - used if i == len(_SCAN_PARTS) - 1 else round(width * row[key] / row["forward_flops"])
+        n = max(0, min(n, width - used))
+        bar.append(char * n, style=style)
+        used += n
+    return bar
+
+
+def scan_report(report: dict[str, Any], as_json: bool, plot_path=None) -> None:
+    if as_json:
+        print_json(dict(report, plot=str(plot_path) if plot_path else None))
+        return
+    crossover = report["crossover_seq"]
+    table = Table(title=f"{report['preset']}: forward FLOPs and memory against sequence length (batch "
+                        f"{report['batch']}, bytes in {report['dtype']}, GB = 10⁹ bytes)", title_justify="left")
+    for name in ("T", "scores", "projections", "FFN", "LM head", "scores share", "KV cache", "activations"):
+        table.add_column(name, justify="right")
+    legend = "  ".join(f"{char} {name}" for (key, char, _), name in zip(_SCAN_PARTS, ("scores", "projections", "FFN", "head")))
+    table.add_column(f"shares of forward: {legend}")
+    table.add_column("crossover", style="bold red")
+    marked = set()
+    for r in report["rows"]:
+        marks = []
+        for key, text in (("scores_vs_ffn", "scores ≥ FFN"), ("attention_vs_ffn", "attention ≥ FFN")):
+            if r["seq"] >= crossover[key] and key not in marked:
+                marked.add(key)
+                marks.append(text)
+        beyond = r["seq"] > report["max_seq_len"]
+        seq_cell = Text(f"{r['seq']:,}" + ("*" if beyond else ""), style="bold" if marks else "")
+        table.add_row(
+            seq_cell, human(r["attention_scores"]), human(r["attention_proj"]), human(r["ffn"]), human(r["lm_head"]),
+            share(r["scores_share"]), nbytes(r["kv_cache_bytes"]).split(" (")[0],
+            nbytes(r["activation_bytes"]).split(" (")[0],
+            _share_bar(r), "◀ " + ", ".join(marks) if marks else "",
+        )
+    out = console()
+    out.print(table)
+    out.print(f"Per layer, attention scores reach the FFN's FLOPs at T = {crossover['scores_vs_ffn']:,} and the whole "
+              f"attention sub-layer (projections + scores) at T = {crossover['attention_vs_ffn']:,} (full-square convention).")
+    if any(r["seq"] > report["max_seq_len"] for r in report["rows"]):
+        out.print(Text(f"* beyond the context length {report['max_seq_len']:,}: arithmetic only.", style="dim"))
+    if plot_path:
+        out.print(f"Plot written to {plot_path}.")
 
 
 # ---------- kinds of transformer (encoder, encoder-decoder, mixture of experts) ----------
