@@ -143,3 +143,14 @@ def test_flops_cli_moe_and_encoder(cli):
 )
 def test_bad_flops_input_for_the_new_kinds(cli, args, message):
     assert_one_line_error(cli(*args), message)
+
+
+def test_compare_and_scan_account_for_cross_attention_and_the_pooler(cli):
+    rows = {r["preset"]: r for r in cli("compare", "bert-base", "transformer-base", "--json").json()}
+    b = count.breakdown(load("transformer-base"), 1, 512)
+    assert rows["transformer-base"]["forward_flops_per_token"] == b.per_token(b.forward)
+    scan = cli("scan", "transformer-base", "--seq", "64,128", "--json").json()
+    for row in scan["rows"]:
+        assert row["attention_scores"] + row["attention_proj"] + row["ffn"] + row["lm_head"] == row["forward_flops"]
+    bert = cli("scan", "bert-base", "--seq", "64", "--json").json()["rows"][0]
+    assert bert["lm_head"] == 2 * 768 * 768  # the pooler, BertModel's only head

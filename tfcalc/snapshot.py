@@ -35,7 +35,8 @@ FIGURES_DTYPE = "bf16"
 
 
 def figures(cfg: ModelConfig) -> dict[str, Any]:
-    """Every number a snapshot pins for one model, as nested dicts of ints."""
+    """Every number a snapshot pins for one model, as nested dicts of ints (None where a figure does not
+    apply: an encoder has no decode step)."""
     seq = cfg.max_seq_len
     flops = count_flops.breakdown(cfg, 1, seq)
     crossover = count_flops.crossover_seq(cfg)
@@ -50,7 +51,7 @@ def figures(cfg: ModelConfig) -> dict[str, Any]:
             "forward_flops_causal": flops.forward_causal,
             "training_flops": count_flops.training_flops(cfg, 1, seq),
             "breakdown": flops.totals(),
-            "decode_flops_per_token": count_flops.decode_flops(cfg, 1, seq),
+            "decode_flops_per_token": None if cfg.arch == "encoder" else count_flops.decode_flops(cfg, 1, seq),
             "crossover_seq": {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn},
         },
         "memory": {

@@ -23,7 +23,7 @@ def compare_row(cfg: ModelConfig, seq: int | None, dtype: str) -> dict[str, Any]
     flops = count_flops.breakdown(cfg, 1, T)
     totals = flops.totals()
     forward = flops.forward
-    attention_flops = totals["attention_proj"] + totals["attention_scores"]
+    attention_flops = sum(totals[g] for g in ("attention_proj", "attention_scores") + count_flops.CROSS_GROUPS)
     return {
         "preset": cfg.name,
         "n_layer": cfg.n_layer,
@@ -40,9 +40,10 @@ def compare_row(cfg: ModelConfig, seq: int | None, dtype: str) -> dict[str, Any]
         "tie_embeddings": cfg.tie_embeddings,
         "params": params,
         "seq": T,
-        # every forward term carries a factor T (tokens, or query rows of the score square): exact
-        "forward_flops_per_token": forward // T,
-        "training_flops_per_token": 3 * forward // T,
+        # every forward term carries a factor T (tokens, or query rows of the score square): exact, but for
+        # BERT's pooler and an encoder-decoder's source side (rounded, see FlopBreakdown.per_token)
+        "forward_flops_per_token": flops.per_token(forward),
+        "training_flops_per_token": flops.per_token(3 * forward),
         "kv_cache_bytes_per_token": count_memory.kv_cache_bytes(cfg, 1, 1, dtype),
         "kv_dtype": dtype,
         "weights_bytes": count_memory.weights_bytes(cfg, dtype),

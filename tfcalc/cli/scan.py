@@ -40,14 +40,16 @@ def parse_seq_range(text: str) -> list[int]:
 def scan_row(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> dict[str, Any]:
     totals = count_flops.breakdown(cfg, batch, seq).totals()
     forward = sum(totals.values())
+    # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
+    scores = totals["attention_scores"] + totals["cross_attention_scores"]
     return {
         "seq": seq,
-        "attention_scores": totals["attention_scores"],
-        "attention_proj": totals["attention_proj"],
+        "attention_scores": scores,
+        "attention_proj": totals["attention_proj"] + totals["cross_attention_proj"],
         "ffn": totals["ffn"],
-        "lm_head": totals["lm_head"],
+        "lm_head": totals["lm_head"] + totals["pooler"],
         "forward_flops": forward,
-        "scores_share": totals["attention_scores"] / forward,
+        "scores_share": scores / forward,
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
         "activation_bytes": count_memory.activations(cfg, batch, seq, dtype).total,
     }
