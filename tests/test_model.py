@@ -101,3 +101,15 @@ def test_property_analytic_equals_empirical_and_forward_runs(cfg):
     out = _forward(cfg, batch=2, src_seq=src_seq)
     assert out.shape == (2, cfg.max_seq_len, _output_width(cfg))
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("vocab", [61, 64], ids=["unaligned-vocab-transposed", "aligned-vocab-plain"])
+def test_lm_head_values_match_a_plain_linear(vocab):
+    """The unaligned-vocabulary head computes weight @ xᵀ and returns its transposed view: same values."""
+    model = build_model(tiny(vocab_size=vocab, tie_embeddings=False), "cpu")
+    x = torch.randn(3, 5, 32)
+    with torch.no_grad():
+        out = model.lm_head(x)
+    assert out.shape == (3, 5, vocab)
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, model.lm_head.weight))
+    assert out.is_contiguous() == (vocab % 16 == 0)
