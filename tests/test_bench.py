@@ -123,3 +123,17 @@ def test_bench_refusals(cli, args, message):
     r = cli("bench", *args)
     assert r.code == 2 and r.out == ""
     assert r.err.count("\n") == 1 and message in r.err
+
+
+def test_progress_bar_advances_on_a_terminal_and_is_silent_otherwise(monkeypatch, capsys):
+    from tfcalc.cli import render
+
+    with render.progress("work", 3, enabled=True) as advance:  # stderr is captured: not a terminal
+        advance()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(render.sys.stderr, "isatty", lambda: True)
+    with render.progress("work", 3, enabled=True) as advance:
+        for _ in range(3):
+            advance()
+    with render.progress("work", 3, enabled=False) as advance:  # --json
+        advance()

@@ -215,7 +215,7 @@ def _flops_table(r: FlopsReport) -> Table:
     cfg, b, fwd = r.cfg, r.breakdown, r.forward
     title = f"{cfg.name}  ·  B = {r.batch}, T = {r.seq:,}  ·  forward matmul FLOPs (2·m·k·n, full T×T square)"
     table = Table(title=title, caption=cfg.source or None, title_justify="left", caption_justify="left")
-    for name in ("Component", "Matmul (m×k @ k×n)", "× count", "Per layer", "Total", "Per token", "Share"):
+    for name in ("Component", "Matmul (m×k @ k×n)", "× per layer", "Per layer", "Total", "Per token", "Share"):
         table.add_column(name, justify="left" if name == "Component" else "right")
     per_layer, totals = b.per_layer(), b.totals()
     for group, title_ in _FLOP_GROUP_TITLES.items():
@@ -503,6 +503,8 @@ def bench_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
     notes.append("Attention time/FLOPs: one block's attention sub-layer against its FFN sub-layer, timed alone; "
                  "a time share above the FLOP share is memory-bound work (softmax, reshapes, KV reads).")
     notes.append("Achieved FLOP/s counts the analytic forward FLOPs, full T×T attention square.")
+    if first["compiled"]:
+        notes.append("The forward pass ran torch.compile'd; the sub-layer and head timings use the eager modules.")
     for note in notes:
         out.print(Text(note, style="dim"))
 
