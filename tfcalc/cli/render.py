@@ -215,7 +215,7 @@ def _flops_table(r: FlopsReport) -> Table:
     cfg, b, fwd = r.cfg, r.breakdown, r.forward
     title = f"{cfg.name}  ·  B = {r.batch}, T = {r.seq:,}  ·  forward matmul FLOPs (2·m·k·n, full T×T square)"
     table = Table(title=title, caption=cfg.source or None, title_justify="left", caption_justify="left")
-    for name in ("Component", "Matmul (m×k @ k×n)", "× per layer", "Per layer", "Total", "Per token", "Share"):
+    for name in ("Component", "Matmul (m×k @ k×n)", "× matmuls", "Per layer", "Total", "Per token", "Share"):
         table.add_column(name, justify="left" if name == "Component" else "right")
     per_layer, totals = b.per_layer(), b.totals()
     for group, title_ in _FLOP_GROUP_TITLES.items():
