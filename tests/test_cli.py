@@ -31,6 +31,13 @@ def test_params_json_contract_single_and_several(cli):
     assert several[1]["empirical_total"] == 6_738_415_616
 
 
+def test_named_size_and_the_gap_to_it(cli):
+    r = cli("params", "gpt2-xl", "--no-measure", "--json").json()
+    assert r["nominal_params"] == "1.5B"
+    assert r["nominal_rel_difference"] == pytest.approx(1_557_611_200 / 1.5e9 - 1)
+    assert "named 1.5B, exact count +3.8% from it" in cli("params", "gpt2-xl", "--no-measure").out
+
+
 def test_no_measure_skips_torch(cli):
     r = cli("params", "gpt3", "--no-measure", "--json").json()
     assert r["empirical_total"] is None and r["analytic_total"] == count.total(load("gpt3"))

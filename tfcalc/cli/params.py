@@ -84,6 +84,12 @@ class ParamsReport:
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
         return notes
 
+    @property
+    def nominal_rel_difference(self) -> float | None:
+        """How far the exact count is from the size the source names (which is rounded)."""
+        named = count.nominal_value(self.cfg.nominal_params)
+        return None if not named else (self.analytic_total - named) / named
+
     def to_json(self) -> dict[str, Any]:
         total = self.analytic_total
         return {
@@ -104,6 +110,7 @@ class ParamsReport:
                 "rel_error": self.approximation_rel_error,
             },
             "nominal_params": self.cfg.nominal_params,
+            "nominal_rel_difference": self.nominal_rel_difference,
             "tied_embeddings": self.cfg.tie_embeddings,
             "weights_bytes": self.weights_bytes,
             "notes": self.notes,

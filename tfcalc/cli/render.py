@@ -98,7 +98,9 @@ _GROUP_TITLES = {
 
 def _params_table(r: ParamsReport) -> Table:
     cfg, total = r.cfg, r.analytic_total
-    title = f"{cfg.name}" + (f"  ·  named {cfg.nominal_params}" if cfg.nominal_params else "")
+    title = cfg.name
+    if r.nominal_rel_difference is not None:  # the source's rounded size, and how far the exact count is from it
+        title += f"  ·  named {cfg.nominal_params}, exact count {r.nominal_rel_difference:+.1%} from it"
     caption = cfg.source or None
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
     table.add_column("Component")
