@@ -128,3 +128,8 @@ def test_snapshot_holds_flops_and_memory_figures():
     assert entry["flops"]["crossover_seq"] == {"scores_vs_ffn": 3072, "attention_vs_ffn": 1536}
     assert entry["memory"]["weights_bytes"] == 2 * 124_439_808
     assert entry["memory"]["kv_cache_bytes"] == 2 * 1024 * 12 * 12 * 64 * 2
+
+
+def test_unwritable_output_is_one_line(cli, tmp_path):
+    r = cli("snapshot", "gpt2", "-o", str(tmp_path / "missing-dir" / "snap.json"))
+    assert r.code == 2 and r.err.count("\n") == 1 and "cannot write there" in r.err

@@ -83,7 +83,10 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write JSON to a temporary file beside path, flush it to disk, then rename it over path:
     a crash leaves either the old file or the new one, never half of one."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write there ({e.strerror or e})") from None
     try:
         os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600 files; a snapshot is an ordinary file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
