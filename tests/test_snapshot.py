@@ -133,3 +133,10 @@ def test_snapshot_holds_flops_and_memory_figures():
 def test_unwritable_output_is_one_line(cli, tmp_path):
     r = cli("snapshot", "gpt2", "-o", str(tmp_path / "missing-dir" / "snap.json"))
     assert r.code == 2 and r.err.count("\n") == 1 and "cannot write there" in r.err
+
+
+def test_a_directory_in_the_way_is_one_line_and_leaves_nothing_behind(cli, tmp_path):
+    (tmp_path / "snap.json").mkdir()
+    r = cli("snapshot", "gpt2", "-o", str(tmp_path / "snap.json"))
+    assert r.code == 2 and "cannot write" in r.err
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.json"]

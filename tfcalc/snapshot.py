@@ -95,8 +95,10 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):  # disk full, a directory in the way, permissions
+            raise ConfigError(f"{path}: cannot write ({e.strerror or e}); the old file, if any, is intact") from None
         raise
 
 
