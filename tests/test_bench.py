@@ -137,3 +137,55 @@ def test_progress_bar_advances_on_a_terminal_and_is_silent_otherwise(monkeypatch
             advance()
     with render.progress("work", 3, enabled=False) as advance:  # --json
         advance()
+
+
+class _FakeEvent:
+    """Stands in for torch.cuda.Event: record() stamps a clock, elapsed_time() answers in milliseconds."""
+
+    clock = [0.0]
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing, "timing events must be created with enable_timing=True"
+        self.stamp = None
+
+    def record(self, stream=None):
+        self.stamp = self.clock[0]
+
+    def elapsed_time(self, end):
+        assert self.stamp is not None and end.stamp is not None, "read before both events were recorded"
+        return (end.stamp - self.stamp) * 1e3
+
+
+def test_the_cuda_path_of_the_timing_loop_with_fake_events(monkeypatch):
+    """No GPU here: the same loop, driven through the CUDA clock with torch.cuda's API faked, must
+    record an event before and after each call, synchronize, and convert milliseconds to seconds."""
+    syncs = []
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    _FakeEvent.clock[0] = 0.0
+    durations = iter([0.5, 0.25, 0.125, 1.0, 2.0])
+
+    def call():  # each call "takes" the next duration on the fake device clock
+        _FakeEvent.clock[0] += next(durations)
+
+    timing = bench.time_calls(call, torch.device("cuda"), warmup=2, repeat=3)
+    assert timing.samples == (0.125, 1.0, 2.0)
+    assert len(syncs) == 2  # once after the warm-up, once before reading the events
+
+
+def test_the_cuda_peak_meter_reads_the_allocators_counters(monkeypatch):
+    from tfcalc.measure.device import Device
+    from tfcalc.measure.memory import CudaPeakMeter, peak_meter
+
+    state = {"allocated": 1000, "peak": 1000, "reset": 0}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: state.update(reset=state["reset"] + 1, peak=state["allocated"]))
+    meter = peak_meter(Device("cuda:0", "cuda", "NVIDIA H100 80GB HBM3"))
+    assert isinstance(meter, CudaPeakMeter)
+    meter.start()
+    state["peak"] = 1000 + 4096  # the run allocated 4096 bytes at its highest point
+    assert state["reset"] == 1 and meter.peak() == 4096
