@@ -93,6 +93,10 @@ def test_bench_sweep_gives_one_row_per_length(cli):
     assert rows[2]["forward_flops"] > rows[0]["forward_flops"]
 
 
+def test_bench_sweep_takes_a_doubling_range_like_scan(cli):
+    assert [r["seq"] for r in _bench(cli, "gpt2", *TINY, "--seq", "8..32")] == [8, 16, 32]
+
+
 def test_bench_n_layer_extrapolates(cli):
     r = _bench(cli, "gpt2", "--set", "n_layer=6", *TINY[2:], "--seq", "16", "--n-layer", "2")
     assert r["extrapolated"] and r["n_layer_run"] == 2 and r["n_layer"] == 6

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import bench, compare, flops, memory, params, presets, scan, snapshot
+from tfcalc.cli import bench, compare, flops, memory, params, presets, render, scan, snapshot
 from tfcalc.config import ConfigError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -54,7 +54,7 @@ def _root(
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"tfcalc: error: {message}", file=sys.stderr)
+    render.error(message)
     return code
 
 

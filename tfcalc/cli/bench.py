@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Json, Model, Overrides
+from tfcalc.cli.options import Json, Model, Overrides, parse_lengths
 from tfcalc.config import ConfigError, ModelConfig, replace
 from tfcalc.count import flops as count_flops
 from tfcalc.count import memory as count_memory
@@ -19,15 +19,10 @@ BENCH_DTYPES = ("fp32", "bf16", "fp16")
 
 
 def parse_seqs(text: str | None, cfg: ModelConfig) -> list[int]:
-    """'256,1024' -> [256, 1024]; None -> [the model's context length]."""
+    """'256,1024' or '256..4096' -> those lengths; None -> [the model's context length]."""
     if text is None:
         return [cfg.max_seq_len]
-    try:
-        seqs = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"expected integers separated by commas, got '{text}'", param_hint="--seq") from None
-    if not seqs or any(s < 1 for s in seqs):
-        raise typer.BadParameter(f"sequence lengths must be positive, got '{text}'", param_hint="--seq")
+    seqs = parse_lengths(text)
     limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
     too_long = [s for s in seqs if limited and s > cfg.max_seq_len]
     if too_long:
@@ -174,7 +169,7 @@ def bench(
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or mps.")] = "cpu",
     dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
     batch: Annotated[int, typer.Option(help="Batch size.")] = 1,
-    seq: Annotated[Optional[str], typer.Option(help="Sequence length, or several: 256,1024,4096 (default: the context length).", show_default=False)] = None,
+    seq: Annotated[Optional[str], typer.Option(help="Sequence length, or several: 256,1024,4096 or 256..4096 (default: the context length).", show_default=False)] = None,
     warmup: Annotated[int, typer.Option(help="Untimed calls before timing.")] = 3,
     repeat: Annotated[int, typer.Option(help="Timed calls; median, p10 and p90 over them.")] = 10,
     compile_: Annotated[bool, typer.Option("--compile", help="torch.compile the model first.")] = False,

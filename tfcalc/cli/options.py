@@ -53,3 +53,27 @@ DType = Annotated[
     typer.Option("--dtype", help="Storage dtype of weights (and activations; int8/int4/fp8 compute in bf16)."),
 ]
 Device = Annotated[str, typer.Option("--device", help="Device to measure on: cpu, cuda, cuda:N or mps.")]
+
+
+def parse_lengths(text: str, option: str = "--seq") -> list[int]:
+    """Sequence lengths as typed: '256,1024,4096' -> those, in that order; '128..1024' -> 128, 256, 512,
+    1024 (doubling; the end is included even off the doubling). A one-line BadParameter otherwise."""
+    try:
+        if ".." in text:
+            lo_text, hi_text = text.split("..", 1)
+            lo, hi = int(lo_text), int(hi_text)
+            if lo < 1 or hi < lo:
+                raise typer.BadParameter(f"expected START..END with 1 <= START <= END, got '{text}'", param_hint=option)
+            seqs = []
+            while lo < hi:
+                seqs.append(lo)
+                lo *= 2
+            return seqs + [hi]
+        seqs = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected integers separated by commas, or START..END, got '{text}'", param_hint=option
+        ) from None
+    if not seqs or any(s < 1 for s in seqs):
+        raise typer.BadParameter(f"sequence lengths must be positive, got '{text}'", param_hint=option)
+    return seqs

@@ -60,18 +60,23 @@ def human(n: float) -> str:
     return f"{n:g}"
 
 
+def _scaled(n: int, base: int, units: tuple[str, ...]) -> str:
+    value, unit = float(n), units[0]
+    for unit in units:
+        if value < base or unit == units[-1]:
+            break
+        value /= base
+    return f"{value:.1f} {unit}" if unit != units[0] else f"{n} {unit}"
+
+
+def gbytes(n: int) -> str:
+    """Decimal units only, for table cells whose header says GB = 10⁹ bytes: '497.8 MB'."""
+    return _scaled(n, 1000, ("B", "kB", "MB", "GB", "TB"))
+
+
 def nbytes(n: int) -> str:
     """Both decimal and binary units, named: '497.8 MB (474.7 MiB)'."""
-
-    def scaled(base: int, units: tuple[str, ...]) -> str:
-        value, unit = float(n), units[0]
-        for unit in units:
-            if value < base or unit == units[-1]:
-                break
-            value /= base
-        return f"{value:.1f} {unit}" if unit != units[0] else f"{n} {unit}"
-
-    return f"{scaled(1000, ('B', 'kB', 'MB', 'GB', 'TB'))} ({scaled(1024, ('B', 'KiB', 'MiB', 'GiB', 'TiB'))})"
+    return f"{gbytes(n)} ({_scaled(n, 1024, ('B', 'KiB', 'MiB', 'GiB', 'TiB'))})"
 
 
 def share(fraction: float) -> str:
@@ -159,7 +164,7 @@ def _params_summary(reports: list[ParamsReport]) -> Table:
         table.add_row(
             r.cfg.name, f"{total:,}", empirical, human(r.active_params) if r.cfg.n_expert else "—",
             r.cfg.nominal_params or "—", f"{r.approximation_rel_error:+.2%}",
-            f"{attention / total:.1%}", f"{groups['ffn'] / total:.1%}", nbytes(2 * total).split(" (")[0],
+            f"{attention / total:.1%}", f"{groups['ffn'] / total:.1%}", gbytes(2 * total),
         )
     return table
 
@@ -436,7 +441,7 @@ def memory_reports(reports: list[MemoryReport], as_json: bool) -> None:
         for r in reports:
             cells = (r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
                      r.measured and r.measured.peak_bytes)
-            table.add_row(r.cfg.name, *("—" if n is None else nbytes(n).split(" (")[0] for n in cells))
+            table.add_row(r.cfg.name, *("—" if n is None else gbytes(n) for n in cells))
         out.print(table)
 
 
@@ -492,7 +497,7 @@ def bench_rows(rows: list[dict[str, Any]], as_json: bool) -> None:
             f"{r['tokens_per_s']:,.0f}", rate(r["achieved_flops_per_s"]), f"{r['ceiling_fraction']:.0%}",
             "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
             f"{c['attention_time_share']:.0%} / {c['attention_flop_share']:.0%}",
-            "—" if r["peak_memory_bytes"] is None else nbytes(r["peak_memory_bytes"]).split(" (")[0],
+            "—" if r["peak_memory_bytes"] is None else gbytes(r["peak_memory_bytes"]),
         )
     out = console()
     out.print(table)
@@ -549,11 +554,11 @@ _COMPARE_ROWS = [
     ("vocab_size", "vocab", str), ("max_seq_len", "context", str), ("pos_encoding", "positions", str),
     ("norm", "norm", str), ("ffn", "FFN", str), ("tie_embeddings", "tied head", lambda v: "yes" if v else "no"),
     ("params", "parameters", lambda v: f"{human(v)} ({v:,})"),
-    ("weights_bytes", "weights", lambda v: nbytes(v).split(" (")[0]),
+    ("weights_bytes", "weights", gbytes),
     ("seq", "at seq", str),
     ("forward_flops_per_token", "forward FLOPs / token", human),
     ("training_flops_per_token", "training FLOPs / token", human),
-    ("kv_cache_bytes_per_token", "KV cache / token", lambda v: nbytes(v).split(" (")[0]),
+    ("kv_cache_bytes_per_token", "KV cache / token", gbytes),
     ("attention_param_share", "attention share of params", share),
     ("ffn_param_share", "FFN share of params", share),
     ("attention_flop_share", "attention share of FLOPs", share),
@@ -619,8 +624,8 @@ def scan_report(report: dict[str, Any], as_json: bool, plot_path=None) -> None:
         seq_cell = Text(f"{r['seq']:,}" + ("*" if beyond else ""), style="bold" if marks else "")
         table.add_row(
             seq_cell, human(r["attention_scores"]), human(r["attention_proj"]), human(r["ffn"]), human(r["lm_head"]),
-            share(r["scores_share"]), nbytes(r["kv_cache_bytes"]).split(" (")[0],
-            nbytes(r["activation_bytes"]).split(" (")[0],
+            share(r["scores_share"]), gbytes(r["kv_cache_bytes"]),
+            gbytes(r["activation_bytes"]),
             _share_bar(r), "◀ " + ", ".join(marks) if marks else "",
         )
     out = console()

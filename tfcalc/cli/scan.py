@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Json, Model, Overrides
+from tfcalc.cli.options import Batch, Json, Model, Overrides, parse_lengths
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count import memory as count_memory
@@ -16,25 +16,8 @@ from tfcalc.presets import load
 
 
 def parse_seq_range(text: str) -> list[int]:
-    """'128..131072' -> 128, 256, ..., 131072 (doubling; the end is included even off the doubling);
-    '256,1024,4096' -> those lengths."""
-    try:
-        if ".." in text:
-            lo_text, hi_text = text.split("..", 1)
-            lo, hi = int(lo_text), int(hi_text)
-            if lo < 1 or hi < lo:
-                raise typer.BadParameter(f"expected START..END with 1 <= START <= END, got '{text}'", param_hint="--seq")
-            seqs = []
-            while lo < hi:
-                seqs.append(lo)
-                lo *= 2
-            return seqs + [hi]
-        seqs = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"expected START..END or a comma list of integers, got '{text}'", param_hint="--seq") from None
-    if not seqs or any(s < 1 for s in seqs):
-        raise typer.BadParameter(f"sequence lengths must be positive, got '{text}'", param_hint="--seq")
-    return sorted(set(seqs))
+    """The --seq lengths (START..END doubling, or a comma list), in increasing order, each once."""
+    return sorted(set(parse_lengths(text)))
 
 
 def scan_row(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> dict[str, Any]:
@@ -72,7 +55,7 @@ def scan(
     model: Model,
     overrides: Overrides = None,
     seq: Annotated[str, typer.Option(help="START..END (doubling) or a comma list of lengths.")] = "128..131072",
-    batch: Annotated[int, typer.Option(help="Batch size.")] = 1,
+    batch: Batch = 1,
     dtype: Annotated[str, typer.Option(help="dtype for the KV cache and activation bytes.")] = "bf16",
     plot: Annotated[Optional[Path], typer.Option(help="Also draw the curves to this PNG file (needs tfcalc[plot]).", show_default=False)] = None,
     json_out: Json = False,
@@ -82,8 +65,6 @@ def scan(
 
     Counts beyond the model's context length are arithmetic only (the model could not run there).
     """
-    if batch < 1:
-        raise typer.BadParameter(f"must be at least 1, got {batch}", param_hint="--batch")
     count_memory.check_dtype(dtype)
     cfg = load(model, overrides or [])
     report = scan_report(cfg, batch, parse_seq_range(seq), dtype)
