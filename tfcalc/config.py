@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, get_args
 
+from tfcalc.errors import InputError
+
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none"]
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
@@ -37,8 +39,8 @@ Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 
 
-class ConfigError(ValueError):
-    """A config that cannot describe a transformer. The message is one line, meant for the user."""
+# A config that cannot describe a transformer is bad input like any other: one family, exit 2.
+ConfigError = InputError
 
 
 @dataclass(frozen=True)
@@ -330,6 +332,7 @@ def from_mapping(data: dict[str, Any]) -> ModelConfig:
 
 __all__ = [
     "ConfigError",
+    "InputError",
     "ModelConfig",
     "FIELD_NAMES",
     "field_choices",

@@ -89,6 +89,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
 from tfcalc.count import params as params_count
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
@@ -360,14 +361,14 @@ class FlopBreakdown:
 def _check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive integer; got {value!r}")
+            raise InputError(f"{name} must be a positive integer; got {value!r}")
 
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
     """The source length of an encoder-decoder (default: seq); None for the other kinds."""
     if cfg.arch != "encoder-decoder":
         if src_seq is not None:
-            raise ValueError(f"a source length applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+            raise InputError(f"a source length applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
         return None
     if src_seq is not None:
         _check_sizes(src_seq=src_seq)
@@ -489,7 +490,7 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
     An encoder generates nothing: ValueError."""
     _check_sizes(batch=batch, context=context)
     if cfg.arch == "encoder":
-        raise ValueError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
+        raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
 
 
