@@ -1,0 +1,36 @@
+"""The real PyTorch transformer built from a ModelConfig: decoder, encoder or encoder-decoder.
+
+The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts),
+``transformer`` (blocks, stacks, the model, ``build_model``). nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
+Transformer), each taking the config. Every parameter here is one that tfcalc.count.params predicts;
+tests check the two agree tensor by tensor.
+
+- A ``Stack`` is embeddings, blocks and a final norm. ``Transformer`` is the stack that makes the output
+  (a decoder's, causal; or an encoder-only model's, bidirectional) plus its heads (LM head, BERT's
+  pooler); an encoder-decoder also holds ``encoder``, a bidirectional ``Stack`` whose output every
+  decoder block reads through cross-attention. ``forward(src_idx, tgt_idx)`` then.
+- A mixture of experts routes each token to its top-k experts (softmax over the k chosen router logits,
+  as in Mixtral); each expert runs on exactly the tokens routed to it (index_select, index_add), so a
+  forward pass does the matmuls of k experts per token, not of all of them.
+
+Layout choices, and why:
+- Q, K and V come from one fused Linear (``attn.qkv``, rows [Q | K | V]) and the gate and up projections
+  of a gated FFN from one fused Linear (``ffn.up``, rows [gate | up]), as in gpt-fast: one large matmul
+  runs closer to the machine's peak than three small ones. The counts split them back by rows.
+- Attention is ``F.scaled_dot_product_attention`` (fused kernels where the device has them); grouped
+  query attention uses its ``enable_gqa`` flag instead of materializing repeated K/V heads.
+- RoPE uses the rotate-half layout (GPT-NeoX, Hugging Face Llama); the count is the same either way.
+- ``build_model(cfg, "meta")`` allocates nothing, so GPT-3 175B can be built and counted anywhere.
+"""
+
+from tfcalc.model.layers import (
+    Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, make_norm,
+)
+from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
+from tfcalc.model.transformer import Block, Stack, Transformer, build_model
+
+__all__ = [
+    "Attention", "Block", "CrossAttention", "FeedForward", "LMHead", "Linear", "MixtureOfExperts", "Stack",
+    "Transformer", "alibi_slopes", "apply_rope", "build_model", "make_norm", "position_buffers", "rope_tables",
+    "sinusoid_table",
+]

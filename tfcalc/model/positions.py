@@ -1,0 +1,67 @@
+"""Position encodings of the real model: RoPE tables (rotate-half layout), the sinusoid table, ALiBi
+slopes, and the buffers a stack registers for them."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tfcalc.config import ModelConfig
+
+
+def rope_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (max_seq_len, d_head), rotate-half layout (Su et al. 2021, eq. 34)."""
+    half = cfg.head_dim // 2
+    inv_freq = cfg.rope_theta ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
+    angles = torch.outer(torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, nh, T, hs); cos, sin: (T, hs)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x * cos + rotated * sin
+
+
+def sinusoid_table(cfg: ModelConfig, device=None) -> torch.Tensor:
+    """Vaswani et al. 2017, sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+    pos = torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32)[:, None]
+    inv_freq = 10000.0 ** (-torch.arange(0, cfg.d_model, 2, device=device, dtype=torch.float32) / cfg.d_model)
+    table = torch.empty(cfg.max_seq_len, cfg.d_model, device=device)
+    table[:, 0::2] = torch.sin(pos * inv_freq)
+    table[:, 1::2] = torch.cos(pos * inv_freq)
+    return table
+
+
+def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
+    """Press et al. 2022, sec. 3: geometric slopes 2^(-8/n), ...; for n not a power of two, the slopes
+    of the next lower power of two followed by every other slope of the next higher one."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    lower = 2 ** math.floor(math.log2(n_head))
+    slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_head - lower]
+    return torch.tensor(slopes, device=device, dtype=torch.float32)
+
+
+def position_buffers(cfg: ModelConfig, device) -> dict[str, torch.Tensor]:
+    """RoPE's cos and sin, the sinusoid table or ALiBi's slopes, by buffer name. On meta, only their
+    shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for
+    tables that init_weights() computes anyway once the model has storage."""
+    meta = torch.device(device).type == "meta"
+    T = cfg.max_seq_len
+    if cfg.pos_encoding == "rope":
+        if meta:
+            return {name: torch.empty(T, cfg.head_dim, device=device) for name in ("rope_cos", "rope_sin")}
+        cos, sin = rope_tables(cfg, device)
+        return {"rope_cos": cos, "rope_sin": sin}
+    if cfg.pos_encoding == "sinusoidal":
+        return {"pos_table": torch.empty(T, cfg.d_model, device=device) if meta else sinusoid_table(cfg, device)}
+    if cfg.pos_encoding == "alibi":
+        return {"alibi": torch.empty(cfg.n_head, device=device) if meta else alibi_slopes(cfg.n_head, device)}
+    return {}

@@ -1,0 +1,200 @@
+"""Blocks, stacks and the whole Transformer built from a ModelConfig, and build_model (see the package
+docstring for the layout and why)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from tfcalc.config import ModelConfig
+from tfcalc.model.layers import (
+    Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
+)
+from tfcalc.model.positions import position_buffers
+
+
+class Block(nn.Module):
+    """Self-attention, cross-attention (decoder of an encoder-decoder only), FFN or mixture of experts;
+    each a residual sub-layer with its own norm."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False):
+        super().__init__()
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.attn_norm = make_norm(cfg)
+        self.attn = Attention(cfg, causal)
+        self.cross_attn_norm = make_norm(cfg) if cross else None
+        self.cross_attn = CrossAttention(cfg) if cross else None
+        self.ffn_norm = make_norm(cfg)
+        self.ffn = MixtureOfExperts(cfg) if cfg.n_expert else FeedForward(cfg)
+
+    def _residual(self, norm: nn.Module, f, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:  # GPT-2 onwards: x + f(norm(x))
+            return x + f(norm(x))
+        return norm(x + f(x))  # Vaswani et al. 2017, BERT: norm(x + f(x))
+
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
+        return self._residual(self.attn_norm, lambda h: self.attn(h, rope, mask), x)
+
+    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return self._residual(self.cross_attn_norm, lambda h: self.cross_attn(h, memory), x)
+
+    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+        return self._residual(self.ffn_norm, self.ffn, x)
+
+    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.attention_sublayer(x, rope, mask)
+        if self.cross_attn is not None:
+            x = self.cross_attention_sublayer(x, memory)
+        return self.ffn_sublayer(x)
+
+
+class Stack(nn.Module):
+    """Embeddings, n_layer blocks and an optional final norm: one decoder (causal) or encoder stack.
+
+    ``tok_emb`` may be a module shared with another stack (an encoder-decoder's tied embeddings)."""
+
+    def __init__(self, cfg: ModelConfig, n_layer: int, causal: bool, cross: bool = False,
+                 tok_emb: nn.Embedding | None = None):
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        d = cfg.d_model
+        self.tok_emb = tok_emb if tok_emb is not None else _embedding(cfg.vocab_size, d)
+        self.pos_emb = _embedding(cfg.max_seq_len, d) if cfg.pos_encoding == "learned" else None
+        self.type_emb = _embedding(cfg.type_vocab_size, d) if cfg.type_vocab_size else None
+        self.emb_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.blocks = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layer))
+        self.final_norm = make_norm(cfg) if cfg.final_norm else None
+        self._register_position_buffers()
+
+    def _register_position_buffers(self) -> None:
+        for name, table in position_buffers(self.cfg, self.tok_emb.weight.device).items():
+            self.register_buffer(name, table, persistent=False)
+
+    def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """None (SDPA applies the causal mask itself, or none), or ALiBi's bias (nh, T, T): causal in a
+        decoder; in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use."""
+        if self.cfg.pos_encoding != "alibi":
+            return None
+        pos = torch.arange(T, device=self.alibi.device)
+        distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
+        if not self.causal:
+            return (self.alibi.float()[:, None, None] * -distance.abs()).to(dtype)
+        bias = self.alibi.float()[:, None, None] * distance
+        bias = bias.masked_fill(distance > 0, float("-inf"))
+        return bias.to(dtype)
+
+    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) token ids (and token types, default 0) -> (B, T, d) block input."""
+        x = self.tok_emb(idx)
+        if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
+            x = x * math.sqrt(self.cfg.d_model)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+        elif self.cfg.pos_encoding == "sinusoidal":
+            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
+        if self.type_emb is not None:
+            x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return x
+
+    def block_inputs(self, T: int, dtype: torch.dtype):
+        """(rope, mask) that every block takes at sequence length T."""
+        rope = None
+        if self.cfg.pos_encoding == "rope":
+            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
+        return rope, self.attention_mask(T, dtype)
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
+        x = self.embed(idx, token_type_ids)  # (B, T, d)
+        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
+        for block in self.blocks:
+            x = block(x, rope, mask, memory)
+        return x
+
+
+class Transformer(Stack):
+    """The output stack (decoder, or an encoder-only model's encoder), its heads, and for an
+    encoder-decoder the ``encoder`` stack."""
+
+    def __init__(self, cfg: ModelConfig):
+        encoder_decoder = cfg.arch == "encoder-decoder"
+        super().__init__(cfg, cfg.n_layer, causal=cfg.arch != "encoder", cross=encoder_decoder)
+        self.pooler = Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
+        self.lm_head = LMHead(cfg.d_model, cfg.vocab_size, bias=False) if cfg.lm_head else None
+        # Registered after the decoder's own embedding, so a shared one is counted there (parameter order).
+        self.encoder = None
+        if encoder_decoder:
+            shared = self.tok_emb if cfg.tie_encoder_embedding else None
+            self.encoder = Stack(cfg, cfg.encoder_layers, causal=False, tok_emb=shared)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """The LM head shares the token embedding's tensor when tied (to_empty() unties them)."""
+        if self.lm_head is not None and self.cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+
+    @torch.no_grad()
+    def init_weights(self, std: float = 0.02) -> None:
+        """Fast random init for timing and memory runs (weights are never loaded): N(0, std) matrices,
+        unit norm weights, zero biases, and the position buffers recomputed."""
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0 if name.endswith("weight") else 0.0)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, std)
+        for stack in self.modules():
+            if isinstance(stack, Stack):
+                stack._register_position_buffers()
+        self.to(self.tok_emb.weight.dtype)
+
+    def encode(self, src_idx: torch.Tensor) -> torch.Tensor:
+        """(B, S) source ids -> (B, S, d) encoder output (after its final norm), read by cross-attention."""
+        return self.encoder.normed(self.encoder(src_idx))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) last block output -> (B, T, vocab_size) logits; without an LM head, the (normed)
+        hidden states."""
+        x = self.normed(x)
+        return x if self.lm_head is None else self.lm_head(x)
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
+        return torch.tanh(self.pooler(h[:, 0]))
+
+    def forward(self, idx: torch.Tensor, tgt_idx: torch.Tensor | None = None, token_type_ids=None):
+        """idx: (B, T) token ids -> logits (B, T, vocab_size), or hidden states (B, T, d) without an LM head.
+
+        An encoder-decoder takes forward(src_idx (B, S), tgt_idx (B, T)) -> (B, T, vocab_size).
+        With a pooler (BERT), returns (output, pooled (B, d)), as Hugging Face's BertModel does."""
+        memory = None
+        if self.encoder is not None:
+            if tgt_idx is None:
+                raise ValueError("an encoder-decoder takes forward(src_idx, tgt_idx)")
+            memory, idx = self.encode(idx), tgt_idx
+        x = super().forward(idx, token_type_ids, memory)  # (B, T, d)
+        if self.pooler is None:
+            return self.head(x)
+        h = self.normed(x)
+        return (h if self.lm_head is None else self.lm_head(h)), self.pool(h)
+
+
+def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:
+    """The model on ``device`` in ``dtype``. Built on meta first, so nothing is allocated or
+    initialized twice; off meta, storage is then allocated once and filled by init_weights()."""
+    with torch.device("meta"):
+        model = Transformer(cfg).to(dtype)
+    if torch.device(device).type == "meta":
+        return model
+    model.to_empty(device=device)
+    model.tie_weights()  # to_empty() gives each module its own copy of a shared meta tensor
+    model.init_weights()
+    return model.eval()
