@@ -31,7 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import params as params_count
 from tfcalc.count.flops import GROUPS
-from tfcalc.measure.meta_speed import fast_meta
+from tfcalc.measure.speedups import fast_meta
 from tfcalc.measure.params import local_path
 from tfcalc.model import build_model
 
@@ -155,7 +155,7 @@ def measure_flops(
     model = build_model(cfg, device)
     inputs = _inputs(cfg, batch, seq, src_seq, device)
     training_total = None
-    with fast_meta(device):  # the same count, without the start-up and repeated work (see meta_speed)
+    with fast_meta(device):  # the same count, without the start-up and repeated work (see speedups)
         with torch.no_grad(), flop_counter() as counter:
             model(*inputs)
         if training:

@@ -1,4 +1,4 @@
-"""The speed-ups of counting on meta (tfcalc.measure.meta_speed) change no count and leave torch as it was."""
+"""The speed-ups of counting on meta (tfcalc.measure.speedups) change no count and leave torch as it was."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tfcalc.measure import flops as measured
-from tfcalc.measure import meta_speed
+from tfcalc.measure import speedups
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
 
 KINDS = {"gpt2-like": {}, "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, "mixtral-like": MIXTRAL_LIKE,
@@ -18,7 +18,7 @@ KINDS = {"gpt2-like": {}, "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, 
 def test_the_op_cache_changes_no_count_forward_or_training(kind, monkeypatch):
     cfg = tiny(**KINDS[kind])
     fast = measured.measure_flops(cfg, 2, 12, training=True)
-    monkeypatch.setattr(measured, "fast_meta", lambda device: meta_speed.numpy_absent_fast())  # no cache, no stand-in
+    monkeypatch.setattr(measured, "fast_meta", lambda device: speedups.numpy_absent_fast())  # no cache, no stand-in
     plain = measured.measure_flops(cfg, 2, 12, training=True)
     assert fast == plain
 
@@ -28,7 +28,7 @@ def test_the_cache_runs_repeated_ops_once_and_every_op_is_still_counted():
 
     x = torch.empty(4, 8, device="meta")
     w = torch.empty(8, 8, device="meta")
-    with meta_speed.MetaOpCache() as cache, FlopCounterMode(display=False) as counter:
+    with speedups.MetaOpCache() as cache, FlopCounterMode(display=False) as counter:
         outs = [torch.nn.functional.gelu(x @ w) for _ in range(5)]
         y = x.t()  # a view: never cached
     assert counter.get_total_flops() == 5 * 2 * 4 * 8 * 8
@@ -38,18 +38,18 @@ def test_the_cache_runs_repeated_ops_once_and_every_op_is_still_counted():
 
 
 def test_in_place_and_view_ops_are_not_cached():
-    assert not meta_speed._creates_fresh_tensors(torch.ops.aten.add_.Tensor)
-    assert not meta_speed._creates_fresh_tensors(torch.ops.aten.transpose.int)
-    assert not meta_speed._creates_fresh_tensors(torch.ops.aten.add.out)
-    assert meta_speed._creates_fresh_tensors(torch.ops.aten.addmm.default)
+    assert not speedups._creates_fresh_tensors(torch.ops.aten.add_.Tensor)
+    assert not speedups._creates_fresh_tensors(torch.ops.aten.transpose.int)
+    assert not speedups._creates_fresh_tensors(torch.ops.aten.add.out)
+    assert speedups._creates_fresh_tensors(torch.ops.aten.addmm.default)
 
 
 def test_cache_keys_tell_layouts_apart():
     a = torch.empty(4, 6, device="meta")
-    assert meta_speed._key(a) != meta_speed._key(a.t().contiguous().t())  # same shape, other strides
-    assert meta_speed._key([a, 2, None]) == meta_speed._key([torch.empty(4, 6, device="meta"), 2, None])
-    with pytest.raises(meta_speed._Uncacheable):
-        meta_speed._key(object())
+    assert speedups._key(a) != speedups._key(a.t().contiguous().t())  # same shape, other strides
+    assert speedups._key([a, 2, None]) == speedups._key([torch.empty(4, 6, device="meta"), 2, None])
+    with pytest.raises(speedups._Uncacheable):
+        speedups._key(object())
 
 
 def test_counting_on_meta_imports_no_dynamo_and_leaves_torch_as_it_was():
@@ -57,13 +57,13 @@ def test_counting_on_meta_imports_no_dynamo_and_leaves_torch_as_it_was():
     other use of the stand-in imports the real module, and afterwards torch.compile works."""
     code = (
         "import sys, torch\n"
-        "from tfcalc.measure import meta_speed\n"
+        "from tfcalc.measure import speedups\n"
         "from tfcalc.measure.flops import measure_flops\n"
         "from tfcalc.config import ModelConfig\n"
         "cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)\n"
         "measure_flops(cfg, 1, 8, training=True)\n"
         "assert 'torch._dynamo' not in sys.modules and '_dynamo' not in torch.__dict__\n"
-        "with meta_speed.no_dynamo_import():\n"
+        "with speedups.no_dynamo_import():\n"
         "    stand_in = sys.modules['torch._dynamo']\n"
         "    assert stand_in.disable(len) is len\n"
         "    assert callable(stand_in.reset)  # not the stand-in's: the real module's, imported on demand\n"

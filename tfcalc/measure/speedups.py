@@ -1,13 +1,16 @@
-"""Counting on the meta device quickly: what a FlopCounterMode run on meta spends beyond the count.
+"""Start-up and repeated work that measurements pay for nothing, and the contexts that remove them.
 
 The meta device runs no arithmetic, yet a forward pass of GPT-3 175B at T = 2048 on meta took 5-7 s
-(2 CPU cores), three times ``import torch``. Where the time went, and what each context here removes:
+(2 CPU cores), three times ``import torch``; and the first optimizer made in a process imports
+torch._dynamo (``Optimizer.add_param_group``). Where the time went, and what each context removes:
 
 - ``no_dynamo_import``: PyTorch wraps every TorchDispatchMode's ``__torch_dispatch__`` and its Python
-  type-promotion wrappers (torch._prims_common.wrappers) in ``torch._disable_dynamo``, which imports
-  ``torch._dynamo`` on the first call (1.6-2 s) only to mark the function as one Dynamo must not trace.
-  Nothing here runs under Dynamo, so while we count, a stand-in ``torch._dynamo`` module answers
-  ``disable(fn)`` with ``fn`` itself; on exit the stand-in is removed and the wrappers' cached answer
+  type-promotion wrappers (torch._prims_common.wrappers), and the optimizers' ``add_param_group`` and
+  ``step``, in ``torch._disable_dynamo``, which imports ``torch._dynamo`` on the first call (1.6-2 s)
+  only to mark the function as one Dynamo must not trace. Nothing we run runs under Dynamo, so while we
+  count (or measure memory), a stand-in ``torch._dynamo`` module answers
+  ``disable(fn)`` with ``fn`` itself, and ``graph_break()`` (each optimizer step calls it) with nothing,
+  as the real one does outside compilation; on exit the stand-in is removed and the wrappers' cached answer
   deleted, so a later real ``import torch._dynamo`` (``bench --compile``) finds PyTorch as it was. Any
   other use of the stand-in imports the real module, so a newer PyTorch that asks more costs time, never
   a wrong count.
@@ -62,6 +65,11 @@ class _DynamoStandIn(types.ModuleType):
     def __init__(self) -> None:
         super().__init__("torch._dynamo")
         self.disabled: list[Any] = []
+
+    @staticmethod
+    def graph_break(msg: str = "") -> None:
+        """What every optimizer step calls (torch/optim/optimizer.py, _use_grad): outside torch.compile
+        the real one is an empty function too (torch/_dynamo/decorators.py)."""
 
     def disable(self, fn=None, recursive=True, **kwargs):
         if fn is None:  # used as @disable(...): no function to hand back yet; let PyTorch's own decide
