@@ -14,7 +14,7 @@ from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
-from tfcalc.report.memory import MemoryOptions, build_memory
+from tfcalc.report.memory import MemoryOptions, build_memory, measure_steps
 from tfcalc.workload import Workload, default_dtype
 
 Optimizer = enum.Enum("Optimizer", {name: name for name in mem.OPTIMIZERS}, type=str)
@@ -61,8 +61,18 @@ def memory(
                             parse_bytes(budget) if budget is not None else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
-    with render.progress("memory: measuring the peak", len(models), enabled=measure and not out.quiet) as step:
+    steps = measure_steps(training) if measure else ("count",)
+    with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
-            reports.append(build_memory(resolve(name, overrides or []), workload, options, measure, run_on))
-            step()
+            ref = resolve(name, overrides or [])
+            done = []
+
+            def on_step(step: str, label: str = ref.label) -> None:  # a step begins: the one before is done
+                if done:
+                    progress()
+                done.append(step)
+                progress.describe(f"memory {label}: {step}")
+
+            reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))
+            progress(len(steps) - len(done) + 1 if done else len(steps))
     render.emit(reports, out, view.document)
