@@ -30,3 +30,17 @@ def test_help_lists_every_command_and_a_typo_is_answered(cli):
     assert r.code == 2 and "Did you mean 'params'" in r.err
     r = cli("bench", "--help")
     assert r.code == 0 and "--min-time" in r.out
+
+
+def test_the_quick_exit_keeps_the_exit_code_the_output_and_atexit_handlers(tmp_path, cli):
+    """main() leaves through os._exit (no interpreter teardown): after the atexit handlers, with every
+    byte of output flushed and the command's exit code."""
+    marker = tmp_path / "atexit-ran"
+    code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('ran')); "
+            "sys.argv = ['tfcalc'] + sys.argv[1:]; from tfcalc.cli.app import main; main()" % str(marker))
+    args = ["params", "gpt2", "llama2-7b", "--no-measure", "--verbose", "--format", "csv"]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and marker.read_text() == "ran"
+    assert proc.stdout == cli(*args).out  # all of it, flushed
+    proc = subprocess.run([sys.executable, "-c", code, "params", "no-such-model"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("tfcalc: error:")
