@@ -54,6 +54,11 @@ def warn(message: str) -> None:
     print(f"tfcalc: warning: {message}", file=sys.stderr)
 
 
+def note(message: str) -> None:
+    """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
+    print(f"tfcalc: note: {message}", file=sys.stderr)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
