@@ -59,5 +59,5 @@ def bench(
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds)
     with render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
-        report = build_bench(ref, plan, progress)
+        report = build_bench(ref, plan, progress, render.note)
     render.emit([report], out, view.document)

@@ -68,10 +68,12 @@ def _hint(plan: BenchPlan) -> str:
     return " or ".join(hint) or "a smaller model"
 
 
-def run_plan(plan: BenchPlan, progress: Callable[[], None]) -> dict[str, Any]:
+def run_plan(plan: BenchPlan, progress: Callable[[], None],
+             on_note: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Build, warm up and time; returns the rows and the run's context. Imports torch. progress() is
     called after each call; progress.remaining(seconds), where it has one, hears how long the rest of
-    the run should take."""
+    the run should take; on_note(line) hears, before anything is timed, that the dtype's matmuls are
+    slow on this CPU (tfcalc.measure.stand_in.probe; they are timed as asked)."""
     import torch
 
     from tfcalc import devices
@@ -79,6 +81,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None]) -> dict[str, Any]:
     from tfcalc.measure.device import resolve_device, torch_dtype
     from tfcalc.measure.fit import require_fits
     from tfcalc.measure.memory import peak_meter
+    from tfcalc.measure.stand_in import probe
     from tfcalc.model import build_model
 
     estimate = estimate_bytes(plan)
@@ -87,6 +90,9 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None]) -> dict[str, Any]:
     require_fits(estimate, plan.device, what, _hint(plan))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
+    speed = probe(plan.dtype, where.kind)
+    if speed is not None and speed.slow:
+        on_note(speed.note(f"timing {plan.dtype} as asked, which takes longer"))
     model = build_model(plan.run_cfg, device, dtype)
     runner = torch.compile(model) if plan.compile else model
     budget, small = plan.budget, plan.budget.secondary()
@@ -112,7 +118,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None]) -> dict[str, Any]:
     rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     return {"device": where.name, "device_name": where.description, "peak": peak, "rows": rows,
-            "ceiling": 2 * plan.matmul_size**3 / _timing(ceiling).median, "ceiling_calls": len(_timing(ceiling).samples),
+            "ceiling": 2 * plan.matmul_size**3 / _timing(ceiling).median,
+            "ceiling_calls": len(_timing(ceiling).samples),
             "weights_bytes": weights, "estimate_bytes": estimate, "tf32": tf32}
 
 

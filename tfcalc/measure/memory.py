@@ -26,11 +26,11 @@ model is built (so it counts the weights, everything the run allocates, and noth
   tensor of 64 KiB or more with its own mmap and returns it to the system when freed (without it, glibc
   raises the threshold after the first free and keeps freed tensors in its heap, so the RSS peak would
   stay high after tensors die); the warm-up run on a one-layer copy of the model with a small
-  vocabulary, before the baseline, faults in the kernels' code pages and starts the thread pool. What remains: small tensors and
-  allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page rounding, and the fresh
-  gradient of a tensor before it is added into .grad (for a tied embedding, V·h held through the
-  backward pass): small beside activations, but 10-20% of the peak for a two-layer GPT-2, whose
-  embedding is most of its weights. Where /proc is absent, resource.getrusage's ru_maxrss serves,
+  vocabulary, before the baseline, faults in the kernels' code pages and starts the thread pool. What
+  remains: small tensors and allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page
+  rounding, and the fresh gradient of a tensor before it is added into .grad (for a tied embedding,
+  V·h held through the backward pass): small beside activations, but 10-20% of the peak for a
+  two-layer GPT-2, whose embedding is most of its weights. Where /proc is absent, resource.getrusage's ru_maxrss serves,
   without the reset.
 
 Beside the peak, the training run reports the bytes autograd actually saved for the backward pass

@@ -170,7 +170,8 @@ class MetaOpCache(TorchDispatchMode):
         known = self.outputs.get(key)
         if known is not None:
             self.hits += 1
-            outs = tuple(torch.empty_strided(shape, stride, dtype=dtype, device="meta") for shape, stride, dtype in known)
+            outs = tuple(torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+                         for shape, stride, dtype in known)
             return outs[0] if len(outs) == 1 else outs
         self.misses += 1
         out = func(*args, **kwargs)

@@ -1,10 +1,11 @@
 """Slow matmuls, found and stood in for, where a memory measurement does not need their values.
 
 Some CPUs have no fast kernels for a half-precision dtype: on this project's 2-core AMD EPYC (torch
-2.13), fp16 matmuls ran at 1.5 GFLOP/s against 45 in fp32, while bf16 (AVX512_BF16) ran at twice
-fp32's rate; issue 12 reports a GPT-2 LM-head product of 12.8 s in bf16 against 0.67 s in fp32. CPU
+2.13, the probe below, one thread), fp16 matmuls ran at 0.7 GFLOP/s against 100 in fp32, while bf16
+(AVX512_BF16) ran at 175; issue 12 reports a GPT-2 LM-head product of 12.8 s in bf16 against 0.67 s
+in fp32 on a CPU without fast bf16. CPU
 flags do not say which dtype is slow for which kernel, so ``probe`` times one 256×256×256 product in
-the dtype and in fp32 (best of three calls each, tens of milliseconds at most) and calls the dtype slow
+the dtype and in fp32 (one thread, best of three calls each, tens of milliseconds at most) and calls the dtype slow
 below SLOW_RATIO of fp32's rate.
 
 A memory measurement needs the bytes, not the values: which tensors exist, of which shapes and dtypes,
@@ -75,22 +76,32 @@ class Probe:
     def slow(self) -> bool:
         return self.rate < SLOW_RATIO * self.fp32_rate
 
-    def note(self) -> str:
-        """One line for the user: how slow, the faster choice, and what the run does instead."""
+    def note(self, then: Optional[str] = None) -> str:
+        """One line for the user: how slow, the faster choice, and what the run does (default: a memory
+        measurement with stand-in matmuls)."""
+        then = then or (f"measuring {self.dtype} with stand-in matmul results (same shapes and dtype, values not "
+                        "computed: the bytes are the same)")
         return (f"{self.dtype} matmuls are slow on this CPU ({self.rate / 1e9:.1f} GFLOP/s against "
-                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}×{PROBE_N} product), so --dtype fp32 is the "
-                f"faster choice; measuring {self.dtype} with stand-in matmul results (same shapes and dtype, values "
-                "not computed: the bytes are the same)")
+                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}³ product on one thread), so --dtype fp32 is the "
+                f"faster choice; {then}")
 
 
 def _rate(dtype: torch.dtype, n: int = PROBE_N, calls: int = 3) -> float:
+    """FLOP/s of an n×n×n product on one thread, best of calls: the kernel's speed, not the machine's
+    load (with two threads on a busy 2-core machine, one thread waits for the other and a 256³ fp32
+    product measured 0.5 GFLOP/s instead of 45)."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b  # first call: kernel selection, packing buffers
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a @ b  # first call: kernel selection, packing buffers
+        best = float("inf")
+        for _ in range(calls):
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
     return 2 * n**3 / max(best, 1e-9)
 
 

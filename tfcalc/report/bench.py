@@ -122,10 +122,11 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
     )
 
 
-def build_bench(model: ModelRef, plan: BenchPlan, progress: Callable[[], None] = lambda: None) -> BenchReport:
+def build_bench(model: ModelRef, plan: BenchPlan, progress: Callable[[], None] = lambda: None,
+                on_note: Callable[[str], None] = lambda line: None) -> BenchReport:
     """Run the plan. progress() after each call; progress.remaining(seconds), if it has one, hears how
-    long the rest of the run should take (a progress bar's ETA)."""
+    long the rest of the run should take (a progress bar's ETA); on_note(line), a line to read first."""
     from tfcalc.measure.bench_run import run_plan  # imports torch
 
-    run = run_plan(plan, progress)
+    run = run_plan(plan, progress, on_note)
     return BenchReport(model, plan, tuple(row_json(model, plan, run, row) for row in run["rows"]))
