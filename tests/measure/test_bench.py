@@ -198,3 +198,14 @@ def test_the_cuda_peak_meter_reads_the_allocators_counters(monkeypatch):
     meter.start()
     state["peak"] = 1000 + 4096  # the run allocated 4096 bytes at its highest point
     assert state["reset"] == 1 and meter.peak() == 4096
+
+
+def test_a_dtype_slow_here_is_said_before_timing(cli, monkeypatch):
+    from tfcalc.measure import stand_in
+
+    monkeypatch.setattr(stand_in, "probe", lambda dtype, kind: stand_in.Probe(dtype, 1e9, 1e11))
+    r = cli("bench", "gpt2", *TINY, "--seq", "8", "--dtype", "bf16", "--json", "--min-time", "0", "--repeat", "1",
+            "--matmul-size", "32")
+    assert r.code == 0, r.err
+    assert r.err.startswith("tfcalc: note: bf16 matmuls are slow") and "timing bf16 as asked" in r.err
+    assert r.err.count("\n") == 1 and r.json()["dtype"] == "bf16"
