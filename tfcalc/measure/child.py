@@ -37,11 +37,23 @@ def emitter(stream: TextIO) -> Callable[[str, Any], None]:
     return emit
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Kill the child if it still runs, and reap it."""
+def stop(proc: subprocess.Popen, close: bool = False) -> None:
+    """Kill the child if it still runs, and reap it; close: its pipes and stderr file too (a child
+    never asked anything)."""
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+    if close:
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+        _close(proc)
+
+
+def _close(proc: subprocess.Popen) -> None:
+    err = getattr(proc, "stderr_file", None)
+    if err is not None:
+        err.close()
 
 
 def _last_error_line(proc: subprocess.Popen) -> str:
@@ -75,6 +87,8 @@ def converse(proc: subprocess.Popen, request: dict[str, Any], handlers: dict[str
                 message = json.loads(line)
             except json.JSONDecodeError:
                 continue  # not ours (a library printing to stdout)
+            if not isinstance(message, dict):
+                continue
             for kind, value in message.items():
                 if kind == "answer":
                     answer = value
@@ -87,8 +101,7 @@ def converse(proc: subprocess.Popen, request: dict[str, Any], handlers: dict[str
         timer.cancel()
         stop(proc)
     why = _last_error_line(proc) if answer is None else ""
-    if getattr(proc, "stderr_file", None) is not None:
-        proc.stderr_file.close()
+    stop(proc, close=True)
     if answer is not None:
         return answer
     if fired:

@@ -164,7 +164,7 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
         hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
         require_fits(report.run_estimate, device, what, hint)
     except BaseException:
-        stop(child)
+        stop(child, close=True)
         raise
     w = report.workload
     peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
