@@ -76,16 +76,18 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 
 
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
-          dtype: Optional[str] = None, warmup: int = 3, repeat: int = 10, compile: bool = False,
-          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
-    """`tfcalc bench`: timed forward passes on device (one length, or several)."""
+          dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
+          warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
+          matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
+    """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
+    least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls)."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
-                      matmul_size)
+                      matmul_size, min_time, rounds)
     return build_bench(ref, plan)
 
 

@@ -64,7 +64,7 @@ def test_components_time_the_sublayers_of_the_real_block():
 
 
 def _bench(cli, *args):
-    r = cli("bench", *args, "--json", "--warmup", "1", "--repeat", "3", "--matmul-size", "64")
+    r = cli("bench", *args, "--json", "--min-time", "0", "--warmup", "1", "--repeat", "3", "--matmul-size", "64")
     assert r.code == 0, r.err
     return r.json()
 
@@ -84,7 +84,8 @@ def test_bench_json_fields_are_consistent(cli):
     assert r["ceiling_fraction"] == pytest.approx(r["achieved_flops_per_s"] / r["matmul_ceiling_flops_per_s"])
     assert r["p10_s"] <= r["median_s"] <= r["p90_s"]
     assert r["mfu"] is None and r["peak_flops_per_s"] is None  # a CPU: no datasheet peak, said so
-    assert r["samples"] == 3 and r["extrapolated"] is False
+    assert r["samples"] == 3 and r["warmup"] == 1 and r["extrapolated"] is False
+    assert r["rounds"] == 3 and len(r["round_medians_s"]) == 3 and r["between_round_spread"] >= 0
 
 
 def test_bench_sweep_gives_one_row_per_length(cli):
@@ -104,7 +105,8 @@ def test_bench_n_layer_extrapolates(cli):
 
 
 def test_bench_table(cli):
-    r = cli("bench", "gpt2", *TINY, "--seq", "16", "--warmup", "0", "--repeat", "2", "--matmul-size", "64")
+    r = cli("bench", "gpt2", *TINY, "--seq", "16", "--min-time", "0", "--warmup", "0", "--repeat", "2",
+            "--matmul-size", "64")
     assert r.code == 0, r.err
     assert "tokens/s" in r.out and "ceiling" in r.out and "no MFU" in r.out
 
@@ -120,6 +122,9 @@ def test_bench_table(cli):
         (["gpt2", "--seq", "4096"], "at most 1024 tokens"),
         (["gpt2", "--batch", "0"], "--batch must be between 1 and"),
         (["gpt2", "--repeat", "0"], "--repeat must be between 1 and"),
+        (["gpt2", "--rounds", "0"], "--rounds must be between 1 and"),
+        (["gpt2", "--min-time", "-1"], "--min-time must be between 0 and 3600"),
+        (["gpt2", "--min-time", "nan"], "--min-time must be between 0 and 3600"),
         (["gpt2", "--n-layer", "13"], "between 1 and 12"),
     ],
 )
@@ -193,3 +198,14 @@ def test_the_cuda_peak_meter_reads_the_allocators_counters(monkeypatch):
     meter.start()
     state["peak"] = 1000 + 4096  # the run allocated 4096 bytes at its highest point
     assert state["reset"] == 1 and meter.peak() == 4096
+
+
+def test_a_dtype_slow_here_is_said_before_timing(cli, monkeypatch):
+    from tfcalc.measure import stand_in
+
+    monkeypatch.setattr(stand_in, "probe", lambda dtype, kind: stand_in.Probe(dtype, 1e9, 1e11))
+    r = cli("bench", "gpt2", *TINY, "--seq", "8", "--dtype", "bf16", "--json", "--min-time", "0", "--repeat", "1",
+            "--matmul-size", "32")
+    assert r.code == 0, r.err
+    assert r.err.startswith("tfcalc: note: bf16 matmuls are slow") and "timing bf16 as asked" in r.err
+    assert r.err.count("\n") == 1 and r.json()["dtype"] == "bf16"

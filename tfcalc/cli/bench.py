@@ -22,9 +22,19 @@ def bench(
     seq: Seqs = None,
     dtype: DType = None,
     device: Device = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", metavar="N")] = 3,
-    repeat: Annotated[int, typer.Option("--repeat", help="Timed calls; median, p10 and p90 over them.",
-                                        metavar="N")] = 10,
+    min_time: Annotated[float, typer.Option(
+        "--min-time", help="Seconds of timed forward calls per sequence length; the ceiling and each sub-layer "
+        "get an eighth of it.", metavar="S")] = 3.0,
+    repeat: Annotated[int, typer.Option(
+        "--repeat", help="At least this many timed forward calls per length (sub-layers and ceiling: at least "
+        "min(N, 3)); median, p10 and p90 over them all.", metavar="N")] = 5,
+    rounds: Annotated[int, typer.Option(
+        "--rounds", help="Interleaved rounds the timed calls are split into; the spread between the rounds' "
+        "medians is reported.", metavar="R")] = 3,
+    warmup: Annotated[Optional[int], typer.Option(
+        "--warmup", help="Exactly N untimed calls before timing each item [default: until a call is no more "
+        "than 10% faster than the one before, or a quarter of the budget is spent].", show_default=False,
+        metavar="N")] = None,
     compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
         "--n-layer", help="Build only K blocks and extrapolate to full depth.", show_default=False, metavar="K")] = None,
@@ -38,13 +48,16 @@ def bench(
 ) -> None:
     """Time forward passes: median/p10/p90, tokens/s, achieved FLOP/s, MFU and the matmul ceiling.
 
+    How long: every item (the forward pass at each length, one block's sub-layers, the matmul ceiling) is warmed up until stable, then timed until --min-time seconds (an eighth of it for the sub-layers and the ceiling) and at least --repeat calls, in --rounds interleaved rounds, as torch.utils.benchmark's blocked_autorange and pytest-benchmark do; `--min-time 0 --repeat N --warmup W` times exactly N calls after W.
+
     Achieved FLOP/s counts the analytic forward FLOPs (full T×T attention square, see `tfcalc flops`). MFU divides by the device's datasheet peak for the dtype (none for CPUs or unknown devices); the measured matmul ceiling of the same device and dtype, timed the same way, is always shown beside it. One block's attention and FFN sub-layers are timed in isolation: where attention's share of the time exceeds its share of the FLOPs, memory-bound work is showing. GPUs are timed with CUDA events after warm-up; peak memory is read from the device's own counters.
     """
     out = output(format, json_out, exact, verbose)
     run_on = device or "cpu"
     ref = resolve(model, overrides or [])
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
-                      dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size)
-    with render.progress(f"bench {ref.label}", plan.calls, enabled=not out.quiet) as advance:
-        report = build_bench(ref, plan, advance)
+                      dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
+                      min_time, rounds)
+    with render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
+        report = build_bench(ref, plan, progress, render.note)
     render.emit([report], out, view.document)

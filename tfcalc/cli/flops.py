@@ -45,7 +45,9 @@ def flops(
     reports = []
     with render.progress("flops: counting on the real module", len(models), enabled=measure and not out.quiet) as step:
         for name in models:
-            report = build_flops(resolve(name, overrides or []), workload, measure, device or "meta", training, recompute)
+            ref = resolve(name, overrides or [])
+            step.describe(f"flops {ref.label}: FlopCounterMode on the real module ({device or 'meta'})")
+            report = build_flops(ref, workload, measure, device or "meta", training, recompute)
             if report.beyond_context:
                 render.warn(report.beyond_context)
             reports.append(report)

@@ -14,7 +14,7 @@ from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
-from tfcalc.report.memory import MemoryOptions, build_memory
+from tfcalc.report.memory import MemoryOptions, build_memory, measure_steps
 from tfcalc.workload import Workload, default_dtype
 
 Optimizer = enum.Enum("Optimizer", {name: name for name in mem.OPTIMIZERS}, type=str)
@@ -50,7 +50,7 @@ def memory(
 ) -> None:
     """How much memory: weights, KV cache, activations, training state -- and, with --measure, the peak.
 
-    Weights: params × bytes per element (int4 packs two per byte). KV cache: 2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's.
+    Weights: params × bytes per element (int4 packs two per byte). KV cache: 2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of the same shapes and dtype: the same bytes, without the slow arithmetic.
 
     An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV cache.
     """
@@ -61,8 +61,18 @@ def memory(
                             parse_bytes(budget) if budget is not None else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
-    with render.progress("memory: measuring the peak", len(models), enabled=measure and not out.quiet) as step:
+    steps = measure_steps(training) if measure else ("count",)
+    with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
-            reports.append(build_memory(resolve(name, overrides or []), workload, options, measure, run_on))
-            step()
+            ref = resolve(name, overrides or [])
+            done = []
+
+            def on_step(step: str, label: str = ref.label) -> None:  # a step begins: the one before is done
+                if done:
+                    progress()
+                done.append(step)
+                progress.describe(f"memory {label}: {step}")
+
+            reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))
+            progress(len(steps) - len(done) + 1 if done else len(steps))
     render.emit(reports, out, view.document)

@@ -30,7 +30,14 @@ def params(
     The empirical count sums numel() over the unique parameters of the real PyTorch module built on the meta device (no storage: GPT-3 175B costs no memory); a tied embedding and LM head count once. Breakdown by component (an encoder-decoder's by encoder and decoder), the textbook approximation 12·L·d² + V·d beside it, and weight bytes. For a mixture of experts, also the parameters active per token. Exit 1 if the two counts disagree for any model.
     """
     out = output(format, json_out, exact, verbose)
-    reports = [build_params(resolve(m, overrides or []), measure) for m in models]
+    reports = []
+    # Building on meta means importing torch first (2 s on a small machine): shown, as a step.
+    with render.progress("params", len(models), enabled=measure and not out.quiet) as progress:
+        for m in models:
+            ref = resolve(m, overrides or [])
+            progress.describe(f"params {ref.label}: building the module on meta")
+            reports.append(build_params(ref, measure))
+            progress()
     render.emit(reports, out, view.document)
     bad = [r for r in reports if r.agrees is False]
     for r in bad:

@@ -52,9 +52,11 @@ def scan(
     capacity = parse_bytes(budget) if budget is not None else None
     report = build_scan(resolve(model, overrides or []), parse_lengths(seq), batch,
                         dtype.value if dtype else default_dtype(None))
-    if plot is not None:
-        from tfcalc.cli.render import plot as plotting
+    if plot is not None:  # importing matplotlib and drawing take seconds: shown
+        with render.progress(f"scan {report.model.label}: drawing {plot.name}", 1, enabled=not out.quiet) as done:
+            from tfcalc.cli.render import plot as plotting
 
-        plotting.scan_plot(report.to_json(), plot, size, dpi, capacity)
+            plotting.scan_plot(report.to_json(), plot, size, dpi, capacity)
+            done()
         report = replace(report, plot=str(plot))
     render.emit([report], out, view.document)

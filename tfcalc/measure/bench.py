@@ -1,7 +1,8 @@
 """Timing forward passes of the real model, one code path for every device.
 
 How the clock is read, and why:
-- Every timed call is preceded by warm-up calls (first-call allocation, kernel selection, caches).
+- Every timed call is preceded by warm-up calls (first-call allocation, kernel selection, caches); how
+  many, and how many timed calls, tfcalc.measure.autorange decides from a time budget.
 - On CUDA, each call is bracketed by CUDA events recorded on the stream; the host synchronizes once at
   the end and reads ``start.elapsed_time(end)``: GPU time, not the host's launch time. Elsewhere the
   clock is ``time.perf_counter`` read after synchronizing the device (a no-op on the CPU, whose ops
@@ -121,12 +122,17 @@ def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repe
 # ---------- what is timed ----------
 
 
+def ceiling_call(device: torch.device, dtype: torch.dtype, n: int) -> Callable[[], torch.Tensor]:
+    """One (n, n) @ (n, n) matmul, 2·n³ FLOPs: what measures the ceiling."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    return lambda: torch.mm(a, b)
+
+
 def matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int, warmup: int, repeat: int,
                    on_call: Callable[[], None] | None = None) -> float:
     """FLOP/s of an (n, n) @ (n, n) matmul, 2·n³ FLOPs, timed exactly like the model."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    timing = time_calls(lambda: torch.mm(a, b), device, warmup, repeat, on_call)
+    timing = time_calls(ceiling_call(device, dtype, n), device, warmup, repeat, on_call)
     return 2 * n**3 / timing.median
 
 
@@ -140,24 +146,27 @@ class ComponentTimes:
     head: Timing
 
 
-def time_components(model: Transformer, idx: torch.Tensor, warmup: int, repeat: int,
-                    on_call: Callable[[], None] | None = None) -> ComponentTimes:
-    """Attention sub-layer, FFN sub-layer and a whole block of block 0, and the final norm + LM head."""
-    device = idx.device
+COMPONENTS = ("attention", "ffn", "block", "head")
+
+
+def component_calls(model: Transformer, idx: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """Calls of block 0's attention sub-layer, FFN sub-layer and whole block, and of the final norm + LM
+    head, at idx's shapes; to be made under torch.inference_mode() (their input is made under it)."""
     block = model.blocks[0]
     with torch.inference_mode():
         x = model.embed(idx)
         rope, mask = model.block_inputs(idx.shape[1], x.dtype)
+    return {"attention": lambda: block.attention_sublayer(x, rope, mask), "ffn": lambda: block.ffn_sublayer(x),
+            "block": lambda: block(x, rope, mask), "head": lambda: model.head(x)}
 
-        def run(fn):
-            return time_calls(fn, device, warmup, repeat, on_call)
 
-        return ComponentTimes(
-            attention=run(lambda: block.attention_sublayer(x, rope, mask)),
-            ffn=run(lambda: block.ffn_sublayer(x)),
-            block=run(lambda: block(x, rope, mask)),
-            head=run(lambda: model.head(x)),
-        )
+def time_components(model: Transformer, idx: torch.Tensor, warmup: int, repeat: int,
+                    on_call: Callable[[], None] | None = None) -> ComponentTimes:
+    """Attention sub-layer, FFN sub-layer and a whole block of block 0, and the final norm + LM head."""
+    calls = component_calls(model, idx)
+    with torch.inference_mode():
+        return ComponentTimes(**{name: time_calls(calls[name], idx.device, warmup, repeat, on_call)
+                                 for name in COMPONENTS})
 
 
 def time_forward(model, idx: torch.Tensor, warmup: int, repeat: int,
@@ -181,6 +190,9 @@ class BenchRow:
     attention_flops: int  # one block's attention sub-layer (projections + scores)
     ffn_flops: int  # one block's FFN sub-layer
     peak_memory_bytes: int | None
+    warmup_calls: int = 0  # of the forward pass, before its timed calls
+    round_medians: tuple[float, ...] = ()  # the forward pass's median in each interleaved round
+    round_spread: float | None = None  # (slowest - fastest round median) / median; None for one round
 
 
 def extrapolate(forward_median: float, block_median: float, n_run: int, n_full: int) -> float:

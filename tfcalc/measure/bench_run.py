@@ -1,15 +1,21 @@
 """A whole benchmark run: build the model on the device, measure the matmul ceiling, time the forward
 pass and one block's sub-layers at each sequence length, read the peak memory. Refused before anything
-is allocated when the estimate does not fit (tfcalc.measure.fit)."""
+is allocated when the estimate does not fit (tfcalc.measure.fit).
+
+Everything timed is an Autorange item (tfcalc.measure.autorange): the forward pass at each length gets
+the whole budget, the ceiling and each sub-layer an eighth of it, and all of them are timed in
+interleaved rounds, so the spread between rounds shows the machine's run-to-run noise."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count import memory as count_memory
+from tfcalc.measure.autorange import Budget
 
 BENCH_DTYPES = ("fp32", "bf16", "fp16")
 
@@ -22,16 +28,23 @@ class BenchPlan:
     dtype: str
     batch: int
     seqs: tuple[int, ...]
-    warmup: int
-    repeat: int
+    warmup: Optional[int]  # warm-up calls of each item; None: until stable (tfcalc.measure.autorange)
+    repeat: int  # at least this many timed forward calls per length
     compile: bool
     matmul_size: int
+    min_time: float = 3.0  # seconds of timed forward calls per length
+    rounds: int = 3
 
     @property
-    def calls(self) -> int:
-        """Timed and warm-up calls in the whole run: the ceiling, then per length the forward pass and
-        four sub-layer timings; what a progress bar counts."""
-        return (1 + 5 * len(self.seqs)) * (self.warmup + self.repeat)
+    def budget(self) -> Budget:
+        """The forward pass's budget; the ceiling and the sub-layers get budget.secondary()."""
+        return Budget(self.min_time, self.repeat, self.rounds, self.warmup)
+
+    @property
+    def expected_seconds(self) -> float:
+        """A first guess of the run's timed seconds, before any call says how long calls take: the
+        budgets (each length's forward pass, its 4 sub-layers at an eighth each, and the ceiling)."""
+        return (len(self.seqs) * 1.5 + 0.125) * self.min_time
 
 
 def estimate_bytes(plan: BenchPlan) -> int:
@@ -55,15 +68,20 @@ def _hint(plan: BenchPlan) -> str:
     return " or ".join(hint) or "a smaller model"
 
 
-def run_plan(plan: BenchPlan, advance: Callable[[], None]) -> dict[str, Any]:
-    """Build, warm up and time; returns the rows and the run's context. Imports torch."""
+def run_plan(plan: BenchPlan, progress: Callable[[], None],
+             on_note: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Build, warm up and time; returns the rows and the run's context. Imports torch. progress() is
+    called after each call; progress.remaining(seconds), where it has one, hears how long the rest of
+    the run should take; on_note(line) hears, before anything is timed, that the dtype's matmuls are
+    slow on this CPU (tfcalc.measure.stand_in.probe; they are timed as asked)."""
     import torch
 
     from tfcalc import devices
-    from tfcalc.measure import bench
+    from tfcalc.measure import autorange, bench
     from tfcalc.measure.device import resolve_device, torch_dtype
     from tfcalc.measure.fit import require_fits
     from tfcalc.measure.memory import peak_meter
+    from tfcalc.measure.stand_in import probe
     from tfcalc.model import build_model
 
     estimate = estimate_bytes(plan)
@@ -72,27 +90,59 @@ def run_plan(plan: BenchPlan, advance: Callable[[], None]) -> dict[str, Any]:
     require_fits(estimate, plan.device, what, _hint(plan))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
+    speed = probe(plan.dtype, where.kind)
+    if speed is not None and speed.slow:
+        on_note(speed.note(f"timing {plan.dtype} as asked, which takes longer"))
     model = build_model(plan.run_cfg, device, dtype)
     runner = torch.compile(model) if plan.compile else model
-    ceiling = bench.matmul_ceiling(device, dtype, plan.matmul_size, plan.warmup, plan.repeat, advance)
-    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
-    peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
-    rows = []
+    budget, small = plan.budget, plan.budget.secondary()
+    ceiling = autorange.Autorange(bench.ceiling_call(device, dtype, plan.matmul_size), small)
+    items, points = [ceiling], []
     for seq in plan.seqs:
         idx = torch.randint(0, plan.cfg.vocab_size, (plan.batch, seq), device=device)
-        meter = peak_meter(where)
-        meter.start()
-        forward = bench.time_forward(runner, idx, plan.warmup, plan.repeat, advance)
-        peak_bytes = meter.peak()
-        parts = bench.time_components(model, idx, plan.warmup, plan.repeat, advance)
-        seconds = bench.extrapolate(forward.median, parts.block.median, plan.run_cfg.n_layer, plan.cfg.n_layer)
-        rows.append(bench.BenchRow(
-            seq=seq, forward=forward, forward_flops=count_flops.forward_flops(plan.cfg, plan.batch, seq),
-            forward_seconds=seconds, components=parts,
-            attention_flops=count_flops.attention_flops(plan.cfg, plan.batch, seq),
-            ffn_flops=count_flops.ffn_flops(plan.cfg, plan.batch, seq),
-            peak_memory_bytes=peak_bytes,
-        ))
+        forward = autorange.Autorange(lambda idx=idx: runner(idx), budget, meter=peak_meter(where))
+        parts = {name: autorange.Autorange(fn, small) for name, fn in bench.component_calls(model, idx).items()}
+        items += [forward, *parts.values()]
+        points.append((seq, forward, parts))
+
+    def time_one(fn) -> float:
+        return bench.time_calls(fn, device, 0, 1, progress).samples[0]
+
+    def time_block(fn, n: int) -> tuple[float, ...]:
+        return bench.time_calls(fn, device, 0, n, progress).samples
+
+    with torch.inference_mode():
+        autorange.run_interleaved(items, time_one, time_block, getattr(progress, "remaining", lambda s: None))
+    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
+    rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return {"device": where.name, "device_name": where.description, "ceiling": ceiling, "peak": peak, "rows": rows,
+    return {"device": where.name, "device_name": where.description, "peak": peak, "rows": rows,
+            "ceiling": 2 * plan.matmul_size**3 / _timing(ceiling).median,
+            "ceiling_calls": len(_timing(ceiling).samples),
             "weights_bytes": weights, "estimate_bytes": estimate, "tf32": tf32}
+
+
+def _timing(item):
+    from tfcalc.measure.autorange import samples
+    from tfcalc.measure.bench import Timing
+
+    return Timing(samples(item))
+
+
+def _row(plan: BenchPlan, seq: int, forward, parts: dict):
+    from tfcalc.measure import autorange, bench
+
+    timing = _timing(forward)
+    components = bench.ComponentTimes(**{name: _timing(item) for name, item in parts.items()})
+    return bench.BenchRow(
+        seq=seq, forward=timing, forward_flops=count_flops.forward_flops(plan.cfg, plan.batch, seq),
+        forward_seconds=bench.extrapolate(timing.median, components.block.median, plan.run_cfg.n_layer,
+                                          plan.cfg.n_layer),
+        components=components,
+        attention_flops=count_flops.attention_flops(plan.cfg, plan.batch, seq),
+        ffn_flops=count_flops.ffn_flops(plan.cfg, plan.batch, seq),
+        peak_memory_bytes=forward.peak, warmup_calls=len(forward.warmup),
+        round_medians=tuple(statistics.median(block) for block in forward.rounds),
+        round_spread=autorange.round_spread(forward),
+    )

@@ -23,10 +23,6 @@ allocates the weights and runs the forward; ``check_measurable`` refuses what wo
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count import params as params_count
 from tfcalc.count.flops import GROUPS
+from tfcalc.measure.speedups import fast_meta
 from tfcalc.measure.params import local_path
 from tfcalc.model import build_model
 
@@ -111,27 +108,6 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_se
         )
 
 
-@contextlib.contextmanager
-def _numpy_absent_fast() -> Iterator[None]:
-    """Make a failing ``import numpy`` fail fast while we measure, when numpy is not installed.
-
-    ``torch.sym_max`` (called by the Python meta kernels of every elementwise op) tries ``import numpy``
-    on each call; without numpy each try searches sys.path again. Measured on GPT-3 175B at T = 2048 on
-    meta (2 CPU cores): 2.1 s per forward, 1.0 s with this. A ``None`` in sys.modules makes the import
-    raise the same ModuleNotFoundError at once; it is removed on exit (hypothesis, for one, reads
-    ``"numpy" in sys.modules``). With numpy installed this does nothing.
-    """
-    if "numpy" in sys.modules or importlib.util.find_spec("numpy") is not None:
-        yield
-        return
-    sys.modules["numpy"] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        if sys.modules.get("numpy", 0) is None:
-            del sys.modules["numpy"]
-
-
 def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
     """Sum FlopCounterMode's per-module-path counts over the blocks and stacks, by module path."""
     totals = {path: sum(ops.values()) for path, ops in counts.items()}
@@ -179,7 +155,7 @@ def measure_flops(
     model = build_model(cfg, device)
     inputs = _inputs(cfg, batch, seq, src_seq, device)
     training_total = None
-    with _numpy_absent_fast():
+    with fast_meta(device):  # the same count, without the start-up and repeated work (see speedups)
         with torch.no_grad(), flop_counter() as counter:
             model(*inputs)
         if training:

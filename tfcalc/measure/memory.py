@@ -1,11 +1,13 @@
 """Measured memory: build the real model on a device, run it, and read the peak.
 
 The run: build the model (tfcalc.model.build_model) in the dtype, then either one no-grad forward pass
-at (batch, seq), or -- training -- two steps of forward, loss (cross-entropy on the logits upcast to
-fp32), backward and optimizer step. The second step is the steady state: the optimizer state exists
-(Adam creates it lazily in the first step) and the gradients are kept between steps
-(zero_grad(set_to_none=False), as DDP and Megatron keep their gradient buffers), which is what the
-estimate "weights + gradients + optimizer state + activations" describes. Optimizers run with
+at (batch, seq), or -- training -- one step of forward, loss (cross-entropy on the logits upcast to
+fp32), backward and optimizer step in the steady state: the optimizer state exists (Adam creates it in
+its first step, which here runs on zero gradients, without a forward pass: ``_prime``) and the
+gradients are kept between steps (zero_grad(set_to_none=False), as DDP and Megatron keep their gradient
+buffers), which is what the estimate "weights + gradients + optimizer state + activations" describes.
+Until issue 12 a whole first training step made that state: the same bytes, for twice the time.
+Optimizers run with
 foreach=False: the foreach kernels add a parameter-sized temporary in the step that no estimate counts.
 "adam-mixed" below fp32 is Adam on fp32 master copies, stepped one tensor at a time (so the fp32 copy of
 a gradient exists for one tensor only).
@@ -23,17 +25,21 @@ model is built (so it counts the weights, everything the run allocates, and noth
   close to the tensor bytes: the child runs with MALLOC_MMAP_THRESHOLD_=65536, so glibc serves every
   tensor of 64 KiB or more with its own mmap and returns it to the system when freed (without it, glibc
   raises the threshold after the first free and keeps freed tensors in its heap, so the RSS peak would
-  stay high after tensors die); the warm-up run on a one-layer copy of the model, before the baseline,
-  faults in the kernels' code pages and starts the thread pool. What remains: small tensors and
-  allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page rounding, and the fresh
-  gradient of a tensor before it is added into .grad (for a tied embedding, V·h held through the
-  backward pass): small beside activations, but 10-20% of the peak for a two-layer GPT-2, whose
-  embedding is most of its weights. Where /proc is absent, resource.getrusage's ru_maxrss serves,
+  stay high after tensors die); the warm-up run on a one-layer copy of the model with a small
+  vocabulary, before the baseline, faults in the kernels' code pages and starts the thread pool. What
+  remains: small tensors and allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page
+  rounding, and the fresh gradient of a tensor before it is added into .grad (for a tied embedding,
+  V·h held through the backward pass): small beside activations, but 10-20% of the peak for a
+  two-layer GPT-2, whose embedding is most of its weights. Where /proc is absent, resource.getrusage's ru_maxrss serves,
   without the reset.
 
 Beside the peak, the training run reports the bytes autograd actually saved for the backward pass
 (saved_tensors_hooks on the measured step: every floating-point tensor packed for backward, each storage
 once, parameters and buffers excluded): the exact check of tfcalc.count.memory.activations.
+
+Time: the child reports each step as it begins (tfcalc.measure.child), for a progress display. Where
+the dtype's matmuls are slow on a CPU (a timed probe, tfcalc.measure.stand_in), the run says so and
+stands in for the matmul results: the same tensors, without the slow arithmetic.
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ import dataclasses
 import gc
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -59,6 +64,7 @@ class MeasuredPeak:
     saved_activation_bytes: Optional[int]  # training only: what autograd kept for backward
     method: str  # how the peak was read
     device: str
+    stand_in: bool = False  # matmuls stood in for (a dtype slow on this CPU; tfcalc.measure.stand_in)
 
 
 def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
@@ -127,11 +133,32 @@ def make_optimizer(model, optimizer: str, dtype: str):
     return torch.optim.Adam(params, foreach=False)
 
 
+def run_steps(training: bool) -> tuple[str, ...]:
+    """The steps of a measured run, in order, as the child process reports them (a progress display)."""
+    run = ("first step: gradients and optimizer state", "forward", "backward", "optimizer step") if training \
+        else ("forward",)
+    return ("import torch", "warm-up (one block, 16 tokens)", "build the model") + run
+
+
+def _prime(model, opt) -> None:
+    """The state a training step meets in the steady state, without a training step: every gradient
+    buffer (kept between steps, as zero_grad(set_to_none=False), DDP and Megatron keep them) and the
+    optimizer's state (Adam makes its moments in its first step: here, one step on zero gradients, which
+    moves no weight). The measured step is then the second step of the old two-step run, whose first
+    forward and backward passes were spent only on making this state."""
+    import torch
+
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+
+
 def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, training: bool,
-              optimizer: str, src_seq: Optional[int] = None) -> Optional[int]:
+              optimizer: str, src_seq: Optional[int] = None, step=lambda name: None) -> Optional[int]:
     """Build the model on device and run it (see the module docstring). Returns the bytes autograd saved
     in the measured training step, or None for a forward pass. An encoder-decoder reads src_seq source
-    tokens (default: seq)."""
+    tokens (default: seq). step(name) is called as each of run_steps()' steps after the build begins."""
     import torch
 
     from tfcalc.model import build_model
@@ -142,18 +169,22 @@ def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, t
     if cfg.arch == "encoder-decoder":
         src_idx = torch.randint(0, cfg.vocab_size, (batch, seq if src_seq is None else src_seq), device=device)
     if not training:
+        step("forward")
         with torch.no_grad():
             model(idx) if src_idx is None else model(src_idx, idx)  # the output dies at once, after the peak
         return None
     model.train()
+    step("first step: gradients and optimizer state")
     opt = make_optimizer(model, optimizer, dtype)
-    saved = None
-    for step in range(2):
-        loss, saved = forward_loss(model, idx, count_saved=step == 1, src_idx=src_idx)
-        loss.backward()
-        del loss
-        opt.step()
-        opt.zero_grad(set_to_none=False)
+    _prime(model, opt)
+    step("forward")
+    loss, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx)
+    step("backward")
+    loss.backward()
+    del loss
+    step("optimizer step")
+    opt.step()
+    opt.zero_grad(set_to_none=False)
     return saved
 
 
@@ -233,53 +264,92 @@ def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
     return CudaPeakMeter(device.name) if device.kind == "cuda" else CpuPeakMeter()
 
 
-def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
-    """Warm up, take the baseline, run, read the peak: the body of the child process."""
+def _warmup_config(cfg: ModelConfig) -> ModelConfig:
+    """A one-block copy with a small vocabulary (of the same residue mod 16, so the LM head takes the
+    same path) and position table: it runs every kernel the measured run runs, in a fraction of the time
+    (GPT-2's vocabulary is most of a two-block model's work)."""
+    return replace(cfg, n_layer=1, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None,
+                   vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
+                   max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
+
+
+def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) -> dict[str, Any]:
+    """Warm up, take the baseline, run, read the peak: the body of the child process. emit("step", name)
+    as each step begins; emit("note", line) for what the user should read before the run."""
+    import contextlib
+
     import torch
+
+    from tfcalc.measure.speedups import no_dynamo_import
+    from tfcalc.measure.stand_in import MatmulStandIn, probe
 
     cfg = from_mapping(request["config"])
     device = resolve_device(request["device"])
     args = dict(dtype=request["dtype"], device=device.name, training=request["training"],
                 optimizer=request["optimizer"], src_seq=request.get("src_seq"))
+    speed = probe(request["dtype"], device.kind)
+    if speed is not None and speed.slow:
+        emit("note", speed.note())
+    stand_in = MatmulStandIn() if speed is not None and speed.slow else contextlib.nullcontext()
     torch.manual_seed(0)
-    warm = min(request["seq"], WARMUP_SEQ)
-    warm_cfg = replace(cfg, n_layer=1, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None)
-    run_model(warm_cfg, 1, warm, **{**args, "src_seq": min(args["src_seq"] or warm, WARMUP_SEQ)})  # code pages, threads
-    meter = peak_meter(device)
-    meter.start()
-    saved = run_model(cfg, request["batch"], request["seq"], **args)
-    return {"peak_bytes": meter.peak(), "saved_activation_bytes": saved, "method": meter.method,
-            "device": device.description}
+    with no_dynamo_import(), stand_in:  # Adam's add_param_group would import torch._dynamo (tfcalc.measure.speedups)
+        emit("step", "warm-up (one block, 16 tokens)")
+        warm = min(request["seq"], WARMUP_SEQ)
+        run_model(_warmup_config(cfg), 1, warm, **{**args, "src_seq": min(args["src_seq"] or warm, WARMUP_SEQ)})
+        emit("step", "build the model")
+        meter = peak_meter(device)
+        meter.start()
+        saved = run_model(cfg, request["batch"], request["seq"], **args, step=lambda name: emit("step", name))
+        peak = meter.peak()
+    stood_in = isinstance(stand_in, MatmulStandIn)
+    method = meter.method + (f"; {request['dtype']} matmuls stood in for (slow on this CPU): values not computed, "
+                             "shapes and dtypes those of the real kernels" if stood_in else "")
+    return {"peak_bytes": peak, "saved_activation_bytes": saved, "method": method, "device": device.description,
+            "stand_in": stood_in}
 
 
 def _child_main() -> None:
-    """Entry point of the child process: a JSON request on stdin, a JSON answer on stdout."""
+    """Entry point of the child process: imports torch at once (while the parent still checks the
+    request, see start_child), then a JSON request on stdin; JSON lines on stdout: {"step": ...} and
+    {"note": ...} as the run goes, the answer last."""
+    import torch  # noqa: F401  (the slow part of starting, done before the request arrives)
+
+    from tfcalc.measure.child import emitter
+
+    emit = emitter(sys.stdout)
     request = json.loads(sys.stdin.read())
     try:
-        answer = measure_in_process(request)
+        answer = measure_in_process(request, emit)
     except ConfigError as e:
         answer = {"error": str(e)}
     except (MemoryError, RuntimeError) as e:  # torch's out-of-memory errors are RuntimeErrors
         answer = {"error": f"the measurement failed: {' '.join(str(e).split())[:300]}"}
-    sys.stdout.write(json.dumps(answer) + "\n")
+    emit("answer", answer)  # written and flushed: the parent has all it needs
+    os._exit(0)  # no interpreter teardown (0.7 s of CPU after importing torch; see tfcalc.cli.app._exit)
+
+
+def start_child():
+    """Start the measuring process now, so that its slowest part (importing torch) overlaps the parent's
+    checks; measure_peak(..., child=) then hands it the request."""
+    from tfcalc.measure.child import spawn
+
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
+    return spawn("from tfcalc.measure.memory import _child_main; _child_main()", env)
 
 
 def measure_peak(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str = "cpu",
                  training: bool = False, optimizer: str = "adam-mixed", timeout: float = 3600,
-                 src_seq: Optional[int] = None) -> MeasuredPeak:
-    """Run the model in a fresh child process and return its measured peak (see the module docstring)."""
+                 src_seq: Optional[int] = None, child=None, on_step=lambda name: None,
+                 on_note=lambda line: None) -> MeasuredPeak:
+    """Run the model in a fresh child process (or child, from start_child) and return its measured peak
+    (see the module docstring). on_step(name) as each of run_steps(training) begins; on_note(line) for
+    a line the user should read (a slow dtype, what the run does about it)."""
+    from tfcalc.measure.child import converse
+
     request = dict(config=dataclasses.asdict(cfg), batch=batch, seq=seq, dtype=dtype, device=device,
                    training=training, optimizer=optimizer, src_seq=src_seq)
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
-    code = "from tfcalc.measure.memory import _child_main; _child_main()"
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
-                          text=True, env=env, timeout=timeout)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        why = "killed, likely out of memory" if proc.returncode < 0 else (proc.stderr.strip().splitlines() or ["?"])[-1]
-        raise ConfigError(f"the measurement process failed (exit {proc.returncode}): {why}")
-    answer = json.loads(lines[-1])
+    answer = converse(child or start_child(), request, {"step": on_step, "note": on_note}, timeout)
     if "error" in answer:
         raise ConfigError(answer["error"])
-    return MeasuredPeak(answer["peak_bytes"], answer["saved_activation_bytes"], answer["method"], answer["device"])
-
+    return MeasuredPeak(answer["peak_bytes"], answer["saved_activation_bytes"], answer["method"], answer["device"],
+                        answer.get("stand_in", False))

@@ -194,7 +194,10 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: to
         model = Transformer(cfg).to(dtype)
     if torch.device(device).type == "meta":
         return model
-    model.to_empty(device=device)
+    # Module.to_empty(device), but with torch.empty: empty_like of a meta tensor runs its Python meta
+    # kernel (torch._refs), whose first call imports sympy (0.5 s of start-up); the tensors built on meta
+    # here are contiguous, so the storage is the same.
+    model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
     model.tie_weights()  # to_empty() gives each module its own copy of a shared meta tensor
     model.init_weights()
     return model.eval()

@@ -61,8 +61,13 @@ def row_json(model: ModelRef, plan: BenchPlan, run: dict[str, Any], row) -> dict
         "n_layer_run": plan.run_cfg.n_layer,
         "extrapolated": plan.run_cfg.n_layer != plan.cfg.n_layer,
         "measured_forward_median_s": row.forward.median,
-        "samples": plan.repeat,
-        "warmup": plan.warmup,
+        "samples": len(row.forward.samples),
+        "warmup": row.warmup_calls,
+        "rounds": len(row.round_medians),
+        "round_medians_s": list(row.round_medians),
+        "between_round_spread": row.round_spread,
+        "min_time_s": plan.min_time,
+        "ceiling_samples": run["ceiling_calls"],
         "compiled": plan.compile,
         "peak_memory_bytes": None if row.peak_memory_bytes is None else run["weights_bytes"] + row.peak_memory_bytes,
         "weights_bytes": run["weights_bytes"],
@@ -87,9 +92,12 @@ def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
 
 
 def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None, device: str = "cpu",
-               dtype: str = "fp32", warmup: int = 3, repeat: int = 10, compile: bool = False,
-               n_layer: Optional[int] = None, matmul_size: Optional[int] = None) -> BenchPlan:
-    """Every option checked, nothing run."""
+               dtype: str = "fp32", warmup: Optional[int] = None, repeat: int = 5, compile: bool = False,
+               n_layer: Optional[int] = None, matmul_size: Optional[int] = None, min_time: float = 3.0,
+               rounds: int = 3) -> BenchPlan:
+    """Every option checked, nothing run. The budget (tfcalc.measure.autorange): timed forward calls for
+    min_time seconds per length and at least repeat of them, in rounds; warm-up until stable, or exactly
+    warmup calls."""
     cfg = model.cfg
     if cfg.arch == "encoder-decoder":  # its forward takes a source and a target, and --n-layer has two depths
         raise InputError(f"{cfg.name}: tfcalc bench times decoder and encoder models; encoder-decoders are not "
@@ -98,7 +106,11 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
         raise InputError(f"--dtype: bench runs {', '.join(BENCH_DTYPES)}; got '{dtype}'")
     check_size("--batch", batch)
     check_size("--repeat", repeat)
-    check_size("--warmup", warmup, low=0)
+    check_size("--rounds", rounds)
+    if warmup is not None:
+        check_size("--warmup", warmup, low=0)
+    if isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or not 0 <= min_time <= 3600:
+        raise InputError(f"--min-time must be between 0 and 3600 seconds; got {min_time}")
     if n_layer is not None and not 1 <= n_layer <= cfg.n_layer:
         raise InputError(f"--n-layer must be between 1 and {cfg.n_layer} for {cfg.name}; got {n_layer}")
     if matmul_size is not None:
@@ -106,12 +118,15 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
     return BenchPlan(
         cfg=cfg, run_cfg=replace(cfg, n_layer=n_layer) if n_layer else cfg, device=device, dtype=dtype,
         batch=batch, seqs=check_seqs(model, seqs), warmup=warmup, repeat=repeat, compile=compile,
-        matmul_size=matmul_size or (2048 if device == "cpu" else 8192),
+        matmul_size=matmul_size or (2048 if device == "cpu" else 8192), min_time=float(min_time), rounds=rounds,
     )
 
 
-def build_bench(model: ModelRef, plan: BenchPlan, advance: Callable[[], None] = lambda: None) -> BenchReport:
+def build_bench(model: ModelRef, plan: BenchPlan, progress: Callable[[], None] = lambda: None,
+                on_note: Callable[[str], None] = lambda line: None) -> BenchReport:
+    """Run the plan. progress() after each call; progress.remaining(seconds), if it has one, hears how
+    long the rest of the run should take (a progress bar's ETA); on_note(line), a line to read first."""
     from tfcalc.measure.bench_run import run_plan  # imports torch
 
-    run = run_plan(plan, advance)
+    run = run_plan(plan, progress, on_note)
     return BenchReport(model, plan, tuple(row_json(model, plan, run, row) for row in run["rows"]))

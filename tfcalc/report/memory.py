@@ -4,7 +4,7 @@ and the peak measured on a device."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tfcalc.count import budget
 from tfcalc.count import memory as mem
@@ -102,6 +102,7 @@ class MemoryReport(WorkloadFields):
             "measured_ratio": self.ratio,
             "measured_saved_activation_bytes": None if m is None else m.saved_activation_bytes,
             "measure_method": None if m is None else m.method,
+            "measured_with_stand_in_matmuls": None if m is None else m.stand_in,
             "device": None if m is None else m.device,
             "fit": None if fit is None else {
                 "budget_bytes": fit.budget, "target": "training" if self.training else "inference",
@@ -134,27 +135,45 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     )
 
 
-def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
-    """The report with its run measured on device, refused first when the estimate cannot fit."""
+def measure_steps(training: bool) -> tuple[str, ...]:
+    """The steps of a measured run, as measure_memory's on_step names them."""
+    from tfcalc.measure.memory import run_steps
+
+    return run_steps(training)
+
+
+def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], None] = lambda name: None,
+                   on_note: Callable[[str], None] = lambda line: None) -> MemoryReport:
+    """The report with its run measured on device, refused first when the estimate cannot fit. on_step
+    hears each step of the run as it begins (tfcalc.measure.memory.run_steps), on_note a line the user
+    should read before it (a dtype slow on this device, and what the run does about it)."""
+    from tfcalc.measure.child import stop
     from tfcalc.measure.device import torch_dtype
     from tfcalc.measure.fit import require_fits
-    from tfcalc.measure.memory import measure_peak
+    from tfcalc.measure.memory import measure_peak, start_child
 
     if report.options.recompute != "none":
         from tfcalc.errors import InputError
 
         raise InputError("--measure runs without recompute; drop --measure or --recompute")
-    torch_dtype(report.dtype)  # fp8/int8/int4: refused here, with the reason
-    what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
-    hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
-    require_fits(report.run_estimate, device, what, hint)
+    on_step("import torch")
+    child = start_child()  # imports torch while the checks below run
+    try:
+        torch_dtype(report.dtype)  # fp8/int8/int4: refused here, with the reason
+        what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
+        hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
+        require_fits(report.run_estimate, device, what, hint)
+    except BaseException:
+        stop(child, close=True)
+        raise
     w = report.workload
     peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
-                        src_seq=w.src_seq)
+                        src_seq=w.src_seq, child=child, on_step=on_step, on_note=on_note)
     return replace(report, measured=peak)
 
 
 def build_memory(model: ModelRef, workload: Workload, options: MemoryOptions = MemoryOptions(),
-                 measure: bool = False, device: str = "cpu") -> MemoryReport:
+                 measure: bool = False, device: str = "cpu", on_step: Callable[[str], None] = lambda name: None,
+                 on_note: Callable[[str], None] = lambda line: None) -> MemoryReport:
     report = estimate_memory(model, workload, options)
-    return measure_memory(report, device) if measure else report
+    return measure_memory(report, device, on_step, on_note) if measure else report

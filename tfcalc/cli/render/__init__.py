@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 FORMATS = ("table", "json", "markdown", "csv")
 
@@ -37,7 +39,9 @@ class Output:
 
 
 @lru_cache(maxsize=None)
-def console() -> Console:
+def console() -> "Console":
+    from rich.console import Console  # here, not at the top: JSON output never imports Rich
+
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(width=140 if piped else None, highlight=False)
 
@@ -48,6 +52,11 @@ def error(message: str) -> None:
 
 def warn(message: str) -> None:
     print(f"tfcalc: warning: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
+    print(f"tfcalc: note: {message}", file=sys.stderr)
 
 
 def print_json(data: Any) -> None:
@@ -76,17 +85,49 @@ def emit(reports: Sequence[Any], output: Output, document: Callable[..., Any]) -
         backends.write_rich(doc, console(), output.exact)
 
 
-@contextmanager
-def progress(description: str, total: int, enabled: bool = True) -> Iterator[Callable[[], None]]:
-    """A progress bar with an ETA on stderr while work runs; yields the function to call after each step.
-    Quiet when disabled (machine-readable output) or when stderr is not a terminal."""
-    if not (enabled and sys.stderr.isatty()):
-        yield lambda: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+class Progress:
+    """What progress() yields: call it after each step (or each timed call). A bar counted in seconds
+    (unit="s") shows the time spent and is told the time left with remaining(seconds), so its ETA is
+    the work's own forecast; describe(text) names the step under way. Every method does nothing when the
+    bar is not shown."""
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+    def __init__(self, bar: Any = None, task: Any = None, seconds: bool = False):
+        self.bar, self.task, self.seconds = bar, task, seconds
+        self.started = time.monotonic()
+
+    def __call__(self, steps: float = 1) -> None:
+        if self.bar is None:
+            return
+        if self.seconds:
+            self.bar.update(self.task, completed=time.monotonic() - self.started)
+        else:
+            self.bar.advance(self.task, steps)
+
+    def remaining(self, seconds: float) -> None:
+        """The work still to do takes this long (a bar in seconds): the total is what is spent plus it."""
+        if self.bar is not None:
+            spent = time.monotonic() - self.started
+            self.bar.update(self.task, completed=spent, total=spent + max(0.0, seconds))
+
+    def describe(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=text)
+
+
+@contextmanager
+def progress(description: str, total: float, enabled: bool = True, unit: str = "steps") -> Iterator[Progress]:
+    """A progress bar with an ETA on stderr while work runs; yields the Progress to call after each step.
+    unit="s": total and remaining() are seconds. Quiet when disabled (machine-readable output) or when
+    stderr is not a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield Progress()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    count = TextColumn("") if unit == "s" else MofNCompleteColumn()
+    columns = (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(), TextColumn("ETA"),
+               TimeRemainingColumn())
+    with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
+        yield Progress(bar, task, seconds=unit == "s")

@@ -1,0 +1,46 @@
+"""Start-up: a command imports what it runs and nothing more (tfcalc.cli.app builds only the command
+asked for; JSON output never imports Rich), and the whole app is still there for help and typos."""
+
+import subprocess
+import sys
+
+
+def _modules_after(*argv: str) -> set[str]:
+    code = ("import sys; from tfcalc.cli.app import run; rc = run(%r); "
+            "sys.stderr.write(' '.join(sorted(sys.modules)))" % (list(argv),))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stderr.split())
+
+
+def test_json_output_imports_only_its_command_and_no_rich():
+    loaded = _modules_after("params", "gpt2", "--no-measure", "--json")
+    assert "tfcalc.cli.params" in loaded
+    others = {m for m in loaded if m.startswith("tfcalc.cli.") and m.split(".")[2] in
+              ("bench", "flops", "memory", "scan", "compare", "snapshot", "presets")}
+    assert not others, others
+    assert not any(m == "rich" or m.startswith("rich.") for m in loaded)
+    assert "torch" not in loaded  # --no-measure: arithmetic only
+
+
+def test_help_lists_every_command_and_a_typo_is_answered(cli):
+    r = cli("--help")
+    assert r.code == 0 and all(name in r.out for name in ("params", "flops", "memory", "bench", "scan", "check"))
+    r = cli("parms", "gpt2")
+    assert r.code == 2 and "Did you mean 'params'" in r.err
+    r = cli("bench", "--help")
+    assert r.code == 0 and "--min-time" in r.out
+
+
+def test_the_quick_exit_keeps_the_exit_code_the_output_and_atexit_handlers(tmp_path, cli):
+    """main() leaves through os._exit (no interpreter teardown): after the atexit handlers, with every
+    byte of output flushed and the command's exit code."""
+    marker = tmp_path / "atexit-ran"
+    code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('ran')); "
+            "sys.argv = ['tfcalc'] + sys.argv[1:]; from tfcalc.cli.app import main; main()" % str(marker))
+    args = ["params", "gpt2", "llama2-7b", "--no-measure", "--verbose", "--format", "csv"]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and marker.read_text() == "ran"
+    assert proc.stdout == cli(*args).out  # all of it, flushed
+    proc = subprocess.run([sys.executable, "-c", code, "params", "no-such-model"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("tfcalc: error:")
