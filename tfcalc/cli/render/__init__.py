@@ -36,18 +36,53 @@ class Output:
         return self.format != "table"
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich's own choice is SystemExit(1), the code of a failed check; tfcalc exits quietly with 141
+        (tfcalc.cli.interrupts), so the error goes on up."""
+        self.quiet = True
+        raise BrokenPipeError(32, "Broken pipe")
+
+
 @lru_cache(maxsize=None)
 def console() -> Console:
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=140 if piped else None, highlight=False)
+    return _Console(width=140 if piped else None, highlight=False)
+
+
+MAX_MESSAGE = 280  # characters of an error or warning line, after "tfcalc: error: "
+
+
+def one_line(message: object) -> str:
+    """A message as one line of at most MAX_MESSAGE characters: the promise of every error, kept here even
+    where a message quotes more of the user's input than it should (its start and end are kept)."""
+    text = str(message)
+    if len(text) > 4 * MAX_MESSAGE:  # cut before splitting: a message may be huge
+        text = text[: 2 * MAX_MESSAGE] + " " + text[-MAX_MESSAGE:]
+    text = " ".join(text.split())
+    if len(text) > MAX_MESSAGE:
+        text = f"{text[: MAX_MESSAGE - 60]} … {text[-50:]}"
+    return text
 
 
 def error(message: str) -> None:
-    print(f"tfcalc: error: {message}", file=sys.stderr)
+    print(f"tfcalc: error: {one_line(message)}", file=sys.stderr)
+
+
+def stopped(message: str) -> None:
+    """Said when a signal stops tfcalc: 'tfcalc: interrupted' (not an error of the input)."""
+    print(f"tfcalc: {message}", file=sys.stderr)
 
 
 def warn(message: str) -> None:
-    print(f"tfcalc: warning: {message}", file=sys.stderr)
+    print(f"tfcalc: warning: {one_line(message)}", file=sys.stderr)
+
+
+def prepare_streams() -> None:
+    """ASCII stand-ins on streams that cannot write tfcalc's few non-ASCII characters (render.ascii)."""
+    from tfcalc.cli.render import ascii
+
+    ascii.prepare_streams()
 
 
 def print_json(data: Any) -> None:
@@ -85,7 +120,8 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Cal
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    # markup=False: the description holds the model's label, which may hold brackets ("gpt2[v2]")
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
