@@ -4,7 +4,7 @@ is allocated when the estimate does not fit (tfcalc.measure.fit)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from tfcalc.config import ModelConfig
@@ -62,14 +62,19 @@ def run_plan(plan: BenchPlan, advance: Callable[[], None]) -> dict[str, Any]:
     from tfcalc import devices
     from tfcalc.measure import bench
     from tfcalc.measure.device import resolve_device, torch_dtype
-    from tfcalc.measure.fit import require_fits
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import peak_meter
     from tfcalc.model import build_model
 
     estimate = estimate_bytes(plan)
     what = (f"{plan.cfg.name} ({plan.run_cfg.n_layer} blocks, batch {plan.batch}, seq {max(plan.seqs)}, "
             f"{plan.dtype})")
-    require_fits(estimate, plan.device, what, _hint(plan))
+    require_buildable(plan.run_cfg, plan.run_cfg.n_layer, what, _hint(plan))
+
+    def need(batch: int, seq: int) -> int:  # this run's estimate at another size
+        return estimate_bytes(replace(plan, batch=batch, seqs=(seq,)))
+
+    require_fits(estimate, plan.device, what, _hint(plan), smaller_run(need, plan.batch, max(plan.seqs)))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
     model = build_model(plan.run_cfg, device, dtype)

@@ -252,9 +252,24 @@ def measure_in_process(request: dict[str, Any]) -> dict[str, Any]:
             "device": device.description}
 
 
+def _die_with_parent(parent: Optional[int]) -> None:
+    """Linux: have the kernel kill this child if the parent dies (even by SIGKILL, which no handler sees),
+    then check the parent did not die before that was set. Elsewhere, the parent's handlers must do."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
 def _child_main() -> None:
     """Entry point of the child process: a JSON request on stdin, a JSON answer on stdout."""
     request = json.loads(sys.stdin.read())
+    _die_with_parent(request.get("parent"))
     try:
         answer = measure_in_process(request)
     except ConfigError as e:
@@ -269,11 +284,18 @@ def measure_peak(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str
                  src_seq: Optional[int] = None) -> MeasuredPeak:
     """Run the model in a fresh child process and return its measured peak (see the module docstring)."""
     request = dict(config=dataclasses.asdict(cfg), batch=batch, seq=seq, dtype=dtype, device=device,
-                   training=training, optimizer=optimizer, src_seq=src_seq)
+                   training=training, optimizer=optimizer, src_seq=src_seq, parent=os.getpid())
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
     code = "from tfcalc.measure.memory import _child_main; _child_main()"
-    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
-                          text=True, env=env, timeout=timeout)
+    # No orphan, whatever stops the parent: subprocess.run kills the child on any exception in the parent
+    # (Ctrl-C and SIGTERM arrive as tfcalc.cli.interrupts.Stopped), and the child asks the kernel to kill
+    # it when the parent dies (SIGKILL included). Its own session keeps a terminal's Ctrl-C to the parent,
+    # which then stops the child itself, once.
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(request), capture_output=True,
+                              text=True, env=env, timeout=timeout, start_new_session=True)
+    except subprocess.TimeoutExpired:  # the child is killed by subprocess.run
+        raise ConfigError(f"the measurement ran past {timeout:g} s and was stopped; try a smaller --batch or --seq") from None
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         why = "killed, likely out of memory" if proc.returncode < 0 else (proc.stderr.strip().splitlines() or ["?"])[-1]

@@ -128,6 +128,8 @@ class MemoryReport:
                 "budget_bytes": fit.budget, "target": "training" if self.training else "inference",
                 "fixed_bytes": fit.fixed_bytes, "weights_fit": fit.weights_fit,
                 "max_seq": fit.max_seq, "max_batch": fit.max_batch,
+                # true: the search stopped at its cap, so the figure is a lower bound, not the largest
+                "max_seq_capped": fit.seq_capped, "max_batch_capped": fit.batch_capped,
             },
         }
 
@@ -158,7 +160,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
 def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
     """The report with its run measured on device, refused first when the estimate cannot fit."""
     from tfcalc.measure.device import torch_dtype
-    from tfcalc.measure.fit import require_fits
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import measure_peak
 
     if report.options.recompute != "none":
@@ -168,8 +170,15 @@ def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
     torch_dtype(report.dtype)  # fp8/int8/int4: refused here, with the reason
     what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
     hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
-    require_fits(report.run_estimate, device, what, hint)
     w = report.workload
+    blocks = report.cfg.n_layer + (report.cfg.encoder_layers if report.cfg.arch == "encoder-decoder" else 0)
+    require_buildable(report.cfg, blocks, what, "a smaller --set n_layer, or drop --measure")
+
+    def need(batch: int, seq: int) -> int:  # the estimate of this run at another size
+        options = replace(report.options, budget=None)
+        return estimate_memory(report.model, replace(w, batch=batch, seq=seq), options).run_estimate
+
+    require_fits(report.run_estimate, device, what, hint, smaller_run(need, w.batch, w.seq))
     peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
                         src_seq=w.src_seq)
     return replace(report, measured=peak)
