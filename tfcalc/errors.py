@@ -28,9 +28,7 @@ def shown(value: object, width: int = SHOWN_WIDTH) -> str:
         if value.bit_length() <= 200:
             text = repr(value)
             return text if len(text) <= width else f"{text[:width]}… (a {len(text)}-digit integer)"
-        import math
-
-        return f"a {int(math.log10(abs(value))) + 1}-digit integer"
+        return f"a {_digits(value)}-digit integer"
     if isinstance(value, (str, bytes)):
         if len(value) <= width:
             return repr(value)
@@ -44,6 +42,13 @@ def shown(value: object, width: int = SHOWN_WIDTH) -> str:
         return text if len(value) <= 3 else f"{text} ({type(value).__name__} of {len(value):,} items)"
     text = repr(value)
     return text if len(text) <= width else f"{text[:width]}… ({type(value).__name__})"
+
+
+def _digits(value: int) -> int:
+    """Decimal digits of an integer too long for str() (past 4,300 digits it raises ValueError)."""
+    n = abs(value)
+    d = int(n.bit_length() * 0.30102999566398120) + 1  # log10(2): exact or one too many
+    return d - 1 if d > 1 and 10 ** (d - 1) > n else d
 
 
 def _item(x: object, width: int) -> str:
