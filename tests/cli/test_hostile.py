@@ -201,3 +201,13 @@ def test_the_table_covers_every_command():
     assert commands == {"params", "flops", "memory", "bench", "scan", "snapshot", "check", "compare", "show",
                         "presets"}
     assert len(CASES) >= 100
+
+
+def test_check_of_a_snapshot_naming_an_alias_bomb_reports_it_at_once(cli, folder):
+    """The entry cannot be loaded: a drift of that entry (exit 1), not a hang and not an internal error."""
+    start = time.monotonic()
+    r = cli("check", str(folder / "snap_bomb.json"), "--json")
+    assert r.code == 1 and time.monotonic() - start < 10
+    (drift,) = r.json()
+    assert drift["field"] == "(config)" and "aliases expand to more than 10,000 values" in drift["got"]
+    assert len(drift["got"]) < 300
