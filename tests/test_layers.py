@@ -103,3 +103,13 @@ def test_nothing_under_report_prints(name):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "sys":
             assert node.attr not in ("stdout", "stderr"), f"{name}: sys.{node.attr}"
     assert not [t for t in imports(MODULES[name]) if t.startswith(("rich", "typer", "tfcalc.cli"))], name
+
+
+def test_every_package_ships():
+    """pyproject.toml lists the packages by hand (the presets folder maps onto tfcalc.presets): a new
+    package missing there would work in a source checkout and be absent from `pip install .`."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert on_disk <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"

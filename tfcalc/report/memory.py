@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from tfcalc.config import ModelConfig
 from tfcalc.count import budget
 from tfcalc.count import memory as mem
 from tfcalc.count import training
 from tfcalc.count.params import total as param_total
-from tfcalc.report.model_ref import ModelRef
+from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload
 
 
@@ -27,7 +26,7 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
-class MemoryReport:
+class MemoryReport(WorkloadFields):
     model: ModelRef
     workload: Workload  # resolved
     options: MemoryOptions
@@ -41,26 +40,6 @@ class MemoryReport:
     fit: Optional[budget.Fit] = None
     measured: Any = None  # tfcalc.measure.memory.MeasuredPeak
     cross_kv_cache: int = 0  # the part of kv_cache that is an encoder-decoder's cross-attention cache
-
-    @property
-    def cfg(self) -> ModelConfig:
-        return self.model.cfg
-
-    @property
-    def dtype(self) -> str:
-        return self.workload.dtype
-
-    @property
-    def batch(self) -> int:
-        return self.workload.batch
-
-    @property
-    def seq(self) -> int:
-        return self.workload.seq
-
-    @property
-    def src_seq(self) -> Optional[int]:
-        return self.workload.src_seq
 
     @property
     def training(self) -> bool:
