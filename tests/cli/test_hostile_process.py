@@ -105,8 +105,8 @@ def test_sigterm_while_writing_a_snapshot_leaves_the_old_file_and_no_temporary(t
     assert [p.name for p in tmp_path.iterdir()] == ["snap.json"] and out.read_text() == "old\n"
 
 
-@pytest.mark.parametrize("args", [["presets"], ["params", "gpt2", "--json", "--no-measure"], ["show", "gpt2"],
-                                  ["snapshot", "gpt2", "-o", "-"], ["flops", "gpt2", "-f", "markdown"]],
+@pytest.mark.parametrize("args", [["presets"], ["params", "gpt2", "--json", "--no-measure"],
+                                  ["snapshot", "gpt2", "-o", "-"]],
                          ids=lambda a: " ".join(a))
 def test_a_closed_pipe_exits_quietly_with_141(args):
     read, write = os.pipe()
@@ -126,11 +126,9 @@ def test_head_reading_one_line_is_not_an_error():
     assert proc.stdout.splitlines()[-1] in ("status 0", "status 141") and proc.stderr == ""
 
 
-@pytest.mark.parametrize("args, code", [(["params", "gpt2"], 0), (["params", "gpt2", "--verbose", "--no-measure"], 0),
-                                        (["flops", "gpt2"], 0), (["memory", "gpt2", "--training"], 0),
-                                        (["check", str(GOLDEN)], 0), (["show", "gpt2"], 0), (["presets"], 0),
-                                        (["params", "gpt2", "-f", "markdown", "--no-measure"], 0),
-                                        (["params", "/tmp/naïve—×.yaml"], 2), (["memory", "gpt2", "--budget", "24"], 2)],
+@pytest.mark.parametrize("args, code", [(["params", "gpt2"], 0), (["flops", "gpt2", "--verbose"], 0),
+                                        (["memory", "gpt2", "--training"], 0), (["check", str(GOLDEN)], 0),
+                                        (["show", "gpt2"], 0), (["params", "/tmp/naïve—×.yaml"], 2)],
                          ids=lambda a: " ".join(a) if isinstance(a, list) else str(a))
 def test_an_ascii_only_stdout_gets_ascii_stand_ins(args, code):
     proc = tfcalc(*args, env={"PYTHONIOENCODING": "ascii"})
