@@ -16,8 +16,8 @@ RANKS = {
     "tfcalc.hf_config": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.model": 3, "tfcalc.measure": 4,
     "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.__main__": 7, "tfcalc": 7,
 }
-PURE = ("tfcalc.errors", "tfcalc.units", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load", "tfcalc.config", "tfcalc.devices", "tfcalc.workload", "tfcalc.hf_config",
-        "tfcalc.presets", "tfcalc.count")  # no torch, typer or rich: counting never pays for them
+PURE = ("tfcalc.errors", "tfcalc.units", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load", "tfcalc.config",
+        "tfcalc.devices", "tfcalc.workload", "tfcalc.hf_config", "tfcalc.presets", "tfcalc.count")  # no torch, typer or rich: counting never pays for them
 
 
 def module_name(path: Path) -> str:

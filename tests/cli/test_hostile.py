@@ -89,7 +89,8 @@ CASES = [
     ("flops-measure-deep-meta", ["flops", "{d}/deep_model.yaml", "--measure"], 2, "more than the 20,000 tfcalc builds"),
     ("flops-measure-bad-device", ["flops", "gpt2", "--measure", "--device", "tpu"], 2, "unknown device 'tpu'"),
     ("flops-measure-cpu-too-big", ["flops", "bert-base", "--measure", "--device", "cpu", "--batch", "2048", "--seq",
-                                   "512"], 2, "not running bert-base on cpu (forward, fp32): it needs an estimated 30.41 GiB"),
+                                   "512"], 2, "not running bert-base on cpu (forward, fp32): it needs an estimated "
+                                              "30.41 GiB"),
     ("flops-measure-cpu-training", ["flops", "gpt2", "--measure", "--device", "cpu", "--training", "--batch", "16"],
      2, "try --batch 1 --seq 960 (an estimated 2 GiB)"),
     # ---- memory ----
@@ -111,7 +112,8 @@ CASES = [
     ("bench-repeat-0", ["bench", "gpt2", "--repeat", "0"], 2, "--repeat must be between 1"),
     ("bench-n-layer-0", ["bench", "gpt2", "--n-layer", "0"], 2, "--n-layer must be between 1 and 12"),
     ("bench-matmul-10e30", ["bench", "gpt2", "--matmul-size", str(10**30)], 2, "--matmul-size must be between"),
-    ("bench-too-big", ["bench", "llama2-70b", "--n-layer", "1"], 2, "the free memory on cpu is 6 GiB; try --batch 1 --seq"),
+    ("bench-too-big", ["bench", "llama2-70b", "--n-layer", "1"], 2,
+     "the free memory on cpu is 6 GiB; try --batch 1 --seq"),
     ("bench-deep", ["bench", "{d}/deep_model.yaml", "--seq", "8"], 2, "more than the 20,000"),
     # ---- scan ----
     ("scan-plot-txt", ["scan", "gpt2", "--plot", "{d}/x.txt"], 2, "the extension must be one of .png"),

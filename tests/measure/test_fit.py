@@ -92,4 +92,5 @@ def test_params_says_how_it_counted(cli):
     assert deep["empirical_method"] == "per_block" and deep["agree"] is True
     assert any("one real block of each stack" in n for n in deep["notes"])
     assert cli("params", "gpt2", "--json").json()["empirical_method"] == "full"
-    assert "empirical (one meta block per stack × depth)" in cli("params", "gpt2", "--set", "n_layer=200", "-f", "markdown").out
+    table = cli("params", "gpt2", "--set", "n_layer=200", "-f", "markdown").out
+    assert "empirical (one meta block per stack × depth)" in table

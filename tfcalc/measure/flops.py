@@ -34,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 
 from tfcalc.config import ConfigError, ModelConfig
 from tfcalc.count.flops import GROUPS
-from tfcalc.measure.params import local_path
+from tfcalc.measure.params import blocks_of, local_path
 from tfcalc.model import build_model
 
 aten = torch.ops.aten
@@ -109,8 +109,7 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_se
                 f"{cfg.name}: {option} {length} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
                 "module cannot run it; drop --measure to count analytically"
             )
-    blocks = cfg.n_layer + (cfg.encoder_layers if cfg.arch == "encoder-decoder" else 0)
-    require_buildable(cfg, blocks, cfg.name, "a smaller --set n_layer (FLOPs per layer do not depend on depth), "
+    require_buildable(cfg, blocks_of(cfg), cfg.name, "a smaller --set n_layer (FLOPs per layer do not depend on depth), "
                       "or drop --measure")
     if torch.device(device).type == "meta":
         return

@@ -141,6 +141,7 @@ def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
     from tfcalc.measure.device import torch_dtype
     from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import measure_peak
+    from tfcalc.measure.params import blocks_of
 
     if report.options.recompute != "none":
         from tfcalc.errors import InputError
@@ -150,8 +151,7 @@ def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
     what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
     hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
     w = report.workload
-    blocks = report.cfg.n_layer + (report.cfg.encoder_layers if report.cfg.arch == "encoder-decoder" else 0)
-    require_buildable(report.cfg, blocks, what, "a smaller --set n_layer, or drop --measure")
+    require_buildable(report.cfg, blocks_of(report.cfg), what, "a smaller --set n_layer, or drop --measure")
 
     def need(batch: int, seq: int) -> int:  # the estimate of this run at another size
         options = replace(report.options, budget=None)
