@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, get_args
 
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -41,6 +41,11 @@ Arch = Literal["decoder", "encoder", "encoder-decoder"]
 
 # A config that cannot describe a transformer is bad input like any other: one family, exit 2.
 ConfigError = InputError
+
+# The largest integer a size field may hold (~1.1e12, as tfcalc.workload.MAX_SIZE): far past any real
+# model, and small enough that every count built from these fields stays exact and finite as a float
+# (a product of six such sizes is 2**240, below float's 2**1024), so no share or rate overflows.
+MAX_INT = 2**40
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ def check_field_type(name: str, value: Any) -> None:
         if value not in _LITERALS[name]:
             allowed = ", ".join(_LITERALS[name])
             hint = suggest(str(value), _LITERALS[name]) if isinstance(value, str) else ""
-            raise ConfigError(f"field '{name}' must be one of {allowed}; got {value!r}{hint}")
+            raise ConfigError(f"field '{name}' must be one of {allowed}; got {shown(value)}{hint}")
         return
     expected, ok = {
         **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
@@ -232,7 +237,7 @@ def check_field_type(name: str, value: Any) -> None:
         **{n: ("a string or null", isinstance(value, str) or value is None) for n in _OPTIONAL_STR_FIELDS},
     }[name]
     if not ok:
-        raise ConfigError(f"field '{name}' must be {expected}; got {value!r} ({_type_name(value)})")
+        raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
 
 
 def validate(cfg: ModelConfig) -> None:
@@ -242,10 +247,14 @@ def validate(cfg: ModelConfig) -> None:
     for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
-            raise ConfigError(f"field '{name}' must be positive; got {value}")
+            raise ConfigError(f"field '{name}' must be positive; got {shown(value)}")
     for name in _COUNT_FIELDS:
         if getattr(cfg, name) < 0:
-            raise ConfigError(f"field '{name}' must be 0 or more; got {getattr(cfg, name)}")
+            raise ConfigError(f"field '{name}' must be 0 or more; got {shown(getattr(cfg, name))}")
+    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and value > MAX_INT:
+            raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
     for name in _FLOAT_FIELDS + _OPTIONAL_FLOAT_FIELDS:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
@@ -264,8 +273,14 @@ def validate(cfg: ModelConfig) -> None:
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
         )
-    if cfg.ffn_dim < 1:
-        raise ConfigError(f"the derived d_ff is {cfg.ffn_dim}; raise ffn_mult or give d_ff")
+    try:
+        ffn_dim = cfg.ffn_dim
+    except OverflowError:  # ffn_mult * d_model past float's range: int(inf)
+        ffn_dim = MAX_INT + 1
+    if ffn_dim < 1:
+        raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
+    if ffn_dim > MAX_INT:
+        raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
     if cfg.pos_encoding == "rope" and cfg.head_dim % 2:
         raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
@@ -310,9 +325,9 @@ def from_mapping(data: dict[str, Any]) -> ModelConfig:
     """Build a ModelConfig from a mapping, naming any unknown field and the closest known one."""
     for key in data:
         if not isinstance(key, str):
-            raise ConfigError(f"field names must be strings; got {key!r}")
+            raise ConfigError(f"field names must be strings; got {shown(key)}")
         if key not in FIELD_NAMES:
-            raise ConfigError(f"unknown field '{key}'{suggest(key, FIELD_NAMES)}")
+            raise ConfigError(f"unknown field {shown(key)}{suggest(key, FIELD_NAMES)}")
     for key in REQUIRED_FIELDS:
         if key not in data:
             raise ConfigError(f"missing required field '{key}'")

@@ -20,11 +20,12 @@ ConfigError line naming the file and the Hugging Face key.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
+from tfcalc import reading
 from tfcalc.config import ConfigError, check_field_type
+from tfcalc.errors import shown
 
 # Hugging Face activation names (transformers.activations.ACT2FN) -> ModelConfig.activation
 _ACTIVATIONS = {
@@ -66,9 +67,9 @@ class _Reader:
 
     def activation(self, key: str, default: str) -> None:
         value = self.raw.get(key) or default
-        if value not in _ACTIVATIONS:
+        if not isinstance(value, str) or value not in _ACTIVATIONS:  # a list or dict is no activation name
             known = ", ".join(_ACTIVATIONS)
-            raise self.fail(f"'{key}' {value!r} is not an activation tfcalc builds (known: {known})")
+            raise self.fail(f"'{key}' {shown(value)} is not an activation tfcalc builds (known: {known})")
         self.fields["activation"] = _ACTIVATIONS[value]
 
 
@@ -114,7 +115,7 @@ def _bert(r: _Reader) -> None:
                ("intermediate_size", "d_ff"), ("vocab_size", "vocab_size"), ("max_position_embeddings", "max_seq_len"))
     positions = r.raw.get("position_embedding_type") or "absolute"
     if positions != "absolute":
-        raise r.fail(f"'position_embedding_type' {positions!r} is not supported (only 'absolute')")
+        raise r.fail(f"'position_embedding_type' {shown(positions)} is not supported (only 'absolute')")
     r.take("type_vocab_size", "type_vocab_size", 2)
     r.activation("hidden_act", "gelu")
     r.take("layer_norm_eps", "norm_eps", 1e-12)
@@ -142,8 +143,8 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
     model_type = raw.get("model_type")
     if model_type is None:
         raise ConfigError(f"{path}: no 'model_type' field, so not a Hugging Face config.json (supported: {supported})")
-    if model_type not in _MAPPERS:
-        raise ConfigError(f"{path}: model_type {model_type!r} is not supported (supported: {supported})")
+    if not isinstance(model_type, str) or model_type not in _MAPPERS:  # ["llama"] is unhashable, not a name
+        raise ConfigError(f"{path}: model_type {shown(model_type)} is not supported (supported: {supported})")
     reader = _Reader(raw, str(path))
     _MAPPERS[model_type](reader)
     # ~/models/Meta-Llama-3-8B/config.json is named after its folder
@@ -152,7 +153,6 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
 
 
 def parse_json(text: str, path: Path) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    """config.json text -> data; duplicate keys, runaway nesting and unreadable numbers are refused
+    (tfcalc.reading.parse_json)."""
+    return reading.parse_json(text, str(path))

@@ -18,21 +18,14 @@ from typing import Any
 
 import yaml
 
-from tfcalc import hf_config
+from tfcalc import hf_config, reading, yaml_load
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
+from tfcalc.errors import shown, shown_path
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig
 
 
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe YAML, plus floats without a dot such as 1e-5 (YAML 1.1, and so PyYAML, reads them as strings)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+_Loader = yaml_load.Loader  # safe YAML, guarded against alias bombs, deep nesting and duplicate keys
 
 
 def preset_dir() -> Path:
@@ -64,29 +57,23 @@ def is_path(spec: str) -> bool:
 
 
 def _read_text(path: Path, kind: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a {kind} file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot be read ({e})") from None
+    """A config file's text: a regular file of at most tfcalc.reading.MAX_CONFIG_BYTES (one line otherwise)."""
+    return reading.read_text(path, kind)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     text = _read_text(path, "YAML")
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml_load.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{shown_path(path)}: not valid YAML{where}: {problem}") from None
     if data is None:
-        raise ConfigError(f"{path}: the file is empty; expected a mapping of field: value")
+        raise ConfigError(f"{shown_path(path)}: the file is empty; expected a mapping of field: value")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of field: value, got a {type(data).__name__}")
+        raise ConfigError(f"{shown_path(path)}: expected a mapping of field: value, got a {type(data).__name__}")
     return data
 
 
@@ -99,10 +86,10 @@ def resolve_preset_name(spec: str) -> str:
     if key in _aliases():
         return _aliases()[key]
     if key in ("true", "false", "yes", "no", "1", "0"):  # `--json true`: the value went to the MODEL argument
-        raise ConfigError(f"'{spec}' is not a preset: --json and the other flags take no value (write --json alone)")
+        raise ConfigError(f"{shown(spec)} is not a preset: --json and the other flags take no value (write --json alone)")
     close = _close_names(key, names + list(_aliases()))
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    raise ConfigError(f"unknown preset '{spec}'{hint}; `tfcalc presets` lists them, or pass a path to a YAML file")
+    raise ConfigError(f"unknown preset {shown(spec)}{hint}; `tfcalc presets` lists them, or pass a path to a YAML file")
 
 
 def _close_names(key: str, choices: list[str]) -> list[str]:
@@ -118,15 +105,16 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set expects key=value, got '{text}'")
+        raise ConfigError(f"--set expects key=value, got {shown(text)}")
     if key not in FIELD_NAMES:
-        raise ConfigError(f"--set: unknown field '{key}'{suggest(key, FIELD_NAMES)}")
+        raise ConfigError(f"--set: unknown field {shown(key)}{suggest(key, FIELD_NAMES)}")
     try:
-        value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {key}: cannot read the value '{raw}'") from None
+        value = yaml_load.load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        why = getattr(e, "problem", None) or "not a YAML value"
+        raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({why})") from None
     if isinstance(value, (dict, list)):
-        raise ConfigError(f"--set {key}: expected a single value, got '{raw}'")
+        raise ConfigError(f"--set {key}: expected a single value, got {shown(raw)}")
     return key, value
 
 

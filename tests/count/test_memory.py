@@ -181,13 +181,13 @@ def test_activation_formula_in_bf16_on_cpu_differs_only_by_layernorm_statistics(
 @pytest.mark.parametrize(
     "text, expected",
     [("80GB", 80 * 10**9), ("80 GiB", 80 * 2**30), ("24GiB", 24 * 2**30), ("512MB", 512 * 10**6),
-     ("1.5TB", 1_500_000_000_000), ("1000", 1000), ("2kib", 2048), ("1kB", 1000), ("0.5 KiB", 512), ("7B", 7)],
+     ("1.5TB", 1_500_000_000_000), ("1000b", 1000), ("2kib", 2048), ("1kB", 1000), ("0.5 KiB", 512), ("7B", 7)],
 )
 def test_parse_bytes(text, expected):
     assert count_budget.parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["80G", "lots", "", "-5GB", "0", "0GB", "1e9", "GB", "5 GBs", "1.2.3GB"])
+@pytest.mark.parametrize("text", ["80G", "lots", "", "-5GB", "0", "0GB", "1e9", "GB", "5 GBs", "1.2.3GB", "1000", "24"])
 def test_parse_bytes_refuses(text):
     with pytest.raises(ConfigError):
         count_budget.parse_bytes(text)
@@ -348,7 +348,8 @@ def test_refusal_uses_the_free_memory(cli, monkeypatch):
         (["--batch", "0"], "--batch must be between 1 and"),
         (["--seq", "-1"], "--seq must be between 1 and"),
         (["--budget", "80G"], "say GB for 10^9 bytes or GiB for 2^30"),
-        (["--budget", "plenty"], "cannot read 'plenty' as a size"),
+        (["--budget", "plenty"], "cannot read --budget 'plenty' as a size"),
+        (["--budget", "24"], "--budget '24' has no unit; write 24GB (10^9 bytes), 24GiB (2^30 bytes) or 24B"),
         (["--optimizer", "adamw"], "'adamw' is not one of"),
         (["--training", "--dtype", "int8"], "int8 is an inference format here"),
         (["--measure", "--dtype", "fp8"], "fp8 is counted, not run"),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tfcalc import writing
 from tfcalc.report import snapshot as snap
 from tfcalc.count import params as count
 from tfcalc.presets import load, preset_names
@@ -88,10 +89,10 @@ def test_write_is_atomic(tmp_path, monkeypatch):
     out = tmp_path / "snap.json"
     snap.write_atomic(out, {"old": True})
 
-    def crash(*args, **kwargs):
+    def crash(*args, **kwargs):  # the new text is written, not yet on disk nor renamed
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(snap.json, "dump", crash)
+    monkeypatch.setattr(writing.os, "fsync", crash)
     with pytest.raises(RuntimeError):
         snap.write_atomic(out, {"new": True})
     assert json.loads(out.read_text()) == {"old": True}

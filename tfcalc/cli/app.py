@@ -1,7 +1,8 @@
 """The tfcalc command line: one Typer app, one module per command, every error one line on stderr.
 
 Exit codes: 0 success; 1 a check failed (analytic and empirical counts disagree); 2 bad input
-(unknown preset, bad file, bad flag value); 130 interrupted.
+(unknown preset, bad file, bad flag value); 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141
+stdout closed by its reader (tfcalc.cli.interrupts).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import render
+from tfcalc.cli import interrupts, render
 from tfcalc.errors import InputError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -32,6 +33,16 @@ def _no_flag_metavar(params: list) -> list:
 class Command(typer.core.TyperCommand):
     def get_params(self, ctx):
         return _no_flag_metavar(super().get_params(ctx))
+
+    def invoke(self, ctx):
+        """Run the command; a broken pipe or Ctrl-C leaves as tfcalc's own exception, before Typer turns the
+        one into exit 1 and the other into a silent exit 130 (tfcalc.cli.interrupts)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise interrupts.BrokenPipe() from None
+        except KeyboardInterrupt:
+            raise interrupts.Stopped(interrupts.SIGINT) from None
 
 
 class Group(typer.core.TyperGroup):
@@ -97,6 +108,7 @@ def _fail(message: str, code: int) -> int:
 def run(argv: list[str] | None = None) -> int:
     """Run the app and turn every expected failure into one line on stderr and an exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    render.prepare_streams()
     try:
         result = make_app(_commands_for(argv))(args=argv, prog_name="tfcalc", standalone_mode=False)
         return result if isinstance(result, int) else 0
@@ -112,11 +124,18 @@ def run(argv: list[str] | None = None) -> int:
     except InputError as e:
         return _fail(str(e), 2)
     except (typer.Abort, KeyboardInterrupt):
-        return _fail("interrupted", 130)
+        render.stopped("interrupted")
+        return 130
+    except interrupts.Stopped as e:  # not an error of the input: "tfcalc: interrupted", exit 128 + signal
+        render.stopped(e.message)
+        return e.exit_code
+    except (interrupts.BrokenPipe, BrokenPipeError):
+        interrupts.silence_stdout()
+        return interrupts.BROKEN_PIPE_EXIT
     except Exception as e:  # a bug: keep the one-line promise, but let developers see the traceback
         if os.environ.get("TFCALC_DEBUG"):
             raise
-        return _fail(f"internal error: {type(e).__name__}: {e} (set TFCALC_DEBUG=1 for the traceback)", 1)
+        return _fail(f"internal error: {type(e).__name__}: {str(e)[:500]} (set TFCALC_DEBUG=1 for the traceback)", 1)
 
 
 def _tune_gc() -> None:
@@ -150,4 +169,11 @@ def _exit(code: int) -> None:
 
 def main() -> None:
     _tune_gc()
-    _exit(run())
+    interrupts.install()
+    code = run()
+    try:
+        sys.stdout.flush()  # a reader that closed the pipe after the last write shows up here
+    except BrokenPipeError:
+        interrupts.silence_stdout()
+        code = code or interrupts.BROKEN_PIPE_EXIT
+    _exit(code)

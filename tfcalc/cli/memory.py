@@ -58,7 +58,7 @@ def memory(
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
     options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,
-                            parse_bytes(budget) if budget is not None else None)
+                            parse_bytes(budget, "--budget") if budget is not None else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

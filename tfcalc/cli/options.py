@@ -95,6 +95,8 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
         if any(not p.strip() for p in parts):
             raise ValueError
         seqs = [int(p) for p in parts]
+    except InputError:  # an InputError is a ValueError: not to be replaced by the generic message below
+        raise
     except ValueError:
         shown = text if len(text) <= 40 else text[:40] + "…"
         raise InputError(f"{option}: expected integers separated by commas, or START..END; got '{shown}'") from None

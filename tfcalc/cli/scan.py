@@ -49,7 +49,11 @@ def scan(
     out = output(format, json_out, exact, verbose)
     if not (0.5 <= size[0] <= 100 and 0.5 <= size[1] <= 100) or not 10 <= dpi <= 1200:
         raise InputError("--size takes 0.5 to 100 inches each way and --dpi 10 to 1200")
-    capacity = parse_bytes(budget) if budget is not None else None
+    capacity = parse_bytes(budget, "--budget") if budget is not None else None
+    if plot is not None:
+        from tfcalc.cli.render.plot import check_plot_path
+
+        check_plot_path(plot)  # a folder or an unknown extension: refused before the counting
     report = build_scan(resolve(model, overrides or []), parse_lengths(seq), batch,
                         dtype.value if dtype else default_dtype(None))
     if plot is not None:  # importing matplotlib and drawing take seconds: shown

@@ -7,9 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfcalc import writing
 from tfcalc.cli import render
 from tfcalc.cli.options import Format, FormatOption, Json, Overrides, output
 from tfcalc.cli.render import snapshot as view
+from tfcalc.errors import InputError, shown_path
 from tfcalc.presets import preset_names
 from tfcalc.report import snapshot as snap
 
@@ -19,7 +21,8 @@ def snapshot(
         help="Presets or YAML paths to pin [default: every packaged preset].", show_default=False,
         metavar="[MODEL...]")] = None,
     output_path: Annotated[Path, typer.Option(
-        "-o", "--output", help="Where to write the snapshot (written atomically).", metavar="FILE")] =
+        "-o", "--output", help="Where to write the snapshot: a file (replaced atomically; a symlink's target is "
+        "rewritten; devices, FIFOs and folders are refused), or - for stdout.", metavar="FILE")] =
         Path("tfcalc-snapshot.json"),
     overrides: Overrides = None,
     format: FormatOption = Format.table,
@@ -27,7 +30,16 @@ def snapshot(
 ) -> None:
     """Write every count (parameters, FLOPs, memory) of the given models to a JSON snapshot."""
     out = output(format, json_out)
+    to_stdout = writing.is_stdout(output_path)
+    if to_stdout and out.format != "table":
+        raise InputError(f"-o {shown_path(output_path)} writes the snapshot (JSON) to stdout, so there is no room for "
+                         f"--format {out.format} as well; give one of them")
+    if not to_stdout:
+        writing.target_of(output_path)  # a device, FIFO or folder: refused before the counting starts
     data = snap.build(models or preset_names(), overrides or [])
+    if to_stdout:
+        render.print_json(data)  # the snapshot itself, as the file would hold it
+        return
     snap.write_atomic(output_path, data)
     render.emit([snap.SnapshotReport(str(output_path), data)], out, view.snapshot_document)
 

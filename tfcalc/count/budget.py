@@ -21,25 +21,38 @@ _UNITS = {
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-z]*)\s*", re.IGNORECASE)
 
 
-def parse_bytes(text: str) -> int:
-    """'80GB' -> 80·10⁹, '80 GiB' -> 80·2³⁰, '1.5TB', '512MB', '1000' (bytes). Decimal units (kB, MB,
+def parse_bytes(text: str, option: str = "") -> int:
+    """'80GB' -> 80·10⁹, '80 GiB' -> 80·2³⁰, '1.5TB', '512MB', '1000B' (bytes). Decimal units (kB, MB,
     GB, TB, PB) are powers of 1000, binary ones (KiB, MiB, GiB, TiB, PiB) powers of 1024; case is
-    ignored. A bare 'G' is refused: it could mean either. Fractions of a byte round down."""
-    m = _SIZE.fullmatch(text or "")
+    ignored. A bare 'G' is refused: it could mean either. Fractions of a byte round down.
+
+    A number without a unit is refused, with a hint, rather than read as bytes: `--budget 24` is a slip
+    for 24 GB far more often than a budget of 24 bytes, and the answer for 24 bytes ("nothing fits")
+    would look like a finding. A warning beside that answer is easy to miss (in a script, under --json);
+    the unit costs one character where bytes are really meant (1000B)."""
+    m = _SIZE.fullmatch(text or "") if len(text or "") <= 64 else None
     unit = m.group(2).lower() if m else ""
+    shown = repr(text) if len(text or "") <= 64 else f"'{text[:40]}…' ({len(text):,} characters)"
+    shown = f"{option} {shown}" if option else shown
+    if m and m.group(2) == "":
+        raise ConfigError(f"{shown} has no unit; write {m.group(1)}GB (10^9 bytes), {m.group(1)}GiB (2^30 bytes) "
+                          f"or {m.group(1)}B (bytes)")
     if not m or unit not in _UNITS:
         hint = " (say GB for 10^9 bytes or GiB for 2^30)" if m and unit in ("k", "m", "g", "t", "p") else ""
-        raise ConfigError(f"cannot read '{text}' as a size; write e.g. 80GB, 80GiB, 512MB or 1000000{hint}")
+        raise ConfigError(f"cannot read {shown} as a size; write e.g. 80GB, 80GiB, 512MB or 1000B{hint}")
     try:
         value = int(Decimal(m.group(1)) * _UNITS[unit])
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
         raise ConfigError(f"cannot read '{text}' as a size") from None
     if value <= 0:
-        raise ConfigError(f"a size must be positive; got '{text}'")
+        raise ConfigError(f"a size must be positive; got {shown}")
     return value
 
 
-def largest_fitting(needed: Callable[[int], int], budget: int, limit: int = 2**40) -> int:
+SEARCH_CAP = 2**40  # the largest batch or context searched (tfcalc.workload.MAX_SIZE): far past any real run
+
+
+def largest_fitting(needed: Callable[[int], int], budget: int, limit: int = SEARCH_CAP) -> int:
     """The largest n in [1, limit] with needed(n) <= budget, for needed non-decreasing in n; 0 if none."""
     if needed(1) > budget:
         return 0
@@ -66,6 +79,15 @@ class Fit:
     @property
     def weights_fit(self) -> bool:
         return self.fixed_bytes <= self.budget
+
+    @property
+    def seq_capped(self) -> bool:
+        """True when the search stopped at SEARCH_CAP: max_seq is then a lower bound, not the answer."""
+        return self.max_seq >= SEARCH_CAP
+
+    @property
+    def batch_capped(self) -> bool:
+        return self.max_batch >= SEARCH_CAP
 
 
 def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, src_seq: Optional[int] = None) -> Fit:

@@ -9,7 +9,7 @@ interleaved rounds, so the spread between rounds shows the machine's run-to-run 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
@@ -79,7 +79,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     from tfcalc import devices
     from tfcalc.measure import autorange, bench
     from tfcalc.measure.device import resolve_device, torch_dtype
-    from tfcalc.measure.fit import require_fits
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import peak_meter
     from tfcalc.measure.stand_in import probe
     from tfcalc.model import build_model
@@ -87,7 +87,12 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     estimate = estimate_bytes(plan)
     what = (f"{plan.cfg.name} ({plan.run_cfg.n_layer} blocks, batch {plan.batch}, seq {max(plan.seqs)}, "
             f"{plan.dtype})")
-    require_fits(estimate, plan.device, what, _hint(plan))
+    require_buildable(plan.run_cfg, plan.run_cfg.n_layer, what, _hint(plan))
+
+    def need(batch: int, seq: int) -> int:  # this run's estimate at another size
+        return estimate_bytes(replace(plan, batch=batch, seqs=(seq,)))
+
+    require_fits(estimate, plan.device, what, _hint(plan), smaller_run(need, plan.batch, max(plan.seqs)))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
     speed = probe(plan.dtype, where.kind)

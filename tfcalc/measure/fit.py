@@ -14,7 +14,7 @@ import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tfcalc.errors import InputError
 
@@ -94,16 +94,60 @@ def tightest_limit(device_kind: str, free: Optional[int], device_name: str) -> O
     return min(limits, key=lambda limit: limit.bytes, default=None)
 
 
-def require_fits(needed: int, device: str, what: str, hint: str) -> None:
+def require_fits(needed: int, device: str, what: str, hint: str,
+                 smaller: Optional[Callable[[int], Optional[str]]] = None) -> None:
     """InputError, before anything is allocated, when needed exceeds the tightest limit on device.
 
     device: a name such as 'cpu' or 'cuda:0' (resolved here, so an absent device is refused too);
-    hint: what would fit instead ('a smaller --batch or --seq', ...), named in the message."""
+    hint: what would fit instead ('a smaller --batch or --seq', ...), named in the message;
+    smaller: given the limit in bytes, a concrete smaller run that fits ('--batch 12'), or None."""
     from tfcalc.units import nbytes
     from tfcalc.measure.device import free_memory, resolve_device
 
     where = resolve_device(device)
     limit = tightest_limit(where.kind, free_memory(where), where.name)
     if limit is not None and needed > limit.bytes:
+        fits = smaller(limit.bytes) if smaller is not None else None
         raise InputError(f"not running {what}: it needs an estimated {nbytes(needed)} but the {limit.what} is "
-                         f"{nbytes(limit.bytes)}; try {hint}")
+                         f"{nbytes(limit.bytes)}; try {fits + ', or ' if fits else ''}{hint}")
+
+
+def smaller_run(need: Callable[[int, int], int], batch: int, seq: int) -> Callable[[int], Optional[str]]:
+    """The `smaller` of require_fits for a run of (batch, seq) that needs need(batch, seq) bytes: the
+    largest batch at this length that fits, else the longest length at batch 1, with what it needs."""
+    from tfcalc.count.budget import largest_fitting
+    from tfcalc.units import nbytes
+
+    def suggest(limit: int) -> Optional[str]:
+        b = largest_fitting(lambda n: need(n, seq), limit, batch - 1) if batch > 1 else 0
+        if b:
+            return f"--batch {b} (an estimated {nbytes(need(b, seq))})"
+        t = largest_fitting(lambda n: need(1, n), limit, seq - 1) if seq > 1 else 0
+        if t:
+            return f"--batch 1 --seq {t} (an estimated {nbytes(need(1, t))})"
+        return None
+
+    return suggest
+
+
+# Building a module costs Python objects even on meta: measured ~2.5 ms and ~7 KB per expert FFN and
+# ~10 ms and ~22 KB per block on 2 loaded CPU cores. A build past MAX_MODULES would run for minutes.
+MAX_MODULES = 20_000
+MODULE_BYTES = 8 * 1024
+
+
+def modules_built(cfg, blocks: int) -> int:
+    """Roughly how many nn.Modules building `blocks` blocks of cfg creates (norms, linears, experts)."""
+    per_block = 12 + (4 * cfg.n_expert if cfg.n_expert else 4) + (4 if cfg.arch == "encoder-decoder" else 0)
+    return 16 + blocks * per_block
+
+
+def require_buildable(cfg, blocks: int, what: str, hint: str) -> None:
+    """InputError, before building, when the module would have more than MAX_MODULES submodules (a
+    build of minutes), or when their Python objects would not fit in this process's memory."""
+    n = modules_built(cfg, blocks)
+    if n > MAX_MODULES:
+        raise InputError(f"not building {what}: {blocks:,} block(s) of {cfg.n_expert or 1:,} FFN(s) each make about "
+                         f"{n:,} PyTorch modules, more than the {MAX_MODULES:,} tfcalc builds (minutes of work); "
+                         f"try {hint}")
+    require_fits(n * MODULE_BYTES, "cpu", f"{what} (building {n:,} modules)", hint)

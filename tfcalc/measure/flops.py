@@ -29,16 +29,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from tfcalc.config import ConfigError, ModelConfig
-from tfcalc.count import params as params_count
 from tfcalc.count.flops import GROUPS
+from tfcalc.measure.params import blocks_of, local_path
 from tfcalc.measure.speedups import fast_meta
-from tfcalc.measure.params import local_path
 from tfcalc.model import build_model
 
 aten = torch.ops.aten
-
-# The largest model a real (non-meta) device is asked to hold: fp32 weights plus the fp32 logits.
-MAX_REAL_BYTES = 4 * 2**30
 
 # module path of a leaf Linear, read as tfcalc.measure.params.local_path reads it (no "encoder.", no
 # "blocks.<i>.", experts as "expert_ffn.") -> breakdown group (tfcalc.count.flops.GROUPS)
@@ -85,8 +81,24 @@ def _positions_table(cfg: ModelConfig) -> str | None:
             "rope": "RoPE table rows"}.get(cfg.pos_encoding)
 
 
-def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_seq: int | None = None) -> None:
-    """Raise ConfigError (one line) when the real module cannot run (batch, seq) on device."""
+def estimate_bytes(cfg: ModelConfig, batch: int, seq: int, training: bool = False, src_seq: int | None = None) -> int:
+    """What a measured run holds at its peak, in fp32 (the dtype it builds in): the weights and the forward
+    pass's working set; with training, the weights, their gradients and the activations autograd keeps
+    (tfcalc.count.memory, the estimate `tfcalc memory` checks against measured peaks)."""
+    from tfcalc.count import memory as mem
+    from tfcalc.count.training import training_state
+
+    if training:
+        return training_state(cfg, "fp32", "sgd").total + mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq).total
+    return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, batch, seq, "fp32", src_seq=src_seq)
+
+
+def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_seq: int | None = None,
+                     training: bool = False) -> None:
+    """Raise ConfigError (one line) when the real module cannot run (batch, seq) on device: beyond its
+    position table, too many modules to build, or (off meta) more memory than the tightest limit allows."""
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
+
     table = _positions_table(cfg)
     for option, length in (("--seq", seq), ("--src-seq", src_seq)):
         if table and length is not None and length > cfg.max_seq_len:
@@ -94,18 +106,21 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_se
                 f"{cfg.name}: {option} {length} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
                 "module cannot run it; drop --measure to count analytically"
             )
+    require_buildable(cfg, blocks_of(cfg), cfg.name, "a smaller --set n_layer (FLOPs per layer do not depend on depth), "
+                      "or drop --measure")
     if torch.device(device).type == "meta":
         return
     try:
         torch.empty(0, device=device)
     except (RuntimeError, AssertionError) as e:  # e.g. CUDA not compiled in, or no such GPU
         raise ConfigError(f"--device {device} cannot be used here: {str(e).splitlines()[0]}") from None
-    needed = 4 * (params_count.total(cfg) + batch * seq * (cfg.vocab_size if cfg.lm_head else cfg.d_model))
-    if needed > MAX_REAL_BYTES:
-        raise ConfigError(
-            f"{cfg.name}: measuring on {device} would allocate {needed / 2**30:.1f} GiB of fp32 weights and "
-            f"logits (limit {MAX_REAL_BYTES // 2**30} GiB); measure on meta (the default), which allocates nothing"
-        )
+    what = f"{cfg.name} on {device} ({'forward and backward' if training else 'forward'}, fp32)"
+
+    def need(b: int, t: int) -> int:
+        return estimate_bytes(cfg, b, t, training, src_seq)
+
+    require_fits(need(batch, seq), device, what, "measure on meta (the default), which allocates nothing",
+                 smaller_run(need, batch, seq))
 
 
 def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
@@ -151,7 +166,7 @@ def measure_flops(
 ) -> MeasuredFlops:
     """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward).
     An encoder-decoder reads src_seq source tokens (default: seq)."""
-    check_measurable(cfg, batch, seq, device, src_seq)
+    check_measurable(cfg, batch, seq, device, src_seq, training)
     model = build_model(cfg, device)
     inputs = _inputs(cfg, batch, seq, src_seq, device)
     training_total = None

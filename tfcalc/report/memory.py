@@ -108,6 +108,8 @@ class MemoryReport(WorkloadFields):
                 "budget_bytes": fit.budget, "target": "training" if self.training else "inference",
                 "fixed_bytes": fit.fixed_bytes, "weights_fit": fit.weights_fit,
                 "max_seq": fit.max_seq, "max_batch": fit.max_batch,
+                # true: the search stopped at its cap, so the figure is a lower bound, not the largest
+                "max_seq_capped": fit.seq_capped, "max_batch_capped": fit.batch_capped,
             },
         }
 
@@ -149,24 +151,31 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
     should read before it (a dtype slow on this device, and what the run does about it)."""
     from tfcalc.measure.child import stop
     from tfcalc.measure.device import torch_dtype
-    from tfcalc.measure.fit import require_fits
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import measure_peak, start_child
+    from tfcalc.measure.params import blocks_of
 
     if report.options.recompute != "none":
         from tfcalc.errors import InputError
 
         raise InputError("--measure runs without recompute; drop --measure or --recompute")
+    w = report.workload
+
+    def need(batch: int, seq: int) -> int:  # the estimate of this run at another size
+        options = replace(report.options, budget=None)
+        return estimate_memory(report.model, replace(w, batch=batch, seq=seq), options).run_estimate
+
     on_step("import torch")
     child = start_child()  # imports torch while the checks below run
     try:
         torch_dtype(report.dtype)  # fp8/int8/int4: refused here, with the reason
         what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
         hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
-        require_fits(report.run_estimate, device, what, hint)
+        require_buildable(report.cfg, blocks_of(report.cfg), what, "a smaller --set n_layer, or drop --measure")
+        require_fits(report.run_estimate, device, what, hint, smaller_run(need, w.batch, w.seq))
     except BaseException:
         stop(child, close=True)
         raise
-    w = report.workload
     peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
                         src_seq=w.src_seq, child=child, on_step=on_step, on_note=on_note)
     return replace(report, measured=peak)

@@ -18,6 +18,7 @@ class ParamsReport:
     entries: tuple[count.ParamEntry, ...]
     analytic: dict[str, int]
     empirical: Optional[dict[str, int]]  # None when not measured (--no-measure)
+    empirical_method: Optional[str] = None  # tfcalc.measure.params.METHODS: "full" or "per_block"
 
     @property
     def cfg(self) -> ModelConfig:
@@ -85,6 +86,10 @@ class ParamsReport:
                 f"block, so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )
+        if self.empirical_method == "per_block":
+            blocks = cfg.n_layer + cfg.encoder_layers * (cfg.arch == "encoder-decoder")
+            notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
+                         "so one real block of each stack was built on meta and its parameters counted times the depth.")
         if cfg.arch == "encoder" and not cfg.lm_head:
             notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
@@ -109,6 +114,7 @@ class ParamsReport:
             "active_params": self.active_params,
             "stacks": self.stacks,
             "empirical_breakdown": self.empirical,
+            "empirical_method": self.empirical_method,  # "full" (every block built), "per_block", or null
             "agree": self.agrees,
             "groups": self.groups,
             "shares": {group: n / total for group, n in self.groups.items()},
@@ -127,9 +133,10 @@ class ParamsReport:
 
 def build_params(model: ModelRef, measure: bool = True) -> ParamsReport:
     """The analytic count always; the empirical one (torch, meta device) when measure is true."""
-    empirical = None
+    empirical = method = None
     if measure:
-        from tfcalc.measure.params import measure_params  # imports torch: only when asked
+        from tfcalc.measure.params import empirical_count  # imports torch: only when asked
 
-        _, empirical = measure_params(model.cfg)
-    return ParamsReport(model, tuple(count.param_entries(model.cfg)), count.breakdown(model.cfg), empirical)
+        measured = empirical_count(model.cfg)
+        empirical, method = measured.breakdown, measured.method
+    return ParamsReport(model, tuple(count.param_entries(model.cfg)), count.breakdown(model.cfg), empirical, method)

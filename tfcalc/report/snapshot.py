@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfcalc import __version__
-from tfcalc.errors import InputError
+from tfcalc import __version__, reading, writing
+from tfcalc.errors import InputError, shown, shown_path
 from tfcalc.report.flops import build_flops
 from tfcalc.report.memory import estimate_memory
 from tfcalc.report.model_ref import ModelRef, resolve
@@ -92,56 +90,45 @@ def build(specs: list[str], overrides: list[str]) -> dict[str, Any]:
     }
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file beside path, flush it to disk, then rename it over path:
-    a crash leaves either the old file or the new one, never half of one."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    except OSError as e:
-        raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
-    try:
-        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600 files; a snapshot is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):  # disk full, a directory in the way, permissions
-            raise InputError(f"{path}: cannot write ({e.strerror or e}); the old file, if any, is intact") from None
-        raise
+def to_text(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
 
 
-def _mode_for(path: Path) -> int:
-    """The existing file's permissions, or what a plain open() would give under the umask."""
-    try:
-        return path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+def write_atomic(path: Path, data: dict[str, Any]) -> Path:
+    """Write the snapshot to path: atomically, through a symlink to its target, never over a special file
+    (tfcalc.writing). Returns the file written."""
+    return writing.write_atomic(path, to_text(data))
+
+
+def _check_entry(where: str, i: int, e: Any) -> None:
+    """InputError naming the entry when it is not what `tfcalc snapshot` writes (a hand-edited file)."""
+    if not isinstance(e, dict):
+        raise InputError(f"{where}: entry {i} is {shown(e)}, not an object with a 'spec'")
+    if not isinstance(e.get("spec"), str):
+        raise InputError(f"{where}: entry {i} has no 'spec' string (got {shown(e.get('spec'))})")
+    if not isinstance(e.get("preset", ""), str):
+        raise InputError(f"{where}: entry {i}: 'preset' must be a string, got {shown(e['preset'])}")
+    overrides = e.get("overrides", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise InputError(f"{where}: entry {i}: 'overrides' must be a list of KEY=VALUE strings, got {shown(overrides)}")
+    for kind in SNAPSHOT_FIELDS:
+        if kind in e and not isinstance(e[kind], dict):
+            raise InputError(f"{where}: entry {i}: '{kind}' must be an object of figures, got {shown(e[kind])}")
 
 
 def read(path: Path) -> dict[str, Any]:
     """The snapshot at path; InputError (one line) when it cannot be read or is not a snapshot."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot be read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    where = shown_path(path)
+    data = reading.read_json(path, "snapshot", reading.MAX_SNAPSHOT_BYTES)
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        raise InputError(f"{path}: not a tfcalc snapshot (no 'entries' list)")
+        raise InputError(f"{where}: not a tfcalc snapshot (no 'entries' list)")
     if data.get("format") != FORMAT:
-        raise InputError(f"{path}: snapshot format {data.get('format')!r}, this tfcalc reads format {FORMAT}")
+        raise InputError(f"{where}: snapshot format {shown(data.get('format'))}, this tfcalc reads format {FORMAT}")
+    if not data["entries"]:
+        raise InputError(f"{where}: the snapshot has no entries, so there is nothing to check; write one with "
+                         "`tfcalc snapshot -o FILE [MODEL...]`")
     for i, e in enumerate(data["entries"]):
-        if not isinstance(e, dict) or not isinstance(e.get("spec"), str) or not isinstance(e.get("overrides", []), list):
-            raise InputError(f"{path}: entry {i} has no 'spec' string")
+        _check_entry(where, i, e)
     return data
 
 

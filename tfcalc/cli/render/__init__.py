@@ -42,16 +42,50 @@ class Output:
 def console() -> "Console":
     from rich.console import Console  # here, not at the top: JSON output never imports Rich
 
+    class QuietOnBrokenPipe(Console):
+        def on_broken_pipe(self) -> None:
+            """Rich's own choice is SystemExit(1), the code of a failed check; tfcalc exits quietly with
+            141 (tfcalc.cli.interrupts), so the error goes on up."""
+            self.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
     piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=140 if piped else None, highlight=False)
+    return QuietOnBrokenPipe(width=140 if piped else None, highlight=False)
+
+
+MAX_MESSAGE = 280  # characters of an error or warning line, after "tfcalc: error: "
+
+
+def one_line(message: object) -> str:
+    """A message as one line of at most MAX_MESSAGE characters: the promise of every error, kept here even
+    where a message quotes more of the user's input than it should (its start and end are kept)."""
+    text = str(message)
+    if len(text) > 4 * MAX_MESSAGE:  # cut before splitting: a message may be huge
+        text = text[: 2 * MAX_MESSAGE] + " " + text[-MAX_MESSAGE:]
+    text = " ".join(text.split())
+    if len(text) > MAX_MESSAGE:
+        text = f"{text[: MAX_MESSAGE - 60]} … {text[-50:]}"
+    return text
 
 
 def error(message: str) -> None:
-    print(f"tfcalc: error: {message}", file=sys.stderr)
+    print(f"tfcalc: error: {one_line(message)}", file=sys.stderr)
+
+
+def stopped(message: str) -> None:
+    """Said when a signal stops tfcalc: 'tfcalc: interrupted' (not an error of the input)."""
+    print(f"tfcalc: {message}", file=sys.stderr)
 
 
 def warn(message: str) -> None:
-    print(f"tfcalc: warning: {message}", file=sys.stderr)
+    print(f"tfcalc: warning: {one_line(message)}", file=sys.stderr)
+
+
+def prepare_streams() -> None:
+    """ASCII stand-ins on streams that cannot write tfcalc's few non-ASCII characters (render.ascii)."""
+    from tfcalc.cli.render import ascii
+
+    ascii.prepare_streams()
 
 
 def note(message: str) -> None:
@@ -126,8 +160,9 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
     from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     count = TextColumn("") if unit == "s" else MofNCompleteColumn()
-    columns = (TextColumn("{task.description}"), BarColumn(), count, TimeElapsedColumn(), TextColumn("ETA"),
-               TimeRemainingColumn())
+    # markup=False: the description holds the model's label, which may hold brackets ("gpt2[v2]")
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), count, TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
     with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield Progress(bar, task, seconds=unit == "s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Callable
 
 from rich import box
 from rich.console import Console
@@ -18,6 +19,7 @@ from rich.measure import Measurement
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from tfcalc.cli.render.ascii import to_ascii
 from tfcalc.cli.render.doc import Cell, Doc, Note, Table
 from tfcalc.units import format_cell
 
@@ -31,14 +33,29 @@ def _cell_text(cell, unit: str, exact: bool) -> tuple[str, str]:
     return format_cell(cell, unit, exact), ""
 
 
-def _rich_table(table: Table, keep: list[int], exact: bool) -> RichTable:
-    out = RichTable(title=Text(table.title, style="bold"), caption=Text(table.caption) if table.caption else None,
+def _same(text: str) -> str:
+    return text
+
+
+def _for(console: Console) -> Callable[[str], str]:
+    """How strings reach this console: as they are, or with ASCII stand-ins where its encoding cannot
+    write them (render.ascii). Applied before Rich measures a cell, so the columns stay aligned."""
+    try:
+        "✓·²×".encode(console.encoding)
+    except (UnicodeEncodeError, LookupError):
+        return to_ascii
+    return _same
+
+
+def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str], str] = _same) -> RichTable:
+    out = RichTable(title=Text(fix(table.title), style="bold"),
+                    caption=Text(fix(table.caption)) if table.caption else None,
                     title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                     show_edge=False)
     for i in keep:
         c = table.columns[i]
         wraps = c.unit == "text" and c.wrap
-        out.add_column(Text(c.header), justify=c.justify, overflow="fold", no_wrap=not wraps,
+        out.add_column(Text(fix(c.header)), justify=c.justify, overflow="fold", no_wrap=not wraps,
                        max_width=TEXT_WIDTH if wraps else None)
     for row in table.rows:
         if row.rule:
@@ -46,7 +63,7 @@ def _rich_table(table: Table, keep: list[int], exact: bool) -> RichTable:
         cells = []
         for i in keep:
             text, style = _cell_text(row.cells[i], table.columns[i].unit, exact)
-            cells.append(Text(text, style=" ".join(s for s in (row.style, style) if s)))
+            cells.append(Text(fix(text), style=" ".join(s for s in (row.style, style) if s)))
         out.add_row(*cells)
     return out
 
@@ -56,7 +73,7 @@ def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable,
     keep = list(range(len(table.columns)))
     hidden: list[str] = []
     while True:
-        rich_table = _rich_table(table, keep, exact)
+        rich_table = _rich_table(table, keep, exact, _for(console))
         # measured unconstrained: Rich clamps a measurement to the console, which would hide every overflow
         width = Measurement.get(console, console.options.update(max_width=10_000), rich_table).maximum
         droppable = [i for i in keep if table.columns[i].priority > 0]
@@ -70,7 +87,7 @@ def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable,
 def write_rich(doc: Doc, console: Console, exact: bool = False) -> None:
     for block in doc.blocks:
         if isinstance(block, Note):
-            console.print(Text(block.text, style=NOTE_STYLES[block.style]))
+            console.print(Text(_for(console)(block.text), style=NOTE_STYLES[block.style]))
             continue
         rich_table, hidden = fit_columns(console, block.without_empty_columns(), exact)
         console.print(rich_table)

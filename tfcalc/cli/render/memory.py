@@ -3,7 +3,6 @@ and the fit against a budget."""
 
 from __future__ import annotations
 
-from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc, Table
 from tfcalc.report.memory import MemoryReport
 
@@ -82,8 +81,13 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
         t.add(f"  {what} alone do not fit", fit.fixed_bytes, None, style="red")
         return
     beyond = f" (past the context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
+    capped = " (the search stops there: this budget holds more than any run)"
     seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
     batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    if fit.seq_capped:
+        seq_text = f"at least {fit.max_seq:,} tokens{capped}"
+    if fit.batch_capped:
+        batch_text = f"at least {fit.max_batch:,}{capped}"
     t.add(f"  largest context at batch {r.batch}", None, seq_text)
     t.add(f"  largest batch at seq {r.seq:,}", None, batch_text)
 
@@ -115,7 +119,3 @@ def document(reports: list[MemoryReport], verbose: bool = False) -> Doc:
                   r.measured and r.measured.peak_bytes)
     return doc
 
-
-def budget_note(budget: int) -> str:
-    """Said when a --budget without a unit reads as bytes (a likely slip for GB)."""
-    return f"--budget without a unit means bytes: {units.nbytes(budget)}"

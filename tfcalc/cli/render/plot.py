@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from tfcalc.errors import InputError
+from tfcalc.reading import special_kind
 from tfcalc.units import nbytes
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -32,9 +33,20 @@ def check_plot_path(path: Path) -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"--plot {path}: is a folder; give a file name such as {path / 'scan.png'}")
+    try:
+        kind = special_kind(path.stat().st_mode)
+    except (OSError, ValueError):
+        kind = None  # a new file
+    if kind is not None:  # a FIFO would block the write forever; a device would be written into
+        raise InputError(f"--plot {path}: is {kind}; give the name of a regular file")
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"--plot {path}: the extension must be one of {', '.join(FORMATS)}")
     return path
+
+
+def _literal(text: str) -> str:
+    """A user's text as matplotlib shows it: '$' would start mathtext (and an unbalanced one raises)."""
+    return text.replace("$", r"\$")
 
 
 def _pyplot():
@@ -121,7 +133,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     flops_ax.set_title("Where the forward FLOPs go")
     mem_ax.set_title("Memory")
     note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""
-    fig.suptitle(f"{report['label']}: compute and memory against sequence length{note}")
+    fig.suptitle(f"{_literal(report['label'])}: compute and memory against sequence length{note}")
     try:
         fig.savefig(path, dpi=dpi)
     except OSError as e:

@@ -1,0 +1,215 @@
+"""Hostile input across every command, in-process: one stderr line under 300 characters, the right exit
+code, no traceback, a bounded time, and no file harmed (issue 11). The files are in hostile.py; cases that
+need a real process (signals, broken pipes, encodings, rlimits) are in test_hostile_process.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+import hostile
+from tfcalc.measure import device as dev
+
+BIG = "9" * 5000
+GiB = 2**30
+
+# (id, argv with {d} for the folder of hostile files, exit code, a fragment of the one stderr line)
+CASES = [
+    # ---- YAML and JSON bombs, size and special files ----
+    ("yaml-alias-bomb", ["params", "{d}/bomb.yaml", "--no-measure"], 2, "aliases expand to more than 10,000"),
+    ("yaml-alias-bomb-7", ["params", "{d}/bomb7.yaml"], 2, "aliases expand"),
+    ("yaml-alias-bomb-flops", ["flops", "{d}/bomb.yaml"], 2, "aliases expand"),
+    ("yaml-alias-bomb-compare", ["compare", "{d}/bomb.yaml", "gpt2"], 2, "aliases expand"),
+    ("yaml-alias-bomb-snapshot", ["snapshot", "{d}/bomb.yaml", "-o", "{d}/out.json"], 2, "aliases expand"),
+    ("yaml-alias-cycle", ["params", "{d}/cycle.yaml"], 2, "refers to a value that contains it"),
+    ("yaml-100k-nesting", ["params", "{d}/deep.yaml"], 2, "nested more than 64 levels"),
+    ("yaml-70-nesting", ["show", "{d}/deep70.yaml"], 2, "nested more than 64 levels"),
+    ("yaml-duplicate-key", ["params", "{d}/dup.yaml"], 2, "the key 'n_layer' is given twice (lines 1 and 6)"),
+    ("yaml-duplicate-nested-key", ["show", "{d}/dup_nested.yaml"], 2, "the key 'a' is given twice"),
+    ("yaml-5000-digit-int", ["params", "{d}/long_int.yaml"], 2, "an integer of 5,000 digits is too long"),
+    ("yaml-4000-digit-int", ["params", "{d}/wide_int.yaml"], 2, "must be at most 1,099,511,627,776; got a 4000-digit"),
+    ("yaml-int-past-cap", ["flops", "{d}/too_big_int.yaml"], 2, "must be at most 1,099,511,627,776"),
+    ("yaml-ffn-mult-overflow", ["params", "{d}/huge_ffn_mult.yaml"], 2, "the derived d_ff is more than"),
+    ("yaml-inf-layers", ["params", "{d}/inf_layers.yaml"], 2, "must be an integer; got inf"),
+    ("yaml-nan-layers", ["params", "{d}/nan_layers.yaml"], 2, "must be an integer; got nan"),
+    ("yaml-bool-width", ["params", "{d}/bool_width.yaml"], 2, "must be an integer; got True"),
+    ("yaml-name-list", ["params", "{d}/name_list.yaml"], 2, "'name' must be a string; got ['a', 'b']"),
+    ("yaml-name-bytes", ["params", "{d}/name_bytes.yaml"], 2, "'name' must be a string"),
+    ("yaml-10k-char-key", ["params", "{d}/long_key.yaml"], 2, "(str of 10,000 characters)"),
+    ("yaml-10k-char-plain-key", ["params", "{d}/long_plain_key.yaml"], 2, "could not find expected ':'"),
+    ("yaml-python-tag", ["params", "{d}/python_tag.yaml"], 2, "could not determine a constructor"),
+    ("yaml-list", ["params", "{d}/list.yaml"], 2, "expected a mapping of field: value, got a list"),
+    ("yaml-empty", ["params", "{d}/empty.yaml"], 2, "the file is empty"),
+    ("yaml-syntax", ["params", "{d}/bad_syntax.yaml"], 2, "not valid YAML at line"),
+    ("yaml-tabs", ["params", "{d}/tab.yaml"], 2, "not valid YAML"),
+    ("yaml-not-utf8", ["params", "{d}/latin1.yaml"], 2, "not UTF-8 text"),
+    ("yaml-over-1MiB", ["params", "{d}/big.yaml"], 2, "larger than 1 MiB"),
+    ("yaml-fifo", ["params", "{d}/fifo.yaml"], 2, "is a FIFO (named pipe), not a YAML file"),
+    ("json-fifo", ["show", "{d}/fifo.json"], 2, "is a FIFO (named pipe), not a JSON file"),
+    ("yaml-folder", ["params", "{d}/folder.yaml"], 2, "is a directory"),
+    ("dev-zero", ["params", "/dev/zero"], 2, "is a character device"),
+    ("dev-null-json-link", ["params", "{d}/null-link.json"], 2, "is a character device"),
+    ("missing-file", ["params", "{d}/nowhere.yaml"], 2, "no such file"),
+    ("path-5000-chars", ["params", "{d}/" + "p" * 5000 + ".yaml"], 2, "cannot be read"),
+    ("preset-100k-chars", ["params", "q" * 100_000], 2, "unknown preset"),
+    # ---- Hugging Face config.json ----
+    ("hf-model-type-list", ["params", "{d}/list_type/config.json"], 2, "model_type ['llama'] is not supported"),
+    ("hf-model-type-dict", ["show", "{d}/dict_type/config.json"], 2, "model_type {'llama': 1} is not supported"),
+    ("hf-hidden-act-list", ["params", "{d}/list_act/config.json"], 2, "'hidden_act' ['silu'] is not an activation"),
+    ("hf-position-type-list", ["params", "{d}/list_pos/config.json"], 2, "'position_embedding_type' ['absolute']"),
+    ("hf-duplicate-key", ["params", "{d}/dup_key/config.json"], 2, "the key 'vocab_size' is given twice"),
+    ("hf-5000-digit-number", ["params", "{d}/long_number/config.json"], 2, "a number too long to read"),
+    ("hf-nan-layers", ["params", "{d}/nan_layers/config.json"], 2, "must be an integer; got nan"),
+    ("hf-100k-nesting", ["params", "{d}/deep/config.json"], 2, "nested too deeply to read"),
+    ("hf-70-nesting", ["params", "{d}/deep70/config.json"], 2, "nested more than 64 levels"),
+    ("hf-top-level-list", ["params", "{d}/top_list/config.json"], 2, "expected a JSON object"),
+    ("hf-not-json", ["params", "{d}/not_json/config.json"], 2, "not valid JSON at line 1"),
+    # ---- --set ----
+    ("set-5000-digit-int", ["params", "gpt2", "--set", f"n_layer={BIG}"], 2, "an integer of 5,000 digits"),
+    ("set-10k-char-value", ["params", "gpt2", "--set", "name=" + "[" * 10_000], 2, "(str of 10,000 characters)"),
+    ("set-no-value", ["params", "gpt2", "--set", "n_layer"], 2, "--set expects key=value"),
+    ("set-no-key", ["params", "gpt2", "--set", "=3"], 2, "--set expects key=value"),
+    ("set-list", ["params", "gpt2", "--set", "n_layer=[1, 2]"], 2, "expected a single value"),
+    ("set-alias-cycle", ["params", "gpt2", "--set", "n_layer=&a [*a]"], 2, "refers to a value that contains it"),
+    ("set-python-tag", ["params", "gpt2", "--set", "name=!!python/name:os.system"], 2, "cannot read the value"),
+    ("set-unknown-long-field", ["params", "gpt2", "--set", "k" * 5000 + "=1"], 2, "unknown field"),
+    ("set-past-cap", ["flops", "gpt2", "--set", f"d_model={2**50}"], 2, "must be at most"),
+    ("set-huge-experts", ["params", "{d}/huge_experts.yaml"], 2, "more than the 20,000 tfcalc builds"),
+    # ---- flops ----
+    ("flops-seq-10e400", ["flops", "gpt2", "--seq", str(10**400)], 2, "got a 401-digit number"),
+    ("flops-batch-5000-digits", ["flops", "gpt2", "--batch", BIG], 2, "Invalid value for '--batch'"),
+    ("flops-batch-0", ["flops", "gpt2", "--batch", "0"], 2, "--batch must be between 1"),
+    ("flops-src-seq-decoder", ["flops", "gpt2", "--src-seq", "8"], 2, "applies to encoder-decoder models only"),
+    ("flops-measure-past-context", ["flops", "gpt2", "--measure", "--seq", "1025"], 2, "exceeds the model's context"),
+    ("flops-measure-deep-meta", ["flops", "{d}/deep_model.yaml", "--measure"], 2, "more than the 20,000 tfcalc builds"),
+    ("flops-measure-bad-device", ["flops", "gpt2", "--measure", "--device", "tpu"], 2, "unknown device 'tpu'"),
+    ("flops-measure-cpu-too-big", ["flops", "bert-base", "--measure", "--device", "cpu", "--batch", "2048", "--seq",
+                                   "512"], 2, "not running bert-base on cpu (forward, fp32): it needs an estimated "
+                                              "30.41 GiB"),
+    ("flops-measure-cpu-training", ["flops", "gpt2", "--measure", "--device", "cpu", "--training", "--batch", "16"],
+     2, "try --batch 1 --seq 960 (an estimated 2 GiB)"),
+    # ---- memory ----
+    ("memory-budget-no-unit", ["memory", "gpt2", "--budget", "24"], 2, "--budget '24' has no unit; write 24GB"),
+    ("memory-budget-10k-chars", ["memory", "gpt2", "--budget", "8" * 10_000], 2, "(10,000 characters)"),
+    ("memory-budget-negative", ["memory", "gpt2", "--budget", "-5GB"], 2, "cannot read --budget '-5GB' as a size"),
+    ("memory-budget-nan", ["memory", "gpt2", "--budget", "nanGB"], 2, "cannot read --budget 'nanGB' as a size"),
+    ("memory-budget-bare-g", ["memory", "gpt2", "--budget", "80G"], 2, "say GB for 10^9 bytes"),
+    ("memory-measure-too-big", ["memory", "gpt2", "--measure", "--training", "--batch", "64"], 2,
+     "try --batch 5 (an estimated 7.576 GiB)"),
+    ("memory-measure-deep", ["memory", "{d}/deep_model.yaml", "--measure"], 2, "more than the 20,000"),
+    ("memory-seq-10e400", ["memory", "gpt2", "--seq", str(10**400)], 2, "401-digit number"),
+    # ---- bench ----
+    ("bench-seq-empty-item", ["bench", "gpt2", "--seq", "1,,2"], 2, "expected integers separated by commas"),
+    ("bench-seq-comma", ["bench", "gpt2", "--seq", ","], 2, "expected integers separated by commas"),
+    ("bench-seq-10e400", ["bench", "gpt2", "--seq", str(10**400)], 2, "lengths must be between 1 and"),
+    ("bench-seq-range-backwards", ["bench", "gpt2", "--seq", "5..1"], 2, "1 <= START <= END"),
+    ("bench-seq-range-past-cap", ["bench", "gpt2", "--seq", "1..99999999999999999999"], 2, "START <= END <="),
+    ("bench-repeat-0", ["bench", "gpt2", "--repeat", "0"], 2, "--repeat must be between 1"),
+    ("bench-n-layer-0", ["bench", "gpt2", "--n-layer", "0"], 2, "--n-layer must be between 1 and 12"),
+    ("bench-matmul-10e30", ["bench", "gpt2", "--matmul-size", str(10**30)], 2, "--matmul-size must be between"),
+    ("bench-too-big", ["bench", "llama2-70b", "--n-layer", "1"], 2,
+     "the free memory on cpu is 6 GiB; try --batch 1 --seq"),
+    ("bench-deep", ["bench", "{d}/deep_model.yaml", "--seq", "8"], 2, "more than the 20,000"),
+    # ---- scan ----
+    ("scan-plot-txt", ["scan", "gpt2", "--plot", "{d}/x.txt"], 2, "the extension must be one of .png"),
+    ("scan-plot-folder", ["scan", "gpt2", "--plot", "{d}"], 2, "is a folder; give a file name"),
+    ("scan-plot-no-extension", ["scan", "gpt2", "--plot", "{d}/plots"], 2, "the extension must be one of"),
+    ("scan-plot-fifo", ["scan", "gpt2", "--plot", "{d}/fifo.png"], 2, "is a FIFO"),
+    ("scan-seq-zero", ["scan", "gpt2", "--seq", "0..4"], 2, "1 <= START"),
+    ("scan-size-zero", ["scan", "gpt2", "--size", "0", "0"], 2, "--size takes 0.5 to 100 inches"),
+    ("scan-dpi-huge", ["scan", "gpt2", "--dpi", "100000"], 2, "--dpi 10 to 1200"),
+    ("scan-budget-no-unit", ["scan", "gpt2", "--budget", "24"], 2, "has no unit"),
+    # ---- snapshot ----
+    ("snapshot-to-char-device", ["snapshot", "gpt2", "-o", "/dev/null"], 2, "it is a character device"),
+    ("snapshot-to-link-to-device", ["snapshot", "gpt2", "-o", "{d}/null-link.json"], 2, "(a link to /dev/null)"),
+    ("snapshot-to-fifo", ["snapshot", "gpt2", "-o", "{d}/fifo.json"], 2, "it is a FIFO"),
+    ("snapshot-to-folder", ["snapshot", "gpt2", "-o", "{d}/folder.yaml"], 2, "it is a directory"),
+    ("snapshot-stdout-and-json", ["snapshot", "gpt2", "-o", "-", "--json"], 2, "give one of them"),
+    ("snapshot-missing-folder", ["snapshot", "gpt2", "-o", "{d}/nowhere/s.json"], 2, "cannot write there"),
+    # ---- check ----
+    ("check-overrides-ints", ["check", "{d}/snap_overrides_ints.json"], 2, "'overrides' must be a list of KEY=VALUE"),
+    ("check-preset-dict", ["check", "{d}/snap_preset_dict.json"], 2, "'preset' must be a string"),
+    ("check-spec-list", ["check", "{d}/snap_spec_list.json"], 2, "has no 'spec' string"),
+    ("check-figures-list", ["check", "{d}/snap_figures_list.json"], 2, "'params' must be an object"),
+    ("check-no-entries", ["check", "{d}/snap_empty.json"], 2, "has no entries"),
+    ("check-entries-dict", ["check", "{d}/snap_entries_dict.json"], 2, "no 'entries' list"),
+    ("check-format-2", ["check", "{d}/snap_format2.json"], 2, "snapshot format 2"),
+    ("check-100k-nesting", ["check", "{d}/snap_deep.json"], 2, "nested too deeply"),
+    ("check-duplicate-key", ["check", "{d}/snap_dup.json"], 2, "the key 'format' is given twice"),
+    ("check-5000-digit-format", ["check", "{d}/snap_long_format.json"], 2, "a number too long"),
+    ("check-dev-zero", ["check", "/dev/zero"], 2, "is a character device"),
+    ("check-fifo", ["check", "{d}/fifo.json"], 2, "is a FIFO"),
+    ("check-tolerance-nan", ["check", "{d}/snap_empty.json", "--tolerance", "nan"], 2, "--tolerance must be a finite"),
+    ("check-tolerance-inf", ["check", "{d}/snap_empty.json", "--tolerance", "inf"], 2, "--tolerance must be a finite"),
+    ("check-tolerance-negative", ["check", "{d}/snap_empty.json", "--tolerance", "-1"], 2, "0 or more"),
+    # ---- the rest ----
+    ("show-set-dict", ["show", "gpt2", "--set", "d_model={a: 1}"], 2, "expected a single value"),
+    ("presets-bad-format", ["presets", "--format", "yaml"], 2, "'yaml' is not one of"),
+    ("unknown-option", ["params", "gpt2", "--bogus"], 2, "No such option"),
+    ("missing-argument", ["flops"], 2, "Missing argument"),
+    ("json-and-format", ["params", "gpt2", "--json", "--format", "csv"], 2, "ask for two formats"),
+]
+# cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
+LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,
+           "bench-too-big": 6}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return hostile.write(tmp_path_factory.mktemp("hostile"))
+
+
+def _state(folder: Path) -> dict[str, tuple]:
+    """Every entry under folder (and /dev/null): its type, mode and content digest (or link target)."""
+    out = {"/dev/null": (stat.S_IFMT(os.lstat("/dev/null").st_mode),)}
+    for path in sorted(folder.rglob("*")):
+        st = os.lstat(path)
+        kind = stat.S_IFMT(st.st_mode)
+        if stat.S_ISREG(st.st_mode):
+            extra = hashlib.sha256(path.read_bytes()).hexdigest()
+        elif stat.S_ISLNK(st.st_mode):
+            extra = os.readlink(path)
+        else:
+            extra = None
+        out[str(path)] = (kind, stat.S_IMODE(st.st_mode), extra)
+    return out
+
+
+@pytest.mark.parametrize("case, argv, code, message", CASES, ids=[c[0] for c in CASES])
+def test_hostile_input_is_one_line(cli, folder, monkeypatch, case, argv, code, message):
+    if case in LIMITED:  # the same refusal on any machine, whatever this one has free
+        monkeypatch.setattr(dev, "free_memory", lambda device: LIMITED[case] * GiB)
+    before = _state(folder)
+    start = time.monotonic()
+    r = cli(*[a.replace("{d}", str(folder)) for a in argv])
+    elapsed = time.monotonic() - start
+    assert r.code == code, (r.code, r.err)
+    assert r.out == ""
+    assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error: "), r.err
+    assert len(r.err) < 300, len(r.err)
+    assert "Traceback" not in r.err and "internal error" not in r.err
+    assert message in r.err, r.err
+    assert elapsed < 20, f"{case} took {elapsed:.1f} s"
+    assert _state(folder) == before, "a file was changed"
+
+
+def test_the_table_covers_every_command():
+    commands = {argv[0] for _, argv, _, _ in CASES}
+    assert commands == {"params", "flops", "memory", "bench", "scan", "snapshot", "check", "compare", "show",
+                        "presets"}
+    assert len(CASES) >= 100
+
+
+def test_check_of_a_snapshot_naming_an_alias_bomb_reports_it_at_once(cli, folder):
+    """The entry cannot be loaded: a drift of that entry (exit 1), not a hang and not an internal error."""
+    start = time.monotonic()
+    r = cli("check", str(folder / "snap_bomb.json"), "--json")
+    assert r.code == 1 and time.monotonic() - start < 10
+    (drift,) = r.json()
+    assert drift["field"] == "(config)" and "aliases expand to more than 10,000 values" in drift["got"]
+    assert len(drift["got"]) < 300

@@ -1,0 +1,96 @@
+"""Refuse before allocating (tfcalc.measure.fit), for every path that builds or runs a module."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+
+from conftest import configs, tiny
+from tfcalc.config import replace
+from tfcalc.errors import InputError
+from tfcalc.measure import device as dev
+from tfcalc.measure import fit
+from tfcalc.measure import params as mp
+from tfcalc.measure.flops import estimate_bytes
+from tfcalc.presets import load
+
+GiB = 2**30
+
+
+def test_smaller_run_names_the_largest_batch_then_the_longest_sequence():
+    def need(batch: int, seq: int) -> int:
+        return 1000 + batch * seq
+
+    suggest = fit.smaller_run(need, batch=64, seq=100)
+    assert suggest(1000 + 12 * 100 + 50).startswith("--batch 12 ")
+    assert suggest(1000 + 99).startswith("--batch 1 --seq 99 ")
+    assert suggest(1000) is None  # not even one token fits: no smaller run to name
+
+
+def test_the_refusal_names_need_limit_and_a_run_that_fits(monkeypatch):
+    monkeypatch.setattr(dev, "free_memory", lambda device: 4 * GiB)
+    with pytest.raises(InputError) as e:
+        fit.require_fits(10 * GiB, "cpu", "x", "a smaller model", fit.smaller_run(lambda b, t: b * GiB, 10, 8))
+    assert str(e.value) == ("not running x: it needs an estimated 10 GiB but the free memory on cpu is 4 GiB; "
+                            "try --batch 4 (an estimated 4 GiB), or a smaller model")
+
+
+def test_the_tightest_limit_wins(monkeypatch):
+    monkeypatch.setattr(fit, "rlimit_room", lambda: 3 * GiB)
+    monkeypatch.setattr(fit, "cgroup_room", lambda: 5 * GiB)
+    assert fit.tightest_limit("cpu", 8 * GiB, "cpu").what.startswith("room under the address-space limit")
+    monkeypatch.setattr(fit, "cgroup_room", lambda: GiB)
+    assert fit.tightest_limit("cpu", 8 * GiB, "cpu").what == "room under the cgroup's memory limit"
+    assert fit.tightest_limit("cuda", 8 * GiB, "cuda:0").bytes == 8 * GiB  # a GPU's memory is neither
+
+
+def test_a_build_of_too_many_modules_is_refused_at_once():
+    start = time.monotonic()
+    with pytest.raises(InputError, match="more than the 20,000 tfcalc builds"):
+        fit.require_buildable(tiny(n_expert=100_000, n_expert_active=2), 2, "x", "--no-measure")
+    fit.require_buildable(load("mixtral-8x7b"), 32, "x", "--no-measure")  # 32 blocks of 8 experts: fine
+    assert time.monotonic() - start < 2
+
+
+def test_flops_estimate_counts_activations_and_training():
+    cfg = load("gpt2")
+    forward, training = estimate_bytes(cfg, 16, 1024), estimate_bytes(cfg, 16, 1024, training=True)
+    assert 2 * GiB < forward < training and 18 * GiB < training < 21 * GiB  # issue 11 measured ~20 GiB
+
+
+# ---------- deep models: one real block per stack, times the depth ----------
+
+
+def test_a_million_layers_count_in_seconds():
+    start = time.monotonic()
+    count = mp.empirical_count(replace(load("gpt2"), n_layer=1_000_000))
+    assert time.monotonic() - start < 10
+    assert count.method == "per_block" and count.blocks_built == 1
+    assert count.total == 1_000_000 * 7_087_872 + 38_597_376 + 786_432 + 1536
+
+
+@settings(max_examples=25, deadline=None)
+@given(cfg=configs())
+def test_per_block_counting_equals_building_every_block(cfg):
+    deeper = replace(cfg, n_layer=cfg.n_layer + 2)
+    full = mp.empirical_count(deeper)
+    assert full.method == "full"
+    original = mp.FULL_BUILD_BLOCKS
+    mp.FULL_BUILD_BLOCKS = 0  # force the per-block path on the same model
+    try:
+        per_block = mp.empirical_count(deeper)
+    finally:
+        mp.FULL_BUILD_BLOCKS = original
+    assert per_block.method == "per_block"
+    assert (per_block.total, per_block.breakdown) == (full.total, full.breakdown)
+
+
+def test_params_says_how_it_counted(cli):
+    deep = cli("params", "gpt2", "--set", "n_layer=200", "--json").json()
+    assert deep["empirical_method"] == "per_block" and deep["agree"] is True
+    assert any("one real block of each stack" in n for n in deep["notes"])
+    assert cli("params", "gpt2", "--json").json()["empirical_method"] == "full"
+    table = cli("params", "gpt2", "--set", "n_layer=200", "-f", "markdown").out
+    assert "empirical (one meta block per stack × depth)" in table
