@@ -217,7 +217,8 @@ def test_gpt3_175b_at_its_context_on_meta():
 @given(configs(), st.integers(1, 3), st.data(), st.sampled_from(["cpu", "meta"]))
 def test_random_configs_measured_equal_analytic(cfg, B, data, device):
     T = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
-    src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src_seq") if cfg.arch == "encoder-decoder" else None
+    has_source = cfg.arch == "encoder-decoder" or cfg.cross_attention
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src_seq") if has_source else None
     _assert_measured_matches(cfg, B, T, device, src_seq)
 
 

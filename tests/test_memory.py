@@ -127,7 +127,8 @@ def test_flash_removes_the_s_squared_term(cfg, batch, seq):
     doubled = mem.activations(cfg, batch, 2 * seq, "bf16", attention="flash")
     assert doubled.layer == 2 * flash.layer  # linear in s: nothing s² is kept
     math = mem.activations(cfg, batch, seq, "bf16", attention="math")
-    assert math.per_layer["attn_scores"] == 2 * cfg.n_head * seq * seq * batch
+    kept = 2 if cfg.attn_softcap is not None else 1  # soft-capping keeps the tanh output beside the softmax
+    assert math.per_layer["attn_scores"] == kept * 2 * cfg.n_head * seq * seq * batch
 
 
 def test_llama_block_terms():
@@ -156,11 +157,13 @@ def test_activation_formula_equals_what_autograd_saves(cfg, batch, data):
     """The analytic bytes kept for backward equal, to the byte, the bytes of the tensors the real module
     saves (fp32, CPU), for every config Hypothesis draws."""
     seq = data.draw(st.integers(1, cfg.max_seq_len))
-    src_seq = data.draw(st.integers(1, cfg.max_seq_len)) if cfg.arch == "encoder-decoder" else None
+    has_source = cfg.arch == "encoder-decoder" or cfg.cross_attention
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len)) if has_source else None
     model = build_model(cfg, "cpu").train()
     idx = torch.randint(0, cfg.vocab_size, (batch, seq))
-    src_idx = None if src_seq is None else torch.randint(0, cfg.vocab_size, (batch, src_seq))
-    _, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx)
+    src_idx = torch.randint(0, cfg.vocab_size, (batch, src_seq)) if cfg.arch == "encoder-decoder" else None
+    memory = torch.randn(batch, src_seq, cfg.d_model) if cfg.cross_attention else None
+    _, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx, memory=memory)
     assert saved == mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
 
 

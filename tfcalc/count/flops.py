@@ -37,21 +37,8 @@ scores reach the FFN at T = m·d·f / (2q); the whole attention sub-layer (score
 2·d·T·(2q + 2k)) at T = d·(m·f − 2q − 2k) / (2q). With q = k = d, f = 4·d, m = 2 (GPT-3): T = 4·d and
 T = 2·d. Causal: T = m·d·f/q − 1 and T = d·(m·f − 2q − 2k)/q − 1.
 
-Non-matmul work, approximate conventions (one transcendental function = 1 FLOP; per-row reductions of
-O(B·T) operations ignored), per element of the tensor named:
-
-- softmax: 5 per score element over the full T×T square: scale by 1/√h, subtract the row max, exp, sum,
-  divide (taking the max is a comparison, not counted);
-- norms: LayerNorm 7 per element of (B·T, d) (mean, subtract, square, sum, normalize, ×γ, +β; 6 without
-  β), RMSNorm 4 (square, sum, normalize, ×γ); two per block, plus the final norm;
-- activation, per element of the FFN hidden (B·T, f): relu 1, gelu (erf) 5, gelu_tanh 9 (x³ is two,
-  ×0.044715, +x, ×√(2/π), tanh, +1, ×x, ×0.5), silu 4 (negate, exp, +1, divide); a gated FFN adds 1
-  for the product act(gate)·up;
-- rope: 3 per element of Q and K (x·cos, rotate_half(x)·sin, add; the sign flip is not counted);
-- residual adds: 1 per element of (B·T, d), two per block;
-- bias adds: 1 per output element of every Linear with a bias;
-- positions: a learned or sinusoidal table added once, 1 per element of (B·T, d); ALiBi adds its bias
-  to every score element of every layer.
+Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds, soft-capping) is counted,
+approximately, in tfcalc.count.nonmatmul, and never added to the above.
 
 Other kinds (tfcalc.config):
 
@@ -65,7 +52,12 @@ Other kinds (tfcalc.config):
    with T = S, no mask); each decoder block adds cross-attention: Q and O projections over B·T tokens,
    K and V over the B·S encoder outputs, and scores of T queries against S keys, 2·B·T·S·q twice
    (never masked). The LM head runs over the B·T target tokens. Decoding reuses the encoder output and
-   the cross-attention K and V (the cross KV cache): one step does neither again.
+   the cross-attention K and V (the cross KV cache): one step does neither again. A decoder-only stack
+   with cross_attention (GPT-2's add_cross_attention) does the same against S external states;
+10. a shared expert (Qwen2-MoE) runs on every token: 2·m·B·T·d·f_s, and its gate 2·B·T·d;
+11. BERT's MLM-head transform: 2·B·T·d·d before the LM head (group lm_head).
+Layouts that change no matmul: sandwich and Q/K norms, parallel blocks, partial rotary, soft-capping,
+T5's relative bias (a lookup), OPT's position offset.
 
 Public names (the benchmark imports these):
 
@@ -89,26 +81,19 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401
+from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
+from tfcalc.count.nonmatmul import (  # noqa: F401  (re-exported: the non-matmul count's public names)
+    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SOFTMAX_PER_SCORE, NonMatmulEntry, ffn_matrices,
+    non_matmul_entries,
+)
 from tfcalc.errors import InputError
-from tfcalc.count import params as params_count
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
           "lm_head", "embeddings")
 SUBLAYER_GROUPS = {"attention": ("attention_proj", "attention_scores"), "ffn": ("ffn",)}
 BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
 CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
-
-# Non-matmul FLOPs per element (see the module docstring for what each counts).
-SOFTMAX_PER_SCORE = 5
-NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
-ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
-ROPE_PER_ELEMENT = 3
-
-
-def ffn_matrices(cfg: ModelConfig) -> int:
-    """How many d×f matrices the FFN multiplies by: 3 for a gated FFN (gate, up, down), else 2."""
-    return 3 if cfg.gated_ffn else 2
-
 
 def causal_pairs(queries: int, keys: int) -> int:
     """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
@@ -143,21 +128,6 @@ class MatmulEntry:
         return self.causal_per_copy * self.copies
 
 
-@dataclass(frozen=True)
-class NonMatmulEntry:
-    """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
-
-    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler (repeated per stack)
-    label: str
-    per_element: int
-    elements: int
-    copies: int
-
-    @property
-    def total(self) -> int:
-        return self.per_element * self.elements * self.copies
-
-
 def matmul_entries(
     cfg: ModelConfig, batch: int, queries: int, keys: int | None = None, src: int | None = None,
     encoder: bool = True,
@@ -178,10 +148,15 @@ def matmul_entries(
         out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=True, stack="decoder",
                               src=src, cross_kv=encoder)
     else:
-        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder")
+        src = (queries if src is None else src) if cfg.cross_attention else None
+        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder", src=src,
+                              cross_kv=encoder)
     stack = "decoder" if cfg.arch == "encoder-decoder" else ""
     if cfg.pooler:  # BERT: tanh(W h[:, 0] + b), the first token of each sequence only
         out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
+    if cfg.lm_head_transform:  # BERT's MLM head: dense d -> d before the vocabulary projection
+        flops = 2 * rows * d * d
+        out.append(MatmulEntry("lm_head_transform", "lm_head", "LM head transform", (rows, d, d), 1, 1, flops, stack))
     if cfg.lm_head:
         V = cfg.vocab_size
         out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, d, V), 1, 1, 2 * rows * d * V, stack))
@@ -234,64 +209,14 @@ def _stack_matmuls(
         linear(f"{name}_gate", "ffn", f"{label} gate", d, f, routed)
     linear(f"{name}_up", "ffn", f"{label} up", d, f, routed)
     linear(f"{name}_down", "ffn", f"{label} down", f, d, routed)
-    return out
-
-
-def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
-    """The approximate non-matmul work of a forward pass (conventions in the module docstring)."""
-    if cfg.arch == "encoder-decoder":
-        src = seq if src is None else src
-        out = _stack_non_matmul(cfg, batch, src, cfg.encoder_layers, "encoder ")
-        out += _stack_non_matmul(cfg, batch, seq, cfg.n_layer, "decoder ", src=src)
-    else:
-        out = _stack_non_matmul(cfg, batch, seq, cfg.n_layer)
-    if cfg.pooler:
-        out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * cfg.d_model, 1))
-    return out
-
-
-def _stack_non_matmul(
-    cfg: ModelConfig, batch: int, seq: int, L: int, stack: str = "", src: int | None = None
-) -> list[NonMatmulEntry]:
-    """One stack's non-matmul work; stack is "" or "encoder "/"decoder " (labels only)."""
-    d, q, k, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-    tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
-    cross = src is not None
-    cross_scores = batch * cfg.n_head * seq * src if cross else 0
-    routed = tokens * cfg.experts_active  # token rows the FFN (or the top-k experts) runs on
-    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
-    act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
-    sublayers = 3 if cross else 2
-    bias_elements = 0
-    if cfg.attn_bias:  # qkv and out; cross: q and out per token, k and v per source token
-        bias_elements += tokens * (q + 2 * k + d) + (tokens * (q + d) + batch * src * 2 * k if cross else 0)
-    if cfg.ffn_bias:  # (gate,) up and down
-        bias_elements += routed * ((ffn_matrices(cfg) - 1) * f + d)
-    out = [
-        NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
-        NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{sublayers} per block", norm, tokens * d, sublayers * L),
-        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, routed * f, L),
-        NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
-    ]
-    if cfg.n_expert:  # softmax over the k chosen logits; scale each expert output and add it in
-        out.append(NonMatmulEntry("moe", f"{stack}softmax of the top-k router logits", SOFTMAX_PER_SCORE, routed, L))
-        out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * d, L))
-    if cfg.final_norm:
-        out.append(NonMatmulEntry("final_norm", f"{stack}final {cfg.norm}", norm, tokens * d, 1))
-    if bias_elements:
-        out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, L))
-    if cfg.pos_encoding == "rope":
-        out.append(NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, tokens * (q + k), L))
-    elif cfg.pos_encoding in ("learned", "sinusoidal"):
-        out.append(NonMatmulEntry("positions", f"{stack}{cfg.pos_encoding} positions added", 1, tokens * d, 1))
-    elif cfg.pos_encoding == "alibi":
-        out.append(NonMatmulEntry("positions", f"{stack}ALiBi bias on the scores", 1, score_elements, L))
-    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale)]
-    for label, present in embedding_extras:
-        if present:
-            out.append(NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1))
-    if cfg.embedding_norm:
-        out.append(NonMatmulEntry("norms", f"{stack}embedding {cfg.norm}", norm, tokens * d, 1))
+    if cfg.shared_expert_d_ff:  # Qwen2-MoE: on every token, beside the routed experts
+        fs = cfg.shared_expert_d_ff
+        if cfg.gated_ffn:
+            linear("shared_expert_ffn_gate", "ffn", "shared expert FFN gate", d, fs)
+        linear("shared_expert_ffn_up", "ffn", "shared expert FFN up", d, fs)
+        linear("shared_expert_ffn_down", "ffn", "shared expert FFN down", fs, d)
+        if cfg.shared_expert_gate:
+            linear("shared_expert_gate", "ffn", "shared expert gate", d, 1)
     return out
 
 
@@ -365,10 +290,14 @@ def _check_sizes(**sizes: int) -> None:
 
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
-    """The source length of an encoder-decoder (default: seq); None for the other kinds."""
-    if cfg.arch != "encoder-decoder":
+    """The source length of an encoder-decoder, or the external states a stack with cross_attention
+    reads (default: seq); None for the other kinds."""
+    if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
         if src_seq is not None:
-            raise InputError(f"a source length applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+            raise InputError(
+                f"a source length applies to encoder-decoder models only, or to stacks with cross_attention "
+                f"({cfg.name} is {cfg.arch})"
+            )
         return None
     if src_seq is not None:
         _check_sizes(src_seq=src_seq)
@@ -446,39 +375,6 @@ def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
     return breakdown(cfg, batch, seq).non_matmul_by_kind()
 
 
-# ---------- crossover: when does attention overtake the FFN? ----------
-
-
-@dataclass(frozen=True)
-class Crossover:
-    """The smallest sequence lengths at which, per layer, attention reaches the FFN's FLOPs."""
-
-    scores_vs_ffn: int  # Q·Kᵀ + attention·V >= FFN
-    attention_vs_ffn: int  # the whole attention sub-layer (projections + scores) >= FFN
-
-
-def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
-    """Smallest integer T >= 1 at which per-layer self-attention FLOPs reach the FFN's (batch cancels).
-
-    Per layer and sequence, with m = 3 (gated) or 2 FFN matrices:
-      scores S(T) = 4·q·T²  (causal: 2·q·T·(T+1)),  projections P(T) = 2·d·T·(2q + 2k),  FFN F(T) = 2·m·d·f·T.
-      S >= F  <=>  T >= m·d·f / (2q)                  (causal: T + 1 >= m·d·f / q)
-      S + P >= F  <=>  T >= d·(m·f − 2q − 2k) / (2q)  (causal: T + 1 >= d·(m·f − 2q − 2k) / q)
-    GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
-    49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
-    A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
-    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q). An encoder is never masked: its causal answer is the
-    full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
-    """
-    d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
-    ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
-    scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
-    attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
-    if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
-    return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
-
-
 # ---------- decoding with a KV cache ----------
 
 
@@ -497,92 +393,3 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
 def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:
     """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
     return sum(e.total for e in decode_entries(cfg, batch, context, src_seq))
-
-
-# ---------- the standard formulas ----------
-
-
-@dataclass(frozen=True)
-class FormulaEstimate:
-    """A published training-FLOPs formula evaluated for B sequences of T tokens."""
-
-    key: str
-    name: str
-    formula: str
-    source: str
-    n_params: int | None  # N as that source defines it (None where the formula has no N)
-    training_flops: int
-
-    def rel_error(self, exact: int) -> float:
-        return (self.training_flops - exact) / exact
-
-
-def _summed(b: dict[str, int], *suffixes: str) -> int:
-    """Parameters of the components named by suffix (each stack's: 'encoder_position_embedding' too)."""
-    return sum(n for c, n in b.items() if c.endswith(suffixes))
-
-
-def kaplan_params(cfg: ModelConfig) -> int:
-    """Kaplan et al. 2020, sec. 2.1: N is the number of parameters "excluding all vocabulary and
-    positional embeddings": the token embedding, the position embedding and an untied LM head go
-    (token-type tables too, and each stack's tables in an encoder-decoder). For a mixture of experts, N is
-    the parameters active per token, as MoE papers quote 6·N_active·D."""
-    b = params_count.breakdown(cfg)
-    lookups = _summed(b, "token_embedding", "token_type_embedding", "position_embedding", "lm_head")
-    return params_count.active_total(cfg) - lookups
-
-
-def palm_params(cfg: ModelConfig) -> int:
-    """The N of PaLM's 6N (Chowdhery et al. 2022, App. B) as nanoGPT's estimate_mfu and torchtitan apply
-    it: every parameter that multiplies an activation. A position table and an untied token embedding
-    are lookups and go; a tied embedding stays, counted once, as the LM head (PaLM ties them). Without
-    an LM head every token embedding is a lookup. Active parameters for a mixture of experts."""
-    b = params_count.breakdown(cfg)
-    lookups = _summed(b, "position_embedding", "token_type_embedding")
-    if not (cfg.lm_head and cfg.tie_embeddings):
-        lookups += _summed(b, "token_embedding")
-    return params_count.active_total(cfg) - lookups
-
-
-def standard_formulas(cfg: ModelConfig, batch: int, seq: int) -> list[FormulaEstimate]:
-    """The textbook training-FLOPs formulas, each as its source writes it, for B sequences of T tokens."""
-    _check_sizes(batch=batch, seq=seq)
-    B, T, D = batch, seq, batch * seq  # D: tokens in the step
-    d, q, f, L, V, H = cfg.d_model, cfg.q_dim, cfg.ffn_dim, cfg.n_layer, cfg.vocab_size, cfg.n_head
-    n_kaplan, n_palm = kaplan_params(cfg), palm_params(cfg)
-
-    # Kaplan et al. 2020, sec. 2.1: C ≈ 6N per training token (2N forward, 4N backward).
-    kaplan_6nd = 6 * n_kaplan * D
-    # Kaplan et al. 2020, Table 1: C_forward ≈ 2N + 2·n_layer·n_ctx·d_attn per token (embedding and
-    # de-embedding dropped as sub-leading); training = 3 × forward (sec. 2.1). d_attn = n_head·d_head.
-    kaplan_table1 = 3 * (2 * n_kaplan + 2 * L * T * q) * D
-    # Hoffmann et al. 2022 (Chinchilla), Appendix F, per sequence, as written: multi-head attention
-    # (3 equal projections) and an ungated FFN; the embedding counted as a matmul; backward = 2 × forward.
-    chin_attention = (
-        2 * 3 * T * d * q  # key, query and value projections
-        + 2 * T * T * q  # key @ query logits
-        + 3 * H * T * T  # softmax
-        + 2 * T * T * q  # softmax @ query reductions
-        + 2 * T * q * d  # final linear
-    )
-    chin_dense = 2 * T * (d * f + d * f)
-    chin_forward = 2 * T * V * d + L * (chin_attention + chin_dense) + 2 * T * d * V
-    chinchilla = 3 * chin_forward * B
-    # Chowdhery et al. 2022 (PaLM), Appendix B: 6N + 12·L·H·Q·T per token (Q = d_head), full square.
-    palm = (6 * n_palm + 12 * L * H * cfg.head_dim * T) * D
-    # Korthikanti et al. 2022 (Megatron model FLOPs without recompute; Narayanan et al. 2021, eq. 3, has
-    # the recompute variant 96·B·s·l·h²·(...)), written for q = d, f = 4d and multi-head attention:
-    # 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)), here multiplied out to stay in integers.
-    korthikanti = 72 * B * T * L * d * d + 12 * B * T * T * L * d + 6 * B * T * V * d
-    return [
-        FormulaEstimate("kaplan_6nd", "Kaplan 6ND", "6·N·D", "Kaplan et al. 2020, sec. 2.1",
-                        n_kaplan, kaplan_6nd),
-        FormulaEstimate("kaplan_table1", "Kaplan Table 1", "3·(2N + 2·L·T·d_attn)·D", "Kaplan et al. 2020, Table 1",
-                        n_kaplan, kaplan_table1),
-        FormulaEstimate("chinchilla", "Chinchilla", "3·(embed + L·(attn + dense) + logits)·B",
-                        "Hoffmann et al. 2022, App. F", None, chinchilla),
-        FormulaEstimate("palm", "PaLM", "(6N + 12·L·H·Q·T)·D", "Chowdhery et al. 2022, App. B",
-                        n_palm, palm),
-        FormulaEstimate("korthikanti", "Megatron", "72·B·s·l·h²·(1 + s/6h + V/12hl)",
-                        "Korthikanti et al. 2022", None, korthikanti),
-    ]

@@ -61,9 +61,9 @@ class MeasuredPeak:
     device: str
 
 
-def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
+def forward_loss(model, idx, count_saved: bool = False, src_idx=None, memory=None):
     """(loss, bytes autograd saved for backward or None): cross-entropy of the logits, upcast to fp32.
-    An encoder-decoder reads src_idx and predicts idx. A model without an LM head (BertModel) has no
+    An encoder-decoder reads src_idx and predicts idx; a stack with cross_attention reads memory. A model without an LM head (BertModel) has no
     logits: the loss is the sum of its outputs (hidden states, and the pooled token), upcast to fp32.
 
     Counting: a saved_tensors_hooks pack hook records every floating-point tensor packed for backward,
@@ -82,7 +82,7 @@ def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(idx) if src_idx is None else model(src_idx, idx)
+        output = model(idx, memory=memory) if src_idx is None else model(src_idx, idx)
         if model.lm_head is None:
             loss = sum(o.float().sum() for o in (output if isinstance(output, tuple) else (output,)))
         else:

@@ -22,6 +22,7 @@ from tfcalc.model import Attention, CrossAttention, FeedForward, build_model
 _COMPONENTS = {
     "tok_emb.weight": "token_embedding",
     "pos_emb.weight": "position_embedding",
+    "rel_bias.weight": "relative_position_bias",
     "type_emb.weight": "token_type_embedding",
     "emb_norm.weight": "embedding_norm_weight",
     "emb_norm.bias": "embedding_norm_bias",
@@ -29,6 +30,24 @@ _COMPONENTS = {
     "attn_norm.bias": "attn_norm_bias",
     "attn.out.weight": "attn_o_weight",
     "attn.out.bias": "attn_o_bias",
+    "attn.q_norm.weight": "attn_q_norm_weight",
+    "attn.q_norm.bias": "attn_q_norm_bias",
+    "attn.k_norm.weight": "attn_k_norm_weight",
+    "attn.k_norm.bias": "attn_k_norm_bias",
+    "attn_post_norm.weight": "attn_post_norm_weight",
+    "attn_post_norm.bias": "attn_post_norm_bias",
+    "cross_attn_post_norm.weight": "cross_attn_post_norm_weight",
+    "cross_attn_post_norm.bias": "cross_attn_post_norm_bias",
+    "ffn_post_norm.weight": "ffn_post_norm_weight",
+    "ffn_post_norm.bias": "ffn_post_norm_bias",
+    "ffn.shared.down.weight": "shared_expert_ffn_down_weight",
+    "ffn.shared.down.bias": "shared_expert_ffn_down_bias",
+    "ffn.shared_gate.weight": "shared_expert_gate_weight",
+    "head_dense.weight": "lm_head_transform_weight",
+    "head_dense.bias": "lm_head_transform_bias",
+    "head_norm.weight": "lm_head_norm_weight",
+    "head_norm.bias": "lm_head_norm_bias",
+    "lm_head.bias": "lm_head_bias",
     "cross_attn_norm.weight": "cross_attn_norm_weight",
     "cross_attn_norm.bias": "cross_attn_norm_bias",
     "cross_attn.q.weight": "cross_attn_q_weight",
@@ -48,7 +67,7 @@ _COMPONENTS = {
     "pooler.bias": "pooler_bias",
     "lm_head.weight": "lm_head",
 }
-_FUSED = ("attn.qkv", "cross_attn.kv", "ffn.up", "expert_ffn.up")  # module paths split by rows
+_FUSED = ("attn.qkv", "cross_attn.kv", "ffn.up", "expert_ffn.up", "ffn.shared.up")  # module paths split by rows
 
 
 def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
@@ -85,7 +104,8 @@ def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -
     owner_path, _, kind = path.rpartition(".")
     if owner_path in _FUSED:
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
-        return _split_rows(param, _fused_parts(owner, prefix + owner_path.rpartition(".")[0], kind))
+        base = "shared_expert_ffn" if owner_path == "ffn.shared.up" else owner_path.rpartition(".")[0]
+        return _split_rows(param, _fused_parts(owner, prefix + base, kind))
     if path not in _COMPONENTS:
         raise AssertionError(f"parameter {name} has no component in the breakdown")
     return {prefix + _COMPONENTS[path]: param.numel()}
