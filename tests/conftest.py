@@ -66,6 +66,9 @@ def configs(draw) -> ModelConfig:
         shared_expert_d_ff=draw(st.sampled_from([None, 5, 12])) if moe else None,
     )
     layout_fields["shared_expert_gate"] = layout_fields["shared_expert_d_ff"] is not None and draw(st.booleans())
+    window = draw(st.sampled_from([None, None, 1, 3, 8])) if arch != "encoder" else None
+    layout_fields["sliding_window"] = window
+    layout_fields["full_attention_every"] = draw(st.sampled_from([None, 2, 3])) if window else None
     kind_fields = dict(
         arch=arch,
         n_encoder_layer=draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None,

@@ -142,3 +142,58 @@ def test_soft_capped_logits_stay_inside_the_cap():
     with torch.no_grad():
         logits = model(torch.randint(0, 61, (2, 8)))
     assert logits.abs().max() <= 0.5 and logits.abs().max() > 0.4
+
+
+# ---------- sliding windows, alternating per layer (Gemma 2) ----------
+
+
+def test_causal_pairs_with_a_window_by_brute_force():
+    for queries in range(1, 9):
+        for keys in range(queries, 12):
+            for window in (None, 1, 2, 3, 5, 16):
+                seen = sum(min(p + 1, window or p + 1) for p in range(keys - queries, keys))
+                assert flops_count.causal_pairs(queries, keys, window) == seen
+
+
+def test_gemma2_alternation_windows_every_other_layer():
+    cfg = tiny(n_layer=4, **ROPE, sliding_window=3, full_attention_every=2)
+    assert [cfg.layer_window(i) for i in range(4)] == [3, None, 3, None] and cfg.windowed_layers == 2
+    assert tiny(n_layer=4, **ROPE, sliding_window=3).windowed_layers == 4  # Mistral: every layer
+    B, T, nh, hs = 2, 10, 4, 8
+    f = flops_count.breakdown(cfg, B, T)
+    pairs = 2 * flops_count.causal_pairs(T, T, 3) + 2 * flops_count.causal_pairs(T, T)
+    assert f.totals(causal=True)["attention_scores"] == 2 * 2 * B * nh * hs * pairs
+    assert f.forward == flops_count.breakdown(tiny(n_layer=4, **ROPE), B, T).forward  # full square: unchanged
+    kv = 2 * B * 32 * 4  # K and V, fp32, per cached position
+    assert mem.kv_cache_bytes(cfg, B, T, "fp32") == kv * (2 * 3 + 2 * T)
+
+
+def test_a_windowed_layer_sees_only_the_last_w_positions():
+    torch.manual_seed(0)
+    cfg = tiny(n_layer=2, **ROPE, sliding_window=3, full_attention_every=2)
+    model = build_model(cfg, "cpu")
+    idx = torch.randint(0, 61, (1, 10))
+    changed = idx.clone()
+    changed[0, 2] = (idx[0, 2] + 1) % 61
+    with torch.no_grad():
+        block0 = model.blocks[0]
+        h, h2 = model.embed(idx), model.embed(changed)
+        rope, mask = model.block_inputs(10, h.dtype)
+        a, b = block0(h, rope, mask), block0(h2, rope, mask)
+        assert torch.equal(a[0, 5:], b[0, 5:]) and not torch.equal(a[0, 2:5], b[0, 2:5])  # sees 3, 4 but not 5+
+        full_a, full_b = model(idx), model(changed)
+    assert not torch.allclose(full_a[0, 9], full_b[0, 9])  # the full layer above reaches further back
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(full_attention_every=2), "full_attention_every alternates windowed and full layers: give sliding_window"),
+        (dict(sliding_window=4, full_attention_every=1), "'full_attention_every' must be at least 2"),
+        (dict(sliding_window=0), "'sliding_window' must be positive"),
+        (dict(sliding_window=4, arch="encoder", lm_head=False, tie_embeddings=False), "an encoder attends both ways"),
+    ],
+)
+def test_bad_windows_are_refused(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny(**changes)

@@ -61,6 +61,7 @@ class ModelConfig:
     name: str = "custom"
     nominal_params: Optional[str] = None  # the size the source names, e.g. "175B"
     source: Optional[str] = None  # where the shapes come from (paper, table, file)
+    dtype: Optional[str] = None  # what the weights are stored in (a checkpoint's torch_dtype): fp32, bf16, fp16
 
     # --- sizes that may be derived ---
     n_kv_head: Optional[int] = None  # None: = n_head (MHA); 1: MQA; in between: GQA
@@ -93,6 +94,13 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Mistral's sliding-window attention (Jiang et al. 2023, sec. 2): each query attends to at most this
+    # many keys, itself included (positions i - W + 1 .. i), in every layer; None: full causal attention.
+    sliding_window: Optional[int] = None
+    # (from issue-13's sliding_window commit, 730ea6f; the alternation below is this branch's)
+    # Gemma 2 alternates: every k-th layer (layers k-1, 2k-1, ...) attends to the whole context, the others
+    # through the window (modeling_gemma2.py, layer_types; Gemma 2: k = 2; Gemma 3: k = 6). None: all windowed.
+    full_attention_every: Optional[int] = None
 
     # --- embeddings and heads beyond GPT's (BERT, Vaswani et al. 2017) ---
     type_vocab_size: int = 0  # token-type (segment) embedding rows; 0: none. BERT: 2
@@ -219,6 +227,25 @@ class ModelConfig:
     def experts_active(self) -> int:
         """FFNs each token runs per block: 1 when dense."""
         return self.n_expert_active or 1
+
+    def kv_positions(self, context: int) -> int:
+        """Positions a self-attention KV cache keeps at a context of this many tokens: all of them, or
+        with a sliding window the last ``sliding_window`` (the window, not window - 1: the newest token's
+        K and V are written before its query reads them; see README, serving estimates)."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
+    def layer_window(self, layer: int) -> Optional[int]:
+        """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
+        whole context (every layer without a window; every full_attention_every-th with one)."""
+        every = self.full_attention_every
+        if self.sliding_window is None or (every is not None and (layer + 1) % every == 0):
+            return None
+        return self.sliding_window
+
+    @property
+    def windowed_layers(self) -> int:
+        """Causal self-attention layers that attend through the sliding window."""
+        return sum(self.layer_window(i) is not None for i in range(self.decoder_layers))
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""

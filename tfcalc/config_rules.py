@@ -35,7 +35,7 @@ _LITERALS = {
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
-    "rel_pos_max_distance", "shared_expert_d_ff",
+    "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every",
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
@@ -50,9 +50,12 @@ _STR_FIELDS = ("name",)
 _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 
 
+_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16")}
+
+
 def field_choices(name: str) -> tuple[str, ...] | None:
     """The allowed strings of a Literal field, or None for other fields."""
-    return _LITERALS.get(name)
+    return _LITERALS.get(name) or _OPTIONAL_LITERALS.get(name)
 
 
 def suggest(word: str, choices) -> str:
@@ -69,10 +72,13 @@ def check_field_type(name: str, value: Any) -> None:
     """Raise ConfigError naming the field when value has the wrong type for it."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
     is_float = is_int or (isinstance(value, float) and math.isfinite(value))
-    if name in _LITERALS:
-        if value not in _LITERALS[name]:
-            allowed = ", ".join(_LITERALS[name])
-            hint = suggest(str(value), _LITERALS[name]) if isinstance(value, str) else ""
+    if name in _OPTIONAL_LITERALS and value is None:
+        return
+    if name in _LITERALS or name in _OPTIONAL_LITERALS:
+        choices = field_choices(name)
+        if value not in choices:
+            allowed = ", ".join(choices) + (" or null" if name in _OPTIONAL_LITERALS else "")
+            hint = suggest(str(value), choices) if isinstance(value, str) else ""
             raise ConfigError(f"field '{name}' must be one of {allowed}; got {value!r}{hint}")
         return
     expected, ok = {
@@ -144,6 +150,15 @@ def _validate_kind(cfg) -> None:
         raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
     elif cfg.cross_attention:
         raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it already")
+    if cfg.sliding_window is not None and cfg.arch == "encoder":
+        raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
+                          "an encoder attends both ways")
+    if cfg.full_attention_every is not None:
+        if cfg.sliding_window is None:
+            raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window too")
+        if cfg.full_attention_every < 2:
+            raise ConfigError(f"field 'full_attention_every' must be at least 2 (1: every layer full; set "
+                              f"sliding_window to null); got {cfg.full_attention_every}")
     if cfg.pooler and cfg.arch != "encoder":
         raise ConfigError(
             f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "

@@ -72,6 +72,8 @@ Other kinds (tfcalc.config), each term again a tensor the real module saves (che
 - a shared expert keeps its hidden tensors as the FFN does (its input is the router's), and with a gate
   the sigmoid output e and the shared output e·h; a router that does not renormalize its top k keeps
   its fp32 softmax over all E experts, 4·E, in place of 4·k;
+- a sliding window shorter than the sequence is an explicit (T, T) mask, built once per forward and kept
+  by the fused kernel of every windowed block: e·T² once (not per token);
 - BERT's MLM head transform: its input, the activation's input (ReLU: its output, which the norm keeps
   anyway, when not copied) and a norm; Gemma 2's logit soft-capping keeps the tanh output, e·V.
 
@@ -343,6 +345,10 @@ def activations(
         head["encoder_embedding_norm"] = sources * norm_bytes(cfg, e) if cfg.embedding_norm else 0
         head["encoder_final_norm"] = sources * norm_bytes(cfg, e) if cfg.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
+    if cfg.windowed_layers and cfg.sliding_window < seq and default_attention(cfg) == "flash":
+        # the window is an explicit (T, T) mask there, one tensor for every windowed block, which the
+        # fused kernel keeps for its backward (ALiBi's, T5's and capped scores add it in instead)
+        head["window_mask"] = e * seq * seq
     loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
     return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more)
 

@@ -95,10 +95,17 @@ SUBLAYER_GROUPS = {"attention": ("attention_proj", "attention_scores"), "ffn": (
 BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
 CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
 
-def causal_pairs(queries: int, keys: int) -> int:
+def causal_pairs(queries: int, keys: int, window: int | None = None) -> int:
     """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
-    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2."""
-    return queries * (keys - queries) + queries * (queries + 1) // 2
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
+    sliding window W a query at position p sees min(p + 1, W) keys: the sum of min(n, W) over
+    n = keys - queries + 1 .. keys."""
+    if window is None:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    lo, hi = keys - queries + 1, keys  # each query's visible keys without the window: n = lo .. hi
+    top = min(hi, window)
+    below = (top * (top + 1) - (lo - 1) * lo) // 2 if lo <= top else 0  # n <= W: n keys
+    return below + window * (hi - max(lo - 1, window)) if hi > window else below
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,9 @@ class MatmulEntry:
     copies: int  # n_layer for the blocks, 1 for the LM head
     causal_per_copy: int  # FLOPs per copy counting only unmasked score elements (= per_copy off the scores)
     stack: str = ""  # "encoder" or "decoder" in an encoder-decoder, "" otherwise
+    # the causal FLOPs over all copies when they differ by copy (Gemma 2's windowed and full layers);
+    # causal_per_copy is then the first layer's
+    causal_sum: int | None = None
 
     @property
     def per_copy(self) -> int:
@@ -125,7 +135,7 @@ class MatmulEntry:
 
     @property
     def causal_total(self) -> int:
-        return self.causal_per_copy * self.copies
+        return self.causal_per_copy * self.copies if self.causal_sum is None else self.causal_sum
 
 
 def matmul_entries(
@@ -179,16 +189,22 @@ def _stack_matmuls(
         flops = 2 * m * n_in * n_out
         out.append(MatmulEntry(prefix + component, group, stack_label + label, (m, n_in, n_out), 1, L, flops, stack))
 
-    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int) -> None:
+    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int,
+               layer_pairs: list[int] | None = None) -> None:
         causal_flops = 2 * heads * h * pairs  # 2·h FLOPs per unmasked (query, key) pair
-        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack))
+        total = None if layer_pairs is None else 2 * heads * h * sum(layer_pairs)
+        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack,
+                               total))
 
-    pairs = causal_pairs(queries, keys) if causal else queries * keys
+    # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
+    windows = [cfg.layer_window(i) if causal else None for i in range(L)]
+    layer_pairs = [causal_pairs(queries, keys, w) if causal else queries * keys for w in windows]
+    pairs, varying = layer_pairs[0], len(set(layer_pairs)) > 1
     linear("attn_q", "attention_proj", "Q projection", d, q)
     linear("attn_k", "attention_proj", "K projection", d, k)
     linear("attn_v", "attention_proj", "V projection", d, k)
-    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs)
-    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs)
+    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs, layer_pairs if varying else None)
+    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs, layer_pairs if varying else None)
     linear("attn_o", "attention_proj", "O projection", q, d)
     if src is not None:
         group, sources = "cross_attention_proj", batch * src

@@ -56,7 +56,9 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: 
     """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
-    own = 2 * batch * seq * cfg.decoder_layers * cfg.kv_dim
+    # every decoder layer caches its positions: all seq, or within a sliding window the last W
+    positions = sum(seq if w is None else min(seq, w) for w in map(cfg.layer_window, range(cfg.decoder_layers)))
+    own = 2 * batch * positions * cfg.kv_dim
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
 

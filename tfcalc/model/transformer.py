@@ -97,14 +97,32 @@ class Stack(nn.Module):
         for name, table in position_buffers(self.cfg, self.tok_emb.weight.device).items():
             self.register_buffer(name, table, persistent=False)
 
-    def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
+    def attention_mask(self, T: int, dtype: torch.dtype, window: int | None = None) -> torch.Tensor | None:
         """None (SDPA applies the causal mask itself, or none), or an additive bias (nh, T, T): ALiBi's,
         causal in a decoder, in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use;
-        or T5's learned bias per relative-position bucket (bidirectional buckets in an encoder)."""
+        or T5's learned bias per relative-position bucket (bidirectional buckets in an encoder). A sliding
+        window W shorter than T adds -inf on every key more than W - 1 positions before its query."""
         if self.cfg.pos_encoding == "relative":
-            return self._relative_bias(T, dtype)
-        if self.cfg.pos_encoding != "alibi":
-            return None
+            bias = self._relative_bias(T, dtype)
+        elif self.cfg.pos_encoding == "alibi":
+            bias = self._alibi_bias(T, dtype)
+        else:
+            bias = None
+        if not self.causal or window is None or window >= T:
+            return bias
+        pos = torch.arange(T, device=self.tok_emb.weight.device)
+        distance = pos[None, :] - pos[:, None]  # j - i
+        hidden = (distance > 0) | (distance <= -window)  # (T, T)
+        base = torch.zeros(T, T, device=pos.device, dtype=dtype) if bias is None else bias
+        return base.masked_fill(hidden, float("-inf"))
+
+    def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
+        """Each block's mask: built once per distinct window (Gemma 2 alternates two)."""
+        windows = [self.cfg.layer_window(i) if self.causal else None for i in range(len(self.blocks))]
+        built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
+        return [built[w] for w in windows]
+
+    def _alibi_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
         pos = torch.arange(T, device=self.alibi.device)
         distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
         if not self.causal:
@@ -143,11 +161,13 @@ class Stack(nn.Module):
         return x
 
     def block_inputs(self, T: int, dtype: torch.dtype):
-        """(rope, mask) that every block takes at sequence length T."""
-        rope = None
-        if self.cfg.pos_encoding == "rope":
-            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
-        return rope, self.attention_mask(T, dtype)
+        """(rope, mask) that the first block takes at sequence length T."""
+        return self._rope(T, dtype), self.attention_mask(T, dtype, self.cfg.layer_window(0) if self.causal else None)
+
+    def _rope(self, T: int, dtype: torch.dtype):
+        if self.cfg.pos_encoding != "rope":
+            return None
+        return self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
@@ -155,8 +175,8 @@ class Stack(nn.Module):
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
         x = self.embed(idx, token_type_ids)  # (B, T, d)
-        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
-        for block in self.blocks:
+        rope, masks = self._rope(idx.shape[1], x.dtype), self.layer_masks(idx.shape[1], x.dtype)
+        for block, mask in zip(self.blocks, masks):
             x = block(x, rope, mask, memory)
         return x
 
