@@ -40,7 +40,7 @@ from typing import Any, Optional
 
 from tfcalc.config_rules import (
     REL_POS_BUCKETS, REL_POS_MAX_DISTANCE, Activation, Arch, Norm, NormPlacement, ParallelBlock, PosEncoding,
-    check_field_type, field_choices, suggest, validate,
+    check_field_type, suggest, validate,
 )
 from tfcalc.errors import InputError
 
@@ -173,10 +173,6 @@ class ModelConfig:
         return m * math.ceil(hidden / m)
 
     @property
-    def family(self) -> str:
-        return self.arch
-
-    @property
     def encoder_layers(self) -> int:
         """Depth of the bidirectional stack: 0 for a decoder, n_layer for an encoder."""
         if self.arch == "encoder-decoder":
@@ -293,7 +289,6 @@ __all__ = [
     "ModelConfig",
     "FIELD_NAMES",
     "check_field_type",
-    "field_choices",
     "from_mapping",
     "replace",
     "suggest",

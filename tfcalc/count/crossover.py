@@ -1,4 +1,5 @@
-"""When does attention overtake the FFN? The crossover sequence lengths, per layer: pure arithmetic."""
+"""Where attention overtakes the FFN: the smallest sequence length at which, per layer, the attention
+FLOPs reach the FFN's. Pure arithmetic, no torch."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.nonmatmul import ffn_matrices
+from tfcalc.count.terms import ffn_matrices
+
 
 @dataclass(frozen=True)
 class Crossover:
@@ -27,7 +29,8 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
     49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
     A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
-    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never masked: its causal answer is the
+    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never
+    masked: its causal answer is the
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
     """
     d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)

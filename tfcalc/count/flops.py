@@ -38,7 +38,7 @@ scores reach the FFN at T = m·d·f / (2q); the whole attention sub-layer (score
 T = 2·d. Causal: T = m·d·f/q − 1 and T = d·(m·f − 2q − 2k)/q − 1.
 
 Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds, soft-capping) is counted,
-approximately, in tfcalc.count.nonmatmul, and never added to the above.
+approximately, in tfcalc.count.non_matmul, and never added to the above.
 
 Other kinds (tfcalc.config):
 
@@ -57,7 +57,8 @@ Other kinds (tfcalc.config):
 10. a shared expert (Qwen2-MoE) runs on every token: 2·m·B·T·d·f_s, and its gate 2·B·T·d;
 11. BERT's MLM-head transform: 2·B·T·d·d before the LM head (group lm_head).
 Layouts that change no matmul: sandwich and Q/K norms, parallel blocks, partial rotary, soft-capping,
-T5's relative bias (a lookup), OPT's position offset.
+T5's relative bias (a lookup), OPT's position offset. A sliding window changes the causal count only:
+each layer's unmasked pairs (``causal_pairs`` with its window; Gemma 2 alternates two kinds of layer).
 
 Public names (the benchmark imports these):
 
@@ -76,18 +77,18 @@ Public names (the benchmark imports these):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401
-from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
-from tfcalc.count.nonmatmul import (  # noqa: F401  (re-exported: the non-matmul count's public names)
-    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SOFTMAX_PER_SCORE, NonMatmulEntry, ffn_matrices,
-    non_matmul_entries,
-)
 from tfcalc.errors import InputError
+from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
+from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
+from tfcalc.count.non_matmul import non_matmul_entries
+from tfcalc.count.terms import (  # noqa: F401 (re-exported)
+    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SOFTMAX_PER_SCORE, NonMatmulEntry, causal_pairs,
+    check_sizes as _check_sizes, ffn_matrices,
+)
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
           "lm_head", "embeddings")
@@ -95,19 +96,7 @@ SUBLAYER_GROUPS = {"attention": ("attention_proj", "attention_scores"), "ffn": (
 BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
 CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
 
-def causal_pairs(queries: int, keys: int, window: int | None = None) -> int:
-    """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
-    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
-    sliding window W a query at position p sees min(p + 1, W) keys: the sum of min(n, W) over
-    n = keys - queries + 1 .. keys."""
-    if window is None:
-        return queries * (keys - queries) + queries * (queries + 1) // 2
-    lo, hi = keys - queries + 1, keys  # each query's visible keys without the window: n = lo .. hi
-    top = min(hi, window)
-    below = (top * (top + 1) - (lo - 1) * lo) // 2 if lo <= top else 0  # n <= W: n keys
-    return below + window * (hi - max(lo - 1, window)) if hi > window else below
-
-
+# Non-matmul FLOPs per element (see the module docstring for what each counts).
 @dataclass(frozen=True)
 class MatmulEntry:
     """One kind of matmul of the forward pass: ``count`` matmuls (m, k) @ (k, n) per copy."""
@@ -299,12 +288,6 @@ class FlopBreakdown:
         return round(Fraction(flops, self.tokens))
 
 
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive integer; got {value!r}")
-
-
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
     """The source length of an encoder-decoder, or the external states a stack with cross_attention
     reads (default: seq); None for the other kinds."""
@@ -389,6 +372,9 @@ def lm_head_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
 def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
     """Approximate non-matmul FLOPs of one forward pass, by kind (conventions in the module docstring)."""
     return breakdown(cfg, batch, seq).non_matmul_by_kind()
+
+
+# ---------- crossover: when does attention overtake the FFN? ----------
 
 
 # ---------- decoding with a KV cache ----------

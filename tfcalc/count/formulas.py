@@ -1,5 +1,5 @@
-"""The standard training-FLOPs formulas (Kaplan, Chinchilla, PaLM, Megatron), each as its source writes
-it, beside tfcalc's exact count; and the N each source means. Pure arithmetic, no torch."""
+"""The published training-FLOPs formulas (Kaplan et al. 2020, Hoffmann et al. 2022, PaLM, Megatron),
+each evaluated as its source writes it, to set beside tfcalc's exact count. Pure arithmetic, no torch."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as params_count
+from tfcalc.count.terms import check_sizes as _check_sizes
 
-# Tables that are read by lookup, not multiplied: not part of Kaplan's N (nor of PaLM's, untied).
+# Tables that are read by lookup, not multiplied: not part of Kaplan's N (nor of PaLM's).
 POSITION_TABLES = ("token_type_embedding", "position_embedding", "relative_position_bias")
 
 
@@ -56,8 +57,6 @@ def palm_params(cfg: ModelConfig) -> int:
 
 def standard_formulas(cfg: ModelConfig, batch: int, seq: int) -> list[FormulaEstimate]:
     """The textbook training-FLOPs formulas, each as its source writes it, for B sequences of T tokens."""
-    from tfcalc.count.flops import _check_sizes  # flops imports this module: a call-time import, no cycle
-
     _check_sizes(batch=batch, seq=seq)
     B, T, D = batch, seq, batch * seq  # D: tokens in the step
     d, q, f, L, V, H = cfg.d_model, cfg.q_dim, cfg.ffn_dim, cfg.n_layer, cfg.vocab_size, cfg.n_head

@@ -28,37 +28,11 @@ per element of the tensor named:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tfcalc.config import ModelConfig
-
-# Non-matmul FLOPs per element (see the module docstring for what each counts).
-SOFTMAX_PER_SCORE = 5
-NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
-ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
-ROPE_PER_ELEMENT = 3
-SOFTCAP_PER_ELEMENT = 3
-SIGMOID_PER_ELEMENT = 4
-
-
-def ffn_matrices(cfg: ModelConfig) -> int:
-    """How many d×f matrices the FFN multiplies by: 3 for a gated FFN (gate, up, down), else 2."""
-    return 3 if cfg.gated_ffn else 2
-
-
-@dataclass(frozen=True)
-class NonMatmulEntry:
-    """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
-
-    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler, softcap, head
-    label: str
-    per_element: int
-    elements: int
-    copies: int
-
-    @property
-    def total(self) -> int:
-        return self.per_element * self.elements * self.copies
+from tfcalc.count.terms import (
+    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SIGMOID_PER_ELEMENT, SOFTCAP_PER_ELEMENT,
+    SOFTMAX_PER_SCORE, NonMatmulEntry, ffn_matrices,
+)
 
 
 def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
