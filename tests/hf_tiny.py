@@ -94,6 +94,9 @@ def build(name: str):
     if hasattr(config, "_experts_implementation"):  # the per-expert loop: grouped_mm has no FLOP formula
         config._experts_implementation = "eager"
     model = getattr(transformers, case.model)(config).eval()
+    with torch.no_grad():  # biases and norms start at 0 or 1: perturb every weight, so each one shows
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
     return model
 
 

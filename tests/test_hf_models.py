@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from hf_tiny import CASES, SOURCE, T, build, inputs
+from hf_tiny import CASES, SOURCE, T, build, inputs, output
 from tfcalc.count import flops as flops_count
 from tfcalc.count import params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
@@ -72,3 +72,53 @@ def test_forward_flops_equal_flop_counter_mode(saved, name):
     cfg = load(str(folder / "config.json"))
     src = SOURCE if CASES[name].inputs in ("seq2seq", "cross") else None
     assert flops_count.forward_flops(cfg, 2, T, src_seq=src) == _hf_flops(name, model)
+
+
+# ---------- the same function: real weights in tfcalc's own model ----------
+
+
+def _tfcalc_output(name: str, model, kw):
+    import torch
+
+    with torch.no_grad():
+        if CASES[name].inputs == "seq2seq":
+            out = model(kw["input_ids"], kw["decoder_input_ids"])
+        elif CASES[name].inputs == "cross":
+            out = model(kw["input_ids"], memory=kw["encoder_hidden_states"])
+        else:
+            out = model(kw["input_ids"])
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_loaded_checkpoint_computes_what_transformers_computes(saved, name):
+    """load_model reads the save_pretrained safetensors into tfcalc's model; in fp32 its outputs (logits,
+    or BertModel's hidden states and pooled token) are transformers' within 1e-4 on random ids."""
+    import torch
+
+    import tfcalc
+
+    model, folder = saved(name)
+    ours = tfcalc.load_model(str(folder))
+    kw = inputs(name, seed=7)
+    with torch.no_grad():
+        ref = model(**kw)
+    got = _tfcalc_output(name, ours, kw)
+    if isinstance(got, tuple):  # BertModel: (hidden states, pooled first token)
+        got, pooled = got
+        assert (pooled - ref.pooler_output).abs().max() <= 1e-4
+    expected = output(name, ref)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max() <= 1e-4
+    assert expected.abs().max() > 0.1  # outputs of a size where a wrong weight would show
+
+
+def test_bench_times_the_loaded_weights(saved, cli):
+    _, folder = saved("llama")
+    r = cli("bench", str(folder), "--weights", str(folder), "--seq", "8", "--warmup", "0", "--repeat", "1",
+            "--matmul-size", "64", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["weights"] == str(folder) and data["tokens_per_s"] > 0
+    other = cli("bench", "gpt2", "--weights", str(folder), "--seq", "8")
+    assert other.code == 2 and "its config.json is another model" in other.err

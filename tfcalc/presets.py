@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
-from tfcalc import hf_config
+from tfcalc import hf_config, hub_cache
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig
@@ -167,7 +168,50 @@ def load_preset(name: str, overrides: list[str] = ()) -> ModelConfig:
     return _config_from(_read_yaml(preset_dir() / f"{name}.yaml"), f"preset {name}", list(overrides))
 
 
+@dataclass(frozen=True)
+class Source:
+    """What a model argument named: its config, and where its weights are when it names a checkpoint."""
+
+    cfg: ModelConfig
+    folder: Optional[Path] = None  # a model folder (config.json, maybe safetensors)
+    weights: Optional[Path] = None  # the checkpoint: a .safetensors file or a folder holding them
+
+
+def checkpoint_source(spec: str, overrides: list[str] = ()) -> Source:
+    """A model folder, a .safetensors file (config.json beside it), a Hugging Face id in the local
+    cache, or anything load() reads; for the first three, where the weights are (None when the folder
+    holds no safetensors file)."""
+    path = Path(spec).expanduser()
+    if path.is_dir() or path.suffix.lower() == ".safetensors":
+        folder = path if path.is_dir() else path.parent
+        return _folder_source(folder, path, spec, overrides)
+    if not path.exists() and hub_cache.is_repo_id(spec):
+        folder = hub_cache.snapshot(spec)
+        return _folder_source(folder, folder, spec, overrides, name=spec.split("/")[1])
+    return Source(load(spec, overrides))
+
+
+def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str], name: Optional[str] = None) -> Source:
+    config = folder / "config.json"
+    if not weights.exists():
+        raise ConfigError(f"{weights}: no such file")
+    if not config.is_file():
+        raise ConfigError(f"{spec}: no config.json in {folder} (tfcalc reads the shapes from it)")
+    data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)
+    if name:
+        data["name"] = name
+    data["source"] = f"{spec} ({data['source']})"
+    # weights: safetensors files or an index (a folder of pickled .bin files is refused when read)
+    has_weights = weights.is_file() or any(weights.glob("*.safetensors")) or any(weights.glob("*.bin")) or (
+        weights / "model.safetensors.index.json").exists()
+    return Source(_config_from(data, config.name, list(overrides)), folder, weights if has_weights else None)
+
+
 def load(spec: str, overrides: list[str] = ()) -> ModelConfig:
-    """A preset name or alias, or a path to a YAML file or a Hugging Face config.json; then the --set
-    overrides on top."""
+    """A preset name or alias; a path to a YAML file, a Hugging Face config.json, a model folder or a
+    .safetensors file beside its config.json; or a Hugging Face id (org/name) in the local cache. Then
+    the --set overrides on top."""
+    path = Path(spec).expanduser()
+    if path.is_dir() or path.suffix.lower() == ".safetensors" or (not path.exists() and hub_cache.is_repo_id(spec)):
+        return checkpoint_source(spec, overrides).cfg
     return load_file(spec, overrides) if is_path(spec) else load_preset(spec, overrides)

@@ -5,7 +5,7 @@ is allocated when the estimate does not fit (tfcalc.measure.fit)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
@@ -26,6 +26,7 @@ class BenchPlan:
     repeat: int
     compile: bool
     matmul_size: int
+    weights: Optional[str] = None  # a checkpoint whose weights the timed model holds (random weights when None)
 
     @property
     def calls(self) -> int:
@@ -72,7 +73,12 @@ def run_plan(plan: BenchPlan, advance: Callable[[], None]) -> dict[str, Any]:
     require_fits(estimate, plan.device, what, _hint(plan))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
-    model = build_model(plan.run_cfg, device, dtype)
+    if plan.weights:  # the checkpoint's own weights (tfcalc.model.load): the same FLOPs, real values
+        from tfcalc.model.load import load_model
+
+        model = load_model(plan.weights, device, dtype)
+    else:
+        model = build_model(plan.run_cfg, device, dtype)
     runner = torch.compile(model) if plan.compile else model
     ceiling = bench.matmul_ceiling(device, dtype, plan.matmul_size, plan.warmup, plan.repeat, advance)
     tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
