@@ -73,6 +73,7 @@ def configs(draw) -> ModelConfig:
         lm_head_bias=lm_head and draw(st.booleans()),
         router_norm_topk=not moe or draw(st.booleans()),
         shared_expert_d_ff=draw(st.sampled_from([None, 5, 12])) if moe else None,
+        expert_capacity_factor=draw(st.sampled_from([None, None, 0.5, 1.25, 8.0])) if moe else None,
     )
     layout_fields["shared_expert_gate"] = layout_fields["shared_expert_d_ff"] is not None and draw(st.booleans())
     window = draw(st.sampled_from([None, None, 1, 3, 8])) if arch != "encoder" else None

@@ -197,3 +197,35 @@ def test_a_windowed_layer_sees_only_the_last_w_positions():
 def test_bad_windows_are_refused(changes, message):
     with pytest.raises(ConfigError, match=message):
         tiny(**changes)
+
+
+# ---------- expert capacity (Switch Transformers): padded buffers, dropped tokens ----------
+
+MOE = dict(n_expert=4, n_expert_active=2, gated_ffn=True, d_ff=16, ffn_bias=False)
+
+
+def test_capacity_sets_the_expert_flops_whatever_the_routing():
+    from tfcalc.measure.flops import measure_flops
+
+    B, T = 2, 8  # 16 tokens, 32 token-expert pairs over 4 experts
+    dropless = flops_count.breakdown(tiny(**MOE), B, T).components()["expert_ffn_up"]
+    for factor, capacity in ((1.25, 10), (0.25, 2)):  # ceil(factor · 2 · 16 / 4)
+        cfg = tiny(**MOE, expert_capacity_factor=factor)
+        assert cfg.expert_capacity(B * T) == capacity
+        up = flops_count.breakdown(cfg, B, T).components()["expert_ffn_up"]
+        assert up * 32 == dropless * 4 * capacity  # 4 buffers of C rows in place of 32 rows
+        for device in ("cpu", "meta"):
+            assert measure_flops(cfg, B, T, device).total == flops_count.forward_flops(cfg, B, T)
+    with pytest.raises(ConfigError, match="expert_capacity_factor applies to a mixture of experts only"):
+        tiny(expert_capacity_factor=1.0)
+
+
+def test_tokens_past_an_experts_capacity_are_dropped_in_order():
+    cfg = tiny(**MOE, expert_capacity_factor=0.25, n_layer=1)  # 16 tokens: C = 2 rows per expert
+    moe = build_model(cfg, "cpu").blocks[0].ffn
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[:2] = 1.0  # with positive inputs every token picks experts 0 and 1
+        x = torch.rand(1, 16, 32) + 0.1
+        out = moe(x)[0]
+    assert out[:2].abs().sum() > 0 and torch.equal(out[2:], torch.zeros(14, 32))  # tokens 0 and 1 fit

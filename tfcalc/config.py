@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -129,6 +130,9 @@ class ModelConfig:
     router_norm_topk: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
     shared_expert_d_ff: Optional[int] = None  # width of an always-on shared expert FFN (Qwen2-MoE)
     shared_expert_gate: bool = False  # the shared expert's output times sigmoid(Linear(d, 1)) (Qwen2-MoE)
+    # each expert takes at most ceil(factor · k · tokens / n_expert) tokens of a batch, in a buffer of that
+    # many rows; tokens past it are dropped (Fedus et al. 2022, Switch Transformers, sec. 2.2). None: dropless
+    expert_capacity_factor: Optional[float] = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -193,6 +197,14 @@ class ModelConfig:
     def o_bias(self) -> bool:
         """Whether the attention output projection has a bias (attn_out_bias, else attn_bias)."""
         return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
+
+    def expert_capacity(self, tokens: int) -> Optional[int]:
+        """Rows each expert's buffer holds for a batch of ``tokens`` tokens: ceil(factor · k · tokens / E)
+        (Switch Transformers, eq. 3, with k experts per token as GShard routes); None when dropless."""
+        if self.expert_capacity_factor is None:
+            return None
+        factor = Fraction(str(self.expert_capacity_factor))  # 1.25 exactly, not its binary neighbour
+        return math.ceil(factor * self.experts_active * tokens / self.experts)
 
     @property
     def rope_dim(self) -> int:

@@ -39,7 +39,7 @@ _OPTIONAL_INT_FIELDS = (
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
-_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap")
+_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor")
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
@@ -177,7 +177,8 @@ def _validate_kind(cfg) -> None:
             f"n_expert_active ({cfg.n_expert_active}) must not exceed n_expert ({cfg.n_expert})"
         )
     if cfg.n_expert is None:
-        for name, default in (("shared_expert_d_ff", None), ("shared_expert_gate", False), ("router_norm_topk", True)):
+        for name, default in (("shared_expert_d_ff", None), ("shared_expert_gate", False), ("router_norm_topk", True),
+                              ("expert_capacity_factor", None)):
             if getattr(cfg, name) != default:
                 raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
     if cfg.shared_expert_gate and cfg.shared_expert_d_ff is None:

@@ -345,12 +345,29 @@ def activations(
         head["encoder_embedding_norm"] = sources * norm_bytes(cfg, e) if cfg.embedding_norm else 0
         head["encoder_final_norm"] = sources * norm_bytes(cfg, e) if cfg.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
+    if cfg.expert_capacity_factor is not None:
+        _capacity_terms(cfg, per_layer, batch * seq, e)
+        if more:
+            _capacity_terms(cfg, more["encoder_per_layer"], batch * (seq if src_seq is None else src_seq), e)
     if cfg.windowed_layers and cfg.sliding_window < seq and default_attention(cfg) == "flash":
         # the window is an explicit (T, T) mask there, one tensor for every windowed block, which the
         # fused kernel keeps for its backward (ALiBi's, T5's and capped scores add it in instead)
         head["window_mask"] = e * seq * seq
     loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
     return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more)
+
+
+def _capacity_terms(cfg: ModelConfig, per_layer: dict[str, int], tokens: int, e: int) -> None:
+    """With an expert capacity C, each expert keeps its buffer of C rows (input and output, e·h each;
+    its hidden tensors as the FFN's), and per token-expert pair it kept, the weighted output and the
+    weight; counted as if no pair were dropped (exact when C >= tokens; an upper bound otherwise,
+    since which pairs are dropped depends on the routing)."""
+    h, f, k, E = cfg.d_model, cfg.ffn_dim, cfg.experts_active, cfg.experts
+    buffer_rows = E * cfg.expert_capacity(tokens)
+    kept = min(tokens * k, buffer_rows)
+    per_layer["ffn_hidden"] = buffer_rows * _ffn_factor(cfg) * e * f
+    softmax = FP32 * tokens * (k if cfg.router_norm_topk else E)
+    per_layer["moe_routing"] = buffer_rows * 2 * e * h + kept * (e * h + e) + softmax
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:

@@ -32,6 +32,9 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never
     masked: its causal answer is the
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
+    Full attention and a dropless MoE: a sliding window caps the causal scores at W keys per query (they
+    may never reach the FFN), and an expert capacity makes the FFN a step function of T; neither is
+    modelled here.
     """
     d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
     ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)

@@ -37,8 +37,7 @@ scores reach the FFN at T = m·d·f / (2q); the whole attention sub-layer (score
 2·d·T·(2q + 2k)) at T = d·(m·f − 2q − 2k) / (2q). With q = k = d, f = 4·d, m = 2 (GPT-3): T = 4·d and
 T = 2·d. Causal: T = m·d·f/q − 1 and T = d·(m·f − 2q − 2k)/q − 1.
 
-Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds, soft-capping) is counted,
-approximately, in tfcalc.count.non_matmul, and never added to the above.
+Non-matmul work (softmax, norms, activations, RoPE, bias adds, ...): tfcalc.count.non_matmul, apart.
 
 Other kinds (tfcalc.config):
 
@@ -54,11 +53,12 @@ Other kinds (tfcalc.config):
    (never masked). The LM head runs over the B·T target tokens. Decoding reuses the encoder output and
    the cross-attention K and V (the cross KV cache): one step does neither again. A decoder-only stack
    with cross_attention (GPT-2's add_cross_attention) does the same against S external states;
-10. a shared expert (Qwen2-MoE) runs on every token: 2·m·B·T·d·f_s, and its gate 2·B·T·d;
-11. BERT's MLM-head transform: 2·B·T·d·d before the LM head (group lm_head).
-Layouts that change no matmul: sandwich and Q/K norms, parallel blocks, partial rotary, soft-capping,
-T5's relative bias (a lookup), OPT's position offset. A sliding window changes the causal count only:
-each layer's unmasked pairs (``causal_pairs`` with its window; Gemma 2 alternates two kinds of layer).
+10. a shared expert (Qwen2-MoE) runs on every token: 2·m·B·T·d·f_s, its gate 2·B·T·d; with a capacity
+    factor c (Fedus et al. 2022, sec. 2.2) each expert multiplies a buffer of C = ceil(c·k·B·T / E) rows,
+    2·m·E·C·d·f whatever the routing: padding when c > 1, dropped tokens when c < 1;
+11. BERT's MLM-head transform: 2·B·T·d·d before the LM head. No matmul changes with sandwich and Q/K
+    norms, parallel blocks, partial rotary, soft-capping, T5's bias (a lookup), OPT's offset; a sliding
+    window changes the causal count only (``causal_pairs`` per layer: Gemma 2 alternates two kinds).
 
 Public names (the benchmark imports these):
 
@@ -70,9 +70,8 @@ Public names (the benchmark imports these):
 - One block's sub-layers: ``attention_proj_flops``, ``attention_score_flops(..., causal=False)``,
   ``attention_flops(..., causal=False)`` (projections + scores), ``ffn_flops``; and ``lm_head_flops``.
 - ``non_matmul_flops(cfg, batch, seq) -> dict`` (whole forward, by kind).
-- ``crossover_seq(cfg, causal=False) -> Crossover(scores_vs_ffn, attention_vs_ffn)``.
-- ``decode_flops(cfg, batch, context)``: one generated token per sequence against a KV cache.
-- ``standard_formulas(cfg, batch, seq) -> list[FormulaEstimate]`` with ``kaplan_params``, ``palm_params``.
+- ``decode_flops(cfg, batch, context)``: one generated token per sequence against a KV cache;
+  ``crossover_seq`` and ``standard_formulas`` (re-exported from tfcalc.count.crossover and .formulas).
 """
 
 from __future__ import annotations
@@ -210,6 +209,10 @@ def _stack_matmuls(
         linear("router", "ffn", "MoE router", d, cfg.experts)
         name, routed = "expert_ffn", rows * cfg.experts_active  # each token runs its top-k experts only
         label = f"expert FFN (top-{cfg.experts_active} of {cfg.experts})"
+        capacity = cfg.expert_capacity(rows)
+        if capacity is not None:  # fixed buffers of C rows per expert, padded or dropping (Switch Transformers)
+            routed = cfg.experts * capacity
+            label += f", {capacity} rows each"
     if cfg.gated_ffn:
         linear(f"{name}_gate", "ffn", f"{label} gate", d, f, routed)
     linear(f"{name}_up", "ffn", f"{label} up", d, f, routed)

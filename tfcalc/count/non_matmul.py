@@ -72,8 +72,10 @@ def _bias_elements(cfg: ModelConfig, batch: int, seq: int, src: int | None) -> i
         out += tokens * (q + 2 * k) + (tokens * q + batch * src * 2 * k if cross else 0)
     if cfg.o_bias:
         out += tokens * d * (2 if cross else 1)
-    if cfg.ffn_bias:  # (gate,) up and down, for each routed copy; a shared expert on every token
-        out += tokens * cfg.experts_active * ((ffn_matrices(cfg) - 1) * f + d)
+    if cfg.ffn_bias:  # (gate,) up and down, for each routed copy (each buffer row); a shared expert on every token
+        capacity = cfg.expert_capacity(tokens)
+        rows = tokens * cfg.experts_active if capacity is None else cfg.experts * capacity
+        out += rows * ((ffn_matrices(cfg) - 1) * f + d)
         if cfg.shared_expert_d_ff:
             out += tokens * ((ffn_matrices(cfg) - 1) * cfg.shared_expert_d_ff + d)
     return out
@@ -88,6 +90,8 @@ def _stack_non_matmul(
     cross = src is not None
     cross_scores = batch * cfg.n_head * seq * src if cross else 0
     routed = tokens * cfg.experts_active  # token rows the FFN (or the top-k experts) runs on
+    capacity = cfg.expert_capacity(tokens)
+    expert_rows = routed if capacity is None else cfg.experts * capacity  # a capacity: E buffers of C rows
     norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
     act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
     sublayers = 3 if cross else 2
@@ -95,7 +99,7 @@ def _stack_non_matmul(
     out = [
         NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
         NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{norms} per block", norm, tokens * d, norms * L),
-        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, routed * f, L),
+        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, expert_rows * f, L),
         NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
     ]
     if cfg.qk_norm:

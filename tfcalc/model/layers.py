@@ -179,10 +179,15 @@ class MixtureOfExperts(nn.Module):
     outputs weighted by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2), or
     (router_norm_topk false) by their softmax over all experts, not renormalized (Qwen2-MoE with
     norm_topk_prob false). A shared expert, when configured, runs on every token and is added, times
-    sigmoid of a one-output gate (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock)."""
+    sigmoid of a one-output gate (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock).
+
+    With a capacity factor (Switch Transformers, sec. 2.2) each expert runs a fixed buffer of C rows:
+    the first C tokens routed to it, in position order, padded with zeros when fewer come; the rest are
+    dropped (their residual carries them). The experts then multiply E·C rows, whatever the routing."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.cfg = cfg
         self.top_k, self.renormalize = cfg.experts_active, cfg.router_norm_topk
         self.router = Linear(cfg.d_model, cfg.experts, bias=False)
         self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
@@ -208,22 +213,32 @@ class MixtureOfExperts(nn.Module):
         else:
             weights, chosen = logits.float().softmax(dim=-1).topk(self.top_k, dim=-1)
             weights = weights.to(flat.dtype)
+        capacity = self.cfg.expert_capacity(flat.shape[0])
         if flat.is_meta:
-            return self._meta_forward(flat, weights)
+            return self._meta_forward(flat, weights, capacity)
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)  # the tokens routed to expert e
-            y = expert(flat.index_select(0, token)) * weights[token, slot, None]  # (n_e, d)
+            token, slot = (chosen == e).nonzero(as_tuple=True)  # the tokens routed to expert e, in order
+            rows = flat.index_select(0, token[:capacity] if capacity is not None else token)  # (n_e, d)
+            if capacity is not None:
+                token, slot = token[:capacity], slot[:capacity]  # past the capacity: dropped
+                rows = F.pad(rows, (0, 0, 0, capacity - rows.shape[0]))  # (C, d): a fixed-size buffer
+            y = expert(rows)[: token.shape[0]] * weights[token, slot, None]  # (n_e, d)
             out.index_add_(0, token, y)
         return out
 
-    def _meta_forward(self, flat: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def _meta_forward(self, flat: torch.Tensor, weights: torch.Tensor, capacity: int | None) -> torch.Tensor:
         """On meta there are no values, so no routing (nonzero cannot run): the N·k token-expert pairs are
-        dealt out evenly instead, in contiguous runs, one run per expert. Any routing does the same matmul
-        FLOPs, since the experts together always see N·k rows; the output depends on every expert, so a
-        backward pass counts theirs too."""
+        dealt out evenly instead, in contiguous runs, one run per expert (C rows each with a capacity).
+        Any routing does the same matmul FLOPs, since the experts together always see N·k rows (E·C with
+        a capacity); the output depends on every expert, so a backward pass counts theirs too."""
         n_pairs, n_expert = flat.shape[0] * self.top_k, len(self.experts)
         pairs = flat.repeat_interleave(self.top_k, dim=0)  # (N·k, d): each token once per chosen expert
-        runs = [n_pairs // n_expert + (e < n_pairs % n_expert) for e in range(n_expert)]
-        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs))])  # (N·k, d)
+        if capacity is None:
+            runs = [n_pairs // n_expert + (e < n_pairs % n_expert) for e in range(n_expert)]
+        else:
+            runs, pairs = [capacity] * n_expert, F.pad(pairs, (0, 0, 0, max(0, capacity * n_expert - n_pairs)))
+            pairs = pairs[: capacity * n_expert]
+        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs))])  # (Σ runs, d)
+        y = F.pad(y, (0, 0, 0, max(0, n_pairs - y.shape[0])))[:n_pairs]  # (N·k, d): dropped pairs are 0
         return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)
