@@ -240,12 +240,31 @@ def test_set_overrides_apply_to_config_json(tmp_path):
         ({**GPT2, "activation_function": "quick_gelu"}, "'activation_function' 'quick_gelu' is not an activation"),
         ({k: v for k, v in GPT2.items() if k != "model_type"}, "no 'model_type' field"),
         ({**LLAMA3_8B, "num_key_value_heads": 5}, "must be a multiple of n_kv_head (5)"),
+        ({**LLAMA3_8B, "hidden_size": 512, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 48},
+         "'hidden_size' (512) is not a multiple of 'num_attention_heads' (12): transformers refuses"),
+        ({**FALCON_7B, "alibi": True}, "'alibi': True is not supported"),
+        ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
+        ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
+        ({**QWEN15_MOE, "mlp_only_layers": [0]}, "a non-empty 'mlp_only_layers'"),
+        ({**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 40},
+         "'layer_types' is not every k-th layer full attention"),
+        ({**QWEN2_7B, "use_sliding_window": True}, "'use_sliding_window' with 'max_window_layers' > 0"),
+        ({**GEMMA_7B, "use_bidirectional_attention": True}, "'use_bidirectional_attention': True is not supported"),
+        ({**BERT_BASE, "architectures": ["BertModel"], "is_decoder": True}, "'is_decoder': true with BertModel"),
+        ({**LLAMA3_8B, "architectures": ["LlamaForSequenceClassification"]},
+         "'architectures' 'LlamaForSequenceClassification' is not supported (supported: LlamaForCausalLM, LlamaModel)"),
+        ({**LLAMA3_8B, "torch_dtype": "int8"}, "'torch_dtype' 'int8' is not one of float32, bfloat16, float16"),
+        ({**T5_BASE, "num_heads": "12"}, "'num_heads': field 'n_head' must be an integer"),
+        ({**GEMMA2_9B, "query_pre_attn_scalar": "big"}, "'query_pre_attn_scalar' must be a number"),
         ("{\"model_type\": \"gpt2\",", "not valid JSON at line 1"),
         ("[1, 2]", "expected a JSON object of config fields, got a list"),
         ("", "not valid JSON"),
     ],
     ids=["unsupported-type", "missing-field", "missing-experts", "null-required", "wrong-type", "relative-positions",
-         "unknown-activation", "no-model-type", "indivisible-kv", "malformed", "not-an-object", "empty"],
+         "unknown-activation", "no-model-type", "indivisible-kv", "hf-refuses-heads", "falcon-alibi",
+         "flag-type", "opt-projection", "moe-dense-layers", "irregular-layer-types", "qwen-partial-window",
+         "gemma-bidirectional", "bertmodel-decoder", "unsupported-head", "bad-dtype", "t5-type", "number-type",
+         "malformed", "not-an-object", "empty"],
 )
 def test_bad_config_json_is_one_line_naming_the_file_and_key(tmp_path, cli, content, message):
     path = _write(tmp_path, content)
@@ -259,3 +278,23 @@ def test_bad_config_json_is_one_line_naming_the_file_and_key(tmp_path, cli, cont
 def test_missing_json_file(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load(str(tmp_path / "config.json"))
+
+
+def test_what_the_new_types_map_to(tmp_path):
+    gemma2 = load(_write(tmp_path, GEMMA2_9B, folder="g2"))
+    assert (gemma2.sliding_window, gemma2.full_attention_every, gemma2.attn_scale) == (4096, 2, 1 / 16)
+    assert (gemma2.attn_softcap, gemma2.logit_softcap, gemma2.norm_placement, gemma2.dtype) == (50.0, 30.0, "sandwich", "fp32")
+    assert [gemma2.layer_window(i) for i in range(3)] == [4096, None, 4096]  # Gemma2Config: layer 0 windowed
+    phi3 = load(_write(tmp_path, PHI3_MINI, folder="p3"))
+    assert phi3.sliding_window == 2047 and phi3.full_attention_every is None and phi3.dtype == "bf16"
+    qwen2 = load(_write(tmp_path, QWEN2_7B, folder="q2"))
+    assert qwen2.sliding_window is None and qwen2.attn_bias and not qwen2.o_bias  # use_sliding_window false
+    pythia = load(_write(tmp_path, PYTHIA_1_4B, folder="py"))
+    assert (pythia.rope_fraction, pythia.rope_dim, pythia.parallel_block) == (0.25, 32, "two_norms")
+    falcon = load(_write(tmp_path, FALCON_7B, folder="f"))
+    assert (falcon.kv_heads, falcon.parallel_block, falcon.tie_embeddings) == (1, "shared_norm", True)
+    t5 = load(_write(tmp_path, T5_BASE, folder="t5"))
+    assert (t5.arch, t5.pos_encoding, t5.rel_buckets, t5.attn_scale, t5.encoder_layers) == (
+        "encoder-decoder", "relative", 32, 1.0, 12)
+    base = load(_write(tmp_path, {**QWEN3_8B, "architectures": ["Qwen3Model"]}, folder="q3"))
+    assert not base.lm_head and base.qk_norm and count.total(base) == 8_190_735_360 - 151936 * 4096
