@@ -72,7 +72,8 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
                       Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r))
     _component_rows(table, r, verbose)
     if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
-        table.add(f"Positions: {cfg.pos_encoding}, no parameters", None, None, None, None, style="dim")
+        partial = f" on {cfg.rope_dim} of {cfg.head_dim} channels per head" if cfg.rope_dim < cfg.head_dim else ""
+        table.add(f"Positions: {cfg.pos_encoding}{partial}, no parameters", None, None, None, None, style="dim")
     table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
     if r.empirical is not None:
         mark = "✓ agree" if r.agrees else "✗ DISAGREE"
