@@ -19,6 +19,8 @@
   ...), layer_norm_epsilon, tie_word_embeddings. An encoder-decoder with one shared token embedding,
   RMSNorm (T5LayerNorm) before each sub-layer, no biases, unscaled scores, and a relative position bias
   per stack. T5 has no position limit; max_seq_len is n_positions (default 512, what it was trained on).
+  tie_word_embeddings false (T5 v1.1) counts an untied LM head, as those checkpoints store one
+  (transformers 5's T5Config forces tying and keeps the flag only to decide the output scaling).
   T5ForConditionalGeneration, T5Model (no head) or T5EncoderModel (the encoder alone).
 """
 
