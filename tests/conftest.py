@@ -41,7 +41,7 @@ def configs(draw) -> ModelConfig:
     n_kv_head = draw(st.integers(1, 4))
     n_head = n_kv_head * draw(st.integers(1, 3))
     explicit_head = draw(st.booleans())
-    pos = draw(st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none"]))
+    pos = draw(st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none", "relative"]))
     if explicit_head:
         d_head = 2 * draw(st.integers(1, 6))
         d_model = 2 * draw(st.integers(2, 24))
@@ -60,6 +60,33 @@ def configs(draw) -> ModelConfig:
     n_expert = draw(st.integers(1, 4)) if moe else None
     n_expert_active = draw(st.integers(1, n_expert)) if moe else None
     lm_head = arch != "encoder" or draw(st.booleans())
+    head_dim = d_head if explicit_head else d_model // n_head
+    placement = draw(st.sampled_from(["pre", "post", "sandwich"]))
+    cross = arch != "encoder-decoder" and draw(st.integers(0, 4)) == 0
+    layout_fields = dict(
+        norm_placement=placement,
+        parallel_block=draw(st.sampled_from(["none", "shared_norm", "two_norms"]))
+        if placement == "pre" and arch != "encoder-decoder" and not cross else "none",
+        attn_out_bias=draw(st.sampled_from([None, True, False])),
+        qk_norm=draw(st.booleans()),
+        rope_fraction=1.0 if pos != "rope" or head_dim < 4 or head_dim % 4 else draw(st.sampled_from([1.0, 0.5])),
+        attn_scale=draw(st.sampled_from([None, 1.0, 0.3])),
+        attn_softcap=draw(st.sampled_from([None, None, 0.5, 20.0])),
+        logit_softcap=draw(st.sampled_from([None, 2.0])) if lm_head else None,
+        rel_pos_buckets=draw(st.sampled_from([None, 4, 8, 12])) if pos == "relative" else None,
+        rel_pos_max_distance=draw(st.sampled_from([None, 20])) if pos == "relative" else None,
+        cross_attention=cross,
+        position_offset=draw(st.sampled_from([0, 2])) if pos == "learned" else 0,
+        lm_head_transform=lm_head and draw(st.booleans()),
+        lm_head_bias=lm_head and draw(st.booleans()),
+        router_norm_topk=not moe or draw(st.booleans()),
+        shared_expert_d_ff=draw(st.sampled_from([None, 5, 12])) if moe else None,
+        expert_capacity_factor=draw(st.sampled_from([None, None, 0.5, 1.25, 8.0])) if moe else None,
+    )
+    layout_fields["shared_expert_gate"] = layout_fields["shared_expert_d_ff"] is not None and draw(st.booleans())
+    window = draw(st.sampled_from([None, None, 1, 3, 8])) if arch != "encoder" else None
+    layout_fields["sliding_window"] = window
+    layout_fields["full_attention_every"] = draw(st.sampled_from([None, 2, 3])) if window else None
     kind_fields = dict(
         arch=arch,
         n_encoder_layer=draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None,
@@ -83,7 +110,6 @@ def configs(draw) -> ModelConfig:
         max_seq_len=draw(st.integers(1, 24)),
         pos_encoding=pos,
         norm=norm,
-        norm_placement=draw(st.sampled_from(["pre", "post"])),
         final_norm=draw(st.booleans()),
         activation=draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"])),
         gated_ffn=draw(st.booleans()),
@@ -92,6 +118,7 @@ def configs(draw) -> ModelConfig:
         norm_bias=norm == "layernorm" and draw(st.booleans()),
         **ffn_fields,
         **kind_fields,
+        **layout_fields,
     )
 
 

@@ -42,8 +42,81 @@ BERT_BASE = {
     "num_hidden_layers": 12, "pad_token_id": 0, "position_embedding_type": "absolute", "type_vocab_size": 2,
     "vocab_size": 30522,
 }
+# The files of the new presets' models (Hugging Face Hub, as published), and of models without a preset.
+QWEN2_7B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu", "hidden_size": 3584,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28, "num_attention_heads": 28,
+    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+GEMMA2_9B = {
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": False, "attn_logit_softcapping": 50.0,
+    "cache_implementation": "hybrid", "final_logit_softcapping": 30.0, "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584,
+    "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 16, "num_hidden_layers": 42,
+    "num_key_value_heads": 8, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "sliding_window": 4096, "sliding_window_size": 4096, "torch_dtype": "float32", "vocab_size": 256000,
+}
+PHI3_MINI = {
+    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_bias": False, "hidden_act": "silu",
+    "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 4096, "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+    "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "vocab_size": 32064,
+}
+PYTHIA_1_4B = {
+    "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_act": "gelu", "hidden_size": 2048,
+    "intermediate_size": 8192, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "num_attention_heads": 16,
+    "num_hidden_layers": 24, "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "use_parallel_residual": True, "vocab_size": 50304,
+}
+FALCON_7B = {
+    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+    "model_type": "falcon", "bias": False, "hidden_size": 4544, "layer_norm_epsilon": 1e-05, "multi_query": True,
+    "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": True,
+    "torch_dtype": "bfloat16", "vocab_size": 65024,
+}
+T5_BASE = {
+    "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_ff": 3072, "d_kv": 64, "d_model": 768,
+    "decoder_start_token_id": 0, "dropout_rate": 0.1, "layer_norm_epsilon": 1e-06, "n_positions": 512, "num_heads": 12,
+    "num_layers": 12, "relative_attention_num_buckets": 32, "vocab_size": 32128,
+}
+QWEN15_MOE = {
+    "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "decoder_sparse_step": 1, "hidden_act": "silu",
+    "hidden_size": 2048, "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+    "moe_intermediate_size": 1408, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts": 60,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 151936,
+}
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
+    "max_window_layers": 36, "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 151936,
+}
+GEMMA_7B = {
+    "architectures": ["GemmaForCausalLM"], "model_type": "gemma", "attention_bias": False, "head_dim": 256,
+    "hidden_act": "gelu", "hidden_size": 3072, "intermediate_size": 24576, "max_position_embeddings": 8192,
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_scaling": None, "rope_theta": 10000.0, "torch_dtype": "bfloat16", "vocab_size": 256000,
+}
+OPT_1_3B = {
+    "activation_function": "relu", "architectures": ["OPTForCausalLM"], "model_type": "opt", "do_layer_norm_before": True,
+    "ffn_dim": 8192, "hidden_size": 2048, "max_position_embeddings": 2048, "num_attention_heads": 32,
+    "num_hidden_layers": 24, "torch_dtype": "float16", "vocab_size": 50272, "word_embed_proj_dim": 2048,
+}
 HUB = {"gpt2": (GPT2, "gpt2"), "llama": (LLAMA3_8B, "llama3-8b"), "mistral": (MISTRAL_7B, "mistral-7b"),
-       "mixtral": (MIXTRAL_8X7B, "mixtral-8x7b"), "bert": (BERT_BASE, "bert-base")}
+       "mixtral": (MIXTRAL_8X7B, "mixtral-8x7b"), "bert": ({**BERT_BASE, "architectures": ["BertModel"]}, "bert-base"),
+       "qwen2": (QWEN2_7B, "qwen2-7b"), "gemma2": (GEMMA2_9B, "gemma-2-9b"), "phi3": (PHI3_MINI, "phi-3-mini"),
+       "gpt_neox": (PYTHIA_1_4B, "pythia-1.4b"), "falcon": (FALCON_7B, "falcon-7b"), "t5": (T5_BASE, "t5-base")}
+# Published totals of models without a preset: Qwen1.5-MoE-A2.7B (model card: 14.3B, 2.7B activated),
+# Qwen3-8B (model card: 8.2B, 6.95B without embeddings), Gemma 7B (Gemma Team 2024, Table 2: 7,751,248,896
+# non-embedding; the checkpoint's vocabulary is 256,000, not the table's 256,128), OPT-1.3B
+# (Zhang et al. 2022, Table 1: 1.3B); exact figures from transformers (test_hf_reference.py).
+NO_PRESET = {"qwen2_moe": QWEN15_MOE, "qwen3": QWEN3_8B, "gemma": GEMMA_7B, "opt": OPT_1_3B}
 
 
 def _write(tmp_path, data, name="config.json", folder="model"):
@@ -54,7 +127,7 @@ def _write(tmp_path, data, name="config.json", folder="model"):
 
 
 def test_every_supported_type_is_tested():
-    assert set(HUB) == set(SUPPORTED_MODEL_TYPES)
+    assert set(HUB) | set(NO_PRESET) == set(SUPPORTED_MODEL_TYPES)
 
 
 @pytest.mark.parametrize("model_type", list(HUB))
@@ -78,9 +151,34 @@ def test_mixtral_config_json_total_and_active(tmp_path):
     assert count.total(cfg) == 46_702_792_704 and count.active_total(cfg) == 12_879_925_248
 
 
-def test_bert_config_is_bertmodel(tmp_path):
-    cfg = load(_write(tmp_path, BERT_BASE))
+def test_bert_architectures_pick_the_head(tmp_path):
+    cfg = load(_write(tmp_path, {**BERT_BASE, "architectures": ["BertModel"]}))
     assert cfg.arch == "encoder" and cfg.pooler and not cfg.lm_head and count.total(cfg) == 109_482_240
+    # BertForMaskedLM: no pooler; the MLM head's transform (d·d + d), LayerNorm (2d) and vocabulary bias
+    mlm = load(_write(tmp_path, BERT_BASE))
+    assert not mlm.pooler and mlm.lm_head_transform and mlm.lm_head_bias and mlm.tie_embeddings
+    assert count.total(mlm) == 109_482_240 - (768 * 768 + 768) + (768 * 768 + 768) + 2 * 768 + 30522
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (QWEN15_MOE, (14_315_784_192, "14.3B")), (QWEN3_8B, (8_190_735_360, "8.2B")),
+        (GEMMA_7B, (8_537_680_896, "8.5B")), (OPT_1_3B, (1_315_758_080, "1.3B")),
+    ],
+    ids=list(NO_PRESET),
+)
+def test_published_sizes_of_models_without_a_preset(tmp_path, data, expected):
+    cfg = load(_write(tmp_path, data))
+    total, named = expected
+    decimals = len(named.split(".")[1]) - 1  # the published rounding: "14.3B" has one decimal
+    assert count.total(cfg) == total and f"{total / 1e9:.{decimals}f}B" == named
+    if cfg.n_expert:  # Qwen1.5-MoE-A2.7B: "2.7B activated"
+        assert f"{count.active_total(cfg) / 1e9:.1f}" == "2.7"
+    if data is QWEN3_8B:
+        assert f"{(total - 2 * 151936 * 4096) / 1e9:.2f}" == "6.95"
+    if data is GEMMA_7B:  # Gemma Team 2024, Table 2, non-embedding parameters
+        assert total - 256000 * 3072 == 7_751_248_896
 
 
 @pytest.mark.parametrize(
@@ -133,7 +231,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        ({**GPT2, "model_type": "t5"}, "model_type 't5' is not supported (supported: bert, gpt2, llama, mistral, mixtral)"),
+        ({**GPT2, "model_type": "mpt"}, "model_type 'mpt' is not supported (supported: bert, falcon, gemma, gemma2, gpt2"),
         ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"}, "missing required field 'hidden_size' (model_type llama)"),
         ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"}, "missing required field 'num_local_experts'"),
         ({**GPT2, "n_positions": None}, "missing required field 'n_positions'"),
@@ -142,12 +240,31 @@ def test_set_overrides_apply_to_config_json(tmp_path):
         ({**GPT2, "activation_function": "quick_gelu"}, "'activation_function' 'quick_gelu' is not an activation"),
         ({k: v for k, v in GPT2.items() if k != "model_type"}, "no 'model_type' field"),
         ({**LLAMA3_8B, "num_key_value_heads": 5}, "must be a multiple of n_kv_head (5)"),
+        ({**LLAMA3_8B, "hidden_size": 512, "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 48},
+         "'hidden_size' (512) is not a multiple of 'num_attention_heads' (12): transformers refuses"),
+        ({**FALCON_7B, "alibi": True}, "'alibi': True is not supported"),
+        ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
+        ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
+        ({**QWEN15_MOE, "mlp_only_layers": [0]}, "a non-empty 'mlp_only_layers'"),
+        ({**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 40},
+         "'layer_types' is not every k-th layer full attention"),
+        ({**QWEN2_7B, "use_sliding_window": True}, "'use_sliding_window' with 'max_window_layers' > 0"),
+        ({**GEMMA_7B, "use_bidirectional_attention": True}, "'use_bidirectional_attention': True is not supported"),
+        ({**BERT_BASE, "architectures": ["BertModel"], "is_decoder": True}, "'is_decoder': true with BertModel"),
+        ({**LLAMA3_8B, "architectures": ["LlamaForSequenceClassification"]},
+         "'architectures' 'LlamaForSequenceClassification' is not supported (supported: LlamaForCausalLM, LlamaModel)"),
+        ({**LLAMA3_8B, "torch_dtype": "int8"}, "'torch_dtype' 'int8' is not one of float32, bfloat16, float16"),
+        ({**T5_BASE, "num_heads": "12"}, "'num_heads': field 'n_head' must be an integer"),
+        ({**GEMMA2_9B, "query_pre_attn_scalar": "big"}, "'query_pre_attn_scalar' must be a number"),
         ("{\"model_type\": \"gpt2\",", "not valid JSON at line 1"),
         ("[1, 2]", "expected a JSON object of config fields, got a list"),
         ("", "not valid JSON"),
     ],
     ids=["unsupported-type", "missing-field", "missing-experts", "null-required", "wrong-type", "relative-positions",
-         "unknown-activation", "no-model-type", "indivisible-kv", "malformed", "not-an-object", "empty"],
+         "unknown-activation", "no-model-type", "indivisible-kv", "hf-refuses-heads", "falcon-alibi",
+         "flag-type", "opt-projection", "moe-dense-layers", "irregular-layer-types", "qwen-partial-window",
+         "gemma-bidirectional", "bertmodel-decoder", "unsupported-head", "bad-dtype", "t5-type", "number-type",
+         "malformed", "not-an-object", "empty"],
 )
 def test_bad_config_json_is_one_line_naming_the_file_and_key(tmp_path, cli, content, message):
     path = _write(tmp_path, content)
@@ -161,3 +278,23 @@ def test_bad_config_json_is_one_line_naming_the_file_and_key(tmp_path, cli, cont
 def test_missing_json_file(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load(str(tmp_path / "config.json"))
+
+
+def test_what_the_new_types_map_to(tmp_path):
+    gemma2 = load(_write(tmp_path, GEMMA2_9B, folder="g2"))
+    assert (gemma2.sliding_window, gemma2.full_attention_every, gemma2.attn_scale) == (4096, 2, 1 / 16)
+    assert (gemma2.attn_softcap, gemma2.logit_softcap, gemma2.norm_placement, gemma2.dtype) == (50.0, 30.0, "sandwich", "fp32")
+    assert [gemma2.layer_window(i) for i in range(3)] == [4096, None, 4096]  # Gemma2Config: layer 0 windowed
+    phi3 = load(_write(tmp_path, PHI3_MINI, folder="p3"))
+    assert phi3.sliding_window == 2047 and phi3.full_attention_every is None and phi3.dtype == "bf16"
+    qwen2 = load(_write(tmp_path, QWEN2_7B, folder="q2"))
+    assert qwen2.sliding_window is None and qwen2.attn_bias and not qwen2.o_bias  # use_sliding_window false
+    pythia = load(_write(tmp_path, PYTHIA_1_4B, folder="py"))
+    assert (pythia.rope_fraction, pythia.rope_dim, pythia.parallel_block) == (0.25, 32, "two_norms")
+    falcon = load(_write(tmp_path, FALCON_7B, folder="f"))
+    assert (falcon.kv_heads, falcon.parallel_block, falcon.tie_embeddings) == (1, "shared_norm", True)
+    t5 = load(_write(tmp_path, T5_BASE, folder="t5"))
+    assert (t5.arch, t5.pos_encoding, t5.rel_buckets, t5.attn_scale, t5.encoder_layers) == (
+        "encoder-decoder", "relative", 32, 1.0, 12)
+    base = load(_write(tmp_path, {**QWEN3_8B, "architectures": ["Qwen3Model"]}, folder="q3"))
+    assert not base.lm_head and base.qk_norm and count.total(base) == 8_190_735_360 - 151936 * 4096

@@ -78,17 +78,28 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
-          matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
+          matmul_size: Optional[int] = None, weights: Optional[str] = None, **overrides: Any) -> "BenchReport":
     """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
-    least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls)."""
+    least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls);
+    weights: a checkpoint whose weights the timed model holds."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
-                      matmul_size, min_time, rounds)
+                      matmul_size, min_time, rounds, weights)
     return build_bench(ref, plan)
 
 
-__all__ = ["__version__", "bench", "flops", "memory", "params"]
+def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
+    """tfcalc's own model (a torch.nn.Module) holding a checkpoint's weights: a model folder, a
+    .safetensors file beside its config.json, or a Hugging Face id in the local cache. ``forward(input_ids)``
+    returns logits (batch, seq, vocab); an encoder-decoder takes ``forward(src_ids, tgt_ids)``."""
+    from tfcalc.measure.device import torch_dtype
+    from tfcalc.model.load import load_model as load
+
+    return load(path, device, torch_dtype(dtype))
+
+
+__all__ = ["__version__", "bench", "flops", "load_model", "memory", "params"]

@@ -19,33 +19,34 @@ Kinds of transformer (``arch``), and how the depth fields read for each:
   the decoder's unless ``tie_encoder_embedding`` is false.
 
 Any of them may replace each dense FFN by a mixture of experts (``n_expert`` FFNs, each as wide as the
-dense one, and a bias-free router d_model -> n_expert; each token runs ``n_expert_active`` of them).
+dense one, and a bias-free router d_model -> n_expert; each token runs ``n_expert_active`` of them),
+optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE).
+
+Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
+``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
+(Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm). A parallel block
+runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
+GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
+
+Validation rules live in tfcalc.config_rules; every failure is one ConfigError line naming the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
+from fractions import Fraction
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Optional
 
+from tfcalc.config_rules import (
+    REL_POS_BUCKETS, REL_POS_MAX_DISTANCE, Activation, Arch, Norm, NormPlacement, ParallelBlock, PosEncoding,
+    check_field_type, suggest, validate,
+)
 from tfcalc.errors import InputError, shown
-
-PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none"]
-Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["pre", "post"]
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
-Arch = Literal["decoder", "encoder", "encoder-decoder"]
-
 
 # A config that cannot describe a transformer is bad input like any other: one family, exit 2.
 ConfigError = InputError
-
-# The largest integer a size field may hold (~1.1e12, as tfcalc.workload.MAX_SIZE): far past any real
-# model, and small enough that every count built from these fields stays exact and finite as a float
-# (a product of six such sizes is 2**240, below float's 2**1024), so no share or rate overflows.
-MAX_INT = 2**40
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class ModelConfig:
     name: str = "custom"
     nominal_params: Optional[str] = None  # the size the source names, e.g. "175B"
     source: Optional[str] = None  # where the shapes come from (paper, table, file)
+    dtype: Optional[str] = None  # what the weights are stored in (a checkpoint's torch_dtype): fp32, bf16, fp16
 
     # --- sizes that may be derived ---
     n_kv_head: Optional[int] = None  # None: = n_head (MHA); 1: MQA; in between: GQA
@@ -93,6 +95,13 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Mistral's sliding-window attention (Jiang et al. 2023, sec. 2): each query attends to at most this
+    # many keys, itself included (positions i - W + 1 .. i), in every layer; None: full causal attention.
+    sliding_window: Optional[int] = None
+    # (from issue-13's sliding_window commit, 730ea6f; the alternation below is this branch's)
+    # Gemma 2 alternates: every k-th layer (layers k-1, 2k-1, ...) attends to the whole context, the others
+    # through the window (modeling_gemma2.py, layer_types; Gemma 2: k = 2; Gemma 3: k = 6). None: all windowed.
+    full_attention_every: Optional[int] = None
 
     # --- embeddings and heads beyond GPT's (BERT, Vaswani et al. 2017) ---
     type_vocab_size: int = 0  # token-type (segment) embedding rows; 0: none. BERT: 2
@@ -101,6 +110,29 @@ class ModelConfig:
     pooler: bool = False  # BERT's pooler: tanh(Linear(d, d)) of the first token (encoder only)
     lm_head: bool = True  # a vocabulary projection at the end; BertModel has none
     tie_encoder_embedding: bool = True  # encoder-decoder: source and target share one token embedding
+    lm_head_transform: bool = False  # BERT's MLM head: Linear(d, d) + activation + norm before the projection
+    lm_head_bias: bool = False  # a bias on the vocabulary projection (BERT's MLM head)
+    logit_softcap: Optional[float] = None  # logits -> c·tanh(logits / c) (Gemma 2: 30)
+    position_offset: int = 0  # learned positions start at this row: OPT's table has max_seq_len + 2 rows
+
+    # --- attention beyond GPT's ---
+    attn_out_bias: Optional[bool] = None  # None: = attn_bias. Qwen2: Q/K/V biases, no O bias
+    qk_norm: bool = False  # a norm over each head's Q and K, d_head wide, shared by the heads (Qwen3)
+    rope_fraction: float = 1.0  # partial rotary: the first int(d_head·fraction) channels rotate (GPT-NeoX)
+    attn_scale: Optional[float] = None  # None: 1/sqrt(d_head); T5: 1; Gemma 2: query_pre_attn_scalar^-1/2
+    attn_softcap: Optional[float] = None  # scores -> c·tanh(scores / c) before the mask (Gemma 2: 50)
+    rel_pos_buckets: Optional[int] = None  # pos_encoding relative (T5): bias buckets; None: 32
+    rel_pos_max_distance: Optional[int] = None  # ... and the distance the last bucket starts at; None: 128
+    cross_attention: bool = False  # a decoder's (or encoder's) blocks also attend to external states
+    parallel_block: ParallelBlock = "none"  # attention and FFN side by side (see the module docstring)
+
+    # --- mixture of experts beyond Mixtral's ---
+    router_norm_topk: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
+    shared_expert_d_ff: Optional[int] = None  # width of an always-on shared expert FFN (Qwen2-MoE)
+    shared_expert_gate: bool = False  # the shared expert's output times sigmoid(Linear(d, 1)) (Qwen2-MoE)
+    # each expert takes at most ceil(factor · k · tokens / n_expert) tokens of a batch, in a buffer of that
+    # many rows; tokens past it are dropped (Fedus et al. 2022, Switch Transformers, sec. 2.2). None: dropless
+    expert_capacity_factor: Optional[float] = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -158,7 +190,41 @@ class ModelConfig:
 
     @property
     def cross_attention_layers(self) -> int:
-        return self.n_layer if self.arch == "encoder-decoder" else 0
+        """Blocks with cross-attention: an encoder-decoder's decoder, or a stack with cross_attention."""
+        return self.n_layer if self.arch == "encoder-decoder" or self.cross_attention else 0
+
+    @property
+    def o_bias(self) -> bool:
+        """Whether the attention output projection has a bias (attn_out_bias, else attn_bias)."""
+        return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
+
+    def expert_capacity(self, tokens: int) -> Optional[int]:
+        """Rows each expert's buffer holds for a batch of ``tokens`` tokens: ceil(factor · k · tokens / E)
+        (Switch Transformers, eq. 3, with k experts per token as GShard routes); None when dropless."""
+        if self.expert_capacity_factor is None:
+            return None
+        factor = Fraction(str(self.expert_capacity_factor))  # 1.25 exactly, not its binary neighbour
+        return math.ceil(factor * self.experts_active * tokens / self.experts)
+
+    @property
+    def rope_dim(self) -> int:
+        """Channels of each head that RoPE rotates: int(d_head · rope_fraction) (GPT-NeoX's rotary_ndims)."""
+        return int(self.head_dim * self.rope_fraction) if self.pos_encoding == "rope" else 0
+
+    @property
+    def rel_buckets(self) -> int:
+        return self.rel_pos_buckets if self.rel_pos_buckets is not None else REL_POS_BUCKETS
+
+    @property
+    def rel_max_distance(self) -> int:
+        return self.rel_pos_max_distance if self.rel_pos_max_distance is not None else REL_POS_MAX_DISTANCE
+
+    @property
+    def norms_per_block(self) -> int:
+        """Norms around attention and FFN: 2; sandwich 4; a parallel block with one shared norm 1."""
+        if self.parallel_block == "shared_norm":
+            return 1
+        return 4 if self.norm_placement == "sandwich" else 2
 
     @property
     def experts(self) -> int:
@@ -170,12 +236,34 @@ class ModelConfig:
         """FFNs each token runs per block: 1 when dense."""
         return self.n_expert_active or 1
 
+    def kv_positions(self, context: int) -> int:
+        """Positions a self-attention KV cache keeps at a context of this many tokens: all of them, or
+        with a sliding window the last ``sliding_window`` (the window, not window - 1: the newest token's
+        K and V are written before its query reads them; see README, serving estimates)."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
+    def layer_window(self, layer: int) -> Optional[int]:
+        """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
+        whole context (every layer without a window; every full_attention_every-th with one)."""
+        every = self.full_attention_every
+        if self.sliding_window is None or (every is not None and (layer + 1) % every == 0):
+            return None
+        return self.sliding_window
+
+    @property
+    def windowed_layers(self) -> int:
+        """Causal self-attention layers that attend through the sliding window."""
+        return sum(self.layer_window(i) is not None for i in range(self.decoder_layers))
+
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""
         out = dataclasses.asdict(self)
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
         if self.arch == "encoder-decoder":
             out.update(n_encoder_layer=self.encoder_layers)
+        out.update(attn_out_bias=self.o_bias)
+        if self.pos_encoding == "relative":
+            out.update(rel_pos_buckets=self.rel_buckets, rel_pos_max_distance=self.rel_max_distance)
         for derivation_only in ("ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of"):
             out.pop(derivation_only)
         return out
@@ -185,135 +273,6 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCon
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING
 )
-
-
-_LITERALS = {
-    "pos_encoding": get_args(PosEncoding),
-    "norm": get_args(Norm),
-    "norm_placement": get_args(NormPlacement),
-    "activation": get_args(Activation),
-    "arch": get_args(Arch),
-}
-_INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
-_OPTIONAL_INT_FIELDS = ("n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active")
-_COUNT_FIELDS = ("type_vocab_size",)  # integers that may be 0
-_FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta")
-_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier",)
-_BOOL_FIELDS = (
-    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings",
-    "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding",
-)
-_STR_FIELDS = ("name",)
-_OPTIONAL_STR_FIELDS = ("nominal_params", "source")
-
-
-def suggest(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def check_field_type(name: str, value: Any) -> None:
-    """Raise ConfigError naming the field when value has the wrong type for it."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_float = is_int or (isinstance(value, float) and math.isfinite(value))
-    if name in _LITERALS:
-        if value not in _LITERALS[name]:
-            allowed = ", ".join(_LITERALS[name])
-            hint = suggest(str(value), _LITERALS[name]) if isinstance(value, str) else ""
-            raise ConfigError(f"field '{name}' must be one of {allowed}; got {shown(value)}{hint}")
-        return
-    expected, ok = {
-        **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
-        **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS},
-        **{n: ("a number", is_float) for n in _FLOAT_FIELDS},
-        **{n: ("a number or null", is_float or value is None) for n in _OPTIONAL_FLOAT_FIELDS},
-        **{n: ("true or false", isinstance(value, bool)) for n in _BOOL_FIELDS},
-        **{n: ("a string", isinstance(value, str)) for n in _STR_FIELDS},
-        **{n: ("a string or null", isinstance(value, str) or value is None) for n in _OPTIONAL_STR_FIELDS},
-    }[name]
-    if not ok:
-        raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
-
-
-def validate(cfg: ModelConfig) -> None:
-    """Raise ConfigError, one line naming the field(s), for any config no transformer can have."""
-    for name in FIELD_NAMES:
-        check_field_type(name, getattr(cfg, name))
-    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None and value <= 0:
-            raise ConfigError(f"field '{name}' must be positive; got {shown(value)}")
-    for name in _COUNT_FIELDS:
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"field '{name}' must be 0 or more; got {shown(getattr(cfg, name))}")
-    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None and value > MAX_INT:
-            raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
-    for name in _FLOAT_FIELDS + _OPTIONAL_FLOAT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None and value <= 0:
-            raise ConfigError(f"field '{name}' must be positive; got {value}")
-    if cfg.d_head is None and cfg.d_model % cfg.n_head:
-        raise ConfigError(
-            f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
-            "give d_head explicitly or change one of them"
-        )
-    if cfg.kv_heads > cfg.n_head or cfg.n_head % cfg.kv_heads:
-        raise ConfigError(
-            f"n_head ({cfg.n_head}) must be a multiple of n_kv_head ({cfg.kv_heads}): "
-            "each key/value head serves a whole group of query heads"
-        )
-    if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
-        raise ConfigError(
-            "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
-        )
-    try:
-        ffn_dim = cfg.ffn_dim
-    except OverflowError:  # ffn_mult * d_model past float's range: int(inf)
-        ffn_dim = MAX_INT + 1
-    if ffn_dim < 1:
-        raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
-    if ffn_dim > MAX_INT:
-        raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
-    if cfg.pos_encoding == "rope" and cfg.head_dim % 2:
-        raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
-    if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
-        raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
-    if cfg.norm == "rmsnorm" and cfg.norm_bias:
-        raise ConfigError("rmsnorm has no bias: set norm_bias to false")
-    _validate_kind(cfg)
-
-
-def _validate_kind(cfg: ModelConfig) -> None:
-    """The fields of one kind of transformer (arch, experts, BERT's extras) against each other."""
-    if cfg.arch != "encoder-decoder":
-        if cfg.n_encoder_layer is not None:
-            raise ConfigError(
-                f"n_encoder_layer applies to arch encoder-decoder only (arch is {cfg.arch}; n_layer is its depth)"
-            )
-        if not cfg.tie_encoder_embedding:
-            raise ConfigError(f"tie_encoder_embedding applies to arch encoder-decoder only (arch is {cfg.arch})")
-    elif cfg.type_vocab_size:
-        raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
-    if cfg.pooler and cfg.arch != "encoder":
-        raise ConfigError(
-            f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "
-            "which in a causal stack has seen no other token"
-        )
-    if not cfg.lm_head and cfg.tie_embeddings:
-        raise ConfigError("tie_embeddings needs an LM head: with lm_head false, set tie_embeddings to false")
-    if (cfg.n_expert is None) != (cfg.n_expert_active is None):
-        raise ConfigError("give n_expert and n_expert_active together (a mixture of experts), or neither (dense FFN)")
-    if cfg.n_expert is not None and cfg.n_expert_active > cfg.n_expert:
-        raise ConfigError(
-            f"n_expert_active ({cfg.n_expert_active}) must not exceed n_expert ({cfg.n_expert})"
-        )
 
 
 def replace(cfg: ModelConfig, **changes: Any) -> ModelConfig:
@@ -341,6 +300,7 @@ __all__ = [
     "InputError",
     "ModelConfig",
     "FIELD_NAMES",
+    "check_field_type",
     "from_mapping",
     "replace",
     "suggest",

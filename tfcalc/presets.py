@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
-from tfcalc import hf_config, reading, yaml_load
+from tfcalc import hf_config, hub_cache, reading, yaml_load
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
 from tfcalc.errors import shown, shown_path
 
@@ -155,7 +157,76 @@ def load_preset(name: str, overrides: list[str] = ()) -> ModelConfig:
     return _config_from(_read_yaml(preset_dir() / f"{name}.yaml"), f"preset {name}", list(overrides))
 
 
+@dataclass(frozen=True)
+class Source:
+    """What a model argument named: its config, and where its weights are when it names a checkpoint."""
+
+    cfg: ModelConfig
+    folder: Optional[Path] = None  # a model folder (config.json, maybe safetensors)
+    weights: Optional[Path] = None  # the checkpoint: a .safetensors file or a folder holding them
+
+
+def _local(spec: str) -> Path:
+    """spec as a local path, ~ expanded where it can be (an unknown user's ~name stays as written)."""
+    try:
+        return Path(spec).expanduser()
+    except RuntimeError:
+        return Path(spec)
+
+
+def _kind(path: Path) -> Optional[str]:
+    """'folder' or 'file' (anything else that exists: reading.read_text names special files); None for a
+    missing path, or a name no file can have (too long, a NUL byte), which the reader then refuses."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    return "folder" if stat.S_ISDIR(mode) else "file"
+
+
+def _names_checkpoint(spec: str, path: Path) -> bool:
+    """A model folder (a folder named like a config file is a mistake, refused by the reader as one), a
+    .safetensors file, or a Hugging Face id that names no local path."""
+    kind = _kind(path)
+    suffix = path.suffix.lower()
+    return ((kind == "folder" and suffix not in (".yaml", ".yml", ".json")) or suffix == ".safetensors"
+            or (kind is None and hub_cache.is_repo_id(spec)))
+
+
+def checkpoint_source(spec: str, overrides: list[str] = ()) -> Source:
+    """A model folder, a .safetensors file (config.json beside it), a Hugging Face id in the local
+    cache, or anything load() reads; for the first three, where the weights are (None when the folder
+    holds no safetensors file)."""
+    path = _local(spec)
+    if not _names_checkpoint(spec, path):
+        return Source(load(spec, overrides))
+    if path.suffix.lower() == ".safetensors" or _kind(path) == "folder":
+        return _folder_source(path if _kind(path) == "folder" else path.parent, path, spec, overrides)
+    folder = hub_cache.snapshot(spec)
+    return _folder_source(folder, folder, spec, overrides, name=spec.split("/")[1])
+
+
+def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str], name: Optional[str] = None) -> Source:
+    config = folder / "config.json"
+    if _kind(weights) is None:
+        raise ConfigError(f"{shown_path(weights)}: no such file")
+    if not config.is_file():
+        raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} (tfcalc reads the shapes from it)")
+    data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)
+    if name:
+        data["name"] = name
+    data["source"] = f"{spec} ({data['source']})"
+    # weights: safetensors files or an index (a folder of pickled .bin files is refused when read)
+    has_weights = weights.is_file() or any(weights.glob("*.safetensors")) or any(weights.glob("*.bin")) or (
+        weights / "model.safetensors.index.json").exists()
+    return Source(_config_from(data, config.name, list(overrides)), folder, weights if has_weights else None)
+
+
 def load(spec: str, overrides: list[str] = ()) -> ModelConfig:
-    """A preset name or alias, or a path to a YAML file or a Hugging Face config.json; then the --set
-    overrides on top."""
-    return load_file(spec, overrides) if is_path(spec) else load_preset(spec, overrides)
+    """A preset name or alias; a path to a YAML file, a Hugging Face config.json, a model folder or a
+    .safetensors file beside its config.json; or a Hugging Face id (org/name) in the local cache. Then
+    the --set overrides on top."""
+    path = _local(spec)
+    if _names_checkpoint(spec, path):
+        return checkpoint_source(spec, overrides).cfg
+    return load_file(path, overrides) if is_path(spec) else load_preset(spec, overrides)

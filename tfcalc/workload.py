@@ -42,7 +42,7 @@ def check_size(name: str, value: int, low: int = 1) -> int:
 class Workload:
     batch: int = 1
     seq: Optional[int] = None  # None: the model's context length
-    src_seq: Optional[int] = None  # encoder-decoders only; None: = seq
+    src_seq: Optional[int] = None  # encoder-decoders and cross-attention stacks only; None: = seq
     dtype: str = ESTIMATE_DTYPE
 
     def for_model(self, cfg: ModelConfig) -> "Workload":
@@ -52,10 +52,10 @@ class Workload:
         src_seq = self.src_seq
         if src_seq is not None:
             check_size("--src-seq", src_seq)
-            if cfg.arch != "encoder-decoder":
-                raise InputError(f"{cfg.name}: --src-seq applies to encoder-decoder models only "
-                                 f"({cfg.name} is {cfg.arch})")
-        elif cfg.arch == "encoder-decoder":
+            if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
+                raise InputError(f"{cfg.name}: --src-seq applies to encoder-decoder models only, or to stacks "
+                                 f"with cross_attention ({cfg.name} is {cfg.arch})")
+        elif cfg.arch == "encoder-decoder" or cfg.cross_attention:
             src_seq = seq
         return replace(self, seq=seq, src_seq=src_seq)
 

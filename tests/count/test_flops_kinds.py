@@ -135,7 +135,7 @@ def test_flops_cli_moe_and_encoder(cli):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["flops", "gpt2", "--src-seq", "8"], "--src-seq applies to encoder-decoder models only (gpt2 is decoder)"),
+        (["flops", "gpt2", "--src-seq", "8"], "--src-seq applies to encoder-decoder models only, or to stacks with cross_attention (gpt2 is decoder)"),
         (["flops", "transformer-base", "--src-seq", "0"], "--src-seq must be between 1 and"),
         (["flops", "bert-base", "--seq", "600", "--measure"], "--seq 600 exceeds the model's context of 512"),
     ],

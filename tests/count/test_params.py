@@ -18,7 +18,26 @@ PUBLISHED = {  # ../shared/reference.md
     "mixtral-8x7b": 46_702_792_704,  # all experts; active per token in test_kinds
     "bert-base": 109_482_240,  # BertModel: embeddings, encoder, pooler (the "110M")
     "bert-large": 335_141_888,  # BertModel (the "340M")
+    "gemma-2-9b": 917_504_000 + 8_324_201_984,  # Gemma Team 2024, Table 2: embedding + non-embedding
+    "pythia-1.4b": 1_414_647_808,  # Biderman et al. 2023, Table 1
 }
+# Published as rounded figures only (exact counts: test_hf_reference.py, against transformers).
+ROUNDED = {  # preset: (what the source prints, how far the exact count may lie from it)
+    "phi-3-mini": (3.8e9, 0.05e9),  # Abdin et al. 2024, sec. 2: 3.8B
+    "falcon-7b": (7e9, 0.5e9),  # Almazrouei et al. 2023: 7B
+    "t5-base": (220e6, 5e6),  # Raffel et al. 2020, sec. 3.7: "about 220 million"
+}
+
+
+@pytest.mark.parametrize("name, published", ROUNDED.items(), ids=list(ROUNDED))
+def test_rounded_published_sizes(name, published):
+    value, rounding = published
+    assert abs(count.total(load(name)) - value) <= rounding
+
+
+def test_non_embedding_counts_as_published():
+    pythia = load("pythia-1.4b")  # Biderman et al. 2023, Table 1: 1,208,602,624 non-embedding
+    assert count.total(pythia) - 2 * pythia.vocab_size * pythia.d_model == 1_208_602_624
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -69,9 +88,10 @@ def test_group_totals_sum_to_total():
         assert sum(count.group_totals(cfg, count.breakdown(cfg)).values()) == count.total(cfg)
 
 
-def test_width_note_for_the_inconsistent_gpt3_rows_only():
+def test_width_note_for_the_inconsistent_gpt3_rows_and_gemma_2s_wide_attention():
     noted = {name for name in preset_names() if count.width_note(load(name))}
-    assert noted == {"gpt3-xl", "gpt3-13b"}
+    # Gemma 2 9B is 16 heads of 256 = 4096 wide over d_model 3584 by design (Gemma Team 2024, Table 1)
+    assert noted == {"gpt3-xl", "gpt3-13b", "gemma-2-9b"}
     note = count.width_note(load("gpt3-xl"))
     assert note.q_dim == 3072 and note.total_as_given == count.total(load("gpt3-xl"))
     # Reading d_head as 2048/24 makes attention 4*2048^2 + 4*2048 per layer, as in GPT-2: ~1.3B, the named size.

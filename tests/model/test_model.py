@@ -20,7 +20,8 @@ def _forward(cfg, batch=2, seq=None, src_seq=None):
     with torch.no_grad():
         if cfg.arch == "encoder-decoder":
             return model(torch.randint(0, cfg.vocab_size, (batch, src_seq or seq)), idx)
-        out = model(idx)
+        memory = torch.randn(batch, src_seq or seq, cfg.d_model) if cfg.cross_attention else None
+        out = model(idx, memory=memory)
     if cfg.pooler:
         out, pooled = out
         assert pooled.shape == (batch, cfg.d_model) and torch.isfinite(pooled).all()
@@ -97,7 +98,7 @@ def test_property_analytic_equals_empirical_and_forward_runs(cfg):
     assert isinstance(model, Transformer)
     assert measured_breakdown(model) == count.breakdown(cfg)
     assert measured_total(model) == count.total(cfg)
-    src_seq = max(1, cfg.max_seq_len // 2)  # a source shorter than the target (encoder-decoder only)
+    src_seq = max(1, cfg.max_seq_len // 2)  # a source shorter than the target (encoder-decoder, cross_attention)
     out = _forward(cfg, batch=2, src_seq=src_seq)
     assert out.shape == (2, cfg.max_seq_len, _output_width(cfg))
     assert torch.isfinite(out).all()

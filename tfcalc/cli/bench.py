@@ -41,6 +41,9 @@ def bench(
     matmul_size: Annotated[Optional[int], typer.Option(
         "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",
         show_default=False, metavar="N")] = None,
+    weights: Annotated[Optional[str], typer.Option(
+        "--weights", help="Time the model holding this checkpoint's weights (a model folder, a .safetensors file "
+        "or a Hugging Face id in the local cache) instead of random ones.", show_default=False, metavar="PATH")] = None,
     format: FormatOption = Format.table,
     json_out: Json = False,
     exact: Exact = False,
@@ -57,7 +60,7 @@ def bench(
     ref = resolve(model, overrides or [])
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
-                      min_time, rounds)
+                      min_time, rounds, weights)
     with render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
         report = build_bench(ref, plan, progress, render.note)
     render.emit([report], out, view.document)

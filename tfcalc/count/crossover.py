@@ -29,11 +29,17 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
     49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
     A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
-    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q). An encoder is never masked: its causal answer is the
+    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never
+    masked: its causal answer is the
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
+    Full attention and a dropless MoE: a sliding window caps the causal scores at W keys per query (they
+    may never reach the FFN), and an expert capacity makes the FFN a step function of T; neither is
+    modelled here.
     """
     d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
     ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
+    if cfg.shared_expert_d_ff:  # Qwen2-MoE's shared expert and its gate run on every token
+        ffn_per_token += 2 * m * d * cfg.shared_expert_d_ff + (2 * d if cfg.shared_expert_gate else 0)
     scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
     attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound

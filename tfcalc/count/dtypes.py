@@ -1,6 +1,9 @@
-"""Storage sizes of the dtypes tfcalc reports, in bits per element (pure arithmetic, no torch)."""
+"""Storage sizes of the dtypes tfcalc reports, in bits per element, and the bytes of one activation
+element (pure arithmetic, no torch)."""
 
 from __future__ import annotations
+
+from tfcalc.errors import InputError as ConfigError
 
 # tf32 is a matmul mode, not a storage format: its tensors are stored as fp32 (4 bytes).
 # int4 packs two elements per byte.
@@ -11,3 +14,15 @@ DTYPES = tuple(BITS_PER_ELEMENT)
 def weight_bytes(n_elements: int, dtype: str) -> int:
     """Bytes to store n elements of dtype, rounded up to whole bytes."""
     return -(-n_elements * BITS_PER_ELEMENT[dtype] // 8)
+
+
+def check_dtype(dtype: str) -> None:
+    if dtype not in BITS_PER_ELEMENT:
+        raise ConfigError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
+
+
+def activation_element_bytes(dtype: str) -> int:
+    """Bytes of one activation element: the dtype's own size for fp32/tf32/bf16/fp16. fp8, int8 and int4
+    are weight formats here: their matmuls dequantize and compute in bf16, so activations are 2 bytes."""
+    check_dtype(dtype)
+    return max(2, BITS_PER_ELEMENT[dtype] // 8)

@@ -37,21 +37,7 @@ scores reach the FFN at T = m·d·f / (2q); the whole attention sub-layer (score
 2·d·T·(2q + 2k)) at T = d·(m·f − 2q − 2k) / (2q). With q = k = d, f = 4·d, m = 2 (GPT-3): T = 4·d and
 T = 2·d. Causal: T = m·d·f/q − 1 and T = d·(m·f − 2q − 2k)/q − 1.
 
-Non-matmul work, approximate conventions (one transcendental function = 1 FLOP; per-row reductions of
-O(B·T) operations ignored), per element of the tensor named:
-
-- softmax: 5 per score element over the full T×T square: scale by 1/√h, subtract the row max, exp, sum,
-  divide (taking the max is a comparison, not counted);
-- norms: LayerNorm 7 per element of (B·T, d) (mean, subtract, square, sum, normalize, ×γ, +β; 6 without
-  β), RMSNorm 4 (square, sum, normalize, ×γ); two per block, plus the final norm;
-- activation, per element of the FFN hidden (B·T, f): relu 1, gelu (erf) 5, gelu_tanh 9 (x³ is two,
-  ×0.044715, +x, ×√(2/π), tanh, +1, ×x, ×0.5), silu 4 (negate, exp, +1, divide); a gated FFN adds 1
-  for the product act(gate)·up;
-- rope: 3 per element of Q and K (x·cos, rotate_half(x)·sin, add; the sign flip is not counted);
-- residual adds: 1 per element of (B·T, d), two per block;
-- bias adds: 1 per output element of every Linear with a bias;
-- positions: a learned or sinusoidal table added once, 1 per element of (B·T, d); ALiBi adds its bias
-  to every score element of every layer.
+Non-matmul work (softmax, norms, activations, RoPE, bias adds, ...): tfcalc.count.non_matmul, apart.
 
 Other kinds (tfcalc.config):
 
@@ -65,7 +51,14 @@ Other kinds (tfcalc.config):
    with T = S, no mask); each decoder block adds cross-attention: Q and O projections over B·T tokens,
    K and V over the B·S encoder outputs, and scores of T queries against S keys, 2·B·T·S·q twice
    (never masked). The LM head runs over the B·T target tokens. Decoding reuses the encoder output and
-   the cross-attention K and V (the cross KV cache): one step does neither again.
+   the cross-attention K and V (the cross KV cache): one step does neither again. A decoder-only stack
+   with cross_attention (GPT-2's add_cross_attention) does the same against S external states;
+10. a shared expert (Qwen2-MoE) runs on every token: 2·m·B·T·d·f_s, its gate 2·B·T·d; with a capacity
+    factor c (Fedus et al. 2022, sec. 2.2) each expert multiplies a buffer of C = ceil(c·k·B·T / E) rows,
+    2·m·E·C·d·f whatever the routing: padding when c > 1, dropped tokens when c < 1;
+11. BERT's MLM-head transform: 2·B·T·d·d before the LM head. No matmul changes with sandwich and Q/K
+    norms, parallel blocks, partial rotary, soft-capping, T5's bias (a lookup), OPT's offset; a sliding
+    window changes the causal count only (``causal_pairs`` per layer: Gemma 2 alternates two kinds).
 
 Public names (the benchmark imports these):
 
@@ -77,9 +70,8 @@ Public names (the benchmark imports these):
 - One block's sub-layers: ``attention_proj_flops``, ``attention_score_flops(..., causal=False)``,
   ``attention_flops(..., causal=False)`` (projections + scores), ``ffn_flops``; and ``lm_head_flops``.
 - ``non_matmul_flops(cfg, batch, seq) -> dict`` (whole forward, by kind).
-- ``crossover_seq(cfg, causal=False) -> Crossover(scores_vs_ffn, attention_vs_ffn)``.
-- ``decode_flops(cfg, batch, context)``: one generated token per sequence against a KV cache.
-- ``standard_formulas(cfg, batch, seq) -> list[FormulaEstimate]`` with ``kaplan_params``, ``palm_params``.
+- ``decode_flops(cfg, batch, context)``: one generated token per sequence against a KV cache;
+  ``crossover_seq`` and ``standard_formulas`` (re-exported from tfcalc.count.crossover and .formulas).
 """
 
 from __future__ import annotations
@@ -116,6 +108,9 @@ class MatmulEntry:
     copies: int  # n_layer for the blocks, 1 for the LM head
     causal_per_copy: int  # FLOPs per copy counting only unmasked score elements (= per_copy off the scores)
     stack: str = ""  # "encoder" or "decoder" in an encoder-decoder, "" otherwise
+    # the causal FLOPs over all copies when they differ by copy (Gemma 2's windowed and full layers);
+    # causal_per_copy is then the first layer's
+    causal_sum: int | None = None
 
     @property
     def per_copy(self) -> int:
@@ -128,7 +123,7 @@ class MatmulEntry:
 
     @property
     def causal_total(self) -> int:
-        return self.causal_per_copy * self.copies
+        return self.causal_per_copy * self.copies if self.causal_sum is None else self.causal_sum
 
 
 def matmul_entries(
@@ -151,10 +146,15 @@ def matmul_entries(
         out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=True, stack="decoder",
                               src=src, cross_kv=encoder)
     else:
-        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder")
+        src = (queries if src is None else src) if cfg.cross_attention else None
+        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder", src=src,
+                              cross_kv=encoder)
     stack = "decoder" if cfg.arch == "encoder-decoder" else ""
     if cfg.pooler:  # BERT: tanh(W h[:, 0] + b), the first token of each sequence only
         out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
+    if cfg.lm_head_transform:  # BERT's MLM head: dense d -> d before the vocabulary projection
+        flops = 2 * rows * d * d
+        out.append(MatmulEntry("lm_head_transform", "lm_head", "LM head transform", (rows, d, d), 1, 1, flops, stack))
     if cfg.lm_head:
         V = cfg.vocab_size
         out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, d, V), 1, 1, 2 * rows * d * V, stack))
@@ -177,16 +177,22 @@ def _stack_matmuls(
         flops = 2 * m * n_in * n_out
         out.append(MatmulEntry(prefix + component, group, stack_label + label, (m, n_in, n_out), 1, L, flops, stack))
 
-    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int) -> None:
+    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int,
+               layer_pairs: list[int] | None = None) -> None:
         causal_flops = 2 * heads * h * pairs  # 2·h FLOPs per unmasked (query, key) pair
-        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack))
+        total = None if layer_pairs is None else 2 * heads * h * sum(layer_pairs)
+        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack,
+                               total))
 
-    pairs = causal_pairs(queries, keys) if causal else queries * keys
+    # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
+    windows = [cfg.layer_window(i) if causal else None for i in range(L)]
+    layer_pairs = [causal_pairs(queries, keys, w) if causal else queries * keys for w in windows]
+    pairs, varying = layer_pairs[0], len(set(layer_pairs)) > 1
     linear("attn_q", "attention_proj", "Q projection", d, q)
     linear("attn_k", "attention_proj", "K projection", d, k)
     linear("attn_v", "attention_proj", "V projection", d, k)
-    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs)
-    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs)
+    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs, layer_pairs if varying else None)
+    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs, layer_pairs if varying else None)
     linear("attn_o", "attention_proj", "O projection", q, d)
     if src is not None:
         group, sources = "cross_attention_proj", batch * src
@@ -203,10 +209,22 @@ def _stack_matmuls(
         linear("router", "ffn", "MoE router", d, cfg.experts)
         name, routed = "expert_ffn", rows * cfg.experts_active  # each token runs its top-k experts only
         label = f"expert FFN (top-{cfg.experts_active} of {cfg.experts})"
+        capacity = cfg.expert_capacity(rows)
+        if capacity is not None:  # fixed buffers of C rows per expert, padded or dropping (Switch Transformers)
+            routed = cfg.experts * capacity
+            label += f", {capacity} rows each"
     if cfg.gated_ffn:
         linear(f"{name}_gate", "ffn", f"{label} gate", d, f, routed)
     linear(f"{name}_up", "ffn", f"{label} up", d, f, routed)
     linear(f"{name}_down", "ffn", f"{label} down", f, d, routed)
+    if cfg.shared_expert_d_ff:  # Qwen2-MoE: on every token, beside the routed experts
+        fs = cfg.shared_expert_d_ff
+        if cfg.gated_ffn:
+            linear("shared_expert_ffn_gate", "ffn", "shared expert FFN gate", d, fs)
+        linear("shared_expert_ffn_up", "ffn", "shared expert FFN up", d, fs)
+        linear("shared_expert_ffn_down", "ffn", "shared expert FFN down", fs, d)
+        if cfg.shared_expert_gate:
+            linear("shared_expert_gate", "ffn", "shared expert gate", d, 1)
     return out
 
 
@@ -274,10 +292,14 @@ class FlopBreakdown:
 
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
-    """The source length of an encoder-decoder (default: seq); None for the other kinds."""
-    if cfg.arch != "encoder-decoder":
+    """The source length of an encoder-decoder, or the external states a stack with cross_attention
+    reads (default: seq); None for the other kinds."""
+    if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
         if src_seq is not None:
-            raise InputError(f"a source length applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
+            raise InputError(
+                f"a source length applies to encoder-decoder models only, or to stacks with cross_attention "
+                f"({cfg.name} is {cfg.arch})"
+            )
         return None
     if src_seq is not None:
         _check_sizes(src_seq=src_seq)

@@ -9,6 +9,9 @@ from tfcalc.config import ModelConfig
 from tfcalc.count import params as params_count
 from tfcalc.count.terms import check_sizes as _check_sizes
 
+# Tables that are read by lookup, not multiplied: not part of Kaplan's N (nor of PaLM's).
+POSITION_TABLES = ("token_type_embedding", "position_embedding", "relative_position_bias")
+
 
 @dataclass(frozen=True)
 class FormulaEstimate:
@@ -36,7 +39,7 @@ def kaplan_params(cfg: ModelConfig) -> int:
     (token-type tables too, and each stack's tables in an encoder-decoder). For a mixture of experts, N is
     the parameters active per token, as MoE papers quote 6·N_active·D."""
     b = params_count.breakdown(cfg)
-    lookups = _summed(b, "token_embedding", "token_type_embedding", "position_embedding", "lm_head")
+    lookups = _summed(b, "token_embedding", "lm_head", *POSITION_TABLES)
     return params_count.active_total(cfg) - lookups
 
 
@@ -46,7 +49,7 @@ def palm_params(cfg: ModelConfig) -> int:
     are lookups and go; a tied embedding stays, counted once, as the LM head (PaLM ties them). Without
     an LM head every token embedding is a lookup. Active parameters for a mixture of experts."""
     b = params_count.breakdown(cfg)
-    lookups = _summed(b, "position_embedding", "token_type_embedding")
+    lookups = _summed(b, *POSITION_TABLES)
     if not (cfg.lm_head and cfg.tie_embeddings):
         lookups += _summed(b, "token_embedding")
     return params_count.active_total(cfg) - lookups

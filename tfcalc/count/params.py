@@ -26,6 +26,20 @@ Other kinds (see tfcalc.config):
 8. an encoder-decoder has an embedding (and a final norm, when pre-norm) per stack; the encoder's token
    embedding is the decoder's, and the LM head the decoder's token embedding, when tied (Vaswani et
    al. 2017, sec. 3.4, ties all three).
+
+Layouts and extras of later models (tfcalc.config), each a tensor of the real module:
+
+9. attention biases on Q, K and V only (Qwen2): q + 2k, and no O bias d;
+10. Q/K norms (Qwen3): one norm d_head wide for Q and one for K per block, shared by the heads;
+11. sandwich norms (Gemma 2): a second norm on each sub-layer's output, 2 more per block; a parallel
+    block with one shared norm (Falcon-7B): 1 per block in place of 2;
+12. T5's relative position bias: a (buckets × n_head) table per stack; OPT's learned positions have
+    position_offset (2) more rows than max_seq_len;
+13. a shared expert (Qwen2-MoE): one more FFN of width shared_expert_d_ff per block, always active,
+    and its gate d (Linear(d, 1), no bias);
+14. BERT's MLM head: a transform d·d + d with a norm, and a bias V on the vocabulary projection;
+15. cross-attention in a decoder-only stack (GPT-2's add_cross_attention): steps 1-2 and a norm per
+    block, as in an encoder-decoder's decoder.
 """
 
 from __future__ import annotations
@@ -76,7 +90,7 @@ def param_entries(cfg: ModelConfig) -> list[ParamEntry]:
     ``encoder_``. Its token embedding is tied to the decoder's unless tie_encoder_embedding is false.
     """
     if cfg.arch != "encoder-decoder":
-        return _stack_entries(cfg, "", cfg.n_layer) + _head_entries(cfg, "")
+        return _stack_entries(cfg, "", cfg.n_layer, cross=cfg.cross_attention) + _head_entries(cfg, "")
     shared = "token_embedding" if cfg.tie_encoder_embedding else None
     encoder = _stack_entries(cfg, "encoder", cfg.encoder_layers, token_tied_to=shared)
     return encoder + _stack_entries(cfg, "decoder", cfg.n_layer, cross=True) + _head_entries(cfg, "decoder")
@@ -99,14 +113,18 @@ def _stack_entries(
         add(f"{name}_weight", "norms", f"{label} weight", (d,), copies, present)
         add(f"{name}_bias", "norms", f"{label} bias", (d,), copies, present and cfg.norm_bias)
 
-    def attention(name: str, group: str, label: str) -> None:
+    def attention(name: str, group: str, label: str, qk_norm: bool = False) -> None:
         for part, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
             add(f"{name}_{part}_weight", group, f"{label} {part.upper()} weight", (width, d), L)
             add(f"{name}_{part}_bias", group, f"{label} {part.upper()} bias", (width,), L, cfg.attn_bias)
         add(f"{name}_o_weight", group, f"{label} O weight", (d, cfg.q_dim), L)
-        add(f"{name}_o_bias", group, f"{label} O bias", (d,), L, cfg.attn_bias)
+        add(f"{name}_o_bias", group, f"{label} O bias", (d,), L, cfg.o_bias)
+        for part in ("q", "k") if qk_norm else ():
+            width, part_label = (cfg.head_dim,), f"{label} {part.upper()} norm"
+            add(f"{name}_{part}_norm_weight", "norms", f"{part_label} weight", width, L)
+            add(f"{name}_{part}_norm_bias", "norms", f"{part_label} bias", width, L, cfg.norm_bias)
 
-    def ffn(name: str, label: str, copies: int, **more) -> None:
+    def ffn(name: str, label: str, copies: int, f: int = f, **more) -> None:
         gated, bias = cfg.gated_ffn, cfg.ffn_bias
         add(f"{name}_gate_weight", "ffn", f"{label} gate weight", (f, d), copies, gated, **more)
         add(f"{name}_gate_bias", "ffn", f"{label} gate bias", (f,), copies, gated and bias, **more)
@@ -116,22 +134,31 @@ def _stack_entries(
         add(f"{name}_down_bias", "ffn", f"{label} down bias", (d,), copies, bias, **more)
 
     add("token_embedding", "embeddings", "token embedding", (V, d), tied_to=token_tied_to)
-    add("position_embedding", "embeddings", "position embedding", (cfg.max_seq_len, d),
+    add("position_embedding", "embeddings", "position embedding", (cfg.max_seq_len + cfg.position_offset, d),
         present=cfg.pos_encoding == "learned")
+    add("relative_position_bias", "embeddings", "relative position bias", (cfg.rel_buckets, cfg.n_head),
+        present=cfg.pos_encoding == "relative")
     add("token_type_embedding", "embeddings", "token-type embedding", (cfg.type_vocab_size, d),
         present=cfg.type_vocab_size > 0)
     norm("embedding_norm", "embedding norm", 1, cfg.embedding_norm)
+    sandwich = cfg.norm_placement == "sandwich"
     norm("attn_norm", "attention norm", L)
-    attention("attn", "attention", "attention")
+    attention("attn", "attention", "attention", cfg.qk_norm)
+    norm("attn_post_norm", "attention output norm", L, sandwich)
     if cross:
         norm("cross_attn_norm", "cross-attention norm", L)
         attention("cross_attn", "cross_attention", "cross-attention")
-    norm("ffn_norm", "FFN norm", L)
+        norm("cross_attn_post_norm", "cross-attention output norm", L, sandwich)
+    norm("ffn_norm", "FFN norm", L, cfg.parallel_block != "shared_norm")
     if cfg.n_expert is None:
         ffn("ffn", "FFN", L)
     else:
         add("router_weight", "ffn", "MoE router weight", (E, d), L)
         ffn("expert_ffn", "expert FFN", L * E, experts=E, experts_active=cfg.experts_active)
+        if cfg.shared_expert_d_ff:
+            ffn("shared_expert_ffn", "shared expert FFN", L, cfg.shared_expert_d_ff)
+            add("shared_expert_gate_weight", "ffn", "shared expert gate weight", (1, d), L, cfg.shared_expert_gate)
+    norm("ffn_post_norm", "FFN output norm", L, sandwich)
     norm("final_norm", "final norm", 1, cfg.final_norm)
     return out
 
@@ -142,9 +169,17 @@ def _head_entries(cfg: ModelConfig, stack: str) -> list[ParamEntry]:
     if cfg.pooler:  # BERT (Devlin et al. 2019, sec. 3): tanh(W h_[CLS] + b)
         out.append(ParamEntry("pooler_weight", "pooler", "pooler weight", (d, d), stack=stack))
         out.append(ParamEntry("pooler_bias", "pooler", "pooler bias", (d,), stack=stack))
+    if cfg.lm_head_transform:  # BERT's MLM head (modeling_bert.py, BertPredictionHeadTransform)
+        out.append(ParamEntry("lm_head_transform_weight", "lm_head", "LM head transform weight", (d, d), stack=stack))
+        out.append(ParamEntry("lm_head_transform_bias", "lm_head", "LM head transform bias", (d,), stack=stack))
+        out.append(ParamEntry("lm_head_norm_weight", "lm_head", "LM head norm weight", (d,), stack=stack))
+        if cfg.norm_bias:
+            out.append(ParamEntry("lm_head_norm_bias", "lm_head", "LM head norm bias", (d,), stack=stack))
     if cfg.lm_head:
         tied = "token_embedding" if cfg.tie_embeddings else None
         out.append(ParamEntry("lm_head", "lm_head", "LM head", (V, d), tied_to=tied, stack=stack))
+        if cfg.lm_head_bias:
+            out.append(ParamEntry("lm_head_bias", "lm_head", "LM head bias", (V,), stack=stack))
     return out
 
 
@@ -211,6 +246,8 @@ def seeds_formula(cfg: ModelConfig) -> str:
     if cfg.arch == "encoder-decoder":
         cross = "(8 + 8·E)" if cfg.n_expert else "16"
         blocks = f"{coef}·L_enc·d² + {cross}·L_dec·d²"
+    elif cfg.cross_attention:
+        blocks = f"{'(8 + 8·E)' if cfg.n_expert else '16'}·L·d²"
     else:
         blocks = f"{coef}·L·d²"
     n = _vocab_matrices(cfg)
@@ -260,7 +297,7 @@ def width_note(cfg: ModelConfig) -> WidthNote | None:
     def attention_params(q: float, k: float) -> float:
         d = cfg.d_model
         modules = cfg.encoder_layers + cfg.decoder_layers + cfg.cross_attention_layers
-        return modules * (2 * d * q + 2 * d * k + (q + 2 * k + d if cfg.attn_bias else 0))
+        return modules * (2 * d * q + 2 * d * k + (q + 2 * k if cfg.attn_bias else 0) + (d if cfg.o_bias else 0))
 
     ratio = cfg.kv_heads / cfg.n_head
     d_model_wide = as_given - attention_params(cfg.q_dim, cfg.kv_dim) + attention_params(

@@ -12,6 +12,8 @@ SOFTMAX_PER_SCORE = 5
 NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
 ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
 ROPE_PER_ELEMENT = 3
+SOFTCAP_PER_ELEMENT = 3  # c·tanh(x / c): divide, tanh, multiply
+SIGMOID_PER_ELEMENT = 4  # negate, exp, +1, divide
 
 
 def ffn_matrices(cfg: ModelConfig) -> int:
@@ -19,17 +21,24 @@ def ffn_matrices(cfg: ModelConfig) -> int:
     return 3 if cfg.gated_ffn else 2
 
 
-def causal_pairs(queries: int, keys: int) -> int:
+def causal_pairs(queries: int, keys: int, window: int | None = None) -> int:
     """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
-    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2."""
-    return queries * (keys - queries) + queries * (queries + 1) // 2
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
+    sliding window W a query at position p sees min(p + 1, W) keys: the sum of min(n, W) over
+    n = keys - queries + 1 .. keys."""
+    if window is None:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    lo, hi = keys - queries + 1, keys  # each query's visible keys without the window: n = lo .. hi
+    top = min(hi, window)
+    below = (top * (top + 1) - (lo - 1) * lo) // 2 if lo <= top else 0  # n <= W: n keys
+    return below + window * (hi - max(lo - 1, window)) if hi > window else below
 
 
 @dataclass(frozen=True)
 class NonMatmulEntry:
     """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
 
-    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler (repeated per stack)
+    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler, softcap, head
     label: str
     per_element: int
     elements: int

@@ -34,6 +34,7 @@ class BenchPlan:
     matmul_size: int
     min_time: float = 3.0  # seconds of timed forward calls per length
     rounds: int = 3
+    weights: Optional[str] = None  # a checkpoint whose weights the timed model holds (random weights when None)
 
     @property
     def budget(self) -> Budget:
@@ -98,7 +99,12 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     speed = probe(plan.dtype, where.kind)
     if speed is not None and speed.slow:
         on_note(speed.note(f"timing {plan.dtype} as asked, which takes longer"))
-    model = build_model(plan.run_cfg, device, dtype)
+    if plan.weights:  # the checkpoint's own weights (tfcalc.model.load): the same FLOPs, real values
+        from tfcalc.model.load import load_model
+
+        model = load_model(plan.weights, device, dtype)
+    else:
+        model = build_model(plan.run_cfg, device, dtype)
     runner = torch.compile(model) if plan.compile else model
     budget, small = plan.budget, plan.budget.secondary()
     ceiling = autorange.Autorange(bench.ceiling_call(device, dtype, plan.matmul_size), small)

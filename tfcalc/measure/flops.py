@@ -41,7 +41,8 @@ aten = torch.ops.aten
 MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "cross_attn.q": "cross_attention_proj", "cross_attn.kv": "cross_attention_proj",
                  "cross_attn.out": "cross_attention_proj", "ffn.router": "ffn", "ffn.up": "ffn", "ffn.down": "ffn",
-                 "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "pooler": "pooler", "lm_head": "lm_head"}
+                 "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "ffn.shared.up": "ffn", "ffn.shared.down": "ffn",
+                 "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head"}
 # attention module -> (its Linears, the group of what it counts beyond them: SDPA)
 ATTENTION_MODULES = {"attn": (("qkv", "out"), "attention_scores"),
                      "cross_attn": (("q", "kv", "out"), "cross_attention_scores")}
@@ -148,12 +149,17 @@ def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
     return out
 
 
-def _inputs(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None, device: str) -> tuple[torch.Tensor, ...]:
-    """Token ids for forward(): (idx,), or (src_idx, tgt_idx) for an encoder-decoder."""
+def model_inputs(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None, device: str,
+                 dtype: torch.dtype = torch.float32) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+    """(args, kwargs) for forward(): (idx,); (src_idx, tgt_idx) for an encoder-decoder; a stack with
+    cross_attention also reads memory, src_seq states (default: seq) of width d_model."""
     idx = torch.zeros(batch, seq, dtype=torch.long, device=device)
-    if cfg.arch != "encoder-decoder":
-        return (idx,)
-    return torch.zeros(batch, seq if src_seq is None else src_seq, dtype=torch.long, device=device), idx
+    src = seq if src_seq is None else src_seq
+    if cfg.arch == "encoder-decoder":
+        return (torch.zeros(batch, src, dtype=torch.long, device=device), idx), {}
+    if cfg.cross_attention:
+        return (idx,), {"memory": torch.zeros(batch, src, cfg.d_model, device=device, dtype=dtype)}
+    return (idx,), {}
 
 
 def _loss(output) -> torch.Tensor:
@@ -168,14 +174,14 @@ def measure_flops(
     An encoder-decoder reads src_seq source tokens (default: seq)."""
     check_measurable(cfg, batch, seq, device, src_seq, training)
     model = build_model(cfg, device)
-    inputs = _inputs(cfg, batch, seq, src_seq, device)
+    inputs, kwargs = model_inputs(cfg, batch, seq, src_seq, device)
     training_total = None
     with fast_meta(device):  # the same count, without the start-up and repeated work (see speedups)
         with torch.no_grad(), flop_counter() as counter:
-            model(*inputs)
+            model(*inputs, **kwargs)
         if training:
             with flop_counter() as training_counter:
-                _loss(model(*inputs)).backward()
+                _loss(model(*inputs, **kwargs)).backward()
             training_total = training_counter.get_total_flops()
     total = counter.get_total_flops()
     by_module = _module_counts(counter.get_flop_counts())

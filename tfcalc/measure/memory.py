@@ -67,10 +67,11 @@ class MeasuredPeak:
     stand_in: bool = False  # matmuls stood in for (a dtype slow on this CPU; tfcalc.measure.stand_in)
 
 
-def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
+def forward_loss(model, idx, count_saved: bool = False, src_idx=None, memory=None):
     """(loss, bytes autograd saved for backward or None): cross-entropy of the logits, upcast to fp32.
-    An encoder-decoder reads src_idx and predicts idx. A model without an LM head (BertModel) has no
-    logits: the loss is the sum of its outputs (hidden states, and the pooled token), upcast to fp32.
+    An encoder-decoder reads src_idx and predicts idx; a stack with cross_attention reads memory (the
+    states it attends to). A model without an LM head (BertModel) has no logits: the loss is the sum of
+    its outputs (hidden states, and the pooled token), upcast to fp32.
 
     Counting: a saved_tensors_hooks pack hook records every floating-point tensor packed for backward,
     each storage once, parameters and buffers (and 0-d tensors: the loss's weight total) left out."""
@@ -88,7 +89,7 @@ def forward_loss(model, idx, count_saved: bool = False, src_idx=None):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        output = model(idx) if src_idx is None else model(src_idx, idx)
+        output = model(idx, memory=memory) if src_idx is None else model(src_idx, idx)
         if model.lm_head is None:
             loss = sum(o.float().sum() for o in (output if isinstance(output, tuple) else (output,)))
         else:
@@ -165,20 +166,23 @@ def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, t
 
     model = build_model(cfg, device, torch_dtype(dtype))
     idx = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
-    src_idx = None
+    src_idx = memory = None
+    sources = seq if src_seq is None else src_seq
     if cfg.arch == "encoder-decoder":
-        src_idx = torch.randint(0, cfg.vocab_size, (batch, seq if src_seq is None else src_seq), device=device)
+        src_idx = torch.randint(0, cfg.vocab_size, (batch, sources), device=device)
+    elif cfg.cross_attention:  # the states of some encoder, of the model's width
+        memory = torch.randn(batch, sources, cfg.d_model, device=device, dtype=torch_dtype(dtype))
     if not training:
         step("forward")
-        with torch.no_grad():
-            model(idx) if src_idx is None else model(src_idx, idx)  # the output dies at once, after the peak
+        with torch.no_grad():  # the output dies at once, after the peak
+            model(idx, memory=memory) if src_idx is None else model(src_idx, idx)
         return None
     model.train()
     step("first step: gradients and optimizer state")
     opt = make_optimizer(model, optimizer, dtype)
     _prime(model, opt)
     step("forward")
-    loss, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx)
+    loss, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx, memory=memory)
     step("backward")
     loss.backward()
     del loss

@@ -13,47 +13,16 @@ empirical_count): the count stays the module's own, in bounded time and memory.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 from torch import nn
 
 from tfcalc.config import ModelConfig, replace
+from tfcalc.count.components import COMPONENTS, FUSED, local_path
 from tfcalc.model import Attention, CrossAttention, FeedForward, build_model
 
-# module path, with "encoder." and "blocks.<i>." taken off and "ffn.experts.<i>." read as "expert_ffn.",
-# -> component, for the tensors that are not fused
-_COMPONENTS = {
-    "tok_emb.weight": "token_embedding",
-    "pos_emb.weight": "position_embedding",
-    "type_emb.weight": "token_type_embedding",
-    "emb_norm.weight": "embedding_norm_weight",
-    "emb_norm.bias": "embedding_norm_bias",
-    "attn_norm.weight": "attn_norm_weight",
-    "attn_norm.bias": "attn_norm_bias",
-    "attn.out.weight": "attn_o_weight",
-    "attn.out.bias": "attn_o_bias",
-    "cross_attn_norm.weight": "cross_attn_norm_weight",
-    "cross_attn_norm.bias": "cross_attn_norm_bias",
-    "cross_attn.q.weight": "cross_attn_q_weight",
-    "cross_attn.q.bias": "cross_attn_q_bias",
-    "cross_attn.out.weight": "cross_attn_o_weight",
-    "cross_attn.out.bias": "cross_attn_o_bias",
-    "ffn_norm.weight": "ffn_norm_weight",
-    "ffn_norm.bias": "ffn_norm_bias",
-    "ffn.down.weight": "ffn_down_weight",
-    "ffn.down.bias": "ffn_down_bias",
-    "ffn.router.weight": "router_weight",
-    "expert_ffn.down.weight": "expert_ffn_down_weight",
-    "expert_ffn.down.bias": "expert_ffn_down_bias",
-    "final_norm.weight": "final_norm_weight",
-    "final_norm.bias": "final_norm_bias",
-    "pooler.weight": "pooler_weight",
-    "pooler.bias": "pooler_bias",
-    "lm_head.weight": "lm_head",
-}
-_FUSED = ("attn.qkv", "cross_attn.kv", "ffn.up", "expert_ffn.up")  # module paths split by rows
+_FUSED = tuple(FUSED)  # module paths split by rows
 
 
 def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
@@ -77,23 +46,16 @@ def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
     return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
 
 
-def local_path(name: str) -> tuple[str, str]:
-    """'encoder.blocks.3.ffn.experts.5.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
-    prefix = "encoder_" if name.startswith("encoder.") else ""
-    path = re.sub(r"^(encoder\.)?(blocks\.\d+\.)?", "", name)
-    return prefix, re.sub(r"^ffn\.experts\.\d+\.", "expert_ffn.", path)
-
-
 def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -> dict[str, int]:
     """{component: numel} for one parameter tensor, fused tensors split into their parts."""
     prefix, path = local_path(name)
     owner_path, _, kind = path.rpartition(".")
     if owner_path in _FUSED:
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
-        return _split_rows(param, _fused_parts(owner, prefix + owner_path.rpartition(".")[0], kind))
-    if path not in _COMPONENTS:
+        return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind))
+    if path not in COMPONENTS:
         raise AssertionError(f"parameter {name} has no component in the breakdown")
-    return {prefix + _COMPONENTS[path]: param.numel()}
+    return {prefix + COMPONENTS[path]: param.numel()}
 
 
 def _once(name: str) -> int:

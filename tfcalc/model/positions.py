@@ -1,5 +1,6 @@
-"""Position encodings of the real model: RoPE tables (rotate-half layout), the sinusoid table, ALiBi
-slopes, and the buffers a stack registers for them."""
+"""Position encodings of the real model: RoPE tables (rotate-half layout, optionally on the first
+channels of each head only), the sinusoid table, ALiBi slopes, T5's relative-position buckets, and the
+buffers a stack registers for them."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from tfcalc.config import ModelConfig
 
 
 def rope_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (max_seq_len, d_head), rotate-half layout (Su et al. 2021, eq. 34)."""
-    half = cfg.head_dim // 2
+    """cos and sin of shape (max_seq_len, rope_dim), rotate-half layout (Su et al. 2021, eq. 34). With
+    partial rotary (GPT-NeoX's rotary_pct) the frequencies are those of a rope_dim-wide head:
+    theta^(-2i / rope_dim), as modeling_gpt_neox.py computes them."""
+    half = cfg.rope_dim // 2
     inv_freq = cfg.rope_theta ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
     angles = torch.outer(torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
@@ -20,7 +23,12 @@ def rope_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tens
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (B, nh, T, hs); cos, sin: (T, hs)."""
+    """x: (B, T, nh, hs); cos, sin: (T, 1, r) with r <= hs: the first r channels rotate, the rest pass.
+    Heads second to last, as the Linear lays them out: the result keeps that layout even when it is
+    concatenated (partial rotary), so attention's output needs no copy to merge the heads again."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     rotated = torch.cat([-x2, x1], dim=-1)
     return x * cos + rotated * sin
@@ -49,6 +57,29 @@ def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
     return torch.tensor(slopes, device=device, dtype=torch.float32)
 
 
+def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int, max_distance: int,
+                     device=None) -> torch.Tensor:
+    """T5's bucket of each (query, key) pair, (q_len, k_len) long (Raffel et al. 2020, sec. 2.1; the code
+    of modeling_t5.py, T5Attention._relative_position_bucket). Bidirectional: half the buckets for keys
+    after the query. Within a direction, distances below half the buckets get one bucket each, the rest
+    log-spaced up to max_distance, beyond which all share the last bucket."""
+    relative = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]
+    buckets = torch.zeros_like(relative)
+    if bidirectional:
+        n_buckets //= 2
+        buckets += (relative > 0).long() * n_buckets
+        relative = relative.abs()
+    else:
+        relative = -torch.clamp(relative, max=0)
+    exact = n_buckets // 2
+    is_small = relative < exact
+    large = exact + (
+        torch.log(relative.float() / exact) / math.log(max_distance / exact) * (n_buckets - exact)
+    ).long()
+    large = torch.clamp(large, max=n_buckets - 1)
+    return buckets + torch.where(is_small, relative, large)
+
+
 def position_buffers(cfg: ModelConfig, device) -> dict[str, torch.Tensor]:
     """RoPE's cos and sin, the sinusoid table or ALiBi's slopes, by buffer name. On meta, only their
     shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for
@@ -57,7 +88,7 @@ def position_buffers(cfg: ModelConfig, device) -> dict[str, torch.Tensor]:
     T = cfg.max_seq_len
     if cfg.pos_encoding == "rope":
         if meta:
-            return {name: torch.empty(T, cfg.head_dim, device=device) for name in ("rope_cos", "rope_sin")}
+            return {name: torch.empty(T, cfg.rope_dim, device=device) for name in ("rope_cos", "rope_sin")}
         cos, sin = rope_tables(cfg, device)
         return {"rope_cos": cos, "rope_sin": sin}
     if cfg.pos_encoding == "sinusoidal":

@@ -10,44 +10,66 @@ from torch import nn
 
 from tfcalc.config import ModelConfig
 from tfcalc.model.layers import (
-    Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
+    _ACTIVATIONS, Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
+    softcap,
 )
-from tfcalc.model.positions import position_buffers
+from tfcalc.model.positions import position_buffers, relative_buckets
 
 
 class Block(nn.Module):
-    """Self-attention, cross-attention (decoder of an encoder-decoder only), FFN or mixture of experts;
-    each a residual sub-layer with its own norm."""
+    """Self-attention, cross-attention (an encoder-decoder's decoder, or cross_attention), FFN or mixture
+    of experts; each a residual sub-layer with its own norm, laid out pre, post or sandwich, or attention
+    and FFN side by side (a parallel block; see tfcalc.config)."""
 
     def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False):
         super().__init__()
-        self.pre_norm = cfg.norm_placement == "pre"
+        self.placement, self.parallel = cfg.norm_placement, cfg.parallel_block != "none"
+        sandwich = cfg.norm_placement == "sandwich"
         self.attn_norm = make_norm(cfg)
         self.attn = Attention(cfg, causal)
+        self.attn_post_norm = make_norm(cfg) if sandwich else None
         self.cross_attn_norm = make_norm(cfg) if cross else None
         self.cross_attn = CrossAttention(cfg) if cross else None
-        self.ffn_norm = make_norm(cfg)
+        self.cross_attn_post_norm = make_norm(cfg) if cross and sandwich else None
+        self.ffn_norm = None if cfg.parallel_block == "shared_norm" else make_norm(cfg)
         self.ffn = MixtureOfExperts(cfg) if cfg.n_expert else FeedForward(cfg)
+        self.ffn_post_norm = make_norm(cfg) if sandwich else None
 
-    def _residual(self, norm: nn.Module, f, x: torch.Tensor) -> torch.Tensor:
-        if self.pre_norm:  # GPT-2 onwards: x + f(norm(x))
-            return x + f(norm(x))
-        return norm(x + f(x))  # Vaswani et al. 2017, BERT: norm(x + f(x))
+    def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
+        y = f(norm(x))
+        return y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
+
+    def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
+            return norm(x + f(x))
+        return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
     def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, lambda h: self.attn(h, rope, mask), x)
+        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.cross_attn_norm, lambda h: self.cross_attn(h, memory), x)
+        return self._residual(self.cross_attn_norm, self.cross_attn_post_norm, lambda h: self.cross_attn(h, memory), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.ffn_norm, self.ffn, x)
+        return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        if self.parallel:
+            return self._parallel(x, rope, mask)
         x = self.attention_sublayer(x, rope, mask)
         if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("a block with cross-attention needs the states it attends to (memory)")
             x = self.cross_attention_sublayer(x, memory)
         return self.ffn_sublayer(x)
+
+    def _parallel(self, x: torch.Tensor, rope, mask) -> torch.Tensor:
+        """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
+        norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
+        h = self.attn_norm(x)
+        attn = self.attn(h, rope, mask)
+        return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
 
 
 class Stack(nn.Module):
@@ -61,7 +83,10 @@ class Stack(nn.Module):
         self.cfg, self.causal = cfg, causal
         d = cfg.d_model
         self.tok_emb = tok_emb if tok_emb is not None else _embedding(cfg.vocab_size, d)
-        self.pos_emb = _embedding(cfg.max_seq_len, d) if cfg.pos_encoding == "learned" else None
+        learned = cfg.pos_encoding == "learned"
+        self.pos_emb = _embedding(cfg.max_seq_len + cfg.position_offset, d) if learned else None
+        # T5: one (buckets, n_head) table per stack, read by every block (modeling_t5.py keeps it in block 0)
+        self.rel_bias = _embedding(cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
         self.type_emb = _embedding(cfg.type_vocab_size, d) if cfg.type_vocab_size else None
         self.emb_norm = make_norm(cfg) if cfg.embedding_norm else None
         self.blocks = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layer))
@@ -72,11 +97,32 @@ class Stack(nn.Module):
         for name, table in position_buffers(self.cfg, self.tok_emb.weight.device).items():
             self.register_buffer(name, table, persistent=False)
 
-    def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """None (SDPA applies the causal mask itself, or none), or ALiBi's bias (nh, T, T): causal in a
-        decoder; in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use."""
-        if self.cfg.pos_encoding != "alibi":
-            return None
+    def attention_mask(self, T: int, dtype: torch.dtype, window: int | None = None) -> torch.Tensor | None:
+        """None (SDPA applies the causal mask itself, or none), or an additive bias (nh, T, T): ALiBi's,
+        causal in a decoder, in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use;
+        or T5's learned bias per relative-position bucket (bidirectional buckets in an encoder). A sliding
+        window W shorter than T adds -inf on every key more than W - 1 positions before its query."""
+        if self.cfg.pos_encoding == "relative":
+            bias = self._relative_bias(T, dtype)
+        elif self.cfg.pos_encoding == "alibi":
+            bias = self._alibi_bias(T, dtype)
+        else:
+            bias = None
+        if not self.causal or window is None or window >= T:
+            return bias
+        pos = torch.arange(T, device=self.tok_emb.weight.device)
+        distance = pos[None, :] - pos[:, None]  # j - i
+        hidden = (distance > 0) | (distance <= -window)  # (T, T)
+        base = torch.zeros(T, T, device=pos.device, dtype=dtype) if bias is None else bias
+        return base.masked_fill(hidden, float("-inf"))
+
+    def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
+        """Each block's mask: built once per distinct window (Gemma 2 alternates two)."""
+        windows = [self.cfg.layer_window(i) if self.causal else None for i in range(len(self.blocks))]
+        built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
+        return [built[w] for w in windows]
+
+    def _alibi_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
         pos = torch.arange(T, device=self.alibi.device)
         distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
         if not self.causal:
@@ -85,13 +131,27 @@ class Stack(nn.Module):
         bias = bias.masked_fill(distance > 0, float("-inf"))
         return bias.to(dtype)
 
+    def _relative_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
+        """T5's position bias (nh, T, T), with -inf above the diagonal in a decoder."""
+        cfg, device = self.cfg, self.rel_bias.weight.device
+        if device.type == "meta":  # no values to bucket: a lookup of the right shape stands in
+            buckets = torch.zeros(T, T, dtype=torch.long, device=device)
+        else:
+            buckets = relative_buckets(T, T, not self.causal, cfg.rel_buckets, cfg.rel_max_distance, device)
+        bias = self.rel_bias(buckets).permute(2, 0, 1)  # (T, T, nh) -> (nh, T, T)
+        if self.causal:
+            future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+            bias = bias.masked_fill(future, float("-inf"))
+        return bias.to(dtype)
+
     def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) token ids (and token types, default 0) -> (B, T, d) block input."""
         x = self.tok_emb(idx)
         if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
             x = x * math.sqrt(self.cfg.d_model)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+        if self.pos_emb is not None:  # OPT's positions start at row 2 (modeling_opt.py, OPTLearnedPositionalEmbedding)
+            offset = self.cfg.position_offset
+            x = x + self.pos_emb(torch.arange(offset, offset + idx.shape[1], device=idx.device))
         elif self.cfg.pos_encoding == "sinusoidal":
             x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
         if self.type_emb is not None:
@@ -101,11 +161,13 @@ class Stack(nn.Module):
         return x
 
     def block_inputs(self, T: int, dtype: torch.dtype):
-        """(rope, mask) that every block takes at sequence length T."""
-        rope = None
-        if self.cfg.pos_encoding == "rope":
-            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
-        return rope, self.attention_mask(T, dtype)
+        """(rope, mask) that the first block takes at sequence length T."""
+        return self._rope(T, dtype), self.attention_mask(T, dtype, self.cfg.layer_window(0) if self.causal else None)
+
+    def _rope(self, T: int, dtype: torch.dtype):
+        if self.cfg.pos_encoding != "rope":
+            return None
+        return self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
@@ -113,8 +175,8 @@ class Stack(nn.Module):
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
         x = self.embed(idx, token_type_ids)  # (B, T, d)
-        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
-        for block in self.blocks:
+        rope, masks = self._rope(idx.shape[1], x.dtype), self.layer_masks(idx.shape[1], x.dtype)
+        for block, mask in zip(self.blocks, masks):
             x = block(x, rope, mask, memory)
         return x
 
@@ -125,9 +187,12 @@ class Transformer(Stack):
 
     def __init__(self, cfg: ModelConfig):
         encoder_decoder = cfg.arch == "encoder-decoder"
-        super().__init__(cfg, cfg.n_layer, causal=cfg.arch != "encoder", cross=encoder_decoder)
+        super().__init__(cfg, cfg.n_layer, causal=cfg.arch != "encoder", cross=encoder_decoder or cfg.cross_attention)
         self.pooler = Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
-        self.lm_head = LMHead(cfg.d_model, cfg.vocab_size, bias=False) if cfg.lm_head else None
+        # BERT's MLM head (modeling_bert.py, BertPredictionHeadTransform): dense, activation, norm
+        self.head_dense = Linear(cfg.d_model, cfg.d_model) if cfg.lm_head_transform else None
+        self.head_norm = make_norm(cfg) if cfg.lm_head_transform else None
+        self.lm_head = LMHead(cfg.d_model, cfg.vocab_size, bias=cfg.lm_head_bias) if cfg.lm_head else None
         # Registered after the decoder's own embedding, so a shared one is counted there (parameter order).
         self.encoder = None
         if encoder_decoder:
@@ -164,18 +229,26 @@ class Transformer(Stack):
         """(B, T, d) last block output -> (B, T, vocab_size) logits; without an LM head, the (normed)
         hidden states."""
         x = self.normed(x)
-        return x if self.lm_head is None else self.lm_head(x)
+        return x if self.lm_head is None else self.logits(x)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, T, d) final hidden states -> (B, T, vocab_size): BERT's head transform, the projection,
+        and Gemma 2's soft-capping."""
+        if self.head_dense is not None:
+            h = self.head_norm(_ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
+        return softcap(self.lm_head(h), self.cfg.logit_softcap)
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
         return torch.tanh(self.pooler(h[:, 0]))
 
-    def forward(self, idx: torch.Tensor, tgt_idx: torch.Tensor | None = None, token_type_ids=None):
+    def forward(self, idx: torch.Tensor, tgt_idx: torch.Tensor | None = None, token_type_ids=None,
+                memory: torch.Tensor | None = None):
         """idx: (B, T) token ids -> logits (B, T, vocab_size), or hidden states (B, T, d) without an LM head.
 
-        An encoder-decoder takes forward(src_idx (B, S), tgt_idx (B, T)) -> (B, T, vocab_size).
-        With a pooler (BERT), returns (output, pooled (B, d)), as Hugging Face's BertModel does."""
-        memory = None
+        An encoder-decoder takes forward(src_idx (B, S), tgt_idx (B, T)) -> (B, T, vocab_size); a stack
+        with cross_attention reads ``memory`` (B, S, d), the states of some encoder (GPT-2's
+        add_cross_attention). With a pooler (BERT), returns (output, pooled (B, d)), as BertModel does."""
         if self.encoder is not None:
             if tgt_idx is None:
                 raise ValueError("an encoder-decoder takes forward(src_idx, tgt_idx)")
@@ -184,7 +257,7 @@ class Transformer(Stack):
         if self.pooler is None:
             return self.head(x)
         h = self.normed(x)
-        return (h if self.lm_head is None else self.lm_head(h)), self.pool(h)
+        return (h if self.lm_head is None else self.logits(h)), self.pool(h)
 
 
 def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:

@@ -32,6 +32,7 @@ def row_json(model: ModelRef, plan: BenchPlan, run: dict[str, Any], row) -> dict
     return {
         "preset": plan.cfg.name,
         "label": model.label,
+        "weights": plan.weights,
         "device": str(run["device"]),
         "device_name": run["device_name"],
         "dtype": plan.dtype,
@@ -94,14 +95,19 @@ def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
 def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None, device: str = "cpu",
                dtype: str = "fp32", warmup: Optional[int] = None, repeat: int = 5, compile: bool = False,
                n_layer: Optional[int] = None, matmul_size: Optional[int] = None, min_time: float = 3.0,
-               rounds: int = 3) -> BenchPlan:
+               rounds: int = 3, weights: Optional[str] = None) -> BenchPlan:
     """Every option checked, nothing run. The budget (tfcalc.measure.autorange): timed forward calls for
     min_time seconds per length and at least repeat of them, in rounds; warm-up until stable, or exactly
-    warmup calls."""
+    warmup calls. weights: a checkpoint whose weights the timed model holds."""
     cfg = model.cfg
     if cfg.arch == "encoder-decoder":  # its forward takes a source and a target, and --n-layer has two depths
         raise InputError(f"{cfg.name}: tfcalc bench times decoder and encoder models; encoder-decoders are not "
                          "supported yet (tfcalc flops and tfcalc memory count them)")
+    if cfg.cross_attention:
+        raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which tfcalc bench does not make; "
+                         "tfcalc flops and tfcalc memory count it (--src-seq)")
+    if weights is not None:
+        _check_weights(cfg, weights, n_layer)
     if dtype not in BENCH_DTYPES:
         raise InputError(f"--dtype: bench runs {', '.join(BENCH_DTYPES)}; got '{dtype}'")
     check_size("--batch", batch)
@@ -119,7 +125,27 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
         cfg=cfg, run_cfg=replace(cfg, n_layer=n_layer) if n_layer else cfg, device=device, dtype=dtype,
         batch=batch, seqs=check_seqs(model, seqs), warmup=warmup, repeat=repeat, compile=compile,
         matmul_size=matmul_size or (2048 if device == "cpu" else 8192), min_time=float(min_time), rounds=rounds,
+        weights=weights,
     )
+
+
+def _check_weights(cfg, weights: str, n_layer: Optional[int]) -> None:
+    """--weights must hold the model being timed, whole."""
+    import dataclasses
+
+    from tfcalc.errors import shown, shown_path
+    from tfcalc.presets import checkpoint_source
+
+    if n_layer is not None:
+        raise InputError("--weights loads every block: drop --n-layer")
+    source = checkpoint_source(weights)
+    if source.weights is None:
+        raise InputError(f"--weights {shown_path(weights)}: no .safetensors file there")
+    identity = ("name", "source", "nominal_params", "dtype")
+    for f in dataclasses.fields(cfg):
+        if f.name not in identity and getattr(cfg, f.name) != getattr(source.cfg, f.name):
+            raise InputError(f"--weights {shown_path(weights)}: its config.json is another model ({f.name} "
+                             f"{shown(getattr(source.cfg, f.name))}, not {shown(getattr(cfg, f.name))})")
 
 
 def build_bench(model: ModelRef, plan: BenchPlan, progress: Callable[[], None] = lambda: None,

@@ -112,6 +112,13 @@ class FlopsReport(WorkloadFields):
                 f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
                 f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
                 f"{cfg.experts}; the experts a token skips do no work for it")
+            capacity = cfg.expert_capacity(self.batch * self.seq)
+            if capacity is not None:
+                out.append(
+                    f"expert capacity factor {cfg.expert_capacity_factor}: each expert runs a buffer of {capacity:,} "
+                    f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {cfg.experts * capacity:,} rows in all "
+                    f"against {cfg.experts_active * self.batch * self.seq:,} token-expert pairs: padding costs "
+                    "FLOPs when c > 1, and tokens past an expert's buffer are dropped (the residual carries them)")
         if cfg.arch == "encoder":
             out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
                        "full one; an encoder generates nothing, so there is no decode step")
@@ -206,7 +213,8 @@ def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool 
                 training: bool = False, recompute: bool = False) -> FlopsReport:
     """The analytic count; with measure, the real module under FlopCounterMode on device (meta: no memory)."""
     w = workload.for_model(model.cfg)
-    breakdown = count.breakdown(model.cfg, w.batch, w.seq, w.src_seq if model.cfg.arch == "encoder-decoder" else None)
+    has_source = model.cfg.arch == "encoder-decoder" or model.cfg.cross_attention
+    breakdown = count.breakdown(model.cfg, w.batch, w.seq, w.src_seq if has_source else None)
     measured = None
     if measure:
         from tfcalc.measure.flops import measure_flops  # imports torch: only when asked

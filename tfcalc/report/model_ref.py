@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Union
 
 from tfcalc.config import ModelConfig
-from tfcalc.presets import load, parse_override
+from tfcalc.presets import checkpoint_source, parse_override
 
 if TYPE_CHECKING:
     from tfcalc.workload import Workload
@@ -24,6 +24,7 @@ ModelSpec = Union[str, Path, ModelConfig]
 class ModelRef:
     cfg: ModelConfig
     overrides: tuple[str, ...] = ()
+    weights: Optional[Path] = None  # a checkpoint the model argument named (a folder, a .safetensors file)
 
     @property
     def name(self) -> str:
@@ -86,5 +87,5 @@ def resolve(model: ModelSpec, overrides: list[str] | tuple[str, ...] = ()) -> Mo
 
             return ModelRef(apply_overrides(model, list(overrides)), tuple(_canonical(o) for o in overrides))
         return ModelRef(model)
-    cfg = load(str(model), list(overrides))
-    return ModelRef(cfg, tuple(_canonical(o) for o in overrides))
+    source = checkpoint_source(str(model), list(overrides))
+    return ModelRef(source.cfg, tuple(_canonical(o) for o in overrides), source.weights)

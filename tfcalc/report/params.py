@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as count
 from tfcalc.count.dtypes import weight_bytes
@@ -19,6 +20,7 @@ class ParamsReport:
     analytic: dict[str, int]
     empirical: Optional[dict[str, int]]  # None when not measured (--no-measure)
     empirical_method: Optional[str] = None  # tfcalc.measure.params.METHODS: "full" or "per_block"
+    checkpoint: Optional[CheckpointCount] = None  # the checkpoint's headers, when the model named one
 
     @property
     def cfg(self) -> ModelConfig:
@@ -62,6 +64,22 @@ class ParamsReport:
     def active_params(self) -> int:
         """Parameters one token uses (a MoE runs only its top-k experts); the total when dense."""
         return count.active_params(self.cfg, self.analytic)
+
+    @property
+    def checkpoint_total(self) -> Optional[int]:
+        """Every element the checkpoint's files hold (tied copies and buffers included); None without one."""
+        return None if self.checkpoint is None else self.checkpoint.total
+
+    def checkpoint_problems(self) -> list[str]:
+        """What the config does not explain in the checkpoint, and what the checkpoint lacks."""
+        c = self.checkpoint
+        if c is None:
+            return []
+        out = [f"unexplained tensor {name}" for name in c.unexplained]
+        out += [f"tensor {name} does not fit the config's layout" for name in c.misfits]
+        out += [f"{component} lacks {n:,} parameters" for component, n in c.missing.items()]
+        out += [f"{component} has {n:,} parameters more than the config explains" for component, n in c.surplus.items()]
+        return out
 
     def mismatches(self) -> list[str]:
         """Components whose analytic and empirical counts differ."""
@@ -109,6 +127,7 @@ class ParamsReport:
             "overrides": list(self.model.overrides),
             "analytic_total": total,
             "empirical_total": self.empirical_total,
+            "checkpoint_total": self.checkpoint_total,
             "breakdown": self.analytic,
             "arch": self.cfg.arch,
             "active_params": self.active_params,
@@ -128,6 +147,7 @@ class ParamsReport:
             "tied_embeddings": self.cfg.tie_embeddings,
             "weights_bytes": self.weights_bytes,
             "notes": self.notes,
+            "checkpoint": None if self.checkpoint is None else self.checkpoint.to_json(),
         }
 
 
@@ -139,4 +159,10 @@ def build_params(model: ModelRef, measure: bool = True) -> ParamsReport:
 
         measured = empirical_count(model.cfg)
         empirical, method = measured.breakdown, measured.method
-    return ParamsReport(model, tuple(count.param_entries(model.cfg)), count.breakdown(model.cfg), empirical, method)
+    checkpoint = None
+    if model.weights is not None:  # headers only: no tensor data is read
+        from tfcalc.checkpoint import count_checkpoint
+
+        checkpoint = count_checkpoint(model.cfg, model.weights)
+    return ParamsReport(model, tuple(count.param_entries(model.cfg)), count.breakdown(model.cfg), empirical, method,
+                        checkpoint)

@@ -16,6 +16,9 @@ ACTIVATION_LABELS = {
     "cross_q_input": "cross-attention Q input", "cross_qkv": "cross-attention Q; K, V of the source",
     "cross_attn_scores": "cross-attention softmax (T×S)", "cross_softmax_stats": "cross-attention log-sum-exp",
     "cross_attn_output": "cross-attention output",
+    "qk_norm": "Q/K norms (per head)", "attn_post_norm": "attention output norm (sandwich)",
+    "ffn_post_norm": "FFN output norm (sandwich)", "cross_attn_post_norm": "cross-attention output norm (sandwich)",
+    "shared_expert": "MoE: shared expert (hidden, gate)",
 }
 
 
@@ -47,7 +50,7 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     t.add(f"Activations kept, per {stack}layer", a.layer, f"{a.attention} attention")
     for key, n in a.per_layer.items() if verbose else ():
         if n:
-            t.add(f"  {ACTIVATION_LABELS[key]}", n, None)
+            t.add(f"  {ACTIVATION_LABELS.get(key, key)}", n, None)
     if a.n_encoder_layer:
         t.add("Activations kept, per encoder layer", a.encoder_layer, f"S = {r.src_seq:,}")
     t.add("Activations kept, all layers + head", a.stored,

@@ -72,7 +72,8 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
                       Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r))
     _component_rows(table, r, verbose)
     if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
-        table.add(f"Positions: {cfg.pos_encoding}, no parameters", None, None, None, None, style="dim")
+        partial = f" on {cfg.rope_dim} of {cfg.head_dim} channels per head" if cfg.rope_dim < cfg.head_dim else ""
+        table.add(f"Positions: {cfg.pos_encoding}{partial}, no parameters", None, None, None, None, style="dim")
     table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
     if r.empirical is not None:
         mark = "✓ agree" if r.agrees else "✗ DISAGREE"
@@ -81,6 +82,8 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
                   style="green" if r.agrees else "bold red")
     else:
         table.add("Total, empirical: not measured", None, None, None, None, style="dim")
+    if r.checkpoint is not None:
+        _checkpoint_rows(table, doc, r)
     if cfg.n_expert:
         table.add(f"Active per token (top-{cfg.experts_active} of {cfg.experts})", None, None, r.active_params,
                   r.active_params / total)
@@ -94,6 +97,27 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     for note in r.notes:
         doc.note(f"Note: {note}", "warning")
     return doc
+
+
+def _checkpoint_rows(table, doc: Doc, r: ParamsReport) -> None:
+    """The checkpoint's total, what of it the config explains, and what it does not (named in notes)."""
+    c = r.checkpoint
+    files = f"{len(c.files)} file{'s' if len(c.files) > 1 else ''}"
+    table.add(f"Total, checkpoint ({files}, headers only)", None, None, c.total, None)
+    ok = c.agrees and c.matched == r.analytic_total
+    table.add(f"{'✓ agree' if ok else '✗ DISAGREE'}: parameters the config explains", None, None, c.matched, None,
+              style="green" if ok else "bold red")
+    dtypes = ", ".join(f"{d}: {v['elements']:,} in {v['tensors']} tensors ({units.nbytes(v['bytes'])})"
+                       for d, v in c.by_dtype.items())
+    doc.note(f"Checkpoint {', '.join(c.files)}: {dtypes}.")
+    for title, names in (("stored copies of tied parameters", c.tied_copies), ("buffers, not parameters", c.buffers)):
+        if names:
+            doc.note(f"Checkpoint: {title}: {', '.join(list(names)[:6])}{' ...' if len(names) > 6 else ''} "
+                     f"({sum(names.values()):,} elements).", "dim")
+    problems = r.checkpoint_problems()
+    if problems:
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more (--json)" if len(problems) > 8 else "")
+        doc.note(f"Checkpoint vs config: {shown}.", "warning")
 
 
 def _summary(reports: list[ParamsReport]) -> Doc:

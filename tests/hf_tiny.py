@@ -1,0 +1,118 @@
+"""Tiny Hugging Face transformers models of every supported model type, built from config objects with
+random weights (nothing is downloaded), for the tests that hold tfcalc against transformers.
+
+Each case: a transformers config class and keyword arguments, the model class, and what its forward
+takes besides input_ids (an encoder-decoder's decoder ids; a cross-attention stack's encoder states).
+Shapes are small and odd on purpose: GQA, sliding windows shorter than the test sequence, partial
+rotary, experts that not every token reaches. transformers is imported lazily (seconds to import).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+V, D, L, H, F, T = 61, 32, 2, 4, 48, 10  # vocab, width, layers, heads, FFN width, positions
+LLAMA_LIKE = dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
+                  intermediate_size=F, max_position_embeddings=32)
+
+
+@dataclass(frozen=True)
+class Case:
+    config: str  # transformers config class
+    model: str  # transformers model class
+    kwargs: dict[str, Any]
+    inputs: str = "ids"  # "ids", "seq2seq" (input_ids and decoder_input_ids), "cross" (and encoder_hidden_states)
+    output: str = "logits"  # or "last_hidden_state"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+CASES = {
+    "gpt2": Case("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32)),
+    "gpt2-cross": Case("GPT2Config", "GPT2LMHeadModel",
+                       dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32, add_cross_attention=True),
+                       inputs="cross"),
+    "gpt2-base": Case("GPT2Config", "GPT2Model", dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32),
+                      output="last_hidden_state"),
+    "llama": Case("LlamaConfig", "LlamaForCausalLM", dict(LLAMA_LIKE, attention_bias=True, rope_theta=500.0)),
+    "mistral": Case("MistralConfig", "MistralForCausalLM", dict(LLAMA_LIKE, sliding_window=4)),
+    "mixtral": Case("MixtralConfig", "MixtralForCausalLM", dict(LLAMA_LIKE, num_local_experts=4, num_experts_per_tok=2)),
+    "bert": Case("BertConfig", "BertModel", dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                                                  intermediate_size=F, max_position_embeddings=32),
+                 output="last_hidden_state"),
+    "bert-mlm": Case("BertConfig", "BertForMaskedLM",
+                     dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, intermediate_size=F,
+                          max_position_embeddings=32)),
+    "bert-decoder": Case("BertConfig", "BertLMHeadModel",
+                         dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                              intermediate_size=F, max_position_embeddings=32, is_decoder=True, add_cross_attention=True),
+                         inputs="cross"),
+    "qwen2": Case("Qwen2Config", "Qwen2ForCausalLM", dict(LLAMA_LIKE)),
+    "qwen2_moe": Case("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                      dict(LLAMA_LIKE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                           shared_expert_intermediate_size=24)),
+    "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", dict(LLAMA_LIKE, head_dim=16)),
+    "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_LIKE, pad_token_id=0, sliding_window=6)),
+    "gemma": Case("GemmaConfig", "GemmaForCausalLM", dict(LLAMA_LIKE, head_dim=16)),
+    "gemma2": Case("Gemma2Config", "Gemma2ForCausalLM",
+                   dict(LLAMA_LIKE, head_dim=8, sliding_window=4, query_pre_attn_scalar=12,
+                        attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    "gpt_neox": Case("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                     dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, intermediate_size=F,
+                          max_position_embeddings=32, rotary_pct=0.25)),
+    "gpt_neox-sequential": Case("GPTNeoXConfig", "GPTNeoXForCausalLM",
+                                dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                                     intermediate_size=F, max_position_embeddings=32, use_parallel_residual=False)),
+    "falcon": Case("FalconConfig", "FalconForCausalLM",
+                   dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, multi_query=True,
+                        parallel_attn=True, new_decoder_architecture=False, bias=False)),
+    "falcon-40b-like": Case("FalconConfig", "FalconForCausalLM",
+                            dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_kv_heads=2,
+                                 new_decoder_architecture=True, bias=False)),
+    "opt": Case("OPTConfig", "OPTForCausalLM",
+                dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, ffn_dim=F,
+                     max_position_embeddings=32, word_embed_proj_dim=D)),
+    "t5": Case("T5Config", "T5ForConditionalGeneration",
+               dict(vocab_size=V, d_model=D, d_kv=8, d_ff=F, num_layers=L, num_decoder_layers=3, num_heads=H,
+                    relative_attention_num_buckets=8, relative_attention_max_distance=20), inputs="seq2seq"),
+    "t5-gated": Case("T5Config", "T5ForConditionalGeneration",
+                     dict(vocab_size=V, d_model=D, d_kv=8, d_ff=F, num_layers=L, num_heads=H,
+                          feed_forward_proj="gated-gelu"), inputs="seq2seq"),
+}
+SOURCE = 7  # encoder tokens (or external states) for the cases that read them
+
+
+def build(name: str):
+    """The transformers model of a case, random weights, eval mode, eager attention (explicit matmuls)."""
+    import torch
+    import transformers
+
+    case = CASES[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, case.config)(**case.kwargs)
+    config._attn_implementation = "eager"
+    if hasattr(config, "_experts_implementation"):  # the per-expert loop: grouped_mm has no FLOP formula
+        config._experts_implementation = "eager"
+    model = getattr(transformers, case.model)(config).eval()
+    with torch.no_grad():  # biases and norms start at 0 or 1: perturb every weight, so each one shows
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    return model
+
+
+def inputs(name: str, batch: int = 2, seq: int = T, seed: int = 1) -> dict[str, Any]:
+    """Random keyword inputs of a case's forward."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = {"input_ids": torch.randint(0, V, (batch, seq), generator=g)}
+    if CASES[name].inputs == "seq2seq":
+        out["input_ids"] = torch.randint(0, V, (batch, SOURCE), generator=g)
+        out["decoder_input_ids"] = torch.randint(0, V, (batch, seq), generator=g)
+    elif CASES[name].inputs == "cross":
+        out["encoder_hidden_states"] = torch.randn(batch, SOURCE, D, generator=g)
+    return out
+
+
+def output(name: str, result) -> Any:
+    return getattr(result, CASES[name].output)

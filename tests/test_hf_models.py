@@ -1,0 +1,124 @@
+"""Every supported Hugging Face model type, held against transformers itself: a tiny model built by
+transformers from a config object (random weights, nothing downloaded), saved with save_pretrained; its
+config.json read by tfcalc. The parameter count must equal transformers' own, and tfcalc's analytic
+forward FLOPs must equal what FlopCounterMode counts on transformers' forward (eager attention, so the
+scores are two explicit matmuls over the full square, tfcalc's convention)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from hf_tiny import CASES, SOURCE, T, build, inputs, output
+from tfcalc.count import flops as flops_count
+from tfcalc.count import params as count
+from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
+from tfcalc.measure.params import measure_params
+from tfcalc.presets import load
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> (transformers model, folder it was saved to), built once per case."""
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            model = build(name)
+            folder = tmp_path_factory.mktemp(name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.save_pretrained(folder)
+            made[name] = model, folder
+        return made[name]
+
+    return get
+
+
+def test_every_supported_type_has_a_case():
+    types = {CASES[name].config for name in CASES}
+    assert len(SUPPORTED_MODEL_TYPES) == 15 and len(types) == 15
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_parameters_equal_transformers(saved, name):
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    hf_total = sum(p.numel() for p in model.parameters())  # unique tensors: a tied head counts once
+    assert count.total(cfg) == hf_total
+    total, breakdown = measure_params(cfg)
+    assert total == hf_total and breakdown == count.breakdown(cfg)
+
+
+def _hf_flops(name: str, model) -> int:
+    """FlopCounterMode on transformers' forward, less its rotary-table matmul (inv_freq @ positions:
+    tfcalc precomputes those tables and counts no FLOPs for them, a position encoding)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(**inputs(name))
+    counts = {path: sum(ops.values()) for path, ops in counter.get_flop_counts().items()}
+    rotary = sum(n for path, n in counts.items() if path.endswith(("rotary_emb", "rotary_embedding")))
+    return counter.get_total_flops() - rotary
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_flops_equal_flop_counter_mode(saved, name):
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    src = SOURCE if CASES[name].inputs in ("seq2seq", "cross") else None
+    assert flops_count.forward_flops(cfg, 2, T, src_seq=src) == _hf_flops(name, model)
+
+
+# ---------- the same function: real weights in tfcalc's own model ----------
+
+
+def _tfcalc_output(name: str, model, kw):
+    import torch
+
+    with torch.no_grad():
+        if CASES[name].inputs == "seq2seq":
+            out = model(kw["input_ids"], kw["decoder_input_ids"])
+        elif CASES[name].inputs == "cross":
+            out = model(kw["input_ids"], memory=kw["encoder_hidden_states"])
+        else:
+            out = model(kw["input_ids"])
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_loaded_checkpoint_computes_what_transformers_computes(saved, name):
+    """load_model reads the save_pretrained safetensors into tfcalc's model; in fp32 its outputs (logits,
+    or BertModel's hidden states and pooled token) are transformers' within 1e-4 on random ids."""
+    import torch
+
+    import tfcalc
+
+    model, folder = saved(name)
+    ours = tfcalc.load_model(str(folder))
+    kw = inputs(name, seed=7)
+    with torch.no_grad():
+        ref = model(**kw)
+    got = _tfcalc_output(name, ours, kw)
+    if isinstance(got, tuple):  # BertModel: (hidden states, pooled first token)
+        got, pooled = got
+        assert (pooled - ref.pooler_output).abs().max() <= 1e-4
+    expected = output(name, ref)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max() <= 1e-4
+    assert expected.abs().max() > 0.1  # outputs of a size where a wrong weight would show
+
+
+def test_bench_times_the_loaded_weights(saved, cli):
+    _, folder = saved("llama")
+    r = cli("bench", str(folder), "--weights", str(folder), "--seq", "8", "--warmup", "0", "--repeat", "1",
+            "--matmul-size", "64", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["weights"] == str(folder) and data["tokens_per_s"] > 0
+    other = cli("bench", "gpt2", "--weights", str(folder), "--seq", "8")
+    assert other.code == 2 and "its config.json is another model" in other.err

@@ -1,0 +1,138 @@
+"""Finding a checkpoint's safetensors files and reading their headers -- never their tensor data.
+
+A checkpoint is given as a ``.safetensors`` file, a folder holding ``model.safetensors.index.json`` (a
+sharded checkpoint: the index maps every tensor name to the shard that holds it), or a folder holding
+one or more ``*.safetensors`` files. Headers are read by the safetensors library (``safe_open`` with the
+numpy framework, which neither imports numpy nor torch to list names, shapes and dtypes); it validates
+each header against the file (header size, JSON, dtypes, offsets within the file) and raises on any
+hostile file. Pickled checkpoints (``pytorch_model.bin``) are refused: loading them would run code.
+
+Every problem is one InputError line naming the file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfcalc import reading
+from tfcalc.errors import InputError, shown, shown_path
+
+INDEX = "model.safetensors.index.json"
+MAX_INDEX_BYTES = 64 * 2**20  # an index lists names and shard files: megabytes at most, even for 1T models
+# bytes per element of each safetensors dtype (safetensors' Dtype enum)
+DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # safetensors' name: F32, BF16, ...
+    file: str  # the file (within the checkpoint folder) that holds it
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        # sub-byte formats (F4) are not in the table: counted at one byte per element
+        return self.numel * DTYPE_BYTES.get(self.dtype, 1)
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    folder: Path  # where config.json is looked for
+    files: tuple[Path, ...]  # the safetensors files, in order
+    tensors: tuple[TensorInfo, ...]  # every tensor of every file, in file order
+
+    @property
+    def by_name(self) -> dict[str, TensorInfo]:
+        return {t.name: t for t in self.tensors}
+
+
+def is_checkpoint(path: Path) -> bool:
+    """A .safetensors file, or a folder (a model folder, maybe sharded)."""
+    return path.suffix.lower() == ".safetensors" or path.is_dir()
+
+
+def find(path: str | Path) -> tuple[Path, tuple[Path, ...], dict[str, str] | None]:
+    """(folder, safetensors files, the index's weight map or None) for a file or a model folder."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{shown_path(path)}: no such file or folder")
+    what = reading.special_kind(path.stat().st_mode)
+    if what not in (None, "a directory"):  # a FIFO would block the header read
+        raise InputError(f"{shown_path(path)}: is {what}, not a checkpoint; tfcalc reads regular files only")
+    if path.is_file():
+        if path.suffix.lower() != ".safetensors":
+            raise InputError(f"{path}: not a .safetensors file")
+        return path.parent, (path,), None
+    if (path / INDEX).is_file():
+        weight_map = _read_index(path / INDEX)
+        shards = tuple(path / name for name in dict.fromkeys(weight_map.values()))
+        for shard in shards:
+            if not shard.is_file():
+                raise InputError(f"{path / INDEX}: names shard '{shard.name}', which is not in {path}")
+        return path, shards, weight_map
+    files = tuple(sorted(p for p in path.glob("*.safetensors") if p.is_file()))
+    if not files:
+        pickled = sorted(p.name for p in path.glob("*.bin"))
+        hint = (f" (only {', '.join(pickled)}: pickled weights, which tfcalc does not open since loading them runs "
+                "code; convert them to safetensors, or pass the config.json to count the config alone)") if pickled else ""
+        raise InputError(f"{path}: no .safetensors file and no {INDEX}{hint}")
+    return path, files, None
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    """The weight map of a sharded checkpoint's index: {tensor name: shard file name in the same folder}."""
+    data = reading.read_json(path, "index", MAX_INDEX_BYTES)  # a regular file, bounded, no duplicate keys
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InputError(f"{path}: no 'weight_map' object of tensor names and shard files")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard:
+            raise InputError(f"{path}: 'weight_map' entry {shown(name)} must name a shard file; got {shown(shard)}")
+        # a shard is a file beside the index: no folder, no parent (a hostile index could point anywhere)
+        if shard != Path(shard).name or shard in (".", "..") or "\\" in shard:
+            raise InputError(f"{path}: shard {shown(shard)} of {shown(name)} is not a file name in the checkpoint's folder")
+    return weight_map
+
+
+def read_headers(path: str | Path) -> CheckpointFiles:
+    """Every tensor's name, shape and dtype, from the headers only (no tensor data is read)."""
+    folder, files, weight_map = find(path)
+    tensors: list[TensorInfo] = []
+    seen: dict[str, Path] = {}
+    for file in files:
+        for info in _header(file):
+            if info.name in seen:
+                raise InputError(f"{file}: tensor '{info.name}' is also in {seen[info.name].name}")
+            seen[info.name] = file
+            tensors.append(info)
+    if weight_map is not None:
+        for name, shard in weight_map.items():
+            if seen.get(name, Path()).name != shard:
+                raise InputError(f"{folder / INDEX}: tensor '{name}' is not in its shard '{shard}'")
+    return CheckpointFiles(folder, files, tuple(tensors))
+
+
+def _header(file: Path) -> list[TensorInfo]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(file), framework="numpy") as f:  # headers only: no framework is imported
+            out = []
+            for name in f.keys():
+                piece = f.get_slice(name)
+                out.append(TensorInfo(name, tuple(piece.get_shape()), piece.get_dtype(), file.name))
+            return out
+    except SafetensorError as e:
+        raise InputError(f"{file}: not a valid safetensors file ({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise InputError(f"{file}: cannot be read ({e})") from None

@@ -1,0 +1,225 @@
+"""Hugging Face tensor names -> the parameters of tfcalc's model, per model type.
+
+Each rule maps a name (after the wrapper prefix -- ``model.``, ``transformer.``, ``bert.``,
+``gpt_neox.`` -- is taken off) to one tfcalc parameter, a named block of its rows (``q``, ``k``, ``v``
+of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is laid out differently:
+
+- ``T``: GPT-2's Conv1D stores (in, out), the transpose of a Linear's weight;
+- ``neox_qkv``: GPT-NeoX interleaves per head, rows [head][q, k, v][d_head] (modeling_gpt_neox.py);
+- ``falcon_qkv``: Falcon-7B's multi-query [Q | K | V] is tfcalc's layout; with several K/V heads the
+  rows are grouped, [kv head][its query heads..., k, v][d_head] (modeling_falcon.py, _split_heads);
+- ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1;
+- ``expert:E``: a transformers-5 stacked expert tensor (E experts, dim 0): one slice per expert.
+
+A name no rule covers is unexplained; ``BUFFERS`` are tensors old checkpoints store that are not
+parameters (causal masks, rotary tables); ``TIED`` are stored copies of a tied parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+
+PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.")
+BUFFERS = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|\.attention\.bias|\.attention\.masked_bias|"
+                     r"rotary_emb\.inv_freq|embeddings\.position_ids)$")
+
+
+@dataclass(frozen=True)
+class Piece:
+    param: str  # tfcalc parameter path, e.g. "blocks.3.attn.qkv.weight"
+    part: Optional[str] = None  # a named block of its rows; None: the whole parameter
+    transform: Optional[str] = None  # see the module docstring
+    tied: bool = False  # a stored copy of a parameter tied to another (counted there)
+
+
+Rule = tuple[str, str]  # (regex over the name, target: "param[|part][|transform]"; "tied:param"; "buffer")
+
+
+def _llama_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
+    norm = "||norm+1" if model_type in ("gemma", "gemma2") else ""
+    sandwich = model_type == "gemma2"
+    experts = r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts"
+    return [
+        (r"embed_tokens\.weight", "tok_emb.weight"),
+        (r"norm\.weight", "final_norm.weight" + norm),
+        (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"layers\.(\d+)\.input_layernorm\.weight", "blocks.{0}.attn_norm.weight" + norm),
+        (r"layers\.(\d+)\.post_attention_layernorm\.weight",
+         ("blocks.{0}.attn_post_norm.weight" if sandwich else "blocks.{0}.ffn_norm.weight") + norm),
+        (r"layers\.(\d+)\.pre_feedforward_layernorm\.weight", "blocks.{0}.ffn_norm.weight" + norm),
+        (r"layers\.(\d+)\.post_feedforward_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight" + norm),
+        (r"layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (r"layers\.(\d+)\.self_attn\.qkv_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{1}"),
+        (r"layers\.(\d+)\.self_attn\.o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight"),
+        (r"layers\.(\d+)\.mlp\.(gate|up)_proj\.(weight|bias)", "blocks.{0}.ffn.up.{2}|{1}"),
+        (r"layers\.(\d+)\.mlp\.gate_up_proj\.weight", "blocks.{0}.ffn.up.weight"),
+        (r"layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (experts + r"\.(\d+)\.(?:w1|gate_proj)\.weight", "blocks.{0}.ffn.experts.{1}.up.weight|gate"),
+        (experts + r"\.(\d+)\.(?:w3|up_proj)\.weight", "blocks.{0}.ffn.experts.{1}.up.weight|up"),
+        (experts + r"\.(\d+)\.(?:w2|down_proj)\.weight", "blocks.{0}.ffn.experts.{1}.down.weight"),
+        (experts + r"\.gate_up_proj", "blocks.{0}.ffn.experts.*.up.weight||expert"),
+        (experts + r"\.down_proj", "blocks.{0}.ffn.experts.*.down.weight||expert"),
+        (r"layers\.(\d+)\.mlp\.shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (r"layers\.(\d+)\.mlp\.shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+        (r"layers\.(\d+)\.mlp\.shared_expert_gate\.weight", "blocks.{0}.ffn.shared_gate.weight"),
+    ]
+
+
+def _gpt2_rules(cfg: ModelConfig) -> list[Rule]:
+    return [
+        (r"wte\.weight", "tok_emb.weight"), (r"wpe\.weight", "pos_emb.weight"),
+        (r"ln_f\.(weight|bias)", "final_norm.{0}"),
+        (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"h\.(\d+)\.ln_1\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (r"h\.(\d+)\.ln_2\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"h\.(\d+)\.ln_cross_attn\.(weight|bias)", "blocks.{0}.cross_attn_norm.{1}"),
+        (r"h\.(\d+)\.attn\.c_attn\.weight", "blocks.{0}.attn.qkv.weight||T"),
+        (r"h\.(\d+)\.attn\.c_attn\.bias", "blocks.{0}.attn.qkv.bias"),
+        (r"h\.(\d+)\.attn\.c_proj\.weight", "blocks.{0}.attn.out.weight||T"),
+        (r"h\.(\d+)\.attn\.c_proj\.bias", "blocks.{0}.attn.out.bias"),
+        (r"h\.(\d+)\.crossattention\.q_attn\.weight", "blocks.{0}.cross_attn.q.weight||T"),
+        (r"h\.(\d+)\.crossattention\.q_attn\.bias", "blocks.{0}.cross_attn.q.bias"),
+        (r"h\.(\d+)\.crossattention\.c_attn\.weight", "blocks.{0}.cross_attn.kv.weight||T"),
+        (r"h\.(\d+)\.crossattention\.c_attn\.bias", "blocks.{0}.cross_attn.kv.bias"),
+        (r"h\.(\d+)\.crossattention\.c_proj\.weight", "blocks.{0}.cross_attn.out.weight||T"),
+        (r"h\.(\d+)\.crossattention\.c_proj\.bias", "blocks.{0}.cross_attn.out.bias"),
+        (r"h\.(\d+)\.mlp\.c_fc\.weight", "blocks.{0}.ffn.up.weight||T"),
+        (r"h\.(\d+)\.mlp\.c_fc\.bias", "blocks.{0}.ffn.up.bias"),
+        (r"h\.(\d+)\.mlp\.c_proj\.weight", "blocks.{0}.ffn.down.weight||T"),
+        (r"h\.(\d+)\.mlp\.c_proj\.bias", "blocks.{0}.ffn.down.bias"),
+    ]
+
+
+def _bert_rules(cfg: ModelConfig) -> list[Rule]:
+    layer = r"encoder\.layer\.(\d+)\."
+    return [
+        (r"embeddings\.word_embeddings\.weight", "tok_emb.weight"),
+        (r"embeddings\.position_embeddings\.weight", "pos_emb.weight"),
+        (r"embeddings\.token_type_embeddings\.weight", "type_emb.weight"),
+        (r"embeddings\.LayerNorm\.(weight|bias)", "emb_norm.{0}"),
+        (layer + r"attention\.self\.(query|key|value)\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"attention\.output\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"attention\.output\.LayerNorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"crossattention\.self\.query\.(weight|bias)", "blocks.{0}.cross_attn.q.{1}"),
+        (layer + r"crossattention\.self\.(key|value)\.(weight|bias)", "blocks.{0}.cross_attn.kv.{2}|{1}"),
+        (layer + r"crossattention\.output\.dense\.(weight|bias)", "blocks.{0}.cross_attn.out.{1}"),
+        (layer + r"crossattention\.output\.LayerNorm\.(weight|bias)", "blocks.{0}.cross_attn_norm.{1}"),
+        (layer + r"intermediate\.dense\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"output\.dense\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (layer + r"output\.LayerNorm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"pooler\.dense\.(weight|bias)", "pooler.{0}"),
+        (r"cls\.predictions\.transform\.dense\.(weight|bias)", "head_dense.{0}"),
+        (r"cls\.predictions\.transform\.LayerNorm\.(weight|bias)", "head_norm.{0}"),
+        (r"cls\.predictions\.bias", "lm_head.bias"),
+        (r"cls\.predictions\.decoder\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"cls\.predictions\.decoder\.bias", "tied:lm_head.bias"),  # the same tensor as predictions.bias
+    ]
+
+
+def _neox_falcon_opt_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
+    tied_head = "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"
+    if model_type == "gpt_neox":
+        return [
+            (r"embed_in\.weight", "tok_emb.weight"), (r"embed_out\.weight", tied_head),
+            (r"final_layer_norm\.(weight|bias)", "final_norm.{0}"),
+            (r"layers\.(\d+)\.input_layernorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+            (r"layers\.(\d+)\.post_attention_layernorm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+            (r"layers\.(\d+)\.attention\.query_key_value\.(weight|bias)", "blocks.{0}.attn.qkv.{1}||neox_qkv"),
+            (r"layers\.(\d+)\.attention\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+            (r"layers\.(\d+)\.mlp\.dense_h_to_4h\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+            (r"layers\.(\d+)\.mlp\.dense_4h_to_h\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        ]
+    if model_type == "falcon":
+        return [
+            (r"word_embeddings\.weight", "tok_emb.weight"), (r"lm_head\.weight", tied_head),
+            (r"ln_f\.(weight|bias)", "final_norm.{0}"),
+            (r"h\.(\d+)\.(?:input_layernorm|ln_attn)\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+            (r"h\.(\d+)\.(?:post_attention_layernorm|ln_mlp)\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+            (r"h\.(\d+)\.self_attention\.query_key_value\.(weight|bias)", "blocks.{0}.attn.qkv.{1}||falcon_qkv"),
+            (r"h\.(\d+)\.self_attention\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+            (r"h\.(\d+)\.mlp\.dense_h_to_4h\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+            (r"h\.(\d+)\.mlp\.dense_4h_to_h\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        ]
+    layer = r"decoder\.layers\.(\d+)\."  # opt
+    return [
+        (r"decoder\.embed_tokens\.weight", "tok_emb.weight"), (r"decoder\.embed_positions\.weight", "pos_emb.weight"),
+        (r"lm_head\.weight", tied_head), (r"decoder\.final_layer_norm\.(weight|bias)", "final_norm.{0}"),
+        (layer + r"self_attn_layer_norm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.out_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"final_layer_norm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (layer + r"fc1\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"fc2\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]
+
+
+def _t5_rules(cfg: ModelConfig) -> list[Rule]:
+    """T5: the decoder is tfcalc's top-level stack, the encoder its ``encoder.`` stack (an encoder-only
+    T5EncoderModel: the top level)."""
+    enc = "" if cfg.arch == "encoder" else "encoder."
+    rules = [(r"shared\.weight", "tok_emb.weight"),
+             (r"(?:encoder|decoder)\.embed_tokens\.weight", "tied:tok_emb.weight"),
+             (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight")]
+    for stack, target, ffn_layer in (("encoder", enc, 1), ("decoder", "", 2)):
+        block = stack + r"\.block\.(\d+)\.layer\."
+        rules += [
+            (block + r"0\.SelfAttention\.([qkv])\.weight", target + "blocks.{0}.attn.qkv.weight|{1}"),
+            (block + r"0\.SelfAttention\.o\.weight", target + "blocks.{0}.attn.out.weight"),
+            (block + r"0\.SelfAttention\.relative_attention_bias\.weight", target + "rel_bias.weight"),
+            (block + r"0\.layer_norm\.weight", target + "blocks.{0}.attn_norm.weight"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi\.weight", target + "blocks.{0}.ffn.up.weight"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi_0\.weight", target + "blocks.{0}.ffn.up.weight|gate"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi_1\.weight", target + "blocks.{0}.ffn.up.weight|up"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wo\.weight", target + "blocks.{0}.ffn.down.weight"),
+            (block + rf"{ffn_layer}\.layer_norm\.weight", target + "blocks.{0}.ffn_norm.weight"),
+            (stack + r"\.final_layer_norm\.weight", target + "final_norm.weight"),
+        ]
+    return rules + [
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight", "blocks.{0}.cross_attn.q.weight"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.([kv])\.weight", "blocks.{0}.cross_attn.kv.weight|{1}"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.o\.weight", "blocks.{0}.cross_attn.out.weight"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.layer_norm\.weight", "blocks.{0}.cross_attn_norm.weight"),
+    ]
+
+
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2")
+_PARTS = {"query": "q", "key": "k", "value": "v"}
+
+
+def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
+    """The compiled rules of one model type (the config decides what tied and layout-dependent names mean)."""
+    if model_type in _LLAMA_LIKE:
+        table = _llama_rules(cfg, model_type)
+    elif model_type == "gpt2":
+        table = _gpt2_rules(cfg)
+    elif model_type == "bert":
+        table = _bert_rules(cfg)
+    elif model_type == "t5":
+        table = _t5_rules(cfg)
+    else:
+        table = _neox_falcon_opt_rules(cfg, model_type)
+    return [(re.compile(pattern), target) for pattern, target in table]
+
+
+def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | None:
+    """A Piece, "buffer" for a known non-parameter tensor, or None when no rule explains the name."""
+    short = name
+    for prefix in PREFIXES:
+        if short.startswith(prefix):
+            short = short[len(prefix):]
+            break
+    for pattern, target in table:
+        m = pattern.fullmatch(short)
+        if m:
+            tied = target.startswith("tied:")
+            param, _, rest = target.removeprefix("tied:").partition("|")
+            part, _, transform = rest.partition("|")
+            part = part.format(*m.groups()) if part else None
+            return Piece(param.format(*m.groups()), _PARTS.get(part, part), transform or None, tied)
+    return "buffer" if BUFFERS.fullmatch(name) else None

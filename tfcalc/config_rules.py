@@ -1,0 +1,241 @@
+"""The rules a ModelConfig must keep: the type of every field, and the fields against each other.
+
+Split from tfcalc.config so that the dataclass stays readable; imports nothing of tfcalc but the error
+type (tfcalc.config imports this module, never the other way). Every failure is one ConfigError line
+that names the field(s). Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Literal, get_args
+
+from tfcalc.errors import InputError as ConfigError
+from tfcalc.errors import shown
+
+PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
+Norm = Literal["layernorm", "rmsnorm"]
+NormPlacement = Literal["pre", "post", "sandwich"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+Arch = Literal["decoder", "encoder", "encoder-decoder"]
+ParallelBlock = Literal["none", "shared_norm", "two_norms"]
+
+# T5's defaults (Raffel et al. 2020, sec. 2.1; transformers' T5Config): 32 buckets, distances to 128.
+REL_POS_BUCKETS, REL_POS_MAX_DISTANCE = 32, 128
+
+# The largest integer a size field may hold (~1.1e12, as tfcalc.workload.MAX_SIZE): far past any real
+# model, and small enough that every count built from these fields stays exact and finite as a float
+# (a product of six such sizes is 2**240, below float's 2**1024), so no share or rate overflows.
+MAX_INT = 2**40
+
+_LITERALS = {
+    "pos_encoding": get_args(PosEncoding),
+    "norm": get_args(Norm),
+    "norm_placement": get_args(NormPlacement),
+    "activation": get_args(Activation),
+    "arch": get_args(Arch),
+    "parallel_block": get_args(ParallelBlock),
+}
+_INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
+_OPTIONAL_INT_FIELDS = (
+    "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
+    "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every",
+)
+_COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
+_FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
+_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor")
+_BOOL_FIELDS = (
+    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings",
+    "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
+    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
+)
+_OPTIONAL_BOOL_FIELDS = ("attn_out_bias",)
+_STR_FIELDS = ("name",)
+_OPTIONAL_STR_FIELDS = ("nominal_params", "source")
+
+
+_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16")}
+
+
+def field_choices(name: str) -> tuple[str, ...] | None:
+    """The allowed strings of a Literal field, or None for other fields."""
+    return _LITERALS.get(name) or _OPTIONAL_LITERALS.get(name)
+
+
+def suggest(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_field_type(name: str, value: Any) -> None:
+    """Raise ConfigError naming the field when value has the wrong type for it."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    is_float = is_int or (isinstance(value, float) and math.isfinite(value))
+    if name in _OPTIONAL_LITERALS and value is None:
+        return
+    if name in _LITERALS or name in _OPTIONAL_LITERALS:
+        choices = field_choices(name)
+        if value not in choices:
+            allowed = ", ".join(choices) + (" or null" if name in _OPTIONAL_LITERALS else "")
+            hint = suggest(str(value), choices) if isinstance(value, str) else ""
+            raise ConfigError(f"field '{name}' must be one of {allowed}; got {shown(value)}{hint}")
+        return
+    expected, ok = {
+        **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
+        **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS},
+        **{n: ("a number", is_float) for n in _FLOAT_FIELDS},
+        **{n: ("a number or null", is_float or value is None) for n in _OPTIONAL_FLOAT_FIELDS},
+        **{n: ("true or false", isinstance(value, bool)) for n in _BOOL_FIELDS},
+        **{n: ("true, false or null", isinstance(value, bool) or value is None) for n in _OPTIONAL_BOOL_FIELDS},
+        **{n: ("a string", isinstance(value, str)) for n in _STR_FIELDS},
+        **{n: ("a string or null", isinstance(value, str) or value is None) for n in _OPTIONAL_STR_FIELDS},
+    }[name]
+    if not ok:
+        raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
+
+
+def validate(cfg) -> None:
+    """Raise ConfigError, one line naming the field(s), for any config no transformer can have."""
+    for field in dataclasses.fields(cfg):
+        check_field_type(field.name, getattr(cfg, field.name))
+    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"field '{name}' must be positive; got {shown(value)}")
+    for name in _COUNT_FIELDS:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"field '{name}' must be 0 or more; got {shown(getattr(cfg, name))}")
+    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and value > MAX_INT:
+            raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
+    for name in _FLOAT_FIELDS + _OPTIONAL_FLOAT_FIELDS:
+        value = getattr(cfg, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"field '{name}' must be positive; got {value}")
+    if cfg.d_head is None and cfg.d_model % cfg.n_head:
+        raise ConfigError(
+            f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
+            "give d_head explicitly or change one of them"
+        )
+    if cfg.kv_heads > cfg.n_head or cfg.n_head % cfg.kv_heads:
+        raise ConfigError(
+            f"n_head ({cfg.n_head}) must be a multiple of n_kv_head ({cfg.kv_heads}): "
+            "each key/value head serves a whole group of query heads"
+        )
+    if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
+        raise ConfigError(
+            "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
+        )
+    try:
+        ffn_dim = cfg.ffn_dim
+    except OverflowError:  # ffn_mult * d_model past float's range: int(inf)
+        ffn_dim = MAX_INT + 1
+    if ffn_dim < 1:
+        raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
+    if ffn_dim > MAX_INT:
+        raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
+    if cfg.pos_encoding == "rope" and cfg.head_dim % 2:
+        raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
+    if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
+        raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
+    if cfg.norm == "rmsnorm" and cfg.norm_bias:
+        raise ConfigError("rmsnorm has no bias: set norm_bias to false")
+    _validate_kind(cfg)
+    _validate_positions(cfg)
+    _validate_layout(cfg)
+
+
+def _validate_kind(cfg) -> None:
+    """The fields of one kind of transformer (arch, experts, BERT's extras) against each other."""
+    if cfg.arch != "encoder-decoder":
+        if cfg.n_encoder_layer is not None:
+            raise ConfigError(
+                f"n_encoder_layer applies to arch encoder-decoder only (arch is {cfg.arch}; n_layer is its depth)"
+            )
+        if not cfg.tie_encoder_embedding:
+            raise ConfigError(f"tie_encoder_embedding applies to arch encoder-decoder only (arch is {cfg.arch})")
+    elif cfg.type_vocab_size:
+        raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
+    elif cfg.cross_attention:
+        raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it already")
+    if cfg.sliding_window is not None and cfg.arch == "encoder":
+        raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
+                          "an encoder attends both ways")
+    if cfg.full_attention_every is not None:
+        if cfg.sliding_window is None:
+            raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window too")
+        if cfg.full_attention_every < 2:
+            raise ConfigError(f"field 'full_attention_every' must be at least 2 (1: every layer full; set "
+                              f"sliding_window to null); got {cfg.full_attention_every}")
+    if cfg.pooler and cfg.arch != "encoder":
+        raise ConfigError(
+            f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "
+            "which in a causal stack has seen no other token"
+        )
+    if not cfg.lm_head:
+        for name in ("tie_embeddings", "lm_head_transform", "lm_head_bias"):
+            if getattr(cfg, name):
+                raise ConfigError(f"{name} needs an LM head: with lm_head false, set {name} to false")
+        if cfg.logit_softcap is not None:
+            raise ConfigError("logit_softcap needs an LM head: with lm_head false, set logit_softcap to null")
+    if (cfg.n_expert is None) != (cfg.n_expert_active is None):
+        raise ConfigError("give n_expert and n_expert_active together (a mixture of experts), or neither (dense FFN)")
+    if cfg.n_expert is not None and cfg.n_expert_active > cfg.n_expert:
+        raise ConfigError(
+            f"n_expert_active ({cfg.n_expert_active}) must not exceed n_expert ({cfg.n_expert})"
+        )
+    if cfg.n_expert is None:
+        for name, default in (("shared_expert_d_ff", None), ("shared_expert_gate", False), ("router_norm_topk", True),
+                              ("expert_capacity_factor", None)):
+            if getattr(cfg, name) != default:
+                raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
+    if cfg.shared_expert_gate and cfg.shared_expert_d_ff is None:
+        raise ConfigError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+
+
+def _validate_positions(cfg) -> None:
+    """Fields of one position scheme given with another."""
+    if cfg.pos_encoding != "relative":
+        for name in ("rel_pos_buckets", "rel_pos_max_distance"):
+            if getattr(cfg, name) is not None:
+                raise ConfigError(f"{name} applies to pos_encoding relative only (pos_encoding is {cfg.pos_encoding})")
+    elif cfg.rel_buckets < 4 or cfg.rel_buckets % 2:
+        # T5's buckets: half for each direction in an encoder, and within one half, exact and log-spaced
+        raise ConfigError(f"field 'rel_pos_buckets' must be an even number of at least 4; got {cfg.rel_buckets}")
+    elif cfg.rel_max_distance <= cfg.rel_buckets // 2:
+        # the log-spaced buckets span distances from buckets/2 (causal) to max_distance: it must be larger
+        raise ConfigError(
+            f"field 'rel_pos_max_distance' ({cfg.rel_max_distance}) must exceed half of rel_pos_buckets "
+            f"({cfg.rel_buckets} // 2), where the log-spaced buckets begin"
+        )
+    if cfg.position_offset and cfg.pos_encoding != "learned":
+        raise ConfigError(f"position_offset applies to pos_encoding learned only (pos_encoding is {cfg.pos_encoding})")
+    if cfg.rope_fraction != 1.0:
+        if cfg.pos_encoding != "rope":
+            raise ConfigError(f"rope_fraction applies to pos_encoding rope only (pos_encoding is {cfg.pos_encoding})")
+        if cfg.rope_fraction > 1:
+            raise ConfigError(f"field 'rope_fraction' must be at most 1; got {cfg.rope_fraction}")
+        if cfg.rope_dim < 2 or cfg.rope_dim % 2:
+            raise ConfigError(
+                f"rope rotates pairs of channels: int(d_head · rope_fraction) = int({cfg.head_dim} · "
+                f"{cfg.rope_fraction}) = {cfg.rope_dim} must be even and at least 2"
+            )
+
+
+def _validate_layout(cfg) -> None:
+    """The block layout: a parallel block is a pre-norm block."""
+    if cfg.parallel_block != "none" and cfg.norm_placement != "pre":
+        raise ConfigError(
+            f"parallel_block {cfg.parallel_block} needs norm_placement pre (got {cfg.norm_placement}): "
+            "attention and FFN both read the block input"
+        )
+    if cfg.parallel_block != "none" and (cfg.arch == "encoder-decoder" or cfg.cross_attention):
+        raise ConfigError("parallel_block with cross-attention is not supported: no model in use has it")

@@ -1,0 +1,97 @@
+"""Where each parameter of tfcalc's model goes in the breakdown: module paths -> component names, and the
+rows of the fused tensors. Pure, shared by the empirical count (tfcalc.measure.params, which walks the
+real module) and the checkpoint count (tfcalc.checkpoint, which walks a file's tensor names).
+
+Fused tensors and their rows, in tfcalc.model's layout: ``attn.qkv`` [Q | K | V], ``cross_attn.kv``
+[K | V], an FFN's ``up`` [gate | up] when gated (the FFN, each expert's, the shared expert's).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tfcalc.config import ModelConfig
+
+# module path, with "encoder." and "blocks.<i>." taken off and "ffn.experts.<i>." read as "expert_ffn.",
+# -> component, for the tensors that are not fused
+COMPONENTS = {
+    "tok_emb.weight": "token_embedding",
+    "pos_emb.weight": "position_embedding",
+    "rel_bias.weight": "relative_position_bias",
+    "type_emb.weight": "token_type_embedding",
+    "emb_norm.weight": "embedding_norm_weight",
+    "emb_norm.bias": "embedding_norm_bias",
+    "attn_norm.weight": "attn_norm_weight",
+    "attn_norm.bias": "attn_norm_bias",
+    "attn.out.weight": "attn_o_weight",
+    "attn.out.bias": "attn_o_bias",
+    "attn.q_norm.weight": "attn_q_norm_weight",
+    "attn.q_norm.bias": "attn_q_norm_bias",
+    "attn.k_norm.weight": "attn_k_norm_weight",
+    "attn.k_norm.bias": "attn_k_norm_bias",
+    "attn_post_norm.weight": "attn_post_norm_weight",
+    "attn_post_norm.bias": "attn_post_norm_bias",
+    "cross_attn_norm.weight": "cross_attn_norm_weight",
+    "cross_attn_norm.bias": "cross_attn_norm_bias",
+    "cross_attn.q.weight": "cross_attn_q_weight",
+    "cross_attn.q.bias": "cross_attn_q_bias",
+    "cross_attn.out.weight": "cross_attn_o_weight",
+    "cross_attn.out.bias": "cross_attn_o_bias",
+    "cross_attn_post_norm.weight": "cross_attn_post_norm_weight",
+    "cross_attn_post_norm.bias": "cross_attn_post_norm_bias",
+    "ffn_norm.weight": "ffn_norm_weight",
+    "ffn_norm.bias": "ffn_norm_bias",
+    "ffn.down.weight": "ffn_down_weight",
+    "ffn.down.bias": "ffn_down_bias",
+    "ffn.router.weight": "router_weight",
+    "expert_ffn.down.weight": "expert_ffn_down_weight",
+    "expert_ffn.down.bias": "expert_ffn_down_bias",
+    "ffn.shared.down.weight": "shared_expert_ffn_down_weight",
+    "ffn.shared.down.bias": "shared_expert_ffn_down_bias",
+    "ffn.shared_gate.weight": "shared_expert_gate_weight",
+    "ffn_post_norm.weight": "ffn_post_norm_weight",
+    "ffn_post_norm.bias": "ffn_post_norm_bias",
+    "final_norm.weight": "final_norm_weight",
+    "final_norm.bias": "final_norm_bias",
+    "pooler.weight": "pooler_weight",
+    "pooler.bias": "pooler_bias",
+    "head_dense.weight": "lm_head_transform_weight",
+    "head_dense.bias": "lm_head_transform_bias",
+    "head_norm.weight": "lm_head_norm_weight",
+    "head_norm.bias": "lm_head_norm_bias",
+    "lm_head.weight": "lm_head",
+    "lm_head.bias": "lm_head_bias",
+}
+# fused module path -> the component prefix its parts are named with
+FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "expert_ffn.up": "expert_ffn",
+         "ffn.shared.up": "shared_expert_ffn"}
+
+
+def local_path(name: str) -> tuple[str, str]:
+    """'encoder.blocks.3.ffn.experts.5.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
+    prefix = "encoder_" if name.startswith("encoder.") else ""
+    path = re.sub(r"^(encoder\.)?(blocks\.\d+\.)?", "", name)
+    return prefix, re.sub(r"^ffn\.experts\.\d+\.", "expert_ffn.", path)
+
+
+def fused_rows(cfg: ModelConfig, module: str) -> dict[str, tuple[int, int]]:
+    """{part: (first row, end row)} of a fused module path (as local_path gives it), from the config."""
+    q, k = cfg.q_dim, cfg.kv_dim
+    if module == "attn.qkv":
+        return {"q": (0, q), "k": (q, q + k), "v": (q + k, q + 2 * k)}
+    if module == "cross_attn.kv":
+        return {"k": (0, k), "v": (k, 2 * k)}
+    width = cfg.shared_expert_d_ff if module == "ffn.shared.up" else cfg.ffn_dim
+    return {"gate": (0, width), "up": (width, 2 * width)} if cfg.gated_ffn else {"up": (0, width)}
+
+
+def components(cfg: ModelConfig, param: str, part: str | None = None) -> dict[str, int]:
+    """{component: rows} that a parameter of tfcalc's model (its full path), or one named block of its
+    rows, belongs to. Raises KeyError for a path that is no parameter of any tfcalc model."""
+    prefix, path = local_path(param)
+    module, _, kind = path.rpartition(".")
+    if module in FUSED:
+        rows = fused_rows(cfg, module)
+        parts = rows if part is None else {part: rows[part]}
+        return {f"{prefix}{FUSED[module]}_{p}_{kind}": stop - start for p, (start, stop) in parts.items()}
+    return {prefix + COMPONENTS[path]: -1}  # -1: every row

@@ -1,0 +1,59 @@
+"""GPT-2 and BERT config.json files (modeling_gpt2.py, modeling_bert.py), with their cross-attention.
+
+- ``gpt2``: n_layer, n_embd, n_head, vocab_size, n_positions (required); n_inner (default 4·n_embd),
+  activation_function, layer_norm_epsilon, tie_word_embeddings, add_cross_attention (a cross-attention
+  sub-layer with its own norm in every block: q_attn, c_attn for K and V, ln_cross_attn). Learned
+  positions, pre-LN, biases. GPT2LMHeadModel (tied head) or GPT2Model (no head).
+- ``bert``: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
+  max_position_embeddings (required); type_vocab_size, hidden_act, layer_norm_eps; is_decoder (causal
+  self-attention) and add_cross_attention. BertModel (pooler, no head: what BERT's published sizes
+  count), BertForMaskedLM (the MLM head: a transform Linear(d, d), activation and LayerNorm, then the
+  projection tied to the word embeddings, with its own bias; no pooler) or BertLMHeadModel (the same
+  head, is_decoder).
+"""
+
+from __future__ import annotations
+
+from tfcalc.errors import shown
+from tfcalc.hf_config.reader import Reader
+
+_GPT2_HEADS = {"GPT2LMHeadModel": "causal", "GPT2Model": "base"}
+_BERT_HEADS = {"BertModel": "base", "BertForMaskedLM": "masked", "BertLMHeadModel": "masked"}
+
+
+def gpt2(r: Reader) -> None:
+    r.required(("n_layer", "n_layer"), ("n_embd", "d_model"), ("n_head", "n_head"), ("vocab_size", "vocab_size"),
+               ("n_positions", "max_seq_len"))
+    r.take("n_inner", "d_ff")  # null: 4 * n_embd, which ModelConfig derives (ffn_mult 4)
+    r.activation("activation_function", "gelu_new")
+    r.take("layer_norm_epsilon", "norm_eps", 1e-5)
+    r.take("tie_word_embeddings", "tie_embeddings", True)
+    r.fields.update(pos_encoding="learned", norm="layernorm", norm_placement="pre", final_norm=True,
+                    gated_ffn=False, attn_bias=True, ffn_bias=True, norm_bias=True,
+                    cross_attention=r.flag("add_cross_attention", False))
+    if r.head(_GPT2_HEADS, "GPT2LMHeadModel") == "base":
+        r.base_model()
+
+
+def bert(r: Reader) -> None:
+    r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
+               ("intermediate_size", "d_ff"), ("vocab_size", "vocab_size"), ("max_position_embeddings", "max_seq_len"))
+    positions = r.get("position_embedding_type", "absolute")
+    if positions != "absolute":
+        raise r.fail(f"'position_embedding_type' {shown(positions)} is not supported (only 'absolute')")
+    r.take("type_vocab_size", "type_vocab_size", 2)
+    r.activation("hidden_act", "gelu")
+    r.take("layer_norm_eps", "norm_eps", 1e-12)
+    decoder, cross = r.flag("is_decoder", False), r.flag("add_cross_attention", False)
+    r.fields.update(arch="decoder" if decoder else "encoder", pos_encoding="learned", norm="layernorm",
+                    norm_placement="post", final_norm=False, gated_ffn=False, attn_bias=True, ffn_bias=True,
+                    norm_bias=True, embedding_norm=True, cross_attention=cross)
+    head = r.head(_BERT_HEADS, "BertModel")
+    if head == "base":  # BertModel: the pooler reads the first token, which a causal stack cannot give it
+        if decoder:
+            raise r.fail("'is_decoder': true with BertModel (a pooler over a causal stack) is not supported; "
+                         "BertLMHeadModel is")
+        r.fields.update(pooler=True, lm_head=False, tie_embeddings=False)
+    else:  # the MLM head: modeling_bert.py, BertOnlyMLMHead; its decoder weight is the word embeddings
+        r.take("tie_word_embeddings", "tie_embeddings", True)
+        r.fields.update(pooler=False, lm_head=True, lm_head_transform=True, lm_head_bias=True)

@@ -1,0 +1,69 @@
+"""Hugging Face model ids (``org/name``) resolved in the local Hugging Face cache -- never the network.
+
+The cache layout is huggingface_hub's (its file_download.py and constants.py): the cache folder is
+HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub;
+a model's files live in ``models--{org}--{name}/snapshots/{commit}/``, and ``refs/main`` names the
+commit the main branch pointed to when it was downloaded. Pure Python, no network, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from tfcalc.errors import InputError
+
+# huggingface_hub's repo-id rules (validate_repo_id): letters, digits, '-', '_', '.'; no '--' or '..';
+# not starting or ending with '-' or '.'; at most 96 characters
+_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_REPO_ID = re.compile(rf"{_PART}/{_PART}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def is_repo_id(spec: str) -> bool:
+    """'org/name' as the Hub writes model ids (a file name with a YAML or JSON suffix is not one)."""
+    return (len(spec) <= 96 and _REPO_ID.fullmatch(spec) is not None and "--" not in spec and ".." not in spec
+            and not spec.lower().endswith((".json", ".yaml", ".yml", ".safetensors")))
+
+
+def cache_dirs() -> list[Path]:
+    """Where huggingface_hub keeps downloads, in the order it decides it (first that is set)."""
+    env = os.environ
+    if env.get("HF_HUB_CACHE"):
+        return [Path(env["HF_HUB_CACHE"]).expanduser()]
+    if env.get("HF_HOME"):
+        return [Path(env["HF_HOME"]).expanduser() / "hub"]
+    xdg = env.get("XDG_CACHE_HOME")
+    return [(Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"]
+
+
+def snapshot(repo_id: str) -> Path:
+    """The cached snapshot folder of repo_id that holds its config.json: the one refs/main names, else
+    the most recently written. InputError, one line saying where it looked and how to get the file."""
+    org, name = repo_id.split("/")
+    looked = []
+    for cache in cache_dirs():
+        repo = cache / f"models--{org}--{name}"
+        looked.append(str(repo))
+        snapshots = repo / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        candidates = []
+        ref = repo / "refs" / "main"
+        try:
+            commit = ref.read_text(encoding="ascii").strip() if ref.is_file() else ""
+        except (OSError, UnicodeDecodeError):
+            commit = ""
+        if _COMMIT.fullmatch(commit):
+            candidates.append(snapshots / commit)
+        candidates += sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,
+                             reverse=True)
+        for folder in candidates:
+            if (folder / "config.json").is_file():
+                return folder
+    raise InputError(
+        f"'{repo_id}' is not in the local Hugging Face cache (looked in {', '.join(looked)}); tfcalc never "
+        f"downloads: fetch it with `huggingface-cli download {repo_id} config.json` (add *.safetensors for the "
+        "weights), set HF_HUB_CACHE or HF_HOME to where it is, or give a path"
+    )

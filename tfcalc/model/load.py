@@ -1,0 +1,146 @@
+"""Real weights in tfcalc's own model: a Hugging Face checkpoint (safetensors) loaded into the module
+tfcalc builds from the checkpoint's config.json, so that equal parameter counts can be backed by equal
+outputs (tests/test_hf_load.py: logits within 1e-4 of transformers' for every supported model type).
+
+Each checkpoint tensor is read once, laid out as tfcalc lays it out (tfcalc.checkpoint.names: fused
+Q/K/V and [gate | up] rows, GPT-2's transposed Conv1D, GPT-NeoX's and Falcon's per-head interleaving,
+Gemma's (1 + w) norms, stacked experts) and copied into its rows of the parameter; every element of
+every parameter must be written exactly once, or the load is refused naming what is missing. Two
+things that change outputs but no count are refused too: RoPE scaling other than the default, and
+GPT-2's per-layer attention scaling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfcalc import reading
+from tfcalc.checkpoint.files import read_headers
+from tfcalc.checkpoint.names import Piece, map_name, rules
+from tfcalc.config import ModelConfig
+from tfcalc.count.components import fused_rows, local_path
+from tfcalc.errors import InputError, shown
+from tfcalc.model.transformer import Transformer
+
+
+def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
+    """Keys that change the function, not the count: tfcalc counts such a model but cannot run it."""
+    scaling = raw.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
+    nested = raw.get("rope_parameters") or {}
+    kind = kind or (nested.get("rope_type") if isinstance(nested, dict) else None)
+    if kind not in (None, "default"):
+        raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
+                         "the outputs would not)")
+    if raw.get("scale_attn_by_inverse_layer_idx"):
+        raise InputError(f"{where}: 'scale_attn_by_inverse_layer_idx' is not built by tfcalc's model")
+
+
+def _rows(cfg: ModelConfig, piece: Piece) -> tuple[int, int] | None:
+    """The block of rows of the parameter a piece fills, or None for all of it."""
+    if piece.part is None:
+        return None
+    _, path = local_path(piece.param)
+    return fused_rows(cfg, path.rpartition(".")[0])[piece.part]
+
+
+def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, transform: str | None) -> torch.Tensor:
+    """A checkpoint tensor in tfcalc's layout (see the module docstring)."""
+    if transform == "T":
+        return tensor.t()
+    if transform == "norm+1":
+        return tensor.float() + 1.0
+    heads, kv_heads, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    if transform == "neox_qkv" or (transform == "falcon_qkv" and not raw.get("new_decoder_architecture")
+                                    and not raw.get("multi_query", True)):
+        rest = tensor.shape[1:]
+        return tensor.reshape(heads, 3, hd, *rest).transpose(0, 1).reshape(3 * heads * hd, *rest)
+    if transform == "falcon_qkv" and raw.get("new_decoder_architecture"):
+        rest, group = tensor.shape[1:], heads // kv_heads
+        grouped = tensor.reshape(kv_heads, group + 2, hd, *rest)
+        q = grouped[:, :group].reshape(heads * hd, *rest)
+        return torch.cat([q, grouped[:, group].reshape(kv_heads * hd, *rest),
+                          grouped[:, group + 1].reshape(kv_heads * hd, *rest)])
+    return tensor  # falcon_qkv of a multi-query model is [Q | K | V] already
+
+
+def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, piece: Piece, rows, value) -> None:
+    target = params.get(piece.param)
+    if target is None:
+        raise InputError(f"{name}: no parameter {piece.param} in the model its config describes")
+    view = target if rows is None else target[rows[0]:rows[1]]
+    if tuple(view.shape) != tuple(value.shape):
+        raise InputError(f"{name}: shape {list(value.shape)} does not fit {piece.param}"
+                         f"{'' if rows is None else f' rows {rows[0]}:{rows[1]}'} {list(view.shape)}")
+    view.copy_(value)
+    written[piece.param] = written.get(piece.param, 0) + value.numel()
+
+
+def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[str, Any], path: Path) -> None:
+    """Copy every tensor of the checkpoint at path into model (built from cfg)."""
+    from safetensors import safe_open
+
+    table = rules(cfg, raw["model_type"])
+    params = dict(model.named_parameters())  # a tied parameter appears once, under its first name
+    written: dict[str, int] = {}
+    checkpoint = read_headers(path)
+    for file in checkpoint.files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                piece = map_name(table, name)
+                if piece is None:
+                    raise InputError(f"{file.name}: tensor '{name}' is not explained by the {raw['model_type']} config")
+                if piece == "buffer" or piece.tied:
+                    continue
+                tensor = f.get_tensor(name)
+                if piece.transform == "expert":
+                    for e in range(tensor.shape[0]):
+                        one = Piece(piece.param.replace("*", str(e)), piece.part)
+                        _fill(params, written, name, one, _rows(cfg, one), tensor[e])
+                    continue
+                value = _layout(cfg, raw, tensor, piece.transform)
+                _fill(params, written, name, piece, _rows(cfg, piece), value)
+    missing = [n for n, p in params.items() if written.get(n, 0) != p.numel()]
+    if missing:
+        names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise InputError(f"{path}: the checkpoint does not fill {names}")
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Transformer:
+    """tfcalc's model of the checkpoint at path (a model folder, a .safetensors file beside its
+    config.json, or a Hugging Face cache id), with the checkpoint's weights, in eval mode.
+
+    ``model(input_ids)`` returns logits (batch, seq, vocab) (an encoder-decoder: ``model(src_ids,
+    tgt_ids)``; without an LM head, hidden states; BertModel's also the pooled first token)."""
+    from tfcalc.presets import checkpoint_source
+
+    source = checkpoint_source(str(path))
+    folder, config_path = source.folder, source.folder / "config.json"
+    raw = reading.read_json(config_path, "JSON")  # read (and checked) once already by checkpoint_source
+    _refuse_unbuilt(raw, config_path)
+    cfg = source.cfg
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    model.to_empty(device="cpu")
+    model.tie_weights()
+    for stack in model.modules():  # the position tables, which no checkpoint holds
+        if hasattr(stack, "_register_position_buffers"):
+            stack._register_position_buffers()
+    with torch.no_grad():
+        load_weights(model, cfg, folder, raw, source.weights)
+        _fold_t5_output_scale(model, cfg, raw)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def _fold_t5_output_scale(model: Transformer, cfg: ModelConfig, raw: dict[str, Any]) -> None:
+    """T5 (v1.0, tied head) scales the decoder output by d_model^-1/2 before the LM head
+    (modeling_t5.py, scale_decoder_outputs): folded into the final norm's weight, which precedes it."""
+    scale = raw.get("scale_decoder_outputs", raw.get("tie_word_embeddings", True) is not False)
+    if raw["model_type"] == "t5" and cfg.arch == "encoder-decoder" and cfg.lm_head and scale:
+        model.final_norm.weight.mul_(cfg.d_model ** -0.5)
+
+
+__all__ = ["load_model", "load_weights"]
