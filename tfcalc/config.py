@@ -88,6 +88,9 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # Mistral's sliding-window attention (Jiang et al. 2023, sec. 2): each query attends to at most this
+    # many keys, itself included (positions i - W + 1 .. i), in every layer; None: full causal attention.
+    sliding_window: Optional[int] = None
 
     # --- embeddings and heads beyond GPT's (BERT, Vaswani et al. 2017) ---
     type_vocab_size: int = 0  # token-type (segment) embedding rows; 0: none. BERT: 2
@@ -169,6 +172,12 @@ class ModelConfig:
         """FFNs each token runs per block: 1 when dense."""
         return self.n_expert_active or 1
 
+    def kv_positions(self, context: int) -> int:
+        """Positions a self-attention KV cache keeps at a context of this many tokens: all of them, or
+        with a sliding window the last ``sliding_window`` (the window, not window - 1: the newest token's
+        K and V are written before its query reads them; see README, serving estimates)."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""
         out = dataclasses.asdict(self)
@@ -199,7 +208,8 @@ _LITERALS = {
     "arch": get_args(Arch),
 }
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
-_OPTIONAL_INT_FIELDS = ("n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active")
+_OPTIONAL_INT_FIELDS = ("n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active",
+                        "sliding_window")
 _COUNT_FIELDS = ("type_vocab_size",)  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier",)
@@ -295,6 +305,9 @@ def _validate_kind(cfg: ModelConfig) -> None:
             raise ConfigError(f"tie_encoder_embedding applies to arch encoder-decoder only (arch is {cfg.arch})")
     elif cfg.type_vocab_size:
         raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
+    if cfg.sliding_window is not None and cfg.arch == "encoder":
+        raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
+                          "an encoder attends both ways")
     if cfg.pooler and cfg.arch != "encoder":
         raise ConfigError(
             f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "

@@ -78,15 +78,22 @@ class Attention(nn.Module):
         self.qkv = Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.attn_bias)
         self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
 
-    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
+        """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
+        keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
         k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs)
         if rope is not None:
             cos, sin = rope
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(  # a mask, when given, already holds the causal part
-            q, k, v, attn_mask=mask, is_causal=self.causal and mask is None, enable_gqa=self.n_kv_head != self.n_head
+        if store is not None:
+            k, v = store(k, v)  # (B, nkv, S, hs): the cached keys a decode step attends to
+        # A mask, when given, already holds the causal part. A single query needs none: every key it is
+        # given is in its past (and SDPA's is_causal would align it with the first key, not the last).
+        causal = self.causal and mask is None and q.shape[2] > 1
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=self.n_kv_head != self.n_head
         )  # (B, nh, T, hs)
         return self.out(_merge_heads(y))
 
@@ -102,10 +109,15 @@ class CrossAttention(nn.Module):
         self.kv = Linear(cfg.d_model, 2 * cfg.kv_dim, bias=cfg.attn_bias)
         self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.attn_bias)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output."""
+    def project(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S, d) encoder output -> K and V, (B, nkv, S, hs) each: computed once per source when decoding."""
+        k, v = self.kv(memory).split(self.kv_dim, dim=-1)
+        return _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
+        """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output, or kv: its cached project()."""
         q = _split_heads(self.q(x), self.n_head)  # (B, nh, T, hs)
-        k, v = (_split_heads(t, self.n_kv_head) for t in self.kv(memory).split(self.kv_dim, dim=-1))  # (B, nkv, S, hs)
+        k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs)
         y = F.scaled_dot_product_attention(q, k, v, enable_gqa=self.n_kv_head != self.n_head)  # (B, nh, T, hs)
         return self.out(_merge_heads(y))
 

@@ -3,15 +3,18 @@ docstring for the layout and why)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import nn
 
 from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
 from tfcalc.model.layers import (
     Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
 )
+from tfcalc.model.cache import StaticCache
 from tfcalc.model.positions import position_buffers
 
 
@@ -34,19 +37,21 @@ class Block(nn.Module):
             return x + f(norm(x))
         return norm(x + f(x))  # Vaswani et al. 2017, BERT: norm(x + f(x))
 
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, lambda h: self.attn(h, rope, mask), x)
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
+        return self._residual(self.attn_norm, lambda h: self.attn(h, rope, mask, store), x)
 
-    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.cross_attn_norm, lambda h: self.cross_attn(h, memory), x)
+    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
+        return self._residual(self.cross_attn_norm, lambda h: self.cross_attn(h, memory, kv), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
         return self._residual(self.ffn_norm, self.ffn, x)
 
-    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.attention_sublayer(x, rope, mask)
+    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
+                store=None, cross_kv=None) -> torch.Tensor:
+        """``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward)."""
+        x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:
-            x = self.cross_attention_sublayer(x, memory)
+            x = self.cross_attention_sublayer(x, memory, cross_kv)
         return self.ffn_sublayer(x)
 
 
@@ -73,49 +78,76 @@ class Stack(nn.Module):
             self.register_buffer(name, table, persistent=False)
 
     def attention_mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """None (SDPA applies the causal mask itself, or none), or ALiBi's bias (nh, T, T): causal in a
-        decoder; in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use."""
-        if self.cfg.pos_encoding != "alibi":
+        """None (SDPA applies the causal mask itself, or none), or an additive mask built once per forward
+        and shared by every block: ALiBi's bias (nh, T, T) -- causal in a decoder; in an encoder
+        symmetric, -slope * |i - j|, as bidirectional ALiBi models use -- and, when a sliding window W is
+        shorter than T, -inf on every key more than W - 1 positions before its query, (T, T) alone."""
+        window = self.cfg.sliding_window
+        banded = self.causal and window is not None and window < T
+        if self.cfg.pos_encoding != "alibi" and not banded:
             return None
-        pos = torch.arange(T, device=self.alibi.device)
+        pos = torch.arange(T, device=self.tok_emb.weight.device)
         distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
         if not self.causal:
             return (self.alibi.float()[:, None, None] * -distance.abs()).to(dtype)
-        bias = self.alibi.float()[:, None, None] * distance
-        bias = bias.masked_fill(distance > 0, float("-inf"))
-        return bias.to(dtype)
+        alibi = self.cfg.pos_encoding == "alibi"
+        bias = self.alibi.float()[:, None, None] * distance if alibi else torch.zeros_like(distance)
+        hidden = (distance > 0) | (distance <= -window) if banded else distance > 0
+        return bias.masked_fill(hidden, float("-inf")).to(dtype)
 
-    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) token ids (and token types, default 0) -> (B, T, d) block input."""
+    def decode_mask(self, cache: StaticCache, dtype: torch.dtype) -> torch.Tensor | None:
+        """A decode step's mask over the cache's slots: none (the cache holds exactly the keys the new
+        token may see), or ALiBi's bias (nh, 1, n) by each slot's distance to the new position."""
+        if self.cfg.pos_encoding != "alibi":
+            return None
+        positions = cache.slot_positions(cache.length + 1, self.alibi.device)
+        distance = (positions - cache.length).to(torch.float32)  # <= 0
+        return (self.alibi.float()[:, None, None] * distance).to(dtype)
+
+    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input."""
         x = self.tok_emb(idx)
+        end = start + idx.shape[1]
         if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
             x = x * math.sqrt(self.cfg.d_model)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+            x = x + self.pos_emb(torch.arange(start, end, device=idx.device))
         elif self.cfg.pos_encoding == "sinusoidal":
-            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
+            x = x + self.pos_table[start:end].to(x.dtype)
         if self.type_emb is not None:
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
         return x
 
-    def block_inputs(self, T: int, dtype: torch.dtype):
-        """(rope, mask) that every block takes at sequence length T."""
+    def block_inputs(self, T: int, dtype: torch.dtype, cache: StaticCache | None = None):
+        """(rope, mask) that every block takes: T tokens from position 0, or one decode step at the
+        cache's next position."""
+        start = 0 if cache is None else cache.length
         rope = None
         if self.cfg.pos_encoding == "rope":
-            rope = (self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype))
-        return rope, self.attention_mask(T, dtype)
+            rope = (self.rope_cos[start:start + T].to(dtype), self.rope_sin[start:start + T].to(dtype))
+        decoding = cache is not None and start > 0
+        return rope, self.decode_mask(cache, dtype) if decoding else self.attention_mask(T, dtype)
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
 
-    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
-        x = self.embed(idx, token_type_ids)  # (B, T, d)
-        rope, mask = self.block_inputs(idx.shape[1], x.dtype)
-        for block in self.blocks:
-            x = block(x, rope, mask, memory)
+    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None,
+                cache: StaticCache | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) output of the last block, before the final norm. With a cache: a prompt
+        (the cache empty) or one decode step, each block storing its K and V (tfcalc.model.cache)."""
+        T = idx.shape[1]
+        if cache is not None:
+            cache.check_room(T)
+        x = self.embed(idx, token_type_ids, 0 if cache is None else cache.length)  # (B, T, d)
+        rope, mask = self.block_inputs(T, x.dtype, cache)
+        for i, block in enumerate(self.blocks):
+            store = None if cache is None else functools.partial(cache.store, i)
+            cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
+            x = block(x, rope, mask, memory, store, cross_kv)
+        if cache is not None:
+            cache.advance(T)
         return x
 
 
@@ -165,6 +197,41 @@ class Transformer(Stack):
         hidden states."""
         x = self.normed(x)
         return x if self.lm_head is None else self.lm_head(x)
+
+    # ---------- decoding with a static KV cache (tfcalc.model.cache) ----------
+
+    def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
+        """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
+        on the model's device and in its dtype. An encoder generates nothing: InputError."""
+        cfg = self.cfg
+        if cfg.arch == "encoder" or self.lm_head is None:
+            raise InputError(f"{cfg.name} has no causal stack and LM head to decode with")
+        if cfg.pos_encoding in ("learned", "rope", "sinusoidal") and max_tokens > cfg.max_seq_len:
+            raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+                             f"prompt and generated tokens need {max_tokens}")
+        weight = self.tok_emb.weight
+        return StaticCache(cfg, batch, max_tokens, weight.device, weight.dtype)
+
+    def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
+                last_only: bool = True) -> torch.Tensor:
+        """Run the prompt idx (B, T) from position 0, filling the cache; logits of its last position
+        (B, 1, V), or of every position. An encoder-decoder encodes src_idx (B, S) once and caches every
+        decoder block's cross-attention K and V."""
+        cache.reset()
+        memory = None
+        if self.encoder is not None:
+            if src_idx is None:
+                raise InputError("an encoder-decoder decodes against a source: prefill(idx, cache, src_idx)")
+            memory = self.encode(src_idx)
+            cache.cross = [block.cross_attn.project(memory) for block in self.blocks]
+        x = Stack.forward(self, idx, cache=cache)  # (B, T, d)
+        return self.head(x[:, -1:] if last_only else x)
+
+    def decode(self, token: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+        """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
+        if cache.length == 0:
+            raise InputError("decode() continues a prompt: call prefill() first")
+        return self.head(Stack.forward(self, token, cache=cache))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
