@@ -55,6 +55,7 @@ def configs(draw) -> ModelConfig:
         pooler=arch == "encoder" and draw(st.booleans()),
         lm_head=lm_head,
         tie_embeddings=lm_head and draw(st.booleans()),
+        sliding_window=None if arch == "encoder" else draw(st.sampled_from([None, None, 1, 3, 8])),
     )
     return ModelConfig(
         n_layer=draw(st.integers(1, 3)),

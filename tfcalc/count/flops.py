@@ -25,7 +25,9 @@ lookups, 0 FLOPs (a one-hot matmul, as Hoffmann et al. 2022 count it, would be 2
 
 Causal count: query row i (0-based) sees i + 1 keys, so the score matrix has T·(T+1)/2 unmasked
 elements, not T²; steps 3 and 4 become B·q·T·(T+1) each. With Tq queries against Tk keys (the last Tq
-positions of Tk, as in decoding or chunked prefill) the count is Tq·(Tk − Tq) + Tq·(Tq+1)/2.
+positions of Tk, as in decoding or chunked prefill) the count is Tq·(Tk − Tq) + Tq·(Tq+1)/2. A sliding
+window W (Mistral) lets query p see min(p + 1, W) keys: the causal count sums that; the full-square count
+stays T² (the masked kernel computes the square); a decode step scores min(context, W) cached keys.
 
 Totals: forward = L·(blocks) + LM head; training = 3 × forward (the backward pass of a matmul computes
 the gradient of both its inputs: two matmuls of the same size); full activation recompute runs the
@@ -110,10 +112,15 @@ def ffn_matrices(cfg: ModelConfig) -> int:
     return 3 if cfg.gated_ffn else 2
 
 
-def causal_pairs(queries: int, keys: int) -> int:
+def causal_pairs(queries: int, keys: int, window: int | None = None) -> int:
     """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
-    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2."""
-    return queries * (keys - queries) + queries * (queries + 1) // 2
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
+    sliding window W, query p (0-based position) sees min(p + 1, W) keys."""
+    if window is None or window >= keys:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    first = keys - queries  # position of the first query
+    ramp = max(0, min(window - 1, keys) - first)  # queries at positions p < W - 1 see p + 1 keys
+    return ramp * (2 * first + ramp + 1) // 2 + (queries - ramp) * window
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,7 @@ def _stack_matmuls(
         causal_flops = 2 * heads * h * pairs  # 2·h FLOPs per unmasked (query, key) pair
         out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack))
 
-    pairs = causal_pairs(queries, keys) if causal else queries * keys
+    pairs = causal_pairs(queries, keys, cfg.sliding_window) if causal else queries * keys
     linear("attn_q", "attention_proj", "Q projection", d, q)
     linear("attn_k", "attention_proj", "K projection", d, k)
     linear("attn_v", "attention_proj", "V projection", d, k)
@@ -453,8 +460,9 @@ def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
 class Crossover:
     """The smallest sequence lengths at which, per layer, attention reaches the FFN's FLOPs."""
 
-    scores_vs_ffn: int  # Q·Kᵀ + attention·V >= FFN
-    attention_vs_ffn: int  # the whole attention sub-layer (projections + scores) >= FFN
+    scores_vs_ffn: int | None  # Q·Kᵀ + attention·V >= FFN
+    attention_vs_ffn: int | None  # the whole attention sub-layer (projections + scores) >= FFN
+    # None: never -- only for the causal count under a sliding window, whose scores grow like W·T, not T²
 
 
 def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
@@ -475,8 +483,23 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
     attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
+        if cfg.sliding_window is not None:
+            return Crossover(*(_windowed_crossover(4 * q * b, q, cfg.sliding_window) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _windowed_crossover(per_token: Fraction, q: int, window: int) -> int | None:
+    """Smallest T with causal windowed scores 4·q·pairs(T) >= per_token·T (see causal_pairs), or None.
+    Up to T = W the pairs are T·(T+1)/2: T + 1 >= per_token / (2q). Beyond, pairs = W·(W+1)/2 + (T − W)·W,
+    and the inequality reads T·(4qW − per_token) >= 2qW·(W − 1): never when 4qW <= per_token."""
+    short = max(1, math.ceil(per_token / (2 * q)) - 1)
+    if short <= window:
+        return short
+    slope = 4 * q * window - per_token
+    if slope <= 0:
+        return None
+    return max(window + 1, math.ceil(Fraction(2 * q * window * (window - 1)) / slope))
 
 
 # ---------- decoding with a KV cache ----------
@@ -491,7 +514,8 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
     _check_sizes(batch=batch, context=context)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
-    return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
+    keys = cfg.kv_positions(context)  # a sliding window's cache holds the last W positions only
+    return matmul_entries(cfg, batch, 1, keys, src=_source_length(cfg, context, src_seq), encoder=False)
 
 
 def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:

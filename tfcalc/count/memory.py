@@ -7,7 +7,8 @@ activation element. All sizes are bytes; "GB" is 10⁹ bytes and "GiB" 2³⁰.
 Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf32 is stored as fp32).
 
 KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
-dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head.
+dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
+(Mistral) caps s at W: the cache holds the last W positions, the newest token's included.
 
 Activations for training -- the tensors autograd keeps for the backward pass. Korthikanti et al. 2022
 ("Reducing Activation Recomputation in Large Transformer Models", sec. 4.1, eq. 1) count, per layer, in
@@ -53,6 +54,9 @@ counted.
 The backward pass begins with one more transient: the gradients of the fp32 log-probabilities and of
 the fp32 logits, 8·V bytes per token, alive together with the saved log-probabilities. It is counted in
 the activation peak (``Activations.total``), not in the saved bytes (``Activations.stored``).
+
+Sliding window (W < s): the mask is an additive (s, s) tensor in the activation dtype, built once and
+shared by every block; the fused kernel keeps it for the backward pass, e·s² once (checked like the rest).
 
 Variants: attention kernel "flash" (the default: SDPA's fused kernels keep no s² tensor) or "math";
 ALiBi defaults to "math" (its bias is an explicit mask). Full recompute (activation checkpointing of
@@ -137,7 +141,7 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: 
     """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
-    own = 2 * batch * seq * cfg.decoder_layers * cfg.kv_dim
+    own = 2 * batch * cfg.kv_positions(seq) * cfg.decoder_layers * cfg.kv_dim  # a sliding window caps it
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
 
@@ -304,8 +308,17 @@ def activations(
         head["encoder_embedding_norm"] = sources * _norm_bytes(cfg, e) if cfg.embedding_norm else 0
         head["encoder_final_norm"] = sources * _norm_bytes(cfg, e) if cfg.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
+    if window_masked(cfg, seq) and kernel == "flash":  # the fused kernel keeps the mask it was given
+        head["window_mask"] = e * seq * seq
     loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
     return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more)
+
+
+def window_masked(cfg: ModelConfig, seq: int) -> bool:
+    """Whether a forward pass over seq tokens needs the sliding-window mask: an additive (T, T) tensor in
+    the activation dtype, built once and shared by every block. The fused CPU kernel saves it for the
+    backward pass (once: one storage); math attention adds it to the scores and keeps nothing of it."""
+    return cfg.arch != "encoder" and cfg.sliding_window is not None and cfg.sliding_window < seq
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
@@ -327,7 +340,8 @@ def forward_working_set(
        time on at most every token, beside the output it accumulates: 4h more (accumulator, the
        expert's input, output and weighted output);
     3. head: x, final-norm output (2h) and the logits (V; none without an LM head);
-    times b·s·e; plus ALiBi's bias, a·s² elements, alive through the whole pass. No KV cache is kept.
+    times b·s·e; plus ALiBi's bias, a·s² elements, or a sliding window's (s, s) mask, alive through the
+    whole pass. No KV cache is kept.
     An encoder-decoder: the larger of the encoder's pass over S source tokens and the decoder's pass,
     during which the encoder output (b·S·h) stays alive and cross-attention adds a stage: x, norm
     output and projection output (3h), Q and the SDPA output (2q) per target token, K/V (2k) per source
@@ -335,13 +349,15 @@ def forward_working_set(
     e, h, q, k, f, a = activation_element_bytes(dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
     kernel = attention or default_attention(cfg)
 
-    def stack(length: int) -> int:
+    def stack(length: int, causal: bool = True) -> int:
         """Elements of the largest stage of one stack's blocks, and ALiBi's bias."""
         attn = 3 * h + (q + 2 * k) + q + ((q + k) if cfg.pos_encoding == "rope" else 0)
         if kernel == "math":
             attn += 3 * q + 2 * a * length
         ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
         bias = a * length * length if cfg.pos_encoding == "alibi" else 0
+        if causal and window_masked(cfg, length) and not bias:  # the (T, T) sliding-window mask
+            bias = length * length
         return batch * length * max(attn, ffn) + bias
 
     head = batch * seq * (2 * h + (cfg.vocab_size if cfg.lm_head else 0))
@@ -349,7 +365,7 @@ def forward_working_set(
         return e * max(stack(seq), head)
     src = seq if src_seq is None else src_seq
     cross = batch * seq * (3 * h + 2 * q + (2 * a * src if attention == "math" else 0)) + batch * src * 2 * k
-    return e * max(stack(src), batch * src * h + max(stack(seq), cross, head))
+    return e * max(stack(src, causal=False), batch * src * h + max(stack(seq), cross, head))
 
 
 @dataclass(frozen=True)
