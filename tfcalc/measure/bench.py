@@ -9,6 +9,8 @@ How the clock is read, and why:
 - The loop that calls, marks and collects is the same for all devices (``time_calls``); only the
   clock object differs, so the CPU tests exercise the logic that runs on a GPU.
 - Statistics: median (robust to the odd slow call), p10 and p90 (inclusive deciles); never the mean.
+- Ceilings, timed the same way: a large matmul (FLOP/s) and a large device copy (bytes/s); the
+  roofline's measured ridge point is their ratio.
 - Peak memory: tfcalc.measure.memory.peak_meter, the device's own counters (CUDA: the caching
   allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``; CPU: the process's peak RSS,
   reset through /proc/self/clear_refs), read around the timed forward passes.
@@ -128,6 +130,18 @@ def matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int, warmup: int
     b = torch.randn(n, n, device=device).to(dtype)
     timing = time_calls(lambda: torch.mm(a, b), device, warmup, repeat, on_call)
     return 2 * n**3 / timing.median
+
+
+def bandwidth_ceiling(device: torch.device, nbytes: int, warmup: int, repeat: int,
+                      on_call: Callable[[], None] | None = None) -> float:
+    """Bytes/s of a device-to-device copy of ``nbytes`` (read once and written once: 2·nbytes moved),
+    timed exactly like the model. Make nbytes far larger than the last-level cache (tens of MB on CPUs
+    and GPUs alike), or the copy measures the cache. The copy is what every decode step does at heart:
+    stream the weights and the KV cache through once (STREAM's "copy" kernel, McCalpin 1995)."""
+    src = torch.ones(nbytes // 4, device=device)  # fp32; written, so the pages are really there
+    dst = torch.empty_like(src)
+    timing = time_calls(lambda: dst.copy_(src), device, warmup, repeat, on_call)
+    return 2 * src.numel() * src.element_size() / timing.median
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,15 @@ from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
 
+def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
+    """InputError unless cfg can generate and its positions reach max_tokens (prompt and new tokens)."""
+    if cfg.arch == "encoder" or not cfg.lm_head:
+        raise InputError(f"{cfg.name} has no causal stack and LM head to decode with")
+    if cfg.pos_encoding in ("learned", "rope", "sinusoidal") and max_tokens > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+                         f"prompt and generated tokens need {max_tokens}")
+
+
 class StaticCache:
     """K and V buffers of every self-attention layer, and an encoder-decoder's cross-attention K and V."""
 

@@ -14,7 +14,7 @@ from tfcalc.errors import InputError
 from tfcalc.model.layers import (
     Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
 )
-from tfcalc.model.cache import StaticCache
+from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.positions import position_buffers
 
 
@@ -203,14 +203,9 @@ class Transformer(Stack):
     def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
         """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
         on the model's device and in its dtype. An encoder generates nothing: InputError."""
-        cfg = self.cfg
-        if cfg.arch == "encoder" or self.lm_head is None:
-            raise InputError(f"{cfg.name} has no causal stack and LM head to decode with")
-        if cfg.pos_encoding in ("learned", "rope", "sinusoidal") and max_tokens > cfg.max_seq_len:
-            raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
-                             f"prompt and generated tokens need {max_tokens}")
+        check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
-        return StaticCache(cfg, batch, max_tokens, weight.device, weight.dtype)
+        return StaticCache(self.cfg, batch, max_tokens, weight.device, weight.dtype)
 
     def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
                 last_only: bool = True) -> torch.Tensor:
