@@ -143,10 +143,6 @@ class ModelConfig:
         return m * math.ceil(hidden / m)
 
     @property
-    def family(self) -> str:
-        return self.arch
-
-    @property
     def encoder_layers(self) -> int:
         """Depth of the bidirectional stack: 0 for a decoder, n_layer for an encoder."""
         if self.arch == "encoder-decoder":
@@ -193,11 +189,6 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCon
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING
 )
-
-
-def field_choices(name: str) -> tuple[str, ...] | None:
-    """The allowed strings of a Literal field, or None for other fields."""
-    return _LITERALS.get(name)
 
 
 _LITERALS = {
@@ -348,7 +339,6 @@ __all__ = [
     "InputError",
     "ModelConfig",
     "FIELD_NAMES",
-    "field_choices",
     "from_mapping",
     "replace",
     "suggest",

@@ -90,9 +90,6 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-read_yaml = _read_yaml  # public: tfcalc.devices reads a user's device file the same way
-
-
 def resolve_preset_name(spec: str) -> str:
     """The preset file stem for a name or alias; ConfigError with suggestions when there is none."""
     names = preset_names()
@@ -101,6 +98,8 @@ def resolve_preset_name(spec: str) -> str:
         return key
     if key in _aliases():
         return _aliases()[key]
+    if key in ("true", "false", "yes", "no", "1", "0"):  # `--json true`: the value went to the MODEL argument
+        raise ConfigError(f"'{spec}' is not a preset: --json and the other flags take no value (write --json alone)")
     close = _close_names(key, names + list(_aliases()))
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
     raise ConfigError(f"unknown preset '{spec}'{hint}; `tfcalc presets` lists them, or pass a path to a YAML file")
@@ -142,6 +141,14 @@ def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> Mod
         raise ConfigError(f"{origin}: {e}") from None
     except TypeError as e:  # a dataclass argument error not caught by the checks above
         raise ConfigError(f"{origin}: {e}") from None
+
+
+def apply_overrides(cfg: ModelConfig, overrides: list[str]) -> ModelConfig:
+    """A config with --set overrides applied on top (each re-validated)."""
+    import dataclasses
+
+    data = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return _config_from(data, cfg.name, list(overrides))
 
 
 def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.memory import kv_cache_bytes, largest_fitting
+from tfcalc.count.budget import largest_fitting
+from tfcalc.count.memory import kv_cache_bytes
 from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.count.roofline import SCORE_COMPONENTS, Ceilings, Step, decode_step, prefill_step
 from tfcalc.errors import InputError
