@@ -64,30 +64,38 @@ def test_bandwidth_ceiling_on_this_cpu_is_a_rate():
     assert rate > 0 and rate == rate  # finite, not NaN; no threshold: machines differ
 
 
-def test_a_whole_measured_run():
+def _plan(cfg, **changes):
+    fields = dict(cfg=cfg, device="cpu", dtype="fp32", points=((2, 8),), steps=4, warmup=1, repeat=2,
+                  matmul_size=32, copy_bytes=1 << 20)
+    fields.update(changes)
+    return decode.DecodePlan(**fields)
+
+
+def test_a_whole_measured_run_with_two_points():
     cfg = tiny(max_seq_len=64, n_layer=1)
-    run = decode.run_decode(cfg, "cpu", "fp32", batch=2, seq=8, steps=4, warmup=1, repeat=2, matmul_size=32,
-                            copy_bytes=1 << 20)
-    assert run.device == "cpu" and run.steps == 4 and len(run.timing.step.samples) == 4
+    plan = _plan(cfg, points=((2, 8), (1, 12)))
+    calls = []
+    run = decode.run_decode(plan, lambda: calls.append(1))
+    assert run.device == "cpu" and len(run.timings) == 2 and len(calls) == plan.calls
+    assert [len(t.step.samples) for t in run.timings] == [4, 4]
     assert run.weights_bytes == 4 * sum(p.numel() for p in build_model(cfg, "meta").parameters())
     assert run.matmul_ceiling_flops_per_s > 0 and run.bandwidth_ceiling_bytes_per_s > 0
-    assert run.estimate_bytes >= run.weights_bytes + run.timing.cache_bytes
+    assert run.estimate_bytes >= run.weights_bytes + max(t.cache_bytes for t in run.timings)
 
 
-@pytest.mark.parametrize("changes, args, message", [
+@pytest.mark.parametrize("changes, plan_changes, message", [
     (dict(arch="encoder", lm_head=False, tie_embeddings=False), {}, "no causal stack"),
     ({}, dict(dtype="int4"), "decoding runs in"),
-    ({}, dict(seq=60, steps=10), "at most 64 tokens"),
+    ({}, dict(points=((1, 60),), steps=10), "at most 64 tokens"),
 ])
-def test_bad_runs_are_refused_in_one_line(changes, args, message):
-    params = dict(device="cpu", dtype="fp32", batch=1, seq=8, steps=2, warmup=0, repeat=1, matmul_size=16,
-                  copy_bytes=1 << 16)
-    params.update(args)
+def test_bad_runs_are_refused_in_one_line(changes, plan_changes, message):
     with pytest.raises(InputError, match=message):
-        decode.run_decode(tiny(max_seq_len=64, **changes), **params)
+        decode.run_decode(_plan(tiny(max_seq_len=64, **changes), **plan_changes))
 
 
 def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
-    monkeypatch.setattr(decode, "free_memory", lambda where: 1000)
-    with pytest.raises(InputError, match="is free"):
-        decode.run_decode(tiny(), "cpu", "fp32", 1, 8, 2, 0, 1, 16, 1 << 16)
+    from tfcalc.measure import fit
+
+    monkeypatch.setattr(fit, "tightest_limit", lambda kind, free, name: fit.Limit(1000, "free memory on cpu"))
+    with pytest.raises(InputError, match="not running .* decoding"):
+        decode.run_decode(_plan(tiny()))

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import bench, compare, flops, memory, params, presets, render, scan, snapshot
+from tfcalc.cli import bench, compare, flops, infer, memory, params, presets, render, scan, snapshot
 from tfcalc.errors import InputError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -54,6 +54,7 @@ app.command("show", cls=Command)(presets.show)
 app.command("flops", cls=Command)(flops.flops)
 app.command("memory", cls=Command)(memory.memory)
 app.command("bench", cls=Command)(bench.bench)
+app.command("infer", cls=Command)(infer.infer)
 app.command("snapshot", cls=Command)(snapshot.snapshot)
 app.command("check", cls=Command)(snapshot.check)
 app.command("compare", cls=Command)(compare.compare)

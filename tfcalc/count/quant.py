@@ -96,6 +96,12 @@ def weight_format(dtype: str, group_size: Optional[int] = None, zero_point: Opti
     return WeightFormat(dtype=dtype, group_size=group_size, zero_point=bool(zero_point))
 
 
+def default_kv_dtype(fmt: WeightFormat) -> str:
+    """The KV cache's dtype unless told: the weights' for a plain format; bf16 beside quantized weights
+    (their activations, and so K and V, are bf16; vLLM's kv_cache_dtype "auto" does the same)."""
+    return fmt.dtype if not fmt.quantized else "bf16"
+
+
 def is_quantized(entry: ParamEntry, fmt: WeightFormat) -> bool:
     """Whether this parameter tensor is stored in the quantized format."""
     if not fmt.quantized or len(entry.shape) != 2:

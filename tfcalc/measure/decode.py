@@ -11,7 +11,7 @@ What is timed, and why this way:
   inside the loop), as a serving loop runs. The per-token figures are over those ``steps`` samples.
 - ceilings, timed the same way: the matmul ceiling (FLOP/s) and the bandwidth ceiling (a device copy,
   bytes/s); the roofline's prediction with those ceilings is set beside the measurement.
-The run refuses, before allocating, one that the estimate says will not fit the free memory.
+The run refuses, before allocating, one that the estimate says will not fit (tfcalc.measure.fit).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from tfcalc.config import ModelConfig
 from tfcalc.count import memory as count_memory
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
-from tfcalc.measure.device import free_memory, resolve_device, torch_dtype
+from tfcalc.measure.device import resolve_device, torch_dtype
+from tfcalc.measure.fit import require_fits
 from tfcalc.model import Transformer, build_model, next_token
 from tfcalc.model.cache import check_decodable
 
@@ -61,52 +62,80 @@ def time_decode(model: Transformer, prompt: torch.Tensor, steps: int, warmup: in
 
 
 @dataclass(frozen=True)
+class DecodePlan:
+    """A measured generation run: every (batch, seq) point is a prompt of seq tokens for batch sequences,
+    timed in its prefill and then ``steps`` decode steps, on one model built once."""
+
+    cfg: ModelConfig
+    device: str
+    dtype: str
+    points: tuple[tuple[int, int], ...]  # (batch, seq)
+    steps: int
+    warmup: int
+    repeat: int
+    matmul_size: int
+    copy_bytes: int
+    src_seq: Optional[int] = None  # an encoder-decoder's source length (default: each point's seq)
+
+    @property
+    def calls(self) -> int:
+        """Calls a progress bar counts: both ceilings, then per point the prefills and the decode steps."""
+        per_point = (self.warmup + self.repeat) + self.warmup + self.steps
+        return 2 * (self.warmup + self.repeat) + len(self.points) * per_point
+
+
+@dataclass(frozen=True)
 class DecodeRun:
-    """One measured generation run and the ceilings measured beside it."""
+    """A measured run: one DecodeTiming per point, and the ceilings measured beside them."""
 
     device: str  # as torch writes it
     device_name: str  # e.g. 'NVIDIA H100 80GB HBM3' or 'cpu (2 threads)'
-    dtype: str
-    batch: int
-    seq: int
-    steps: int
-    timing: DecodeTiming
+    timings: tuple[DecodeTiming, ...]  # one per plan point
     matmul_ceiling_flops_per_s: float
     bandwidth_ceiling_bytes_per_s: float
     weights_bytes: int  # of the module as built
-    estimate_bytes: int  # what the fit check expected the run to need
+    estimate_bytes: int  # what the fit check expected the run to need at its largest point
 
 
-def estimate_bytes(cfg: ModelConfig, batch: int, seq: int, steps: int, dtype: str, copy_bytes: int,
-                   matmul_size: int) -> int:
-    """Weights, the cache, the prefill's working set, the two copy buffers and the three matmul ones."""
+def estimate_bytes(plan: DecodePlan) -> int:
+    """At the largest point: weights, the cache of seq + steps positions, the prefill's working set; and the
+    two copy buffers and three matmul buffers of the ceilings."""
+    cfg, dtype, extra = plan.cfg, plan.dtype, max(plan.steps, plan.warmup)
     element = count_memory.activation_element_bytes(dtype)
-    return (count_memory.weights_bytes(cfg, dtype) + count_memory.kv_cache_bytes(cfg, batch, seq + steps, dtype)
-            + count_memory.forward_working_set(cfg, batch, seq, dtype) + 2 * copy_bytes + 3 * matmul_size**2 * element)
+    point = max(count_memory.kv_cache_bytes(cfg, b, s + extra, dtype) + count_memory.forward_working_set(cfg, b, s, dtype)
+                for b, s in plan.points)
+    ceilings = max(2 * plan.copy_bytes, 3 * plan.matmul_size**2 * element)
+    return count_memory.weights_bytes(cfg, dtype) + point + ceilings
 
 
-def run_decode(cfg: ModelConfig, device: str, dtype: str, batch: int, seq: int, steps: int, warmup: int,
-               repeat: int, matmul_size: int, copy_bytes: int,
-               on_call: Optional[Callable[[], None]] = None) -> DecodeRun:
-    """Build the model on the device, measure both ceilings, then time prefill and decode."""
-    if dtype not in RUNNABLE:
-        raise InputError(f"decoding runs in {', '.join(RUNNABLE)}; got {dtype}")
-    check_decodable(cfg, seq + max(steps, warmup))
-    where = resolve_device(device)
-    need = estimate_bytes(cfg, batch, seq, steps, dtype, copy_bytes, matmul_size)
-    free = free_memory(where)
-    if free is not None and need > free:
-        raise InputError(f"{cfg.name} decoding needs about {need / 1e9:.2f} GB on {where.description} "
-                         f"(batch {batch}, {seq} + {steps} tokens, {dtype}) but {free / 1e9:.2f} GB is free; "
-                         "try a smaller --batch/--seq, or --dtype bf16")
+def check_plan(plan: DecodePlan) -> None:
+    """Every refusal that needs no device: the dtype, and positions for prompt and steps."""
+    if plan.dtype not in RUNNABLE:
+        raise InputError(f"decoding runs in {', '.join(RUNNABLE)}; got {plan.dtype}")
+    for _, seq in plan.points:
+        check_decodable(plan.cfg, seq + max(plan.steps, plan.warmup))
+
+
+def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -> DecodeRun:
+    """Refuse what cannot fit, build the model on the device, measure both ceilings, then time each point."""
+    check_plan(plan)
+    cfg = plan.cfg
+    largest = max(plan.points)
+    require_fits(estimate_bytes(plan), plan.device,
+                 f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
+                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""))
+    where = resolve_device(plan.device)
     torch.manual_seed(0)
-    dev, tdtype = where.torch(), torch_dtype(dtype)
+    dev, tdtype = where.torch(), torch_dtype(plan.dtype)
     model = build_model(cfg, dev, tdtype)
-    prompt = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
-    src = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev) if cfg.arch == "encoder-decoder" else None
-    flops_ceiling = bench.matmul_ceiling(dev, tdtype, matmul_size, warmup, repeat, on_call)
-    bytes_ceiling = bench.bandwidth_ceiling(dev, copy_bytes, warmup, repeat, on_call)
-    timing = time_decode(model, prompt, steps, warmup, repeat, on_call, src)
+    flops_ceiling = bench.matmul_ceiling(dev, tdtype, plan.matmul_size, plan.warmup, plan.repeat, on_call)
+    bytes_ceiling = bench.bandwidth_ceiling(dev, plan.copy_bytes, plan.warmup, plan.repeat, on_call)
+    timings = []
+    for batch, seq in plan.points:
+        prompt = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        src = (torch.randint(0, cfg.vocab_size, (batch, plan.src_seq or seq), device=dev)
+               if cfg.arch == "encoder-decoder" else None)
+        timings.append(time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return DecodeRun(where.name, where.description, dtype, batch, seq, steps, timing, flops_ceiling, bytes_ceiling,
-                     weights, need)
+    return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bytes_ceiling, weights,
+                     estimate_bytes(plan))

@@ -128,3 +128,58 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
         raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
     finally:
         plt.close(fig)
+
+
+def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (13.0, 5.2), dpi: int = 110) -> None:
+    """Decode against the batch size on a device's roofline: total tokens/s with the memory roof (every byte
+    at full bandwidth) and the compute roof (every FLOP at peak), and tokens/s per sequence; the batch where
+    the step turns compute-bound, where its weight matmuls do, and past which the memory is full, marked."""
+    path = check_plot_path(path)
+    plt = _pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    rows = report["rows"]
+    batches = [r["batch"] for r in rows]
+    fig, (total_ax, each_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
+    total_ax.plot(batches, [r["decode_tokens_per_s_total"] for r in rows], color="#1f77b4", marker="o", ms=3.5, lw=2,
+                  label="predicted (each matmul: the slower roof)")
+    total_ax.plot(batches, [r["memory_roof_tokens_per_s"] for r in rows], color="#9467bd", ls="--", lw=1.2,
+                  label="memory roof: bytes ÷ bandwidth")
+    total_ax.plot(batches, [r["compute_roof_tokens_per_s"] for r in rows], color="#d62728", ls="-.", lw=1.2,
+                  label="compute roof: FLOPs ÷ peak")
+    total_ax.set_ylabel("decode tokens/s, all sequences")
+    each_ax.plot(batches, [r["decode_tokens_per_s"] for r in rows], color="#2ca02c", marker="s", ms=3.5, lw=2,
+                 label="predicted, per sequence")
+    each_ax.set_ylabel("decode tokens/s per sequence")
+    marks = (("compute_bound_batch", "whole step compute-bound", "#d62728"),
+             ("weight_matmuls_compute_bound_batch", "weight matmuls compute-bound", "#ff7f0e"))
+    for ax in (total_ax, each_ax):
+        for key, text, colour in marks:
+            b = report[key]
+            if b is not None and batches[0] <= b <= batches[-1]:
+                ax.axvline(b, color=colour, ls=(0, (4, 3)), lw=1)
+                ax.annotate(f"{text}, B = {b:,}", (b, 0.02), xycoords=("data", "axes fraction"), rotation=90,
+                            ha="right", va="bottom", fontsize=8)
+        if report["max_batch"] < batches[-1]:
+            ax.axvspan(max(report["max_batch"], batches[0] / 1.15), batches[-1] * 1.15, color="grey", alpha=0.12, lw=0,
+                       label=f"does not fit {nbytes(report['memory_bytes'])} (B > {report['max_batch']:,})")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B (sequences decoding together)")
+        ax.xaxis.set_major_locator(FixedLocator(batches if len(batches) <= 12 else batches[:: -(-len(batches) // 12)]))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
+        ax.set_xlim(batches[0] / 1.15, batches[-1] * 1.15)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    c = report["ceilings"]
+    total_ax.set_title(f"Throughput: {c['flops_per_s'] / 1e12:g} TFLOP/s, {c['bytes_per_s'] / 1e12:g} TB/s, "
+                       f"ridge {c['ridge_flops_per_byte']:.0f} FLOP/byte")
+    each_ax.set_title("Speed each sequence sees")
+    fig.suptitle(f"{report['label']} decoding at context {report['context']:,} on {report['device_name']} "
+                 f"(weights {report['weight_format']}, KV cache {report['kv_dtype']})")
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
