@@ -25,7 +25,9 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 if TYPE_CHECKING:
     from tfcalc.report.bench import BenchReport
+    from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
+    from tfcalc.report.infer import InferReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
@@ -77,16 +79,40 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, warmup: int = 3, repeat: int = 10, compile: bool = False,
-          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
-    """`tfcalc bench`: timed forward passes on device (one length, or several)."""
+          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, decode: Optional[int] = None,
+          copy_bytes: Optional[int] = None, **overrides: Any) -> "Union[BenchReport, DecodeBenchReport]":
+    """`tfcalc bench`: timed forward passes on device (one length, or several); decode=N times generation
+    instead (`tfcalc bench --decode N`): the prefill of a seq-token prompt, then N decode steps."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
+    if decode is not None:
+        from tfcalc.report.decode import build_decode_bench, plan_decode_bench
+
+        plan = plan_decode_bench(ref, batch, seqs, decode, device, dtype or default_dtype(device), warmup, repeat,
+                                 matmul_size, copy_bytes)
+        return build_decode_bench(ref, plan)
     plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
                       matmul_size)
     return build_bench(ref, plan)
 
 
-__all__ = ["__version__", "bench", "flops", "memory", "params"]
+def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optional[int] = None, gen: int = 256, *,
+          dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
+          src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
+          device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
+          **overrides: Any) -> "InferReport":
+    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
+    or measure=True: ceilings measured and the model timed on device, the prediction beside."""
+    from tfcalc.report.infer import InferOptions, build_infer
+    from tfcalc.workload import default_dtype
+
+    batches = (batch,) if isinstance(batch, int) else tuple(batch)
+    options = InferOptions(batches, seq, gen, dtype or default_dtype(device if measure else None), group_size,
+                           kv_dtype, src_seq, device_spec, measure, device, warmup, repeat, None, copy_bytes)
+    return build_infer(_model(model, overrides), options)
+
+
+__all__ = ["__version__", "bench", "flops", "infer", "memory", "params"]

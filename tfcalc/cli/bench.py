@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batch, Device, DType, Exact, Format, FormatOption, Json, Model, Overrides, Seqs,
-                                Verbose, _flag, output, parse_lengths)
+from tfcalc.cli.options import (Batch, CopySize, Device, DType, Exact, Format, FormatOption, Json, Model, Overrides,
+                                Repeat, Seqs, Verbose, Warmup, _flag, output, parse_lengths)
 from tfcalc.cli.render import bench as view
 from tfcalc.cli.render import decode as decode_view
 from tfcalc.count.budget import parse_bytes
@@ -26,9 +26,8 @@ def bench(
     seq: Seqs = None,
     dtype: DType = None,
     device: Device = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", metavar="N")] = 3,
-    repeat: Annotated[int, typer.Option("--repeat", help="Timed calls; median, p10 and p90 over them.",
-                                        metavar="N")] = 10,
+    warmup: Warmup = 3,
+    repeat: Repeat = 10,
     compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
         "--n-layer", help="Build only K blocks and extrapolate to full depth.", show_default=False, metavar="K")] = None,
@@ -39,9 +38,7 @@ def bench(
         "--decode", help="Time generation instead: the prefill of a --seq prompt, then N decode steps with a static "
         "KV cache (TTFT, per-token latency, tokens/s, bandwidth, MBU, the roofline's prediction beside).",
         show_default=False, metavar="N")] = None,
-    copy_size: Annotated[Optional[str], typer.Option(
-        "--copy-size", help="--decode: bytes of the device copy that measures the bandwidth ceiling [default: 256MiB "
-        "on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")] = None,
+    copy_size: CopySize = None,
     format: FormatOption = Format.table,
     json_out: Json = False,
     exact: Exact = False,

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batches, DeviceSpec, DType, Exact, Format, FormatOption, Gen, GroupSize, Json,
-                                KvDType, Measure, Overrides, Seq, SrcSeq, Verbose, Device, output, parse_lengths)
+from tfcalc.cli.options import (Batches, CopySize, Device, DeviceSpec, DType, Exact, Format, FormatOption, Gen, GroupSize,
+                                Json, KvDType, Measure, Overrides, Repeat, Seq, SrcSeq, Verbose, Warmup, output,
+                                parse_lengths)
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
@@ -31,12 +32,9 @@ def infer(
     device_spec: DeviceSpec = None,
     measure: Measure = False,
     device: Device = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="--measure: untimed calls before timing.", metavar="N")] = 3,
-    repeat: Annotated[int, typer.Option("--repeat", help="--measure: timed prefills (decode: every step).",
-                                        metavar="N")] = 10,
-    copy_size: Annotated[Optional[str], typer.Option(
-        "--copy-size", help="--measure: bytes of the device copy that measures the bandwidth ceiling [default: "
-        "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")] = None,
+    warmup: Warmup = 3,
+    repeat: Repeat = 10,
+    copy_size: CopySize = None,
     format: FormatOption = Format.table,
     json_out: Json = False,
     exact: Exact = False,

@@ -84,6 +84,12 @@ DeviceSpec = Annotated[Optional[str], typer.Option(
     "--device-spec", help="The device to predict for: a key from the datasheet table (h100-sxm, a100-80gb, ...), "
     "a YAML file with your own, or 'list' to show the table [default: h100-sxm].", show_default=False,
     metavar="KEY|FILE|list")]
+Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing.", metavar="N")]
+Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
+                                     "(decode: every step is one).", metavar="N")]
+CopySize = Annotated[Optional[str], typer.Option(
+    "--copy-size", help="Measured decoding: bytes of the device copy that measures the bandwidth ceiling [default: "
+    "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]

@@ -71,6 +71,19 @@ def _binary_ticks(ax) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: nbytes(y)))
 
 
+def _log2_x(ax, xs: list[int], label: str) -> None:
+    """A log-2 x axis over xs, at most about 12 ticks labelled 1K, 4K, ...; log y; a light grid."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(FixedLocator(xs if len(xs) <= 12 else xs[:: -(-len(xs) // 12)]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
+    ax.set_xlim(xs[0] / 1.15, xs[-1] * 1.15)
+    ax.grid(True, which="major", alpha=0.3)
+
+
 def _line(ax, seqs, values, key: str) -> None:
     colour, style, marker, label = SERIES[key]
     ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
@@ -83,7 +96,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     the lengths past the context shaded."""
     path = check_plot_path(path)
     plt = _pyplot()
-    from matplotlib.ticker import FixedLocator, FuncFormatter
+    from matplotlib.ticker import FuncFormatter
 
     rows = report["rows"]
     seqs = [r["seq"] for r in rows]
@@ -106,13 +119,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
             flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
                               xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom", fontsize=8)
     for ax in (flops_ax, mem_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.xaxis.set_major_locator(FixedLocator(seqs if len(seqs) <= 12 else seqs[:: -(-len(seqs) // 12)]))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
-        ax.set_xlim(seqs[0] / 1.15, seqs[-1] * 1.15)
-        ax.grid(True, which="major", alpha=0.3)
+        _log2_x(ax, seqs, "sequence length T (tokens)")
         if report["max_seq_len"] < seqs[-1]:
             ax.axvspan(report["max_seq_len"], seqs[-1] * 1.15, color="grey", alpha=0.08, lw=0)
         ax.legend(fontsize=8, loc="upper left")
@@ -136,7 +143,6 @@ def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = 
     the step turns compute-bound, where its weight matmuls do, and past which the memory is full, marked."""
     path = check_plot_path(path)
     plt = _pyplot()
-    from matplotlib.ticker import FixedLocator, FuncFormatter
 
     rows = report["rows"]
     batches = [r["batch"] for r in rows]
@@ -163,13 +169,7 @@ def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = 
         if report["max_batch"] < batches[-1]:
             ax.axvspan(max(report["max_batch"], batches[0] / 1.15), batches[-1] * 1.15, color="grey", alpha=0.12, lw=0,
                        label=f"does not fit {nbytes(report['memory_bytes'])} (B > {report['max_batch']:,})")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size B (sequences decoding together)")
-        ax.xaxis.set_major_locator(FixedLocator(batches if len(batches) <= 12 else batches[:: -(-len(batches) // 12)]))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
-        ax.set_xlim(batches[0] / 1.15, batches[-1] * 1.15)
-        ax.grid(True, which="major", alpha=0.3)
+        _log2_x(ax, batches, "batch size B (sequences decoding together)")
         ax.legend(fontsize=8, loc="best")
     c = report["ceilings"]
     total_ax.set_title(f"Throughput: {c['flops_per_s'] / 1e12:g} TFLOP/s, {c['bytes_per_s'] / 1e12:g} TB/s, "

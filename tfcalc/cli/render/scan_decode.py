@@ -22,12 +22,13 @@ def document(reports: list[DecodeScanReport], verbose: bool = False) -> Doc:
             t.add(row["batch"], row["step_s"], row["decode_tokens_per_s_total"], row["decode_tokens_per_s"],
                   row["memory_roof_tokens_per_s"], row["compute_roof_tokens_per_s"], row["intensity"], row["bound"],
                   row["kv_cache_bytes"], fits)
-        whole = "never" if r.compute_bound_batch is None else f"at batch {r.compute_bound_batch:,}"
-        weights = "never" if r.weight_matmuls_compute_bound_batch is None else \
-            f"at batch {r.weight_matmuls_compute_bound_batch:,}"
-        doc.note(f"Ridge {units.intensity(c.ridge)} ({c.source}). The whole step turns compute-bound {whole}, its weight "
-                 f"matmuls {weights}; weights + KV cache fit {units.nbytes(r.spec.memory_bytes)} up to batch "
-                 f"{r.max_batch:,}. Roofs: tokens/s were every byte at full bandwidth, or every FLOP at peak.")
+        whole = ("never turns compute-bound (attention over the KV cache grows with the batch as its FLOPs do)"
+                 if r.compute_bound_batch is None else f"turns compute-bound at batch {r.compute_bound_batch:,}")
+        weights = "never do" if r.weight_matmuls_compute_bound_batch is None else \
+            f"do at batch {r.weight_matmuls_compute_bound_batch:,}"
+        doc.note(f"Ridge {units.intensity(c.ridge)} ({c.source}). The whole step {whole}; its weight matmuls alone "
+                 f"{weights}. Weights + KV cache fit {units.nbytes(r.spec.memory_bytes)} up to batch {r.max_batch:,}. "
+                 "Roofs: the tokens/s were every byte moved at full bandwidth, or every FLOP done at peak.")
         if r.plot:
             doc.note(f"Plot written to {r.plot}.")
     return doc
