@@ -8,7 +8,8 @@ count; the rest of the architecture is what that model type's Hugging Face model
 - ``llama``, ``mistral``: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size,
   vocab_size (required); num_key_value_heads, head_dim, max_position_embeddings, rms_norm_eps,
   rope_theta, hidden_act, tie_word_embeddings; for llama also attention_bias and mlp_bias (Mistral's
-  code has no biases). RoPE, RMSNorm, SwiGLU. Mistral's sliding window changes no count.
+  code has no biases). RoPE, RMSNorm, SwiGLU. For mistral and mixtral also sliding_window (MistralConfig's
+  default 4096, MixtralConfig's none): it changes no parameter, only the KV cache and the causal FLOPs.
 - ``mixtral``: as mistral, plus num_local_experts and num_experts_per_tok (required).
 - ``bert``: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
   max_position_embeddings (required); type_vocab_size, hidden_act, layer_norm_eps. Built as BertModel
@@ -98,6 +99,9 @@ def _llama_family(defaults: dict[str, Any], biases: bool = False, experts: bool 
         r.take("rope_theta", "rope_theta", defaults["rope_theta"] if theta is None else theta)
         r.activation("hidden_act", "silu")
         r.take("tie_word_embeddings", "tie_embeddings", False)
+        if "sliding_window" in defaults:  # Mistral's window: W keys per query, itself included, as tfcalc's
+            absent = "sliding_window" not in r.raw  # an explicit null means no window (Mistral 7B v0.2)
+            r.take("sliding_window", "sliding_window", defaults["sliding_window"] if absent else None)
         if biases:
             r.take("attention_bias", "attn_bias", False)
             r.take("mlp_bias", "ffn_bias", False)
@@ -128,8 +132,10 @@ _MAPPERS: dict[str, Callable[[_Reader], None]] = {
     "bert": _bert,
     "gpt2": _gpt2,
     "llama": _llama_family(dict(max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=10000.0), biases=True),
-    "mistral": _llama_family(dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, rope_theta=10000.0)),
-    "mixtral": _llama_family(dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6), experts=True),
+    "mistral": _llama_family(dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, rope_theta=10000.0,
+                                  sliding_window=4096)),
+    "mixtral": _llama_family(dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6,
+                                  sliding_window=None), experts=True),
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(_MAPPERS))
 
