@@ -63,7 +63,8 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
     )
     ref = resolve(model, overrides or [])
-    calls = (2 + 2 * len(options.batches)) * (warmup + repeat) + len(options.batches) * max(0, gen - 1)
+    # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
+    calls = 2 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
     with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
