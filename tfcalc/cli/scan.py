@@ -64,8 +64,8 @@ def scan(
     batches = parse_lengths(batch, "--batch") if batch is not None else [1]
     if len(batches) != 1:
         raise InputError("--batch: one batch size, unless --decode scans them")
-    report = build_scan(resolve(model, overrides or []), parse_lengths(seq if seq is not None else "128..131072"), batches[0],
-                        dtype.value if dtype else default_dtype(None))
+    seqs = parse_lengths(seq if seq is not None else "128..131072")
+    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype.value if dtype else default_dtype(None))
     if plot is not None:
         from tfcalc.cli.render import plot as plotting
 
@@ -83,8 +83,9 @@ def _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_si
     contexts = parse_lengths(seq) if seq is not None else [None]
     if len(contexts) != 1:
         raise InputError("--seq: scan --decode takes one context length (it scans --batch)")
-    report = build_decode_scan(resolve(model, overrides or []), parse_lengths(batch if batch is not None else "1..1024", "--batch"),
-                               contexts[0], dtype.value if dtype else default_dtype(None), group_size,
+    batches = parse_lengths(batch if batch is not None else "1..1024", "--batch")
+    report = build_decode_scan(resolve(model, overrides or []), batches, contexts[0],
+                               dtype.value if dtype else default_dtype(None), group_size,
                                kv_dtype.value if kv_dtype else None, device_spec)
     if plot is not None:
         from tfcalc.cli.render import plot as plotting

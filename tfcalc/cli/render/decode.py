@@ -45,10 +45,11 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
 
 def _notes(doc: Doc, first: dict[str, Any]) -> None:
     peak_bw = first["peak_bandwidth_bytes_per_s"]
-    doc.note(f"Ceilings measured here, timed like the model: bandwidth {units.byte_rate(first['bandwidth_ceiling_bytes_per_s'])} "
-             f"(a device copy, read + write), matmul {units.flop_rate(first['matmul_ceiling_flops_per_s'])}; datasheet "
-             f"bandwidth: {units.byte_rate(peak_bw) + ', MBU ' + units.share(first['mbu_datasheet']) if peak_bw else 'unknown for this device'}.",
-             "dim")
+    datasheet = (f"{units.byte_rate(peak_bw)}, MBU {units.share(first['mbu_datasheet'])}" if peak_bw
+                 else "unknown for this device")
+    doc.note(f"Ceilings measured here, timed like the model: bandwidth "
+             f"{units.byte_rate(first['bandwidth_ceiling_bytes_per_s'])} (a device copy, read + write), matmul "
+             f"{units.flop_rate(first['matmul_ceiling_flops_per_s'])}; datasheet bandwidth: {datasheet}.", "dim")
     doc.note("TTFT: the prefill of the prompt (its last position's logits included). Decode: the median of the timed "
              "steps, step j attending to prompt + j positions. Bytes per token: weights + KV cache read per step, over "
              "the batch; MBU: achieved ÷ measured bandwidth. Ratio: predicted ÷ measured time. Each matmul's "
