@@ -84,6 +84,16 @@ def _log2_x(ax, xs: list[int], label: str) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _save(plt, fig, path: Path, dpi: int) -> None:
+    """Write the figure (a one-line error when the file cannot be written) and free it."""
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
+
+
 def _line(ax, seqs, values, key: str) -> None:
     colour, style, marker, label = SERIES[key]
     ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
@@ -129,12 +139,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     mem_ax.set_title("Memory")
     note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""
     fig.suptitle(f"{report['label']}: compute and memory against sequence length{note}")
-    try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path, dpi)
 
 
 def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (13.0, 5.2), dpi: int = 110) -> None:
@@ -177,9 +182,4 @@ def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = 
     each_ax.set_title("Speed each sequence sees")
     fig.suptitle(f"{report['label']} decoding at context {report['context']:,} on {report['device_name']} "
                  f"(weights {report['weight_format']}, KV cache {report['kv_dtype']})")
-    try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path, dpi)
