@@ -56,7 +56,11 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and {units.byte_rate(c.bytes_per_s)}, "
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
-    if r.max_batch is not None:
+    if r.max_batch == 0:
+        doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
+                 f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "
+                 "(--dtype int8/int4).", "warning")
+    elif r.max_batch is not None:
         doc.note(f"Largest batch whose weights + KV cache ({r.seq + r.options.gen:,} positions) fit "
                  f"{units.nbytes(first['memory_bytes'])}: {r.max_batch:,} (activations and allocator slack not "
                  "counted: an upper bound).")
