@@ -91,6 +91,7 @@ def test_bench_decode_contract_on_this_cpu(cli):
     # K and V, 1 layer, batch 2, 10 + 6 positions, fp32; gpt2's explicit d_head 64 keeps them 12·64 wide
     assert r["cache_bytes"] == 2 * 1 * 2 * 16 * 768 * 4
     assert r["peak_bandwidth_bytes_per_s"] is None and r["prefill_mfu"] is None  # a CPU has no datasheet
+    assert r["bandwidth_ceiling_bytes_per_s"] == min(r["copy_bandwidth_bytes_per_s"], r["read_bandwidth_bytes_per_s"])
     several = cli("bench", "gpt2", *TINY, "--decode", "2", "--seq", "4,8", *FAST, "--json").json()
     assert [x["seq"] for x in several] == [4, 8]
     text = " ".join(cli("bench", "gpt2", *TINY, "--decode", "2", "--seq", "4", *FAST).out.split())
@@ -173,3 +174,14 @@ def test_serving_tables_fit_80_and_200_columns(width):
         text = _render(doc, width)
         assert "…" not in text
         assert not [line for line in text.splitlines() if len(line.rstrip()) > width]
+
+
+def test_a_busy_host_is_named_beside_the_timings():
+    from tfcalc.cli.render.doc import Doc, Note
+    from tfcalc.cli.render.infer import busy_note
+
+    busy, quiet = Doc(), Doc()
+    busy_note(busy, {"busy": True, "load_average": 4.5, "cpus": 2})
+    busy_note(quiet, {"busy": False, "load_average": 0.5, "cpus": 2})
+    assert quiet.blocks == [] and isinstance(busy.blocks[0], Note) and busy.blocks[0].style == "warning"
+    assert "load average 4.5 on 2 CPUs" in busy.blocks[0].text

@@ -3,6 +3,8 @@ bandwidth ceiling, and a whole measured run. No timing thresholds."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -46,22 +48,24 @@ def test_decode_goes_through_the_cuda_clock(monkeypatch):
     assert len(syncs) == 4  # two per time_calls: after the warm-up, before reading the events
 
 
-def test_bandwidth_ceiling_counts_a_read_and_a_write(monkeypatch):
-    seen = {}
+def test_bandwidth_ceiling_counts_a_copy_twice_and_a_read_once(monkeypatch):
+    seen, durations = [], iter([0.5, 0.2])
 
     def fake_time_calls(fn, device, warmup, repeat, on_call=None):
         fn()
-        seen["args"] = (warmup, repeat)
-        return bench.Timing((0.5,))
+        seen.append((warmup, repeat))
+        return bench.Timing((next(durations),))
 
     monkeypatch.setattr(bench, "time_calls", fake_time_calls)
-    assert bench.bandwidth_ceiling(torch.device("cpu"), 4 << 20, 1, 3) == 2 * (4 << 20) / 0.5
-    assert seen["args"] == (1, 3)
+    bw = bench.bandwidth_ceiling(torch.device("cpu"), 4 << 20, 1, 3)
+    assert bw.copy_bytes_per_s == 2 * (4 << 20) / 0.5 and bw.read_bytes_per_s == (4 << 20) / 0.2
+    assert bw.ceiling == bw.copy_bytes_per_s  # the slower of the two
+    assert bench.Bandwidth(10.0, 4.0).ceiling == 4.0 and seen == [(1, 3), (1, 3)]
 
 
 def test_bandwidth_ceiling_on_this_cpu_is_a_rate():
-    rate = bench.bandwidth_ceiling(torch.device("cpu"), 8 << 20, 1, 3)
-    assert rate > 0 and rate == rate  # finite, not NaN; no threshold: machines differ
+    bw = bench.bandwidth_ceiling(torch.device("cpu"), 8 << 20, 1, 3)
+    assert 0 < bw.ceiling <= min(bw.copy_bytes_per_s, bw.read_bytes_per_s)  # no threshold: machines differ
 
 
 def _plan(cfg, **changes):
@@ -79,7 +83,8 @@ def test_a_whole_measured_run_with_two_points():
     assert run.device == "cpu" and len(run.timings) == 2 and len(calls) == plan.calls
     assert [len(t.step.samples) for t in run.timings] == [4, 4]
     assert run.weights_bytes == 4 * sum(p.numel() for p in build_model(cfg, "meta").parameters())
-    assert run.matmul_ceiling_flops_per_s > 0 and run.bandwidth_ceiling_bytes_per_s > 0
+    assert run.matmul_ceiling_flops_per_s > 0 and run.bandwidth_ceiling_bytes_per_s == run.bandwidth.ceiling > 0
+    assert run.cpus == os.cpu_count() and run.busy == (run.load_average > run.cpus)
     assert run.estimate_bytes >= run.weights_bytes + max(t.cache_bytes for t in run.timings)
 
 

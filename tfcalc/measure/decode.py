@@ -16,6 +16,7 @@ The run refuses, before allocating, one that the estimate says will not fit (tfc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -79,9 +80,9 @@ class DecodePlan:
 
     @property
     def calls(self) -> int:
-        """Calls a progress bar counts: both ceilings, then per point the prefills and the decode steps."""
+        """Calls a progress bar counts: the three ceilings, then per point the prefills and the decode steps."""
         per_point = (self.warmup + self.repeat) + self.warmup + self.steps
-        return 2 * (self.warmup + self.repeat) + len(self.points) * per_point
+        return 3 * (self.warmup + self.repeat) + len(self.points) * per_point
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,20 @@ class DecodeRun:
     device_name: str  # e.g. 'NVIDIA H100 80GB HBM3' or 'cpu (2 threads)'
     timings: tuple[DecodeTiming, ...]  # one per plan point
     matmul_ceiling_flops_per_s: float
-    bandwidth_ceiling_bytes_per_s: float
+    bandwidth: bench.Bandwidth
     weights_bytes: int  # of the module as built
     estimate_bytes: int  # what the fit check expected the run to need at its largest point
+    load_average: Optional[float] = None  # the host's 1-minute load average, the higher of before and after
+    cpus: Optional[int] = None  # the host's CPU count, to read the load average against
+
+    @property
+    def bandwidth_ceiling_bytes_per_s(self) -> float:
+        return self.bandwidth.ceiling
+
+    @property
+    def busy(self) -> bool:
+        """More runnable work than CPUs on the host while timing: other processes' too."""
+        return self.load_average is not None and self.cpus is not None and self.load_average > self.cpus
 
 
 def estimate_bytes(plan: DecodePlan) -> int:
@@ -125,11 +137,12 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
                  f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
                  "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""))
     where = resolve_device(plan.device)
+    load = _load_average()
     torch.manual_seed(0)
     dev, tdtype = where.torch(), torch_dtype(plan.dtype)
     model = build_model(cfg, dev, tdtype)
     flops_ceiling = bench.matmul_ceiling(dev, tdtype, plan.matmul_size, plan.warmup, plan.repeat, on_call)
-    bytes_ceiling = bench.bandwidth_ceiling(dev, plan.copy_bytes, plan.warmup, plan.repeat, on_call)
+    bandwidth = bench.bandwidth_ceiling(dev, plan.copy_bytes, plan.warmup, plan.repeat, on_call)
     timings = []
     for batch, seq in plan.points:
         prompt = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
@@ -137,5 +150,15 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
                if cfg.arch == "encoder-decoder" else None)
         timings.append(time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bytes_ceiling, weights,
-                     estimate_bytes(plan))
+    loads = [x for x in (load, _load_average()) if x is not None]
+    return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bandwidth, weights,
+                     estimate_bytes(plan), max(loads) if loads else None, os.cpu_count())
+
+
+def _load_average() -> Optional[float]:
+    """The 1-minute load average (runnable processes), or None where the OS does not keep one. A CPU run on
+    a host busier than its CPU count shares them: its timings include waiting."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None

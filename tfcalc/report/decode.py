@@ -7,7 +7,8 @@ Conventions (README, "Serving estimates"):
 - per-token figures are over the timed decode steps: step j attends to seq + j positions;
 - bytes per token = weights + KV cache read per decode step, divided by the batch (the mean over the
   steps); achieved bandwidth = those bytes × batch / the median step time; MBU = achieved bandwidth /
-  the measured copy bandwidth (and / the datasheet bandwidth, where the device is in the table);
+  the measured bandwidth ceiling, the slower of a device copy and a read-only reduction
+  (tfcalc.measure.bench.Bandwidth), and / the datasheet bandwidth where the device is in the table;
 - ratios are predicted ÷ measured time: below 1 the device ran slower than the roofline says it can.
 """
 
@@ -74,6 +75,8 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
         "bound": est.bound,
         "achieved_bandwidth_bytes_per_s": achieved,
         "bandwidth_ceiling_bytes_per_s": run.bandwidth_ceiling_bytes_per_s,
+        "copy_bandwidth_bytes_per_s": run.bandwidth.copy_bytes_per_s,
+        "read_bandwidth_bytes_per_s": run.bandwidth.read_bytes_per_s,
         "mbu": achieved / run.bandwidth_ceiling_bytes_per_s,
         "peak_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s if spec else None,
         "mbu_datasheet": achieved / spec.bandwidth_bytes_per_s if spec else None,
@@ -84,6 +87,7 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
         "peak_flops_per_s": peak,
         "prefill_mfu": prefill_rate / peak if peak else None,
         "cache_bytes": timing.cache_bytes,
+        "load_average": run.load_average, "cpus": run.cpus, "busy": run.busy,
         "samples": {"prefill": len(prefill.samples), "decode": len(step.samples)},
         "predicted": predicted_json(est, c),
         "ratio": {"prefill": _ratio(est.prefill_s, prefill.median),

@@ -84,6 +84,8 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         rows = data if isinstance(data, list) else [data]
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
         _notes(doc, r, rows[0])
+        if r.measured:
+            busy_note(doc, rows[0])
         if verbose:
             last = rows[-1]
             roofline_table(doc, f"Roofline of the prefill, batch {last['batch']}", last["roofline"]["prefill"])
@@ -93,3 +95,12 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         else:
             doc.note("Each matmul's FLOPs, bytes, intensity and bound: --verbose.", "dim")
     return doc
+
+
+def busy_note(doc: Doc, first: dict[str, Any]) -> None:
+    """A warning when the host ran more work than it has CPUs while timing."""
+    if first.get("busy"):
+        doc.note(f"The host was busy while timing (load average {first['load_average']:.1f} on {first['cpus']} CPUs): "
+                 "the timings include waiting for other processes, and OpenMP threads spinning at barriers make "
+                 "small steps much slower (OMP_WAIT_POLICY=PASSIVE lets them sleep). Compare ratios from quiet runs.",
+                 "warning")
