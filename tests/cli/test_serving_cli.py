@@ -91,7 +91,8 @@ def test_bench_decode_contract_on_this_cpu(cli):
     # K and V, 1 layer, batch 2, 10 + 6 positions, fp32; gpt2's explicit d_head 64 keeps them 12·64 wide
     assert r["cache_bytes"] == 2 * 1 * 2 * 16 * 768 * 4
     assert r["peak_bandwidth_bytes_per_s"] is None and r["prefill_mfu"] is None  # a CPU has no datasheet
-    assert r["bandwidth_ceiling_bytes_per_s"] == min(r["copy_bandwidth_bytes_per_s"], r["read_bandwidth_bytes_per_s"])
+    assert r["bandwidth_ceiling_bytes_per_s"] == min(r["copy_bandwidth_bytes_per_s"], r["read_bandwidth_bytes_per_s"],
+                                                     r["matvec_bandwidth_bytes_per_s"])
     several = cli("bench", "gpt2", *TINY, "--decode", "2", "--seq", "4,8", *FAST, "--json").json()
     assert [x["seq"] for x in several] == [4, 8]
     text = " ".join(cli("bench", "gpt2", *TINY, "--decode", "2", "--seq", "4", *FAST).out.split())

@@ -48,8 +48,8 @@ def test_decode_goes_through_the_cuda_clock(monkeypatch):
     assert len(syncs) == 4  # two per time_calls: after the warm-up, before reading the events
 
 
-def test_bandwidth_ceiling_counts_a_copy_twice_and_a_read_once(monkeypatch):
-    seen, durations = [], iter([0.5, 0.2])
+def test_bandwidth_ceiling_counts_a_copy_twice_and_reads_once(monkeypatch):
+    seen, durations = [], iter([0.5, 0.2, 0.4])
 
     def fake_time_calls(fn, device, warmup, repeat, on_call=None):
         fn()
@@ -57,15 +57,16 @@ def test_bandwidth_ceiling_counts_a_copy_twice_and_a_read_once(monkeypatch):
         return bench.Timing((next(durations),))
 
     monkeypatch.setattr(bench, "time_calls", fake_time_calls)
-    bw = bench.bandwidth_ceiling(torch.device("cpu"), 4 << 20, 1, 3)
-    assert bw.copy_bytes_per_s == 2 * (4 << 20) / 0.5 and bw.read_bytes_per_s == (4 << 20) / 0.2
-    assert bw.ceiling == bw.copy_bytes_per_s  # the slower of the two
-    assert bench.Bandwidth(10.0, 4.0).ceiling == 4.0 and seen == [(1, 3), (1, 3)]
+    n = 4 << 20  # a whole number of 4096-wide fp32 rows
+    bw = bench.bandwidth_ceiling(torch.device("cpu"), n, 1, 3)
+    assert (bw.copy_bytes_per_s, bw.read_bytes_per_s, bw.matvec_bytes_per_s) == (2 * n / 0.5, n / 0.2, n / 0.4)
+    assert bw.ceiling == bw.matvec_bytes_per_s  # the slowest of the three
+    assert bench.Bandwidth(10.0, 4.0, 7.0).ceiling == 4.0 and seen == [(1, 3)] * 3
 
 
 def test_bandwidth_ceiling_on_this_cpu_is_a_rate():
     bw = bench.bandwidth_ceiling(torch.device("cpu"), 8 << 20, 1, 3)
-    assert 0 < bw.ceiling <= min(bw.copy_bytes_per_s, bw.read_bytes_per_s)  # no threshold: machines differ
+    assert 0 < bw.ceiling == min(bw.copy_bytes_per_s, bw.read_bytes_per_s, bw.matvec_bytes_per_s)
 
 
 def _plan(cfg, **changes):

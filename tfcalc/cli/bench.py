@@ -48,7 +48,7 @@ def bench(
 
     Achieved FLOP/s counts the analytic forward FLOPs (full T×T attention square, see `tfcalc flops`). MFU divides by the device's datasheet peak for the dtype (none for CPUs or unknown devices); the measured matmul ceiling of the same device and dtype, timed the same way, is always shown beside it. One block's attention and FFN sub-layers are timed in isolation: where attention's share of the time exceeds its share of the FLOPs, memory-bound work is showing. GPUs are timed with CUDA events after warm-up; peak memory is read from the device's own counters.
 
-    --decode N times generation instead: time to first token (the prefill of a --seq prompt), then N decode steps with a static KV cache, per-token median/p10/p90, tokens/s, bytes read per token (weights + KV cache), the bandwidth achieved and MBU against a measured bandwidth ceiling (a large device copy, timed the same way), and the roofline's prediction with the measured ceilings beside each figure.
+    --decode N times generation instead: time to first token (the prefill of a --seq prompt), then N decode steps with a static KV cache, per-token median/p10/p90, tokens/s, bytes read per token (weights + KV cache), the bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy, a read-only reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the measured ceilings beside each figure.
     """
     out = output(format, json_out, exact, verbose)
     run_on = device or "cpu"

@@ -88,7 +88,7 @@ Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed ca
 Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
                                      "(decode: every step is one).", metavar="N")]
 CopySize = Annotated[Optional[str], typer.Option(
-    "--copy-size", help="Measured decoding: bytes of the device copy that measures the bandwidth ceiling [default: "
+    "--copy-size", help="Measured decoding: bytes of the buffer that measures the bandwidth ceiling [default: "
     "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]

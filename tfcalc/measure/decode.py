@@ -80,9 +80,9 @@ class DecodePlan:
 
     @property
     def calls(self) -> int:
-        """Calls a progress bar counts: the three ceilings, then per point the prefills and the decode steps."""
+        """Calls a progress bar counts: the four ceilings, then per point the prefills and the decode steps."""
         per_point = (self.warmup + self.repeat) + self.warmup + self.steps
-        return 3 * (self.warmup + self.repeat) + len(self.points) * per_point
+        return 4 * (self.warmup + self.repeat) + len(self.points) * per_point
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ Conventions (README, "Serving estimates"):
 - per-token figures are over the timed decode steps: step j attends to seq + j positions;
 - bytes per token = weights + KV cache read per decode step, divided by the batch (the mean over the
   steps); achieved bandwidth = those bytes × batch / the median step time; MBU = achieved bandwidth /
-  the measured bandwidth ceiling, the slower of a device copy and a read-only reduction
-  (tfcalc.measure.bench.Bandwidth), and / the datasheet bandwidth where the device is in the table;
+  the measured bandwidth ceiling, the slowest of a device copy, a read-only reduction and a
+  matrix-vector product (tfcalc.measure.bench.Bandwidth), and / the datasheet bandwidth where the
+  device is in the table;
 - ratios are predicted ÷ measured time: below 1 the device ran slower than the roofline says it can.
 """
 
@@ -77,6 +78,7 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
         "bandwidth_ceiling_bytes_per_s": run.bandwidth_ceiling_bytes_per_s,
         "copy_bandwidth_bytes_per_s": run.bandwidth.copy_bytes_per_s,
         "read_bandwidth_bytes_per_s": run.bandwidth.read_bytes_per_s,
+        "matvec_bandwidth_bytes_per_s": run.bandwidth.matvec_bytes_per_s,
         "mbu": achieved / run.bandwidth_ceiling_bytes_per_s,
         "peak_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s if spec else None,
         "mbu_datasheet": achieved / spec.bandwidth_bytes_per_s if spec else None,

@@ -48,9 +48,10 @@ def _notes(doc: Doc, first: dict[str, Any]) -> None:
     datasheet = (f"{units.byte_rate(peak_bw)}, MBU {units.share(first['mbu_datasheet'])}" if peak_bw
                  else "unknown for this device")
     doc.note(f"Ceilings measured here, timed like the model: bandwidth "
-             f"{units.byte_rate(first['bandwidth_ceiling_bytes_per_s'])} (the slower of a device copy, "
-             f"{units.byte_rate(first['copy_bandwidth_bytes_per_s'])} read + written, and a read-only reduction, "
-             f"{units.byte_rate(first['read_bandwidth_bytes_per_s'])}), matmul "
+             f"{units.byte_rate(first['bandwidth_ceiling_bytes_per_s'])} (the slowest of a device copy, "
+             f"{units.byte_rate(first['copy_bandwidth_bytes_per_s'])} read + written; a read-only reduction, "
+             f"{units.byte_rate(first['read_bandwidth_bytes_per_s'])}; a matrix-vector product, "
+             f"{units.byte_rate(first['matvec_bandwidth_bytes_per_s'])}), matmul "
              f"{units.flop_rate(first['matmul_ceiling_flops_per_s'])}; datasheet bandwidth: {datasheet}.", "dim")
     busy_note(doc, first)
     doc.note("TTFT: the prefill of the prompt (its last position's logits included). Decode: the median of the timed "
