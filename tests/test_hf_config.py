@@ -151,6 +151,13 @@ def test_mixtral_config_json_total_and_active(tmp_path):
     assert count.total(cfg) == 46_702_792_704 and count.active_total(cfg) == 12_879_925_248
 
 
+def test_mistral_sliding_window_is_read(tmp_path):
+    assert load(_write(tmp_path, MISTRAL_7B)).sliding_window == 4096
+    assert load(_write(tmp_path, {**MISTRAL_7B, "sliding_window": None}, folder="v02")).sliding_window is None
+    assert load(_write(tmp_path, MIXTRAL_8X7B, folder="mixtral")).sliding_window is None
+    assert load(_write(tmp_path, LLAMA3_8B, folder="llama")).sliding_window is None
+
+
 def test_bert_architectures_pick_the_head(tmp_path):
     cfg = load(_write(tmp_path, {**BERT_BASE, "architectures": ["BertModel"]}))
     assert cfg.arch == "encoder" and cfg.pooler and not cfg.lm_head and count.total(cfg) == 109_482_240

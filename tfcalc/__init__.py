@@ -25,7 +25,9 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 if TYPE_CHECKING:
     from tfcalc.report.bench import BenchReport
+    from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
+    from tfcalc.report.infer import InferReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
@@ -78,15 +80,24 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
-          matmul_size: Optional[int] = None, weights: Optional[str] = None, **overrides: Any) -> "BenchReport":
+          matmul_size: Optional[int] = None, weights: Optional[str] = None, decode: Optional[int] = None,
+          copy_bytes: Optional[int] = None, **overrides: Any) -> "Union[BenchReport, DecodeBenchReport]":
     """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
     least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls);
-    weights: a checkpoint whose weights the timed model holds."""
+    weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
+    bench --decode N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
+    (default 3) untimed runs."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
+    if decode is not None:
+        from tfcalc.report.decode import build_decode_bench, plan_decode_bench
+
+        plan = plan_decode_bench(ref, batch, seqs, decode, device, dtype or default_dtype(device),
+                                 3 if warmup is None else warmup, repeat, matmul_size, copy_bytes)
+        return build_decode_bench(ref, plan)
     plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
                       matmul_size, min_time, rounds, weights)
     return build_bench(ref, plan)
@@ -102,4 +113,20 @@ def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
     return load(path, device, torch_dtype(dtype))
 
 
-__all__ = ["__version__", "bench", "flops", "load_model", "memory", "params"]
+def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optional[int] = None, gen: int = 256, *,
+          dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
+          src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
+          device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
+          **overrides: Any) -> "InferReport":
+    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
+    or measure=True: ceilings measured and the model timed on device, the prediction beside."""
+    from tfcalc.report.infer import InferOptions, build_infer
+    from tfcalc.workload import default_dtype
+
+    batches = (batch,) if isinstance(batch, int) else tuple(batch)
+    options = InferOptions(batches, seq, gen, dtype or default_dtype(device if measure else None), group_size,
+                           kv_dtype, src_seq, device_spec, measure, device, warmup, repeat, None, copy_bytes)
+    return build_infer(_model(model, overrides), options)
+
+
+__all__ = ["__version__", "bench", "flops", "infer", "load_model", "memory", "params"]

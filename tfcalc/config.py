@@ -98,7 +98,6 @@ class ModelConfig:
     # Mistral's sliding-window attention (Jiang et al. 2023, sec. 2): each query attends to at most this
     # many keys, itself included (positions i - W + 1 .. i), in every layer; None: full causal attention.
     sliding_window: Optional[int] = None
-    # (from issue-13's sliding_window commit, 730ea6f; the alternation below is this branch's)
     # Gemma 2 alternates: every k-th layer (layers k-1, 2k-1, ...) attends to the whole context, the others
     # through the window (modeling_gemma2.py, layer_types; Gemma 2: k = 2; Gemma 3: k = 6). None: all windowed.
     full_attention_every: Optional[int] = None
@@ -236,11 +235,19 @@ class ModelConfig:
         """FFNs each token runs per block: 1 when dense."""
         return self.n_expert_active or 1
 
-    def kv_positions(self, context: int) -> int:
-        """Positions a self-attention KV cache keeps at a context of this many tokens: all of them, or
-        with a sliding window the last ``sliding_window`` (the window, not window - 1: the newest token's
-        K and V are written before its query reads them; see README, serving estimates)."""
-        return context if self.sliding_window is None else min(context, self.sliding_window)
+    def kv_positions(self, context: int, layer: int = 0) -> int:
+        """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens:
+        all of them, or through a sliding window the last W (the window, not W - 1: the newest token's K
+        and V are written before its query reads them; see README, serving estimates)."""
+        window = self.layer_window(layer)
+        return context if window is None else min(context, window)
+
+    def cached_positions(self, context: int) -> int:
+        """Positions the KV caches of all the decoder's self-attention layers keep together: the sum of
+        kv_positions over the layers (windowed layers keep at most W, the others all)."""
+        windowed = self.windowed_layers
+        full = self.decoder_layers - windowed
+        return full * context + (windowed * min(context, self.sliding_window) if windowed else 0)
 
     def layer_window(self, layer: int) -> Optional[int]:
         """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
@@ -252,8 +259,12 @@ class ModelConfig:
 
     @property
     def windowed_layers(self) -> int:
-        """Causal self-attention layers that attend through the sliding window."""
-        return sum(self.layer_window(i) is not None for i in range(self.decoder_layers))
+        """Causal self-attention layers that attend through the sliding window (layer_window, counted in
+        closed form: layers k - 1, 2k - 1, ... of L are full, L // k of them)."""
+        if self.sliding_window is None:
+            return 0
+        every = self.full_attention_every
+        return self.decoder_layers - (0 if every is None else self.decoder_layers // every)
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""

@@ -3,7 +3,8 @@
 Human-scaled by default (three or four significant digits and a named unit); ``exact=True`` writes
 counts, FLOPs and bytes as whole integers with thousands separators. FLOPs are written FLOP, kFLOP,
 MFLOP, GFLOP, TFLOP, PFLOP (powers of 10); bytes in binary units (KiB = 2¹⁰ bytes, MiB, GiB, TiB), the
-units memory is allocated in, and "bytes" below 1 KiB; never a bare "B" for either (a "B" is only ever
+units memory is allocated in, and "bytes" below 1 KiB; bandwidths in decimal GB/s and TB/s, as datasheets
+print them; never a bare "B" for either (a "B" is only ever
 the billions of a parameter count, as papers write 7B).
 """
 
@@ -63,6 +64,17 @@ def nbytes(n: float, exact: bool = False) -> str:
     return f"{int(value)} bytes" if unit == "B" else f"{_sig(value)} {unit}"
 
 
+def byte_rate(x: float) -> str:
+    """Bandwidth in decimal units, as datasheets print it: 3.35e12 -> '3.35 TB/s'."""
+    value, prefix = _scaled(float(x), 1000, _DECIMAL)
+    return f"{_sig(value, 3)} {prefix}B/s" if prefix else f"{_sig(value, 3)} bytes/s"
+
+
+def intensity(x: float) -> str:
+    """Arithmetic intensity: 0.983 -> '0.983 FLOP/byte'."""
+    return f"{_sig(x, 3)} FLOP/byte"
+
+
 def share(fraction: float) -> str:
     """0.316 -> '31.6%'; a non-zero share too small for one decimal reads '<0.1%', not '0.0%'."""
     return "<0.1%" if 0 < fraction < 0.0005 else f"{fraction:.1%}"
@@ -104,5 +116,5 @@ def format_cell(value: Any, unit: str, exact: bool = False) -> str:
     if unit == "bytes":
         return nbytes(value, exact)
     formatter = {"flop_rate": flop_rate, "share": share, "seconds": seconds, "tokens_rate": tokens_rate,
-                 "ratio": ratio, "rel": rel}[unit]
+                 "ratio": ratio, "rel": rel, "byte_rate": byte_rate, "intensity": intensity}[unit]
     return formatter(value)

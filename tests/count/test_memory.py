@@ -303,7 +303,23 @@ def test_json_contract(cli):
 
 def test_inference_format_has_no_training_figures(cli):
     r = cli("memory", "llama2-7b", "--dtype", "int4", "--json").json()
-    assert r["weights_bytes"] == 6_738_415_616 // 2 and r["training_bytes"] is None and r["activation_bytes"] is None
+    assert r["training_bytes"] is None and r["activation_bytes"] is None
+    # int4 weights: group 128 with fp16 scales and int4 zero points, the rest in bf16 (tfcalc.count.quant,
+    # hand-worked in tests/count/test_roofline.py); the KV cache stays bf16
+    assert r["weights_bytes"] == 3_889_307_648 and r["kv_cache_bytes"] == 2_147_483_648 and r["kv_dtype"] == "bf16"
+    parts = r["weight_format"]["parts_bytes"]
+    assert parts == {"quantized": 3_238_002_688, "scales": 101_187_584, "zero_points": 25_296_896,
+                     "unquantized": 524_820_480}
+
+
+def test_kv_dtype_and_group_size_options(cli):
+    r = cli("memory", "llama2-7b", "--kv-dtype", "fp8", "--budget", "24GB", "--json").json()
+    assert r["kv_cache_bytes"] == 2_147_483_648 // 2 and r["weights_bytes"] == 2 * 6_738_415_616
+    assert r["fit"]["max_batch"] == (24 * 10**9 - 2 * 6_738_415_616) // (2_147_483_648 // 2)
+    g64 = cli("memory", "llama2-7b", "--dtype", "int4", "--group-size", "64", "--json").json()
+    assert g64["weight_format"]["parts_bytes"]["scales"] == 2 * 101_187_584
+    bad = cli("memory", "gpt2", "--group-size", "64")
+    assert bad.code == 2 and "--group-size applies to" in bad.err
 
 
 def test_table_names_units_and_figures(cli):

@@ -56,7 +56,7 @@ class Group(typer.core.TyperGroup):
 COMMANDS = {
     "params": ("params", "params"), "presets": ("presets", "list_presets"), "show": ("presets", "show"),
     "flops": ("flops", "flops"), "memory": ("memory", "memory"), "bench": ("bench", "bench"),
-    "snapshot": ("snapshot", "snapshot"), "check": ("snapshot", "check"), "compare": ("compare", "compare"),
+    "infer": ("infer", "infer"), "snapshot": ("snapshot", "snapshot"), "check": ("snapshot", "check"), "compare": ("compare", "compare"),
     "scan": ("scan", "scan"),
 }
 

@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batch, Device, DType, Exact, Format, FormatOption, Json, Measure, Models, Overrides,
-                                Seq, SrcSeq, Training, Verbose, output)
+from tfcalc.cli.options import (Batch, Device, DType, Exact, Format, FormatOption, GroupSize, Json, KvDType, Measure,
+                                Models, Overrides, Seq, SrcSeq, Training, Verbose, output)
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes
@@ -29,6 +29,8 @@ def memory(
     seq: Seq = None,
     src_seq: SrcSeq = None,
     dtype: DType = None,
+    kv_dtype: KvDType = None,
+    group_size: GroupSize = None,
     training: Training = False,
     optimizer: Annotated[Optimizer, typer.Option(
         "--optimizer", help="adam-mixed: fp32 master weights and moments (16 bytes/param in bf16); adam: all in "
@@ -50,7 +52,7 @@ def memory(
 ) -> None:
     """How much memory: weights, KV cache, activations, training state -- and, with --measure, the peak.
 
-    Weights: params × bytes per element (int4 packs two per byte). KV cache: 2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of the same shapes and dtype: the same bytes, without the slow arithmetic.
+    Weights: params × bytes per element; int8/int4/fp8 quantize the block matrices, counting their scales and zero points (--group-size; int4 packs two per byte), the rest in bf16. The KV cache is in --kv-dtype. KV cache: 2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of the same shapes and dtype: the same bytes, without the slow arithmetic.
 
     An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV cache.
     """
@@ -58,7 +60,8 @@ def memory(
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
     options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,
-                            parse_bytes(budget, "--budget") if budget is not None else None)
+                            parse_bytes(budget, "--budget") if budget is not None else None,
+                            kv_dtype.value if kv_dtype else None, group_size)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

@@ -69,6 +69,27 @@ DType = Annotated[Optional[DTypeName], typer.Option(
 Device = Annotated[Optional[str], typer.Option(
     "--device", help="Where a measured run happens: cpu, cuda, cuda:N, mps (flops --measure also meta) "
     "[default: cpu; meta for flops].", show_default=False)]
+Batches = Annotated[Optional[str], typer.Option(
+    "--batch", "-b", help="Batch sizes: one (8), several (1,8,64) or a doubling range (1..256) [default: 1].",
+    show_default=False, metavar="B[,B...]|A..B")]
+Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first).",
+                                  metavar="N")]
+KvDType = Annotated[Optional[DTypeName], typer.Option(
+    "--kv-dtype", help="Dtype of the KV cache, apart from the weights' [default: the weights' dtype; bf16 for "
+    "int8/int4/fp8 weights].", show_default=False, metavar="DTYPE")]
+GroupSize = Annotated[Optional[int], typer.Option(
+    "--group-size", help="int8/int4/fp8 weights: weights per fp16 scale (and zero point) [default: 128 for int4 "
+    "(with zero points), per output row for int8 and fp8].", show_default=False, metavar="N")]
+DeviceSpec = Annotated[Optional[str], typer.Option(
+    "--device-spec", help="The device to predict for: a key from the datasheet table (h100-sxm, a100-80gb, ...), "
+    "a YAML file with your own, or 'list' to show the table [default: h100-sxm].", show_default=False,
+    metavar="KEY|FILE|list")]
+Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing.", metavar="N")]
+Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
+                                     "(decode: every step is one).", metavar="N")]
+CopySize = Annotated[Optional[str], typer.Option(
+    "--copy-size", help="Measured decoding: bytes of the buffer that measures the bandwidth ceiling [default: "
+    "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batch, DType, Exact, Format, FormatOption, Json, Model, Overrides, Verbose, output,
-                                parse_lengths)
+from tfcalc.cli.options import (Batches, DeviceSpec, DType, Exact, Format, FormatOption, GroupSize, Json, KvDType,
+                                Model, Overrides, Verbose, output, parse_lengths)
 from tfcalc.cli.render import scan as view
 from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
@@ -21,11 +21,18 @@ from tfcalc.workload import default_dtype
 def scan(
     model: Model,
     overrides: Overrides = None,
-    seq: Annotated[str, typer.Option(
-        "--seq", "-s", help="Sequence lengths: a doubling range (128..131072) or several (256,1024,4096).",
-        metavar="T[,T...]|A..B")] = "128..131072",
-    batch: Batch = 1,
+    seq: Annotated[Optional[str], typer.Option(
+        "--seq", "-s", help="Sequence lengths: a doubling range or several (256,1024,4096) [default: 128..131072]; "
+        "with --decode one context [default: the model's context length].", show_default=False,
+        metavar="T[,T...]|A..B")] = None,
+    batch: Batches = None,
     dtype: DType = None,
+    decode: Annotated[bool, typer.Option(
+        "--decode", help="Decode tokens/s against the batch size (--batch, default 1..1024) at one context, on "
+        "a device's roofline (--device-spec).", metavar="")] = False,
+    device_spec: DeviceSpec = None,
+    kv_dtype: KvDType = None,
+    group_size: GroupSize = None,
     plot: Annotated[Optional[Path], typer.Option(
         "--plot", help="Also draw the curves to this file: .png, .svg or .pdf (needs matplotlib: "
         "pip install 'tfcalc[plot]').", show_default=False, metavar="FILE")] = None,
@@ -42,7 +49,7 @@ def scan(
 ) -> None:
     """Forward FLOPs (attention scores, projections, FFN, LM head) and memory (KV cache, training activations and total) against sequence length, with the lengths where attention overtakes the FFN marked.
 
-    Counts beyond the model's context length are arithmetic only (the model could not run there).
+    Counts beyond the model's context length are arithmetic only (the model could not run there). With --decode: decode tokens/s (in total and per sequence) against the batch size at one context, on a device's roofline (--device-spec, default h100-sxm), with the batch where decode turns compute-bound and the largest batch that fits marked.
     """
     from tfcalc.errors import InputError
 
@@ -54,13 +61,45 @@ def scan(
         from tfcalc.cli.render.plot import check_plot_path
 
         check_plot_path(plot)  # a folder or an unknown extension: refused before the counting
-    report = build_scan(resolve(model, overrides or []), parse_lengths(seq), batch,
-                        dtype.value if dtype else default_dtype(None))
-    if plot is not None:  # importing matplotlib and drawing take seconds: shown
-        with render.progress(f"scan {report.model.label}: drawing {plot.name}", 1, enabled=not out.quiet) as done:
-            from tfcalc.cli.render import plot as plotting
-
-            plotting.scan_plot(report.to_json(), plot, size, dpi, capacity)
-            done()
-        report = replace(report, plot=str(plot))
+    if decode:
+        return _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_size, plot, size, dpi, out)
+    if device_spec is not None or kv_dtype is not None or group_size is not None:
+        raise InputError("--device-spec, --kv-dtype and --group-size apply to scan --decode")
+    batches = parse_lengths(batch, "--batch") if batch is not None else [1]
+    if len(batches) != 1:
+        raise InputError("--batch: one batch size, unless --decode scans them")
+    seqs = parse_lengths(seq if seq is not None else "128..131072")
+    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype.value if dtype else default_dtype(None))
+    if plot is not None:
+        report = replace(report, plot=str(_draw(report, plot, out, lambda plotting: plotting.scan_plot(
+            report.to_json(), plot, size, dpi, capacity))))
     render.emit([report], out, view.document)
+
+
+def _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_size, plot, size, dpi, out) -> None:
+    """scan --decode: one context, a range of batch sizes, a device's roofline."""
+    from tfcalc.cli.render import scan_decode as decode_view
+    from tfcalc.errors import InputError
+    from tfcalc.report.scan_decode import build_decode_scan
+
+    contexts = parse_lengths(seq) if seq is not None else [None]
+    if len(contexts) != 1:
+        raise InputError("--seq: scan --decode takes one context length (it scans --batch)")
+    batches = parse_lengths(batch if batch is not None else "1..1024", "--batch")
+    report = build_decode_scan(resolve(model, overrides or []), batches, contexts[0],
+                               dtype.value if dtype else default_dtype(None), group_size,
+                               kv_dtype.value if kv_dtype else None, device_spec)
+    if plot is not None:
+        report = replace(report, plot=str(_draw(report, plot, out, lambda plotting: plotting.decode_plot(
+            report.to_json(), plot, size, dpi))))
+    render.emit([report], out, decode_view.document)
+
+
+def _draw(report, plot: Path, out, draw) -> Path:
+    """draw(the plot module): importing matplotlib and drawing take seconds, so a progress line shows."""
+    with render.progress(f"scan {report.model.label}: drawing {plot.name}", 1, enabled=not out.quiet) as done:
+        from tfcalc.cli.render import plot as plotting
+
+        draw(plotting)
+        done()
+    return plot

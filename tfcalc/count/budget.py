@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.memory import inference_bytes, weights_bytes
+from tfcalc.count.memory import kv_cache_bytes, weights_bytes
 from tfcalc.count.training import training_bytes, training_state
 from tfcalc.errors import InputError as ConfigError
 
@@ -90,14 +90,20 @@ class Fit:
         return self.max_batch >= SEARCH_CAP
 
 
-def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, src_seq: Optional[int] = None) -> Fit:
+def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, src_seq: Optional[int] = None,
+                  weights: Optional[int] = None, kv_dtype: Optional[str] = None) -> Fit:
     """Largest context (at batch) and batch (at seq) whose weights + KV cache fit the budget. An
-    encoder-decoder keeps src_seq source positions; without it, as many as the context."""
-    return Fit(
-        budget, weights_bytes(cfg, dtype),
-        largest_fitting(lambda t: inference_bytes(cfg, batch, t, dtype, src_seq), budget),
-        largest_fitting(lambda b: inference_bytes(cfg, b, seq, dtype, src_seq), budget),
-    )
+    encoder-decoder keeps src_seq source positions; without it, as many as the context. ``weights``
+    (bytes) and ``kv_dtype`` when they are not params × dtype and dtype (quantized weights,
+    tfcalc.count.quant; a cache in its own dtype)."""
+    fixed = weights_bytes(cfg, dtype) if weights is None else weights
+    kv = kv_dtype or dtype
+
+    def need(b: int, t: int) -> int:
+        return fixed + kv_cache_bytes(cfg, b, t, kv, src_seq)
+
+    return Fit(budget, fixed, largest_fitting(lambda t: need(batch, t), budget),
+               largest_fitting(lambda b: need(b, seq), budget))
 
 
 def fit_training(

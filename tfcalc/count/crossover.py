@@ -4,19 +4,21 @@ FLOPs reach the FFN's. Pure arithmetic, no torch."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.terms import ffn_matrices
+from tfcalc.count.terms import causal_pairs, ffn_matrices
 
 
 @dataclass(frozen=True)
 class Crossover:
     """The smallest sequence lengths at which, per layer, attention reaches the FFN's FLOPs."""
 
-    scores_vs_ffn: int  # Q·Kᵀ + attention·V >= FFN
-    attention_vs_ffn: int  # the whole attention sub-layer (projections + scores) >= FFN
+    scores_vs_ffn: int | None  # Q·Kᵀ + attention·V >= FFN
+    attention_vs_ffn: int | None  # the whole attention sub-layer (projections + scores) >= FFN
+    # None: never -- only for the causal count under a sliding window, whose scores grow like W·T, not T²
 
 
 def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
@@ -32,9 +34,8 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never
     masked: its causal answer is the
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
-    Full attention and a dropless MoE: a sliding window caps the causal scores at W keys per query (they
-    may never reach the FFN), and an expert capacity makes the FFN a step function of T; neither is
-    modelled here.
+    A sliding window W makes a windowed layer's causal scores grow like W·T beyond W (see _windowed): they
+    may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
     """
     d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
     ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
@@ -43,5 +44,34 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
     attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
+        if cfg.sliding_window is not None:
+            return Crossover(*(_windowed(cfg, 4 * q * b, q) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
+    """Smallest T >= 1 at which the causal scores of all the decoder's layers, 4·q·Σ_l pairs_l(T)
+    (terms.causal_pairs, each layer with its own window: Gemma 2 alternates windowed and full layers),
+    reach L·per_token·T, or None when they never do.
+
+    g(T) = 4·q·Σ_l pairs_l(T) − L·per_token·T is convex (a query's visible keys, min(p + 1, W), never
+    shrink as p grows) and g(0) = 0, so g(T)/T never decreases: the first T with g(T) >= 0 is found by
+    doubling, then bisection. It never comes when every layer is windowed and 4·q·W <= per_token (the
+    slope of g/L beyond W); a full layer's T² always gets there."""
+    windows = Counter(cfg.layer_window(i) for i in range(cfg.decoder_layers))
+
+    def reached(t: int) -> bool:
+        pairs = sum(n * causal_pairs(t, t, w) for w, n in windows.items())
+        return 4 * q * pairs >= cfg.decoder_layers * per_token * t
+
+    if None not in windows and 4 * q * max(windows) <= per_token:
+        return None
+    hi = 1
+    while not reached(hi):
+        hi *= 2
+    lo = hi // 2  # not reached (or 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    return hi

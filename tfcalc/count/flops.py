@@ -25,7 +25,9 @@ lookups, 0 FLOPs (a one-hot matmul, as Hoffmann et al. 2022 count it, would be 2
 
 Causal count: query row i (0-based) sees i + 1 keys, so the score matrix has T·(T+1)/2 unmasked
 elements, not T²; steps 3 and 4 become B·q·T·(T+1) each. With Tq queries against Tk keys (the last Tq
-positions of Tk, as in decoding or chunked prefill) the count is Tq·(Tk − Tq) + Tq·(Tq+1)/2.
+positions of Tk, as in decoding or chunked prefill) the count is Tq·(Tk − Tq) + Tq·(Tq+1)/2. A sliding
+window W (Mistral) lets query p see min(p + 1, W) keys: the causal count sums that; the full-square count
+stays T² (the masked kernel computes the square); a decode step scores min(context, W) cached keys.
 
 Totals: forward = L·(blocks) + LM head; training = 3 × forward (the backward pass of a matmul computes
 the gradient of both its inputs: two matmuls of the same size); full activation recompute runs the
@@ -95,7 +97,7 @@ SUBLAYER_GROUPS = {"attention": ("attention_proj", "attention_scores"), "ffn": (
 BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
 CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
 
-# Non-matmul FLOPs per element (see the module docstring for what each counts).
+
 @dataclass(frozen=True)
 class MatmulEntry:
     """One kind of matmul of the forward pass: ``count`` matmuls (m, k) @ (k, n) per copy."""
@@ -377,9 +379,6 @@ def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
     return breakdown(cfg, batch, seq).non_matmul_by_kind()
 
 
-# ---------- crossover: when does attention overtake the FFN? ----------
-
-
 # ---------- decoding with a KV cache ----------
 
 
@@ -392,9 +391,10 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
     _check_sizes(batch=batch, context=context)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
+    # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)
     return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
 
 
 def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:
     """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
-    return sum(e.total for e in decode_entries(cfg, batch, context, src_seq))
+    return sum(e.causal_total for e in decode_entries(cfg, batch, context, src_seq))

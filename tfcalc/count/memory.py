@@ -7,7 +7,8 @@ activation element. All sizes are bytes; "GB" is 10⁹ bytes and "GiB" 2³⁰.
 Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf32 is stored as fp32).
 
 KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
-dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head.
+dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
+(Mistral) caps s at W: the cache holds the last W positions, the newest token's included.
 
 Activations (what autograd keeps for the backward pass, checked to the byte against the real module):
 tfcalc.count.activations, re-exported here.
@@ -55,8 +56,7 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: 
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
     # every decoder layer caches its positions: all seq, or within a sliding window the last W
-    positions = sum(seq if w is None else min(seq, w) for w in map(cfg.layer_window, range(cfg.decoder_layers)))
-    own = 2 * batch * positions * cfg.kv_dim
+    own = 2 * batch * cfg.cached_positions(seq) * cfg.kv_dim
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
 
@@ -79,7 +79,9 @@ def forward_working_set(
        time on at most every token, beside the output it accumulates: 4h more (accumulator, the
        expert's input, output and weighted output);
     3. head: x, final-norm output (2h) and the logits (V; none without an LM head; 2V soft-capped);
-    times b·s·e; plus ALiBi's or T5's bias, a·s² elements, alive through the whole pass. No KV cache is
+    times b·s·e; plus the attention masks, alive through the whole pass, one per distinct window
+    (tfcalc.model.Stack.layer_masks): ALiBi's or T5's bias, a·s² elements, and a sliding window W < s
+    masks that bias (a new a·s² tensor) or, without one, is an (s, s) mask of its own. No KV cache is
     kept. Q/K norms and partial rotary add a new Q and K (q + k), as RoPE does; a shared expert's
     output (h) stays alive while the routed experts run. An encoder-decoder: the larger of the
     encoder's pass over S source tokens and the decoder's pass, during which the encoder output (b·S·h)
@@ -89,15 +91,20 @@ def forward_working_set(
     e, h, q, k, f, a = activation_element_bytes(dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
     kernel = attention or default_attention(cfg)
 
-    def stack(length: int) -> int:
-        """Elements of the largest stage of one stack's blocks, and a position bias over the scores."""
+    def stack(length: int, causal: bool = True) -> int:
+        """Elements of the largest stage of one stack's blocks, and its attention masks."""
         new_qk = cfg.pos_encoding == "rope" or cfg.qk_norm
         attn = 3 * h + (q + 2 * k) + q + ((q + k) if new_qk else 0)
         if kernel == "math":
             attn += 3 * q + 2 * a * length
         ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0) + (h if cfg.shared_expert_d_ff else 0)
         bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
-        return batch * length * max(attn, ffn) + bias
+        # each layer's effective window: None where it sees every position (no window, or W >= length)
+        # (layer_window repeats every full_attention_every layers: the first period holds every kind)
+        period = range(min(cfg.n_layer, cfg.full_attention_every or 1)) if causal else ()
+        windows = {None if w is None or w >= length else w for w in map(cfg.layer_window, period)} or {None}
+        masks = sum(bias if w is None else (bias or length * length) for w in windows)
+        return batch * length * max(attn, ffn) + masks
 
     logits = cfg.vocab_size * (2 if cfg.logit_softcap is not None else 1) if cfg.lm_head else 0
     head = batch * seq * (2 * h + logits)
@@ -107,7 +114,7 @@ def forward_working_set(
         if cfg.cross_attention:
             return e * (batch * src * h + max(stack(seq), cross, head))
         return e * max(stack(seq), head)
-    return e * max(stack(src), batch * src * h + max(stack(seq), cross, head))
+    return e * max(stack(src, causal=False), batch * src * h + max(stack(seq), cross, head))
 
 
 def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: Optional[int] = None) -> int:

@@ -10,6 +10,9 @@ How the clock is read, and why:
 - The loop that calls, marks and collects is the same for all devices (``time_calls``); only the
   clock object differs, so the CPU tests exercise the logic that runs on a GPU.
 - Statistics: median (robust to the odd slow call), p10 and p90 (inclusive deciles); never the mean.
+- Ceilings, timed the same way: a large matmul (FLOP/s), and over one large buffer a device copy, a
+  read-only reduction and a matrix-vector product (bytes/s, the slowest: see Bandwidth); the roofline's
+  measured ridge is their ratio.
 - Peak memory: tfcalc.measure.memory.peak_meter, the device's own counters (CUDA: the caching
   allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``; CPU: the process's peak RSS,
   reset through /proc/self/clear_refs), read around the timed forward passes.
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from tfcalc.model import Transformer
 
@@ -134,6 +138,40 @@ def matmul_ceiling(device: torch.device, dtype: torch.dtype, n: int, warmup: int
     """FLOP/s of an (n, n) @ (n, n) matmul, 2·n³ FLOPs, timed exactly like the model."""
     timing = time_calls(ceiling_call(device, dtype, n), device, warmup, repeat, on_call)
     return 2 * n**3 / timing.median
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """Memory bandwidth measured three ways over one buffer of n bytes (fp32), each timed like the model."""
+
+    copy_bytes_per_s: float  # dst.copy_(src): n read and n written, 2·n / t (STREAM's "copy", McCalpin 1995)
+    read_bytes_per_s: float  # src.amax(): n read, n / t
+    matvec_bytes_per_s: float  # the buffer as a (rows, 4096) matrix times one vector, F.linear: n read, n / t
+
+    @property
+    def ceiling(self) -> float:
+        """The slowest of the three: what a decode step -- matrix-vector products streaming the weights and
+        the KV cache in, writing little -- can count on. On GPUs the three agree closely (a copy's read and
+        write share one bus; a large GEMV streams at the copy's rate). On CPUs they need not: measured on a
+        2-core EPYC VM, a copy's write stream overlapped its reads, and a BLAS matrix-vector product
+        reached 70-85% of a plain read; the roofline's memory roof is then the matrix-vector rate."""
+        return min(self.copy_bytes_per_s, self.read_bytes_per_s, self.matvec_bytes_per_s)
+
+
+def bandwidth_ceiling(device: torch.device, nbytes: int, warmup: int, repeat: int,
+                      on_call: Callable[[], None] | None = None) -> Bandwidth:
+    """A device-to-device copy, a read-only reduction and a matrix-vector product over ``nbytes``, each
+    timed like the model. Make nbytes far larger than the last-level cache (tens of MB on CPUs and GPUs
+    alike), or they measure the cache."""
+    width = 4096
+    src = torch.ones(max(width, nbytes // 4 // width * width), device=device)  # fp32; written: pages present
+    dst = torch.empty_like(src)
+    matrix, vector = src.view(-1, width), torch.ones(1, width, device=device)
+    n = src.numel() * src.element_size()
+    copy = time_calls(lambda: dst.copy_(src), device, warmup, repeat, on_call)
+    read = time_calls(lambda: src.amax(), device, warmup, repeat, on_call)
+    matvec = time_calls(lambda: F.linear(vector, matrix), device, warmup, repeat, on_call)
+    return Bandwidth(2 * n / copy.median, n / read.median, n / matvec.median)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The real PyTorch transformer built from a ModelConfig: decoder, encoder or encoder-decoder.
 
 The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts),
-``transformer`` (blocks, stacks, the model, ``build_model``). nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
+``transformer`` (blocks, stacks, the model, ``build_model``), ``cache`` (the static KV cache
+for decoding) and ``generate`` (greedy generation: a prefill, then one decode step per token). nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
 Transformer), each taking the config. Every parameter here is one that tfcalc.count.params predicts;
 tests check the two agree tensor by tensor.
 
@@ -27,10 +28,12 @@ from tfcalc.model.layers import (
     Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, make_norm,
 )
 from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
+from tfcalc.model.cache import StaticCache
+from tfcalc.model.generate import generate, next_token
 from tfcalc.model.transformer import Block, Stack, Transformer, build_model
 
 __all__ = [
     "Attention", "Block", "CrossAttention", "FeedForward", "LMHead", "Linear", "MixtureOfExperts", "Stack",
-    "Transformer", "alibi_slopes", "apply_rope", "build_model", "make_norm", "position_buffers", "rope_tables",
+    "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model", "make_norm", "position_buffers", "rope_tables",
     "sinusoid_table",
 ]

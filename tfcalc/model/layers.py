@@ -115,7 +115,9 @@ class Attention(nn.Module):
         self.q_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
         self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
+        """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
+        keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         if self.q_norm is not None:  # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...)
@@ -128,7 +130,11 @@ class Attention(nn.Module):
             k = apply_rope(k.view(B, T, self.n_kv_head, self.head_dim), cos, sin).flatten(2)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
         k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs)
-        y = attend(q, k, v, mask, self.causal, self.scale, self.cap)  # (B, nh, T, hs)
+        if store is not None:
+            k, v = store(k, v)  # (B, nkv, S, hs): the cached keys a decode step attends to
+        # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
+        # would align it with the first key, not the last).
+        y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap)  # (B, nh, T, hs)
         return self.out(_merge_heads(y))
 
 
@@ -145,10 +151,15 @@ class CrossAttention(nn.Module):
         self.kv = Linear(cfg.d_model, 2 * cfg.kv_dim, bias=cfg.attn_bias)
         self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.o_bias)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output."""
+    def project(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S, d) encoder output -> K and V, (B, nkv, S, hs) each: computed once per source when decoding."""
+        k, v = self.kv(memory).split(self.kv_dim, dim=-1)
+        return _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
+        """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output, or kv: its cached project()."""
         q = _split_heads(self.q(x), self.n_head)  # (B, nh, T, hs)
-        k, v = (_split_heads(t, self.n_kv_head) for t in self.kv(memory).split(self.kv_dim, dim=-1))  # (B, nkv, S, hs)
+        k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs)
         y = attend(q, k, v, None, False, self.scale, self.cap)  # (B, nh, T, hs)
         return self.out(_merge_heads(y))
 

@@ -3,16 +3,19 @@ docstring for the layout and why)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import nn
 
 from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
 from tfcalc.model.layers import (
     _ACTIVATIONS, Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
     softcap,
 )
+from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.positions import position_buffers, relative_buckets
 
 
@@ -45,30 +48,33 @@ class Block(nn.Module):
             return norm(x + f(x))
         return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask), x)
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
+        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store), x)
 
-    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.cross_attn_norm, self.cross_attn_post_norm, lambda h: self.cross_attn(h, memory), x)
+    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
+        return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
+                              lambda h: self.cross_attn(h, memory, kv), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
         return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
 
-    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
+                store=None, cross_kv=None) -> torch.Tensor:
+        """``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward)."""
         if self.parallel:
-            return self._parallel(x, rope, mask)
-        x = self.attention_sublayer(x, rope, mask)
+            return self._parallel(x, rope, mask, store)
+        x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:
-            if memory is None:
+            if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")
-            x = self.cross_attention_sublayer(x, memory)
+            x = self.cross_attention_sublayer(x, memory, cross_kv)
         return self.ffn_sublayer(x)
 
-    def _parallel(self, x: torch.Tensor, rope, mask) -> torch.Tensor:
+    def _parallel(self, x: torch.Tensor, rope, mask, store=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
         h = self.attn_norm(x)
-        attn = self.attn(h, rope, mask)
+        attn = self.attn(h, rope, mask, store)
         return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
 
 
@@ -117,8 +123,10 @@ class Stack(nn.Module):
         return base.masked_fill(hidden, float("-inf"))
 
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
-        """Each block's mask: built once per distinct window (Gemma 2 alternates two)."""
+        """Each block's mask: built once per distinct effective window (Gemma 2 alternates two; a window
+        of T or more is no window), as tfcalc.count.memory.forward_working_set counts them."""
         windows = [self.cfg.layer_window(i) if self.causal else None for i in range(len(self.blocks))]
+        windows = [None if w is not None and w >= T else w for w in windows]
         built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
         return [built[w] for w in windows]
 
@@ -144,16 +152,28 @@ class Stack(nn.Module):
             bias = bias.masked_fill(future, float("-inf"))
         return bias.to(dtype)
 
-    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) token ids (and token types, default 0) -> (B, T, d) block input."""
+    def decode_mask(self, cache: StaticCache, dtype: torch.dtype) -> torch.Tensor | None:
+        """A decode step's mask over the cache's slots: none (the cache holds exactly the keys the new
+        token may see), or ALiBi's bias (nh, 1, n) by each slot's distance to the new position. Every
+        layer of an ALiBi model keeps the same slots (check_decodable refuses alternating windows with a
+        bias)."""
+        if self.cfg.pos_encoding != "alibi":
+            return None
+        positions = cache.slot_positions(0, cache.length + 1, self.alibi.device)
+        distance = (positions - cache.length).to(torch.float32)  # <= 0
+        return (self.alibi.float()[:, None, None] * distance).to(dtype)
+
+    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
+        """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input."""
         x = self.tok_emb(idx)
+        end = start + idx.shape[1]
         if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
             x = x * math.sqrt(self.cfg.d_model)
         if self.pos_emb is not None:  # OPT's positions start at row 2 (modeling_opt.py, OPTLearnedPositionalEmbedding)
             offset = self.cfg.position_offset
-            x = x + self.pos_emb(torch.arange(offset, offset + idx.shape[1], device=idx.device))
+            x = x + self.pos_emb(torch.arange(offset + start, offset + end, device=idx.device))
         elif self.cfg.pos_encoding == "sinusoidal":
-            x = x + self.pos_table[: idx.shape[1]].to(x.dtype)
+            x = x + self.pos_table[start:end].to(x.dtype)
         if self.type_emb is not None:
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
@@ -162,22 +182,37 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        return self._rope(T, dtype), self.attention_mask(T, dtype, self.cfg.layer_window(0) if self.causal else None)
+        return self._rope(0, T, dtype), self.layer_masks(T, dtype)[0]
 
-    def _rope(self, T: int, dtype: torch.dtype):
+    def _rope(self, start: int, T: int, dtype: torch.dtype):
+        """cos and sin of positions start .. start + T - 1, or None without RoPE."""
         if self.cfg.pos_encoding != "rope":
             return None
-        return self.rope_cos[:T].to(dtype), self.rope_sin[:T].to(dtype)
+        return self.rope_cos[start:start + T].to(dtype), self.rope_sin[start:start + T].to(dtype)
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
 
-    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, T) ids -> (B, T, d) output of the last block, before the final norm."""
-        x = self.embed(idx, token_type_ids)  # (B, T, d)
-        rope, masks = self._rope(idx.shape[1], x.dtype), self.layer_masks(idx.shape[1], x.dtype)
-        for block, mask in zip(self.blocks, masks):
-            x = block(x, rope, mask, memory)
+    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None,
+                cache: StaticCache | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) output of the last block, before the final norm. With a cache: a prompt
+        (the cache empty) or one decode step, each block storing its K and V (tfcalc.model.cache)."""
+        T = idx.shape[1]
+        start = 0 if cache is None else cache.length
+        if cache is not None:
+            cache.check_room(T)
+        x = self.embed(idx, token_type_ids, start)  # (B, T, d)
+        rope = self._rope(start, T, x.dtype)
+        if start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
+            masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
+        else:
+            masks = self.layer_masks(T, x.dtype)
+        for i, (block, mask) in enumerate(zip(self.blocks, masks)):
+            store = None if cache is None else functools.partial(cache.store, i)
+            cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
+            x = block(x, rope, mask, memory, store, cross_kv)
+        if cache is not None:
+            cache.advance(T)
         return x
 
 
@@ -237,6 +272,36 @@ class Transformer(Stack):
         if self.head_dense is not None:
             h = self.head_norm(_ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
         return softcap(self.lm_head(h), self.cfg.logit_softcap)
+
+    # ---------- decoding with a static KV cache (tfcalc.model.cache) ----------
+
+    def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
+        """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
+        on the model's device and in its dtype. An encoder generates nothing: InputError."""
+        check_decodable(self.cfg, max_tokens)
+        weight = self.tok_emb.weight
+        return StaticCache(self.cfg, batch, max_tokens, weight.device, weight.dtype)
+
+    def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
+                last_only: bool = True) -> torch.Tensor:
+        """Run the prompt idx (B, T) from position 0, filling the cache; logits of its last position
+        (B, 1, V), or of every position. An encoder-decoder encodes src_idx (B, S) once and caches every
+        decoder block's cross-attention K and V."""
+        cache.reset()
+        memory = None
+        if self.encoder is not None:
+            if src_idx is None:
+                raise InputError("an encoder-decoder decodes against a source: prefill(idx, cache, src_idx)")
+            memory = self.encode(src_idx)
+            cache.cross = [block.cross_attn.project(memory) for block in self.blocks]
+        x = Stack.forward(self, idx, cache=cache)  # (B, T, d)
+        return self.head(x[:, -1:] if last_only else x)
+
+    def decode(self, token: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+        """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
+        if cache.length == 0:
+            raise InputError("decode() continues a prompt: call prefill() first")
+        return self.head(Stack.forward(self, token, cache=cache))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""

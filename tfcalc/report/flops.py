@@ -23,7 +23,12 @@ def attention_share(totals: dict[str, int]) -> float:
     return sum(totals[g] for g in ATTENTION_GROUPS) / sum(totals.values())
 
 
-def crossover_json(crossover: count.Crossover) -> dict[str, int]:
+def _at(t: int | None) -> str:
+    """A crossover length, or 'never' (a sliding window keeps the causal scores linear in T)."""
+    return "never" if t is None else f"at T = {t:,}"
+
+
+def crossover_json(crossover: count.Crossover) -> dict[str, int | None]:
     return {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn}
 
 
@@ -143,7 +148,11 @@ class FlopsReport(WorkloadFields):
         scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
         attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
         causal_clause = ("" if cfg.arch == "encoder" else
-                         f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}")
+                         f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}"
+                         if None not in (causal.scores_vs_ffn, causal.attention_vs_ffn) else
+                         f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
+                         f"{_at(causal.attention_vs_ffn)} (with a sliding window of {cfg.sliding_window:,} keys the "
+                         "causal scores grow like W·T, not T²)")
         return (
             f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
             f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tfcalc.count import budget
+from tfcalc.count import budget, quant
 from tfcalc.count import memory as mem
 from tfcalc.count import training
 from tfcalc.count.params import total as param_total
@@ -23,6 +23,8 @@ class MemoryOptions:
     attention: Optional[str] = None  # None: what the real module runs
     recompute: str = "none"
     budget: Optional[int] = None  # bytes to fit, or None
+    kv_dtype: Optional[str] = None  # the KV cache's dtype; None: tfcalc.count.quant.default_kv_dtype
+    group_size: Optional[int] = None  # int8/int4/fp8 weights: weights per scale (tfcalc.count.quant)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class MemoryReport(WorkloadFields):
     fit: Optional[budget.Fit] = None
     measured: Any = None  # tfcalc.measure.memory.MeasuredPeak
     cross_kv_cache: int = 0  # the part of kv_cache that is an encoder-decoder's cross-attention cache
+    weight_format: quant.WeightFormat = quant.plain("bf16")
+    weight_parts: Optional[dict[str, int]] = None  # quantized formats: quantized, scales, zero_points, unquantized
+    kv_dtype: str = "bf16"
 
     @property
     def training(self) -> bool:
@@ -73,6 +78,10 @@ class MemoryReport(WorkloadFields):
             "label": self.model.label,
             "overrides": list(self.model.overrides),
             "dtype": self.dtype,
+            "kv_dtype": self.kv_dtype,
+            "weight_format": {"dtype": self.weight_format.dtype, "group_size": self.weight_format.group_size,
+                              "zero_point": self.weight_format.zero_point, "label": self.weight_format.label,
+                              "parts_bytes": self.weight_parts},
             "batch": self.batch,
             "seq": self.seq,
             "src_seq": self.src_seq,
@@ -122,18 +131,23 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     trainable = w.dtype in mem.TRAINING_DTYPES
     if o.training:
         training.check_training_dtype(w.dtype)
+    fmt = quant.weight_format(w.dtype, o.group_size)
+    kv = o.kv_dtype or quant.default_kv_dtype(fmt)
+    mem.check_dtype(kv)
+    weights = quant.weights_bytes(cfg, fmt)
     acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq) if trainable else None
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
         fit = (budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute, w.src_seq)
-               if o.training else budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq))
+               if o.training else budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq, weights, kv))
     return MemoryReport(
-        model, w, o, param_total(cfg), mem.weights_bytes(cfg, w.dtype),
-        mem.kv_cache_bytes(cfg, w.batch, w.seq, w.dtype, w.src_seq),
+        model, w, o, param_total(cfg), weights,
+        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),
         mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, w.src_seq),
         acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
-        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, w.dtype),
+        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, kv),
+        weight_format=fmt, weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized else None, kv_dtype=kv,
     )
 
 

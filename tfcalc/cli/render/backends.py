@@ -143,4 +143,5 @@ def write_csv(doc: Doc) -> str:
 
 # CSV holds raw values, so each numeric header names the unit of its raw value
 _CSV_UNITS = {"params": "parameters", "flop": "FLOP", "flop_rate": "FLOP/s", "bytes": "bytes", "share": "fraction",
-              "seconds": "s", "tokens_rate": "tokens/s", "ratio": "ratio", "rel": "fraction"}
+              "seconds": "s", "tokens_rate": "tokens/s", "ratio": "ratio", "rel": "fraction",
+              "byte_rate": "bytes/s", "intensity": "FLOP/byte"}

@@ -27,6 +27,8 @@ Unit = Literal[
     "tokens_rate",  # tokens per second: 21,204 tok/s
     "ratio",  # a dimensionless ratio: 0.998×
     "rel",  # a signed relative difference: +0.43%
+    "byte_rate",  # bandwidth, decimal as datasheets print it: 3.35 TB/s
+    "intensity",  # arithmetic intensity: 0.983 FLOP/byte
 ]
 
 

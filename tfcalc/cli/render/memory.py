@@ -26,11 +26,19 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     cfg = r.cfg
     heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
                                                           " (MQA)" if cfg.kv_heads == 1 < cfg.n_head else "")
-    t.add("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
+    if r.weight_parts is None:
+        t.add("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
+    else:
+        t.add("Weights", r.weights, f"{r.params:,} params, {r.weight_format.label}")
+        for key, label in (("quantized", f"block matrices in {r.dtype}"), ("scales", "scales"),
+                           ("zero_points", "zero points"), ("unquantized", "the rest (embeddings, norms, head)")):
+            if r.weight_parts[key]:
+                t.add(f"  {label}", r.weight_parts[key], None)
     if cfg.arch == "encoder":
         t.add("KV cache", r.kv_cache, "none: an encoder generates no tokens")
     else:
-        t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+        window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else ""
+        t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
     if r.cross_kv_cache:
         t.add("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,}")
     t.add("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")

@@ -83,6 +83,29 @@ def _binary_ticks(ax) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: nbytes(y)))
 
 
+def _log2_x(ax, xs: list[int], label: str) -> None:
+    """A log-2 x axis over xs, at most about 12 ticks labelled 1K, 4K, ...; log y; a light grid."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(label)
+    ax.xaxis.set_major_locator(FixedLocator(xs if len(xs) <= 12 else xs[:: -(-len(xs) // 12)]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
+    ax.set_xlim(xs[0] / 1.15, xs[-1] * 1.15)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _save(plt, fig, path: Path, dpi: int) -> None:
+    """Write the figure (a one-line error when the file cannot be written) and free it."""
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
+
+
 def _line(ax, seqs, values, key: str) -> None:
     colour, style, marker, label = SERIES[key]
     ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
@@ -95,7 +118,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     the lengths past the context shaded."""
     path = check_plot_path(path)
     plt = _pyplot()
-    from matplotlib.ticker import FixedLocator, FuncFormatter
+    from matplotlib.ticker import FuncFormatter
 
     rows = report["rows"]
     seqs = [r["seq"] for r in rows]
@@ -118,13 +141,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
             flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
                               xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom", fontsize=8)
     for ax in (flops_ax, mem_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.xaxis.set_major_locator(FixedLocator(seqs if len(seqs) <= 12 else seqs[:: -(-len(seqs) // 12)]))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
-        ax.set_xlim(seqs[0] / 1.15, seqs[-1] * 1.15)
-        ax.grid(True, which="major", alpha=0.3)
+        _log2_x(ax, seqs, "sequence length T (tokens)")
         if report["max_seq_len"] < seqs[-1]:
             ax.axvspan(report["max_seq_len"], seqs[-1] * 1.15, color="grey", alpha=0.08, lw=0)
         ax.legend(fontsize=8, loc="upper left")
@@ -134,9 +151,47 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     mem_ax.set_title("Memory")
     note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""
     fig.suptitle(f"{_literal(report['label'])}: compute and memory against sequence length{note}")
-    try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
-    finally:
-        plt.close(fig)
+    _save(plt, fig, path, dpi)
+
+
+def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (13.0, 5.2), dpi: int = 110) -> None:
+    """Decode against the batch size on a device's roofline: total tokens/s with the memory roof (every byte
+    at full bandwidth) and the compute roof (every FLOP at peak), and tokens/s per sequence; the batch where
+    the step turns compute-bound, where its weight matmuls do, and past which the memory is full, marked."""
+    path = check_plot_path(path)
+    plt = _pyplot()
+
+    rows = report["rows"]
+    batches = [r["batch"] for r in rows]
+    fig, (total_ax, each_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
+    total_ax.plot(batches, [r["decode_tokens_per_s_total"] for r in rows], color="#1f77b4", marker="o", ms=3.5, lw=2,
+                  label="predicted (each matmul: the slower roof)")
+    total_ax.plot(batches, [r["memory_roof_tokens_per_s"] for r in rows], color="#9467bd", ls="--", lw=1.2,
+                  label="memory roof: bytes ÷ bandwidth")
+    total_ax.plot(batches, [r["compute_roof_tokens_per_s"] for r in rows], color="#d62728", ls="-.", lw=1.2,
+                  label="compute roof: FLOPs ÷ peak")
+    total_ax.set_ylabel("decode tokens/s, all sequences")
+    each_ax.plot(batches, [r["decode_tokens_per_s"] for r in rows], color="#2ca02c", marker="s", ms=3.5, lw=2,
+                 label="predicted, per sequence")
+    each_ax.set_ylabel("decode tokens/s per sequence")
+    marks = (("compute_bound_batch", "whole step compute-bound", "#d62728"),
+             ("weight_matmuls_compute_bound_batch", "weight matmuls compute-bound", "#ff7f0e"))
+    for ax in (total_ax, each_ax):
+        for key, text, colour in marks:
+            b = report[key]
+            if b is not None and batches[0] <= b <= batches[-1]:
+                ax.axvline(b, color=colour, ls=(0, (4, 3)), lw=1)
+                ax.annotate(f"{text}, B = {b:,}", (b, 0.02), xycoords=("data", "axes fraction"), rotation=90,
+                            ha="right", va="bottom", fontsize=8)
+        if report["max_batch"] < batches[-1]:
+            ax.axvspan(max(report["max_batch"], batches[0] / 1.15), batches[-1] * 1.15, color="grey", alpha=0.12, lw=0,
+                       label=f"does not fit {nbytes(report['memory_bytes'])} (B > {report['max_batch']:,})")
+        _log2_x(ax, batches, "batch size B (sequences decoding together)")
+        ax.legend(fontsize=8, loc="best")
+    c = report["ceilings"]
+    total_ax.set_title(f"Throughput: {c['flops_per_s'] / 1e12:g} TFLOP/s, {c['bytes_per_s'] / 1e12:g} TB/s, "
+                       f"ridge {c['ridge_flops_per_byte']:.0f} FLOP/byte")
+    each_ax.set_title("Speed each sequence sees")
+    fig.suptitle(f"{_literal(report['label'])} decoding at context {report['context']:,} on {report['device_name']} "
+                 f"(weights {report['weight_format']}, KV cache {report['kv_dtype']})")
+    _save(plt, fig, path, dpi)

@@ -1,0 +1,72 @@
+"""`tfcalc infer`: serving estimates on a roofline for a listed device, or measured on this one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tfcalc.cli import render
+from tfcalc.cli.options import (Batches, CopySize, Device, DeviceSpec, DType, Exact, Format, FormatOption, Gen, GroupSize,
+                                Json, KvDType, Measure, Overrides, Repeat, Seq, SrcSeq, Verbose, Warmup, output,
+                                parse_lengths)
+from tfcalc.count.budget import parse_bytes
+from tfcalc.errors import InputError
+from tfcalc.report import resolve
+from tfcalc.report.infer import InferOptions, build_infer
+from tfcalc.workload import default_dtype
+
+
+def infer(
+    model: Annotated[Optional[str], typer.Argument(
+        help="A preset name or alias, or a path to a YAML file or a Hugging Face config.json (not needed with "
+        "--device-spec list).", show_default=False, metavar="MODEL")] = None,
+    overrides: Overrides = None,
+    batch: Batches = None,
+    seq: Seq = None,
+    gen: Gen = 256,
+    src_seq: SrcSeq = None,
+    dtype: DType = None,
+    kv_dtype: KvDType = None,
+    group_size: GroupSize = None,
+    device_spec: DeviceSpec = None,
+    measure: Measure = False,
+    device: Device = None,
+    warmup: Warmup = 3,
+    repeat: Repeat = 10,
+    copy_size: CopySize = None,
+    format: FormatOption = Format.table,
+    json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
+) -> None:
+    """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
+
+    A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm; --device-spec list shows them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points (--group-size); --kv-dtype sets the cache's dtype apart.
+    """
+    out = output(format, json_out, exact, verbose)
+    if device_spec is not None and device_spec.strip().lower() == "list":
+        from tfcalc.cli.render import devices as devices_view
+        from tfcalc.report.devices import build_devices
+
+        render.emit([build_devices()], out, devices_view.document)
+        return
+    if model is None:
+        raise InputError("infer: give a MODEL (or --device-spec list to see the devices)")
+    if device is not None and not measure:
+        raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
+    run_on = device or "cpu"
+    options = InferOptions(
+        batches=tuple(parse_lengths(batch, "--batch")) if batch is not None else (1,), seq=seq, gen=gen,
+        dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
+        kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
+        device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
+    )
+    ref = resolve(model, overrides or [])
+    # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
+    calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
+    with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
+        report = build_infer(ref, options, advance)
+    from tfcalc.cli.render import infer as view
+
+    render.emit([report], out, view.document)

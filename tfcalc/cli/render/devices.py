@@ -1,0 +1,25 @@
+"""`--device-spec list` as a document: the datasheet table, one row per device, sources below."""
+
+from __future__ import annotations
+
+from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.report.devices import DevicesReport
+
+
+def document(reports: list[DevicesReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for report in reports:
+        t = doc.table("Devices tfcalc knows (dense datasheet rates; interconnect per GPU, one direction)",
+                      Column("key"), Column("device"), Column("bf16", "flop_rate"), Column("fp8", "flop_rate", priority=2),
+                      Column("fp32", "flop_rate", priority=3), Column("memory", "bytes"),
+                      Column("bandwidth", "byte_rate"), Column("ridge bf16", "intensity", priority=1),
+                      Column("in node", "byte_rate", priority=2), Column("network", "byte_rate", priority=3),
+                      Column("GPUs/node", "int", priority=3))
+        for s in report.specs:
+            t.add(s.key, s.name, s.peak("bf16"), s.peak("fp8"), s.peak("fp32"), s.memory_bytes, s.bandwidth_bytes_per_s,
+                  s.ridge("bf16"), s.intra_node_bytes_per_s, s.inter_node_bytes_per_s, s.gpus_per_node)
+        for s in report.specs:
+            doc.note(f"{s.key}: {s.source}. Node: {s.node}.", "dim")
+        doc.note("Your own device: --device-spec my-gpu.yaml with the fields of `--device-spec list --json` "
+                 "(name, peak_flops {dtype: FLOP/s}, bandwidth_bytes_per_s, memory_bytes; the rest optional).")
+    return doc

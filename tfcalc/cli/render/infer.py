@@ -1,0 +1,106 @@
+"""`tfcalc infer` as a document: per batch, prefill and decode predicted (and measured), then what fits
+and where decode turns compute-bound; --verbose adds the roofline of one step, matmul by matmul."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc import units
+from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.report.infer import InferReport
+
+
+def _title(r: InferReport, first: dict[str, Any]) -> str:
+    where = first["device_name"] or first["device"]
+    return (f"{r.model.label} on {where}: prompt {r.seq:,} + {r.options.gen:,} new tokens, weights "
+            f"{r.fmt.label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
+
+
+def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    t = doc.table(_title(r, rows[0]), Column("batch", "int"), Column("prefill (TTFT)", "seconds"),
+                  Column("decode / token", "seconds"), Column("tok/s per seq", "tokens_rate"),
+                  Column("tok/s total", "tokens_rate"), Column("bytes / token", "bytes"),
+                  Column("KV cache", "bytes"), Column("fits", priority=1), Column("decode bound"),
+                  Column("prefill bound", priority=2))
+    for row in rows:
+        p = row["predicted"]
+        fits = "" if row["fits"] is None else "yes" if row["fits"] else "no"
+        t.add(row["batch"], p["prefill_s"], p["decode_s_per_token"], p["decode_tokens_per_s"],
+              p["decode_tokens_per_s_total"], p["bytes_per_token"], row["kv_cache_bytes"], fits, p["bound"],
+              p["prefill_bound"])
+
+
+def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    t = doc.table(_title(r, rows[0]) + ": measured beside predicted", Column("batch", "int"),
+                  Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
+                  Column("decode / token", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
+                  Column("tok/s total", "tokens_rate"), Column("achieved", "byte_rate", priority=1),
+                  Column("MBU", "share", priority=1), Column("bound", priority=2))
+    for row in rows:
+        p, ratio = row["predicted"], row["ratio"]
+        t.add(row["batch"], row["prefill_s"], p["prefill_s"], ratio["prefill"], row["decode_s_per_token"],
+              p["decode_s_per_token"], ratio["decode"], row["decode_tokens_per_s_total"],
+              row["achieved_bandwidth_bytes_per_s"], row["mbu"], p["bound"])
+
+
+def roofline_table(doc: Doc, title: str, step_rows: list[dict[str, Any]]) -> None:
+    t = doc.table(title, Column("matmul"), Column("FLOPs", "flop"), Column("weights", "bytes"),
+                  Column("KV", "bytes"), Column("activations", "bytes", priority=1),
+                  Column("intensity", "intensity"), Column("time", "seconds"), Column("bound"))
+    for x in step_rows:
+        t.add(x["label"], x["flops"], x["weight_bytes"], x["kv_bytes"], x["activation_bytes"],
+              None if x["flops"] == 0 else x["intensity"], x["time_s"], x["bound"])
+
+
+def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
+    c = r.ceilings
+    doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and {units.byte_rate(c.bytes_per_s)}, "
+             f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
+    if r.max_batch == 0:
+        doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
+                 f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "
+                 "(--dtype int8/int4).", "warning")
+    elif r.max_batch is not None:
+        doc.note(f"Largest batch whose weights + KV cache ({r.seq + r.options.gen:,} positions) fit "
+                 f"{units.nbytes(first['memory_bytes'])}: {r.max_batch:,} (activations and allocator slack not "
+                 "counted: an upper bound).")
+    whole = ("never turns compute-bound (the KV cache grows with the batch as the FLOPs do)"
+             if r.compute_bound_batch is None else f"turns compute-bound at batch {r.compute_bound_batch:,}")
+    weights = ("never do" if r.weight_matmuls_compute_bound_batch is None
+               else f"do at batch {r.weight_matmuls_compute_bound_batch:,}")
+    doc.note(f"Decode at context {r.seq:,} {whole}; its weight matmuls alone {weights}.")
+    if r.beyond_context:
+        doc.note(f"{r.seq:,} + {r.options.gen:,} positions go past the {r.model.cfg.max_seq_len:,} the model encodes: "
+                 "arithmetic only (the model could not run there).", "warning")
+    doc.note("Bytes per token: weights + KV cache read per decode step, over the batch; decode figures are the mean "
+             "of the steps; predicted time = the slower of FLOPs/peak and bytes/bandwidth, matmul by matmul, "
+             "summed. Ratios: predicted ÷ measured time. README, \"Serving estimates\".", "dim")
+
+
+def document(reports: list[InferReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for r in reports:
+        data = r.to_json()
+        rows = data if isinstance(data, list) else [data]
+        (_measured_table if r.measured else _predicted_table)(doc, r, rows)
+        _notes(doc, r, rows[0])
+        if r.measured:
+            busy_note(doc, rows[0])
+        if verbose:
+            last = rows[-1]
+            roofline_table(doc, f"Roofline of the prefill, batch {last['batch']}", last["roofline"]["prefill"])
+            if last["roofline"]["first_decode_step"]:
+                roofline_table(doc, f"Roofline of the first decode step, batch {last['batch']}",
+                               last["roofline"]["first_decode_step"])
+        else:
+            doc.note("Each matmul's FLOPs, bytes, intensity and bound: --verbose.", "dim")
+    return doc
+
+
+def busy_note(doc: Doc, first: dict[str, Any]) -> None:
+    """A warning when the host ran more work than it has CPUs while timing."""
+    if first.get("busy"):
+        doc.note(f"The host was busy while timing (load average {first['load_average']:.1f} on {first['cpus']} CPUs): "
+                 "the timings include waiting for other processes, and OpenMP threads spinning at barriers make "
+                 "small steps much slower (OMP_WAIT_POLICY=PASSIVE lets them sleep). Compare ratios from quiet runs.",
+                 "warning")

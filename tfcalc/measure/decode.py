@@ -1,0 +1,164 @@
+"""Timing generation of the real model: a prefill (time to first token), then decode steps, one token
+per sequence each, with the static KV cache (tfcalc.model.cache) -- through the one timing loop of
+tfcalc.measure.bench, so CUDA events on GPUs and a synchronized perf_counter elsewhere.
+
+What is timed, and why this way:
+- prefill: ``warmup`` untimed calls, then ``repeat`` timed ones; each call resets the cache and runs the
+  whole prompt, and computes the logits of the last position (what generation needs).
+- decode: after a prefill, ``warmup`` untimed steps; then the cache is reset by a fresh prefill (so every
+  timed run covers the same contexts), and ``steps`` steps are timed one call each: step j attends to
+  seq + j positions. Each step's greedy token stays on the device and feeds the next (no host sync
+  inside the loop), as a serving loop runs. The per-token figures are over those ``steps`` samples.
+- ceilings, timed the same way: the matmul ceiling (FLOP/s) and the bandwidth ceiling (a device copy,
+  bytes/s); the roofline's prediction with those ceilings is set beside the measurement.
+The run refuses, before allocating, one that the estimate says will not fit (tfcalc.measure.fit).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from tfcalc.config import ModelConfig
+from tfcalc.count import memory as count_memory
+from tfcalc.errors import InputError
+from tfcalc.measure import bench
+from tfcalc.measure.device import resolve_device, torch_dtype
+from tfcalc.measure.fit import require_fits
+from tfcalc.model import Transformer, build_model, next_token
+from tfcalc.model.cache import check_decodable
+
+RUNNABLE = ("fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class DecodeTiming:
+    prefill: bench.Timing  # seconds per prefill of the prompt (time to first token)
+    step: bench.Timing  # seconds per decode step (one token per sequence)
+    cache_bytes: int  # of the static cache as allocated (and an encoder-decoder's cross K and V)
+
+
+def time_decode(model: Transformer, prompt: torch.Tensor, steps: int, warmup: int, repeat: int,
+                on_call: Optional[Callable[[], None]] = None, src_idx: Optional[torch.Tensor] = None) -> DecodeTiming:
+    """Time the prefill of ``prompt`` (B, T) and ``steps`` decode steps after it (see the module docstring)."""
+    device = prompt.device
+    cache = model.new_cache(prompt.shape[0], prompt.shape[1] + max(steps, warmup))
+    with torch.inference_mode():
+        prefill = bench.time_calls(lambda: model.prefill(prompt, cache, src_idx), device, warmup, repeat, on_call)
+        state = {"token": next_token(model.prefill(prompt, cache, src_idx))}
+
+        def step() -> None:
+            state["token"] = next_token(model.decode(state["token"], cache))
+
+        for _ in range(warmup):
+            step()
+            if on_call:
+                on_call()
+        state["token"] = next_token(model.prefill(prompt, cache, src_idx))
+        decoded = bench.time_calls(step, device, 0, steps, on_call)
+    return DecodeTiming(prefill, decoded, cache.nbytes)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """A measured generation run: every (batch, seq) point is a prompt of seq tokens for batch sequences,
+    timed in its prefill and then ``steps`` decode steps, on one model built once."""
+
+    cfg: ModelConfig
+    device: str
+    dtype: str
+    points: tuple[tuple[int, int], ...]  # (batch, seq)
+    steps: int
+    warmup: int
+    repeat: int
+    matmul_size: int
+    copy_bytes: int
+    src_seq: Optional[int] = None  # an encoder-decoder's source length (default: each point's seq)
+
+    @property
+    def calls(self) -> int:
+        """Calls a progress bar counts: the four ceilings, then per point the prefills and the decode steps."""
+        per_point = (self.warmup + self.repeat) + self.warmup + self.steps
+        return 4 * (self.warmup + self.repeat) + len(self.points) * per_point
+
+
+@dataclass(frozen=True)
+class DecodeRun:
+    """A measured run: one DecodeTiming per point, and the ceilings measured beside them."""
+
+    device: str  # as torch writes it
+    device_name: str  # e.g. 'NVIDIA H100 80GB HBM3' or 'cpu (2 threads)'
+    timings: tuple[DecodeTiming, ...]  # one per plan point
+    matmul_ceiling_flops_per_s: float
+    bandwidth: bench.Bandwidth
+    weights_bytes: int  # of the module as built
+    estimate_bytes: int  # what the fit check expected the run to need at its largest point
+    load_average: Optional[float] = None  # the host's 1-minute load average, the higher of before and after
+    cpus: Optional[int] = None  # the host's CPU count, to read the load average against
+
+    @property
+    def bandwidth_ceiling_bytes_per_s(self) -> float:
+        return self.bandwidth.ceiling
+
+    @property
+    def busy(self) -> bool:
+        """More runnable work than CPUs on the host while timing: other processes' too."""
+        return self.load_average is not None and self.cpus is not None and self.load_average > self.cpus
+
+
+def estimate_bytes(plan: DecodePlan) -> int:
+    """At the largest point: weights, the cache of seq + steps positions, the prefill's working set; and the
+    two copy buffers and three matmul buffers of the ceilings."""
+    cfg, dtype, extra = plan.cfg, plan.dtype, max(plan.steps, plan.warmup)
+    element = count_memory.activation_element_bytes(dtype)
+    point = max(count_memory.kv_cache_bytes(cfg, b, s + extra, dtype) + count_memory.forward_working_set(cfg, b, s, dtype)
+                for b, s in plan.points)
+    ceilings = max(2 * plan.copy_bytes, 3 * plan.matmul_size**2 * element)
+    return count_memory.weights_bytes(cfg, dtype) + point + ceilings
+
+
+def check_plan(plan: DecodePlan) -> None:
+    """Every refusal that needs no device: the dtype, and positions for prompt and steps."""
+    if plan.dtype not in RUNNABLE:
+        raise InputError(f"decoding runs in {', '.join(RUNNABLE)}; got {plan.dtype}")
+    for _, seq in plan.points:
+        check_decodable(plan.cfg, seq + max(plan.steps, plan.warmup))
+
+
+def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -> DecodeRun:
+    """Refuse what cannot fit, build the model on the device, measure both ceilings, then time each point."""
+    check_plan(plan)
+    cfg = plan.cfg
+    largest = max(plan.points)
+    require_fits(estimate_bytes(plan), plan.device,
+                 f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
+                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""))
+    where = resolve_device(plan.device)
+    load = _load_average()
+    torch.manual_seed(0)
+    dev, tdtype = where.torch(), torch_dtype(plan.dtype)
+    model = build_model(cfg, dev, tdtype)
+    flops_ceiling = bench.matmul_ceiling(dev, tdtype, plan.matmul_size, plan.warmup, plan.repeat, on_call)
+    bandwidth = bench.bandwidth_ceiling(dev, plan.copy_bytes, plan.warmup, plan.repeat, on_call)
+    timings = []
+    for batch, seq in plan.points:
+        prompt = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
+        src = (torch.randint(0, cfg.vocab_size, (batch, plan.src_seq or seq), device=dev)
+               if cfg.arch == "encoder-decoder" else None)
+        timings.append(time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src))
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    loads = [x for x in (load, _load_average()) if x is not None]
+    return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bandwidth, weights,
+                     estimate_bytes(plan), max(loads) if loads else None, os.cpu_count())
+
+
+def _load_average() -> Optional[float]:
+    """The 1-minute load average (runnable processes), or None where the OS does not keep one. A CPU run on
+    a host busier than its CPU count shares them: its timings include waiting."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None

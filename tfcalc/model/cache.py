@@ -1,0 +1,106 @@
+"""A static, preallocated KV cache for decoding (the gpt-fast design): every layer's K and V buffers are
+allocated once, for the whole generation, and written in place; nothing grows or is re-allocated per
+token, so a decode step allocates only its own small activations.
+
+Layout: per layer, K and V of shape (B, n_kv_head, slots, d_head), in the model's dtype. In a layer without
+a sliding window, ``slots`` is the longest sequence the generation reaches and slot p holds position p.
+In a layer with a sliding window of W (Mistral's every layer; Gemma 2's every other one, see
+ModelConfig.layer_window), ``slots`` = min(W, longest sequence) and the buffer is a ring: position p
+lives in slot p mod W, overwriting p - W, which no later query may see (Jiang et al. 2023, sec. 2,
+"rolling buffer cache"). The newest token's K and V are written before its query reads the cache, so a
+query sees at most W keys, itself included -- W slots, not W - 1 (Hugging Face's dynamic sliding-window
+cache keeps W - 1 past tokens and appends the new one: the same W keys at attention time).
+
+Keys are stored after RoPE (rotated at their own absolute positions), so the order of the slots never
+matters to attention: softmax over keys is permutation-invariant. Only ALiBi needs each slot's position
+(its bias depends on the distance), which ``slot_positions`` gives.
+
+Use: ``Transformer.new_cache(batch, max_tokens)``, then ``prefill`` (the prompt, from position 0) and
+``decode`` (one token per sequence per call). The cache's position counter lives on the host (a Python
+int), so a decode step never waits for the device to say where to write.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
+
+
+def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
+    """InputError unless cfg can generate and its positions reach max_tokens (prompt and new tokens)."""
+    if cfg.arch == "encoder" or not cfg.lm_head:
+        raise InputError(f"{cfg.name} has no causal stack and LM head to decode with")
+    if cfg.pos_encoding in ("learned", "rope", "sinusoidal") and max_tokens > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+                         f"prompt and generated tokens need {max_tokens}")
+    # what a decode step does not build (tfcalc infer still predicts these models on the roofline)
+    if cfg.pos_encoding == "relative":
+        raise InputError(f"{cfg.name}: decoding with T5's relative position bias is not built; "
+                         "tfcalc infer predicts it without running it")
+    if cfg.cross_attention and cfg.arch == "decoder":
+        raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which a decode run does not make")
+    if cfg.pos_encoding == "alibi" and cfg.full_attention_every is not None:
+        raise InputError(f"{cfg.name}: ALiBi with alternating windows is not built for decoding")
+
+
+class StaticCache:
+    """K and V buffers of every self-attention layer, and an encoder-decoder's cross-attention K and V."""
+
+    def __init__(self, cfg: ModelConfig, batch: int, max_tokens: int, device, dtype: torch.dtype):
+        self.cfg, self.batch, self.max_tokens = cfg, batch, max_tokens
+        self.slots = [cfg.kv_positions(max_tokens, i) for i in range(cfg.n_layer)]  # per layer
+        shapes = [(batch, cfg.kv_heads, n, cfg.head_dim) for n in self.slots]  # (B, nkv, S, hs)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for shape in shapes]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for shape in shapes]
+        self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
+        self.length = 0  # positions written: the next token's position
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the self-attention buffers (and the cross-attention K and V once computed)."""
+        tensors = self.k + self.v + [t for kv in (self.cross or []) for t in kv]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def reset(self) -> None:
+        """Forget every position (the buffers are kept and overwritten)."""
+        self.length, self.cross = 0, None
+
+    def check_room(self, new_tokens: int) -> None:
+        if self.length + new_tokens > self.max_tokens:
+            raise InputError(f"the cache was set up for {self.max_tokens} tokens; "
+                             f"{self.length} are written and {new_tokens} more asked for")
+
+    def store(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new positions' K and V (B, nkv, T, hs) of one layer; return what its queries attend to.
+
+        A prompt (the cache empty) attends to itself: its own k and v come back, and only its last
+        ``slots`` positions are kept. A decode step (T = 1) attends to every slot written so far, itself
+        included (views into the buffers, no copy)."""
+        T, size = k.shape[2], self.slots[layer]
+        if self.length == 0:
+            keep = min(T, size)
+            slots = torch.arange(T - keep, T, device=k.device) % size  # ring order for a window
+            self.k[layer].index_copy_(2, slots, k[:, :, T - keep:])
+            self.v[layer].index_copy_(2, slots, v[:, :, T - keep:])
+            return k, v
+        if T != 1:
+            raise InputError("after the prompt, the cache takes one token per sequence at a time")
+        slot = self.length % size
+        self.k[layer][:, :, slot] = k[:, :, 0]
+        self.v[layer][:, :, slot] = v[:, :, 0]
+        n = min(self.length + 1, size)
+        return self.k[layer][:, :, :n], self.v[layer][:, :, :n]
+
+    def advance(self, tokens: int) -> None:
+        """Called once every layer has stored the new positions."""
+        self.length += tokens
+
+    def slot_positions(self, layer: int, length: int, device) -> torch.Tensor:
+        """The position each filled slot of ``layer`` holds once ``length`` positions are written, (n,)
+        int64 with n = min(length, slots): slot s holds the latest position p < length with p mod slots = s."""
+        size = self.slots[layer]
+        n = min(length, size)
+        s = torch.arange(n, device=device)
+        return s + size * torch.div(length - 1 - s, size, rounding_mode="floor")

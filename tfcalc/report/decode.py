@@ -1,0 +1,165 @@
+"""The report of `tfcalc bench --decode`: measured generation (time to first token, per-token decode
+latency, tokens/s, bandwidth and MBU) beside the roofline's prediction with the ceilings measured in the
+same run. The JSON of a measured point is shared with `tfcalc infer --measure` (``measured_json``).
+
+Conventions (README, "Serving estimates"):
+- time to first token = the prefill of the prompt (the first new token's logits included);
+- per-token figures are over the timed decode steps: step j attends to seq + j positions;
+- bytes per token = weights + KV cache read per decode step, divided by the batch (the mean over the
+  steps); achieved bandwidth = those bytes × batch / the median step time; MBU = achieved bandwidth /
+  the measured bandwidth ceiling, the slowest of a device copy, a read-only reduction and a
+  matrix-vector product (tfcalc.measure.bench.Bandwidth), and / the datasheet bandwidth where the
+  device is in the table;
+- ratios are predicted ÷ measured time: below 1 the device ran slower than the roofline says it can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from tfcalc import devices
+from tfcalc.count import quant, serving
+from tfcalc.count.roofline import Ceilings, Row, Step
+from tfcalc.errors import InputError
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import check_size
+
+DEFAULT_COPY_BYTES = {"cpu": 256 * 2**20, "gpu": 2**30}  # far past any last-level cache
+
+
+def rows_json(step: Step, c: Ceilings) -> list[dict[str, Any]]:
+    """The roofline of one step, matmul by matmul."""
+    def row(r: Row) -> dict[str, Any]:
+        return {"component": r.component, "label": r.label, "flops": r.flops, "weight_bytes": r.weight_bytes,
+                "kv_bytes": r.kv_bytes, "activation_bytes": r.activation_bytes, "intensity": r.intensity,
+                "time_s": r.time_s(c), "bound": r.bound(c)}
+
+    return [row(r) for r in step.rows]
+
+
+def predicted_json(est: serving.Estimate, c: Ceilings) -> dict[str, Any]:
+    """The prediction's figures under the keys of the measured ones."""
+    return {
+        "prefill_s": est.prefill_s,
+        "decode_s_per_token": est.decode_s_per_token,
+        "decode_tokens_per_s": est.decode_tokens_per_s,
+        "decode_tokens_per_s_total": est.decode_tokens_per_s_total,
+        "bytes_per_token": est.bytes_per_token,
+        "bound": est.bound,
+        "prefill_bound": est.prefill.bound(c),
+        "bandwidth_ceiling_bytes_per_s": c.bytes_per_s,
+        "flops_ceiling_flops_per_s": c.flops_per_s,
+        "ridge_flops_per_byte": c.ridge,
+        "ceilings": c.source,
+    }
+
+
+def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[float]:
+    return None if predicted is None or not measured else predicted / measured
+
+
+def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -> dict[str, Any]:
+    """One measured point (a tfcalc.measure.decode.DecodeTiming of a DecodeRun, in dtype) beside its
+    prediction."""
+    spec = devices.lookup(run.device_name)
+    step, prefill = timing.step, timing.prefill
+    moved = est.bytes_per_token * est.batch  # weights + KV per step
+    achieved = moved / step.median
+    prefill_rate = est.prefill.flops / prefill.median
+    peak = spec.peak(dtype) if spec else None
+    return {
+        "prefill_s": prefill.median, "prefill_p10_s": prefill.p10, "prefill_p90_s": prefill.p90,
+        "decode_s_per_token": step.median, "decode_p10_s": step.p10, "decode_p90_s": step.p90,
+        "decode_tokens_per_s": 1 / step.median, "decode_tokens_per_s_total": est.batch / step.median,
+        "bytes_per_token": est.bytes_per_token,
+        "bound": est.bound,
+        "achieved_bandwidth_bytes_per_s": achieved,
+        "bandwidth_ceiling_bytes_per_s": run.bandwidth_ceiling_bytes_per_s,
+        "copy_bandwidth_bytes_per_s": run.bandwidth.copy_bytes_per_s,
+        "read_bandwidth_bytes_per_s": run.bandwidth.read_bytes_per_s,
+        "matvec_bandwidth_bytes_per_s": run.bandwidth.matvec_bytes_per_s,
+        "mbu": achieved / run.bandwidth_ceiling_bytes_per_s,
+        "peak_bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s if spec else None,
+        "mbu_datasheet": achieved / spec.bandwidth_bytes_per_s if spec else None,
+        "prefill_flops": est.prefill.flops,
+        "prefill_achieved_flops_per_s": prefill_rate,
+        "matmul_ceiling_flops_per_s": run.matmul_ceiling_flops_per_s,
+        "prefill_ceiling_fraction": prefill_rate / run.matmul_ceiling_flops_per_s,
+        "peak_flops_per_s": peak,
+        "prefill_mfu": prefill_rate / peak if peak else None,
+        "cache_bytes": timing.cache_bytes,
+        "load_average": run.load_average, "cpus": run.cpus, "busy": run.busy,
+        "samples": {"prefill": len(prefill.samples), "decode": len(step.samples)},
+        "predicted": predicted_json(est, c),
+        "ratio": {"prefill": _ratio(est.prefill_s, prefill.median),
+                  "decode": _ratio(est.decode_s_per_token, step.median)},
+    }
+
+
+def measured_ceilings(run) -> Ceilings:
+    return Ceilings(run.matmul_ceiling_flops_per_s, run.bandwidth_ceiling_bytes_per_s, f"measured on {run.device}")
+
+
+def default_copy_bytes(device: str) -> int:
+    return DEFAULT_COPY_BYTES["cpu" if device.strip().lower() == "cpu" else "gpu"]
+
+
+@dataclass(frozen=True)
+class DecodeBenchReport:
+    model: ModelRef
+    plan: Any  # tfcalc.measure.decode.DecodePlan
+    rows: tuple[dict[str, Any], ...]  # one JSON object per (batch, seq) point
+
+    def to_json(self) -> Any:
+        """One object for one sequence length, a list for several (as `tfcalc bench`)."""
+        return dict(self.rows[0]) if len(self.rows) == 1 else [dict(r) for r in self.rows]
+
+
+def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], steps: int, device: str = "cpu",
+                      dtype: str = "fp32", warmup: int = 3, repeat: int = 10, matmul_size: Optional[int] = None,
+                      copy_bytes: Optional[int] = None):
+    """Every option checked, nothing run."""
+    from tfcalc.measure.decode import DecodePlan, check_plan
+
+    cfg = model.cfg
+    check_size("--batch", batch)
+    check_size("--decode", steps)
+    check_size("--repeat", repeat)
+    check_size("--warmup", warmup, low=0)
+    for size, name in ((matmul_size, "--matmul-size"), (copy_bytes, "--copy-size")):
+        if size is not None:
+            check_size(name, size)
+    if not seqs:
+        seqs = [max(1, cfg.max_seq_len - max(steps, warmup))] if cfg.pos_encoding in ("learned", "rope", "sinusoidal") \
+            else [cfg.max_seq_len]
+    for s in seqs:
+        check_size("--seq", s)
+    if cfg.arch == "encoder":
+        raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so there is no decoding to time")
+    plan = DecodePlan(cfg, device, dtype, tuple((batch, s) for s in seqs), steps, warmup, repeat,
+                      matmul_size or (2048 if device == "cpu" else 8192), copy_bytes or default_copy_bytes(device))
+    check_plan(plan)
+    return plan
+
+
+def point_json(model: ModelRef, plan, run, timing, batch: int, seq: int) -> dict[str, Any]:
+    """The context of a point, then its measured and predicted figures."""
+    c = measured_ceilings(run)
+    est = serving.estimate(plan.cfg, batch, seq, plan.steps + 1, quant.plain(plan.dtype), plan.dtype, c,
+                           src_seq=seq if plan.cfg.arch == "encoder-decoder" else None)
+    return {
+        "preset": plan.cfg.name, "label": model.label, "device": run.device, "device_name": run.device_name,
+        "dtype": plan.dtype, "batch": batch, "seq": seq, "decode_steps": plan.steps, "warmup": plan.warmup,
+        "weights_bytes": run.weights_bytes, "estimated_memory_bytes": run.estimate_bytes,
+        **measured_json(est, timing, run, c, plan.dtype),
+        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.decode_steps[0], c)},
+    }
+
+
+def build_decode_bench(model: ModelRef, plan, advance: Callable[[], None] = lambda: None) -> DecodeBenchReport:
+    from tfcalc.measure.decode import run_decode  # imports torch
+
+    run = run_decode(plan, advance)
+    return DecodeBenchReport(model, plan, tuple(point_json(model, plan, run, t, b, s)
+                                                for (b, s), t in zip(plan.points, run.timings)))

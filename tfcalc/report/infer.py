@@ -1,0 +1,195 @@
+"""The report of `tfcalc infer`: serving estimates on a roofline -- prefill latency, decode tokens/s per
+sequence and in total, KV cache and weight bytes, the largest batch that fits, the batch at which decode
+turns compute-bound -- for a device from the datasheet table (or a user's YAML), or, with --measure, for
+the device it runs on, with its ceilings measured and the measurement beside the prediction.
+
+The JSON has one object per batch size (a list for several): the context, the top-level figures
+(``prefill_s``, ``decode_s_per_token``, ``decode_tokens_per_s``, ``bytes_per_token``, ``bound``, and for
+measured runs ``bandwidth_ceiling_bytes_per_s``: the measurement when --measure, else the prediction),
+and ``predicted`` (always the prediction, under the same keys). Conventions: tfcalc.count.serving,
+tfcalc.count.roofline and README, "Serving estimates".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+from tfcalc import devices
+from tfcalc.count import serving
+from tfcalc.count.memory import check_dtype
+from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
+from tfcalc.count.roofline import Ceilings
+from tfcalc.errors import InputError
+from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import check_size
+
+DEFAULT_SPEC = "h100-sxm"
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    batches: tuple[int, ...]
+    seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
+    gen: int
+    dtype: str = "bf16"  # the weights' format: fp32, bf16, fp16, or fp8, int8, int4 (quantized)
+    group_size: Optional[int] = None  # quantized formats: weights per scale (int4 default 128)
+    kv_dtype: Optional[str] = None  # None: the weights' dtype when plain, else bf16
+    src_seq: Optional[int] = None  # encoder-decoders: source length (default: seq)
+    device_spec: Optional[str] = None  # a table key or a YAML path; None: DEFAULT_SPEC (or the measured device)
+    measure: bool = False
+    device: str = "cpu"  # where --measure runs
+    warmup: int = 3
+    repeat: int = 10
+    matmul_size: Optional[int] = None
+    copy_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class InferReport:
+    model: ModelRef
+    options: InferOptions
+    seq: int
+    src_seq: Optional[int]
+    fmt: WeightFormat
+    kv_dtype: str
+    spec: Optional[devices.DeviceSpec]  # the datasheet device (None for a measured device tfcalc does not know)
+    ceilings: Ceilings
+    estimates: tuple[serving.Estimate, ...]  # one per batch
+    max_batch: Optional[int]  # None: no memory size known (a measured CPU)
+    compute_bound_batch: Optional[int]
+    weight_matmuls_compute_bound_batch: Optional[int]
+    measured: Optional[tuple[dict[str, Any], ...]] = None  # measured_json per batch
+    device: Optional[str] = None  # the measured device, as torch writes it
+    device_name: Optional[str] = None
+
+    def row_json(self, i: int) -> dict[str, Any]:
+        est, c = self.estimates[i], self.ceilings
+        predicted = predicted_json(est, c)
+        top = self.measured[i] if self.measured else {k: predicted[k] for k in (
+            "prefill_s", "decode_s_per_token", "decode_tokens_per_s", "decode_tokens_per_s_total",
+            "bytes_per_token", "bound")} | {"bandwidth_ceiling_bytes_per_s": None, "predicted": predicted}
+        return {
+            "preset": self.model.cfg.name, "label": self.model.label, "batch": est.batch, "seq": self.seq,
+            "gen": self.options.gen, "src_seq": self.src_seq,
+            "dtype": self.fmt.dtype, "weight_format": {"dtype": self.fmt.dtype, "group_size": self.fmt.group_size,
+                                                       "zero_point": self.fmt.zero_point, "label": self.fmt.label},
+            "kv_dtype": self.kv_dtype, "compute_dtype": self.fmt.compute_dtype,
+            "device_spec": None if self.spec is None else self.spec.key,
+            "device": self.device or (self.spec.key if self.spec else None),
+            "device_name": self.device_name or (self.spec.name if self.spec else None),
+            "measured": self.measured is not None,
+            "ceilings": {"flops_per_s": c.flops_per_s, "bytes_per_s": c.bytes_per_s, "ridge_flops_per_byte": c.ridge,
+                         "source": c.source},
+            "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
+            "memory_bytes": None if self.spec is None else self.spec.memory_bytes,
+            "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
+            "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
+            "total_s": est.total_s, "beyond_context": self.beyond_context,
+            **top,
+            "roofline": {"prefill": rows_json(est.prefill, c),
+                         "first_decode_step": rows_json(est.decode_steps[0], c) if est.decode_steps else None},
+        }
+
+    @property
+    def beyond_context(self) -> bool:
+        """The generation runs past the positions the model can encode: arithmetic only."""
+        cfg = self.model.cfg
+        return cfg.pos_encoding in ("learned", "rope", "sinusoidal") and self.seq + self.options.gen > cfg.max_seq_len
+
+    def to_json(self) -> Any:
+        rows = [self.row_json(i) for i in range(len(self.estimates))]
+        return rows[0] if len(rows) == 1 else rows
+
+
+def weight_formats(o: InferOptions) -> tuple[WeightFormat, str]:
+    check_dtype(o.dtype)
+    fmt = weight_format(o.dtype, o.group_size)
+    kv = o.kv_dtype or default_kv_dtype(fmt)
+    check_dtype(kv)
+    if kv == "int4":
+        raise InputError("--kv-dtype int4 is not a cache format tfcalc models; use fp8 or int8")
+    return fmt, kv
+
+
+def _seq(model: ModelRef, o: InferOptions) -> int:
+    cfg = model.cfg
+    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    seq = o.seq if o.seq is not None else max(1, cfg.max_seq_len - o.gen) if limited and o.measure else cfg.max_seq_len
+    check_size("--seq", seq)
+    if o.measure and limited and seq + o.gen > cfg.max_seq_len:  # an estimate past the context is arithmetic
+        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len:,} tokens; "
+                         f"--seq {seq:,} + --gen {o.gen:,} goes past them")
+    return seq
+
+
+def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[devices.DeviceSpec, Ceilings]:
+    """The device (a table key or a YAML file; default DEFAULT_SPEC) and its datasheet ceilings for the
+    dtype the format computes in."""
+    spec = devices.resolve(device_spec or DEFAULT_SPEC)
+    peak = spec.peak(fmt.compute_dtype)
+    if peak is None:
+        raise InputError(f"{spec.name} has no {fmt.compute_dtype} rate in its datasheet; rated: {', '.join(spec.peak_flops)}")
+    return spec, Ceilings(peak, spec.bandwidth_bytes_per_s, f"{spec.key} datasheet, {fmt.compute_dtype}")
+
+
+def check_options(model: ModelRef, o: InferOptions) -> None:
+    if model.cfg.arch == "encoder" or not model.cfg.lm_head:
+        raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
+    for b in o.batches:
+        check_size("--batch", b)
+    check_size("--gen", o.gen)
+    if o.src_seq is not None:
+        check_size("--src-seq", o.src_seq)
+        if model.cfg.arch != "encoder-decoder":
+            raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
+    if o.measure and o.device_spec is not None:
+        raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
+
+
+def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
+                   spec: Optional[devices.DeviceSpec] = None) -> InferReport:
+    """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
+    check_options(model, o)
+    cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
+    src = (o.src_seq or seq) if cfg.arch == "encoder-decoder" else None
+    if ceilings is None:
+        spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
+    memory = spec.memory_bytes if spec is not None else None
+    estimates = tuple(serving.estimate(cfg, b, seq, o.gen, fmt, kv, ceilings, memory, src) for b in o.batches)
+    return InferReport(
+        model, o, seq, src, fmt, kv, spec, ceilings, estimates,
+        None if memory is None else serving.max_batch(cfg, seq, o.gen, fmt, kv, memory, src),
+        serving.compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
+        serving.weight_matmuls_compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
+    )
+
+
+def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
+    """Run on o.device: measure the ceilings, time each batch, predict with the measured ceilings."""
+    from tfcalc.measure.decode import DecodePlan, check_plan, run_decode  # imports torch
+
+    check_options(model, o)
+    fmt, kv = weight_formats(o)
+    if fmt.quantized or kv != fmt.dtype:
+        raise InputError("--measure runs the model as built, its cache in the weights' dtype: "
+                         "drop --kv-dtype and use --dtype fp32, bf16 or fp16")
+    if o.gen < 2:
+        raise InputError("--measure times the decode steps after the first token: give --gen 2 or more")
+    seq = _seq(model, o)
+    src = (o.src_seq or seq) if model.cfg.arch == "encoder-decoder" else None
+    plan = DecodePlan(model.cfg, o.device, o.dtype, tuple((b, seq) for b in o.batches), o.gen - 1,
+                      o.warmup, o.repeat, o.matmul_size or (2048 if o.device == "cpu" else 8192),
+                      o.copy_bytes or default_copy_bytes(o.device), src)
+    check_plan(plan)
+    run = run_decode(plan, advance)
+    ceilings = measured_ceilings(run)
+    spec = devices.lookup(run.device_name)
+    report = estimate_infer(model, o, ceilings, spec)
+    rows = tuple(measured_json(est, t, run, ceilings, o.dtype) for est, t in zip(report.estimates, run.timings))
+    return replace(report, measured=rows, device=run.device, device_name=run.device_name)
+
+
+def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
+    return measure_infer(model, o, advance) if o.measure else estimate_infer(model, o)
