@@ -112,14 +112,14 @@ def test_bench_table(cli):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["gpt3"], "needs about"),  # refused at once from the estimate, nothing allocated
+        (["gpt3"], "needs an estimated"),  # refused at once from the estimate, nothing allocated
         (["gpt2", "--device", "cuda"], "CUDA is not available"),
-        (["gpt2", "--dtype", "int8"], "expected one of fp32, bf16, fp16"),
-        (["gpt2", "--seq", "0"], "must be positive"),
+        (["gpt2", "--dtype", "int8"], "bench runs fp32, bf16, fp16"),
+        (["gpt2", "--seq", "0"], "must be between 1 and"),
         (["gpt2", "--seq", "a,b"], "expected integers"),
         (["gpt2", "--seq", "4096"], "at most 1024 tokens"),
-        (["gpt2", "--batch", "0"], "must be at least 1"),
-        (["gpt2", "--repeat", "0"], "must be at least 1"),
+        (["gpt2", "--batch", "0"], "--batch must be between 1 and"),
+        (["gpt2", "--repeat", "0"], "--repeat must be between 1 and"),
         (["gpt2", "--n-layer", "13"], "between 1 and 12"),
     ],
 )

@@ -13,10 +13,10 @@ from conftest import assert_one_line_error
 
 
 def test_params_table_shows_breakdown_check_and_approximation(cli):
-    r = cli("params", "gpt2")
+    r = cli("params", "gpt2", "--verbose")
     assert r.code == 0, r.err
     for text in ("token embedding", "attention Q weight", "FFN up weight", "final norm", "tied to token_embedding",
-                 "124,439,808", "✓ agree", "12·L·d² + V·d", "-0.73%", "Weights, bf16", "248.9 MB"):
+                 "124,439,808", "✓ agree", "12·L·d² + V·d", "-0.73%", "in bf16", "237.4 MiB", "248,879,616 bytes"):
         assert text in r.out, text
 
 
@@ -35,7 +35,7 @@ def test_named_size_and_the_gap_to_it(cli):
     r = cli("params", "gpt2-xl", "--no-measure", "--json").json()
     assert r["nominal_params"] == "1.5B"
     assert r["nominal_rel_difference"] == pytest.approx(1_557_611_200 / 1.5e9 - 1)
-    assert "named 1.5B, exact count +3.8% from it" in cli("params", "gpt2-xl", "--no-measure").out
+    assert "named 1.5B; exact count +3.8% from it" in cli("params", "gpt2-xl", "--no-measure").out
 
 
 def test_no_measure_skips_torch(cli):
@@ -136,10 +136,10 @@ def test_real_process_json_is_parseable():
 
 
 def test_encoder_decoder_table_has_encoder_and_decoder_sections_with_cross_attention(cli):
-    r = cli("params", "transformer-base")
+    r = cli("params", "transformer-base", "--verbose")
     assert r.code == 0, r.err
     for text in ("Encoder (6 layers)", "Decoder (6 layers)", "Cross-attention", "cross-attention Q weight",
-                 "63,045,632", "✓ agree", "12·L_enc·d² + 16·L_dec·d² + V·d", "positions: sinusoidal"):
+                 "63,045,632", "✓ agree", "12·L_enc·d² + 16·L_dec·d² + V·d", "Positions: sinusoidal"):
         assert text in r.out, text
     data = cli("params", "transformer-base", "--json").json()
     assert data["arch"] == "encoder-decoder" and sum(data["stacks"].values()) == data["analytic_total"]
@@ -147,8 +147,8 @@ def test_encoder_decoder_table_has_encoder_and_decoder_sections_with_cross_atten
 
 
 def test_moe_shows_active_parameters(cli):
-    r = cli("params", "mixtral")
-    assert "Active per token (top-2 of 8 experts)" in r.out and "12,879,925,248" in r.out and "32 × 8" in r.out
+    r = cli("params", "mixtral", "--verbose")
+    assert "Active per token (top-2 of 8)" in r.out and "12,879,925,248" in r.out and "32 × 8" in r.out
     assert "Note: mixture of experts" in r.out
     data = cli("params", "mixtral-8x7b", "--json").json()
     assert data["analytic_total"] == data["empirical_total"] == 46_702_792_704

@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-from tfcalc.cli.scan import parse_seq_range
+from tfcalc.cli.options import parse_lengths
+
+
+def parse_seq_range(text):
+    return sorted(set(parse_lengths(text)))
 from tfcalc.count import flops as count_flops
 from tfcalc.count import memory as count_memory
 from tfcalc.presets import load
@@ -23,10 +27,13 @@ def test_compare_side_by_side(cli):
     # KV cache per token, bf16: 2 (K and V) * layers * kv heads * d_head * 2 bytes
     assert seven["kv_cache_bytes_per_token"] == 2 * 32 * 32 * 128 * 2
     assert seventy["kv_cache_bytes_per_token"] == 2 * 80 * 8 * 128 * 2
-    assert seven["forward_flops_per_token"] * 4096 == count_flops.forward_flops(load("llama2-7b"), 1, 4096)
+    assert all(r["seq"] == 1024 for r in rows)  # one length for all: the shortest context (gpt2's)
+    assert seven["forward_flops_per_token"] * 1024 == count_flops.forward_flops(load("llama2-7b"), 1, 1024)
+    at_4096 = cli("compare", "llama2-7b", "llama2-70b", "--seq", "4096", "--json").json()[0]
+    assert at_4096["forward_flops_per_token"] * 4096 == count_flops.forward_flops(load("llama2-7b"), 1, 4096)
     assert seven["training_flops_per_token"] == 3 * seven["forward_flops_per_token"]
     table = cli("compare", "gpt2", "llama2-7b").out
-    assert "KV cache / token" in table and "differences highlighted" in table
+    assert "KV cache / token" in table and "Highlighted: differs from the first model" in table
 
 
 def test_compare_refuses_a_single_model(cli):
@@ -59,7 +66,9 @@ def test_scan_json_and_crossover_marks(cli):
     below, above = [r for r in report["rows"] if r["seq"] in (32_768, 65_536)]
     assert below["attention_scores"] < below["ffn"] <= above["attention_scores"]
     table = cli("scan", "gpt3", "--seq", "1024..131072").out
-    assert "◀ attention ≥ FFN" in table and "◀ scores ≥ FFN" in table and "T = 49,152" in table
+    assert "◀ attention" in table and "◀ scores" in table and "T = 49,152" in table
+    marked = [line.split()[0] for line in table.splitlines() if "◀" in line and line[0].isdigit()]
+    assert marked == ["32,768*", "65,536*"]  # the first lengths past 24,576 and 49,152
     assert "beyond the context length" in table
 
 
@@ -83,8 +92,9 @@ def test_scan_plot_writes_a_png_with_the_curves(cli, tmp_path):
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from tfcalc.cli import plot as plotting
-    from tfcalc.cli.scan import parse_seq_range, scan_report
+    from tfcalc.cli.render import plot as plotting
+    from tfcalc.report import resolve
+    from tfcalc.report.scan import build_scan
 
     drawn = {}
     real_close = plt.close
@@ -94,7 +104,7 @@ def test_scan_plot_writes_a_png_with_the_curves(cli, tmp_path):
 
     plt.close = keep
     try:
-        plotting.scan_plot(scan_report(load("gpt3"), 1, parse_seq_range("128..131072"), "bf16"), tmp_path / "again.png")
+        plotting.scan_plot(build_scan(resolve("gpt3"), parse_seq_range("128..131072")).to_json(), tmp_path / "again.png")
     finally:
         plt.close = real_close
     flops_ax, mem_ax = drawn["fig"].axes

@@ -116,7 +116,7 @@ def test_flops_cli_encoder_decoder(cli):
     assert data["forward_flops"] == count.forward_flops(load("transformer-base"), 1, 64, 100)
     assert data["breakdown"]["cross_attention_scores"] == 6 * 4 * 64 * 100 * 512
     assert any("encoder-decoder" in note for note in data["notes"])
-    out = cli("flops", "transformer-base", "--seq", "64", "--src-seq", "100", "--decode").out
+    out = cli("flops", "transformer-base", "--seq", "64", "--src-seq", "100", "--decode", "--verbose").out
     for text in ("Cross-attention projections", "encoder Q projection", "decoder cross-attention scores Q·Kᵀ",
                  "Decode"):
         assert text in out, text
@@ -137,7 +137,7 @@ def test_flops_cli_moe_and_encoder(cli):
     "args, message",
     [
         (["flops", "gpt2", "--src-seq", "8"], "--src-seq applies to encoder-decoder models only (gpt2 is decoder)"),
-        (["flops", "transformer-base", "--src-seq", "0"], "Invalid value for '--src-seq'"),
+        (["flops", "transformer-base", "--src-seq", "0"], "--src-seq must be between 1 and"),
         (["flops", "bert-base", "--seq", "600", "--measure"], "--seq 600 exceeds the model's context of 512"),
     ],
 )

@@ -76,7 +76,7 @@ def test_memory_cli_encoder_decoder_and_encoder(cli):
     assert data["src_seq"] == 300 and data["cross_kv_cache_bytes"] == 7_372_800 // 2
     assert data["kv_cache_bytes"] == 2 * 100 * 6 * 512 * 2 + data["cross_kv_cache_bytes"]
     table = cli("memory", "transformer-base", "--seq", "100", "--src-seq", "300", "--training").out
-    assert "of which cross-attention" in table and "per encoder layer (S = 300)" in table
+    assert "of which cross-attention" in table and "per encoder layer" in table and "S = 300" in table
     bert = cli("memory", "bert-base", "--seq", "128", "--json").json()
     assert bert["kv_cache_bytes"] == 0 and bert["activations"]["loss_gradient_bytes"] == 0
     assert "an encoder generates no tokens" in cli("memory", "bert-base", "--seq", "128").out

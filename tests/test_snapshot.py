@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tfcalc import snapshot as snap
+from tfcalc.report import snapshot as snap
 from tfcalc.count import params as count
 from tfcalc.presets import load, preset_names
 

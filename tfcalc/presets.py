@@ -141,6 +141,14 @@ def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> Mod
         raise ConfigError(f"{origin}: {e}") from None
 
 
+def apply_overrides(cfg: ModelConfig, overrides: list[str]) -> ModelConfig:
+    """A config with --set overrides applied on top (each re-validated)."""
+    import dataclasses
+
+    data = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return _config_from(data, cfg.name, list(overrides))
+
+
 def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:
     path = Path(path)
     if path.suffix.lower() == ".json":

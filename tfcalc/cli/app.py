@@ -13,7 +13,7 @@ import typer
 
 from tfcalc import __version__
 from tfcalc.cli import bench, compare, flops, memory, params, presets, render, scan, snapshot
-from tfcalc.config import ConfigError
+from tfcalc.errors import InputError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
     from typer import TyperException as CliError
@@ -27,6 +27,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",  # docstring paragraphs reflow to the terminal; [brackets] stay literal
 )
 app.command("params")(params.params)
 app.command("presets")(presets.list_presets)
@@ -72,7 +73,7 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         command = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "tfcalc" else ""
         return _fail(command + " ".join(e.format_message().split()), getattr(e, "exit_code", 2) or 2)
-    except ConfigError as e:
+    except InputError as e:
         return _fail(str(e), 2)
     except (typer.Abort, KeyboardInterrupt):
         return _fail("interrupted", 130)

@@ -2,292 +2,57 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from functools import partial
+from typing import Annotated
 
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Json, Models, Overrides, SrcSeq
-from tfcalc.config import ConfigError, ModelConfig
-from tfcalc.count import flops as count
-from tfcalc.count.params import width_note
-from tfcalc.presets import load
-
-if TYPE_CHECKING:
-    from tfcalc.measure.flops import MeasuredFlops
-
-
-@dataclass(frozen=True)
-class FlopsReport:
-    cfg: ModelConfig
-    batch: int
-    seq: int
-    recompute: bool
-    breakdown: count.FlopBreakdown
-    measured: MeasuredFlops | None  # None when not measured
-
-    @property
-    def src_seq(self) -> int | None:
-        """Source tokens per sequence of an encoder-decoder; None for the other kinds."""
-        return self.breakdown.src_seq
-
-    @property
-    def forward(self) -> int:
-        return self.breakdown.forward
-
-    @property
-    def forward_causal(self) -> int:
-        return self.breakdown.forward_causal
-
-    @property
-    def training(self) -> int:
-        return count.training_flops(self.cfg, self.batch, self.seq, self.recompute, src_seq=self.src_seq)
-
-    @property
-    def training_exact(self) -> tuple[int, int]:
-        """3 × forward, full square and causal: what the standard formulas are compared with."""
-        return count.TRAINING_MULTIPLIER * self.forward, count.TRAINING_MULTIPLIER * self.forward_causal
-
-    @property
-    def training_multiplier(self) -> int:
-        return count.RECOMPUTE_MULTIPLIER if self.recompute else count.TRAINING_MULTIPLIER
-
-    def mismatches(self) -> list[str]:
-        """The groups (and 'other', FLOPs no group explains) where measured and analytic differ."""
-        if self.measured is None:
-            return []
-        analytic = dict(self.breakdown.totals(), other=0)
-        return [g for g, n in self.measured.groups.items() if analytic.get(g, 0) != n]
-
-    @property
-    def agrees(self) -> bool | None:
-        """Measured == analytic, in total and group by group (None when not measured)."""
-        if self.measured is None:
-            return None
-        return self.measured.total == self.forward and not self.mismatches()
-
-    @property
-    def crossover(self) -> count.Crossover:
-        return count.crossover_seq(self.cfg)
-
-    @property
-    def crossover_causal(self) -> count.Crossover:
-        return count.crossover_seq(self.cfg, causal=True)
-
-    @property
-    def formulas(self) -> list[count.FormulaEstimate]:
-        return count.standard_formulas(self.cfg, self.batch, self.seq)
-
-    @property
-    def decode(self) -> int | None:
-        """One decode step at context T; None for an encoder, which generates nothing."""
-        if self.cfg.arch == "encoder":
-            return None
-        return count.decode_flops(self.cfg, self.batch, self.seq, self.src_seq)
-
-    @property
-    def beyond_context(self) -> str | None:
-        cfg = self.cfg
-        if self.seq <= cfg.max_seq_len:
-            return None
-        return (
-            f"{cfg.name}: --seq {self.seq:,} exceeds the context of {cfg.max_seq_len:,} tokens; counted anyway, "
-            "as if the model had that many positions"
-        )
-
-    @property
-    def notes(self) -> list[str]:
-        cfg, out = self.cfg, [self.beyond_context] if self.beyond_context else []
-        if width_note(cfg):
-            out.append(
-                f"attention width n_head·d_head = {cfg.q_dim} differs from d_model = {cfg.d_model} "
-                "(as printed in the source): the attention FLOPs are counted as given"
-            )
-        if cfg.n_expert:
-            out.append(
-                f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
-                f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
-                f"{cfg.experts}; the experts a token skips do no work for it"
-            )
-        if cfg.arch == "encoder":
-            out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
-                       "full one; an encoder generates nothing, so there is no decode step")
-        if cfg.arch == "encoder-decoder":
-            out.append(
-                f"encoder-decoder: the encoder runs over S = {self.src_seq:,} source tokens, the decoder over "
-                f"T = {self.seq:,} target tokens, and cross-attention scores T × S; per-token figures divide by "
-                "the B·T target tokens"
-            )
-        if cfg.arch != "decoder":
-            out.append("the standard training formulas (--training) are written for decoder-only models; they are "
-                       "evaluated here as their sources write them, with T the target length")
-        return out
-
-    def crossover_sentence(self) -> str:
-        """The answer to "when does attention overtake the FFN?" for this config."""
-        cfg, full, causal = self.cfg, self.crossover, self.crossover_causal
-
-        def times_d(t: int) -> str:
-            return f" (= {t // cfg.d_model}·d_model)" if t % cfg.d_model == 0 else ""
-
-        per_layer = self.breakdown.per_layer()
-        scores_share = per_layer["attention_scores"] / per_layer["ffn"]
-        attention_share = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
-        causal_clause = (
-            "" if cfg.arch == "encoder" else
-            f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}"
-        )
-        return (
-            f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
-            f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "
-            f"the whole attention sub-layer, projections included, at T = {full.attention_vs_ffn:,}"
-            f"{times_d(full.attention_vs_ffn)}, counting the full T×T square "
-            f"({full.scores_vs_ffn / cfg.max_seq_len:.3g}× and {full.attention_vs_ffn / cfg.max_seq_len:.3g}× "
-            f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} the scores are "
-            f"{scores_share:.1%} of the FFN's FLOPs and the whole attention {attention_share:.1%}."
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        b, tokens = self.breakdown, self.breakdown.tokens
-        exact, exact_causal = self.training_exact
-        m = self.measured
-        return {
-            "preset": self.cfg.name,
-            "batch": self.batch,
-            "seq": self.seq,
-            "src_seq": self.src_seq,
-            "tokens": tokens,
-            "forward_flops": self.forward,
-            "forward_flops_causal": self.forward_causal,
-            "training_flops": self.training,
-            "training_multiplier": self.training_multiplier,
-            "training_flops_no_recompute": count.TRAINING_MULTIPLIER * self.forward,
-            "training_flops_recompute": count.RECOMPUTE_MULTIPLIER * self.forward,
-            "measured_flops": None if m is None else m.total,
-            "measured_device": None if m is None else m.device,
-            "measured_breakdown": None if m is None else m.groups,
-            "measured_by_module": None if m is None else m.by_module,
-            "measured_training_flops": None if m is None else m.training_total,
-            "agree": self.agrees,
-            "breakdown": b.totals(),
-            "breakdown_causal": b.totals(causal=True),
-            "per_layer": b.per_layer(),
-            "per_layer_causal": b.per_layer(causal=True),
-            "components": b.components(),
-            "per_sequence": {"forward": self.forward // self.batch, "forward_causal": self.forward_causal // self.batch},
-            "per_token": {"forward": b.per_token(self.forward), "forward_causal": b.per_token(self.forward_causal)},
-            "non_matmul": b.non_matmul_by_kind(),
-            "non_matmul_total": b.non_matmul_total,
-            "crossover_seq": _crossover_json(self.crossover),
-            "crossover_seq_causal": _crossover_json(self.crossover_causal),
-            "crossover_answer": self.crossover_sentence(),
-            "formulas": [
-                {"key": f.key, "name": f.name, "formula": f.formula, "source": f.source, "n_params": f.n_params,
-                 "training_flops": f.training_flops, "rel_error": f.rel_error(exact),
-                 "rel_error_causal": f.rel_error(exact_causal)}
-                for f in self.formulas
-            ],
-            "decode": None if self.decode is None else {
-                "context": self.seq,
-                "flops": self.decode,
-                "flops_per_sequence": self.decode // self.batch,
-                "prefill_flops": self.forward,
-                "prefill_flops_causal": self.forward_causal,
-                "prefill_over_decode": self.forward / self.decode,
-                "prefill_causal_over_decode": self.forward_causal / self.decode,
-            },
-            "notes": self.notes,
-        }
-
-
-def _crossover_json(crossover: count.Crossover) -> dict[str, int]:
-    return {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn}
-
-
-def flops_report(
-    cfg: ModelConfig, batch: int, seq: int | None, measure: bool = False, device: str = "meta",
-    training: bool = False, recompute: bool = False, src_seq: int | None = None,
-) -> FlopsReport:
-    seq = cfg.max_seq_len if seq is None else seq
-    if src_seq is not None and cfg.arch != "encoder-decoder":
-        raise ConfigError(f"{cfg.name}: --src-seq applies to encoder-decoder models only ({cfg.name} is {cfg.arch})")
-    breakdown = count.breakdown(cfg, batch, seq, src_seq)
-    measured = None
-    if measure:
-        from tfcalc.measure.flops import measure_flops  # imports torch: only when asked
-
-        measured = measure_flops(cfg, batch, seq, device, training=training, src_seq=breakdown.src_seq)
-    return FlopsReport(cfg, batch, seq, recompute, breakdown, measured)
-
-
-def _check_device(device: str) -> str:
-    """Validate --device without importing torch for the default."""
-    if device == "meta":
-        return device
-    import torch
-
-    try:
-        return str(torch.device(device))
-    except (RuntimeError, ValueError) as e:
-        raise typer.BadParameter(f"{device!r} is not a torch device ({' '.join(str(e).split())})") from None
+from tfcalc.cli.options import (Batch, Device, Exact, Format, FormatOption, Json, Measure, Models, Overrides, Seq,
+                                SrcSeq, Training, Verbose, _flag, output)
+from tfcalc.cli.render import flops as view
+from tfcalc.report import resolve
+from tfcalc.report.flops import build_flops
+from tfcalc.workload import Workload
 
 
 def flops(
     models: Models,
     overrides: Overrides = None,
-    json_out: Json = False,
-    batch: Annotated[int, typer.Option("--batch", "-b", min=1, help="Sequences per batch (B).")] = 1,
-    seq: Annotated[
-        Optional[int],
-        typer.Option("--seq", "-t", min=1, help="Sequence length T (an encoder-decoder's target length); default: "
-                     "the model's context length.", show_default=False),
-    ] = None,
+    batch: Batch = 1,
+    seq: Seq = None,
     src_seq: SrcSeq = None,
-    measure: Annotated[
-        bool,
-        typer.Option("--measure", help="Also run the real module under FlopCounterMode and check the count."),
-    ] = False,
-    device: Annotated[
-        str,
-        typer.Option("--device", help="Where --measure runs the module: meta (no allocation) or a real device."),
-    ] = "meta",
-    training: Annotated[
-        bool,
-        typer.Option("--training", help="Show the training formulas (and, with --measure, count the backward)."),
-    ] = False,
-    recompute: Annotated[
-        bool, typer.Option("--recompute", help="Training with full activation recompute: 4 × forward, not 3 ×.")
-    ] = False,
-    decode: Annotated[
-        bool, typer.Option("--decode", help="Show FLOPs per generated token at context T with a KV cache.")
-    ] = False,
+    measure: Measure = False,
+    device: Device = None,
+    training: Training = False,
+    recompute: Annotated[bool, _flag("--recompute", help="Training with full activation recompute: 4 × forward, "
+                                     "not 3 ×.")] = False,
+    decode: Annotated[bool, _flag("--decode", help="Also FLOPs per generated token at context T with a KV "
+                                  "cache.")] = False,
+    format: FormatOption = Format.table,
+    json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
 ) -> int:
     """Count FLOPs: attention projections, attention scores, FFN, LM head; forward, training and decode.
 
-    A FLOP is one floating-point operation (a multiply-add is 2). forward_flops counts matmuls, with the
-    attention scores over the full T×T square (PyTorch's FlopCounterMode, Megatron and PaLM count so);
-    the causal count of the unmasked half is shown beside it. Non-matmul work (softmax, norms,
-    activations, RoPE, residual and bias adds) is approximate and reported separately. Training = 3 ×
-    forward (4 × with --recompute). --measure runs the real module (on meta by default: no memory) under
-    FlopCounterMode; exit 1 if its count differs from the analytic one.
+    A FLOP is one floating-point operation (a multiply-add is 2). forward_flops counts matmuls, with the attention scores over the full T×T square (PyTorch's FlopCounterMode, Megatron and PaLM count so); the causal count of the unmasked half is shown beside it. Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds) is approximate and reported separately. Training = 3 × forward (4 × with --recompute). --measure runs the real module under FlopCounterMode (on meta by default: no memory; --training adds the backward); exit 1 if its count differs from the analytic one.
 
-    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder
-    (BERT) masks no score. An encoder-decoder runs its encoder over --src-seq source tokens and its
-    decoder over --seq target tokens; cross-attention scores T × S.
+    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder (BERT) masks no score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target tokens; cross-attention scores T × S.
     """
-    device = _check_device(device)
+    out = output(format, json_out, exact, verbose)
+    workload = Workload(batch=batch, seq=seq, src_seq=src_seq)
     reports = []
-    for name in models:
-        report = flops_report(load(name, overrides or []), batch, seq, measure, device, training, recompute, src_seq)
-        if report.beyond_context:
-            render.warn(report.beyond_context)
-        reports.append(report)
-    render.flops_reports(reports, json_out, show_training=training or recompute, show_decode=decode)
+    with render.progress("flops: counting on the real module", len(models), enabled=measure and not out.quiet) as step:
+        for name in models:
+            report = build_flops(resolve(name, overrides or []), workload, measure, device or "meta", training, recompute)
+            if report.beyond_context:
+                render.warn(report.beyond_context)
+            reports.append(report)
+            step()
+    render.emit(reports, out, partial(view.document, training=training or recompute, decode=decode))
     bad = [r for r in reports if r.agrees is False]
     for r in bad:
-        render.error(
-            f"{r.cfg.name}: measured {r.measured.total:,} FLOPs on {r.measured.device}, analytic {r.forward:,}; "
-            f"they differ in {', '.join(r.mismatches()) or 'the total'}"
-        )
+        render.error(f"{r.model.label}: measured {r.measured.total:,} FLOPs on {r.measured.device}, analytic "
+                     f"{r.forward:,}; they differ in {', '.join(r.mismatches()) or 'the total'}")
     return 1 if bad else 0

@@ -1,4 +1,11 @@
-"""Options shared by several commands, defined once (Typer reads the help text from here)."""
+"""Every option of every command, defined once: name, short form, default and help (Typer reads the
+help from here). Flags show no metavar. Defaults that depend on the command follow one stated rule:
+
+- ``--dtype``: bf16 for estimates and for runs on a GPU, fp32 for runs on a CPU (few CPUs have fast
+  bf16 matmuls); see tfcalc.workload.default_dtype.
+- ``--device``: where a measured run happens; cpu, except `tfcalc flops --measure`, which counts on meta
+  (FlopCounterMode needs shapes only, so nothing is allocated).
+"""
 
 from __future__ import annotations
 
@@ -7,73 +14,89 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfcalc.cli.render import FORMATS, Output
 from tfcalc.count.dtypes import DTYPES
+from tfcalc.errors import InputError
 
-Models = Annotated[
-    list[str],
-    typer.Argument(
-        help="Preset names or aliases (see `tfcalc presets`), or paths to YAML or Hugging Face config.json files.",
-        show_default=False,
-    ),
-]
-Model = Annotated[
-    str,
-    typer.Argument(
-        help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file or a Hugging Face config.json.",
-        show_default=False,
-    ),
-]
-Overrides = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--set",
-        help="Override a config field, KEY=VALUE (repeatable), e.g. --set n_layer=2 --set d_head=128.",
-        metavar="KEY=VALUE",
-        show_default=False,
-    ),
-]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON (the stable contract) instead of tables.")]
 
-# ---------- workload options: shared by memory (and the flops and bench commands) ----------
+def _flag(*names: str, help: str) -> typer.models.OptionInfo:
+    return typer.Option(*names, help=help, metavar="")
+
+
+Models = Annotated[list[str], typer.Argument(
+    help="Preset names or aliases (see `tfcalc presets`), or paths to YAML or Hugging Face config.json files.",
+    show_default=False, metavar="MODEL...")]
+Model = Annotated[str, typer.Argument(
+    help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file or a Hugging Face config.json.",
+    show_default=False, metavar="MODEL")]
+Overrides = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Override a config field, KEY=VALUE (repeatable), e.g. --set n_layer=2 --set d_head=128.",
+    metavar="KEY=VALUE", show_default=False)]
+
+# ---------- output ----------
+
+Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
+FormatOption = Annotated[Format, typer.Option(
+    "--format", "-f", help="table (for people), json (the stable contract), markdown (to paste), csv (raw values).")]
+Json = Annotated[bool, _flag("--json", help="Print JSON: the same as --format json.")]
+Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, counts) instead of 291.6 GFLOP, 2 GiB.")]
+Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
+
+
+def output(format: Format, json_out: bool, exact: bool = False, verbose: bool = False) -> Output:
+    if json_out and format.value not in ("table", "json"):
+        raise InputError(f"--json and --format {format.value} ask for two formats; give one")
+    return Output("json" if json_out else format.value, exact, verbose)
+
+
+# ---------- workload ----------
 
 DTypeName = enum.Enum("DTypeName", {name: name for name in DTYPES}, type=str)  # fp32, tf32, ..., int4
-Batch = Annotated[int, typer.Option("--batch", "-b", min=1, help="Batch size (sequences).")]
-Seq = Annotated[
-    Optional[int],
-    typer.Option("--seq", "-s", min=1, help="Sequence length in tokens [default: the model's max_seq_len].",
-                 show_default=False),
-]
-SrcSeq = Annotated[
-    Optional[int],
-    typer.Option("--src-seq", min=1, help="Encoder-decoder models only: source length S [default: the --seq value].",
-                 show_default=False),
-]
-DType = Annotated[
-    DTypeName,
-    typer.Option("--dtype", help="Storage dtype of weights (and activations; int8/int4/fp8 compute in bf16)."),
-]
-Device = Annotated[str, typer.Option("--device", help="Device to measure on: cpu, cuda, cuda:N or mps.")]
+Batch = Annotated[int, typer.Option("--batch", "-b", help="Sequences per batch (B).", metavar="N")]
+Seq = Annotated[Optional[int], typer.Option(
+    "--seq", "-s", help="Sequence length T in tokens (an encoder-decoder's target length) [default: the model's "
+    "context length].", show_default=False, metavar="T")]
+Seqs = Annotated[Optional[str], typer.Option(
+    "--seq", "-s", help="Sequence lengths: one (1024), several (256,1024,4096) or a doubling range (256..4096).",
+    show_default=False, metavar="T[,T...]|A..B")]
+SrcSeq = Annotated[Optional[int], typer.Option(
+    "--src-seq", help="Encoder-decoder models only: source length S [default: the --seq value].",
+    show_default=False, metavar="S")]
+DType = Annotated[Optional[DTypeName], typer.Option(
+    "--dtype", help="Storage dtype of weights and activations (int8/int4/fp8 count storage, compute in bf16) "
+    "[default: bf16; fp32 for runs on a CPU].", show_default=False)]
+Device = Annotated[Optional[str], typer.Option(
+    "--device", help="Where a measured run happens: cpu, cuda, cuda:N, mps (flops --measure also meta) "
+    "[default: cpu; meta for flops].", show_default=False)]
+Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
+                                "the estimate.")]
+Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]
 
 
 def parse_lengths(text: str, option: str = "--seq") -> list[int]:
     """Sequence lengths as typed: '256,1024,4096' -> those, in that order; '128..1024' -> 128, 256, 512,
-    1024 (doubling; the end is included even off the doubling). A one-line BadParameter otherwise."""
+    1024 (doubling; the end is included even off the doubling). InputError (one line) otherwise."""
+    from tfcalc.workload import MAX_SIZE
+
+    text = text.strip()
     try:
         if ".." in text:
             lo_text, hi_text = text.split("..", 1)
             lo, hi = int(lo_text), int(hi_text)
-            if lo < 1 or hi < lo:
-                raise typer.BadParameter(f"expected START..END with 1 <= START <= END, got '{text}'", param_hint=option)
+            if not 1 <= lo <= hi <= MAX_SIZE:
+                raise InputError(f"{option}: expected START..END with 1 <= START <= END <= {MAX_SIZE:,}; got '{text}'")
             seqs = []
             while lo < hi:
                 seqs.append(lo)
                 lo *= 2
             return seqs + [hi]
-        seqs = [int(part) for part in text.split(",") if part.strip()]
+        parts = text.split(",")
+        if any(not p.strip() for p in parts):
+            raise ValueError
+        seqs = [int(p) for p in parts]
     except ValueError:
-        raise typer.BadParameter(
-            f"expected integers separated by commas, or START..END, got '{text}'", param_hint=option
-        ) from None
-    if not seqs or any(s < 1 for s in seqs):
-        raise typer.BadParameter(f"sequence lengths must be positive, got '{text}'", param_hint=option)
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InputError(f"{option}: expected integers separated by commas, or START..END; got '{shown}'") from None
+    if any(not 1 <= s <= MAX_SIZE for s in seqs):
+        raise InputError(f"{option}: sequence lengths must be between 1 and {MAX_SIZE:,}")
     return seqs

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import yaml
+import sys
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Json, Model, Overrides
-from tfcalc.count.params import active_total, total
-from tfcalc.presets import aliases_of, load, preset_names
+from tfcalc.cli.options import Format, FormatOption, Json, Model, Overrides, output
+from tfcalc.cli.render import presets as view
+from tfcalc.report import resolve
+from tfcalc.report.presets import build_presets
 
 
-def list_presets(json_out: Json = False) -> None:
+def list_presets(format: FormatOption = Format.table, json_out: Json = False) -> None:
     """List the packaged presets with their key shapes and analytic parameter totals."""
-    rows = []
-    for name in preset_names():
-        cfg = load(name)
-        rows.append({
-            "name": name, "aliases": aliases_of(name), "arch": cfg.arch, "n_layer": cfg.n_layer,
-            "n_encoder_layer": cfg.encoder_layers if cfg.arch == "encoder-decoder" else None,
-            "n_expert": cfg.n_expert, "n_expert_active": cfg.n_expert_active, "d_model": cfg.d_model,
-            "n_head": cfg.n_head, "n_kv_head": cfg.kv_heads, "d_head": cfg.head_dim, "d_ff": cfg.ffn_dim,
-            "vocab_size": cfg.vocab_size, "max_seq_len": cfg.max_seq_len, "params": total(cfg),
-            "active_params": active_total(cfg),
-            "nominal_params": cfg.nominal_params, "source": cfg.source,
-        })
-    render.presets_table(rows, json_out)
+    render.emit([build_presets()], output(format, json_out), view.document)
 
 
 def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> None:
@@ -32,11 +21,13 @@ def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> N
 
     The output is itself a valid config file: `tfcalc show gpt2 > my.yaml; tfcalc params my.yaml`.
     """
-    cfg = load(model, overrides or [])
-    data = cfg.resolved()
+    import yaml
+
+    ref = resolve(model, overrides or [])
+    cfg, data = ref.cfg, ref.cfg.resolved()
     if json_out:
         render.print_json(data)
         return
     derived = [f for f, given in (("d_head", cfg.d_head), ("n_kv_head", cfg.n_kv_head), ("d_ff", cfg.d_ff)) if given is None]
-    header = f"# tfcalc config: {cfg.name}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
-    render.show_config(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    header = f"# tfcalc config: {ref.label}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
+    sys.stdout.write(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

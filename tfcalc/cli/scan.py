@@ -2,74 +2,59 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Batch, Json, Model, Overrides, parse_lengths
-from tfcalc.config import ModelConfig
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.presets import load
-
-
-def parse_seq_range(text: str) -> list[int]:
-    """The --seq lengths (START..END doubling, or a comma list), in increasing order, each once."""
-    return sorted(set(parse_lengths(text)))
-
-
-def scan_row(cfg: ModelConfig, batch: int, seq: int, dtype: str) -> dict[str, Any]:
-    totals = count_flops.breakdown(cfg, batch, seq).totals()
-    forward = sum(totals.values())
-    # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
-    scores = totals["attention_scores"] + totals["cross_attention_scores"]
-    return {
-        "seq": seq,
-        "attention_scores": scores,
-        "attention_proj": totals["attention_proj"] + totals["cross_attention_proj"],
-        "ffn": totals["ffn"],
-        "lm_head": totals["lm_head"] + totals["pooler"],
-        "forward_flops": forward,
-        "scores_share": scores / forward,
-        "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
-        "activation_bytes": count_memory.activations(cfg, batch, seq, dtype).total,
-    }
-
-
-def scan_report(cfg: ModelConfig, batch: int, seqs: list[int], dtype: str) -> dict[str, Any]:
-    crossover = count_flops.crossover_seq(cfg)
-    return {
-        "preset": cfg.name,
-        "batch": batch,
-        "dtype": dtype,
-        "max_seq_len": cfg.max_seq_len,
-        "weights_bytes": count_memory.weights_bytes(cfg, dtype),
-        "crossover_seq": {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn},
-        "rows": [scan_row(cfg, batch, seq, dtype) for seq in seqs],
-    }
+from tfcalc.cli.options import (Batch, DType, Exact, Format, FormatOption, Json, Model, Overrides, Verbose, output,
+                                parse_lengths)
+from tfcalc.cli.render import scan as view
+from tfcalc.count.memory import parse_bytes
+from tfcalc.report import resolve
+from tfcalc.report.scan import build_scan
+from tfcalc.workload import default_dtype
 
 
 def scan(
     model: Model,
     overrides: Overrides = None,
-    seq: Annotated[str, typer.Option(help="START..END (doubling) or a comma list of lengths.")] = "128..131072",
+    seq: Annotated[str, typer.Option(
+        "--seq", "-s", help="Sequence lengths: a doubling range (128..131072) or several (256,1024,4096).",
+        metavar="T[,T...]|A..B")] = "128..131072",
     batch: Batch = 1,
-    dtype: Annotated[str, typer.Option(help="dtype for the KV cache and activation bytes.")] = "bf16",
-    plot: Annotated[Optional[Path], typer.Option(help="Also draw the curves to this PNG file (needs tfcalc[plot]).", show_default=False)] = None,
+    dtype: DType = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Also draw the curves to this file: .png, .svg or .pdf (needs matplotlib: "
+        "pip install 'tfcalc[plot]').", show_default=False, metavar="FILE")] = None,
+    size: Annotated[tuple[float, float], typer.Option("--size", help="Plot size in inches, width height.",
+                                                      metavar="W H")] = (13.0, 5.2),
+    dpi: Annotated[int, typer.Option("--dpi", help="Plot resolution (PNG), dots per inch.", metavar="N")] = 110,
+    budget: Annotated[Optional[str], typer.Option(
+        "--budget", help="Draw a capacity line on the memory panel, e.g. 80GiB.", show_default=False,
+        metavar="SIZE")] = None,
+    format: FormatOption = Format.table,
     json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
 ) -> None:
-    """Forward FLOPs (attention scores, projections, FFN, LM head) and memory (KV cache, training
-    activations) against sequence length, with the lengths where attention overtakes the FFN marked.
+    """Forward FLOPs (attention scores, projections, FFN, LM head) and memory (KV cache, training activations and total) against sequence length, with the lengths where attention overtakes the FFN marked.
 
     Counts beyond the model's context length are arithmetic only (the model could not run there).
     """
-    count_memory.check_dtype(dtype)
-    cfg = load(model, overrides or [])
-    report = scan_report(cfg, batch, parse_seq_range(seq), dtype)
-    if plot is not None:
-        from tfcalc.cli import plot as plotting
+    from tfcalc.errors import InputError
 
-        plotting.scan_plot(report, plot)
-    render.scan_report(report, json_out, plot)
+    out = output(format, json_out, exact, verbose)
+    if not (0.5 <= size[0] <= 100 and 0.5 <= size[1] <= 100) or not 10 <= dpi <= 1200:
+        raise InputError("--size takes 0.5 to 100 inches each way and --dpi 10 to 1200")
+    capacity = parse_bytes(budget) if budget is not None else None
+    report = build_scan(resolve(model, overrides or []), parse_lengths(seq), batch,
+                        dtype.value if dtype else default_dtype(None))
+    if plot is not None:
+        from tfcalc.cli.render import plot as plotting
+
+        plotting.scan_plot(report.to_json(), plot, size, dpi, capacity)
+        report = replace(report, plot=str(plot))
+    render.emit([report], out, view.document)

@@ -7,35 +7,41 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfcalc import snapshot as snap
 from tfcalc.cli import render
-from tfcalc.cli.options import Overrides
+from tfcalc.cli.options import Format, FormatOption, Json, Overrides, output
+from tfcalc.cli.render import snapshot as view
 from tfcalc.presets import preset_names
+from tfcalc.report import snapshot as snap
 
 
 def snapshot(
-    models: Annotated[
-        Optional[list[str]],
-        typer.Argument(help="Presets or YAML paths to pin (default: every packaged preset).", show_default=False),
-    ] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the snapshot (written atomically).")] = Path("tfcalc-snapshot.json"),
+    models: Annotated[Optional[list[str]], typer.Argument(
+        help="Presets or YAML paths to pin [default: every packaged preset].", show_default=False,
+        metavar="[MODEL...]")] = None,
+    output_path: Annotated[Path, typer.Option(
+        "-o", "--output", help="Where to write the snapshot (written atomically).", metavar="FILE")] =
+        Path("tfcalc-snapshot.json"),
     overrides: Overrides = None,
+    format: FormatOption = Format.table,
+    json_out: Json = False,
 ) -> None:
     """Write every count (parameters, FLOPs, memory) of the given models to a JSON snapshot."""
+    out = output(format, json_out)
     data = snap.build(models or preset_names(), overrides or [])
-    snap.write_atomic(output, data)
-    render.snapshot_written(output, data)
+    snap.write_atomic(output_path, data)
+    render.emit([snap.SnapshotReport(str(output_path), data)], out, view.snapshot_document)
 
 
 def check(
-    file: Annotated[Path, typer.Argument(help="A snapshot written by `tfcalc snapshot`.", show_default=False)],
-    tolerance: Annotated[float, typer.Option(help="Relative tolerance for numbers; 0 means exact.")] = 0.0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the drifts as JSON.")] = False,
+    file: Annotated[Path, typer.Argument(help="A snapshot written by `tfcalc snapshot`.", show_default=False,
+                                         metavar="FILE")],
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Relative tolerance for numbers; 0 means exact.",
+                                             metavar="X")] = 0.0,
+    format: FormatOption = Format.table,
+    json_out: Json = False,
 ) -> int:
     """Recompute every count in a snapshot: exit 0 when all match, 1 listing each drift, 2 on a bad file."""
-    if tolerance < 0:
-        raise typer.BadParameter(f"must be 0 or more, got {tolerance}", param_hint="--tolerance")
-    data = snap.read(file)
-    drifts = snap.compare(data, tolerance)
-    render.check_result(file, data, drifts, json_out)
-    return 1 if drifts else 0
+    out = output(format, json_out)
+    report = snap.build_check(file, tolerance)
+    render.emit([report], out, view.check_document)
+    return 1 if report.drifts else 0

@@ -2,7 +2,8 @@
 
 A snapshot is JSON: the tfcalc version, the conventions the numbers follow, and one entry per model
 (the spec it was loaded from, any --set overrides, and its figures). ``check`` reloads each entry the
-same way, recomputes the figures and lists every leaf that moved. Pure arithmetic: no torch.
+same way, recomputes the figures and lists every leaf that moved. Pure arithmetic: no torch. The
+figures are read from the params, flops and memory reports' to_json() (SNAPSHOT_FIELDS).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc import __version__
-from tfcalc.config import ConfigError, ModelConfig
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.count import params as count_params
-from tfcalc.presets import load
+from tfcalc.errors import InputError
+from tfcalc.report.flops import build_flops
+from tfcalc.report.memory import estimate_memory
+from tfcalc.report.model_ref import ModelRef, resolve
+from tfcalc.report.params import build_params
+from tfcalc.workload import Workload
 
 FORMAT = 1
 CONVENTIONS = {
@@ -33,41 +35,52 @@ CONVENTIONS = {
 }
 FIGURES_DTYPE = "bf16"
 
+# Where each pinned figure comes from: a path into the to_json() of the report of the same name, so a
+# snapshot is a subset of what `tfcalc params|flops|memory --json` print, never a second computation.
+SNAPSHOT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "params": {"total": ("analytic_total",), "breakdown": ("breakdown",)},
+    "flops": {
+        "seq": ("seq",), "forward_flops": ("forward_flops",), "forward_flops_causal": ("forward_flops_causal",),
+        "training_flops": ("training_flops",), "breakdown": ("breakdown",),
+        "decode_flops_per_token": ("decode", "flops"), "crossover_seq": ("crossover_seq",),
+    },
+    "memory": {
+        "dtype": ("dtype",), "seq": ("seq",), "weights_bytes": ("weights_bytes",),
+        "kv_cache_bytes": ("kv_cache_bytes",), "activation_bytes": ("activation_bytes",),
+        "training_bytes": ("training_bytes",),
+    },
+}
 
-def figures(cfg: ModelConfig) -> dict[str, Any]:
-    """Every number a snapshot pins for one model, as nested dicts of ints (None where a figure does not
-    apply: an encoder has no decode step)."""
-    seq = cfg.max_seq_len
-    flops = count_flops.breakdown(cfg, 1, seq)
-    crossover = count_flops.crossover_seq(cfg)
+
+def _pick(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if data is None:
+            return None  # e.g. an encoder's decode: null, so its decode_flops_per_token is null
+        data = data[key]
+    return data
+
+
+def report_json(model: ModelRef) -> dict[str, dict[str, Any]]:
+    """The to_json() of the params, flops and memory reports at the snapshot's workload: batch 1, the
+    model's context length, bf16 bytes, nothing measured."""
+    at_context = Workload(batch=1, seq=model.cfg.max_seq_len, dtype=FIGURES_DTYPE)
     return {
-        "params": {
-            "total": count_params.total(cfg),
-            "breakdown": count_params.breakdown(cfg),
-        },
-        "flops": {
-            "seq": seq,
-            "forward_flops": flops.forward,
-            "forward_flops_causal": flops.forward_causal,
-            "training_flops": count_flops.training_flops(cfg, 1, seq),
-            "breakdown": flops.totals(),
-            "decode_flops_per_token": None if cfg.arch == "encoder" else count_flops.decode_flops(cfg, 1, seq),
-            "crossover_seq": {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn},
-        },
-        "memory": {
-            "dtype": FIGURES_DTYPE,
-            "seq": seq,
-            "weights_bytes": count_memory.weights_bytes(cfg, FIGURES_DTYPE),
-            "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, 1, seq, FIGURES_DTYPE),
-            "activation_bytes": count_memory.activations(cfg, 1, seq, FIGURES_DTYPE).total,
-            "training_bytes": count_memory.training_bytes(cfg, 1, seq, FIGURES_DTYPE),
-        },
+        "params": build_params(model, measure=False).to_json(),
+        "flops": build_flops(model, at_context).to_json(),
+        "memory": estimate_memory(model, at_context).to_json(),
     }
 
 
+def figures(model: ModelRef) -> dict[str, Any]:
+    """Every number a snapshot pins for one model (None where a figure does not apply)."""
+    reports = report_json(model)
+    return {kind: {key: _pick(reports[kind], path) for key, path in fields.items()}
+            for kind, fields in SNAPSHOT_FIELDS.items()}
+
+
 def entry(spec: str, overrides: list[str]) -> dict[str, Any]:
-    cfg = load(spec, overrides)
-    return {"preset": cfg.name, "spec": spec, "overrides": list(overrides), **figures(cfg)}
+    model = resolve(spec, overrides)
+    return {"preset": model.name, "spec": spec, "overrides": list(overrides), **figures(model)}
 
 
 def build(specs: list[str], overrides: list[str]) -> dict[str, Any]:
@@ -86,7 +99,7 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     except OSError as e:
-        raise ConfigError(f"{path}: cannot write there ({e.strerror or e})") from None
+        raise InputError(f"{path}: cannot write there ({e.strerror or e})") from None
     try:
         os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600 files; a snapshot is an ordinary file
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -98,7 +111,7 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError):  # disk full, a directory in the way, permissions
-            raise ConfigError(f"{path}: cannot write ({e.strerror or e}); the old file, if any, is intact") from None
+            raise InputError(f"{path}: cannot write ({e.strerror or e}); the old file, if any, is intact") from None
         raise
 
 
@@ -113,22 +126,22 @@ def _mode_for(path: Path) -> int:
 
 
 def read(path: Path) -> dict[str, Any]:
-    """The snapshot at path; ConfigError (one line) when it cannot be read or is not a snapshot."""
+    """The snapshot at path; InputError (one line) when it cannot be read or is not a snapshot."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
+        raise InputError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot be read ({e})") from None
+        raise InputError(f"{path}: cannot be read ({e})") from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise InputError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-        raise ConfigError(f"{path}: not a tfcalc snapshot (no 'entries' list)")
+        raise InputError(f"{path}: not a tfcalc snapshot (no 'entries' list)")
     if data.get("format") != FORMAT:
-        raise ConfigError(f"{path}: snapshot format {data.get('format')!r}, this tfcalc reads format {FORMAT}")
+        raise InputError(f"{path}: snapshot format {data.get('format')!r}, this tfcalc reads format {FORMAT}")
     for i, e in enumerate(data["entries"]):
         if not isinstance(e, dict) or not isinstance(e.get("spec"), str) or not isinstance(e.get("overrides", []), list):
-            raise ConfigError(f"{path}: entry {i} has no 'spec' string")
+            raise InputError(f"{path}: entry {i} has no 'spec' string")
     return data
 
 
@@ -173,8 +186,8 @@ def compare(snapshot: dict[str, Any], tolerance: float = 0.0) -> list[Drift]:
     for e in snapshot["entries"]:
         name = e.get("preset", e["spec"])
         try:
-            fresh = figures(load(e["spec"], e.get("overrides", [])))
-        except ConfigError as err:
+            fresh = figures(resolve(e["spec"], e.get("overrides", [])))
+        except InputError as err:
             drifts.append(Drift(name, "(config)", "loadable", str(err)))
             continue
         expected = _flatten({k: v for k, v in e.items() if k in fresh})
@@ -183,3 +196,35 @@ def compare(snapshot: dict[str, Any], tolerance: float = 0.0) -> list[Drift]:
             if key not in got or key not in expected or not _same(expected[key], got[key], tolerance):
                 drifts.append(Drift(name, key, expected.get(key), got.get(key)))
     return drifts
+
+
+@dataclass(frozen=True)
+class SnapshotReport:
+    """What `tfcalc snapshot` wrote."""
+
+    path: str
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "tfcalc_version": self.data["tfcalc_version"], "format": self.data["format"],
+                "models": [e["preset"] for e in self.data["entries"]]}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `tfcalc check` found: every figure that drifted from the snapshot."""
+
+    path: str
+    models: int
+    drifts: tuple[Drift, ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"preset": d.preset, "field": d.field, "expected": d.expected, "got": d.got,
+                 "difference": d.difference} for d in self.drifts]
+
+
+def build_check(path: Path, tolerance: float = 0.0) -> CheckReport:
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
+        raise InputError(f"--tolerance must be a finite number, 0 or more; got {tolerance}")
+    data = read(path)
+    return CheckReport(str(path), len(data["entries"]), tuple(compare(data, tolerance)))

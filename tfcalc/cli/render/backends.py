@@ -1,0 +1,129 @@
+"""Writers of a Doc: a Rich table for people at a terminal, Markdown to paste, CSV to load.
+
+Rich: where a table is wider than the console, columns are hidden in order of their priority number
+(highest first) until it fits, and a dim line names what was hidden; cells fold rather than being cut
+with '…', so no digit or name is ever lost. Markdown keeps every column and formats cells as the table
+does. CSV writes raw values (exact integers) with one header row per table, tables separated by a blank
+line and preceded by a one-cell title row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from tfcalc.cli.render.doc import Cell, Doc, Note, Table
+from tfcalc.units import format_cell
+
+TEXT_WIDTH = 44  # a text column wraps past this, rather than pushing a number column off the screen
+NOTE_STYLES = {"warning": "yellow", "dim": "dim", "ok": "green", "bad": "bold red", "": ""}
+
+
+def _cell_text(cell, unit: str, exact: bool) -> tuple[str, str]:
+    if isinstance(cell, Cell):
+        return format_cell(cell.value, unit, exact), cell.style
+    return format_cell(cell, unit, exact), ""
+
+
+def _rich_table(table: Table, keep: list[int], exact: bool) -> RichTable:
+    out = RichTable(title=Text(table.title, style="bold"), caption=Text(table.caption) if table.caption else None,
+                    title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                    show_edge=False)
+    for i in keep:
+        c = table.columns[i]
+        wraps = c.unit == "text" and c.wrap
+        out.add_column(Text(c.header), justify=c.justify, overflow="fold", no_wrap=not wraps,
+                       max_width=TEXT_WIDTH if wraps else None)
+    for row in table.rows:
+        if row.rule:
+            out.add_section()
+        cells = []
+        for i in keep:
+            text, style = _cell_text(row.cells[i], table.columns[i].unit, exact)
+            cells.append(Text(text, style=" ".join(s for s in (row.style, style) if s)))
+        out.add_row(*cells)
+    return out
+
+
+def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable, list[str]]:
+    """The Rich table with as many columns as fit the console, and the headers of those hidden."""
+    keep = list(range(len(table.columns)))
+    hidden: list[str] = []
+    while True:
+        rich_table = _rich_table(table, keep, exact)
+        # measured unconstrained: Rich clamps a measurement to the console, which would hide every overflow
+        width = Measurement.get(console, console.options.update(max_width=10_000), rich_table).maximum
+        droppable = [i for i in keep if table.columns[i].priority > 0]
+        if width <= console.width or not droppable:
+            return rich_table, hidden
+        worst = max(droppable, key=lambda i: (table.columns[i].priority, i))
+        keep.remove(worst)
+        hidden.insert(0, table.columns[worst].header)
+
+
+def write_rich(doc: Doc, console: Console, exact: bool = False) -> None:
+    for block in doc.blocks:
+        if isinstance(block, Note):
+            console.print(Text(block.text, style=NOTE_STYLES[block.style]))
+            continue
+        rich_table, hidden = fit_columns(console, block.without_empty_columns(), exact)
+        console.print(rich_table)
+        if hidden:
+            console.print(Text(f"(not shown at {console.width} columns: {', '.join(hidden)}; a wider terminal, "
+                               "--format markdown or --format csv shows them)", style="dim"))
+        console.print()
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def write_markdown(doc: Doc, exact: bool = False) -> str:
+    lines: list[str] = []
+    for block in doc.blocks:
+        if isinstance(block, Note):
+            lines += [_md_escape(block.text), ""]
+            continue
+        block = block.without_empty_columns()
+        lines += [f"**{_md_escape(block.title)}**", ""]
+        lines.append("| " + " | ".join(_md_escape(c.header) or " " for c in block.columns) + " |")
+        lines.append("|" + "|".join("---:" if c.justify == "right" else ":---" for c in block.columns) + "|")
+        for row in block.rows:
+            cells = [_md_escape(_cell_text(cell, col.unit, exact)[0]) for cell, col in zip(row.cells, block.columns)]
+            if row.style == "bold" and cells[0]:
+                cells[0] = f"**{cells[0]}**"
+            lines.append("| " + " | ".join(cells) + " |")
+        if block.caption:
+            lines += ["", _md_escape(block.caption)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_csv(doc: Doc) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    first = True
+    for block in doc.blocks:
+        if isinstance(block, Note):
+            continue
+        if not first:
+            writer.writerow([])
+        first = False
+        block = block.without_empty_columns()
+        writer.writerow([block.title])
+        writer.writerow([c.header + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
+                         for c in block.columns])
+        for row in block.rows:
+            writer.writerow(["" if (v := (c.value if isinstance(c, Cell) else c)) is None else v for c in row.cells])
+    return buffer.getvalue()
+
+
+# CSV holds raw values, so each numeric header names the unit of its raw value
+_CSV_UNITS = {"params": "parameters", "flop": "FLOP", "flop_rate": "FLOP/s", "bytes": "bytes", "share": "fraction",
+              "seconds": "s", "tokens_rate": "tokens/s", "ratio": "ratio", "rel": "fraction"}

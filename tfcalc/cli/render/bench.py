@@ -1,0 +1,55 @@
+"""`tfcalc bench` as a document: timings per sequence length, then where the time goes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc import units
+from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.report.bench import BenchReport
+
+
+def _where(first: dict[str, Any]) -> str:
+    name, device = first["device_name"], first["device"]
+    return name if name.startswith(device) else f"{name} ({device})"
+
+
+def document(reports: list[BenchReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for report in reports:
+        rows = [dict(r) for r in report.rows]
+        first = rows[0]
+        title = (f"{report.model.label}: forward passes on {_where(first)}, {first['dtype']}, batch {first['batch']} "
+                 f"({first['samples']} timed calls after {first['warmup']} warm-up)")
+        t = doc.table(title, Column("seq", "int"), Column("median", "seconds"), Column("p10", "seconds", priority=1),
+                      Column("p90", "seconds", priority=1), Column("tokens/s", "tokens_rate"),
+                      Column("achieved", "flop_rate"), Column("of ceiling", "share"), Column("MFU", "share"))
+        for r in rows:
+            t.add(r["seq"], r["median_s"], r["p10_s"], r["p90_s"], r["tokens_per_s"], r["achieved_flops_per_s"],
+                  r["ceiling_fraction"], "—" if r["mfu"] is None else r["mfu"])
+        split = doc.table(f"{report.model.label}: where one block's time goes (sub-layers timed alone)",
+                          Column("seq", "int"), Column("attention", "seconds"), Column("FFN", "seconds"),
+                          Column("attention share of time", "share"), Column("of FLOPs", "share"),
+                          Column("peak memory", "bytes", priority=1))
+        for r in rows:
+            c = r["components"]
+            split.add(r["seq"], c["attention_s"], c["ffn_s"], c["attention_time_share"], c["attention_flop_share"],
+                      r["peak_memory_bytes"])
+        _notes(doc, first)
+    return doc
+
+
+def _notes(doc: Doc, first: dict[str, Any]) -> None:
+    peak = first["peak_flops_per_s"]
+    doc.note(f"Matmul ceiling ({first['dtype']}, measured here the same way): "
+             f"{units.flop_rate(first['matmul_ceiling_flops_per_s'])}; datasheet peak: "
+             f"{units.flop_rate(peak) if peak else 'unknown for this device, so no MFU'}.", "dim")
+    if first["extrapolated"]:
+        doc.note(f"Ran {first['n_layer_run']} of {first['n_layer']} blocks; the full-depth time adds the missing "
+                 f"blocks at the median time of one block timed alone (measured forward: "
+                 f"{units.seconds(first['measured_forward_median_s'])}).", "dim")
+    doc.note("Attention share: one block's attention sub-layer against attention + FFN, in time and in FLOPs; "
+             "a time share above the FLOP share is memory-bound work (softmax, reshapes, KV reads). Achieved FLOP/s "
+             "counts the analytic forward FLOPs, full T×T attention square.", "dim")
+    if first["compiled"]:
+        doc.note("The forward pass ran torch.compile'd; the sub-layer timings use the eager modules.", "dim")

@@ -1,0 +1,121 @@
+"""`tfcalc memory` as a document: weights, KV cache, training state and activations, the measured peak,
+and the fit against a budget."""
+
+from __future__ import annotations
+
+from tfcalc import units
+from tfcalc.cli.render.doc import Column, Doc, Table
+from tfcalc.report.memory import MemoryReport
+
+ACTIVATION_LABELS = {
+    "attn_norm": "attention norm (input; stats)", "qkv_input": "QKV input", "qkv": "Q, K, V",
+    "rope_qk": "rotated Q, K (RoPE)", "attn_scores": "softmax scores (s²)", "softmax_stats": "log-sum-exp (fp32)",
+    "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
+    "ffn_hidden": "FFN hidden", "dropout": "dropout masks", "final_norm": "final norm",
+    "lm_head_input": "LM-head input", "log_probs": "log-probs (fp32)",
+    "moe_routing": "MoE: routed inputs, outputs, weights", "cross_attn_norm": "cross-attention norm (input; stats)",
+    "cross_q_input": "cross-attention Q input", "cross_qkv": "cross-attention Q; K, V of the source",
+    "cross_attn_scores": "cross-attention softmax (T×S)", "cross_softmax_stats": "cross-attention log-sum-exp",
+    "cross_attn_output": "cross-attention output",
+}
+
+
+def _inference_rows(t: Table, r: MemoryReport) -> None:
+    cfg = r.cfg
+    heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
+                                                          " (MQA)" if cfg.kv_heads == 1 < cfg.n_head else "")
+    t.add("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
+    if cfg.arch == "encoder":
+        t.add("KV cache", r.kv_cache, "none: an encoder generates no tokens")
+    else:
+        t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head; {heads}")
+    if r.cross_kv_cache:
+        t.add("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,}")
+    t.add("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
+    t.add("Inference: weights + KV cache", r.inference_bytes, None, style="bold")
+
+
+def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
+    a, s = r.activations, r.state
+    if a is None or s is None:
+        t.add(f"Training: not modelled for {r.dtype} (an inference format)", None, None, style="dim", rule=True)
+        return
+    t.add("Gradients", s.gradients, f"in {r.dtype}", rule=True)
+    if s.master_weights:
+        t.add("Master weights", s.master_weights, "fp32")
+    t.add("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
+    stack = "decoder " if a.n_encoder_layer else ""
+    t.add(f"Activations kept, per {stack}layer", a.layer, f"{a.attention} attention")
+    for key, n in a.per_layer.items() if verbose else ():
+        if n:
+            t.add(f"  {ACTIVATION_LABELS[key]}", n, None)
+    if a.n_encoder_layer:
+        t.add("Activations kept, per encoder layer", a.encoder_layer, f"S = {r.src_seq:,}")
+    t.add("Activations kept, all layers + head", a.stored,
+          f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
+    if a.recompute_extra:
+        t.add("  + one block rebuilt in backward", a.recompute_extra, None)
+    t.add("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")
+    t.add("Activation peak", a.total, None, style="bold")
+    t.add("  Korthikanti et al. 2022, eq. 1", r.korthikanti, "L·sbh(34 + 5as/h), 16-bit, no flash")
+    if s.step_temporaries > a.total:
+        t.add("Optimizer step temporaries", s.step_temporaries, "exceed the activations: set the peak")
+    t.add(f"Training total ({s.optimizer})", r.training_bytes, f"{s.bytes_per_param:.4g} bytes/param + activations",
+          style="bold")
+
+
+def _measured_rows(t: Table, r: MemoryReport) -> None:
+    m, a = r.measured, r.activations
+    t.add(f"Estimate of this run ({'training step' if r.training else 'forward pass'})", r.run_estimate, None,
+          rule=True)
+    t.add(f"Measured peak on {m.device}", m.peak_bytes, f"{r.ratio:.3f} × estimate; {m.method}", style="bold")
+    if m.saved_activation_bytes is not None and a is not None:
+        t.add("Activations saved by autograd, measured", m.saved_activation_bytes,
+              f"{m.saved_activation_bytes / a.stored:.4f} × estimate")
+
+
+def _fit_rows(t: Table, r: MemoryReport) -> None:
+    fit, target = r.fit, ("training state + activations" if r.training else "weights + KV cache")
+    t.add(f"Budget: {target}", fit.budget, None, style="bold", rule=True)
+    if not fit.weights_fit:
+        what = "the training state" if r.training else "the weights"
+        t.add(f"  {what} alone do not fit", fit.fixed_bytes, None, style="red")
+        return
+    beyond = f" (past the context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
+    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
+    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    t.add(f"  largest context at batch {r.batch}", None, seq_text)
+    t.add(f"  largest batch at seq {r.seq:,}", None, batch_text)
+
+
+def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
+    title = f"{r.model.label}: memory in {r.dtype}, batch {r.batch}, seq {r.seq:,}"
+    t = doc.table(title, Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1),
+                  caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes")
+    _inference_rows(t, r)
+    _training_rows(t, r, verbose)
+    if r.measured is not None:
+        _measured_rows(t, r)
+    if r.fit is not None:
+        _fit_rows(t, r)
+
+
+def document(reports: list[MemoryReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for r in reports:
+        _one(doc, r, verbose)
+    if not verbose and any(r.activations is not None for r in reports):
+        doc.note("Activations tensor by tensor: --verbose.", "dim")
+    if len(reports) > 1:
+        t = doc.table("Summary", Column("Model"), Column("Weights", "bytes"), Column("KV cache", "bytes"),
+                      Column("Activations", "bytes"), Column("Training", "bytes"),
+                      Column("Measured", "bytes", priority=1))
+        for r in reports:
+            t.add(r.model.label, r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
+                  r.measured and r.measured.peak_bytes)
+    return doc
+
+
+def budget_note(budget: int) -> str:
+    """Said when a --budget without a unit reads as bytes (a likely slip for GB)."""
+    return f"--budget without a unit means bytes: {units.nbytes(budget)}"

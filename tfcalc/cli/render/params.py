@@ -1,0 +1,110 @@
+"""`tfcalc params` as a document: the breakdown by component, the two totals, the approximation."""
+
+from __future__ import annotations
+
+from tfcalc import units
+from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.count import params as count
+from tfcalc.report.params import ParamsReport
+
+GROUP_TITLES = {
+    "embeddings": "Embeddings", "attention": "Attention", "cross_attention": "Cross-attention", "ffn": "FFN",
+    "norms": "Norms", "pooler": "Pooler", "lm_head": "LM head",
+}
+
+
+def agree_cell(ok: bool) -> Cell:
+    return Cell("✓ agree", "green") if ok else Cell("✗ DISAGREE", "bold red")
+
+
+def _title(r: ParamsReport) -> str:
+    title = f"{r.model.label}: parameters"
+    if r.nominal_rel_difference is not None and r.model.as_published:
+        title += f" (named {r.cfg.nominal_params}; exact count {r.nominal_rel_difference:+.1%} from it)"
+    return title
+
+
+def _caption(r: ParamsReport) -> str:
+    if not r.cfg.source:
+        return ""
+    return f"Source: {r.cfg.source}" + ("" if r.model.as_published else " (before the --set overrides)")
+
+
+def _component_rows(table, r: ParamsReport, verbose: bool) -> None:
+    """Group rows, each with its tensors under --verbose; an encoder-decoder in two sections."""
+    cfg, total = r.cfg, r.analytic_total
+    sections = [("", list(r.entries))]
+    if cfg.arch == "encoder-decoder":
+        layers = {"encoder": cfg.encoder_layers, "decoder": cfg.decoder_layers}
+        sections = [(stack, [e for e in r.entries if e.stack == stack]) for stack in count.STACKS]
+    for stack, entries in sections:
+        indent = "  " if stack else ""
+        if stack:
+            n = sum(e.total for e in entries)
+            table.add(f"{stack.capitalize()} ({layers[stack]} layers)", None, None, n, n / total, style="bold")
+        for group in count.GROUPS:
+            in_group = [e for e in entries if e.group == group]
+            if not in_group:
+                continue
+            n = sum(e.total for e in in_group)
+            tied = all(e.tied_to for e in in_group)
+            title = GROUP_TITLES[group] + (" (tied: counted in embeddings)" if tied else "")
+            table.add(indent + title, None, None, n, n / total, style="bold")
+            for e in in_group if verbose else []:
+                copies = f"{e.copies // e.experts} × {e.experts}" if e.experts > 1 else f"{e.copies}"
+                shape = " × ".join(str(d) for d in e.shape)
+                counted = Cell(f"tied to {e.tied_to}", "dim") if e.tied_to else e.total
+                table.add(f"{indent}  {e.label}", shape, copies, counted, None)
+
+
+def document(reports: list[ParamsReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for r in reports:
+        doc.extend(_one(r, verbose))
+    if len(reports) > 1:
+        doc.extend(_summary(reports))
+    return doc
+
+
+def _one(r: ParamsReport, verbose: bool) -> Doc:
+    cfg, total, doc = r.cfg, r.analytic_total, Doc()
+    table = doc.table(_title(r), Column("Component"), Column("Shape", priority=1), Column("Copies", priority=1),
+                      Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r))
+    _component_rows(table, r, verbose)
+    if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
+        table.add(f"Positions: {cfg.pos_encoding}, no parameters", None, None, None, None, style="dim")
+    table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
+    if r.empirical is not None:
+        mark = "✓ agree" if r.agrees else "✗ DISAGREE"
+        table.add(f"{mark}: total, empirical (meta module)", None, None, r.empirical_total, None,
+                  style="green" if r.agrees else "bold red")
+    else:
+        table.add("Total, empirical: not measured", None, None, None, None, style="dim")
+    if cfg.n_expert:
+        table.add(f"Active per token (top-{cfg.experts_active} of {cfg.experts})", None, None, r.active_params,
+                  r.active_params / total)
+    table.add(f"Approximation {count.seeds_formula(cfg)} ({r.approximation_rel_error:+.2%})", None, None,
+              r.approximation, None)
+    weights = ", ".join(f"{units.nbytes(n)} in {dtype} ({n:,} bytes)" for dtype, n in r.weights_bytes.items())
+    doc.note(f"Weights: {weights}; `tfcalc memory` for the KV cache, activations and training state.")
+    if not verbose:
+        doc.note("Tensor by tensor, with shapes: --verbose.", "dim")
+    for note in r.notes:
+        doc.note(f"Note: {note}", "warning")
+    return doc
+
+
+def _summary(reports: list[ParamsReport]) -> Doc:
+    doc = Doc()
+    table = doc.table("Summary", Column("Model"), Column("Parameters", "params"), Column("Empirical"),
+                      Column("Active", "params", priority=2), Column("Named", priority=2),
+                      Column("Approx. error", priority=1), Column("Attention", "share", priority=1),
+                      Column("FFN", "share", priority=1), Column("bf16 weights", "bytes", priority=1))
+    for r in reports:
+        total = r.analytic_total
+        empirical = "—" if r.empirical is None else agree_cell(bool(r.agrees))
+        table.add(r.model.label, total, empirical, r.active_params if r.cfg.n_expert else "—",
+                  r.cfg.nominal_params or "—", f"{r.approximation_rel_error:+.2%}", r.attention_params / total,
+                  r.groups["ffn"] / total, r.weights_bytes["bf16"])
+    doc.note("Attention: self- and cross-attention parameters, as a share of all parameters.", "dim")
+    return doc

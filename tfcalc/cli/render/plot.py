@@ -1,0 +1,113 @@
+"""Curves drawn with matplotlib, an optional extra (`pip install 'tfcalc[plot]'`): PNG, SVG or PDF, as
+the file's extension asks.
+
+Every series has its own colour and its own line style or marker, so a reader tells them apart in grey
+print too; one colour per component across both panels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from tfcalc.errors import InputError
+
+FORMATS = (".png", ".svg", ".pdf")
+# key: (colour, line style, marker, label)
+SERIES = {
+    "attention_scores": ("#d62728", "-", "o", "attention scores (QKᵀ, A·V)"),
+    "attention_proj": ("#ff7f0e", "--", "s", "attention projections (Q, K, V, O)"),
+    "ffn": ("#1f77b4", "-.", "^", "FFN"),
+    "lm_head": ("#7f7f7f", ":", "v", "LM head"),
+    "kv_cache_bytes": ("#9467bd", "-", "o", "KV cache (inference)"),
+    "activation_bytes": ("#2ca02c", "--", "s", "activations (training)"),
+    "training_bytes": ("#8c564b", "-.", "D", "training total (state + activations)"),
+}
+
+
+def check_plot_path(path: Path) -> Path:
+    """The file to write: refused in one line when its extension is not one matplotlib is asked to write
+    here, or when it names a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"--plot {path}: is a folder; give a file name such as {path / 'scan.png'}")
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"--plot {path}: the extension must be one of {', '.join(FORMATS)}")
+    return path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'tfcalc[plot]'") from None
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _short(x: float, decimal: bool = False) -> str:
+    """Tick labels: 131072 -> '128K' (powers of two for lengths), 1e15 -> '1P' (powers of ten)."""
+    base, names = (1000, ("", "K", "M", "G", "T", "P", "E")) if decimal else (1024, ("", "K", "M", "G"))
+    i = 0
+    while abs(x) >= base and i < len(names) - 1:
+        x, i = x / base, i + 1
+    return f"{x:g}{names[i]}"
+
+
+def _line(ax, seqs, values, key: str) -> None:
+    colour, style, marker, label = SERIES[key]
+    ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
+
+
+def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (13.0, 5.2), dpi: int = 110,
+              budget: Optional[int] = None) -> None:
+    """Two log-log panels against sequence length: forward FLOPs by component, and memory (with the
+    weights, the training total and, given a budget, the capacity line); the crossovers as vertical lines,
+    the lengths past the context shaded."""
+    path = check_plot_path(path)
+    plt = _pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    rows = report["rows"]
+    seqs = [r["seq"] for r in rows]
+    fig, (flops_ax, mem_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
+    for key in ("attention_scores", "attention_proj", "ffn", "lm_head"):
+        _line(flops_ax, seqs, [max(r[key], 1) for r in rows], key)
+    flops_ax.plot(seqs, [r["forward_flops"] for r in rows], color="black", lw=1, ls=(0, (1, 1)), label="forward total")
+    flops_ax.set_ylabel(f"forward FLOPs per batch (batch {report['batch']}, full T×T square)")
+    for key in ("kv_cache_bytes", "activation_bytes", "training_bytes"):
+        if all(r.get(key) is not None for r in rows):
+            _line(mem_ax, seqs, [r[key] for r in rows], key)
+    mem_ax.axhline(report["weights_bytes"], color="black", lw=1, ls=(0, (1, 1)), label=f"weights ({report['dtype']})")
+    if budget is not None:
+        mem_ax.axhline(budget, color="#e377c2", lw=2, ls=(0, (6, 2)), label=f"capacity {_short(budget, True)}B")
+    mem_ax.set_ylabel(f"bytes ({report['dtype']}, batch {report['batch']})")
+    crossover = report["crossover_seq"]
+    for key, text in (("scores_vs_ffn", "scores = FFN"), ("attention_vs_ffn", "attention = FFN")):
+        if seqs[0] <= crossover[key] <= seqs[-1]:
+            flops_ax.axvline(crossover[key], color="black", ls=(0, (4, 3)), lw=0.8)
+            flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
+                              xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom", fontsize=8)
+    for ax, unit in ((flops_ax, ""), (mem_ax, "B")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T (tokens)")
+        ax.xaxis.set_major_locator(FixedLocator(seqs if len(seqs) <= 12 else seqs[:: -(-len(seqs) // 12)]))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _, unit=unit: _short(y, decimal=True) + unit))
+        ax.set_xlim(seqs[0] / 1.15, seqs[-1] * 1.15)
+        ax.grid(True, which="major", alpha=0.3)
+        if report["max_seq_len"] < seqs[-1]:
+            ax.axvspan(report["max_seq_len"], seqs[-1] * 1.15, color="grey", alpha=0.08, lw=0)
+        ax.legend(fontsize=8, loc="upper left")
+    flops_ax.set_title("Where the forward FLOPs go")
+    mem_ax.set_title("Memory")
+    note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""
+    fig.suptitle(f"{report['label']}: compute and memory against sequence length{note}")
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)

@@ -1,0 +1,67 @@
+"""`tfcalc scan` as a document: FLOPs and memory against sequence length, the crossovers marked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.report.scan import ScanReport
+
+# (key, character, style): the characters tell the parts apart without colour (NO_COLOR, plain files)
+PARTS = (("attention_scores", "█", "red"), ("attention_proj", "▓", "dark_orange"), ("ffn", "▒", "blue"),
+         ("lm_head", "░", "grey50"))
+PART_NAMES = ("scores", "projections", "FFN", "head")
+
+
+def share_bar(row: dict[str, Any], width: int = 16) -> str:
+    """The forward FLOPs of one length as a bar of characters, one per part, widths by share."""
+    bar, used = "", 0
+    for i, (key, char, _) in enumerate(PARTS):
+        n = width - used if i == len(PARTS) - 1 else round(width * row[key] / row["forward_flops"])
+        n = max(0, min(n, width - used))
+        bar += char * n
+        used += n
+    return bar
+
+
+def _marks(report: ScanReport) -> dict[int, list[str]]:
+    """seq -> the crossovers first reached at that length."""
+    marks: dict[int, list[str]] = {}
+    for key, text in (("scores_vs_ffn", "scores"), ("attention_vs_ffn", "attention")):
+        reached = [r["seq"] for r in report.rows if r["seq"] >= report.crossover[key]]
+        if reached:
+            marks.setdefault(reached[0], []).append(text)
+    return marks
+
+
+def _one(doc: Doc, report: ScanReport) -> None:
+    marks, context = _marks(report), report.model.cfg.max_seq_len
+    legend = ", ".join(f"{char} {name}" for (_, char, _), name in zip(PARTS, PART_NAMES))
+    t = doc.table(f"{report.model.label}: forward FLOPs and memory against T (batch {report.batch}, bytes in "
+                  f"{report.dtype})", Column("T"), Column("scores", "flop"), Column("projections", "flop", priority=1),
+                  Column("FFN", "flop"), Column("LM head", "flop", priority=3), Column("scores share", "share"),
+                  Column("KV cache", "bytes"), Column("activations", "bytes", priority=1),
+                  Column("training", "bytes", priority=4), Column("forward FLOPs", priority=2, wrap=False),
+                  Column("crossover", wrap=False))
+    for r in report.rows:
+        seq_text = f"{r['seq']:,}" + ("*" if r["seq"] > context else "")
+        mark = ", ".join(marks.get(r["seq"], []))
+        t.add(seq_text, r["attention_scores"], r["attention_proj"], r["ffn"], r["lm_head"], r["scores_share"],
+              r["kv_cache_bytes"], r["activation_bytes"], r["training_bytes"], Cell(share_bar(r)),
+              Cell(f"◀ {mark}", "bold red") if mark else None, style="bold" if mark else "")
+    x = report.crossover
+    doc.note(f"Per layer, attention scores reach the FFN's FLOPs at T = {x['scores_vs_ffn']:,} and the whole attention "
+             f"sub-layer (projections + scores) at T = {x['attention_vs_ffn']:,} (full-square convention); ◀ marks the "
+             "first length at or past each. "
+             f"Forward FLOPs bar: {legend}.")
+    if report.beyond_context:
+        doc.note(f"* beyond the context length {context:,}: arithmetic only.", "dim")
+    if report.plot:
+        doc.note(f"Plot written to {report.plot}.")
+
+
+def document(reports: list[ScanReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for report in reports:
+        _one(doc, report)
+    return doc

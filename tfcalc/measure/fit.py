@@ -1,0 +1,109 @@
+"""Refuse, before allocating, a run the estimate says will not fit: one check for every measured run.
+
+The limit is the tightest of what the device can still give and what this process may take:
+- the device's free memory (CUDA: the driver's free bytes; CPU: MemAvailable, see tfcalc.measure.device);
+- on a CPU, also the process's address-space limit (``ulimit -v``, RLIMIT_AS) less what it already maps,
+  and its cgroup's memory limit (v2 ``memory.max`` less ``memory.current``; v1 ``memory.limit_in_bytes``
+  less ``memory.usage_in_bytes``), which MemAvailable does not see.
+A GPU's memory is not bound by either, so only its free memory counts there.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from tfcalc.errors import InputError
+
+_CGROUP_V2 = ("memory.max", "memory.current")
+_CGROUP_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+
+
+@dataclass(frozen=True)
+class Limit:
+    bytes: int
+    what: str  # "free memory on cpu", "the address-space limit (ulimit -v)", ...
+
+
+def _read_int(path: Path) -> Optional[int]:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None  # 'max' (no limit) and junk read as None
+
+
+def _cgroup_dirs(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
+    """The memory cgroup folders of this process (v2 unified, or v1 memory controller), innermost first."""
+    try:
+        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    dirs = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "" or "memory" in controllers.split(","):
+            base = root if controllers == "" else root / "memory"
+            dirs.append(base / path.lstrip("/"))
+            dirs.append(base)  # inside a container the process's own cgroup is often mounted as the root
+    return dirs
+
+
+def cgroup_room(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> Optional[int]:
+    """Bytes the cgroup still allows (limit − usage), or None when no limit is set or readable."""
+    for folder in _cgroup_dirs(proc_cgroup, root):
+        for limit_name, usage_name in (_CGROUP_V2, _CGROUP_V1):
+            limit = _read_int(folder / limit_name)
+            if limit is not None and limit < 2**60:  # v1 writes a huge number for 'no limit'
+                return max(0, limit - (_read_int(folder / usage_name) or 0))
+    return None
+
+
+def _mapped_bytes() -> int:
+    """This process's virtual size (VmSize), what RLIMIT_AS counts against."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        pass
+    return 0
+
+
+def rlimit_room() -> Optional[int]:
+    """Bytes of address space this process may still map under RLIMIT_AS, or None when unlimited."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    return max(0, soft - _mapped_bytes())
+
+
+def tightest_limit(device_kind: str, free: Optional[int], device_name: str) -> Optional[Limit]:
+    """The smallest of the known limits for a run on this device, or None when none is known."""
+    limits = [] if free is None else [Limit(free, f"free memory on {device_name}")]
+    if device_kind == "cpu":
+        room = rlimit_room()
+        if room is not None:
+            limits.append(Limit(room, "room under the address-space limit (ulimit -v)"))
+        room = cgroup_room()
+        if room is not None:
+            limits.append(Limit(room, "room under the cgroup's memory limit"))
+    return min(limits, key=lambda limit: limit.bytes, default=None)
+
+
+def require_fits(needed: int, device: str, what: str, hint: str) -> None:
+    """InputError, before anything is allocated, when needed exceeds the tightest limit on device.
+
+    device: a name such as 'cpu' or 'cuda:0' (resolved here, so an absent device is refused too);
+    hint: what would fit instead ('a smaller --batch or --seq', ...), named in the message."""
+    from tfcalc.units import nbytes
+    from tfcalc.measure.device import free_memory, resolve_device
+
+    where = resolve_device(device)
+    limit = tightest_limit(where.kind, free_memory(where), where.name)
+    if limit is not None and needed > limit.bytes:
+        raise InputError(f"not running {what}: it needs an estimated {nbytes(needed)} but the {limit.what} is "
+                         f"{nbytes(limit.bytes)}; try {hint}")

@@ -1,0 +1,237 @@
+"""The report of `tfcalc flops`: forward FLOPs by matmul (full square and causal), training, decode, the
+standard formulas, the crossover where attention overtakes the FFN, and the FlopCounterMode measurement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count import flops as count
+from tfcalc.count.params import width_note
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import Workload
+
+if TYPE_CHECKING:
+    from tfcalc.measure.flops import MeasuredFlops
+
+# 'attention' in every share tfcalc prints: self-attention projections and scores, and cross-attention's.
+ATTENTION_GROUPS = ("attention_proj", "attention_scores") + count.CROSS_GROUPS
+
+
+def attention_share(totals: dict[str, int]) -> float:
+    """The attention share of forward FLOPs: ATTENTION_GROUPS over the whole forward pass."""
+    return sum(totals[g] for g in ATTENTION_GROUPS) / sum(totals.values())
+
+
+def crossover_json(crossover: count.Crossover) -> dict[str, int]:
+    return {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn}
+
+
+@dataclass(frozen=True)
+class FlopsReport:
+    model: ModelRef
+    workload: Workload  # resolved: seq and src_seq set
+    recompute: bool
+    breakdown: count.FlopBreakdown
+    measured: Optional["MeasuredFlops"]  # None when not measured
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
+
+    @property
+    def seq(self) -> int:
+        return self.workload.seq
+
+    @property
+    def src_seq(self) -> Optional[int]:
+        """Source tokens per sequence of an encoder-decoder; None for the other kinds."""
+        return self.breakdown.src_seq
+
+    @property
+    def forward(self) -> int:
+        return self.breakdown.forward
+
+    @property
+    def forward_causal(self) -> int:
+        return self.breakdown.forward_causal
+
+    @property
+    def training(self) -> int:
+        return count.training_flops(self.cfg, self.batch, self.seq, self.recompute, src_seq=self.src_seq)
+
+    @property
+    def training_exact(self) -> tuple[int, int]:
+        """3 × forward, full square and causal: what the standard formulas are compared with."""
+        return count.TRAINING_MULTIPLIER * self.forward, count.TRAINING_MULTIPLIER * self.forward_causal
+
+    @property
+    def training_multiplier(self) -> int:
+        return count.RECOMPUTE_MULTIPLIER if self.recompute else count.TRAINING_MULTIPLIER
+
+    @property
+    def attention_share(self) -> float:
+        return attention_share(self.breakdown.totals())
+
+    def mismatches(self) -> list[str]:
+        """The groups (and 'other', FLOPs no group explains) where measured and analytic differ."""
+        if self.measured is None:
+            return []
+        analytic = dict(self.breakdown.totals(), other=0)
+        return [g for g, n in self.measured.groups.items() if analytic.get(g, 0) != n]
+
+    @property
+    def agrees(self) -> Optional[bool]:
+        """Measured == analytic, in total and group by group (None when not measured)."""
+        if self.measured is None:
+            return None
+        return self.measured.total == self.forward and not self.mismatches()
+
+    @property
+    def crossover(self) -> count.Crossover:
+        return count.crossover_seq(self.cfg)
+
+    @property
+    def crossover_causal(self) -> count.Crossover:
+        return count.crossover_seq(self.cfg, causal=True)
+
+    @property
+    def formulas(self) -> list[count.FormulaEstimate]:
+        return count.standard_formulas(self.cfg, self.batch, self.seq)
+
+    @property
+    def decode(self) -> Optional[int]:
+        """One decode step at context T; None for an encoder, which generates nothing."""
+        if self.cfg.arch == "encoder":
+            return None
+        return count.decode_flops(self.cfg, self.batch, self.seq, self.src_seq)
+
+    @property
+    def beyond_context(self) -> Optional[str]:
+        cfg = self.cfg
+        if self.seq <= cfg.max_seq_len:
+            return None
+        return (f"{cfg.name}: --seq {self.seq:,} exceeds the context of {cfg.max_seq_len:,} tokens; counted anyway, "
+                "as if the model had that many positions")
+
+    @property
+    def notes(self) -> list[str]:
+        cfg, out = self.cfg, [self.beyond_context] if self.beyond_context else []
+        if width_note(cfg):
+            out.append(f"attention width n_head·d_head = {cfg.q_dim} differs from d_model = {cfg.d_model} "
+                       "(as printed in the source): the attention FLOPs are counted as given")
+        if cfg.n_expert:
+            out.append(
+                f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
+                f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
+                f"{cfg.experts}; the experts a token skips do no work for it")
+        if cfg.arch == "encoder":
+            out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
+                       "full one; an encoder generates nothing, so there is no decode step")
+        if cfg.arch == "encoder-decoder":
+            out.append(
+                f"encoder-decoder: the encoder runs over S = {self.src_seq:,} source tokens, the decoder over "
+                f"T = {self.seq:,} target tokens, and cross-attention scores T × S; per-token figures divide by "
+                "the B·T target tokens")
+        if cfg.arch != "decoder":
+            out.append("the standard training formulas (--training) are written for decoder-only models; they are "
+                       "evaluated here as their sources write them, with T the target length")
+        return out
+
+    def crossover_sentence(self) -> str:
+        """The answer to "when does attention overtake the FFN?" for this config."""
+        cfg, full, causal = self.cfg, self.crossover, self.crossover_causal
+
+        def times_d(t: int) -> str:
+            return f" (= {t // cfg.d_model}·d_model)" if t % cfg.d_model == 0 else ""
+
+        per_layer = self.breakdown.per_layer()
+        scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
+        attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
+        causal_clause = ("" if cfg.arch == "encoder" else
+                         f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}")
+        return (
+            f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
+            f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "
+            f"the whole attention sub-layer, projections included, at T = {full.attention_vs_ffn:,}"
+            f"{times_d(full.attention_vs_ffn)}, counting the full T×T square "
+            f"({full.scores_vs_ffn / cfg.max_seq_len:.3g}× and {full.attention_vs_ffn / cfg.max_seq_len:.3g}× "
+            f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} the scores are "
+            f"{scores_ratio:.1%} of the FFN's FLOPs and the whole attention {attention_ratio:.1%}."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        b, m = self.breakdown, self.measured
+        exact, exact_causal = self.training_exact
+        return {
+            "preset": self.cfg.name,
+            "label": self.model.label,
+            "overrides": list(self.model.overrides),
+            "batch": self.batch,
+            "seq": self.seq,
+            "src_seq": self.src_seq,
+            "tokens": b.tokens,
+            "forward_flops": self.forward,
+            "forward_flops_causal": self.forward_causal,
+            "training_flops": self.training,
+            "training_multiplier": self.training_multiplier,
+            "training_flops_no_recompute": count.TRAINING_MULTIPLIER * self.forward,
+            "training_flops_recompute": count.RECOMPUTE_MULTIPLIER * self.forward,
+            "measured_flops": None if m is None else m.total,
+            "measured_device": None if m is None else m.device,
+            "measured_breakdown": None if m is None else m.groups,
+            "measured_by_module": None if m is None else m.by_module,
+            "measured_training_flops": None if m is None else m.training_total,
+            "agree": self.agrees,
+            "breakdown": b.totals(),
+            "breakdown_causal": b.totals(causal=True),
+            "attention_share": self.attention_share,
+            "per_layer": b.per_layer(),
+            "per_layer_causal": b.per_layer(causal=True),
+            "components": b.components(),
+            "per_sequence": {"forward": self.forward // self.batch, "forward_causal": self.forward_causal // self.batch},
+            "per_token": {"forward": b.per_token(self.forward), "forward_causal": b.per_token(self.forward_causal)},
+            "non_matmul": b.non_matmul_by_kind(),
+            "non_matmul_total": b.non_matmul_total,
+            "crossover_seq": crossover_json(self.crossover),
+            "crossover_seq_causal": crossover_json(self.crossover_causal),
+            "crossover_answer": self.crossover_sentence(),
+            "formulas": [
+                {"key": f.key, "name": f.name, "formula": f.formula, "source": f.source, "n_params": f.n_params,
+                 "training_flops": f.training_flops, "rel_error": f.rel_error(exact),
+                 "rel_error_causal": f.rel_error(exact_causal)}
+                for f in self.formulas
+            ],
+            "decode": None if self.decode is None else {
+                "context": self.seq,
+                "flops": self.decode,
+                "flops_per_sequence": self.decode // self.batch,
+                "prefill_flops": self.forward,
+                "prefill_flops_causal": self.forward_causal,
+                "prefill_over_decode": self.forward / self.decode,
+                "prefill_causal_over_decode": self.forward_causal / self.decode,
+            },
+            "notes": self.notes,
+        }
+
+
+def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool = False, device: str = "meta",
+                training: bool = False, recompute: bool = False) -> FlopsReport:
+    """The analytic count; with measure, the real module under FlopCounterMode on device (meta: no memory)."""
+    w = workload.for_model(model.cfg)
+    breakdown = count.breakdown(model.cfg, w.batch, w.seq, w.src_seq if model.cfg.arch == "encoder-decoder" else None)
+    measured = None
+    if measure:
+        from tfcalc.measure.flops import measure_flops  # imports torch: only when asked
+
+        if device.strip().lower() != "meta":
+            from tfcalc.measure.device import resolve_device
+
+            device = resolve_device(device).name  # an unknown or absent device: one line, exit 2
+        measured = measure_flops(model.cfg, w.batch, w.seq, device, training=training, src_seq=breakdown.src_seq)
+    return FlopsReport(model, w, recompute, breakdown, measured)

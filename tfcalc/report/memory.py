@@ -1,0 +1,179 @@
+"""The report of `tfcalc memory`: weights, KV cache, activations, training state, a fit against a budget,
+and the peak measured on a device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count import memory as mem
+from tfcalc.count.params import total as param_total
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import Workload
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How the memory is asked about: a training step or inference, and its choices."""
+
+    training: bool = False
+    optimizer: str = "adam-mixed"
+    attention: Optional[str] = None  # None: what the real module runs
+    recompute: str = "none"
+    budget: Optional[int] = None  # bytes to fit, or None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    model: ModelRef
+    workload: Workload  # resolved
+    options: MemoryOptions
+    params: int
+    weights: int
+    kv_cache: int
+    working_set: int  # no-grad forward pass, beyond the weights
+    activations: Optional[mem.Activations]  # None when the dtype is not a training dtype
+    state: Optional[mem.TrainingState]
+    korthikanti: int
+    fit: Optional[mem.Fit] = None
+    measured: Any = None  # tfcalc.measure.memory.MeasuredPeak
+    cross_kv_cache: int = 0  # the part of kv_cache that is an encoder-decoder's cross-attention cache
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def dtype(self) -> str:
+        return self.workload.dtype
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
+
+    @property
+    def seq(self) -> int:
+        return self.workload.seq
+
+    @property
+    def src_seq(self) -> Optional[int]:
+        return self.workload.src_seq
+
+    @property
+    def training(self) -> bool:
+        return self.options.training
+
+    @property
+    def training_bytes(self) -> Optional[int]:
+        """State + the larger of the activation peak and the optimizer step's temporaries."""
+        if self.state is None:
+            return None
+        return self.state.total + max(self.activations.total, self.state.step_temporaries)
+
+    @property
+    def inference_bytes(self) -> int:
+        return self.weights + self.kv_cache
+
+    @property
+    def run_estimate(self) -> int:
+        """The estimate of what the measured run holds at its peak: training, the training total; a
+        forward pass, the weights and the working set (it keeps no KV cache)."""
+        return self.training_bytes if self.training else self.weights + self.working_set
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return None if self.measured is None else self.measured.peak_bytes / self.run_estimate
+
+    def to_json(self) -> dict[str, Any]:
+        a, s, m, fit = self.activations, self.state, self.measured, self.fit
+        return {
+            "preset": self.cfg.name,
+            "label": self.model.label,
+            "overrides": list(self.model.overrides),
+            "dtype": self.dtype,
+            "batch": self.batch,
+            "seq": self.seq,
+            "src_seq": self.src_seq,
+            "weights_bytes": self.weights,
+            "kv_cache_bytes": self.kv_cache,
+            "cross_kv_cache_bytes": self.cross_kv_cache,
+            "activation_bytes": None if a is None else a.total,
+            "training_bytes": self.training_bytes,
+            "measured_peak_bytes": None if m is None else m.peak_bytes,
+            "params": self.params,
+            "inference_bytes": self.inference_bytes,
+            "forward_working_set_bytes": self.working_set,
+            "activations": None if a is None else {
+                "attention": a.attention, "recompute": a.recompute, "stored_bytes": a.stored,
+                "per_layer_bytes": a.layer, "per_layer": a.per_layer, "head": a.head,
+                "recompute_extra_bytes": a.recompute_extra, "loss_gradient_bytes": a.loss_gradients,
+                "encoder_per_layer_bytes": a.encoder_layer, "encoder_per_layer": a.encoder_per_layer,
+            },
+            "korthikanti_bytes": self.korthikanti,
+            "training_state": None if s is None else {
+                "optimizer": s.optimizer, "weights_bytes": s.weights, "gradient_bytes": s.gradients,
+                "master_weight_bytes": s.master_weights, "optimizer_state_bytes": s.optimizer_state,
+                "bytes_per_param": s.bytes_per_param, "step_temporary_bytes": s.step_temporaries,
+            },
+            "training": self.training,
+            "estimated_peak_bytes": self.run_estimate if m is not None else None,
+            "measured_ratio": self.ratio,
+            "measured_saved_activation_bytes": None if m is None else m.saved_activation_bytes,
+            "measure_method": None if m is None else m.method,
+            "device": None if m is None else m.device,
+            "fit": None if fit is None else {
+                "budget_bytes": fit.budget, "target": "training" if self.training else "inference",
+                "fixed_bytes": fit.fixed_bytes, "weights_fit": fit.weights_fit,
+                "max_seq": fit.max_seq, "max_batch": fit.max_batch,
+            },
+        }
+
+
+def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions = MemoryOptions()) -> MemoryReport:
+    """Every figure, nothing measured."""
+    cfg, o = model.cfg, options
+    w = workload.for_model(cfg)
+    mem.check_dtype(w.dtype)
+    trainable = w.dtype in mem.TRAINING_DTYPES
+    if o.training:
+        mem.check_training_dtype(w.dtype)
+    acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq) if trainable else None
+    state = mem.training_state(cfg, w.dtype, o.optimizer) if trainable else None
+    fit = None
+    if o.budget is not None:
+        fit = (mem.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute, w.src_seq)
+               if o.training else mem.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq))
+    return MemoryReport(
+        model, w, o, param_total(cfg), mem.weights_bytes(cfg, w.dtype),
+        mem.kv_cache_bytes(cfg, w.batch, w.seq, w.dtype, w.src_seq),
+        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, w.src_seq),
+        acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
+        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, w.dtype),
+    )
+
+
+def measure_memory(report: MemoryReport, device: str) -> MemoryReport:
+    """The report with its run measured on device, refused first when the estimate cannot fit."""
+    from tfcalc.measure.device import torch_dtype
+    from tfcalc.measure.fit import require_fits
+    from tfcalc.measure.memory import measure_peak
+
+    if report.options.recompute != "none":
+        from tfcalc.errors import InputError
+
+        raise InputError("--measure runs without recompute; drop --measure or --recompute")
+    torch_dtype(report.dtype)  # fp8/int8/int4: refused here, with the reason
+    what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
+    hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
+    require_fits(report.run_estimate, device, what, hint)
+    w = report.workload
+    peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
+                        src_seq=w.src_seq)
+    return replace(report, measured=peak)
+
+
+def build_memory(model: ModelRef, workload: Workload, options: MemoryOptions = MemoryOptions(),
+                 measure: bool = False, device: str = "cpu") -> MemoryReport:
+    report = estimate_memory(model, workload, options)
+    return measure_memory(report, device) if measure else report

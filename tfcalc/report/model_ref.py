@@ -1,0 +1,58 @@
+"""Which model a report is about, as the user named it: the config, and the --set overrides on top.
+
+Reports carry a ModelRef rather than a bare config so that every title says what was counted
+(``gpt2 + n_layer=6, tie_embeddings=false``), and a preset's named size and source are not claimed for
+a model the overrides changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+from tfcalc.config import ModelConfig
+from tfcalc.presets import load, parse_override
+
+ModelSpec = Union[str, Path, ModelConfig]
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    cfg: ModelConfig
+    overrides: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def label(self) -> str:
+        """'gpt2', or 'gpt2 + n_layer=6, tie_embeddings=false'."""
+        if not self.overrides:
+            return self.cfg.name
+        return f"{self.cfg.name} + {', '.join(self.overrides)}"
+
+    @property
+    def as_published(self) -> bool:
+        """True when no override changed the model its source describes."""
+        return not self.overrides
+
+
+def _canonical(text: str) -> str:
+    key, value = parse_override(text)
+    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{key}={shown}"
+
+
+def resolve(model: ModelSpec, overrides: list[str] | tuple[str, ...] = ()) -> ModelRef:
+    """A preset name or alias, a path, or a ModelConfig; then the --set overrides."""
+    overrides = tuple(overrides or ())
+    if isinstance(model, ModelConfig):
+        if overrides:
+            from tfcalc.presets import apply_overrides
+
+            return ModelRef(apply_overrides(model, list(overrides)), tuple(_canonical(o) for o in overrides))
+        return ModelRef(model)
+    cfg = load(str(model), list(overrides))
+    return ModelRef(cfg, tuple(_canonical(o) for o in overrides))

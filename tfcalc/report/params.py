@@ -1,0 +1,135 @@
+"""The report of `tfcalc params`: parameter counts, analytic (from the config) and empirical (from the
+real module built on the meta device), with the breakdown, the textbook approximation and weight bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count import params as count
+from tfcalc.count.dtypes import weight_bytes
+from tfcalc.report.model_ref import ModelRef
+
+
+@dataclass(frozen=True)
+class ParamsReport:
+    model: ModelRef
+    entries: tuple[count.ParamEntry, ...]
+    analytic: dict[str, int]
+    empirical: Optional[dict[str, int]]  # None when not measured (--no-measure)
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def analytic_total(self) -> int:
+        return sum(self.analytic.values())
+
+    @property
+    def empirical_total(self) -> Optional[int]:
+        return None if self.empirical is None else sum(self.empirical.values())
+
+    @property
+    def agrees(self) -> Optional[bool]:
+        return None if self.empirical is None else self.empirical == self.analytic
+
+    @property
+    def approximation(self) -> int:
+        return count.seeds_approximation(self.cfg)
+
+    @property
+    def approximation_rel_error(self) -> float:
+        return (self.approximation - self.analytic_total) / self.analytic_total
+
+    @property
+    def groups(self) -> dict[str, int]:
+        return count.group_totals(self.cfg, self.analytic)
+
+    @property
+    def attention_params(self) -> int:
+        """Self- and cross-attention together: 'attention' means both wherever tfcalc reports a share."""
+        return self.groups["attention"] + self.groups["cross_attention"]
+
+    @property
+    def stacks(self) -> dict[str, int]:
+        """{encoder: n, decoder: n} for an encoder-decoder, {} otherwise."""
+        return count.stack_totals(self.cfg, self.analytic)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses (a MoE runs only its top-k experts); the total when dense."""
+        return count.active_params(self.cfg, self.analytic)
+
+    def mismatches(self) -> list[str]:
+        """Components whose analytic and empirical counts differ."""
+        if self.empirical is None:
+            return []
+        keys = list(self.analytic) + [k for k in self.empirical if k not in self.analytic]
+        return [k for k in keys if self.analytic.get(k) != self.empirical.get(k)]
+
+    @property
+    def weights_bytes(self) -> dict[str, int]:
+        return {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
+
+    @property
+    def notes(self) -> list[str]:
+        cfg, notes = self.cfg, []
+        note = count.width_note(cfg)
+        if note:
+            notes.append(note.text(cfg.n_head, cfg.head_dim))
+        if cfg.n_expert:
+            notes.append(
+                f"mixture of experts: each token runs {cfg.experts_active} of the {cfg.experts} experts of each "
+                f"block, so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
+                "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
+            )
+        if cfg.arch == "encoder" and not cfg.lm_head:
+            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
+                         + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
+        return notes
+
+    @property
+    def nominal_rel_difference(self) -> Optional[float]:
+        """How far the exact count is from the size the source names (which is rounded)."""
+        named = count.nominal_value(self.cfg.nominal_params)
+        return None if not named else (self.analytic_total - named) / named
+
+    def to_json(self) -> dict[str, Any]:
+        total = self.analytic_total
+        return {
+            "preset": self.cfg.name,
+            "label": self.model.label,
+            "overrides": list(self.model.overrides),
+            "analytic_total": total,
+            "empirical_total": self.empirical_total,
+            "breakdown": self.analytic,
+            "arch": self.cfg.arch,
+            "active_params": self.active_params,
+            "stacks": self.stacks,
+            "empirical_breakdown": self.empirical,
+            "agree": self.agrees,
+            "groups": self.groups,
+            "shares": {group: n / total for group, n in self.groups.items()},
+            "approximation": {
+                "formula": count.seeds_formula(self.cfg),
+                "value": self.approximation,
+                "rel_error": self.approximation_rel_error,
+            },
+            "nominal_params": self.cfg.nominal_params,
+            "nominal_rel_difference": self.nominal_rel_difference,
+            "tied_embeddings": self.cfg.tie_embeddings,
+            "weights_bytes": self.weights_bytes,
+            "notes": self.notes,
+        }
+
+
+def build_params(model: ModelRef, measure: bool = True) -> ParamsReport:
+    """The analytic count always; the empirical one (torch, meta device) when measure is true."""
+    empirical = None
+    if measure:
+        from tfcalc.measure.params import measure_params  # imports torch: only when asked
+
+        _, empirical = measure_params(model.cfg)
+    return ParamsReport(model, tuple(count.param_entries(model.cfg)), count.breakdown(model.cfg), empirical)

@@ -1,0 +1,74 @@
+"""The report of `tfcalc scan`: forward FLOPs and memory against sequence length, crossovers marked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tfcalc.count import flops as count_flops
+from tfcalc.count import memory as count_memory
+from tfcalc.report.flops import crossover_json
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import check_size
+
+
+def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any]:
+    cfg = model.cfg
+    totals = count_flops.breakdown(cfg, batch, seq).totals()
+    forward = sum(totals.values())
+    # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
+    scores = totals["attention_scores"] + totals["cross_attention_scores"]
+    return {
+        "seq": seq,
+        "attention_scores": scores,
+        "attention_proj": totals["attention_proj"] + totals["cross_attention_proj"],
+        "ffn": totals["ffn"],
+        "lm_head": totals["lm_head"] + totals["pooler"],
+        "forward_flops": forward,
+        "scores_share": scores / forward,
+        "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
+        "activation_bytes": count_memory.activations(cfg, batch, seq, dtype).total,
+        # an inference format (int8, fp8, ...) has no training state to count
+        "training_bytes": (count_memory.training_bytes(cfg, batch, seq, dtype)
+                           if dtype in count_memory.TRAINING_DTYPES else None),
+    }
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    model: ModelRef
+    batch: int
+    dtype: str
+    rows: tuple[dict[str, Any], ...]
+    plot: str | None = None  # where the plot was written, if one was
+
+    @property
+    def crossover(self) -> dict[str, int]:
+        return crossover_json(count_flops.crossover_seq(self.model.cfg))
+
+    @property
+    def beyond_context(self) -> bool:
+        return any(r["seq"] > self.model.cfg.max_seq_len for r in self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        cfg = self.model.cfg
+        return {
+            "preset": cfg.name,
+            "label": self.model.label,
+            "batch": self.batch,
+            "dtype": self.dtype,
+            "max_seq_len": cfg.max_seq_len,
+            "weights_bytes": count_memory.weights_bytes(cfg, self.dtype),
+            "crossover_seq": self.crossover,
+            "rows": [dict(r) for r in self.rows],
+            "plot": self.plot,
+        }
+
+
+def build_scan(model: ModelRef, seqs: list[int], batch: int = 1, dtype: str = "bf16") -> ScanReport:
+    count_memory.check_dtype(dtype)
+    check_size("--batch", batch)
+    for s in seqs:
+        check_size("--seq", s)
+    lengths = sorted(set(seqs))
+    return ScanReport(model, batch, dtype, tuple(scan_row(model, batch, s, dtype) for s in lengths))

@@ -1,0 +1,64 @@
+"""Workload: what a model is asked to run -- batch, sequence length, source length, dtype -- in one value.
+
+Pure Python (no torch). ``for_model`` applies the rules every command shares, in one place:
+- ``seq`` defaults to the model's context length (``max_seq_len``);
+- ``src_seq`` (an encoder-decoder's source length) applies to encoder-decoders only, and defaults to
+  ``seq`` there;
+- sizes are positive and at most ``MAX_SIZE``, so no figure overflows a float when it becomes a share or
+  a rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
+
+MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
+
+# Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
+# large models are trained and served in. Runs on a device default to what that device computes fast:
+# fp32 on a CPU (few CPUs have fast bf16 matmuls), bf16 on GPUs.
+ESTIMATE_DTYPE = "bf16"
+
+
+def default_dtype(device: Optional[str]) -> str:
+    """The dtype rule of every command: bf16 for estimates and GPUs, fp32 for runs on a CPU."""
+    return "fp32" if device is not None and device.strip().lower() == "cpu" else ESTIMATE_DTYPE
+
+
+def check_size(name: str, value: int, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{name} must be an integer; got {type(value).__name__}")
+    if not low <= value <= MAX_SIZE:
+        raise InputError(f"{name} must be between {low} and {MAX_SIZE:,}; got {value:,}" if value.bit_length() < 64
+                         else f"{name} must be between {low} and {MAX_SIZE:,}; got a {len(str(value))}-digit number")
+    return value
+
+
+@dataclass(frozen=True)
+class Workload:
+    batch: int = 1
+    seq: Optional[int] = None  # None: the model's context length
+    src_seq: Optional[int] = None  # encoder-decoders only; None: = seq
+    dtype: str = ESTIMATE_DTYPE
+
+    def for_model(self, cfg: ModelConfig) -> "Workload":
+        """This workload with every default resolved for cfg (seq and src_seq set), or InputError."""
+        check_size("--batch", self.batch)
+        seq = check_size("--seq", self.seq) if self.seq is not None else cfg.max_seq_len
+        src_seq = self.src_seq
+        if src_seq is not None:
+            check_size("--src-seq", src_seq)
+            if cfg.arch != "encoder-decoder":
+                raise InputError(f"{cfg.name}: --src-seq applies to encoder-decoder models only "
+                                 f"({cfg.name} is {cfg.arch})")
+        elif cfg.arch == "encoder-decoder":
+            src_seq = seq
+        return replace(self, seq=seq, src_seq=src_seq)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * (self.seq or 0)
