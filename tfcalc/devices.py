@@ -1,59 +1,267 @@
-"""Datasheet peak dense matmul rates and memory bandwidth, keyed by the device name torch reports.
+"""Datasheet figures of accelerators: peak dense matmul rates per dtype, memory bandwidth and size, and
+the interconnect, each entry with its source. Pure data and lookup, no torch.
 
-Pure data and lookup, no torch. MFU divides achieved FLOP/s by these peaks; a device that is not in the
-table (every CPU among them) gets no MFU, and tfcalc says so rather than guessing. The measured matmul
-ceiling (tfcalc.measure.bench.matmul_ceiling) is reported beside the peak on every device, because
-datasheet peaks are rarely reached (boost clocks, power limits).
+Who reads what:
+- MFU divides achieved FLOP/s by ``peak_flops``; a device that is not in the table (every CPU among them)
+  gets no MFU, and tfcalc says so rather than guessing. The measured matmul ceiling
+  (tfcalc.measure.bench.matmul_ceiling) is shown beside the peak, because datasheet peaks are rarely
+  reached (boost clocks, power limits).
+- The roofline (tfcalc.count.roofline) divides FLOPs by ``peak_flops`` and bytes by
+  ``bandwidth_bytes_per_s``; their ratio is the ridge point. ``memory_bytes`` bounds what fits.
+- Parallel plans read ``intra_node_bytes_per_s`` (NVLink / Infinity Fabric / PCIe between the GPUs of
+  one node), ``inter_node_bytes_per_s`` (the network) and ``gpus_per_node``.
 
-Sources: NVIDIA datasheets (H100, H200, A100, V100, T4), dense (no structured sparsity) tensor-core
-rates; fp16 equals bf16 where both exist. tf32 is the fp32 matmul mode of Ampere and later.
+Conventions of every entry:
+- Rates are dense (no 2:4 structured sparsity): NVIDIA's datasheets print sparse figures with an
+  asterisk, and the dense rate is half of it. fp16 equals bf16 wherever both exist (fp32 accumulate).
+  tf32 is the fp32 matmul mode of Ampere and later; "fp32" is the non-tensor-core rate. int8 is in
+  operations per second, like the others.
+- Sizes and rates are decimal as datasheets print them: 80 GB = 80·10⁹ bytes, 3.35 TB/s = 3.35·10¹²
+  bytes/s. What a program can allocate is less (CUDA context, allocator reserve).
+- Interconnect figures are per GPU and per direction (datasheets print NVLink bidirectional: H100's
+  "900 GB/s" is 450 GB/s each way). ``gpus_per_node`` counts the GPUs that reach each other at
+  ``intra_node_bytes_per_s``; ``node`` names the node configuration the network figure assumes.
+
+A user's own device: a YAML file with the same field names (see ``load_spec``), passed wherever a key
+is (``--device-spec my-gpu.yaml``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tfcalc.count.dtypes import DTYPES
+from tfcalc.errors import InputError
 
 T = 1e12
+G = 1e9
+# Per-direction byte rates of the links named in the table.
+NVLINK4 = 450 * G  # H100/H200 SXM: 18 links, 900 GB/s bidirectional
+NVLINK5 = 900 * G  # B200: 1.8 TB/s bidirectional
+NVLINK3 = 300 * G  # A100 SXM: 600 GB/s bidirectional
+PCIE4_X16 = 32 * G  # 64 GB/s bidirectional
+PCIE5_X16 = 64 * G  # 128 GB/s bidirectional
+NDR_400G = 50 * G  # one ConnectX-7 400 Gb/s InfiniBand NIC per GPU (DGX/HGX H100, H200, B200)
+HDR_200G = 25 * G  # one ConnectX-6 200 Gb/s NIC per GPU (DGX A100)
+AWS_100G_8GPU = 100 / 8 / 8 * G  # 100 Gb/s per instance shared by its 8 GPUs (g5/g6.48xlarge)
 
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    name: str
-    peak_flops: dict[str, float]  # dtype -> dense matmul FLOP/s
-    bandwidth: float  # bytes/s
-    source: str
+    key: str  # short name for --device-spec, e.g. 'h100-sxm'
+    name: str  # what the datasheet calls it
+    peak_flops: dict[str, float]  # dtype -> dense matmul FLOP/s (see the module docstring)
+    bandwidth_bytes_per_s: float  # memory (HBM/GDDR) bandwidth
+    memory_bytes: int  # memory size, decimal as printed
+    intra_node_bytes_per_s: Optional[float]  # GPU to GPU inside a node, per GPU, one direction
+    inter_node_bytes_per_s: Optional[float]  # network, per GPU, one direction, in the ``node`` config
+    gpus_per_node: int  # GPUs that reach each other at intra_node_bytes_per_s
+    source: str  # datasheet citation
+    node: str = ""  # the node configuration the interconnect figures assume
+    match: tuple[str, ...] = field(default=(), compare=False)  # tokens of torch's device name
+
+    def peak(self, dtype: str, tf32_enabled: bool = False) -> Optional[float]:
+        """Peak FLOP/s for a dtype; fp32 matmuls run at the tf32 rate when tf32 is on."""
+        key = "tf32" if dtype == "fp32" and tf32_enabled and "tf32" in self.peak_flops else dtype
+        return self.peak_flops.get(key)
+
+    def ridge(self, dtype: str) -> Optional[float]:
+        """FLOPs per byte at which the peak rate and the bandwidth meet (the roofline's ridge point)."""
+        peak = self.peak(dtype)
+        return None if peak is None else peak / self.bandwidth_bytes_per_s
 
 
-# Most specific first: the first spec whose every keyword appears in the reported name wins.
-_SPECS: list[tuple[tuple[str, ...], DeviceSpec]] = [
-    (("H200",), DeviceSpec("NVIDIA H200", {"bf16": 989 * T, "fp16": 989 * T, "tf32": 495 * T, "fp32": 67 * T},
-                           4.8e12, "NVIDIA H200 datasheet (same compute as H100 SXM)")),
-    (("H100", "PCIE"), DeviceSpec("NVIDIA H100 PCIe", {"bf16": 756 * T, "fp16": 756 * T, "tf32": 378 * T, "fp32": 51 * T},
-                                  2.0e12, "NVIDIA H100 datasheet, PCIe")),
-    (("H100",), DeviceSpec("NVIDIA H100 SXM", {"bf16": 989 * T, "fp16": 989 * T, "tf32": 495 * T, "fp32": 67 * T},
-                           3.35e12, "NVIDIA H100 datasheet, SXM")),
-    (("A100", "PCIE"), DeviceSpec("NVIDIA A100 PCIe", {"bf16": 312 * T, "fp16": 312 * T, "tf32": 156 * T, "fp32": 19.5 * T},
-                                  1.935e12, "NVIDIA A100 datasheet, PCIe 80GB")),
-    (("A100",), DeviceSpec("NVIDIA A100 SXM", {"bf16": 312 * T, "fp16": 312 * T, "tf32": 156 * T, "fp32": 19.5 * T},
-                           2.0e12, "NVIDIA A100 datasheet, SXM 80GB")),
-    (("V100",), DeviceSpec("NVIDIA V100 SXM2", {"fp16": 125 * T, "fp32": 15.7 * T}, 0.9e12, "NVIDIA V100 datasheet")),
-    (("T4",), DeviceSpec("NVIDIA T4", {"fp16": 65 * T, "fp32": 8.1 * T}, 0.32e12, "NVIDIA T4 datasheet")),
-]
+def _nvidia(key, name, rates, bandwidth, memory, intra, inter, gpus, source, node, match) -> DeviceSpec:
+    return DeviceSpec(key, name, {k: v * T for k, v in rates.items()}, bandwidth, int(memory), intra, inter, gpus,
+                      source, node, match)
 
 
-def lookup(device_name: str) -> DeviceSpec | None:
-    """The spec for a name such as 'NVIDIA H100 80GB HBM3', or None when tfcalc does not know it."""
-    upper = device_name.upper()
-    for keywords, spec in _SPECS:
-        if all(k in upper for k in keywords):
+_HOPPER = {"fp32": 67, "tf32": 495, "bf16": 989, "fp16": 989, "fp8": 1979, "int8": 1979}
+_A100 = {"fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312, "int8": 624}
+
+# Most specific first: the first spec whose every match token is a token of the reported name wins.
+SPECS: tuple[DeviceSpec, ...] = (
+    _nvidia("h100-nvl", "NVIDIA H100 NVL 94GB",
+            {"fp32": 60, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5, "int8": 1670.5},
+            3.9e12, 94e9, 300 * G, 25 * G, 2,
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column; sparse rates halved)",
+            "NVLink bridge between the 2 GPUs of a pair (600 GB/s bidirectional); pairs talk over PCIe Gen5; "
+            "network assumed one 200 Gb/s NIC per GPU", ("H100", "NVL")),
+    _nvidia("h100-pcie", "NVIDIA H100 PCIe 80GB",
+            {"fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513, "int8": 1513},
+            2.0e12, 80e9, PCIE5_X16, 25 * G, 8,
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column; sparse rates halved)",
+            "8 cards over PCIe Gen5 x16 (no NVLink bridges assumed); network assumed one 200 Gb/s NIC per GPU",
+            ("H100", "PCIE")),
+    _nvidia("h100-sxm", "NVIDIA H100 SXM5 80GB", _HOPPER, 3.35e12, 80e9, NVLINK4, NDR_400G, 8,
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column; sparse rates halved)",
+            "HGX H100: 8 GPUs on NVLink 4 / NVSwitch, one ConnectX-7 400 Gb/s NIC per GPU", ("H100",)),
+    _nvidia("h200", "NVIDIA H200 SXM 141GB", _HOPPER, 4.8e12, 141e9, NVLINK4, NDR_400G, 8,
+            "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column: the compute of H100 SXM)",
+            "HGX H200: 8 GPUs on NVLink 4 / NVSwitch, one 400 Gb/s NIC per GPU", ("H200",)),
+    _nvidia("b200", "NVIDIA B200 (HGX, 1000 W)",
+            {"fp32": 80, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500, "int8": 4500},
+            8.0e12, 180e9, NVLINK5, NDR_400G, 8,
+            "NVIDIA HGX B200 datasheet (1,440 GB and 64 TB/s per 8 GPUs; dense rates per GPU at 1000 W)",
+            "HGX/DGX B200: 8 GPUs on NVLink 5 / NVSwitch, one ConnectX-7 400 Gb/s NIC per GPU", ("B200",)),
+    _nvidia("a100-pcie", "NVIDIA A100 PCIe 80GB", _A100, 1.935e12, 80e9, PCIE4_X16, HDR_200G, 8,
+            "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe column)",
+            "8 cards over PCIe Gen4 x16 (no NVLink bridges assumed); one 200 Gb/s NIC per GPU",
+            ("A100", "PCIE", "80GB")),
+    _nvidia("a100-40gb", "NVIDIA A100 SXM4 40GB", _A100, 1.555e12, 40e9, NVLINK3, HDR_200G, 8,
+            "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB column)",
+            "DGX A100: 8 GPUs on NVLink 3 / NVSwitch, one ConnectX-6 200 Gb/s NIC per GPU", ("A100", "40GB")),
+    _nvidia("a100-80gb", "NVIDIA A100 SXM4 80GB", _A100, 2.039e12, 80e9, NVLINK3, HDR_200G, 8,
+            "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)",
+            "DGX A100: 8 GPUs on NVLink 3 / NVSwitch, one ConnectX-6 200 Gb/s NIC per GPU", ("A100",)),
+    _nvidia("l40s", "NVIDIA L40S 48GB",
+            {"fp32": 91.6, "tf32": 183, "bf16": 362.05, "fp16": 362.05, "fp8": 733, "int8": 733},
+            864e9, 48e9, PCIE4_X16, 25 * G, 8,
+            "NVIDIA L40S datasheet (sparse rates halved)",
+            "8 cards over PCIe Gen4 x16 (no NVLink); network assumed one 200 Gb/s NIC per GPU", ("L40S",)),
+    _nvidia("l4", "NVIDIA L4 24GB",
+            {"fp32": 30.3, "tf32": 60, "bf16": 121, "fp16": 121, "fp8": 242.5, "int8": 242.5},
+            300e9, 24e9, PCIE4_X16, AWS_100G_8GPU, 8,
+            "NVIDIA L4 Tensor Core GPU datasheet (sparse rates halved)",
+            "AWS g6.48xlarge: 8 L4 over PCIe Gen4 x16, 100 Gb/s for the instance", ("L4",)),
+    _nvidia("a10g", "NVIDIA A10G 24GB",
+            {"fp32": 35, "tf32": 35, "bf16": 70, "fp16": 70, "int8": 140},
+            600e9, 24e9, PCIE4_X16, AWS_100G_8GPU, 8,
+            "NVIDIA A10G figures as AWS and NVIDIA quote them (no public datasheet; compiled in Baseten, "
+            "'NVIDIA A10 vs A10G for ML model inference'): 24 GB GDDR6 at 600 GB/s",
+            "AWS g5.48xlarge: 8 A10G over PCIe Gen4 x16, 100 Gb/s for the instance", ("A10G",)),
+    _nvidia("rtx-4090", "NVIDIA GeForce RTX 4090",
+            {"fp32": 82.6, "tf32": 82.6, "bf16": 165.2, "fp16": 165.2, "fp8": 330.3, "int8": 660.6},
+            1008e9, 24e9, PCIE4_X16, 10 / 8 / 4 * G, 4,
+            "NVIDIA Ada Lovelace architecture whitepaper, Appendix A (RTX 4090; fp16/bf16 with fp32 accumulate)",
+            "a 4-GPU workstation over PCIe Gen4 x16 (no NVLink, no peer-to-peer on GeForce), 10 GbE per node",
+            ("RTX", "4090")),
+    DeviceSpec("mi300x", "AMD Instinct MI300X 192GB",
+               {k: v * T for k, v in
+                {"fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9, "int8": 2614.9}.items()},
+               5.3e12, int(192e9), 448 * G, NDR_400G, 8,
+               "AMD Instinct MI300X data sheet (dense matrix rates; 7 Infinity Fabric links, 896 GB/s aggregate)",
+               "8 GPUs fully connected by Infinity Fabric: 64 GB/s each way to each of 7 peers, 448 GB/s in all; "
+               "one 400 Gb/s NIC per GPU", ("MI300X",)),
+    _nvidia("v100", "NVIDIA V100 SXM2 32GB", {"fp32": 15.7, "fp16": 125}, 900e9, 32e9, 150 * G, 100 / 8 / 2 * G, 8,
+            "NVIDIA V100 Tensor Core GPU datasheet (SXM2)",
+            "DGX-1: 8 GPUs on NVLink 2 (300 GB/s bidirectional), 4 × 100 Gb/s InfiniBand per node", ("V100",)),
+    _nvidia("t4", "NVIDIA T4 16GB", {"fp32": 8.1, "fp16": 65, "int8": 130}, 320e9, 16e9, 16 * G, 50 / 8 / 4 * G, 4,
+            "NVIDIA T4 Tensor Core GPU datasheet",
+            "AWS g4dn.12xlarge: 4 T4 over PCIe Gen3 x16, 50 Gb/s for the instance", ("T4",)),
+)
+
+
+def keys() -> list[str]:
+    return [s.key for s in SPECS]
+
+
+def by_key(key: str) -> DeviceSpec:
+    """The spec of a table key such as 'h100-sxm'; InputError naming the close ones otherwise."""
+    text = key.strip().lower()
+    for spec in SPECS:
+        if spec.key == text:
+            return spec
+    from tfcalc.config import suggest
+
+    raise InputError(f"unknown device spec '{key}'{suggest(text, keys())}; "
+                     f"choose one of {', '.join(keys())}, or give a YAML file (--device-spec list shows them)")
+
+
+def _tokens(device_name: str) -> set[str]:
+    """'NVIDIA A100-SXM4-80GB' -> {'NVIDIA', 'A100', 'SXM4', '80GB'}."""
+    return set("".join(c if c.isalnum() else " " for c in device_name.upper()).split())
+
+
+def lookup(device_name: str) -> Optional[DeviceSpec]:
+    """The spec for a name as torch reports it ('NVIDIA H100 80GB HBM3'), or None when tfcalc does not
+    know the device. Names are matched by whole tokens, so 'L4' never matches 'L40S'."""
+    tokens = _tokens(device_name)
+    for spec in SPECS:
+        if spec.match and all(t in tokens for t in spec.match):
             return spec
     return None
 
 
-def peak_flops(device_name: str, dtype: str, tf32_enabled: bool = False) -> float | None:
-    """Datasheet peak for this device and dtype; fp32 matmuls run at the tf32 rate when tf32 is on."""
+def peak_flops(device_name: str, dtype: str, tf32_enabled: bool = False) -> Optional[float]:
+    """Datasheet peak for the device torch names and a dtype; None when either is unknown."""
     spec = lookup(device_name)
-    if spec is None:
-        return None
-    key = "tf32" if dtype == "fp32" and tf32_enabled and "tf32" in spec.peak_flops else dtype
-    return spec.peak_flops.get(key)
+    return None if spec is None else spec.peak(dtype, tf32_enabled)
+
+
+def resolve(text: str) -> DeviceSpec:
+    """A table key, or a path to a YAML file describing a device (a path ends in .yaml/.yml or holds a /)."""
+    if text.lower().endswith((".yaml", ".yml")) or "/" in text:
+        return load_spec(text)
+    return by_key(text)
+
+
+# ---------- a user's own device, from YAML ----------
+
+_REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
+_OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node")
+
+
+def _positive(path: Path, name: str, value: Any) -> float:
+    """A positive finite number; YAML strings such as '3.35e12' (PyYAML reads them as strings) too."""
+    try:
+        number = float(value) if isinstance(value, str) else value
+    except ValueError:
+        number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0:
+        raise InputError(f"{path}: field '{name}' must be a positive number; got {value!r}")
+    return float(number)
+
+
+def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
+    """Check a device mapping field by field (one line naming the file and the field on error)."""
+    from tfcalc.config import suggest
+
+    for name in data:
+        if name not in _REQUIRED + _OPTIONAL:
+            raise InputError(f"{path}: unknown field '{name}'{suggest(str(name), _REQUIRED + _OPTIONAL)}")
+    for name in _REQUIRED:
+        if name not in data:
+            raise InputError(f"{path}: missing required field '{name}'")
+    peaks = data["peak_flops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(f"{path}: field 'peak_flops' must map dtypes to FLOP/s, e.g. {{bf16: 989.0e12}}")
+    for dtype in peaks:
+        if dtype not in DTYPES:
+            raise InputError(f"{path}: peak_flops: unknown dtype '{dtype}'; choose from {', '.join(DTYPES)}")
+    optional = {n: _positive(path, n, data[n]) if data.get(n) is not None else None
+                for n in ("intra_node_bytes_per_s", "inter_node_bytes_per_s")}
+    gpus = data.get("gpus_per_node", 1)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise InputError(f"{path}: field 'gpus_per_node' must be a positive integer; got {gpus!r}")
+    return DeviceSpec(
+        key=str(data.get("key") or path.stem), name=str(data["name"]),
+        peak_flops={d: _positive(path, f"peak_flops.{d}", v) for d, v in peaks.items()},
+        bandwidth_bytes_per_s=_positive(path, "bandwidth_bytes_per_s", data["bandwidth_bytes_per_s"]),
+        memory_bytes=int(_positive(path, "memory_bytes", data["memory_bytes"])),
+        gpus_per_node=gpus, source=str(data.get("source") or f"user file {path}"),
+        node=str(data.get("node") or ""), **optional,
+    )
+
+
+def load_spec(path: str | Path) -> DeviceSpec:
+    """A DeviceSpec from a YAML file: the fields of DeviceSpec, numbers in bytes, bytes/s and FLOP/s,
+    e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
+    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown."""
+    from tfcalc.presets import read_yaml
+
+    path = Path(path)
+    return spec_from_mapping(read_yaml(path), path)
+
+
+def as_dict(spec: DeviceSpec) -> dict[str, Any]:
+    """The JSON (and YAML) form of a spec: the fields a user file takes."""
+    return {
+        "key": spec.key, "name": spec.name, "peak_flops": dict(spec.peak_flops),
+        "bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s, "memory_bytes": spec.memory_bytes,
+        "intra_node_bytes_per_s": spec.intra_node_bytes_per_s, "inter_node_bytes_per_s": spec.inter_node_bytes_per_s,
+        "gpus_per_node": spec.gpus_per_node, "node": spec.node, "source": spec.source,
+    }
