@@ -96,7 +96,6 @@ def test_interleave_rows_gives_each_rank_its_part_of_every_block():
     (dict(dp=2, zero=1, global_batch=2), "ZeRO-1 is planned"),
     (dict(pp=2), "pp > 1"),
     (dict(recompute="full"), "recompute"),
-    (dict(dtype="bf16"), "fp32"),
     (dict(tp=2, dp=2, global_batch=2), "not with DDP"),
 ])
 def test_layouts_not_measured(changes, message):

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import bench, compare, flops, memory, params, presets, render, scan, snapshot
+from tfcalc.cli import bench, compare, flops, memory, params, plan, presets, render, scan, snapshot
 from tfcalc.errors import InputError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -35,6 +35,7 @@ app.command("show")(presets.show)
 app.command("flops")(flops.flops)
 app.command("memory")(memory.memory)
 app.command("bench")(bench.bench)
+app.command("plan")(plan.plan)
 app.command("snapshot")(snapshot.snapshot)
 app.command("check")(snapshot.check)
 app.command("compare")(compare.compare)

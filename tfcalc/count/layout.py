@@ -13,7 +13,7 @@ accumulation; the pipeline's micro-batches).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.memory import check_training_dtype
@@ -109,20 +109,23 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int) -> Iterator[Layout]:
+def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
+                      zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
-    divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1); each recompute;
-    sequence parallelism whenever tp > 1 (it keeps the same bytes on the wire as plain TP, sec. 4.2.2
-    of Korthikanti et al. 2022, and divides the replicated activations by tp). Batch sizes and dtype
-    are the base layout's."""
+    divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
+    given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 (it keeps
+    the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
+    replicated activations by tp). Batch sizes and dtype are the base layout's."""
+    recomputes = RECOMPUTE if recompute is None else (recompute,)
     for tp in _divisors(gpus):
         if tp > gpus_per_node:
             continue
         for pp in _divisors(gpus // tp):
             dp = gpus // (tp * pp)
-            for zero in ZERO_STAGES if dp > 1 else (0,):
-                for recompute in RECOMPUTE:
-                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute,
+            zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
+            for z in zeros:
+                for r in recomputes:
+                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
                                      sequence_parallel=tp > 1 and base.seq % tp == 0)
                     try:
                         check_layout(cfg, layout)

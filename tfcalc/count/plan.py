@@ -14,6 +14,7 @@ fewest GPUs with at least one layout that fits, trying powers of two up to a nod
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
@@ -49,18 +50,21 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
     return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
 
 
-def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float) -> list[Plan]:
-    """The layouts of ``gpus`` GPUs that fit, fastest first."""
-    plans = [make_plan(cfg, layout, hw, utilization) for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node)]
+def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
+           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
+    ``recompute`` when given)."""
+    layouts = candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute)
+    plans = [make_plan(cfg, layout, hw, utilization) for layout in layouts]
     fitting = [p for p in plans if p.fits]
     return sorted(fitting, key=lambda p: (p.step.overlap_s, p.memory.total))
 
 
-def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float,
-                limit: int = GPU_LIMIT) -> tuple[int, list[Plan]]:
+def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
+                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
     for gpus in gpu_counts(hw.gpus_per_node, limit):
-        plans = search(cfg, gpus, base, hw, utilization)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

@@ -43,11 +43,12 @@ from tfcalc.count.layout import Layout
 WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
 
 
-def init_process_group() -> torch.device:
-    """torch.distributed from torchrun's environment; NCCL on the GPU LOCAL_RANK, else gloo on the CPU."""
+def init_process_group(device: str | None = None) -> torch.device:
+    """torch.distributed from torchrun's environment; NCCL on the GPU LOCAL_RANK when CUDA is available
+    (and device is not 'cpu'), else gloo on the CPU."""
     import torch.distributed as dist
 
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
@@ -68,6 +69,12 @@ def plain(t: torch.Tensor) -> list[torch.Tensor]:
         return [t]
     inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]]
     return [x for i in inner if isinstance(i, torch.Tensor) for x in plain(i)]
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads)"
 
 
 def storage_bytes(tensors) -> int:
@@ -148,13 +155,14 @@ class Trainer:
     """The model under a layout, its optimizer and this rank's batches."""
 
     def __init__(self, job: dict, device: torch.device):
+        from tfcalc.measure.device import torch_dtype
         from tfcalc.measure.parallelize import parallelize
         from tfcalc.model import build_model
 
         self.cfg = from_mapping(job["config"])
         self.layout = Layout(**job["layout"])
         torch.manual_seed(job.get("seed", 0))
-        model = build_model(self.cfg, device, torch.float32).train()
+        model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
         self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
         self.opt = torch.optim.Adam(self.model.parameters(), foreach=False)
         dp_rank = self.mesh.get_local_rank("dp")
@@ -236,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     path = (argv or sys.argv[1:])[0]
     with open(path, encoding="utf-8") as f:
         request = json.load(f)
-    device = init_process_group()
+    device = init_process_group(request.get("device"))
     rank = dist.get_rank()
     answers = []
     for job in request["jobs"]:
@@ -244,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         answer = run(job, device)
         answers.append({**answer, "rank": rank, "world_size": dist.get_world_size(), "backend": dist.get_backend(),
-                        "device": str(device), "seconds": time.perf_counter() - start})
+                        "device": str(device), "device_name": device_name(device),
+                        "seconds": time.perf_counter() - start})
         dist.barrier()
     out = os.path.join(os.path.dirname(os.path.abspath(path)), f"rank-{rank}.json")
     with open(out, "w", encoding="utf-8") as f:

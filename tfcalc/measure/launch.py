@@ -27,19 +27,24 @@ from tfcalc.errors import InputError
 CPU_OVERSUBSCRIBE = 4
 
 
-def max_ranks() -> tuple[int, str]:
+def max_ranks(device: str | None = None) -> tuple[int, str]:
     """(the most ranks this machine runs, what it runs them on)."""
     import torch
 
-    if torch.cuda.is_available():
+    if device != "cpu" and torch.cuda.is_available():
         return torch.cuda.device_count(), "CUDA GPUs"
     return CPU_OVERSUBSCRIBE * (os.cpu_count() or 1), f"gloo ranks on {os.cpu_count()} CPU cores"
 
 
-def check_nproc(nproc: int) -> None:
-    if not isinstance(nproc, int) or nproc < 1:
+def check_nproc(nproc: int, device: str | None = None) -> None:
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise InputError(f"--nproc must be a positive integer; got {nproc}")
-    limit, what = max_ranks()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"ranks on cuda asked for, but CUDA is not available here (torch {torch.__version__})")
+    limit, what = max_ranks(device)
     if nproc > limit:
         raise InputError(f"--nproc {nproc} is more than this machine runs ({limit} {what})")
 
@@ -101,13 +106,14 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float) -> No
         raise InputError(f"the distributed run failed: rank {r} (exit {procs[r].returncode}): {why}")
 
 
-def launch(jobs: list[dict], nproc: int, timeout: float = 600) -> list[list[dict]]:
-    """Run the jobs on nproc local ranks; answers[job][rank]."""
-    check_nproc(nproc)
+def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None) -> list[list[dict]]:
+    """Run the jobs on nproc local ranks; answers[job][rank]. device 'cpu' keeps the ranks on gloo even
+    where CUDA is available; None lets them pick (NCCL on CUDA)."""
+    check_nproc(nproc, device)
     with tempfile.TemporaryDirectory(prefix="tfcalc-dist-") as tmp:
         path = os.path.join(tmp, "request.json")
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"jobs": jobs}, f)
+            json.dump({"jobs": jobs, "device": device}, f)
         logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(nproc)]
         run_ranks([sys.executable, "-m", "tfcalc.measure.distributed", path], nproc, logs, timeout)
         answers = []

@@ -33,20 +33,20 @@ from tfcalc.errors import InputError
 
 def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     """The layouts a real run covers: DDP, FSDP, TP (with SP), FSDP × TP; one pipeline stage."""
-    if layout.pp > 1:
-        raise InputError("--measure runs one pipeline stage; pp > 1 is planned, not measured")
     if layout.zero in (1, 2):
-        raise InputError(f"--measure runs ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not measured")
+        raise InputError(f"a real run covers ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
+                         "run (PyTorch has no engine for it)")
+    if layout.pp > 1:
+        raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
     if layout.recompute != "none":
-        raise InputError("--measure runs without activation recompute; the plan models recompute")
+        raise InputError("a real run has no activation recompute; the plan models it")
     if layout.tp > 1 and layout.dp > 1 and layout.zero == 0:
-        raise InputError("--measure combines TP with FSDP (--zero 3), not with DDP")
-    if layout.dtype != "fp32":
-        raise InputError("--measure trains in fp32 (16 bytes per parameter, as mixed precision)")
+        raise InputError("a real run combines TP with FSDP (--zero 3), not with DDP")
     if layout.tp > 1 and cfg.lm_head and cfg.tie_embeddings:
-        raise InputError(f"{cfg.name} ties its embedding and LM head: --measure shards untied ones under TP")
+        raise InputError(f"{cfg.name} ties its embedding and LM head: a run under TP shards untied ones "
+                         "(try --set tie_embeddings=false)")
     if layout.sequence_parallel and cfg.pooler:
-        raise InputError("sequence parallelism splits the tokens a pooler reads: not measured with a pooler")
+        raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
 
 
 def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Tensor:
