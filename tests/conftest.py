@@ -18,6 +18,15 @@ def tiny(**changes) -> ModelConfig:
     return ModelConfig(**fields)
 
 
+# the kinds of transformer at tiny sizes, as field changes to tiny()
+BERT_LIKE = dict(arch="encoder", type_vocab_size=2, embedding_norm=True, pooler=True, lm_head=False,
+                 tie_embeddings=False, norm_placement="post", final_norm=False)
+VASWANI_LIKE = dict(arch="encoder-decoder", pos_encoding="sinusoidal", embedding_scale=True,
+                    norm_placement="post", final_norm=False, activation="relu", attn_bias=False)
+MIXTRAL_LIKE = dict(n_expert=4, n_expert_active=2, gated_ffn=True, activation="silu", n_head=8, n_kv_head=2,
+                    pos_encoding="rope", norm="rmsnorm", norm_bias=False, attn_bias=False, ffn_bias=False)
+
+
 @st.composite
 def configs(draw) -> ModelConfig:
     """Random valid configs over every option (every arch, dense and MoE), at tiny sizes."""

@@ -1,8 +1,92 @@
-"""tfcalc: exact parameter, FLOP and memory counts for real PyTorch transformers."""
+"""tfcalc: exact parameter, FLOP and memory counts for real PyTorch transformers.
+
+The public API: each function returns the report object its command prints, and ``report.to_json()``
+equals the command's ``--json`` output for the same arguments. ``model`` is a preset name or alias, a
+path to a YAML or Hugging Face config.json file, or a ``tfcalc.config.ModelConfig``; keyword overrides
+are --set overrides (``tfcalc.params("gpt2", n_layer=6)``).
+
+    >>> import tfcalc
+    >>> tfcalc.flops("gpt2", seq=1024).to_json()["forward_flops"]
+    291648307200
+
+Everything is imported on first use, so ``import tfcalc`` costs little, and torch is imported only by
+what runs a real module.
+"""
+
+from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 __version__ = "0.1.0"
 
 # torch prints a warning at import when NumPy is absent; tfcalc never uses NumPy, so it is only noise.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+
+if TYPE_CHECKING:
+    from tfcalc.report.bench import BenchReport
+    from tfcalc.report.flops import FlopsReport
+    from tfcalc.report.memory import MemoryReport
+    from tfcalc.report.model_ref import ModelRef, ModelSpec
+    from tfcalc.report.params import ParamsReport
+
+
+def _override_text(key: str, value: Any) -> str:
+    shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return f"{key}={shown}"
+
+
+def _model(model: "ModelSpec", overrides: dict[str, Any]) -> "ModelRef":
+    from tfcalc.report.model_ref import resolve
+
+    return resolve(model, [_override_text(k, v) for k, v in overrides.items()])
+
+
+def params(model: "ModelSpec", *, measure: bool = True, **overrides: Any) -> "ParamsReport":
+    """`tfcalc params`: analytic and (measure=True) empirical parameter counts."""
+    from tfcalc.report.params import build_params
+
+    return build_params(_model(model, overrides), measure)
+
+
+def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
+          measure: bool = False, device: str = "meta", training: bool = False, recompute: bool = False,
+          **overrides: Any) -> "FlopsReport":
+    """`tfcalc flops`: forward, training and decode FLOPs; measure=True runs FlopCounterMode on device."""
+    from tfcalc.report.flops import build_flops
+    from tfcalc.workload import Workload
+
+    return build_flops(_model(model, overrides), Workload(batch, seq, src_seq), measure, device, training, recompute)
+
+
+def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
+           dtype: Optional[str] = None, training: bool = False, optimizer: str = "adam-mixed",
+           attention: Optional[str] = None, recompute: str = "none", budget: Union[int, str, None] = None,
+           measure: bool = False, device: str = "cpu", **overrides: Any) -> "MemoryReport":
+    """`tfcalc memory`: weights, KV cache, activations, training state; measure=True reads the peak on device.
+    dtype defaults as on the command line: bf16, or fp32 for a run measured on a CPU."""
+    from tfcalc.count.budget import parse_bytes
+    from tfcalc.report.memory import MemoryOptions, build_memory
+    from tfcalc.workload import Workload, default_dtype
+
+    budget_bytes = parse_bytes(budget) if isinstance(budget, str) else budget
+    options = MemoryOptions(training, optimizer, attention, recompute, budget_bytes)
+    workload = Workload(batch, seq, src_seq, dtype or default_dtype(device if measure else None))
+    return build_memory(_model(model, overrides), workload, options, measure, device)
+
+
+def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
+          dtype: Optional[str] = None, warmup: int = 3, repeat: int = 10, compile: bool = False,
+          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
+    """`tfcalc bench`: timed forward passes on device (one length, or several)."""
+    from tfcalc.report.bench import build_bench, plan_bench
+    from tfcalc.workload import default_dtype
+
+    ref = _model(model, overrides)
+    seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
+    plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
+                      matmul_size)
+    return build_bench(ref, plan)
+
+
+__all__ = ["__version__", "bench", "flops", "memory", "params"]

@@ -140,10 +140,6 @@ class ModelConfig:
         return m * math.ceil(hidden / m)
 
     @property
-    def family(self) -> str:
-        return self.arch
-
-    @property
     def encoder_layers(self) -> int:
         """Depth of the bidirectional stack: 0 for a decoder, n_layer for an encoder."""
         if self.arch == "encoder-decoder":
@@ -184,11 +180,6 @@ FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCon
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING
 )
-
-
-def field_choices(name: str) -> tuple[str, ...] | None:
-    """The allowed strings of a Literal field, or None for other fields."""
-    return _LITERALS.get(name)
 
 
 _LITERALS = {
@@ -335,7 +326,6 @@ __all__ = [
     "InputError",
     "ModelConfig",
     "FIELD_NAMES",
-    "field_choices",
     "from_mapping",
     "replace",
     "suggest",

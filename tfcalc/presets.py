@@ -101,6 +101,8 @@ def resolve_preset_name(spec: str) -> str:
         return key
     if key in _aliases():
         return _aliases()[key]
+    if key in ("true", "false", "yes", "no", "1", "0"):  # `--json true`: the value went to the MODEL argument
+        raise ConfigError(f"'{spec}' is not a preset: --json and the other flags take no value (write --json alone)")
     close = _close_names(key, names + list(_aliases()))
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
     raise ConfigError(f"unknown preset '{spec}'{hint}; `tfcalc presets` lists them, or pass a path to a YAML file")

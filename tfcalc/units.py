@@ -3,7 +3,8 @@
 Human-scaled by default (three or four significant digits and a named unit); ``exact=True`` writes
 counts, FLOPs and bytes as whole integers with thousands separators. FLOPs are written FLOP, kFLOP,
 MFLOP, GFLOP, TFLOP, PFLOP (powers of 10); bytes in binary units (KiB = 2¹⁰ bytes, MiB, GiB, TiB), the
-units memory is sold and allocated in; never a bare "B" for either.
+units memory is allocated in, and "bytes" below 1 KiB; never a bare "B" for either (a "B" is only ever
+the billions of a parameter count, as papers write 7B).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def nbytes(n: float, exact: bool = False) -> str:
     if exact and float(n).is_integer():
         return f"{int(n):,}"
     value, unit = _scaled(float(n), 1024, _BINARY)
-    return f"{int(value)} B" if unit == "B" else f"{_sig(value)} {unit}"
+    return f"{int(value)} bytes" if unit == "B" else f"{_sig(value)} {unit}"
 
 
 def share(fraction: float) -> str:

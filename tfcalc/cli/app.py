@@ -20,7 +20,26 @@ try:  # Typer vendors Click in recent releases; its errors then derive from Type
 except ImportError:  # pragma: no cover - older Typer on the click package
     from click import ClickException as CliError  # type: ignore[no-redef]
 
+def _no_flag_metavar(params: list) -> list:
+    """Flags take no value, so their help shows none (Typer writes '<bool>' beside each by default)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(typer.core.TyperCommand):
+    def get_params(self, ctx):
+        return _no_flag_metavar(super().get_params(ctx))
+
+
+class Group(typer.core.TyperGroup):
+    def get_params(self, ctx):
+        return _no_flag_metavar(super().get_params(ctx))
+
+
 app = typer.Typer(
+    cls=Group,
     name="tfcalc",
     help="How many parameters, how many FLOPs, how much memory, and how fast: for real PyTorch transformers.",
     no_args_is_help=True,
@@ -29,17 +48,17 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode="markdown",  # docstring paragraphs reflow to the terminal; [brackets] stay literal
 )
-app.command("params")(params.params)
-app.command("presets")(presets.list_presets)
-app.command("show")(presets.show)
-app.command("flops")(flops.flops)
-app.command("memory")(memory.memory)
-app.command("bench")(bench.bench)
-app.command("plan")(plan.plan)
-app.command("snapshot")(snapshot.snapshot)
-app.command("check")(snapshot.check)
-app.command("compare")(compare.compare)
-app.command("scan")(scan.scan)
+app.command("params", cls=Command)(params.params)
+app.command("presets", cls=Command)(presets.list_presets)
+app.command("show", cls=Command)(presets.show)
+app.command("flops", cls=Command)(flops.flops)
+app.command("memory", cls=Command)(memory.memory)
+app.command("bench", cls=Command)(bench.bench)
+app.command("plan", cls=Command)(plan.plan)
+app.command("snapshot", cls=Command)(snapshot.snapshot)
+app.command("check", cls=Command)(snapshot.check)
+app.command("compare", cls=Command)(compare.compare)
+app.command("scan", cls=Command)(scan.scan)
 
 
 def _version(value: bool) -> None:

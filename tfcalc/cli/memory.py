@@ -12,6 +12,7 @@ from tfcalc.cli.options import (Batch, Device, DType, Exact, Format, FormatOptio
                                 Seq, SrcSeq, Training, Verbose, output)
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
+from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
 from tfcalc.report.memory import MemoryOptions, build_memory
 from tfcalc.workload import Workload, default_dtype
@@ -57,7 +58,7 @@ def memory(
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
     options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,
-                            mem.parse_bytes(budget) if budget is not None else None)
+                            parse_bytes(budget) if budget is not None else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     with render.progress("memory: measuring the peak", len(models), enabled=measure and not out.quiet) as step:

@@ -37,7 +37,8 @@ Overrides = Annotated[Optional[list[str]], typer.Option(
 
 Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 FormatOption = Annotated[Format, typer.Option(
-    "--format", "-f", help="table (for people), json (the stable contract), markdown (to paste), csv (raw values).")]
+    "--format", "-f", help="table (for people), json (the stable contract), markdown (to paste), csv (raw values).",
+    metavar="FORMAT")]
 Json = Annotated[bool, _flag("--json", help="Print JSON: the same as --format json.")]
 Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, counts) instead of 291.6 GFLOP, 2 GiB.")]
 Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
@@ -63,8 +64,8 @@ SrcSeq = Annotated[Optional[int], typer.Option(
     "--src-seq", help="Encoder-decoder models only: source length S [default: the --seq value].",
     show_default=False, metavar="S")]
 DType = Annotated[Optional[DTypeName], typer.Option(
-    "--dtype", help="Storage dtype of weights and activations (int8/int4/fp8 count storage, compute in bf16) "
-    "[default: bf16; fp32 for runs on a CPU].", show_default=False)]
+    "--dtype", help=f"Storage dtype of weights and activations: {', '.join(DTYPES)} (int8/int4/fp8 count "
+    "storage, compute in bf16) [default: bf16; fp32 for runs on a CPU].", show_default=False, metavar="DTYPE")]
 Device = Annotated[Optional[str], typer.Option(
     "--device", help="Where a measured run happens: cpu, cuda, cuda:N, mps (flops --measure also meta) "
     "[default: cpu; meta for flops].", show_default=False)]

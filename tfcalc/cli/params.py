@@ -18,7 +18,8 @@ def params(
     overrides: Overrides = None,
     measure: Annotated[bool, typer.Option(
         "--measure/--no-measure",
-        help="Also build the real module on the meta device (no memory) and count its parameters.")] = True,
+        help="Also build the real module on the meta device (no memory) and count its parameters.",
+        metavar="")] = True,
     format: FormatOption = Format.table,
     json_out: Json = False,
     exact: Exact = False,

@@ -12,7 +12,7 @@ from tfcalc.cli import render
 from tfcalc.cli.options import (Batch, DType, Exact, Format, FormatOption, Json, Model, Overrides, Verbose, output,
                                 parse_lengths)
 from tfcalc.cli.render import scan as view
-from tfcalc.count.memory import parse_bytes
+from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
 from tfcalc.report.scan import build_scan
 from tfcalc.workload import default_dtype

@@ -84,13 +84,18 @@ Public names (the benchmark imports these):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
-from tfcalc.count import params as params_count
+from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
+from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
+from tfcalc.count.non_matmul import non_matmul_entries
+from tfcalc.count.terms import (  # noqa: F401 (re-exported)
+    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SOFTMAX_PER_SCORE, NonMatmulEntry, causal_pairs,
+    check_sizes as _check_sizes, ffn_matrices,
+)
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
           "lm_head", "embeddings")
@@ -99,23 +104,6 @@ BLOCK_GROUPS = ("attention_proj", "attention_scores", "ffn")
 CROSS_GROUPS = ("cross_attention_proj", "cross_attention_scores")
 
 # Non-matmul FLOPs per element (see the module docstring for what each counts).
-SOFTMAX_PER_SCORE = 5
-NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
-ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
-ROPE_PER_ELEMENT = 3
-
-
-def ffn_matrices(cfg: ModelConfig) -> int:
-    """How many d×f matrices the FFN multiplies by: 3 for a gated FFN (gate, up, down), else 2."""
-    return 3 if cfg.gated_ffn else 2
-
-
-def causal_pairs(queries: int, keys: int) -> int:
-    """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
-    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2."""
-    return queries * (keys - queries) + queries * (queries + 1) // 2
-
-
 @dataclass(frozen=True)
 class MatmulEntry:
     """One kind of matmul of the forward pass: ``count`` matmuls (m, k) @ (k, n) per copy."""
@@ -141,21 +129,6 @@ class MatmulEntry:
     @property
     def causal_total(self) -> int:
         return self.causal_per_copy * self.copies
-
-
-@dataclass(frozen=True)
-class NonMatmulEntry:
-    """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
-
-    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler (repeated per stack)
-    label: str
-    per_element: int
-    elements: int
-    copies: int
-
-    @property
-    def total(self) -> int:
-        return self.per_element * self.elements * self.copies
 
 
 def matmul_entries(
@@ -237,64 +210,6 @@ def _stack_matmuls(
     return out
 
 
-def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
-    """The approximate non-matmul work of a forward pass (conventions in the module docstring)."""
-    if cfg.arch == "encoder-decoder":
-        src = seq if src is None else src
-        out = _stack_non_matmul(cfg, batch, src, cfg.encoder_layers, "encoder ")
-        out += _stack_non_matmul(cfg, batch, seq, cfg.n_layer, "decoder ", src=src)
-    else:
-        out = _stack_non_matmul(cfg, batch, seq, cfg.n_layer)
-    if cfg.pooler:
-        out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * cfg.d_model, 1))
-    return out
-
-
-def _stack_non_matmul(
-    cfg: ModelConfig, batch: int, seq: int, L: int, stack: str = "", src: int | None = None
-) -> list[NonMatmulEntry]:
-    """One stack's non-matmul work; stack is "" or "encoder "/"decoder " (labels only)."""
-    d, q, k, f = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-    tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
-    cross = src is not None
-    cross_scores = batch * cfg.n_head * seq * src if cross else 0
-    routed = tokens * cfg.experts_active  # token rows the FFN (or the top-k experts) runs on
-    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
-    act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
-    sublayers = 3 if cross else 2
-    bias_elements = 0
-    if cfg.attn_bias:  # qkv and out; cross: q and out per token, k and v per source token
-        bias_elements += tokens * (q + 2 * k + d) + (tokens * (q + d) + batch * src * 2 * k if cross else 0)
-    if cfg.ffn_bias:  # (gate,) up and down
-        bias_elements += routed * ((ffn_matrices(cfg) - 1) * f + d)
-    out = [
-        NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
-        NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{sublayers} per block", norm, tokens * d, sublayers * L),
-        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, routed * f, L),
-        NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
-    ]
-    if cfg.n_expert:  # softmax over the k chosen logits; scale each expert output and add it in
-        out.append(NonMatmulEntry("moe", f"{stack}softmax of the top-k router logits", SOFTMAX_PER_SCORE, routed, L))
-        out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * d, L))
-    if cfg.final_norm:
-        out.append(NonMatmulEntry("final_norm", f"{stack}final {cfg.norm}", norm, tokens * d, 1))
-    if bias_elements:
-        out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, L))
-    if cfg.pos_encoding == "rope":
-        out.append(NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, tokens * (q + k), L))
-    elif cfg.pos_encoding in ("learned", "sinusoidal"):
-        out.append(NonMatmulEntry("positions", f"{stack}{cfg.pos_encoding} positions added", 1, tokens * d, 1))
-    elif cfg.pos_encoding == "alibi":
-        out.append(NonMatmulEntry("positions", f"{stack}ALiBi bias on the scores", 1, score_elements, L))
-    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale)]
-    for label, present in embedding_extras:
-        if present:
-            out.append(NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1))
-    if cfg.embedding_norm:
-        out.append(NonMatmulEntry("norms", f"{stack}embedding {cfg.norm}", norm, tokens * d, 1))
-    return out
-
-
 @dataclass(frozen=True)
 class FlopBreakdown:
     """The FLOPs of one forward pass of B sequences of T tokens, by matmul and by group."""
@@ -356,12 +271,6 @@ class FlopBreakdown:
         work is not per output token: BERT's pooler (once per sequence), an encoder-decoder's encoder and
         cross-attention (per source token)."""
         return round(Fraction(flops, self.tokens))
-
-
-def _check_sizes(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive integer; got {value!r}")
 
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
@@ -449,36 +358,6 @@ def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
 # ---------- crossover: when does attention overtake the FFN? ----------
 
 
-@dataclass(frozen=True)
-class Crossover:
-    """The smallest sequence lengths at which, per layer, attention reaches the FFN's FLOPs."""
-
-    scores_vs_ffn: int  # Q·Kᵀ + attention·V >= FFN
-    attention_vs_ffn: int  # the whole attention sub-layer (projections + scores) >= FFN
-
-
-def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
-    """Smallest integer T >= 1 at which per-layer self-attention FLOPs reach the FFN's (batch cancels).
-
-    Per layer and sequence, with m = 3 (gated) or 2 FFN matrices:
-      scores S(T) = 4·q·T²  (causal: 2·q·T·(T+1)),  projections P(T) = 2·d·T·(2q + 2k),  FFN F(T) = 2·m·d·f·T.
-      S >= F  <=>  T >= m·d·f / (2q)                  (causal: T + 1 >= m·d·f / q)
-      S + P >= F  <=>  T >= d·(m·f − 2q − 2k) / (2q)  (causal: T + 1 >= d·(m·f − 2q − 2k) / q)
-    GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
-    49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
-    A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
-    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q). An encoder is never masked: its causal answer is the
-    full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
-    """
-    d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
-    ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
-    scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
-    attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
-    if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
-    return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
-
-
 # ---------- decoding with a KV cache ----------
 
 
@@ -497,92 +376,3 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
 def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:
     """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
     return sum(e.total for e in decode_entries(cfg, batch, context, src_seq))
-
-
-# ---------- the standard formulas ----------
-
-
-@dataclass(frozen=True)
-class FormulaEstimate:
-    """A published training-FLOPs formula evaluated for B sequences of T tokens."""
-
-    key: str
-    name: str
-    formula: str
-    source: str
-    n_params: int | None  # N as that source defines it (None where the formula has no N)
-    training_flops: int
-
-    def rel_error(self, exact: int) -> float:
-        return (self.training_flops - exact) / exact
-
-
-def _summed(b: dict[str, int], *suffixes: str) -> int:
-    """Parameters of the components named by suffix (each stack's: 'encoder_position_embedding' too)."""
-    return sum(n for c, n in b.items() if c.endswith(suffixes))
-
-
-def kaplan_params(cfg: ModelConfig) -> int:
-    """Kaplan et al. 2020, sec. 2.1: N is the number of parameters "excluding all vocabulary and
-    positional embeddings": the token embedding, the position embedding and an untied LM head go
-    (token-type tables too, and each stack's tables in an encoder-decoder). For a mixture of experts, N is
-    the parameters active per token, as MoE papers quote 6·N_active·D."""
-    b = params_count.breakdown(cfg)
-    lookups = _summed(b, "token_embedding", "token_type_embedding", "position_embedding", "lm_head")
-    return params_count.active_total(cfg) - lookups
-
-
-def palm_params(cfg: ModelConfig) -> int:
-    """The N of PaLM's 6N (Chowdhery et al. 2022, App. B) as nanoGPT's estimate_mfu and torchtitan apply
-    it: every parameter that multiplies an activation. A position table and an untied token embedding
-    are lookups and go; a tied embedding stays, counted once, as the LM head (PaLM ties them). Without
-    an LM head every token embedding is a lookup. Active parameters for a mixture of experts."""
-    b = params_count.breakdown(cfg)
-    lookups = _summed(b, "position_embedding", "token_type_embedding")
-    if not (cfg.lm_head and cfg.tie_embeddings):
-        lookups += _summed(b, "token_embedding")
-    return params_count.active_total(cfg) - lookups
-
-
-def standard_formulas(cfg: ModelConfig, batch: int, seq: int) -> list[FormulaEstimate]:
-    """The textbook training-FLOPs formulas, each as its source writes it, for B sequences of T tokens."""
-    _check_sizes(batch=batch, seq=seq)
-    B, T, D = batch, seq, batch * seq  # D: tokens in the step
-    d, q, f, L, V, H = cfg.d_model, cfg.q_dim, cfg.ffn_dim, cfg.n_layer, cfg.vocab_size, cfg.n_head
-    n_kaplan, n_palm = kaplan_params(cfg), palm_params(cfg)
-
-    # Kaplan et al. 2020, sec. 2.1: C ≈ 6N per training token (2N forward, 4N backward).
-    kaplan_6nd = 6 * n_kaplan * D
-    # Kaplan et al. 2020, Table 1: C_forward ≈ 2N + 2·n_layer·n_ctx·d_attn per token (embedding and
-    # de-embedding dropped as sub-leading); training = 3 × forward (sec. 2.1). d_attn = n_head·d_head.
-    kaplan_table1 = 3 * (2 * n_kaplan + 2 * L * T * q) * D
-    # Hoffmann et al. 2022 (Chinchilla), Appendix F, per sequence, as written: multi-head attention
-    # (3 equal projections) and an ungated FFN; the embedding counted as a matmul; backward = 2 × forward.
-    chin_attention = (
-        2 * 3 * T * d * q  # key, query and value projections
-        + 2 * T * T * q  # key @ query logits
-        + 3 * H * T * T  # softmax
-        + 2 * T * T * q  # softmax @ query reductions
-        + 2 * T * q * d  # final linear
-    )
-    chin_dense = 2 * T * (d * f + d * f)
-    chin_forward = 2 * T * V * d + L * (chin_attention + chin_dense) + 2 * T * d * V
-    chinchilla = 3 * chin_forward * B
-    # Chowdhery et al. 2022 (PaLM), Appendix B: 6N + 12·L·H·Q·T per token (Q = d_head), full square.
-    palm = (6 * n_palm + 12 * L * H * cfg.head_dim * T) * D
-    # Korthikanti et al. 2022 (Megatron model FLOPs without recompute; Narayanan et al. 2021, eq. 3, has
-    # the recompute variant 96·B·s·l·h²·(...)), written for q = d, f = 4d and multi-head attention:
-    # 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)), here multiplied out to stay in integers.
-    korthikanti = 72 * B * T * L * d * d + 12 * B * T * T * L * d + 6 * B * T * V * d
-    return [
-        FormulaEstimate("kaplan_6nd", "Kaplan 6ND", "6·N·D", "Kaplan et al. 2020, sec. 2.1",
-                        n_kaplan, kaplan_6nd),
-        FormulaEstimate("kaplan_table1", "Kaplan Table 1", "3·(2N + 2·L·T·d_attn)·D", "Kaplan et al. 2020, Table 1",
-                        n_kaplan, kaplan_table1),
-        FormulaEstimate("chinchilla", "Chinchilla", "3·(embed + L·(attn + dense) + logits)·B",
-                        "Hoffmann et al. 2022, App. F", None, chinchilla),
-        FormulaEstimate("palm", "PaLM", "(6N + 12·L·H·Q·T)·D", "Chowdhery et al. 2022, App. B",
-                        n_palm, palm),
-        FormulaEstimate("korthikanti", "Megatron", "72·B·s·l·h²·(1 + s/6h + V/12hl)",
-                        "Korthikanti et al. 2022", None, korthikanti),
-    ]

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     import torch
 
 DEVICE_KINDS = ("cpu", "cuda", "mps")
-# tfcalc dtype name -> torch dtype name. tf32 runs as float32 storage with TF32 matmuls (see
-# matmul_precision); fp8/int8/int4 are storage formats that tfcalc only counts.
+# tfcalc dtype name -> torch dtype name. tf32 is stored as float32 (it is a matmul mode, and tfcalc runs
+# it only to measure memory, which the mode does not change); fp8/int8/int4 are storage formats that
+# tfcalc only counts.
 _TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 RUNNABLE_DTYPES = tuple(_TORCH_DTYPES)
 
@@ -37,11 +38,6 @@ def torch_dtype(name: str) -> "torch.dtype":
             f"{name} is counted, not run: a real model runs in {', '.join(RUNNABLE_DTYPES)}"
         )
     return getattr(torch, _TORCH_DTYPES[name])
-
-
-def matmul_precision(name: str) -> str:
-    """torch.set_float32_matmul_precision value for a dtype: 'high' (TF32 allowed) for tf32, else 'highest'."""
-    return "high" if name == "tf32" else "highest"
 
 
 @dataclass(frozen=True)

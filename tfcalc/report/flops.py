@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count
 from tfcalc.count.params import width_note
-from tfcalc.report.model_ref import ModelRef
+from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload
 
 if TYPE_CHECKING:
@@ -29,29 +28,12 @@ def crossover_json(crossover: count.Crossover) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class FlopsReport:
+class FlopsReport(WorkloadFields):
     model: ModelRef
     workload: Workload  # resolved: seq and src_seq set
     recompute: bool
     breakdown: count.FlopBreakdown
     measured: Optional["MeasuredFlops"]  # None when not measured
-
-    @property
-    def cfg(self) -> ModelConfig:
-        return self.model.cfg
-
-    @property
-    def batch(self) -> int:
-        return self.workload.batch
-
-    @property
-    def seq(self) -> int:
-        return self.workload.seq
-
-    @property
-    def src_seq(self) -> Optional[int]:
-        """Source tokens per sequence of an encoder-decoder; None for the other kinds."""
-        return self.breakdown.src_seq
 
     @property
     def forward(self) -> int:

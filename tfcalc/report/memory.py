@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from tfcalc.config import ModelConfig
+from tfcalc.count import budget
 from tfcalc.count import memory as mem
+from tfcalc.count import training
 from tfcalc.count.params import total as param_total
-from tfcalc.report.model_ref import ModelRef
+from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload
 
 
@@ -25,7 +26,7 @@ class MemoryOptions:
 
 
 @dataclass(frozen=True)
-class MemoryReport:
+class MemoryReport(WorkloadFields):
     model: ModelRef
     workload: Workload  # resolved
     options: MemoryOptions
@@ -34,31 +35,11 @@ class MemoryReport:
     kv_cache: int
     working_set: int  # no-grad forward pass, beyond the weights
     activations: Optional[mem.Activations]  # None when the dtype is not a training dtype
-    state: Optional[mem.TrainingState]
+    state: Optional[training.TrainingState]
     korthikanti: int
-    fit: Optional[mem.Fit] = None
+    fit: Optional[budget.Fit] = None
     measured: Any = None  # tfcalc.measure.memory.MeasuredPeak
     cross_kv_cache: int = 0  # the part of kv_cache that is an encoder-decoder's cross-attention cache
-
-    @property
-    def cfg(self) -> ModelConfig:
-        return self.model.cfg
-
-    @property
-    def dtype(self) -> str:
-        return self.workload.dtype
-
-    @property
-    def batch(self) -> int:
-        return self.workload.batch
-
-    @property
-    def seq(self) -> int:
-        return self.workload.seq
-
-    @property
-    def src_seq(self) -> Optional[int]:
-        return self.workload.src_seq
 
     @property
     def training(self) -> bool:
@@ -137,13 +118,13 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     mem.check_dtype(w.dtype)
     trainable = w.dtype in mem.TRAINING_DTYPES
     if o.training:
-        mem.check_training_dtype(w.dtype)
+        training.check_training_dtype(w.dtype)
     acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq) if trainable else None
-    state = mem.training_state(cfg, w.dtype, o.optimizer) if trainable else None
+    state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
-        fit = (mem.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute, w.src_seq)
-               if o.training else mem.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq))
+        fit = (budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute, w.src_seq)
+               if o.training else budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq))
     return MemoryReport(
         model, w, o, param_total(cfg), mem.weights_bytes(cfg, w.dtype),
         mem.kv_cache_bytes(cfg, w.batch, w.seq, w.dtype, w.src_seq),

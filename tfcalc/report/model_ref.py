@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Optional, Union
 
 from tfcalc.config import ModelConfig
 from tfcalc.presets import load, parse_override
+
+if TYPE_CHECKING:
+    from tfcalc.workload import Workload
 
 ModelSpec = Union[str, Path, ModelConfig]
 
@@ -37,6 +40,35 @@ class ModelRef:
     def as_published(self) -> bool:
         """True when no override changed the model its source describes."""
         return not self.overrides
+
+
+class WorkloadFields:
+    """The accessors every report about one model at one workload shares; the report's dataclass holds
+    ``model`` (a ModelRef) and ``workload`` (a resolved tfcalc.workload.Workload)."""
+
+    model: ModelRef
+    workload: "Workload"
+
+    @property
+    def cfg(self) -> ModelConfig:
+        return self.model.cfg
+
+    @property
+    def batch(self) -> int:
+        return self.workload.batch
+
+    @property
+    def seq(self) -> int:
+        return self.workload.seq
+
+    @property
+    def src_seq(self) -> Optional[int]:
+        """Source tokens per sequence of an encoder-decoder; None for the other kinds."""
+        return self.workload.src_seq
+
+    @property
+    def dtype(self) -> str:
+        return self.workload.dtype
 
 
 def _canonical(text: str) -> str:

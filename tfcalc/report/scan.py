@@ -7,6 +7,7 @@ from typing import Any
 
 from tfcalc.count import flops as count_flops
 from tfcalc.count import memory as count_memory
+from tfcalc.count import training
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
@@ -29,7 +30,7 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
         "activation_bytes": count_memory.activations(cfg, batch, seq, dtype).total,
         # an inference format (int8, fp8, ...) has no training state to count
-        "training_bytes": (count_memory.training_bytes(cfg, batch, seq, dtype)
+        "training_bytes": (training.training_bytes(cfg, batch, seq, dtype)
                            if dtype in count_memory.TRAINING_DTYPES else None),
     }
 

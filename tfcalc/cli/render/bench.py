@@ -29,7 +29,7 @@ def document(reports: list[BenchReport], verbose: bool = False) -> Doc:
                   r["ceiling_fraction"], "—" if r["mfu"] is None else r["mfu"])
         split = doc.table(f"{report.model.label}: where one block's time goes (sub-layers timed alone)",
                           Column("seq", "int"), Column("attention", "seconds"), Column("FFN", "seconds"),
-                          Column("attention share of time", "share"), Column("of FLOPs", "share"),
+                          Column("attention ÷ (attention + FFN): time", "share"), Column("FLOPs", "share"),
                           Column("peak memory", "bytes", priority=1))
         for r in rows:
             c = r["components"]
@@ -48,7 +48,8 @@ def _notes(doc: Doc, first: dict[str, Any]) -> None:
         doc.note(f"Ran {first['n_layer_run']} of {first['n_layer']} blocks; the full-depth time adds the missing "
                  f"blocks at the median time of one block timed alone (measured forward: "
                  f"{units.seconds(first['measured_forward_median_s'])}).", "dim")
-    doc.note("Attention share: one block's attention sub-layer against attention + FFN, in time and in FLOPs; "
+    doc.note("Attention ÷ (attention + FFN): one block's attention sub-layer against both sub-layers, in time and "
+             "in FLOPs (not the attention share of the whole forward pass, which `tfcalc flops` reports); "
              "a time share above the FLOP share is memory-bound work (softmax, reshapes, KV reads). Achieved FLOP/s "
              "counts the analytic forward FLOPs, full T×T attention square.", "dim")
     if first["compiled"]:

@@ -83,8 +83,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     if cfg.n_expert:
         table.add(f"Active per token (top-{cfg.experts_active} of {cfg.experts})", None, None, r.active_params,
                   r.active_params / total)
-    table.add(f"Approximation {count.seeds_formula(cfg)} ({r.approximation_rel_error:+.2%})", None, None,
-              r.approximation, None)
+    table.add(f"Approximation ({r.approximation_rel_error:+.2%}), below", None, None, r.approximation, None)
+    doc.note(f"Approximation: {count.seeds_formula(cfg)} = {r.approximation:,}, {r.approximation_rel_error:+.2%} "
+             "from the exact count.")
     weights = ", ".join(f"{units.nbytes(n)} in {dtype} ({n:,} bytes)" for dtype, n in r.weights_bytes.items())
     doc.note(f"Weights: {weights}; `tfcalc memory` for the KV cache, activations and training state.")
     if not verbose:

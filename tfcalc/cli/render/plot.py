@@ -6,10 +6,12 @@ print too; one colour per component across both panels."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Optional
 
 from tfcalc.errors import InputError
+from tfcalc.units import nbytes
 
 FORMATS = (".png", ".svg", ".pdf")
 # key: (colour, line style, marker, label)
@@ -55,6 +57,20 @@ def _short(x: float, decimal: bool = False) -> str:
     return f"{x:g}{names[i]}"
 
 
+def _binary_ticks(ax) -> None:
+    """Bytes on a log axis at powers of two (1 GiB, 4 GiB, ...), labelled as the tables write bytes."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_yscale("log", base=2)
+    ax.figure.canvas.draw_idle()
+    low, high = (max(v, 1.0) for v in ax.dataLim.intervaly)
+    first, last = int(math.floor(math.log2(low))), int(math.ceil(math.log2(high)))
+    step = max(1, -(-(last - first) // 8))  # at most about 9 ticks
+    ax.yaxis.set_major_locator(FixedLocator([2.0**e for e in range(first, last + 1, step)]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: nbytes(y)))
+
+
 def _line(ax, seqs, values, key: str) -> None:
     colour, style, marker, label = SERIES[key]
     ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
@@ -81,7 +97,7 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
             _line(mem_ax, seqs, [r[key] for r in rows], key)
     mem_ax.axhline(report["weights_bytes"], color="black", lw=1, ls=(0, (1, 1)), label=f"weights ({report['dtype']})")
     if budget is not None:
-        mem_ax.axhline(budget, color="#e377c2", lw=2, ls=(0, (6, 2)), label=f"capacity {_short(budget, True)}B")
+        mem_ax.axhline(budget, color="#e377c2", lw=2, ls=(0, (6, 2)), label=f"capacity {nbytes(budget)}")
     mem_ax.set_ylabel(f"bytes ({report['dtype']}, batch {report['batch']})")
     crossover = report["crossover_seq"]
     for key, text in (("scores_vs_ffn", "scores = FFN"), ("attention_vs_ffn", "attention = FFN")):
@@ -89,18 +105,19 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
             flops_ax.axvline(crossover[key], color="black", ls=(0, (4, 3)), lw=0.8)
             flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
                               xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom", fontsize=8)
-    for ax, unit in ((flops_ax, ""), (mem_ax, "B")):
+    for ax in (flops_ax, mem_ax):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length T (tokens)")
         ax.xaxis.set_major_locator(FixedLocator(seqs if len(seqs) <= 12 else seqs[:: -(-len(seqs) // 12)]))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short(x)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _, unit=unit: _short(y, decimal=True) + unit))
         ax.set_xlim(seqs[0] / 1.15, seqs[-1] * 1.15)
         ax.grid(True, which="major", alpha=0.3)
         if report["max_seq_len"] < seqs[-1]:
             ax.axvspan(report["max_seq_len"], seqs[-1] * 1.15, color="grey", alpha=0.08, lw=0)
         ax.legend(fontsize=8, loc="upper left")
+    _binary_ticks(mem_ax)
+    flops_ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _short(y, decimal=True)))
     flops_ax.set_title("Where the forward FLOPs go")
     mem_ax.set_title("Memory")
     note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""

@@ -7,8 +7,7 @@ from tfcalc.count import flops as count
 from tfcalc.count import params as params_count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
-from conftest import assert_one_line_error, tiny
-from test_kinds import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE
+from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
 
 def _dense(cfg):

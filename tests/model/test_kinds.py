@@ -8,14 +8,8 @@ from tfcalc.count import params as count
 from tfcalc.measure.params import measure_params
 from tfcalc.model import MixtureOfExperts, build_model
 from tfcalc.presets import load
-from conftest import tiny
+from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
 
-BERT_LIKE = dict(arch="encoder", type_vocab_size=2, embedding_norm=True, pooler=True, lm_head=False,
-                 tie_embeddings=False, norm_placement="post", final_norm=False)
-VASWANI_LIKE = dict(arch="encoder-decoder", pos_encoding="sinusoidal", embedding_scale=True,
-                    norm_placement="post", final_norm=False, activation="relu", attn_bias=False)
-MIXTRAL_LIKE = dict(n_expert=4, n_expert_active=2, gated_ffn=True, activation="silu", n_head=8, n_kv_head=2,
-                    pos_encoding="rope", norm="rmsnorm", norm_bias=False, attn_bias=False, ffn_bias=False)
 
 
 @pytest.mark.parametrize(

@@ -110,7 +110,7 @@ def test_written_file_has_ordinary_permissions(tmp_path):
         os.umask(umask)
 
 
-GOLDEN = Path(__file__).parent / "golden" / "snapshot.json"
+GOLDEN = Path(__file__).parent.parent / "golden" / "snapshot.json"
 
 
 def test_the_projects_golden_snapshot_still_holds():

@@ -140,7 +140,7 @@ def test_encoder_decoder_table_has_encoder_and_decoder_sections_with_cross_atten
     assert r.code == 0, r.err
     for text in ("Encoder (6 layers)", "Decoder (6 layers)", "Cross-attention", "cross-attention Q weight",
                  "63,045,632", "✓ agree", "12·L_enc·d² + 16·L_dec·d² + V·d", "Positions: sinusoidal"):
-        assert text in r.out, text
+        assert text in " ".join(r.out.split()), text
     data = cli("params", "transformer-base", "--json").json()
     assert data["arch"] == "encoder-decoder" and sum(data["stacks"].values()) == data["analytic_total"]
     assert data["groups"]["cross_attention"] == data["breakdown"]["cross_attn_q_weight"] * 4

@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfcalc.config import ConfigError, ModelConfig, replace
+from tfcalc.count import budget as count_budget
 from tfcalc.count import memory as mem
+from tfcalc.count import training
 from tfcalc.count.params import total
 from tfcalc.measure import device as dev
 from tfcalc.measure.memory import forward_loss, measure_peak
@@ -77,7 +79,7 @@ def test_unknown_dtype_is_a_config_error():
 )
 def test_training_state_bytes_per_param(dtype, optimizer, per_param, master):
     cfg = load("llama2-7b")
-    state = mem.training_state(cfg, dtype, optimizer)
+    state = training.training_state(cfg, dtype, optimizer)
     n = 6_738_415_616
     assert state.total == per_param * n and state.bytes_per_param == per_param
     assert state.master_weights == master * n
@@ -85,7 +87,7 @@ def test_training_state_bytes_per_param(dtype, optimizer, per_param, master):
 
 
 def test_mixed_precision_adam_is_weights_grads_master_and_two_moments():
-    state = mem.training_state(load("gpt2"), "bf16", "adam-mixed")
+    state = training.training_state(load("gpt2"), "bf16", "adam-mixed")
     n = 124_439_808
     assert (state.weights, state.gradients, state.master_weights, state.optimizer_state) == (2 * n, 2 * n, 4 * n, 8 * n)
 
@@ -93,7 +95,7 @@ def test_mixed_precision_adam_is_weights_grads_master_and_two_moments():
 @pytest.mark.parametrize("dtype", ["fp8", "int8", "int4"])
 def test_training_in_inference_formats_is_refused(dtype):
     with pytest.raises(ConfigError, match="inference format"):
-        mem.training_state(tiny(), dtype)
+        training.training_state(tiny(), dtype)
 
 
 # ---------- activations: the formula ----------
@@ -182,20 +184,20 @@ def test_activation_formula_in_bf16_on_cpu_differs_only_by_layernorm_statistics(
      ("1.5TB", 1_500_000_000_000), ("1000", 1000), ("2kib", 2048), ("1kB", 1000), ("0.5 KiB", 512), ("7B", 7)],
 )
 def test_parse_bytes(text, expected):
-    assert mem.parse_bytes(text) == expected
+    assert count_budget.parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["80G", "lots", "", "-5GB", "0", "0GB", "1e9", "GB", "5 GBs", "1.2.3GB"])
 def test_parse_bytes_refuses(text):
     with pytest.raises(ConfigError):
-        mem.parse_bytes(text)
+        count_budget.parse_bytes(text)
 
 
 @settings(deadline=None)
 @given(budget=st.integers(14 * 10**9, 200 * 10**9), batch=st.integers(1, 8))
 def test_largest_context_fits_and_one_more_does_not(budget, batch):
     cfg = load("llama2-7b")
-    fit = mem.fit_inference(cfg, batch, 4096, "bf16", budget)
+    fit = count_budget.fit_inference(cfg, batch, 4096, "bf16", budget)
     t = fit.max_seq
     assert t >= 1 and mem.inference_bytes(cfg, batch, t, "bf16") <= budget < mem.inference_bytes(cfg, batch, t + 1, "bf16")
     b = fit.max_batch
@@ -205,19 +207,19 @@ def test_largest_context_fits_and_one_more_does_not(budget, batch):
 
 def test_llama2_7b_on_24_gib():
     """24 GiB - 13,476,831,232 weight bytes, over 524,288 KV bytes per token (2·32·4096·2)."""
-    fit = mem.fit_inference(load("llama2-7b"), 1, 4096, "bf16", 24 * 2**30)
+    fit = count_budget.fit_inference(load("llama2-7b"), 1, 4096, "bf16", 24 * 2**30)
     assert fit.max_seq == (24 * 2**30 - 13_476_831_232) // 524_288 == 23_446
     assert fit.max_batch == 5
 
 
 def test_training_fit_and_when_nothing_fits():
     cfg = load("gpt2")
-    fit = mem.fit_training(cfg, 1, 1024, "bf16", 24 * 10**9)
-    need = lambda b: mem.training_bytes(cfg, b, 1024, "bf16")
+    fit = count_budget.fit_training(cfg, 1, 1024, "bf16", 24 * 10**9)
+    need = lambda b: training.training_bytes(cfg, b, 1024, "bf16")
     assert need(fit.max_batch) <= 24 * 10**9 < need(fit.max_batch + 1)
-    small = mem.fit_training(cfg, 1, 1024, "bf16", 10**9)
+    small = count_budget.fit_training(cfg, 1, 1024, "bf16", 10**9)
     assert not small.weights_fit and small.max_batch == small.max_seq == 0
-    assert not mem.fit_inference(load("gpt3"), 1, 2048, "bf16", 80 * 10**9).weights_fit
+    assert not count_budget.fit_inference(load("gpt3"), 1, 2048, "bf16", 80 * 10**9).weights_fit
 
 
 # ---------- devices ----------
@@ -236,7 +238,6 @@ def test_device_resolution():
 
 def test_dtypes_and_free_memory(tmp_path):
     assert dev.torch_dtype("bf16") is torch.bfloat16 and dev.torch_dtype("tf32") is torch.float32
-    assert dev.matmul_precision("tf32") == "high" and dev.matmul_precision("fp32") == "highest"
     with pytest.raises(ConfigError, match="counted, not run"):
         dev.torch_dtype("int4")
     fake = tmp_path / "meminfo"
@@ -260,7 +261,7 @@ def test_measured_training_peak_on_cpu_is_close_to_the_estimate():
     tensor (the LM head, V·h) computed before it is added into .grad, kernel scratch, allocator
     bookkeeping. The saved activations agree to the byte."""
     m = measure_peak(MEASURED, 4, 256, "fp32", "cpu", training=True, optimizer="adam")
-    est = mem.training_bytes(MEASURED, 4, 256, "fp32", "adam")
+    est = training.training_bytes(MEASURED, 4, 256, "fp32", "adam")
     assert 0.95 <= m.peak_bytes / est <= 1.12, (m.peak_bytes, est)
     assert m.saved_activation_bytes == mem.activations(MEASURED, 4, 256, "fp32").stored
 
@@ -366,11 +367,11 @@ def test_optimizer_step_temporaries_can_set_the_training_peak():
     """GPT-2's tied embedding, 50257·768 = 38,597,376 params, is its largest tensor: mixed-precision Adam
     holds its fp32 gradient copy and two fp32 denominator temporaries during the step."""
     cfg = load("gpt2")
-    state = mem.training_state(cfg, "bf16", "adam-mixed")
+    state = training.training_state(cfg, "bf16", "adam-mixed")
     assert state.step_temporaries == 3 * 4 * 38_597_376
-    assert mem.training_state(cfg, "bf16", "adam").step_temporaries == 2 * 2 * 38_597_376
-    assert mem.training_state(cfg, "bf16", "sgd").step_temporaries == 0
+    assert training.training_state(cfg, "bf16", "adam").step_temporaries == 2 * 2 * 38_597_376
+    assert training.training_state(cfg, "bf16", "sgd").step_temporaries == 0
     short = mem.activations(cfg, 1, 8, "bf16").total
     assert short < state.step_temporaries
-    assert mem.training_bytes(cfg, 1, 8, "bf16") == state.total + state.step_temporaries
-    assert mem.training_bytes(cfg, 8, 1024, "bf16") == state.total + mem.activations(cfg, 8, 1024, "bf16").total
+    assert training.training_bytes(cfg, 1, 8, "bf16") == state.total + state.step_temporaries
+    assert training.training_bytes(cfg, 8, 1024, "bf16") == state.total + mem.activations(cfg, 8, 1024, "bf16").total

@@ -1,0 +1,96 @@
+"""Every command's tables at 80 and 200 columns: no cell cut with '…', no line past the width.
+
+Rendered through the real renderers into a Rich console of a fixed width, for every packaged preset
+(params, flops, memory, scan) and for the commands that take several models or none."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from tfcalc.cli.render import backends
+from tfcalc.cli.render import bench as bench_view
+from tfcalc.cli.render import compare as compare_view
+from tfcalc.cli.render import flops as flops_view
+from tfcalc.cli.render import memory as memory_view
+from tfcalc.cli.render import params as params_view
+from tfcalc.cli.render import presets as presets_view
+from tfcalc.cli.render import scan as scan_view
+from tfcalc.cli.render import snapshot as snapshot_view
+from tfcalc.presets import preset_names
+from tfcalc.report import resolve
+from tfcalc.report.compare import build_compare
+from tfcalc.report.flops import build_flops
+from tfcalc.report.memory import MemoryOptions, estimate_memory
+from tfcalc.report.params import build_params
+from tfcalc.report.presets import build_presets
+from tfcalc.report.scan import build_scan
+from tfcalc.report.snapshot import CheckReport, Drift
+from tfcalc.workload import Workload
+
+WIDTHS = (80, 200)
+
+
+def render(doc, width: int, exact: bool = False) -> str:
+    buffer = io.StringIO()
+    backends.write_rich(doc, Console(file=buffer, width=width, color_system=None), exact)
+    return buffer.getvalue()
+
+
+def assert_readable(text: str, width: int) -> None:
+    assert "…" not in text, text
+    too_long = [line for line in text.splitlines() if len(line.rstrip()) > width]
+    assert not too_long, too_long
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_every_counting_command(name, width):
+    model = resolve(name)
+    docs = [
+        params_view.document([build_params(model, measure=False)], verbose=False),
+        params_view.document([build_params(model, measure=False)], verbose=True),
+        flops_view.document([build_flops(model, Workload(seq=min(512, model.cfg.max_seq_len)))], verbose=True,
+                            training=True, decode=True),
+        memory_view.document([estimate_memory(model, Workload(), MemoryOptions(budget=80 * 2**30))], verbose=True),
+        scan_view.document([build_scan(model, [128, 1024, 8192, 65536])]),
+    ]
+    for doc in docs:
+        for exact in (False, True):
+            assert_readable(render(doc, width, exact), width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_several_models_summaries_compare_presets_and_check(width):
+    models = [resolve(n) for n in ("gpt2", "llama2-70b", "mixtral-8x7b", "transformer-base")]
+    docs = [
+        params_view.document([build_params(m, measure=False) for m in models]),
+        flops_view.document([build_flops(m, Workload(seq=256)) for m in models]),
+        memory_view.document([estimate_memory(m, Workload()) for m in models]),
+        compare_view.document([build_compare(models[:3])]),
+        presets_view.document([build_presets()], verbose=True),
+        snapshot_view.check_document([CheckReport("counts.json", 2, (
+            Drift("gpt2", "params.breakdown.attn_q_weight", 7_077_888, 7_077_889),
+            Drift("llama2-7b", "flops.crossover_seq.scores_vs_ffn", 33_024, 33_025)))]),
+    ]
+    for doc in docs:
+        assert_readable(render(doc, width), width)
+
+
+def test_bench_renders_at_both_widths():
+    from tfcalc.report.bench import build_bench, plan_bench
+
+    model = resolve("gpt2", ["n_layer=1", "d_model=48", "vocab_size=64", "max_seq_len=32"])
+    report = build_bench(model, plan_bench(model, seqs=[16, 32], warmup=0, repeat=2, matmul_size=32))
+    for width in WIDTHS:
+        assert_readable(render(bench_view.document([report]), width), width)
+
+
+def test_hidden_columns_are_named_and_essential_ones_stay():
+    text = render(presets_view.document([build_presets()]), 80)
+    assert "(not shown at 80 columns:" in text and "Aliases" in text.split("not shown")[1]
+    assert "mixtral-8x7b" in text and "174.6B" in text  # names and totals are never dropped
+    wide = render(presets_view.document([build_presets()]), 200)
+    assert "not shown" not in wide and "Context" in wide

@@ -1,0 +1,114 @@
+"""The package's shape: imports go one way (cli -> report -> measure -> count -> config), no import
+circle, no module over 400 lines, nothing under report/ prints, nothing below the model imports torch."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tfcalc"
+# rank of each layer: a module may import modules of its own rank or lower, never higher
+RANKS = {
+    "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.config": 1, "tfcalc.devices": 1, "tfcalc.workload": 2,
+    "tfcalc.hf_config": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.model": 3, "tfcalc.measure": 4,
+    "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.__main__": 7, "tfcalc": 7,
+}
+PURE = ("tfcalc.errors", "tfcalc.units", "tfcalc.config", "tfcalc.devices", "tfcalc.workload", "tfcalc.hf_config",
+        "tfcalc.presets", "tfcalc.count")  # no torch, typer or rich: counting never pays for them
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def rank(name: str) -> int:
+    best = max((p for p in RANKS if name == p or name.startswith(p + ".")), key=len, default=None)
+    assert best is not None, f"{name}: not in any layer of tests/test_layers.py; give it one"
+    return RANKS[best]
+
+
+def target_rank(target: str) -> int:
+    """The root package is imported only for __version__ (its API imports lazily): no layer."""
+    return 0 if target == "tfcalc" else rank(target)
+
+
+def imports(path: Path, top_level_only: bool = False) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from tfcalc import units` imports the module tfcalc.units; `from tfcalc.x import y`, tfcalc.x
+            out += [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                    for a in node.names]
+    return out
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_go_one_way(name):
+    for target in imports(MODULES[name]):
+        if target.startswith("tfcalc") and (target in MODULES or target.rsplit(".", 1)[0] in MODULES):
+            target = target if target in MODULES else target.rsplit(".", 1)[0]
+            assert target_rank(target) <= rank(name), f"{name} (layer {rank(name)}) imports {target}"
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MODULES) if n.startswith(PURE)])
+def test_pure_layers_import_no_torch_typer_or_rich(name):
+    heavy = [t for t in imports(MODULES[name]) if t.split(".")[0] in ("torch", "typer", "rich", "matplotlib")]
+    assert not heavy, f"{name} imports {heavy}"
+
+
+def test_no_import_circle():
+    graph = {name: {t if t in MODULES else t.rsplit(".", 1)[0] for t in imports(path, top_level_only=True)
+                    if t.startswith("tfcalc") and (t in MODULES or t.rsplit(".", 1)[0] in MODULES)} - {name}
+             for name, path in MODULES.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        if state.get(node) == 1:
+            raise AssertionError("import circle: " + " -> ".join(trail + [node]))
+        if state.get(node) == 2:
+            return
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt != "tfcalc" and not node.startswith(nxt + "."):  # a package's own __init__ is no circle
+                visit(nxt, trail + [node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_over_400_lines(name):
+    lines = MODULES[name].read_text(encoding="utf-8").count("\n")
+    assert lines <= 400, f"{name}: {lines} lines"
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MODULES) if n.startswith("tfcalc.report")])
+def test_nothing_under_report_prints(name):
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id != "print", f"{name}: print()"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "sys":
+            assert node.attr not in ("stdout", "stderr"), f"{name}: sys.{node.attr}"
+    assert not [t for t in imports(MODULES[name]) if t.startswith(("rich", "typer", "tfcalc.cli"))], name
+
+
+def test_every_package_ships():
+    """pyproject.toml lists the packages by hand (the presets folder maps onto tfcalc.presets): a new
+    package missing there would work in a source checkout and be absent from `pip install .`."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert on_disk <= listed, f"add to pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"

@@ -1,0 +1,29 @@
+"""The README's Python example runs and prints what its comments say; its tour commands parse."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+
+
+def test_python_example_prints_what_it_says():
+    code = re.search(r"## Python API\n\n```python\n(.*?)```", README, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    printed = out.getvalue().splitlines()
+    expected = [line.split("# ", 1)[1].split(",")[0].split(" (")[0] for line in code.splitlines()
+                if line.startswith("print(")]
+    assert printed[0] == "291648307200" == expected[0]
+    assert printed[1] == expected[1] == "gpt2 + n_layer=6 81912576 True"
+    assert printed[2] == "13476831232 2147483648" == expected[2]
+
+
+def test_quickstart_has_exactly_two_commands():
+    block = re.search(r"## Quickstart\n\n```bash\n(.*?)```", README, re.S).group(1)
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines == ['pip install . && tfcalc params gpt3', 'pip install ".[test]" && pytest']

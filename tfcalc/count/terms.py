@@ -1,0 +1,46 @@
+"""The small terms every FLOP count is built of: FFN matrix counts, causal score pairs, non-matmul costs
+per element, and the size checks. Pure arithmetic, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
+
+SOFTMAX_PER_SCORE = 5
+NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
+ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
+ROPE_PER_ELEMENT = 3
+
+
+def ffn_matrices(cfg: ModelConfig) -> int:
+    """How many d×f matrices the FFN multiplies by: 3 for a gated FFN (gate, up, down), else 2."""
+    return 3 if cfg.gated_ffn else 2
+
+
+def causal_pairs(queries: int, keys: int) -> int:
+    """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2."""
+    return queries * (keys - queries) + queries * (queries + 1) // 2
+
+
+@dataclass(frozen=True)
+class NonMatmulEntry:
+    """Approximate non-matmul FLOPs: ``per_element`` FLOPs on each of ``elements`` elements, ``copies`` times."""
+
+    component: str  # softmax, norms, activation, rope, residual, bias, positions, moe, pooler (repeated per stack)
+    label: str
+    per_element: int
+    elements: int
+    copies: int
+
+    @property
+    def total(self) -> int:
+        return self.per_element * self.elements * self.copies
+
+
+def check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive integer; got {value!r}")
