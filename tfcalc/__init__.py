@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
+    from tfcalc.report.plan import PlanReport
 
 
 def _override_text(key: str, value: Any) -> str:
@@ -77,16 +78,44 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, warmup: int = 3, repeat: int = 10, compile: bool = False,
-          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, **overrides: Any) -> "BenchReport":
-    """`tfcalc bench`: timed forward passes on device (one length, or several)."""
+          n_layer: Optional[int] = None, matmul_size: Optional[int] = None, nproc: Optional[int] = None,
+          tp: Optional[int] = None, zero: int = 0, sequence_parallel: bool = False, **overrides: Any):
+    """`tfcalc bench`: timed forward passes on device (one length, or several); with nproc, forward +
+    backward on nproc torch.distributed ranks under a layout (tp, zero 0 or 3, sequence_parallel), one
+    length, returning a DistBenchReport."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
+    if nproc is not None:
+        from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
+
+        if not (seq is None or isinstance(seq, int)):
+            from tfcalc.errors import InputError
+
+            raise InputError("--nproc times one --seq at a time")
+        layout = plan_dist_bench(ref, nproc, batch, seq, dtype or default_dtype(device), tp, zero, sequence_parallel)
+        return build_dist_bench(ref, layout, warmup, repeat, device)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
                       matmul_size)
     return build_bench(ref, plan)
 
 
-__all__ = ["__version__", "bench", "flops", "memory", "params"]
+def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
+         pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
+         recompute: Optional[str] = None, sequence_parallel: bool = False, micro_batch: int = 1,
+         global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
+         device_spec: str = "h100-sxm", mfu: float = 0.4, tokens: Union[int, str, None] = None, top: int = 10,
+         measure: bool = False, nproc: int = 2, **overrides: Any) -> "PlanReport":
+    """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
+    or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks."""
+    from tfcalc.count.steptime import parse_count
+    from tfcalc.report.plan import PlanRequest, build_plan
+
+    request = PlanRequest(gpus, tp, pp, dp, zero, recompute, sequence_parallel, micro_batch, global_batch, seq,
+                          dtype, mfu, parse_count(tokens) if isinstance(tokens, str) else tokens, top)
+    return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
+
+
+__all__ = ["__version__", "bench", "flops", "memory", "params", "plan"]

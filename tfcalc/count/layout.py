@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.memory import check_training_dtype
+from tfcalc.count.training import check_training_dtype
 from tfcalc.count.shard import check_supported, check_tp
 from tfcalc.errors import InputError
 

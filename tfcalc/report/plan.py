@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 
 from tfcalc import devices
 from tfcalc.count.layout import Layout, resolve_degrees
-from tfcalc.count.memory import check_training_dtype
+from tfcalc.count.training import check_training_dtype
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.steptime import Hardware, TrainingRun, training_run

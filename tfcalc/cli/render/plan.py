@@ -20,9 +20,10 @@ STATE_LABELS = {"weights_bytes": "Weights", "grads_bytes": "Gradients", "optimiz
 
 
 def short(layout: Layout) -> str:
+    """'tp 8+SP · pp 2 · dp 4 · ZeRO-1 · selective recompute'."""
     sp = "+SP" if layout.sequence_parallel else ""
-    return (f"tp {layout.tp}{sp} · pp {layout.pp} · dp {layout.dp} · ZeRO-{layout.zero} · "
-            f"recompute {layout.recompute}")
+    recompute = "no recompute" if layout.recompute == "none" else f"{layout.recompute} recompute"
+    return f"tp {layout.tp}{sp} · pp {layout.pp} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
 
 
 def _days(seconds: float) -> str:
@@ -33,7 +34,7 @@ def _search(doc: Doc, r: PlanReport) -> None:
     what = (f"the fewest GPUs that fit: {r.plan.layout.gpus}" if r.search == "gpus"
             else f"layouts of {r.plan.layout.gpus} GPUs that fit")
     t = doc.table(f"{r.model.label} on {r.device.name}: {what} ({len(r.candidates)}), fastest first",
-                  Column("#", "int"), Column("Layout"), Column("Micro-batches", "int", priority=2),
+                  Column("#", "int"), Column("Layout", wrap=False), Column("Micro-batches", "int", priority=2),
                   Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"))
     for i, c in enumerate(r.candidates[: r.request.top], 1):
         t.add(i, short(c.layout), c.layout.micro_batches, c.memory.total, c.step.overlap_s, c.step.mfu,

@@ -147,3 +147,17 @@ def test_hostile_bench_nproc(cli, args, message):
 
 def test_bench_nproc_on_tied_model_under_tp(cli):
     assert_one_line_error(cli("bench", "gpt2", "--nproc", "2", "--tp", "2"), "tie_embeddings=false")
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    (["llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--sequence-parallel", "--tokens", "2T"],
+     dict(gpus=64, tp=8, pp=2, sequence_parallel=True, tokens="2T")),
+    (["llama2-7b", "--dp", "8", "--fsdp", "--set", "n_layer=16"], dict(dp=8, zero=3, n_layer=16)),
+    (["llama2-13b", "--gpus", "16", "--recompute", "full", "--device-spec", "a100-80gb", "--mfu", "0.5"],
+     dict(gpus=16, recompute="full", device_spec="a100-80gb", mfu=0.5)),
+])
+def test_python_api_plan_equals_the_cli_json(cli, args, kwargs):
+    import tfcalc
+
+    model = args[0]
+    assert tfcalc.plan(model, **kwargs).to_json() == cli("plan", *args, "--json").json()
