@@ -44,7 +44,7 @@ def test_plan_table_and_training_time(cli):
             "--recompute", "selective", "--tokens", "2T")
     assert r.code == 0, r.err
     for text in ("memory of one rank", "Communication per step", "TP activations", "reduce-scatter", "NVLink",
-                 "network", "bubble", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1,379,532,963,840",
+                 "network", "idle", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1.38T",
                  "Ring conventions"):
         assert text in r.out, text
     j = cli("plan", "llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--tokens", "2T", "--json").json()

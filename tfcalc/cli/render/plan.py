@@ -43,18 +43,16 @@ def _search(doc: Doc, r: PlanReport) -> None:
 
 def _memory(doc: Doc, r: PlanReport) -> None:
     m, L = r.plan.memory, r.plan.layout
-    t = doc.table(f"{r.model.label}: {short(L)} on {L.gpus} × {r.device.name} — memory of one rank "
-                  f"(pipeline stage {m.stage}, TP rank 0)", Column("Memory"), Column("Bytes", "bytes"),
-                  Column("How", priority=1))
-    zero = {0: "whole on every rank", 1: "whole", 2: "whole", 3: f"1/{L.dp} (FSDP, padded rows)"}[L.zero]
-    t.add("Weights", m.weights, f"{m.params:,} params of this rank's slice × {L.dtype}; {zero}")
+    t = doc.table(f"{r.model.label}: {short(L)}, {L.gpus} × {r.device.key} — memory of one rank (stage {m.stage}, "
+                  "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1))
+    zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{L.dp}, rows padded"}[L.zero]
+    t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
-    t.add("Optimizer states", m.optimizer, "fp32 master + Adam moments; " + (f"1/{L.dp}" if L.zero else "whole"))
-    t.add("Activations", m.activations,
-          f"Korthikanti et al. 2022; micro-batch {L.micro_batch} × seq {L.seq:,}, "
-          f"{min(L.pp - m.stage, L.micro_batches)} in flight, recompute {L.recompute}")
+    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
+    t.add("Activations", m.activations, f"Korthikanti 2022; {min(L.pp - m.stage, L.micro_batches)} in flight "
+          f"of {L.micro_batch} × {L.seq:,}")
     if m.gathered:
-        t.add("Gathered weights (ZeRO-3)", m.gathered, "the running and the prefetched unit, unsharded")
+        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
     memory = r.device.memory_bytes
     t.add("Total", m.total, f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})"
@@ -80,21 +78,21 @@ def _time(doc: Doc, r: PlanReport) -> None:
     st, L = r.plan.step, r.plan.layout
     t = doc.table(f"Step time at {r.request.mfu:.0%} of the {L.dtype} peak ({units.flop_rate(r.device.peak(L.dtype))})",
                   Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1))
-    t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} per step / {L.gpus} GPUs")
+    t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs")
     if L.pp > 1:
-        t.add("  with the pipeline bubble", st.pipelined_s, f"bubble (p−1)/(m+p−1) = {st.bubble:.1%}")
+        t.add("  with the pipeline bubble", st.pipelined_s, f"(p−1)/(m+p−1) = {st.bubble:.1%} idle")
     for group, seconds in st.comm_s.items():
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
-    t.add("Step, overlapped", st.overlap_s, "DP collectives hidden behind compute; TP and PP exposed", style="bold")
+    t.add("Step, overlapped", st.overlap_s, "DP hidden behind compute; TP, PP not", style="bold")
     t.add("Tokens per second", None, units.tokens_rate(r.tokens_per_s))
-    t.add("MFU", None, f"{st.mfu:.1%} (model FLOPs, 3 × forward, over the overlapped step)")
+    t.add("MFU", None, f"{st.mfu:.1%}: model FLOPs (3 × forward) / step")
     if r.training is not None:
         run = r.training
-        t.add(f"Training on {run.tokens:,} tokens", _days(run.seconds),
-              f"{run.steps:,} steps × the overlapped step; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
-        t.add("Chinchilla-optimal tokens", None, f"{run.chinchilla_tokens:,} (20 per parameter, Hoffmann et al. 2022)")
+        t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
+              f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
+        t.add("Chinchilla-optimal tokens", None, f"{units.params(run.chinchilla_tokens)}: 20 per parameter")
 
 
 def _measured(doc: Doc, m: PlanCheck) -> None:
@@ -137,7 +135,7 @@ def _notes(doc: Doc, r: PlanReport) -> None:
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
              f"{units.nbytes(r.device.memory_bytes)}, NVLink {r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
              f"network {r.device.inter_node_bytes_per_s / 1e9:g} GB/s per GPU and direction, "
-             f"{r.device.gpus_per_node} GPUs per node ({r.device.source}).", "dim")
+             f"{r.device.gpus_per_node} GPUs per node ({r.device.source}). Chinchilla: Hoffmann et al. 2022.", "dim")
 
 
 def document(reports: list[PlanReport], verbose: bool = False) -> Doc:
