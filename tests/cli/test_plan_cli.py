@@ -118,6 +118,7 @@ def test_plan_measured_on_two_gloo_ranks(cli):
         assert m["per_rank"][key] == m["plan"]["per_rank"][key] and m["ratio"][key] == 1
     assert m["comm_bytes_per_step"] == m["plan"]["comm_bytes_per_step"]
     assert len(m["ranks"]) == 2 and all(x["peak_bytes"] > 0 for x in m["ranks"])
+    assert m["step_time_s"] == max(x["step_s"] for x in m["ranks"]) > 0
 
 
 def test_bench_on_two_gloo_ranks(cli):

@@ -199,10 +199,25 @@ def test_gpus_auto_finds_the_fewest():
     assert all(not search(cfg, g, base, H100, 0.4) for g in smaller)
 
 
-def test_nothing_fits():
-    with pytest.raises(InputError, match="no layout"):
-        fewest_gpus(load("gpt3"), layout(seq=2048, global_batch=8), dataclasses.replace(H100, memory_bytes=10**9),
-                    0.4, limit=16)
+def test_nothing_fits_however_many_gpus():
+    """Data parallelism shrinks split states, not activations nor whole or gathered weights: the floor
+    says so at once instead of searching to the limit."""
+    small = dataclasses.replace(H100, memory_bytes=10**9)
+    with pytest.raises(InputError, match="no number of GPUs fits gpt3-175b"):
+        fewest_gpus(load("gpt3"), layout(seq=2048, global_batch=2048), small, 0.4)
+    with pytest.raises(InputError, match="no number of GPUs fits"):
+        fewest_gpus(load("llama2-70b"), layout(micro_batch=512, global_batch=1024), H100, 0.4)
+
+
+def test_nothing_fits_up_to_the_limit():
+    with pytest.raises(InputError, match="no layout of up to 16 GPUs"):
+        fewest_gpus(load("gpt3"), layout(seq=2048, global_batch=8), H100, 0.4, limit=16)
+
+
+def test_gpus_auto_starts_at_the_state_bound():
+    from tfcalc.count.plan import min_gpus
+
+    assert min_gpus(load("gpt3"), layout(seq=2048), H100) == math.ceil(16 * total(load("gpt3")) / 80e9)
 
 
 # ---------- hostile layouts ----------

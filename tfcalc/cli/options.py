@@ -107,7 +107,7 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
 
 Nproc = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local torch.distributed ranks to run (gloo on the CPU, NCCL with one GPU each; the same "
-    "program runs under torchrun).", show_default=False, metavar="N")]
+    "program runs under torchrun) [plan --measure: 2].", show_default=False, metavar="N")]
 TP = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (Megatron column/row splits).",
                                            show_default=False, metavar="T")]
 Zero = Annotated[Optional[int], typer.Option(

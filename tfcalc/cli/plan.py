@@ -84,7 +84,8 @@ def plan(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
         recompute=recompute.value if recompute else None,
         sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch, seq=seq,
-        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, tokens=parse_count(tokens) if tokens else None, top=top)
+        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, tokens=parse_count(tokens) if tokens else None,
+        top=top)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

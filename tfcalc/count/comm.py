@@ -111,7 +111,8 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
 
 def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Causes 1 and 2."""
-    N, m, ew, blocks = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype), stage_blocks(cfg.n_layer, layout.pp)[stage]
+    N, m, ew = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype)
+    blocks = stage_blocks(cfg.n_layer, layout.pp)[stage]
     if N == 1:
         return []
 
@@ -191,4 +192,5 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
 
 def step_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Every collective one rank of the stage takes part in during one step (causes 1-7)."""
-    return dp_collectives(cfg, layout, stage, psi) + tp_collectives(cfg, layout, stage) + pp_collectives(cfg, layout, stage)
+    return (dp_collectives(cfg, layout, stage, psi) + tp_collectives(cfg, layout, stage)
+            + pp_collectives(cfg, layout, stage))

@@ -40,6 +40,7 @@ held by both (Megatron, Narayanan et al. 2021), whose gradients are then all-red
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -89,9 +90,14 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
                              "and an equal share of the FFN and hidden widths")
 
 
-def module_tensors(cfg: ModelConfig) -> list[Tensor]:
+def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
     """The parameter tensors of tfcalc.model's Transformer (see the module docstring), blocks once."""
     check_supported(cfg)
+    return _module_tensors(cfg)
+
+
+@functools.lru_cache(maxsize=64)
+def _module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
     d, f, V, q, k = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
     tied = cfg.lm_head and cfg.tie_embeddings
     out: list[Tensor] = []
@@ -124,7 +130,7 @@ def module_tensors(cfg: ModelConfig) -> list[Tensor]:
     add("pooler.weight", (d, d), where="last", present=cfg.pooler)
     add("pooler.bias", (d,), where="last", present=cfg.pooler)
     add("lm_head.weight", (V, d), "rows", where="last", present=cfg.lm_head and not tied)
-    return out
+    return tuple(out)
 
 
 def tp_local_shape(t: Tensor, tp: int, rank: int = 0) -> tuple[int, ...]:

@@ -8,9 +8,9 @@ rendezvous, MASTER_ADDR/MASTER_PORT), picks NCCL and the GPU LOCAL_RANK when CUD
 the CPU otherwise, runs every job of the request in turn and writes ``rank-<RANK>.json`` beside the
 request.
 
-A "measure" job: build the real model (tfcalc.model, fp32, the same seed on every rank), apply the
-layout (tfcalc.measure.parallelize), and train: two steps warm up (lazy initialization, Adam's state,
-DDP's bucket rebuild), the third is measured. Each step runs m micro-batches (DDP accumulates under
+A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp32 for --measure --,
+the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
+up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m micro-batches (DDP accumulates under
 no_sync, FSDP2 reduce-scatters each micro-batch), reduces the partial gradients sequence parallelism
 leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False) and sets the gradients to None.
 Measured on every rank:
@@ -20,7 +20,9 @@ Measured on every rank:
 - collectives: every call during the measured step (tfcalc.measure.collectives);
 - saved activations: bytes autograd keeps for backward in the measured step's first micro-batch
   (distinct storages of the local tensors packed, parameters excluded), as tfcalc.measure.memory does;
-- peak memory above a baseline taken before the model is built (tfcalc.measure.memory.peak_meter).
+- peak memory above a baseline taken before the model is built (tfcalc.measure.memory.peak_meter);
+- the wall time of the measured step, and the loss of the first micro-batch before any update (the
+  sharded model must compute the single-device model's loss: tests/measure/test_distributed.py).
 A "bench" job times forward + backward of one micro-batch with tfcalc.measure.bench.time_calls.
 """
 
@@ -211,10 +213,13 @@ def run_measure(job: dict, device: torch.device) -> dict:
         if step == 0:  # before any update: the loss of the unchanged model on the first micro-batch
             first_loss = float(trainer.first_loss)
     log, saved = CollectiveLog(trainer.groups, trainer.layout.sequence_parallel), SavedBytes(trainer.model)
+    start = time.perf_counter()
     states = trainer.step(log, saved)
+    step_s = time.perf_counter() - start
     collectives = [dataclasses.asdict(c) for c in log.collectives()]
-    return {**states, "first_loss": first_loss, "activation_bytes": saved.total, "peak_bytes": meter.peak(), "peak_method": meter.method,
-            "collectives": collectives, "comm_counts": log.counts}
+    return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
+            "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": collectives,
+            "comm_counts": log.counts}
 
 
 def run_bench(job: dict, device: torch.device) -> dict:

@@ -95,7 +95,8 @@ def apply_tp(model: nn.Module, cfg: ModelConfig, mesh, sp: bool) -> None:
         if sp:
             plan.update({
                 "attn_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                "attn": PrepareModuleInput(input_layouts=(seq, None, None), desired_input_layouts=(Replicate(), None, None)),
+                "attn": PrepareModuleInput(input_layouts=(seq, None, None),
+                                           desired_input_layouts=(Replicate(), None, None)),
                 "ffn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
             })
         parallelize_module(block, mesh, plan)

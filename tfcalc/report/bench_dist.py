@@ -92,7 +92,8 @@ def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: i
     check_size("--repeat", repeat)
     check_size("--warmup", warmup, low=0)
     if device not in ("cpu", "cuda"):
-        raise InputError(f"--device: bench --nproc runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); got '{device}'")
+        raise InputError(f"--device: bench --nproc runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
+                         f"got '{device}'")
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}
     (ranks,) = launch([job], layout.gpus, device=device)

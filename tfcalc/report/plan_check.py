@@ -78,7 +78,8 @@ class PlanCheck:
     @property
     def per_rank(self) -> dict[str, int]:
         r = self.rank0
-        return {**{k: r[k] for k in STATE_KEYS}, "activation_bytes": r["activation_bytes"], "total_bytes": r["peak_bytes"]}
+        return {**{k: r[k] for k in STATE_KEYS}, "activation_bytes": r["activation_bytes"],
+                "total_bytes": r["peak_bytes"]}
 
     @property
     def planned_per_rank(self) -> dict[str, int]:
@@ -116,10 +117,12 @@ class PlanCheck:
             "per_rank": self.per_rank,
             "comm_bytes_per_step": self.comm_bytes,
             "collectives": self.collectives,
+            # wall time of the measured step on these ranks, recording included: not the plan's GPU figure
+            "step_time_s": max(a["step_s"] for a in self.ranks),
             "plan": {"per_rank": planned, "comm_bytes_per_step": self.plan.comm_bytes},
             "ratio": {k: (v / planned[k] if planned[k] else None) for k, v in self.per_rank.items()},
             "states_exact": self.states_exact, "collectives_exact": self.collectives_exact,
-            "ranks": [{k: a[k] for k in (*STATE_KEYS, "activation_bytes", "peak_bytes", "first_loss", "seconds")}
+            "ranks": [{k: a[k] for k in (*STATE_KEYS, "activation_bytes", "peak_bytes", "first_loss", "step_s")}
                       for a in self.ranks],
             "peak_method": r["peak_method"],
         }

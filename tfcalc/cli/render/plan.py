@@ -119,7 +119,8 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
               x["payload_bytes"] / p.payload_bytes)
     for key, x in found.items():
         if key not in {(p.cause, p.op) for p in m.plan.collectives}:
-            c.add(CAUSES.get(x["cause"], x["cause"]), x["op"], None, x["calls"], None, Cell(x["payload_bytes"], "red"), None)
+            c.add(CAUSES.get(x["cause"], x["cause"]), x["op"], None, x["calls"], None, Cell(x["payload_bytes"], "red"),
+                  None)
     exact = m.states_exact and m.collectives_exact
     doc.note(("Plan and measurement agree exactly on model-state bytes and on every collective's bytes and calls."
               if exact else "Plan and measurement DISAGREE (red above)."), "ok" if exact else "bad")
