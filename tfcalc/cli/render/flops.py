@@ -36,10 +36,11 @@ def _forward_table(doc: Doc, r: FlopsReport, verbose: bool) -> None:
         for e in [] if alone or not verbose else entries:
             table.add(f"  {e.label}", _shape(e.shape), e.count, e.per_copy, e.total, None, None)
     table.add("Embeddings (lookups)", None, None, None, 0, 0, 0.0, style="dim")
-    table.add("Forward, full square", None, None, None, fwd, b.per_token(fwd), 1.0, style="bold", rule=True)
+    table.add("Forward, full square", None, None, sum(per_layer.values()), fwd, b.per_token(fwd), 1.0, style="bold",
+              rule=True)
     causal = r.forward_causal
-    table.add("Forward, causal (unmasked scores)", None, None, b.per_layer(True)["attention_scores"], causal,
-              b.per_token(causal), causal / fwd)
+    causal_layer = sum(b.per_layer(True).values())  # one block, like the group rows' Per layer cells
+    table.add("Forward, causal (unmasked scores)", None, None, causal_layer, causal, b.per_token(causal), causal / fwd)
     for mult, label in ((3, "Training ×3 (forward + backward)"), (4, "Training ×4 (full recompute)")):
         table.add(label, None, None, None, mult * fwd, b.per_token(mult * fwd), None,
                   style="bold" if mult == r.training_multiplier else "")
