@@ -85,3 +85,21 @@ def test_bad_user_specs_are_one_line_errors(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(InputError, match=message):
         devices.load_spec(path)
+
+
+def test_rated_dtypes_are_the_counted_ones():
+    from tfcalc.count.dtypes import DTYPES
+
+    assert devices.RATED_DTYPES == DTYPES  # devices sits below count, so it names them itself
+
+
+def test_unreadable_spec_files(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        devices.resolve(str(tmp_path / "absent.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        devices.resolve(str(bad))
+    bad.write_text("- a list\n")
+    with pytest.raises(InputError, match="expected a mapping"):
+        devices.resolve(str(bad))

@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tfcalc"
 # rank of each layer: a module may import modules of its own rank or lower, never higher
 RANKS = {
-    "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.config": 1, "tfcalc.devices": 3, "tfcalc.workload": 2,
+    "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.config": 1, "tfcalc.devices": 1, "tfcalc.workload": 2,
     "tfcalc.hf_config": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.model": 3, "tfcalc.measure": 4,
     "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.__main__": 7, "tfcalc": 7,
 }

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tfcalc.count.dtypes import DTYPES
 from tfcalc.errors import InputError
 
+# The dtypes a datasheet rates (tfcalc.count.dtypes names the same ones; this module sits below count).
+RATED_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 T = 1e12
 G = 1e9
 # Per-direction byte rates of the links named in the table.
@@ -230,8 +231,8 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
     if not isinstance(peaks, dict) or not peaks:
         raise InputError(f"{path}: field 'peak_flops' must map dtypes to FLOP/s, e.g. {{bf16: 989.0e12}}")
     for dtype in peaks:
-        if dtype not in DTYPES:
-            raise InputError(f"{path}: peak_flops: unknown dtype '{dtype}'; choose from {', '.join(DTYPES)}")
+        if dtype not in RATED_DTYPES:
+            raise InputError(f"{path}: peak_flops: unknown dtype '{dtype}'; choose from {', '.join(RATED_DTYPES)}")
     optional = {n: _positive(path, n, data[n]) if data.get(n) is not None else None
                 for n in ("intra_node_bytes_per_s", "inter_node_bytes_per_s")}
     gpus = data.get("gpus_per_node", 1)
@@ -251,10 +252,22 @@ def load_spec(path: str | Path) -> DeviceSpec:
     """A DeviceSpec from a YAML file: the fields of DeviceSpec, numbers in bytes, bytes/s and FLOP/s,
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
     ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown."""
-    from tfcalc.presets import read_yaml
+    import yaml
 
     path = Path(path)
-    return spec_from_mapping(read_yaml(path), path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot be read ({e})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of field: value (see `tfcalc infer --device-spec list`)")
+    return spec_from_mapping(data, path)
 
 
 def as_dict(spec: DeviceSpec) -> dict[str, Any]:
