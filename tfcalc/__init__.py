@@ -25,12 +25,14 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 
 if TYPE_CHECKING:
     from tfcalc.report.bench import BenchReport
+    from tfcalc.report.bench_dist import DistBenchReport
     from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
     from tfcalc.report.infer import InferReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
+    from tfcalc.report.plan import PlanReport
 
 
 def _override_text(key: str, value: Any) -> str:
@@ -81,16 +83,28 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
           dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
           matmul_size: Optional[int] = None, weights: Optional[str] = None, decode: Optional[int] = None,
-          copy_bytes: Optional[int] = None, **overrides: Any) -> "Union[BenchReport, DecodeBenchReport]":
+          copy_bytes: Optional[int] = None, nproc: Optional[int] = None, tp: Optional[int] = None, zero: int = 0,
+          sequence_parallel: bool = False,
+          **overrides: Any) -> "Union[BenchReport, DecodeBenchReport, DistBenchReport]":
     """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
     least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls);
     weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
     bench --decode N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
-    (default 3) untimed runs."""
+    (default 3) untimed runs. nproc: forward + backward on nproc torch.distributed ranks under a layout
+    (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
+    if nproc is not None:
+        from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
+
+        if not (seq is None or isinstance(seq, int)):
+            from tfcalc.errors import InputError
+
+            raise InputError("--nproc times one --seq at a time")
+        layout = plan_dist_bench(ref, nproc, batch, seq, dtype or default_dtype(device), tp, zero, sequence_parallel)
+        return build_dist_bench(ref, layout, 3 if warmup is None else warmup, repeat, device)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     if decode is not None:
         from tfcalc.report.decode import build_decode_bench, plan_decode_bench
@@ -129,4 +143,20 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     return build_infer(_model(model, overrides), options)
 
 
-__all__ = ["__version__", "bench", "flops", "infer", "load_model", "memory", "params"]
+def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
+         pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
+         recompute: Optional[str] = None, sequence_parallel: bool = False, micro_batch: int = 1,
+         global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
+         device_spec: str = "h100-sxm", mfu: float = 0.4, tokens: Union[int, str, None] = None, top: int = 10,
+         measure: bool = False, nproc: int = 2, **overrides: Any) -> "PlanReport":
+    """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
+    or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks."""
+    from tfcalc.count.steptime import parse_count
+    from tfcalc.report.plan import PlanRequest, build_plan
+
+    request = PlanRequest(gpus, tp, pp, dp, zero, recompute, sequence_parallel, micro_batch, global_batch, seq,
+                          dtype, mfu, parse_count(tokens) if isinstance(tokens, str) else tokens, top)
+    return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
+
+
+__all__ = ["__version__", "bench", "flops", "infer", "load_model", "memory", "params", "plan"]

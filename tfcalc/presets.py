@@ -79,6 +79,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+read_yaml = _read_yaml  # public: tfcalc.devices reads a user's device file the same way
+
+
 def resolve_preset_name(spec: str) -> str:
     """The preset file stem for a name or alias; ConfigError with suggestions when there is none."""
     names = preset_names()

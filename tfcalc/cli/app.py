@@ -56,8 +56,8 @@ class Group(typer.core.TyperGroup):
 COMMANDS = {
     "params": ("params", "params"), "presets": ("presets", "list_presets"), "show": ("presets", "show"),
     "flops": ("flops", "flops"), "memory": ("memory", "memory"), "bench": ("bench", "bench"),
-    "infer": ("infer", "infer"), "snapshot": ("snapshot", "snapshot"), "check": ("snapshot", "check"), "compare": ("compare", "compare"),
-    "scan": ("scan", "scan"),
+    "infer": ("infer", "infer"), "plan": ("plan", "plan"), "snapshot": ("snapshot", "snapshot"),
+    "check": ("snapshot", "check"), "compare": ("compare", "compare"), "scan": ("scan", "scan"),
 }
 
 

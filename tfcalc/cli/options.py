@@ -124,3 +124,26 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
     if any(not 1 <= s <= MAX_SIZE for s in seqs):
         raise InputError(f"{option}: sequence lengths must be between 1 and {MAX_SIZE:,}")
     return seqs
+
+
+# ---------- parallel layouts: shared by plan and bench --nproc ----------
+
+Nproc = Annotated[Optional[int], typer.Option(
+    "--nproc", help="Local torch.distributed ranks to run (gloo on the CPU, NCCL with one GPU each; the same "
+    "program runs under torchrun) [plan --measure: 2].", show_default=False, metavar="N")]
+TP = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree (Megatron column/row splits).",
+                                           show_default=False, metavar="T")]
+Zero = Annotated[Optional[int], typer.Option(
+    "--zero", help="ZeRO stage: 0 plain data parallel (DDP), 1 optimizer states, 2 + gradients, 3 + weights (FSDP) "
+    "[default: 0; a search tries each].", show_default=False, metavar="0|1|2|3")]
+FSDP = Annotated[bool, _flag("--fsdp", help="Shard everything over the data-parallel ranks: the same as --zero 3.")]
+SequenceParallel = Annotated[bool, _flag(
+    "--sequence-parallel", help="Split norms and dropout along the sequence over the TP ranks (Korthikanti et al. "
+    "2022).")]
+
+
+def zero_stage(zero: Optional[int], fsdp: bool) -> Optional[int]:
+    """--zero, or 3 for --fsdp (the two must not contradict each other); None when neither is given."""
+    if fsdp and zero not in (None, 3):
+        raise InputError(f"--fsdp is ZeRO-3; it contradicts --zero {zero}")
+    return 3 if fsdp else zero

@@ -49,7 +49,7 @@ class Block(nn.Module):
         return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
     def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store), x)
+        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
@@ -74,7 +74,7 @@ class Block(nn.Module):
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
         h = self.attn_norm(x)
-        attn = self.attn(h, rope, mask, store)
+        attn = self.attn(h, rope, mask, store=store)
         return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
 
 
@@ -210,7 +210,8 @@ class Stack(nn.Module):
         for i, (block, mask) in enumerate(zip(self.blocks, masks)):
             store = None if cache is None else functools.partial(cache.store, i)
             cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
-            x = block(x, rope, mask, memory, store, cross_kv)
+            # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
+            x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv)
         if cache is not None:
             cache.advance(T)
         return x

@@ -1,0 +1,255 @@
+"""Parallel plans, the arithmetic (tfcalc.count.shard, layout, rank_memory, comm, steptime, plan): the
+hand-worked figures of ZeRO, Megatron and Korthikanti et al., the conventions, the search, hostile layouts."""
+
+import dataclasses
+import math
+
+import pytest
+
+from tfcalc.count import comm, rank_memory as rm, shard
+from tfcalc.count.flops import training_flops
+from tfcalc.count.layout import Layout, check_layout, resolve_degrees
+from tfcalc.count.params import total
+from tfcalc.count.plan import fewest_gpus, make_plan, search
+from tfcalc.count.steptime import Hardware, bubble_fraction, parse_count, training_run
+from tfcalc.errors import InputError
+from tfcalc.presets import load
+from conftest import tiny
+
+H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)  # the test's own numbers, not the device table
+PSI_7B = 6_738_415_616
+
+
+def layout(**changes) -> Layout:
+    fields = dict(tp=1, pp=1, dp=1, seq=4096, global_batch=8, micro_batch=1)
+    fields.update(changes)
+    return Layout(**fields)
+
+
+# ---------- ZeRO, hand-worked (Rajbhandari et al. 2020, sec. 3.1; reference.md) ----------
+
+
+@pytest.mark.parametrize("zero, expected", [(0, 107_814_649_856), (1, 37_061_285_888), (2, 25_269_058_560),
+                                            (3, 13_476_831_232)])
+def test_llama2_7b_model_states_on_8_ranks(zero, expected):
+    cfg = load("llama2-7b")
+    assert total(cfg) == PSI_7B
+    psi, w, g, o = rm.model_states(cfg, layout(dp=8, zero=zero), 0)
+    assert psi == PSI_7B
+    assert w + g + o == expected
+    assert expected == {0: 16 * PSI_7B, 1: 4 * PSI_7B + 12 * PSI_7B // 8, 2: 2 * PSI_7B + 14 * PSI_7B // 8,
+                        3: 16 * PSI_7B // 8}[zero]
+
+
+def test_fp32_states_are_16_bytes_split_4_4_8():
+    cfg = load("llama2-7b")
+    psi, w, g, o = rm.model_states(cfg, layout(dtype="fp32"), 0)
+    assert (w, g, o) == (4 * psi, 4 * psi, 8 * psi)
+
+
+def test_ddp_ring_all_reduce_sends_2psi_n_minus_1_over_n_elements():
+    cfg, n = load("llama2-7b"), 8
+    (c,) = make_plan(cfg, layout(dp=n, zero=0), H100, 0.4).collectives
+    assert (c.cause, c.op, c.group_size, c.calls) == ("dp_grads", "all_reduce", n, None)
+    assert c.payload_bytes == 2 * PSI_7B  # bf16 gradients
+    assert c.sent_bytes == 2 * (2 * PSI_7B * (n - 1) // n)  # 2Ψ(N−1)/N elements of 2 bytes
+
+
+def test_zero3_sends_3psi_less_the_root_that_fsdp2_gathers_once():
+    cfg, n = load("llama2-7b"), 8
+    plan = make_plan(cfg, layout(dp=n, zero=3), H100, 0.4)
+    root = sum(t.numel for t in shard.module_tensors(cfg) if not t.per_block)
+    sent = plan.comm_bytes
+    assert sent["zero_params_all_gather"] + sent["dp_grads_reduce_scatter"] == 2 * (3 * PSI_7B - root) * (n - 1) // n
+    assert plan.comm_bytes["total"] == sum(c.sent_bytes for c in plan.collectives)
+
+
+def test_fsdp_pads_each_tensor_to_whole_rows():
+    assert shard.fsdp_shard((61, 32), 2) == 31 * 32  # torch.chunk: 31 and 30 rows, both padded to 31
+    assert shard.fsdp_shard((5,), 4) == 2
+    assert [shard.chunk_rows(61, 2, r) for r in range(2)] == [31, 30]
+    assert [shard.chunk_rows(5, 4, r) for r in range(4)] == [2, 2, 1, 0]
+
+
+# ---------- tensor parallelism ----------
+
+
+def test_tp_splits_everything_but_norms_and_row_parallel_biases():
+    cfg = load("llama2-7b")  # no biases: only the norms stay whole
+    norms = (2 * cfg.n_layer + 1) * cfg.d_model
+    assert rm.stage_params(cfg, layout(tp=8), 0) == (PSI_7B - norms) // 8 + norms
+
+
+def test_tp_needs_whole_heads_and_even_ffn():
+    with pytest.raises(InputError, match="n_head"):
+        check_layout(load("gpt2"), layout(tp=5, seq=1024))
+    with pytest.raises(InputError, match="n_kv_head"):
+        check_layout(load("llama2-70b"), layout(tp=16))  # 8 KV heads
+    with pytest.raises(InputError, match="d_ff"):
+        check_layout(tiny(n_head=4, d_ff=6), layout(tp=4, seq=16))
+
+
+def test_megatron_tp_all_reduces_four_times_per_layer():
+    cfg = load("llama2-7b")
+    L = layout(tp=8, global_batch=1)
+    X = 2 * 4096 * cfg.d_model  # one micro-batch's hidden states, bf16
+    keys = {c.key: c for c in comm.tp_collectives(cfg, L, 0)}
+    assert keys["tp_activations_all_reduce"].calls == 4 * cfg.n_layer + 1  # + the head's input gradient
+    assert keys["tp_activations_all_reduce"].payload_bytes == (4 * cfg.n_layer + 1) * X
+    assert keys["tp_activations_all_reduce"].sent_bytes == 2 * 7 * (4 * cfg.n_layer + 1) * X // 8
+    assert keys["tp_activations_all_gather"].payload_bytes == X  # the hidden-split embedding's lookups
+    assert keys["tp_loss_all_reduce"].payload_bytes == 3 * 4 * 4096  # max, sum of exp, target: fp32 per token
+    sp = {c.key: c for c in comm.tp_collectives(cfg, dataclasses.replace(L, sequence_parallel=True), 0)}
+    # sequence parallel: each all-reduce becomes an all-gather and a reduce-scatter of the same bytes
+    assert sp["tp_activations_reduce_scatter"].sent_bytes + sp["tp_activations_all_gather"].sent_bytes == (
+        keys["tp_activations_all_reduce"].sent_bytes + keys["tp_activations_all_gather"].sent_bytes
+        + 7 * X // 8)  # + block 0's input gradient, gathered
+    assert sp["tp_norm_grads_all_reduce"].calls == 2 * cfg.n_layer + 1
+    tied = {c.key: c for c in comm.tp_collectives(load("gpt2"), layout(tp=4, seq=1024, global_batch=1), 0)}
+    assert tied["tp_activations_all_reduce"].calls == 4 * 12 + 2  # a vocabulary-parallel embedding all-reduces
+    assert "tp_activations_all_gather" not in tied
+
+
+# ---------- activations (Korthikanti et al. 2022) ----------
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_per_layer(t):
+    cfg = load("gpt3")
+    s, b, h, a = 2048, 1, cfg.d_model, cfg.n_head
+    L = layout(tp=t, seq=s, global_batch=1)
+    assert rm.layer_activation_bytes(cfg, L) == s * b * h * 10 + s * b * h * 24 // t + 5 * a * s * s * b // t
+    if t > 1:
+        sp = dataclasses.replace(L, sequence_parallel=True)
+        assert rm.layer_activation_bytes(cfg, sp) == s * b * h * 34 // t + 5 * a * s * s * b // t
+        selective = dataclasses.replace(sp, recompute="selective")
+        assert rm.layer_activation_bytes(cfg, selective) == s * b * h * 34 // t  # reference.md: s·b·h·34/t
+    full = dataclasses.replace(L, recompute="full")
+    assert rm.layer_activation_bytes(cfg, full) == 2 * s * b * h
+
+
+def test_first_pipeline_stage_holds_l_layers_in_flight():
+    cfg = load("gpt3")  # 96 layers
+    for p in (2, 4, 8):
+        L = layout(pp=p, seq=2048, global_batch=64)
+        per_layer = rm.layer_activation_bytes(cfg, L)
+        emb, _ = rm.end_activation_bytes(cfg, L, True, False)
+        assert rm.stage_activations(cfg, L, 0, cfg.n_layer // p) == cfg.n_layer * per_layer + p * emb
+
+
+def test_bubble():
+    assert bubble_fraction(1, 8) == 0
+    assert bubble_fraction(4, 8) == 3 / 11
+    plan = make_plan(load("llama2-7b"), layout(pp=4, global_batch=8), H100, 0.5)
+    assert plan.step.pipelined_s == pytest.approx(plan.step.compute_s * 11 / 8)
+
+
+# ---------- step time and training time ----------
+
+
+def test_step_time_adds_or_overlaps_communication():
+    plan = make_plan(load("llama2-7b"), layout(tp=2, dp=4, zero=1, global_batch=64), H100, 0.5)
+    st = plan.step
+    assert st.no_overlap_s == pytest.approx(st.pipelined_s + sum(st.comm_s.values()))
+    assert st.overlap_s == pytest.approx(max(st.pipelined_s, st.comm_s["dp"]) + st.comm_s["tp"])
+    assert st.model_flops == training_flops(load("llama2-7b"), 64, 4096)
+    assert st.compute_s == pytest.approx(st.executed_flops / 8 / (989e12 * 0.5))
+    assert st.mfu < 0.5  # MFU counts model FLOPs over the whole (communicating) step
+
+
+def test_tp_across_nodes_uses_the_network():
+    cfg, L = load("llama2-7b"), layout(tp=16, global_batch=8)
+    inside = make_plan(cfg, L, H100, 0.5).step.comm_s["tp"]
+    wide = make_plan(cfg, L, dataclasses.replace(H100, gpus_per_node=16), 0.5).step.comm_s["tp"]
+    assert inside == pytest.approx(wide * 450 / 50)
+
+
+def test_tokens_and_chinchilla():
+    assert parse_count("2T") == 2 * 10**12
+    assert parse_count("1.4e12") == 1_400_000_000_000
+    assert parse_count("300b") == 300 * 10**9
+    for bad in ("", "2X", "-1T", "0"):
+        with pytest.raises(InputError):
+            parse_count(bad)
+    L = layout(dp=8, global_batch=1024)
+    run = training_run(2 * 10**12, PSI_7B, L, 10.0)
+    assert run.steps == math.ceil(2e12 / (1024 * 4096))
+    assert run.gpu_hours == pytest.approx(run.steps * 10 * 8 / 3600)
+    assert run.chinchilla_tokens == 20 * PSI_7B
+
+
+# ---------- search ----------
+
+
+def test_search_lists_fitting_layouts_fastest_first():
+    cfg = load("llama2-70b")
+    plans = search(cfg, 64, layout(global_batch=512), H100, 0.4)
+    assert plans and all(p.fits and p.layout.gpus == 64 for p in plans)
+    times = [p.step.overlap_s for p in plans]
+    assert times == sorted(times)
+    assert all(p.layout.tp <= 8 for p in plans)
+
+
+def test_gpus_auto_finds_the_fewest():
+    cfg = load("llama2-13b")
+    base = layout(global_batch=64)
+    n, plans = fewest_gpus(cfg, base, H100, 0.4)
+    assert plans and all(p.layout.gpus == n for p in plans)
+    smaller = [g for g in (1, 2, 4, 8, 16, 24) if g < n]
+    assert all(not search(cfg, g, base, H100, 0.4) for g in smaller)
+
+
+def test_nothing_fits_however_many_gpus():
+    """Data parallelism shrinks split states, not activations nor whole or gathered weights: the floor
+    says so at once instead of searching to the limit."""
+    small = dataclasses.replace(H100, memory_bytes=10**9)
+    with pytest.raises(InputError, match="no number of GPUs fits gpt3-175b"):
+        fewest_gpus(load("gpt3"), layout(seq=2048, global_batch=2048), small, 0.4)
+    with pytest.raises(InputError, match="no number of GPUs fits"):
+        fewest_gpus(load("llama2-70b"), layout(micro_batch=512, global_batch=1024), H100, 0.4)
+
+
+def test_nothing_fits_up_to_the_limit():
+    with pytest.raises(InputError, match="no layout of up to 16 GPUs"):
+        fewest_gpus(load("gpt3"), layout(seq=2048, global_batch=8), H100, 0.4, limit=16)
+
+
+def test_gpus_auto_starts_at_the_state_bound():
+    from tfcalc.count.plan import min_gpus
+
+    assert min_gpus(load("gpt3"), layout(seq=2048), H100) == math.ceil(16 * total(load("gpt3")) / 80e9)
+
+
+# ---------- hostile layouts ----------
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(pp=33), "more pipeline stages"),
+    (dict(zero=2), "dp is 1"),
+    (dict(zero=4, dp=2), "--zero"),
+    (dict(sequence_parallel=True), "tp > 1"),
+    (dict(tp=2, seq=4095, sequence_parallel=True, global_batch=8), "divisible by tp"),
+    (dict(dp=3, global_batch=8), "multiple of dp"),
+    (dict(seq=8192), "at most 4096"),
+    (dict(recompute="some"), "--recompute"),
+    (dict(dtype="int8"), "inference format"),
+    (dict(tp=0), "positive"),
+])
+def test_impossible_layouts(changes, message):
+    with pytest.raises(InputError, match=message):
+        check_layout(load("llama2-7b"), layout(**changes))
+
+
+def test_gpus_must_equal_the_product():
+    assert resolve_degrees(64, 8, 2, None) == (8, 2, 4)
+    assert resolve_degrees(None, 2, None, 4) == (2, 1, 4)
+    with pytest.raises(InputError, match="must equal"):
+        resolve_degrees(64, 8, 2, 2)
+    with pytest.raises(InputError, match="not a multiple"):
+        resolve_degrees(12, 8, 1, None)
+
+
+@pytest.mark.parametrize("preset", ["mixtral", "transformer-base"])
+def test_moe_and_encoder_decoder_are_refused(preset):
+    with pytest.raises(InputError, match="parallel plans cover"):
+        make_plan(load(preset), layout(seq=64), H100, 0.4)

@@ -1,0 +1,97 @@
+"""`tfcalc plan`: a parallel training layout's memory per rank, communication, step and training time --
+or the layouts that fit -- and, with --measure, the plan checked on a real torch.distributed run."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Optional
+
+import typer
+
+from tfcalc.cli import render
+from tfcalc.cli.options import (FSDP, TP, DType, Exact, Format, FormatOption, Json, Measure, Model, Nproc, Overrides,
+                                Seq, SequenceParallel, Verbose, Zero, output, zero_stage)
+from tfcalc.cli.render import plan as view
+from tfcalc.count.layout import RECOMPUTE
+from tfcalc.count.steptime import parse_count
+from tfcalc.report import resolve
+from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, DEFAULT_MFU, PlanRequest, build_plan
+from tfcalc.workload import ESTIMATE_DTYPE
+
+Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
+
+
+def _gpus(text: Optional[str]):
+    if text is None or text.strip().lower() == "auto":
+        return None if text is None else "auto"
+    try:
+        return int(text)
+    except ValueError:
+        from tfcalc.errors import InputError
+
+        raise InputError(f"--gpus: expected a number of GPUs or 'auto'; got '{text}'") from None
+
+
+def plan(
+    model: Model,
+    overrides: Overrides = None,
+    gpus: Annotated[Optional[str], typer.Option(
+        "--gpus", help="GPUs in all, or 'auto': the fewest that fit [default: tp × pp × dp; auto without a layout].",
+        show_default=False, metavar="N|auto")] = None,
+    device_spec: Annotated[str, typer.Option(
+        "--device-spec", help="GPU kind from the datasheet table (h100-sxm, a100-80gb, ...) or a YAML file.",
+        metavar="KEY|FILE")] = DEFAULT_DEVICE_SPEC,
+    tp: TP = None,
+    pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline stages (1F1B).", show_default=False,
+                                              metavar="P")] = None,
+    dp: Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree [default: the GPUs left].",
+                                              show_default=False, metavar="D")] = None,
+    zero: Zero = None,
+    fsdp: FSDP = False,
+    recompute: Annotated[Optional[Recompute], typer.Option(
+        "--recompute", help="Activation recompute: selective (attention scores) or full (block inputs only) "
+        "[default: none; a search tries each].", show_default=False)] = None,
+    sequence_parallel: SequenceParallel = False,
+    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
+                                             metavar="B")] = 1,
+    global_batch: Annotated[Optional[int], typer.Option(
+        "--global-batch", help="Sequences per optimizer step [default: 4M tokens, 2²² / seq].", show_default=False,
+        metavar="N")] = None,
+    seq: Seq = None,
+    dtype: DType = None,
+    mfu: Annotated[float, typer.Option(
+        "--mfu", help="Assumed share of the datasheet peak the GPUs run at (tfcalc bench measures it).",
+        metavar="F")] = DEFAULT_MFU,
+    tokens: Annotated[Optional[str], typer.Option(
+        "--tokens", help="Training tokens, e.g. 2T or 300B: training time and GPU-hours.", show_default=False,
+        metavar="D")] = None,
+    top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    measure: Measure = False,
+    nproc: Nproc = None,
+    format: FormatOption = Format.table,
+    json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
+) -> None:
+    """Plan parallel training: memory per rank, bytes of each collective, step time, training time.
+
+    Per rank: weights, gradients and Adam states under ZeRO 0-3 (Rajbhandari et al. 2020; FSDP pads each tensor's rows), activations (Korthikanti et al. 2022, with TP, sequence parallelism, recompute and the pipeline's micro-batches in flight), against the device's memory. Per step: every collective by cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the peak, collectives over NVLink within a node and the network across (Megatron's rank order), with and without overlap; the pipeline bubble (p−1)/(m+p−1).
+
+    Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP, FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and collective bytes agree exactly.
+    """
+    out = output(format, json_out, exact, verbose)
+    request = PlanRequest(
+        gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
+        recompute=recompute.value if recompute else None,
+        sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch, seq=seq,
+        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, tokens=parse_count(tokens) if tokens else None,
+        top=top)
+    if nproc is not None and not measure:
+        from tfcalc.errors import InputError
+
+        raise InputError("--nproc is the number of ranks --measure runs; add --measure")
+    ref = resolve(model, overrides or [])
+    with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
+        report = build_plan(ref, request, device_spec, measure, nproc or 2)
+        step()
+    render.emit([report], out, view.document)

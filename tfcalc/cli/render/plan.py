@@ -1,0 +1,153 @@
+"""`tfcalc plan` as a document: the layouts searched, then one layout's memory per rank, collectives per
+step, step time and training time; with --measure, the plan of the measured run beside what it measured."""
+
+from __future__ import annotations
+
+from tfcalc import units
+from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.count.layout import Layout
+from tfcalc.count.steptime import group_in_node
+from tfcalc.report.plan import PlanReport
+from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
+
+CAUSES = {
+    "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
+    "tp_loss": "TP vocabulary-parallel loss", "tp_norm_grads": "TP (SP) norm gradients",
+    "pp_activations": "PP activations", "pp_tied_embedding": "PP tied embedding",
+}
+STATE_LABELS = {"weights_bytes": "Weights", "grads_bytes": "Gradients", "optimizer_bytes": "Optimizer states",
+                "activation_bytes": "Activations", "total_bytes": "Total"}
+
+
+def short(layout: Layout) -> str:
+    """'tp 8+SP · pp 2 · dp 4 · ZeRO-1 · selective recompute'."""
+    sp = "+SP" if layout.sequence_parallel else ""
+    recompute = "no recompute" if layout.recompute == "none" else f"{layout.recompute} recompute"
+    return f"tp {layout.tp}{sp} · pp {layout.pp} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:,.1f} days" if seconds >= 86400 else units.seconds(seconds)
+
+
+def _search(doc: Doc, r: PlanReport) -> None:
+    what = (f"the fewest GPUs that fit: {r.plan.layout.gpus}" if r.search == "gpus"
+            else f"layouts of {r.plan.layout.gpus} GPUs that fit")
+    t = doc.table(f"{r.model.label} on {r.device.name}: {what} ({len(r.candidates)}), fastest first",
+                  Column("#", "int"), Column("Layout", wrap=False), Column("Micro-batches", "int", priority=2),
+                  Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"))
+    for i, c in enumerate(r.candidates[: r.request.top], 1):
+        t.add(i, short(c.layout), c.layout.micro_batches, c.memory.total, c.step.overlap_s, c.step.mfu,
+              style="bold" if i == 1 else "")
+
+
+def _memory(doc: Doc, r: PlanReport) -> None:
+    m, L = r.plan.memory, r.plan.layout
+    t = doc.table(f"{r.model.label}: {short(L)}, {L.gpus} × {r.device.key} — memory of one rank (stage {m.stage}, "
+                  "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1))
+    zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{L.dp}, rows padded"}[L.zero]
+    t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
+    t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
+    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
+    t.add("Activations", m.activations, f"Korthikanti 2022; {min(L.pp - m.stage, L.micro_batches)} in flight "
+          f"of {L.micro_batch} × {L.seq:,}")
+    if m.gathered:
+        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
+    style = "bold" if r.plan.fits else "bold red"
+    memory = r.device.memory_bytes
+    t.add("Total", m.total, f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})"
+          + ("" if r.plan.fits else ": does not fit"), style=style)
+
+
+def _comm(doc: Doc, r: PlanReport) -> None:
+    L, hw_gpn = r.plan.layout, r.device.gpus_per_node
+    t = doc.table(f"Communication per step, one rank ({L.micro_batches} micro-batches)", Column("Cause"),
+                  Column("Collective"), Column("Group"), Column("Calls", "int", priority=1),
+                  Column("Payload", "bytes", priority=1), Column("Sent per rank", "bytes"), Column("Time", "seconds"))
+    for c in r.plan.collectives:
+        fast = group_in_node(c.group, L, hw_gpn)
+        bw = r.device.intra_node_bytes_per_s if fast else r.device.inter_node_bytes_per_s
+        link = "NVLink" if fast else "network"
+        t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
+              "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, c.sent_bytes / bw)
+    if not r.plan.collectives:
+        t.add("none: one GPU", None, None, None, None, None, None)
+
+
+def _time(doc: Doc, r: PlanReport) -> None:
+    st, L = r.plan.step, r.plan.layout
+    t = doc.table(f"Step time at {r.request.mfu:.0%} of the {L.dtype} peak ({units.flop_rate(r.device.peak(L.dtype))})",
+                  Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1))
+    t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs")
+    if L.pp > 1:
+        t.add("  with the pipeline bubble", st.pipelined_s, f"(p−1)/(m+p−1) = {st.bubble:.1%} idle")
+    for group, seconds in st.comm_s.items():
+        if seconds:
+            t.add(f"Communication, {group}", seconds, None)
+    t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
+    t.add("Step, overlapped", st.overlap_s, "DP hidden behind compute; TP, PP not", style="bold")
+    t.add("Tokens per second", None, units.tokens_rate(r.tokens_per_s))
+    t.add("MFU", None, f"{st.mfu:.1%}: model FLOPs (3 × forward) / step")
+    if r.training is not None:
+        run = r.training
+        t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
+              f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
+        t.add("Chinchilla-optimal tokens", None, f"{units.params(run.chinchilla_tokens)}: 20 per parameter")
+
+
+def _measured(doc: Doc, m: PlanCheck) -> None:
+    r0, where = m.rank0, f"{m.rank0['world_size']} {m.rank0['backend']} ranks on {m.rank0['device']}"
+    what = f"{m.cfg.name}, {m.cfg.n_layer} blocks, d_model {m.cfg.d_model}" if m.small else m.cfg.name
+    t = doc.table(f"Measured: {what}, {short(m.layout)}, seq {m.layout.seq}, micro-batch {m.layout.micro_batch} × "
+                  f"{m.layout.micro_batches}, fp32, on {where} (rank 0)", Column("Per rank"),
+                  Column("Plan", "bytes"), Column("Measured", "bytes"), Column("Ratio", "ratio"))
+    planned, measured = m.planned_per_rank, m.per_rank
+    for key in (*STATE_KEYS, "activation_bytes", "total_bytes"):
+        label = STATE_LABELS[key] + (" (saved by autograd)" if key == "activation_bytes" else
+                                     " (peak memory)" if key == "total_bytes" else "")
+        ok = key not in STATE_KEYS or planned[key] == measured[key]
+        t.add(label, planned[key], Cell(measured[key], "" if ok else "red"),
+              measured[key] / planned[key] if planned[key] else None)
+    c = doc.table("Measured collectives, one step, rank 0", Column("Cause"), Column("Collective"),
+                  Column("Calls plan", "int"), Column("Calls", "int"), Column("Payload plan", "bytes"),
+                  Column("Payload", "bytes"), Column("Ratio", "ratio"))
+    found = {(x["cause"], x["op"]): x for x in m.collectives}
+    for p in m.plan.collectives:
+        x = found.get((p.cause, p.op), {"calls": 0, "payload_bytes": 0})
+        c.add(CAUSES.get(p.cause, p.cause), p.op.replace("_", "-"), "—" if p.calls is None else p.calls, x["calls"],
+              p.payload_bytes, Cell(x["payload_bytes"], "" if x["payload_bytes"] == p.payload_bytes else "red"),
+              x["payload_bytes"] / p.payload_bytes)
+    for key, x in found.items():
+        if key not in {(p.cause, p.op) for p in m.plan.collectives}:
+            c.add(CAUSES.get(x["cause"], x["cause"]), x["op"], None, x["calls"], None, Cell(x["payload_bytes"], "red"),
+                  None)
+    exact = m.states_exact and m.collectives_exact
+    doc.note(("Plan and measurement agree exactly on model-state bytes and on every collective's bytes and calls."
+              if exact else "Plan and measurement DISAGREE (red above)."), "ok" if exact else "bad")
+    if m.left_out:
+        doc.note(f"Not in the measured run: {', '.join(m.left_out)}.", "warning")
+    doc.note(f"Peak memory: {r0['peak_method']}; activations: Korthikanti's terms (with dropout masks and stored "
+             "scores) against the bytes autograd saves in tfcalc's model (no dropout, fused attention).", "dim")
+
+
+def _notes(doc: Doc, r: PlanReport) -> None:
+    doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
+             "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
+             f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
+             f"{units.nbytes(r.device.memory_bytes)}, NVLink {r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
+             f"network {r.device.inter_node_bytes_per_s / 1e9:g} GB/s per GPU and direction, "
+             f"{r.device.gpus_per_node} GPUs per node ({r.device.source}). Chinchilla: Hoffmann et al. 2022.", "dim")
+
+
+def document(reports: list[PlanReport], verbose: bool = False) -> Doc:
+    doc = Doc()
+    for r in reports:
+        if r.search is not None:
+            _search(doc, r)
+        _memory(doc, r)
+        _comm(doc, r)
+        _time(doc, r)
+        if r.measured is not None:
+            _measured(doc, r.measured)
+        _notes(doc, r)
+    return doc

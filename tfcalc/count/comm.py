@@ -1,0 +1,196 @@
+"""Collectives of one training step, per rank and by cause: pure arithmetic, no torch.
+
+What a collective's bytes mean (the same for the plan and for tfcalc.measure.collectives, which records
+the tensors handed to torch.distributed):
+- payload: all-reduce, the tensor reduced; all-gather, the gathered output (N × each rank's input);
+  reduce-scatter, the input (N × each rank's output); send/recv, the tensor sent.
+- sent per rank, ring algorithms on a group of N ranks (Patarasuk & Yuan 2009; the convention of
+  Rajbhandari et al. 2020 and Narayanan et al. 2021): all-gather and reduce-scatter (N − 1)/N × payload;
+  all-reduce = reduce-scatter + all-gather, 2(N − 1)/N × payload (rounded down to a whole byte when N
+  does not divide it); send/recv the payload. So DDP sends 2Ψ(N − 1)/N gradient elements per rank and
+  step, ZeRO-3 3Ψ(N − 1)/N (two gathers and a reduce-scatter).
+
+Causes, per step of m micro-batches on a rank of the shown pipeline stage (TP rank 0), X = e·b·s·h the
+bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s sequence, h d_model):
+
+1. dp_grads (dp > 1): ZeRO-0 (DDP) all-reduces the gradients once per step (accumulating micro-batches
+   under no_sync), in buckets PyTorch chooses (25 MiB), so calls are not predicted; ZeRO-1 reduce-scatters
+   them once per step, ZeRO-2 and ZeRO-3 once per micro-batch (they keep only their gradient shard).
+   Gradients travel in the weight dtype. ZeRO-1/2 split a flat buffer (⌈Ψ/N⌉ per rank); ZeRO-3 each
+   FSDP unit (a block, or the root's tensors) padded per tensor (tfcalc.count.shard.fsdp_shard).
+2. zero_params: ZeRO-1/2 all-gather the updated weights once per step; ZeRO-3 (FSDP2 defaults)
+   all-gathers every block before its forward and again before its backward (resharded after forward),
+   and the root unit once per micro-batch (FSDP2 does not reshard the root after forward).
+3. tp_activations (tp > 1), per micro-batch, Megatron's f/g operators (Narayanan et al. 2021, sec. 2.3):
+   each block all-reduces X twice in the forward pass (after the attention and FFN row-parallel layers)
+   and twice in the backward pass (the inputs' gradients of the column-parallel layers); the hidden-
+   split token embedding all-gathers its lookups (X) on the first stage, and the LM head's input
+   gradient is all-reduced (X) on the last. A tied, vocabulary-parallel embedding all-reduces (X) instead.
+   Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) turns each all-reduce into an all-gather
+   and a reduce-scatter of the same X: per block 4 all-gathers and 4 reduce-scatters per micro-batch;
+   the embedding's all-gather stays and the first block's input gradient is all-gathered; the head's
+   input is all-gathered forward and its gradient reduce-scattered.
+4. tp_loss: the vocabulary-parallel cross-entropy (torch's loss_parallel, Megatron's alike) all-reduces
+   three fp32 values per token (the logits' max, the sum of exponentials, the target's logit).
+5. tp_norm_grads: under sequence parallelism each rank sees part of the sequence, so the gradients of
+   the replicated norms (SequenceParallel) are partial sums: all-reduced over the TP group once per step,
+   or once per micro-batch under ZeRO-3 (FSDP2 makes each micro-batch's gradients whole before it
+   reduce-scatters them).
+   (DTensor adds a row-parallel bias before the reduce-scatter and gathers its gradient whole, so unlike
+   Megatron's, those biases need no reduction: measured.)
+6. pp_activations: per micro-batch, a stage sends its output forward (X, or X/t under sequence
+   parallelism) and its input gradient backward; the shown rank sends in each direction it has.
+7. pp_tied_embedding: a tied embedding held by the first and last stages has its gradient all-reduced
+   between the two once per step (Megatron).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.layout import Layout
+from tfcalc.count.memory import activation_element_bytes
+from tfcalc.count.rank_memory import FP32, weight_element_bytes
+from tfcalc.count.shard import fsdp_shard, stage_blocks, stage_tensors, tied_stage_copy, tp_local_shape
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+GROUPS = ("dp", "tp", "pp")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """All the calls of one collective op for one cause in one step, on one rank."""
+
+    cause: str
+    op: str  # one of OPS
+    group: str  # one of GROUPS
+    group_size: int
+    payload_bytes: int  # summed over the calls (see the module docstring)
+    calls: Optional[int]  # None where PyTorch chooses (DDP's buckets)
+
+    @property
+    def key(self) -> str:
+        return f"{self.cause}_{self.op}"
+
+    @property
+    def sent_bytes(self) -> int:
+        return sent_bytes(self.op, self.payload_bytes, self.group_size)
+
+
+def sent_bytes(op: str, payload: int, n: int) -> int:
+    """Bytes one rank sends for a payload on a ring of n ranks (see the module docstring)."""
+    if op == "send_recv":
+        return payload
+    factor = 2 if op == "all_reduce" else 1
+    return factor * (n - 1) * payload // n
+
+
+def by_key(collectives) -> dict[str, int]:
+    """{cause_op: bytes sent per rank per step} and their 'total'."""
+    out: dict[str, int] = {}
+    for c in collectives:
+        out[c.key] = out.get(c.key, 0) + c.sent_bytes
+    out["total"] = sum(out.values())
+    return out
+
+
+def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
+    """(one block, the root's tensors on the stage): elements per rank under FSDP2's padded split."""
+    block = root = 0
+    for t, copies in stage_tensors(cfg, layout.pp, stage):
+        shard = fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
+        if t.per_block:
+            block += shard
+        else:
+            root += shard
+    return block, root
+
+
+def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
+    """Causes 1 and 2."""
+    N, m, ew = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype)
+    blocks = stage_blocks(cfg.n_layer, layout.pp)[stage]
+    if N == 1:
+        return []
+
+    def c(cause, op, payload, calls):
+        return Collective(cause, op, "dp", N, payload, calls)
+
+    if layout.zero == 0:
+        return [c("dp_grads", "all_reduce", ew * psi, None)]
+    flat = ew * N * -(-psi // N)
+    if layout.zero in (1, 2):
+        times = 1 if layout.zero == 1 else m
+        return [c("dp_grads", "reduce_scatter", times * flat, times), c("zero_params", "all_gather", flat, 1)]
+    block, root = _unit_shards(cfg, layout, stage)
+    units = blocks + (root > 0)
+    gathers = m * (2 * blocks * block + root)
+    return [c("zero_params", "all_gather", ew * N * gathers, m * (2 * blocks + (root > 0))),
+            c("dp_grads", "reduce_scatter", ew * N * m * (blocks * block + root), m * units)]
+
+
+def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
+    """Causes 3, 4 and 5."""
+    t, m, blocks = layout.tp, layout.micro_batches, stage_blocks(cfg.n_layer, layout.pp)[stage]
+    if t == 1:
+        return []
+    first, last = stage == 0, stage == layout.pp - 1
+    tokens = layout.micro_batch * layout.seq
+    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
+    tied = cfg.lm_head and cfg.tie_embeddings
+    calls = dict.fromkeys(OPS[:3], 0)
+    sp = layout.sequence_parallel
+    if sp:  # per block two all-gathers and two reduce-scatters each way; the head's input and its gradient
+        calls["all_gather"] += 4 * blocks + last
+        calls["reduce_scatter"] += 4 * blocks + last
+    else:  # per block two all-reduces each way; the head's input gradient
+        calls["all_reduce"] += 4 * blocks + last
+    if first and not tied:  # hidden-split lookups gathered; under SP, block 0's input gradient too
+        calls["all_gather"] += 1 + sp
+    elif first:  # vocabulary split: partial lookups all-reduced, or reduce-scattered (and gathered back) under SP
+        calls["reduce_scatter" if sp else "all_reduce"] += 1
+        calls["all_gather"] += sp
+    out = [Collective("tp_activations", op, "tp", t, m * n * X, m * n) for op, n in calls.items() if n]
+    if last and cfg.lm_head:
+        out.append(Collective("tp_loss", "all_reduce", "tp", t, m * 3 * FP32 * tokens, 3 * m))
+    if layout.sequence_parallel:
+        partial, times = sp_partial_grad_params(cfg, layout, stage), m if layout.zero == 3 else 1
+        out.append(Collective("tp_norm_grads", "all_reduce", "tp", t,
+                              times * weight_element_bytes(layout.dtype) * sum(partial), times * len(partial)))
+    return out
+
+
+def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
+    """Sizes of the tensors whose gradients are partial under sequence parallelism (cause 5): the block
+    norms, and the final norm on the last stage."""
+    sizes = []
+    for t, copies in stage_tensors(cfg, layout.pp, stage):
+        name = t.name.rpartition("}.")[2]
+        if name.startswith(("attn_norm.", "ffn_norm.", "final_norm.")):
+            sizes += [math.prod(t.shape)] * copies
+    return sizes
+
+
+def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
+    """Causes 6 and 7."""
+    p, m = layout.pp, layout.micro_batches
+    if p == 1:
+        return []
+    tokens = layout.micro_batch * layout.seq
+    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model // (layout.tp if layout.sequence_parallel else 1)
+    directions = (stage < p - 1) + (stage > 0)
+    out = [Collective("pp_activations", "send_recv", "pp", 2, m * directions * X, m * directions)]
+    tied = tied_stage_copy(cfg, p)
+    if tied is not None and stage in (0, p - 1):
+        size = weight_element_bytes(layout.dtype) * math.prod(tp_local_shape(tied, layout.tp))
+        out.append(Collective("pp_tied_embedding", "all_reduce", "pp", 2, size, 1))
+    return out
+
+
+def step_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
+    """Every collective one rank of the stage takes part in during one step (causes 1-7)."""
+    return (dp_collectives(cfg, layout, stage, psi) + tp_collectives(cfg, layout, stage)
+            + pp_collectives(cfg, layout, stage))

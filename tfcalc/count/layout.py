@@ -1,0 +1,146 @@
+"""A parallel training layout -- tensor, pipeline and data parallel degrees, ZeRO stage, recompute,
+sequence parallelism, batch sizes -- its checks, and the layouts a search walks. Pure arithmetic.
+
+Rank order (Megatron-LM's, Narayanan et al. 2021, sec. 3.2): tensor-parallel ranks are adjacent (rank
+mod tp), then data-parallel (stride tp), then pipeline stages (stride tp·dp). So a TP group sits inside
+a node whenever tp ≤ GPUs per node, and a DP group whenever tp·dp ≤ GPUs per node.
+
+Batch: ``global_batch`` sequences per optimizer step, ``micro_batch`` per forward pass of one DP rank,
+so every DP rank runs m = global_batch / (dp · micro_batch) micro-batches per step (gradient
+accumulation; the pipeline's micro-batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.training import check_training_dtype
+from tfcalc.count.shard import check_supported, check_tp
+from tfcalc.errors import InputError
+
+ZERO_STAGES = (0, 1, 2, 3)
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    seq: int
+    global_batch: int
+    micro_batch: int = 1
+    zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
+    recompute: str = "none"
+    sequence_parallel: bool = False
+    dtype: str = "bf16"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """m: micro-batches each DP rank runs per step."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def describe(self) -> str:
+        sp = " +SP" if self.sequence_parallel else ""
+        return (f"tp {self.tp}{sp} · pp {self.pp} · dp {self.dp}, ZeRO-{self.zero}, recompute {self.recompute}, "
+                f"micro-batch {self.micro_batch} × {self.micro_batches}, seq {self.seq}, {self.dtype}")
+
+
+def _positive(**values: int) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int) or value < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {value}")
+
+
+def check_layout(cfg: ModelConfig, layout: Layout) -> None:
+    """Raise InputError, one line, for a layout the model cannot take."""
+    check_supported(cfg)
+    _positive(tp=layout.tp, pp=layout.pp, dp=layout.dp, seq=layout.seq, global_batch=layout.global_batch,
+              micro_batch=layout.micro_batch)
+    if layout.zero not in ZERO_STAGES:
+        raise InputError(f"--zero must be 0, 1, 2 or 3; got {layout.zero}")
+    if layout.recompute not in RECOMPUTE:
+        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got '{layout.recompute}'")
+    check_training_dtype(layout.dtype)
+    check_tp(cfg, layout.tp)
+    if layout.pp > cfg.n_layer:
+        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({cfg.n_layer})")
+    if layout.zero and layout.dp == 1:
+        raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
+    if layout.sequence_parallel and layout.tp == 1:
+        raise InputError("sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1")
+    if layout.sequence_parallel and layout.seq % layout.tp:
+        raise InputError(f"sequence parallelism needs seq ({layout.seq}) divisible by tp ({layout.tp})")
+    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    if limited and layout.seq > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+                         f"got --seq {layout.seq}")
+    per_step = layout.dp * layout.micro_batch
+    if layout.global_batch % per_step:
+        raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
+                         f"({layout.dp} × {layout.micro_batch} = {per_step})")
+
+
+def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
+    """(tp, pp, dp) from what was given: missing tp and pp are 1, a missing dp fills the GPUs; gpus must
+    equal tp·pp·dp."""
+    tp, pp = tp or 1, pp or 1
+    _positive(tp=tp, pp=pp)
+    if dp is None:
+        if gpus is None:
+            dp = 1
+        elif gpus % (tp * pp):
+            raise InputError(f"--gpus {gpus} is not a multiple of tp × pp = {tp * pp}")
+        else:
+            dp = gpus // (tp * pp)
+    _positive(dp=dp)
+    if gpus is not None and tp * pp * dp != gpus:
+        raise InputError(f"--gpus {gpus} must equal tp × pp × dp = {tp} × {pp} × {dp} = {tp * pp * dp}")
+    return tp, pp, dp
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
+                      zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
+    """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
+    divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
+    given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 (it keeps
+    the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
+    replicated activations by tp). Batch sizes and dtype are the base layout's."""
+    recomputes = RECOMPUTE if recompute is None else (recompute,)
+    for tp in _divisors(gpus):
+        if tp > gpus_per_node:
+            continue
+        for pp in _divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
+            for z in zeros:
+                for r in recomputes:
+                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
+                                     sequence_parallel=tp > 1 and base.seq % tp == 0)
+                    try:
+                        check_layout(cfg, layout)
+                    except InputError:
+                        continue
+                    yield layout
+
+
+def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:
+    """GPU counts ``--gpus auto`` tries, fewest first: powers of two up to one node, then whole nodes."""
+    n = 1
+    while n < gpus_per_node and n <= limit:
+        yield n
+        n *= 2
+    nodes = 1
+    while nodes * gpus_per_node <= limit:
+        yield nodes * gpus_per_node
+        nodes += 1

@@ -1,0 +1,125 @@
+"""A parallel training plan: one layout's memory per rank, collectives per step, step time; and the
+search over layouts. Pure arithmetic, no torch.
+
+The pieces, each with its derivation: tfcalc.count.shard (which tensor goes where), rank_memory (ZeRO
+model states, Korthikanti activations), comm (collective bytes by cause, ring conventions), steptime
+(FLOPs, bubble, bandwidths, overlap). The rank shown is TP rank 0 of the pipeline stage with the
+largest memory total (every stage's first TP rank holds the largest torch.chunk blocks).
+
+Search (no layout given): every layout of the GPUs (tfcalc.count.layout.candidate_layouts) whose rank
+fits the device memory, fastest first (overlapped step time, then less memory); memory is computed
+first, the collectives and step time only of the layouts that fit. ``--gpus auto``: the fewest GPUs with
+at least one layout that fits, trying powers of two up to a node, then whole nodes
+(tfcalc.count.layout.gpu_counts), from a lower bound on: no layout holds less model state per rank than
+(2·e_w + e_opt)·Ψ/N bytes -- everything split N ways (ZeRO-3 across all N ranks) -- so fewer GPUs than
+that bound are not tried. And before any, a floor: data parallelism shrinks the split model states (up
+to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
+or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
+one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
+at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.comm import Collective, by_key, step_collectives
+from tfcalc.count.layout import Layout, candidate_layouts, check_layout, gpu_counts
+from tfcalc.count.params import total as param_total
+from tfcalc.count.rank_memory import (RankMemory, gathered_bytes, optimizer_element_bytes, rank_memory,
+                                     stage_activations, stage_params, weight_element_bytes)
+from tfcalc.count.shard import stage_blocks
+from tfcalc.count.steptime import Hardware, StepTime, step_time
+from tfcalc.errors import InputError
+
+GPU_LIMIT = 16384  # --gpus auto gives up beyond this many
+
+
+@dataclass(frozen=True)
+class Plan:
+    layout: Layout
+    memory: RankMemory
+    collectives: tuple[Collective, ...]
+    step: StepTime
+    memory_limit: int  # the device's memory, bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total <= self.memory_limit
+
+    @property
+    def comm_bytes(self) -> dict[str, int]:
+        return by_key(self.collectives)
+
+
+def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float) -> Plan:
+    check_layout(cfg, layout)
+    return _plan(cfg, layout, rank_memory(cfg, layout), hw, utilization)
+
+
+def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
+    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
+
+
+def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
+           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
+    ``recompute`` when given)."""
+    plans = []
+    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute):
+        mem = rank_memory(cfg, layout)
+        if mem.total <= hw.memory_bytes:
+            plans.append(_plan(cfg, layout, mem, hw, utilization))
+    return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
+
+
+def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
+    """The lower bound of the module docstring: model states split over every GPU must fit."""
+    per_param = 2 * weight_element_bytes(base.dtype) + optimizer_element_bytes(base.dtype)
+    return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
+
+
+def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
+    """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
+    docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
+    flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    best = None
+    ew = weight_element_bytes(base.dtype)
+    for tp in range(1, gpus_per_node + 1):
+        for pp in range(1, cfg.n_layer + 1):
+            layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
+                             sequence_parallel=tp > 1 and base.seq % tp == 0)
+            try:
+                check_layout(cfg, layout)
+            except InputError:
+                continue
+            gathered = gathered_bytes(cfg, replace(layout, zero=3))
+            most = max(stage_activations(cfg, layout, s, n) + min(ew * stage_params(cfg, layout, s), gathered)
+                       for s, n in enumerate(stage_blocks(cfg.n_layer, pp)))
+            best = most if best is None else min(best, most)
+    if best is None:
+        raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
+    return best
+
+
+def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
+                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
+    """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
+    floor = rank_floor(cfg, base, hw.gpus_per_node)
+    if floor > hw.memory_bytes:
+        raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
+                         f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
+                         f"and weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
+    lower = min_gpus(cfg, base, hw)
+    limit = min(limit, hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch))
+    for gpus in gpu_counts(hw.gpus_per_node, limit):
+        if gpus < lower:
+            continue
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
+        if plans:
+            return gpus, plans
+    raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "
+                     f"micro-batch {base.micro_batch}, seq {base.seq} in {hw.memory_bytes / 1e9:g} GB per GPU")

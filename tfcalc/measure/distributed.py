@@ -1,0 +1,270 @@
+"""One rank of a real distributed training run: the program every process runs, under tfcalc's own
+launcher (tfcalc.measure.launch) or under ``torchrun`` on a cluster, unchanged:
+
+    torchrun --nproc-per-node 8 -m tfcalc.measure.distributed request.json
+
+It reads RANK, WORLD_SIZE and LOCAL_RANK the torchrun way (``init_process_group`` with the env://
+rendezvous, MASTER_ADDR/MASTER_PORT), picks NCCL and the GPU LOCAL_RANK when CUDA is available, gloo on
+the CPU otherwise, runs every job of the request in turn and writes ``rank-<RANK>.json`` beside the
+request.
+
+A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp32 for --measure --,
+the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
+up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m micro-batches (DDP accumulates under
+no_sync, FSDP2 reduce-scatters each micro-batch), reduces the partial gradients sequence parallelism
+leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False) and sets the gradients to None.
+Measured on every rank:
+- weights, gradients, optimizer states: bytes of the distinct storages behind the rank's local tensors
+  (a DTensor's local shard; FSDP2's padded shard storage; DDP's gradient buckets); gradients after the
+  gradient sync, optimizer states after the step, Adam's 0-d step counters left out;
+- collectives: every call during the measured step (tfcalc.measure.collectives);
+- saved activations: bytes autograd keeps for backward in the measured step's first micro-batch
+  (distinct storages of the local tensors packed, parameters excluded), as tfcalc.measure.memory does;
+- peak memory above a baseline taken before the model is built (tfcalc.measure.memory.peak_meter);
+- the wall time of the measured step, and the loss of the first micro-batch before any update (the
+  sharded model must compute the single-device model's loss: tests/measure/test_distributed.py).
+A "bench" job times forward + backward of one micro-batch with tfcalc.measure.bench.time_calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from tfcalc.config import from_mapping
+from tfcalc.count.layout import Layout
+
+WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
+
+
+def init_process_group(device: str | None = None) -> torch.device:
+    """torch.distributed from torchrun's environment; NCCL on the GPU LOCAL_RANK when CUDA is available
+    (and device is not 'cpu'), else gloo on the CPU."""
+    import torch.distributed as dist
+
+    if device != "cpu" and torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+
+
+def plain(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold a tensor's data: a DTensor's local shard, the inner tensors of other
+    wrapper subclasses (functional collectives' AsyncCollectiveTensor), else the tensor itself."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        return plain(t._local_tensor)
+    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+        return [t]
+    inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]]
+    return [x for i in inner if isinstance(i, torch.Tensor) for x in plain(i)]
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind tensors (DTensors by their local shard), 0-d ones left out."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is None or t.dim() == 0:
+            continue
+        for local in plain(t):
+            storage = local.untyped_storage()
+            seen[storage.data_ptr() or id(storage)] = storage.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_tensors(opt):
+    return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+class SavedBytes:
+    """saved_tensors_hooks that add up the distinct storages autograd packs, parameters excluded: those
+    the model holds at the moment of packing (FSDP2 swaps in gathered, unsharded parameters while a unit
+    runs)."""
+
+    def __init__(self, model):
+        self.model = model
+        self.seen: dict[int, int] = {}
+
+    def pack(self, t):
+        if t.is_floating_point() and t.dim() > 0:
+            params = {s.untyped_storage().data_ptr() for p in self.model.parameters() for s in plain(p)}
+            for local in plain(t):
+                storage = local.untyped_storage()
+                if storage.data_ptr() not in params:
+                    self.seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+
+def forward_backward(model, idx, tp: int, scale: float, log=None, saved: SavedBytes | None = None) -> torch.Tensor:
+    """Forward, cross-entropy of the logits upcast to fp32 and backward of loss × scale; returns the
+    loss, detached. Under TP the loss is vocabulary-parallel (loss_parallel, which must also hold the
+    backward pass)."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved else contextlib.nullcontext()
+    with loss_parallel() if tp > 1 else contextlib.nullcontext():
+        with hooks:
+            output = model(idx)
+            if log is not None:
+                log.phase = "loss"
+            loss = F.cross_entropy(output.float().view(-1, output.shape[-1]), idx.view(-1))
+        if log is not None:
+            log.phase = "backward"
+        (loss * scale).backward()
+    return loss.detach()
+
+
+def sync_partial_grads(model) -> None:
+    """All-reduce the gradients left as partial sums (replicated parameters under sequence parallelism)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    for p in model.parameters():
+        g = p.grad
+        if isinstance(g, DTensor) and any(pl.is_partial() for pl in g.placements):
+            p.grad = g.redistribute(placements=[Replicate()] * len(g.placements))
+
+
+def _no_sync(model, last: bool):
+    if hasattr(model, "no_sync") and not last:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+class Trainer:
+    """The model under a layout, its optimizer and this rank's batches."""
+
+    def __init__(self, job: dict, device: torch.device):
+        from tfcalc.measure.device import torch_dtype
+        from tfcalc.measure.parallelize import parallelize
+        from tfcalc.model import build_model
+
+        self.cfg = from_mapping(job["config"])
+        self.layout = Layout(**job["layout"])
+        torch.manual_seed(job.get("seed", 0))
+        model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
+        self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
+        self.opt = torch.optim.Adam(self.model.parameters(), foreach=False)
+        dp_rank = self.mesh.get_local_rank("dp")
+        gen = torch.Generator().manual_seed(1000 + dp_rank)  # TP ranks of one DP rank read the same tokens
+        L = self.layout
+        self.batches = [torch.randint(0, self.cfg.vocab_size, (L.micro_batch, L.seq), generator=gen).to(device)
+                        for _ in range(L.micro_batches)]
+
+    def micro_step(self, i: int, log=None, saved: SavedBytes | None = None) -> torch.Tensor:
+        """Forward and backward of micro-batch i (DDP syncs gradients on the last one only); its loss."""
+        with _no_sync(self.model, i == len(self.batches) - 1):
+            return forward_backward(self.model, self.batches[i], self.layout.tp, 1 / len(self.batches), log, saved)
+
+    def step(self, log=None, saved: SavedBytes | None = None) -> dict[str, int]:
+        """One optimizer step over the micro-batches, recorded section by section when a log is given;
+        the state bytes read along the way."""
+        def section(phase):
+            return log.section(phase) if log is not None else contextlib.nullcontext()
+
+        for i in range(len(self.batches)):
+            with section("forward"):
+                loss = self.micro_step(i, log, saved if i == 0 else None)
+                if i == 0:
+                    self.first_loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+        params = list(self.model.parameters())
+        with section("grad_sync"):
+            sync_partial_grads(self.model)
+        grads = storage_bytes(p.grad for p in params)
+        with section("optimizer"):
+            self.opt.step()
+            self.opt.zero_grad()  # set to None: a partial gradient must not be added into a reduced one
+        return {"weights_bytes": storage_bytes(params), "grads_bytes": grads,
+                "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
+
+
+def run_measure(job: dict, device: torch.device) -> dict:
+    from tfcalc.measure.collectives import CollectiveLog
+    from tfcalc.measure.device import resolve_device
+    from tfcalc.measure.memory import peak_meter
+
+    meter = peak_meter(resolve_device(str(device)))
+    meter.start()
+    trainer = Trainer(job, device)
+    for step in range(WARMUP_STEPS):
+        trainer.step()
+        if step == 0:  # before any update: the loss of the unchanged model on the first micro-batch
+            first_loss = float(trainer.first_loss)
+    log, saved = CollectiveLog(trainer.groups, trainer.layout.sequence_parallel), SavedBytes(trainer.model)
+    start = time.perf_counter()
+    states = trainer.step(log, saved)
+    step_s = time.perf_counter() - start
+    collectives = [dataclasses.asdict(c) for c in log.collectives()]
+    return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
+            "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": collectives,
+            "comm_counts": log.counts}
+
+
+def run_bench(job: dict, device: torch.device) -> dict:
+    from tfcalc.measure.bench import time_calls
+
+    trainer = Trainer(job, device)
+    idx = trainer.batches[0]  # one micro-batch, gradients synchronized (no no_sync)
+
+    def step():
+        forward_backward(trainer.model, idx, trainer.layout.tp, 1.0)
+        trainer.opt.zero_grad()
+
+    timing = time_calls(step, device, job["warmup"], job["repeat"])
+    return {"samples": list(timing.samples), "median_s": timing.median, "p10_s": timing.p10, "p90_s": timing.p90}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run every job of the request (a JSON file) and write this rank's answers beside it."""
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    import tfcalc.measure.collectives  # noqa: F401 - imported before any baseline: code pages count in RSS
+    import tfcalc.measure.parallelize  # noqa: F401
+    from torch.distributed.fsdp import fully_shard  # noqa: F401
+    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401
+
+    path = (argv or sys.argv[1:])[0]
+    with open(path, encoding="utf-8") as f:
+        request = json.load(f)
+    device = init_process_group(request.get("device"))
+    rank = dist.get_rank()
+    answers = []
+    for job in request["jobs"]:
+        run = run_bench if job.get("mode") == "bench" else run_measure
+        start = time.perf_counter()
+        answer = run(job, device)
+        answers.append({**answer, "rank": rank, "world_size": dist.get_world_size(), "backend": dist.get_backend(),
+                        "device": str(device), "device_name": device_name(device),
+                        "seconds": time.perf_counter() - start})
+        dist.barrier()
+    out = os.path.join(os.path.dirname(os.path.abspath(path)), f"rank-{rank}.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(answers, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

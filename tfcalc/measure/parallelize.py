@@ -1,0 +1,157 @@
+"""Apply a parallel layout to the real model with PyTorch's own APIs: ``DistributedDataParallel``
+(ZeRO-0), FSDP2 ``fully_shard`` (ZeRO-3) and ``parallelize_module`` (tensor and sequence parallel).
+
+What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm, counts the same):
+
+1. DDP: ``gradient_as_bucket_view=True`` (the gradients live in DDP's buckets, no second copy) and
+   ``broadcast_buffers=False`` (the only buffers are RoPE/sinusoid tables every rank computes alike).
+2. FSDP2: every block is an FSDP unit, then the root (embeddings, final norm, head); defaults
+   otherwise (blocks resharded after forward, the root not).
+3. TP: fused tensors are re-ordered before sharding, [Q₀ K₀ V₀ | Q₁ K₁ V₁ | ...] and [gate₀ up₀ |
+   gate₁ up₁ | ...], so rank r's contiguous block of rows (what ColwiseParallel gives it) holds its own
+   heads' Q, K, V and its own FFN columns' gate and up; each Attention then runs with its local head
+   counts. The re-ordering permutes freshly initialized weights, so it changes no count. QKV and FFN-up
+   are ColwiseParallel, the attention output and FFN-down RowwiseParallel, the untied LM head
+   ColwiseParallel with vocabulary-sharded logits (the loss runs under ``loss_parallel``), the untied
+   token embedding ColwiseParallel (split along the hidden dimension; see tfcalc.count.shard for why).
+4. Sequence parallel (Korthikanti et al. 2022): norms are SequenceParallel, the row-parallel layers
+   reduce-scatter to sequence shards, and each attention/FFN input is gathered (PrepareModuleInput).
+   The embedding output is gathered whole and block 0 takes its sequence shard (a local slice), so the
+   positions are added to whole sequences; the final norm and head take sequence shards.
+5. TP × DP: FSDP2 over the dp dimension of a 2-D mesh, after TP (as torchtitan does).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.layout import Layout
+from tfcalc.errors import InputError
+
+
+def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
+    """The layouts a real run covers: DDP, FSDP, TP (with SP), FSDP × TP; one pipeline stage."""
+    if layout.zero in (1, 2):
+        raise InputError(f"a real run covers ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
+                         "run (PyTorch has no engine for it)")
+    if layout.pp > 1:
+        raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
+    if layout.recompute != "none":
+        raise InputError("a real run has no activation recompute; the plan models it")
+    if layout.tp > 1 and layout.dp > 1 and layout.zero == 0:
+        raise InputError("a real run combines TP with FSDP (--zero 3), not with DDP")
+    if layout.tp > 1 and cfg.lm_head and cfg.tie_embeddings:
+        raise InputError(f"{cfg.name} ties its embedding and LM head: a run under TP shards untied ones "
+                         "(try --set tie_embeddings=false)")
+    if layout.sequence_parallel and cfg.pooler:
+        raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
+
+
+def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Tensor:
+    """Rows [A | B | C] -> [A₀ B₀ C₀ | A₁ B₁ C₁ | ...]: rank r's contiguous block holds its part of each."""
+    pieces = [part.chunk(tp, dim=0) for part in weight.split(parts, dim=0)]
+    return torch.cat([p[r] for r in range(tp) for p in pieces], dim=0)
+
+
+@torch.no_grad()
+def localize_fused(model: nn.Module, cfg: ModelConfig, tp: int) -> None:
+    """Re-order fused rows for TP and give each attention its local head counts (step 3)."""
+    for block in model.blocks:
+        attn, ffn = block.attn, block.ffn
+        for p in (attn.qkv.weight, attn.qkv.bias):
+            if p is not None:
+                p.copy_(interleave_rows(p, [attn.q_dim, attn.kv_dim, attn.kv_dim], tp))
+        if ffn.gated:
+            for p in (ffn.up.weight, ffn.up.bias):
+                if p is not None:
+                    p.copy_(interleave_rows(p, [cfg.ffn_dim, cfg.ffn_dim], tp))
+        attn.n_head, attn.n_kv_head = attn.n_head // tp, attn.n_kv_head // tp
+        attn.q_dim, attn.kv_dim = attn.q_dim // tp, attn.kv_dim // tp
+
+
+def apply_tp(model: nn.Module, cfg: ModelConfig, mesh, sp: bool) -> None:
+    """Steps 3 and 4 on the tp mesh."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module,
+    )
+
+    localize_fused(model, cfg, mesh.size())
+    seq = Shard(1) if sp else Replicate()
+    root = {"tok_emb": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
+    if cfg.lm_head:
+        root["lm_head"] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)
+    if sp and cfg.final_norm:
+        root["final_norm"] = SequenceParallel()
+    if sp:
+        root["blocks.0"] = PrepareModuleInput(input_layouts=(Replicate(), None, None, None),
+                                              desired_input_layouts=(seq, None, None, None), use_local_output=True)
+    parallelize_module(model, mesh, root)
+    for block in model.blocks:
+        plan = {"attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(output_layouts=seq),
+                "ffn.up": ColwiseParallel(), "ffn.down": RowwiseParallel(output_layouts=seq)}
+        if sp:
+            plan.update({
+                "attn_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                "attn": PrepareModuleInput(input_layouts=(seq, None, None),
+                                           desired_input_layouts=(Replicate(), None, None)),
+                "ffn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+            })
+        parallelize_module(block, mesh, plan)
+
+
+def apply_fsdp(model: nn.Module, mesh) -> nn.Module:
+    """Step 2 (and 5, on the dp dimension of a 2-D mesh)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def apply_ddp(model: nn.Module, device: torch.device, group) -> nn.Module:
+    """Step 1, on the dp group of the mesh."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, process_group=group, gradient_as_bucket_view=True,
+                                   broadcast_buffers=False)
+
+
+_MESHES: dict[tuple[str, int, int], object] = {}
+
+
+def device_mesh(device_type: str, dp: int, tp: int):
+    """The (dp, tp) mesh, made once per process: one set of process groups serves every job of a run
+    (DeviceMesh caches its slices across equal meshes, so a second mesh would hand out the first's groups)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    key = (device_type, dp, tp)
+    if key not in _MESHES:
+        _MESHES[key] = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+    return _MESHES[key]
+
+
+def group_names(mesh) -> dict[str, tuple[str, int]]:
+    """{process-group name: ('dp' or 'tp', size)} for the mesh's dimensions of more than one rank."""
+    out = {}
+    for i, name in enumerate(("dp", "tp")):
+        if mesh.size(i) > 1:
+            for group in (mesh.get_group(name), mesh[name].get_group()):
+                out[group.group_name] = (name, mesh.size(i))
+    return out
+
+
+def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torch.device):
+    """(the model to train, its mesh, {process-group name: (dp or tp, size)})."""
+    mesh = device_mesh(device.type, layout.dp, layout.tp)
+    groups = group_names(mesh)
+    if layout.tp > 1:
+        apply_tp(model, cfg, mesh["tp"], layout.sequence_parallel)
+    if layout.dp > 1:
+        dp = mesh["dp"]
+        model = apply_fsdp(model, dp) if layout.zero == 3 else apply_ddp(model, device, dp.get_group())
+    return model, mesh, groups

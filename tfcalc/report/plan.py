@@ -1,0 +1,171 @@
+"""The report of `tfcalc plan`: a parallel training layout's memory per rank, collectives per step, step
+time and training time on a device from the datasheet table; the layouts that fit when none is given;
+and, with --measure, the plan checked on a real distributed run (tfcalc.report.plan_check).
+
+Defaults, each stated in --help: the device h100-sxm; an assumed utilization (--mfu) of 0.4 of the
+datasheet peak; 4M tokens per step (2²² / seq sequences, Llama 2's batch, Touvron et al. 2023, sec. 2.2);
+micro-batch 1; seq the model's context; bf16 with mixed-precision Adam. No layout given: a search over
+the GPUs (--gpus N), or over the fewest GPUs that fit (--gpus auto, the default without a layout).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from tfcalc import devices
+from tfcalc.count.layout import Layout, resolve_degrees
+from tfcalc.count.training import check_training_dtype
+from tfcalc.count.params import total as param_total
+from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.steptime import Hardware, TrainingRun, training_run
+from tfcalc.errors import InputError
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
+from tfcalc.workload import check_size
+
+DEFAULT_DEVICE_SPEC = "h100-sxm"
+DEFAULT_MFU = 0.4
+TOKENS_PER_STEP = 2**22
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What was asked: a layout (any of tp, pp, dp), or none (a search); batch sizes; dtype."""
+
+    gpus: Union[int, str, None] = None  # an integer, 'auto', or None (auto without a layout)
+    tp: Optional[int] = None
+    pp: Optional[int] = None
+    dp: Optional[int] = None
+    zero: Optional[int] = None  # None: 0 for a layout, every stage for a search
+    recompute: Optional[str] = None  # None: none for a layout, every kind for a search
+    sequence_parallel: bool = False
+    micro_batch: int = 1
+    global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
+    seq: Optional[int] = None
+    dtype: str = "bf16"
+    mfu: float = DEFAULT_MFU
+    tokens: Optional[int] = None
+    top: int = 10
+
+    @property
+    def searching(self) -> bool:
+        return self.tp is None and self.pp is None and self.dp is None
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    model: ModelRef
+    device: devices.DeviceSpec
+    request: PlanRequest
+    plan: Plan  # the layout asked for, or the fastest that fits
+    candidates: tuple[Plan, ...]  # the search's layouts that fit, fastest first (empty without a search)
+    search: Optional[str]  # None, 'layouts' (of --gpus N) or 'gpus' (the fewest that fit)
+    training: Optional[TrainingRun]
+    measured: Optional[PlanCheck] = None
+
+    @property
+    def params(self) -> int:
+        return param_total(self.model.cfg)
+
+    @property
+    def tokens_per_s(self) -> float:
+        L = self.plan.layout
+        return L.global_batch * L.seq / self.plan.step.overlap_s
+
+    def to_json(self) -> dict[str, Any]:
+        p, m, st, L = self.plan, self.plan.memory, self.plan.step, self.plan.layout
+        return {
+            "preset": self.model.cfg.name, "label": self.model.label, "overrides": list(self.model.overrides),
+            "params": self.params, "device_spec": self.device.key, "device_name": self.device.name,
+            "device_memory_bytes": self.device.memory_bytes, "gpus": L.gpus,
+            "layout": layout_json(L),
+            "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
+                         "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
+                         "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
+            "fits": p.fits,
+            "comm_bytes_per_step": p.comm_bytes,
+            "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
+            "step_time_s": st.overlap_s,
+            "step": {"model_flops": st.model_flops, "executed_flops": st.executed_flops, "compute_s": st.compute_s,
+                     "bubble": st.bubble, "pipelined_s": st.pipelined_s, "comm_s": st.comm_s,
+                     "no_overlap_s": st.no_overlap_s, "overlap_s": st.overlap_s, "utilization": self.request.mfu,
+                     "mfu": st.mfu},
+            "tokens_per_s": self.tokens_per_s,
+            "training": None if self.training is None else dataclasses.asdict(self.training),
+            "search": None if self.search is None else {
+                "kind": self.search, "fitting": len(self.candidates),
+                "layouts": [{"layout": layout_json(c.layout), "total_bytes": c.memory.total,
+                             "step_time_s": c.step.overlap_s, "mfu": c.step.mfu}
+                            for c in self.candidates[: self.request.top]]},
+            "measured": None if self.measured is None else self.measured.to_json(),
+        }
+
+
+def hardware(spec: devices.DeviceSpec, dtype: str) -> Hardware:
+    peak = spec.peak(dtype)
+    if peak is None:
+        raise InputError(f"the {spec.key} datasheet gives no {dtype} rate; choose another --dtype")
+    if not spec.intra_node_bytes_per_s or not spec.inter_node_bytes_per_s:
+        raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
+    return Hardware(peak, spec.memory_bytes, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
+                    spec.gpus_per_node)
+
+
+def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
+    """Given, or 2²² tokens rounded up to a whole number of (dp × micro-batch) sequences."""
+    if request.global_batch is not None:
+        return check_size("--global-batch", request.global_batch)
+    per = dp * request.micro_batch
+    return max(1, -(-(TOKENS_PER_STEP // seq) // per)) * per
+
+
+def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
+    return Layout(1, 1, 1, seq, global_batch, request.micro_batch, request.zero or 0, request.recompute or "none",
+                  request.sequence_parallel, request.dtype)
+
+
+def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
+    cfg = model.cfg
+    base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
+    only = dict(zero=request.zero, recompute=request.recompute)
+    if request.gpus in (None, "auto"):
+        _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
+        return "gpus", tuple(plans)
+    plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
+    if not plans:
+        raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
+                         f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}; "
+                         "try more --gpus, or --gpus auto")
+    return "layouts", tuple(plans)
+
+
+def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
+               measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None) -> PlanReport:
+    cfg = model.cfg
+    check_training_dtype(request.dtype)
+    spec = devices.resolve(device_spec)
+    hw = hardware(spec, request.dtype)
+    check_size("--micro-batch", request.micro_batch)
+    check_size("--top", request.top)
+    seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
+    if request.searching:
+        if measure:
+            raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")
+        kind, candidates = _searched(model, request, hw, seq)
+        chosen = candidates[0]
+    else:
+        if request.gpus == "auto":
+            raise InputError("--gpus auto searches for a layout: leave out --tp, --pp and --dp")
+        gpus = None if request.gpus is None else check_size("--gpus", request.gpus)
+        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp)
+        layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
+        kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
+    training = None
+    if request.tokens is not None:
+        if request.tokens < 1:
+            raise InputError(f"--tokens must be positive; got {request.tokens}")
+        training = training_run(request.tokens, param_total(cfg), chosen.layout, chosen.step.overlap_s)
+    measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device) if measure else None
+    return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)

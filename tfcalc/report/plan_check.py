@@ -1,0 +1,167 @@
+"""A plan checked on a real distributed run (`tfcalc plan --measure --nproc N`).
+
+What runs, and why it is a fair check of the plan:
+1. The layout, on N local ranks: the plan's tensor-parallel degree where it divides N (else the largest
+   common divisor), data parallel over the rest, the same ZeRO stage (0: DDP; 3: FSDP2) and sequence
+   parallelism. One pipeline stage and no recompute: the measurement has no engine for those (they are
+   planned, and said to be left out). ZeRO-1/2 are refused: PyTorch ships no engine for them.
+2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
+   every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
+   shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
+   micro-batches per step; fp32 (gloo reduces fp32 everywhere; fp32 Adam is 16 bytes per parameter too,
+   split 4/4/8 instead of 2/2/12).
+3. The plan of exactly that configuration and layout, computed by the same code as the full plan, beside
+   the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
+   payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
+   really saves) and peak memory (against the plan's total) are shown with their ratio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tfcalc.config import ModelConfig, replace
+from tfcalc.count.comm import by_key
+from tfcalc.count.layout import Layout
+from tfcalc.count.params import total as param_total
+from tfcalc.count.plan import Plan, make_plan
+from tfcalc.count.steptime import Hardware
+
+MEASURE_PARAMS = 20_000_000
+MEASURE_SEQ, MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 64, 2, 2
+STATE_KEYS = ("weights_bytes", "grads_bytes", "optimizer_bytes")
+
+
+def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
+    """cfg with 2 blocks, heads of 16, 2·tp KV heads (and twice as many query heads if cfg groups them),
+    an FFN 4× (8/3× gated) as wide as the model, a 127-token vocabulary (odd: it shows FSDP2's padding and
+    torch.chunk's uneven blocks) and a 64-token context; every other field as it was."""
+    kv = 2 * tp
+    heads = kv * (2 if cfg.kv_heads < cfg.n_head else 1)
+    d = 16 * heads
+    f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
+    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=2, d_model=d, n_head=heads, n_kv_head=kv,
+                   d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
+                   vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
+                   type_vocab_size=min(cfg.type_vocab_size, 2))
+
+
+def measured_layout(layout: Layout, nproc: int) -> Layout:
+    """The layout the ranks run (step 1 of the module docstring)."""
+    tp = math.gcd(layout.tp, nproc)
+    dp = nproc // tp
+    seq = min(layout.seq, MEASURE_SEQ)
+    micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+    return dataclasses.replace(
+        layout, tp=tp, pp=1, dp=dp, seq=seq, micro_batch=micro,
+        global_batch=dp * micro * min(layout.micro_batches, MEASURE_MICRO_BATCHES),
+        zero=layout.zero if dp > 1 else 0, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
+        dtype="fp32")
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    cfg: ModelConfig  # what ran
+    small: bool  # a small copy of the planned model
+    layout: Layout  # what ran
+    plan: Plan  # the plan of exactly that
+    ranks: tuple[dict[str, Any], ...]  # each rank's answer (tfcalc.measure.distributed)
+    left_out: tuple[str, ...]  # parts of the planned layout the run does not have
+
+    @property
+    def rank0(self) -> dict[str, Any]:
+        return self.ranks[0]
+
+    @property
+    def per_rank(self) -> dict[str, int]:
+        r = self.rank0
+        return {**{k: r[k] for k in STATE_KEYS}, "activation_bytes": r["activation_bytes"],
+                "total_bytes": r["peak_bytes"]}
+
+    @property
+    def planned_per_rank(self) -> dict[str, int]:
+        m = self.plan.memory
+        return {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
+                "activation_bytes": m.activations, "total_bytes": m.total}
+
+    @property
+    def collectives(self) -> list[dict[str, Any]]:
+        return list(self.rank0["collectives"])
+
+    @property
+    def comm_bytes(self) -> dict[str, int]:
+        from tfcalc.count.comm import Collective
+
+        return by_key(Collective(**c) for c in self.collectives)
+
+    @property
+    def states_exact(self) -> bool:
+        return all(self.per_rank[k] == self.planned_per_rank[k] for k in STATE_KEYS)
+
+    @property
+    def collectives_exact(self) -> bool:
+        measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in self.collectives}
+        planned = {(c.cause, c.op): (c.payload_bytes, c.calls) for c in self.plan.collectives}
+        return measured.keys() == planned.keys() and all(
+            measured[k][0] == p[0] and (p[1] is None or measured[k][1] == p[1]) for k, p in planned.items())
+
+    def to_json(self) -> dict[str, Any]:
+        r, planned = self.rank0, self.planned_per_rank
+        return {
+            "backend": r["backend"], "world_size": r["world_size"], "device": r["device"],
+            "config": self.cfg.resolved(), "small_copy": self.small, "left_out": list(self.left_out),
+            "layout": layout_json(self.layout),
+            "per_rank": self.per_rank,
+            "comm_bytes_per_step": self.comm_bytes,
+            "collectives": self.collectives,
+            # wall time of the measured step on these ranks, recording included: not the plan's GPU figure
+            "step_time_s": max(a["step_s"] for a in self.ranks),
+            "plan": {"per_rank": planned, "comm_bytes_per_step": self.plan.comm_bytes},
+            "ratio": {k: (v / planned[k] if planned[k] else None) for k, v in self.per_rank.items()},
+            "states_exact": self.states_exact, "collectives_exact": self.collectives_exact,
+            "ranks": [{k: a[k] for k in (*STATE_KEYS, "activation_bytes", "peak_bytes", "first_loss", "step_s")}
+                      for a in self.ranks],
+            "peak_method": r["peak_method"],
+        }
+
+
+def layout_json(layout: Layout) -> dict[str, Any]:
+    return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "zero": layout.zero, "recompute": layout.recompute,
+            "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
+            "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
+            "dtype": layout.dtype, "gpus": layout.gpus}
+
+
+def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
+    out = []
+    if planned.pp > 1:
+        out.append(f"pipeline parallelism (pp {planned.pp})")
+    if planned.recompute != "none":
+        out.append(f"{planned.recompute} recompute")
+    if planned.tp != ran.tp:
+        out.append(f"tp {planned.tp} (ran tp {ran.tp})")
+    if planned.zero != ran.zero:
+        out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+    return tuple(out)
+
+
+def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
+               device: str | None = None) -> PlanCheck:
+    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring)."""
+    from tfcalc.measure.launch import check_nproc, launch
+    from tfcalc.measure.parallelize import check_measurable
+
+    check_nproc(nproc, device)
+    ran = measured_layout(layout, nproc)
+    small = param_total(cfg) > MEASURE_PARAMS
+    run_cfg = small_copy(cfg, ran.tp) if small else cfg
+    if not small and ran.seq > run_cfg.max_seq_len:
+        ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
+    check_measurable(run_cfg, ran)
+    plan = make_plan(run_cfg, ran, hw, utilization)
+    job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
+    (ranks,) = launch([job], nproc, device=device)
+    return PlanCheck(run_cfg, small, ran, plan, tuple(ranks), _left_out(layout, ran))
