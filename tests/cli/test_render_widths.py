@@ -45,6 +45,23 @@ def assert_readable(text: str, width: int) -> None:
     assert not too_long, too_long
 
 
+def _words(text: str) -> set[str]:
+    return {w.strip(",;:()") for w in text.split() if w.strip("─━")}  # rules' length follows the width
+
+
+def assert_uncropped(doc, width: int, exact: bool = False) -> None:
+    """readable, and every word of the render at width is a word of the render at 1,000 columns (or of the
+    note naming hidden columns): Rich crops the header of a no-wrap column without a mark ('ba' for
+    'batch') when a table cannot fit, and wrapping text at spaces keeps every word whole."""
+    narrow = render(doc, width, exact)
+    assert_readable(narrow, width)
+    headers = [c.header for block in doc.blocks for c in getattr(block, "columns", ())]
+    note = f"(not shown at {width} columns: {', '.join(headers)}; a wider terminal, --format markdown or " \
+           "--format csv shows them)"
+    cut = _words(narrow) - _words(render(doc, 1000, exact)) - _words(note)
+    assert not cut, (cut, narrow)
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_every_counting_command(name, width):
@@ -59,7 +76,7 @@ def test_every_preset_every_counting_command(name, width):
     ]
     for doc in docs:
         for exact in (False, True):
-            assert_readable(render(doc, width, exact), width)
+            assert_uncropped(doc, width, exact)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -76,7 +93,7 @@ def test_several_models_summaries_compare_presets_and_check(width):
             Drift("llama2-7b", "flops.crossover_seq.scores_vs_ffn", 33_024, 33_025)))]),
     ]
     for doc in docs:
-        assert_readable(render(doc, width), width)
+        assert_uncropped(doc, width)
 
 
 def test_bench_renders_at_both_widths():
@@ -85,7 +102,7 @@ def test_bench_renders_at_both_widths():
     model = resolve("gpt2", ["n_layer=1", "d_model=48", "vocab_size=64", "max_seq_len=32"])
     report = build_bench(model, plan_bench(model, seqs=[16, 32], warmup=0, repeat=2, matmul_size=32, min_time=0))
     for width in WIDTHS:
-        assert_readable(render(bench_view.document([report]), width), width)
+        assert_uncropped(bench_view.document([report]), width)
 
 
 def test_hidden_columns_are_named_and_essential_ones_stay():
@@ -94,3 +111,31 @@ def test_hidden_columns_are_named_and_essential_ones_stay():
     assert "mixtral-8x7b" in text and "174.6B" in text  # names and totals are never dropped
     wide = render(presets_view.document([build_presets()]), 200)
     assert "not shown" not in wide and "Context" in wide
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", [n for n in preset_names() if resolve(n).cfg.arch != "encoder"])
+def test_serving_tables_every_generating_preset(name, width):
+    """infer (its roofline tables too) and scan --decode, for every preset that generates."""
+    import tfcalc
+    from tfcalc.cli.render import infer as infer_view
+    from tfcalc.cli.render import scan_decode as scan_decode_view
+    from tfcalc.report.scan_decode import build_decode_scan
+
+    report = tfcalc.infer(name, batch=[1, 8, 64], device_spec="h100-sxm")
+    for verbose in (False, True):
+        assert_uncropped(infer_view.document([report], verbose=verbose), width)
+    scan = build_decode_scan(resolve(name), [1, 2, 4, 1024], None, "bf16", None, None, None)
+    assert_uncropped(scan_decode_view.document([scan]), width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("layout", [dict(gpus=64), dict(tp=8, pp=2, dp=4, zero=1, tokens="2T"),
+                                    dict(tp=8, pp=2, dp=4, zero=1, recompute="selective", sequence_parallel=True)])
+def test_plan_tables(layout, width):
+    import tfcalc
+    from tfcalc.cli.render import plan as plan_view
+
+    report = tfcalc.plan("llama2-70b", **layout)
+    for verbose in (False, True):
+        assert_uncropped(plan_view.document([report], verbose=verbose), width)

@@ -1,8 +1,8 @@
 """Writers of a Doc: a Rich table for people at a terminal, Markdown to paste, CSV to load.
 
 Rich: where a table is wider than the console, columns are hidden in order of their priority number
-(highest first) until it fits, and a dim line names what was hidden; cells fold rather than being cut
-with '…', so no digit or name is ever lost. Markdown keeps every column and formats cells as the table
+(highest first) until it fits, text columns wrap at spaces, and a dim line names what was hidden; no
+cell or header is ever cut, so no digit or name is lost (see fit_columns). Markdown keeps every column and formats cells as the table
 does. CSV writes raw values (exact integers) with one header row per table, tables separated by a blank
 line and preceded by a one-cell title row.
 """
@@ -14,6 +14,7 @@ import io
 from typing import Callable
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table as RichTable
@@ -47,7 +48,10 @@ def _for(console: Console) -> Callable[[str], str]:
     return _same
 
 
-def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str], str] = _same) -> RichTable:
+def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str], str] = _same,
+                squeeze: dict[int, int] | None = None) -> RichTable:
+    """The Rich table of the kept columns; squeeze: {column: width} for text columns to wrap narrower."""
+    squeeze = squeeze or {}
     out = RichTable(title=Text(fix(table.title), style="bold"),
                     caption=Text(fix(table.caption)) if table.caption else None,
                     title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -56,7 +60,7 @@ def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str],
         c = table.columns[i]
         wraps = c.unit == "text" and c.wrap
         out.add_column(Text(fix(c.header)), justify=c.justify, overflow="fold", no_wrap=not wraps,
-                       max_width=TEXT_WIDTH if wraps else None)
+                       max_width=squeeze.get(i, TEXT_WIDTH) if wraps else None)
     for row in table.rows:
         if row.rule:
             out.add_section()
@@ -69,19 +73,53 @@ def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str],
 
 
 def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable, list[str]]:
-    """The Rich table with as many columns as fit the console, and the headers of those hidden."""
+    """The Rich table with as many columns as fit the console, and the headers of those hidden.
+
+    Columns go by priority (the highest number first) until the table fits unwrapped. With only essential
+    ones left, the text columns that may wrap are narrowed, at spaces, never below their longest word.
+    Where even that cannot fit, Rich would crop cells and headers without a mark ('1,02' for '1,024', 'ba'
+    for 'batch'), so essential columns go too, from the right, the first always kept: a hidden column is
+    named, and a cut number would be a wrong one."""
+    fix = _for(console)
     keep = list(range(len(table.columns)))
     hidden: list[str] = []
     while True:
-        rich_table = _rich_table(table, keep, exact, _for(console))
+        rich_table = _rich_table(table, keep, exact, fix)
         # measured unconstrained: Rich clamps a measurement to the console, which would hide every overflow
         width = Measurement.get(console, console.options.update(max_width=10_000), rich_table).maximum
         droppable = [i for i in keep if table.columns[i].priority > 0]
-        if width <= console.width or not droppable:
+        if width <= console.width:
             return rich_table, hidden
-        worst = max(droppable, key=lambda i: (table.columns[i].priority, i))
+        if not droppable:
+            squeeze = _squeeze(table, keep, exact, fix, width - console.width)
+            if squeeze is not None:
+                return _rich_table(table, keep, exact, fix, squeeze), hidden
+            if len(keep) == 1:
+                return rich_table, hidden
+        worst = max(droppable, key=lambda i: (table.columns[i].priority, i)) if droppable else keep[-1]
         keep.remove(worst)
         hidden.insert(0, table.columns[worst].header)
+
+
+def _squeeze(table: Table, keep: list[int], exact: bool, fix: Callable[[str], str], excess: int) -> dict[int, int] | None:
+    """{column: width} narrowing the wrapping text columns by excess in all, the widest first, none below
+    its longest word; None when they cannot give that much."""
+    widths = {}
+    for i in keep:
+        c = table.columns[i]
+        if c.unit != "text" or not c.wrap:
+            continue
+        texts = [fix(c.header)] + [fix(_cell_text(r.cells[i], c.unit, exact)[0]) for r in table.rows]
+        widest = min(TEXT_WIDTH, max(cell_len(t) for t in texts))
+        word = max((cell_len(w) for t in texts for w in t.split()), default=1)
+        widths[i] = [widest, word]
+    if sum(w - word for w, word in widths.values()) < excess:
+        return None
+    while excess > 0:
+        i = max(widths, key=lambda k: widths[k][0] - widths[k][1])  # the most room to give
+        widths[i][0] -= 1
+        excess -= 1
+    return {i: w for i, (w, _) in widths.items()}
 
 
 def write_rich(doc: Doc, console: Console, exact: bool = False) -> None:

@@ -34,7 +34,7 @@ def _search(doc: Doc, r: PlanReport) -> None:
     what = (f"the fewest GPUs that fit: {r.plan.layout.gpus}" if r.search == "gpus"
             else f"layouts of {r.plan.layout.gpus} GPUs that fit")
     t = doc.table(f"{r.model.label} on {r.device.name}: {what} ({len(r.candidates)}), fastest first",
-                  Column("#", "int"), Column("Layout", wrap=False), Column("Micro-batches", "int", priority=2),
+                  Column("#", "int"), Column("Layout"), Column("Micro-batches", "int", priority=2),
                   Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"))
     for i, c in enumerate(r.candidates[: r.request.top], 1):
         t.add(i, short(c.layout), c.layout.micro_batches, c.memory.total, c.step.overlap_s, c.step.mfu,
