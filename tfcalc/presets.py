@@ -211,8 +211,12 @@ def checkpoint_source(spec: str, overrides: list[str] = ()) -> Source:
 
 def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str], name: Optional[str] = None) -> Source:
     config = folder / "config.json"
-    if _kind(weights) is None:
+    kind = _kind(weights)
+    if kind is None:
         raise ConfigError(f"{shown_path(weights)}: no such file")
+    what = reading.special_kind(weights.stat().st_mode) if kind == "file" else None
+    if what is not None:  # a FIFO would block the header read; a device has no header
+        raise ConfigError(f"{shown_path(weights)}: is {what}, not a checkpoint; tfcalc reads regular files only")
     if not config.is_file():
         raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} (tfcalc reads the shapes from it)")
     data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)

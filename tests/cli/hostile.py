@@ -99,4 +99,25 @@ def write(folder: Path) -> Path:
     os.mkfifo(folder / "fifo.png")
     (folder / "null-link.json").symlink_to("/dev/null")
     (folder / "snap_bomb.json").write_text(snapshot([{"spec": str(folder / "bomb.yaml")}]), encoding="utf-8")
+    _checkpoints(folder)
     return folder
+
+
+def _checkpoints(folder: Path) -> None:
+    """Model folders (a config.json each) whose weights are hostile: a FIFO named like a safetensors file
+    or an index, an index that nests, repeats a key or points outside, bytes that are not safetensors, and
+    a header that claims 2^60 bytes."""
+    def model(name: str) -> Path:
+        path = folder / name
+        path.mkdir()
+        (path / "config.json").write_text(hf(), encoding="utf-8")
+        return path
+
+    os.mkfifo(model("ckpt_fifo") / "model.safetensors")
+    os.mkfifo(model("ckpt_index_fifo") / "model.safetensors.index.json")
+    index = "model.safetensors.index.json"
+    (model("ckpt_index_deep") / index).write_text('{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (model("ckpt_index_dup") / index).write_text('{"weight_map": {"a": "x.safetensors"}, "weight_map": {}}')
+    (model("ckpt_index_escape") / index).write_text('{"weight_map": {"a": "/etc/passwd"}}')
+    (model("ckpt_garbage") / "model.safetensors").write_bytes(b"\x00" * 64)
+    (model("ckpt_huge_header") / "model.safetensors").write_bytes((1 << 60).to_bytes(8, "little") + b"{}")

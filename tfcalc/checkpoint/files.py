@@ -73,7 +73,7 @@ def find(path: str | Path) -> tuple[Path, tuple[Path, ...], dict[str, str] | Non
         if path.suffix.lower() != ".safetensors":
             raise InputError(f"{path}: not a .safetensors file")
         return path.parent, (path,), None
-    if (path / INDEX).is_file():
+    if (path / INDEX).exists():  # read by tfcalc.reading, which refuses anything but a regular file
         weight_map = _read_index(path / INDEX)
         shards = tuple(path / name for name in dict.fromkeys(weight_map.values()))
         for shard in shards:

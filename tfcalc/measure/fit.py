@@ -10,7 +10,6 @@ A GPU's memory is not bound by either, so only its free memory counts there.
 
 from __future__ import annotations
 
-import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
