@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated
 
-
 from tfcalc.cli import render
 from tfcalc.cli.options import (Batch, Device, Exact, Format, FormatOption, Json, Measure, Models, Overrides, Seq,
                                 SrcSeq, Training, Verbose, _flag, output)
