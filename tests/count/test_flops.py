@@ -131,6 +131,26 @@ def test_crossover_is_the_smallest_seq_by_search(cfg):
                 assert found == _smallest(reached)
 
 
+@pytest.mark.parametrize("name", ["gemma-2-9b", "mistral-7b", "phi-3-mini"])
+def test_windowed_causal_crossover_against_the_layers_flops(name):
+    """Sliding windows, every layer windowed (Mistral, Phi-3: the scores grow like W·T and may never
+    catch up) or every other one (Gemma 2): the causal crossover is the first T at which the mean over
+    the layers of attention_score_flops (each layer's unmasked pairs, its own window) reaches the FFN's,
+    searched here step by step from the far side and sampled below it."""
+    cfg = load(name)
+    x = count.crossover_seq(cfg, causal=True)
+    for found, sublayer in ((x.scores_vs_ffn, count.attention_score_flops), (x.attention_vs_ffn, count.attention_flops)):
+        reached = lambda t: sublayer(cfg, 1, t, True) >= count.ffn_flops(cfg, 1, t)  # noqa: E731
+        if found is None:
+            assert cfg.full_attention_every is None and not any(reached(t) for t in range(1, 10**6, 9973))
+            continue
+        assert reached(found) and not reached(found - 1)
+        assert not any(reached(t) for t in range(1, found, 997))
+        assert all(reached(t) for t in range(found, 4 * found, 4999))
+    if name == "gemma-2-9b":  # half the layers full: later than full attention's 2·(3·d·f/(2q))−1 everywhere
+        assert x.scores_vs_ffn > 2 * count.crossover_seq(cfg).scores_vs_ffn - 1
+
+
 def test_llama2_70b_crossover_is_gqa_aware():
     # q = 8192, k = 1024, f = 28672, gated (3 matrices): 3·d·f/(2q) and d·(3f − 2q − 2k)/(2q).
     cfg = load("llama2-70b")

@@ -34,12 +34,9 @@ the gradient of both its inputs: two matmuls of the same size); full activation 
 forward once more: 4 × forward. With the GPT-2 shapes this is Korthikanti et al. 2022's
 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)), term for term.
 
-Crossover (see ``crossover_seq``): per layer and per sequence, scores 4·q·T² against FFN 2·m·d·f·T, so
-scores reach the FFN at T = m·d·f / (2q); the whole attention sub-layer (scores plus projections
-2·d·T·(2q + 2k)) at T = d·(m·f − 2q − 2k) / (2q). With q = k = d, f = 4·d, m = 2 (GPT-3): T = 4·d and
-T = 2·d. Causal: T = m·d·f/q − 1 and T = d·(m·f − 2q − 2k)/q − 1.
-
-Non-matmul work (softmax, norms, activations, RoPE, bias adds, ...): tfcalc.count.non_matmul, apart.
+Crossover, where attention's FLOPs reach the FFN's (T = 4·d and 2·d for GPT-3): derived in
+tfcalc.count.crossover. Non-matmul work (softmax, norms, activations, RoPE, bias adds, ...):
+tfcalc.count.non_matmul, apart.
 
 Other kinds (tfcalc.config):
 
@@ -342,10 +339,13 @@ def training_flops(
 
 
 def _group_sum(cfg: ModelConfig, batch: int, seq: int, groups: tuple[str, ...], causal: bool) -> int:
-    """One block of the output stack (an encoder-decoder's decoder, source length = seq)."""
+    """One block of the output stack (an encoder-decoder's decoder, source length = seq); causal, where the
+    layers differ (Gemma 2), their mean rounded down: it reaches n exactly when their sum reaches n·L."""
     _check_sizes(batch=batch, seq=seq)
-    entries = matmul_entries(cfg, batch, seq)
-    return sum(e.causal_per_copy if causal else e.per_copy for e in entries if e.group in groups and e.stack != "encoder")
+    chosen = [e for e in matmul_entries(cfg, batch, seq) if e.group in groups and e.stack != "encoder"]
+    if not causal:
+        return sum(e.per_copy for e in chosen)
+    return sum(e.causal_total for e in chosen) // cfg.n_layer
 
 
 def attention_proj_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
