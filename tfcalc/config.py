@@ -249,13 +249,15 @@ class ModelConfig:
         full = self.decoder_layers - windowed
         return full * context + (windowed * min(context, self.sliding_window) if windowed else 0)
 
-    def layer_window(self, layer: int) -> Optional[int]:
+    def layer_window(self, layer: int, length: Optional[int] = None) -> Optional[int]:
         """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
-        whole context (every layer without a window; every full_attention_every-th with one)."""
+        whole context (every layer without a window; every full_attention_every-th with one) and, given
+        a sequence length, where the window hides nothing at it (W >= length): one rule for the masks the
+        model builds and the ones the working set counts."""
         every = self.full_attention_every
         if self.sliding_window is None or (every is not None and (layer + 1) % every == 0):
             return None
-        return self.sliding_window
+        return None if length is not None and self.sliding_window >= length else self.sliding_window
 
     @property
     def windowed_layers(self) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -177,22 +176,12 @@ def _local(spec: str) -> Path:
         return Path(spec)
 
 
-def _kind(path: Path) -> Optional[str]:
-    """'folder' or 'file' (anything else that exists: reading.read_text names special files); None for a
-    missing path, or a name no file can have (too long, a NUL byte), which the reader then refuses."""
-    try:
-        mode = path.stat().st_mode
-    except (OSError, ValueError):
-        return None
-    return "folder" if stat.S_ISDIR(mode) else "file"
-
-
 def _names_checkpoint(spec: str, path: Path) -> bool:
     """A model folder (a folder named like a config file is a mistake, refused by the reader as one), a
     .safetensors file, or a Hugging Face id that names no local path."""
-    kind = _kind(path)
+    kind = reading.entry_kind(path)
     suffix = path.suffix.lower()
-    return ((kind == "folder" and suffix not in (".yaml", ".yml", ".json")) or suffix == ".safetensors"
+    return ((kind == "a directory" and suffix not in (".yaml", ".yml", ".json")) or suffix == ".safetensors"
             or (kind is None and hub_cache.is_repo_id(spec)))
 
 
@@ -203,20 +192,16 @@ def checkpoint_source(spec: str, overrides: list[str] = ()) -> Source:
     path = _local(spec)
     if not _names_checkpoint(spec, path):
         return Source(load(spec, overrides))
-    if path.suffix.lower() == ".safetensors" or _kind(path) == "folder":
-        return _folder_source(path if _kind(path) == "folder" else path.parent, path, spec, overrides)
+    kind = reading.entry_kind(path)
+    if path.suffix.lower() == ".safetensors" or kind == "a directory":
+        return _folder_source(path if kind == "a directory" else path.parent, path, spec, overrides)
     folder = hub_cache.snapshot(spec)
     return _folder_source(folder, folder, spec, overrides, name=spec.split("/")[1])
 
 
 def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str], name: Optional[str] = None) -> Source:
     config = folder / "config.json"
-    kind = _kind(weights)
-    if kind is None:
-        raise ConfigError(f"{shown_path(weights)}: no such file")
-    what = reading.special_kind(weights.stat().st_mode) if kind == "file" else None
-    if what is not None:  # a FIFO would block the header read; a device has no header
-        raise ConfigError(f"{shown_path(weights)}: is {what}, not a checkpoint; tfcalc reads regular files only")
+    reading.checkpoint_entry(weights)  # a file or a folder, never a FIFO or a device
     if not config.is_file():
         raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} (tfcalc reads the shapes from it)")
     data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)

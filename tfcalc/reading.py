@@ -40,6 +40,27 @@ def special_kind(mode: int) -> str | None:
     return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
+def entry_kind(path: str | Path) -> str | None:
+    """'a regular file', 'a directory', or what special_kind calls anything else; None for a missing path
+    or a name no file can have (too long, a NUL byte). One stat, which never raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return special_kind(mode) or "a regular file"
+
+
+def checkpoint_entry(path: str | Path) -> str:
+    """entry_kind of a checkpoint named by the user: a regular file or a directory; InputError, one line,
+    for a missing path and for a special file (a FIFO would block the header read; a device has none)."""
+    kind = entry_kind(path)
+    if kind is None:
+        raise InputError(f"{shown_path(path)}: no such file or folder")
+    if kind not in ("a regular file", "a directory"):
+        raise InputError(f"{shown_path(path)}: is {kind}, not a checkpoint; tfcalc reads regular files only")
+    return kind
+
+
 def read_text(path: str | Path, kind: str, limit: int = MAX_CONFIG_BYTES) -> str:
     """The text of a regular file of at most limit bytes (UTF-8); InputError, one line, otherwise."""
     where = shown_path(path)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfcalc import reading
-from tfcalc.errors import InputError, shown, shown_path
+from tfcalc.errors import InputError, shown
 
 INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 * 2**20  # an index lists names and shard files: megabytes at most, even for 1T models
@@ -64,12 +64,7 @@ def is_checkpoint(path: Path) -> bool:
 def find(path: str | Path) -> tuple[Path, tuple[Path, ...], dict[str, str] | None]:
     """(folder, safetensors files, the index's weight map or None) for a file or a model folder."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"{shown_path(path)}: no such file or folder")
-    what = reading.special_kind(path.stat().st_mode)
-    if what not in (None, "a directory"):  # a FIFO would block the header read
-        raise InputError(f"{shown_path(path)}: is {what}, not a checkpoint; tfcalc reads regular files only")
-    if path.is_file():
+    if reading.checkpoint_entry(path) == "a regular file":
         if path.suffix.lower() != ".safetensors":
             raise InputError(f"{path}: not a .safetensors file")
         return path.parent, (path,), None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Optional
 
 import typer
@@ -117,13 +118,11 @@ def bench(
     render.emit([report], out, view.document)
 
 
-_DEFAULTS = {"compile_": False, "n_layer": None, "weights": None, "min_time": 3.0, "rounds": 3, "matmul_size": None}
-_FLAGS = {"compile_": "--compile", "n_layer": "--n-layer", "weights": "--weights", "min_time": "--min-time",
-          "rounds": "--rounds", "matmul_size": "--matmul-size"}
-
-
 def _refuse(given: dict, why: str) -> None:
-    """One line naming every option given that this mode of bench does not use."""
-    extra = [_FLAGS[name] for name, value in given.items() if value != _DEFAULTS[name]]
+    """One line naming every option given (not left at bench's own default) that this mode does not use;
+    an option's flag is its parameter's name ("compile_" -> --compile, "n_layer" -> --n-layer)."""
+    parameters = inspect.signature(bench).parameters
+    extra = ["--" + name.rstrip("_").replace("_", "-") for name, value in given.items()
+             if value != parameters[name].default]
     if extra:
         raise InputError(f"{why}: drop {', '.join(extra)}")

@@ -102,7 +102,7 @@ def forward_working_set(
         # each layer's effective window: None where it sees every position (no window, or W >= length)
         # (layer_window repeats every full_attention_every layers: the first period holds every kind)
         period = range(min(cfg.n_layer, cfg.full_attention_every or 1)) if causal else ()
-        windows = {None if w is None or w >= length else w for w in map(cfg.layer_window, period)} or {None}
+        windows = {cfg.layer_window(i, length) for i in period} or {None}
         masks = sum(bias if w is None else (bias or length * length) for w in windows)
         return batch * length * max(attn, ffn) + masks
 

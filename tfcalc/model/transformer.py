@@ -125,8 +125,7 @@ class Stack(nn.Module):
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
         """Each block's mask: built once per distinct effective window (Gemma 2 alternates two; a window
         of T or more is no window), as tfcalc.count.memory.forward_working_set counts them."""
-        windows = [self.cfg.layer_window(i) if self.causal else None for i in range(len(self.blocks))]
-        windows = [None if w is not None and w >= T else w for w in windows]
+        windows = [self.cfg.layer_window(i, T) if self.causal else None for i in range(len(self.blocks))]
         built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
         return [built[w] for w in windows]
 
@@ -182,7 +181,8 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        return self._rope(0, T, dtype), self.layer_masks(T, dtype)[0]
+        window = self.cfg.layer_window(0, T) if self.causal else None
+        return self._rope(0, T, dtype), self.attention_mask(T, dtype, window)
 
     def _rope(self, start: int, T: int, dtype: torch.dtype):
         """cos and sin of positions start .. start + T - 1, or None without RoPE."""
