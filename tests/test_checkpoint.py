@@ -9,9 +9,9 @@ import struct
 
 import pytest
 import torch
+from conftest import assert_one_line_error
 from safetensors.torch import save_file
 
-from conftest import assert_one_line_error
 from tfcalc.checkpoint import count_checkpoint, read_headers
 from tfcalc.config import ConfigError
 from tfcalc.count import params as count

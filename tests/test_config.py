@@ -3,9 +3,9 @@
 import dataclasses
 
 import pytest
+from conftest import tiny
 
 from tfcalc.config import ConfigError, ModelConfig, from_mapping
-from conftest import tiny
 
 
 def test_derived_sizes_are_properties_not_copies():

@@ -9,10 +9,9 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from hf_tiny import CASES, SOURCE, T, build, inputs, output
-from tfcalc.count import flops as flops_count
-from tfcalc.count import params as count
+
+from tfcalc.count import flops as flops_count, params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load

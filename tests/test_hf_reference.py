@@ -8,8 +8,8 @@ import json
 import warnings
 
 import pytest
-
 from test_hf_config import HUB, NO_PRESET
+
 from tfcalc.count import params as count
 from tfcalc.presets import load
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import assert_one_line_error
 from test_checkpoint import LLAMA, llama_tensors, write
+
 from tfcalc.config import ConfigError
 from tfcalc.count import params as count
 from tfcalc.hub_cache import cache_dirs, is_repo_id

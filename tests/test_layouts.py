@@ -4,14 +4,12 @@ Hugging Face transformers in test_hf_models.py."""
 
 import pytest
 import torch
+from conftest import tiny
 
 from tfcalc.config import ConfigError
-from tfcalc.count import flops as flops_count
-from tfcalc.count import memory as mem
-from tfcalc.count import params as count
+from tfcalc.count import flops as flops_count, memory as mem, params as count
 from tfcalc.model import build_model
 from tfcalc.model.positions import apply_rope
-from conftest import tiny
 
 ROPE = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False)
 

@@ -35,13 +35,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Optional
 
 from tfcalc.config_rules import (
-    REL_POS_BUCKETS, REL_POS_MAX_DISTANCE, Activation, Arch, Norm, NormPlacement, ParallelBlock, PosEncoding,
-    check_field_type, suggest, validate,
+    REL_POS_BUCKETS,
+    REL_POS_MAX_DISTANCE,
+    Activation,
+    Arch,
+    Norm,
+    NormPlacement,
+    ParallelBlock,
+    PosEncoding,
+    check_field_type,
+    suggest,
+    validate,
 )
 from tfcalc.errors import InputError, shown
 

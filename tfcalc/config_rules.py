@@ -12,8 +12,7 @@ import difflib
 import math
 from typing import Any, Literal, get_args
 
-from tfcalc.errors import InputError as ConfigError
-from tfcalc.errors import shown
+from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 import yaml
+from conftest import assert_one_line_error
 
 from tfcalc.count import params as count
 from tfcalc.presets import load, preset_names
-from conftest import assert_one_line_error
 
 
 def test_params_table_shows_breakdown_check_and_approximation(cli):

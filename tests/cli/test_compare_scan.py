@@ -14,8 +14,7 @@ from tfcalc.cli.options import parse_lengths
 
 def parse_seq_range(text):
     return sorted(set(parse_lengths(text)))
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
+from tfcalc.count import flops as count_flops, memory as count_memory
 from tfcalc.presets import load
 
 

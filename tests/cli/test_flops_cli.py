@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 import pytest
+from conftest import assert_one_line_error
 
 from tfcalc.count import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
-from conftest import assert_one_line_error
 
 CONTRACT = {"preset", "batch", "seq", "forward_flops", "forward_flops_causal", "training_flops", "measured_flops",
             "breakdown", "crossover_seq"}

@@ -8,10 +8,9 @@ import json
 import os
 
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from hostile import TINY
+from hypothesis import HealthCheck, given, settings, strategies as st
+
 from tfcalc.config import FIELD_NAMES
 
 # TFCALC_FUZZ_EXAMPLES=2000 for a long hunt; 40 keeps the suite fast

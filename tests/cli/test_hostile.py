@@ -10,9 +10,9 @@ import stat
 import time
 from pathlib import Path
 
+import hostile
 import pytest
 
-import hostile
 from tfcalc.measure import device as dev
 
 BIG = "9" * 5000

@@ -2,7 +2,6 @@
 one real distributed run each (2 gloo ranks)."""
 
 import pytest
-
 from conftest import assert_one_line_error
 
 PSI_7B = 6_738_415_616

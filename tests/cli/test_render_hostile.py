@@ -4,8 +4,8 @@ one-line messages, and a budget past the search cap said to be one (issue 11).""
 from __future__ import annotations
 
 import pytest
-
 from hostile import TINY
+
 from tfcalc.cli import render
 from tfcalc.cli.render.ascii import to_ascii
 

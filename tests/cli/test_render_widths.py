@@ -10,15 +10,17 @@ import io
 import pytest
 from rich.console import Console
 
-from tfcalc.cli.render import backends
-from tfcalc.cli.render import bench as bench_view
-from tfcalc.cli.render import compare as compare_view
-from tfcalc.cli.render import flops as flops_view
-from tfcalc.cli.render import memory as memory_view
-from tfcalc.cli.render import params as params_view
-from tfcalc.cli.render import presets as presets_view
-from tfcalc.cli.render import scan as scan_view
-from tfcalc.cli.render import snapshot as snapshot_view
+from tfcalc.cli.render import (
+    backends,
+    bench as bench_view,
+    compare as compare_view,
+    flops as flops_view,
+    memory as memory_view,
+    params as params_view,
+    presets as presets_view,
+    scan as scan_view,
+    snapshot as snapshot_view,
+)
 from tfcalc.presets import preset_names
 from tfcalc.report import resolve
 from tfcalc.report.compare import build_compare
@@ -118,8 +120,7 @@ def test_hidden_columns_are_named_and_essential_ones_stay():
 def test_serving_tables_every_generating_preset(name, width):
     """infer (its roofline tables too) and scan --decode, for every preset that generates."""
     import tfcalc
-    from tfcalc.cli.render import infer as infer_view
-    from tfcalc.cli.render import scan_decode as scan_decode_view
+    from tfcalc.cli.render import infer as infer_view, scan_decode as scan_decode_view
     from tfcalc.report.scan_decode import build_decode_scan
 
     report = tfcalc.infer(name, batch=[1, 8, 64], device_spec="h100-sxm")

@@ -7,19 +7,21 @@ from __future__ import annotations
 import io
 
 import pytest
+from conftest import assert_one_line_error
 from rich.console import Console
 
 import tfcalc
-from tfcalc.cli.render import backends
-from tfcalc.cli.render import decode as decode_view
-from tfcalc.cli.render import devices as devices_view
-from tfcalc.cli.render import infer as infer_view
-from tfcalc.cli.render import scan_decode as scan_decode_view
+from tfcalc.cli.render import (
+    backends,
+    decode as decode_view,
+    devices as devices_view,
+    infer as infer_view,
+    scan_decode as scan_decode_view,
+)
 from tfcalc.report import resolve
 from tfcalc.report.devices import build_devices
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.report.scan_decode import build_decode_scan
-from conftest import assert_one_line_error
 
 CONTRACT = {"prefill_s", "decode_s_per_token", "decode_tokens_per_s", "bytes_per_token", "bound",
             "bandwidth_ceiling_bytes_per_s", "predicted"}

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from conftest import configs, tiny
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.config import ConfigError
@@ -11,7 +11,6 @@ from tfcalc.count import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names
-from conftest import configs, tiny
 
 # ---------- analytic, by hand ----------
 

@@ -2,12 +2,11 @@
 reads S source and T target tokens; measured (FlopCounterMode) == analytic for each."""
 
 import pytest
+from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
-from tfcalc.count import flops as count
-from tfcalc.count import params as params_count
+from tfcalc.count import flops as count, params as params_count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
-from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
 
 def _dense(cfg):

@@ -5,19 +5,16 @@ import time
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import strategies as st
+from conftest import configs, tiny
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.config import ConfigError, ModelConfig, replace
-from tfcalc.count import budget as count_budget
-from tfcalc.count import memory as mem
-from tfcalc.count import training
+from tfcalc.count import budget as count_budget, memory as mem, training
 from tfcalc.count.params import total
 from tfcalc.measure import device as dev
 from tfcalc.measure.memory import forward_loss, measure_peak
 from tfcalc.model import build_model
 from tfcalc.presets import load
-from conftest import configs, tiny
 
 LLAMA_LIKE = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True, activation="silu",
                   attn_bias=False, ffn_bias=False, tie_embeddings=False)

@@ -3,12 +3,12 @@ activations; each activation formula against the bytes autograd really saves."""
 
 import pytest
 import torch
+from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
 from tfcalc.count import memory as mem
 from tfcalc.measure.memory import forward_loss
 from tfcalc.model import build_model
 from tfcalc.presets import load
-from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
 
 def test_encoder_decoder_kv_cache_adds_the_cross_attention_cache():

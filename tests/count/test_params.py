@@ -1,11 +1,11 @@
 """Parameter counts: analytic == empirical (meta module) for every preset, and both == published figures."""
 
 import pytest
+from conftest import tiny
 
 from tfcalc.count import params as count
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load, preset_names
-from conftest import tiny
 
 PUBLISHED = {  # ../shared/reference.md
     "gpt2": 124_439_808,

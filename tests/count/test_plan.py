@@ -5,6 +5,7 @@ import dataclasses
 import math
 
 import pytest
+from conftest import tiny
 
 from tfcalc.count import comm, rank_memory as rm, shard
 from tfcalc.count.flops import training_flops
@@ -14,7 +15,6 @@ from tfcalc.count.plan import fewest_gpus, make_plan, search
 from tfcalc.count.steptime import Hardware, bubble_fraction, parse_count, training_run
 from tfcalc.errors import InputError
 from tfcalc.presets import load
-from conftest import tiny
 
 H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)  # the test's own numbers, not the device table
 PSI_7B = 6_738_415_616

@@ -5,16 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import tiny
 
 from tfcalc import devices
 from tfcalc.config import replace
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.count import quant, roofline, serving
+from tfcalc.count import flops as count_flops, memory as count_memory, quant, roofline, serving
 from tfcalc.count.params import total as param_total
 from tfcalc.errors import InputError
 from tfcalc.presets import load
-from conftest import tiny
 
 BF16 = quant.plain("bf16")
 

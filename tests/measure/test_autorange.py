@@ -4,8 +4,7 @@ budget, interleaved rounds. Driven by a fake clock (scripted call durations): no
 import pytest
 import torch
 
-from tfcalc.measure import autorange as ar
-from tfcalc.measure import bench
+from tfcalc.measure import autorange as ar, bench
 
 
 class Script:

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from conftest import tiny
 
 from tfcalc import devices
 from tfcalc.measure import bench
 from tfcalc.model import build_model
-from conftest import tiny
 
 
 def test_timing_statistics():

@@ -7,12 +7,12 @@ import os
 
 import pytest
 import torch
+from conftest import tiny
+from test_bench import _FakeEvent
 
 from tfcalc.errors import InputError
 from tfcalc.measure import bench, decode
 from tfcalc.model import build_model
-from conftest import tiny
-from test_bench import _FakeEvent
 
 
 def test_prefill_and_each_decode_step_are_timed_calls():

@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny
 
 from tfcalc.count.layout import Layout
 from tfcalc.count.plan import make_plan
@@ -17,7 +18,6 @@ from tfcalc.errors import InputError
 from tfcalc.measure.launch import check_nproc, launch, run_ranks
 from tfcalc.measure.parallelize import check_measurable, interleave_rows
 from tfcalc.model import build_model
-from conftest import tiny
 
 # Odd vocabulary (61 rows: torch.chunk gives 31 and 30, FSDP2 pads to 31), GQA, gated FFN, biases.
 CFG = tiny(n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,

@@ -5,14 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import configs, tiny
 from hypothesis import given, settings
 
-from conftest import configs, tiny
 from tfcalc.config import replace
 from tfcalc.errors import InputError
-from tfcalc.measure import device as dev
-from tfcalc.measure import fit
-from tfcalc.measure import params as mp
+from tfcalc.measure import device as dev, fit, params as mp
 from tfcalc.measure.flops import estimate_bytes
 from tfcalc.presets import load
 

@@ -5,10 +5,9 @@ import sys
 
 import pytest
 import torch
-
-from tfcalc.measure import flops as measured
-from tfcalc.measure import speedups
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
+
+from tfcalc.measure import flops as measured, speedups
 
 KINDS = {"gpt2-like": {}, "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, "mixtral-like": MIXTRAL_LIKE,
          "alibi": dict(pos_encoding="alibi"), "gqa-rope": dict(n_kv_head=2, pos_encoding="rope")}

@@ -3,11 +3,11 @@ the same tensors (shapes, strides, dtypes) in the same order, and autograd saves
 
 import pytest
 import torch
+from conftest import BERT_LIKE, VASWANI_LIKE, tiny
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tfcalc.measure import memory, stand_in
-from conftest import BERT_LIKE, VASWANI_LIKE, tiny
 
 
 class Trace(TorchDispatchMode):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny
 
 from tfcalc.errors import InputError
 from tfcalc.model import build_model, generate
-from conftest import tiny
 
 KINDS = {
     "gpt2-like": {},

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tfcalc import writing
-from tfcalc.report import snapshot as snap
 from tfcalc.count import params as count
 from tfcalc.presets import load, preset_names
+from tfcalc.report import snapshot as snap
 
 
 def test_snapshot_then_check_passes(cli, tmp_path):

@@ -8,12 +8,30 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (FSDP, TP, Batch, CopySize, Device, DType, Exact, Format, FormatOption, Json, Model,
-                                Nproc, Overrides, SequenceParallel, Seqs, Verbose, Zero, _flag, output,
-                                parse_lengths, zero_stage)
-from tfcalc.cli.render import bench as view
-from tfcalc.cli.render import bench_dist as dist_view
-from tfcalc.cli.render import decode as decode_view
+from tfcalc.cli.options import (
+    FSDP,
+    TP,
+    Batch,
+    CopySize,
+    Device,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    Json,
+    Model,
+    Nproc,
+    Overrides,
+    Seqs,
+    SequenceParallel,
+    Verbose,
+    Zero,
+    _flag,
+    output,
+    parse_lengths,
+    zero_stage,
+)
+from tfcalc.cli.render import bench as view, bench_dist as dist_view, decode as decode_view
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve

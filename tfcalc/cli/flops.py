@@ -6,8 +6,23 @@ from functools import partial
 from typing import Annotated
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batch, Device, Exact, Format, FormatOption, Json, Measure, Models, Overrides, Seq,
-                                SrcSeq, Training, Verbose, _flag, output)
+from tfcalc.cli.options import (
+    Batch,
+    Device,
+    Exact,
+    Format,
+    FormatOption,
+    Json,
+    Measure,
+    Models,
+    Overrides,
+    Seq,
+    SrcSeq,
+    Training,
+    Verbose,
+    _flag,
+    output,
+)
 from tfcalc.cli.render import flops as view
 from tfcalc.report import resolve
 from tfcalc.report.flops import build_flops

@@ -7,9 +7,29 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batches, CopySize, Device, DeviceSpec, DType, Exact, Format, FormatOption, Gen, GroupSize,
-                                Json, KvDType, Measure, Overrides, Repeat, Seq, SrcSeq, Verbose, Warmup, output,
-                                parse_lengths)
+from tfcalc.cli.options import (
+    Batches,
+    CopySize,
+    Device,
+    DeviceSpec,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    Gen,
+    GroupSize,
+    Json,
+    KvDType,
+    Measure,
+    Overrides,
+    Repeat,
+    Seq,
+    SrcSeq,
+    Verbose,
+    Warmup,
+    output,
+    parse_lengths,
+)
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve

@@ -8,8 +8,25 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batch, Device, DType, Exact, Format, FormatOption, GroupSize, Json, KvDType, Measure,
-                                Models, Overrides, Seq, SrcSeq, Training, Verbose, output)
+from tfcalc.cli.options import (
+    Batch,
+    Device,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    GroupSize,
+    Json,
+    KvDType,
+    Measure,
+    Models,
+    Overrides,
+    Seq,
+    SrcSeq,
+    Training,
+    Verbose,
+    output,
+)
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes

@@ -9,8 +9,25 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (FSDP, TP, DType, Exact, Format, FormatOption, Json, Measure, Model, Nproc, Overrides,
-                                Seq, SequenceParallel, Verbose, Zero, output, zero_stage)
+from tfcalc.cli.options import (
+    FSDP,
+    TP,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    Json,
+    Measure,
+    Model,
+    Nproc,
+    Overrides,
+    Seq,
+    SequenceParallel,
+    Verbose,
+    Zero,
+    output,
+    zero_stage,
+)
 from tfcalc.cli.render import plan as view
 from tfcalc.count.layout import RECOMPUTE
 from tfcalc.count.steptime import parse_count

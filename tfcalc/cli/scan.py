@@ -9,8 +9,22 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import (Batches, DeviceSpec, DType, Exact, Format, FormatOption, GroupSize, Json, KvDType,
-                                Model, Overrides, Verbose, output, parse_lengths)
+from tfcalc.cli.options import (
+    Batches,
+    DeviceSpec,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    GroupSize,
+    Json,
+    KvDType,
+    Model,
+    Overrides,
+    Verbose,
+    output,
+    parse_lengths,
+)
 from tfcalc.cli.render import scan as view
 from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve

@@ -4,8 +4,8 @@ one. Pure arithmetic, no torch."""
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig

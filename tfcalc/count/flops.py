@@ -79,14 +79,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
-from tfcalc.errors import InputError
 from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
 from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
 from tfcalc.count.non_matmul import non_matmul_entries
-from tfcalc.count.terms import (  # noqa: F401 (re-exported)
-    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SOFTMAX_PER_SCORE, NonMatmulEntry, causal_pairs,
-    check_sizes as _check_sizes, ffn_matrices,
-)
+from tfcalc.count.terms import NonMatmulEntry, causal_pairs, check_sizes as _check_sizes  # noqa: F401 (re-exported)
+from tfcalc.errors import InputError
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
           "lm_head", "embeddings")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.training import check_training_dtype
 from tfcalc.count.shard import check_supported, check_tp
+from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError
 
 ZERO_STAGES = (0, 1, 2, 3)

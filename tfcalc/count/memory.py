@@ -29,17 +29,23 @@ Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 a
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Optional
 
-from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.config import ModelConfig
 from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's public names)
-    ATTENTION_KERNELS, FP32, RECOMPUTE, Activations, activations, cross_activations, default_attention,
-    head_activations, korthikanti_bytes, layer_activations, norm_bytes,
+    ATTENTION_KERNELS,
+    FP32,
+    RECOMPUTE,
+    Activations,
+    activations,
+    cross_activations,
+    default_attention,
+    head_activations,
+    korthikanti_bytes,
+    layer_activations,
+    norm_bytes,
 )
 from tfcalc.count.dtypes import BITS_PER_ELEMENT, DTYPES, activation_element_bytes, check_dtype, weight_bytes  # noqa: F401
-from tfcalc.count.params import param_entries
 from tfcalc.count.params import total as param_total
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")

@@ -30,8 +30,14 @@ from __future__ import annotations
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.terms import (
-    ACTIVATION_PER_ELEMENT, NORM_PER_ELEMENT, ROPE_PER_ELEMENT, SIGMOID_PER_ELEMENT, SOFTCAP_PER_ELEMENT,
-    SOFTMAX_PER_SCORE, NonMatmulEntry, ffn_matrices,
+    ACTIVATION_PER_ELEMENT,
+    NORM_PER_ELEMENT,
+    ROPE_PER_ELEMENT,
+    SIGMOID_PER_ELEMENT,
+    SOFTCAP_PER_ELEMENT,
+    SOFTMAX_PER_SCORE,
+    NonMatmulEntry,
+    ffn_matrices,
 )
 
 

@@ -28,8 +28,15 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
 from tfcalc.count.layout import Layout, candidate_layouts, check_layout, gpu_counts
 from tfcalc.count.params import total as param_total
-from tfcalc.count.rank_memory import (RankMemory, gathered_bytes, optimizer_element_bytes, rank_memory,
-                                     stage_activations, stage_params, weight_element_bytes)
+from tfcalc.count.rank_memory import (
+    RankMemory,
+    gathered_bytes,
+    optimizer_element_bytes,
+    rank_memory,
+    stage_activations,
+    stage_params,
+    weight_element_bytes,
+)
 from tfcalc.count.shard import stage_blocks
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError

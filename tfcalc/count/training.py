@@ -10,8 +10,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.dtypes import BITS_PER_ELEMENT, weight_bytes
 from tfcalc.count.memory import FP32, OPTIMIZERS, TRAINING_DTYPES, activations, check_dtype
-from tfcalc.count.params import param_entries
-from tfcalc.count.params import total as param_total
+from tfcalc.count.params import param_entries, total as param_total
 from tfcalc.errors import InputError as ConfigError
 
 

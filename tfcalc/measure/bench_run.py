@@ -13,8 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
+from tfcalc.count import flops as count_flops, memory as count_memory
 from tfcalc.measure.autorange import Budget
 
 BENCH_DTYPES = ("fp32", "bf16", "fp16")

@@ -100,8 +100,8 @@ def require_fits(needed: int, device: str, what: str, hint: str,
     device: a name such as 'cpu' or 'cuda:0' (resolved here, so an absent device is refused too);
     hint: what would fit instead ('a smaller --batch or --seq', ...), named in the message;
     smaller: given the limit in bytes, a concrete smaller run that fits ('--batch 12'), or None."""
-    from tfcalc.units import nbytes
     from tfcalc.measure.device import free_memory, resolve_device
+    from tfcalc.units import nbytes
 
     where = resolve_device(device)
     limit = tightest_limit(where.kind, free_memory(where), where.name)

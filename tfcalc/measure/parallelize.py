@@ -75,7 +75,11 @@ def apply_tp(model: nn.Module, cfg: ModelConfig, mesh, sp: bool) -> None:
     """Steps 3 and 4 on the tp mesh."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
-        ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module,
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
     )
 
     localize_fused(model, cfg, mesh.size())

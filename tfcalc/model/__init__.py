@@ -24,12 +24,18 @@ Layout choices, and why:
 - ``build_model(cfg, "meta")`` allocates nothing, so GPT-3 175B can be built and counted anywhere.
 """
 
-from tfcalc.model.layers import (
-    Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, make_norm,
-)
-from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
 from tfcalc.model.cache import StaticCache
 from tfcalc.model.generate import generate, next_token
+from tfcalc.model.layers import (
+    Attention,
+    CrossAttention,
+    FeedForward,
+    Linear,
+    LMHead,
+    MixtureOfExperts,
+    make_norm,
+)
+from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
 from tfcalc.model.transformer import Block, Stack, Transformer, build_model
 
 __all__ = [

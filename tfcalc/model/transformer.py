@@ -11,11 +11,19 @@ from torch import nn
 
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
+from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import (
-    _ACTIVATIONS, Attention, CrossAttention, FeedForward, Linear, LMHead, MixtureOfExperts, _embedding, make_norm,
+    _ACTIVATIONS,
+    Attention,
+    CrossAttention,
+    FeedForward,
+    Linear,
+    LMHead,
+    MixtureOfExperts,
+    _embedding,
+    make_norm,
     softcap,
 )
-from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.positions import position_buffers, relative_buckets
 
 

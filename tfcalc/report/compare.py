@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.count import params as count_params
+from tfcalc.count import flops as count_flops, memory as count_memory, params as count_params
 from tfcalc.errors import InputError
 from tfcalc.report.flops import attention_share
 from tfcalc.report.model_ref import ModelRef

@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tfcalc.count import budget, quant
-from tfcalc.count import memory as mem
-from tfcalc.count import training
+from tfcalc.count import budget, memory as mem, quant, training
 from tfcalc.count.params import total as param_total
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload

@@ -16,10 +16,10 @@ from typing import Any, Optional, Union
 
 from tfcalc import devices
 from tfcalc.count.layout import Layout, resolve_degrees
-from tfcalc.count.training import check_training_dtype
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.steptime import Hardware, TrainingRun, training_run
+from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json

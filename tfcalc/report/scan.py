@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.count import training
+from tfcalc.count import flops as count_flops, memory as count_memory, training
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size

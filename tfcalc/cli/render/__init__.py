@@ -157,7 +157,14 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
         yield Progress()
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress as Bar,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     count = TextColumn("") if unit == "s" else MofNCompleteColumn()
     # markup=False: the description holds the model's label, which may hold brackets ("gpt2[v2]")
