@@ -53,7 +53,8 @@ def configs(draw) -> ModelConfig:
     ffn_fields = {
         "explicit": dict(d_ff=draw(st.integers(1, 64))),
         "mult": dict(ffn_mult=draw(st.sampled_from([1.0, 2.0, 4.0, 2.5]))),
-        "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])), ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
+        "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])),
+                      ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
     }[ffn]
     arch = draw(st.sampled_from(["decoder", "decoder", "encoder", "encoder-decoder"]))
     moe = draw(st.booleans())

@@ -213,7 +213,8 @@ def layer_activations(
     if cfg.n_expert:  # each routed copy's input, output and weighted output, its weight; fp32 softmax
         out["moe_routing"] = routed * (3 * e * h + e) + FP32 * (routed if cfg.router_norm_topk else cfg.experts)
     if cfg.shared_expert_d_ff:  # its input is the router's; gated: the sigmoid output and the shared output
-        out["shared_expert"] = _ffn_factor(cfg) * e * cfg.shared_expert_d_ff + (e * h + e if cfg.shared_expert_gate else 0)
+        gate = e * h + e if cfg.shared_expert_gate else 0
+        out["shared_expert"] = _ffn_factor(cfg) * e * cfg.shared_expert_d_ff + gate
     if cfg.norm_placement == "sandwich":
         out["ffn_post_norm"] = norm_bytes(cfg, e)
     masks = 2 * h + ((1 + e) * a * seq if attention == "math" else 0)

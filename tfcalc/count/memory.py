@@ -103,7 +103,8 @@ def forward_working_set(
         attn = 3 * h + (q + 2 * k) + q + ((q + k) if new_qk else 0)
         if kernel == "math":
             attn += 3 * q + 2 * a * length
-        ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0) + (h if cfg.shared_expert_d_ff else 0)
+        ffn = (2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
+               + (h if cfg.shared_expert_d_ff else 0))
         bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
         # each layer's effective window: None where it sees every position (no window, or W >= length)
         # (layer_window repeats every full_attention_every layers: the first period holds every kind)

@@ -111,7 +111,7 @@ class _MasterAdam:
     def step(self) -> None:
         import torch
 
-        for (p, master), opt in zip(self.pairs, self.opts):
+        for (p, master), opt in zip(self.pairs, self.opts, strict=True):
             master.grad = p.grad.float()
             opt.step()
             master.grad = None

@@ -82,8 +82,8 @@ class Probe:
         then = then or (f"measuring {self.dtype} with stand-in matmul results (same shapes and dtype, values not "
                         "computed: the bytes are the same)")
         return (f"{self.dtype} matmuls are slow on this CPU ({self.rate / 1e9:.1f} GFLOP/s against "
-                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}³ product on one thread), so --dtype fp32 is the "
-                f"faster choice; {then}")
+                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}³ product on one thread), so --dtype fp32 "
+                f"is the faster choice; {then}")
 
 
 def _rate(dtype: torch.dtype, n: int = PROBE_N, calls: int = 3) -> float:

@@ -250,6 +250,6 @@ class MixtureOfExperts(nn.Module):
         else:
             runs, pairs = [capacity] * n_expert, F.pad(pairs, (0, 0, 0, max(0, capacity * n_expert - n_pairs)))
             pairs = pairs[: capacity * n_expert]
-        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs))])  # (Σ runs, d)
+        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs), strict=True)])  # (Σ runs, d)
         y = F.pad(y, (0, 0, 0, max(0, n_pairs - y.shape[0])))[:n_pairs]  # (N·k, d): dropped pairs are 0
         return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)

@@ -215,7 +215,7 @@ class Stack(nn.Module):
             masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
         else:
             masks = self.layer_masks(T, x.dtype)
-        for i, (block, mask) in enumerate(zip(self.blocks, masks)):
+        for i, (block, mask) in enumerate(zip(self.blocks, masks, strict=True)):
             store = None if cache is None else functools.partial(cache.store, i)
             cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
             # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
@@ -334,7 +334,9 @@ class Transformer(Stack):
         return (h if self.lm_head is None else self.logits(h)), self.pool(h)
 
 
-def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:
+def build_model(
+    cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32
+) -> Transformer:
     """The model on ``device`` in ``dtype``. Built on meta first, so nothing is allocated or
     initialized twice; off meta, storage is then allocated once and filled by init_weights()."""
     with torch.device("meta"):
