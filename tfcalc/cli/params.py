@@ -37,7 +37,7 @@ def params(
     """
     out = output(format, json_out, exact, verbose)
     reports = []
-    # Building on meta means importing torch first (2 s on a small machine): shown, as a step.
+    # Building on meta means importing torch first (most of the command's time): shown, as a step.
     with render.progress("params", len(models), enabled=measure and not out.quiet) as progress:
         for m in models:
             ref = resolve(m, overrides or [])

@@ -17,7 +17,7 @@ Activations for training -- the tensors autograd keeps for the backward pass. Ko
    in fp32); we keep them.
 
 Generalized to tfcalc's real module (tfcalc.model) -- each term is a tensor autograd saves, checked byte
-for byte against the saved tensors of the real model in tests/test_memory.py -- per token per layer:
+for byte against the saved tensors of the real model in tests/count/test_memory.py -- per token per layer:
 
 - each of the two norms: LayerNorm keeps its input (e·h) plus mean and 1/σ in fp32 (8 bytes);
   RMSNorm, which PyTorch's CPU path runs as ops on an fp32 copy, keeps that copy and the normalized

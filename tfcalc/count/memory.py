@@ -45,7 +45,13 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     layer_activations,
     norm_bytes,
 )
-from tfcalc.count.dtypes import BITS_PER_ELEMENT, DTYPES, activation_element_bytes, check_dtype, weight_bytes  # noqa: F401
+from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public names)
+    BITS_PER_ELEMENT,
+    DTYPES,
+    activation_element_bytes,
+    check_dtype,
+    weight_bytes,
+)
 from tfcalc.count.params import total as param_total
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")

@@ -242,11 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     warnings.filterwarnings("ignore")
-    from torch.distributed.fsdp import fully_shard  # noqa: F401
-    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401
+    # imported for their side effect only, before any baseline is taken: their code pages count in RSS
+    from torch.distributed.fsdp import fully_shard  # noqa: F401 (side effect: loaded before the baseline)
+    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401 (the same)
 
-    import tfcalc.measure.collectives  # noqa: F401 - imported before any baseline: code pages count in RSS
-    import tfcalc.measure.parallelize  # noqa: F401
+    import tfcalc.measure.collectives  # noqa: F401 (the same)
+    import tfcalc.measure.parallelize  # noqa: F401 (the same)
 
     path = (argv or sys.argv[1:])[0]
     with open(path, encoding="utf-8") as f:

@@ -42,8 +42,9 @@ class Linear(nn.Linear):
 class LMHead(Linear):
     """The output projection, bias-free. When the vocabulary is not a multiple of 16 (GPT-2 and GPT-3's
     50257), a (tokens, vocab) output has rows of an odd length, and BLAS libraries run such a matmul
-    well below their peak (measured here: 108 GFLOP/s against 152 on this machine's CPU, fp32; on GPUs
-    an unaligned leading dimension loses the tensor-core path). The product is then computed as
+    well below their peak (nanoGPT pads GPT-2's vocabulary to 50304 for this reason: model.py, GPTConfig;
+    on GPUs an unaligned leading dimension loses the tensor-core path: NVIDIA's "Matrix Multiplication
+    Background User's Guide", tensor core requirements). The product is then computed as
     weight @ xᵀ, whose output rows are the tokens, and returned as its transposed view: the same
     values and FLOPs (2·tokens·d·vocab), a (..., vocab) tensor with strides (.., 1, tokens)."""
 

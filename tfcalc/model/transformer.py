@@ -344,7 +344,7 @@ def build_model(
     if torch.device(device).type == "meta":
         return model
     # Module.to_empty(device), but with torch.empty: empty_like of a meta tensor runs its Python meta
-    # kernel (torch._refs), whose first call imports sympy (0.5 s of start-up); the tensors built on meta
+    # kernel (torch._refs), whose first call imports sympy (a large import, for nothing); the tensors built on meta
     # here are contiguous, so the storage is the same.
     model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
     model.tie_weights()  # to_empty() gives each module its own copy of a shared meta tensor
