@@ -13,6 +13,7 @@ machine slows both alike; per decode step = (t(N + 1) − t(1)) / N. HF runs its
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -61,7 +62,7 @@ def main() -> None:
     for _ in range(args.repeat):
         for name, fn in (("tfcalc", run_ours), ("hf", run_hf)):
             for n in (1, args.new + 1):
-                times.setdefault((name, n), []).append(timed(lambda: fn(n)))
+                times.setdefault((name, n), []).append(timed(functools.partial(fn, n)))
     print(f"GPT-2 124M, fp32, CPU ({torch.get_num_threads()} threads), prompt {args.seq}, {args.new} decode steps, "
           f"median of {args.repeat}")
     for name in ("tfcalc", "hf"):
@@ -69,7 +70,8 @@ def main() -> None:
         step = (statistics.median(times[(name, args.new + 1)]) - first) / args.new
         label = "tfcalc (static KV cache)" if name == "tfcalc" else \
             f"HF generate ({'static' if args.hf_static else 'dynamic'} cache)"
-        print(f"{label:34s} prefill {first * 1e3:7.1f} ms   decode {step * 1e3:6.1f} ms/token   {1 / step:6.1f} tokens/s")
+        print(f"{label:34s} prefill {first * 1e3:7.1f} ms   decode {step * 1e3:6.1f} ms/token   "
+              f"{1 / step:6.1f} tokens/s")
 
 
 if __name__ == "__main__":

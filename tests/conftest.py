@@ -7,12 +7,11 @@ import os
 
 # One thread for torch here and in the child processes the tests start (they inherit the environment;
 # torch reads it when it is first imported). The tests run tiny models, whose ops gain nothing from a
-# second thread, and on a busy 2-core machine every op's fork/join waits for a descheduled thread:
-# test_activation_formula_equals_what_autograd_saves took 13.4 s with two threads, 2.5 s with one
-# (issue 12). Results do not depend on it; tfcalc itself keeps torch's default.
+# second thread, and on a busy machine every op's fork/join waits for a descheduled thread. Results do
+# not depend on it; tfcalc itself keeps torch's default.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest  # noqa: E402
+import pytest  # noqa: E402 -- below the environment set above, which must come before any import of torch
 from hypothesis import strategies as st
 
 from tfcalc.cli.app import run
@@ -53,7 +52,8 @@ def configs(draw) -> ModelConfig:
     ffn_fields = {
         "explicit": dict(d_ff=draw(st.integers(1, 64))),
         "mult": dict(ffn_mult=draw(st.sampled_from([1.0, 2.0, 4.0, 2.5]))),
-        "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])), ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
+        "llama": dict(ffn_dim_multiplier=draw(st.sampled_from([None, 1.3])),
+                      ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
     }[ffn]
     arch = draw(st.sampled_from(["decoder", "decoder", "encoder", "encoder-decoder"]))
     moe = draw(st.booleans())

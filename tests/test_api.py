@@ -45,7 +45,8 @@ def test_model_may_be_a_config_or_a_path(tmp_path):
 
 
 def test_bench_returns_its_report():
-    report = tfcalc.bench("gpt2", seq=16, min_time=0, warmup=0, repeat=2, matmul_size=32, n_layer=1, d_model=48, vocab_size=64)
+    report = tfcalc.bench("gpt2", seq=16, min_time=0, warmup=0, repeat=2, matmul_size=32, n_layer=1, d_model=48,
+                          vocab_size=64)
     data = report.to_json()
     assert data["seq"] == 16 and data["dtype"] == "fp32" and data["median_s"] > 0
 

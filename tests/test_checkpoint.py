@@ -29,8 +29,10 @@ def llama_tensors(dtype=torch.float32) -> dict[str, torch.Tensor]:
     for i in range(2):
         p = f"model.layers.{i}."
         out.update({p + "input_layernorm.weight": torch.ones(32), p + "post_attention_layernorm.weight": torch.ones(32),
-                    p + "self_attn.q_proj.weight": torch.randn(32, 32), p + "self_attn.k_proj.weight": torch.randn(16, 32),
-                    p + "self_attn.v_proj.weight": torch.randn(16, 32), p + "self_attn.o_proj.weight": torch.randn(32, 32),
+                    p + "self_attn.q_proj.weight": torch.randn(32, 32),
+                    p + "self_attn.k_proj.weight": torch.randn(16, 32),
+                    p + "self_attn.v_proj.weight": torch.randn(16, 32),
+                    p + "self_attn.o_proj.weight": torch.randn(32, 32),
                     p + "mlp.gate_proj.weight": torch.randn(48, 32), p + "mlp.up_proj.weight": torch.randn(48, 32),
                     p + "mlp.down_proj.weight": torch.randn(32, 48)})
     return {k: v.to(dtype) for k, v in out.items()}
@@ -90,9 +92,12 @@ def test_tied_copies_and_buffers_are_named_not_counted_as_parameters(tmp_path):
                "lm_head.weight": torch.randn(11, 8), "transformer.h.0.attn.bias": torch.ones(1, 1, 4, 4),
                "transformer.ln_f.weight": torch.ones(8), "transformer.ln_f.bias": torch.zeros(8)}
     for name, shape in (("ln_1", (8,)), ("ln_2", (8,))):
-        tensors.update({f"transformer.h.0.{name}.weight": torch.ones(shape), f"transformer.h.0.{name}.bias": torch.zeros(shape)})
-    for name, (i, o) in (("attn.c_attn", (8, 24)), ("attn.c_proj", (8, 8)), ("mlp.c_fc", (8, 32)), ("mlp.c_proj", (32, 8))):
-        tensors.update({f"transformer.h.0.{name}.weight": torch.randn(i, o), f"transformer.h.0.{name}.bias": torch.zeros(o)})
+        tensors.update({f"transformer.h.0.{name}.weight": torch.ones(shape),
+                        f"transformer.h.0.{name}.bias": torch.zeros(shape)})
+    conv1d = (("attn.c_attn", (8, 24)), ("attn.c_proj", (8, 8)), ("mlp.c_fc", (8, 32)), ("mlp.c_proj", (32, 8)))
+    for name, (i, o) in conv1d:
+        tensors.update({f"transformer.h.0.{name}.weight": torch.randn(i, o),
+                        f"transformer.h.0.{name}.bias": torch.zeros(o)})
     folder = write(tmp_path / "g", tensors, gpt2)
     cfg = load(str(folder))
     c = count_checkpoint(cfg, folder)

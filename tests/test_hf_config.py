@@ -51,7 +51,8 @@ QWEN2_7B = {
     "vocab_size": 152064,
 }
 GEMMA2_9B = {
-    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": False, "attn_logit_softcapping": 50.0,
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": False,
+    "attn_logit_softcapping": 50.0,
     "cache_implementation": "hybrid", "final_logit_softcapping": 30.0, "head_dim": 256,
     "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584,
     "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 16, "num_hidden_layers": 42,
@@ -104,7 +105,8 @@ GEMMA_7B = {
     "rope_scaling": None, "rope_theta": 10000.0, "torch_dtype": "bfloat16", "vocab_size": 256000,
 }
 OPT_1_3B = {
-    "activation_function": "relu", "architectures": ["OPTForCausalLM"], "model_type": "opt", "do_layer_norm_before": True,
+    "activation_function": "relu", "architectures": ["OPTForCausalLM"], "model_type": "opt",
+    "do_layer_norm_before": True,
     "ffn_dim": 8192, "hidden_size": 2048, "max_position_embeddings": 2048, "num_attention_heads": 32,
     "num_hidden_layers": 24, "torch_dtype": "float16", "vocab_size": 50272, "word_embed_proj_dim": 2048,
 }
@@ -238,12 +240,16 @@ def test_set_overrides_apply_to_config_json(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        ({**GPT2, "model_type": "mpt"}, "model_type 'mpt' is not supported (supported: bert, falcon, gemma, gemma2, gpt2"),
-        ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"}, "missing required field 'hidden_size' (model_type llama)"),
-        ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"}, "missing required field 'num_local_experts'"),
+        ({**GPT2, "model_type": "mpt"},
+         "model_type 'mpt' is not supported (supported: bert, falcon, gemma, gemma2, gpt2"),
+        ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"},
+         "missing required field 'hidden_size' (model_type llama)"),
+        ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"},
+         "missing required field 'num_local_experts'"),
         ({**GPT2, "n_positions": None}, "missing required field 'n_positions'"),
         ({**BERT_BASE, "hidden_size": "768"}, "'hidden_size': field 'd_model' must be an integer; got '768' (str)"),
-        ({**BERT_BASE, "position_embedding_type": "relative_key"}, "'position_embedding_type' 'relative_key' is not supported"),
+        ({**BERT_BASE, "position_embedding_type": "relative_key"},
+         "'position_embedding_type' 'relative_key' is not supported"),
         ({**GPT2, "activation_function": "quick_gelu"}, "'activation_function' 'quick_gelu' is not an activation"),
         ({k: v for k, v in GPT2.items() if k != "model_type"}, "no 'model_type' field"),
         ({**LLAMA3_8B, "num_key_value_heads": 5}, "must be a multiple of n_kv_head (5)"),
@@ -290,7 +296,8 @@ def test_missing_json_file(tmp_path):
 def test_what_the_new_types_map_to(tmp_path):
     gemma2 = load(_write(tmp_path, GEMMA2_9B, folder="g2"))
     assert (gemma2.sliding_window, gemma2.full_attention_every, gemma2.attn_scale) == (4096, 2, 1 / 16)
-    assert (gemma2.attn_softcap, gemma2.logit_softcap, gemma2.norm_placement, gemma2.dtype) == (50.0, 30.0, "sandwich", "fp32")
+    got = (gemma2.attn_softcap, gemma2.logit_softcap, gemma2.norm_placement, gemma2.dtype)
+    assert got == (50.0, 30.0, "sandwich", "fp32")
     assert [gemma2.layer_window(i) for i in range(3)] == [4096, None, 4096]  # Gemma2Config: layer 0 windowed
     phi3 = load(_write(tmp_path, PHI3_MINI, folder="p3"))
     assert phi3.sliding_window == 2047 and phi3.full_attention_every is None and phi3.dtype == "bf16"

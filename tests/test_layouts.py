@@ -19,8 +19,10 @@ ROPE = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False)
     [
         (dict(norm_placement="middle"), "field 'norm_placement' must be one of pre, post, sandwich"),
         (dict(parallel_block="yes"), "field 'parallel_block' must be one of none, shared_norm, two_norms"),
-        (dict(parallel_block="shared_norm", norm_placement="post"), "parallel_block shared_norm needs norm_placement pre"),
-        (dict(parallel_block="two_norms", cross_attention=True), "parallel_block with cross-attention is not supported"),
+        (dict(parallel_block="shared_norm", norm_placement="post"),
+         "parallel_block shared_norm needs norm_placement pre"),
+        (dict(parallel_block="two_norms", cross_attention=True),
+         "parallel_block with cross-attention is not supported"),
         (dict(attn_out_bias="no"), "field 'attn_out_bias' must be true, false or null"),
         (dict(rope_fraction=0.5), "rope_fraction applies to pos_encoding rope only"),
         (dict(ROPE, rope_fraction=1.5), "field 'rope_fraction' must be at most 1"),

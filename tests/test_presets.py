@@ -28,8 +28,8 @@ def test_preset_files_are_explicit_and_cite_a_source(name):
     cfg = load(name)
     assert cfg.name == name and cfg.source and cfg.nominal_params
     kind = KIND_FIELDS if cfg.arch != "decoder" or cfg.n_expert else ()  # GPT and Llama 2 predate them
-    for field in ("arch", *kind, "n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size", "max_seq_len",
-                  "pos_encoding", "norm", "norm_placement", "final_norm", "activation", "gated_ffn",
+    for field in ("arch", *kind, "n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size",
+                  "max_seq_len", "pos_encoding", "norm", "norm_placement", "final_norm", "activation", "gated_ffn",
                   "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings", "norm_eps"):
         assert f"\n{field}:" in text, f"{name} leaves {field} implicit"
 

@@ -164,7 +164,8 @@ def _validate_kind(cfg) -> None:
     elif cfg.type_vocab_size:
         raise ConfigError("type_vocab_size applies to arch encoder or decoder; an encoder-decoder takes no token types")
     elif cfg.cross_attention:
-        raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it already")
+        raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it "
+                          "already")
     if cfg.sliding_window is not None and cfg.arch == "encoder":
         raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
                           "an encoder attends both ways")

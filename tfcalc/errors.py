@@ -7,6 +7,8 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
+from itertools import islice
+
 
 class InputError(ValueError):
     """Input no transformer, device or file can satisfy. The message is one line, meant for the user."""
@@ -35,7 +37,7 @@ def shown(value: object, width: int = SHOWN_WIDTH) -> str:
         unit = "characters" if isinstance(value, str) else "bytes"
         return f"{value[:width]!r}… ({type(value).__name__} of {len(value):,} {unit})"
     if isinstance(value, (list, tuple, dict, set, frozenset)):
-        first = [x for x, _ in zip(value.items() if isinstance(value, dict) else value, range(3))]
+        first = list(islice(value.items() if isinstance(value, dict) else value, 3))
         inner = ", ".join(_item(x, width // 4) for x in first) + (", …" if len(value) > 3 else "")
         brackets = "[]" if isinstance(value, list) else "()" if isinstance(value, tuple) else "{}"
         text = f"{brackets[0]}{inner}{brackets[1]}"

@@ -90,7 +90,8 @@ def resolve_preset_name(spec: str) -> str:
     if key in _aliases():
         return _aliases()[key]
     if key in ("true", "false", "yes", "no", "1", "0"):  # `--json true`: the value went to the MODEL argument
-        raise ConfigError(f"{shown(spec)} is not a preset: --json and the other flags take no value (write --json alone)")
+        raise ConfigError(f"{shown(spec)} is not a preset: --json and the other flags take no value "
+                          "(write --json alone)")
     close = _close_names(key, names + list(_aliases()))
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
     raise ConfigError(f"unknown preset {shown(spec)}{hint}; `tfcalc presets` lists them, or pass a path to a YAML file")
@@ -203,7 +204,8 @@ def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str],
     config = folder / "config.json"
     reading.checkpoint_entry(weights)  # a file or a folder, never a FIFO or a device
     if not config.is_file():
-        raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} (tfcalc reads the shapes from it)")
+        raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} "
+                          "(tfcalc reads the shapes from it)")
     data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)
     if name:
         data["name"] = name

@@ -68,7 +68,8 @@ class Loader(Composer, _Events, SafeConstructor, Resolver):  # Composer first: i
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+                raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
+                                    self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1

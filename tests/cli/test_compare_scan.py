@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from tfcalc.cli.options import parse_lengths
+from tfcalc.count import flops as count_flops, memory as count_memory
+from tfcalc.presets import load
 
 
 def parse_seq_range(text):
     return sorted(set(parse_lengths(text)))
-from tfcalc.count import flops as count_flops, memory as count_memory
-from tfcalc.presets import load
 
 
 def test_compare_side_by_side(cli):
@@ -103,7 +103,8 @@ def test_scan_plot_writes_a_png_with_the_curves(cli, tmp_path):
 
     plt.close = keep
     try:
-        plotting.scan_plot(build_scan(resolve("gpt3"), parse_seq_range("128..131072")).to_json(), tmp_path / "again.png")
+        report = build_scan(resolve("gpt3"), parse_seq_range("128..131072"))
+        plotting.scan_plot(report.to_json(), tmp_path / "again.png")
     finally:
         plt.close = real_close
     flops_ax, mem_ax = drawn["fig"].axes

@@ -99,7 +99,8 @@ def test_analytic_beyond_the_context_warns(cli):
         (["flops", "gpt2", "--seq", "2048", "--measure"], "exceeds the model's context of 1024 learned positions"),
         (["flops", "llama2-7b", "--seq", "5000", "--measure"], "4096 RoPE table rows"),
         (["flops", "gpt3", "--seq", "8", "--measure", "--device", "cpu"], "measure on meta"),
-        (["flops", "gpt2", "--measure", "--device", "nonsense"], "unknown device 'nonsense'; use cpu, cuda, cuda:N or mps"),
+        (["flops", "gpt2", "--measure", "--device", "nonsense"],
+         "unknown device 'nonsense'; use cpu, cuda, cuda:N or mps"),
         (["flops", "gpt-3"], "unknown preset 'gpt-3'"),
     ],
 )
@@ -124,4 +125,5 @@ def test_real_process_bad_seq_has_no_traceback():
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_unavailable_device_is_one_line(cli):
-    assert_one_line_error(cli("flops", "gpt2", "--seq", "8", "--measure", "--device", "cuda"), "CUDA is not available here")
+    assert_one_line_error(cli("flops", "gpt2", "--seq", "8", "--measure", "--device", "cuda"),
+                          "CUDA is not available here")

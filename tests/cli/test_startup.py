@@ -1,8 +1,13 @@
 """Start-up: a command imports what it runs and nothing more (tfcalc.cli.app builds only the command
 asked for; JSON output never imports Rich), and the whole app is still there for help and typos."""
 
+import atexit
 import subprocess
 import sys
+
+import pytest
+
+from tfcalc.cli import app
 
 
 def _modules_after(*argv: str) -> set[str]:
@@ -32,15 +37,41 @@ def test_help_lists_every_command_and_a_typo_is_answered(cli):
     assert r.code == 0 and "--min-time" in r.out
 
 
-def test_the_quick_exit_keeps_the_exit_code_the_output_and_atexit_handlers(tmp_path, cli):
+@pytest.mark.parametrize("patch", ["", "del atexit._run_exitfuncs; "], ids=["quick", "private-helper-missing"])
+def test_the_quick_exit_keeps_the_exit_code_the_output_and_atexit_handlers(tmp_path, cli, patch):
     """main() leaves through os._exit (no interpreter teardown): after the atexit handlers, with every
-    byte of output flushed and the command's exit code."""
+    byte of output flushed and the command's exit code. Without CPython's private atexit._run_exitfuncs
+    it takes the plain exit, with the same handlers, output and code."""
     marker = tmp_path / "atexit-ran"
-    code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('ran')); "
-            "sys.argv = ['tfcalc'] + sys.argv[1:]; from tfcalc.cli.app import main; main()" % str(marker))
+    code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('ran')); %s"
+            "sys.argv = ['tfcalc'] + sys.argv[1:]; from tfcalc.cli.app import main; main()" % (str(marker), patch))
     args = ["params", "gpt2", "llama2-7b", "--no-measure", "--verbose", "--format", "csv"]
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and marker.read_text() == "ran"
     assert proc.stdout == cli(*args).out  # all of it, flushed
     proc = subprocess.run([sys.executable, "-c", code, "params", "no-such-model"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("tfcalc: error:")
+
+
+def test_the_quick_exit_falls_back_to_sys_exit_without_the_private_helper(monkeypatch):
+    """In process: with atexit._run_exitfuncs present, the handlers run and os._exit leaves; without it,
+    sys.exit does (the interpreter then runs the handlers itself) and os._exit is never called."""
+    calls = []
+
+    class Left(Exception):
+        pass
+
+    def fake_os_exit(code):
+        calls.append(("os._exit", code))
+        raise Left
+
+    monkeypatch.setattr(app.os, "_exit", fake_os_exit)
+    monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: calls.append(("handlers",)))
+    with pytest.raises(Left):
+        app._exit(3)
+    assert calls == [("handlers",), ("os._exit", 3)]
+    calls.clear()
+    monkeypatch.delattr(atexit, "_run_exitfuncs")
+    with pytest.raises(SystemExit) as left:
+        app._exit(3)
+    assert left.value.code == 3 and calls == []

@@ -1,5 +1,7 @@
 """FLOPs: hand-derived figures, the crossover, training and decode, and measured (FlopCounterMode) == analytic."""
 
+import functools
+
 import pytest
 import torch
 from conftest import configs, tiny
@@ -67,7 +69,8 @@ def test_sublayer_helpers_add_up_to_the_forward():
         B, T = 2, 37
         blocks = cfg.n_layer * (count.attention_flops(cfg, B, T) + count.ffn_flops(cfg, B, T))
         assert blocks + count.lm_head_flops(cfg, B, T) == count.forward_flops(cfg, B, T)
-        assert count.attention_flops(cfg, B, T) == count.attention_proj_flops(cfg, B, T) + count.attention_score_flops(cfg, B, T)
+        parts = count.attention_proj_flops(cfg, B, T) + count.attention_score_flops(cfg, B, T)
+        assert count.attention_flops(cfg, B, T) == parts
 
 
 def test_per_token_is_exact_and_linear_in_batch():
@@ -113,17 +116,22 @@ def _smallest(predicate, start: int = 1, limit: int = 10**6) -> int:
     return t
 
 
+def _reaches_ffn(cfg, sublayer, causal: bool, t: int) -> bool:
+    """Whether the attention sublayer's FLOPs at T = t have reached the FFN's (one sequence)."""
+    return sublayer(cfg, 1, t, causal) >= count.ffn_flops(cfg, 1, t)
+
+
 @settings(max_examples=60, deadline=None)
 @given(configs())
 def test_crossover_is_the_smallest_seq_by_search(cfg):
     # the crossover is that of full attention and a dropless MoE (its docstring): a window bounds the causal
     # scores (they may never reach the FFN), a capacity makes the FFN a step function of T
     assume(cfg.sliding_window is None and cfg.expert_capacity_factor is None)
-    ffn = lambda t: count.ffn_flops(cfg, 1, t)  # noqa: E731
     for causal in (False, True):
         x = count.crossover_seq(cfg, causal=causal)
-        for found, sublayer in ((x.scores_vs_ffn, count.attention_score_flops), (x.attention_vs_ffn, count.attention_flops)):
-            reached = lambda t: sublayer(cfg, 1, t, causal) >= ffn(t)  # noqa: E731
+        pairs = ((x.scores_vs_ffn, count.attention_score_flops), (x.attention_vs_ffn, count.attention_flops))
+        for found, sublayer in pairs:
+            reached = functools.partial(_reaches_ffn, cfg, sublayer, causal)
             if found is None:  # a sliding window's causal scores grow like W·T: they may never catch up
                 assert causal and cfg.sliding_window and not any(reached(t) for t in range(1, 50 * cfg.sliding_window))
             else:
@@ -138,8 +146,9 @@ def test_windowed_causal_crossover_against_the_layers_flops(name):
     searched here step by step from the far side and sampled below it."""
     cfg = load(name)
     x = count.crossover_seq(cfg, causal=True)
-    for found, sublayer in ((x.scores_vs_ffn, count.attention_score_flops), (x.attention_vs_ffn, count.attention_flops)):
-        reached = lambda t: sublayer(cfg, 1, t, True) >= count.ffn_flops(cfg, 1, t)  # noqa: E731
+    pairs = ((x.scores_vs_ffn, count.attention_score_flops), (x.attention_vs_ffn, count.attention_flops))
+    for found, sublayer in pairs:
+        reached = functools.partial(_reaches_ffn, cfg, sublayer, True)
         if found is None:
             assert cfg.full_attention_every is None and not any(reached(t) for t in range(1, 10**6, 9973))
             continue

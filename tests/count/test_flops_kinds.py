@@ -100,7 +100,8 @@ def test_measured_forward_and_training_of_each_kind(device, changes):
     src = 5 if cfg.arch == "encoder-decoder" else None
     m = measure.measure_flops(cfg, 2, 9, device, training=True, src_seq=src)
     b = count.breakdown(cfg, 2, 9, src)
-    assert m.total == b.forward and m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
+    assert m.total == b.forward
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     if device == "meta":  # the CPU flash-attention backward recomputes Q·Kᵀ (see test_flops)
         assert m.training_total == 3 * b.forward
 
@@ -134,7 +135,8 @@ def test_flops_cli_moe_and_encoder(cli):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["flops", "gpt2", "--src-seq", "8"], "--src-seq applies to encoder-decoder models only, or to stacks with cross_attention (gpt2 is decoder)"),
+        (["flops", "gpt2", "--src-seq", "8"],
+         "--src-seq applies to encoder-decoder models only, or to stacks with cross_attention (gpt2 is decoder)"),
         (["flops", "transformer-base", "--src-seq", "0"], "--src-seq must be between 1 and"),
         (["flops", "bert-base", "--seq", "600", "--measure"], "--seq 600 exceeds the model's context of 512"),
     ],

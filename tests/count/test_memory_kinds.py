@@ -92,7 +92,8 @@ def test_memory_cli_measures_an_encoder_decoder_on_cpu(cli):
 
 @pytest.mark.parametrize(
     "args, message",
-    [(["memory", "gpt2", "--src-seq", "8"], "--src-seq applies to encoder-decoder models only, or to stacks with cross_attention (gpt2 is decoder)"),
+    [(["memory", "gpt2", "--src-seq", "8"],
+      "--src-seq applies to encoder-decoder models only, or to stacks with cross_attention (gpt2 is decoder)"),
      (["bench", "transformer-base"], "encoder-decoders are not supported yet")],
 )
 def test_bad_input_for_the_new_kinds(cli, args, message):

@@ -58,7 +58,8 @@ def test_sliding_window_reads_the_window():
     short = roofline.decode_step(windowed, 1, 8192, BF16, "bf16")
     assert full.kv_bytes == 2 * short.kv_bytes == 2 * 8192 * 32 * 1024 * 2
     assert count_memory.kv_cache_bytes(windowed, 1, 8192, "bf16") == 2 * 4096 * 32 * 1024 * 2
-    assert count_memory.kv_cache_bytes(windowed, 1, 1000, "bf16") == count_memory.kv_cache_bytes(mistral, 1, 1000, "bf16")
+    kv = count_memory.kv_cache_bytes
+    assert kv(windowed, 1, 1000, "bf16") == kv(mistral, 1, 1000, "bf16")
     assert short.flops < full.flops and short.weight_bytes == full.weight_bytes
 
 
@@ -73,7 +74,9 @@ def test_causal_pairs_with_a_window_by_brute_force():
 def test_moe_decode_reads_the_experts_it_routes_to():
     mixtral = load("mixtral-8x7b")
     one = roofline.decode_step(mixtral, 1, 100, BF16, "bf16")
-    expert = lambda s: sum(r.weight_bytes for r in s.rows if r.component.startswith("expert_ffn"))  # noqa: E731
+    def expert(step):
+        return sum(r.weight_bytes for r in step.rows if r.component.startswith("expert_ffn"))
+
     all_experts = 32 * 8 * 3 * 4096 * 14336 * 2
     assert expert(one) == all_experts // 4  # batch 1: top-2 of 8
     assert one.weight_bytes == 2 * 12_879_925_248  # batch 1 reads the active parameters, in bf16
@@ -145,8 +148,8 @@ def test_largest_batch_that_fits():
     cfg = load("llama2-7b")
     memory = devices.by_key("h100-sxm").memory_bytes
     b = serving.max_batch(cfg, 4096, 256, BF16, "bf16", memory)
-    need = lambda n: 13_476_831_232 + count_memory.kv_cache_bytes(cfg, n, 4352, "bf16")  # noqa: E731
-    assert need(b) <= memory < need(b + 1) and b == 29  # 66.5 GB left / 2.28 GB per sequence
+    need = [13_476_831_232 + count_memory.kv_cache_bytes(cfg, n, 4352, "bf16") for n in (b, b + 1)]
+    assert need[0] <= memory < need[1] and b == 29  # 66.5 GB left / 2.28 GB per sequence
     assert serving.max_batch(cfg, 4096, 256, BF16, "bf16", 10**9) == 0
 
 

@@ -42,7 +42,7 @@ LAYOUTS = {
 @pytest.fixture(scope="module")
 def runs():
     jobs = [dict(config=dataclasses.asdict(CFG), layout=dataclasses.asdict(lay)) for lay in LAYOUTS.values()]
-    return dict(zip(LAYOUTS, launch(jobs, 2)))
+    return dict(zip(LAYOUTS, launch(jobs, 2), strict=True))
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))

@@ -74,3 +74,62 @@ def test_counting_on_meta_imports_no_dynamo_and_leaves_torch_as_it_was():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_stand_in_is_used_only_while_the_private_wrapper_reads_as_expected(monkeypatch):
+    """lazy_disable_matches reads torch/_compile.py's _disable_dynamo: the real one matches; a missing
+    one, or one that caches its answer elsewhere (a changed release), does not."""
+    import torch._compile
+
+    assert speedups.lazy_disable_matches()
+    original = torch._compile._disable_dynamo
+
+    def changed(fn=None, recursive=True):
+        return original(fn, recursive)
+
+    monkeypatch.setattr(torch._compile, "_disable_dynamo", changed)
+    assert not speedups.lazy_disable_matches()
+    monkeypatch.delattr(torch._compile, "_disable_dynamo")
+    assert not speedups.lazy_disable_matches()
+
+
+def test_a_changed_private_wrapper_takes_the_plain_path_with_the_same_count():
+    """In a fresh interpreter: the count with the stand-in, then with torch's _disable_dynamo replaced by
+    one the stand-in does not know: no stand-in is installed, the real torch._dynamo is imported (the
+    plain path), and the count is the same, forward and training."""
+    code = (
+        "import sys, torch, torch._compile\n"
+        "from tfcalc.measure import speedups\n"
+        "from tfcalc.measure.flops import measure_flops\n"
+        "from tfcalc.config import ModelConfig\n"
+        "cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)\n"
+        "fast = measure_flops(cfg, 1, 8, training=True)\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "original = torch._compile._disable_dynamo\n"
+        "def changed(fn=None, recursive=True):\n"
+        "    return original(fn, recursive)\n"
+        "torch._compile._disable_dynamo = changed\n"
+        "with speedups.no_dynamo_import():\n"
+        "    assert 'torch._dynamo' not in sys.modules  # no stand-in\n"
+        "plain = measure_flops(cfg, 1, 8, training=True)\n"
+        "assert 'torch._dynamo' in sys.modules and sys.modules['torch._dynamo'].__file__  # the real one\n"
+        "assert plain == fast, (plain, fast)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_numpy_absent_fast_blocks_the_import_only_inside_and_only_without_numpy(monkeypatch):
+    """Without numpy: `import numpy` fails at once inside (the documented None entry of sys.modules) and the
+    entry is gone after; with numpy installed the context changes nothing."""
+    import importlib.util
+
+    with speedups.numpy_absent_fast():
+        assert sys.modules.get("numpy", 0) is not None  # numpy installed here: nothing blocked
+    monkeypatch.delitem(sys.modules, "numpy", raising=False)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else find_spec(name, *a))
+    with speedups.numpy_absent_fast():
+        with pytest.raises(ModuleNotFoundError):
+            import numpy  # noqa: F401 -- the import under test
+    assert "numpy" not in sys.modules

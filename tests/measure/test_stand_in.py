@@ -42,8 +42,9 @@ def _training_step(cfg, dtype, with_stand_in):
     return trace.ops, saved, swap
 
 
-KINDS = {"gpt2-like": {}, "gqa-rope": dict(n_kv_head=2, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
-                                            activation="silu"),
+KINDS = {"gpt2-like": {},
+         "gqa-rope": dict(n_kv_head=2, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
+                          activation="silu"),
          "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, "odd-vocab": dict(vocab_size=61)}
 
 

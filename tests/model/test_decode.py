@@ -25,7 +25,7 @@ KINDS = {
     "encoder-decoder": dict(arch="encoder-decoder", n_encoder_layer=1, pos_encoding="sinusoidal",
                             norm_placement="post", embedding_scale=True),
     "encoder-decoder-window": dict(arch="encoder-decoder", pos_encoding="rope", sliding_window=4),
-    # issue 15's layouts, decoded: Gemma 2's alternating windows, soft-caps and sandwich norms; Qwen3's
+    # recent families' layouts, decoded: Gemma 2's alternating windows, soft-caps and sandwich norms; Qwen3's
     # Q/K norms with partial rotary; GPT-NeoX's and Falcon's parallel blocks; OPT's position offset
     "gemma2-alternating": dict(pos_encoding="rope", n_layer=4, sliding_window=4, full_attention_every=2,
                                attn_softcap=50.0, logit_softcap=30.0, norm_placement="sandwich", norm="rmsnorm",

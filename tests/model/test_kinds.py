@@ -109,7 +109,7 @@ def _reference_moe(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         logits = moe.router(token)
         top = logits.topk(moe.top_k).indices
         weights = logits[top].softmax(-1)
-        out.append(sum(w * moe.experts[int(e)](token) for w, e in zip(weights, top)))
+        out.append(sum(w * moe.experts[int(e)](token) for w, e in zip(weights, top, strict=True)))
     return torch.stack(out).view_as(x)
 
 

@@ -100,7 +100,9 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     tied, buffers, unexplained, misfits = {}, {}, [], []
     for t in checkpoint.tensors:
         row = by_dtype.setdefault(t.dtype, {"tensors": 0, "elements": 0, "bytes": 0})
-        row["tensors"], row["elements"], row["bytes"] = row["tensors"] + 1, row["elements"] + t.numel, row["bytes"] + t.nbytes
+        row["tensors"] += 1
+        row["elements"] += t.numel
+        row["bytes"] += t.nbytes
         piece = map_name(table, t.name)
         if piece is None:
             unexplained.append(t.name)

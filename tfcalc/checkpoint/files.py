@@ -78,8 +78,10 @@ def find(path: str | Path) -> tuple[Path, tuple[Path, ...], dict[str, str] | Non
     files = tuple(sorted(p for p in path.glob("*.safetensors") if p.is_file()))
     if not files:
         pickled = sorted(p.name for p in path.glob("*.bin"))
-        hint = (f" (only {', '.join(pickled)}: pickled weights, which tfcalc does not open since loading them runs "
-                "code; convert them to safetensors, or pass the config.json to count the config alone)") if pickled else ""
+        hint = ""
+        if pickled:
+            hint = (f" (only {', '.join(pickled)}: pickled weights, which tfcalc does not open since loading them runs "
+                    "code; convert them to safetensors, or pass the config.json to count the config alone)")
         raise InputError(f"{path}: no .safetensors file and no {INDEX}{hint}")
     return path, files, None
 
@@ -95,7 +97,8 @@ def _read_index(path: Path) -> dict[str, str]:
             raise InputError(f"{path}: 'weight_map' entry {shown(name)} must name a shard file; got {shown(shard)}")
         # a shard is a file beside the index: no folder, no parent (a hostile index could point anywhere)
         if shard != Path(shard).name or shard in (".", "..") or "\\" in shard:
-            raise InputError(f"{path}: shard {shown(shard)} of {shown(name)} is not a file name in the checkpoint's folder")
+            raise InputError(f"{path}: shard {shown(shard)} of {shown(name)} is not a file name in the "
+                             "checkpoint's folder")
     return weight_map
 
 

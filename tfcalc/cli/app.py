@@ -150,20 +150,28 @@ def _tune_gc() -> None:
 
 
 def _exit(code: int) -> None:
-    """Exit without the interpreter's teardown, which after importing torch takes longer than anything
-    tfcalc params does (0.7 s of CPU on 2 cores: every module torch loaded is torn down and a last full
-    collection walks every object). The atexit handlers still run (torch's own, tempfile's), and the
-    standard streams are flushed; what is skipped is module teardown and the final collection, which
-    tfcalc's output does not depend on. Instagram's "Dismissing Python Garbage Collection" (2017) does
-    the same for the same reason (atexit.register(os._exit, 0))."""
+    """Exit without the interpreter's teardown, which after importing torch costs about as much as
+    anything tfcalc params does (every module torch loaded is torn down and a last full collection walks
+    every object; benchmarks/tour.py times the command). The atexit handlers still run (torch's own,
+    tempfile's), and the standard streams are flushed; what is skipped is module teardown and the final
+    collection, which tfcalc's output does not depend on. Instagram's "Dismissing Python Garbage
+    Collection" (2017) does the same for the same reason (atexit.register(os._exit, 0)).
+
+    Running the handlers first leans on CPython's private ``atexit._run_exitfuncs`` (Modules/atexitmodule.c;
+    there since Python 3.0): where an interpreter lacks it, the plain exit runs instead (``sys.exit``, the
+    full teardown), since skipping the handlers could lose what they write."""
     import atexit
 
-    atexit._run_exitfuncs()
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if callable(run_handlers):
+        run_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: nothing more can be said there
             pass
+    if not callable(run_handlers):
+        sys.exit(code)  # the plain exit: the handlers, then the teardown
     os._exit(code)
 
 

@@ -63,7 +63,8 @@ def bench(
         metavar="N")] = None,
     compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
-        "--n-layer", help="Build only K blocks and extrapolate to full depth.", show_default=False, metavar="K")] = None,
+        "--n-layer", help="Build only K blocks and extrapolate to full depth.", show_default=False,
+        metavar="K")] = None,
     matmul_size: Annotated[Optional[int], typer.Option(
         "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",
         show_default=False, metavar="N")] = None,
@@ -88,13 +89,27 @@ def bench(
 ) -> None:
     """Time forward passes: median/p10/p90, tokens/s, achieved FLOP/s, MFU and the matmul ceiling.
 
-    How long: every item (the forward pass at each length, one block's sub-layers, the matmul ceiling) is warmed up until stable, then timed until --min-time seconds (an eighth of it for the sub-layers and the ceiling) and at least --repeat calls, in --rounds interleaved rounds, as torch.utils.benchmark's blocked_autorange and pytest-benchmark do; `--min-time 0 --repeat N --warmup W` times exactly N calls after W.
+    How long: every item (the forward pass at each length, one block's sub-layers, the matmul ceiling) is warmed up
+    until stable, then timed until --min-time seconds (an eighth of it for the sub-layers and the ceiling) and at
+    least --repeat calls, in --rounds interleaved rounds, as torch.utils.benchmark's blocked_autorange and
+    pytest-benchmark do; `--min-time 0 --repeat N --warmup W` times exactly N calls after W.
 
-    Achieved FLOP/s counts the analytic forward FLOPs (full T×T attention square, see `tfcalc flops`). MFU divides by the device's datasheet peak for the dtype (none for CPUs or unknown devices); the measured matmul ceiling of the same device and dtype, timed the same way, is always shown beside it. One block's attention and FFN sub-layers are timed in isolation: where attention's share of the time exceeds its share of the FLOPs, memory-bound work is showing. GPUs are timed with CUDA events after warm-up; peak memory is read from the device's own counters.
+    Achieved FLOP/s counts the analytic forward FLOPs (full T×T attention square, see `tfcalc flops`). MFU divides
+    by the device's datasheet peak for the dtype (none for CPUs or unknown devices); the measured matmul ceiling of
+    the same device and dtype, timed the same way, is always shown beside it. One block's attention and FFN
+    sub-layers are timed in isolation: where attention's share of the time exceeds its share of the FLOPs,
+    memory-bound work is showing. GPUs are timed with CUDA events after warm-up; peak memory is read from the
+    device's own counters.
 
-    --decode N times generation instead: time to first token (the prefill of a --seq prompt), then N decode steps with a static KV cache, per-token median/p10/p90, tokens/s, bytes read per token (weights + KV cache), the bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy, a read-only reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the measured ceilings beside each figure.
+    --decode N times generation instead: time to first token (the prefill of a --seq prompt), then N decode steps
+    with a static KV cache, per-token median/p10/p90, tokens/s, bytes read per token (weights + KV cache), the
+    bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy, a read-only
+    reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the measured
+    ceilings beside each figure.
 
-    With --nproc N: forward + backward on N local torch.distributed ranks (gloo on the CPU; --device cuda: NCCL, one GPU each), data parallel (DDP; --fsdp: FSDP2) with --tp ranks of tensor parallelism, each rank timed by the same loop; the step is the slowest rank's median, MFU counts the training FLOPs (3 × forward).
+    With --nproc N: forward + backward on N local torch.distributed ranks (gloo on the CPU; --device cuda: NCCL, one
+    GPU each), data parallel (DDP; --fsdp: FSDP2) with --tp ranks of tensor parallelism, each rank timed by the same
+    loop; the step is the slowest rank's median, MFU counts the training FLOPs (3 × forward).
     """
     out = output(format, json_out, exact, verbose)
     run_on = device or "cpu"

@@ -22,7 +22,8 @@ def compare(
 ) -> None:
     """Models side by side: shapes, parameters, FLOPs per token, KV cache per token, attention and FFN shares.
 
-    Every model is taken at the same sequence length: --seq, or the shortest context among them. Cells that differ from the first model's are highlighted.
+    Every model is taken at the same sequence length: --seq, or the shortest context among them. Cells that differ
+    from the first model's are highlighted.
     """
     out = output(format, json_out, exact, verbose)
     report = build_compare([resolve(m, overrides or []) for m in models], seq,

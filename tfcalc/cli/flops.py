@@ -49,9 +49,16 @@ def flops(
 ) -> int:
     """Count FLOPs: attention projections, attention scores, FFN, LM head; forward, training and decode.
 
-    A FLOP is one floating-point operation (a multiply-add is 2). forward_flops counts matmuls, with the attention scores over the full T×T square (PyTorch's FlopCounterMode, Megatron and PaLM count so); the causal count of the unmasked half is shown beside it. Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds) is approximate and reported separately. Training = 3 × forward (4 × with --recompute). --measure runs the real module under FlopCounterMode (on meta by default: no memory; --training adds the backward); exit 1 if its count differs from the analytic one.
+    A FLOP is one floating-point operation (a multiply-add is 2). forward_flops counts matmuls, with the attention
+    scores over the full T×T square (PyTorch's FlopCounterMode, Megatron and PaLM count so); the causal count of the
+    unmasked half is shown beside it. Non-matmul work (softmax, norms, activations, RoPE, residual and bias adds) is
+    approximate and reported separately. Training = 3 × forward (4 × with --recompute). --measure runs the real
+    module under FlopCounterMode (on meta by default: no memory; --training adds the backward); exit 1 if its count
+    differs from the analytic one.
 
-    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder (BERT) masks no score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target tokens; cross-attention scores T × S.
+    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder (BERT) masks no
+    score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target
+    tokens; cross-attention scores T × S.
     """
     out = output(format, json_out, exact, verbose)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq)

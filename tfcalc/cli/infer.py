@@ -60,9 +60,15 @@ def infer(
     exact: Exact = False,
     verbose: Verbose = False,
 ) -> None:
-    """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
+    """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV
+    cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
 
-    A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm; --device-spec list shows them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points (--group-size); --kv-dtype sets the cache's dtype apart.
+    A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per
+    step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm;
+    --device-spec list shows them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
+    bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
+    with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
+    (--group-size); --kv-dtype sets the cache's dtype apart.
     """
     out = output(format, json_out, exact, verbose)
     if device_spec is not None and device_spec.strip().lower() == "list":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
@@ -39,6 +40,19 @@ Attention = enum.Enum("Attention", {name: name for name in mem.ATTENTION_KERNELS
 Recompute = enum.Enum("Recompute", {name: name for name in mem.RECOMPUTE}, type=str)
 
 
+def _step_tracker(progress, label: str) -> tuple[Callable[[str], None], list[str]]:
+    """(on_step, the steps begun so far) for one model: a step begins, the one before it is done."""
+    done: list[str] = []
+
+    def on_step(step: str) -> None:
+        if done:
+            progress()
+        done.append(step)
+        progress.describe(f"memory {label}: {step}")
+
+    return on_step, done
+
+
 def memory(
     models: Models,
     overrides: Overrides = None,
@@ -69,9 +83,20 @@ def memory(
 ) -> None:
     """How much memory: weights, KV cache, activations, training state -- and, with --measure, the peak.
 
-    Weights: params × bytes per element; int8/int4/fp8 quantize the block matrices, counting their scales and zero points (--group-size; int4 packs two per byte), the rest in bf16. The KV cache is in --kv-dtype. KV cache: 2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of the same shapes and dtype: the same bytes, without the slow arithmetic.
+    Weights: params × bytes per element; int8/int4/fp8 quantize the block matrices, counting their scales and zero
+    points (--group-size; int4 packs two per byte), the rest in bf16. The KV cache is in --kv-dtype. KV cache:
+    2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et
+    al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients +
+    optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the
+    allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of
+    free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state
+    (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the
+    dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of
+    the same shapes and dtype: the same bytes, without the slow arithmetic.
 
-    An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV cache.
+    An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source
+    tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV
+    cache.
     """
     out = output(format, json_out, exact, verbose)
     run_on = device or "cpu"
@@ -85,14 +110,7 @@ def memory(
     with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
             ref = resolve(name, overrides or [])
-            done = []
-
-            def on_step(step: str, label: str = ref.label) -> None:  # a step begins: the one before is done
-                if done:
-                    progress()
-                done.append(step)
-                progress.describe(f"memory {label}: {step}")
-
+            on_step, done = _step_tracker(progress, ref.label)
             reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))
             progress(len(steps) - len(done) + 1 if done else len(steps))
     render.emit(reports, out, view.document)

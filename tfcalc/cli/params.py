@@ -27,11 +27,17 @@ def params(
 ) -> int:
     """Count parameters, analytically from the config and empirically from the instantiated module.
 
-    The empirical count sums numel() over the unique parameters of the real PyTorch module built on the meta device (no storage: GPT-3 175B costs no memory); a tied embedding and LM head count once. A model folder, a .safetensors file or a Hugging Face id in the local cache is also counted from its checkpoint's headers (no tensor data read), by dtype, every tensor mapped onto the breakdown; exit 1 naming each tensor the config does not explain and each component the checkpoint lacks. Breakdown by component (an encoder-decoder's by encoder and decoder), the textbook approximation 12·L·d² + V·d beside it, and weight bytes. For a mixture of experts, also the parameters active per token. Exit 1 if the two counts disagree for any model.
+    The empirical count sums numel() over the unique parameters of the real PyTorch module built on the meta device
+    (no storage: GPT-3 175B costs no memory); a tied embedding and LM head count once. A model folder, a
+    .safetensors file or a Hugging Face id in the local cache is also counted from its checkpoint's headers (no
+    tensor data read), by dtype, every tensor mapped onto the breakdown; exit 1 naming each tensor the config does
+    not explain and each component the checkpoint lacks. Breakdown by component (an encoder-decoder's by encoder and
+    decoder), the textbook approximation 12·L·d² + V·d beside it, and weight bytes. For a mixture of experts, also
+    the parameters active per token. Exit 1 if the two counts disagree for any model.
     """
     out = output(format, json_out, exact, verbose)
     reports = []
-    # Building on meta means importing torch first (2 s on a small machine): shown, as a step.
+    # Building on meta means importing torch first (most of the command's time): shown, as a step.
     with render.progress("params", len(models), enabled=measure and not out.quiet) as progress:
         for m in models:
             ref = resolve(m, overrides or [])

@@ -92,9 +92,17 @@ def plan(
 ) -> None:
     """Plan parallel training: memory per rank, bytes of each collective, step time, training time.
 
-    Per rank: weights, gradients and Adam states under ZeRO 0-3 (Rajbhandari et al. 2020; FSDP pads each tensor's rows), activations (Korthikanti et al. 2022, with TP, sequence parallelism, recompute and the pipeline's micro-batches in flight), against the device's memory. Per step: every collective by cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the peak, collectives over NVLink within a node and the network across (Megatron's rank order), with and without overlap; the pipeline bubble (p−1)/(m+p−1).
+    Per rank: weights, gradients and Adam states under ZeRO 0-3 (Rajbhandari et al. 2020; FSDP pads each tensor's
+    rows), activations (Korthikanti et al. 2022, with TP, sequence parallelism, recompute and the pipeline's
+    micro-batches in flight), against the device's memory. Per step: every collective by cause, ring conventions
+    (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the peak, collectives over
+    NVLink within a node and the network across (Megatron's rank order), with and without overlap; the pipeline
+    bubble (p−1)/(m+p−1).
 
-    Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP, FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and collective bytes agree exactly.
+    Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
+    fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
+    FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and
+    collective bytes agree exactly.
     """
     out = output(format, json_out, exact, verbose)
     request = PlanRequest(

@@ -28,6 +28,7 @@ def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> N
     if json_out:
         render.print_json(data)
         return
-    derived = [f for f, given in (("d_head", cfg.d_head), ("n_kv_head", cfg.n_kv_head), ("d_ff", cfg.d_ff)) if given is None]
+    optional = (("d_head", cfg.d_head), ("n_kv_head", cfg.n_kv_head), ("d_ff", cfg.d_ff))
+    derived = [f for f, given in optional if given is None]
     header = f"# tfcalc config: {ref.label}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
     sys.stdout.write(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))

@@ -61,9 +61,13 @@ def scan(
     exact: Exact = False,
     verbose: Verbose = False,
 ) -> None:
-    """Forward FLOPs (attention scores, projections, FFN, LM head) and memory (KV cache, training activations and total) against sequence length, with the lengths where attention overtakes the FFN marked.
+    """Forward FLOPs (attention scores, projections, FFN, LM head) and memory (KV cache, training activations and
+    total) against sequence length, with the lengths where attention overtakes the FFN marked.
 
-    Counts beyond the model's context length are arithmetic only (the model could not run there). With --decode: decode tokens/s (in total and per sequence) against the batch size at one context, on a device's roofline (--device-spec, default h100-sxm), with the batch where decode turns compute-bound and the largest batch that fits marked.
+    Counts beyond the model's context length are arithmetic only (the model could not run there). With --decode:
+    decode tokens/s (in total and per sequence) against the batch size at one context, on a device's roofline
+    (--device-spec, default h100-sxm), with the batch where decode turns compute-bound and the largest batch that
+    fits marked.
     """
     from tfcalc.errors import InputError
 
@@ -83,7 +87,8 @@ def scan(
     if len(batches) != 1:
         raise InputError("--batch: one batch size, unless --decode scans them")
     seqs = parse_lengths(seq if seq is not None else "128..131072")
-    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype.value if dtype else default_dtype(None))
+    dtype_name = dtype.value if dtype else default_dtype(None)
+    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype_name)
     if plot is not None:
         report = replace(report, plot=str(_draw(report, plot, out, lambda plotting: plotting.scan_plot(
             report.to_json(), plot, size, dpi, capacity))))

@@ -17,7 +17,7 @@ Activations for training -- the tensors autograd keeps for the backward pass. Ko
    in fp32); we keep them.
 
 Generalized to tfcalc's real module (tfcalc.model) -- each term is a tensor autograd saves, checked byte
-for byte against the saved tensors of the real model in tests/test_memory.py -- per token per layer:
+for byte against the saved tensors of the real model in tests/count/test_memory.py -- per token per layer:
 
 - each of the two norms: LayerNorm keeps its input (e·h) plus mean and 1/σ in fp32 (8 bytes);
   RMSNorm, which PyTorch's CPU path runs as ops on an fp32 copy, keeps that copy and the normalized
@@ -213,7 +213,8 @@ def layer_activations(
     if cfg.n_expert:  # each routed copy's input, output and weighted output, its weight; fp32 softmax
         out["moe_routing"] = routed * (3 * e * h + e) + FP32 * (routed if cfg.router_norm_topk else cfg.experts)
     if cfg.shared_expert_d_ff:  # its input is the router's; gated: the sigmoid output and the shared output
-        out["shared_expert"] = _ffn_factor(cfg) * e * cfg.shared_expert_d_ff + (e * h + e if cfg.shared_expert_gate else 0)
+        gate = e * h + e if cfg.shared_expert_gate else 0
+        out["shared_expert"] = _ffn_factor(cfg) * e * cfg.shared_expert_d_ff + gate
     if cfg.norm_placement == "sandwich":
         out["ffn_post_norm"] = norm_bytes(cfg, e)
     masks = 2 * h + ((1 + e) * a * seq if attention == "math" else 0)

@@ -100,7 +100,7 @@ def by_key(collectives) -> dict[str, int]:
 def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
     """(one block, the root's tensors on the stage): elements per rank under FSDP2's padded split."""
     block = root = 0
-    for t, copies in stage_tensors(cfg, layout.pp, stage):
+    for t, _copies in stage_tensors(cfg, layout.pp, stage):
         shard = fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
         if t.per_block:
             block += shard

@@ -80,7 +80,7 @@ from fractions import Fraction
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
-from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401
+from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401 (API)
 from tfcalc.count.non_matmul import non_matmul_entries
 from tfcalc.count.terms import NonMatmulEntry, causal_pairs, check_sizes as _check_sizes  # noqa: F401 (re-exported)
 from tfcalc.errors import InputError

@@ -45,7 +45,13 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     layer_activations,
     norm_bytes,
 )
-from tfcalc.count.dtypes import BITS_PER_ELEMENT, DTYPES, activation_element_bytes, check_dtype, weight_bytes  # noqa: F401
+from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public names)
+    BITS_PER_ELEMENT,
+    DTYPES,
+    activation_element_bytes,
+    check_dtype,
+    weight_bytes,
+)
 from tfcalc.count.params import total as param_total
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")
@@ -103,7 +109,8 @@ def forward_working_set(
         attn = 3 * h + (q + 2 * k) + q + ((q + k) if new_qk else 0)
         if kernel == "math":
             attn += 3 * q + 2 * a * length
-        ffn = 2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0) + (h if cfg.shared_expert_d_ff else 0)
+        ffn = (2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
+               + (h if cfg.shared_expert_d_ff else 0))
         bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
         # each layer's effective window: None where it sees every position (no window, or W >= length)
         # (layer_window repeats every full_attention_every layers: the first period holds every kind)

@@ -105,7 +105,8 @@ def _stack_non_matmul(
     out = [
         NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
         NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{norms} per block", norm, tokens * d, norms * L),
-        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act, expert_rows * f, L),
+        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act,
+                       expert_rows * f, L),
         NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
     ]
     if cfg.qk_norm:

@@ -19,7 +19,7 @@ Groups per row = ceil(in / group_size). So int4 with group 128, fp16 scales and 
 Hand-worked, Llama 2 7B, int4, group 128, fp16 scales, int4 zero points, the rest in bf16: the block
 matrices hold 32 · (4·4096² + 3·4096·11008) = 6,476,005,376 weights -> 3,238,002,688 bytes; their
 50,593,792 groups add 101,187,584 bytes of scales and 25,296,896 of zero points; embedding, LM head and
-norms, 262,410,240 parameters in bf16, 524,820,480 bytes. Total 3,889,307,648 bytes (tests/test_quant.py).
+norms, 262,410,240 parameters in bf16, 524,820,480 bytes. Total 3,889,307,648 bytes (tests/count/test_roofline.py).
 
 Compute: int8 and int4 weights are dequantized and multiplied in bf16 (weight-only quantization, the
 GPTQ/AWQ kernels), so activations are bf16 and the bf16 peak applies; fp8 runs at the fp8 peak where the

@@ -36,7 +36,8 @@ def gpt_neox(r: Reader) -> None:
     r.take("max_position_embeddings", "max_seq_len", 2048)
     r.take("layer_norm_eps", "norm_eps", 1e-5)
     r.activation("hidden_act", "gelu")
-    r.rope(10000.0, fraction=0.25, fraction_keys=("partial_rotary_factor", "rotary_pct"), theta_keys=("rotary_emb_base",))
+    r.rope(10000.0, fraction=0.25, fraction_keys=("partial_rotary_factor", "rotary_pct"),
+           theta_keys=("rotary_emb_base",))
     r.take("tie_word_embeddings", "tie_embeddings", False)
     r.take("attention_bias", "attn_bias", True)
     r.dtype()

@@ -152,9 +152,9 @@ class Bandwidth:
     def ceiling(self) -> float:
         """The slowest of the three: what a decode step -- matrix-vector products streaming the weights and
         the KV cache in, writing little -- can count on. On GPUs the three agree closely (a copy's read and
-        write share one bus; a large GEMV streams at the copy's rate). On CPUs they need not: measured on a
-        2-core EPYC VM, a copy's write stream overlapped its reads, and a BLAS matrix-vector product
-        reached 70-85% of a plain read; the roofline's memory roof is then the matrix-vector rate."""
+        write share one bus; a large GEMV streams at the copy's rate). On CPUs they need not: a copy's
+        write stream can overlap its reads, and a BLAS matrix-vector product can fall short of a plain
+        read; the roofline's memory roof is then the slowest of the three."""
         return min(self.copy_bytes_per_s, self.read_bytes_per_s, self.matvec_bytes_per_s)
 
 

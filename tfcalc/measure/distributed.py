@@ -10,9 +10,10 @@ request.
 
 A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp32 for --measure --,
 the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
-up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m micro-batches (DDP accumulates under
-no_sync, FSDP2 reduce-scatters each micro-batch), reduces the partial gradients sequence parallelism
-leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False) and sets the gradients to None.
+up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m
+micro-batches (DDP accumulates under no_sync, FSDP2 reduce-scatters each micro-batch), reduces the
+partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False)
+and sets the gradients to None.
 Measured on every rank:
 - weights, gradients, optimizer states: bytes of the distinct storages behind the rank's local tensors
   (a DTensor's local shard; FSDP2's padded shard storage; DDP's gradient buckets); gradients after the
@@ -241,11 +242,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     warnings.filterwarnings("ignore")
-    from torch.distributed.fsdp import fully_shard  # noqa: F401
-    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401
+    # imported for their side effect only, before any baseline is taken: their code pages count in RSS
+    from torch.distributed.fsdp import fully_shard  # noqa: F401 (side effect: loaded before the baseline)
+    from torch.distributed.tensor.parallel import parallelize_module  # noqa: F401 (the same)
 
-    import tfcalc.measure.collectives  # noqa: F401 - imported before any baseline: code pages count in RSS
-    import tfcalc.measure.parallelize  # noqa: F401
+    import tfcalc.measure.collectives  # noqa: F401 (the same)
+    import tfcalc.measure.parallelize  # noqa: F401 (the same)
 
     path = (argv or sys.argv[1:])[0]
     with open(path, encoding="utf-8") as f:

@@ -52,7 +52,9 @@ def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, 
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _cpu_flash_backward_flop(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_flash_backward_flop(
+    grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
+) -> int:
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
@@ -90,7 +92,8 @@ def estimate_bytes(cfg: ModelConfig, batch: int, seq: int, training: bool = Fals
     from tfcalc.count.training import training_state
 
     if training:
-        return training_state(cfg, "fp32", "sgd").total + mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq).total
+        acts = mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq)
+        return training_state(cfg, "fp32", "sgd").total + acts.total
     return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, batch, seq, "fp32", src_seq=src_seq)
 
 
@@ -107,8 +110,8 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_se
                 f"{cfg.name}: {option} {length} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
                 "module cannot run it; drop --measure to count analytically"
             )
-    require_buildable(cfg, blocks_of(cfg), cfg.name, "a smaller --set n_layer (FLOPs per layer do not depend on depth), "
-                      "or drop --measure")
+    require_buildable(cfg, blocks_of(cfg), cfg.name,
+                      "a smaller --set n_layer (FLOPs per layer do not depend on depth), or drop --measure")
     if torch.device(device).type == "meta":
         return
     try:

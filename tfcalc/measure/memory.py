@@ -3,14 +3,12 @@
 The run: build the model (tfcalc.model.build_model) in the dtype, then either one no-grad forward pass
 at (batch, seq), or -- training -- one step of forward, loss (cross-entropy on the logits upcast to
 fp32), backward and optimizer step in the steady state: the optimizer state exists (Adam creates it in
-its first step, which here runs on zero gradients, without a forward pass: ``_prime``) and the
-gradients are kept between steps (zero_grad(set_to_none=False), as DDP and Megatron keep their gradient
-buffers), which is what the estimate "weights + gradients + optimizer state + activations" describes.
-Until issue 12 a whole first training step made that state: the same bytes, for twice the time.
-Optimizers run with
-foreach=False: the foreach kernels add a parameter-sized temporary in the step that no estimate counts.
-"adam-mixed" below fp32 is Adam on fp32 master copies, stepped one tensor at a time (so the fp32 copy of
-a gradient exists for one tensor only).
+its first step, which here runs on zero gradients, without a forward pass: ``_prime``) and the gradients
+are kept between steps (zero_grad(set_to_none=False), as DDP and Megatron keep their gradient buffers),
+which is what the estimate "weights + gradients + optimizer state + activations" describes. Optimizers
+run with foreach=False: the foreach kernels add a parameter-sized temporary in the step that no estimate
+counts. "adam-mixed" below fp32 is Adam on fp32 master copies, stepped one tensor at a time (so the fp32
+copy of a gradient exists for one tensor only).
 
 The peak, from the device's own counters, above a baseline taken after a warm-up run and before the
 model is built (so it counts the weights, everything the run allocates, and nothing of torch itself):
@@ -111,7 +109,7 @@ class _MasterAdam:
     def step(self) -> None:
         import torch
 
-        for (p, master), opt in zip(self.pairs, self.opts):
+        for (p, master), opt in zip(self.pairs, self.opts, strict=True):
             master.grad = p.grad.float()
             opt.step()
             master.grad = None
@@ -344,7 +342,7 @@ def _child_main() -> None:
     except (MemoryError, RuntimeError) as e:  # torch's out-of-memory errors are RuntimeErrors
         answer = {"error": f"the measurement failed: {' '.join(str(e).split())[:300]}"}
     emit("answer", answer)  # written and flushed: the parent has all it needs
-    os._exit(0)  # no interpreter teardown (0.7 s of CPU after importing torch; see tfcalc.cli.app._exit)
+    os._exit(0)  # no interpreter teardown (long after importing torch; see tfcalc.cli.app._exit)
 
 
 def start_child():

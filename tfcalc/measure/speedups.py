@@ -1,28 +1,34 @@
 """Start-up and repeated work that measurements pay for nothing, and the contexts that remove them.
 
-The meta device runs no arithmetic, yet a forward pass of GPT-3 175B at T = 2048 on meta took 5-7 s
-(2 CPU cores), three times ``import torch``; and the first optimizer made in a process imports
-torch._dynamo (``Optimizer.add_param_group``). Where the time went, and what each context removes:
+The meta device runs no arithmetic, yet without these a forward pass of GPT-3 175B at T = 2048 on meta
+takes several times as long as ``import torch`` (benchmarks/tour.py times ``flops gpt3 --measure``); and
+the first optimizer made in a process imports torch._dynamo (``Optimizer.add_param_group``). Where the
+time went, and what each context removes:
 
 - ``no_dynamo_import``: PyTorch wraps every TorchDispatchMode's ``__torch_dispatch__`` and its Python
   type-promotion wrappers (torch._prims_common.wrappers), and the optimizers' ``add_param_group`` and
-  ``step``, in ``torch._disable_dynamo``, which imports ``torch._dynamo`` on the first call (1.6-2 s)
+  ``step``, in ``torch._disable_dynamo``, which imports ``torch._dynamo`` on the first call (a large import)
   only to mark the function as one Dynamo must not trace. Nothing we run runs under Dynamo, so while we
   count (or measure memory), a stand-in ``torch._dynamo`` module answers
   ``disable(fn)`` with ``fn`` itself, and ``graph_break()`` (each optimizer step calls it) with nothing,
   as the real one does outside compilation; on exit the stand-in is removed and the wrappers' cached answer
   deleted, so a later real ``import torch._dynamo`` (``bench --compile``) finds PyTorch as it was. Any
   other use of the stand-in imports the real module, so a newer PyTorch that asks more costs time, never
-  a wrong count.
+  a wrong count. The stand-in leans on a private wrapper (torch/_compile.py, ``_disable_dynamo``: it
+  calls ``torch._dynamo.disable`` lazily and caches the answer on ``fn.__dynamo_disable``); where that
+  wrapper is missing or reads otherwise (``lazy_disable_matches``), the context does nothing and the
+  real module is imported as PyTorch intends: slower, the same count.
 - ``MetaOpCache``: most aten ops have their meta kernels in Python (torch._meta_registrations,
-  torch._refs: layer_norm 4 ms, SDPA 6 ms per call); a 96-block model runs the same ~50 ops with the
+  torch._refs: milliseconds per call for layer_norm or SDPA); a 96-block model runs the same ~50 ops with the
   same shapes 96 times. The cache runs each distinct (op, input shapes/strides/dtypes, arguments) once
   and then answers with an empty meta tensor of the remembered shape, stride and dtype, the idea of
   FakeTensorMode's dispatch cache (torch/_subclasses/fake_tensor.py, ``_DispatchCacheKey``). Every
   module still runs and every op is still dispatched to FlopCounterMode, which counts from shapes;
   only ops that create fresh tensors are cached (no views, no in-place or out= ops, whose outputs
   alias their inputs), and only on meta, where outputs hold no values.
-- ``numpy_absent_fast``: see its docstring.
+- ``numpy_absent_fast``: see its docstring. It uses no private internal: a ``None`` in ``sys.modules``
+  is the import system's documented way to make an import fail (the Python Language Reference, 5.3.1
+  "The module cache").
 """
 
 from __future__ import annotations
@@ -43,10 +49,11 @@ def numpy_absent_fast() -> Iterator[None]:
     """Make a failing ``import numpy`` fail fast while we measure, when numpy is not installed.
 
     ``torch.sym_max`` (called by the Python meta kernels of every elementwise op) tries ``import numpy``
-    on each call; without numpy each try searches sys.path again. Measured on GPT-3 175B at T = 2048 on
-    meta (2 CPU cores): 2.1 s per forward, 1.0 s with this. A ``None`` in sys.modules makes the import
+    on each call (torch/__init__.py, ``sym_max``); without numpy each try searches sys.path again, about
+    half the time of a forward pass of GPT-3 175B on meta. A ``None`` in sys.modules makes the import
     raise the same ModuleNotFoundError at once; it is removed on exit (hypothesis, for one, reads
-    ``"numpy" in sys.modules``). With numpy installed this does nothing.
+    ``"numpy" in sys.modules``). With numpy installed this does nothing; a PyTorch that stops trying
+    the import makes it a no-op, never a different count (tests/measure/test_speedups.py).
     """
     if "numpy" in sys.modules or importlib.util.find_spec("numpy") is not None:
         yield
@@ -96,11 +103,36 @@ def _remove_stand_in(stand_in: _DynamoStandIn) -> None:
         delattr(torch, "_dynamo")
 
 
+def _code_names(code: types.CodeType) -> set[str]:
+    """Every name and string constant a function's code and its nested functions' code use."""
+    names = set(code.co_names) | {c for c in code.co_consts if isinstance(c, str)}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def lazy_disable_matches() -> bool:
+    """Whether torch's private lazy Dynamo wrapper is the one the stand-in was written against
+    (torch/_compile.py, as in PyTorch 2.13): ``_disable_dynamo`` whose wrapper imports torch._dynamo,
+    calls its ``disable`` and caches the answer on ``fn.__dynamo_disable`` -- the attribute the stand-in
+    deletes on exit. Read from the function's code, not the version, so a release that keeps the wrapper
+    keeps the speed-up and one that changes it takes the plain path."""
+    import torch._compile
+
+    wrapper = getattr(torch._compile, "_disable_dynamo", None)
+    code = getattr(wrapper, "__code__", None)
+    if code is None:
+        return False
+    return {"_dynamo", "disable", "__dynamo_disable"} <= _code_names(code)
+
+
 @contextlib.contextmanager
 def no_dynamo_import() -> Iterator[None]:
     """While inside, ``torch._disable_dynamo`` wrappers call their function directly instead of
-    importing torch._dynamo (see the module docstring). Does nothing when Dynamo is already imported."""
-    if "torch._dynamo" in sys.modules:
+    importing torch._dynamo (see the module docstring). Does nothing when Dynamo is already imported,
+    or when the private wrapper it leans on is missing or has changed (``lazy_disable_matches``)."""
+    if "torch._dynamo" in sys.modules or not lazy_disable_matches():
         yield
         return
     stand_in = _DynamoStandIn()

@@ -1,12 +1,11 @@
 """Slow matmuls, found and stood in for, where a memory measurement does not need their values.
 
-Some CPUs have no fast kernels for a half-precision dtype: on this project's 2-core AMD EPYC (torch
-2.13, the probe below, one thread), fp16 matmuls ran at 0.7 GFLOP/s against 100 in fp32, while bf16
-(AVX512_BF16) ran at 175; issue 12 reports a GPT-2 LM-head product of 12.8 s in bf16 against 0.67 s
-in fp32 on a CPU without fast bf16. CPU
-flags do not say which dtype is slow for which kernel, so ``probe`` times one 256×256×256 product in
-the dtype and in fp32 (one thread, best of three calls each, tens of milliseconds at most) and calls the dtype slow
-below SLOW_RATIO of fp32's rate.
+Some CPUs have no fast kernels for a half-precision dtype: without the instructions for it (AVX512_BF16
+or AMX for bf16, AVX512_FP16 for fp16) a matmul can run orders of magnitude slower than in fp32, and a
+GPT-2 LM-head product then takes seconds where fp32 takes a fraction of one. CPU flags do not say which
+dtype is slow for which kernel, so ``probe`` times one 256×256×256 product in the dtype and in fp32 (one
+thread, best of three calls each, tens of milliseconds at most) and calls the dtype slow below
+SLOW_RATIO of fp32's rate.
 
 A memory measurement needs the bytes, not the values: which tensors exist, of which shapes and dtypes,
 and when they die. A matmul's only effect on those is its output, a new tensor of a shape and dtype its
@@ -82,14 +81,14 @@ class Probe:
         then = then or (f"measuring {self.dtype} with stand-in matmul results (same shapes and dtype, values not "
                         "computed: the bytes are the same)")
         return (f"{self.dtype} matmuls are slow on this CPU ({self.rate / 1e9:.1f} GFLOP/s against "
-                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}³ product on one thread), so --dtype fp32 is the "
-                f"faster choice; {then}")
+                f"{self.fp32_rate / 1e9:.1f} in fp32, a timed {PROBE_N}³ product on one thread), so --dtype fp32 "
+                f"is the faster choice; {then}")
 
 
 def _rate(dtype: torch.dtype, n: int = PROBE_N, calls: int = 3) -> float:
     """FLOP/s of an n×n×n product on one thread, best of calls: the kernel's speed, not the machine's
-    load (with two threads on a busy 2-core machine, one thread waits for the other and a 256³ fp32
-    product measured 0.5 GFLOP/s instead of 45)."""
+    load (with several threads on a busy machine, each product waits for its slowest thread, which may
+    not be running)."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

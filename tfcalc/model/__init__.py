@@ -2,7 +2,8 @@
 
 The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts),
 ``transformer`` (blocks, stacks, the model, ``build_model``), ``cache`` (the static KV cache
-for decoding) and ``generate`` (greedy generation: a prefill, then one decode step per token). nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
+for decoding) and ``generate`` (greedy generation: a prefill, then one decode step per token).
+nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
 Transformer), each taking the config. Every parameter here is one that tfcalc.count.params predicts;
 tests check the two agree tensor by tensor.
 
@@ -40,6 +41,6 @@ from tfcalc.model.transformer import Block, Stack, Transformer, build_model
 
 __all__ = [
     "Attention", "Block", "CrossAttention", "FeedForward", "LMHead", "Linear", "MixtureOfExperts", "Stack",
-    "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model", "make_norm", "position_buffers", "rope_tables",
-    "sinusoid_table",
+    "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model", "make_norm",
+    "position_buffers", "rope_tables", "sinusoid_table",
 ]

@@ -42,8 +42,9 @@ class Linear(nn.Linear):
 class LMHead(Linear):
     """The output projection, bias-free. When the vocabulary is not a multiple of 16 (GPT-2 and GPT-3's
     50257), a (tokens, vocab) output has rows of an odd length, and BLAS libraries run such a matmul
-    well below their peak (measured here: 108 GFLOP/s against 152 on this machine's CPU, fp32; on GPUs
-    an unaligned leading dimension loses the tensor-core path). The product is then computed as
+    well below their peak (nanoGPT pads GPT-2's vocabulary to 50304 for this reason: model.py, GPTConfig;
+    on GPUs an unaligned leading dimension loses the tensor-core path: NVIDIA's "Matrix Multiplication
+    Background User's Guide", tensor core requirements). The product is then computed as
     weight @ xᵀ, whose output rows are the tokens, and returned as its transposed view: the same
     values and FLOPs (2·tokens·d·vocab), a (..., vocab) tensor with strides (.., 1, tokens)."""
 
@@ -250,6 +251,6 @@ class MixtureOfExperts(nn.Module):
         else:
             runs, pairs = [capacity] * n_expert, F.pad(pairs, (0, 0, 0, max(0, capacity * n_expert - n_pairs)))
             pairs = pairs[: capacity * n_expert]
-        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs))])  # (Σ runs, d)
+        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs), strict=True)])  # (Σ runs, d)
         y = F.pad(y, (0, 0, 0, max(0, n_pairs - y.shape[0])))[:n_pairs]  # (N·k, d): dropped pairs are 0
         return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)

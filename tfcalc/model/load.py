@@ -1,6 +1,6 @@
 """Real weights in tfcalc's own model: a Hugging Face checkpoint (safetensors) loaded into the module
 tfcalc builds from the checkpoint's config.json, so that equal parameter counts can be backed by equal
-outputs (tests/test_hf_load.py: logits within 1e-4 of transformers' for every supported model type).
+outputs (tests/test_hf_models.py: logits within 1e-4 of transformers' for every supported model type).
 
 Each checkpoint tensor is read once, laid out as tfcalc lays it out (tfcalc.checkpoint.names: fused
 Q/K/V and [gate | up] rows, GPT-2's transposed Conv1D, GPT-NeoX's and Falcon's per-head interleaving,

@@ -215,7 +215,7 @@ class Stack(nn.Module):
             masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
         else:
             masks = self.layer_masks(T, x.dtype)
-        for i, (block, mask) in enumerate(zip(self.blocks, masks)):
+        for i, (block, mask) in enumerate(zip(self.blocks, masks, strict=True)):
             store = None if cache is None else functools.partial(cache.store, i)
             cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
             # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
@@ -334,7 +334,9 @@ class Transformer(Stack):
         return (h if self.lm_head is None else self.logits(h)), self.pool(h)
 
 
-def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32) -> Transformer:
+def build_model(
+    cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32
+) -> Transformer:
     """The model on ``device`` in ``dtype``. Built on meta first, so nothing is allocated or
     initialized twice; off meta, storage is then allocated once and filled by init_weights()."""
     with torch.device("meta"):
@@ -342,7 +344,7 @@ def build_model(cfg: ModelConfig, device: str | torch.device = "meta", dtype: to
     if torch.device(device).type == "meta":
         return model
     # Module.to_empty(device), but with torch.empty: empty_like of a meta tensor runs its Python meta
-    # kernel (torch._refs), whose first call imports sympy (0.5 s of start-up); the tensors built on meta
+    # kernel (torch._refs), whose first call imports sympy (a large import, for nothing); the tensors built on meta
     # here are contiguous, so the storage is the same.
     model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
     model.tie_weights()  # to_empty() gives each module its own copy of a shared meta tensor

@@ -162,4 +162,4 @@ def build_decode_bench(model: ModelRef, plan, advance: Callable[[], None] = lamb
 
     run = run_decode(plan, advance)
     return DecodeBenchReport(model, plan, tuple(point_json(model, plan, run, t, b, s)
-                                                for (b, s), t in zip(plan.points, run.timings)))
+                                                for (b, s), t in zip(plan.points, run.timings, strict=True)))

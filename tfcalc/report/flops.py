@@ -148,7 +148,8 @@ class FlopsReport(WorkloadFields):
         scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
         attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
         causal_clause = ("" if cfg.arch == "encoder" else
-                         f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and {causal.attention_vs_ffn:,}"
+                         f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and "
+                         f"{causal.attention_vs_ffn:,}"
                          if None not in (causal.scores_vs_ffn, causal.attention_vs_ffn) else
                          f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
                          f"{_at(causal.attention_vs_ffn)} (with a sliding window of {cfg.sliding_window:,} keys the "
@@ -192,7 +193,8 @@ class FlopsReport(WorkloadFields):
             "per_layer": b.per_layer(),
             "per_layer_causal": b.per_layer(causal=True),
             "components": b.components(),
-            "per_sequence": {"forward": self.forward // self.batch, "forward_causal": self.forward_causal // self.batch},
+            "per_sequence": {"forward": self.forward // self.batch,
+                             "forward_causal": self.forward_causal // self.batch},
             "per_token": {"forward": b.per_token(self.forward), "forward_causal": b.per_token(self.forward_causal)},
             "non_matmul": b.non_matmul_by_kind(),
             "non_matmul_total": b.non_matmul_total,

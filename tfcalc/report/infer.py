@@ -130,7 +130,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[d
     spec = devices.resolve(device_spec or DEFAULT_SPEC)
     peak = spec.peak(fmt.compute_dtype)
     if peak is None:
-        raise InputError(f"{spec.name} has no {fmt.compute_dtype} rate in its datasheet; rated: {', '.join(spec.peak_flops)}")
+        raise InputError(f"{spec.name} has no {fmt.compute_dtype} rate in its datasheet; "
+                         f"rated: {', '.join(spec.peak_flops)}")
     return spec, Ceilings(peak, spec.bandwidth_bytes_per_s, f"{spec.key} datasheet, {fmt.compute_dtype}")
 
 
@@ -187,7 +188,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     ceilings = measured_ceilings(run)
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
-    rows = tuple(measured_json(est, t, run, ceilings, o.dtype) for est, t in zip(report.estimates, run.timings))
+    rows = tuple(measured_json(est, t, run, ceilings, o.dtype)
+                 for est, t in zip(report.estimates, run.timings, strict=True))
     return replace(report, measured=rows, device=run.device, device_name=run.device_name)
 
 

@@ -133,12 +133,17 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     kv = o.kv_dtype or quant.default_kv_dtype(fmt)
     mem.check_dtype(kv)
     weights = quant.weights_bytes(cfg, fmt)
-    acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq) if trainable else None
+    acts = None
+    if trainable:
+        acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
-        fit = (budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute, w.src_seq)
-               if o.training else budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq, weights, kv))
+        if o.training:
+            fit = budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute,
+                                      w.src_seq)
+        else:
+            fit = budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
         mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),

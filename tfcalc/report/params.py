@@ -107,7 +107,8 @@ class ParamsReport:
         if self.empirical_method == "per_block":
             blocks = cfg.n_layer + cfg.encoder_layers * (cfg.arch == "encoder-decoder")
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
-                         "so one real block of each stack was built on meta and its parameters counted times the depth.")
+                         "so one real block of each stack was built on meta and its parameters counted times the "
+                         "depth.")
         if cfg.arch == "encoder" and not cfg.lm_head:
             notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")

@@ -13,7 +13,7 @@ import codecs
 import sys
 
 HANDLER = "tfcalc-ascii"
-_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹ᵀᵗ", "0123456789Tt"))
+_SUPERSCRIPTS = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹ᵀᵗ", "0123456789Tt", strict=True))
 _STAND_INS = {
     "·": ".", "×": "x", "−": "-", "—": "--", "–": "-", "…": "...", "√": "sqrt", "✓": "ok", "✗": "X",
     "≈": "~", "≤": "<=", "≥": ">=", "→": "->", "←": "<-", "◀": "<", "▶": ">", "÷": "/", "µ": "u", "β": "beta",

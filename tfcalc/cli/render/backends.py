@@ -2,9 +2,9 @@
 
 Rich: where a table is wider than the console, columns are hidden in order of their priority number
 (highest first) until it fits, text columns wrap at spaces, and a dim line names what was hidden; no
-cell or header is ever cut, so no digit or name is lost (see fit_columns). Markdown keeps every column and formats cells as the table
-does. CSV writes raw values (exact integers) with one header row per table, tables separated by a blank
-line and preceded by a one-cell title row.
+cell or header is ever cut, so no digit or name is lost (see fit_columns). Markdown keeps every column
+and formats cells as the table does. CSV writes raw values (exact integers) with one header row per
+table, tables separated by a blank line and preceded by a one-cell title row.
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable,
         hidden.insert(0, table.columns[worst].header)
 
 
-def _squeeze(table: Table, keep: list[int], exact: bool, fix: Callable[[str], str], excess: int) -> dict[int, int] | None:
+def _squeeze(
+    table: Table, keep: list[int], exact: bool, fix: Callable[[str], str], excess: int
+) -> dict[int, int] | None:
     """{column: width} narrowing the wrapping text columns by excess in all, the widest first, none below
     its longest word; None when they cannot give that much."""
     widths = {}
@@ -150,7 +152,8 @@ def write_markdown(doc: Doc, exact: bool = False) -> str:
         lines.append("| " + " | ".join(_md_escape(c.header) or " " for c in block.columns) + " |")
         lines.append("|" + "|".join("---:" if c.justify == "right" else ":---" for c in block.columns) + "|")
         for row in block.rows:
-            cells = [_md_escape(_cell_text(cell, col.unit, exact)[0]) for cell, col in zip(row.cells, block.columns)]
+            cells = [_md_escape(_cell_text(cell, col.unit, exact)[0])
+                     for cell, col in zip(row.cells, block.columns, strict=True)]
             if row.style == "bold" and cells[0]:
                 cells[0] = f"**{cells[0]}**"
             lines.append("| " + " | ".join(cells) + " |")

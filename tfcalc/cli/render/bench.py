@@ -28,7 +28,8 @@ def document(reports: list[BenchReport], verbose: bool = False) -> Doc:
         for r in rows:
             spread = r["between_round_spread"]
             t.add(r["seq"], r["median_s"], r["p10_s"], r["p90_s"], "—" if spread is None else spread / 2,
-                  r["tokens_per_s"], r["achieved_flops_per_s"], r["ceiling_fraction"], "—" if r["mfu"] is None else r["mfu"])
+                  r["tokens_per_s"], r["achieved_flops_per_s"], r["ceiling_fraction"],
+                  "—" if r["mfu"] is None else r["mfu"])
         split = doc.table(f"{report.model.label}: where one block's time goes (sub-layers timed alone)",
                           Column("seq", "int"), Column("attention", "seconds"), Column("FFN", "seconds"),
                           Column("attention ÷ (attention + FFN): time", "share"), Column("FLOPs", "share"),

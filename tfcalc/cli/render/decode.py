@@ -23,7 +23,8 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
                       Column("prompt", "int"), Column("TTFT", "seconds"), Column("decode / token", "seconds"),
                       Column("p10", "seconds", priority=2), Column("p90", "seconds", priority=2),
                       Column("tok/s", "tokens_rate"), Column("bytes / token", "bytes", priority=1),
-                      Column("achieved", "byte_rate"), Column("MBU", "share"), Column("prefill MFU", "share", priority=3))
+                      Column("achieved", "byte_rate"), Column("MBU", "share"),
+                      Column("prefill MFU", "share", priority=3))
         for r in rows:
             t.add(r["seq"], r["prefill_s"], r["decode_s_per_token"], r["decode_p10_s"], r["decode_p90_s"],
                   r["decode_tokens_per_s_total"], r["bytes_per_token"], r["achieved_bandwidth_bytes_per_s"], r["mbu"],

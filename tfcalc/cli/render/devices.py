@@ -10,7 +10,8 @@ def document(reports: list[DevicesReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for report in reports:
         t = doc.table("Devices tfcalc knows (dense datasheet rates; interconnect per GPU, one direction)",
-                      Column("key"), Column("device"), Column("bf16", "flop_rate"), Column("fp8", "flop_rate", priority=2),
+                      Column("key"), Column("device"), Column("bf16", "flop_rate"),
+                      Column("fp8", "flop_rate", priority=2),
                       Column("fp32", "flop_rate", priority=3), Column("memory", "bytes"),
                       Column("bandwidth", "byte_rate"), Column("ridge bf16", "intensity", priority=1),
                       Column("in node", "byte_rate", priority=2), Column("network", "byte_rate", priority=3),

@@ -54,7 +54,8 @@ def roofline_table(doc: Doc, title: str, step_rows: list[dict[str, Any]]) -> Non
 
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
-    doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and {units.byte_rate(c.bytes_per_s)}, "
+    doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
+             f"{units.byte_rate(c.bytes_per_s)}, "
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
     if r.max_batch == 0:
         doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "

@@ -22,7 +22,8 @@ def layers(row: dict[str, Any]) -> str:
 def document(reports: list[PresetsReport], verbose: bool = False) -> Doc:
     doc = Doc()
     t = doc.table("Presets (tfcalc params NAME)", Column("Name"), Column("Kind"), Column("Layers", "text"),
-                  Column("d_model", "int"), Column("Heads q/kv", "text", priority=1), Column("d_head", "int", priority=3),
+                  Column("d_model", "int"), Column("Heads q/kv", "text", priority=1),
+                  Column("d_head", "int", priority=3),
                   Column("d_ff", "int", priority=2), Column("Vocab", "int", priority=3),
                   Column("Context", "int", priority=2), Column("Params", "params"), Column("Named", priority=1),
                   Column("Aliases", priority=4))

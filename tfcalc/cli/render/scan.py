@@ -36,9 +36,10 @@ def _marks(report: ScanReport) -> dict[int, list[str]]:
 
 def _one(doc: Doc, report: ScanReport) -> None:
     marks, context = _marks(report), report.model.cfg.max_seq_len
-    legend = ", ".join(f"{char} {name}" for (_, char, _), name in zip(PARTS, PART_NAMES))
+    legend = ", ".join(f"{char} {name}" for (_, char, _), name in zip(PARTS, PART_NAMES, strict=True))
     t = doc.table(f"{report.model.label}: forward FLOPs and memory against T (batch {report.batch}, bytes in "
-                  f"{report.dtype})", Column("T", wrap=False), Column("scores", "flop"), Column("projections", "flop", priority=1),
+                  f"{report.dtype})", Column("T", wrap=False), Column("scores", "flop"),
+                  Column("projections", "flop", priority=1),
                   Column("FFN", "flop"), Column("LM head", "flop", priority=3), Column("scores share", "share"),
                   Column("KV cache", "bytes"), Column("activations", "bytes", priority=1),
                   Column("training", "bytes", priority=4), Column("forward FLOPs", priority=2, wrap=False),

@@ -14,7 +14,8 @@ def document(reports: list[DecodeScanReport], verbose: bool = False) -> Doc:
         t = doc.table(f"{r.model.label}: decode at context {r.context:,} on {r.spec.name} (weights {r.fmt.label}, "
                       f"KV cache {r.kv_dtype})", Column("batch", "int"), Column("step", "seconds"),
                       Column("tok/s total", "tokens_rate"), Column("tok/s per seq", "tokens_rate"),
-                      Column("memory roof", "tokens_rate", priority=2), Column("compute roof", "tokens_rate", priority=2),
+                      Column("memory roof", "tokens_rate", priority=2),
+                      Column("compute roof", "tokens_rate", priority=2),
                       Column("intensity", "intensity", priority=1), Column("bound"), Column("KV cache", "bytes"),
                       Column("fits"))
         for row in r.rows:
