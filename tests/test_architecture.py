@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from conftest import MIXTRAL_LIKE, tiny
+from hypothesis import assume, given, settings, strategies as st
 
 from tfcalc.architecture import FFN, Attention, Block, MoE, Norm, Run, compress
+from tfcalc.architecture.flat import is_moe_layer
 from tfcalc.count import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
@@ -137,3 +140,34 @@ def test_mixed_layers_flops_and_non_matmul_by_hand():
     b = flops.breakdown(cfg, 2, 5)
     assert b.totals()["ffn"] == 284_160
     assert b.non_matmul_by_kind()["activation"] == 7_200
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_layer=st.integers(1, 40), first=st.integers(0, 6), every=st.sampled_from([None, 1, 2, 3]),
+       full=st.sampled_from([None, 2, 3, 6]), data=st.data())
+def test_runs_in_closed_form_equal_the_layer_by_layer_rule(n_layer, first, every, full, data):
+    """The runs built without listing layers (architecture.flat) hold, layer by layer, what the per-layer
+    rules say (is_moe_layer, cfg.layer_window); a range's kinds counted in closed form equal the count
+    of the listed layers."""
+    assume(first < n_layer and (every or 1) <= n_layer)
+    cfg = tiny(n_layer=n_layer, first_dense_layers=first or None, moe_every=every, sliding_window=3,
+               full_attention_every=full, **MIXTRAL_LIKE)
+    stack = cfg.architecture.output
+    layers = list(stack.layers())
+    assert len(layers) == n_layer == stack.n_layer
+    assert [b.is_moe for b in layers] == [is_moe_layer(cfg, i) for i in range(n_layer)]
+    assert [b.attention.window for b in layers] == [cfg.layer_window(i) for i in range(n_layer)]
+    start = data.draw(st.integers(0, n_layer - 1))
+    stop = data.draw(st.integers(start, n_layer))
+    listed = Counter(layers[start:stop])
+    assert dict(stack.kinds_in(start, stop)) == dict(listed)
+
+
+def test_a_2_to_the_40_layer_model_is_described_in_a_few_runs():
+    """Depths up to 2**40 are valid: the description never lists layers, so counting stays instant."""
+    cfg = tiny(n_layer=2**40, sliding_window=4, full_attention_every=3, first_dense_layers=5, moe_every=2,
+               **MIXTRAL_LIKE)
+    stack = cfg.architecture.output
+    assert len(stack.runs) < 10 and stack.n_layer == 2**40
+    assert sum(n for _, n in stack.kinds()) == 2**40
+    assert count.total(cfg) > 0 and flops.forward_flops(cfg, 1, 8) > 0

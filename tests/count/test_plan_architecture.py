@@ -68,7 +68,7 @@ def test_mixed_layers_land_on_their_stages():
     held = [{t.name: n for t, n in shard.stage_tensors(cfg, 2, s)} for s in (0, 1)]
     assert held[0]["ffn_up_weight"] == 1 and "ffn_up_weight" not in held[1]
     assert held[0]["expert_ffn_up_weight"] == 4 and held[1]["expert_ffn_up_weight"] == 8
-    moe_block = max(sum(t.copies * math.prod(t.shape) for t in unit) for unit in shard.block_units(cfg))
+    moe_block = max(sum(t.copies * math.prod(t.shape) for t in unit) for unit, _ in shard.units(cfg))
     assert rm.gathered_bytes(cfg, layout(dp=2, zero=3, global_batch=4)) == 2 * 2 * max(
         moe_block, sum(t.numel for t in shard.module_tensors(cfg) if not t.per_block))
 

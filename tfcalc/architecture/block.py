@@ -118,18 +118,23 @@ class Stack:
             for _ in range(run.repeat):
                 yield from run.pattern
 
-    def layer(self, i: int) -> Block:
-        for n, block in enumerate(self.layers()):
-            if n == i:
-                return block
-        raise IndexError(f"layer {i} of a {self.n_layer}-layer stack")
-
     def kinds(self) -> list[tuple[Block, int]]:
         """(distinct block, layers that are it), in first-seen order: what a fold multiplies out."""
+        return self.kinds_in(0, self.n_layer)
+
+    def kinds_in(self, start: int, stop: int) -> list[tuple[Block, int]]:
+        """(distinct block, layers that are it) among layers start..stop-1, counted from the runs in closed
+        form (a pipeline stage's share of a 2**40-layer stack costs no more than of a 2-layer one)."""
         counts: dict[Block, int] = {}
+        pos = 0
         for run in self.runs:
-            for block in run.pattern:
-                counts[block] = counts.get(block, 0) + run.repeat
+            period, end = len(run.pattern), pos + len(run.pattern) * run.repeat
+            lo, hi = max(start, pos), min(stop, end)
+            for j, block in enumerate(run.pattern if lo < hi else ()):
+                first = pos + j + period * max(0, -(-(lo - pos - j) // period))  # first i >= lo at offset j
+                if first < hi:
+                    counts[block] = counts.get(block, 0) + (hi - 1 - first) // period + 1
+            pos = end
         return list(counts.items())
 
 

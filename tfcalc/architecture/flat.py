@@ -15,13 +15,15 @@ Per-layer patterns in the flat fields:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tfcalc.architecture.attention import Attention
-from tfcalc.architecture.block import Block, Stack, compress
+from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
+from tfcalc.errors import InputError
 
 
 def build(cfg: Any) -> Architecture:
@@ -46,8 +48,45 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
     relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
     emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
                      cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared)
-    layers = [_block(cfg, norm, i, causal, cross) for i in range(n_layer)]
-    return Stack(compress(layers), emb, norm if cfg.final_norm else None, name)
+    return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
+
+
+MAX_PERIOD = 4096  # layers in one repeat of the pattern; far past any model's (Gemma 3: 6)
+
+
+def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tuple[Run, ...]:
+    """The stack's runs in closed form, never one block per layer (a depth may be 2**40): layers 0..k-1
+    (k = first_dense_layers) repeat with the window's period, the rest with the period of the window and
+    the experts together (each layer's kind depends on i only through i + 1 mod those periods)."""
+    k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
+    window = (cfg.full_attention_every or 1) if causal and cfg.sliding_window is not None else 1
+    every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
+    out: list[Run] = []
+    for start, stop, period in ((0, k, window), (k, n_layer, math.lcm(window, every))):
+        if stop <= start:
+            continue
+        if period > MAX_PERIOD:
+            raise InputError(f"the layers' pattern repeats every {period:,} layers (full_attention_every and "
+                             f"moe_every together): at most {MAX_PERIOD:,} is described")
+        reps, rest = divmod(stop - start, period)
+        if reps:
+            out.append(Run(tuple(_block(cfg, norm, i, causal, cross) for i in range(start, start + period)), reps))
+        out += compress([_block(cfg, norm, i, causal, cross) for i in range(stop - rest, stop)])
+    return _merge(out)
+
+
+def _merge(runs: list[Run]) -> tuple[Run, ...]:
+    """Each run's pattern at its shortest ((l, g, l, g)×n as (l, g)×2n), and neighbours of one pattern joined."""
+    out: list[Run] = []
+    for run in runs:
+        n = len(run.pattern)
+        p = next(p for p in range(1, n + 1) if n % p == 0 and run.pattern == run.pattern[:p] * (n // p))
+        run = Run(run.pattern[:p], run.repeat * (n // p))
+        if out and out[-1].pattern == run.pattern:
+            run = Run(run.pattern, out[-1].repeat + run.repeat)
+            out.pop()
+        out.append(run)
+    return tuple(out)
 
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:

@@ -140,9 +140,21 @@ class Architecture:
         """The causal stack (an encoder has none)."""
         return None if self.kind == "encoder" else self.output
 
-    def blocks(self) -> list[Block]:
-        """Every layer's block, stacks in model order."""
-        return [b for s in self.stacks for b in s.layers()]
+    def kinds(self) -> list[tuple[Stack, Block, int]]:
+        """(stack, distinct block, layers that are it), stacks in model order."""
+        return [(s, b, n) for s in self.stacks for b, n in s.kinds()]
+
+    def kinds_in(self, start: int, stop: int) -> list[tuple[Stack, Block, int]]:
+        """As kinds(), among the layers start..stop-1 of all stacks numbered in model order (encoder first)."""
+        out, offset = [], 0
+        for s in self.stacks:
+            out += [(s, b, n) for b, n in s.kinds_in(start - offset, stop - offset)]
+            offset += s.n_layer
+        return out
+
+    @property
+    def has_moe(self) -> bool:
+        return any(b.is_moe for _, b, _ in self.kinds())
 
     def weights(self) -> list[Placed]:
         """Every tensor once per (name, shape), with the layers holding it, in model order: each stack's

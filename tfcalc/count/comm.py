@@ -54,7 +54,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.layout import Layout
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.rank_memory import FP32, weight_element_bytes
-from tfcalc.count.shard import fsdp_shard, stage_layers, stage_tensors, stage_units, tied_stage_copy, tp_local_shape
+from tfcalc.count.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 GROUPS = ("dp", "tp", "pp")
@@ -97,14 +97,16 @@ def by_key(collectives) -> dict[str, int]:
     return out
 
 
-def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[list[int], int]:
-    """(each block's, the root's tensors on the stage): elements per rank under FSDP2's padded split."""
+def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int]:
+    """(blocks on the stage, all their shards, the root's tensors on the stage): elements per rank under
+    FSDP2's padded split."""
     def shard(t) -> int:
         return t.copies * fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
 
-    blocks = [sum(shard(t) for t in unit) for unit in stage_units(cfg, layout.pp, stage)]
+    kinds = stage_kinds(cfg, layout.pp, stage)
+    blocks = sum(n * sum(shard(t) for t in tensors) for _, tensors, n in kinds)
     root = sum(shard(t) for t, _ in stage_tensors(cfg, layout.pp, stage) if not t.per_block)
-    return blocks, root
+    return sum(n for _, _, n in kinds), blocks, root
 
 
 def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
@@ -122,11 +124,11 @@ def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> li
     if layout.zero in (1, 2):
         times = 1 if layout.zero == 1 else m
         return [c("dp_grads", "reduce_scatter", times * flat, times), c("zero_params", "all_gather", flat, 1)]
-    shards, root = _unit_shards(cfg, layout, stage)
-    blocks, units = len(shards), len(shards) + (root > 0)
-    gathers = m * (2 * sum(shards) + root)
+    blocks, shards, root = _unit_shards(cfg, layout, stage)
+    units = blocks + (root > 0)
+    gathers = m * (2 * shards + root)
     return [c("zero_params", "all_gather", ew * N * gathers, m * (2 * blocks + (root > 0))),
-            c("dp_grads", "reduce_scatter", ew * N * m * (sum(shards) + root), m * units)]
+            c("dp_grads", "reduce_scatter", ew * N * m * (shards + root), m * units)]
 
 
 def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
@@ -136,7 +138,7 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
         return []
     # TP-split sub-layers of the stage: every attention, and every FFN but a mixture of experts (its
     # experts are whole on every rank: replicated, so their output needs no reduction)
-    split = sum(1 + (not b.is_moe) for b in stage_layers(cfg, layout.pp, stage))
+    split = sum(n * (1 + (not b.is_moe)) for b, _, n in stage_kinds(cfg, layout.pp, stage))
     first, last = stage == 0, stage == layout.pp - 1
     tokens = layout.micro_batch * layout.seq
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model

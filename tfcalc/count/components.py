@@ -79,7 +79,7 @@ def fused_rows(cfg: ModelConfig, module: str) -> dict[str, tuple[int, int]]:
     (tfcalc.architecture): the first layer that holds the module gives the widths."""
     parts = {"attn.qkv": ("attn_", ("q", "k", "v")), "cross_attn.kv": ("cross_attn_", ("k", "v"))}
     prefix, names = parts[module] if module in parts else (_FFN_PREFIX[module], ("gate", "up"))
-    for block in cfg.architecture.blocks():
+    for _, block, _ in cfg.architecture.kinds():
         shapes = {w.name: w.shape[0] for w in block.weights()}
         if f"{prefix}{names[-1]}_weight" in shapes:
             rows, start = {}, 0

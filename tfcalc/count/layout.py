@@ -75,7 +75,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.pp > 1 and cfg.arch == "encoder-decoder":
         raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
                          "encoder output along: not modelled)")
-    if layout.sequence_parallel and any(b.is_moe for b in cfg.architecture.blocks()):
+    if layout.sequence_parallel and cfg.architecture.has_moe:
         raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
                          "parallelism around replicated experts is not modelled (leave out --sp)")
     if layout.zero and layout.dp == 1:

@@ -54,13 +54,13 @@ from tfcalc.count.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.layout import Layout
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.shard import (
-    block_units,
     fsdp_shard,
     module_tensors,
     stage_blocks,
     stage_tensors,
     total_blocks,
     tp_local_shape,
+    units,
 )
 
 FP32 = 4
@@ -129,7 +129,7 @@ def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
     def size(t) -> int:
         return t.copies * math.prod(tp_local_shape(t, layout.tp))
 
-    block = max(sum(size(t) for t in unit) for unit in block_units(cfg))  # the largest block kind
+    block = max(sum(size(t) for t in tensors) for tensors, _ in units(cfg))  # the largest block kind
     root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
     return 2 * weight_element_bytes(layout.dtype) * max(block, root)
 

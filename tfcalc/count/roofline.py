@@ -192,7 +192,7 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
         return Row(e.component, e.label, flops, 0, kv, qo)
     w = weights.get(e.component, 0)
     if e.component.startswith("expert_ffn"):  # only the experts some token is routed to
-        moe = next(b.ffn for b in cfg.architecture.blocks() if b.is_moe)
+        moe = next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
         w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
     return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies)
 

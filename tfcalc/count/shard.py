@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
-from tfcalc.architecture import Weight
+from tfcalc.architecture import Block, Stack, Weight
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
@@ -89,7 +89,7 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
         raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with tp 1 (data parallel and ZeRO); "
                          "cross-attention under tensor parallelism is not modelled")
     split = {}
-    for block in cfg.architecture.blocks():
+    for _, block, _ in cfg.architecture.kinds():
         a = block.attention
         split.update(n_head=a.n_head, n_kv_head=a.n_kv_head)
         if not block.is_moe:
@@ -112,17 +112,19 @@ def _module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
     return tuple(_join([(p.weight, p.where) for p in placed]))
 
 
-@functools.lru_cache(maxsize=64)
-def block_units(cfg: ModelConfig) -> tuple[tuple[Tensor, ...], ...]:
-    """Every block's stored tensors, one tuple per layer in model order (encoder first): FSDP's units."""
-    kinds: dict = {}
-    out = []
-    for stack in cfg.architecture.stacks:
-        for block in stack.layers():
-            if (stack.prefix, block) not in kinds:
-                kinds[stack.prefix, block] = tuple(_join([(w.named(stack.prefix), "block") for w in block.weights()]))
-            out.append(kinds[stack.prefix, block])
-    return tuple(out)
+def unit(stack: Stack, block: Block) -> tuple[Tensor, ...]:
+    """One block's stored tensors (an FSDP unit), named as module_tensors names them."""
+    return _unit(stack.prefix, block)
+
+
+@functools.lru_cache(maxsize=256)
+def _unit(prefix: str, block: Block) -> tuple[Tensor, ...]:
+    return tuple(_join([(w.named(prefix), "block") for w in block.weights()]))
+
+
+def units(cfg: ModelConfig) -> list[tuple[tuple[Tensor, ...], int]]:
+    """(block's stored tensors, blocks of that kind), every kind of block of the model."""
+    return [(unit(s, b), n) for s, b, n in cfg.architecture.kinds()]
 
 
 def _join(weights: list[tuple[Weight, str]]) -> list[Tensor]:
@@ -173,30 +175,21 @@ def stage_blocks(n_layer: int, pp: int) -> list[int]:
     return [base + (s < extra) for s in range(pp)]
 
 
-def _stage_range(cfg: ModelConfig, pp: int, stage: int) -> range:
+def stage_kinds(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Block, tuple[Tensor, ...], int]]:
+    """(block, its stored tensors, blocks of that kind) on pipeline stage ``stage``: its contiguous run of
+    the model's blocks (encoder first), counted in closed form."""
     counts = stage_blocks(total_blocks(cfg), pp)
-    return range(sum(counts[:stage]), sum(counts[:stage + 1]))
-
-
-def stage_units(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, ...]]:
-    """The blocks of pipeline stage ``stage``, each as its stored tensors (one FSDP unit each)."""
-    units = block_units(cfg)
-    return [units[i] for i in _stage_range(cfg, pp, stage)]
-
-
-def stage_layers(cfg: ModelConfig, pp: int, stage: int) -> list:
-    """The blocks (tfcalc.architecture.Block) of pipeline stage ``stage``, in model order."""
-    blocks = cfg.architecture.blocks()
-    return [blocks[i] for i in _stage_range(cfg, pp, stage)]
+    start = sum(counts[:stage])
+    return [(b, unit(s, b), n) for s, b, n in cfg.architecture.kinds_in(start, start + counts[stage])]
 
 
 def stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, int]]:
     """(tensor, copies) held by pipeline stage ``stage``: its blocks' tensors and its end's tensors."""
     first, last = stage == 0, stage == pp - 1
     held: dict[Tensor, int] = {}
-    for unit in stage_units(cfg, pp, stage):
-        for t in unit:
-            held[t] = held.get(t, 0) + t.copies
+    for _, tensors, n in stage_kinds(cfg, pp, stage):
+        for t in tensors:
+            held[t] = held.get(t, 0) + t.copies * n
     out = []
     for t in module_tensors(cfg):
         if t.per_block:

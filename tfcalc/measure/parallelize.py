@@ -48,7 +48,7 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if cfg.arch == "encoder-decoder":
         raise InputError(f"{cfg.name} is an encoder-decoder: it is planned, not run (a real run covers decoder "
                          "and encoder models)")
-    if layout.tp > 1 and any(b.is_moe for b in cfg.architecture.blocks()):
+    if layout.tp > 1 and cfg.architecture.has_moe:
         raise InputError(f"{cfg.name} has a mixture of experts: a real run covers it with tp 1 (the plan keeps the "
                          "experts whole on every TP rank; the run's TP plan splits dense FFNs only)")
     if layout.sequence_parallel and cfg.pooler:

@@ -73,7 +73,7 @@ class PlanReport:
     def notes(self) -> list[str]:
         """What the plan assumes beyond the layout, for this model."""
         out = []
-        if any(b.is_moe for b in self.model.cfg.architecture.blocks()):
+        if self.model.cfg.architecture.has_moe:
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
                        "parallelism); only attention and dense FFNs are split under TP")
         if self.model.cfg.arch == "encoder-decoder":
