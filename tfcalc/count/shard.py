@@ -185,20 +185,25 @@ def stage_kinds(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Block, tupl
 
 def stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, int]]:
     """(tensor, copies) held by pipeline stage ``stage``: its blocks' tensors and its end's tensors."""
+    return list(_stage_tensors(cfg, pp, stage))
+
+
+@functools.lru_cache(maxsize=16384)  # a plan's search asks for the same stages of many layouts
+def _stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> tuple[tuple[Tensor, int], ...]:
     first, last = stage == 0, stage == pp - 1
-    held: dict[Tensor, int] = {}
+    held: dict[tuple, int] = {}  # keyed by (name, shape): cheaper to hash than the dataclass
     for _, tensors, n in stage_kinds(cfg, pp, stage):
         for t in tensors:
-            held[t] = held.get(t, 0) + t.copies * n
+            held[t.name, t.shape] = held.get((t.name, t.shape), 0) + t.copies * n
     out = []
     for t in module_tensors(cfg):
         if t.per_block:
-            copies = held.get(t, 0)
+            copies = held.get((t.name, t.shape), 0)
         else:
             copies = int((t.where in ("first", "both") and first) or (t.where in ("last", "both") and last))
         if copies:
             out.append((t, copies))
-    return out
+    return tuple(out)
 
 
 def tied_stage_copy(cfg: ModelConfig, pp: int) -> Optional[Tensor]:
