@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.shard import check_supported, check_tp, total_blocks
+from tfcalc.count.shard import check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError
 
@@ -60,7 +60,6 @@ def _positive(**values: int) -> None:
 
 def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     """Raise InputError, one line, for a layout the model cannot take."""
-    check_supported(cfg)
     _positive(tp=layout.tp, pp=layout.pp, dp=layout.dp, seq=layout.seq, global_batch=layout.global_batch,
               micro_batch=layout.micro_batch)
     if layout.zero not in ZERO_STAGES:

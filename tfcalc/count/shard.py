@@ -1,13 +1,15 @@
 """How the real model's parameter tensors are split across ranks: pure arithmetic, no torch.
 
-The tensors are those tfcalc.model builds (``module_tensors``), fused where the module fuses them: Q, K
-and V are one ``attn.qkv`` tensor (rows [Q | K | V]) and a gated FFN's gate and up projections one
-``ffn.up`` tensor (rows [gate | up]). Splitting a fused tensor into contiguous row blocks would hand
-rank 0 all of Q and rank 1 all of K and V, so for tensor parallelism the rows are first interleaved by
-rank -- [Q₀ K₀ V₀ | Q₁ K₁ V₁ | ...], [gate₀ up₀ | gate₁ up₁ | ...] -- and rank r's contiguous block is
-then its own heads' Q, K and V (its own FFN columns' gate and up): every part is split evenly, so
-n_head, n_kv_head and d_ff must be multiples of tp (``check_tp``). tfcalc.measure.parallelize does
-exactly this interleaving before sharding the real module.
+The tensors are a fold over the description (``cfg.architecture.weights()``, tfcalc.architecture), joined
+where the model stores them fused (each component's ``Weight.fused``): Q, K and V are one ``attn_qkv``
+tensor (rows [Q | K | V], tfcalc.model's ``attn.qkv``) and a gated FFN's gate and up projections one
+``ffn_up`` tensor (rows [gate | up]). Every block kind is listed once, with the layers that hold it, so
+mixed layers (dense, then MoE) land on the pipeline stages that hold them. Splitting a fused tensor into
+contiguous row blocks would hand rank 0 all of Q and rank 1 all of K and V, so for tensor parallelism
+the rows are first interleaved by rank -- [Q₀ K₀ V₀ | Q₁ K₁ V₁ | ...], [gate₀ up₀ | gate₁ up₁ | ...] --
+and rank r's contiguous block is then its own heads' Q, K and V (its own FFN columns' gate and up):
+every part is split evenly, so n_head, n_kv_head and d_ff must be multiples of tp (``check_tp``).
+tfcalc.measure.parallelize does exactly this interleaving before sharding the real module.
 
 Tensor parallelism, Megatron-style (Shoeybi et al. 2019, sec. 3; Narayanan et al. 2021, sec. 2.3), as
 ``parallelize_module`` applies it:
@@ -73,10 +75,6 @@ def chunk_rows(n: int, parts: int, index: int = 0) -> int:
     last ones shorter or empty."""
     size = -(-n // parts)
     return max(0, min(size, n - index * size))
-
-
-def check_supported(cfg: ModelConfig) -> None:
-    """Every model is planned; nothing to refuse (kept for callers: the layouts are checked in check_tp)."""
 
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:
