@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny
 
+from tfcalc.config import replace
 from tfcalc.count.layout import Layout
 from tfcalc.count.plan import make_plan
 from tfcalc.count.steptime import Hardware
@@ -18,6 +19,8 @@ from tfcalc.errors import InputError
 from tfcalc.measure.launch import check_nproc, launch, run_ranks
 from tfcalc.measure.parallelize import check_measurable, interleave_rows
 from tfcalc.model import build_model
+from tfcalc.presets import load
+from tfcalc.report.plan_check import small_copy
 
 # Odd vocabulary (61 rows: torch.chunk gives 31 and 30, FSDP2 pads to 31), GQA, gated FFN, biases.
 CFG = tiny(n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
@@ -45,10 +48,31 @@ def runs():
     return dict(zip(LAYOUTS, launch(jobs, 2), strict=True))
 
 
+# The three presets whose tensors the plan once listed apart from the model (qwen2-7b's O biases, gemma-2-9b's
+# sandwich post-norms, falcon-7b's single shared norm) and GPT-2, as small copies under tp 2: one launch
+DRIFTED = ("qwen2-7b", "gemma-2-9b", "falcon-7b", "gpt2")
+
+
+@pytest.fixture(scope="module")
+def drifted_runs():
+    cfgs = {n: small_copy(replace(load(n), tie_embeddings=False), 2) for n in DRIFTED}
+    layout = dataclasses.asdict(L(tp=2, micro_batch=2))
+    jobs = [dict(config=dataclasses.asdict(c), layout=layout) for c in cfgs.values()]
+    return {n: (cfgs[n], r) for n, r in zip(DRIFTED, launch(jobs, 2), strict=True)}
+
+
+@pytest.mark.parametrize("name", DRIFTED)
+def test_the_presets_that_drifted_agree_under_tp(drifted_runs, name):
+    cfg, ranks = drifted_runs[name]
+    _assert_agree(make_plan(cfg, L(tp=2, micro_batch=2), HW, 0.5), ranks)
+
+
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_plan_equals_measured(runs, name):
-    plan = make_plan(CFG, LAYOUTS[name], HW, 0.5)
-    ranks = runs[name]
+    _assert_agree(make_plan(CFG, LAYOUTS[name], HW, 0.5), runs[name])
+
+
+def _assert_agree(plan, ranks) -> None:
     assert [r["rank"] for r in ranks] == [0, 1]
     assert all(r["backend"] == "gloo" and r["world_size"] == 2 for r in ranks)
     rank0 = ranks[0]
