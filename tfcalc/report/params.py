@@ -99,9 +99,12 @@ class ParamsReport:
         if note:
             notes.append(note.text(cfg.n_head, cfg.head_dim))
         if cfg.n_expert:
+            kinds = cfg.architecture.kinds()
+            moe, blocks = sum(n for _, b, n in kinds if b.is_moe), sum(n for _, _, n in kinds)
+            where = "each block" if moe == blocks else f"each of the {moe:,} MoE blocks (of {blocks:,}; others dense)"
             notes.append(
-                f"mixture of experts: each token runs {cfg.experts_active} of the {cfg.experts} experts of each "
-                f"block, so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
+                f"mixture of experts: each token runs {cfg.experts_active} of the {cfg.experts} experts of {where}, "
+                f"so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )
         if self.empirical_method == "per_block":
