@@ -105,8 +105,18 @@ def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | 
     return tp, pp, dp
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending, by trial division up to √n: 2^20 steps for the largest --gpus
+    (2^40), where a scan of 1..n ran for minutes at --gpus 1000000000."""
+    small, large = [], []
+    k = 1
+    while k * k <= n:
+        if n % k == 0:
+            small.append(k)
+            if k * k != n:
+                large.append(n // k)
+        k += 1
+    return small + large[::-1]
 
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
@@ -117,10 +127,15 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
     replicated activations by tp). Batch sizes and dtype are the base layout's."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
-    for tp in _divisors(gpus):
+    every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
+    for tp in every:
         if tp > gpus_per_node:
-            continue
-        for pp in _divisors(gpus // tp):
+            break
+        for pp in every:
+            if pp > cfg.n_layer:
+                break
+            if (gpus // tp) % pp:
+                continue
             dp = gpus // (tp * pp)
             zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
             for z in zeros:

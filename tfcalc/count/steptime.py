@@ -84,10 +84,22 @@ def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
     return span <= gpus_per_node
 
 
+MIN_UTILIZATION = 1e-4  # below 0.01% of the peak a step time is not a plan (1e-300 made it infinite)
+
+
+def check_utilization(utilization: object) -> float:
+    """--mfu (the API's mfu=): a number in [MIN_UTILIZATION, 1]; InputError, one line, otherwise."""
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)):
+        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {type(utilization).__name__} "
+                         f"{str(utilization)[:40]!r}")
+    if not MIN_UTILIZATION <= utilization <= 1:  # NaN fails this too
+        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {utilization:g}")
+    return float(utilization)
+
+
 def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, utilization: float) -> StepTime:
     """Steps 1-5."""
-    if not 0 < utilization <= 1:
-        raise InputError(f"--mfu must be in (0, 1]; got {utilization}")
+    check_utilization(utilization)
     model, executed = executed_flops(cfg, layout)
     compute = executed / layout.gpus / (hw.peak_flops_per_s * utilization)
     bubble = bubble_fraction(layout.pp, layout.micro_batches)

@@ -89,7 +89,7 @@ class InferReport:
             "total_s": est.total_s, "beyond_context": self.beyond_context,
             **top,
             "roofline": {"prefill": rows_json(est.prefill, c),
-                         "first_decode_step": rows_json(est.decode_steps[0], c) if est.decode_steps else None},
+                         "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
 
     @property

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tfcalc import devices
-from tfcalc.count.layout import Layout, resolve_degrees
+from tfcalc.count.layout import Layout, candidate_layouts, resolve_degrees
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.steptime import Hardware, TrainingRun, training_run
@@ -134,6 +134,14 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
+    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, **only), None) is None:
+        most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
+        hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
+                f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
+                "give fewer --gpus or a larger --global-batch") if request.gpus > most else (
+                "tp must divide the heads and widths, pp the blocks, dp the global batch; try another --gpus")
+        raise InputError(f"no layout of {request.gpus:,} GPUs splits {cfg.name} at global batch {base.global_batch}, "
+                         f"micro-batch {base.micro_batch}: {hint}")
     if not plans:
         raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
                          f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}; "
