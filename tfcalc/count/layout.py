@@ -90,7 +90,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
 def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
     """(tp, pp, dp) from what was given: missing tp and pp are 1, a missing dp fills the GPUs; gpus must
     equal tp·pp·dp."""
-    tp, pp = tp or 1, pp or 1
+    tp, pp = 1 if tp is None else tp, 1 if pp is None else pp  # not `tp or 1`: --tp 0 is refused, not read as 1
     _positive(tp=tp, pp=pp)
     if dp is None:
         if gpus is None:

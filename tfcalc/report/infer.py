@@ -145,6 +145,9 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         check_size("--src-seq", o.src_seq)
         if model.cfg.arch != "encoder-decoder":
             raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
+    if o.measure:
+        check_size("--repeat", o.repeat)
+        check_size("--warmup", o.warmup, low=0)
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
 
