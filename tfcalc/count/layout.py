@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.shard import check_supported, check_tp
 from tfcalc.count.training import check_training_dtype
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
@@ -54,8 +54,8 @@ class Layout:
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # True is an int to Python
+            raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {shown(value)}")
 
 
 def check_layout(cfg: ModelConfig, layout: Layout) -> None:
@@ -63,10 +63,10 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     check_supported(cfg)
     _positive(tp=layout.tp, pp=layout.pp, dp=layout.dp, seq=layout.seq, global_batch=layout.global_batch,
               micro_batch=layout.micro_batch)
-    if layout.zero not in ZERO_STAGES:
-        raise InputError(f"--zero must be 0, 1, 2 or 3; got {layout.zero}")
-    if layout.recompute not in RECOMPUTE:
-        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got '{layout.recompute}'")
+    if isinstance(layout.zero, bool) or layout.zero not in ZERO_STAGES:  # zero=True would pass as stage 1
+        raise InputError(f"--zero must be 0, 1, 2 or 3; got {shown(layout.zero)}")
+    if not isinstance(layout.recompute, str) or layout.recompute not in RECOMPUTE:
+        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(layout.recompute)}")
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
     if layout.pp > cfg.n_layer:

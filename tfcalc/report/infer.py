@@ -20,7 +20,7 @@ from tfcalc.count import serving
 from tfcalc.count.memory import check_dtype
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.roofline import Ceilings
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
@@ -138,6 +138,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[d
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
+    if isinstance(o.batches, (str, bytes)) or not o.batches:
+        raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")
     for b in o.batches:
         check_size("--batch", b)
     check_size("--gen", o.gen)
