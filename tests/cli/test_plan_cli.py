@@ -91,7 +91,7 @@ def test_gpus_auto_is_the_default_without_a_layout(cli):
     (["--dp", "2", "--zero", "1", "--measure"], "ZeRO-1 is planned"),
     (["--device-spec", "h100-sxn", "--dp", "2"], "did you mean 'h100-sxm'"),
     (["--tokens", "lots", "--dp", "2"], "token count"),
-    (["--mfu", "2", "--dp", "2"], "--mfu must be in (0, 1]"),
+    (["--mfu", "2", "--dp", "2"], "--mfu must be a number in [0.0001, 1]"),
     (["--seq", "8192", "--dp", "2"], "at most 4096"),
     (["--dtype", "int4", "--dp", "2"], "inference format"),
     (["--micro-batch", "0", "--dp", "2"], "--micro-batch must be between"),

@@ -109,7 +109,8 @@ def plan(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
         recompute=recompute.value if recompute else None,
         sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch, seq=seq,
-        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, tokens=parse_count(tokens) if tokens else None,
+        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu,
+        tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
         top=top)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
@@ -117,6 +118,6 @@ def plan(
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
     ref = resolve(model, overrides or [])
     with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
-        report = build_plan(ref, request, device_spec, measure, nproc or 2)
+        report = build_plan(ref, request, device_spec, measure, 2 if nproc is None else nproc)
         step()
     render.emit([report], out, view.document)

@@ -27,7 +27,10 @@ def short(layout: Layout) -> str:
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:,.1f} days" if seconds >= 86400 else units.seconds(seconds)
+    days = seconds / 86400
+    if days >= 1e9:  # a billion days: a digit string past that says nothing more
+        return f"{days:.4g} days"
+    return f"{days:,.1f} days" if seconds >= 86400 else units.seconds(seconds)
 
 
 def _search(doc: Doc, r: PlanReport) -> None:
