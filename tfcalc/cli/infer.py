@@ -65,20 +65,20 @@ def infer(
 
     A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per
     step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm;
-    --device-spec list shows them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
+    `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
     (--group-size); --kv-dtype sets the cache's dtype apart.
     """
     out = output(format, json_out, exact, verbose)
-    if device_spec is not None and device_spec.strip().lower() == "list":
-        from tfcalc.cli.render import devices as devices_view
-        from tfcalc.report.devices import build_devices
+    if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
+        from tfcalc.cli.devices import show_devices
 
-        render.emit([build_devices()], out, devices_view.document)
+        render.note("`infer --device-spec list` is now `tfcalc devices`")
+        show_devices(out)
         return
     if model is None:
-        raise InputError("infer: give a MODEL (or --device-spec list to see the devices)")
+        raise InputError("infer: give a MODEL (the devices: `tfcalc devices`)")
     if device is not None and not measure:
         raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
     run_on = device or "cpu"

@@ -82,8 +82,8 @@ GroupSize = Annotated[Optional[int], typer.Option(
     "(with zero points), per output row for int8 and fp8].", show_default=False, metavar="N")]
 DeviceSpec = Annotated[Optional[str], typer.Option(
     "--device-spec", help="The device to predict for: a key from the datasheet table (h100-sxm, a100-80gb, ...), "
-    "a YAML file with your own, or 'list' to show the table [default: h100-sxm].", show_default=False,
-    metavar="KEY|FILE|list")]
+    "a YAML file with your own (`tfcalc devices` lists the table) [default: h100-sxm].", show_default=False,
+    metavar="KEY|FILE")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing.", metavar="N")]
 Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
                                      "(decode: every step is one).", metavar="N")]

@@ -86,7 +86,12 @@ class Note:
     style: str = ""  # "warning" (yellow), "dim", "ok" (green), "bad" (red)
 
 
-Block = Union[Table, Note]
+@dataclass(frozen=True)
+class Rule:
+    """A line between the reports of several models (Markdown: a thematic break; CSV: nothing)."""
+
+
+Block = Union[Table, Note, Rule]
 
 
 @dataclass
@@ -100,6 +105,11 @@ class Doc:
 
     def note(self, text: str, style: str = "") -> None:
         self.blocks.append(Note(text, style))
+
+    def separate(self) -> None:
+        """A rule before what comes next, where something came before (the next model's report)."""
+        if self.blocks and not isinstance(self.blocks[-1], Rule):
+            self.blocks.append(Rule())
 
     def extend(self, other: "Doc") -> None:
         self.blocks.extend(other.blocks)

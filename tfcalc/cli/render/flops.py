@@ -86,6 +86,7 @@ def _decode_table(doc: Doc, r: FlopsReport) -> None:
 def document(reports: list[FlopsReport], verbose: bool = False, training: bool = False, decode: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         _forward_table(doc, r, verbose)
         doc.note(r.crossover_sentence())
         for note in r.notes:
@@ -97,6 +98,7 @@ def document(reports: list[FlopsReport], verbose: bool = False, training: bool =
     if not verbose:
         doc.note("Each matmul with its shape, and each non-matmul kind: --verbose.", "dim")
     if len(reports) > 1:
+        doc.separate()
         _summary(doc, reports)
     return doc
 

@@ -20,8 +20,8 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
     t = doc.table(_title(r, rows[0]), Column("batch", "int"), Column("prefill (TTFT)", "seconds"),
                   Column("decode / token", "seconds"), Column("tok/s per seq", "tokens_rate"),
                   Column("tok/s total", "tokens_rate", priority=1), Column("bytes / token", "bytes", priority=2),
-                  Column("KV cache", "bytes", priority=1), Column("fits", priority=2), Column("decode bound"),
-                  Column("prefill bound", priority=3))
+                  Column("KV cache", "bytes"), Column("fits"), Column("decode bound"),
+                  Column("prefill bound", priority=3))  # the verdict, fits, is never hidden
     for row in rows:
         p = row["predicted"]
         fits = "" if row["fits"] is None else "yes" if row["fits"] else "no"

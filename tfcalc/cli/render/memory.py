@@ -99,8 +99,9 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
         seq_text = f"at least {fit.max_seq:,} tokens{capped}"
     if fit.batch_capped:
         batch_text = f"at least {fit.max_batch:,}{capped}"
-    t.add(f"  largest context at batch {r.batch}", None, seq_text)
-    t.add(f"  largest batch at seq {r.seq:,}", None, batch_text)
+    # the answers sit in the row's label, the one column never hidden
+    t.add(f"  largest context at batch {r.batch}: {seq_text}", None, None)
+    t.add(f"  largest batch at seq {r.seq:,}: {batch_text}", None, None)
 
 
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
@@ -118,10 +119,12 @@ def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
 def document(reports: list[MemoryReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         _one(doc, r, verbose)
     if not verbose and any(r.activations is not None for r in reports):
         doc.note("Activations tensor by tensor: --verbose.", "dim")
     if len(reports) > 1:
+        doc.separate()
         t = doc.table("Summary", Column("Model"), Column("Weights", "bytes"), Column("KV cache", "bytes"),
                       Column("Activations", "bytes"), Column("Training", "bytes"),
                       Column("Measured", "bytes", priority=1))

@@ -60,8 +60,10 @@ def _component_rows(table, r: ParamsReport, verbose: bool) -> None:
 def document(reports: list[ParamsReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         doc.extend(_one(r, verbose))
     if len(reports) > 1:
+        doc.separate()
         doc.extend(_summary(reports))
     return doc
 
@@ -72,7 +74,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
                       Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r))
     _component_rows(table, r, verbose)
     if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
-        partial = f" on {cfg.rope_dim} of {cfg.head_dim} channels per head" if cfg.rope_dim < cfg.head_dim else ""
+        # only RoPE rotates a subset of channels (rope_dim is 0 for the others): the others add to all of x
+        partial = (f" on {cfg.rope_dim} of {cfg.head_dim} channels per head"
+                   if cfg.pos_encoding == "rope" and cfg.rope_dim < cfg.head_dim else "")
         table.add(f"Positions: {cfg.pos_encoding}{partial}, no parameters", None, None, None, None, style="dim")
     table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
     if r.empirical is not None:

@@ -55,8 +55,8 @@ def _memory(doc: Doc, r: PlanReport) -> None:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
     memory = r.device.memory_bytes
-    t.add("Total", m.total, f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})"
-          + ("" if r.plan.fits else ": does not fit"), style=style)
+    t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
+          f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})", style=style)
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
@@ -86,13 +86,14 @@ def _time(doc: Doc, r: PlanReport) -> None:
             t.add(f"Communication, {group}", seconds, None)
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
     t.add("Step, overlapped", st.overlap_s, "DP hidden behind compute; TP, PP not", style="bold")
-    t.add("Tokens per second", None, units.tokens_rate(r.tokens_per_s))
-    t.add("MFU", None, f"{st.mfu:.1%}: model FLOPs (3 × forward) / step")
+    # figures without a unit of seconds sit in the label, the one column never hidden
+    t.add(f"Tokens per second: {units.tokens_rate(r.tokens_per_s)}", None, None)
+    t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
     if r.training is not None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
               f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
-        t.add("Chinchilla-optimal tokens", None, f"{units.params(run.chinchilla_tokens)}: 20 per parameter")
+        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None, "20 per parameter")
 
 
 def _measured(doc: Doc, m: PlanCheck) -> None:
@@ -142,6 +143,7 @@ def _notes(doc: Doc, r: PlanReport) -> None:
 def document(reports: list[PlanReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         if r.search is not None:
             _search(doc, r)
         _memory(doc, r)
