@@ -29,6 +29,7 @@ from tfcalc.cli.options import (
     Warmup,
     output,
     parse_lengths,
+    table_option,
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
@@ -36,6 +37,7 @@ from tfcalc.report import resolve
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
+TableOption = table_option("serving", "roofline")
 
 def infer(
     model: Annotated[Optional[str], typer.Argument(
@@ -56,6 +58,7 @@ def infer(
     repeat: Repeat = 10,
     copy_size: CopySize = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -70,7 +73,7 @@ def infer(
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
     (--group-size); --kv-dtype sets the cache's dtype apart.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
         from tfcalc.cli.devices import show_devices
 

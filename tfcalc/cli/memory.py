@@ -27,6 +27,7 @@ from tfcalc.cli.options import (
     Training,
     Verbose,
     output,
+    table_option,
 )
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
@@ -39,6 +40,8 @@ Optimizer = enum.Enum("Optimizer", {name: name for name in mem.OPTIMIZERS}, type
 Attention = enum.Enum("Attention", {name: name for name in mem.ATTENTION_KERNELS}, type=str)
 Recompute = enum.Enum("Recompute", {name: name for name in mem.RECOMPUTE}, type=str)
 
+
+TableOption = table_option("memory", "summary")
 
 def _step_tracker(progress, label: str) -> tuple[Callable[[str], None], list[str]]:
     """(on_step, the steps begun so far) for one model: a step begins, the one before it is done."""
@@ -77,6 +80,7 @@ def memory(
     measure: Measure = False,
     device: Device = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -98,7 +102,7 @@ def memory(
     tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV
     cache.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
     options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,

@@ -44,10 +44,21 @@ Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, coun
 Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
 
 
-def output(format: Format, json_out: bool, exact: bool = False, verbose: bool = False) -> Output:
+def table_option(*names: str):
+    """--table, whose help names the command's tables (the first is the one CSV writes by default)."""
+    return Annotated[Optional[str], typer.Option(
+        "--table", help=f"The one table to write, by name: {', '.join(names)} [default: csv writes the first of "
+        "these the report has (summary, for several models); table and markdown write every table].",
+        show_default=False, metavar="NAME")]
+
+
+def output(format: Format, json_out: bool, exact: bool = False, verbose: bool = False,
+           table: str | None = None) -> Output:
     if json_out and format.value not in ("table", "json"):
         raise InputError(f"--json and --format {format.value} ask for two formats; give one")
-    return Output("json" if json_out else format.value, exact, verbose)
+    if table is not None and (json_out or format.value == "json"):
+        raise InputError("--table picks a table of the table, markdown or csv output; JSON holds everything")
+    return Output("json" if json_out else format.value, exact, verbose, table)
 
 
 # ---------- workload ----------

@@ -26,6 +26,7 @@ from tfcalc.cli.options import (
     Verbose,
     Zero,
     output,
+    table_option,
     zero_stage,
 )
 from tfcalc.cli.render import plan as view
@@ -37,6 +38,8 @@ from tfcalc.workload import ESTIMATE_DTYPE
 
 Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
 
+
+TableOption = table_option("layouts", "memory", "communication", "step", "measured", "measured-collectives")
 
 def _gpus(text: Optional[str]):
     if text is None or text.strip().lower() == "auto":
@@ -86,6 +89,7 @@ def plan(
     measure: Measure = False,
     nproc: Nproc = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -104,7 +108,7 @@ def plan(
     FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and
     collective bytes agree exactly.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     request = PlanRequest(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
         recompute=recompute.value if recompute else None,

@@ -24,6 +24,7 @@ from tfcalc.cli.options import (
     Verbose,
     output,
     parse_lengths,
+    table_option,
 )
 from tfcalc.cli.render import scan as view
 from tfcalc.count.budget import parse_bytes
@@ -31,6 +32,7 @@ from tfcalc.report import resolve
 from tfcalc.report.scan import build_scan
 from tfcalc.workload import default_dtype
 
+TableOption = table_option("scan", "decode")
 
 def scan(
     model: Model,
@@ -57,6 +59,7 @@ def scan(
         "--budget", help="Draw a capacity line on the memory panel, e.g. 80GiB.", show_default=False,
         metavar="SIZE")] = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -71,7 +74,7 @@ def scan(
     """
     from tfcalc.errors import InputError
 
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     if not (0.5 <= size[0] <= 100 and 0.5 <= size[1] <= 100) or not 10 <= dpi <= 1200:
         raise InputError("--size takes 0.5 to 100 inches each way and --dpi 10 to 1200")
     capacity = parse_bytes(budget, "--budget") if budget is not None else None

@@ -31,6 +31,7 @@ class Output:
     format: str = "table"
     exact: bool = False
     verbose: bool = False
+    table: str | None = None  # --table: the one table to write (csv: which; table, markdown: only it)
 
     @property
     def quiet(self) -> bool:
@@ -111,10 +112,13 @@ def emit(reports: Sequence[Any], output: Output, document: Callable[..., Any]) -
     from tfcalc.cli.render import backends
 
     doc = document(reports, output.verbose)
+    if output.format == "csv":
+        sys.stdout.write(backends.write_csv(doc, output.table))
+        return
+    if output.table is not None:
+        doc = type(doc)(list(backends.pick(doc, output.table)))
     if output.format == "markdown":
         sys.stdout.write(backends.write_markdown(doc, output.exact))
-    elif output.format == "csv":
-        sys.stdout.write(backends.write_csv(doc))
     else:
         backends.write_rich(doc, console(), output.exact)
 

@@ -5,8 +5,8 @@ Rich: where a table is wider than the console, columns are hidden in order of th
 table row by row ('Label (Header: value)'), so every figure stays on screen at any width; no cell or
 header is ever cut, so no digit or name is lost (see fit_columns). Titles and captions are lines of
 their own, wrapped to the terminal's width. Markdown keeps every column
-and formats cells as the table does. CSV writes raw values (exact integers) with one header row per
-table, tables separated by a blank line and preceded by a one-cell title row.
+and formats cells as the table does. CSV is one rectangular table (RFC 4180): a header row and raw values
+(exact integers), no title; the main table unless --table names another (write_csv).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from tfcalc.cli.render.ascii import to_ascii
-from tfcalc.cli.render.doc import Cell, Doc, Note, Rule, Table
+from tfcalc.cli.render.doc import Cell, Column, Doc, Note, Rule, Table
+from tfcalc.errors import InputError
 from tfcalc.units import format_cell
 
 TEXT_WIDTH = 44  # a text column wraps past this, rather than pushing a number column off the screen
@@ -198,23 +199,49 @@ def write_markdown(doc: Doc, exact: bool = False) -> str:
     return "\n".join(lines)
 
 
-def write_csv(doc: Doc) -> str:
+def main_table(doc: Doc) -> str:
+    """The table CSV writes without --table: the summary of several models, else the first."""
+    names = doc.table_names()
+    return "summary" if "summary" in names else names[0] if names else ""
+
+
+def pick(doc: Doc, name: str | None) -> list[Table]:
+    """The tables named name (the main one when None), less their empty columns; InputError for a name the
+    report has not."""
+    name = name or main_table(doc)
+    if name not in doc.table_names():
+        raise InputError(f"no table '{name}' in this report; it has: {', '.join(doc.table_names()) or 'none'}")
+    return [t.without_empty_columns() for t in doc.tables() if t.name == name]
+
+
+def _csv_header(c: Column) -> str:
+    """The header, with the unit of the raw values ('Total (FLOP)'); 'item' where the table shows none."""
+    return (c.header or "item") + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
+
+
+def write_csv(doc: Doc, name: str | None = None) -> str:
+    """One rectangular table (RFC 4180): a header row, then one row per row of the table, raw values
+    (exact integers, full-precision floats), no title. Tables of the same name from several models (the
+    components of each) stack into one, a first column 'Table' naming each row's own table."""
+    tables = pick(doc, name)
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    first = True
-    for block in doc.blocks:
-        if isinstance(block, (Note, Rule)):
-            continue
-        if not first:
-            writer.writerow([])
-        first = False
-        block = block.without_empty_columns()
-        writer.writerow([block.title])
-        writer.writerow([c.header + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
-                         for c in block.columns])
-        for row in block.rows:
-            writer.writerow(["" if (v := (c.value if isinstance(c, Cell) else c)) is None else v for c in row.cells])
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    stacked = len(tables) > 1
+    headers: list[str] = []
+    for t in tables:
+        headers += [h for h in map(_csv_header, t.columns) if h not in headers]
+    writer.writerow((["Table"] if stacked else []) + headers)
+    for t in tables:
+        where = {_csv_header(c): i for i, c in enumerate(t.columns)}
+        for row in t.rows:
+            values = [_raw(row.cells[where[h]]) if h in where else "" for h in headers]
+            writer.writerow(([t.title] if stacked else []) + values)
     return buffer.getvalue()
+
+
+def _raw(cell) -> object:
+    value = (cell.value if cell.raw is None else cell.raw) if isinstance(cell, Cell) else cell
+    return "" if value is None else value
 
 
 # CSV holds raw values, so each numeric header names the unit of its raw value

@@ -107,7 +107,7 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
     title = f"{r.model.label}: memory in {r.dtype}, batch {r.batch}, seq {r.seq:,}"
     t = doc.table(title, Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1),
-                  caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes")
+                  caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes", name="memory")
     _inference_rows(t, r)
     _training_rows(t, r, verbose)
     if r.measured is not None:
@@ -127,7 +127,7 @@ def document(reports: list[MemoryReport], verbose: bool = False) -> Doc:
         doc.separate()
         t = doc.table("Summary", Column("Model"), Column("Weights", "bytes"), Column("KV cache", "bytes"),
                       Column("Activations", "bytes"), Column("Training", "bytes"),
-                      Column("Measured", "bytes", priority=1))
+                      Column("Measured", "bytes", priority=1), name="summary")
         for r in reports:
             t.add(r.model.label, r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
                   r.measured and r.measured.peak_bytes)
