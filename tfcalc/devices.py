@@ -169,7 +169,7 @@ def by_key(key: str) -> DeviceSpec:
     from tfcalc.config import suggest
 
     raise InputError(f"unknown device spec '{key}'{suggest(text, keys())}; "
-                     f"choose one of {', '.join(keys())}, or give a YAML file (--device-spec list shows them)")
+                     f"choose one of {', '.join(keys())}, or give a YAML file (`tfcalc devices` shows them)")
 
 
 def _tokens(device_name: str) -> set[str]:
@@ -266,7 +266,7 @@ def load_spec(path: str | Path) -> DeviceSpec:
         where = f" at line {mark.line + 1}" if mark else ""
         raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of field: value (see `tfcalc infer --device-spec list`)")
+        raise InputError(f"{path}: expected a mapping of field: value (see `tfcalc devices --json`)")
     return spec_from_mapping(data, path)
 
 

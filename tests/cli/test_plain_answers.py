@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+from conftest import assert_one_line_error
 from rich.console import Console
 
 from tfcalc.cli.render import backends
@@ -59,3 +61,18 @@ def test_several_models_are_separated_by_a_rule(cli):
     assert "────────" in before.splitlines()[-2] or set(before.rstrip().splitlines()[-1]) <= {"─", " "}
     md = cli("flops", "gpt2", "llama2-7b", "--format", "markdown").out
     assert "\n---\n" in md
+
+
+@pytest.mark.parametrize("spec, expected", [("H100", "'h100-nvl', 'h100-pcie', 'h100-sxm'"), ("A100-80GB", None),
+                                            ("v10", "'v100'")])
+def test_device_names_suggested_by_prefix_and_case(cli, spec, expected):
+    """`--device-spec H100` suggested v100 (difflib alone): a prefix names every device it begins."""
+    r = cli("infer", "llama2-7b", "--device-spec", spec, "--json")
+    if expected is None:
+        assert r.code == 0, r.err  # the case of a whole key is ignored
+    else:
+        assert_one_line_error(r, f"(did you mean {expected}?)")
+
+
+def test_preset_names_suggested_by_prefix(cli):
+    assert_one_line_error(cli("params", "llama2"), "did you mean 'llama2-13b', 'llama2-70b', 'llama2-7b'?")

@@ -43,6 +43,7 @@ from tfcalc.workload import default_dtype
 
 TableOption = table_option("timing", "components", "step", "ranks", "decode", "predicted")
 
+
 def bench(
     model: Model,
     overrides: Overrides = None,

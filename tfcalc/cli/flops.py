@@ -31,6 +31,7 @@ from tfcalc.workload import Workload
 
 TableOption = table_option("forward", "training", "decode", "summary")
 
+
 def flops(
     models: Models,
     overrides: Overrides = None,

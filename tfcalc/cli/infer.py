@@ -39,10 +39,11 @@ from tfcalc.workload import default_dtype
 
 TableOption = table_option("serving", "roofline")
 
+
 def infer(
     model: Annotated[Optional[str], typer.Argument(
-        help="A preset name or alias, or a path to a YAML file or a Hugging Face config.json (not needed with "
-        "--device-spec list).", show_default=False, metavar="MODEL")] = None,
+        help="A preset name or alias, or a path to a YAML file or a Hugging Face config.json.", show_default=False,
+        metavar="MODEL")] = None,  # optional only for the old `infer --device-spec list`, now `tfcalc devices`
     overrides: Overrides = None,
     batch: Batches = None,
     seq: Seq = None,

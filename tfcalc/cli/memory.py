@@ -43,6 +43,7 @@ Recompute = enum.Enum("Recompute", {name: name for name in mem.RECOMPUTE}, type=
 
 TableOption = table_option("memory", "summary")
 
+
 def _step_tracker(progress, label: str) -> tuple[Callable[[str], None], list[str]]:
     """(on_step, the steps begun so far) for one model: a step begins, the one before it is done."""
     done: list[str] = []

@@ -14,6 +14,7 @@ from tfcalc.report.params import build_params
 
 TableOption = table_option("components", "summary")
 
+
 def params(
     models: Models,
     overrides: Overrides = None,

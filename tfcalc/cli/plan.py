@@ -10,6 +10,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import (
+    COUNTS_RULE,
     FSDP,
     TP,
     DType,
@@ -25,6 +26,7 @@ from tfcalc.cli.options import (
     SequenceParallel,
     Verbose,
     Zero,
+    count_value,
     output,
     table_option,
     zero_stage,
@@ -40,6 +42,7 @@ Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
 
 
 TableOption = table_option("layouts", "memory", "communication", "step", "measured", "measured-collectives")
+
 
 def _gpus(text: Optional[str]):
     if text is None or text.strip().lower() == "auto":
@@ -73,17 +76,17 @@ def plan(
         "[default: none; a search tries each].", show_default=False)] = None,
     sequence_parallel: SequenceParallel = False,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
-                                             metavar="B")] = 1,
+                                             metavar="B", parser=count_value)] = 1,
     global_batch: Annotated[Optional[int], typer.Option(
-        "--global-batch", help="Sequences per optimizer step [default: 4M tokens, 2²² / seq].", show_default=False,
-        metavar="N")] = None,
+        "--global-batch", help=f"Sequences per optimizer step; {COUNTS_RULE} [default: 4M tokens, 2²² / seq].",
+        show_default=False, metavar="N", parser=count_value)] = None,
     seq: Seq = None,
     dtype: DType = None,
     mfu: Annotated[float, typer.Option(
         "--mfu", help="Assumed share of the datasheet peak the GPUs run at (tfcalc bench measures it).",
         metavar="F")] = DEFAULT_MFU,
     tokens: Annotated[Optional[str], typer.Option(
-        "--tokens", help="Training tokens, e.g. 2T or 300B: training time and GPU-hours.", show_default=False,
+        "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
     measure: Measure = False,

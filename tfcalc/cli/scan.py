@@ -34,6 +34,7 @@ from tfcalc.workload import default_dtype
 
 TableOption = table_option("scan", "decode")
 
+
 def scan(
     model: Model,
     overrides: Overrides = None,

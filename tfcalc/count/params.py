@@ -111,7 +111,7 @@ def _stack_entries(
 
     def norm(name: str, label: str, copies: int, present: bool = True) -> None:
         add(f"{name}_weight", "norms", f"{label} weight", (d,), copies, present)
-        add(f"{name}_bias", "norms", f"{label} bias", (d,), copies, present and cfg.norm_bias)
+        add(f"{name}_bias", "norms", f"{label} bias", (d,), copies, present and cfg.norm_has_bias)
 
     def attention(name: str, group: str, label: str, qk_norm: bool = False) -> None:
         for part, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
@@ -122,7 +122,7 @@ def _stack_entries(
         for part in ("q", "k") if qk_norm else ():
             width, part_label = (cfg.head_dim,), f"{label} {part.upper()} norm"
             add(f"{name}_{part}_norm_weight", "norms", f"{part_label} weight", width, L)
-            add(f"{name}_{part}_norm_bias", "norms", f"{part_label} bias", width, L, cfg.norm_bias)
+            add(f"{name}_{part}_norm_bias", "norms", f"{part_label} bias", width, L, cfg.norm_has_bias)
 
     def ffn(name: str, label: str, copies: int, f: int = f, **more) -> None:
         gated, bias = cfg.gated_ffn, cfg.ffn_bias
@@ -173,7 +173,7 @@ def _head_entries(cfg: ModelConfig, stack: str) -> list[ParamEntry]:
         out.append(ParamEntry("lm_head_transform_weight", "lm_head", "LM head transform weight", (d, d), stack=stack))
         out.append(ParamEntry("lm_head_transform_bias", "lm_head", "LM head transform bias", (d,), stack=stack))
         out.append(ParamEntry("lm_head_norm_weight", "lm_head", "LM head norm weight", (d,), stack=stack))
-        if cfg.norm_bias:
+        if cfg.norm_has_bias:
             out.append(ParamEntry("lm_head_norm_bias", "lm_head", "LM head norm bias", (d,), stack=stack))
     if cfg.lm_head:
         tied = "token_embedding" if cfg.tie_embeddings else None

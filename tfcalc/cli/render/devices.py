@@ -1,4 +1,4 @@
-"""`--device-spec list` as a document: the datasheet table, one row per device, sources below."""
+"""`tfcalc devices` as a document: the datasheet table, one row per device, sources below."""
 
 from __future__ import annotations
 
@@ -21,6 +21,6 @@ def document(reports: list[DevicesReport], verbose: bool = False) -> Doc:
                   s.ridge("bf16"), s.intra_node_bytes_per_s, s.inter_node_bytes_per_s, s.gpus_per_node)
         for s in report.specs:
             doc.note(f"{s.key}: {s.source}. Node: {s.node}.", "dim")
-        doc.note("Your own device: --device-spec my-gpu.yaml with the fields of `--device-spec list --json` "
+        doc.note("Your own device: --device-spec my-gpu.yaml with the fields of `tfcalc devices --json` "
                  "(name, peak_flops {dtype: FLOP/s}, bandwidth_bytes_per_s, memory_bytes; the rest optional).")
     return doc
