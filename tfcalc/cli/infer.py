@@ -23,6 +23,7 @@ from tfcalc.cli.options import (
     Measure,
     Overrides,
     Repeat,
+    RequireFit,
     Seq,
     SrcSeq,
     Verbose,
@@ -30,6 +31,7 @@ from tfcalc.cli.options import (
     output,
     parse_lengths,
     table_option,
+    warn_past_context,
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
@@ -58,6 +60,7 @@ def infer(
     warmup: Warmup = 3,
     repeat: Repeat = 10,
     copy_size: CopySize = None,
+    require_fit: RequireFit = False,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -93,6 +96,8 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
     )
     ref = resolve(model, overrides or [])
+    if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
+        warn_past_context(ref, seq + gen, f"--seq + --gen = {seq:,} + {gen:,} =")
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
     with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
@@ -100,3 +105,11 @@ def infer(
     from tfcalc.cli.render import infer as view
 
     render.emit([report], out, view.document)
+    if require_fit:
+        data = report.to_json()
+        rows = data if isinstance(data, list) else [data]
+        short = [f"batch {x['batch']:,}" for x in rows if x["fits"] is False]
+        if short:
+            render.does_not_fit(f"{ref.label}, {report.seq:,} + {gen:,} positions: {', '.join(short)} (weights + KV "
+                                f"cache past {rows[0]['memory_bytes'] / 2**30:,.1f} GiB)")
+            raise typer.Exit(1)

@@ -124,7 +124,20 @@ CopySize = Annotated[Optional[str], typer.Option(
     "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
+RequireFit = Annotated[bool, _flag("--require-fit", help="For scripts: exit 1 (after the answer) when it does not "
+                                   "fit; 0 when it does.")]
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]
+
+
+def warn_past_context(ref, seq: Optional[int], what: str = "--seq") -> None:
+    """One line on stderr when a length goes past the model's context (max_seq_len): the figures are
+    arithmetic at that length, which the model as configured could not run."""
+    context = ref.cfg.max_seq_len
+    if seq is not None and seq > context:
+        from tfcalc.cli import render
+
+        render.warn(f"{ref.label}: {what} {seq:,} is past the model's context of {context:,} tokens; counted "
+                    "anyway, as if it had that many positions")
 
 
 def parse_lengths(text: str, option: str = "--seq") -> list[int]:

@@ -22,6 +22,7 @@ from tfcalc.cli.options import (
     Model,
     Nproc,
     Overrides,
+    RequireFit,
     Seq,
     SequenceParallel,
     Verbose,
@@ -89,6 +90,7 @@ def plan(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    require_fit: RequireFit = False,
     measure: Measure = False,
     nproc: Nproc = None,
     format: FormatOption = Format.table,
@@ -122,8 +124,13 @@ def plan(
         from tfcalc.errors import InputError
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
-    ref = resolve(model, overrides or [])
+    ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
         report = build_plan(ref, request, device_spec, measure, nproc or 2)
         step()
     render.emit([report], out, view.document)
+    if require_fit and not report.plan.fits:
+        m = report.plan.memory
+        render.does_not_fit(f"{ref.label}: {m.total / 2**30:,.1f} GiB per rank in {report.device.name} "
+                            f"({report.device.memory_bytes / 2**30:,.1f} GiB)")
+        raise typer.Exit(1)

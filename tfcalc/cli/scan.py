@@ -25,6 +25,7 @@ from tfcalc.cli.options import (
     output,
     parse_lengths,
     table_option,
+    warn_past_context,
 )
 from tfcalc.cli.render import scan as view
 from tfcalc.count.budget import parse_bytes
@@ -92,7 +93,10 @@ def scan(
         raise InputError("--batch: one batch size, unless --decode scans them")
     seqs = parse_lengths(seq if seq is not None else "128..131072")
     dtype_name = dtype.value if dtype else default_dtype(None)
-    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype_name)
+    ref = resolve(model, overrides or [])
+    if seq is not None:  # the default sweep goes past every context on purpose, to show where attention wins
+        warn_past_context(ref, max(seqs))
+    report = build_scan(ref, seqs, batches[0], dtype_name)
     if plot is not None:
         report = replace(report, plot=str(_draw(report, plot, out, lambda plotting: plotting.scan_plot(
             report.to_json(), plot, size, dpi, capacity))))
@@ -109,7 +113,9 @@ def _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_si
     if len(contexts) != 1:
         raise InputError("--seq: scan --decode takes one context length (it scans --batch)")
     batches = parse_lengths(batch if batch is not None else "1..1024", "--batch")
-    report = build_decode_scan(resolve(model, overrides or []), batches, contexts[0],
+    ref = resolve(model, overrides or [])
+    warn_past_context(ref, contexts[0])
+    report = build_decode_scan(ref, batches, contexts[0],
                                dtype.value if dtype else default_dtype(None), group_size,
                                kv_dtype.value if kv_dtype else None, device_spec)
     if plot is not None:

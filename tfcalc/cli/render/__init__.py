@@ -89,6 +89,11 @@ def prepare_streams() -> None:
     ascii.prepare_streams()
 
 
+def does_not_fit(message: str) -> None:
+    """--require-fit's line when the answer is no (exit 1): not an error of the input, the answer."""
+    print(f"tfcalc: does not fit: {one_line(message)}", file=sys.stderr)
+
+
 def note(message: str) -> None:
     """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
     print(f"tfcalc: note: {message}", file=sys.stderr)

@@ -86,7 +86,9 @@ def _measured_rows(t: Table, r: MemoryReport) -> None:
 
 def _fit_rows(t: Table, r: MemoryReport) -> None:
     fit, target = r.fit, ("training state + activations" if r.training else "weights + KV cache")
-    t.add(f"Budget: {target}", fit.budget, None, style="bold", rule=True)
+    verdict = "fits" if r.fits else "does not fit"
+    t.add(f"Budget: {target}: batch {r.batch}, seq {r.seq:,} {verdict}", fit.budget, None,
+          style="bold" if r.fits else "bold red", rule=True)
     if not fit.weights_fit:
         what = "the training state" if r.training else "the weights"
         t.add(f"  {what} alone do not fit", fit.fixed_bytes, None, style="red")
