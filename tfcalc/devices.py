@@ -169,7 +169,7 @@ def by_key(key: str) -> DeviceSpec:
     from tfcalc.config import suggest
 
     raise InputError(f"unknown device spec '{key}'{suggest(text, keys())}; "
-                     f"choose one of {', '.join(keys())}, or give a YAML file (--device-spec list shows them)")
+                     f"choose one of {', '.join(keys())}, or give a YAML file (`tfcalc devices` shows them)")
 
 
 def _tokens(device_name: str) -> set[str]:

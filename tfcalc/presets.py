@@ -11,7 +11,6 @@ Every problem raises ConfigError with one line that names the file and the field
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -98,11 +97,9 @@ def resolve_preset_name(spec: str) -> str:
 
 
 def _close_names(key: str, choices: list[str]) -> list[str]:
-    import difflib
+    from tfcalc.config_rules import close_names
 
-    squashed = {re.sub(r"[-_ .]", "", c): c for c in choices}  # 'gpt-2' -> 'gpt2'
-    exact = squashed.get(re.sub(r"[-_ .]", "", key))
-    return [exact] if exact else difflib.get_close_matches(key, choices, n=3, cutoff=0.6)
+    return close_names(key, choices, n=3)  # 'gpt-2' -> gpt2; 'llama2' -> each Llama 2; 'gpt3-175' -> gpt3-175b
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -10,6 +10,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import (
+    COUNTS_RULE,
     FSDP,
     TP,
     DType,
@@ -21,11 +22,14 @@ from tfcalc.cli.options import (
     Model,
     Nproc,
     Overrides,
+    RequireFit,
     Seq,
     SequenceParallel,
     Verbose,
     Zero,
+    count_value,
     output,
+    table_option,
     zero_stage,
 )
 from tfcalc.cli.render import plan as view
@@ -36,6 +40,9 @@ from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, DEFAULT_MFU, PlanRequest, bu
 from tfcalc.workload import ESTIMATE_DTYPE
 
 Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
+
+
+TableOption = table_option("layouts", "memory", "communication", "step", "measured", "measured-collectives")
 
 
 def _gpus(text: Optional[str]):
@@ -70,22 +77,24 @@ def plan(
         "[default: none; a search tries each].", show_default=False)] = None,
     sequence_parallel: SequenceParallel = False,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
-                                             metavar="B")] = 1,
+                                             metavar="B", parser=count_value)] = 1,
     global_batch: Annotated[Optional[int], typer.Option(
-        "--global-batch", help="Sequences per optimizer step [default: 4M tokens, 2²² / seq].", show_default=False,
-        metavar="N")] = None,
+        "--global-batch", help=f"Sequences per optimizer step; {COUNTS_RULE} [default: 4M tokens, 2²² / seq].",
+        show_default=False, metavar="N", parser=count_value)] = None,
     seq: Seq = None,
     dtype: DType = None,
     mfu: Annotated[float, typer.Option(
         "--mfu", help="Assumed share of the datasheet peak the GPUs run at (tfcalc bench measures it).",
         metavar="F")] = DEFAULT_MFU,
     tokens: Annotated[Optional[str], typer.Option(
-        "--tokens", help="Training tokens, e.g. 2T or 300B: training time and GPU-hours.", show_default=False,
+        "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    require_fit: RequireFit = False,
     measure: Measure = False,
     nproc: Nproc = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -104,7 +113,7 @@ def plan(
     FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and
     collective bytes agree exactly.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     request = PlanRequest(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
         recompute=recompute.value if recompute else None,
@@ -116,8 +125,13 @@ def plan(
         from tfcalc.errors import InputError
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
-    ref = resolve(model, overrides or [])
+    ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
         report = build_plan(ref, request, device_spec, measure, 2 if nproc is None else nproc)
         step()
     render.emit([report], out, view.document)
+    if require_fit and not report.plan.fits:
+        m = report.plan.memory
+        render.does_not_fit(f"{ref.label}: {m.total / 2**30:,.1f} GiB per rank in {report.device.name} "
+                            f"({report.device.memory_bytes / 2**30:,.1f} GiB)")
+        raise typer.Exit(1)

@@ -108,7 +108,7 @@ def _module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
 
     def norm(name, block=False, where="first", present=True):
         add(f"{name}.weight", (d,), None, block, where, present)
-        add(f"{name}.bias", (d,), None, block, where, present and cfg.norm_bias)
+        add(f"{name}.bias", (d,), None, block, where, present and cfg.norm_has_bias)
 
     add("tok_emb.weight", (V, d), "rows" if tied else "cols", where="both" if tied else "first")
     add("pos_emb.weight", (cfg.max_seq_len, d), present=cfg.pos_encoding == "learned")

@@ -28,7 +28,7 @@ def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
     width = cfg.d_model if width is None else width
     if cfg.norm == "rmsnorm":
         return nn.RMSNorm(width, eps=cfg.norm_eps)
-    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.norm_bias)
+    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.norm_has_bias)
 
 
 class Linear(nn.Linear):
