@@ -101,8 +101,21 @@ def test_hostile_plans(cli, args, message):
 
 
 def test_unsupported_models(cli):
-    assert_one_line_error(cli("plan", "mixtral", "--dp", "8"), "expert parallelism")
     assert_one_line_error(cli("plan", "gpt2", "--tp", "2", "--measure"), "tie_embeddings=false")
+    assert_one_line_error(cli("plan", "mixtral", "--tp", "2", "--measure"), "a real run covers it with tp 1")
+    assert_one_line_error(cli("plan", "t5-base", "--dp", "2", "--measure"), "it is planned, not run")
+
+
+def test_plan_measure_exits_1_when_plan_and_run_disagree(cli, monkeypatch):
+    """A drift put back into the plan (one parameter more per rank, as qwen2-7b's O biases once were): the
+    ranks measure the real module in their own processes, so the two disagree and plan exits 1."""
+    from tfcalc.count import rank_memory
+
+    real = rank_memory.stage_params
+    monkeypatch.setattr(rank_memory, "stage_params", lambda cfg, layout, stage: real(cfg, layout, stage) + 1)
+    r = cli("plan", "llama2-7b", "--dp", "2", "--measure", "--nproc", "2", "--json")
+    assert r.code == 1 and r.json()["measured"]["states_exact"] is False
+    assert "disagree on model-state bytes" in r.err and len(r.err.strip().splitlines()) == 1
 
 
 def test_plan_measured_on_two_gloo_ranks(cli):

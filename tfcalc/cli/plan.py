@@ -98,7 +98,7 @@ def plan(
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
-) -> None:
+) -> int:
     """Plan parallel training: memory per rank, bytes of each collective, step time, training time.
 
     Per rank: weights, gradients and Adam states under ZeRO 0-3 (Rajbhandari et al. 2020; FSDP pads each tensor's
@@ -130,8 +130,14 @@ def plan(
         report = build_plan(ref, request, device_spec, measure, 2 if nproc is None else nproc)
         step()
     render.emit([report], out, view.document)
+    m = report.measured
+    if m is not None and not (m.states_exact and m.collectives_exact):
+        what = [w for w, ok in (("model-state bytes", m.states_exact), ("collectives", m.collectives_exact)) if not ok]
+        render.error(f"{ref.label}: the plan and the measured run disagree on {' and '.join(what)}")
+        return 1
     if require_fit and not report.plan.fits:
         m = report.plan.memory
         render.does_not_fit(f"{ref.label}: {m.total / 2**30:,.1f} GiB per rank in {report.device.name} "
                             f"({report.device.memory_bytes / 2**30:,.1f} GiB)")
-        raise typer.Exit(1)
+        return 1
+    return 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.shard import check_supported, check_tp
+from tfcalc.count.shard import check_supported, check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 
@@ -69,8 +69,15 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(layout.recompute)}")
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
-    if layout.pp > cfg.n_layer:
-        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({cfg.n_layer})")
+    blocks = total_blocks(cfg)
+    if layout.pp > blocks:
+        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({blocks})")
+    if layout.pp > 1 and cfg.arch == "encoder-decoder":
+        raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
+                         "encoder output along: not modelled)")
+    if layout.sequence_parallel and any(b.is_moe for b in cfg.architecture.blocks()):
+        raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
+                         "parallelism around replicated experts is not modelled (leave out --sp)")
     if layout.zero and layout.dp == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:

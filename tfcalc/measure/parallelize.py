@@ -52,6 +52,12 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if layout.tp > 1 and cfg.lm_head and cfg.tie_embeddings:
         raise InputError(f"{cfg.name} ties its embedding and LM head: a run under TP shards untied ones "
                          "(try --set tie_embeddings=false)")
+    if cfg.arch == "encoder-decoder":
+        raise InputError(f"{cfg.name} is an encoder-decoder: it is planned, not run (a real run covers decoder "
+                         "and encoder models)")
+    if layout.tp > 1 and any(b.is_moe for b in cfg.architecture.blocks()):
+        raise InputError(f"{cfg.name} has a mixture of experts: a real run covers it with tp 1 (the plan keeps the "
+                         "experts whole on every TP rank; the run's TP plan splits dense FFNs only)")
     if layout.sequence_parallel and cfg.pooler:
         raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
 
@@ -117,7 +123,8 @@ def apply_fsdp(model: nn.Module, mesh) -> nn.Module:
     """Step 2 (and 5, on the dp dimension of a 2-D mesh)."""
     from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
+    encoder = model.encoder.blocks if getattr(model, "encoder", None) is not None else []
+    for block in (*encoder, *model.blocks):  # every block of every stack its own unit, as the plan counts
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model

@@ -70,6 +70,17 @@ class PlanReport:
         return param_total(self.model.cfg)
 
     @property
+    def notes(self) -> list[str]:
+        """What the plan assumes beyond the layout, for this model."""
+        out = []
+        if any(b.is_moe for b in self.model.cfg.architecture.blocks()):
+            out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
+                       "parallelism); only attention and dense FFNs are split under TP")
+        if self.model.cfg.arch == "encoder-decoder":
+            out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with tp 1 and pp 1")
+        return out
+
+    @property
     def tokens_per_s(self) -> float:
         L = self.plan.layout
         return L.global_batch * L.seq / self.plan.step.overlap_s
@@ -84,7 +95,7 @@ class PlanReport:
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
-            "fits": p.fits,
+            "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
             "step_time_s": st.overlap_s,

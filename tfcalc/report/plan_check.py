@@ -46,7 +46,10 @@ def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
     return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=2, d_model=d, n_head=heads, n_kv_head=kv,
                    d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
                    vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
-                   type_vocab_size=min(cfg.type_vocab_size, 2))
+                   type_vocab_size=min(cfg.type_vocab_size, 2),
+                   # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
+                   first_dense_layers=1 if cfg.first_dense_layers else None,
+                   moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:

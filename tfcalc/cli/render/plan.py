@@ -136,6 +136,8 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
 
 
 def _notes(doc: Doc, r: PlanReport) -> None:
+    for note in r.notes:
+        doc.note(f"Assumed: {note}.", "warning")
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
