@@ -68,6 +68,12 @@ class Workload:
         return self.batch * (self.seq or 0)
 
 
+def decoder_source(cfg: ModelConfig, seq: int, src_seq: Optional[int]) -> Optional[int]:
+    """The source positions a decoding encoder-decoder reads (its cross-attention cache): src_seq, else
+    the context seq; None for the other kinds (serving counts no external states for them)."""
+    return (src_seq or seq) if cfg.arch == "encoder-decoder" else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """A parallel training layout (checked by tfcalc.count.layout.check_layout). ``seq`` and

@@ -146,10 +146,9 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     fit = None
     if o.budget is not None:
         if o.training:
-            fit = budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute,
-                                      w.src_seq)
+            fit = budget.fit_training(cfg, w, o.budget, o.optimizer, o.attention, o.recompute)
         else:
-            fit = budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq, weights, kv)
+            fit = budget.fit_inference(cfg, w, o.budget, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
         mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),
@@ -199,8 +198,8 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
     except BaseException:
         stop(child, close=True)
         raise
-    peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
-                        src_seq=w.src_seq, child=child, on_step=on_step, on_note=on_note)
+    peak = measure_peak(report.cfg, w, device, report.training, report.options.optimizer, child=child,
+                        on_step=on_step, on_note=on_note)
     return replace(report, measured=peak)
 
 
