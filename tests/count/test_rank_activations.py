@@ -180,3 +180,34 @@ def test_rank_memory_uses_the_shared_model():
     layers = (range(16), range(16, 32))[mem.stage]
     assert mem.activations == ra.stage_activation_bytes(acts, L, mem.stage, layers)
     assert ra.stage_activation_bytes(acts, L, 0, range(16)) == 2 * 16 * ra.layer_bytes(acts, L, acts.per_layer)
+
+
+@pytest.mark.parametrize("mix", [dict(first_dense_layers=1, dense_d_ff=48), dict(moe_every=2)],
+                         ids=["first-dense", "moe-every-2"])
+def test_mixed_dense_and_moe_layers_keep_what_the_module_saves(mix):
+    """A mixture of experts with dense layers (DeepSeek-V3's first k, Llama 4's interleave): each layer keeps
+    its own kind's terms, equal to the bytes the real module's autograd saves (fp32, CPU), and a pipeline
+    stage of dense layers keeps less than one of MoE layers."""
+    import torch
+    from conftest import MIXTRAL_LIKE, tiny
+
+    from tfcalc.measure.memory import forward_loss
+    from tfcalc.model import build_model
+
+    cfg = tiny(n_layer=4, d_ff=16, **MIXTRAL_LIKE, **mix)
+    B, T = 2, 16
+    acts = activations(cfg, B, T, "fp32")
+    kinds = [b.is_moe for b in cfg.architecture.output.layers()]
+    assert len(set(map(id, (acts.layer_terms(i) for i in range(4))))) == 2
+    for i, moe in enumerate(kinds):
+        assert ("moe_routing" in acts.layer_terms(i)) == moe
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu").train()
+    _, saved = forward_loss(model, torch.randint(0, cfg.vocab_size, (B, T)), count_saved=True)
+    assert saved == acts.stored
+    L = Layout(pp=4, seq=T, global_batch=B, micro_batch=B)  # one layer a stage, one micro-batch in flight
+    middle = [ra.stage_activation_bytes(acts, L, s, range(s, s + 1)) for s in (1, 2)]  # no embedding, no head
+    assert middle == [ra.layer_bytes(acts, L, acts.layer_terms(i)) for i in (1, 2)]
+    dense = {ra.layer_bytes(acts, L, acts.layer_terms(i)) for i, moe in enumerate(kinds) if not moe}
+    routed = {ra.layer_bytes(acts, L, acts.layer_terms(i)) for i, moe in enumerate(kinds) if moe}
+    assert len(dense) == len(routed) == 1 and dense != routed

@@ -112,6 +112,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count.activation_layers import layer_list
 from tfcalc.count.dtypes import activation_element_bytes
 
 ATTENTION_KERNELS = ("flash", "math")
@@ -290,13 +291,14 @@ class Activations:
     n_encoder_layer: int = 0
     encoder_layer_input: int = 0
     moe: bool = False  # the FFN is a mixture of experts (replicated, not split, across tensor-parallel ranks)
+    layers: tuple = ()  # each output-stack layer's terms where they differ (dense layers of a MoE); () alike
 
     def layer_terms(self, i: int) -> dict[str, int]:
-        """{component: bytes} of decoder-stack layer i; every layer keeps the same terms today (a
-        per-layer description would return each layer's own), and every sum over layers goes through here."""
+        """{component: bytes} of output-stack layer i: ``per_layer`` unless layers differ. Every sum over
+        layers goes through here."""
         if not 0 <= i < self.n_layer:
             raise IndexError(f"layer {i} of {self.n_layer}")
-        return self.per_layer
+        return self.layers[i] if self.layers else self.per_layer
 
     def kept(self, terms: dict[str, int]) -> int:
         """Bytes of one layer's terms kept under selective recompute (the score terms dropped) or none."""
@@ -323,7 +325,8 @@ class Activations:
     @property
     def recompute_extra(self) -> int:
         """With full recompute, one block's activations rebuilt at a time during the backward pass."""
-        return max(self.layer, self.encoder_layer) if self.recompute == "full" else 0
+        kinds = {id(t): sum(t.values()) for t in self.layers or (self.per_layer,)}
+        return max(*kinds.values(), self.encoder_layer) if self.recompute == "full" else 0
 
     @property
     def total(self) -> int:
@@ -331,16 +334,8 @@ class Activations:
         return self.stored + self.recompute_extra + self.loss_gradients
 
 
-def activations(
-    cfg: ModelConfig,
-    batch: int,
-    seq: int,
-    dtype: str,
-    attention: Optional[str] = None,
-    recompute: str = "none",
-    dropout: bool = False,
-    src_seq: Optional[int] = None,
-) -> Activations:
+def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
+                recompute: str = "none", dropout: bool = False, src_seq: Optional[int] = None) -> Activations:
     """Training activations at (batch, seq) in dtype; attention None means default_attention(cfg) (and,
     for cross-attention, which has no mask, the fused kernel). An encoder-decoder reads src_seq source
     tokens (default: seq)."""
@@ -348,17 +343,24 @@ def activations(
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
     e, tokens, h = activation_element_bytes(dtype), batch * seq, cfg.d_model
     kernel = attention or default_attention(cfg)
-    per_layer = {key: tokens * n for key, n in layer_activations(cfg, batch, seq, e, kernel, dropout).items()}
+    more, src = {}, seq if src_seq is None else src_seq
+    cross_kernel = attention or ("math" if cfg.attn_softcap is not None else "flash")  # no mask: fused, uncapped
+
+    def block(c) -> dict[str, int]:  # one output-stack block: c is cfg, or a dense layer's view of it
+        out = {key: tokens * n for key, n in layer_activations(c, batch, seq, e, kernel, dropout).items()}
+        if c.cross_attention or c.arch == "encoder-decoder":  # src_seq external states (default: seq)
+            out.update(cross_activations(c, batch, seq, src, e, cross_kernel))
+        if c.expert_capacity_factor is not None:
+            _capacity_terms(c, out, tokens, e)
+        return out
+
+    per_layer = block(cfg)
     head = {key: tokens * n for key, n in head_activations(cfg, e).items()}
     if cfg.pooler:
         head["pooler_output"] = batch * e * h  # tanh keeps its output, one row per sequence
-    more, src = {}, seq if src_seq is None else src_seq
-    cross_kernel = attention or ("math" if cfg.attn_softcap is not None else "flash")  # no mask: fused, uncapped
-    if cfg.cross_attention:  # a decoder-only stack reading src_seq external states (default: seq)
-        per_layer.update(cross_activations(cfg, batch, seq, src, e, cross_kernel))
+    if cfg.cross_attention:
         head["cross_memory"] = batch * src * e * h  # every block's K/V-projection input
     if cfg.arch == "encoder-decoder":
-        per_layer.update(cross_activations(cfg, batch, seq, src, e, cross_kernel))
         sources = batch * src
         encoder = layer_activations(cfg, batch, src, e, kernel, dropout)
         more = dict(encoder_per_layer={key: sources * n for key, n in encoder.items()},
@@ -366,10 +368,8 @@ def activations(
         head["encoder_embedding_norm"] = sources * norm_bytes(cfg, e) if cfg.embedding_norm else 0
         head["encoder_final_norm"] = sources * norm_bytes(cfg, e) if cfg.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
-    if cfg.expert_capacity_factor is not None:
-        _capacity_terms(cfg, per_layer, batch * seq, e)
-        if more:
-            _capacity_terms(cfg, more["encoder_per_layer"], batch * (seq if src_seq is None else src_seq), e)
+    if cfg.expert_capacity_factor is not None and more:
+        _capacity_terms(cfg, more["encoder_per_layer"], batch * src, e)
     if cfg.windowed_layers and cfg.sliding_window < seq and default_attention(cfg) == "flash":
         # the window is an explicit (T, T) mask there, one tensor for every windowed block, which the
         # fused kernel keeps for its backward (ALiBi's, T5's and capped scores add it in instead)
@@ -378,7 +378,7 @@ def activations(
         head["position_bias"] = e * cfg.n_head * (seq * seq + (src * src if cfg.arch == "encoder-decoder" else 0))
     loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
     return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more,
-                       moe=bool(cfg.n_expert))
+                       moe=bool(cfg.n_expert), layers=layer_list(cfg, per_layer, block))
 
 
 def _capacity_terms(cfg: ModelConfig, per_layer: dict[str, int], tokens: int, e: int) -> None:
