@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tfcalc.measure import memory, stand_in
+from tfcalc.workload import Workload
 
 
 class Trace(TorchDispatchMode):
@@ -35,7 +36,7 @@ def _training_step(cfg, dtype, with_stand_in):
         swap.__enter__()
     try:
         with trace:
-            saved = memory.run_model(cfg, 2, 12, dtype, "cpu", True, "adam-mixed")
+            saved = memory.run_model(cfg, Workload(batch=2, seq=12, dtype=dtype), "cpu", True, "adam-mixed")
     finally:
         if swap is not None:
             swap.__exit__(None, None, None)

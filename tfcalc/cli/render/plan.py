@@ -52,8 +52,9 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
-    t.add("Activations", m.activations, f"Korthikanti 2022; {min(L.pp - m.stage, L.micro_batches)} in flight "
-          f"of {L.micro_batch} × {L.seq:,}")
+    recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
+    t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; "
+          f"{min(L.pp - m.stage, L.micro_batches)} in flight of {L.micro_batch} × {L.seq:,}")
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
