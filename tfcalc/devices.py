@@ -276,13 +276,13 @@ def load_spec(path: str | Path) -> DeviceSpec:
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
     ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
 
-    Read as config files are (tfcalc.presets.read_yaml: tfcalc.reading and tfcalc.yaml_load): regular
+    Read as config files are (tfcalc.yaml_load.read_mapping): regular
     files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64
     levels, no key given twice."""
-    from tfcalc.presets import read_yaml
+    from tfcalc.yaml_load import read_mapping
 
     path = Path(path)
-    return spec_from_mapping(read_yaml(path), path)
+    return spec_from_mapping(read_mapping(path), path)
 
 
 def as_dict(spec: DeviceSpec) -> dict[str, Any]:
