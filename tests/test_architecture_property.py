@@ -17,6 +17,7 @@ from tfcalc.measure.flops import measure_flops
 from tfcalc.measure.params import measured_breakdown, measured_total
 from tfcalc.model import build_model
 from tfcalc.model.cache import check_decodable
+from tfcalc.workload import Workload
 
 
 def shard_sum(cfg, tp: int, pp: int) -> int:
@@ -52,7 +53,7 @@ def test_flops_equal_flop_counter_mode_on_cpu(cfg, batch, data):
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
     src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
         cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
-    m = measure_flops(cfg, batch, seq, "cpu", src_seq=src_seq)
+    m = measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu")
     b = count_flops.breakdown(cfg, batch, seq, src_seq)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)

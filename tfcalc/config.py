@@ -106,7 +106,7 @@ class ModelConfig:
     gated_ffn: bool = False  # SwiGLU (silu) / GeGLU (gelu): FFN(x) = down(act(gate(x)) * up(x))
     attn_bias: bool = True
     ffn_bias: bool = True
-    norm_bias: bool = True
+    norm_bias: Optional[bool] = None  # None: derived, see norm_has_bias
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
@@ -220,6 +220,13 @@ class ModelConfig:
         return self.n_layer if self.arch == "encoder-decoder" or self.cross_attention else 0
 
     @property
+    def norm_has_bias(self) -> bool:
+        """Whether the norms have a bias: norm_bias where given, else as the norm defines it: a LayerNorm
+        has one (Ba et al. 2016, its gain and bias), an RMSNorm none (Zhang & Sennrich 2019, eq. 4: a gain
+        only). So `norm: rmsnorm` alone is a whole config, and `--set norm=rmsnorm` needs no second key."""
+        return self.norm != "rmsnorm" if self.norm_bias is None else self.norm_bias
+
+    @property
     def o_bias(self) -> bool:
         """Whether the attention output projection has a bias (attn_out_bias, else attn_bias)."""
         return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
@@ -301,7 +308,7 @@ class ModelConfig:
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
         if self.arch == "encoder-decoder":
             out.update(n_encoder_layer=self.encoder_layers)
-        out.update(attn_out_bias=self.o_bias)
+        out.update(attn_out_bias=self.o_bias, norm_bias=self.norm_has_bias)
         if self.pos_encoding == "relative":
             out.update(rel_pos_buckets=self.rel_buckets, rel_pos_max_distance=self.rel_max_distance)
         for derivation_only in ("ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of"):

@@ -118,6 +118,16 @@ class Stack:
             for _ in range(run.repeat):
                 yield from run.pattern
 
+    def layer(self, i: int) -> Block:
+        """Layer i's block (0-based), found from the runs in closed form."""
+        pos = 0
+        for run in self.runs:
+            end = pos + len(run.pattern) * run.repeat
+            if pos <= i < end:
+                return run.pattern[(i - pos) % len(run.pattern)]
+            pos = end
+        raise IndexError(f"layer {i} of a {self.n_layer}-layer stack")
+
     def kinds(self) -> list[tuple[Block, int]]:
         """(distinct block, layers that are it), in first-seen order: what a fold multiplies out."""
         return self.kinds_in(0, self.n_layer)

@@ -140,6 +140,10 @@ class Architecture:
         """The causal stack (an encoder has none)."""
         return None if self.kind == "encoder" else self.output
 
+    def blocks(self) -> list[Block]:
+        """Every layer's block, stacks in model order: one per layer (a fold over kinds() costs less)."""
+        return [b for s in self.stacks for b in s.layers()]
+
     def kinds(self) -> list[tuple[Stack, Block, int]]:
         """(stack, distinct block, layers that are it), stacks in model order."""
         return [(s, b, n) for s in self.stacks for b, n in s.kinds()]

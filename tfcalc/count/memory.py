@@ -36,12 +36,12 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     ATTENTION_KERNELS,
     FP32,
     RECOMPUTE,
+    TRAINING_ATTENTION,
     Activations,
     activations,
     cross_activations,
     default_attention,
     head_activations,
-    korthikanti_bytes,
     layer_activations,
     norm_bytes,
 )
@@ -53,6 +53,7 @@ from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public n
     weight_bytes,
 )
 from tfcalc.count.params import total as param_total
+from tfcalc.count.rank_activations import korthikanti_bytes  # noqa: F401  (re-exported: memory's public names)
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")

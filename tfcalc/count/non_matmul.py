@@ -60,7 +60,7 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     """BERT's MLM-head transform (bias, activation, norm), the vocabulary bias, logit soft-capping."""
     out, d, V = [], cfg.d_model, cfg.vocab_size
     if cfg.lm_head_transform:
-        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
+        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
         out.append(NonMatmulEntry("head", f"LM head transform: bias, {cfg.activation}, {cfg.norm}", per, tokens * d, 1))
     if cfg.lm_head_bias:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
@@ -131,7 +131,7 @@ def _stack_non_matmul(
     tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
     cross = src is not None
     cross_scores = batch * cfg.n_head * seq * src if cross else 0
-    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
+    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
     sublayers = 3 if cross else 2
     norms = cfg.norms_per_block + ((2 if cfg.norm_placement == "sandwich" else 1) if cross else 0)
     ffns = [_ffn_non_matmul(cfg, ffn, n, tokens, stack) for ffn, n in _ffn_kinds(arch_stack)]

@@ -21,12 +21,13 @@ at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
-from tfcalc.count.layout import Layout, candidate_layouts, check_layout, gpu_counts
+from tfcalc.count.layout import Layout, candidate_layouts, check_layout, divisors, gpu_counts
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
@@ -95,7 +96,9 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
     best = None
     ew = weight_element_bytes(base.dtype)
-    for tp in range(1, gpus_per_node + 1):
+    # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
+    widths = math.gcd(cfg.n_head, cfg.kv_heads, cfg.ffn_dim, cfg.d_model)
+    for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
                              sequence_parallel=tp > 1 and base.seq % tp == 0)

@@ -45,6 +45,7 @@ from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.params import param_entries
 from tfcalc.count.quant import WeightFormat, entry_bytes
 from tfcalc.errors import InputError
+from tfcalc.workload import decoder_source
 
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
@@ -218,7 +219,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
                 src_seq: Optional[int] = None) -> Step:
     """One decode step: one token per sequence attending to ``context`` positions (itself included)."""
     _check(cfg, batch=batch, context=context)
-    src = (src_seq or context) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, context, src_seq)
     entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False)  # windows: see _row
     return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
 
@@ -227,7 +228,7 @@ def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_d
                  src_seq: Optional[int] = None) -> Step:
     """The prompt: seq tokens per sequence from position 0; the LM head on the last position only."""
     _check(cfg, batch=batch, seq=seq)
-    src = (src_seq or seq) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, seq, src_seq)
     entries = []
     for e in matmul_entries(cfg, batch, seq, src=src):
         if e.component == "lm_head":  # logits of the last position only: B rows
