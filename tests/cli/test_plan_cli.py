@@ -102,7 +102,9 @@ def test_hostile_plans(cli, args, message):
 
 def test_unsupported_models(cli):
     assert_one_line_error(cli("plan", "mixtral", "--dp", "8"), "expert parallelism")
-    assert_one_line_error(cli("plan", "gpt2", "--tp", "2", "--measure"), "tie_embeddings=false")
+    # (a tied embedding and head run under TP now: tests/measure/test_tp_architectures.py)
+    assert_one_line_error(cli("plan", "gpt2", "--tp", "2", "--measure", "--nproc", "2", "--set", "pos_encoding=alibi"),
+                          "position bias")
 
 
 def test_plan_measured_on_two_gloo_ranks(cli):
@@ -146,8 +148,10 @@ def test_hostile_bench_nproc(cli, args, message):
     assert_one_line_error(cli("bench", "llama2-7b", "--set", "n_layer=1", *args), message)
 
 
-def test_bench_nproc_on_tied_model_under_tp(cli):
-    assert_one_line_error(cli("bench", "gpt2", "--nproc", "2", "--tp", "2"), "tie_embeddings=false")
+def test_bench_nproc_under_tp_refuses_a_per_head_position_bias(cli):
+    """A tied model now runs under TP (tests/measure/test_tp_architectures.py); ALiBi's per-head bias does not."""
+    assert_one_line_error(cli("bench", "gpt2", "--nproc", "2", "--tp", "2", "--set", "pos_encoding=alibi"),
+                          "position bias")
 
 
 @pytest.mark.parametrize("args, kwargs", [

@@ -103,9 +103,8 @@ def test_layouts_not_measured(changes, message):
         check_measurable(CFG, L(**changes))
 
 
-def test_tied_embeddings_are_not_measured_under_tp():
-    with pytest.raises(InputError, match="ties"):
-        check_measurable(tiny(), L(tp=2))
+def test_tied_embeddings_are_measured_under_tp():
+    check_measurable(tiny(), L(tp=2))  # one vocabulary-split tensor: tests/measure/test_tp_architectures.py
 
 
 @pytest.mark.parametrize("nproc", [0, 10**6])
