@@ -1,8 +1,9 @@
 """Tensor parallelism applied from the description (tfcalc.measure.parallelize), run on 2 gloo ranks in one
 launch: small copies (tfcalc.report.plan_check.small_copy) of gemma-2-9b (sandwich norms, soft-caps,
 alternating windows), qwen2-7b (Q/K/V biases, no O bias), falcon-7b (one norm shared by a parallel block),
-gpt2 (a tied embedding and head: one vocabulary-split tensor), mixtral (routed experts whole on every rank)
-and transformer-base (an encoder-decoder: cross-attention split as self-attention).
+gpt2 (a tied embedding and head: one vocabulary-split tensor), mixtral (routed experts whole on every rank),
+mixtral with a gated shared expert (Qwen2-MoE's: split as a dense FFN) and transformer-base (an
+encoder-decoder: cross-attention split as self-attention).
 
 - every rank computes the single-device model's loss (the shards hold consistent heads and columns);
 - rank 0's weights, gradients and Adam states are the description's tensors split as each one's ``tp``
@@ -31,9 +32,11 @@ from tfcalc.model import build_model
 from tfcalc.presets import load
 from tfcalc.report.plan_check import small_copy
 
-NAMES = ["gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "transformer-base"]
 LAYOUT = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1, dtype="fp32")
-CFGS = {n: replace(small_copy(load(n), 2), n_layer=2) for n in NAMES}
+CFGS = {n: replace(small_copy(load(n), 2), n_layer=2)
+        for n in ["gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "transformer-base"]}
+CFGS["mixtral-shared"] = replace(CFGS["mixtral-8x7b"], shared_expert_d_ff=32, shared_expert_gate=True)
+NAMES = list(CFGS)
 HW = Hardware(1e12, 10**12, 1e9, 1e9, 8)
 
 
