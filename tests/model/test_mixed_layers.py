@@ -1,8 +1,8 @@
 """The module built from a per-layer description whose layers differ in what flat fields cannot say: each
 layer its own sliding window, its own RoPE base or none (NoPE), its own V head width -- Gemma 3's local
 and global bases, Llama 4's NoPE layers. Property test: the analytic parameters equal the module's numel
-and a checkpoint written and read back; the KV bytes equal the cache the model allocates; a prompt then
-decode steps give the logits of one forward pass."""
+and a checkpoint written and read back; the KV bytes equal the cache the model allocates; analytic FLOPs
+equal FlopCounterMode; a prompt then decode steps give the logits of one forward pass."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from tfcalc.checkpoint.count import piece_counts
 from tfcalc.checkpoint.files import read_headers
 from tfcalc.checkpoint.names import Piece
 from tfcalc.config import replace
-from tfcalc.count import params as count
+from tfcalc.count import flops as count_flops, params as count
 from tfcalc.errors import InputError
+from tfcalc.measure.flops import measure_flops
 from tfcalc.measure.params import measured_breakdown, measured_total
 from tfcalc.model import build_model
 from tfcalc.model.cache import check_decodable
@@ -35,9 +36,9 @@ def with_architecture(cfg, arch: Architecture):
     return out
 
 
-def remix(arch: Architecture, draw) -> Architecture:
+def remix(arch: Architecture, draw, v_heads: bool = True) -> Architecture:
     """Each self-attention layer redrawn: its window (causal layers), its RoPE base or none (a rotary
-    stack), its V head width."""
+    stack), its V head width (``v_heads``)."""
     stacks = []
     for stack in arch.stacks:
         layers = []
@@ -48,16 +49,17 @@ def remix(arch: Architecture, draw) -> Architecture:
             if stack.embeddings.positions == "rope":
                 theta = draw(st.sampled_from([None, 10_000.0, 1_000_000.0]), label="rope base")
                 changes.update(rope_theta=theta, rope_dim=0 if theta is None else a.rope_dim or a.head_dim)
-            changes["v_head_dim"] = draw(st.sampled_from([None, 2, 6]), label="v_head_dim")
+            if v_heads:
+                changes["v_head_dim"] = draw(st.sampled_from([None, 2, 6]), label="v_head_dim")
             layers.append(dataclasses.replace(block, attention=dataclasses.replace(a, **changes)))
         stacks.append(Stack(compress(layers), stack.embeddings, stack.final_norm, stack.name))
     return Architecture(arch.kind, tuple(stacks), arch.head)
 
 
 @st.composite
-def mixed_configs(draw):
+def mixed_configs(draw, v_heads: bool = True):
     cfg = draw(configs())
-    return with_architecture(cfg, remix(cfg.architecture, draw))
+    return with_architecture(cfg, remix(cfg.architecture, draw, v_heads))
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -93,6 +95,18 @@ def test_kv_bytes_equal_the_cache_the_model_allocates(cfg, batch, data):
     cache = build_model(cfg, "meta").new_cache(batch, tokens)
     assert cache.nbytes == 4 * batch * cfg.architecture.kv_elements(tokens)  # fp32
     assert cache.slots == [b.attention.kv_positions(tokens) for b in cfg.architecture.output.layers()]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mixed_configs(v_heads=False), st.integers(1, 2), st.data())
+def test_flops_equal_flop_counter_mode(cfg, batch, data):
+    """Full-square convention: per-layer windows and RoPE bases move no matmul FLOP, so the module's count
+    (FlopCounterMode on CPU) must still equal the analytic one layer by layer."""
+    seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
+        cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
+    assert measure_flops(cfg, batch, seq, "cpu", src_seq=src_seq).total == count_flops.breakdown(
+        cfg, batch, seq, src_seq).forward
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
