@@ -105,3 +105,28 @@ def test_what_a_run_under_tp_does_not_split_is_refused():
     moe_sp = dataclasses.replace(LAYOUT, sequence_parallel=True)
     with pytest.raises(InputError, match="sequence parallelism"):
         check_measurable(CFGS["mixtral-8x7b"], moe_sp)
+
+
+def test_a_module_run_twice_in_one_recorded_section_is_tolerated():
+    """An encoder-decoder's shared token embedding runs twice per forward; CommDebugMode's module tracker
+    alone would raise IndexError on the second (tfcalc.measure.collectives._tolerate_repeated_modules)."""
+    from tfcalc.measure.collectives import CollectiveLog
+
+    shared = torch.nn.Embedding(5, 4)
+    model = torch.nn.ModuleDict({"a": shared, "b": torch.nn.Sequential(shared)})
+    log = CollectiveLog({})
+    with log.section("forward"):
+        model["a"](torch.tensor([1])) + model["b"](torch.tensor([2]))
+    assert log.collectives() == []
+
+
+def test_a_tracker_without_the_internal_is_left_as_it_is():
+    """Another torch whose tracker lacks the hook: nothing is patched, the plain CommDebugMode runs."""
+    from types import SimpleNamespace
+
+    from tfcalc.measure.collectives import _tolerate_repeated_modules
+
+    mode = SimpleNamespace(advanced_module_tracker=SimpleNamespace(parent_list=["Global"]))
+    _tolerate_repeated_modules(mode)
+    assert vars(mode.advanced_module_tracker) == {"parent_list": ["Global"]}
+    _tolerate_repeated_modules(SimpleNamespace())  # no tracker at all
