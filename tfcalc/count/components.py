@@ -8,6 +8,7 @@ Fused tensors and their rows, in tfcalc.model's layout: ``attn.qkv`` [Q | K | V]
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from tfcalc.config import ModelConfig
@@ -84,7 +85,7 @@ def block_of(cfg: ModelConfig, param: str):
     stack = arch.encoder if m.group(1) else arch.output
     if stack is None or int(m.group(2)) >= stack.n_layer:
         return None
-    return stack.layer(int(m.group(2)))
+    return next(itertools.islice(stack.layers(), int(m.group(2)), None))
 
 
 def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[str, tuple[int, int]]:

@@ -48,14 +48,15 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if layout.tp > 1 and layout.dp > 1 and layout.zero == 0:
         raise InputError("a real run combines TP with FSDP (--zero 3), not with DDP")
     arch = cfg.architecture
+    blocks = [b for stack in arch.stacks for b, _ in stack.kinds()]  # each distinct layer kind
     if layout.tp > 1 and any(s.embeddings.positions in ("alibi", "relative") for s in arch.stacks):
         raise InputError(f"{cfg.name}: a run under TP splits the heads, and its per-head position bias "
                          "(ALiBi, T5's buckets) is not split with them; planned, not run")
-    if layout.tp > 1 and any(b.attention.sinks for b in arch.blocks()):
+    if layout.tp > 1 and any(b.attention.sinks for b in blocks):
         raise InputError(f"{cfg.name}: attention sinks under TP are planned, not run")
     if layout.sequence_parallel and arch.head.pooler:
         raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
-    if layout.sequence_parallel and (len(arch.stacks) > 1 or any(b.is_moe for b in arch.blocks())):
+    if layout.sequence_parallel and (len(arch.stacks) > 1 or any(b.is_moe for b in blocks)):
         raise InputError(f"{cfg.name}: sequence parallelism is run on one-stack dense models; with a mixture of "
                          "experts or an encoder-decoder it is planned, not run")
 
