@@ -9,7 +9,8 @@ encoder-decoder: cross-attention split as self-attention).
 - rank 0's weights, gradients and Adam states are the description's tensors split as each one's ``tp``
   says, rank 0 holding torch.chunk's first block -- summed here from ``Architecture.weights()``, not by
   tfcalc.count.shard;
-- where the plan covers the model, its collectives (bytes and calls) are the measured ones.
+- where the plan covers the model (all but the encoder-decoder under TP), its model states and its
+  collectives (bytes and calls) are the measured ones.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ CFGS = {n: replace(small_copy(load(n), 2), n_layer=2)
         for n in ["gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "transformer-base"]}
 CFGS["mixtral-shared"] = replace(CFGS["mixtral-8x7b"], shared_expert_d_ff=32, shared_expert_gate=True)
 NAMES = list(CFGS)
+# and the encoder-decoder under FSDP2 (dp 2, ZeRO-3: each encoder and decoder block its own unit), which the
+# plan covers: its states and collectives must be the plan's
+FSDP = dataclasses.replace(LAYOUT, tp=1, dp=2, zero=3, global_batch=4)
 HW = Hardware(1e12, 10**12, 1e9, 1e9, 8)
 
 
@@ -45,7 +49,8 @@ def runs():
     for cfg in CFGS.values():
         check_measurable(cfg, LAYOUT)
     jobs = [dict(config=dataclasses.asdict(c), layout=dataclasses.asdict(LAYOUT)) for c in CFGS.values()]
-    return dict(zip(NAMES, launch(jobs, 2, device="cpu"), strict=True))
+    jobs.append(dict(config=dataclasses.asdict(CFGS["transformer-base"]), layout=dataclasses.asdict(FSDP)))
+    return dict(zip([*NAMES, "transformer-base-fsdp"], launch(jobs, 2, device="cpu"), strict=True))
 
 
 def rank0_elements(cfg, tp: int) -> int:
@@ -84,7 +89,7 @@ def test_rank0_states_are_the_descriptions_tensors_split(runs, name):
     assert (r0["weights_bytes"], r0["grads_bytes"], r0["optimizer_bytes"]) == (4 * n, 4 * n, 8 * n)
 
 
-def test_collectives_equal_the_plans_where_it_plans_the_model(runs):
+def test_states_and_collectives_equal_the_plans_where_it_plans_the_model(runs):
     covered = []
     for name in NAMES:
         try:
@@ -92,9 +97,21 @@ def test_collectives_equal_the_plans_where_it_plans_the_model(runs):
         except InputError:
             continue
         covered.append(name)
+        r0 = runs[name][0]
+        assert (r0["weights_bytes"], r0["grads_bytes"], r0["optimizer_bytes"]) == (
+            plan.memory.weights, plan.memory.grads, plan.memory.optimizer), name
         measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in runs[name][0]["collectives"]}
         assert measured == {(c.cause, c.op): (c.payload_bytes, c.calls) for c in plan.collectives}, name
-    assert {"gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2"} <= set(covered)
+    assert {"gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "mixtral-shared"} <= set(covered)
+
+
+def test_an_encoder_decoder_under_fsdp_is_planned_exactly(runs):
+    plan = make_plan(CFGS["transformer-base"], FSDP, HW, 0.5)
+    r0 = runs["transformer-base-fsdp"][0]
+    assert (r0["weights_bytes"], r0["grads_bytes"], r0["optimizer_bytes"]) == (
+        plan.memory.weights, plan.memory.grads, plan.memory.optimizer)
+    measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in r0["collectives"]}
+    assert measured == {(c.cause, c.op): (c.payload_bytes, c.calls) for c in plan.collectives}
 
 
 def test_what_a_run_under_tp_does_not_split_is_refused():

@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run every job of the request (a JSON file) and write this rank's answers beside it."""
     import torch.distributed as dist
 
+    from tfcalc.measure.lifeline import die_with_parent
+
+    die_with_parent()  # launched by tfcalc: killed with it, even by SIGKILL (nothing under torchrun)
     warnings.filterwarnings("ignore")
     # imported for their side effect only, before any baseline is taken: their code pages count in RSS
     from torch.distributed.fsdp import fully_shard  # noqa: F401 (side effect: loaded before the baseline)
