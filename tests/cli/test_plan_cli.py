@@ -103,6 +103,9 @@ def test_hostile_plans(cli, args, message):
 def test_what_a_real_run_cannot_split_is_refused_before_ranks_start(cli):
     """An encoder-decoder's cross-attention under TP is neither planned nor run: refused before any rank."""
     assert_one_line_error(cli("plan", "t5-base", "--tp", "2", "--measure"), "plans cover it with tp 1")
+    # a per-head position bias is planned under TP but not split by the run (a tied head runs under TP now)
+    assert_one_line_error(cli("plan", "gpt2", "--tp", "2", "--measure", "--nproc", "2", "--set", "pos_encoding=alibi"),
+                          "position bias")
 
 
 def test_plan_measure_exits_1_when_plan_and_run_disagree(cli, monkeypatch):
@@ -156,6 +159,12 @@ def test_bench_on_two_gloo_ranks(cli):
 ])
 def test_hostile_bench_nproc(cli, args, message):
     assert_one_line_error(cli("bench", "llama2-7b", "--set", "n_layer=1", *args), message)
+
+
+def test_bench_nproc_under_tp_refuses_a_per_head_position_bias(cli):
+    """A tied model now runs under TP (tests/measure/test_tp_architectures.py); ALiBi's per-head bias does not."""
+    assert_one_line_error(cli("bench", "gpt2", "--nproc", "2", "--tp", "2", "--set", "pos_encoding=alibi"),
+                          "position bias")
 
 
 @pytest.mark.parametrize("args, kwargs", [

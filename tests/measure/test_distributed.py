@@ -127,6 +127,10 @@ def test_layouts_not_measured(changes, message):
         check_measurable(CFG, L(**changes))
 
 
+def test_tied_embeddings_are_measured_under_tp():
+    check_measurable(tiny(), L(tp=2))  # one vocabulary-split tensor: tests/measure/test_tp_architectures.py
+
+
 @pytest.mark.parametrize("nproc", [0, 10**6])
 def test_nproc_out_of_range(nproc):
     with pytest.raises(InputError, match="--nproc"):

@@ -27,8 +27,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from tfcalc.architecture import Architecture, Block, MoE
+from tfcalc.architecture import Architecture, MoE
 from tfcalc.config import ModelConfig
+from tfcalc.count.components import block_of
 
 PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.")
 BUFFERS = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|\.attention\.bias|\.attention\.masked_bias|"
@@ -237,19 +238,6 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
             part = part.format(*m.groups()) if part else None
             return Piece(param.format(*m.groups()), _PARTS.get(part, part), transform or None, tied)
     return "buffer" if BUFFERS.fullmatch(name) else None
-
-
-def block_of(cfg: ModelConfig, param: str) -> Optional[Block]:
-    """The block (tfcalc.architecture) of the layer a parameter path (``[encoder.]blocks.<i>...``) sits in;
-    None outside the blocks or past the stack's depth."""
-    arch = cfg.architecture
-    m = re.match(r"(encoder\.)?blocks\.(\d+)\.", param)
-    if m is None:
-        return None
-    stack = arch.encoder if m.group(1) else arch.output
-    if stack is None or int(m.group(2)) >= stack.n_layer:
-        return None
-    return stack.layer(int(m.group(2)))
 
 
 def experts_of(cfg: ModelConfig, param: str) -> int:

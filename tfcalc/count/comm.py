@@ -137,8 +137,9 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     if t == 1:
         return []
     # TP-split sub-layers of the stage: every attention, and every FFN but a mixture of experts (its
-    # experts are whole on every rank: replicated, so their output needs no reduction)
-    split = sum(n * (1 + (not b.is_moe)) for b, _, n in stage_kinds(cfg, layout.pp, stage))
+    # experts are whole on every rank: replicated, so their output needs no reduction) -- unless it has a
+    # shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
+    split = sum(n * (1 + (not b.is_moe or b.ffn.shared is not None)) for b, _, n in stage_kinds(cfg, layout.pp, stage))
     first, last = stage == 0, stage == layout.pp - 1
     tokens = layout.micro_batch * layout.seq
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model

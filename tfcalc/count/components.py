@@ -74,12 +74,27 @@ def local_path(name: str) -> tuple[str, str]:
     return prefix, re.sub(r"^ffn\.experts\.\d+\.", "expert_ffn.", path)
 
 
-def fused_rows(cfg: ModelConfig, module: str) -> dict[str, tuple[int, int]]:
+def block_of(cfg: ModelConfig, param: str):
+    """The block (tfcalc.architecture) of the layer a full parameter path (``[encoder.]blocks.<i>...``)
+    sits in; None outside the blocks or past its stack's depth."""
+    arch = cfg.architecture
+    m = re.match(r"(encoder\.)?blocks\.(\d+)\.", param)
+    if m is None:
+        return None
+    stack = arch.encoder if m.group(1) else arch.output
+    if stack is None or int(m.group(2)) >= stack.n_layer:
+        return None
+    return stack.layer(int(m.group(2)))
+
+
+def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[str, tuple[int, int]]:
     """{part: (first row, end row)} of a fused module path (as local_path gives it), from the description
-    (tfcalc.architecture): the first layer that holds the module gives the widths."""
+    (tfcalc.architecture): the widths of the layer the full path ``param`` sits in (layers may differ),
+    or without one, of the first layer that holds the module."""
     parts = {"attn.qkv": ("attn_", ("q", "k", "v")), "cross_attn.kv": ("cross_attn_", ("k", "v"))}
     prefix, names = parts[module] if module in parts else (_FFN_PREFIX[module], ("gate", "up"))
-    for _, block, _ in cfg.architecture.kinds():
+    layer = block_of(cfg, param) if param is not None else None
+    for block in [layer] if layer is not None else [b for _, b, _ in cfg.architecture.kinds()]:
         shapes = {w.name: w.shape[0] for w in block.weights()}
         if f"{prefix}{names[-1]}_weight" in shapes:
             rows, start = {}, 0
@@ -100,7 +115,7 @@ def components(cfg: ModelConfig, param: str, part: str | None = None) -> dict[st
     prefix, path = local_path(param)
     module, _, kind = path.rpartition(".")
     if module in FUSED:
-        rows = fused_rows(cfg, module)
+        rows = fused_rows(cfg, module, param)
         parts = rows if part is None else {part: rows[part]}
         return {f"{prefix}{FUSED[module]}_{p}_{kind}": stop - start for p, (start, stop) in parts.items()}
     return {prefix + COMPONENTS[path]: -1}  # -1: every row

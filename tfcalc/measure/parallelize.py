@@ -38,13 +38,13 @@ from tfcalc.errors import InputError
 
 def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     """The layouts a real run covers: DDP, FSDP, TP (with SP), FSDP × TP; one pipeline stage. The models
-    it trains: decoders with an LM head (the loss is next-token cross-entropy over the logits; an encoder's
-    pooled output or hidden states have none, and crashed inside the ranks)."""
-    if cfg.arch != "decoder" or not cfg.lm_head:
-        kind = "an encoder-decoder" if cfg.arch == "encoder-decoder" else (
-            "an encoder" if cfg.arch == "encoder" else "a decoder without an LM head")
+    it trains: decoders and encoder-decoders with an LM head (the loss is cross-entropy over the logits;
+    an encoder-decoder reads the tokens as its source too); an encoder's pooled output or hidden states
+    have no such loss."""
+    if cfg.arch == "encoder" or not cfg.lm_head:
+        kind = "an encoder" if cfg.arch == "encoder" else "a model without an LM head"
         raise InputError(f"{cfg.name} is {kind}: a real distributed run (plan --measure, bench --nproc) trains "
-                         "decoders with an LM head (a next-token loss); estimate it without one")
+                         "models with an LM head (a next-token loss); estimate it without one")
     if layout.zero in (1, 2):
         raise InputError(f"a real run covers ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
                          "run (PyTorch has no engine for it)")

@@ -45,7 +45,8 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
                          "tfcalc infer predicts it without running it")
     if cfg.cross_attention and cfg.arch == "decoder":
         raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which a decode run does not make")
-    if cfg.pos_encoding == "alibi" and cfg.full_attention_every is not None:
+    slots = {b.attention.kv_positions(max_tokens) for b in cfg.architecture.output.layers()}
+    if cfg.pos_encoding == "alibi" and len(slots) > 1:
         raise InputError(f"{cfg.name}: ALiBi with alternating windows is not built for decoding")
 
 

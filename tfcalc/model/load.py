@@ -19,9 +19,9 @@ import torch
 
 from tfcalc import reading
 from tfcalc.checkpoint.files import read_headers
-from tfcalc.checkpoint.names import Piece, block_of, map_name, rules
+from tfcalc.checkpoint.names import Piece, map_name, rules
 from tfcalc.config import ModelConfig
-from tfcalc.count.components import fused_rows, local_path
+from tfcalc.count.components import block_of, fused_rows, local_path
 from tfcalc.errors import InputError, shown
 from tfcalc.model.transformer import Transformer
 
@@ -44,7 +44,7 @@ def _rows(cfg: ModelConfig, piece: Piece) -> tuple[int, int] | None:
     if piece.part is None:
         return None
     _, path = local_path(piece.param)
-    return fused_rows(cfg, path.rpartition(".")[0])[piece.part]
+    return fused_rows(cfg, path.rpartition(".")[0], piece.param)[piece.part]
 
 
 def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
