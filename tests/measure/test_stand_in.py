@@ -87,8 +87,8 @@ def test_a_slow_dtype_is_said_before_the_run_and_recorded(monkeypatch):
 
     monkeypatch.setattr(stand_in, "probe", lambda dtype, kind: stand_in.Probe(dtype, 1e9, 1e11))
     events = []
-    request = dict(config=asdict(tiny()), batch=1, seq=8, dtype="fp16", device="cpu", training=True,
-                   optimizer="adam-mixed")
+    request = dict(config=asdict(tiny()), workload=asdict(Workload(batch=1, seq=8, dtype="fp16")), device="cpu",
+                   training=True, optimizer="adam-mixed")
     answer = memory.measure_in_process(request, lambda kind, text: events.append((kind, text)))
     assert events[0][0] == "note" and "fp16 matmuls are slow" in events[0][1]
     assert [text for kind, text in events if kind == "step"] == list(memory.run_steps(True)[1:])
