@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
-from tfcalc.count.rank_activations import stage_activation_bytes
+from tfcalc.count.rank_activations import stage_activation_bytes, total_blocks
 from tfcalc.count.shard import fsdp_shard, module_tensors, stage_blocks, stage_tensors, tp_local_shape
 from tfcalc.workload import Layout
 
@@ -123,8 +123,9 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them) at its peak."""
-    start = sum(stage_blocks(cfg.n_layer, layout.pp)[:stage])
-    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(start, start + blocks))
+    acts = layout_activations(cfg, layout)  # blocks numbered over the model, an encoder's first
+    start = sum(stage_blocks(total_blocks(acts), layout.pp)[:stage])
+    return stage_activation_bytes(acts, layout, stage, range(start, start + blocks))
 
 
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
