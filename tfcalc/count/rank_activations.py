@@ -34,7 +34,7 @@ Pipeline (1F1B, Narayanan et al. 2021, "Efficient Large-Scale Language Model Tra
 sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms; the
 first stage holds the embedding's terms, the last the head's (its one micro-batch in flight) and, as
 the backward pass begins, the loss gradients. Blocks are numbered over the whole model, an
-encoder-decoder's encoder blocks first (``total_blocks``); every sum over the output stack's layers goes
+encoder-decoder's encoder blocks first (``pipeline_blocks``); every sum over the output stack's layers goes
 through ``Activations.layer_terms(i)``, so layers that differ (a mixture of experts' dense layers) are
 summed each with its own terms.
 """
@@ -127,7 +127,7 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     return in_flight * one + rebuilt + loss
 
 
-def total_blocks(acts: Activations) -> int:
+def pipeline_blocks(acts: Activations) -> int:
     """Blocks a pipeline splits: an encoder-decoder's encoder and decoder blocks, else the stack's."""
     return acts.n_encoder_layer + acts.n_layer
 
@@ -136,7 +136,7 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     """The largest stage's peak (the rank tfcalc.count.rank_memory shows, when states are equal): on
     one GPU, ``acts.total``."""
     out, start = 0, 0
-    for stage, n in enumerate(stage_blocks(total_blocks(acts), layout.pp)):
+    for stage, n in enumerate(stage_blocks(pipeline_blocks(acts), layout.pp)):
         out = max(out, stage_activation_bytes(acts, layout, stage, range(start, start + n)))
         start += n
     return out

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
-from tfcalc.count.rank_activations import stage_activation_bytes, total_blocks
+from tfcalc.count.rank_activations import pipeline_blocks, stage_activation_bytes
 from tfcalc.count.shard import fsdp_shard, module_tensors, stage_blocks, stage_tensors, tp_local_shape
 from tfcalc.workload import Layout
 
@@ -124,7 +124,7 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them) at its peak."""
     acts = layout_activations(cfg, layout)  # blocks numbered over the model, an encoder's first
-    start = sum(stage_blocks(total_blocks(acts), layout.pp)[:stage])
+    start = sum(stage_blocks(pipeline_blocks(acts), layout.pp)[:stage])
     return stage_activation_bytes(acts, layout, stage, range(start, start + blocks))
 
 
