@@ -15,6 +15,7 @@ what runs a real module.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
@@ -124,10 +125,20 @@ def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
     """tfcalc's own model (a torch.nn.Module) holding a checkpoint's weights: a model folder, a
     .safetensors file beside its config.json, or a Hugging Face id in the local cache. ``forward(input_ids)``
     returns logits (batch, seq, vocab); an encoder-decoder takes ``forward(src_ids, tgt_ids)``."""
-    from tfcalc.measure.device import torch_dtype
+    from tfcalc.errors import InputError, shown
+    from tfcalc.measure.device import resolve_device, torch_dtype
     from tfcalc.model.load import load_model as load
 
-    return load(path, device, torch_dtype(dtype))
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"load_model: expected a path or a Hugging Face id; got {shown(path)}")
+    if not isinstance(device, str):  # a torch.device: written as the command line takes it
+        device = str(device) if type(device).__name__ == "device" else device
+    if not isinstance(device, str):
+        raise InputError(f"unknown device {shown(device)}; use cpu, cuda, cuda:N or mps")
+    if not isinstance(dtype, str):
+        raise InputError(f"unknown dtype {shown(dtype)}; give its name, e.g. 'fp32' or 'bf16'")
+    where = resolve_device(device)  # the command line's check: 'tpu', or cuda without CUDA, in one line
+    return load(path, where.name, torch_dtype(dtype))
 
 
 def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optional[int] = None, gen: int = 256, *,

@@ -262,9 +262,3 @@ def test_gpus_must_equal_the_product():
         resolve_degrees(64, 8, 2, 2)
     with pytest.raises(InputError, match="not a multiple"):
         resolve_degrees(12, 8, 1, None)
-
-
-@pytest.mark.parametrize("preset", ["mixtral", "transformer-base"])
-def test_moe_and_encoder_decoder_are_refused(preset):
-    with pytest.raises(InputError, match="parallel plans cover"):
-        make_plan(load(preset), layout(seq=64), H100, 0.4)

@@ -87,7 +87,7 @@ def test_a_slow_dtype_is_said_before_the_run_and_recorded(monkeypatch):
 
     monkeypatch.setattr(stand_in, "probe", lambda dtype, kind: stand_in.Probe(dtype, 1e9, 1e11))
     events = []
-    request = dict(config=asdict(tiny()), workload=asdict(Workload(batch=1, seq=8, dtype="fp16")), device="cpu",
+    request = dict(config=asdict(tiny()), workload=dict(batch=1, seq=8, dtype="fp16"), device="cpu",
                    training=True, optimizer="adam-mixed")
     answer = memory.measure_in_process(request, lambda kind, text: events.append((kind, text)))
     assert events[0][0] == "note" and "fp16 matmuls are slow" in events[0][1]

@@ -22,15 +22,19 @@ from tfcalc.cli.options import (
     Measure,
     Models,
     Overrides,
+    RequireFit,
     Seq,
     SrcSeq,
     Training,
     Verbose,
     output,
+    table_option,
+    warn_past_context,
 )
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes
+from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.memory import MemoryOptions, build_memory, measure_steps
 from tfcalc.workload import Workload, default_dtype
@@ -38,6 +42,9 @@ from tfcalc.workload import Workload, default_dtype
 Optimizer = enum.Enum("Optimizer", {name: name for name in mem.OPTIMIZERS}, type=str)
 Attention = enum.Enum("Attention", {name: name for name in mem.ATTENTION_KERNELS}, type=str)
 Recompute = enum.Enum("Recompute", {name: name for name in mem.RECOMPUTE}, type=str)
+
+
+TableOption = table_option("memory", "summary")
 
 
 def _step_tracker(progress, label: str) -> tuple[Callable[[str], None], list[str]]:
@@ -75,9 +82,11 @@ def memory(
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
+    require_fit: RequireFit = False,
     measure: Measure = False,
     device: Device = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -99,7 +108,9 @@ def memory(
     tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV
     cache.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
+    if require_fit and budget is None:
+        raise InputError("--require-fit checks the fit in a --budget: give one (e.g. --budget 80GB)")
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
     options = MemoryOptions(training=training, optimizer=optimizer.value,
@@ -112,7 +123,13 @@ def memory(
     with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
             ref = resolve(name, overrides or [])
+            warn_past_context(ref, seq)
             on_step, done = _step_tracker(progress, ref.label)
             reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))
             progress(len(steps) - len(done) + 1 if done else len(steps))
     render.emit(reports, out, view.document)
+    if require_fit:
+        short = [f"{r.model.label} at batch {r.batch}, seq {r.seq:,}" for r in reports if not r.fits]
+        if short:
+            render.does_not_fit(f"{'; '.join(short)} in {budget}")
+            raise typer.Exit(1)

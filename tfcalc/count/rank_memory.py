@@ -32,8 +32,16 @@ from dataclasses import dataclass
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
-from tfcalc.count.rank_activations import pipeline_blocks, stage_activation_bytes
-from tfcalc.count.shard import fsdp_shard, module_tensors, stage_blocks, stage_tensors, tp_local_shape
+from tfcalc.count.rank_activations import stage_activation_bytes
+from tfcalc.count.shard import (
+    block_units,
+    fsdp_shard,
+    module_tensors,
+    stage_blocks,
+    stage_tensors,
+    total_blocks,
+    tp_local_shape,
+)
 from tfcalc.workload import Layout
 
 FP32 = 4
@@ -99,13 +107,11 @@ def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
     """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local."""
     if layout.zero != 3:
         return 0
-    block = root = 0
-    for t in module_tensors(cfg):
-        size = math.prod(tp_local_shape(t, layout.tp))
-        if t.per_block:
-            block += size
-        else:
-            root += size
+    def size(t) -> int:
+        return t.copies * math.prod(tp_local_shape(t, layout.tp))
+
+    block = max(sum(size(t) for t in unit) for unit in block_units(cfg))  # the largest block kind
+    root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
     return 2 * weight_element_bytes(layout.dtype) * max(block, root)
 
 
@@ -122,17 +128,17 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
-    """Activation bytes of one rank of the stage (``blocks`` of them) at its peak."""
-    acts = layout_activations(cfg, layout)  # blocks numbered over the model, an encoder's first
-    start = sum(stage_blocks(pipeline_blocks(acts), layout.pp)[:stage])
-    return stage_activation_bytes(acts, layout, stage, range(start, start + blocks))
+    """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
+    order, an encoder's first, as tfcalc.count.rank_activations numbers them) at its peak."""
+    start = sum(stage_blocks(total_blocks(cfg), layout.pp)[:stage])
+    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(start, start + blocks))
 
 
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     """The rank with the largest total: over pipeline stages, TP rank 0 (the largest blocks)."""
     gathered = gathered_bytes(cfg, layout)
     best = None
-    for stage, blocks in enumerate(stage_blocks(cfg.n_layer, layout.pp)):
+    for stage, blocks in enumerate(stage_blocks(total_blocks(cfg), layout.pp)):
         psi, w, g, o = model_states(cfg, layout, stage)
         mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
         if best is None or mem.total > best.total:

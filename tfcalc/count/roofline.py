@@ -178,19 +178,23 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
+    first = cfg.architecture.output.runs[0].pattern[0]  # the output stack's first layer (a decode step's)
     if e.component in SCORE_COMPONENTS:
         queries, keys = (m, n) if e.component.endswith("qk") else (m, k)
-        heads = batch * cfg.n_head
+        a = first.cross_attention if "cross" in e.component else first.attention  # the flat front end's
+        h = a.head_dim if e.component.endswith("qk") else a.v_dim  # attentions all share these widths
+        heads = batch * a.n_head
         read = keys * e.copies  # positions of K (or V) read, over all layers
         if queries == 1 and "cross" not in e.component:  # decoding: each layer reads the keys its one query
-            read = e.causal_total // (2 * heads * cfg.head_dim)  # pairs with: a window's W at most
-        kv = weight_bytes(batch * cfg.kv_heads * read * cfg.head_dim, kv_dtype)  # K or V
-        qo = act * heads * queries * cfg.head_dim * e.copies  # Q read (qk) or the output written (av)
+            read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
+        kv = weight_bytes(batch * a.n_kv_head * read * h, kv_dtype)  # K or V
+        qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
         return Row(e.component, e.label, flops, 0, kv, qo)
     w = weights.get(e.component, 0)
     if e.component.startswith("expert_ffn"):  # only the experts some token is routed to
-        w = round(w * experts_touched(cfg.experts, cfg.experts_active, tokens) / cfg.experts)
+        moe = next(b.ffn for b in cfg.architecture.blocks() if b.is_moe)
+        w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
     return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies)
 
 

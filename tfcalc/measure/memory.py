@@ -315,25 +315,13 @@ def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) ->
             "stand_in": stood_in}
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: have the kernel kill this child if the parent dies (even by SIGKILL, which no handler sees),
-    then check the parent did not die before that was set. Elsewhere, the parent's handlers must do."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _child_main() -> None:
     """Entry point of the child process: imports torch at once (while the parent still checks the
     request, see start_child), then a JSON request on stdin; JSON lines on stdout: {"step": ...} and
     {"note": ...} as the run goes, the answer last."""
-    _die_with_parent(int(os.environ["TFCALC_PARENT_PID"]))  # first: the parent may already be gone
+    from tfcalc.measure.lifeline import die_with_parent
+
+    die_with_parent()  # first: the parent may already be gone
     import torch  # noqa: F401  (the slow part of starting, done before the request arrives)
 
     from tfcalc.measure.child import emitter

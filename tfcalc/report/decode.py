@@ -154,7 +154,7 @@ def point_json(model: ModelRef, plan, run, timing, batch: int, seq: int) -> dict
         "dtype": plan.dtype, "batch": batch, "seq": seq, "decode_steps": plan.steps, "warmup": plan.warmup,
         "weights_bytes": run.weights_bytes, "estimated_memory_bytes": run.estimate_bytes,
         **measured_json(est, timing, run, c, plan.dtype),
-        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.decode_steps[0], c)},
+        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.first_decode_step, c)},
     }
 
 

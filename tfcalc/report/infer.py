@@ -20,7 +20,7 @@ from tfcalc.count import serving
 from tfcalc.count.memory import check_dtype
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.roofline import Ceilings
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size, decoder_source
@@ -89,7 +89,7 @@ class InferReport:
             "total_s": est.total_s, "beyond_context": self.beyond_context,
             **top,
             "roofline": {"prefill": rows_json(est.prefill, c),
-                         "first_decode_step": rows_json(est.decode_steps[0], c) if est.decode_steps else None},
+                         "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
 
     @property
@@ -138,6 +138,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[d
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
+    if isinstance(o.batches, (str, bytes)) or not o.batches:
+        raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")
     for b in o.batches:
         check_size("--batch", b)
     check_size("--gen", o.gen)
@@ -145,6 +147,9 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         check_size("--src-seq", o.src_seq)
         if model.cfg.arch != "encoder-decoder":
             raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
+    if o.measure:
+        check_size("--repeat", o.repeat)
+        check_size("--warmup", o.warmup, low=0)
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
 

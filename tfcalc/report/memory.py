@@ -46,6 +46,12 @@ class MemoryReport(WorkloadFields):
     kv_dtype: str = "bf16"
 
     @property
+    def fits(self) -> Optional[bool]:
+        """Whether this batch and seq fit the --budget (None without one): the state or weights, and then
+        the batch at this seq (the largest batch that fits is at least this one)."""
+        return None if self.fit is None else self.fit.weights_fit and self.fit.max_batch >= self.batch
+
+    @property
     def training(self) -> bool:
         return self.options.training
 
@@ -119,6 +125,7 @@ class MemoryReport(WorkloadFields):
                 "max_seq": fit.max_seq, "max_batch": fit.max_batch,
                 # true: the search stopped at its cap, so the figure is a lower bound, not the largest
                 "max_seq_capped": fit.seq_capped, "max_batch_capped": fit.batch_capped,
+                "fits": self.fits,  # this batch at this seq
             },
         }
 

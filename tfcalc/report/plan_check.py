@@ -47,7 +47,10 @@ def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
     return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=2, d_model=d, n_head=heads, n_kv_head=kv,
                    d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
                    vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
-                   type_vocab_size=min(cfg.type_vocab_size, 2))
+                   type_vocab_size=min(cfg.type_vocab_size, 2),
+                   # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
+                   first_dense_layers=1 if cfg.first_dense_layers else None,
+                   moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
@@ -154,6 +157,7 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
 def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
                device: str | None = None) -> PlanCheck:
     """Run the layout on nproc local ranks and return it beside its plan (see the module docstring)."""
+    from tfcalc.measure.fit import require_ranks_fit
     from tfcalc.measure.launch import check_nproc, launch
     from tfcalc.measure.parallelize import check_measurable
 
@@ -168,5 +172,6 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     check_measurable(run_cfg, ran)
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
+    require_ranks_fit(run_cfg, ran, nproc, device, f"the plan of {cfg.name}")  # before any rank starts
     (ranks,) = launch([job], nproc, device=device)
     return PlanCheck(run_cfg, small, ran, plan, tuple(ranks), _left_out(layout, ran))
