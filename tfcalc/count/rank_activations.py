@@ -33,8 +33,10 @@ activations on the rank are added to the peak.
 Pipeline (1F1B, Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters",
 sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms; the
 first stage holds the embedding's terms, the last the head's (its one micro-batch in flight) and, as
-the backward pass begins, the loss gradients. Every sum over layers goes through
-``Activations.layer_terms(i)``, so layers that differ are summed each with its own terms.
+the backward pass begins, the loss gradients. Blocks are numbered over the whole model, an
+encoder-decoder's encoder blocks first (``pipeline_blocks``); every sum over the output stack's layers goes
+through ``Activations.layer_terms(i)``, so layers that differ (a mixture of experts' dense layers) are
+summed each with its own terms.
 """
 
 from __future__ import annotations
@@ -95,24 +97,27 @@ def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> i
 Kinds = list[tuple[dict[str, int], int, int]]
 
 
-def _stage_layers(acts: Activations, stage: int, layers: range) -> Kinds:
-    """(terms, count, block input bytes) of each kind of layer the stage runs, its encoder's first."""
+def _stage_layers(acts: Activations, blocks: range) -> Kinds:
+    """(terms, count, block input bytes) of each kind of block the stage runs: blocks are numbered over
+    the whole model, an encoder-decoder's encoder blocks first, then the output stack's."""
     kinds: dict[int, list] = {}
-    for i in layers:  # layers that share their terms are priced once
-        terms = acts.layer_terms(i)
-        kinds.setdefault(id(terms), [terms, 0, acts.layer_input])[1] += 1
-    encoder = [(acts.encoder_per_layer, acts.n_encoder_layer, acts.encoder_layer_input)]
-    return (encoder if stage == 0 and acts.n_encoder_layer else []) + [tuple(k) for k in kinds.values()]
+    for i in blocks:  # blocks that share their terms are priced once
+        if i < acts.n_encoder_layer:
+            terms, kept = acts.encoder_per_layer, acts.encoder_layer_input
+        else:
+            terms, kept = acts.layer_terms(i - acts.n_encoder_layer), acts.layer_input
+        kinds.setdefault(id(terms), [terms, 0, kept])[1] += 1
+    return [(terms, n, kept) for terms, n, kept in kinds.values()]
 
 
-def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, layers: range) -> int:
-    """The activation peak of one rank of pipeline stage ``stage`` holding decoder-stack ``layers``
-    (an encoder-decoder's encoder runs on the first stage): stored terms of its micro-batches in flight,
-    one rebuilt layer under full recompute, the loss gradients on the last stage."""
+def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks: range) -> int:
+    """The activation peak of one rank of pipeline stage ``stage`` holding ``blocks`` (numbered over the
+    whole model, encoder first): stored terms of its micro-batches in flight, one rebuilt block under
+    full recompute, the loss gradients on the last stage."""
     p = layout.pp
     first, last = stage == 0, stage == p - 1
     in_flight = min(p - stage, layout.micro_batches)
-    kinds = _stage_layers(acts, stage, layers)
+    kinds = _stage_layers(acts, blocks)
     one = sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in kinds)
     one += _head_bytes(acts, layout, first, last)
     rebuilt = 0
@@ -122,13 +127,18 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, layers
     return in_flight * one + rebuilt + loss
 
 
+def pipeline_blocks(acts: Activations) -> int:
+    """Blocks a pipeline splits: an encoder-decoder's encoder and decoder blocks, else the stack's."""
+    return acts.n_encoder_layer + acts.n_layer
+
+
 def activation_bytes(acts: Activations, layout: Layout) -> int:
     """The largest stage's peak (the rank tfcalc.count.rank_memory shows, when states are equal): on
     one GPU, ``acts.total``."""
     out, start = 0, 0
-    for stage, blocks in enumerate(stage_blocks(acts.n_layer, layout.pp)):
-        out = max(out, stage_activation_bytes(acts, layout, stage, range(start, start + blocks)))
-        start += blocks
+    for stage, n in enumerate(stage_blocks(pipeline_blocks(acts), layout.pp)):
+        out = max(out, stage_activation_bytes(acts, layout, stage, range(start, start + n)))
+        start += n
     return out
 
 

@@ -129,12 +129,9 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
-    order, an encoder's first) at its peak. The activation terms index the output stack's layers (an
-    encoder's are priced on stage 0 by stage_activation_bytes): the stage's range is shifted past them."""
-    encoder = total_blocks(cfg) - cfg.n_layer
+    order, an encoder's first, as tfcalc.count.rank_activations numbers them) at its peak."""
     start = sum(stage_blocks(total_blocks(cfg), layout.pp)[:stage])
-    first, stop = max(start - encoder, 0), max(start + blocks - encoder, 0)
-    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(first, stop))
+    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(start, start + blocks))
 
 
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
