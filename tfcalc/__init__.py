@@ -89,7 +89,7 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
     least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls);
     weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
-    bench --decode N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
+    bench decode --steps N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
     (default 3) untimed runs. nproc: forward + backward on nproc torch.distributed ranks under a layout
     (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport."""
     from tfcalc.report.bench import build_bench, plan_bench

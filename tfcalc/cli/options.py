@@ -180,7 +180,7 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
     return seqs
 
 
-# ---------- parallel layouts: shared by plan and bench --nproc ----------
+# ---------- parallel layouts: shared by plan and bench ranks ----------
 
 Nproc = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local torch.distributed ranks to run (gloo on the CPU, NCCL with one GPU each; the same "

@@ -1,4 +1,4 @@
-"""The report of `tfcalc bench --nproc N`: forward + backward of the real model on N torch.distributed
+"""The report of `tfcalc bench ranks --nproc N`: forward + backward of the real model on N torch.distributed
 ranks under a layout (DDP, FSDP, TP), timed on every rank with the loop of tfcalc.measure.bench.
 
 A step here is one micro-batch per data-parallel rank: forward, the loss (vocabulary-parallel under TP),
@@ -92,7 +92,7 @@ def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: i
     check_size("--repeat", repeat)
     check_size("--warmup", warmup, low=0)
     if device not in ("cpu", "cuda"):
-        raise InputError(f"--device: bench --nproc runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
+        raise InputError(f"--device: bench ranks runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
                          f"got '{device}'")
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}

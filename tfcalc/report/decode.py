@@ -1,4 +1,4 @@
-"""The report of `tfcalc bench --decode`: measured generation (time to first token, per-token decode
+"""The report of `tfcalc bench decode`: measured generation (time to first token, per-token decode
 latency, tokens/s, bandwidth and MBU) beside the roofline's prediction with the ceilings measured in the
 same run. The JSON of a measured point is shared with `tfcalc infer --measure` (``measured_json``).
 
