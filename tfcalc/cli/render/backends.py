@@ -225,7 +225,9 @@ def write_csv(doc: Doc, name: str | None = None) -> str:
     components of each) stack into one, a first column 'Table' naming each row's own table."""
     tables = pick(doc, name)
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
+    # RFC 4180 quoting and one record a line, each ended by \n rather than its \r\n: Unix tools (cut, awk)
+    # keep a \r in the last field, and Python's csv and pandas read either
+    writer = csv.writer(buffer, lineterminator="\n")
     stacked = len(tables) > 1
     headers: list[str] = []
     for t in tables:
