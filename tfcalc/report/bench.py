@@ -8,15 +8,23 @@ from typing import Any, Callable, Optional
 from tfcalc.config import replace
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES, BenchPlan
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
 
 
-@dataclass(frozen=True)
-class BenchReport:
+@dataclass(frozen=True, repr=False)
+class BenchReport(Displayed):
     model: ModelRef
     plan: BenchPlan
     rows: tuple[dict[str, Any], ...]  # the JSON contract of one (batch, seq) point each
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        r = self.rows[-1]
+        return (f"{self.model.label} on {r['device']}, {r['dtype']}, batch {r['batch']}, seq {r['seq']:,}: "
+                f"{units.seconds(r['median_s'])} a forward pass, {units.tokens_rate(r['tokens_per_s'])}")
 
     def to_json(self) -> Any:
         """One object for one sequence length, a list for several (as for several presets)."""

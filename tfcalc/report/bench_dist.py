@@ -19,18 +19,25 @@ from tfcalc.count.flops import training_flops
 from tfcalc.count.layout import Layout, check_layout
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import layout_json
 from tfcalc.workload import check_size
 
 
-@dataclass(frozen=True)
-class DistBenchReport:
+@dataclass(frozen=True, repr=False)
+class DistBenchReport(Displayed):
     model: ModelRef
     layout: Layout
     warmup: int
     repeat: int
     ranks: tuple[dict[str, Any], ...]  # each rank's answer (tfcalc.measure.distributed.run_bench)
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        j = self.to_json()
+        return f"{self.model.label} on {j['nproc']} ranks: {units.seconds(j['median_s'])} a training step"
 
     @property
     def step_s(self) -> float:
