@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tfcalc"
 # rank of each layer: a module may import modules of its own rank or lower, never higher
 RANKS = {
     "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.amounts": 0, "tfcalc.reading": 0, "tfcalc.writing": 0,
-    "tfcalc.config_rules": 0,
+    "tfcalc.config_rules": 0, "tfcalc.architecture": 0,
     "tfcalc.yaml_load": 1, "tfcalc.config": 1, "tfcalc.devices": 1, "tfcalc.workload": 2,
     "tfcalc.hf_config": 2, "tfcalc.hub_cache": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.checkpoint": 3,
     "tfcalc.model": 3, "tfcalc.measure": 4,
@@ -22,7 +22,7 @@ RANKS = {
 # numpy framework, no torch)
 PURE = ("tfcalc.errors", "tfcalc.units", "tfcalc.amounts", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load",
         "tfcalc.config_rules", "tfcalc.config", "tfcalc.devices", "tfcalc.workload", "tfcalc.hf_config",
-        "tfcalc.hub_cache", "tfcalc.presets", "tfcalc.count", "tfcalc.checkpoint")
+        "tfcalc.hub_cache", "tfcalc.presets", "tfcalc.count", "tfcalc.checkpoint", "tfcalc.architecture")
 
 
 def module_name(path: Path) -> str:
