@@ -102,21 +102,22 @@ def bench(
     if decode is not None and nproc is not None:
         raise InputError("--decode times one device and --nproc a training step on ranks: one of them")
     single = dict(compile_=compile_, n_layer=n_layer, weights=weights, min_time=min_time, rounds=rounds)
-    if decode is not None:  # the old spelling, kept a while
-        render.note(f"`bench --decode {decode}` is now `tfcalc bench decode --steps {decode}`")
+    if decode is not None:  # the old spelling, kept a while; the note after the answer (an error stays one line)
         _refuse(single, "--decode times the whole model, eagerly, with random weights, its steps --repeat times")
-        return run_decode(model, overrides, batch, seq, decode, dtype, device, 3 if warmup is None else warmup,
-                          repeat, matmul_size, copy_size, out)
+        run_decode(model, overrides, batch, seq, decode, dtype, device, 3 if warmup is None else warmup, repeat,
+                   matmul_size, copy_size, out)
+        return render.note(f"`bench --decode {decode}` is now `tfcalc bench decode --steps {decode}`")
     if copy_size is not None:
         raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; a forward pass times no copy")
     if nproc is not None:  # the old spelling, kept a while
-        render.note(f"`bench --nproc {nproc}` is now `tfcalc bench ranks --nproc {nproc}`")
         _refuse({**single, "matmul_size": matmul_size}, "--nproc times a training step on every rank the same way")
-        return run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
-                         3 if warmup is None else warmup, repeat, out)
+        run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
+                  3 if warmup is None else warmup, repeat, out)
+        return render.note(f"`bench --nproc {nproc}` is now `tfcalc bench ranks --nproc {nproc}`")
     ref = resolve(model, overrides or [])
     if tp is not None or zero is not None or fsdp or sequence_parallel:
-        raise InputError("--tp, --zero, --fsdp and --sequence-parallel lay out ranks: `tfcalc bench ranks`")
+        raise InputError("--tp, --zero, --fsdp and --sequence-parallel lay out ranks: `tfcalc bench ranks` (or, "
+                         "as before, add --nproc)")
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)

@@ -132,8 +132,10 @@ Training = Annotated[bool, _flag("--training", help="A training step (forward, b
 def warn_past_context(ref, seq: Optional[int], what: str = "--seq") -> None:
     """One line on stderr when a length goes past the model's context (max_seq_len): the figures are
     arithmetic at that length, which the model as configured could not run."""
+    from tfcalc.workload import MAX_SIZE
+
     context = ref.cfg.max_seq_len
-    if seq is not None and seq > context:
+    if seq is not None and context < seq <= MAX_SIZE:  # past MAX_SIZE the option's own check refuses it
         from tfcalc.cli import render
 
         render.warn(f"{ref.label}: {what} {seq:,} is past the model's context of {context:,} tokens; counted "
