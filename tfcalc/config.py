@@ -1,4 +1,6 @@
-"""ModelConfig: the one description of a transformer that every count and every module is built from.
+"""ModelConfig: the flat front end users write (YAML fields, --set keys, Hugging Face mappers), and
+``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds
+over.
 
 Pure Python: no torch, typer or rich here, so counting never pays for importing them.
 
@@ -20,7 +22,8 @@ Kinds of transformer (``arch``), and how the depth fields read for each:
 
 Any of them may replace each dense FFN by a mixture of experts (``n_expert`` FFNs, each as wide as the
 dense one, and a bias-free router d_model -> n_expert; each token runs ``n_expert_active`` of them),
-optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE).
+optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_dense_layers`` and
+``moe_every`` keep some layers dense (``dense_d_ff`` wide), per layer (tfcalc.architecture.flat).
 
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown, shown_path
 
 # The dtypes a datasheet rates (tfcalc.count.dtypes names the same ones; this module sits below count).
 RATED_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
@@ -206,68 +206,83 @@ _REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
 _OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node")
 
 
-def _positive(path: Path, name: str, value: Any) -> float:
-    """A positive finite number; YAML strings such as '3.35e12' (PyYAML reads them as strings) too."""
+MAX_RATE = 1e21  # bytes, bytes/s or FLOP/s: a thousand times today's largest figures (~1e18 FLOP/s per GPU)
+MAX_GPUS_PER_NODE = 65_536  # NVL576 racks hold 576 GPUs; a node of more is a typo (1e9)
+
+
+def _positive(path: Path, name: str, value: Any, low: float = 1.0, unit: str = "") -> float:
+    """A finite number in [low, MAX_RATE]; YAML strings such as '3.35e12' (PyYAML reads them as strings)
+    too. An integer of 400 digits is refused here, not left to overflow a float later; a rate below 1 (per
+    second) would make times infinite, memory below 1 byte round to 0 and divide by zero."""
+    where = f"{shown_path(path)}: field '{name}'"
     try:
-        number = float(value) if isinstance(value, str) else value
+        number = float(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else value
+    except OverflowError:
+        number = math.inf
     except ValueError:
         number = None
-    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0:
-        raise InputError(f"{path}: field '{name}' must be a positive number; got {value!r}")
-    return float(number)
+    if isinstance(number, bool) or not isinstance(number, float) or math.isnan(number) or number <= 0:
+        raise InputError(f"{where} must be a positive number; got {shown(value)}")
+    if number > MAX_RATE:
+        raise InputError(f"{where} must be at most {MAX_RATE:g}; got {shown(value)}")
+    if number < low:
+        raise InputError(f"{where} must be at least {low:g}{unit}; got {shown(value)}")
+    return number
+
+
+def _text(path: Path, name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{shown_path(path)}: field '{name}' must be a string; got {shown(value)}")
+    return value
 
 
 def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
     """Check a device mapping field by field (one line naming the file and the field on error)."""
     from tfcalc.config import suggest
 
+    where = shown_path(path)
     for name in data:
         if name not in _REQUIRED + _OPTIONAL:
-            raise InputError(f"{path}: unknown field '{name}'{suggest(str(name), _REQUIRED + _OPTIONAL)}")
+            raise InputError(f"{where}: unknown field {shown(name)}{suggest(str(name)[:100], _REQUIRED + _OPTIONAL)}")
     for name in _REQUIRED:
         if name not in data:
-            raise InputError(f"{path}: missing required field '{name}'")
+            raise InputError(f"{where}: missing required field '{name}'")
     peaks = data["peak_flops"]
     if not isinstance(peaks, dict) or not peaks:
-        raise InputError(f"{path}: field 'peak_flops' must map dtypes to FLOP/s, e.g. {{bf16: 989.0e12}}")
+        raise InputError(f"{where}: field 'peak_flops' must map dtypes to FLOP/s, e.g. {{bf16: 989.0e12}}")
     for dtype in peaks:
         if dtype not in RATED_DTYPES:
-            raise InputError(f"{path}: peak_flops: unknown dtype '{dtype}'; choose from {', '.join(RATED_DTYPES)}")
+            raise InputError(f"{where}: peak_flops: unknown dtype {shown(dtype)}; "
+                             f"choose from {', '.join(RATED_DTYPES)}")
     optional = {n: _positive(path, n, data[n]) if data.get(n) is not None else None
                 for n in ("intra_node_bytes_per_s", "inter_node_bytes_per_s")}
     gpus = data.get("gpus_per_node", 1)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise InputError(f"{path}: field 'gpus_per_node' must be a positive integer; got {gpus!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS_PER_NODE:
+        raise InputError(f"{where}: field 'gpus_per_node' must be an integer from 1 to {MAX_GPUS_PER_NODE:,}; "
+                         f"got {shown(gpus)}")
+    memory = int(_positive(path, "memory_bytes", data["memory_bytes"], unit=" byte"))
     return DeviceSpec(
-        key=str(data.get("key") or path.stem), name=str(data["name"]),
+        key=_text(path, "key", data.get("key") or path.stem), name=_text(path, "name", data["name"]),
         peak_flops={d: _positive(path, f"peak_flops.{d}", v) for d, v in peaks.items()},
         bandwidth_bytes_per_s=_positive(path, "bandwidth_bytes_per_s", data["bandwidth_bytes_per_s"]),
-        memory_bytes=int(_positive(path, "memory_bytes", data["memory_bytes"])),
-        gpus_per_node=gpus, source=str(data.get("source") or f"user file {path}"),
-        node=str(data.get("node") or ""), **optional,
+        memory_bytes=memory,
+        gpus_per_node=gpus, source=_text(path, "source", data.get("source") or f"user file {path}"),
+        node=_text(path, "node", data.get("node") or ""), **optional,
     )
 
 
 def load_spec(path: str | Path) -> DeviceSpec:
     """A DeviceSpec from a YAML file: the fields of DeviceSpec, numbers in bytes, bytes/s and FLOP/s,
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
-    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown."""
-    import yaml
+    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
+
+    Read as config files are (tfcalc.yaml_load.read_mapping): regular
+    files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64
+    levels, no key given twice."""
+    from tfcalc.yaml_load import read_mapping
 
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot be read ({e})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of field: value (see `tfcalc devices --json`)")
-    return spec_from_mapping(data, path)
+    return spec_from_mapping(read_mapping(path), path)
 
 
 def as_dict(spec: DeviceSpec) -> dict[str, Any]:

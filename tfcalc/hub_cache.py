@@ -12,7 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from tfcalc.errors import InputError
+from tfcalc import reading
+from tfcalc.errors import InputError, shown, shown_path
 
 # huggingface_hub's repo-id rules (validate_repo_id): letters, digits, '-', '_', '.'; no '--' or '..';
 # not starting or ending with '-' or '.'; at most 96 characters
@@ -31,11 +32,31 @@ def cache_dirs() -> list[Path]:
     """Where huggingface_hub keeps downloads, in the order it decides it (first that is set)."""
     env = os.environ
     if env.get("HF_HUB_CACHE"):
-        return [Path(env["HF_HUB_CACHE"]).expanduser()]
+        return [_expanded("HF_HUB_CACHE")]
     if env.get("HF_HOME"):
-        return [Path(env["HF_HOME"]).expanduser() / "hub"]
+        return [_expanded("HF_HOME") / "hub"]
     xdg = env.get("XDG_CACHE_HOME")
     return [(Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"]
+
+
+def _expanded(variable: str) -> Path:
+    """$variable as a path, ~ expanded; InputError, one line, for ~nouser (Path.expanduser raises
+    RuntimeError for a user that does not exist)."""
+    text = os.environ[variable]
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise InputError(f"{variable}={shown_path(text)}: cannot expand {shown(text.split('/')[0])} "
+                         "(no such user); give the folder itself") from None
+
+
+def _ref(path: Path) -> str:
+    """refs/main's commit hash, or '' when the file is missing, unreadable, not a regular file or longer
+    than a hash: read through tfcalc.reading (at most 256 bytes; a 12 GiB file was read whole)."""
+    try:
+        return reading.read_text(path, "ref", limit=256).strip() if path.is_file() else ""
+    except InputError:
+        return ""
 
 
 def _tail(text: str, most: int) -> str:
@@ -56,10 +77,7 @@ def snapshot(repo_id: str) -> Path:
             continue
         candidates = []
         ref = repo / "refs" / "main"
-        try:
-            commit = ref.read_text(encoding="ascii").strip() if ref.is_file() else ""
-        except (OSError, UnicodeDecodeError):
-            commit = ""
+        commit = _ref(ref)
         if _COMMIT.fullmatch(commit):
             candidates.append(snapshots / commit)
         candidates += sorted((p for p in snapshots.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime,

@@ -19,16 +19,20 @@ _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 def _scaled(value: float, base: int, prefixes: tuple[str, ...]) -> tuple[float, str]:
-    i = 0
+    """(value scaled below base, its prefix); past the last prefix the value unscaled, without one, for
+    _sig to write in scientific notation (1e+40, not 10000000000000000905969664Q)."""
+    i, original = 0, value
     while abs(value) >= base and i < len(prefixes) - 1:
         value, i = value / base, i + 1
-    return value, prefixes[i]
+    return (original, prefixes[0]) if abs(value) >= base else (value, prefixes[i])
 
 
 def _sig(value: float, digits: int = 4) -> str:
     """At most 4 significant digits, no exponent, no trailing zeros: 291.6, 1.812, 12.5, 2, 1000."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
+    if abs(value) >= 10**6:  # only past the largest prefix (see _scaled)
+        return f"{value:.{digits}g}"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
     text = f"{value:.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text  # 2.000 -> 2, 12.50 -> 12.5
@@ -61,7 +65,9 @@ def nbytes(n: float, exact: bool = False) -> str:
     if exact and float(n).is_integer():
         return f"{int(n):,}"
     value, unit = _scaled(float(n), 1024, _BINARY)
-    return f"{int(value)} bytes" if unit == "B" else f"{_sig(value)} {unit}"
+    if unit == "B":
+        return f"{int(value)} bytes" if abs(value) < 1024 else f"{_sig(value)} bytes"
+    return f"{_sig(value)} {unit}"
 
 
 def byte_rate(x: float) -> str:

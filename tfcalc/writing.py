@@ -69,9 +69,9 @@ def _mode_and_owner(path: Path) -> tuple[int, tuple[int, int] | None]:
         return 0o666 & ~umask, None
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
-    """Write text to path by the rules of the module docstring; returns the file written (the symlink's
-    target). InputError, one line, when it cannot be written; the old file is then intact."""
+def write_atomic(path: str | Path, text: str | bytes) -> Path:
+    """Write text (or bytes: a plot) to path by the rules of the module docstring; returns the file written
+    (the symlink's target). InputError, one line, when it cannot be written; the old file is then intact."""
     target = target_of(path)
     where = shown_path(path)
     try:
@@ -80,7 +80,8 @@ def write_atomic(path: str | Path, text: str) -> Path:
         raise InputError(f"{where}: cannot write there ({e.strerror or e})") from None
     try:
         mode, owner = _mode_and_owner(target)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        binary = isinstance(text, bytes)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             os.fchmod(f.fileno(), mode)  # mkstemp makes 0600 files; the snapshot keeps the old file's mode
             if owner is not None and os.geteuid() == 0:
                 os.fchown(f.fileno(), *owner)  # as root, do not take over the user's file

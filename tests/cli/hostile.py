@@ -31,6 +31,19 @@ def snapshot(entries) -> str:
     return json.dumps({"tfcalc_version": "0", "format": 1, "conventions": {}, "entries": entries})
 
 
+DEVICE = ("name: My GPU\npeak_flops: {bf16: 200.0e12}\nbandwidth_bytes_per_s: 1.0e12\nmemory_bytes: 48.0e9\n"
+          "intra_node_bytes_per_s: 1.0e11\ninter_node_bytes_per_s: 1.0e10\n")
+
+
+def device(**changes) -> str:
+    """A device file (tfcalc.devices.load_spec) with some fields' text replaced."""
+    text = DEVICE
+    for name, value in changes.items():
+        lines = [line for line in text.splitlines() if not line.startswith(f"{name}:")]
+        text = "\n".join(lines + [f"{name}: {value}"]) + "\n"
+    return text
+
+
 FILES = {
     "tiny.yaml": TINY,
     "bomb.yaml": alias_bomb(),
@@ -81,6 +94,14 @@ FILES = {
     "snap_long_format.json": '{"format": ' + "1" * 5000 + ', "entries": []}',
     "name[v2].yaml": TINY + 'name: "m[bold]x[/]"\nsource: "[fp16] src [/]"\n',
     "dollar.yaml": TINY + 'name: "cost $5 \\\\frac{a $x^"\n',
+    "dev_half.yaml": device(memory_bytes="0.5"),
+    "dev_400_digits.yaml": device(memory_bytes="9" * 400),
+    "dev_5000_digits.yaml": device(bandwidth_bytes_per_s="9" * 5000),
+    "dev_dup.yaml": DEVICE + "memory_bytes: 1\n",
+    "dev_gpus_per_node.yaml": device(gpus_per_node="1e9"),
+    "dev_tiny_rates.yaml": device(peak_flops="{bf16: 1.0e-300}"),
+    "dev_name_list.yaml": device(name="[a, b]"),
+    "dev_escape.yaml": device(name='"\\e[2J\\e]0;pwned\\a"'),
 }
 
 
@@ -97,6 +118,7 @@ def write(folder: Path) -> Path:
     os.mkfifo(folder / "fifo.yaml")
     os.mkfifo(folder / "fifo.json")
     os.mkfifo(folder / "fifo.png")
+    (folder / "old.png").write_bytes(b"\x89PNG old plot")
     (folder / "null-link.json").symlink_to("/dev/null")
     (folder / "snap_bomb.json").write_text(snapshot([{"spec": str(folder / "bomb.yaml")}]), encoding="utf-8")
     _checkpoints(folder)

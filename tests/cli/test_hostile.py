@@ -166,10 +166,54 @@ CASES = [
     ("unknown-option", ["params", "gpt2", "--bogus"], 2, "No such option"),
     ("missing-argument", ["flops"], 2, "Missing argument"),
     ("json-and-format", ["params", "gpt2", "--json", "--format", "csv"], 2, "ask for two formats"),
+    # ---- round 3 (issue 23), 1: data loss -- a full disk keeps the old plot (the write fails, see PATCHED) ----
+    ("scan-plot-disk-full", ["scan", "gpt2", "--seq", "4..8", "--plot", "{d}/old.png"], 2,
+     "No space left on device); the old file, if any, is intact"),
+    # ---- 2: device files read as config files are ----
+    ("device-fifo", ["plan", "llama2-7b", "--device-spec", "{d}/fifo.yaml"], 2, "is a FIFO (named pipe)"),
+    ("device-fifo-infer", ["infer", "gpt2", "--device-spec", "{d}/fifo.yaml"], 2, "is a FIFO (named pipe)"),
+    ("device-dev-zero", ["infer", "gpt2", "--device-spec", "/dev/zero"], 2, "is a character device"),
+    ("device-alias-bomb", ["plan", "llama2-7b", "--device-spec", "{d}/bomb.yaml"], 2, "aliases expand"),
+    ("device-over-1MiB", ["infer", "gpt2", "--device-spec", "{d}/big.yaml"], 2, "larger than 1 MiB"),
+    ("device-100k-nesting", ["plan", "llama2-7b", "--device-spec", "{d}/deep.yaml"], 2, "nested more than 64"),
+    ("device-duplicate-key", ["infer", "gpt2", "--device-spec", "{d}/dev_dup.yaml"], 2,
+     "the key 'memory_bytes' is given twice"),
+    ("device-5000-digit-number", ["infer", "gpt2", "--device-spec", "{d}/dev_5000_digits.yaml"], 2,
+     "an integer of 5,000 digits is too long"),
+    ("device-400-digit-memory", ["plan", "llama2-7b", "--device-spec", "{d}/dev_400_digits.yaml"], 2,
+     "field 'memory_bytes' must be at most 1e+21; got a 400-digit integer"),
+    ("device-half-byte-memory", ["plan", "llama2-7b", "--device-spec", "{d}/dev_half.yaml"], 2,
+     "field 'memory_bytes' must be at least 1 byte; got 0.5"),
+    ("device-gpus-per-node-1e9", ["plan", "llama2-7b", "--gpus", "auto", "--device-spec",
+                                  "{d}/dev_gpus_per_node.yaml"], 2, "'gpus_per_node' must be an integer from 1"),
+    ("device-rates-1e-300", ["infer", "gpt2", "--device-spec", "{d}/dev_tiny_rates.yaml", "--json"], 2,
+     "'peak_flops.bf16' must be at least 1"),
+    ("device-name-list", ["infer", "gpt2", "--device-spec", "{d}/dev_name_list.yaml"], 2,
+     "field 'name' must be a string; got ['a', 'b']"),
+    # ---- 2: work bounded before it starts ----
+    ("plan-gpus-1e9", ["plan", "llama2-7b", "--gpus", "1000000000"], 2, "too many GPUs"),
+    ("plan-gpus-prime", ["plan", "llama2-7b", "--gpus", "1099511627689"], 2, "too many GPUs"),
+    # ---- 8: no Infinity in JSON ----
+    ("plan-mfu-1e-300", ["plan", "llama2-7b", "--gpus", "8", "--tp", "8", "--mfu", "1e-300", "--json"], 2,
+     "--mfu must be a number in [0.0001, 1]; got 1e-300"),
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,
            "bench-too-big": 6}
+
+
+def _disk_full(monkeypatch) -> None:
+    """Every write fails as on a full disk, after the temporary file is created (tfcalc.writing)."""
+    from tfcalc import writing
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writing.os, "fsync", full)
+
+
+# cases whose condition is set up in-process: (case -> setup(monkeypatch))
+PATCHED = {"scan-plot-disk-full": _disk_full}
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +241,8 @@ def _state(folder: Path) -> dict[str, tuple]:
 def test_hostile_input_is_one_line(cli, folder, monkeypatch, case, argv, code, message):
     if case in LIMITED:  # the same refusal on any machine, whatever this one has free
         monkeypatch.setattr(dev, "free_memory", lambda device: LIMITED[case] * GiB)
+    if case in PATCHED:
+        PATCHED[case](monkeypatch)
     before = _state(folder)
     start = time.monotonic()
     r = cli(*[a.replace("{d}", str(folder)) for a in argv])
@@ -214,7 +260,7 @@ def test_hostile_input_is_one_line(cli, folder, monkeypatch, case, argv, code, m
 def test_the_table_covers_every_command():
     commands = {argv[0] for _, argv, _, _ in CASES}
     assert commands == {"params", "flops", "memory", "bench", "scan", "snapshot", "check", "compare", "show",
-                        "presets"}
+                        "presets", "plan", "infer"}
     assert len(CASES) >= 100
 
 

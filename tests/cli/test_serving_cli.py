@@ -168,10 +168,11 @@ def _render(doc, width: int) -> str:
 @pytest.mark.parametrize("width", (80, 200))
 def test_serving_tables_fit_80_and_200_columns(width):
     model = resolve("mixtral-8x7b")
-    infer = build_infer(model, InferOptions((1, 8, 64), 4096, 16, "int4"))
+    infer = build_infer(model, InferOptions(batches=(1, 8, 64), seq=4096, gen=16, dtype="int4"))
     tiny = resolve("gpt2", ["n_layer=1", "d_model=48", "vocab_size=64", "max_seq_len=64"])
-    measured = build_infer(tiny, InferOptions((1,), 8, 3, "fp32", measure=True, warmup=0, repeat=1, matmul_size=16,
-                                              copy_bytes=1 << 16))
+    options = InferOptions(batches=(1,), seq=8, gen=3, dtype="fp32", measure=True, warmup=0, repeat=1, matmul_size=16,
+                           copy_bytes=1 << 16)
+    measured = build_infer(tiny, options)
     docs = [infer_view.document([infer], verbose=True), infer_view.document([measured], verbose=True),
             scan_decode_view.document([build_decode_scan(model, [1, 8, 64, 512], 4096)]),
             devices_view.document([build_devices()]),

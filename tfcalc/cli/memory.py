@@ -74,10 +74,11 @@ def memory(
         "--optimizer", help="adam-mixed: fp32 master weights and moments (16 bytes/param in bf16); adam: all in "
         "the dtype; sgd: no state.")] = Optimizer["adam-mixed"],
     attention: Annotated[Optional[Attention], typer.Option(
-        "--attention", help="Attention kernel: flash (no s² scores kept) or math (scores kept) [default: what the "
-        "real module runs].", show_default=False)] = None,
+        "--attention", help="Attention kernel: flash (no s² scores kept, as training stacks run) or math (scores "
+        "kept) [default: flash; with --measure, what the real module runs].", show_default=False)] = None,
     recompute: Annotated[Recompute, typer.Option(
-        "--recompute", help="full: keep only each block's input (activation checkpointing).")] = Recompute.none,
+        "--recompute", help="selective: rebuild the attention scores (none kept under flash); full: keep only each "
+        "block's input (activation checkpointing).")] = Recompute.none,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
@@ -112,9 +113,10 @@ def memory(
         raise InputError("--require-fit checks the fit in a --budget: give one (e.g. --budget 80GB)")
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
-    options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,
-                            parse_bytes(budget, "--budget") if budget is not None else None,
-                            kv_dtype.value if kv_dtype else None, group_size)
+    options = MemoryOptions(training=training, optimizer=optimizer.value,
+                            attention=attention.value if attention else None, recompute=recompute.value,
+                            budget=parse_bytes(budget, "--budget") if budget is not None else None,
+                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

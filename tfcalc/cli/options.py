@@ -135,7 +135,7 @@ def warn_past_context(ref, seq: Optional[int], what: str = "--seq") -> None:
     from tfcalc.workload import MAX_SIZE
 
     context = ref.cfg.max_seq_len
-    if seq is not None and context < seq <= MAX_SIZE:  # past MAX_SIZE the option's own check refuses it
+    if seq is not None and context < seq <= MAX_SIZE:  # past MAX_SIZE the range check refuses it: one line
         from tfcalc.cli import render
 
         render.warn(f"{ref.label}: {what} {seq:,} is past the model's context of {context:,} tokens; counted "
@@ -182,7 +182,7 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
     return seqs
 
 
-# ---------- parallel layouts: shared by plan and bench ranks ----------
+# ---------- parallel layouts: shared by plan and bench --nproc ----------
 
 Nproc = Annotated[Optional[int], typer.Option(
     "--nproc", help="Local torch.distributed ranks to run (gloo on the CPU, NCCL with one GPU each; the same "

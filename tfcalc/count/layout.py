@@ -12,50 +12,23 @@ accumulation; the pipeline's micro-batches).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.shard import check_supported, check_tp
+from tfcalc.count.shard import check_supported, check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
+from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the layout's home before)
 
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "full")
-
-
-@dataclass(frozen=True)
-class Layout:
-    tp: int
-    pp: int
-    dp: int
-    seq: int
-    global_batch: int
-    micro_batch: int = 1
-    zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    dtype: str = "bf16"
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    @property
-    def micro_batches(self) -> int:
-        """m: micro-batches each DP rank runs per step."""
-        return self.global_batch // (self.dp * self.micro_batch)
-
-    def describe(self) -> str:
-        sp = " +SP" if self.sequence_parallel else ""
-        return (f"tp {self.tp}{sp} · pp {self.pp} · dp {self.dp}, ZeRO-{self.zero}, recompute {self.recompute}, "
-                f"micro-batch {self.micro_batch} × {self.micro_batches}, seq {self.seq}, {self.dtype}")
+ATTENTION_KERNELS = ("flash", "math")
 
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # True is an int to Python
+            raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {shown(value)}")
 
 
 def check_layout(cfg: ModelConfig, layout: Layout) -> None:
@@ -63,14 +36,23 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     check_supported(cfg)
     _positive(tp=layout.tp, pp=layout.pp, dp=layout.dp, seq=layout.seq, global_batch=layout.global_batch,
               micro_batch=layout.micro_batch)
-    if layout.zero not in ZERO_STAGES:
-        raise InputError(f"--zero must be 0, 1, 2 or 3; got {layout.zero}")
-    if layout.recompute not in RECOMPUTE:
-        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got '{layout.recompute}'")
+    if isinstance(layout.zero, bool) or layout.zero not in ZERO_STAGES:  # zero=True would pass as stage 1
+        raise InputError(f"--zero must be 0, 1, 2 or 3; got {shown(layout.zero)}")
+    if not isinstance(layout.recompute, str) or layout.recompute not in RECOMPUTE:
+        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(layout.recompute)}")
+    if not isinstance(layout.attention, str) or layout.attention not in ATTENTION_KERNELS:
+        raise InputError(f"--attention must be one of {', '.join(ATTENTION_KERNELS)}; got {shown(layout.attention)}")
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
-    if layout.pp > cfg.n_layer:
-        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({cfg.n_layer})")
+    blocks = total_blocks(cfg)
+    if layout.pp > blocks:
+        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({blocks})")
+    if layout.pp > 1 and cfg.arch == "encoder-decoder":
+        raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
+                         "encoder output along: not modelled)")
+    if layout.sequence_parallel and any(b.is_moe for b in cfg.architecture.blocks()):
+        raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
+                         "parallelism around replicated experts is not modelled (leave out --sp)")
     if layout.zero and layout.dp == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:
@@ -90,7 +72,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
 def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
     """(tp, pp, dp) from what was given: missing tp and pp are 1, a missing dp fills the GPUs; gpus must
     equal tp·pp·dp."""
-    tp, pp = tp or 1, pp or 1
+    tp, pp = 1 if tp is None else tp, 1 if pp is None else pp  # not `tp or 1`: --tp 0 is refused, not read as 1
     _positive(tp=tp, pp=pp)
     if dp is None:
         if gpus is None:
@@ -105,8 +87,18 @@ def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | 
     return tp, pp, dp
 
 
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending, by trial division up to √n: 2^20 steps for the largest --gpus
+    (2^40), where a scan of 1..n ran for minutes at --gpus 1000000000."""
+    small, large = [], []
+    k = 1
+    while k * k <= n:
+        if n % k == 0:
+            small.append(k)
+            if k * k != n:
+                large.append(n // k)
+        k += 1
+    return small + large[::-1]
 
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
@@ -117,10 +109,15 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
     replicated activations by tp). Batch sizes and dtype are the base layout's."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
-    for tp in _divisors(gpus):
+    every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
+    for tp in every:
         if tp > gpus_per_node:
-            continue
-        for pp in _divisors(gpus // tp):
+            break
+        for pp in every:
+            if pp > cfg.n_layer:
+                break
+            if (gpus // tp) % pp:
+                continue
             dp = gpus // (tp * pp)
             zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
             for z in zeros:

@@ -86,6 +86,9 @@ def plain(dtype: str) -> WeightFormat:
 def weight_format(dtype: str, group_size: Optional[int] = None, zero_point: Optional[bool] = None) -> WeightFormat:
     """The format a --dtype (and --group-size) means: a plain dtype stores everything in it; int4 defaults
     to group 128 with zero points (GPTQ/AWQ's usual checkpoint), int8 and fp8 to per-channel scales."""
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)):
+        raise InputError(f"--group-size must be a whole number of weights; got {type(group_size).__name__} "
+                         f"{str(group_size)[:40]}")
     if dtype not in QUANTIZED:
         if group_size is not None:
             raise InputError(f"--group-size applies to {', '.join(QUANTIZED)} weights, not {dtype}")

@@ -5,8 +5,13 @@ A request is ``seq`` prompt tokens then ``gen`` generated tokens per sequence, `
 - the prefill runs the prompt and yields the first new token (time to first token);
 - each of the gen − 1 decode steps yields one more token per sequence; step j (1-based) feeds the token
   at position seq + j − 1 and attends to seq + j positions. ``decode_s_per_token`` is the mean predicted
-  step time over those steps (exact: every step is evaluated), ``decode_tokens_per_s`` its inverse
-  per sequence, times the batch in total.
+  step time over those steps, ``decode_tokens_per_s`` its inverse per sequence, times the batch in total.
+  The mean is exact but not summed step by step (``--gen 1000000`` built a million steps): each row's
+  FLOPs and bytes are affine in the context between kinks (a sliding window's min(context, W)), so the
+  steps are cut into affine runs (``_affine_runs``: a run whose ends and second point line up is affine)
+  and each row's sum of max(FLOPs / peak, bytes / bandwidth) over a run is two arithmetic series, split
+  where the row turns compute-bound (found by bisection). tests/count/test_serving_closed_form.py checks
+  it against the step-by-step sum.
 - Fit: weights + the KV cache of seq + gen positions (a sliding window caps them at W) must fit the
   device's memory. Activations, the CUDA context and allocator slack are not counted: the largest
   batch is an upper bound.
@@ -40,7 +45,7 @@ class Estimate:
     gen: int
     prefill: Step
     prefill_s: float
-    decode_steps: tuple[Step, ...]  # gen − 1 steps
+    first_decode_step: Optional[Step]  # step 1 of the gen − 1 (None when gen == 1)
     decode_s_per_token: Optional[float]  # None when gen == 1 (no decode step)
     bytes_per_token: Optional[float]  # mean over the decode steps
     bound: Optional[str]  # of the decode steps together
@@ -69,22 +74,111 @@ def _check(seq: int, gen: int) -> None:
             raise InputError(f"{name} must be a positive integer; got {value!r}")
 
 
+def _row_values(row) -> tuple[int, int]:
+    return row.flops, row.bytes
+
+
+def _line_up(first: Step, second: Step, last: Step, n: int) -> bool:
+    """Whether every row's FLOPs and bytes at the last of n steps are the first's plus (n − 1) slopes."""
+    for r0, r1, rn in zip(first.rows, second.rows, last.rows, strict=True):
+        for v0, v1, vn in zip(_row_values(r0), _row_values(r1), _row_values(rn), strict=True):
+            if vn != v0 + (n - 1) * (v1 - v0):
+                return False
+    return True
+
+
+def _affine_runs(step: Callable[[int], Step], lo: int, hi: int) -> list[tuple[Step, Step, int]]:
+    """Cut the contexts lo..hi into runs where every row is affine: (first step, second step, length).
+    A run is split in half until its ends and second point line up; kinks are few (one per window size),
+    so this takes O(kinks · log(steps)) step evaluations."""
+    runs, todo = [], [(lo, hi)]
+    while todo:
+        a, b = todo.pop()
+        first = step(a)
+        if a == b:
+            runs.append((first, first, 1))
+            continue
+        second, last = step(a + 1), step(b)
+        if b == a + 1 or _line_up(first, second, last, b - a + 1):
+            runs.append((first, second, b - a + 1))
+        else:
+            mid = (a + b) // 2
+            todo += [(mid + 1, b), (a, mid)]
+    return runs
+
+
+def _series(v0: int, dv: int, i0: int, i1: int) -> int:
+    """Σ_{i=i0}^{i1} (v0 + dv·i), exactly."""
+    count = i1 - i0 + 1
+    return v0 * count + dv * (i0 + i1) * count // 2
+
+
+def _run_time(r0, r1, n: int, c: Ceilings) -> float:
+    """Σ over the n steps of a run of one row's max(FLOPs / peak, bytes / bandwidth)."""
+    f0, b0 = r0.flops, r0.bytes
+    df, db = r1.flops - f0, r1.bytes - b0
+
+    def compute_bound(i: int) -> bool:  # Row.bound's comparison at step i of the run
+        return (f0 + df * i) / c.flops_per_s >= (b0 + db * i) / c.bytes_per_s
+
+    first = compute_bound(0)
+    split = n  # steps [0, split) are on the side of step 0, the rest on the other
+    if compute_bound(n - 1) != first:  # an affine difference changes sign once at most: bisect for it
+        lo, hi = 0, n - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if compute_bound(mid) == first else (lo, mid)
+        split = hi
+    head, tail = (0, split - 1), (split, n - 1)
+    compute_steps, memory_steps = (head, tail) if first else (tail, head)
+    total = 0.0
+    if compute_steps[1] >= compute_steps[0]:
+        total += _series(f0, df, *compute_steps) / c.flops_per_s
+    if memory_steps[1] >= memory_steps[0]:
+        total += _series(b0, db, *memory_steps) / c.bytes_per_s
+    return total
+
+
+@dataclass(frozen=True)
+class DecodeTotals:
+    """Sums over the decode steps: predicted seconds, FLOPs, bytes, and weights + KV bytes."""
+
+    seconds: float
+    flops: int
+    bytes: int
+    weight_kv_bytes: int
+
+
+def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings) -> DecodeTotals:
+    """The decode steps at contexts lo..hi summed in closed form (see the module docstring)."""
+    seconds, flops, nbytes, read = 0.0, 0, 0, 0
+    for first, second, n in _affine_runs(step, lo, hi):
+        seconds += sum(_run_time(r0, r1, n, c) for r0, r1 in zip(first.rows, second.rows, strict=True))
+        flops += _series(first.flops, second.flops - first.flops, 0, n - 1)
+        nbytes += _series(first.bytes, second.bytes - first.bytes, 0, n - 1)
+        w0, w1 = first.weight_bytes + first.kv_bytes, second.weight_bytes + second.kv_bytes
+        read += _series(w0, w1 - w0, 0, n - 1)
+    return DecodeTotals(seconds, flops, nbytes, read)
+
+
 def estimate(cfg: ModelConfig, batch: int, seq: int, gen: int, fmt: WeightFormat, kv_dtype: str,
              ceilings: Ceilings, memory_bytes: Optional[int] = None, src_seq: Optional[int] = None) -> Estimate:
     """Prefill and decode of ``batch`` sequences: seq prompt tokens, gen new tokens each."""
     _check(seq, gen)
     prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq)
-    steps = tuple(decode_step(cfg, batch, seq + j, fmt, kv_dtype, src_seq) for j in range(1, gen))
     weights = weights_bytes(cfg, fmt)
     kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq)
-    decode_s = bytes_per_token = bound = None
-    if steps:
-        decode_s = sum(s.time_s(ceilings) for s in steps) / len(steps)
-        bytes_per_token = sum(s.bytes_per_token for s in steps) / len(steps)
-        compute = sum(s.flops for s in steps) / ceilings.flops_per_s
-        memory = sum(s.bytes for s in steps) / ceilings.bytes_per_s
-        bound = "compute" if compute >= memory else "memory"
-    return Estimate(batch, seq, gen, prefill, prefill.time_s(ceilings), steps, decode_s, bytes_per_token, bound,
+    first = decode_s = bytes_per_token = bound = None
+    if gen > 1:
+        def step(context: int) -> Step:
+            return decode_step(cfg, batch, context, fmt, kv_dtype, src_seq)
+
+        first, n = step(seq + 1), gen - 1
+        totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings)
+        decode_s = totals.seconds / n
+        bytes_per_token = totals.weight_kv_bytes / batch / n
+        bound = "compute" if totals.flops / ceilings.flops_per_s >= totals.bytes / ceilings.bytes_per_s else "memory"
+    return Estimate(batch, seq, gen, prefill, prefill.time_s(ceilings), first, decode_s, bytes_per_token, bound,
                     weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes)
 
 

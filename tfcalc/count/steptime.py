@@ -68,7 +68,8 @@ def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     if layout.recompute == "full":
         return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
     if layout.recompute == "selective":
-        scores = cfg.n_layer * count_flops.attention_score_flops(cfg, layout.global_batch, layout.seq)
+        totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
+        scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model
 
@@ -84,10 +85,22 @@ def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
     return span <= gpus_per_node
 
 
+MIN_UTILIZATION = 1e-4  # below 0.01% of the peak a step time is not a plan (1e-300 made it infinite)
+
+
+def check_utilization(utilization: object) -> float:
+    """--mfu (the API's mfu=): a number in [MIN_UTILIZATION, 1]; InputError, one line, otherwise."""
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)):
+        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {type(utilization).__name__} "
+                         f"{str(utilization)[:40]!r}")
+    if not MIN_UTILIZATION <= utilization <= 1:  # NaN fails this too
+        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {utilization:g}")
+    return float(utilization)
+
+
 def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, utilization: float) -> StepTime:
     """Steps 1-5."""
-    if not 0 < utilization <= 1:
-        raise InputError(f"--mfu must be in (0, 1]; got {utilization}")
+    check_utilization(utilization)
     model, executed = executed_flops(cfg, layout)
     compute = executed / layout.gpus / (hw.peak_flops_per_s * utilization)
     bubble = bubble_fraction(layout.pp, layout.micro_batches)
@@ -119,18 +132,27 @@ def training_run(tokens: int, params: int, layout: Layout, step_s: float) -> Tra
 
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12, "p": 10**15}
-_COUNT = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgtp]?)\s*", re.IGNORECASE)
+_COUNT = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)\s*", re.IGNORECASE)
+MAX_TOKENS = 10**30  # a million times the largest training runs (~1e25 tokens would take every GPU for ages)
 
 
-def parse_count(text: str) -> int:
-    """'2T' -> 2·10¹², '300B' -> 3·10¹¹, '1.4e12', '500M', '1000'. Decimal suffixes, case ignored."""
-    m = _COUNT.fullmatch(text or "")
+def parse_count(text: str, option: str = "--tokens") -> int:
+    """'2T' -> 2·10¹², '300B' -> 3·10¹¹, '1.4e12', '500M', '1000'. Decimal suffixes, case ignored. At most
+    MAX_TOKENS: the exponent is checked before any number is built ('1e999999' was a 31 s int())."""
+    shown = text if len(text or "") <= 40 else text[:40] + "…"
+    m = _COUNT.fullmatch(text or "") if len(text or "") <= 100 else None
     if not m:
-        raise InputError(f"cannot read '{text}' as a token count; write e.g. 2T, 300B, 1.4e12")
+        raise InputError(f"{option}: cannot read {shown!r} as a token count; write e.g. 2T, 300B, 1.4e12")
+    mantissa, _, exponent = m.group(1).lower().partition("e")
+    digits = len(mantissa.split(".")[0].lstrip("0"))
+    if digits + int(exponent or 0) + len(str(_SUFFIX[m.group(2).lower()])) - 1 > 31:
+        raise InputError(f"{option}: {shown!r} is more than {MAX_TOKENS:.0e} tokens")
     try:
         value = int(Decimal(m.group(1)) * _SUFFIX[m.group(2).lower()])
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
-        raise InputError(f"cannot read '{text}' as a token count") from None
+        raise InputError(f"{option}: cannot read {shown!r} as a token count") from None
     if value <= 0:
-        raise InputError(f"a token count must be positive; got '{text}'")
+        raise InputError(f"{option}: a token count must be positive; got {shown!r}")
+    if value > MAX_TOKENS:
+        raise InputError(f"{option}: {shown!r} is more than {MAX_TOKENS:.0e} tokens")
     return value

@@ -23,7 +23,7 @@ from tfcalc.config import ConfigError
 def spawn(code: str, env: dict[str, str]) -> subprocess.Popen:
     """Start the child. No orphan, whatever stops the parent: converse kills the child on any exception
     (Ctrl-C and SIGTERM arrive as tfcalc.cli.interrupts.Stopped), and the child may ask the kernel to
-    kill it when the parent dies, SIGKILL included (tfcalc.measure.memory._die_with_parent). Its own
+    kill it when the parent dies, SIGKILL included (tfcalc.measure.lifeline.die_with_parent). Its own
     session keeps a terminal's Ctrl-C to the parent, which then stops the child itself, once."""
     err = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

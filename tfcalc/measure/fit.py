@@ -150,3 +150,24 @@ def require_buildable(cfg, blocks: int, what: str, hint: str) -> None:
                          f"{n:,} PyTorch modules, more than the {MAX_MODULES:,} tfcalc builds (minutes of work); "
                          f"try {hint}")
     require_fits(n * MODULE_BYTES, "cpu", f"{what} (building {n:,} modules)", hint)
+
+
+def require_ranks_fit(cfg, layout, nproc: int, device: str | None, what: str) -> None:
+    """InputError before any rank starts when the ranks together would not fit: each builds the whole
+    model in the layout's dtype before sharding it (tfcalc.measure.distributed.Trainer), then holds its
+    planned share of the training state and activations (tfcalc.count.rank_memory). On the CPU the ranks
+    share this machine's memory; on CUDA each has its own GPU."""
+    from tfcalc.count.dtypes import weight_bytes
+    from tfcalc.count.params import total
+    from tfcalc.count.rank_memory import rank_memory
+
+    per_rank = weight_bytes(total(cfg), layout.dtype) + rank_memory(cfg, layout).total
+    on_gpu = device != "cpu" and _cuda()
+    require_fits(per_rank if on_gpu else per_rank * nproc, "cuda" if on_gpu else "cpu",
+                 f"{what} on {nproc} rank(s)", "a smaller model (--set n_layer=2), --batch or --seq, or fewer --nproc")
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

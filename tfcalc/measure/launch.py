@@ -9,22 +9,44 @@ same program runs under ``torchrun`` on a cluster. One launch runs a list of job
 Limits: on CUDA, one rank per GPU (N ≤ the GPUs present); on the CPU, N ≤ 4 × the cores (gloo ranks
 share cores; beyond that a run is too slow to be useful). A rank that fails makes the launch fail with
 its last line of stderr, the others are stopped, and nothing is left behind.
+
+No rank outlives the launch, however it ends (issue 23):
+- each rank runs in its own session (its own process group: a terminal's Ctrl-C reaches tfcalc alone,
+  which then stops the ranks once), and is stopped by killing its whole group, what it started included;
+- every way out of the wait -- an error, Ctrl-C, the SIGTERM/SIGHUP that tfcalc.cli.interrupts turns into
+  an exception, or (from the Python API, where the default would end the process at once) a SIGTERM or
+  SIGHUP caught here for the length of the launch -- kills the ranks in a ``finally``;
+- SIGKILL of tfcalc runs no code: each rank asked the kernel to kill it with its parent
+  (tfcalc.measure.lifeline.die_with_parent), and the temporary folder, named with tfcalc's pid, is removed
+  by the next launch (lifeline.sweep_stale). TorchInductor's cache goes inside that folder too.
+- a watchdog: a rank that dies ends the run at once, named with how it ended (its exit code, or the
+  signal: SIGSEGV, SIGKILL); a rank stopped (SIGSTOP, a debugger) for STOPPED_LIMIT_S ends it too, rather
+  than leaving the others waiting in a collective until the time limit.
+
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` is not passed to the ranks: with it, gloo ranks of torch 2.13 crash
+(SIGSEGV) in the first collective of the measured run; OFF and INFO are passed as set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from tfcalc.errors import InputError
+from tfcalc.measure.lifeline import PARENT_ENV, signal_name, sweep_stale
 
 CPU_OVERSUBSCRIBE = 4
+STOPPED_LIMIT_S = 5.0  # a rank stopped this long ends the run (its peers would wait for it in a collective)
+TEMP_PREFIX = "tfcalc-dist-"
 
 
 def max_ranks(device: str | None = None) -> tuple[int, str]:
@@ -58,9 +80,13 @@ def free_port() -> int:
 def rank_env(rank: int, nproc: int, port: int) -> dict[str, str]:
     """torchrun's variables for one local rank of a single-node job."""
     threads = max(1, (os.cpu_count() or 1) // nproc)
-    return dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
-                MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(threads),
+               MALLOC_MMAP_THRESHOLD_="65536", PYTHONWARNINGS="ignore")
+    env[PARENT_ENV] = str(os.getpid())
+    if env.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":  # see the module docstring
+        del env["TORCH_DISTRIBUTED_DEBUG"]
+    return env
 
 
 _EXCEPTION = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[\w.]+\.)?\w*(?:Error|Exception)\b.*)$")
@@ -74,43 +100,119 @@ def _why(path: str) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
-def _wait(procs, timeout: float) -> None:
-    """Until every rank has exited, or one has failed (the others are then stopped: they would wait
-    for it forever in a collective), or the time is up."""
-    deadline = time.monotonic() + timeout
-    while any(p.poll() is None for p in procs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+def _state(pid: int) -> str:
+    """The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie), '' when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else ""
+
+
+def _kill(procs) -> None:
+    """SIGKILL every rank still running, with what it started (its process group), and reap it."""
     for p in procs:
         if p.poll() is None:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                p.kill()
+    for p in procs:
         p.wait()
-    if time.monotonic() > deadline:
-        raise InputError(f"the distributed run took more than {timeout:g} s; try a smaller model or --nproc")
+
+
+def _wait(procs, timeout: float) -> str | None:
+    """Until every rank has exited, or one has failed (the others are then stopped: they would wait
+    for it forever in a collective), or one is stopped for STOPPED_LIMIT_S, or the time is up. Returns
+    why the run was ended early, None when every rank exited by itself."""
+    deadline = time.monotonic() + timeout
+    stopped_since: dict[int, float] = {}
+    while any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) for p in procs):
+            return None
+        now = time.monotonic()
+        if now > deadline:
+            return f"the distributed run took more than {timeout:g} s; try a smaller model or --nproc"
+        for r, p in enumerate(procs):
+            if p.poll() is None and _state(p.pid) in ("T", "t"):
+                since = stopped_since.setdefault(r, now)
+                if now - since >= STOPPED_LIMIT_S:
+                    return (f"the distributed run was ended: rank {r} (pid {p.pid}) was stopped (SIGSTOP, or a "
+                            f"debugger) for {STOPPED_LIMIT_S:g} s while the other ranks waited for it")
+            else:
+                stopped_since.pop(r, None)
+        time.sleep(0.05)
+    return None
+
+
+def _ending(code: int) -> str:
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exit {code}"
+
+
+@contextlib.contextmanager
+def _signals_stop(procs):
+    """For the length of the launch: a SIGTERM or SIGHUP whose disposition is the default (the Python API;
+    the command line turns them into an exception) first kills the ranks, then ends the process as the
+    default would."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+
+    def stop(signum, frame):
+        _kill(procs)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float) -> None:
-    """Start cmd as ranks 0..nproc-1 (stderr to logs[r]) and wait; InputError naming the first rank that
-    failed by itself (not one stopped because of it) and its exception line."""
+    """Start cmd as ranks 0..nproc-1 (stderr to logs[r]) and wait; InputError naming the rank that
+    failed by itself (not one stopped because of it), how it ended and its exception line."""
     port = free_port()
-    procs = []
-    for r in range(nproc):
-        with open(logs[r], "w", encoding="utf-8") as err:
-            procs.append(subprocess.Popen(cmd, env=rank_env(r, nproc, port), stdout=subprocess.DEVNULL, stderr=err))
-    _wait(procs, timeout)
-    failed = [r for r, p in enumerate(procs) if p.returncode]
+    procs: list[subprocess.Popen] = []
+    with _signals_stop(procs):
+        try:
+            for r in range(nproc):
+                env = rank_env(r, nproc, port)  # TorchInductor's cache in the launch's folder: removed with it
+                env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(logs[r]), "inductor"))
+                with open(logs[r], "w", encoding="utf-8") as err:
+                    procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                                  start_new_session=True))
+            ended = _wait(procs, timeout)
+        finally:  # Ctrl-C, SIGTERM, an error: no rank left behind
+            codes = [p.poll() for p in procs]
+            _kill(procs)
+    if ended:
+        raise InputError(ended)
+    failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
     if failed:
-        r = ([r for r in failed if procs[r].returncode > 0] or failed)[0]
-        why = _why(logs[r]) or ("killed, likely out of memory" if procs[r].returncode < 0 else "no message")
-        raise InputError(f"the distributed run failed: rank {r} (exit {procs[r].returncode}): {why}")
+        # the cause first: a rank a signal ended (its peers then fail with a closed connection), else the
+        # first to exit with an error
+        r = ([r for r in failed if codes[r] < 0] or failed)[0]
+        why = _why(logs[r])
+        if codes[r] < 0:
+            why = f"{why} (its last words)" if why else ""
+        message = f"the distributed run failed: rank {r} ({_ending(codes[r])})"
+        raise InputError(f"{message}: {why}" if why else message)
 
 
 def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None) -> list[list[dict]]:
     """Run the jobs on nproc local ranks; answers[job][rank]. device 'cpu' keeps the ranks on gloo even
     where CUDA is available; None lets them pick (NCCL on CUDA)."""
     check_nproc(nproc, device)
-    with tempfile.TemporaryDirectory(prefix="tfcalc-dist-") as tmp:
+    sweep_stale(TEMP_PREFIX)  # what a SIGKILLed tfcalc left
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         path = os.path.join(tmp, "request.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"jobs": jobs, "device": device}, f)

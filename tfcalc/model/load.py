@@ -19,7 +19,7 @@ import torch
 
 from tfcalc import reading
 from tfcalc.checkpoint.files import read_headers
-from tfcalc.checkpoint.names import Piece, map_name, rules
+from tfcalc.checkpoint.names import Piece, block_of, map_name, rules
 from tfcalc.config import ModelConfig
 from tfcalc.count.components import fused_rows, local_path
 from tfcalc.errors import InputError, shown
@@ -47,13 +47,18 @@ def _rows(cfg: ModelConfig, piece: Piece) -> tuple[int, int] | None:
     return fused_rows(cfg, path.rpartition(".")[0])[piece.part]
 
 
-def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, transform: str | None) -> torch.Tensor:
-    """A checkpoint tensor in tfcalc's layout (see the module docstring)."""
+def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
+    """A checkpoint tensor in tfcalc's layout (see the module docstring); head counts from the layer's
+    attention component (tfcalc.architecture)."""
+    transform = piece.transform
     if transform == "T":
         return tensor.t()
     if transform == "norm+1":
         return tensor.float() + 1.0
-    heads, kv_heads, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    if transform not in ("neox_qkv", "falcon_qkv"):
+        return tensor
+    attention = block_of(cfg, piece.param).attention
+    heads, kv_heads, hd = attention.n_head, attention.n_kv_head, attention.head_dim
     if transform == "neox_qkv" or (transform == "falcon_qkv" and not raw.get("new_decoder_architecture")
                                     and not raw.get("multi_query", True)):
         rest = tensor.shape[1:]
@@ -67,42 +72,59 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, transfo
     return tensor  # falcon_qkv of a multi-query model is [Q | K | V] already
 
 
-def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, piece: Piece, rows, value) -> None:
+def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, piece: Piece, rows, value,
+          copy: bool = True) -> None:
     target = params.get(piece.param)
     if target is None:
-        raise InputError(f"{name}: no parameter {piece.param} in the model its config describes")
+        raise InputError(f"{shown(name)}: no parameter {piece.param} in the model its config describes")
     view = target if rows is None else target[rows[0]:rows[1]]
     if tuple(view.shape) != tuple(value.shape):
-        raise InputError(f"{name}: shape {list(value.shape)} does not fit {piece.param}"
+        raise InputError(f"{shown(name)}: shape {list(value.shape)} does not fit {piece.param}"
                          f"{'' if rows is None else f' rows {rows[0]}:{rows[1]}'} {list(view.shape)}")
-    view.copy_(value)
+    if copy:
+        view.copy_(value)
     written[piece.param] = written.get(piece.param, 0) + value.numel()
 
 
-def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[str, Any], path: Path) -> None:
-    """Copy every tensor of the checkpoint at path into model (built from cfg)."""
+def _tensors(checkpoint, dry: bool):
+    """(file name, tensor name, a function that gives the tensor): read from the file, or (dry) an empty
+    tensor on meta of the header's shape, which costs nothing."""
+    if dry:
+        for info in checkpoint.tensors:
+            yield info.file, info.name, lambda info=info: torch.empty(info.shape, device="meta")
+        return
     from safetensors import safe_open
 
+    for file in checkpoint.files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield file.name, name, lambda f=f, name=name: f.get_tensor(name)
+
+
+def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[str, Any], path: Path,
+                 dry: bool = False) -> None:
+    """Copy every tensor of the checkpoint at path into model (built from cfg). dry: the same checks on
+    the headers' shapes only, nothing read or written (the model may be on meta): load_model runs it
+    first, so that a checkpoint that does not fit its config is refused before any memory is taken or
+    any tensor read (a 4 GiB tensor of the wrong shape was read whole before)."""
     table = rules(cfg, raw["model_type"])
     params = dict(model.named_parameters())  # a tied parameter appears once, under its first name
     written: dict[str, int] = {}
     checkpoint = read_headers(path)
-    for file in checkpoint.files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                piece = map_name(table, name)
-                if piece is None:
-                    raise InputError(f"{file.name}: tensor '{name}' is not explained by the {raw['model_type']} config")
-                if piece == "buffer" or piece.tied:
-                    continue
-                tensor = f.get_tensor(name)
-                if piece.transform == "expert":
-                    for e in range(tensor.shape[0]):
-                        one = Piece(piece.param.replace("*", str(e)), piece.part)
-                        _fill(params, written, name, one, _rows(cfg, one), tensor[e])
-                    continue
-                value = _layout(cfg, raw, tensor, piece.transform)
-                _fill(params, written, name, piece, _rows(cfg, piece), value)
+    for file, name, get in _tensors(checkpoint, dry):
+        piece = map_name(table, name)
+        if piece is None:
+            raise InputError(f"{file}: tensor {shown(name)} is not explained by the {raw['model_type']} config")
+        if piece == "buffer" or piece.tied:
+            continue
+        tensor = get()
+        if piece.transform == "expert":
+            for e in range(tensor.shape[0]):
+                one = Piece(piece.param.replace("*", str(e)), piece.part)
+                _fill(params, written, name, one, _rows(cfg, one), tensor[e], not dry)
+            continue
+        value = _layout(cfg, raw, tensor, piece)
+        _fill(params, written, name, piece, _rows(cfg, piece), value, not dry)
     missing = [n for n, p in params.items() if written.get(n, 0) != p.numel()]
     if missing:
         names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -114,16 +136,28 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     config.json, or a Hugging Face cache id), with the checkpoint's weights, in eval mode.
 
     ``model(input_ids)`` returns logits (batch, seq, vocab) (an encoder-decoder: ``model(src_ids,
-    tgt_ids)``; without an LM head, hidden states; BertModel's also the pooled first token)."""
+    tgt_ids)``; without an LM head, hidden states; BertModel's also the pooled first token).
+
+    Checked before anything is allocated: the path names a checkpoint with weights, and every tensor's
+    shape in the headers fits the model the config describes (a dry load on meta)."""
     from tfcalc.presets import checkpoint_source
 
     source = checkpoint_source(str(path))
+    if source.folder is None:
+        raise InputError(f"{shown(str(path))} names a model config, not a checkpoint: load_model reads a model folder "
+                         "(config.json and safetensors weights), a .safetensors file beside its config.json, or "
+                         "a Hugging Face id in the local cache")
+    if source.weights is None:
+        raise InputError(f"{shown(str(path))}: no weights there (no .safetensors file beside config.json); "
+                         "load_model needs them (tfcalc params counts a config alone)")
     folder, config_path = source.folder, source.folder / "config.json"
     raw = reading.read_json(config_path, "JSON")  # read (and checked) once already by checkpoint_source
     _refuse_unbuilt(raw, config_path)
     cfg = source.cfg
     with torch.device("meta"):
         model = Transformer(cfg)
+    model.tie_weights()
+    load_weights(model, cfg, folder, raw, source.weights, dry=True)  # shapes first, on meta: nothing allocated
     model.to_empty(device="cpu")
     model.tie_weights()
     for stack in model.modules():  # the position tables, which no checkpoint holds

@@ -80,12 +80,14 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
     if dtype not in BENCH_DTYPES:
         raise InputError(f"--dtype: bench runs {', '.join(BENCH_DTYPES)}; got '{dtype}'")
     check_size("--nproc", nproc)
-    tp = tp or 1
+    tp = 1 if tp is None else tp  # --tp 0 is refused below, not read as 1
+    check_size("--tp", tp)
     if nproc % tp:
         raise InputError(f"--tp {tp} does not divide --nproc {nproc}")
     dp = nproc // tp
-    layout = Layout(tp, 1, dp, check_size("--seq", seq) if seq else cfg.max_seq_len, dp * check_size("--batch", batch),
-                    batch, zero, "none", sequence_parallel, dtype)
+    layout = Layout(tp=tp, pp=1, dp=dp, seq=check_size("--seq", seq) if seq else cfg.max_seq_len,
+                    global_batch=dp * check_size("--batch", batch), micro_batch=batch, zero=zero, recompute="none",
+                    sequence_parallel=sequence_parallel, dtype=dtype)
     check_layout(cfg, layout)
     check_measurable(cfg, layout)
     check_nproc(nproc)
@@ -94,6 +96,7 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
 
 def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: int = 10,
                      device: str = "cpu") -> DistBenchReport:
+    from tfcalc.measure.fit import require_ranks_fit
     from tfcalc.measure.launch import launch
 
     check_size("--repeat", repeat)
@@ -103,5 +106,6 @@ def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: i
                          f"got '{device}'")
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}
+    require_ranks_fit(model.cfg, layout, layout.gpus, device, f"bench {model.cfg.name}")  # before any rank starts
     (ranks,) = launch([job], layout.gpus, device=device)
     return DistBenchReport(model, layout, warmup, repeat, tuple(ranks))

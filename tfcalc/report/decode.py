@@ -145,8 +145,9 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
         check_size("--seq", s)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so there is no decoding to time")
-    plan = DecodePlan(cfg, device, dtype, tuple((batch, s) for s in seqs), steps, warmup, repeat,
-                      matmul_size or (2048 if device == "cpu" else 8192), copy_bytes or default_copy_bytes(device))
+    plan = DecodePlan(cfg=cfg, device=device, dtype=dtype, points=tuple((batch, s) for s in seqs), steps=steps,
+                      warmup=warmup, repeat=repeat, matmul_size=matmul_size or (2048 if device == "cpu" else 8192),
+                      copy_bytes=copy_bytes or default_copy_bytes(device))
     check_plan(plan)
     return plan
 
@@ -161,7 +162,7 @@ def point_json(model: ModelRef, plan, run, timing, batch: int, seq: int) -> dict
         "dtype": plan.dtype, "batch": batch, "seq": seq, "decode_steps": plan.steps, "warmup": plan.warmup,
         "weights_bytes": run.weights_bytes, "estimated_memory_bytes": run.estimate_bytes,
         **measured_json(est, timing, run, c, plan.dtype),
-        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.decode_steps[0], c)},
+        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.first_decode_step, c)},
     }
 
 

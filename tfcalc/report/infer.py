@@ -20,16 +20,16 @@ from tfcalc.count import serving
 from tfcalc.count.memory import check_dtype
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.roofline import Ceilings
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import check_size, decoder_source
 
 DEFAULT_SPEC = "h100-sxm"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InferOptions:
     batches: tuple[int, ...]
     seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
@@ -99,7 +99,7 @@ class InferReport(Displayed):
             "total_s": est.total_s, "beyond_context": self.beyond_context,
             **top,
             "roofline": {"prefill": rows_json(est.prefill, c),
-                         "first_decode_step": rows_json(est.decode_steps[0], c) if est.decode_steps else None},
+                         "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
 
     @property
@@ -148,6 +148,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[d
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
+    if isinstance(o.batches, (str, bytes)) or not o.batches:
+        raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")
     for b in o.batches:
         check_size("--batch", b)
     check_size("--gen", o.gen)
@@ -155,6 +157,9 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         check_size("--src-seq", o.src_seq)
         if model.cfg.arch != "encoder-decoder":
             raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
+    if o.measure:
+        check_size("--repeat", o.repeat)
+        check_size("--warmup", o.warmup, low=0)
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
 
@@ -164,7 +169,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
     check_options(model, o)
     cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
-    src = (o.src_seq or seq) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
     memory = spec.memory_bytes if spec is not None else None
@@ -189,10 +194,11 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     if o.gen < 2:
         raise InputError("--measure times the decode steps after the first token: give --gen 2 or more")
     seq = _seq(model, o)
-    src = (o.src_seq or seq) if model.cfg.arch == "encoder-decoder" else None
-    plan = DecodePlan(model.cfg, o.device, o.dtype, tuple((b, seq) for b in o.batches), o.gen - 1,
-                      o.warmup, o.repeat, o.matmul_size or (2048 if o.device == "cpu" else 8192),
-                      o.copy_bytes or default_copy_bytes(o.device), src)
+    src = decoder_source(model.cfg, seq, o.src_seq)
+    plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in o.batches),
+                      steps=o.gen - 1, warmup=o.warmup, repeat=o.repeat,
+                      matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
+                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src)
     check_plan(plan)
     run = run_decode(plan, advance)
     ceilings = measured_ceilings(run)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tfcalc import devices
-from tfcalc.count.layout import Layout, resolve_degrees
+from tfcalc.count.activations import TRAINING_ATTENTION
+from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
-from tfcalc.count.steptime import Hardware, TrainingRun, training_run
+from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
@@ -31,7 +32,7 @@ DEFAULT_MFU = 0.4
 TOKENS_PER_STEP = 2**22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanRequest:
     """What was asked: a layout (any of tp, pp, dp), or none (a search); batch sizes; dtype."""
 
@@ -41,6 +42,7 @@ class PlanRequest:
     dp: Optional[int] = None
     zero: Optional[int] = None  # None: 0 for a layout, every stage for a search
     recompute: Optional[str] = None  # None: none for a layout, every kind for a search
+    attention: str = TRAINING_ATTENTION  # the kernel the activations assume: flash, or math (T×T scores kept)
     sequence_parallel: bool = False
     micro_batch: int = 1
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
@@ -79,6 +81,17 @@ class PlanReport(Displayed):
         return param_total(self.model.cfg)
 
     @property
+    def notes(self) -> list[str]:
+        """What the plan assumes beyond the layout, for this model."""
+        out = []
+        if any(b.is_moe for b in self.model.cfg.architecture.blocks()):
+            out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
+                       "parallelism); only attention and dense FFNs are split under TP")
+        if self.model.cfg.arch == "encoder-decoder":
+            out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with tp 1 and pp 1")
+        return out
+
+    @property
     def tokens_per_s(self) -> float:
         L = self.plan.layout
         return L.global_batch * L.seq / self.plan.step.overlap_s
@@ -93,7 +106,7 @@ class PlanReport(Displayed):
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
-            "fits": p.fits,
+            "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
             "step_time_s": st.overlap_s,
@@ -131,8 +144,9 @@ def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
 
 
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
-    return Layout(1, 1, 1, seq, global_batch, request.micro_batch, request.zero or 0, request.recompute or "none",
-                  request.sequence_parallel, request.dtype)
+    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
+                  zero=request.zero or 0, recompute=request.recompute or "none",
+                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention)
 
 
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
@@ -143,6 +157,14 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
+    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, **only), None) is None:
+        most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
+        hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
+                f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
+                "give fewer --gpus or a larger --global-batch") if request.gpus > most else (
+                "tp must divide the heads and widths, pp the blocks, dp the global batch; try another --gpus")
+        raise InputError(f"no layout of {request.gpus:,} GPUs splits {cfg.name} at global batch {base.global_batch}, "
+                         f"micro-batch {base.micro_batch}: {hint}")
     if not plans:
         raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
                          f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}; "
@@ -150,9 +172,38 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
     return "layouts", tuple(plans)
 
 
+def check_request(request: PlanRequest) -> None:
+    """Types and ranges of every field, for the Python API as for the command line (whose flags are typed
+    already): one InputError line each, the same words as the flag's."""
+    r = request
+    if not (r.gpus is None or r.gpus == "auto" or (isinstance(r.gpus, int) and not isinstance(r.gpus, bool))):
+        raise InputError(f"--gpus: expected a number of GPUs or 'auto'; got {shown(r.gpus)}")
+    for name, value in (("--tp", r.tp), ("--pp", r.pp), ("--dp", r.dp), ("--global-batch", r.global_batch),
+                        ("--seq", r.seq)):
+        if value is not None:
+            check_size(name, value)
+    check_size("--micro-batch", r.micro_batch)
+    check_size("--top", r.top)
+    if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
+                                 or not 1 <= r.tokens <= MAX_TOKENS):
+        raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")
+    if r.zero is not None and (isinstance(r.zero, bool) or r.zero not in ZERO_STAGES):
+        raise InputError(f"--zero must be 0, 1, 2 or 3; got {shown(r.zero)}")
+    if r.recompute is not None and (not isinstance(r.recompute, str) or r.recompute not in RECOMPUTE):
+        raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(r.recompute)}")
+    if not isinstance(r.sequence_parallel, bool):
+        raise InputError(f"sequence_parallel must be True or False; got {shown(r.sequence_parallel)}")
+    if not isinstance(r.dtype, str):
+        raise InputError(f"--dtype must be a dtype name; got {shown(r.dtype)}")
+    check_utilization(r.mfu)
+
+
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
                measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None) -> PlanReport:
     cfg = model.cfg
+    check_request(request)
+    if not isinstance(device_spec, str):
+        raise InputError(f"--device-spec must be a table key or a file name; got {shown(device_spec)}")
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype)

@@ -9,6 +9,7 @@ COLUMNS says otherwise.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -99,8 +100,35 @@ def note(message: str) -> None:
     print(f"tfcalc: note: {message}", file=sys.stderr)
 
 
+def finite(data: Any, path: str = "") -> tuple[Any, dict[str, str]]:
+    """data with every NaN or infinite float replaced by None, and {JSON path: why} for each: JSON has no
+    NaN or Infinity (RFC 8259, sec. 6), and a parser such as jq or JavaScript's JSON.parse refuses them.
+    Inputs that would make a figure infinite are refused before (a device file's rates, --mfu); this is
+    the last guard, so that the output is always valid JSON."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None, {path or "$": "NaN (undefined)" if math.isnan(data) else "infinite (too large for a float)"}
+    if isinstance(data, dict):
+        out, why = {}, {}
+        for key, value in data.items():
+            out[key], inner = finite(value, f"{path}.{key}" if path else str(key))
+            why.update(inner)
+        return out, why
+    if isinstance(data, (list, tuple)):
+        items = [finite(v, f"{path}[{i}]") for i, v in enumerate(data)]
+        return [v for v, _ in items], {k: w for _, inner in items for k, w in inner.items()}
+    return data, {}
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    data, why = finite(data)
+    if why and isinstance(data, dict):
+        data["null_because"] = why  # each null that stands for a non-finite figure, and the reason
+    elif why and isinstance(data, list):
+        for i, item in enumerate(data):
+            mine = {k[len(f"[{i}]") + 1:]: w for k, w in why.items() if k.startswith(f"[{i}].")}
+            if mine and isinstance(item, dict):
+                item["null_because"] = mine
+    sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def reports_json(reports: Sequence[Any]) -> Any:

@@ -27,7 +27,10 @@ def short(layout: Layout) -> str:
 
 
 def _days(seconds: float) -> str:
-    return f"{seconds / 86400:,.1f} days" if seconds >= 86400 else units.seconds(seconds)
+    days = seconds / 86400
+    if days >= 1e9:  # a billion days: a digit string past that says nothing more
+        return f"{days:.4g} days"
+    return f"{days:,.1f} days" if seconds >= 86400 else units.seconds(seconds)
 
 
 def _search(doc: Doc, r: PlanReport) -> None:
@@ -49,8 +52,9 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
-    t.add("Activations", m.activations, f"Korthikanti 2022; {min(L.pp - m.stage, L.micro_batches)} in flight "
-          f"of {L.micro_batch} × {L.seq:,}")
+    recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
+    t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; "
+          f"{min(L.pp - m.stage, L.micro_batches)} in flight of {L.micro_batch} × {L.seq:,}")
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
@@ -133,6 +137,8 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
 
 
 def _notes(doc: Doc, r: PlanReport) -> None:
+    for note in r.notes:
+        doc.note(f"Assumed: {note}.", "warning")
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "

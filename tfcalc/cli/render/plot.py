@@ -110,13 +110,18 @@ def _decimal_y(ax) -> None:
 
 
 def _save(plt, fig, path: Path, dpi: int) -> None:
-    """Write the figure (a one-line error when the file cannot be written) and free it."""
+    """Write the figure atomically (tfcalc.writing: rendered in memory, then a temporary file renamed over
+    the old one, so a full disk or a signal keeps the old plot) and free it; one-line error otherwise."""
+    import io
+
+    from tfcalc.writing import write_atomic
+
+    buffer = io.BytesIO()
     try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write the plot ({e.strerror or e})") from None
+        fig.savefig(buffer, dpi=dpi, format=path.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
+    write_atomic(path, buffer.getvalue())
 
 
 def _line(ax, seqs, values, key: str) -> None:
