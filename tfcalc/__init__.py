@@ -27,6 +27,7 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category
 if TYPE_CHECKING:
     from tfcalc.report.bench import BenchReport
     from tfcalc.report.bench_dist import DistBenchReport
+    from tfcalc.report.compare import CompareReport
     from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
     from tfcalc.report.infer import InferReport
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
     from tfcalc.report.plan import PlanReport
+    from tfcalc.report.scan import ScanReport
 
 
 def _override_text(key: str, value: Any) -> str:
@@ -42,6 +44,7 @@ def _override_text(key: str, value: Any) -> str:
 
 
 def _model(model: "ModelSpec", overrides: dict[str, Any]) -> "ModelRef":
+    import tfcalc.notebook  # noqa: F401 - the reports' tables in a notebook (_repr_html_, _repr_markdown_)
     from tfcalc.report.model_ref import resolve
 
     return resolve(model, [_override_text(k, v) for k, v in overrides.items()])
@@ -93,7 +96,7 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     """`tfcalc bench`: timed forward passes on device (one length, or several), min_time seconds and at
     least repeat calls per length in interleaved rounds, after a warm-up until stable (or warmup calls);
     weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
-    bench --decode N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
+    bench decode --steps N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
     (default 3) untimed runs. nproc: forward + backward on nproc torch.distributed ranks under a layout
     (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport."""
     from tfcalc.report.bench import build_bench, plan_bench
@@ -177,4 +180,21 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 
-__all__ = ["__version__", "bench", "flops", "infer", "load_model", "memory", "params", "plan"]
+def compare(*models: "ModelSpec", seq: Optional[int] = None, dtype: str = "bf16", **overrides: Any) -> "CompareReport":
+    """`tfcalc compare`: the models side by side at one length (seq, or the shortest context among them)."""
+    from tfcalc.report.compare import build_compare
+
+    return build_compare([_model(m, overrides) for m in models], seq, dtype)
+
+
+def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch: int = 1, *, dtype: str = "bf16",
+         **overrides: Any) -> "ScanReport":
+    """`tfcalc scan`: forward FLOPs and memory against sequence length (seq: the lengths; default 128, 256,
+    ..., 131072, as the command), the crossovers where attention overtakes the FFN."""
+    from tfcalc.report.scan import build_scan
+
+    seqs = [128 * 2**i for i in range(11)] if seq is None else [seq] if isinstance(seq, int) else list(seq)
+    return build_scan(_model(model, overrides), seqs, batch, dtype)
+
+
+__all__ = ["__version__", "bench", "compare", "flops", "infer", "load_model", "memory", "params", "plan", "scan"]

@@ -112,7 +112,7 @@ CASES = [
     ("bench-repeat-0", ["bench", "gpt2", "--repeat", "0"], 2, "--repeat must be between 1"),
     ("bench-n-layer-0", ["bench", "gpt2", "--n-layer", "0"], 2, "--n-layer must be between 1 and 12"),
     ("bench-matmul-10e30", ["bench", "gpt2", "--matmul-size", str(10**30)], 2, "--matmul-size must be between"),
-    ("bench-too-big", ["bench", "llama2-70b", "--n-layer", "1"], 2,
+    ("bench-too-big", ["bench", "llama2-70b", "--n-layer", "1", "--seq", "4096"], 2,
      "the free memory on cpu is 6 GiB; try --batch 1 --seq"),
     ("bench-deep", ["bench", "{d}/deep_model.yaml", "--seq", "8"], 2, "more than the 20,000"),
     # ---- scan ----

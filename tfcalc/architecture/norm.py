@@ -26,7 +26,7 @@ class Norm:
         if self.width < 1:
             raise InputError(f"a norm needs a positive width; got {self.width}")
         if self.kind == "rmsnorm" and self.bias:
-            raise InputError("rmsnorm has no bias: set norm_bias to false")
+            raise InputError("rmsnorm has no bias: leave norm_bias out (or false)")
 
     def weights(self, name: str, label: str) -> list[Weight]:
         return norm_weights(name, label, self.width, self.bias)

@@ -56,6 +56,8 @@ class Group(typer.core.TyperGroup):
 COMMANDS = {
     "params": ("params", "params"), "presets": ("presets", "list_presets"), "show": ("presets", "show"),
     "flops": ("flops", "flops"), "memory": ("memory", "memory"), "bench": ("bench", "bench"),
+    # bench's other modes: `tfcalc bench decode ...` and `tfcalc bench ranks ...` (run() joins the two words)
+    "bench decode": ("bench_modes", "bench_decode"), "bench ranks": ("bench_modes", "bench_ranks"),
     "infer": ("infer", "infer"), "plan": ("plan", "plan"), "snapshot": ("snapshot", "snapshot"),
     "check": ("snapshot", "check"), "compare": ("compare", "compare"), "scan": ("scan", "scan"),
     "devices": ("devices", "devices"),
@@ -109,6 +111,8 @@ def _fail(message: str, code: int) -> int:
 def run(argv: list[str] | None = None) -> int:
     """Run the app and turn every expected failure into one line on stderr and an exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) > 1 and argv[0] == "bench" and argv[1] in ("decode", "ranks"):
+        argv = [f"bench {argv[1]}", *argv[2:]]  # a command of two words, so its usage reads `tfcalc bench decode`
     render.prepare_streams()
     try:
         result = make_app(_commands_for(argv))(args=argv, prog_name="tfcalc", standalone_mode=False)

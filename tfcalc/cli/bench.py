@@ -8,11 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.bench_modes import run_decode, run_ranks
 from tfcalc.cli.options import (
-    FSDP,
-    TP,
     Batch,
-    CopySize,
     Device,
     DType,
     Exact,
@@ -20,28 +18,21 @@ from tfcalc.cli.options import (
     FormatOption,
     Json,
     Model,
-    Nproc,
     Overrides,
     Seqs,
-    SequenceParallel,
     Verbose,
-    Zero,
     _flag,
     output,
     parse_lengths,
     table_option,
-    zero_stage,
 )
-from tfcalc.cli.render import bench as view, bench_dist as dist_view, decode as decode_view
-from tfcalc.count.budget import parse_bytes
+from tfcalc.cli.render import bench as view
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.bench import build_bench, plan_bench
-from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
-from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 from tfcalc.workload import default_dtype
 
-TableOption = table_option("timing", "components", "step", "ranks", "decode", "predicted")
+TableOption = table_option("timing", "components")
 
 
 def bench(
@@ -74,17 +65,13 @@ def bench(
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="Time the model holding this checkpoint's weights (a model folder, a .safetensors file "
         "or a Hugging Face id in the local cache) instead of random ones.", show_default=False, metavar="PATH")] = None,
-    decode: Annotated[Optional[int], typer.Option(
-        "--decode", help="Time generation instead: the prefill of a --seq prompt, then N decode steps with a static "
-        "KV cache (TTFT, per-token latency, tokens/s, bandwidth, MBU, the roofline's prediction beside); "
-        "--warmup (default 3) and --repeat apply to it.",
-        show_default=False, metavar="N")] = None,
-    copy_size: CopySize = None,
-    nproc: Nproc = None,
-    tp: TP = None,
-    zero: Zero = None,
-    fsdp: FSDP = False,
-    sequence_parallel: SequenceParallel = False,
+    decode: Annotated[Optional[int], typer.Option("--decode", hidden=True)] = None,  # old: `bench decode --steps`
+    copy_size: Annotated[Optional[str], typer.Option("--copy-size", hidden=True)] = None,
+    nproc: Annotated[Optional[int], typer.Option("--nproc", hidden=True)] = None,  # old: `bench ranks --nproc`
+    tp: Annotated[Optional[int], typer.Option("--tp", hidden=True)] = None,
+    zero: Annotated[Optional[int], typer.Option("--zero", hidden=True)] = None,
+    fsdp: Annotated[bool, typer.Option("--fsdp", hidden=True)] = False,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", hidden=True)] = False,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -105,48 +92,32 @@ def bench(
     memory-bound work is showing. GPUs are timed with CUDA events after warm-up; peak memory is read from the
     device's own counters.
 
-    --decode N times generation instead: time to first token (the prefill of a --seq prompt), then N decode steps
-    with a static KV cache, per-token median/p10/p90, tokens/s, bytes read per token (weights + KV cache), the
-    bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy, a read-only
-    reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the measured
-    ceilings beside each figure.
+    On a CPU without --seq: the longest power of two up to the context whose forward pass takes about 2 s at an
+    assumed 50 GFLOP/s (the output says which); on a GPU, the context.
 
-    With --nproc N: forward + backward on N local torch.distributed ranks (gloo on the CPU; --device cuda: NCCL, one
-    GPU each), data parallel (DDP; --fsdp: FSDP2) with --tp ranks of tensor parallelism, each rank timed by the same
-    loop; the step is the slowest rank's median, MFU counts the training FLOPs (3 × forward).
+    Generation: `tfcalc bench decode`. A training step on local ranks: `tfcalc bench ranks`.
     """
     out = output(format, json_out, exact, verbose, table)
     run_on = device or "cpu"
-    ref = resolve(model, overrides or [])
     if decode is not None and nproc is not None:
         raise InputError("--decode times one device and --nproc a training step on ranks: one of them")
     single = dict(compile_=compile_, n_layer=n_layer, weights=weights, min_time=min_time, rounds=rounds)
-    if decode is not None:
+    if decode is not None:  # the old spelling, kept a while; the note after the answer (an error stays one line)
         _refuse(single, "--decode times the whole model, eagerly, with random weights, its steps --repeat times")
-        plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, decode, run_on,
-                                 dtype.value if dtype else default_dtype(run_on), 3 if warmup is None else warmup,
-                                 repeat, matmul_size, parse_bytes(copy_size, "--copy-size") if copy_size else None)
-        with render.progress(f"bench --decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
-            report = build_decode_bench(ref, plan, advance)
-        render.emit([report], out, decode_view.document)
-        return
+        run_decode(model, overrides, batch, seq, decode, dtype, device, 3 if warmup is None else warmup, repeat,
+                   matmul_size, copy_size, out)
+        return render.note(f"`bench --decode {decode}` is now `tfcalc bench decode --steps {decode}`")
     if copy_size is not None:
-        raise InputError("--copy-size sets the bandwidth ceiling of --decode; without --decode no copy is timed")
-    if nproc is not None:
+        raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; a forward pass times no copy")
+    if nproc is not None:  # the old spelling, kept a while
         _refuse({**single, "matmul_size": matmul_size}, "--nproc times a training step on every rank the same way")
-        lengths = parse_lengths(seq) if seq is not None else []
-        if len(lengths) > 1:
-            raise InputError("--nproc times one --seq at a time")
-        layout = plan_dist_bench(ref, nproc, batch, lengths[0] if lengths else None,
-                                 dtype.value if dtype else default_dtype(run_on), tp, zero_stage(zero, fsdp) or 0,
-                                 sequence_parallel)
-        with render.progress(f"bench {ref.label} on {nproc} ranks", 1, enabled=not out.quiet) as advance:
-            report = build_dist_bench(ref, layout, 3 if warmup is None else warmup, repeat, run_on)
-            advance()
-        render.emit([report], out, dist_view.document)
-        return
+        run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
+                  3 if warmup is None else warmup, repeat, out)
+        return render.note(f"`bench --nproc {nproc}` is now `tfcalc bench ranks --nproc {nproc}`")
+    ref = resolve(model, overrides or [])
     if tp is not None or zero is not None or fsdp or sequence_parallel:
-        raise InputError("--tp, --zero, --fsdp and --sequence-parallel lay out --nproc ranks; add --nproc")
+        raise InputError("--tp, --zero, --fsdp and --sequence-parallel lay out ranks: `tfcalc bench ranks` (or, "
+                         "as before, add --nproc)")
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)

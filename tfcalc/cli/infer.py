@@ -81,8 +81,8 @@ def infer(
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
         from tfcalc.cli.devices import show_devices
 
-        render.note("`infer --device-spec list` is now `tfcalc devices`")
         show_devices(out)
+        render.note("`infer --device-spec list` is now `tfcalc devices`")
         return
     if model is None:
         raise InputError("infer: give a MODEL (the devices: `tfcalc devices`)")

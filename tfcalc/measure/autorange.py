@@ -98,6 +98,7 @@ class Autorange:
     plan: Optional[list[int]] = None  # timed calls per round
     rounds: list[tuple[float, ...]] = field(default_factory=list)
     peak: Any = None
+    label: str = ""  # what a progress bar names while it runs ("seq 1,024: forward")
 
     def warm(self, time_one: Callable[[Callable[[], object]], float]) -> None:
         while not warmed_up(self.warmup, self.budget):
@@ -116,16 +117,21 @@ class Autorange:
 
 def run_interleaved(items: list[Autorange], time_one: Callable[[Callable[[], object]], float],
                     time_block: Callable[[Callable[[], object], int], tuple[float, ...]],
-                    remaining: Callable[[float], None] = lambda seconds: None) -> None:
+                    remaining: Callable[[float], None] = lambda seconds: None,
+                    describe: Callable[[str], None] = lambda text: None) -> None:
     """Warm up and time every item in interleaved rounds (module docstring). time_one(fn) times one
     synchronized call; time_block(fn, n) times n calls (tfcalc.measure.bench.time_calls underneath).
-    remaining(seconds) hears, after each block, how long the rest should take (a progress bar's ETA)."""
+    remaining(seconds) hears, after each block, how long the rest should take (a progress bar's ETA);
+    describe(text) hears the phase and the item under way ('round 2 of 3: seq 1,024: forward')."""
     r = 0
     while any(item.plan is None or r < len(item.plan) for item in items):
+        rounds = max(len(i.plan) if i.plan else i.budget.rounds for i in items)
         for item in items:
             if r == 0:
+                describe(f"warm-up and round 1 of {rounds}: {item.label}")
                 _first_round(item, time_one, time_block)
             elif r < len(item.plan):
+                describe(f"round {r + 1} of {rounds}: {item.label}")
                 item.rounds.append(time_block(item.fn, item.plan[r]))
             else:
                 continue

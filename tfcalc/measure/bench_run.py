@@ -34,6 +34,7 @@ class BenchPlan:
     min_time: float = 3.0  # seconds of timed forward calls per length
     rounds: int = 3
     weights: Optional[str] = None  # a checkpoint whose weights the timed model holds (random weights when None)
+    seq_rule: str = ""  # how the length was chosen when --seq was not given (tfcalc.report.bench.default_seq)
 
     @property
     def budget(self) -> Budget:
@@ -106,12 +107,15 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
         model = build_model(plan.run_cfg, device, dtype)
     runner = torch.compile(model) if plan.compile else model
     budget, small = plan.budget, plan.budget.secondary()
-    ceiling = autorange.Autorange(bench.ceiling_call(device, dtype, plan.matmul_size), small)
+    ceiling = autorange.Autorange(bench.ceiling_call(device, dtype, plan.matmul_size), small,
+                                  label=f"the {plan.matmul_size}² matmul ceiling")
     items, points = [ceiling], []
     for seq in plan.seqs:
         idx = torch.randint(0, plan.cfg.vocab_size, (plan.batch, seq), device=device)
-        forward = autorange.Autorange(lambda idx=idx: runner(idx), budget, meter=peak_meter(where))
-        parts = {name: autorange.Autorange(fn, small) for name, fn in bench.component_calls(model, idx).items()}
+        forward = autorange.Autorange(lambda idx=idx: runner(idx), budget, meter=peak_meter(where),
+                                      label=f"seq {seq:,}: forward")
+        parts = {name: autorange.Autorange(fn, small, label=f"seq {seq:,}: {name}")
+                 for name, fn in bench.component_calls(model, idx).items()}
         items += [forward, *parts.values()]
         points.append((seq, forward, parts))
 
@@ -122,7 +126,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
         return bench.time_calls(fn, device, 0, n, progress).samples
 
     with torch.inference_mode():
-        autorange.run_interleaved(items, time_one, time_block, getattr(progress, "remaining", lambda s: None))
+        autorange.run_interleaved(items, time_one, time_block, getattr(progress, "remaining", lambda s: None),
+                                  getattr(progress, "phase", lambda text: None))
     tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
     peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
     rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]

@@ -8,15 +8,23 @@ from typing import Any, Callable, Optional
 from tfcalc.config import replace
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES, BenchPlan
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
 
 
-@dataclass(frozen=True)
-class BenchReport:
+@dataclass(frozen=True, repr=False)
+class BenchReport(Displayed):
     model: ModelRef
     plan: BenchPlan
     rows: tuple[dict[str, Any], ...]  # the JSON contract of one (batch, seq) point each
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        r = self.rows[-1]
+        return (f"{self.model.label} on {r['device']}, {r['dtype']}, batch {r['batch']}, seq {r['seq']:,}: "
+                f"{units.seconds(r['median_s'])} a forward pass, {units.tokens_rate(r['tokens_per_s'])}")
 
     def to_json(self) -> Any:
         """One object for one sequence length, a list for several (as for several presets)."""
@@ -74,7 +82,35 @@ def row_json(model: ModelRef, plan: BenchPlan, run: dict[str, Any], row) -> dict
         "weights_bytes": run["weights_bytes"],
         "estimated_memory_bytes": run["estimate_bytes"],
         "tf32": run["tf32"],
+        "seq_rule": plan.seq_rule or "--seq",  # how the length was chosen
     }
+
+
+# Without --seq a CPU times the longest length (a power of two, or the context) whose one forward pass
+# costs at most CPU_FORWARD_FLOP, about 2 s at CPU_ASSUMED_FLOP_S, a rate a few cores reach in fp32 (the
+# matmul ceiling bench measures on a 2-core CI runner is 40-60 GFLOP/s): with the 3 s of timed calls
+# per length and the warm-up, the run ends within a minute or so. The whole context can take hours:
+# mistral-7b's 32,768-token forward on a CPU did not finish in 150 s with one block. A GPU times the
+# context, as before.
+CPU_ASSUMED_FLOP_S = 50e9
+CPU_FORWARD_SECONDS = 2.0
+CPU_FORWARD_FLOP = CPU_ASSUMED_FLOP_S * CPU_FORWARD_SECONDS
+
+
+def default_seq(cfg, run_cfg, batch: int, device: str) -> tuple[int, str]:
+    """The length bench times without --seq, and the rule that chose it (said in the output)."""
+    from tfcalc.count.flops import forward_flops
+
+    context = cfg.max_seq_len
+    if device != "cpu":
+        return context, f"the context, {context:,}"
+    seq = context
+    while seq > 16 and forward_flops(run_cfg, batch, seq) > CPU_FORWARD_FLOP:
+        seq = 2 ** ((seq - 1).bit_length() - 1)  # the next power of two below
+    if seq == context:
+        return seq, f"the context, {context:,}"
+    return seq, (f"the context ({context:,}) capped on a CPU so that one forward pass is about "
+                 f"{CPU_FORWARD_SECONDS:g} s at an assumed {CPU_ASSUMED_FLOP_S / 1e9:g} GFLOP/s; --seq to choose")
 
 
 def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
@@ -121,11 +157,16 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
         raise InputError(f"--n-layer must be between 1 and {cfg.n_layer} for {cfg.name}; got {n_layer}")
     if matmul_size is not None:
         check_size("--matmul-size", matmul_size)
+    run_cfg = replace(cfg, n_layer=n_layer) if n_layer else cfg
+    rule = ""
+    if not seqs:
+        seq, rule = default_seq(cfg, run_cfg, batch, device)
+        seqs = [seq]
     return BenchPlan(
-        cfg=cfg, run_cfg=replace(cfg, n_layer=n_layer) if n_layer else cfg, device=device, dtype=dtype,
+        cfg=cfg, run_cfg=run_cfg, device=device, dtype=dtype,
         batch=batch, seqs=check_seqs(model, seqs), warmup=warmup, repeat=repeat, compile=compile,
         matmul_size=matmul_size or (2048 if device == "cpu" else 8192), min_time=float(min_time), rounds=rounds,
-        weights=weights,
+        weights=weights, seq_rule=rule,
     )
 
 

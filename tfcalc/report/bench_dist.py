@@ -1,4 +1,4 @@
-"""The report of `tfcalc bench --nproc N`: forward + backward of the real model on N torch.distributed
+"""The report of `tfcalc bench ranks --nproc N`: forward + backward of the real model on N torch.distributed
 ranks under a layout (DDP, FSDP, TP), timed on every rank with the loop of tfcalc.measure.bench.
 
 A step here is one micro-batch per data-parallel rank: forward, the loss (vocabulary-parallel under TP),
@@ -19,18 +19,25 @@ from tfcalc.count.flops import training_flops
 from tfcalc.count.layout import Layout, check_layout
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import layout_json
 from tfcalc.workload import check_size
 
 
-@dataclass(frozen=True)
-class DistBenchReport:
+@dataclass(frozen=True, repr=False)
+class DistBenchReport(Displayed):
     model: ModelRef
     layout: Layout
     warmup: int
     repeat: int
     ranks: tuple[dict[str, Any], ...]  # each rank's answer (tfcalc.measure.distributed.run_bench)
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        j = self.to_json()
+        return f"{self.model.label} on {j['nproc']} ranks: {units.seconds(j['median_s'])} a training step"
 
     @property
     def step_s(self) -> float:
@@ -95,7 +102,7 @@ def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: i
     check_size("--repeat", repeat)
     check_size("--warmup", warmup, low=0)
     if device not in ("cpu", "cuda"):
-        raise InputError(f"--device: bench --nproc runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
+        raise InputError(f"--device: bench ranks runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
                          f"got '{device}'")
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}

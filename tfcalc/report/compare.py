@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from tfcalc.count import flops as count_flops, memory as count_memory, params as count_params
 from tfcalc.errors import InputError
+from tfcalc.report.display import Displayed
 from tfcalc.report.flops import attention_share
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
@@ -51,11 +52,14 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class CompareReport:
+@dataclass(frozen=True, repr=False)
+class CompareReport(Displayed):
     seq: int
     dtype: str
     rows: tuple[dict[str, Any], ...]
+
+    def headline(self) -> str:
+        return f"{', '.join(r['label'] for r in self.rows)} at T = {self.seq:,}"
 
     def to_json(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.rows]

@@ -1,4 +1,4 @@
-"""The report of `tfcalc bench --decode`: measured generation (time to first token, per-token decode
+"""The report of `tfcalc bench decode`: measured generation (time to first token, per-token decode
 latency, tokens/s, bandwidth and MBU) beside the roofline's prediction with the ceilings measured in the
 same run. The JSON of a measured point is shared with `tfcalc infer --measure` (``measured_json``).
 
@@ -22,6 +22,7 @@ from tfcalc import devices
 from tfcalc.count import quant, serving
 from tfcalc.count.roofline import Ceilings, Row, Step
 from tfcalc.errors import InputError
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size
 
@@ -105,11 +106,18 @@ def default_copy_bytes(device: str) -> int:
     return DEFAULT_COPY_BYTES["cpu" if device.strip().lower() == "cpu" else "gpu"]
 
 
-@dataclass(frozen=True)
-class DecodeBenchReport:
+@dataclass(frozen=True, repr=False)
+class DecodeBenchReport(Displayed):
     model: ModelRef
     plan: Any  # tfcalc.measure.decode.DecodePlan
     rows: tuple[dict[str, Any], ...]  # one JSON object per (batch, seq) point
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        r = self.rows[-1]
+        return (f"{self.model.label} on {r['device']}, batch {r['batch']}, prompt {r['seq']:,}: "
+                f"{units.seconds(r['decode_s_per_token'])} a token, {units.tokens_rate(r['decode_tokens_per_s'])}")
 
     def to_json(self) -> Any:
         """One object for one sequence length, a list for several (as `tfcalc bench`)."""

@@ -6,11 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcalc import devices
+from tfcalc.report.display import Displayed
 
 
-@dataclass(frozen=True)
-class DevicesReport:
+@dataclass(frozen=True, repr=False)
+class DevicesReport(Displayed):
     specs: tuple[devices.DeviceSpec, ...]
+
+    def headline(self) -> str:
+        return "the devices --device-spec knows"
 
     def to_json(self) -> list[dict[str, Any]]:
         return [devices.as_dict(s) | {"ridge_bf16_flops_per_byte": s.ridge("bf16")} for s in self.specs]

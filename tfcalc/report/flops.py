@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from tfcalc.count import flops as count
 from tfcalc.count.params import width_note
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload
 
@@ -32,13 +33,18 @@ def crossover_json(crossover: count.Crossover) -> dict[str, int | None]:
     return {"scores_vs_ffn": crossover.scores_vs_ffn, "attention_vs_ffn": crossover.attention_vs_ffn}
 
 
-@dataclass(frozen=True)
-class FlopsReport(WorkloadFields):
+@dataclass(frozen=True, repr=False)
+class FlopsReport(WorkloadFields, Displayed):
     model: ModelRef
     workload: Workload  # resolved: seq and src_seq set
     recompute: bool
     breakdown: count.FlopBreakdown
     measured: Optional["MeasuredFlops"]  # None when not measured
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        return f"{self.model.label}, B = {self.batch}, T = {self.seq:,}: {units.flop(self.forward)} forward"
 
     @property
     def forward(self) -> int:

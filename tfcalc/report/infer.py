@@ -22,6 +22,7 @@ from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.roofline import Ceilings
 from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size, decoder_source
 
@@ -46,8 +47,8 @@ class InferOptions:
     copy_bytes: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class InferReport:
+@dataclass(frozen=True, repr=False)
+class InferReport(Displayed):
     model: ModelRef
     options: InferOptions
     seq: int
@@ -63,6 +64,15 @@ class InferReport:
     measured: Optional[tuple[dict[str, Any], ...]] = None  # measured_json per batch
     device: Optional[str] = None  # the measured device, as torch writes it
     device_name: Optional[str] = None
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        data = self.to_json()
+        rows = data if isinstance(data, list) else [data]
+        each = ", ".join(f"batch {r['batch']:,} {units.tokens_rate(r['decode_tokens_per_s_total'])}"
+                         + ("" if r["fits"] is not False else " (does not fit)") for r in rows)
+        return f"{self.model.label} on {rows[0]['device']}, prompt {self.seq:,}: decode {each}"
 
     def row_json(self, i: int) -> dict[str, Any]:
         est, c = self.estimates[i], self.ceilings

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 from tfcalc.count import budget, memory as mem, quant, training
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_activations import training_activations
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Layout, Workload
 
@@ -26,8 +27,8 @@ class MemoryOptions:
     group_size: Optional[int] = None  # int8/int4/fp8 weights: weights per scale (tfcalc.count.quant)
 
 
-@dataclass(frozen=True)
-class MemoryReport(WorkloadFields):
+@dataclass(frozen=True, repr=False)
+class MemoryReport(WorkloadFields, Displayed):
     model: ModelRef
     workload: Workload  # resolved
     options: MemoryOptions
@@ -44,6 +45,13 @@ class MemoryReport(WorkloadFields):
     weight_format: quant.WeightFormat = quant.plain("bf16")
     weight_parts: Optional[dict[str, int]] = None  # quantized formats: quantized, scales, zero_points, unquantized
     kv_dtype: str = "bf16"
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        fit = "" if self.fits is None else "; fits the budget" if self.fits else "; does not fit the budget"
+        return (f"{self.model.label}, {self.dtype}, batch {self.batch}, seq {self.seq:,}: weights "
+                f"{units.nbytes(self.weights)}, KV cache {units.nbytes(self.kv_cache)}{fit}")
 
     @property
     def fits(self) -> Optional[bool]:

@@ -10,17 +10,21 @@ from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as count
 from tfcalc.count.dtypes import weight_bytes
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 
 
-@dataclass(frozen=True)
-class ParamsReport:
+@dataclass(frozen=True, repr=False)
+class ParamsReport(Displayed):
     model: ModelRef
     entries: tuple[count.ParamEntry, ...]
     analytic: dict[str, int]
     empirical: Optional[dict[str, int]]  # None when not measured (--no-measure)
     empirical_method: Optional[str] = None  # tfcalc.measure.params.METHODS: "full" or "per_block"
     checkpoint: Optional[CheckpointCount] = None  # the checkpoint's headers, when the model named one
+
+    def headline(self) -> str:
+        return f"{self.model.label}: {self.analytic_total:,} parameters"
 
     @property
     def cfg(self) -> ModelConfig:

@@ -22,6 +22,7 @@ from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
+from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
 from tfcalc.workload import check_size
@@ -56,8 +57,8 @@ class PlanRequest:
         return self.tp is None and self.pp is None and self.dp is None
 
 
-@dataclass(frozen=True)
-class PlanReport:
+@dataclass(frozen=True, repr=False)
+class PlanReport(Displayed):
     model: ModelRef
     device: devices.DeviceSpec
     request: PlanRequest
@@ -66,6 +67,14 @@ class PlanReport:
     search: Optional[str]  # None, 'layouts' (of --gpus N) or 'gpus' (the fewest that fit)
     training: Optional[TrainingRun]
     measured: Optional[PlanCheck] = None
+
+    def headline(self) -> str:
+        from tfcalc import units
+
+        L, m = self.plan.layout, self.plan.memory
+        verdict = "fits" if self.plan.fits else "does not fit"
+        return (f"{self.model.label}: tp {L.tp} · pp {L.pp} · dp {L.dp} · ZeRO-{L.zero}, {L.gpus} × {self.device.key}: "
+                f"{units.nbytes(m.total)} a rank ({verdict}), {units.seconds(self.plan.step.overlap_s)} a step")
 
     @property
     def params(self) -> int:

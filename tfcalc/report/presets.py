@@ -7,6 +7,7 @@ from typing import Any
 
 from tfcalc.count.params import active_total, total
 from tfcalc.presets import aliases_of, load, preset_names
+from tfcalc.report.display import Displayed
 
 
 def preset_row(name: str) -> dict[str, Any]:
@@ -21,9 +22,12 @@ def preset_row(name: str) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class PresetsReport:
+@dataclass(frozen=True, repr=False)
+class PresetsReport(Displayed):
     rows: tuple[dict[str, Any], ...]
+
+    def headline(self) -> str:
+        return "the packaged presets"
 
     def to_json(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.rows]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcalc.count import flops as count_flops, memory as count_memory, training
+from tfcalc.report.display import Displayed
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import Workload, check_size
@@ -35,13 +36,18 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
     }
 
 
-@dataclass(frozen=True)
-class ScanReport:
+@dataclass(frozen=True, repr=False)
+class ScanReport(Displayed):
     model: ModelRef
     batch: int
     dtype: str
     rows: tuple[dict[str, Any], ...]
     plot: str | None = None  # where the plot was written, if one was
+
+    def headline(self) -> str:
+        x = self.to_json()["crossover_seq"]
+        return (f"{self.model.label}: {len(self.rows)} lengths, {self.rows[0]['seq']:,} to {self.rows[-1]['seq']:,}; "
+                f"scores reach the FFN at T = {x['scores_vs_ffn']:,}")
 
     @property
     def crossover(self) -> dict[str, int]:

@@ -11,6 +11,7 @@ from tfcalc import devices
 from tfcalc.count import roofline, serving
 from tfcalc.count.memory import kv_cache_bytes
 from tfcalc.count.quant import WeightFormat, weights_bytes
+from tfcalc.report.display import Displayed
 from tfcalc.report.infer import InferOptions, check_options, datasheet_ceilings, weight_formats
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import check_size, decoder_source
@@ -38,8 +39,8 @@ def scan_row(cfg, batch: int, context: int, fmt: WeightFormat, kv: str, c: roofl
     }
 
 
-@dataclass(frozen=True)
-class DecodeScanReport:
+@dataclass(frozen=True, repr=False)
+class DecodeScanReport(Displayed):
     model: ModelRef
     context: int
     fmt: WeightFormat
@@ -51,6 +52,10 @@ class DecodeScanReport:
     compute_bound_batch: Optional[int]
     weight_matmuls_compute_bound_batch: Optional[int]
     plot: Optional[str] = None
+
+    def headline(self) -> str:
+        return (f"{self.model.label} decoding at context {self.context:,} on {self.spec.key}: "
+                f"{len(self.rows)} batch sizes, the largest that fits {self.max_batch:,}")
 
     def to_json(self) -> dict[str, Any]:
         c = self.ceilings

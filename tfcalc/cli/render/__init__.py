@@ -162,27 +162,50 @@ class Progress:
     the work's own forecast; describe(text) names the step under way. Every method does nothing when the
     bar is not shown."""
 
-    def __init__(self, bar: Any = None, task: Any = None, seconds: bool = False):
-        self.bar, self.task, self.seconds = bar, task, seconds
+    def __init__(self, bar: Any = None, task: Any = None, seconds: bool = False, title: str = ""):
+        self.bar, self.task, self.seconds, self.title = bar, task, seconds, title
         self.started = time.monotonic()
+        self.done = 0.0  # the largest fraction shown: the bar never moves back
+        self.total = 0.0  # seconds: the last forecast of the whole run
 
     def __call__(self, steps: float = 1) -> None:
         if self.bar is None:
             return
-        if self.seconds:
-            self.bar.update(self.task, completed=time.monotonic() - self.started)
+        if self.seconds:  # time spent, never behind the place the bar has reached
+            spent = time.monotonic() - self.started
+            self.total = max(self.total, spent)
+            self.done = max(self.done, spent / self.total if self.total > 0 else 1.0)
+            self.bar.update(self.task, completed=self.done * self.total, total=self.total)
         else:
             self.bar.advance(self.task, steps)
 
     def remaining(self, seconds: float) -> None:
-        """The work still to do takes this long (a bar in seconds): the total is what is spent plus it."""
+        """The work still to do takes this long (a bar in seconds): the total is what is spent plus it,
+        so the ETA is the run's own forecast. Where a new forecast is longer than the last, the bar holds
+        its place rather than move back (the ETA still grows)."""
         if self.bar is not None:
             spent = time.monotonic() - self.started
-            self.bar.update(self.task, completed=spent, total=spent + max(0.0, seconds))
+            left = max(0.0, seconds)
+            total = self.total = spent + left
+            self.done = max(self.done, spent / total if total > 0 else 1.0)
+            # the bar at the largest fraction yet, the ETA the forecast itself (Rich's own ETA would
+            # extrapolate from the bar's speed, which a held bar makes wrong)
+            self.bar.update(self.task, completed=self.done * total, total=total, eta=f"ETA {_clock(left)}")
 
     def describe(self, text: str) -> None:
+        """Say what is under way, in place of the bar's title."""
         if self.bar is not None:
             self.bar.update(self.task, description=text)
+
+    def phase(self, text: str) -> None:
+        """Name the phase under way after the bar's title: 'bench gpt2: round 2 of 3: seq 256: forward'."""
+        self.describe(f"{self.title}: {text}" if self.title else text)
+
+
+def _clock(seconds: float) -> str:
+    """'0:42', '1:02:03': a countdown as Rich writes one."""
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 @contextmanager
@@ -203,10 +226,15 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
         TimeRemainingColumn,
     )
 
-    count = TextColumn("") if unit == "s" else MofNCompleteColumn()
     # markup=False: the description holds the model's label, which may hold brackets ("gpt2[v2]")
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), count, TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
+    if unit == "s":  # the ETA is the work's own forecast (Progress.remaining)
+        columns = (TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[eta]}", markup=False))
+    else:
+        columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield Progress(bar, task, seconds=unit == "s")
+        task = bar.add_task(description, total=total, eta=f"ETA {_clock(total)}" if unit == "s" else "")
+        shown = Progress(bar, task, seconds=unit == "s", title=description)
+        shown.total = float(total)
+        yield shown

@@ -37,6 +37,11 @@ def _cell_text(cell, unit: str, exact: bool) -> tuple[str, str]:
     return format_cell(cell, unit, exact), ""
 
 
+def cell_text(cell, unit: str, exact: bool = False) -> str:
+    """A cell as its column shows it ('' for an empty one)."""
+    return "" if cell is None else _cell_text(cell, unit, exact)[0]
+
+
 def _same(text: str) -> str:
     return text
 
@@ -219,23 +224,33 @@ def _csv_header(c: Column) -> str:
     return (c.header or "item") + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
 
 
-def write_csv(doc: Doc, name: str | None = None) -> str:
-    """One rectangular table (RFC 4180): a header row, then one row per row of the table, raw values
-    (exact integers, full-precision floats), no title. Tables of the same name from several models (the
-    components of each) stack into one, a first column 'Table' naming each row's own table."""
+def csv_rows(doc: Doc, name: str | None = None) -> tuple[list[str], list[list[object]]]:
+    """The header and rows write_csv writes: raw values, one rectangle. Tables of the same name from
+    several models (the components of each) stack into one, a first column 'Table' naming each row's own."""
     tables = pick(doc, name)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\r\n")
     stacked = len(tables) > 1
     headers: list[str] = []
     for t in tables:
         headers += [h for h in map(_csv_header, t.columns) if h not in headers]
-    writer.writerow((["Table"] if stacked else []) + headers)
+    rows = []
     for t in tables:
         where = {_csv_header(c): i for i, c in enumerate(t.columns)}
         for row in t.rows:
             values = [_raw(row.cells[where[h]]) if h in where else "" for h in headers]
-            writer.writerow(([t.title] if stacked else []) + values)
+            rows.append(([t.title] if stacked else []) + values)
+    return (["Table"] if stacked else []) + headers, rows
+
+
+def write_csv(doc: Doc, name: str | None = None) -> str:
+    """One rectangular table (RFC 4180): a header row, then one row per row of the table, raw values
+    (exact integers, full-precision floats), no title (csv_rows)."""
+    header, rows = csv_rows(doc, name)
+    buffer = io.StringIO()
+    # RFC 4180 quoting and one record a line, each ended by \n rather than its \r\n: Unix tools (cut, awk)
+    # keep a \r in the last field, and Python's csv and pandas read either
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
     return buffer.getvalue()
 
 

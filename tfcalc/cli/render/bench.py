@@ -52,6 +52,8 @@ def _calls(rows: list[dict[str, Any]]) -> str:
 
 
 def _notes(doc: Doc, first: dict[str, Any]) -> None:
+    if first.get("seq_rule", "--seq") != "--seq":
+        doc.note(f"seq {first['seq']:,}: {first['seq_rule']}.")
     peak = first["peak_flops_per_s"]
     doc.note(f"Matmul ceiling ({first['dtype']}, measured here the same way): "
              f"{units.flop_rate(first['matmul_ceiling_flops_per_s'])}; datasheet peak: "

@@ -1,4 +1,4 @@
-"""`tfcalc bench --nproc N` as a document: the distributed step's timing, then rank by rank."""
+"""`tfcalc bench ranks --nproc N` as a document: the distributed step's timing, then rank by rank."""
 
 from __future__ import annotations
 

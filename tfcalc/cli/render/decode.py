@@ -1,4 +1,4 @@
-"""`tfcalc bench --decode` as a document: time to first token and per-token decode latency measured,
+"""`tfcalc bench decode` as a document: time to first token and per-token decode latency measured,
 bandwidth and MBU, and the roofline's prediction with the ceilings measured in the same run."""
 
 from __future__ import annotations

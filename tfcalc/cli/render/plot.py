@@ -2,7 +2,9 @@
 the file's extension asks.
 
 Every series has its own colour and its own line style or marker, so a reader tells them apart in grey
-print too; one colour per component across both panels."""
+print too; one colour per component across both panels. Both plots tick their axes one way (_log2_x,
+_decimal_y: 1K, 4K on x; 1M, 1G on y; bytes as the tables write them) and use fonts sized for a slide
+at the default size (SLIDE): a 13-inch-wide figure shrunk onto a slide keeps its text readable."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ from tfcalc.reading import special_kind
 from tfcalc.units import nbytes
 
 FORMATS = (".png", ".svg", ".pdf")
+# matplotlib's defaults (10 pt) read as 4-5 pt once a 13 x 5.2 inch figure fills a slide's width
+SLIDE = {"font.size": 14, "axes.titlesize": 16, "axes.labelsize": 14, "xtick.labelsize": 12,
+         "ytick.labelsize": 12, "legend.fontsize": 11, "figure.titlesize": 17}
+NOTE_SIZE = 11  # the crossover and compute-bound marks beside their vertical lines
 # key: (colour, line style, marker, label)
 SERIES = {
     "attention_scores": ("#d62728", "-", "o", "attention scores (QKᵀ, A·V)"),
@@ -96,6 +102,13 @@ def _log2_x(ax, xs: list[int], label: str) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def _decimal_y(ax) -> None:
+    """A log y axis of counts or rates labelled as scan's FLOPs are: 1M, 10G, 1T (powers of ten)."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _short(y, decimal=True)))
+
+
 def _save(plt, fig, path: Path, dpi: int) -> None:
     """Write the figure atomically (tfcalc.writing: rendered in memory, then a temporary file renamed over
     the old one, so a full disk or a signal keeps the old plot) and free it; one-line error otherwise."""
@@ -123,8 +136,13 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
     the lengths past the context shaded."""
     path = check_plot_path(path)
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
 
+    with plt.rc_context(SLIDE):
+        _scan_figure(plt, report, path, size, dpi, budget)
+
+
+def _scan_figure(plt, report: dict[str, Any], path: Path, size: tuple[float, float], dpi: int,
+                 budget: Optional[int]) -> None:
     rows = report["rows"]
     seqs = [r["seq"] for r in rows]
     fig, (flops_ax, mem_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
@@ -144,14 +162,15 @@ def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (1
         if seqs[0] <= crossover[key] <= seqs[-1]:
             flops_ax.axvline(crossover[key], color="black", ls=(0, (4, 3)), lw=0.8)
             flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
-                              xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom", fontsize=8)
+                              xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom",
+                              fontsize=NOTE_SIZE)
     for ax in (flops_ax, mem_ax):
         _log2_x(ax, seqs, "sequence length T (tokens)")
         if report["max_seq_len"] < seqs[-1]:
             ax.axvspan(report["max_seq_len"], seqs[-1] * 1.15, color="grey", alpha=0.08, lw=0)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(loc="upper left")
     _binary_ticks(mem_ax)
-    flops_ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: _short(y, decimal=True)))
+    _decimal_y(flops_ax)
     flops_ax.set_title("Where the forward FLOPs go")
     mem_ax.set_title("Memory")
     note = f" (shaded: beyond the context of {report['max_seq_len']:,})" if report["max_seq_len"] < seqs[-1] else ""
@@ -165,18 +184,24 @@ def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = 
     the step turns compute-bound, where its weight matmuls do, and past which the memory is full, marked."""
     path = check_plot_path(path)
     plt = _pyplot()
+    with plt.rc_context(SLIDE):
+        _decode_figure(plt, report, path, size, dpi)
 
+
+def _decode_figure(plt, report: dict[str, Any], path: Path, size: tuple[float, float], dpi: int) -> None:
     rows = report["rows"]
     batches = [r["batch"] for r in rows]
     fig, (total_ax, each_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
-    total_ax.plot(batches, [r["decode_tokens_per_s_total"] for r in rows], color="#1f77b4", marker="o", ms=3.5, lw=2,
-                  label="predicted (each matmul: the slower roof)")
-    total_ax.plot(batches, [r["memory_roof_tokens_per_s"] for r in rows], color="#9467bd", ls="--", lw=1.2,
-                  label="memory roof: bytes ÷ bandwidth")
-    total_ax.plot(batches, [r["compute_roof_tokens_per_s"] for r in rows], color="#d62728", ls="-.", lw=1.2,
-                  label="compute roof: FLOPs ÷ peak")
+    # the predicted line sits on a roof wherever one bounds it: the roofs are drawn over it (zorder 3),
+    # wider than it and half transparent, so the roof stays visible along the stretch they share
+    total_ax.plot(batches, [r["decode_tokens_per_s_total"] for r in rows], color="#1f77b4", marker="o", ms=4, lw=1.6,
+                  zorder=2, label="predicted (each matmul: the slower roof)")
+    total_ax.plot(batches, [r["memory_roof_tokens_per_s"] for r in rows], color="#9467bd", ls="--", lw=3, alpha=0.6,
+                  zorder=3, label="memory roof: bytes ÷ bandwidth")
+    total_ax.plot(batches, [r["compute_roof_tokens_per_s"] for r in rows], color="#d62728", ls="-.", lw=3, alpha=0.6,
+                  zorder=3, label="compute roof: FLOPs ÷ peak")
     total_ax.set_ylabel("decode tokens/s, all sequences")
-    each_ax.plot(batches, [r["decode_tokens_per_s"] for r in rows], color="#2ca02c", marker="s", ms=3.5, lw=2,
+    each_ax.plot(batches, [r["decode_tokens_per_s"] for r in rows], color="#2ca02c", marker="s", ms=4, lw=1.6,
                  label="predicted, per sequence")
     each_ax.set_ylabel("decode tokens/s per sequence")
     marks = (("compute_bound_batch", "whole step compute-bound", "#d62728"),
@@ -187,12 +212,13 @@ def decode_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = 
             if b is not None and batches[0] <= b <= batches[-1]:
                 ax.axvline(b, color=colour, ls=(0, (4, 3)), lw=1)
                 ax.annotate(f"{text}, B = {b:,}", (b, 0.02), xycoords=("data", "axes fraction"), rotation=90,
-                            ha="right", va="bottom", fontsize=8)
+                            ha="right", va="bottom", fontsize=NOTE_SIZE)
         if report["max_batch"] < batches[-1]:
             ax.axvspan(max(report["max_batch"], batches[0] / 1.15), batches[-1] * 1.15, color="grey", alpha=0.12, lw=0,
                        label=f"does not fit {nbytes(report['memory_bytes'])} (B > {report['max_batch']:,})")
         _log2_x(ax, batches, "batch size B (sequences decoding together)")
-        ax.legend(fontsize=8, loc="best")
+        _decimal_y(ax)
+        ax.legend(loc="best")
     c = report["ceilings"]
     total_ax.set_title(f"Throughput: {c['flops_per_s'] / 1e12:g} TFLOP/s, {c['bytes_per_s'] / 1e12:g} TB/s, "
                        f"ridge {c['ridge_flops_per_byte']:.0f} FLOP/byte")

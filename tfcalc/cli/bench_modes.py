@@ -1,0 +1,141 @@
+"""`tfcalc bench decode` (generation on one device) and `tfcalc bench ranks` (a training step on local
+torch.distributed ranks): bench's other two modes, each a command with only its own options. The old
+spellings, `bench --decode N` and `bench --nproc N`, run these with a one-line note (tfcalc.cli.bench)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tfcalc.cli import render
+from tfcalc.cli.options import (
+    FSDP,
+    TP,
+    Batch,
+    CopySize,
+    Device,
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    Json,
+    Model,
+    Overrides,
+    Seqs,
+    SequenceParallel,
+    Verbose,
+    Zero,
+    output,
+    parse_lengths,
+    table_option,
+    zero_stage,
+)
+from tfcalc.count.budget import parse_bytes
+from tfcalc.errors import InputError
+from tfcalc.report import resolve
+from tfcalc.workload import default_dtype
+
+Warmup = Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", metavar="N")]
+Repeat = Annotated[int, typer.Option("--repeat", help="Timed calls: median, p10 and p90 over them (decode: every "
+                                     "step is one).", metavar="N")]
+DecodeTable = table_option("decode", "predicted")
+RanksTable = table_option("step", "ranks")
+MatmulSize = Annotated[Optional[int], typer.Option(
+    "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",
+    show_default=False, metavar="N")]
+
+
+def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
+               out: render.Output) -> None:
+    from tfcalc.cli.render import decode as view
+    from tfcalc.report.decode import build_decode_bench, plan_decode_bench
+
+    run_on = device or "cpu"
+    ref = resolve(model, overrides or [])
+    plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, steps, run_on,
+                             dtype.value if dtype else default_dtype(run_on), warmup, repeat, matmul_size,
+                             parse_bytes(copy_size, "--copy-size") if copy_size else None)
+    with render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
+        report = build_decode_bench(ref, plan, advance)
+    render.emit([report], out, view.document)
+
+
+def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel, warmup, repeat,
+              out: render.Output) -> None:
+    from tfcalc.cli.render import bench_dist as view
+    from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
+
+    run_on = device or "cpu"
+    ref = resolve(model, overrides or [])
+    lengths = parse_lengths(seq) if seq is not None else []
+    if len(lengths) > 1:
+        raise InputError("bench ranks times one --seq at a time")
+    layout = plan_dist_bench(ref, nproc, batch, lengths[0] if lengths else None,
+                             dtype.value if dtype else default_dtype(run_on), tp, zero_stage(zero, fsdp) or 0,
+                             sequence_parallel)
+    with render.progress(f"bench ranks {ref.label} on {nproc} ranks", 1, enabled=not out.quiet) as advance:
+        report = build_dist_bench(ref, layout, warmup, repeat, run_on)
+        advance()
+    render.emit([report], out, view.document)
+
+
+def bench_decode(
+    model: Model,
+    overrides: Overrides = None,
+    steps: Annotated[int, typer.Option("--steps", help="Decode steps after the prefill.", metavar="N")] = 32,
+    batch: Batch = 1,
+    seq: Seqs = None,
+    dtype: DType = None,
+    device: Device = None,
+    warmup: Warmup = 3,
+    repeat: Repeat = 5,
+    matmul_size: MatmulSize = None,
+    copy_size: CopySize = None,
+    format: FormatOption = Format.table,
+    table: DecodeTable = None,
+    json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
+) -> None:
+    """Time generation: time to first token, then --steps decode steps with a static KV cache.
+
+    The prefill of a --seq prompt, then per-token median/p10/p90, tokens/s, bytes read per token (weights + KV
+    cache), the bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy,
+    a read-only reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the
+    measured ceilings beside each figure. Was `tfcalc bench --decode N`.
+    """
+    run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
+               output(format, json_out, exact, verbose, table))
+
+
+def bench_ranks(
+    model: Model,
+    overrides: Overrides = None,
+    nproc: Annotated[int, typer.Option(
+        "--nproc", help="Local torch.distributed ranks to run (gloo on the CPU, NCCL with one GPU each; the same "
+        "program runs under torchrun).", metavar="N")] = 2,
+    batch: Batch = 1,
+    seq: Seqs = None,
+    dtype: DType = None,
+    device: Device = None,
+    tp: TP = None,
+    zero: Zero = None,
+    fsdp: FSDP = False,
+    sequence_parallel: SequenceParallel = False,
+    warmup: Warmup = 3,
+    repeat: Repeat = 5,
+    format: FormatOption = Format.table,
+    table: RanksTable = None,
+    json_out: Json = False,
+    exact: Exact = False,
+    verbose: Verbose = False,
+) -> None:
+    """Time a training step (forward + backward) on --nproc local torch.distributed ranks.
+
+    gloo on the CPU; --device cuda: NCCL, one GPU each. Data parallel (DDP; --fsdp: FSDP2) with --tp ranks of tensor
+    parallelism, each rank timed by the same loop; the step is the slowest rank's median, MFU counts the training
+    FLOPs (3 × forward). Was `tfcalc bench --nproc N`.
+    """
+    run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel, warmup, repeat,
+              output(format, json_out, exact, verbose, table))
