@@ -108,7 +108,7 @@ def bench(
                    matmul_size, copy_size, out)
         return render.note(f"`bench --decode {decode}` is now `tfcalc bench decode --steps {decode}`")
     if copy_size is not None:
-        raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; a forward pass times no copy")
+        raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; without --decode no copy is timed")
     if nproc is not None:  # the old spelling, kept a while
         _refuse({**single, "matmul_size": matmul_size}, "--nproc times a training step on every rank the same way")
         run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
