@@ -148,7 +148,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     from tfcalc.report.infer import InferOptions, build_infer
     from tfcalc.workload import default_dtype
 
-    batches = (batch,) if isinstance(batch, int) else tuple(batch)
+    # one size, or several; anything else goes on as it is, for the one check of the CLI (report.infer)
+    batches = (batch,) if isinstance(batch, int) else tuple(batch) if isinstance(batch, (list, tuple)) else batch
     options = InferOptions(batches, seq, gen, dtype or default_dtype(device if measure else None), group_size,
                            kv_dtype, src_seq, device_spec, measure, device, warmup, repeat, None, copy_bytes)
     return build_infer(_model(model, overrides), options)
