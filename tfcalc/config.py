@@ -34,11 +34,14 @@ Validation rules live in tfcalc.config_rules; every failure is one ConfigError l
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional
 
+from tfcalc.architecture import Architecture
+from tfcalc.architecture.flat import build as build_architecture
 from tfcalc.config_rules import (
     REL_POS_BUCKETS,
     REL_POS_MAX_DISTANCE,
@@ -141,9 +144,21 @@ class ModelConfig:
     # each expert takes at most ceil(factor · k · tokens / n_expert) tokens of a batch, in a buffer of that
     # many rows; tokens past it are dropped (Fedus et al. 2022, Switch Transformers, sec. 2.2). None: dropless
     expert_capacity_factor: Optional[float] = None
+    # per-layer patterns of a mixture of experts (tfcalc.architecture.flat): the first k layers dense
+    # (DeepSeek-V3's first_k_dense_replace), every n-th layer MoE and the others dense (Llama 4's
+    # interleave_moe_layer_step), and the width of those dense FFNs (default: d_ff)
+    first_dense_layers: Optional[int] = None
+    moe_every: Optional[int] = None
+    dense_d_ff: Optional[int] = None
 
     def __post_init__(self) -> None:
         validate(self)
+
+    @functools.cached_property
+    def architecture(self) -> Architecture:
+        """The per-layer description every count folds over (tfcalc.architecture; built once, then cached:
+        the config is frozen, so it can never go stale)."""
+        return build_architecture(self)
 
     # --- derived sizes (properties, so a changed field can never leave a stale copy behind) ---
     @property

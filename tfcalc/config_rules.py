@@ -40,7 +40,8 @@ _LITERALS = {
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
-    "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every",
+    "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
+    "moe_every", "dense_d_ff",
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
@@ -202,8 +203,26 @@ def _validate_kind(cfg) -> None:
                               ("expert_capacity_factor", None)):
             if getattr(cfg, name) != default:
                 raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
+    _validate_layer_patterns(cfg)
     if cfg.shared_expert_gate and cfg.shared_expert_d_ff is None:
         raise ConfigError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+
+
+def _validate_layer_patterns(cfg) -> None:
+    """first_dense_layers, moe_every and dense_d_ff: which layers of a mixture of experts stay dense."""
+    for name in ("first_dense_layers", "moe_every", "dense_d_ff"):
+        if getattr(cfg, name) is not None and cfg.n_expert is None:
+            raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
+    depth = min(cfg.n_layer, cfg.encoder_layers or cfg.n_layer)
+    if cfg.first_dense_layers is not None and cfg.first_dense_layers >= depth:
+        raise ConfigError(f"field 'first_dense_layers' ({cfg.first_dense_layers}) must be less than the depth "
+                          f"({depth}): with every layer dense, leave out n_expert")
+    if cfg.moe_every is not None and cfg.moe_every > cfg.n_layer:
+        raise ConfigError(f"field 'moe_every' ({cfg.moe_every}) must be at most n_layer ({cfg.n_layer}): "
+                          "layers moe_every - 1, 2·moe_every - 1, ... have the experts")
+    if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1):
+        raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers "
+                          "or moe_every (at least 2) too")
 
 
 def _validate_positions(cfg) -> None:

@@ -75,14 +75,23 @@ def local_path(name: str) -> tuple[str, str]:
 
 
 def fused_rows(cfg: ModelConfig, module: str) -> dict[str, tuple[int, int]]:
-    """{part: (first row, end row)} of a fused module path (as local_path gives it), from the config."""
-    q, k = cfg.q_dim, cfg.kv_dim
-    if module == "attn.qkv":
-        return {"q": (0, q), "k": (q, q + k), "v": (q + k, q + 2 * k)}
-    if module == "cross_attn.kv":
-        return {"k": (0, k), "v": (k, 2 * k)}
-    width = cfg.shared_expert_d_ff if module == "ffn.shared.up" else cfg.ffn_dim
-    return {"gate": (0, width), "up": (width, 2 * width)} if cfg.gated_ffn else {"up": (0, width)}
+    """{part: (first row, end row)} of a fused module path (as local_path gives it), from the description
+    (tfcalc.architecture): the first layer that holds the module gives the widths."""
+    parts = {"attn.qkv": ("attn_", ("q", "k", "v")), "cross_attn.kv": ("cross_attn_", ("k", "v"))}
+    prefix, names = parts[module] if module in parts else (_FFN_PREFIX[module], ("gate", "up"))
+    for block in cfg.architecture.blocks():
+        shapes = {w.name: w.shape[0] for w in block.weights()}
+        if f"{prefix}{names[-1]}_weight" in shapes:
+            rows, start = {}, 0
+            for p in names:
+                if f"{prefix}{p}_weight" in shapes:
+                    rows[p] = (start, start + shapes[f"{prefix}{p}_weight"])
+                    start = rows[p][1]
+            return rows
+    raise KeyError(module)
+
+
+_FFN_PREFIX = {"ffn.up": "ffn_", "expert_ffn.up": "expert_ffn_", "ffn.shared.up": "shared_expert_ffn_"}
 
 
 def components(cfg: ModelConfig, param: str, part: str | None = None) -> dict[str, int]:

@@ -48,6 +48,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from tfcalc.architecture import Placed
 from tfcalc.config import ModelConfig, replace
 
 GROUPS = ("embeddings", "attention", "cross_attention", "ffn", "norms", "pooler", "lm_head")
@@ -83,109 +84,29 @@ class ParamEntry:
 
 
 def param_entries(cfg: ModelConfig) -> list[ParamEntry]:
-    """Every parameter tensor of the model built by tfcalc.model, in model order (encoder first).
+    """Every parameter tensor of the model, in model order (encoder first): a fold over
+    ``cfg.architecture.weights()`` (tfcalc.architecture), one entry per tensor kind.
 
     Component names are those of a decoder-only model for the stack that makes the output (the decoder,
     or an encoder-only model's one stack); an encoder-decoder's encoder has the same names prefixed
     ``encoder_``. Its token embedding is tied to the decoder's unless tie_encoder_embedding is false.
     """
-    if cfg.arch != "encoder-decoder":
-        return _stack_entries(cfg, "", cfg.n_layer, cross=cfg.cross_attention) + _head_entries(cfg, "")
-    shared = "token_embedding" if cfg.tie_encoder_embedding else None
-    encoder = _stack_entries(cfg, "encoder", cfg.encoder_layers, token_tied_to=shared)
-    return encoder + _stack_entries(cfg, "decoder", cfg.n_layer, cross=True) + _head_entries(cfg, "decoder")
+    return [_entry(p) for p in cfg.architecture.weights()]
 
 
-def _stack_entries(
-    cfg: ModelConfig, stack: str, L: int, cross: bool = False, token_tied_to: str | None = None
-) -> list[ParamEntry]:
-    """Embeddings, L blocks (with cross-attention in a decoder of an encoder-decoder), final norm."""
-    d, f, V, E = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.experts
-    prefix = "encoder_" if stack == "encoder" else ""
-    out: list[ParamEntry] = []
-
-    def add(component: str, group: str, label: str, shape: tuple[int, ...], copies: int = 1,
-            present: bool = True, **more) -> None:
-        if present:
-            out.append(ParamEntry(prefix + component, group, label, shape, copies, stack=stack, **more))
-
-    def norm(name: str, label: str, copies: int, present: bool = True) -> None:
-        add(f"{name}_weight", "norms", f"{label} weight", (d,), copies, present)
-        add(f"{name}_bias", "norms", f"{label} bias", (d,), copies, present and cfg.norm_bias)
-
-    def attention(name: str, group: str, label: str, qk_norm: bool = False) -> None:
-        for part, width in (("q", cfg.q_dim), ("k", cfg.kv_dim), ("v", cfg.kv_dim)):
-            add(f"{name}_{part}_weight", group, f"{label} {part.upper()} weight", (width, d), L)
-            add(f"{name}_{part}_bias", group, f"{label} {part.upper()} bias", (width,), L, cfg.attn_bias)
-        add(f"{name}_o_weight", group, f"{label} O weight", (d, cfg.q_dim), L)
-        add(f"{name}_o_bias", group, f"{label} O bias", (d,), L, cfg.o_bias)
-        for part in ("q", "k") if qk_norm else ():
-            width, part_label = (cfg.head_dim,), f"{label} {part.upper()} norm"
-            add(f"{name}_{part}_norm_weight", "norms", f"{part_label} weight", width, L)
-            add(f"{name}_{part}_norm_bias", "norms", f"{part_label} bias", width, L, cfg.norm_bias)
-
-    def ffn(name: str, label: str, copies: int, f: int = f, **more) -> None:
-        gated, bias = cfg.gated_ffn, cfg.ffn_bias
-        add(f"{name}_gate_weight", "ffn", f"{label} gate weight", (f, d), copies, gated, **more)
-        add(f"{name}_gate_bias", "ffn", f"{label} gate bias", (f,), copies, gated and bias, **more)
-        add(f"{name}_up_weight", "ffn", f"{label} up weight", (f, d), copies, **more)
-        add(f"{name}_up_bias", "ffn", f"{label} up bias", (f,), copies, bias, **more)
-        add(f"{name}_down_weight", "ffn", f"{label} down weight", (d, f), copies, **more)
-        add(f"{name}_down_bias", "ffn", f"{label} down bias", (d,), copies, bias, **more)
-
-    add("token_embedding", "embeddings", "token embedding", (V, d), tied_to=token_tied_to)
-    add("position_embedding", "embeddings", "position embedding", (cfg.max_seq_len + cfg.position_offset, d),
-        present=cfg.pos_encoding == "learned")
-    add("relative_position_bias", "embeddings", "relative position bias", (cfg.rel_buckets, cfg.n_head),
-        present=cfg.pos_encoding == "relative")
-    add("token_type_embedding", "embeddings", "token-type embedding", (cfg.type_vocab_size, d),
-        present=cfg.type_vocab_size > 0)
-    norm("embedding_norm", "embedding norm", 1, cfg.embedding_norm)
-    sandwich = cfg.norm_placement == "sandwich"
-    norm("attn_norm", "attention norm", L)
-    attention("attn", "attention", "attention", cfg.qk_norm)
-    norm("attn_post_norm", "attention output norm", L, sandwich)
-    if cross:
-        norm("cross_attn_norm", "cross-attention norm", L)
-        attention("cross_attn", "cross_attention", "cross-attention")
-        norm("cross_attn_post_norm", "cross-attention output norm", L, sandwich)
-    norm("ffn_norm", "FFN norm", L, cfg.parallel_block != "shared_norm")
-    if cfg.n_expert is None:
-        ffn("ffn", "FFN", L)
-    else:
-        add("router_weight", "ffn", "MoE router weight", (E, d), L)
-        ffn("expert_ffn", "expert FFN", L * E, experts=E, experts_active=cfg.experts_active)
-        if cfg.shared_expert_d_ff:
-            ffn("shared_expert_ffn", "shared expert FFN", L, cfg.shared_expert_d_ff)
-            add("shared_expert_gate_weight", "ffn", "shared expert gate weight", (1, d), L, cfg.shared_expert_gate)
-    norm("ffn_post_norm", "FFN output norm", L, sandwich)
-    norm("final_norm", "final norm", 1, cfg.final_norm)
-    return out
-
-
-def _head_entries(cfg: ModelConfig, stack: str) -> list[ParamEntry]:
-    d, V = cfg.d_model, cfg.vocab_size
-    out = []
-    if cfg.pooler:  # BERT (Devlin et al. 2019, sec. 3): tanh(W h_[CLS] + b)
-        out.append(ParamEntry("pooler_weight", "pooler", "pooler weight", (d, d), stack=stack))
-        out.append(ParamEntry("pooler_bias", "pooler", "pooler bias", (d,), stack=stack))
-    if cfg.lm_head_transform:  # BERT's MLM head (modeling_bert.py, BertPredictionHeadTransform)
-        out.append(ParamEntry("lm_head_transform_weight", "lm_head", "LM head transform weight", (d, d), stack=stack))
-        out.append(ParamEntry("lm_head_transform_bias", "lm_head", "LM head transform bias", (d,), stack=stack))
-        out.append(ParamEntry("lm_head_norm_weight", "lm_head", "LM head norm weight", (d,), stack=stack))
-        if cfg.norm_bias:
-            out.append(ParamEntry("lm_head_norm_bias", "lm_head", "LM head norm bias", (d,), stack=stack))
-    if cfg.lm_head:
-        tied = "token_embedding" if cfg.tie_embeddings else None
-        out.append(ParamEntry("lm_head", "lm_head", "LM head", (V, d), tied_to=tied, stack=stack))
-        if cfg.lm_head_bias:
-            out.append(ParamEntry("lm_head_bias", "lm_head", "LM head bias", (V,), stack=stack))
-    return out
+def _entry(p: Placed) -> ParamEntry:
+    w = p.weight
+    experts = w.copies if w.experts_active else 1
+    return ParamEntry(w.name, w.role, w.label, w.shape, p.layers * w.copies, w.tied_to, p.stack, experts,
+                      w.experts_active or 1)
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
     """{component: parameters}, in model order; sums to total(cfg). A tied tensor shows 0."""
-    return {e.component: e.total for e in param_entries(cfg)}
+    out: dict[str, int] = {}
+    for e in param_entries(cfg):  # a name held in two shapes (layers that differ) sums
+        out[e.component] = out.get(e.component, 0) + e.total
+    return out
 
 
 def group_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:

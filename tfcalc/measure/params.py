@@ -20,6 +20,7 @@ from torch import nn
 
 from tfcalc.config import ModelConfig, replace
 from tfcalc.count.components import COMPONENTS, FUSED, local_path
+from tfcalc.errors import InputError
 from tfcalc.model import Attention, CrossAttention, FeedForward, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
@@ -121,6 +122,11 @@ def empirical_count(cfg: ModelConfig) -> EmpiricalCount:
         require_buildable(cfg, blocks_of(cfg), f"{cfg.name} on meta", hint)
         model = build_model(cfg, "meta")
         return EmpiricalCount(measured_total(model), measured_breakdown(model), "full", blocks_of(cfg))
+    layouts = {(s.name, tuple((w.name, w.shape) for w in b.weights())) for s in cfg.architecture.stacks
+               for b, _ in s.kinds()}
+    if len(layouts) > len(cfg.architecture.stacks):  # one block would not stand for every layer of its stack
+        raise InputError(f"{cfg.name} has {blocks_of(cfg):,} blocks of more than one kind: too deep to build on meta "
+                         f"(more than {FULL_BUILD_BLOCKS}); {hint}")
     built = 2 if cfg.arch == "encoder-decoder" else 1
     require_buildable(cfg, built, f"{cfg.name} on meta", hint)
     model = build_model(one_block_per_stack(cfg), "meta")

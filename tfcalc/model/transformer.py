@@ -32,8 +32,12 @@ class Block(nn.Module):
     of experts; each a residual sub-layer with its own norm, laid out pre, post or sandwich, or attention
     and FFN side by side (a parallel block; see tfcalc.config)."""
 
-    def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False):
+    def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False, moe: bool | None = None,
+                 d_ff: int | None = None):
+        """``moe`` and ``d_ff``: this layer's FFN as the description has it (tfcalc.architecture: a mixed
+        model's dense layers, d_ff wide); default: every layer alike, from cfg."""
         super().__init__()
+        moe = bool(cfg.n_expert) if moe is None else moe
         self.placement, self.parallel = cfg.norm_placement, cfg.parallel_block != "none"
         sandwich = cfg.norm_placement == "sandwich"
         self.attn_norm = make_norm(cfg)
@@ -43,7 +47,7 @@ class Block(nn.Module):
         self.cross_attn = CrossAttention(cfg) if cross else None
         self.cross_attn_post_norm = make_norm(cfg) if cross and sandwich else None
         self.ffn_norm = None if cfg.parallel_block == "shared_norm" else make_norm(cfg)
-        self.ffn = MixtureOfExperts(cfg) if cfg.n_expert else FeedForward(cfg)
+        self.ffn = MixtureOfExperts(cfg) if moe else FeedForward(cfg, d_ff)
         self.ffn_post_norm = make_norm(cfg) if sandwich else None
 
     def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
@@ -92,7 +96,7 @@ class Stack(nn.Module):
     ``tok_emb`` may be a module shared with another stack (an encoder-decoder's tied embeddings)."""
 
     def __init__(self, cfg: ModelConfig, n_layer: int, causal: bool, cross: bool = False,
-                 tok_emb: nn.Embedding | None = None):
+                 tok_emb: nn.Embedding | None = None, encoder: bool = False):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         d = cfg.d_model
@@ -103,7 +107,11 @@ class Stack(nn.Module):
         self.rel_bias = _embedding(cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
         self.type_emb = _embedding(cfg.type_vocab_size, d) if cfg.type_vocab_size else None
         self.emb_norm = make_norm(cfg) if cfg.embedding_norm else None
-        self.blocks = nn.ModuleList(Block(cfg, causal, cross) for _ in range(n_layer))
+        # each layer as the description has it (tfcalc.architecture): MoE or dense, and how wide
+        spec = cfg.architecture.encoder if encoder else cfg.architecture.output
+        layers = list(spec.layers())
+        self.blocks = nn.ModuleList(
+            Block(cfg, causal, cross, b.is_moe, None if b.is_moe else b.ffn.d_ff) for b in layers)
         self.final_norm = make_norm(cfg) if cfg.final_norm else None
         self._register_position_buffers()
 
@@ -241,7 +249,7 @@ class Transformer(Stack):
         self.encoder = None
         if encoder_decoder:
             shared = self.tok_emb if cfg.tie_encoder_embedding else None
-            self.encoder = Stack(cfg, cfg.encoder_layers, causal=False, tok_emb=shared)
+            self.encoder = Stack(cfg, cfg.encoder_layers, causal=False, tok_emb=shared, encoder=True)
         self.tie_weights()
 
     def tie_weights(self) -> None:

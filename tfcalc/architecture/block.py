@@ -1,0 +1,151 @@
+"""A block (one layer) and a stack of them, stored compactly as runs of a repeated pattern of blocks.
+
+A ``Block`` is (self-attention, optional cross-attention, FFN or mixture of experts, norms and where they
+sit), as torchtitan's per-layer block configs and litgpt's Block pick their attention and MLP classes:
+
+- ``pre``: x + f(norm(x)) (GPT-2 onwards); ``post``: norm(x + f(x)) (Vaswani et al. 2017, BERT);
+  ``sandwich``: x + norm2(f(norm1(x))) (Gemma 2, modeling_gemma2.py post_attention_layernorm);
+- ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
+
+A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
+58 MoE" (DeepSeek-V3) is two runs and "local, global" alternating (Gemma 2) one run of a two-block
+pattern; ``layers()`` walks them one block per layer, which is all a fold needs.
+Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Literal, Optional, Union
+
+from tfcalc.architecture.attention import Attention
+from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+Placement = Literal["pre", "post", "sandwich"]
+Parallel = Literal["none", "shared_norm", "two_norms"]
+
+
+@dataclass(frozen=True)
+class Block:
+    attention: Attention
+    ffn: Union[FFN, MoE]
+    norm: Norm  # the kind every norm of the block has, d_model wide
+    placement: Placement = "pre"
+    parallel: Parallel = "none"
+    cross_attention: Optional[Attention] = None
+
+    def __post_init__(self) -> None:
+        if self.parallel != "none" and self.placement != "pre":
+            raise InputError(f"parallel_block {self.parallel} needs norm_placement pre (got {self.placement}): "
+                             "attention and FFN both read the block input")
+        if self.parallel != "none" and self.cross_attention is not None:
+            raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
+
+    @property
+    def is_moe(self) -> bool:
+        return isinstance(self.ffn, MoE)
+
+    def norms(self) -> list[tuple[str, str]]:
+        """(name, label) of the block's d_model-wide norms, in model order."""
+        sandwich = self.placement == "sandwich"
+        out = [("attn_norm", "attention norm")] + ([("attn_post_norm", "attention output norm")] if sandwich else [])
+        if self.cross_attention is not None:
+            out.append(("cross_attn_norm", "cross-attention norm"))
+            out += [("cross_attn_post_norm", "cross-attention output norm")] if sandwich else []
+        out += [] if self.parallel == "shared_norm" else [("ffn_norm", "FFN norm")]
+        return out + ([("ffn_post_norm", "FFN output norm")] if sandwich else [])
+
+    def weights(self) -> list[Weight]:
+        """Every tensor of the block, in model order, named as the breakdown names them."""
+        norms = dict(self.norms())
+
+        def norm(name: str) -> list[Weight]:
+            return self.norm.weights(name, norms[name]) if name in norms else []
+
+        out = norm("attn_norm") + [w.named("attn_") for w in self.attention.weights()] + norm("attn_post_norm")
+        if self.cross_attention is not None:
+            out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
+            out += norm("cross_attn_post_norm")
+        ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
+        return out + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+
+    def linears(self, with_cross_kv: bool = True) -> list[Linear]:
+        """The block's projections and FFN matmuls (the scores are the attentions' ``score_dims``)."""
+        out = [m.named("attn_") for m in self.attention.linears()]
+        if self.cross_attention is not None:
+            out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
+        return out + (self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()])
+
+
+@dataclass(frozen=True)
+class Run:
+    """``pattern`` (one block or several) repeated ``repeat`` times."""
+
+    pattern: tuple[Block, ...]
+    repeat: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.pattern or self.repeat < 1:
+            raise InputError("a run of layers needs a pattern of at least one block, repeated at least once")
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack of blocks (a decoder's causal stack, an encoder's) with its embeddings and final norm.
+
+    ``name`` is "" for a one-stack model, "encoder" or "decoder" in an encoder-decoder (the encoder's
+    breakdown keys are prefixed ``encoder_``)."""
+
+    runs: tuple[Run, ...]
+    embeddings: "Embeddings"  # noqa: F821 (tfcalc.architecture.model; imported there to keep one direction)
+    final_norm: Optional[Norm] = None
+    name: Literal["", "encoder", "decoder"] = ""
+
+    @property
+    def prefix(self) -> str:
+        return "encoder_" if self.name == "encoder" else ""
+
+    @property
+    def n_layer(self) -> int:
+        return sum(len(r.pattern) * r.repeat for r in self.runs)
+
+    def layers(self) -> Iterator[Block]:
+        """One block per layer, first to last."""
+        for run in self.runs:
+            for _ in range(run.repeat):
+                yield from run.pattern
+
+    def layer(self, i: int) -> Block:
+        for n, block in enumerate(self.layers()):
+            if n == i:
+                return block
+        raise IndexError(f"layer {i} of a {self.n_layer}-layer stack")
+
+    def kinds(self) -> list[tuple[Block, int]]:
+        """(distinct block, layers that are it), in first-seen order: what a fold multiplies out."""
+        counts: dict[Block, int] = {}
+        for run in self.runs:
+            for block in run.pattern:
+                counts[block] = counts.get(block, 0) + run.repeat
+        return list(counts.items())
+
+
+def compress(layers: list[Block]) -> tuple[Run, ...]:
+    """Runs for a list of blocks: at each point, the pattern (of up to 8 blocks, repeated at least twice
+    unless it is one block) whose repeats cover the most layers, the shorter pattern on a tie:
+    [d, d, d, m, m, ...] -> (d)×3 (m)×58; [l, g, l, g] -> (l g)×2."""
+    runs, i = [], 0
+    while i < len(layers):
+        best_p, best_n = 1, 1
+        for p in range(1, min(8, len(layers) - i) + 1):
+            pattern, n = layers[i:i + p], 1
+            while layers[i + n * p:i + (n + 1) * p] == pattern:
+                n += 1
+            if (n > 1 or p == 1) and n * p > best_p * best_n:  # a pattern seen once is no pattern
+                best_p, best_n = p, n
+        runs.append(Run(tuple(layers[i:i + best_p]), best_n))
+        i += best_p * best_n
+    return tuple(runs)

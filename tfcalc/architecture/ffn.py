@@ -1,0 +1,121 @@
+"""Feed-forward sub-layers: a dense FFN (plain or gated) and a mixture of experts.
+
+1. dense: up d -> f, activation, down f -> d (Vaswani et al. 2017, sec. 3.3); gated (SwiGLU, GeGLU;
+   Shazeer 2020) adds a gate d -> f and computes down(act(gate(x)) · up(x));
+2. mixture of experts: a bias-free router d -> E picks k of E expert FFNs per token (Mixtral, Jiang et al.
+   2024, sec. 2.1); each token runs its k experts only; an optional shared expert runs on every token,
+   optionally scaled by sigmoid(Linear(d, 1)) (Qwen2-MoE, modeling_qwen2_moe.py; DeepSeekMoE, Dai et al.
+   2024); with a capacity factor c each expert multiplies a buffer of ceil(c·k·tokens / E) rows (Fedus et
+   al. 2022, Switch Transformers, sec. 2.2).
+
+Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal, Optional
+
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+
+
+@dataclass(frozen=True)
+class FFN:
+    d_model: int
+    d_ff: int
+    gated: bool = False
+    activation: Activation = "gelu"
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        if self.d_model < 1 or self.d_ff < 1:
+            raise InputError(f"an FFN needs positive widths; got d_model {self.d_model}, d_ff {self.d_ff}")
+
+    @property
+    def matrices(self) -> int:
+        """d×f matrices it multiplies by: 3 gated (gate, up, down), else 2."""
+        return 3 if self.gated else 2
+
+    def weights(self, label: str = "FFN", copies: int = 1, experts_active: Optional[int] = None) -> list[Weight]:
+        """Gate (gated only), up and down, weights then biases; [gate | up] stored as one tensor."""
+        d, f, out = self.d_model, self.d_ff, []
+        more = dict(copies=copies, experts_active=experts_active)
+        tp = lambda split: None if experts_active else split  # noqa: E731 (experts stay whole under TP, for now)
+        for part in ("gate", "up") if self.gated else ("up",):
+            out.append(Weight(f"{part}_weight", (f, d), "ffn", f"{label} {part} weight", tp("rows"), "up", **more))
+            if self.bias:
+                out.append(Weight(f"{part}_bias", (f,), "ffn", f"{label} {part} bias", tp("rows"), "up", **more))
+        out.append(Weight("down_weight", (d, f), "ffn", f"{label} down weight", tp("cols"), **more))
+        if self.bias:
+            out.append(Weight("down_bias", (d,), "ffn", f"{label} down bias", **more))
+        return out
+
+    def linears(self, label: str = "FFN", rows: str = "tokens") -> list[Linear]:
+        d, f = self.d_model, self.d_ff
+        out = [Linear("gate", "ffn", f"{label} gate", d, f, rows)] if self.gated else []
+        return out + [Linear("up", "ffn", f"{label} up", d, f, rows),
+                      Linear("down", "ffn", f"{label} down", f, d, rows)]
+
+
+@dataclass(frozen=True)
+class MoE:
+    expert: FFN  # every routed expert has this shape
+    n_expert: int
+    top_k: int
+    shared: Optional[FFN] = None
+    shared_gate: bool = False
+    renormalize: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
+    capacity_factor: Optional[float] = None  # None: dropless
+
+    def __post_init__(self) -> None:
+        if self.n_expert < 1 or self.top_k < 1:
+            raise InputError(f"a mixture of experts needs n_expert and n_expert_active of at least 1; got "
+                             f"{self.n_expert}, {self.top_k}")
+        if self.top_k > self.n_expert:
+            raise InputError(f"n_expert_active ({self.top_k}) must not exceed n_expert ({self.n_expert})")
+        if self.shared_gate and self.shared is None:
+            raise InputError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+
+    @property
+    def d_model(self) -> int:
+        return self.expert.d_model
+
+    def capacity(self, tokens: int) -> Optional[int]:
+        """Rows each expert's buffer holds for ``tokens`` tokens: ceil(c·k·tokens / E); None when dropless."""
+        if self.capacity_factor is None:
+            return None
+        factor = Fraction(str(self.capacity_factor))  # 1.25 exactly, not its binary neighbour
+        return math.ceil(factor * self.top_k * tokens / self.n_expert)
+
+    def routed_rows(self, tokens: int) -> int:
+        """Token rows the experts multiply in all: k per token, or E full buffers with a capacity."""
+        capacity = self.capacity(tokens)
+        return self.top_k * tokens if capacity is None else self.n_expert * capacity
+
+    def weights(self) -> list[Weight]:
+        d, E = self.d_model, self.n_expert
+        out = [Weight("router_weight", (E, d), "ffn", "MoE router weight")]
+        out += [w.named("expert_ffn_") for w in self.expert.weights("expert FFN", E, self.top_k)]
+        if self.shared is not None:
+            out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]
+            if self.shared_gate:
+                out.append(Weight("shared_expert_gate_weight", (1, d), "ffn", "shared expert gate weight"))
+        return out
+
+    def linears(self, tokens: int | None = None) -> list[Linear]:
+        label = f"expert FFN (top-{self.top_k} of {self.n_expert})"
+        capacity = None if tokens is None else self.capacity(tokens)
+        if capacity is not None:
+            label += f", {capacity} rows each"
+        out = [Linear("router", "ffn", "MoE router", self.d_model, self.n_expert)]
+        out += [m.named("expert_ffn_") for m in self.expert.linears(label, "routed")]
+        if self.shared is not None:
+            out += [m.named("shared_expert_ffn_") for m in self.shared.linears("shared expert FFN")]
+            if self.shared_gate:
+                out.append(Linear("shared_expert_gate", "ffn", "shared expert gate", self.d_model, 1))
+        return out

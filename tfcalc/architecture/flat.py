@@ -1,0 +1,85 @@
+"""The front end from tfcalc's flat fields (YAML presets, --set keys, Hugging Face mappers) to the
+per-layer description: ``build(cfg)`` for a ``tfcalc.config.ModelConfig`` (read by attribute, never
+imported, so this package stays below config in the one direction of imports).
+
+Per-layer patterns in the flat fields:
+
+- ``sliding_window`` with ``full_attention_every: k``: layers k-1, 2k-1, ... attend to the whole context,
+  the others through the window (Gemma 2: k = 2, modeling_gemma2.py ``layer_types``);
+- ``first_dense_layers: k``: the first k layers of each stack have a dense FFN, the rest the mixture of
+  experts (DeepSeek-V3's ``first_k_dense_replace``, modeling_deepseek_v3.py);
+- ``moe_every: n``: layers n-1, 2n-1, ... have the mixture of experts, the others a dense FFN (Llama 4's
+  ``interleave_moe_layer_step``, modeling_llama4.py);
+- ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc.architecture.attention import Attention
+from tfcalc.architecture.block import Block, Stack, compress
+from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.model import Architecture, Embeddings, Head
+from tfcalc.architecture.norm import Norm
+
+
+def build(cfg: Any) -> Architecture:
+    """The Architecture a flat config describes (see the module docstring)."""
+    norm = Norm(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps)
+    tied_head = cfg.lm_head and cfg.tie_embeddings
+    if cfg.arch == "encoder-decoder":
+        shared = "token_embedding" if cfg.tie_encoder_embedding else None
+        stacks = (_stack(cfg, norm, "encoder", cfg.encoder_layers, causal=False, cross=False, shared=shared),
+                  _stack(cfg, norm, "decoder", cfg.n_layer, causal=True, cross=True, tied_head=tied_head))
+    else:
+        stacks = (_stack(cfg, norm, "", cfg.n_layer, causal=cfg.arch == "decoder", cross=cfg.cross_attention,
+                         tied_head=tied_head),)
+    transform = norm if cfg.lm_head_transform else None
+    head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
+                cfg.logit_softcap)
+    return Architecture(cfg.arch, stacks, head)
+
+
+def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: bool, shared: str | None = None,
+           tied_head: bool = False) -> Stack:
+    relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
+    emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
+                     cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared)
+    layers = [_block(cfg, norm, i, causal, cross) for i in range(n_layer)]
+    return Stack(compress(layers), emb, norm if cfg.final_norm else None, name)
+
+
+def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
+    return Block(_attention(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
+                 _attention(cfg, i, causal=False, kind="cross") if cross else None)
+
+
+def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
+    rope = cfg.pos_encoding == "rope" and kind == "self"
+    qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
+    return Attention(
+        cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
+        window=cfg.layer_window(i) if causal and kind == "self" else None,
+        rope_theta=cfg.rope_theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
+    )
+
+
+def is_moe_layer(cfg: Any, i: int) -> bool:
+    """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
+    if cfg.n_expert is None or i < (cfg.first_dense_layers or 0):
+        return False
+    return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0
+
+
+def _ffn(cfg: Any, i: int) -> FFN | MoE:
+    if not is_moe_layer(cfg, i):
+        width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+    shared = None
+    if cfg.shared_expert_d_ff:
+        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+    return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
+               cfg.expert_capacity_factor)

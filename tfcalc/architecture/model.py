@@ -1,0 +1,181 @@
+"""The whole model: embeddings, one or two stacks of blocks, and the head; and what the folds walk.
+
+- ``Embeddings``: a token table, positions (learned table, sinusoidal, RoPE, ALiBi, T5's relative bias, or
+  none), BERT's token types and embedding norm, Vaswani's sqrt(d) scale; an encoder-decoder's encoder
+  may share the decoder's token table (``tied``);
+- ``Head`` after the output stack: BERT's pooler and MLM transform, the LM head (tied to the token
+  embedding or not, with a bias, with Gemma 2's logit soft-cap);
+- ``Architecture``: stacks in model order (an encoder-decoder's encoder first) and the head.
+
+``Architecture.weights()`` lists every parameter tensor once per kind, with the layers holding it: the
+one list the parameter count, the parallel plan's shards and the checkpoint map fold over.
+Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.tensors import Weight
+from tfcalc.errors import InputError
+
+Positions = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
+Kind = Literal["decoder", "encoder", "encoder-decoder"]
+Where = Literal["first", "last", "both", "block"]
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    vocab_size: int
+    d_model: int
+    positions: Positions = "learned"
+    position_rows: int = 0  # rows of a learned table (max_seq_len + OPT's offset)
+    relative: Optional[tuple[int, int]] = None  # T5: (buckets, n_head) of the bias table
+    type_vocab_size: int = 0
+    norm: Optional[Norm] = None
+    scale: bool = False  # token embeddings times sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)
+    tied_head: bool = False  # the LM head is this table (Press and Wolf 2017): vocabulary-split under TP
+    shared_with: Optional[str] = None  # an encoder's table that is the decoder's: counted there
+
+    def __post_init__(self) -> None:
+        if self.positions == "learned" and self.position_rows < 1:
+            raise InputError("learned positions need a table of at least one row (max_seq_len)")
+
+    def weights(self) -> list[Weight]:
+        V, d = self.vocab_size, self.d_model
+        # an untied table is split along the hidden dimension under TP (see tfcalc.count.shard, step 4)
+        out = [Weight("token_embedding", (V, d), "embeddings", "token embedding", "rows" if self.tied_head else "cols",
+                      tied_to=self.shared_with)]
+        if self.positions == "learned":
+            out.append(Weight("position_embedding", (self.position_rows, d), "embeddings", "position embedding"))
+        if self.relative is not None:
+            out.append(Weight("relative_position_bias", self.relative, "embeddings", "relative position bias"))
+        if self.type_vocab_size:
+            out.append(Weight("token_type_embedding", (self.type_vocab_size, d), "embeddings", "token-type embedding"))
+        return out + (self.norm.weights("embedding_norm", "embedding norm") if self.norm else [])
+
+
+@dataclass(frozen=True)
+class Head:
+    vocab_size: int
+    d_model: int
+    lm_head: bool = True
+    tied: bool = True  # the LM head is the token embedding
+    bias: bool = False  # a bias on the vocabulary projection (BERT's MLM head)
+    pooler: bool = False  # BERT: tanh(Linear(d, d)) of the first token
+    transform: Optional[Norm] = None  # BERT's MLM transform: Linear(d, d), activation, this norm
+    softcap: Optional[float] = None  # logits -> c·tanh(logits / c) (Gemma 2: 30)
+
+    def __post_init__(self) -> None:
+        if not self.lm_head and (self.tied or self.bias or self.transform or self.softcap is not None):
+            raise InputError("tie_embeddings, lm_head_bias, lm_head_transform and logit_softcap need an LM head")
+
+    def weights(self) -> list[Weight]:
+        d, V, out = self.d_model, self.vocab_size, []
+        if self.pooler:  # BERT (Devlin et al. 2019, sec. 3)
+            out += [Weight("pooler_weight", (d, d), "pooler", "pooler weight"),
+                    Weight("pooler_bias", (d,), "pooler", "pooler bias")]
+        if self.transform is not None:  # modeling_bert.py, BertPredictionHeadTransform
+            out += [Weight("lm_head_transform_weight", (d, d), "lm_head", "LM head transform weight"),
+                    Weight("lm_head_transform_bias", (d,), "lm_head", "LM head transform bias")]
+            out += [Weight(w.name.replace("norm", "lm_head_norm", 1), w.shape, "lm_head", w.label)
+                    for w in self.transform.weights("norm", "LM head norm")]
+        if self.lm_head:  # vocabulary-parallel under TP (Megatron)
+            out.append(Weight("lm_head", (V, d), "lm_head", "LM head", "rows",
+                              tied_to="token_embedding" if self.tied else None))
+            if self.bias:
+                out.append(Weight("lm_head_bias", (V,), "lm_head", "LM head bias", "rows"))
+        return out
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A tensor where the model holds it: ``layers`` copies (one per block of ``stack`` that has it, or 1
+    outside the blocks), each of ``weight.copies`` (experts) copies; ``where``: the pipeline stage(s)."""
+
+    weight: Weight
+    layers: int
+    stack: str
+    where: Where
+
+    @property
+    def total(self) -> int:
+        """Parameters it adds to the model: 0 when tied to another tensor (counted there)."""
+        return 0 if self.weight.tied_to else self.weight.numel * self.layers
+
+
+@dataclass(frozen=True)
+class Architecture:
+    kind: Kind
+    stacks: tuple[Stack, ...]  # model order: an encoder-decoder's encoder, then its decoder
+    head: Head
+
+    def __post_init__(self) -> None:
+        if not self.stacks or any(s.n_layer < 1 for s in self.stacks):
+            raise InputError("a model needs at least one stack of at least one layer")
+
+    @property
+    def d_model(self) -> int:
+        return self.head.d_model
+
+    @property
+    def vocab_size(self) -> int:
+        return self.head.vocab_size
+
+    @property
+    def output(self) -> Stack:
+        """The stack the head reads: the decoder, or a one-stack model's stack."""
+        return self.stacks[-1]
+
+    @property
+    def encoder(self) -> Optional[Stack]:
+        return next((s for s in self.stacks if s.name == "encoder"), None) if self.kind == "encoder-decoder" else (
+            self.stacks[0] if self.kind == "encoder" else None)
+
+    @property
+    def decoder(self) -> Optional[Stack]:
+        """The causal stack (an encoder has none)."""
+        return None if self.kind == "encoder" else self.output
+
+    def blocks(self) -> list[Block]:
+        """Every layer's block, stacks in model order."""
+        return [b for s in self.stacks for b in s.layers()]
+
+    def weights(self) -> list[Placed]:
+        """Every tensor once per (name, shape), with the layers holding it, in model order: each stack's
+        embeddings, blocks and final norm, then the head (with the output stack)."""
+        out: list[Placed] = []
+        for stack in self.stacks:
+            pre = stack.prefix
+            both = stack.embeddings.tied_head  # the LM head's table: the last stage holds it too
+            out += [Placed(w.named(pre), 1, stack.name, "both" if both and w.name == "token_embedding" else "first")
+                    for w in stack.embeddings.weights()]
+            seen: dict[tuple[str, tuple[int, ...]], int] = {}
+            for block, layers in stack.kinds():
+                for w in block.weights():
+                    key = (w.name, w.shape)
+                    if key in seen:
+                        i = seen[key]
+                        out[i] = Placed(out[i].weight, out[i].layers + layers, stack.name, "block")
+                    else:
+                        seen[key] = len(out)
+                        out.append(Placed(w.named(pre), layers, stack.name, "block"))
+            if stack.final_norm is not None:
+                out += [Placed(w.named(pre), 1, stack.name, "last")
+                        for w in stack.final_norm.weights("final_norm", "final norm")]
+        return out + [Placed(w, 1, self.output.name, "last") for w in self.head.weights()]
+
+    def kv_elements(self, context: int) -> int:
+        """K and V elements the decoder's self-attention caches hold at ``context`` tokens, all layers."""
+        stack = self.decoder
+        if stack is None:
+            return 0
+        return sum(n * b.attention.kv_elements() * b.attention.kv_positions(context) for b, n in stack.kinds())
+
+    def cross_kv_elements(self, sources: int) -> int:
+        """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""
+        return sum(n * b.cross_attention.kv_elements() * sources
+                   for s in self.stacks for b, n in s.kinds() if b.cross_attention is not None)
