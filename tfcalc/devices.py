@@ -279,13 +279,28 @@ def load_spec(path: str | Path) -> DeviceSpec:
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
     ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
 
-    Read as config files are (tfcalc.presets.read_yaml: tfcalc.reading and tfcalc.yaml_load): regular
-    files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64
-    levels, no key given twice."""
-    from tfcalc.presets import read_yaml
+    Read as config files are (tfcalc.reading and tfcalc.yaml_load, as tfcalc.presets.read_yaml does):
+    regular files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past
+    64 levels, no key given twice."""
+    import yaml
+
+    from tfcalc import reading, yaml_load
 
     path = Path(path)
-    return spec_from_mapping(read_yaml(path), path)
+    where = shown_path(path)
+    try:
+        data = yaml_load.load(reading.read_text(path, "YAML"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") \
+            from None
+    if data is None:
+        raise InputError(f"{where}: the file is empty; expected a mapping of field: value")
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a mapping of field: value, got a {type(data).__name__} "
+                         "(see `tfcalc infer --device-spec list`)")
+    return spec_from_mapping(data, path)
 
 
 def as_dict(spec: DeviceSpec) -> dict[str, Any]:

@@ -216,14 +216,17 @@ def test_closed_and_full_streams_and_a_bad_environment_are_one_line(case, comman
     assert status in ([], ["status 2"]), status
 
 
-def _ranks() -> set[int]:
-    """Pids of tfcalc's distributed ranks, read from /proc."""
+def _ranks(parent: int | None = None) -> set[int]:
+    """Pids of tfcalc's distributed ranks, read from /proc; given a parent, only its children (other
+    suites on the machine run ranks too)."""
     found = set()
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and b"tfcalc.measure.distributed" in (entry / "cmdline").read_bytes():
-                found.add(int(entry.name))
-        except OSError:
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                if parent is None or ppid == parent:
+                    found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
             pass
     return found
 
@@ -235,12 +238,11 @@ def test_real_ranks_die_with_their_parent_and_leave_no_folder(tmp_path, sig):
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG and /proc are Linux's")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    before = _ranks()
     proc = subprocess.Popen([sys.executable, "-m", "tfcalc", "plan", "gpt2", "--dp", "2", "--measure"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
-        assert _wait_for(lambda: len(_ranks() - before) == 2, 120), "the ranks never started"
-        ranks = _ranks() - before
+        assert _wait_for(lambda: len(_ranks(proc.pid)) == 2, 120), "the ranks never started"
+        ranks = _ranks(proc.pid)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
