@@ -35,8 +35,9 @@ MIXTRAL_LIKE = dict(n_expert=4, n_expert_active=2, gated_ffn=True, activation="s
 
 
 @st.composite
-def configs(draw) -> ModelConfig:
-    """Random valid configs over every option (every arch, dense and MoE), at tiny sizes."""
+def configs(draw, mixed: bool = False) -> ModelConfig:
+    """Random valid configs over every option (every arch, dense and MoE), at tiny sizes; with ``mixed``,
+    MoE models may also mix dense layers in (first_dense_layers, moe_every, dense_d_ff)."""
     n_kv_head = draw(st.integers(1, 4))
     n_head = n_kv_head * draw(st.integers(1, 3))
     explicit_head = draw(st.booleans())
@@ -56,7 +57,7 @@ def configs(draw) -> ModelConfig:
                       ffn_multiple_of=draw(st.sampled_from([1, 8, 16]))),
     }[ffn]
     arch = draw(st.sampled_from(["decoder", "decoder", "encoder", "encoder-decoder"]))
-    moe = draw(st.booleans())
+    moe = draw(st.booleans()) or (mixed and draw(st.booleans()))  # mixed: 3 in 4 draw experts
     n_expert = draw(st.integers(1, 4)) if moe else None
     n_expert_active = draw(st.integers(1, n_expert)) if moe else None
     lm_head = arch != "encoder" or draw(st.booleans())
@@ -84,12 +85,24 @@ def configs(draw) -> ModelConfig:
         expert_capacity_factor=draw(st.sampled_from([None, None, 0.5, 1.25, 8.0])) if moe else None,
     )
     layout_fields["shared_expert_gate"] = layout_fields["shared_expert_d_ff"] is not None and draw(st.booleans())
+    n_layer = draw(st.integers(1, 3))
+    n_encoder_layer = draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None
+    depth = min(n_layer, n_encoder_layer or n_layer)
+    # mixed layers (tfcalc.architecture.flat): the first k dense, or every n-th MoE, the dense ones maybe wider
+    pattern = draw(st.sampled_from(["none", "first", "every"])) if mixed and moe and n_layer > 1 else "none"
+    layout_fields.update(
+        first_dense_layers=draw(st.integers(1, depth - 1)) if pattern == "first" and depth > 1 else None,
+        moe_every=draw(st.integers(2, n_layer)) if pattern == "every" else None)
+    if pattern == "first" and depth == 1:
+        pattern = "none"
+    mixed = layout_fields["first_dense_layers"] or layout_fields["moe_every"]
+    layout_fields["dense_d_ff"] = draw(st.sampled_from([None, 6, 20])) if mixed else None
     window = draw(st.sampled_from([None, None, 1, 3, 8])) if arch != "encoder" else None
     layout_fields["sliding_window"] = window
     layout_fields["full_attention_every"] = draw(st.sampled_from([None, 2, 3])) if window else None
     kind_fields = dict(
         arch=arch,
-        n_encoder_layer=draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None,
+        n_encoder_layer=n_encoder_layer,
         tie_encoder_embedding=arch != "encoder-decoder" or draw(st.booleans()),
         n_expert=n_expert,
         n_expert_active=n_expert_active,
@@ -101,7 +114,7 @@ def configs(draw) -> ModelConfig:
         tie_embeddings=lm_head and draw(st.booleans()),
     )
     return ModelConfig(
-        n_layer=draw(st.integers(1, 3)),
+        n_layer=n_layer,
         d_model=d_model,
         n_head=n_head,
         n_kv_head=draw(st.sampled_from([None, n_kv_head])) if n_kv_head == n_head else n_kv_head,

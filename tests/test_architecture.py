@@ -10,7 +10,7 @@ import pytest
 from conftest import MIXTRAL_LIKE, tiny
 
 from tfcalc.architecture import FFN, Attention, Block, MoE, Norm, Run, compress
-from tfcalc.count import params as count
+from tfcalc.count import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load, preset_names
@@ -125,3 +125,15 @@ def test_the_package_imports_no_torch():
     code = "import sys, tfcalc.architecture, tfcalc.config; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_mixed_layers_flops_and_non_matmul_by_hand():
+    """The tiny DeepSeek-like model above, B = 2 sequences of T = 5 tokens (10 token rows, d = 32):
+    the dense layer's gated FFN 2·10·3·32·48 = 92,160; each MoE layer's router 2·10·32·4 = 2,560 and its
+    top-2 experts 2·(2·10)·3·32·16 = 61,440: FFN FLOPs 92,160 + 3·64,000 = 284,160. The activation (silu
+    and the gate product, 4 + 1 per element) runs on 10·48 elements in the dense layer and 20·16 in each
+    MoE layer: 5·(480 + 3·320) = 7,200."""
+    cfg = tiny(n_layer=4, first_dense_layers=1, dense_d_ff=48, d_ff=16, **MIXTRAL_LIKE)
+    b = flops.breakdown(cfg, 2, 5)
+    assert b.totals()["ffn"] == 284_160
+    assert b.non_matmul_by_kind()["activation"] == 7_200

@@ -258,7 +258,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
         ({**FALCON_7B, "alibi": True}, "'alibi': True is not supported"),
         ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
         ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
-        ({**QWEN15_MOE, "mlp_only_layers": [0]}, "a non-empty 'mlp_only_layers'"),
+        ({**QWEN15_MOE, "mlp_only_layers": [1, 3]}, "'mlp_only_layers' [1, 3] is not supported"),
         ({**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 40},
          "'layer_types' is not every k-th layer full attention"),
         ({**QWEN2_7B, "use_sliding_window": True}, "'use_sliding_window' with 'max_window_layers' > 0"),

@@ -64,10 +64,19 @@ def test_refs_main_picks_the_snapshot(monkeypatch, tmp_path):
 
 def test_an_absent_id_says_where_it_looked_and_how_to_get_it(monkeypatch, tmp_path, cli):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    message = f"'meta-llama/Llama-2-7b-hf' is not in the local Hugging Face cache (looked in {tmp_path}"
+    message = "'meta-llama/Llama-2-7b-hf' is not in the local Hugging Face cache; "
     with pytest.raises(ConfigError, match="huggingface-cli download meta-llama/Llama-2-7b-hf config.json"):
         load("meta-llama/Llama-2-7b-hf")
     assert_one_line_error(cli("params", "meta-llama/Llama-2-7b-hf"), message)
+    assert_one_line_error(cli("params", "meta-llama/Llama-2-7b-hf"), "models--meta-llama--Llama-2-7b-hf)")
+
+
+def test_a_long_cache_path_leaves_the_advice_whole(monkeypatch, tmp_path, cli):
+    """The advice comes before the folders, which are cut to their end: the error line's limit (about 280
+    characters) once cut the advice mid-word ('or give a p … ')."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / ("a" * 200)))
+    result = cli("params", "meta-llama/Llama-2-7b-hf")
+    assert_one_line_error(result, "set HF_HUB_CACHE or HF_HOME, or give a path (looked in …")
 
 
 @pytest.mark.parametrize("spec", ["org/../secret", "org/na..me", "org--x/name", "-org/name", "org/name/extra",

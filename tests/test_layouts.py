@@ -10,6 +10,7 @@ from tfcalc.config import ConfigError
 from tfcalc.count import flops as flops_count, memory as mem, params as count
 from tfcalc.model import build_model
 from tfcalc.model.positions import apply_rope
+from tfcalc.workload import Workload
 
 ROPE = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False)
 
@@ -215,7 +216,7 @@ def test_capacity_sets_the_expert_flops_whatever_the_routing():
         up = flops_count.breakdown(cfg, B, T).components()["expert_ffn_up"]
         assert up * 32 == dropless * 4 * capacity  # 4 buffers of C rows in place of 32 rows
         for device in ("cpu", "meta"):
-            assert measure_flops(cfg, B, T, device).total == flops_count.forward_flops(cfg, B, T)
+            assert measure_flops(cfg, Workload(batch=B, seq=T), device).total == flops_count.forward_flops(cfg, B, T)
     with pytest.raises(ConfigError, match="expert_capacity_factor applies to a mixture of experts only"):
         tiny(expert_capacity_factor=1.0)
 

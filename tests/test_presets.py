@@ -1,8 +1,11 @@
 """Loading presets, user YAML files and --set overrides; every bad input is one named line."""
 
+import re
+
 import pytest
 
 from tfcalc.config import ConfigError
+from tfcalc.count.params import total as params_total
 from tfcalc.presets import load, parse_override, preset_dir, preset_names, resolve_preset_name
 
 ISSUE_PRESETS = [
@@ -31,7 +34,29 @@ def test_preset_files_are_explicit_and_cite_a_source(name):
     for field in ("arch", *kind, "n_layer", "d_model", "n_head", "n_kv_head", "d_head", "d_ff", "vocab_size",
                   "max_seq_len", "pos_encoding", "norm", "norm_placement", "final_norm", "activation", "gated_ffn",
                   "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings", "norm_eps"):
-        assert f"\n{field}:" in text, f"{name} leaves {field} implicit"
+        # given, or left derived where the source derives it, with the derivation and its value in a comment
+        derived = re.search(rf"\n# {field}: derived, (.+); here (\S+)\n", text)
+        assert f"\n{field}:" in text or derived, f"{name} leaves {field} implicit"
+        if derived:
+            assert derived.group(2) == str(cfg.resolved()[field]).lower(), (name, field)
+
+
+@pytest.mark.parametrize("override, heads, width", [("n_head=16", 16, 48), ("n_head=6", 6, 128)])
+def test_a_derived_size_follows_an_override(override, heads, width):
+    """gpt2 leaves n_kv_head, d_head and d_ff derived, as OpenAI's model.py does: --set n_head=16 gives 16
+    heads of 48 (it failed over the preset's stated n_kv_head 12), and the count of gpt2 is unchanged."""
+    cfg = load("gpt2", [override])
+    assert (cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.ffn_dim) == (heads, heads, width, 3072)
+    assert params_total(cfg) == params_total(load("gpt2")) == 124_439_808  # d_model unchanged: same weights
+
+
+def test_rmsnorm_implies_no_bias_unless_given(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(GOOD_YAML + "norm: rmsnorm\n")
+    assert not load(str(path)).norm_has_bias and load("gpt2").norm_has_bias
+    assert not load("gpt2", ["norm=rmsnorm"]).norm_has_bias
+    with pytest.raises(ConfigError, match="rmsnorm has no bias"):
+        load(str(path), ["norm_bias=true"])
 
 
 def test_gpt3_table_2_1_as_printed():
@@ -117,7 +142,8 @@ def test_overrides_apply_on_presets_and_files(tmp_path):
         ("n_layer=three", "field 'n_layer' must be an integer"),
         ("n_layer=0", "field 'n_layer' must be positive"),
         ("n_layer=[1, 2]", "expected a single value"),
-        ("n_head=7", "n_head (7) must be a multiple of n_kv_head (12)"),
+        ("n_head=7", "d_model (768) is not divisible by n_head (7)"),
+        ("n_kv_head=5", "n_head (12) must be a multiple of n_kv_head (5)"),
     ],
 )
 def test_bad_overrides(override, message):

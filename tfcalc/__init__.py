@@ -61,7 +61,8 @@ def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_
     from tfcalc.report.flops import build_flops
     from tfcalc.workload import Workload
 
-    return build_flops(_model(model, overrides), Workload(batch, seq, src_seq), measure, device, training, recompute)
+    workload = Workload(batch=batch, seq=seq, src_seq=src_seq)
+    return build_flops(_model(model, overrides), workload, measure, device, training, recompute)
 
 
 def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
@@ -75,8 +76,10 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
     from tfcalc.workload import Workload, default_dtype
 
     budget_bytes = parse_bytes(budget) if isinstance(budget, str) else budget
-    options = MemoryOptions(training, optimizer, attention, recompute, budget_bytes)
-    workload = Workload(batch, seq, src_seq, dtype or default_dtype(device if measure else None))
+    options = MemoryOptions(training=training, optimizer=optimizer, attention=attention, recompute=recompute,
+                            budget=budget_bytes)
+    dtype = dtype or default_dtype(device if measure else None)
+    workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype)
     return build_memory(_model(model, overrides), workload, options, measure, device)
 
 
@@ -150,14 +153,16 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
 
     # one size, or several; anything else goes on as it is, for the one check of the CLI (report.infer)
     batches = (batch,) if isinstance(batch, int) else tuple(batch) if isinstance(batch, (list, tuple)) else batch
-    options = InferOptions(batches, seq, gen, dtype or default_dtype(device if measure else None), group_size,
-                           kv_dtype, src_seq, device_spec, measure, device, warmup, repeat, None, copy_bytes)
+    options = InferOptions(batches=batches, seq=seq, gen=gen, dtype=dtype or default_dtype(device if measure else None),
+                           group_size=group_size, kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec,
+                           measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes)
     return build_infer(_model(model, overrides), options)
 
 
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
-         recompute: Optional[str] = None, sequence_parallel: bool = False, micro_batch: int = 1,
+         recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
+         micro_batch: int = 1,
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
          device_spec: str = "h100-sxm", mfu: float = 0.4, tokens: Union[int, str, None] = None, top: int = 10,
          measure: bool = False, nproc: int = 2, **overrides: Any) -> "PlanReport":
@@ -166,8 +171,10 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     from tfcalc.count.steptime import parse_count
     from tfcalc.report.plan import PlanRequest, build_plan
 
-    request = PlanRequest(gpus, tp, pp, dp, zero, recompute, sequence_parallel, micro_batch, global_batch, seq,
-                          dtype, mfu, parse_count(tokens) if isinstance(tokens, str) else tokens, top)
+    request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
+                          sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
+                          seq=seq, dtype=dtype, mfu=mfu, top=top,
+                          tokens=parse_count(tokens) if isinstance(tokens, str) else tokens)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

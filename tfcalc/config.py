@@ -1,4 +1,6 @@
-"""ModelConfig: the one description of a transformer that every count and every module is built from.
+"""ModelConfig: the flat front end users write (YAML fields, --set keys, Hugging Face mappers), and
+``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds
+over.
 
 Pure Python: no torch, typer or rich here, so counting never pays for importing them.
 
@@ -20,7 +22,8 @@ Kinds of transformer (``arch``), and how the depth fields read for each:
 
 Any of them may replace each dense FFN by a mixture of experts (``n_expert`` FFNs, each as wide as the
 dense one, and a bias-free router d_model -> n_expert; each token runs ``n_expert_active`` of them),
-optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE).
+optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_dense_layers`` and
+``moe_every`` keep some layers dense (``dense_d_ff`` wide), per layer (tfcalc.architecture.flat).
 
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
@@ -103,7 +106,7 @@ class ModelConfig:
     gated_ffn: bool = False  # SwiGLU (silu) / GeGLU (gelu): FFN(x) = down(act(gate(x)) * up(x))
     attn_bias: bool = True
     ffn_bias: bool = True
-    norm_bias: bool = True
+    norm_bias: Optional[bool] = None  # None: derived, see norm_has_bias
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
@@ -217,6 +220,13 @@ class ModelConfig:
         return self.n_layer if self.arch == "encoder-decoder" or self.cross_attention else 0
 
     @property
+    def norm_has_bias(self) -> bool:
+        """Whether the norms have a bias: norm_bias where given, else as the norm defines it: a LayerNorm
+        has one (Ba et al. 2016, its gain and bias), an RMSNorm none (Zhang & Sennrich 2019, eq. 4: a gain
+        only). So `norm: rmsnorm` alone is a whole config, and `--set norm=rmsnorm` needs no second key."""
+        return self.norm != "rmsnorm" if self.norm_bias is None else self.norm_bias
+
+    @property
     def o_bias(self) -> bool:
         """Whether the attention output projection has a bias (attn_out_bias, else attn_bias)."""
         return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
@@ -298,7 +308,7 @@ class ModelConfig:
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
         if self.arch == "encoder-decoder":
             out.update(n_encoder_layer=self.encoder_layers)
-        out.update(attn_out_bias=self.o_bias)
+        out.update(attn_out_bias=self.o_bias, norm_bias=self.norm_has_bias)
         if self.pos_encoding == "relative":
             out.update(rel_pos_buckets=self.rel_buckets, rel_pos_max_distance=self.rel_max_distance)
         for derivation_only in ("ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of"):

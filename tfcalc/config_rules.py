@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any, Literal, get_args
 
 from tfcalc.errors import InputError as ConfigError, shown
@@ -47,11 +48,11 @@ _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor")
 _BOOL_FIELDS = (
-    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "norm_bias", "tie_embeddings",
+    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
     "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
 )
-_OPTIONAL_BOOL_FIELDS = ("attn_out_bias",)
+_OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias")
 _STR_FIELDS = ("name",)
 _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 
@@ -64,10 +65,31 @@ def field_choices(name: str) -> tuple[str, ...] | None:
     return _LITERALS.get(name) or _OPTIONAL_LITERALS.get(name)
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"[-_ .]", "", text.lower())
+
+
+def close_names(word: str, choices, n: int = 1) -> list[str]:
+    """The choices word may have meant: the one equal to it but for case and '-', '_', ' ', '.' ('GPT-2'
+    for gpt2); else every one it begins ('H100' for h100-sxm and h100-pcie, as people shorten a name);
+    else up to n close by spelling (difflib, which alone weighs 'H100' nearer 'v100' than 'h100-sxm')."""
+    choices = [str(c) for c in choices]
+    key = _squash(word)
+    same = [c for c in choices if _squash(c) == key]
+    if same:
+        return same[:1]
+    begun = [c for c in choices if key and _squash(c).startswith(key)]
+    if begun:
+        return begun
+    lowered = {c.lower(): c for c in choices}
+    return [lowered[c] for c in difflib.get_close_matches(word.lower(), list(lowered), n=n, cutoff=0.6)]
+
+
 def suggest(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest choice, or '' when none is close."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """' (did you mean 'x'?)' for the closest choice (or 'x', 'y' for each a prefix names), or '' when none
+    is close."""
+    close = close_names(word, choices)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _type_name(value: Any) -> str:
@@ -152,7 +174,7 @@ def validate(cfg) -> None:
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
     if cfg.norm == "rmsnorm" and cfg.norm_bias:
-        raise ConfigError("rmsnorm has no bias: set norm_bias to false")
+        raise ConfigError("rmsnorm has no bias: leave norm_bias out (or false)")
     _validate_kind(cfg)
     _validate_positions(cfg)
     _validate_layout(cfg)

@@ -169,7 +169,7 @@ def by_key(key: str) -> DeviceSpec:
     from tfcalc.config import suggest
 
     raise InputError(f"unknown device spec '{key}'{suggest(text, keys())}; "
-                     f"choose one of {', '.join(keys())}, or give a YAML file (--device-spec list shows them)")
+                     f"choose one of {', '.join(keys())}, or give a YAML file (`tfcalc devices` shows them)")
 
 
 def _tokens(device_name: str) -> set[str]:
@@ -279,28 +279,13 @@ def load_spec(path: str | Path) -> DeviceSpec:
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
     ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
 
-    Read as config files are (tfcalc.reading and tfcalc.yaml_load, as tfcalc.presets.read_yaml does):
-    regular files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past
-    64 levels, no key given twice."""
-    import yaml
-
-    from tfcalc import reading, yaml_load
+    Read as config files are (tfcalc.yaml_load.read_mapping): regular
+    files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64
+    levels, no key given twice."""
+    from tfcalc.yaml_load import read_mapping
 
     path = Path(path)
-    where = shown_path(path)
-    try:
-        data = yaml_load.load(reading.read_text(path, "YAML"))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(f"{where}: not valid YAML{at}: {getattr(e, 'problem', None) or str(e).splitlines()[0]}") \
-            from None
-    if data is None:
-        raise InputError(f"{where}: the file is empty; expected a mapping of field: value")
-    if not isinstance(data, dict):
-        raise InputError(f"{where}: expected a mapping of field: value, got a {type(data).__name__} "
-                         "(see `tfcalc infer --device-spec list`)")
-    return spec_from_mapping(data, path)
+    return spec_from_mapping(read_mapping(path), path)
 
 
 def as_dict(spec: DeviceSpec) -> dict[str, Any]:

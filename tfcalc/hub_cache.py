@@ -59,6 +59,11 @@ def _ref(path: Path) -> str:
         return ""
 
 
+def _tail(text: str, most: int) -> str:
+    """text, or its last most characters after '…': an error line holds about 280 (tfcalc.cli.render)."""
+    return text if len(text) <= most else "…" + text[-(most - 1):]
+
+
 def snapshot(repo_id: str) -> Path:
     """The cached snapshot folder of repo_id that holds its config.json: the one refs/main names, else
     the most recently written. InputError, one line saying where it looked and how to get the file."""
@@ -80,8 +85,8 @@ def snapshot(repo_id: str) -> Path:
         for folder in candidates:
             if (folder / "config.json").is_file():
                 return folder
-    raise InputError(
-        f"'{repo_id}' is not in the local Hugging Face cache (looked in {', '.join(looked)}); tfcalc never "
-        f"downloads: fetch it with `huggingface-cli download {repo_id} config.json` (add *.safetensors for the "
-        "weights), set HF_HUB_CACHE or HF_HOME to where it is, or give a path"
-    )
+    # the advice first and the folders last, cut to their end to fit the line: an error is one line of
+    # about 280 characters (tfcalc.cli.render.MAX_MESSAGE), and a long cache path once cut the advice in two
+    advice = (f"'{repo_id}' is not in the local Hugging Face cache; tfcalc never downloads: run `huggingface-cli "
+              f"download {repo_id} config.json`, set HF_HUB_CACHE or HF_HOME, or give a path")
+    raise InputError(f"{advice} (looked in {_tail(', '.join(looked), max(40, 267 - len(advice)))})")

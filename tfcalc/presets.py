@@ -11,7 +11,6 @@ Every problem raises ConfigError with one line that names the file and the field
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -44,7 +43,7 @@ def _aliases() -> dict[str, str]:
     """alias -> preset name, read from every preset's ``aliases`` list."""
     out = {}
     for name in preset_names():
-        for alias in _read_yaml(preset_dir() / f"{name}.yaml").get("aliases") or []:
+        for alias in yaml_load.read_mapping(preset_dir() / f"{name}.yaml").get("aliases") or []:
             out[str(alias).lower()] = name
     return out
 
@@ -55,30 +54,6 @@ def aliases_of(name: str) -> list[str]:
 
 def is_path(spec: str) -> bool:
     return spec.lower().endswith((".yaml", ".yml", ".json")) or "/" in spec or os.sep in spec
-
-
-def _read_text(path: Path, kind: str) -> str:
-    """A config file's text: a regular file of at most tfcalc.reading.MAX_CONFIG_BYTES (one line otherwise)."""
-    return reading.read_text(path, kind)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    text = _read_text(path, "YAML")
-    try:
-        data = yaml_load.load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{shown_path(path)}: not valid YAML{where}: {problem}") from None
-    if data is None:
-        raise ConfigError(f"{shown_path(path)}: the file is empty; expected a mapping of field: value")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{shown_path(path)}: expected a mapping of field: value, got a {type(data).__name__}")
-    return data
-
-
-read_yaml = _read_yaml  # public: tfcalc.devices reads a user's device file the same way
 
 
 def resolve_preset_name(spec: str) -> str:
@@ -98,11 +73,9 @@ def resolve_preset_name(spec: str) -> str:
 
 
 def _close_names(key: str, choices: list[str]) -> list[str]:
-    import difflib
+    from tfcalc.config_rules import close_names
 
-    squashed = {re.sub(r"[-_ .]", "", c): c for c in choices}  # 'gpt-2' -> 'gpt2'
-    exact = squashed.get(re.sub(r"[-_ .]", "", key))
-    return [exact] if exact else difflib.get_close_matches(key, choices, n=3, cutoff=0.6)
+    return close_names(key, choices, n=3)  # 'gpt-2' -> gpt2; 'llama2' -> each Llama 2; 'gpt3-175' -> gpt3-175b
 
 
 # free-text fields: `--set name=[bold]x[/bold]` names the model "[bold]x[/bold]" (not a YAML list, not an error)
@@ -155,9 +128,9 @@ def apply_overrides(cfg: ModelConfig, overrides: list[str]) -> ModelConfig:
 def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:
     path = Path(path)
     if path.suffix.lower() == ".json":
-        data = hf_config.config_fields(hf_config.parse_json(_read_text(path, "JSON"), path), path)
+        data = hf_config.config_fields(hf_config.parse_json(reading.read_text(path, "JSON"), path), path)
         return _config_from(data, path.name, list(overrides))
-    data = _read_yaml(path)
+    data = yaml_load.read_mapping(path)
     data.setdefault("name", path.stem)
     data.setdefault("source", str(path))
     return _config_from(data, path.name, list(overrides))
@@ -165,7 +138,7 @@ def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:
 
 def load_preset(name: str, overrides: list[str] = ()) -> ModelConfig:
     name = resolve_preset_name(name)
-    return _config_from(_read_yaml(preset_dir() / f"{name}.yaml"), f"preset {name}", list(overrides))
+    return _config_from(yaml_load.read_mapping(preset_dir() / f"{name}.yaml"), f"preset {name}", list(overrides))
 
 
 @dataclass(frozen=True)
@@ -214,7 +187,7 @@ def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str],
     if not config.is_file():
         raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} "
                           "(tfcalc reads the shapes from it)")
-    data = hf_config.config_fields(hf_config.parse_json(_read_text(config, "JSON"), config), config)
+    data = hf_config.config_fields(hf_config.parse_json(reading.read_text(config, "JSON"), config), config)
     if name:
         data["name"] = name
     data["source"] = f"{spec} ({data['source']})"

@@ -1,4 +1,7 @@
-"""Workload: what a model is asked to run -- batch, sequence length, source length, dtype -- in one value.
+"""The two request values every command passes down: a Workload, what a model is asked to run (batch,
+sequence length, source length, dtype), and a Layout, how a training step is laid out on GPUs (parallel
+degrees, ZeRO stage, micro-batches, recompute, attention kernel). Both keyword-only: no call site
+depends on the order of their fields.
 
 Pure Python (no torch). ``for_model`` applies the rules every command shares, in one place:
 - ``seq`` defaults to the model's context length (``max_seq_len``);
@@ -16,6 +19,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
+RECOMPUTE = ("none", "selective", "full")
 MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
 
 # Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
@@ -38,7 +42,7 @@ def check_size(name: str, value: int, low: int = 1) -> int:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Workload:
     batch: int = 1
     seq: Optional[int] = None  # None: the model's context length
@@ -62,3 +66,51 @@ class Workload:
     @property
     def tokens(self) -> int:
         return self.batch * (self.seq or 0)
+
+
+def decoder_source(cfg: ModelConfig, seq: int, src_seq: Optional[int]) -> Optional[int]:
+    """The source positions a decoding encoder-decoder reads (its cross-attention cache): src_seq, else
+    the context seq; None for the other kinds (serving counts no external states for them)."""
+    return (src_seq or seq) if cfg.arch == "encoder-decoder" else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """A parallel training layout (checked by tfcalc.count.layout.check_layout). ``seq`` and
+    ``micro_batch`` are the workload of one forward pass of one rank; ``attention`` the kernel the
+    activations assume (flash, as every current training stack runs; math stores the T×T scores);
+    ``dropout`` adds the paper's dropout masks (tfcalc's own module has none)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    seq: int
+    global_batch: int
+    micro_batch: int = 1
+    zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
+    recompute: str = "none"  # none, selective (attention scores) or full (block inputs only)
+    sequence_parallel: bool = False
+    dtype: str = "bf16"
+    attention: str = "flash"
+    dropout: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """m: micro-batches each DP rank runs per step."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def describe(self) -> str:
+        sp = " +SP" if self.sequence_parallel else ""
+        return (f"tp {self.tp}{sp} · pp {self.pp} · dp {self.dp}, ZeRO-{self.zero}, recompute {self.recompute}, "
+                f"{self.attention} attention, micro-batch {self.micro_batch} × {self.micro_batches}, "
+                f"seq {self.seq}, {self.dtype}")
+
+    @classmethod
+    def single(cls, workload: Workload, recompute: str = "none", attention: str = "flash") -> "Layout":
+        """One GPU running the (resolved) workload as one micro-batch: what `memory --training` asks."""
+        return cls(seq=workload.seq, global_batch=workload.batch, micro_batch=workload.batch, recompute=recompute,
+                   dtype=workload.dtype, attention=attention)

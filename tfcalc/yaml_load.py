@@ -29,7 +29,8 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
-from tfcalc.errors import shown
+from tfcalc import reading
+from tfcalc.errors import InputError, shown, shown_path
 
 MAX_VALUES = 10_000  # a config holds ~40 values; a list of aliases in a comment field, a few hundred
 MAX_DEPTH = 64
@@ -151,3 +152,22 @@ def _check_duplicates(node: MappingNode) -> None:
 def load(text: str) -> Any:
     """The YAML document in text; yaml.YAMLError (a ComposerError, ConstructorError, ...) when refused."""
     return yaml.load(text, Loader=Loader)
+
+
+def read_mapping(path) -> dict[str, Any]:
+    """A YAML file of field: value pairs, read the guarded way every file a user names is: a regular file
+    of bounded size (tfcalc.reading.read_text), then load() above. InputError, one line, otherwise: used
+    for config files (tfcalc.presets) and device files (tfcalc.devices) alike."""
+    text = reading.read_text(path, "YAML")
+    try:
+        data = load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{shown_path(path)}: not valid YAML{where}: {problem}") from None
+    if data is None:
+        raise InputError(f"{shown_path(path)}: the file is empty; expected a mapping of field: value")
+    if not isinstance(data, dict):
+        raise InputError(f"{shown_path(path)}: expected a mapping of field: value, got a {type(data).__name__}")
+    return data

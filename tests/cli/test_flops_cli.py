@@ -95,7 +95,7 @@ def test_analytic_beyond_the_context_warns(cli):
         (["flops", "gpt2", "--seq", "-5"], "--seq must be between 1 and"),
         (["flops", "gpt2", "--batch", "0"], "--batch must be between 1 and"),
         (["flops", "gpt2", "--batch", "-2", "--measure"], "--batch must be between 1 and"),
-        (["flops", "gpt2", "--seq", "ten"], "Invalid value for '--seq' / '-s': Input should be a valid integer"),
+        (["flops", "gpt2", "--seq", "ten"], "Invalid value for '--seq' / '-s': cannot read 'ten' as a sequence length"),
         (["flops", "gpt2", "--seq", "2048", "--measure"], "exceeds the model's context of 1024 learned positions"),
         (["flops", "llama2-7b", "--seq", "5000", "--measure"], "4096 RoPE table rows"),
         (["flops", "gpt3", "--seq", "8", "--measure", "--device", "cpu"], "measure on meta"),

@@ -29,14 +29,13 @@ def test_csv_has_raw_exact_values_and_named_units(cli):
     r = cli("params", "gpt2", "--format", "csv")
     assert r.code == 0, r.err
     rows = list(csv.reader(io.StringIO(r.out)))
-    assert rows[0] == ["gpt2: parameters (named 124M; exact count +0.4% from it)"]
-    assert rows[1] == ["Component", "Parameters", "Share (fraction)"]
-    totals = {row[0]: row[1] for row in rows[2:] if row}
+    assert rows[0] == ["Component", "Parameters", "Share (fraction)"]  # the header first: no title line
+    totals = {row[0]: row[1] for row in rows[1:] if row}
     assert totals["Total, analytic"] == "124439808"
     flops = list(csv.reader(io.StringIO(cli("flops", "gpt2", "--format", "csv").out)))
-    assert "Total (FLOP)" in flops[1]
+    assert "Total (FLOP)" in flops[0]
     forward = [row for row in flops if row and row[0] == "Forward, full square"][0]
-    assert forward[flops[1].index("Total (FLOP)")] == "291648307200"
+    assert forward[flops[0].index("Total (FLOP)")] == "291648307200"
 
 
 def test_exact_writes_whole_numbers(cli):

@@ -29,7 +29,8 @@ def test_markup_in_names_and_sources_is_shown_as_typed(cli, marked, command, fmt
     args = [command[0], marked, *command[1:]] + (["--format", fmt] if fmt else [])
     r = cli(*args)
     assert r.code == 0, r.err
-    assert NAME in r.out, r.out[:500]
+    if fmt != "csv" or command[0] == "compare":  # CSV is one table without a title: no name but compare's headers
+        assert NAME in r.out, r.out[:500]
     assert "MarkupError" not in r.err
 
 

@@ -58,8 +58,7 @@ def assert_uncropped(doc, width: int, exact: bool = False) -> None:
     narrow = render(doc, width, exact)
     assert_readable(narrow, width)
     headers = [c.header for block in doc.blocks for c in getattr(block, "columns", ())]
-    note = f"(not shown at {width} columns: {', '.join(headers)}; a wider terminal, --format markdown or " \
-           "--format csv shows them)"
+    note = f"(at {width} columns, {', '.join(headers)} by row below; a wider terminal shows them as columns)"
     cut = _words(narrow) - _words(render(doc, 1000, exact)) - _words(note)
     assert not cut, (cut, narrow)
 
@@ -109,10 +108,12 @@ def test_bench_renders_at_both_widths():
 
 def test_hidden_columns_are_named_and_essential_ones_stay():
     text = render(presets_view.document([build_presets()]), 80)
-    assert "(not shown at 80 columns:" in text and "Aliases" in text.split("not shown")[1]
+    assert "(at 80 columns, " in text and "Aliases" in text.split("by row below")[0].split("(at 80 columns")[1]
     assert "mixtral-8x7b" in text and "174.6B" in text  # names and totals are never dropped
+    below = text.split("by row below")[1]
+    assert "mixtral-8x7b (" in below and "Aliases: " in below  # the hidden cells, by row, under the table
     wide = render(presets_view.document([build_presets()]), 200)
-    assert "not shown" not in wide and "Context" in wide
+    assert "by row below" not in wide and "Context" in wide
 
 
 @pytest.mark.parametrize("width", WIDTHS)

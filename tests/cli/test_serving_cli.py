@@ -90,8 +90,9 @@ def test_bench_decode_contract_on_this_cpu(cli):
     assert r["decode_p10_s"] <= r["decode_s_per_token"] <= r["decode_p90_s"]
     assert r["decode_tokens_per_s_total"] == pytest.approx(2 * r["decode_tokens_per_s"])
     assert r["achieved_bandwidth_bytes_per_s"] == pytest.approx(2 * r["bytes_per_token"] / r["decode_s_per_token"])
-    # K and V, 1 layer, batch 2, 10 + 6 positions, fp32; gpt2's explicit d_head 64 keeps them 12·64 wide
-    assert r["cache_bytes"] == 2 * 1 * 2 * 16 * 768 * 4
+    # K and V, 1 layer, batch 2, 10 + 6 positions, fp32; gpt2 derives d_head (d_model / n_head), as OpenAI's
+    # model.py does, so d_model=48 makes them 12 heads of 4, 48 wide
+    assert r["cache_bytes"] == 2 * 1 * 2 * 16 * 48 * 4
     assert r["peak_bandwidth_bytes_per_s"] is None and r["prefill_mfu"] is None  # a CPU has no datasheet
     assert r["bandwidth_ceiling_bytes_per_s"] == min(r["copy_bandwidth_bytes_per_s"], r["read_bandwidth_bytes_per_s"],
                                                      r["matvec_bandwidth_bytes_per_s"])
@@ -167,10 +168,11 @@ def _render(doc, width: int) -> str:
 @pytest.mark.parametrize("width", (80, 200))
 def test_serving_tables_fit_80_and_200_columns(width):
     model = resolve("mixtral-8x7b")
-    infer = build_infer(model, InferOptions((1, 8, 64), 4096, 16, "int4"))
+    infer = build_infer(model, InferOptions(batches=(1, 8, 64), seq=4096, gen=16, dtype="int4"))
     tiny = resolve("gpt2", ["n_layer=1", "d_model=48", "vocab_size=64", "max_seq_len=64"])
-    measured = build_infer(tiny, InferOptions((1,), 8, 3, "fp32", measure=True, warmup=0, repeat=1, matmul_size=16,
-                                              copy_bytes=1 << 16))
+    options = InferOptions(batches=(1,), seq=8, gen=3, dtype="fp32", measure=True, warmup=0, repeat=1, matmul_size=16,
+                           copy_bytes=1 << 16)
+    measured = build_infer(tiny, options)
     docs = [infer_view.document([infer], verbose=True), infer_view.document([measured], verbose=True),
             scan_decode_view.document([build_decode_scan(model, [1, 8, 64, 512], 4096)]),
             devices_view.document([build_devices()]),

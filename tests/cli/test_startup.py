@@ -46,9 +46,9 @@ def test_the_quick_exit_keeps_the_exit_code_the_output_and_atexit_handlers(tmp_p
     code = ("import atexit, sys; atexit.register(lambda: open(%r, 'w').write('ran')); %s"
             "sys.argv = ['tfcalc'] + sys.argv[1:]; from tfcalc.cli.app import main; main()" % (str(marker), patch))
     args = ["params", "gpt2", "llama2-7b", "--no-measure", "--verbose", "--format", "csv"]
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, timeout=120)
     assert proc.returncode == 0 and marker.read_text() == "ran"
-    assert proc.stdout == cli(*args).out  # all of it, flushed
+    assert proc.stdout.decode() == cli(*args).out  # all of it, flushed (bytes: CSV ends its rows in CRLF)
     proc = subprocess.run([sys.executable, "-c", code, "params", "no-such-model"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("tfcalc: error:")
 

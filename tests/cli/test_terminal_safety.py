@@ -17,6 +17,7 @@ RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]")  # every control charact
 
 
 def _clean(text: str) -> None:
+    text = text.replace("\r\n", "\n")  # CSV's own line ending (RFC 4180), not a character of the input
     assert not RAW.search(text), repr(RAW.search(text).group(0))
     assert "pwned" not in text or "\\x1b" in text  # shown escaped (Markdown doubles the backslash)
 

@@ -13,6 +13,7 @@ from tfcalc.count import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names
+from tfcalc.workload import Workload
 
 # ---------- analytic, by hand ----------
 
@@ -231,7 +232,7 @@ def test_decode_is_one_token_against_t_keys():
 
 
 def _assert_measured_matches(cfg, B, T, device, src_seq=None):
-    m = measure.measure_flops(cfg, B, T, device, src_seq=src_seq)
+    m = measure.measure_flops(cfg, Workload(batch=B, seq=T, src_seq=src_seq), device)
     b = count.breakdown(cfg, B, T, src_seq)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
@@ -283,7 +284,7 @@ def test_meta_decomposes_sdpa_and_counts_it_without_our_formula():
 def test_measured_training_is_three_forwards_except_flash_recompute(device):
     for cfg in (tiny(n_kv_head=2), tiny(pos_encoding="alibi")):
         B, T = 2, 9
-        m = measure.measure_flops(cfg, B, T, device, training=True)
+        m = measure.measure_flops(cfg, Workload(batch=B, seq=T), device, training=True)
         expected = count.training_flops(cfg, B, T)
         if device == "cpu" and cfg.pos_encoding != "alibi":
             # The CPU flash-attention backward recomputes Q·Kᵀ (PyTorch's formula: 5 score matmuls, not 4).
@@ -293,14 +294,14 @@ def test_measured_training_is_three_forwards_except_flash_recompute(device):
 
 def test_measuring_beyond_a_position_table_is_refused():
     with pytest.raises(ConfigError, match="exceeds the model's context of 1024 learned positions"):
-        measure.measure_flops(load("gpt2"), 1, 1025)
+        measure.measure_flops(load("gpt2"), Workload(batch=1, seq=1025))
     with pytest.raises(ConfigError, match="RoPE"):
-        measure.check_measurable(load("llama2-7b"), 1, 4097, "meta")
+        measure.check_measurable(load("llama2-7b"), Workload(batch=1, seq=4097), "meta")
     alibi = tiny(pos_encoding="alibi", max_seq_len=4)
     _assert_measured_matches(alibi, 1, 9, "meta")  # ALiBi has no table: any length runs
 
 
 def test_large_models_are_not_allocated_on_a_real_device():
     with pytest.raises(ConfigError, match="measure on meta"):
-        measure.check_measurable(load("gpt3"), 1, 2048, "cpu")
-    measure.check_measurable(load("gpt2"), 1, 1024, "cpu")
+        measure.check_measurable(load("gpt3"), Workload(batch=1, seq=2048), "cpu")
+    measure.check_measurable(load("gpt2"), Workload(batch=1, seq=1024), "cpu")

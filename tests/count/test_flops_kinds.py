@@ -7,6 +7,7 @@ from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_erro
 from tfcalc.count import flops as count, params as params_count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 
 def _dense(cfg):
@@ -40,7 +41,7 @@ def test_mixtral_forward_per_token_is_twice_the_active_matrix_parameters():
 def test_moe_measured_equals_analytic_whatever_the_routing(device):
     for active in (1, 2, 4):
         cfg = tiny(**{**MIXTRAL_LIKE, "n_expert_active": active})
-        m = measure.measure_flops(cfg, 2, 9, device)
+        m = measure.measure_flops(cfg, Workload(batch=2, seq=9), device)
         assert m.total == count.forward_flops(cfg, 2, 9) and m.groups["other"] == 0
         assert m.by_module["ffn.router"] == cfg.n_layer * 2 * 18 * cfg.d_model * 4
 
@@ -98,7 +99,7 @@ def test_source_length_only_for_encoder_decoders():
 def test_measured_forward_and_training_of_each_kind(device, changes):
     cfg = tiny(**changes)
     src = 5 if cfg.arch == "encoder-decoder" else None
-    m = measure.measure_flops(cfg, 2, 9, device, training=True, src_seq=src)
+    m = measure.measure_flops(cfg, Workload(batch=2, seq=9, src_seq=src), device, training=True)
     b = count.breakdown(cfg, 2, 9, src)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)

@@ -15,6 +15,7 @@ from tfcalc.measure import device as dev
 from tfcalc.measure.memory import forward_loss, measure_peak
 from tfcalc.model import build_model
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 LLAMA_LIKE = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True, activation="silu",
                   attn_bias=False, ffn_bias=False, tie_embeddings=False)
@@ -201,7 +202,7 @@ def test_parse_bytes_refuses(text):
 @given(budget=st.integers(14 * 10**9, 200 * 10**9), batch=st.integers(1, 8))
 def test_largest_context_fits_and_one_more_does_not(budget, batch):
     cfg = load("llama2-7b")
-    fit = count_budget.fit_inference(cfg, batch, 4096, "bf16", budget)
+    fit = count_budget.fit_inference(cfg, Workload(batch=batch, seq=4096, dtype="bf16"), budget)
     t = fit.max_seq
     fits = [mem.inference_bytes(cfg, batch, n, "bf16") <= budget for n in (t, t + 1)]
     assert t >= 1 and fits == [True, False]
@@ -212,19 +213,19 @@ def test_largest_context_fits_and_one_more_does_not(budget, batch):
 
 def test_llama2_7b_on_24_gib():
     """24 GiB - 13,476,831,232 weight bytes, over 524,288 KV bytes per token (2·32·4096·2)."""
-    fit = count_budget.fit_inference(load("llama2-7b"), 1, 4096, "bf16", 24 * 2**30)
+    fit = count_budget.fit_inference(load("llama2-7b"), Workload(batch=1, seq=4096), 24 * 2**30)
     assert fit.max_seq == (24 * 2**30 - 13_476_831_232) // 524_288 == 23_446
     assert fit.max_batch == 5
 
 
 def test_training_fit_and_when_nothing_fits():
     cfg = load("gpt2")
-    fit = count_budget.fit_training(cfg, 1, 1024, "bf16", 24 * 10**9)
-    need = [training.training_bytes(cfg, b, 1024, "bf16") for b in (fit.max_batch, fit.max_batch + 1)]
+    fit = count_budget.fit_training(cfg, Workload(batch=1, seq=1024), 24 * 10**9)
+    need = [training.training_bytes(cfg, Workload(batch=b, seq=1024)) for b in (fit.max_batch, fit.max_batch + 1)]
     assert need[0] <= 24 * 10**9 < need[1]
-    small = count_budget.fit_training(cfg, 1, 1024, "bf16", 10**9)
+    small = count_budget.fit_training(cfg, Workload(batch=1, seq=1024), 10**9)
     assert not small.weights_fit and small.max_batch == small.max_seq == 0
-    assert not count_budget.fit_inference(load("gpt3"), 1, 2048, "bf16", 80 * 10**9).weights_fit
+    assert not count_budget.fit_inference(load("gpt3"), Workload(batch=1, seq=2048), 80 * 10**9).weights_fit
 
 
 # ---------- devices ----------
@@ -265,8 +266,8 @@ def test_measured_training_peak_on_cpu_is_close_to_the_estimate():
     activations (+ loss gradients); measured 1.02 when written. The remainder: the gradient of one
     tensor (the LM head, V·h) computed before it is added into .grad, kernel scratch, allocator
     bookkeeping. The saved activations agree to the byte."""
-    m = measure_peak(MEASURED, 4, 256, "fp32", "cpu", training=True, optimizer="adam")
-    est = training.training_bytes(MEASURED, 4, 256, "fp32", "adam")
+    m = measure_peak(MEASURED, Workload(batch=4, seq=256, dtype="fp32"), "cpu", training=True, optimizer="adam")
+    est = training.training_bytes(MEASURED, Workload(batch=4, seq=256, dtype="fp32"), "adam")
     assert 0.95 <= m.peak_bytes / est <= 1.12, (m.peak_bytes, est)
     assert m.saved_activation_bytes == mem.activations(MEASURED, 4, 256, "fp32").stored
 
@@ -274,7 +275,7 @@ def test_measured_training_peak_on_cpu_is_close_to_the_estimate():
 def test_measured_forward_peak_on_cpu_is_close_to_the_estimate():
     """A no-grad forward pass in bf16: weights + the working set, within 0.95-1.2 (measured 1.08 when
     written); the remainder is a few MB of kernel scratch and allocator pages, growing with h and V."""
-    m = measure_peak(MEASURED, 4, 256, "bf16", "cpu", training=False)
+    m = measure_peak(MEASURED, Workload(batch=4, seq=256, dtype="bf16"), "cpu", training=False)
     est = mem.weights_bytes(MEASURED, "bf16") + mem.forward_working_set(MEASURED, 4, 256, "bf16")
     assert 0.95 <= m.peak_bytes / est <= 1.2, (m.peak_bytes, est)
     assert m.saved_activation_bytes is None
@@ -395,5 +396,6 @@ def test_optimizer_step_temporaries_can_set_the_training_peak():
     assert training.training_state(cfg, "bf16", "sgd").step_temporaries == 0
     short = mem.activations(cfg, 1, 8, "bf16").total
     assert short < state.step_temporaries
-    assert training.training_bytes(cfg, 1, 8, "bf16") == state.total + state.step_temporaries
-    assert training.training_bytes(cfg, 8, 1024, "bf16") == state.total + mem.activations(cfg, 8, 1024, "bf16").total
+    assert training.training_bytes(cfg, Workload(batch=1, seq=8)) == state.total + state.step_temporaries
+    long = mem.activations(cfg, 8, 1024, "bf16").total
+    assert training.training_bytes(cfg, Workload(batch=8, seq=1024)) == state.total + long

@@ -103,11 +103,6 @@ def test_layouts_not_measured(changes, message):
         check_measurable(CFG, L(**changes))
 
 
-def test_tied_embeddings_are_not_measured_under_tp():
-    with pytest.raises(InputError, match="ties"):
-        check_measurable(tiny(), L(tp=2))
-
-
 @pytest.mark.parametrize("nproc", [0, 10**6])
 def test_nproc_out_of_range(nproc):
     with pytest.raises(InputError, match="--nproc"):

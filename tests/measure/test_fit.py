@@ -13,6 +13,7 @@ from tfcalc.errors import InputError
 from tfcalc.measure import device as dev, fit, params as mp
 from tfcalc.measure.flops import estimate_bytes
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 GiB = 2**30
 
@@ -54,7 +55,8 @@ def test_a_build_of_too_many_modules_is_refused_at_once():
 
 def test_flops_estimate_counts_activations_and_training():
     cfg = load("gpt2")
-    forward, training = estimate_bytes(cfg, 16, 1024), estimate_bytes(cfg, 16, 1024, training=True)
+    run = Workload(batch=16, seq=1024)
+    forward, training = estimate_bytes(cfg, run), estimate_bytes(cfg, run, training=True)
     assert 2 * GiB < forward < training and 18 * GiB < training < 21 * GiB  # 16 × 1024 tokens: activations dominate
 
 

@@ -8,6 +8,7 @@ import torch
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
 
 from tfcalc.measure import flops as measured, speedups
+from tfcalc.workload import Workload
 
 KINDS = {"gpt2-like": {}, "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, "mixtral-like": MIXTRAL_LIKE,
          "alibi": dict(pos_encoding="alibi"), "gqa-rope": dict(n_kv_head=2, pos_encoding="rope")}
@@ -16,9 +17,9 @@ KINDS = {"gpt2-like": {}, "bert-like": BERT_LIKE, "vaswani-like": VASWANI_LIKE, 
 @pytest.mark.parametrize("kind", KINDS, ids=list(KINDS))
 def test_the_op_cache_changes_no_count_forward_or_training(kind, monkeypatch):
     cfg = tiny(**KINDS[kind])
-    fast = measured.measure_flops(cfg, 2, 12, training=True)
+    fast = measured.measure_flops(cfg, Workload(batch=2, seq=12), training=True)
     monkeypatch.setattr(measured, "fast_meta", lambda device: speedups.numpy_absent_fast())  # no cache, no stand-in
-    plain = measured.measure_flops(cfg, 2, 12, training=True)
+    plain = measured.measure_flops(cfg, Workload(batch=2, seq=12), training=True)
     assert fast == plain
 
 
@@ -57,10 +58,10 @@ def test_counting_on_meta_imports_no_dynamo_and_leaves_torch_as_it_was():
     code = (
         "import sys, torch\n"
         "from tfcalc.measure import speedups\n"
-        "from tfcalc.measure.flops import measure_flops\n"
+        "from tfcalc.measure.flops import measure_flops\nfrom tfcalc.workload import Workload\n"
         "from tfcalc.config import ModelConfig\n"
         "cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)\n"
-        "measure_flops(cfg, 1, 8, training=True)\n"
+        "measure_flops(cfg, Workload(batch=1, seq=8), training=True)\n"
         "assert 'torch._dynamo' not in sys.modules and '_dynamo' not in torch.__dict__\n"
         "with speedups.no_dynamo_import():\n"
         "    stand_in = sys.modules['torch._dynamo']\n"
@@ -100,10 +101,10 @@ def test_a_changed_private_wrapper_takes_the_plain_path_with_the_same_count():
     code = (
         "import sys, torch, torch._compile\n"
         "from tfcalc.measure import speedups\n"
-        "from tfcalc.measure.flops import measure_flops\n"
+        "from tfcalc.measure.flops import measure_flops\nfrom tfcalc.workload import Workload\n"
         "from tfcalc.config import ModelConfig\n"
         "cfg = ModelConfig(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)\n"
-        "fast = measure_flops(cfg, 1, 8, training=True)\n"
+        "fast = measure_flops(cfg, Workload(batch=1, seq=8), training=True)\n"
         "assert 'torch._dynamo' not in sys.modules\n"
         "original = torch._compile._disable_dynamo\n"
         "def changed(fn=None, recursive=True):\n"
@@ -111,7 +112,7 @@ def test_a_changed_private_wrapper_takes_the_plain_path_with_the_same_count():
         "torch._compile._disable_dynamo = changed\n"
         "with speedups.no_dynamo_import():\n"
         "    assert 'torch._dynamo' not in sys.modules  # no stand-in\n"
-        "plain = measure_flops(cfg, 1, 8, training=True)\n"
+        "plain = measure_flops(cfg, Workload(batch=1, seq=8), training=True)\n"
         "assert 'torch._dynamo' in sys.modules and sys.modules['torch._dynamo'].__file__  # the real one\n"
         "assert plain == fast, (plain, fast)\n"
     )

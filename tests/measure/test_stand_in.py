@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tfcalc.measure import memory, stand_in
+from tfcalc.workload import Workload
 
 
 class Trace(TorchDispatchMode):
@@ -35,7 +36,7 @@ def _training_step(cfg, dtype, with_stand_in):
         swap.__enter__()
     try:
         with trace:
-            saved = memory.run_model(cfg, 2, 12, dtype, "cpu", True, "adam-mixed")
+            saved = memory.run_model(cfg, Workload(batch=2, seq=12, dtype=dtype), "cpu", True, "adam-mixed")
     finally:
         if swap is not None:
             swap.__exit__(None, None, None)
@@ -86,8 +87,8 @@ def test_a_slow_dtype_is_said_before_the_run_and_recorded(monkeypatch):
 
     monkeypatch.setattr(stand_in, "probe", lambda dtype, kind: stand_in.Probe(dtype, 1e9, 1e11))
     events = []
-    request = dict(config=asdict(tiny()), batch=1, seq=8, dtype="fp16", device="cpu", training=True,
-                   optimizer="adam-mixed")
+    request = dict(config=asdict(tiny()), workload=dict(batch=1, seq=8, dtype="fp16"), device="cpu",
+                   training=True, optimizer="adam-mixed")
     answer = memory.measure_in_process(request, lambda kind, text: events.append((kind, text)))
     assert events[0][0] == "note" and "fp16 matmuls are slow" in events[0][1]
     assert [text for kind, text in events if kind == "step"] == list(memory.run_steps(True)[1:])

@@ -26,7 +26,7 @@ from tfcalc.architecture.norm import Norm
 
 def build(cfg: Any) -> Architecture:
     """The Architecture a flat config describes (see the module docstring)."""
-    norm = Norm(cfg.norm, cfg.d_model, cfg.norm_bias, cfg.norm_eps)
+    norm = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps)
     tied_head = cfg.lm_head and cfg.tie_embeddings
     if cfg.arch == "encoder-decoder":
         shared = "token_embedding" if cfg.tie_encoder_embedding else None
@@ -57,7 +57,7 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
 
 def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     rope = cfg.pos_encoding == "rope" and kind == "self"
-    qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
+    qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
         window=cfg.layer_window(i) if causal and kind == "self" else None,

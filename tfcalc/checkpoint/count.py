@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcalc.checkpoint.files import CheckpointFiles, TensorInfo, read_headers
-from tfcalc.checkpoint.names import Piece, map_name, rules
+from tfcalc.checkpoint.names import Piece, experts_of, map_name, rules
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as params_count
 from tfcalc.count.components import components
@@ -68,11 +68,12 @@ def model_type(folder: Path) -> str:
 def piece_counts(cfg: ModelConfig, piece: Piece, tensor: TensorInfo) -> dict[str, int] | None:
     """{component: elements} one tensor fills; None when its size cannot be split as the config's layout."""
     if piece.transform == "expert":  # (experts, rows, cols): one slice per expert, each an expert's tensor
-        if not tensor.shape or tensor.shape[0] != cfg.experts:
+        experts = experts_of(cfg, piece.param)  # that layer's mixture of experts (tfcalc.architecture)
+        if not experts or not tensor.shape or tensor.shape[0] != experts:
             return None
         per = TensorInfo(tensor.name, tensor.shape[1:], tensor.dtype, tensor.file)
         out: dict[str, int] = {}
-        for e in range(cfg.experts):
+        for e in range(experts):
             one = piece_counts(cfg, Piece(piece.param.replace("*", str(e)), piece.part), per)
             if one is None:
                 return None

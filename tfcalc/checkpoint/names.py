@@ -12,7 +12,13 @@ of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is lai
 - ``expert:E``: a transformers-5 stacked expert tensor (E experts, dim 0): one slice per expert.
 
 A name no rule covers is unexplained; ``BUFFERS`` are tensors old checkpoints store that are not
-parameters (causal masks, rotary tables); ``TIED`` are stored copies of a tied parameter.
+parameters (causal masks, rotary tables); ``tied:`` targets are stored copies of a tied parameter.
+
+What a name means is read from the description (tfcalc.architecture), never from flat fields: whether
+the LM head is the token embedding (``Head.tied``), whether a layer's post-attention norm is a sandwich
+output norm (``Block.placement``, Gemma 2) or the FFN's input norm, whether a T5 checkpoint is an
+encoder-only model (``Architecture.kind``), and how many experts a stacked expert tensor holds (the
+``MoE`` of that layer). The model type gives only how a family spells its names and lays out its tensors.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from tfcalc.architecture import Architecture, Block, MoE
 from tfcalc.config import ModelConfig
 
 PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.")
@@ -39,14 +46,19 @@ class Piece:
 Rule = tuple[str, str]  # (regex over the name, target: "param[|part][|transform]"; "tied:param"; "buffer")
 
 
-def _llama_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
-    norm = "||norm+1" if model_type in ("gemma", "gemma2") else ""
-    sandwich = model_type == "gemma2"
+def _tied_head(arch: Architecture) -> str:
+    """Where a stored LM head goes: a copy of the tied token embedding, or the head's own parameter."""
+    return "tied:lm_head.weight" if arch.head.lm_head and arch.head.tied else "lm_head.weight"
+
+
+def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
+    norm = "||norm+1" if model_type in ("gemma", "gemma2") else ""  # a storage convention of the family
+    sandwich = any(b.placement == "sandwich" for b, _ in arch.output.kinds())
     experts = r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts"
     return [
         (r"embed_tokens\.weight", "tok_emb.weight"),
         (r"norm\.weight", "final_norm.weight" + norm),
-        (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"lm_head\.weight", _tied_head(arch)),
         (r"layers\.(\d+)\.input_layernorm\.weight", "blocks.{0}.attn_norm.weight" + norm),
         (r"layers\.(\d+)\.post_attention_layernorm\.weight",
          ("blocks.{0}.attn_post_norm.weight" if sandwich else "blocks.{0}.ffn_norm.weight") + norm),
@@ -71,11 +83,11 @@ def _llama_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
     ]
 
 
-def _gpt2_rules(cfg: ModelConfig) -> list[Rule]:
+def _gpt2_rules(arch: Architecture) -> list[Rule]:
     return [
         (r"wte\.weight", "tok_emb.weight"), (r"wpe\.weight", "pos_emb.weight"),
         (r"ln_f\.(weight|bias)", "final_norm.{0}"),
-        (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"lm_head\.weight", _tied_head(arch)),
         (r"h\.(\d+)\.ln_1\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
         (r"h\.(\d+)\.ln_2\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
         (r"h\.(\d+)\.ln_cross_attn\.(weight|bias)", "blocks.{0}.cross_attn_norm.{1}"),
@@ -96,7 +108,7 @@ def _gpt2_rules(cfg: ModelConfig) -> list[Rule]:
     ]
 
 
-def _bert_rules(cfg: ModelConfig) -> list[Rule]:
+def _bert_rules(arch: Architecture) -> list[Rule]:
     layer = r"encoder\.layer\.(\d+)\."
     return [
         (r"embeddings\.word_embeddings\.weight", "tok_emb.weight"),
@@ -117,13 +129,13 @@ def _bert_rules(cfg: ModelConfig) -> list[Rule]:
         (r"cls\.predictions\.transform\.dense\.(weight|bias)", "head_dense.{0}"),
         (r"cls\.predictions\.transform\.LayerNorm\.(weight|bias)", "head_norm.{0}"),
         (r"cls\.predictions\.bias", "lm_head.bias"),
-        (r"cls\.predictions\.decoder\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"),
+        (r"cls\.predictions\.decoder\.weight", _tied_head(arch)),
         (r"cls\.predictions\.decoder\.bias", "tied:lm_head.bias"),  # the same tensor as predictions.bias
     ]
 
 
-def _neox_falcon_opt_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
-    tied_head = "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight"
+def _neox_falcon_opt_rules(arch: Architecture, model_type: str) -> list[Rule]:
+    tied_head = _tied_head(arch)
     if model_type == "gpt_neox":
         return [
             (r"embed_in\.weight", "tok_emb.weight"), (r"embed_out\.weight", tied_head),
@@ -159,13 +171,13 @@ def _neox_falcon_opt_rules(cfg: ModelConfig, model_type: str) -> list[Rule]:
     ]
 
 
-def _t5_rules(cfg: ModelConfig) -> list[Rule]:
+def _t5_rules(arch: Architecture) -> list[Rule]:
     """T5: the decoder is tfcalc's top-level stack, the encoder its ``encoder.`` stack (an encoder-only
     T5EncoderModel: the top level)."""
-    enc = "" if cfg.arch == "encoder" else "encoder."
+    enc = "" if arch.kind == "encoder" else "encoder."
     rules = [(r"shared\.weight", "tok_emb.weight"),
              (r"(?:encoder|decoder)\.embed_tokens\.weight", "tied:tok_emb.weight"),
-             (r"lm_head\.weight", "tied:lm_head.weight" if cfg.tie_embeddings else "lm_head.weight")]
+             (r"lm_head\.weight", _tied_head(arch))]
     for stack, target, ffn_layer in (("encoder", enc, 1), ("decoder", "", 2)):
         block = stack + r"\.block\.(\d+)\.layer\."
         rules += [
@@ -193,17 +205,19 @@ _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
-    """The compiled rules of one model type (the config decides what tied and layout-dependent names mean)."""
+    """The compiled rules of one model type (the description decides what tied and layout-dependent names
+    mean: see the module docstring)."""
+    arch = cfg.architecture
     if model_type in _LLAMA_LIKE:
-        table = _llama_rules(cfg, model_type)
+        table = _llama_rules(arch, model_type)
     elif model_type == "gpt2":
-        table = _gpt2_rules(cfg)
+        table = _gpt2_rules(arch)
     elif model_type == "bert":
-        table = _bert_rules(cfg)
+        table = _bert_rules(arch)
     elif model_type == "t5":
-        table = _t5_rules(cfg)
+        table = _t5_rules(arch)
     else:
-        table = _neox_falcon_opt_rules(cfg, model_type)
+        table = _neox_falcon_opt_rules(arch, model_type)
     return [(re.compile(pattern), target) for pattern, target in table]
 
 
@@ -223,3 +237,23 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
             part = part.format(*m.groups()) if part else None
             return Piece(param.format(*m.groups()), _PARTS.get(part, part), transform or None, tied)
     return "buffer" if BUFFERS.fullmatch(name) else None
+
+
+def block_of(cfg: ModelConfig, param: str) -> Optional[Block]:
+    """The block (tfcalc.architecture) of the layer a parameter path (``[encoder.]blocks.<i>...``) sits in;
+    None outside the blocks or past the stack's depth."""
+    arch = cfg.architecture
+    m = re.match(r"(encoder\.)?blocks\.(\d+)\.", param)
+    if m is None:
+        return None
+    stack = arch.encoder if m.group(1) else arch.output
+    if stack is None or int(m.group(2)) >= stack.n_layer:
+        return None
+    return stack.layer(int(m.group(2)))
+
+
+def experts_of(cfg: ModelConfig, param: str) -> int:
+    """Experts of the mixture of experts a parameter path sits in (that layer's ``MoE``); 0 when the layer
+    has no mixture of experts."""
+    block = block_of(cfg, param)
+    return block.ffn.n_expert if block is not None and isinstance(block.ffn, MoE) else 0

@@ -58,6 +58,7 @@ COMMANDS = {
     "flops": ("flops", "flops"), "memory": ("memory", "memory"), "bench": ("bench", "bench"),
     "infer": ("infer", "infer"), "plan": ("plan", "plan"), "snapshot": ("snapshot", "snapshot"),
     "check": ("snapshot", "check"), "compare": ("compare", "compare"), "scan": ("scan", "scan"),
+    "devices": ("devices", "devices"),
 }
 
 
@@ -119,8 +120,12 @@ def run(argv: list[str] | None = None) -> int:
         return e.exit_code
     except CliError as e:  # bad flags, missing arguments, bad values
         ctx = getattr(e, "ctx", None)
-        if type(e).__name__ == "NoArgsIsHelpError" and ctx is not None:
-            print(ctx.get_help())
+        if type(e).__name__ == "NoArgsIsHelpError":
+            # Typer's Rich help prints itself while the error is built (ctx.get_help() then returns ""):
+            # print only what was not yet shown, so bare `tfcalc` shows the help once
+            text = e.format_message()
+            if text.strip():
+                print(text)
             return 0
         command = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "tfcalc" else ""
         return _fail(command + " ".join(e.format_message().split()), getattr(e, "exit_code", 2) or 2)

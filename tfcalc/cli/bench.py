@@ -29,6 +29,7 @@ from tfcalc.cli.options import (
     _flag,
     output,
     parse_lengths,
+    table_option,
     zero_stage,
 )
 from tfcalc.cli.render import bench as view, bench_dist as dist_view, decode as decode_view
@@ -39,6 +40,8 @@ from tfcalc.report.bench import build_bench, plan_bench
 from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
 from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 from tfcalc.workload import default_dtype
+
+TableOption = table_option("timing", "components", "step", "ranks", "decode", "predicted")
 
 
 def bench(
@@ -83,6 +86,7 @@ def bench(
     fsdp: FSDP = False,
     sequence_parallel: SequenceParallel = False,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -111,7 +115,7 @@ def bench(
     GPU each), data parallel (DDP; --fsdp: FSDP2) with --tp ranks of tensor parallelism, each rank timed by the same
     loop; the step is the slowest rank's median, MFU counts the training FLOPs (3 × forward).
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     run_on = device or "cpu"
     ref = resolve(model, overrides or [])
     if decode is not None and nproc is not None:

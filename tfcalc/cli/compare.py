@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 from tfcalc.cli import render
-from tfcalc.cli.options import DType, Exact, Format, FormatOption, Json, Models, Overrides, Seq, Verbose, output
+from tfcalc.cli.options import (
+    DType,
+    Exact,
+    Format,
+    FormatOption,
+    Json,
+    Models,
+    Overrides,
+    Seq,
+    Verbose,
+    output,
+    warn_past_context,
+)
 from tfcalc.cli.render import compare as view
 from tfcalc.report import resolve
 from tfcalc.report.compare import build_compare
@@ -26,6 +38,8 @@ def compare(
     from the first model's are highlighted.
     """
     out = output(format, json_out, exact, verbose)
-    report = build_compare([resolve(m, overrides or []) for m in models], seq,
-                           dtype.value if dtype else default_dtype(None))
+    refs = [resolve(m, overrides or []) for m in models]
+    for ref in refs:
+        warn_past_context(ref, seq)
+    report = build_compare(refs, seq, dtype.value if dtype else default_dtype(None))
     render.emit([report], out, view.document)

@@ -22,11 +22,14 @@ from tfcalc.cli.options import (
     Verbose,
     _flag,
     output,
+    table_option,
 )
 from tfcalc.cli.render import flops as view
 from tfcalc.report import resolve
 from tfcalc.report.flops import build_flops
 from tfcalc.workload import Workload
+
+TableOption = table_option("forward", "training", "decode", "summary")
 
 
 def flops(
@@ -43,6 +46,7 @@ def flops(
     decode: Annotated[bool, _flag("--decode", help="Also FLOPs per generated token at context T with a KV "
                                   "cache.")] = False,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -60,7 +64,7 @@ def flops(
     score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target
     tokens; cross-attention scores T × S.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq)
     reports = []
     with render.progress("flops: counting on the real module", len(models), enabled=measure and not out.quiet) as step:

@@ -23,12 +23,15 @@ from tfcalc.cli.options import (
     Measure,
     Overrides,
     Repeat,
+    RequireFit,
     Seq,
     SrcSeq,
     Verbose,
     Warmup,
     output,
     parse_lengths,
+    table_option,
+    warn_past_context,
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
@@ -36,11 +39,13 @@ from tfcalc.report import resolve
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
+TableOption = table_option("serving", "roofline")
+
 
 def infer(
     model: Annotated[Optional[str], typer.Argument(
-        help="A preset name or alias, or a path to a YAML file or a Hugging Face config.json (not needed with "
-        "--device-spec list).", show_default=False, metavar="MODEL")] = None,
+        help="A preset name or alias, or a path to a YAML file or a Hugging Face config.json.", show_default=False,
+        metavar="MODEL")] = None,  # optional only for the old `infer --device-spec list`, now `tfcalc devices`
     overrides: Overrides = None,
     batch: Batches = None,
     seq: Seq = None,
@@ -55,7 +60,9 @@ def infer(
     warmup: Warmup = 3,
     repeat: Repeat = 10,
     copy_size: CopySize = None,
+    require_fit: RequireFit = False,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -65,20 +72,20 @@ def infer(
 
     A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per
     step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm;
-    --device-spec list shows them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
+    `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
     (--group-size); --kv-dtype sets the cache's dtype apart.
     """
-    out = output(format, json_out, exact, verbose)
-    if device_spec is not None and device_spec.strip().lower() == "list":
-        from tfcalc.cli.render import devices as devices_view
-        from tfcalc.report.devices import build_devices
+    out = output(format, json_out, exact, verbose, table)
+    if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
+        from tfcalc.cli.devices import show_devices
 
-        render.emit([build_devices()], out, devices_view.document)
+        render.note("`infer --device-spec list` is now `tfcalc devices`")
+        show_devices(out)
         return
     if model is None:
-        raise InputError("infer: give a MODEL (or --device-spec list to see the devices)")
+        raise InputError("infer: give a MODEL (the devices: `tfcalc devices`)")
     if device is not None and not measure:
         raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
     run_on = device or "cpu"
@@ -89,6 +96,8 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
     )
     ref = resolve(model, overrides or [])
+    if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
+        warn_past_context(ref, seq + gen, f"--seq + --gen = {seq:,} + {gen:,} =")
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
     with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
@@ -96,3 +105,11 @@ def infer(
     from tfcalc.cli.render import infer as view
 
     render.emit([report], out, view.document)
+    if require_fit:
+        data = report.to_json()
+        rows = data if isinstance(data, list) else [data]
+        short = [f"batch {x['batch']:,}" for x in rows if x["fits"] is False]
+        if short:
+            render.does_not_fit(f"{ref.label}, {report.seq:,} + {gen:,} positions: {', '.join(short)} (weights + KV "
+                                f"cache past {rows[0]['memory_bytes'] / 2**30:,.1f} GiB)")
+            raise typer.Exit(1)

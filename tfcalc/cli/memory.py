@@ -22,15 +22,19 @@ from tfcalc.cli.options import (
     Measure,
     Models,
     Overrides,
+    RequireFit,
     Seq,
     SrcSeq,
     Training,
     Verbose,
     output,
+    table_option,
+    warn_past_context,
 )
 from tfcalc.cli.render import memory as view
 from tfcalc.count import memory as mem
 from tfcalc.count.budget import parse_bytes
+from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.memory import MemoryOptions, build_memory, measure_steps
 from tfcalc.workload import Workload, default_dtype
@@ -38,6 +42,9 @@ from tfcalc.workload import Workload, default_dtype
 Optimizer = enum.Enum("Optimizer", {name: name for name in mem.OPTIMIZERS}, type=str)
 Attention = enum.Enum("Attention", {name: name for name in mem.ATTENTION_KERNELS}, type=str)
 Recompute = enum.Enum("Recompute", {name: name for name in mem.RECOMPUTE}, type=str)
+
+
+TableOption = table_option("memory", "summary")
 
 
 def _step_tracker(progress, label: str) -> tuple[Callable[[str], None], list[str]]:
@@ -67,16 +74,19 @@ def memory(
         "--optimizer", help="adam-mixed: fp32 master weights and moments (16 bytes/param in bf16); adam: all in "
         "the dtype; sgd: no state.")] = Optimizer["adam-mixed"],
     attention: Annotated[Optional[Attention], typer.Option(
-        "--attention", help="Attention kernel: flash (no s² scores kept) or math (scores kept) [default: what the "
-        "real module runs].", show_default=False)] = None,
+        "--attention", help="Attention kernel: flash (no s² scores kept, as training stacks run) or math (scores "
+        "kept) [default: flash; with --measure, what the real module runs].", show_default=False)] = None,
     recompute: Annotated[Recompute, typer.Option(
-        "--recompute", help="full: keep only each block's input (activation checkpointing).")] = Recompute.none,
+        "--recompute", help="selective: rebuild the attention scores (none kept under flash); full: keep only each "
+        "block's input (activation checkpointing).")] = Recompute.none,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
+    require_fit: RequireFit = False,
     measure: Measure = False,
     device: Device = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -98,19 +108,28 @@ def memory(
     tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV
     cache.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
+    if require_fit and budget is None:
+        raise InputError("--require-fit checks the fit in a --budget: give one (e.g. --budget 80GB)")
     run_on = device or "cpu"
     dtype_name = dtype.value if dtype else default_dtype(run_on if measure else None)
-    options = MemoryOptions(training, optimizer.value, attention.value if attention else None, recompute.value,
-                            parse_bytes(budget, "--budget") if budget is not None else None,
-                            kv_dtype.value if kv_dtype else None, group_size)
+    options = MemoryOptions(training=training, optimizer=optimizer.value,
+                            attention=attention.value if attention else None, recompute=recompute.value,
+                            budget=parse_bytes(budget, "--budget") if budget is not None else None,
+                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)
     with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
             ref = resolve(name, overrides or [])
+            warn_past_context(ref, seq)
             on_step, done = _step_tracker(progress, ref.label)
             reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))
             progress(len(steps) - len(done) + 1 if done else len(steps))
     render.emit(reports, out, view.document)
+    if require_fit:
+        short = [f"{r.model.label} at batch {r.batch}, seq {r.seq:,}" for r in reports if not r.fits]
+        if short:
+            render.does_not_fit(f"{'; '.join(short)} in {budget}")
+            raise typer.Exit(1)

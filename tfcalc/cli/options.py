@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfcalc import amounts
 from tfcalc.cli.render import FORMATS, Output
 from tfcalc.count.dtypes import DTYPES
 from tfcalc.errors import InputError
@@ -44,25 +45,55 @@ Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, coun
 Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
 
 
-def output(format: Format, json_out: bool, exact: bool = False, verbose: bool = False) -> Output:
+def table_option(*names: str):
+    """--table, whose help names the command's tables (the first is the one CSV writes by default)."""
+    return Annotated[Optional[str], typer.Option(
+        "--table", help=f"The one table to write, by name: {', '.join(names)} [default: csv writes the first of "
+        "these the report has (summary, for several models); table and markdown write every table].",
+        show_default=False, metavar="NAME")]
+
+
+def output(format: Format, json_out: bool, exact: bool = False, verbose: bool = False,
+           table: str | None = None) -> Output:
     if json_out and format.value not in ("table", "json"):
         raise InputError(f"--json and --format {format.value} ask for two formats; give one")
-    return Output("json" if json_out else format.value, exact, verbose)
+    if table is not None and (json_out or format.value == "json"):
+        raise InputError("--table picks a table of the table, markdown or csv output; JSON holds everything")
+    return Output("json" if json_out else format.value, exact, verbose, table)
 
 
 # ---------- workload ----------
 
 DTypeName = enum.Enum("DTypeName", {name: name for name in DTYPES}, type=str)  # fp32, tf32, ..., int4
-Batch = Annotated[int, typer.Option("--batch", "-b", help="Sequences per batch (B).", metavar="N")]
+LENGTHS_RULE = "4k = 4,096: a length's k is 1,024 and M 1,048,576, as model cards count context"
+COUNTS_RULE = "1k = 1,000: a count is decimal"
+
+
+def length_value(text: str) -> int:
+    try:
+        return amounts.length(text)
+    except InputError as e:  # Typer would write a ValueError as "Value error, ..."
+        raise typer.BadParameter(str(e)) from None
+
+
+def count_value(text: str) -> int:
+    try:
+        return amounts.count(text)
+    except InputError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+Batch = Annotated[int, typer.Option("--batch", "-b", help=f"Sequences per batch (B); {COUNTS_RULE}.", metavar="N",
+                                    parser=count_value)]
 Seq = Annotated[Optional[int], typer.Option(
-    "--seq", "-s", help="Sequence length T in tokens (an encoder-decoder's target length) [default: the model's "
-    "context length].", show_default=False, metavar="T")]
+    "--seq", "-s", help="Sequence length T in tokens (an encoder-decoder's target length); "
+    f"{LENGTHS_RULE} [default: the model's context length].", show_default=False, metavar="T", parser=length_value)]
 Seqs = Annotated[Optional[str], typer.Option(
-    "--seq", "-s", help="Sequence lengths: one (1024), several (256,1024,4096) or a doubling range (256..4096).",
-    show_default=False, metavar="T[,T...]|A..B")]
+    "--seq", "-s", help="Sequence lengths: one (1024), several (256,1k,4k) or a doubling range (256..4k); "
+    f"{LENGTHS_RULE}.", show_default=False, metavar="T[,T...]|A..B")]
 SrcSeq = Annotated[Optional[int], typer.Option(
-    "--src-seq", help="Encoder-decoder models only: source length S [default: the --seq value].",
-    show_default=False, metavar="S")]
+    "--src-seq", help=f"Encoder-decoder models only: source length S; {LENGTHS_RULE} [default: the --seq value].",
+    show_default=False, metavar="S", parser=length_value)]
 DType = Annotated[Optional[DTypeName], typer.Option(
     "--dtype", help=f"Storage dtype of weights and activations: {', '.join(DTYPES)} (int8/int4/fp8 count "
     "storage, compute in bf16) [default: bf16; fp32 for runs on a CPU].", show_default=False, metavar="DTYPE")]
@@ -72,7 +103,8 @@ Device = Annotated[Optional[str], typer.Option(
 Batches = Annotated[Optional[str], typer.Option(
     "--batch", "-b", help="Batch sizes: one (8), several (1,8,64) or a doubling range (1..256) [default: 1].",
     show_default=False, metavar="B[,B...]|A..B")]
-Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first).",
+Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first); "
+                                  f"{LENGTHS_RULE}.", parser=length_value,
                                   metavar="N")]
 KvDType = Annotated[Optional[DTypeName], typer.Option(
     "--kv-dtype", help="Dtype of the KV cache, apart from the weights' [default: the weights' dtype; bf16 for "
@@ -82,8 +114,8 @@ GroupSize = Annotated[Optional[int], typer.Option(
     "(with zero points), per output row for int8 and fp8].", show_default=False, metavar="N")]
 DeviceSpec = Annotated[Optional[str], typer.Option(
     "--device-spec", help="The device to predict for: a key from the datasheet table (h100-sxm, a100-80gb, ...), "
-    "a YAML file with your own, or 'list' to show the table [default: h100-sxm].", show_default=False,
-    metavar="KEY|FILE|list")]
+    "a YAML file with your own (`tfcalc devices` lists the table) [default: h100-sxm].", show_default=False,
+    metavar="KEY|FILE")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing.", metavar="N")]
 Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
                                      "(decode: every step is one).", metavar="N")]
@@ -92,19 +124,42 @@ CopySize = Annotated[Optional[str], typer.Option(
     "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
+RequireFit = Annotated[bool, _flag("--require-fit", help="For scripts: exit 1 (after the answer) when it does not "
+                                   "fit; 0 when it does.")]
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]
 
 
-def parse_lengths(text: str, option: str = "--seq") -> list[int]:
-    """Sequence lengths as typed: '256,1024,4096' -> those, in that order; '128..1024' -> 128, 256, 512,
-    1024 (doubling; the end is included even off the doubling). InputError (one line) otherwise."""
+def warn_past_context(ref, seq: Optional[int], what: str = "--seq") -> None:
+    """One line on stderr when a length goes past the model's context (max_seq_len): the figures are
+    arithmetic at that length, which the model as configured could not run."""
     from tfcalc.workload import MAX_SIZE
 
+    context = ref.cfg.max_seq_len
+    if seq is not None and context < seq <= MAX_SIZE:  # past MAX_SIZE the range check refuses it: one line
+        from tfcalc.cli import render
+
+        render.warn(f"{ref.label}: {what} {seq:,} is past the model's context of {context:,} tokens; counted "
+                    "anyway, as if it had that many positions")
+
+
+def parse_lengths(text: str, option: str = "--seq") -> list[int]:
+    """Sequence lengths as typed: '256,1024,4k' -> those, in that order; '128..1k' -> 128, 256, 512,
+    1024 (doubling; the end is included even off the doubling). Lengths scale k by 1,024, and --batch
+    (a count) by 1,000 (tfcalc.amounts). InputError (one line) otherwise."""
+    from tfcalc.workload import MAX_SIZE
+
+    scale = amounts.COUNT if option == "--batch" else amounts.LENGTH
+
+    def read(part: str) -> int:
+        try:
+            return amounts.parse(part, scale)
+        except InputError:  # said below for the whole text, the form it takes
+            raise ValueError(part) from None
     text = text.strip()
     try:
         if ".." in text:
             lo_text, hi_text = text.split("..", 1)
-            lo, hi = int(lo_text), int(hi_text)
+            lo, hi = read(lo_text), read(hi_text)
             if not 1 <= lo <= hi <= MAX_SIZE:
                 raise InputError(f"{option}: expected START..END with 1 <= START <= END <= {MAX_SIZE:,}; got '{text}'")
             seqs = []
@@ -115,12 +170,13 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
         parts = text.split(",")
         if any(not p.strip() for p in parts):
             raise ValueError
-        seqs = [int(p) for p in parts]
+        seqs = [read(p) for p in parts]
     except InputError:  # an InputError is a ValueError: not to be replaced by the generic message below
         raise
     except ValueError:
         shown = text if len(text) <= 40 else text[:40] + "…"
-        raise InputError(f"{option}: expected integers separated by commas, or START..END; got '{shown}'") from None
+        raise InputError(f"{option}: expected integers separated by commas (4k: 4,096 as a length, 1,000 as a "
+                         f"count), or START..END; got '{shown}'") from None
     if any(not 1 <= s <= MAX_SIZE for s in seqs):
         what = "batch sizes" if option == "--batch" else "sequence lengths"
         raise InputError(f"{option}: {what} must be between 1 and {MAX_SIZE:,}")

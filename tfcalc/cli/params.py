@@ -7,10 +7,12 @@ from typing import Annotated
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Exact, Format, FormatOption, Json, Models, Overrides, Verbose, output
+from tfcalc.cli.options import Exact, Format, FormatOption, Json, Models, Overrides, Verbose, output, table_option
 from tfcalc.cli.render import params as view
 from tfcalc.report import resolve
 from tfcalc.report.params import build_params
+
+TableOption = table_option("components", "summary")
 
 
 def params(
@@ -21,6 +23,7 @@ def params(
         help="Also build the real module on the meta device (no memory) and count its parameters.",
         metavar="")] = True,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -35,7 +38,7 @@ def params(
     decoder), the textbook approximation 12·L·d² + V·d beside it, and weight bytes. For a mixture of experts, also
     the parameters active per token. Exit 1 if the two counts disagree for any model.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     reports = []
     # Building on meta means importing torch first (most of the command's time): shown, as a step.
     with render.progress("params", len(models), enabled=measure and not out.quiet) as progress:

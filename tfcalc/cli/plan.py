@@ -10,6 +10,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import (
+    COUNTS_RULE,
     FSDP,
     TP,
     DType,
@@ -21,21 +22,28 @@ from tfcalc.cli.options import (
     Model,
     Nproc,
     Overrides,
+    RequireFit,
     Seq,
     SequenceParallel,
     Verbose,
     Zero,
+    count_value,
     output,
+    table_option,
     zero_stage,
 )
 from tfcalc.cli.render import plan as view
-from tfcalc.count.layout import RECOMPUTE
+from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.steptime import parse_count
 from tfcalc.report import resolve
 from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, DEFAULT_MFU, PlanRequest, build_plan
 from tfcalc.workload import ESTIMATE_DTYPE
 
 Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
+Attention = enum.Enum("Attention", {name: name for name in ATTENTION_KERNELS}, type=str)
+
+
+TableOption = table_option("layouts", "memory", "communication", "step", "measured", "measured-collectives")
 
 
 def _gpus(text: Optional[str]):
@@ -68,46 +76,52 @@ def plan(
     recompute: Annotated[Optional[Recompute], typer.Option(
         "--recompute", help="Activation recompute: selective (attention scores) or full (block inputs only) "
         "[default: none; a search tries each].", show_default=False)] = None,
+    attention: Annotated[Attention, typer.Option(
+        "--attention", help="Attention kernel the activations assume: flash (no T×T scores kept, as every current "
+        "training stack runs) or math (the scores kept, Korthikanti et al. 2022's count).")] = Attention.flash,
     sequence_parallel: SequenceParallel = False,
     micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
-                                             metavar="B")] = 1,
+                                             metavar="B", parser=count_value)] = 1,
     global_batch: Annotated[Optional[int], typer.Option(
-        "--global-batch", help="Sequences per optimizer step [default: 4M tokens, 2²² / seq].", show_default=False,
-        metavar="N")] = None,
+        "--global-batch", help=f"Sequences per optimizer step; {COUNTS_RULE} [default: 4M tokens, 2²² / seq].",
+        show_default=False, metavar="N", parser=count_value)] = None,
     seq: Seq = None,
     dtype: DType = None,
     mfu: Annotated[float, typer.Option(
         "--mfu", help="Assumed share of the datasheet peak the GPUs run at (tfcalc bench measures it).",
         metavar="F")] = DEFAULT_MFU,
     tokens: Annotated[Optional[str], typer.Option(
-        "--tokens", help="Training tokens, e.g. 2T or 300B: training time and GPU-hours.", show_default=False,
+        "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    require_fit: RequireFit = False,
     measure: Measure = False,
     nproc: Nproc = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
-) -> None:
+) -> int:
     """Plan parallel training: memory per rank, bytes of each collective, step time, training time.
 
     Per rank: weights, gradients and Adam states under ZeRO 0-3 (Rajbhandari et al. 2020; FSDP pads each tensor's
-    rows), activations (Korthikanti et al. 2022, with TP, sequence parallelism, recompute and the pipeline's
-    micro-batches in flight), against the device's memory. Per step: every collective by cause, ring conventions
-    (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the peak, collectives over
-    NVLink within a node and the network across (Megatron's rank order), with and without overlap; the pipeline
-    bubble (p−1)/(m+p−1).
+    rows), activations (the same model as `memory --training`: the terms autograd keeps in the real module,
+    shared out by TP, sequence parallelism, recompute and the pipeline's micro-batches in flight, Korthikanti et
+    al. 2022; flash attention unless --attention math), against the device's memory. Per step: every collective by
+    cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the
+    peak, collectives over NVLink within a node and the network across (Megatron's rank order), with and without
+    overlap; the pipeline bubble (p−1)/(m+p−1).
 
     Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
     FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and
     collective bytes agree exactly.
     """
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     request = PlanRequest(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
-        recompute=recompute.value if recompute else None,
+        recompute=recompute.value if recompute else None, attention=attention.value,
         sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch, seq=seq,
         dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
@@ -116,8 +130,19 @@ def plan(
         from tfcalc.errors import InputError
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
-    ref = resolve(model, overrides or [])
+    ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
         report = build_plan(ref, request, device_spec, measure, 2 if nproc is None else nproc)
         step()
     render.emit([report], out, view.document)
+    m = report.measured
+    if m is not None and not (m.states_exact and m.collectives_exact):
+        what = [w for w, ok in (("model-state bytes", m.states_exact), ("collectives", m.collectives_exact)) if not ok]
+        render.error(f"{ref.label}: the plan and the measured run disagree on {' and '.join(what)}")
+        return 1
+    if require_fit and not report.plan.fits:
+        m = report.plan.memory
+        render.does_not_fit(f"{ref.label}: {m.total / 2**30:,.1f} GiB per rank in {report.device.name} "
+                            f"({report.device.memory_bytes / 2**30:,.1f} GiB)")
+        return 1
+    return 0

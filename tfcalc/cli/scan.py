@@ -24,12 +24,16 @@ from tfcalc.cli.options import (
     Verbose,
     output,
     parse_lengths,
+    table_option,
+    warn_past_context,
 )
 from tfcalc.cli.render import scan as view
 from tfcalc.count.budget import parse_bytes
 from tfcalc.report import resolve
 from tfcalc.report.scan import build_scan
 from tfcalc.workload import default_dtype
+
+TableOption = table_option("scan", "decode")
 
 
 def scan(
@@ -57,6 +61,7 @@ def scan(
         "--budget", help="Draw a capacity line on the memory panel, e.g. 80GiB.", show_default=False,
         metavar="SIZE")] = None,
     format: FormatOption = Format.table,
+    table: TableOption = None,
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
@@ -71,7 +76,7 @@ def scan(
     """
     from tfcalc.errors import InputError
 
-    out = output(format, json_out, exact, verbose)
+    out = output(format, json_out, exact, verbose, table)
     if not (0.5 <= size[0] <= 100 and 0.5 <= size[1] <= 100) or not 10 <= dpi <= 1200:
         raise InputError("--size takes 0.5 to 100 inches each way and --dpi 10 to 1200")
     capacity = parse_bytes(budget, "--budget") if budget is not None else None
@@ -88,7 +93,10 @@ def scan(
         raise InputError("--batch: one batch size, unless --decode scans them")
     seqs = parse_lengths(seq if seq is not None else "128..131072")
     dtype_name = dtype.value if dtype else default_dtype(None)
-    report = build_scan(resolve(model, overrides or []), seqs, batches[0], dtype_name)
+    ref = resolve(model, overrides or [])
+    if seq is not None:  # the default sweep goes past every context on purpose, to show where attention wins
+        warn_past_context(ref, max(seqs))
+    report = build_scan(ref, seqs, batches[0], dtype_name)
     if plot is not None:
         report = replace(report, plot=str(_draw(report, plot, out, lambda plotting: plotting.scan_plot(
             report.to_json(), plot, size, dpi, capacity))))
@@ -105,7 +113,9 @@ def _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_si
     if len(contexts) != 1:
         raise InputError("--seq: scan --decode takes one context length (it scans --batch)")
     batches = parse_lengths(batch if batch is not None else "1..1024", "--batch")
-    report = build_decode_scan(resolve(model, overrides or []), batches, contexts[0],
+    ref = resolve(model, overrides or [])
+    warn_past_context(ref, contexts[0])
+    report = build_decode_scan(ref, batches, contexts[0],
                                dtype.value if dtype else default_dtype(None), group_size,
                                kv_dtype.value if kv_dtype else None, device_spec)
     if plot is not None:

@@ -48,11 +48,18 @@ The backward pass begins with one more transient: the gradients of the fp32 log-
 the fp32 logits, 8·V bytes per token, alive together with the saved log-probabilities. It is counted in
 the activation peak (``Activations.total``), not in the saved bytes (``Activations.stored``).
 
-Variants: attention kernel "flash" (the default: SDPA's fused kernels keep no s² tensor) or "math";
-ALiBi defaults to "math" (its bias is an explicit mask). Full recompute (activation checkpointing of
-every block): only each block's input is kept, e·h per token per layer (Korthikanti's 2sbh), and one
-block's activations are rebuilt at a time during the backward pass, so one layer's worth is added to
-the peak.
+Variants: attention kernel "flash" (SDPA's fused kernels keep no s² tensor) or "math". Called with no
+kernel, ``activations`` counts what tfcalc's own module runs on a CPU (``default_attention``: "math" under
+ALiBi's or T5's explicit bias and with soft-capped scores) -- what a measured run is checked against; a
+training request (memory --training, plan) assumes TRAINING_ATTENTION, "flash", as every current
+training stack runs (FlashAttention-2 takes ALiBi slopes and a soft-cap in the kernel; T5's bias is read
+by the fused kernel as an input, which it keeps: e·a·T² once, ``position_bias``). Selective recompute
+(Korthikanti et al. 2022, sec. 5) keeps everything but the score terms (softmax output and its dropout),
+rebuilt in the backward pass: under "flash" there are none, so it keeps what "none" keeps. Full
+recompute (activation checkpointing of every block): only each block's input is kept, e·h per token
+per layer (Korthikanti's 2sbh), and one block's activations are rebuilt at a time during the backward
+pass, so one layer's worth is added to the peak. How a rank of a parallel layout shares these terms:
+tfcalc.count.rank_activations.
 
 Other kinds (tfcalc.config), each term again a tensor the real module saves (checked the same way):
 
@@ -105,10 +112,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count.activation_layers import layer_list
 from tfcalc.count.dtypes import activation_element_bytes
 
 ATTENTION_KERNELS = ("flash", "math")
-RECOMPUTE = ("none", "full")
+TRAINING_ATTENTION = "flash"  # what a training request assumes unless told: every current stack runs a fused kernel
+RECOMPUTE = ("none", "selective", "full")
+SCORE_TERMS = frozenset({"attn_scores", "scores_dropout", "cross_attn_scores"})  # what selective recompute rebuilds
 FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
 
 
@@ -217,8 +227,8 @@ def layer_activations(
         out["shared_expert"] = _ffn_factor(cfg) * e * cfg.shared_expert_d_ff + gate
     if cfg.norm_placement == "sandwich":
         out["ffn_post_norm"] = norm_bytes(cfg, e)
-    masks = 2 * h + ((1 + e) * a * seq if attention == "math" else 0)
-    out["dropout"] = masks if dropout else 0
+    out["dropout"] = 2 * h if dropout else 0  # the 1-byte masks of the attention and FFN outputs
+    out["scores_dropout"] = (1 + e) * a * seq if dropout and attention == "math" else 0  # mask and output
     return out
 
 
@@ -275,11 +285,25 @@ class Activations:
     layer_input: int  # bytes of one block's input, e·h·b·s: all that full recompute keeps per layer
     loss_gradients: int  # fp32 gradients of the log-probs and logits as the backward pass starts
     attention: str
-    recompute: str
+    recompute: str  # none, selective (the score terms rebuilt in the backward pass) or full
     # an encoder-decoder's encoder blocks (over b·S source tokens); empty and 0 for the other kinds
     encoder_per_layer: dict[str, int] = dataclasses.field(default_factory=dict)
     n_encoder_layer: int = 0
     encoder_layer_input: int = 0
+    moe: bool = False  # the FFN is a mixture of experts (replicated, not split, across tensor-parallel ranks)
+    layers: tuple = ()  # each output-stack layer's terms where they differ (dense layers of a MoE); () alike
+
+    def layer_terms(self, i: int) -> dict[str, int]:
+        """{component: bytes} of output-stack layer i: ``per_layer`` unless layers differ. Every sum over
+        layers goes through here."""
+        if not 0 <= i < self.n_layer:
+            raise IndexError(f"layer {i} of {self.n_layer}")
+        return self.layers[i] if self.layers else self.per_layer
+
+    def kept(self, terms: dict[str, int]) -> int:
+        """Bytes of one layer's terms kept under selective recompute (the score terms dropped) or none."""
+        drop = SCORE_TERMS if self.recompute == "selective" else frozenset()
+        return sum(v for key, v in terms.items() if key not in drop)
 
     @property
     def layer(self) -> int:
@@ -294,14 +318,15 @@ class Activations:
     def stored(self) -> int:
         """Bytes kept from the forward pass to the backward pass."""
         full = self.recompute == "full"
-        per_layer = self.layer_input if full else self.layer
-        per_encoder_layer = self.encoder_layer_input if full else self.encoder_layer
-        return self.n_layer * per_layer + self.n_encoder_layer * per_encoder_layer + sum(self.head.values())
+        layers = sum(self.layer_input if full else self.kept(self.layer_terms(i)) for i in range(self.n_layer))
+        per_encoder_layer = self.encoder_layer_input if full else self.kept(self.encoder_per_layer)
+        return layers + self.n_encoder_layer * per_encoder_layer + sum(self.head.values())
 
     @property
     def recompute_extra(self) -> int:
         """With full recompute, one block's activations rebuilt at a time during the backward pass."""
-        return max(self.layer, self.encoder_layer) if self.recompute == "full" else 0
+        kinds = {id(t): sum(t.values()) for t in self.layers or (self.per_layer,)}
+        return max(*kinds.values(), self.encoder_layer) if self.recompute == "full" else 0
 
     @property
     def total(self) -> int:
@@ -309,16 +334,8 @@ class Activations:
         return self.stored + self.recompute_extra + self.loss_gradients
 
 
-def activations(
-    cfg: ModelConfig,
-    batch: int,
-    seq: int,
-    dtype: str,
-    attention: Optional[str] = None,
-    recompute: str = "none",
-    dropout: bool = False,
-    src_seq: Optional[int] = None,
-) -> Activations:
+def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
+                recompute: str = "none", dropout: bool = False, src_seq: Optional[int] = None) -> Activations:
     """Training activations at (batch, seq) in dtype; attention None means default_attention(cfg) (and,
     for cross-attention, which has no mask, the fused kernel). An encoder-decoder reads src_seq source
     tokens (default: seq)."""
@@ -326,19 +343,24 @@ def activations(
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
     e, tokens, h = activation_element_bytes(dtype), batch * seq, cfg.d_model
     kernel = attention or default_attention(cfg)
-    per_layer = {key: tokens * n for key, n in layer_activations(cfg, batch, seq, e, kernel, dropout).items()}
+    more, src = {}, seq if src_seq is None else src_seq
+    cross_kernel = attention or ("math" if cfg.attn_softcap is not None else "flash")  # no mask: fused, uncapped
+
+    def block(c) -> dict[str, int]:  # one output-stack block: c is cfg, or a dense layer's view of it
+        out = {key: tokens * n for key, n in layer_activations(c, batch, seq, e, kernel, dropout).items()}
+        if c.cross_attention or c.arch == "encoder-decoder":  # src_seq external states (default: seq)
+            out.update(cross_activations(c, batch, seq, src, e, cross_kernel))
+        if c.expert_capacity_factor is not None:
+            _capacity_terms(c, out, tokens, e)
+        return out
+
+    per_layer = block(cfg)
     head = {key: tokens * n for key, n in head_activations(cfg, e).items()}
     if cfg.pooler:
         head["pooler_output"] = batch * e * h  # tanh keeps its output, one row per sequence
-    more = {}
-    cross_kernel = attention or ("math" if cfg.attn_softcap is not None else "flash")  # no mask: fused, uncapped
-    if cfg.cross_attention:  # a decoder-only stack reading src_seq external states (default: seq)
-        src = seq if src_seq is None else src_seq
-        per_layer.update(cross_activations(cfg, batch, seq, src, e, cross_kernel))
+    if cfg.cross_attention:
         head["cross_memory"] = batch * src * e * h  # every block's K/V-projection input
     if cfg.arch == "encoder-decoder":
-        src = seq if src_seq is None else src_seq
-        per_layer.update(cross_activations(cfg, batch, seq, src, e, cross_kernel))
         sources = batch * src
         encoder = layer_activations(cfg, batch, src, e, kernel, dropout)
         more = dict(encoder_per_layer={key: sources * n for key, n in encoder.items()},
@@ -346,16 +368,17 @@ def activations(
         head["encoder_embedding_norm"] = sources * norm_bytes(cfg, e) if cfg.embedding_norm else 0
         head["encoder_final_norm"] = sources * norm_bytes(cfg, e) if cfg.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
-    if cfg.expert_capacity_factor is not None:
-        _capacity_terms(cfg, per_layer, batch * seq, e)
-        if more:
-            _capacity_terms(cfg, more["encoder_per_layer"], batch * (seq if src_seq is None else src_seq), e)
+    if cfg.expert_capacity_factor is not None and more:
+        _capacity_terms(cfg, more["encoder_per_layer"], batch * src, e)
     if cfg.windowed_layers and cfg.sliding_window < seq and default_attention(cfg) == "flash":
         # the window is an explicit (T, T) mask there, one tensor for every windowed block, which the
         # fused kernel keeps for its backward (ALiBi's, T5's and capped scores add it in instead)
         head["window_mask"] = e * seq * seq
+    if kernel == "flash" and cfg.pos_encoding == "relative":  # the fused kernel reads T5's bias as an input
+        head["position_bias"] = e * cfg.n_head * (seq * seq + (src * src if cfg.arch == "encoder-decoder" else 0))
     loss_gradients = 2 * FP32 * tokens * cfg.vocab_size if cfg.lm_head else 0
-    return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more)
+    return Activations(per_layer, head, cfg.n_layer, tokens * e * h, loss_gradients, kernel, recompute, **more,
+                       moe=bool(cfg.n_expert), layers=layer_list(cfg, per_layer, block))
 
 
 def _capacity_terms(cfg: ModelConfig, per_layer: dict[str, int], tokens: int, e: int) -> None:
@@ -370,9 +393,3 @@ def _capacity_terms(cfg: ModelConfig, per_layer: dict[str, int], tokens: int, e:
     softmax = FP32 * tokens * (k if cfg.router_norm_topk else E)
     per_layer["moe_routing"] = buffer_rows * 2 * e * h + kept * (e * h + e) + softmax
 
-
-def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
-    """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
-    16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
-    h = cfg.d_model
-    return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)

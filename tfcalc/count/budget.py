@@ -4,7 +4,7 @@ one. Pure arithmetic, no torch."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Callable, Optional
 
@@ -12,6 +12,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.memory import kv_cache_bytes, weights_bytes
 from tfcalc.count.training import training_bytes, training_state
 from tfcalc.errors import InputError as ConfigError
+from tfcalc.workload import Workload
 
 _UNITS = {
     "": 1, "b": 1,
@@ -90,33 +91,34 @@ class Fit:
         return self.max_batch >= SEARCH_CAP
 
 
-def fit_inference(cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, src_seq: Optional[int] = None,
-                  weights: Optional[int] = None, kv_dtype: Optional[str] = None) -> Fit:
-    """Largest context (at batch) and batch (at seq) whose weights + KV cache fit the budget. An
-    encoder-decoder keeps src_seq source positions; without it, as many as the context. ``weights``
-    (bytes) and ``kv_dtype`` when they are not params × dtype and dtype (quantized weights,
-    tfcalc.count.quant; a cache in its own dtype)."""
-    fixed = weights_bytes(cfg, dtype) if weights is None else weights
-    kv = kv_dtype or dtype
+def fit_inference(cfg: ModelConfig, workload: Workload, budget: int, weights: Optional[int] = None,
+                  kv_dtype: Optional[str] = None) -> Fit:
+    """Largest context (at the workload's batch) and batch (at its seq, default the context length) whose
+    weights + KV cache fit the budget. An encoder-decoder keeps the workload's src_seq source positions;
+    without one, as many as the context. ``weights`` (bytes) and ``kv_dtype`` when they are not params ×
+    dtype and dtype (quantized weights, tfcalc.count.quant; a cache in its own dtype)."""
+    w, seq = workload, workload.seq or cfg.max_seq_len
+    fixed = weights_bytes(cfg, w.dtype) if weights is None else weights
+    kv = kv_dtype or w.dtype
 
     def need(b: int, t: int) -> int:
-        return fixed + kv_cache_bytes(cfg, b, t, kv, src_seq)
+        return fixed + kv_cache_bytes(cfg, b, t, kv, w.src_seq)
 
-    return Fit(budget, fixed, largest_fitting(lambda t: need(batch, t), budget),
+    return Fit(budget, fixed, largest_fitting(lambda t: need(w.batch, t), budget),
                largest_fitting(lambda b: need(b, seq), budget))
 
 
-def fit_training(
-    cfg: ModelConfig, batch: int, seq: int, dtype: str, budget: int, optimizer: str = "adam-mixed",
-    attention: Optional[str] = None, recompute: str = "none", src_seq: Optional[int] = None,
-) -> Fit:
-    """Largest context (at batch) and batch (at seq) whose training state + activations fit the budget
-    (an encoder-decoder: src_seq source tokens, or as many as the context)."""
+def fit_training(cfg: ModelConfig, workload: Workload, budget: int, optimizer: str = "adam-mixed",
+                 attention: Optional[str] = None, recompute: str = "none") -> Fit:
+    """Largest context (at the workload's batch) and batch (at its seq) whose training state +
+    activations fit the budget (an encoder-decoder: its src_seq source tokens, or as many as the context)."""
+    seq = workload.seq or cfg.max_seq_len
+
     def need(b: int, t: int) -> int:
-        return training_bytes(cfg, b, t, dtype, optimizer, attention, recompute, src_seq)
+        return training_bytes(cfg, replace(workload, batch=b, seq=t), optimizer, attention, recompute)
 
     return Fit(
-        budget, training_state(cfg, dtype, optimizer).total,
-        largest_fitting(lambda t: need(batch, t), budget),
+        budget, training_state(cfg, workload.dtype, optimizer).total,
+        largest_fitting(lambda t: need(workload.batch, t), budget),
         largest_fitting(lambda b: need(b, seq), budget),
     )

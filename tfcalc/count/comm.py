@@ -54,7 +54,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.layout import Layout
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.rank_memory import FP32, weight_element_bytes
-from tfcalc.count.shard import fsdp_shard, stage_blocks, stage_tensors, tied_stage_copy, tp_local_shape
+from tfcalc.count.shard import fsdp_shard, stage_layers, stage_tensors, stage_units, tied_stage_copy, tp_local_shape
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 GROUPS = ("dp", "tp", "pp")
@@ -97,22 +97,19 @@ def by_key(collectives) -> dict[str, int]:
     return out
 
 
-def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
-    """(one block, the root's tensors on the stage): elements per rank under FSDP2's padded split."""
-    block = root = 0
-    for t, _copies in stage_tensors(cfg, layout.pp, stage):
-        shard = fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
-        if t.per_block:
-            block += shard
-        else:
-            root += shard
-    return block, root
+def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[list[int], int]:
+    """(each block's, the root's tensors on the stage): elements per rank under FSDP2's padded split."""
+    def shard(t) -> int:
+        return t.copies * fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
+
+    blocks = [sum(shard(t) for t in unit) for unit in stage_units(cfg, layout.pp, stage)]
+    root = sum(shard(t) for t, _ in stage_tensors(cfg, layout.pp, stage) if not t.per_block)
+    return blocks, root
 
 
 def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Causes 1 and 2."""
     N, m, ew = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype)
-    blocks = stage_blocks(cfg.n_layer, layout.pp)[stage]
     if N == 1:
         return []
 
@@ -125,18 +122,21 @@ def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> li
     if layout.zero in (1, 2):
         times = 1 if layout.zero == 1 else m
         return [c("dp_grads", "reduce_scatter", times * flat, times), c("zero_params", "all_gather", flat, 1)]
-    block, root = _unit_shards(cfg, layout, stage)
-    units = blocks + (root > 0)
-    gathers = m * (2 * blocks * block + root)
+    shards, root = _unit_shards(cfg, layout, stage)
+    blocks, units = len(shards), len(shards) + (root > 0)
+    gathers = m * (2 * sum(shards) + root)
     return [c("zero_params", "all_gather", ew * N * gathers, m * (2 * blocks + (root > 0))),
-            c("dp_grads", "reduce_scatter", ew * N * m * (blocks * block + root), m * units)]
+            c("dp_grads", "reduce_scatter", ew * N * m * (sum(shards) + root), m * units)]
 
 
 def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
     """Causes 3, 4 and 5."""
-    t, m, blocks = layout.tp, layout.micro_batches, stage_blocks(cfg.n_layer, layout.pp)[stage]
+    t, m = layout.tp, layout.micro_batches
     if t == 1:
         return []
+    # TP-split sub-layers of the stage: every attention, and every FFN but a mixture of experts (its
+    # experts are whole on every rank: replicated, so their output needs no reduction)
+    split = sum(1 + (not b.is_moe) for b in stage_layers(cfg, layout.pp, stage))
     first, last = stage == 0, stage == layout.pp - 1
     tokens = layout.micro_batch * layout.seq
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
@@ -144,10 +144,10 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     calls = dict.fromkeys(OPS[:3], 0)
     sp = layout.sequence_parallel
     if sp:  # per block two all-gathers and two reduce-scatters each way; the head's input and its gradient
-        calls["all_gather"] += 4 * blocks + last
-        calls["reduce_scatter"] += 4 * blocks + last
+        calls["all_gather"] += 2 * split + last
+        calls["reduce_scatter"] += 2 * split + last
     else:  # per block two all-reduces each way; the head's input gradient
-        calls["all_reduce"] += 4 * blocks + last
+        calls["all_reduce"] += 2 * split + last
     if first and not tied:  # hidden-split lookups gathered; under SP, block 0's input gradient too
         calls["all_gather"] += 1 + sp
     elif first:  # vocabulary split: partial lookups all-reduced, or reduce-scattered (and gathered back) under SP
@@ -168,8 +168,7 @@ def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list
     norms, and the final norm on the last stage."""
     sizes = []
     for t, copies in stage_tensors(cfg, layout.pp, stage):
-        name = t.name.rpartition("}.")[2]
-        if name.startswith(("attn_norm.", "ffn_norm.", "final_norm.")):
+        if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_")):
             sizes += [math.prod(t.shape)] * copies
     return sizes
 

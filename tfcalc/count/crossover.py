@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.terms import causal_pairs, ffn_matrices
+from tfcalc.count.terms import causal_pairs
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,8 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     A sliding window W makes a windowed layer's causal scores grow like W·T beyond W (see _windowed): they
     may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
     """
-    d, q, k, f, m = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, ffn_matrices(cfg)
-    ffn_per_token = 2 * cfg.experts_active * m * d * f + (2 * d * cfg.experts if cfg.n_expert else 0)
-    if cfg.shared_expert_d_ff:  # Qwen2-MoE's shared expert and its gate run on every token
-        ffn_per_token += 2 * m * d * cfg.shared_expert_d_ff + (2 * d if cfg.shared_expert_gate else 0)
+    d, q, k = cfg.d_model, cfg.q_dim, cfg.kv_dim
+    ffn_per_token = _ffn_per_token(cfg)
     scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
     attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
@@ -48,6 +46,19 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
             return Crossover(*(_windowed(cfg, 4 * q * b, q) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _ffn_per_token(cfg: ModelConfig) -> Fraction:
+    """c of F(T) = c·T: the FFN matmul FLOPs per token of one layer of the output stack, folded over its
+    layers (tfcalc.architecture): a dense FFN's 2·m·d·f, a MoE's router and top-k experts (and a shared
+    expert); the mean over the layers where they differ (DeepSeek-V3's first dense layers)."""
+    stack, total = cfg.architecture.output, 0
+    for block, layers in stack.kinds():
+        for mm in block.linears():
+            if mm.role == "ffn":
+                per_token = block.ffn.top_k if mm.rows == "routed" else 1  # routed rows: k per token
+                total += layers * 2 * mm.n_in * mm.n_out * per_token
+    return Fraction(total, stack.n_layer)
 
 
 def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:

@@ -75,9 +75,10 @@ Public names (the benchmark imports these):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from tfcalc.architecture import Attention, Head, Linear, MoE, Stack
 from tfcalc.config import ModelConfig
 from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
 from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401 (API)
@@ -127,101 +128,87 @@ def matmul_entries(
     encoder: bool = True,
 ) -> list[MatmulEntry]:
     """Every matmul of a forward pass over ``queries`` new tokens per sequence attending to ``keys``
-    positions (keys = queries for a full forward, keys = context with queries = 1 for decoding).
+    positions (keys = queries for a full forward, keys = context with queries = 1 for decoding): a fold
+    over ``cfg.architecture`` (tfcalc.architecture), each layer kind's matmuls times the layers of it.
 
     An encoder-decoder's encoder reads ``src`` tokens per sequence (default: queries), and every decoder
     block's cross-attention scores its queries against them. ``encoder=False`` leaves out what a decode
     step reuses: the encoder, and the cross-attention K and V projections (the cross KV cache)."""
     keys = queries if keys is None else keys
-    d, rows = cfg.d_model, batch * queries
+    arch = cfg.architecture
     out: list[MatmulEntry] = []
-    if cfg.arch == "encoder-decoder":
+    if arch.kind == "encoder-decoder":
         src = queries if src is None else src
         if encoder:
-            out += _stack_matmuls(cfg, batch, src, src, cfg.encoder_layers, causal=False, stack="encoder")
-        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=True, stack="decoder",
-                              src=src, cross_kv=encoder)
+            out += _stack_matmuls(arch.stacks[0], batch, src, src, "encoder")
+        out += _stack_matmuls(arch.output, batch, queries, keys, "decoder", src=src, cross_kv=encoder)
     else:
         src = (queries if src is None else src) if cfg.cross_attention else None
-        out += _stack_matmuls(cfg, batch, queries, keys, cfg.n_layer, causal=cfg.arch == "decoder", src=src,
-                              cross_kv=encoder)
-    stack = "decoder" if cfg.arch == "encoder-decoder" else ""
-    if cfg.pooler:  # BERT: tanh(W h[:, 0] + b), the first token of each sequence only
+        out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder)
+    return out + _head_matmuls(arch.head, batch, batch * queries, "decoder" if arch.kind == "encoder-decoder" else "")
+
+
+def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulEntry]:
+    """BERT's pooler (the first token of each sequence) and MLM transform, and the LM head over all rows."""
+    d, out = head.d_model, []
+    if head.pooler:  # BERT: tanh(W h[:, 0] + b)
         out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
-    if cfg.lm_head_transform:  # BERT's MLM head: dense d -> d before the vocabulary projection
+    if head.transform is not None:  # BERT's MLM head: dense d -> d before the vocabulary projection
         flops = 2 * rows * d * d
         out.append(MatmulEntry("lm_head_transform", "lm_head", "LM head transform", (rows, d, d), 1, 1, flops, stack))
-    if cfg.lm_head:
-        V = cfg.vocab_size
+    if head.lm_head:
+        V = head.vocab_size
         out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, d, V), 1, 1, 2 * rows * d * V, stack))
     return out
 
 
 def _stack_matmuls(
-    cfg: ModelConfig, batch: int, queries: int, keys: int, L: int, causal: bool, stack: str = "",
-    src: int | None = None, cross_kv: bool = True,
+    stack: Stack, batch: int, queries: int, keys: int, stack_name: str = "", src: int | None = None,
+    cross_kv: bool = True,
 ) -> list[MatmulEntry]:
-    """The matmuls of L blocks of one stack (steps 1-9 of the module docstring); cross-attention when
-    src (the source length) is given."""
-    d, q, k, f, h = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.head_dim
-    heads, rows, prefix = batch * cfg.n_head, batch * queries, "encoder_" if stack == "encoder" else ""
-    out: list[MatmulEntry] = []
+    """The matmuls of one stack's blocks (steps 1-10 of the module docstring), each layer kind's times the
+    layers of that kind; cross-attention against ``src`` sources where the blocks have it."""
+    prefix, stack_label = ("encoder_" if stack_name == "encoder" else ""), (f"{stack_name} " if stack_name else "")
+    rows = batch * queries
+    entries: dict[tuple[str, tuple[int, int, int]], MatmulEntry] = {}
 
-    stack_label = f"{stack} " if stack else ""
+    def add(name: str, group: str, label: str, shape: tuple[int, int, int], count: int, layers: int,
+            causal_per_copy: int) -> None:
+        key = (prefix + name, shape)
+        if key in entries:  # the same matmul in another layer kind: more copies, its causal FLOPs summed
+            e = entries[key]
+            entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers)
+        else:
+            entries[key] = MatmulEntry(prefix + name, group, stack_label + label, shape, count, layers,
+                                       causal_per_copy, stack_name)
 
-    def linear(component: str, group: str, label: str, n_in: int, n_out: int, m: int = rows) -> None:
-        flops = 2 * m * n_in * n_out
-        out.append(MatmulEntry(prefix + component, group, stack_label + label, (m, n_in, n_out), 1, L, flops, stack))
+    def linear(m: Linear, layers: int, moe: MoE | None) -> None:
+        n = {"tokens": rows, "sources": batch * (src or 0), "first": batch,
+             "routed": moe.routed_rows(rows) if moe else rows}[m.rows]
+        add(m.name, m.role, m.label, (n, m.n_in, m.n_out), 1, layers, 2 * n * m.n_in * m.n_out)
 
-    def scores(component: str, group: str, label: str, shape: tuple[int, int, int], pairs: int,
-               layer_pairs: list[int] | None = None) -> None:
-        causal_flops = 2 * heads * h * pairs  # 2·h FLOPs per unmasked (query, key) pair
-        total = None if layer_pairs is None else 2 * heads * h * sum(layer_pairs)
-        out.append(MatmulEntry(prefix + component, group, stack_label + label, shape, heads, L, causal_flops, stack,
-                               total))
+    def scores(a: Attention, name: str, group: str, label: str, n_keys: int, layers: int) -> None:
+        heads, h, hv = a.score_dims()
+        # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
+        pairs = causal_pairs(queries, n_keys, a.window) if a.causal else queries * n_keys
+        add(f"{name}qk", group, f"{label}scores Q·Kᵀ", (queries, h, n_keys), batch * heads, layers,
+            2 * batch * heads * h * pairs)  # 2·h FLOPs per unmasked (query, key) pair
+        add(f"{name}av", group, f"{label}attention · V" if name == "attn_" else f"{label}· V",
+            (queries, n_keys, hv), batch * heads, layers, 2 * batch * heads * hv * pairs)
 
-    # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
-    windows = [cfg.layer_window(i) if causal else None for i in range(L)]
-    layer_pairs = [causal_pairs(queries, keys, w) if causal else queries * keys for w in windows]
-    pairs, varying = layer_pairs[0], len(set(layer_pairs)) > 1
-    linear("attn_q", "attention_proj", "Q projection", d, q)
-    linear("attn_k", "attention_proj", "K projection", d, k)
-    linear("attn_v", "attention_proj", "V projection", d, k)
-    scores("attn_qk", "attention_scores", "scores Q·Kᵀ", (queries, h, keys), pairs, layer_pairs if varying else None)
-    scores("attn_av", "attention_scores", "attention · V", (queries, keys, h), pairs, layer_pairs if varying else None)
-    linear("attn_o", "attention_proj", "O projection", q, d)
-    if src is not None:
-        group, sources = "cross_attention_proj", batch * src
-        linear("cross_attn_q", group, "cross-attention Q projection", d, q)
-        if cross_kv:
-            linear("cross_attn_k", group, "cross-attention K projection (encoder output)", d, k, sources)
-            linear("cross_attn_v", group, "cross-attention V projection (encoder output)", d, k, sources)
-        scores("cross_attn_qk", "cross_attention_scores", "cross-attention scores Q·Kᵀ", (queries, h, src),
-               queries * src)
-        scores("cross_attn_av", "cross_attention_scores", "cross-attention · V", (queries, src, h), queries * src)
-        linear("cross_attn_o", group, "cross-attention O projection", q, d)
-    name, label, routed = "ffn", "FFN", rows
-    if cfg.n_expert:
-        linear("router", "ffn", "MoE router", d, cfg.experts)
-        name, routed = "expert_ffn", rows * cfg.experts_active  # each token runs its top-k experts only
-        label = f"expert FFN (top-{cfg.experts_active} of {cfg.experts})"
-        capacity = cfg.expert_capacity(rows)
-        if capacity is not None:  # fixed buffers of C rows per expert, padded or dropping (Switch Transformers)
-            routed = cfg.experts * capacity
-            label += f", {capacity} rows each"
-    if cfg.gated_ffn:
-        linear(f"{name}_gate", "ffn", f"{label} gate", d, f, routed)
-    linear(f"{name}_up", "ffn", f"{label} up", d, f, routed)
-    linear(f"{name}_down", "ffn", f"{label} down", f, d, routed)
-    if cfg.shared_expert_d_ff:  # Qwen2-MoE: on every token, beside the routed experts
-        fs = cfg.shared_expert_d_ff
-        if cfg.gated_ffn:
-            linear("shared_expert_ffn_gate", "ffn", "shared expert FFN gate", d, fs)
-        linear("shared_expert_ffn_up", "ffn", "shared expert FFN up", d, fs)
-        linear("shared_expert_ffn_down", "ffn", "shared expert FFN down", fs, d)
-        if cfg.shared_expert_gate:
-            linear("shared_expert_gate", "ffn", "shared expert gate", d, 1)
-    return out
+    for block, layers in stack.kinds():
+        moe = block.ffn if block.is_moe else None
+        linears = block.linears(cross_kv)
+        if moe is not None:  # the label names the capacity buffers at this many tokens
+            linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
+        for m in linears:
+            if m.name == "attn_o":
+                scores(block.attention, "attn_", "attention_scores", "", keys, layers)
+            if m.name == "cross_attn_o":
+                scores(block.cross_attention, "cross_attn_", "cross_attention_scores", "cross-attention ", src,
+                       layers)
+            linear(m, layers, moe)
+    return list(entries.values())
 
 
 @dataclass(frozen=True)
@@ -242,7 +229,10 @@ class FlopBreakdown:
 
     def components(self, causal: bool = False) -> dict[str, int]:
         """{component: FLOPs over the whole model}, in model order."""
-        return {e.component: e.causal_total if causal else e.total for e in self.entries}
+        out: dict[str, int] = {}
+        for e in self.entries:  # a matmul of two shapes (layer kinds that differ) sums
+            out[e.component] = out.get(e.component, 0) + (e.causal_total if causal else e.total)
+        return out
 
     def per_layer(self, causal: bool = False) -> dict[str, int]:
         """{attention_proj, attention_scores, ffn}: one block's FLOPs; an encoder-decoder's decoder block,

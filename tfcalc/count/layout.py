@@ -12,44 +12,17 @@ accumulation; the pipeline's micro-batches).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.shard import check_supported, check_tp
+from tfcalc.count.shard import check_supported, check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
+from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the layout's home before)
 
 ZERO_STAGES = (0, 1, 2, 3)
-RECOMPUTE = ("none", "selective", "full")
-
-
-@dataclass(frozen=True)
-class Layout:
-    tp: int
-    pp: int
-    dp: int
-    seq: int
-    global_batch: int
-    micro_batch: int = 1
-    zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
-    recompute: str = "none"
-    sequence_parallel: bool = False
-    dtype: str = "bf16"
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    @property
-    def micro_batches(self) -> int:
-        """m: micro-batches each DP rank runs per step."""
-        return self.global_batch // (self.dp * self.micro_batch)
-
-    def describe(self) -> str:
-        sp = " +SP" if self.sequence_parallel else ""
-        return (f"tp {self.tp}{sp} · pp {self.pp} · dp {self.dp}, ZeRO-{self.zero}, recompute {self.recompute}, "
-                f"micro-batch {self.micro_batch} × {self.micro_batches}, seq {self.seq}, {self.dtype}")
+ATTENTION_KERNELS = ("flash", "math")
 
 
 def _positive(**values: int) -> None:
@@ -67,10 +40,19 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--zero must be 0, 1, 2 or 3; got {shown(layout.zero)}")
     if not isinstance(layout.recompute, str) or layout.recompute not in RECOMPUTE:
         raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(layout.recompute)}")
+    if not isinstance(layout.attention, str) or layout.attention not in ATTENTION_KERNELS:
+        raise InputError(f"--attention must be one of {', '.join(ATTENTION_KERNELS)}; got {shown(layout.attention)}")
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
-    if layout.pp > cfg.n_layer:
-        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({cfg.n_layer})")
+    blocks = total_blocks(cfg)
+    if layout.pp > blocks:
+        raise InputError(f"pp {layout.pp} is more pipeline stages than {cfg.name} has blocks ({blocks})")
+    if layout.pp > 1 and cfg.arch == "encoder-decoder":
+        raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
+                         "encoder output along: not modelled)")
+    if layout.sequence_parallel and any(b.is_moe for b in cfg.architecture.blocks()):
+        raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
+                         "parallelism around replicated experts is not modelled (leave out --sp)")
     if layout.zero and layout.dp == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:

@@ -36,12 +36,12 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     ATTENTION_KERNELS,
     FP32,
     RECOMPUTE,
+    TRAINING_ATTENTION,
     Activations,
     activations,
     cross_activations,
     default_attention,
     head_activations,
-    korthikanti_bytes,
     layer_activations,
     norm_bytes,
 )
@@ -53,6 +53,7 @@ from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public n
     weight_bytes,
 )
 from tfcalc.count.params import total as param_total
+from tfcalc.count.rank_activations import korthikanti_bytes  # noqa: F401  (re-exported: memory's public names)
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -67,8 +68,9 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: 
     """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
-    # every decoder layer caches its positions: all seq, or within a sliding window the last W
-    own = 2 * batch * cfg.cached_positions(seq) * cfg.kv_dim
+    # a fold over the decoder's layers (tfcalc.architecture): each caches all seq positions, or within a
+    # sliding window the last W, of its K and V
+    own = batch * cfg.architecture.kv_elements(seq)
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
 
@@ -76,7 +78,7 @@ def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str)
     """An encoder-decoder's cross-attention K and V of the src_seq source positions, in every decoder
     layer: 2 · b · S · L · n_kv_head · d_head elements, computed once from the encoder output; 0 otherwise."""
     check_dtype(dtype)
-    return weight_bytes(2 * batch * src_seq * cfg.cross_attention_layers * cfg.kv_dim, dtype)
+    return weight_bytes(batch * cfg.architecture.cross_kv_elements(src_seq), dtype)
 
 
 def forward_working_set(

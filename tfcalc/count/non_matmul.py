@@ -28,6 +28,7 @@ per element of the tensor named:
 
 from __future__ import annotations
 
+from tfcalc.architecture import FFN, MoE, Stack
 from tfcalc.config import ModelConfig
 from tfcalc.count.terms import (
     ACTIVATION_PER_ELEMENT,
@@ -37,7 +38,6 @@ from tfcalc.count.terms import (
     SOFTCAP_PER_ELEMENT,
     SOFTMAX_PER_SCORE,
     NonMatmulEntry,
-    ffn_matrices,
 )
 
 
@@ -46,11 +46,11 @@ def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None =
     source length of an encoder-decoder, or the external states a cross-attention stack reads."""
     if cfg.arch == "encoder-decoder":
         src = seq if src is None else src
-        out = _stack_non_matmul(cfg, batch, src, cfg.encoder_layers, "encoder ")
-        out += _stack_non_matmul(cfg, batch, seq, cfg.n_layer, "decoder ", src=src)
+        out = _stack_non_matmul(cfg, batch, src, cfg.architecture.stacks[0], "encoder ")
+        out += _stack_non_matmul(cfg, batch, seq, cfg.architecture.output, "decoder ", src=src)
     else:
         src = (seq if src is None else src) if cfg.cross_attention else None
-        out = _stack_non_matmul(cfg, batch, seq, cfg.n_layer, src=src)
+        out = _stack_non_matmul(cfg, batch, seq, cfg.architecture.output, src=src)
     if cfg.pooler:
         out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * cfg.d_model, 1))
     return out + _head_non_matmul(cfg, batch * seq)
@@ -60,7 +60,7 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     """BERT's MLM-head transform (bias, activation, norm), the vocabulary bias, logit soft-capping."""
     out, d, V = [], cfg.d_model, cfg.vocab_size
     if cfg.lm_head_transform:
-        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
+        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
         out.append(NonMatmulEntry("head", f"LM head transform: bias, {cfg.activation}, {cfg.norm}", per, tokens * d, 1))
     if cfg.lm_head_bias:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
@@ -69,9 +69,17 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     return out
 
 
-def _bias_elements(cfg: ModelConfig, batch: int, seq: int, src: int | None) -> int:
-    """Output elements of the Linears with a bias, per block."""
-    d, q, k, f, tokens = cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, batch * seq
+def _ffn_kinds(stack: Stack) -> list[tuple[FFN | MoE, int]]:
+    """(FFN or mixture of experts, layers that have it) of a stack, first seen first (tfcalc.architecture)."""
+    counts: dict[FFN | MoE, int] = {}
+    for block, layers in stack.kinds():
+        counts[block.ffn] = counts.get(block.ffn, 0) + layers
+    return list(counts.items())
+
+
+def _bias_elements(cfg: ModelConfig, ffn: FFN | MoE, batch: int, seq: int, src: int | None) -> int:
+    """Output elements of the Linears with a bias, per block with this FFN."""
+    d, q, k, tokens = cfg.d_model, cfg.q_dim, cfg.kv_dim, batch * seq
     cross = src is not None
     out = 0
     if cfg.attn_bias:  # Q, K, V; cross: Q per token, K and V per source token
@@ -79,34 +87,58 @@ def _bias_elements(cfg: ModelConfig, batch: int, seq: int, src: int | None) -> i
     if cfg.o_bias:
         out += tokens * d * (2 if cross else 1)
     if cfg.ffn_bias:  # (gate,) up and down, for each routed copy (each buffer row); a shared expert on every token
-        capacity = cfg.expert_capacity(tokens)
-        rows = tokens * cfg.experts_active if capacity is None else cfg.experts * capacity
-        out += rows * ((ffn_matrices(cfg) - 1) * f + d)
-        if cfg.shared_expert_d_ff:
-            out += tokens * ((ffn_matrices(cfg) - 1) * cfg.shared_expert_d_ff + d)
+        moe = ffn if isinstance(ffn, MoE) else None
+        expert = moe.expert if moe else ffn
+        rows = moe.routed_rows(tokens) if moe else tokens
+        out += rows * ((expert.matrices - 1) * expert.d_ff + d)
+        if moe is not None and moe.shared is not None:
+            out += tokens * ((moe.shared.matrices - 1) * moe.shared.d_ff + d)
     return out
 
 
+def _ffn_non_matmul(cfg: ModelConfig, ffn: FFN | MoE, layers: int, tokens: int, stack: str,
+                    ) -> tuple[list[NonMatmulEntry], list[NonMatmulEntry]]:
+    """(the activation, the mixture's routing work) of the layers with this FFN."""
+    act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
+    moe = ffn if isinstance(ffn, MoE) else None
+    expert = moe.expert if moe else ffn
+    rows = moe.routed_rows(tokens) if moe else tokens  # token rows the FFN (or the experts' buffers) runs on
+    activation = [NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act,
+                                 rows * expert.d_ff, layers)]
+    if moe is None:
+        return activation, []
+    routed = tokens * moe.top_k
+    out = []  # softmax over the k chosen logits (or all E); scale each expert output and add it in
+    logits, which = (routed, "top-k") if moe.renormalize else (tokens * moe.n_expert, "all")
+    out.append(NonMatmulEntry("moe", f"{stack}softmax of the {which} router logits", SOFTMAX_PER_SCORE, logits, layers))
+    out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * cfg.d_model, layers))
+    if moe.shared is not None:
+        out.append(NonMatmulEntry("activation", f"{stack}shared expert {cfg.activation}", act,
+                                  tokens * moe.shared.d_ff, layers))
+        out.append(NonMatmulEntry("moe", f"{stack}add the shared expert", 1, tokens * cfg.d_model, layers))
+    if moe.shared_gate:
+        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: sigmoid", SIGMOID_PER_ELEMENT, tokens, layers))
+        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: product", 1, tokens * cfg.d_model, layers))
+    return activation, out
+
+
 def _stack_non_matmul(
-    cfg: ModelConfig, batch: int, seq: int, L: int, stack: str = "", src: int | None = None
+    cfg: ModelConfig, batch: int, seq: int, arch_stack: Stack, stack: str = "", src: int | None = None
 ) -> list[NonMatmulEntry]:
-    """One stack's non-matmul work; stack is "" or "encoder "/"decoder " (labels only)."""
-    d, f = cfg.d_model, cfg.ffn_dim
+    """One stack's non-matmul work, its FFN terms folded over its layers; stack is "" or "encoder "/"decoder "
+    (labels only)."""
+    d, L = cfg.d_model, arch_stack.n_layer
     tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
     cross = src is not None
     cross_scores = batch * cfg.n_head * seq * src if cross else 0
-    routed = tokens * cfg.experts_active  # token rows the FFN (or the top-k experts) runs on
-    capacity = cfg.expert_capacity(tokens)
-    expert_rows = routed if capacity is None else cfg.experts * capacity  # a capacity: E buffers of C rows
-    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_bias)]
-    act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
+    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
     sublayers = 3 if cross else 2
     norms = cfg.norms_per_block + ((2 if cfg.norm_placement == "sandwich" else 1) if cross else 0)
+    ffns = [_ffn_non_matmul(cfg, ffn, n, tokens, stack) for ffn, n in _ffn_kinds(arch_stack)]
     out = [
         NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
         NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{norms} per block", norm, tokens * d, norms * L),
-        NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act,
-                       expert_rows * f, L),
+        *[e for activation, _ in ffns for e in activation],
         NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
     ]
     if cfg.qk_norm:
@@ -114,22 +146,13 @@ def _stack_non_matmul(
     if cfg.attn_softcap is not None:
         out.append(NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT,
                                   score_elements + cross_scores, L))
-    if cfg.n_expert:  # softmax over the k chosen logits (or all E); scale each expert output and add it in
-        logits, which = (routed, "top-k") if cfg.router_norm_topk else (tokens * cfg.experts, "all")
-        out.append(NonMatmulEntry("moe", f"{stack}softmax of the {which} router logits", SOFTMAX_PER_SCORE, logits, L))
-        out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * d, L))
-        if cfg.shared_expert_d_ff:
-            out.append(NonMatmulEntry("activation", f"{stack}shared expert {cfg.activation}", act,
-                                      tokens * cfg.shared_expert_d_ff, L))
-            out.append(NonMatmulEntry("moe", f"{stack}add the shared expert", 1, tokens * d, L))
-        if cfg.shared_expert_gate:
-            out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: sigmoid", SIGMOID_PER_ELEMENT, tokens, L))
-            out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: product", 1, tokens * d, L))
+    out += [e for _, routing in ffns for e in routing]
     if cfg.final_norm:
         out.append(NonMatmulEntry("final_norm", f"{stack}final {cfg.norm}", norm, tokens * d, 1))
-    bias_elements = _bias_elements(cfg, batch, seq, src)
-    if bias_elements:
-        out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, L))
+    for ffn, n in _ffn_kinds(arch_stack):
+        bias_elements = _bias_elements(cfg, ffn, batch, seq, src)
+        if bias_elements:
+            out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, n))
     if cfg.pos_encoding == "rope":
         rotated = tokens * (cfg.n_head + cfg.kv_heads) * cfg.rope_dim
         out.append(NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rotated, L))

@@ -157,8 +157,9 @@ def seeds_approximation(cfg: ModelConfig) -> int:
     Extended the same way to the other kinds: a MoE block is (4 + 8*E)*d^2 (E experts of 8*d^2), a
     decoder block with cross-attention 4*d^2 more; one V*d per token embedding or LM head held."""
     d2 = cfg.d_model**2
-    block = 4 * d2 + 8 * d2 * cfg.experts
-    blocks = block * (cfg.encoder_layers + cfg.decoder_layers) + 4 * d2 * cfg.cross_attention_layers
+    # folded over the layers (tfcalc.architecture): a mixed model's dense layers count one FFN
+    blocks = sum(n * (4 * d2 + 8 * d2 * (b.ffn.n_expert if b.is_moe else 1) + (4 * d2 if b.cross_attention else 0))
+                 for s in cfg.architecture.stacks for b, n in s.kinds())
     return blocks + _vocab_matrices(cfg) * cfg.vocab_size * cfg.d_model
 
 

@@ -38,7 +38,7 @@ from tfcalc.count.rank_memory import (
     stage_params,
     weight_element_bytes,
 )
-from tfcalc.count.shard import stage_blocks
+from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -99,7 +99,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
     widths = math.gcd(cfg.n_head, cfg.kv_heads, cfg.ffn_dim, cfg.d_model)
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
-        for pp in range(1, cfg.n_layer + 1):
+        for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
                              sequence_parallel=tp > 1 and base.seq % tp == 0)
             try:
@@ -108,7 +108,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
                 continue
             gathered = gathered_bytes(cfg, replace(layout, zero=3))
             most = max(stage_activations(cfg, layout, s, n) + min(ew * stage_params(cfg, layout, s), gathered)
-                       for s, n in enumerate(stage_blocks(cfg.n_layer, pp)))
+                       for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)))
             best = most if best is None else min(best, most)
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
@@ -124,7 +124,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
                          f"and weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
     lower = min_gpus(cfg, base, hw)
-    limit = min(limit, hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch))
+    limit = min(limit, hw.gpus_per_node * total_blocks(cfg) * (base.global_batch // base.micro_batch))
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue

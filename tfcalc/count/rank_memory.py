@@ -18,42 +18,31 @@ to ⌈rows/N⌉ (tfcalc.count.shard.fsdp_shard) -- equal to Ψ/N whenever N divi
 ZeRO-3 also holds gathered (unsharded) weights while a unit runs: FSDP2 keeps the running unit and
 prefetches the next, 2 × the largest unit, in the weight dtype (``gathered``).
 
-Activations per layer and token, the terms of Korthikanti et al. 2022, sec. 4.1 (their eq. 1 sums them
-for a GPT block in 16-bit: 34·h + 5·a·s bytes), generalized to the attention width q = n_head·d_head, the
-K/V width k (GQA), the FFN width f and a gated FFN:
-
-5. kept whole on every TP rank -- the two norms' inputs 2e·h, the QKV and FFN inputs e·h each, two
-   dropout masks 1·h each: 4e·h + 2h (10h at e = 2);
-6. split by TP -- Q and K e·(q + k), V e·k, the attention output e·q, the FFN hidden tensors 2e·f
-   (GELU input and output) or 4e·f gated (gate and up, the activation output, the product): 24h at
-   e = 2 with q = k = h, f = 4h;
-7. the attention scores, split by TP -- softmax output e·a·s, its dropout mask a·s, dropout output e·a·s:
-   (2e + 1)·a·s (5as at e = 2).
-   Per layer: s·b·(term 5 + term 6/t + term 7/t); sequence parallelism splits term 5 by t too, giving the
-   paper's s·b·h·(34 + 5as/h)/t; selective recompute drops term 7 (rebuilt in the backward pass, as
-   flash attention also does); full recompute keeps only each layer's input, e·h per token (divided by
-   t under sequence parallelism, which checkpoints the sequence shard), and rebuilds one layer at a time:
-   one layer's activations are added to the peak.
-8. outside the blocks (paper, sec. 4.3): the first stage keeps the embedding-dropout mask, h bytes per
-   token; the last stage keeps the final norm's and the LM head's inputs e·h each and the fp32 logits of
-   the vocabulary-parallel loss, 4·V/t; the h-wide terms are split by t under sequence parallelism.
-9. Pipeline (1F1B, Narayanan et al. 2021, sec. 2.2): stage i holds min(p − i, m) micro-batches in
-   flight, so the first stage holds p micro-batches of its L/p layers -- the activations of L layers,
-   whatever p is (Korthikanti et al. 2022, sec. 4.2.3).
-This is the paper's estimate (with dropout and stored scores), not tfcalc's exact single-device count
-(tfcalc.count.memory), which models the real module's saved tensors.
+Activations: tfcalc.count.rank_activations, the one activation model (the terms of the real module,
+tfcalc.count.activations, shared out by tensor and sequence parallelism, recompute and the pipeline's
+micro-batches in flight), the same that `memory --training` reports for one GPU.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
-from tfcalc.count.layout import Layout
-from tfcalc.count.memory import activation_element_bytes
-from tfcalc.count.shard import fsdp_shard, module_tensors, stage_blocks, stage_tensors, tp_local_shape
+from tfcalc.count.rank_activations import stage_activation_bytes
+from tfcalc.count.shard import (
+    block_units,
+    fsdp_shard,
+    module_tensors,
+    stage_blocks,
+    stage_tensors,
+    total_blocks,
+    tp_local_shape,
+)
+from tfcalc.workload import Layout
 
 FP32 = 4
 ADAM_MOMENTS = 2 * FP32  # exp_avg and exp_avg_sq, fp32
@@ -118,66 +107,41 @@ def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
     """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local."""
     if layout.zero != 3:
         return 0
-    block = root = 0
-    for t in module_tensors(cfg):
-        size = math.prod(tp_local_shape(t, layout.tp))
-        if t.per_block:
-            block += size
-        else:
-            root += size
+    def size(t) -> int:
+        return t.copies * math.prod(tp_local_shape(t, layout.tp))
+
+    block = max(sum(size(t) for t in unit) for unit in block_units(cfg))  # the largest block kind
+    root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
     return 2 * weight_element_bytes(layout.dtype) * max(block, root)
 
 
-def layer_terms(cfg: ModelConfig, layout: Layout) -> tuple[int, int, int]:
-    """(whole, split, scores) bytes per token of one layer: terms 5, 6 and 7 of the module docstring."""
-    e, h, q, k, f = activation_element_bytes(layout.dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim
-    whole = 4 * e * h + 2 * h
-    split = e * (q + k) + e * k + e * q + (4 if cfg.gated_ffn else 2) * e * f
-    scores = (2 * e + 1) * cfg.n_head * layout.seq
-    return whole, split, scores
+@functools.lru_cache(maxsize=256)
+def _activations(cfg: ModelConfig, micro_batch: int, seq: int, dtype: str, attention: str, recompute: str,
+                 dropout: bool) -> Activations:
+    """The single-device terms of one micro-batch; a search prices many layouts of the same terms."""
+    return activations(cfg, micro_batch, seq, dtype, attention, recompute, dropout)
 
 
-def layer_activation_bytes(cfg: ModelConfig, layout: Layout, stored: bool = True) -> int:
-    """One layer, one micro-batch, per TP rank: what is kept (stored=True) or, with stored=False, the
-    activations of the layer itself (what full recompute rebuilds)."""
-    t, sp = layout.tp, layout.sequence_parallel
-    tokens = layout.micro_batch * layout.seq
-    whole, split, scores = layer_terms(cfg, layout)
-    if stored and layout.recompute == "full":
-        e = activation_element_bytes(layout.dtype)
-        return tokens * e * cfg.d_model // (t if sp else 1)
-    keep_scores = layout.recompute == "none" or not stored
-    return tokens * (whole // (t if sp else 1) + split // t + (scores // t if keep_scores else 0))
-
-
-def end_activation_bytes(cfg: ModelConfig, layout: Layout, first: bool, last: bool) -> tuple[int, int]:
-    """(first stage's embedding mask, last stage's head terms) per micro-batch (step 8)."""
-    t, sp = layout.tp, layout.sequence_parallel
-    e, h, tokens = activation_element_bytes(layout.dtype), cfg.d_model, layout.micro_batch * layout.seq
-    div = t if sp else 1
-    emb = tokens * h // div if first else 0
-    head = 0
-    if last:
-        head = tokens * ((2 * e * h if cfg.final_norm else e * h) // div)
-        head += tokens * (FP32 * -(-cfg.vocab_size // t) if cfg.lm_head else 0)
-    return emb, head
+def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
+    L = layout
+    return _activations(cfg, L.micro_batch, L.seq, L.dtype, L.attention, L.recompute, L.dropout)
 
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
-    """Activation bytes of one rank of the stage at its peak (steps 5-9)."""
-    p, m = layout.pp, layout.micro_batches
-    in_flight = min(p - stage, m)
-    emb, head = end_activation_bytes(cfg, layout, stage == 0, stage == p - 1)
-    stored = in_flight * (blocks * layer_activation_bytes(cfg, layout) + emb) + head
-    rebuilt = layer_activation_bytes(cfg, layout, stored=False) if layout.recompute == "full" else 0
-    return stored + rebuilt
+    """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
+    order, an encoder's first) at its peak. The activation terms index the output stack's layers (an
+    encoder's are priced on stage 0 by stage_activation_bytes): the stage's range is shifted past them."""
+    encoder = total_blocks(cfg) - cfg.n_layer
+    start = sum(stage_blocks(total_blocks(cfg), layout.pp)[:stage])
+    first, stop = max(start - encoder, 0), max(start + blocks - encoder, 0)
+    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(first, stop))
 
 
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     """The rank with the largest total: over pipeline stages, TP rank 0 (the largest blocks)."""
     gathered = gathered_bytes(cfg, layout)
     best = None
-    for stage, blocks in enumerate(stage_blocks(cfg.n_layer, layout.pp)):
+    for stage, blocks in enumerate(stage_blocks(total_blocks(cfg), layout.pp)):
         psi, w, g, o = model_states(cfg, layout, stage)
         mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
         if best is None or mem.total > best.total:

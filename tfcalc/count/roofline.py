@@ -45,6 +45,7 @@ from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.params import param_entries
 from tfcalc.count.quant import WeightFormat, entry_bytes
 from tfcalc.errors import InputError
+from tfcalc.workload import decoder_source
 
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
@@ -177,19 +178,23 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
+    first = cfg.architecture.output.runs[0].pattern[0]  # the output stack's first layer (a decode step's)
     if e.component in SCORE_COMPONENTS:
         queries, keys = (m, n) if e.component.endswith("qk") else (m, k)
-        heads = batch * cfg.n_head
+        a = first.cross_attention if "cross" in e.component else first.attention  # the flat front end's
+        h = a.head_dim if e.component.endswith("qk") else a.v_dim  # attentions all share these widths
+        heads = batch * a.n_head
         read = keys * e.copies  # positions of K (or V) read, over all layers
         if queries == 1 and "cross" not in e.component:  # decoding: each layer reads the keys its one query
-            read = e.causal_total // (2 * heads * cfg.head_dim)  # pairs with: a window's W at most
-        kv = weight_bytes(batch * cfg.kv_heads * read * cfg.head_dim, kv_dtype)  # K or V
-        qo = act * heads * queries * cfg.head_dim * e.copies  # Q read (qk) or the output written (av)
+            read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
+        kv = weight_bytes(batch * a.n_kv_head * read * h, kv_dtype)  # K or V
+        qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
         return Row(e.component, e.label, flops, 0, kv, qo)
     w = weights.get(e.component, 0)
     if e.component.startswith("expert_ffn"):  # only the experts some token is routed to
-        w = round(w * experts_touched(cfg.experts, cfg.experts_active, tokens) / cfg.experts)
+        moe = next(b.ffn for b in cfg.architecture.blocks() if b.is_moe)
+        w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
     return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies)
 
 
@@ -214,7 +219,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
                 src_seq: Optional[int] = None) -> Step:
     """One decode step: one token per sequence attending to ``context`` positions (itself included)."""
     _check(cfg, batch=batch, context=context)
-    src = (src_seq or context) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, context, src_seq)
     entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False)  # windows: see _row
     return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
 
@@ -223,7 +228,7 @@ def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_d
                  src_seq: Optional[int] = None) -> Step:
     """The prompt: seq tokens per sequence from position 0; the LM head on the last position only."""
     _check(cfg, batch=batch, seq=seq)
-    src = (src_seq or seq) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, seq, src_seq)
     entries = []
     for e in matmul_entries(cfg, batch, seq, src=src):
         if e.component == "lm_head":  # logits of the last position only: B rows

@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
+from tfcalc.architecture import Weight
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
@@ -53,13 +54,14 @@ Split = Literal["rows", "cols", None]  # the dimension TP splits: 0 ("rows"), 1 
 
 @dataclass(frozen=True)
 class Tensor:
-    """One parameter tensor of the real model (a fused one whole) and how TP splits it."""
+    """One parameter tensor as the real model stores it (fused ones whole) and how TP splits it."""
 
-    name: str  # module path as tfcalc.model names it, block index written as {i}
+    name: str  # breakdown key; a fused tensor joins its parts' ("attn_qkv_weight" for Q, K and V)
     shape: tuple[int, ...]
     tp_split: Split
-    per_block: bool  # one copy in every block (an FSDP unit of its own), else in the root unit
+    per_block: bool  # one copy in every block that has it (an FSDP unit of its own), else in the root unit
     where: Literal["first", "last", "both", "block"]  # pipeline stage(s) holding it
+    copies: int = 1  # stored copies per block: each expert's own tensor
 
     @property
     def numel(self) -> int:
@@ -74,63 +76,73 @@ def chunk_rows(n: int, parts: int, index: int = 0) -> int:
 
 
 def check_supported(cfg: ModelConfig) -> None:
-    """Parallel plans cover dense decoder and encoder models."""
-    if cfg.arch == "encoder-decoder":
-        raise InputError(f"{cfg.name}: parallel plans cover decoder and encoder models, not encoder-decoders")
-    if cfg.n_expert:
-        raise InputError(f"{cfg.name}: parallel plans cover dense models; expert parallelism is not modelled")
+    """Every model is planned; nothing to refuse (kept for callers: the layouts are checked in check_tp)."""
 
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:
-    """The head and FFN splits must be even (see the module docstring)."""
-    for what, n in (("n_head", cfg.n_head), ("n_kv_head", cfg.kv_heads), ("d_ff", cfg.ffn_dim),
-                    ("d_model", cfg.d_model)):
+    """The head and FFN splits must be even (see the module docstring); an encoder-decoder is planned
+    without TP (its cross-attention's collectives are not modelled), and a mixture of experts keeps its
+    experts whole on every TP rank (replicated, not expert-parallel)."""
+    if tp == 1:
+        return
+    if cfg.arch == "encoder-decoder":
+        raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with tp 1 (data parallel and ZeRO); "
+                         "cross-attention under tensor parallelism is not modelled")
+    split = {}
+    for block in cfg.architecture.blocks():
+        a = block.attention
+        split.update(n_head=a.n_head, n_kv_head=a.n_kv_head)
+        if not block.is_moe:
+            split["d_ff"] = block.ffn.d_ff
+    for what, n in (*split.items(), ("d_model", cfg.d_model)):
         if n % tp:
             raise InputError(f"tp {tp} does not divide {what} ({n}) of {cfg.name}: each rank needs whole heads "
                              "and an equal share of the FFN and hidden widths")
 
 
 def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
-    """The parameter tensors of tfcalc.model's Transformer (see the module docstring), blocks once."""
-    check_supported(cfg)
+    """Every parameter tensor of the model as stored (see the module docstring), each block kind's once:
+    a fold over ``cfg.architecture.weights()``, whose parts are joined where the model fuses them."""
     return _module_tensors(cfg)
 
 
 @functools.lru_cache(maxsize=64)
 def _module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
-    d, f, V, q, k = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
-    tied = cfg.lm_head and cfg.tie_embeddings
-    out: list[Tensor] = []
+    placed = [p for p in cfg.architecture.weights() if not p.weight.tied_to]  # a tied one is its owner's
+    return tuple(_join([(p.weight, p.where) for p in placed]))
 
-    def add(name, shape, split=None, block=False, where="first", present=True):
-        if present:
-            out.append(Tensor(name, shape, split, block, "block" if block else where))
 
-    def norm(name, block=False, where="first", present=True):
-        add(f"{name}.weight", (d,), None, block, where, present)
-        add(f"{name}.bias", (d,), None, block, where, present and cfg.norm_bias)
-
-    add("tok_emb.weight", (V, d), "rows" if tied else "cols", where="both" if tied else "first")
-    add("pos_emb.weight", (cfg.max_seq_len, d), present=cfg.pos_encoding == "learned")
-    add("type_emb.weight", (cfg.type_vocab_size, d), present=cfg.type_vocab_size > 0)
-    norm("emb_norm", present=cfg.embedding_norm)
-    b = "blocks.{i}."
-    norm(b + "attn_norm", block=True)
-    add(b + "attn.qkv.weight", (q + 2 * k, d), "rows", True)
-    add(b + "attn.qkv.bias", (q + 2 * k,), "rows", True, present=cfg.attn_bias)
-    add(b + "attn.out.weight", (d, q), "cols", True)
-    add(b + "attn.out.bias", (d,), None, True, present=cfg.attn_bias)
-    norm(b + "ffn_norm", block=True)
-    width = 2 * f if cfg.gated_ffn else f
-    add(b + "ffn.up.weight", (width, d), "rows", True)
-    add(b + "ffn.up.bias", (width,), "rows", True, present=cfg.ffn_bias)
-    add(b + "ffn.down.weight", (d, f), "cols", True)
-    add(b + "ffn.down.bias", (d,), None, True, present=cfg.ffn_bias)
-    norm("final_norm", where="last", present=cfg.final_norm)
-    add("pooler.weight", (d, d), where="last", present=cfg.pooler)
-    add("pooler.bias", (d,), where="last", present=cfg.pooler)
-    add("lm_head.weight", (V, d), "rows", where="last", present=cfg.lm_head and not tied)
+@functools.lru_cache(maxsize=64)
+def block_units(cfg: ModelConfig) -> tuple[tuple[Tensor, ...], ...]:
+    """Every block's stored tensors, one tuple per layer in model order (encoder first): FSDP's units."""
+    kinds: dict = {}
+    out = []
+    for stack in cfg.architecture.stacks:
+        for block in stack.layers():
+            if (stack.prefix, block) not in kinds:
+                kinds[stack.prefix, block] = tuple(_join([(w.named(stack.prefix), "block") for w in block.weights()]))
+            out.append(kinds[stack.prefix, block])
     return tuple(out)
+
+
+def _join(weights: list[tuple[Weight, str]]) -> list[Tensor]:
+    """Tensors as stored: parts fused into one tensor (rows concatenated in order) become one, named
+    ``<component>_<fused>_<weight|bias>`` (attn_qkv_weight); the others keep their breakdown key."""
+    out: list[Tensor] = []
+    index: dict[str, int] = {}
+    for w, where in weights:
+        if w.fused is None:
+            out.append(Tensor(w.name, w.shape, w.tp, where == "block", where, w.copies))
+            continue
+        head, kind = w.name.rsplit("_", 1)  # attn_q, weight
+        name = f"{head.rsplit('_', 1)[0]}_{w.fused}_{kind}"
+        if name in index:
+            t = out[index[name]]
+            out[index[name]] = replace(t, shape=(t.shape[0] + w.shape[0], *t.shape[1:]))
+        else:
+            index[name] = len(out)
+            out.append(Tensor(name, w.shape, w.tp, where == "block", where, w.copies))
+    return out
 
 
 def tp_local_shape(t: Tensor, tp: int, rank: int = 0) -> tuple[int, ...]:
@@ -150,20 +162,45 @@ def fsdp_shard(shape: tuple[int, ...], dp: int) -> int:
     return -(-shape[0] // dp) * math.prod(shape[1:])
 
 
+def total_blocks(cfg: ModelConfig) -> int:
+    """Blocks of every stack: an encoder-decoder's encoder and decoder both."""
+    return sum(s.n_layer for s in cfg.architecture.stacks)
+
+
 def stage_blocks(n_layer: int, pp: int) -> list[int]:
     """Blocks on each pipeline stage: contiguous runs, the first n_layer mod pp stages one more."""
     base, extra = divmod(n_layer, pp)
     return [base + (s < extra) for s in range(pp)]
 
 
+def _stage_range(cfg: ModelConfig, pp: int, stage: int) -> range:
+    counts = stage_blocks(total_blocks(cfg), pp)
+    return range(sum(counts[:stage]), sum(counts[:stage + 1]))
+
+
+def stage_units(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, ...]]:
+    """The blocks of pipeline stage ``stage``, each as its stored tensors (one FSDP unit each)."""
+    units = block_units(cfg)
+    return [units[i] for i in _stage_range(cfg, pp, stage)]
+
+
+def stage_layers(cfg: ModelConfig, pp: int, stage: int) -> list:
+    """The blocks (tfcalc.architecture.Block) of pipeline stage ``stage``, in model order."""
+    blocks = cfg.architecture.blocks()
+    return [blocks[i] for i in _stage_range(cfg, pp, stage)]
+
+
 def stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, int]]:
     """(tensor, copies) held by pipeline stage ``stage``: its blocks' tensors and its end's tensors."""
-    blocks = stage_blocks(cfg.n_layer, pp)[stage]
     first, last = stage == 0, stage == pp - 1
+    held: dict[Tensor, int] = {}
+    for unit in stage_units(cfg, pp, stage):
+        for t in unit:
+            held[t] = held.get(t, 0) + t.copies
     out = []
     for t in module_tensors(cfg):
         if t.per_block:
-            copies = blocks
+            copies = held.get(t, 0)
         else:
             copies = int((t.where in ("first", "both") and first) or (t.where in ("last", "both") and last))
         if copies:

@@ -68,7 +68,8 @@ def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     if layout.recompute == "full":
         return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
     if layout.recompute == "selective":
-        scores = cfg.n_layer * count_flops.attention_score_flops(cfg, layout.global_batch, layout.seq)
+        totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
+        scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model
 

@@ -12,6 +12,7 @@ from tfcalc.count.dtypes import BITS_PER_ELEMENT, weight_bytes
 from tfcalc.count.memory import FP32, OPTIMIZERS, TRAINING_DTYPES, activations, check_dtype
 from tfcalc.count.params import param_entries, total as param_total
 from tfcalc.errors import InputError as ConfigError
+from tfcalc.workload import Workload
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,11 @@ def training_state(cfg: ModelConfig, dtype: str, optimizer: str = "adam-mixed") 
     return TrainingState(optimizer, w, w, 0, 0, n, 0)
 
 
-def training_bytes(
-    cfg: ModelConfig, batch: int, seq: int, dtype: str, optimizer: str = "adam-mixed",
-    attention: Optional[str] = None, recompute: str = "none", src_seq: Optional[int] = None,
-) -> int:
-    """The peak of a training step: the state, plus the activation peak (backward) or the optimizer
-    step's temporaries, whichever is larger."""
-    state = training_state(cfg, dtype, optimizer)
-    acts = activations(cfg, batch, seq, dtype, attention, recompute, src_seq=src_seq)
+def training_bytes(cfg: ModelConfig, workload: Workload, optimizer: str = "adam-mixed",
+                   attention: Optional[str] = None, recompute: str = "none") -> int:
+    """The peak of a training step of the workload: the state, plus the activation peak (backward) or
+    the optimizer step's temporaries, whichever is larger. attention None: the module's own kernel."""
+    w = workload.for_model(cfg)
+    state = training_state(cfg, w.dtype, optimizer)
+    acts = activations(cfg, w.batch, w.seq, w.dtype, attention, recompute, src_seq=w.src_seq)
     return state.total + max(acts.total, state.step_temporaries)

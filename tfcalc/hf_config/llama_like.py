@@ -11,8 +11,9 @@ layer_types. What each type adds, from its modeling file:
 - mistral: sliding_window on every layer; mixtral: num_local_experts, num_experts_per_tok;
 - qwen2: Q/K/V biases and no O bias (Qwen2Attention: o_proj bias=False);
 - qwen2_moe: num_experts, num_experts_per_tok, norm_topk_prob (false: the top-k softmax weights are not
-  renormalized), a shared expert (shared_expert_intermediate_size) with a sigmoid gate, qkv_bias; every
-  layer sparse (decoder_sparse_step 1, no mlp_only_layers), or refused;
+  renormalized), a shared expert (shared_expert_intermediate_size) with a sigmoid gate, qkv_bias; dense
+  layers of intermediate_size where decoder_sparse_step > 1 (moe_every) or mlp_only_layers lists the
+  first k (first_dense_layers), any other list refused;
 - qwen3: q_norm and k_norm (RMSNorm over each head), head_dim (default 128), attention_bias;
 - phi3: fused qkv_proj and gate_up_proj (the same tensors split by rows), partial_rotary_factor;
 - gemma: head_dim (default 256), GeGLU (hidden_activation gelu_pytorch_tanh), embeddings × √d, tied
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tfcalc.errors import shown
 from tfcalc.hf_config.reader import Reader
 
 
@@ -102,15 +104,30 @@ def qwen2_moe(r: Reader) -> None:
     _common(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0),
             d_ff_key="moe_intermediate_size")
     r.required(("num_experts", "n_expert"), ("num_experts_per_tok", "n_expert_active"))
-    if r.number("decoder_sparse_step", 1, integer=True) != 1 or r.get("mlp_only_layers", []) != []:
-        raise r.fail("'decoder_sparse_step' other than 1 or a non-empty 'mlp_only_layers' (dense FFNs in some "
-                     "layers) is not supported: tfcalc builds every layer alike")
+    _qwen2_moe_layers(r)
     qkv_bias = r.flag("qkv_bias", True)
     r.fields.update(attn_bias=qkv_bias, attn_out_bias=False, router_norm_topk=r.flag("norm_topk_prob", False))
     shared = r.take("shared_expert_intermediate_size", "shared_expert_d_ff", 5632)
     r.fields["shared_expert_gate"] = bool(shared)
     _qwen_windows(r)
     _finish(r, "Qwen2Moe")
+
+
+def _qwen2_moe_layers(r: Reader) -> None:
+    """Dense layers among the sparse ones (modeling_qwen2_moe.py, Qwen2MoeDecoderLayer): layer i has the
+    experts when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0, else a dense MLP of
+    intermediate_size -- tfcalc's moe_every and first_dense_layers, with dense_d_ff."""
+    step = r.number("decoder_sparse_step", 1, integer=True)
+    dense = r.get("mlp_only_layers", [])
+    if not isinstance(dense, list) or dense != list(range(len(dense))):
+        raise r.fail(f"'mlp_only_layers' {shown(dense)} is not supported: tfcalc keeps the first k layers dense "
+                     "(a list 0, 1, ..., k-1)")
+    if step is not None and step > 1:
+        r.fields["moe_every"] = step
+    if dense:
+        r.fields["first_dense_layers"] = len(dense)
+    if dense or (step is not None and step > 1):
+        r.take("intermediate_size", "dense_d_ff", 5632)
 
 
 def phi3(r: Reader) -> None:

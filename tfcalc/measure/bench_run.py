@@ -19,7 +19,7 @@ from tfcalc.measure.autorange import Budget
 BENCH_DTYPES = ("fp32", "bf16", "fp16")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchPlan:
     cfg: ModelConfig  # the full model
     run_cfg: ModelConfig  # what is built (fewer blocks with --n-layer)

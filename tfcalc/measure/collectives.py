@@ -75,12 +75,32 @@ def _group_name(args, kwargs) -> str:
     return strings[-1] if strings else "?"
 
 
+def _tolerate_repeated_modules(mode: CommDebugMode) -> None:
+    """CommDebugMode's module tracker registers a forward hook each time a module runs and removes only
+    the last; a module run twice in one section (an encoder-decoder's shared token embedding, looked up
+    by both stacks) then pops its parent list once too often and raises IndexError. Only the attribution
+    of calls to modules depends on that list -- never the counts recorded here -- so the pop is skipped
+    once nothing but the root is left. Where the tracker's internals differ (another torch), nothing is
+    changed: the plain CommDebugMode runs."""
+    tracker = getattr(mode, "advanced_module_tracker", None)
+    pop = getattr(tracker, "_fw_set_module_hook", None)
+    if pop is None or not isinstance(getattr(tracker, "parent_list", None), list):
+        return
+
+    def tolerant(mod, inputs, output):
+        if len(tracker.parent_list) > 1 or getattr(tracker, "is_bw", False):
+            pop(mod, inputs, output)
+
+    tracker._fw_set_module_hook = tolerant
+
+
 class _Section(CommDebugMode):
     """CommDebugMode over one section of a step, adding each call to a CollectiveLog."""
 
     def __init__(self, log: "CollectiveLog"):
         super().__init__()
         self.log = log
+        _tolerate_repeated_modules(self)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         packet = getattr(func, "_overloadpacket", None)

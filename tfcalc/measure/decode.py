@@ -62,7 +62,7 @@ def time_decode(model: Transformer, prompt: torch.Tensor, steps: int, warmup: in
     return DecodeTiming(prefill, decoded, cache.nbytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecodePlan:
     """A measured generation run: every (batch, seq) point is a prompt of seq tokens for batch sequences,
     timed in its prefill and then ``steps`` decode steps, on one model built once."""

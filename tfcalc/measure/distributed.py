@@ -119,16 +119,18 @@ class SavedBytes:
         return sum(self.seen.values())
 
 
-def forward_backward(model, idx, tp: int, scale: float, log=None, saved: SavedBytes | None = None) -> torch.Tensor:
+def forward_backward(model, idx, tp: int, scale: float, log=None, saved: SavedBytes | None = None,
+                     source: bool = False) -> torch.Tensor:
     """Forward, cross-entropy of the logits upcast to fp32 and backward of loss × scale; returns the
     loss, detached. Under TP the loss is vocabulary-parallel (loss_parallel, which must also hold the
-    backward pass)."""
+    backward pass). ``source``: an encoder-decoder, which reads idx as its source too (a source as long
+    as the target: the plan's default source length)."""
     from torch.distributed.tensor.parallel import loss_parallel
 
     hooks = torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved else contextlib.nullcontext()
     with loss_parallel() if tp > 1 else contextlib.nullcontext():
         with hooks:
-            output = model(idx)
+            output = model(idx, idx) if source else model(idx)
             if log is not None:
                 log.phase = "loss"
             loss = F.cross_entropy(output.float().view(-1, output.shape[-1]), idx.view(-1))
@@ -177,7 +179,8 @@ class Trainer:
     def micro_step(self, i: int, log=None, saved: SavedBytes | None = None) -> torch.Tensor:
         """Forward and backward of micro-batch i (DDP syncs gradients on the last one only); its loss."""
         with _no_sync(self.model, i == len(self.batches) - 1):
-            return forward_backward(self.model, self.batches[i], self.layout.tp, 1 / len(self.batches), log, saved)
+            return forward_backward(self.model, self.batches[i], self.layout.tp, 1 / len(self.batches), log, saved,
+                                    self.cfg.arch == "encoder-decoder")
 
     def step(self, log=None, saved: SavedBytes | None = None) -> dict[str, int]:
         """One optimizer step over the micro-batches, recorded section by section when a log is given;
@@ -230,7 +233,7 @@ def run_bench(job: dict, device: torch.device) -> dict:
     idx = trainer.batches[0]  # one micro-batch, gradients synchronized (no no_sync)
 
     def step():
-        forward_backward(trainer.model, idx, trainer.layout.tp, 1.0)
+        forward_backward(trainer.model, idx, trainer.layout.tp, 1.0, source=trainer.cfg.arch == "encoder-decoder")
         trainer.opt.zero_grad()
 
     timing = time_calls(step, device, job["warmup"], job["repeat"])

@@ -23,7 +23,7 @@ allocates the weights and runs the forward; ``check_measurable`` refuses what wo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
@@ -33,6 +33,7 @@ from tfcalc.count.flops import GROUPS
 from tfcalc.measure.params import blocks_of, local_path
 from tfcalc.measure.speedups import fast_meta
 from tfcalc.model import build_model
+from tfcalc.workload import Workload
 
 aten = torch.ops.aten
 
@@ -84,27 +85,28 @@ def _positions_table(cfg: ModelConfig) -> str | None:
             "rope": "RoPE table rows"}.get(cfg.pos_encoding)
 
 
-def estimate_bytes(cfg: ModelConfig, batch: int, seq: int, training: bool = False, src_seq: int | None = None) -> int:
+def estimate_bytes(cfg: ModelConfig, workload: Workload, training: bool = False) -> int:
     """What a measured run holds at its peak, in fp32 (the dtype it builds in): the weights and the forward
     pass's working set; with training, the weights, their gradients and the activations autograd keeps
     (tfcalc.count.memory, the estimate `tfcalc memory` checks against measured peaks)."""
     from tfcalc.count import memory as mem
     from tfcalc.count.training import training_state
 
+    w = workload.for_model(cfg)
     if training:
-        acts = mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq)
+        acts = mem.activations(cfg, w.batch, w.seq, "fp32", src_seq=w.src_seq)
         return training_state(cfg, "fp32", "sgd").total + acts.total
-    return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, batch, seq, "fp32", src_seq=src_seq)
+    return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, w.batch, w.seq, "fp32", src_seq=w.src_seq)
 
 
-def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_seq: int | None = None,
-                     training: bool = False) -> None:
-    """Raise ConfigError (one line) when the real module cannot run (batch, seq) on device: beyond its
+def check_measurable(cfg: ModelConfig, workload: Workload, device: str, training: bool = False) -> None:
+    """Raise ConfigError (one line) when the real module cannot run the workload on device: beyond its
     position table, too many modules to build, or (off meta) more memory than the tightest limit allows."""
     from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
 
+    w = workload.for_model(cfg)
     table = _positions_table(cfg)
-    for option, length in (("--seq", seq), ("--src-seq", src_seq)):
+    for option, length in (("--seq", w.seq), ("--src-seq", w.src_seq)):
         if table and length is not None and length > cfg.max_seq_len:
             raise ConfigError(
                 f"{cfg.name}: {option} {length} exceeds the model's context of {cfg.max_seq_len} {table}, so the "
@@ -120,11 +122,11 @@ def check_measurable(cfg: ModelConfig, batch: int, seq: int, device: str, src_se
         raise ConfigError(f"--device {device} cannot be used here: {str(e).splitlines()[0]}") from None
     what = f"{cfg.name} on {device} ({'forward and backward' if training else 'forward'}, fp32)"
 
-    def need(b: int, t: int) -> int:
-        return estimate_bytes(cfg, b, t, training, src_seq)
+    def need(b: int, t: int) -> int:  # the same run at another size (the source as long as it was)
+        return estimate_bytes(cfg, replace(w, batch=b, seq=t), training)
 
-    require_fits(need(batch, seq), device, what, "measure on meta (the default), which allocates nothing",
-                 smaller_run(need, batch, seq))
+    require_fits(need(w.batch, w.seq), device, what, "measure on meta (the default), which allocates nothing",
+                 smaller_run(need, w.batch, w.seq))
 
 
 def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
@@ -152,16 +154,16 @@ def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
     return out
 
 
-def model_inputs(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None, device: str,
+def model_inputs(cfg: ModelConfig, workload: Workload, device: str,
                  dtype: torch.dtype = torch.float32) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
     """(args, kwargs) for forward(): (idx,); (src_idx, tgt_idx) for an encoder-decoder; a stack with
     cross_attention also reads memory, src_seq states (default: seq) of width d_model."""
-    idx = torch.zeros(batch, seq, dtype=torch.long, device=device)
-    src = seq if src_seq is None else src_seq
+    w = workload.for_model(cfg)
+    idx = torch.zeros(w.batch, w.seq, dtype=torch.long, device=device)
     if cfg.arch == "encoder-decoder":
-        return (torch.zeros(batch, src, dtype=torch.long, device=device), idx), {}
+        return (torch.zeros(w.batch, w.src_seq, dtype=torch.long, device=device), idx), {}
     if cfg.cross_attention:
-        return (idx,), {"memory": torch.zeros(batch, src, cfg.d_model, device=device, dtype=dtype)}
+        return (idx,), {"memory": torch.zeros(w.batch, w.src_seq, cfg.d_model, device=device, dtype=dtype)}
     return (idx,), {}
 
 
@@ -170,14 +172,12 @@ def _loss(output) -> torch.Tensor:
     return sum(o.sum() for o in output) if isinstance(output, tuple) else output.sum()
 
 
-def measure_flops(
-    cfg: ModelConfig, batch: int, seq: int, device: str = "meta", training: bool = False, src_seq: int | None = None
-) -> MeasuredFlops:
-    """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward).
-    An encoder-decoder reads src_seq source tokens (default: seq)."""
-    check_measurable(cfg, batch, seq, device, src_seq, training)
+def measure_flops(cfg: ModelConfig, workload: Workload, device: str = "meta", training: bool = False) -> MeasuredFlops:
+    """Count the FLOPs of the real module's forward pass (and, with training, of forward + backward) on
+    the workload (an encoder-decoder reads its src_seq source tokens, default: seq)."""
+    check_measurable(cfg, workload, device, training)
     model = build_model(cfg, device)
-    inputs, kwargs = model_inputs(cfg, batch, seq, src_seq, device)
+    inputs, kwargs = model_inputs(cfg, workload, device)
     training_total = None
     with fast_meta(device):  # the same count, without the start-up and repeated work (see speedups)
         with torch.no_grad(), flop_counter() as counter:

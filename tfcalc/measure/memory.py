@@ -52,6 +52,7 @@ from typing import Any, Optional
 
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
 from tfcalc.measure.device import Device, resolve_device, torch_dtype
+from tfcalc.workload import Workload
 
 WARMUP_SEQ = 16
 
@@ -153,19 +154,22 @@ def _prime(model, opt) -> None:
     opt.zero_grad(set_to_none=False)
 
 
-def run_model(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str, training: bool,
-              optimizer: str, src_seq: Optional[int] = None, step=lambda name: None) -> Optional[int]:
-    """Build the model on device and run it (see the module docstring). Returns the bytes autograd saved
-    in the measured training step, or None for a forward pass. An encoder-decoder reads src_seq source
-    tokens (default: seq). step(name) is called as each of run_steps()' steps after the build begins."""
+def run_model(cfg: ModelConfig, workload: Workload, device: str, training: bool, optimizer: str,
+              step=lambda name: None) -> Optional[int]:
+    """Build the model on device and run the workload (see the module docstring). Returns the bytes
+    autograd saved in the measured training step, or None for a forward pass. An encoder-decoder reads
+    src_seq source tokens (default: seq). step(name) is called as each of run_steps()' steps after the
+    build begins."""
     import torch
 
     from tfcalc.model import build_model
 
+    w = workload.for_model(cfg)
+    batch, seq, dtype = w.batch, w.seq, w.dtype
     model = build_model(cfg, device, torch_dtype(dtype))
     idx = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
     src_idx = memory = None
-    sources = seq if src_seq is None else src_seq
+    sources = w.src_seq
     if cfg.arch == "encoder-decoder":
         src_idx = torch.randint(0, cfg.vocab_size, (batch, sources), device=device)
     elif cfg.cross_attention:  # the states of some encoder, of the model's width
@@ -287,24 +291,25 @@ def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) ->
 
     cfg = from_mapping(request["config"])
     device = resolve_device(request["device"])
-    args = dict(dtype=request["dtype"], device=device.name, training=request["training"],
-                optimizer=request["optimizer"], src_seq=request.get("src_seq"))
-    speed = probe(request["dtype"], device.kind)
+    workload = Workload(**request["workload"])
+    args = dict(device=device.name, training=request["training"], optimizer=request["optimizer"])
+    speed = probe(workload.dtype, device.kind)
     if speed is not None and speed.slow:
         emit("note", speed.note())
     stand_in = MatmulStandIn() if speed is not None and speed.slow else contextlib.nullcontext()
     torch.manual_seed(0)
     with no_dynamo_import(), stand_in:  # Adam's add_param_group would import torch._dynamo (tfcalc.measure.speedups)
         emit("step", "warm-up (one block, 16 tokens)")
-        warm = min(request["seq"], WARMUP_SEQ)
-        run_model(_warmup_config(cfg), 1, warm, **{**args, "src_seq": min(args["src_seq"] or warm, WARMUP_SEQ)})
+        warm = min(workload.seq, WARMUP_SEQ)
+        source = None if workload.src_seq is None else min(workload.src_seq, WARMUP_SEQ)
+        run_model(_warmup_config(cfg), dataclasses.replace(workload, batch=1, seq=warm, src_seq=source), **args)
         emit("step", "build the model")
         meter = peak_meter(device)
         meter.start()
-        saved = run_model(cfg, request["batch"], request["seq"], **args, step=lambda name: emit("step", name))
+        saved = run_model(cfg, workload, **args, step=lambda name: emit("step", name))
         peak = meter.peak()
     stood_in = isinstance(stand_in, MatmulStandIn)
-    method = meter.method + (f"; {request['dtype']} matmuls stood in for (slow on this CPU): values not computed, "
+    method = meter.method + (f"; {workload.dtype} matmuls stood in for (slow on this CPU): values not computed, "
                              "shapes and dtypes those of the real kernels" if stood_in else "")
     return {"peak_bytes": peak, "saved_activation_bytes": saved, "method": method, "device": device.description,
             "stand_in": stood_in}
@@ -343,17 +348,17 @@ def start_child():
     return spawn("from tfcalc.measure.memory import _child_main; _child_main()", env)
 
 
-def measure_peak(cfg: ModelConfig, batch: int, seq: int, dtype: str, device: str = "cpu",
-                 training: bool = False, optimizer: str = "adam-mixed", timeout: float = 3600,
-                 src_seq: Optional[int] = None, child=None, on_step=lambda name: None,
+def measure_peak(cfg: ModelConfig, workload: Workload, device: str = "cpu", training: bool = False,
+                 optimizer: str = "adam-mixed", timeout: float = 3600, child=None, on_step=lambda name: None,
                  on_note=lambda line: None) -> MeasuredPeak:
     """Run the model in a fresh child process (or child, from start_child) and return its measured peak
     (see the module docstring). on_step(name) as each of run_steps(training) begins; on_note(line) for
     a line the user should read (a slow dtype, what the run does about it)."""
     from tfcalc.measure.child import converse
 
-    request = dict(config=dataclasses.asdict(cfg), batch=batch, seq=seq, dtype=dtype, device=device,
-                   training=training, optimizer=optimizer, src_seq=src_seq)
+    w = workload.for_model(cfg)
+    request = dict(config=dataclasses.asdict(cfg), workload=dataclasses.asdict(w), device=device,
+                   training=training, optimizer=optimizer)
     answer = converse(child or start_child(), request, {"step": on_step, "note": on_note}, timeout)
     if "error" in answer:
         raise ConfigError(answer["error"])

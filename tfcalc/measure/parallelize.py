@@ -13,7 +13,12 @@ What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm
    counts. The re-ordering permutes freshly initialized weights, so it changes no count. QKV and FFN-up
    are ColwiseParallel, the attention output and FFN-down RowwiseParallel, the untied LM head
    ColwiseParallel with vocabulary-sharded logits (the loss runs under ``loss_parallel``), the untied
-   token embedding ColwiseParallel (split along the hidden dimension; see tfcalc.count.shard for why).
+   token embedding ColwiseParallel (split along the hidden dimension; see tfcalc.count.shard for why),
+   a tied embedding and head one vocabulary-split tensor (RowwiseParallel lookups, Megatron's).
+   What is split is read block by block from the model's components (tfcalc.architecture): a
+   cross-attention's Q, fused [K | V] and output as self-attention's; a mixture of experts' shared
+   expert as an FFN, its router and routed experts whole on every rank (experts replicated, for now);
+   an encoder-decoder's encoder blocks as the decoder's.
 4. Sequence parallel (Korthikanti et al. 2022): norms are SequenceParallel, the row-parallel layers
    reduce-scatter to sequence shards, and each attention/FFN input is gathered (PrepareModuleInput).
    The embedding output is gathered whole and block 0 takes its sequence shard (a local slice), so the
@@ -49,11 +54,17 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError("a real run has no activation recompute; the plan models it")
     if layout.tp > 1 and layout.dp > 1 and layout.zero == 0:
         raise InputError("a real run combines TP with FSDP (--zero 3), not with DDP")
-    if layout.tp > 1 and cfg.lm_head and cfg.tie_embeddings:
-        raise InputError(f"{cfg.name} ties its embedding and LM head: a run under TP shards untied ones "
-                         "(try --set tie_embeddings=false)")
-    if layout.sequence_parallel and cfg.pooler:
+    arch = cfg.architecture
+    if layout.tp > 1 and any(s.embeddings.positions in ("alibi", "relative") for s in arch.stacks):
+        raise InputError(f"{cfg.name}: a run under TP splits the heads, and its per-head position bias "
+                         "(ALiBi, T5's buckets) is not split with them; planned, not run")
+    if layout.tp > 1 and any(b.attention.sinks for b in arch.blocks()):
+        raise InputError(f"{cfg.name}: attention sinks under TP are planned, not run")
+    if layout.sequence_parallel and arch.head.pooler:
         raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
+    if layout.sequence_parallel and (len(arch.stacks) > 1 or any(b.is_moe for b in arch.blocks())):
+        raise InputError(f"{cfg.name}: sequence parallelism is run on one-stack dense models; with a mixture of "
+                         "experts or an encoder-decoder it is planned, not run")
 
 
 def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Tensor:
@@ -62,24 +73,77 @@ def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Te
     return torch.cat([p[r] for r in range(tp) for p in pieces], dim=0)
 
 
+def _interleave(linear: nn.Module, parts: list[int], tp: int) -> None:
+    for p in (linear.weight, linear.bias):
+        if p is not None:
+            p.copy_(interleave_rows(p, parts, tp))
+
+
+def stacks(model: nn.Module) -> list[nn.Module]:
+    """The model's stacks of blocks: an encoder-decoder's encoder, then the output stack."""
+    return ([model.encoder] if getattr(model, "encoder", None) is not None else []) + [model]
+
+
 @torch.no_grad()
-def localize_fused(model: nn.Module, cfg: ModelConfig, tp: int) -> None:
-    """Re-order fused rows for TP and give each attention its local head counts (step 3)."""
-    for block in model.blocks:
-        attn, ffn = block.attn, block.ffn
-        for p in (attn.qkv.weight, attn.qkv.bias):
-            if p is not None:
-                p.copy_(interleave_rows(p, [attn.q_dim, attn.kv_dim, attn.kv_dim], tp))
-        if ffn.gated:
-            for p in (ffn.up.weight, ffn.up.bias):
-                if p is not None:
-                    p.copy_(interleave_rows(p, [cfg.ffn_dim, cfg.ffn_dim], tp))
-        attn.n_head, attn.n_kv_head = attn.n_head // tp, attn.n_kv_head // tp
-        attn.q_dim, attn.kv_dim = attn.q_dim // tp, attn.kv_dim // tp
+def localize_fused(model: nn.Module, tp: int) -> None:
+    """Re-order fused rows for TP and give each attention its local head counts (step 3), block by block
+    as each block's components have them (tfcalc.architecture: its heads, V width, FFN or MoE)."""
+    for stack in stacks(model):
+        for block in stack.blocks:
+            attn = block.attn
+            _interleave(attn.qkv, [attn.q_dim, attn.kv_dim, attn.v_dim], tp)
+            attn.n_head, attn.n_kv_head = attn.n_head // tp, attn.n_kv_head // tp
+            attn.q_dim, attn.kv_dim, attn.v_dim = attn.q_dim // tp, attn.kv_dim // tp, attn.v_dim // tp
+            cross = block.cross_attn
+            if cross is not None:
+                _interleave(cross.kv, [cross.kv_dim, cross.v_dim], tp)
+                cross.n_head, cross.n_kv_head = cross.n_head // tp, cross.n_kv_head // tp
+                cross.kv_dim, cross.v_dim = cross.kv_dim // tp, cross.v_dim // tp
+            for ffn in _split_ffns(block):
+                if ffn.gated:
+                    _interleave(ffn.up, [ffn.width, ffn.width], tp)
 
 
-def apply_tp(model: nn.Module, cfg: ModelConfig, mesh, sp: bool) -> None:
-    """Steps 3 and 4 on the tp mesh."""
+def _split_ffns(block: nn.Module) -> list[nn.Module]:
+    """The FFNs TP splits: a dense FFN, or a mixture of experts' shared expert (its routed experts and
+    router stay whole on every rank, for now: tfcalc.architecture.ffn)."""
+    if block.spec.is_moe:
+        return [block.ffn.shared] if block.ffn.shared is not None else []
+    return [block.ffn]
+
+
+def _block_plan(block: nn.Module, seq, sp: bool) -> dict:
+    """Step 3 (and 4) for one block, from what it holds."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    plan = {"attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(output_layouts=seq)}
+    if block.cross_attn is not None:
+        plan.update({"cross_attn.q": ColwiseParallel(), "cross_attn.kv": ColwiseParallel(),
+                     "cross_attn.out": RowwiseParallel(output_layouts=seq)})
+    for ffn in _split_ffns(block):
+        path = "ffn" if ffn is block.ffn else "ffn.shared"
+        plan.update({f"{path}.up": ColwiseParallel(), f"{path}.down": RowwiseParallel(output_layouts=seq)})
+    if sp:  # one-stack dense models only (check_measurable)
+        plan.update({name: SequenceParallel() for name in ("attn_norm", "ffn_norm", "attn_post_norm",
+                                                           "ffn_post_norm") if getattr(block, name) is not None})
+        plan.update({
+            "attn": PrepareModuleInput(input_layouts=(seq, None, None),
+                                       desired_input_layouts=(Replicate(), None, None)),
+            "ffn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
+        })
+    return plan
+
+
+def apply_tp(model: nn.Module, mesh, sp: bool) -> None:
+    """Steps 3 and 4 on the tp mesh. A tied token embedding and LM head are one vocabulary-split tensor
+    (Megatron): the embedding RowwiseParallel (each rank looks up its rows, the partial sums all-reduced),
+    the head ColwiseParallel, then tied again (parallelize_module gives each module its own parameter)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -89,36 +153,34 @@ def apply_tp(model: nn.Module, cfg: ModelConfig, mesh, sp: bool) -> None:
         parallelize_module,
     )
 
-    localize_fused(model, cfg, mesh.size())
+    localize_fused(model, mesh.size())
     seq = Shard(1) if sp else Replicate()
-    root = {"tok_emb": ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())}
-    if cfg.lm_head:
+    embedding = RowwiseParallel if model.tied else ColwiseParallel
+    root = {"tok_emb": embedding(input_layouts=Replicate(), output_layouts=Replicate())}
+    encoder = getattr(model, "encoder", None)
+    if encoder is not None and encoder.tok_emb is not model.tok_emb:  # an untied encoder table: split as well
+        root["encoder.tok_emb"] = ColwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+    if model.lm_head is not None:
         root["lm_head"] = ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)
-    if sp and cfg.final_norm:
+    if sp and model.final_norm is not None:
         root["final_norm"] = SequenceParallel()
     if sp:
         root["blocks.0"] = PrepareModuleInput(input_layouts=(Replicate(), None, None, None),
                                               desired_input_layouts=(seq, None, None, None), use_local_output=True)
     parallelize_module(model, mesh, root)
-    for block in model.blocks:
-        plan = {"attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(output_layouts=seq),
-                "ffn.up": ColwiseParallel(), "ffn.down": RowwiseParallel(output_layouts=seq)}
-        if sp:
-            plan.update({
-                "attn_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                "attn": PrepareModuleInput(input_layouts=(seq, None, None),
-                                           desired_input_layouts=(Replicate(), None, None)),
-                "ffn": PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),)),
-            })
-        parallelize_module(block, mesh, plan)
+    model.tie_weights()
+    for stack in stacks(model):
+        for block in stack.blocks:
+            parallelize_module(block, mesh, _block_plan(block, seq, sp))
 
 
 def apply_fsdp(model: nn.Module, mesh) -> nn.Module:
     """Step 2 (and 5, on the dp dimension of a 2-D mesh)."""
     from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh)
+    for stack in stacks(model):
+        for block in stack.blocks:
+            fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -161,7 +223,7 @@ def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torc
     mesh = device_mesh(device.type, layout.dp, layout.tp)
     groups = group_names(mesh)
     if layout.tp > 1:
-        apply_tp(model, cfg, mesh["tp"], layout.sequence_parallel)
+        apply_tp(model, mesh["tp"], layout.sequence_parallel)
     if layout.dp > 1:
         dp = mesh["dp"]
         model = apply_fsdp(model, dp) if layout.zero == 3 else apply_ddp(model, device, dp.get_group())

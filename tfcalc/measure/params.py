@@ -37,9 +37,9 @@ def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
 def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
     """Rows of each part of a fused tensor of module (an attention or FFN), as components named prefix_*."""
     if isinstance(module, Attention):
-        rows = {"q": module.q_dim, "k": module.kv_dim, "v": module.kv_dim}
+        rows = {"q": module.q_dim, "k": module.kv_dim, "v": module.v_dim}
     elif isinstance(module, CrossAttention):
-        rows = {"k": module.kv_dim, "v": module.kv_dim}
+        rows = {"k": module.kv_dim, "v": module.v_dim}
     else:
         assert isinstance(module, FeedForward)
         width = module.down.in_features

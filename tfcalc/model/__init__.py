@@ -1,11 +1,13 @@
 """The real PyTorch transformer built from a ModelConfig: decoder, encoder or encoder-decoder.
 
-The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts),
-``transformer`` (blocks, stacks, the model, ``build_model``), ``cache`` (the static KV cache
+The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts), ``block``
+(one layer), ``transformer`` (stacks, the model, ``build_model``), ``cache`` (the static KV cache
 for decoding) and ``generate`` (greedy generation: a prefill, then one decode step per token).
 nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
-Transformer), each taking the config. Every parameter here is one that tfcalc.count.params predicts;
-tests check the two agree tensor by tensor.
+Transformer), each built from its component of the description (tfcalc.architecture), so the layers
+of a stack may differ (dense then MoE, local and global attention with their own RoPE bases, NoPE
+layers). Every parameter here is one that tfcalc.count.params predicts; tests check the two agree
+tensor by tensor.
 
 - A ``Stack`` is embeddings, blocks and a final norm. ``Transformer`` is the stack that makes the output
   (a decoder's, causal; or an encoder-only model's, bidirectional) plus its heads (LM head, BERT's
@@ -25,6 +27,7 @@ Layout choices, and why:
 - ``build_model(cfg, "meta")`` allocates nothing, so GPT-3 175B can be built and counted anywhere.
 """
 
+from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache
 from tfcalc.model.generate import generate, next_token
 from tfcalc.model.layers import (
@@ -37,7 +40,7 @@ from tfcalc.model.layers import (
     make_norm,
 )
 from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
-from tfcalc.model.transformer import Block, Stack, Transformer, build_model
+from tfcalc.model.transformer import Stack, Transformer, build_model
 
 __all__ = [
     "Attention", "Block", "CrossAttention", "FeedForward", "LMHead", "Linear", "MixtureOfExperts", "Stack",

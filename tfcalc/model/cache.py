@@ -2,10 +2,13 @@
 allocated once, for the whole generation, and written in place; nothing grows or is re-allocated per
 token, so a decode step allocates only its own small activations.
 
-Layout: per layer, K and V of shape (B, n_kv_head, slots, d_head), in the model's dtype. In a layer without
-a sliding window, ``slots`` is the longest sequence the generation reaches and slot p holds position p.
-In a layer with a sliding window of W (Mistral's every layer; Gemma 2's every other one, see
-ModelConfig.layer_window), ``slots`` = min(W, longest sequence) and the buffer is a ring: position p
+Layout: per layer, K of shape (B, n_kv_head, slots, d_head) and V (B, n_kv_head, slots, v_head_dim), in
+the model's dtype, each layer's heads and widths as its ``Attention`` component has them (layers may
+differ). ``slots`` is that component's ``kv_positions`` of the longest sequence the generation reaches,
+the convention tfcalc.count.memory counts the KV bytes with (``Architecture.kv_elements``): in a layer
+without a sliding window, every position, slot p holding position p. In a layer with a sliding window of
+W (Mistral's every layer; Gemma 2's every other one), ``slots`` = min(W, longest sequence) -- the cache
+keeps only the window -- and the buffer is a ring: position p
 lives in slot p mod W, overwriting p - W, which no later query may see (Jiang et al. 2023, sec. 2,
 "rolling buffer cache"). The newest token's K and V are written before its query reads the cache, so a
 query sees at most W keys, itself included -- W slots, not W - 1 (Hugging Face's dynamic sliding-window
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from tfcalc.architecture import Attention
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
@@ -48,12 +52,14 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
 class StaticCache:
     """K and V buffers of every self-attention layer, and an encoder-decoder's cross-attention K and V."""
 
-    def __init__(self, cfg: ModelConfig, batch: int, max_tokens: int, device, dtype: torch.dtype):
-        self.cfg, self.batch, self.max_tokens = cfg, batch, max_tokens
-        self.slots = [cfg.kv_positions(max_tokens, i) for i in range(cfg.n_layer)]  # per layer
-        shapes = [(batch, cfg.kv_heads, n, cfg.head_dim) for n in self.slots]  # (B, nkv, S, hs)
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for shape in shapes]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for shape in shapes]
+    def __init__(self, attentions: list[Attention], batch: int, max_tokens: int, device, dtype: torch.dtype):
+        """``attentions``: each decoder layer's self-attention component, first to last."""
+        self.batch, self.max_tokens = batch, max_tokens
+        self.slots = [a.kv_positions(max_tokens) for a in attentions]  # per layer
+        self.k = [torch.zeros(batch, a.n_kv_head, n, a.head_dim, device=device, dtype=dtype)  # (B, nkv, S, hs)
+                  for a, n in zip(attentions, self.slots, strict=True)]
+        self.v = [torch.zeros(batch, a.n_kv_head, n, a.v_dim, device=device, dtype=dtype)  # (B, nkv, S, hv)
+                  for a, n in zip(attentions, self.slots, strict=True)]
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
         self.length = 0  # positions written: the next token's position
 

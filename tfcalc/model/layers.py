@@ -1,9 +1,12 @@
 """The sub-layers of the real model: linear layers, norms, self- and cross-attention, the FFN and the
-mixture of experts. Each takes the config, nanoGPT-style; shapes are written as (B, nh, T, hs).
+mixture of experts. Each is built from its component of the description (tfcalc.architecture: an
+``Attention``, ``FFN``, ``MoE``, ``Norm``), as litgpt's Block picks its classes from the config; shapes
+are written as (B, nh, T, hs).
 
-Attention runs ``F.scaled_dot_product_attention`` unless the scores are soft-capped (Gemma 2): SDPA has
-no hook between Q·Kᵀ and the softmax, so ``_capped_attention`` writes the math out (the same two
-matmuls, as modeling_gemma2.py's eager_attention_forward does)."""
+Attention runs ``F.scaled_dot_product_attention`` unless the scores are soft-capped (Gemma 2) or the
+softmax has sinks (gpt-oss): SDPA has no hook between Q·Kᵀ and the softmax, so ``attend`` writes the
+math out (the same two matmuls, as modeling_gemma2.py's and modeling_gpt_oss.py's
+eager_attention_forward do)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcalc.config import ModelConfig
+from tfcalc.architecture import FFN, Attention as AttentionSpec, MoE, Norm
+from tfcalc.errors import InputError
 from tfcalc.model.positions import apply_rope
 
 _ACTIVATIONS = {
@@ -22,13 +26,11 @@ _ACTIVATIONS = {
 }
 
 
-
-def make_norm(cfg: ModelConfig, width: int | None = None) -> nn.Module:
-    """The config's norm over ``width`` channels (default d_model; Q/K norms are d_head wide)."""
-    width = cfg.d_model if width is None else width
-    if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=cfg.norm_eps)
-    return nn.LayerNorm(width, eps=cfg.norm_eps, bias=cfg.norm_bias)
+def make_norm(norm: Norm) -> nn.Module:
+    """The norm a ``Norm`` component describes (its kind, width, bias and eps)."""
+    if norm.kind == "rmsnorm":
+        return nn.RMSNorm(norm.width, eps=norm.eps)
+    return nn.LayerNorm(norm.width, eps=norm.eps, bias=norm.bias)
 
 
 class Linear(nn.Linear):
@@ -80,11 +82,13 @@ def softcap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return x if cap is None else torch.tanh(x / cap) * cap
 
 
-def attend(q, k, v, mask, causal: bool, scale: float | None, cap: float | None) -> torch.Tensor:
-    """(B, nh, Tq, hs) queries against (B, nkv, Tk, hs) keys and values -> (B, nh, Tq, hs). A mask, when
-    given, is additive and already holds the causal part (ALiBi, T5's bias)."""
+def attend(q, k, v, mask, causal: bool, scale: float | None, cap: float | None,
+           sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, nh, Tq, hs) queries against (B, nkv, Tk, hs) keys and (B, nkv, Tk, hv) values -> (B, nh, Tq, hv).
+    A mask, when given, is additive and already holds the causal part (ALiBi, T5's bias). ``sinks``
+    (nh,): one more logit per head in each softmax, attached to no value (gpt-oss, modeling_gpt_oss.py)."""
     gqa = k.shape[1] != q.shape[1]
-    if cap is None:
+    if cap is None and sinks is None:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale, enable_gqa=gqa
         )
@@ -98,29 +102,37 @@ def attend(q, k, v, mask, causal: bool, scale: float | None, cap: float | None) 
         Tq, Tk = scores.shape[-2:]
         allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril(Tk - Tq)
         scores = scores.masked_fill(~allowed, float("-inf"))
-    return scores.softmax(dim=-1) @ v
+    if sinks is None:
+        return scores.softmax(dim=-1) @ v
+    sink = sinks.to(scores.dtype)[None, :, None, None].expand(*scores.shape[:-1], 1)  # (B, nh, Tq, 1)
+    probs = torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]  # the sink's share goes nowhere
+    return probs @ v
 
 
 class Attention(nn.Module):
-    """Self-attention: causal in a decoder, bidirectional in an encoder. Optional: a norm over each
-    head's Q and K before RoPE (Qwen3, modeling_qwen3.py: q_norm, k_norm), partial rotary, a scale
-    other than 1/sqrt(d_head), soft-capped scores."""
+    """Self-attention as its ``Attention`` component describes it: causal in a decoder, bidirectional in
+    an encoder; grouped K/V heads; RoPE (``rope_key``: its base and rotated channels, read from the
+    stack's tables) or none (a NoPE layer); a sliding window (the stack's mask). Optional: a norm over
+    each head's Q and K before RoPE (Qwen3, modeling_qwen3.py: q_norm, k_norm), a scale other than
+    1/sqrt(d_head), soft-capped scores, sinks, V heads of their own width."""
 
-    def __init__(self, cfg: ModelConfig, causal: bool = True):
+    def __init__(self, spec: AttentionSpec):
         super().__init__()
-        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        self.q_dim, self.kv_dim = cfg.q_dim, cfg.kv_dim
-        self.causal, self.scale, self.cap = causal, cfg.attn_scale, cfg.attn_softcap
-        self.qkv = Linear(cfg.d_model, cfg.q_dim + 2 * cfg.kv_dim, bias=cfg.attn_bias)
-        self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.o_bias)
-        self.q_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
-        self.k_norm = make_norm(cfg, cfg.head_dim) if cfg.qk_norm else None
+        self.n_head, self.n_kv_head, self.head_dim = spec.n_head, spec.n_kv_head, spec.head_dim
+        self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
+        self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
+        self.rope_key = None if spec.rope_theta is None else (spec.rope_theta, spec.rope_dim)
+        self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
+        self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
+        self.q_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
+        self.k_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
+        self.sinks = nn.Parameter(torch.empty(spec.n_head)) if spec.sinks else None
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
         """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
         keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
         B, T, _ = x.shape
-        q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
         if self.q_norm is not None:  # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...)
             # layout, so SDPA's output does too and merging the heads stays a view (no copy)
             q = self.q_norm(q.view(B, T, self.n_head, self.head_dim)).flatten(2)
@@ -130,12 +142,12 @@ class Attention(nn.Module):
             q = apply_rope(q.view(B, T, self.n_head, self.head_dim), cos, sin).flatten(2)
             k = apply_rope(k.view(B, T, self.n_kv_head, self.head_dim), cos, sin).flatten(2)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
-        k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs)
+        k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
         if store is not None:
             k, v = store(k, v)  # (B, nkv, S, hs): the cached keys a decode step attends to
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
-        y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap)  # (B, nh, T, hs)
+        y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
 
 
@@ -144,37 +156,38 @@ class CrossAttention(nn.Module):
     (one fused Linear, rows [K | V]) or, in a decoder-only stack, from states given to forward. No mask
     (every target position sees the whole source), no positions."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, spec: AttentionSpec):
         super().__init__()
-        self.n_head, self.n_kv_head, self.kv_dim = cfg.n_head, cfg.kv_heads, cfg.kv_dim
-        self.scale, self.cap = cfg.attn_scale, cfg.attn_softcap
-        self.q = Linear(cfg.d_model, cfg.q_dim, bias=cfg.attn_bias)
-        self.kv = Linear(cfg.d_model, 2 * cfg.kv_dim, bias=cfg.attn_bias)
-        self.out = Linear(cfg.q_dim, cfg.d_model, bias=cfg.o_bias)
+        if spec.qk_norm is not None or spec.sinks:
+            raise InputError("Q/K norms and sinks in cross-attention are not built: no model in use has them")
+        self.n_head, self.n_kv_head, self.kv_dim, self.v_dim = spec.n_head, spec.n_kv_head, spec.k_width, spec.v_width
+        self.scale, self.cap = spec.scale, spec.softcap
+        self.q = Linear(spec.d_model, spec.q_width, bias=spec.qkv_bias)
+        self.kv = Linear(spec.d_model, self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [K | V]
+        self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
 
     def project(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S, d) encoder output -> K and V, (B, nkv, S, hs) each: computed once per source when decoding."""
-        k, v = self.kv(memory).split(self.kv_dim, dim=-1)
+        """(B, S, d) encoder output -> K and V, (B, nkv, S, hs|hv) each: computed once per source when decoding."""
+        k, v = self.kv(memory).split([self.kv_dim, self.v_dim], dim=-1)
         return _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
         """x: (B, T, d) decoder stream; memory: (B, S, d) encoder output, or kv: its cached project()."""
         q = _split_heads(self.q(x), self.n_head)  # (B, nh, T, hs)
-        k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs)
-        y = attend(q, k, v, None, False, self.scale, self.cap)  # (B, nh, T, hs)
+        k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs|hv)
+        y = attend(q, k, v, None, False, self.scale, self.cap)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
 
 
 class FeedForward(nn.Module):
-    """d_model -> width -> d_model (width: d_ff, or a shared expert's own width)."""
+    """d_model -> d_ff -> d_model as its ``FFN`` component describes it; gated: down(act(gate) · up)."""
 
-    def __init__(self, cfg: ModelConfig, width: int | None = None):
+    def __init__(self, spec: FFN):
         super().__init__()
-        self.gated = cfg.gated_ffn
-        self.act = _ACTIVATIONS[cfg.activation]
-        width = cfg.ffn_dim if width is None else width
-        self.up = Linear(cfg.d_model, width * (2 if cfg.gated_ffn else 1), bias=cfg.ffn_bias)  # rows [gate | up]
-        self.down = Linear(width, cfg.d_model, bias=cfg.ffn_bias)
+        self.gated, self.width = spec.gated, spec.d_ff
+        self.act = _ACTIVATIONS[spec.activation]
+        self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
+        self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
@@ -187,25 +200,24 @@ class FeedForward(nn.Module):
 
 
 class MixtureOfExperts(nn.Module):
-    """n_expert FFNs and a bias-free router; each token runs its top n_expert_active experts, their
-    outputs weighted by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2), or
-    (router_norm_topk false) by their softmax over all experts, not renormalized (Qwen2-MoE with
-    norm_topk_prob false). A shared expert, when configured, runs on every token and is added, times
-    sigmoid of a one-output gate (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock).
+    """n_expert FFNs and a bias-free router; each token runs its top-k experts, their outputs weighted
+    by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2), or (renormalize
+    false) by their softmax over all experts, not renormalized (Qwen2-MoE with norm_topk_prob false). A
+    shared expert, when described, runs on every token and is added, times sigmoid of a one-output gate
+    (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock).
 
     With a capacity factor (Switch Transformers, sec. 2.2) each expert runs a fixed buffer of C rows:
     the first C tokens routed to it, in position order, padded with zeros when fewer come; the rest are
     dropped (their residual carries them). The experts then multiply E·C rows, whatever the routing."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, spec: MoE):
         super().__init__()
-        self.cfg = cfg
-        self.top_k, self.renormalize = cfg.experts_active, cfg.router_norm_topk
-        self.router = Linear(cfg.d_model, cfg.experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(cfg) for _ in range(cfg.experts))
-        shared = cfg.shared_expert_d_ff
-        self.shared = FeedForward(cfg, shared) if shared else None
-        self.shared_gate = Linear(cfg.d_model, 1, bias=False) if cfg.shared_expert_gate else None
+        self.spec = spec
+        self.top_k, self.renormalize = spec.top_k, spec.renormalize
+        self.router = Linear(spec.d_model, spec.n_expert, bias=False)
+        self.experts = nn.ModuleList(FeedForward(spec.expert) for _ in range(spec.n_expert))
+        self.shared = FeedForward(spec.shared) if spec.shared is not None else None
+        self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
@@ -225,7 +237,7 @@ class MixtureOfExperts(nn.Module):
         else:
             weights, chosen = logits.float().softmax(dim=-1).topk(self.top_k, dim=-1)
             weights = weights.to(flat.dtype)
-        capacity = self.cfg.expert_capacity(flat.shape[0])
+        capacity = self.spec.capacity(flat.shape[0])
         if flat.is_meta:
             return self._meta_forward(flat, weights, capacity)
         out = torch.zeros_like(flat)

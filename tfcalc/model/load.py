@@ -19,7 +19,7 @@ import torch
 
 from tfcalc import reading
 from tfcalc.checkpoint.files import read_headers
-from tfcalc.checkpoint.names import Piece, map_name, rules
+from tfcalc.checkpoint.names import Piece, block_of, map_name, rules
 from tfcalc.config import ModelConfig
 from tfcalc.count.components import fused_rows, local_path
 from tfcalc.errors import InputError, shown
@@ -47,13 +47,18 @@ def _rows(cfg: ModelConfig, piece: Piece) -> tuple[int, int] | None:
     return fused_rows(cfg, path.rpartition(".")[0])[piece.part]
 
 
-def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, transform: str | None) -> torch.Tensor:
-    """A checkpoint tensor in tfcalc's layout (see the module docstring)."""
+def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
+    """A checkpoint tensor in tfcalc's layout (see the module docstring); head counts from the layer's
+    attention component (tfcalc.architecture)."""
+    transform = piece.transform
     if transform == "T":
         return tensor.t()
     if transform == "norm+1":
         return tensor.float() + 1.0
-    heads, kv_heads, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    if transform not in ("neox_qkv", "falcon_qkv"):
+        return tensor
+    attention = block_of(cfg, piece.param).attention
+    heads, kv_heads, hd = attention.n_head, attention.n_kv_head, attention.head_dim
     if transform == "neox_qkv" or (transform == "falcon_qkv" and not raw.get("new_decoder_architecture")
                                     and not raw.get("multi_query", True)):
         rest = tensor.shape[1:]
@@ -118,7 +123,7 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
                 one = Piece(piece.param.replace("*", str(e)), piece.part)
                 _fill(params, written, name, one, _rows(cfg, one), tensor[e], not dry)
             continue
-        value = _layout(cfg, raw, tensor, piece.transform)
+        value = _layout(cfg, raw, tensor, piece)
         _fill(params, written, name, piece, _rows(cfg, piece), value, not dry)
     missing = [n for n, p in params.items() if written.get(n, 0) != p.numel()]
     if missing:

@@ -8,16 +8,14 @@ import math
 
 import torch
 
-from tfcalc.config import ModelConfig
 
-
-def rope_tables(cfg: ModelConfig, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape (max_seq_len, rope_dim), rotate-half layout (Su et al. 2021, eq. 34). With
-    partial rotary (GPT-NeoX's rotary_pct) the frequencies are those of a rope_dim-wide head:
-    theta^(-2i / rope_dim), as modeling_gpt_neox.py computes them."""
-    half = cfg.rope_dim // 2
-    inv_freq = cfg.rope_theta ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
-    angles = torch.outer(torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32), inv_freq)
+def rope_tables(theta: float, rope_dim: int, length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of shape (length, rope_dim), rotate-half layout (Su et al. 2021, eq. 34), for rotary
+    base ``theta``. With partial rotary (GPT-NeoX's rotary_pct) the frequencies are those of a
+    rope_dim-wide head: theta^(-2i / rope_dim), as modeling_gpt_neox.py computes them."""
+    half = rope_dim // 2
+    inv_freq = theta ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
+    angles = torch.outer(torch.arange(length, device=device, dtype=torch.float32), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
@@ -34,11 +32,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def sinusoid_table(cfg: ModelConfig, device=None) -> torch.Tensor:
+def sinusoid_table(length: int, d_model: int, device=None) -> torch.Tensor:
     """Vaswani et al. 2017, sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
-    pos = torch.arange(cfg.max_seq_len, device=device, dtype=torch.float32)[:, None]
-    inv_freq = 10000.0 ** (-torch.arange(0, cfg.d_model, 2, device=device, dtype=torch.float32) / cfg.d_model)
-    table = torch.empty(cfg.max_seq_len, cfg.d_model, device=device)
+    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, device=device, dtype=torch.float32) / d_model)
+    table = torch.empty(length, d_model, device=device)
     table[:, 0::2] = torch.sin(pos * inv_freq)
     table[:, 1::2] = torch.cos(pos * inv_freq)
     return table
@@ -80,19 +78,28 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int
     return buckets + torch.where(is_small, relative, large)
 
 
-def position_buffers(cfg: ModelConfig, device) -> dict[str, torch.Tensor]:
-    """RoPE's cos and sin, the sinusoid table or ALiBi's slopes, by buffer name. On meta, only their
-    shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for
-    tables that init_weights() computes anyway once the model has storage."""
+def rope_buffer_names(j: int) -> tuple[str, str]:
+    """Buffer names of a stack's j-th distinct rotary table (j = 0 keeps the one-base names)."""
+    return ("rope_cos", "rope_sin") if j == 0 else (f"rope_cos_{j}", f"rope_sin_{j}")
+
+
+def position_buffers(positions: str, length: int, d_model: int, n_head: int,
+                     ropes: list[tuple[float, int]], device) -> dict[str, torch.Tensor]:
+    """The tables a stack reads, by buffer name: one RoPE cos and sin pair per distinct (base, rotated
+    channels) of its layers (Gemma 3's local and global bases), the sinusoid table, or ALiBi's slopes
+    (``n_head``). ``length``: the positions the tables cover (max_seq_len). On meta, only their shapes:
+    torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for tables that
+    init_weights() computes anyway once the model has storage."""
     meta = torch.device(device).type == "meta"
-    T = cfg.max_seq_len
-    if cfg.pos_encoding == "rope":
-        if meta:
-            return {name: torch.empty(T, cfg.rope_dim, device=device) for name in ("rope_cos", "rope_sin")}
-        cos, sin = rope_tables(cfg, device)
-        return {"rope_cos": cos, "rope_sin": sin}
-    if cfg.pos_encoding == "sinusoidal":
-        return {"pos_table": torch.empty(T, cfg.d_model, device=device) if meta else sinusoid_table(cfg, device)}
-    if cfg.pos_encoding == "alibi":
-        return {"alibi": torch.empty(cfg.n_head, device=device) if meta else alibi_slopes(cfg.n_head, device)}
-    return {}
+    out: dict[str, torch.Tensor] = {}
+    for j, (theta, rope_dim) in enumerate(ropes):
+        names = rope_buffer_names(j)
+        tables = [torch.empty(length, rope_dim, device=device)] * 2 if meta else rope_tables(theta, rope_dim,
+                                                                                              length, device)
+        out.update(zip(names, tables, strict=True))
+    if positions == "sinusoidal":
+        out["pos_table"] = torch.empty(length, d_model, device=device) if meta else sinusoid_table(length, d_model,
+                                                                                                   device)
+    if positions == "alibi":
+        out["alibi"] = torch.empty(n_head, device=device) if meta else alibi_slopes(n_head, device)
+    return out

@@ -1,5 +1,10 @@
-"""Blocks, stacks and the whole Transformer built from a ModelConfig, and build_model (see the package
-docstring for the layout and why)."""
+"""Stacks and the whole Transformer built from the description (tfcalc.architecture: ``cfg.architecture``,
+or one given), and build_model (see the package docstring for the layout and why).
+
+Every module is built from its component: a stack from its ``Stack`` (embeddings, one ``Block`` module
+per layer, each from that layer's block, and the final norm), the heads from ``Head``. The config gives
+only what is no part of the architecture: how many positions the tables cover (max_seq_len), OPT's
+position offset, T5's bucket distance, and the activation of BERT's head transform."""
 
 from __future__ import annotations
 
@@ -9,114 +14,49 @@ import math
 import torch
 from torch import nn
 
+from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
+from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
-from tfcalc.model.layers import (
-    _ACTIVATIONS,
-    Attention,
-    CrossAttention,
-    FeedForward,
-    Linear,
-    LMHead,
-    MixtureOfExperts,
-    _embedding,
-    make_norm,
-    softcap,
-)
-from tfcalc.model.positions import position_buffers, relative_buckets
-
-
-class Block(nn.Module):
-    """Self-attention, cross-attention (an encoder-decoder's decoder, or cross_attention), FFN or mixture
-    of experts; each a residual sub-layer with its own norm, laid out pre, post or sandwich, or attention
-    and FFN side by side (a parallel block; see tfcalc.config)."""
-
-    def __init__(self, cfg: ModelConfig, causal: bool = True, cross: bool = False, moe: bool | None = None,
-                 d_ff: int | None = None):
-        """``moe`` and ``d_ff``: this layer's FFN as the description has it (tfcalc.architecture: a mixed
-        model's dense layers, d_ff wide); default: every layer alike, from cfg."""
-        super().__init__()
-        moe = bool(cfg.n_expert) if moe is None else moe
-        self.placement, self.parallel = cfg.norm_placement, cfg.parallel_block != "none"
-        sandwich = cfg.norm_placement == "sandwich"
-        self.attn_norm = make_norm(cfg)
-        self.attn = Attention(cfg, causal)
-        self.attn_post_norm = make_norm(cfg) if sandwich else None
-        self.cross_attn_norm = make_norm(cfg) if cross else None
-        self.cross_attn = CrossAttention(cfg) if cross else None
-        self.cross_attn_post_norm = make_norm(cfg) if cross and sandwich else None
-        self.ffn_norm = None if cfg.parallel_block == "shared_norm" else make_norm(cfg)
-        self.ffn = MixtureOfExperts(cfg) if moe else FeedForward(cfg, d_ff)
-        self.ffn_post_norm = make_norm(cfg) if sandwich else None
-
-    def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
-        """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
-        y = f(norm(x))
-        return y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
-
-    def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
-        if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
-            return norm(x + f(x))
-        return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
-
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
-
-    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
-        return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
-                              lambda h: self.cross_attn(h, memory, kv), x)
-
-    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
-
-    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
-                store=None, cross_kv=None) -> torch.Tensor:
-        """``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward)."""
-        if self.parallel:
-            return self._parallel(x, rope, mask, store)
-        x = self.attention_sublayer(x, rope, mask, store)
-        if self.cross_attn is not None:
-            if memory is None and cross_kv is None:
-                raise ValueError("a block with cross-attention needs the states it attends to (memory)")
-            x = self.cross_attention_sublayer(x, memory, cross_kv)
-        return self.ffn_sublayer(x)
-
-    def _parallel(self, x: torch.Tensor, rope, mask, store=None) -> torch.Tensor:
-        """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
-        norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
-        h = self.attn_norm(x)
-        attn = self.attn(h, rope, mask, store=store)
-        return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
+from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
 
 class Stack(nn.Module):
-    """Embeddings, n_layer blocks and an optional final norm: one decoder (causal) or encoder stack.
+    """Embeddings, one block per layer and an optional final norm, from a ``Stack`` component: one
+    decoder (causal) or encoder stack.
 
     ``tok_emb`` may be a module shared with another stack (an encoder-decoder's tied embeddings)."""
 
-    def __init__(self, cfg: ModelConfig, n_layer: int, causal: bool, cross: bool = False,
-                 tok_emb: nn.Embedding | None = None, encoder: bool = False):
+    def __init__(self, cfg: ModelConfig, spec: StackSpec, tok_emb: nn.Embedding | None = None):
         super().__init__()
-        self.cfg, self.causal = cfg, causal
-        d = cfg.d_model
-        self.tok_emb = tok_emb if tok_emb is not None else _embedding(cfg.vocab_size, d)
-        learned = cfg.pos_encoding == "learned"
-        self.pos_emb = _embedding(cfg.max_seq_len + cfg.position_offset, d) if learned else None
+        self.cfg = cfg
+        layers, emb = list(spec.layers()), spec.embeddings
+        self.causal = layers[0].attention.causal
+        self.positions, self.scale = emb.positions, emb.scale
+        self.tok_emb = tok_emb if tok_emb is not None else _embedding(emb.vocab_size, emb.d_model)
+        self.pos_emb = _embedding(emb.position_rows, emb.d_model) if emb.positions == "learned" else None
         # T5: one (buckets, n_head) table per stack, read by every block (modeling_t5.py keeps it in block 0)
-        self.rel_bias = _embedding(cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
-        self.type_emb = _embedding(cfg.type_vocab_size, d) if cfg.type_vocab_size else None
-        self.emb_norm = make_norm(cfg) if cfg.embedding_norm else None
-        # each layer as the description has it (tfcalc.architecture): MoE or dense, and how wide
-        spec = cfg.architecture.encoder if encoder else cfg.architecture.output
-        layers = list(spec.layers())
-        self.blocks = nn.ModuleList(
-            Block(cfg, causal, cross, b.is_moe, None if b.is_moe else b.ffn.d_ff) for b in layers)
-        self.final_norm = make_norm(cfg) if cfg.final_norm else None
+        self.rel_bias = _embedding(*emb.relative) if emb.relative is not None else None
+        self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
+        self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
+        self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
+        self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
+        # per layer: its sliding window, and which of the stack's rotary tables it reads (None: no RoPE)
+        self.windows = [b.attention.window if self.causal else None for b in layers]
+        keys = [None if b.attention.rope_theta is None else (b.attention.rope_theta, b.attention.rope_dim)
+                for b in layers]
+        self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
+        self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
+        self.alibi_heads = layers[0].attention.n_head
         self._register_position_buffers()
 
     def _register_position_buffers(self) -> None:
-        for name, table in position_buffers(self.cfg, self.tok_emb.weight.device).items():
+        d = self.tok_emb.embedding_dim
+        tables = position_buffers(self.positions, self.cfg.max_seq_len, d, self.alibi_heads, self.ropes,
+                                  self.tok_emb.weight.device)
+        for name, table in tables.items():
             self.register_buffer(name, table, persistent=False)
 
     def attention_mask(self, T: int, dtype: torch.dtype, window: int | None = None) -> torch.Tensor | None:
@@ -124,9 +64,9 @@ class Stack(nn.Module):
         causal in a decoder, in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use;
         or T5's learned bias per relative-position bucket (bidirectional buckets in an encoder). A sliding
         window W shorter than T adds -inf on every key more than W - 1 positions before its query."""
-        if self.cfg.pos_encoding == "relative":
+        if self.positions == "relative":
             bias = self._relative_bias(T, dtype)
-        elif self.cfg.pos_encoding == "alibi":
+        elif self.positions == "alibi":
             bias = self._alibi_bias(T, dtype)
         else:
             bias = None
@@ -141,7 +81,7 @@ class Stack(nn.Module):
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
         """Each block's mask: built once per distinct effective window (Gemma 2 alternates two; a window
         of T or more is no window), as tfcalc.count.memory.forward_working_set counts them."""
-        windows = [self.cfg.layer_window(i, T) if self.causal else None for i in range(len(self.blocks))]
+        windows = [None if w is None or w >= T else w for w in self.windows]
         built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
         return [built[w] for w in windows]
 
@@ -160,7 +100,8 @@ class Stack(nn.Module):
         if device.type == "meta":  # no values to bucket: a lookup of the right shape stands in
             buckets = torch.zeros(T, T, dtype=torch.long, device=device)
         else:
-            buckets = relative_buckets(T, T, not self.causal, cfg.rel_buckets, cfg.rel_max_distance, device)
+            buckets = relative_buckets(T, T, not self.causal, self.rel_bias.num_embeddings, cfg.rel_max_distance,
+                                       device)
         bias = self.rel_bias(buckets).permute(2, 0, 1)  # (T, T, nh) -> (nh, T, T)
         if self.causal:
             future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
@@ -172,7 +113,7 @@ class Stack(nn.Module):
         token may see), or ALiBi's bias (nh, 1, n) by each slot's distance to the new position. Every
         layer of an ALiBi model keeps the same slots (check_decodable refuses alternating windows with a
         bias)."""
-        if self.cfg.pos_encoding != "alibi":
+        if self.positions != "alibi":
             return None
         positions = cache.slot_positions(0, cache.length + 1, self.alibi.device)
         distance = (positions - cache.length).to(torch.float32)  # <= 0
@@ -182,12 +123,12 @@ class Stack(nn.Module):
         """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input."""
         x = self.tok_emb(idx)
         end = start + idx.shape[1]
-        if self.cfg.embedding_scale:  # Vaswani et al. 2017, sec. 3.4
-            x = x * math.sqrt(self.cfg.d_model)
+        if self.scale:  # Vaswani et al. 2017, sec. 3.4
+            x = x * math.sqrt(self.tok_emb.embedding_dim)
         if self.pos_emb is not None:  # OPT's positions start at row 2 (modeling_opt.py, OPTLearnedPositionalEmbedding)
             offset = self.cfg.position_offset
             x = x + self.pos_emb(torch.arange(offset + start, offset + end, device=idx.device))
-        elif self.cfg.pos_encoding == "sinusoidal":
+        elif self.positions == "sinusoidal":
             x = x + self.pos_table[start:end].to(x.dtype)
         if self.type_emb is not None:
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
@@ -197,14 +138,18 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        window = self.cfg.layer_window(0, T) if self.causal else None
-        return self._rope(0, T, dtype), self.attention_mask(T, dtype, window)
+        window = self.windows[0]
+        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, None if window is None or window >= T
+                                                                else window)
 
-    def _rope(self, start: int, T: int, dtype: torch.dtype):
-        """cos and sin of positions start .. start + T - 1, or None without RoPE."""
-        if self.cfg.pos_encoding != "rope":
-            return None
-        return self.rope_cos[start:start + T].to(dtype), self.rope_sin[start:start + T].to(dtype)
+    def _ropes(self, start: int, T: int, dtype: torch.dtype) -> list:
+        """Each layer's cos and sin of positions start .. start + T - 1 (sliced once per distinct table),
+        or None where the layer has no RoPE."""
+        tables = []
+        for j in range(len(self.ropes)):
+            cos, sin = (getattr(self, name) for name in rope_buffer_names(j))
+            tables.append((cos[start:start + T].to(dtype), sin[start:start + T].to(dtype)))
+        return [None if j is None else tables[j] for j in self.layer_ropes]
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
@@ -218,12 +163,12 @@ class Stack(nn.Module):
         if cache is not None:
             cache.check_room(T)
         x = self.embed(idx, token_type_ids, start)  # (B, T, d)
-        rope = self._rope(start, T, x.dtype)
+        ropes = self._ropes(start, T, x.dtype)
         if start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
             masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
         else:
             masks = self.layer_masks(T, x.dtype)
-        for i, (block, mask) in enumerate(zip(self.blocks, masks, strict=True)):
+        for i, (block, rope, mask) in enumerate(zip(self.blocks, ropes, masks, strict=True)):
             store = None if cache is None else functools.partial(cache.store, i)
             cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
             # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
@@ -235,26 +180,29 @@ class Stack(nn.Module):
 
 class Transformer(Stack):
     """The output stack (decoder, or an encoder-only model's encoder), its heads, and for an
-    encoder-decoder the ``encoder`` stack."""
+    encoder-decoder the ``encoder`` stack. ``arch``: the description to build (default cfg.architecture)."""
 
-    def __init__(self, cfg: ModelConfig):
-        encoder_decoder = cfg.arch == "encoder-decoder"
-        super().__init__(cfg, cfg.n_layer, causal=cfg.arch != "encoder", cross=encoder_decoder or cfg.cross_attention)
-        self.pooler = Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
+    def __init__(self, cfg: ModelConfig, arch: Architecture | None = None):
+        arch = cfg.architecture if arch is None else arch
+        super().__init__(cfg, arch.output)
+        self.arch, head, d = arch, arch.head, arch.d_model
+        self.pooler = Linear(d, d) if head.pooler else None
         # BERT's MLM head (modeling_bert.py, BertPredictionHeadTransform): dense, activation, norm
-        self.head_dense = Linear(cfg.d_model, cfg.d_model) if cfg.lm_head_transform else None
-        self.head_norm = make_norm(cfg) if cfg.lm_head_transform else None
-        self.lm_head = LMHead(cfg.d_model, cfg.vocab_size, bias=cfg.lm_head_bias) if cfg.lm_head else None
+        self.head_dense = Linear(d, d) if head.transform is not None else None
+        self.head_norm = make_norm(head.transform) if head.transform is not None else None
+        self.lm_head = LMHead(d, head.vocab_size, bias=head.bias) if head.lm_head else None
+        self.tied = head.lm_head and head.tied
         # Registered after the decoder's own embedding, so a shared one is counted there (parameter order).
         self.encoder = None
-        if encoder_decoder:
-            shared = self.tok_emb if cfg.tie_encoder_embedding else None
-            self.encoder = Stack(cfg, cfg.encoder_layers, causal=False, tok_emb=shared, encoder=True)
+        if arch.kind == "encoder-decoder":
+            spec = arch.encoder
+            shared = self.tok_emb if spec.embeddings.shared_with is not None else None
+            self.encoder = Stack(cfg, spec, tok_emb=shared)
         self.tie_weights()
 
     def tie_weights(self) -> None:
         """The LM head shares the token embedding's tensor when tied (to_empty() unties them)."""
-        if self.lm_head is not None and self.cfg.tie_embeddings:
+        if self.tied:
             self.lm_head.weight = self.tok_emb.weight
 
     @torch.no_grad()
@@ -288,7 +236,7 @@ class Transformer(Stack):
         and Gemma 2's soft-capping."""
         if self.head_dense is not None:
             h = self.head_norm(_ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
-        return softcap(self.lm_head(h), self.cfg.logit_softcap)
+        return softcap(self.lm_head(h), self.arch.head.softcap)
 
     # ---------- decoding with a static KV cache (tfcalc.model.cache) ----------
 
@@ -297,7 +245,8 @@ class Transformer(Stack):
         on the model's device and in its dtype. An encoder generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
-        return StaticCache(self.cfg, batch, max_tokens, weight.device, weight.dtype)
+        attentions = [block.spec.attention for block in self.blocks]
+        return StaticCache(attentions, batch, max_tokens, weight.device, weight.dtype)
 
     def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
                 last_only: bool = True) -> torch.Tensor:
@@ -343,12 +292,14 @@ class Transformer(Stack):
 
 
 def build_model(
-    cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32
+    cfg: ModelConfig, device: str | torch.device = "meta", dtype: torch.dtype = torch.float32,
+    arch: Architecture | None = None,
 ) -> Transformer:
-    """The model on ``device`` in ``dtype``. Built on meta first, so nothing is allocated or
-    initialized twice; off meta, storage is then allocated once and filled by init_weights()."""
+    """The model on ``device`` in ``dtype`` (of ``arch``, default cfg.architecture). Built on meta first,
+    so nothing is allocated or initialized twice; off meta, storage is then allocated once and filled by
+    init_weights()."""
     with torch.device("meta"):
-        model = Transformer(cfg).to(dtype)
+        model = Transformer(cfg, arch).to(dtype)
     if torch.device(device).type == "meta":
         return model
     # Module.to_empty(device), but with torch.empty: empty_like of a meta tensor runs its Python meta

@@ -78,8 +78,9 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
     if nproc % tp:
         raise InputError(f"--tp {tp} does not divide --nproc {nproc}")
     dp = nproc // tp
-    layout = Layout(tp, 1, dp, check_size("--seq", seq) if seq else cfg.max_seq_len, dp * check_size("--batch", batch),
-                    batch, zero, "none", sequence_parallel, dtype)
+    layout = Layout(tp=tp, pp=1, dp=dp, seq=check_size("--seq", seq) if seq else cfg.max_seq_len,
+                    global_batch=dp * check_size("--batch", batch), micro_batch=batch, zero=zero, recompute="none",
+                    sequence_parallel=sequence_parallel, dtype=dtype)
     check_layout(cfg, layout)
     check_measurable(cfg, layout)
     check_nproc(nproc)

@@ -137,8 +137,9 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
         check_size("--seq", s)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so there is no decoding to time")
-    plan = DecodePlan(cfg, device, dtype, tuple((batch, s) for s in seqs), steps, warmup, repeat,
-                      matmul_size or (2048 if device == "cpu" else 8192), copy_bytes or default_copy_bytes(device))
+    plan = DecodePlan(cfg=cfg, device=device, dtype=dtype, points=tuple((batch, s) for s in seqs), steps=steps,
+                      warmup=warmup, repeat=repeat, matmul_size=matmul_size or (2048 if device == "cpu" else 8192),
+                      copy_bytes=copy_bytes or default_copy_bytes(device))
     check_plan(plan)
     return plan
 

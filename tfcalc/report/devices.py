@@ -1,4 +1,4 @@
-"""The report of `--device-spec list`: the datasheet table of tfcalc.devices, every entry with its source."""
+"""The report of `tfcalc devices`: the datasheet table of tfcalc.devices, every entry with its source."""
 
 from __future__ import annotations
 

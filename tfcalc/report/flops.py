@@ -224,8 +224,7 @@ def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool 
                 training: bool = False, recompute: bool = False) -> FlopsReport:
     """The analytic count; with measure, the real module under FlopCounterMode on device (meta: no memory)."""
     w = workload.for_model(model.cfg)
-    has_source = model.cfg.arch == "encoder-decoder" or model.cfg.cross_attention
-    breakdown = count.breakdown(model.cfg, w.batch, w.seq, w.src_seq if has_source else None)
+    breakdown = count.breakdown(model.cfg, w.batch, w.seq, w.src_seq)  # src_seq: set only where a source is read
     measured = None
     if measure:
         from tfcalc.measure.flops import measure_flops  # imports torch: only when asked
@@ -234,5 +233,5 @@ def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool 
             from tfcalc.measure.device import resolve_device
 
             device = resolve_device(device).name  # an unknown or absent device: one line, exit 2
-        measured = measure_flops(model.cfg, w.batch, w.seq, device, training=training, src_seq=breakdown.src_seq)
+        measured = measure_flops(model.cfg, w, device, training=training)
     return FlopsReport(model, w, recompute, breakdown, measured)

@@ -23,12 +23,12 @@ from tfcalc.count.roofline import Ceilings
 from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import check_size, decoder_source
 
 DEFAULT_SPEC = "h100-sxm"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InferOptions:
     batches: tuple[int, ...]
     seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
@@ -159,7 +159,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
     check_options(model, o)
     cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
-    src = (o.src_seq or seq) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
     memory = spec.memory_bytes if spec is not None else None
@@ -184,10 +184,11 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     if o.gen < 2:
         raise InputError("--measure times the decode steps after the first token: give --gen 2 or more")
     seq = _seq(model, o)
-    src = (o.src_seq or seq) if model.cfg.arch == "encoder-decoder" else None
-    plan = DecodePlan(model.cfg, o.device, o.dtype, tuple((b, seq) for b in o.batches), o.gen - 1,
-                      o.warmup, o.repeat, o.matmul_size or (2048 if o.device == "cpu" else 8192),
-                      o.copy_bytes or default_copy_bytes(o.device), src)
+    src = decoder_source(model.cfg, seq, o.src_seq)
+    plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in o.batches),
+                      steps=o.gen - 1, warmup=o.warmup, repeat=o.repeat,
+                      matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
+                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src)
     check_plan(plan)
     run = run_decode(plan, advance)
     ceilings = measured_ceilings(run)

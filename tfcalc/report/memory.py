@@ -8,17 +8,18 @@ from typing import Any, Callable, Optional
 
 from tfcalc.count import budget, memory as mem, quant, training
 from tfcalc.count.params import total as param_total
+from tfcalc.count.rank_activations import training_activations
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
-from tfcalc.workload import Workload
+from tfcalc.workload import Layout, Workload
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoryOptions:
     """How the memory is asked about: a training step or inference, and its choices."""
 
     training: bool = False
     optimizer: str = "adam-mixed"
-    attention: Optional[str] = None  # None: what the real module runs
+    attention: Optional[str] = None  # None: flash (what training stacks run); measured: what the real module runs
     recompute: str = "none"
     budget: Optional[int] = None  # bytes to fit, or None
     kv_dtype: Optional[str] = None  # the KV cache's dtype; None: tfcalc.count.quant.default_kv_dtype
@@ -43,6 +44,12 @@ class MemoryReport(WorkloadFields):
     weight_format: quant.WeightFormat = quant.plain("bf16")
     weight_parts: Optional[dict[str, int]] = None  # quantized formats: quantized, scales, zero_points, unquantized
     kv_dtype: str = "bf16"
+
+    @property
+    def fits(self) -> Optional[bool]:
+        """Whether this batch and seq fit the --budget (None without one): the state or weights, and then
+        the batch at this seq (the largest batch that fits is at least this one)."""
+        return None if self.fit is None else self.fit.weights_fit and self.fit.max_batch >= self.batch
 
     @property
     def training(self) -> bool:
@@ -87,6 +94,7 @@ class MemoryReport(WorkloadFields):
             "kv_cache_bytes": self.kv_cache,
             "cross_kv_cache_bytes": self.cross_kv_cache,
             "activation_bytes": None if a is None else a.total,
+            "attention": self.options.attention, "recompute": self.options.recompute,
             "training_bytes": self.training_bytes,
             "measured_peak_bytes": None if m is None else m.peak_bytes,
             "params": self.params,
@@ -117,6 +125,7 @@ class MemoryReport(WorkloadFields):
                 "max_seq": fit.max_seq, "max_batch": fit.max_batch,
                 # true: the search stopped at its cap, so the figure is a lower bound, not the largest
                 "max_seq_capped": fit.seq_capped, "max_batch_capped": fit.batch_capped,
+                "fits": self.fits,  # this batch at this seq
             },
         }
 
@@ -133,17 +142,20 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     kv = o.kv_dtype or quant.default_kv_dtype(fmt)
     mem.check_dtype(kv)
     weights = quant.weights_bytes(cfg, fmt)
+    # the kernel the activations assume: as asked, else flash (every current training stack); a measured run
+    # arrives here with its module's own kernel (build_memory)
+    o = replace(o, attention=o.attention or mem.TRAINING_ATTENTION)
     acts = None
     if trainable:
-        acts = mem.activations(cfg, w.batch, w.seq, w.dtype, o.attention, o.recompute, src_seq=w.src_seq)
+        single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
+        acts = training_activations(cfg, single, w.src_seq)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
         if o.training:
-            fit = budget.fit_training(cfg, w.batch, w.seq, w.dtype, o.budget, o.optimizer, o.attention, o.recompute,
-                                      w.src_seq)
+            fit = budget.fit_training(cfg, w, o.budget, o.optimizer, o.attention, o.recompute)
         else:
-            fit = budget.fit_inference(cfg, w.batch, w.seq, w.dtype, o.budget, w.src_seq, weights, kv)
+            fit = budget.fit_inference(cfg, w, o.budget, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
         mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),
@@ -193,13 +205,21 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
     except BaseException:
         stop(child, close=True)
         raise
-    peak = measure_peak(report.cfg, w.batch, w.seq, w.dtype, device, report.training, report.options.optimizer,
-                        src_seq=w.src_seq, child=child, on_step=on_step, on_note=on_note)
+    peak = measure_peak(report.cfg, w, device, report.training, report.options.optimizer, child=child,
+                        on_step=on_step, on_note=on_note)
     return replace(report, measured=peak)
 
 
 def build_memory(model: ModelRef, workload: Workload, options: MemoryOptions = MemoryOptions(),
                  measure: bool = False, device: str = "cpu", on_step: Callable[[str], None] = lambda name: None,
                  on_note: Callable[[str], None] = lambda line: None) -> MemoryReport:
+    if measure:  # the estimate of what the module runs here: its own kernel
+        kernel = mem.default_attention(model.cfg)
+        if options.attention not in (None, kernel):
+            from tfcalc.errors import InputError
+
+            raise InputError(f"--measure runs {model.cfg.name}'s own {kernel} attention; drop --attention "
+                             f"{options.attention} or --measure")
+        options = replace(options, attention=kernel)
     report = estimate_memory(model, workload, options)
     return measure_memory(report, device, on_step, on_note) if measure else report

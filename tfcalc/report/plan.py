@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tfcalc import devices
+from tfcalc.count.activations import TRAINING_ATTENTION
 from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
@@ -30,7 +31,7 @@ DEFAULT_MFU = 0.4
 TOKENS_PER_STEP = 2**22
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PlanRequest:
     """What was asked: a layout (any of tp, pp, dp), or none (a search); batch sizes; dtype."""
 
@@ -40,6 +41,7 @@ class PlanRequest:
     dp: Optional[int] = None
     zero: Optional[int] = None  # None: 0 for a layout, every stage for a search
     recompute: Optional[str] = None  # None: none for a layout, every kind for a search
+    attention: str = TRAINING_ATTENTION  # the kernel the activations assume: flash, or math (T×T scores kept)
     sequence_parallel: bool = False
     micro_batch: int = 1
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
@@ -70,6 +72,17 @@ class PlanReport:
         return param_total(self.model.cfg)
 
     @property
+    def notes(self) -> list[str]:
+        """What the plan assumes beyond the layout, for this model."""
+        out = []
+        if any(b.is_moe for b in self.model.cfg.architecture.blocks()):
+            out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
+                       "parallelism); only attention and dense FFNs are split under TP")
+        if self.model.cfg.arch == "encoder-decoder":
+            out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with tp 1 and pp 1")
+        return out
+
+    @property
     def tokens_per_s(self) -> float:
         L = self.plan.layout
         return L.global_batch * L.seq / self.plan.step.overlap_s
@@ -84,7 +97,7 @@ class PlanReport:
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
-            "fits": p.fits,
+            "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
             "step_time_s": st.overlap_s,
@@ -122,8 +135,9 @@ def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
 
 
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
-    return Layout(1, 1, 1, seq, global_batch, request.micro_batch, request.zero or 0, request.recompute or "none",
-                  request.sequence_parallel, request.dtype)
+    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
+                  zero=request.zero or 0, recompute=request.recompute or "none",
+                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention)
 
 
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcalc.config import ModelConfig, replace
+from tfcalc.count.activations import default_attention
 from tfcalc.count.comm import by_key
 from tfcalc.count.layout import Layout
 from tfcalc.count.params import total as param_total
@@ -46,7 +47,10 @@ def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
     return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=2, d_model=d, n_head=heads, n_kv_head=kv,
                    d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
                    vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
-                   type_vocab_size=min(cfg.type_vocab_size, 2))
+                   type_vocab_size=min(cfg.type_vocab_size, 2),
+                   # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
+                   first_dense_layers=1 if cfg.first_dense_layers else None,
+                   moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
@@ -132,7 +136,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "zero": layout.zero, "recompute": layout.recompute,
             "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
-            "dtype": layout.dtype, "gpus": layout.gpus}
+            "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
@@ -145,6 +149,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
     if planned.zero != ran.zero:
         out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+    if planned.attention != ran.attention:
+        out.append(f"{planned.attention} attention (ran the module's {ran.attention})")
     return tuple(out)
 
 
@@ -161,6 +167,8 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     run_cfg = small_copy(cfg, ran.tp) if small else cfg
     if not small and ran.seq > run_cfg.max_seq_len:
         ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
+    # the ranks run the module's own attention kernel: the plan of the run assumes the same
+    ran = dataclasses.replace(ran, attention=default_attention(run_cfg))
     check_measurable(run_cfg, ran)
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}

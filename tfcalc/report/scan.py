@@ -8,7 +8,7 @@ from typing import Any
 from tfcalc.count import flops as count_flops, memory as count_memory, training
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import Workload, check_size
 
 
 def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any]:
@@ -26,9 +26,11 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "forward_flops": forward,
         "scores_share": scores / forward,
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
-        "activation_bytes": count_memory.activations(cfg, batch, seq, dtype).total,
+        # the kernel `memory --training` and `plan` assume: flash, as training stacks run
+        "activation_bytes": count_memory.activations(cfg, batch, seq, dtype, count_memory.TRAINING_ATTENTION).total,
         # an inference format (int8, fp8, ...) has no training state to count
-        "training_bytes": (training.training_bytes(cfg, batch, seq, dtype)
+        "training_bytes": (training.training_bytes(cfg, Workload(batch=batch, seq=seq, dtype=dtype),
+                                                   attention=count_memory.TRAINING_ATTENTION)
                            if dtype in count_memory.TRAINING_DTYPES else None),
     }
 

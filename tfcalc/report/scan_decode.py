@@ -13,7 +13,7 @@ from tfcalc.count.memory import kv_cache_bytes
 from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.report.infer import InferOptions, check_options, datasheet_ceilings, weight_formats
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import check_size, decoder_source
 
 
 def scan_row(cfg, batch: int, context: int, fmt: WeightFormat, kv: str, c: roofline.Ceilings,
@@ -71,11 +71,12 @@ def build_decode_scan(model: ModelRef, batches: list[int], context: Optional[int
                       group_size: Optional[int] = None, kv_dtype: Optional[str] = None,
                       device_spec: Optional[str] = None, src_seq: Optional[int] = None) -> DecodeScanReport:
     cfg = model.cfg
-    options = InferOptions(tuple(batches), context, 1, dtype, group_size, kv_dtype, src_seq, device_spec)
+    options = InferOptions(batches=tuple(batches), seq=context, gen=1, dtype=dtype, group_size=group_size,
+                           kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec)
     check_options(model, options)
     fmt, kv = weight_formats(options)
     context = check_size("--seq", context if context is not None else cfg.max_seq_len)
-    src = (src_seq or context) if cfg.arch == "encoder-decoder" else None
+    src = decoder_source(cfg, context, src_seq)
     spec, c = datasheet_ceilings(device_spec, fmt)
     rows = tuple(scan_row(cfg, b, context, fmt, kv, c, spec.memory_bytes, src) for b in sorted(set(batches)))
     return DecodeScanReport(

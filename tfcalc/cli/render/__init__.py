@@ -32,6 +32,7 @@ class Output:
     format: str = "table"
     exact: bool = False
     verbose: bool = False
+    table: str | None = None  # --table: the one table to write (csv: which; table, markdown: only it)
 
     @property
     def quiet(self) -> bool:
@@ -102,6 +103,11 @@ def prepare_streams() -> None:
     ascii.prepare_streams()
 
 
+def does_not_fit(message: str) -> None:
+    """--require-fit's line when the answer is no (exit 1): not an error of the input, the answer."""
+    print(f"tfcalc: does not fit: {one_line(message)}", file=sys.stderr)
+
+
 def note(message: str) -> None:
     """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
     from tfcalc.cli.render.safe import PROSE_LIMIT, safe
@@ -155,10 +161,13 @@ def emit(reports: Sequence[Any], output: Output, document: Callable[..., Any]) -
     from tfcalc.cli.render.safe import safe_doc
 
     doc = safe_doc(document(reports, output.verbose))
+    if output.format == "csv":
+        sys.stdout.write(backends.write_csv(doc, output.table))
+        return
+    if output.table is not None:
+        doc = type(doc)(list(backends.pick(doc, output.table)))
     if output.format == "markdown":
         sys.stdout.write(backends.write_markdown(doc, output.exact))
-    elif output.format == "csv":
-        sys.stdout.write(backends.write_csv(doc))
     else:
         backends.write_rich(doc, console(), output.exact)
 

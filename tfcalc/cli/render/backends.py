@@ -1,10 +1,12 @@
 """Writers of a Doc: a Rich table for people at a terminal, Markdown to paste, CSV to load.
 
 Rich: where a table is wider than the console, columns are hidden in order of their priority number
-(highest first) until it fits, text columns wrap at spaces, and a dim line names what was hidden; no
-cell or header is ever cut, so no digit or name is lost (see fit_columns). Markdown keeps every column
-and formats cells as the table does. CSV writes raw values (exact integers) with one header row per
-table, tables separated by a blank line and preceded by a one-cell title row.
+(highest first) until it fits, text columns wrap at spaces, and the hidden cells are written below the
+table row by row ('Label (Header: value)'), so every figure stays on screen at any width; no cell or
+header is ever cut, so no digit or name is lost (see fit_columns). Titles and captions are lines of
+their own, wrapped to the terminal's width. Markdown keeps every column
+and formats cells as the table does. CSV is one rectangular table (RFC 4180): a header row and raw values
+(exact integers), no title; the main table unless --table names another (write_csv).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from tfcalc.cli.render.ascii import to_ascii
-from tfcalc.cli.render.doc import Cell, Doc, Note, Table
+from tfcalc.cli.render.doc import Cell, Column, Doc, Note, Rule, Table
+from tfcalc.errors import InputError
 from tfcalc.units import format_cell
 
 TEXT_WIDTH = 44  # a text column wraps past this, rather than pushing a number column off the screen
@@ -52,10 +55,9 @@ def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str],
                 squeeze: dict[int, int] | None = None) -> RichTable:
     """The Rich table of the kept columns; squeeze: {column: width} for text columns to wrap narrower."""
     squeeze = squeeze or {}
-    out = RichTable(title=Text(fix(table.title), style="bold"),
-                    caption=Text(fix(table.caption)) if table.caption else None,
-                    title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
-                    show_edge=False)
+    # no title or caption here: write_rich prints them as lines of their own, which wrap to the terminal's
+    # width (Rich wraps a table's title to the table's width, a narrow table's title to a narrow column)
+    out = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for i in keep:
         c = table.columns[i]
         wraps = c.unit == "text" and c.wrap
@@ -73,7 +75,13 @@ def _rich_table(table: Table, keep: list[int], exact: bool, fix: Callable[[str],
 
 
 def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable, list[str]]:
-    """The Rich table with as many columns as fit the console, and the headers of those hidden.
+    """The Rich table that fits the console, and the headers of the columns hidden (see _fit)."""
+    rich_table, keep = _fit(console, table, exact)
+    return rich_table, [c.header for i, c in enumerate(table.columns) if i not in keep]
+
+
+def _fit(console: Console, table: Table, exact: bool) -> tuple[RichTable, list[int]]:
+    """The Rich table with as many columns as fit the console, and the indices of those kept.
 
     Columns go by priority (the highest number first) until the table fits unwrapped. With only essential
     ones left, the text columns that may wrap are narrowed, at spaces, never below their longest word.
@@ -82,23 +90,21 @@ def fit_columns(console: Console, table: Table, exact: bool) -> tuple[RichTable,
     named, and a cut number would be a wrong one."""
     fix = _for(console)
     keep = list(range(len(table.columns)))
-    hidden: list[str] = []
     while True:
         rich_table = _rich_table(table, keep, exact, fix)
         # measured unconstrained: Rich clamps a measurement to the console, which would hide every overflow
         width = Measurement.get(console, console.options.update(max_width=10_000), rich_table).maximum
         droppable = [i for i in keep if table.columns[i].priority > 0]
         if width <= console.width:
-            return rich_table, hidden
+            return rich_table, keep
         if not droppable:
             squeeze = _squeeze(table, keep, exact, fix, width - console.width)
             if squeeze is not None:
-                return _rich_table(table, keep, exact, fix, squeeze), hidden
+                return _rich_table(table, keep, exact, fix, squeeze), keep
             if len(keep) == 1:
-                return rich_table, hidden
+                return rich_table, keep
         worst = max(droppable, key=lambda i: (table.columns[i].priority, i)) if droppable else keep[-1]
         keep.remove(worst)
-        hidden.insert(0, table.columns[worst].header)
 
 
 def _squeeze(
@@ -124,16 +130,43 @@ def _squeeze(
     return {i: w for i, (w, _) in widths.items()}
 
 
+def _hidden_lines(table: Table, keep: list[int], exact: bool) -> list[str]:
+    """The hidden columns' cells, one line per row that has any: 'Label (Header: value; ...)'. What does not
+    fit beside the table is written below it, so no figure of the answer is off screen at any width."""
+    lines = []
+    for row in table.rows:
+        texts = [(table.columns[i].header, _cell_text(row.cells[i], table.columns[i].unit, exact)[0])
+                 for i in range(len(table.columns)) if i not in keep and row.cells[i] is not None]
+        parts = [f"{header}: {text}" for header, text in texts if text]
+        if parts:
+            label = _cell_text(row.cells[0], table.columns[0].unit, exact)[0] if row.cells[0] is not None else ""
+            lines.append(f"  {label.strip()} ({'; '.join(parts)})")
+    return lines
+
+
 def write_rich(doc: Doc, console: Console, exact: bool = False) -> None:
+    fix = _for(console)
     for block in doc.blocks:
-        if isinstance(block, Note):
-            console.print(Text(_for(console)(block.text), style=NOTE_STYLES[block.style]))
+        if isinstance(block, Rule):
+            console.rule(style="dim")
+            console.print()
             continue
-        rich_table, hidden = fit_columns(console, block.without_empty_columns(), exact)
+        if isinstance(block, Note):
+            console.print(Text(fix(block.text), style=NOTE_STYLES[block.style]))
+            continue
+        table = block.without_empty_columns()
+        rich_table, keep = _fit(console, table, exact)
+        hidden = [c.header for i, c in enumerate(table.columns) if i not in keep]
+        if table.title:
+            console.print(Text(fix(table.title), style="bold"))
         console.print(rich_table)
         if hidden:
-            console.print(Text(f"(not shown at {console.width} columns: {', '.join(hidden)}; a wider terminal, "
-                               "--format markdown or --format csv shows them)", style="dim"))
+            console.print(Text(f"(at {console.width} columns, {', '.join(hidden)} by row below; a wider terminal "
+                               "shows them as columns)", style="dim"))
+            for line in _hidden_lines(table, keep, exact):
+                console.print(Text(fix(line)))
+        if table.caption:
+            console.print(Text(fix(table.caption)))
         console.print()
 
 
@@ -144,6 +177,9 @@ def _md_escape(text: str) -> str:
 def write_markdown(doc: Doc, exact: bool = False) -> str:
     lines: list[str] = []
     for block in doc.blocks:
+        if isinstance(block, Rule):
+            lines += ["---", ""]
+            continue
         if isinstance(block, Note):
             lines += [_md_escape(block.text), ""]
             continue
@@ -163,23 +199,49 @@ def write_markdown(doc: Doc, exact: bool = False) -> str:
     return "\n".join(lines)
 
 
-def write_csv(doc: Doc) -> str:
+def main_table(doc: Doc) -> str:
+    """The table CSV writes without --table: the summary of several models, else the first."""
+    names = doc.table_names()
+    return "summary" if "summary" in names else names[0] if names else ""
+
+
+def pick(doc: Doc, name: str | None) -> list[Table]:
+    """The tables named name (the main one when None), less their empty columns; InputError for a name the
+    report has not."""
+    name = name or main_table(doc)
+    if name not in doc.table_names():
+        raise InputError(f"no table '{name}' in this report; it has: {', '.join(doc.table_names()) or 'none'}")
+    return [t.without_empty_columns() for t in doc.tables() if t.name == name]
+
+
+def _csv_header(c: Column) -> str:
+    """The header, with the unit of the raw values ('Total (FLOP)'); 'item' where the table shows none."""
+    return (c.header or "item") + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
+
+
+def write_csv(doc: Doc, name: str | None = None) -> str:
+    """One rectangular table (RFC 4180): a header row, then one row per row of the table, raw values
+    (exact integers, full-precision floats), no title. Tables of the same name from several models (the
+    components of each) stack into one, a first column 'Table' naming each row's own table."""
+    tables = pick(doc, name)
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    first = True
-    for block in doc.blocks:
-        if isinstance(block, Note):
-            continue
-        if not first:
-            writer.writerow([])
-        first = False
-        block = block.without_empty_columns()
-        writer.writerow([block.title])
-        writer.writerow([c.header + ("" if c.unit in ("text", "int") else f" ({_CSV_UNITS[c.unit]})")
-                         for c in block.columns])
-        for row in block.rows:
-            writer.writerow(["" if (v := (c.value if isinstance(c, Cell) else c)) is None else v for c in row.cells])
+    writer = csv.writer(buffer, lineterminator="\r\n")
+    stacked = len(tables) > 1
+    headers: list[str] = []
+    for t in tables:
+        headers += [h for h in map(_csv_header, t.columns) if h not in headers]
+    writer.writerow((["Table"] if stacked else []) + headers)
+    for t in tables:
+        where = {_csv_header(c): i for i, c in enumerate(t.columns)}
+        for row in t.rows:
+            values = [_raw(row.cells[where[h]]) if h in where else "" for h in headers]
+            writer.writerow(([t.title] if stacked else []) + values)
     return buffer.getvalue()
+
+
+def _raw(cell) -> object:
+    value = (cell.value if cell.raw is None else cell.raw) if isinstance(cell, Cell) else cell
+    return "" if value is None else value
 
 
 # CSV holds raw values, so each numeric header names the unit of its raw value

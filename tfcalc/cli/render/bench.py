@@ -24,7 +24,7 @@ def document(reports: list[BenchReport], verbose: bool = False) -> Doc:
         t = doc.table(title, Column("seq", "int"), Column("median", "seconds"), Column("p10", "seconds", priority=1),
                       Column("p90", "seconds", priority=1), Column("rounds ±", "share", priority=1),
                       Column("tokens/s", "tokens_rate"), Column("achieved", "flop_rate"), Column("of ceiling", "share"),
-                      Column("MFU", "share"))
+                      Column("MFU", "share"), name="timing")
         for r in rows:
             spread = r["between_round_spread"]
             t.add(r["seq"], r["median_s"], r["p10_s"], r["p90_s"], "—" if spread is None else spread / 2,
@@ -33,7 +33,7 @@ def document(reports: list[BenchReport], verbose: bool = False) -> Doc:
         split = doc.table(f"{report.model.label}: where one block's time goes (sub-layers timed alone)",
                           Column("seq", "int"), Column("attention", "seconds"), Column("FFN", "seconds"),
                           Column("attention ÷ (attention + FFN): time", "share"), Column("FLOPs", "share"),
-                          Column("peak memory", "bytes", priority=1))
+                          Column("peak memory", "bytes", priority=1), name="components")
         for r in rows:
             c = r["components"]
             split.add(r["seq"], c["attention_s"], c["ffn_s"], c["attention_time_share"], c["attention_flop_share"],

@@ -17,11 +17,12 @@ def document(reports: list[DistBenchReport], verbose: bool = False) -> Doc:
                  f"({report.repeat} timed steps after {report.warmup} warm-up)")
         t = doc.table(title, Column("Step (slowest rank)", "text"), Column("median", "seconds"),
                       Column("p10", "seconds", priority=1), Column("p90", "seconds", priority=1),
-                      Column("tokens/s", "tokens_rate"), Column("per rank", "flop_rate"), Column("MFU", "share"))
+                      Column("tokens/s", "tokens_rate"), Column("per rank", "flop_rate"), Column("MFU", "share"),
+                      name="step")
         t.add("forward + backward", j["median_s"], j["p10_s"], j["p90_s"], j["tokens_per_s"],
               j["achieved_flops_per_s"], "—" if j["mfu"] is None else j["mfu"])
         ranks = doc.table("Rank by rank", Column("rank", "int"), Column("median", "seconds"),
-                          Column("p10", "seconds"), Column("p90", "seconds"))
+                          Column("p10", "seconds"), Column("p90", "seconds"), name="ranks")
         for r in j["ranks"]:
             ranks.add(r["rank"], r["median_s"], r["p10_s"], r["p90_s"])
         peak = j["peak_flops_per_s"]

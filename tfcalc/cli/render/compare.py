@@ -29,13 +29,13 @@ def document(reports: list[CompareReport], verbose: bool = False) -> Doc:
     for report in reports:
         rows, first = report.rows, report.rows[0]
         t = doc.table(f"Compared at T = {report.seq:,} tokens, bytes in {report.dtype}",
-                      Column(""), *(Column(r["label"], "text") for r in rows))
+                      Column(""), *(Column(r["label"], "text") for r in rows), name="compare")
         for key, label, unit in ROWS:
             cells = []
             for i, r in enumerate(rows):
                 value = ("yes" if r[key] else "no") if key == "tie_embeddings" else r[key]
                 text = format_cell(value, unit)
-                cells.append(Cell(text, "" if i == 0 or r[key] == first[key] else "bold yellow"))
+                cells.append(Cell(text, "" if i == 0 or r[key] == first[key] else "bold yellow", raw=value))
             t.add(label, *cells)
         doc.note("Highlighted: differs from the first model. Per-token FLOPs at the length above (the shortest "
                  "context by default, --seq to choose).", "dim")

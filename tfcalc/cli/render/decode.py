@@ -24,7 +24,7 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
                       Column("p10", "seconds", priority=2), Column("p90", "seconds", priority=2),
                       Column("tok/s", "tokens_rate"), Column("bytes / token", "bytes", priority=1),
                       Column("achieved", "byte_rate"), Column("MBU", "share"),
-                      Column("prefill MFU", "share", priority=3))
+                      Column("prefill MFU", "share", priority=3), name="decode")
         for r in rows:
             t.add(r["seq"], r["prefill_s"], r["decode_s_per_token"], r["decode_p10_s"], r["decode_p90_s"],
                   r["decode_tokens_per_s_total"], r["bytes_per_token"], r["achieved_bandwidth_bytes_per_s"], r["mbu"],
@@ -32,7 +32,7 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
         p = doc.table(f"{report.model.label}: predicted on the roofline with the ceilings measured here",
                       Column("prompt", "int"), Column("TTFT", "seconds"), Column("ratio", "ratio"),
                       Column("decode / token", "seconds"), Column("ratio", "ratio"), Column("decode bound"),
-                      Column("prefill bound", priority=1))
+                      Column("prefill bound", priority=1), name="predicted")
         for r in rows:
             pr = r["predicted"]
             p.add(r["seq"], pr["prefill_s"], r["ratio"]["prefill"], pr["decode_s_per_token"], r["ratio"]["decode"],

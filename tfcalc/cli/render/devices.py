@@ -1,4 +1,4 @@
-"""`--device-spec list` as a document: the datasheet table, one row per device, sources below."""
+"""`tfcalc devices` as a document: the datasheet table, one row per device, sources below."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ def document(reports: list[DevicesReport], verbose: bool = False) -> Doc:
                       Column("fp32", "flop_rate", priority=3), Column("memory", "bytes"),
                       Column("bandwidth", "byte_rate"), Column("ridge bf16", "intensity", priority=1),
                       Column("in node", "byte_rate", priority=2), Column("network", "byte_rate", priority=3),
-                      Column("GPUs/node", "int", priority=3))
+                      Column("GPUs/node", "int", priority=3), name="devices")
         for s in report.specs:
             t.add(s.key, s.name, s.peak("bf16"), s.peak("fp8"), s.peak("fp32"), s.memory_bytes, s.bandwidth_bytes_per_s,
                   s.ridge("bf16"), s.intra_node_bytes_per_s, s.inter_node_bytes_per_s, s.gpus_per_node)
         for s in report.specs:
             doc.note(f"{s.key}: {s.source}. Node: {s.node}.", "dim")
-        doc.note("Your own device: --device-spec my-gpu.yaml with the fields of `--device-spec list --json` "
+        doc.note("Your own device: --device-spec my-gpu.yaml with the fields of `tfcalc devices --json` "
                  "(name, peak_flops {dtype: FLOP/s}, bandwidth_bytes_per_s, memory_bytes; the rest optional).")
     return doc

@@ -52,6 +52,7 @@ class Cell:
 
     value: Any
     style: str = ""
+    raw: Any = None  # what CSV writes where value is text formatted per row (compare: each row its own unit)
 
 
 @dataclass
@@ -67,12 +68,13 @@ class Table:
     columns: list[Column]
     rows: list[Row] = field(default_factory=list)
     caption: str = ""
+    name: str = ""  # what --table picks it by (tfcalc.cli.render.backends.write_csv), one word per kind of table
 
     def without_empty_columns(self) -> "Table":
         """The table less the columns no row fills (the shapes of a table shown without --verbose)."""
         keep = [i for i in range(len(self.columns)) if any(row.cells[i] is not None for row in self.rows)]
         rows = [Row([row.cells[i] for i in keep], row.style, row.rule) for row in self.rows]
-        return Table(self.title, [self.columns[i] for i in keep], rows, self.caption)
+        return Table(self.title, [self.columns[i] for i in keep], rows, self.caption, self.name)
 
     def add(self, *cells: Any, style: str = "", rule: bool = False) -> None:
         if len(cells) != len(self.columns):
@@ -86,20 +88,37 @@ class Note:
     style: str = ""  # "warning" (yellow), "dim", "ok" (green), "bad" (red)
 
 
-Block = Union[Table, Note]
+@dataclass(frozen=True)
+class Rule:
+    """A line between the reports of several models (Markdown: a thematic break; CSV: nothing)."""
+
+
+Block = Union[Table, Note, Rule]
 
 
 @dataclass
 class Doc:
     blocks: list[Block] = field(default_factory=list)
 
-    def table(self, title: str, *columns: Column, caption: str = "") -> Table:
-        t = Table(title, list(columns), caption=caption)
+    def table(self, title: str, *columns: Column, caption: str = "", name: str = "") -> Table:
+        t = Table(title, list(columns), caption=caption, name=name)
         self.blocks.append(t)
         return t
 
     def note(self, text: str, style: str = "") -> None:
         self.blocks.append(Note(text, style))
+
+    def separate(self) -> None:
+        """A rule before what comes next, where something came before (the next model's report)."""
+        if self.blocks and not isinstance(self.blocks[-1], Rule):
+            self.blocks.append(Rule())
+
+    def tables(self) -> list[Table]:
+        return [b for b in self.blocks if isinstance(b, Table)]
+
+    def table_names(self) -> list[str]:
+        """The names --table takes, in the order the tables come, each once."""
+        return list(dict.fromkeys(t.name for t in self.tables()))
 
     def extend(self, other: "Doc") -> None:
         self.blocks.extend(other.blocks)

@@ -24,7 +24,8 @@ def _forward_table(doc: Doc, r: FlopsReport, verbose: bool) -> None:
     table = doc.table(title, Column("Component"), Column("Matmul (m×k @ k×n)", priority=3),
                       Column("Matmuls", "int", priority=2), Column("Per layer", "flop", priority=2),
                       Column("Total", "flop"), Column("Per token", "flop", priority=1), Column("Share", "share"),
-                      caption=f"Source: {r.cfg.source}" if r.cfg.source and r.model.as_published else "")
+                      caption=f"Source: {r.cfg.source}" if r.cfg.source and r.model.as_published else "",
+                      name="forward")
     per_layer, totals = b.per_layer(), b.totals()
     for group, title_ in GROUP_TITLES.items():
         entries = [e for e in b.entries if e.group == group]
@@ -65,7 +66,7 @@ def _formulas_table(doc: Doc, r: FlopsReport) -> None:
     table = doc.table(f"{r.model.label}: training FLOPs at B = {r.batch}, T = {r.seq:,}: the standard formulas",
                       Column("Formula"), Column("Expression", priority=2), Column("Source", priority=1),
                       Column("N", "params", priority=3), Column("Training FLOPs", "flop"),
-                      Column("vs exact", "rel"), Column("vs causal", "rel", priority=1))
+                      Column("vs exact", "rel"), Column("vs causal", "rel", priority=1), name="training")
     table.add("Exact, full square", "3 × forward", "tfcalc", None, exact, None, None, style="bold")
     table.add("Exact, causal", "3 × forward", "tfcalc", None, exact_causal, None, None, style="bold")
     for f in r.formulas:
@@ -76,7 +77,8 @@ def _formulas_table(doc: Doc, r: FlopsReport) -> None:
 def _decode_table(doc: Doc, r: FlopsReport) -> None:
     decode, b = r.decode, r.breakdown
     table = doc.table(f"{r.model.label}: one decode step at context T = {r.seq:,} against prefill (B = {r.batch})",
-                      Column(""), Column("FLOPs", "flop"), Column("Per token", "flop"), Column("÷ decode", "ratio"))
+                      Column(""), Column("FLOPs", "flop"), Column("Per token", "flop"), Column("÷ decode", "ratio"),
+                      name="decode")
     table.add("Decode: 1 new token, scores against T cached keys", decode, decode // r.batch, None)
     table.add(f"Prefill of {r.seq:,} tokens, full square", r.forward, b.per_token(r.forward), r.forward / decode)
     table.add(f"Prefill of {r.seq:,} tokens, causal", r.forward_causal, b.per_token(r.forward_causal),
@@ -86,6 +88,7 @@ def _decode_table(doc: Doc, r: FlopsReport) -> None:
 def document(reports: list[FlopsReport], verbose: bool = False, training: bool = False, decode: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         _forward_table(doc, r, verbose)
         doc.note(r.crossover_sentence())
         for note in r.notes:
@@ -97,6 +100,7 @@ def document(reports: list[FlopsReport], verbose: bool = False, training: bool =
     if not verbose:
         doc.note("Each matmul with its shape, and each non-matmul kind: --verbose.", "dim")
     if len(reports) > 1:
+        doc.separate()
         _summary(doc, reports)
     return doc
 
@@ -105,7 +109,7 @@ def _summary(doc: Doc, reports: list[FlopsReport]) -> None:
     table = doc.table("Summary: forward FLOPs, full square", Column("Model"), Column("B × T"),
                       Column("Forward", "flop"), Column("Causal", "flop", priority=2), Column("Measured"),
                       Column("Attention", "share"), Column("FFN", "share", priority=1),
-                      Column("LM head", "share", priority=2), Column("Crossover T", priority=1))
+                      Column("LM head", "share", priority=2), Column("Crossover T", priority=1), name="summary")
     for r in reports:
         totals, fwd, x = r.breakdown.totals(), r.forward, r.crossover
         measured = "—" if r.measured is None else Cell("✓", "green") if r.agrees else Cell("✗", "bold red")

@@ -20,8 +20,8 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
     t = doc.table(_title(r, rows[0]), Column("batch", "int"), Column("prefill (TTFT)", "seconds"),
                   Column("decode / token", "seconds"), Column("tok/s per seq", "tokens_rate"),
                   Column("tok/s total", "tokens_rate", priority=1), Column("bytes / token", "bytes", priority=2),
-                  Column("KV cache", "bytes", priority=1), Column("fits", priority=2), Column("decode bound"),
-                  Column("prefill bound", priority=3))
+                  Column("KV cache", "bytes"), Column("fits"), Column("decode bound"),
+                  Column("prefill bound", priority=3), name="serving")  # the verdict, fits, is never hidden
     for row in rows:
         p = row["predicted"]
         fits = "" if row["fits"] is None else "yes" if row["fits"] else "no"
@@ -35,7 +35,7 @@ def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> Non
                   Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("decode / token", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("tok/s total", "tokens_rate"), Column("achieved", "byte_rate", priority=1),
-                  Column("MBU", "share", priority=1), Column("bound", priority=2))
+                  Column("MBU", "share", priority=1), Column("bound", priority=2), name="serving")
     for row in rows:
         p, ratio = row["predicted"], row["ratio"]
         t.add(row["batch"], row["prefill_s"], p["prefill_s"], ratio["prefill"], row["decode_s_per_token"],
@@ -46,7 +46,7 @@ def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> Non
 def roofline_table(doc: Doc, title: str, step_rows: list[dict[str, Any]]) -> None:
     t = doc.table(title, Column("matmul"), Column("FLOPs", "flop"), Column("weights", "bytes"),
                   Column("KV", "bytes"), Column("activations", "bytes", priority=1),
-                  Column("intensity", "intensity"), Column("time", "seconds"), Column("bound"))
+                  Column("intensity", "intensity"), Column("time", "seconds"), Column("bound"), name="roofline")
     for x in step_rows:
         t.add(x["label"], x["flops"], x["weight_bytes"], x["kv_bytes"], x["activation_bytes"],
               None if x["flops"] == 0 else x["intensity"], x["time_s"], x["bound"])

@@ -86,7 +86,9 @@ def _measured_rows(t: Table, r: MemoryReport) -> None:
 
 def _fit_rows(t: Table, r: MemoryReport) -> None:
     fit, target = r.fit, ("training state + activations" if r.training else "weights + KV cache")
-    t.add(f"Budget: {target}", fit.budget, None, style="bold", rule=True)
+    verdict = "fits" if r.fits else "does not fit"
+    t.add(f"Budget: {target}: batch {r.batch}, seq {r.seq:,} {verdict}", fit.budget, None,
+          style="bold" if r.fits else "bold red", rule=True)
     if not fit.weights_fit:
         what = "the training state" if r.training else "the weights"
         t.add(f"  {what} alone do not fit", fit.fixed_bytes, None, style="red")
@@ -99,14 +101,15 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
         seq_text = f"at least {fit.max_seq:,} tokens{capped}"
     if fit.batch_capped:
         batch_text = f"at least {fit.max_batch:,}{capped}"
-    t.add(f"  largest context at batch {r.batch}", None, seq_text)
-    t.add(f"  largest batch at seq {r.seq:,}", None, batch_text)
+    # the answers sit in the row's label, the one column never hidden
+    t.add(f"  largest context at batch {r.batch}: {seq_text}", None, None)
+    t.add(f"  largest batch at seq {r.seq:,}: {batch_text}", None, None)
 
 
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
     title = f"{r.model.label}: memory in {r.dtype}, batch {r.batch}, seq {r.seq:,}"
     t = doc.table(title, Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1),
-                  caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes")
+                  caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes", name="memory")
     _inference_rows(t, r)
     _training_rows(t, r, verbose)
     if r.measured is not None:
@@ -118,13 +121,15 @@ def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
 def document(reports: list[MemoryReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         _one(doc, r, verbose)
     if not verbose and any(r.activations is not None for r in reports):
         doc.note("Activations tensor by tensor: --verbose.", "dim")
     if len(reports) > 1:
+        doc.separate()
         t = doc.table("Summary", Column("Model"), Column("Weights", "bytes"), Column("KV cache", "bytes"),
                       Column("Activations", "bytes"), Column("Training", "bytes"),
-                      Column("Measured", "bytes", priority=1))
+                      Column("Measured", "bytes", priority=1), name="summary")
         for r in reports:
             t.add(r.model.label, r.weights, r.kv_cache, r.activations and r.activations.total, r.training_bytes,
                   r.measured and r.measured.peak_bytes)

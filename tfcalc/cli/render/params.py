@@ -60,8 +60,10 @@ def _component_rows(table, r: ParamsReport, verbose: bool) -> None:
 def document(reports: list[ParamsReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         doc.extend(_one(r, verbose))
     if len(reports) > 1:
+        doc.separate()
         doc.extend(_summary(reports))
     return doc
 
@@ -69,10 +71,12 @@ def document(reports: list[ParamsReport], verbose: bool = False) -> Doc:
 def _one(r: ParamsReport, verbose: bool) -> Doc:
     cfg, total, doc = r.cfg, r.analytic_total, Doc()
     table = doc.table(_title(r), Column("Component"), Column("Shape", priority=1), Column("Copies", priority=1),
-                      Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r))
+                      Column("Parameters", "int"), Column("Share", "share"), caption=_caption(r), name="components")
     _component_rows(table, r, verbose)
     if cfg.pos_encoding in ("sinusoidal", "rope", "alibi", "none"):
-        partial = f" on {cfg.rope_dim} of {cfg.head_dim} channels per head" if cfg.rope_dim < cfg.head_dim else ""
+        # only RoPE rotates a subset of channels (rope_dim is 0 for the others): the others add to all of x
+        partial = (f" on {cfg.rope_dim} of {cfg.head_dim} channels per head"
+                   if cfg.pos_encoding == "rope" and cfg.rope_dim < cfg.head_dim else "")
         table.add(f"Positions: {cfg.pos_encoding}{partial}, no parameters", None, None, None, None, style="dim")
     table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
     if r.empirical is not None:
@@ -125,7 +129,7 @@ def _summary(reports: list[ParamsReport]) -> Doc:
     table = doc.table("Summary", Column("Model"), Column("Parameters", "params"), Column("Empirical"),
                       Column("Active", "params", priority=2), Column("Named", priority=2),
                       Column("Approx. error", priority=1), Column("Attention", "share", priority=1),
-                      Column("FFN", "share", priority=1), Column("bf16 weights", "bytes", priority=1))
+                      Column("FFN", "share", priority=1), Column("bf16 weights", "bytes", priority=1), name="summary")
     for r in reports:
         total = r.analytic_total
         empirical = "—" if r.empirical is None else agree_cell(bool(r.agrees))

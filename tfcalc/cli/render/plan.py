@@ -38,7 +38,7 @@ def _search(doc: Doc, r: PlanReport) -> None:
             else f"layouts of {r.plan.layout.gpus} GPUs that fit")
     t = doc.table(f"{r.model.label} on {r.device.name}: {what} ({len(r.candidates)}), fastest first",
                   Column("#", "int"), Column("Layout"), Column("Micro-batches", "int", priority=2),
-                  Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"))
+                  Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"), name="layouts")
     for i, c in enumerate(r.candidates[: r.request.top], 1):
         t.add(i, short(c.layout), c.layout.micro_batches, c.memory.total, c.step.overlap_s, c.step.mfu,
               style="bold" if i == 1 else "")
@@ -47,26 +47,28 @@ def _search(doc: Doc, r: PlanReport) -> None:
 def _memory(doc: Doc, r: PlanReport) -> None:
     m, L = r.plan.memory, r.plan.layout
     t = doc.table(f"{r.model.label}: {short(L)}, {L.gpus} × {r.device.key} — memory of one rank (stage {m.stage}, "
-                  "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1))
+                  "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1), name="memory")
     zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{L.dp}, rows padded"}[L.zero]
     t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
-    t.add("Activations", m.activations, f"Korthikanti 2022; {min(L.pp - m.stage, L.micro_batches)} in flight "
-          f"of {L.micro_batch} × {L.seq:,}")
+    recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
+    t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; "
+          f"{min(L.pp - m.stage, L.micro_batches)} in flight of {L.micro_batch} × {L.seq:,}")
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
     memory = r.device.memory_bytes
-    t.add("Total", m.total, f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})"
-          + ("" if r.plan.fits else ": does not fit"), style=style)
+    t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
+          f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})", style=style)
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
     L, hw_gpn = r.plan.layout, r.device.gpus_per_node
     t = doc.table(f"Communication per step, one rank ({L.micro_batches} micro-batches)", Column("Cause"),
                   Column("Collective"), Column("Group"), Column("Calls", "int", priority=1),
-                  Column("Payload", "bytes", priority=1), Column("Sent per rank", "bytes"), Column("Time", "seconds"))
+                  Column("Payload", "bytes", priority=1), Column("Sent per rank", "bytes"), Column("Time", "seconds"),
+                  name="communication")
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)
         bw = r.device.intra_node_bytes_per_s if fast else r.device.inter_node_bytes_per_s
@@ -80,7 +82,7 @@ def _comm(doc: Doc, r: PlanReport) -> None:
 def _time(doc: Doc, r: PlanReport) -> None:
     st, L = r.plan.step, r.plan.layout
     t = doc.table(f"Step time at {r.request.mfu:.0%} of the {L.dtype} peak ({units.flop_rate(r.device.peak(L.dtype))})",
-                  Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1))
+                  Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1), name="step")
     t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs")
     if L.pp > 1:
         t.add("  with the pipeline bubble", st.pipelined_s, f"(p−1)/(m+p−1) = {st.bubble:.1%} idle")
@@ -89,13 +91,14 @@ def _time(doc: Doc, r: PlanReport) -> None:
             t.add(f"Communication, {group}", seconds, None)
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
     t.add("Step, overlapped", st.overlap_s, "DP hidden behind compute; TP, PP not", style="bold")
-    t.add("Tokens per second", None, units.tokens_rate(r.tokens_per_s))
-    t.add("MFU", None, f"{st.mfu:.1%}: model FLOPs (3 × forward) / step")
+    # figures without a unit of seconds sit in the label, the one column never hidden
+    t.add(f"Tokens per second: {units.tokens_rate(r.tokens_per_s)}", None, None)
+    t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
     if r.training is not None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
               f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
-        t.add("Chinchilla-optimal tokens", None, f"{units.params(run.chinchilla_tokens)}: 20 per parameter")
+        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None, "20 per parameter")
 
 
 def _measured(doc: Doc, m: PlanCheck) -> None:
@@ -103,7 +106,7 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
     what = f"{m.cfg.name}, {m.cfg.n_layer} blocks, d_model {m.cfg.d_model}" if m.small else m.cfg.name
     t = doc.table(f"Measured: {what}, {short(m.layout)}, seq {m.layout.seq}, micro-batch {m.layout.micro_batch} × "
                   f"{m.layout.micro_batches}, fp32, on {where} (rank 0)", Column("Per rank"),
-                  Column("Plan", "bytes"), Column("Measured", "bytes"), Column("Ratio", "ratio"))
+                  Column("Plan", "bytes"), Column("Measured", "bytes"), Column("Ratio", "ratio"), name="measured")
     planned, measured = m.planned_per_rank, m.per_rank
     for key in (*STATE_KEYS, "activation_bytes", "total_bytes"):
         label = STATE_LABELS[key] + (" (saved by autograd)" if key == "activation_bytes" else
@@ -113,7 +116,7 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
               measured[key] / planned[key] if planned[key] else None)
     c = doc.table("Measured collectives, one step, rank 0", Column("Cause"), Column("Collective"),
                   Column("Calls plan", "int"), Column("Calls", "int"), Column("Payload plan", "bytes"),
-                  Column("Payload", "bytes"), Column("Ratio", "ratio"))
+                  Column("Payload", "bytes"), Column("Ratio", "ratio"), name="measured-collectives")
     found = {(x["cause"], x["op"]): x for x in m.collectives}
     for p in m.plan.collectives:
         x = found.get((p.cause, p.op), {"calls": 0, "payload_bytes": 0})
@@ -134,6 +137,8 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
 
 
 def _notes(doc: Doc, r: PlanReport) -> None:
+    for note in r.notes:
+        doc.note(f"Assumed: {note}.", "warning")
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
@@ -145,6 +150,7 @@ def _notes(doc: Doc, r: PlanReport) -> None:
 def document(reports: list[PlanReport], verbose: bool = False) -> Doc:
     doc = Doc()
     for r in reports:
+        doc.separate()
         if r.search is not None:
             _search(doc, r)
         _memory(doc, r)

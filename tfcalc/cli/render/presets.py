@@ -26,7 +26,7 @@ def document(reports: list[PresetsReport], verbose: bool = False) -> Doc:
                   Column("d_head", "int", priority=3),
                   Column("d_ff", "int", priority=2), Column("Vocab", "int", priority=3),
                   Column("Context", "int", priority=2), Column("Params", "params"), Column("Named", priority=1),
-                  Column("Aliases", priority=4))
+                  Column("Aliases", priority=4), name="presets")
     for report in reports:
         for row in report.rows:
             t.add(row["name"], kind(row), layers(row), row["d_model"], f"{row['n_head']}/{row['n_kv_head']}",

@@ -43,7 +43,7 @@ def _one(doc: Doc, report: ScanReport) -> None:
                   Column("FFN", "flop"), Column("LM head", "flop", priority=3), Column("scores share", "share"),
                   Column("KV cache", "bytes"), Column("activations", "bytes", priority=1),
                   Column("training", "bytes", priority=4), Column("forward FLOPs", priority=2, wrap=False),
-                  Column("crossover", wrap=False))
+                  Column("crossover", wrap=False), name="scan")
     for r in report.rows:
         seq_text = f"{r['seq']:,}" + ("*" if r["seq"] > context else "")
         mark = ", ".join(marks.get(r["seq"], []))

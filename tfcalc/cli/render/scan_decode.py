@@ -17,7 +17,7 @@ def document(reports: list[DecodeScanReport], verbose: bool = False) -> Doc:
                       Column("memory roof", "tokens_rate", priority=2),
                       Column("compute roof", "tokens_rate", priority=2),
                       Column("intensity", "intensity", priority=1), Column("bound"), Column("KV cache", "bytes"),
-                      Column("fits"))
+                      Column("fits"), name="decode")
         for row in r.rows:
             fits = Cell("yes") if row["fits"] else Cell("no", "bad")
             t.add(row["batch"], row["step_s"], row["decode_tokens_per_s_total"], row["decode_tokens_per_s"],

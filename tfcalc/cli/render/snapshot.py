@@ -28,7 +28,7 @@ def check_document(reports: list[CheckReport], verbose: bool = False) -> Doc:
             doc.note(f"✓ {r.path}: all counts of {r.models} models match.", "ok")
             continue
         t = doc.table(f"{r.path}: {len(r.drifts)} counts drifted", Column("Model"), Column("Field"),
-                      Column("Expected", "int"), Column("Got", "int"), Column("Difference", "text"))
+                      Column("Expected", "int"), Column("Got", "int"), Column("Difference", "text"), name="drifts")
         for d in r.drifts:
             diff = d.difference
             t.add(d.preset, d.field, _cell(d.expected), _cell(d.got),

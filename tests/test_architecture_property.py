@@ -1,0 +1,73 @@
+"""Property test over random small architectures, mixed layers included (first k dense, every n-th MoE,
+alternating windows): every figure folded over the description (tfcalc.architecture) equals what the real
+module holds, computes and allocates."""
+
+from __future__ import annotations
+
+import math
+
+from conftest import configs
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from tfcalc.count import flops as count_flops, params as count
+from tfcalc.count.memory import cross_kv_cache_bytes, kv_cache_bytes
+from tfcalc.count.shard import check_tp, stage_tensors, tied_stage_copy, total_blocks, tp_local_shape
+from tfcalc.errors import InputError
+from tfcalc.measure.flops import measure_flops
+from tfcalc.measure.params import measured_breakdown, measured_total
+from tfcalc.model import build_model
+from tfcalc.model.cache import check_decodable
+from tfcalc.workload import Workload
+
+
+def shard_sum(cfg, tp: int, pp: int) -> int:
+    """Parameters summed over every TP rank of every pipeline stage, each tensor counted once: a split one
+    as the sum of its ranks' torch.chunk blocks, a replicated one once, the tied embedding that the first
+    and last stages both hold once."""
+    total = 0
+    for stage in range(pp):
+        for t, copies in stage_tensors(cfg, pp, stage):
+            ranks = range(tp) if t.tp_split else range(1)
+            total += copies * sum(math.prod(tp_local_shape(t, tp, r)) for r in ranks)
+    tied = tied_stage_copy(cfg, pp)
+    return total - (tied.numel if tied is not None else 0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(mixed=True), st.sampled_from([1, 2, 4]), st.data())
+def test_params_equal_numel_on_meta_and_the_sum_of_a_plans_shards(cfg, tp, data):
+    model = build_model(cfg, "meta")
+    assert measured_total(model) == count.total(cfg)
+    assert measured_breakdown(model) == count.breakdown(cfg)
+    pp = data.draw(st.integers(1, total_blocks(cfg)), label="pp") if cfg.arch != "encoder-decoder" else 1
+    try:
+        check_tp(cfg, tp)
+    except InputError:
+        tp = 1  # this draw's widths do not split tp ways
+    assert shard_sum(cfg, tp, pp) == count.total(cfg)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(mixed=True), st.integers(1, 2), st.data())
+def test_flops_equal_flop_counter_mode_on_cpu(cfg, batch, data):
+    seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
+    src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
+        cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
+    m = measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu")
+    b = count_flops.breakdown(cfg, batch, seq, src_seq)
+    assert m.total == b.forward
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(mixed=True), st.integers(1, 3), st.data())
+def test_kv_bytes_equal_the_cache_the_model_allocates(cfg, batch, data):
+    tokens = data.draw(st.integers(1, cfg.max_seq_len), label="tokens")
+    try:
+        check_decodable(cfg, tokens)
+    except InputError:
+        assume(False)
+    cache = build_model(cfg, "meta").new_cache(batch, tokens)  # fp32 buffers on meta: sizes, no memory
+    own = kv_cache_bytes(cfg, batch, tokens, "fp32") - cross_kv_cache_bytes(cfg, batch, tokens, "fp32")
+    assert cache.nbytes == own  # the cross-attention K and V are allocated once the encoder has run
+    assert own == 4 * batch * cfg.architecture.kv_elements(tokens)

@@ -1,0 +1,145 @@
+"""Activations of one rank of a training layout: the single-device terms of tfcalc.count.activations,
+shared out by tensor and sequence parallelism, recompute and the pipeline. Pure arithmetic.
+
+One model for `memory --training` (one GPU) and `plan` (any layout): both ask ``activation_bytes`` for
+a Layout, and on one GPU (tp = pp = 1) it is ``Activations.total`` to the byte.
+
+How each per-layer term of tfcalc.count.activations is held across t tensor-parallel ranks (Megatron-LM,
+Shoeybi et al. 2019, sec. 3: heads and the FFN's hidden width split, the h-wide tensors replicated;
+Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+arXiv 2205.05198, sec. 4.2):
+
+1. split by t -- what is per head or FFN-hidden wide: Q, K, V (and RoPE'd or normed Q and K), the
+   log-sum-exp, the attention output, the FFN hidden tensors and a shared expert's, the T×T score terms
+   (``SPLIT``). A mixture of experts' hidden tensors and routing stay whole: experts are replicated
+   across the TP ranks (no expert parallelism is modelled);
+2. whole on every rank -- the h-wide tensors: norms' inputs and statistics, the QKV and FFN inputs,
+   the dropout masks of the attention and FFN outputs; sequence parallelism splits these by t too
+   (each rank keeps its s/t slice of the sequence, sec. 4.2.2);
+3. vocabulary-parallel -- the fp32 log-probabilities, capped logits and the loss gradients over V:
+   ⌈V/t⌉ per rank (the cross-entropy of Megatron's vocabulary-parallel head);
+4. once per forward, not per token -- the sliding-window mask, T5's position bias, the pooler's output:
+   whole (they are not sequence-sharded).
+Korthikanti's Table 2, per layer, 16-bit, with dropout, math attention: sbh(10 + 24/t + 5as/(ht))
+without sequence parallelism, sbh/t · (34 + 5as/h) with it, sbh·34/t under selective recompute, 2sbh
+under full recompute: the terms above reproduce each of these exactly, plus the LayerNorm statistics
+the paper leaves out (two norms · 8 bytes per token, split by t under sequence parallelism).
+
+Recompute: "selective" drops the score terms (SCORE_TERMS: rebuilt in the backward pass; under flash
+there are none); "full" keeps each block's input, e·h per token per layer (÷ t under sequence
+parallelism, which checkpoints the sequence shard), and rebuilds one block at a time: one layer's
+activations on the rank are added to the peak.
+
+Pipeline (1F1B, Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters",
+sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms; the
+first stage holds the embedding's terms, the last the head's (its one micro-batch in flight) and, as
+the backward pass begins, the loss gradients. Every sum over layers goes through
+``Activations.layer_terms(i)``, so layers that differ are summed each with its own terms.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.activations import SCORE_TERMS, Activations, activations
+from tfcalc.count.shard import stage_blocks
+from tfcalc.workload import Layout
+
+SPLIT = frozenset({
+    "qkv", "rope_qk", "qk_norm", "attn_scores", "softmax_stats", "attn_output", "scores_dropout",
+    "ffn_hidden", "shared_expert",
+    "cross_qkv", "cross_attn_scores", "cross_softmax_stats", "cross_attn_output",
+})
+EXPERT_TERMS = frozenset({"ffn_hidden"})  # replicated, not split, when the FFN is a mixture of experts
+VOCAB = frozenset({"log_probs", "logit_softcap"})
+ONCE = frozenset({"window_mask", "position_bias", "pooler_output"})  # not per token: not sequence-sharded
+FIRST_STAGE = frozenset({"embedding_norm", "encoder_embedding_norm", "encoder_final_norm", "encoder_output"})
+EVERY_STAGE = frozenset({"window_mask", "position_bias", "cross_memory"})
+assert SCORE_TERMS <= SPLIT
+
+
+def _ceil(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def share(key: str, value: int, acts: Activations, layout: Layout) -> int:
+    """The bytes of one term (of tfcalc.count.activations) that one tensor-parallel rank keeps."""
+    t = layout.tp
+    if key in VOCAB or (key in SPLIT and not (acts.moe and key in EXPERT_TERMS)):
+        return _ceil(value, t)
+    if key in ONCE or not layout.sequence_parallel:
+        return value
+    return _ceil(value, t)
+
+
+def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored: bool = True,
+                layer_input: Optional[int] = None) -> int:
+    """One layer's terms on one rank, one micro-batch: what is kept (stored) or, with stored=False, the
+    whole layer as full recompute rebuilds it. ``layer_input``: the block input's bytes (default: a
+    decoder-stack block's)."""
+    if stored and layout.recompute == "full":
+        kept = acts.layer_input if layer_input is None else layer_input
+        return _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+    drop = SCORE_TERMS if stored and layout.recompute == "selective" else frozenset()
+    return sum(share(key, v, acts, layout) for key, v in terms.items() if key not in drop)
+
+
+def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> int:
+    def here(key: str) -> bool:
+        return key in EVERY_STAGE or (first if key in FIRST_STAGE else last)
+
+    return sum(share(key, v, acts, layout) for key, v in acts.head.items() if here(key))
+
+
+Kinds = list[tuple[dict[str, int], int, int]]
+
+
+def _stage_layers(acts: Activations, stage: int, layers: range) -> Kinds:
+    """(terms, count, block input bytes) of each kind of layer the stage runs, its encoder's first."""
+    kinds: dict[int, list] = {}
+    for i in layers:  # layers that share their terms are priced once
+        terms = acts.layer_terms(i)
+        kinds.setdefault(id(terms), [terms, 0, acts.layer_input])[1] += 1
+    encoder = [(acts.encoder_per_layer, acts.n_encoder_layer, acts.encoder_layer_input)]
+    return (encoder if stage == 0 and acts.n_encoder_layer else []) + [tuple(k) for k in kinds.values()]
+
+
+def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, layers: range) -> int:
+    """The activation peak of one rank of pipeline stage ``stage`` holding decoder-stack ``layers``
+    (an encoder-decoder's encoder runs on the first stage): stored terms of its micro-batches in flight,
+    one rebuilt layer under full recompute, the loss gradients on the last stage."""
+    p = layout.pp
+    first, last = stage == 0, stage == p - 1
+    in_flight = min(p - stage, layout.micro_batches)
+    kinds = _stage_layers(acts, stage, layers)
+    one = sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in kinds)
+    one += _head_bytes(acts, layout, first, last)
+    rebuilt = 0
+    if layout.recompute == "full" and kinds:
+        rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in kinds)
+    loss = _ceil(acts.loss_gradients, layout.tp) if last else 0
+    return in_flight * one + rebuilt + loss
+
+
+def activation_bytes(acts: Activations, layout: Layout) -> int:
+    """The largest stage's peak (the rank tfcalc.count.rank_memory shows, when states are equal): on
+    one GPU, ``acts.total``."""
+    out, start = 0, 0
+    for stage, blocks in enumerate(stage_blocks(acts.n_layer, layout.pp)):
+        out = max(out, stage_activation_bytes(acts, layout, stage, range(start, start + blocks)))
+        start += blocks
+    return out
+
+
+def training_activations(cfg: ModelConfig, layout: Layout, src_seq: Optional[int] = None) -> Activations:
+    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
+    return activations(cfg, layout.micro_batch, layout.seq, layout.dtype, layout.attention, layout.recompute,
+                       layout.dropout, src_seq)
+
+
+def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
+    """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
+    16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
+    h = cfg.d_model
+    return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)

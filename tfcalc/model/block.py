@@ -1,0 +1,79 @@
+"""One layer of the real model, built from its ``Block`` component (tfcalc.architecture.block): the block
+picks its attention and FFN classes from the component, as litgpt's model.py Block does from its config,
+so a stack's layers may differ (dense then MoE, local then global attention, RoPE or none)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tfcalc.architecture import Block as BlockSpec
+from tfcalc.model.layers import Attention, CrossAttention, FeedForward, MixtureOfExperts, make_norm
+
+
+class Block(nn.Module):
+    """Self-attention, cross-attention (an encoder-decoder's decoder, or cross_attention), FFN or mixture
+    of experts; each a residual sub-layer with its own norm, laid out pre, post or sandwich, or attention
+    and FFN side by side (a parallel block). Norm modules are named as ``BlockSpec.norms()`` names them
+    (attn_norm, attn_post_norm, cross_attn_norm, cross_attn_post_norm, ffn_norm, ffn_post_norm): the
+    names checkpoints and the counts read."""
+
+    def __init__(self, spec: BlockSpec):
+        super().__init__()
+        self.spec = spec
+        self.placement, self.parallel = spec.placement, spec.parallel != "none"
+        norms = dict(spec.norms())
+
+        def norm(name: str) -> nn.Module | None:
+            return make_norm(spec.norm) if name in norms else None
+
+        self.attn_norm = norm("attn_norm")
+        self.attn = Attention(spec.attention)
+        self.attn_post_norm = norm("attn_post_norm")
+        cross = spec.cross_attention
+        self.cross_attn_norm = norm("cross_attn_norm")
+        self.cross_attn = CrossAttention(cross) if cross is not None else None
+        self.cross_attn_post_norm = norm("cross_attn_post_norm")
+        self.ffn_norm = norm("ffn_norm")
+        self.ffn = MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
+        self.ffn_post_norm = norm("ffn_post_norm")
+
+    def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
+        y = f(norm(x))
+        return y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
+
+    def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
+            return norm(x + f(x))
+        return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
+
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
+        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
+
+    def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
+        return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
+                              lambda h: self.cross_attn(h, memory, kv), x)
+
+    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+        return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
+
+    def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
+                store=None, cross_kv=None) -> torch.Tensor:
+        """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
+        window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward)."""
+        if self.parallel:
+            return self._parallel(x, rope, mask, store)
+        x = self.attention_sublayer(x, rope, mask, store)
+        if self.cross_attn is not None:
+            if memory is None and cross_kv is None:
+                raise ValueError("a block with cross-attention needs the states it attends to (memory)")
+            x = self.cross_attention_sublayer(x, memory, cross_kv)
+        return self.ffn_sublayer(x)
+
+    def _parallel(self, x: torch.Tensor, rope, mask, store=None) -> torch.Tensor:
+        """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
+        norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
+        h = self.attn_norm(x)
+        attn = self.attn(h, rope, mask, store=store)
+        return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
