@@ -154,7 +154,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     from tfcalc.report.infer import InferOptions, build_infer
     from tfcalc.workload import default_dtype
 
-    batches = (batch,) if isinstance(batch, int) else tuple(batch)
+    # one size, or several; anything else goes on as it is, for the one check of the CLI (report.infer)
+    batches = (batch,) if isinstance(batch, int) else tuple(batch) if isinstance(batch, (list, tuple)) else batch
     options = InferOptions(batches=batches, seq=seq, gen=gen, dtype=dtype or default_dtype(device if measure else None),
                            group_size=group_size, kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec,
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes)

@@ -96,6 +96,9 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+MAX_TEXT = 1000  # characters of a name or a source: a label a table can show (a 10 MB name was printed whole)
+
+
 def check_field_type(name: str, value: Any) -> None:
     """Raise ConfigError naming the field when value has the wrong type for it."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
@@ -121,6 +124,8 @@ def check_field_type(name: str, value: Any) -> None:
     }[name]
     if not ok:
         raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise ConfigError(f"field '{name}' must be at most {MAX_TEXT:,} characters; got {shown(value)}")
 
 
 def validate(cfg) -> None:

@@ -195,6 +195,9 @@ def peak_flops(device_name: str, dtype: str, tf32_enabled: bool = False) -> Opti
 
 def resolve(text: str) -> DeviceSpec:
     """A table key, or a path to a YAML file describing a device (a path ends in .yaml/.yml or holds a /)."""
+    if not isinstance(text, (str, Path)):
+        raise InputError(f"--device-spec must be a table key or a file name; got {shown(text)}")
+    text = str(text)
     if text.lower().endswith((".yaml", ".yml")) or "/" in text:
         return load_spec(text)
     return by_key(text)

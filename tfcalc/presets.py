@@ -78,6 +78,10 @@ def _close_names(key: str, choices: list[str]) -> list[str]:
     return close_names(key, choices, n=3)  # 'gpt-2' -> gpt2; 'llama2' -> each Llama 2; 'gpt3-175' -> gpt3-175b
 
 
+# free-text fields: `--set name=[bold]x[/bold]` names the model "[bold]x[/bold]" (not a YAML list, not an error)
+TEXT_FIELDS = ("name", "source", "nominal_params")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """'key=value' -> (key, value parsed as a YAML scalar: 12 -> int, true -> bool, null -> None)."""
     key, sep, raw = text.partition("=")
@@ -86,11 +90,15 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set expects key=value, got {shown(text)}")
     if key not in FIELD_NAMES:
         raise ConfigError(f"--set: unknown field {shown(key)}{suggest(key, FIELD_NAMES)}")
+    if key in TEXT_FIELDS and raw.strip():  # a name or a source is the text typed, brackets and all
+        return key, raw
     try:
         value = yaml_load.load(raw) if raw.strip() else None
     except yaml.YAMLError as e:
         why = getattr(e, "problem", None) or "not a YAML value"
         raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({why})") from None
+    except Exception as e:  # noqa: BLE001 -- whatever the YAML library raises, a value it cannot read is bad input
+        raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({type(e).__name__})") from None
     if isinstance(value, (dict, list)):
         raise ConfigError(f"--set {key}: expected a single value, got {shown(raw)}")
     return key, value

@@ -6,6 +6,7 @@ into it, blocks on it, or takes it at its word)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -143,3 +144,21 @@ def _checkpoints(folder: Path) -> None:
     (model("ckpt_index_escape") / index).write_text('{"weight_map": {"a": "/etc/passwd"}}')
     (model("ckpt_garbage") / "model.safetensors").write_bytes(b"\x00" * 64)
     (model("ckpt_huge_header") / "model.safetensors").write_bytes((1 << 60).to_bytes(8, "little") + b"{}")
+    (model("ckpt_tiny") / "model.safetensors").write_bytes(safetensors_bytes({"model.embed_tokens.weight": [61, 32]}))
+    wrong = model("ckpt_wrong_shape")  # a GPT-2 config whose embedding is 16 wide in the weights, 32 in the config
+    (wrong / "config.json").write_text(json.dumps(dict(model_type="gpt2", n_layer=1, n_embd=32, n_head=4,
+                                                       n_positions=16, vocab_size=61)), encoding="utf-8")
+    (wrong / "model.safetensors").write_bytes(safetensors_bytes({"wte.weight": [61, 16]}))
+
+
+def safetensors_bytes(shapes: dict[str, list[int]]) -> bytes:
+    """A safetensors file of zero-filled F32 tensors (the format: an 8-byte header length, a JSON header of
+    dtype, shape and data offsets, then the data), written without torch."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"\x00" * offset

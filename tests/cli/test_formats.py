@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
+import pytest
 from conftest import assert_one_line_error
 
 
@@ -70,3 +72,28 @@ def test_seq_is_s_everywhere(cli):
     for command in ("flops", "memory", "bench", "scan", "compare"):
         lines = [line for line in cli(command, "--help").out.splitlines() if "--seq" in line and "│" in line]
         assert lines and " -s " in lines[0], command
+
+
+def test_json_never_carries_nan_or_infinity(capsys):
+    """The last guard (issue 23, cause 8): a non-finite figure is null, with the reason beside it."""
+    from tfcalc.cli import render
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+    render.print_json({"step_time_s": float("inf"), "nested": {"ratio": float("nan"), "ok": 1.5}})
+    data = strict(capsys.readouterr().out)
+    assert data["step_time_s"] is None and data["nested"] == {"ratio": None, "ok": 1.5}
+    assert data["null_because"] == {"step_time_s": "infinite (too large for a float)",
+                                    "nested.ratio": "NaN (undefined)"}
+    render.print_json([{"a": 1.0}, {"a": float("-inf")}])
+    rows = strict(capsys.readouterr().out)
+    assert rows[0] == {"a": 1.0} and rows[1] == {"a": None, "null_because": {"a": "infinite (too large for a float)"}}
+
+
+@pytest.mark.parametrize("args", [["plan", "gpt2", "--dp", "2", "--mfu", "0.0001", "--tokens", "1e30", "--json"],
+                                  ["infer", "gpt2", "--gen", "100000", "--batch", "1,1048576", "--json"]])
+def test_extreme_but_valid_inputs_give_strict_json(cli, args):
+    r = cli(*args)
+    assert r.code == 0, r.err
+    json.loads(r.out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))

@@ -94,6 +94,17 @@ OPTIONS = st.sampled_from([
     (["scan", "{tiny}"], "--budget"), (["scan", "{tiny}"], "--dpi"), (["compare", "{tiny}", "gpt2"], "--seq"),
     (["check", "{snap}"], "--tolerance"), (["params", "{tiny}"], "--format"), (["presets"], "--format"),
     (["snapshot", "{tiny}", "-o", "{out}"], "--set"), (["show", "{tiny}"], "--set"),
+    # plan and infer (issue 23); plan never runs ranks here (no --measure)
+    (["plan", "{tiny}", "--dp", "2"], "--tp"), (["plan", "{tiny}", "--gpus", "4"], "--pp"),
+    (["plan", "{tiny}", "--dp", "2"], "--mfu"), (["plan", "{tiny}", "--dp", "2"], "--tokens"),
+    (["plan", "{tiny}"], "--gpus"), (["plan", "{tiny}", "--dp", "2"], "--micro-batch"),
+    (["plan", "{tiny}", "--dp", "2"], "--global-batch"), (["plan", "{tiny}", "--dp", "2"], "--zero"),
+    (["plan", "{tiny}", "--dp", "2"], "--device-spec"), (["plan", "{tiny}", "--dp", "2"], "--seq"),
+    (["infer", "{tiny}"], "--gen"), (["infer", "{tiny}"], "--batch"), (["infer", "{tiny}", "--dtype", "int4"],
+                                                                        "--group-size"),
+    (["infer", "{tiny}"], "--kv-dtype"), (["infer", "{tiny}"], "--device-spec"), (["infer", "{tiny}"], "--seq"),
+    (["infer", "{tiny}", "--measure", "--device", "nowhere"], "--warmup"),
+    (["infer", "{tiny}", "--measure", "--device", "nowhere"], "--repeat"),
 ])
 
 
@@ -108,3 +119,58 @@ def test_random_flag_values(cli, tmp_path, option, value):
     r = cli(*[paths.get(a, a) for a in fixed], f"{name}={value}" if value.startswith("-") else name,
             *([] if value.startswith("-") else [value]))
     _ok(r)
+
+
+device_fields = st.sampled_from(["name", "key", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes",
+                                 "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source",
+                                 "node"]) | st.text(max_size=8)
+rates = st.dictionaries(st.sampled_from(["bf16", "fp16", "fp32", "fp8", "int4", "bf17"]) | st.text(max_size=4),
+                        numbers | st.text(max_size=8), max_size=3)
+
+
+@FUZZ
+@given(fields=st.dictionaries(device_fields, values | rates, max_size=8), raw=st.booleans(),
+       junk=st.text(max_size=40))
+def test_random_device_files(cli, tmp_path, fields, raw, junk):
+    """Device files (--device-spec FILE) read as config files are: whatever they hold, no internal error."""
+    from hostile import DEVICE
+
+    path = tmp_path / "gpu.yaml"
+    if raw:
+        cut = len(junk) % (len(DEVICE) + 1)
+        path.write_text(DEVICE[:cut] + junk + DEVICE[cut:], encoding="utf-8")
+    else:
+        path.write_text(yaml.safe_dump({**yaml.safe_load(DEVICE), **fields}, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "tiny.yaml").write_text(TINY, encoding="utf-8")
+    for command in (["infer", str(tmp_path / "tiny.yaml"), "--device-spec", str(path), "--json"],
+                    ["plan", str(tmp_path / "tiny.yaml"), "--dp", "2", "--device-spec", str(path), "--json"]):
+        r = cli(*command)
+        _ok(r)
+        if r.code == 0:
+            json.loads(r.out, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # strict JSON
+
+
+api_values = st.one_of(st.none(), st.booleans(), numbers, st.text(max_size=8), st.lists(st.integers(0, 9), max_size=2))
+
+
+@FUZZ
+@given(function=st.sampled_from(["plan", "infer"]),
+       kwargs=st.dictionaries(st.sampled_from(["gpus", "tp", "pp", "dp", "zero", "recompute", "micro_batch",
+                                               "global_batch", "seq", "mfu", "tokens", "top", "sequence_parallel"]),
+                              api_values, max_size=4),
+       infer_kwargs=st.dictionaries(st.sampled_from(["batch", "seq", "gen", "dtype", "kv_dtype", "group_size",
+                                                     "device_spec", "src_seq"]), api_values, max_size=3))
+def test_random_python_api_arguments(tmp_path, function, kwargs, infer_kwargs):
+    """The Python API (issue 23, cause 7): a report or an InputError, never another exception."""
+    import tfcalc
+    from tfcalc.errors import InputError
+
+    (tmp_path / "tiny.yaml").write_text(TINY, encoding="utf-8")
+    model = str(tmp_path / "tiny.yaml")
+    try:
+        if function == "plan":
+            tfcalc.plan(model, **kwargs).to_json()
+        else:
+            tfcalc.infer(model, **infer_kwargs).to_json()
+    except InputError as e:
+        assert "\n" not in str(e) and len(str(e)) < 600, str(e)

@@ -71,12 +71,12 @@ CASES = [
     ("hf-not-json", ["params", "{d}/not_json/config.json"], 2, "not valid JSON at line 1"),
     # ---- --set ----
     ("set-5000-digit-int", ["params", "gpt2", "--set", f"n_layer={BIG}"], 2, "an integer of 5,000 digits"),
-    ("set-10k-char-value", ["params", "gpt2", "--set", "name=" + "[" * 10_000], 2, "(str of 10,000 characters)"),
+    ("set-10k-char-value", ["params", "gpt2", "--set", "source=" + "[" * 10_000], 2, "(str of 10,000 characters)"),
     ("set-no-value", ["params", "gpt2", "--set", "n_layer"], 2, "--set expects key=value"),
     ("set-no-key", ["params", "gpt2", "--set", "=3"], 2, "--set expects key=value"),
     ("set-list", ["params", "gpt2", "--set", "n_layer=[1, 2]"], 2, "expected a single value"),
     ("set-alias-cycle", ["params", "gpt2", "--set", "n_layer=&a [*a]"], 2, "refers to a value that contains it"),
-    ("set-python-tag", ["params", "gpt2", "--set", "name=!!python/name:os.system"], 2, "cannot read the value"),
+    ("set-python-tag", ["params", "gpt2", "--set", "norm=!!python/name:os.system"], 2, "cannot read the value"),
     ("set-unknown-long-field", ["params", "gpt2", "--set", "k" * 5000 + "=1"], 2, "unknown field"),
     ("set-past-cap", ["flops", "gpt2", "--set", f"d_model={2**50}"], 2, "must be at most"),
     ("set-huge-experts", ["params", "{d}/huge_experts.yaml"], 2, "more than the 20,000 tfcalc builds"),
@@ -193,16 +193,45 @@ CASES = [
     # ---- 2: work bounded before it starts ----
     ("plan-gpus-1e9", ["plan", "llama2-7b", "--gpus", "1000000000"], 2, "too many GPUs"),
     ("plan-gpus-prime", ["plan", "llama2-7b", "--gpus", "1099511627689"], 2, "too many GPUs"),
+    ("infer-gen-1e6", ["infer", "gpt2", "--gen", "1000000", "--batch", "0"], 2, "--batch: batch sizes must be"),
+    ("bench-nproc-too-big", ["bench", "llama2-7b", "--nproc", "2"], 2,
+     "not running bench llama2-7b on 2 rank(s): it needs an estimated"),
+    ("hf-ref-12GiB", ["params", "a/b"], 2, "is not in the local Hugging Face cache"),
+    ("ckpt-unreadable", ["params", "{d}/ckpt_tiny"], 2, "model.safetensors: cannot be read (Permission denied)"),
+    ("ckpt-load-wrong-shape", ["bench", "{d}/ckpt_wrong_shape", "--weights", "{d}/ckpt_wrong_shape", "--seq", "4"],
+     2, "'wte.weight': shape [61, 16] does not fit tok_emb.weight [61, 32]"),
+    # ---- 5: no tracebacks ----
+    ("plan-tokens-1e999999", ["plan", "llama2-7b", "--gpus", "8", "--tokens", "1e999999"], 2,
+     "--tokens: '1e999999' is more than 1e+30 tokens"),
+    ("hf-home-nouser", ["params", "meta-llama/Llama-2-7b-hf"], 2, "HF_HOME=~nouser: cannot expand '~nouser'"),
+    ("infer-measure-repeat-0", ["infer", "gpt2", "--measure", "--repeat", "0"], 2, "--repeat must be between 1"),
+    # ---- 6: encoders refused before any rank starts ----
+    ("bench-nproc-bert", ["bench", "bert-base", "--nproc", "2"], 2, "bert-base is an encoder: a real distributed"),
+    ("plan-measure-bert", ["plan", "bert-base", "--dp", "2", "--measure"], 2, "is an encoder: a real distributed"),
+    ("plan-measure-t5", ["plan", "t5-base", "--dp", "2", "--measure"], 2, "is an encoder-decoder: a real"),
+    # ---- 9: bad values refused, not read as others ----
+    ("plan-tp-0", ["plan", "llama2-7b", "--gpus", "8", "--tp", "0"], 2, "--tp must be between 1 and"),
+    ("plan-pp-0", ["plan", "llama2-7b", "--gpus", "8", "--pp", "0"], 2, "--pp must be between 1 and"),
+    ("plan-nproc-0", ["plan", "gpt2", "--dp", "2", "--measure", "--nproc", "0"], 2, "--nproc must be a positive"),
+    ("bench-nproc-0", ["bench", "gpt2", "--nproc", "0"], 2, "--nproc must be between 1"),
+    ("bench-nproc-tp-0", ["bench", "gpt2", "--nproc", "2", "--tp", "0"], 2, "--tp must be between 1"),
+    ("plan-tokens-empty", ["plan", "llama2-7b", "--gpus", "8", "--tokens", ""], 2, "cannot read '' as a token count"),
+    ("plan-tokens-negative-exponent", ["plan", "llama2-7b", "--gpus", "8", "--tokens", "1e-5"], 2, "must be positive"),
+    ("infer-warmup-negative", ["infer", "gpt2", "--measure", "--warmup", "-1"], 2, "--warmup must be between 0"),
+    ("plan-gpus-1e9-named-too-many", ["plan", "llama2-7b", "--gpus", "1000000"], 2, "give fewer --gpus"),
+    # ---- 11: a --set value that cannot be read is bad input ----
+    ("set-unreadable-int", ["params", "gpt2", "--set", "n_layer=[1"], 2, "--set n_layer: cannot read the value"),
+    ("set-name-too-long", ["params", "gpt2", "--set", "name=" + "n" * 5000], 2, "must be at most 1,000 characters"),
     # ---- 8: no Infinity in JSON ----
     ("plan-mfu-1e-300", ["plan", "llama2-7b", "--gpus", "8", "--tp", "8", "--mfu", "1e-300", "--json"], 2,
      "--mfu must be a number in [0.0001, 1]; got 1e-300"),
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,
-           "bench-too-big": 6}
+           "bench-too-big": 6, "bench-nproc-too-big": 6}
 
 
-def _disk_full(monkeypatch) -> None:
+def _disk_full(monkeypatch, tmp_path) -> None:
     """Every write fails as on a full disk, after the temporary file is created (tfcalc.writing)."""
     from tfcalc import writing
 
@@ -212,8 +241,61 @@ def _disk_full(monkeypatch) -> None:
     monkeypatch.setattr(writing.os, "fsync", full)
 
 
-# cases whose condition is set up in-process: (case -> setup(monkeypatch))
-PATCHED = {"scan-plot-disk-full": _disk_full}
+def _hf_home_nouser(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", "~nouser")
+
+
+def _huge_ref(monkeypatch, tmp_path) -> None:
+    """A Hugging Face cache whose refs/main is a 12 GiB (sparse) file: read 256 bytes at most."""
+    cache = tmp_path
+    (cache / "models--a--b" / "refs").mkdir(parents=True)
+    (cache / "models--a--b" / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    with open(cache / "models--a--b" / "refs" / "main", "wb") as f:
+        f.truncate(12 * GiB)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+
+
+def _unreadable_weights(monkeypatch, tmp_path) -> None:
+    """Opening a .safetensors file fails as without read permission (tests may run as root, who may read)."""
+    from tfcalc.checkpoint import files
+
+    real = os.open
+
+    def denied(path, *args, **kwargs):
+        if str(path).endswith(".safetensors"):
+            raise PermissionError(13, "Permission denied")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(files.os, "open", denied)
+
+
+def _no_reading(monkeypatch, tmp_path) -> None:
+    """A tensor read is a failure: the shapes must be refused from the headers first (the header reader,
+    tfcalc.checkpoint.files._header, keeps the real safe_open)."""
+    import safetensors
+
+    import tfcalc.checkpoint.files as files
+
+    real, header = safetensors.safe_open, files._header
+
+    def never(*args, **kwargs):
+        raise AssertionError("a tensor was read before its shape was checked")
+
+    def headers_only(file):
+        monkeypatch.setattr(safetensors, "safe_open", real)
+        try:
+            return header(file)
+        finally:
+            monkeypatch.setattr(safetensors, "safe_open", never)
+
+    monkeypatch.setattr(safetensors, "safe_open", never)
+    monkeypatch.setattr(files, "_header", headers_only)
+
+
+# cases whose condition is set up in-process: (case -> setup(monkeypatch, tmp_path))
+PATCHED = {"scan-plot-disk-full": _disk_full, "hf-home-nouser": _hf_home_nouser, "hf-ref-12GiB": _huge_ref,
+           "ckpt-unreadable": _unreadable_weights, "ckpt-load-wrong-shape": _no_reading}
 
 
 @pytest.fixture(scope="module")
@@ -238,11 +320,11 @@ def _state(folder: Path) -> dict[str, tuple]:
 
 
 @pytest.mark.parametrize("case, argv, code, message", CASES, ids=[c[0] for c in CASES])
-def test_hostile_input_is_one_line(cli, folder, monkeypatch, case, argv, code, message):
+def test_hostile_input_is_one_line(cli, folder, monkeypatch, tmp_path, case, argv, code, message):
     if case in LIMITED:  # the same refusal on any machine, whatever this one has free
         monkeypatch.setattr(dev, "free_memory", lambda device: LIMITED[case] * GiB)
     if case in PATCHED:
-        PATCHED[case](monkeypatch)
+        PATCHED[case](monkeypatch, tmp_path)
     before = _state(folder)
     start = time.monotonic()
     r = cli(*[a.replace("{d}", str(folder)) for a in argv])

@@ -173,3 +173,87 @@ def test_dev_zero_is_refused_at_once():
     proc = tfcalc("params", "/dev/zero", timeout=60)
     assert proc.returncode == 2 and proc.stderr == b"tfcalc: error: /dev/zero: is a character device, not a YAML " \
                                                    b"file; tfcalc reads regular files only\n"
+
+
+# ---- round 3 (issue 23): streams, environment and real ranks ----
+
+def _shell(command: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """command run by bash with `tfcalc` standing for this interpreter's tfcalc; stdout+stderr captured."""
+    line = command.replace("tfcalc ", f"{sys.executable} -m tfcalc ")
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+STREAM_CASES = [
+    ("stdout-closed", "tfcalc params gpt2 >&-; echo status $?", None, "status 2",
+     "tfcalc: error: stdout is closed (>&-): there is nowhere to write the answer"),
+    ("stdout-closed-json", "tfcalc params gpt2 --json >&-; echo status $? >&2", None, "",
+     "tfcalc: error: stdout is closed"),
+    ("stdout-dev-full", "tfcalc params gpt2 > /dev/full; echo status $? >&2", None, "",
+     "tfcalc: error: cannot write the answer to stdout (No space left on device)"),
+    ("stdout-dev-full-json", "tfcalc flops gpt2 --json > /dev/full; echo status $? >&2", None, "",
+     "tfcalc: error: cannot write the answer to stdout (No space left on device)"),
+    ("stderr-closed-bad-input", "tfcalc params nosuchmodel 2>&-; echo status $?", None, "status 2", ""),
+    ("both-closed-bad-input", "tfcalc params nosuchmodel 2>&- >&-; echo status $? >&2", None, "", ""),
+    ("torch-logs-nonsense", "tfcalc params gpt2 > /dev/null", {"TORCH_LOGS": "nonsense"}, "",
+     "tfcalc: error: torch cannot start with TORCH_LOGS='nonsense'"),
+]
+
+
+@pytest.mark.parametrize("case, command, env, out, err", STREAM_CASES, ids=[c[0] for c in STREAM_CASES])
+def test_closed_and_full_streams_and_a_bad_environment_are_one_line(case, command, env, out, err):
+    start = time.monotonic()
+    proc = _shell(command, env)
+    assert time.monotonic() - start < 60
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == out, proc.stdout[:300]
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("status ")]
+    if err:
+        assert len(lines) == 1 and lines[0].startswith(err) and len(lines[0]) < 300, proc.stderr
+    else:
+        assert lines == [], proc.stderr
+    status = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("status ")]
+    assert status in ([], ["status 2"]), status
+
+
+def _ranks(parent: int | None = None) -> set[int]:
+    """Pids of tfcalc's distributed ranks, read from /proc; given a parent, only its children (other
+    suites on the machine run ranks too)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"tfcalc.measure.distributed" in (entry / "cmdline").read_bytes():
+                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                if parent is None or ppid == parent:
+                    found.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_real_ranks_die_with_their_parent_and_leave_no_folder(tmp_path, sig):
+    """`kill PID` (SIGTERM) runs tfcalc's way out; SIGKILL runs nothing: the kernel kills the ranks
+    (PR_SET_PDEATHSIG) and the next launch sweeps the folder left in TMPDIR."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG and /proc are Linux's")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "tfcalc", "plan", "gpt2", "--dp", "2", "--measure"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        assert _wait_for(lambda: len(_ranks(proc.pid)) == 2, 120), "the ranks never started"
+        ranks = _ranks(proc.pid)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert _wait_for(lambda: not (ranks & _ranks()), 15), "a rank outlived its parent"
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("tfcalc-dist-")]
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143 and err.decode() == "tfcalc: terminated\n" and left == []
+    else:
+        from tfcalc.measure.launch import TEMP_PREFIX
+        from tfcalc.measure.lifeline import sweep_stale
+
+        assert len(left) == 1  # SIGKILL ran no cleanup; the next launch's sweep removes it
+        assert sweep_stale(TEMP_PREFIX, str(tmp_path)) == left and not list(tmp_path.glob("tfcalc-dist-*"))

@@ -13,11 +13,12 @@ Every problem is one InputError line naming the file.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfcalc import reading
-from tfcalc.errors import InputError, shown
+from tfcalc.errors import InputError, shown, shown_path
 
 INDEX = "model.safetensors.index.json"
 MAX_INDEX_BYTES = 64 * 2**20  # an index lists names and shard files: megabytes at most, even for 1T models
@@ -110,19 +111,29 @@ def read_headers(path: str | Path) -> CheckpointFiles:
     for file in files:
         for info in _header(file):
             if info.name in seen:
-                raise InputError(f"{file}: tensor '{info.name}' is also in {seen[info.name].name}")
+                raise InputError(f"{shown_path(file)}: tensor {shown(info.name)} is also in {seen[info.name].name}")
             seen[info.name] = file
             tensors.append(info)
     if weight_map is not None:
         for name, shard in weight_map.items():
             if seen.get(name, Path()).name != shard:
-                raise InputError(f"{folder / INDEX}: tensor '{name}' is not in its shard '{shard}'")
+                raise InputError(f"{folder / INDEX}: tensor {shown(name)} is not in its shard {shown(shard)}")
     return CheckpointFiles(folder, files, tuple(tensors))
+
+
+def _readable(file: Path) -> None:
+    """InputError naming why the file cannot be opened (Permission denied, ...): safetensors' own error
+    says "No such file or directory" for a file that is there but unreadable."""
+    try:
+        os.close(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)))
+    except OSError as e:
+        raise InputError(f"{shown_path(file)}: cannot be read ({e.strerror or e})") from None
 
 
 def _header(file: Path) -> list[TensorInfo]:
     from safetensors import SafetensorError, safe_open
 
+    _readable(file)
     try:
         with safe_open(str(file), framework="numpy") as f:  # headers only: no framework is imported
             out = []

@@ -111,6 +111,9 @@ def _fail(message: str, code: int) -> int:
 def run(argv: list[str] | None = None) -> int:
     """Run the app and turn every expected failure into one line on stderr and an exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if interrupts.closed_streams():  # `tfcalc ... >&-`: nowhere to write the answer
+        return _fail("stdout is closed (>&-): there is nowhere to write the answer; redirect it to a file or "
+                     "/dev/null instead", 2)
     if len(argv) > 1 and argv[0] == "bench" and argv[1] in ("decode", "ranks"):
         argv = [f"bench {argv[1]}", *argv[2:]]  # a command of two words, so its usage reads `tfcalc bench decode`
     render.prepare_streams()
@@ -141,7 +144,17 @@ def run(argv: list[str] | None = None) -> int:
     except (interrupts.BrokenPipe, BrokenPipeError):
         interrupts.silence_stdout()
         return interrupts.BROKEN_PIPE_EXIT
+    except OSError as e:
+        if interrupts.stdout_failed(e):  # /dev/full as stdout, a disk that filled: not a bug of tfcalc's
+            interrupts.silence_stdout()
+            return _fail(f"cannot write the answer to stdout ({e.strerror or e})", 2)
+        if os.environ.get("TFCALC_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {str(e)[:500]} (set TFCALC_DEBUG=1 for the traceback)", 1)
     except Exception as e:  # a bug: keep the one-line promise, but let developers see the traceback
+        if "TORCH_LOGS" in str(e) and os.environ.get("TORCH_LOGS"):  # torch refuses the variable at import
+            return _fail(f"torch cannot start with TORCH_LOGS={os.environ['TORCH_LOGS']!r}: {str(e)[:150]}; unset "
+                         "it or give names torch knows", 2)
         if os.environ.get("TFCALC_DEBUG"):
             raise
         return _fail(f"internal error: {type(e).__name__}: {str(e)[:500]} (set TFCALC_DEBUG=1 for the traceback)", 1)
@@ -176,7 +189,8 @@ def _exit(code: int) -> None:
         run_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: closed when tfcalc started (>&-, 2>&-)
+                stream.flush()
         except (OSError, ValueError):  # a closed pipe: nothing more can be said there
             pass
     if not callable(run_handlers):
@@ -187,10 +201,15 @@ def _exit(code: int) -> None:
 def main() -> None:
     _tune_gc()
     interrupts.install()
+    interrupts.hold_closed_fds()
     code = run()
     try:
-        sys.stdout.flush()  # a reader that closed the pipe after the last write shows up here
+        if sys.stdout is not None:
+            sys.stdout.flush()  # a reader that closed the pipe after the last write shows up here
     except BrokenPipeError:
         interrupts.silence_stdout()
         code = code or interrupts.BROKEN_PIPE_EXIT
+    except OSError as e:  # a full disk, /dev/full: the last of the answer could not be written
+        interrupts.silence_stdout()
+        code = code or _fail(f"cannot write the answer to stdout ({e.strerror or e})", 2)
     _exit(code)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -56,6 +57,46 @@ def install() -> None:
     for sig in SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup and friends ignore SIGHUP on purpose
             signal.signal(sig, _stop)
+
+
+_CLOSED: set[int] = set()  # the standard descriptors that were closed when tfcalc started
+
+
+def hold_closed_fds() -> None:
+    """`tfcalc ... >&-` or `2>&-` starts tfcalc with descriptor 1 or 2 closed: Python then sets sys.stdout
+    (sys.stderr) to None, and the next file tfcalc opens would get that number, so that a print meant for
+    the terminal would land in it. /dev/null is opened onto each closed one first; which were closed is
+    kept (closed_streams) so that a closed stdout is said, not written into nothing."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            _CLOSED.add(fd)
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+            except OSError:
+                pass
+    for name in ("stdout", "stderr"):  # Python left them None: /dev/null streams, so that no write raises
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 -- lives as long as tfcalc
+
+
+def closed_streams() -> bool:
+    """Whether stdout was closed when tfcalc started (a test's capture has no descriptor: not closed)."""
+    return 1 in _CLOSED or sys.stdout is None
+
+
+_WRITE_ERRORS = {errno.ENOSPC, errno.EIO, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def stdout_failed(error: OSError) -> bool:
+    """Whether an OSError is stdout refusing what is written (/dev/full, a full disk, a dead terminal): a
+    write error that names no file (every file tfcalc opens itself is named in its errors, and its own
+    writes become one-line InputErrors in tfcalc.writing)."""
+    return error.errno in _WRITE_ERRORS and error.filename is None
 
 
 def silence_stdout() -> None:

@@ -178,7 +178,8 @@ def parse_lengths(text: str, option: str = "--seq") -> list[int]:
         raise InputError(f"{option}: expected integers separated by commas (4k: 4,096 as a length, 1,000 as a "
                          f"count), or START..END; got '{shown}'") from None
     if any(not 1 <= s <= MAX_SIZE for s in seqs):
-        raise InputError(f"{option}: sequence lengths must be between 1 and {MAX_SIZE:,}")
+        what = "batch sizes" if option == "--batch" else "sequence lengths"
+        raise InputError(f"{option}: {what} must be between 1 and {MAX_SIZE:,}")
     return seqs
 
 

@@ -30,5 +30,12 @@ def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> N
         return
     optional = (("d_head", cfg.d_head), ("n_kv_head", cfg.n_kv_head), ("d_ff", cfg.d_ff))
     derived = [f for f, given in optional if given is None]
-    header = f"# tfcalc config: {ref.label}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
-    sys.stdout.write(header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    from tfcalc.cli.render.safe import safe
+
+    # the label in a comment is made safe (a newline would end the comment); the values YAML quotes and escapes
+    # itself, except the printable-to-YAML format characters (U+202E ...): allow_unicode only for safe text
+    header = f"# tfcalc config: {safe(ref.label)}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    if safe(text, len(text)) != text.replace("\n", "\\n"):
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)  # every non-ASCII character escaped
+    sys.stdout.write(header + text)

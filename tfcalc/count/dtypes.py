@@ -3,7 +3,7 @@ element (pure arithmetic, no torch)."""
 
 from __future__ import annotations
 
-from tfcalc.errors import InputError as ConfigError
+from tfcalc.errors import InputError as ConfigError, shown
 
 # tf32 is a matmul mode, not a storage format: its tensors are stored as fp32 (4 bytes).
 # int4 packs two elements per byte.
@@ -17,8 +17,8 @@ def weight_bytes(n_elements: int, dtype: str) -> int:
 
 
 def check_dtype(dtype: str) -> None:
-    if dtype not in BITS_PER_ELEMENT:
-        raise ConfigError(f"unknown dtype '{dtype}'; choose one of {', '.join(DTYPES)}")
+    if not isinstance(dtype, str) or dtype not in BITS_PER_ELEMENT:  # a list is unhashable: checked first
+        raise ConfigError(f"unknown dtype {shown(dtype)}; choose one of {', '.join(DTYPES)}")
 
 
 def activation_element_bytes(dtype: str) -> int:

@@ -148,7 +148,7 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[d
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
-    if isinstance(o.batches, (str, bytes)) or not o.batches:
+    if not isinstance(o.batches, tuple) or not o.batches:
         raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")
     for b in o.batches:
         check_size("--batch", b)

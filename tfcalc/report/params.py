@@ -14,6 +14,11 @@ from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 
 
+def _cut(name: str, width: int = 80) -> str:
+    """A tensor name as a message quotes it: whole when short, else its start and its length."""
+    return name if len(name) <= width else f"{name[:width - 20]}… ({len(name):,} characters)"
+
+
 @dataclass(frozen=True, repr=False)
 class ParamsReport(Displayed):
     model: ModelRef
@@ -79,7 +84,7 @@ class ParamsReport(Displayed):
         c = self.checkpoint
         if c is None:
             return []
-        out = [f"unexplained tensor {name}" for name in c.unexplained]
+        out = [f"unexplained tensor {_cut(name)}" for name in c.unexplained]
         out += [f"tensor {name} does not fit the config's layout" for name in c.misfits]
         out += [f"{component} lacks {n:,} parameters" for component, n in c.missing.items()]
         out += [f"{component} has {n:,} parameters more than the config explains" for component, n in c.surplus.items()]

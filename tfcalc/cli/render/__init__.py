@@ -67,20 +67,33 @@ def one_line(message: object) -> str:
     text = " ".join(text.split())
     if len(text) > MAX_MESSAGE:
         text = f"{text[: MAX_MESSAGE - 60]} … {text[-50:]}"
-    return text
+    from tfcalc.cli.render.safe import safe  # escapes (\x1b) after the cut: a message is ~300 characters
+
+    return safe(text, limit=10 * MAX_MESSAGE)
+
+
+def _stderr(line: str) -> None:
+    """One line on stderr, if there is a stderr: with it closed (2>&-) there is nowhere to say it, and the
+    exit code must still be the one the line goes with (2 for bad input, not 1 for a crash)."""
+    try:
+        if sys.stderr is not None:
+            print(line, file=sys.stderr)
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def error(message: str) -> None:
-    print(f"tfcalc: error: {one_line(message)}", file=sys.stderr)
+    _stderr(f"tfcalc: error: {one_line(message)}")
 
 
 def stopped(message: str) -> None:
     """Said when a signal stops tfcalc: 'tfcalc: interrupted' (not an error of the input)."""
-    print(f"tfcalc: {message}", file=sys.stderr)
+    _stderr(f"tfcalc: {message}")
 
 
 def warn(message: str) -> None:
-    print(f"tfcalc: warning: {one_line(message)}", file=sys.stderr)
+    _stderr(f"tfcalc: warning: {one_line(message)}")
 
 
 def prepare_streams() -> None:
@@ -97,7 +110,9 @@ def does_not_fit(message: str) -> None:
 
 def note(message: str) -> None:
     """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
-    print(f"tfcalc: note: {message}", file=sys.stderr)
+    from tfcalc.cli.render.safe import PROSE_LIMIT, safe
+
+    _stderr(f"tfcalc: note: {safe(str(message), PROSE_LIMIT)}")
 
 
 def finite(data: Any, path: str = "") -> tuple[Any, dict[str, str]]:
@@ -143,8 +158,9 @@ def emit(reports: Sequence[Any], output: Output, document: Callable[..., Any]) -
         print_json(reports_json(reports))
         return
     from tfcalc.cli.render import backends
+    from tfcalc.cli.render.safe import safe_doc
 
-    doc = document(reports, output.verbose)
+    doc = safe_doc(document(reports, output.verbose))
     if output.format == "csv":
         sys.stdout.write(backends.write_csv(doc, output.table))
         return
@@ -195,7 +211,9 @@ class Progress:
     def describe(self, text: str) -> None:
         """Say what is under way, in place of the bar's title."""
         if self.bar is not None:
-            self.bar.update(self.task, description=text)
+            from tfcalc.cli.render.safe import safe
+
+            self.bar.update(self.task, description=safe(text))
 
     def phase(self, text: str) -> None:
         """Name the phase under way after the bar's title: 'bench gpt2: round 2 of 3: seq 256: forward'."""
@@ -233,6 +251,9 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
     else:
         columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    from tfcalc.cli.render.safe import safe
+
+    description = safe(description)
     with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(description, total=total, eta=f"ETA {_clock(total)}" if unit == "s" else "")
         shown = Progress(bar, task, seconds=unit == "s", title=description)
