@@ -42,10 +42,28 @@ LAYOUTS = {
 }
 
 
+STATUSES: list = []  # what launch's on_status saw during the `runs` launch (issue 21: each rank's progress)
+
+
 @pytest.fixture(scope="module")
 def runs():
     jobs = [dict(config=dataclasses.asdict(CFG), layout=dataclasses.asdict(lay)) for lay in LAYOUTS.values()]
-    return dict(zip(LAYOUTS, launch(jobs, 2), strict=True))
+    return dict(zip(LAYOUTS, launch(jobs, 2, on_status=lambda s: STATUSES.append(tuple(s))), strict=True))
+
+
+def test_each_rank_reports_its_phase_and_only_moves_forward(runs):
+    """1 rendezvous + per job (4 of them): the model built, 2 warm-up steps, the measured step = 17 steps."""
+    assert STATUSES
+    total = 1 + len(LAYOUTS) * (1 + 2 + 1)
+    for rank in (0, 1):
+        seen = [snap[rank] for snap in STATUSES]
+        assert [s.rank for s in seen] == [rank] * len(seen)
+        done = [s.done for s in seen]
+        assert done == sorted(done), f"rank {rank} moved back: {done}"
+        assert seen[-1].done == seen[-1].total == total and seen[-1].phase == f"job {len(LAYOUTS)} of 4: done"
+        assert len(set(done)) > 3  # seen part-way, not only at the start and the end
+        phases = {s.phase for s in seen}
+        assert any("warm-up step" in p for p in phases) or any("measured step" in p for p in phases)
 
 
 # The three presets whose tensors the plan once listed apart from the model (qwen2-7b's O biases, gemma-2-9b's

@@ -74,9 +74,8 @@ def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp
     layout = plan_dist_bench(ref, nproc, batch, lengths[0] if lengths else None,
                              dtype.value if dtype else default_dtype(run_on), tp, zero_stage(zero, fsdp) or 0,
                              sequence_parallel)
-    with render.progress(f"bench ranks {ref.label} on {nproc} ranks", 1, enabled=not out.quiet) as advance:
-        report = build_dist_bench(ref, layout, warmup, repeat, run_on)
-        advance()
+    with render.ranks_progress(f"bench ranks {ref.label}", layout.gpus, enabled=not out.quiet) as show:
+        report = build_dist_bench(ref, layout, warmup, repeat, run_on, on_status=show)
     render.emit([report], out, view.document)
 
 

@@ -131,9 +131,9 @@ def plan(
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
     ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
-    with render.progress(f"plan {ref.label}: a distributed run", 1, enabled=measure and not out.quiet) as step:
-        report = build_plan(ref, request, device_spec, measure, 2 if nproc is None else nproc)
-        step()
+    ranks = 2 if nproc is None else nproc
+    with render.ranks_progress(f"plan {ref.label}", ranks, enabled=measure and not out.quiet) as show:
+        report = build_plan(ref, request, device_spec, measure, ranks, on_status=show)
     render.emit([report], out, view.document)
     m = report.measured
     if m is not None and not (m.states_exact and m.collectives_exact):

@@ -25,6 +25,9 @@ Measured on every rank:
 - the wall time of the measured step, and the loss of the first micro-batch before any update (the
   sharded model must compute the single-device model's loss: tests/measure/test_distributed.py).
 A "bench" job times forward + backward of one micro-batch with tfcalc.measure.bench.time_calls.
+While it runs, each rank writes its step to ``rank-<RANK>.status`` beside the request (the rendezvous,
+building the model, each warm-up and timed step: tfcalc.measure.rank_status), for the parent's progress
+lines; between steps, outside any timed span.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import torch.nn.functional as F
 
 from tfcalc.config import from_mapping
 from tfcalc.count.layout import Layout
+from tfcalc.measure.rank_status import StatusWriter
 
 WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
 
@@ -204,7 +208,16 @@ class Trainer:
                 "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
 
 
-def run_measure(job: dict, device: torch.device) -> dict:
+def job_steps(job: dict) -> int:
+    """The steps a job reports (tfcalc.measure.rank_status): building the model, then each step it runs."""
+    return 1 + (job["warmup"] + job["repeat"] if job.get("mode") == "bench" else WARMUP_STEPS + 1)
+
+
+def _quiet(phase: str) -> None:
+    pass
+
+
+def run_measure(job: dict, device: torch.device, advance=_quiet) -> dict:
     from tfcalc.measure.collectives import CollectiveLog
     from tfcalc.measure.device import resolve_device
     from tfcalc.measure.memory import peak_meter
@@ -212,31 +225,44 @@ def run_measure(job: dict, device: torch.device) -> dict:
     meter = peak_meter(resolve_device(str(device)))
     meter.start()
     trainer = Trainer(job, device)
+    advance(f"warm-up step 1 of {WARMUP_STEPS}")
     for step in range(WARMUP_STEPS):
         trainer.step()
         if step == 0:  # before any update: the loss of the unchanged model on the first micro-batch
             first_loss = float(trainer.first_loss)
+        advance(f"warm-up step {step + 2} of {WARMUP_STEPS}" if step + 1 < WARMUP_STEPS else "the measured step")
     log, saved = CollectiveLog(trainer.groups, trainer.layout.sequence_parallel), SavedBytes(trainer.model)
     start = time.perf_counter()
     states = trainer.step(log, saved)
     step_s = time.perf_counter() - start
+    advance("done")
     collectives = [dataclasses.asdict(c) for c in log.collectives()]
     return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
             "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": collectives,
             "comm_counts": log.counts}
 
 
-def run_bench(job: dict, device: torch.device) -> dict:
+def run_bench(job: dict, device: torch.device, advance=_quiet) -> dict:
     from tfcalc.measure.bench import time_calls
 
     trainer = Trainer(job, device)
     idx = trainer.batches[0]  # one micro-batch, gradients synchronized (no no_sync)
+    warmup, repeat = job["warmup"], job["repeat"]
+    calls = [0]
+
+    def phase(n: int) -> str:  # what call n (0-based) is
+        return f"warm-up {n + 1} of {warmup}" if n < warmup else f"timed {n - warmup + 1} of {repeat}"
+
+    def called():  # between calls, outside the timed span
+        calls[0] += 1
+        advance(phase(calls[0]) if calls[0] < warmup + repeat else "done")
 
     def step():
         forward_backward(trainer.model, idx, trainer.layout.tp, 1.0, source=trainer.cfg.arch == "encoder-decoder")
         trainer.opt.zero_grad()
 
-    timing = time_calls(step, device, job["warmup"], job["repeat"])
+    advance(phase(0))
+    timing = time_calls(step, device, warmup, repeat, on_call=called)
     return {"samples": list(timing.samples), "median_s": timing.median, "p10_s": timing.p10, "p90_s": timing.p90}
 
 
@@ -258,18 +284,25 @@ def main(argv: list[str] | None = None) -> None:
     path = (argv or sys.argv[1:])[0]
     with open(path, encoding="utf-8") as f:
         request = json.load(f)
+    jobs = request["jobs"]
+    folder = os.path.dirname(os.path.abspath(path))
+    status = StatusWriter(folder, int(os.environ.get("RANK", "0")), 1 + sum(map(job_steps, jobs)))
+    status.write("rendezvous")
     device = init_process_group(request.get("device"))
     rank = dist.get_rank()
     answers = []
-    for job in request["jobs"]:
+    for j, job in enumerate(jobs):
         run = run_bench if job.get("mode") == "bench" else run_measure
         start = time.perf_counter()
-        answer = run(job, device)
+        of = f"job {j + 1} of {len(jobs)}: " if len(jobs) > 1 else ""
+        # the first counts the rendezvous done; a later one follows its job's "done", which counted its last step
+        (status.advance if j == 0 else status.write)(f"{of}building the model")
+        answer = run(job, device, lambda phase, of=of: status.advance(of + phase))
         answers.append({**answer, "rank": rank, "world_size": dist.get_world_size(), "backend": dist.get_backend(),
                         "device": str(device), "device_name": device_name(device),
                         "seconds": time.perf_counter() - start})
         dist.barrier()
-    out = os.path.join(os.path.dirname(os.path.abspath(path)), f"rank-{rank}.json")
+    out = os.path.join(folder, f"rank-{rank}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(answers, f)
     dist.destroy_process_group()

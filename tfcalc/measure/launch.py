@@ -43,6 +43,7 @@ from pathlib import Path
 
 from tfcalc.errors import InputError
 from tfcalc.measure.lifeline import PARENT_ENV, signal_name, sweep_stale
+from tfcalc.measure.rank_status import StatusReader
 
 CPU_OVERSUBSCRIBE = 4
 STOPPED_LIMIT_S = 5.0  # a rank stopped this long ends the run (its peers would wait for it in a collective)
@@ -121,10 +122,10 @@ def _kill(procs) -> None:
         p.wait()
 
 
-def _wait(procs, timeout: float) -> str | None:
+def _wait(procs, timeout: float, watch=None) -> str | None:
     """Until every rank has exited, or one has failed (the others are then stopped: they would wait
     for it forever in a collective), or one is stopped for STOPPED_LIMIT_S, or the time is up. Returns
-    why the run was ended early, None when every rank exited by itself."""
+    why the run was ended early, None when every rank exited by itself. watch() is called at each look."""
     deadline = time.monotonic() + timeout
     stopped_since: dict[int, float] = {}
     while any(p.poll() is None for p in procs):
@@ -141,6 +142,8 @@ def _wait(procs, timeout: float) -> str | None:
                             f"debugger) for {STOPPED_LIMIT_S:g} s while the other ranks waited for it")
             else:
                 stopped_since.pop(r, None)
+        if watch is not None:
+            watch()
         time.sleep(0.05)
     return None
 
@@ -176,9 +179,10 @@ def _signals_stop(procs):
             signal.signal(sig, handler)
 
 
-def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float) -> None:
-    """Start cmd as ranks 0..nproc-1 (stderr to logs[r]) and wait; InputError naming the rank that
-    failed by itself (not one stopped because of it), how it ended and its exception line."""
+def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch=None) -> None:
+    """Start cmd as ranks 0..nproc-1 (stderr to logs[r]) and wait, calling watch() while they run;
+    InputError naming the rank that failed by itself (not one stopped because of it), how it ended and
+    its exception line."""
     port = free_port()
     procs: list[subprocess.Popen] = []
     with _signals_stop(procs):
@@ -189,7 +193,7 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float) -> No
                 with open(logs[r], "w", encoding="utf-8") as err:
                     procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                                   start_new_session=True))
-            ended = _wait(procs, timeout)
+            ended = _wait(procs, timeout, watch)
         finally:  # Ctrl-C, SIGTERM, an error: no rank left behind
             codes = [p.poll() for p in procs]
             _kill(procs)
@@ -207,9 +211,11 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float) -> No
         raise InputError(f"{message}: {why}" if why else message)
 
 
-def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None) -> list[list[dict]]:
+def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None,
+           on_status=None) -> list[list[dict]]:
     """Run the jobs on nproc local ranks; answers[job][rank]. device 'cpu' keeps the ranks on gloo even
-    where CUDA is available; None lets them pick (NCCL on CUDA)."""
+    where CUDA is available; None lets them pick (NCCL on CUDA). on_status(list of RankStatus), when
+    given, is called while the ranks run with each rank's furthest step yet (tfcalc.measure.rank_status)."""
     check_nproc(nproc, device)
     sweep_stale(TEMP_PREFIX)  # what a SIGKILLed tfcalc left
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
@@ -217,7 +223,16 @@ def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | Non
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"jobs": jobs, "device": device}, f)
         logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(nproc)]
-        run_ranks([sys.executable, "-m", "tfcalc.measure.distributed", path], nproc, logs, timeout)
+        watch = None
+        if on_status is not None:
+            reader = StatusReader(tmp, nproc)
+
+            def watch():
+                on_status(reader.poll())
+
+        run_ranks([sys.executable, "-m", "tfcalc.measure.distributed", path], nproc, logs, timeout, watch)
+        if watch is not None:
+            watch()  # the last steps, written as the ranks ended
         answers = []
         for r in range(nproc):
             with open(os.path.join(tmp, f"rank-{r}.json"), encoding="utf-8") as f:

@@ -95,7 +95,8 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
 
 
 def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: int = 10,
-                     device: str = "cpu") -> DistBenchReport:
+                     device: str = "cpu", on_status=None) -> DistBenchReport:
+    """Time the layout's training step on its ranks; on_status: see tfcalc.measure.launch.launch."""
     from tfcalc.measure.fit import require_ranks_fit
     from tfcalc.measure.launch import launch
 
@@ -107,5 +108,5 @@ def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: i
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}
     require_ranks_fit(model.cfg, layout, layout.gpus, device, f"bench {model.cfg.name}")  # before any rank starts
-    (ranks,) = launch([job], layout.gpus, device=device)
+    (ranks,) = launch([job], layout.gpus, device=device, on_status=on_status)
     return DistBenchReport(model, layout, warmup, repeat, tuple(ranks))

@@ -199,7 +199,8 @@ def check_request(request: PlanRequest) -> None:
 
 
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
-               measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None) -> PlanReport:
+               measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None,
+               on_status=None) -> PlanReport:
     cfg = model.cfg
     check_request(request)
     if not isinstance(device_spec, str):
@@ -227,5 +228,5 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         if request.tokens < 1:
             raise InputError(f"--tokens must be positive; got {request.tokens}")
         training = training_run(request.tokens, param_total(cfg), chosen.layout, chosen.step.overlap_s)
-    measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device) if measure else None
+    measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device, on_status) if measure else None
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)

@@ -155,8 +155,9 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
 
 
 def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
-               device: str | None = None) -> PlanCheck:
-    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring)."""
+               device: str | None = None, on_status=None) -> PlanCheck:
+    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
+    on_status: see tfcalc.measure.launch.launch."""
     from tfcalc.measure.fit import require_ranks_fit
     from tfcalc.measure.launch import check_nproc, launch
     from tfcalc.measure.parallelize import check_measurable
@@ -173,5 +174,5 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
     require_ranks_fit(run_cfg, ran, nproc, device, f"the plan of {cfg.name}")  # before any rank starts
-    (ranks,) = launch([job], nproc, device=device)
+    (ranks,) = launch([job], nproc, device=device, on_status=on_status)
     return PlanCheck(run_cfg, small, ran, plan, tuple(ranks), _left_out(layout, ran))

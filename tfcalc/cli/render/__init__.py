@@ -259,3 +259,31 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
         shown = Progress(bar, task, seconds=unit == "s", title=description)
         shown.total = float(total)
         yield shown
+
+
+@contextmanager
+def ranks_progress(description: str, nproc: int, enabled: bool = True) -> Iterator[Callable[[Sequence[Any]], None]]:
+    """One line per rank of a distributed run on stderr: 'rank 1: timed 3 of 10', a bar of its steps, and
+    the time spent. Yields the callback tfcalc.measure.launch calls with the ranks' statuses
+    (tfcalc.measure.rank_status: each rank's furthest step yet, so a line never moves back). Quiet when
+    disabled or when stderr is not a terminal."""
+    if not (enabled and sys.stderr.isatty()):
+        yield lambda statuses: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+
+    from tfcalc.cli.render.safe import safe
+
+    title = safe(description)
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
+        tasks = [bar.add_task(f"{title}: rank {r}: starting (importing torch)", total=None) for r in range(nproc)]
+
+        def show(statuses: Sequence[Any]) -> None:
+            for s in statuses:
+                if 0 <= s.rank < len(tasks):
+                    bar.update(tasks[s.rank], description=safe(f"{title}: rank {s.rank}: {s.phase}"),
+                               completed=s.done, total=s.total or None)
+
+        yield show
