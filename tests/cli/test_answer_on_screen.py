@@ -145,3 +145,51 @@ def test_every_preset_counts_at_every_width(name):
     if j["fit"]["weights_fit"]:
         answer |= {"max_seq": j["fit"]["max_seq"], "max_batch": j["fit"]["max_batch"]}
     assert_on_screen(memory_view.document([m]), answer)
+
+
+def numbers(d: dict, prefix: str = "") -> dict:
+    """Every number of a JSON object, nested objects flattened ('crossover_seq.scores_vs_ffn')."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= numbers(v, f"{prefix}{k}.")
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.mark.parametrize("name", ["llama2-7b", "gpt2", "mixtral-8x7b", "t5-base", "bert-base"])
+def test_scan_answers_at_every_width(name):
+    """Every number of `scan --json`: each length's row and the model's. The forward FLOPs of a length were
+    drawn only as a bar, and the weights' bytes were not on screen at all."""
+    import tfcalc
+    from tfcalc.cli.render import scan as view
+
+    r = tfcalc.scan(name)
+    j = r.to_json()
+    answer = numbers({k: v for k, v in j.items() if k != "rows"})
+    for row in j["rows"]:
+        answer |= {f"T={row['seq']}.{k}": v for k, v in numbers(row).items()}
+    assert_on_screen(view.document([r]), answer)
+
+
+def test_compare_answers_at_every_width():
+    """Every number of `compare --json`, for a dense decoder, a mixture of experts, an encoder-decoder and an
+    encoder."""
+    import tfcalc
+    from tfcalc.cli.render import compare as view
+
+    r = tfcalc.compare("gpt2", "llama2-7b", "mixtral-8x7b", "t5-base", "bert-base")
+    answer = {f"{row['preset']}.{k}": v for row in r.to_json() for k, v in numbers(row).items()}
+    assert_on_screen(view.document([r]), answer)
+
+
+def test_presets_answers_at_every_width():
+    """Every number of `presets --json`: mixtral-8x7b's active parameters (12.88B of 46.7B) were nowhere."""
+    from tfcalc.cli.render import presets as view
+    from tfcalc.report.presets import build_presets
+
+    r = build_presets()
+    answer = {f"{row['name']}.{k}": v for row in r.to_json() for k, v in numbers(row).items()}
+    assert any(k == "mixtral-8x7b.active_params" for k in answer)
+    assert_on_screen(view.document([r]), answer)

@@ -54,6 +54,10 @@ class ScanReport(Displayed):
         return crossover_json(count_flops.crossover_seq(self.model.cfg))
 
     @property
+    def weights_bytes(self) -> int:
+        return count_memory.weights_bytes(self.model.cfg, self.dtype)
+
+    @property
     def beyond_context(self) -> bool:
         return any(r["seq"] > self.model.cfg.max_seq_len for r in self.rows)
 
@@ -65,7 +69,7 @@ class ScanReport(Displayed):
             "batch": self.batch,
             "dtype": self.dtype,
             "max_seq_len": cfg.max_seq_len,
-            "weights_bytes": count_memory.weights_bytes(cfg, self.dtype),
+            "weights_bytes": self.weights_bytes,
             "crossover_seq": self.crossover,
             "rows": [dict(r) for r in self.rows],
             "plot": self.plot,

@@ -25,11 +25,14 @@ def document(reports: list[PresetsReport], verbose: bool = False) -> Doc:
                   Column("d_model", "int"), Column("Heads q/kv", "text", priority=1),
                   Column("d_head", "int", priority=3),
                   Column("d_ff", "int", priority=2), Column("Vocab", "int", priority=3),
-                  Column("Context", "int", priority=2), Column("Params", "params"), Column("Named", priority=1),
+                  Column("Context", "int", priority=2), Column("Params", "params"),
+                  Column("Active", "params", priority=1), Column("Named", priority=1),
                   Column("Aliases", priority=4), name="presets")
     for report in reports:
         for row in report.rows:
             t.add(row["name"], kind(row), layers(row), row["d_model"], f"{row['n_head']}/{row['n_kv_head']}",
                   row["d_head"], row["d_ff"], row["vocab_size"], row["max_seq_len"], row["params"],
-                  row["nominal_params"] or "—", ", ".join(row["aliases"]) or "—")
+                  # a mixture of experts' parameters per token (the router's top k of n experts); dense: all
+                  row["active_params"] if row["n_expert"] else None, row["nominal_params"] or "—",
+                  ", ".join(row["aliases"]) or "—")
     return doc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.report.scan import ScanReport
 
@@ -42,19 +43,21 @@ def _one(doc: Doc, report: ScanReport) -> None:
                   Column("projections", "flop", priority=1),
                   Column("FFN", "flop"), Column("LM head", "flop", priority=3), Column("scores share", "share"),
                   Column("KV cache", "bytes"), Column("activations", "bytes", priority=1),
-                  Column("training", "bytes", priority=4), Column("forward FLOPs", priority=2, wrap=False),
+                  Column("training", "bytes", priority=4), Column("forward", "flop"),
+                  Column("forward FLOPs", priority=2, wrap=False),
                   Column("crossover", wrap=False), name="scan")
     for r in report.rows:
         seq_text = f"{r['seq']:,}" + ("*" if r["seq"] > context else "")
         mark = ", ".join(marks.get(r["seq"], []))
         t.add(seq_text, r["attention_scores"], r["attention_proj"], r["ffn"], r["lm_head"], r["scores_share"],
-              r["kv_cache_bytes"], r["activation_bytes"], r["training_bytes"], Cell(share_bar(r)),
+              r["kv_cache_bytes"], r["activation_bytes"], r["training_bytes"], r["forward_flops"], Cell(share_bar(r)),
               Cell(f"◀ {mark}", "bold red") if mark else None, style="bold" if mark else "")
     x = report.crossover
     doc.note(f"Per layer, attention scores reach the FFN's FLOPs at T = {x['scores_vs_ffn']:,} and the whole attention "
              f"sub-layer (projections + scores) at T = {x['attention_vs_ffn']:,} (full-square convention); ◀ marks the "
              "first length at or past each. "
-             f"Forward FLOPs bar: {legend}.")
+             f"Forward FLOPs bar: {legend}. Weights: {units.nbytes(report.weights_bytes)} in {report.dtype} "
+             "(in the training column, with gradients, optimizer states and activations).")
     if report.beyond_context:
         doc.note(f"* beyond the context length {context:,}: arithmetic only.", "dim")
     if report.plot:
