@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import assert_one_line_error
 
 from tfcalc import writing
 from tfcalc.count import params as count
@@ -83,6 +84,16 @@ def test_bad_snapshot_files_exit_2_with_one_line(cli, tmp_path):
         assert r.code == 2 and r.err.count("\n") == 1 and message in r.err, (text, r.err)
     r = cli("check", str(tmp_path / "missing.json"))
     assert r.code == 2 and "no such file" in r.err
+
+
+def test_a_figure_that_is_not_finite_is_refused_and_nothing_is_written(cli, tmp_path, monkeypatch):
+    """JSON has no Infinity: a snapshot that would carry one is refused in one line, the old file kept."""
+    out = tmp_path / "snap.json"
+    out.write_text("old")
+    monkeypatch.setattr(snap, "figures", lambda model: {"params": {"total": float("inf")}})
+    r = cli("snapshot", "gpt2", "-o", str(out))
+    assert_one_line_error(r, "not finite")
+    assert out.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["snap.json"]
 
 
 def test_write_is_atomic(tmp_path, monkeypatch):

@@ -107,8 +107,16 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
             except InputError:
                 continue
             gathered = gathered_bytes(cfg, replace(layout, zero=3))
-            most = max(stage_activations(cfg, layout, s, n) + min(ew * stage_params(cfg, layout, s), gathered)
-                       for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)))
+            priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
+            start = 0
+            for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
+                alike = (s == 0, s == pp - 1, min(pp - s, layout.micro_batches),
+                         tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
+                if alike not in priced:
+                    priced[alike] = (stage_activations(cfg, layout, s, n)
+                                     + min(ew * stage_params(cfg, layout, s), gathered))
+                start += n
+            most = max(priced.values())
             best = most if best is None else min(best, most)
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")

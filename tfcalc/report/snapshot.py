@@ -91,7 +91,13 @@ def build(specs: list[str], overrides: list[str]) -> dict[str, Any]:
 
 
 def to_text(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=2) + "\n"
+    """The snapshot as strict JSON (RFC 8259 has no NaN or Infinity: a file others parse must not carry
+    them); a figure that is not finite is refused in one line, before anything is written."""
+    try:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise InputError("a figure of the snapshot is not finite (NaN or infinite): a snapshot pins finite "
+                         "figures only; check the model's sizes") from None
 
 
 def write_atomic(path: Path, data: dict[str, Any]) -> Path:
