@@ -118,7 +118,7 @@ def test_the_folder_a_killed_run_left_is_swept_by_the_next(tmp_path):
 def test_a_launch_names_its_folder_with_its_pid(monkeypatch):
     seen = {}
 
-    def fake_run(cmd, nproc, logs, timeout):
+    def fake_run(cmd, nproc, logs, timeout, watch=None):
         seen["folder"] = Path(logs[0]).parent.name
         raise InputError("stop here")
 

@@ -116,6 +116,9 @@ def test_prompt_then_decode_steps_give_the_logits_of_one_forward(cfg, data):
     """The cache holds each layer's keys rotated by that layer's own base (or not at all) and only its
     window: decoding token by token must reproduce the full forward pass."""
     assume(cfg.max_seq_len >= 2)
+    # an expert capacity drops tokens by how many share the step (Fedus et al. 2021, "Switch Transformers",
+    # arXiv 2101.03961, sec. 2.2): a prompt of T tokens and T one-token steps route differently by design
+    assume(cfg.expert_capacity_factor is None)
     T = data.draw(st.integers(2, cfg.max_seq_len), label="tokens")
     prompt = data.draw(st.integers(1, T - 1), label="prompt")
     try:
@@ -131,8 +134,7 @@ def test_prompt_then_decode_steps_give_the_logits_of_one_forward(cfg, data):
         cache = model.new_cache(2, T)
         steps = [model.prefill(idx[:, :prompt], cache, src, last_only=False)]
         steps += [model.decode(idx[:, t:t + 1], cache) for t in range(prompt, T)]
-    # fp32 with a different summation order (cached K/V, one query at a time): hypothesis found 1.5e-4 apart
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
 
 
 def _rope_arch(cfg, thetas):
