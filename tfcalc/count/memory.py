@@ -39,11 +39,8 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     TRAINING_ATTENTION,
     Activations,
     activations,
-    cross_activations,
     default_attention,
     head_activations,
-    layer_activations,
-    norm_bytes,
 )
 from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public names)
     BITS_PER_ELEMENT,
