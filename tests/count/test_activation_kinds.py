@@ -134,3 +134,29 @@ def test_tensor_parallel_splits_a_dense_layers_ffn_but_not_the_experts():
     assert ra.share("ffn_hidden", moe["ffn_hidden"], acts, L, moe=True) == moe["ffn_hidden"]
     split = sum(ra.share(k, v, acts, L, moe=False) for k, v in dense.items())
     assert ra.layer_bytes(acts, L, dense) == split
+
+
+def test_non_matmul_work_of_layers_that_differ_by_hand():
+    """Non-matmul FLOPs (tfcalc.count.non_matmul) folded over two different layers, B = 1, T = 4, d = 16,
+    LayerNorm with bias (7 per element), GELU (5 per element), no biases in the Linears:
+    layer 0: 4 query heads, 2 KV heads of 8 channels, RoPE, FFN 32 wide;
+    layer 1: a NoPE layer, 2 query heads, 1 KV head of 8 channels, FFN 16 wide.
+    softmax 5·(4·4·4 + 2·4·4) = 480; norms 7·(4·16)·2 per block·2 layers = 1,792; activation
+    5·4·(32 + 16) = 960; residual adds 4·16·2·2 = 256; RoPE 3·4·(4 + 2)·8 = 576 (layer 0 only); final
+    norm 7·64 = 448."""
+    from tfcalc.count.non_matmul import non_matmul_entries
+
+    base = tiny(d_model=16, n_head=4, n_kv_head=2, d_head=8, pos_encoding="rope", d_ff=32, attn_bias=False,
+                ffn_bias=False)
+    first = next(iter(base.architecture.output.layers()))
+    second = dataclasses.replace(
+        first, attention=dataclasses.replace(first.attention, n_head=2, n_kv_head=1, rope_theta=None, rope_dim=0),
+        ffn=dataclasses.replace(first.ffn, d_ff=16))
+    stack = base.architecture.output
+    arch = Architecture("decoder", (Stack(compress([first, second]), stack.embeddings, stack.final_norm, ""),),
+                        base.architecture.head)
+    kinds: dict[str, int] = {}
+    for e in non_matmul_entries(with_architecture(base, arch), 1, 4):
+        kinds[e.component] = kinds.get(e.component, 0) + e.total
+    assert kinds == {"softmax": 480, "norms": 1_792, "activation": 960, "residual": 256, "rope": 576,
+                     "final_norm": 448}
