@@ -136,24 +136,27 @@ class Activations:
     encoder_layer_input: int = 0
     moe: bool = False  # some FFN is a mixture of experts (replicated, not split, across tensor-parallel ranks)
     arch: Optional[Architecture] = None  # the layers the terms below are of; None: every layer is per_layer
-    terms: dict = dataclasses.field(default_factory=dict)  # (stack name, block) -> its terms
+    terms: dict = dataclasses.field(default_factory=dict)  # (stack name, id of its block) -> the block's terms
+    _ranges: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # kinds_in, memoized
 
     def kinds_in(self, start: int, stop: int) -> list[tuple[Terms, int, int]]:
         """(terms, layers, block-input bytes) of each kind of block among blocks start..stop-1, numbered over
         the whole model (an encoder-decoder's encoder first), counted in closed form."""
         if self.arch is None:
             return [(self.per_layer, stop - start, self.layer_input)] if stop > start else []
-        out = []
-        for stack, block, n in self.arch.kinds_in(start, stop):
-            encoder = stack.name == "encoder"
-            out.append((self.terms[stack.name, block], n, self.encoder_layer_input if encoder else self.layer_input))
-        return out
+        if (start, stop) not in self._ranges:  # a plan's search asks for the same stages many times
+            self._ranges[start, stop] = [
+                (self.terms[stack.name, id(block)], n,
+                 self.encoder_layer_input if stack.name == "encoder" else self.layer_input)
+                for stack, block, n in self.arch.kinds_in(start, stop)]
+        return self._ranges[start, stop]
 
     def layer_terms(self, i: int) -> Terms:
         """{component: bytes} of output-stack layer i (found from the runs in closed form)."""
         if not 0 <= i < self.n_layer:
             raise IndexError(f"layer {i} of {self.n_layer}")
-        return self.per_layer if self.arch is None else self.terms[self.arch.output.name, self.arch.output.layer(i)]
+        out = self.arch.output if self.arch is not None else None
+        return self.per_layer if out is None else self.terms[out.name, id(out.layer(i))]
 
     def kept(self, terms: Terms) -> int:
         """Bytes of one layer's terms kept under selective recompute (the score terms dropped) or none."""
@@ -192,7 +195,31 @@ class Activations:
 def _commonest(stack: Stack, terms: dict) -> Terms:
     """The terms of the stack's kind of block with the most layers (the first such on a tie)."""
     block = max(stack.kinds(), key=lambda kind: kind[1])[0]
-    return terms[stack.name, block]
+    return terms[stack.name, id(block)]
+
+
+def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, attention: Optional[str],
+                    dropout: bool) -> dict[tuple[str, int], Terms]:
+    """{(stack name, id of a block of its runs): the block's terms (times its tokens)}: each distinct kind
+    priced once, every block object of the runs (equal blocks may be distinct objects) mapped to it, so
+    the folds look terms up by identity instead of hashing a whole block each time."""
+    by_value: dict[tuple[str, Block], Terms] = {}
+    out: dict[tuple[str, int], Terms] = {}
+    for stack in arch.stacks:
+        length = src if stack.name == "encoder" else seq
+        tokens = batch * length
+        for block in {id(b): b for run in stack.runs for b in run.pattern}.values():
+            if (stack.name, block) not in by_value:
+                kernel = attention or block_kernel(stack, block)
+                terms = {key: tokens * n for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
+                if block.cross_attention is not None:  # src external states (an encoder's output)
+                    cross_kernel = attention or ("math" if block.cross_attention.softcap is not None else "flash")
+                    terms.update(cross_terms(block, batch, length, src, e, cross_kernel))
+                if block.is_moe and block.ffn.capacity_factor is not None:
+                    capacity_terms(block.ffn, terms, tokens, e)
+                by_value[stack.name, block] = terms
+            out[stack.name, id(block)] = by_value[stack.name, block]
+    return out
 
 
 def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
@@ -206,18 +233,7 @@ def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: O
         raise ConfigError(f"unknown attention kernel '{attention}'; choose one of {', '.join(ATTENTION_KERNELS)}")
     arch, e = cfg.architecture, activation_element_bytes(dtype)
     h, src = arch.d_model, seq if src_seq is None else src_seq
-    terms: dict[tuple[str, Block], Terms] = {}
-    for stack, block, _ in arch.kinds():
-        length = src if stack.name == "encoder" else seq
-        tokens = batch * length
-        kernel = attention or block_kernel(stack, block)
-        out = {key: tokens * n for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
-        if block.cross_attention is not None:  # src external states (an encoder's output)
-            cross_kernel = attention or ("math" if block.cross_attention.softcap is not None else "flash")
-            out.update(cross_terms(block, batch, length, src, e, cross_kernel))
-        if block.is_moe and block.ffn.capacity_factor is not None:
-            capacity_terms(block.ffn, out, tokens, e)
-        terms[stack.name, block] = out
+    terms = _terms_by_block(arch, batch, seq, src, e, attention, dropout)
     head = {key: batch * seq * n for key, n in head_activations(cfg, e).items()}
     if arch.head.pooler:
         head["pooler_output"] = batch * e * h  # tanh keeps its output, one row per sequence
