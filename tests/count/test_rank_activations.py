@@ -55,7 +55,7 @@ def test_memory_training_and_plan_on_one_gpu_agree_for_every_preset(name):
     else:
         cfg = load(name)
         single = Layout.single(Workload(batch=1, seq=seq, dtype="bf16"))
-        acts = ra.training_activations(cfg, single, seq if cfg.arch == "encoder-decoder" else None)
+        acts = ra.training_activations(cfg, single, src_seq=seq if cfg.arch == "encoder-decoder" else None)
         assert ra.activation_bytes(acts, single) == acts.total == mem["activation_bytes"]
 
 

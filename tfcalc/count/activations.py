@@ -223,7 +223,7 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
 
 
 def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
-                recompute: str = "none", dropout: bool = False, src_seq: Optional[int] = None) -> Activations:
+                recompute: str = "none", dropout: bool = False, *, src_seq: Optional[int] = None) -> Activations:
     """Training activations at (batch, seq) in dtype; attention None means each block's kernel in tfcalc's
     module (``block_kernel``; for cross-attention, which has no mask, the fused kernel unless capped). An
     encoder-decoder (or a stack with cross-attention) reads src_seq source tokens (default: seq)."""

@@ -134,10 +134,10 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     return out
 
 
-def training_activations(cfg: ModelConfig, layout: Layout, src_seq: Optional[int] = None) -> Activations:
+def training_activations(cfg: ModelConfig, layout: Layout, *, src_seq: Optional[int] = None) -> Activations:
     """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
     return activations(cfg, layout.micro_batch, layout.seq, layout.dtype, layout.attention, layout.recompute,
-                       layout.dropout, src_seq)
+                       layout.dropout, src_seq=src_seq)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:

@@ -170,7 +170,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     _check(seq, gen)
     prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq)
     weights = weights_bytes(cfg, fmt)
-    kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq)
+    kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq=src_seq)
     first = decode_s = bytes_per_token = bound = None
     if gen > 1:
         def step(context: int) -> Step:
@@ -188,8 +188,10 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int) -> int:
     """The largest batch whose weights + KV cache (w.seq + w.gen positions) fit; 0 if the weights do not."""
     weights, src_seq = weights_bytes(cfg, fmt), decoder_source(cfg, w.seq, w.src_seq)
-    return largest_fitting(lambda b: weights + kv_cache_bytes(cfg, b, w.seq + w.gen, w.kv, src_seq), memory_bytes,
-                           BATCH_LIMIT)
+    def need(b: int) -> int:
+        return weights + kv_cache_bytes(cfg, b, w.seq + w.gen, w.kv, src_seq=src_seq)
+
+    return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 
 
 def _first_batch(reached: Callable[[int], bool]) -> Optional[int]:
