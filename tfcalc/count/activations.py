@@ -97,11 +97,14 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
     arch = cfg.architecture
     head, stack, h, V = arch.head, arch.output, arch.d_model, arch.vocab_size
     norm = stack.embeddings.norm
+    projected = getattr(stack.embeddings, "project_dim", None)  # issue 22 (OPT's embedding_dim); absent, none
     out = {
         "embedding_norm": norm_bytes(norm, e) if norm else 0,
         "final_norm": norm_bytes(stack.final_norm, e) if stack.final_norm else 0,
         "pooler_input": e * h if head.pooler and not head.lm_head else 0,
         "lm_head_input": e * h if head.lm_head else 0,
+        # OPT-350m: project_in keeps the looked-up rows, the LM head project_out's output (p wide each)
+        "embedding_projections": 2 * e * projected if projected else 0,
         "log_probs": FP32 * V if head.lm_head else 0,
     }
     if head.transform is not None:  # ReLU keeps its output, which its norm keeps too (as input, when not copied)
@@ -198,6 +201,20 @@ def _commonest(stack: Stack, terms: dict) -> Terms:
     return terms[stack.name, id(block)]
 
 
+def _masks(stack: Stack, seq: int) -> set[tuple]:
+    """The distinct (window, chunk) of the stack's causal self-attention layers that hide keys at ``seq``
+    tokens: each a (T, T) mask tfcalc.model builds once (``layer_masks``); a window or chunk of seq or more
+    hides nothing. (``chunk``: chunked attention, issue 22; absent, none.)"""
+    out = set()
+    for block, _ in stack.kinds():
+        a = block.attention
+        w, c = a.window, getattr(a, "chunk", None)
+        span = (w if w is not None and w < seq else None, c if c is not None and c < seq else None)
+        if a.causal and span != (None, None):
+            out.add(span)
+    return out
+
+
 def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, attention: Optional[str],
                     dropout: bool) -> dict[tuple[str, int], Terms]:
     """{(stack name, id of a block of its runs): the block's terms (times its tokens)}: each distinct kind
@@ -251,8 +268,7 @@ def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: O
         head["encoder_final_norm"] = sources * norm_bytes(encoder.final_norm, e) if encoder.final_norm else 0
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
     out_stack = arch.output
-    windows = {b.attention.window for b, _ in out_stack.kinds() if b.attention.window is not None}
-    masked = [w for w in windows if w < seq]
+    masked = _masks(out_stack, seq)
     if masked and default_attention(cfg) == "flash":
         # each window is an explicit (T, T) mask there, one tensor per distinct window, which the fused
         # kernel of every block with it keeps for its backward (ALiBi's, T5's and capped scores add it in)

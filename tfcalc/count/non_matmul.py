@@ -20,7 +20,8 @@ per element of the tensor named:
   counted): all of them, or the first rope_dim channels of each head with partial rotary;
 - soft-capping (Gemma 2): 3 per capped element (divide, tanh, multiply): every score element of every
   layer, and every logit;
-- residual adds: 1 per element of (B·T, d), two per block (a parallel block too: x + attn + ffn);
+- residual adds: 1 per element of (B·T, d), two per block (a parallel block too: x + attn + ffn); Granite's
+  residual_multiplier 1 more per sub-layer output, its embedding_multiplier and a logit_scale 1 per element;
 - bias adds: 1 per output element of every Linear with a bias;
 - positions: a learned or sinusoidal table added once, 1 per element of (B·T, d); ALiBi and T5's
   relative bias add a bias to every score element of every layer;
@@ -78,6 +79,8 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
     if head.softcap is not None:
         out.append(NonMatmulEntry("softcap", "logit soft-capping", SOFTCAP_PER_ELEMENT, tokens * V, 1))
+    if getattr(head, "scale", None) is not None:  # Cohere, Granite (issue 22; absent, none)
+        out.append(NonMatmulEntry("head", "logits × logit_scale", 1, tokens * V, 1))
     return out
 
 
@@ -149,6 +152,9 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
                                     sublayers)],
         "moe": moe,
     }
+    if getattr(block, "residual_scale", None) is not None:  # Granite: each sub-layer's output (a parallel sum) scaled
+        scaled = 1 if block.parallel != "none" else sublayers
+        out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled))
     if att.qk_norm is not None:
         qk = att.qk_norm
         out["qk_norm"] = [NonMatmulEntry("norms", f"{stack}Q/K {qk.kind}", NORM_PER_ELEMENT[(qk.kind, qk.bias)],
@@ -195,7 +201,9 @@ def _stack_non_matmul(cfg: ModelConfig, arch_stack: Stack, batch: int, seq: int,
     if emb.positions in ("learned", "sinusoidal"):
         entry = NonMatmulEntry("positions", f"{stack}{emb.positions} positions added", 1, tokens * d, 1)
         by_kind["positions"].append((entry, 1))
-    for label, present in (("token types added", emb.type_vocab_size > 0), ("embeddings × √d_model", emb.scale)):
+    extras = (("token types added", emb.type_vocab_size > 0), ("embeddings × √d_model", emb.scale),
+              ("embeddings × embedding_multiplier", getattr(emb, "multiplier", None) is not None))
+    for label, present in extras:
         if present:
             by_kind["embeddings"].append((NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1), 1))
     if emb.norm is not None:
