@@ -26,9 +26,9 @@ class _DenseLayer:
 def layer_list(cfg: ModelConfig, moe_terms: dict[str, int],
                block: Callable[..., dict[str, int]]) -> tuple[dict[str, int], ...]:
     """Each output-stack layer's terms where a mixture of experts keeps some layers dense
-    (first_dense_layers, moe_every: tfcalc.architecture.flat), folded over cfg.architecture; () when
+    (first_dense_layers, moe_every, dense_layers: tfcalc.architecture.flat), folded over cfg.architecture; () when
     every layer keeps the same terms."""
-    if not cfg.n_expert or not (cfg.first_dense_layers or cfg.moe_every):
+    if not cfg.n_expert or not (cfg.first_dense_layers or cfg.moe_every or cfg.dense_layers):
         return ()
     dense: dict[int, dict[str, int]] = {}
     for b in cfg.architecture.output.layers():

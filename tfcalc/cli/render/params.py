@@ -114,7 +114,8 @@ def _checkpoint_rows(table, doc: Doc, r: ParamsReport) -> None:
     dtypes = ", ".join(f"{d}: {v['elements']:,} in {v['tensors']} tensors ({units.nbytes(v['bytes'])})"
                        for d, v in c.by_dtype.items())
     doc.note(f"Checkpoint {', '.join(c.files)}: {dtypes}.")
-    for title, names in (("stored copies of tied parameters", c.tied_copies), ("buffers, not parameters", c.buffers)):
+    for title, names in (("stored copies of tied parameters", c.tied_copies), ("buffers, not parameters", c.buffers),
+                         ("MXFP4 scales of the experts (each byte of *_blocks holds two 4-bit values)", c.scales)):
         if names:
             doc.note(f"Checkpoint: {title}: {', '.join(list(names)[:6])}{' ...' if len(names) > 6 else ''} "
                      f"({sum(names.values()):,} elements).", "dim")
