@@ -62,6 +62,7 @@ _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 
 _OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",)}
 _OPTIONAL_INT_LIST_FIELDS = ("dense_layers",)  # a list of layer numbers, or null
+LIST_FIELDS = _OPTIONAL_INT_LIST_FIELDS  # the fields --set may give a YAML list (tfcalc.presets)
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
