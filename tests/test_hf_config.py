@@ -261,6 +261,11 @@ def test_set_overrides_apply_to_config_json(tmp_path):
         ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
         ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
         ({**QWEN15_MOE, "mlp_only_layers": [1, 24]}, "'mlp_only_layers' names layer 24: the layers are 0 .. 23"),
+        ({**QWEN3_30B_A3B, "mlp_only_layers": "0"}, "'mlp_only_layers' must be a list of layer numbers"),
+        ({**GPT_OSS_120B, "quantization_config": {"quant_method": "gptq"}}, "quant_method 'gptq' is not supported"),
+        ({**GPT_OSS_120B, "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.mlp.experts"]}}, "keeps the experts unquantized"),
+        ({**GPT_OSS_120B, "hidden_act": "gelu"}, "swiglu_limit and swiglu_alpha clamp a SwiGLU"),
         ({**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 40},
          "'layer_types' is not every k-th layer full attention"),
         ({**QWEN2_7B, "use_sliding_window": True}, "'use_sliding_window' with 'max_window_layers' > 0"),
@@ -277,7 +282,8 @@ def test_set_overrides_apply_to_config_json(tmp_path):
     ],
     ids=["unsupported-type", "missing-field", "missing-experts", "null-required", "wrong-type", "relative-positions",
          "unknown-activation", "no-model-type", "indivisible-kv", "hf-refuses-heads", "falcon-alibi",
-         "flag-type", "opt-projection", "moe-dense-layers", "irregular-layer-types", "qwen-partial-window",
+         "flag-type", "opt-projection", "moe-dense-layers", "qwen3-moe-dense-not-list", "oss-other-quant",
+         "oss-experts-unquantized", "oss-not-swiglu", "irregular-layer-types", "qwen-partial-window",
          "gemma-bidirectional", "bertmodel-decoder", "unsupported-head", "bad-dtype", "t5-type", "number-type",
          "malformed", "not-an-object", "empty"],
 )
