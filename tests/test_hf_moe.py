@@ -119,3 +119,27 @@ def _numel(shape) -> int:
     for s in shape:
         n *= s
     return n
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_decoding_with_the_static_cache_gives_transformers_logits(saved, name):
+    """tfcalc's prefill then decode steps (its static cache: windows as a ring buffer, sinks in each step's
+    softmax, experts routed token by token) against transformers' forward over the whole sequence, the
+    logits of every decoded position within 1e-4 of the largest."""
+    import torch
+
+    import tfcalc
+
+    model, folder = saved(name)
+    ours = tfcalc.load_model(str(folder))
+    ids = inputs(name, seed=3)["input_ids"]  # (2, T)
+    prompt = 4
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits  # (2, T, V)
+        cache = ours.new_cache(ids.shape[0], ids.shape[1])
+        got = [ours.prefill(ids[:, :prompt], cache)[:, -1]]
+        for t in range(prompt, ids.shape[1]):
+            got.append(ours.decode(ids[:, t:t + 1], cache)[:, -1])
+    got = torch.stack(got[:-1], dim=1)  # positions prompt-1 .. T-2
+    want = expected[:, prompt - 1:-1]
+    assert (got - want).abs().max() <= 1e-4 * want.abs().max()
