@@ -94,7 +94,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     table.add(f"Approximation ({r.approximation_rel_error:+.2%}), below", None, None, r.approximation, None)
     doc.note(f"Approximation: {count.seeds_formula(cfg)} = {r.approximation:,}, {r.approximation_rel_error:+.2%} "
              "from the exact count.")
-    weights = ", ".join(f"{units.nbytes(n)} in {dtype} ({n:,} bytes)" for dtype, n in r.weights_bytes.items())
+    named = {"bf16+mxfp4": "bf16 with the experts in MXFP4, as stored"}
+    weights = ", ".join(f"{units.nbytes(n)} in {named.get(dtype, dtype)} ({n:,} bytes)"
+                        for dtype, n in r.weights_bytes.items())
     doc.note(f"Weights: {weights}; `tfcalc memory` for the KV cache, activations and training state.")
     if not verbose:
         doc.note("Tensor by tensor, with shapes: --verbose.", "dim")
