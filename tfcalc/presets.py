@@ -20,6 +20,7 @@ import yaml
 
 from tfcalc import hub_cache, reading, yaml_load
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
+from tfcalc.config_rules import LIST_FIELDS
 from tfcalc.errors import shown, shown_path
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig
@@ -99,7 +100,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({why})") from None
     except Exception as e:  # noqa: BLE001 -- whatever the YAML library raises, a value it cannot read is bad input
         raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({type(e).__name__})") from None
-    if isinstance(value, (dict, list)):
+    if isinstance(value, dict) or (isinstance(value, list) and key not in LIST_FIELDS):
         raise ConfigError(f"--set {key}: expected a single value, got {shown(raw)}")
     return key, value
 

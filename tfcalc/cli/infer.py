@@ -75,7 +75,12 @@ def infer(
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
-    (--group-size); --kv-dtype sets the cache's dtype apart.
+    (--group-size); --kv-dtype sets the cache's dtype apart. Experts stored as MXFP4 (gpt-oss) are read as stored.
+
+    A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
+    a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
+    uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
+    them all) and batch × seq in the prefill; the output says how many at each batch.
     """
     out = output(format, json_out, exact, verbose, table)
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
