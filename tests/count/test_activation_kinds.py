@@ -29,8 +29,8 @@ def with_architecture(cfg, arch: Architecture):
 
 
 def remix(arch: Architecture, draw) -> Architecture:
-    """Each layer redrawn where flat fields cannot say it: its window (causal layers), its RoPE base or none
-    (NoPE), its query heads and head width, its FFN width (dense FFNs). (V heads of their own width are
+    """Each layer redrawn where flat fields cannot say it: its window (causal layers), sinks, its RoPE base or
+    none (NoPE), its query heads and head width, its FFN width (dense FFNs). (V heads of their own width are
     left out: SDPA's fused CPU kernel needs V as wide as Q and K, so the module runs another kernel.)"""
     stacks = []
     for stack in arch.stacks:
@@ -39,6 +39,8 @@ def remix(arch: Architecture, draw) -> Architecture:
             a, changes = block.attention, {}
             if a.causal:
                 changes["window"] = draw(st.sampled_from([None, 1, 3]), label="window")
+            if not stack.name:  # sinks (gpt-oss): written out, one more logit per softmax row
+                changes["sinks"] = draw(st.booleans(), label="sinks")
             head_dim = draw(st.sampled_from([a.head_dim, 2, 6]), label="head_dim")
             changes["head_dim"] = head_dim
             if stack.embeddings.positions not in ("alibi", "relative"):  # their biases have the stack's heads

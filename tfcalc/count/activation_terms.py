@@ -28,10 +28,10 @@ per token per layer:
    and as the paper counts): Q, K and V copies with K and V repeated to every query head, e·(2q + o); the
    softmax output e·a·s; the O-projection input e·o; no log-sum-exp. When V's heads need no copy (batch
    1 or a single head, without GQA) V stays a view and keeps the whole fused QKV output;
-5. soft-capped scores (Gemma 2), written out as two batched matmuls (``_capped``): the operands as they
-   flatten (B, nh, ...) to (B·nh, ...) -- copies, or new tensors (RoPE'd or normed Q and K, K and V
-   repeated for GQA), or, when B or nh is 1, views that keep the whole fused output -- the tanh output and
-   the softmax, e·a·s each;
+5. soft-capped scores (Gemma 2) or sinks (gpt-oss), written out as two batched matmuls (``_written_out``):
+   the operands as they flatten (B, nh, ...) to (B·nh, ...) -- copies, or new tensors (RoPE'd or normed Q
+   and K, K and V repeated for GQA), or, when B or nh is 1, views that keep the whole fused output -- the
+   tanh output (capped), e·a·s, and the softmax, e·a·s, or e·a·(s + 1) with a sink's logit in each row;
 6. Q/K norms, one row per head: LayerNorm its input (a view of the fused QKV output, so all of it) and fp32
    mean and 1/σ; RMSNorm its fp32 x̂ and 1/rms (and below fp32 an fp32 copy; in fp32 its input, again the
    fused output);
@@ -94,8 +94,8 @@ def _qk_norm_bytes(att: Attention, e: int) -> int:
     return FP32 * (att.q_width + att.k_width) * (2 if e < FP32 else 1) + FP32 * rows
 
 
-def _capped(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]:
-    """Per token, the written-out self-attention with soft-capped scores (step 5)."""
+def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]:
+    """Per token, the written-out self-attention, with soft-capped scores or sinks (step 5)."""
     q, k, v, o = att.q_width, att.k_width, att.v_width, att.out_width
     views, gqa = batch == 1 or att.n_head == 1, att.n_kv_head != att.n_head
     q_bytes = e * q if _new_qk(att) or not views else 0
@@ -103,7 +103,9 @@ def _capped(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]:
     v_bytes = e * o if gqa else (0 if views else e * v)
     fused = 0 in (q_bytes, k_bytes, v_bytes) or _qk_norm_keeps_qkv(att, e)  # a view of it is kept
     qkv = q_bytes + k_bytes + v_bytes + (e * (q + k + v) if fused else 0)
-    return {"qkv": qkv, "attn_scores": 2 * e * att.n_head * seq, "softmax_stats": 0}
+    tanh = e * att.n_head * seq if att.softcap is not None else 0
+    softmax = e * att.n_head * (seq + (1 if att.sinks else 0))  # a sink is one more logit in each row
+    return {"qkv": qkv, "attn_scores": tanh + softmax, "softmax_stats": 0}
 
 
 def ffn_factor(ffn: FFN) -> int:
@@ -123,8 +125,8 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["rope_qk"] = e * (q + k) if _new_qk(att) else 0
         out["attn_scores"] = 0
         out["softmax_stats"] = FP32 * a  # log-sum-exp per head
-    elif att.softcap is not None:
-        out.update(_capped(att, batch, seq, e), rope_qk=0)
+    elif att.softcap is not None or att.sinks:
+        out.update(_written_out(att, batch, seq, e), rope_qk=0)
     else:
         v_is_view = att.n_kv_head == att.n_head and (batch == 1 or att.n_head == 1)
         fused = v_is_view or _qk_norm_keeps_qkv(att, e)  # the whole fused QKV output is kept through a view

@@ -81,8 +81,10 @@ EXPLICIT_BIAS = ("alibi", "relative")  # positions added to the scores as an exp
 
 def block_kernel(stack: Stack, block: Block) -> str:
     """The kernel tfcalc's module runs for this block on CPU: SDPA's fused kernel ("flash"), or "math"
-    under an explicit mask (ALiBi's bias, T5's relative bias) or with soft-capped scores (written out)."""
-    explicit = stack.embeddings.positions in EXPLICIT_BIAS or block.attention.softcap is not None
+    under an explicit mask (ALiBi's bias, T5's relative bias), with soft-capped scores or with sinks
+    (written out)."""
+    a = block.attention
+    explicit = stack.embeddings.positions in EXPLICIT_BIAS or a.softcap is not None or a.sinks
     return "math" if explicit else "flash"
 
 
@@ -203,14 +205,15 @@ def _commonest(stack: Stack, terms: dict) -> Terms:
 
 def _masks(stack: Stack, seq: int) -> set[tuple]:
     """The distinct (window, chunk) of the stack's causal self-attention layers that hide keys at ``seq``
-    tokens: each a (T, T) mask tfcalc.model builds once (``layer_masks``); a window or chunk of seq or more
-    hides nothing. (``chunk``: chunked attention, issue 22; absent, none.)"""
+    tokens, each a (T, T) mask tfcalc.model builds once (``layer_masks``), that a layer running the fused
+    kernel keeps for its backward (a written-out layer adds it to its scores, keeping nothing); a window or
+    chunk of seq or more hides nothing. (``chunk``: chunked attention, issue 22; absent, none.)"""
     out = set()
     for block, _ in stack.kinds():
         a = block.attention
         w, c = a.window, getattr(a, "chunk", None)
         span = (w if w is not None and w < seq else None, c if c is not None and c < seq else None)
-        if a.causal and span != (None, None):
+        if a.causal and span != (None, None) and block_kernel(stack, block) == "flash":
             out.add(span)
     return out
 
@@ -269,7 +272,7 @@ def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: O
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
     out_stack = arch.output
     masked = _masks(out_stack, seq)
-    if masked and default_attention(cfg) == "flash":
+    if masked:
         # each window is an explicit (T, T) mask there, one tensor per distinct window, which the fused
         # kernel of every block with it keeps for its backward (ALiBi's, T5's and capped scores add it in)
         head["window_mask"] = len(masked) * e * seq * seq
