@@ -73,7 +73,9 @@ Other kinds (tfcalc.config), each term again a tensor the real module saves (che
 - soft-capped scores (Gemma 2), written out as two batched matmuls: the operands as they flatten
   (Q, K and V as copies, or new tensors: RoPE'd or normed Q and K, K and V repeated per query head;
   views of the fused output when B or nh is 1), the tanh output and the softmax, e·a·s each; no
-  log-sum-exp. T5's relative bias is an explicit mask, so "math", as ALiBi;
+  log-sum-exp. T5's relative bias is an explicit mask, so "math", as ALiBi; attention sinks (gpt-oss)
+  are written out the same way, without the tanh, their softmax one column wider: e·a·(s + 1);
+- gpt-oss's clamped SwiGLU keeps 7 hidden-width tensors per routed row, not 4 (see _ffn_factor);
 - a decoder-only stack with cross-attention keeps an encoder-decoder's decoder terms, and the external
   states once (every block's K/V-projection input);
 - a shared expert keeps its hidden tensors as the FFN does (its input is the router's), and with a gate
@@ -125,7 +127,7 @@ FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statisti
 def default_attention(cfg: ModelConfig) -> str:
     """The kernel the real module runs on CPU: SDPA's fused kernel ("flash"), or "math" under an explicit
     mask (ALiBi's bias, T5's relative bias) or with soft-capped scores (written out as two matmuls)."""
-    explicit = cfg.pos_encoding in ("alibi", "relative") or cfg.attn_softcap is not None
+    explicit = cfg.pos_encoding in ("alibi", "relative") or cfg.attn_softcap is not None or cfg.attn_sinks
     return "math" if explicit else "flash"
 
 
@@ -177,13 +179,16 @@ def _capped_attention(cfg: ModelConfig, batch: int, seq: int, e: int) -> dict[st
     v_bytes = e * q if gqa else (0 if views else e * k)
     fused = 0 in (q_bytes, k_bytes, v_bytes) or _qk_norm_keeps_qkv(cfg, e)  # a view of it is kept
     qkv = q_bytes + k_bytes + v_bytes + (e * (q + 2 * k) if fused else 0)
-    return {"qkv": qkv, "attn_scores": 2 * e * a * seq, "softmax_stats": 0}
+    # the tanh output (capped) and the softmax output, one column wider with sinks (their logit's share)
+    scores = e * a * (seq * (2 if cfg.attn_softcap is not None else 1) + (1 if cfg.attn_sinks else 0))
+    return {"qkv": qkv, "attn_scores": scores, "softmax_stats": 0}
 
 
 def _ffn_factor(cfg: ModelConfig) -> int:
-    """Hidden-width tensors the FFN keeps: 4 gated, 1 for ReLU (keeps only its output), else 2."""
+    """Hidden-width tensors the FFN keeps: 4 gated, 1 for ReLU (keeps only its output), else 2; gpt-oss's
+    clamped SwiGLU 7 (the up output, 2, the clamped gate, its sigmoid, g·σ, up + 1 and the product)."""
     if cfg.gated_ffn:
-        return 4
+        return 7 if cfg.swiglu_limit is not None else 4
     return 1 if cfg.activation == "relu" else 2
 
 
@@ -201,7 +206,7 @@ def layer_activations(
         out["rope_qk"] = e * (q + k) if new_qk else 0
         out["attn_scores"] = 0
         out["softmax_stats"] = FP32 * a  # log-sum-exp per head
-    elif cfg.attn_softcap is not None:
+    elif cfg.attn_softcap is not None or cfg.attn_sinks:
         out.update(_capped_attention(cfg, batch, seq, e), rope_qk=0)
     else:
         v_is_view = cfg.kv_heads == cfg.n_head and (batch == 1 or cfg.n_head == 1)
