@@ -73,9 +73,8 @@ Other kinds (tfcalc.config), each term again a tensor the real module saves (che
 - soft-capped scores (Gemma 2), written out as two batched matmuls: the operands as they flatten
   (Q, K and V as copies, or new tensors: RoPE'd or normed Q and K, K and V repeated per query head;
   views of the fused output when B or nh is 1), the tanh output and the softmax, e·a·s each; no
-  log-sum-exp. T5's relative bias is an explicit mask, so "math", as ALiBi; attention sinks (gpt-oss)
-  are written out the same way, without the tanh, their softmax one column wider: e·a·(s + 1);
-- gpt-oss's clamped SwiGLU keeps 7 hidden-width tensors per routed row, not 4 (see _ffn_factor);
+  log-sum-exp. T5's relative bias is an explicit mask, so "math", as ALiBi; gpt-oss's sinks likewise,
+  no tanh, the softmax one column wider, e·a·(s + 1); its clamped SwiGLU keeps 7·f, not 4·f;
 - a decoder-only stack with cross-attention keeps an encoder-decoder's decoder terms, and the external
   states once (every block's K/V-projection input);
 - a shared expert keeps its hidden tensors as the FFN does (its input is the router's), and with a gate
