@@ -39,8 +39,7 @@ def configs(draw, mixed: bool = False, extras: bool | None = None) -> ModelConfi
     """Random valid configs over every option (every arch, dense and MoE), at tiny sizes; with ``mixed``,
     MoE models may also mix dense layers in (first_dense_layers, moe_every, dense_d_ff, dense_layers).
     ``extras`` (default: as ``mixed``) draws gpt-oss's and Qwen3-MoE's fields too (sinks, router bias,
-    clamped SwiGLU, listed dense layers): not where activations are checked, which do not model the sinks'
-    written-out softmax or the clamp's saved tensors yet."""
+    clamped SwiGLU, listed dense layers)."""
     mixed_allowed = mixed
     extras = mixed if extras is None else extras
     n_kv_head = draw(st.integers(1, 4))

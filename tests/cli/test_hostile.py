@@ -225,7 +225,7 @@ CASES = [
     # ---- 6: encoders refused before any rank starts ----
     ("bench-nproc-bert", ["bench", "bert-base", "--nproc", "2"], 2, "bert-base is an encoder: a real distributed"),
     ("plan-measure-bert", ["plan", "bert-base", "--dp", "2", "--measure"], 2, "is an encoder: a real distributed"),
-    ("plan-measure-t5-tp", ["plan", "t5-base", "--tp", "2", "--measure"], 2, "plans cover it with tp 1"),
+    ("plan-measure-t5-tp", ["plan", "t5-base", "--tp", "2", "--measure"], 2, "per-head position bias"),
     # the range check speaks first: no past-the-context warning for a prompt of 0 tokens (found by the fuzz test)
     ("infer-seq-0-with-gen", ["infer", "gpt2", "--seq", "0", "--gen", "2000"], 2, "--seq must be between 1 and"),
     # ---- 9: bad values refused, not read as others ----

@@ -37,7 +37,7 @@ from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.infer import InferOptions, build_infer
-from tfcalc.workload import check_size, default_dtype
+from tfcalc.workload import default_dtype
 
 TableOption = table_option("serving", "roofline")
 
@@ -102,9 +102,7 @@ def infer(
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
-        check_size("--seq", seq)  # a length the range check refuses gets its one error line, no warning first
-        check_size("--gen", gen)
-        warn_past_context(ref, seq + gen, f"--seq + --gen = {seq:,} + {gen:,} =")
+        warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
     with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:

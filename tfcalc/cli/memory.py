@@ -124,6 +124,7 @@ def memory(
     with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
             ref = resolve(name, overrides or [])
+            workload.for_model(ref.cfg)  # every size checked first: a refused one is one error line, no warning
             warn_past_context(ref, seq)
             on_step, done = _step_tracker(progress, ref.label)
             reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))

@@ -216,7 +216,7 @@ def _check(cfg: ModelConfig, **sizes: int) -> None:
             raise InputError(f"{name} must be a positive integer; got {value!r}")
 
 
-def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, kv_dtype: str,
+def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, kv_dtype: str, *,
                 src_seq: Optional[int] = None) -> Step:
     """One decode step: one token per sequence attending to ``context`` positions (itself included)."""
     _check(cfg, batch=batch, context=context)
@@ -225,7 +225,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
     return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
 
 
-def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str,
+def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str, *,
                  src_seq: Optional[int] = None) -> Step:
     """The prompt: seq tokens per sequence from position 0; the LM head on the last position only."""
     _check(cfg, batch=batch, seq=seq)

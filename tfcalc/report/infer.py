@@ -24,7 +24,7 @@ from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size, decoder_source
+from tfcalc.workload import Workload, check_size, decoder_source
 
 DEFAULT_SPEC = "h100-sxm"
 
@@ -193,12 +193,13 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
     memory = spec.memory_bytes if spec is not None else None
-    estimates = tuple(serving.estimate(cfg, b, seq, o.gen, fmt, kv, ceilings, memory, src) for b in o.batches)
+    w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory) for b in o.batches)
     return InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
-        None if memory is None else serving.max_batch(cfg, seq, o.gen, fmt, kv, memory, src),
-        serving.compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
-        serving.weight_matmuls_compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
+        None if memory is None else serving.max_batch(cfg, w, fmt, memory),
+        serving.compute_bound_batch(cfg, w, fmt, ceilings),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings),
     )
 
 

@@ -163,7 +163,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     acts = None
     if trainable:
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
-        acts = training_activations(cfg, single, w.src_seq)
+        acts = training_activations(cfg, single, src_seq=w.src_seq)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
@@ -173,8 +173,8 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
             fit = budget.fit_inference(cfg, w, o.budget, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
-        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),
-        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, w.src_seq),
+        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, src_seq=w.src_seq),
+        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, src_seq=w.src_seq),
         acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, kv),
         weight_format=fmt, kv_dtype=kv,
