@@ -15,7 +15,7 @@ import pytest  # noqa: E402 -- below the environment set above, which must come 
 from hypothesis import strategies as st
 
 from tfcalc.cli.app import run
-from tfcalc.config import ModelConfig
+from tfcalc.config import ModelConfig, replace
 
 
 def tiny(**changes) -> ModelConfig:
@@ -35,9 +35,13 @@ MIXTRAL_LIKE = dict(n_expert=4, n_expert_active=2, gated_ffn=True, activation="s
 
 
 @st.composite
-def configs(draw, mixed: bool = False) -> ModelConfig:
+def configs(draw, mixed: bool = False, extras: bool | None = None) -> ModelConfig:
     """Random valid configs over every option (every arch, dense and MoE), at tiny sizes; with ``mixed``,
-    MoE models may also mix dense layers in (first_dense_layers, moe_every, dense_d_ff)."""
+    MoE models may also mix dense layers in (first_dense_layers, moe_every, dense_d_ff, dense_layers).
+    ``extras`` (default: as ``mixed``) draws gpt-oss's and Qwen3-MoE's fields too (sinks, router bias,
+    clamped SwiGLU, listed dense layers)."""
+    mixed_allowed = mixed
+    extras = mixed if extras is None else extras
     n_kv_head = draw(st.integers(1, 4))
     n_head = n_kv_head * draw(st.integers(1, 3))
     explicit_head = draw(st.booleans())
@@ -113,7 +117,7 @@ def configs(draw, mixed: bool = False) -> ModelConfig:
         lm_head=lm_head,
         tie_embeddings=lm_head and draw(st.booleans()),
     )
-    return ModelConfig(
+    cfg = ModelConfig(
         n_layer=n_layer,
         d_model=d_model,
         n_head=n_head,
@@ -133,6 +137,24 @@ def configs(draw, mixed: bool = False) -> ModelConfig:
         **kind_fields,
         **layout_fields,
     )
+    return draw(_gpt_oss_and_qwen3_moe_fields(cfg, pattern == "none" and mixed_allowed)) if extras else cfg
+
+
+@st.composite
+def _gpt_oss_and_qwen3_moe_fields(draw, cfg: ModelConfig, listed: bool) -> ModelConfig:
+    """cfg, maybe with gpt-oss's sinks, router bias and clamped SwiGLU, and (listed) Qwen3-MoE's dense layers."""
+    extras = {}
+    if cfg.arch != "encoder-decoder" and draw(st.integers(0, 3)) == 0:
+        extras["attn_sinks"] = True
+    if cfg.n_expert is not None:
+        extras["router_bias"] = draw(st.booleans())
+    if cfg.gated_ffn and cfg.activation == "silu" and draw(st.booleans()):
+        extras.update(swiglu_limit=draw(st.sampled_from([0.05, 7.0])), swiglu_alpha=1.702)
+    one_stack_moe = cfg.n_expert is not None and cfg.arch != "encoder-decoder" and cfg.n_layer > 1
+    if listed and one_stack_moe and draw(st.booleans()):
+        extras["dense_layers"] = [draw(st.integers(0, cfg.n_layer - 1))]
+        extras["dense_d_ff"] = draw(st.sampled_from([None, 6]))
+    return replace(cfg, **extras) if extras else cfg
 
 
 class CliResult:

@@ -143,3 +143,19 @@ def test_decoding_with_the_static_cache_gives_transformers_logits(saved, name):
     got = torch.stack(got[:-1], dim=1)  # positions prompt-1 .. T-2
     want = expected[:, prompt - 1:-1]
     assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+
+
+@pytest.mark.parametrize("first, every, listed, window", [
+    (None, None, (2,), None), (1, None, (3, 4), 2), (None, 2, (0, 5), 3), (2, 3, (1, 7), None), (4, None, (1,), 2)])
+def test_listed_dense_layers_with_the_other_patterns(first, every, listed, window):
+    """Layer by layer, the flat front end's closed form (tfcalc.architecture.flat) against the rule:
+    dense when listed, below first_dense_layers or off the moe_every beat; windowed unless every k-th."""
+    from conftest import tiny
+
+    cfg = tiny(n_layer=11, n_expert=4, n_expert_active=2, first_dense_layers=first, moe_every=every,
+               dense_layers=list(listed), dense_d_ff=6, sliding_window=3 if window else None,
+               full_attention_every=window)
+    for i, block in enumerate(cfg.architecture.output.layers()):
+        moe = i not in listed and i >= (first or 0) and (every is None or (i + 1) % every == 0)
+        assert block.is_moe == moe and (block.ffn.expert if moe else block.ffn).d_ff == (cfg.ffn_dim if moe else 6), i
+        assert block.attention.window == (None if window is None or (i + 1) % window == 0 else 3), i

@@ -153,7 +153,7 @@ def test_full_recompute_keeps_block_inputs_and_rebuilds_one_block(cfg, batch, se
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cfg=configs(), batch=st.integers(1, 3), data=st.data())
+@given(cfg=configs(extras=True), batch=st.integers(1, 3), data=st.data())
 def test_activation_formula_equals_what_autograd_saves(cfg, batch, data):
     """The analytic bytes kept for backward equal, to the byte, the bytes of the tensors the real module
     saves (fp32, CPU), for every config Hypothesis draws."""

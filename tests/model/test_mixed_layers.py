@@ -59,7 +59,7 @@ def remix(arch: Architecture, draw, v_heads: bool = True) -> Architecture:
 
 @st.composite
 def mixed_configs(draw, v_heads: bool = True):
-    cfg = draw(configs())
+    cfg = draw(configs(extras=True))
     return with_architecture(cfg, remix(cfg.architecture, draw, v_heads))
 
 

@@ -37,7 +37,8 @@ per token per layer:
    fused output);
 7. FFN: ungated, the activation input and output, 2·e·f (ReLU keeps only its output: e·f); gated
    (SwiGLU/GeGLU), the fused [gate | up] output 2·e·f, the activation output e·f and the product (the
-   down-projection input) e·f: 4·e·f;
+   down-projection input) e·f: 4·e·f; gpt-oss's clamped SwiGLU 7·e·f (the clamped gate, its sigmoid,
+   g·σ and up + 1 besides);
 8. mixture of experts: the FFN input is kept once (the router's input); for each of the k experts a token
    is routed to, the expert's input rows (index_select), its hidden tensors (as 7), its output and the
    weighted output, and the routing weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen
@@ -111,7 +112,7 @@ def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]
 def ffn_factor(ffn: FFN) -> int:
     """Hidden-width tensors the FFN keeps (step 7): 4 gated, 1 for ReLU (only its output), else 2."""
     if ffn.gated:
-        return 4
+        return 7 if ffn.swiglu_limit is not None else 4
     return 1 if ffn.activation == "relu" else 2
 
 

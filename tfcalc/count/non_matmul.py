@@ -15,7 +15,8 @@ per element of the tensor named:
   block with a shared norm), plus the final norm; Q/K norms the same per element of Q and K;
 - activation, per element of the FFN hidden (B·T, f): relu 1, gelu (erf) 5, gelu_tanh 9 (x³ is two,
   ×0.044715, +x, ×√(2/π), tanh, +1, ×x, ×0.5), silu 4 (negate, exp, +1, divide); a gated FFN adds 1
-  for the product act(gate)·up;
+  for the product act(gate)·up; gpt-oss's clamped SwiGLU 10 (clamp gate and up, ×α, sigmoid 4, ×g,
+  up + 1, product);
 - rope: 3 per rotated element of Q and K (x·cos, rotate_half(x)·sin, add; the sign flip is not
   counted): all of them, or the first rope_dim channels of each head with partial rotary;
 - soft-capping (Gemma 2): 3 per capped element (divide, tanh, multiply): every score element of every
@@ -111,6 +112,8 @@ def _ffn_work(block: Block, tokens: int, stack: str) -> tuple[list[NonMatmulEntr
     moe = block.ffn if isinstance(block.ffn, MoE) else None
     expert = moe.expert if moe else block.ffn
     act = ACTIVATION_PER_ELEMENT[expert.activation] + (1 if expert.gated else 0)
+    if expert.swiglu_limit is not None:  # gpt-oss: two clamps, ×alpha, +1 beside the sigmoid, g·σ and the product
+        act = 2 + 1 + SIGMOID_PER_ELEMENT + 1 + 1 + 1
     rows = moe.routed_rows(tokens) if moe else tokens  # token rows the FFN (or the experts' buffers) runs on
     name = f"{expert.activation}{' · gate' if expert.gated else ''}"
     activation = [NonMatmulEntry("activation", f"{stack}{name}", act, rows * expert.d_ff, 1)]
