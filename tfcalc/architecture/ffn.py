@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Optional
 
+from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -71,6 +72,7 @@ class MoE:
     shared_gate: bool = False
     renormalize: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
     capacity_factor: Optional[float] = None  # None: dropless
+    routing: Routing = Routing()  # DeepSeek's grouped, sigmoid, biased, scaled routing (architecture.routing)
 
     def __post_init__(self) -> None:
         if self.n_expert < 1 or self.top_k < 1:
@@ -80,6 +82,7 @@ class MoE:
             raise InputError(f"n_expert_active ({self.top_k}) must not exceed n_expert ({self.n_expert})")
         if self.shared_gate and self.shared is None:
             raise InputError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+        self.routing.check(self.n_expert, self.top_k)
 
     @property
     def d_model(self) -> int:
