@@ -17,6 +17,7 @@ from torch import nn
 from tfcalc.architecture import FFN, Attention as AttentionSpec, MoE, Norm
 from tfcalc.errors import InputError
 from tfcalc.model.positions import apply_rope
+from tfcalc.model.routing import route
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -215,6 +216,8 @@ class MixtureOfExperts(nn.Module):
         self.spec = spec
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
         self.router = Linear(spec.d_model, spec.n_expert, bias=False)
+        if spec.routing.bias_buffer:  # DeepSeek-V3's e_score_correction_bias: a buffer, as in transformers
+            self.register_buffer("score_bias", torch.zeros(spec.n_expert))
         self.experts = nn.ModuleList(FeedForward(spec.expert) for _ in range(spec.n_expert))
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
@@ -231,7 +234,10 @@ class MixtureOfExperts(nn.Module):
     def routed(self, flat: torch.Tensor) -> torch.Tensor:
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts."""
         logits = self.router(flat)  # (N, E)
-        if self.renormalize:
+        if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
+            weights, chosen = route(logits, self.spec, getattr(self, "score_bias", None))
+            weights = weights.to(flat.dtype)
+        elif self.renormalize:
             top, chosen = logits.topk(self.top_k, dim=-1)  # (N, k) each
             weights = top.float().softmax(dim=-1).to(flat.dtype)  # (N, k)
         else:
