@@ -25,7 +25,6 @@ from tfcalc.count.components import block_of, fused_rows, local_path
 from tfcalc.errors import InputError, shown
 from tfcalc.model.transformer import Transformer
 
-
 YARN_BUILT = ("deepseek_v3", "kimi_k2", "deepseek_v2")  # YaRN with latent attention (tfcalc.model.yarn)
 
 
