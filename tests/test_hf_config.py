@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from deepseek_configs import DEEPSEEK_FILES
 
 from tfcalc.config import ConfigError
 from tfcalc.count import params as count
@@ -129,7 +130,7 @@ def _write(tmp_path, data, name="config.json", folder="model"):
 
 
 def test_every_supported_type_is_tested():
-    assert set(HUB) | set(NO_PRESET) == set(SUPPORTED_MODEL_TYPES)
+    assert set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) == set(SUPPORTED_MODEL_TYPES)  # those: test_deepseek.py
 
 
 @pytest.mark.parametrize("model_type", list(HUB))
