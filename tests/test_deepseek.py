@@ -220,15 +220,16 @@ def test_checkpoint_counts_mtp_and_fp8_scales_apart(tmp_path, cli):
 
 def test_every_case_feature_is_switched_on():
     """The tiny cases cover q_lora on and off, YaRN, grouped routing of both kinds, dense-first layers."""
-    kinds = {name: CASES[name].kwargs for name in CASES if name.startswith("deepseek")}
-    assert any(k.get("q_lora_rank") for k in kinds.values()) and any(k.get("q_lora_rank") is None for k in kinds.values())
-    assert any("rope_parameters" in k for k in kinds.values()) and any(k.get("n_group", 1) > 1 for k in kinds.values())
-    assert any(k.get("first_k_dense_replace") for k in kinds.values())
+    kinds = [CASES[name].kwargs for name in CASES if name.startswith("deepseek")]
+    assert any(k.get("q_lora_rank") for k in kinds) and any(k.get("q_lora_rank") is None for k in kinds)
+    assert any("rope_parameters" in k for k in kinds) and any(k.get("n_group", 1) > 1 for k in kinds)
+    assert any(k.get("first_k_dense_replace") for k in kinds) and any(k.get("rope_interleave") is False for k in kinds)
 
 
 def test_v3_and_kimi_config_json_read_as_published(tmp_path):
     v3 = load(_write(tmp_path, DEEPSEEK_V3, "v3"))
     assert (v3.router_scoring, v3.router_groups, v3.router_topk_groups, v3.routed_scaling) == ("sigmoid", 8, 4, 2.5)
-    assert (v3.rope_scaling, v3.rope_scaling_factor, v3.rope_original_max_seq_len, v3.mtp_layers) == ("yarn", 40, 4096, 1)
+    yarn = (v3.rope_scaling, v3.rope_scaling_factor, v3.rope_original_max_seq_len, v3.mtp_layers)
+    assert yarn == ("yarn", 40, 4096, 1)
     kimi = load(_write(tmp_path, KIMI_K2, "kimi"))
     assert (kimi.n_expert, kimi.n_head, kimi.first_dense_layers, kimi.routed_scaling) == (384, 64, 1, 2.827)
