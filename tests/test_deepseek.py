@@ -233,3 +233,15 @@ def test_v3_and_kimi_config_json_read_as_published(tmp_path):
     assert yarn == ("yarn", 40, 4096, 1)
     kimi = load(_write(tmp_path, KIMI_K2, "kimi"))
     assert (kimi.n_expert, kimi.n_head, kimi.first_dense_layers, kimi.routed_scaling) == (384, 64, 1, 2.827)
+
+
+def test_params_shows_dense_and_moe_layers_apart_and_the_mtp_module(cli):
+    r = cli("params", "deepseek-v3", "--no-measure", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    kinds = {k["label"]: k for k in data["layer_kinds"]}
+    assert (kinds["dense"]["layers"], kinds["MoE"]["layers"]) == (3, 58)
+    assert sum(k["params"] for k in kinds.values()) + 2 * 926_679_040 + 7168 == data["analytic_total"]
+    assert data["mtp_module"]["params"] == load("deepseek-v3").architecture.mtp.total
+    text = cli("params", "deepseek-v3", "--no-measure").out
+    assert "3 dense layers" in text and "58 MoE layers" in text and "MTP module ×1, beside: not in the total" in text
