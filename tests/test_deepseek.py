@@ -245,3 +245,16 @@ def test_params_shows_dense_and_moe_layers_apart_and_the_mtp_module(cli):
     assert data["mtp_module"]["params"] == load("deepseek-v3").architecture.mtp.total
     text = cli("params", "deepseek-v3", "--no-measure").out
     assert "3 dense layers" in text and "58 MoE layers" in text and "MTP module ×1, beside: not in the total" in text
+
+
+def test_memory_and_infer_name_the_expanded_cache_beside_the_latent(cli):
+    cfg = load("deepseek-v3")
+    m = cli("memory", "deepseek-v3", "--seq", "4096", "--json").json()
+    assert m["kv_cache_bytes"] == mem.kv_cache_bytes(cfg, 1, 4096, "bf16") == 4096 * 61 * 576 * 2
+    assert m["kv_cache_expanded_bytes"] == 4096 * 61 * 128 * (192 + 128) * 2
+    assert "KV cache, latent (MLA)" in cli("memory", "deepseek-v3", "--seq", "4096").out
+    i = cli("infer", "deepseek-v3", "--seq", "4096", "--gen", "16", "--json").json()
+    i = i[0] if isinstance(i, list) else i
+    assert i["kv_cache_bytes"] == 4112 * 61 * 576 * 2 and i["kv_cache_expanded_bytes"] == 4112 * 61 * 40960 * 2
+    plain = cli("memory", "llama2-7b", "--json").json()
+    assert plain["kv_cache_expanded_bytes"] == plain["kv_cache_bytes"]
