@@ -258,3 +258,14 @@ def test_memory_and_infer_name_the_expanded_cache_beside_the_latent(cli):
     assert i["kv_cache_bytes"] == 4112 * 61 * 576 * 2 and i["kv_cache_expanded_bytes"] == 4112 * 61 * 40960 * 2
     plain = cli("memory", "llama2-7b", "--json").json()
     assert plain["kv_cache_expanded_bytes"] == plain["kv_cache_bytes"]
+
+
+def test_a_decode_step_reads_the_latent_cache_once():
+    """The roofline's KV bytes of a decode step: each layer's latent and rotary key, read once (not the
+    expanded heads), equal to the cache at that context."""
+    from tfcalc.count import quant
+    from tfcalc.count.roofline import decode_step
+
+    cfg = load("deepseek-v3")
+    step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
+    assert sum(r.kv_bytes for r in step.rows) == mem.kv_cache_bytes(cfg, 2, 1000, "bf16") == 2 * 1000 * 61 * 576 * 2
