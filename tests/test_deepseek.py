@@ -6,13 +6,16 @@ module (cache, decode, checkpoint)."""
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 import pytest
 from deepseek_configs import DEEPSEEK_FILES, DEEPSEEK_V2_LITE, DEEPSEEK_V3, KIMI_K2
 from hf_tiny import CASES, V, build
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.count import flops as flops_count, memory as mem, params as count
+from tfcalc.errors import InputError
 from tfcalc.presets import load
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -269,3 +272,66 @@ def test_a_decode_step_reads_the_latent_cache_once():
     cfg = load("deepseek-v3")
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
     assert sum(r.kv_bytes for r in step.rows) == mem.kv_cache_bytes(cfg, 2, 1000, "bf16") == 2 * 1000 * 61 * 576 * 2
+
+
+@st.composite
+def latent_configs(draw):
+    """Small random DeepSeek-shaped models: latent attention with or without a compressed Q, dense-first
+    layers, grouped sigmoid or softmax routing, YaRN or not, attention biases or not."""
+    from tfcalc.config import ModelConfig
+
+    heads, d = draw(st.integers(1, 4)), draw(st.sampled_from([16, 24, 32]))
+    groups = draw(st.sampled_from([1, 2, 4]))
+    experts = groups * draw(st.integers(2, 3))
+    n_layer = draw(st.integers(1, 4))
+    sigmoid = draw(st.booleans())
+    fields = dict(
+        n_layer=n_layer, d_model=d, n_head=heads, vocab_size=37, max_seq_len=12, pos_encoding="rope", norm="rmsnorm",
+        activation="silu", gated_ffn=True, ffn_bias=False, attn_bias=draw(st.booleans()), tie_embeddings=False,
+        kv_lora_rank=draw(st.integers(2, d)), q_lora_rank=draw(st.none() | st.integers(2, d)),
+        qk_nope_head_dim=draw(st.integers(0, 6)), qk_rope_head_dim=draw(st.sampled_from([2, 4])),
+        v_head_dim=draw(st.integers(1, 7)), d_ff=draw(st.integers(4, 12)), n_expert=experts,
+        n_expert_active=draw(st.integers(1, 2)), router_scoring="sigmoid" if sigmoid else "softmax",
+        router_score_bias=sigmoid, router_groups=groups, router_topk_groups=draw(st.integers(1, groups)),
+        routed_scaling=draw(st.sampled_from([1.0, 2.5])), shared_expert_d_ff=draw(st.none() | st.integers(4, 12)),
+        first_dense_layers=draw(st.none() | st.integers(1, n_layer)), dense_d_ff=20,
+    )
+    if fields["first_dense_layers"] is None or fields["first_dense_layers"] >= n_layer:
+        fields.update(first_dense_layers=None, dense_d_ff=None)
+    if draw(st.booleans()):
+        fields.update(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_seq_len=4,
+                      yarn_mscale_all_dim=1.0)
+    try:
+        return ModelConfig(**fields)
+    except InputError:
+        assume(False)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(latent_configs(), st.integers(1, 2), st.data())
+def test_random_latent_models_hold_every_count(cfg, batch, data):
+    """Parameters (numel on meta, the breakdown, a plan's shards), FLOPs (FlopCounterMode on CPU, group by
+    group) and the cache the module allocates all equal the folds over the description."""
+    from tfcalc.count.shard import check_tp, stage_tensors, tp_local_shape
+    from tfcalc.measure.flops import measure_flops
+    from tfcalc.measure.params import measured_breakdown, measured_total
+    from tfcalc.model import build_model
+    from tfcalc.workload import Workload
+
+    model = build_model(cfg, "meta")
+    assert measured_total(model) == count.total(cfg) and measured_breakdown(model) == count.breakdown(cfg)
+    tp = data.draw(st.sampled_from([1, 2]), label="tp")
+    try:
+        check_tp(cfg, tp)
+    except InputError:
+        tp = 1
+    # a plan's tensors on one stage, each split one summed over its TP ranks (test_architecture_property.py)
+    shards = sum(copies * sum(math.prod(tp_local_shape(t, tp, r)) for r in (range(tp) if t.tp_split else [0]))
+                 for t, copies in stage_tensors(cfg, 1, 0))
+    assert shards == count.total(cfg)
+    seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
+    m, b = measure_flops(cfg, Workload(batch=batch, seq=seq), "cpu"), flops_count.breakdown(cfg, batch, seq)
+    assert m.total == b.forward
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
+    cache = model.new_cache(batch, seq)
+    assert cache.nbytes == mem.kv_cache_bytes(cfg, batch, seq, "fp32")
