@@ -133,6 +133,15 @@ class LatentAttention:
         return self.n_head * self.head_dim
 
     @property
+    def k_width(self) -> int:
+        """The expanded keys' width, H·(h_n + h_r) (what a fold of ``Attention`` reads as K's)."""
+        return self.n_head * self.head_dim
+
+    @property
+    def v_width(self) -> int:
+        return self.n_head * self.v_head_dim
+
+    @property
     def out_width(self) -> int:
         return self.n_head * self.v_head_dim
 
