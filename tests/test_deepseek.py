@@ -335,3 +335,11 @@ def test_random_latent_models_hold_every_count(cfg, batch, data):
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     cache = model.new_cache(batch, seq)
     assert cache.nbytes == mem.kv_cache_bytes(cfg, batch, seq, "fp32")
+
+
+def test_the_memory_warm_up_copy_keeps_a_dense_and_a_moe_layer():
+    from tfcalc.measure.memory import _warmup_config
+
+    warm = _warmup_config(load("deepseek-v3"))
+    assert warm.n_layer == 4 and [b.is_moe for b in warm.architecture.output.layers()] == [False] * 3 + [True]
+    assert _warmup_config(load("mixtral-8x7b")).n_layer == 1 and _warmup_config(load("gpt2")).n_layer == 1
