@@ -343,3 +343,23 @@ def test_the_memory_warm_up_copy_keeps_a_dense_and_a_moe_layer():
     warm = _warmup_config(load("deepseek-v3"))
     assert warm.n_layer == 4 and [b.is_moe for b in warm.architecture.output.layers()] == [False] * 3 + [True]
     assert _warmup_config(load("mixtral-8x7b")).n_layer == 1 and _warmup_config(load("gpt2")).n_layer == 1
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2"])
+def test_forward_flops_equal_flop_counter_mode_with_batched_experts(tmp_path, name):
+    """transformers' batched_mm experts (one bmm over the routed rows: the top-k experts per token) count
+    what tfcalc counts, as the per-expert loop does (test_hf_models.py)."""
+    import torch
+    import transformers
+    from hf_tiny import inputs
+    from torch.utils.flop_counter import FlopCounterMode
+
+    case = CASES[name]
+    config = getattr(transformers, case.config)(**case.kwargs)
+    config._attn_implementation, config._experts_implementation = "eager", "batched_mm"
+    model = getattr(transformers, case.model)(config).eval()
+    cfg = load(str(_save(model, tmp_path / name) / "config.json"))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(**inputs(name))
+    rotary = sum(sum(ops.values()) for path, ops in counter.get_flop_counts().items() if path.endswith("rotary_emb"))
+    assert counter.get_total_flops() - rotary == flops_count.forward_flops(cfg, 2, 10)
