@@ -154,21 +154,32 @@ class ModelConfig:
     moe_every: Optional[int] = None
     dense_d_ff: Optional[int] = None
 
-    # --- DeepSeek-V2/V3, Kimi K2 (rules: tfcalc.config_latent) ---
-    # multi-head latent attention in every layer when kv_lora_rank is set (tfcalc.architecture.latent)
+    # --- gpt-oss and Qwen3-MoE (tfcalc.config_moe checks them) ---
+    # the layers (0-based) with a dense FFN, listed, beside first_dense_layers and moe_every (Qwen2/3-MoE's
+    # mlp_only_layers, modeling_qwen3_moe.py Qwen3MoeDecoderLayer); stored as a tuple
+    dense_layers: Optional[tuple[int, ...]] = None
+    attn_sinks: bool = False  # one learned logit per head in each softmax, attached to no value (gpt-oss)
+    router_bias: bool = False  # a bias on the MoE router (gpt-oss, GptOssTopKRouter.bias)
+    # gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): the gate clamped to at most
+    # the limit, up to ±limit, and down(g·sigmoid(alpha·g) · (up + 1)); alpha 1.702, limit 7.0 in gpt-oss
+    swiglu_limit: Optional[float] = None
+    swiglu_alpha: Optional[float] = None
+    # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
+    # each; gpt-oss's quantization_config); None: in dtype like every other weight
+    expert_format: Optional[str] = None
+    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
+    # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---
     kv_lora_rank: Optional[int] = None
     q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
     qk_nope_head_dim: Optional[int] = None
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
-    # the router (tfcalc.architecture.routing): sigmoid scores, grouped routing, scaling, correction bias
     router_scoring: Literal["softmax", "sigmoid"] = "softmax"
     router_groups: Optional[int] = None  # n_group
     router_topk_groups: Optional[int] = None  # topk_group
     routed_scaling: Optional[float] = None  # routed_scaling_factor; None: 1
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
-    # YaRN rotary scaling (Peng et al. 2023; tfcalc.architecture.latent.Yarn)
     rope_scaling: Optional[Literal["yarn"]] = None
     rope_scaling_factor: Optional[float] = None
     rope_original_max_seq_len: Optional[int] = None
@@ -176,10 +187,11 @@ class ModelConfig:
     yarn_beta_slow: Optional[float] = None  # None: 1
     yarn_mscale: Optional[float] = None
     yarn_mscale_all_dim: Optional[float] = None
-    # DeepSeek-V3's multi-token prediction modules, counted beside the model (tfcalc.architecture.mtp)
-    mtp_layers: int = 0
+    mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
 
     def __post_init__(self) -> None:
+        if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
+            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         validate(self)
 
     @functools.cached_property

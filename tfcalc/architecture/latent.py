@@ -133,6 +133,15 @@ class LatentAttention:
         return self.n_head * self.head_dim
 
     @property
+    def qkv_bias(self) -> bool:
+        """No bias on the per-head Q, K, V (W_qb, W_kvb); the compressions' biases are W_qa's and W_kva's."""
+        return False
+
+    @property
+    def o_bias(self) -> bool:
+        return self.bias
+
+    @property
     def k_width(self) -> int:
         """The expanded keys' width, H·(h_n + h_r) (what a fold of ``Attention`` reads as K's)."""
         return self.n_head * self.head_dim
