@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 V, D, L, H, F, T = 61, 32, 2, 4, 48, 10  # vocab, width, layers, heads, FFN width, positions
+ALIASES = {"kimi_k2": "deepseek_v3"}  # a model type that is another's architecture (tested in test_deepseek.py)
 LLAMA_LIKE = dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
                   intermediate_size=F, max_position_embeddings=32)
 
@@ -27,6 +28,29 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+# DeepSeek-V3 / V2: every feature switched on in one case or another -- a compressed Q (q_lora_rank) and a
+# plain one, YaRN and plain RoPE, interleaved rotary pairs and rotate-half, grouped routing (V3's sigmoid with
+# the top-2-sum group score; V2's softmax with the max), the first layer dense, attention biases.
+DS = dict(vocab_size=V, hidden_size=D, num_hidden_layers=3, num_attention_heads=H, num_key_value_heads=H,
+          intermediate_size=40, moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+          first_k_dense_replace=1, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+          max_position_embeddings=64)
+YARN = dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16, mscale=0.707,
+            mscale_all_dim=1.0, beta_fast=32, beta_slow=1)
+DEEPSEEK_CASES = {
+    "deepseek_v3": Case("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                        dict(DS, q_lora_rank=20, n_group=4, topk_group=2, routed_scaling_factor=2.5,
+                             rope_parameters=YARN)),
+    "deepseek_v3-plain": Case("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                              dict(DS, q_lora_rank=None, n_group=1, topk_group=1, first_k_dense_replace=0,
+                                   rope_interleave=False, attention_bias=True, n_shared_experts=2,
+                                   norm_topk_prob=False)),
+    "deepseek_v2": Case("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                        dict(DS, q_lora_rank=None, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                             routed_scaling_factor=1.5, rope_parameters=YARN)),
+    "deepseek_v2-lora": Case("DeepseekV2Config", "DeepseekV2ForCausalLM",
+                             dict(DS, q_lora_rank=20, n_shared_experts=2)),
+}
 CASES = {
     "gpt2": Case("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32)),
     "gpt2-cross": Case("GPT2Config", "GPT2LMHeadModel",
@@ -96,6 +120,8 @@ CASES = {
     "t5-gated": Case("T5Config", "T5ForConditionalGeneration",
                      dict(vocab_size=V, d_model=D, d_kv=8, d_ff=F, num_layers=L, num_heads=H,
                           feed_forward_proj="gated-gelu"), inputs="seq2seq"),
+    # DeepSeek (latent attention, grouped routing, YaRN, dense-first layers), above
+    **DEEPSEEK_CASES,
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 

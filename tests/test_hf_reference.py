@@ -8,6 +8,7 @@ import json
 import warnings
 
 import pytest
+from deepseek_configs import DEEPSEEK_FILES
 from test_hf_config import HUB, NO_PRESET
 
 from tfcalc.count import params as count
@@ -17,8 +18,10 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 CLASSES = {"gpt2": "GPT2", "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "bert": "Bert",
            "qwen2": "Qwen2", "qwen2_moe": "Qwen2Moe", "qwen3": "Qwen3", "gemma": "Gemma", "gemma2": "Gemma2",
            "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5",
-           "gpt_oss": "GptOss", "qwen3_moe": "Qwen3Moe"}
-FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET}
+           "gpt_oss": "GptOss", "qwen3_moe": "Qwen3Moe",
+           "deepseek_v3": "DeepseekV3", "kimi_k2": "DeepseekV3", "deepseek_v2": "DeepseekV2"}
+FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET,
+         **{t: data for t, (data, _) in DEEPSEEK_FILES.items()}}
 
 
 def transformers_total(data: dict) -> int:

@@ -41,7 +41,7 @@ import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from tfcalc.architecture import Architecture
 from tfcalc.architecture.flat import build as build_architecture
@@ -167,6 +167,27 @@ class ModelConfig:
     # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
     # each; gpt-oss's quantization_config); None: in dtype like every other weight
     expert_format: Optional[str] = None
+    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
+    # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---
+    kv_lora_rank: Optional[int] = None
+    q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
+    router_scoring: Literal["softmax", "sigmoid"] = "softmax"
+    router_groups: Optional[int] = None  # n_group
+    router_topk_groups: Optional[int] = None  # topk_group
+    routed_scaling: Optional[float] = None  # routed_scaling_factor; None: 1
+    router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
+    rope_scaling: Optional[Literal["yarn"]] = None
+    rope_scaling_factor: Optional[float] = None
+    rope_original_max_seq_len: Optional[int] = None
+    yarn_beta_fast: Optional[float] = None  # None: 32
+    yarn_beta_slow: Optional[float] = None  # None: 1
+    yarn_mscale: Optional[float] = None
+    yarn_mscale_all_dim: Optional[float] = None
+    mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
 
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
@@ -182,6 +203,8 @@ class ModelConfig:
     # --- derived sizes (properties, so a changed field can never leave a stale copy behind) ---
     @property
     def head_dim(self) -> int:
+        if self.kv_lora_rank is not None:  # latent attention: each query and key head
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.d_head if self.d_head is not None else self.d_model // self.n_head
 
     @property
@@ -258,6 +281,8 @@ class ModelConfig:
     @property
     def rope_dim(self) -> int:
         """Channels of each head that RoPE rotates: int(d_head · rope_fraction) (GPT-NeoX's rotary_ndims)."""
+        if self.kv_lora_rank is not None:
+            return self.qk_rope_head_dim
         return int(self.head_dim * self.rope_fraction) if self.pos_encoding == "rope" else 0
 
     @property
@@ -322,6 +347,8 @@ class ModelConfig:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""
         out = dataclasses.asdict(self)
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
+        if self.kv_lora_rank is not None:  # latent attention: its heads are given by its own fields
+            out.update(d_head=None, n_kv_head=None)
         if self.arch == "encoder-decoder":
             out.update(n_encoder_layer=self.encoder_layers)
         out.update(attn_out_bias=self.o_bias, norm_bias=self.norm_has_bias)

@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, Literal, get_args
 
+from tfcalc import config_latent as latent
 from tfcalc.config_moe import validate_moe_extras
 from tfcalc.errors import InputError as ConfigError, shown
 
@@ -38,29 +39,31 @@ _LITERALS = {
     "activation": get_args(Activation),
     "arch": get_args(Arch),
     "parallel_block": get_args(ParallelBlock),
+    **latent.LITERALS,
 }
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
     "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
     "moe_every", "dense_d_ff",
-)
-_COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
+) + latent.OPTIONAL_INT_FIELDS
+_COUNT_FIELDS = ("type_vocab_size", "position_offset") + latent.COUNT_FIELDS  # integers that may be 0
+_OPTIONAL_COUNT_FIELDS = latent.OPTIONAL_COUNT_FIELDS
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
-                          "swiglu_limit", "swiglu_alpha")
+                          "swiglu_limit", "swiglu_alpha") + latent.OPTIONAL_FLOAT_FIELDS
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
     "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
     "attn_sinks", "router_bias",
-)
-_OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias")
+) + latent.BOOL_FIELDS
+_OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias") + latent.OPTIONAL_BOOL_FIELDS
 _STR_FIELDS = ("name",)
 _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 
 
-_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",)}
+_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",), **latent.OPTIONAL_LITERALS}
 _OPTIONAL_INT_LIST_FIELDS = ("dense_layers",)  # a list of layer numbers, or null
 LIST_FIELDS = _OPTIONAL_INT_LIST_FIELDS  # the fields --set may give a YAML list (tfcalc.presets)
 
@@ -119,7 +122,7 @@ def check_field_type(name: str, value: Any) -> None:
         return
     expected, ok = {
         **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
-        **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS},
+        **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS + _OPTIONAL_COUNT_FIELDS},
         **{n: ("a number", is_float) for n in _FLOAT_FIELDS},
         **{n: ("a number or null", is_float or value is None) for n in _OPTIONAL_FLOAT_FIELDS},
         **{n: ("true or false", isinstance(value, bool)) for n in _BOOL_FIELDS},
@@ -147,7 +150,7 @@ def validate(cfg) -> None:
     for name in _COUNT_FIELDS:
         if getattr(cfg, name) < 0:
             raise ConfigError(f"field '{name}' must be 0 or more; got {shown(getattr(cfg, name))}")
-    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS:
+    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS + _OPTIONAL_COUNT_FIELDS:
         value = getattr(cfg, name)
         if value is not None and value > MAX_INT:
             raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
@@ -155,7 +158,8 @@ def validate(cfg) -> None:
         value = getattr(cfg, name)
         if value is not None and value <= 0:
             raise ConfigError(f"field '{name}' must be positive; got {value}")
-    if cfg.d_head is None and cfg.d_model % cfg.n_head:
+    latent.validate_latent(cfg)  # before the rules that read head_dim and rope_dim
+    if cfg.d_head is None and cfg.kv_lora_rank is None and cfg.d_model % cfg.n_head:
         raise ConfigError(
             f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
             "give d_head explicitly or change one of them"
@@ -177,7 +181,7 @@ def validate(cfg) -> None:
         raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
     if ffn_dim > MAX_INT:
         raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
-    if cfg.pos_encoding == "rope" and cfg.head_dim % 2:
+    if cfg.pos_encoding == "rope" and cfg.kv_lora_rank is None and cfg.head_dim % 2:
         raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")

@@ -10,6 +10,8 @@ import math
 import os
 from pathlib import Path
 
+from deepseek_configs import HOSTILE_FILES as DEEPSEEK_FILES
+
 TINY = "n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n"
 
 
@@ -103,6 +105,7 @@ FILES = {
     "dev_tiny_rates.yaml": device(peak_flops="{bf16: 1.0e-300}"),
     "dev_name_list.yaml": device(name="[a, b]"),
     "dev_escape.yaml": device(name='"\\e[2J\\e]0;pwned\\a"'),
+    **DEEPSEEK_FILES,  # DeepSeek's configs (tests/deepseek_configs.py)
 }
 
 

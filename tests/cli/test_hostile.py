@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hostile
 import pytest
+from deepseek_configs import HOSTILE as DEEPSEEK_HOSTILE
 
 from tfcalc.measure import device as dev
 
@@ -244,6 +245,8 @@ CASES = [
     # ---- 8: no Infinity in JSON ----
     ("plan-mfu-1e-300", ["plan", "llama2-7b", "--gpus", "8", "--tp", "8", "--mfu", "1e-300", "--json"], 2,
      "--mfu must be a number in [0.0001, 1]; got 1e-300"),
+    # ---- DeepSeek's latent attention, routing, YaRN (tests/deepseek_configs.py) ----
+    *DEEPSEEK_HOSTILE,
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,

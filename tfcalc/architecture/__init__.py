@@ -31,9 +31,12 @@ Pure Python: no torch, typer or rich here; imports nothing of tfcalc but tfcalc.
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.latent import LatentAttention, Yarn
 from tfcalc.architecture.model import Architecture, Embeddings, Head, Placed
+from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 
-__all__ = ["Architecture", "Attention", "Block", "Embeddings", "FFN", "Head", "Linear", "MoE", "Norm", "Placed", "Run",
-           "Stack", "Weight", "compress"]
+__all__ = ["Architecture", "Attention", "Block", "Embeddings", "FFN", "Head", "LatentAttention", "Linear", "MTP", "MoE",
+           "Norm", "Placed", "Routing", "Run", "Stack", "Weight", "Yarn", "compress"]

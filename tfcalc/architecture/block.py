@@ -20,6 +20,7 @@ from typing import Iterator, Literal, Optional, Union
 
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.latent import LatentAttention
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -30,7 +31,7 @@ Parallel = Literal["none", "shared_norm", "two_norms"]
 
 @dataclass(frozen=True)
 class Block:
-    attention: Attention
+    attention: Union[Attention, LatentAttention]
     ffn: Union[FFN, MoE]
     norm: Norm  # the kind every norm of the block has, d_model wide
     placement: Placement = "pre"

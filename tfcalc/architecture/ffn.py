@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Optional
 
+from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -79,6 +80,7 @@ class MoE:
     capacity_factor: Optional[float] = None  # None: dropless
     router_bias: bool = False  # gpt-oss's router has a bias (GptOssTopKRouter.bias)
     weight_format: Optional[str] = None  # "mxfp4": the routed experts' weight matrices as stored (step 2)
+    routing: Routing = Routing()  # DeepSeek's grouped, sigmoid, biased, scaled routing (architecture.routing)
 
     def __post_init__(self) -> None:
         if self.n_expert < 1 or self.top_k < 1:
@@ -88,6 +90,7 @@ class MoE:
             raise InputError(f"n_expert_active ({self.top_k}) must not exceed n_expert ({self.n_expert})")
         if self.shared_gate and self.shared is None:
             raise InputError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+        self.routing.check(self.n_expert, self.top_k)
 
     @property
     def d_model(self) -> int:

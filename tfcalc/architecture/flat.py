@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tfcalc.architecture import flat_latent
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
@@ -42,7 +43,8 @@ def build(cfg: Any) -> Architecture:
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
                 cfg.logit_softcap)
-    return Architecture(cfg.arch, stacks, head)
+    mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
+    return Architecture(cfg.arch, stacks, head, mtp)
 
 
 def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: bool, shared: str | None = None,
@@ -98,6 +100,8 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
 
 
 def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
+    if cfg.kv_lora_rank is not None and kind == "self":  # DeepSeek's multi-head latent attention
+        return flat_latent.latent_attention(cfg, Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps))
     rope = cfg.pos_encoding == "rope" and kind == "self"
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
     return Attention(
@@ -127,4 +131,4 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
                      cfg.swiglu_limit, cfg.swiglu_alpha)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
-               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format)
+               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Weight
 from tfcalc.errors import InputError
@@ -112,6 +113,7 @@ class Architecture:
     kind: Kind
     stacks: tuple[Stack, ...]  # model order: an encoder-decoder's encoder, then its decoder
     head: Head
+    mtp: Optional[MTP] = None  # DeepSeek-V3's multi-token prediction modules: beside the model, not in it
 
     def __post_init__(self) -> None:
         if not self.stacks or any(s.n_layer < 1 for s in self.stacks):
@@ -190,6 +192,15 @@ class Architecture:
         if stack is None:
             return 0
         return sum(n * b.attention.kv_elements() * b.attention.kv_positions(context) for b, n in stack.kinds())
+
+    def expanded_kv_elements(self, context: int) -> int:
+        """As kv_elements, with a latent attention's cache counted as the K and V heads it expands to
+        (tfcalc.architecture.latent, step 4); equal to kv_elements for every other attention."""
+        stack = self.decoder
+        if stack is None:
+            return 0
+        return sum(n * getattr(b.attention, "expanded_kv_elements", b.attention.kv_elements)()
+                   * b.attention.kv_positions(context) for b, n in stack.kinds())
 
     def cross_kv_elements(self, sources: int) -> int:
         """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""

@@ -49,14 +49,16 @@ class Linear:
 
     ``rows`` names what the rows are, resolved by the FLOP fold: "tokens" (every token of the stack),
     "sources" (the states cross-attention reads), "routed" (the token rows a mixture of experts hands
-    its experts: top-k per token, or the capacity buffers), "first" (each sequence's first token)."""
+    its experts: top-k per token, or the capacity buffers), "first" (each sequence's first token), "keys"
+    (the positions attended to: the tokens in a forward pass, the whole context in a decode step; a latent
+    attention's expansion of its cache, tfcalc.architecture.latent)."""
 
     name: str
     role: str  # the FLOP group: attention_proj, cross_attention_proj, ffn, pooler, lm_head
     label: str
     n_in: int
     n_out: int
-    rows: Literal["tokens", "sources", "routed", "first"] = "tokens"
+    rows: Literal["tokens", "sources", "routed", "first", "keys"] = "tokens"
 
     def named(self, prefix: str) -> "Linear":
         return replace(self, name=prefix + self.name)

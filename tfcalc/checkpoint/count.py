@@ -36,6 +36,7 @@ class CheckpointCount:
     missing: dict[str, int] = field(default_factory=dict)  # component -> elements the config has and the files lack
     surplus: dict[str, int] = field(default_factory=dict)  # component -> elements beyond what the config has
     scales: dict[str, int] = field(default_factory=dict)  # quantization scales (MXFP4's, one per 32 values)
+    mtp: dict[str, int] = field(default_factory=dict)  # DeepSeek-V3's MTP modules' tensors (beside the model)
 
     @property
     def matched(self) -> int:
@@ -52,6 +53,7 @@ class CheckpointCount:
             "tied_copies": self.tied_copies, "buffers": self.buffers, "quantization_scales": self.scales,
             "unexplained": list(self.unexplained),
             "misfits": list(self.misfits), "missing": self.missing, "surplus": self.surplus, "agree": self.agrees,
+            "mtp_module": sum(self.mtp.values()),
         }
 
 
@@ -102,7 +104,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     table = rules(cfg, kind)
     by_dtype: dict[str, dict[str, int]] = {}
     breakdown: dict[str, int] = {}
-    tied, buffers, scales, unexplained, misfits = {}, {}, {}, [], []
+    tied, buffers, scales, mtp, unexplained, misfits = {}, {}, {}, {}, [], []
     for t in checkpoint.tensors:
         row = by_dtype.setdefault(t.dtype, {"tensors": 0, "elements": 0, "bytes": 0})
         row["tensors"] += 1
@@ -111,10 +113,12 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
         piece = map_name(table, t.name)
         if piece is None:
             unexplained.append(t.name)
-        elif piece == "buffer":
+        elif piece == "buffer" or getattr(piece, "buffer", False):
             buffers[t.name] = t.numel
         elif piece == "scales":
             scales[t.name] = t.numel
+        elif piece == "mtp":
+            mtp[t.name] = t.numel
         elif piece.tied:
             tied[t.name] = t.numel
         else:
@@ -130,7 +134,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     return CheckpointCount(
         tuple(f.name for f in checkpoint.files), sum(t.numel for t in checkpoint.tensors),
         sum(t.nbytes for t in checkpoint.tensors), by_dtype, breakdown, tied, buffers, tuple(unexplained),
-        tuple(misfits), missing, surplus, scales,
+        tuple(misfits), missing, surplus, scales, mtp,
     )
 
 

@@ -48,9 +48,11 @@ class Piece:
     transform: Optional[str] = None  # see the module docstring
     tied: bool = False  # a stored copy of a parameter tied to another (counted there)
     expert: Optional[int] = None  # the expert whose slice (dim 0) of a grouped expert tensor it fills
+    buffer: bool = False  # a buffer of the model, loaded but no parameter (DeepSeek-V3's router bias)
 
 
-# (regex over the name, target: "param[@expert][|part][|transform]"; "tied:param"; "buffer"; "scales")
+# (regex over the name, target: "param[@expert][|part][|transform]"; "tied:param"; "buffer"; "scales";
+# "buffer:name" (a buffer of the model, loaded); "mtp" (DeepSeek-V3's MTP modules, counted beside the model))
 Rule = tuple[str, str]
 
 
@@ -228,6 +230,29 @@ def _t5_rules(arch: Architecture) -> list[Rule]:
     ]
 
 
+def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
+    """DeepSeek-V2/V3 and Kimi K2 (modeling_deepseek_v3.py): the latent attention's projections and norms,
+    the router's correction bias (a buffer of the model, loaded as one), the shared experts; the MTP modules
+    stored after the main layers (layers n_layer.., tfcalc.architecture.mtp) and the FP8 checkpoints' block
+    scales (``weight_scale_inv``) are no parameters of the model Hugging Face builds."""
+    attn, mtp = r"layers\.(\d+)\.self_attn\.", "|".join(str(arch.output.n_layer + k) for k in range(8))
+    return [
+        (rf"layers\.(?:{mtp})\..*", "mtp"),
+        (r".*\.weight_scale_inv", "buffer"),
+        (attn + r"q_proj\.weight", "blocks.{0}.attn.q.weight"),
+        (attn + r"q_a_proj\.(weight|bias)", "blocks.{0}.attn.q_a.{1}"),
+        (attn + r"q_a_layernorm\.weight", "blocks.{0}.attn.q_a_norm.weight"),
+        (attn + r"q_b_proj\.weight", "blocks.{0}.attn.q_b.weight"),
+        (attn + r"kv_a_proj_with_mqa\.(weight|bias)", "blocks.{0}.attn.kv_a.{1}"),
+        (attn + r"kv_a_layernorm\.weight", "blocks.{0}.attn.kv_a_norm.weight"),
+        (attn + r"kv_b_proj\.weight", "blocks.{0}.attn.kv_b.weight"),
+        (r"layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (r"layers\.(\d+)\.mlp\.shared_experts\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (r"layers\.(\d+)\.mlp\.shared_experts\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+    ] + _llama_rules(arch, model_type)
+
+
+_DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
@@ -236,7 +261,9 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     """The compiled rules of one model type (the description decides what tied and layout-dependent names
     mean: see the module docstring)."""
     arch = cfg.architecture
-    if model_type in _LLAMA_LIKE:
+    if model_type in _DEEPSEEK:
+        table = _deepseek_rules(arch, model_type)
+    elif model_type in _LLAMA_LIKE:
         table = _llama_rules(arch, model_type)
     elif model_type == "gpt_oss":
         table = _gpt_oss_rules(arch)
@@ -253,7 +280,7 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
 
 def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | None:
     """A Piece, "buffer" for a known non-parameter tensor, "scales" for a quantized tensor's scales (MXFP4),
-    or None when no rule explains the name."""
+    "mtp" for an MTP module's (DeepSeek-V3), or None when no rule explains the name."""
     short = name
     for prefix in PREFIXES:
         if short.startswith(prefix):
@@ -262,8 +289,10 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
     for pattern, target in table:
         m = pattern.fullmatch(short)
         if m:
-            if target == "scales":
+            if target in ("buffer", "mtp", "scales"):
                 return target
+            if target.startswith("buffer:"):
+                return Piece(target.removeprefix("buffer:").format(*m.groups()), buffer=True)
             tied = target.startswith("tied:")
             param, _, rest = target.removeprefix("tied:").partition("|")
             part, _, transform = rest.partition("|")

@@ -65,6 +65,10 @@ COMPONENTS = {
     "lm_head.weight": "lm_head",
     "lm_head.bias": "lm_head_bias",
 }
+# DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
+COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")
+                   for kind in ("weight", "bias")})
+COMPONENTS.update({"attn.q_a_norm.weight": "attn_q_a_norm_weight", "attn.kv_a_norm.weight": "attn_kv_a_norm_weight"})
 # fused module path -> the component prefix its parts are named with
 FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "expert_ffn.up": "expert_ffn",
          "ffn.shared.up": "shared_expert_ffn"}

@@ -183,7 +183,7 @@ def _stack_matmuls(
                                        causal_per_copy, stack_name)
 
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
-        n = {"tokens": rows, "sources": batch * (src or 0), "first": batch,
+        n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
              "routed": moe.routed_rows(rows) if moe else rows}[m.rows]
         add(m.name, m.role, m.label, (n, m.n_in, m.n_out), 1, layers, 2 * n * m.n_in * m.n_out)
 

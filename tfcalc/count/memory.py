@@ -71,6 +71,16 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_se
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
 
+def kv_cache_expanded_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *,
+                            src_seq: Optional[int] = None) -> int:
+    """kv_cache_bytes with a latent attention's cache counted as the K and V heads it expands to (what a
+    server without MLA support would cache: tfcalc.architecture.latent, step 4); the same for every other
+    attention."""
+    check_dtype(dtype)
+    own = batch * cfg.architecture.expanded_kv_elements(seq)
+    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+
+
 def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str) -> int:
     """An encoder-decoder's cross-attention K and V of the src_seq source positions, in every decoder
     layer: 2 · b · S · L · n_kv_head · d_head elements, computed once from the encoder output; 0 otherwise."""

@@ -212,7 +212,7 @@ class WidthNote:
 def width_note(cfg: ModelConfig) -> WidthNote | None:
     """When n_head*d_head != d_model (GPT-3 XL and 13B as printed in Brown et al. 2020, Table 2.1),
     what the count would be under either reading that makes the table consistent."""
-    if cfg.q_dim == cfg.d_model:
+    if cfg.q_dim == cfg.d_model or cfg.kv_lora_rank is not None:  # latent attention: wide heads by design
         return None
     as_given = total(cfg)
 

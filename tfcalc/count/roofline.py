@@ -188,7 +188,10 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
         read = keys * e.copies  # positions of K (or V) read, over all layers
         if queries == 1 and "cross" not in e.component:  # decoding: each layer reads the keys its one query
             read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
-        kv = weight_bytes(batch * a.n_kv_head * read * h, kv_dtype)  # K or V
+        per = a.n_kv_head * h  # K or V elements per position
+        if getattr(a, "kv_lora_rank", None) is not None:  # latent attention: its latent and rotary key, read once
+            per = a.kv_elements() if e.component.endswith("qk") else 0
+        kv = weight_bytes(batch * per * read, kv_dtype)
         qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
         return Row(e.component, e.label, flops, 0, kv, qo)

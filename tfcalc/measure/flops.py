@@ -37,15 +37,17 @@ from tfcalc.workload import Workload
 
 aten = torch.ops.aten
 
+LATENT_LINEARS = ("q", "q_a", "q_b", "kv_a", "kv_b")  # DeepSeek's latent attention (tfcalc.model.latent)
 # module path of a leaf Linear, read as tfcalc.measure.params.local_path reads it (no "encoder.", no
 # "blocks.<i>.", experts as "expert_ffn.") -> breakdown group (tfcalc.count.flops.GROUPS)
 MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "cross_attn.q": "cross_attention_proj", "cross_attn.kv": "cross_attention_proj",
                  "cross_attn.out": "cross_attention_proj", "ffn.router": "ffn", "ffn.up": "ffn", "ffn.down": "ffn",
                  "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "ffn.shared.up": "ffn", "ffn.shared.down": "ffn",
-                 "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head"}
+                 "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head",
+                 **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS}}
 # attention module -> (its Linears, the group of what it counts beyond them: SDPA)
-ATTENTION_MODULES = {"attn": (("qkv", "out"), "attention_scores"),
+ATTENTION_MODULES = {"attn": (("qkv", "out", *LATENT_LINEARS), "attention_scores"),
                      "cross_attn": (("q", "kv", "out"), "cross_attention_scores")}
 
 

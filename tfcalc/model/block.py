@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tfcalc.architecture import Block as BlockSpec
+from tfcalc.architecture import Block as BlockSpec, LatentAttention as LatentSpec
 from tfcalc.model.experts import MixtureOfExperts
+from tfcalc.model.latent import LatentAttention
 from tfcalc.model.layers import Attention, CrossAttention, FeedForward, make_norm
 
 
@@ -29,7 +30,8 @@ class Block(nn.Module):
             return make_norm(spec.norm) if name in norms else None
 
         self.attn_norm = norm("attn_norm")
-        self.attn = Attention(spec.attention)
+        latent = isinstance(spec.attention, LatentSpec)  # DeepSeek's multi-head latent attention
+        self.attn = LatentAttention(spec.attention) if latent else Attention(spec.attention)
         self.attn_post_norm = norm("attn_post_norm")
         cross = spec.cross_attention
         self.cross_attn_norm = norm("cross_attn_norm")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from tfcalc.architecture import Attention
+from tfcalc.architecture import Attention, LatentAttention
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
@@ -50,6 +50,14 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
         raise InputError(f"{cfg.name}: ALiBi with alternating windows is not built for decoding")
 
 
+def _shapes(a) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(heads, width) of a layer's K and V buffers; a latent attention keeps its latent in the first and its
+    rotary key in the second, one head each (tfcalc.model.latent), as transformers' cache does."""
+    if isinstance(a, LatentAttention):
+        return (1, a.kv_lora_rank), (1, a.qk_rope_head_dim)
+    return (a.n_kv_head, a.head_dim), (a.n_kv_head, a.v_dim)
+
+
 class StaticCache:
     """K and V buffers of every self-attention layer, and an encoder-decoder's cross-attention K and V."""
 
@@ -57,10 +65,11 @@ class StaticCache:
         """``attentions``: each decoder layer's self-attention component, first to last."""
         self.batch, self.max_tokens = batch, max_tokens
         self.slots = [a.kv_positions(max_tokens) for a in attentions]  # per layer
-        self.k = [torch.zeros(batch, a.n_kv_head, n, a.head_dim, device=device, dtype=dtype)  # (B, nkv, S, hs)
-                  for a, n in zip(attentions, self.slots, strict=True)]
-        self.v = [torch.zeros(batch, a.n_kv_head, n, a.v_dim, device=device, dtype=dtype)  # (B, nkv, S, hv)
-                  for a, n in zip(attentions, self.slots, strict=True)]
+        shapes = [_shapes(a) for a in attentions]
+        self.k = [torch.zeros(batch, heads, n, hs, device=device, dtype=dtype)  # (B, nkv, S, hs)
+                  for ((heads, hs), _), n in zip(shapes, self.slots, strict=True)]
+        self.v = [torch.zeros(batch, heads, n, hv, device=device, dtype=dtype)  # (B, nkv, S, hv)
+                  for (_, (heads, hv)), n in zip(shapes, self.slots, strict=True)]
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
         self.length = 0  # positions written: the next token's position
 

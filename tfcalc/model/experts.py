@@ -21,6 +21,7 @@ from torch import nn
 
 from tfcalc.architecture import FFN, MoE
 from tfcalc.model.layers import FeedForward, Linear, ffn_hidden
+from tfcalc.model.routing import route
 
 
 class GroupedLinear(nn.Module):
@@ -71,6 +72,8 @@ class MixtureOfExperts(nn.Module):
         self.spec, self.n_expert = spec, spec.n_expert
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
         self.router = Linear(spec.d_model, spec.n_expert, bias=spec.router_bias)
+        if spec.routing.bias_buffer:  # DeepSeek-V3's e_score_correction_bias: a buffer, as in transformers
+            self.register_buffer("score_bias", torch.zeros(spec.n_expert))
         self.experts = Experts(spec.expert, spec.n_expert)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
@@ -87,6 +90,9 @@ class MixtureOfExperts(nn.Module):
     def route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, d) -> (weights, chosen experts), (N, k) each."""
         logits = self.router(flat)  # (N, E)
+        if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
+            weights, chosen = route(logits, self.spec, getattr(self, "score_bias", None))
+            return weights.to(flat.dtype), chosen
         if self.renormalize:
             top, chosen = logits.topk(self.top_k, dim=-1)  # (N, k) each
             return top.float().softmax(dim=-1).to(flat.dtype), chosen

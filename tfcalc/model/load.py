@@ -25,6 +25,8 @@ from tfcalc.count.components import block_of, fused_rows, local_path
 from tfcalc.errors import InputError, shown
 from tfcalc.model.transformer import Transformer
 
+YARN_BUILT = ("deepseek_v3", "kimi_k2", "deepseek_v2")  # YaRN with latent attention (tfcalc.model.yarn)
+
 
 def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
     """Keys that change the function, not the count: tfcalc counts such a model but cannot run it."""
@@ -32,7 +34,7 @@ def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
     kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
     nested = raw.get("rope_parameters") or {}
     kind = kind or (nested.get("rope_type") if isinstance(nested, dict) else None)
-    if kind not in (None, "default"):
+    if kind not in (None, "default") and not (kind == "yarn" and raw.get("model_type") in YARN_BUILT):
         raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
                          "the outputs would not)")
     if raw.get("scale_attn_by_inverse_layer_idx"):
@@ -120,7 +122,7 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
     any tensor read (a 4 GiB tensor of the wrong shape was read whole before)."""
     table = rules(cfg, raw["model_type"])
     params = dict(model.named_parameters())  # a tied parameter appears once, under its first name
-    written: dict[str, int] = {}
+    buffers, written = dict(model.named_buffers()), {}
     checkpoint = read_headers(path)
     for file, name, get in _tensors(checkpoint, dry):
         piece = map_name(table, name)
@@ -129,9 +131,12 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
         if piece == "scales" or (isinstance(piece, Piece) and piece.transform == "mxfp4"):
             raise InputError(f"{file}: {shown(name)} is an MXFP4 tensor: tfcalc's loader reads unquantized "
                              "weights (tfcalc params counts this checkpoint; memory and infer read its format)")
-        if piece == "buffer" or piece.tied:
+        if piece in ("buffer", "mtp") or piece.tied:
             continue
         tensor = get()
+        if piece.buffer:  # a buffer of the model that a checkpoint holds (DeepSeek-V3's router bias)
+            _fill(buffers, {}, name, piece, None, tensor, not dry)
+            continue
         value = _layout(cfg, raw, tensor, piece)
         _fill(params, written, name, piece, _rows(cfg, piece), value, not dry)
     missing = [n for n, p in params.items() if written.get(n, 0) != p.numel()]

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from tfcalc.model.yarn import yarn_tables
+
 
 def rope_tables(theta: float, rope_dim: int, length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of shape (length, rope_dim), rotate-half layout (Su et al. 2021, eq. 34), for rotary
@@ -78,6 +80,14 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int
     return buckets + torch.where(is_small, relative, large)
 
 
+def rope_key(attention) -> tuple:
+    """What tells one rotary table from another: (base, rotated channels), and YaRN's scaling where a
+    (latent) attention has it."""
+    yarn = getattr(attention, "yarn", None)
+    return (attention.rope_theta, attention.rope_dim) if yarn is None else (attention.rope_theta,
+                                                                            attention.rope_dim, yarn)
+
+
 def rope_buffer_names(j: int) -> tuple[str, str]:
     """Buffer names of a stack's j-th distinct rotary table (j = 0 keeps the one-base names)."""
     return ("rope_cos", "rope_sin") if j == 0 else (f"rope_cos_{j}", f"rope_sin_{j}")
@@ -92,10 +102,14 @@ def position_buffers(positions: str, length: int, d_model: int, n_head: int,
     init_weights() computes anyway once the model has storage."""
     meta = torch.device(device).type == "meta"
     out: dict[str, torch.Tensor] = {}
-    for j, (theta, rope_dim) in enumerate(ropes):
+    for j, (theta, rope_dim, *scaling) in enumerate(ropes):
         names = rope_buffer_names(j)
-        tables = [torch.empty(length, rope_dim, device=device)] * 2 if meta else rope_tables(theta, rope_dim,
-                                                                                              length, device)
+        if meta:
+            tables = [torch.empty(length, rope_dim, device=device)] * 2
+        elif scaling and scaling[0] is not None:  # YaRN (tfcalc.model.yarn)
+            tables = yarn_tables(theta, rope_dim, length, scaling[0], device)
+        else:
+            tables = rope_tables(theta, rope_dim, length, device)
         out.update(zip(names, tables, strict=True))
     if positions == "sinusoidal":
         out["pos_table"] = torch.empty(length, d_model, device=device) if meta else sinusoid_table(length, d_model,

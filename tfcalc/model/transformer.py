@@ -20,7 +20,7 @@ from tfcalc.errors import InputError
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
-from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
+from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names, rope_key
 
 
 class Stack(nn.Module):
@@ -45,8 +45,7 @@ class Stack(nn.Module):
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its sliding window, and which of the stack's rotary tables it reads (None: no RoPE)
         self.windows = [b.attention.window if self.causal else None for b in layers]
-        keys = [None if b.attention.rope_theta is None else (b.attention.rope_theta, b.attention.rope_dim)
-                for b in layers]
+        keys = [None if b.attention.rope_theta is None else rope_key(b.attention) for b in layers]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = layers[0].attention.n_head
@@ -219,6 +218,9 @@ class Transformer(Stack):
         for stack in self.modules():
             if isinstance(stack, Stack):
                 stack._register_position_buffers()
+        for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
+            if name.endswith("score_bias"):
+                buffer.zero_()
         self.to(self.tok_emb.weight.dtype)
 
     def encode(self, src_idx: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from tfcalc import devices
 from tfcalc.count import serving
-from tfcalc.count.memory import check_dtype
+from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
@@ -96,6 +96,9 @@ class InferReport(Displayed):
             "ceilings": {"flops_per_s": c.flops_per_s, "bytes_per_s": c.bytes_per_s, "ridge_flops_per_byte": c.ridge,
                          "source": c.source},
             "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
+            # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
+            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, est.batch, self.seq + self.options.gen,
+                                                               self.kv_dtype, src_seq=self.src_seq),
             "memory_bytes": None if self.spec is None else self.spec.memory_bytes,
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,

@@ -45,6 +45,7 @@ class MemoryReport(WorkloadFields, Displayed):
     weight_format: quant.WeightFormat = quant.plain("bf16")
     weight_parts: Optional[dict[str, int]] = None  # quantized formats: quantized, scales, zero_points, unquantized
     kv_dtype: str = "bf16"
+    kv_cache_expanded: Optional[int] = None  # latent attention: the K and V heads its cache expands to
 
     def headline(self) -> str:
         from tfcalc import units
@@ -108,6 +109,9 @@ class MemoryReport(WorkloadFields, Displayed):
             "weights_bytes": self.weights,
             "kv_cache_bytes": self.kv_cache,
             "cross_kv_cache_bytes": self.cross_kv_cache,
+            # latent attention (DeepSeek): kv_cache_bytes is the latent an MLA-aware server caches; this, what
+            # K and V heads expanded from it would take (tfcalc.architecture.latent); else equal to kv_cache_bytes
+            "kv_cache_expanded_bytes": self.kv_cache if self.kv_cache_expanded is None else self.kv_cache_expanded,
             "activation_bytes": None if a is None else a.total,
             "attention": self.options.attention, "recompute": self.options.recompute,
             "training_bytes": self.training_bytes,
@@ -179,6 +183,8 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, kv),
         weight_format=fmt, kv_dtype=kv,
         weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_mxfp4(cfg, fmt) else None,
+        kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, w.batch, w.seq, kv, src_seq=w.src_seq)
+        if cfg.kv_lora_rank else None,
     )
 
 

@@ -10,6 +10,7 @@ from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as count
 from tfcalc.count.dtypes import weight_bytes
+from tfcalc.count.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 
@@ -151,6 +152,8 @@ class ParamsReport(Displayed):
             "breakdown": self.analytic,
             "arch": self.cfg.arch,
             "active_params": self.active_params,
+            "layer_kinds": [k.to_json() for k in layer_kinds(self.cfg)],  # dense and MoE layers apart
+            "mtp_module": mtp_summary(self.cfg),  # DeepSeek-V3's MTP modules: beside, not in analytic_total
             "stacks": self.stacks,
             "empirical_breakdown": self.empirical,
             "empirical_method": self.empirical_method,  # "full" (every block built), "per_block", or null

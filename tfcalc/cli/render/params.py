@@ -5,6 +5,7 @@ from __future__ import annotations
 from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count import params as count
+from tfcalc.count.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.params import ParamsReport
 
 GROUP_TITLES = {
@@ -91,6 +92,7 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     if cfg.n_expert:
         table.add(f"Active per token (top-{cfg.experts_active} of {cfg.experts})", None, None, r.active_params,
                   r.active_params / total)
+    _kind_rows(table, doc, r)
     table.add(f"Approximation ({r.approximation_rel_error:+.2%}), below", None, None, r.approximation, None)
     doc.note(f"Approximation: {count.seeds_formula(cfg)} = {r.approximation:,}, {r.approximation_rel_error:+.2%} "
              "from the exact count.")
@@ -103,6 +105,21 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     for note in r.notes:
         doc.note(f"Note: {note}", "warning")
     return doc
+
+
+def _kind_rows(table, doc: Doc, r: ParamsReport) -> None:
+    """Dense and MoE layers apart (tfcalc.count.layer_kinds), and DeepSeek-V3's MTP module beside the total."""
+    for kind in layer_kinds(r.cfg):
+        table.add(f"  {kind.layers} {kind.label} layers", kind.shape, None, kind.params, kind.params / r.analytic_total)
+        table.add("    active per token", None, None, kind.active, None, style="dim")
+    mtp = mtp_summary(r.cfg)
+    if mtp is not None:
+        table.add(f"MTP module ×{mtp['modules']}, beside: not in the total", None, None, mtp["params"], None,
+                  style="bold", rule=True)
+        table.add("  active per token", None, None, mtp["active_params"], None, style="dim")
+        doc.note(f"MTP (multi-token prediction, DeepSeek-V3 sec. 2.2): its modules share the embedding and head; "
+                 f"a checkpoint stores copies of them ({mtp['shared_copies']:,}), {mtp['stored']:,} elements in all. "
+                 "Hugging Face's model leaves the modules out, so the total does too.", "dim")
 
 
 def _checkpoint_rows(table, doc: Doc, r: ParamsReport) -> None:

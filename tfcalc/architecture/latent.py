@@ -1,0 +1,214 @@
+"""Multi-head latent attention (MLA: DeepSeek-V2, Liu et al. 2024, arXiv 2405.04434, sec. 2.1; DeepSeek-V3,
+arXiv 2412.19437, sec. 2.1.1), the attention of DeepSeek-V2/V3/R1 and Kimi K2, as a component beside
+``Attention`` with the same methods every fold calls (``weights``, ``linears``, ``score_dims``,
+``kv_elements``, ``kv_positions``).
+
+H heads; each query and key head is h_n + h_r wide (qk_nope_head_dim no-position channels and
+qk_rope_head_dim rotary channels), each value head h_v (v_head_dim); c_kv = kv_lora_rank, c_q = q_lora_rank.
+
+1. queries: with c_q, Q = W_qb · norm(W_qa · x) (d -> c_q -> H·(h_n + h_r)); without (DeepSeek-V2-Lite),
+   Q = W_q · x;
+2. keys and values: W_kva · x (d -> c_kv + h_r) is split into the latent c (c_kv, then normed) and one
+   rotary key k_r (h_r) shared by all heads; W_kvb · c (c_kv -> H·(h_n + h_v)) gives each head's no-position
+   key and its value; a head's key is [k_n | k_r];
+3. scores over H heads of h_n + h_r channels, attention·V of h_v; O projection H·h_v -> d;
+4. the cache: what transformers 5 (modeling_deepseek_v3.py: "Cache read / write is performed while latent
+   KV is still compressed") and MLA-aware servers (vLLM's and SGLang's MLA backends; the paper, sec. 2.1.2,
+   Table 1: (d_c + d_h^R)·l elements per token) keep: c and k_r, c_kv + h_r values per token and layer.
+   ``expanded_kv_elements`` names beside it what a cache of plain K and V heads would hold: H·(h_n + h_r)
+   + H·h_v.
+
+FLOPs: matmul by matmul as transformers runs them, the *naive* form: every forward expands the cached
+latents of all the positions attended to through W_kvb (rows "keys": the sequence in a forward pass, the
+whole context in a decode step), then attends with full-width heads. The *absorbed* form (the paper,
+sec. 2.1.2; vLLM's and SGLang's MLA decode) folds W_kvb into the query and the output instead: per token
+and layer it adds 2·H·h_n·c_kv (queries into the latent space) and 2·H·c_kv·h_v (outputs out of it), and
+per key it costs 2·H·(c_kv + h_r) for Q·Kᵀ and 2·H·c_kv for attention·V, with no expansion over the
+context -- not counted here (tfcalc counts what the module it builds, and transformers, run).
+
+YaRN (Peng et al. 2023, arXiv 2309.00071): the rotary frequencies are interpolated (``Yarn``) and the
+softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(factor) + 1
+(modeling_deepseek_v3.py, yarn_get_mscale). Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """0.1·mscale·ln(factor) + 1 for a factor above 1, else 1 (YaRN, sec. 3.4; yarn_get_mscale)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """YaRN's rotary scaling (transformers' modeling_rope_utils.py, _compute_yarn_parameters)."""
+
+    factor: float
+    original_max_seq_len: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.factor <= 0 or self.original_max_seq_len < 1 or self.beta_fast <= 0 or self.beta_slow <= 0:
+            raise InputError("YaRN needs a positive factor, original length, beta_fast and beta_slow")
+
+    @property
+    def attention_factor(self) -> float:
+        """What cos and sin are multiplied by: mscale(mscale) / mscale(mscale_all_dim) when both are given."""
+        if self.mscale and self.mscale_all_dim:
+            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
+        return yarn_mscale(self.factor)
+
+    @property
+    def softmax_factor(self) -> float:
+        """What the softmax scale is multiplied by: mscale(mscale_all_dim)² (yarn_apply_mscale), else 1."""
+        return yarn_mscale(self.factor, self.mscale_all_dim) ** 2 if self.mscale_all_dim else 1.0
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    d_model: int
+    n_head: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
+    norm: Optional[Norm] = None  # the kind of the norms on the compressed Q and KV (RMSNorm in DeepSeek)
+    bias: bool = False  # attention_bias: biases on W_qa, W_kva and W_o (modeling_deepseek_v3.py)
+    rope_theta: Optional[float] = 10000.0
+    yarn: Optional[Yarn] = None
+    interleave: bool = True  # rotary pairs (2i, 2i+1), as DeepSeek lays them out; false: rotate-half
+    causal: bool = True
+    kind: Literal["self"] = "self"
+    # what a fold of ``Attention`` may read and a latent attention does not have
+    window: None = None
+    qk_norm: None = None
+    softcap: None = None
+    sinks: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_head", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, name) < 1:
+                raise InputError(f"latent attention {name} must be positive; got {getattr(self, name)}")
+        if self.qk_nope_head_dim < 0 or (self.q_lora_rank is not None and self.q_lora_rank < 1):
+            raise InputError("latent attention: qk_nope_head_dim must be 0 or more and q_lora_rank positive")
+        if self.qk_rope_head_dim % 2:
+            raise InputError(f"rope rotates pairs of channels: qk_rope_head_dim ({self.qk_rope_head_dim}) must be even")
+        if self.kv_lora_rank > self.d_model or (self.q_lora_rank or 0) > self.d_model:
+            raise InputError(f"kv_lora_rank ({self.kv_lora_rank}) and q_lora_rank ({self.q_lora_rank}) compress the "
+                             f"hidden state: each must be at most d_model ({self.d_model})")
+
+    # --- the widths an ``Attention`` fold reads ---
+    @property
+    def head_dim(self) -> int:
+        """Channels of each query and key head: h_n + h_r."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim
+
+    @property
+    def n_kv_head(self) -> int:
+        """Expanded key/value heads: one per query head (num_key_value_heads = num_attention_heads)."""
+        return self.n_head
+
+    @property
+    def rope_dim(self) -> int:
+        return self.qk_rope_head_dim
+
+    @property
+    def q_width(self) -> int:
+        return self.n_head * self.head_dim
+
+    @property
+    def qkv_bias(self) -> bool:
+        """No bias on the per-head Q, K, V (W_qb, W_kvb); the compressions' biases are W_qa's and W_kva's."""
+        return False
+
+    @property
+    def o_bias(self) -> bool:
+        return self.bias
+
+    @property
+    def k_width(self) -> int:
+        """The expanded keys' width, H·(h_n + h_r) (what a fold of ``Attention`` reads as K's)."""
+        return self.n_head * self.head_dim
+
+    @property
+    def v_width(self) -> int:
+        return self.n_head * self.v_head_dim
+
+    @property
+    def out_width(self) -> int:
+        return self.n_head * self.v_head_dim
+
+    @property
+    def scale(self) -> float:
+        """The softmax scale: (h_n + h_r)^-1/2, times YaRN's mscale² (see the module docstring)."""
+        return self.head_dim ** -0.5 * (self.yarn.softmax_factor if self.yarn else 1.0)
+
+    def _norm(self, width: int) -> Norm:
+        base = self.norm or Norm("rmsnorm", width, False, 1e-6)
+        return Norm(base.kind, width, base.bias, 1e-6)  # DeepseekV3RMSNorm(rank): its default eps
+
+    def weights(self) -> list[Weight]:
+        """Model order (modeling_deepseek_v3.py, DeepseekV3Attention.__init__): W_q, or W_qa, its norm and
+        W_qb; W_kva, its norm, W_kvb; W_o. The compressions stay whole under TP, the per-head ones split."""
+        d, role, out = self.d_model, "attention", []
+        if self.q_lora_rank is None:
+            out.append(Weight("q_weight", (self.q_width, d), role, "attention Q weight", "rows"))
+        else:
+            c = self.q_lora_rank
+            out.append(Weight("q_a_weight", (c, d), role, "attention Q compression weight"))
+            out += [Weight("q_a_bias", (c,), role, "attention Q compression bias")] if self.bias else []
+            out += self._norm(c).weights("q_a_norm", "attention Q latent norm")
+            out.append(Weight("q_b_weight", (self.q_width, c), role, "attention Q expansion weight", "rows"))
+        c, r = self.kv_lora_rank, self.qk_rope_head_dim
+        out.append(Weight("kv_a_weight", (c + r, d), role, "attention KV compression weight"))
+        out += [Weight("kv_a_bias", (c + r,), role, "attention KV compression bias")] if self.bias else []
+        out += self._norm(c).weights("kv_a_norm", "attention KV latent norm")
+        width = self.n_head * (self.qk_nope_head_dim + self.v_head_dim)
+        out.append(Weight("kv_b_weight", (width, c), role, "attention KV expansion weight", "rows"))
+        out.append(Weight("o_weight", (d, self.out_width), role, "attention O weight", "cols"))
+        return out + ([Weight("o_bias", (d,), role, "attention O bias")] if self.bias else [])
+
+    def linears(self, with_kv: bool = True) -> list[Linear]:
+        """Steps 1-3: W_kvb runs over the positions attended to (rows "keys"), the others over the tokens."""
+        role, d = "attention_proj", self.d_model
+        if self.q_lora_rank is None:
+            out = [Linear("q", role, "Q projection", d, self.q_width)]
+        else:
+            out = [Linear("q_a", role, "Q compression", d, self.q_lora_rank),
+                   Linear("q_b", role, "Q expansion", self.q_lora_rank, self.q_width)]
+        c = self.kv_lora_rank
+        out += [Linear("kv_a", role, "KV compression", d, c + self.qk_rope_head_dim),
+                Linear("kv_b", role, "KV expansion (every position attended to)", c,
+                       self.n_head * (self.qk_nope_head_dim + self.v_head_dim), "keys")]
+        return out + [Linear("o", role, "O projection", self.out_width, d)]
+
+    def score_dims(self) -> tuple[int, int, int]:
+        """(query heads, Q·K channels h_n + h_r, V channels h_v) of step 3."""
+        return self.n_head, self.head_dim, self.v_head_dim
+
+    def kv_elements(self) -> int:
+        """Elements cached per layer and position: the latent and the rotary key (step 4)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def expanded_kv_elements(self) -> int:
+        """What plain K and V heads would cache per layer and position: H·(h_n + h_r) + H·h_v."""
+        return self.n_head * (self.head_dim + self.v_head_dim)
+
+    def kv_positions(self, context: int) -> int:
+        return context

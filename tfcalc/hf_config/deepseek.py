@@ -1,0 +1,150 @@
+"""DeepSeek-V3 (and R1), Kimi K2 and DeepSeek-V2 config.json files: deepseek_v3, kimi_k2 (Kimi K2's files
+say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the same model) and deepseek_v2,
+as transformers' modeling_deepseek_v3.py and modeling_deepseek_v2.py build them.
+
+Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size (the dense layers'),
+vocab_size. Optional, with the defaults of DeepseekV3Config / DeepseekV2Config: moe_intermediate_size,
+n_routed_experts, num_experts_per_tok, n_shared_experts (one shared MLP n_shared_experts ×
+moe_intermediate_size wide), first_k_dense_replace (the first k layers dense), kv_lora_rank, q_lora_rank
+(null: a plain Q projection), qk_nope_head_dim, qk_rope_head_dim, v_head_dim, attention_bias, rms_norm_eps,
+max_position_embeddings, rope_theta, rope_scaling (yarn or none), rope_interleave (V3), routed_scaling_factor,
+n_group, topk_group, norm_topk_prob, num_nextn_predict_layers (the MTP modules, counted beside).
+
+The routers, as transformers runs them: V3 scores with a sigmoid, adds the correction bias and scores
+groups by their two best (noaux_tc) whatever ``topk_method`` says; V2 scores with a softmax and groups
+only with topk_method group_limited_greedy, never renormalizing (its router does not read norm_topk_prob:
+true is refused). Refused by name: moe_layer_freq other than 1 and num_key_value_heads other than the
+heads (transformers builds neither), scoring_func other than the router's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tfcalc.errors import shown
+from tfcalc.hf_config.reader import Reader
+
+V3_DEFAULTS = dict(n_routed_experts=256, moe_intermediate_size=2048, num_experts_per_tok=8, n_shared_experts=1,
+                   first_k_dense_replace=3, q_lora_rank=1536, max_position_embeddings=4096)
+V2_DEFAULTS = dict(n_routed_experts=64, moe_intermediate_size=1407, num_experts_per_tok=None, n_shared_experts=2,
+                   first_k_dense_replace=0, q_lora_rank=1536, max_position_embeddings=2048)
+
+
+def _common(r: Reader, defaults: dict[str, Any]) -> None:
+    r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
+               ("vocab_size", "vocab_size"))
+    kv = r.number("num_key_value_heads", None, integer=True)
+    if kv is not None and kv != r.raw["num_attention_heads"]:
+        raise r.fail(f"'num_key_value_heads' {shown(kv)} is not supported: latent attention expands one key and "
+                     "value head per query head (num_attention_heads)")
+    r.take("max_position_embeddings", "max_seq_len", defaults["max_position_embeddings"])
+    r.take("rms_norm_eps", "norm_eps", 1e-6)
+    r.rope(10000.0)
+    r.activation("hidden_act", "silu")
+    r.take("tie_word_embeddings", "tie_embeddings", False)
+    r.take("attention_bias", "attn_bias", False)
+    r.dtype()
+    r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
+                    ffn_bias=False)
+    _latent(r, defaults)
+    _experts(r, defaults)
+    _yarn(r)
+
+
+def _latent(r: Reader, defaults: dict[str, Any]) -> None:
+    r.take("kv_lora_rank", "kv_lora_rank", 512)
+    r.take("q_lora_rank", "q_lora_rank", defaults["q_lora_rank"])
+    if "q_lora_rank" in r.raw and r.raw["q_lora_rank"] is None:  # null: a plain Q projection
+        r.fields["q_lora_rank"] = None
+    r.take("qk_nope_head_dim", "qk_nope_head_dim", 128)
+    r.take("qk_rope_head_dim", "qk_rope_head_dim", 64)
+    r.take("v_head_dim", "v_head_dim", 128)
+
+
+def _experts(r: Reader, defaults: dict[str, Any]) -> None:
+    """The dense layers first, then the mixture of experts with its shared MLP (DeepseekV3DecoderLayer)."""
+    freq = r.number("moe_layer_freq", 1, integer=True)
+    if freq != 1:
+        raise r.fail(f"'moe_layer_freq' {shown(freq)} is not supported: transformers builds every layer past "
+                     "first_k_dense_replace with the experts")
+    n_layer, dense = r.fields["n_layer"], r.number("first_k_dense_replace", defaults["first_k_dense_replace"],
+                                                   integer=True) or 0
+    if dense >= n_layer:  # every layer dense: no experts at all
+        r.take("intermediate_size", "d_ff", required=True)
+        return
+    r.take("moe_intermediate_size", "d_ff", defaults["moe_intermediate_size"])
+    r.take("n_routed_experts", "n_expert", defaults["n_routed_experts"], aliases=("num_local_experts",))
+    r.take("num_experts_per_tok", "n_expert_active", defaults["num_experts_per_tok"], required=True)
+    shared = r.number("n_shared_experts", defaults["n_shared_experts"], integer=True) or 0
+    if shared:
+        r.fields["shared_expert_d_ff"] = shared * r.fields["d_ff"]
+    if dense:
+        r.fields["first_dense_layers"] = dense
+        r.take("intermediate_size", "dense_d_ff", required=True)
+
+
+def _yarn(r: Reader) -> None:
+    """rope_scaling (transformers 4) or rope_parameters (5): yarn, or none."""
+    scaling = r.get("rope_scaling") or r.rope_parameters()
+    if not isinstance(scaling, dict):
+        raise r.fail(f"'rope_scaling' must be an object; got {shown(scaling)}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return
+    if kind != "yarn":
+        raise r.fail(f"'rope_scaling' type {shown(kind)} is not supported (yarn or none)")
+    if scaling.get("attention_factor") is not None or scaling.get("truncate", True) is not True:
+        raise r.fail("'rope_scaling' attention_factor and truncate false are not supported")
+    sub = Reader({"model_type": r.model_type, **scaling}, f"{r.where}: 'rope_scaling'")
+    sub.take("factor", "rope_scaling_factor", required=True)
+    sub.take("original_max_position_embeddings", "rope_original_max_seq_len", required=True)
+    for key, field in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow"), ("mscale", "yarn_mscale"),
+                       ("mscale_all_dim", "yarn_mscale_all_dim")):
+        sub.take(key, field)
+    r.fields.update(sub.fields, rope_scaling="yarn")
+
+
+def _finish(r: Reader, prefix: str) -> None:
+    if r.head({f"{prefix}ForCausalLM": "causal", f"{prefix}Model": "base"}, f"{prefix}ForCausalLM") == "base":
+        r.base_model()
+
+
+def deepseek_v3(r: Reader) -> None:
+    _common(r, V3_DEFAULTS)
+    scoring = r.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV3TopkRouter scores with a sigmoid")
+    r.fields["rope_interleave"] = r.flag("rope_interleave", True)
+    if "n_expert" in r.fields:
+        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
+                        router_norm_topk=r.flag("norm_topk_prob", True))
+        r.take("n_group", "router_groups", 8)
+        r.take("topk_group", "router_topk_groups", 4)
+        r.take("routed_scaling_factor", "routed_scaling", 2.5)
+    r.take("num_nextn_predict_layers", "mtp_layers", 0, aliases=("num_mtp_layers",))
+    _finish(r, "DeepseekV3")
+
+
+def deepseek_v2(r: Reader) -> None:
+    r.divisible_heads()
+    _common(r, V2_DEFAULTS)
+    scoring = r.get("scoring_func", "softmax")
+    if scoring != "softmax":
+        raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV2TopkRouter scores with a softmax")
+    if "n_expert" in r.fields:
+        if r.flag("norm_topk_prob", False):
+            raise r.fail("'norm_topk_prob' true is not supported: transformers' DeepseekV2TopkRouter never "
+                         "renormalizes the chosen weights")
+        method = r.get("topk_method", "greedy")
+        if method not in ("greedy", "group_limited_greedy"):
+            raise r.fail(f"'topk_method' {shown(method)} is not supported (greedy or group_limited_greedy)")
+        r.fields["router_norm_topk"] = False
+        if method == "group_limited_greedy":
+            r.take("n_group", "router_groups", required=True)
+            r.take("topk_group", "router_topk_groups", required=True)
+        r.take("routed_scaling_factor", "routed_scaling", 1.0)
+    _finish(r, "DeepseekV2")
+
+
+MAPPERS: dict[str, Callable[[Reader], None]] = {"deepseek_v3": deepseek_v3, "kimi_k2": deepseek_v3,
+                                                "deepseek_v2": deepseek_v2}
