@@ -8,6 +8,7 @@ import json
 import warnings
 
 import pytest
+from hub_dense import OPT_350M
 from test_hf_config import HUB, NO_PRESET
 
 from tfcalc.count import params as count
@@ -16,8 +17,11 @@ from tfcalc.presets import load
 pytestmark = pytest.mark.filterwarnings("ignore")
 CLASSES = {"gpt2": "GPT2", "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "bert": "Bert",
            "qwen2": "Qwen2", "qwen2_moe": "Qwen2Moe", "qwen3": "Qwen3", "gemma": "Gemma", "gemma2": "Gemma2",
-           "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5"}
-FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET}
+           "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5",
+           # issue 22's dense types (their files: tests/hub_dense.py)
+           "phi": "Phi", "starcoder2": "Starcoder2", "cohere": "Cohere", "granite": "Granite",
+           "gpt_bigcode": "GPTBigCode", "bloom": "Bloom", "roberta": "Roberta"}
+FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET, "opt-350m": OPT_350M}
 
 
 def transformers_total(data: dict) -> int:

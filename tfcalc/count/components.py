@@ -61,6 +61,8 @@ COMPONENTS = {
     "head_norm.bias": "lm_head_norm_bias",
     "lm_head.weight": "lm_head",
     "lm_head.bias": "lm_head_bias",
+    "project_in.weight": "embedding_project_in",  # OPT-350m's word_embed_proj_dim (issue 22)
+    "project_out.weight": "lm_head_project_out",
 }
 # fused module path -> the component prefix its parts are named with
 FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "expert_ffn.up": "expert_ffn",
