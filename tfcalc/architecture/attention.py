@@ -101,7 +101,7 @@ class Attention:
             out.append(Weight("o_bias", (d,), role, f"{label} O bias"))
         if self.qk_norm is not None and self.qk_norm_heads:  # one norm's weights per head, h channels each
             out += [Weight(f"{n}_norm_{w.name.rpartition('_')[2]}", (heads, *w.shape), "norms", f"{label} {n.upper()} "
-                           f"norm {w.name.rpartition('_')[2]} (per head)")
+                           f"norm {w.name.rpartition('_')[2]} (per head)", "rows")  # TP: split with the heads
                     for n, heads in (("q", self.n_head), ("k", self.n_kv_head))
                     for w in self.qk_norm.weights("norm", "norm")]
         elif self.qk_norm is not None:

@@ -16,7 +16,8 @@ per element of the tensor named:
   counted): all of them, or the first rope_dim channels of each head with partial rotary;
 - soft-capping (Gemma 2): 3 per capped element (divide, tanh, multiply): every score element of every
   layer, and every logit;
-- residual adds: 1 per element of (B·T, d), two per block (a parallel block too: x + attn + ffn);
+- residual adds: 1 per element of (B·T, d), two per block (a parallel block too: x + attn + ffn); Granite's
+  residual_multiplier 1 more per sub-layer output, its embedding_multiplier and a logit_scale 1 per element;
 - bias adds: 1 per output element of every Linear with a bias;
 - positions: a learned or sinusoidal table added once, 1 per element of (B·T, d); ALiBi and T5's
   relative bias add a bias to every score element of every layer;
@@ -66,6 +67,8 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
     if cfg.logit_softcap is not None:
         out.append(NonMatmulEntry("softcap", "logit soft-capping", SOFTCAP_PER_ELEMENT, tokens * V, 1))
+    if cfg.logit_scale is not None:  # Cohere, Granite
+        out.append(NonMatmulEntry("head", "logits × logit_scale", 1, tokens * V, 1))
     return out
 
 
@@ -141,6 +144,9 @@ def _stack_non_matmul(
         *[e for activation, _ in ffns for e in activation],
         NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
     ]
+    if cfg.residual_multiplier is not None:  # Granite: each sub-layer's output (a parallel block's sum) scaled
+        scaled = 1 if cfg.parallel_block != "none" else sublayers
+        out.append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled * L))
     if cfg.qk_norm:
         out.append(NonMatmulEntry("norms", f"{stack}Q/K {cfg.norm}", norm, tokens * (cfg.q_dim + cfg.kv_dim), L))
     if cfg.attn_softcap is not None:
@@ -161,7 +167,8 @@ def _stack_non_matmul(
     elif cfg.pos_encoding in ("alibi", "relative"):
         name = "ALiBi" if cfg.pos_encoding == "alibi" else "relative position"
         out.append(NonMatmulEntry("positions", f"{stack}{name} bias on the scores", 1, score_elements, L))
-    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale)]
+    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale),
+                        ("embeddings × embedding_multiplier", cfg.embedding_multiplier is not None)]
     for label, present in embedding_extras:
         if present:
             out.append(NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1))
