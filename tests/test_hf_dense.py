@@ -26,8 +26,8 @@ from tfcalc.presets import load
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 NEW = ["phi", "starcoder2", "cohere", "granite", "gpt_bigcode", "gpt_bigcode-mha", "bloom", "roberta", "roberta-mlm",
-       "opt-350m-like", "bert-decoder-base"]
-DECODERS = [n for n in NEW if CASES[n].model.endswith("ForCausalLM")]
+       "opt-350m-like", "bert-decoder-base", "bert-causal"]
+DECODERS = [n for n in NEW if CASES[n].model.endswith("ForCausalLM")] + ["bert-causal"]  # BertLMHeadModel, is_decoder
 
 
 def _write(tmp_path, data) -> str:

@@ -157,8 +157,8 @@ def _qk_norm_bytes(cfg: ModelConfig, e: int) -> int:
     QKV output, kept anyway) and the fp32 statistics; RMSNorm x̂ and 1/rms in fp32, and below fp32 the
     fp32 copy of its input."""
     q, k, rows = cfg.q_dim, cfg.kv_dim, cfg.n_head + cfg.kv_heads
-    if cfg.norm == "layernorm":
-        return 2 * FP32 * rows
+    if cfg.norm == "layernorm":  # per-head weights (Cohere): their product keeps the normed x̂ too
+        return 2 * FP32 * rows + (e * (q + k) if cfg.qk_norm_per_head else 0)
     return FP32 * (q + k) * (2 if e < FP32 else 1) + FP32 * rows
 
 
@@ -265,6 +265,8 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
         "final_norm": norm_bytes(cfg, e) if cfg.final_norm else 0,
         "pooler_input": e * h if cfg.pooler and not head else 0,
         "lm_head_input": e * h if head else 0,
+        # OPT-350m: project_in keeps the looked-up rows, the LM head project_out's output (p wide each)
+        "embedding_projections": 2 * e * cfg.embedding_dim if cfg.embedding_dim not in (None, h) else 0,
         "log_probs": FP32 * cfg.vocab_size if head else 0,
     }
     if cfg.lm_head_transform:  # ReLU keeps its output, which its norm keeps too (as input, when not copied)

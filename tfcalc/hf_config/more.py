@@ -88,6 +88,7 @@ def cohere(r: Reader) -> None:
     r.take("layer_norm_eps", "norm_eps", 1e-5)
     r.activation("hidden_act", "silu")
     r.rope(10000.0)
+    r.fields["rope_fraction"] = 1.0  # CohereRotaryEmbedding rotates whole heads, whatever partial_rotary_factor says
     r.take("tie_word_embeddings", "tie_embeddings", True)
     r.take("attention_bias", "attn_bias", False)
     r.dtype()
