@@ -18,6 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 CLASSES = {"gpt2": "GPT2", "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "bert": "Bert",
            "qwen2": "Qwen2", "qwen2_moe": "Qwen2Moe", "qwen3": "Qwen3", "gemma": "Gemma", "gemma2": "Gemma2",
            "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5",
+           "gpt_oss": "GptOss", "qwen3_moe": "Qwen3Moe",
            # issue 22's dense types (their files: tests/hub_dense.py)
            "phi": "Phi", "starcoder2": "Starcoder2", "cohere": "Cohere", "granite": "Granite",
            "gpt_bigcode": "GPTBigCode", "bloom": "Bloom", "roberta": "Roberta"}
