@@ -87,7 +87,14 @@ def configs(draw, mixed: bool = False, extras: bool | None = None) -> ModelConfi
         router_norm_topk=not moe or draw(st.booleans()),
         shared_expert_d_ff=draw(st.sampled_from([None, 5, 12])) if moe else None,
         expert_capacity_factor=draw(st.sampled_from([None, None, 0.5, 1.25, 8.0])) if moe else None,
+        # issue 22's dense types: Granite's multipliers, Cohere's logit scale and per-head Q/K norms, OPT-350m's
+        # narrower token table
+        embedding_multiplier=draw(st.sampled_from([None, 3.0])),
+        residual_multiplier=draw(st.sampled_from([None, 0.5])),
+        logit_scale=draw(st.sampled_from([None, 0.25])) if lm_head else None,
+        embedding_dim=draw(st.sampled_from([None, None, 6])) if lm_head and arch == "decoder" else None,
     )
+    layout_fields["qk_norm_per_head"] = layout_fields["qk_norm"] and draw(st.booleans())
     layout_fields["shared_expert_gate"] = layout_fields["shared_expert_d_ff"] is not None and draw(st.booleans())
     n_layer = draw(st.integers(1, 3))
     n_encoder_layer = draw(st.sampled_from([None, 1, 2])) if arch == "encoder-decoder" else None

@@ -122,6 +122,39 @@ CASES = {
                           feed_forward_proj="gated-gelu"), inputs="seq2seq"),
     # DeepSeek (latent attention, grouped routing, YaRN, dense-first layers), above
     **DEEPSEEK_CASES,
+    # issue 22's dense types, each distinctive feature switched on
+    "phi": Case("PhiConfig", "PhiForCausalLM",
+                dict(LLAMA_LIKE, qk_layernorm=True, partial_rotary_factor=0.5, hidden_act="gelu_new")),
+    "starcoder2": Case("Starcoder2Config", "Starcoder2ForCausalLM", dict(LLAMA_LIKE, sliding_window=4)),
+    "cohere": Case("CohereConfig", "CohereForCausalLM",
+                   dict(LLAMA_LIKE, use_qk_norm=True, logit_scale=0.5, attention_bias=True)),
+    "granite": Case("GraniteConfig", "GraniteForCausalLM",
+                    dict(LLAMA_LIKE, embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                         logits_scaling=4.0, tie_word_embeddings=True)),
+    "gpt_bigcode": Case("GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+                        dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32)),
+    "gpt_bigcode-mha": Case("GPTBigCodeConfig", "GPTBigCodeForCausalLM",
+                            dict(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_positions=32, multi_query=False)),
+    "bloom": Case("BloomConfig", "BloomForCausalLM", dict(vocab_size=V, hidden_size=48, n_layer=L, n_head=6)),
+    "roberta": Case("RobertaConfig", "RobertaModel",
+                    dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, intermediate_size=F,
+                         max_position_embeddings=34, type_vocab_size=1, pad_token_id=1),
+                    output="last_hidden_state", extra=dict(pad=1)),
+    "roberta-mlm": Case("RobertaConfig", "RobertaForMaskedLM",
+                        dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                             intermediate_size=F, max_position_embeddings=34, pad_token_id=3),
+                        extra=dict(pad=3)),
+    "opt-350m-like": Case("OPTConfig", "OPTForCausalLM",
+                          dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, ffn_dim=F,
+                               max_position_embeddings=32, word_embed_proj_dim=24, do_layer_norm_before=False)),
+    "bert-causal": Case("BertConfig", "BertLMHeadModel",
+                        dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                             intermediate_size=F, max_position_embeddings=32, is_decoder=True)),
+    "bert-decoder-base": Case("BertConfig", "BertModel",
+                              dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+                                   intermediate_size=F, max_position_embeddings=32, is_decoder=True,
+                                   add_cross_attention=True),
+                              inputs="cross", output="last_hidden_state"),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 
@@ -150,6 +183,9 @@ def inputs(name: str, batch: int = 2, seq: int = T, seed: int = 1) -> dict[str, 
 
     g = torch.Generator().manual_seed(seed)
     out = {"input_ids": torch.randint(0, V, (batch, seq), generator=g)}
+    pad = CASES[name].extra.get("pad")
+    if pad is not None:  # RoBERTa numbers positions past its padding: input without padding (as tfcalc assumes)
+        out["input_ids"][out["input_ids"] == pad] = pad + 1
     if CASES[name].inputs == "seq2seq":
         out["input_ids"] = torch.randint(0, V, (batch, SOURCE), generator=g)
         out["decoder_input_ids"] = torch.randint(0, V, (batch, seq), generator=g)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from deepseek_configs import DEEPSEEK_FILES
+from hub_dense import DENSE
 from hub_moe import GPT_OSS_120B, QWEN3_30B_A3B
 
 from tfcalc.config import ConfigError
@@ -121,7 +122,8 @@ HUB = {"gpt2": (GPT2, "gpt2"), "llama": (LLAMA3_8B, "llama3-8b"), "mistral": (MI
 # Qwen3-8B (model card: 8.2B, 6.95B without embeddings), Gemma 7B (Gemma Team 2024, Table 2: 7,751,248,896
 # non-embedding; the checkpoint's vocabulary is 256,000, not the table's 256,128), OPT-1.3B
 # (Zhang et al. 2022, Table 1: 1.3B); exact figures from transformers (test_hf_reference.py).
-NO_PRESET = {"qwen2_moe": QWEN15_MOE, "qwen3": QWEN3_8B, "gemma": GEMMA_7B, "opt": OPT_1_3B}
+NO_PRESET = {"qwen2_moe": QWEN15_MOE, "qwen3": QWEN3_8B, "gemma": GEMMA_7B, "opt": OPT_1_3B,
+             **DENSE}  # issue 22's dense types: tests/hub_dense.py, their totals in tests/test_hf_dense.py
 
 
 def _write(tmp_path, data, name="config.json", folder="model"):
@@ -178,7 +180,7 @@ def test_bert_architectures_pick_the_head(tmp_path):
         (QWEN15_MOE, (14_315_784_192, "14.3B")), (QWEN3_8B, (8_190_735_360, "8.2B")),
         (GEMMA_7B, (8_537_680_896, "8.5B")), (OPT_1_3B, (1_315_758_080, "1.3B")),
     ],
-    ids=list(NO_PRESET),
+    ids=["qwen2_moe", "qwen3", "gemma", "opt"],
 )
 def test_published_sizes_of_models_without_a_preset(tmp_path, data, expected):
     cfg = load(_write(tmp_path, data))
@@ -260,7 +262,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
          "'hidden_size' (512) is not a multiple of 'num_attention_heads' (12): transformers refuses"),
         ({**FALCON_7B, "alibi": True}, "'alibi': True is not supported"),
         ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
-        ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
+        ({**OPT_1_3B, "word_embed_proj_dim": -512}, "'word_embed_proj_dim' must be positive; got -512"),
         ({**QWEN15_MOE, "mlp_only_layers": [1, 24]}, "'mlp_only_layers' names layer 24: the layers are 0 .. 23"),
         ({**QWEN3_30B_A3B, "mlp_only_layers": "0"}, "'mlp_only_layers' must be a list of layer numbers"),
         ({**GPT_OSS_120B, "quantization_config": {"quant_method": "gptq"}}, "quant_method 'gptq' is not supported"),
@@ -271,7 +273,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
          "'layer_types' is not every k-th layer full attention"),
         ({**QWEN2_7B, "use_sliding_window": True}, "'use_sliding_window' with 'max_window_layers' > 0"),
         ({**GEMMA_7B, "use_bidirectional_attention": True}, "'use_bidirectional_attention': True is not supported"),
-        ({**BERT_BASE, "architectures": ["BertModel"], "is_decoder": True}, "'is_decoder': true with BertModel"),
+        ({**BERT_BASE, "architectures": ["BertModel"], "is_decoder": "yes"}, "'is_decoder' must be true or false"),
         ({**LLAMA3_8B, "architectures": ["LlamaForSequenceClassification"]},
          "'architectures' 'LlamaForSequenceClassification' is not supported (supported: LlamaForCausalLM, LlamaModel)"),
         ({**LLAMA3_8B, "torch_dtype": "int8"}, "'torch_dtype' 'int8' is not one of float32, bfloat16, float16"),

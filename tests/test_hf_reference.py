@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 from deepseek_configs import DEEPSEEK_FILES
+from hub_dense import OPT_350M
 from test_hf_config import HUB, NO_PRESET
 
 from tfcalc.count import params as count
@@ -19,8 +20,11 @@ CLASSES = {"gpt2": "GPT2", "llama": "Llama", "mistral": "Mistral", "mixtral": "M
            "qwen2": "Qwen2", "qwen2_moe": "Qwen2Moe", "qwen3": "Qwen3", "gemma": "Gemma", "gemma2": "Gemma2",
            "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5",
            "gpt_oss": "GptOss", "qwen3_moe": "Qwen3Moe",
-           "deepseek_v3": "DeepseekV3", "kimi_k2": "DeepseekV3", "deepseek_v2": "DeepseekV2"}
-FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET,
+           "deepseek_v3": "DeepseekV3", "kimi_k2": "DeepseekV3", "deepseek_v2": "DeepseekV2",
+           # issue 22's dense types (their files: tests/hub_dense.py)
+           "phi": "Phi", "starcoder2": "Starcoder2", "cohere": "Cohere", "granite": "Granite",
+           "gpt_bigcode": "GPTBigCode", "bloom": "Bloom", "roberta": "Roberta"}
+FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET, "opt-350m": OPT_350M,
          **{t: data for t, (data, _) in DEEPSEEK_FILES.items()}}
 
 

@@ -188,6 +188,20 @@ class ModelConfig:
     yarn_mscale: Optional[float] = None
     yarn_mscale_all_dim: Optional[float] = None
     mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
+    # --- scales, per-head Q/K norms and a projected embedding (issue 22: granite, cohere, opt-350m) ---
+    # Granite (modeling_granite.py): token embeddings times embedding_multiplier, each sub-layer's output
+    # times residual_multiplier before the residual add; logit_scale multiplies the logits (Cohere's
+    # logit_scale; Granite's 1 / logits_scaling). None: 1, no multiply.
+    embedding_multiplier: Optional[float] = None
+    residual_multiplier: Optional[float] = None
+    logit_scale: Optional[float] = None
+    # Q/K norms with their own weights per head (Cohere's use_qk_norm: CohereLayerNorm over each head's
+    # d_head channels, weights (n_head, d_head) and (n_kv_head, d_head)); false: one norm shared by the heads
+    qk_norm_per_head: bool = False
+    # the token table's width when it is not d_model: Linear(embedding_dim, d_model) after the lookup and
+    # Linear(d_model, embedding_dim) before the LM head, both bias-free (OPT-350m's word_embed_proj_dim,
+    # modeling_opt.py project_in / project_out). None: d_model, no projections
+    embedding_dim: Optional[int] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable

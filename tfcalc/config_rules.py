@@ -66,6 +66,10 @@ _OPTIONAL_STR_FIELDS = ("nominal_params", "source")
 _OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",), **latent.OPTIONAL_LITERALS}
 _OPTIONAL_INT_LIST_FIELDS = ("dense_layers",)  # a list of layer numbers, or null
 LIST_FIELDS = _OPTIONAL_INT_LIST_FIELDS  # the fields --set may give a YAML list (tfcalc.presets)
+# --- issue 22, dense types: scales, per-head Q/K norms, a projected embedding (see ModelConfig) ---
+_OPTIONAL_FLOAT_FIELDS += ("embedding_multiplier", "residual_multiplier", "logit_scale")
+_BOOL_FIELDS += ("qk_norm_per_head",)
+_OPTIONAL_INT_FIELDS += ("embedding_dim",)
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
@@ -191,6 +195,7 @@ def validate(cfg) -> None:
     _validate_positions(cfg)
     _validate_layout(cfg)
     validate_moe_extras(cfg)
+    _validate_scales(cfg)
 
 
 def _validate_kind(cfg) -> None:
@@ -216,11 +221,8 @@ def _validate_kind(cfg) -> None:
         if cfg.full_attention_every < 2:
             raise ConfigError(f"field 'full_attention_every' must be at least 2 (1: every layer full; set "
                               f"sliding_window to null); got {cfg.full_attention_every}")
-    if cfg.pooler and cfg.arch != "encoder":
-        raise ConfigError(
-            f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "
-            "which in a causal stack has seen no other token"
-        )
+    if cfg.pooler and cfg.arch == "encoder-decoder":  # BertModel with is_decoder pools a causal stack's first token
+        raise ConfigError("pooler applies to one stack (arch encoder or decoder): it reads that stack's first token")
     if not cfg.lm_head:
         for name in ("tie_embeddings", "lm_head_transform", "lm_head_bias"):
             if getattr(cfg, name):
@@ -299,3 +301,15 @@ def _validate_layout(cfg) -> None:
         )
     if cfg.parallel_block != "none" and (cfg.arch == "encoder-decoder" or cfg.cross_attention):
         raise ConfigError("parallel_block with cross-attention is not supported: no model in use has it")
+
+
+def _validate_scales(cfg) -> None:
+    """Issue 22's dense types: the fields each need what they act on."""
+    if cfg.qk_norm_per_head and not cfg.qk_norm:
+        raise ConfigError("qk_norm_per_head gives each head its own Q/K norm weights: set qk_norm true too")
+    if not cfg.lm_head and cfg.logit_scale is not None:
+        raise ConfigError("logit_scale needs an LM head: with lm_head false, set logit_scale to null")
+    if cfg.embedding_dim is not None and cfg.embedding_dim != cfg.d_model:
+        if not cfg.lm_head or cfg.arch != "decoder":
+            raise ConfigError(f"embedding_dim ({cfg.embedding_dim}) other than d_model ({cfg.d_model}) projects a "
+                              "decoder's token table in and out of its LM head: it needs arch decoder and lm_head")

@@ -163,3 +163,31 @@ def test_non_matmul_work_of_layers_that_differ_by_hand():
     assert kinds == {"softmax": 480, "norms": 1_792, "activation": 960, "residual": 256, "rope": 576,
                      "final_norm": 448}
 
+def _two_layers(window0=None, window1=None):
+    """Layer 0: 4 query heads and 2 KV heads of 8 channels; layer 1: 2 and 1; d = 16, FFN 128 wide (ReLU)."""
+    base = tiny(d_model=16, n_head=4, n_kv_head=2, d_head=8, d_ff=128, activation="relu")
+    first = next(iter(base.architecture.output.layers()))
+    layers = [dataclasses.replace(first, attention=dataclasses.replace(first.attention, window=window0)),
+              dataclasses.replace(first, attention=dataclasses.replace(first.attention, n_head=2, n_kv_head=1,
+                                                                         window=window1))]
+    stack = base.architecture.output
+    return with_architecture(base, Architecture("decoder", (Stack(compress(layers), stack.embeddings,
+                                                                    stack.final_norm, ""),), base.architecture.head))
+
+
+def test_crossover_of_layers_with_other_heads_by_hand():
+    """Per sequence, scores a·T² with a = 2·H·(h + h_v): 128 and 64, mean 96; FFN c·T, c = 2·2·16·128 = 8,192;
+    projections p·T: 2·16·(32 + 16 + 16) + 2·32·16 = 3,072 and 2·16·(16 + 8 + 8) + 2·16·16 = 1,536, mean 2,304.
+    Full square: T >= 8,192 / 96 = 85.3 -> 86, T >= (8,192 − 2,304) / 96 = 61.3 -> 62; causal (T + 1 >= twice
+    those): 170 and 122. Both layers windowed (4 and 8 keys): the scores grow like (128·4 + 64·8)·T = 1,024·T,
+    under the FFN's 2·8,192·T: never."""
+    from tfcalc.count.crossover import crossover_seq
+
+    cfg = _two_layers()
+    assert (crossover_seq(cfg).scores_vs_ffn, crossover_seq(cfg).attention_vs_ffn) == (86, 62)
+    causal = crossover_seq(cfg, causal=True)
+    assert (causal.scores_vs_ffn, causal.attention_vs_ffn) == (170, 122)
+    windowed = crossover_seq(_two_layers(4, 8), causal=True)
+    assert (windowed.scores_vs_ffn, windowed.attention_vs_ffn) == (None, None)
+    one_full = crossover_seq(_two_layers(4, None), causal=True)  # a full layer's T² always gets there
+    assert one_full.scores_vs_ffn is not None and one_full.scores_vs_ffn > 170

@@ -110,7 +110,8 @@ def test_flops_equal_flop_counter_mode(cfg, batch, data):
         cfg, batch, seq, src_seq=src_seq).forward
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None,  # undecodable draws (one position, capacities) are skipped: many
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(mixed_configs(), st.data())
 def test_prompt_then_decode_steps_give_the_logits_of_one_forward(cfg, data):
     """The cache holds each layer's keys rotated by that layer's own base (or not at all) and only its

@@ -45,6 +45,7 @@ class Attention:
     sinks: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
+    qk_norm_heads: bool = False  # the Q/K norms' weights per head, (n_head | n_kv_head, h) (Cohere's use_qk_norm)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_head", "n_kv_head", "head_dim"):
@@ -98,7 +99,12 @@ class Attention:
         out.append(Weight("o_weight", (d, self.out_width), role, f"{label} O weight", "cols"))
         if self.o_bias:  # added once after the row-parallel reduction: whole on every rank
             out.append(Weight("o_bias", (d,), role, f"{label} O bias"))
-        if self.qk_norm is not None:
+        if self.qk_norm is not None and self.qk_norm_heads:  # one norm's weights per head, h channels each
+            out += [Weight(f"{n}_norm_{w.name.rpartition('_')[2]}", (heads, *w.shape), "norms", f"{label} {n.upper()} "
+                           f"norm {w.name.rpartition('_')[2]} (per head)", "rows")  # TP: split with the heads
+                    for n, heads in (("q", self.n_head), ("k", self.n_kv_head))
+                    for w in self.qk_norm.weights("norm", "norm")]
+        elif self.qk_norm is not None:
             out += self.qk_norm.weights("q_norm", f"{label} Q norm") + self.qk_norm.weights("k_norm", f"{label} K norm")
         if self.sinks:
             out.append(Weight("sinks", (self.n_head,), role, f"{label} sinks", "rows"))

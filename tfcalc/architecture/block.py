@@ -37,6 +37,7 @@ class Block:
     placement: Placement = "pre"
     parallel: Parallel = "none"
     cross_attention: Optional[Attention] = None
+    residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
 
     def __post_init__(self) -> None:
         if self.parallel != "none" and self.placement != "pre":

@@ -42,7 +42,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap)
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg))
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 
@@ -51,7 +51,8 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
            tied_head: bool = False) -> Stack:
     relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
     emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
-                     cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared)
+                     cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared,
+                     cfg.embedding_multiplier, _projected(cfg))
     return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
 
 
@@ -94,9 +95,14 @@ def _merge(runs: list[Run]) -> tuple[Run, ...]:
     return tuple(out)
 
 
+def _projected(cfg: Any) -> int | None:
+    """The token table's own width where it is projected in and out (OPT-350m), else None."""
+    return cfg.embedding_dim if cfg.embedding_dim not in (None, cfg.d_model) else None
+
+
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     return Block(_attention(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
-                 _attention(cfg, i, causal=False, kind="cross") if cross else None)
+                 _attention(cfg, i, causal=False, kind="cross") if cross else None, cfg.residual_multiplier)
 
 
 def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
@@ -110,6 +116,7 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         rope_theta=cfg.rope_theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",
+        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None,
     )
 
 

@@ -40,16 +40,26 @@ class Embeddings:
     scale: bool = False  # token embeddings times sqrt(d_model) (Vaswani et al. 2017, sec. 3.4)
     tied_head: bool = False  # the LM head is this table (Press and Wolf 2017): vocabulary-split under TP
     shared_with: Optional[str] = None  # an encoder's table that is the decoder's: counted there
+    multiplier: Optional[float] = None  # token embeddings times this (Granite's embedding_multiplier)
+    # the token table's width when not d_model, projected in by a bias-free Linear (OPT-350m's project_in)
+    project_dim: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.positions == "learned" and self.position_rows < 1:
             raise InputError("learned positions need a table of at least one row (max_seq_len)")
 
+    @property
+    def table_dim(self) -> int:
+        """Width of the token table: d_model, or the projected width."""
+        return self.d_model if self.project_dim is None else self.project_dim
+
     def weights(self) -> list[Weight]:
-        V, d = self.vocab_size, self.d_model
+        V, d, p = self.vocab_size, self.d_model, self.table_dim
         # an untied table is split along the hidden dimension under TP (see tfcalc.count.shard, step 4)
-        out = [Weight("token_embedding", (V, d), "embeddings", "token embedding", "rows" if self.tied_head else "cols",
+        out = [Weight("token_embedding", (V, p), "embeddings", "token embedding", "rows" if self.tied_head else "cols",
                       tied_to=self.shared_with)]
+        if self.project_dim is not None:  # modeling_opt.py, OPTDecoder.project_in
+            out.append(Weight("embedding_project_in", (d, p), "embeddings", "embedding projection in"))
         if self.positions == "learned":
             out.append(Weight("position_embedding", (self.position_rows, d), "embeddings", "position embedding"))
         if self.relative is not None:
@@ -69,13 +79,25 @@ class Head:
     pooler: bool = False  # BERT: tanh(Linear(d, d)) of the first token
     transform: Optional[Norm] = None  # BERT's MLM transform: Linear(d, d), activation, this norm
     softcap: Optional[float] = None  # logits -> c·tanh(logits / c) (Gemma 2: 30)
+    scale: Optional[float] = None  # logits times this (Cohere's logit_scale; Granite's 1 / logits_scaling)
+    # the LM head reads this width, projected down from d_model by a bias-free Linear (OPT-350m's project_out)
+    project_dim: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if not self.lm_head and (self.tied or self.bias or self.transform or self.softcap is not None):
-            raise InputError("tie_embeddings, lm_head_bias, lm_head_transform and logit_softcap need an LM head")
+        extras = self.tied or self.bias or self.transform or self.softcap is not None or self.scale is not None
+        if not self.lm_head and (extras or self.project_dim is not None):
+            raise InputError("tie_embeddings, lm_head_bias, lm_head_transform, logit_softcap, logit_scale and "
+                             "embedding_dim need an LM head")
+
+    @property
+    def in_dim(self) -> int:
+        """Width the vocabulary projection reads: d_model, or the projected width."""
+        return self.d_model if self.project_dim is None else self.project_dim
 
     def weights(self) -> list[Weight]:
         d, V, out = self.d_model, self.vocab_size, []
+        if self.project_dim is not None:  # modeling_opt.py, OPTDecoder.project_out
+            out.append(Weight("lm_head_project_out", (self.project_dim, d), "lm_head", "LM head projection out"))
         if self.pooler:  # BERT (Devlin et al. 2019, sec. 3)
             out += [Weight("pooler_weight", (d, d), "pooler", "pooler weight"),
                     Weight("pooler_bias", (d,), "pooler", "pooler bias")]
@@ -85,7 +107,7 @@ class Head:
             out += [Weight(w.name.replace("norm", "lm_head_norm", 1), w.shape, "lm_head", w.label)
                     for w in self.transform.weights("norm", "LM head norm")]
         if self.lm_head:  # vocabulary-parallel under TP (Megatron)
-            out.append(Weight("lm_head", (V, d), "lm_head", "LM head", "rows",
+            out.append(Weight("lm_head", (V, self.in_dim), "lm_head", "LM head", "rows",
                               tied_to="token_embedding" if self.tied else None))
             if self.bias:
                 out.append(Weight("lm_head_bias", (V,), "lm_head", "LM head bias", "rows"))

@@ -33,10 +33,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.architecture import Architecture, MoE
+from tfcalc.checkpoint import names_more
 from tfcalc.config import ModelConfig
 from tfcalc.count.components import block_of
 
-PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.")
+PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.", "roberta.")
 BUFFERS = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|\.attention\.bias|\.attention\.masked_bias|"
                      r"rotary_emb\.inv_freq|embeddings\.position_ids)$")
 
@@ -198,6 +199,8 @@ def _neox_falcon_opt_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (layer + r"final_layer_norm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
         (layer + r"fc1\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
         (layer + r"fc2\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (r"decoder\.project_in\.weight", "project_in.weight"),  # OPT-350m's word_embed_proj_dim
+        (r"decoder\.project_out\.weight", "project_out.weight"),
     ]
 
 
@@ -263,6 +266,8 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     arch = cfg.architecture
     if model_type in _DEEPSEEK:
         table = _deepseek_rules(arch, model_type)
+    elif model_type in names_more.TYPES:  # issue 22's dense types
+        table = names_more.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
     elif model_type in _LLAMA_LIKE:
         table = _llama_rules(arch, model_type)
     elif model_type == "gpt_oss":

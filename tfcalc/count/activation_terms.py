@@ -91,7 +91,7 @@ def _qk_norm_bytes(att: Attention, e: int) -> int:
     """Per token, what the Q and K norms keep, one row per head (step 6)."""
     rows = att.n_head + att.n_kv_head
     if att.qk_norm.kind == "layernorm":  # per-head weights (Cohere): their product keeps the normed x̂ too
-        return 2 * FP32 * rows + (e * (att.q_width + att.k_width) if getattr(att, "qk_norm_heads", False) else 0)
+        return 2 * FP32 * rows + (e * (att.q_width + att.k_width) if att.qk_norm_heads else 0)
     return FP32 * (att.q_width + att.k_width) * (2 if e < FP32 else 1) + FP32 * rows
 
 

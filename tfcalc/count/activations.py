@@ -99,14 +99,13 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
     arch = cfg.architecture
     head, stack, h, V = arch.head, arch.output, arch.d_model, arch.vocab_size
     norm = stack.embeddings.norm
-    projected = getattr(stack.embeddings, "project_dim", None)  # issue 22 (OPT's embedding_dim); absent, none
     out = {
         "embedding_norm": norm_bytes(norm, e) if norm else 0,
         "final_norm": norm_bytes(stack.final_norm, e) if stack.final_norm else 0,
         "pooler_input": e * h if head.pooler and not head.lm_head else 0,
         "lm_head_input": e * h if head.lm_head else 0,
         # OPT-350m: project_in keeps the looked-up rows, the LM head project_out's output (p wide each)
-        "embedding_projections": 2 * e * projected if projected else 0,
+        "embedding_projections": 2 * e * head.project_dim if head.project_dim is not None else 0,
         "log_probs": FP32 * V if head.lm_head else 0,
     }
     if head.transform is not None:  # ReLU keeps its output, which its norm keeps too (as input, when not copied)

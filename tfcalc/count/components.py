@@ -64,6 +64,8 @@ COMPONENTS = {
     "head_norm.bias": "lm_head_norm_bias",
     "lm_head.weight": "lm_head",
     "lm_head.bias": "lm_head_bias",
+    "project_in.weight": "embedding_project_in",  # OPT-350m's word_embed_proj_dim (issue 22)
+    "project_out.weight": "lm_head_project_out",
 }
 # DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")

@@ -145,6 +145,11 @@ def matmul_entries(
     else:
         src = (queries if src is None else src) if cfg.cross_attention else None
         out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder)
+    emb = arch.output.embeddings
+    if emb.project_dim is not None:  # OPT-350m's project_in: (B·T, p) @ (p, d) after the lookup
+        rows, p, d = batch * queries, emb.project_dim, emb.d_model
+        out.append(MatmulEntry("embedding_project_in", "embeddings", "embedding projection in", (rows, p, d), 1, 1,
+                               2 * rows * p * d))
     return out + _head_matmuls(arch.head, batch, batch * queries, "decoder" if arch.kind == "encoder-decoder" else "")
 
 
@@ -156,9 +161,13 @@ def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulE
     if head.transform is not None:  # BERT's MLM head: dense d -> d before the vocabulary projection
         flops = 2 * rows * d * d
         out.append(MatmulEntry("lm_head_transform", "lm_head", "LM head transform", (rows, d, d), 1, 1, flops, stack))
+    if head.project_dim is not None:  # OPT-350m's project_out: (B·T, d) @ (d, p) before the vocabulary
+        p = head.project_dim
+        out.append(MatmulEntry("lm_head_project_out", "lm_head", "LM head projection out", (rows, d, p), 1, 1,
+                               2 * rows * d * p, stack))
     if head.lm_head:
-        V = head.vocab_size
-        out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, d, V), 1, 1, 2 * rows * d * V, stack))
+        V, k = head.vocab_size, head.in_dim
+        out.append(MatmulEntry("lm_head", "lm_head", "LM head", (rows, k, V), 1, 1, 2 * rows * k * V, stack))
     return out
 
 

@@ -80,7 +80,7 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
     if head.softcap is not None:
         out.append(NonMatmulEntry("softcap", "logit soft-capping", SOFTCAP_PER_ELEMENT, tokens * V, 1))
-    if getattr(head, "scale", None) is not None:  # Cohere, Granite (issue 22; absent, none)
+    if head.scale is not None:  # Cohere, Granite
         out.append(NonMatmulEntry("head", "logits × logit_scale", 1, tokens * V, 1))
     return out
 
@@ -155,7 +155,7 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
                                     sublayers)],
         "moe": moe,
     }
-    if getattr(block, "residual_scale", None) is not None:  # Granite: each sub-layer's output (a parallel sum) scaled
+    if block.residual_scale is not None:  # Granite: each sub-layer's output (a parallel block's sum) scaled
         scaled = 1 if block.parallel != "none" else sublayers
         out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled))
     if att.qk_norm is not None:
@@ -204,9 +204,8 @@ def _stack_non_matmul(cfg: ModelConfig, arch_stack: Stack, batch: int, seq: int,
     if emb.positions in ("learned", "sinusoidal"):
         entry = NonMatmulEntry("positions", f"{stack}{emb.positions} positions added", 1, tokens * d, 1)
         by_kind["positions"].append((entry, 1))
-    extras = (("token types added", emb.type_vocab_size > 0), ("embeddings × √d_model", emb.scale),
-              ("embeddings × embedding_multiplier", getattr(emb, "multiplier", None) is not None))
-    for label, present in extras:
+    for label, present in (("token types added", emb.type_vocab_size > 0), ("embeddings × √d_model", emb.scale),
+                           ("embeddings × embedding_multiplier", emb.multiplier is not None)):
         if present:
             by_kind["embeddings"].append((NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1), 1))
     if emb.norm is not None:

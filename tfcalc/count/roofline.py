@@ -158,6 +158,8 @@ def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     name = entry_component
     if name == "lm_head" or (name == "token_embedding" and cfg.lm_head and cfg.tie_embeddings):
         return "lm_head"
+    if name in ("embedding_project_in", "lm_head_project_out"):  # OPT-350m: tensor and matmul share the name
+        return name
     for suffix in ("_weight", "_bias"):
         if name.endswith(suffix) and "norm" not in name and "embedding" not in name:
             return name[: -len(suffix)]

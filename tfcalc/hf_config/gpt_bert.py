@@ -7,7 +7,8 @@
 - ``bert``: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size,
   max_position_embeddings (required); type_vocab_size, hidden_act, layer_norm_eps; is_decoder (causal
   self-attention) and add_cross_attention. BertModel (pooler, no head: what BERT's published sizes
-  count), BertForMaskedLM (the MLM head: a transform Linear(d, d), activation and LayerNorm, then the
+  count; with is_decoder its pooler reads a causal stack's first token, as transformers builds it),
+  BertForMaskedLM (the MLM head: a transform Linear(d, d), activation and LayerNorm, then the
   projection tied to the word embeddings, with its own bias; no pooler) or BertLMHeadModel (the same
   head, is_decoder).
 """
@@ -35,7 +36,8 @@ def gpt2(r: Reader) -> None:
         r.base_model()
 
 
-def bert(r: Reader) -> None:
+def bert(r: Reader, heads: dict[str, str] = _BERT_HEADS, default: str = "BertModel") -> None:
+    """BERT, or a type of its layout (RoBERTa: tfcalc.hf_config.more), with that type's head classes."""
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
                ("intermediate_size", "d_ff"), ("vocab_size", "vocab_size"), ("max_position_embeddings", "max_seq_len"))
     positions = r.get("position_embedding_type", "absolute")
@@ -48,11 +50,8 @@ def bert(r: Reader) -> None:
     r.fields.update(arch="decoder" if decoder else "encoder", pos_encoding="learned", norm="layernorm",
                     norm_placement="post", final_norm=False, gated_ffn=False, attn_bias=True, ffn_bias=True,
                     norm_bias=True, embedding_norm=True, cross_attention=cross)
-    head = r.head(_BERT_HEADS, "BertModel")
-    if head == "base":  # BertModel: the pooler reads the first token, which a causal stack cannot give it
-        if decoder:
-            raise r.fail("'is_decoder': true with BertModel (a pooler over a causal stack) is not supported; "
-                         "BertLMHeadModel is")
+    head = r.head(heads, default)
+    if head == "base":  # BertModel: the pooler reads the first token (in a causal stack, that token alone)
         r.fields.update(pooler=True, lm_head=False, tie_embeddings=False)
     else:  # the MLM head: modeling_bert.py, BertOnlyMLMHead; its decoder weight is the word embeddings
         r.take("tie_word_embeddings", "tie_embeddings", True)

@@ -13,7 +13,8 @@
 - ``opt``: num_hidden_layers, hidden_size, num_attention_heads, ffn_dim, vocab_size (required);
   max_position_embeddings, do_layer_norm_before (false: post-LN, OPT-350m), enable_bias,
   activation_function, tie_word_embeddings (default true). Learned positions with 2 extra rows (OPT's
-  offset). A word_embed_proj_dim other than hidden_size (projections in and out) is refused.
+  offset). A word_embed_proj_dim other than hidden_size (OPT-350m) is the token table's width, projected
+  in to hidden_size after the lookup and out again before the LM head (bias-free project_in, project_out).
 - ``t5``: d_model, d_kv, d_ff, num_layers, num_heads, vocab_size (required); num_decoder_layers,
   relative_attention_num_buckets, relative_attention_max_distance, feed_forward_proj (relu, gated-gelu,
   ...), layer_norm_epsilon, tie_word_embeddings. An encoder-decoder with one shared token embedding,
@@ -79,10 +80,10 @@ def falcon(r: Reader) -> None:
 def opt(r: Reader) -> None:
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
                ("ffn_dim", "d_ff"), ("vocab_size", "vocab_size"))
-    projected = r.get("word_embed_proj_dim")
-    if projected is not None and projected != r.fields["d_model"]:
-        raise r.fail(f"'word_embed_proj_dim' {projected} other than hidden_size (projections in and out of the "
-                     "embedding, OPT-350m) is not supported")
+    projected = r.number("word_embed_proj_dim", None, integer=True)  # OPT-350m: 512 beside hidden_size 1024
+    if projected is not None and projected < 1:
+        raise r.fail(f"'word_embed_proj_dim' must be positive; got {projected}")
+    r.take("word_embed_proj_dim", "embedding_dim")
     r.refuse("layer_norm_elementwise_affine", False, "LayerNorms without weights are not built here")
     r.take("max_position_embeddings", "max_seq_len", 2048)
     r.activation("activation_function", "relu")

@@ -45,7 +45,8 @@ MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "cross_attn.out": "cross_attention_proj", "ffn.router": "ffn", "ffn.up": "ffn", "ffn.down": "ffn",
                  "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "ffn.shared.up": "ffn", "ffn.shared.down": "ffn",
                  "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head",
-                 **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS}}
+                 **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS},
+                 "project_out": "lm_head", "project_in": "embeddings"}  # OPT-350m's projections
 # attention module -> (its Linears, the group of what it counts beyond them: SDPA)
 ATTENTION_MODULES = {"attn": (("qkv", "out", *LATENT_LINEARS), "attention_scores"),
                      "cross_attn": (("q", "kv", "out"), "cross_attention_scores")}
@@ -149,7 +150,8 @@ def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
 def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
     out = dict.fromkeys((g for g in GROUPS if g != "embeddings"), 0)
     for path, group in MODULE_GROUPS.items():
-        out[group] += by_module[path]
+        if by_module[path] or group != "embeddings":  # embeddings: a lookup, unless projected in (OPT-350m)
+            out[group] = out.get(group, 0) + by_module[path]
     for name, (_, group) in ATTENTION_MODULES.items():
         out[group] += by_module[f"{name}.scores"]
     out["other"] = total - sum(out.values())

@@ -62,6 +62,8 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"{cfg.name}: attention sinks under TP are planned, not run")
     if layout.tp > 1 and cfg.kv_lora_rank is not None:
         raise InputError(f"{cfg.name}: latent attention under TP is planned, not run")
+    if layout.tp > 1 and any(b.attention.qk_norm_heads for _, b, _ in arch.kinds()):
+        raise InputError(f"{cfg.name}: Q/K norms with weights per head (Cohere) under TP are planned, not run")
     if layout.sequence_parallel and arch.head.pooler:
         raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
     if layout.sequence_parallel and (len(arch.stacks) > 1 or arch.has_moe):

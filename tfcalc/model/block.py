@@ -24,6 +24,7 @@ class Block(nn.Module):
         super().__init__()
         self.spec = spec
         self.placement, self.parallel = spec.placement, spec.parallel != "none"
+        self.residual_scale = spec.residual_scale  # Granite's residual_multiplier
         norms = dict(spec.norms())
 
         def norm(name: str) -> nn.Module | None:
@@ -44,11 +45,13 @@ class Block(nn.Module):
     def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
         """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
         y = f(norm(x))
-        return y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
+        y = y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
+        return y if self.residual_scale is None else y * self.residual_scale  # modeling_granite.py
 
     def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
         if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
-            return norm(x + f(x))
+            y = f(x)
+            return norm(x + (y if self.residual_scale is None else y * self.residual_scale))
         return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
     def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
@@ -78,5 +81,5 @@ class Block(nn.Module):
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
         h = self.attn_norm(x)
-        attn = self.attn(h, rope, mask, store=store)
-        return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+        y = self.attn(h, rope, mask, store=store) + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+        return x + (y if self.residual_scale is None else y * self.residual_scale)

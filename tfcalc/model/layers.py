@@ -33,6 +33,23 @@ def make_norm(norm: Norm) -> nn.Module:
     return nn.LayerNorm(norm.width, eps=norm.eps, bias=norm.bias)
 
 
+class HeadNorm(nn.Module):
+    """A norm over each head's channels with weights of its own per head, (heads, h): Cohere's q_norm and
+    k_norm (modeling_cohere.py, CohereLayerNorm of hidden_size (num_heads, head_dim), over the last dim)."""
+
+    def __init__(self, norm: Norm, heads: int):
+        super().__init__()
+        self.kind, self.width, self.eps = norm.kind, norm.width, norm.eps
+        self.weight = nn.Parameter(torch.empty(heads, norm.width))
+        self.bias = nn.Parameter(torch.empty(heads, norm.width)) if norm.bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, nh, hs), normed over hs, each head scaled by its own weights."""
+        norm = F.layer_norm if self.kind == "layernorm" else F.rms_norm
+        y = norm(x, (self.width,), eps=self.eps) * self.weight
+        return y if self.bias is None else y + self.bias
+
+
 class Linear(nn.Linear):
     """nn.Linear without its own random init: every tfcalc model is built on meta first and filled once
     by init_weights(), so kaiming_uniform_ here would be wasted work (a third of the meta build time)."""
@@ -124,8 +141,11 @@ class Attention(nn.Module):
         self.rope_key = None if spec.rope_theta is None else (spec.rope_theta, spec.rope_dim)
         self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
-        self.q_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
-        self.k_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
+        self.q_norm = self.k_norm = None
+        if spec.qk_norm is not None and spec.qk_norm_heads:  # Cohere: weights per head
+            self.q_norm, self.k_norm = HeadNorm(spec.qk_norm, spec.n_head), HeadNorm(spec.qk_norm, spec.n_kv_head)
+        elif spec.qk_norm is not None:
+            self.q_norm, self.k_norm = make_norm(spec.qk_norm), make_norm(spec.qk_norm)
         self.sinks = nn.Parameter(torch.empty(spec.n_head)) if spec.sinks else None
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:

@@ -62,6 +62,12 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return torch.cat([rows[:, 0::2], rows[:, 1::2]], dim=1)
     if transform == "norm+1":
         return tensor.float() + 1.0
+    if transform in ("rope_pairs", "rope_pairs_heads"):  # Cohere: see tfcalc.checkpoint.names_more
+        hd = block_of(cfg, piece.param).attention.head_dim
+        if transform == "rope_pairs_heads":  # (heads, h)
+            return tensor.reshape(-1, hd // 2, 2).transpose(1, 2).reshape(tensor.shape)
+        rest = tensor.shape[1:]  # rows (heads·h, ...)
+        return tensor.reshape(-1, hd // 2, 2, *rest).transpose(1, 2).reshape(tensor.shape)
     if transform not in ("neox_qkv", "falcon_qkv"):
         return tensor
     attention = block_of(cfg, piece.param).attention

@@ -35,7 +35,10 @@ class Stack(nn.Module):
         layers, emb = list(spec.layers()), spec.embeddings
         self.causal = layers[0].attention.causal
         self.positions, self.scale = emb.positions, emb.scale
-        self.tok_emb = tok_emb if tok_emb is not None else _embedding(emb.vocab_size, emb.d_model)
+        self.tok_emb = tok_emb if tok_emb is not None else _embedding(emb.vocab_size, emb.table_dim)
+        self.multiplier = emb.multiplier  # Granite's embedding_multiplier
+        # OPT-350m: a narrower token table, projected in (modeling_opt.py, project_in)
+        self.project_in = Linear(emb.project_dim, emb.d_model, bias=False) if emb.project_dim is not None else None
         self.pos_emb = _embedding(emb.position_rows, emb.d_model) if emb.positions == "learned" else None
         # T5: one (buckets, n_head) table per stack, read by every block (modeling_t5.py keeps it in block 0)
         self.rel_bias = _embedding(*emb.relative) if emb.relative is not None else None
@@ -52,7 +55,7 @@ class Stack(nn.Module):
         self._register_position_buffers()
 
     def _register_position_buffers(self) -> None:
-        d = self.tok_emb.embedding_dim
+        d = self.project_in.out_features if self.project_in is not None else self.tok_emb.embedding_dim
         tables = position_buffers(self.positions, self.cfg.max_seq_len, d, self.alibi_heads, self.ropes,
                                   self.tok_emb.weight.device)
         for name, table in tables.items():
@@ -124,6 +127,10 @@ class Stack(nn.Module):
         end = start + idx.shape[1]
         if self.scale:  # Vaswani et al. 2017, sec. 3.4
             x = x * math.sqrt(self.tok_emb.embedding_dim)
+        if self.multiplier is not None:  # modeling_granite.py: inputs_embeds * embedding_multiplier
+            x = x * self.multiplier
+        if self.project_in is not None:  # modeling_opt.py: project_in before the positions are added
+            x = self.project_in(x)
         if self.pos_emb is not None:  # OPT's positions start at row 2 (modeling_opt.py, OPTLearnedPositionalEmbedding)
             offset = self.cfg.position_offset
             x = x + self.pos_emb(torch.arange(offset + start, offset + end, device=idx.device))
@@ -189,7 +196,9 @@ class Transformer(Stack):
         # BERT's MLM head (modeling_bert.py, BertPredictionHeadTransform): dense, activation, norm
         self.head_dense = Linear(d, d) if head.transform is not None else None
         self.head_norm = make_norm(head.transform) if head.transform is not None else None
-        self.lm_head = LMHead(d, head.vocab_size, bias=head.bias) if head.lm_head else None
+        # OPT-350m: the final states projected down to the token table's width (modeling_opt.py, project_out)
+        self.project_out = Linear(d, head.project_dim, bias=False) if head.project_dim is not None else None
+        self.lm_head = LMHead(head.in_dim, head.vocab_size, bias=head.bias) if head.lm_head else None
         self.tied = head.lm_head and head.tied
         # Registered after the decoder's own embedding, so a shared one is counted there (parameter order).
         self.encoder = None
@@ -238,7 +247,12 @@ class Transformer(Stack):
         and Gemma 2's soft-capping."""
         if self.head_dense is not None:
             h = self.head_norm(_ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
-        return softcap(self.lm_head(h), self.arch.head.softcap)
+        if self.project_out is not None:
+            h = self.project_out(h)
+        logits = self.lm_head(h)
+        if self.arch.head.scale is not None:  # Cohere's logit_scale; Granite's 1 / logits_scaling
+            logits = logits * self.arch.head.scale
+        return softcap(logits, self.arch.head.softcap)
 
     # ---------- decoding with a static KV cache (tfcalc.model.cache) ----------
 
