@@ -158,7 +158,8 @@ def rows() -> list[Row]:
             ("GPT-J 6B", "gpt3-6.7b", GPTJ, 60, 2048, 128, 670)):
         out.append(Row("inference throughput", f"{label}, batch {batch}, {inp} in, {outp} out", trt, rate, "tok/s",
                        trt_rate(preset, batch, inp, outp, **over)))
-    for label, preset, over, inp, ms in (("LLaMA 7B", "llama2-7b", {}, 128, 16), ("LLaMA 7B", "llama2-7b", {}, 2048, 133),
+    for label, preset, over, inp, ms in (("LLaMA 7B", "llama2-7b", {}, 128, 16),
+                                         ("LLaMA 7B", "llama2-7b", {}, 2048, 133),
                                          ("GPT-J 6B", "gpt3-6.7b", GPTJ, 128, 12),
                                          ("GPT-J 6B", "gpt3-6.7b", GPTJ, 2048, 129)):
         out.append(Row("first-token latency", f"{label}, batch 1, {inp} tokens in", trt + ", Low Latency", ms, "ms",
@@ -212,7 +213,8 @@ def markdown(results: list[dict]) -> str:
     lines = []
     for held in (False, True):
         title = "Held out (not in the calibration set; reported, not fitted)" if held else "Calibration set"
-        lines += [f"**{title}**", "", "| group | figure | published | tfcalc | ratio | source |", "|---|---|---|---|---|---|"]
+        lines += [f"**{title}**", "", "| group | figure | published | tfcalc | ratio | source |",
+                  "|---|---|---|---|---|---|"]
         for x in (x for x in results if x["held_out"] == held):
             mark = "" if passes(x) else " ✗"
             lines.append(f"| {x['group']} | {x['label']} | {_fmt(x['published'])} {x['unit']} | "

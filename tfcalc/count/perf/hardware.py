@@ -22,16 +22,16 @@ Fields and their sources:
   and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
   matrices with a compute tail (GEMV) stay below a pure copy, hence 0.85, not 0.9.
 - ``kernel_s``: the fixed cost of one kernel on the GPU (launch, ramp-up, tail, the wait between
-  dependent kernels), 4 µs: a kernel launched from Python costs 4.2 µs (the same measurement); CUDA
-  graphs and torch.compile (gpt-fast, TensorRT-LLM) remove the CPU side but not the GPU's ramp and
-  drain, which the GEMV-heavy decode of gpt-fast shows (see tfcalc.count.perf.elementwise).
+  dependent kernels), 4 µs: the launch-latency class the CUDA C++ Best Practices Guide describes
+  ("a few microseconds" per launch); CUDA graphs and torch.compile (gpt-fast, TensorRT-LLM) remove the
+  CPU side but not the GPU's ramp and drain between dependent kernels.
 - ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
   FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
   we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
   et al. 2024, "FlashAttention-3", sec. 1): 0.35 and 0.3.
-- ``dequant_ops_per_weight``: CUDA-core operations per dequantized weight in a weight-only kernel (see
-  tfcalc.count.perf.elementwise): int8 3 (convert, multiply by the scale, convert to bf16), int4 5
-  (shift, mask, convert, subtract the zero point, multiply by the scale); fp8 1 (a convert).
+- ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
+  tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
+  one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
 - links (``link_latency_s`` per ring step and ``link_efficiency`` of the bus bandwidth), per link kind:
   NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. nccl-tests all_reduce_perf
   on 8 NVLink GPUs reaches a bus bandwidth of about 80 % of the per-GPU link rate (A100: ~230-240 of 300
@@ -56,7 +56,7 @@ class PerfSpec:
     bandwidth_efficiency: float = 0.85
     kernel_s: float = 4e-6
     flash_efficiency: tuple[float, float] = (0.6, 0.45)  # forward, backward
-    dequant_ops_per_weight: dict[str, float] = field(default_factory=lambda: {"int8": 3.0, "int4": 5.0, "fp8": 1.0})
+    dequant_ops_per_weight: dict[str, float] = field(default_factory=lambda: {"int8": 2.0, "int4": 3.0, "fp8": 1.0})
     link_latency_s: dict[str, float] = field(default_factory=lambda: {"nvlink": 2e-6, "network": 6e-6, "pcie": 4e-6})
     link_efficiency: dict[str, float] = field(default_factory=lambda: {"nvlink": 0.80, "network": 0.90,
                                                                         "pcie": 0.80})
