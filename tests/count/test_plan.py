@@ -12,7 +12,7 @@ from tfcalc.count.flops import training_flops
 from tfcalc.count.layout import Layout, check_layout, resolve_degrees
 from tfcalc.count.params import total
 from tfcalc.count.plan import fewest_gpus, make_plan, search
-from tfcalc.count.steptime import Hardware, bubble_fraction, parse_count, training_run
+from tfcalc.count.steptime import Hardware, bubble_fraction, chinchilla_tokens, parse_count, training_run
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
@@ -215,7 +215,12 @@ def test_tokens_and_chinchilla():
     run = training_run(2 * 10**12, PSI_7B, L, 10.0)
     assert run.steps == math.ceil(2e12 / (1024 * 4096))
     assert run.gpu_hours == pytest.approx(run.steps * 10 * 8 / 3600)
-    assert run.chinchilla_tokens == 20 * PSI_7B
+    assert run.chinchilla_tokens == chinchilla_tokens(PSI_7B)
+    # Hoffmann et al. 2022, Table 3 at its rows, between them linear in log(parameters): not a flat 20
+    assert chinchilla_tokens(10**9) == 20_200_000_000 and chinchilla_tokens(67 * 10**9) == 1_500_000_000_000
+    assert chinchilla_tokens(10**8) == 2 * 10**9 and chinchilla_tokens(10**14) == 2_162 * 10**12
+    r = (math.log(7e9) - math.log(1e9)) / (math.log(10e9) - math.log(1e9))
+    assert chinchilla_tokens(7 * 10**9) == round(7e9 * (20.2 + (20.51 - 20.2) * r))
 
 
 # ---------- search ----------

@@ -30,9 +30,10 @@
    step time is then model FLOPs / (X × peak × GPUs), so the printed MFU is X; the physics' own
    prediction stays in ``physics_s``.
 7. Training time for D tokens: ⌈D / (global batch × seq)⌉ steps × the step time; GPU-hours
-   = that × GPUs / 3600. Chinchilla-optimal tokens: 20 per parameter (Hoffmann et al. 2022, Table 3
-   gives 20.2 tokens per parameter at 1B ... 21 at 67B -- approach 1's and 2's fits; approach 3's
-   parametric fit asks fewer, 1.5T tokens for 67B, sec. 3.3 -- the usual rounding of Table 3 is 20).
+   = that × GPUs / 3600. Chinchilla-optimal tokens: Hoffmann et al. 2022, Table 3 (approach 1's
+   compute-optimal tokens per model size: 400M 8.0B, 1B 20.2B, 10B 205.1B, 67B 1.5T, 175B 3.7T, 280B
+   5.9T, 520B 11.0T, 1T 21.2T, 10T 216.2T), interpolated linearly in tokens per parameter against
+   log(parameters) and held at the ends: 20 per parameter at 400M rising to 21.6 at 10T, not a flat 20.
 """
 
 from __future__ import annotations
@@ -52,7 +53,22 @@ from tfcalc.count.perf.training import micro_batch_time
 from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.errors import InputError
 
-CHINCHILLA_TOKENS_PER_PARAM = 20
+CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
+# Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
+CHINCHILLA_TABLE_3 = ((400e6, 8.0e9), (1e9, 20.2e9), (10e9, 205.1e9), (67e9, 1.5e12), (175e9, 3.7e12),
+                      (280e9, 5.9e12), (520e9, 11.0e12), (1e12, 21.2e12), (10e12, 216.2e12))
+
+
+def chinchilla_tokens(params: int) -> int:
+    """Compute-optimal training tokens for a model of ``params`` parameters (step 7)."""
+    table = [(math.log(n), d / n) for n, d in CHINCHILLA_TABLE_3]
+    x = math.log(max(params, 1))
+    if x <= table[0][0]:
+        return round(params * table[0][1])
+    for (x0, r0), (x1, r1) in zip(table, table[1:], strict=False):
+        if x <= x1:
+            return round(params * (r0 + (r1 - r0) * (x - x0) / (x1 - x0)))
+    return round(params * table[-1][1])
 
 
 @dataclass(frozen=True)
@@ -188,7 +204,7 @@ def training_run(tokens: int, params: int, layout: Layout, step_s: float) -> Tra
     """Step 6."""
     steps = math.ceil(tokens / (layout.global_batch * layout.seq))
     seconds = steps * step_s
-    return TrainingRun(tokens, steps, seconds, seconds * layout.gpus / 3600, CHINCHILLA_TOKENS_PER_PARAM * params)
+    return TrainingRun(tokens, steps, seconds, seconds * layout.gpus / 3600, chinchilla_tokens(params))
 
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12, "p": 10**15}

@@ -108,7 +108,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
               f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
-        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None, "20 per parameter")
+        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None,
+              f"{run.chinchilla_tokens / r.params:.1f} per parameter (Hoffmann et al. 2022, Table 3, interpolated)")
 
 
 def _measured(doc: Doc, m: PlanCheck) -> None:
