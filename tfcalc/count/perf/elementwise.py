@@ -16,10 +16,12 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
 3. Kernels: every matmul and every non-matmul entry is one kernel per layer (a fused attention, one for
    its Q·Kᵀ, softmax and ·V), each paying ``kernel_s``; a backward pass runs about twice as many.
 4. Dequantization (weight-only int8/int4, the GPTQ/AWQ and gpt-fast kernels): each weight is unpacked
-   and scaled once per matmul call on the CUDA cores, ``dequant_ops_per_weight`` instructions at the
-   device's fp32 lane rate (its fp32 FLOP/s / 2: the datasheet counts an FMA as 2), not hidden behind
-   the weight stream -- gpt-fast's own bandwidth column (1,397 GB/s in bf16, 1,069 in int8, 863 in
-   int4 on an A100) shows the cost.
+   and scaled once per matmul call on the CUDA cores, ``dequant_ops_per_weight`` instructions each.
+   The kernels work on pairs of 16-bit values (half2/bf16x2 instructions), two weights per instruction,
+   and the lanes issue one instruction per clock: fp32 FLOP/s / 2 instructions (the datasheet counts an
+   FMA as 2 FLOPs) × 2 weights = the fp32 FLOP rate in weight-instructions per second. Not hidden
+   behind the weight stream -- gpt-fast's own bandwidth column (1,397 GB/s in bf16, 1,069 in int8, 863
+   in int4 on an A100) shows the cost.
 """
 
 from __future__ import annotations
@@ -61,4 +63,4 @@ def score_traffic(score_elements: int, act_bytes: int, dropout: bool = False) ->
 def dequant_seconds(quantized_weights: int, dtype: str, ops_per_weight: dict[str, float], fp32_flops: float) -> float:
     """Step 4: seconds to dequantize ``quantized_weights`` weights once."""
     ops = ops_per_weight.get(dtype, 0.0)
-    return quantized_weights * ops / (fp32_flops / 2) if ops else 0.0
+    return quantized_weights * ops / fp32_flops if ops else 0.0

@@ -30,20 +30,19 @@ from tfcalc.count.flops import matmul_entries
 from tfcalc.count.non_matmul import non_matmul_entries
 from tfcalc.count.perf import elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.quant import WeightFormat
 
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
 
-def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec,
-                   n_expert: int = 1) -> float:
-    """The fraction of the peak one roofline row's matmul reaches (see the module docstring)."""
+def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec) -> float:
+    """The fraction of the peak one roofline row's matmul reaches (see the module docstring); a mixture's
+    rows come as one GEMM per expert (tfcalc.count.roofline)."""
     if perf.matmul_efficiency is not None:
         return perf.matmul_efficiency
     if component in SCORE_COMPONENTS:
         return perf.flash_efficiency[0]
     m, k, n = shape
-    if component.startswith("expert_"):
-        m, count = -(-m // n_expert), count * n_expert
     return gemm.efficiency(m, n, k, perf.sm_count, perf.matmul_ceiling, count)
 
 
@@ -81,3 +80,14 @@ def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_we
     traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
+
+
+def quantized_weights(step, fmt: WeightFormat) -> int:
+    """The int8/int4 weights a step reads (tfcalc.count.roofline's rows of the block matrices: their bytes
+    over the format's bits per weight, scales and zero points included); 0 for plain formats."""
+    if fmt.dtype not in ("int8", "int4"):
+        return 0
+    bits = {"int8": 8, "int4": 4}[fmt.dtype]
+    per_weight = bits + ((16 + (bits if fmt.zero_point else 0)) / fmt.group_size if fmt.group_size else 0)
+    read = sum(r.weight_bytes for r in step.rows if r.component not in ("lm_head", "other") and r.flops)
+    return round(read * 8 / per_weight)
