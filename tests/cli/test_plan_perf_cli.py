@@ -66,3 +66,13 @@ def test_search_over_16384_gpus_is_fast():
     r = tfcalc.plan("gpt3", gpus=16384)
     assert time.process_time() - start < 2.0
     assert r.search == "layouts" and r.plan.step.basis == "physics"
+
+
+def test_infer_takes_the_same_knobs(cli):
+    """infer: --bandwidth-efficiency 1 is the datasheet bandwidth; --matmul-efficiency a flat share on every
+    row; both refused with --measure (a measured device has its own ceilings)."""
+    r = cli("infer", "llama2-7b", "--seq", "512", "--gen", "8", "--bandwidth-efficiency", "1",
+            "--matmul-efficiency", "0.5", "--json").json()
+    assert r["ceilings"]["bytes_per_s"] == 3.35e12
+    assert {x["matmul_efficiency"] for x in r["roofline"]["prefill"] if x["flops"]} == {0.5}
+    assert_one_line_error(cli("infer", "llama2-7b", "--measure", "--matmul-efficiency", "0.5"), "--measure")
