@@ -43,9 +43,9 @@ def test_plan_table_and_training_time(cli):
             "--recompute", "selective", "--tokens", "2T")
     assert r.code == 0, r.err
     for text in ("memory of one rank", "Communication per step", "TP activations", "reduce-scatter", "NVLink",
-                 "network", "idle", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1.38T",
+                 "network", "idle", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1.542T",
                  "Ring conventions"):
-        assert text in r.out, text
+        assert text in r.out, text  # Chinchilla: 68,976,648,192 × 22.35 (Table 3, between 67B's 22.39 and 175B's 21.14)
     j = cli("plan", "llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--tokens", "2T", "--json").json()
     assert j["training"]["tokens"] == 2 * 10**12
     assert j["training"]["gpu_hours"] == pytest.approx(j["training"]["seconds"] * 64 / 3600)
