@@ -7,7 +7,8 @@
    every matmul of the description at its TP-split shape and the micro-batch, forward and backward
    GEMMs each at its shape's efficiency (tile and wave quantization, tfcalc.count.perf.gemm), fused
    attention at its kernel's efficiency, the non-matmul kernels' memory traffic at the achievable
-   bandwidth, a fixed cost per kernel. ``compute_s`` = m micro-batches of it.
+   bandwidth, a fixed cost per kernel; the peak at the clock the GPU sustains through training
+   (``sustained_clock``: 0.926 on A100s). ``compute_s`` = m micro-batches of it.
    ``--matmul-efficiency X`` runs every matmul at the flat fraction X of the peak instead of the shape
    model; everything else stays.
 3. Pipeline bubble, 1F1B or GPipe with p stages and m micro-batches: (p − 1)/(m + p − 1) of the step
@@ -160,8 +161,9 @@ def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
 def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> tuple[float, float, float]:
     """(seconds of one micro-batch on the slowest stage, of its matmuls, of its backward share)."""
     alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch)  # what the time depends on
-    t = micro_batch_time(cfg, alike, hw.peak_flops_per_s, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency,
-                         hw.perf)
+    # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
+    peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     blocks = counts[-1] if stage == t.stage_s(counts[-1], True) else max(counts[:-1])

@@ -148,7 +148,7 @@ class PlanReport(Displayed):
 
 def perf_json(perf: PerfSpec) -> dict[str, Any]:
     """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
-    return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling,
+    return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),

@@ -17,6 +17,12 @@ Fields and their sources:
   FLOPS comparison table" (measured with mamf-finder.py): A100 SXM 267.9 of 312 TFLOP/s (0.859), A100
   PCIe 0.822, H100 SXM 792.1 of 989 (0.801), GH200 0.830 (taken for H200), MI300X 781.9 of 1300 (0.601).
   Devices without a measurement take 0.80, the H100's, and say so.
+- ``sustained_clock``: the share of the datasheet's clock a GPU holds through hours of compute-bound
+  training on every GPU of a node at its power limit. A100: 1305 of 1410 MHz (0.926), the clock NVIDIA
+  uses for the A100's Rpeak in HPL runs, "the clock that can be sustained at a GPU's power limit" (Glenn
+  Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS). H100 SXM's datasheet rate is already
+  counted at 1.83 GHz, below its 1.98 GHz boost (the same page: 528 tensor cores × 1,024 FLOPs × 1.83
+  GHz = 989 TFLOP/s): 1.0. Applied to training steps, not to the short kernels of serving.
 - ``bandwidth_efficiency``: the fraction of the datasheet memory bandwidth a streaming kernel reaches.
   0.85 by default: a device-to-device copy of 4 GiB on an H100 NVL measures 3.568 of 3.938 TB/s (0.906)
   and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
@@ -53,6 +59,7 @@ class PerfSpec:
 
     sm_count: int = 108
     matmul_ceiling: float = 0.80
+    sustained_clock: float = 1.0
     bandwidth_efficiency: float = 0.85
     kernel_s: float = 4e-6
     flash_efficiency: tuple[float, float] = (0.6, 0.45)  # forward, backward
@@ -64,10 +71,11 @@ class PerfSpec:
     source: str = ""
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
-        return hash((self.sm_count, self.matmul_ceiling, self.bandwidth_efficiency, self.kernel_s,
-                     self.flash_efficiency, self.matmul_efficiency))
+        return hash((self.sm_count, self.matmul_ceiling, self.sustained_clock, self.bandwidth_efficiency,
+                     self.kernel_s, self.flash_efficiency, self.matmul_efficiency))
 
 
+A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
 _HOPPER_FLASH = (0.35, 0.30)  # FlashAttention-2 on H100 (Shah et al. 2024)
 
 # key -> (sm_count, matmul_ceiling, flash_efficiency, source of the ceiling)
@@ -95,7 +103,8 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
     """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
     sms, ceiling, flash, source = _TABLE.get(device_key, (108, 0.80, (0.6, 0.45), GENERIC))
     spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
-                    matmul_efficiency=matmul_efficiency)
+                    matmul_efficiency=matmul_efficiency,
+                    sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
     if bandwidth_efficiency is not None:
         spec = PerfSpec(**{**spec.__dict__, "bandwidth_efficiency": bandwidth_efficiency})
     return spec
