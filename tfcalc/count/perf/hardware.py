@@ -10,8 +10,8 @@ Fields and their sources:
   2020, sec. "A100 SM"); H100 SXM5 132 and H100 PCIe 114 ("NVIDIA H100 Tensor Core GPU Architecture",
   2022, Table 2); H200 and H100 NVL the H100 SXM5 die (132); V100 80 (Volta whitepaper, 2017); T4 40
   (Turing whitepaper, 2018); RTX 4090 128, L40S 142 and L4 58 (Ada Lovelace whitepaper, 2022, Appendix
-  A); A10G 80 (Baseten, "NVIDIA A10 vs A10G for ML model inference": 80 SMs); B200 148 (2 dies; as CUDA
-  reports it); MI300X 304 CUs (AMD CDNA 3 whitepaper, 2023).
+  A); MI300X 304 CUs (AMD CDNA 3 whitepaper, 2023). A10G 80 and B200 148 (2 dies) are the counts CUDA
+  is commonly reported to give; not checked against a whitepaper here.
 - ``matmul_ceiling``: the fraction of the datasheet peak that the best-shaped large bf16 GEMM reaches.
   Stas Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable Matmul
   FLOPS comparison table" (measured with mamf-finder.py): A100 SXM 267.9 of 312 TFLOP/s (0.859), A100
@@ -39,10 +39,11 @@ Fields and their sources:
   tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
   one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
 - links (``link_latency_s`` per ring step and ``link_efficiency`` of the bus bandwidth), per link kind:
-  NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. nccl-tests all_reduce_perf
-  on 8 NVLink GPUs reaches a bus bandwidth of about 80 % of the per-GPU link rate (A100: ~230-240 of 300
-  GB/s, NVIDIA's DGX A100 user guide figures); InfiniBand NICs run near line rate (~90 %); small
-  messages take a few µs per hop (NCCL's LL protocol, Jeaugey, "NCCL 2.0", GTC 2017).
+  NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. Estimates of the usual
+  class, not one measurement: nccl-tests all_reduce_perf on 8 NVLink GPUs reaches a bus bandwidth of
+  about 80 % of the per-GPU link rate (A100: ~230-240 of 300 GB/s); InfiniBand NICs run near line rate;
+  small messages take a few µs per hop (NCCL's LL protocol, Jeaugey, "NCCL 2.0", GTC 2017). The
+  calibration set barely tests them (its TP groups sit in one node, its DP traffic hides).
 """
 
 from __future__ import annotations
