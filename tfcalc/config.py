@@ -154,7 +154,23 @@ class ModelConfig:
     moe_every: Optional[int] = None
     dense_d_ff: Optional[int] = None
 
+    # --- gpt-oss and Qwen3-MoE (tfcalc.config_moe checks them) ---
+    # the layers (0-based) with a dense FFN, listed, beside first_dense_layers and moe_every (Qwen2/3-MoE's
+    # mlp_only_layers, modeling_qwen3_moe.py Qwen3MoeDecoderLayer); stored as a tuple
+    dense_layers: Optional[tuple[int, ...]] = None
+    attn_sinks: bool = False  # one learned logit per head in each softmax, attached to no value (gpt-oss)
+    router_bias: bool = False  # a bias on the MoE router (gpt-oss, GptOssTopKRouter.bias)
+    # gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): the gate clamped to at most
+    # the limit, up to ±limit, and down(g·sigmoid(alpha·g) · (up + 1)); alpha 1.702, limit 7.0 in gpt-oss
+    swiglu_limit: Optional[float] = None
+    swiglu_alpha: Optional[float] = None
+    # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
+    # each; gpt-oss's quantization_config); None: in dtype like every other weight
+    expert_format: Optional[str] = None
+
     def __post_init__(self) -> None:
+        if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
+            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         validate(self)
 
     @functools.cached_property

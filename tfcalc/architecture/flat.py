@@ -10,6 +10,8 @@ Per-layer patterns in the flat fields:
   experts (DeepSeek-V3's ``first_k_dense_replace``, modeling_deepseek_v3.py);
 - ``moe_every: n``: layers n-1, 2n-1, ... have the mixture of experts, the others a dense FFN (Llama 4's
   ``interleave_moe_layer_step``, modeling_llama4.py);
+- ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
+  modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff.
 """
 
@@ -61,8 +63,9 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     window = (cfg.full_attention_every or 1) if causal and cfg.sliding_window is not None else 1
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
-    out: list[Run] = []
-    for start, stop, period in ((0, k, window), (k, n_layer, math.lcm(window, every))):
+    listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
+    out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
+    for start, stop, period in ((listed, k, window), (max(k, listed), n_layer, math.lcm(window, every))):
         if stop <= start:
             continue
         if period > MAX_PERIOD:
@@ -102,12 +105,13 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         window=cfg.layer_window(i) if causal and kind == "self" else None,
         rope_theta=cfg.rope_theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
+        sinks=cfg.attn_sinks and kind == "self",
     )
 
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
-    if cfg.n_expert is None or i < (cfg.first_dense_layers or 0):
+    if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0
 
@@ -115,10 +119,12 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
-        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
-    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
+    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
+                 cfg.swiglu_alpha)
     shared = None
     if cfg.shared_expert_d_ff:
-        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
+                     cfg.swiglu_limit, cfg.swiglu_alpha)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
-               cfg.expert_capacity_factor)
+               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format)

@@ -36,16 +36,32 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
     A sliding window W makes a windowed layer's causal scores grow like W·T beyond W (see _windowed): they
     may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
+    Layers that differ (heads, head widths, FFN widths, dense and MoE) are folded over the description:
+    with S(T) = a·T², P(T) = p·T and F(T) = c·T, each coefficient the mean over the output stack's layers,
+    T >= c / a and T >= (c − p) / a (_attention_per_layer, _ffn_per_token).
     """
-    d, q, k = cfg.d_model, cfg.q_dim, cfg.kv_dim
+    score_coef, proj_per_token = _attention_per_layer(cfg)
     ffn_per_token = _ffn_per_token(cfg)
-    scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
-    attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
+    scores_bound = ffn_per_token / score_coef  # T >= this (full square)
+    attention_bound = (ffn_per_token - proj_per_token) / score_coef
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if cfg.sliding_window is not None:
-            return Crossover(*(_windowed(cfg, 4 * q * b, q) for b in (scores_bound, attention_bound)))
+        if any(b.attention.window is not None for b, _ in cfg.architecture.output.kinds()):
+            return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction]:
+    """(a, p): the full-square scores of one layer are a·T² per sequence, its projections p·T, each the mean
+    over the output stack's layers (tfcalc.architecture: layers of other heads or widths each count their
+    own): a = 2·H·(h + h_v) from each self-attention's score_dims (4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out
+    over its projections (4·d·(q + k) for Q, K, V, O)."""
+    stack, a, p = cfg.architecture.output, 0, 0
+    for block, layers in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        a += layers * 2 * heads * (h + hv)
+        p += layers * sum(2 * m.n_in * m.n_out for m in block.attention.linears())
+    return Fraction(a, stack.n_layer), Fraction(p, stack.n_layer)
 
 
 def _ffn_per_token(cfg: ModelConfig) -> Fraction:
@@ -61,23 +77,30 @@ def _ffn_per_token(cfg: ModelConfig) -> Fraction:
     return Fraction(total, stack.n_layer)
 
 
-def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
-    """Smallest T >= 1 at which the causal scores of all the decoder's layers, 4·q·Σ_l pairs_l(T)
-    (terms.causal_pairs, each layer with its own window: Gemma 2 alternates windowed and full layers),
-    reach L·per_token·T, or None when they never do.
+def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
+    """Smallest T >= 1 at which the causal scores of all the decoder's layers, Σ_l a_l·pairs_l(T)
+    (terms.causal_pairs, each layer with its own window and its own a_l = 2·H·(h + h_v): Gemma 2 alternates
+    windowed and full layers), reach L·per_token·T, or None when they never do.
 
-    g(T) = 4·q·Σ_l pairs_l(T) − L·per_token·T is convex (a query's visible keys, min(p + 1, W), never
+    g(T) = Σ_l a_l·pairs_l(T) − L·per_token·T is convex (a query's visible keys, min(p + 1, W), never
     shrink as p grows) and g(0) = 0, so g(T)/T never decreases: the first T with g(T) >= 0 is found by
-    doubling, then bisection. It never comes when every layer is windowed and 4·q·W <= per_token (the
-    slope of g/L beyond W); a full layer's T² always gets there."""
-    windows = Counter(cfg.layer_window(i) for i in range(cfg.decoder_layers))
+    doubling, then bisection. When every layer is windowed, pairs_l(T) <= W_l·T (equal only for W_l = 1), so
+    it never comes when Σ_l a_l·W_l < L·per_token, nor at equality unless every window is 1; a full
+    layer's T² always gets there."""
+    stack = cfg.architecture.output
+    kinds: Counter = Counter()  # (a_l, window) -> layers
+    for block, n in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        kinds[2 * heads * (h + hv), block.attention.window] += n
+    target = stack.n_layer * per_token
 
     def reached(t: int) -> bool:
-        pairs = sum(n * causal_pairs(t, t, w) for w, n in windows.items())
-        return 4 * q * pairs >= cfg.decoder_layers * per_token * t
+        return sum(n * a * causal_pairs(t, t, w) for (a, w), n in kinds.items()) >= target * t
 
-    if None not in windows and 4 * q * max(windows) <= per_token:
-        return None
+    if all(w is not None for _, w in kinds):
+        slope = sum(n * a * w for (a, w), n in kinds.items())
+        if slope < target or (slope == target and any(w > 1 for _, w in kinds)):
+            return None
     hi = 1
     while not reached(hi):
         hi *= 2
