@@ -21,7 +21,7 @@ def test_python_example_prints_what_it_says():
     assert printed[0] == "291648307200" == expected[0]
     assert printed[1] == expected[1] == "gpt2 + n_layer=6 81912576 True"
     assert printed[2] == "13476831232 2147483648" == expected[2]
-    assert printed[3] == "214" == expected[3]
+    assert printed[3] == "137" == expected[3]  # the performance model: 0.85 of 3.35 TB/s and 450 kernels
 
 
 def test_quickstart_has_exactly_two_commands():

@@ -148,6 +148,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
           src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
           device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
+          matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None,
           **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
     or measure=True: ceilings measured and the model timed on device, the prediction beside."""
@@ -158,7 +159,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     batches = (batch,) if isinstance(batch, int) else tuple(batch) if isinstance(batch, (list, tuple)) else batch
     options = InferOptions(batches=batches, seq=seq, gen=gen, dtype=dtype or default_dtype(device if measure else None),
                            group_size=group_size, kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec,
-                           measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes)
+                           measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
+                           matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency)
     return build_infer(_model(model, overrides), options)
 
 
@@ -167,8 +169,9 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
          micro_batch: int = 1,
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
-         device_spec: str = "h100-sxm", mfu: float = 0.4, tokens: Union[int, str, None] = None, top: int = 10,
-         measure: bool = False, nproc: int = 2, **overrides: Any) -> "PlanReport":
+         device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
+         top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
+         bandwidth_efficiency: Optional[float] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks."""
     from tfcalc.count.steptime import parse_count
@@ -176,7 +179,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
 
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
-                          seq=seq, dtype=dtype, mfu=mfu, top=top,
+                          seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
+                          bandwidth_efficiency=bandwidth_efficiency,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 

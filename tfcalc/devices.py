@@ -296,3 +296,38 @@ def as_dict(spec: DeviceSpec) -> dict[str, Any]:
         "intra_node_bytes_per_s": spec.intra_node_bytes_per_s, "inter_node_bytes_per_s": spec.inter_node_bytes_per_s,
         "gpus_per_node": spec.gpus_per_node, "node": spec.node, "source": spec.source,
     }
+
+
+# ---------- what a program can use: the driver's total less the runtime's share ----------
+
+# An "80 GB" GPU's memory is 80 GiB of HBM less what the driver keeps back (ECC, reserved pages): torch reports
+# total_memory=81089MB (MiB) on an "NVIDIA H100 80GB HBM3" (torch.cuda.get_device_properties, printed in public
+# logs, e.g. stas00/ml-engineering's network benchmarks), 0.9899 of 80 GiB: 79.19 GiB. We take that fraction of
+# the datasheet figure read in GiB for every table device (H200's 141 GB: 139.6 GiB).
+DRIVER_FRACTION = 81089 / 81920
+# The CUDA context and cuBLAS/cuDNN workspaces of one process (PyTorch, "CUDA semantics": memory the caching
+# allocator does not see), about 0.5 GiB on recent GPUs; NCCL's communicator buffers, NCCL_BUFFSIZE 4 MiB per
+# channel and peer, a few hundred MiB for the groups of a parallel plan (NCCL environment-variable docs).
+CUDA_CONTEXT_BYTES = 512 * 2**20
+COMM_BUFFER_BYTES = 512 * 2**20
+
+
+def driver_bytes(spec: DeviceSpec) -> int:
+    """What the driver reports for a table device (see DRIVER_FRACTION); a user's file: its memory_bytes."""
+    if spec.key not in keys() or by_key(spec.key) != spec:
+        return spec.memory_bytes
+    return int(spec.memory_bytes / 1e9 * 2**30 * DRIVER_FRACTION)
+
+
+def usable_bytes(spec: DeviceSpec, communicating: bool = True) -> int:
+    """The driver's total less the CUDA context and, for a parallel plan, NCCL's buffers (a user's file
+    states its own usable memory: taken as given)."""
+    if spec.key not in keys() or by_key(spec.key) != spec:
+        return spec.memory_bytes
+    return driver_bytes(spec) - CUDA_CONTEXT_BYTES - (COMM_BUFFER_BYTES if communicating else 0)
+
+
+def intra_link(spec: DeviceSpec) -> str:
+    """The link kind between the GPUs of a node: 'pcie' for the PCIe-only nodes of the table, else 'nvlink'
+    (NVLink, NVSwitch, Infinity Fabric)."""
+    return "pcie" if spec.intra_node_bytes_per_s in (PCIE4_X16, PCIE5_X16, 16 * G) else "nvlink"

@@ -43,9 +43,9 @@ def test_plan_table_and_training_time(cli):
             "--recompute", "selective", "--tokens", "2T")
     assert r.code == 0, r.err
     for text in ("memory of one rank", "Communication per step", "TP activations", "reduce-scatter", "NVLink",
-                 "network", "idle", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1.38T",
+                 "network", "idle", "Step, overlapped", "GPU-hours", "Chinchilla-optimal", "1.542T",
                  "Ring conventions"):
-        assert text in r.out, text
+        assert text in r.out, text  # Chinchilla: 68,976,648,192 × 22.35 (Table 3, between 67B's 22.39 and 175B's 21.14)
     j = cli("plan", "llama2-70b", "--gpus", "64", "--tp", "8", "--pp", "2", "--tokens", "2T", "--json").json()
     assert j["training"]["tokens"] == 2 * 10**12
     assert j["training"]["gpu_hours"] == pytest.approx(j["training"]["seconds"] * 64 / 3600)
@@ -72,7 +72,9 @@ def test_gpus_auto_is_the_default_without_a_layout(cli):
     j = cli("plan", "llama2-13b", "--json").json()
     assert j["search"]["kind"] == "gpus"
     assert cli("plan", "llama2-13b", "--gpus", "auto", "--json").json()["gpus"] == j["gpus"]
-    assert j["per_rank"]["total_bytes"] <= 80e9
+    assert j["per_rank"]["total_bytes"] <= j["device_usable_bytes"]
+    # the driver's 79.19 GiB of an "80 GB" H100 (torch reports 81,089 MiB) less the CUDA context and NCCL buffers
+    assert j["device_usable_bytes"] == int(80 * 2**30 * 81089 / 81920) - 2**30
 
 
 @pytest.mark.parametrize("args, message", [

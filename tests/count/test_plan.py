@@ -12,7 +12,7 @@ from tfcalc.count.flops import training_flops
 from tfcalc.count.layout import Layout, check_layout, resolve_degrees
 from tfcalc.count.params import total
 from tfcalc.count.plan import fewest_gpus, make_plan, search
-from tfcalc.count.steptime import Hardware, bubble_fraction, parse_count, training_run
+from tfcalc.count.steptime import Hardware, bubble_fraction, chinchilla_tokens, parse_count, training_run
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
@@ -163,20 +163,45 @@ def test_bubble():
 
 
 def test_step_time_adds_or_overlaps_communication():
-    plan = make_plan(load("llama2-7b"), layout(tp=2, dp=4, zero=1, global_batch=64), H100, 0.5)
-    st = plan.step
+    cfg = load("llama2-7b")
+    plan = make_plan(cfg, layout(tp=2, dp=4, zero=1, global_batch=64), H100, None)
+    st, m = plan.step, 64 // 4
+    assert st.basis == "physics" and st.overlap_s == st.physics_s
     assert st.no_overlap_s == pytest.approx(st.pipelined_s + sum(st.comm_s.values()))
-    assert st.overlap_s == pytest.approx(max(st.pipelined_s, st.comm_s["dp"]) + st.comm_s["tp"])
-    assert st.model_flops == training_flops(load("llama2-7b"), 64, 4096)
-    assert st.compute_s == pytest.approx(st.executed_flops / 8 / (989e12 * 0.5))
-    assert st.mfu < 0.5  # MFU counts model FLOPs over the whole (communicating) step
+    # TP on every micro-batch's critical path; DP reduction hidden behind the last micro-batch's backward
+    # pass (ZeRO-1 accumulates the others), all but what overflows that window and the last 25 MiB bucket
+    assert st.exposed_s["tp"] == st.comm_s["tp"]
+    assert 0 < st.exposed_s["dp"] <= st.comm_s["dp"]
+    assert st.overlap_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()))
+    assert st.overlap_s < st.no_overlap_s
+    assert st.model_flops == training_flops(cfg, 64, 4096)
+    assert st.compute_s > m * st.matmul_s / m  # the matmuls and the rest
+    assert st.mfu == pytest.approx(st.model_flops / (st.overlap_s * 989e12 * 8))
+
+
+def test_mfu_states_the_end_to_end_mfu():
+    """--mfu X: the step time at which model FLOPs / (time × peak × GPUs) is X, whatever the bubble and
+    communication (issue 20: `--mfu 0.4` printed 25.8 % for Llama 3 405B)."""
+    cfg = load("llama2-7b")
+    L = layout(tp=8, pp=4, dp=2, global_batch=64)
+    st = make_plan(cfg, L, H100, 0.43).step
+    assert st.basis == "mfu" and st.mfu == pytest.approx(0.43)
+    assert st.overlap_s == pytest.approx(st.model_flops / (0.43 * 989e12 * 64))
+    assert st.physics_s == make_plan(cfg, L, H100, None).step.overlap_s  # the model's own prediction kept beside
 
 
 def test_tp_across_nodes_uses_the_network():
+    """α-β per collective (tfcalc.count.perf.collectives): ring steps × the link's latency + bytes sent over
+    the link's bandwidth × NCCL's bus efficiency: network (6 µs, 0.9) when TP spans nodes, NVLink (2 µs,
+    0.8) inside one."""
     cfg, L = load("llama2-7b"), layout(tp=16, global_batch=8)
-    inside = make_plan(cfg, L, H100, 0.5).step.comm_s["tp"]
-    wide = make_plan(cfg, L, dataclasses.replace(H100, gpus_per_node=16), 0.5).step.comm_s["tp"]
-    assert inside == pytest.approx(wide * 450 / 50)
+    across = make_plan(cfg, L, H100, None)
+    inside = make_plan(cfg, L, dataclasses.replace(H100, gpus_per_node=16), None).step.comm_s["tp"]
+    tp = [c for c in across.collectives if c.group == "tp"]
+    steps = sum(c.calls * (2 if c.op == "all_reduce" else 1) * 15 for c in tp)
+    sent = sum(c.sent_bytes for c in tp)
+    assert across.step.comm_s["tp"] == pytest.approx(steps * 6e-6 + sent / (50e9 * 0.9))
+    assert inside == pytest.approx(steps * 2e-6 + sent / (450e9 * 0.8))
 
 
 def test_tokens_and_chinchilla():
@@ -190,7 +215,12 @@ def test_tokens_and_chinchilla():
     run = training_run(2 * 10**12, PSI_7B, L, 10.0)
     assert run.steps == math.ceil(2e12 / (1024 * 4096))
     assert run.gpu_hours == pytest.approx(run.steps * 10 * 8 / 3600)
-    assert run.chinchilla_tokens == 20 * PSI_7B
+    assert run.chinchilla_tokens == chinchilla_tokens(PSI_7B)
+    # Hoffmann et al. 2022, Table 3 at its rows, between them linear in log(parameters): not a flat 20
+    assert chinchilla_tokens(10**9) == 20_200_000_000 and chinchilla_tokens(67 * 10**9) == 1_500_000_000_000
+    assert chinchilla_tokens(10**8) == 2 * 10**9 and chinchilla_tokens(10**14) == 2_162 * 10**12
+    r = (math.log(7e9) - math.log(1e9)) / (math.log(10e9) - math.log(1e9))
+    assert chinchilla_tokens(7 * 10**9) == round(7e9 * (20.2 + (20.51 - 20.2) * r))
 
 
 # ---------- search ----------

@@ -60,6 +60,12 @@ def infer(
     warmup: Warmup = 3,
     repeat: Repeat = 10,
     copy_size: CopySize = None,
+    matmul_efficiency: Annotated[Optional[float], typer.Option(
+        "--matmul-efficiency", help="Run every matmul at this share of the datasheet peak instead of the GEMM-shape "
+        "model (tile and wave quantization).", show_default=False, metavar="F")] = None,
+    bandwidth_efficiency: Annotated[Optional[float], typer.Option(
+        "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
+        "device's, 0.85].", show_default=False, metavar="F")] = None,
     require_fit: RequireFit = False,
     format: FormatOption = Format.table,
     table: TableOption = None,
@@ -70,8 +76,10 @@ def infer(
     """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV
     cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
 
-    A roofline, matmul by matmul: each takes the longer of FLOPs ÷ peak and bytes ÷ bandwidth (weights read once per
-    step, the KV cache per sequence, activations). The device is a datasheet entry (--device-spec, default h100-sxm;
+    A roofline, matmul by matmul: each takes the longer of FLOPs ÷ (peak × its GEMM shape's efficiency) and bytes ÷
+    the achievable bandwidth (weights read once per step, the KV cache per sequence, activations); each step adds a
+    cost per kernel, int8/int4 dequantization and the non-matmul traffic (README, "How good are the predictions").
+    Memory: the driver's total less the CUDA context. The device is a datasheet entry (--device-spec, default h100-sxm;
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
@@ -99,6 +107,7 @@ def infer(
         dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
+        matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes

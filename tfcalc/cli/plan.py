@@ -87,9 +87,16 @@ def plan(
         show_default=False, metavar="N", parser=count_value)] = None,
     seq: Seq = None,
     dtype: DType = None,
-    mfu: Annotated[float, typer.Option(
-        "--mfu", help="Assumed share of the datasheet peak the GPUs run at (tfcalc bench measures it).",
+    mfu: Annotated[Optional[float], typer.Option(
+        "--mfu", help="End-to-end MFU to assume: the step time at which model FLOPs / (time × peak × GPUs) is F, "
+        "so the printed MFU is F [default: the performance model's prediction].", show_default=False,
         metavar="F")] = DEFAULT_MFU,
+    matmul_efficiency: Annotated[Optional[float], typer.Option(
+        "--matmul-efficiency", help="Run every matmul at this share of the datasheet peak instead of the GEMM-shape "
+        "model (tile and wave quantization); the rest of the model stays.", show_default=False, metavar="F")] = None,
+    bandwidth_efficiency: Annotated[Optional[float], typer.Option(
+        "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
+        "device's, 0.85].", show_default=False, metavar="F")] = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -109,9 +116,13 @@ def plan(
     rows), activations (the same model as `memory --training`: the terms autograd keeps in the real module,
     shared out by TP, sequence parallelism, recompute and the pipeline's micro-batches in flight, Korthikanti et
     al. 2022; flash attention unless --attention math), against the device's memory. Per step: every collective by
-    cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time: FLOPs at --mfu of the
-    peak, collectives over NVLink within a node and the network across (Megatron's rank order), with and without
-    overlap; the pipeline bubble (p−1)/(m+p−1).
+    cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time from the performance model
+    (README, "How good are the predictions"): each matmul at its GEMM shape's efficiency (tile and wave
+    quantization), fused attention at its kernel's, the non-matmul kernels' traffic at the achievable bandwidth, a
+    cost per kernel; collectives α-β over NVLink within a node and the network across (Megatron's rank order); DP
+    reduction overlapped with the backward pass, TP and PP not; the pipeline bubble (p−1)/(m+p−1). --mfu F states
+    the end-to-end MFU instead (the printed MFU is F); --matmul-efficiency F sets the matmuls' share of the peak.
+    Device memory: the driver's total (79.2 GiB on an "80 GB" H100) less the CUDA context and NCCL buffers.
 
     Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
@@ -123,7 +134,8 @@ def plan(
         gpus=_gpus(gpus), tp=tp, pp=pp, dp=dp, zero=zero_stage(zero, fsdp),
         recompute=recompute.value if recompute else None, attention=attention.value,
         sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch, seq=seq,
-        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu,
+        dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, matmul_efficiency=matmul_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
         top=top)
     if nproc is not None and not measure:

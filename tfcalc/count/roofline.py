@@ -30,7 +30,13 @@ Conventions, each one the usual one for serving estimates:
 - FLOPs: a decode step's scores are over its context (no square); a prefill's over the causal pairs
   (T·(T+1)/2 per head, or the windowed count), because fused causal kernels skip masked blocks. A
   prefill computes the logits of its last position only (what generation needs), B rows of the LM head.
-- Non-matmul work (norms, softmax, activations) is left out of both FLOPs and time.
+- Non-matmul work (norms, softmax, activations) is left out of the rows' FLOPs; its time is in the
+  performance model's per-step overhead (tfcalc.count.perf.inference), with the kernels' fixed costs.
+
+The performance model (``Ceilings.perf``, for a datasheet device): a row's compute time divides by the
+peak times its matmul's efficiency (its GEMM shape's, tfcalc.count.perf.gemm; fused attention's for the
+scores), and ``bytes_per_s`` is the achievable bandwidth. Without it (a measured device's ceilings),
+the plain roofline above.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from tfcalc.count.dtypes import weight_bytes
 from tfcalc.count.flops import MatmulEntry, matmul_entries
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.params import param_entries
+from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.perf.inference import row_efficiency
 from tfcalc.count.quant import WeightFormat, entry_bytes, stored_mxfp4
 from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
@@ -55,13 +63,21 @@ class Ceilings:
     """What the roofline divides by: a device's peak FLOP/s for the compute dtype and its bandwidth."""
 
     flops_per_s: float
-    bytes_per_s: float
+    bytes_per_s: float  # with a performance model: the achievable bandwidth
     source: str  # e.g. 'h100-sxm datasheet, bf16' or 'measured on cpu'
+    perf: Optional[PerfSpec] = None  # the performance model's device properties (None: the plain roofline)
+    fp32_flops_per_s: Optional[float] = None  # the CUDA cores' rate (dequantization)
 
     @property
     def ridge(self) -> float:
         """FLOPs per byte where the two roofs meet."""
         return self.flops_per_s / self.bytes_per_s
+
+    def efficiency(self, row: "Row") -> float:
+        """The share of the peak the row's matmul reaches (1 without a performance model)."""
+        if self.perf is None or not row.flops:
+            return 1.0
+        return row_efficiency(row.component, row.shape, row.count, self.perf)
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,8 @@ class Row:
     weight_bytes: int
     kv_bytes: int
     activation_bytes: int
+    shape: tuple[int, int, int] = (0, 0, 0)  # (m, k, n) of one GEMM (a mixture's: per expert, m = rows / E)
+    count: int = 1  # GEMMs of that shape per layer (score products: batch × heads; experts: E)
 
     @property
     def bytes(self) -> int:
@@ -84,7 +102,7 @@ class Row:
         return self.flops / self.bytes if self.bytes else float("inf")
 
     def compute_s(self, c: Ceilings) -> float:
-        return self.flops / c.flops_per_s
+        return self.flops / (c.flops_per_s * c.efficiency(self))
 
     def memory_s(self, c: Ceilings) -> float:
         return self.bytes / c.bytes_per_s
@@ -196,12 +214,14 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
         kv = weight_bytes(batch * per * read, kv_dtype)
         qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
-        return Row(e.component, e.label, flops, 0, kv, qo)
+        return Row(e.component, e.label, flops, 0, kv, qo, e.shape, e.count)
     w = weights.get(e.component, 0)
+    shape, count = e.shape, e.count
     if e.component.startswith("expert_ffn"):  # only the experts some token is routed to
         moe = next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
         w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
-    return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies)
+        shape, count = (-(-m // moe.n_expert), k, n), e.count * moe.n_expert  # uniform routing, one GEMM each
+    return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies, shape, count)
 
 
 def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dtype: str, batch: int,

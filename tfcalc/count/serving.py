@@ -28,7 +28,8 @@ from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.budget import largest_fitting
-from tfcalc.count.memory import kv_cache_bytes
+from tfcalc.count.memory import activation_element_bytes, kv_cache_bytes
+from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights
 from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.count.roofline import SCORE_COMPONENTS, Ceilings, Step, decode_step, prefill_step
 from tfcalc.errors import InputError
@@ -53,6 +54,10 @@ class Estimate:
     weight_bytes: int
     kv_cache_bytes: int  # at seq + gen positions
     fits: Optional[bool]  # None without a device memory size
+    # the performance model's per-step costs beside the rows (kernels, dequantization, non-matmul traffic),
+    # included in prefill_s and decode_s_per_token; None on the plain roofline (measured ceilings)
+    prefill_overhead: Optional[Overhead] = None
+    decode_overhead: Optional[Overhead] = None
 
     @property
     def decode_tokens_per_s(self) -> Optional[float]:
@@ -115,12 +120,15 @@ def _series(v0: int, dv: int, i0: int, i1: int) -> int:
 
 
 def _run_time(r0, r1, n: int, c: Ceilings) -> float:
-    """Σ over the n steps of a run of one row's max(FLOPs / peak, bytes / bandwidth)."""
+    """Σ over the n steps of a run of one row's max(FLOPs / peak, bytes / bandwidth); the peak times the
+    row's matmul efficiency, its first step's over the run (a decode step's GEMM shapes stay; its score
+    products run at the fused kernel's constant efficiency)."""
     f0, b0 = r0.flops, r0.bytes
     df, db = r1.flops - f0, r1.bytes - b0
+    peak = c.flops_per_s * c.efficiency(r0 if r0.flops else r1)
 
     def compute_bound(i: int) -> bool:  # Row.bound's comparison at step i of the run
-        return (f0 + df * i) / c.flops_per_s >= (b0 + db * i) / c.bytes_per_s
+        return (f0 + df * i) / peak >= (b0 + db * i) / c.bytes_per_s
 
     first = compute_bound(0)
     split = n  # steps [0, split) are on the side of step 0, the rest on the other
@@ -134,7 +142,7 @@ def _run_time(r0, r1, n: int, c: Ceilings) -> float:
     compute_steps, memory_steps = (head, tail) if first else (tail, head)
     total = 0.0
     if compute_steps[1] >= compute_steps[0]:
-        total += _series(f0, df, *compute_steps) / c.flops_per_s
+        total += _series(f0, df, *compute_steps) / peak
     if memory_steps[1] >= memory_steps[0]:
         total += _series(b0, db, *memory_steps) / c.bytes_per_s
     return total
@@ -162,6 +170,15 @@ def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings) ->
     return DecodeTotals(seconds, flops, nbytes, read)
 
 
+def step_overhead(cfg: ModelConfig, step: Step, fmt: WeightFormat, c: Ceilings) -> Optional[Overhead]:
+    """The performance model's per-step costs (tfcalc.count.perf.inference), None without one."""
+    if c.perf is None:
+        return None
+    fp32 = c.fp32_flops_per_s or c.flops_per_s / 16  # no fp32 rate: a sixteenth of the tensor rate (A100's)
+    return overhead(cfg, step.batch, step.queries, step.context, quantized_weights(step, fmt), fmt.dtype,
+                    activation_element_bytes(fmt.compute_dtype), c.bytes_per_s, fp32, c.perf)
+
+
 def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings,
              memory_bytes: Optional[int] = None) -> Estimate:
     """Prefill and decode of ``w.batch`` sequences: w.seq prompt tokens, w.gen new tokens each, the KV cache
@@ -171,18 +188,22 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq)
     weights = weights_bytes(cfg, fmt)
     kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq=src_seq)
-    first = decode_s = bytes_per_token = bound = None
+    first = decode_s = bytes_per_token = bound = decode_over = None
     if gen > 1:
         def step(context: int) -> Step:
             return decode_step(cfg, batch, context, fmt, kv_dtype, src_seq=src_seq)
 
         first, n = step(seq + 1), gen - 1
         totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings)
-        decode_s = totals.seconds / n
+        decode_over = step_overhead(cfg, first, fmt, ceilings)
+        decode_s = totals.seconds / n + (decode_over.total_s if decode_over else 0.0)
         bytes_per_token = totals.weight_kv_bytes / batch / n
         bound = "compute" if totals.flops / ceilings.flops_per_s >= totals.bytes / ceilings.bytes_per_s else "memory"
-    return Estimate(batch, seq, gen, prefill, prefill.time_s(ceilings), first, decode_s, bytes_per_token, bound,
-                    weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes)
+    prefill_over = step_overhead(cfg, prefill, fmt, ceilings)
+    prefill_s = prefill.time_s(ceilings) + (prefill_over.total_s if prefill_over else 0.0)
+    return Estimate(batch, seq, gen, prefill, prefill_s, first, decode_s, bytes_per_token, bound,
+                    weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes,
+                    prefill_over, decode_over)
 
 
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int) -> int:

@@ -1,38 +1,75 @@
-"""Step time of a parallel layout, training time for a token budget, and Chinchilla's optimal tokens.
-Pure arithmetic on numbers from the device table (tfcalc.devices); no torch.
+"""Step time and training time of a parallel plan: pure arithmetic, no torch.
 
-1. FLOPs executed per step, the whole model: training = 3 × forward (tfcalc.count.flops, full T×T
-   attention square); full recompute runs the forward again (4 ×); selective recompute reruns only the
+1. FLOPs of one step: model FLOPs = 3 × forward (tfcalc.count.flops.training_flops); executed FLOPs
+   add what recompute runs again: full recompute a whole forward (4 × forward), selective recompute the
    attention scores' matmuls (Q·Kᵀ and ·V) of every layer (Korthikanti et al. 2022, sec. 5).
-2. Compute time per GPU: executed FLOPs / GPUs / (peak × utilization). The utilization is assumed (or
-   measured with ``tfcalc bench``) and applies to every executed FLOP; MFU, reported beside it, counts
-   only the model's 3 × forward (recompute is not useful work): model FLOPs / (step time × peak × GPUs).
+2. Compute time per micro-batch on the slowest pipeline stage, from physics (tfcalc.count.perf.training):
+   every matmul of the description at its TP-split shape and the micro-batch, forward and backward
+   GEMMs each at its shape's efficiency (tile and wave quantization, tfcalc.count.perf.gemm), fused
+   attention at its kernel's efficiency, the non-matmul kernels' memory traffic at the achievable
+   bandwidth, a fixed cost per kernel; the peak at the clock the GPU sustains through training
+   (``sustained_clock``: 0.926 on A100s). ``compute_s`` = m micro-batches of it.
+   ``--matmul-efficiency X`` runs every matmul at the flat fraction X of the peak instead of the shape
+   model; everything else stays.
 3. Pipeline bubble, 1F1B or GPipe with p stages and m micro-batches: (p − 1)/(m + p − 1) of the step
    is idle (Huang et al. 2019; Narayanan et al. 2021, sec. 2.2), so compute stretches by (m + p − 1)/m.
-4. Communication time: each collective's bytes sent per rank (tfcalc.count.comm, ring convention) over
-   the bandwidth of its group: NVLink (intra_node, per GPU and direction) when the whole group sits in
-   one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU (inter_node).
-5. Without overlap: compute + all communication. With overlap: the data-parallel collectives (gradient
-   reduction, ZeRO gathers) hide behind compute, as DDP's buckets and FSDP's prefetch arrange; tensor-
-   and pipeline-parallel transfers sit on the critical path: max(compute, dp) + tp + pp.
-6. Training time for D tokens: ⌈D / (global batch × seq)⌉ steps × the overlapped step time; GPU-hours
-   = that × GPUs / 3600. Chinchilla-optimal tokens: 20 per parameter (Hoffmann et al. 2022, Table 3
-   gives 20.2 tokens per parameter at 1B ... 21 at 67B; the usual rounding is 20).
+4. Communication time: each collective's α-β time (tfcalc.count.perf.collectives): its calls' ring
+   steps times the link's latency, plus the bytes one rank sends (tfcalc.count.comm) over the link's
+   bandwidth times NCCL's bus efficiency on it: NVLink (or PCIe: intra_link) when the whole group sits
+   in one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU.
+5. What overlaps with what:
+   - tensor-parallel collectives sit on every micro-batch's critical path (Megatron's default: not
+     overlapped), so they stretch each micro-batch, bubble included: tp × (m + p − 1)/m;
+   - pipeline sends and receives on the critical path: added;
+   - data-parallel gradient reduction overlaps with the backward pass that produces the gradients
+     (DDP's buckets, FSDP's reduce-scatter): with ZeRO-0/1 only the last micro-batch's backward (the
+     earlier ones accumulate under no_sync), with ZeRO-2/3 every micro-batch's; ZeRO-3's gathers overlap
+     with forward and backward (FSDP's prefetch). What does not fit in that window is exposed, and so is
+     the last bucket (25 MiB), which starts only when the backward ends.
+   Without overlap: everything added (``no_overlap_s``). The step time is ``overlap_s``.
+6. MFU = model FLOPs / (step time × peak × GPUs). ``--mfu X`` states the end-to-end MFU instead: the
+   step time is then model FLOPs / (X × peak × GPUs), so the printed MFU is X; the physics' own
+   prediction stays in ``physics_s``.
+7. Training time for D tokens: ⌈D / (global batch × seq)⌉ steps × the step time; GPU-hours
+   = that × GPUs / 3600. Chinchilla-optimal tokens: Hoffmann et al. 2022, Table 3 (approach 1's
+   compute-optimal tokens per model size: 400M 8.0B, 1B 20.2B, 10B 205.1B, 67B 1.5T, 175B 3.7T, 280B
+   5.9T, 520B 11.0T, 1T 21.2T, 10T 216.2T), interpolated linearly in tokens per parameter against
+   log(parameters) and held at the ends: 20 per parameter at 400M rising to 21.6 at 10T, not a flat 20.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count.layout import Layout
+from tfcalc.count.perf import collectives as alpha_beta
+from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.perf.training import micro_batch_time
+from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.errors import InputError
 
-CHINCHILLA_TOKENS_PER_PARAM = 20
+CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
+# Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
+CHINCHILLA_TABLE_3 = ((400e6, 8.0e9), (1e9, 20.2e9), (10e9, 205.1e9), (67e9, 1.5e12), (175e9, 3.7e12),
+                      (280e9, 5.9e12), (520e9, 11.0e12), (1e12, 21.2e12), (10e12, 216.2e12))
+
+
+def chinchilla_tokens(params: int) -> int:
+    """Compute-optimal training tokens for a model of ``params`` parameters (step 7)."""
+    table = [(math.log(n), d / n) for n, d in CHINCHILLA_TABLE_3]
+    x = math.log(max(params, 1))
+    if x <= table[0][0]:
+        return round(params * table[0][1])
+    for (x0, r0), (x1, r1) in zip(table, table[1:], strict=False):
+        if x <= x1:
+            return round(params * (r0 + (r1 - r0) * (x - x0) / (x1 - x0)))
+    return round(params * table[-1][1])
 
 
 @dataclass(frozen=True)
@@ -44,18 +81,25 @@ class Hardware:
     intra_node_bytes_per_s: float  # NVLink per GPU, one direction
     inter_node_bytes_per_s: float  # network per GPU
     gpus_per_node: int
+    bandwidth_bytes_per_s: float = 3.35e12  # memory, datasheet (the achievable share: perf.bandwidth_efficiency)
+    intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
+    perf: PerfSpec = field(default_factory=PerfSpec)
 
 
 @dataclass(frozen=True)
 class StepTime:
     model_flops: int  # 3 × forward, the whole model, one step
     executed_flops: int  # with recompute
-    compute_s: float  # one GPU, without the bubble
+    compute_s: float  # one GPU, without the bubble (m micro-batches on the slowest stage)
     bubble: float  # fraction of the pipelined step that is idle
-    comm_s: dict[str, float]  # seconds per group: dp, tp, pp
+    comm_s: dict[str, float]  # α-β seconds per group: dp, tp, pp
     no_overlap_s: float
-    overlap_s: float
+    overlap_s: float  # the step time
     mfu: float  # model FLOPs / (overlap_s × peak × GPUs)
+    physics_s: float = 0.0  # the performance model's step time (= overlap_s unless --mfu is given)
+    exposed_s: dict[str, float] = field(default_factory=dict)  # communication on the critical path, per group
+    matmul_s: float = 0.0  # of compute_s: the matmuls
+    basis: str = "physics"  # physics, mfu (--mfu given) or matmul-efficiency (--matmul-efficiency given)
 
     @property
     def pipelined_s(self) -> float:
@@ -88,31 +132,65 @@ def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
 MIN_UTILIZATION = 1e-4  # below 0.01% of the peak a step time is not a plan (1e-300 made it infinite)
 
 
-def check_utilization(utilization: object) -> float:
-    """--mfu (the API's mfu=): a number in [MIN_UTILIZATION, 1]; InputError, one line, otherwise."""
+def check_utilization(utilization: object, option: str = "--mfu") -> Optional[float]:
+    """--mfu (the API's mfu=): None (the physics), or a number in [MIN_UTILIZATION, 1]; InputError, one
+    line, otherwise."""
+    if utilization is None:
+        return None
     if isinstance(utilization, bool) or not isinstance(utilization, (int, float)):
-        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {type(utilization).__name__} "
+        raise InputError(f"{option} must be a number in [{MIN_UTILIZATION:g}, 1]; got {type(utilization).__name__} "
                          f"{str(utilization)[:40]!r}")
     if not MIN_UTILIZATION <= utilization <= 1:  # NaN fails this too
-        raise InputError(f"--mfu must be a number in [{MIN_UTILIZATION:g}, 1]; got {utilization:g}")
+        raise InputError(f"{option} must be a number in [{MIN_UTILIZATION:g}, 1]; got {utilization:g}")
     return float(utilization)
 
 
-def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, utilization: float) -> StepTime:
-    """Steps 1-5."""
-    check_utilization(utilization)
-    model, executed = executed_flops(cfg, layout)
-    compute = executed / layout.gpus / (hw.peak_flops_per_s * utilization)
-    bubble = bubble_fraction(layout.pp, layout.micro_batches)
-    comm = dict.fromkeys(("dp", "tp", "pp"), 0.0)
+def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
+    """Step 4: α-β seconds per group."""
+    out = dict.fromkeys(("dp", "tp", "pp"), 0.0)
     for c in collectives:
-        fast = group_in_node(c.group, layout, hw.gpus_per_node)
-        comm[c.group] += c.sent_bytes / (hw.intra_node_bytes_per_s if fast else hw.inter_node_bytes_per_s)
+        inside = group_in_node(c.group, layout, hw.gpus_per_node)
+        kind = hw.intra_link if inside else "network"
+        rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
+        calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
+        out[c.group] += alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
+                                           hw.perf.link_latency_s[kind], hw.perf.link_efficiency[kind])
+    return out
+
+
+def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> tuple[float, float, float]:
+    """(seconds of one micro-batch on the slowest stage, of its matmuls, of its backward share)."""
+    alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch)  # what the time depends on
+    # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
+    peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
+    counts = stage_blocks(total_blocks(cfg), layout.pp)
+    stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
+    blocks = counts[-1] if stage == t.stage_s(counts[-1], True) else max(counts[:-1])
+    matmuls = blocks * t.block_matmul_s + t.head_matmul_s * (blocks == counts[-1])
+    return stage, matmuls, stage - blocks * t.block_forward_s * (1 + (layout.recompute == "full"))
+
+
+def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: Optional[float] = None) -> StepTime:
+    """Steps 1-6."""
+    mfu = check_utilization(mfu)
+    model, executed = executed_flops(cfg, layout)
+    m, p = layout.micro_batches, layout.pp
+    stage, matmuls, backward = _stage_s(cfg, layout, hw)
+    compute = m * stage
+    bubble = bubble_fraction(p, m)
+    comm = comm_seconds(collectives, layout, hw)
     pipelined = compute / (1 - bubble)
-    no_overlap = pipelined + sum(comm.values())
-    overlap = max(pipelined, comm["dp"]) + comm["tp"] + comm["pp"]
-    mfu = model / (overlap * hw.peak_flops_per_s * layout.gpus)
-    return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap, mfu)
+    tp = comm["tp"] * (m + p - 1) / m
+    window = backward * (1 if layout.zero in (0, 1) else m) + (compute - backward * m) * (layout.zero == 3)
+    last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
+    exposed = {"tp": tp, "pp": comm["pp"], "dp": max(0.0, comm["dp"] - window) + last_bucket}
+    physics = pipelined + sum(exposed.values())
+    no_overlap = pipelined + tp + comm["pp"] + comm["dp"]
+    overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
+    basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
+    return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
+                    model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * matmuls, basis)
 
 
 @dataclass(frozen=True)
@@ -128,7 +206,7 @@ def training_run(tokens: int, params: int, layout: Layout, step_s: float) -> Tra
     """Step 6."""
     steps = math.ceil(tokens / (layout.global_batch * layout.seq))
     seconds = steps * step_s
-    return TrainingRun(tokens, steps, seconds, seconds * layout.gpus / 3600, CHINCHILLA_TOKENS_PER_PARAM * params)
+    return TrainingRun(tokens, steps, seconds, seconds * layout.gpus / 3600, chinchilla_tokens(params))
 
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12, "p": 10**15}

@@ -34,9 +34,15 @@ def rows_json(step: Step, c: Ceilings) -> list[dict[str, Any]]:
     def row(r: Row) -> dict[str, Any]:
         return {"component": r.component, "label": r.label, "flops": r.flops, "weight_bytes": r.weight_bytes,
                 "kv_bytes": r.kv_bytes, "activation_bytes": r.activation_bytes, "intensity": r.intensity,
-                "time_s": r.time_s(c), "bound": r.bound(c)}
+                "time_s": r.time_s(c), "bound": r.bound(c), "matmul_efficiency": c.efficiency(r)}
 
     return [row(r) for r in step.rows]
+
+
+def _overhead_json(o) -> Optional[dict[str, Any]]:
+    """The performance model's per-step costs beside the roofline rows (tfcalc.count.perf.inference)."""
+    return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
+                                   "traffic_s": o.traffic_s, "total_s": o.total_s}
 
 
 def predicted_json(est: serving.Estimate, c: Ceilings) -> dict[str, Any]:
@@ -49,6 +55,8 @@ def predicted_json(est: serving.Estimate, c: Ceilings) -> dict[str, Any]:
         "bytes_per_token": est.bytes_per_token,
         "bound": est.bound,
         "prefill_bound": est.prefill.bound(c),
+        "overhead": {"prefill": _overhead_json(est.prefill_overhead),
+                     "decode_step": _overhead_json(est.decode_overhead)},
         "bandwidth_ceiling_bytes_per_s": c.bytes_per_s,
         "flops_ceiling_flops_per_s": c.flops_per_s,
         "ridge_flops_per_byte": c.ridge,

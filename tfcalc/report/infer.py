@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 from tfcalc import devices
 from tfcalc.count import serving
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
+from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
@@ -45,6 +46,8 @@ class InferOptions:
     repeat: int = 10
     matmul_size: Optional[int] = None
     copy_bytes: Optional[int] = None
+    matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
+    bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
 
 
 @dataclass(frozen=True, repr=False)
@@ -99,7 +102,9 @@ class InferReport(Displayed):
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, est.batch, self.seq + self.options.gen,
                                                                self.kv_dtype, src_seq=self.src_seq),
-            "memory_bytes": None if self.spec is None else self.spec.memory_bytes,
+            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=False),
+            "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
+            "runtime_reserved_bytes": None if self.spec is None else {"cuda_context": devices.CUDA_CONTEXT_BYTES},
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -157,15 +162,20 @@ def _seq(model: ModelRef, o: InferOptions) -> int:
     return seq
 
 
-def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat) -> tuple[devices.DeviceSpec, Ceilings]:
-    """The device (a table key or a YAML file; default DEFAULT_SPEC) and its datasheet ceilings for the
-    dtype the format computes in."""
+def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_efficiency: Optional[float] = None,
+                       bandwidth_efficiency: Optional[float] = None) -> tuple[devices.DeviceSpec, Ceilings]:
+    """The device (a table key or a YAML file; default DEFAULT_SPEC), the datasheet peak for the dtype the
+    format computes in, the achievable bandwidth, and the performance model's properties
+    (tfcalc.count.perf.hardware; overridden by --matmul-efficiency, --bandwidth-efficiency)."""
     spec = devices.resolve(device_spec or DEFAULT_SPEC)
     peak = spec.peak(fmt.compute_dtype)
     if peak is None:
         raise InputError(f"{spec.name} has no {fmt.compute_dtype} rate in its datasheet; "
                          f"rated: {', '.join(spec.peak_flops)}")
-    return spec, Ceilings(peak, spec.bandwidth_bytes_per_s, f"{spec.key} datasheet, {fmt.compute_dtype}")
+    perf = perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency)
+    return spec, Ceilings(peak, spec.bandwidth_bytes_per_s * perf.bandwidth_efficiency,
+                          f"{spec.key} datasheet, {fmt.compute_dtype}; performance model: {perf.source}", perf,
+                          spec.peak("fp32"))
 
 
 def check_options(model: ModelRef, o: InferOptions) -> None:
@@ -183,6 +193,12 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
     if o.measure:
         check_size("--repeat", o.repeat)
         check_size("--warmup", o.warmup, low=0)
+    for name, value in (("--matmul-efficiency", o.matmul_efficiency), ("--bandwidth-efficiency",
+                                                                      o.bandwidth_efficiency)):
+        if value is not None:
+            check_fraction(name, value)
+            if o.measure:
+                raise InputError(f"{name} sets the performance model of a listed device; --measure measures its own")
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
 
@@ -194,8 +210,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
     src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
-        spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
-    memory = spec.memory_bytes if spec is not None else None
+        spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
+    memory = devices.usable_bytes(spec, communicating=False) if spec is not None else None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory) for b in o.batches)
     return InferReport(

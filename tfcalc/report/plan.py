@@ -2,8 +2,10 @@
 time and training time on a device from the datasheet table; the layouts that fit when none is given;
 and, with --measure, the plan checked on a real distributed run (tfcalc.report.plan_check).
 
-Defaults, each stated in --help: the device h100-sxm; an assumed utilization (--mfu) of 0.4 of the
-datasheet peak; 4M tokens per step (2²² / seq sequences, Llama 2's batch, Touvron et al. 2023, sec. 2.2);
+Defaults, each stated in --help: the device h100-sxm; the step time from the performance model
+(tfcalc.count.perf: matmul efficiency from each GEMM's shape, achievable bandwidth, kernel costs, α-β
+collectives and their overlap), or, given --mfu X, the step time at which the end-to-end MFU is X;
+4M tokens per step (2²² / seq sequences, Llama 2's batch, Touvron et al. 2023, sec. 2.2);
 micro-batch 1; seq the model's context; bf16 with mixed-precision Adam. No layout given: a search over
 the GPUs (--gpus N), or over the fewest GPUs that fit (--gpus auto, the default without a layout).
 """
@@ -18,6 +20,7 @@ from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
 from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
 from tfcalc.count.params import total as param_total
+from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
@@ -28,7 +31,7 @@ from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
-DEFAULT_MFU = 0.4
+DEFAULT_MFU = None  # the performance model (was a flat 0.4 of the peak on every executed FLOP)
 TOKENS_PER_STEP = 2**22
 
 
@@ -48,7 +51,9 @@ class PlanRequest:
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
     seq: Optional[int] = None
     dtype: str = "bf16"
-    mfu: float = DEFAULT_MFU
+    mfu: Optional[float] = DEFAULT_MFU  # end-to-end MFU stated (the printed MFU equals it); None: the physics
+    matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
+    bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
     top: int = 10
 
@@ -93,6 +98,16 @@ class PlanReport(Displayed):
         return out
 
     @property
+    def hardware(self) -> Hardware:
+        return hardware(self.device, self.plan.layout.dtype, self.request.matmul_efficiency,
+                        self.request.bandwidth_efficiency)
+
+    @property
+    def physics_mfu(self) -> float:
+        st = self.plan.step
+        return st.model_flops / (st.physics_s * self.hardware.peak_flops_per_s * self.plan.layout.gpus)
+
+    @property
     def tokens_per_s(self) -> float:
         L = self.plan.layout
         return L.global_batch * L.seq / self.plan.step.overlap_s
@@ -103,6 +118,9 @@ class PlanReport(Displayed):
             "preset": self.model.cfg.name, "label": self.model.label, "overrides": list(self.model.overrides),
             "params": self.params, "device_spec": self.device.key, "device_name": self.device.name,
             "device_memory_bytes": self.device.memory_bytes, "gpus": L.gpus,
+            "device_usable_bytes": p.memory_limit, "device_driver_bytes": devices.driver_bytes(self.device),
+            "runtime_reserved_bytes": {"cuda_context": devices.CUDA_CONTEXT_BYTES,
+                                       "communication_buffers": devices.COMM_BUFFER_BYTES},
             "layout": layout_json(L),
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
@@ -114,7 +132,10 @@ class PlanReport(Displayed):
             "step": {"model_flops": st.model_flops, "executed_flops": st.executed_flops, "compute_s": st.compute_s,
                      "bubble": st.bubble, "pipelined_s": st.pipelined_s, "comm_s": st.comm_s,
                      "no_overlap_s": st.no_overlap_s, "overlap_s": st.overlap_s, "utilization": self.request.mfu,
-                     "mfu": st.mfu},
+                     "mfu": st.mfu, "physics_s": st.physics_s, "physics_mfu": self.physics_mfu,
+                     "basis": st.basis, "exposed_comm_s": st.exposed_s, "matmul_s": st.matmul_s,
+                     "matmul_efficiency": self.request.matmul_efficiency,
+                     "perf": perf_json(self.hardware.perf)},
             "tokens_per_s": self.tokens_per_s,
             "training": None if self.training is None else dataclasses.asdict(self.training),
             "search": None if self.search is None else {
@@ -126,14 +147,25 @@ class PlanReport(Displayed):
         }
 
 
-def hardware(spec: devices.DeviceSpec, dtype: str) -> Hardware:
+def perf_json(perf: PerfSpec) -> dict[str, Any]:
+    """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
+    return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
+            "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
+            "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
+            "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
+            "source": perf.source}
+
+
+def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[float] = None,
+             bandwidth_efficiency: Optional[float] = None) -> Hardware:
     peak = spec.peak(dtype)
     if peak is None:
         raise InputError(f"the {spec.key} datasheet gives no {dtype} rate; choose another --dtype")
     if not spec.intra_node_bytes_per_s or not spec.inter_node_bytes_per_s:
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
-    return Hardware(peak, spec.memory_bytes, spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
-                    spec.gpus_per_node)
+    return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
+                    spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec),
+                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency))
 
 
 def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
@@ -197,6 +229,13 @@ def check_request(request: PlanRequest) -> None:
     if not isinstance(r.dtype, str):
         raise InputError(f"--dtype must be a dtype name; got {shown(r.dtype)}")
     check_utilization(r.mfu)
+    if r.matmul_efficiency is not None:
+        check_fraction("--matmul-efficiency", r.matmul_efficiency)
+        if r.mfu is not None:
+            raise InputError("--mfu states the end-to-end MFU, --matmul-efficiency the matmuls' share of the peak: "
+                             "give one")
+    if r.bandwidth_efficiency is not None:
+        check_fraction("--bandwidth-efficiency", r.bandwidth_efficiency)
 
 
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
@@ -208,7 +247,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         raise InputError(f"--device-spec must be a table key or a file name; got {shown(device_spec)}")
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
-    hw = hardware(spec, request.dtype)
+    hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency)
     check_size("--micro-batch", request.micro_batch)
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfcalc import units
+from tfcalc import devices, units
 from tfcalc.cli.render.doc import Column, Doc
 from tfcalc.report.infer import InferReport
 
@@ -69,6 +69,14 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
              f"{units.byte_rate(c.bytes_per_s)}, "
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
+    over = first["predicted"]["overhead"]["decode_step"] if "overhead" in first["predicted"] else None
+    if c.perf is not None and over:
+        doc.note(f"Performance model: each matmul at its GEMM shape's share of the peak, the bandwidth at "
+                 f"{c.perf.bandwidth_efficiency:.0%} of the datasheet; each decode step adds {over['kernels']:,} "
+                 f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
+                                                              if over["dequant_s"] else "") + ". Memory: the driver's "
+                 f"total less the CUDA context ({units.nbytes(devices.CUDA_CONTEXT_BYTES)}). README, \"How good are "
+                 "the predictions\".")
     if r.max_batch == 0:
         doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
                  f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "

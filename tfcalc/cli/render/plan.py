@@ -3,7 +3,7 @@ step, step time and training time; with --measure, the plan of the measured run 
 
 from __future__ import annotations
 
-from tfcalc import units
+from tfcalc import devices, units
 from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count.layout import Layout
 from tfcalc.count.steptime import group_in_node
@@ -58,9 +58,10 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
     style = "bold" if r.plan.fits else "bold red"
-    memory = r.device.memory_bytes
+    memory = r.plan.memory_limit
     t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
-          f"{m.total / memory:.0%} of {memory / 1e9:g} GB ({units.nbytes(memory)})", style=style)
+          f"{m.total / memory:.0%} of {units.nbytes(memory)} usable: the driver's "
+          f"{units.nbytes(devices.driver_bytes(r.device))} less the CUDA context and NCCL buffers", style=style)
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
@@ -81,16 +82,25 @@ def _comm(doc: Doc, r: PlanReport) -> None:
 
 def _time(doc: Doc, r: PlanReport) -> None:
     st, L = r.plan.step, r.plan.layout
-    t = doc.table(f"Step time at {r.request.mfu:.0%} of the {L.dtype} peak ({units.flop_rate(r.device.peak(L.dtype))})",
+    basis = (f"at an end-to-end MFU of {st.mfu:.0%} (--mfu)" if st.basis == "mfu" else
+             f"matmuls at {r.request.matmul_efficiency:.0%} of the peak (--matmul-efficiency)"
+             if st.basis == "matmul-efficiency" else "from the performance model")
+    peak = units.flop_rate(r.device.peak(L.dtype))
+    t = doc.table(f"Step time {basis}; {L.dtype} peak {peak}",
                   Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1), name="step")
-    t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs")
+    t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs; matmuls "
+          f"{st.matmul_s:.3g} s at their GEMM shapes, the rest non-matmul traffic and kernel costs")
     if L.pp > 1:
         t.add("  with the pipeline bubble", st.pipelined_s, f"(p−1)/(m+p−1) = {st.bubble:.1%} idle")
     for group, seconds in st.comm_s.items():
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
-    t.add("Step, overlapped", st.overlap_s, "DP hidden behind compute; TP, PP not", style="bold")
+    if st.basis == "mfu":
+        t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
+        t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")
+    else:
+        t.add("Step, overlapped", st.overlap_s, "DP reduction behind the backward pass; TP, PP not", style="bold")
     # figures without a unit of seconds sit in the label, the one column never hidden
     t.add(f"Tokens per second: {units.tokens_rate(r.tokens_per_s)}", None, None)
     t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
@@ -98,7 +108,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),
               f"{run.steps:,} steps; {run.gpu_hours:,.0f} GPU-hours", style="bold", rule=True)
-        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None, "20 per parameter")
+        t.add(f"Chinchilla-optimal tokens: {units.params(run.chinchilla_tokens)}", None,
+              f"{run.chinchilla_tokens / r.params:.1f} per parameter (Hoffmann et al. 2022, Table 3, interpolated)")
 
 
 def _measured(doc: Doc, m: PlanCheck) -> None:
@@ -142,7 +153,8 @@ def _notes(doc: Doc, r: PlanReport) -> None:
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
-             f"{units.nbytes(r.device.memory_bytes)}, NVLink {r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
+             f"{r.device.memory_bytes / 1e9:g} GB on the datasheet, NVLink "
+             f"{r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
              f"network {r.device.inter_node_bytes_per_s / 1e9:g} GB/s per GPU and direction, "
              f"{r.device.gpus_per_node} GPUs per node ({r.device.source}). Chinchilla: Hoffmann et al. 2022.", "dim")
 

@@ -1,0 +1,66 @@
+"""The work around the matmuls: memory traffic of the non-matmul kernels, the fixed cost of every kernel,
+and dequantizing weight-only int8/int4 weights. Pure arithmetic.
+
+1. Non-matmul kernels are memory-bound: each reads its input and writes its output once (fused as
+   PyTorch's and Megatron's kernels are), so its traffic is 2 · elements · activation bytes, elements
+   from tfcalc.count.non_matmul (norms, activations, RoPE, residual and bias adds, ...). Under tensor
+   parallelism the FFN hidden, RoPE and per-head terms are split t ways; the (B·T, d) terms (norms,
+   residuals) only under sequence parallelism. The backward pass moves about twice the forward's
+   (each kernel reads the gradient and its saved input and writes a gradient).
+2. Attention's softmax and score-level terms: with a fused kernel ("flash") the T × T scores never
+   reach memory (0 bytes here; the kernel's own efficiency is tfcalc.count.perf.hardware's
+   ``flash_efficiency``); with "math" attention the scores are written by Q·Kᵀ, read and written by the
+   softmax, and read by ·V: SCORE_PASSES = 4 passes over B·H·T² elements (6 with dropout: its read,
+   write and 1-byte mask), as Megatron-LM's fused scale-mask-softmax runs (Korthikanti et al. 2022,
+   sec. 4.1, count the same tensors as stored activations).
+3. Kernels: every matmul and every non-matmul entry is one kernel per layer (a fused attention, one for
+   its Q·Kᵀ, softmax and ·V), each paying ``kernel_s``; a backward pass runs about twice as many.
+4. Dequantization (weight-only int8/int4, the GPTQ/AWQ and gpt-fast kernels): each weight is unpacked
+   and scaled once per matmul call on the CUDA cores, ``dequant_ops_per_weight`` instructions each.
+   The kernels work on pairs of 16-bit values (half2/bf16x2 instructions), two weights per instruction,
+   and the lanes issue one instruction per clock: fp32 FLOP/s / 2 instructions (the datasheet counts an
+   FMA as 2 FLOPs) × 2 weights = the fp32 FLOP rate in weight-instructions per second. Not hidden
+   behind the weight stream -- gpt-fast's own bandwidth column (1,397 GB/s in bf16, 1,069 in int8, 863
+   in int4 on an A100) shows the cost.
+"""
+
+from __future__ import annotations
+
+from tfcalc.count.terms import NonMatmulEntry
+
+SCORE_PASSES = 4
+DROPOUT_SCORE_PASSES = 2  # + a 1-byte mask per element, counted apart
+SCORE_LEVEL = ("softmax", "softcap_scores", "positions_scores")
+SPLIT_BY_TP = ("activation", "rope", "bias", "moe")  # widths TP splits (bias: mostly the column-split outputs)
+BACKWARD_TRAFFIC = 2.0
+BACKWARD_KERNELS = 2.0
+
+
+def is_score_level(e: NonMatmulEntry) -> bool:
+    """Work on the T × T scores (softmax, score soft-capping, ALiBi/relative bias): fused away by flash."""
+    return e.component == "softmax" or (e.component in ("softcap", "positions") and "score" in e.label)
+
+
+def forward_traffic(entries: list[NonMatmulEntry], act_bytes: int, tp: int = 1, sp: bool = False) -> float:
+    """Step 1: bytes the non-matmul kernels of one forward pass move on one TP rank (score-level work left
+    out: step 2)."""
+    total = 0.0
+    for e in entries:
+        if is_score_level(e):
+            continue
+        split = tp if (e.component in SPLIT_BY_TP or sp) else 1
+        total += 2 * e.elements * e.copies * act_bytes / split
+    return total
+
+
+def score_traffic(score_elements: int, act_bytes: int, dropout: bool = False) -> float:
+    """Step 2, "math" attention: bytes the T × T scores move in one forward pass (elements over all layers
+    and heads of the rank)."""
+    passes = SCORE_PASSES + (DROPOUT_SCORE_PASSES if dropout else 0)
+    return score_elements * (passes * act_bytes + (1 if dropout else 0))
+
+
+def dequant_seconds(quantized_weights: int, dtype: str, ops_per_weight: dict[str, float], fp32_flops: float) -> float:
+    """Step 4: seconds to dequantize ``quantized_weights`` weights once."""
+    ops = ops_per_weight.get(dtype, 0.0)
+    return quantized_weights * ops / fp32_flops if ops else 0.0

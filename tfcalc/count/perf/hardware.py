@@ -1,0 +1,120 @@
+"""Per-device properties of the performance model (tfcalc.count.perf), beside the datasheet figures of
+tfcalc.devices. Each default names its source; a user overrides any of them with
+``dataclasses.replace(perf, field=value)`` or, from the command line, --matmul-efficiency (a flat
+fraction of the peak for every matmul, in place of the shape model) and --bandwidth-efficiency.
+
+Fields and their sources:
+
+- ``sm_count``: streaming multiprocessors (AMD: compute units), the number of tiles that run at once in
+  one wave. NVIDIA architecture whitepapers: A100 108 SMs ("NVIDIA A100 Tensor Core GPU Architecture",
+  2020, sec. "A100 SM"); H100 SXM5 132 and H100 PCIe 114 ("NVIDIA H100 Tensor Core GPU Architecture",
+  2022, Table 2); H200 and H100 NVL the H100 SXM5 die (132); V100 80 (Volta whitepaper, 2017); T4 40
+  (Turing whitepaper, 2018); RTX 4090 128, L40S 142 and L4 58 (Ada Lovelace whitepaper, 2022, Appendix
+  A); MI300X 304 CUs (AMD CDNA 3 whitepaper, 2023). A10G 80 and B200 148 (2 dies) are the counts CUDA
+  is commonly reported to give; not checked against a whitepaper here.
+- ``matmul_ceiling``: the fraction of the datasheet peak that the best-shaped large bf16 GEMM reaches.
+  Stas Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable Matmul
+  FLOPS comparison table" (measured with mamf-finder.py): A100 SXM 267.9 of 312 TFLOP/s (0.859), A100
+  PCIe 0.822, H100 SXM 792.1 of 989 (0.801), GH200 0.830 (taken for H200), MI300X 781.9 of 1300 (0.601).
+  Devices without a measurement take 0.80, the H100's, and say so.
+- ``sustained_clock``: the share of the datasheet's clock a GPU holds through hours of compute-bound
+  training on every GPU of a node at its power limit. A100: 1305 of 1410 MHz (0.926), the clock NVIDIA
+  uses for the A100's Rpeak in HPL runs, "the clock that can be sustained at a GPU's power limit" (Glenn
+  Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS). H100 SXM's datasheet rate is already
+  counted at 1.83 GHz, below its 1.98 GHz boost (the same page: 528 tensor cores × 1,024 FLOPs × 1.83
+  GHz = 989 TFLOP/s): 1.0. Applied to training steps, not to the short kernels of serving.
+- ``bandwidth_efficiency``: the fraction of the datasheet memory bandwidth a streaming kernel reaches.
+  0.85 by default: a device-to-device copy of 4 GiB on an H100 NVL measures 3.568 of 3.938 TB/s (0.906)
+  and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
+  matrices with a compute tail (GEMV) stay below a pure copy, hence 0.85, not 0.9.
+- ``kernel_s``: the fixed cost of one kernel on the GPU (launch, ramp-up, tail, the wait between
+  dependent kernels), 4 µs: the launch-latency class the CUDA C++ Best Practices Guide describes
+  ("a few microseconds" per launch); CUDA graphs and torch.compile (gpt-fast, TensorRT-LLM) remove the
+  CPU side but not the GPU's ramp and drain between dependent kernels.
+- ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
+  FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
+  we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
+  et al. 2024, "FlashAttention-3", sec. 1): 0.35 and 0.3.
+- ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
+  tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
+  one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
+- links (``link_latency_s`` per ring step and ``link_efficiency`` of the bus bandwidth), per link kind:
+  NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. Estimates of the usual
+  class, not one measurement: nccl-tests all_reduce_perf on 8 NVLink GPUs reaches a bus bandwidth of
+  about 80 % of the per-GPU link rate (A100: ~230-240 of 300 GB/s); InfiniBand NICs run near line rate;
+  small messages take a few µs per hop (NCCL's LL protocol, Jeaugey, "NCCL 2.0", GTC 2017). The
+  calibration set barely tests them (its TP groups sit in one node, its DP traffic hides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+GENERIC = "no public measurement for this device: the H100's figure, assumed"
+
+
+@dataclass(frozen=True)
+class PerfSpec:
+    """What the performance model reads from a device, beyond the datasheet (see the module docstring)."""
+
+    sm_count: int = 108
+    matmul_ceiling: float = 0.80
+    sustained_clock: float = 1.0
+    bandwidth_efficiency: float = 0.85
+    kernel_s: float = 4e-6
+    flash_efficiency: tuple[float, float] = (0.6, 0.45)  # forward, backward
+    dequant_ops_per_weight: dict[str, float] = field(default_factory=lambda: {"int8": 2.0, "int4": 3.0, "fp8": 1.0})
+    link_latency_s: dict[str, float] = field(default_factory=lambda: {"nvlink": 2e-6, "network": 6e-6, "pcie": 4e-6})
+    link_efficiency: dict[str, float] = field(default_factory=lambda: {"nvlink": 0.80, "network": 0.90,
+                                                                        "pcie": 0.80})
+    matmul_efficiency: Optional[float] = None  # a flat fraction of the peak for every matmul (--matmul-efficiency)
+    source: str = ""
+
+    def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
+        return hash((self.sm_count, self.matmul_ceiling, self.sustained_clock, self.bandwidth_efficiency,
+                     self.kernel_s, self.flash_efficiency, self.matmul_efficiency))
+
+
+A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
+_HOPPER_FLASH = (0.35, 0.30)  # FlashAttention-2 on H100 (Shah et al. 2024)
+
+# key -> (sm_count, matmul_ceiling, flash_efficiency, source of the ceiling)
+_TABLE: dict[str, tuple[int, float, tuple[float, float], str]] = {
+    "a100-80gb": (108, 0.859, (0.6, 0.45), "MAMF A100 SXM 267.9/312"),
+    "a100-40gb": (108, 0.859, (0.6, 0.45), "MAMF A100 SXM 267.9/312"),
+    "a100-pcie": (108, 0.822, (0.6, 0.45), "MAMF A100 PCIe 256.4/312"),
+    "h100-sxm": (132, 0.801, _HOPPER_FLASH, "MAMF H100 SXM 792.1/989"),
+    "h100-pcie": (114, 0.801, _HOPPER_FLASH, "MAMF H100 SXM 792.1/989 (the SXM's, assumed)"),
+    "h100-nvl": (132, 0.801, _HOPPER_FLASH, "MAMF H100 SXM 792.1/989 (the SXM's, assumed)"),
+    "h200": (132, 0.830, _HOPPER_FLASH, "MAMF GH200 821.0/989"),
+    "b200": (148, 0.80, _HOPPER_FLASH, GENERIC),
+    "mi300x": (304, 0.601, _HOPPER_FLASH, "MAMF MI300X 781.9/1300"),
+    "l40s": (142, 0.80, (0.6, 0.45), GENERIC),
+    "l4": (58, 0.80, (0.6, 0.45), GENERIC),
+    "a10g": (80, 0.80, (0.6, 0.45), GENERIC),
+    "rtx-4090": (128, 0.80, (0.6, 0.45), GENERIC),
+    "v100": (80, 0.80, (0.6, 0.45), GENERIC),
+    "t4": (40, 0.80, (0.6, 0.45), GENERIC),
+}
+
+
+def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
+              bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
+    """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
+    sms, ceiling, flash, source = _TABLE.get(device_key, (108, 0.80, (0.6, 0.45), GENERIC))
+    spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
+                    matmul_efficiency=matmul_efficiency,
+                    sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
+    if bandwidth_efficiency is not None:
+        spec = PerfSpec(**{**spec.__dict__, "bandwidth_efficiency": bandwidth_efficiency})
+    return spec
+
+
+def check_fraction(name: str, value: object) -> float:
+    """A fraction in (0, 1] for --matmul-efficiency and the like; InputError, one line, otherwise."""
+    from tfcalc.errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1e-4 <= value <= 1:
+        raise InputError(f"{name} must be a number in [0.0001, 1]; got {str(value)[:40]!r}")
+    return float(value)

@@ -1,0 +1,93 @@
+"""The performance model on a serving step (tfcalc.count.roofline's rows): each matmul's compute
+efficiency from its shape, and the fixed costs around the matmuls. Pure arithmetic.
+
+A roofline row takes max(FLOPs / (peak × efficiency), bytes / achievable bandwidth):
+
+- efficiency of a weight matmul: its GEMM shape's (tfcalc.count.perf.gemm: m = batch × new tokens per
+  sequence, n and k the weight's; a mixture's routed rows spread over its experts); attention's score
+  products: the fused kernel's forward efficiency (FlashAttention's, tfcalc.count.perf.hardware);
+- achievable bandwidth: the datasheet's × ``bandwidth_efficiency``.
+
+Then, per step (``overhead``), added to the rows' sum:
+
+1. kernels: every matmul and non-matmul kernel of every layer pays ``kernel_s`` (attention's Q·Kᵀ,
+   softmax and ·V fused into one kernel);
+2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
+   the step reads, once;
+3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once).
+
+Worked example (tests/count/perf/test_inference.py): Llama 2 7B decode, batch 1: per layer 8 matmul
+kernels (Q, K, V, the fused attention, O, gate, up, down) and 6 non-matmul ones (2 RMSNorms, 2 residual
+adds, SiLU·gate, RoPE), 32 × 14 = 448, plus the LM head and the final norm: 450 kernels, 1.8 ms at 4 µs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.flops import matmul_entries
+from tfcalc.count.non_matmul import non_matmul_entries
+from tfcalc.count.perf import elementwise, gemm
+from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.quant import WeightFormat
+
+SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
+
+
+def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec) -> float:
+    """The fraction of the peak one roofline row's matmul reaches (see the module docstring); a mixture's
+    rows come as one GEMM per expert (tfcalc.count.roofline)."""
+    if perf.matmul_efficiency is not None:
+        return perf.matmul_efficiency
+    if component in SCORE_COMPONENTS:
+        return perf.flash_efficiency[0]
+    m, k, n = shape
+    return gemm.efficiency(m, n, k, perf.sm_count, perf.matmul_ceiling, count)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Seconds a step spends beside its matmuls' roofline (see the module docstring)."""
+
+    kernels: int
+    kernel_s: float
+    dequant_s: float
+    traffic_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.kernel_s + self.dequant_s + self.traffic_s
+
+
+def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
+    """Step 1's kernels of one forward over ``queries`` new tokens per sequence."""
+    n = 0
+    for e in matmul_entries(cfg, batch, queries, keys, encoder=queries > 1):
+        if not e.component.endswith("_av"):  # Q·Kᵀ, softmax and ·V: one fused kernel
+            n += e.copies
+    for e in non_matmul_entries(cfg, batch, queries):
+        if not elementwise.is_score_level(e):
+            n += e.copies
+    return n
+
+
+def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_weights: int, dtype: str,
+             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec) -> Overhead:
+    """Steps 1-3 for one step; ``quantized_weights`` the int8/int4 weights it reads, ``bandwidth`` the
+    achievable bytes/s."""
+    kernels = kernel_count(cfg, batch, queries, keys)
+    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes)
+    dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
+    return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
+
+
+def quantized_weights(step, fmt: WeightFormat) -> int:
+    """The int8/int4 weights a step reads (tfcalc.count.roofline's rows of the block matrices: their bytes
+    over the format's bits per weight, scales and zero points included); 0 for plain formats."""
+    if fmt.dtype not in ("int8", "int4"):
+        return 0
+    bits = {"int8": 8, "int4": 4}[fmt.dtype]
+    per_weight = bits + ((16 + (bits if fmt.zero_point else 0)) / fmt.group_size if fmt.group_size else 0)
+    read = sum(r.weight_bytes for r in step.rows if r.component not in ("lm_head", "other") and r.flops)
+    return round(read * 8 / per_weight)

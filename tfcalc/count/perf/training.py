@@ -1,0 +1,134 @@
+"""One training micro-batch's compute time on one rank, matmul by matmul. Pure arithmetic.
+
+Over the description's matmuls (tfcalc.count.flops.matmul_entries at the micro-batch and seq: the
+blocks' ``linears()`` and attention's ``score_dims()``), each under the layout's tensor parallelism t
+(Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.count.shard):
+
+- column-parallel (Q, K, V, gate, up, a shared expert's, the vocabulary-parallel LM head): n / t;
+- row-parallel (O, down): k / t;
+- attention's score products: the heads, count / t; a mixture's experts stay whole (replicated).
+
+Each matmul (m, k) @ (k, n) runs forward as one GEMM and backward as two: the input gradient
+(m, n) @ (n, k) and the weight gradient (k, m) @ (m, n), each at its own shape's efficiency
+(tfcalc.count.perf.gemm). Attention's score products under a fused kernel ("flash") run at the kernel's
+efficiency over the causal pairs it computes (masked blocks skipped), forward and backward (2 × the
+forward's FLOPs); under "math" attention as batched GEMMs over the full square, plus the scores'
+memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of it (full) or the score
+products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
+cost.
+
+Stages: the blocks' time is per block (the mean over the layers), so a stage of n blocks takes n times
+it; the last stage adds the LM head, the first the embedding's traffic (in the non-matmul terms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from tfcalc.config import ModelConfig
+from tfcalc.count import non_matmul
+from tfcalc.count.flops import MatmulEntry, matmul_entries
+from tfcalc.count.memory import activation_element_bytes
+from tfcalc.count.perf import elementwise, gemm
+from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.shard import total_blocks
+from tfcalc.workload import Layout
+
+COLUMN = ("q", "k", "v", "gate", "up", "qkv")
+ROW = ("o", "down")
+SCORES = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av", "encoder_attn_qk", "encoder_attn_av")
+
+
+@dataclass(frozen=True)
+class MicroBatchTime:
+    """Seconds of one micro-batch on one rank: per block (mean) and for the LM head, by kind."""
+
+    block_matmul_s: float  # forward + backward + recompute, one block
+    head_matmul_s: float
+    block_other_s: float  # non-matmul traffic and kernel costs, one block
+    head_other_s: float
+    block_forward_s: float  # one block's forward alone (matmuls and the rest)
+
+    def stage_s(self, blocks: int, last: bool) -> float:
+        return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
+
+
+def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int, int]:
+    """(m, k, n, count) of one TP rank's share of the matmul (see the module docstring). A mixture's
+    routed rows are spread over its n_expert experts (a grouped GEMM of n_expert products of m / E rows,
+    uniform routing), whole on every TP rank."""
+    m, k, n = e.shape
+    if e.component.startswith(("expert_", "encoder_expert_")):
+        return -(-m // n_expert), k, n, e.count * n_expert
+    if tp == 1:
+        return m, k, n, e.count
+    if e.component in SCORES:
+        return m, k, n, max(1, e.count // tp)
+    if e.component.endswith("router"):
+        return m, k, n, e.count
+    tail = e.component.rsplit("_", 1)[-1]
+    if e.component == "lm_head" or tail in COLUMN:
+        return m, k, max(1, n // tp), e.count
+    if tail in ROW:
+        return m, max(1, k // tp), n, e.count
+    return m, k, n, e.count
+
+
+def _gemm_s(m: int, k: int, n: int, count: int, peak: float, perf: PerfSpec) -> float:
+    if perf.matmul_efficiency is not None:
+        return 2 * m * k * n * count / (peak * perf.matmul_efficiency)
+    return gemm.seconds(m, n, k, peak, perf.sm_count, perf.matmul_ceiling, count)
+
+
+def n_expert(cfg: ModelConfig) -> int:
+    """The experts of the (first) mixture of experts, 1 without one."""
+    return next((b.ffn.n_expert for _, b, _ in cfg.architecture.kinds() if b.is_moe), 1)
+
+
+def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, experts: int = 1) -> tuple[float, float]:
+    """(forward, backward) seconds of one copy of the matmul on one rank."""
+    m, k, n, count = tp_shape(e, layout.tp, experts)
+    if e.component in SCORES and layout.attention == "flash":
+        flops = e.causal_total / e.copies / layout.tp
+        fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
+        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff)
+    forward = _gemm_s(m, k, n, count, peak, perf)
+    backward = _gemm_s(m, n, k, count, peak, perf) + _gemm_s(k, m, n, count, peak, perf)
+    return forward, backward
+
+
+@lru_cache(maxsize=4096)
+def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec
+                     ) -> MicroBatchTime:
+    """The module docstring's sum for one micro-batch (layout's tp, sp, micro-batch, seq, recompute,
+    attention kernel); ``bandwidth`` the achievable bytes/s."""
+    blocks = total_blocks(cfg)
+    entries = matmul_entries(cfg, layout.micro_batch, layout.seq)
+    block_mm = head_mm = block_fwd = 0.0
+    kernels = 0
+    score_elements = 0
+    experts = n_expert(cfg)
+    for e in entries:
+        fwd, bwd = _entry_s(e, layout, peak, perf, experts)
+        again = fwd if layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES) else 0
+        total = (fwd + bwd + again) * e.copies
+        if e.group in ("lm_head", "pooler"):
+            head_mm += total
+        else:
+            block_mm += total
+            block_fwd += fwd * e.copies
+        kernels += e.copies
+        if e.component in SCORES and e.component.endswith("qk"):
+            score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
+    act = activation_element_bytes(layout.dtype)
+    nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
+    traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel)
+    if layout.attention == "math":
+        traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
+    kernels += sum(e.copies for e in nm)
+    passes = 1 + elementwise.BACKWARD_TRAFFIC + (layout.recompute == "full")
+    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS
+                                                                        + (layout.recompute == "full")))
+    forward_other = traffic / bandwidth + kernels * perf.kernel_s
+    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks)
