@@ -31,6 +31,18 @@ Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``
 runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
 GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
 
+Per-layer attention (tfcalc.architecture.patterns). A layer is *local* (it attends through
+``sliding_window`` W -- the last W keys, itself included -- or ``attention_chunk_size`` C -- the keys of
+its own chunk of C positions, Llama 4's chunked attention) or *global* (the whole causal context); and it
+has RoPE or not (NoPE). By period: ``full_attention_every: k`` makes layers k-1, 2k-1, ... global and
+the rest local (without it, every layer is local once a window or chunk is given); ``nope_every: n``
+takes RoPE out of layers n-1, 2n-1, ... (Llama 4: 4, its global layers; SmolLM3: 4). Local layers rotate
+with base ``rope_local_theta`` where given (Gemma 3: 10,000 beside the global 1,000,000). Or by list:
+``layer_pattern``, each layer's kind -- ``full``, ``local``, ``nope`` (global, no RoPE), ``local_nope``
+-- written as runs: ``"(local*5, full)*10, local*2"`` (Gemma 3 27B's 62 layers), as Hugging Face's
+``layer_types`` lists them; it must cover exactly n_layer layers, and replaces full_attention_every and
+nope_every. YAML fields and ``--set`` keys alike (``--set layer_pattern="(local*3, full)*2"``).
+
 Validation rules live in tfcalc.config_rules; every failure is one ConfigError line naming the field.
 """
 
@@ -45,6 +57,7 @@ from typing import Any, Optional
 
 from tfcalc.architecture import Architecture
 from tfcalc.architecture.flat import build as build_architecture
+from tfcalc.architecture.patterns import layer_kind
 from tfcalc.config_rules import (
     REL_POS_BUCKETS,
     REL_POS_MAX_DISTANCE,
@@ -153,6 +166,12 @@ class ModelConfig:
     first_dense_layers: Optional[int] = None
     moe_every: Optional[int] = None
     dense_d_ff: Optional[int] = None
+
+    # --- attention per layer (tfcalc.architecture.patterns; see "Per-layer attention" above) ---
+    rope_local_theta: Optional[float] = None  # RoPE base of the local layers (Gemma 3: 10,000; global 1e6)
+    attention_chunk_size: Optional[int] = None  # local layers attend within chunks of this many (Llama 4: 8192)
+    nope_every: Optional[int] = None  # layers n-1, 2n-1, ... have no RoPE (Llama 4, SmolLM3: 4)
+    layer_pattern: Optional[str] = None  # each layer's kind, as runs: "(local*5, full)*10, local*2"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -270,37 +289,48 @@ class ModelConfig:
         return self.n_expert_active or 1
 
     def kv_positions(self, context: int, layer: int = 0) -> int:
-        """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens:
-        all of them, or through a sliding window the last W (the window, not W - 1: the newest token's K
-        and V are written before its query reads them; see README, serving estimates)."""
-        window = self.layer_window(layer)
-        return context if window is None else min(context, window)
+        """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens
+        (its attention component's kv_positions: all of them, or what its window or chunk needs; see
+        README, serving estimates)."""
+        return self.architecture.output.layer(layer).attention.kv_positions(context)
 
     def cached_positions(self, context: int) -> int:
         """Positions the KV caches of all the decoder's self-attention layers keep together: the sum of
-        kv_positions over the layers (windowed layers keep at most W, the others all)."""
-        windowed = self.windowed_layers
-        full = self.decoder_layers - windowed
-        return full * context + (windowed * min(context, self.sliding_window) if windowed else 0)
+        kv_positions over the layers (folded over the layer kinds)."""
+        stack = self.architecture.decoder
+        return 0 if stack is None else sum(n * b.attention.kv_positions(context) for b, n in stack.kinds())
 
     def layer_window(self, layer: int, length: Optional[int] = None) -> Optional[int]:
         """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
-        whole context (every layer without a window; every full_attention_every-th with one) and, given
-        a sequence length, where the window hides nothing at it (W >= length): one rule for the masks the
-        model builds and the ones the working set counts."""
-        every = self.full_attention_every
-        if self.sliding_window is None or (every is not None and (layer + 1) % every == 0):
+        whole context (a global layer, tfcalc.architecture.patterns; a chunked one has no window) and,
+        given a sequence length, where the window hides nothing at it (W >= length): one rule for the
+        masks the model builds and the ones the working set counts."""
+        if self.sliding_window is None or not layer_kind(self, layer).local:
             return None
         return None if length is not None and self.sliding_window >= length else self.sliding_window
 
+    def attention_spans(self, length: int) -> set[tuple[Optional[int], Optional[int]]]:
+        """The distinct (window, chunk) of the causal self-attention layers at a sequence of ``length``
+        tokens, (None, None) for a layer that sees its whole causal context (no window or chunk, or one of
+        ``length`` or more): each other entry is a mask the model builds (tfcalc.model.Stack.layer_masks)."""
+        stack = self.architecture.decoder
+        if stack is None:
+            return set()
+        out = set()
+        for block, _ in stack.kinds():
+            a = block.attention
+            out.add((a.window if a.window is not None and a.window < length else None,
+                     a.chunk if a.chunk is not None and a.chunk < length else None))
+        return out
+
     @property
     def windowed_layers(self) -> int:
-        """Causal self-attention layers that attend through the sliding window (layer_window, counted in
-        closed form: layers k - 1, 2k - 1, ... of L are full, L // k of them)."""
-        if self.sliding_window is None:
+        """Causal self-attention layers that attend through a sliding window or a chunk (local layers),
+        folded over the layer kinds."""
+        stack = self.architecture.decoder
+        if stack is None:
             return 0
-        every = self.full_attention_every
-        return self.decoder_layers - (0 if every is None else self.decoder_layers // every)
+        return sum(n for b, n in stack.kinds() if b.attention.window is not None or b.attention.chunk is not None)
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""

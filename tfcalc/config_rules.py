@@ -1,8 +1,8 @@
 """The rules a ModelConfig must keep: the type of every field, and the fields against each other.
 
 Split from tfcalc.config so that the dataclass stays readable; imports nothing of tfcalc but the error
-type (tfcalc.config imports this module, never the other way). Every failure is one ConfigError line
-that names the field(s). Pure Python: no torch, typer or rich here.
+type and tfcalc.config_patterns (tfcalc.config imports this module, never the other way). Every failure
+is one ConfigError line that names the field(s). Pure Python: no torch, typer or rich here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, Literal, get_args
 
+from tfcalc.config_patterns import validate_attention_patterns
 from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
@@ -42,11 +43,12 @@ _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
     "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
-    "moe_every", "dense_d_ff",
+    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every",
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
-_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor")
+_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
+                          "rope_local_theta")
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
@@ -54,7 +56,7 @@ _BOOL_FIELDS = (
 )
 _OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias")
 _STR_FIELDS = ("name",)
-_OPTIONAL_STR_FIELDS = ("nominal_params", "source")
+_OPTIONAL_STR_FIELDS = ("nominal_params", "source", "layer_pattern")
 
 
 _OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16")}
@@ -194,15 +196,7 @@ def _validate_kind(cfg) -> None:
     elif cfg.cross_attention:
         raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it "
                           "already")
-    if cfg.sliding_window is not None and cfg.arch == "encoder":
-        raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
-                          "an encoder attends both ways")
-    if cfg.full_attention_every is not None:
-        if cfg.sliding_window is None:
-            raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window too")
-        if cfg.full_attention_every < 2:
-            raise ConfigError(f"field 'full_attention_every' must be at least 2 (1: every layer full; set "
-                              f"sliding_window to null); got {cfg.full_attention_every}")
+    validate_attention_patterns(cfg)
     if cfg.pooler and cfg.arch != "encoder":
         raise ConfigError(
             f"pooler applies to arch encoder only (arch is {cfg.arch}): it reads the first token, "

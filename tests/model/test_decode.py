@@ -34,6 +34,15 @@ KINDS = {
     "parallel-two-norms": dict(pos_encoding="rope", parallel_block="two_norms"),
     "parallel-shared-norm": dict(pos_encoding="rope", parallel_block="shared_norm"),
     "opt-position-offset": dict(position_offset=2),
+    # per-layer patterns (tfcalc.architecture.patterns): chunks (Llama 4), NoPE layers, a local RoPE base
+    # (Gemma 3), an explicit layer list
+    "chunked": dict(pos_encoding="rope", attention_chunk_size=4),
+    "chunk-of-one": dict(pos_encoding="rope", attention_chunk_size=1),
+    "llama4-chunks-nope": dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=4,
+                               nope_every=4),
+    "gemma3-local-base": dict(pos_encoding="rope", n_layer=3, sliding_window=4, full_attention_every=3,
+                              rope_theta=1e6, rope_local_theta=10.0),
+    "layer-pattern": dict(pos_encoding="rope", n_layer=4, sliding_window=3, layer_pattern="local_nope, full*2, nope"),
 }
 
 
@@ -69,6 +78,17 @@ def test_the_window_is_what_the_cache_holds():
     # 14 positions written into a ring of 5: slot s holds the latest p < 14 with p mod 5 = s
     assert cache.slot_positions(0, 14, "cpu").tolist() == [10, 11, 12, 13, 9]
     assert tiny(max_seq_len=16).kv_positions(14) == 14 and cfg.kv_positions(14) == 5 and cfg.kv_positions(3) == 3
+
+
+def test_a_chunked_layer_caches_one_chunk():
+    """Chunks of C = 4: the cache holds C - 1 = 3 positions per layer (the KV count's convention); after 14
+    positions, 14 mod 4 = 2 of them are the current chunk's, in slots 0 and 1."""
+    from tfcalc.count.memory import kv_cache_bytes
+
+    cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
+    _, _, cache = _full_and_cached(cfg, batch=3)
+    assert cache.slots == [3] * cfg.n_layer
+    assert cache.nbytes == kv_cache_bytes(cfg, 3, 14, "fp32") == 2 * cfg.n_layer * 3 * 3 * cfg.kv_dim * 4
 
 
 def test_alternating_windows_give_each_layer_its_own_cache():

@@ -8,7 +8,9 @@ key/value heads each serving H / G query heads.
    biases and no O bias, modeling_qwen2.py);
 2. scores Q·Kᵀ, H per token and key, h wide; attention·V the same, h_v wide;
 3. KV cache, per layer and cached position: K (G·h) and V (G·h_v) elements; a sliding window W keeps
-   the last W positions (Mistral, Jiang et al. 2023, sec. 2);
+   the last W positions (Mistral, Jiang et al. 2023, sec. 2); chunked attention (Llama 4's
+   attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
+   only, so its cache holds the C - 1 past positions of one chunk;
 4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
 
@@ -37,6 +39,7 @@ class Attention:
     kind: Literal["self", "cross"] = "self"  # cross: K and V from other states (an encoder's output)
     causal: bool = True  # self-attention in a decoder; an encoder's and cross-attention's see every key
     window: Optional[int] = None  # sliding window: each query sees at most this many keys, itself included
+    chunk: Optional[int] = None  # chunked attention: a query sees the keys of its own chunk of this many positions
     rope_theta: Optional[float] = None  # rotary base (Su et al. 2021); None: no rotary in this layer (NoPE)
     rope_dim: int = 0  # channels of each head RoPE rotates (partial rotary, GPT-NeoX's rotary_ndims)
     qk_norm: Optional[Norm] = None
@@ -55,6 +58,10 @@ class Attention:
                              "each key/value head serves a whole group of query heads")
         if self.window is not None and (self.window < 1 or not self.causal or self.kind == "cross"):
             raise InputError("a sliding window applies to causal self-attention, and is at least 1 key")
+        if self.chunk is not None and (self.chunk < 1 or not self.causal or self.kind == "cross"
+                                       or self.window is not None):
+            raise InputError("chunked attention applies to causal self-attention without a sliding window, "
+                             "and a chunk is at least 1 key")
         if self.rope_theta is None and self.rope_dim:
             raise InputError("rope_dim needs a rotary base (rope_theta)")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
@@ -127,4 +134,6 @@ class Attention:
 
     def kv_positions(self, context: int) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
+        if self.chunk is not None:
+            return min(context, self.chunk - 1)
         return context if self.window is None else min(context, self.window)

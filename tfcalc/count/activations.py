@@ -370,7 +370,7 @@ def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: O
         head["encoder_output"] = sources * e * h  # every decoder block's K/V-projection input
     if cfg.expert_capacity_factor is not None and more:
         _capacity_terms(cfg, more["encoder_per_layer"], batch * src, e)
-    if cfg.windowed_layers and cfg.sliding_window < seq and default_attention(cfg) == "flash":
+    if cfg.attention_spans(seq) - {(None, None)} and default_attention(cfg) == "flash":
         # the window is an explicit (T, T) mask there, one tensor for every windowed block, which the
         # fused kernel keeps for its backward (ALiBi's, T5's and capped scores add it in instead)
         head["window_mask"] = e * seq * seq

@@ -42,7 +42,7 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
     attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if cfg.sliding_window is not None:
+        if cfg.windowed_layers:  # a sliding window or chunks in some layers
             return Crossover(*(_windowed(cfg, 4 * q * b, q) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
@@ -63,26 +63,57 @@ def _ffn_per_token(cfg: ModelConfig) -> Fraction:
 
 def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
     """Smallest T >= 1 at which the causal scores of all the decoder's layers, 4·q·Σ_l pairs_l(T)
-    (terms.causal_pairs, each layer with its own window: Gemma 2 alternates windowed and full layers),
-    reach L·per_token·T, or None when they never do.
+    (terms.causal_pairs, each layer with its own window or chunk: Gemma 2 alternates windowed and full
+    layers, Llama 4 chunked and full), reach L·per_token·T, or None when they never do.
 
-    g(T) = 4·q·Σ_l pairs_l(T) − L·per_token·T is convex (a query's visible keys, min(p + 1, W), never
-    shrink as p grows) and g(0) = 0, so g(T)/T never decreases: the first T with g(T) >= 0 is found by
-    doubling, then bisection. It never comes when every layer is windowed and 4·q·W <= per_token (the
-    slope of g/L beyond W); a full layer's T² always gets there."""
-    windows = Counter(cfg.layer_window(i) for i in range(cfg.decoder_layers))
+    g(T) = 4·q·Σ_l pairs_l(T) − L·per_token·T has increments that never shrink (a query's visible keys,
+    p + 1 or min(p + 1, W), never shrink as p grows) except where a chunk of C starts ((p mod C) + 1
+    drops to 1). So g is convex on each chunk period [mC, mC + C − 1] (without chunks: C = ∞, one
+    period), and its values at a fixed offset r of the period, g(mC + r), are convex in m. g(0) = 0.
+    First period m whose larger end value reaches 0 (max of two convex functions of m: doubling, then
+    bisection), then the first T within it (convex there: bisection). Never, when the last increments
+    of a period's sum stop growing (every layer local) and it is still below 0."""
+    windows: Counter = Counter()
+    for block, n in cfg.architecture.decoder.kinds():  # (window, chunk) of each layer kind
+        windows[(block.attention.window, block.attention.chunk)] += n
+    chunks = {c for _, c in windows if c is not None}
+    C = chunks.pop() if len(chunks) == 1 else None  # one chunk size is all a config can give
 
-    def reached(t: int) -> bool:
-        pairs = sum(n * causal_pairs(t, t, w) for w, n in windows.items())
-        return 4 * q * pairs >= cfg.decoder_layers * per_token * t
+    def g(t: int) -> Fraction:
+        pairs = sum(n * causal_pairs(t, t, w, c) for (w, c), n in windows.items())
+        return 4 * q * pairs - cfg.decoder_layers * per_token * t
 
-    if None not in windows and 4 * q * max(windows) <= per_token:
-        return None
+    def first(lo: int, hi: int) -> int:
+        """Smallest t in (lo, hi] with g(t) >= 0, given g(lo) < 0 <= g(hi) and g convex on [lo, hi]."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if g(mid) >= 0 else (mid, hi)
+        return hi
+
+    if C is None:
+        # every layer local: its scores per query stay below W keys, so they may never catch up
+        if (None, None) not in windows and 4 * q * max(w for w, _ in windows) <= per_token:
+            return None
+        hi = 1
+        while g(hi) < 0:
+            hi *= 2
+        return hi if hi == 1 else first(hi // 2, hi)
+    if C > 1 and g(C - 1) >= 0:  # within the first chunk (g(0) = 0, convex there: g(t)/t never decreases)
+        return 1 if g(1) >= 0 else first(1, C - 1)
+
+    def top(m: int) -> Fraction:  # the larger end of period m: its largest value (convex there)
+        return max(g(m * C), g(m * C + C - 1))
+
+    if (None, None) not in windows:  # every layer local: once every window is full, top is linear in m
+        m = 1 + -(-max((w or 0) for w, _ in windows) // C)
+        if top(m + 1) <= top(m) and top(1) < 0:  # convex, its last slope <= 0: it never rises again
+            return None
     hi = 1
-    while not reached(hi):
+    while top(hi) < 0:
         hi *= 2
-    lo = hi // 2  # not reached (or 0)
+    lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
-    return hi
+        lo, hi = (lo, mid) if top(mid) >= 0 else (mid, hi)
+    start = hi * C
+    return start if g(start) >= 0 else first(start, start + C - 1)

@@ -114,11 +114,10 @@ def forward_working_set(
         ffn = (2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
                + (h if cfg.shared_expert_d_ff else 0))
         bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
-        # each layer's effective window: None where it sees every position (no window, or W >= length)
-        # (layer_window repeats every full_attention_every layers: the first period holds every kind)
-        period = range(min(cfg.n_layer, cfg.full_attention_every or 1)) if causal else ()
-        windows = {cfg.layer_window(i, length) for i in period} or {None}
-        masks = sum(bias if w is None else (bias or length * length) for w in windows)
+        # each layer's effective window or chunk: (None, None) where it sees every position (none, or one
+        # of length or more); one mask per distinct span (tfcalc.model.Stack.layer_masks)
+        spans = (cfg.attention_spans(length) if causal else set()) or {(None, None)}
+        masks = sum(bias if w == (None, None) else (bias or length * length) for w in spans)
         return batch * length * max(attn, ffn) + masks
 
     logits = cfg.vocab_size * (2 if cfg.logit_softcap is not None else 1) if cfg.lm_head else 0

@@ -14,6 +14,10 @@ lives in slot p mod W, overwriting p - W, which no later query may see (Jiang et
 query sees at most W keys, itself included -- W slots, not W - 1 (Hugging Face's dynamic sliding-window
 cache keeps W - 1 past tokens and appends the new one: the same W keys at attention time).
 
+A layer with chunked attention of C (Llama 4) keeps the C - 1 past positions of the current chunk:
+position p in slot p mod C, the chunk's last position never (no later query of its chunk reads it); a
+decode step attends to the slots before p mod C and its own K and V, concatenated.
+
 Keys are stored after RoPE (rotated at their own absolute positions), so the order of the slots never
 matters to attention: softmax over keys is permutation-invariant. Only ALiBi needs each slot's position
 (its bias depends on the distance), which ``slot_positions`` gives.
@@ -46,7 +50,8 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
     if cfg.cross_attention and cfg.arch == "decoder":
         raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which a decode run does not make")
     slots = {b.attention.kv_positions(max_tokens) for b in cfg.architecture.output.layers()}
-    if cfg.pos_encoding == "alibi" and len(slots) > 1:
+    chunked = any(b.attention.chunk is not None for b in cfg.architecture.output.layers())
+    if cfg.pos_encoding == "alibi" and (len(slots) > 1 or chunked):
         raise InputError(f"{cfg.name}: ALiBi with alternating windows is not built for decoding")
 
 
@@ -57,6 +62,7 @@ class StaticCache:
         """``attentions``: each decoder layer's self-attention component, first to last."""
         self.batch, self.max_tokens = batch, max_tokens
         self.slots = [a.kv_positions(max_tokens) for a in attentions]  # per layer
+        self.chunks = [a.chunk for a in attentions]  # per layer: its chunk, None without
         self.k = [torch.zeros(batch, a.n_kv_head, n, a.head_dim, device=device, dtype=dtype)  # (B, nkv, S, hs)
                   for a, n in zip(attentions, self.slots, strict=True)]
         self.v = [torch.zeros(batch, a.n_kv_head, n, a.v_dim, device=device, dtype=dtype)  # (B, nkv, S, hv)
@@ -86,6 +92,8 @@ class StaticCache:
         ``slots`` positions are kept. A decode step (T = 1) attends to every slot written so far, itself
         included (views into the buffers, no copy)."""
         T, size = k.shape[2], self.slots[layer]
+        if self.chunks[layer] is not None:
+            return self._store_chunk(layer, k, v)
         if self.length == 0:
             keep = min(T, size)
             slots = torch.arange(T - keep, T, device=k.device) % size  # ring order for a window
@@ -99,6 +107,25 @@ class StaticCache:
         self.v[layer][:, :, slot] = v[:, :, 0]
         n = min(self.length + 1, size)
         return self.k[layer][:, :, :n], self.v[layer][:, :, :n]
+
+    def _store_chunk(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """store() for a chunked layer (see the module docstring): a prompt keeps its last, unfinished
+        chunk; a decode step reads the chunk's past slots and its own K and V."""
+        T, chunk, size = k.shape[2], self.chunks[layer], self.slots[layer]
+        if self.length == 0:
+            n = T % chunk  # positions of the last chunk, which later tokens of that chunk read
+            self.k[layer][:, :, :n] = k[:, :, T - n:]
+            self.v[layer][:, :, :n] = v[:, :, T - n:]
+            return k, v
+        if T != 1:
+            raise InputError("after the prompt, the cache takes one token per sequence at a time")
+        r = self.length % chunk  # the new token's place in its chunk: r earlier keys of the chunk are cached
+        keys = torch.cat([self.k[layer][:, :, :r], k], dim=2)  # (B, nkv, r + 1, hs)
+        values = torch.cat([self.v[layer][:, :, :r], v], dim=2)
+        if r < size:  # the chunk's last position is read by no later query
+            self.k[layer][:, :, r] = k[:, :, 0]
+            self.v[layer][:, :, r] = v[:, :, 0]
+        return keys, values
 
     def advance(self, tokens: int) -> None:
         """Called once every layer has stored the new positions."""

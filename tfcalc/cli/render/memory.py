@@ -37,7 +37,8 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     if cfg.arch == "encoder":
         t.add("KV cache", r.kv_cache, "none: an encoder generates no tokens")
     else:
-        window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else ""
+        window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else (
+            f"; chunks of {cfg.attention_chunk_size:,}" if cfg.attention_chunk_size else "")
         t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
     if r.cross_kv_cache:
         t.add("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,}")
