@@ -121,3 +121,33 @@ def test_bench_times_the_loaded_weights(saved, cli):
     assert data["weights"] == str(folder) and data["tokens_per_s"] > 0
     other = cli("bench", "gpt2", "--weights", str(folder), "--seq", "8")
     assert other.code == 2 and "its config.json is another model" in other.err
+
+
+# ---------- the KV cache transformers keeps ----------
+
+
+def _hf_cache_bytes(cache) -> int:
+    """Bytes of every K and V tensor a transformers cache holds (its self-attention layers)."""
+    layers = getattr(cache, "self_attention_cache", cache).layers
+    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values)
+               if t is not None)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if CASES[n].inputs == "ids" and CASES[n].output == "logits"
+                                  and not n.startswith("bert")  # an encoder keeps no cache
+                                  # modeling_falcon.py (_split_heads, new_decoder_architecture) broadcasts K and V
+                                  # to every query head before caching them: H, not the G KV heads tfcalc counts
+                                  and n != "falcon-40b-like"])
+def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
+    """After a forward pass of T tokens with use_cache, transformers' DynamicCache holds what tfcalc counts:
+    every position in a full layer, the last W - 1 in a sliding-window layer (DynamicSlidingWindowLayer),
+    C - 1 at most in a chunked one (README, "Sliding window")."""
+    import torch
+
+    from tfcalc.count.memory import kv_cache_bytes
+
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    with torch.no_grad():
+        out = model(**inputs(name), use_cache=True)
+    assert _hf_cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, 2, T, "fp32")

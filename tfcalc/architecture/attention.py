@@ -8,7 +8,9 @@ key/value heads each serving H / G query heads.
    biases and no O bias, modeling_qwen2.py);
 2. scores Q·Kᵀ, H per token and key, h wide; attention·V the same, h_v wide;
 3. KV cache, per layer and cached position: K (G·h) and V (G·h_v) elements; a sliding window W keeps
-   the last W positions (Mistral, Jiang et al. 2023, sec. 2); chunked attention (Llama 4's
+   the last W - 1 positions, what a decode step reads beside its own K and V (Mistral, Jiang et al. 2023,
+   sec. 2; the cache transformers' generate() keeps: cache_utils.py, DynamicSlidingWindowLayer); chunked
+   attention (Llama 4's
    attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
    only, so its cache holds the C - 1 past positions of one chunk;
 4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads;
@@ -134,6 +136,5 @@ class Attention:
 
     def kv_positions(self, context: int) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
-        if self.chunk is not None:
-            return min(context, self.chunk - 1)
-        return context if self.window is None else min(context, self.window)
+        span = self.chunk if self.chunk is not None else self.window
+        return context if span is None else min(context, span - 1)

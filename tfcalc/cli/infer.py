@@ -75,7 +75,8 @@ def infer(
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
-    (--group-size); --kv-dtype sets the cache's dtype apart.
+    (--group-size); --kv-dtype sets the cache's dtype apart. A sliding window of W caches W − 1 positions per layer
+    (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
     """
     out = output(format, json_out, exact, verbose, table)
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while

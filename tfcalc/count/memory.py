@@ -8,7 +8,9 @@ Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf3
 
 KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
 dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
-(Mistral) caps s at W: the cache holds the last W positions, the newest token's included.
+(Mistral) caps s at W - 1: the cache holds the past positions a decode step reads beside its own K and V
+(transformers' DynamicSlidingWindowLayer, cache_utils.py); chunked attention of C (Llama 4) at C - 1,
+one chunk with the new token (README, "Sliding window").
 
 Activations (what autograd keeps for the backward pass, checked to the byte against the real module):
 tfcalc.count.activations, re-exported here.
@@ -69,7 +71,7 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: 
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
     # a fold over the decoder's layers (tfcalc.architecture): each caches all seq positions, or within a
-    # sliding window the last W, of its K and V
+    # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
     own = batch * cfg.architecture.kv_elements(seq)
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 

@@ -125,7 +125,7 @@ class Stack(nn.Module):
         bias)."""
         if self.positions != "alibi":
             return None
-        positions = cache.slot_positions(0, cache.length + 1, self.alibi.device)
+        positions = cache.key_positions(0, self.alibi.device)
         distance = (positions - cache.length).to(torch.float32)  # <= 0
         return (self.alibi.float()[:, None, None] * distance).to(dtype)
 
