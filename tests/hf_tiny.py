@@ -16,6 +16,8 @@ V, D, L, H, F, T = 61, 32, 2, 4, 48, 10  # vocab, width, layers, heads, FFN widt
 LLAMA_LIKE = dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
                   intermediate_size=F, max_position_embeddings=32)
 
+TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # within the tiny vocabulary
+
 
 @dataclass(frozen=True)
 class Case:
@@ -85,6 +87,15 @@ CASES = {
     "t5-gated": Case("T5Config", "T5ForConditionalGeneration",
                      dict(vocab_size=V, d_model=D, d_kv=8, d_ff=F, num_layers=L, num_heads=H,
                           feed_forward_proj="gated-gelu"), inputs="seq2seq"),
+    # issue 22 (part D): NoPE layers, OLMo 2's output norms and whole-projection Q/K norms, GLM-4's four
+    # norms and interleaved partial rotary
+    "smollm3": Case("SmolLM3Config", "SmolLM3ForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, no_rope_layer_interval=2, rope_theta=1000.0)),
+    "smollm3-listed": Case("SmolLM3Config", "SmolLM3ForCausalLM",
+                           dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
+                                tie_word_embeddings=False)),
+    "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 

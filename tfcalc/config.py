@@ -27,7 +27,8 @@ optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_d
 
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
-(Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm). A parallel block
+(Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm); ``output`` is
+``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block
 runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
 GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
 
@@ -67,6 +68,7 @@ from tfcalc.config_rules import (
     NormPlacement,
     ParallelBlock,
     PosEncoding,
+    QkNormOver,
     check_field_type,
     suggest,
     validate,
@@ -173,6 +175,11 @@ class ModelConfig:
     nope_every: Optional[int] = None  # layers n-1, 2n-1, ... have no RoPE (Llama 4, SmolLM3: 4)
     layer_pattern: Optional[str] = None  # each layer's kind, as runs: "(local*5, full)*10, local*2"
 
+    # --- norms and heads of issue 22's families (OLMo 2) ---
+    # Q/K norms over each head (head: Qwen3, Gemma 3) or over each whole projection, n_head·d_head and
+    # n_kv_head·d_head wide (projection: OLMo 2, modeling_olmo2.py q_norm, k_norm)
+    qk_norm_over: QkNormOver = "head"
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -276,7 +283,7 @@ class ModelConfig:
         """Norms around attention and FFN: 2; sandwich 4; a parallel block with one shared norm 1."""
         if self.parallel_block == "shared_norm":
             return 1
-        return 4 if self.norm_placement == "sandwich" else 2
+        return 4 if self.norm_placement == "sandwich" else 2  # output (OLMo 2): attention's and FFN's
 
     @property
     def experts(self) -> int:

@@ -18,10 +18,11 @@ from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["pre", "post", "sandwich"]
+NormPlacement = Literal["pre", "post", "sandwich", "output"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]
+QkNormOver = Literal["head", "projection"]
 
 # T5's defaults (Raffel et al. 2020, sec. 2.1; transformers' T5Config): 32 buckets, distances to 128.
 REL_POS_BUCKETS, REL_POS_MAX_DISTANCE = 32, 128
@@ -38,6 +39,7 @@ _LITERALS = {
     "activation": get_args(Activation),
     "arch": get_args(Arch),
     "parallel_block": get_args(ParallelBlock),
+    "qk_norm_over": get_args(QkNormOver),
 }
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
 _OPTIONAL_INT_FIELDS = (
@@ -177,6 +179,8 @@ def validate(cfg) -> None:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
     if cfg.norm == "rmsnorm" and cfg.norm_bias:
         raise ConfigError("rmsnorm has no bias: leave norm_bias out (or false)")
+    if cfg.qk_norm_over != "head" and not cfg.qk_norm:
+        raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
     _validate_kind(cfg)
     _validate_positions(cfg)
     _validate_layout(cfg)

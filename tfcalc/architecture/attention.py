@@ -13,7 +13,9 @@ key/value heads each serving H / G query heads.
    attention (Llama 4's
    attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
    only, so its cache holds the C - 1 past positions of one chunk;
-4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads;
+4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads; or
+   (``qk_norm_whole``, OLMo 2, modeling_olmo2.py) one over the whole Q projection, H·h wide, and one over
+   K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
 
 Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
@@ -23,6 +25,7 @@ class of its own beside this one with the same four methods (``weights``, ``line
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -44,7 +47,8 @@ class Attention:
     chunk: Optional[int] = None  # chunked attention: a query sees the keys of its own chunk of this many positions
     rope_theta: Optional[float] = None  # rotary base (Su et al. 2021); None: no rotary in this layer (NoPE)
     rope_dim: int = 0  # channels of each head RoPE rotates (partial rotary, GPT-NeoX's rotary_ndims)
-    qk_norm: Optional[Norm] = None
+    qk_norm: Optional[Norm] = None  # its kind and eps; h wide, or the projection's width (qk_norm_whole)
+    qk_norm_whole: bool = False
     scale: Optional[float] = None  # None: 1/sqrt(head_dim)
     softcap: Optional[float] = None  # scores -> c·tanh(scores / c) (Gemma 2: 50)
     sinks: bool = False
@@ -64,6 +68,8 @@ class Attention:
                                        or self.window is not None):
             raise InputError("chunked attention applies to causal self-attention without a sliding window, "
                              "and a chunk is at least 1 key")
+        if self.qk_norm_whole and self.qk_norm is None:
+            raise InputError("qk_norm_whole says how wide the Q/K norms are: it needs Q/K norms")
         if self.rope_theta is None and self.rope_dim:
             raise InputError("rope_dim needs a rotary base (rope_theta)")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
@@ -108,10 +114,18 @@ class Attention:
         if self.o_bias:  # added once after the row-parallel reduction: whole on every rank
             out.append(Weight("o_bias", (d,), role, f"{label} O bias"))
         if self.qk_norm is not None:
-            out += self.qk_norm.weights("q_norm", f"{label} Q norm") + self.qk_norm.weights("k_norm", f"{label} K norm")
+            q_norm, k_norm = self.qk_norms()
+            out += q_norm.weights("q_norm", f"{label} Q norm") + k_norm.weights("k_norm", f"{label} K norm")
         if self.sinks:
             out.append(Weight("sinks", (self.n_head,), role, f"{label} sinks", "rows"))
         return out
+
+    def qk_norms(self) -> tuple[Norm, Norm]:
+        """The Q norm and the K norm (step 4): each head's h channels, or each whole projection."""
+        if not self.qk_norm_whole:
+            return self.qk_norm, self.qk_norm
+        return (dataclasses.replace(self.qk_norm, width=self.q_width),
+                dataclasses.replace(self.qk_norm, width=self.k_width))
 
     def linears(self, with_kv: bool = True) -> list[Linear]:
         """The projections (step 1); a cross-attention's K and V over the sources, left out when

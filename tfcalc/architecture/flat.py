@@ -104,10 +104,12 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     rope = cfg.pos_encoding == "rope" and kind == "self" and layer.rope
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
+    whole = qk_norm is not None and cfg.qk_norm_over == "projection"
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
         rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        qk_norm_whole=whole,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
     )
 

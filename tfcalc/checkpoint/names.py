@@ -9,6 +9,9 @@ of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is lai
 - ``falcon_qkv``: Falcon-7B's multi-query [Q | K | V] is tfcalc's layout; with several K/V heads the
   rows are grouped, [kv head][its query heads..., k, v][d_head] (modeling_falcon.py, _split_heads);
 - ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1;
+- ``rope_pairs``: GLM-4 rotates interleaved channel pairs (modeling_glm4.py, rotate_half); tfcalc rotates
+  halves, so the rotated rows of each Q and K head are reordered (pairs (0, 1), (2, 3), ... to halves
+  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both;
 - ``expert:E``: a transformers-5 stacked expert tensor (E experts, dim 0): one slice per expert.
 
 A name no rule covers is unexplained; ``BUFFERS`` are tensors old checkpoints store that are not
@@ -53,10 +56,19 @@ def _tied_head(arch: Architecture) -> str:
 
 
 def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
-    norm = "||norm+1" if model_type in ("gemma", "gemma2") else ""  # a storage convention of the family
-    sandwich = any(b.placement == "sandwich" for b, _ in arch.output.kinds())
+    norm = "||norm+1" if model_type in ("gemma", "gemma2", "gemma3_text") else ""  # a storage convention
+    # post_attention_layernorm: the attention's output norm (Gemma 2's sandwich, OLMo 2's output norms), or
+    # the FFN's input norm (Llama; GLM-4, whose attention output norm is post_self_attn_layernorm)
+    sandwich = model_type != "glm4" and any(b.placement in ("sandwich", "output") for b, _ in arch.output.kinds())
     experts = r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts"
-    return [
+    first: list[Rule] = []
+    if model_type == "glm4":  # modeling_glm4.py: rotary on interleaved channel pairs, and its own norm names
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+                 (r"layers\.(\d+)\.post_self_attn_layernorm\.weight", "blocks.{0}.attn_post_norm.weight"),
+                 (r"layers\.(\d+)\.post_mlp_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight")]
+    if model_type == "gemma3_text":  # its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
+    return first + [
         (r"embed_tokens\.weight", "tok_emb.weight"),
         (r"norm\.weight", "final_norm.weight" + norm),
         (r"lm_head\.weight", _tied_head(arch)),
@@ -201,7 +213,8 @@ def _t5_rules(arch: Architecture) -> list[Rule]:
     ]
 
 
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2")
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2",
+               "smollm3", "olmo2", "glm4", "gemma3_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 

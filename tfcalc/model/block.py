@@ -38,9 +38,10 @@ class Block(nn.Module):
         self.ffn = MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
 
-    def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
-        """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
-        y = f(norm(x))
+    def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        """What a sub-layer adds to the residual stream x (pre, sandwich and output; post-norm is not
+        additive). OLMo 2's output placement has no input norm."""
+        y = f(x if norm is None else norm(x))
         return y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
 
     def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
@@ -56,7 +57,8 @@ class Block(nn.Module):
                               lambda h: self.cross_attn(h, memory, kv), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
+        norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
+        return self._residual(norm, self.ffn_post_norm, self.ffn, x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
                 store=None, cross_kv=None) -> torch.Tensor:
@@ -74,6 +76,6 @@ class Block(nn.Module):
     def _parallel(self, x: torch.Tensor, rope, mask, store=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
-        h = self.attn_norm(x)
+        h = self.attn_norm(x)  # a parallel block is pre-norm (Block validates it)
         attn = self.attn(h, rope, mask, store=store)
         return x + attn + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))

@@ -124,8 +124,10 @@ class Attention(nn.Module):
         self.rope_key = None if spec.rope_theta is None else (spec.rope_theta, spec.rope_dim)
         self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
-        self.q_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
-        self.k_norm = make_norm(spec.qk_norm) if spec.qk_norm is not None else None
+        q_norm, k_norm = spec.qk_norms() if spec.qk_norm is not None else (None, None)
+        self.q_norm = make_norm(q_norm) if q_norm is not None else None
+        self.k_norm = make_norm(k_norm) if k_norm is not None else None
+        self.qk_norm_whole = spec.qk_norm_whole
         self.sinks = nn.Parameter(torch.empty(spec.n_head)) if spec.sinks else None
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
@@ -133,7 +135,9 @@ class Attention(nn.Module):
         keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
-        if self.q_norm is not None:  # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...)
+        if self.q_norm is not None and self.qk_norm_whole:  # OLMo 2: over the whole projections
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.q_norm is not None:  # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...)
             # layout, so SDPA's output does too and merging the heads stays a view (no copy)
             q = self.q_norm(q.view(B, T, self.n_head, self.head_dim)).flatten(2)
             k = self.k_norm(k.view(B, T, self.n_kv_head, self.head_dim)).flatten(2)

@@ -55,6 +55,8 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return tensor.t()
     if transform == "norm+1":
         return tensor.float() + 1.0
+    if transform == "rope_pairs":
+        return _rope_pairs_to_halves(tensor, block_of(cfg, piece.param).attention)
     if transform not in ("neox_qkv", "falcon_qkv"):
         return tensor
     attention = block_of(cfg, piece.param).attention
@@ -70,6 +72,15 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return torch.cat([q, grouped[:, group].reshape(kv_heads * hd, *rest),
                           grouped[:, group + 1].reshape(kv_heads * hd, *rest)])
     return tensor  # falcon_qkv of a multi-query model is [Q | K | V] already
+
+
+def _rope_pairs_to_halves(tensor: torch.Tensor, attention) -> torch.Tensor:
+    """Q or K rows (heads × head_dim, ...) with the first rope_dim channels of each head rotated in
+    interleaved pairs (GLM-4) reordered to tfcalc's halves: channel 2j to j, 2j + 1 to rope_dim/2 + j."""
+    hd, r = attention.head_dim, attention.rope_dim
+    order = torch.cat([torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, hd)])
+    heads = tensor.shape[0] // hd
+    return tensor.reshape(heads, hd, *tensor.shape[1:])[:, order].reshape(tensor.shape)
 
 
 def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, piece: Piece, rows, value,
