@@ -95,6 +95,17 @@ CASES = {
                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
                                 tie_word_embeddings=False)),
     "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    # Gemma 3: local layers (window 4, base 10) and a global one (base 1000), 5 : 1 cut to 3 layers; Q/K norms
+    "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,
+                             query_pre_attn_scalar=12, layer_types=["sliding_attention", "full_attention",
+                                                                     "sliding_attention"],
+                             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                              "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
+    # attn_logit_softcapping is ignored by modeling_gemma3.py (and so by tfcalc); the final soft-cap is not
+    "gemma3_text-capped": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
+                               dict(LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3, sliding_window_pattern=2,
+                                    attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
     "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them

@@ -93,6 +93,9 @@ class ModelConfig:
     nominal_params: Optional[str] = None  # the size the source names, e.g. "175B"
     source: Optional[str] = None  # where the shapes come from (paper, table, file)
     dtype: Optional[str] = None  # what the weights are stored in (a checkpoint's torch_dtype): fp32, bf16, fp16
+    # a multimodal checkpoint's vision tower and projector (Gemma 3's SigLIP, Llama 4's), named beside the
+    # language model that every count describes, never counted in it
+    vision_params: Optional[int] = None
 
     # --- sizes that may be derived ---
     n_kv_head: Optional[int] = None  # None: = n_head (MHA); 1: MQA; in between: GQA

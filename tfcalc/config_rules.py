@@ -45,7 +45,7 @@ _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
     "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
-    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every",
+    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every", "vision_params",
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")

@@ -32,6 +32,9 @@ def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
     kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
     nested = raw.get("rope_parameters") or {}
     kind = kind or (nested.get("rope_type") if isinstance(nested, dict) else None)
+    if kind in (None, "default") and isinstance(nested, dict):  # Gemma 3: one per layer type
+        kinds = [v.get("rope_type") for v in nested.values() if isinstance(v, dict)]
+        kind = next((k for k in kinds if k not in (None, "default")), kind)
     if kind not in (None, "default"):
         raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
                          "the outputs would not)")

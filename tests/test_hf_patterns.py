@@ -1,0 +1,117 @@
+"""Full-size configs of issue 22's per-layer families (Gemma 3, SmolLM3, OLMo 2, GLM-4) against transformers
+built on meta: the model transformers builds from the same config.json has exactly the parameters tfcalc
+counts; a vision-language checkpoint's language model is counted and its vision tower named beside."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from tfcalc.count import params as count
+from tfcalc.presets import load
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+# The keys that shape the counts, as the Hub's config.json of each model has them (other keys: defaults).
+GEMMA3_27B_TEXT = {
+    "head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16, "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+}
+GEMMA3_27B = {  # google/gemma-3-27b-it
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "mm_tokens_per_image": 256,
+    "text_config": GEMMA3_27B_TEXT, "torch_dtype": "bfloat16",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+GEMMA3_1B = {  # google/gemma-3-1b-it
+    "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attn_logit_softcapping": None,
+    "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+    "intermediate_size": 6912, "max_position_embeddings": 32768, "model_type": "gemma3_text",
+    "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": None, "rope_theta": 1000000,
+    "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "vocab_size": 262144,
+}
+SMOLLM3_3B = {  # HuggingFaceTB/SmolLM3-3B
+    "architectures": ["SmolLM3ForCausalLM"], "hidden_size": 2048, "intermediate_size": 11008,
+    "max_position_embeddings": 65536, "model_type": "smollm3", "num_attention_heads": 16, "num_hidden_layers": 36,
+    "num_key_value_heads": 4, "no_rope_layer_interval": 4, "rms_norm_eps": 1e-06, "rope_theta": 5000000.0,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_sliding_window": False, "vocab_size": 128256,
+}
+OLMO2_7B = {  # allenai/OLMo-2-1124-7B
+    "architectures": ["Olmo2ForCausalLM"], "attention_bias": False, "hidden_size": 4096, "intermediate_size": 11008,
+    "max_position_embeddings": 4096, "model_type": "olmo2", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "rms_norm_eps": 1e-06, "rope_theta": 500000, "tie_word_embeddings": False,
+    "torch_dtype": "float32", "vocab_size": 100352,
+}
+GLM4_9B = {  # THUDM/GLM-4-9B-0414
+    "architectures": ["Glm4ForCausalLM"], "attention_bias": True, "head_dim": 128, "hidden_size": 4096,
+    "intermediate_size": 13696, "max_position_embeddings": 32768, "model_type": "glm4", "num_attention_heads": 32,
+    "num_hidden_layers": 40, "num_key_value_heads": 2, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 151552,
+}
+CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+           "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
+           "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+           "glm4": ("Glm4Config", "Glm4ForCausalLM")}
+
+
+def on_meta(data: dict):
+    import torch
+    import transformers
+    from transformers.initialization import no_init_weights
+
+    config_class, model_class = CLASSES[data["model_type"]]
+    config = getattr(transformers, config_class).from_dict(data)
+    with warnings.catch_warnings(), torch.device("meta"), no_init_weights():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, model_class)(config)
+    model.tie_weights()
+    return model
+
+
+def _total(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _read(tmp_path, data: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    return load(str(path))
+
+
+@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B],
+                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b"])
+def test_full_size_counts_equal_transformers(tmp_path, data):
+    assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
+
+
+def test_gemma3_27b_language_model_and_vision_tower_apart(tmp_path):
+    """Gemma3ForConditionalGeneration: its language model (and the tied head) is what tfcalc counts -- the
+    gemma-3-27b preset's count -- and its vision tower with the projector is vision_params."""
+    model = on_meta(GEMMA3_27B)
+    cfg = _read(tmp_path, GEMMA3_27B)
+    language = _total(model.model.language_model) + (0 if cfg.tie_embeddings else _total(model.lm_head))
+    assert count.total(cfg) == language == count.total(load("gemma-3-27b"))
+    assert cfg.vision_params == _total(model.model.vision_tower) + _total(model.model.multi_modal_projector)
+    assert count.total(cfg) + cfg.vision_params == _total(model)
+    # the text layers: five local (window 1024, base 1e4) to one global (base 1e6), as the preset has them
+    assert list(cfg.architecture.output.layers()) == list(load("gemma-3-27b").architecture.output.layers())
+
+
+def test_the_vision_tower_is_named_beside(tmp_path, cli):
+    """By hand (SigLIP so400m/14 at 896², modeling_siglip.py; h = 1152, i = 4304, 27 layers): patch embedding
+    3·14·14·1152 + 1152 = 678,528; positions (896/14)² = 4,096 × 1152 = 4,718,592; a layer's two LayerNorms
+    4,608, Q/K/V/O 4·(1152² + 1152) = 5,313,024 and MLP 2·1152·4304 + 4304 + 1152 = 9,921,872, 15,239,504
+    × 27 = 411,466,608; final LayerNorm 2,304: 416,866,032 (the technical report's 417M vision encoder).
+    Projector: 1152 × 5376 + 1152 = 6,194,304. Together 423,060,336."""
+    path = tmp_path / "gemma3" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(GEMMA3_27B))
+    data = cli("params", str(path), "--json", "--no-measure").json()
+    assert data["vision_params"] == 416_866_032 + 6_194_304 == 423_060_336
+    assert any("vision tower and projector" in note for note in data["notes"])
+    assert cli("params", "gemma-3-27b", "--json", "--no-measure").json()["vision_params"] is None
