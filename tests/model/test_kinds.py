@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
 
 from tfcalc.config import ConfigError
@@ -102,6 +103,12 @@ def test_encoder_decoder_shares_one_embedding_with_the_head_after_allocation():
     assert untied.encoder.tok_emb is not untied.tok_emb
 
 
+def _expert(moe: MixtureOfExperts, e: int, token: torch.Tensor) -> torch.Tensor:
+    """Expert e on one token, from its slice of the grouped tensors: down(silu(gate) · up)."""
+    gate, up = F.linear(token, moe.experts.up.weight[e]).chunk(2)
+    return F.linear(F.silu(gate) * up, moe.experts.down.weight[e])
+
+
 def _reference_moe(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
     """Token by token: every expert's output, the top-k by router logit, softmax-weighted."""
     out = []
@@ -109,7 +116,7 @@ def _reference_moe(moe: MixtureOfExperts, x: torch.Tensor) -> torch.Tensor:
         logits = moe.router(token)
         top = logits.topk(moe.top_k).indices
         weights = logits[top].softmax(-1)
-        out.append(sum(w * moe.experts[int(e)](token) for w, e in zip(weights, top, strict=True)))
+        out.append(sum(w * _expert(moe, int(e), token) for w, e in zip(weights, top, strict=True)))
     return torch.stack(out).view_as(x)
 
 

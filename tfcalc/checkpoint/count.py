@@ -18,7 +18,7 @@ from tfcalc.checkpoint.files import CheckpointFiles, TensorInfo, read_headers
 from tfcalc.checkpoint.names import Piece, experts_of, map_name, rules
 from tfcalc.config import ModelConfig
 from tfcalc.count import params as params_count
-from tfcalc.count.components import components
+from tfcalc.count.components import components, local_path
 from tfcalc.errors import InputError
 
 
@@ -65,21 +65,21 @@ def model_type(folder: Path) -> str:
     return raw["model_type"]
 
 
+def _expert_misfit(cfg: ModelConfig, piece: Piece, tensor: TensorInfo) -> bool:
+    """A piece of a grouped expert tensor that the layer's mixture of experts cannot hold: an expert index
+    past its experts, or a whole grouped tensor whose first dimension is not its number of experts."""
+    if not local_path(piece.param)[1].startswith("expert_ffn."):
+        return False
+    experts = experts_of(cfg, piece.param)  # that layer's mixture of experts (tfcalc.architecture)
+    if piece.expert is not None:
+        return not 0 <= piece.expert < experts
+    return not experts or not tensor.shape or tensor.shape[0] != experts
+
+
 def piece_counts(cfg: ModelConfig, piece: Piece, tensor: TensorInfo) -> dict[str, int] | None:
     """{component: elements} one tensor fills; None when its size cannot be split as the config's layout."""
-    if piece.transform == "expert":  # (experts, rows, cols): one slice per expert, each an expert's tensor
-        experts = experts_of(cfg, piece.param)  # that layer's mixture of experts (tfcalc.architecture)
-        if not experts or not tensor.shape or tensor.shape[0] != experts:
-            return None
-        per = TensorInfo(tensor.name, tensor.shape[1:], tensor.dtype, tensor.file)
-        out: dict[str, int] = {}
-        for e in range(experts):
-            one = piece_counts(cfg, Piece(piece.param.replace("*", str(e)), piece.part), per)
-            if one is None:
-                return None
-            for c, n in one.items():
-                out[c] = out.get(c, 0) + n
-        return out
+    if _expert_misfit(cfg, piece, tensor):
+        return None
     try:
         rows = components(cfg, piece.param, piece.part)
     except KeyError:

@@ -11,8 +11,13 @@ of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is lai
 - ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1;
 - ``rope_pairs``: GLM-4 rotates interleaved channel pairs (modeling_glm4.py, rotate_half); tfcalc rotates
   halves, so the rotated rows of each Q and K head are reordered (pairs (0, 1), (2, 3), ... to halves
-  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both;
-- ``expert:E``: a transformers-5 stacked expert tensor (E experts, dim 0): one slice per expert.
+  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both.
+
+A layer's experts are grouped tensors in tfcalc's model (tfcalc.model.experts: ``ffn.experts.up.weight``
+(E, m·f, d), rows [gate | up] per expert, and ``ffn.experts.down.weight`` (E, d, f)). A per-expert name
+(transformers 4's ``experts.<e>.w1.weight``, ``experts.<e>.gate_proj.weight``) fills expert e's slice
+(a target ``param@e``); transformers 5's grouped ``experts.gate_up_proj`` (E, 2f, d) and
+``experts.down_proj`` (E, d, f) are tfcalc's layout already and fill the whole tensor.
 
 A name no rule covers is unexplained; ``BUFFERS`` are tensors old checkpoints store that are not
 parameters (causal masks, rotary tables); ``tied:`` targets are stored copies of a tied parameter.
@@ -45,6 +50,7 @@ class Piece:
     part: Optional[str] = None  # a named block of its rows; None: the whole parameter
     transform: Optional[str] = None  # see the module docstring
     tied: bool = False  # a stored copy of a parameter tied to another (counted there)
+    expert: Optional[int] = None  # the expert whose slice (dim 0) of a grouped expert tensor it fills
 
 
 Rule = tuple[str, str]  # (regex over the name, target: "param[|part][|transform]"; "tied:param"; "buffer")
@@ -85,11 +91,11 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (r"layers\.(\d+)\.mlp\.gate_up_proj\.weight", "blocks.{0}.ffn.up.weight"),
         (r"layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
         (r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.gate\.weight", "blocks.{0}.ffn.router.weight"),
-        (experts + r"\.(\d+)\.(?:w1|gate_proj)\.weight", "blocks.{0}.ffn.experts.{1}.up.weight|gate"),
-        (experts + r"\.(\d+)\.(?:w3|up_proj)\.weight", "blocks.{0}.ffn.experts.{1}.up.weight|up"),
-        (experts + r"\.(\d+)\.(?:w2|down_proj)\.weight", "blocks.{0}.ffn.experts.{1}.down.weight"),
-        (experts + r"\.gate_up_proj", "blocks.{0}.ffn.experts.*.up.weight||expert"),
-        (experts + r"\.down_proj", "blocks.{0}.ffn.experts.*.down.weight||expert"),
+        (experts + r"\.(\d+)\.(?:w1|gate_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|gate"),
+        (experts + r"\.(\d+)\.(?:w3|up_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|up"),
+        (experts + r"\.(\d+)\.(?:w2|down_proj)\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+        (experts + r"\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (experts + r"\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
         (r"layers\.(\d+)\.mlp\.shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
         (r"layers\.(\d+)\.mlp\.shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
         (r"layers\.(\d+)\.mlp\.shared_expert_gate\.weight", "blocks.{0}.ffn.shared_gate.weight"),
@@ -249,7 +255,8 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
             param, _, rest = target.removeprefix("tied:").partition("|")
             part, _, transform = rest.partition("|")
             part = part.format(*m.groups()) if part else None
-            return Piece(param.format(*m.groups()), _PARTS.get(part, part), transform or None, tied)
+            param, _, expert = param.format(*m.groups()).partition("@")
+            return Piece(param, _PARTS.get(part, part), transform or None, tied, int(expert) if expert else None)
     return "buffer" if BUFFERS.fullmatch(name) else None
 
 

@@ -12,7 +12,8 @@ import re
 
 from tfcalc.config import ModelConfig
 
-# module path, with "encoder." and "blocks.<i>." taken off and "ffn.experts.<i>." read as "expert_ffn.",
+# module path, with "encoder." and "blocks.<i>." taken off and "ffn.experts." (a layer's grouped experts,
+# tfcalc.model.experts; "ffn.experts.<i>." in a per-expert name) read as "expert_ffn.",
 # -> component, for the tensors that are not fused
 COMPONENTS = {
     "tok_emb.weight": "token_embedding",
@@ -68,10 +69,10 @@ FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "ex
 
 
 def local_path(name: str) -> tuple[str, str]:
-    """'encoder.blocks.3.ffn.experts.5.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
+    """'encoder.blocks.3.ffn.experts.up.weight' -> ('encoder_', 'expert_ffn.up.weight')."""
     prefix = "encoder_" if name.startswith("encoder.") else ""
     path = re.sub(r"^(encoder\.)?(blocks\.\d+\.)?", "", name)
-    return prefix, re.sub(r"^ffn\.experts\.\d+\.", "expert_ffn.", path)
+    return prefix, re.sub(r"^ffn\.experts\.(\d+\.)?", "expert_ffn.", path)
 
 
 def block_of(cfg: ModelConfig, param: str):

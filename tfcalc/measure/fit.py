@@ -129,15 +129,16 @@ def smaller_run(need: Callable[[int, int], int], batch: int, seq: int) -> Callab
     return suggest
 
 
-# Building a module costs Python objects even on meta: measured ~2.5 ms and ~7 KB per expert FFN and
-# ~10 ms and ~22 KB per block on 2 loaded CPU cores. A build past MAX_MODULES would run for minutes.
+# Building a module costs Python objects even on meta: measured ~10 ms and ~22 KB per block on 2 loaded
+# CPU cores. A build past MAX_MODULES would run for minutes. A layer's experts are grouped tensors in a
+# few modules whatever their number (tfcalc.model.experts), so the experts add no modules per expert.
 MAX_MODULES = 20_000
 MODULE_BYTES = 8 * 1024
 
 
 def modules_built(cfg, blocks: int) -> int:
     """Roughly how many nn.Modules building `blocks` blocks of cfg creates (norms, linears, experts)."""
-    per_block = 12 + (4 * cfg.n_expert if cfg.n_expert else 4) + (4 if cfg.arch == "encoder-decoder" else 0)
+    per_block = 12 + (8 if cfg.n_expert else 4) + (4 if cfg.arch == "encoder-decoder" else 0)
     return 16 + blocks * per_block
 
 
@@ -146,7 +147,7 @@ def require_buildable(cfg, blocks: int, what: str, hint: str) -> None:
     build of minutes), or when their Python objects would not fit in this process's memory."""
     n = modules_built(cfg, blocks)
     if n > MAX_MODULES:
-        raise InputError(f"not building {what}: {blocks:,} block(s) of {cfg.n_expert or 1:,} FFN(s) each make about "
+        raise InputError(f"not building {what}: {blocks:,} block(s) make about "
                          f"{n:,} PyTorch modules, more than the {MAX_MODULES:,} tfcalc builds (minutes of work); "
                          f"try {hint}")
     require_fits(n * MODULE_BYTES, "cpu", f"{what} (building {n:,} modules)", hint)

@@ -3,9 +3,10 @@
 The module is built on the ``meta`` device (no storage), and its parameters are walked with
 ``named_parameters()``, which yields a tensor shared by two modules (a tied embedding and LM head) once.
 Each tensor's ``numel()`` is attributed to a breakdown component by its module path (``encoder.`` paths
-get the ``encoder_`` prefix; ``ffn.experts.<i>.`` tensors are ``expert_ffn_*``); the fused tensors
-(``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up`` rows [gate | up]) are split by
-rows, using the row counts the module itself was built with.
+get the ``encoder_`` prefix; a layer's grouped experts, ``ffn.experts.``, are ``expert_ffn_*``); the fused
+tensors (``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up`` rows [gate | up], and
+each expert's rows of the grouped (E, rows, d) ``ffn.experts.up``) are split by rows, using the row
+counts the module itself was built with.
 
 A model deeper than FULL_BUILD_BLOCKS is counted from one real block per stack, times the depth (see
 empirical_count): the count stays the module's own, in bounded time and memory.
@@ -21,16 +22,17 @@ from torch import nn
 from tfcalc.config import ModelConfig, replace
 from tfcalc.count.components import COMPONENTS, FUSED, local_path
 from tfcalc.errors import InputError
-from tfcalc.model import Attention, CrossAttention, FeedForward, build_model
+from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
 
 
-def _split_rows(param: nn.Parameter, parts: dict[str, int]) -> dict[str, int]:
-    """numel of each named block of rows of a fused weight (rows x cols) or bias (rows,)."""
-    if sum(parts.values()) != param.shape[0]:
-        raise AssertionError(f"fused tensor of {param.shape[0]} rows does not split as {parts}")
-    per_row = param.numel() // param.shape[0]
+def _split_rows(param: nn.Parameter, parts: dict[str, int], dim: int = 0) -> dict[str, int]:
+    """numel of each named block of rows of a fused weight (rows x cols) or bias (rows,); dim 1 for grouped
+    experts' (E, rows, cols) and (E, rows), every expert's rows split alike."""
+    if sum(parts.values()) != param.shape[dim]:
+        raise AssertionError(f"fused tensor of {param.shape[dim]} rows does not split as {parts}")
+    per_row = param.numel() // param.shape[dim]
     return {name: rows * per_row for name, rows in parts.items()}
 
 
@@ -41,7 +43,7 @@ def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
     elif isinstance(module, CrossAttention):
         rows = {"k": module.kv_dim, "v": module.v_dim}
     else:
-        assert isinstance(module, FeedForward)
+        assert isinstance(module, (FeedForward, Experts))
         width = module.down.in_features
         rows = {"gate": width, "up": width} if module.gated else {"up": width}
     return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
@@ -53,7 +55,8 @@ def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -
     owner_path, _, kind = path.rpartition(".")
     if owner_path in _FUSED:
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
-        return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind))
+        dim = 1 if isinstance(owner, Experts) else 0  # (E, rows, cols): rows are dim 1
+        return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind), dim)
     if path not in COMPONENTS:
         raise AssertionError(f"parameter {name} has no component in the breakdown")
     return {prefix + COMPONENTS[path]: param.numel()}

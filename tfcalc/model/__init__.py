@@ -15,7 +15,9 @@ tensor by tensor.
   decoder block reads through cross-attention. ``forward(src_idx, tgt_idx)`` then.
 - A mixture of experts routes each token to its top-k experts (softmax over the k chosen router logits,
   as in Mixtral); each expert runs on exactly the tokens routed to it (index_select, index_add), so a
-  forward pass does the matmuls of k experts per token, not of all of them.
+  forward pass does the matmuls of k experts per token, not of all of them. A layer's experts are
+  grouped tensors (``experts.up.weight`` (E, m·f, d), ``experts.down.weight`` (E, d, f)), as in
+  transformers 5, not E modules (tfcalc.model.experts).
 
 Layout choices, and why:
 - Q, K and V come from one fused Linear (``attn.qkv``, rows [Q | K | V]) and the gate and up projections
@@ -29,6 +31,7 @@ Layout choices, and why:
 
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache
+from tfcalc.model.experts import Experts, GroupedLinear, MixtureOfExperts
 from tfcalc.model.generate import generate, next_token
 from tfcalc.model.layers import (
     Attention,
@@ -36,14 +39,14 @@ from tfcalc.model.layers import (
     FeedForward,
     Linear,
     LMHead,
-    MixtureOfExperts,
     make_norm,
 )
 from tfcalc.model.positions import alibi_slopes, apply_rope, position_buffers, rope_tables, sinusoid_table
 from tfcalc.model.transformer import Stack, Transformer, build_model
 
 __all__ = [
-    "Attention", "Block", "CrossAttention", "FeedForward", "LMHead", "Linear", "MixtureOfExperts", "Stack",
+    "Attention", "Block", "CrossAttention", "Experts", "FeedForward", "GroupedLinear", "LMHead", "Linear",
+    "MixtureOfExperts", "Stack",
     "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model", "make_norm",
     "position_buffers", "rope_tables", "sinusoid_table",
 ]

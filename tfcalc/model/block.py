@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from tfcalc.architecture import Block as BlockSpec
-from tfcalc.model.layers import Attention, CrossAttention, FeedForward, MixtureOfExperts, make_norm
+from tfcalc.model.experts import MixtureOfExperts
+from tfcalc.model.layers import Attention, CrossAttention, FeedForward, make_norm
 
 
 class Block(nn.Module):

@@ -1,5 +1,5 @@
-"""The sub-layers of the real model: linear layers, norms, self- and cross-attention, the FFN and the
-mixture of experts. Each is built from its component of the description (tfcalc.architecture: an
+"""The sub-layers of the real model: linear layers, norms, self- and cross-attention and the FFN (the
+mixture of experts: tfcalc.model.experts). Each is built from its component of the description (tfcalc.architecture: an
 ``Attention``, ``FFN``, ``MoE``, ``Norm``), as litgpt's Block picks its classes from the config; shapes
 are written as (B, nh, T, hs).
 
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcalc.architecture import FFN, Attention as AttentionSpec, MoE, Norm
+from tfcalc.architecture import FFN, Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
 from tfcalc.model.positions import apply_rope
 
@@ -188,85 +188,19 @@ class FeedForward(nn.Module):
 
     def __init__(self, spec: FFN):
         super().__init__()
-        self.gated, self.width = spec.gated, spec.d_ff
-        self.act = _ACTIVATIONS[spec.activation]
+        self.spec, self.gated, self.width = spec, spec.gated, spec.d_ff
         self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
         self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.up(x)
-        if self.gated:
-            gate, up = h.chunk(2, dim=-1)
-            h = self.act(gate) * up
-        else:
-            h = self.act(h)
-        return self.down(h)
+        return self.down(ffn_hidden(self.spec, self.up(x)))
 
 
-class MixtureOfExperts(nn.Module):
-    """n_expert FFNs and a bias-free router; each token runs its top-k experts, their outputs weighted
-    by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2), or (renormalize
-    false) by their softmax over all experts, not renormalized (Qwen2-MoE with norm_topk_prob false). A
-    shared expert, when described, runs on every token and is added, times sigmoid of a one-output gate
-    (modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock).
-
-    With a capacity factor (Switch Transformers, sec. 2.2) each expert runs a fixed buffer of C rows:
-    the first C tokens routed to it, in position order, padded with zeros when fewer come; the rest are
-    dropped (their residual carries them). The experts then multiply E·C rows, whatever the routing."""
-
-    def __init__(self, spec: MoE):
-        super().__init__()
-        self.spec = spec
-        self.top_k, self.renormalize = spec.top_k, spec.renormalize
-        self.router = Linear(spec.d_model, spec.n_expert, bias=False)
-        self.experts = nn.ModuleList(FeedForward(spec.expert) for _ in range(spec.n_expert))
-        self.shared = FeedForward(spec.shared) if spec.shared is not None else None
-        self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, d = x.shape
-        flat = x.reshape(B * T, d)  # (N, d)
-        out = self.routed(flat)
-        if self.shared is not None:
-            shared = self.shared(flat)
-            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
-        return out.view(B, T, d)
-
-    def routed(self, flat: torch.Tensor) -> torch.Tensor:
-        """(N, d) -> (N, d): the weighted sum of each token's top-k experts."""
-        logits = self.router(flat)  # (N, E)
-        if self.renormalize:
-            top, chosen = logits.topk(self.top_k, dim=-1)  # (N, k) each
-            weights = top.float().softmax(dim=-1).to(flat.dtype)  # (N, k)
-        else:
-            weights, chosen = logits.float().softmax(dim=-1).topk(self.top_k, dim=-1)
-            weights = weights.to(flat.dtype)
-        capacity = self.spec.capacity(flat.shape[0])
-        if flat.is_meta:
-            return self._meta_forward(flat, weights, capacity)
-        out = torch.zeros_like(flat)
-        for e, expert in enumerate(self.experts):
-            token, slot = (chosen == e).nonzero(as_tuple=True)  # the tokens routed to expert e, in order
-            rows = flat.index_select(0, token[:capacity] if capacity is not None else token)  # (n_e, d)
-            if capacity is not None:
-                token, slot = token[:capacity], slot[:capacity]  # past the capacity: dropped
-                rows = F.pad(rows, (0, 0, 0, capacity - rows.shape[0]))  # (C, d): a fixed-size buffer
-            y = expert(rows)[: token.shape[0]] * weights[token, slot, None]  # (n_e, d)
-            out.index_add_(0, token, y)
-        return out
-
-    def _meta_forward(self, flat: torch.Tensor, weights: torch.Tensor, capacity: int | None) -> torch.Tensor:
-        """On meta there are no values, so no routing (nonzero cannot run): the N·k token-expert pairs are
-        dealt out evenly instead, in contiguous runs, one run per expert (C rows each with a capacity).
-        Any routing does the same matmul FLOPs, since the experts together always see N·k rows (E·C with
-        a capacity); the output depends on every expert, so a backward pass counts theirs too."""
-        n_pairs, n_expert = flat.shape[0] * self.top_k, len(self.experts)
-        pairs = flat.repeat_interleave(self.top_k, dim=0)  # (N·k, d): each token once per chosen expert
-        if capacity is None:
-            runs = [n_pairs // n_expert + (e < n_pairs % n_expert) for e in range(n_expert)]
-        else:
-            runs, pairs = [capacity] * n_expert, F.pad(pairs, (0, 0, 0, max(0, capacity * n_expert - n_pairs)))
-            pairs = pairs[: capacity * n_expert]
-        y = torch.cat([expert(run) for expert, run in zip(self.experts, pairs.split(runs), strict=True)])  # (Σ runs, d)
-        y = F.pad(y, (0, 0, 0, max(0, n_pairs - y.shape[0])))[:n_pairs]  # (N·k, d): dropped pairs are 0
-        return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)
+def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
+    """The up projection's output (..., m·f) -> the hidden state the down projection reads (..., f):
+    act(h), or act(gate) · up of its halves [gate | up] when gated."""
+    act = _ACTIVATIONS[spec.activation]
+    if not spec.gated:
+        return act(h)
+    gate, up = h.chunk(2, dim=-1)
+    return act(gate) * up

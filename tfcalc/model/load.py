@@ -4,10 +4,10 @@ outputs (tests/test_hf_models.py: logits within 1e-4 of transformers' for every 
 
 Each checkpoint tensor is read once, laid out as tfcalc lays it out (tfcalc.checkpoint.names: fused
 Q/K/V and [gate | up] rows, GPT-2's transposed Conv1D, GPT-NeoX's and Falcon's per-head interleaving,
-Gemma's (1 + w) norms, stacked experts) and copied into its rows of the parameter; every element of
-every parameter must be written exactly once, or the load is refused naming what is missing. Two
-things that change outputs but no count are refused too: RoPE scaling other than the default, and
-GPT-2's per-layer attention scaling.
+Gemma's (1 + w) norms, one expert's slice of the grouped expert tensors) and copied into its rows of
+the parameter; every element of every parameter must be written exactly once, or the load is refused
+naming what is missing. Two things that change outputs but no count are refused too: RoPE scaling other
+than the default, and GPT-2's per-layer attention scaling.
 """
 
 from __future__ import annotations
@@ -91,9 +91,15 @@ def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, p
     target = params.get(piece.param)
     if target is None:
         raise InputError(f"{shown(name)}: no parameter {piece.param} in the model its config describes")
+    where = piece.param
+    if piece.expert is not None:  # one expert's slice of a grouped expert tensor (tfcalc.model.experts)
+        if not 0 <= piece.expert < target.shape[0]:
+            raise InputError(f"{shown(name)}: expert {piece.expert} is past the {target.shape[0]} experts of "
+                             f"{piece.param}")
+        target, where = target[piece.expert], f"{piece.param}[{piece.expert}]"
     view = target if rows is None else target[rows[0]:rows[1]]
     if tuple(view.shape) != tuple(value.shape):
-        raise InputError(f"{shown(name)}: shape {list(value.shape)} does not fit {piece.param}"
+        raise InputError(f"{shown(name)}: shape {list(value.shape)} does not fit {where}"
                          f"{'' if rows is None else f' rows {rows[0]}:{rows[1]}'} {list(view.shape)}")
     if copy:
         view.copy_(value)
@@ -132,11 +138,6 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
         if piece == "buffer" or piece.tied:
             continue
         tensor = get()
-        if piece.transform == "expert":
-            for e in range(tensor.shape[0]):
-                one = Piece(piece.param.replace("*", str(e)), piece.part)
-                _fill(params, written, name, one, _rows(cfg, one), tensor[e], not dry)
-            continue
         value = _layout(cfg, raw, tensor, piece)
         _fill(params, written, name, piece, _rows(cfg, piece), value, not dry)
     missing = [n for n, p in params.items() if written.get(n, 0) != p.numel()]
