@@ -106,6 +106,14 @@ CASES = {
     "gemma3_text-capped": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
                                dict(LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3, sliding_window_pattern=2,
                                     attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    # Llama 4: MoE (4 experts, top-1, shared expert) on every 2nd layer, dense layers of intermediate_size_mlp;
+    # NoPE every 2nd layer with the attention temperature (floor_scale 2: it varies within 10 tokens), chunks of
+    # 3 on the RoPE layers, Q/K L2 norms
+    "llama4_text": Case("Llama4TextConfig", "Llama4ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, head_dim=8, intermediate_size=16,
+                             intermediate_size_mlp=40, num_local_experts=4, interleave_moe_layer_step=2,
+                             no_rope_layer_interval=2, attention_chunk_size=3, floor_scale=2, attn_scale=0.3,
+                             rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
     "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them

@@ -183,6 +183,17 @@ class ModelConfig:
     # n_kv_head·d_head wide (projection: OLMo 2, modeling_olmo2.py q_norm, k_norm)
     qk_norm_over: QkNormOver = "head"
 
+    # --- Llama 4 (modeling_llama4.py) ---
+    # Q and K of each head divided by their RMS, no weight, after RoPE, in the RoPE layers only (use_qk_norm)
+    qk_l2_norm: bool = False
+    # attention temperature on the NoPE layers (attn_temperature_tuning; arXiv 2501.19399): Q times
+    # 1 + scale·log(1 + floor((p + 1) / floor)) at position p (Llama 4: floor_scale 8192, attn_scale 0.1)
+    attn_temperature_floor: Optional[int] = None
+    attn_temperature_scale: Optional[float] = None
+    # the router's sigmoid of each chosen logit (not renormalized) scales the token's input to that expert,
+    # not its output (Llama4Router, Llama4TextMoe)
+    router_sigmoid_input: bool = False
+
     def __post_init__(self) -> None:
         validate(self)
 

@@ -45,16 +45,17 @@ _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
     "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
-    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every", "vision_params",
+    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every", "vision_params", "attn_temperature_floor",
 )
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
-                          "rope_local_theta")
+                          "rope_local_theta", "attn_temperature_scale")
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
-    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
+    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate", "qk_l2_norm",
+    "router_sigmoid_input",
 )
 _OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias")
 _STR_FIELDS = ("name",)
@@ -181,6 +182,16 @@ def validate(cfg) -> None:
         raise ConfigError("rmsnorm has no bias: leave norm_bias out (or false)")
     if cfg.qk_norm_over != "head" and not cfg.qk_norm:
         raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
+    if cfg.qk_l2_norm and (cfg.qk_norm or cfg.pos_encoding != "rope"):
+        raise ConfigError("qk_l2_norm (Llama 4's weightless norm after RoPE) applies to pos_encoding rope, "
+                          "without qk_norm")
+    if (cfg.attn_temperature_floor is None) != (cfg.attn_temperature_scale is None):
+        raise ConfigError("give attn_temperature_floor and attn_temperature_scale together, or neither")
+    if cfg.attn_temperature_floor is not None and cfg.nope_every is None and cfg.layer_pattern is None:
+        raise ConfigError("the attention temperature applies to NoPE layers: give nope_every or layer_pattern too")
+    if cfg.router_sigmoid_input and cfg.n_expert is None:
+        raise ConfigError("router_sigmoid_input applies to a mixture of experts only (give n_expert and "
+                          "n_expert_active)")
     _validate_kind(cfg)
     _validate_positions(cfg)
     _validate_layout(cfg)

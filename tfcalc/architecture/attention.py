@@ -49,6 +49,10 @@ class Attention:
     rope_dim: int = 0  # channels of each head RoPE rotates (partial rotary, GPT-NeoX's rotary_ndims)
     qk_norm: Optional[Norm] = None  # its kind and eps; h wide, or the projection's width (qk_norm_whole)
     qk_norm_whole: bool = False
+    qk_norm_after_rope: bool = False  # Llama 4 normalizes the rotated Q and K (modeling_llama4.py)
+    # Llama 4's attention temperature on NoPE layers (arXiv 2501.19399): Q × (1 + s·log(1 + floor((p + 1) / f)))
+    # at position p, (f, s) = (floor_scale, attn_scale); a function of the position only, no count changes
+    temperature: Optional[tuple[int, float]] = None
     scale: Optional[float] = None  # None: 1/sqrt(head_dim)
     softcap: Optional[float] = None  # scores -> c·tanh(scores / c) (Gemma 2: 50)
     sinks: bool = False

@@ -71,6 +71,9 @@ class MoE:
     shared_gate: bool = False
     renormalize: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
     capacity_factor: Optional[float] = None  # None: dropless
+    # Llama 4 (modeling_llama4.py, Llama4Router): the sigmoid of each chosen logit scales the token's
+    # input to that expert, not its output (tfcalc.model.routing_input)
+    sigmoid_input: bool = False
 
     def __post_init__(self) -> None:
         if self.n_expert < 1 or self.top_k < 1:

@@ -105,11 +105,16 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
     whole = qk_norm is not None and cfg.qk_norm_over == "projection"
+    if cfg.qk_l2_norm and rope:  # Llama 4: weightless, after RoPE, RoPE layers only
+        qk_norm = Norm("rmsnorm", cfg.head_dim, False, cfg.norm_eps, affine=False)
+    temperature = None
+    if cfg.attn_temperature_floor is not None and kind == "self" and not layer.rope:
+        temperature = (cfg.attn_temperature_floor, cfg.attn_temperature_scale)
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
         rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
-        qk_norm_whole=whole,
+        qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
     )
 
@@ -130,4 +135,4 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if cfg.shared_expert_d_ff:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
-               cfg.expert_capacity_factor)
+               cfg.expert_capacity_factor, sigmoid_input=cfg.router_sigmoid_input)

@@ -11,7 +11,8 @@ of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is lai
 - ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1;
 - ``rope_pairs``: GLM-4 rotates interleaved channel pairs (modeling_glm4.py, rotate_half); tfcalc rotates
   halves, so the rotated rows of each Q and K head are reordered (pairs (0, 1), (2, 3), ... to halves
-  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both.
+  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both (Llama 4's complex RoPE too);
+- ``mT``: Llama 4's grouped experts, stored (E, in, out): each expert's matrix transposed.
 
 A layer's experts are grouped tensors in tfcalc's model (tfcalc.model.experts: ``ffn.experts.up.weight``
 (E, m·f, d), rows [gate | up] per expert, and ``ffn.experts.down.weight`` (E, d, f)). A per-expert name
@@ -72,6 +73,17 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
         first = [(r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
                  (r"layers\.(\d+)\.post_self_attn_layernorm\.weight", "blocks.{0}.attn_post_norm.weight"),
                  (r"layers\.(\d+)\.post_mlp_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight")]
+    if model_type == "llama4_text":  # modeling_llama4.py: complex (interleaved-pair) RoPE, feed_forward names,
+        # experts stored (E, d, 2f) and (E, f, d): the transposes of tfcalc's grouped layout
+        ff = r"layers\.(\d+)\.feed_forward\."
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+                 (ff + r"router\.weight", "blocks.{0}.ffn.router.weight"),
+                 (ff + r"experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight||mT"),
+                 (ff + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight||mT"),
+                 (ff + r"shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+                 (ff + r"shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+                 (ff + r"(gate|up)_proj\.weight", "blocks.{0}.ffn.up.weight|{1}"),
+                 (ff + r"down_proj\.weight", "blocks.{0}.ffn.down.weight")]
     if model_type == "gemma3_text":  # its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)
         first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
     return first + [
@@ -220,7 +232,7 @@ def _t5_rules(arch: Architecture) -> list[Rule]:
 
 
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2",
-               "smollm3", "olmo2", "glm4", "gemma3_text")
+               "smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 

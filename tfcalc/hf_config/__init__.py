@@ -20,12 +20,12 @@ from typing import Any, Callable
 from tfcalc import reading
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
-from tfcalc.hf_config import gemma3, gpt_bert, llama_like, others, recent
+from tfcalc.hf_config import gemma3, gpt_bert, llama4, llama_like, others, recent
 from tfcalc.hf_config.reader import Reader
 
 _MAPPERS: dict[str, Callable[[Reader], None]] = {
     "bert": gpt_bert.bert, "gpt2": gpt_bert.gpt2, **llama_like.MAPPERS, **others.MAPPERS,
-    **recent.MAPPERS, **gemma3.MAPPERS,  # issue 22: smollm3, olmo2, glm4, gemma3_text, gemma3
+    **recent.MAPPERS, **gemma3.MAPPERS, **llama4.MAPPERS,  # issue 22: smollm3, olmo2, glm4, gemma3, llama4
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(_MAPPERS))
 

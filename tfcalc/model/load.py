@@ -58,6 +58,8 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return tensor.t()
     if transform == "norm+1":
         return tensor.float() + 1.0
+    if transform == "mT":
+        return tensor.mT
     if transform == "rope_pairs":
         return _rope_pairs_to_halves(tensor, block_of(cfg, piece.param).attention)
     if transform not in ("neox_qkv", "falcon_qkv"):
@@ -80,8 +82,8 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
 def _rope_pairs_to_halves(tensor: torch.Tensor, attention) -> torch.Tensor:
     """Q or K rows (heads × head_dim, ...) with the first rope_dim channels of each head rotated in
     interleaved pairs (GLM-4) reordered to tfcalc's halves: channel 2j to j, 2j + 1 to rope_dim/2 + j."""
-    hd, r = attention.head_dim, attention.rope_dim
-    order = torch.cat([torch.arange(0, r, 2), torch.arange(1, r, 2), torch.arange(r, hd)])
+    hd, r = attention.head_dim, attention.rope_dim  # r = 0 in a NoPE layer: nothing to reorder
+    order = torch.cat([torch.arange(0, r, 2), torch.arange(1, max(r, 1), 2), torch.arange(r, hd)])
     heads = tensor.shape[0] // hd
     return tensor.reshape(heads, hd, *tensor.shape[1:])[:, order].reshape(tensor.shape)
 

@@ -49,6 +49,7 @@ class Stack(nn.Module):
         keys = [None if b.attention.rope_theta is None else (b.attention.rope_theta, b.attention.rope_dim)
                 for b in layers]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
+        self.temperatures = [b.attention.temperature for b in layers]  # Llama 4's NoPE layers
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = layers[0].attention.n_head
         self._register_position_buffers()
@@ -157,7 +158,14 @@ class Stack(nn.Module):
         for j in range(len(self.ropes)):
             cos, sin = (getattr(self, name) for name in rope_buffer_names(j))
             tables.append((cos[start:start + T].to(dtype), sin[start:start + T].to(dtype)))
-        return [None if j is None else tables[j] for j in self.layer_ropes]
+        out = [None if j is None else tables[j] for j in self.layer_ropes]
+        for i, temp in enumerate(self.temperatures):
+            if temp is not None:  # modeling_llama4.py: 1 + attn_scale·log1p(floor((p + 1) / floor_scale))
+                floor, scale = temp
+                pos = torch.arange(start, start + T, device=self.tok_emb.weight.device, dtype=torch.float32)
+                factors = torch.log1p(torch.floor((pos + 1.0) / floor)) * scale + 1.0
+                out[i] = (*(out[i] or (None, None)), factors)
+        return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
