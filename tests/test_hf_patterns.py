@@ -115,3 +115,42 @@ def test_the_vision_tower_is_named_beside(tmp_path, cli):
     assert data["vision_params"] == 416_866_032 + 6_194_304 == 423_060_336
     assert any("vision tower and projector" in note for note in data["notes"])
     assert cli("params", "gemma-3-27b", "--json", "--no-measure").json()["vision_params"] is None
+
+
+LLAMA4_SCOUT_TEXT = {  # meta-llama/Llama-4-Scout-17B-16E, text_config
+    "attention_bias": False, "attention_chunk_size": 8192, "attn_scale": 0.1, "attn_temperature_tuning": True,
+    "floor_scale": 8192, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "interleave_moe_layer_step": 1,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
+    "model_type": "llama4_text", "no_rope_layers": [], "num_attention_heads": 40, "num_experts_per_tok": 1,
+    "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "use_qk_norm": True, "vocab_size": 202048,
+}
+LLAMA4_SCOUT = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "text_config": LLAMA4_SCOUT_TEXT,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "vision_config": {"hidden_act": "gelu", "hidden_size": 1408, "image_size": 336, "intermediate_size": 5632,
+                      "model_type": "llama4_vision_model", "multi_modal_projector_bias": False, "norm_eps": 1e-05,
+                      "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 34, "patch_size": 14,
+                      "pixel_shuffle_ratio": 0.5, "projector_input_dim": 4096, "projector_output_dim": 4096,
+                      "rope_theta": 10000, "vision_output_dim": 4096},
+}
+CLASSES.update(llama4_text=("Llama4TextConfig", "Llama4ForCausalLM"),
+               llama4=("Llama4Config", "Llama4ForConditionalGeneration"))
+
+
+def test_llama4_scout_language_model_and_vision_apart(tmp_path):
+    """Meta's model card: 17B active, 16 experts, 109B total (with the vision encoder). The language model
+    transformers builds is the llama-4-scout preset's count, 107,769,861,120 (17,172,894,720 active: one of
+    16 experts per layer); the vision model and projector are vision_params; together the card's 109B."""
+    model = on_meta(LLAMA4_SCOUT)
+    cfg = _read(tmp_path, LLAMA4_SCOUT)
+    assert count.total(cfg) == _total(model.language_model) == count.total(load("llama-4-scout")) == 107_769_861_120
+    assert cfg.vision_params == _total(model.vision_model) + _total(model.multi_modal_projector)
+    assert round((count.total(cfg) + cfg.vision_params) / 1e9) == 109
+    assert count.active_params(cfg, count.breakdown(cfg)) == 17_172_894_720
+    assert list(cfg.architecture.output.layers()) == list(load("llama-4-scout").architecture.output.layers())
+    (tmp_path / "text").mkdir()
+    text = _read(tmp_path / "text", LLAMA4_SCOUT_TEXT | {"architectures": ["Llama4ForCausalLM"]})
+    assert count.total(text) == _total(on_meta(LLAMA4_SCOUT_TEXT)) == count.total(cfg)

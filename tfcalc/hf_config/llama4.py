@@ -10,8 +10,8 @@ chunked (``attention_chunk_size``, 8192; ``layer_types``); Q and K L2-normed aft
 (``use_qk_norm``); the attention temperature on NoPE layers (``attn_temperature_tuning``, ``floor_scale``,
 ``attn_scale``). RoPE scaling (Scout: llama3) changes no count; tfcalc's model refuses to run it.
 
-llama4: ``text_config`` counted as above; the vision model and projector are not counted (named in the
-README row as not built).
+llama4: ``text_config`` counted as above; the vision model (Llama4VisionModel, from ``vision_config``)
+and the projector counted apart and named beside (``vision_params``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def llama4_text(r: Reader) -> None:
         default = ["full_attention"] * n
     layers.layer_types(r, n, default, rope)
     r.fields["qk_l2_norm"] = r.flag("use_qk_norm", True) and any(rope)
-    if r.flag("attn_temperature_tuning", True) and not all(rope):
+    # a published Scout file writes attn_temperature_tuning as 4 (truthy), the config class as a bool
+    tuning = r.get("attn_temperature_tuning", True)
+    if isinstance(tuning, (bool, int)) and tuning and not all(rope):
         r.fields["attn_temperature_floor"] = r.number("floor_scale", 8192, integer=True)
         r.fields["attn_temperature_scale"] = float(r.number("attn_scale", 0.1))
     if r.head({"Llama4ForCausalLM": "causal", "Llama4TextModel": "base"}, "Llama4ForCausalLM") == "base":
@@ -78,8 +80,39 @@ def llama4(r: Reader) -> None:
     r.fields.update(inner.fields)
     if r.fields.get("dtype") is None:
         r.dtype()
+    vision = r.raw.get("vision_config") or {}
+    if not isinstance(vision, dict):
+        raise r.fail(f"'vision_config' must be an object of config fields; got {shown(vision)}")
+    r.fields["vision_params"] = vision_params(Reader({**vision, "model_type": "llama4_vision_model"},
+                                                     f"{r.where} (vision_config)"), r.fields["d_model"])
     if r.head({"Llama4ForConditionalGeneration": "causal"}, "Llama4ForConditionalGeneration") != "causal":
         raise r.fail("only Llama4ForConditionalGeneration is supported")
+
+
+def vision_params(v: Reader, d_text: int) -> int:
+    """Llama4VisionModel and Llama4MultiModalProjector (modeling_llama4.py), defaults of Llama4VisionConfig:
+    patch embedding Linear(c·p², h) without bias (Llama4UnfoldConvolution), a class embedding (h), learned
+    positions ((image / patch)² + 1 rows), LayerNorms before and after (2h each), L blocks (two LayerNorms,
+    Q/K/V/O h×h with biases, MLP h -> i -> h with biases), the pixel-shuffle adapter's two bias-free
+    Linears (i -> projector_input_dim, projector_output_dim -> projector_output_dim), and the projector
+    vision_output_dim -> text d (bias with multi_modal_projector_bias)."""
+    def size(key: str, default: int) -> int:
+        value = v.get(key, default)
+        if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise v.fail(f"'{key}' must be a positive integer; got {shown(value)}")
+        return value
+
+    h, i, n = size("hidden_size", 768), size("intermediate_size", 5632), size("num_hidden_layers", 34)
+    c, image, patch = size("num_channels", 3), size("image_size", 448), size("patch_size", 14)
+    p_in, p_out, out = size("projector_input_dim", 4096), size("projector_output_dim", 4096), size(
+        "vision_output_dim", 7680)
+    block = 2 * 2 * h + 4 * (h * h + h) + h * i + i + i * h + h
+    tower = c * patch * patch * h + h + ((image // patch) ** 2 + 1) * h + 2 * 2 * h + n * block
+    adapter = i * p_in + p_out * p_out
+    projector = out * d_text + (d_text if v.flag("multi_modal_projector_bias", False) else 0)
+    return tower + adapter + projector
 
 
 MAPPERS: dict[str, Callable[[Reader], None]] = {"llama4_text": llama4_text, "llama4": llama4}
