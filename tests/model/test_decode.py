@@ -42,6 +42,12 @@ KINDS = {
                                nope_every=4),
     "gemma3-local-base": dict(pos_encoding="rope", n_layer=3, sliding_window=4, full_attention_every=3,
                               rope_theta=1e6, rope_local_theta=10.0),
+    "llama4-like": dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=2, nope_every=2,
+                        qk_l2_norm=True, attn_temperature_floor=2, attn_temperature_scale=0.5, n_expert=4,
+                        n_expert_active=1, moe_every=2, router_sigmoid_input=True, router_norm_topk=False,
+                        shared_expert_d_ff=8, gated_ffn=True, activation="silu", norm="rmsnorm", norm_bias=False),
+    "olmo2-like": dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, norm_placement="output", qk_norm=True,
+                       qk_norm_over="projection"),
     "layer-pattern": dict(pos_encoding="rope", n_layer=4, sliding_window=3, layer_pattern="local_nope, full*2, nope"),
 }
 
