@@ -154,3 +154,37 @@ def test_llama4_scout_language_model_and_vision_apart(tmp_path):
     (tmp_path / "text").mkdir()
     text = _read(tmp_path / "text", LLAMA4_SCOUT_TEXT | {"architectures": ["Llama4ForCausalLM"]})
     assert count.total(text) == _total(on_meta(LLAMA4_SCOUT_TEXT)) == count.total(cfg)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({**SMOLLM3_3B, "no_rope_layers": [1, 0]}, "'no_rope_layers' must list 0 or 1 for each of the 36 layers"),
+    ({**SMOLLM3_3B, "no_rope_layers": "all"}, "'no_rope_layers' must list 0 or 1"),
+    ({**SMOLLM3_3B, "no_rope_layer_interval": 0}, "'no_rope_layer_interval' must be a positive integer"),
+    ({**GEMMA3_1B, "layer_types": ["full_attention"] * 3}, "'layer_types' lists 3 layers; 'num_hidden_layers' is 26"),
+    ({**GEMMA3_1B, "layer_types": ["local"] * 26}, "'layer_types' must be a list of"),
+    ({**GEMMA3_1B, "sliding_window_pattern": 0}, "'sliding_window_pattern' must be a positive integer"),
+    ({**GEMMA3_1B, "rope_local_base_freq": -1}, "'rope_local_base_freq' must be a positive number"),
+    ({**GEMMA3_1B, "use_bidirectional_attention": True}, "'use_bidirectional_attention'"),
+    ({**LLAMA4_SCOUT_TEXT, "moe_layers": [0, 5, 7]}, "is not every k-th layer"),
+    ({**LLAMA4_SCOUT_TEXT, "interleave_moe_layer_step": 0}, "'interleave_moe_layer_step' must be a positive"),
+    ({**LLAMA4_SCOUT_TEXT, "layer_types": ["chunked_attention", "sliding_attention"] * 24}, "mixes sliding and "
+                                                                                           "chunked"),
+    ({**GEMMA3_27B, "text_config": [1]}, "'text_config' must be an object"),
+    ({**GEMMA3_27B, "vision_config": {**GEMMA3_27B["vision_config"], "patch_size": 0}}, "'patch_size' must be a "
+                                                                                          "positive integer"),
+], ids=["nope-list-short", "nope-list-type", "nope-interval", "layer-types-length", "layer-types-kind",
+        "window-pattern", "local-base", "bidirectional", "moe-layers", "moe-step", "mixed-spans",
+        "text-config", "vision-patch"])
+def test_bad_files_are_one_line_errors(tmp_path, cli, data, message):
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    r = cli("params", str(path), "--no-measure")
+    assert r.code == 2 and r.out == "" and message in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_an_irregular_layer_list_becomes_a_pattern(tmp_path):
+    """A layer list no period describes (SmolLM3 with NoPE layers 0 and 2 of 4) is kept as layer_pattern runs."""
+    cfg = _read(tmp_path, {**SMOLLM3_3B, "num_hidden_layers": 4, "no_rope_layers": [0, 1, 0, 0]})
+    assert cfg.layer_pattern == "nope, full, nope*2" and cfg.nope_every is None
+    assert [b.attention.rope_theta is None for b in cfg.architecture.output.layers()] == [True, False, True, True]

@@ -143,3 +143,28 @@ def test_set_keys_reach_the_patterns(cli):
     assert_one_line_error(bad, "layer_pattern describes 36 layers, longer than the model (n_layer 32)")
     bad = cli("flops", "llama2-7b", "--set", "attention_chunk_size=-3")
     assert_one_line_error(bad, "'attention_chunk_size' must be positive")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("qk_l2_norm", "maybe", "must be true or false"),
+    ("qk_norm_over", "heads", "must be one of head, projection"),
+    ("norm_placement", "after", "must be one of pre, post, sandwich, output"),
+    ("attn_temperature_floor", "0", "'attn_temperature_floor' must be positive"),
+    ("router_sigmoid_input", "true", "applies to a mixture of experts only"),
+])
+def test_new_set_keys_refuse_bad_values_in_one_line(cli, key, value, message):
+    assert_one_line_error(cli("params", "llama2-7b", "--set", f"{key}={value}"), message)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(qk_norm_over="projection"), "set qk_norm true too"),
+    (dict(qk_l2_norm=True, qk_norm=True), "without qk_norm"),
+    (dict(qk_l2_norm=True, pos_encoding="learned"), "applies to pos_encoding rope"),
+    (dict(attn_temperature_floor=8), "together, or neither"),
+    (dict(attn_temperature_floor=8, attn_temperature_scale=0.1), "applies to NoPE layers"),
+    (dict(norm_placement="output", parallel_block="two_norms"), "needs norm_placement pre"),
+])
+def test_llama4_and_olmo2_fields_against_each_other(changes, message):
+    with pytest.raises(InputError) as e:
+        tiny(**{**ROPE, **changes})
+    assert message in str(e.value) and "\n" not in str(e.value)
