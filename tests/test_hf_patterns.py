@@ -59,6 +59,11 @@ CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "glm4": ("Glm4Config", "Glm4ForCausalLM")}
 
 
+# model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
+# that every supported type is tested somewhere)
+TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4"}
+
+
 def on_meta(data: dict):
     import torch
     import transformers
@@ -188,3 +193,19 @@ def test_an_irregular_layer_list_becomes_a_pattern(tmp_path):
     cfg = _read(tmp_path, {**SMOLLM3_3B, "num_hidden_layers": 4, "no_rope_layers": [0, 1, 0, 0]})
     assert cfg.layer_pattern == "nope, full, nope*2" and cfg.nope_every is None
     assert [b.attention.rope_theta is None for b in cfg.architecture.output.layers()] == [True, False, True, True]
+
+
+def test_layer_lists_no_period_says_are_kept_as_patterns(tmp_path):
+    """Gemma 2 with its first two layers global (an irregular layer_types), and Qwen2 windowed from layer
+    max_window_layers on (configuration_qwen2.py): once refused, now layer_pattern runs, each layer as
+    transformers builds it."""
+    from test_hf_config import GEMMA2_9B, QWEN2_7B
+
+    (tmp_path / "g").mkdir()
+    gemma = _read(tmp_path / "g", {**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 40})
+    assert gemma.layer_pattern == "full*2, local*40"
+    assert [b.attention.window for b in gemma.architecture.output.layers()] == [None] * 2 + [4096] * 40
+    (tmp_path / "q").mkdir()
+    qwen = _read(tmp_path / "q", {**QWEN2_7B, "use_sliding_window": True, "max_window_layers": 20,
+                                  "sliding_window": 4096})
+    assert qwen.layer_pattern == "full*20, local*8"

@@ -41,16 +41,17 @@ def _period(flags: list[bool], want: bool):
 
 
 def compact(kinds: list[str]) -> str:
-    """A layer pattern for a list of kinds: its shortest repeating group, then the rest as runs."""
+    """A layer pattern for a list of kinds, the shortest to write: plain runs ("full*20, local*8"), or a
+    repeated group and the rest as runs ("(local*5, full)*10, local*2")."""
+    best = _runs(kinds)
     n = len(kinds)
-    for p in range(1, n // 2 + 1):
+    for p in range(2, n // 2 + 1):
         reps = n // p
-        if kinds[:p] * reps == kinds[:p * reps]:
-            head = _runs(kinds[:p])
-            out = [f"({head})*{reps}" if p > 1 else f"{kinds[0]}*{reps}"] if reps > 1 else [head]
+        if len(set(kinds[:p])) > 1 and kinds[:p] * reps == kinds[:p * reps]:
             rest = _runs(kinds[p * reps:])
-            return ", ".join(out + ([rest] if rest else []))
-    return _runs(kinds)
+            text = f"({_runs(kinds[:p])})*{reps}" + (f", {rest}" if rest else "")
+            best = min(best, text, key=len)
+    return best
 
 
 def _runs(kinds: list[str]) -> str:
