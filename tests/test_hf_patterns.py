@@ -209,3 +209,23 @@ def test_layer_lists_no_period_says_are_kept_as_patterns(tmp_path):
     qwen = _read(tmp_path / "q", {**QWEN2_7B, "use_sliding_window": True, "max_window_layers": 20,
                                   "sliding_window": 4096})
     assert qwen.layer_pattern == "full*20, local*8"
+
+
+def test_gemma3_global_rope_scaling_is_counted_and_refused_by_the_model(tmp_path):
+    """Gemma 3 4B-27B scale the global layers' RoPE linearly (factor 8), nested in rope_parameters by
+    transformers 5: the counts hold, tfcalc's model does not build it, so load_model says so in one line."""
+    import transformers
+    from hf_tiny import LLAMA_LIKE, TOKENS
+
+    import tfcalc
+    from tfcalc.errors import InputError
+
+    config = transformers.Gemma3TextConfig(**LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3,
+                                           rope_scaling={"rope_type": "linear", "factor": 8.0})
+    model = transformers.Gemma3ForCausalLM(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path)
+    assert count.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in model.parameters())
+    with pytest.raises(InputError, match="rope scaling 'linear' is not built"):
+        tfcalc.load_model(str(tmp_path))
