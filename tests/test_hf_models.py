@@ -127,7 +127,7 @@ def test_loaded_checkpoint_computes_what_transformers_computes(saved, name):
     assert expected.abs().max() > 0.1  # outputs of a size where a wrong weight would show
 
 
-@pytest.mark.parametrize("name", ["smollm3", "olmo2", "glm4"])
+@pytest.mark.parametrize("name", ["smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text"])
 def test_params_of_the_folder_counts_the_elements_in_its_files(saved, cli, name):
     """`tfcalc params FOLDER` reads the safetensors headers: checkpoint_total is the elements stored there
     (a tied head stored once), equal to the analytic and empirical counts."""
