@@ -229,3 +229,59 @@ def test_gemma3_global_rope_scaling_is_counted_and_refused_by_the_model(tmp_path
     assert count.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in model.parameters())
     with pytest.raises(InputError, match="rope scaling 'linear' is not built"):
         tfcalc.load_model(str(tmp_path))
+
+
+def _tiny_vlm(kind: str):
+    import torch
+    import transformers
+    from hf_tiny import LLAMA_LIKE, TOKENS
+
+    torch.manual_seed(0)
+    if kind == "gemma3":
+        text = transformers.Gemma3TextConfig(**LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3,
+                                              sliding_window_pattern=2)
+        vision = transformers.SiglipVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                                                 num_attention_heads=2, image_size=28, patch_size=14,
+                                                 vision_use_head=False)
+        config = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                           image_token_index=60, boi_token_index=58, eoi_token_index=59)
+        model = transformers.Gemma3ForConditionalGeneration(config)
+    else:
+        text = transformers.Llama4TextConfig(**{**LLAMA_LIKE, "intermediate_size": 16}, **TOKENS, head_dim=8,
+                                             intermediate_size_mlp=40, num_local_experts=4,
+                                             interleave_moe_layer_step=2, attention_chunk_size=3)
+        vision = transformers.Llama4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                                                 num_attention_heads=2, image_size=28, patch_size=14,
+                                                 vision_output_dim=20, projector_input_dim=20, projector_output_dim=20)
+        config = transformers.Llama4Config(text_config=text, vision_config=vision, image_token_index=60)
+        model = transformers.Llama4ForConditionalGeneration(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "llama4"])
+def test_a_vision_language_checkpoint_counts_its_language_model_and_names_its_vision(tmp_path, cli, kind):
+    """A tiny Gemma3ForConditionalGeneration / Llama4ForConditionalGeneration saved by transformers: `params
+    FOLDER` matches every language-model tensor to the analytic count and counts the vision tower and
+    projector apart (= vision_params); load_model runs the language model, with transformers' logits on text."""
+    import torch
+
+    import tfcalc
+    from tfcalc.count.params import total
+
+    model = _tiny_vlm(kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path)
+    cfg = load(str(tmp_path / "config.json"))
+    assert total(cfg) + cfg.vision_params == sum(p.numel() for p in model.parameters())
+    data = cli("params", str(tmp_path), "--json").json()
+    ckpt = data["checkpoint"]
+    assert ckpt["agree"] and ckpt["vision"] == cfg.vision_params and ckpt["parameters_matched"] == total(cfg)
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+        got = tfcalc.load_model(str(tmp_path))(ids)
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()

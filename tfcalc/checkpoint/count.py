@@ -35,6 +35,7 @@ class CheckpointCount:
     misfits: tuple[str, ...] = ()  # tensors whose shape the config cannot split as its fused layout
     missing: dict[str, int] = field(default_factory=dict)  # component -> elements the config has and the files lack
     surplus: dict[str, int] = field(default_factory=dict)  # component -> elements beyond what the config has
+    vision: int = 0  # elements of a vision-language checkpoint's vision tower and projector (not counted)
 
     @property
     def matched(self) -> int:
@@ -50,6 +51,7 @@ class CheckpointCount:
             "by_dtype": self.by_dtype, "parameters_matched": self.matched, "breakdown": self.breakdown,
             "tied_copies": self.tied_copies, "buffers": self.buffers, "unexplained": list(self.unexplained),
             "misfits": list(self.misfits), "missing": self.missing, "surplus": self.surplus, "agree": self.agrees,
+            "vision": self.vision,
         }
 
 
@@ -99,6 +101,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     by_dtype: dict[str, dict[str, int]] = {}
     breakdown: dict[str, int] = {}
     tied, buffers, unexplained, misfits = {}, {}, [], []
+    vision = 0
     for t in checkpoint.tensors:
         row = by_dtype.setdefault(t.dtype, {"tensors": 0, "elements": 0, "bytes": 0})
         row["tensors"] += 1
@@ -109,6 +112,8 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
             unexplained.append(t.name)
         elif piece == "buffer":
             buffers[t.name] = t.numel
+        elif piece == "vision":
+            vision += t.numel
         elif piece.tied:
             tied[t.name] = t.numel
         else:
@@ -124,7 +129,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     return CheckpointCount(
         tuple(f.name for f in checkpoint.files), sum(t.numel for t in checkpoint.tensors),
         sum(t.nbytes for t in checkpoint.tensors), by_dtype, breakdown, tied, buffers, tuple(unexplained),
-        tuple(misfits), missing, surplus,
+        tuple(misfits), missing, surplus, vision,
     )
 
 

@@ -236,10 +236,19 @@ _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "ph
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 
+# a vision-language checkpoint (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration): its
+# language model's names behind one more prefix (transformers 5: model.language_model.; 4: language_model.
+# and language_model.model.), and its vision tower and projector, counted apart (the config's vision_params)
+MULTIMODAL = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+LANGUAGE_PREFIXES = ("language_model.model.", "language_model.")
+VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector)\..*")
+
+
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     """The compiled rules of one model type (the description decides what tied and layout-dependent names
     mean: see the module docstring)."""
     arch = cfg.architecture
+    model_type = MULTIMODAL.get(model_type, model_type)
     if model_type in _LLAMA_LIKE:
         table = _llama_rules(arch, model_type)
     elif model_type == "gpt2":
@@ -254,9 +263,16 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
 
 
 def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | None:
-    """A Piece, "buffer" for a known non-parameter tensor, or None when no rule explains the name."""
+    """A Piece, "buffer" for a known non-parameter tensor, "vision" for a vision-language checkpoint's
+    vision tower and projector, or None when no rule explains the name."""
+    if VISION.fullmatch(name):
+        return "vision"
     short = name
     for prefix in PREFIXES:
+        if short.startswith(prefix):
+            short = short[len(prefix):]
+            break
+    for prefix in LANGUAGE_PREFIXES:
         if short.startswith(prefix):
             short = short[len(prefix):]
             break

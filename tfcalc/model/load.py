@@ -137,7 +137,7 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
         piece = map_name(table, name)
         if piece is None:
             raise InputError(f"{file}: tensor {shown(name)} is not explained by the {raw['model_type']} config")
-        if piece == "buffer" or piece.tied:
+        if piece in ("buffer", "vision") or piece.tied:  # the vision tower is not built
             continue
         tensor = get()
         value = _layout(cfg, raw, tensor, piece)
