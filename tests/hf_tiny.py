@@ -61,6 +61,17 @@ CASES = {
                                  moe_intermediate_size=16, shared_expert_intermediate_size=24, mlp_only_layers=[0],
                                  decoder_sparse_step=2, intermediate_size=40)),
     "qwen3": Case("Qwen3Config", "Qwen3ForCausalLM", dict(LLAMA_LIKE, head_dim=16)),
+    "qwen3_moe": Case("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                      dict(LLAMA_LIKE, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                           norm_topk_prob=True)),
+    "qwen3_moe-mixed": Case("Qwen3MoeConfig", "Qwen3MoeForCausalLM",  # layers 0 and 2 dense: dense_layers
+                            dict(LLAMA_LIKE, num_hidden_layers=4, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=16, mlp_only_layers=[0, 2], intermediate_size=40)),
+    # sinks, a window of 4 (layer 0) beside full attention (layer 1), expert and router biases, and a SwiGLU
+    # limit of 0.2 that the perturbed weights cross both ways (the released 7.0 would never bind here)
+    "gpt_oss": Case("GptOssConfig", "GptOssForCausalLM",
+                    dict(LLAMA_LIKE, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                         swiglu_limit=0.2, rope_parameters={"rope_type": "default", "rope_theta": 150000.0})),
     "phi3": Case("Phi3Config", "Phi3ForCausalLM", dict(LLAMA_LIKE, pad_token_id=0, sliding_window=6)),
     "gemma": Case("GemmaConfig", "GemmaForCausalLM", dict(LLAMA_LIKE, head_dim=16)),
     "gemma2": Case("Gemma2Config", "Gemma2ForCausalLM",

@@ -54,7 +54,7 @@ def test_flops_equal_flop_counter_mode_on_cpu(cfg, batch, data):
     src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
         cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
     m = measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu")
-    b = count_flops.breakdown(cfg, batch, seq, src_seq)
+    b = count_flops.breakdown(cfg, batch, seq, src_seq=src_seq)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
 

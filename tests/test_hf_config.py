@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from hub_moe import GPT_OSS_120B, QWEN3_30B_A3B
 
 from tfcalc.config import ConfigError
 from tfcalc.count import params as count
@@ -113,7 +114,8 @@ OPT_1_3B = {
 HUB = {"gpt2": (GPT2, "gpt2"), "llama": (LLAMA3_8B, "llama3-8b"), "mistral": (MISTRAL_7B, "mistral-7b"),
        "mixtral": (MIXTRAL_8X7B, "mixtral-8x7b"), "bert": ({**BERT_BASE, "architectures": ["BertModel"]}, "bert-base"),
        "qwen2": (QWEN2_7B, "qwen2-7b"), "gemma2": (GEMMA2_9B, "gemma-2-9b"), "phi3": (PHI3_MINI, "phi-3-mini"),
-       "gpt_neox": (PYTHIA_1_4B, "pythia-1.4b"), "falcon": (FALCON_7B, "falcon-7b"), "t5": (T5_BASE, "t5-base")}
+       "gpt_neox": (PYTHIA_1_4B, "pythia-1.4b"), "falcon": (FALCON_7B, "falcon-7b"), "t5": (T5_BASE, "t5-base"),
+       "gpt_oss": (GPT_OSS_120B, "gpt-oss-120b"), "qwen3_moe": (QWEN3_30B_A3B, "qwen3-30b-a3b")}
 # Published totals of models without a preset: Qwen1.5-MoE-A2.7B (model card: 14.3B, 2.7B activated),
 # Qwen3-8B (model card: 8.2B, 6.95B without embeddings), Gemma 7B (Gemma Team 2024, Table 2: 7,751,248,896
 # non-embedding; the checkpoint's vocabulary is 256,000, not the table's 256,128), OPT-1.3B
@@ -260,7 +262,12 @@ def test_set_overrides_apply_to_config_json(tmp_path):
         ({**FALCON_7B, "alibi": True}, "'alibi': True is not supported"),
         ({**FALCON_7B, "multi_query": "yes"}, "'multi_query' must be true or false; got 'yes' (str)"),
         ({**OPT_1_3B, "word_embed_proj_dim": 512}, "'word_embed_proj_dim' 512 other than hidden_size"),
-        ({**QWEN15_MOE, "mlp_only_layers": [1, 3]}, "'mlp_only_layers' [1, 3] is not supported"),
+        ({**QWEN15_MOE, "mlp_only_layers": [1, 24]}, "'mlp_only_layers' names layer 24: the layers are 0 .. 23"),
+        ({**QWEN3_30B_A3B, "mlp_only_layers": "0"}, "'mlp_only_layers' must be a list of layer numbers"),
+        ({**GPT_OSS_120B, "quantization_config": {"quant_method": "gptq"}}, "quant_method 'gptq' is not supported"),
+        ({**GPT_OSS_120B, "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+            "model.layers.*.mlp.experts"]}}, "keeps the experts unquantized"),
+        ({**GPT_OSS_120B, "hidden_act": "gelu"}, "swiglu_limit and swiglu_alpha clamp a SwiGLU"),
         ({**GEMMA2_9B, "layer_types": ["full_attention"] * 2 + ["sliding_attention"] * 39},
          "'layer_types' lists 41 layers; 'num_hidden_layers' is 42"),
         ({**GEMMA_7B, "use_bidirectional_attention": True}, "'use_bidirectional_attention': True is not supported"),
@@ -276,7 +283,8 @@ def test_set_overrides_apply_to_config_json(tmp_path):
     ],
     ids=["unsupported-type", "missing-field", "missing-experts", "null-required", "wrong-type", "relative-positions",
          "unknown-activation", "no-model-type", "indivisible-kv", "hf-refuses-heads", "falcon-alibi",
-         "flag-type", "opt-projection", "moe-dense-layers", "layer-types-length",
+         "flag-type", "opt-projection", "moe-dense-layers", "qwen3-moe-dense-not-list", "oss-other-quant",
+         "oss-experts-unquantized", "oss-not-swiglu", "layer-types-length",
          "gemma-bidirectional", "bertmodel-decoder", "unsupported-head", "bad-dtype", "t5-type", "number-type",
          "malformed", "not-an-object", "empty"],
 )

@@ -16,7 +16,8 @@ from tfcalc.presets import load
 pytestmark = pytest.mark.filterwarnings("ignore")
 CLASSES = {"gpt2": "GPT2", "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "bert": "Bert",
            "qwen2": "Qwen2", "qwen2_moe": "Qwen2Moe", "qwen3": "Qwen3", "gemma": "Gemma", "gemma2": "Gemma2",
-           "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5"}
+           "phi3": "Phi3", "gpt_neox": "GPTNeoX", "falcon": "Falcon", "opt": "OPT", "t5": "T5",
+           "gpt_oss": "GptOss", "qwen3_moe": "Qwen3Moe"}
 FILES = {**{t: data for t, (data, _) in HUB.items()}, **NO_PRESET}
 
 

@@ -14,6 +14,7 @@ ISSUE_PRESETS = [
     "llama2-7b", "llama2-13b", "llama2-70b",
     "llama3-8b", "llama3-70b", "mistral-7b", "mixtral-8x7b", "bert-base", "bert-large",
     "transformer-base", "transformer-big",
+    "gpt-oss-20b", "gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b",  # issue 22
 ]
 KIND_FIELDS = ("n_encoder_layer", "n_expert", "n_expert_active", "type_vocab_size", "embedding_norm",
                "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding")

@@ -58,7 +58,7 @@ from typing import Any, Optional
 
 from tfcalc.architecture import Architecture
 from tfcalc.architecture.flat import build as build_architecture
-from tfcalc.architecture.patterns import layer_kind
+from tfcalc.config_layers import PerLayerViews
 from tfcalc.config_rules import (
     REL_POS_BUCKETS,
     REL_POS_MAX_DISTANCE,
@@ -80,7 +80,7 @@ ConfigError = InputError
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(PerLayerViews):
     # --- shapes every config must give ---
     n_layer: int
     d_model: int
@@ -172,6 +172,20 @@ class ModelConfig:
     moe_every: Optional[int] = None
     dense_d_ff: Optional[int] = None
 
+    # --- gpt-oss and Qwen3-MoE (tfcalc.config_moe checks them) ---
+    # the layers (0-based) with a dense FFN, listed, beside first_dense_layers and moe_every (Qwen2/3-MoE's
+    # mlp_only_layers, modeling_qwen3_moe.py Qwen3MoeDecoderLayer); stored as a tuple
+    dense_layers: Optional[tuple[int, ...]] = None
+    attn_sinks: bool = False  # one learned logit per head in each softmax, attached to no value (gpt-oss)
+    router_bias: bool = False  # a bias on the MoE router (gpt-oss, GptOssTopKRouter.bias)
+    # gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): the gate clamped to at most
+    # the limit, up to ±limit, and down(g·sigmoid(alpha·g) · (up + 1)); alpha 1.702, limit 7.0 in gpt-oss
+    swiglu_limit: Optional[float] = None
+    swiglu_alpha: Optional[float] = None
+    # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
+    # each; gpt-oss's quantization_config); None: in dtype like every other weight
+    expert_format: Optional[str] = None
+
     # --- attention per layer (tfcalc.architecture.patterns; see "Per-layer attention" above) ---
     rope_local_theta: Optional[float] = None  # RoPE base of the local layers (Gemma 3: 10,000; global 1e6)
     attention_chunk_size: Optional[int] = None  # local layers attend within chunks of this many (Llama 4: 8192)
@@ -195,6 +209,8 @@ class ModelConfig:
     router_sigmoid_input: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
+            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         validate(self)
 
     @functools.cached_property
@@ -308,50 +324,6 @@ class ModelConfig:
     def experts_active(self) -> int:
         """FFNs each token runs per block: 1 when dense."""
         return self.n_expert_active or 1
-
-    def kv_positions(self, context: int, layer: int = 0) -> int:
-        """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens
-        (its attention component's kv_positions: all of them, or what its window or chunk needs; see
-        README, serving estimates)."""
-        return self.architecture.output.layer(layer).attention.kv_positions(context)
-
-    def cached_positions(self, context: int) -> int:
-        """Positions the KV caches of all the decoder's self-attention layers keep together: the sum of
-        kv_positions over the layers (folded over the layer kinds)."""
-        stack = self.architecture.decoder
-        return 0 if stack is None else sum(n * b.attention.kv_positions(context) for b, n in stack.kinds())
-
-    def layer_window(self, layer: int, length: Optional[int] = None) -> Optional[int]:
-        """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
-        whole context (a global layer, tfcalc.architecture.patterns; a chunked one has no window) and,
-        given a sequence length, where the window hides nothing at it (W >= length): one rule for the
-        masks the model builds and the ones the working set counts."""
-        if self.sliding_window is None or not layer_kind(self, layer).local:
-            return None
-        return None if length is not None and self.sliding_window >= length else self.sliding_window
-
-    def attention_spans(self, length: int) -> set[tuple[Optional[int], Optional[int]]]:
-        """The distinct (window, chunk) of the causal self-attention layers at a sequence of ``length``
-        tokens, (None, None) for a layer that sees its whole causal context (no window or chunk, or one of
-        ``length`` or more): each other entry is a mask the model builds (tfcalc.model.Stack.layer_masks)."""
-        stack = self.architecture.decoder
-        if stack is None:
-            return set()
-        out = set()
-        for block, _ in stack.kinds():
-            a = block.attention
-            out.add((a.window if a.window is not None and a.window < length else None,
-                     a.chunk if a.chunk is not None and a.chunk < length else None))
-        return out
-
-    @property
-    def windowed_layers(self) -> int:
-        """Causal self-attention layers that attend through a sliding window or a chunk (local layers),
-        folded over the layer kinds."""
-        stack = self.architecture.decoder
-        if stack is None:
-            return 0
-        return sum(n for b, n in stack.kinds() if b.attention.window is not None or b.attention.chunk is not None)
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""

@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any, Literal, get_args
 
+from tfcalc.config_moe import validate_moe_extras
 from tfcalc.config_patterns import validate_attention_patterns
 from tfcalc.errors import InputError as ConfigError, shown
 
@@ -50,19 +51,21 @@ _OPTIONAL_INT_FIELDS = (
 _COUNT_FIELDS = ("type_vocab_size", "position_offset")  # integers that may be 0
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
-                          "rope_local_theta", "attn_temperature_scale")
+                          "swiglu_limit", "swiglu_alpha", "rope_local_theta", "attn_temperature_scale")
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
-    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate", "qk_l2_norm",
-    "router_sigmoid_input",
+    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
+    "attn_sinks", "router_bias", "qk_l2_norm", "router_sigmoid_input",
 )
 _OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias")
 _STR_FIELDS = ("name",)
 _OPTIONAL_STR_FIELDS = ("nominal_params", "source", "layer_pattern")
 
 
-_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16")}
+_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",)}
+_OPTIONAL_INT_LIST_FIELDS = ("dense_layers",)  # a list of layer numbers, or null
+LIST_FIELDS = _OPTIONAL_INT_LIST_FIELDS  # the fields --set may give a YAML list (tfcalc.presets)
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
@@ -126,6 +129,9 @@ def check_field_type(name: str, value: Any) -> None:
         **{n: ("true, false or null", isinstance(value, bool) or value is None) for n in _OPTIONAL_BOOL_FIELDS},
         **{n: ("a string", isinstance(value, str)) for n in _STR_FIELDS},
         **{n: ("a string or null", isinstance(value, str) or value is None) for n in _OPTIONAL_STR_FIELDS},
+        **{n: ("a list of integers or null", value is None or (
+            isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)))
+           for n in _OPTIONAL_INT_LIST_FIELDS},
     }[name]
     if not ok:
         raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
@@ -195,6 +201,7 @@ def validate(cfg) -> None:
     _validate_kind(cfg)
     _validate_positions(cfg)
     _validate_layout(cfg)
+    validate_moe_extras(cfg)
 
 
 def _validate_kind(cfg) -> None:
@@ -251,9 +258,10 @@ def _validate_layer_patterns(cfg) -> None:
     if cfg.moe_every is not None and cfg.moe_every > cfg.n_layer:
         raise ConfigError(f"field 'moe_every' ({cfg.moe_every}) must be at most n_layer ({cfg.n_layer}): "
                           "layers moe_every - 1, 2·moe_every - 1, ... have the experts")
-    if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1):
-        raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers "
-                          "or moe_every (at least 2) too")
+    if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1) \
+            and not cfg.dense_layers:
+        raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers, "
+                          "dense_layers or moe_every (at least 2) too")
 
 
 def _validate_positions(cfg) -> None:

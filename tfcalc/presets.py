@@ -18,8 +18,9 @@ from typing import Any, Optional
 
 import yaml
 
-from tfcalc import hf_config, hub_cache, reading, yaml_load
+from tfcalc import hub_cache, reading, yaml_load
 from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
+from tfcalc.config_rules import LIST_FIELDS
 from tfcalc.errors import shown, shown_path
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig
@@ -99,7 +100,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({why})") from None
     except Exception as e:  # noqa: BLE001 -- whatever the YAML library raises, a value it cannot read is bad input
         raise ConfigError(f"--set {key}: cannot read the value {shown(raw)} ({type(e).__name__})") from None
-    if isinstance(value, (dict, list)):
+    if isinstance(value, dict) or (isinstance(value, list) and key not in LIST_FIELDS):
         raise ConfigError(f"--set {key}: expected a single value, got {shown(raw)}")
     return key, value
 
@@ -128,6 +129,8 @@ def apply_overrides(cfg: ModelConfig, overrides: list[str]) -> ModelConfig:
 def load_file(path: str | Path, overrides: list[str] = ()) -> ModelConfig:
     path = Path(path)
     if path.suffix.lower() == ".json":
+        from tfcalc import hf_config  # only for a config.json: a preset's start-up never pays for the mappers
+
         data = hf_config.config_fields(hf_config.parse_json(reading.read_text(path, "JSON"), path), path)
         return _config_from(data, path.name, list(overrides))
     data = yaml_load.read_mapping(path)
@@ -187,6 +190,8 @@ def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str],
     if not config.is_file():
         raise ConfigError(f"{shown_path(spec)}: no config.json in {shown_path(folder)} "
                           "(tfcalc reads the shapes from it)")
+    from tfcalc import hf_config  # only for a checkpoint's config.json (see load_file)
+
     data = hf_config.config_fields(hf_config.parse_json(reading.read_text(config, "JSON"), config), config)
     if name:
         data["name"] = name

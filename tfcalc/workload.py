@@ -1,7 +1,7 @@
 """The two request values every command passes down: a Workload, what a model is asked to run (batch,
-sequence length, source length, dtype), and a Layout, how a training step is laid out on GPUs (parallel
-degrees, ZeRO stage, micro-batches, recompute, attention kernel). Both keyword-only: no call site
-depends on the order of their fields.
+sequence length, source length, generated tokens, dtype and the KV cache's), and a Layout, how a training
+step is laid out on GPUs (parallel degrees, ZeRO stage, micro-batches, recompute, attention kernel). Both
+keyword-only: no call site depends on the order of their fields.
 
 Pure Python (no torch). ``for_model`` applies the rules every command shares, in one place:
 - ``seq`` defaults to the model's context length (``max_seq_len``);
@@ -48,6 +48,13 @@ class Workload:
     seq: Optional[int] = None  # None: the model's context length
     src_seq: Optional[int] = None  # encoder-decoders and cross-attention stacks only; None: = seq
     dtype: str = ESTIMATE_DTYPE
+    gen: int = 0  # tokens generated after a prompt of seq (serving); 0 for a forward or training pass
+    kv_dtype: Optional[str] = None  # what the KV cache is stored in; None: the dtype
+
+    @property
+    def kv(self) -> str:
+        """The KV cache's dtype."""
+        return self.kv_dtype or self.dtype
 
     def for_model(self, cfg: ModelConfig) -> "Workload":
         """This workload with every default resolved for cfg (seq and src_seq set), or InputError."""

@@ -38,7 +38,8 @@ def test_require_fit_needs_a_budget(cli):
 
 
 @pytest.mark.parametrize("args", [
-    ["memory", "gpt2", "-s", "4096"], ["flops", "gpt2", "-s", "2k"], ["compare", "gpt2", "llama2-7b", "-s", "4k"],
+    ["memory", "gpt2", "-s", "4096"], ["memory", "gpt2", "-s", "4096", "--training"], ["flops", "gpt2", "-s", "2k"],
+    ["compare", "gpt2", "llama2-7b", "-s", "4k"],
     ["scan", "gpt2", "-s", "512,4096"], ["scan", "llama2-7b", "--decode", "-s", "8k"],
     ["infer", "gpt2", "-s", "1024", "--gen", "8"],
 ])  # plan refuses a --seq past the context: one error line, no warning
@@ -46,6 +47,18 @@ def test_every_command_warns_past_the_context(cli, args):
     r = cli(*args, "--json")
     warnings = [line for line in r.err.splitlines() if line.startswith("tfcalc: warning:")]
     assert len(warnings) == 1 and "context of" in warnings[0], r.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["memory", "gpt2", "-s", "2000000000000"], "--seq must be between"),
+    (["memory", "gpt2", "-s", "4096", "--training", "--batch", "0"], "--batch must be between"),
+    (["infer", "gpt2", "-s", "2000000000000"], "--seq must be between"),
+    (["infer", "gpt2", "-s", "1024", "--gen", "2000000000000"], "--gen must be between"),
+    (["compare", "gpt2", "llama2-7b", "-s", "2000000000000"], "--seq must be between"),
+])
+def test_a_refused_length_is_one_error_line_and_no_warning(cli, args, message):
+    """warn_past_context range-checks the lengths before it warns: the one guard (issue 19)."""
+    assert_one_line_error(cli(*args), message)
 
 
 def test_no_warning_within_the_context(cli):

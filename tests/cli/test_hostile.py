@@ -82,6 +82,21 @@ CASES = [
     # 100,000 experts are grouped tensors, a few modules (tests/measure/test_fit.py): refused only for top-k
     ("set-huge-experts", ["params", "{d}/huge_experts.yaml", "--set", "n_expert_active=100001"], 2,
      "must not exceed n_expert"),
+    # the fields of gpt-oss and Qwen3-MoE (tfcalc.config_moe)
+    ("set-dense-layers-order", ["params", "qwen3-30b-a3b", "--set", "dense_layers=[5,1]"], 2,
+     "must list distinct layers in increasing order"),
+    ("set-dense-layers-past-depth", ["params", "qwen3-30b-a3b", "--set", "dense_layers=[48]"], 2, "names layer 48"),
+    ("set-dense-layers-dense-model", ["params", "gpt2", "--set", "dense_layers=[1]"], 2,
+     "dense_layers applies to a mixture of experts only"),
+    ("set-dense-layers-not-ints", ["params", "qwen3-30b-a3b", "--set", "dense_layers=[a]"], 2,
+     "must be a list of integers or null"),
+    ("set-swiglu-limit-alone", ["params", "mixtral", "--set", "swiglu_limit=7"], 2,
+     "give swiglu_limit and swiglu_alpha together"),
+    ("set-expert-format-unknown", ["memory", "gpt-oss-20b", "--set", "expert_format=fp4"], 2,
+     "must be one of mxfp4 or null"),
+    ("set-router-bias-dense", ["params", "gpt2", "--set", "router_bias=true"], 2,
+     "router_bias applies to a mixture of experts only"),
+    ("set-sinks-encoder-decoder", ["params", "t5-base", "--set", "attn_sinks=true"], 2, "attn_sinks applies"),
     # ---- flops ----
     ("flops-seq-10e400", ["flops", "gpt2", "--seq", str(10**400)], 2, "got a 401-digit number"),
     ("flops-batch-5000-digits", ["flops", "gpt2", "--batch", BIG], 2, "Invalid value for '--batch'"),
@@ -210,7 +225,7 @@ CASES = [
     # ---- 6: encoders refused before any rank starts ----
     ("bench-nproc-bert", ["bench", "bert-base", "--nproc", "2"], 2, "bert-base is an encoder: a real distributed"),
     ("plan-measure-bert", ["plan", "bert-base", "--dp", "2", "--measure"], 2, "is an encoder: a real distributed"),
-    ("plan-measure-t5-tp", ["plan", "t5-base", "--tp", "2", "--measure"], 2, "plans cover it with tp 1"),
+    ("plan-measure-t5-tp", ["plan", "t5-base", "--tp", "2", "--measure"], 2, "per-head position bias"),
     # the range check speaks first: no past-the-context warning for a prompt of 0 tokens (found by the fuzz test)
     ("infer-seq-0-with-gen", ["infer", "gpt2", "--seq", "0", "--gen", "2000"], 2, "--seq must be between 1 and"),
     # ---- 9: bad values refused, not read as others ----

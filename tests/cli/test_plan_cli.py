@@ -101,8 +101,9 @@ def test_hostile_plans(cli, args, message):
 
 
 def test_what_a_real_run_cannot_split_is_refused_before_ranks_start(cli):
-    """An encoder-decoder's cross-attention under TP is neither planned nor run: refused before any rank."""
-    assert_one_line_error(cli("plan", "t5-base", "--tp", "2", "--measure"), "plans cover it with tp 1")
+    """T5's per-head relative bias under TP is planned but not split by the run: refused before any rank (an
+    encoder-decoder's cross-attention itself is planned and run under TP: tests/measure/test_tp_architectures.py)."""
+    assert_one_line_error(cli("plan", "t5-base", "--tp", "2", "--measure"), "per-head position bias")
     # a per-head position bias is planned under TP but not split by the run (a tied head runs under TP now)
     assert_one_line_error(cli("plan", "gpt2", "--tp", "2", "--measure", "--nproc", "2", "--set", "pos_encoding=alibi"),
                           "position bias")

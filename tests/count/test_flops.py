@@ -234,7 +234,7 @@ def test_decode_is_one_token_against_t_keys():
 
 def _assert_measured_matches(cfg, B, T, device, src_seq=None):
     m = measure.measure_flops(cfg, Workload(batch=B, seq=T, src_seq=src_seq), device)
-    b = count.breakdown(cfg, B, T, src_seq)
+    b = count.breakdown(cfg, B, T, src_seq=src_seq)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     return m

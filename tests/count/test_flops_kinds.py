@@ -84,7 +84,7 @@ def test_encoder_decoder_decode_reuses_the_encoder_and_the_cross_kv_cache():
     d, f, V, L = 1024, 4096, 37000, 6
     per_block = 2 * B * d * 4 * d + 4 * B * T * d + 2 * B * d * 2 * d + 4 * B * S * d + 2 * B * d * 2 * f
     assert count.decode_flops(cfg, B, T, src_seq=S) == L * per_block + 2 * B * d * V
-    components = {e.component for e in count.decode_entries(cfg, B, T, S)}
+    components = {e.component for e in count.decode_entries(cfg, B, T, src_seq=S)}
     assert "cross_attn_k" not in components and not any(c.startswith("encoder_") for c in components)
 
 
@@ -100,7 +100,7 @@ def test_measured_forward_and_training_of_each_kind(device, changes):
     cfg = tiny(**changes)
     src = 5 if cfg.arch == "encoder-decoder" else None
     m = measure.measure_flops(cfg, Workload(batch=2, seq=9, src_seq=src), device, training=True)
-    b = count.breakdown(cfg, 2, 9, src)
+    b = count.breakdown(cfg, 2, 9, src_seq=src)
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     if device == "meta":  # the CPU flash-attention backward recomputes Q·Kᵀ (see test_flops)
@@ -113,7 +113,7 @@ def test_measured_forward_and_training_of_each_kind(device, changes):
 def test_flops_cli_encoder_decoder(cli):
     data = cli("flops", "transformer-base", "--seq", "64", "--src-seq", "100", "--measure", "--json").json()
     assert data["src_seq"] == 100 and data["agree"] is True
-    assert data["forward_flops"] == count.forward_flops(load("transformer-base"), 1, 64, 100)
+    assert data["forward_flops"] == count.forward_flops(load("transformer-base"), 1, 64, src_seq=100)
     assert data["breakdown"]["cross_attention_scores"] == 6 * 4 * 64 * 100 * 512
     assert any("encoder-decoder" in note for note in data["notes"])
     out = cli("flops", "transformer-base", "--seq", "64", "--src-seq", "100", "--decode", "--verbose").out

@@ -18,7 +18,7 @@ def test_encoder_decoder_kv_cache_adds_the_cross_attention_cache():
     assert mem.cross_kv_cache_bytes(cfg, B, S, "bf16") == cross == 7_372_800
     assert mem.kv_cache_bytes(cfg, B, T, "bf16", src_seq=S) == own + cross
     assert mem.kv_cache_bytes(cfg, B, T, "bf16") == 2 * own  # the source length defaults to T
-    assert mem.inference_bytes(cfg, B, T, "bf16", S) == mem.weights_bytes(cfg, "bf16") + own + cross
+    assert mem.inference_bytes(cfg, B, T, "bf16", src_seq=S) == mem.weights_bytes(cfg, "bf16") + own + cross
 
 
 def test_an_encoder_keeps_no_kv_cache_and_a_moe_the_dense_one():

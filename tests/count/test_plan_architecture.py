@@ -55,10 +55,34 @@ def test_encoder_decoders_are_planned_with_both_stacks():
     cfg = load("t5-base")
     assert shard.total_blocks(cfg) == 24
     assert rm.stage_params(cfg, layout(dp=2, zero=3, global_batch=4), 0) == total(cfg)
-    with pytest.raises(InputError, match="plans cover it with tp 1"):
-        check_layout(cfg, layout(tp=2))
     with pytest.raises(InputError, match="plans cover it with pp 1"):
         check_layout(cfg, layout(pp=2))
+    with pytest.raises(InputError, match="has cross-attention: sequence parallelism"):
+        check_layout(cfg, layout(tp=2, sequence_parallel=True))
+
+
+def test_t5_base_under_tp_2_by_hand():
+    """t5-base (Raffel et al. 2020: 12 + 12 blocks, d = 768, 12 heads of 64, d_ff 3072, a tied 32,128-row
+    table), tp 2. Split in halves: each encoder block's Q, K, V, O (4·768²) and FFN (2·768·3072), 7,077,888;
+    each decoder block's the same and its cross-attention's Q, [K | V], O (4·768²), 9,437,184; the tied
+    table, vocabulary-split, 24,674,304: 222,855,168 in all. Whole on each rank: the norms, (12·2 + 1 +
+    12·3 + 1)·768 = 47,616, and the two relative-bias tables, 2·32·12 = 768. Ψ per rank = 111,427,584 +
+    48,384 = 111,475,968 (total 222,903,552).
+
+    Collectives per micro-batch (Megatron's f and g, bf16, X = 2·b·s·768 bytes): an all-reduce each way
+    per split sub-layer, 12·2 + 12·3 = 60, so 120; one more per decoder block for its K/V input's
+    gradient, 12; the LM head's input gradient, 1; the tied table's partial lookups, once per stack, 2:
+    135 all-reduces of X."""
+    cfg = load("t5-base")
+    L = layout(tp=2, seq=512, global_batch=4, micro_batch=2)
+    assert total(cfg) == 222_903_552
+    assert rm.stage_params(cfg, L, 0) == 111_475_968
+    from tfcalc.count.comm import tp_collectives
+
+    X = 2 * 2 * 512 * 768
+    ops = {(c.op, c.cause): (c.payload_bytes, c.calls) for c in tp_collectives(cfg, L, 0)}
+    assert ops[("all_reduce", "tp_activations")] == (2 * 135 * X, 2 * 135)  # m = 2 micro-batches
+    assert {op for op, _ in ops} == {"all_reduce"}
 
 
 def test_mixed_layers_land_on_their_stages():
@@ -84,4 +108,7 @@ def test_plan_covers_mixtral_and_says_the_experts_are_replicated(cli):
     assert any("experts are replicated" in n for n in r.json()["notes"])
     table = cli("plan", "mixtral", "--tp", "2", "--seq", "2048")
     assert "Assumed: experts are replicated" in table.out
-    assert_one_line_error(cli("plan", "t5-base", "--tp", "2"), "plans cover it with tp 1")
+    r = cli("plan", "t5-base", "--tp", "2", "--seq", "512", "--json")
+    assert r.code == 0 and r.json()["layout"]["tp"] == 2, r.err
+    assert_one_line_error(cli("plan", "t5-base", "--tp", "2", "--sequence-parallel"),
+                          "has cross-attention: sequence parallelism")

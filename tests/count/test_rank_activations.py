@@ -9,7 +9,7 @@ from conftest import configs
 from hypothesis import given, settings, strategies as st
 
 from tfcalc.count import rank_activations as ra, rank_memory as rm
-from tfcalc.count.activations import Activations, activations
+from tfcalc.count.activations import activations
 from tfcalc.errors import InputError
 from tfcalc.presets import load, preset_names
 from tfcalc.report.memory import MemoryOptions, estimate_memory
@@ -55,7 +55,7 @@ def test_memory_training_and_plan_on_one_gpu_agree_for_every_preset(name):
     else:
         cfg = load(name)
         single = Layout.single(Workload(batch=1, seq=seq, dtype="bf16"))
-        acts = ra.training_activations(cfg, single, seq if cfg.arch == "encoder-decoder" else None)
+        acts = ra.training_activations(cfg, single, src_seq=seq if cfg.arch == "encoder-decoder" else None)
         assert ra.activation_bytes(acts, single) == acts.total == mem["activation_bytes"]
 
 
@@ -124,21 +124,49 @@ def test_moe_experts_are_whole_on_every_tp_rank():
 
 
 def test_layers_that_differ_are_summed_each_with_its_own_terms():
-    """Every sum over a stage's layers goes through Activations.layer_terms(i): a stack whose odd layers
-    keep twice the terms costs exactly their sum, and full recompute rebuilds the largest."""
+    """A stage's layers are summed kind by kind in closed form (Activations.kinds_in): equal to the walk
+    over its layers one by one (layer_terms(i)), for a stack of dense first layers then a mixture of
+    experts every other layer, on every pipeline split; full recompute rebuilds the largest kind."""
+    from conftest import MIXTRAL_LIKE, tiny
 
-    class Mixed(Activations):
-        def layer_terms(self, i):
-            return self.per_layer if i % 2 == 0 else {k: 2 * v for k, v in self.per_layer.items()}
+    cfg = tiny(n_layer=7, d_ff=16, dense_d_ff=40, **{**MIXTRAL_LIKE, "first_dense_layers": 2, "moe_every": 2})
+    acts = activations(cfg, 2, 16, "bf16", "flash")
+    assert len({id(acts.layer_terms(i)) for i in range(7)}) == 2
+    for pp in (1, 2, 3, 7):
+        L = Layout(pp=pp, seq=16, global_batch=2, micro_batch=2)
+        start = 0
+        for stage, n in enumerate(ra.stage_blocks(7, pp)):
+            walked = sum(ra.layer_bytes(acts, L, acts.layer_terms(i)) for i in range(start, start + n))
+            first, last = stage == 0, stage == pp - 1
+            rest = ra._head_bytes(acts, L, first, last) + (acts.loss_gradients if last else 0)
+            assert ra.stage_activation_bytes(acts, L, stage, range(start, start + n)) == walked + rest
+            start += n
+    full = Layout(seq=16, global_batch=2, micro_batch=2, recompute="full")
+    largest = max(sum(acts.layer_terms(i).values()) for i in range(7))
+    assert largest > min(sum(acts.layer_terms(i).values()) for i in range(7))
+    assert acts.recompute_extra == 0 and activations(cfg, 2, 16, "bf16", "flash", "full").recompute_extra == largest
+    assert ra.stage_activation_bytes(acts, full, 0, range(7)) == \
+        7 * acts.layer_input + largest + sum(acts.head.values()) + acts.loss_gradients
 
-    cfg = load("gpt2")
-    base = activations(cfg, 1, 256, "bf16", "flash")
-    mixed = Mixed(**{f.name: getattr(base, f.name) for f in dataclasses.fields(Activations)})
-    L = Layout(seq=256, global_batch=1)
-    rest = sum(base.head.values()) + base.loss_gradients
-    assert ra.stage_activation_bytes(mixed, L, 0, range(12)) == 18 * base.layer + rest
-    full = dataclasses.replace(L, recompute="full")
-    assert ra.stage_activation_bytes(mixed, full, 0, range(12)) == 12 * base.layer_input + 2 * base.layer + rest
+
+def test_activations_are_closed_form_in_depth():
+    """2**40 layers of a mixed stack cost no more to count than 4 (no per-layer list)."""
+    import time
+
+    from conftest import MIXTRAL_LIKE, tiny
+
+    deep = tiny(n_layer=2**40, d_ff=16, **{**MIXTRAL_LIKE, "first_dense_layers": 3, "moe_every": 2})
+    t = time.perf_counter()
+    acts = activations(deep, 1, 8, "bf16")
+    L = Layout(pp=8, seq=8, global_batch=8)
+    ra.activation_bytes(acts, L)
+    assert time.perf_counter() - t < 1.0
+    mix = {**MIXTRAL_LIKE, "first_dense_layers": 3, "moe_every": 2}
+    few = activations(tiny(n_layer=5, d_ff=16, **mix), 1, 8, "bf16")
+    moe, dense = few.layer_terms(3), few.layer_terms(0)  # layer 3 is the first MoE layer (i + 1 even, past 3)
+    head = sum(acts.head.values())
+    routed = (2**40 - 2) // 2  # the odd layers 3, 5, ..., 2**40 - 1
+    assert acts.stored == head + routed * sum(moe.values()) + (2**40 - routed) * sum(dense.values())
 
 
 @settings(max_examples=60, deadline=None)

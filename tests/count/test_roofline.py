@@ -13,6 +13,7 @@ from tfcalc.count import flops as count_flops, memory as count_memory, quant, ro
 from tfcalc.count.params import total as param_total
 from tfcalc.errors import InputError
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 BF16 = quant.plain("bf16")
 
@@ -133,7 +134,7 @@ def test_prefill_is_compute_bound_at_4096_and_counts_causal_pairs():
 
 def test_serving_estimate_averages_every_decode_step():
     cfg, c = load("llama2-7b"), h100()
-    est = serving.estimate(cfg, 8, 4096, 5, BF16, "bf16", c, devices.by_key("h100-sxm").memory_bytes)
+    est = serving.estimate(cfg, Workload(batch=8, seq=4096, gen=5), BF16, c, devices.by_key("h100-sxm").memory_bytes)
     steps = [roofline.decode_step(cfg, 8, 4096 + j, BF16, "bf16") for j in range(1, 5)]
     assert est.first_decode_step.context == est.seq + 1
     assert est.decode_s_per_token == pytest.approx(sum(s.time_s(c) for s in steps) / 4, rel=1e-12)
@@ -141,33 +142,33 @@ def test_serving_estimate_averages_every_decode_step():
     assert est.kv_cache_bytes == count_memory.kv_cache_bytes(cfg, 8, 4101, "bf16")
     assert est.fits and est.bound == "memory"
     assert est.total_s == pytest.approx(est.prefill_s + 4 * est.decode_s_per_token)
-    one = serving.estimate(cfg, 1, 16, 1, BF16, "bf16", c)
+    one = serving.estimate(cfg, Workload(seq=16, gen=1), BF16, c)
     assert one.decode_s_per_token is None and one.fits is None and one.bound is None
 
 
 def test_largest_batch_that_fits():
     cfg = load("llama2-7b")
     memory = devices.by_key("h100-sxm").memory_bytes
-    b = serving.max_batch(cfg, 4096, 256, BF16, "bf16", memory)
+    b = serving.max_batch(cfg, Workload(seq=4096, gen=256), BF16, memory)
     need = [13_476_831_232 + count_memory.kv_cache_bytes(cfg, n, 4352, "bf16") for n in (b, b + 1)]
     assert need[0] <= memory < need[1] and b == 29  # 66.5 GB left / 2.28 GB per sequence
-    assert serving.max_batch(cfg, 4096, 256, BF16, "bf16", 10**9) == 0
+    assert serving.max_batch(cfg, Workload(seq=4096, gen=256), BF16, 10**9) == 0
 
 
 def test_compute_bound_batches():
     cfg, c = load("llama2-7b"), h100()
     # multi-head attention at 4096: the KV cache grows with the batch as the FLOPs do -- never
-    assert serving.compute_bound_batch(cfg, 4096, BF16, "bf16", c) is None
+    assert serving.compute_bound_batch(cfg, Workload(seq=4096), BF16, c) is None
     # the weight matmuls alone: a (B, k) @ (k, n) matmul in bf16 does 2·B·k·n FLOPs on 2·(k·n + B·(k + n))
     # bytes, intensity B / (1 + B·(k + n)/(k·n)): about the ridge, raised ~15% by the activations at
     # B ≈ 300 and 2% by the embedding table read beside them
-    b = serving.weight_matmuls_compute_bound_batch(cfg, 4096, BF16, "bf16", c)
+    b = serving.weight_matmuls_compute_bound_batch(cfg, Workload(seq=4096), BF16, c)
     assert c.ridge < b < 1.2 * c.ridge
     k = n = 4096
     assert b / (1 + b * (k + n) / (k * n)) == pytest.approx(c.ridge, rel=0.05)
     # a short context and GQA: the whole step does turn compute-bound, and the batch is the first one
     gqa = load("llama2-70b")
-    first = serving.compute_bound_batch(gqa, 128, BF16, "bf16", c)
+    first = serving.compute_bound_batch(gqa, Workload(seq=128), BF16, c)
     assert first is not None
     assert roofline.decode_step(gqa, first, 128, BF16, "bf16").bound(c) == "compute"
     assert roofline.decode_step(gqa, first - 1, 128, BF16, "bf16").bound(c) == "memory"

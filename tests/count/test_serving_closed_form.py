@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfcalc.count import quant, serving
 from tfcalc.count.roofline import Ceilings, decode_step
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 BF16 = quant.plain("bf16")
 
 
 def stepwise(cfg, batch, seq, gen, c, src=None):
-    steps = [decode_step(cfg, batch, seq + j, BF16, "bf16", src) for j in range(1, gen)]
+    steps = [decode_step(cfg, batch, seq + j, BF16, "bf16", src_seq=src) for j in range(1, gen)]
     seconds = sum(s.time_s(c) for s in steps)
     return (seconds / len(steps), sum(s.bytes_per_token for s in steps) / len(steps),
             "compute" if sum(s.flops for s in steps) / c.flops_per_s >= sum(s.bytes for s in steps) / c.bytes_per_s
@@ -33,7 +34,7 @@ def test_closed_form_equals_the_sum_over_every_step(cfg, batch, seq, gen, ridge)
         return
     c = Ceilings(ridge * 1e12, 1e12, "test")
     src = 5 if cfg.arch == "encoder-decoder" else None
-    est = serving.estimate(cfg, batch, seq, gen, BF16, "bf16", c, src_seq=src)
+    est = serving.estimate(cfg, Workload(batch=batch, seq=seq, gen=gen, src_seq=src), BF16, c)
     per_token, per_byte, bound = stepwise(cfg, batch, seq, gen, c, src)
     assert est.decode_s_per_token == pytest.approx(per_token, rel=1e-9)
     assert est.bytes_per_token == pytest.approx(per_byte, rel=1e-12)
@@ -44,14 +45,14 @@ def test_closed_form_equals_the_sum_over_every_step(cfg, batch, seq, gen, ridge)
 def test_a_window_inside_the_run_is_a_kink_handled_exactly(window):
     cfg = tiny(sliding_window=window, max_seq_len=4096, full_attention_every=2 if window == 7 else None)
     c = Ceilings(3e12, 1e12, "test")
-    est = serving.estimate(cfg, 3, 2, 200, BF16, "bf16", c)
+    est = serving.estimate(cfg, Workload(batch=3, seq=2, gen=200), BF16, c)
     assert est.decode_s_per_token == pytest.approx(stepwise(cfg, 3, 2, 200, c)[0], rel=1e-12)
 
 
 def test_a_million_decode_steps_take_no_time():
     cfg, c = load("gpt2"), Ceilings(989e12, 3.35e12, "h100")
     start = time.monotonic()
-    est = serving.estimate(cfg, 1, 1024, 1_000_000, BF16, "bf16", c)
+    est = serving.estimate(cfg, Workload(seq=1024, gen=1_000_000), BF16, c)
     assert time.monotonic() - start < 2
     # memory-bound throughout at batch 1: the mean step reads the weights and the mean context's KV cache
     mean_context = 1024 + 1_000_000 / 2

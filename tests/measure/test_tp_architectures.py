@@ -3,14 +3,15 @@ launch: small copies (tfcalc.report.plan_check.small_copy) of gemma-2-9b (sandwi
 alternating windows), qwen2-7b (Q/K/V biases, no O bias), falcon-7b (one norm shared by a parallel block),
 gpt2 (a tied embedding and head: one vocabulary-split tensor), mixtral (routed experts whole on every rank),
 mixtral with a gated shared expert (Qwen2-MoE's: split as a dense FFN) and transformer-base (an
-encoder-decoder: cross-attention split as self-attention).
+encoder-decoder: cross-attention split as self-attention), also with untied tables (each stack's lookups
+gathered) and pre-norm with a final norm.
 
 - every rank computes the single-device model's loss (the shards hold consistent heads and columns);
 - rank 0's weights, gradients and Adam states are the description's tensors split as each one's ``tp``
   says, rank 0 holding torch.chunk's first block -- summed here from ``Architecture.weights()``, not by
   tfcalc.count.shard;
-- where the plan covers the model (all but the encoder-decoder under TP), its model states and its
-  collectives (bytes and calls) are the measured ones.
+- the plan's model states and collectives (bytes and calls) are the measured ones, for every one of them
+  (encoder-decoders included: a cross-attention's reductions, and its K/V input's gradient, measured).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ LAYOUT = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1, dtype="
 CFGS = {n: replace(small_copy(load(n), 2), n_layer=2)
         for n in ["gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "transformer-base"]}
 CFGS["mixtral-shared"] = replace(CFGS["mixtral-8x7b"], shared_expert_d_ff=32, shared_expert_gate=True)
+CFGS["transformer-untied-pre"] = replace(CFGS["transformer-base"], tie_embeddings=False, tie_encoder_embedding=False,
+                                         norm_placement="pre", final_norm=True, n_encoder_layer=1)
 NAMES = list(CFGS)
 # and the encoder-decoder under FSDP2 (dp 2, ZeRO-3: each encoder and decoder block its own unit), which the
 # plan covers: its states and collectives must be the plan's
@@ -102,7 +105,7 @@ def test_states_and_collectives_equal_the_plans_where_it_plans_the_model(runs):
             plan.memory.weights, plan.memory.grads, plan.memory.optimizer), name
         measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in runs[name][0]["collectives"]}
         assert measured == {(c.cause, c.op): (c.payload_bytes, c.calls) for c in plan.collectives}, name
-    assert {"gemma-2-9b", "qwen2-7b", "falcon-7b", "gpt2", "mixtral-8x7b", "mixtral-shared"} <= set(covered)
+    assert covered == NAMES
 
 
 def test_an_encoder_decoder_under_fsdp_is_planned_exactly(runs):

@@ -6,7 +6,11 @@
    2024, sec. 2.1); each token runs its k experts only; an optional shared expert runs on every token,
    optionally scaled by sigmoid(Linear(d, 1)) (Qwen2-MoE, modeling_qwen2_moe.py; DeepSeekMoE, Dai et al.
    2024); with a capacity factor c each expert multiplies a buffer of ceil(c·k·tokens / E) rows (Fedus et
-   al. 2022, Switch Transformers, sec. 2.2).
+   al. 2022, Switch Transformers, sec. 2.2); the router may have a bias (gpt-oss), and the experts'
+   weights may be stored as MXFP4 (``weight_format``: 4-bit values, one 8-bit scale per 32; gpt-oss).
+3. gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): with ``swiglu_limit`` L and
+   ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
+   the same matmuls as any gated FFN.
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -31,6 +35,8 @@ class FFN:
     gated: bool = False
     activation: Activation = "gelu"
     bias: bool = True
+    swiglu_limit: Optional[float] = None  # gpt-oss's clamped SwiGLU (step 3); None: the plain gated FFN
+    swiglu_alpha: Optional[float] = None
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or self.d_ff < 1:
@@ -71,6 +77,8 @@ class MoE:
     shared_gate: bool = False
     renormalize: bool = True  # renormalize the k chosen weights (Mixtral); false: Qwen2-MoE's raw softmax
     capacity_factor: Optional[float] = None  # None: dropless
+    router_bias: bool = False  # gpt-oss's router has a bias (GptOssTopKRouter.bias)
+    weight_format: Optional[str] = None  # "mxfp4": the routed experts' weight matrices as stored (step 2)
     # Llama 4 (modeling_llama4.py, Llama4Router): the sigmoid of each chosen logit scales the token's
     # input to that expert, not its output (tfcalc.model.routing_input)
     sigmoid_input: bool = False
@@ -103,6 +111,8 @@ class MoE:
     def weights(self) -> list[Weight]:
         d, E = self.d_model, self.n_expert
         out = [Weight("router_weight", (E, d), "ffn", "MoE router weight")]
+        if self.router_bias:
+            out.append(Weight("router_bias", (E,), "ffn", "MoE router bias"))
         out += [w.named("expert_ffn_") for w in self.expert.weights("expert FFN", E, self.top_k)]
         if self.shared is not None:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]

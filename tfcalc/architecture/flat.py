@@ -10,6 +10,8 @@ Per-layer patterns in the flat fields:
   experts (DeepSeek-V3's ``first_k_dense_replace``, modeling_deepseek_v3.py);
 - ``moe_every: n``: layers n-1, 2n-1, ... have the mixture of experts, the others a dense FFN (Llama 4's
   ``interleave_moe_layer_step``, modeling_llama4.py);
+- ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
+  modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
 - attention per layer (tfcalc.architecture.patterns): local layers attend through ``sliding_window`` or
   ``attention_chunk_size`` with RoPE base ``rope_local_theta`` (default rope_theta), global ones see the
@@ -62,9 +64,10 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     and (past the first k) moe_every."""
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
-    out: list[Run] = []
+    listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
+    out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
     for seg_start, seg_stop, attn_period in period_segments(cfg, n_layer):
-        for start, stop in ((seg_start, min(seg_stop, k)), (max(seg_start, k), seg_stop)):
+        for start, stop in ((max(seg_start, listed), min(seg_stop, k)), (max(seg_start, k, listed), seg_stop)):
             period = attn_period if stop <= k else math.lcm(attn_period, every)
             if stop <= start:
                 continue
@@ -116,12 +119,13 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
+        sinks=cfg.attn_sinks and kind == "self",
     )
 
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
-    if cfg.n_expert is None or i < (cfg.first_dense_layers or 0):
+    if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0
 
@@ -129,10 +133,13 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
-        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
-    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
+    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
+                 cfg.swiglu_alpha)
     shared = None
     if cfg.shared_expert_d_ff:
-        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
+                     cfg.swiglu_limit, cfg.swiglu_alpha)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
-               cfg.expert_capacity_factor, sigmoid_input=cfg.router_sigmoid_input)
+               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format,
+               sigmoid_input=cfg.router_sigmoid_input)

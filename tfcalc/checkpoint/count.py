@@ -35,6 +35,7 @@ class CheckpointCount:
     misfits: tuple[str, ...] = ()  # tensors whose shape the config cannot split as its fused layout
     missing: dict[str, int] = field(default_factory=dict)  # component -> elements the config has and the files lack
     surplus: dict[str, int] = field(default_factory=dict)  # component -> elements beyond what the config has
+    scales: dict[str, int] = field(default_factory=dict)  # quantization scales (MXFP4's, one per 32 values)
     vision: int = 0  # elements of a vision-language checkpoint's vision tower and projector (not counted)
 
     @property
@@ -49,7 +50,8 @@ class CheckpointCount:
         return {
             "files": list(self.files), "checkpoint_total": self.total, "bytes": self.total_bytes,
             "by_dtype": self.by_dtype, "parameters_matched": self.matched, "breakdown": self.breakdown,
-            "tied_copies": self.tied_copies, "buffers": self.buffers, "unexplained": list(self.unexplained),
+            "tied_copies": self.tied_copies, "buffers": self.buffers, "quantization_scales": self.scales,
+            "unexplained": list(self.unexplained),
             "misfits": list(self.misfits), "missing": self.missing, "surplus": self.surplus, "agree": self.agrees,
             "vision": self.vision,
         }
@@ -86,12 +88,14 @@ def piece_counts(cfg: ModelConfig, piece: Piece, tensor: TensorInfo) -> dict[str
         rows = components(cfg, piece.param, piece.part)
     except KeyError:
         return None
+    # MXFP4 blocks (gpt-oss): two 4-bit values per stored byte, so twice the tensor's elements are parameters
+    values = tensor.numel * (2 if piece.transform == "mxfp4" else 1)
     if list(rows.values()) == [-1]:
-        return {c: tensor.numel for c in rows}
+        return {c: values for c in rows}
     total_rows = sum(rows.values())
-    if total_rows <= 0 or tensor.numel % total_rows:
+    if total_rows <= 0 or values % total_rows:
         return None
-    per_row = tensor.numel // total_rows
+    per_row = values // total_rows
     return {c: r * per_row for c, r in rows.items()}
 
 
@@ -100,7 +104,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     table = rules(cfg, kind)
     by_dtype: dict[str, dict[str, int]] = {}
     breakdown: dict[str, int] = {}
-    tied, buffers, unexplained, misfits = {}, {}, [], []
+    tied, buffers, scales, unexplained, misfits = {}, {}, {}, [], []
     vision = 0
     for t in checkpoint.tensors:
         row = by_dtype.setdefault(t.dtype, {"tensors": 0, "elements": 0, "bytes": 0})
@@ -112,6 +116,8 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
             unexplained.append(t.name)
         elif piece == "buffer":
             buffers[t.name] = t.numel
+        elif piece == "scales":
+            scales[t.name] = t.numel
         elif piece == "vision":
             vision += t.numel
         elif piece.tied:
@@ -129,7 +135,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     return CheckpointCount(
         tuple(f.name for f in checkpoint.files), sum(t.numel for t in checkpoint.tensors),
         sum(t.nbytes for t in checkpoint.tensors), by_dtype, breakdown, tied, buffers, tuple(unexplained),
-        tuple(misfits), missing, surplus, vision,
+        tuple(misfits), missing, surplus, scales, vision,
     )
 
 

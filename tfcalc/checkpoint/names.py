@@ -54,7 +54,8 @@ class Piece:
     expert: Optional[int] = None  # the expert whose slice (dim 0) of a grouped expert tensor it fills
 
 
-Rule = tuple[str, str]  # (regex over the name, target: "param[|part][|transform]"; "tied:param"; "buffer")
+# (regex over the name, target: "param[@expert][|part][|transform]"; "tied:param"; "buffer"; "scales")
+Rule = tuple[str, str]
 
 
 def _tied_head(arch: Architecture) -> str:
@@ -111,6 +112,26 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (r"layers\.(\d+)\.mlp\.shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
         (r"layers\.(\d+)\.mlp\.shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
         (r"layers\.(\d+)\.mlp\.shared_expert_gate\.weight", "blocks.{0}.ffn.shared_gate.weight"),
+    ]
+
+
+def _gpt_oss_rules(arch: Architecture) -> list[Rule]:
+    """gpt-oss (modeling_gpt_oss.py): Llama's names, sinks, a router with a bias, and grouped experts stored
+    (in, out): gate_up_proj (E, d, 2f) with gate and up columns interleaved [g0 u0 g1 u1 ...], its bias
+    (E, 2f) likewise, down_proj (E, f, d) (transform ``oss_gate_up``, ``oss_bias``, ``mT``). The released
+    checkpoints store the expert weights as MXFP4 (``*_blocks``: two 4-bit values per byte, uint8
+    (E, rows, cols/32, 16); ``*_scales``: one 8-bit scale per 32 values), rows in the out dimension."""
+    experts = r"layers\.(\d+)\.mlp\.experts\."
+    return [rule for rule in _llama_rules(arch, "gpt_oss") if "experts" not in rule[1]] + [
+        (r"layers\.(\d+)\.self_attn\.sinks", "blocks.{0}.attn.sinks"),
+        (r"layers\.(\d+)\.mlp\.router\.(weight|bias)", "blocks.{0}.ffn.router.{1}"),
+        (experts + r"gate_up_proj", "blocks.{0}.ffn.experts.up.weight||oss_gate_up"),
+        (experts + r"gate_up_proj_bias", "blocks.{0}.ffn.experts.up.bias||oss_bias"),
+        (experts + r"down_proj", "blocks.{0}.ffn.experts.down.weight||mT"),
+        (experts + r"down_proj_bias", "blocks.{0}.ffn.experts.down.bias"),
+        (experts + r"gate_up_proj_blocks", "blocks.{0}.ffn.experts.up.weight||mxfp4"),
+        (experts + r"down_proj_blocks", "blocks.{0}.ffn.experts.down.weight||mxfp4"),
+        (experts + r"(?:gate_up|down)_proj_scales", "scales"),
     ]
 
 
@@ -231,7 +252,7 @@ def _t5_rules(arch: Architecture) -> list[Rule]:
     ]
 
 
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2",
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
                "smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
@@ -251,6 +272,8 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     model_type = MULTIMODAL.get(model_type, model_type)
     if model_type in _LLAMA_LIKE:
         table = _llama_rules(arch, model_type)
+    elif model_type == "gpt_oss":
+        table = _gpt_oss_rules(arch)
     elif model_type == "gpt2":
         table = _gpt2_rules(arch)
     elif model_type == "bert":
@@ -263,8 +286,9 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
 
 
 def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | None:
-    """A Piece, "buffer" for a known non-parameter tensor, "vision" for a vision-language checkpoint's
-    vision tower and projector, or None when no rule explains the name."""
+    """A Piece, "buffer" for a known non-parameter tensor, "scales" for a quantized tensor's scales (MXFP4),
+    "vision" for a vision-language checkpoint's vision tower and projector, or None when no rule explains
+    the name."""
     if VISION.fullmatch(name):
         return "vision"
     short = name
@@ -279,6 +303,8 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
     for pattern, target in table:
         m = pattern.fullmatch(short)
         if m:
+            if target == "scales":
+                return target
             tied = target.startswith("tied:")
             param, _, rest = target.removeprefix("tied:").partition("|")
             part, _, transform = rest.partition("|")

@@ -60,7 +60,8 @@ def flops(
     module under FlopCounterMode (on meta by default: no memory; --training adds the backward); exit 1 if its count
     differs from the analytic one.
 
-    A mixture of experts counts only the top-k experts each token runs, and its router. An encoder (BERT) masks no
+    A mixture of experts counts the routed experts' matmuls per token (its top-k; with a capacity factor, every
+    expert's full buffer), plus the shared experts and the router: never all E experts. An encoder (BERT) masks no
     score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target
     tokens; cross-attention scores T × S.
     """

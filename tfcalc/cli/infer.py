@@ -37,7 +37,7 @@ from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.infer import InferOptions, build_infer
-from tfcalc.workload import check_size, default_dtype
+from tfcalc.workload import default_dtype
 
 TableOption = table_option("serving", "roofline")
 
@@ -77,6 +77,12 @@ def infer(
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
     (--group-size); --kv-dtype sets the cache's dtype apart. A sliding window of W caches W − 1 positions per layer
     (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
+    Experts stored as MXFP4 (gpt-oss) are read as stored.
+
+    A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
+    a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
+    uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
+    them all) and batch × seq in the prefill; the output says how many at each batch.
     """
     out = output(format, json_out, exact, verbose, table)
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while
@@ -98,9 +104,7 @@ def infer(
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
-        check_size("--seq", seq)  # a length the range check refuses gets its one error line, no warning first
-        check_size("--gen", gen)
-        warn_past_context(ref, seq + gen, f"--seq + --gen = {seq:,} + {gen:,} =")
+        warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
     with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:

@@ -107,8 +107,9 @@ def memory(
     arithmetic.
 
     An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source
-    tokens; a mixture of experts keeps activations for the top-k experts each token runs; an encoder keeps no KV
-    cache.
+    tokens; a mixture of experts keeps activations for the top-k experts each token runs, and its weights follow
+    the checkpoint's stored format where the config names one (gpt-oss's MXFP4 experts: 4-bit values and one 8-bit
+    scale per 32, 4.25 bits per weight; the rest in --dtype); an encoder keeps no KV cache.
     """
     out = output(format, json_out, exact, verbose, table)
     if require_fit and budget is None:
@@ -125,6 +126,7 @@ def memory(
     with render.progress("memory", len(models) * len(steps), enabled=measure and not out.quiet) as progress:
         for name in models:
             ref = resolve(name, overrides or [])
+            workload.for_model(ref.cfg)  # every size checked first: a refused one is one error line, no warning
             warn_past_context(ref, seq)
             on_step, done = _step_tracker(progress, ref.label)
             reports.append(build_memory(ref, workload, options, measure, run_on, on_step, render.note))

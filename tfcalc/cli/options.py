@@ -129,16 +129,25 @@ RequireFit = Annotated[bool, _flag("--require-fit", help="For scripts: exit 1 (a
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]
 
 
-def warn_past_context(ref, seq: Optional[int], what: str = "--seq") -> None:
-    """One line on stderr when a length goes past the model's context (max_seq_len): the figures are
-    arithmetic at that length, which the model as configured could not run."""
-    from tfcalc.workload import MAX_SIZE
+def warn_past_context(ref, seq: Optional[int], gen: Optional[int] = None) -> None:
+    """One line on stderr when a length (--seq, or --seq + --gen) goes past the model's context
+    (max_seq_len): the figures are arithmetic at that length, which the model as configured could not
+    run. The lengths are range-checked here first (tfcalc.workload.check_size), so a length the range
+    check refuses gets its one error line and no warning before it: the one guard for every command."""
+    from tfcalc.workload import check_size
 
+    if seq is None:
+        return
+    check_size("--seq", seq)
+    what, length = "--seq", seq
+    if gen is not None:
+        check_size("--gen", gen)
+        what, length = f"--seq + --gen = {seq:,} + {gen:,} =", seq + gen
     context = ref.cfg.max_seq_len
-    if seq is not None and context < seq <= MAX_SIZE:  # past MAX_SIZE the range check refuses it: one line
+    if length > context:
         from tfcalc.cli import render
 
-        render.warn(f"{ref.label}: {what} {seq:,} is past the model's context of {context:,} tokens; counted "
+        render.warn(f"{ref.label}: {what} {length:,} is past the model's context of {context:,} tokens; counted "
                     "anyway, as if it had that many positions")
 
 

@@ -23,9 +23,13 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
    and the root unit once per micro-batch (FSDP2 does not reshard the root after forward).
 3. tp_activations (tp > 1), per micro-batch, Megatron's f/g operators (Narayanan et al. 2021, sec. 2.3):
    each block all-reduces X twice in the forward pass (after the attention and FFN row-parallel layers)
-   and twice in the backward pass (the inputs' gradients of the column-parallel layers); the hidden-
-   split token embedding all-gathers its lookups (X) on the first stage, and the LM head's input
-   gradient is all-reduced (X) on the last. A tied, vocabulary-parallel embedding all-reduces (X) instead.
+   and twice in the backward pass (the inputs' gradients of the column-parallel layers); a block with
+   cross-attention (an encoder-decoder's decoder) adds one each way for it, and one more in the backward
+   pass for the gradient of its K/V projection's input, the encoder output (X of the sources: the plan
+   takes as many source tokens as target tokens); the hidden-split token embedding all-gathers its
+   lookups (X, once per stack: an encoder-decoder looks up its source and its target) on the first
+   stage, and the LM head's input gradient is all-reduced (X) on the last. A tied, vocabulary-parallel
+   embedding all-reduces (X) instead. (All measured: tests/measure/test_tp_architectures.py.)
    Sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) turns each all-reduce into an all-gather
    and a reduce-scatter of the same X: per block 4 all-gathers and 4 reduce-scatters per micro-batch;
    the embedding's all-gather stays and the first block's input gradient is all-gathered; the head's
@@ -136,25 +140,31 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     t, m = layout.tp, layout.micro_batches
     if t == 1:
         return []
-    # TP-split sub-layers of the stage: every attention, and every FFN but a mixture of experts (its
-    # experts are whole on every rank: replicated, so their output needs no reduction) -- unless it has a
-    # shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
-    split = sum(n * (1 + (not b.is_moe or b.ffn.shared is not None)) for b, _, n in stage_kinds(cfg, layout.pp, stage))
+    # TP-split sub-layers of the stage: every attention and cross-attention, and every FFN but a mixture of
+    # experts (its experts are whole on every rank: replicated, so their output needs no reduction) --
+    # unless it has a shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
+    kinds = stage_kinds(cfg, layout.pp, stage)
+    split = sum(n * (1 + (b.cross_attention is not None) + (not b.is_moe or b.ffn.shared is not None))
+                for b, _, n in kinds)
+    # a cross-attention's K/V projection reads the encoder output: its input gradient is one more reduction
+    # in the backward pass, of the source states (as many as the target's here: the plan's source is seq)
+    cross = sum(n for b, _, n in kinds if b.cross_attention is not None)
     first, last = stage == 0, stage == layout.pp - 1
     tokens = layout.micro_batch * layout.seq
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
     tied = cfg.lm_head and cfg.tie_embeddings
+    lookups = len(cfg.architecture.stacks)  # each stack looks its tokens up (an encoder-decoder's two)
     calls = dict.fromkeys(OPS[:3], 0)
     sp = layout.sequence_parallel
     if sp:  # per block two all-gathers and two reduce-scatters each way; the head's input and its gradient
         calls["all_gather"] += 2 * split + last
         calls["reduce_scatter"] += 2 * split + last
-    else:  # per block two all-reduces each way; the head's input gradient
-        calls["all_reduce"] += 2 * split + last
+    else:  # per split sub-layer an all-reduce each way (and the K/V inputs' gradients); the head's input gradient
+        calls["all_reduce"] += 2 * split + cross + last
     if first and not tied:  # hidden-split lookups gathered; under SP, block 0's input gradient too
-        calls["all_gather"] += 1 + sp
+        calls["all_gather"] += lookups + sp
     elif first:  # vocabulary split: partial lookups all-reduced, or reduce-scattered (and gathered back) under SP
-        calls["reduce_scatter" if sp else "all_reduce"] += 1
+        calls["reduce_scatter" if sp else "all_reduce"] += lookups
         calls["all_gather"] += sp
     out = [Collective("tp_activations", op, "tp", t, m * n * X, m * n) for op, n in calls.items() if n]
     if last and cfg.lm_head:

@@ -45,6 +45,8 @@ COMPONENTS = {
     "ffn.down.weight": "ffn_down_weight",
     "ffn.down.bias": "ffn_down_bias",
     "ffn.router.weight": "router_weight",
+    "ffn.router.bias": "router_bias",
+    "attn.sinks": "attn_sinks",
     "expert_ffn.down.weight": "expert_ffn_down_weight",
     "expert_ffn.down.bias": "expert_ffn_down_bias",
     "ffn.shared.down.weight": "shared_expert_ffn_down_weight",

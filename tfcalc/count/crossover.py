@@ -36,16 +36,33 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
     A sliding window W makes a windowed layer's causal scores grow like W·T beyond W (see _windowed): they
     may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
+    Layers that differ (heads, head widths, FFN widths, dense and MoE) are folded over the description:
+    with S(T) = a·T², P(T) = p·T and F(T) = c·T, each coefficient the mean over the output stack's layers,
+    T >= c / a and T >= (c − p) / a (_attention_per_layer, _ffn_per_token).
     """
-    d, q, k = cfg.d_model, cfg.q_dim, cfg.kv_dim
+    score_coef, proj_per_token = _attention_per_layer(cfg)
     ffn_per_token = _ffn_per_token(cfg)
-    scores_bound = Fraction(ffn_per_token, 4 * q)  # T >= this (full square)
-    attention_bound = Fraction(ffn_per_token - 4 * d * (q + k), 4 * q)
+    scores_bound = ffn_per_token / score_coef  # T >= this (full square)
+    attention_bound = (ffn_per_token - proj_per_token) / score_coef
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if cfg.windowed_layers:  # a sliding window or chunks in some layers
-            return Crossover(*(_windowed(cfg, 4 * q * b, q) for b in (scores_bound, attention_bound)))
+        if any(b.attention.window is not None or b.attention.chunk is not None
+               for b, _ in cfg.architecture.output.kinds()):  # a sliding window or chunks in some layers
+            return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction]:
+    """(a, p): the full-square scores of one layer are a·T² per sequence, its projections p·T, each the mean
+    over the output stack's layers (tfcalc.architecture: layers of other heads or widths each count their
+    own): a = 2·H·(h + h_v) from each self-attention's score_dims (4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out
+    over its projections (4·d·(q + k) for Q, K, V, O)."""
+    stack, a, p = cfg.architecture.output, 0, 0
+    for block, layers in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        a += layers * 2 * heads * (h + hv)
+        p += layers * sum(2 * m.n_in * m.n_out for m in block.attention.linears())
+    return Fraction(a, stack.n_layer), Fraction(p, stack.n_layer)
 
 
 def _ffn_per_token(cfg: ModelConfig) -> Fraction:
@@ -61,27 +78,32 @@ def _ffn_per_token(cfg: ModelConfig) -> Fraction:
     return Fraction(total, stack.n_layer)
 
 
-def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
-    """Smallest T >= 1 at which the causal scores of all the decoder's layers, 4·q·Σ_l pairs_l(T)
-    (terms.causal_pairs, each layer with its own window or chunk: Gemma 2 alternates windowed and full
-    layers, Llama 4 chunked and full), reach L·per_token·T, or None when they never do.
+def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
+    """Smallest T >= 1 at which the causal scores of all the decoder's layers, Σ_l a_l·pairs_l(T)
+    (terms.causal_pairs, each layer with its own window or chunk and its own a_l = 2·H·(h + h_v): Gemma 2
+    alternates windowed and full layers, Llama 4 chunked and full), reach L·per_token·T, or None when they
+    never do.
 
-    g(T) = 4·q·Σ_l pairs_l(T) − L·per_token·T has increments that never shrink (a query's visible keys,
-    p + 1 or min(p + 1, W), never shrink as p grows) except where a chunk of C starts ((p mod C) + 1
-    drops to 1). So g is convex on each chunk period [mC, mC + C − 1] (without chunks: C = ∞, one
-    period), and its values at a fixed offset r of the period, g(mC + r), are convex in m. g(0) = 0.
-    First period m whose larger end value reaches 0 (max of two convex functions of m: doubling, then
-    bisection), then the first T within it (convex there: bisection). Never, when the last increments
-    of a period's sum stop growing (every layer local) and it is still below 0."""
-    windows: Counter = Counter()
-    for block, n in cfg.architecture.decoder.kinds():  # (window, chunk) of each layer kind
-        windows[(block.attention.window, block.attention.chunk)] += n
-    chunks = {c for _, c in windows if c is not None}
+    g(T) = Σ_l a_l·pairs_l(T) − L·per_token·T has increments that never shrink (a query's visible keys,
+    p + 1 or min(p + 1, W), never shrink as p grows) except where a chunk of C starts ((p mod C) + 1 drops
+    to 1). Without chunks g is convex and g(0) = 0, so g(T)/T never decreases: doubling, then bisection;
+    when every layer is windowed, pairs_l(T) <= W_l·T (equal only for W_l = 1), so it never comes when
+    Σ_l a_l·W_l < L·per_token, nor at equality unless every window is 1. With chunks g is convex on each
+    period [mC, mC + C − 1] and g(mC + r) is convex in m: the first period whose larger end reaches 0
+    (doubling, then bisection over m), then the first T within it (bisection); never, when every layer is
+    local, the period's top has stopped rising and is below 0."""
+    stack = cfg.architecture.output
+    kinds: Counter = Counter()  # (a_l, window, chunk) -> layers
+    for block, n in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        kinds[2 * heads * (h + hv), block.attention.window, block.attention.chunk] += n
+    target = stack.n_layer * per_token
+    local = all(w is not None or c is not None for _, w, c in kinds)
+    chunks = {c for _, _, c in kinds if c is not None}
     C = chunks.pop() if len(chunks) == 1 else None  # one chunk size is all a config can give
 
     def g(t: int) -> Fraction:
-        pairs = sum(n * causal_pairs(t, t, w, c) for (w, c), n in windows.items())
-        return 4 * q * pairs - cfg.decoder_layers * per_token * t
+        return sum(n * a * causal_pairs(t, t, w, c) for (a, w, c), n in kinds.items()) - target * t
 
     def first(lo: int, hi: int) -> int:
         """Smallest t in (lo, hi] with g(t) >= 0, given g(lo) < 0 <= g(hi) and g convex on [lo, hi]."""
@@ -91,9 +113,10 @@ def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
         return hi
 
     if C is None:
-        # every layer local: its scores per query stay below W keys, so they may never catch up
-        if (None, None) not in windows and 4 * q * max(w for w, _ in windows) <= per_token:
-            return None
+        if local:
+            slope = sum(n * a * w for (a, w, _), n in kinds.items())
+            if slope < target or (slope == target and any(w > 1 for _, w, _ in kinds)):
+                return None
         hi = 1
         while g(hi) < 0:
             hi *= 2
@@ -104,8 +127,8 @@ def _windowed(cfg: ModelConfig, per_token: Fraction, q: int) -> int | None:
     def top(m: int) -> Fraction:  # the larger end of period m: its largest value (convex there)
         return max(g(m * C), g(m * C + C - 1))
 
-    if (None, None) not in windows:  # every layer local: once every window is full, top is linear in m
-        m = 1 + -(-max((w or 0) for w, _ in windows) // C)
+    if local:  # every layer local: once every window is full, top is linear in m
+        m = 1 + -(-max((w or 0) for _, w, _ in kinds) // C)
         if top(m + 1) <= top(m) and top(1) < 0:  # convex, its last slope <= 0: it never rises again
             return None
     hi = 1

@@ -292,7 +292,7 @@ def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | Non
     return seq if src_seq is None else src_seq
 
 
-def breakdown(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> FlopBreakdown:
+def breakdown(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> FlopBreakdown:
     """B sequences of T tokens (an encoder-decoder: T target tokens, src_seq source tokens, default T)."""
     _check_sizes(batch=batch, seq=seq)
     src = _source_length(cfg, seq, src_seq)
@@ -302,15 +302,15 @@ def breakdown(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None
     )
 
 
-def forward_flops(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> int:
+def forward_flops(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> int:
     """Matmul FLOPs of one forward pass, scores over the full T×T square."""
-    return breakdown(cfg, batch, seq, src_seq).forward
+    return breakdown(cfg, batch, seq, src_seq=src_seq).forward
 
 
-def forward_flops_causal(cfg: ModelConfig, batch: int, seq: int, src_seq: int | None = None) -> int:
+def forward_flops_causal(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> int:
     """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only (an encoder's
     and cross-attention's scores are never masked: counted whole)."""
-    return breakdown(cfg, batch, seq, src_seq).forward_causal
+    return breakdown(cfg, batch, seq, src_seq=src_seq).forward_causal
 
 
 TRAINING_MULTIPLIER = 3  # forward + backward (2 × forward)
@@ -321,7 +321,7 @@ def training_flops(
     cfg: ModelConfig, batch: int, seq: int, recompute: bool = False, causal: bool = False, src_seq: int | None = None
 ) -> int:
     """One training step on B sequences of T tokens: 3 × forward, or 4 × with full activation recompute."""
-    fwd = forward_flops_causal(cfg, batch, seq, src_seq) if causal else forward_flops(cfg, batch, seq, src_seq)
+    fwd = (forward_flops_causal if causal else forward_flops)(cfg, batch, seq, src_seq=src_seq)
     return (RECOMPUTE_MULTIPLIER if recompute else TRAINING_MULTIPLIER) * fwd
 
 
@@ -369,7 +369,7 @@ def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
 # ---------- decoding with a KV cache ----------
 
 
-def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> list[MatmulEntry]:
+def decode_entries(cfg: ModelConfig, batch: int, context: int, *, src_seq: int | None = None) -> list[MatmulEntry]:
     """The matmuls that generate one token per sequence at context length ``context`` with a KV cache:
     projections, FFN and LM head for 1 token; scores of that token against ``context`` cached keys
     (itself included), so no square and no causal discount. An encoder-decoder's step also scores
@@ -382,6 +382,6 @@ def decode_entries(cfg: ModelConfig, batch: int, context: int, src_seq: int | No
     return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
 
 
-def decode_flops(cfg: ModelConfig, batch: int, context: int, src_seq: int | None = None) -> int:
+def decode_flops(cfg: ModelConfig, batch: int, context: int, *, src_seq: int | None = None) -> int:
     """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
-    return sum(e.causal_total for e in decode_entries(cfg, batch, context, src_seq))
+    return sum(e.causal_total for e in decode_entries(cfg, batch, context, src_seq=src_seq))

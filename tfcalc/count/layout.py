@@ -52,6 +52,9 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.sequence_parallel and cfg.architecture.has_moe:
         raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
                          "parallelism around replicated experts is not modelled (leave out --sp)")
+    if layout.sequence_parallel and _has_cross(cfg):
+        raise InputError(f"{cfg.name} has cross-attention: sequence parallelism around the encoder output its "
+                         "K/V projections read is not modelled (leave out --sp)")
     if layout.zero and layout.dp == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:
@@ -66,6 +69,15 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
+
+
+def _has_cross(cfg: ModelConfig) -> bool:
+    return any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds())
+
+
+def sequence_parallel_modelled(cfg: ModelConfig) -> bool:
+    """Whether the plan models sequence parallelism for cfg: not around replicated experts, nor cross-attention."""
+    return not cfg.architecture.has_moe and not _has_cross(cfg)
 
 
 def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
@@ -104,11 +116,13 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                       zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
-    given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 (it keeps
+    given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
+    modelled (``sequence_parallel_modelled``: a model without experts or cross-attention; it keeps
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
     replicated activations by tp). Batch sizes and dtype are the base layout's."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
+    sp = sequence_parallel_modelled(cfg)
     for tp in every:
         if tp > gpus_per_node:
             break
@@ -122,7 +136,7 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
             for z in zeros:
                 for r in recomputes:
                     layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
-                                     sequence_parallel=tp > 1 and base.seq % tp == 0)
+                                     sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
                     try:
                         check_layout(cfg, layout)
                     except InputError:

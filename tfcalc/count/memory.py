@@ -41,11 +41,8 @@ from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's pub
     TRAINING_ATTENTION,
     Activations,
     activations,
-    cross_activations,
     default_attention,
     head_activations,
-    layer_activations,
-    norm_bytes,
 )
 from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public names)
     BITS_PER_ELEMENT,
@@ -66,7 +63,7 @@ def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
     return weight_bytes(param_total(cfg), dtype)
 
 
-def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: Optional[int] = None) -> int:
+def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
     """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
@@ -84,7 +81,8 @@ def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str)
 
 
 def forward_working_set(
-    cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None, src_seq: Optional[int] = None
+    cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None, *,
+    src_seq: Optional[int] = None
 ) -> int:
     """Bytes alive at once during a no-grad forward pass, beyond the weights: the largest of
     1. attention: residual x and norm output (2h), fused QKV output (q + 2k), rotated Q, K (q + k, RoPE),
@@ -133,7 +131,7 @@ def forward_working_set(
     return e * max(stack(src, causal=False), batch * src * h + max(stack(seq), cross, head))
 
 
-def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, src_seq: Optional[int] = None) -> int:
+def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
     """Weights plus a KV cache of seq positions (and an encoder-decoder's cross-attention cache of
     src_seq source positions, default seq): what must fit to serve a context of seq tokens."""
-    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype, src_seq)
+    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype, src_seq=src_seq)

@@ -1,5 +1,9 @@
 """Approximate non-matmul FLOPs of a forward pass: pure arithmetic, no torch. Reported beside the matmul
-count of tfcalc.count.flops, never added to it.
+count of tfcalc.count.flops, never added to it. A fold over ``cfg.architecture``: each stack's distinct
+blocks (``Stack.kinds()``) are priced from their components -- the attention's heads and widths, its RoPE
+(none in a NoPE layer), Q/K norms and soft-cap, the FFN's activation and width or the mixture's routing,
+the block's norms -- and multiplied by the layers that are each (closed form in depth); entries of the
+same work over different kinds are joined, so a stack of identical layers shows one row per kind of work.
 
 Conventions (one transcendental function = 1 FLOP; per-row reductions of O(B·T) operations ignored),
 per element of the tensor named:
@@ -28,7 +32,7 @@ per element of the tensor named:
 
 from __future__ import annotations
 
-from tfcalc.architecture import FFN, MoE, Stack
+from tfcalc.architecture import Block, MoE, Stack
 from tfcalc.config import ModelConfig
 from tfcalc.count.terms import (
     ACTIVATION_PER_ELEMENT,
@@ -40,131 +44,162 @@ from tfcalc.count.terms import (
     NonMatmulEntry,
 )
 
+# the order a stack's entries are listed in (each kind of work, every kind of block's joined)
+ORDER = ("softmax", "norms", "activation", "residual", "qk_norm", "softcap", "moe", "final_norm", "bias", "rope",
+         "positions", "embeddings", "embedding_norm")
+
 
 def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
     """The approximate non-matmul work of a forward pass (conventions in the module docstring). src: the
     source length of an encoder-decoder, or the external states a cross-attention stack reads."""
-    if cfg.arch == "encoder-decoder":
-        src = seq if src is None else src
-        out = _stack_non_matmul(cfg, batch, src, cfg.architecture.stacks[0], "encoder ")
-        out += _stack_non_matmul(cfg, batch, seq, cfg.architecture.output, "decoder ", src=src)
-    else:
-        src = (seq if src is None else src) if cfg.cross_attention else None
-        out = _stack_non_matmul(cfg, batch, seq, cfg.architecture.output, src=src)
-    if cfg.pooler:
-        out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * cfg.d_model, 1))
+    arch = cfg.architecture
+    cross = any(b.cross_attention is not None for _, b, _ in arch.kinds())
+    src = (seq if src is None else src) if cross or arch.kind == "encoder-decoder" else None
+    out: list[NonMatmulEntry] = []
+    for stack in arch.stacks:
+        label = f"{stack.name} " if arch.kind == "encoder-decoder" else ""
+        length = src if stack.name == "encoder" else seq
+        out += _stack_non_matmul(cfg, stack, batch, length, label, src)
+    if arch.head.pooler:
+        out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * arch.d_model, 1))
     return out + _head_non_matmul(cfg, batch * seq)
 
 
 def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     """BERT's MLM-head transform (bias, activation, norm), the vocabulary bias, logit soft-capping."""
-    out, d, V = [], cfg.d_model, cfg.vocab_size
-    if cfg.lm_head_transform:
-        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
-        out.append(NonMatmulEntry("head", f"LM head transform: bias, {cfg.activation}, {cfg.norm}", per, tokens * d, 1))
-    if cfg.lm_head_bias:
+    head = cfg.architecture.head
+    out, d, V = [], head.d_model, head.vocab_size
+    if head.transform is not None:  # its activation is the model's (tfcalc.model.transformer reads cfg.activation)
+        norm = head.transform
+        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(norm.kind, norm.bias)]
+        label = f"LM head transform: bias, {cfg.activation}, {norm.kind}"
+        out.append(NonMatmulEntry("head", label, per, tokens * d, 1))
+    if head.bias:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))
-    if cfg.logit_softcap is not None:
+    if head.softcap is not None:
         out.append(NonMatmulEntry("softcap", "logit soft-capping", SOFTCAP_PER_ELEMENT, tokens * V, 1))
     return out
 
 
-def _ffn_kinds(stack: Stack) -> list[tuple[FFN | MoE, int]]:
-    """(FFN or mixture of experts, layers that have it) of a stack, first seen first (tfcalc.architecture)."""
-    counts: dict[FFN | MoE, int] = {}
-    for block, layers in stack.kinds():
-        counts[block.ffn] = counts.get(block.ffn, 0) + layers
-    return list(counts.items())
-
-
-def _bias_elements(cfg: ModelConfig, ffn: FFN | MoE, batch: int, seq: int, src: int | None) -> int:
-    """Output elements of the Linears with a bias, per block with this FFN."""
-    d, q, k, tokens = cfg.d_model, cfg.q_dim, cfg.kv_dim, batch * seq
-    cross = src is not None
-    out = 0
-    if cfg.attn_bias:  # Q, K, V; cross: Q per token, K and V per source token
-        out += tokens * (q + 2 * k) + (tokens * q + batch * src * 2 * k if cross else 0)
-    if cfg.o_bias:
-        out += tokens * d * (2 if cross else 1)
-    if cfg.ffn_bias:  # (gate,) up and down, for each routed copy (each buffer row); a shared expert on every token
-        moe = ffn if isinstance(ffn, MoE) else None
-        expert = moe.expert if moe else ffn
+def _bias_elements(block: Block, batch: int, seq: int, src: int | None) -> int:
+    """Output elements of the block's Linears with a bias: Q, K, V and O of each attention (a cross-attention's
+    K and V over the sources), the FFN's (gate,) up and down for each routed copy (each buffer row), a
+    shared expert's on every token."""
+    tokens, out = batch * seq, 0
+    for att, rows_kv in ((block.attention, tokens), (block.cross_attention, batch * (src or 0))):
+        if att is None:
+            continue
+        if att.qkv_bias:
+            out += tokens * att.q_width + rows_kv * (att.k_width + att.v_width)
+        if att.o_bias:
+            out += tokens * att.d_model
+    moe = block.ffn if isinstance(block.ffn, MoE) else None
+    expert = moe.expert if moe else block.ffn
+    if expert.bias:
         rows = moe.routed_rows(tokens) if moe else tokens
-        out += rows * ((expert.matrices - 1) * expert.d_ff + d)
-        if moe is not None and moe.shared is not None:
-            out += tokens * ((moe.shared.matrices - 1) * moe.shared.d_ff + d)
+        out += rows * ((expert.matrices - 1) * expert.d_ff + expert.d_model)
+    if moe is not None and moe.shared is not None and moe.shared.bias:
+        out += tokens * ((moe.shared.matrices - 1) * moe.shared.d_ff + moe.shared.d_model)
     return out
 
 
-def _ffn_non_matmul(cfg: ModelConfig, ffn: FFN | MoE, layers: int, tokens: int, stack: str,
-                    ) -> tuple[list[NonMatmulEntry], list[NonMatmulEntry]]:
-    """(the activation, the mixture's routing work) of the layers with this FFN."""
-    act = ACTIVATION_PER_ELEMENT[cfg.activation] + (1 if cfg.gated_ffn else 0)
-    moe = ffn if isinstance(ffn, MoE) else None
-    expert = moe.expert if moe else ffn
+def _ffn_work(block: Block, tokens: int, stack: str) -> tuple[list[NonMatmulEntry], list[NonMatmulEntry]]:
+    """(the activation, the mixture's routing work) of one block, once."""
+    moe = block.ffn if isinstance(block.ffn, MoE) else None
+    expert = moe.expert if moe else block.ffn
+    act = ACTIVATION_PER_ELEMENT[expert.activation] + (1 if expert.gated else 0)
     rows = moe.routed_rows(tokens) if moe else tokens  # token rows the FFN (or the experts' buffers) runs on
-    activation = [NonMatmulEntry("activation", f"{stack}{cfg.activation}{' · gate' if cfg.gated_ffn else ''}", act,
-                                 rows * expert.d_ff, layers)]
+    name = f"{expert.activation}{' · gate' if expert.gated else ''}"
+    activation = [NonMatmulEntry("activation", f"{stack}{name}", act, rows * expert.d_ff, 1)]
     if moe is None:
         return activation, []
-    routed = tokens * moe.top_k
+    d, routed = moe.d_model, tokens * moe.top_k
     out = []  # softmax over the k chosen logits (or all E); scale each expert output and add it in
     logits, which = (routed, "top-k") if moe.renormalize else (tokens * moe.n_expert, "all")
-    out.append(NonMatmulEntry("moe", f"{stack}softmax of the {which} router logits", SOFTMAX_PER_SCORE, logits, layers))
-    out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * cfg.d_model, layers))
+    out.append(NonMatmulEntry("moe", f"{stack}softmax of the {which} router logits", SOFTMAX_PER_SCORE, logits, 1))
+    out.append(NonMatmulEntry("moe", f"{stack}weight and add the expert outputs", 2, routed * d, 1))
     if moe.shared is not None:
-        out.append(NonMatmulEntry("activation", f"{stack}shared expert {cfg.activation}", act,
-                                  tokens * moe.shared.d_ff, layers))
-        out.append(NonMatmulEntry("moe", f"{stack}add the shared expert", 1, tokens * cfg.d_model, layers))
+        shared = moe.shared
+        per = ACTIVATION_PER_ELEMENT[shared.activation] + (1 if shared.gated else 0)
+        activation.append(NonMatmulEntry("activation", f"{stack}shared expert {shared.activation}", per,
+                                         tokens * shared.d_ff, 1))
+        out.append(NonMatmulEntry("moe", f"{stack}add the shared expert", 1, tokens * d, 1))
     if moe.shared_gate:
-        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: sigmoid", SIGMOID_PER_ELEMENT, tokens, layers))
-        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: product", 1, tokens * cfg.d_model, layers))
+        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: sigmoid", SIGMOID_PER_ELEMENT, tokens, 1))
+        out.append(NonMatmulEntry("moe", f"{stack}shared expert gate: product", 1, tokens * d, 1))
     return activation, out
 
 
-def _stack_non_matmul(
-    cfg: ModelConfig, batch: int, seq: int, arch_stack: Stack, stack: str = "", src: int | None = None
-) -> list[NonMatmulEntry]:
-    """One stack's non-matmul work, its FFN terms folded over its layers; stack is "" or "encoder "/"decoder "
-    (labels only)."""
-    d, L = cfg.d_model, arch_stack.n_layer
-    tokens, score_elements = batch * seq, batch * cfg.n_head * seq * seq
-    cross = src is not None
-    cross_scores = batch * cfg.n_head * seq * src if cross else 0
-    norm = NORM_PER_ELEMENT[(cfg.norm, cfg.norm_has_bias)]
-    sublayers = 3 if cross else 2
-    norms = cfg.norms_per_block + ((2 if cfg.norm_placement == "sandwich" else 1) if cross else 0)
-    ffns = [_ffn_non_matmul(cfg, ffn, n, tokens, stack) for ffn, n in _ffn_kinds(arch_stack)]
-    out = [
-        NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, score_elements + cross_scores, L),
-        NonMatmulEntry("norms", f"{stack}{cfg.norm} ×{norms} per block", norm, tokens * d, norms * L),
-        *[e for activation, _ in ffns for e in activation],
-        NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d, sublayers * L),
-    ]
-    if cfg.qk_norm:
-        out.append(NonMatmulEntry("norms", f"{stack}Q/K {cfg.norm}", norm, tokens * (cfg.q_dim + cfg.kv_dim), L))
-    if cfg.attn_softcap is not None:
-        out.append(NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT,
-                                  score_elements + cross_scores, L))
-    out += [e for _, routing in ffns for e in routing]
-    if cfg.final_norm:
-        out.append(NonMatmulEntry("final_norm", f"{stack}final {cfg.norm}", norm, tokens * d, 1))
-    for ffn, n in _ffn_kinds(arch_stack):
-        bias_elements = _bias_elements(cfg, ffn, batch, seq, src)
-        if bias_elements:
-            out.append(NonMatmulEntry("bias", f"{stack}bias adds", 1, bias_elements, n))
-    if cfg.pos_encoding == "rope":
-        rotated = tokens * (cfg.n_head + cfg.kv_heads) * cfg.rope_dim
-        out.append(NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rotated, L))
-    elif cfg.pos_encoding in ("learned", "sinusoidal"):
-        out.append(NonMatmulEntry("positions", f"{stack}{cfg.pos_encoding} positions added", 1, tokens * d, 1))
-    elif cfg.pos_encoding in ("alibi", "relative"):
-        name = "ALiBi" if cfg.pos_encoding == "alibi" else "relative position"
-        out.append(NonMatmulEntry("positions", f"{stack}{name} bias on the scores", 1, score_elements, L))
-    embedding_extras = [("token types added", cfg.type_vocab_size > 0), ("embeddings × √d_model", cfg.embedding_scale)]
-    for label, present in embedding_extras:
-        if present:
-            out.append(NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1))
-    if cfg.embedding_norm:
-        out.append(NonMatmulEntry("norms", f"{stack}embedding {cfg.norm}", norm, tokens * d, 1))
+def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | None, stack: str,
+                ) -> dict[str, list[NonMatmulEntry]]:
+    """{kind of work: entries} of one block, once (each entry's copies 1)."""
+    att, cross, norm = block.attention, block.cross_attention, block.norm
+    d, tokens = att.d_model, batch * seq
+    scores = batch * att.n_head * seq * seq + (batch * cross.n_head * seq * src if cross else 0)
+    capped = (batch * att.n_head * seq * seq if att.softcap is not None else 0) + (
+        batch * cross.n_head * seq * src if cross is not None and cross.softcap is not None else 0)
+    per_norm = NORM_PER_ELEMENT[(norm.kind, norm.bias)]
+    norms, sublayers = len(block.norms()), 3 if cross is not None else 2
+    activation, moe = _ffn_work(block, tokens, stack)
+    out = {
+        "softmax": [NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, scores, 1)],
+        "norms": [NonMatmulEntry("norms", f"{stack}{norm.kind} ×{norms} per block", per_norm, tokens * d, norms)],
+        "activation": activation,
+        "residual": [NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d,
+                                    sublayers)],
+        "moe": moe,
+    }
+    if att.qk_norm is not None:
+        qk = att.qk_norm
+        out["qk_norm"] = [NonMatmulEntry("norms", f"{stack}Q/K {qk.kind}", NORM_PER_ELEMENT[(qk.kind, qk.bias)],
+                                         tokens * (att.q_width + att.k_width), 1)]
+    if capped:
+        out["softcap"] = [NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT, capped, 1)]
+    bias = _bias_elements(block, batch, seq, src)
+    if bias:
+        out["bias"] = [NonMatmulEntry("bias", f"{stack}bias adds", 1, bias, 1)]
+    if att.rope_theta is not None:  # a NoPE layer rotates nothing
+        rotated = tokens * (att.n_head + att.n_kv_head) * att.rope_dim
+        out["rope"] = [NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rotated, 1)]
+    if positions in ("alibi", "relative"):
+        name = "ALiBi" if positions == "alibi" else "relative position"
+        out["positions"] = [NonMatmulEntry("positions", f"{stack}{name} bias on the scores", 1,
+                                           batch * att.n_head * seq * seq, 1)]
     return out
+
+
+def _joined(entries: list[tuple[NonMatmulEntry, int]]) -> list[NonMatmulEntry]:
+    """Entries times their layers, the same work over several kinds of block joined (first seen first)."""
+    out: dict[tuple, NonMatmulEntry] = {}
+    for e, layers in entries:
+        key = (e.component, e.label, e.per_element, e.elements)
+        copies = e.copies * layers + (out[key].copies if key in out else 0)
+        out[key] = NonMatmulEntry(e.component, e.label, e.per_element, e.elements, copies)
+    return list(out.values())
+
+
+def _stack_non_matmul(cfg: ModelConfig, arch_stack: Stack, batch: int, seq: int, stack: str = "",
+                      src: int | None = None) -> list[NonMatmulEntry]:
+    """One stack's non-matmul work folded over its kinds of block; stack is "" or "encoder "/"decoder " (labels)."""
+    emb, tokens = arch_stack.embeddings, batch * seq
+    d = emb.d_model
+    by_kind: dict[str, list[tuple[NonMatmulEntry, int]]] = {k: [] for k in ORDER}
+    for block, layers in arch_stack.kinds():
+        for kind, entries in _block_work(block, emb.positions, batch, seq, src, stack).items():
+            by_kind[kind] += [(e, layers) for e in entries]
+    final = arch_stack.final_norm
+    if final is not None:
+        per = NORM_PER_ELEMENT[(final.kind, final.bias)]
+        entry = NonMatmulEntry("final_norm", f"{stack}final {final.kind}", per, tokens * d, 1)
+        by_kind["final_norm"].append((entry, 1))
+    if emb.positions in ("learned", "sinusoidal"):
+        entry = NonMatmulEntry("positions", f"{stack}{emb.positions} positions added", 1, tokens * d, 1)
+        by_kind["positions"].append((entry, 1))
+    for label, present in (("token types added", emb.type_vocab_size > 0), ("embeddings × √d_model", emb.scale)):
+        if present:
+            by_kind["embeddings"].append((NonMatmulEntry("embeddings", f"{stack}{label}", 1, tokens * d, 1), 1))
+    if emb.norm is not None:
+        per = NORM_PER_ELEMENT[(emb.norm.kind, emb.norm.bias)]
+        entry = NonMatmulEntry("norms", f"{stack}embedding {emb.norm.kind}", per, tokens * d, 1)
+        by_kind["embedding_norm"].append((entry, 1))
+    return [e for kind in ORDER for e in _joined(by_kind[kind])]

@@ -27,7 +27,14 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
-from tfcalc.count.layout import Layout, candidate_layouts, check_layout, divisors, gpu_counts
+from tfcalc.count.layout import (
+    Layout,
+    candidate_layouts,
+    check_layout,
+    divisors,
+    gpu_counts,
+    sequence_parallel_modelled,
+)
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
@@ -38,7 +45,7 @@ from tfcalc.count.rank_memory import (
     stage_params,
     weight_element_bytes,
 )
-from tfcalc.count.shard import stage_blocks, total_blocks
+from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -97,11 +104,12 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     best = None
     ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
-    widths = math.gcd(cfg.n_head, cfg.kv_heads, cfg.ffn_dim, cfg.d_model)
+    widths = math.gcd(*(n for _, n in tp_split_widths(cfg)))
+    sp = sequence_parallel_modelled(cfg)  # where it is not (experts, cross-attention), plain TP's floor
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
-                             sequence_parallel=tp > 1 and base.seq % tp == 0)
+                             sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
             try:
                 check_layout(cfg, layout)
             except InputError:

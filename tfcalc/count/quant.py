@@ -21,6 +21,16 @@ matrices hold 32 · (4·4096² + 3·4096·11008) = 6,476,005,376 weights -> 3,23
 50,593,792 groups add 101,187,584 bytes of scales and 25,296,896 of zero points; embedding, LM head and
 norms, 262,410,240 parameters in bf16, 524,820,480 bytes. Total 3,889,307,648 bytes (tests/count/test_roofline.py).
 
+A checkpoint may store its routed experts in a format of its own (``expert_format``, the config's): gpt-oss
+stores them as MXFP4 (OCP "Microscaling Formats (MX) Specification" v1.0, sec. 5.3: blocks of 32 FP4
+E2M1 values sharing one 8-bit E8M0 scale, (32·4 + 8) / 32 = 4.25 bits per value; the blocks run along
+the input dimension, as the checkpoint's ``*_blocks`` (E, out, in/32, 16) and ``*_scales`` (E, out,
+in/32) hold them). Under a plain format the experts' weight matrices are then counted as stored and
+everything else (their biases, the router, attention, embeddings, head) in that format's dtype;
+gpt-oss-120b in bf16 and MXFP4: 36·128·3·2880² = 114,661,785,600 expert weights × 4.25 bits =
+60,914,073,600 bytes, and 2,167,371,072 other parameters × 2 = 4,334,742,144 bytes, 65,248,815,744 in
+all. A quantized --dtype quantizes every matrix alike, the experts too (a what-if, not the checkpoint).
+
 Compute: int8 and int4 weights are dequantized and multiplied in bf16 (weight-only quantization, the
 GPTQ/AWQ kernels), so activations are bf16 and the bf16 peak applies; fp8 runs at the fp8 peak where the
 device has one (``compute_dtype``).
@@ -37,6 +47,7 @@ from tfcalc.count.params import ParamEntry, param_entries
 from tfcalc.errors import InputError
 
 QUANTIZED = ("int8", "int4", "fp8")
+MXFP4_BLOCK, MXFP4_SCALE_BITS, MXFP4_VALUE_BITS = 32, 8, 4  # OCP MX v1.0: 32 E2M1 values per E8M0 scale
 PLAIN = ("fp32", "tf32", "bf16", "fp16")
 _MATRIX_GROUPS = ("attention", "cross_attention", "ffn")
 
@@ -127,9 +138,26 @@ class EntryBytes:
         return self.data + self.scales + self.zero_points
 
 
-def entry_bytes(entry: ParamEntry, fmt: WeightFormat) -> EntryBytes:
-    """One ParamEntry's bytes (0 for a tied tensor: its storage is counted where it lives)."""
+def stored_mxfp4(cfg: ModelConfig, fmt: WeightFormat) -> bool:
+    """Whether the routed experts' matrices are counted as the checkpoint stores them, MXFP4 (see the
+    module docstring): the config says so and the format is plain."""
+    return cfg.expert_format == "mxfp4" and not fmt.quantized
+
+
+def is_expert_matrix(entry: ParamEntry) -> bool:
+    """A routed expert's weight matrix (not a bias, not the shared expert's, not the router)."""
+    name = entry.component.removeprefix("encoder_")
+    return name.startswith("expert_ffn_") and name.endswith("_weight") and len(entry.shape) == 2
+
+
+def entry_bytes(entry: ParamEntry, fmt: WeightFormat, mxfp4: bool = False) -> EntryBytes:
+    """One ParamEntry's bytes (0 for a tied tensor: its storage is counted where it lives); mxfp4: the
+    routed experts' matrices as MXFP4 (stored_mxfp4)."""
     n = entry.total
+    if mxfp4 and is_expert_matrix(entry) and n:
+        rows, cols = entry.shape
+        blocks = rows * -(-cols // MXFP4_BLOCK) * entry.copies
+        return EntryBytes(n * MXFP4_VALUE_BITS // 8, blocks * MXFP4_SCALE_BITS // 8, 0)
     if not is_quantized(entry, fmt) or n == 0:
         return EntryBytes(weight_bytes(n, fmt.rest_dtype), 0, 0)
     rows, cols = entry.shape
@@ -142,15 +170,28 @@ def entry_bytes(entry: ParamEntry, fmt: WeightFormat) -> EntryBytes:
 
 
 def breakdown(cfg: ModelConfig, fmt: WeightFormat) -> dict[str, int]:
-    """{quantized, scales, zero_points, unquantized}: bytes of the weights in this format."""
-    out = dict.fromkeys(("quantized", "scales", "zero_points", "unquantized"), 0)
+    """{quantized, scales, zero_points, unquantized}: bytes of the weights in this format; with experts
+    stored as MXFP4 (stored_mxfp4), {mxfp4_experts, mxfp4_scales, unquantized} instead."""
+    mxfp4 = stored_mxfp4(cfg, fmt)
+    keys = ("mxfp4_experts", "mxfp4_scales", "unquantized") if mxfp4 else ("quantized", "scales", "zero_points",
+                                                                             "unquantized")
+    out = dict.fromkeys(keys, 0)
     for entry in param_entries(cfg):
-        b = entry_bytes(entry, fmt)
+        b = entry_bytes(entry, fmt, mxfp4)
+        if mxfp4 and is_expert_matrix(entry):
+            out["mxfp4_experts"] += b.data
+            out["mxfp4_scales"] += b.scales
+            continue
         key = "quantized" if is_quantized(entry, fmt) else "unquantized"
         out[key] += b.data
-        out["scales"] += b.scales
-        out["zero_points"] += b.zero_points
+        out["scales" if "scales" in out else "unquantized"] += b.scales
+        out["zero_points" if "zero_points" in out else "unquantized"] += b.zero_points
     return out
+
+
+def format_label(cfg: ModelConfig, fmt: WeightFormat) -> str:
+    """The format's label, with the experts' stored format when it applies."""
+    return f"{fmt.label}, routed experts MXFP4 (4.25 bits per weight)" if stored_mxfp4(cfg, fmt) else fmt.label
 
 
 def weights_bytes(cfg: ModelConfig, fmt: WeightFormat) -> int:

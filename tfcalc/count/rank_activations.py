@@ -34,9 +34,9 @@ Pipeline (1F1B, Narayanan et al. 2021, "Efficient Large-Scale Language Model Tra
 sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms; the
 first stage holds the embedding's terms, the last the head's (its one micro-batch in flight) and, as
 the backward pass begins, the loss gradients. Blocks are numbered over the whole model, an
-encoder-decoder's encoder blocks first (``pipeline_blocks``); every sum over the output stack's layers goes
-through ``Activations.layer_terms(i)``, so layers that differ (a mixture of experts' dense layers) are
-summed each with its own terms.
+encoder-decoder's encoder blocks first (``pipeline_blocks``); a stage's blocks are summed kind by kind
+(``Activations.kinds_in``, closed form in depth), so layers that differ (a mixture of experts' dense
+layers, per-layer widths) are summed each with its own terms.
 """
 
 from __future__ import annotations
@@ -65,10 +65,11 @@ def _ceil(n: int, d: int) -> int:
     return -(-n // d)
 
 
-def share(key: str, value: int, acts: Activations, layout: Layout) -> int:
-    """The bytes of one term (of tfcalc.count.activations) that one tensor-parallel rank keeps."""
-    t = layout.tp
-    if key in VOCAB or (key in SPLIT and not (acts.moe and key in EXPERT_TERMS)):
+def share(key: str, value: int, acts: Activations, layout: Layout, moe: Optional[bool] = None) -> int:
+    """The bytes of one term (of tfcalc.count.activations) that one tensor-parallel rank keeps; ``moe``:
+    whether the term's block has a mixture of experts (default: whether any block of the model has)."""
+    t, moe = layout.tp, acts.moe if moe is None else moe
+    if key in VOCAB or (key in SPLIT and not (moe and key in EXPERT_TERMS)):
         return _ceil(value, t)
     if key in ONCE or not layout.sequence_parallel:
         return value
@@ -84,7 +85,8 @@ def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored
         kept = acts.layer_input if layer_input is None else layer_input
         return _ceil(kept, layout.tp if layout.sequence_parallel else 1)
     drop = SCORE_TERMS if stored and layout.recompute == "selective" else frozenset()
-    return sum(share(key, v, acts, layout) for key, v in terms.items() if key not in drop)
+    moe = "moe_routing" in terms  # a dense layer's FFN hidden tensors are split even when other layers' experts are not
+    return sum(share(key, v, acts, layout, moe) for key, v in terms.items() if key not in drop)
 
 
 def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> int:
@@ -94,20 +96,10 @@ def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> i
     return sum(share(key, v, acts, layout) for key, v in acts.head.items() if here(key))
 
 
-Kinds = list[tuple[dict[str, int], int, int]]
-
-
-def _stage_layers(acts: Activations, blocks: range) -> Kinds:
+def _stage_layers(acts: Activations, blocks: range) -> list[tuple[dict[str, int], int, int]]:
     """(terms, count, block input bytes) of each kind of block the stage runs: blocks are numbered over
-    the whole model, an encoder-decoder's encoder blocks first, then the output stack's."""
-    kinds: dict[int, list] = {}
-    for i in blocks:  # blocks that share their terms are priced once
-        if i < acts.n_encoder_layer:
-            terms, kept = acts.encoder_per_layer, acts.encoder_layer_input
-        else:
-            terms, kept = acts.layer_terms(i - acts.n_encoder_layer), acts.layer_input
-        kinds.setdefault(id(terms), [terms, 0, kept])[1] += 1
-    return [(terms, n, kept) for terms, n, kept in kinds.values()]
+    the whole model, an encoder-decoder's encoder blocks first, then the output stack's (closed form)."""
+    return acts.kinds_in(blocks.start, blocks.stop)
 
 
 def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks: range) -> int:
@@ -142,10 +134,10 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     return out
 
 
-def training_activations(cfg: ModelConfig, layout: Layout, src_seq: Optional[int] = None) -> Activations:
+def training_activations(cfg: ModelConfig, layout: Layout, *, src_seq: Optional[int] = None) -> Activations:
     """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
     return activations(cfg, layout.micro_batch, layout.seq, layout.dtype, layout.attention, layout.recompute,
-                       layout.dropout, src_seq)
+                       layout.dropout, src_seq=src_seq)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:

@@ -44,7 +44,7 @@ from tfcalc.count.dtypes import weight_bytes
 from tfcalc.count.flops import MatmulEntry, matmul_entries
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.params import param_entries
-from tfcalc.count.quant import WeightFormat, entry_bytes
+from tfcalc.count.quant import WeightFormat, entry_bytes, stored_mxfp4
 from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
 
@@ -168,11 +168,12 @@ def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
 def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool) -> dict[str, int]:
     """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors."""
     out: dict[str, int] = {}
+    mxfp4 = stored_mxfp4(cfg, fmt)  # experts as the checkpoint stores them (tfcalc.count.quant)
     for entry in param_entries(cfg):
         if decode and entry.stack == "encoder":
             continue
         key = _param_component(entry.component, cfg) or "other"
-        out[key] = out.get(key, 0) + entry_bytes(entry, fmt).total
+        out[key] = out.get(key, 0) + entry_bytes(entry, fmt, mxfp4).total
     return out
 
 
@@ -216,7 +217,7 @@ def _check(cfg: ModelConfig, **sizes: int) -> None:
             raise InputError(f"{name} must be a positive integer; got {value!r}")
 
 
-def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, kv_dtype: str,
+def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, kv_dtype: str, *,
                 src_seq: Optional[int] = None) -> Step:
     """One decode step: one token per sequence attending to ``context`` positions (itself included)."""
     _check(cfg, batch=batch, context=context)
@@ -225,7 +226,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
     return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
 
 
-def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str,
+def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str, *,
                  src_seq: Optional[int] = None) -> Step:
     """The prompt: seq tokens per sequence from position 0; the LM head on the last position only."""
     _check(cfg, batch=batch, seq=seq)

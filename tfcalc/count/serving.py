@@ -32,6 +32,7 @@ from tfcalc.count.memory import kv_cache_bytes
 from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.count.roofline import SCORE_COMPONENTS, Ceilings, Step, decode_step, prefill_step
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload, decoder_source
 
 BATCH_LIMIT = 2**20  # searches for a batch stop here
 
@@ -161,17 +162,19 @@ def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings) ->
     return DecodeTotals(seconds, flops, nbytes, read)
 
 
-def estimate(cfg: ModelConfig, batch: int, seq: int, gen: int, fmt: WeightFormat, kv_dtype: str,
-             ceilings: Ceilings, memory_bytes: Optional[int] = None, src_seq: Optional[int] = None) -> Estimate:
-    """Prefill and decode of ``batch`` sequences: seq prompt tokens, gen new tokens each."""
+def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings,
+             memory_bytes: Optional[int] = None) -> Estimate:
+    """Prefill and decode of ``w.batch`` sequences: w.seq prompt tokens, w.gen new tokens each, the KV cache
+    in w.kv (an encoder-decoder reads w.src_seq source tokens, default w.seq)."""
+    batch, seq, gen, kv_dtype, src_seq = w.batch, w.seq, w.gen, w.kv, decoder_source(cfg, w.seq, w.src_seq)
     _check(seq, gen)
-    prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq)
+    prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq)
     weights = weights_bytes(cfg, fmt)
-    kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq)
+    kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq=src_seq)
     first = decode_s = bytes_per_token = bound = None
     if gen > 1:
         def step(context: int) -> Step:
-            return decode_step(cfg, batch, context, fmt, kv_dtype, src_seq)
+            return decode_step(cfg, batch, context, fmt, kv_dtype, src_seq=src_seq)
 
         first, n = step(seq + 1), gen - 1
         totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings)
@@ -182,12 +185,13 @@ def estimate(cfg: ModelConfig, batch: int, seq: int, gen: int, fmt: WeightFormat
                     weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes)
 
 
-def max_batch(cfg: ModelConfig, seq: int, gen: int, fmt: WeightFormat, kv_dtype: str, memory_bytes: int,
-              src_seq: Optional[int] = None) -> int:
-    """The largest batch whose weights + KV cache (seq + gen positions) fit; 0 if the weights do not."""
-    weights = weights_bytes(cfg, fmt)
-    return largest_fitting(lambda b: weights + kv_cache_bytes(cfg, b, seq + gen, kv_dtype, src_seq), memory_bytes,
-                           BATCH_LIMIT)
+def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int) -> int:
+    """The largest batch whose weights + KV cache (w.seq + w.gen positions) fit; 0 if the weights do not."""
+    weights, src_seq = weights_bytes(cfg, fmt), decoder_source(cfg, w.seq, w.src_seq)
+    def need(b: int) -> int:
+        return weights + kv_cache_bytes(cfg, b, w.seq + w.gen, w.kv, src_seq=src_seq)
+
+    return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 
 
 def _first_batch(reached: Callable[[int], bool]) -> Optional[int]:
@@ -203,18 +207,20 @@ def _first_batch(reached: Callable[[int], bool]) -> Optional[int]:
     return hi
 
 
-def compute_bound_batch(cfg: ModelConfig, context: int, fmt: WeightFormat, kv_dtype: str, ceilings: Ceilings,
-                        src_seq: Optional[int] = None) -> Optional[int]:
-    """The smallest batch whose whole decode step at this context is compute-bound, or None (never)."""
-    return _first_batch(lambda b: decode_step(cfg, b, context, fmt, kv_dtype, src_seq).bound(ceilings) == "compute")
+def compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings) -> Optional[int]:
+    """The smallest batch whose whole decode step at the context w.seq is compute-bound, or None (never)."""
+    src_seq = decoder_source(cfg, w.seq, w.src_seq)
+    return _first_batch(lambda b: decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq).bound(ceilings) == "compute")
 
 
-def weight_matmuls_compute_bound_batch(cfg: ModelConfig, context: int, fmt: WeightFormat, kv_dtype: str,
-                                       ceilings: Ceilings, src_seq: Optional[int] = None) -> Optional[int]:
+def weight_matmuls_compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat,
+                                       ceilings: Ceilings) -> Optional[int]:
     """The smallest batch at which the matmuls with weights (projections, FFN, LM head; not the attention
-    over the KV cache) take longer for their FLOPs than for their bytes."""
+    over the KV cache) take longer for their FLOPs than for their bytes, at the context w.seq."""
+    src_seq = decoder_source(cfg, w.seq, w.src_seq)
+
     def reached(b: int) -> bool:
-        rows = [r for r in decode_step(cfg, b, context, fmt, kv_dtype, src_seq).rows
+        rows = [r for r in decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq).rows
                 if r.component not in SCORE_COMPONENTS]
         flops, nbytes = sum(r.flops for r in rows), sum(r.bytes for r in rows)
         return flops / ceilings.flops_per_s >= nbytes / ceilings.bytes_per_s

@@ -78,24 +78,28 @@ def chunk_rows(n: int, parts: int, index: int = 0) -> int:
 
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:
-    """The head and FFN splits must be even (see the module docstring); an encoder-decoder is planned
-    without TP (its cross-attention's collectives are not modelled), and a mixture of experts keeps its
-    experts whole on every TP rank (replicated, not expert-parallel)."""
+    """The head and FFN splits must be even (see the module docstring), a cross-attention's as a
+    self-attention's; a mixture of experts keeps its experts whole on every TP rank (replicated, not
+    expert-parallel)."""
     if tp == 1:
         return
-    if cfg.arch == "encoder-decoder":
-        raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with tp 1 (data parallel and ZeRO); "
-                         "cross-attention under tensor parallelism is not modelled")
-    split = {}
-    for _, block, _ in cfg.architecture.kinds():
-        a = block.attention
-        split.update(n_head=a.n_head, n_kv_head=a.n_kv_head)
-        if not block.is_moe:
-            split["d_ff"] = block.ffn.d_ff
-    for what, n in (*split.items(), ("d_model", cfg.d_model)):
+    for what, n in tp_split_widths(cfg):
         if n % tp:
             raise InputError(f"tp {tp} does not divide {what} ({n}) of {cfg.name}: each rank needs whole heads "
                              "and an equal share of the FFN and hidden widths")
+
+
+def tp_split_widths(cfg: ModelConfig) -> list[tuple[str, int]]:
+    """(name, width) of every width TP splits: each attention's (and cross-attention's) query and KV heads,
+    each dense FFN's hidden width (a mixture's experts stay whole), and d_model."""
+    out = []
+    for _, block, _ in cfg.architecture.kinds():
+        for a in (block.attention, block.cross_attention):
+            if a is not None:
+                out += [("n_head", a.n_head), ("n_kv_head", a.n_kv_head)]
+        if not block.is_moe:
+            out.append(("d_ff", block.ffn.d_ff))
+    return out + [("d_model", cfg.d_model)]
 
 
 def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:

@@ -3,8 +3,9 @@
 Pure Python, like tfcalc.config. Each supported ``model_type`` maps the keys that shape the counts; the
 rest of the architecture is what that model type's Hugging Face modelling code builds (the modules:
 ``gpt_bert`` for gpt2 and bert, ``llama_like`` for llama, mistral, mixtral, qwen2, qwen2_moe, qwen3,
-phi3, gemma and gemma2, ``others`` for gpt_neox, falcon, opt and t5, ``recent`` for smollm3, olmo2 and
-glm4; ``reader`` for what they share, ``layers`` for per-layer attention).
+phi3, gemma and gemma2, ``others`` for gpt_neox, falcon, opt and t5, ``moe`` for qwen3_moe and gpt_oss,
+``recent`` for smollm3, olmo2 and glm4, ``gemma3`` and ``llama4``; ``reader`` for what they share,
+``layers`` for per-layer attention).
 
 A key left out takes the default of that model type's Hugging Face config class. ``architectures``
 picks the head (a causal LM head, BERT's masked-LM head, or the bare model without one); ``torch_dtype``
@@ -20,11 +21,11 @@ from typing import Any, Callable
 from tfcalc import reading
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
-from tfcalc.hf_config import gemma3, gpt_bert, llama4, llama_like, others, recent
+from tfcalc.hf_config import gemma3, gpt_bert, llama4, llama_like, moe, others, recent
 from tfcalc.hf_config.reader import Reader
 
 _MAPPERS: dict[str, Callable[[Reader], None]] = {
-    "bert": gpt_bert.bert, "gpt2": gpt_bert.gpt2, **llama_like.MAPPERS, **others.MAPPERS,
+    "bert": gpt_bert.bert, "gpt2": gpt_bert.gpt2, **llama_like.MAPPERS, **others.MAPPERS, **moe.MAPPERS,
     **recent.MAPPERS, **gemma3.MAPPERS, **llama4.MAPPERS,  # issue 22: smollm3, olmo2, glm4, gemma3, llama4
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(_MAPPERS))

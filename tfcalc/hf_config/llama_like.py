@@ -12,8 +12,8 @@ layer_types. What each type adds, from its modeling file:
 - qwen2: Q/K/V biases and no O bias (Qwen2Attention: o_proj bias=False);
 - qwen2_moe: num_experts, num_experts_per_tok, norm_topk_prob (false: the top-k softmax weights are not
   renormalized), a shared expert (shared_expert_intermediate_size) with a sigmoid gate, qkv_bias; dense
-  layers of intermediate_size where decoder_sparse_step > 1 (moe_every) or mlp_only_layers lists the
-  first k (first_dense_layers), any other list refused;
+  layers of intermediate_size where decoder_sparse_step > 1 (moe_every) or mlp_only_layers lists them
+  (first_dense_layers for the first k, else dense_layers);
 - qwen3: q_norm and k_norm (RMSNorm over each head), head_dim (default 128), attention_bias;
 - phi3: fused qkv_proj and gate_up_proj (the same tensors split by rows), partial_rotary_factor;
 - gemma: head_dim (default 256), GeGLU (hidden_activation gelu_pytorch_tanh), embeddings × √d, tied
@@ -114,21 +114,27 @@ def qwen2_moe(r: Reader) -> None:
     _finish(r, "Qwen2Moe")
 
 
-def _qwen2_moe_layers(r: Reader) -> None:
-    """Dense layers among the sparse ones (modeling_qwen2_moe.py, Qwen2MoeDecoderLayer): layer i has the
-    experts when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0, else a dense MLP of
-    intermediate_size -- tfcalc's moe_every and first_dense_layers, with dense_d_ff."""
+def _qwen2_moe_layers(r: Reader, dense_width: int = 5632) -> None:
+    """Dense layers among the sparse ones (modeling_qwen2_moe.py, Qwen2MoeDecoderLayer; the same in
+    modeling_qwen3_moe.py): layer i has the experts when i is not in mlp_only_layers and (i + 1) %
+    decoder_sparse_step == 0, else a dense MLP of intermediate_size -- tfcalc's moe_every, with
+    first_dense_layers for a list 0..k-1 and dense_layers for any other list, and dense_d_ff."""
     step = r.number("decoder_sparse_step", 1, integer=True)
     dense = r.get("mlp_only_layers", [])
-    if not isinstance(dense, list) or dense != list(range(len(dense))):
-        raise r.fail(f"'mlp_only_layers' {shown(dense)} is not supported: tfcalc keeps the first k layers dense "
-                     "(a list 0, 1, ..., k-1)")
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise r.fail(f"'mlp_only_layers' must be a list of layer numbers; got {shown(dense)}")
+    dense, depth = sorted(set(dense)), r.fields["n_layer"]
+    if dense and (dense[0] < 0 or dense[-1] >= depth):
+        raise r.fail(f"'mlp_only_layers' names layer {dense[0] if dense[0] < 0 else dense[-1]}: the layers are 0 .. "
+                     f"{depth - 1}")
     if step is not None and step > 1:
         r.fields["moe_every"] = step
-    if dense:
+    if dense and dense == list(range(len(dense))):
         r.fields["first_dense_layers"] = len(dense)
+    elif dense:
+        r.fields["dense_layers"] = dense
     if dense or (step is not None and step > 1):
-        r.take("intermediate_size", "dense_d_ff", 5632)
+        r.take("intermediate_size", "dense_d_ff", dense_width)
 
 
 def phi3(r: Reader) -> None:

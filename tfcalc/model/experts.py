@@ -57,7 +57,7 @@ class Experts(nn.Module):
 
 
 class MixtureOfExperts(nn.Module):
-    """n_expert FFNs and a bias-free router; each token runs its top-k experts, their outputs weighted
+    """n_expert FFNs and a router (bias-free but in gpt-oss); each token runs its top-k experts, their outputs weighted
     by the softmax of the chosen router logits (Jiang et al. 2024, Mixtral, eq. 1-2), or (renormalize
     false) by their softmax over all experts, not renormalized (Qwen2-MoE with norm_topk_prob false). A
     shared expert, when described, runs on every token and is added, times sigmoid of a one-output gate
@@ -71,7 +71,7 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.spec, self.n_expert = spec, spec.n_expert
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
-        self.router = Linear(spec.d_model, spec.n_expert, bias=False)
+        self.router = Linear(spec.d_model, spec.n_expert, bias=spec.router_bias)
         self.experts = Experts(spec.expert, spec.n_expert)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None

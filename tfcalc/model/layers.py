@@ -212,9 +212,15 @@ class FeedForward(nn.Module):
 
 def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
     """The up projection's output (..., m·f) -> the hidden state the down projection reads (..., f):
-    act(h), or act(gate) · up of its halves [gate | up] when gated."""
+    act(h), or act(gate) · up of its halves [gate | up] when gated; gpt-oss's clamped SwiGLU
+    (modeling_gpt_oss.py, GptOssExperts._apply_gate): g·sigmoid(alpha·g) · (u + 1), g = min(gate, limit),
+    u = clamp(up, -limit, limit)."""
     act = _ACTIVATIONS[spec.activation]
     if not spec.gated:
         return act(h)
     gate, up = h.chunk(2, dim=-1)
-    return act(gate) * up
+    if spec.swiglu_limit is None:
+        return act(gate) * up
+    limit = spec.swiglu_limit
+    gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+    return gate * torch.sigmoid(gate * spec.swiglu_alpha) * (up + 1)

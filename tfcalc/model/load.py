@@ -56,6 +56,11 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
     transform = piece.transform
     if transform == "T":
         return tensor.t()
+    if transform == "mT":  # gpt-oss's grouped (E, in, out) -> (E, out, in)
+        return tensor.mT
+    if transform in ("oss_gate_up", "oss_bias"):  # gpt-oss: columns [g0 u0 g1 u1 ...] -> rows [gate | up]
+        rows = tensor.mT if transform == "oss_gate_up" else tensor  # (E, 2f, d) or (E, 2f)
+        return torch.cat([rows[:, 0::2], rows[:, 1::2]], dim=1)
     if transform == "norm+1":
         return tensor.float() + 1.0
     if transform == "mT":
@@ -137,6 +142,9 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
         piece = map_name(table, name)
         if piece is None:
             raise InputError(f"{file}: tensor {shown(name)} is not explained by the {raw['model_type']} config")
+        if piece == "scales" or (isinstance(piece, Piece) and piece.transform == "mxfp4"):
+            raise InputError(f"{file}: {shown(name)} is an MXFP4 tensor: tfcalc's loader reads unquantized "
+                             "weights (tfcalc params counts this checkpoint; memory and infer read its format)")
         if piece in ("buffer", "vision") or piece.tied:  # the vision tower is not built
             continue
         tensor = get()

@@ -24,7 +24,7 @@ from tfcalc.count.roofline import Ceilings, Row, Step
 from tfcalc.errors import InputError
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import Workload, check_size
 
 DEFAULT_COPY_BYTES = {"cpu": 256 * 2**20, "gpu": 2**30}  # far past any last-level cache
 
@@ -155,8 +155,8 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
 def point_json(model: ModelRef, plan, run, timing, batch: int, seq: int) -> dict[str, Any]:
     """The context of a point, then its measured and predicted figures."""
     c = measured_ceilings(run)
-    est = serving.estimate(plan.cfg, batch, seq, plan.steps + 1, quant.plain(plan.dtype), plan.dtype, c,
-                           src_seq=seq if plan.cfg.arch == "encoder-decoder" else None)
+    w = Workload(batch=batch, seq=seq, gen=plan.steps + 1, dtype=plan.dtype)  # the source: as many as the prompt
+    est = serving.estimate(plan.cfg, w, quant.plain(plan.dtype), c)
     return {
         "preset": plan.cfg.name, "label": model.label, "device": run.device, "device_name": run.device_name,
         "dtype": plan.dtype, "batch": batch, "seq": seq, "decode_steps": plan.steps, "warmup": plan.warmup,

@@ -18,13 +18,13 @@ from typing import Any, Callable, Optional
 from tfcalc import devices
 from tfcalc.count import serving
 from tfcalc.count.memory import check_dtype
-from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
-from tfcalc.count.roofline import Ceilings
+from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
+from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size, decoder_source
+from tfcalc.workload import Workload, check_size, decoder_source
 
 DEFAULT_SPEC = "h100-sxm"
 
@@ -84,7 +84,10 @@ class InferReport(Displayed):
             "preset": self.model.cfg.name, "label": self.model.label, "batch": est.batch, "seq": self.seq,
             "gen": self.options.gen, "src_seq": self.src_seq,
             "dtype": self.fmt.dtype, "weight_format": {"dtype": self.fmt.dtype, "group_size": self.fmt.group_size,
-                                                       "zero_point": self.fmt.zero_point, "label": self.fmt.label},
+                                                       "zero_point": self.fmt.zero_point, "label": self.weight_label,
+                                                       "experts": "mxfp4" if stored_mxfp4(self.model.cfg, self.fmt)
+                                                       else None},
+            "experts_read": self.experts_read(est.batch),
             "kv_dtype": self.kv_dtype, "compute_dtype": self.fmt.compute_dtype,
             "device_spec": None if self.spec is None else self.spec.key,
             "device": self.device or (self.spec.key if self.spec else None),
@@ -101,6 +104,23 @@ class InferReport(Displayed):
             "roofline": {"prefill": rows_json(est.prefill, c),
                          "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
+
+    @property
+    def weight_label(self) -> str:
+        """The weights' format, with the routed experts' stored format where it applies (MXFP4)."""
+        return format_label(self.model.cfg, self.fmt)
+
+    def experts_read(self, batch: int) -> Optional[dict[str, Any]]:
+        """A mixture of experts: the experts per layer whose weights a decode step and the prefill read at
+        this batch, the expected distinct experts B (or B·T) tokens routed uniformly to k of E touch,
+        E·(1 − (1 − k/E)^tokens) (tfcalc.count.roofline.experts_touched); None for a dense model."""
+        moe = next((b.ffn for _, b, _ in self.model.cfg.architecture.kinds() if b.is_moe), None)
+        if moe is None:
+            return None
+        E, k = moe.n_expert, moe.top_k
+        return {"n_expert": E, "top_k": k, "decode_per_layer": experts_touched(E, k, batch),
+                "prefill_per_layer": experts_touched(E, k, batch * self.seq),
+                "assumption": "uniform routing: E·(1 − (1 − k/E)^tokens) distinct experts per layer"}
 
     @property
     def beyond_context(self) -> bool:
@@ -173,12 +193,13 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt)
     memory = spec.memory_bytes if spec is not None else None
-    estimates = tuple(serving.estimate(cfg, b, seq, o.gen, fmt, kv, ceilings, memory, src) for b in o.batches)
+    w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory) for b in o.batches)
     return InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
-        None if memory is None else serving.max_batch(cfg, seq, o.gen, fmt, kv, memory, src),
-        serving.compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
-        serving.weight_matmuls_compute_bound_batch(cfg, seq, fmt, kv, ceilings, src),
+        None if memory is None else serving.max_batch(cfg, w, fmt, memory),
+        serving.compute_bound_batch(cfg, w, fmt, ceilings),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings),
     )
 
 

@@ -54,6 +54,11 @@ class MemoryReport(WorkloadFields, Displayed):
                 f"{units.nbytes(self.weights)}, KV cache {units.nbytes(self.kv_cache)}{fit}")
 
     @property
+    def weight_label(self) -> str:
+        """The weights' format, with the routed experts' stored format where it applies (MXFP4)."""
+        return quant.format_label(self.cfg, self.weight_format)
+
+    @property
     def fits(self) -> Optional[bool]:
         """Whether this batch and seq fit the --budget (None without one): the state or weights, and then
         the batch at this seq (the largest batch that fits is at least this one)."""
@@ -93,7 +98,9 @@ class MemoryReport(WorkloadFields, Displayed):
             "dtype": self.dtype,
             "kv_dtype": self.kv_dtype,
             "weight_format": {"dtype": self.weight_format.dtype, "group_size": self.weight_format.group_size,
-                              "zero_point": self.weight_format.zero_point, "label": self.weight_format.label,
+                              "zero_point": self.weight_format.zero_point,
+                              "label": self.weight_label,
+                              "experts": "mxfp4" if quant.stored_mxfp4(self.cfg, self.weight_format) else None,
                               "parts_bytes": self.weight_parts},
             "batch": self.batch,
             "seq": self.seq,
@@ -156,7 +163,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     acts = None
     if trainable:
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
-        acts = training_activations(cfg, single, w.src_seq)
+        acts = training_activations(cfg, single, src_seq=w.src_seq)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
@@ -166,11 +173,12 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
             fit = budget.fit_inference(cfg, w, o.budget, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
-        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, w.src_seq),
-        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, w.src_seq),
+        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, src_seq=w.src_seq),
+        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, src_seq=w.src_seq),
         acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, kv),
-        weight_format=fmt, weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized else None, kv_dtype=kv,
+        weight_format=fmt, kv_dtype=kv,
+        weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_mxfp4(cfg, fmt) else None,
     )
 
 

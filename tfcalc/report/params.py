@@ -99,7 +99,14 @@ class ParamsReport(Displayed):
 
     @property
     def weights_bytes(self) -> dict[str, int]:
-        return {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
+        """Every weight in fp32 and in bf16; and, where the config stores its experts in a format of their own
+        (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.quant)."""
+        out = {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
+        if self.cfg.expert_format == "mxfp4":
+            from tfcalc.count.quant import plain, weights_bytes
+
+            out["bf16+mxfp4"] = weights_bytes(self.cfg, plain("bf16"))
+        return out
 
     @property
     def notes(self) -> list[str]:

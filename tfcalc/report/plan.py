@@ -88,7 +88,8 @@ class PlanReport(Displayed):
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
                        "parallelism); only attention and dense FFNs are split under TP")
         if self.model.cfg.arch == "encoder-decoder":
-            out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with tp 1 and pp 1")
+            out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
+                       "cross-attention splits as self-attention does), as many source tokens as target tokens")
         return out
 
     @property

@@ -50,6 +50,7 @@ def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
                    type_vocab_size=min(cfg.type_vocab_size, 2),
                    # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
                    first_dense_layers=1 if cfg.first_dense_layers else None,
+                   dense_layers=(0,) if cfg.dense_layers else None,
                    moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 

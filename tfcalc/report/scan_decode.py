@@ -14,14 +14,14 @@ from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer import InferOptions, check_options, datasheet_ceilings, weight_formats
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size, decoder_source
+from tfcalc.workload import Workload, check_size, decoder_source
 
 
 def scan_row(cfg, batch: int, context: int, fmt: WeightFormat, kv: str, c: roofline.Ceilings,
              memory: int, src_seq: Optional[int]) -> dict[str, Any]:
-    step = roofline.decode_step(cfg, batch, context, fmt, kv, src_seq)
+    step = roofline.decode_step(cfg, batch, context, fmt, kv, src_seq=src_seq)
     seconds = step.time_s(c)
-    kv_bytes = kv_cache_bytes(cfg, batch, context, kv, src_seq)
+    kv_bytes = kv_cache_bytes(cfg, batch, context, kv, src_seq=src_seq)
     return {
         "batch": batch,
         "step_s": seconds,
@@ -84,9 +84,10 @@ def build_decode_scan(model: ModelRef, batches: list[int], context: Optional[int
     src = decoder_source(cfg, context, src_seq)
     spec, c = datasheet_ceilings(device_spec, fmt)
     rows = tuple(scan_row(cfg, b, context, fmt, kv, c, spec.memory_bytes, src) for b in sorted(set(batches)))
+    w = Workload(seq=context, src_seq=src, dtype=fmt.dtype, kv_dtype=kv)
     return DecodeScanReport(
         model, context, fmt, kv, spec, c, rows,
-        serving.max_batch(cfg, context, 0, fmt, kv, spec.memory_bytes, src),
-        serving.compute_bound_batch(cfg, context, fmt, kv, c, src),
-        serving.weight_matmuls_compute_bound_batch(cfg, context, fmt, kv, c, src),
+        serving.max_batch(cfg, w, fmt, spec.memory_bytes),
+        serving.compute_bound_batch(cfg, w, fmt, c),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, c),
     )

@@ -13,7 +13,7 @@ from tfcalc.report.infer import InferReport
 def _title(r: InferReport, first: dict[str, Any]) -> str:
     where = first["device_name"] or first["device"]
     return (f"{r.model.label} on {where}: prompt {r.seq:,} + {r.options.gen:,} new tokens, weights "
-            f"{r.fmt.label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
+            f"{r.weight_label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
 
 
 def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
@@ -52,6 +52,18 @@ def roofline_table(doc: Doc, title: str, step_rows: list[dict[str, Any]]) -> Non
               None if x["flops"] == 0 else x["intensity"], x["time_s"], x["bound"])
 
 
+def _experts_note(doc: Doc, r: InferReport) -> None:
+    """Which experts' weights each step reads, at each batch (README, "Mixtures of experts")."""
+    reads = [(b, r.experts_read(b)) for b in (e.batch for e in r.estimates)]
+    if reads[0][1] is None:
+        return
+    E, k = reads[0][1]["n_expert"], reads[0][1]["top_k"]
+    each = "; ".join(f"batch {b:,}: {x['decode_per_layer']:.3g} of {E} per decode step, "
+                     f"{x['prefill_per_layer']:.4g} in the prefill" for b, x in reads)
+    doc.note(f"Experts' weights read per layer (top-{k} of {E}, tokens routed uniformly: E·(1 − (1 − k/E)^tokens) "
+             f"distinct experts; k at batch 1, all E once a batch touches them all): {each}.")
+
+
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
@@ -70,6 +82,7 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     weights = ("never do" if r.weight_matmuls_compute_bound_batch is None
                else f"do at batch {r.weight_matmuls_compute_bound_batch:,}")
     doc.note(f"Decode at context {r.seq:,} {whole}; its weight matmuls alone {weights}.")
+    _experts_note(doc, r)
     if r.beyond_context:
         doc.note(f"{r.seq:,} + {r.options.gen:,} positions go past the {r.model.cfg.max_seq_len:,} the model encodes: "
                  "arithmetic only (the model could not run there).", "warning")

@@ -29,10 +29,15 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     if r.weight_parts is None:
         t.add("Weights", r.weights, f"{r.params:,} params × {r.dtype}")
     else:
-        t.add("Weights", r.weights, f"{r.params:,} params, {r.weight_format.label}")
+        rest = "attention, router, biases, embeddings, norms, head" if "mxfp4_experts" in r.weight_parts else \
+            "embeddings, norms, head"
+        t.add("Weights", r.weights, f"{r.params:,} params, {r.weight_label}")
         for key, label in (("quantized", f"block matrices in {r.dtype}"), ("scales", "scales"),
-                           ("zero_points", "zero points"), ("unquantized", "the rest (embeddings, norms, head)")):
-            if r.weight_parts[key]:
+                           ("zero_points", "zero points"),
+                           ("mxfp4_experts", "routed experts' matrices, MXFP4 values (4 bits, as stored)"),
+                           ("mxfp4_scales", "  their scales (8 bits per 32 values)"),
+                           ("unquantized", f"the rest ({rest}) in {r.dtype}")):
+            if r.weight_parts.get(key):
                 t.add(f"  {label}", r.weight_parts[key], None)
     if cfg.arch == "encoder":
         t.add("KV cache", r.kv_cache, "none: an encoder generates no tokens")

@@ -94,7 +94,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     table.add(f"Approximation ({r.approximation_rel_error:+.2%}), below", None, None, r.approximation, None)
     doc.note(f"Approximation: {count.seeds_formula(cfg)} = {r.approximation:,}, {r.approximation_rel_error:+.2%} "
              "from the exact count.")
-    weights = ", ".join(f"{units.nbytes(n)} in {dtype} ({n:,} bytes)" for dtype, n in r.weights_bytes.items())
+    named = {"bf16+mxfp4": "bf16 with the experts in MXFP4, as stored"}
+    weights = ", ".join(f"{units.nbytes(n)} in {named.get(dtype, dtype)} ({n:,} bytes)"
+                        for dtype, n in r.weights_bytes.items())
     doc.note(f"Weights: {weights}; `tfcalc memory` for the KV cache, activations and training state.")
     if not verbose:
         doc.note("Tensor by tensor, with shapes: --verbose.", "dim")
@@ -114,7 +116,8 @@ def _checkpoint_rows(table, doc: Doc, r: ParamsReport) -> None:
     dtypes = ", ".join(f"{d}: {v['elements']:,} in {v['tensors']} tensors ({units.nbytes(v['bytes'])})"
                        for d, v in c.by_dtype.items())
     doc.note(f"Checkpoint {', '.join(c.files)}: {dtypes}.")
-    for title, names in (("stored copies of tied parameters", c.tied_copies), ("buffers, not parameters", c.buffers)):
+    for title, names in (("stored copies of tied parameters", c.tied_copies), ("buffers, not parameters", c.buffers),
+                         ("MXFP4 scales of the experts (each byte of *_blocks holds two 4-bit values)", c.scales)):
         if names:
             doc.note(f"Checkpoint: {title}: {', '.join(list(names)[:6])}{' ...' if len(names) > 6 else ''} "
                      f"({sum(names.values()):,} elements).", "dim")
