@@ -110,7 +110,15 @@ def configs(draw, mixed: bool = False, extras: bool | None = None) -> ModelConfi
     layout_fields["dense_d_ff"] = draw(st.sampled_from([None, 6, 20])) if mixed else None
     window = draw(st.sampled_from([None, None, 1, 3, 8])) if arch != "encoder" else None
     layout_fields["sliding_window"] = window
-    layout_fields["full_attention_every"] = draw(st.sampled_from([None, 2, 3])) if window else None
+    # per-layer attention (tfcalc.architecture.patterns): chunks instead of a window, NoPE layers, a local
+    # RoPE base
+    chunk = draw(st.sampled_from([None, None, 1, 3])) if arch != "encoder" and window is None else None
+    layout_fields["attention_chunk_size"] = chunk
+    layout_fields["full_attention_every"] = draw(st.sampled_from([None, 2, 3])) if window or chunk else None
+    # (NoPE layers in the mixed draws only: the activation model counts RoPE's rotated Q and K in every layer)
+    layout_fields["nope_every"] = draw(st.sampled_from([None, 2])) if mixed and pos == "rope" and n_layer > 1 else None
+    layout_fields["rope_local_theta"] = draw(st.sampled_from([None, 100.0])) if pos == "rope" and (
+        window or chunk) else None
     kind_fields = dict(
         arch=arch,
         n_encoder_layer=n_encoder_layer,

@@ -17,6 +17,8 @@ ALIASES = {"kimi_k2": "deepseek_v3"}  # a model type that is another's architect
 LLAMA_LIKE = dict(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
                   intermediate_size=F, max_position_embeddings=32)
 
+TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # within the tiny vocabulary
+
 
 @dataclass(frozen=True)
 class Case:
@@ -155,6 +157,34 @@ CASES = {
                                    intermediate_size=F, max_position_embeddings=32, is_decoder=True,
                                    add_cross_attention=True),
                               inputs="cross", output="last_hidden_state"),
+    # issue 22 (part D): NoPE layers, OLMo 2's output norms and whole-projection Q/K norms, GLM-4's four
+    # norms and interleaved partial rotary
+    "smollm3": Case("SmolLM3Config", "SmolLM3ForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, no_rope_layer_interval=2, rope_theta=1000.0)),
+    "smollm3-listed": Case("SmolLM3Config", "SmolLM3ForCausalLM",
+                           dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
+                                tie_word_embeddings=False)),
+    "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    # Gemma 3: local layers (window 4, base 10) and a global one (base 1000), 5 : 1 cut to 3 layers; Q/K norms
+    "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,
+                             query_pre_attn_scalar=12, layer_types=["sliding_attention", "full_attention",
+                                                                     "sliding_attention"],
+                             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                              "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
+    # attn_logit_softcapping is ignored by modeling_gemma3.py (and so by tfcalc); the final soft-cap is not
+    "gemma3_text-capped": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
+                               dict(LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3, sliding_window_pattern=2,
+                                    attn_logit_softcapping=2.0, final_logit_softcapping=3.0)),
+    # Llama 4: MoE (4 experts, top-1, shared expert) on every 2nd layer, dense layers of intermediate_size_mlp;
+    # NoPE every 2nd layer with the attention temperature (floor_scale 2: it varies within 10 tokens), chunks of
+    # 3 on the RoPE layers, Q/K L2 norms
+    "llama4_text": Case("Llama4TextConfig", "Llama4ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, head_dim=8, intermediate_size=16,
+                             intermediate_size_mlp=40, num_local_experts=4, interleave_moe_layer_step=2,
+                             no_rope_layer_interval=2, attention_chunk_size=3, floor_scale=2, attn_scale=0.3,
+                             rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 

@@ -6,6 +6,7 @@ scores are two explicit matmuls over the full square, tfcalc's convention)."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -41,6 +42,7 @@ def test_every_supported_type_has_a_case():
     import transformers
 
     types = {getattr(transformers, CASES[name].config).model_type for name in CASES}
+    types |= {"gemma3", "llama4"}  # vision-language: tiny checkpoints of their own in tests/test_hf_patterns.py
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 
@@ -67,12 +69,26 @@ def _hf_flops(name: str, model) -> int:
     return counter.get_total_flops() - rotary
 
 
+def _every_expert(cfg, tokens: int) -> int:
+    """Llama 4's transformers module runs every expert on every token (Llama4TextMoe: routed_in repeats the
+    tokens E times, the unchosen ones scaled by sigmoid(-inf) = 0; Llama4TextExperts: one bmm over all E):
+    the matmul FLOPs of the E - k experts a token did not choose, which tfcalc's top-k count leaves out."""
+    out = 0
+    for block, n in cfg.architecture.output.kinds():
+        if block.is_moe:
+            moe = block.ffn
+            per_row = sum(2 * m.n_in * m.n_out for m in moe.expert.linears())
+            out += n * (moe.n_expert - moe.top_k) * tokens * per_row
+    return out
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_forward_flops_equal_flop_counter_mode(saved, name):
     model, folder = saved(name)
     cfg = load(str(folder / "config.json"))
     src = SOURCE if CASES[name].inputs in ("seq2seq", "cross") else None
-    assert flops_count.forward_flops(cfg, 2, T, src_seq=src) == _hf_flops(name, model)
+    dense_experts = _every_expert(cfg, 2 * T) if name.startswith("llama4") else 0
+    assert flops_count.forward_flops(cfg, 2, T, src_seq=src) == _hf_flops(name, model) - dense_experts
 
 
 # ---------- the same function: real weights in tfcalc's own model ----------
@@ -114,6 +130,21 @@ def test_loaded_checkpoint_computes_what_transformers_computes(saved, name):
     assert expected.abs().max() > 0.1  # outputs of a size where a wrong weight would show
 
 
+@pytest.mark.parametrize("name", ["smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text"])
+def test_params_of_the_folder_counts_the_elements_in_its_files(saved, cli, name):
+    """`tfcalc params FOLDER` reads the safetensors headers: checkpoint_total is the elements stored there
+    (a tied head stored once), equal to the analytic and empirical counts."""
+    from safetensors import safe_open
+
+    model, folder = saved(name)
+    stored = 0
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as f:
+            stored += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    data = cli("params", str(folder), "--json").json()
+    assert data["checkpoint_total"] == stored == data["analytic_total"] == data["empirical_total"]
+
+
 def test_bench_times_the_loaded_weights(saved, cli):
     _, folder = saved("llama")
     r = cli("bench", str(folder), "--weights", str(folder), "--seq", "8", "--warmup", "0", "--repeat", "1",
@@ -123,3 +154,33 @@ def test_bench_times_the_loaded_weights(saved, cli):
     assert data["weights"] == str(folder) and data["tokens_per_s"] > 0
     other = cli("bench", "gpt2", "--weights", str(folder), "--seq", "8")
     assert other.code == 2 and "its config.json is another model" in other.err
+
+
+# ---------- the KV cache transformers keeps ----------
+
+
+def _hf_cache_bytes(cache) -> int:
+    """Bytes of every K and V tensor a transformers cache holds (its self-attention layers)."""
+    layers = getattr(cache, "self_attention_cache", cache).layers
+    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values)
+               if t is not None)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if CASES[n].inputs == "ids" and CASES[n].output == "logits"
+                                  and not n.startswith("bert")  # an encoder keeps no cache
+                                  # modeling_falcon.py (_split_heads, new_decoder_architecture) broadcasts K and V
+                                  # to every query head before caching them: H, not the G KV heads tfcalc counts
+                                  and n != "falcon-40b-like"])
+def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
+    """After a forward pass of T tokens with use_cache, transformers' DynamicCache holds what tfcalc counts:
+    every position in a full layer, the last W - 1 in a sliding-window layer (DynamicSlidingWindowLayer),
+    C - 1 at most in a chunked one (README, "Sliding window")."""
+    import torch
+
+    from tfcalc.count.memory import kv_cache_bytes
+
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    with torch.no_grad():
+        out = model(**inputs(name), use_cache=True)
+    assert _hf_cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, 2, T, "fp32")

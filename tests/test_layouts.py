@@ -166,7 +166,7 @@ def test_gemma2_alternation_windows_every_other_layer():
     assert f.totals(causal=True)["attention_scores"] == 2 * 2 * B * nh * hs * pairs
     assert f.forward == flops_count.breakdown(tiny(n_layer=4, **ROPE), B, T).forward  # full square: unchanged
     kv = 2 * B * 32 * 4  # K and V, fp32, per cached position
-    assert mem.kv_cache_bytes(cfg, B, T, "fp32") == kv * (2 * 3 + 2 * T)
+    assert mem.kv_cache_bytes(cfg, B, T, "fp32") == kv * (2 * (3 - 1) + 2 * T)  # a window keeps W - 1
 
 
 def test_a_windowed_layer_sees_only_the_last_w_positions():

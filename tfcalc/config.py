@@ -27,9 +27,22 @@ optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_d
 
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
-(Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm). A parallel block
+(Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm); ``output`` is
+``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block
 runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
 GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
+
+Per-layer attention (tfcalc.architecture.patterns). A layer is *local* (it attends through
+``sliding_window`` W -- the last W keys, itself included -- or ``attention_chunk_size`` C -- the keys of
+its own chunk of C positions, Llama 4's chunked attention) or *global* (the whole causal context); and it
+has RoPE or not (NoPE). By period: ``full_attention_every: k`` makes layers k-1, 2k-1, ... global and
+the rest local (without it, every layer is local once a window or chunk is given); ``nope_every: n``
+takes RoPE out of layers n-1, 2n-1, ... (Llama 4: 4, its global layers; SmolLM3: 4). Local layers rotate
+with base ``rope_local_theta`` where given (Gemma 3: 10,000 beside the global 1,000,000). Or by list:
+``layer_pattern``, each layer's kind -- ``full``, ``local``, ``nope`` (global, no RoPE), ``local_nope``
+-- written as runs: ``"(local*5, full)*10, local*2"`` (Gemma 3 27B's 62 layers), as Hugging Face's
+``layer_types`` lists them; it must cover exactly n_layer layers, and replaces full_attention_every and
+nope_every. YAML fields and ``--set`` keys alike (``--set layer_pattern="(local*3, full)*2"``).
 
 Validation rules live in tfcalc.config_rules; every failure is one ConfigError line naming the field.
 """
@@ -40,20 +53,20 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture import Architecture
 from tfcalc.architecture.flat import build as build_architecture
+from tfcalc.config_derived import DerivedSizes
+from tfcalc.config_layers import PerLayerViews
 from tfcalc.config_rules import (
-    REL_POS_BUCKETS,
-    REL_POS_MAX_DISTANCE,
     Activation,
     Arch,
     Norm,
     NormPlacement,
     ParallelBlock,
     PosEncoding,
+    QkNormOver,
     check_field_type,
     suggest,
     validate,
@@ -65,7 +78,7 @@ ConfigError = InputError
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(PerLayerViews, DerivedSizes):
     # --- shapes every config must give ---
     n_layer: int
     d_model: int
@@ -78,6 +91,9 @@ class ModelConfig:
     nominal_params: Optional[str] = None  # the size the source names, e.g. "175B"
     source: Optional[str] = None  # where the shapes come from (paper, table, file)
     dtype: Optional[str] = None  # what the weights are stored in (a checkpoint's torch_dtype): fp32, bf16, fp16
+    # a multimodal checkpoint's vision tower and projector (Gemma 3's SigLIP, Llama 4's), named beside the
+    # language model that every count describes, never counted in it
+    vision_params: Optional[int] = None
 
     # --- sizes that may be derived ---
     n_kv_head: Optional[int] = None  # None: = n_head (MHA); 1: MQA; in between: GQA
@@ -203,6 +219,28 @@ class ModelConfig:
     # modeling_opt.py project_in / project_out). None: d_model, no projections
     embedding_dim: Optional[int] = None
 
+    # --- attention per layer (tfcalc.architecture.patterns; see "Per-layer attention" above) ---
+    rope_local_theta: Optional[float] = None  # RoPE base of the local layers (Gemma 3: 10,000; global 1e6)
+    attention_chunk_size: Optional[int] = None  # local layers attend within chunks of this many (Llama 4: 8192)
+    nope_every: Optional[int] = None  # layers n-1, 2n-1, ... have no RoPE (Llama 4, SmolLM3: 4)
+    layer_pattern: Optional[str] = None  # each layer's kind, as runs: "(local*5, full)*10, local*2"
+
+    # --- norms and heads of issue 22's families (OLMo 2) ---
+    # Q/K norms over each head (head: Qwen3, Gemma 3) or over each whole projection, n_head·d_head and
+    # n_kv_head·d_head wide (projection: OLMo 2, modeling_olmo2.py q_norm, k_norm)
+    qk_norm_over: QkNormOver = "head"
+
+    # --- Llama 4 (modeling_llama4.py) ---
+    # Q and K of each head divided by their RMS, no weight, after RoPE, in the RoPE layers only (use_qk_norm)
+    qk_l2_norm: bool = False
+    # attention temperature on the NoPE layers (attn_temperature_tuning; arXiv 2501.19399): Q times
+    # 1 + scale·log(1 + floor((p + 1) / floor)) at position p (Llama 4: floor_scale 8192, attn_scale 0.1)
+    attn_temperature_floor: Optional[int] = None
+    attn_temperature_scale: Optional[float] = None
+    # the router's sigmoid of each chosen logit (not renormalized) scales the token's input to that expert,
+    # not its output (Llama4Router, Llama4TextMoe)
+    router_sigmoid_input: bool = False
+
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
@@ -254,108 +292,6 @@ class ModelConfig:
             hidden = int(self.ffn_dim_multiplier * hidden)
         m = self.ffn_multiple_of
         return m * math.ceil(hidden / m)
-
-    @property
-    def encoder_layers(self) -> int:
-        """Depth of the bidirectional stack: 0 for a decoder, n_layer for an encoder."""
-        if self.arch == "encoder-decoder":
-            return self.n_encoder_layer if self.n_encoder_layer is not None else self.n_layer
-        return self.n_layer if self.arch == "encoder" else 0
-
-    @property
-    def decoder_layers(self) -> int:
-        """Depth of the causal stack: 0 for an encoder."""
-        return 0 if self.arch == "encoder" else self.n_layer
-
-    @property
-    def cross_attention_layers(self) -> int:
-        """Blocks with cross-attention: an encoder-decoder's decoder, or a stack with cross_attention."""
-        return self.n_layer if self.arch == "encoder-decoder" or self.cross_attention else 0
-
-    @property
-    def norm_has_bias(self) -> bool:
-        """Whether the norms have a bias: norm_bias where given, else as the norm defines it: a LayerNorm
-        has one (Ba et al. 2016, its gain and bias), an RMSNorm none (Zhang & Sennrich 2019, eq. 4: a gain
-        only). So `norm: rmsnorm` alone is a whole config, and `--set norm=rmsnorm` needs no second key."""
-        return self.norm != "rmsnorm" if self.norm_bias is None else self.norm_bias
-
-    @property
-    def o_bias(self) -> bool:
-        """Whether the attention output projection has a bias (attn_out_bias, else attn_bias)."""
-        return self.attn_bias if self.attn_out_bias is None else self.attn_out_bias
-
-    def expert_capacity(self, tokens: int) -> Optional[int]:
-        """Rows each expert's buffer holds for a batch of ``tokens`` tokens: ceil(factor · k · tokens / E)
-        (Switch Transformers, eq. 3, with k experts per token as GShard routes); None when dropless."""
-        if self.expert_capacity_factor is None:
-            return None
-        factor = Fraction(str(self.expert_capacity_factor))  # 1.25 exactly, not its binary neighbour
-        return math.ceil(factor * self.experts_active * tokens / self.experts)
-
-    @property
-    def rope_dim(self) -> int:
-        """Channels of each head that RoPE rotates: int(d_head · rope_fraction) (GPT-NeoX's rotary_ndims)."""
-        if self.kv_lora_rank is not None:
-            return self.qk_rope_head_dim
-        return int(self.head_dim * self.rope_fraction) if self.pos_encoding == "rope" else 0
-
-    @property
-    def rel_buckets(self) -> int:
-        return self.rel_pos_buckets if self.rel_pos_buckets is not None else REL_POS_BUCKETS
-
-    @property
-    def rel_max_distance(self) -> int:
-        return self.rel_pos_max_distance if self.rel_pos_max_distance is not None else REL_POS_MAX_DISTANCE
-
-    @property
-    def norms_per_block(self) -> int:
-        """Norms around attention and FFN: 2; sandwich 4; a parallel block with one shared norm 1."""
-        if self.parallel_block == "shared_norm":
-            return 1
-        return 4 if self.norm_placement == "sandwich" else 2
-
-    @property
-    def experts(self) -> int:
-        """FFNs per block: 1 when dense."""
-        return self.n_expert or 1
-
-    @property
-    def experts_active(self) -> int:
-        """FFNs each token runs per block: 1 when dense."""
-        return self.n_expert_active or 1
-
-    def kv_positions(self, context: int, layer: int = 0) -> int:
-        """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens:
-        all of them, or through a sliding window the last W (the window, not W - 1: the newest token's K
-        and V are written before its query reads them; see README, serving estimates)."""
-        window = self.layer_window(layer)
-        return context if window is None else min(context, window)
-
-    def cached_positions(self, context: int) -> int:
-        """Positions the KV caches of all the decoder's self-attention layers keep together: the sum of
-        kv_positions over the layers (windowed layers keep at most W, the others all)."""
-        windowed = self.windowed_layers
-        full = self.decoder_layers - windowed
-        return full * context + (windowed * min(context, self.sliding_window) if windowed else 0)
-
-    def layer_window(self, layer: int, length: Optional[int] = None) -> Optional[int]:
-        """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
-        whole context (every layer without a window; every full_attention_every-th with one) and, given
-        a sequence length, where the window hides nothing at it (W >= length): one rule for the masks the
-        model builds and the ones the working set counts."""
-        every = self.full_attention_every
-        if self.sliding_window is None or (every is not None and (layer + 1) % every == 0):
-            return None
-        return None if length is not None and self.sliding_window >= length else self.sliding_window
-
-    @property
-    def windowed_layers(self) -> int:
-        """Causal self-attention layers that attend through the sliding window (layer_window, counted in
-        closed form: layers k - 1, 2k - 1, ... of L are full, L // k of them)."""
-        if self.sliding_window is None:
-            return 0
-        every = self.full_attention_every
-        return self.decoder_layers - (0 if every is None else self.decoder_layers // every)
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""

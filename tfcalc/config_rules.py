@@ -1,8 +1,8 @@
 """The rules a ModelConfig must keep: the type of every field, and the fields against each other.
 
 Split from tfcalc.config so that the dataclass stays readable; imports nothing of tfcalc but the error
-type (tfcalc.config imports this module, never the other way). Every failure is one ConfigError line
-that names the field(s). Pure Python: no torch, typer or rich here.
+type and tfcalc.config_patterns (tfcalc.config imports this module, never the other way). Every failure
+is one ConfigError line that names the field(s). Pure Python: no torch, typer or rich here.
 """
 
 from __future__ import annotations
@@ -15,14 +15,16 @@ from typing import Any, Literal, get_args
 
 from tfcalc import config_latent as latent
 from tfcalc.config_moe import validate_moe_extras
+from tfcalc.config_patterns import validate_attention_patterns
 from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["pre", "post", "sandwich"]
+NormPlacement = Literal["pre", "post", "sandwich", "output"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]
+QkNormOver = Literal["head", "projection"]
 
 # T5's defaults (Raffel et al. 2020, sec. 2.1; transformers' T5Config): 32 buckets, distances to 128.
 REL_POS_BUCKETS, REL_POS_MAX_DISTANCE = 32, 128
@@ -40,27 +42,29 @@ _LITERALS = {
     "arch": get_args(Arch),
     "parallel_block": get_args(ParallelBlock),
     **latent.LITERALS,
+    "qk_norm_over": get_args(QkNormOver),
 }
 _INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
 _OPTIONAL_INT_FIELDS = (
     "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
     "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
-    "moe_every", "dense_d_ff",
+    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every", "vision_params", "attn_temperature_floor",
 ) + latent.OPTIONAL_INT_FIELDS
 _COUNT_FIELDS = ("type_vocab_size", "position_offset") + latent.COUNT_FIELDS  # integers that may be 0
 _OPTIONAL_COUNT_FIELDS = latent.OPTIONAL_COUNT_FIELDS
 _FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
 _OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
-                          "swiglu_limit", "swiglu_alpha") + latent.OPTIONAL_FLOAT_FIELDS
+                          "swiglu_limit", "swiglu_alpha", "rope_local_theta", "attn_temperature_scale",
+                          ) + latent.OPTIONAL_FLOAT_FIELDS
 _BOOL_FIELDS = (
     "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
     "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
     "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
-    "attn_sinks", "router_bias",
+    "attn_sinks", "router_bias", "qk_l2_norm", "router_sigmoid_input",
 ) + latent.BOOL_FIELDS
 _OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias") + latent.OPTIONAL_BOOL_FIELDS
 _STR_FIELDS = ("name",)
-_OPTIONAL_STR_FIELDS = ("nominal_params", "source")
+_OPTIONAL_STR_FIELDS = ("nominal_params", "source", "layer_pattern")
 
 
 _OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",), **latent.OPTIONAL_LITERALS}
@@ -191,6 +195,18 @@ def validate(cfg) -> None:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
     if cfg.norm == "rmsnorm" and cfg.norm_bias:
         raise ConfigError("rmsnorm has no bias: leave norm_bias out (or false)")
+    if cfg.qk_norm_over != "head" and not cfg.qk_norm:
+        raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
+    if cfg.qk_l2_norm and (cfg.qk_norm or cfg.pos_encoding != "rope"):
+        raise ConfigError("qk_l2_norm (Llama 4's weightless norm after RoPE) applies to pos_encoding rope, "
+                          "without qk_norm")
+    if (cfg.attn_temperature_floor is None) != (cfg.attn_temperature_scale is None):
+        raise ConfigError("give attn_temperature_floor and attn_temperature_scale together, or neither")
+    if cfg.attn_temperature_floor is not None and cfg.nope_every is None and cfg.layer_pattern is None:
+        raise ConfigError("the attention temperature applies to NoPE layers: give nope_every or layer_pattern too")
+    if cfg.router_sigmoid_input and cfg.n_expert is None:
+        raise ConfigError("router_sigmoid_input applies to a mixture of experts only (give n_expert and "
+                          "n_expert_active)")
     _validate_kind(cfg)
     _validate_positions(cfg)
     _validate_layout(cfg)
@@ -212,15 +228,7 @@ def _validate_kind(cfg) -> None:
     elif cfg.cross_attention:
         raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it "
                           "already")
-    if cfg.sliding_window is not None and cfg.arch == "encoder":
-        raise ConfigError("sliding_window applies to causal self-attention (arch decoder or encoder-decoder); "
-                          "an encoder attends both ways")
-    if cfg.full_attention_every is not None:
-        if cfg.sliding_window is None:
-            raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window too")
-        if cfg.full_attention_every < 2:
-            raise ConfigError(f"field 'full_attention_every' must be at least 2 (1: every layer full; set "
-                              f"sliding_window to null); got {cfg.full_attention_every}")
+    validate_attention_patterns(cfg)
     if cfg.pooler and cfg.arch == "encoder-decoder":  # BertModel with is_decoder pools a causal stack's first token
         raise ConfigError("pooler applies to one stack (arch encoder or decoder): it reads that stack's first token")
     if not cfg.lm_head:

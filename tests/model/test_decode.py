@@ -34,6 +34,21 @@ KINDS = {
     "parallel-two-norms": dict(pos_encoding="rope", parallel_block="two_norms"),
     "parallel-shared-norm": dict(pos_encoding="rope", parallel_block="shared_norm"),
     "opt-position-offset": dict(position_offset=2),
+    # per-layer patterns (tfcalc.architecture.patterns): chunks (Llama 4), NoPE layers, a local RoPE base
+    # (Gemma 3), an explicit layer list
+    "chunked": dict(pos_encoding="rope", attention_chunk_size=4),
+    "chunk-of-one": dict(pos_encoding="rope", attention_chunk_size=1),
+    "llama4-chunks-nope": dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=4,
+                               nope_every=4),
+    "gemma3-local-base": dict(pos_encoding="rope", n_layer=3, sliding_window=4, full_attention_every=3,
+                              rope_theta=1e6, rope_local_theta=10.0),
+    "llama4-like": dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=2, nope_every=2,
+                        qk_l2_norm=True, attn_temperature_floor=2, attn_temperature_scale=0.5, n_expert=4,
+                        n_expert_active=1, moe_every=2, router_sigmoid_input=True, router_norm_topk=False,
+                        shared_expert_d_ff=8, gated_ffn=True, activation="silu", norm="rmsnorm", norm_bias=False),
+    "olmo2-like": dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, norm_placement="output", qk_norm=True,
+                       qk_norm_over="projection"),
+    "layer-pattern": dict(pos_encoding="rope", n_layer=4, sliding_window=3, layer_pattern="local_nope, full*2, nope"),
 }
 
 
@@ -61,25 +76,38 @@ def test_cached_decoding_equals_the_full_forward(changes):
     assert cache.length == 14
 
 
-def test_the_window_is_what_the_cache_holds():
+def test_the_window_less_one_is_what_the_cache_holds():
+    """A window of W = 5: the cache keeps the W - 1 = 4 past positions a decode step reads beside its own
+    K and V (the convention of transformers' DynamicSlidingWindowLayer and of the KV counts)."""
     cfg = tiny(max_seq_len=16, pos_encoding="rope", sliding_window=5)
     _, _, cache = _full_and_cached(cfg, batch=3)
-    assert cache.slots == [5] * cfg.n_layer and cache.k[0].shape == (3, cfg.kv_heads, 5, cfg.head_dim)
-    assert cache.nbytes == 2 * cfg.n_layer * 3 * 5 * cfg.kv_dim * 4  # K and V, fp32
-    # 14 positions written into a ring of 5: slot s holds the latest p < 14 with p mod 5 = s
-    assert cache.slot_positions(0, 14, "cpu").tolist() == [10, 11, 12, 13, 9]
-    assert tiny(max_seq_len=16).kv_positions(14) == 14 and cfg.kv_positions(14) == 5 and cfg.kv_positions(3) == 3
+    assert cache.slots == [4] * cfg.n_layer and cache.k[0].shape == (3, cfg.kv_heads, 4, cfg.head_dim)
+    assert cache.nbytes == 2 * cfg.n_layer * 3 * 4 * cfg.kv_dim * 4  # K and V, fp32
+    # 14 positions written into a ring of 4: slot s holds the latest p < 14 with p mod 4 = s
+    assert cache.slot_positions(0, 14, "cpu").tolist() == [12, 13, 10, 11]
+    assert tiny(max_seq_len=16).kv_positions(14) == 14 and cfg.kv_positions(14) == 4 and cfg.kv_positions(3) == 3
+
+
+def test_a_chunked_layer_caches_one_chunk():
+    """Chunks of C = 4: the cache holds C - 1 = 3 positions per layer (the KV count's convention); after 14
+    positions, 14 mod 4 = 2 of them are the current chunk's, in slots 0 and 1."""
+    from tfcalc.count.memory import kv_cache_bytes
+
+    cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
+    _, _, cache = _full_and_cached(cfg, batch=3)
+    assert cache.slots == [3] * cfg.n_layer
+    assert cache.nbytes == kv_cache_bytes(cfg, 3, 14, "fp32") == 2 * cfg.n_layer * 3 * 3 * cfg.kv_dim * 4
 
 
 def test_alternating_windows_give_each_layer_its_own_cache():
     """Gemma 2: every second layer sees the whole context, so its cache holds every position; the others
-    hold a ring of W. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
+    hold a ring of W - 1. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
     from tfcalc.count.memory import kv_cache_bytes
 
     cfg = tiny(n_layer=4, max_seq_len=16, pos_encoding="rope", sliding_window=4, full_attention_every=2)
     _, _, cache = _full_and_cached(cfg, batch=2)
-    assert cache.slots == [4, 14, 4, 14]
-    assert cache.nbytes == kv_cache_bytes(cfg, 2, 14, "fp32") == 2 * 2 * (4 + 14 + 4 + 14) * cfg.kv_dim * 4
+    assert cache.slots == [3, 14, 3, 14]
+    assert cache.nbytes == kv_cache_bytes(cfg, 2, 14, "fp32") == 2 * 2 * (3 + 14 + 3 + 14) * cfg.kv_dim * 4
 
 
 @pytest.mark.parametrize("changes, why", [

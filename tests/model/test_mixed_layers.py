@@ -45,8 +45,10 @@ def remix(arch: Architecture, draw, v_heads: bool = True) -> Architecture:
         layers = []
         for block in stack.layers():
             a, changes = block.attention, {}
-            if a.causal:
-                changes["window"] = draw(st.sampled_from([None, 1, 3, 5]))
+            if a.causal:  # a window, a chunk (Llama 4) or neither
+                span = draw(st.sampled_from([None, 1, 3, 5, "chunk 1", "chunk 4"]))
+                changes["window"] = span if not isinstance(span, str) else None
+                changes["chunk"] = int(span.split()[1]) if isinstance(span, str) else None
             if stack.embeddings.positions == "rope":
                 theta = draw(st.sampled_from([None, 10_000.0, 1_000_000.0]), label="rope base")
                 changes.update(rope_theta=theta, rope_dim=0 if theta is None else a.rope_dim or a.head_dim)

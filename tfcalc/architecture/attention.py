@@ -8,8 +8,14 @@ key/value heads each serving H / G query heads.
    biases and no O bias, modeling_qwen2.py);
 2. scores Q·Kᵀ, H per token and key, h wide; attention·V the same, h_v wide;
 3. KV cache, per layer and cached position: K (G·h) and V (G·h_v) elements; a sliding window W keeps
-   the last W positions (Mistral, Jiang et al. 2023, sec. 2);
-4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads;
+   the last W - 1 positions, what a decode step reads beside its own K and V (Mistral, Jiang et al. 2023,
+   sec. 2; the cache transformers' generate() keeps: cache_utils.py, DynamicSlidingWindowLayer); chunked
+   attention (Llama 4's
+   attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
+   only, so its cache holds the C - 1 past positions of one chunk;
+4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads; or
+   (``qk_norm_whole``, OLMo 2, modeling_olmo2.py) one over the whole Q projection, H·h wide, and one over
+   K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
 
 Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
@@ -19,6 +25,7 @@ class of its own beside this one with the same four methods (``weights``, ``line
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -37,9 +44,15 @@ class Attention:
     kind: Literal["self", "cross"] = "self"  # cross: K and V from other states (an encoder's output)
     causal: bool = True  # self-attention in a decoder; an encoder's and cross-attention's see every key
     window: Optional[int] = None  # sliding window: each query sees at most this many keys, itself included
+    chunk: Optional[int] = None  # chunked attention: a query sees the keys of its own chunk of this many positions
     rope_theta: Optional[float] = None  # rotary base (Su et al. 2021); None: no rotary in this layer (NoPE)
     rope_dim: int = 0  # channels of each head RoPE rotates (partial rotary, GPT-NeoX's rotary_ndims)
-    qk_norm: Optional[Norm] = None
+    qk_norm: Optional[Norm] = None  # its kind and eps; h wide, or the projection's width (qk_norm_whole)
+    qk_norm_whole: bool = False
+    qk_norm_after_rope: bool = False  # Llama 4 normalizes the rotated Q and K (modeling_llama4.py)
+    # Llama 4's attention temperature on NoPE layers (arXiv 2501.19399): Q × (1 + s·log(1 + floor((p + 1) / f)))
+    # at position p, (f, s) = (floor_scale, attn_scale); a function of the position only, no count changes
+    temperature: Optional[tuple[int, float]] = None
     scale: Optional[float] = None  # None: 1/sqrt(head_dim)
     softcap: Optional[float] = None  # scores -> c·tanh(scores / c) (Gemma 2: 50)
     sinks: bool = False
@@ -56,6 +69,12 @@ class Attention:
                              "each key/value head serves a whole group of query heads")
         if self.window is not None and (self.window < 1 or not self.causal or self.kind == "cross"):
             raise InputError("a sliding window applies to causal self-attention, and is at least 1 key")
+        if self.chunk is not None and (self.chunk < 1 or not self.causal or self.kind == "cross"
+                                       or self.window is not None):
+            raise InputError("chunked attention applies to causal self-attention without a sliding window, "
+                             "and a chunk is at least 1 key")
+        if self.qk_norm_whole and self.qk_norm is None:
+            raise InputError("qk_norm_whole says how wide the Q/K norms are: it needs Q/K norms")
         if self.rope_theta is None and self.rope_dim:
             raise InputError("rope_dim needs a rotary base (rope_theta)")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
@@ -105,10 +124,18 @@ class Attention:
                     for n, heads in (("q", self.n_head), ("k", self.n_kv_head))
                     for w in self.qk_norm.weights("norm", "norm")]
         elif self.qk_norm is not None:
-            out += self.qk_norm.weights("q_norm", f"{label} Q norm") + self.qk_norm.weights("k_norm", f"{label} K norm")
+            q_norm, k_norm = self.qk_norms()
+            out += q_norm.weights("q_norm", f"{label} Q norm") + k_norm.weights("k_norm", f"{label} K norm")
         if self.sinks:
             out.append(Weight("sinks", (self.n_head,), role, f"{label} sinks", "rows"))
         return out
+
+    def qk_norms(self) -> tuple[Norm, Norm]:
+        """The Q norm and the K norm (step 4): each head's h channels, or each whole projection."""
+        if not self.qk_norm_whole:
+            return self.qk_norm, self.qk_norm
+        return (dataclasses.replace(self.qk_norm, width=self.q_width),
+                dataclasses.replace(self.qk_norm, width=self.k_width))
 
     def linears(self, with_kv: bool = True) -> list[Linear]:
         """The projections (step 1); a cross-attention's K and V over the sources, left out when
@@ -133,4 +160,5 @@ class Attention:
 
     def kv_positions(self, context: int) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
-        return context if self.window is None else min(context, self.window)
+        span = self.chunk if self.chunk is not None else self.window
+        return context if span is None else min(context, span - 1)

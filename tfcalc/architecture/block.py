@@ -4,7 +4,10 @@ A ``Block`` is (self-attention, optional cross-attention, FFN or mixture of expe
 sit), as torchtitan's per-layer block configs and litgpt's Block pick their attention and MLP classes:
 
 - ``pre``: x + f(norm(x)) (GPT-2 onwards); ``post``: norm(x + f(x)) (Vaswani et al. 2017, BERT);
-  ``sandwich``: x + norm2(f(norm1(x))) (Gemma 2, modeling_gemma2.py post_attention_layernorm);
+  ``sandwich``: x + norm2(f(norm1(x))) (Gemma 2, modeling_gemma2.py post_attention_layernorm; GLM-4's
+  post_self_attn_layernorm and post_mlp_layernorm, modeling_glm4.py); ``output``: x + norm(f(x)), the
+  sub-layer's output normed and its input not (OLMo 2, modeling_olmo2.py: post_attention_layernorm and
+  post_feedforward_layernorm only; Groeneveld et al. 2025, "OLMo 2", sec. 3.2, "reordered norm");
 - ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
 
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
@@ -25,7 +28,7 @@ from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
-Placement = Literal["pre", "post", "sandwich"]
+Placement = Literal["pre", "post", "sandwich", "output"]
 Parallel = Literal["none", "shared_norm", "two_norms"]
 
 
@@ -52,13 +55,15 @@ class Block:
 
     def norms(self) -> list[tuple[str, str]]:
         """(name, label) of the block's d_model-wide norms, in model order."""
-        sandwich = self.placement == "sandwich"
-        out = [("attn_norm", "attention norm")] + ([("attn_post_norm", "attention output norm")] if sandwich else [])
+        after = self.placement in ("sandwich", "output")  # a norm on the sub-layer's output
+        before = self.placement != "output"  # a norm on its input (or, post-norm, on the sum)
+        out = ([("attn_norm", "attention norm")] if before else []) + (
+            [("attn_post_norm", "attention output norm")] if after else [])
         if self.cross_attention is not None:
-            out.append(("cross_attn_norm", "cross-attention norm"))
-            out += [("cross_attn_post_norm", "cross-attention output norm")] if sandwich else []
-        out += [] if self.parallel == "shared_norm" else [("ffn_norm", "FFN norm")]
-        return out + ([("ffn_post_norm", "FFN output norm")] if sandwich else [])
+            out += [("cross_attn_norm", "cross-attention norm")] if before else []
+            out += [("cross_attn_post_norm", "cross-attention output norm")] if after else []
+        out += [] if self.parallel == "shared_norm" or not before else [("ffn_norm", "FFN norm")]
+        return out + ([("ffn_post_norm", "FFN output norm")] if after else [])
 
     def weights(self) -> list[Weight]:
         """Every tensor of the block, in model order, named as the breakdown names them."""

@@ -81,6 +81,9 @@ class MoE:
     router_bias: bool = False  # gpt-oss's router has a bias (GptOssTopKRouter.bias)
     weight_format: Optional[str] = None  # "mxfp4": the routed experts' weight matrices as stored (step 2)
     routing: Routing = Routing()  # DeepSeek's grouped, sigmoid, biased, scaled routing (architecture.routing)
+    # Llama 4 (modeling_llama4.py, Llama4Router): the sigmoid of each chosen logit scales the token's
+    # input to that expert, not its output (tfcalc.model.routing_input)
+    sigmoid_input: bool = False
 
     def __post_init__(self) -> None:
         if self.n_expert < 1 or self.top_k < 1:

@@ -12,7 +12,10 @@ Per-layer patterns in the flat fields:
   ``interleave_moe_layer_step``, modeling_llama4.py);
 - ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
-- ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff.
+- ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
+- attention per layer (tfcalc.architecture.patterns): local layers attend through ``sliding_window`` or
+  ``attention_chunk_size`` with RoPE base ``rope_local_theta`` (default rope_theta), global ones see the
+  whole context; ``nope_every`` or the kinds of ``layer_pattern`` take RoPE out of some layers.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.patterns import MAX_PERIOD, layer_kind, period_segments
 from tfcalc.errors import InputError
 
 
@@ -56,28 +60,28 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
     return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
 
 
-MAX_PERIOD = 4096  # layers in one repeat of the pattern; far past any model's (Gemma 3: 6)
-
-
 def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tuple[Run, ...]:
-    """The stack's runs in closed form, never one block per layer (a depth may be 2**40): layers 0..k-1
-    (k = first_dense_layers) repeat with the window's period, the rest with the period of the window and
-    the experts together (each layer's kind depends on i only through i + 1 mod those periods)."""
+    """The stack's runs in closed form, never one block per layer (a depth may be 2**40): the layers split
+    where the attention pattern's runs and the first dense layers (k = first_dense_layers) end; within
+    each piece a layer's kind depends on i only through i mod the lcm of the attention pattern's period
+    and (past the first k) moe_every."""
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
-    window = (cfg.full_attention_every or 1) if causal and cfg.sliding_window is not None else 1
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
     out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
-    for start, stop, period in ((listed, k, window), (max(k, listed), n_layer, math.lcm(window, every))):
-        if stop <= start:
-            continue
-        if period > MAX_PERIOD:
-            raise InputError(f"the layers' pattern repeats every {period:,} layers (full_attention_every and "
-                             f"moe_every together): at most {MAX_PERIOD:,} is described")
-        reps, rest = divmod(stop - start, period)
-        if reps:
-            out.append(Run(tuple(_block(cfg, norm, i, causal, cross) for i in range(start, start + period)), reps))
-        out += compress([_block(cfg, norm, i, causal, cross) for i in range(stop - rest, stop)])
+    for seg_start, seg_stop, attn_period in period_segments(cfg, n_layer):
+        for start, stop in ((max(seg_start, listed), min(seg_stop, k)), (max(seg_start, k, listed), seg_stop)):
+            period = attn_period if stop <= k else math.lcm(attn_period, every)
+            if stop <= start:
+                continue
+            if period > MAX_PERIOD:
+                raise InputError(f"the layers' pattern repeats every {period:,} layers (the attention pattern and "
+                                 f"moe_every together): at most {MAX_PERIOD:,} is described")
+            reps, rest = divmod(stop - start, period)
+            if reps:
+                out.append(Run(tuple(_block(cfg, norm, i, causal, cross) for i in range(start, start + period)),
+                               reps))
+            out += compress([_block(cfg, norm, i, causal, cross) for i in range(stop - rest, stop)])
     return _merge(out)
 
 
@@ -108,12 +112,22 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
 def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     if cfg.kv_lora_rank is not None and kind == "self":  # DeepSeek's multi-head latent attention
         return flat_latent.latent_attention(cfg, Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps))
-    rope = cfg.pos_encoding == "rope" and kind == "self"
+    layer = layer_kind(cfg, i)
+    local = causal and kind == "self" and layer.local
+    rope = cfg.pos_encoding == "rope" and kind == "self" and layer.rope
+    theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
+    whole = qk_norm is not None and cfg.qk_norm_over == "projection"
+    if cfg.qk_l2_norm and rope:  # Llama 4: weightless, after RoPE, RoPE layers only
+        qk_norm = Norm("rmsnorm", cfg.head_dim, False, cfg.norm_eps, affine=False)
+    temperature = None
+    if cfg.attn_temperature_floor is not None and kind == "self" and not layer.rope:
+        temperature = (cfg.attn_temperature_floor, cfg.attn_temperature_scale)
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
-        window=cfg.layer_window(i) if causal and kind == "self" else None,
-        rope_theta=cfg.rope_theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
+        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",
         qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None,
@@ -138,4 +152,5 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
                      cfg.swiglu_limit, cfg.swiglu_alpha)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
-               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg))
+               cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
+               sigmoid_input=cfg.router_sigmoid_input)

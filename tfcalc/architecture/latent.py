@@ -93,6 +93,10 @@ class LatentAttention:
     kind: Literal["self"] = "self"
     # what a fold of ``Attention`` may read and a latent attention does not have
     window: None = None
+    chunk: None = None
+    qk_norm_whole: bool = False
+    qk_norm_after_rope: bool = False
+    temperature: None = None
     qk_norm: None = None
     softcap: None = None
     sinks: bool = False

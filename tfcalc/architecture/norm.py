@@ -19,6 +19,7 @@ class Norm:
     width: int
     bias: bool = True
     eps: float = 1e-5
+    affine: bool = True  # false: no weight at all (Llama 4's L2 norm of Q and K, modeling_llama4.py Llama4TextL2Norm)
 
     def __post_init__(self) -> None:
         if self.kind not in ("layernorm", "rmsnorm"):
@@ -29,4 +30,4 @@ class Norm:
             raise InputError("rmsnorm has no bias: leave norm_bias out (or false)")
 
     def weights(self, name: str, label: str) -> list[Weight]:
-        return norm_weights(name, label, self.width, self.bias)
+        return norm_weights(name, label, self.width, self.bias) if self.affine else []

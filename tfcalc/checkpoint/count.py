@@ -37,6 +37,7 @@ class CheckpointCount:
     surplus: dict[str, int] = field(default_factory=dict)  # component -> elements beyond what the config has
     scales: dict[str, int] = field(default_factory=dict)  # quantization scales (MXFP4's, one per 32 values)
     mtp: dict[str, int] = field(default_factory=dict)  # DeepSeek-V3's MTP modules' tensors (beside the model)
+    vision: int = 0  # elements of a vision-language checkpoint's vision tower and projector (not counted)
 
     @property
     def matched(self) -> int:
@@ -54,6 +55,7 @@ class CheckpointCount:
             "unexplained": list(self.unexplained),
             "misfits": list(self.misfits), "missing": self.missing, "surplus": self.surplus, "agree": self.agrees,
             "mtp_module": sum(self.mtp.values()),
+            "vision": self.vision,
         }
 
 
@@ -105,6 +107,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     by_dtype: dict[str, dict[str, int]] = {}
     breakdown: dict[str, int] = {}
     tied, buffers, scales, mtp, unexplained, misfits = {}, {}, {}, {}, [], []
+    vision = 0
     for t in checkpoint.tensors:
         row = by_dtype.setdefault(t.dtype, {"tensors": 0, "elements": 0, "bytes": 0})
         row["tensors"] += 1
@@ -119,6 +122,8 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
             scales[t.name] = t.numel
         elif piece == "mtp":
             mtp[t.name] = t.numel
+        elif piece == "vision":
+            vision += t.numel
         elif piece.tied:
             tied[t.name] = t.numel
         else:
@@ -134,7 +139,7 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
     return CheckpointCount(
         tuple(f.name for f in checkpoint.files), sum(t.numel for t in checkpoint.tensors),
         sum(t.nbytes for t in checkpoint.tensors), by_dtype, breakdown, tied, buffers, tuple(unexplained),
-        tuple(misfits), missing, surplus, scales, mtp,
+        tuple(misfits), missing, surplus, scales, mtp, vision,
     )
 
 

@@ -8,7 +8,11 @@ of ``attn.qkv``; ``gate``, ``up`` of an FFN's ``up``), and how the tensor is lai
 - ``neox_qkv``: GPT-NeoX interleaves per head, rows [head][q, k, v][d_head] (modeling_gpt_neox.py);
 - ``falcon_qkv``: Falcon-7B's multi-query [Q | K | V] is tfcalc's layout; with several K/V heads the
   rows are grouped, [kv head][its query heads..., k, v][d_head] (modeling_falcon.py, _split_heads);
-- ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1.
+- ``norm+1``: Gemma's RMSNorm scales by (1 + w) (modeling_gemma.py): tfcalc's weight is w + 1;
+- ``rope_pairs``: GLM-4 rotates interleaved channel pairs (modeling_glm4.py, rotate_half); tfcalc rotates
+  halves, so the rotated rows of each Q and K head are reordered (pairs (0, 1), (2, 3), ... to halves
+  0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both (Llama 4's complex RoPE too);
+- ``mT``: Llama 4's grouped experts, stored (E, in, out): each expert's matrix transposed.
 
 A layer's experts are grouped tensors in tfcalc's model (tfcalc.model.experts: ``ffn.experts.up.weight``
 (E, m·f, d), rows [gate | up] per expert, and ``ffn.experts.down.weight`` (E, d, f)). A per-expert name
@@ -63,10 +67,30 @@ def _tied_head(arch: Architecture) -> str:
 
 
 def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
-    norm = "||norm+1" if model_type in ("gemma", "gemma2") else ""  # a storage convention of the family
-    sandwich = any(b.placement == "sandwich" for b, _ in arch.output.kinds())
+    norm = "||norm+1" if model_type in ("gemma", "gemma2", "gemma3_text") else ""  # a storage convention
+    # post_attention_layernorm: the attention's output norm (Gemma 2's sandwich, OLMo 2's output norms), or
+    # the FFN's input norm (Llama; GLM-4, whose attention output norm is post_self_attn_layernorm)
+    sandwich = model_type != "glm4" and any(b.placement in ("sandwich", "output") for b, _ in arch.output.kinds())
     experts = r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts"
-    return [
+    first: list[Rule] = []
+    if model_type == "glm4":  # modeling_glm4.py: rotary on interleaved channel pairs, and its own norm names
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+                 (r"layers\.(\d+)\.post_self_attn_layernorm\.weight", "blocks.{0}.attn_post_norm.weight"),
+                 (r"layers\.(\d+)\.post_mlp_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight")]
+    if model_type == "llama4_text":  # modeling_llama4.py: complex (interleaved-pair) RoPE, feed_forward names,
+        # experts stored (E, d, 2f) and (E, f, d): the transposes of tfcalc's grouped layout
+        ff = r"layers\.(\d+)\.feed_forward\."
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+                 (ff + r"router\.weight", "blocks.{0}.ffn.router.weight"),
+                 (ff + r"experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight||mT"),
+                 (ff + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight||mT"),
+                 (ff + r"shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+                 (ff + r"shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+                 (ff + r"(gate|up)_proj\.weight", "blocks.{0}.ffn.up.weight|{1}"),
+                 (ff + r"down_proj\.weight", "blocks.{0}.ffn.down.weight")]
+    if model_type == "gemma3_text":  # its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
+    return first + [
         (r"embed_tokens\.weight", "tok_emb.weight"),
         (r"norm\.weight", "final_norm.weight" + norm),
         (r"lm_head\.weight", _tied_head(arch)),
@@ -256,14 +280,24 @@ def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
 
 
 _DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe")
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
+               "smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
+
+
+# a vision-language checkpoint (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration): its
+# language model's names behind one more prefix (transformers 5: model.language_model.; 4: language_model.
+# and language_model.model.), and its vision tower and projector, counted apart (the config's vision_params)
+MULTIMODAL = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+LANGUAGE_PREFIXES = ("language_model.model.", "language_model.")
+VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector)\..*")
 
 
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     """The compiled rules of one model type (the description decides what tied and layout-dependent names
     mean: see the module docstring)."""
     arch = cfg.architecture
+    model_type = MULTIMODAL.get(model_type, model_type)
     if model_type in _DEEPSEEK:
         table = _deepseek_rules(arch, model_type)
     elif model_type in names_more.TYPES:  # issue 22's dense types
@@ -285,9 +319,16 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
 
 def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | None:
     """A Piece, "buffer" for a known non-parameter tensor, "scales" for a quantized tensor's scales (MXFP4),
-    "mtp" for an MTP module's (DeepSeek-V3), or None when no rule explains the name."""
+    "mtp" for an MTP module's (DeepSeek-V3), "vision" for a vision-language checkpoint's vision tower and
+    projector, or None when no rule explains the name."""
+    if VISION.fullmatch(name):
+        return "vision"
     short = name
     for prefix in PREFIXES:
+        if short.startswith(prefix):
+            short = short[len(prefix):]
+            break
+    for prefix in LANGUAGE_PREFIXES:
         if short.startswith(prefix):
             short = short[len(prefix):]
             break

@@ -83,7 +83,9 @@ def infer(
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
-    (--group-size); --kv-dtype sets the cache's dtype apart. Experts stored as MXFP4 (gpt-oss) are read as stored.
+    (--group-size); --kv-dtype sets the cache's dtype apart. A sliding window of W caches W − 1 positions per layer
+    (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
+    Experts stored as MXFP4 (gpt-oss) are read as stored.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under

@@ -95,14 +95,16 @@ def memory(
 
     Weights: params × bytes per element; int8/int4/fp8 quantize the block matrices, counting their scales and zero
     points (--group-size; int4 packs two per byte), the rest in bf16. The KV cache is in --kv-dtype. KV cache:
-    2·B·T·n_layer·n_kv_head·d_head elements. Activations: what autograd keeps for the backward pass (Korthikanti et
-    al. 2022, generalized to the config; the paper's figure is shown beside). Training: weights + gradients +
-    optimizer state + activations. --measure runs the real model in a child process (CPU: its peak RSS; CUDA: the
-    allocator's peak) and refuses, before allocating, a run that the estimate says will not fit in the tightest of
-    free memory, the process's limit and its cgroup's. With --training it runs one step in the steady state
-    (gradients and optimizer state made first, without a forward pass), each step shown as it runs. Where the
-    dtype's matmuls are slow on this CPU (a timed probe), it says so and measures with stand-in matmul results of
-    the same shapes and dtype: the same bytes, without the slow arithmetic.
+    2·B·T·n_layer·n_kv_head·d_head elements; a layer with a sliding window of W keeps T ≤ W − 1 positions, a chunked
+    one T ≤ C − 1 (what a decode step reads beside its own K and V, as transformers' generate() keeps). Activations:
+    what autograd keeps for the backward pass (Korthikanti et al. 2022, generalized to the config; the paper's
+    figure is shown beside). Training: weights + gradients + optimizer state + activations. --measure runs the real
+    model in a child process (CPU: its peak RSS; CUDA: the allocator's peak) and refuses, before allocating, a run
+    that the estimate says will not fit in the tightest of free memory, the process's limit and its cgroup's. With
+    --training it runs one step in the steady state (gradients and optimizer state made first, without a forward
+    pass), each step shown as it runs. Where the dtype's matmuls are slow on this CPU (a timed probe), it says so
+    and measures with stand-in matmul results of the same shapes and dtype: the same bytes, without the slow
+    arithmetic.
 
     An encoder-decoder keeps, beside its decoder's KV cache, the cross-attention K and V of the --src-seq source
     tokens; a mixture of experts keeps activations for the top-k experts each token runs, and its weights follow

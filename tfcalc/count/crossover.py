@@ -45,7 +45,8 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     scores_bound = ffn_per_token / score_coef  # T >= this (full square)
     attention_bound = (ffn_per_token - proj_per_token) / score_coef
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if any(b.attention.window is not None for b, _ in cfg.architecture.output.kinds()):
+        if any(b.attention.window is not None or b.attention.chunk is not None
+               for b, _ in cfg.architecture.output.kinds()):  # a sliding window or chunks in some layers
             return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
@@ -79,33 +80,63 @@ def _ffn_per_token(cfg: ModelConfig) -> Fraction:
 
 def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
     """Smallest T >= 1 at which the causal scores of all the decoder's layers, Σ_l a_l·pairs_l(T)
-    (terms.causal_pairs, each layer with its own window and its own a_l = 2·H·(h + h_v): Gemma 2 alternates
-    windowed and full layers), reach L·per_token·T, or None when they never do.
+    (terms.causal_pairs, each layer with its own window or chunk and its own a_l = 2·H·(h + h_v): Gemma 2
+    alternates windowed and full layers, Llama 4 chunked and full), reach L·per_token·T, or None when they
+    never do.
 
-    g(T) = Σ_l a_l·pairs_l(T) − L·per_token·T is convex (a query's visible keys, min(p + 1, W), never
-    shrink as p grows) and g(0) = 0, so g(T)/T never decreases: the first T with g(T) >= 0 is found by
-    doubling, then bisection. When every layer is windowed, pairs_l(T) <= W_l·T (equal only for W_l = 1), so
-    it never comes when Σ_l a_l·W_l < L·per_token, nor at equality unless every window is 1; a full
-    layer's T² always gets there."""
+    g(T) = Σ_l a_l·pairs_l(T) − L·per_token·T has increments that never shrink (a query's visible keys,
+    p + 1 or min(p + 1, W), never shrink as p grows) except where a chunk of C starts ((p mod C) + 1 drops
+    to 1). Without chunks g is convex and g(0) = 0, so g(T)/T never decreases: doubling, then bisection;
+    when every layer is windowed, pairs_l(T) <= W_l·T (equal only for W_l = 1), so it never comes when
+    Σ_l a_l·W_l < L·per_token, nor at equality unless every window is 1. With chunks g is convex on each
+    period [mC, mC + C − 1] and g(mC + r) is convex in m: the first period whose larger end reaches 0
+    (doubling, then bisection over m), then the first T within it (bisection); never, when every layer is
+    local, the period's top has stopped rising and is below 0."""
     stack = cfg.architecture.output
-    kinds: Counter = Counter()  # (a_l, window) -> layers
+    kinds: Counter = Counter()  # (a_l, window, chunk) -> layers
     for block, n in stack.kinds():
         heads, h, hv = block.attention.score_dims()
-        kinds[2 * heads * (h + hv), block.attention.window] += n
+        kinds[2 * heads * (h + hv), block.attention.window, block.attention.chunk] += n
     target = stack.n_layer * per_token
+    local = all(w is not None or c is not None for _, w, c in kinds)
+    chunks = {c for _, _, c in kinds if c is not None}
+    C = chunks.pop() if len(chunks) == 1 else None  # one chunk size is all a config can give
 
-    def reached(t: int) -> bool:
-        return sum(n * a * causal_pairs(t, t, w) for (a, w), n in kinds.items()) >= target * t
+    def g(t: int) -> Fraction:
+        return sum(n * a * causal_pairs(t, t, w, c) for (a, w, c), n in kinds.items()) - target * t
 
-    if all(w is not None for _, w in kinds):
-        slope = sum(n * a * w for (a, w), n in kinds.items())
-        if slope < target or (slope == target and any(w > 1 for _, w in kinds)):
+    def first(lo: int, hi: int) -> int:
+        """Smallest t in (lo, hi] with g(t) >= 0, given g(lo) < 0 <= g(hi) and g convex on [lo, hi]."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if g(mid) >= 0 else (mid, hi)
+        return hi
+
+    if C is None:
+        if local:
+            slope = sum(n * a * w for (a, w, _), n in kinds.items())
+            if slope < target or (slope == target and any(w > 1 for _, w, _ in kinds)):
+                return None
+        hi = 1
+        while g(hi) < 0:
+            hi *= 2
+        return hi if hi == 1 else first(hi // 2, hi)
+    if C > 1 and g(C - 1) >= 0:  # within the first chunk (g(0) = 0, convex there: g(t)/t never decreases)
+        return 1 if g(1) >= 0 else first(1, C - 1)
+
+    def top(m: int) -> Fraction:  # the larger end of period m: its largest value (convex there)
+        return max(g(m * C), g(m * C + C - 1))
+
+    if local:  # every layer local: once every window is full, top is linear in m
+        m = 1 + -(-max((w or 0) for _, w, _ in kinds) // C)
+        if top(m + 1) <= top(m) and top(1) < 0:  # convex, its last slope <= 0: it never rises again
             return None
     hi = 1
-    while not reached(hi):
+    while top(hi) < 0:
         hi *= 2
-    lo = hi // 2  # not reached (or 0)
+    lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
-    return hi
+        lo, hi = (lo, mid) if top(mid) >= 0 else (mid, hi)
+    start = hi * C
+    return start if g(start) >= 0 else first(start, start + C - 1)

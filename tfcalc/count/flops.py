@@ -199,7 +199,7 @@ def _stack_matmuls(
     def scores(a: Attention, name: str, group: str, label: str, n_keys: int, layers: int) -> None:
         heads, h, hv = a.score_dims()
         # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
-        pairs = causal_pairs(queries, n_keys, a.window) if a.causal else queries * n_keys
+        pairs = causal_pairs(queries, n_keys, a.window, a.chunk) if a.causal else queries * n_keys
         add(f"{name}qk", group, f"{label}scores Q·Kᵀ", (queries, h, n_keys), batch * heads, layers,
             2 * batch * heads * h * pairs)  # 2·h FLOPs per unmasked (query, key) pair
         add(f"{name}av", group, f"{label}attention · V" if name == "attn_" else f"{label}· V",

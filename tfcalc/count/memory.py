@@ -8,7 +8,9 @@ Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf3
 
 KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
 dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
-(Mistral) caps s at W: the cache holds the last W positions, the newest token's included.
+(Mistral) caps s at W - 1: the cache holds the past positions a decode step reads beside its own K and V
+(transformers' DynamicSlidingWindowLayer, cache_utils.py); chunked attention of C (Llama 4) at C - 1,
+one chunk with the new token (README, "Sliding window").
 
 Activations (what autograd keeps for the backward pass, checked to the byte against the real module):
 tfcalc.count.activations, re-exported here.
@@ -66,7 +68,7 @@ def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_se
     an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(dtype)
     # a fold over the decoder's layers (tfcalc.architecture): each caches all seq positions, or within a
-    # sliding window the last W, of its K and V
+    # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
     own = batch * cfg.architecture.kv_elements(seq)
     return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
 
@@ -122,11 +124,10 @@ def forward_working_set(
         ffn = (2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
                + (h if cfg.shared_expert_d_ff else 0))
         bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
-        # each layer's effective window: None where it sees every position (no window, or W >= length)
-        # (layer_window repeats every full_attention_every layers: the first period holds every kind)
-        period = range(min(cfg.n_layer, cfg.full_attention_every or 1)) if causal else ()
-        windows = {cfg.layer_window(i, length) for i in period} or {None}
-        masks = sum(bias if w is None else (bias or length * length) for w in windows)
+        # each layer's effective window or chunk: (None, None) where it sees every position (none, or one
+        # of length or more); one mask per distinct span (tfcalc.model.Stack.layer_masks)
+        spans = (cfg.attention_spans(length) if causal else set()) or {(None, None)}
+        masks = sum(bias if w == (None, None) else (bias or length * length) for w in spans)
         return batch * length * max(attn, ffn) + masks
 
     logits = cfg.vocab_size * (2 if cfg.logit_softcap is not None else 1) if cfg.lm_head else 0

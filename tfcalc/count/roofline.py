@@ -5,7 +5,8 @@ Each matmul of a step (tfcalc.count.flops.matmul_entries) is a row with its FLOP
 - weights: the matrix (and its bias) in the weight format (tfcalc.count.quant: scales and zero points
   included), read once per step whatever the batch -- the whole point of batching;
 - KV: the keys (Q·Kᵀ) and values (attention·V) read, in the cache's dtype (``kv_dtype``, apart from the
-  weights'): a decode step reads context positions per sequence, min(context, W) with a sliding window;
+  weights'): a decode step reads context positions per sequence, min(context, W) with a sliding window
+  (the W - 1 cached and its own);
   each KV head once for its whole group of query heads (GQA), as fused decode kernels do;
 - activations: a linear layer reads its input (m, k) and writes its output (m, n); attention reads Q and
   writes its output; the scores never leave the fused kernel (flash attention). In the activation dtype.

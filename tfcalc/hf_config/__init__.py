@@ -5,7 +5,8 @@ rest of the architecture is what that model type's Hugging Face modelling code b
 ``gpt_bert`` for gpt2 and bert, ``llama_like`` for llama, mistral, mixtral, qwen2, qwen2_moe, qwen3,
 phi3, gemma and gemma2, ``others`` for gpt_neox, falcon, opt and t5, ``moe`` for qwen3_moe and gpt_oss,
 ``deepseek`` for deepseek_v3, kimi_k2 and deepseek_v2, ``more`` for phi, starcoder2, cohere, granite, gpt_bigcode,
-bloom and roberta; ``reader`` for what they share).
+bloom and roberta, ``recent`` for smollm3, olmo2 and glm4, ``gemma3`` and ``llama4``; ``reader`` for what they
+share, ``layers`` for per-layer attention).
 
 A key left out takes the default of that model type's Hugging Face config class. ``architectures``
 picks the head (a causal LM head, BERT's masked-LM head, or the bare model without one); ``torch_dtype``
@@ -21,13 +22,14 @@ from typing import Any, Callable
 from tfcalc import reading
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
-from tfcalc.hf_config import deepseek, gpt_bert, llama_like, moe, more, others
+from tfcalc.hf_config import deepseek, gemma3, gpt_bert, llama4, llama_like, moe, more, others, recent
 from tfcalc.hf_config.reader import Reader
 
 _MAPPERS: dict[str, Callable[[Reader], None]] = {
     "bert": gpt_bert.bert, "gpt2": gpt_bert.gpt2, **llama_like.MAPPERS, **others.MAPPERS, **moe.MAPPERS,
     **deepseek.MAPPERS,  # deepseek_v3, kimi_k2, deepseek_v2
     **more.MAPPERS,  # issue 22: phi, starcoder2, cohere, granite, gpt_bigcode, bloom, roberta
+    **recent.MAPPERS, **gemma3.MAPPERS, **llama4.MAPPERS,  # issue 22: smollm3, olmo2, glm4, gemma3, llama4
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(_MAPPERS))
 

@@ -77,11 +77,12 @@ def mixtral(r: Reader) -> None:
 
 def _qwen_windows(r: Reader) -> None:
     """Qwen2/3: the window applies only with use_sliding_window, and then (without layer_types) only
-    from layer max_window_layers on, which tfcalc cannot build unless that is every layer."""
+    from layer max_window_layers on (full attention below it: a layer_pattern)."""
     used = r.flag("use_sliding_window", False)
-    if used and r.raw.get("layer_types") is None and r.number("max_window_layers", 28, integer=True) != 0:
-        raise r.fail("'use_sliding_window' with 'max_window_layers' > 0 (full attention below that layer, "
-                     "windowed above) is not supported")
+    below = r.number("max_window_layers", 28, integer=True)
+    if used and r.raw.get("layer_types") is None and below:  # configuration_qwen2.py's layer_types
+        n = r.fields["n_layer"]
+        r.raw = {**r.raw, "layer_types": ["sliding_attention" if i >= below else "full_attention" for i in range(n)]}
     r.windows(used=used)
 
 

@@ -114,8 +114,9 @@ class Reader:
                             f"this {self.model_type} config, even with an explicit head_dim")
 
     def windows(self, window_key: str = "sliding_window", used: bool = True) -> None:
-        """Sliding windows: layer_types (transformers 5) says which layers use the window; tfcalc builds
-        every layer windowed, or every k-th layer full. Without layer_types, every layer when ``used``."""
+        """Sliding windows: layer_types (transformers 5) says which layers use the window: every layer
+        windowed, every k-th layer full (full_attention_every), or any other list (layer_pattern). Without
+        layer_types, every layer when ``used``."""
         window = self.number(window_key, None, integer=True)
         kinds = self.raw.get("layer_types")
         if kinds is None:
@@ -132,10 +133,15 @@ class Reader:
         self.fields["sliding_window"] = window
         if full:
             every = full[0] + 1
-            if every < 2 or full != list(range(every - 1, len(kinds), every)):
-                raise self.fail("'layer_types' is not every k-th layer full attention, the only alternation "
-                                "tfcalc builds (full_attention_every)")
-            self.fields["full_attention_every"] = every
+            if every >= 2 and full == list(range(every - 1, len(kinds), every)):
+                self.fields["full_attention_every"] = every
+            else:  # no period says it: each layer's kind, as runs (tfcalc.architecture.patterns)
+                from tfcalc.hf_config.layers import compact
+
+                n = self.fields.get("n_layer")
+                if n is not None and n != len(kinds):
+                    raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
+                self.fields["layer_pattern"] = compact(["full" if k == "full_attention" else "local" for k in kinds])
 
     def dtype(self) -> None:
         value = self.get("torch_dtype", aliases=("dtype",))

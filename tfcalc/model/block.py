@@ -42,9 +42,10 @@ class Block(nn.Module):
         self.ffn = MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
 
-    def _branch(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
-        """What a sub-layer adds to the residual stream x (pre and sandwich; post-norm is not additive)."""
-        y = f(norm(x))
+    def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        """What a sub-layer adds to the residual stream x (pre, sandwich and output; post-norm is not
+        additive). OLMo 2's output placement has no input norm."""
+        y = f(x if norm is None else norm(x))
         y = y if post_norm is None else post_norm(y)  # Gemma 2: norm the output before the residual add
         return y if self.residual_scale is None else y * self.residual_scale  # modeling_granite.py
 
@@ -62,7 +63,8 @@ class Block(nn.Module):
                               lambda h: self.cross_attn(h, memory, kv), x)
 
     def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
-        return self._residual(self.ffn_norm or self.attn_norm, self.ffn_post_norm, self.ffn, x)
+        norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
+        return self._residual(norm, self.ffn_post_norm, self.ffn, x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
                 store=None, cross_kv=None) -> torch.Tensor:

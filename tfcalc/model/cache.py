@@ -6,13 +6,21 @@ Layout: per layer, K of shape (B, n_kv_head, slots, d_head) and V (B, n_kv_head,
 the model's dtype, each layer's heads and widths as its ``Attention`` component has them (layers may
 differ). ``slots`` is that component's ``kv_positions`` of the longest sequence the generation reaches,
 the convention tfcalc.count.memory counts the KV bytes with (``Architecture.kv_elements``): in a layer
-without a sliding window, every position, slot p holding position p. In a layer with a sliding window of
-W (Mistral's every layer; Gemma 2's every other one), ``slots`` = min(W, longest sequence) -- the cache
-keeps only the window -- and the buffer is a ring: position p
-lives in slot p mod W, overwriting p - W, which no later query may see (Jiang et al. 2023, sec. 2,
-"rolling buffer cache"). The newest token's K and V are written before its query reads the cache, so a
-query sees at most W keys, itself included -- W slots, not W - 1 (Hugging Face's dynamic sliding-window
-cache keeps W - 1 past tokens and appends the new one: the same W keys at attention time).
+without a sliding window, every position, slot p holding position p; a decode step writes its token's K
+and V, then attends to slots 0..p (views, no copy).
+
+A layer with a sliding window of W (Mistral's every layer; Gemma 2's every other one) keeps the W - 1
+past positions a decode step needs -- the cache Hugging Face's generate() grows (cache_utils.py,
+DynamicSlidingWindowLayer keeps ``[-sliding_window + 1:]`` between steps) -- so ``slots`` =
+min(W - 1, longest sequence), a ring: position p lives in slot p mod (W - 1), overwriting p - W + 1,
+which no later query may see (Jiang et al. 2023, sec. 2, "rolling buffer cache"). A decode step attends
+to the filled slots and its own K and V, concatenated (W keys, itself included), then writes its K and
+V into the ring. (transformers' StaticSlidingWindowLayer allocates W slots instead, one for the
+incoming token: the same W keys at attention time.)
+
+A layer with chunked attention of C (Llama 4) keeps the C - 1 past positions of the current chunk:
+position p in slot p mod C, the chunk's last position never (no later query of its chunk reads it); a
+decode step attends to the slots before p mod C and its own K and V, concatenated.
 
 Keys are stored after RoPE (rotated at their own absolute positions), so the order of the slots never
 matters to attention: softmax over keys is permutation-invariant. Only ALiBi needs each slot's position
@@ -46,7 +54,8 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
     if cfg.cross_attention and cfg.arch == "decoder":
         raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which a decode run does not make")
     slots = {b.attention.kv_positions(max_tokens) for b in cfg.architecture.output.layers()}
-    if cfg.pos_encoding == "alibi" and len(slots) > 1:
+    chunked = any(b.attention.chunk is not None for b in cfg.architecture.output.layers())
+    if cfg.pos_encoding == "alibi" and (len(slots) > 1 or chunked):
         raise InputError(f"{cfg.name}: ALiBi with alternating windows is not built for decoding")
 
 
@@ -65,6 +74,8 @@ class StaticCache:
         """``attentions``: each decoder layer's self-attention component, first to last."""
         self.batch, self.max_tokens = batch, max_tokens
         self.slots = [a.kv_positions(max_tokens) for a in attentions]  # per layer
+        self.chunks = [a.chunk for a in attentions]  # per layer: its chunk, None without
+        self.windows = [a.window for a in attentions]  # per layer: its sliding window, None without
         shapes = [_shapes(a) for a in attentions]
         self.k = [torch.zeros(batch, heads, n, hs, device=device, dtype=dtype)  # (B, nkv, S, hs)
                   for ((heads, hs), _), n in zip(shapes, self.slots, strict=True)]
@@ -92,22 +103,66 @@ class StaticCache:
         """Write the new positions' K and V (B, nkv, T, hs) of one layer; return what its queries attend to.
 
         A prompt (the cache empty) attends to itself: its own k and v come back, and only its last
-        ``slots`` positions are kept. A decode step (T = 1) attends to every slot written so far, itself
-        included (views into the buffers, no copy)."""
+        ``slots`` positions are kept. A decode step (T = 1) attends to every position written so far and
+        itself (see the module docstring for windows and chunks)."""
         T, size = k.shape[2], self.slots[layer]
+        if self.chunks[layer] is not None:
+            return self._store_chunk(layer, k, v)
         if self.length == 0:
             keep = min(T, size)
-            slots = torch.arange(T - keep, T, device=k.device) % size  # ring order for a window
-            self.k[layer].index_copy_(2, slots, k[:, :, T - keep:])
-            self.v[layer].index_copy_(2, slots, v[:, :, T - keep:])
+            if keep:
+                slots = torch.arange(T - keep, T, device=k.device) % size  # ring order for a window
+                self.k[layer].index_copy_(2, slots, k[:, :, T - keep:])
+                self.v[layer].index_copy_(2, slots, v[:, :, T - keep:])
             return k, v
         if T != 1:
             raise InputError("after the prompt, the cache takes one token per sequence at a time")
-        slot = self.length % size
+        if self.windows[layer] is not None:
+            return self._store_window(layer, k, v)
+        slot = self.length
         self.k[layer][:, :, slot] = k[:, :, 0]
         self.v[layer][:, :, slot] = v[:, :, 0]
         n = min(self.length + 1, size)
         return self.k[layer][:, :, :n], self.v[layer][:, :, :n]
+
+    def _store_window(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step of a windowed layer: the ring's filled slots (the last W - 1 positions at most) and
+        the new K and V, concatenated; then the new ones written over the oldest slot."""
+        size = self.slots[layer]
+        n = min(self.length, size)
+        keys = torch.cat([self.k[layer][:, :, :n], k], dim=2)  # (B, nkv, n + 1, hs)
+        values = torch.cat([self.v[layer][:, :, :n], v], dim=2)
+        if size:  # a window of 1 keeps nothing: each query sees itself alone
+            self.k[layer][:, :, self.length % size] = k[:, :, 0]
+            self.v[layer][:, :, self.length % size] = v[:, :, 0]
+        return keys, values
+
+    def key_positions(self, layer: int, device) -> torch.Tensor:
+        """The positions of the keys a decode step of ``layer`` attends to, in the order store() returns
+        them (ALiBi's bias reads them): the filled slots, then the new token's."""
+        if self.windows[layer] is None:
+            return self.slot_positions(layer, self.length + 1, device)
+        new = torch.tensor([self.length], device=device)
+        return torch.cat([self.slot_positions(layer, self.length, device), new])
+
+    def _store_chunk(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """store() for a chunked layer (see the module docstring): a prompt keeps its last, unfinished
+        chunk; a decode step reads the chunk's past slots and its own K and V."""
+        T, chunk, size = k.shape[2], self.chunks[layer], self.slots[layer]
+        if self.length == 0:
+            n = T % chunk  # positions of the last chunk, which later tokens of that chunk read
+            self.k[layer][:, :, :n] = k[:, :, T - n:]
+            self.v[layer][:, :, :n] = v[:, :, T - n:]
+            return k, v
+        if T != 1:
+            raise InputError("after the prompt, the cache takes one token per sequence at a time")
+        r = self.length % chunk  # the new token's place in its chunk: r earlier keys of the chunk are cached
+        keys = torch.cat([self.k[layer][:, :, :r], k], dim=2)  # (B, nkv, r + 1, hs)
+        values = torch.cat([self.v[layer][:, :, :r], v], dim=2)
+        if r < size:  # the chunk's last position is read by no later query
+            self.k[layer][:, :, r] = k[:, :, 0]
+            self.v[layer][:, :, r] = v[:, :, 0]
+        return keys, values
 
     def advance(self, tokens: int) -> None:
         """Called once every layer has stored the new positions."""
@@ -119,4 +174,6 @@ class StaticCache:
         size = self.slots[layer]
         n = min(length, size)
         s = torch.arange(n, device=device)
+        if n == 0:
+            return s
         return s + size * torch.div(length - 1 - s, size, rounding_mode="floor")

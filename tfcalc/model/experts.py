@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.architecture import FFN, MoE
+from tfcalc.model import routing_input
 from tfcalc.model.layers import FeedForward, Linear, ffn_hidden
 from tfcalc.model.routing import route
 
@@ -93,6 +94,8 @@ class MixtureOfExperts(nn.Module):
         if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
             weights, chosen = route(logits, self.spec, getattr(self, "score_bias", None))
             return weights.to(flat.dtype), chosen
+        if self.spec.sigmoid_input:  # Llama 4: the weights scale the experts' inputs (routed())
+            return routing_input.route(logits, self.top_k)
         if self.renormalize:
             top, chosen = logits.topk(self.top_k, dim=-1)  # (N, k) each
             return top.float().softmax(dim=-1).to(flat.dtype), chosen
@@ -118,7 +121,11 @@ class MixtureOfExperts(nn.Module):
             rows = flat.index_select(0, tok)  # (n_e, d)
             if capacity is not None:
                 rows = F.pad(rows, (0, 0, 0, capacity - rows.shape[0]))  # (C, d): a fixed-size buffer
-            y = self.experts(rows[None], e)[0, : tok.shape[0]] * weights[tok, sl, None]  # (n_e, d)
+            if self.spec.sigmoid_input:  # Llama 4: the weight scales the input (padding rows stay 0)
+                rows = rows * F.pad(weights[tok, sl], (0, rows.shape[0] - tok.shape[0]))[:, None]
+                y = self.experts(rows[None], e)[0, : tok.shape[0]]  # (n_e, d)
+            else:
+                y = self.experts(rows[None], e)[0, : tok.shape[0]] * weights[tok, sl, None]  # (n_e, d)
             out.index_add_(0, tok, y)
         return out
 

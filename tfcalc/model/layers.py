@@ -29,7 +29,7 @@ _ACTIVATIONS = {
 def make_norm(norm: Norm) -> nn.Module:
     """The norm a ``Norm`` component describes (its kind, width, bias and eps)."""
     if norm.kind == "rmsnorm":
-        return nn.RMSNorm(norm.width, eps=norm.eps)
+        return nn.RMSNorm(norm.width, eps=norm.eps, elementwise_affine=norm.affine)
     return nn.LayerNorm(norm.width, eps=norm.eps, bias=norm.bias)
 
 
@@ -145,7 +145,10 @@ class Attention(nn.Module):
         if spec.qk_norm is not None and spec.qk_norm_heads:  # Cohere: weights per head
             self.q_norm, self.k_norm = HeadNorm(spec.qk_norm, spec.n_head), HeadNorm(spec.qk_norm, spec.n_kv_head)
         elif spec.qk_norm is not None:
-            self.q_norm, self.k_norm = make_norm(spec.qk_norm), make_norm(spec.qk_norm)
+            q_norm, k_norm = spec.qk_norms()
+            self.q_norm, self.k_norm = make_norm(q_norm), make_norm(k_norm)
+        self.qk_norm_whole, self.qk_norm_after_rope = spec.qk_norm_whole, spec.qk_norm_after_rope
+        self.temperature = spec.temperature
         self.sinks = nn.Parameter(torch.empty(spec.n_head)) if spec.sinks else None
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
@@ -153,14 +156,17 @@ class Attention(nn.Module):
         keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
-        if self.q_norm is not None:  # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...)
-            # layout, so SDPA's output does too and merging the heads stays a view (no copy)
-            q = self.q_norm(q.view(B, T, self.n_head, self.head_dim)).flatten(2)
-            k = self.k_norm(k.view(B, T, self.n_kv_head, self.head_dim)).flatten(2)
-        if rope is not None:  # on (B, T, nh, hs) views: see apply_rope
-            cos, sin = (t[:, None, :] for t in rope)  # (T, 1, r)
+        if not self.qk_norm_after_rope:
+            q, k = self._qk_norm(q, k)
+        cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
+        if cos is not None:  # on (B, T, nh, hs) views: see apply_rope
+            cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, r)
             q = apply_rope(q.view(B, T, self.n_head, self.head_dim), cos, sin).flatten(2)
             k = apply_rope(k.view(B, T, self.n_kv_head, self.head_dim), cos, sin).flatten(2)
+        if self.qk_norm_after_rope:  # Llama 4: the rotated Q and K
+            q, k = self._qk_norm(q, k)
+        if q_scale is not None:  # Llama 4's temperature on NoPE layers: (T,) factors, one per position
+            q = q * q_scale[:, None].to(q.dtype)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
         k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
         if store is not None:
@@ -169,6 +175,18 @@ class Attention(nn.Module):
         # would align it with the first key, not the last).
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
+
+
+    def _qk_norm(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.q_norm is None:
+            return q, k
+        if self.qk_norm_whole:  # OLMo 2: over the whole projections
+            return self.q_norm(q), self.k_norm(k)
+        # on (B, T, nh, hs), as Qwen3 does: the norm output keeps the (B, T, ...) layout, so SDPA's output
+        # does too and merging the heads stays a view (no copy)
+        B, T, _ = q.shape
+        return (self.q_norm(q.view(B, T, self.n_head, self.head_dim)).flatten(2),
+                self.k_norm(k.view(B, T, self.n_kv_head, self.head_dim)).flatten(2))
 
 
 class CrossAttention(nn.Module):

@@ -34,6 +34,9 @@ def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
     kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
     nested = raw.get("rope_parameters") or {}
     kind = kind or (nested.get("rope_type") if isinstance(nested, dict) else None)
+    if kind in (None, "default") and isinstance(nested, dict):  # Gemma 3: one per layer type
+        kinds = [v.get("rope_type") for v in nested.values() if isinstance(v, dict)]
+        kind = next((k for k in kinds if k not in (None, "default")), kind)
     if kind not in (None, "default") and not (kind == "yarn" and raw.get("model_type") in YARN_BUILT):
         raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
                          "the outputs would not)")
@@ -62,12 +65,13 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return torch.cat([rows[:, 0::2], rows[:, 1::2]], dim=1)
     if transform == "norm+1":
         return tensor.float() + 1.0
-    if transform in ("rope_pairs", "rope_pairs_heads"):  # Cohere: see tfcalc.checkpoint.names_more
+    if transform == "mT":
+        return tensor.mT
+    if transform == "rope_pairs_heads":  # Cohere's per-head Q/K norm weights, (heads, h): see checkpoint.names_more
         hd = block_of(cfg, piece.param).attention.head_dim
-        if transform == "rope_pairs_heads":  # (heads, h)
-            return tensor.reshape(-1, hd // 2, 2).transpose(1, 2).reshape(tensor.shape)
-        rest = tensor.shape[1:]  # rows (heads·h, ...)
-        return tensor.reshape(-1, hd // 2, 2, *rest).transpose(1, 2).reshape(tensor.shape)
+        return tensor.reshape(-1, hd // 2, 2).transpose(1, 2).reshape(tensor.shape)
+    if transform == "rope_pairs":  # GLM-4, Cohere
+        return _rope_pairs_to_halves(tensor, block_of(cfg, piece.param).attention)
     if transform not in ("neox_qkv", "falcon_qkv"):
         return tensor
     attention = block_of(cfg, piece.param).attention
@@ -83,6 +87,15 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return torch.cat([q, grouped[:, group].reshape(kv_heads * hd, *rest),
                           grouped[:, group + 1].reshape(kv_heads * hd, *rest)])
     return tensor  # falcon_qkv of a multi-query model is [Q | K | V] already
+
+
+def _rope_pairs_to_halves(tensor: torch.Tensor, attention) -> torch.Tensor:
+    """Q or K rows (heads × head_dim, ...) with the first rope_dim channels of each head rotated in
+    interleaved pairs (GLM-4) reordered to tfcalc's halves: channel 2j to j, 2j + 1 to rope_dim/2 + j."""
+    hd, r = attention.head_dim, attention.rope_dim  # r = 0 in a NoPE layer: nothing to reorder
+    order = torch.cat([torch.arange(0, r, 2), torch.arange(1, max(r, 1), 2), torch.arange(r, hd)])
+    heads = tensor.shape[0] // hd
+    return tensor.reshape(heads, hd, *tensor.shape[1:])[:, order].reshape(tensor.shape)
 
 
 def _fill(params: dict[str, torch.Tensor], written: dict[str, int], name: str, piece: Piece, rows, value,
@@ -137,7 +150,7 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
         if piece == "scales" or (isinstance(piece, Piece) and piece.transform == "mxfp4"):
             raise InputError(f"{file}: {shown(name)} is an MXFP4 tensor: tfcalc's loader reads unquantized "
                              "weights (tfcalc params counts this checkpoint; memory and infer read its format)")
-        if piece in ("buffer", "mtp") or piece.tied:
+        if piece in ("buffer", "mtp", "vision") or piece.tied:  # the vision tower is not built
             continue
         tensor = get()
         if piece.buffer:  # a buffer of the model that a checkpoint holds (DeepSeek-V3's router bias)

@@ -46,10 +46,12 @@ class Stack(nn.Module):
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
-        # per layer: its sliding window, and which of the stack's rotary tables it reads (None: no RoPE)
+        # per layer: its sliding window or chunk, and which of the stack's rotary tables it reads (None: no RoPE)
         self.windows = [b.attention.window if self.causal else None for b in layers]
+        self.chunks = [b.attention.chunk if self.causal else None for b in layers]
         keys = [None if b.attention.rope_theta is None else rope_key(b.attention) for b in layers]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
+        self.temperatures = [b.attention.temperature for b in layers]  # Llama 4's NoPE layers
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = layers[0].attention.n_head
         self._register_position_buffers()
@@ -61,31 +63,40 @@ class Stack(nn.Module):
         for name, table in tables.items():
             self.register_buffer(name, table, persistent=False)
 
-    def attention_mask(self, T: int, dtype: torch.dtype, window: int | None = None) -> torch.Tensor | None:
+    def attention_mask(self, T: int, dtype: torch.dtype, window: int | None = None,
+                       chunk: int | None = None) -> torch.Tensor | None:
         """None (SDPA applies the causal mask itself, or none), or an additive bias (nh, T, T): ALiBi's,
         causal in a decoder, in an encoder symmetric, -slope * |i - j|, as bidirectional ALiBi models use;
         or T5's learned bias per relative-position bucket (bidirectional buckets in an encoder). A sliding
-        window W shorter than T adds -inf on every key more than W - 1 positions before its query."""
+        window W shorter than T adds -inf on every key more than W - 1 positions before its query; a
+        chunk C shorter than T on every key of another chunk (i // C != j // C: Llama 4's chunked
+        attention, modeling_llama4.py)."""
         if self.positions == "relative":
             bias = self._relative_bias(T, dtype)
         elif self.positions == "alibi":
             bias = self._alibi_bias(T, dtype)
         else:
             bias = None
-        if not self.causal or window is None or window >= T:
+        window = None if window is None or window >= T else window
+        chunk = None if chunk is None or chunk >= T else chunk
+        if not self.causal or (window is None and chunk is None):
             return bias
         pos = torch.arange(T, device=self.tok_emb.weight.device)
         distance = pos[None, :] - pos[:, None]  # j - i
-        hidden = (distance > 0) | (distance <= -window)  # (T, T)
+        if chunk is not None:  # (T, T): the future, and every key of an earlier chunk
+            hidden = (distance > 0) | (pos[None, :] // chunk != pos[:, None] // chunk)
+        else:
+            hidden = (distance > 0) | (distance <= -window)  # (T, T)
         base = torch.zeros(T, T, device=pos.device, dtype=dtype) if bias is None else bias
         return base.masked_fill(hidden, float("-inf"))
 
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
-        """Each block's mask: built once per distinct effective window (Gemma 2 alternates two; a window
-        of T or more is no window), as tfcalc.count.memory.forward_working_set counts them."""
-        windows = [None if w is None or w >= T else w for w in self.windows]
-        built = {w: self.attention_mask(T, dtype, w) for w in dict.fromkeys(windows)}
-        return [built[w] for w in windows]
+        """Each block's mask: built once per distinct effective window or chunk (Gemma 2 alternates two; a
+        window or chunk of T or more is none), as tfcalc.count.memory.forward_working_set counts them."""
+        spans = [(None if w is None or w >= T else w, None if c is None or c >= T else c)
+                 for w, c in zip(self.windows, self.chunks, strict=True)]
+        built = {span: self.attention_mask(T, dtype, *span) for span in dict.fromkeys(spans)}
+        return [built[span] for span in spans]
 
     def _alibi_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
         pos = torch.arange(T, device=self.alibi.device)
@@ -117,7 +128,7 @@ class Stack(nn.Module):
         bias)."""
         if self.positions != "alibi":
             return None
-        positions = cache.slot_positions(0, cache.length + 1, self.alibi.device)
+        positions = cache.key_positions(0, self.alibi.device)
         distance = (positions - cache.length).to(torch.float32)  # <= 0
         return (self.alibi.float()[:, None, None] * distance).to(dtype)
 
@@ -144,9 +155,7 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        window = self.windows[0]
-        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, None if window is None or window >= T
-                                                                else window)
+        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, self.windows[0], self.chunks[0])
 
     def _ropes(self, start: int, T: int, dtype: torch.dtype) -> list:
         """Each layer's cos and sin of positions start .. start + T - 1 (sliced once per distinct table),
@@ -155,7 +164,14 @@ class Stack(nn.Module):
         for j in range(len(self.ropes)):
             cos, sin = (getattr(self, name) for name in rope_buffer_names(j))
             tables.append((cos[start:start + T].to(dtype), sin[start:start + T].to(dtype)))
-        return [None if j is None else tables[j] for j in self.layer_ropes]
+        out = [None if j is None else tables[j] for j in self.layer_ropes]
+        for i, temp in enumerate(self.temperatures):
+            if temp is not None:  # modeling_llama4.py: 1 + attn_scale·log1p(floor((p + 1) / floor_scale))
+                floor, scale = temp
+                pos = torch.arange(start, start + T, device=self.tok_emb.weight.device, dtype=torch.float32)
+                factors = torch.log1p(torch.floor((pos + 1.0) / floor)) * scale + 1.0
+                out[i] = (*(out[i] or (None, None)), factors)
+        return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)

@@ -159,7 +159,10 @@ class FlopsReport(WorkloadFields, Displayed):
                          if None not in (causal.scores_vs_ffn, causal.attention_vs_ffn) else
                          f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
                          f"{_at(causal.attention_vs_ffn)} (with a sliding window of {cfg.sliding_window:,} keys the "
-                         "causal scores grow like W·T, not T²)")
+                         "causal scores grow like W·T, not T²)" if cfg.sliding_window else
+                         f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
+                         f"{_at(causal.attention_vs_ffn)} (with chunks of {cfg.attention_chunk_size:,} keys the "
+                         "causal scores grow like C·T, not T²)")
         return (
             f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
             f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "

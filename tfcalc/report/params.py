@@ -129,6 +129,10 @@ class ParamsReport(Displayed):
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
                          "so one real block of each stack was built on meta and its parameters counted times the "
                          "depth.")
+        if cfg.vision_params is not None:
+            notes.append(f"vision tower and projector: {cfg.vision_params:,} parameters beside the language model's "
+                         f"{self.analytic_total:,}, not counted in it ({self.analytic_total + cfg.vision_params:,} "
+                         "in the whole vision-language model); every figure here is the language model's.")
         if cfg.arch == "encoder" and not cfg.lm_head:
             notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
@@ -166,6 +170,7 @@ class ParamsReport(Displayed):
                 "rel_error": self.approximation_rel_error,
             },
             "nominal_params": self.cfg.nominal_params,
+            "vision_params": self.cfg.vision_params,  # a multimodal checkpoint's vision tower, not in the total
             "nominal_rel_difference": self.nominal_rel_difference,
             "tied_embeddings": self.cfg.tie_embeddings,
             "weights_bytes": self.weights_bytes,

@@ -42,7 +42,8 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     if cfg.arch == "encoder":
         t.add("KV cache", r.kv_cache, "none: an encoder generates no tokens")
     else:
-        window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else ""
+        window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else (
+            f"; chunks of {cfg.attention_chunk_size:,}" if cfg.attention_chunk_size else "")
         if r.kv_cache_expanded is None:
             t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
         else:  # DeepSeek's latent attention (tfcalc.architecture.latent)
