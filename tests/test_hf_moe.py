@@ -88,9 +88,7 @@ def test_forward_flops_equal_batched_mm(saved, name):
     assert flops_count.forward_flops(load(str(folder / "config.json")), 2, T) == counter.get_total_flops() - rotary
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="transformers keeps W - 1 past positions of a window; tfcalc W until the window "
-    "convention of issue 22 lands")) if n == "gpt_oss" else n for n in TINY])
+@pytest.mark.parametrize("name", TINY)  # gpt-oss windows: W - 1 cached, as transformers keeps
 def test_kv_bytes_equal_the_cache_transformers_allocates(saved, name):
     import torch
 
