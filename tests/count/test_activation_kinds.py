@@ -39,9 +39,9 @@ def remix(arch: Architecture, draw) -> Architecture:
             a, changes = block.attention, {}
             if a.causal:
                 changes["window"] = draw(st.sampled_from([None, 1, 3]), label="window")
+                changes["chunk"] = None  # a window replaces the flat fields' chunk (one or the other per layer)
             if not stack.name:  # sinks (gpt-oss): written out, one more logit per softmax row
                 changes["sinks"] = draw(st.booleans(), label="sinks")
-                changes["chunk"] = None  # a window replaces the flat fields' chunk (one or the other per layer)
             head_dim = draw(st.sampled_from([a.head_dim, 2, 6]), label="head_dim")
             changes["head_dim"] = head_dim
             if stack.embeddings.positions not in ("alibi", "relative"):  # their biases have the stack's heads
