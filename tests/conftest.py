@@ -198,3 +198,26 @@ def assert_one_line_error(r: CliResult, message: str, code: int = 2) -> None:
     assert r.out == ""
     assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error:"), r.err
     assert message in r.err
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> (transformers model, folder it was saved to), built once per case of tests/hf_tiny.py and
+    module (tests/test_hf_models.py, test_hf_moe.py, test_hf_dense.py)."""
+    import warnings
+
+    from hf_tiny import build
+
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            model = build(name)
+            folder = tmp_path_factory.mktemp(name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.save_pretrained(folder)
+            made[name] = model, folder
+        return made[name]
+
+    return get

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 
 import pytest
 from conftest import assert_one_line_error
-from hf_tiny import CASES, T, build, inputs
+from hf_tiny import CASES, T, inputs
 from hub_dense import BLOOM_560M, COMMAND_R, GRANITE_3_1_8B, OPT_350M, PHI_2, ROBERTA_BASE, STARCODER, STARCODER2_15B
 
 from tfcalc.count import memory, params as count
@@ -80,23 +79,6 @@ def test_opt_350m_projections_are_in_the_breakdown(tmp_path):
     assert breakdown["token_embedding"] == 50272 * 512 and breakdown["position_embedding"] == 2050 * 1024
     assert breakdown["embedding_project_in"] == breakdown["lm_head_project_out"] == 512 * 1024
     assert breakdown["lm_head"] == 0  # the tied token table, counted there
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            model = build(name)
-            folder = tmp_path_factory.mktemp(name)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model.save_pretrained(folder)
-            made[name] = model, folder
-        return made[name]
-
-    return get
 
 
 def _cache_bytes(cache) -> int:

@@ -7,10 +7,9 @@ scores are two explicit matmuls over the full square, tfcalc's convention)."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
-from hf_tiny import ALIASES, CASES, SOURCE, T, build, inputs, output
+from hf_tiny import ALIASES, CASES, SOURCE, T, inputs, output
 
 from tfcalc.count import flops as flops_count, params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
@@ -18,24 +17,6 @@ from tfcalc.measure.params import measure_params
 from tfcalc.presets import load
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """name -> (transformers model, folder it was saved to), built once per case."""
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            model = build(name)
-            folder = tmp_path_factory.mktemp(name)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model.save_pretrained(folder)
-            made[name] = model, folder
-        return made[name]
-
-    return get
 
 
 def test_every_supported_type_has_a_case():

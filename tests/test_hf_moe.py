@@ -7,10 +7,9 @@ K/V tensors transformers' DynamicCache holds after a forward pass), and their ch
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
-from hf_tiny import T, build, inputs
+from hf_tiny import T, inputs
 from hub_moe import PUBLISHED
 from test_hf_reference import transformers_total
 
@@ -52,23 +51,6 @@ def test_qwen3_moe_dense_layers_are_the_listed_ones(tmp_path):
     assert moe == [i not in (3, 7) and (i + 1) % 2 == 0 for i in range(48)]
     assert cfg.dense_layers == (3, 7) and cfg.moe_every == 2 and cfg.dense_d_ff == 6144
     assert count.total(cfg) == transformers_total(data)
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            model = build(name)
-            folder = tmp_path_factory.mktemp(name)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model.save_pretrained(folder)
-            made[name] = model, folder
-        return made[name]
-
-    return get
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -88,14 +88,7 @@ def siglip_params(v: Reader) -> dict[str, int]:
     ((image / patch)² of them), L pre-norm blocks (two LayerNorms, Q/K/V/O h×h with biases, MLP h -> i -> h
     with biases), a final LayerNorm, and with vision_use_head the attention-pooling head (a probe, torch's
     MultiheadAttention: in-projection 3h×h + 3h, out h×h + h; a LayerNorm; an MLP)."""
-    def size(key: str, default: int) -> int:
-        value = v.get(key, default)
-        if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
-            value = value[0]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise v.fail(f"'{key}' must be a positive integer; got {shown(value)}")
-        return value
-
+    size = v.size
     h, i, n = size("hidden_size", 768), size("intermediate_size", 3072), size("num_hidden_layers", 12)
     c, image, patch = size("num_channels", 3), size("image_size", 224), size("patch_size", 16)
     mlp = h * i + i + i * h + h

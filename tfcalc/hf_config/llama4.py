@@ -96,14 +96,7 @@ def vision_params(v: Reader, d_text: int) -> int:
     Q/K/V/O h×h with biases, MLP h -> i -> h with biases), the pixel-shuffle adapter's two bias-free
     Linears (i -> projector_input_dim, projector_output_dim -> projector_output_dim), and the projector
     vision_output_dim -> text d (bias with multi_modal_projector_bias)."""
-    def size(key: str, default: int) -> int:
-        value = v.get(key, default)
-        if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
-            value = value[0]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise v.fail(f"'{key}' must be a positive integer; got {shown(value)}")
-        return value
-
+    size = v.size
     h, i, n = size("hidden_size", 768), size("intermediate_size", 5632), size("num_hidden_layers", 34)
     c, image, patch = size("num_channels", 3), size("image_size", 448), size("patch_size", 14)
     p_in, p_out, out = size("projector_input_dim", 4096), size("projector_output_dim", 4096), size(

@@ -38,6 +38,16 @@ class Reader:
     def fail(self, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: {message}")
 
+    def size(self, key: str, default: int) -> int:
+        """A positive integer size (a vision config's [n, n] pair as n: image_size, patch_size), one line
+        naming the key otherwise."""
+        value = self.get(key, default)
+        if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
+            value = value[0]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(f"'{key}' must be a positive integer; got {shown(value)}")
+        return value
+
     def get(self, key: str, default: Any = None, aliases: tuple[str, ...] = ()) -> Any:
         """The value of key (or of the first alias present, as older files spell it), null as absent."""
         for name in (key, *aliases):
