@@ -8,6 +8,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import (
+    BandwidthEfficiency,
     Batches,
     CopySize,
     Device,
@@ -20,6 +21,7 @@ from tfcalc.cli.options import (
     GroupSize,
     Json,
     KvDType,
+    MatmulEfficiency,
     Measure,
     Overrides,
     Repeat,
@@ -60,12 +62,8 @@ def infer(
     warmup: Warmup = 3,
     repeat: Repeat = 10,
     copy_size: CopySize = None,
-    matmul_efficiency: Annotated[Optional[float], typer.Option(
-        "--matmul-efficiency", help="Run every matmul at this share of the datasheet peak instead of the GEMM-shape "
-        "model (tile and wave quantization).", show_default=False, metavar="F")] = None,
-    bandwidth_efficiency: Annotated[Optional[float], typer.Option(
-        "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
-        "device's, 0.85].", show_default=False, metavar="F")] = None,
+    matmul_efficiency: MatmulEfficiency = None,
+    bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
     format: FormatOption = Format.table,
     table: TableOption = None,

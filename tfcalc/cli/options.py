@@ -124,6 +124,13 @@ CopySize = Annotated[Optional[str], typer.Option(
     "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
+# the performance model's two overrides (tfcalc.count.perf), the same for plan and infer
+MatmulEfficiency = Annotated[Optional[float], typer.Option(
+    "--matmul-efficiency", help="Run every matmul at this share of the datasheet peak instead of the GEMM-shape "
+    "model (tile and wave quantization); the rest of the model stays.", show_default=False, metavar="F")]
+BandwidthEfficiency = Annotated[Optional[float], typer.Option(
+    "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
+    "device's, 0.85].", show_default=False, metavar="F")]
 RequireFit = Annotated[bool, _flag("--require-fit", help="For scripts: exit 1 (after the answer) when it does not "
                                    "fit; 0 when it does.")]
 Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]

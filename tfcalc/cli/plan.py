@@ -13,11 +13,13 @@ from tfcalc.cli.options import (
     COUNTS_RULE,
     FSDP,
     TP,
+    BandwidthEfficiency,
     DType,
     Exact,
     Format,
     FormatOption,
     Json,
+    MatmulEfficiency,
     Measure,
     Model,
     Nproc,
@@ -91,12 +93,8 @@ def plan(
         "--mfu", help="End-to-end MFU to assume: the step time at which model FLOPs / (time × peak × GPUs) is F, "
         "so the printed MFU is F [default: the performance model's prediction].", show_default=False,
         metavar="F")] = DEFAULT_MFU,
-    matmul_efficiency: Annotated[Optional[float], typer.Option(
-        "--matmul-efficiency", help="Run every matmul at this share of the datasheet peak instead of the GEMM-shape "
-        "model (tile and wave quantization); the rest of the model stays.", show_default=False, metavar="F")] = None,
-    bandwidth_efficiency: Annotated[Optional[float], typer.Option(
-        "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
-        "device's, 0.85].", show_default=False, metavar="F")] = None,
+    matmul_efficiency: MatmulEfficiency = None,
+    bandwidth_efficiency: BandwidthEfficiency = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
