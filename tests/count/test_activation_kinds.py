@@ -10,6 +10,7 @@ import dataclasses
 
 import torch
 from conftest import MIXTRAL_LIKE, configs, tiny
+from deepseek_configs import latent_configs
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.architecture import Architecture, Norm, Stack, compress
@@ -93,6 +94,34 @@ def test_per_layer_widths_windows_and_nope_keep_what_autograd_saves(base, batch,
     cfg = with_architecture(base, remix(base.architecture, data.draw))
     seq, src_seq = _draw_lengths(cfg, batch, data)
     assert _saved(cfg, batch, seq, src_seq) == activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=latent_configs(), batch=st.integers(1, 3), data=st.data())
+def test_latent_attention_keeps_what_autograd_saves(cfg, batch, data):
+    """DeepSeek-shaped models (latent attention with or without a compressed Q, V heads as wide as Q's or
+    not, one head or several, dense first layers, DeepSeek's routing): the fold equals autograd's saved
+    tensors (it was 0.79x of them before the latent terms, tfcalc.count.activation_terms step 11)."""
+    seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
+    assert _saved(cfg, batch, seq, None) == activations(cfg, batch, seq, "fp32").stored
+
+
+def test_hand_derived_latent_attention_terms():
+    """Per token, fp32 (e = 4), h = 32, H = 4 heads, c_q = 16, c = 12, h_n = 8, h_r = 4, h_v = 8 (so SDPA runs
+    its math kernel on CPU), batch 2, seq 5, RMSNorm: Q latent norm 4·2·16 + 4 = 132 and W_qb's input 64;
+    KV latent norm 4·2·12 + 4 = 100 plus the rest of W_kva's output it views, 4·4 = 16, and W_kvb's input 48:
+    "latent" 360. Q and K 2·4·4·12 = 384, V 4·4·8 = 128: "qkv" 512; softmax output 4·4·5 = 80; output 128.
+    With h_v = 12 the fused kernel runs: V a view of W_kvb's output 4·4·(8 + 12) = 320, log-sum-exp 16."""
+    from tfcalc.architecture import LatentAttention
+    from tfcalc.count.activation_terms import latent_terms
+
+    att = LatentAttention(d_model=32, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                          v_head_dim=8, q_lora_rank=16)
+    assert latent_terms(att, 2, 5, 4, "math") == {"latent": 360, "rope_qk": 0, "attn_output": 128, "qkv": 512,
+                                                  "attn_scores": 80, "softmax_stats": 0}
+    wide = dataclasses.replace(att, v_head_dim=12)
+    assert latent_terms(wide, 2, 5, 4, "flash") == {"latent": 360, "rope_qk": 0, "attn_output": 192,
+                                                    "qkv": 384 + 320, "attn_scores": 0, "softmax_stats": 16}
 
 
 def test_an_encoder_decoders_dense_encoder_layers():

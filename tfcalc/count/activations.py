@@ -82,10 +82,11 @@ EXPLICIT_BIAS = ("alibi", "relative")  # positions added to the scores as an exp
 def block_kernel(stack: Stack, block: Block) -> str:
     """The kernel tfcalc's module runs for this block on CPU: SDPA's fused kernel ("flash"), or "math"
     under an explicit mask (ALiBi's bias, T5's relative bias), with soft-capped scores or with sinks
-    (written out)."""
+    (written out), and with V heads of another width than Q's and K's (a latent attention's h_v beside
+    h_n + h_r: SDPA's fused CPU kernel takes one head width, so PyTorch falls back to its math kernel)."""
     a = block.attention
     explicit = stack.embeddings.positions in EXPLICIT_BIAS or a.softcap is not None or a.sinks
-    return "math" if explicit else "flash"
+    return "math" if explicit or a.v_dim != a.head_dim else "flash"
 
 
 def default_attention(cfg: ModelConfig) -> str:
