@@ -54,7 +54,7 @@ def test_flops_equal_flop_counter_mode_on_cpu(cfg, batch, data):
     src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
         cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
     m = measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu")
-    b = count_flops.breakdown(cfg, batch, seq, src_seq=src_seq)
+    b = count_flops.breakdown(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq))
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
 
@@ -68,6 +68,8 @@ def test_kv_bytes_equal_the_cache_the_model_allocates(cfg, batch, data):
     except InputError:
         assume(False)
     cache = build_model(cfg, "meta").new_cache(batch, tokens)  # fp32 buffers on meta: sizes, no memory
-    own = kv_cache_bytes(cfg, batch, tokens, "fp32") - cross_kv_cache_bytes(cfg, batch, tokens, "fp32")
+    own = kv_cache_bytes(cfg, Workload(batch=batch, seq=tokens, dtype="fp32")) - cross_kv_cache_bytes(
+        cfg, Workload(batch=batch, seq=tokens, dtype="fp32")
+    )
     assert cache.nbytes == own  # the cross-attention K and V are allocated once the encoder has run
     assert own == 4 * batch * cfg.architecture.kv_elements(tokens)

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tfcalc.count import flops as flops_count, memory as mem, params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -81,8 +82,10 @@ def test_latent_cache_is_the_latent_and_the_rotary_key():
     """The paper's Table 1 (arXiv 2405.04434): MLA caches (d_c + d_h^R)·l elements per token: 576 per layer
     for DeepSeek-V3, against 2·128·(128 + 64)... expanded K and V heads would hold."""
     cfg = load("deepseek-v3")
-    assert mem.kv_cache_bytes(cfg, 1, 1000, "bf16") == 1000 * 61 * (512 + 64) * 2
-    assert mem.kv_cache_expanded_bytes(cfg, 1, 1000, "bf16") == 1000 * 61 * 128 * (192 + 128) * 2
+    assert mem.kv_cache_bytes(cfg, Workload(batch=1, seq=1000, dtype="bf16")) == 1000 * 61 * (512 + 64) * 2
+    assert (
+        mem.kv_cache_expanded_bytes(cfg, Workload(batch=1, seq=1000, dtype="bf16")) == 1000 * 61 * 128 * (192 + 128) * 2
+    )
 
 
 def test_yarn_scale_and_attention_factor():
@@ -154,11 +157,14 @@ def test_kv_cache_equals_what_transformers_allocates(tmp_path, name):
     with torch.no_grad():
         cache = model(ids, use_cache=True).past_key_values
     hf = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-    assert hf == mem.kv_cache_bytes(cfg, 2, 9, "fp32")
+    assert hf == mem.kv_cache_bytes(cfg, Workload(batch=2, seq=9, dtype="fp32"))
     ours = tfcalc.load_model(str(folder)).new_cache(2, 9)
     assert ours.nbytes == hf
     a = cfg.architecture.output.layer(0).attention
-    assert mem.kv_cache_expanded_bytes(cfg, 2, 9, "fp32") == 2 * 9 * 3 * a.n_head * (a.head_dim + a.v_dim) * 4
+    assert (
+        mem.kv_cache_expanded_bytes(cfg, Workload(batch=2, seq=9, dtype="fp32"))
+        == 2 * 9 * 3 * a.n_head * (a.head_dim + a.v_dim) * 4
+    )
 
 
 def test_prompt_then_decode_steps_give_transformers_logits(tmp_path):
@@ -253,7 +259,9 @@ def test_params_shows_dense_and_moe_layers_apart_and_the_mtp_module(cli):
 def test_memory_and_infer_name_the_expanded_cache_beside_the_latent(cli):
     cfg = load("deepseek-v3")
     m = cli("memory", "deepseek-v3", "--seq", "4096", "--json").json()
-    assert m["kv_cache_bytes"] == mem.kv_cache_bytes(cfg, 1, 4096, "bf16") == 4096 * 61 * 576 * 2
+    assert (
+        m["kv_cache_bytes"] == mem.kv_cache_bytes(cfg, Workload(batch=1, seq=4096, dtype="bf16")) == 4096 * 61 * 576 * 2
+    )
     assert m["kv_cache_expanded_bytes"] == 4096 * 61 * 128 * (192 + 128) * 2
     assert "KV cache, latent (MLA)" in cli("memory", "deepseek-v3", "--seq", "4096").out
     i = cli("infer", "deepseek-v3", "--seq", "4096", "--gen", "16", "--json").json()
@@ -271,7 +279,11 @@ def test_a_decode_step_reads_the_latent_cache_once():
 
     cfg = load("deepseek-v3")
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
-    assert sum(r.kv_bytes for r in step.rows) == mem.kv_cache_bytes(cfg, 2, 1000, "bf16") == 2 * 1000 * 61 * 576 * 2
+    assert (
+        sum(r.kv_bytes for r in step.rows)
+        == mem.kv_cache_bytes(cfg, Workload(batch=2, seq=1000, dtype="bf16"))
+        == 2 * 1000 * 61 * 576 * 2
+    )
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -297,11 +309,14 @@ def test_random_latent_models_hold_every_count(cfg, batch, data):
                  for t, copies in stage_tensors(cfg, 1, 0))
     assert shards == count.total(cfg)
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
-    m, b = measure_flops(cfg, Workload(batch=batch, seq=seq), "cpu"), flops_count.breakdown(cfg, batch, seq)
+    m, b = (
+        measure_flops(cfg, Workload(batch=batch, seq=seq), "cpu"),
+        flops_count.breakdown(cfg, Workload(batch=batch, seq=seq)),
+    )
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     cache = model.new_cache(batch, seq)
-    assert cache.nbytes == mem.kv_cache_bytes(cfg, batch, seq, "fp32")
+    assert cache.nbytes == mem.kv_cache_bytes(cfg, Workload(batch=batch, seq=seq, dtype="fp32"))
 
 
 def test_the_memory_warm_up_copy_keeps_a_dense_and_a_moe_layer():
@@ -329,4 +344,4 @@ def test_forward_flops_equal_flop_counter_mode_with_batched_experts(tmp_path, na
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(**inputs(name))
     rotary = sum(sum(ops.values()) for path, ops in counter.get_flop_counts().items() if path.endswith("rotary_emb"))
-    assert counter.get_total_flops() - rotary == flops_count.forward_flops(cfg, 2, 10)
+    assert counter.get_total_flops() - rotary == flops_count.forward_flops(cfg, Workload(batch=2, seq=10))

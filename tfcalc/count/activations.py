@@ -71,6 +71,7 @@ from tfcalc.count.activation_terms import (
     shared_input_bytes,
 )
 from tfcalc.count.dtypes import activation_element_bytes
+from tfcalc.workload import Workload
 
 ATTENTION_KERNELS = ("flash", "math")
 TRAINING_ATTENTION = "flash"  # what a training request assumes unless told: every current stack runs a fused kernel
@@ -242,11 +243,13 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
     return out
 
 
-def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
-                recompute: str = "none", dropout: bool = False, *, src_seq: Optional[int] = None) -> Activations:
-    """Training activations at (batch, seq) in dtype; attention None means each block's kernel in tfcalc's
-    module (``block_kernel``; for cross-attention, which has no mask, the fused kernel unless capped). An
-    encoder-decoder (or a stack with cross-attention) reads src_seq source tokens (default: seq)."""
+def activations(cfg: ModelConfig, w: Workload, attention: Optional[str] = None, recompute: str = "none",
+                dropout: bool = False) -> Activations:
+    """Training activations of w.batch sequences of w.seq tokens in w.dtype; attention None means each
+    block's kernel in tfcalc's module (``block_kernel``; for cross-attention, which has no mask, the fused
+    kernel unless capped). An encoder-decoder (or a stack with cross-attention) reads w.src_seq source
+    tokens (default: w.seq)."""
+    batch, seq, dtype, src_seq = w.batch, w.seq, w.dtype, w.src_seq
     if recompute not in RECOMPUTE:
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
     if attention is not None and attention not in ATTENTION_KERNELS:

@@ -53,6 +53,7 @@ from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public n
 )
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_activations import korthikanti_bytes  # noqa: F401  (re-exported: memory's public names)
+from tfcalc.workload import Workload
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -63,37 +64,35 @@ def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
     return weight_bytes(param_total(cfg), dtype)
 
 
-def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
-    """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
-    an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
-    check_dtype(dtype)
-    # a fold over the decoder's layers (tfcalc.architecture): each caches all seq positions, or within a
+def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """The cache the workload ends with: 2 · b · s · L · n_kv_head · d_head elements (K and V of every
+    decoder layer and position, s = w.seq + w.gen) in the KV dtype ``w.kv``; an encoder-decoder adds its
+    cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
+    check_dtype(w.kv)
+    # a fold over the decoder's layers (tfcalc.architecture): each caches all positions, or within a
     # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
-    own = batch * cfg.architecture.kv_elements(seq)
-    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+    own = w.batch * cfg.architecture.kv_elements(w.seq + w.gen)
+    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
 
 
-def kv_cache_expanded_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *,
-                            src_seq: Optional[int] = None) -> int:
+def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
     """kv_cache_bytes with a latent attention's cache counted as the K and V heads it expands to (what a
     server without MLA support would cache: tfcalc.architecture.latent, step 4); the same for every other
     attention."""
-    check_dtype(dtype)
-    own = batch * cfg.architecture.expanded_kv_elements(seq)
-    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+    check_dtype(w.kv)
+    own = w.batch * cfg.architecture.expanded_kv_elements(w.seq + w.gen)
+    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
 
 
-def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str) -> int:
-    """An encoder-decoder's cross-attention K and V of the src_seq source positions, in every decoder
-    layer: 2 · b · S · L · n_kv_head · d_head elements, computed once from the encoder output; 0 otherwise."""
-    check_dtype(dtype)
-    return weight_bytes(batch * cfg.architecture.cross_kv_elements(src_seq), dtype)
+def cross_kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """An encoder-decoder's cross-attention K and V of the S = w.src_seq source positions (default: w.seq),
+    in every decoder layer: 2 · b · S · L · n_kv_head · d_head elements in ``w.kv``, computed once from the
+    encoder output; 0 otherwise."""
+    check_dtype(w.kv)
+    return weight_bytes(w.batch * cfg.architecture.cross_kv_elements(w.src_seq or w.seq), w.kv)
 
 
-def forward_working_set(
-    cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None, *,
-    src_seq: Optional[int] = None
-) -> int:
+def forward_working_set(cfg: ModelConfig, w: Workload, attention: Optional[str] = None) -> int:
     """Bytes alive at once during a no-grad forward pass, beyond the weights: the largest of
     1. attention: residual x and norm output (2h), fused QKV output (q + 2k), rotated Q, K (q + k, RoPE),
        SDPA output (q), projection output (h); math attention adds Q, K, V copies (3q) and the scores
@@ -112,7 +111,8 @@ def forward_working_set(
     stays alive and cross-attention adds a stage: x, norm output and projection output (3h), Q and the
     SDPA output (2q) per target token, K/V (2k) per source token (math: the scores and softmax, 2·a·S per
     target token). A decoder-only stack with cross-attention keeps its S external states alive likewise."""
-    e, h, q, k, f, a = activation_element_bytes(dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
+    batch, seq, src_seq = w.batch, w.seq, w.src_seq
+    e, h, q, k, f, a = activation_element_bytes(w.dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
     kernel = attention or default_attention(cfg)
 
     def stack(length: int, causal: bool = True) -> int:
@@ -141,7 +141,7 @@ def forward_working_set(
     return e * max(stack(src, causal=False), batch * src * h + max(stack(seq), cross, head))
 
 
-def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
-    """Weights plus a KV cache of seq positions (and an encoder-decoder's cross-attention cache of
-    src_seq source positions, default seq): what must fit to serve a context of seq tokens."""
-    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype, src_seq=src_seq)
+def inference_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """Weights in w.dtype plus the KV cache of w.seq + w.gen positions (and an encoder-decoder's
+    cross-attention cache of w.src_seq source positions, default w.seq): what must fit to serve them."""
+    return weights_bytes(cfg, w.dtype) + kv_cache_bytes(cfg, w)

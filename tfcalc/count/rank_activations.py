@@ -46,7 +46,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import SCORE_TERMS, Activations, activations
 from tfcalc.count.shard import stage_blocks
-from tfcalc.workload import Layout
+from tfcalc.workload import Layout, Workload
 
 SPLIT = frozenset({
     "qkv", "rope_qk", "qk_norm", "attn_scores", "softmax_stats", "attn_output", "scores_dropout",
@@ -134,10 +134,16 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     return out
 
 
-def training_activations(cfg: ModelConfig, layout: Layout, *, src_seq: Optional[int] = None) -> Activations:
-    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
-    return activations(cfg, layout.micro_batch, layout.seq, layout.dtype, layout.attention, layout.recompute,
-                       layout.dropout, src_seq=src_seq)
+def micro_batch(layout: Layout, src_seq: Optional[int] = None) -> Workload:
+    """One micro-batch of the layout as a workload (an encoder-decoder's src_seq source tokens, default its seq)."""
+    return Workload(batch=layout.micro_batch, seq=layout.seq, src_seq=src_seq, dtype=layout.dtype)
+
+
+def training_activations(cfg: ModelConfig, layout: Layout, w: Optional[Workload] = None) -> Activations:
+    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout); ``w``,
+    when given, the request the layout runs (its source length)."""
+    return activations(cfg, micro_batch(layout, w.src_seq if w is not None else None), layout.attention,
+                       layout.recompute, layout.dropout)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:

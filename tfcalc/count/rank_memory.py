@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
-from tfcalc.count.rank_activations import stage_activation_bytes
+from tfcalc.count.rank_activations import micro_batch, stage_activation_bytes
 from tfcalc.count.shard import (
     fsdp_shard,
     module_tensors,
@@ -42,7 +42,7 @@ from tfcalc.count.shard import (
     tp_local_shape,
     units,
 )
-from tfcalc.workload import Layout
+from tfcalc.workload import Layout, Workload
 
 FP32 = 4
 ADAM_MOMENTS = 2 * FP32  # exp_avg and exp_avg_sq, fp32
@@ -116,15 +116,14 @@ def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _activations(cfg: ModelConfig, micro_batch: int, seq: int, dtype: str, attention: str, recompute: str,
-                 dropout: bool) -> Activations:
+def _activations(cfg: ModelConfig, w: Workload, attention: str, recompute: str, dropout: bool) -> Activations:
     """The single-device terms of one micro-batch; a search prices many layouts of the same terms."""
-    return activations(cfg, micro_batch, seq, dtype, attention, recompute, dropout)
+    return activations(cfg, w, attention, recompute, dropout)
 
 
 def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
     L = layout
-    return _activations(cfg, L.micro_batch, L.seq, L.dtype, L.attention, L.recompute, L.dropout)
+    return _activations(cfg, micro_batch(L), L.attention, L.recompute, L.dropout)
 
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:

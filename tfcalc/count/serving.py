@@ -23,7 +23,7 @@ A request is ``seq`` prompt tokens then ``gen`` generated tokens per sequence, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
@@ -187,7 +187,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     _check(seq, gen)
     prefill = prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq)
     weights = weights_bytes(cfg, fmt)
-    kv = kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq=src_seq)
+    kv = kv_cache_bytes(cfg, replace(w, src_seq=src_seq))
     first = decode_s = bytes_per_token = bound = decode_over = None
     if gen > 1:
         def step(context: int) -> Step:
@@ -210,7 +210,7 @@ def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: in
     """The largest batch whose weights + KV cache (w.seq + w.gen positions) fit; 0 if the weights do not."""
     weights, src_seq = weights_bytes(cfg, fmt), decoder_source(cfg, w.seq, w.src_seq)
     def need(b: int) -> int:
-        return weights + kv_cache_bytes(cfg, b, w.seq + w.gen, w.kv, src_seq=src_seq)
+        return weights + kv_cache_bytes(cfg, replace(w, batch=b, src_seq=src_seq))
 
     return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 

@@ -53,6 +53,7 @@ from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
 from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload
 
 CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
 # Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
@@ -108,11 +109,12 @@ class StepTime:
 
 def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     """(model, executed) FLOPs of one step of global_batch sequences (step 1)."""
-    model = count_flops.training_flops(cfg, layout.global_batch, layout.seq)
+    step = Workload(batch=layout.global_batch, seq=layout.seq)
+    model = count_flops.training_flops(cfg, step)
     if layout.recompute == "full":
-        return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
+        return model, count_flops.training_flops(cfg, step, recompute=True)
     if layout.recompute == "selective":
-        totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
+        totals = count_flops.breakdown(cfg, step).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model

@@ -30,6 +30,7 @@ from tfcalc.measure.device import resolve_device, torch_dtype
 from tfcalc.measure.fit import require_fits
 from tfcalc.model import Transformer, build_model, next_token
 from tfcalc.model.cache import check_decodable
+from tfcalc.workload import Workload
 
 RUNNABLE = ("fp32", "bf16", "fp16")
 
@@ -114,8 +115,8 @@ def estimate_bytes(plan: DecodePlan) -> int:
     two copy buffers and three matmul buffers of the ceilings."""
     cfg, dtype, extra = plan.cfg, plan.dtype, max(plan.steps, plan.warmup)
     element = count_memory.activation_element_bytes(dtype)
-    point = max(count_memory.kv_cache_bytes(cfg, b, s + extra, dtype)
-                + count_memory.forward_working_set(cfg, b, s, dtype) for b, s in plan.points)
+    point = max(count_memory.kv_cache_bytes(cfg, Workload(batch=b, seq=s, gen=extra, dtype=dtype))
+                + count_memory.forward_working_set(cfg, Workload(batch=b, seq=s, dtype=dtype)) for b, s in plan.points)
     ceilings = max(2 * plan.copy_bytes, 3 * plan.matmul_size**2 * element)
     return count_memory.weights_bytes(cfg, dtype) + point + ceilings
 
