@@ -151,8 +151,9 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     cross = sum(n for b, _, n in kinds if b.cross_attention is not None)
     first, last = stage == 0, stage == layout.pp - 1
     tokens = layout.micro_batch * layout.seq
-    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
-    tied = cfg.lm_head and cfg.tie_embeddings
+    head = cfg.architecture.head
+    X = activation_element_bytes(layout.dtype) * tokens * head.d_model
+    tied = head.lm_head and head.tied
     lookups = len(cfg.architecture.stacks)  # each stack looks its tokens up (an encoder-decoder's two)
     calls = dict.fromkeys(OPS[:3], 0)
     sp = layout.sequence_parallel
@@ -167,7 +168,7 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
         calls["reduce_scatter" if sp else "all_reduce"] += lookups
         calls["all_gather"] += sp
     out = [Collective("tp_activations", op, "tp", t, m * n * X, m * n) for op, n in calls.items() if n]
-    if last and cfg.lm_head:
+    if last and head.lm_head:
         out.append(Collective("tp_loss", "all_reduce", "tp", t, m * 3 * FP32 * tokens, 3 * m))
     if layout.sequence_parallel:
         partial, times = sp_partial_grad_params(cfg, layout, stage), m if layout.zero == 3 else 1
@@ -192,7 +193,8 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     if p == 1:
         return []
     tokens = layout.micro_batch * layout.seq
-    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model // (layout.tp if layout.sequence_parallel else 1)
+    h = cfg.architecture.d_model
+    X = activation_element_bytes(layout.dtype) * tokens * h // (layout.tp if layout.sequence_parallel else 1)
     directions = (stage < p - 1) + (stage > 0)
     out = [Collective("pp_activations", "send_recv", "pp", 2, m * directions * X, m * directions)]
     tied = tied_stage_copy(cfg, p)

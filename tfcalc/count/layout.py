@@ -61,9 +61,9 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError("sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1")
     if layout.sequence_parallel and layout.seq % layout.tp:
         raise InputError(f"sequence parallelism needs seq ({layout.seq}) divisible by tp ({layout.tp})")
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
-    if limited and layout.seq > cfg.max_seq_len:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+    positions = cfg.architecture.output.embeddings.positions
+    if positions in ("learned", "rope", "sinusoidal") and layout.seq > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {positions} positions for at most {cfg.max_seq_len} tokens; "
                          f"got --seq {layout.seq}")
     per_step = layout.dp * layout.micro_batch
     if layout.global_batch % per_step:

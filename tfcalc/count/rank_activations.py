@@ -149,5 +149,5 @@ def training_activations(cfg: ModelConfig, layout: Layout, w: Optional[Workload]
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
     """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
     16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
-    h = cfg.d_model
+    h = cfg.d_model  # the paper's h and a, as published (front-end reads: its formula has one of each)
     return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)

@@ -175,7 +175,8 @@ def experts_touched(n_expert: int, active: int, tokens: int) -> float:
 def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     """The matmul a parameter tensor belongs to ('attn_q_weight' -> 'attn_q'), or None (embeddings, norms)."""
     name = entry_component
-    if name == "lm_head" or (name == "token_embedding" and cfg.lm_head and cfg.tie_embeddings):
+    head = cfg.architecture.head
+    if name == "lm_head" or (name == "token_embedding" and head.lm_head and head.tied):
         return "lm_head"
     if name in ("embedding_project_in", "lm_head_project_out"):  # OPT-350m: tensor and matmul share the name
         return name
@@ -235,7 +236,7 @@ def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dt
 
 
 def _check(cfg: ModelConfig, **sizes: int) -> None:
-    if cfg.arch == "encoder" or not cfg.lm_head:
+    if cfg.architecture.kind == "encoder" or not cfg.architecture.head.lm_head:
         raise InputError(f"{cfg.name} generates no tokens (an encoder, or no LM head): there is nothing to decode")
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
