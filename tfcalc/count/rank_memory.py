@@ -85,7 +85,12 @@ def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tu
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage."""
-    return sum(n * math.prod(shape) for shape, n in _local_shapes(cfg, layout, stage))
+    return _stage_params(cfg, layout.tp, layout.pp, stage)
+
+
+@functools.lru_cache(maxsize=16384)  # a plan's search prices the same (tp, pp, stage) for many layouts
+def _stage_params(cfg: ModelConfig, tp: int, pp: int, stage: int) -> int:
+    return sum(n * math.prod(tp_local_shape(t, tp)) for t, n in stage_tensors(cfg, pp, stage))
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:

@@ -42,6 +42,7 @@ the plain roofline above.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -186,8 +187,11 @@ def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool) -> dict[str, int]:
-    """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors."""
+    """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors. The
+    same for every batch and context: cached (serving's batch searches price dozens of steps); callers
+    only read it."""
     out: dict[str, int] = {}
     mxfp4 = stored_mxfp4(cfg, fmt)  # experts as the checkpoint stores them (tfcalc.count.quant)
     for entry in param_entries(cfg):
