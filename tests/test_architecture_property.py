@@ -93,9 +93,12 @@ def hf_configs(draw):
     if kind == "mistral":
         return "MistralConfig", "MistralForCausalLM", dict(kw, sliding_window=draw(st.integers(2, 8)))
     dense = sorted(draw(st.sets(st.integers(0, layers - 1)), label="mlp_only_layers"))
+    step = draw(st.integers(1, 2), label="decoder_sparse_step")
+    # some layer has the experts (modeling_qwen2_moe.py: i not in mlp_only_layers and (i + 1) % step == 0);
+    # a config whose every layer is dense is refused ("leave out n_expert"), not read as the dense model
+    assume(any(i not in dense and (i + 1) % step == 0 for i in range(layers)))
     kw.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=draw(st.integers(4, 16)),
-              mlp_only_layers=dense, decoder_sparse_step=draw(st.integers(1, 2)),
-              norm_topk_prob=draw(st.booleans()))
+              mlp_only_layers=dense, decoder_sparse_step=step, norm_topk_prob=draw(st.booleans()))
     if kind == "qwen2_moe":
         kw.update(shared_expert_intermediate_size=draw(st.integers(4, 24)))
         return "Qwen2MoeConfig", "Qwen2MoeForCausalLM", kw
