@@ -163,3 +163,26 @@ def test_an_absent_gpu_index_is_one_line(cli):
 
     n = torch.cuda.device_count()
     assert_one_line_error(cli("bench", "gpt2", "--device", f"cuda:{n}"), f"only {n} CUDA device(s) exist")
+
+
+def test_the_gpu_report_runs_its_cuda_steps(tmp_path):
+    """benchmarks/gpu_report.py on this GPU, its quickest steps within a short budget: each ok, its ratios
+    (predicted ÷ measured) finite and positive where both sides exist."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import gpu_report
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "gpu.json"
+    assert gpu_report.main(["-o", str(out), "--budget", "240", "--only", "bench bf16,decode,device memory"]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["environment"]["gpus"][0]["name"] == torch.cuda.get_device_name(0)
+    ran = [r for r in report["results"] if r["status"] != "skipped"]
+    assert [r["name"] for r in ran] == ["bench bf16", "bench decode", "device memory (driver total, CUDA context)"]
+    for r in ran:
+        assert r["status"] == "ok", r["reason"]
+        assert all(c["ratio"] > 0 for c in r["comparisons"] if c["ratio"] is not None)
