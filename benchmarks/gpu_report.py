@@ -86,6 +86,8 @@ def _commit() -> Optional[str]:
 def environment(device: str) -> dict[str, Any]:
     import torch
 
+    from tfcalc.measure.device import tf32_matmuls
+
     gpus = []
     if device != "cpu":
         for i in range(torch.cuda.device_count()):
@@ -98,7 +100,7 @@ def environment(device: str) -> dict[str, Any]:
     return {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": cudnn, "driver": _driver_version() if device != "cpu" else None,
             "tfcalc_commit": _commit(), "cpu_count": os.cpu_count(), "gpus": gpus,
-            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+            "tf32_matmul": tf32_matmuls()}
 
 
 def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpus: int) -> list[Step]:

@@ -113,3 +113,30 @@ def test_the_cuda_peak_meter_resets_after_its_baseline_and_synchronizes_before_r
     state["peak"] = 10 + 512
     assert meter.peak() == 512
     assert log == ["sync", "empty_cache", "allocated", "reset", "sync", "max"]
+
+
+@pytest.fixture
+def fp32_precision():
+    """torch's TF32 flags as the test found them, restored after (they are process-wide)."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    yield matmul
+    matmul.fp32_precision = "ieee"  # back through the new API, then to 'none' (defer to the legacy flag)
+    matmul.fp32_precision = before
+
+
+@pytest.mark.parametrize(("precision", "tf32"), [("tf32", True), ("ieee", False)])
+def test_tf32_is_read_through_the_new_api_first(fp32_precision, precision, tf32):
+    from tfcalc.measure.device import tf32_matmuls
+
+    # torch.backends.cuda.matmul.fp32_precision = 'tf32' then reading allow_tf32 raises in torch 2.9+ ("a mix of
+    # the legacy and new APIs"): bench on CUDA read allow_tf32, and failed for a user who had set the new flag
+    fp32_precision.fp32_precision = precision
+    assert tf32_matmuls() is tf32
+
+
+def test_tf32_through_the_legacy_api(fp32_precision):
+    from tfcalc.measure.device import tf32_matmuls
+
+    fp32_precision.fp32_precision = "none"
+    assert tf32_matmuls() is bool(torch.backends.cuda.matmul.allow_tf32)
