@@ -158,6 +158,21 @@ def test_what_does_not_fit_is_refused_before_allocating(cli, args):
     assert torch.cuda.memory_allocated() == before and torch.cuda.max_memory_allocated() == before
 
 
+@pytest.mark.parametrize("model", ["gpt2", "llama2-7b"])
+def test_flop_counter_on_cuda_sees_the_analytic_count(cli, model):
+    """FlopCounterMode on the CUDA kernels (SDPA dispatches to flash, memory-efficient or cuDNN attention
+    there, each with its own FLOP formula in torch.utils.flop_counter) counts what the formulas say."""
+    r = cli("flops", model, "--set", "n_layer=2", "--seq", "256", "--measure", "--device", "cuda", "--training",
+            "--json")
+    assert r.code == 0, r.err
+    j = r.json()
+    assert j["measured_device"].startswith("cuda") and j["agree"] is True
+    assert j["measured_flops"] == j["forward_flops"]
+    # the fused attention backward recomputes Q·Kᵀ: PyTorch's formula counts 5 score matmuls, not 4 (as on the CPU,
+    # tests/count/test_flops.py)
+    assert j["measured_training_flops"] == j["training_flops"] + j["breakdown"]["attention_scores"] // 2
+
+
 def test_an_absent_gpu_index_is_one_line(cli):
     from conftest import assert_one_line_error
 
