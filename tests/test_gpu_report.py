@@ -136,3 +136,15 @@ def test_bad_requests_are_one_line(report_module, tmp_path, capsys, args, messag
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpu_report: error:") and message in err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_the_full_run_is_planned_within_ten_minutes(report_module):
+    """Every step's expected seconds on one H100 (two GPUs: the NCCL steps too) fit the default budget, and
+    the budget leaves a minute of the 10 for start-up (importing torch, CUDA's context) and the JSON."""
+    planned = report_module.plan_steps("cuda:0", False, None, gpus=2)
+    assert sum(s.expected_s for s in planned) <= report_module.DEFAULT_BUDGET_S <= 540
+    assert all(s.skip is None for s in planned)
+    one_gpu = report_module.plan_steps("cuda:0", False, None, gpus=1)
+    assert [s.name for s in one_gpu if s.skip] == ["plan --measure --tp 2 over NCCL",
+                                                   "plan --measure --dp 2 --zero 3 over NCCL"]
+    assert "needs 2 GPUs; 1 here" in one_gpu[-1].skip
