@@ -162,9 +162,19 @@ class Step:
     def time_s(self, c: Ceilings) -> float:
         return sum(r.time_s(c) for r in self.rows)
 
+    def compute_s(self, c: Ceilings) -> float:
+        """Its FLOPs' time, each row at its matmul's achievable share of the peak (Row.compute_s)."""
+        return sum(r.compute_s(c) for r in self.rows)
+
+    def memory_s(self, c: Ceilings) -> float:
+        """Its bytes' time at the (achievable) bandwidth."""
+        return sum(r.memory_s(c) for r in self.rows)
+
     def bound(self, c: Ceilings) -> str:
-        """The step as a whole: compute-bound when its FLOPs take longer than its bytes."""
-        return "compute" if self.flops / c.flops_per_s >= self.bytes / c.bytes_per_s else "memory"
+        """The step as a whole: compute-bound when its FLOPs take longer than its bytes, both at the
+        ceilings the rows' times use (a matmul's achievable share of the peak, not the nominal peak: a
+        step the prediction times as compute-bound is labelled so)."""
+        return "compute" if self.compute_s(c) >= self.memory_s(c) else "memory"
 
 
 def experts_touched(n_expert: int, active: int, tokens: int) -> float:

@@ -121,6 +121,8 @@ class PlanReport(Displayed):
             "device_usable_bytes": p.memory_limit, "device_driver_bytes": devices.driver_bytes(self.device),
             "runtime_reserved_bytes": {"cuda_context": devices.CUDA_CONTEXT_BYTES,
                                        "communication_buffers": devices.COMM_BUFFER_BYTES},
+            # the link between a node's GPUs by its kind (nvlink, pcie) and as the table names it (issue 20, G)
+            "intra_link": devices.intra_link(self.device), "intra_link_name": devices.intra_link_name(self.device),
             "layout": layout_json(L),
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,

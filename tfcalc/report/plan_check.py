@@ -160,10 +160,11 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
     on_status: see tfcalc.measure.launch.launch."""
     from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import check_nproc, launch
+    from tfcalc.measure.launch import check_nproc, launch, ranks_device
     from tfcalc.measure.parallelize import check_measurable
 
     check_nproc(nproc, device)
+    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
     ran = measured_layout(layout, nproc)
     small = param_total(cfg) > MEASURE_PARAMS
     run_cfg = small_copy(cfg, ran.tp) if small else cfg

@@ -73,7 +73,7 @@ def _comm(doc: Doc, r: PlanReport) -> None:
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)
         bw = r.device.intra_node_bytes_per_s if fast else r.device.inter_node_bytes_per_s
-        link = "NVLink" if fast else "network"
+        link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
               "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, c.sent_bytes / bw)
     if not r.plan.collectives:
@@ -153,7 +153,7 @@ def _notes(doc: Doc, r: PlanReport) -> None:
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
-             f"{r.device.memory_bytes / 1e9:g} GB on the datasheet, NVLink "
+             f"{r.device.memory_bytes / 1e9:g} GB on the datasheet, {devices.intra_link_name(r.device)} "
              f"{r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
              f"network {r.device.inter_node_bytes_per_s / 1e9:g} GB/s per GPU and direction, "
              f"{r.device.gpus_per_node} GPUs per node ({r.device.source}). Chinchilla: Hoffmann et al. 2022.", "dim")
