@@ -23,7 +23,7 @@ A request is ``seq`` prompt tokens then ``gen`` generated tokens per sequence, `
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
@@ -200,6 +200,8 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
         bytes_per_token = totals.weight_kv_bytes / batch / n
         bound = "compute" if totals.flops / ceilings.flops_per_s >= totals.bytes / ceilings.bytes_per_s else "memory"
     prefill_over = step_overhead(cfg, prefill, fmt, ceilings)
+    if prefill_over is not None:  # the request's fixed work, once, before its first token
+        prefill_over = replace(prefill_over, request_s=ceilings.perf.request_s)
     prefill_s = prefill.time_s(ceilings) + (prefill_over.total_s if prefill_over else 0.0)
     return Estimate(batch, seq, gen, prefill, prefill_s, first, decode_s, bytes_per_token, bound,
                     weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes,

@@ -14,7 +14,10 @@ Then, per step (``overhead``), added to the rows' sum:
    softmax and ·V fused into one kernel);
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
-3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once).
+3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once);
+4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
+   once per request, in the time to first token;
+5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving_tp).
 
 Worked example (tests/count/perf/test_inference.py): Llama 2 7B decode, batch 1: per layer 8 matmul
 kernels (Q, K, V, the fused attention, O, gate, up, down) and 6 non-matmul ones (2 RMSNorms, 2 residual
@@ -54,10 +57,12 @@ class Overhead:
     kernel_s: float
     dequant_s: float
     traffic_s: float
+    comm_s: float = 0.0  # tensor-parallel serving: the step's all-reduces (tfcalc.count.serving_tp)
+    request_s: float = 0.0  # the prefill only: the runtime's fixed work per request (PerfSpec.request_s)
 
     @property
     def total_s(self) -> float:
-        return self.kernel_s + self.dequant_s + self.traffic_s
+        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s
 
 
 def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
