@@ -148,7 +148,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
           src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
           device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
-          matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None,
+          matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
           **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
     or measure=True: ceilings measured and the model timed on device, the prediction beside."""
@@ -160,7 +160,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     options = InferOptions(batches=batches, seq=seq, gen=gen, dtype=dtype or default_dtype(device if measure else None),
                            group_size=group_size, kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec,
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
-                           matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency)
+                           matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp)
     return build_infer(_model(model, overrides), options)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.infer_options import ServeTP
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -65,6 +66,7 @@ def infer(
     matmul_efficiency: MatmulEfficiency = None,
     bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
+    tp: ServeTP = 1,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -84,6 +86,11 @@ def infer(
     (--group-size); --kv-dtype sets the cache's dtype apart. A sliding window of W caches W − 1 positions per layer
     (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
     Experts stored as MXFP4 (gpt-oss) are read as stored.
+
+    --tp T: tensor-parallel serving on T GPUs of one node (Megatron's column/row splits; T divides the query heads;
+    KV heads split, or replicated when T exceeds them): weights, KV cache, fits and times are one GPU's, each step
+    adds its all-reduces (attention out and FFN out per layer, α-β on the node's link); the memory less NCCL's
+    buffers too.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -107,7 +114,7 @@ def infer(
         dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
-        matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency,
+        matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import serving
+from tfcalc.count import serving, serving_tp
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
 from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
@@ -48,6 +48,8 @@ class InferOptions:
     copy_bytes: Optional[int] = None
     matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
+    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
+    tp: int = 1
 
 
 @dataclass(frozen=True, repr=False)
@@ -102,9 +104,11 @@ class InferReport(Displayed):
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, est.batch, self.seq + self.options.gen,
                                                                self.kv_dtype, src_seq=self.src_seq),
-            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=False),
+            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
-            "runtime_reserved_bytes": None if self.spec is None else {"cuda_context": devices.CUDA_CONTEXT_BYTES},
+            "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
+            "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
+            "tp": self.tp, "tensor_parallel": self.tp_json(est),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -112,6 +116,30 @@ class InferReport(Displayed):
             "roofline": {"prefill": rows_json(est.prefill, c),
                          "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
+
+    @property
+    def tp(self) -> int:
+        return self.options.tp
+
+    def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
+        """Tensor-parallel serving: the split and the step's all-reduces (tfcalc.count.serving_tp); None at T = 1.
+        weights_bytes, kv_cache_bytes and fits are then one GPU's."""
+        if self.tp == 1:
+            return None
+        cfg, t = self.model.cfg, self.tp_link
+        over = (est.prefill_overhead, est.decode_overhead)
+        return {"gpus": self.tp, "link": t.link, "link_bytes_per_s": t.link_bytes_per_s,
+                "kv_heads_replicated": serving_tp.kv_replicated(cfg, self.tp),
+                "kv_share_per_gpu": str(serving_tp.kv_share(cfg, self.tp)),
+                "allreduces_per_decode_step": sum(n for n, _ in serving_tp.allreduce_calls(cfg, decode=True)),
+                "allreduces_prefill": sum(n for n, _ in serving_tp.allreduce_calls(cfg, decode=False)),
+                "prefill_comm_s": None if over[0] is None else over[0].comm_s,
+                "decode_comm_s_per_step": None if over[1] is None else over[1].comm_s,
+                "weights_bytes_all_gpus": serving.weights_bytes(cfg, self.fmt)}
+
+    @property
+    def tp_link(self) -> serving_tp.TensorParallel:
+        return tensor_parallel(self.spec, self.ceilings, self.tp)
 
     @property
     def weight_label(self) -> str:
@@ -178,6 +206,40 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
                           spec.peak("fp32"))
 
 
+def reserved_bytes(spec: devices.DeviceSpec, tp: int) -> dict[str, int]:
+    """What the runtime keeps of the driver's memory, named: the CUDA context, and NCCL's buffers when the
+    GPUs communicate (tfcalc.devices)."""
+    out = {"cuda_context": devices.CUDA_CONTEXT_BYTES}
+    if tp > 1:
+        out["comm_buffers"] = devices.COMM_BUFFER_BYTES
+    return out
+
+
+def tensor_parallel(spec: Optional[devices.DeviceSpec], c: Ceilings, tp: int) -> serving_tp.TensorParallel:
+    """The node's link for --tp: its kind, per-GPU rate, and the performance model's α and efficiency."""
+    if tp == 1 or spec is None or c.perf is None:
+        return serving_tp.TensorParallel(tp, "none", 0.0, 0.0, 1.0)
+    link = devices.intra_link(spec)
+    return serving_tp.TensorParallel(tp, link, spec.intra_node_bytes_per_s, c.perf.link_latency_s[link],
+                                     c.perf.link_efficiency[link])
+
+
+def check_tp(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec]) -> None:
+    """--tp: a positive integer, on a listed device whose node links its GPUs, within one node (the rest of
+    the rule: tfcalc.count.serving_tp.check_tp)."""
+    if isinstance(o.tp, bool) or not isinstance(o.tp, int) or o.tp < 1:
+        raise InputError(f"--tp must be a positive integer; got {shown(o.tp)}")
+    if o.tp == 1:
+        return
+    if o.measure:
+        raise InputError("--tp with --measure is not measured yet (tensor-parallel serving is a prediction): "
+                         "drop --measure, or --tp")
+    if spec is None or not spec.intra_node_bytes_per_s or spec.gpus_per_node < 2:
+        raise InputError(f"--tp {o.tp}: {spec.name if spec else 'this device'} has no GPU-to-GPU link in tfcalc's "
+                         "table (one GPU per node)")
+    serving_tp.check_tp(model.cfg, o.tp, spec.gpus_per_node)
+
+
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
@@ -211,14 +273,16 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
-    memory = devices.usable_bytes(spec, communicating=False) if spec is not None else None
+    check_tp(model, o, spec)
+    tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
+    memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory) for b in o.batches)
+    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
     return InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
-        None if memory is None else serving.max_batch(cfg, w, fmt, memory),
-        serving.compute_bound_batch(cfg, w, fmt, ceilings),
-        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings),
+        None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
+        serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp),
     )
 
 
@@ -227,6 +291,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     from tfcalc.measure.decode import DecodePlan, check_plan, run_decode  # imports torch
 
     check_options(model, o)
+    check_tp(model, o, None)
     fmt, kv = weight_formats(o)
     if fmt.quantized or kv != fmt.dtype:
         raise InputError("--measure runs the model as built, its cache in the weights' dtype: "

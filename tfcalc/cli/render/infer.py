@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfcalc import devices, units
+from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
 from tfcalc.report.infer import InferReport
 
 
 def _title(r: InferReport, first: dict[str, Any]) -> str:
     where = first["device_name"] or first["device"]
+    if r.tp > 1:
+        where = f"{r.tp} × {where} (tensor parallel; figures per GPU)"
     return (f"{r.model.label} on {where}: prompt {r.seq:,} + {r.options.gen:,} new tokens, weights "
             f"{r.weight_label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
 
@@ -64,19 +66,43 @@ def _experts_note(doc: Doc, r: InferReport) -> None:
              f"distinct experts; k at batch 1, all E once a batch touches them all): {each}.")
 
 
+def _memory_words(first: dict[str, Any]) -> str:
+    """The device memory, named: the driver's total less what the runtime reserves."""
+    reserved = first["runtime_reserved_bytes"] or {}
+    names = {"cuda_context": "the CUDA context", "comm_buffers": "NCCL's buffers"}
+    less = " and ".join(f"{names.get(k, k)} ({units.nbytes(v)})" for k, v in reserved.items())
+    return f"Memory: the driver's {units.nbytes(first['driver_memory_bytes'])} less {less}."
+
+
+def _tp_note(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
+    t = first["tensor_parallel"]
+    if t is None:
+        return
+    kv = (f"each KV head on {t['kv_heads_replicated']} GPUs (replicated: T exceeds the KV heads)"
+          if t["kv_heads_replicated"] > 1 else f"KV cache {t['kv_share_per_gpu']} per GPU")
+    decode = t["decode_comm_s_per_step"]
+    doc.note(f"Tensor parallel over {t['gpus']} GPUs ({t['link']}, {units.byte_rate(t['link_bytes_per_s'])} per GPU "
+             f"each way): heads, FFN and vocabulary split, {kv}; {t['allreduces_per_decode_step']:,} all-reduces per "
+             f"step (attention out, FFN out), {units.seconds(t['prefill_comm_s'])} in the prefill"
+             + (f", {units.seconds(decode)} per decode step" if decode is not None else "")
+             + f"; all GPUs' weights {units.nbytes(t['weights_bytes_all_gpus'])}.")
+
+
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
              f"{units.byte_rate(c.bytes_per_s)}, "
-             f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
+             f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}"
+             + (" per GPU." if r.tp > 1 else "."))
+    _tp_note(doc, r, first)
     over = first["predicted"]["overhead"]["decode_step"] if "overhead" in first["predicted"] else None
     if c.perf is not None and over:
         doc.note(f"Performance model: each matmul at its GEMM shape's share of the peak, the bandwidth at "
                  f"{c.perf.bandwidth_efficiency:.0%} of the datasheet; each decode step adds {over['kernels']:,} "
                  f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
-                                                              if over["dequant_s"] else "") + ". Memory: the driver's "
-                 f"total less the CUDA context ({units.nbytes(devices.CUDA_CONTEXT_BYTES)}). README, \"How good are "
-                 "the predictions\".")
+                                                              if over["dequant_s"] else "") + "; the prefill the "
+                 f"runtime's {units.seconds(c.perf.request_s)} per request. " + _memory_words(first)
+                 + " README, \"How good are the predictions\".")
     if r.max_batch == 0:
         doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
                  f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "

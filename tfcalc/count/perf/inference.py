@@ -78,11 +78,11 @@ def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
 
 
 def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_weights: int, dtype: str,
-             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec) -> Overhead:
-    """Steps 1-3 for one step; ``quantized_weights`` the int8/int4 weights it reads, ``bandwidth`` the
-    achievable bytes/s."""
+             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec, tp: int = 1) -> Overhead:
+    """Steps 1-3 for one step on one GPU of ``tp``; ``quantized_weights`` the int8/int4 weights it reads,
+    ``bandwidth`` the achievable bytes/s."""
     kernels = kernel_count(cfg, batch, queries, keys)
-    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes)
+    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
 
