@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.infer_options import ServeTP
+from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, ServeTP
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -67,6 +67,9 @@ def infer(
     bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
     tp: ServeTP = 1,
+    draft: Draft = None,
+    accept_rate: AcceptRate = None,
+    draft_tokens: DraftTokens = None,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -92,6 +95,10 @@ def infer(
     adds its all-reduces (attention out and FFN out per layer, α-β on the node's link); the memory less NCCL's
     buffers too.
 
+    --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
+    steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
+    decoding with its speedup, and the draft's weights and KV cache beside the target's.
+
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
     uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
@@ -115,6 +122,7 @@ def infer(
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
+        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import serving, serving_tp
+from tfcalc.count import serving, serving_tp, speculative
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
 from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
@@ -50,6 +50,9 @@ class InferOptions:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
     # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
     tp: int = 1
+    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
+    accept_rate: Optional[float] = None
+    draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
 
 
 @dataclass(frozen=True, repr=False)
@@ -69,6 +72,8 @@ class InferReport(Displayed):
     measured: Optional[tuple[dict[str, Any], ...]] = None  # measured_json per batch
     device: Optional[str] = None  # the measured device, as torch writes it
     device_name: Optional[str] = None
+    draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
+    speculative: Optional[tuple[speculative.Speculative, ...]] = None
 
     def headline(self) -> str:
         from tfcalc import units
@@ -108,7 +113,7 @@ class InferReport(Displayed):
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
             "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
-            "tp": self.tp, "tensor_parallel": self.tp_json(est),
+            "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -136,6 +141,23 @@ class InferReport(Displayed):
                 "prefill_comm_s": None if over[0] is None else over[0].comm_s,
                 "decode_comm_s_per_step": None if over[1] is None else over[1].comm_s,
                 "weights_bytes_all_gpus": serving.weights_bytes(cfg, self.fmt)}
+
+    def speculative_json(self, i: int) -> Optional[dict[str, Any]]:
+        """--draft: the round of tfcalc.count.speculative at this batch; None without a draft."""
+        if self.speculative is None or self.draft is None:
+            return None
+        s, est = self.speculative[i], self.estimates[i]
+        need = est.weight_bytes + est.kv_cache_bytes + s.draft_weights_bytes + s.draft_kv_cache_bytes
+        memory = None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1)
+        return {"draft": self.draft.cfg.name, "draft_label": self.draft.label, "draft_tokens": s.draft_tokens,
+                "accept_rate": s.accept_rate, "expected_tokens_per_step": s.expected_tokens, "context": s.context,
+                "target_step_s": s.target_step_s, "draft_step_s": s.draft_step_s, "verify_step_s": s.verify_step_s,
+                "round_s": s.round_s, "decode_s_per_token": s.decode_s_per_token,
+                "decode_tokens_per_s": 1 / s.decode_s_per_token,
+                "decode_tokens_per_s_total": est.batch / s.decode_s_per_token, "speedup": s.speedup,
+                "draft_weights_bytes": s.draft_weights_bytes, "draft_kv_cache_bytes": s.draft_kv_cache_bytes,
+                "fits": None if memory is None else need <= memory,
+                "formula": "tokens per target step (1 − A^(k+1)) / (1 − A) (Leviathan et al. 2023, eq. 1)"}
 
     @property
     def tp_link(self) -> serving_tp.TensorParallel:
@@ -240,6 +262,37 @@ def check_tp(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec
     serving_tp.check_tp(model.cfg, o.tp, spec.gpus_per_node)
 
 
+def check_draft(o: InferOptions) -> None:
+    """--accept-rate and --draft-tokens belong to --draft; --draft needs --accept-rate; not measured."""
+    if o.draft is None:
+        for name, value in (("--accept-rate", o.accept_rate), ("--draft-tokens", o.draft_tokens)):
+            if value is not None:
+                raise InputError(f"{name} belongs to speculative decoding: give --draft MODEL too")
+        return
+    if o.accept_rate is None:
+        raise InputError("--draft needs --accept-rate A, the probability that the target accepts a draft token "
+                         "(a property of the two models and the text; tfcalc does not guess it)")
+    if o.measure:
+        raise InputError("--draft with --measure is not measured (speculative decoding is a prediction): drop one")
+
+
+def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
+    """The speculative round per batch (tfcalc.count.speculative), the draft resolved like MODEL."""
+    if o.draft is None:
+        return report
+    from tfcalc.report.model_ref import resolve
+
+    draft = resolve(o.draft, [])
+    k = speculative.DEFAULT_DRAFT_TOKENS if o.draft_tokens is None else o.draft_tokens
+    tp = report.tp_link if report.tp > 1 else None
+    rows = tuple(speculative.estimate(model.cfg, draft.cfg, Workload(batch=e.batch, seq=report.seq, gen=o.gen,
+                                                                     src_seq=report.src_seq, dtype=report.fmt.dtype,
+                                                                     kv_dtype=report.kv_dtype),
+                                      report.fmt, report.ceilings, k, o.accept_rate, tp)
+                 for e in report.estimates)
+    return replace(report, draft=draft, speculative=rows)
+
+
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
@@ -263,6 +316,7 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
                 raise InputError(f"{name} sets the performance model of a listed device; --measure measures its own")
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
+    check_draft(o)
 
 
 def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
@@ -278,12 +332,12 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
-    return InferReport(
+    return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
         serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp),
-    )
+    ))
 
 
 def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:

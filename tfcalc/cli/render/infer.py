@@ -32,6 +32,29 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
               p["prefill_bound"])
 
 
+def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    """--draft: the speculative round beside plain decoding (tfcalc.count.speculative)."""
+    first = rows[0]["speculative"]
+    if first is None:
+        return
+    t = doc.table(f"Speculative decoding: draft {first['draft_label']}, k = {first['draft_tokens']}, accept rate "
+                  f"{first['accept_rate']:g} ({first['expected_tokens_per_step']:.3g} tokens per target step)",
+                  Column("batch", "int"), Column("draft step", "seconds", priority=1),
+                  Column("verify step", "seconds", priority=1),
+                  Column("decode / token", "seconds"), Column("tok/s per seq", "tokens_rate"),
+                  Column("speedup", "ratio"), Column("tok/s total", "tokens_rate", priority=1),
+                  Column("draft weights + KV", "bytes", priority=2), Column("fits"), name="speculative")
+    for row in rows:
+        x = row["speculative"]
+        fits = "" if x["fits"] is None else "yes" if x["fits"] else "no"
+        t.add(row["batch"], x["draft_step_s"], x["verify_step_s"], x["decode_s_per_token"], x["decode_tokens_per_s"],
+              x["speedup"], x["decode_tokens_per_s_total"], x["draft_weights_bytes"] + x["draft_kv_cache_bytes"], fits)
+    doc.note(f"A round: {first['draft_tokens']} draft steps, then one target step over {first['draft_tokens'] + 1} "
+             f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
+             "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
+             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+
+
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
     t = doc.table(_title(r, rows[0]) + ": measured beside predicted", Column("batch", "int"),
                   Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
@@ -131,6 +154,7 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         data = r.to_json()
         rows = data if isinstance(data, list) else [data]
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
+        _speculative_table(doc, r, rows)
         _notes(doc, r, rows[0])
         if r.measured:
             busy_note(doc, rows[0])
