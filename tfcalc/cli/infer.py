@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, ServeTP
+from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, MeanInput, MeanOutput, Rate, ServeTP
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -70,6 +70,9 @@ def infer(
     draft: Draft = None,
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
+    rate: Rate = None,
+    mean_input: MeanInput = None,
+    mean_output: MeanOutput = None,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -99,6 +102,11 @@ def infer(
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
     decoding with its speedup, and the draft's weights and KV cache beside the target's.
 
+    --rate R --mean-input I --mean-output O: continuous batching in steady state (Orca's iteration-level scheduling,
+    vLLM's prefills-first without chunked prefill, paged KV cache, Poisson arrivals): the requests in flight by
+    Little's law, the mean decode batch, TTFT, inter-token latency, throughput, the KV cache's bound on concurrency
+    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1).
+
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
     uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
@@ -116,13 +124,19 @@ def infer(
     if device is not None and not measure:
         raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
     run_on = device or "cpu"
+    if rate is not None:  # continuous batching derives the batch and takes the means in place of --seq and --gen
+        for name, given in (("--batch", batch is not None), ("--seq", seq is not None), ("--gen", gen != 256)):
+            if given:
+                raise InputError(f"{name} is a static batch's; with --rate give --mean-input and --mean-output "
+                                 "(the batch follows from the rate)")
     options = InferOptions(
         batches=tuple(parse_lengths(batch, "--batch")) if batch is not None else (1,), seq=seq, gen=gen,
         dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
-        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens,
+        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
+        mean_output=mean_output,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
@@ -137,6 +151,11 @@ def infer(
     if require_fit:
         data = report.to_json()
         rows = data if isinstance(data, list) else [data]
+        steady = rows[0]["continuous"]
+        if steady and steady["over_capacity"]:
+            render.does_not_fit(f"{ref.label} at {steady['rate_per_s']:g} requests/s: over capacity "
+                                f"({steady['limit']}; at most {steady['max_rate_per_s']:.3g} requests/s)")
+            raise typer.Exit(1)
         short = [f"batch {x['batch']:,}" for x in rows if x["fits"] is False]
         if short:
             render.does_not_fit(f"{ref.label}, {report.seq:,} + {gen:,} positions: {', '.join(short)} (weights + KV "

@@ -20,3 +20,11 @@ AcceptRate = Annotated[Optional[float], typer.Option(
 DraftTokens = Annotated[Optional[int], typer.Option(
     "--draft-tokens", help="Speculative decoding: draft tokens k per target step, 1-64 [default: 4].", metavar="K",
     show_default=False)]
+Rate = Annotated[Optional[float], typer.Option(
+    "--rate", help="Continuous batching: requests per second arriving (Poisson); with --mean-input and --mean-output, "
+    "the steady state: concurrency (Little's law), TTFT, inter-token latency, throughput, capacity.", metavar="R",
+    show_default=False)]
+MeanInput = Annotated[Optional[int], typer.Option(
+    "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
+MeanOutput = Annotated[Optional[int], typer.Option(
+    "--mean-output", help="Continuous batching: mean generated tokens per request.", metavar="O", show_default=False)]

@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import serving, serving_tp, speculative
+from tfcalc.count import continuous, serving, serving_tp, speculative
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
 from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
+from tfcalc.report import continuous as continuous_report
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
@@ -53,6 +54,9 @@ class InferOptions:
     draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
+    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
+    mean_input: Optional[int] = None
+    mean_output: Optional[int] = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -74,6 +78,7 @@ class InferReport(Displayed):
     device_name: Optional[str] = None
     draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
     speculative: Optional[tuple[speculative.Speculative, ...]] = None
+    continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -114,6 +119,7 @@ class InferReport(Displayed):
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
             "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
             "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
+            "continuous": continuous_report.to_json(self.continuous),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -317,12 +323,14 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
     if o.measure and o.device_spec is not None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
+    continuous_report.check(o)
 
 
 def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
                    spec: Optional[devices.DeviceSpec] = None) -> InferReport:
     """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
     check_options(model, o)
+    o = continuous_report.static_options(o)
     cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
     src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
@@ -330,13 +338,18 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     check_tp(model, o, spec)
     tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
+    state = None
+    if o.rate is not None:
+        state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
+                                        memory, tp)
+        o = replace(o, batches=(continuous_report.batch_of(state),))
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
     return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
-        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state,
     ))
 
 

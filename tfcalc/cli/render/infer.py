@@ -55,6 +55,34 @@ def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> 
              "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
 
 
+def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    """--rate: the steady state of continuous batching (tfcalc.count.continuous)."""
+    x = rows[0]["continuous"]
+    if x is None:
+        return
+    t = doc.table(f"Continuous batching: {x['rate_per_s']:g} requests/s, {x['mean_input']:,} tokens in and "
+                  f"{x['mean_output']:,} out on average", Column("in flight"), Column("TTFT", "seconds"),
+                  Column("inter-token", "seconds"), Column("end to end", "seconds", priority=1),
+                  Column("tok/s out", "tokens_rate"), Column("KV cache", "bytes", priority=1),
+                  Column("capacity"), name="continuous")
+    t.add("over capacity" if x["concurrency"] is None else f"{x['concurrency']:,.3g}", x["ttft_s"], x["itl_s"],
+          x["e2e_s"], x["output_tokens_per_s"], x["kv_cache_bytes"], f"{x['max_rate_per_s']:,.3g} req/s")
+    if x["over_capacity"]:
+        why = {"prefill": "the prefills alone take the whole GPU",
+               "decode": "decode steps grow faster with the batch than they serve it",
+               "memory": f"the KV cache of the sequences in flight passes the memory ({x['max_concurrency']:,} fit)"}
+        doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
+                 f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
+                 "warning")
+    doc.note(f"Scheduler: {x['scheduler']}. In flight (the mean decode batch) by Little's law: rate × (O − 1) × "
+             f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
+             f"each); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
+             f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most. The table below: the static "
+             + ("estimate at that bound." if x["over_capacity"] else "estimate at that batch.")
+             if x["max_concurrency"] is not None else
+             f"Scheduler: {x['scheduler']}.")
+
+
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
     t = doc.table(_title(r, rows[0]) + ": measured beside predicted", Column("batch", "int"),
                   Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
@@ -153,6 +181,7 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
     for r in reports:
         data = r.to_json()
         rows = data if isinstance(data, list) else [data]
+        _continuous_table(doc, r, rows)
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
         _speculative_table(doc, r, rows)
         _notes(doc, r, rows[0])
