@@ -16,16 +16,18 @@ inference. Pure arithmetic: each roofline row of a step (tfcalc.count.roofline) 
    (/ T). A mixture's experts are split like dense FFNs (every expert's hidden width / T; vLLM's default
    without expert parallelism).
 4. Communication: one all-reduce after each attention sub-layer (self and cross) and one after each FFN,
-   of tokens × d_model activations (tokens = batch × new tokens per sequence), plus one all-gather of
-   the logits (batch × vocabulary) for the sampled positions. α-β on the node's link
+   and one after the vocabulary-parallel embedding's lookup (each GPU looks up the ids in its rows, the
+   partial sums are added: Megatron's and vLLM's VocabParallelEmbedding), each of tokens × d_model
+   activations (tokens = batch × new tokens per sequence), plus one all-gather of the logits (batch ×
+   vocabulary) for the sampled positions. α-β on the node's link
    (tfcalc.count.perf.collectives: ring all-reduce 2(T − 1)·α + 2(T − 1)/T · bytes / β), not overlapped
    with the matmuls (the runtimes of the calibration set run them in sequence).
 
 Worked example (tests/count/test_serving_tp.py): Llama 2 70B (64 heads, 8 KV heads, 80 layers) at T = 4
-decoding batch 1 in fp16 runs 2 · 80 = 160 all-reduces of 8,192 × 2 = 16,384 bytes and one all-gather of
-32,000 × 2 bytes per step; on A100 NVLink (300 GB/s, 0.8, α 2 µs): 160 · (6 · 2 µs + 1.5 · 16,384 B /
-240 GB/s) + 3 · 2 µs + 0.75 · 64,000 B / 240 GB/s = 1,920 + 16.4 + 6 + 0.2 µs = 1.9426 ms: at batch 1
-the latency terms are nearly all of it.
+decoding batch 1 in fp16 runs 1 + 2 · 80 = 161 all-reduces of 8,192 × 2 = 16,384 bytes and one
+all-gather of 32,000 × 2 bytes per step; on A100 NVLink (300 GB/s, 0.8, α 2 µs): 161 · (6 · 2 µs + 1.5 ·
+16,384 B / 240 GB/s) + 3 · 2 µs + 0.75 · 64,000 B / 240 GB/s = 1,932 + 16.5 + 6 + 0.2 µs = 1.9547 ms: at
+batch 1 the latency terms are nearly all of it.
 """
 
 from __future__ import annotations
@@ -192,15 +194,18 @@ def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, tp: int, decode: bool =
 
 
 def allreduce_calls(cfg: ModelConfig, decode: bool) -> list[tuple[int, bool]]:
-    """(all-reduces per step, on the encoder's tokens) for each stack a step runs: one per attention
-    sub-layer and one per FFN of each block (a decode step runs the decoder only)."""
+    """(all-reduces per step, on the encoder's tokens) for each stack a step runs: one for its
+    vocabulary-parallel embedding lookup, one per attention sub-layer and one per FFN of each block (a
+    decode step runs the decoder only)."""
     out = []
-    for stack, block, n in cfg.architecture.kinds():
+    for stack in cfg.architecture.stacks:
         encoder = stack is not cfg.architecture.output
         if decode and encoder:
             continue
-        per = (block.attention is not None) + (block.cross_attention is not None) + 1
-        out.append((per * n, encoder))
+        out.append((1, encoder))
+        for block, n in stack.kinds():
+            per = (block.attention is not None) + (block.cross_attention is not None) + 1
+            out.append((per * n, encoder))
     return out
 
 
