@@ -209,18 +209,23 @@ def allreduce_calls(cfg: ModelConfig, decode: bool) -> list[tuple[int, bool]]:
     return out
 
 
-def comm_seconds(cfg: ModelConfig, t: TensorParallel, batch: int, queries: int, act_bytes: int, decode: bool,
-                 src_seq: int | None = None) -> float:
-    """The step's all-reduces and the logits' all-gather (module docstring, step 4)."""
-    if t.tp == 1:
-        return 0.0
-    total = 0.0
+def step_collectives(cfg: ModelConfig, batch: int, queries: int, act_bytes: int, decode: bool,
+                     src_seq: int | None = None) -> list[tuple[str, int, int]]:
+    """(op, calls, payload bytes of one call) of one step (module docstring, step 4): the all-reduces of
+    each stack it runs, then the all-gather of the sampled positions' logits (the last one of a prefill)."""
+    out = []
     for calls, encoder in allreduce_calls(cfg, decode):
         tokens = batch * (src_seq if encoder and src_seq else queries)
-        payload = tokens * cfg.d_model * act_bytes
-        total += collectives.seconds("all_reduce", calls * sent_bytes("all_reduce", payload, t.tp), t.tp, calls,
-                                     t.link_bytes_per_s, t.latency_s, t.efficiency)
-    logits = batch * (queries if decode else 1) * cfg.vocab_size * act_bytes
-    total += collectives.seconds("all_gather", sent_bytes("all_gather", logits, t.tp), t.tp, 1,
-                                 t.link_bytes_per_s, t.latency_s, t.efficiency)
-    return total
+        out.append(("all_reduce", calls, tokens * cfg.d_model * act_bytes))
+    out.append(("all_gather", 1, batch * (queries if decode else 1) * cfg.vocab_size * act_bytes))
+    return out
+
+
+def comm_seconds(cfg: ModelConfig, t: TensorParallel, batch: int, queries: int, act_bytes: int, decode: bool,
+                 src_seq: int | None = None) -> float:
+    """The step's collectives (step_collectives), α-β on the link."""
+    if t.tp == 1:
+        return 0.0
+    return sum(collectives.seconds(op, calls * sent_bytes(op, payload, t.tp), t.tp, calls, t.link_bytes_per_s,
+                                   t.latency_s, t.efficiency)
+               for op, calls, payload in step_collectives(cfg, batch, queries, act_bytes, decode, src_seq))
