@@ -96,7 +96,7 @@ def test_tp_1_is_the_single_gpu_estimate():
     (("--tp", "-2"), "--tp must be a positive integer"),
     (("--tp", "16"), "more GPUs than one node holds (8)"),
     (("--tp", "3"), "does not divide llama2-7b's 32 query heads"),
-    (("--tp", "2", "--measure"), "not measured yet"),
+    (("--tp", "2", "--measure", "--draft", "llama2-7b", "--accept-rate", "0.5"), "not measured"),
     (("--tp", "2", "--device-spec", "h100-nvl", "--tp", "4"), "more GPUs than one node holds (2)"),
 ])
 def test_hostile_tp(cli, args, message):

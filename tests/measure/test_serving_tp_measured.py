@@ -30,9 +30,25 @@ def test_measured_collectives_equal_the_prediction(changes):
     record = measure(dataclasses.asdict(cfg), 2, batch, seq)
     for phase, queries, decode in (("prefill", seq, False), ("decode", 1, True)):
         predicted: dict[str, tuple[int, int]] = {}
-        for op, calls, payload in serving_tp.step_collectives(cfg, batch, queries, 4, decode):  # fp32: 4 bytes
+        for op, calls, payload in serving_tp.step_collectives(cfg, batch, queries, 4, decode, tp=2):  # fp32
             n, b = predicted.get(op, (0, 0))
             predicted[op] = (n + calls, b + calls * payload)
         assert _summed(record[phase]) == predicted, phase
         assert predicted["all_reduce"][0] == 1 + 2 * 3
         assert record[f"{phase}_logits_shape"] == [batch, 64]
+
+
+SMALL = ("--set", "n_layer=2", "--set", "d_model=64", "--set", "n_head=4", "--set", "max_seq_len=32", "--seq", "16",
+         "--gen", "4", "--measure", "--tp", "2")
+
+
+def test_infer_measure_tp_through_the_command_line(cli):
+    """`infer --measure --tp 2`: the prediction for the listed device, the collectives measured beside it."""
+    r = cli("infer", "gpt2", *SMALL, "--json")
+    assert r.code == 0, r.err
+    m = r.json()["tensor_parallel"]["measured"]
+    assert m["equal"] and m["backend"] == "gloo" and m["world_size"] == 2
+    assert m["prefill"]["measured"]["all_reduce"] == {"calls": 5, "payload_bytes": 5 * 16 * 64 * 4}
+    assert m["decode"]["measured"]["all_gather"] == {"calls": 1, "payload_bytes": 50258 * 4}  # 2 shards of 25,129
+    text = " ".join(cli("infer", "gpt2", *SMALL).out.split())
+    assert "Measured on 2 gloo ranks" in text and "equal to the prediction" in text

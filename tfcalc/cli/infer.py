@@ -96,7 +96,8 @@ def infer(
     --tp T: tensor-parallel serving on T GPUs of one node (Megatron's column/row splits; T divides the query heads;
     KV heads split, or replicated when T exceeds them): weights, KV cache, fits and times are one GPU's, each step
     adds its all-reduces (attention out and FFN out per layer, α-β on the node's link); the memory less NCCL's
-    buffers too.
+    buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T local ranks (gloo
+    on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for --device-spec.
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
@@ -143,7 +144,7 @@ def infer(
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
-    with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
+    with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
 

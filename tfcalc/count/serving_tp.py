@@ -210,14 +210,17 @@ def allreduce_calls(cfg: ModelConfig, decode: bool) -> list[tuple[int, bool]]:
 
 
 def step_collectives(cfg: ModelConfig, batch: int, queries: int, act_bytes: int, decode: bool,
-                     src_seq: int | None = None) -> list[tuple[str, int, int]]:
+                     src_seq: int | None = None, tp: int = 1) -> list[tuple[str, int, int]]:
     """(op, calls, payload bytes of one call) of one step (module docstring, step 4): the all-reduces of
-    each stack it runs, then the all-gather of the sampled positions' logits (the last one of a prefill)."""
+    each stack it runs, then the all-gather of the sampled positions' logits (the last one of a prefill):
+    T equal shards of ⌈V/T⌉ columns each (torch.chunk's, padded: a collective moves equal shards), so
+    GPT-2's 50,257 over 2 GPUs gather 50,258."""
     out = []
     for calls, encoder in allreduce_calls(cfg, decode):
         tokens = batch * (src_seq if encoder and src_seq else queries)
         out.append(("all_reduce", calls, tokens * cfg.d_model * act_bytes))
-    out.append(("all_gather", 1, batch * (queries if decode else 1) * cfg.vocab_size * act_bytes))
+    vocab = -(-cfg.vocab_size // tp) * tp
+    out.append(("all_gather", 1, batch * (queries if decode else 1) * vocab * act_bytes))
     return out
 
 
@@ -228,4 +231,4 @@ def comm_seconds(cfg: ModelConfig, t: TensorParallel, batch: int, queries: int, 
         return 0.0
     return sum(collectives.seconds(op, calls * sent_bytes(op, payload, t.tp), t.tp, calls, t.link_bytes_per_s,
                                    t.latency_s, t.efficiency)
-               for op, calls, payload in step_collectives(cfg, batch, queries, act_bytes, decode, src_seq))
+               for op, calls, payload in step_collectives(cfg, batch, queries, act_bytes, decode, src_seq, t.tp))

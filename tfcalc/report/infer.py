@@ -22,9 +22,10 @@ from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
-from tfcalc.report import continuous as continuous_report
+from tfcalc.report import continuous as continuous_report, infer_modes
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
+from tfcalc.report.infer_modes import check_draft, check_tp, reserved_bytes, tensor_parallel, with_draft
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import Workload, check_size, decoder_source
 
@@ -79,6 +80,7 @@ class InferReport(Displayed):
     draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
     speculative: Optional[tuple[speculative.Speculative, ...]] = None
     continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
+    tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (infer_modes)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -133,41 +135,15 @@ class InferReport(Displayed):
         return self.options.tp
 
     def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
-        """Tensor-parallel serving: the split and the step's all-reduces (tfcalc.count.serving_tp); None at T = 1.
-        weights_bytes, kv_cache_bytes and fits are then one GPU's."""
-        if self.tp == 1:
-            return None
-        cfg, t = self.model.cfg, self.tp_link
-        over = (est.prefill_overhead, est.decode_overhead)
-        return {"gpus": self.tp, "link": t.link, "link_bytes_per_s": t.link_bytes_per_s,
-                "kv_heads_replicated": serving_tp.kv_replicated(cfg, self.tp),
-                "kv_share_per_gpu": str(serving_tp.kv_share(cfg, self.tp)),
-                "allreduces_per_decode_step": sum(n for n, _ in serving_tp.allreduce_calls(cfg, decode=True)),
-                "allreduces_prefill": sum(n for n, _ in serving_tp.allreduce_calls(cfg, decode=False)),
-                "prefill_comm_s": None if over[0] is None else over[0].comm_s,
-                "decode_comm_s_per_step": None if over[1] is None else over[1].comm_s,
-                "weights_bytes_all_gpus": serving.weights_bytes(cfg, self.fmt)}
+        """Tensor-parallel serving (tfcalc.report.infer_modes.tp_json); None at T = 1."""
+        return infer_modes.tp_json(self, est)
 
     def speculative_json(self, i: int) -> Optional[dict[str, Any]]:
-        """--draft: the round of tfcalc.count.speculative at this batch; None without a draft."""
-        if self.speculative is None or self.draft is None:
-            return None
-        s, est = self.speculative[i], self.estimates[i]
-        need = est.weight_bytes + est.kv_cache_bytes + s.draft_weights_bytes + s.draft_kv_cache_bytes
-        memory = None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1)
-        return {"draft": self.draft.cfg.name, "draft_label": self.draft.label, "draft_tokens": s.draft_tokens,
-                "accept_rate": s.accept_rate, "expected_tokens_per_step": s.expected_tokens, "context": s.context,
-                "target_step_s": s.target_step_s, "draft_step_s": s.draft_step_s, "verify_step_s": s.verify_step_s,
-                "round_s": s.round_s, "decode_s_per_token": s.decode_s_per_token,
-                "decode_tokens_per_s": 1 / s.decode_s_per_token,
-                "decode_tokens_per_s_total": est.batch / s.decode_s_per_token, "speedup": s.speedup,
-                "draft_weights_bytes": s.draft_weights_bytes, "draft_kv_cache_bytes": s.draft_kv_cache_bytes,
-                "fits": None if memory is None else need <= memory,
-                "formula": "tokens per target step (1 − A^(k+1)) / (1 − A) (Leviathan et al. 2023, eq. 1)"}
-
+        """--draft: the round at this batch (tfcalc.report.infer_modes.speculative_json); None without."""
+        return infer_modes.speculative_json(self, i)
     @property
     def tp_link(self) -> serving_tp.TensorParallel:
-        return tensor_parallel(self.spec, self.ceilings, self.tp)
+        return infer_modes.tensor_parallel(self.spec, self.ceilings, self.tp)
 
     @property
     def weight_label(self) -> str:
@@ -234,71 +210,6 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
                           spec.peak("fp32"))
 
 
-def reserved_bytes(spec: devices.DeviceSpec, tp: int) -> dict[str, int]:
-    """What the runtime keeps of the driver's memory, named: the CUDA context, and NCCL's buffers when the
-    GPUs communicate (tfcalc.devices)."""
-    out = {"cuda_context": devices.CUDA_CONTEXT_BYTES}
-    if tp > 1:
-        out["comm_buffers"] = devices.COMM_BUFFER_BYTES
-    return out
-
-
-def tensor_parallel(spec: Optional[devices.DeviceSpec], c: Ceilings, tp: int) -> serving_tp.TensorParallel:
-    """The node's link for --tp: its kind, per-GPU rate, and the performance model's α and efficiency."""
-    if tp == 1 or spec is None or c.perf is None:
-        return serving_tp.TensorParallel(tp, "none", 0.0, 0.0, 1.0)
-    link = devices.intra_link(spec)
-    return serving_tp.TensorParallel(tp, link, spec.intra_node_bytes_per_s, c.perf.link_latency_s[link],
-                                     c.perf.link_efficiency[link])
-
-
-def check_tp(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec]) -> None:
-    """--tp: a positive integer, on a listed device whose node links its GPUs, within one node (the rest of
-    the rule: tfcalc.count.serving_tp.check_tp)."""
-    if isinstance(o.tp, bool) or not isinstance(o.tp, int) or o.tp < 1:
-        raise InputError(f"--tp must be a positive integer; got {shown(o.tp)}")
-    if o.tp == 1:
-        return
-    if o.measure:
-        raise InputError("--tp with --measure is not measured yet (tensor-parallel serving is a prediction): "
-                         "drop --measure, or --tp")
-    if spec is None or not spec.intra_node_bytes_per_s or spec.gpus_per_node < 2:
-        raise InputError(f"--tp {o.tp}: {spec.name if spec else 'this device'} has no GPU-to-GPU link in tfcalc's "
-                         "table (one GPU per node)")
-    serving_tp.check_tp(model.cfg, o.tp, spec.gpus_per_node)
-
-
-def check_draft(o: InferOptions) -> None:
-    """--accept-rate and --draft-tokens belong to --draft; --draft needs --accept-rate; not measured."""
-    if o.draft is None:
-        for name, value in (("--accept-rate", o.accept_rate), ("--draft-tokens", o.draft_tokens)):
-            if value is not None:
-                raise InputError(f"{name} belongs to speculative decoding: give --draft MODEL too")
-        return
-    if o.accept_rate is None:
-        raise InputError("--draft needs --accept-rate A, the probability that the target accepts a draft token "
-                         "(a property of the two models and the text; tfcalc does not guess it)")
-    if o.measure:
-        raise InputError("--draft with --measure is not measured (speculative decoding is a prediction): drop one")
-
-
-def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
-    """The speculative round per batch (tfcalc.count.speculative), the draft resolved like MODEL."""
-    if o.draft is None:
-        return report
-    from tfcalc.report.model_ref import resolve
-
-    draft = resolve(o.draft, [])
-    k = speculative.DEFAULT_DRAFT_TOKENS if o.draft_tokens is None else o.draft_tokens
-    tp = report.tp_link if report.tp > 1 else None
-    rows = tuple(speculative.estimate(model.cfg, draft.cfg, Workload(batch=e.batch, seq=report.seq, gen=o.gen,
-                                                                     src_seq=report.src_seq, dtype=report.fmt.dtype,
-                                                                     kv_dtype=report.kv_dtype),
-                                      report.fmt, report.ceilings, k, o.accept_rate, tp)
-                 for e in report.estimates)
-    return replace(report, draft=draft, speculative=rows)
-
-
 def check_options(model: ModelRef, o: InferOptions) -> None:
     if model.cfg.arch == "encoder" or not model.cfg.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
@@ -318,9 +229,9 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
                                                                       o.bandwidth_efficiency)):
         if value is not None:
             check_fraction(name, value)
-            if o.measure:
+            if o.measure and o.tp == 1:
                 raise InputError(f"{name} sets the performance model of a listed device; --measure measures its own")
-    if o.measure and o.device_spec is not None:
+    if o.measure and o.device_spec is not None and o.tp == 1:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
     continuous_report.check(o)
@@ -382,4 +293,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
+    if o.measure and o.tp > 1:  # the prediction for the listed device, the collectives measured on T ranks
+        check_options(model, o)
+        report = estimate_infer(model, replace(o, measure=False))
+        return replace(report, options=o, tp_measured=infer_modes.measure_tp(model, o, report))
     return measure_infer(model, o, advance) if o.measure else estimate_infer(model, o)

@@ -134,9 +134,20 @@ def _tp_note(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     decode = t["decode_comm_s_per_step"]
     doc.note(f"Tensor parallel over {t['gpus']} GPUs ({t['link']}, {units.byte_rate(t['link_bytes_per_s'])} per GPU "
              f"each way): heads, FFN and vocabulary split, {kv}; {t['allreduces_per_decode_step']:,} all-reduces per "
-             f"step (attention out, FFN out), {units.seconds(t['prefill_comm_s'])} in the prefill"
+             f"step (the embedding's, attention out, FFN out), {units.seconds(t['prefill_comm_s'])} in the prefill"
              + (f", {units.seconds(decode)} per decode step" if decode is not None else "")
              + f"; all GPUs' weights {units.nbytes(t['weights_bytes_all_gpus'])}.")
+    m = t.get("measured")
+    if m:
+        def said(x: dict) -> str:
+            return ", ".join(f"{v['calls']:,} {op.replace('_', '-')}{'s' if v['calls'] != 1 else ''} of "
+                             f"{units.nbytes(v['payload_bytes'])}" for op, v in x.items())
+
+        verdict = "equal to the prediction" if m["equal"] else (
+            f"predicted: prefill {said(m['prefill']['predicted'])}; one-token step {said(m['decode']['predicted'])}")
+        doc.note(f"Measured on {m['world_size']} {m['backend']} ranks (the real model under DTensor TP, {m['dtype']}, "
+                 f"batch {m['batch']:,}): prefill of {m['seq']:,} tokens {said(m['prefill']['measured'])}; one-token "
+                 f"step {said(m['decode']['measured'])}: {verdict}.", "ok" if m["equal"] else "warning")
 
 
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
