@@ -153,7 +153,9 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
           **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
-    or measure=True: ceilings measured and the model timed on device, the prediction beside."""
+    or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
+    serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
+    rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates")."""
     from tfcalc.report.infer import InferOptions, build_infer
     from tfcalc.workload import default_dtype
 
