@@ -91,3 +91,16 @@ def test_hostile_draft(cli, args, message):
 def test_accept_rate_not_a_number_is_a_usage_error(cli):
     r = cli("infer", "llama2-13b", "--draft", "llama2-7b", "--accept-rate", "most")
     assert r.code == 2 and r.out == ""
+
+
+def test_speedup_is_leviathans_improvement_factor_at_batch_1():
+    """Leviathan et al. 2023, Theorem 3.8: with c = t_draft / t_target and the verify step as long as a
+    target step, the expected walltime improvement is (1 − A^(k+1)) / ((1 − A)(k·c + 1)). At batch 1 both
+    steps read the same weights and cache (memory-bound), so the verify step costs a target step within a
+    few per cent, and the speedup is the theorem's."""
+    s = tfcalc.infer("llama2-70b", batch=1, seq=512, gen=256, device_spec="h100-sxm", tp=4, draft="llama2-7b",
+                     accept_rate=0.8, draft_tokens=4).to_json()["speculative"]
+    assert s["verify_step_s"] == pytest.approx(s["target_step_s"], rel=0.05)
+    c = s["draft_step_s"] / s["target_step_s"]
+    theorem = (1 - 0.8**5) / ((1 - 0.8) * (4 * c + 1))
+    assert s["speedup"] == pytest.approx(theorem, rel=0.05)
