@@ -126,3 +126,10 @@ def test_tp_serves_more():
 ])
 def test_hostile_rate(cli, args, message):
     assert_one_line_error(cli("infer", "llama2-13b", *args), message)
+
+
+@pytest.mark.parametrize("option", ["--rate", "--mean-input", "--mean-output"])
+def test_not_a_number_is_a_usage_error(cli, option):
+    args = {"--rate": "2", "--mean-input": "10", "--mean-output": "10"} | {option: "lots"}
+    flat = [x for kv in args.items() for x in kv]
+    assert_one_line_error(cli("infer", "gpt2", *flat), f"Invalid value for '{option}'")

@@ -110,5 +110,4 @@ def test_tp_that_neither_divides_nor_is_divided_by_the_kv_heads(cli, tmp_path):
 
 
 def test_tp_not_a_number_is_a_usage_error(cli):
-    r = cli("infer", "gpt2", "--tp", "two")
-    assert r.code == 2 and r.out == ""
+    assert_one_line_error(cli("infer", "gpt2", "--tp", "two"), "Invalid value for '--tp'")

@@ -89,8 +89,8 @@ def test_hostile_draft(cli, args, message):
 
 
 def test_accept_rate_not_a_number_is_a_usage_error(cli):
-    r = cli("infer", "llama2-13b", "--draft", "llama2-7b", "--accept-rate", "most")
-    assert r.code == 2 and r.out == ""
+    assert_one_line_error(cli("infer", "llama2-13b", "--draft", "llama2-7b", "--accept-rate", "most"),
+                          "Invalid value for '--accept-rate'")
 
 
 def test_speedup_is_leviathans_improvement_factor_at_batch_1():
