@@ -95,9 +95,10 @@ def infer(
 
     --tp T: tensor-parallel serving on T GPUs of one node (Megatron's column/row splits; T divides the query heads;
     KV heads split, or replicated when T exceeds them): weights, KV cache, fits and times are one GPU's, each step
-    adds its all-reduces (attention out and FFN out per layer, α-β on the node's link); the memory less NCCL's
-    buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T local ranks (gloo
-    on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for --device-spec.
+    adds its all-reduces (the embedding's, attention out and FFN out per layer, α-β on the node's link); the memory
+    less NCCL's buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T
+    local ranks (gloo on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for
+    --device-spec.
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
