@@ -278,3 +278,15 @@ def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_d
             e = MatmulEntry(e.component, e.group, e.label, (batch, k, n), 1, 1, 2 * batch * k * n, e.stack)
         entries.append(e)
     return Step("prefill", batch, seq, seq, _rows(cfg, entries, fmt, kv_dtype, batch, batch * seq, decode=False))
+
+
+def verify_step(cfg: ModelConfig, batch: int, queries: int, context: int, fmt: WeightFormat, kv_dtype: str, *,
+                src_seq: Optional[int] = None) -> Step:
+    """``queries`` new tokens per sequence, the last of ``context`` positions, with the logits of every one:
+    speculative decoding's verification of k draft tokens (queries = k + 1; tfcalc.count.speculative).
+    Weights read once, each sequence's cache once, as a decode step."""
+    _check(cfg, batch=batch, queries=queries, context=context)
+    src = decoder_source(cfg, context, src_seq)
+    entries = matmul_entries(cfg, batch, queries, context, src=src, encoder=False)
+    return Step("decode", batch, queries, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch * queries,
+                                                         decode=True))

@@ -42,7 +42,8 @@ def rows_json(step: Step, c: Ceilings) -> list[dict[str, Any]]:
 def _overhead_json(o) -> Optional[dict[str, Any]]:
     """The performance model's per-step costs beside the roofline rows (tfcalc.count.perf.inference)."""
     return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
-                                   "traffic_s": o.traffic_s, "total_s": o.total_s}
+                                   "traffic_s": o.traffic_s, "comm_s": o.comm_s, "request_s": o.request_s,
+                                   "total_s": o.total_s}
 
 
 def predicted_json(est: serving.Estimate, c: Ceilings) -> dict[str, Any]:
