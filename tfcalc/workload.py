@@ -100,6 +100,14 @@ class Layout:
     dtype: str = "bf16"
     attention: str = "flash"
     dropout: bool = False
+    # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.sharding ---
+    ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
+    compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
+    reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward
+    hsdp: Optional[int] = None  # ZeRO-3 within groups of hsdp DP ranks, replicated across them; None: over all dp
+    grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype
+    offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there
+    offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
 
     @property
     def gpus(self) -> int:

@@ -35,6 +35,7 @@ from tfcalc.cli.options import (
     zero_stage,
 )
 from tfcalc.cli.render import plan as view
+from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.steptime import parse_count
 from tfcalc.report import resolve
@@ -99,6 +100,13 @@ def plan(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    # issue 20, sharding and precision (tfcalc.cli.sharding_options)
+    ep: EP = None,
+    compute_dtype: ComputeDType = None,
+    no_reshard_after_forward: NoReshard = False,
+    hsdp: HSDP = None,
+    grad_dtype: GradDType = None,
+    offload: Offload = None,
     require_fit: RequireFit = False,
     measure: Measure = False,
     nproc: Nproc = None,
@@ -135,7 +143,8 @@ def plan(
         dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, matmul_efficiency=matmul_efficiency,
         bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
-        top=top)
+        top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
+        hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

@@ -27,6 +27,7 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
+from tfcalc.count.experts_parallel import ep_collectives
 from tfcalc.count.layout import (
     Layout,
     candidate_layouts,
@@ -75,16 +76,16 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
-    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
     return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
-    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
-    ``recompute`` when given)."""
+           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
+    ``recompute`` and expert-parallel degree ``ep`` when given)."""
     plans = []
-    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute):
+    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute, ep):
         mem = rank_memory(cfg, layout)
         if mem.total <= hw.memory_bytes:
             plans.append(_plan(cfg, layout, mem, hw, utilization))
@@ -132,7 +133,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
-                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
+                zero: Optional[int] = None, recompute: Optional[str] = None,
+                ep: Optional[int] = None) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node)
     if floor > hw.memory_bytes:
@@ -144,7 +146,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

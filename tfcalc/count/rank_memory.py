@@ -42,6 +42,15 @@ from tfcalc.count.shard import (
     tp_local_shape,
     units,
 )
+from tfcalc.count.sharding import (
+    expert_dp,
+    flat_shard,
+    grad_element_bytes,
+    local_copies,
+    routed_expert,
+    shard_dp,
+    split_states,
+)
 from tfcalc.workload import Layout
 
 FP32 = 4
@@ -78,37 +87,49 @@ def optimizer_element_bytes(dtype: str) -> int:
     return (FP32 if weight_element_bytes(dtype) < FP32 else 0) + ADAM_MOMENTS
 
 
-def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tuple[int, ...], int]]:
-    """(TP rank 0's shape, copies) of every tensor on the stage."""
-    return [(tp_local_shape(t, layout.tp), n) for t, n in stage_tensors(cfg, layout.pp, stage)]
+def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tuple[int, ...], int, bool]]:
+    """(TP rank 0's shape, copies, whether a routed expert's) of every tensor on the stage; a routed
+    expert's copies are EP rank 0's (tfcalc.count.sharding, step 1)."""
+    return [(tp_local_shape(t, layout.tp), local_copies(t.name, n, layout), routed_expert(t.name))
+            for t, n in stage_tensors(cfg, layout.pp, stage)]
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
-    """Ψ: parameters of TP rank 0's slice of the stage."""
-    return sum(n * math.prod(shape) for shape, n in _local_shapes(cfg, layout, stage))
+    """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
+    return sum(n * math.prod(shape) for shape, n, _ in _local_shapes(cfg, layout, stage))
+
+
+def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
+    """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.sharding)."""
+    return sum(n * math.prod(shape) for shape, n, expert in _local_shapes(cfg, layout, stage) if expert)
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
-    """(Ψ, weights, grads, optimizer) bytes of one rank of the stage (steps 1-4)."""
+    """(Ψ, weights, grads, optimizer) bytes of one rank of the stage (steps 1-4; gradients in
+    --grad-dtype, the routed experts' states split over dp / ep, HSDP's over its groups:
+    tfcalc.count.sharding)."""
     psi = stage_params(cfg, layout, stage)
-    ew, eo, N = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), layout.dp
-    flat = -(-psi // N)  # ZeRO-1/2: a flat buffer split N ways
+    ew, eo, eg = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), grad_element_bytes(layout)
+    experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
+    flat = flat_shard(split_states(psi - experts, experts, layout))  # ZeRO-1/2: flat buffers split N ways
     if layout.zero == 0:
-        return psi, ew * psi, ew * psi, eo * psi
+        return psi, ew * psi, eg * psi, eo * psi
     if layout.zero == 1:
-        return psi, ew * psi, ew * psi, eo * flat
+        return psi, ew * psi, eg * psi, eo * flat
     if layout.zero == 2:
-        return psi, ew * psi, ew * flat, eo * flat
-    shard = sum(n * fsdp_shard(shape, N) for shape, n in _local_shapes(cfg, layout, stage))
-    return psi, ew * shard, ew * shard, eo * shard
+        return psi, ew * psi, eg * flat, eo * flat
+    N, Ne = shard_dp(layout), expert_dp(layout)
+    shards = [(n * fsdp_shard(shape, Ne if expert else N)) for shape, n, expert in _local_shapes(cfg, layout, stage)]
+    return psi, ew * sum(shards), eg * sum(shards), eo * sum(shards)
 
 
 def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
-    """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local."""
+    """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local (EP rank
+    0's experts). Without resharding after forward, see ``rank_memory``."""
     if layout.zero != 3:
         return 0
     def size(t) -> int:
-        return t.copies * math.prod(tp_local_shape(t, layout.tp))
+        return local_copies(t.name, t.copies, layout) * math.prod(tp_local_shape(t, layout.tp))
 
     block = max(sum(size(t) for t in tensors) for tensors, _ in units(cfg))  # the largest block kind
     root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
@@ -140,6 +161,8 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     best = None
     for stage, blocks in enumerate(stage_blocks(total_blocks(cfg), layout.pp)):
         psi, w, g, o = model_states(cfg, layout, stage)
+        if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward
+            gathered = weight_element_bytes(layout.dtype) * psi
         mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
         if best is None or mem.total > best.total:
             best = mem

@@ -125,7 +125,11 @@ def bubble_fraction(pp: int, micro_batches: int) -> float:
 
 def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
     """Whether every rank of the group shares a node (Megatron's order: tp, then dp, then pp)."""
-    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.gpus}[group]
+    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.gpus,
+            # tfcalc.count.sharding: the EP group is ep adjacent DP ranks, an HSDP shard group hsdp of them;
+            # the experts' replicas (edp) and HSDP's replicas stride across the whole DP group
+            "ep": layout.tp * layout.ep, "dp_shard": layout.tp * (layout.hsdp or layout.dp),
+            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}[group]
     return span <= gpus_per_node
 
 
@@ -145,15 +149,20 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
     return float(utilization)
 
 
+# groups whose time counts with another's: the data-parallel variants overlap with the backward as dp does
+TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
+
+
 def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
     """Step 4: α-β seconds per group."""
     out = dict.fromkeys(("dp", "tp", "pp"), 0.0)
     for c in collectives:
+        bucket = TIME_GROUP.get(c.group, c.group)
         inside = group_in_node(c.group, layout, hw.gpus_per_node)
         kind = hw.intra_link if inside else "network"
         rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
         calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
-        out[c.group] += alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
+        out[bucket] = out.get(bucket, 0.0) + alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
                                            hw.perf.link_latency_s[kind], hw.perf.link_efficiency[kind])
     return out
 
@@ -185,8 +194,10 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     window = backward * (1 if layout.zero in (0, 1) else m) + (compute - backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
     exposed = {"tp": tp, "pp": comm["pp"], "dp": max(0.0, comm["dp"] - window) + last_bucket}
+    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
+        exposed["ep"] = comm["ep"] * (m + p - 1) / m
     physics = pipelined + sum(exposed.values())
-    no_overlap = pipelined + tp + comm["pp"] + comm["dp"]
+    no_overlap = pipelined + tp + comm["pp"] + comm["dp"] + exposed.get("ep", 0.0)
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,

@@ -22,6 +22,7 @@ from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layout
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.sharding import OFFLOAD
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -56,6 +57,13 @@ class PlanRequest:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
     top: int = 10
+    # --- issue 20, sharding and precision (helper X): tfcalc.count.sharding ---
+    ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
+    compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.fp8)
+    reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)
+    hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
+    grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights
+    offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.offload)
 
     @property
     def searching(self) -> bool:
@@ -89,7 +97,12 @@ class PlanReport(Displayed):
     def notes(self) -> list[str]:
         """What the plan assumes beyond the layout, for this model."""
         out = []
-        if self.model.cfg.architecture.has_moe:
+        if self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
+            out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
+                       f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "
+                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all (tfcalc.count."
+                       "experts_parallel); under TP each rank holds its experts whole")
+        elif self.model.cfg.architecture.has_moe:
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
                        "parallelism); only attention and dense FFNs are split under TP")
         if self.model.cfg.arch == "encoder-decoder":
@@ -179,13 +192,22 @@ def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
     return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
                   zero=request.zero or 0, recompute=request.recompute or "none",
-                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention)
+                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
+                  **sharding_fields(request))
+
+
+def sharding_fields(request: PlanRequest) -> dict[str, Any]:
+    """The Layout fields of tfcalc.count.sharding, from the request (ep 1 unless given)."""
+    r = request
+    return dict(ep=1 if r.ep is None else r.ep, compute_dtype=r.compute_dtype,
+                reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
+                offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
 
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
-    only = dict(zero=request.zero, recompute=request.recompute)
+    only = dict(zero=request.zero, recompute=request.recompute, ep=request.ep)
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
@@ -236,6 +258,19 @@ def check_request(request: PlanRequest) -> None:
                              "give one")
     if r.bandwidth_efficiency is not None:
         check_fraction("--bandwidth-efficiency", r.bandwidth_efficiency)
+    check_sharding_request(r)
+
+
+def check_sharding_request(r: PlanRequest) -> None:
+    """The types of the sharding and precision fields (their values: tfcalc.count.sharding)."""
+    if r.ep is not None:
+        check_size("--ep", r.ep)
+    if r.hsdp is not None:
+        check_size("--hsdp", r.hsdp)
+    if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):
+        raise InputError(f"--offload must be optimizer, activations or both; got {shown(r.offload)}")
+    if not isinstance(r.reshard_after_forward, bool):
+        raise InputError(f"reshard_after_forward must be True or False; got {shown(r.reshard_after_forward)}")
 
 
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,

@@ -137,7 +137,12 @@ def layout_json(layout: Layout) -> dict[str, Any]:
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "zero": layout.zero, "recompute": layout.recompute,
             "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
-            "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout}
+            "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
+            # issue 20, sharding and precision (tfcalc.count.sharding)
+            "ep": layout.ep, "compute_dtype": layout.compute_dtype,
+            "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
+            "offload": [w for w, on in (("optimizer", layout.offload_optimizer),
+                                        ("activations", layout.offload_activations)) if on]}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:

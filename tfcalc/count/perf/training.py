@@ -108,7 +108,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     block_mm = head_mm = block_fwd = 0.0
     kernels = 0
     score_elements = 0
-    experts = n_expert(cfg)
+    experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
     for e in entries:
         fwd, bwd = _entry_s(e, layout, peak, perf, experts)
         again = fwd if layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES) else 0
