@@ -98,6 +98,8 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
                         ("offload_activations", L.offload_activations)):
         if not isinstance(value, bool):
             raise InputError(f"{name} must be True or False; got {shown(value)}")
+    if L.compute_dtype is not None or L.offload_optimizer or L.offload_activations:  # not yet computed
+        raise InputError("--compute-dtype and --offload are not computed yet in this build")
     if not L.reshard_after_forward and L.zero != 3:
         raise InputError("--no-reshard-after-forward keeps FSDP's gathered weights: it needs --zero 3 (or --fsdp)")
     if L.hsdp is not None:
