@@ -154,12 +154,13 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
 def search_ep(cfg: ModelConfig, tp: int, dp: int, gpus_per_node: int) -> tuple[int, ...]:
     """Expert-parallel degrees a search tries (``candidate_layouts``): 1, and for a mixture of experts the
     largest ep dividing dp and every mixture's experts whose tp·ep GPUs share a node (NVLink carries the
-    all-to-all)."""
+    all-to-all), and the largest across nodes (the fewest experts per rank, as DeepSeek-V3's EP 64)."""
     counts = expert_counts(cfg)
     if not counts:
         return (1,)
-    best = max((e for e in divisors(math.gcd(dp, *counts)) if tp * e <= gpus_per_node), default=1)
-    return (1,) if best == 1 else (1, best)
+    every = divisors(math.gcd(dp, *counts))
+    inside = max((e for e in every if tp * e <= gpus_per_node), default=1)
+    return tuple(sorted({1, inside, every[-1]}))
 
 
 def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:
