@@ -19,7 +19,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")  # op: op-level selective checkpointing (tfcalc.count.op_recompute)
 MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
 
 # Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
@@ -95,7 +95,7 @@ class Layout:
     global_batch: int
     micro_batch: int = 1
     zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
-    recompute: str = "none"  # none, selective (attention scores) or full (block inputs only)
+    recompute: str = "none"  # none, selective (attention scores), full (block inputs only) or op (torchtitan's SAC)
     sequence_parallel: bool = False
     dtype: str = "bf16"
     attention: str = "flash"

@@ -36,12 +36,15 @@ from tfcalc.count.layout import (
     gpu_counts,
     sequence_parallel_modelled,
 )
+from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
+    model_states,
     optimizer_element_bytes,
     rank_memory,
+    rank_offload,
     stage_activations,
     stage_params,
     weight_element_bytes,
@@ -77,7 +80,13 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
-    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
+    step = step_time(cfg, layout, collectives, hw, utilization)
+    if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
+        off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
+        pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
+                                     step.compute_s)
+        step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
+    return Plan(layout, mem, collectives, step, hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
+from tfcalc.count.fp8 import fp8_cache_bytes
+from tfcalc.count.offload import Offload, offload
 from tfcalc.count.rank_activations import stage_activation_bytes
 from tfcalc.count.shard import (
     fsdp_shard,
@@ -68,6 +70,8 @@ class RankMemory:
     optimizer: int  # fp32 master weights (below fp32) and the Adam moments
     activations: int
     gathered: int  # ZeRO-3 only: unsharded weights of the running and the prefetched unit
+    fp8_cache: int = 0  # --compute-dtype fp8: FP8 weight casts and amax histories (tfcalc.count.fp8)
+    host: int = 0  # --offload: bytes held in host memory instead (tfcalc.count.offload), not in the total
 
     @property
     def states(self) -> int:
@@ -75,7 +79,7 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return self.states + self.activations + self.gathered
+        return self.states + self.activations + self.gathered + self.fp8_cache
 
 
 def weight_element_bytes(dtype: str) -> int:
@@ -163,7 +167,23 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
         psi, w, g, o = model_states(cfg, layout, stage)
         if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward
             gathered = weight_element_bytes(layout.dtype) * psi
-        mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
+        acts = stage_activations(cfg, layout, stage, blocks)
+        off = rank_offload(cfg, layout, stage, o)
+        mem = RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
+                         fp8_cache_bytes(cfg, layout, stage), off.host_bytes)
         if best is None or mem.total > best.total:
             best = mem
     return best
+
+
+def rank_offload(cfg: ModelConfig, layout: Layout, stage: int, optimizer_bytes: int) -> Offload:
+    """What one rank of the stage offloads (tfcalc.count.offload); ``optimizer_bytes`` its ZeRO shard's
+    optimizer states (before offload)."""
+    if not (layout.offload_optimizer or layout.offload_activations):
+        return NO_OFFLOAD
+    return offload(layout, stage, layout_activations(cfg, layout), optimizer_bytes,
+                   optimizer_bytes // optimizer_element_bytes(layout.dtype), weight_element_bytes(layout.dtype),
+                   grad_element_bytes(layout))
+
+
+NO_OFFLOAD = Offload(0, 0, 0, 0, 0)

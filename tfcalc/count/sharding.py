@@ -30,6 +30,7 @@ rank's model states are split over. Pure arithmetic, no torch.
 from __future__ import annotations
 
 from tfcalc.config import ModelConfig
+from tfcalc.count import op_recompute
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
@@ -98,8 +99,11 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
                         ("offload_activations", L.offload_activations)):
         if not isinstance(value, bool):
             raise InputError(f"{name} must be True or False; got {shown(value)}")
-    if L.compute_dtype is not None or L.offload_optimizer or L.offload_activations:  # not yet computed
-        raise InputError("--compute-dtype and --offload are not computed yet in this build")
+    if L.recompute == "op":
+        why = next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
+        why = why or (None if L.attention == "flash" else "the math attention kernel")
+        if why is not None:
+            raise InputError(f"--recompute op is not modelled for {why} (it is for dense blocks with flash attention)")
     if not L.reshard_after_forward and L.zero != 3:
         raise InputError("--no-reshard-after-forward keeps FSDP's gathered weights: it needs --zero 3 (or --fsdp)")
     if L.hsdp is not None:

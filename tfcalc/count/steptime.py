@@ -48,6 +48,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count.layout import Layout
+from tfcalc.count.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
@@ -84,6 +85,8 @@ class Hardware:
     bandwidth_bytes_per_s: float = 3.35e12  # memory, datasheet (the achievable share: perf.bandwidth_efficiency)
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
+    fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.fp8)
+    pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (tfcalc.count.offload)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     model = count_flops.training_flops(cfg, layout.global_batch, layout.seq)
     if layout.recompute == "full":
         return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
+    if layout.recompute == "op":  # the O and down projections run forward again (tfcalc.count.op_recompute)
+        again = sum(e.total for e in count_flops.matmul_entries(cfg, layout.global_batch, layout.seq)
+                    if e.component in RECOMPUTED)
+        return model, model + again
     if layout.recompute == "selective":
         totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
@@ -172,7 +179,8 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> tuple[float, flo
     alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch)  # what the time depends on
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
+    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf, fp8)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     blocks = counts[-1] if stage == t.stage_s(counts[-1], True) else max(counts[:-1])

@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
 from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
+from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
@@ -137,7 +138,8 @@ class PlanReport(Displayed):
             "layout": layout_json(L),
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
-                         "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
+                         "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
+                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
             "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
@@ -178,7 +180,12 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
     return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
                     spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec),
-                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency))
+                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency), **more_hardware(spec))
+
+
+def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
+    """The rates the sharding and precision variants read (tfcalc.count.fp8, tfcalc.count.offload)."""
+    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec))
 
 
 def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
@@ -283,6 +290,9 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency)
+    if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
+        raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
+                         "arrived with Hopper and Ada); choose another --device-spec")
     check_size("--micro-batch", request.micro_batch)
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len

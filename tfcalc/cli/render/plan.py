@@ -60,10 +60,17 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     held = f" (1/{L.ep} of the experts)" if L.ep > 1 else ""
     t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
-    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole"))
+    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
+          + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
     t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; "
           f"{min(L.pp - m.stage, L.micro_batches)} in flight of {L.micro_batch} × {L.seq:,}")
+    if L.offload_activations:
+        t.add("  of which offloaded", None, "all but 2 blocks' saved activations per micro-batch in flight are in "
+              "host memory")
+    if m.fp8_cache:
+        t.add("FP8 weight casts", m.fp8_cache, "each FP8 linear's weight and its transpose, 1 byte each, kept "
+              "for the backward; amax histories (Transformer Engine)")
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if L.reshard_after_forward
               else "every unit of the stage, kept from forward to backward")
@@ -72,6 +79,10 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
           f"{m.total / memory:.0%} of {units.nbytes(memory)} usable: the driver's "
           f"{units.nbytes(devices.driver_bytes(r.device))} less the CUDA context and NCCL buffers", style=style)
+    if m.host:
+        t.add("Host memory (offload)", m.host, "not in the total: " + " and ".join(
+            w for w, on in (("fp32 master, Adam m and v, fp32 gradients of the shard", L.offload_optimizer),
+                            ("offloaded activations", L.offload_activations)) if on))
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
