@@ -1,0 +1,72 @@
+"""`tfcalc plan` with issue 20's sharding and precision flags: --ep, --compute-dtype fp8,
+--no-reshard-after-forward, --hsdp, --grad-dtype fp32, --recompute op, --offload -- the JSON they add, the
+tables, and their hostile values (one line, exit 2)."""
+
+import pytest
+from conftest import assert_one_line_error
+
+PSI_7B = 6_738_415_616
+
+
+def test_each_flag_reaches_the_json(cli):
+    r = cli("plan", "mixtral-8x7b", "--dp", "8", "--ep", "4", "--zero", "3", "--no-reshard-after-forward",
+            "--grad-dtype", "fp32", "--compute-dtype", "fp8", "--recompute", "full", "--offload", "optimizer",
+            "--offload", "activations", "--seq", "4096", "--json")
+    assert r.code == 0, r.err
+    j = r.json()
+    L = j["layout"]
+    assert (L["ep"], L["reshard_after_forward"], L["grad_dtype"], L["compute_dtype"], L["offload"]) == (
+        4, False, "fp32", "fp8", ["optimizer", "activations"])
+    per = j["per_rank"]
+    assert per["optimizer_bytes"] == 0 and per["host_bytes"] > 0 and per["fp8_cache_bytes"] > 0
+    assert per["total_bytes"] == sum(per[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes",
+                                                      "activation_bytes", "gathered_weights_bytes", "fp8_cache_bytes"))
+    assert {"ep_tokens_all_to_all", "ep_counts_all_to_all", "expert_params_all_gather",
+            "expert_grads_reduce_scatter"} <= set(j["comm_bytes_per_step"])
+    assert j["step"]["comm_s"]["ep"] > 0 and j["step"]["comm_s"]["pcie"] > 0
+    assert any("expert parallel over 4 ranks" in n for n in j["notes"])
+
+
+def test_hsdp_and_fp32_grads_in_the_table(cli):
+    r = cli("plan", "llama2-7b", "--dp", "8", "--fsdp", "--hsdp", "2", "--grad-dtype", "fp32")
+    assert r.code == 0, r.err
+    assert "HSDP 2 × 4" in r.out and "dp_shard ×2" in r.out and "dp_replicate ×4" in r.out
+    assert "fp32; 1/2" in r.out  # gradients in fp32, split over the 2 ranks of a shard group
+
+
+def test_recompute_op_in_the_search(cli):
+    r = cli("plan", "llama2-7b", "--gpus", "8", "--recompute", "op", "--json")
+    assert r.code == 0, r.err
+    assert {x["layout"]["recompute"] for x in r.json()["search"]["layouts"]} == {"op"}
+
+
+@pytest.mark.parametrize("model, args, message", [
+    ("llama2-7b", ["--dp", "8", "--ep", "2"], "dense"),
+    ("mixtral-8x7b", ["--dp", "6", "--ep", "3", "--global-batch", "6"], "does not divide the 8 routed experts"),
+    ("mixtral-8x7b", ["--dp", "2", "--ep", "4"], "ep must divide dp"),
+    ("mixtral-8x7b", ["--dp", "8", "--ep", "0"], "--ep must be between"),
+    ("mixtral-8x7b", ["--dp", "8", "--ep", "2", "--fsdp", "--hsdp", "2"], "not modelled"),
+    ("llama2-7b", ["--dp", "8", "--compute-dtype", "fp4"], "--compute-dtype must be fp8"),
+    ("llama2-7b", ["--dp", "8", "--compute-dtype", "fp8", "--device-spec", "a100-80gb"], "no FP8 rate"),
+    ("llama2-7b", ["--dp", "8", "--grad-dtype", "bf16"], "--grad-dtype must be fp32"),
+    ("llama2-7b", ["--dp", "8", "--grad-dtype", "fp32", "--dtype", "fp32"], "fp32 gradients already"),
+    ("llama2-7b", ["--dp", "8", "--hsdp", "2"], "needs --zero 3"),
+    ("llama2-7b", ["--dp", "8", "--fsdp", "--hsdp", "3"], "must divide dp"),
+    ("llama2-7b", ["--dp", "8", "--fsdp", "--hsdp", "8"], "plain FSDP"),
+    ("llama2-7b", ["--dp", "8", "--fsdp", "--hsdp", "-1"], "--hsdp must be between"),
+    ("llama2-7b", ["--dp", "8", "--no-reshard-after-forward"], "needs --zero 3"),
+    ("llama2-7b", ["--dp", "8", "--offload", "disk"], "--offload takes optimizer, activations or both"),
+    ("llama2-7b", ["--dp", "8", "--offload", "optimizer,,gpu"], "--offload takes"),
+    ("mixtral-8x7b", ["--dp", "8", "--recompute", "op"], "mixture of experts"),
+    ("gpt2", ["--dp", "8", "--recompute", "op"], "biases"),
+    ("llama2-7b", ["--dp", "2", "--ep", "2", "--measure"], "dense"),
+])
+def test_hostile_sharding_flags(cli, model, args, message):
+    assert_one_line_error(cli("plan", model, *args), message)
+
+
+def test_help_names_every_flag(cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the long flag whole on one line
+    r = cli("plan", "--help")
+    for flag in ("--ep", "--compute-dtype", "--no-reshard-after-forward", "--hsdp", "--grad-dtype", "--offload"):
+        assert flag in r.out
