@@ -65,6 +65,19 @@ def test_hostile_sharding_flags(cli, model, args, message):
     assert_one_line_error(cli("plan", model, *args), message)
 
 
+def test_zero2_measured_as_fsdp2_without_resharding_after_forward(cli):
+    """PyTorch has no ZeRO-2 engine: the run is FSDP2 with reshard_after_forward=False (one gather per block and
+    micro-batch), planned as such, and the two agree exactly (2 gloo ranks)."""
+    r = cli("plan", "llama2-7b", "--dp", "2", "--zero", "2", "--measure", "--nproc", "2", "--json")
+    assert r.code == 0, r.err
+    m = r.json()["measured"]
+    assert m["states_exact"] and m["collectives_exact"]
+    assert (m["layout"]["zero"], m["layout"]["reshard_after_forward"]) == (3, False)
+    gathers = [c for c in m["collectives"] if c["op"] == "all_gather"]
+    assert [c["calls"] for c in gathers] == [m["layout"]["micro_batches"] * (2 + 1)]  # 2 blocks and the root, once
+    assert any(w.startswith("ZeRO-2 (ran as FSDP2") for w in m["left_out"])
+
+
 def test_help_names_every_flag(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # the long flag whole on one line
     r = cli("plan", "--help")

@@ -45,9 +45,13 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         kind = "an encoder" if cfg.arch == "encoder" else "a model without an LM head"
         raise InputError(f"{cfg.name} is {kind}: a real distributed run (plan --measure, bench --nproc) trains "
                          "models with an LM head (a next-token loss); estimate it without one")
-    if layout.zero in (1, 2):
-        raise InputError(f"a real run covers ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
-                         "run (PyTorch has no engine for it)")
+    if layout.zero in (1, 2):  # tfcalc.report.plan_check runs ZeRO-2 as FSDP2 without resharding after forward
+        raise InputError(f"a real run covers ZeRO-0 (DDP), ZeRO-2 (as FSDP2 without resharding after forward) and "
+                         f"ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not run (PyTorch has no engine for it)")
+    if layout.hsdp is not None:
+        raise InputError("--hsdp is planned, not run (its 2-D mesh needs 4 ranks or more)")
+    if layout.ep > 1:
+        raise InputError("expert parallelism is planned, not run (yet)")
     if layout.pp > 1:
         raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
     if layout.recompute != "none":
@@ -178,13 +182,14 @@ def apply_tp(model: nn.Module, mesh, sp: bool) -> None:
             parallelize_module(block, mesh, _block_plan(block, seq, sp))
 
 
-def apply_fsdp(model: nn.Module, mesh) -> nn.Module:
-    """Step 2 (and 5, on the dp dimension of a 2-D mesh)."""
+def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool = True) -> nn.Module:
+    """Step 2 (and 5, on the dp dimension of a 2-D mesh); ``reshard_after_forward`` False keeps each block
+    gathered from its forward to its backward (plan --no-reshard-after-forward, and what a ZeRO-2 run runs)."""
     from torch.distributed.fsdp import fully_shard
 
     for stack in stacks(model):
         for block in stack.blocks:
-            fully_shard(block, mesh=mesh)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -230,5 +235,6 @@ def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torc
         apply_tp(model, mesh["tp"], layout.sequence_parallel)
     if layout.dp > 1:
         dp = mesh["dp"]
-        model = apply_fsdp(model, dp) if layout.zero == 3 else apply_ddp(model, device, dp.get_group())
+        model = (apply_fsdp(model, dp, layout.reshard_after_forward) if layout.zero == 3
+                 else apply_ddp(model, device, dp.get_group()))
     return model, mesh, groups

@@ -60,11 +60,17 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
     micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+    zero = layout.zero if dp > 1 else 0
+    # PyTorch has no ZeRO-2 engine; what it offers is FSDP2 keeping each unit gathered from its forward to its
+    # backward: sharded storage, one gather per block and micro-batch, a reduce-scatter per micro-batch
+    keep = zero == 3 and layout.reshard_after_forward or zero not in (2, 3)
     return dataclasses.replace(
         layout, tp=tp, pp=1, dp=dp, seq=seq, micro_batch=micro,
         global_batch=dp * micro * min(layout.micro_batches, MEASURE_MICRO_BATCHES),
-        zero=layout.zero if dp > 1 else 0, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
-        dtype="fp32")
+        zero=3 if zero == 2 else zero, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
+        dtype="fp32", reshard_after_forward=keep, compute_dtype=None, grad_dtype=None,
+        hsdp=layout.hsdp if dp > 1 else None, offload_optimizer=False, offload_activations=False,
+        ep=math.gcd(layout.ep, dp))
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,18 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
-    if planned.zero != ran.zero:
+    if planned.zero == 2 and ran.zero == 3:
+        out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
+                   "sharded between steps, gathered once per micro-batch)")
+    elif planned.zero != ran.zero:
         out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+    for what, gone in (("FP8 matmuls", planned.compute_dtype and not ran.compute_dtype),
+                       ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
+                       ("optimizer offload", planned.offload_optimizer),
+                       ("activation offload", planned.offload_activations),
+                       (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep)):
+        if gone:
+            out.append(what)
     if planned.attention != ran.attention:
         out.append(f"{planned.attention} attention (ran the module's {ran.attention})")
     return tuple(out)
