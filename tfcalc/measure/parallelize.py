@@ -48,10 +48,17 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if layout.zero in (1, 2):  # tfcalc.report.plan_check runs ZeRO-2 as FSDP2 without resharding after forward
         raise InputError(f"a real run covers ZeRO-0 (DDP), ZeRO-2 (as FSDP2 without resharding after forward) and "
                          f"ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not run (PyTorch has no engine for it)")
+    arch = cfg.architecture
     if layout.hsdp is not None:
         raise InputError("--hsdp is planned, not run (its 2-D mesh needs 4 ranks or more)")
-    if layout.ep > 1:
-        raise InputError("expert parallelism is planned, not run (yet)")
+    if layout.ep > 1:  # tfcalc.measure.experts_parallel
+        moe = [b.ffn for _, b, _ in arch.kinds() if b.is_moe]
+        if layout.tp > 1 or layout.zero != 0 or layout.ep != layout.dp:
+            raise InputError("a run of expert parallelism takes every data-parallel rank into the expert-parallel "
+                             "group (ep = dp), with tp 1 and DDP (--zero 0); other layouts are planned, not run")
+        if any(f.capacity_factor is not None or f.sigmoid_input for f in moe):
+            raise InputError(f"{cfg.name}: a run of expert parallelism covers dropless mixtures whose router weights "
+                             "the outputs (no capacity factor, no Llama 4 input scaling); planned, not run")
     if layout.pp > 1:
         raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
     if layout.recompute != "none":
@@ -229,10 +236,17 @@ def group_names(mesh) -> dict[str, tuple[str, int]]:
 
 def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torch.device):
     """(the model to train, its mesh, {process-group name: (dp or tp, size)})."""
+    from torch.nn.parallel import DistributedDataParallel
+
     mesh = device_mesh(device.type, layout.dp, layout.tp)
     groups = group_names(mesh)
     if layout.tp > 1:
         apply_tp(model, mesh["tp"], layout.sequence_parallel)
+    if layout.ep > 1:  # experts local, DDP skips them (tfcalc.measure.experts_parallel)
+        from tfcalc.measure.experts_parallel import apply_ep
+
+        local = apply_ep(model, mesh["dp"].get_group(), layout.ep, mesh.get_local_rank("dp"))
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, local)
     if layout.dp > 1:
         dp = mesh["dp"]
         model = (apply_fsdp(model, dp, layout.reshard_after_forward) if layout.zero == 3

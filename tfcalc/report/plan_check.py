@@ -100,7 +100,18 @@ class PlanCheck:
 
     @property
     def collectives(self) -> list[dict[str, Any]]:
-        return list(self.rank0["collectives"])
+        """Rank 0's collectives; an all-to-all's payload as the mean over the ranks (expert parallelism: a
+        rank receives what the routing sends it, so only the mean is the plan's, every row sent once)."""
+        out = []
+        for c in self.rank0["collectives"]:
+            if c["op"] == "all_to_all":
+                same = [x["payload_bytes"] for a in self.ranks for x in a["collectives"]
+                        if (x["cause"], x["op"]) == (c["cause"], c["op"])]
+                total = sum(same)
+                c = dict(c, payload_bytes=total // len(self.ranks) if total % len(self.ranks) == 0
+                         else total / len(self.ranks))
+            out.append(c)
+        return out
 
     @property
     def comm_bytes(self) -> dict[str, int]:
