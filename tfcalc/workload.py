@@ -108,6 +108,7 @@ class Layout:
     grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype
     offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there
     offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
+    zero_engine: str = "flat"  # ZeRO-1: "flat" buffers (DeepSpeed, Megatron) or "torch" (ZeroRedundancyOptimizer)
 
     @property
     def gpus(self) -> int:

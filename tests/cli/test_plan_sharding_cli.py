@@ -78,6 +78,19 @@ def test_zero2_measured_as_fsdp2_without_resharding_after_forward(cli):
     assert any(w.startswith("ZeRO-2 (ran as FSDP2") for w in m["left_out"])
 
 
+def test_zero1_measured_as_zero_redundancy_optimizer(cli):
+    """ZeRO-1 as PyTorch ships it: DDP's all-reduce, whole tensors' Adam states dealt out greedily, a broadcast
+    per rank after the step -- planned as such (zero_engine "torch") and exact (2 gloo ranks)."""
+    r = cli("plan", "llama2-7b", "--dp", "2", "--zero", "1", "--measure", "--nproc", "2", "--json")
+    assert r.code == 0, r.err
+    m = r.json()["measured"]
+    assert m["states_exact"] and m["collectives_exact"] and m["layout"]["zero_engine"] == "torch"
+    ops = {(c["cause"], c["op"]): c["calls"] for c in m["collectives"]}
+    assert ops == {("dp_grads", "all_reduce"): ops["dp_grads", "all_reduce"], ("zero_params", "broadcast"): 2}
+    # the two ranks' optimizer states together: every parameter's two fp32 Adam moments once, 2 × its fp32 weight
+    assert sum(x["optimizer_bytes"] for x in m["ranks"]) == 2 * m["ranks"][0]["weights_bytes"]
+
+
 def test_help_names_every_flag(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # the long flag whole on one line
     r = cli("plan", "--help")

@@ -7,8 +7,9 @@ the tensors handed to torch.distributed):
 - sent per rank, ring algorithms on a group of N ranks (Patarasuk & Yuan 2009; the convention of
   Rajbhandari et al. 2020 and Narayanan et al. 2021): all-gather and reduce-scatter (N − 1)/N × payload;
   all-reduce = reduce-scatter + all-gather, 2(N − 1)/N × payload (rounded down to a whole byte when N
-  does not divide it); send/recv the payload. So DDP sends 2Ψ(N − 1)/N gradient elements per rank and
-  step, ZeRO-3 3Ψ(N − 1)/N (two gathers and a reduce-scatter).
+  does not divide it); send/recv the payload; broadcast (ZeroRedundancyOptimizer's, every rank the
+  root of its own bucket), like an all-gather, (N − 1)/N of all the buckets. So DDP sends 2Ψ(N − 1)/N
+  gradient elements per rank and step, ZeRO-3 3Ψ(N − 1)/N (two gathers and a reduce-scatter).
 
 Causes, per step of m micro-batches on a rank of the shown pipeline stage (TP rank 0), X = e·b·s·h the
 bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s sequence, h d_model):
@@ -61,7 +62,7 @@ from tfcalc.count.rank_memory import FP32, stage_expert_params, weight_element_b
 from tfcalc.count.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
 from tfcalc.count.sharding import expert_dp, grad_element_bytes, local_copies, routed_expert, shard_dp, split_states
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
 # ep, edp (each routed expert's replicas), dp_shard and dp_replicate (HSDP): tfcalc.count.sharding
 GROUPS = ("dp", "tp", "pp", "ep", "edp", "dp_shard", "dp_replicate")
 
@@ -153,6 +154,9 @@ def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> li
         return []
     if layout.zero == 3:
         return _zero3(cfg, layout, stage, False) + (_zero3(cfg, layout, stage, True) if layout.ep > 1 else [])
+    if layout.zero == 1 and layout.zero_engine == "torch":  # DDP's all-reduce, a broadcast per rank (sharding, 7)
+        return [Collective("dp_grads", "all_reduce", "dp", N, eg * psi, None),
+                Collective("zero_params", "broadcast", "dp", N, ew * psi, N)]
     experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
     out = []
     for (elements, n), (group, cause, gather) in zip(split_states(psi - experts, experts, layout),

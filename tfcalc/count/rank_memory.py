@@ -48,6 +48,7 @@ from tfcalc.count.sharding import (
     expert_dp,
     flat_shard,
     grad_element_bytes,
+    greedy_rank0_elements,
     local_copies,
     routed_expert,
     shard_dp,
@@ -103,6 +104,19 @@ def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     return sum(n * math.prod(shape) for shape, n, _ in _local_shapes(cfg, layout, stage))
 
 
+def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
+    """Elements of every parameter tensor of the stage as the real module stores them: each block's own
+    (a mixture's routed experts one grouped tensor per block, tfcalc.model.experts), the ends' once."""
+    out = []
+    for t, n in stage_tensors(cfg, layout.pp, stage):
+        size = math.prod(tp_local_shape(t, layout.tp))
+        if routed_expert(t.name):  # n = experts × blocks
+            out += [local_copies(t.name, t.copies, layout) * size] * (n // t.copies)
+        else:
+            out += [size] * n
+    return out
+
+
 def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.sharding)."""
     return sum(n * math.prod(shape) for shape, n, expert in _local_shapes(cfg, layout, stage) if expert)
@@ -118,6 +132,8 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     flat = flat_shard(split_states(psi - experts, experts, layout))  # ZeRO-1/2: flat buffers split N ways
     if layout.zero == 0:
         return psi, ew * psi, eg * psi, eo * psi
+    if layout.zero == 1 and layout.zero_engine == "torch":  # whole tensors dealt out (tfcalc.count.sharding, 7)
+        return psi, ew * psi, eg * psi, eo * greedy_rank0_elements(stored_sizes(cfg, layout, stage), layout.dp)
     if layout.zero == 1:
         return psi, ew * psi, eg * psi, eo * flat
     if layout.zero == 2:

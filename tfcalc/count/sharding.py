@@ -25,6 +25,13 @@ rank's model states are split over. Pure arithmetic, no torch.
    each unit stays gathered from its forward to its backward, so a micro-batch gathers every block once,
    not twice, and the rank holds the whole stage's weights unsharded at the end of the forward pass.
 5. ``compute_dtype`` fp8: see tfcalc.count.fp8. 6. Offload: see tfcalc.count.offload.
+7. ``zero_engine`` "torch" (ZeRO-1 as PyTorch ships it, ``torch.distributed.optim.ZeroRedundancyOptimizer``
+   beside DDP; what ``plan --zero 1 --measure`` runs): the gradients all-reduced whole by DDP, as ZeRO-0;
+   the optimizer states of whole tensors, dealt out greedily -- largest first, each to the rank with the
+   fewest elements so far (its ``_partition_parameters``) -- so a rank holds Adam states for its tensors,
+   not ⌈Ψ/N⌉ of a flat buffer; after the step each rank broadcasts its tensors to the others, one bucket
+   per rank (``parameters_as_bucket_view=True``): N broadcasts of Ψ·e_w in all. The default, "flat", is
+   the plan's ZeRO-1 (DeepSpeed's and Megatron's: a flat buffer reduce-scattered and all-gathered).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
 COMPUTE_DTYPES = ("fp8",)
+ZERO_ENGINES = ("flat", "torch")
 GRAD_DTYPES = ("fp32",)
 OFFLOAD = ("optimizer", "activations")
 
@@ -99,6 +107,10 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
                         ("offload_activations", L.offload_activations)):
         if not isinstance(value, bool):
             raise InputError(f"{name} must be True or False; got {shown(value)}")
+    if L.zero_engine not in ZERO_ENGINES:
+        raise InputError(f"zero_engine must be one of {', '.join(ZERO_ENGINES)}; got {shown(L.zero_engine)}")
+    if L.zero_engine == "torch" and (L.zero != 1 or L.tp > 1 or L.pp > 1 or L.ep > 1):
+        raise InputError("ZeroRedundancyOptimizer (zero_engine torch) is ZeRO-1 beside DDP: tp 1, pp 1, ep 1")
     if L.recompute == "op":
         why = next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
         why = why or (None if L.attention == "flash" else "the math attention kernel")
@@ -157,3 +169,15 @@ def ceil_div(a: int, b: int) -> int:
 def flat_shard(groups: list[tuple[int, int]]) -> int:
     """Elements one rank holds of the flat buffers (⌈Ψ/N⌉ each)."""
     return sum(ceil_div(psi, n) for psi, n in groups if psi)
+
+
+def greedy_rank0_elements(sizes: list[int], ranks: int) -> int:
+    """Elements of the tensors ZeroRedundancyOptimizer gives rank 0 (step 7): sizes largest first, each to
+    the rank with the fewest elements so far, the lowest rank on a tie."""
+    mine, totals = 0, [0] * ranks
+    for n in sorted(sizes, reverse=True):
+        r = totals.index(min(totals))
+        totals[r] += n
+        mine += n if r == 0 else 0
+    return mine
+

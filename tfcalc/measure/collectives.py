@@ -166,7 +166,7 @@ class CollectiveLog:
 def cause(call: Call, sequence_parallel: bool) -> str:
     """The plan's name for why a call happened (see the module docstring)."""
     if call.group == "dp":
-        return "zero_params" if call.op == "all_gather" else "dp_grads"
+        return "zero_params" if call.op in ("all_gather", "broadcast") else "dp_grads"
     if call.group == "ep":
         return f"ep_{call.phase}"
     if call.group == "tp":

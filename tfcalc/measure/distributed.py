@@ -97,7 +97,19 @@ def storage_bytes(tensors) -> int:
 
 
 def optimizer_tensors(opt):
+    opt = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its rank's Adam as .optim
     return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def optimizer(model, layout: Layout):
+    """Adam (foreach=False); under ZeRO-1, PyTorch's ZeroRedundancyOptimizer around it, one bucket per rank
+    (tfcalc.count.sharding, step 7)."""
+    if layout.zero == 1 and layout.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                       parameters_as_bucket_view=True, foreach=False)
+    return torch.optim.Adam(model.parameters(), foreach=False)
 
 
 class SavedBytes:
@@ -173,7 +185,7 @@ class Trainer:
         torch.manual_seed(job.get("seed", 0))
         model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
         self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
-        self.opt = torch.optim.Adam(self.model.parameters(), foreach=False)
+        self.opt = optimizer(self.model, self.layout)
         dp_rank = self.mesh.get_local_rank("dp")
         gen = torch.Generator().manual_seed(1000 + dp_rank)  # TP ranks of one DP rank read the same tokens
         L = self.layout

@@ -45,9 +45,12 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         kind = "an encoder" if cfg.arch == "encoder" else "a model without an LM head"
         raise InputError(f"{cfg.name} is {kind}: a real distributed run (plan --measure, bench --nproc) trains "
                          "models with an LM head (a next-token loss); estimate it without one")
-    if layout.zero in (1, 2):  # tfcalc.report.plan_check runs ZeRO-2 as FSDP2 without resharding after forward
-        raise InputError(f"a real run covers ZeRO-0 (DDP), ZeRO-2 (as FSDP2 without resharding after forward) and "
-                         f"ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not run (PyTorch has no engine for it)")
+    if layout.zero == 2 or (layout.zero == 1 and layout.zero_engine != "torch"):
+        # tfcalc.report.plan_check runs ZeRO-2 as FSDP2 without resharding after forward, ZeRO-1 as PyTorch's
+        # ZeroRedundancyOptimizer (zero_engine "torch")
+        raise InputError(f"a real run covers ZeRO-0 (DDP), ZeRO-1 (as ZeroRedundancyOptimizer), ZeRO-2 (as FSDP2 "
+                         f"without resharding after forward) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
+                         "run here (plan --measure runs it as PyTorch offers it)")
     arch = cfg.architecture
     if layout.hsdp is not None:
         raise InputError("--hsdp is planned, not run (its 2-D mesh needs 4 ranks or more)")

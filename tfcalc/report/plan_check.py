@@ -70,7 +70,7 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         zero=3 if zero == 2 else zero, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
         dtype="fp32", reshard_after_forward=keep, compute_dtype=None, grad_dtype=None,
         hsdp=layout.hsdp if dp > 1 else None, offload_optimizer=False, offload_activations=False,
-        ep=math.gcd(layout.ep, dp))
+        ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat")
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             # issue 20, sharding and precision (tfcalc.count.sharding)
             "ep": layout.ep, "compute_dtype": layout.compute_dtype,
             "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
+            "zero_engine": layout.zero_engine,
             "offload": [w for w, on in (("optimizer", layout.offload_optimizer),
                                         ("activations", layout.offload_activations)) if on]}
 
@@ -170,6 +171,9 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
+    if planned.zero == 1 and ran.zero_engine == "torch":
+        out.append("ZeRO-1's flat buffers (ran PyTorch's ZeroRedundancyOptimizer: DDP's all-reduce, whole tensors' "
+                   "states dealt out, a broadcast per rank; planned as such)")
     if planned.zero == 2 and ran.zero == 3:
         out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
                    "sharded between steps, gathered once per micro-batch)")
