@@ -96,3 +96,13 @@ def test_help_names_every_flag(cli, monkeypatch):
     r = cli("plan", "--help")
     for flag in ("--ep", "--compute-dtype", "--no-reshard-after-forward", "--hsdp", "--grad-dtype", "--offload"):
         assert flag in r.out
+
+
+def test_python_api_takes_the_same_variants(cli):
+    import tfcalc
+
+    args = ["mixtral-8x7b", "--dp", "8", "--ep", "4", "--offload", "optimizer", "--grad-dtype", "fp32", "--seq", "4096"]
+    api = tfcalc.plan("mixtral-8x7b", dp=8, ep=4, offload="optimizer", grad_dtype="fp32", seq=4096).to_json()
+    assert api == cli("plan", *args, "--json").json()
+    with pytest.raises(tfcalc.InputError if hasattr(tfcalc, "InputError") else ValueError, match="--offload"):
+        tfcalc.plan("llama2-7b", dp=8, offload=5)
