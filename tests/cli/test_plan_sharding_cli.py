@@ -60,6 +60,8 @@ def test_recompute_op_in_the_search(cli):
     ("mixtral-8x7b", ["--dp", "8", "--recompute", "op"], "mixture of experts"),
     ("gpt2", ["--dp", "8", "--recompute", "op"], "biases"),
     ("llama2-7b", ["--dp", "2", "--ep", "2", "--measure"], "dense"),
+    ("llama2-7b", ["--gpus", "8", "--ep", "2"], "dense"),  # a search says why, not "no layout splits"
+    ("mixtral-8x7b", ["--gpus", "8", "--recompute", "op"], "mixture of experts"),
 ])
 def test_hostile_sharding_flags(cli, model, args, message):
     assert_one_line_error(cli("plan", model, *args), message)

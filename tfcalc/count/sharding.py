@@ -36,6 +36,8 @@ rank's model states are split over. Pure arithmetic, no torch.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from tfcalc.config import ModelConfig
 from tfcalc.count import op_recompute
 from tfcalc.count.dtypes import BITS_PER_ELEMENT
@@ -79,15 +81,27 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+def check_model_variants(cfg: ModelConfig, ep: Optional[int], recompute: Optional[str], attention: str) -> None:
+    """What the model itself rules out, whatever the layout (before a search, whose layouts would all be
+    refused without a word of why): expert parallelism of a dense model, op recompute of blocks it does not
+    model."""
+    if ep is not None and ep > 1 and not expert_counts(cfg):
+        raise InputError(f"--ep {ep}: {cfg.name} is dense (no mixture of experts) -- expert parallelism "
+                         "splits routed experts")
+    if recompute == "op":
+        why = next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
+        why = why or (None if attention == "flash" else "the math attention kernel")
+        if why is not None:
+            raise InputError(f"--recompute op is not modelled for {why} (it is for dense blocks with flash attention)")
+
+
 def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
     """Raise InputError, one line, for a sharding or precision variant the layout cannot take."""
     L = layout
     ep = _positive_int("--ep", L.ep)
     if ep > 1:
+        check_model_variants(cfg, ep, None, L.attention)
         counts = expert_counts(cfg)
-        if not counts:
-            raise InputError(f"--ep {ep}: {cfg.name} is dense (no mixture of experts) -- expert parallelism "
-                             "splits routed experts")
         bad = [n for n in counts if n % ep]
         if bad:
             raise InputError(f"--ep {ep} does not divide the {bad[0]} routed experts of {cfg.name}")
@@ -111,11 +125,7 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"zero_engine must be one of {', '.join(ZERO_ENGINES)}; got {shown(L.zero_engine)}")
     if L.zero_engine == "torch" and (L.zero != 1 or L.tp > 1 or L.pp > 1 or L.ep > 1):
         raise InputError("ZeroRedundancyOptimizer (zero_engine torch) is ZeRO-1 beside DDP: tp 1, pp 1, ep 1")
-    if L.recompute == "op":
-        why = next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
-        why = why or (None if L.attention == "flash" else "the math attention kernel")
-        if why is not None:
-            raise InputError(f"--recompute op is not modelled for {why} (it is for dense blocks with flash attention)")
+    check_model_variants(cfg, None, L.recompute, L.attention)
     if not L.reshard_after_forward and L.zero != 3:
         raise InputError("--no-reshard-after-forward keeps FSDP's gathered weights: it needs --zero 3 (or --fsdp)")
     if L.hsdp is not None:

@@ -23,7 +23,7 @@ from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
-from tfcalc.count.sharding import OFFLOAD
+from tfcalc.count.sharding import OFFLOAD, check_model_variants
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -296,6 +296,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_size("--micro-batch", request.micro_batch)
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
+    check_model_variants(cfg, request.ep, request.recompute, request.attention)
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")
