@@ -170,3 +170,13 @@ def test_no_reshard_after_forward_gathers_each_block_once_and_keeps_the_stage_ga
     assert by(kept, "zero_params", "all_gather").payload_bytes == shard_bytes + 2 * root
     assert kept.memory.gathered == 2 * PSI_7B > again.memory.gathered
     assert by(kept, "dp_grads", "reduce_scatter") == by(again, "dp_grads", "reduce_scatter")
+
+
+def test_ep_zero3_gathers_the_experts_as_a_unit_of_their_own():
+    """FSDP2 units under EP: a block's dense tensors, and its routed experts (EP rank 0's 4 of 8) apart;
+    2 × the largest unit is gathered at once: here the experts, 4 × 3 × 4096 × 14336, bf16."""
+    cfg = load("mixtral-8x7b")
+    plan = make_plan(cfg, layout(dp=8, ep=2, zero=3), H100, None)
+    assert plan.memory.gathered == 2 * 2 * (4 * 3 * 4096 * 14336)
+    whole = make_plan(cfg, layout(dp=8, zero=3), H100, None)  # without EP: one unit per block, all 8 experts
+    assert whole.memory.gathered == 2 * 2 * (8 * 3 * 4096 * 14336 + 6144 * 4096 + 4096 * 4096 + 2 * 4096 + 8 * 4096)

@@ -144,14 +144,17 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
 
 
 def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
-    """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local (EP rank
-    0's experts). Without resharding after forward, see ``rank_memory``."""
+    """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local; under
+    expert parallelism a block's routed experts (EP rank 0's) are a unit of their own, as
+    tfcalc.count.comm counts them. Without resharding after forward, see ``rank_memory``."""
     if layout.zero != 3:
         return 0
     def size(t) -> int:
         return local_copies(t.name, t.copies, layout) * math.prod(tp_local_shape(t, layout.tp))
 
-    block = max(sum(size(t) for t in tensors) for tensors, _ in units(cfg))  # the largest block kind
+    parts = [(False, True)] if layout.ep == 1 else [(False,), (True,)]  # which tensors (routed or not) make a unit
+    block = max(sum(size(t) for t in tensors if routed_expert(t.name) in part)
+                for tensors, _ in units(cfg) for part in parts)  # the largest unit of a block kind
     root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
     return 2 * weight_element_bytes(layout.dtype) * max(block, root)
 
