@@ -109,7 +109,7 @@ class PlanReport(Displayed):
         if self.model.cfg.arch == "encoder-decoder":
             out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
-        return out
+        return out + sharding_notes(self.plan.layout, self.device)
 
     @property
     def hardware(self) -> Hardware:
@@ -316,3 +316,21 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         training = training_run(request.tokens, param_total(cfg), chosen.layout, chosen.step.overlap_s)
     measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device, on_status) if measure else None
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)
+
+
+def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
+    """What the sharding and precision variants assume (tfcalc.count.fp8, tfcalc.count.offload)."""
+    out = []
+    if L.compute_dtype == "fp8":
+        out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
+                   "Transformer Engine's delayed scaling); attention, router and LM head in "
+                   f"{L.dtype}; MFU stays against the {L.dtype} peak; activations counted in {L.dtype} (TE saves "
+                   "FP8 casts of the linears' inputs: an overestimate)")
+    if L.offload_optimizer:
+        out.append("optimizer offload: the PCIe copies (gradient shard down, weights up) are not overlapped; the "
+                   "CPU's Adam step is not timed")
+    if L.offload_activations:
+        out.append("activation offload: copies overlapped with the compute, two blocks' activations per "
+                   "micro-batch in flight kept on the GPU")
+    return out
+
