@@ -92,16 +92,29 @@ def optimizer_element_bytes(dtype: str) -> int:
     return (FP32 if weight_element_bytes(dtype) < FP32 else 0) + ADAM_MOMENTS
 
 
-def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tuple[int, ...], int, bool]]:
+def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
     """(TP rank 0's shape, copies, whether a routed expert's) of every tensor on the stage; a routed
     expert's copies are EP rank 0's (tfcalc.count.sharding, step 1)."""
-    return [(tp_local_shape(t, layout.tp), local_copies(t.name, n, layout), routed_expert(t.name))
-            for t, n in stage_tensors(cfg, layout.pp, stage)]
+    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage)
+
+
+@functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
+def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
+    return tuple((tp_local_shape(t, tp), n // ep if routed_expert(t.name) else n, routed_expert(t.name))
+                 for t, n in stage_tensors(cfg, pp, stage))
+
+
+@functools.lru_cache(maxsize=16384)
+def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int) -> tuple[int, int]:
+    """(all the parameters, the routed experts') of the stage's local shapes."""
+    shapes = _shapes(cfg, tp, pp, ep, stage)
+    return (sum(n * math.prod(shape) for shape, n, _ in shapes),
+            sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
-    return sum(n * math.prod(shape) for shape, n, _ in _local_shapes(cfg, layout, stage))
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage)[0]
 
 
 def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
@@ -119,7 +132,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
 
 def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.sharding)."""
-    return sum(n * math.prod(shape) for shape, n, expert in _local_shapes(cfg, layout, stage) if expert)
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage)[1]
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
