@@ -12,7 +12,8 @@ A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp
 the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
 up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m
 micro-batches (DDP accumulates under no_sync, FSDP2 reduce-scatters each micro-batch), reduces the
-partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False)
+partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False;
+under ZeRO-1 inside PyTorch's ZeroRedundancyOptimizer, which broadcasts each rank's updated tensors)
 and sets the gradients to None.
 Measured on every rank:
 - weights, gradients, optimizer states: bytes of the distinct storages behind the rank's local tensors

@@ -24,6 +24,10 @@ What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm
    The embedding output is gathered whole and block 0 takes its sequence shard (a local slice), so the
    positions are added to whole sequences; the final norm and head take sequence shards.
 5. TP × DP: FSDP2 over the dp dimension of a 2-D mesh, after TP (as torchtitan does).
+6. Issue 20: FSDP2 blocks with ``reshard_after_forward`` as the layout says (False for
+   --no-reshard-after-forward and for what a ZeRO-2 plan runs); expert parallelism
+   (tfcalc.measure.experts_parallel) before DDP, whose buckets then skip the rank's own experts; ZeRO-1's
+   ZeroRedundancyOptimizer is the optimizer (tfcalc.measure.distributed).
 """
 
 from __future__ import annotations

@@ -2,9 +2,14 @@
 
 What runs, and why it is a fair check of the plan:
 1. The layout, on N local ranks: the plan's tensor-parallel degree where it divides N (else the largest
-   common divisor), data parallel over the rest, the same ZeRO stage (0: DDP; 3: FSDP2) and sequence
-   parallelism. One pipeline stage and no recompute: the measurement has no engine for those (they are
-   planned, and said to be left out). ZeRO-1/2 are refused: PyTorch ships no engine for them.
+   common divisor), data parallel over the rest, the same ZeRO stage and sequence parallelism. ZeRO as
+   PyTorch ships it: 0 DDP; 1 ZeroRedundancyOptimizer beside DDP (planned as such, zero_engine "torch":
+   tfcalc.count.sharding, step 7); 2 FSDP2 without resharding after forward (PyTorch has no ZeRO-2
+   engine: planned as ZeRO-3 without resharding); 3 FSDP2. Expert parallelism (ep = dp, tp 1, DDP:
+   tfcalc.measure.experts_parallel). One pipeline stage and no recompute: the measurement has no engine
+   for those (they are planned, and said to be left out), nor for HSDP (4 ranks or more), FP8 (no FP8
+   GEMM on a CPU; the run is fp32, so no fp32 gradient buffer either) and offload (nothing to offload to
+   from a CPU).
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
    every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
    shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
