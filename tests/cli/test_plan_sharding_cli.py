@@ -108,3 +108,20 @@ def test_python_api_takes_the_same_variants(cli):
     assert api == cli("plan", *args, "--json").json()
     with pytest.raises(tfcalc.InputError if hasattr(tfcalc, "InputError") else ValueError, match="--offload"):
         tfcalc.plan("llama2-7b", dp=8, offload=5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ep=2.0), "--ep must be an integer; got float"),
+    (dict(hsdp=2.5, zero=3), "--hsdp must be an integer; got float"),
+    (dict(offload=["disk"]), "--offload must be optimizer, activations or both"),
+    (dict(offload=None), "--offload must be optimizer, activations or both"),
+    (dict(grad_dtype=5), "--grad-dtype must be fp32"),
+    (dict(compute_dtype=8), "--compute-dtype must be fp8"),
+    (dict(reshard_after_forward="no", zero=3), "True or False"),
+])
+def test_python_api_hostile_variants(kwargs, message):
+    import tfcalc
+    from tfcalc.errors import InputError
+
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        tfcalc.plan("llama2-7b", dp=8, **kwargs)
