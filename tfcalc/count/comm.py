@@ -47,6 +47,14 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
    parallelism) and its input gradient backward; the shown rank sends in each direction it has.
 7. pp_tied_embedding: a tied embedding held by the first and last stages has its gradient all-reduced
    between the two once per step (Megatron).
+8. Issue 20's variants (tfcalc.count.sharding): gradients travel in --grad-dtype; under expert
+   parallelism the routed experts' gradients and gathers are their own causes, expert_grads and
+   expert_params, on the group of dp / ep ranks that hold the same experts (edp), and their FSDP units
+   are apart from the blocks'; HSDP reduce-scatters and gathers within its groups (dp_shard) and
+   all-reduces each unit's shard across the replicas (dp_grads on dp_replicate), per micro-batch;
+   without resharding after forward a block is gathered once per micro-batch; ZeRO-1 as PyTorch's
+   ZeroRedundancyOptimizer all-reduces (DDP) and broadcasts one bucket per rank. The token all-to-alls
+   of expert parallelism: tfcalc.count.experts_parallel.
 """
 
 from __future__ import annotations
