@@ -165,8 +165,10 @@ class CollectiveLog:
 
 def cause(call: Call, sequence_parallel: bool) -> str:
     """The plan's name for why a call happened (see the module docstring)."""
-    if call.group == "dp":
+    if call.group in ("dp", "dp_shard"):  # HSDP's shard group gathers and reduce-scatters as FSDP's dp group
         return "zero_params" if call.op in ("all_gather", "broadcast") else "dp_grads"
+    if call.group == "dp_replicate":  # and all-reduces each shard across the replicas
+        return "dp_grads"
     if call.group == "ep":
         return f"ep_{call.phase}"
     if call.group == "tp":

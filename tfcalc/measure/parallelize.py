@@ -56,8 +56,8 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
                          f"without resharding after forward) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
                          "run here (plan --measure runs it as PyTorch offers it)")
     arch = cfg.architecture
-    if layout.hsdp is not None:
-        raise InputError("--hsdp is planned, not run (its 2-D mesh needs 4 ranks or more)")
+    if layout.hsdp is not None and layout.tp > 1:
+        raise InputError("--hsdp is run with tp 1 (FSDP2 on a 2-D data-parallel mesh); under TP it is planned, not run")
     if layout.ep > 1:  # tfcalc.measure.experts_parallel
         moe = [b.ffn for _, b, _ in arch.kinds() if b.is_moe]
         if layout.tp > 1 or layout.zero != 0 or layout.ep != layout.dp:
@@ -217,27 +217,36 @@ def apply_ddp(model: nn.Module, device: torch.device, group) -> nn.Module:
                                    broadcast_buffers=False)
 
 
-_MESHES: dict[tuple[str, int, int], object] = {}
+_MESHES: dict[tuple, object] = {}
+HSDP_DIMS = ("dp_replicate", "dp_shard")
 
 
-def device_mesh(device_type: str, dp: int, tp: int):
+def device_mesh(device_type: str, dp: int, tp: int, hsdp: int | None = None):
     """The (dp, tp) mesh, made once per process: one set of process groups serves every job of a run
-    (DeviceMesh caches its slices across equal meshes, so a second mesh would hand out the first's groups)."""
+    (DeviceMesh caches its slices across equal meshes, so a second mesh would hand out the first's groups).
+    Under HSDP the dp dimension is (dp_replicate, dp_shard) = (dp / hsdp, hsdp), flattened back to dp."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    key = (device_type, dp, tp)
+    key = (device_type, dp, tp, hsdp)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        if hsdp is None:
+            _MESHES[key] = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        else:
+            mesh = init_device_mesh(device_type, (dp // hsdp, hsdp, tp), mesh_dim_names=(*HSDP_DIMS, "tp"))
+            mesh[HSDP_DIMS]._flatten("dp")
+            _MESHES[key] = mesh
     return _MESHES[key]
 
 
 def group_names(mesh) -> dict[str, tuple[str, int]]:
-    """{process-group name: ('dp' or 'tp', size)} for the mesh's dimensions of more than one rank."""
+    """{process-group name: ('dp', 'tp', 'dp_replicate' or 'dp_shard', size)} for the mesh's dimensions of
+    more than one rank."""
     out = {}
-    for i, name in enumerate(("dp", "tp")):
-        if mesh.size(i) > 1:
+    for name in mesh.mesh_dim_names:
+        size = mesh[name].size()
+        if size > 1:
             for group in (mesh.get_group(name), mesh[name].get_group()):
-                out[group.group_name] = (name, mesh.size(i))
+                out[group.group_name] = (name, size)
     return out
 
 
@@ -245,7 +254,7 @@ def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torc
     """(the model to train, its mesh, {process-group name: (dp or tp, size)})."""
     from torch.nn.parallel import DistributedDataParallel
 
-    mesh = device_mesh(device.type, layout.dp, layout.tp)
+    mesh = device_mesh(device.type, layout.dp, layout.tp, layout.hsdp)
     groups = group_names(mesh)
     if layout.tp > 1:
         apply_tp(model, mesh["tp"], layout.sequence_parallel)
@@ -256,6 +265,7 @@ def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torc
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, local)
     if layout.dp > 1:
         dp = mesh["dp"]
-        model = (apply_fsdp(model, dp, layout.reshard_after_forward) if layout.zero == 3
+        shard = mesh[HSDP_DIMS] if layout.hsdp is not None else dp  # HSDP: FSDP2 on the 2-D (replicate, shard) mesh
+        model = (apply_fsdp(model, shard, layout.reshard_after_forward) if layout.zero == 3
                  else apply_ddp(model, device, dp.get_group()))
     return model, mesh, groups

@@ -74,7 +74,8 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         global_batch=dp * micro * min(layout.micro_batches, MEASURE_MICRO_BATCHES),
         zero=3 if zero == 2 else zero, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
         dtype="fp32", reshard_after_forward=keep, compute_dtype=None, grad_dtype=None,
-        hsdp=layout.hsdp if dp > 1 else None, offload_optimizer=False, offload_activations=False,
+        hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
+        offload_optimizer=False, offload_activations=False,
         ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat")
 
 
@@ -188,7 +189,9 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
                        ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
                        ("optimizer offload", planned.offload_optimizer),
                        ("activation offload", planned.offload_activations),
-                       (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep)):
+                       (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep),
+                       (f"HSDP {planned.hsdp} (ran plain FSDP: HSDP needs --nproc a multiple of {planned.hsdp} and "
+                        "more)", planned.hsdp and not ran.hsdp)):
         if gone:
             out.append(what)
     if planned.attention != ran.attention:
