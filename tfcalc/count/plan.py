@@ -16,7 +16,8 @@ that bound are not tried. And before any, a floor: data parallelism shrinks the 
 to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
 or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
 one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
-at once.
+at once (a mixture's experts counted as split over every expert, as expert parallelism can; no floor
+when activations are offloaded).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from tfcalc.count.rank_memory import (
     weight_element_bytes,
 )
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
+from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -111,6 +113,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    if base.offload_activations:  # activations may leave the GPU: no floor to stop at
+        return 0
     best = None
     ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
@@ -124,7 +128,9 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
                 check_layout(cfg, layout)
             except InputError:
                 continue
-            gathered = gathered_bytes(cfg, replace(layout, zero=3))
+            # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
+            split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
+            gathered = gathered_bytes(cfg, replace(split, zero=3))
             priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
             start = 0
             for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
@@ -132,7 +138,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
                          tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
                 if alike not in priced:
                     priced[alike] = (stage_activations(cfg, layout, s, n)
-                                     + min(ew * stage_params(cfg, layout, s), gathered))
+                                     + min(ew * stage_params(cfg, split, s), gathered))
                 start += n
             most = max(priced.values())
             best = most if best is None else min(best, most)
