@@ -180,3 +180,17 @@ def test_ep_zero3_gathers_the_experts_as_a_unit_of_their_own():
     assert plan.memory.gathered == 2 * 2 * (4 * 3 * 4096 * 14336)
     whole = make_plan(cfg, layout(dp=8, zero=3), H100, None)  # without EP: one unit per block, all 8 experts
     assert whole.memory.gathered == 2 * 2 * (8 * 3 * 4096 * 14336 + 6144 * 4096 + 4096 * 4096 + 2 * 4096 + 8 * 4096)
+
+
+def test_the_auto_search_floor_stays_below_an_expert_parallel_layout():
+    """--gpus auto stops at once when no layout can fit (tfcalc.count.plan.rank_floor): with expert parallelism
+    the floor must count the experts split, or it would refuse MoE models that fit. Mixtral with 64 experts: one
+    block's experts are 11.3B parameters (22.5 GB whole), one expert over 64 EP ranks 0.18B."""
+    from tfcalc.config import replace
+    from tfcalc.count.plan import rank_floor
+
+    cfg = replace(load("mixtral-8x7b"), n_expert=64)
+    base = layout(seq=4096, global_batch=64, recompute="full")
+    # one block per stage, one expert of it per rank: a few GB, below the 22.5 GB of one block's experts whole
+    ep = make_plan(cfg, layout(pp=32, dp=64, ep=64, seq=4096, global_batch=64, recompute="full"), H100, None)
+    assert ep.fits and rank_floor(cfg, base, 8) <= ep.memory.total < 2 * 64 * 3 * 4096 * 14336
