@@ -160,3 +160,14 @@ def test_hostile_offload_and_fp8():
     with pytest.raises(InputError, match="True or False"):
         check_layout(load("llama2-7b"), layout(offload_optimizer=1))
     assert rm.rank_offload(load("llama2-7b"), layout(), 0, 100) == rm.NO_OFFLOAD
+
+
+def test_activation_offload_under_1f1b_keeps_two_blocks_of_all_the_micro_batches_in_flight():
+    cfg = load("llama2-7b")
+    L = layout(pp=4, dp=2, recompute="full", global_batch=16, offload_activations=True)  # 8 blocks a stage, m = 8
+    block = 2 * 4096 * 4096  # full recompute keeps each block's input, bf16
+    # stage 0 holds 4 micro-batches in flight: all their blocks go to the host but the 2 the GPU works on
+    assert rm.rank_offload(cfg, L, 0, 0).activations_saved == 4 * 8 * block - 2 * block
+    # the last stage (the rank shown: it holds the head) 1 micro-batch in flight
+    plan = make_plan(cfg, L, H100, None)
+    assert plan.memory.stage == 3 and plan.memory.host == 8 * block - 2 * block

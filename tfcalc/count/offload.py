@@ -9,8 +9,8 @@ step and its time. Pure arithmetic.
    back (in --dtype). On the GPU the optimizer states are gone; weights and gradients stay.
 2. activations (Megatron-LM's --cpu-offloading, torchtitan/PyTorch's CPU offload of saved tensors):
    every block's saved activations are copied to the host as the forward pass leaves the block and copied
-   back before its backward; the GPU keeps two blocks' worth per micro-batch in flight (the block running
-   and the one in transfer, double buffering), the host the rest.
+   back before its backward; the GPU keeps two blocks' worth (the block running and the one in transfer,
+   double buffering), the host the rest, the other micro-batches in flight (1F1B) wholly.
 3. Time: bytes over the GPU's host link, PCIe x16 per direction (H100/H200/B200: Gen5, 64 GB/s, "128
    GB/s" bidirectional on the NVIDIA datasheets; A100 and the others: Gen4, 32 GB/s), at the PCIe
    efficiency of the performance model (tfcalc.count.perf.hardware, 0.8). The optimizer's copies are not
@@ -75,7 +75,7 @@ def offload(layout: Layout, stage: int, acts: Activations, optimizer_bytes: int,
     if layout.offload_activations:
         blocks, largest = _stored_blocks(acts, layout, stage)
         in_flight = min(layout.pp - stage, layout.micro_batches)
-        act_saved = in_flight * (blocks - min(blocks, 2 * largest))
+        act_saved = in_flight * blocks - min(in_flight * blocks, 2 * largest)  # the running micro-batch keeps 2
         host += act_saved
         act_pcie = 2 * layout.micro_batches * blocks
     return Offload(host, opt_saved, act_saved, opt_pcie, act_pcie)

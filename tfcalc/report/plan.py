@@ -330,7 +330,7 @@ def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
         out.append("optimizer offload: the PCIe copies (gradient shard down, weights up) are not overlapped; the "
                    "CPU's Adam step is not timed")
     if L.offload_activations:
-        out.append("activation offload: copies overlapped with the compute, two blocks' activations per "
-                   "micro-batch in flight kept on the GPU")
+        out.append("activation offload: copies overlapped with the compute, two blocks' activations kept on the "
+                   "GPU (the running one and the one in transfer)")
     return out
 
