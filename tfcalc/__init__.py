@@ -177,7 +177,12 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
          device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
          top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
-         bandwidth_efficiency: Optional[float] = None, **overrides: Any) -> "PlanReport":
+         bandwidth_efficiency: Optional[float] = None,
+         # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
+         # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
+         ep: Optional[int] = None, compute_dtype: Optional[str] = None, reshard_after_forward: bool = True,
+         hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
+         **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks."""
     from tfcalc.count.steptime import parse_count
@@ -187,7 +192,11 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency,
-                          tokens=parse_count(tokens) if isinstance(tokens, str) else tokens)
+                          tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
+                          ep=ep, compute_dtype=compute_dtype, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
+                          grad_dtype=grad_dtype,
+                          offload=tuple(offload.split(",")) if isinstance(offload, str) else tuple(offload)
+                          if isinstance(offload, (list, tuple)) else offload)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -12,11 +12,13 @@ accumulation; the pipeline's micro-batches).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.shard import check_tp, total_blocks
+from tfcalc.count.sharding import check_sharding, expert_counts
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the layout's home before)
@@ -69,6 +71,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
+    check_sharding(cfg, layout)
 
 
 def _has_cross(cfg: ModelConfig) -> bool:
@@ -113,13 +116,16 @@ def divisors(n: int) -> list[int]:
 
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
-                      zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
+                      zero: Optional[int] = None, recompute: Optional[str] = None,
+                      ep: Optional[int] = None) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
     given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
     modelled (``sequence_parallel_modelled``: a model without experts or cross-attention; it keeps
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
-    replicated activations by tp). Batch sizes and dtype are the base layout's."""
+    replicated activations by tp). A mixture of experts: expert parallelism ``ep`` if given, else ep 1
+    and the largest ep that divides dp and every mixture's experts with its tp·ep GPUs in one node
+    (``search_ep``). Batch sizes and dtype are the base layout's."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg)
@@ -135,13 +141,26 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
             zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
             for z in zeros:
                 for r in recomputes:
-                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
-                                     sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
-                    try:
-                        check_layout(cfg, layout)
-                    except InputError:
-                        continue
-                    yield layout
+                    for e in (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node):
+                        layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r, ep=e,
+                                         sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
+                        try:
+                            check_layout(cfg, layout)
+                        except InputError:
+                            continue
+                        yield layout
+
+
+def search_ep(cfg: ModelConfig, tp: int, dp: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Expert-parallel degrees a search tries (``candidate_layouts``): 1, and for a mixture of experts the
+    largest ep dividing dp and every mixture's experts whose tp·ep GPUs share a node (NVLink carries the
+    all-to-all), and the largest across nodes (the fewest experts per rank, as DeepSeek-V3's EP 64)."""
+    counts = expert_counts(cfg)
+    if not counts:
+        return (1,)
+    every = divisors(math.gcd(dp, *counts))
+    inside = max((e for e in every if tp * e <= gpus_per_node), default=1)
+    return tuple(sorted({1, inside, every[-1]}))
 
 
 def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:

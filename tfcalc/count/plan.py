@@ -16,7 +16,8 @@ that bound are not tried. And before any, a floor: data parallelism shrinks the 
 to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
 or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
 one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
-at once.
+at once (a mixture's experts counted as split over every expert, as expert parallelism can; no floor
+when activations are offloaded).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
+from tfcalc.count.experts_parallel import ep_collectives
 from tfcalc.count.layout import (
     Layout,
     candidate_layouts,
@@ -35,17 +37,21 @@ from tfcalc.count.layout import (
     gpu_counts,
     sequence_parallel_modelled,
 )
+from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
+    model_states,
     optimizer_element_bytes,
     rank_memory,
+    rank_offload,
     stage_activations,
     stage_params,
     weight_element_bytes,
 )
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
+from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -75,16 +81,22 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
-    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
-    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
+    step = step_time(cfg, layout, collectives, hw, utilization)
+    if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
+        off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
+        pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
+                                     step.compute_s)
+        step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
+    return Plan(layout, mem, collectives, step, hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
-    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
-    ``recompute`` when given)."""
+           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
+    ``recompute`` and expert-parallel degree ``ep`` when given)."""
     plans = []
-    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute):
+    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute, ep):
         mem = rank_memory(cfg, layout)
         if mem.total <= hw.memory_bytes:
             plans.append(_plan(cfg, layout, mem, hw, utilization))
@@ -101,6 +113,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    if base.offload_activations:  # activations may leave the GPU: no floor to stop at
+        return 0
     best = None
     ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
@@ -114,7 +128,9 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
                 check_layout(cfg, layout)
             except InputError:
                 continue
-            gathered = gathered_bytes(cfg, replace(layout, zero=3))
+            # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
+            split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
+            gathered = gathered_bytes(cfg, replace(split, zero=3))
             priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
             start = 0
             for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
@@ -122,7 +138,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
                          tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
                 if alike not in priced:
                     priced[alike] = (stage_activations(cfg, layout, s, n)
-                                     + min(ew * stage_params(cfg, layout, s), gathered))
+                                     + min(ew * stage_params(cfg, split, s), gathered))
                 start += n
             most = max(priced.values())
             best = most if best is None else min(best, most)
@@ -132,7 +148,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
-                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
+                zero: Optional[int] = None, recompute: Optional[str] = None,
+                ep: Optional[int] = None) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node)
     if floor > hw.memory_bytes:
@@ -144,7 +161,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

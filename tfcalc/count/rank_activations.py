@@ -81,9 +81,12 @@ def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored
     """One layer's terms on one rank, one micro-batch: what is kept (stored) or, with stored=False, the
     whole layer as full recompute rebuilds it. ``layer_input``: the block input's bytes (default: a
     decoder-stack block's)."""
-    if stored and layout.recompute == "full":
+    if stored and layout.recompute in ("full", "op"):
         kept = acts.layer_input if layer_input is None else layer_input
-        return _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        kept = _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        if layout.recompute == "op":  # and what the policy saves (tfcalc.count.op_recompute), shared as they are
+            kept += sum(share(key, v, acts, layout, False) for key, v in acts.op_terms[id(terms)].items())
+        return kept
     drop = SCORE_TERMS if stored and layout.recompute == "selective" else frozenset()
     moe = "moe_routing" in terms  # a dense layer's FFN hidden tensors are split even when other layers' experts are not
     return sum(share(key, v, acts, layout, moe) for key, v in terms.items() if key not in drop)
@@ -113,7 +116,7 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     one = sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in kinds)
     one += _head_bytes(acts, layout, first, last)
     rebuilt = 0
-    if layout.recompute == "full" and kinds:
+    if layout.recompute in ("full", "op") and kinds:
         rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in kinds)
     loss = _ceil(acts.loss_gradients, layout.tp) if last else 0
     return in_flight * one + rebuilt + loss

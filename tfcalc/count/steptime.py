@@ -48,6 +48,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count.layout import Layout
+from tfcalc.count.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
@@ -85,6 +86,8 @@ class Hardware:
     bandwidth_bytes_per_s: float = 3.35e12  # memory, datasheet (the achievable share: perf.bandwidth_efficiency)
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
+    fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.fp8)
+    pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (tfcalc.count.offload)
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,10 @@ def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     model = count_flops.training_flops(cfg, step)
     if layout.recompute == "full":
         return model, count_flops.training_flops(cfg, step, recompute=True)
+    if layout.recompute == "op":  # the O and down projections run forward again (tfcalc.count.op_recompute)
+        again = sum(e.total for e in count_flops.matmul_entries(cfg, layout.global_batch, layout.seq)
+                    if e.component in RECOMPUTED)
+        return model, model + again
     if layout.recompute == "selective":
         totals = count_flops.breakdown(cfg, step).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
@@ -127,7 +134,11 @@ def bubble_fraction(pp: int, micro_batches: int) -> float:
 
 def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
     """Whether every rank of the group shares a node (Megatron's order: tp, then dp, then pp)."""
-    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.gpus}[group]
+    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.gpus,
+            # tfcalc.count.sharding: the EP group is ep adjacent DP ranks, an HSDP shard group hsdp of them;
+            # the experts' replicas (edp) and HSDP's replicas stride across the whole DP group
+            "ep": layout.tp * layout.ep, "dp_shard": layout.tp * (layout.hsdp or layout.dp),
+            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}[group]
     return span <= gpus_per_node
 
 
@@ -147,15 +158,20 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
     return float(utilization)
 
 
+# groups whose time counts with another's: the data-parallel variants overlap with the backward as dp does
+TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
+
+
 def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
     """Step 4: α-β seconds per group."""
     out = dict.fromkeys(("dp", "tp", "pp"), 0.0)
     for c in collectives:
+        bucket = TIME_GROUP.get(c.group, c.group)
         inside = group_in_node(c.group, layout, hw.gpus_per_node)
         kind = hw.intra_link if inside else "network"
         rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
         calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
-        out[c.group] += alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
+        out[bucket] = out.get(bucket, 0.0) + alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
                                            hw.perf.link_latency_s[kind], hw.perf.link_efficiency[kind])
     return out
 
@@ -165,7 +181,8 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> tuple[float, flo
     alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch)  # what the time depends on
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
+    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf, fp8)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     blocks = counts[-1] if stage == t.stage_s(counts[-1], True) else max(counts[:-1])
@@ -187,8 +204,10 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     window = backward * (1 if layout.zero in (0, 1) else m) + (compute - backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
     exposed = {"tp": tp, "pp": comm["pp"], "dp": max(0.0, comm["dp"] - window) + last_bucket}
+    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
+        exposed["ep"] = comm["ep"] * (m + p - 1) / m
     physics = pipelined + sum(exposed.values())
-    no_overlap = pipelined + tp + comm["pp"] + comm["dp"]
+    no_overlap = pipelined + tp + comm["pp"] + comm["dp"] + exposed.get("ep", 0.0)
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,

@@ -12,7 +12,8 @@ A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp
 the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
 up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m
 micro-batches (DDP accumulates under no_sync, FSDP2 reduce-scatters each micro-batch), reduces the
-partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False)
+partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False;
+under ZeRO-1 inside PyTorch's ZeroRedundancyOptimizer, which broadcasts each rank's updated tensors)
 and sets the gradients to None.
 Measured on every rank:
 - weights, gradients, optimizer states: bytes of the distinct storages behind the rank's local tensors
@@ -110,7 +111,19 @@ def storage_bytes(tensors) -> int:
 
 
 def optimizer_tensors(opt):
+    opt = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its rank's Adam as .optim
     return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def optimizer(model, layout: Layout):
+    """Adam (foreach=False); under ZeRO-1, PyTorch's ZeroRedundancyOptimizer around it, one bucket per rank
+    (tfcalc.count.sharding, step 7)."""
+    if layout.zero == 1 and layout.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                       parameters_as_bucket_view=True, foreach=False)
+    return torch.optim.Adam(model.parameters(), foreach=False)
 
 
 class SavedBytes:
@@ -186,7 +199,7 @@ class Trainer:
         torch.manual_seed(job.get("seed", 0))
         model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
         self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
-        self.opt = torch.optim.Adam(self.model.parameters(), foreach=False)
+        self.opt = optimizer(self.model, self.layout)
         dp_rank = self.mesh.get_local_rank("dp")
         gen = torch.Generator().manual_seed(1000 + dp_rank)  # TP ranks of one DP rank read the same tokens
         L = self.layout
