@@ -46,6 +46,10 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
    parallelism) and its input gradient backward; the shown rank sends in each direction it has.
 7. pp_tied_embedding: a tied embedding held by the first and last stages has its gradient all-reduced
    between the two once per step (Megatron).
+8. cp_kv (cp > 1): context parallelism's ring passes of K/V and their gradients, point-to-point
+   (tfcalc.count.context_parallel). Under CP, every message above that carries positions carries the
+   rank's s/C of them, and the dp group of causes 1-2 is the dp × cp ranks that hold the same weights.
+   Under the interleaved schedule cause 6 counts a send at every chunk boundary (tfcalc.count.perf.pipeline).
 """
 
 from __future__ import annotations
@@ -55,13 +59,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.context_parallel import kv_ring
 from tfcalc.count.layout import Layout
 from tfcalc.count.memory import activation_element_bytes
+from tfcalc.count.perf.pipeline import sends_per_micro_batch
 from tfcalc.count.rank_memory import FP32, weight_element_bytes
 from tfcalc.count.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
-GROUPS = ("dp", "tp", "pp")
+GROUPS = ("dp", "tp", "pp", "cp")
 
 
 @dataclass(frozen=True)
@@ -105,17 +111,17 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     """(blocks on the stage, all their shards, the root's tensors on the stage): elements per rank under
     FSDP2's padded split."""
     def shard(t) -> int:
-        return t.copies * fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
+        return t.copies * fsdp_shard(tp_local_shape(t, layout.tp), layout.data_ranks)
 
-    kinds = stage_kinds(cfg, layout.pp, stage)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages)
     blocks = sum(n * sum(shard(t) for t in tensors) for _, tensors, n in kinds)
-    root = sum(shard(t) for t, _ in stage_tensors(cfg, layout.pp, stage) if not t.per_block)
+    root = sum(shard(t) for t, _ in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages) if not t.per_block)
     return sum(n for _, _, n in kinds), blocks, root
 
 
 def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Causes 1 and 2."""
-    N, m, ew = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype)
+    N, m, ew = layout.data_ranks, layout.micro_batches, weight_element_bytes(layout.dtype)  # dp × cp ranks
     if N == 1:
         return []
 
@@ -143,14 +149,14 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     # TP-split sub-layers of the stage: every attention and cross-attention, and every FFN but a mixture of
     # experts (its experts are whole on every rank: replicated, so their output needs no reduction) --
     # unless it has a shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
-    kinds = stage_kinds(cfg, layout.pp, stage)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages)
     split = sum(n * (1 + (b.cross_attention is not None) + (not b.is_moe or b.ffn.shared is not None))
                 for b, _, n in kinds)
     # a cross-attention's K/V projection reads the encoder output: its input gradient is one more reduction
     # in the backward pass, of the source states (as many as the target's here: the plan's source is seq)
     cross = sum(n for b, _, n in kinds if b.cross_attention is not None)
     first, last = stage == 0, stage == layout.pp - 1
-    tokens = layout.micro_batch * layout.seq
+    tokens = layout.micro_batch * layout.seq // layout.cp  # a CP rank's positions (tfcalc.count.context_parallel)
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
     tied = cfg.lm_head and cfg.tie_embeddings
     lookups = len(cfg.architecture.stacks)  # each stack looks its tokens up (an encoder-decoder's two)
@@ -180,7 +186,7 @@ def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list
     """Sizes of the tensors whose gradients are partial under sequence parallelism (cause 5): the block
     norms, and the final norm on the last stage."""
     sizes = []
-    for t, copies in stage_tensors(cfg, layout.pp, stage):
+    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages):
         if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_")):
             sizes += [math.prod(t.shape)] * copies
     return sizes
@@ -191,9 +197,9 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     p, m = layout.pp, layout.micro_batches
     if p == 1:
         return []
-    tokens = layout.micro_batch * layout.seq
+    tokens = layout.micro_batch * layout.seq // layout.cp
     X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model // (layout.tp if layout.sequence_parallel else 1)
-    directions = (stage < p - 1) + (stage > 0)
+    directions = sends_per_micro_batch(layout, stage)  # interleaved: every chunk boundary (perf.pipeline)
     out = [Collective("pp_activations", "send_recv", "pp", 2, m * directions * X, m * directions)]
     tied = tied_stage_copy(cfg, p)
     if tied is not None and stage in (0, p - 1):
@@ -205,4 +211,10 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
 def step_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Every collective one rank of the stage takes part in during one step (causes 1-7)."""
     return (dp_collectives(cfg, layout, stage, psi) + tp_collectives(cfg, layout, stage)
-            + pp_collectives(cfg, layout, stage))
+            + pp_collectives(cfg, layout, stage) + cp_collectives(cfg, layout, stage))
+
+
+def cp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
+    """Cause 8."""
+    payload, calls = kv_ring(cfg, layout, stage)
+    return [Collective("cp_kv", "send_recv", "cp", layout.cp, payload, calls)] if calls else []

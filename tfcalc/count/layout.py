@@ -1,9 +1,10 @@
 """A parallel training layout -- tensor, pipeline and data parallel degrees, ZeRO stage, recompute,
 sequence parallelism, batch sizes -- its checks, and the layouts a search walks. Pure arithmetic.
 
-Rank order (Megatron-LM's, Narayanan et al. 2021, sec. 3.2): tensor-parallel ranks are adjacent (rank
-mod tp), then data-parallel (stride tp), then pipeline stages (stride tp·dp). So a TP group sits inside
-a node whenever tp ≤ GPUs per node, and a DP group whenever tp·dp ≤ GPUs per node.
+Rank order (Megatron-LM's, Narayanan et al. 2021, sec. 3.2; Megatron-Core's default "tp-cp-ep-dp-pp"):
+tensor-parallel ranks are adjacent (rank mod tp), then context-parallel (stride tp), then data-parallel
+(stride tp·cp), then pipeline stages (stride tp·cp·dp). So a TP group sits inside a node whenever tp ≤
+GPUs per node, a CP group whenever tp·cp ≤ GPUs per node, a DP group whenever tp·cp·dp ≤ GPUs per node.
 
 Batch: ``global_batch`` sequences per optimizer step, ``micro_batch`` per forward pass of one DP rank,
 so every DP rank runs m = global_batch / (dp · micro_batch) micro-batches per step (gradient
@@ -16,6 +17,7 @@ from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.layout_pipeline import check_pipeline
 from tfcalc.count.shard import check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -55,7 +57,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.sequence_parallel and _has_cross(cfg):
         raise InputError(f"{cfg.name} has cross-attention: sequence parallelism around the encoder output its "
                          "K/V projections read is not modelled (leave out --sp)")
-    if layout.zero and layout.dp == 1:
+    if layout.zero and layout.data_ranks == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:
         raise InputError("sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1")
@@ -69,6 +71,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
+    check_pipeline(cfg, layout)  # schedule, virtual stages, overlap, context parallelism (issue 20)
 
 
 def _has_cross(cfg: ModelConfig) -> bool:
@@ -80,21 +83,25 @@ def sequence_parallel_modelled(cfg: ModelConfig) -> bool:
     return not cfg.architecture.has_moe and not _has_cross(cfg)
 
 
-def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
+def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None,
+                    cp: int = 1) -> tuple[int, int, int]:
     """(tp, pp, dp) from what was given: missing tp and pp are 1, a missing dp fills the GPUs; gpus must
-    equal tp·pp·dp."""
+    equal tp·pp·dp (tp·cp·pp·dp with context parallelism)."""
     tp, pp = 1 if tp is None else tp, 1 if pp is None else pp  # not `tp or 1`: --tp 0 is refused, not read as 1
-    _positive(tp=tp, pp=pp)
+    _positive(tp=tp, pp=pp, cp=cp)
+    model = tp * cp * pp
+    names = "tp × cp × pp" if cp > 1 else "tp × pp"
     if dp is None:
         if gpus is None:
             dp = 1
-        elif gpus % (tp * pp):
-            raise InputError(f"--gpus {gpus} is not a multiple of tp × pp = {tp * pp}")
+        elif gpus % model:
+            raise InputError(f"--gpus {gpus} is not a multiple of {names} = {model}")
         else:
-            dp = gpus // (tp * pp)
+            dp = gpus // model
     _positive(dp=dp)
-    if gpus is not None and tp * pp * dp != gpus:
-        raise InputError(f"--gpus {gpus} must equal tp × pp × dp = {tp} × {pp} × {dp} = {tp * pp * dp}")
+    if gpus is not None and model * dp != gpus:
+        shown_cp = f" × {cp}" if cp > 1 else ""
+        raise InputError(f"--gpus {gpus} must equal {names} × dp = {tp}{shown_cp} × {pp} × {dp} = {model * dp}")
     return tp, pp, dp
 
 

@@ -76,7 +76,8 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
-    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
+    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization, mem.stage),
+                hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,

@@ -7,7 +7,8 @@ weights e_w (2 in bf16), gradients e_w, fp32 master weights 4 (only when e_w < 4
 the parameters this rank's tensor-parallel slice of its pipeline stage holds (``stage_params``).
 
 1. ZeRO-0 (DDP): everything whole, 16Ψ.
-2. ZeRO-1: optimizer states (master and moments) split over the N dp ranks: 4Ψ + 12Ψ/N (bf16).
+2. ZeRO-1: optimizer states (master and moments) split over the N dp ranks (dp × cp under context
+   parallelism, whose ranks hold the same weights): 4Ψ + 12Ψ/N (bf16).
 3. ZeRO-2: gradients split too: 2Ψ + 14Ψ/N.
 4. ZeRO-3: weights split too: 16Ψ/N.
    Llama 2 7B (Ψ = 6,738,415,616), N = 8: 107,814,649,856 / 37,061,285,888 / 25,269,058,560 /
@@ -37,6 +38,7 @@ from tfcalc.count.shard import (
     fsdp_shard,
     module_tensors,
     stage_blocks,
+    stage_ranges,
     stage_tensors,
     total_blocks,
     tp_local_shape,
@@ -80,7 +82,7 @@ def optimizer_element_bytes(dtype: str) -> int:
 
 def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tuple[int, ...], int]]:
     """(TP rank 0's shape, copies) of every tensor on the stage."""
-    return [(tp_local_shape(t, layout.tp), n) for t, n in stage_tensors(cfg, layout.pp, stage)]
+    return [(tp_local_shape(t, layout.tp), n) for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages)]
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
@@ -91,7 +93,7 @@ def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
     """(Ψ, weights, grads, optimizer) bytes of one rank of the stage (steps 1-4)."""
     psi = stage_params(cfg, layout, stage)
-    ew, eo, N = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), layout.dp
+    ew, eo, N = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), layout.data_ranks
     flat = -(-psi // N)  # ZeRO-1/2: a flat buffer split N ways
     if layout.zero == 0:
         return psi, ew * psi, ew * psi, eo * psi
@@ -123,15 +125,16 @@ def _activations(cfg: ModelConfig, micro_batch: int, seq: int, dtype: str, atten
 
 
 def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
-    L = layout
-    return _activations(cfg, L.micro_batch, L.seq, L.dtype, L.attention, L.recompute, L.dropout)
+    L = layout  # a CP rank's s/C positions (tfcalc.count.context_parallel)
+    return _activations(cfg, L.micro_batch, L.seq // L.cp, L.dtype, L.attention, L.recompute, L.dropout)
 
 
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
     order, an encoder's first, as tfcalc.count.rank_activations numbers them) at its peak."""
-    start = sum(stage_blocks(total_blocks(cfg), layout.pp)[:stage])
-    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, range(start, start + blocks))
+    ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages)
+    assert sum(map(len, ranges)) == blocks
+    return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
 
 
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
