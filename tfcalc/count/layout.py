@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.layout_pipeline import check_pipeline
+from tfcalc.count.search_space import applicable_overlap
 from tfcalc.count.shard import check_tp, total_blocks
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -120,35 +121,42 @@ def divisors(n: int) -> list[int]:
 
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
-                      zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
+                      zero: Optional[int] = None, recompute: Optional[str] = None,
+                      cps: tuple[int, ...] = (1,)) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
     given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
     modelled (``sequence_parallel_modelled``: a model without experts or cross-attention; it keeps
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
-    replicated activations by tp). Batch sizes and dtype are the base layout's."""
+    replicated activations by tp); each context-parallel degree of ``cps`` (tfcalc.count.search_space),
+    the sequence's s/C split by tp under SP. Batch sizes, dtype and schedule are the base layout's (one
+    stage: 1f1b); its overlap where it applies (search_space.applicable_overlap)."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg)
-    for tp in every:
-        if tp > gpus_per_node:
-            break
-        for pp in every:
-            if pp > cfg.n_layer:
+    for cp in cps:
+        for tp in every:
+            if tp > gpus_per_node:
                 break
-            if (gpus // tp) % pp:
-                continue
-            dp = gpus // (tp * pp)
-            zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
-            for z in zeros:
-                for r in recomputes:
-                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
-                                     sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
-                    try:
-                        check_layout(cfg, layout)
-                    except InputError:
-                        continue
-                    yield layout
+            for pp in every:
+                if pp > cfg.n_layer:
+                    break
+                if (gpus // tp) % (pp * cp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
+                for z in zeros:
+                    for r in recomputes:
+                        layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r,
+                                         sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0)
+                        if pp == 1:
+                            layout = replace(layout, schedule="1f1b", virtual_stages=1)
+                        layout = replace(layout, overlap=applicable_overlap(layout, base.overlap))
+                        try:
+                            check_layout(cfg, layout)
+                        except InputError:
+                            continue
+                        yield layout
 
 
 def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:

@@ -67,13 +67,14 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
     if "pp" in L.overlap and L.pp == 1:
         raise InputError("--overlap pp hides pipeline sends: it needs pp > 1")
     if "tp" in L.overlap and not (L.tp > 1 and L.sequence_parallel):
-        raise InputError("--overlap tp needs tp > 1 with sequence parallelism (--sp), as Megatron's "
+        raise InputError("--overlap tp needs tp > 1 with --sequence-parallel, as Megatron's "
                          "--tp-comm-overlap and PyTorch's async TP do")
     if L.cp > 1:
-        _check_cp(cfg, L)
+        check_cp(cfg, L)
 
 
-def _check_cp(cfg: ModelConfig, L: Layout) -> None:
+def check_cp(cfg: ModelConfig, L: Layout) -> None:
+    """The context-parallel checks (a search runs them once, before trying layouts)."""
     if L.attention != "flash":
         raise InputError("--cp runs ring attention, a fused kernel: it needs --attention flash")
     if cfg.arch == "encoder-decoder" or any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds()):

@@ -40,11 +40,13 @@ from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
     optimizer_element_bytes,
+    priced_stages,
     rank_memory,
     stage_activations,
     stage_params,
     weight_element_bytes,
 )
+from tfcalc.count.search_space import FIXED, SearchSpace, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
@@ -81,14 +83,29 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
+           zero: Optional[int] = None, recompute: Optional[str] = None, space: SearchSpace = FIXED) -> list[Plan]:
     """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
-    ``recompute`` when given)."""
+    ``recompute`` when given; the micro-batch, schedule and CP as ``space`` leaves them open:
+    tfcalc.count.search_space)."""
     plans = []
-    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute):
-        mem = rank_memory(cfg, layout)
-        if mem.total <= hw.memory_bytes:
-            plans.append(_plan(cfg, layout, mem, hw, utilization))
+    start = replace(base, micro_batch=space.micro_batch or 1)
+    for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute,
+                                    tuple(cp_degrees(base.seq, gpus, space))):
+        for b in micro_batches(layout, space):
+            fitted = False
+            for option in schedules(cfg, replace(layout, micro_batch=b), space):
+                try:
+                    check_layout(cfg, option)
+                except InputError:
+                    continue
+                mem = rank_memory(cfg, option)
+                if mem.total <= hw.memory_bytes:
+                    plans.append(_plan(cfg, option, mem, hw, utilization))
+                    fitted = True
+                elif option.schedule == "1f1b":
+                    break  # the least memory of any schedule: the others do not fit either
+            if not fitted:
+                break  # a larger micro-batch needs more (tfcalc.count.search_space)
     return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
 
 
@@ -98,7 +115,7 @@ def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
 
-def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
+def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
@@ -110,22 +127,17 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
-                             sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
+                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
+                             schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
             try:
                 check_layout(cfg, layout)
             except InputError:
                 continue
             gathered = gathered_bytes(cfg, replace(layout, zero=3))
-            priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
-            start = 0
-            for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
-                alike = (s == 0, s == pp - 1, min(pp - s, layout.micro_batches),
-                         tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
-                if alike not in priced:
-                    priced[alike] = (stage_activations(cfg, layout, s, n)
-                                     + min(ew * stage_params(cfg, layout, s), gathered))
-                start += n
-            most = max(priced.values())
+            counts = stage_blocks(total_blocks(cfg), pp)
+            # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
+            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, layout, s), gathered)
+                       for s in priced_stages(cfg, pp, 1))
             best = most if best is None else min(best, most)
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
@@ -133,9 +145,11 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
-                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
-    """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
-    floor = rank_floor(cfg, base, hw.gpus_per_node)
+                zero: Optional[int] = None, recompute: Optional[str] = None,
+                space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
+    """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
+    context-parallel degree the search may take (it divides the activations)."""
+    floor = rank_floor(cfg, base, hw.gpus_per_node, max(cp_degrees(base.seq, 2**40, space)))
     if floor > hw.memory_bytes:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
@@ -145,7 +159,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, space)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

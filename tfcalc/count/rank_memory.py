@@ -137,11 +137,32 @@ def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int)
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
 
 
+@functools.lru_cache(maxsize=4096)
+def priced_stages(cfg: ModelConfig, pp: int, virtual: int) -> tuple[int, ...]:
+    """The ends, and the first stage of each kind between them (see rank_memory)."""
+    out, seen = [], set()
+    n_blocks = total_blocks(cfg)
+    for stage in range(pp):
+        if 0 < stage < pp - 1:
+            kinds = tuple((id(s), id(b), n) for r in stage_ranges(n_blocks, pp, stage, virtual)
+                          for s, b, n in cfg.architecture.kinds_in(r.start, r.stop))
+            if kinds in seen:
+                continue
+            seen.add(kinds)
+        out.append(stage)
+    return tuple(out)
+
+
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
-    """The rank with the largest total: over pipeline stages, TP rank 0 (the largest blocks)."""
+    """The rank with the largest total: over pipeline stages, TP rank 0 (the largest blocks). Stages alike
+    -- neither end, the same kinds and counts of blocks -- hold the same states, and a later one keeps no
+    more micro-batches in flight (1F1B's p − i, the interleaved schedule's warm-up alike), so only the
+    first of each kind is priced: a search's layouts of 96 stages price a handful."""
     gathered = gathered_bytes(cfg, layout)
     best = None
-    for stage, blocks in enumerate(stage_blocks(total_blocks(cfg), layout.pp)):
+    counts = stage_blocks(total_blocks(cfg), layout.pp)
+    for stage in priced_stages(cfg, layout.pp, layout.virtual_stages):
+        blocks = counts[stage]
         psi, w, g, o = model_states(cfg, layout, stage)
         mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
         if best is None or mem.total > best.total:

@@ -47,6 +47,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Optional
 
 from tfcalc.config import ModelConfig
@@ -112,11 +113,16 @@ class StepTime:
 
 def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     """(model, executed) FLOPs of one step of global_batch sequences (step 1)."""
-    model = count_flops.training_flops(cfg, layout.global_batch, layout.seq)
-    if layout.recompute == "full":
-        return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
-    if layout.recompute == "selective":
-        totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
+    return _executed_flops(cfg, layout.global_batch, layout.seq, layout.recompute)
+
+
+@lru_cache(maxsize=1024)  # a search prices many layouts of the same batch, sequence and recompute
+def _executed_flops(cfg: ModelConfig, global_batch: int, seq: int, recompute: str) -> tuple[int, int]:
+    model = count_flops.training_flops(cfg, global_batch, seq)
+    if recompute == "full":
+        return model, count_flops.training_flops(cfg, global_batch, seq, recompute=True)
+    if recompute == "selective":
+        totals = count_flops.breakdown(cfg, global_batch, seq).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model

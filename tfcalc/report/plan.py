@@ -19,15 +19,18 @@ from typing import Any, Optional, Union
 from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
 from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
+from tfcalc.count.layout_pipeline import check_cp
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.search_space import cp_degrees
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
+from tfcalc.report.plan_schedule import check_schedule_request, search_space
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -47,7 +50,7 @@ class PlanRequest:
     recompute: Optional[str] = None  # None: none for a layout, every kind for a search
     attention: str = TRAINING_ATTENTION  # the kernel the activations assume: flash, or math (T×T scores kept)
     sequence_parallel: bool = False
-    micro_batch: int = 1
+    micro_batch: Optional[int] = None  # None: 1 for a layout; a search tries powers of two up to what fits
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
     seq: Optional[int] = None
     dtype: str = "bf16"
@@ -56,6 +59,22 @@ class PlanRequest:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
     top: int = 10
+    # --- pipeline schedule, overlap, context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
+    schedule: Optional[str] = None  # None: 1f1b for a layout; a search tries 1f1b and interleaved
+    virtual_stages: Optional[int] = None  # None: 2 with the interleaved schedule, else 1 (a search tries more)
+    overlap: tuple[str, ...] = ()  # of "tp", "pp"
+    cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
+
+    @property
+    def micro(self) -> int:
+        """The micro-batch of a layout (and of the search's first try)."""
+        return 1 if self.micro_batch is None else self.micro_batch
+
+    @property
+    def virtual(self) -> int:
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        return 2 if self.schedule == "interleaved" else 1
 
     @property
     def searching(self) -> bool:
@@ -172,25 +191,30 @@ def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
     """Given, or 2²² tokens rounded up to a whole number of (dp × micro-batch) sequences."""
     if request.global_batch is not None:
         return check_size("--global-batch", request.global_batch)
-    per = dp * request.micro_batch
+    per = dp * request.micro
     return max(1, -(-(TOKENS_PER_STEP // seq) // per)) * per
 
 
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
-    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
+    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro,
                   zero=request.zero or 0, recompute=request.recompute or "none",
-                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention)
+                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
+                  schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
+                  cp=request.cp or 1)
 
 
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
-    only = dict(zero=request.zero, recompute=request.recompute)
+    only = dict(zero=request.zero, recompute=request.recompute, space=search_space(request))
+    if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
+        check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
-    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, **only), None) is None:
+    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, request.zero, request.recompute,
+                                            tuple(cp_degrees(seq, request.gpus, only["space"]))), None) is None:
         most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
         hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
                 f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
@@ -215,8 +239,10 @@ def check_request(request: PlanRequest) -> None:
                         ("--seq", r.seq)):
         if value is not None:
             check_size(name, value)
-    check_size("--micro-batch", r.micro_batch)
+    if r.micro_batch is not None:
+        check_size("--micro-batch", r.micro_batch)
     check_size("--top", r.top)
+    check_schedule_request(r)
     if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
                                  or not 1 <= r.tokens <= MAX_TOKENS):
         raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")
@@ -248,7 +274,6 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency)
-    check_size("--micro-batch", request.micro_batch)
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     if request.searching:
@@ -260,7 +285,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         if request.gpus == "auto":
             raise InputError("--gpus auto searches for a layout: leave out --tp, --pp and --dp")
         gpus = None if request.gpus is None else check_size("--gpus", request.gpus)
-        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp)
+        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp, request.cp or 1)
         layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
         kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
     training = None
