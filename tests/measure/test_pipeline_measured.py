@@ -67,12 +67,14 @@ def test_saved_activations_and_first_loss(checks, name):
 
 
 def test_measured_layout_of_a_planned_pipeline():
-    planned = Layout(tp=8, pp=16, dp=64, seq=8192, global_batch=2048, micro_batch=1, zero=1, sequence_parallel=True,
-                     schedule="interleaved", virtual_stages=4, overlap=("tp", "pp"))
+    planned = Layout(tp=1, pp=16, dp=64, seq=8192, global_batch=2048, micro_batch=1, zero=1,
+                     schedule="interleaved", virtual_stages=4, overlap=("pp",))
     ran = measured_layout(planned, 2)
     assert (ran.tp, ran.pp, ran.dp, ran.zero, ran.schedule, ran.virtual_stages, ran.micro_batches) == \
         (1, 2, 1, 0, "interleaved", 4, 2)
     assert ran.overlap == ("pp",) and not ran.sequence_parallel
+    with_tp = measured_layout(dataclasses.replace(planned, tp=8, sequence_parallel=True, overlap=("tp", "pp")), 2)
+    assert (with_tp.tp, with_tp.pp, with_tp.schedule) == (2, 1, "1f1b")  # TP planned: the run keeps the TP
 
 
 def test_cp_and_unsplittable_pipelines_are_refused_before_any_rank_starts(cli):

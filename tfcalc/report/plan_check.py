@@ -15,7 +15,7 @@ What runs, and why it is a fair check of the plan:
    the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
    payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
    really saves) and peak memory (against the plan's total) are shown with their ratio.
-4. A pipeline (pp > 1): one stage a rank on all N ranks (tp 1, dp 1), the planned schedule (1F1B, or
+4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B, or
    interleaved with its V; zero-bubble runs as 1F1B), N micro-batches (a multiple of pp, as the
    interleaved schedule needs), a small copy of pp × V blocks, run by torch.distributed.pipelining
    (tfcalc.measure.pipeline); every rank's model states and collectives against its own stage's plan.
@@ -65,7 +65,7 @@ def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
     """The layout the ranks run (step 1 of the module docstring; a pipeline: step 4)."""
-    if layout.pp > 1:
+    if layout.pp > 1 and layout.tp == 1:  # a pipeline (with TP planned too, the run keeps the TP: step 1)
         interleaved = layout.schedule == "interleaved"
         micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
         return dataclasses.replace(
