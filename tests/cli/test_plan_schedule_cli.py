@@ -68,3 +68,8 @@ def test_auto_search_stays_fast():
     start = time.process_time()
     tfcalc.plan("gpt3", gpus="auto")
     assert time.process_time() - start < 0.6 * 1.5  # issue 20: `plan --gpus auto` under 0.6 s (margin for load)
+
+
+def test_a_search_past_the_positions_says_so(cli):
+    """(Before: 'no tensor-parallel degree up to 8 splits gpt3-175b evenly', from the search's floor.)"""
+    assert_one_line_error(cli("plan", "gpt3", "--seq", "4096"), "learned positions for at most 2048 tokens")

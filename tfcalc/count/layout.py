@@ -64,15 +64,21 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError("sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1")
     if layout.sequence_parallel and layout.seq % layout.tp:
         raise InputError(f"sequence parallelism needs seq ({layout.seq}) divisible by tp ({layout.tp})")
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
-    if limited and layout.seq > cfg.max_seq_len:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
-                         f"got --seq {layout.seq}")
+    check_positions(cfg, layout.seq)
     per_step = layout.dp * layout.micro_batch
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
     check_pipeline(cfg, layout)  # schedule, virtual stages, overlap, context parallelism (issue 20)
+
+
+def check_positions(cfg: ModelConfig, seq: int) -> None:
+    """A sequence past the positions the model has (learned, RoPE or sinusoidal): one line (a search
+    says it once, not as "no layout")."""
+    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    if limited and seq > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+                         f"got --seq {seq}")
 
 
 def _has_cross(cfg: ModelConfig) -> bool:

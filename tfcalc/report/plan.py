@@ -18,7 +18,14 @@ from typing import Any, Optional, Union
 
 from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
-from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
+from tfcalc.count.layout import (
+    RECOMPUTE,
+    ZERO_STAGES,
+    Layout,
+    candidate_layouts,
+    check_positions,
+    resolve_degrees,
+)
 from tfcalc.count.layout_pipeline import check_cp
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
@@ -207,6 +214,7 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
     only = dict(zero=request.zero, recompute=request.recompute, space=search_space(request))
+    check_positions(cfg, seq)  # said once (rank_floor read it as "no tensor-parallel degree splits" the model)
     if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
         check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
     if request.gpus in (None, "auto"):
