@@ -195,7 +195,7 @@ class Trainer:
         from tfcalc.model import build_model
 
         self.cfg = from_mapping(job["config"])
-        self.layout = Layout(**job["layout"])
+        self.layout = job_layout(job)
         torch.manual_seed(job.get("seed", 0))
         model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
         self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
@@ -234,6 +234,13 @@ class Trainer:
                 "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
 
 
+def job_layout(job: dict) -> Layout:
+    """The job's layout (JSON holds the overlap as a list; the Layout a tuple)."""
+    fields = dict(job["layout"])
+    fields["overlap"] = tuple(fields.get("overlap", ()))
+    return Layout(**fields)
+
+
 def job_steps(job: dict) -> int:
     """The steps a job reports (tfcalc.measure.rank_status): building the model, then each step it runs."""
     return 1 + (job["warmup"] + job["repeat"] if job.get("mode") == "bench" else WARMUP_STEPS + 1)
@@ -244,6 +251,10 @@ def _quiet(phase: str) -> None:
 
 
 def run_measure(job: dict, device: torch.device, advance=_quiet) -> dict:
+    if job["layout"].get("pp", 1) > 1:  # a pipeline: torch.distributed.pipelining's schedules
+        from tfcalc.measure.pipeline import run_pipeline
+
+        return run_pipeline(job, device, advance)
     from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.collectives import CollectiveLog
     from tfcalc.measure.device import resolve_device
