@@ -198,7 +198,7 @@ def latent_terms(att: LatentAttention, batch: int, seq: int, e: int, attention: 
     if attention == "flash":
         out.update(qkv=qk + e * H * (hn + hv), attn_scores=0, softmax_stats=FP32 * H)
     else:
-        v_is_view = batch == 1 or H == 1
+        v_is_view = batch == 1 or H == 1 or seq == 1  # (B, T, H, d) -> (B, H, T, d) is contiguous then
         out.update(qkv=qk + e * H * ((hn + hv) if v_is_view else hv), attn_scores=e * H * seq, softmax_stats=0)
     return out
 
