@@ -15,6 +15,7 @@ from tfcalc.count.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.model import build_model
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8, fp8_peak_flops_per_s=1979e12, pcie_bytes_per_s=64e9)
 LLAMA_LIKE = dict(n_head=4, n_kv_head=2, gated_ffn=True, activation="silu", pos_encoding="rope", norm="rmsnorm",
@@ -77,7 +78,7 @@ def _sac_cached_bytes(cfg, batch: int, seq: int) -> int:
 def test_op_policy_keeps_what_pytorchs_sac_caches(changes):
     cfg = tiny(**changes)
     batch, seq = 2, 16
-    acts = activations(cfg, batch, seq, "fp32", "flash", "op")
+    acts = activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32"), "flash", "op")
     (kept,) = {id(t): t for t in acts.op_terms.values()}.values()
     assert _sac_cached_bytes(cfg, batch, seq) == cfg.n_layer * sum(kept.values())
     # by hand, per token and layer: QKV e·(q+k+v), attention output e·o and fp32 log-sum-exp 4·a, FFN up

@@ -34,6 +34,7 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
+from tfcalc.cli.plan_options import CP, Overlap, Schedule, VirtualStages, overlap_names
 from tfcalc.cli.render import plan as view
 from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
@@ -70,7 +71,7 @@ def plan(
         "--device-spec", help="GPU kind from the datasheet table (h100-sxm, a100-80gb, ...) or a YAML file.",
         metavar="KEY|FILE")] = DEFAULT_DEVICE_SPEC,
     tp: TP = None,
-    pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline stages (1F1B).", show_default=False,
+    pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline stages (see --schedule).", show_default=False,
                                               metavar="P")] = None,
     dp: Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree [default: the GPUs left].",
                                               show_default=False, metavar="D")] = None,
@@ -84,8 +85,9 @@ def plan(
         "--attention", help="Attention kernel the activations assume: flash (no T×T scores kept, as every current "
         "training stack runs) or math (the scores kept, Korthikanti et al. 2022's count).")] = Attention.flash,
     sequence_parallel: SequenceParallel = False,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
-                                             metavar="B", parser=count_value)] = 1,
+    micro_batch: Annotated[Optional[int], typer.Option(
+        "--micro-batch", help="Sequences per forward pass of one rank [default: 1; a search tries powers of two up "
+        "to what fits].", metavar="B", parser=count_value, show_default=False)] = None,
     global_batch: Annotated[Optional[int], typer.Option(
         "--global-batch", help=f"Sequences per optimizer step; {COUNTS_RULE} [default: 4M tokens, 2²² / seq].",
         show_default=False, metavar="N", parser=count_value)] = None,
@@ -97,6 +99,10 @@ def plan(
         metavar="F")] = DEFAULT_MFU,
     matmul_efficiency: MatmulEfficiency = None,
     bandwidth_efficiency: BandwidthEfficiency = None,
+    schedule: Schedule = None,
+    virtual_stages: VirtualStages = None,
+    overlap: Overlap = None,
+    cp: CP = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -149,7 +155,9 @@ def plan(
         bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
         top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
-        hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload))
+        hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
+        schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
+        overlap=overlap_names(overlap), cp=cp)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

@@ -72,6 +72,7 @@ from tfcalc.count.activation_terms import (
     shared_input_bytes,
 )
 from tfcalc.count.dtypes import activation_element_bytes
+from tfcalc.workload import Workload
 
 ATTENTION_KERNELS = ("flash", "math")
 TRAINING_ATTENTION = "flash"  # what a training request assumes unless told: every current stack runs a fused kernel
@@ -83,10 +84,11 @@ EXPLICIT_BIAS = ("alibi", "relative")  # positions added to the scores as an exp
 def block_kernel(stack: Stack, block: Block) -> str:
     """The kernel tfcalc's module runs for this block on CPU: SDPA's fused kernel ("flash"), or "math"
     under an explicit mask (ALiBi's bias, T5's relative bias), with soft-capped scores or with sinks
-    (written out)."""
+    (written out), and with V heads of another width than Q's and K's (a latent attention's h_v beside
+    h_n + h_r: SDPA's fused CPU kernel takes one head width, so PyTorch falls back to its math kernel)."""
     a = block.attention
     explicit = stack.embeddings.positions in EXPLICIT_BIAS or a.softcap is not None or a.sinks
-    return "math" if explicit else "flash"
+    return "math" if explicit or a.v_dim != a.head_dim else "flash"
 
 
 def default_attention(cfg: ModelConfig) -> str:
@@ -248,11 +250,13 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
     return out
 
 
-def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
-                recompute: str = "none", dropout: bool = False, *, src_seq: Optional[int] = None) -> Activations:
-    """Training activations at (batch, seq) in dtype; attention None means each block's kernel in tfcalc's
-    module (``block_kernel``; for cross-attention, which has no mask, the fused kernel unless capped). An
-    encoder-decoder (or a stack with cross-attention) reads src_seq source tokens (default: seq)."""
+def activations(cfg: ModelConfig, w: Workload, attention: Optional[str] = None, recompute: str = "none",
+                dropout: bool = False) -> Activations:
+    """Training activations of w.batch sequences of w.seq tokens in w.dtype; attention None means each
+    block's kernel in tfcalc's module (``block_kernel``; for cross-attention, which has no mask, the fused
+    kernel unless capped). An encoder-decoder (or a stack with cross-attention) reads w.src_seq source
+    tokens (default: w.seq)."""
+    batch, seq, dtype, src_seq = w.batch, w.seq, w.dtype, w.src_seq
     if recompute not in RECOMPUTE:
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
     if attention is not None and attention not in ATTENTION_KERNELS:

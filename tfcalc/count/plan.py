@@ -44,12 +44,14 @@ from tfcalc.count.rank_memory import (
     gathered_bytes,
     model_states,
     optimizer_element_bytes,
+    priced_stages,
     rank_memory,
     rank_offload,
     stage_activations,
     stage_params,
     weight_element_bytes,
 )
+from tfcalc.count.search_space import FIXED, SearchSpace, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
@@ -82,7 +84,7 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
-    step = step_time(cfg, layout, collectives, hw, utilization)
+    step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
     if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
         off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
         pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
@@ -92,14 +94,30 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None) -> list[Plan]:
+           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None,
+           space: SearchSpace = FIXED) -> list[Plan]:
     """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
-    ``recompute`` and expert-parallel degree ``ep`` when given)."""
+    ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule and CP as
+    ``space`` leaves them open: tfcalc.count.search_space)."""
     plans = []
-    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute, ep):
-        mem = rank_memory(cfg, layout)
-        if mem.total <= hw.memory_bytes:
-            plans.append(_plan(cfg, layout, mem, hw, utilization))
+    start = replace(base, micro_batch=space.micro_batch or 1)
+    for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
+                                    tuple(cp_degrees(base.seq, gpus, space))):
+        for b in micro_batches(layout, space):
+            fitted = False
+            for option in schedules(cfg, replace(layout, micro_batch=b), space):
+                try:
+                    check_layout(cfg, option)
+                except InputError:
+                    continue
+                mem = rank_memory(cfg, option)
+                if mem.total <= hw.memory_bytes:
+                    plans.append(_plan(cfg, option, mem, hw, utilization))
+                    fitted = True
+                elif option.schedule == "1f1b":
+                    break  # the least memory of any schedule: the others do not fit either
+            if not fitted:
+                break  # a larger micro-batch needs more (tfcalc.count.search_space)
     return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
 
 
@@ -109,7 +127,7 @@ def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
 
-def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
+def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
@@ -123,7 +141,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
-                             sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
+                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
+                             schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
             try:
                 check_layout(cfg, layout)
             except InputError:
@@ -131,16 +150,10 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
             # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
             split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
             gathered = gathered_bytes(cfg, replace(split, zero=3))
-            priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
-            start = 0
-            for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
-                alike = (s == 0, s == pp - 1, min(pp - s, layout.micro_batches),
-                         tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
-                if alike not in priced:
-                    priced[alike] = (stage_activations(cfg, layout, s, n)
-                                     + min(ew * stage_params(cfg, split, s), gathered))
-                start += n
-            most = max(priced.values())
+            counts = stage_blocks(total_blocks(cfg), pp)
+            # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
+            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
+                       for s in priced_stages(cfg, pp, 1))
             best = most if best is None else min(best, most)
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
@@ -149,9 +162,10 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
                 zero: Optional[int] = None, recompute: Optional[str] = None,
-                ep: Optional[int] = None) -> tuple[int, list[Plan]]:
-    """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
-    floor = rank_floor(cfg, base, hw.gpus_per_node)
+                ep: Optional[int] = None, space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
+    """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
+    context-parallel degree the search may take (it divides the activations)."""
+    floor = rank_floor(cfg, base, hw.gpus_per_node, max(cp_degrees(base.seq, 2**40, space)))
     if floor > hw.memory_bytes:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
@@ -161,7 +175,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

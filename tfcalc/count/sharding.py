@@ -66,8 +66,9 @@ def expert_dp(layout: Layout) -> int:
 
 
 def shard_dp(layout: Layout) -> int:
-    """Ranks ZeRO splits the non-expert states over: the HSDP group (step 3), else all dp ranks."""
-    return layout.hsdp if layout.hsdp is not None else layout.dp
+    """Ranks ZeRO splits the non-expert states over: the HSDP group (step 3), else all data-parallel
+    ranks (dp × cp: Layout.data_ranks)."""
+    return layout.hsdp if layout.hsdp is not None else layout.data_ranks
 
 
 def grad_element_bytes(layout: Layout) -> int:
@@ -110,6 +111,10 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
                              f"divide dp ({L.dp})")
         if L.hsdp is not None:
             raise InputError("--ep with --hsdp is not modelled: give one")
+    # context parallelism folds the cp ranks into the data-parallel group the states shard over
+    # (Layout.data_ranks); the expert and HSDP groups are not stated over it yet
+    if L.cp > 1 and (ep > 1 or L.hsdp is not None):
+        raise InputError(f"--cp {L.cp} with {'--ep' if ep > 1 else '--hsdp'} is not modelled: give one")
     if L.compute_dtype is not None and (not isinstance(L.compute_dtype, str) or L.compute_dtype not in COMPUTE_DTYPES):
         raise InputError(f"--compute-dtype must be fp8 (the default: --dtype); got {shown(L.compute_dtype)}")
     if L.grad_dtype is not None and (not isinstance(L.grad_dtype, str) or L.grad_dtype not in GRAD_DTYPES):
@@ -123,8 +128,8 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
             raise InputError(f"{name} must be True or False; got {shown(value)}")
     if L.zero_engine not in ZERO_ENGINES:
         raise InputError(f"zero_engine must be one of {', '.join(ZERO_ENGINES)}; got {shown(L.zero_engine)}")
-    if L.zero_engine == "torch" and (L.zero != 1 or L.tp > 1 or L.pp > 1 or L.ep > 1):
-        raise InputError("ZeroRedundancyOptimizer (zero_engine torch) is ZeRO-1 beside DDP: tp 1, pp 1, ep 1")
+    if L.zero_engine == "torch" and (L.zero != 1 or L.tp > 1 or L.pp > 1 or L.ep > 1 or L.cp > 1):
+        raise InputError("ZeroRedundancyOptimizer (zero_engine torch) is ZeRO-1 beside DDP: tp 1, pp 1, ep 1, cp 1")
     check_model_variants(cfg, None, L.recompute, L.attention)
     if not L.reshard_after_forward and L.zero != 3:
         raise InputError("--no-reshard-after-forward keeps FSDP's gathered weights: it needs --zero 3 (or --fsdp)")

@@ -18,11 +18,20 @@ from typing import Any, Optional, Union
 
 from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
-from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
+from tfcalc.count.layout import (
+    RECOMPUTE,
+    ZERO_STAGES,
+    Layout,
+    candidate_layouts,
+    check_positions,
+    resolve_degrees,
+)
+from tfcalc.count.layout_pipeline import check_cp
 from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.search_space import cp_degrees
 from tfcalc.count.sharding import OFFLOAD, check_model_variants
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
@@ -30,6 +39,7 @@ from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
+from tfcalc.report.plan_schedule import check_schedule_request, search_space
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -49,7 +59,7 @@ class PlanRequest:
     recompute: Optional[str] = None  # None: none for a layout, every kind for a search
     attention: str = TRAINING_ATTENTION  # the kernel the activations assume: flash, or math (T×T scores kept)
     sequence_parallel: bool = False
-    micro_batch: int = 1
+    micro_batch: Optional[int] = None  # None: 1 for a layout; a search tries powers of two up to what fits
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
     seq: Optional[int] = None
     dtype: str = "bf16"
@@ -65,6 +75,22 @@ class PlanRequest:
     hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
     grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights
     offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.offload)
+    # --- pipeline schedule, overlap, context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
+    schedule: Optional[str] = None  # None: 1f1b for a layout; a search tries 1f1b and interleaved
+    virtual_stages: Optional[int] = None  # None: 2 with the interleaved schedule, else 1 (a search tries more)
+    overlap: tuple[str, ...] = ()  # of "tp", "pp"
+    cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
+
+    @property
+    def micro(self) -> int:
+        """The micro-batch of a layout (and of the search's first try)."""
+        return 1 if self.micro_batch is None else self.micro_batch
+
+    @property
+    def virtual(self) -> int:
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        return 2 if self.schedule == "interleaved" else 1
 
     @property
     def searching(self) -> bool:
@@ -135,6 +161,8 @@ class PlanReport(Displayed):
             "device_usable_bytes": p.memory_limit, "device_driver_bytes": devices.driver_bytes(self.device),
             "runtime_reserved_bytes": {"cuda_context": devices.CUDA_CONTEXT_BYTES,
                                        "communication_buffers": devices.COMM_BUFFER_BYTES},
+            # the link between a node's GPUs by its kind (nvlink, pcie) and as the table names it (issue 20, G)
+            "intra_link": devices.intra_link(self.device), "intra_link_name": devices.intra_link_name(self.device),
             "layout": layout_json(L),
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
@@ -192,15 +220,16 @@ def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
     """Given, or 2²² tokens rounded up to a whole number of (dp × micro-batch) sequences."""
     if request.global_batch is not None:
         return check_size("--global-batch", request.global_batch)
-    per = dp * request.micro_batch
+    per = dp * request.micro
     return max(1, -(-(TOKENS_PER_STEP // seq) // per)) * per
 
 
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
-    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
+    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro,
                   zero=request.zero or 0, recompute=request.recompute or "none",
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
-                  **sharding_fields(request))
+                  schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
+                  cp=request.cp or 1, **sharding_fields(request))
 
 
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
@@ -214,12 +243,16 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
-    only = dict(zero=request.zero, recompute=request.recompute, ep=request.ep)
+    only = dict(zero=request.zero, recompute=request.recompute, ep=request.ep, space=search_space(request))
+    check_positions(cfg, seq)  # said once (rank_floor read it as "no tensor-parallel degree splits" the model)
+    if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
+        check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
-    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, **only), None) is None:
+    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, request.zero, request.recompute,
+                                            tuple(cp_degrees(seq, request.gpus, only["space"]))), None) is None:
         most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
         hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
                 f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
@@ -244,8 +277,10 @@ def check_request(request: PlanRequest) -> None:
                         ("--seq", r.seq)):
         if value is not None:
             check_size(name, value)
-    check_size("--micro-batch", r.micro_batch)
+    if r.micro_batch is not None:
+        check_size("--micro-batch", r.micro_batch)
     check_size("--top", r.top)
+    check_schedule_request(r)
     if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
                                  or not 1 <= r.tokens <= MAX_TOKENS):
         raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")
@@ -293,7 +328,6 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
         raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
                          "arrived with Hopper and Ada); choose another --device-spec")
-    check_size("--micro-batch", request.micro_batch)
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
@@ -306,7 +340,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         if request.gpus == "auto":
             raise InputError("--gpus auto searches for a layout: leave out --tp, --pp and --dp")
         gpus = None if request.gpus is None else check_size("--gpus", request.gpus)
-        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp)
+        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp, request.cp or 1)
         layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
         kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
     training = None
