@@ -18,7 +18,9 @@ projection (mm 4: recomputed). So a block keeps, per token (tfcalc.count.activat
 4. the FFN up output: gated 2·e·f (gate and up), else e·f.
 Rebuilt one block at a time in the backward pass, as under full recompute: the largest block's terms are
 added to the peak. Extra FLOPs: the O and down projections' forward once more (2·b·s·o·h + 2·b·s·f·h per
-layer), and the non-matmul ops' traffic once more.
+layer), and the non-matmul ops' traffic once more -- the whole block replayed (checkpoint without early
+stop; with PyTorch's early stop the replay may end before the down projection, whose output no backward
+op reads: then only O runs again, and this is an upper bound).
 
 Modelled for blocks with a fused (flash) attention kernel and bias-free linears (a biased Linear runs
 ``aten.addmm``, outside the save list), without a mixture of experts (the experts' grouped GEMMs and the

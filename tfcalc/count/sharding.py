@@ -36,6 +36,7 @@ rank's model states are split over. Pure arithmetic, no torch.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 from tfcalc.config import ModelConfig
@@ -57,7 +58,17 @@ def routed_expert(name: str) -> bool:
 
 def expert_counts(cfg: ModelConfig) -> list[int]:
     """n_expert of every kind of block with a mixture of experts."""
-    return sorted({b.ffn.n_expert for _, b, _ in cfg.architecture.kinds() if b.is_moe})
+    return list(_expert_counts(cfg))
+
+
+@functools.lru_cache(maxsize=64)  # a search checks many layouts of one model
+def _expert_counts(cfg: ModelConfig) -> tuple[int, ...]:
+    return tuple(sorted({b.ffn.n_expert for _, b, _ in cfg.architecture.kinds() if b.is_moe}))
+
+
+@functools.lru_cache(maxsize=64)
+def _op_unsupported(cfg: ModelConfig) -> Optional[str]:
+    return next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
 
 
 def expert_dp(layout: Layout) -> int:
@@ -90,8 +101,7 @@ def check_model_variants(cfg: ModelConfig, ep: Optional[int], recompute: Optiona
         raise InputError(f"--ep {ep}: {cfg.name} is dense (no mixture of experts) -- expert parallelism "
                          "splits routed experts")
     if recompute == "op":
-        why = next((w for _, b, _ in cfg.architecture.kinds() if (w := op_recompute.unsupported(b))), None)
-        why = why or (None if attention == "flash" else "the math attention kernel")
+        why = _op_unsupported(cfg) or (None if attention == "flash" else "the math attention kernel")
         if why is not None:
             raise InputError(f"--recompute op is not modelled for {why} (it is for dense blocks with flash attention)")
 

@@ -91,7 +91,8 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     of = f"{L.micro_batch} × {L.seq:,}" + (f" / cp {L.cp}" if L.cp > 1 else "")
     t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; {flight} of {of}")
     if L.offload_activations:
-        t.add("  of which offloaded", None, "all but 2 blocks' saved activations are in host memory")
+        t.add("  offloaded", None, "the activations above stay on the GPU: all but 2 blocks' saved activations "
+              "are in host memory")
     if m.fp8_cache:
         t.add("FP8 weight casts", m.fp8_cache, "each FP8 linear's weight and its transpose, 1 byte each, kept "
               "for the backward; amax histories (Transformer Engine)")
