@@ -191,9 +191,9 @@ class PipelineTrainer:
 
 def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     """tfcalc.measure.distributed.run_measure for a layout with pp > 1: two warm-up steps, a measured one."""
-    import time
 
     from tfcalc.config import from_mapping
+    from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.device import resolve_device, torch_dtype
     from tfcalc.measure.distributed import WARMUP_STEPS, SavedBytes, job_layout
     from tfcalc.measure.memory import peak_meter
@@ -212,9 +212,9 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
             first_loss = trainer.shared_first_loss()
         advance(f"warm-up step {step + 2} of {WARMUP_STEPS}" if step + 1 < WARMUP_STEPS else "the measured step")
     saved = SavedBytes(nn.ModuleList(trainer.chunks))
-    start = time.perf_counter()
-    states = trainer.step(log=True, saved=saved)
-    step_s = time.perf_counter() - start
+    result = {}  # on CUDA the schedule's kernels and NCCL sends are asynchronous: synchronized before each clock read
+    step_s = host_seconds(lambda: result.update(trainer.step(log=True, saved=saved)), device)
+    states = result
     advance("done")
     return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
             "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": trainer.collectives(),
