@@ -162,9 +162,19 @@ class Step:
     def time_s(self, c: Ceilings) -> float:
         return sum(r.time_s(c) for r in self.rows)
 
+    def compute_s(self, c: Ceilings) -> float:
+        """Its FLOPs' time, each row at its matmul's achievable share of the peak (Row.compute_s)."""
+        return sum(r.compute_s(c) for r in self.rows)
+
+    def memory_s(self, c: Ceilings) -> float:
+        """Its bytes' time at the (achievable) bandwidth."""
+        return sum(r.memory_s(c) for r in self.rows)
+
     def bound(self, c: Ceilings) -> str:
-        """The step as a whole: compute-bound when its FLOPs take longer than its bytes."""
-        return "compute" if self.flops / c.flops_per_s >= self.bytes / c.bytes_per_s else "memory"
+        """The step as a whole: compute-bound when its FLOPs take longer than its bytes, both at the
+        ceilings the rows' times use (a matmul's achievable share of the peak, not the nominal peak: a
+        step the prediction times as compute-bound is labelled so)."""
+        return "compute" if self.compute_s(c) >= self.memory_s(c) else "memory"
 
 
 def experts_touched(n_expert: int, active: int, tokens: int) -> float:
@@ -268,3 +278,15 @@ def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_d
             e = MatmulEntry(e.component, e.group, e.label, (batch, k, n), 1, 1, 2 * batch * k * n, e.stack)
         entries.append(e)
     return Step("prefill", batch, seq, seq, _rows(cfg, entries, fmt, kv_dtype, batch, batch * seq, decode=False))
+
+
+def verify_step(cfg: ModelConfig, batch: int, queries: int, context: int, fmt: WeightFormat, kv_dtype: str, *,
+                src_seq: Optional[int] = None) -> Step:
+    """``queries`` new tokens per sequence, the last of ``context`` positions, with the logits of every one:
+    speculative decoding's verification of k draft tokens (queries = k + 1; tfcalc.count.speculative).
+    Weights read once, each sequence's cache once, as a decode step."""
+    _check(cfg, batch=batch, queries=queries, context=context)
+    src = decoder_source(cfg, context, src_seq)
+    entries = matmul_entries(cfg, batch, queries, context, src=src, encoder=False)
+    return Step("decode", batch, queries, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch * queries,
+                                                         decode=True))

@@ -80,7 +80,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
 
     from tfcalc import devices
     from tfcalc.measure import autorange, bench
-    from tfcalc.measure.device import resolve_device, torch_dtype
+    from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
     from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import peak_meter
     from tfcalc.measure.stand_in import probe
@@ -129,7 +129,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     with torch.inference_mode():
         autorange.run_interleaved(items, time_one, time_block, getattr(progress, "remaining", lambda s: None),
                                   getattr(progress, "phase", lambda text: None))
-    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    tf32 = device.type == "cuda" and tf32_matmuls()
     peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
     rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
