@@ -102,7 +102,7 @@ def test_per_layer_widths_windows_and_nope_keep_what_autograd_saves(base, batch,
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cfg=latent_configs(), batch=st.integers(1, 3), data=st.data())
 def test_latent_attention_keeps_what_autograd_saves(cfg, batch, data):
     """DeepSeek-shaped models (latent attention with or without a compressed Q, V heads as wide as Q's or

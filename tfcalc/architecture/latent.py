@@ -163,7 +163,7 @@ class LatentAttention:
         """The softmax scale: (h_n + h_r)^-1/2, times YaRN's mscale² (see the module docstring)."""
         return self.head_dim ** -0.5 * (self.yarn.softmax_factor if self.yarn else 1.0)
 
-    def _norm(self, width: int) -> Norm:
+    def latent_norm(self, width: int) -> Norm:
         base = self.norm or Norm("rmsnorm", width, False, 1e-6)
         return Norm(base.kind, width, base.bias, 1e-6)  # DeepseekV3RMSNorm(rank): its default eps
 
@@ -177,12 +177,12 @@ class LatentAttention:
             c = self.q_lora_rank
             out.append(Weight("q_a_weight", (c, d), role, "attention Q compression weight"))
             out += [Weight("q_a_bias", (c,), role, "attention Q compression bias")] if self.bias else []
-            out += self._norm(c).weights("q_a_norm", "attention Q latent norm")
+            out += self.latent_norm(c).weights("q_a_norm", "attention Q latent norm")
             out.append(Weight("q_b_weight", (self.q_width, c), role, "attention Q expansion weight", "rows"))
         c, r = self.kv_lora_rank, self.qk_rope_head_dim
         out.append(Weight("kv_a_weight", (c + r, d), role, "attention KV compression weight"))
         out += [Weight("kv_a_bias", (c + r,), role, "attention KV compression bias")] if self.bias else []
-        out += self._norm(c).weights("kv_a_norm", "attention KV latent norm")
+        out += self.latent_norm(c).weights("kv_a_norm", "attention KV latent norm")
         width = self.n_head * (self.qk_nope_head_dim + self.v_head_dim)
         out.append(Weight("kv_b_weight", (width, c), role, "attention KV expansion weight", "rows"))
         out.append(Weight("o_weight", (d, self.out_width), role, "attention O weight", "cols"))

@@ -60,7 +60,7 @@ per token per layer:
    it) and W_kvb's input e·c. Q and K are new tensors (concatenated [nope | rope]), e·H·(h_n + h_r) each.
    Fused kernel: V is a view of W_kvb's output, kept whole, e·H·(h_n + h_v); the output e·H·h_v and the
    log-sum-exp 4·H. "math" (what SDPA runs on a CPU when h_v differs from h_n + h_r): Q and K as the
-   matmuls keep them, V e·H·h_v (the whole W_kvb output when it stays a view: batch 1 or one head), the
+   matmuls keep them, V e·H·h_v (the whole W_kvb output when it stays a view: batch 1, one head or one position), the
    softmax output e·H·s. The compressions are replicated on every tensor-parallel rank (key "latent").
 """
 
@@ -190,15 +190,15 @@ def latent_terms(att: LatentAttention, batch: int, seq: int, e: int, attention: 
     H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
     q_latent = 0
     if att.q_lora_rank is not None:
-        q_latent = norm_bytes(att._norm(att.q_lora_rank), e) + e * att.q_lora_rank
-    kv_norm = att._norm(c)
+        q_latent = norm_bytes(att.latent_norm(att.q_lora_rank), e) + e * att.q_lora_rank
+    kv_norm = att.latent_norm(c)
     kv_latent = norm_bytes(kv_norm, e) + (e * r if _keeps_input(kv_norm, e) else 0) + e * c
     qk = 2 * e * H * (hn + r)  # Q and K, concatenated [nope | rope]: new tensors
     out = {"latent": q_latent + kv_latent, "rope_qk": 0, "attn_output": e * H * hv}
     if attention == "flash":
         out.update(qkv=qk + e * H * (hn + hv), attn_scores=0, softmax_stats=FP32 * H)
     else:
-        v_is_view = batch == 1 or H == 1 or seq == 1  # (B, T, H, d) -> (B, H, T, d) is contiguous then
+        v_is_view = batch == 1 or H == 1 or seq == 1  # (B, H, S, h_v) flattens to (B·H, S, h_v) as a view
         out.update(qkv=qk + e * H * ((hn + hv) if v_is_view else hv), attn_scores=e * H * seq, softmax_stats=0)
     return out
 

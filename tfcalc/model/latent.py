@@ -33,10 +33,10 @@ class LatentAttention(nn.Module):
         d, c_q = spec.d_model, spec.q_lora_rank
         self.q = Linear(d, spec.q_width, bias=False) if c_q is None else None
         self.q_a = Linear(d, c_q, bias=spec.bias) if c_q is not None else None
-        self.q_a_norm = make_norm(spec._norm(c_q)) if c_q is not None else None
+        self.q_a_norm = make_norm(spec.latent_norm(c_q)) if c_q is not None else None
         self.q_b = Linear(c_q, spec.q_width, bias=False) if c_q is not None else None
         self.kv_a = Linear(d, self.rank + self.rope_dim, bias=spec.bias)  # [latent | rotary key]
-        self.kv_a_norm = make_norm(spec._norm(self.rank))
+        self.kv_a_norm = make_norm(spec.latent_norm(self.rank))
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
         self.out = Linear(spec.out_width, d, bias=spec.bias)
 
