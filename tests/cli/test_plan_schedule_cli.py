@@ -73,3 +73,12 @@ def test_auto_search_stays_fast():
 def test_a_search_past_the_positions_says_so(cli):
     """(Before: 'no tensor-parallel degree up to 8 splits gpt3-175b evenly', from the search's floor.)"""
     assert_one_line_error(cli("plan", "gpt3", "--seq", "4096"), "learned positions for at most 2048 tokens")
+
+
+def test_cp_is_searched_only_where_it_is_modelled():
+    """gpt-oss has sliding windows: the search tries no CP, and the floor at its 128K context says why
+    nothing fits (it read every tensor-parallel degree as refused while it tried CP 16)."""
+    with pytest.raises(tfcalc.errors.InputError, match="no number of GPUs fits gpt-oss-120b"):
+        tfcalc.plan("gpt-oss-120b", gpus="auto")
+    r = tfcalc.plan("llama3-70b", gpus=64, seq=32768, max_seq_len=131072)
+    assert {c.layout.cp for c in r.candidates} >= {1, 2, 4}

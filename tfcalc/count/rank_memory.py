@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
@@ -80,14 +80,24 @@ def optimizer_element_bytes(dtype: str) -> int:
     return (FP32 if weight_element_bytes(dtype) < FP32 else 0) + ADAM_MOMENTS
 
 
-def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> list[tuple[tuple[int, ...], int]]:
+def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[tuple[int, ...], int], ...]:
     """(TP rank 0's shape, copies) of every tensor on the stage."""
-    return [(tp_local_shape(t, layout.tp), n) for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages)]
+    return _shapes(cfg, layout.tp, layout.pp, layout.virtual_stages, stage)
+
+
+@functools.lru_cache(maxsize=16384)  # a search prices many layouts of the same tp, pp and stage
+def _shapes(cfg: ModelConfig, tp: int, pp: int, virtual: int, stage: int) -> tuple[tuple[tuple[int, ...], int], ...]:
+    return tuple((tp_local_shape(t, tp), n) for t, n in stage_tensors(cfg, pp, stage, virtual))
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage."""
-    return sum(n * math.prod(shape) for shape, n in _local_shapes(cfg, layout, stage))
+    return _params(cfg, layout.tp, layout.pp, layout.virtual_stages, stage)
+
+
+@functools.lru_cache(maxsize=16384)
+def _params(cfg: ModelConfig, tp: int, pp: int, virtual: int, stage: int) -> int:
+    return sum(n * math.prod(shape) for shape, n in _shapes(cfg, tp, pp, virtual, stage))
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
@@ -132,6 +142,19 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
     order, an encoder's first, as tfcalc.count.rank_activations numbers them) at its peak."""
+    return _stage_activations(cfg, _activation_alike(layout), stage, blocks)
+
+
+def _activation_alike(layout: Layout) -> Layout:
+    """The layout with what activations do not depend on set alike, so that a search's many layouts share
+    one pricing: dp and ZeRO, and micro-batches past 2p (every schedule's in-flight count has saturated
+    by then: tfcalc.count.perf.pipeline.chunk_micro_batches)."""
+    m = min(layout.micro_batches, 2 * layout.pp)
+    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=())
+
+
+@functools.lru_cache(maxsize=16384)
+def _stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages)
     assert sum(map(len, ranges)) == blocks
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
@@ -161,10 +184,11 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     gathered = gathered_bytes(cfg, layout)
     best = None
     counts = stage_blocks(total_blocks(cfg), layout.pp)
+    alike = _activation_alike(layout)
     for stage in priced_stages(cfg, layout.pp, layout.virtual_stages):
         blocks = counts[stage]
         psi, w, g, o = model_states(cfg, layout, stage)
-        mem = RankMemory(stage, psi, w, g, o, stage_activations(cfg, layout, stage, blocks), gathered)
+        mem = RankMemory(stage, psi, w, g, o, _stage_activations(cfg, alike, stage, blocks), gathered)
         if best is None or mem.total > best.total:
             best = mem
     return best
