@@ -76,9 +76,13 @@ def test_a_search_past_the_positions_says_so(cli):
 
 
 def test_cp_is_searched_only_where_it_is_modelled():
-    """gpt-oss has sliding windows: the search tries no CP, and the floor at its 128K context says why
-    nothing fits (it read every tensor-parallel degree as refused while it tried CP 16)."""
-    with pytest.raises(tfcalc.errors.InputError, match="no number of GPUs fits gpt-oss-120b"):
-        tfcalc.plan("gpt-oss-120b", gpus="auto")
+    """gpt-oss has sliding windows: the search tries no CP (its floor read every tensor-parallel degree as
+    refused while it tried CP 16: 'no tensor-parallel degree splits gpt-oss-120b')."""
+    from tfcalc.count.search_space import SearchSpace, cp_applies, cp_degrees
+    from tfcalc.presets import load
+
+    assert not cp_applies(load("gpt-oss-120b"), "flash") and cp_applies(load("llama3-70b"), "flash")
+    assert not cp_applies(load("llama3-70b"), "math")
+    assert cp_degrees(131072, 1024, SearchSpace(), cp_applies(load("gpt-oss-120b"), "flash")) == [1]
     r = tfcalc.plan("llama3-70b", gpus=64, seq=32768, max_seq_len=131072)
     assert {c.layout.cp for c in r.candidates} >= {1, 2, 4}
