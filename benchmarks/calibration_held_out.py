@@ -12,6 +12,14 @@ it, never used to choose a parameter of the performance model. Reported beside i
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
   GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.
+- TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
+  batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
+  the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
+  (tfcalc.count.perf.hardware, ``request_s``): a check of its size across GPUs, not a blind one.
+- The same document, tensor-parallel rows on A100-80GB fp16 (tfcalc's `infer --tp`): first-token latency
+  of LLaMA 70B at TP 4 (47 ms at 128 tokens in, 377 ms at 2,048), and the throughput rows at TP 2 and 4,
+  read as output tokens/s per GPU (the H100 table's header and the document's later versions say per
+  GPU; the A100 header of v0.6.1 says "out tok/s").
 """
 
 from __future__ import annotations
@@ -39,8 +47,43 @@ def llama2_rate(preset: str) -> Callable[[], float]:
     return run
 
 
+def first_token_ms(preset: str, inp: int, device: str, **over) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.infer(preset, batch=1, seq=inp, gen=1, dtype="fp8", kv_dtype="fp8", device_spec=device, **over)
+        return r.estimates[0].prefill_s * 1e3
+    return run
+
+
+TRT_LOW_LATENCY = [("h100-sxm", "H100 SXM", "LLaMA 7B", 128, 7), ("h100-sxm", "H100 SXM", "LLaMA 7B", 2048, 36),
+                   ("h100-sxm", "H100 SXM", "GPT-J 6B", 128, 7), ("h100-sxm", "H100 SXM", "GPT-J 6B", 2048, 29),
+                   ("l40s", "L40S", "LLaMA 7B", 128, 14), ("l40s", "L40S", "LLaMA 7B", 2048, 73),
+                   ("l40s", "L40S", "GPT-J 6B", 128, 12), ("l40s", "L40S", "GPT-J 6B", 2048, 71)]
+
+
+def tp_first_token_ms(inp: int) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.infer("llama2-70b", batch=1, seq=inp, gen=1, dtype="fp16", device_spec="a100-80gb", tp=4)
+        return r.estimates[0].prefill_s * 1e3
+    return run
+
+
+def tp_rate(preset: str, batch: int, inp: int, out: int, tp: int, **over) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.infer(preset, batch=batch, seq=inp, gen=out, dtype="fp16", device_spec="a100-80gb", tp=tp, **over)
+        return batch * out / r.estimates[0].total_s / tp
+    return run
+
+
+# (label, preset, GPT-J overrides?, batch, input, output, TP, out tok/s per GPU)
+TRT_TP = [("GPT-J 6B", "gpt3-6.7b", True, 120, 128, 2048, 2, 2192),
+          ("LLaMA 7B", "llama2-7b", False, 64, 2048, 2048, 2, 782),
+          ("LLaMA 70B", "llama2-70b", False, 1280, 128, 128, 4, 670),
+          ("LLaMA 70B", "llama2-70b", False, 240, 128, 2048, 4, 525),
+          ("LLaMA 70B", "llama2-70b", False, 120, 2048, 128, 4, 79)]
+
+
 def held_out_rows(gpt) -> list:
-    from calibration import Row
+    from calibration import GPTJ, Row
 
     out = [Row("training throughput", f"Llama 3 405B, {g:,} H100, TP 8, PP 16, DP {dp}", "Dubey et al. 2024, Table 4",
                mfu, "% MFU", llama3_mfu(dp, per)) for g, dp, per, mfu in ((8192, 64, 32, 43), (16384, 128, 16, 41))]
@@ -49,4 +92,16 @@ def held_out_rows(gpt) -> list:
         out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB, tfcalc's layout of 1,024 GPUs",
                        "Touvron et al. 2023, Table 2 (GPU-hours for 2T tokens)", 2e12 / (hours * 3600), "tok/s/GPU",
                        llama2_rate(preset)))
+    trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
+    for device, name, label, inp, ms in TRT_LOW_LATENCY:
+        preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)
+        out.append(Row("first-token latency", f"{label}, {name} fp8, batch 1, {inp} tokens in", trt, ms, "ms",
+                       first_token_ms(preset, inp, device, **over)))
+    trt_a100 = "TensorRT-LLM docs/source/performance.md v0.6.1 (A100-80GB fp16)"
+    for inp, ms in ((128, 47), (2048, 377)):
+        out.append(Row("first-token latency", f"LLaMA 70B, TP 4, batch 1, {inp} tokens in", trt_a100 + ", Low Latency",
+                       ms, "ms", tp_first_token_ms(inp)))
+    for label, preset, gptj, batch, inp, outp, tp, rate in TRT_TP:
+        out.append(Row("inference throughput", f"{label}, TP {tp}, batch {batch}, {inp} in, {outp} out", trt_a100,
+                       rate, "tok/s/GPU", tp_rate(preset, batch, inp, outp, tp, **(GPTJ if gptj else {}))))
     return out

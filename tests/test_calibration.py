@@ -12,10 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# the pass rates of this session's model; issue 20 asks 80 % in every group: first-token latency is 3 of 4
-# (TensorRT-LLM's 128-token LLaMA 7B prefill measures 16 ms, the model says 11.9: the miss is stated in README)
+# issue 20 asks 80 % in every group (first-token latency reached it with the runtime's fixed work per
+# request, tfcalc.count.perf.hardware's request_s: 3 of 4 before, LLaMA 7B at 128 tokens 0.74)
 FLOOR = {"training throughput": 0.8, "iteration time": 0.8, "inference throughput": 0.8,
-         "first-token latency": 0.75}
+         "first-token latency": 0.8}
 
 
 @pytest.fixture(scope="module")

@@ -148,10 +148,14 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
           src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
           device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
-          matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None,
+          matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
+          draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
+          rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
           **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
-    or measure=True: ceilings measured and the model timed on device, the prediction beside."""
+    or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
+    serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
+    rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates")."""
     from tfcalc.report.infer import InferOptions, build_infer
     from tfcalc.workload import default_dtype
 
@@ -160,7 +164,9 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     options = InferOptions(batches=batches, seq=seq, gen=gen, dtype=dtype or default_dtype(device if measure else None),
                            group_size=group_size, kv_dtype=kv_dtype, src_seq=src_seq, device_spec=device_spec,
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
-                           matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency)
+                           matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
+                           draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
+                           mean_input=mean_input, mean_output=mean_output)
     return build_infer(_model(model, overrides), options)
 
 
@@ -172,6 +178,11 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
          top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
          bandwidth_efficiency: Optional[float] = None,
+         # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
+         # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
+         ep: Optional[int] = None, compute_dtype: Optional[str] = None, reshard_after_forward: bool = True,
+         hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
+         # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
@@ -186,6 +197,10 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
+                          ep=ep, compute_dtype=compute_dtype, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
+                          grad_dtype=grad_dtype,
+                          offload=tuple(offload.split(",")) if isinstance(offload, str) else tuple(offload)
+                          if isinstance(offload, (list, tuple)) else offload,
                           schedule=schedule, virtual_stages=virtual_stages,
                           overlap=tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)

@@ -19,7 +19,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")  # op: op-level selective checkpointing (tfcalc.count.op_recompute)
 MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
 
 # Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
@@ -95,11 +95,20 @@ class Layout:
     global_batch: int
     micro_batch: int = 1
     zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
-    recompute: str = "none"  # none, selective (attention scores) or full (block inputs only)
+    recompute: str = "none"  # none, selective (attention scores), full (block inputs only) or op (torchtitan's SAC)
     sequence_parallel: bool = False
     dtype: str = "bf16"
     attention: str = "flash"
     dropout: bool = False
+    # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.sharding ---
+    ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
+    compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
+    reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward
+    hsdp: Optional[int] = None  # ZeRO-3 within groups of hsdp DP ranks, replicated across them; None: over all dp
+    grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype
+    offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there
+    offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
+    zero_engine: str = "flat"  # ZeRO-1: "flat" buffers (DeepSpeed, Megatron) or "torch" (ZeroRedundancyOptimizer)
     # --- pipeline schedule, overlap and context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
     schedule: str = "1f1b"  # 1f1b, interleaved (virtual stages, Narayanan et al. 2021) or zero-bubble (ZB-H1)
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule

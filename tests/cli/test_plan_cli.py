@@ -90,7 +90,7 @@ def test_gpus_auto_is_the_default_without_a_layout(cli):
     (["--nproc", "2", "--dp", "2"], "add --measure"),
     (["--measure"], "--measure checks one layout"),
     (["--dp", "2", "--measure", "--nproc", "100000"], "--nproc 100000 is more"),
-    (["--dp", "2", "--zero", "1", "--measure"], "ZeRO-1 is planned"),
+    (["--dp", "2", "--fsdp", "--hsdp", "2", "--measure"], "plain FSDP"),
     (["--device-spec", "h100-sxn", "--dp", "2"], "did you mean 'h100-sxm'"),
     (["--tokens", "lots", "--dp", "2"], "token count"),
     (["--mfu", "2", "--dp", "2"], "--mfu must be a number in [0.0001, 1]"),

@@ -132,6 +132,23 @@ def test_serving_tables_every_generating_preset(name, width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("options", [dict(tp=8, batch=[1, 64]), dict(draft="llama2-7b", accept_rate=0.8, tp=4),
+                                     dict(rate=5, mean_input=512, mean_output=256, tp=2),
+                                     dict(rate=500, mean_input=512, mean_output=256)])
+def test_serving_modes(options, width):
+    """infer --tp, --draft and --rate (and over capacity): every table and note within the width."""
+    import tfcalc
+    from tfcalc.cli.render import infer as infer_view
+
+    report = tfcalc.infer("llama2-70b", device_spec="a100-80gb", **options)
+    text = render(infer_view.document([report]), width)
+    assert "…" not in text and all(len(line) <= width for line in text.splitlines())
+    assert ("Tensor parallel over" in text) == ("tp" in options)
+    assert ("Speculative decoding" in text) == ("draft" in options)
+    assert ("Continuous batching" in text) == ("rate" in options)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("layout", [dict(gpus=64), dict(tp=8, pp=2, dp=4, zero=1, tokens="2T"),
                                     dict(tp=8, pp=2, dp=4, zero=1, recompute="selective", sequence_parallel=True)])
 def test_plan_tables(layout, width):

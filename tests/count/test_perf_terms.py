@@ -137,3 +137,19 @@ def test_usable_memory_is_the_drivers_less_the_runtime():
     mine = dataclasses.replace(h100, key="mine")
     assert devices.usable_bytes(mine) == h100.memory_bytes
     assert devices.intra_link(devices.by_key("a100-pcie")) == "pcie" and devices.intra_link(h100) == "nvlink"
+
+
+def test_first_token_adds_the_requests_fixed_work_once():
+    """The prefill (time to first token) = its rows + its kernels and traffic + request_s (2 ms), and no
+    decode step pays request_s: LLaMA 2 7B at 128 tokens on an A100, by hand from the estimate's parts."""
+    import tfcalc
+
+    r = tfcalc.infer("llama2-7b", batch=1, seq=128, gen=4, dtype="fp16", device_spec="a100-80gb")
+    e = r.estimates[0]
+    p = e.prefill_overhead
+    assert p.request_s == perf_spec("a100-80gb").request_s == 2e-3
+    assert e.prefill_s == pytest.approx(e.prefill.time_s(r.ceilings) + p.kernel_s + p.traffic_s + 2e-3)
+    assert e.decode_overhead.request_s == 0
+    plain = dataclasses.replace(perf_spec("a100-80gb"), request_s=0.0)  # overridable
+    assert plain.request_s == 0 and hash(plain) != hash(perf_spec("a100-80gb"))
+    assert r.to_json()["predicted"]["overhead"]["prefill"]["request_s"] == 2e-3

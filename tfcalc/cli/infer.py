@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, MeanInput, MeanOutput, Rate, ServeTP
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -65,6 +66,13 @@ def infer(
     matmul_efficiency: MatmulEfficiency = None,
     bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
+    tp: ServeTP = 1,
+    draft: Draft = None,
+    accept_rate: AcceptRate = None,
+    draft_tokens: DraftTokens = None,
+    rate: Rate = None,
+    mean_input: MeanInput = None,
+    mean_output: MeanOutput = None,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -85,6 +93,22 @@ def infer(
     (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
     Experts stored as MXFP4 (gpt-oss) are read as stored.
 
+    --tp T: tensor-parallel serving on T GPUs of one node (Megatron's column/row splits; T divides the query heads;
+    KV heads split, or replicated when T exceeds them): weights, KV cache, fits and times are one GPU's, each step
+    adds its all-reduces (the embedding's, attention out and FFN out per layer, α-β on the node's link); the memory
+    less NCCL's buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T
+    local ranks (gloo on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for
+    --device-spec.
+
+    --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
+    steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
+    decoding with its speedup, and the draft's weights and KV cache beside the target's.
+
+    --rate R --mean-input I --mean-output O: continuous batching in steady state (Orca's iteration-level scheduling,
+    vLLM's prefills-first without chunked prefill, paged KV cache, Poisson arrivals): the requests in flight by
+    Little's law, the mean decode batch, TTFT, inter-token latency, throughput, the KV cache's bound on concurrency
+    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1).
+
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
     uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
@@ -102,19 +126,26 @@ def infer(
     if device is not None and not measure:
         raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
     run_on = device or "cpu"
+    if rate is not None:  # continuous batching derives the batch and takes the means in place of --seq and --gen
+        for name, given in (("--batch", batch is not None), ("--seq", seq is not None), ("--gen", gen != 256)):
+            if given:
+                raise InputError(f"{name} is a static batch's; with --rate give --mean-input and --mean-output "
+                                 "(the batch follows from the rate)")
     options = InferOptions(
         batches=tuple(parse_lengths(batch, "--batch")) if batch is not None else (1,), seq=seq, gen=gen,
         dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
-        matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency,
+        matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
+        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
+        mean_output=mean_output,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
-    with render.progress(f"infer {ref.label}", calls, enabled=measure and not out.quiet) as advance:
+    with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
 
@@ -122,6 +153,11 @@ def infer(
     if require_fit:
         data = report.to_json()
         rows = data if isinstance(data, list) else [data]
+        steady = rows[0]["continuous"]
+        if steady and steady["over_capacity"]:
+            render.does_not_fit(f"{ref.label} at {steady['rate_per_s']:g} requests/s: over capacity "
+                                f"({steady['limit']}; at most {steady['max_rate_per_s']:.3g} requests/s)")
+            raise typer.Exit(1)
         short = [f"batch {x['batch']:,}" for x in rows if x["fits"] is False]
         if short:
             render.does_not_fit(f"{ref.label}, {report.seq:,} + {gen:,} positions: {', '.join(short)} (weights + KV "

@@ -14,6 +14,7 @@ accumulation; the pipeline's micro-batches).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import replace
 from typing import Iterator, Optional
 
@@ -21,6 +22,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.layout_pipeline import check_pipeline
 from tfcalc.count.search_space import overlaps
 from tfcalc.count.shard import check_tp, total_blocks
+from tfcalc.count.sharding import check_sharding, expert_counts
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the layout's home before)
@@ -70,15 +72,16 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
+    check_sharding(cfg, layout)
     check_pipeline(cfg, layout)  # schedule, virtual stages, overlap, context parallelism (issue 20)
 
 
 def check_positions(cfg: ModelConfig, seq: int) -> None:
     """A sequence past the positions the model has (learned, RoPE or sinusoidal): one line (a search
     says it once, not as "no layout")."""
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
-    if limited and seq > cfg.max_seq_len:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+    positions = cfg.architecture.output.embeddings.positions
+    if positions in ("learned", "rope", "sinusoidal") and seq > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {positions} positions for at most {cfg.max_seq_len} tokens; "
                          f"got --seq {seq}")
 
 
@@ -135,7 +138,7 @@ def divisors(n: int) -> list[int]:
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
                       zero: Optional[int] = None, recompute: Optional[str] = None,
-                      cps: tuple[int, ...] = (1,)) -> Iterator[Layout]:
+                      ep: Optional[int] = None, cps: tuple[int, ...] = (1,)) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
     given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
@@ -143,7 +146,9 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
     replicated activations by tp); each context-parallel degree of ``cps`` (tfcalc.count.search_space),
     the sequence's s/C split by tp under SP. Batch sizes, dtype and schedule are the base layout's (one
-    stage: 1f1b); its overlap where it applies (search_space.applicable_overlap)."""
+    stage: 1f1b); its overlap where it applies (search_space.applicable_overlap). A mixture of experts:
+    expert parallelism ``ep`` if given, else ep 1 and the largest ep that divides dp and every mixture's
+    experts with its tp·ep GPUs in one node (``search_ep``; with cp 1 only: tfcalc.count.sharding)."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg)
@@ -164,17 +169,32 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                 if base.global_batch % (dp * base.micro_batch):  # as check_layout: the batch must split
                     continue
                 zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
+                eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if cp == 1 else (1,)
                 for z in zeros:
                     for r in recomputes:
-                        split = sp and tp > 1 and (base.seq // cp) % tp == 0
-                        sched = dict(schedule="1f1b", virtual_stages=1) if pp == 1 else {}
-                        layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, sequence_parallel=split,
-                                         overlap=overlaps(tp, pp, split, base.overlap), **sched)
-                        try:
-                            check_layout(cfg, layout)
-                        except InputError:
-                            continue
-                        yield layout
+                        for e in eps:
+                            split = sp and tp > 1 and (base.seq // cp) % tp == 0
+                            sched = dict(schedule="1f1b", virtual_stages=1) if pp == 1 else {}
+                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
+                                             sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap),
+                                             **sched)
+                            try:
+                                check_layout(cfg, layout)
+                            except InputError:
+                                continue
+                            yield layout
+
+
+def search_ep(cfg: ModelConfig, tp: int, dp: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Expert-parallel degrees a search tries (``candidate_layouts``): 1, and for a mixture of experts the
+    largest ep dividing dp and every mixture's experts whose tp·ep GPUs share a node (NVLink carries the
+    all-to-all), and the largest across nodes (the fewest experts per rank, as DeepSeek-V3's EP 64)."""
+    counts = expert_counts(cfg)
+    if not counts:
+        return (1,)
+    every = divisors(math.gcd(dp, *counts))
+    inside = max((e for e in every if tp * e <= gpus_per_node), default=1)
+    return tuple(sorted({1, inside, every[-1]}))
 
 
 def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:

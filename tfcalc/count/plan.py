@@ -16,7 +16,8 @@ that bound are not tried. And before any, a floor: data parallelism shrinks the 
 to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
 or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
 one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
-at once.
+at once (a mixture's experts counted as split over every expert, as expert parallelism can; no floor
+when activations are offloaded).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
+from tfcalc.count.experts_parallel import ep_collectives
 from tfcalc.count.layout import (
     Layout,
     candidate_layouts,
@@ -35,19 +37,23 @@ from tfcalc.count.layout import (
     gpu_counts,
     sequence_parallel_modelled,
 )
+from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
+    model_states,
     optimizer_element_bytes,
     priced_stages,
     rank_memory,
+    rank_offload,
     stage_activations,
     stage_params,
     weight_element_bytes,
 )
 from tfcalc.count.search_space import FIXED, SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
+from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -77,19 +83,25 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
-    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
-    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization, mem.stage),
-                hw.memory_bytes)
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
+    step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
+    if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
+        off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
+        pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
+                                     step.compute_s)
+        step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
+    return Plan(layout, mem, collectives, step, hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None, space: SearchSpace = FIXED) -> list[Plan]:
-    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
-    ``recompute`` when given; the micro-batch, schedule and CP as ``space`` leaves them open:
-    tfcalc.count.search_space)."""
+           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None,
+           space: SearchSpace = FIXED) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
+    ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule and CP as
+    ``space`` leaves them open: tfcalc.count.search_space)."""
     plans = []
     start = replace(base, micro_batch=space.micro_batch or 1)
-    for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute,
+    for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
                                     tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention)))):
         for b in micro_batches(layout, space):
             fitted = False
@@ -119,6 +131,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    if base.offload_activations:  # activations may leave the GPU: no floor to stop at
+        return 0
     best = None
     ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
@@ -133,10 +147,12 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
                 check_layout(cfg, layout)
             except InputError:
                 continue
-            gathered = gathered_bytes(cfg, replace(layout, zero=3))
+            # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
+            split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
+            gathered = gathered_bytes(cfg, replace(split, zero=3))
             counts = stage_blocks(total_blocks(cfg), pp)
             # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
-            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, layout, s), gathered)
+            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
                        for s in priced_stages(cfg, pp, 1))
             best = most if best is None else min(best, most)
     if best is None:
@@ -146,7 +162,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
                 zero: Optional[int] = None, recompute: Optional[str] = None,
-                space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
+                ep: Optional[int] = None, space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
     context-parallel degree the search may take (it divides the activations)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node,
@@ -160,7 +176,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, space)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

@@ -49,7 +49,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.activations import SCORE_TERMS, Activations, activations
 from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.shard import stage_blocks, stage_ranges  # noqa: F401  (stage_blocks: re-exported)
-from tfcalc.workload import Layout
+from tfcalc.workload import Layout, Workload
 
 SPLIT = frozenset({
     "qkv", "rope_qk", "qk_norm", "attn_scores", "softmax_stats", "attn_output", "scores_dropout",
@@ -84,9 +84,12 @@ def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored
     """One layer's terms on one rank, one micro-batch: what is kept (stored) or, with stored=False, the
     whole layer as full recompute rebuilds it. ``layer_input``: the block input's bytes (default: a
     decoder-stack block's)."""
-    if stored and layout.recompute == "full":
+    if stored and layout.recompute in ("full", "op"):
         kept = acts.layer_input if layer_input is None else layer_input
-        return _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        kept = _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        if layout.recompute == "op":  # and what the policy saves (tfcalc.count.op_recompute), shared as they are
+            kept += sum(share(key, v, acts, layout, False) for key, v in acts.op_terms[id(terms)].items())
+        return kept
     drop = SCORE_TERMS if stored and layout.recompute == "selective" else frozenset()
     moe = "moe_routing" in terms  # a dense layer's FFN hidden tensors are split even when other layers' experts are not
     return sum(share(key, v, acts, layout, moe) for key, v in terms.items() if key not in drop)
@@ -128,7 +131,7 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     stored += counts[0] * head_first + counts[-1] * head_last + sum(counts) * every
     rebuilt = 0
     flat = [k for chunk in kinds for k in chunk]
-    if layout.recompute == "full" and flat:
+    if layout.recompute in ("full", "op") and flat:
         rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in flat)
     loss = _ceil(acts.loss_gradients, layout.tp) if last else 0
     return stored + rebuilt + loss
@@ -147,14 +150,21 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
                for stage in range(layout.pp))
 
 
-def training_activations(cfg: ModelConfig, layout: Layout, *, src_seq: Optional[int] = None) -> Activations:
-    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
-    return activations(cfg, layout.micro_batch, layout.seq // layout.cp, layout.dtype, layout.attention,
-                       layout.recompute, layout.dropout, src_seq=src_seq)
+def micro_batch(layout: Layout, src_seq: Optional[int] = None) -> Workload:
+    """One micro-batch of the layout as a workload: a CP rank's s/C positions (tfcalc.count.context_parallel);
+    an encoder-decoder's src_seq source tokens, default its seq."""
+    return Workload(batch=layout.micro_batch, seq=layout.seq // layout.cp, src_seq=src_seq, dtype=layout.dtype)
+
+
+def training_activations(cfg: ModelConfig, layout: Layout, w: Optional[Workload] = None) -> Activations:
+    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout); ``w``,
+    when given, the request the layout runs (its source length)."""
+    return activations(cfg, micro_batch(layout, w.src_seq if w is not None else None), layout.attention,
+                       layout.recompute, layout.dropout)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
     """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
     16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
-    h = cfg.d_model
+    h = cfg.d_model  # the paper's h and a, as published (front-end reads: its formula has one of each)
     return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)

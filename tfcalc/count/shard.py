@@ -100,7 +100,7 @@ def tp_split_widths(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
                 out += [("n_head", a.n_head), ("n_kv_head", a.n_kv_head)]
         if not block.is_moe:
             out.append(("d_ff", block.ffn.d_ff))
-    return tuple(out + [("d_model", cfg.d_model)])
+    return tuple(out + [("d_model", cfg.architecture.d_model)])
 
 
 def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:

@@ -53,11 +53,13 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count.layout import Layout
+from tfcalc.count.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
 from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload
 
 CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
 # Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
@@ -89,6 +91,8 @@ class Hardware:
     bandwidth_bytes_per_s: float = 3.35e12  # memory, datasheet (the achievable share: perf.bandwidth_efficiency)
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
+    fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.fp8)
+    pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (tfcalc.count.offload)
 
 
 @dataclass(frozen=True)
@@ -118,11 +122,15 @@ def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
 
 @lru_cache(maxsize=1024)  # a search prices many layouts of the same batch, sequence and recompute
 def _executed_flops(cfg: ModelConfig, global_batch: int, seq: int, recompute: str) -> tuple[int, int]:
-    model = count_flops.training_flops(cfg, global_batch, seq)
+    step = Workload(batch=global_batch, seq=seq)
+    model = count_flops.training_flops(cfg, step)
     if recompute == "full":
-        return model, count_flops.training_flops(cfg, global_batch, seq, recompute=True)
+        return model, count_flops.training_flops(cfg, step, recompute=True)
+    if recompute == "op":  # the O and down projections run forward again (tfcalc.count.op_recompute)
+        again = sum(e.total for e in count_flops.matmul_entries(cfg, global_batch, seq) if e.component in RECOMPUTED)
+        return model, model + again
     if recompute == "selective":
-        totals = count_flops.breakdown(cfg, global_batch, seq).totals()  # every layer's, each stack's
+        totals = count_flops.breakdown(cfg, step).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model
@@ -137,7 +145,12 @@ def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
     """Whether every rank of the group shares a node (Megatron's order: tp, then cp, then dp, then pp; the
     dp group of the gradients spans the cp ranks too)."""
     span = {"tp": layout.tp, "cp": layout.tp * layout.cp, "dp": layout.tp * layout.cp * layout.dp,
-            "pp": layout.gpus}[group]
+            "pp": layout.gpus,
+            # tfcalc.count.sharding: the EP group is ep adjacent DP ranks, an HSDP shard group hsdp of them;
+            # the experts' replicas (edp) and HSDP's replicas stride across the whole DP group (cp is 1 with
+            # either: check_sharding)
+            "ep": layout.tp * layout.ep, "dp_shard": layout.tp * (layout.hsdp or layout.dp),
+            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}[group]
     return span <= gpus_per_node
 
 
@@ -157,6 +170,10 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
     return float(utilization)
 
 
+# groups whose time counts with another's: the data-parallel variants overlap with the backward as dp does
+TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
+
+
 def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
     """Step 4 for one collective."""
     inside = group_in_node(c.group, layout, hw.gpus_per_node)
@@ -171,7 +188,8 @@ def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
     """Step 4: α-β seconds per group."""
     out = dict.fromkeys(("dp", "tp", "pp", "cp"), 0.0)
     for c in collectives:
-        out[c.group] += collective_seconds(c, layout, hw)
+        bucket = TIME_GROUP.get(c.group, c.group)
+        out[bucket] = out.get(bucket, 0.0) + collective_seconds(c, layout, hw)
     return out
 
 
@@ -194,7 +212,8 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> StageSeconds:
                     overlap=())  # what the time depends on
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
+    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf, fp8)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     last = stage == t.stage_s(counts[-1], True)
@@ -228,8 +247,10 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     window = s.backward * (1 if layout.zero in (0, 1) else m) + (compute - s.backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
     exposed = {"tp": tp, "pp": pp, "dp": max(0.0, comm["dp"] - window) + last_bucket, "cp": cp}
+    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
+        exposed["ep"] = comm["ep"] * stretch
     physics = pipelined + sum(exposed.values())
-    no_overlap = pipelined + (comm["tp"] + comm["cp"]) * stretch + comm["pp"] + comm["dp"]
+    no_overlap = pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,

@@ -16,14 +16,16 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import serving
+from tfcalc.count import continuous, serving, serving_tp, speculative
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
 from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
+from tfcalc.report import continuous as continuous_report, infer_modes
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
+from tfcalc.report.infer_modes import check_draft, check_tp, reserved_bytes, tensor_parallel, with_draft
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import Workload, check_size, decoder_source
 
@@ -48,6 +50,14 @@ class InferOptions:
     copy_bytes: Optional[int] = None
     matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
+    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
+    tp: int = 1
+    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
+    accept_rate: Optional[float] = None
+    draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
+    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
+    mean_input: Optional[int] = None
+    mean_output: Optional[int] = None
 
 
 @dataclass(frozen=True, repr=False)
@@ -67,6 +77,10 @@ class InferReport(Displayed):
     measured: Optional[tuple[dict[str, Any], ...]] = None  # measured_json per batch
     device: Optional[str] = None  # the measured device, as torch writes it
     device_name: Optional[str] = None
+    draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
+    speculative: Optional[tuple[speculative.Speculative, ...]] = None
+    continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
+    tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (infer_modes)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -100,11 +114,14 @@ class InferReport(Displayed):
                          "source": c.source},
             "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
-            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, est.batch, self.seq + self.options.gen,
-                                                               self.kv_dtype, src_seq=self.src_seq),
-            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=False),
+            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
+                batch=est.batch, seq=self.seq, gen=self.options.gen, kv_dtype=self.kv_dtype, src_seq=self.src_seq)),
+            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
-            "runtime_reserved_bytes": None if self.spec is None else {"cuda_context": devices.CUDA_CONTEXT_BYTES},
+            "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
+            "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
+            "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
+            "continuous": continuous_report.to_json(self.continuous),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -112,6 +129,21 @@ class InferReport(Displayed):
             "roofline": {"prefill": rows_json(est.prefill, c),
                          "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
+
+    @property
+    def tp(self) -> int:
+        return self.options.tp
+
+    def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
+        """Tensor-parallel serving (tfcalc.report.infer_modes.tp_json); None at T = 1."""
+        return infer_modes.tp_json(self, est)
+
+    def speculative_json(self, i: int) -> Optional[dict[str, Any]]:
+        """--draft: the round at this batch (tfcalc.report.infer_modes.speculative_json); None without."""
+        return infer_modes.speculative_json(self, i)
+    @property
+    def tp_link(self) -> serving_tp.TensorParallel:
+        return infer_modes.tensor_parallel(self.spec, self.ceilings, self.tp)
 
     @property
     def weight_label(self) -> str:
@@ -197,29 +229,39 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
                                                                       o.bandwidth_efficiency)):
         if value is not None:
             check_fraction(name, value)
-            if o.measure:
+            if o.measure and o.tp == 1:
                 raise InputError(f"{name} sets the performance model of a listed device; --measure measures its own")
-    if o.measure and o.device_spec is not None:
+    if o.measure and o.device_spec is not None and o.tp == 1:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
+    check_draft(o)
+    continuous_report.check(o)
 
 
 def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
                    spec: Optional[devices.DeviceSpec] = None) -> InferReport:
     """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
     check_options(model, o)
+    o = continuous_report.static_options(o)
     cfg, (fmt, kv), seq = model.cfg, weight_formats(o), _seq(model, o)
     src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
-    memory = devices.usable_bytes(spec, communicating=False) if spec is not None else None
+    check_tp(model, o, spec)
+    tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
+    memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
+    state = None
+    if o.rate is not None:
+        state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
+                                        memory, tp)
+        o = replace(o, batches=(continuous_report.batch_of(state),))
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory) for b in o.batches)
-    return InferReport(
+    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
+    return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
-        None if memory is None else serving.max_batch(cfg, w, fmt, memory),
-        serving.compute_bound_batch(cfg, w, fmt, ceilings),
-        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings),
-    )
+        None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
+        serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state,
+    ))
 
 
 def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
@@ -227,6 +269,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     from tfcalc.measure.decode import DecodePlan, check_plan, run_decode  # imports torch
 
     check_options(model, o)
+    check_tp(model, o, None)
     fmt, kv = weight_formats(o)
     if fmt.quantized or kv != fmt.dtype:
         raise InputError("--measure runs the model as built, its cache in the weights' dtype: "
@@ -250,4 +293,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
+    if o.measure and o.tp > 1:  # the prediction for the listed device, the collectives measured on T ranks
+        check_options(model, o)
+        report = estimate_infer(model, replace(o, measure=False))
+        return replace(report, options=o, tp_measured=infer_modes.measure_tp(model, o, report))
     return measure_infer(model, o, advance) if o.measure else estimate_infer(model, o)

@@ -2,10 +2,15 @@
 
 What runs, and why it is a fair check of the plan:
 1. The layout, on N local ranks: the plan's tensor-parallel degree where it divides N (else the largest
-   common divisor), data parallel over the rest, the same ZeRO stage (0: DDP; 3: FSDP2) and sequence
-   parallelism. No recompute: the measurement has no engine for it (planned, and said to be left out).
-   ZeRO-1/2 are refused: PyTorch ships no engine for them; so is --cp (PyTorch's context_parallel has
-   no CPU kernel to run on gloo).
+   common divisor), data parallel over the rest, the same ZeRO stage and sequence parallelism. ZeRO as
+   PyTorch ships it: 0 DDP; 1 ZeroRedundancyOptimizer beside DDP (planned as such, zero_engine "torch":
+   tfcalc.count.sharding, step 7); 2 FSDP2 without resharding after forward (PyTorch has no ZeRO-2
+   engine: planned as ZeRO-3 without resharding); 3 FSDP2. Expert parallelism (ep = dp, tp 1, DDP:
+   tfcalc.measure.experts_parallel). No recompute: the measurement has no engine for it (planned, and
+   said to be left out); a pipeline runs as step 4. No engine either for HSDP (4 ranks or more), FP8 (no FP8
+   GEMM on a CPU; the run is fp32, so no fp32 gradient buffer either) and offload (nothing to offload to
+   from a CPU).
+   Context parallelism (--cp) is refused: PyTorch's context_parallel has no CPU kernel to run on gloo.
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
    every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
    shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
@@ -72,17 +77,28 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
             layout, tp=1, pp=nproc, dp=1, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
             global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
             schedule="interleaved" if interleaved else "1f1b", virtual_stages=layout.virtual_stages if interleaved
-            else 1, overlap=tuple(o for o in layout.overlap if o == "pp"))
+            else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
+            # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
+            reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
+            offload_activations=False, ep=1, zero_engine="flat")
     tp = math.gcd(layout.tp, nproc)
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
     micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+    zero = layout.zero if dp > 1 else 0
+    # PyTorch has no ZeRO-2 engine; what it offers is FSDP2 keeping each unit gathered from its forward to its
+    # backward: sharded storage, one gather per block and micro-batch, a reduce-scatter per micro-batch
+    keep = zero == 3 and layout.reshard_after_forward or zero not in (2, 3)
     return dataclasses.replace(
         layout, tp=tp, pp=1, dp=dp, seq=seq, micro_batch=micro,
         global_batch=dp * micro * min(layout.micro_batches, MEASURE_MICRO_BATCHES),
-        zero=layout.zero if dp > 1 else 0, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
-        dtype="fp32", schedule="1f1b", virtual_stages=1, overlap=tuple(o for o in layout.overlap if o == "tp"
-                                                                          and tp > 1 and layout.sequence_parallel))
+        zero=3 if zero == 2 else zero, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
+        dtype="fp32", reshard_after_forward=keep, compute_dtype=None, grad_dtype=None,
+        hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
+        offload_optimizer=False, offload_activations=False,
+        ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
+        schedule="1f1b", virtual_stages=1,
+        overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
 
 
 @dataclass(frozen=True)
@@ -112,7 +128,18 @@ class PlanCheck:
 
     @property
     def collectives(self) -> list[dict[str, Any]]:
-        return list(self.rank0["collectives"])
+        """Rank 0's collectives; an all-to-all's payload as the mean over the ranks (expert parallelism: a
+        rank receives what the routing sends it, so only the mean is the plan's, every row sent once)."""
+        out = []
+        for c in self.rank0["collectives"]:
+            if c["op"] == "all_to_all":
+                same = [x["payload_bytes"] for a in self.ranks for x in a["collectives"]
+                        if (x["cause"], x["op"]) == (c["cause"], c["op"])]
+                total = sum(same)
+                c = dict(c, payload_bytes=total // len(self.ranks) if total % len(self.ranks) == 0
+                         else total / len(self.ranks))
+            out.append(c)
+        return out
 
     @property
     def comm_bytes(self) -> dict[str, int]:
@@ -180,6 +207,13 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
             "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
+            # issue 20, sharding and precision (tfcalc.count.sharding)
+            "ep": layout.ep, "compute_dtype": layout.compute_dtype,
+            "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
+            "zero_engine": layout.zero_engine,
+            "offload": [w for w, on in (("optimizer", layout.offload_optimizer),
+                                        ("activations", layout.offload_activations)) if on],
+            # issue 20, pipeline and context
             "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
             "cp": layout.cp}
 
@@ -198,8 +232,23 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
-    if planned.zero != ran.zero:
+    if planned.zero == 1 and ran.zero_engine == "torch":
+        out.append("ZeRO-1's flat buffers (ran PyTorch's ZeroRedundancyOptimizer: DDP's all-reduce, whole tensors' "
+                   "states dealt out, a broadcast per rank; planned as such)")
+    if planned.zero == 2 and ran.zero == 3:
+        out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
+                   "sharded between steps, gathered once per micro-batch)")
+    elif planned.zero != ran.zero:
         out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+    for what, gone in (("FP8 matmuls", planned.compute_dtype and not ran.compute_dtype),
+                       ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
+                       ("optimizer offload", planned.offload_optimizer),
+                       ("activation offload", planned.offload_activations),
+                       (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep),
+                       (f"HSDP {planned.hsdp} (ran plain FSDP: HSDP needs --nproc a multiple of {planned.hsdp} and "
+                        "more)", planned.hsdp and not ran.hsdp)):
+        if gone:
+            out.append(what)
     if planned.attention != ran.attention:
         out.append(f"{planned.attention} attention (ran the module's {ran.attention})")
     return tuple(out)
@@ -210,11 +259,12 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
     on_status: see tfcalc.measure.launch.launch."""
     from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import check_nproc, launch
+    from tfcalc.measure.launch import check_nproc, launch, ranks_device
     from tfcalc.measure.parallelize import check_measurable
     from tfcalc.measure.pipeline import check_pipeline_measurable
 
     check_nproc(nproc, device)
+    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
     if layout.cp > 1:
         raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)

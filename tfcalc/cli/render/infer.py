@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfcalc import devices, units
+from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
 from tfcalc.report.infer import InferReport
 
 
 def _title(r: InferReport, first: dict[str, Any]) -> str:
     where = first["device_name"] or first["device"]
+    if r.tp > 1:
+        where = f"{r.tp} × {where} (tensor parallel; figures per GPU)"
     return (f"{r.model.label} on {where}: prompt {r.seq:,} + {r.options.gen:,} new tokens, weights "
             f"{r.weight_label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
 
@@ -28,6 +30,57 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
         t.add(row["batch"], p["prefill_s"], p["decode_s_per_token"], p["decode_tokens_per_s"],
               p["decode_tokens_per_s_total"], p["bytes_per_token"], row["kv_cache_bytes"], fits, p["bound"],
               p["prefill_bound"])
+
+
+def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    """--draft: the speculative round beside plain decoding (tfcalc.count.speculative)."""
+    first = rows[0]["speculative"]
+    if first is None:
+        return
+    t = doc.table(f"Speculative decoding: draft {first['draft_label']}, k = {first['draft_tokens']}, accept rate "
+                  f"{first['accept_rate']:g} ({first['expected_tokens_per_step']:.3g} tokens per target step)",
+                  Column("batch", "int"), Column("draft step", "seconds", priority=1),
+                  Column("verify step", "seconds", priority=1),
+                  Column("decode / token", "seconds"), Column("tok/s per seq", "tokens_rate"),
+                  Column("speedup", "ratio"), Column("tok/s total", "tokens_rate", priority=1),
+                  Column("draft weights + KV", "bytes", priority=2), Column("fits"), name="speculative")
+    for row in rows:
+        x = row["speculative"]
+        fits = "" if x["fits"] is None else "yes" if x["fits"] else "no"
+        t.add(row["batch"], x["draft_step_s"], x["verify_step_s"], x["decode_s_per_token"], x["decode_tokens_per_s"],
+              x["speedup"], x["decode_tokens_per_s_total"], x["draft_weights_bytes"] + x["draft_kv_cache_bytes"], fits)
+    doc.note(f"A round: {first['draft_tokens']} draft steps, then one target step over {first['draft_tokens'] + 1} "
+             f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
+             "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
+             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+
+
+def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    """--rate: the steady state of continuous batching (tfcalc.count.continuous)."""
+    x = rows[0]["continuous"]
+    if x is None:
+        return
+    t = doc.table(f"Continuous batching: {x['rate_per_s']:g} requests/s, {x['mean_input']:,} tokens in and "
+                  f"{x['mean_output']:,} out on average", Column("in flight"), Column("TTFT", "seconds"),
+                  Column("inter-token", "seconds"), Column("end to end", "seconds", priority=1),
+                  Column("tok/s out", "tokens_rate"), Column("KV cache", "bytes", priority=1),
+                  Column("capacity"), name="continuous")
+    t.add("over capacity" if x["concurrency"] is None else f"{x['concurrency']:,.3g}", x["ttft_s"], x["itl_s"],
+          x["e2e_s"], x["output_tokens_per_s"], x["kv_cache_bytes"], f"{x['max_rate_per_s']:,.3g} req/s")
+    if x["over_capacity"]:
+        why = {"prefill": "the prefills alone take the whole GPU",
+               "decode": "decode steps grow faster with the batch than they serve it",
+               "memory": f"the KV cache of the sequences in flight passes the memory ({x['max_concurrency']:,} fit)"}
+        doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
+                 f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
+                 "warning")
+    doc.note(f"Scheduler: {x['scheduler']}. In flight (the mean decode batch) by Little's law: rate × (O − 1) × "
+             f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
+             f"each); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
+             f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most. The table below: the static "
+             + ("estimate at that bound." if x["over_capacity"] else "estimate at that batch.")
+             if x["max_concurrency"] is not None else
+             f"Scheduler: {x['scheduler']}.")
 
 
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
@@ -64,19 +117,54 @@ def _experts_note(doc: Doc, r: InferReport) -> None:
              f"distinct experts; k at batch 1, all E once a batch touches them all): {each}.")
 
 
+def _memory_words(first: dict[str, Any]) -> str:
+    """The device memory, named: the driver's total less what the runtime reserves."""
+    reserved = first["runtime_reserved_bytes"] or {}
+    names = {"cuda_context": "the CUDA context", "comm_buffers": "NCCL's buffers"}
+    less = " and ".join(f"{names.get(k, k)} ({units.nbytes(v)})" for k, v in reserved.items())
+    return f"Memory: the driver's {units.nbytes(first['driver_memory_bytes'])} less {less}."
+
+
+def _tp_note(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
+    t = first["tensor_parallel"]
+    if t is None:
+        return
+    kv = (f"each KV head on {t['kv_heads_replicated']} GPUs (replicated: T exceeds the KV heads)"
+          if t["kv_heads_replicated"] > 1 else f"KV cache {t['kv_share_per_gpu']} per GPU")
+    decode = t["decode_comm_s_per_step"]
+    doc.note(f"Tensor parallel over {t['gpus']} GPUs ({t['link']}, {units.byte_rate(t['link_bytes_per_s'])} per GPU "
+             f"each way): heads, FFN and vocabulary split, {kv}; {t['allreduces_per_decode_step']:,} all-reduces per "
+             f"step (the embedding's, attention out, FFN out), {units.seconds(t['prefill_comm_s'])} in the prefill"
+             + (f", {units.seconds(decode)} per decode step" if decode is not None else "")
+             + f"; all GPUs' weights {units.nbytes(t['weights_bytes_all_gpus'])}.")
+    m = t.get("measured")
+    if m:
+        def said(x: dict) -> str:
+            return ", ".join(f"{v['calls']:,} {op.replace('_', '-')}{'s' if v['calls'] != 1 else ''} of "
+                             f"{units.nbytes(v['payload_bytes'])}" for op, v in x.items())
+
+        verdict = "equal to the prediction" if m["equal"] else (
+            f"predicted: prefill {said(m['prefill']['predicted'])}; one-token step {said(m['decode']['predicted'])}")
+        doc.note(f"Measured on {m['world_size']} {m['backend']} ranks (the real model under DTensor TP, {m['dtype']}, "
+                 f"batch {m['batch']:,}): prefill of {m['seq']:,} tokens {said(m['prefill']['measured'])}; one-token "
+                 f"step {said(m['decode']['measured'])}: {verdict}.", "ok" if m["equal"] else "warning")
+
+
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
              f"{units.byte_rate(c.bytes_per_s)}, "
-             f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}.")
+             f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}"
+             + (" per GPU." if r.tp > 1 else "."))
+    _tp_note(doc, r, first)
     over = first["predicted"]["overhead"]["decode_step"] if "overhead" in first["predicted"] else None
     if c.perf is not None and over:
         doc.note(f"Performance model: each matmul at its GEMM shape's share of the peak, the bandwidth at "
                  f"{c.perf.bandwidth_efficiency:.0%} of the datasheet; each decode step adds {over['kernels']:,} "
                  f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
-                                                              if over["dequant_s"] else "") + ". Memory: the driver's "
-                 f"total less the CUDA context ({units.nbytes(devices.CUDA_CONTEXT_BYTES)}). README, \"How good are "
-                 "the predictions\".")
+                                                              if over["dequant_s"] else "") + "; the prefill the "
+                 f"runtime's {units.seconds(c.perf.request_s)} per request. " + _memory_words(first)
+                 + " README, \"How good are the predictions\".")
     if r.max_batch == 0:
         doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
                  f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "
@@ -104,7 +192,9 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
     for r in reports:
         data = r.to_json()
         rows = data if isinstance(data, list) else [data]
+        _continuous_table(doc, r, rows)
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
+        _speculative_table(doc, r, rows)
         _notes(doc, r, rows[0])
         if r.measured:
             busy_note(doc, rows[0])

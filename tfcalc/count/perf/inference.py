@@ -14,7 +14,10 @@ Then, per step (``overhead``), added to the rows' sum:
    softmax and ·V fused into one kernel);
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
-3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once).
+3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once);
+4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
+   once per request, in the time to first token;
+5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving_tp).
 
 Worked example (tests/count/perf/test_inference.py): Llama 2 7B decode, batch 1: per layer 8 matmul
 kernels (Q, K, V, the fused attention, O, gate, up, down) and 6 non-matmul ones (2 RMSNorms, 2 residual
@@ -54,10 +57,12 @@ class Overhead:
     kernel_s: float
     dequant_s: float
     traffic_s: float
+    comm_s: float = 0.0  # tensor-parallel serving: the step's all-reduces (tfcalc.count.serving_tp)
+    request_s: float = 0.0  # the prefill only: the runtime's fixed work per request (PerfSpec.request_s)
 
     @property
     def total_s(self) -> float:
-        return self.kernel_s + self.dequant_s + self.traffic_s
+        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s
 
 
 def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
@@ -73,11 +78,11 @@ def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
 
 
 def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_weights: int, dtype: str,
-             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec) -> Overhead:
-    """Steps 1-3 for one step; ``quantized_weights`` the int8/int4 weights it reads, ``bandwidth`` the
-    achievable bytes/s."""
+             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec, tp: int = 1) -> Overhead:
+    """Steps 1-3 for one step on one GPU of ``tp``; ``quantized_weights`` the int8/int4 weights it reads,
+    ``bandwidth`` the achievable bytes/s."""
     kernels = kernel_count(cfg, batch, queries, keys)
-    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes)
+    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
 

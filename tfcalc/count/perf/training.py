@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import non_matmul
+from tfcalc.count import non_matmul, op_recompute
 from tfcalc.count.flops import MatmulEntry, matmul_entries
+from tfcalc.count.fp8 import runs_fp8
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.perf import elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec
@@ -108,19 +109,23 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
 
 
 @lru_cache(maxsize=4096)
-def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec
-                     ) -> MicroBatchTime:
+def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec,
+                     fp8_peak: float = 0.0) -> MicroBatchTime:
     """The module docstring's sum for one micro-batch (layout's tp, sp, micro-batch, seq, recompute,
-    attention kernel); ``bandwidth`` the achievable bytes/s."""
+    attention kernel); ``bandwidth`` the achievable bytes/s; ``fp8_peak`` the FP8 rate the linears run at
+    under --compute-dtype fp8 (tfcalc.count.fp8)."""
     blocks = total_blocks(cfg)
     entries = matmul_entries(cfg, layout.micro_batch, layout.seq)
     block_mm = head_mm = block_fwd = block_w = head_w = block_attn = 0.0
     kernels = 0
     score_elements = 0
-    experts = n_expert(cfg)
+    experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
     for e in entries:
-        fwd, bwd, wgrad = _entry_s(e, layout, peak, perf, experts)
-        again = fwd if layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES) else 0
+        # --compute-dtype fp8: the blocks' linears at the FP8 peak (tfcalc.count.fp8)
+        fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8_peak and runs_fp8(layout, e.component, e.group)
+                                   else peak, perf, experts)
+        again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES)
+                        or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
         if e.group in ("lm_head", "pooler"):
             head_mm += total
@@ -139,9 +144,9 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     if layout.attention == "math":
         traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
     kernels += sum(e.copies for e in nm)
-    passes = 1 + elementwise.BACKWARD_TRAFFIC + (layout.recompute == "full")
-    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS
-                                                                        + (layout.recompute == "full")))
+    again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (tfcalc.count.op_recompute)
+    passes = 1 + elementwise.BACKWARD_TRAFFIC + again
+    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
     forward_other = traffic / bandwidth + kernels * perf.kernel_s
     return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
                           block_w / blocks, head_w, block_attn / blocks)

@@ -1,0 +1,30 @@
+"""`tfcalc infer`'s options of issue 20's serving part: tensor-parallel serving, continuous batching and
+speculative decoding (the shared options: tfcalc.cli.options)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+ServeTP = Annotated[int, typer.Option(
+    "--tp", help="Tensor-parallel serving over T GPUs of one node: heads, FFN and vocabulary split T ways (KV heads "
+    "replicated when T exceeds them), two all-reduces per layer on the node's link; figures per GPU.",
+    metavar="T")]
+Draft = Annotated[Optional[str], typer.Option(
+    "--draft", help="Speculative decoding: the draft model (a preset, YAML or config.json) that proposes tokens for "
+    "the target to verify; same vocabulary as MODEL. Needs --accept-rate.", metavar="MODEL", show_default=False)]
+AcceptRate = Annotated[Optional[float], typer.Option(
+    "--accept-rate", help="Speculative decoding: the probability A in [0, 1) that the target accepts a draft token "
+    "(a property of the two models and the text, given, not predicted).", metavar="A", show_default=False)]
+DraftTokens = Annotated[Optional[int], typer.Option(
+    "--draft-tokens", help="Speculative decoding: draft tokens k per target step, 1-64 [default: 4].", metavar="K",
+    show_default=False)]
+Rate = Annotated[Optional[float], typer.Option(
+    "--rate", help="Continuous batching: requests per second arriving (Poisson); with --mean-input and --mean-output, "
+    "the steady state: concurrency (Little's law), TTFT, inter-token latency, throughput, capacity.", metavar="R",
+    show_default=False)]
+MeanInput = Annotated[Optional[int], typer.Option(
+    "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
+MeanOutput = Annotated[Optional[int], typer.Option(
+    "--mean-output", help="Continuous batching: mean generated tokens per request.", metavar="O", show_default=False)]

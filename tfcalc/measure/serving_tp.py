@@ -1,0 +1,88 @@
+"""Tensor-parallel serving measured on torch.distributed: the collectives of one forward of the real model
+under DTensor tensor parallelism (tfcalc.measure.parallelize.apply_tp, the plan's measured TP), recorded
+by tfcalc.measure.collectives, to set beside tfcalc.count.serving_tp's calls and bytes. One rank's
+program (gloo on the CPU, NCCL on GPUs), launched by ``measure`` (tfcalc.measure.launch):
+
+    python -m tfcalc.measure.serving_tp request.json   # as rank RANK of WORLD_SIZE, torchrun's variables
+
+A request: {"config": {...}, "batch": B, "seq": T}. Two forwards without gradients, each recorded: a
+prefill of T tokens per sequence and a one-token forward (the shapes of a decode step; the real model's
+TP forward has no KV cache, so the cache's reads are not what this checks), each followed by the
+all-gather of the last position's vocabulary-parallel logits (what sampling needs). Timing is not
+measured: gloo on a CPU says nothing about NVLink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+
+import torch
+
+
+def run(job: dict, device: torch.device) -> dict:
+    import torch.distributed as dist
+
+    from tfcalc.config import from_mapping
+    from tfcalc.measure.collectives import CollectiveLog
+    from tfcalc.measure.parallelize import apply_tp, device_mesh, group_names
+    from tfcalc.model import build_model
+
+    cfg = from_mapping(job["config"])
+    tp = dist.get_world_size()
+    torch.manual_seed(0)
+    model = build_model(cfg, device, torch.float32).eval()
+    mesh = device_mesh(device.type, 1, tp)
+    apply_tp(model, mesh["tp"], sp=False)
+    gen = torch.Generator().manual_seed(1)
+    out = {}
+    for phase, seq in (("prefill", job["seq"]), ("decode", 1)):
+        idx = torch.randint(0, cfg.vocab_size, (job["batch"], seq), generator=gen).to(device)
+        log = CollectiveLog(group_names(mesh))
+        with torch.no_grad(), log.section(phase):
+            logits = model(idx)
+            last = logits[:, -1]
+            last = last.full_tensor() if hasattr(last, "full_tensor") else last
+        out[phase] = [dataclasses.asdict(c) for c in log.calls]
+        out[f"{phase}_logits_shape"] = list(last.shape)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import torch.distributed as dist
+
+    from tfcalc.measure.distributed import init_process_group
+    from tfcalc.measure.lifeline import die_with_parent
+
+    die_with_parent()
+    path = (argv or sys.argv[1:])[0]
+    with open(path, encoding="utf-8") as f:
+        request = json.load(f)
+    device = init_process_group(request.get("device"))
+    answer = run(request, device)
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(os.path.join(folder, f"rank-{dist.get_rank()}.json"), "w", encoding="utf-8") as f:
+        json.dump(answer, f)
+    dist.destroy_process_group()
+
+
+def measure(config: dict, tp: int, batch: int, seq: int, timeout: float = 300, device: str = "cpu") -> dict:
+    """Run the request on tp local ranks; rank 0's record ({phase: [calls]})."""
+    from tfcalc.measure.launch import TEMP_PREFIX, check_nproc, run_ranks
+
+    check_nproc(tp, device)
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+        path = os.path.join(tmp, "request.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"config": config, "batch": batch, "seq": seq, "device": device}, f)
+        logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(tp)]
+        run_ranks([sys.executable, "-m", "tfcalc.measure.serving_tp", path], tp, logs, timeout)
+        with open(os.path.join(tmp, "rank-0.json"), encoding="utf-8") as f:
+            return json.load(f)
+
+
+if __name__ == "__main__":
+    main()

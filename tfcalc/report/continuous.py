@@ -1,0 +1,61 @@
+"""`tfcalc infer --rate R --mean-input I --mean-output O`: continuous batching in steady state
+(tfcalc.count.continuous) beside the static estimate at its mean decode batch. The JSON's ``continuous``
+object; None without --rate."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any, Optional
+
+from tfcalc.count import continuous
+from tfcalc.errors import InputError
+
+SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
+             "prefill, Kwon et al. 2023), paged KV cache; Poisson arrivals")
+
+
+def check(o) -> None:
+    """--rate needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
+    given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output}
+    if o.rate is None:
+        for name, value in given.items():
+            if value is not None:
+                raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) too")
+        return
+    for name, value in given.items():
+        if value is None:
+            raise InputError(f"--rate needs --mean-input I and --mean-output O (tokens per request); {name} is missing")
+    if o.measure:
+        raise InputError("--rate with --measure is not measured (continuous batching is a prediction): drop one")
+    if o.draft is not None:
+        raise InputError("--rate and --draft: continuous batching with speculative decoding is not modelled; give one")
+    continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+
+
+def static_options(o):
+    """The static estimate beside: seq = I, gen = O (the batch follows from the steady state)."""
+    if o.rate is None:
+        return o
+    return replace(o, seq=o.mean_input, gen=o.mean_output, batches=(1,))
+
+
+def batch_of(state: continuous.SteadyState) -> int:
+    """The static estimate's batch: the mean decode batch rounded up (the memory's bound when over capacity)."""
+    if state.concurrency is not None:
+        return max(1, math.ceil(state.concurrency))
+    return max(1, min(state.max_concurrency or 1, 2**20))
+
+
+def to_json(state: Optional[continuous.SteadyState]) -> Optional[dict[str, Any]]:
+    if state is None:
+        return None
+    t = state.traffic
+    return {"rate_per_s": t.rate, "mean_input": t.mean_input, "mean_output": t.mean_output, "scheduler": SCHEDULER,
+            "prefill_s": state.prefill_s, "prefill_share": state.prefill_share, "concurrency": state.concurrency,
+            "decode_batch": state.concurrency, "decode_step_s": state.decode_step_s, "ttft_s": state.ttft_s,
+            "itl_s": state.itl_s if t.mean_output > 1 else None, "e2e_s": state.e2e_s, "request_s": state.request_s,
+            "output_tokens_per_s": None if state.over_capacity else t.rate * t.mean_output,
+            "input_tokens_per_s": None if state.over_capacity else t.rate * t.mean_input,
+            "kv_cache_bytes": state.kv_cache_bytes, "max_concurrency": state.max_concurrency,
+            "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity, "limit": state.limit}
