@@ -73,3 +73,16 @@ def test_auto_search_stays_fast():
 def test_a_search_past_the_positions_says_so(cli):
     """(Before: 'no tensor-parallel degree up to 8 splits gpt3-175b evenly', from the search's floor.)"""
     assert_one_line_error(cli("plan", "gpt3", "--seq", "4096"), "learned positions for at most 2048 tokens")
+
+
+def test_cp_is_searched_only_where_it_is_modelled():
+    """gpt-oss has sliding windows: the search tries no CP (its floor read every tensor-parallel degree as
+    refused while it tried CP 16: 'no tensor-parallel degree splits gpt-oss-120b')."""
+    from tfcalc.count.search_space import SearchSpace, cp_applies, cp_degrees
+    from tfcalc.presets import load
+
+    assert not cp_applies(load("gpt-oss-120b"), "flash") and cp_applies(load("llama3-70b"), "flash")
+    assert not cp_applies(load("llama3-70b"), "math")
+    assert cp_degrees(131072, 1024, SearchSpace(), cp_applies(load("gpt-oss-120b"), "flash")) == [1]
+    r = tfcalc.plan("llama3-70b", gpus=64, seq=32768, max_seq_len=131072)
+    assert {c.layout.cp for c in r.candidates} >= {1, 2, 4}

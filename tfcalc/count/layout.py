@@ -13,13 +13,14 @@ accumulation; the pipeline's micro-batches).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.layout_pipeline import check_pipeline
-from tfcalc.count.search_space import applicable_overlap
+from tfcalc.count.search_space import overlaps
 from tfcalc.count.shard import check_tp, total_blocks
 from tfcalc.count.sharding import check_sharding, expert_counts
 from tfcalc.count.training import check_training_dtype
@@ -54,7 +55,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.pp > 1 and cfg.arch == "encoder-decoder":
         raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
                          "encoder output along: not modelled)")
-    if layout.sequence_parallel and cfg.architecture.has_moe:
+    if layout.sequence_parallel and _has_moe(cfg):
         raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
                          "parallelism around replicated experts is not modelled (leave out --sp)")
     if layout.sequence_parallel and _has_cross(cfg):
@@ -84,13 +85,19 @@ def check_positions(cfg: ModelConfig, seq: int) -> None:
                          f"got --seq {seq}")
 
 
+@functools.lru_cache(maxsize=256)  # a search checks thousands of layouts of one model
 def _has_cross(cfg: ModelConfig) -> bool:
     return any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds())
 
 
+@functools.lru_cache(maxsize=256)
+def _has_moe(cfg: ModelConfig) -> bool:
+    return cfg.architecture.has_moe
+
+
 def sequence_parallel_modelled(cfg: ModelConfig) -> bool:
     """Whether the plan models sequence parallelism for cfg: not around replicated experts, nor cross-attention."""
-    return not cfg.architecture.has_moe and not _has_cross(cfg)
+    return not _has_moe(cfg) and not _has_cross(cfg)
 
 
 def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None,
@@ -149,22 +156,28 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
         for tp in every:
             if tp > gpus_per_node:
                 break
+            try:  # what check_layout would refuse for every layout of this tp: said once, not per layout
+                check_tp(cfg, tp)
+            except InputError:
+                continue
             for pp in every:
                 if pp > cfg.n_layer:
                     break
                 if (gpus // tp) % (pp * cp):
                     continue
                 dp = gpus // (tp * cp * pp)
+                if base.global_batch % (dp * base.micro_batch):  # as check_layout: the batch must split
+                    continue
                 zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
                 eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if cp == 1 else (1,)
                 for z in zeros:
                     for r in recomputes:
                         for e in eps:
+                            split = sp and tp > 1 and (base.seq // cp) % tp == 0
+                            sched = dict(schedule="1f1b", virtual_stages=1) if pp == 1 else {}
                             layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
-                                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0)
-                            if pp == 1:
-                                layout = replace(layout, schedule="1f1b", virtual_stages=1)
-                            layout = replace(layout, overlap=applicable_overlap(layout, base.overlap))
+                                             sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap),
+                                             **sched)
                             try:
                                 check_layout(cfg, layout)
                             except InputError:

@@ -18,6 +18,8 @@ check_layout calls ``check_pipeline``): one InputError line each. Pure arithmeti
 
 from __future__ import annotations
 
+import functools
+
 from tfcalc.config import ModelConfig
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
 from tfcalc.count.shard import total_blocks
@@ -73,18 +75,25 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
         check_cp(cfg, L)
 
 
+@functools.lru_cache(maxsize=256)  # a search checks thousands of layouts of one model
+def cp_refused(cfg: ModelConfig) -> str:
+    """Why the model cannot take context parallelism ('' when it can)."""
+    if cfg.arch == "encoder-decoder" or any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds()):
+        return f"{cfg.name} has cross-attention: context parallelism of its sources is not modelled (leave out --cp)"
+    for _, b, _ in cfg.architecture.kinds():
+        if getattr(b.attention, "window", None) or getattr(b.attention, "chunk", None):
+            return (f"{cfg.name} has sliding-window or chunked attention: ring attention over it is not modelled "
+                    "(leave out --cp)")
+    return ""
+
+
 def check_cp(cfg: ModelConfig, L: Layout) -> None:
     """The context-parallel checks (a search runs them once, before trying layouts)."""
     if L.attention != "flash":
         raise InputError("--cp runs ring attention, a fused kernel: it needs --attention flash")
-    if cfg.arch == "encoder-decoder" or any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds()):
-        raise InputError(f"{cfg.name} has cross-attention: context parallelism of its sources is not modelled "
-                         "(leave out --cp)")
-    for _, b, _ in cfg.architecture.kinds():
-        span = getattr(b.attention, "window", None) or getattr(b.attention, "chunk", None)
-        if span is not None:
-            raise InputError(f"{cfg.name} has sliding-window or chunked attention: ring attention over it is not "
-                             "modelled (leave out --cp)")
+    why = cp_refused(cfg)
+    if why:
+        raise InputError(why)
     if L.seq % (2 * L.cp):
         raise InputError(f"--cp {L.cp} splits the sequence into 2 × {L.cp} chunks: seq ({L.seq}) must be "
                          f"divisible by {2 * L.cp}")

@@ -51,7 +51,7 @@ from tfcalc.count.rank_memory import (
     stage_params,
     weight_element_bytes,
 )
-from tfcalc.count.search_space import FIXED, SearchSpace, cp_degrees, micro_batches, schedules
+from tfcalc.count.search_space import FIXED, SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
@@ -102,7 +102,7 @@ def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization:
     plans = []
     start = replace(base, micro_batch=space.micro_batch or 1)
     for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
-                                    tuple(cp_degrees(base.seq, gpus, space))):
+                                    tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention)))):
         for b in micro_batches(layout, space):
             fitted = False
             for option in schedules(cfg, replace(layout, micro_batch=b), space):
@@ -165,7 +165,8 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
                 ep: Optional[int] = None, space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
     context-parallel degree the search may take (it divides the activations)."""
-    floor = rank_floor(cfg, base, hw.gpus_per_node, max(cp_degrees(base.seq, 2**40, space)))
+    floor = rank_floor(cfg, base, hw.gpus_per_node,
+                       max(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention))))
     if floor > hw.memory_bytes:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "

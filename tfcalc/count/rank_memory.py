@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import Activations, activations
@@ -189,6 +189,19 @@ def layout_activations(cfg: ModelConfig, layout: Layout) -> Activations:
 def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     """Activation bytes of one rank of the stage (``blocks`` of them, counted over every stack in model
     order, an encoder's first, as tfcalc.count.rank_activations numbers them) at its peak."""
+    return _stage_activations(cfg, _activation_alike(layout), stage, blocks)
+
+
+def _activation_alike(layout: Layout) -> Layout:
+    """The layout with what activations do not depend on set alike, so that a search's many layouts share
+    one pricing: dp and ZeRO, and micro-batches past 2p (every schedule's in-flight count has saturated
+    by then: tfcalc.count.perf.pipeline.chunk_micro_batches)."""
+    m = min(layout.micro_batches, 2 * layout.pp)
+    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=())
+
+
+@functools.lru_cache(maxsize=16384)
+def _stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
     ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages)
     assert sum(map(len, ranges)) == blocks
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
@@ -218,12 +231,13 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     gathered = gathered_bytes(cfg, layout)
     best = None
     counts = stage_blocks(total_blocks(cfg), layout.pp)
+    alike = _activation_alike(layout)
     for stage in priced_stages(cfg, layout.pp, layout.virtual_stages):
         blocks = counts[stage]
         psi, w, g, o = model_states(cfg, layout, stage)
         if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward
             gathered = weight_element_bytes(layout.dtype) * psi
-        acts = stage_activations(cfg, layout, stage, blocks)
+        acts = _stage_activations(cfg, alike, stage, blocks)
         off = rank_offload(cfg, layout, stage, o)
         mem = RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
                          fp8_cache_bytes(cfg, layout, stage), off.host_bytes)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.layout_pipeline import cp_refused
 from tfcalc.count.shard import total_blocks
 from tfcalc.workload import Layout
 
@@ -46,10 +47,13 @@ class SearchSpace:
 FIXED = SearchSpace(micro_batch=1, schedule="1f1b", virtual_stages=1, cp=1)  # the search of before issue 20
 
 
-def cp_degrees(seq: int, gpus: int, space: SearchSpace) -> list[int]:
-    """The context-parallel degrees the search tries (see the module docstring)."""
+def cp_degrees(seq: int, gpus: int, space: SearchSpace, applies: bool = True) -> list[int]:
+    """The context-parallel degrees the search tries (see the module docstring); ``applies``: whether CP is
+    modelled for the model (cp_applies)."""
     if space.cp is not None:
         return [space.cp]
+    if not applies:
+        return [1]
     out, c = [1], 2
     while seq // c >= CP_MIN_TOKENS and seq % (2 * c) == 0 and gpus % c == 0:
         out.append(c)
@@ -71,8 +75,18 @@ def micro_batches(layout: Layout, space: SearchSpace) -> Iterator[int]:
 
 def applicable_overlap(layout: Layout, overlap: tuple[str, ...]) -> tuple[str, ...]:
     """The asked overlap, kept where the layout has what it hides."""
-    keep = {"tp": layout.tp > 1 and layout.sequence_parallel, "pp": layout.pp > 1}
+    return overlaps(layout.tp, layout.pp, layout.sequence_parallel, overlap)
+
+
+def overlaps(tp: int, pp: int, sequence_parallel: bool, overlap: tuple[str, ...]) -> tuple[str, ...]:
+    keep = {"tp": tp > 1 and sequence_parallel, "pp": pp > 1}
     return tuple(o for o in overlap if keep.get(o, True))
+
+
+def cp_applies(cfg: ModelConfig, attention: str) -> bool:
+    """Whether context parallelism is modelled for the model at all (tfcalc.count.layout_pipeline.check_cp:
+    flash attention; no cross-attention, sliding windows or chunks)."""
+    return attention == "flash" and not cp_refused(cfg)
 
 
 def schedules(cfg: ModelConfig, layout: Layout, space: SearchSpace) -> Iterator[Layout]:

@@ -89,7 +89,8 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
                              "and an equal share of the FFN and hidden widths")
 
 
-def tp_split_widths(cfg: ModelConfig) -> list[tuple[str, int]]:
+@functools.lru_cache(maxsize=256)  # a search checks thousands of layouts of one model
+def tp_split_widths(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
     """(name, width) of every width TP splits: each attention's (and cross-attention's) query and KV heads,
     each dense FFN's hidden width (a mixture's experts stay whole), and d_model."""
     out = []
@@ -99,7 +100,7 @@ def tp_split_widths(cfg: ModelConfig) -> list[tuple[str, int]]:
                 out += [("n_head", a.n_head), ("n_kv_head", a.n_kv_head)]
         if not block.is_moe:
             out.append(("d_ff", block.ffn.d_ff))
-    return out + [("d_model", cfg.architecture.d_model)]
+    return tuple(out + [("d_model", cfg.architecture.d_model)])
 
 
 def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:

@@ -31,7 +31,7 @@ from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
-from tfcalc.count.search_space import cp_degrees
+from tfcalc.count.search_space import cp_applies, cp_degrees
 from tfcalc.count.sharding import OFFLOAD, check_model_variants
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
@@ -251,8 +251,9 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
+    cps = tuple(cp_degrees(seq, request.gpus, only["space"], cp_applies(cfg, base.attention)))
     if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, request.zero, request.recompute,
-                                            tuple(cp_degrees(seq, request.gpus, only["space"]))), None) is None:
+                                            ep=request.ep, cps=cps), None) is None:
         most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
         hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
                 f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
