@@ -55,10 +55,12 @@ def megatron_flops(b: int, s: int, layers: int, h: int, V: int) -> float:
     return 96 * b * s * layers * h * h * (1 + s / (6 * h) + V / (16 * layers * h))
 
 
-def megatron_rate(h, heads, layers, tp, pp, gpus, batch) -> Callable[[], float]:
+def megatron_rate(h, heads, layers, tp, pp, gpus, batch, micro=1, virtual=1) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.plan("gpt3", tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=batch, micro_batch=1, seq=2048,
-                        recompute="full", attention="math", device_spec="a100-80gb", **gpt(h, heads, layers))
+        schedule = dict(schedule="interleaved", virtual_stages=virtual) if virtual > 1 else {}
+        r = tfcalc.plan("gpt3", tp=tp, pp=pp, dp=gpus // (tp * pp), global_batch=batch, micro_batch=micro, seq=2048,
+                        recompute="full", attention="math", device_spec="a100-80gb", **schedule,
+                        **gpt(h, heads, layers))
         return megatron_flops(batch, 2048, layers, h, 51200) / r.plan.step.overlap_s / gpus / 1e12
     return run
 
@@ -70,6 +72,12 @@ TABLE_1 = [("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137), ("3.6B", 32, 3072, 30, 2,
            ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138), ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
            ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148), ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
            ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163), ("1008B", 160, 25600, 128, 8, 64, 3072, 3072, 163)]
+# The runs' own settings, which Table 1 does not print: the paper's scripts, NVIDIA/Megatron-LM
+# examples/sc21/run_table_1.sh -- micro-batch (MBS) and, where --num-layers-per-virtual-pipeline-stage is
+# set, the interleaved schedule with V = layers / (PP × that): 76B 5 (V 3), 145B 5 (V 2), 310B 3 (V 2),
+# 530B 1 (V 3); 39B and 1T run 1F1B. All "--recompute-method uniform" (full recompute). {params: (MBS, V)}
+TABLE_1_RUNS = {"1.7B": (16, 1), "3.6B": (16, 1), "7.5B": (16, 1), "18.4B": (8, 1), "39.1B": (4, 1),
+                "76.1B": (2, 3), "145.6B": (2, 2), "310.1B": (1, 2), "529.6B": (1, 3), "1008B": (1, 1)}
 
 # Korthikanti et al. 2022, Table 3 (layouts; micro-batch 4 for 22B, 1 otherwise) and Table 5 (seconds):
 # (model, heads, h, layers, PP, global batch, micro-batch, full recompute s, SP + selective s); TP 8, DP 1.
@@ -134,8 +142,11 @@ def rows() -> list[Row]:
     out: list[Row] = []
     narayanan = "Narayanan et al. 2021, Table 1 (A100, full recompute, seq 2048)"
     for name, heads, h, layers, tp, pp, gpus, batch, rate in TABLE_1:
-        out.append(Row("training throughput", f"GPT {name}: TP {tp}, PP {pp}, {gpus} GPUs, batch {batch}", narayanan,
-                       rate, "TFLOP/s/GPU", megatron_rate(h, heads, layers, tp, pp, gpus, batch)))
+        micro, virtual = TABLE_1_RUNS[name]
+        sched = f", interleaved V {virtual}" if virtual > 1 else ""
+        out.append(Row("training throughput", f"GPT {name}: TP {tp}, PP {pp}{sched}, {gpus} GPUs, batch {batch}, "
+                       f"micro-batch {micro}", narayanan, rate, "TFLOP/s/GPU",
+                       megatron_rate(h, heads, layers, tp, pp, gpus, batch, micro, virtual)))
     korthikanti = "Korthikanti et al. 2022, Tables 3 and 5 (A100, TP 8)"
     for name, heads, h, layers, pp, batch, micro, full, sel in TABLE_5:
         for selective, secs in ((False, full), (True, sel)):

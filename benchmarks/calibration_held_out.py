@@ -4,8 +4,11 @@ it, never used to choose a parameter of the performance model. Reported beside i
 - Dubey et al. 2024, "The Llama 3 Herd of Models", Table 4: Llama 3 405B on H100s, BF16 MFU 43 % on 8,192
   GPUs (TP 8, CP 1, PP 16, DP 64, seq 8,192, 32 sequences per DP rank, 16M tokens a batch) and 41 % on
   16,384 (DP 128, 16 per DP rank). Shapes: 126 layers, d_model 16,384, 128 heads, 8 KV heads, FFN 53,248,
-  vocabulary 128,256 (sec. 3.2, Table 3). Their interleaved schedule and FSDP-style sharding are not in
-  tfcalc's plan: 1F1B and ZeRO-1 are what it can say.
+  vocabulary 128,256 (sec. 3.2, Table 3). CP 1 (Table 4): no context parallelism at 8K. Meta ran an
+  interleaved schedule with one layer taken from the first and the last stage (sec. 3.3.2, "Pipeline
+  parallelism improvements"): 126 layers over 16 stages, which no V splits evenly -- tfcalc's interleaved
+  schedule needs the blocks divisible by pp × V (Megatron-LM's rule), so the rows run 1F1B; and ZeRO-1
+  for their FSDP-style sharding.
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
   GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.

@@ -221,3 +221,19 @@ def saved(tmp_path_factory):
         return made[name]
 
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run a CUDA path for real (tests/gpu/): skipped, saying why, without CUDA. torch is
+    imported only when such a test was collected."""
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    reason = pytest.mark.skip(reason=f"gpu test: torch.cuda.is_available() is false here (torch {torch.__version__}, "
+                                     f"CUDA build {torch.version.cuda or 'none'})")
+    for item in marked:
+        item.add_marker(reason)

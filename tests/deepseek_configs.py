@@ -6,6 +6,11 @@ no count left in, to be ignored), for the tests that hold tfcalc against transfo
 - DeepSeek-V2-Lite: https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json
 """
 
+from hypothesis import assume, strategies as st
+
+from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
+
 FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 DEEPSEEK_V3 = {
     "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -102,3 +107,34 @@ HOSTILE = [
     ("ds-hf-rope-list", ["params", "{d}/ds_rope_list/config.json"], 2, "'rope_scaling' must be an object"),
     ("ds-hf-v2-norm-topk", ["params", "{d}/ds2_norm/config.json"], 2, "'norm_topk_prob' true is not supported"),
 ]
+
+
+@st.composite
+def latent_configs(draw):
+    """Small random DeepSeek-shaped models: latent attention with or without a compressed Q, dense-first
+    layers, grouped sigmoid or softmax routing, YaRN or not, attention biases or not."""
+    heads, d = draw(st.integers(1, 4)), draw(st.sampled_from([16, 24, 32]))
+    groups = draw(st.sampled_from([1, 2, 4]))
+    experts = groups * draw(st.integers(2, 3))
+    n_layer = draw(st.integers(1, 4))
+    sigmoid = draw(st.booleans())
+    fields = dict(
+        n_layer=n_layer, d_model=d, n_head=heads, vocab_size=37, max_seq_len=12, pos_encoding="rope", norm="rmsnorm",
+        activation="silu", gated_ffn=True, ffn_bias=False, attn_bias=draw(st.booleans()), tie_embeddings=False,
+        kv_lora_rank=draw(st.integers(2, d)), q_lora_rank=draw(st.none() | st.integers(2, d)),
+        qk_nope_head_dim=draw(st.integers(0, 6)), qk_rope_head_dim=draw(st.sampled_from([2, 4])),
+        v_head_dim=draw(st.integers(1, 7)), d_ff=draw(st.integers(4, 12)), n_expert=experts,
+        n_expert_active=draw(st.integers(1, 2)), router_scoring="sigmoid" if sigmoid else "softmax",
+        router_score_bias=sigmoid, router_groups=groups, router_topk_groups=draw(st.integers(1, groups)),
+        routed_scaling=draw(st.sampled_from([1.0, 2.5])), shared_expert_d_ff=draw(st.none() | st.integers(4, 12)),
+        first_dense_layers=draw(st.none() | st.integers(1, n_layer)), dense_d_ff=20,
+    )
+    if fields["first_dense_layers"] is None or fields["first_dense_layers"] >= n_layer:
+        fields.update(first_dense_layers=None, dense_d_ff=None)
+    if draw(st.booleans()):
+        fields.update(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_seq_len=4,
+                      yarn_mscale_all_dim=1.0)
+    try:
+        return ModelConfig(**fields)
+    except InputError:
+        assume(False)

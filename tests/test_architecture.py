@@ -17,6 +17,7 @@ from tfcalc.count import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load, preset_names
+from tfcalc.workload import Workload
 
 
 @pytest.mark.parametrize("name", preset_names(), ids=str)
@@ -137,7 +138,7 @@ def test_mixed_layers_flops_and_non_matmul_by_hand():
     and the gate product, 4 + 1 per element) runs on 10·48 elements in the dense layer and 20·16 in each
     MoE layer: 5·(480 + 3·320) = 7,200."""
     cfg = tiny(n_layer=4, first_dense_layers=1, dense_d_ff=48, d_ff=16, **MIXTRAL_LIKE)
-    b = flops.breakdown(cfg, 2, 5)
+    b = flops.breakdown(cfg, Workload(batch=2, seq=5))
     assert b.totals()["ffn"] == 284_160
     assert b.non_matmul_by_kind()["activation"] == 7_200
 
@@ -170,4 +171,4 @@ def test_a_2_to_the_40_layer_model_is_described_in_a_few_runs():
     stack = cfg.architecture.output
     assert len(stack.runs) < 10 and stack.n_layer == 2**40
     assert sum(n for _, n in stack.kinds()) == 2**40
-    assert count.total(cfg) > 0 and flops.forward_flops(cfg, 1, 8) > 0
+    assert count.total(cfg) > 0 and flops.forward_flops(cfg, Workload(batch=1, seq=8)) > 0

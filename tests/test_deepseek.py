@@ -10,13 +10,14 @@ import math
 import warnings
 
 import pytest
-from deepseek_configs import DEEPSEEK_FILES, DEEPSEEK_V2_LITE, DEEPSEEK_V3, KIMI_K2
+from deepseek_configs import DEEPSEEK_FILES, DEEPSEEK_V2_LITE, DEEPSEEK_V3, KIMI_K2, latent_configs
 from hf_tiny import CASES, V, build
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfcalc.count import flops as flops_count, memory as mem, params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -81,8 +82,10 @@ def test_latent_cache_is_the_latent_and_the_rotary_key():
     """The paper's Table 1 (arXiv 2405.04434): MLA caches (d_c + d_h^R)·l elements per token: 576 per layer
     for DeepSeek-V3, against 2·128·(128 + 64)... expanded K and V heads would hold."""
     cfg = load("deepseek-v3")
-    assert mem.kv_cache_bytes(cfg, 1, 1000, "bf16") == 1000 * 61 * (512 + 64) * 2
-    assert mem.kv_cache_expanded_bytes(cfg, 1, 1000, "bf16") == 1000 * 61 * 128 * (192 + 128) * 2
+    assert mem.kv_cache_bytes(cfg, Workload(batch=1, seq=1000, dtype="bf16")) == 1000 * 61 * (512 + 64) * 2
+    assert (
+        mem.kv_cache_expanded_bytes(cfg, Workload(batch=1, seq=1000, dtype="bf16")) == 1000 * 61 * 128 * (192 + 128) * 2
+    )
 
 
 def test_yarn_scale_and_attention_factor():
@@ -154,11 +157,14 @@ def test_kv_cache_equals_what_transformers_allocates(tmp_path, name):
     with torch.no_grad():
         cache = model(ids, use_cache=True).past_key_values
     hf = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-    assert hf == mem.kv_cache_bytes(cfg, 2, 9, "fp32")
+    assert hf == mem.kv_cache_bytes(cfg, Workload(batch=2, seq=9, dtype="fp32"))
     ours = tfcalc.load_model(str(folder)).new_cache(2, 9)
     assert ours.nbytes == hf
     a = cfg.architecture.output.layer(0).attention
-    assert mem.kv_cache_expanded_bytes(cfg, 2, 9, "fp32") == 2 * 9 * 3 * a.n_head * (a.head_dim + a.v_dim) * 4
+    assert (
+        mem.kv_cache_expanded_bytes(cfg, Workload(batch=2, seq=9, dtype="fp32"))
+        == 2 * 9 * 3 * a.n_head * (a.head_dim + a.v_dim) * 4
+    )
 
 
 def test_prompt_then_decode_steps_give_transformers_logits(tmp_path):
@@ -253,7 +259,9 @@ def test_params_shows_dense_and_moe_layers_apart_and_the_mtp_module(cli):
 def test_memory_and_infer_name_the_expanded_cache_beside_the_latent(cli):
     cfg = load("deepseek-v3")
     m = cli("memory", "deepseek-v3", "--seq", "4096", "--json").json()
-    assert m["kv_cache_bytes"] == mem.kv_cache_bytes(cfg, 1, 4096, "bf16") == 4096 * 61 * 576 * 2
+    assert (
+        m["kv_cache_bytes"] == mem.kv_cache_bytes(cfg, Workload(batch=1, seq=4096, dtype="bf16")) == 4096 * 61 * 576 * 2
+    )
     assert m["kv_cache_expanded_bytes"] == 4096 * 61 * 128 * (192 + 128) * 2
     assert "KV cache, latent (MLA)" in cli("memory", "deepseek-v3", "--seq", "4096").out
     i = cli("infer", "deepseek-v3", "--seq", "4096", "--gen", "16", "--json").json()
@@ -271,40 +279,11 @@ def test_a_decode_step_reads_the_latent_cache_once():
 
     cfg = load("deepseek-v3")
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
-    assert sum(r.kv_bytes for r in step.rows) == mem.kv_cache_bytes(cfg, 2, 1000, "bf16") == 2 * 1000 * 61 * 576 * 2
-
-
-@st.composite
-def latent_configs(draw):
-    """Small random DeepSeek-shaped models: latent attention with or without a compressed Q, dense-first
-    layers, grouped sigmoid or softmax routing, YaRN or not, attention biases or not."""
-    from tfcalc.config import ModelConfig
-
-    heads, d = draw(st.integers(1, 4)), draw(st.sampled_from([16, 24, 32]))
-    groups = draw(st.sampled_from([1, 2, 4]))
-    experts = groups * draw(st.integers(2, 3))
-    n_layer = draw(st.integers(1, 4))
-    sigmoid = draw(st.booleans())
-    fields = dict(
-        n_layer=n_layer, d_model=d, n_head=heads, vocab_size=37, max_seq_len=12, pos_encoding="rope", norm="rmsnorm",
-        activation="silu", gated_ffn=True, ffn_bias=False, attn_bias=draw(st.booleans()), tie_embeddings=False,
-        kv_lora_rank=draw(st.integers(2, d)), q_lora_rank=draw(st.none() | st.integers(2, d)),
-        qk_nope_head_dim=draw(st.integers(0, 6)), qk_rope_head_dim=draw(st.sampled_from([2, 4])),
-        v_head_dim=draw(st.integers(1, 7)), d_ff=draw(st.integers(4, 12)), n_expert=experts,
-        n_expert_active=draw(st.integers(1, 2)), router_scoring="sigmoid" if sigmoid else "softmax",
-        router_score_bias=sigmoid, router_groups=groups, router_topk_groups=draw(st.integers(1, groups)),
-        routed_scaling=draw(st.sampled_from([1.0, 2.5])), shared_expert_d_ff=draw(st.none() | st.integers(4, 12)),
-        first_dense_layers=draw(st.none() | st.integers(1, n_layer)), dense_d_ff=20,
+    assert (
+        sum(r.kv_bytes for r in step.rows)
+        == mem.kv_cache_bytes(cfg, Workload(batch=2, seq=1000, dtype="bf16"))
+        == 2 * 1000 * 61 * 576 * 2
     )
-    if fields["first_dense_layers"] is None or fields["first_dense_layers"] >= n_layer:
-        fields.update(first_dense_layers=None, dense_d_ff=None)
-    if draw(st.booleans()):
-        fields.update(rope_scaling="yarn", rope_scaling_factor=4.0, rope_original_max_seq_len=4,
-                      yarn_mscale_all_dim=1.0)
-    try:
-        return ModelConfig(**fields)
-    except InputError:
-        assume(False)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -330,11 +309,14 @@ def test_random_latent_models_hold_every_count(cfg, batch, data):
                  for t, copies in stage_tensors(cfg, 1, 0))
     assert shards == count.total(cfg)
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
-    m, b = measure_flops(cfg, Workload(batch=batch, seq=seq), "cpu"), flops_count.breakdown(cfg, batch, seq)
+    m, b = (
+        measure_flops(cfg, Workload(batch=batch, seq=seq), "cpu"),
+        flops_count.breakdown(cfg, Workload(batch=batch, seq=seq)),
+    )
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings"}, other=0)
     cache = model.new_cache(batch, seq)
-    assert cache.nbytes == mem.kv_cache_bytes(cfg, batch, seq, "fp32")
+    assert cache.nbytes == mem.kv_cache_bytes(cfg, Workload(batch=batch, seq=seq, dtype="fp32"))
 
 
 def test_the_memory_warm_up_copy_keeps_a_dense_and_a_moe_layer():
@@ -362,4 +344,4 @@ def test_forward_flops_equal_flop_counter_mode_with_batched_experts(tmp_path, na
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(**inputs(name))
     rotary = sum(sum(ops.values()) for path, ops in counter.get_flop_counts().items() if path.endswith("rotary_emb"))
-    assert counter.get_total_flops() - rotary == flops_count.forward_flops(cfg, 2, 10)
+    assert counter.get_total_flops() - rotary == flops_count.forward_flops(cfg, Workload(batch=2, seq=10))

@@ -22,6 +22,7 @@ from hub_dense import BLOOM_560M, COMMAND_R, GRANITE_3_1_8B, OPT_350M, PHI_2, RO
 
 from tfcalc.count import memory, params as count
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 NEW = ["phi", "starcoder2", "cohere", "granite", "gpt_bigcode", "gpt_bigcode-mha", "bloom", "roberta", "roberta-mlm",
@@ -99,9 +100,9 @@ def test_kv_bytes_equal_the_cache_transformers_allocates(saved, name):
         with torch.no_grad():
             out = model(**inputs(name, seq=seq), use_cache=True)
         got = _cache_bytes(out.past_key_values)
-        expected = memory.kv_cache_bytes(cfg, 2, seq, "fp32")
+        expected = memory.kv_cache_bytes(cfg, Workload(batch=2, seq=seq, dtype="fp32"))
         if seq > (cfg.sliding_window or seq):  # transformers keeps W - 1 past positions, tfcalc W (issue 22)
-            expected_hf = memory.kv_cache_bytes(cfg, 2, cfg.sliding_window - 1, "fp32")
+            expected_hf = memory.kv_cache_bytes(cfg, Workload(batch=2, seq=cfg.sliding_window - 1, dtype="fp32"))
             assert got in (expected, expected_hf)
         else:
             assert got == expected

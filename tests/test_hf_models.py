@@ -15,6 +15,7 @@ from tfcalc.count import flops as flops_count, params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -69,7 +70,9 @@ def test_forward_flops_equal_flop_counter_mode(saved, name):
     cfg = load(str(folder / "config.json"))
     src = SOURCE if CASES[name].inputs in ("seq2seq", "cross") else None
     dense_experts = _every_expert(cfg, 2 * T) if name.startswith("llama4") else 0
-    assert flops_count.forward_flops(cfg, 2, T, src_seq=src) == _hf_flops(name, model) - dense_experts
+    assert (
+        flops_count.forward_flops(cfg, Workload(batch=2, seq=T, src_seq=src)) == _hf_flops(name, model) - dense_experts
+    )
 
 
 # ---------- the same function: real weights in tfcalc's own model ----------
@@ -164,4 +167,4 @@ def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
     cfg = load(str(folder / "config.json"))
     with torch.no_grad():
         out = model(**inputs(name), use_cache=True)
-    assert _hf_cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, 2, T, "fp32")
+    assert _hf_cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, Workload(batch=2, seq=T, dtype="fp32"))

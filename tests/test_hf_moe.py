@@ -16,6 +16,7 @@ from test_hf_reference import transformers_total
 from tfcalc.checkpoint import count_checkpoint
 from tfcalc.count import flops as flops_count, memory, params as count
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 TINY = ("qwen3_moe", "qwen3_moe-mixed", "gpt_oss")
@@ -67,7 +68,10 @@ def test_forward_flops_equal_batched_mm(saved, name):
         model.config._experts_implementation = "eager"
     counts = {path: sum(ops.values()) for path, ops in counter.get_flop_counts().items()}
     rotary = sum(n for path, n in counts.items() if path.endswith("rotary_emb"))
-    assert flops_count.forward_flops(load(str(folder / "config.json")), 2, T) == counter.get_total_flops() - rotary
+    assert (
+        flops_count.forward_flops(load(str(folder / "config.json")), Workload(batch=2, seq=T))
+        == counter.get_total_flops() - rotary
+    )
 
 
 @pytest.mark.parametrize("name", TINY)  # gpt-oss windows: W - 1 cached, as transformers keeps
@@ -78,7 +82,7 @@ def test_kv_bytes_equal_the_cache_transformers_allocates(saved, name):
     with torch.no_grad():
         cache = model(**inputs(name), use_cache=True).past_key_values
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-    assert memory.kv_cache_bytes(load(str(folder / "config.json")), 2, T, "fp32") == held
+    assert memory.kv_cache_bytes(load(str(folder / "config.json")), Workload(batch=2, seq=T, dtype="fp32")) == held
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -90,9 +90,9 @@ def test_nope_layers_take_no_rotary_table():
 def test_flops_and_cache_of_patterns_equal_the_module(changes):
     cfg = tiny(n_layer=4, max_seq_len=16, **ROPE, **changes)
     measured = measure_flops(cfg, Workload(batch=2, seq=11), "cpu")
-    assert measured.total == count_flops.forward_flops(cfg, 2, 11)
+    assert measured.total == count_flops.forward_flops(cfg, Workload(batch=2, seq=11))
     cache = build_model(cfg, "meta").new_cache(2, 13)
-    assert cache.nbytes == kv_cache_bytes(cfg, 2, 13, "fp32")
+    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=13, dtype="fp32"))
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -83,7 +83,7 @@ def test_shared_expert_is_always_active():
     extra = 2 * (3 * 32 * 24 + 32)  # two layers: gate, up, down of 32 x 24, and the gate's 32
     assert count.total(shared) - count.total(plain) == extra
     assert count.active_total(shared) - count.active_total(plain) == extra
-    fl = flops_count.breakdown(shared, 1, 8).components()
+    fl = flops_count.breakdown(shared, Workload(batch=1, seq=8)).components()
     assert fl["shared_expert_ffn_up"] == 2 * 2 * 8 * 32 * 24 and fl["shared_expert_gate"] == 2 * 2 * 8 * 32
 
 
@@ -92,7 +92,7 @@ def test_mlm_head_transform_and_bias():
     b = count.breakdown(cfg)
     assert (b["lm_head_transform_weight"], b["lm_head_transform_bias"], b["lm_head_bias"]) == (32 * 32, 32, 61)
     assert b["lm_head_norm_weight"] == b["lm_head_norm_bias"] == 32 and b["lm_head"] == 0  # tied
-    assert flops_count.breakdown(cfg, 2, 8).components()["lm_head_transform"] == 2 * 16 * 32 * 32
+    assert flops_count.breakdown(cfg, Workload(batch=2, seq=8)).components()["lm_head_transform"] == 2 * 16 * 32 * 32
 
 
 def test_cross_attention_in_a_decoder_counts_like_an_encoder_decoders_decoder():
@@ -100,23 +100,26 @@ def test_cross_attention_in_a_decoder_counts_like_an_encoder_decoders_decoder():
     b = count.breakdown(cfg)
     cross = sum(n for c, n in b.items() if c.startswith("cross_attn"))
     assert cross == 2 * (4 * 32 * 32 + 4 * 32 + 2 * 32)  # Q, K, V, O with biases, and a norm, per layer
-    f = flops_count.breakdown(cfg, 1, 8, src_seq=5)
+    f = flops_count.breakdown(cfg, Workload(batch=1, seq=8, src_seq=5))
     assert f.components()["cross_attn_k"] == 2 * 2 * 5 * 32 * 32  # over the 5 external states
     assert f.totals()["cross_attention_scores"] == 2 * 2 * 2 * 8 * 5 * 32
     # its own cache, and the K and V of the 5 states, computed once (as Hugging Face's EncoderDecoderCache)
-    assert mem.kv_cache_bytes(cfg, 1, 8, "fp32", src_seq=5) == 2 * 8 * 2 * 32 * 4 + 2 * 5 * 2 * 32 * 4
+    assert (
+        mem.kv_cache_bytes(cfg, Workload(batch=1, seq=8, dtype="fp32", src_seq=5))
+        == 2 * 8 * 2 * 32 * 4 + 2 * 5 * 2 * 32 * 4
+    )
 
 
 def test_softcap_partial_rope_and_relative_bias_are_non_matmul_only():
     B, T, L, V, nh = 2, 8, 2, 61, 4
-    base = flops_count.breakdown(tiny(**ROPE), B, T)
-    capped = flops_count.breakdown(tiny(**ROPE, attn_softcap=50.0, logit_softcap=30.0), B, T)
+    base = flops_count.breakdown(tiny(**ROPE), Workload(batch=B, seq=T))
+    capped = flops_count.breakdown(tiny(**ROPE, attn_softcap=50.0, logit_softcap=30.0), Workload(batch=B, seq=T))
     assert capped.forward == base.forward
     assert capped.non_matmul_by_kind()["softcap"] == 3 * (B * nh * T * T * L + B * T * V)
-    partial = flops_count.breakdown(tiny(**ROPE, rope_fraction=0.5), B, T)
+    partial = flops_count.breakdown(tiny(**ROPE, rope_fraction=0.5), Workload(batch=B, seq=T))
     assert partial.forward == base.forward
     assert 2 * partial.non_matmul_by_kind()["rope"] == base.non_matmul_by_kind()["rope"]
-    relative = flops_count.breakdown(tiny(pos_encoding="relative"), B, T)
+    relative = flops_count.breakdown(tiny(pos_encoding="relative"), Workload(batch=B, seq=T))
     assert relative.non_matmul_by_kind()["positions"] == B * nh * T * T * L
 
 
@@ -161,12 +164,16 @@ def test_gemma2_alternation_windows_every_other_layer():
     assert [cfg.layer_window(i) for i in range(4)] == [3, None, 3, None] and cfg.windowed_layers == 2
     assert tiny(n_layer=4, **ROPE, sliding_window=3).windowed_layers == 4  # Mistral: every layer
     B, T, nh, hs = 2, 10, 4, 8
-    f = flops_count.breakdown(cfg, B, T)
+    f = flops_count.breakdown(cfg, Workload(batch=B, seq=T))
     pairs = 2 * flops_count.causal_pairs(T, T, 3) + 2 * flops_count.causal_pairs(T, T)
     assert f.totals(causal=True)["attention_scores"] == 2 * 2 * B * nh * hs * pairs
-    assert f.forward == flops_count.breakdown(tiny(n_layer=4, **ROPE), B, T).forward  # full square: unchanged
+    assert (
+        f.forward == flops_count.breakdown(tiny(n_layer=4, **ROPE), Workload(batch=B, seq=T)).forward
+    )  # full square: unchanged
     kv = 2 * B * 32 * 4  # K and V, fp32, per cached position
-    assert mem.kv_cache_bytes(cfg, B, T, "fp32") == kv * (2 * (3 - 1) + 2 * T)  # a window keeps W - 1
+    assert mem.kv_cache_bytes(cfg, Workload(batch=B, seq=T, dtype="fp32")) == kv * (
+        2 * (3 - 1) + 2 * T
+    )  # a window keeps W - 1
 
 
 def test_a_windowed_layer_sees_only_the_last_w_positions():
@@ -209,14 +216,16 @@ def test_capacity_sets_the_expert_flops_whatever_the_routing():
     from tfcalc.measure.flops import measure_flops
 
     B, T = 2, 8  # 16 tokens, 32 token-expert pairs over 4 experts
-    dropless = flops_count.breakdown(tiny(**MOE), B, T).components()["expert_ffn_up"]
+    dropless = flops_count.breakdown(tiny(**MOE), Workload(batch=B, seq=T)).components()["expert_ffn_up"]
     for factor, capacity in ((1.25, 10), (0.25, 2)):  # ceil(factor · 2 · 16 / 4)
         cfg = tiny(**MOE, expert_capacity_factor=factor)
         assert cfg.expert_capacity(B * T) == capacity
-        up = flops_count.breakdown(cfg, B, T).components()["expert_ffn_up"]
+        up = flops_count.breakdown(cfg, Workload(batch=B, seq=T)).components()["expert_ffn_up"]
         assert up * 32 == dropless * 4 * capacity  # 4 buffers of C rows in place of 32 rows
         for device in ("cpu", "meta"):
-            assert measure_flops(cfg, Workload(batch=B, seq=T), device).total == flops_count.forward_flops(cfg, B, T)
+            assert measure_flops(cfg, Workload(batch=B, seq=T), device).total == flops_count.forward_flops(
+                cfg, Workload(batch=B, seq=T)
+            )
     with pytest.raises(ConfigError, match="expert_capacity_factor applies to a mixture of experts only"):
         tiny(expert_capacity_factor=1.0)
 

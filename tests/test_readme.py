@@ -28,3 +28,14 @@ def test_quickstart_has_exactly_two_commands():
     block = re.search(r"## Quickstart\n\n```bash\n(.*?)```", README, re.S).group(1)
     lines = [line for line in block.splitlines() if line.strip()]
     assert lines == ['pip install . && tfcalc params gpt3', 'pip install ".[test]" && pytest']
+
+
+def test_where_a_change_goes_names_files_that_exist():
+    """The worked example of adding an attention kind ("Where a change goes") names the files a reader
+    opens: each exists, so the walk-through cannot rot as modules move."""
+    section = README.split("## Where a change goes", 1)[1].split("\n## ", 1)[0]
+    root = Path(__file__).resolve().parent.parent
+    named = set(re.findall(r"`((?:tfcalc/|tests/)?[\w/]+\.py)`", section))
+    assert len(named) > 15
+    missing = [p for p in named if not any((root / base / p).exists() for base in ("", "tfcalc"))]
+    assert not missing, missing

@@ -47,4 +47,4 @@ def test_measure_takes_the_workload():
 
     cfg = dataclasses.replace(load("t5-base"), n_layer=1, n_encoder_layer=1)
     w = Workload(batch=2, seq=16, src_seq=40)
-    assert measure_flops(cfg, w).total == forward_flops(cfg, 2, 16, src_seq=40)
+    assert measure_flops(cfg, w).total == forward_flops(cfg, Workload(batch=2, seq=16, src_seq=40))

@@ -173,13 +173,22 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
-         micro_batch: int = 1,
+         micro_batch: Optional[int] = None,
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
          device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
          top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
-         bandwidth_efficiency: Optional[float] = None, **overrides: Any) -> "PlanReport":
+         bandwidth_efficiency: Optional[float] = None,
+         # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
+         # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
+         ep: Optional[int] = None, compute_dtype: Optional[str] = None, reshard_after_forward: bool = True,
+         hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
+         # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
+         schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
+         cp: Optional[int] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
-    or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks."""
+    or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
+    micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble') and cp: None is 1,
+    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp'."""
     from tfcalc.count.steptime import parse_count
     from tfcalc.report.plan import PlanRequest, build_plan
 
@@ -187,7 +196,13 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency,
-                          tokens=parse_count(tokens) if isinstance(tokens, str) else tokens)
+                          tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
+                          ep=ep, compute_dtype=compute_dtype, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
+                          grad_dtype=grad_dtype,
+                          offload=tuple(offload.split(",")) if isinstance(offload, str) else tuple(offload)
+                          if isinstance(offload, (list, tuple)) else offload,
+                          schedule=schedule, virtual_stages=virtual_stages,
+                          overlap=tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

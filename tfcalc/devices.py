@@ -331,3 +331,14 @@ def intra_link(spec: DeviceSpec) -> str:
     """The link kind between the GPUs of a node: 'pcie' for the PCIe-only nodes of the table, else 'nvlink'
     (NVLink, NVSwitch, Infinity Fabric)."""
     return "pcie" if spec.intra_node_bytes_per_s in (PCIE4_X16, PCIE5_X16, 16 * G) else "nvlink"
+
+
+def intra_link_name(spec: DeviceSpec) -> str:
+    """How plan's output names the link between a node's GPUs, by its kind: 'PCIe' on the PCIe-only nodes
+    (h100-pcie, a100-pcie, l40s, ...), 'Infinity Fabric' on AMD's, 'NVLink' on NVIDIA's NVLink nodes, and
+    'intra-node link' on a user's own device that is not PCIe (its file does not say which)."""
+    if intra_link(spec) == "pcie":
+        return "PCIe"
+    if spec.key not in keys() or by_key(spec.key) != spec:
+        return "intra-node link"
+    return "Infinity Fabric" if spec.name.startswith("AMD") else "NVLink"

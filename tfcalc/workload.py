@@ -19,7 +19,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")  # op: op-level selective checkpointing (tfcalc.count.op_recompute)
 MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
 
 # Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
@@ -95,15 +95,35 @@ class Layout:
     global_batch: int
     micro_batch: int = 1
     zero: int = 0  # 0 plain data parallel (DDP); 1, 2, 3 ZeRO stages (3 = FSDP)
-    recompute: str = "none"  # none, selective (attention scores) or full (block inputs only)
+    recompute: str = "none"  # none, selective (attention scores), full (block inputs only) or op (torchtitan's SAC)
     sequence_parallel: bool = False
     dtype: str = "bf16"
     attention: str = "flash"
     dropout: bool = False
+    # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.sharding ---
+    ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
+    compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
+    reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward
+    hsdp: Optional[int] = None  # ZeRO-3 within groups of hsdp DP ranks, replicated across them; None: over all dp
+    grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype
+    offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there
+    offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
+    zero_engine: str = "flat"  # ZeRO-1: "flat" buffers (DeepSpeed, Megatron) or "torch" (ZeroRedundancyOptimizer)
+    # --- pipeline schedule, overlap and context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
+    schedule: str = "1f1b"  # 1f1b, interleaved (virtual stages, Narayanan et al. 2021) or zero-bubble (ZB-H1)
+    virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule
+    overlap: tuple[str, ...] = ()  # communication hidden behind compute: any of "tp", "pp" (default: none)
+    cp: int = 1  # context-parallel ranks: the sequence split C ways, K/V passed around a ring
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def data_ranks(self) -> int:
+        """Ranks that hold the same weights and split the data: dp × cp (CP ranks split the sequence; their
+        gradients are reduced and ZeRO's states sharded over all of them, as Megatron-Core does)."""
+        return self.dp * self.cp
 
     @property
     def micro_batches(self) -> int:
@@ -112,9 +132,13 @@ class Layout:
 
     def describe(self) -> str:
         sp = " +SP" if self.sequence_parallel else ""
-        return (f"tp {self.tp}{sp} · pp {self.pp} · dp {self.dp}, ZeRO-{self.zero}, recompute {self.recompute}, "
-                f"{self.attention} attention, micro-batch {self.micro_batch} × {self.micro_batches}, "
-                f"seq {self.seq}, {self.dtype}")
+        cp = f" · cp {self.cp}" if self.cp > 1 else ""
+        sched = (f", {self.schedule}" + (f" V {self.virtual_stages}" if self.virtual_stages > 1 else "")
+                 if self.pp > 1 else "")
+        overlap = f", overlap {'+'.join(self.overlap)}" if self.overlap else ""
+        return (f"tp {self.tp}{sp}{cp} · pp {self.pp} · dp {self.dp}{sched}, ZeRO-{self.zero}, recompute "
+                f"{self.recompute}, {self.attention} attention, micro-batch {self.micro_batch} × "
+                f"{self.micro_batches}, seq {self.seq}, {self.dtype}{overlap}")
 
     @classmethod
     def single(cls, workload: Workload, recompute: str = "none", attention: str = "flash") -> "Layout":

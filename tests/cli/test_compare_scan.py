@@ -12,6 +12,7 @@ import pytest
 from tfcalc.cli.options import parse_lengths
 from tfcalc.count import flops as count_flops, memory as count_memory
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 
 def parse_seq_range(text):
@@ -27,9 +28,13 @@ def test_compare_side_by_side(cli):
     assert seven["kv_cache_bytes_per_token"] == 2 * 32 * 32 * 128 * 2
     assert seventy["kv_cache_bytes_per_token"] == 2 * 80 * 8 * 128 * 2
     assert all(r["seq"] == 1024 for r in rows)  # one length for all: the shortest context (gpt2's)
-    assert seven["forward_flops_per_token"] * 1024 == count_flops.forward_flops(load("llama2-7b"), 1, 1024)
+    assert seven["forward_flops_per_token"] * 1024 == count_flops.forward_flops(
+        load("llama2-7b"), Workload(batch=1, seq=1024)
+    )
     at_4096 = cli("compare", "llama2-7b", "llama2-70b", "--seq", "4096", "--json").json()[0]
-    assert at_4096["forward_flops_per_token"] * 4096 == count_flops.forward_flops(load("llama2-7b"), 1, 4096)
+    assert at_4096["forward_flops_per_token"] * 4096 == count_flops.forward_flops(
+        load("llama2-7b"), Workload(batch=1, seq=4096)
+    )
     assert seven["training_flops_per_token"] == 3 * seven["forward_flops_per_token"]
     table = cli("compare", "gpt2", "llama2-7b").out
     assert "KV cache / token" in table and "Highlighted: differs from the first model" in table
@@ -60,8 +65,10 @@ def test_scan_json_and_crossover_marks(cli):
     assert report["crossover_seq"] == {"scores_vs_ffn": 49_152, "attention_vs_ffn": 24_576}
     cfg = load("gpt3")
     for row in report["rows"]:
-        assert row["forward_flops"] == count_flops.forward_flops(cfg, 1, row["seq"])
-        assert row["kv_cache_bytes"] == count_memory.kv_cache_bytes(cfg, 1, row["seq"], "bf16")
+        assert row["forward_flops"] == count_flops.forward_flops(cfg, Workload(batch=1, seq=row["seq"]))
+        assert row["kv_cache_bytes"] == count_memory.kv_cache_bytes(
+            cfg, Workload(batch=1, seq=row["seq"], dtype="bf16")
+        )
     below, above = [r for r in report["rows"] if r["seq"] in (32_768, 65_536)]
     assert below["attention_scores"] < below["ffn"] <= above["attention_scores"]
     table = cli("scan", "gpt3", "--seq", "1024..131072").out

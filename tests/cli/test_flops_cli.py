@@ -10,6 +10,7 @@ from conftest import assert_one_line_error
 from tfcalc.count import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 CONTRACT = {"preset", "batch", "seq", "forward_flops", "forward_flops_causal", "training_flops", "measured_flops",
             "breakdown", "crossover_seq"}
@@ -34,7 +35,7 @@ def test_several_presets_give_a_list_and_recompute_makes_training_4x(cli):
     assert [d["preset"] for d in data] == ["gpt2", "llama2-7b"]
     for d in data:
         assert d["training_flops"] == 4 * d["forward_flops"] and d["training_multiplier"] == 4
-        assert d["forward_flops"] == count.forward_flops(load(d["preset"]), 2, 128)
+        assert d["forward_flops"] == count.forward_flops(load(d["preset"]), Workload(batch=2, seq=128))
 
 
 def test_measure_agrees_and_is_reported(cli):

@@ -10,6 +10,7 @@ import dataclasses
 
 import torch
 from conftest import MIXTRAL_LIKE, configs, tiny
+from deepseek_configs import latent_configs
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.architecture import Architecture, Norm, Stack, compress
@@ -18,7 +19,7 @@ from tfcalc.count import rank_activations as ra
 from tfcalc.count.activations import activations
 from tfcalc.measure.memory import forward_loss
 from tfcalc.model import build_model
-from tfcalc.workload import Layout
+from tfcalc.workload import Layout, Workload
 
 
 def with_architecture(cfg, arch: Architecture):
@@ -83,7 +84,10 @@ def _draw_lengths(cfg, batch, data) -> tuple[int, int | None]:
 def test_dense_and_moe_layers_keep_what_autograd_saves(cfg, batch, data):
     """Dense first layers and MoE every n-th layer, in every stack (an encoder-decoder's encoder too)."""
     seq, src_seq = _draw_lengths(cfg, batch, data)
-    assert _saved(cfg, batch, seq, src_seq) == activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
+    assert (
+        _saved(cfg, batch, seq, src_seq)
+        == activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32", src_seq=src_seq)).stored
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -92,7 +96,38 @@ def test_per_layer_widths_windows_and_nope_keep_what_autograd_saves(base, batch,
     """Layers whose heads, head and V widths, FFN widths, windows and RoPE differ layer by layer."""
     cfg = with_architecture(base, remix(base.architecture, data.draw))
     seq, src_seq = _draw_lengths(cfg, batch, data)
-    assert _saved(cfg, batch, seq, src_seq) == activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
+    assert (
+        _saved(cfg, batch, seq, src_seq)
+        == activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32", src_seq=src_seq)).stored
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=latent_configs(), batch=st.integers(1, 3), data=st.data())
+def test_latent_attention_keeps_what_autograd_saves(cfg, batch, data):
+    """DeepSeek-shaped models (latent attention with or without a compressed Q, V heads as wide as Q's or
+    not, one head or several, dense first layers, DeepSeek's routing): the fold equals autograd's saved
+    tensors (it was 0.79x of them before the latent terms, tfcalc.count.activation_terms step 11)."""
+    seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
+    assert _saved(cfg, batch, seq, None) == activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32")).stored
+
+
+def test_hand_derived_latent_attention_terms():
+    """Per token, fp32 (e = 4), h = 32, H = 4 heads, c_q = 16, c = 12, h_n = 8, h_r = 4, h_v = 8 (so SDPA runs
+    its math kernel on CPU), batch 2, seq 5, RMSNorm: Q latent norm 4·2·16 + 4 = 132 and W_qb's input 64;
+    KV latent norm 4·2·12 + 4 = 100 plus the rest of W_kva's output it views, 4·4 = 16, and W_kvb's input 48:
+    "latent" 360. Q and K 2·4·4·12 = 384, V 4·4·8 = 128: "qkv" 512; softmax output 4·4·5 = 80; output 128.
+    With h_v = 12 the fused kernel runs: V a view of W_kvb's output 4·4·(8 + 12) = 320, log-sum-exp 16."""
+    from tfcalc.architecture import LatentAttention
+    from tfcalc.count.activation_terms import latent_terms
+
+    att = LatentAttention(d_model=32, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                          v_head_dim=8, q_lora_rank=16)
+    assert latent_terms(att, 2, 5, 4, "math") == {"latent": 360, "rope_qk": 0, "attn_output": 128, "qkv": 512,
+                                                  "attn_scores": 80, "softmax_stats": 0}
+    wide = dataclasses.replace(att, v_head_dim=12)
+    assert latent_terms(wide, 2, 5, 4, "flash") == {"latent": 360, "rope_qk": 0, "attn_output": 192,
+                                                    "qkv": 384 + 320, "attn_scores": 0, "softmax_stats": 16}
 
 
 def test_an_encoder_decoders_dense_encoder_layers():
@@ -100,7 +135,7 @@ def test_an_encoder_decoders_dense_encoder_layers():
     every encoder layer (only the decoder's layers were told apart)."""
     cfg = tiny(arch="encoder-decoder", n_layer=3, d_ff=8, dense_d_ff=24, first_dense_layers=1,
                **{**MIXTRAL_LIKE, "pos_encoding": "learned"})
-    acts = activations(cfg, 2, 5, "fp32", src_seq=7)
+    acts = activations(cfg, Workload(batch=2, seq=5, dtype="fp32", src_seq=7))
     assert _saved(cfg, 2, 5, 7) == acts.stored
     encoder = [acts.kinds_in(i, i + 1)[0][0] for i in range(3)]
     assert "moe_routing" not in encoder[0] and "moe_routing" in encoder[1] and encoder[1] is encoder[2]
@@ -121,7 +156,7 @@ def test_hand_derived_terms_of_a_dense_and_a_moe_layer():
                first_dense_layers=1, gated_ffn=True, activation="silu", pos_encoding="rope", norm="rmsnorm",
                norm_bias=False, attn_bias=False, ffn_bias=False)
     B, T = 3, 5
-    acts = activations(cfg, B, T, "bf16", "flash")
+    acts = activations(cfg, Workload(batch=B, seq=T, dtype="bf16"), "flash")
     assert sum(acts.layer_terms(0).values()) == B * T * 744
     assert sum(acts.layer_terms(1).values()) == B * T * 820
     assert acts.layer_terms(1)["moe_routing"] == B * T * (2 * (3 * 2 * 16 + 2) + 4 * 2)
@@ -130,7 +165,7 @@ def test_hand_derived_terms_of_a_dense_and_a_moe_layer():
 def test_tensor_parallel_splits_a_dense_layers_ffn_but_not_the_experts():
     """Experts stay whole on every TP rank; the dense layers of the same model split their FFN as any."""
     cfg = tiny(n_layer=2, d_ff=8, dense_d_ff=32, first_dense_layers=1, **MIXTRAL_LIKE)
-    acts = activations(cfg, 1, 8, "bf16", "flash")
+    acts = activations(cfg, Workload(batch=1, seq=8, dtype="bf16"), "flash")
     L = Layout(tp=2, seq=8, global_batch=1)
     dense, moe = acts.layer_terms(0), acts.layer_terms(1)
     assert ra.share("ffn_hidden", dense["ffn_hidden"], acts, L, moe=False) == dense["ffn_hidden"] // 2

@@ -21,14 +21,14 @@ from tfcalc.workload import Workload
 def test_gpt2_forward_by_hand():
     # GPT-2 small at B = 1, T = 1024 (the issue's figures): d = 768, 12 blocks, V = 50257.
     cfg, T, d, L, V = load("gpt2"), 1024, 768, 12, 50257
-    b = count.breakdown(cfg, 1, T)
+    b = count.breakdown(cfg, Workload(batch=1, seq=T))
     totals = b.totals()
     linear_in_blocks = L * 2 * T * d * (3 * d + d + 4 * d + 4 * d)  # qkv, out, up, down
     assert totals["attention_proj"] + totals["ffn"] == linear_in_blocks == 173_946_175_488
     assert totals["attention_scores"] == L * 4 * T * T * d == 38_654_705_664
     assert totals["lm_head"] == 2 * T * d * V == 79_047_426_048
     assert totals["embeddings"] == 0
-    assert b.forward == count.forward_flops(cfg, 1, T) == 291_648_307_200
+    assert b.forward == count.forward_flops(cfg, Workload(batch=1, seq=T)) == 291_648_307_200
 
 
 def test_causal_pairs_by_brute_force():
@@ -41,25 +41,27 @@ def test_causal_pairs_by_brute_force():
 
 def test_causal_counts_only_the_unmasked_half():
     cfg, B, T = tiny(), 3, 9
-    full = count.attention_score_flops(cfg, B, T)
-    causal = count.attention_score_flops(cfg, B, T, causal=True)
+    full = count.attention_score_flops(cfg, Workload(batch=B, seq=T))
+    causal = count.attention_score_flops(cfg, Workload(batch=B, seq=T), causal=True)
     assert full == 4 * B * T * T * cfg.q_dim
     assert causal == 4 * B * cfg.q_dim * (T * (T + 1) // 2)
-    assert count.forward_flops(cfg, B, T) - count.forward_flops_causal(cfg, B, T) == cfg.n_layer * (full - causal)
+    assert count.forward_flops(cfg, Workload(batch=B, seq=T)) - count.forward_flops_causal(
+        cfg, Workload(batch=B, seq=T)
+    ) == cfg.n_layer * (full - causal)
 
 
 def test_gqa_shrinks_k_and_v_projections_only():
-    mha = count.breakdown(tiny(n_head=8), 2, 5).components()
-    gqa = count.breakdown(tiny(n_head=8, n_kv_head=2), 2, 5).components()
+    mha = count.breakdown(tiny(n_head=8), Workload(batch=2, seq=5)).components()
+    gqa = count.breakdown(tiny(n_head=8, n_kv_head=2), Workload(batch=2, seq=5)).components()
     assert gqa["attn_k"] * 4 == mha["attn_k"] and gqa["attn_v"] * 4 == mha["attn_v"]
     for same in ("attn_q", "attn_o", "attn_qk", "attn_av", "ffn_up", "ffn_down", "lm_head"):
         assert gqa[same] == mha[same], same
 
 
 def test_gated_ffn_has_three_matrices_and_explicit_d_head_widens_attention():
-    gated = count.breakdown(tiny(gated_ffn=True, d_ff=40), 1, 4).per_layer()
+    gated = count.breakdown(tiny(gated_ffn=True, d_ff=40), Workload(batch=1, seq=4)).per_layer()
     assert gated["ffn"] == 3 * 2 * 4 * 32 * 40
-    wide = count.breakdown(tiny(d_head=16), 1, 4).per_layer()  # q = 4 * 16 = 64 != d_model = 32
+    wide = count.breakdown(tiny(d_head=16), Workload(batch=1, seq=4)).per_layer()  # q = 4 * 16 = 64 != d_model = 32
     assert wide["attention_proj"] == 2 * 4 * 32 * (64 + 2 * 64) + 2 * 4 * 64 * 32
     assert wide["attention_scores"] == 4 * 4 * 4 * 64
 
@@ -68,15 +70,21 @@ def test_sublayer_helpers_add_up_to_the_forward():
     for name in ("gpt2", "llama2-70b", "gpt3-xl"):
         cfg = load(name)
         B, T = 2, 37
-        blocks = cfg.n_layer * (count.attention_flops(cfg, B, T) + count.ffn_flops(cfg, B, T))
-        assert blocks + count.lm_head_flops(cfg, B, T) == count.forward_flops(cfg, B, T)
-        parts = count.attention_proj_flops(cfg, B, T) + count.attention_score_flops(cfg, B, T)
-        assert count.attention_flops(cfg, B, T) == parts
+        blocks = cfg.n_layer * (
+            count.attention_flops(cfg, Workload(batch=B, seq=T)) + count.ffn_flops(cfg, Workload(batch=B, seq=T))
+        )
+        assert blocks + count.lm_head_flops(cfg, Workload(batch=B, seq=T)) == count.forward_flops(
+            cfg, Workload(batch=B, seq=T)
+        )
+        parts = count.attention_proj_flops(cfg, Workload(batch=B, seq=T)) + count.attention_score_flops(
+            cfg, Workload(batch=B, seq=T)
+        )
+        assert count.attention_flops(cfg, Workload(batch=B, seq=T)) == parts
 
 
 def test_per_token_is_exact_and_linear_in_batch():
     cfg = load("llama2-7b")
-    one, four = count.breakdown(cfg, 1, 333), count.breakdown(cfg, 4, 333)
+    one, four = count.breakdown(cfg, Workload(batch=1, seq=333)), count.breakdown(cfg, Workload(batch=4, seq=333))
     assert four.forward == 4 * one.forward and four.forward_causal == 4 * one.forward_causal
     assert one.per_token(one.forward) * 333 == one.forward
     assert four.per_token(four.forward_causal) == one.per_token(one.forward_causal)
@@ -84,19 +92,22 @@ def test_per_token_is_exact_and_linear_in_batch():
 
 def test_non_matmul_is_separate_from_the_forward():
     relu, gelu = tiny(activation="relu"), tiny(activation="gelu_tanh")
-    assert count.forward_flops(relu, 2, 8) == count.forward_flops(gelu, 2, 8)
-    nm_relu, nm_gelu = count.non_matmul_flops(relu, 2, 8), count.non_matmul_flops(gelu, 2, 8)
+    assert count.forward_flops(relu, Workload(batch=2, seq=8)) == count.forward_flops(gelu, Workload(batch=2, seq=8))
+    nm_relu, nm_gelu = (
+        count.non_matmul_flops(relu, Workload(batch=2, seq=8)),
+        count.non_matmul_flops(gelu, Workload(batch=2, seq=8)),
+    )
     assert nm_gelu["activation"] - nm_relu["activation"] == (9 - 1) * 2 * 8 * relu.ffn_dim * relu.n_layer
     assert nm_relu["softmax"] == 5 * 2 * relu.n_head * 8 * 8 * relu.n_layer
-    rope = count.non_matmul_flops(tiny(pos_encoding="rope", n_kv_head=2), 1, 8)
+    rope = count.non_matmul_flops(tiny(pos_encoding="rope", n_kv_head=2), Workload(batch=1, seq=8))
     assert rope["rope"] == 3 * 8 * (32 + 16) * 2 and "positions" not in rope
 
 
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError):
-        count.forward_flops(tiny(), 1, 0)
+        count.forward_flops(tiny(), Workload(batch=1, seq=0))
     with pytest.raises(ValueError):
-        count.breakdown(tiny(), -1, 4)
+        count.breakdown(tiny(), Workload(batch=-1, seq=4))
 
 
 # ---------- crossover ----------
@@ -119,7 +130,7 @@ def _smallest(predicate, start: int = 1, limit: int = 10**6) -> int:
 
 def _reaches_ffn(cfg, sublayer, causal: bool, t: int) -> bool:
     """Whether the attention sublayer's FLOPs at T = t have reached the FFN's (one sequence)."""
-    return sublayer(cfg, 1, t, causal) >= count.ffn_flops(cfg, 1, t)
+    return sublayer(cfg, Workload(batch=1, seq=t), causal) >= count.ffn_flops(cfg, Workload(batch=1, seq=t))
 
 
 @settings(max_examples=60, deadline=None)
@@ -172,10 +183,12 @@ def test_llama2_70b_crossover_is_gqa_aware():
 
 def test_training_is_three_or_four_forwards():
     cfg = load("gpt2")
-    fwd = count.forward_flops(cfg, 2, 100)
-    assert count.training_flops(cfg, 2, 100) == 3 * fwd
-    assert count.training_flops(cfg, 2, 100, recompute=True) == 4 * fwd
-    assert count.training_flops(cfg, 2, 100, causal=True) == 3 * count.forward_flops_causal(cfg, 2, 100)
+    fwd = count.forward_flops(cfg, Workload(batch=2, seq=100))
+    assert count.training_flops(cfg, Workload(batch=2, seq=100)) == 3 * fwd
+    assert count.training_flops(cfg, Workload(batch=2, seq=100), recompute=True) == 4 * fwd
+    assert count.training_flops(cfg, Workload(batch=2, seq=100), causal=True) == 3 * count.forward_flops_causal(
+        cfg, Workload(batch=2, seq=100)
+    )
 
 
 def test_n_as_each_source_defines_it():
@@ -193,7 +206,7 @@ def _formulas(cfg, B, T):
 def test_megatron_formula_is_exact_for_gpt_shapes_and_palm_close():
     for name, T in (("gpt2", 1024), ("gpt3", 2048), ("gpt3-small", 77)):
         cfg = load(name)
-        exact = count.training_flops(cfg, 3, T)
+        exact = count.training_flops(cfg, Workload(batch=3, seq=T))
         f = _formulas(cfg, 3, T)
         assert f["korthikanti"].training_flops == exact  # q = d, f = 4d, MHA, ungated: term for term
         assert abs(f["palm"].rel_error(exact)) < 1e-3  # N also carries biases and norms: +0.09% for GPT-2
@@ -201,7 +214,7 @@ def test_megatron_formula_is_exact_for_gpt_shapes_and_palm_close():
 
 def test_chinchilla_adds_the_embedding_matmul_and_softmax_to_the_exact_count():
     cfg, B, T = load("gpt2"), 2, 64
-    fwd = count.forward_flops(cfg, B, T)
+    fwd = count.forward_flops(cfg, Workload(batch=B, seq=T))
     embed, softmax = 2 * T * cfg.vocab_size * cfg.d_model, 3 * cfg.n_head * T * T * cfg.n_layer
     assert _formulas(cfg, B, T)["chinchilla"].training_flops == 3 * (fwd + B * (embed + softmax))
 
@@ -211,22 +224,27 @@ def test_kaplan_counts_half_the_score_square():
     cfg, B, T = load("gpt3"), 1, 2048
     f = _formulas(cfg, B, T)
     attention_term = f["kaplan_table1"].training_flops - f["kaplan_6nd"].training_flops
-    causal_scores = count.attention_score_flops(cfg, B, T, causal=True) * cfg.n_layer * 3
+    causal_scores = count.attention_score_flops(cfg, Workload(batch=B, seq=T), causal=True) * cfg.n_layer * 3
     assert attention_term == 3 * 2 * cfg.n_layer * T * cfg.q_dim * B * T
     assert abs(attention_term / causal_scores - 1) < 1 / T
     # 6ND misses the LM head and the scores: -40% for GPT-2 at its context, -3% for GPT-3 175B.
-    assert -0.41 < f["kaplan_6nd"].rel_error(count.training_flops(cfg, B, T)) < -0.03 + 0.001
+    assert -0.41 < f["kaplan_6nd"].rel_error(count.training_flops(cfg, Workload(batch=B, seq=T))) < -0.03 + 0.001
     gpt2 = load("gpt2")
-    assert _formulas(gpt2, 1, 1024)["kaplan_6nd"].rel_error(count.training_flops(gpt2, 1, 1024)) < -0.40
+    assert (
+        _formulas(gpt2, 1, 1024)["kaplan_6nd"].rel_error(count.training_flops(gpt2, Workload(batch=1, seq=1024)))
+        < -0.40
+    )
 
 
 def test_decode_is_one_token_against_t_keys():
     cfg, B, T = load("llama2-70b"), 2, 4096
-    one_token = count.forward_flops(cfg, B, 1)  # T = 1: one key
-    assert count.decode_flops(cfg, B, T) == one_token + cfg.n_layer * 4 * B * cfg.q_dim * (T - 1)
+    one_token = count.forward_flops(cfg, Workload(batch=B, seq=1))  # T = 1: one key
+    assert count.decode_flops(cfg, Workload(batch=B, seq=T)) == one_token + cfg.n_layer * 4 * B * cfg.q_dim * (T - 1)
     # Full-square prefill does, per token, what one decode step at the full context does.
-    assert count.forward_flops(cfg, B, T) == T * count.decode_flops(cfg, B, T)
-    assert count.forward_flops_causal(cfg, B, T) < T * count.decode_flops(cfg, B, T)
+    assert count.forward_flops(cfg, Workload(batch=B, seq=T)) == T * count.decode_flops(cfg, Workload(batch=B, seq=T))
+    assert count.forward_flops_causal(cfg, Workload(batch=B, seq=T)) < T * count.decode_flops(
+        cfg, Workload(batch=B, seq=T)
+    )
 
 
 # ---------- measured == analytic ----------
@@ -234,7 +252,7 @@ def test_decode_is_one_token_against_t_keys():
 
 def _assert_measured_matches(cfg, B, T, device, src_seq=None):
     m = measure.measure_flops(cfg, Workload(batch=B, seq=T, src_seq=src_seq), device)
-    b = count.breakdown(cfg, B, T, src_seq=src_seq)
+    b = count.breakdown(cfg, Workload(batch=B, seq=T, src_seq=src_seq))
     assert m.total == b.forward
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
     return m
@@ -267,8 +285,8 @@ def test_cpu_attention_needs_our_formula_and_gets_it():
     model, idx = build_model(cfg, "cpu"), torch.zeros(B, T, dtype=torch.long)
     with torch.no_grad(), FlopCounterMode(display=False) as plain:
         model(idx)
-    scores = cfg.n_layer * count.attention_score_flops(cfg, B, T)
-    assert plain.get_total_flops() == count.forward_flops(cfg, B, T) - scores
+    scores = cfg.n_layer * count.attention_score_flops(cfg, Workload(batch=B, seq=T))
+    assert plain.get_total_flops() == count.forward_flops(cfg, Workload(batch=B, seq=T)) - scores
     m = _assert_measured_matches(cfg, B, T, "cpu")  # GQA: q heads × the full T² square
     assert m.by_module["attn.scores"] == scores == cfg.n_layer * 4 * B * T * T * cfg.q_dim
 
@@ -278,7 +296,7 @@ def test_meta_decomposes_sdpa_and_counts_it_without_our_formula():
     model, idx = build_model(cfg, "meta"), torch.zeros(B, T, dtype=torch.long, device="meta")
     with torch.no_grad(), FlopCounterMode(display=False) as plain:
         model(idx)
-    assert plain.get_total_flops() == count.forward_flops(cfg, B, T)
+    assert plain.get_total_flops() == count.forward_flops(cfg, Workload(batch=B, seq=T))
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
@@ -286,10 +304,10 @@ def test_measured_training_is_three_forwards_except_flash_recompute(device):
     for cfg in (tiny(n_kv_head=2), tiny(pos_encoding="alibi")):
         B, T = 2, 9
         m = measure.measure_flops(cfg, Workload(batch=B, seq=T), device, training=True)
-        expected = count.training_flops(cfg, B, T)
+        expected = count.training_flops(cfg, Workload(batch=B, seq=T))
         if device == "cpu" and cfg.pos_encoding != "alibi":
             # The CPU flash-attention backward recomputes Q·Kᵀ (PyTorch's formula: 5 score matmuls, not 4).
-            expected += cfg.n_layer * count.attention_score_flops(cfg, B, T) // 2
+            expected += cfg.n_layer * count.attention_score_flops(cfg, Workload(batch=B, seq=T)) // 2
         assert m.training_total == expected, (device, cfg.pos_encoding)
 
 

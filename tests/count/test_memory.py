@@ -30,25 +30,29 @@ def test_llama2_7b_weights_in_bf16():
 
 @pytest.mark.parametrize("preset, expected", [("llama2-7b", 2_147_483_648), ("llama2-70b", 1_342_177_280)])
 def test_kv_cache_bf16_at_4096(preset, expected):
-    assert mem.kv_cache_bytes(load(preset), 1, 4096, "bf16") == expected
+    assert mem.kv_cache_bytes(load(preset), Workload(batch=1, seq=4096, dtype="bf16")) == expected
 
 
 def test_llama2_7b_kv_cache_is_two_gib():
-    assert mem.kv_cache_bytes(load("llama2-7b"), 1, 4096, "bf16") == 2 * 2**30
+    assert mem.kv_cache_bytes(load("llama2-7b"), Workload(batch=1, seq=4096, dtype="bf16")) == 2 * 2**30
 
 
 @given(cfg=configs(), batch=st.integers(1, 8), seq=st.integers(1, 4096))
 def test_gqa_and_mqa_shrink_the_kv_cache_by_the_group_size(cfg, batch, seq):
     mha = replace(cfg, n_kv_head=cfg.n_head)
     mqa = replace(cfg, n_kv_head=1)
-    assert mem.kv_cache_bytes(mha, batch, seq, "bf16") == cfg.n_head * mem.kv_cache_bytes(mqa, batch, seq, "bf16")
-    assert mem.kv_cache_bytes(mha, batch, seq, "fp32") * cfg.kv_heads == (
-        mem.kv_cache_bytes(cfg, batch, seq, "fp32") * cfg.n_head)
+    assert mem.kv_cache_bytes(mha, Workload(batch=batch, seq=seq, dtype="bf16")) == cfg.n_head * mem.kv_cache_bytes(
+        mqa, Workload(batch=batch, seq=seq, dtype="bf16")
+    )
+    assert mem.kv_cache_bytes(mha, Workload(batch=batch, seq=seq, dtype="fp32")) * cfg.kv_heads == (
+        mem.kv_cache_bytes(cfg, Workload(batch=batch, seq=seq, dtype="fp32")) * cfg.n_head)
 
 
 def test_llama2_70b_gqa_saves_eightfold():
     cfg = load("llama2-70b")
-    assert mem.kv_cache_bytes(replace(cfg, n_kv_head=64), 1, 4096, "bf16") == 8 * 1_342_177_280
+    assert (
+        mem.kv_cache_bytes(replace(cfg, n_kv_head=64), Workload(batch=1, seq=4096, dtype="bf16")) == 8 * 1_342_177_280
+    )
 
 
 def test_int4_packs_two_per_byte_and_rounds_up():
@@ -59,7 +63,7 @@ def test_int4_packs_two_per_byte_and_rounds_up():
     assert mem.weights_bytes(odd, "int4") == (total(odd) + 1) // 2
     assert mem.weights_bytes(cfg, "int8") == mem.weights_bytes(cfg, "fp8") == 6_738_415_616
     assert mem.weights_bytes(cfg, "tf32") == mem.weights_bytes(cfg, "fp32") == 4 * 6_738_415_616
-    assert mem.kv_cache_bytes(cfg, 1, 4096, "int4") == 2_147_483_648 // 4
+    assert mem.kv_cache_bytes(cfg, Workload(batch=1, seq=4096, dtype="int4")) == 2_147_483_648 // 4
 
 
 def test_unknown_dtype_is_a_config_error():
@@ -104,7 +108,7 @@ def test_reduces_to_korthikanti_for_a_gpt_block_with_dropout_and_no_flash():
     sbh(34 + 5as/h) = 2048·2·1024·(34 + 5·16·2048/1024) = 4,194,304·194 = 813,694,976 bytes per layer.
     tfcalc adds only the LayerNorm statistics the paper leaves out: 2 norms · 8 bytes · s·b = 65,536."""
     cfg = ModelConfig(n_layer=24, d_model=1024, n_head=16, vocab_size=50257, max_seq_len=2048)
-    acts = mem.activations(cfg, 2, 2048, "bf16", attention="math", dropout=True)
+    acts = mem.activations(cfg, Workload(batch=2, seq=2048, dtype="bf16"), attention="math", dropout=True)
     assert acts.layer == 813_694_976 + 65_536
     assert mem.korthikanti_bytes(cfg, 2, 2048) == 24 * 813_694_976
 
@@ -114,20 +118,20 @@ def test_without_dropout_a_gpt_block_keeps_32sbh_plus_the_scores():
     2as²b, without the mask (as²b) and the dropout output (2as²b)."""
     cfg = load("gpt2")
     s, b, h, a = 1024, 4, 768, 12
-    acts = mem.activations(cfg, b, s, "bf16", attention="math")
+    acts = mem.activations(cfg, Workload(batch=b, seq=s, dtype="bf16"), attention="math")
     assert acts.layer - 16 * s * b == 32 * s * b * h + 2 * a * s * s * b
     # at batch 1, V (a view of the fused QKV output) keeps all of it alive: 2·2sbh more
-    one = mem.activations(cfg, 1, s, "bf16", attention="math")
+    one = mem.activations(cfg, Workload(batch=1, seq=s, dtype="bf16"), attention="math")
     assert one.layer - 16 * s == 36 * s * h + 2 * a * s * s
 
 
 @given(cfg=configs(), batch=st.integers(1, 4), seq=st.integers(1, 512))
 def test_flash_removes_the_s_squared_term(cfg, batch, seq):
     assume(cfg.expert_capacity_factor is None)  # an expert's buffer rounds up: not linear in s, though not s²
-    flash = mem.activations(cfg, batch, seq, "bf16", attention="flash")
-    doubled = mem.activations(cfg, batch, 2 * seq, "bf16", attention="flash")
+    flash = mem.activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"), attention="flash")
+    doubled = mem.activations(cfg, Workload(batch=batch, seq=2 * seq, dtype="bf16"), attention="flash")
     assert doubled.layer == 2 * flash.layer  # linear in s: nothing s² is kept
-    math = mem.activations(cfg, batch, seq, "bf16", attention="math")
+    math = mem.activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"), attention="math")
     kept = 2 if cfg.attn_softcap is not None else 1  # soft-capping keeps the tanh output beside the softmax
     assert math.per_layer["attn_scores"] == kept * 2 * cfg.n_head * seq * seq * batch
 
@@ -138,13 +142,13 @@ def test_llama_block_terms():
     cfg = load("llama2-7b")
     h, f, tokens = 4096, 11008, 4096
     per_token = 2 * (8 * h + 4) + 2 * 2 * h + 2 * 3 * h + 2 * 2 * h + 4 * 32 + 2 * h + 4 * 2 * f
-    assert mem.activations(cfg, 1, 4096, "bf16").layer == tokens * per_token
+    assert mem.activations(cfg, Workload(batch=1, seq=4096, dtype="bf16")).layer == tokens * per_token
 
 
 @given(cfg=configs(), batch=st.integers(1, 4), seq=st.integers(1, 64))
 def test_full_recompute_keeps_block_inputs_and_rebuilds_one_block(cfg, batch, seq):
-    none = mem.activations(cfg, batch, seq, "bf16")
-    full = mem.activations(cfg, batch, seq, "bf16", recompute="full")
+    none = mem.activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"))
+    full = mem.activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"), recompute="full")
     head = sum(none.head.values())
     blocks = cfg.n_layer + (cfg.encoder_layers if cfg.arch == "encoder-decoder" else 0)  # source length = seq
     assert full.stored == blocks * 2 * batch * seq * cfg.d_model + head
@@ -168,7 +172,7 @@ def test_activation_formula_equals_what_autograd_saves(cfg, batch, data):
     src_idx = torch.randint(0, cfg.vocab_size, (batch, src_seq)) if cfg.arch == "encoder-decoder" else None
     memory = torch.randn(batch, src_seq, cfg.d_model) if cfg.cross_attention else None
     _, saved = forward_loss(model, idx, count_saved=True, src_idx=src_idx, memory=memory)
-    assert saved == mem.activations(cfg, batch, seq, "fp32", src_seq=src_seq).stored
+    assert saved == mem.activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32", src_seq=src_seq)).stored
 
 
 def test_activation_formula_in_bf16_on_cpu_differs_only_by_layernorm_statistics():
@@ -177,7 +181,7 @@ def test_activation_formula_in_bf16_on_cpu_differs_only_by_layernorm_statistics(
     cfg = replace(tiny(n_layer=2, d_model=64, vocab_size=97), max_seq_len=32)
     model = build_model(cfg, "cpu", torch.bfloat16).train()
     _, saved = forward_loss(model, torch.randint(0, 97, (2, 32)), count_saved=True)
-    assert saved == mem.activations(cfg, 2, 32, "bf16").stored - 4 * (2 * 2 + 1) * 2 * 32
+    assert saved == mem.activations(cfg, Workload(batch=2, seq=32, dtype="bf16")).stored - 4 * (2 * 2 + 1) * 2 * 32
 
 
 # ---------- budgets ----------
@@ -204,11 +208,11 @@ def test_largest_context_fits_and_one_more_does_not(budget, batch):
     cfg = load("llama2-7b")
     fit = count_budget.fit_inference(cfg, Workload(batch=batch, seq=4096, dtype="bf16"), budget)
     t = fit.max_seq
-    fits = [mem.inference_bytes(cfg, batch, n, "bf16") <= budget for n in (t, t + 1)]
+    fits = [mem.inference_bytes(cfg, Workload(batch=batch, seq=n, dtype="bf16")) <= budget for n in (t, t + 1)]
     assert t >= 1 and fits == [True, False]
     b = fit.max_batch
-    assert b == 0 or mem.inference_bytes(cfg, b, 4096, "bf16") <= budget
-    assert mem.inference_bytes(cfg, b + 1, 4096, "bf16") > budget
+    assert b == 0 or mem.inference_bytes(cfg, Workload(batch=b, seq=4096, dtype="bf16")) <= budget
+    assert mem.inference_bytes(cfg, Workload(batch=b + 1, seq=4096, dtype="bf16")) > budget
 
 
 def test_llama2_7b_on_24_gib():
@@ -269,14 +273,16 @@ def test_measured_training_peak_on_cpu_is_close_to_the_estimate():
     m = measure_peak(MEASURED, Workload(batch=4, seq=256, dtype="fp32"), "cpu", training=True, optimizer="adam")
     est = training.training_bytes(MEASURED, Workload(batch=4, seq=256, dtype="fp32"), "adam")
     assert 0.95 <= m.peak_bytes / est <= 1.12, (m.peak_bytes, est)
-    assert m.saved_activation_bytes == mem.activations(MEASURED, 4, 256, "fp32").stored
+    assert m.saved_activation_bytes == mem.activations(MEASURED, Workload(batch=4, seq=256, dtype="fp32")).stored
 
 
 def test_measured_forward_peak_on_cpu_is_close_to_the_estimate():
     """A no-grad forward pass in bf16: weights + the working set, within 0.95-1.2 (measured 1.08 when
     written); the remainder is a few MB of kernel scratch and allocator pages, growing with h and V."""
     m = measure_peak(MEASURED, Workload(batch=4, seq=256, dtype="bf16"), "cpu", training=False)
-    est = mem.weights_bytes(MEASURED, "bf16") + mem.forward_working_set(MEASURED, 4, 256, "bf16")
+    est = mem.weights_bytes(MEASURED, "bf16") + mem.forward_working_set(
+        MEASURED, Workload(batch=4, seq=256, dtype="bf16")
+    )
     assert 0.95 <= m.peak_bytes / est <= 1.2, (m.peak_bytes, est)
     assert m.saved_activation_bytes is None
 
@@ -394,8 +400,8 @@ def test_optimizer_step_temporaries_can_set_the_training_peak():
     assert state.step_temporaries == 3 * 4 * 38_597_376
     assert training.training_state(cfg, "bf16", "adam").step_temporaries == 2 * 2 * 38_597_376
     assert training.training_state(cfg, "bf16", "sgd").step_temporaries == 0
-    short = mem.activations(cfg, 1, 8, "bf16").total
+    short = mem.activations(cfg, Workload(batch=1, seq=8, dtype="bf16")).total
     assert short < state.step_temporaries
     assert training.training_bytes(cfg, Workload(batch=1, seq=8)) == state.total + state.step_temporaries
-    long = mem.activations(cfg, 8, 1024, "bf16").total
+    long = mem.activations(cfg, Workload(batch=8, seq=1024, dtype="bf16")).total
     assert training.training_bytes(cfg, Workload(batch=8, seq=1024)) == state.total + long

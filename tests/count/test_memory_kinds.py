@@ -9,31 +9,38 @@ from tfcalc.count import memory as mem
 from tfcalc.measure.memory import forward_loss
 from tfcalc.model import build_model
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 
 def test_encoder_decoder_kv_cache_adds_the_cross_attention_cache():
     # transformer-base, bf16: 6 decoder layers, 8 heads of 64 (k = 512), 2 bytes per element.
     cfg, B, T, S = load("transformer-base"), 2, 100, 300
     own, cross = 2 * B * T * 6 * 512 * 2, 2 * B * S * 6 * 512 * 2
-    assert mem.cross_kv_cache_bytes(cfg, B, S, "bf16") == cross == 7_372_800
-    assert mem.kv_cache_bytes(cfg, B, T, "bf16", src_seq=S) == own + cross
-    assert mem.kv_cache_bytes(cfg, B, T, "bf16") == 2 * own  # the source length defaults to T
-    assert mem.inference_bytes(cfg, B, T, "bf16", src_seq=S) == mem.weights_bytes(cfg, "bf16") + own + cross
+    assert mem.cross_kv_cache_bytes(cfg, Workload(batch=B, seq=S, dtype="bf16")) == cross == 7_372_800
+    assert mem.kv_cache_bytes(cfg, Workload(batch=B, seq=T, dtype="bf16", src_seq=S)) == own + cross
+    assert mem.kv_cache_bytes(cfg, Workload(batch=B, seq=T, dtype="bf16")) == 2 * own  # the source length defaults to T
+    assert (
+        mem.inference_bytes(cfg, Workload(batch=B, seq=T, dtype="bf16", src_seq=S))
+        == mem.weights_bytes(cfg, "bf16") + own + cross
+    )
 
 
 def test_an_encoder_keeps_no_kv_cache_and_a_moe_the_dense_one():
-    assert mem.kv_cache_bytes(load("bert-base"), 8, 512, "bf16") == 0
-    assert mem.cross_kv_cache_bytes(load("llama2-7b"), 1, 4096, "bf16") == 0
+    assert mem.kv_cache_bytes(load("bert-base"), Workload(batch=8, seq=512, dtype="bf16")) == 0
+    assert mem.cross_kv_cache_bytes(load("llama2-7b"), Workload(batch=1, seq=4096, dtype="bf16")) == 0
     mistral, mixtral = load("mistral-7b"), load("mixtral-8x7b")
     # Mistral's window of 4,096 keeps W - 1 = 4,095 positions (README, "Sliding window"); Mixtral has none
-    assert mem.kv_cache_bytes(mixtral, 1, 4096, "bf16") == 2**29
-    assert mem.kv_cache_bytes(mistral, 1, 4096, "bf16") == 2**29 - 32 * 2 * 1024 * 2
+    assert mem.kv_cache_bytes(mixtral, Workload(batch=1, seq=4096, dtype="bf16")) == 2**29
+    assert mem.kv_cache_bytes(mistral, Workload(batch=1, seq=4096, dtype="bf16")) == 2**29 - 32 * 2 * 1024 * 2
 
 
 def test_moe_keeps_k_experts_worth_of_hidden_and_the_routing():
     cfg, B, T, e = tiny(**MIXTRAL_LIKE), 2, 8, 4
     dense = tiny(**{**MIXTRAL_LIKE, "n_expert": None, "n_expert_active": None})
-    moe, base = mem.activations(cfg, B, T, "fp32").per_layer, mem.activations(dense, B, T, "fp32").per_layer
+    moe, base = (
+        mem.activations(cfg, Workload(batch=B, seq=T, dtype="fp32")).per_layer,
+        mem.activations(dense, Workload(batch=B, seq=T, dtype="fp32")).per_layer,
+    )
     h, f, k = cfg.d_model, cfg.ffn_dim, 2
     assert moe["ffn_hidden"] == k * base["ffn_hidden"] == k * B * T * 4 * e * f  # SwiGLU: 4 hidden tensors
     assert moe["moe_routing"] == B * T * (k * (3 * e * h + e) + 4 * k)
@@ -58,17 +65,20 @@ def _saved(cfg, B, T, S=None, dtype=torch.float32):
 )
 def test_activation_formula_equals_what_autograd_saves_for_each_kind(changes, S):
     cfg, B, T = tiny(**changes), 2, 9
-    assert _saved(cfg, B, T, S) == mem.activations(cfg, B, T, "fp32", src_seq=S).stored
+    assert _saved(cfg, B, T, S) == mem.activations(cfg, Workload(batch=B, seq=T, dtype="fp32", src_seq=S)).stored
 
 
 def test_encoder_decoder_activations_by_stack():
     cfg, B, T, S = tiny(**VASWANI_LIKE, n_encoder_layer=3), 2, 6, 10
-    a = mem.activations(cfg, B, T, "fp32", src_seq=S)
-    assert a.n_encoder_layer == 3 and a.encoder_layer == mem.activations(tiny(**{**VASWANI_LIKE, "arch": "encoder"}),
-                                                                         B, S, "fp32").layer
+    a = mem.activations(cfg, Workload(batch=B, seq=T, dtype="fp32", src_seq=S))
+    assert (
+        a.n_encoder_layer == 3
+        and a.encoder_layer
+        == mem.activations(tiny(**{**VASWANI_LIKE, "arch": "encoder"}), Workload(batch=B, seq=S, dtype="fp32")).layer
+    )
     assert a.per_layer["cross_qkv"] == 4 * (B * T * cfg.q_dim + B * S * 2 * cfg.kv_dim)
     assert a.head["encoder_output"] == 4 * B * S * cfg.d_model
-    full = mem.activations(cfg, B, T, "fp32", recompute="full", src_seq=S)
+    full = mem.activations(cfg, Workload(batch=B, seq=T, dtype="fp32", src_seq=S), recompute="full")
     assert full.stored == 2 * 4 * B * T * 32 + 3 * 4 * B * S * 32 + sum(a.head.values())
 
 

@@ -15,6 +15,7 @@ from tfcalc.count.plan import fewest_gpus, make_plan, search
 from tfcalc.count.steptime import Hardware, bubble_fraction, chinchilla_tokens, parse_count, training_run
 from tfcalc.errors import InputError
 from tfcalc.presets import load
+from tfcalc.workload import Workload
 
 H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)  # the test's own numbers, not the device table
 PSI_7B = 6_738_415_616
@@ -174,7 +175,7 @@ def test_step_time_adds_or_overlaps_communication():
     assert 0 < st.exposed_s["dp"] <= st.comm_s["dp"]
     assert st.overlap_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()))
     assert st.overlap_s < st.no_overlap_s
-    assert st.model_flops == training_flops(cfg, 64, 4096)
+    assert st.model_flops == training_flops(cfg, Workload(batch=64, seq=4096))
     assert st.compute_s > m * st.matmul_s / m  # the matmuls and the rest
     assert st.mfu == pytest.approx(st.model_flops / (st.overlap_s * 989e12 * 8))
 

@@ -54,8 +54,9 @@ def test_memory_training_and_plan_on_one_gpu_agree_for_every_preset(name):
                     _memory(name, seq, **same)["activation_bytes"], same
     else:
         cfg = load(name)
-        single = Layout.single(Workload(batch=1, seq=seq, dtype="bf16"))
-        acts = ra.training_activations(cfg, single, src_seq=seq if cfg.arch == "encoder-decoder" else None)
+        w = Workload(batch=1, seq=seq, dtype="bf16", src_seq=seq if cfg.arch == "encoder-decoder" else None)
+        single = Layout.single(w)
+        acts = ra.training_activations(cfg, single, w)
         assert ra.activation_bytes(acts, single) == acts.total == mem["activation_bytes"]
 
 
@@ -130,7 +131,7 @@ def test_layers_that_differ_are_summed_each_with_its_own_terms():
     from conftest import MIXTRAL_LIKE, tiny
 
     cfg = tiny(n_layer=7, d_ff=16, dense_d_ff=40, **{**MIXTRAL_LIKE, "first_dense_layers": 2, "moe_every": 2})
-    acts = activations(cfg, 2, 16, "bf16", "flash")
+    acts = activations(cfg, Workload(batch=2, seq=16, dtype="bf16"), "flash")
     assert len({id(acts.layer_terms(i)) for i in range(7)}) == 2
     for pp in (1, 2, 3, 7):
         L = Layout(pp=pp, seq=16, global_batch=2, micro_batch=2)
@@ -144,7 +145,10 @@ def test_layers_that_differ_are_summed_each_with_its_own_terms():
     full = Layout(seq=16, global_batch=2, micro_batch=2, recompute="full")
     largest = max(sum(acts.layer_terms(i).values()) for i in range(7))
     assert largest > min(sum(acts.layer_terms(i).values()) for i in range(7))
-    assert acts.recompute_extra == 0 and activations(cfg, 2, 16, "bf16", "flash", "full").recompute_extra == largest
+    assert (
+        acts.recompute_extra == 0
+        and activations(cfg, Workload(batch=2, seq=16, dtype="bf16"), "flash", "full").recompute_extra == largest
+    )
     assert ra.stage_activation_bytes(acts, full, 0, range(7)) == \
         7 * acts.layer_input + largest + sum(acts.head.values()) + acts.loss_gradients
 
@@ -157,12 +161,12 @@ def test_activations_are_closed_form_in_depth():
 
     deep = tiny(n_layer=2**40, d_ff=16, **{**MIXTRAL_LIKE, "first_dense_layers": 3, "moe_every": 2})
     t = time.perf_counter()
-    acts = activations(deep, 1, 8, "bf16")
+    acts = activations(deep, Workload(batch=1, seq=8, dtype="bf16"))
     L = Layout(pp=8, seq=8, global_batch=8)
     ra.activation_bytes(acts, L)
     assert time.perf_counter() - t < 1.0
     mix = {**MIXTRAL_LIKE, "first_dense_layers": 3, "moe_every": 2}
-    few = activations(tiny(n_layer=5, d_ff=16, **mix), 1, 8, "bf16")
+    few = activations(tiny(n_layer=5, d_ff=16, **mix), Workload(batch=1, seq=8, dtype="bf16"))
     moe, dense = few.layer_terms(3), few.layer_terms(0)  # layer 3 is the first MoE layer (i + 1 even, past 3)
     head = sum(acts.head.values())
     routed = (2**40 - 2) // 2  # the odd layers 3, 5, ..., 2**40 - 1
@@ -175,11 +179,11 @@ def test_activations_are_closed_form_in_depth():
 def test_one_gpu_is_the_single_device_total(cfg, batch, seq, kernel, recompute):
     """On one GPU the rank model adds nothing and drops nothing: Activations.total, for random
     architectures, both kernels and every recompute."""
-    acts = activations(cfg, batch, seq, "bf16", kernel, recompute)
+    acts = activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"), kernel, recompute)
     L = Layout(seq=seq, global_batch=batch, micro_batch=batch, attention=kernel, recompute=recompute)
     assert ra.activation_bytes(acts, L) == acts.total
     if recompute == "selective":  # the score terms, and only they, are rebuilt
-        none = activations(cfg, batch, seq, "bf16", kernel, "none")
+        none = activations(cfg, Workload(batch=batch, seq=seq, dtype="bf16"), kernel, "none")
 
         def scores(terms):
             return sum(v for key, v in terms.items() if key in ("attn_scores", "scores_dropout", "cross_attn_scores"))
@@ -224,7 +228,7 @@ def test_mixed_dense_and_moe_layers_keep_what_the_module_saves(mix):
 
     cfg = tiny(n_layer=4, d_ff=16, **MIXTRAL_LIKE, **mix)
     B, T = 2, 16
-    acts = activations(cfg, B, T, "fp32")
+    acts = activations(cfg, Workload(batch=B, seq=T, dtype="fp32"))
     kinds = [b.is_moe for b in cfg.architecture.output.layers()]
     assert len(set(map(id, (acts.layer_terms(i) for i in range(4))))) == 2
     for i, moe in enumerate(kinds):

@@ -35,7 +35,7 @@ def test_llama2_7b_decode_on_h100_by_hand():
     assert step.time_s(c) >= step.bytes_per_token / c.bytes_per_s  # activations add a little, never less
     assert step.bound(c) == "memory" and step.intensity < 1 and c.ridge == pytest.approx(295.2, abs=0.1)
     assert all(row.bound(c) == "memory" for row in step.rows)
-    assert step.flops == count_flops.decode_flops(load("llama2-7b"), 1, 4096)
+    assert step.flops == count_flops.decode_flops(load("llama2-7b"), Workload(batch=1, seq=4096))
 
 
 def test_one_row_by_hand():
@@ -59,9 +59,9 @@ def test_sliding_window_reads_the_window():
     short = roofline.decode_step(windowed, 1, 8192, BF16, "bf16")
     assert full.kv_bytes == 2 * short.kv_bytes == 2 * 8192 * 32 * 1024 * 2  # a step reads W keys, its own too
     # the cache keeps W - 1 of them between steps (README, "Sliding window")
-    assert count_memory.kv_cache_bytes(windowed, 1, 8192, "bf16") == 2 * 4095 * 32 * 1024 * 2
-    kv = count_memory.kv_cache_bytes
-    assert kv(windowed, 1, 1000, "bf16") == kv(mistral, 1, 1000, "bf16")
+    assert count_memory.kv_cache_bytes(windowed, Workload(batch=1, seq=8192, dtype="bf16")) == 2 * 4095 * 32 * 1024 * 2
+    short_context = Workload(seq=1000, dtype="bf16")
+    assert count_memory.kv_cache_bytes(windowed, short_context) == count_memory.kv_cache_bytes(mistral, short_context)
     assert short.flops < full.flops and short.weight_bytes == full.weight_bytes
 
 
@@ -127,8 +127,8 @@ def test_prefill_is_compute_bound_at_4096_and_counts_causal_pairs():
     assert step.bound(c) == "compute"
     head = next(r for r in step.rows if r.component == "lm_head")
     assert head.flops == 2 * 4096 * 32000  # the last position's logits only
-    causal = count_flops.forward_flops_causal(cfg, 1, 4096)
-    assert step.flops == causal - count_flops.lm_head_flops(cfg, 1, 4096) + head.flops
+    causal = count_flops.forward_flops_causal(cfg, Workload(batch=1, seq=4096))
+    assert step.flops == causal - count_flops.lm_head_flops(cfg, Workload(batch=1, seq=4096)) + head.flops
     assert step.time_s(c) >= step.flops / c.flops_per_s
 
 
@@ -139,7 +139,7 @@ def test_serving_estimate_averages_every_decode_step():
     assert est.first_decode_step.context == est.seq + 1
     assert est.decode_s_per_token == pytest.approx(sum(s.time_s(c) for s in steps) / 4, rel=1e-12)
     assert est.decode_tokens_per_s_total == pytest.approx(8 * est.decode_tokens_per_s)
-    assert est.kv_cache_bytes == count_memory.kv_cache_bytes(cfg, 8, 4101, "bf16")
+    assert est.kv_cache_bytes == count_memory.kv_cache_bytes(cfg, Workload(batch=8, seq=4101, dtype="bf16"))
     assert est.fits and est.bound == "memory"
     assert est.total_s == pytest.approx(est.prefill_s + 4 * est.decode_s_per_token)
     one = serving.estimate(cfg, Workload(seq=16, gen=1), BF16, c)
@@ -150,7 +150,9 @@ def test_largest_batch_that_fits():
     cfg = load("llama2-7b")
     memory = devices.by_key("h100-sxm").memory_bytes
     b = serving.max_batch(cfg, Workload(seq=4096, gen=256), BF16, memory)
-    need = [13_476_831_232 + count_memory.kv_cache_bytes(cfg, n, 4352, "bf16") for n in (b, b + 1)]
+    need = [
+        13_476_831_232 + count_memory.kv_cache_bytes(cfg, Workload(batch=n, seq=4352, dtype="bf16")) for n in (b, b + 1)
+    ]
     assert need[0] <= memory < need[1] and b == 29  # 66.5 GB left / 2.28 GB per sequence
     assert serving.max_batch(cfg, Workload(seq=4096, gen=256), BF16, 10**9) == 0
 

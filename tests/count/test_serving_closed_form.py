@@ -22,8 +22,7 @@ def stepwise(cfg, batch, seq, gen, c, src=None):
     steps = [decode_step(cfg, batch, seq + j, BF16, "bf16", src_seq=src) for j in range(1, gen)]
     seconds = sum(s.time_s(c) for s in steps)
     return (seconds / len(steps), sum(s.bytes_per_token for s in steps) / len(steps),
-            "compute" if sum(s.flops for s in steps) / c.flops_per_s >= sum(s.bytes for s in steps) / c.bytes_per_s
-            else "memory")
+            "compute" if sum(s.compute_s(c) for s in steps) >= sum(s.memory_s(c) for s in steps) else "memory")
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

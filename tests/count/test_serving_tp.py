@@ -62,7 +62,7 @@ def test_kv_heads_replicated_when_tp_exceeds_them():
     c = Ceilings(1e12, 1e12, "test")
     est = serving.estimate(cfg, Workload(batch=3, seq=10, gen=5), FP16, c, None,
                            serving_tp.TensorParallel(4, "nvlink", 300e9, 2e-6, 0.8))
-    assert est.kv_cache_bytes * 2 == kv_cache_bytes(cfg, 3, 15, "fp16")
+    assert est.kv_cache_bytes * 2 == kv_cache_bytes(cfg, Workload(batch=3, seq=15, dtype="fp16"))
 
 
 def test_tp_closed_form_equals_the_step_by_step_sum():

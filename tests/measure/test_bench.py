@@ -171,6 +171,7 @@ def test_the_cuda_path_of_the_timing_loop_with_fake_events(monkeypatch):
     syncs = []
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: ("stream", device))
     _FakeEvent.clock[0] = 0.0
     durations = iter([0.5, 0.25, 0.125, 1.0, 2.0])
 

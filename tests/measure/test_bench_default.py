@@ -11,6 +11,7 @@ import pytest
 from tfcalc.count.flops import forward_flops
 from tfcalc.report import resolve
 from tfcalc.report.bench import CPU_FORWARD_FLOP, plan_bench
+from tfcalc.workload import Workload
 
 
 @pytest.mark.parametrize("name, kwargs", [("gpt2", {}), ("mistral-7b", dict(n_layer=1)), ("llama2-7b", {})])
@@ -20,8 +21,8 @@ def test_cpu_default_is_the_longest_power_of_two_within_the_budget(name, kwargs)
     plan = plan_bench(resolve(name), **kwargs)
     (seq,) = plan.seqs
     assert seq < plan.cfg.max_seq_len and seq & (seq - 1) == 0
-    assert forward_flops(plan.run_cfg, 1, seq) <= CPU_FORWARD_FLOP or seq == 16
-    assert forward_flops(plan.run_cfg, 1, 2 * seq) > CPU_FORWARD_FLOP
+    assert forward_flops(plan.run_cfg, Workload(batch=1, seq=seq)) <= CPU_FORWARD_FLOP or seq == 16
+    assert forward_flops(plan.run_cfg, Workload(batch=1, seq=2 * seq)) > CPU_FORWARD_FLOP
     assert "capped on a CPU" in plan.seq_rule and f"({plan.cfg.max_seq_len:,})" in plan.seq_rule
 
 

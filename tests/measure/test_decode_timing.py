@@ -39,6 +39,7 @@ def test_decode_goes_through_the_cuda_clock(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(device))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: ("stream", device))
     monkeypatch.setattr(bench, "clock_for", lambda device: bench.CudaEventClock(device))
     model = build_model(tiny(max_seq_len=32), "cpu")
     timing = decode.time_decode(model, torch.randint(0, 61, (1, 4)), steps=6, warmup=1, repeat=2)

@@ -9,6 +9,7 @@ from conftest import tiny
 
 from tfcalc.errors import InputError
 from tfcalc.model import build_model, generate
+from tfcalc.workload import Workload
 
 KINDS = {
     "gpt2-like": {},
@@ -96,7 +97,11 @@ def test_a_chunked_layer_caches_one_chunk():
     cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
     _, _, cache = _full_and_cached(cfg, batch=3)
     assert cache.slots == [3] * cfg.n_layer
-    assert cache.nbytes == kv_cache_bytes(cfg, 3, 14, "fp32") == 2 * cfg.n_layer * 3 * 3 * cfg.kv_dim * 4
+    assert (
+        cache.nbytes
+        == kv_cache_bytes(cfg, Workload(batch=3, seq=14, dtype="fp32"))
+        == 2 * cfg.n_layer * 3 * 3 * cfg.kv_dim * 4
+    )
 
 
 def test_alternating_windows_give_each_layer_its_own_cache():
@@ -107,7 +112,11 @@ def test_alternating_windows_give_each_layer_its_own_cache():
     cfg = tiny(n_layer=4, max_seq_len=16, pos_encoding="rope", sliding_window=4, full_attention_every=2)
     _, _, cache = _full_and_cached(cfg, batch=2)
     assert cache.slots == [3, 14, 3, 14]
-    assert cache.nbytes == kv_cache_bytes(cfg, 2, 14, "fp32") == 2 * 2 * (3 + 14 + 3 + 14) * cfg.kv_dim * 4
+    assert (
+        cache.nbytes
+        == kv_cache_bytes(cfg, Workload(batch=2, seq=14, dtype="fp32"))
+        == 2 * 2 * (3 + 14 + 3 + 14) * cfg.kv_dim * 4
+    )
 
 
 @pytest.mark.parametrize("changes, why", [

@@ -108,8 +108,10 @@ def test_flops_equal_flop_counter_mode(cfg, batch, data):
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
     src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src") if (
         cfg.arch == "encoder-decoder" or cfg.cross_attention) else None
-    assert measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu").total == count_flops.breakdown(
-        cfg, batch, seq, src_seq=src_seq).forward
+    assert (
+        measure_flops(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq), "cpu").total
+        == count_flops.breakdown(cfg, Workload(batch=batch, seq=seq, src_seq=src_seq)).forward
+    )
 
 
 @settings(max_examples=20, deadline=None,  # undecodable draws (one position, capacities) are skipped: many

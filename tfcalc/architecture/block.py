@@ -18,7 +18,7 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Iterator, Literal, Optional, Union
 
 from tfcalc.architecture.attention import Attention
@@ -48,6 +48,20 @@ class Block:
                              "attention and FFN both read the block input")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the folds key dicts by block (``Stack.kinds_in``, asked thousands
+        of times by a plan's search), and a frozen dataclass's own hash walks every component each time."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            value = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", value)  # frozen: set once, never part of eq or repr
+            return value
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cached hash: string hashes differ from one process to the next."""
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def is_moe(self) -> bool:

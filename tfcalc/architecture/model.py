@@ -173,12 +173,20 @@ class Architecture:
         return [(s, b, n) for s in self.stacks for b, n in s.kinds()]
 
     def kinds_in(self, start: int, stop: int) -> list[tuple[Stack, Block, int]]:
-        """As kinds(), among the layers start..stop-1 of all stacks numbered in model order (encoder first)."""
-        out, offset = [], 0
-        for s in self.stacks:
-            out += [(s, b, n) for b, n in s.kinds_in(start - offset, stop - offset)]
-            offset += s.n_layer
-        return out
+        """As kinds(), among the layers start..stop-1 of all stacks numbered in model order (encoder first).
+        Memoized per description: a plan's search asks for the same pipeline stages thousands of times."""
+        memo = self.__dict__.setdefault("_kinds_in", {})
+        if (start, stop) not in memo:
+            out, offset = [], 0
+            for s in self.stacks:
+                out += [(s, b, n) for b, n in s.kinds_in(start - offset, stop - offset)]
+                offset += s.n_layer
+            memo[start, stop] = out
+        return list(memo[start, stop])
+
+    def __getstate__(self) -> dict:
+        """Pickled without the memo of kinds_in."""
+        return {k: v for k, v in self.__dict__.items() if k != "_kinds_in"}
 
     @property
     def has_moe(self) -> bool:

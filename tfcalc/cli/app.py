@@ -14,7 +14,7 @@ import sys
 import typer
 
 from tfcalc import __version__
-from tfcalc.cli import interrupts, render
+from tfcalc.cli import interrupts, render, values
 from tfcalc.errors import InputError
 
 try:  # Typer vendors Click in recent releases; its errors then derive from TyperException
@@ -32,7 +32,7 @@ def _no_flag_metavar(params: list) -> list:
 
 class Command(typer.core.TyperCommand):
     def get_params(self, ctx):
-        return _no_flag_metavar(super().get_params(ctx))
+        return values.install(_no_flag_metavar(super().get_params(ctx)))
 
     def invoke(self, ctx):
         """Run the command; a broken pipe or Ctrl-C leaves as tfcalc's own exception, before Typer turns the
@@ -47,7 +47,7 @@ class Command(typer.core.TyperCommand):
 
 class Group(typer.core.TyperGroup):
     def get_params(self, ctx):
-        return _no_flag_metavar(super().get_params(ctx))
+        return values.install(_no_flag_metavar(super().get_params(ctx)))
 
 
 # command -> (module under tfcalc.cli, function), in the order help lists them. A command's module (and

@@ -78,7 +78,8 @@ def memory(
         "kept) [default: flash; with --measure, what the real module runs].", show_default=False)] = None,
     recompute: Annotated[Recompute, typer.Option(
         "--recompute", help="selective: rebuild the attention scores (none kept under flash); full: keep only each "
-        "block's input (activation checkpointing).")] = Recompute.none,
+        "block's input (activation checkpointing); op: torchtitan's op-level checkpointing (each block's input, "
+        "QKV, attention and FFN-up outputs kept).")] = Recompute.none,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,

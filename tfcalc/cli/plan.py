@@ -34,7 +34,9 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
+from tfcalc.cli.plan_options import CP, Overlap, Schedule, VirtualStages, overlap_names
 from tfcalc.cli.render import plan as view
+from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.steptime import parse_count
 from tfcalc.report import resolve
@@ -69,21 +71,23 @@ def plan(
         "--device-spec", help="GPU kind from the datasheet table (h100-sxm, a100-80gb, ...) or a YAML file.",
         metavar="KEY|FILE")] = DEFAULT_DEVICE_SPEC,
     tp: TP = None,
-    pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline stages (1F1B).", show_default=False,
+    pp: Annotated[Optional[int], typer.Option("--pp", help="Pipeline stages (see --schedule).", show_default=False,
                                               metavar="P")] = None,
     dp: Annotated[Optional[int], typer.Option("--dp", help="Data-parallel degree [default: the GPUs left].",
                                               show_default=False, metavar="D")] = None,
     zero: Zero = None,
     fsdp: FSDP = False,
     recompute: Annotated[Optional[Recompute], typer.Option(
-        "--recompute", help="Activation recompute: selective (attention scores) or full (block inputs only) "
-        "[default: none; a search tries each].", show_default=False)] = None,
+        "--recompute", help="Activation recompute: selective (attention scores), full (block inputs only) or op "
+        "(torchtitan's op-level checkpointing: matmul and attention outputs kept, every second matmul and the rest "
+        "run again) [default: none; a search tries each].", show_default=False)] = None,
     attention: Annotated[Attention, typer.Option(
         "--attention", help="Attention kernel the activations assume: flash (no T×T scores kept, as every current "
         "training stack runs) or math (the scores kept, Korthikanti et al. 2022's count).")] = Attention.flash,
     sequence_parallel: SequenceParallel = False,
-    micro_batch: Annotated[int, typer.Option("--micro-batch", help="Sequences per forward pass of one rank.",
-                                             metavar="B", parser=count_value)] = 1,
+    micro_batch: Annotated[Optional[int], typer.Option(
+        "--micro-batch", help="Sequences per forward pass of one rank [default: 1; a search tries powers of two up "
+        "to what fits].", metavar="B", parser=count_value, show_default=False)] = None,
     global_batch: Annotated[Optional[int], typer.Option(
         "--global-batch", help=f"Sequences per optimizer step; {COUNTS_RULE} [default: 4M tokens, 2²² / seq].",
         show_default=False, metavar="N", parser=count_value)] = None,
@@ -95,10 +99,21 @@ def plan(
         metavar="F")] = DEFAULT_MFU,
     matmul_efficiency: MatmulEfficiency = None,
     bandwidth_efficiency: BandwidthEfficiency = None,
+    schedule: Schedule = None,
+    virtual_stages: VirtualStages = None,
+    overlap: Overlap = None,
+    cp: CP = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    # issue 20, sharding and precision (tfcalc.cli.sharding_options)
+    ep: EP = None,
+    compute_dtype: ComputeDType = None,
+    no_reshard_after_forward: NoReshard = False,
+    hsdp: HSDP = None,
+    grad_dtype: GradDType = None,
+    offload: Offload = None,
     require_fit: RequireFit = False,
     measure: Measure = False,
     nproc: Nproc = None,
@@ -121,11 +136,15 @@ def plan(
     reduction overlapped with the backward pass, TP and PP not; the pipeline bubble (p−1)/(m+p−1). --mfu F states
     the end-to-end MFU instead (the printed MFU is F); --matmul-efficiency F sets the matmuls' share of the peak.
     Device memory: the driver's total (79.2 GiB on an "80 GB" H100) less the CUDA context and NCCL buffers.
+    Variants: --ep (experts over E ranks of the DP group, the token all-to-all), --compute-dtype fp8, --hsdp,
+    --no-reshard-after-forward, --grad-dtype fp32, --recompute op (torchtitan's op-level checkpointing), --offload
+    (README, "Sharding and precision variants").
 
     Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
-    FSDP2 and tensor-parallel APIs and shows the plan of that run beside what it measured: model-state and
-    collective bytes agree exactly.
+    ZeroRedundancyOptimizer (ZeRO-1), FSDP2 (ZeRO-2 as FSDP2 without resharding after forward, ZeRO-3, HSDP),
+    tensor-parallel APIs and expert parallelism's all-to-all, and shows the plan of that run beside what it
+    measured: model-state and collective bytes agree exactly.
     """
     out = output(format, json_out, exact, verbose, table)
     request = PlanRequest(
@@ -135,7 +154,10 @@ def plan(
         dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, matmul_efficiency=matmul_efficiency,
         bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
-        top=top)
+        top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
+        hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
+        schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
+        overlap=overlap_names(overlap), cp=cp)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

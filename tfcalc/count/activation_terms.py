@@ -42,7 +42,8 @@ per token per layer:
 8. mixture of experts: the FFN input is kept once (the router's input); for each of the k experts a token
    is routed to, the expert's input rows (index_select), its hidden tensors (as 7), its output and the
    weighted output, and the routing weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen
-   logits, 4·k (of all E, 4·E, when the top k are not renormalized). A shared expert keeps its hidden
+   logits, 4·k (of all E, 4·E, when the top k are not renormalized; DeepSeek's routing: the scores of all E,
+   4·E, and renormalized the k chosen and their sum, 4·(k + 1) more). A shared expert keeps its hidden
    tensors as 7 (its input is the router's) and with a gate the sigmoid output e and the shared output
    e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C rows instead;
 9. dropout (tfcalc's model has none; ``dropout=True`` adds the paper's terms): a 1-byte mask on the
@@ -51,12 +52,21 @@ per token per layer:
    e·h, Q e·q, the output e·o and the log-sum-exp 4·a per target token, its fused K/V output e·(k + v) per
    source token. Under "math" (unchecked: cross-attention has no mask, so the module runs the fused kernel
    unless its scores are capped) Q e·q, K and V copies per source token (or the fused K/V output when V
-   needs no copy), the softmax output e·a·S.
+   needs no copy), the softmax output e·a·S;
+11. latent attention (``latent_terms``; tfcalc.architecture.latent, H heads, c_q = q_lora_rank, c = kv_lora_rank,
+   h_r rotary, h_n no-position, h_v value channels per head): beside the block's norm and the compressions'
+   input e·h, the Q compression's norm (norm_bytes of c_q) and W_qb's input e·c_q; the KV latent's norm,
+   whose input is a view of W_kva's output [c | k_r] (so, where the norm keeps its input, all c + h_r of
+   it) and W_kvb's input e·c. Q and K are new tensors (concatenated [nope | rope]), e·H·(h_n + h_r) each.
+   Fused kernel: V is a view of W_kvb's output, kept whole, e·H·(h_n + h_v); the output e·H·h_v and the
+   log-sum-exp 4·H. "math" (what SDPA runs on a CPU when h_v differs from h_n + h_r): Q and K as the
+   matmuls keep them, V e·H·h_v (the whole W_kvb output when it stays a view: batch 1 or one head), the
+   softmax output e·H·s. The compressions are replicated on every tensor-parallel rank (key "latent").
 """
 
 from __future__ import annotations
 
-from tfcalc.architecture import FFN, Attention, Block, MoE, Norm
+from tfcalc.architecture import FFN, Attention, Block, LatentAttention, MoE, Norm
 
 FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
 
@@ -109,6 +119,15 @@ def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]
     return {"qkv": qkv, "attn_scores": tanh + softmax, "softmax_stats": 0}
 
 
+def _router_bytes(moe: MoE) -> int:
+    """Per token, what the router keeps in fp32 (step 8): Mixtral's softmax of the k chosen logits, or of all
+    E when they are not renormalized; DeepSeek's routing (tfcalc.architecture.routing) the sigmoid or softmax
+    scores of all E and, renormalized, the k chosen scores and their sum (the division keeps both)."""
+    if moe.routing.is_default:
+        return FP32 * (moe.top_k if moe.renormalize else moe.n_expert)
+    return FP32 * (moe.n_expert + ((moe.top_k + 1) if moe.renormalize else 0))
+
+
 def ffn_factor(ffn: FFN) -> int:
     """Hidden-width tensors the FFN keeps (step 7): 4 gated, 1 for ReLU (only its output), else 2."""
     if ffn.gated:
@@ -121,7 +140,9 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     att, ffn, norm = block.attention, block.ffn, block.norm
     h, q, k, v, o, a = att.d_model, att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
     out = {"attn_norm": norm_bytes(norm, e), "qkv_input": e * h}
-    if attention == "flash":
+    if isinstance(att, LatentAttention):  # step 11
+        out.update(latent_terms(att, batch, seq, e, attention))
+    elif attention == "flash":
         out["qkv"] = e * (q + k + v)
         out["rope_qk"] = e * (q + k) if _new_qk(att) else 0
         out["attn_scores"] = 0
@@ -146,7 +167,7 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     if isinstance(ffn, MoE):  # step 8
         k_ = ffn.top_k
         out["ffn_hidden"] = k_ * ffn_factor(ffn.expert) * e * ffn.expert.d_ff
-        out["moe_routing"] = k_ * (3 * e * h + e) + FP32 * (k_ if ffn.renormalize else ffn.n_expert)
+        out["moe_routing"] = k_ * (3 * e * h + e) + _router_bytes(ffn)
         if ffn.shared is not None:  # its input is the router's; gated: the sigmoid output and the shared output
             out["shared_expert"] = ffn_factor(ffn.shared) * e * ffn.shared.d_ff + (e * h + e if ffn.shared_gate else 0)
     else:
@@ -155,6 +176,30 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["ffn_post_norm"] = norm_bytes(norm, e)
     out["dropout"] = 2 * h if dropout else 0  # the 1-byte masks of the attention and FFN outputs
     out["scores_dropout"] = (1 + e) * a * seq if dropout and attention == "math" else 0  # mask and output
+    return out
+
+
+def _keeps_input(norm: Norm, e: int) -> bool:
+    """Whether a norm keeps its input tensor itself (LayerNorm; RMSNorm in fp32, where its fp32 copy is the
+    input): then a view's whole storage is kept."""
+    return norm.kind == "layernorm" or e == FP32
+
+
+def latent_terms(att: LatentAttention, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
+    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input."""
+    H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
+    q_latent = 0
+    if att.q_lora_rank is not None:
+        q_latent = norm_bytes(att._norm(att.q_lora_rank), e) + e * att.q_lora_rank
+    kv_norm = att._norm(c)
+    kv_latent = norm_bytes(kv_norm, e) + (e * r if _keeps_input(kv_norm, e) else 0) + e * c
+    qk = 2 * e * H * (hn + r)  # Q and K, concatenated [nope | rope]: new tensors
+    out = {"latent": q_latent + kv_latent, "rope_qk": 0, "attn_output": e * H * hv}
+    if attention == "flash":
+        out.update(qkv=qk + e * H * (hn + hv), attn_scores=0, softmax_stats=FP32 * H)
+    else:
+        v_is_view = batch == 1 or H == 1 or seq == 1  # (B, T, H, d) -> (B, H, T, d) is contiguous then
+        out.update(qkv=qk + e * H * ((hn + hv) if v_is_view else hv), attn_scores=e * H * seq, softmax_stats=0)
     return out
 
 
@@ -190,5 +235,5 @@ def capacity_terms(moe: MoE, terms: dict[str, int], tokens: int, e: int) -> None
     buffer_rows = E * moe.capacity(tokens)
     kept = min(tokens * k, buffer_rows)
     terms["ffn_hidden"] = buffer_rows * ffn_factor(moe.expert) * e * moe.expert.d_ff
-    softmax = FP32 * tokens * (k if moe.renormalize else E)
+    softmax = tokens * _router_bytes(moe)
     terms["moe_routing"] = buffer_rows * 2 * e * h + kept * (e * h + e) + softmax

@@ -62,6 +62,7 @@ from typing import Optional
 
 from tfcalc.architecture import Architecture, Block, Stack
 from tfcalc.config import ConfigError, ModelConfig
+from tfcalc.count import op_recompute
 from tfcalc.count.activation_terms import (
     FP32,
     capacity_terms,
@@ -71,10 +72,11 @@ from tfcalc.count.activation_terms import (
     shared_input_bytes,
 )
 from tfcalc.count.dtypes import activation_element_bytes
+from tfcalc.workload import Workload
 
 ATTENTION_KERNELS = ("flash", "math")
 TRAINING_ATTENTION = "flash"  # what a training request assumes unless told: every current stack runs a fused kernel
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")  # op: tfcalc.count.op_recompute
 SCORE_TERMS = frozenset({"attn_scores", "scores_dropout", "cross_attn_scores"})  # what selective recompute rebuilds
 EXPLICIT_BIAS = ("alibi", "relative")  # positions added to the scores as an explicit mask
 
@@ -82,10 +84,11 @@ EXPLICIT_BIAS = ("alibi", "relative")  # positions added to the scores as an exp
 def block_kernel(stack: Stack, block: Block) -> str:
     """The kernel tfcalc's module runs for this block on CPU: SDPA's fused kernel ("flash"), or "math"
     under an explicit mask (ALiBi's bias, T5's relative bias), with soft-capped scores or with sinks
-    (written out)."""
+    (written out), and with V heads of another width than Q's and K's (a latent attention's h_v beside
+    h_n + h_r: SDPA's fused CPU kernel takes one head width, so PyTorch falls back to its math kernel)."""
     a = block.attention
     explicit = stack.embeddings.positions in EXPLICIT_BIAS or a.softcap is not None or a.sinks
-    return "math" if explicit else "flash"
+    return "math" if explicit or a.v_dim != a.head_dim else "flash"
 
 
 def default_attention(cfg: ModelConfig) -> str:
@@ -141,6 +144,8 @@ class Activations:
     moe: bool = False  # some FFN is a mixture of experts (replicated, not split, across tensor-parallel ranks)
     arch: Optional[Architecture] = None  # the layers the terms below are of; None: every layer is per_layer
     terms: dict = dataclasses.field(default_factory=dict)  # (stack name, id of its block) -> the block's terms
+    # recompute "op" only: id of a block's terms -> the terms it keeps (tfcalc.count.op_recompute)
+    op_terms: dict = dataclasses.field(default_factory=dict)
     _ranges: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)  # kinds_in, memoized
 
     def kinds_in(self, start: int, stop: int) -> list[tuple[Terms, int, int]]:
@@ -181,12 +186,16 @@ class Activations:
         """Bytes kept from the forward pass to the backward pass."""
         full = self.recompute == "full"
         kinds = self.kinds_in(0, self.n_encoder_layer + self.n_layer)
+        if self.recompute == "op":  # the block's input and what the policy saves
+            return sum(n * (kept + sum(self.op_terms[id(terms)].values())) for terms, n, kept in kinds) + sum(
+                self.head.values())
         return sum(n * (kept if full else self.kept(terms)) for terms, n, kept in kinds) + sum(self.head.values())
 
     @property
     def recompute_extra(self) -> int:
-        """With full recompute, the largest block's activations, rebuilt one block at a time in the backward."""
-        if self.recompute != "full":
+        """With full (or op) recompute, the largest block's activations, rebuilt one block at a time in the
+        backward."""
+        if self.recompute not in ("full", "op"):
             return 0
         return max(sum(t.values()) for t, _, _ in self.kinds_in(0, self.n_encoder_layer + self.n_layer))
 
@@ -241,11 +250,13 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
     return out
 
 
-def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None,
-                recompute: str = "none", dropout: bool = False, *, src_seq: Optional[int] = None) -> Activations:
-    """Training activations at (batch, seq) in dtype; attention None means each block's kernel in tfcalc's
-    module (``block_kernel``; for cross-attention, which has no mask, the fused kernel unless capped). An
-    encoder-decoder (or a stack with cross-attention) reads src_seq source tokens (default: seq)."""
+def activations(cfg: ModelConfig, w: Workload, attention: Optional[str] = None, recompute: str = "none",
+                dropout: bool = False) -> Activations:
+    """Training activations of w.batch sequences of w.seq tokens in w.dtype; attention None means each
+    block's kernel in tfcalc's module (``block_kernel``; for cross-attention, which has no mask, the fused
+    kernel unless capped). An encoder-decoder (or a stack with cross-attention) reads w.src_seq source
+    tokens (default: w.seq)."""
+    batch, seq, dtype, src_seq = w.batch, w.seq, w.dtype, w.src_seq
     if recompute not in RECOMPUTE:
         raise ConfigError(f"unknown recompute '{recompute}'; choose one of {', '.join(RECOMPUTE)}")
     if attention is not None and attention not in ATTENTION_KERNELS:
@@ -282,5 +293,17 @@ def activations(cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: O
         if bias:
             head["position_bias"] = e * bias
     loss_gradients = 2 * FP32 * batch * seq * arch.vocab_size if arch.head.lm_head else 0
+    op_terms = _op_terms(arch, terms, batch * seq * e, attention or kernel) if recompute == "op" else {}
     return Activations(_commonest(out_stack, terms), head, out_stack.n_layer, batch * seq * e * h, loss_gradients,
-                       kernel, recompute, **more, moe=arch.has_moe, arch=arch, terms=terms)
+                       kernel, recompute, **more, moe=arch.has_moe, arch=arch, terms=terms, op_terms=op_terms)
+
+
+def _op_terms(arch: Architecture, terms: dict, tokens_e: int, kernel: str) -> dict[int, Terms]:
+    """{id of a block's terms: what op-level recompute keeps of it} (tfcalc.count.op_recompute)."""
+    out = {}
+    for stack, block, _ in arch.kinds():
+        why = op_recompute.unsupported(block) or (None if kernel == "flash" else "the math attention kernel")
+        if why is not None:
+            raise ConfigError(f"--recompute op is not modelled for {why} (it is for dense blocks with flash attention)")
+        out[id(terms[stack.name, id(block)])] = op_recompute.kept_terms(block, terms[stack.name, id(block)], tokens_e)
+    return out

@@ -102,7 +102,7 @@ def fit_inference(cfg: ModelConfig, workload: Workload, budget: int, weights: Op
     kv = kv_dtype or w.dtype
 
     def need(b: int, t: int) -> int:
-        return fixed + kv_cache_bytes(cfg, b, t, kv, src_seq=w.src_seq)
+        return fixed + kv_cache_bytes(cfg, replace(w, batch=b, seq=t, gen=0, kv_dtype=kv))
 
     return Fit(budget, fixed, largest_fitting(lambda t: need(w.batch, t), budget),
                largest_fitting(lambda b: need(b, seq), budget))

@@ -7,8 +7,9 @@ the tensors handed to torch.distributed):
 - sent per rank, ring algorithms on a group of N ranks (Patarasuk & Yuan 2009; the convention of
   Rajbhandari et al. 2020 and Narayanan et al. 2021): all-gather and reduce-scatter (N − 1)/N × payload;
   all-reduce = reduce-scatter + all-gather, 2(N − 1)/N × payload (rounded down to a whole byte when N
-  does not divide it); send/recv the payload. So DDP sends 2Ψ(N − 1)/N gradient elements per rank and
-  step, ZeRO-3 3Ψ(N − 1)/N (two gathers and a reduce-scatter).
+  does not divide it); send/recv the payload; broadcast (ZeroRedundancyOptimizer's, every rank the
+  root of its own bucket), like an all-gather, (N − 1)/N of all the buckets. So DDP sends 2Ψ(N − 1)/N
+  gradient elements per rank and step, ZeRO-3 3Ψ(N − 1)/N (two gathers and a reduce-scatter).
 
 Causes, per step of m micro-batches on a rank of the shown pipeline stage (TP rank 0), X = e·b·s·h the
 bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s sequence, h d_model):
@@ -46,6 +47,18 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
    parallelism) and its input gradient backward; the shown rank sends in each direction it has.
 7. pp_tied_embedding: a tied embedding held by the first and last stages has its gradient all-reduced
    between the two once per step (Megatron).
+8. Issue 20's variants (tfcalc.count.sharding): gradients travel in --grad-dtype; under expert
+   parallelism the routed experts' gradients and gathers are their own causes, expert_grads and
+   expert_params, on the group of dp / ep ranks that hold the same experts (edp), and their FSDP units
+   are apart from the blocks'; HSDP reduce-scatters and gathers within its groups (dp_shard) and
+   all-reduces each unit's shard across the replicas (dp_grads on dp_replicate), per micro-batch;
+   without resharding after forward a block is gathered once per micro-batch; ZeRO-1 as PyTorch's
+   ZeroRedundancyOptimizer all-reduces (DDP) and broadcasts one bucket per rank. The token all-to-alls
+   of expert parallelism: tfcalc.count.experts_parallel.
+9. cp_kv (cp > 1): context parallelism's ring passes of K/V and their gradients, point-to-point
+   (tfcalc.count.context_parallel). Under CP, every message above that carries positions carries the
+   rank's s/C of them, and the dp group of causes 1-2 is the dp × cp ranks that hold the same weights.
+   Under the interleaved schedule cause 6 counts a send at every chunk boundary (tfcalc.count.perf.pipeline).
 """
 
 from __future__ import annotations
@@ -55,13 +68,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.context_parallel import kv_ring
 from tfcalc.count.layout import Layout
 from tfcalc.count.memory import activation_element_bytes
-from tfcalc.count.rank_memory import FP32, weight_element_bytes
+from tfcalc.count.perf.pipeline import sends_per_micro_batch
+from tfcalc.count.rank_memory import FP32, stage_expert_params, weight_element_bytes
 from tfcalc.count.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
+from tfcalc.count.sharding import expert_dp, grad_element_bytes, local_copies, routed_expert, shard_dp, split_states
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
-GROUPS = ("dp", "tp", "pp")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
+# cp (context parallelism's ring); ep, edp (each routed expert's replicas), dp_shard and dp_replicate
+# (HSDP): tfcalc.count.sharding
+GROUPS = ("dp", "tp", "pp", "cp", "ep", "edp", "dp_shard", "dp_replicate")
 
 
 @dataclass(frozen=True)
@@ -101,38 +119,77 @@ def by_key(collectives) -> dict[str, int]:
     return out
 
 
-def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int]:
-    """(blocks on the stage, all their shards, the root's tensors on the stage): elements per rank under
-    FSDP2's padded split."""
-    def shard(t) -> int:
-        return t.copies * fsdp_shard(tp_local_shape(t, layout.tp), layout.dp)
+def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = False) -> tuple[int, int, int]:
+    """(FSDP units of the stage's blocks, all their shards, the root's tensors on the stage): elements per
+    rank under FSDP2's padded split. Under expert parallelism the routed experts are units of their own
+    over dp / ep ranks (``experts``: those units; else the rest, as torchtitan wraps them)."""
+    apart = layout.ep > 1
+    n = expert_dp(layout) if experts else shard_dp(layout)
 
-    kinds = stage_kinds(cfg, layout.pp, stage)
-    blocks = sum(n * sum(shard(t) for t in tensors) for _, tensors, n in kinds)
-    root = sum(shard(t) for t, _ in stage_tensors(cfg, layout.pp, stage) if not t.per_block)
-    return sum(n for _, _, n in kinds), blocks, root
+    def shard(t, copies) -> int:
+        return local_copies(t.name, copies, layout) * fsdp_shard(tp_local_shape(t, layout.tp), n)
+
+    def ours(t) -> bool:
+        return not apart or routed_expert(t.name) == experts
+
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages)
+    blocks = sum(k * sum(shard(t, t.copies) for t in tensors if ours(t)) for _, tensors, k in kinds)
+    units = sum(k for b, _, k in kinds if not experts or b.is_moe)
+    root = 0 if experts else sum(shard(t, 1) for t, _ in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages)
+                   if not t.per_block)
+    return units, blocks, root
+
+
+def _zero3(cfg: ModelConfig, layout: Layout, stage: int, experts: bool) -> list[Collective]:
+    """ZeRO-3 (FSDP2) on one group: gathers before each block's forward and, resharded after forward,
+    again before its backward; the root's once per micro-batch; a reduce-scatter per unit and
+    micro-batch, and under HSDP an all-reduce of each unit's shard across the replicas."""
+    m, ew, eg = layout.micro_batches, weight_element_bytes(layout.dtype), grad_element_bytes(layout)
+    group, N = ("edp", expert_dp(layout)) if experts else (
+        ("dp_shard", layout.hsdp) if layout.hsdp is not None else ("dp", layout.data_ranks))
+    if N == 1:
+        return []
+    blocks, shards, root = _unit_shards(cfg, layout, stage, experts)
+    units = blocks + (root > 0)
+    again = 2 if layout.reshard_after_forward else 1
+    cause = "expert" if experts else "dp"
+    out = [Collective("expert_params" if experts else "zero_params", "all_gather", group, N,
+                      ew * N * m * (again * shards + root), m * (again * blocks + (root > 0))),
+           Collective(f"{cause}_grads", "reduce_scatter", group, N, eg * N * m * (shards + root), m * units)]
+    if layout.hsdp is not None and not experts:
+        out.append(Collective("dp_grads", "all_reduce", "dp_replicate", layout.dp // layout.hsdp,
+                              eg * m * (shards + root), m * units))
+    return out
 
 
 def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
-    """Causes 1 and 2."""
-    N, m, ew = layout.dp, layout.micro_batches, weight_element_bytes(layout.dtype)
+    """Causes 1 and 2 over the dp × cp ranks that hold the same weights (gradients in --grad-dtype; under
+    expert parallelism the routed experts' on their own group of dp / ep ranks, causes expert_grads and
+    expert_params: tfcalc.count.sharding)."""
+    N, m = layout.data_ranks, layout.micro_batches
+    ew, eg = weight_element_bytes(layout.dtype), grad_element_bytes(layout)
     if N == 1:
         return []
-
-    def c(cause, op, payload, calls):
-        return Collective(cause, op, "dp", N, payload, calls)
-
-    if layout.zero == 0:
-        return [c("dp_grads", "all_reduce", ew * psi, None)]
-    flat = ew * N * -(-psi // N)
-    if layout.zero in (1, 2):
+    if layout.zero == 3:
+        return _zero3(cfg, layout, stage, False) + (_zero3(cfg, layout, stage, True) if layout.ep > 1 else [])
+    if layout.zero == 1 and layout.zero_engine == "torch":  # DDP's all-reduce, a broadcast per rank (sharding, 7)
+        return [Collective("dp_grads", "all_reduce", "dp", N, eg * psi, None),
+                Collective("zero_params", "broadcast", "dp", N, ew * psi, N)]
+    experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
+    out = []
+    for (elements, n), (group, cause, gather) in zip(split_states(psi - experts, experts, layout),
+                                                     (("dp", "dp_grads", "zero_params"),
+                                                      ("edp", "expert_grads", "expert_params")), strict=False):
+        if n == 1 or not elements:
+            continue
+        if layout.zero == 0:
+            out.append(Collective(cause, "all_reduce", group, n, eg * elements, None))
+            continue
+        flat = n * -(-elements // n)
         times = 1 if layout.zero == 1 else m
-        return [c("dp_grads", "reduce_scatter", times * flat, times), c("zero_params", "all_gather", flat, 1)]
-    blocks, shards, root = _unit_shards(cfg, layout, stage)
-    units = blocks + (root > 0)
-    gathers = m * (2 * shards + root)
-    return [c("zero_params", "all_gather", ew * N * gathers, m * (2 * blocks + (root > 0))),
-            c("dp_grads", "reduce_scatter", ew * N * m * (shards + root), m * units)]
+        out += [Collective(cause, "reduce_scatter", group, n, times * eg * flat, times),
+                Collective(gather, "all_gather", group, n, ew * flat, 1)]
+    return out
 
 
 def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
@@ -143,16 +200,17 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     # TP-split sub-layers of the stage: every attention and cross-attention, and every FFN but a mixture of
     # experts (its experts are whole on every rank: replicated, so their output needs no reduction) --
     # unless it has a shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
-    kinds = stage_kinds(cfg, layout.pp, stage)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages)
     split = sum(n * (1 + (b.cross_attention is not None) + (not b.is_moe or b.ffn.shared is not None))
                 for b, _, n in kinds)
     # a cross-attention's K/V projection reads the encoder output: its input gradient is one more reduction
     # in the backward pass, of the source states (as many as the target's here: the plan's source is seq)
     cross = sum(n for b, _, n in kinds if b.cross_attention is not None)
     first, last = stage == 0, stage == layout.pp - 1
-    tokens = layout.micro_batch * layout.seq
-    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model
-    tied = cfg.lm_head and cfg.tie_embeddings
+    tokens = layout.micro_batch * layout.seq // layout.cp  # a CP rank's positions (tfcalc.count.context_parallel)
+    head = cfg.architecture.head
+    X = activation_element_bytes(layout.dtype) * tokens * head.d_model
+    tied = head.lm_head and head.tied
     lookups = len(cfg.architecture.stacks)  # each stack looks its tokens up (an encoder-decoder's two)
     calls = dict.fromkeys(OPS[:3], 0)
     sp = layout.sequence_parallel
@@ -167,7 +225,7 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
         calls["reduce_scatter" if sp else "all_reduce"] += lookups
         calls["all_gather"] += sp
     out = [Collective("tp_activations", op, "tp", t, m * n * X, m * n) for op, n in calls.items() if n]
-    if last and cfg.lm_head:
+    if last and head.lm_head:
         out.append(Collective("tp_loss", "all_reduce", "tp", t, m * 3 * FP32 * tokens, 3 * m))
     if layout.sequence_parallel:
         partial, times = sp_partial_grad_params(cfg, layout, stage), m if layout.zero == 3 else 1
@@ -180,7 +238,7 @@ def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list
     """Sizes of the tensors whose gradients are partial under sequence parallelism (cause 5): the block
     norms, and the final norm on the last stage."""
     sizes = []
-    for t, copies in stage_tensors(cfg, layout.pp, stage):
+    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages):
         if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_")):
             sizes += [math.prod(t.shape)] * copies
     return sizes
@@ -191,9 +249,10 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     p, m = layout.pp, layout.micro_batches
     if p == 1:
         return []
-    tokens = layout.micro_batch * layout.seq
-    X = activation_element_bytes(layout.dtype) * tokens * cfg.d_model // (layout.tp if layout.sequence_parallel else 1)
-    directions = (stage < p - 1) + (stage > 0)
+    tokens = layout.micro_batch * layout.seq // layout.cp
+    h = cfg.architecture.d_model
+    X = activation_element_bytes(layout.dtype) * tokens * h // (layout.tp if layout.sequence_parallel else 1)
+    directions = sends_per_micro_batch(layout, stage)  # interleaved: every chunk boundary (perf.pipeline)
     out = [Collective("pp_activations", "send_recv", "pp", 2, m * directions * X, m * directions)]
     tied = tied_stage_copy(cfg, p)
     if tied is not None and stage in (0, p - 1):
@@ -205,4 +264,10 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
 def step_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> list[Collective]:
     """Every collective one rank of the stage takes part in during one step (causes 1-7)."""
     return (dp_collectives(cfg, layout, stage, psi) + tp_collectives(cfg, layout, stage)
-            + pp_collectives(cfg, layout, stage))
+            + pp_collectives(cfg, layout, stage) + cp_collectives(cfg, layout, stage))
+
+
+def cp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
+    """Cause 8."""
+    payload, calls = kv_ring(cfg, layout, stage)
+    return [Collective("cp_kv", "send_recv", "cp", layout.cp, payload, calls)] if calls else []

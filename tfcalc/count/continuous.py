@@ -44,7 +44,7 @@ from tfcalc.count.roofline import Ceilings, decode_step, prefill_step
 from tfcalc.count.serving import BATCH_LIMIT, Sharding, step_overhead
 from tfcalc.count.serving_tp import TensorParallel
 from tfcalc.errors import InputError
-from tfcalc.workload import decoder_source
+from tfcalc.workload import Workload, decoder_source
 
 ITERATIONS = 60  # bisection halvings: N and R to ~1e-18 of their range
 
@@ -118,13 +118,13 @@ class Engine:
         return self.step_s(lo) + (n - lo) * (self.step_s(lo + 1) - self.step_s(lo))
 
     def kv_bytes(self, n: float) -> int:
-        per = self.shard.kv(kv_cache_bytes(self.cfg, 1, self.context, self.kv, src_seq=self.src))
+        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
         return math.ceil(n * per)
 
     def max_concurrency(self) -> Optional[int]:
         if self.memory is None:
             return None
-        per = self.shard.kv(kv_cache_bytes(self.cfg, 1, self.context, self.kv, src_seq=self.src))
+        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
         return max(0, (self.memory - self.shard.weights) // per) if per else BATCH_LIMIT
 
 

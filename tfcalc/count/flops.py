@@ -59,18 +59,14 @@ Other kinds (tfcalc.config):
     norms, parallel blocks, partial rotary, soft-capping, T5's bias (a lookup), OPT's offset; a sliding
     window changes the causal count only (``causal_pairs`` per layer: Gemma 2 alternates two kinds).
 
-Public names (the benchmark imports these):
-
-- ``breakdown(cfg, batch, seq) -> FlopBreakdown``: every matmul as a ``MatmulEntry`` and every non-matmul
-  term as a ``NonMatmulEntry``; ``.per_layer()``, ``.totals()`` ({attention_proj, attention_scores, ffn,
-  lm_head, embeddings}), ``.components()``, ``.forward``, ``.forward_causal``, ``.non_matmul_total``.
-- ``forward_flops(cfg, batch, seq)``, ``forward_flops_causal(cfg, batch, seq)``,
-  ``training_flops(cfg, batch, seq, recompute=False)``.
-- One block's sub-layers: ``attention_proj_flops``, ``attention_score_flops(..., causal=False)``,
-  ``attention_flops(..., causal=False)`` (projections + scores), ``ffn_flops``; and ``lm_head_flops``.
-- ``non_matmul_flops(cfg, batch, seq) -> dict`` (whole forward, by kind).
-- ``decode_flops(cfg, batch, context)``: one generated token per sequence against a KV cache;
-  ``crossover_seq`` and ``standard_formulas`` (re-exported from tfcalc.count.crossover and .formulas).
+Public names (the benchmark imports these), each taking the request as a ``Workload`` (tfcalc.workload:
+batch B, seq T, an encoder-decoder's src_seq S): ``breakdown(cfg, w) -> FlopBreakdown`` (every matmul a
+``MatmulEntry``, every non-matmul term a ``NonMatmulEntry``; ``.per_layer()``, ``.totals()``,
+``.components()``, ``.forward``, ``.forward_causal``, ``.non_matmul_total``); ``forward_flops``,
+``forward_flops_causal``, ``training_flops(cfg, w, recompute=False)``; one block's ``attention_proj_flops``,
+``attention_score_flops``, ``attention_flops`` (projections + scores), ``ffn_flops``, and ``lm_head_flops``;
+``non_matmul_flops``; ``decode_flops(cfg, w)`` (one token per sequence against w.seq cached positions);
+``crossover_seq`` and ``standard_formulas`` (re-exported from tfcalc.count.crossover and .formulas).
 """
 
 from __future__ import annotations
@@ -85,6 +81,7 @@ from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, s
 from tfcalc.count.non_matmul import non_matmul_entries
 from tfcalc.count.terms import NonMatmulEntry, causal_pairs, check_sizes as _check_sizes  # noqa: F401 (re-exported)
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload
 
 GROUPS = ("attention_proj", "attention_scores", "cross_attention_proj", "cross_attention_scores", "ffn", "pooler",
           "lm_head", "embeddings")
@@ -301,96 +298,102 @@ def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | Non
     return seq if src_seq is None else src_seq
 
 
-def breakdown(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> FlopBreakdown:
-    """B sequences of T tokens (an encoder-decoder: T target tokens, src_seq source tokens, default T)."""
-    _check_sizes(batch=batch, seq=seq)
-    src = _source_length(cfg, seq, src_seq)
+def _sizes(w: Workload) -> tuple[int, int]:
+    """(B, T) of the workload, each a positive integer (its seq set: Workload.for_model resolves it)."""
+    _check_sizes(batch=w.batch, seq=w.seq)
+    return w.batch, w.seq
+
+
+def breakdown(cfg: ModelConfig, w: Workload) -> FlopBreakdown:
+    """w.batch sequences of w.seq tokens (an encoder-decoder: T target tokens, w.src_seq source tokens,
+    default T)."""
+    batch, seq = _sizes(w)
+    src = _source_length(cfg, seq, w.src_seq)
     return FlopBreakdown(
         cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
         tuple(non_matmul_entries(cfg, batch, seq, src)), src,
     )
 
 
-def forward_flops(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> int:
+def forward_flops(cfg: ModelConfig, w: Workload) -> int:
     """Matmul FLOPs of one forward pass, scores over the full T×T square."""
-    return breakdown(cfg, batch, seq, src_seq=src_seq).forward
+    return breakdown(cfg, w).forward
 
 
-def forward_flops_causal(cfg: ModelConfig, batch: int, seq: int, *, src_seq: int | None = None) -> int:
+def forward_flops_causal(cfg: ModelConfig, w: Workload) -> int:
     """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only (an encoder's
     and cross-attention's scores are never masked: counted whole)."""
-    return breakdown(cfg, batch, seq, src_seq=src_seq).forward_causal
+    return breakdown(cfg, w).forward_causal
 
 
 TRAINING_MULTIPLIER = 3  # forward + backward (2 × forward)
 RECOMPUTE_MULTIPLIER = 4  # ... + the forward run again by full activation recompute
 
 
-def training_flops(
-    cfg: ModelConfig, batch: int, seq: int, recompute: bool = False, causal: bool = False, src_seq: int | None = None
-) -> int:
+def training_flops(cfg: ModelConfig, w: Workload, recompute: bool = False, causal: bool = False) -> int:
     """One training step on B sequences of T tokens: 3 × forward, or 4 × with full activation recompute."""
-    fwd = (forward_flops_causal if causal else forward_flops)(cfg, batch, seq, src_seq=src_seq)
+    fwd = (forward_flops_causal if causal else forward_flops)(cfg, w)
     return (RECOMPUTE_MULTIPLIER if recompute else TRAINING_MULTIPLIER) * fwd
 
 
-def _group_sum(cfg: ModelConfig, batch: int, seq: int, groups: tuple[str, ...], causal: bool) -> int:
+def _group_sum(cfg: ModelConfig, w: Workload, groups: tuple[str, ...], causal: bool) -> int:
     """One block of the output stack (an encoder-decoder's decoder, source length = seq); causal, where the
     layers differ (Gemma 2), their mean rounded down: it reaches n exactly when their sum reaches n·L."""
-    _check_sizes(batch=batch, seq=seq)
+    batch, seq = _sizes(w)
     chosen = [e for e in matmul_entries(cfg, batch, seq) if e.group in groups and e.stack != "encoder"]
     if not causal:
         return sum(e.per_copy for e in chosen)
-    return sum(e.causal_total for e in chosen) // cfg.n_layer
+    return sum(e.causal_total for e in chosen) // cfg.architecture.output.n_layer
 
 
-def attention_proj_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+def attention_proj_flops(cfg: ModelConfig, w: Workload) -> int:
     """One block's Q, K, V and O projections: 2·B·T·d·(2q + 2k)."""
-    return _group_sum(cfg, batch, seq, ("attention_proj",), False)
+    return _group_sum(cfg, w, ("attention_proj",), False)
 
 
-def attention_score_flops(cfg: ModelConfig, batch: int, seq: int, causal: bool = False) -> int:
+def attention_score_flops(cfg: ModelConfig, w: Workload, causal: bool = False) -> int:
     """One block's Q·Kᵀ and attention·V: 4·B·T²·q (causal: 2·B·q·T·(T+1))."""
-    return _group_sum(cfg, batch, seq, ("attention_scores",), causal)
+    return _group_sum(cfg, w, ("attention_scores",), causal)
 
 
-def attention_flops(cfg: ModelConfig, batch: int, seq: int, causal: bool = False) -> int:
+def attention_flops(cfg: ModelConfig, w: Workload, causal: bool = False) -> int:
     """One block's whole attention sub-layer: projections + scores."""
-    return _group_sum(cfg, batch, seq, SUBLAYER_GROUPS["attention"], causal)
+    return _group_sum(cfg, w, SUBLAYER_GROUPS["attention"], causal)
 
 
-def ffn_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+def ffn_flops(cfg: ModelConfig, w: Workload) -> int:
     """One block's FFN sub-layer: 2·m·B·T·d·f (m = 3 gated, 2 otherwise); a MoE: k experts' worth and the
     router, 2·B·T·(k·m·d·f + d·E)."""
-    return _group_sum(cfg, batch, seq, SUBLAYER_GROUPS["ffn"], False)
+    return _group_sum(cfg, w, SUBLAYER_GROUPS["ffn"], False)
 
 
-def lm_head_flops(cfg: ModelConfig, batch: int, seq: int) -> int:
+def lm_head_flops(cfg: ModelConfig, w: Workload) -> int:
     """The LM head over all T positions: 2·B·T·d·V."""
-    return _group_sum(cfg, batch, seq, ("lm_head",), False)
+    return _group_sum(cfg, w, ("lm_head",), False)
 
 
-def non_matmul_flops(cfg: ModelConfig, batch: int, seq: int) -> dict[str, int]:
+def non_matmul_flops(cfg: ModelConfig, w: Workload) -> dict[str, int]:
     """Approximate non-matmul FLOPs of one forward pass, by kind (conventions in the module docstring)."""
-    return breakdown(cfg, batch, seq).non_matmul_by_kind()
+    return breakdown(cfg, w).non_matmul_by_kind()
 
 
 # ---------- decoding with a KV cache ----------
 
 
-def decode_entries(cfg: ModelConfig, batch: int, context: int, *, src_seq: int | None = None) -> list[MatmulEntry]:
-    """The matmuls that generate one token per sequence at context length ``context`` with a KV cache:
-    projections, FFN and LM head for 1 token; scores of that token against ``context`` cached keys
+def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
+    """The matmuls that generate one token per sequence at context length ``w.seq`` with a KV cache:
+    projections, FFN and LM head for 1 token; scores of that token against the ``w.seq`` cached keys
     (itself included), so no square and no causal discount. An encoder-decoder's step also scores
-    against the src_seq cached cross-attention keys (default: context); the encoder does not run again.
-    An encoder generates nothing: ValueError."""
-    _check_sizes(batch=batch, context=context)
+    against the w.src_seq cached cross-attention keys (default: the context); the encoder does not run
+    again. An encoder generates nothing: InputError."""
+    _check_sizes(batch=w.batch, context=w.seq)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)
-    return matmul_entries(cfg, batch, 1, context, src=_source_length(cfg, context, src_seq), encoder=False)
+    src = _source_length(cfg, w.seq, w.src_seq)
+    return matmul_entries(cfg, w.batch, 1, w.seq, src=src, encoder=False)
 
 
-def decode_flops(cfg: ModelConfig, batch: int, context: int, *, src_seq: int | None = None) -> int:
-    """FLOPs to generate one token per sequence with a KV cache at context length ``context``."""
-    return sum(e.causal_total for e in decode_entries(cfg, batch, context, src_seq=src_seq))
+def decode_flops(cfg: ModelConfig, w: Workload) -> int:
+    """FLOPs to generate one token per sequence with a KV cache at context length ``w.seq``."""
+    return sum(e.causal_total for e in decode_entries(cfg, w))

@@ -50,7 +50,8 @@ def palm_params(cfg: ModelConfig) -> int:
     an LM head every token embedding is a lookup. Active parameters for a mixture of experts."""
     b = params_count.breakdown(cfg)
     lookups = _summed(b, *POSITION_TABLES)
-    if not (cfg.lm_head and cfg.tie_embeddings):
+    head = cfg.architecture.head
+    if not (head.lm_head and head.tied):
         lookups += _summed(b, "token_embedding")
     return params_count.active_total(cfg) - lookups
 
@@ -59,6 +60,9 @@ def standard_formulas(cfg: ModelConfig, batch: int, seq: int) -> list[FormulaEst
     """The textbook training-FLOPs formulas, each as its source writes it, for B sequences of T tokens."""
     _check_sizes(batch=batch, seq=seq)
     B, T, D = batch, seq, batch * seq  # D: tokens in the step
+    # Front-end reads, on purpose: each formula takes the model's published hyperparameters (one d, one
+    # d_ff, one head count for every layer), as its source writes it -- not the per-layer description,
+    # which the exact count folds over. The difference is what these estimates are shown to measure.
     d, q, f, L, V, H = cfg.d_model, cfg.q_dim, cfg.ffn_dim, cfg.n_layer, cfg.vocab_size, cfg.n_head
     n_kaplan, n_palm = kaplan_params(cfg), palm_params(cfg)
 

@@ -1,9 +1,10 @@
 """A parallel training layout -- tensor, pipeline and data parallel degrees, ZeRO stage, recompute,
 sequence parallelism, batch sizes -- its checks, and the layouts a search walks. Pure arithmetic.
 
-Rank order (Megatron-LM's, Narayanan et al. 2021, sec. 3.2): tensor-parallel ranks are adjacent (rank
-mod tp), then data-parallel (stride tp), then pipeline stages (stride tp·dp). So a TP group sits inside
-a node whenever tp ≤ GPUs per node, and a DP group whenever tp·dp ≤ GPUs per node.
+Rank order (Megatron-LM's, Narayanan et al. 2021, sec. 3.2; Megatron-Core's default "tp-cp-ep-dp-pp"):
+tensor-parallel ranks are adjacent (rank mod tp), then context-parallel (stride tp), then data-parallel
+(stride tp·cp), then pipeline stages (stride tp·cp·dp). So a TP group sits inside a node whenever tp ≤
+GPUs per node, a CP group whenever tp·cp ≤ GPUs per node, a DP group whenever tp·cp·dp ≤ GPUs per node.
 
 Batch: ``global_batch`` sequences per optimizer step, ``micro_batch`` per forward pass of one DP rank,
 so every DP rank runs m = global_batch / (dp · micro_batch) micro-batches per step (gradient
@@ -12,11 +13,15 @@ accumulation; the pipeline's micro-batches).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Iterator, Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.layout_pipeline import check_pipeline
+from tfcalc.count.search_space import applicable_overlap
 from tfcalc.count.shard import check_tp, total_blocks
+from tfcalc.count.sharding import check_sharding, expert_counts
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the layout's home before)
@@ -55,20 +60,28 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.sequence_parallel and _has_cross(cfg):
         raise InputError(f"{cfg.name} has cross-attention: sequence parallelism around the encoder output its "
                          "K/V projections read is not modelled (leave out --sp)")
-    if layout.zero and layout.dp == 1:
+    if layout.zero and layout.data_ranks == 1:
         raise InputError(f"ZeRO-{layout.zero} shards over data-parallel ranks, but dp is 1")
     if layout.sequence_parallel and layout.tp == 1:
         raise InputError("sequence parallelism splits the sequence over the tensor-parallel ranks: it needs tp > 1")
     if layout.sequence_parallel and layout.seq % layout.tp:
         raise InputError(f"sequence parallelism needs seq ({layout.seq}) divisible by tp ({layout.tp})")
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
-    if limited and layout.seq > cfg.max_seq_len:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
-                         f"got --seq {layout.seq}")
+    check_positions(cfg, layout.seq)
     per_step = layout.dp * layout.micro_batch
     if layout.global_batch % per_step:
         raise InputError(f"--global-batch {layout.global_batch} is not a multiple of dp × micro-batch "
                          f"({layout.dp} × {layout.micro_batch} = {per_step})")
+    check_sharding(cfg, layout)
+    check_pipeline(cfg, layout)  # schedule, virtual stages, overlap, context parallelism (issue 20)
+
+
+def check_positions(cfg: ModelConfig, seq: int) -> None:
+    """A sequence past the positions the model has (learned, RoPE or sinusoidal): one line (a search
+    says it once, not as "no layout")."""
+    positions = cfg.architecture.output.embeddings.positions
+    if positions in ("learned", "rope", "sinusoidal") and seq > cfg.max_seq_len:
+        raise InputError(f"{cfg.name} has {positions} positions for at most {cfg.max_seq_len} tokens; "
+                         f"got --seq {seq}")
 
 
 def _has_cross(cfg: ModelConfig) -> bool:
@@ -80,21 +93,25 @@ def sequence_parallel_modelled(cfg: ModelConfig) -> bool:
     return not cfg.architecture.has_moe and not _has_cross(cfg)
 
 
-def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None) -> tuple[int, int, int]:
+def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None,
+                    cp: int = 1) -> tuple[int, int, int]:
     """(tp, pp, dp) from what was given: missing tp and pp are 1, a missing dp fills the GPUs; gpus must
-    equal tp·pp·dp."""
+    equal tp·pp·dp (tp·cp·pp·dp with context parallelism)."""
     tp, pp = 1 if tp is None else tp, 1 if pp is None else pp  # not `tp or 1`: --tp 0 is refused, not read as 1
-    _positive(tp=tp, pp=pp)
+    _positive(tp=tp, pp=pp, cp=cp)
+    model = tp * cp * pp
+    names = "tp × cp × pp" if cp > 1 else "tp × pp"
     if dp is None:
         if gpus is None:
             dp = 1
-        elif gpus % (tp * pp):
-            raise InputError(f"--gpus {gpus} is not a multiple of tp × pp = {tp * pp}")
+        elif gpus % model:
+            raise InputError(f"--gpus {gpus} is not a multiple of {names} = {model}")
         else:
-            dp = gpus // (tp * pp)
+            dp = gpus // model
     _positive(dp=dp)
-    if gpus is not None and tp * pp * dp != gpus:
-        raise InputError(f"--gpus {gpus} must equal tp × pp × dp = {tp} × {pp} × {dp} = {tp * pp * dp}")
+    if gpus is not None and model * dp != gpus:
+        shown_cp = f" × {cp}" if cp > 1 else ""
+        raise InputError(f"--gpus {gpus} must equal {names} × dp = {tp}{shown_cp} × {pp} × {dp} = {model * dp}")
     return tp, pp, dp
 
 
@@ -113,35 +130,58 @@ def divisors(n: int) -> list[int]:
 
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
-                      zero: Optional[int] = None, recompute: Optional[str] = None) -> Iterator[Layout]:
+                      zero: Optional[int] = None, recompute: Optional[str] = None,
+                      ep: Optional[int] = None, cps: tuple[int, ...] = (1,)) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
     given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
     modelled (``sequence_parallel_modelled``: a model without experts or cross-attention; it keeps
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
-    replicated activations by tp). Batch sizes and dtype are the base layout's."""
+    replicated activations by tp); each context-parallel degree of ``cps`` (tfcalc.count.search_space),
+    the sequence's s/C split by tp under SP. Batch sizes, dtype and schedule are the base layout's (one
+    stage: 1f1b); its overlap where it applies (search_space.applicable_overlap). A mixture of experts:
+    expert parallelism ``ep`` if given, else ep 1 and the largest ep that divides dp and every mixture's
+    experts with its tp·ep GPUs in one node (``search_ep``; with cp 1 only: tfcalc.count.sharding)."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg)
-    for tp in every:
-        if tp > gpus_per_node:
-            break
-        for pp in every:
-            if pp > cfg.n_layer:
+    for cp in cps:
+        for tp in every:
+            if tp > gpus_per_node:
                 break
-            if (gpus // tp) % pp:
-                continue
-            dp = gpus // (tp * pp)
-            zeros = (ZERO_STAGES if dp > 1 else (0,)) if zero is None else (zero,)
-            for z in zeros:
-                for r in recomputes:
-                    layout = replace(base, tp=tp, pp=pp, dp=dp, zero=z, recompute=r,
-                                     sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
-                    try:
-                        check_layout(cfg, layout)
-                    except InputError:
-                        continue
-                    yield layout
+            for pp in every:
+                if pp > cfg.n_layer:
+                    break
+                if (gpus // tp) % (pp * cp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
+                eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if cp == 1 else (1,)
+                for z in zeros:
+                    for r in recomputes:
+                        for e in eps:
+                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
+                                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0)
+                            if pp == 1:
+                                layout = replace(layout, schedule="1f1b", virtual_stages=1)
+                            layout = replace(layout, overlap=applicable_overlap(layout, base.overlap))
+                            try:
+                                check_layout(cfg, layout)
+                            except InputError:
+                                continue
+                            yield layout
+
+
+def search_ep(cfg: ModelConfig, tp: int, dp: int, gpus_per_node: int) -> tuple[int, ...]:
+    """Expert-parallel degrees a search tries (``candidate_layouts``): 1, and for a mixture of experts the
+    largest ep dividing dp and every mixture's experts whose tp·ep GPUs share a node (NVLink carries the
+    all-to-all), and the largest across nodes (the fewest experts per rank, as DeepSeek-V3's EP 64)."""
+    counts = expert_counts(cfg)
+    if not counts:
+        return (1,)
+    every = divisors(math.gcd(dp, *counts))
+    inside = max((e for e in every if tp * e <= gpus_per_node), default=1)
+    return tuple(sorted({1, inside, every[-1]}))
 
 
 def gpu_counts(gpus_per_node: int, limit: int) -> Iterator[int]:

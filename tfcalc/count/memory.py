@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from tfcalc.architecture import Attention, Block, Stack
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import (  # noqa: F401  (re-exported: memory's public names)
     ATTENTION_KERNELS,
@@ -53,6 +54,7 @@ from tfcalc.count.dtypes import (  # noqa: F401  (re-exported: memory's public n
 )
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_activations import korthikanti_bytes  # noqa: F401  (re-exported: memory's public names)
+from tfcalc.workload import Workload
 
 OPTIMIZERS = ("adam-mixed", "adam", "sgd")
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -63,37 +65,35 @@ def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
     return weight_bytes(param_total(cfg), dtype)
 
 
-def kv_cache_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
-    """2 · b · s · L · n_kv_head · d_head elements (K and V of every decoder layer and position) in dtype;
-    an encoder-decoder adds its cross-attention cache (see cross_kv_cache_bytes); an encoder has none."""
-    check_dtype(dtype)
-    # a fold over the decoder's layers (tfcalc.architecture): each caches all seq positions, or within a
+def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """The cache the workload ends with: 2 · b · s · L · n_kv_head · d_head elements (K and V of every
+    decoder layer and position, s = w.seq + w.gen) in the KV dtype ``w.kv``; an encoder-decoder adds its
+    cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
+    check_dtype(w.kv)
+    # a fold over the decoder's layers (tfcalc.architecture): each caches all positions, or within a
     # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
-    own = batch * cfg.architecture.kv_elements(seq)
-    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+    own = w.batch * cfg.architecture.kv_elements(w.seq + w.gen)
+    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
 
 
-def kv_cache_expanded_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *,
-                            src_seq: Optional[int] = None) -> int:
+def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
     """kv_cache_bytes with a latent attention's cache counted as the K and V heads it expands to (what a
     server without MLA support would cache: tfcalc.architecture.latent, step 4); the same for every other
     attention."""
-    check_dtype(dtype)
-    own = batch * cfg.architecture.expanded_kv_elements(seq)
-    return weight_bytes(own, dtype) + cross_kv_cache_bytes(cfg, batch, seq if src_seq is None else src_seq, dtype)
+    check_dtype(w.kv)
+    own = w.batch * cfg.architecture.expanded_kv_elements(w.seq + w.gen)
+    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
 
 
-def cross_kv_cache_bytes(cfg: ModelConfig, batch: int, src_seq: int, dtype: str) -> int:
-    """An encoder-decoder's cross-attention K and V of the src_seq source positions, in every decoder
-    layer: 2 · b · S · L · n_kv_head · d_head elements, computed once from the encoder output; 0 otherwise."""
-    check_dtype(dtype)
-    return weight_bytes(batch * cfg.architecture.cross_kv_elements(src_seq), dtype)
+def cross_kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """An encoder-decoder's cross-attention K and V of the S = w.src_seq source positions (default: w.seq),
+    in every decoder layer: 2 · b · S · L · n_kv_head · d_head elements in ``w.kv``, computed once from the
+    encoder output; 0 otherwise."""
+    check_dtype(w.kv)
+    return weight_bytes(w.batch * cfg.architecture.cross_kv_elements(w.src_seq or w.seq), w.kv)
 
 
-def forward_working_set(
-    cfg: ModelConfig, batch: int, seq: int, dtype: str, attention: Optional[str] = None, *,
-    src_seq: Optional[int] = None
-) -> int:
+def forward_working_set(cfg: ModelConfig, w: Workload, attention: Optional[str] = None) -> int:
     """Bytes alive at once during a no-grad forward pass, beyond the weights: the largest of
     1. attention: residual x and norm output (2h), fused QKV output (q + 2k), rotated Q, K (q + k, RoPE),
        SDPA output (q), projection output (h); math attention adds Q, K, V copies (3q) and the scores
@@ -112,36 +112,59 @@ def forward_working_set(
     stays alive and cross-attention adds a stage: x, norm output and projection output (3h), Q and the
     SDPA output (2q) per target token, K/V (2k) per source token (math: the scores and softmax, 2·a·S per
     target token). A decoder-only stack with cross-attention keeps its S external states alive likewise."""
-    e, h, q, k, f, a = activation_element_bytes(dtype), cfg.d_model, cfg.q_dim, cfg.kv_dim, cfg.ffn_dim, cfg.n_head
+    batch, seq, arch = w.batch, w.seq, cfg.architecture
+    e, h, src = activation_element_bytes(w.dtype), arch.d_model, w.src_seq or w.seq
     kernel = attention or default_attention(cfg)
-
-    def stack(length: int, causal: bool = True) -> int:
-        """Elements of the largest stage of one stack's blocks, and its attention masks."""
-        new_qk = cfg.pos_encoding == "rope" or cfg.qk_norm
-        attn = 3 * h + (q + 2 * k) + q + ((q + k) if new_qk else 0)
-        if kernel == "math":
-            attn += 3 * q + 2 * a * length
-        ffn = (2 * h + (4 if cfg.gated_ffn else 2) * f + (4 * h if cfg.n_expert else 0)
-               + (h if cfg.shared_expert_d_ff else 0))
-        bias = a * length * length if cfg.pos_encoding in ("alibi", "relative") else 0
-        # each layer's effective window or chunk: (None, None) where it sees every position (none, or one
-        # of length or more); one mask per distinct span (tfcalc.model.Stack.layer_masks)
-        spans = (cfg.attention_spans(length) if causal else set()) or {(None, None)}
-        masks = sum(bias if w == (None, None) else (bias or length * length) for w in spans)
-        return batch * length * max(attn, ffn) + masks
-
-    logits = cfg.vocab_size * (2 if cfg.logit_softcap is not None else 1) if cfg.lm_head else 0
+    out_stack = arch.output
+    cross = max((_cross_stage(b.cross_attention, batch, seq, src, attention) for b, _ in out_stack.kinds()
+                 if b.cross_attention is not None), default=None)
+    logits = arch.vocab_size * (2 if arch.head.softcap is not None else 1) if arch.head.lm_head else 0
     head = batch * seq * (2 * h + logits)
-    src = seq if src_seq is None else src_seq
-    cross = batch * seq * (3 * h + 2 * q + (2 * a * src if attention == "math" else 0)) + batch * src * 2 * k
-    if cfg.arch != "encoder-decoder":
-        if cfg.cross_attention:
-            return e * (batch * src * h + max(stack(seq), cross, head))
-        return e * max(stack(seq), head)
-    return e * max(stack(src, causal=False), batch * src * h + max(stack(seq), cross, head))
+    if arch.kind != "encoder-decoder":
+        if cross is not None:  # a decoder-only stack reading src external states
+            return e * (batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel), cross, head))
+        return e * max(_stack_stage(out_stack, batch, seq, kernel), head)
+    encoder = _stack_stage(arch.stacks[0], batch, src, kernel)
+    return e * max(encoder, batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel), cross or 0, head))
 
 
-def inference_bytes(cfg: ModelConfig, batch: int, seq: int, dtype: str, *, src_seq: Optional[int] = None) -> int:
-    """Weights plus a KV cache of seq positions (and an encoder-decoder's cross-attention cache of
-    src_seq source positions, default seq): what must fit to serve a context of seq tokens."""
-    return weights_bytes(cfg, dtype) + kv_cache_bytes(cfg, batch, seq, dtype, src_seq=src_seq)
+def _block_stage(block: Block, kernel: str, length: int) -> int:
+    """Per token, the elements of one block's larger stage (forward_working_set, 1 and 2)."""
+    a = block.attention
+    h, q, k = a.d_model, a.q_width, a.k_width
+    new_qk = a.rope_theta is not None or a.qk_norm is not None  # RoPE or Q/K norms: new Q and K tensors
+    attn = 3 * h + (q + k + a.v_width) + a.out_width + ((q + k) if new_qk else 0)
+    if kernel == "math":
+        attn += 3 * q + 2 * a.n_head * length
+    ffn = block.ffn.expert if block.is_moe else block.ffn
+    hidden = 2 * h + (4 if ffn.gated else 2) * ffn.d_ff
+    if block.is_moe:
+        hidden += 4 * h + (h if block.ffn.shared is not None else 0)
+    return max(attn, hidden)
+
+
+def _stack_stage(stack: Stack, batch: int, length: int, kernel: str) -> int:
+    """Elements of the largest stage of one stack's blocks (each kind of block its own widths), and its
+    attention masks: one per distinct window or chunk shorter than ``length`` of its causal layers
+    (tfcalc.model.Stack.layer_masks), (None, None) for the layers that see every position."""
+    kinds = stack.kinds()
+    heads = kinds[0][0].attention.n_head  # ALiBi's slopes and T5's bias have the stack's heads
+    bias = heads * length * length if stack.embeddings.positions in ("alibi", "relative") else 0
+    spans = {(a.window if a.window is not None and a.window < length else None,
+              a.chunk if a.chunk is not None and a.chunk < length else None)
+             for a in (b.attention for b, _ in kinds) if a.causal} or {(None, None)}
+    masks = sum(bias if span == (None, None) else (bias or length * length) for span in spans)
+    return batch * length * max(_block_stage(b, kernel, length) for b, _ in kinds) + masks
+
+
+def _cross_stage(a: Attention, batch: int, seq: int, src: int, attention: Optional[str]) -> int:
+    """Cross-attention's stage: x, norm output and projection output (3h), Q and the output per target
+    token, K and V per source token; math: the scores and softmax, 2·a·S per target token."""
+    scores = 2 * a.n_head * src if attention == "math" else 0
+    return batch * seq * (3 * a.d_model + a.q_width + a.out_width + scores) + batch * src * (a.k_width + a.v_width)
+
+
+def inference_bytes(cfg: ModelConfig, w: Workload) -> int:
+    """Weights in w.dtype plus the KV cache of w.seq + w.gen positions (and an encoder-decoder's
+    cross-attention cache of w.src_seq source positions, default w.seq): what must fit to serve them."""
+    return weights_bytes(cfg, w.dtype) + kv_cache_bytes(cfg, w)

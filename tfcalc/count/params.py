@@ -156,20 +156,23 @@ def seeds_approximation(cfg: ModelConfig) -> int:
 
     Extended the same way to the other kinds: a MoE block is (4 + 8*E)*d^2 (E experts of 8*d^2), a
     decoder block with cross-attention 4*d^2 more; one V*d per token embedding or LM head held."""
-    d2 = cfg.d_model**2
+    arch = cfg.architecture
+    d2 = arch.d_model**2
     # folded over the layers (tfcalc.architecture): a mixed model's dense layers count one FFN
     blocks = sum(n * (4 * d2 + 8 * d2 * (b.ffn.n_expert if b.is_moe else 1) + (4 * d2 if b.cross_attention else 0))
-                 for s in cfg.architecture.stacks for b, n in s.kinds())
-    return blocks + _vocab_matrices(cfg) * cfg.vocab_size * cfg.d_model
+                 for s in arch.stacks for b, n in s.kinds())
+    return blocks + _vocab_matrices(cfg) * arch.vocab_size * arch.d_model
 
 
 def seeds_formula(cfg: ModelConfig) -> str:
-    coef = "(4 + 8·E)" if cfg.n_expert else "12"
-    if cfg.arch == "encoder-decoder":
-        cross = "(8 + 8·E)" if cfg.n_expert else "16"
+    arch = cfg.architecture
+    moe = arch.has_moe
+    coef = "(4 + 8·E)" if moe else "12"
+    if arch.kind == "encoder-decoder":
+        cross = "(8 + 8·E)" if moe else "16"
         blocks = f"{coef}·L_enc·d² + {cross}·L_dec·d²"
-    elif cfg.cross_attention:
-        blocks = f"{'(8 + 8·E)' if cfg.n_expert else '16'}·L·d²"
+    elif any(b.cross_attention is not None for _, b, _ in arch.kinds()):
+        blocks = f"{'(8 + 8·E)' if moe else '16'}·L·d²"
     else:
         blocks = f"{coef}·L·d²"
     n = _vocab_matrices(cfg)
@@ -211,7 +214,9 @@ class WidthNote:
 
 def width_note(cfg: ModelConfig) -> WidthNote | None:
     """When n_head*d_head != d_model (GPT-3 XL and 13B as printed in Brown et al. 2020, Table 2.1),
-    what the count would be under either reading that makes the table consistent."""
+    what the count would be under either reading that makes the table consistent. Front-end reads, on
+    purpose: the note is about the flat fields as a YAML (or the paper's table) gives them, and re-reads
+    them two other ways (each count itself still a fold over the description, ``total``)."""
     if cfg.q_dim == cfg.d_model or cfg.kv_lora_rank is not None:  # latent attention: wide heads by design
         return None
     as_given = total(cfg)

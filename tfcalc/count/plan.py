@@ -16,7 +16,8 @@ that bound are not tried. And before any, a floor: data parallelism shrinks the 
 to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
 or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
 one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
-at once.
+at once (a mixture's experts counted as split over every expert, as expert parallelism can; no floor
+when activations are offloaded).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
+from tfcalc.count.experts_parallel import ep_collectives
 from tfcalc.count.layout import (
     Layout,
     candidate_layouts,
@@ -35,17 +37,23 @@ from tfcalc.count.layout import (
     gpu_counts,
     sequence_parallel_modelled,
 )
+from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.params import total as param_total
 from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
+    model_states,
     optimizer_element_bytes,
+    priced_stages,
     rank_memory,
+    rank_offload,
     stage_activations,
     stage_params,
     weight_element_bytes,
 )
+from tfcalc.count.search_space import FIXED, SearchSpace, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
+from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
 from tfcalc.errors import InputError
 
@@ -75,19 +83,41 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
-    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params))
-    return Plan(layout, mem, collectives, step_time(cfg, layout, collectives, hw, utilization), hw.memory_bytes)
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
+    step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
+    if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
+        off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
+        pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
+                                     step.compute_s)
+        step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
+    return Plan(layout, mem, collectives, step, hw.memory_bytes)
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
-           zero: Optional[int] = None, recompute: Optional[str] = None) -> list[Plan]:
-    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero`` and recompute
-    ``recompute`` when given)."""
+           zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None,
+           space: SearchSpace = FIXED) -> list[Plan]:
+    """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
+    ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule and CP as
+    ``space`` leaves them open: tfcalc.count.search_space)."""
     plans = []
-    for layout in candidate_layouts(cfg, gpus, base, hw.gpus_per_node, zero, recompute):
-        mem = rank_memory(cfg, layout)
-        if mem.total <= hw.memory_bytes:
-            plans.append(_plan(cfg, layout, mem, hw, utilization))
+    start = replace(base, micro_batch=space.micro_batch or 1)
+    for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
+                                    tuple(cp_degrees(base.seq, gpus, space))):
+        for b in micro_batches(layout, space):
+            fitted = False
+            for option in schedules(cfg, replace(layout, micro_batch=b), space):
+                try:
+                    check_layout(cfg, option)
+                except InputError:
+                    continue
+                mem = rank_memory(cfg, option)
+                if mem.total <= hw.memory_bytes:
+                    plans.append(_plan(cfg, option, mem, hw, utilization))
+                    fitted = True
+                elif option.schedule == "1f1b":
+                    break  # the least memory of any schedule: the others do not fit either
+            if not fitted:
+                break  # a larger micro-batch needs more (tfcalc.count.search_space)
     return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
 
 
@@ -97,10 +127,12 @@ def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
 
-def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
+def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
     docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
     flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    if base.offload_activations:  # activations may leave the GPU: no floor to stop at
+        return 0
     best = None
     ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
@@ -109,22 +141,19 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(1, total_blocks(cfg) + 1):
             layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
-                             sequence_parallel=sp and tp > 1 and base.seq % tp == 0)
+                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
+                             schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
             try:
                 check_layout(cfg, layout)
             except InputError:
                 continue
-            gathered = gathered_bytes(cfg, replace(layout, zero=3))
-            priced: dict[tuple, int] = {}  # stages alike (ends, micro-batches in flight, layer kinds) priced once
-            start = 0
-            for s, n in enumerate(stage_blocks(total_blocks(cfg), pp)):
-                alike = (s == 0, s == pp - 1, min(pp - s, layout.micro_batches),
-                         tuple((id(st), b, k) for st, b, k in cfg.architecture.kinds_in(start, start + n)))
-                if alike not in priced:
-                    priced[alike] = (stage_activations(cfg, layout, s, n)
-                                     + min(ew * stage_params(cfg, layout, s), gathered))
-                start += n
-            most = max(priced.values())
+            # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
+            split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
+            gathered = gathered_bytes(cfg, replace(split, zero=3))
+            counts = stage_blocks(total_blocks(cfg), pp)
+            # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
+            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
+                       for s in priced_stages(cfg, pp, 1))
             best = most if best is None else min(best, most)
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
@@ -132,9 +161,11 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int) -> int:
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
-                zero: Optional[int] = None, recompute: Optional[str] = None) -> tuple[int, list[Plan]]:
-    """(the fewest GPUs with a layout that fits, those layouts fastest first)."""
-    floor = rank_floor(cfg, base, hw.gpus_per_node)
+                zero: Optional[int] = None, recompute: Optional[str] = None,
+                ep: Optional[int] = None, space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
+    """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
+    context-parallel degree the search may take (it divides the activations)."""
+    floor = rank_floor(cfg, base, hw.gpus_per_node, max(cp_degrees(base.seq, 2**40, space)))
     if floor > hw.memory_bytes:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
@@ -144,7 +175,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

@@ -31,7 +31,9 @@ parallelism, which checkpoints the sequence shard), and rebuilds one block at a 
 activations on the rank are added to the peak.
 
 Pipeline (1F1B, Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters",
-sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms; the
+sec. 2.2): stage i keeps min(p − i, m) micro-batches in flight, each with its own layers' terms (the
+interleaved schedule keeps more, chunk by chunk: tfcalc.count.perf.pipeline, step 2; zero-bubble's
+ZB-H1 as many as 1F1B; context parallelism: the terms of the rank's s/C positions); the
 first stage holds the embedding's terms, the last the head's (its one micro-batch in flight) and, as
 the backward pass begins, the loss gradients. Blocks are numbered over the whole model, an
 encoder-decoder's encoder blocks first (``pipeline_blocks``); a stage's blocks are summed kind by kind
@@ -41,12 +43,13 @@ layers, per-layer widths) are summed each with its own terms.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.activations import SCORE_TERMS, Activations, activations
-from tfcalc.count.shard import stage_blocks
-from tfcalc.workload import Layout
+from tfcalc.count.perf.pipeline import chunk_micro_batches
+from tfcalc.count.shard import stage_blocks, stage_ranges  # noqa: F401  (stage_blocks: re-exported)
+from tfcalc.workload import Layout, Workload
 
 SPLIT = frozenset({
     "qkv", "rope_qk", "qk_norm", "attn_scores", "softmax_stats", "attn_output", "scores_dropout",
@@ -81,19 +84,29 @@ def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored
     """One layer's terms on one rank, one micro-batch: what is kept (stored) or, with stored=False, the
     whole layer as full recompute rebuilds it. ``layer_input``: the block input's bytes (default: a
     decoder-stack block's)."""
-    if stored and layout.recompute == "full":
+    if stored and layout.recompute in ("full", "op"):
         kept = acts.layer_input if layer_input is None else layer_input
-        return _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        kept = _ceil(kept, layout.tp if layout.sequence_parallel else 1)
+        if layout.recompute == "op":  # and what the policy saves (tfcalc.count.op_recompute), shared as they are
+            kept += sum(share(key, v, acts, layout, False) for key, v in acts.op_terms[id(terms)].items())
+        return kept
     drop = SCORE_TERMS if stored and layout.recompute == "selective" else frozenset()
     moe = "moe_routing" in terms  # a dense layer's FFN hidden tensors are split even when other layers' experts are not
     return sum(share(key, v, acts, layout, moe) for key, v in terms.items() if key not in drop)
 
 
-def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> int:
-    def here(key: str) -> bool:
-        return key in EVERY_STAGE or (first if key in FIRST_STAGE else last)
+def _head_parts(acts: Activations, layout: Layout, first: bool, last: bool) -> tuple[int, int, int]:
+    """(the first stage's terms, the last stage's, every stage's) of the model's once-per-model terms."""
+    out = [0, 0, 0]
+    for key, v in acts.head.items():
+        where = 2 if key in EVERY_STAGE else 0 if key in FIRST_STAGE else 1
+        if where == 2 or (first if where == 0 else last):
+            out[where] += share(key, v, acts, layout)
+    return out[0], out[1], out[2]
 
-    return sum(share(key, v, acts, layout) for key, v in acts.head.items() if here(key))
+
+def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> int:
+    return sum(_head_parts(acts, layout, first, last))
 
 
 def _stage_layers(acts: Activations, blocks: range) -> list[tuple[dict[str, int], int, int]]:
@@ -102,21 +115,26 @@ def _stage_layers(acts: Activations, blocks: range) -> list[tuple[dict[str, int]
     return acts.kinds_in(blocks.start, blocks.stop)
 
 
-def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks: range) -> int:
+def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks: Union[range, list[range]]) -> int:
     """The activation peak of one rank of pipeline stage ``stage`` holding ``blocks`` (numbered over the
-    whole model, encoder first): stored terms of its micro-batches in flight, one rebuilt block under
-    full recompute, the loss gradients on the last stage."""
-    p = layout.pp
-    first, last = stage == 0, stage == p - 1
-    in_flight = min(p - stage, layout.micro_batches)
-    kinds = _stage_layers(acts, blocks)
-    one = sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in kinds)
-    one += _head_bytes(acts, layout, first, last)
+    whole model, encoder first; under the interleaved schedule a range per chunk): stored terms of its
+    micro-batches in flight (per chunk: tfcalc.count.perf.pipeline.chunk_micro_batches; the first stage's
+    terms with its first chunk, the last stage's with its last), one rebuilt block under full recompute,
+    the loss gradients on the last stage."""
+    first, last = stage == 0, stage == layout.pp - 1
+    chunks = [blocks] if isinstance(blocks, range) else blocks
+    counts = chunk_micro_batches(layout, stage)
+    kinds = [_stage_layers(acts, r) for r in chunks]
+    stored = sum(c * sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in k)
+                 for c, k in zip(counts, kinds, strict=True))
+    head_first, head_last, every = _head_parts(acts, layout, first, last)
+    stored += counts[0] * head_first + counts[-1] * head_last + sum(counts) * every
     rebuilt = 0
-    if layout.recompute == "full" and kinds:
-        rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in kinds)
+    flat = [k for chunk in kinds for k in chunk]
+    if layout.recompute in ("full", "op") and flat:
+        rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in flat)
     loss = _ceil(acts.loss_gradients, layout.tp) if last else 0
-    return in_flight * one + rebuilt + loss
+    return stored + rebuilt + loss
 
 
 def pipeline_blocks(acts: Activations) -> int:
@@ -127,21 +145,26 @@ def pipeline_blocks(acts: Activations) -> int:
 def activation_bytes(acts: Activations, layout: Layout) -> int:
     """The largest stage's peak (the rank tfcalc.count.rank_memory shows, when states are equal): on
     one GPU, ``acts.total``."""
-    out, start = 0, 0
-    for stage, n in enumerate(stage_blocks(pipeline_blocks(acts), layout.pp)):
-        out = max(out, stage_activation_bytes(acts, layout, stage, range(start, start + n)))
-        start += n
-    return out
+    return max(stage_activation_bytes(acts, layout, stage,
+                                      stage_ranges(pipeline_blocks(acts), layout.pp, stage, layout.virtual_stages))
+               for stage in range(layout.pp))
 
 
-def training_activations(cfg: ModelConfig, layout: Layout, *, src_seq: Optional[int] = None) -> Activations:
-    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout)."""
-    return activations(cfg, layout.micro_batch, layout.seq, layout.dtype, layout.attention, layout.recompute,
-                       layout.dropout, src_seq=src_seq)
+def micro_batch(layout: Layout, src_seq: Optional[int] = None) -> Workload:
+    """One micro-batch of the layout as a workload: a CP rank's s/C positions (tfcalc.count.context_parallel);
+    an encoder-decoder's src_seq source tokens, default its seq."""
+    return Workload(batch=layout.micro_batch, seq=layout.seq // layout.cp, src_seq=src_seq, dtype=layout.dtype)
+
+
+def training_activations(cfg: ModelConfig, layout: Layout, w: Optional[Workload] = None) -> Activations:
+    """The single-device terms of one micro-batch of the layout (its kernel, recompute, dtype, dropout); ``w``,
+    when given, the request the layout runs (its source length)."""
+    return activations(cfg, micro_batch(layout, w.src_seq if w is not None else None), layout.attention,
+                       layout.recompute, layout.dropout)
 
 
 def korthikanti_bytes(cfg: ModelConfig, batch: int, seq: int) -> int:
     """The paper's figure (Korthikanti et al. 2022, eq. 1), all layers: L · s·b·h·(34 + 5·a·s/h) bytes,
     16-bit, with dropout, scores materialized, h = d_model and a = n_head. Exact integer form."""
-    h = cfg.d_model
+    h = cfg.d_model  # the paper's h and a, as published (front-end reads: its formula has one of each)
     return cfg.n_layer * seq * batch * (34 * h + 5 * cfg.n_head * seq)

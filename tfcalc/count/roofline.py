@@ -42,6 +42,7 @@ the plain roofline above.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -161,9 +162,19 @@ class Step:
     def time_s(self, c: Ceilings) -> float:
         return sum(r.time_s(c) for r in self.rows)
 
+    def compute_s(self, c: Ceilings) -> float:
+        """Its FLOPs' time, each row at its matmul's achievable share of the peak (Row.compute_s)."""
+        return sum(r.compute_s(c) for r in self.rows)
+
+    def memory_s(self, c: Ceilings) -> float:
+        """Its bytes' time at the (achievable) bandwidth."""
+        return sum(r.memory_s(c) for r in self.rows)
+
     def bound(self, c: Ceilings) -> str:
-        """The step as a whole: compute-bound when its FLOPs take longer than its bytes."""
-        return "compute" if self.flops / c.flops_per_s >= self.bytes / c.bytes_per_s else "memory"
+        """The step as a whole: compute-bound when its FLOPs take longer than its bytes, both at the
+        ceilings the rows' times use (a matmul's achievable share of the peak, not the nominal peak: a
+        step the prediction times as compute-bound is labelled so)."""
+        return "compute" if self.compute_s(c) >= self.memory_s(c) else "memory"
 
 
 def experts_touched(n_expert: int, active: int, tokens: int) -> float:
@@ -175,7 +186,8 @@ def experts_touched(n_expert: int, active: int, tokens: int) -> float:
 def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     """The matmul a parameter tensor belongs to ('attn_q_weight' -> 'attn_q'), or None (embeddings, norms)."""
     name = entry_component
-    if name == "lm_head" or (name == "token_embedding" and cfg.lm_head and cfg.tie_embeddings):
+    head = cfg.architecture.head
+    if name == "lm_head" or (name == "token_embedding" and head.lm_head and head.tied):
         return "lm_head"
     if name in ("embedding_project_in", "lm_head_project_out"):  # OPT-350m: tensor and matmul share the name
         return name
@@ -185,8 +197,11 @@ def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool) -> dict[str, int]:
-    """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors."""
+    """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors. The
+    same for every batch and context: cached (serving's batch searches price dozens of steps); callers
+    only read it."""
     out: dict[str, int] = {}
     mxfp4 = stored_mxfp4(cfg, fmt)  # experts as the checkpoint stores them (tfcalc.count.quant)
     for entry in param_entries(cfg):
@@ -235,7 +250,7 @@ def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dt
 
 
 def _check(cfg: ModelConfig, **sizes: int) -> None:
-    if cfg.arch == "encoder" or not cfg.lm_head:
+    if cfg.architecture.kind == "encoder" or not cfg.architecture.head.lm_head:
         raise InputError(f"{cfg.name} generates no tokens (an encoder, or no LM head): there is nothing to decode")
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -16,9 +16,12 @@ A request is ``seq`` prompt tokens then ``gen`` generated tokens per sequence, `
   device's memory. Activations, the CUDA context and allocator slack are not counted: the largest
   batch is an upper bound.
 - Compute-bound batch: the smallest batch whose decode step at context ``seq`` takes longer for its FLOPs
-  than for its bytes. The KV cache grows with the batch as the FLOPs do, so for multi-head attention at a
-  long context it may never come (None); the weight matmuls alone -- the figure usually quoted, about
-  the ridge point for 16-bit weights -- turn compute-bound at ``weight_matmuls_compute_bound_batch``.
+  than for its bytes, both at the ceilings the predicted time uses (with the performance model: each
+  matmul at its shape's achievable share of the peak, the achievable bandwidth; the nominal peak would
+  call a step memory-bound that the prediction times as compute-bound). The KV cache grows with the
+  batch as the FLOPs do, so for multi-head attention at a long context it may never come (None); the
+  weight matmuls alone -- the figure usually quoted, about the ridge point for 16-bit weights -- turn
+  compute-bound at ``weight_matmuls_compute_bound_batch``.
 """
 
 from __future__ import annotations
@@ -120,13 +123,18 @@ def _series(v0: int, dv: int, i0: int, i1: int) -> int:
     return v0 * count + dv * (i0 + i1) * count // 2
 
 
+def _run_peak(r0, r1, c: Ceilings) -> float:
+    """The FLOP/s one row's matmul reaches over a run: the peak times its efficiency at the run's first step."""
+    return c.flops_per_s * c.efficiency(r0 if r0.flops else r1)
+
+
 def _run_time(r0, r1, n: int, c: Ceilings) -> float:
     """Σ over the n steps of a run of one row's max(FLOPs / peak, bytes / bandwidth); the peak times the
     row's matmul efficiency, its first step's over the run (a decode step's GEMM shapes stay; its score
     products run at the fused kernel's constant efficiency)."""
     f0, b0 = r0.flops, r0.bytes
     df, db = r1.flops - f0, r1.bytes - b0
-    peak = c.flops_per_s * c.efficiency(r0 if r0.flops else r1)
+    peak = _run_peak(r0, r1, c)
 
     def compute_bound(i: int) -> bool:  # Row.bound's comparison at step i of the run
         return (f0 + df * i) / peak >= (b0 + db * i) / c.bytes_per_s
@@ -157,18 +165,22 @@ class DecodeTotals:
     flops: int
     bytes: int
     weight_kv_bytes: int
+    compute_s: float = 0.0  # the FLOPs alone, each row at its matmul's achievable share of the peak
+    memory_s: float = 0.0  # the bytes alone, at the (achievable) bandwidth
 
 
 def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings) -> DecodeTotals:
     """The decode steps at contexts lo..hi summed in closed form (see the module docstring)."""
-    seconds, flops, nbytes, read = 0.0, 0, 0, 0
+    seconds, flops, nbytes, read, compute_s = 0.0, 0, 0, 0, 0.0
     for first, second, n in _affine_runs(step, lo, hi):
         seconds += sum(_run_time(r0, r1, n, c) for r0, r1 in zip(first.rows, second.rows, strict=True))
+        compute_s += sum(_series(r0.flops, r1.flops - r0.flops, 0, n - 1) / _run_peak(r0, r1, c)
+                         for r0, r1 in zip(first.rows, second.rows, strict=True))
         flops += _series(first.flops, second.flops - first.flops, 0, n - 1)
         nbytes += _series(first.bytes, second.bytes - first.bytes, 0, n - 1)
         w0, w1 = first.weight_bytes + first.kv_bytes, second.weight_bytes + second.kv_bytes
         read += _series(w0, w1 - w0, 0, n - 1)
-    return DecodeTotals(seconds, flops, nbytes, read)
+    return DecodeTotals(seconds, flops, nbytes, read, compute_s, nbytes / c.bytes_per_s)
 
 
 def step_overhead(cfg: ModelConfig, step: Step, fmt: WeightFormat, c: Ceilings,
@@ -222,7 +234,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     shard = Sharding(cfg, fmt, tp)
     prefill = shard.step(prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq))
     weights = shard.weights
-    kv = shard.kv(kv_cache_bytes(cfg, batch, seq + gen, kv_dtype, src_seq=src_seq))
+    kv = shard.kv(kv_cache_bytes(cfg, replace(w, src_seq=src_seq)))
     first = decode_s = bytes_per_token = bound = decode_over = None
     if gen > 1:
         def step(context: int) -> Step:
@@ -233,7 +245,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
         decode_over = step_overhead(cfg, first, fmt, ceilings, tp, src_seq)
         decode_s = totals.seconds / n + (decode_over.total_s if decode_over else 0.0)
         bytes_per_token = totals.weight_kv_bytes / batch / n
-        bound = "compute" if totals.flops / ceilings.flops_per_s >= totals.bytes / ceilings.bytes_per_s else "memory"
+        bound = "compute" if totals.compute_s >= totals.memory_s else "memory"  # at the ceilings the time uses
     prefill_over = step_overhead(cfg, prefill, fmt, ceilings, tp, src_seq)
     if prefill_over is not None:  # the request's fixed work, once, before its first token
         prefill_over = replace(prefill_over, request_s=ceilings.perf.request_s)
@@ -249,7 +261,7 @@ def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: in
     0 if the weights do not."""
     shard, src_seq = Sharding(cfg, fmt, tp), decoder_source(cfg, w.seq, w.src_seq)
     def need(b: int) -> int:
-        return shard.weights + shard.kv(kv_cache_bytes(cfg, b, w.seq + w.gen, w.kv, src_seq=src_seq))
+        return shard.weights + shard.kv(kv_cache_bytes(cfg, replace(w, batch=b, src_seq=src_seq)))
 
     return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 
@@ -284,7 +296,6 @@ def weight_matmuls_compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: Weigh
     def reached(b: int) -> bool:
         rows = [r for r in shard.step(decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq)).rows
                 if r.component not in SCORE_COMPONENTS]
-        flops, nbytes = sum(r.flops for r in rows), sum(r.bytes for r in rows)
-        return flops / ceilings.flops_per_s >= nbytes / ceilings.bytes_per_s
+        return sum(r.compute_s(ceilings) for r in rows) >= sum(r.memory_s(ceilings) for r in rows)
 
     return _first_batch(reached)

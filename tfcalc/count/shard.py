@@ -99,7 +99,7 @@ def tp_split_widths(cfg: ModelConfig) -> list[tuple[str, int]]:
                 out += [("n_head", a.n_head), ("n_kv_head", a.n_kv_head)]
         if not block.is_moe:
             out.append(("d_ff", block.ffn.d_ff))
-    return out + [("d_model", cfg.d_model)]
+    return out + [("d_model", cfg.architecture.d_model)]
 
 
 def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
@@ -177,24 +177,37 @@ def stage_blocks(n_layer: int, pp: int) -> list[int]:
     return [base + (s < extra) for s in range(pp)]
 
 
-def stage_kinds(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Block, tuple[Tensor, ...], int]]:
-    """(block, its stored tensors, blocks of that kind) on pipeline stage ``stage``: its contiguous run of
-    the model's blocks (encoder first), counted in closed form."""
-    counts = stage_blocks(total_blocks(cfg), pp)
-    start = sum(counts[:stage])
-    return [(b, unit(s, b), n) for s, b, n in cfg.architecture.kinds_in(start, start + counts[stage])]
+def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1) -> list[range]:
+    """The blocks pipeline rank ``stage`` holds. One chunk (V = 1): its contiguous run (stage_blocks).
+    Interleaved, V chunks of c = n_layer / (pp·V) blocks (n_layer divisible: tfcalc.count.layout): chunk v
+    of the rank is model chunk v·pp + stage, so rank 0 holds blocks [0, c), [pp·c, pp·c + c), ... -- the
+    assignment of Megatron-LM's virtual pipeline (Narayanan et al. 2021, sec. 2.2.2, Fig. 4) and of
+    torch.distributed.pipelining's ScheduleInterleaved1F1B (stage index rank + v·pp)."""
+    if virtual == 1:
+        counts = stage_blocks(n_layer, pp)
+        start = sum(counts[:stage])
+        return [range(start, start + counts[stage])]
+    c = n_layer // (pp * virtual)
+    return [range((v * pp + stage) * c, (v * pp + stage + 1) * c) for v in range(virtual)]
 
 
-def stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> list[tuple[Tensor, int]]:
+def stage_kinds(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> list[tuple[Block, tuple[Tensor, ...], int]]:
+    """(block, its stored tensors, blocks of that kind) on pipeline stage ``stage``: its blocks
+    (``stage_ranges``; encoder first), counted in closed form (a kind may come once per chunk)."""
+    return [(b, unit(s, b), n) for r in stage_ranges(total_blocks(cfg), pp, stage, virtual)
+            for s, b, n in cfg.architecture.kinds_in(r.start, r.stop)]
+
+
+def stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> list[tuple[Tensor, int]]:
     """(tensor, copies) held by pipeline stage ``stage``: its blocks' tensors and its end's tensors."""
-    return list(_stage_tensors(cfg, pp, stage))
+    return list(_stage_tensors(cfg, pp, stage, virtual))
 
 
 @functools.lru_cache(maxsize=16384)  # a plan's search asks for the same stages of many layouts
-def _stage_tensors(cfg: ModelConfig, pp: int, stage: int) -> tuple[tuple[Tensor, int], ...]:
+def _stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> tuple[tuple[Tensor, int], ...]:
     first, last = stage == 0, stage == pp - 1
     held: dict[tuple, int] = {}  # keyed by (name, shape): cheaper to hash than the dataclass
-    for _, tensors, n in stage_kinds(cfg, pp, stage):
+    for _, tensors, n in stage_kinds(cfg, pp, stage, virtual):
         for t in tensors:
             held[t.name, t.shape] = held.get((t.name, t.shape), 0) + t.copies * n
     out = []

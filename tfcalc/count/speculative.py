@@ -28,7 +28,7 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from tfcalc.config import ModelConfig
@@ -110,5 +110,5 @@ def estimate(target: ModelConfig, draft: ModelConfig, w: Workload, fmt: WeightFo
     return Speculative(k, float(accept_rate), expected_tokens(accept_rate, k), context,
                        _seconds(target, plain, fmt, c, tp), _seconds(draft, d, fmt, c, None),
                        _seconds(target, verify, fmt, c, tp), weights_bytes(draft, fmt),
-                       kv_cache_bytes(draft, w.batch, w.seq + w.gen + k, w.kv,
-                                      src_seq=decoder_source(draft, w.seq, w.src_seq)))
+                       kv_cache_bytes(draft, replace(w, gen=w.gen + k,
+                                                     src_seq=decoder_source(draft, w.seq, w.src_seq))))

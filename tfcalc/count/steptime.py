@@ -12,15 +12,19 @@
    ``--matmul-efficiency X`` runs every matmul at the flat fraction X of the peak instead of the shape
    model; everything else stays.
 3. Pipeline bubble, 1F1B or GPipe with p stages and m micro-batches: (p − 1)/(m + p − 1) of the step
-   is idle (Huang et al. 2019; Narayanan et al. 2021, sec. 2.2), so compute stretches by (m + p − 1)/m.
+   is idle (Huang et al. 2019; Narayanan et al. 2021, sec. 2.2), so compute stretches by (m + p − 1)/m;
+   the interleaved and zero-bubble schedules' bubbles: tfcalc.count.perf.pipeline.
 4. Communication time: each collective's α-β time (tfcalc.count.perf.collectives): its calls' ring
    steps times the link's latency, plus the bytes one rank sends (tfcalc.count.comm) over the link's
    bandwidth times NCCL's bus efficiency on it: NVLink (or PCIe: intra_link) when the whole group sits
    in one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU.
 5. What overlaps with what:
    - tensor-parallel collectives sit on every micro-batch's critical path (Megatron's default: not
-     overlapped), so they stretch each micro-batch, bubble included: tp × (m + p − 1)/m;
-   - pipeline sends and receives on the critical path: added;
+     overlapped), so they stretch each micro-batch, bubble included: tp × (m + p − 1)/m; with
+     --overlap tp the blocks' collectives hide behind the matmuls (tfcalc.count.perf.pipeline);
+   - pipeline sends and receives on the critical path: added (with --overlap pp, only the fill's and
+     the drain's);
+   - context parallelism's K/V ring hides behind attention; what outlasts it stretches as TP does;
    - data-parallel gradient reduction overlaps with the backward pass that produces the gradients
      (DDP's buckets, FSDP's reduce-scatter): with ZeRO-0/1 only the last micro-batch's backward (the
      earlier ones accumulate under no_sync), with ZeRO-2/3 every micro-batch's; ZeRO-3's gathers overlap
@@ -43,16 +47,19 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops
 from tfcalc.count.layout import Layout
-from tfcalc.count.perf import collectives as alpha_beta
+from tfcalc.count.op_recompute import RECOMPUTED
+from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
 from tfcalc.count.shard import stage_blocks, total_blocks
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload
 
 CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
 # Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
@@ -84,6 +91,8 @@ class Hardware:
     bandwidth_bytes_per_s: float = 3.35e12  # memory, datasheet (the achievable share: perf.bandwidth_efficiency)
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
+    fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.fp8)
+    pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (tfcalc.count.offload)
 
 
 @dataclass(frozen=True)
@@ -108,24 +117,40 @@ class StepTime:
 
 def executed_flops(cfg: ModelConfig, layout: Layout) -> tuple[int, int]:
     """(model, executed) FLOPs of one step of global_batch sequences (step 1)."""
-    model = count_flops.training_flops(cfg, layout.global_batch, layout.seq)
-    if layout.recompute == "full":
-        return model, count_flops.training_flops(cfg, layout.global_batch, layout.seq, recompute=True)
-    if layout.recompute == "selective":
-        totals = count_flops.breakdown(cfg, layout.global_batch, layout.seq).totals()  # every layer's, each stack's
+    return _executed_flops(cfg, layout.global_batch, layout.seq, layout.recompute)
+
+
+@lru_cache(maxsize=1024)  # a search prices many layouts of the same batch, sequence and recompute
+def _executed_flops(cfg: ModelConfig, global_batch: int, seq: int, recompute: str) -> tuple[int, int]:
+    step = Workload(batch=global_batch, seq=seq)
+    model = count_flops.training_flops(cfg, step)
+    if recompute == "full":
+        return model, count_flops.training_flops(cfg, step, recompute=True)
+    if recompute == "op":  # the O and down projections run forward again (tfcalc.count.op_recompute)
+        again = sum(e.total for e in count_flops.matmul_entries(cfg, global_batch, seq) if e.component in RECOMPUTED)
+        return model, model + again
+    if recompute == "selective":
+        totals = count_flops.breakdown(cfg, step).totals()  # every layer's, each stack's
         scores = totals["attention_scores"] + totals["cross_attention_scores"]
         return model, model + scores
     return model, model
 
 
 def bubble_fraction(pp: int, micro_batches: int) -> float:
-    """(p − 1)/(m + p − 1) (step 3)."""
+    """(p − 1)/(m + p − 1) (step 3, 1F1B; every schedule: tfcalc.count.perf.pipeline.bubble_fraction)."""
     return (pp - 1) / (micro_batches + pp - 1)
 
 
 def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
-    """Whether every rank of the group shares a node (Megatron's order: tp, then dp, then pp)."""
-    span = {"tp": layout.tp, "dp": layout.tp * layout.dp, "pp": layout.gpus}[group]
+    """Whether every rank of the group shares a node (Megatron's order: tp, then cp, then dp, then pp; the
+    dp group of the gradients spans the cp ranks too)."""
+    span = {"tp": layout.tp, "cp": layout.tp * layout.cp, "dp": layout.tp * layout.cp * layout.dp,
+            "pp": layout.gpus,
+            # tfcalc.count.sharding: the EP group is ep adjacent DP ranks, an HSDP shard group hsdp of them;
+            # the experts' replicas (edp) and HSDP's replicas stride across the whole DP group (cp is 1 with
+            # either: check_sharding)
+            "ep": layout.tp * layout.ep, "dp_shard": layout.tp * (layout.hsdp or layout.dp),
+            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}[group]
     return span <= gpus_per_node
 
 
@@ -145,52 +170,91 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
     return float(utilization)
 
 
+# groups whose time counts with another's: the data-parallel variants overlap with the backward as dp does
+TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
+
+
+def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
+    """Step 4 for one collective."""
+    inside = group_in_node(c.group, layout, hw.gpus_per_node)
+    kind = hw.intra_link if inside else "network"
+    rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
+    calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
+    return alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate, hw.perf.link_latency_s[kind],
+                              hw.perf.link_efficiency[kind])
+
+
 def comm_seconds(collectives, layout: Layout, hw: Hardware) -> dict[str, float]:
     """Step 4: α-β seconds per group."""
-    out = dict.fromkeys(("dp", "tp", "pp"), 0.0)
+    out = dict.fromkeys(("dp", "tp", "pp", "cp"), 0.0)
     for c in collectives:
-        inside = group_in_node(c.group, layout, hw.gpus_per_node)
-        kind = hw.intra_link if inside else "network"
-        rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
-        calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
-        out[c.group] += alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate,
-                                           hw.perf.link_latency_s[kind], hw.perf.link_efficiency[kind])
+        bucket = TIME_GROUP.get(c.group, c.group)
+        out[bucket] = out.get(bucket, 0.0) + collective_seconds(c, layout, hw)
     return out
 
 
-def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> tuple[float, float, float]:
-    """(seconds of one micro-batch on the slowest stage, of its matmuls, of its backward share)."""
-    alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch)  # what the time depends on
+@dataclass(frozen=True)
+class StageSeconds:
+    """One micro-batch on the slowest stage: in all, and the parts the schedule and overlap read."""
+
+    total: float
+    matmuls: float
+    backward: float  # what follows the forward (the window DP's reduction hides in)
+    forward: float  # zero-bubble's F
+    weight_grad: float  # zero-bubble's W (weight-gradient GEMMs)
+    attention: float  # attention's kernels, which context parallelism's ring hides behind
+
+
+def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> StageSeconds:
+    """Step 2 for one micro-batch on the slowest stage (every stage holds its blocks' count, whatever
+    the schedule: tfcalc.count.shard.stage_ranges)."""
+    alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
+                    overlap=())  # what the time depends on
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf)
+    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf, fp8)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
-    blocks = counts[-1] if stage == t.stage_s(counts[-1], True) else max(counts[:-1])
-    matmuls = blocks * t.block_matmul_s + t.head_matmul_s * (blocks == counts[-1])
-    return stage, matmuls, stage - blocks * t.block_forward_s * (1 + (layout.recompute == "full"))
+    last = stage == t.stage_s(counts[-1], True)
+    blocks = counts[-1] if last else max(counts[:-1])
+    matmuls = blocks * t.block_matmul_s + t.head_matmul_s * last
+    forward = blocks * t.block_forward_s
+    weight_grad = blocks * t.block_weight_grad_s + t.head_weight_grad_s * last
+    return StageSeconds(stage, matmuls, stage - forward * (1 + (layout.recompute == "full")), forward, weight_grad,
+                        blocks * t.block_attention_s)
 
 
-def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: Optional[float] = None) -> StepTime:
-    """Steps 1-6."""
+def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: Optional[float] = None,
+              stage_index: int = 0) -> StepTime:
+    """Steps 1-6; ``stage_index`` the pipeline stage whose rank the collectives are of."""
     mfu = check_utilization(mfu)
     model, executed = executed_flops(cfg, layout)
-    m, p = layout.micro_batches, layout.pp
-    stage, matmuls, backward = _stage_s(cfg, layout, hw)
-    compute = m * stage
-    bubble = bubble_fraction(p, m)
+    m = layout.micro_batches
+    s = _stage_s(cfg, layout, hw)
+    compute = m * s.total
+    bubble = pipeline.bubble_fraction(layout, s.forward, s.total - s.forward - s.weight_grad, s.weight_grad)
     comm = comm_seconds(collectives, layout, hw)
     pipelined = compute / (1 - bubble)
-    tp = comm["tp"] * (m + p - 1) / m
-    window = backward * (1 if layout.zero in (0, 1) else m) + (compute - backward * m) * (layout.zero == 3)
+    stretch = pipelined / compute if compute else 1.0  # what sits inside each micro-batch stretches with it
+    tp_by_cause: dict[str, float] = {}
+    for c in collectives:
+        if c.group == "tp":
+            tp_by_cause[c.cause] = tp_by_cause.get(c.cause, 0.0) + collective_seconds(c, layout, hw)
+    tp = pipeline.exposed_tp(tp_by_cause, m * s.matmuls, layout) * stretch
+    cp = max(0.0, comm["cp"] - m * s.attention) * stretch  # the ring hides behind attention (context_parallel)
+    pp = pipeline.exposed_pp(comm["pp"], layout, stage_index)
+    window = s.backward * (1 if layout.zero in (0, 1) else m) + (compute - s.backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
-    exposed = {"tp": tp, "pp": comm["pp"], "dp": max(0.0, comm["dp"] - window) + last_bucket}
+    exposed = {"tp": tp, "pp": pp, "dp": max(0.0, comm["dp"] - window) + last_bucket, "cp": cp}
+    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
+        exposed["ep"] = comm["ep"] * stretch
     physics = pipelined + sum(exposed.values())
-    no_overlap = pipelined + tp + comm["pp"] + comm["dp"]
+    no_overlap = pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
-                    model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * matmuls, basis)
+                    model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
 SOFTMAX_PER_SCORE = 5
@@ -14,11 +13,6 @@ ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4}
 ROPE_PER_ELEMENT = 3
 SOFTCAP_PER_ELEMENT = 3  # c·tanh(x / c): divide, tanh, multiply
 SIGMOID_PER_ELEMENT = 4  # negate, exp, +1, divide
-
-
-def ffn_matrices(cfg: ModelConfig) -> int:
-    """How many d×f matrices the FFN multiplies by: 3 for a gated FFN (gate, up, down), else 2."""
-    return 3 if cfg.gated_ffn else 2
 
 
 def causal_pairs(queries: int, keys: int, window: int | None = None, chunk: int | None = None) -> int:

@@ -67,5 +67,5 @@ def training_bytes(cfg: ModelConfig, workload: Workload, optimizer: str = "adam-
     the optimizer step's temporaries, whichever is larger. attention None: the module's own kernel."""
     w = workload.for_model(cfg)
     state = training_state(cfg, w.dtype, optimizer)
-    acts = activations(cfg, w.batch, w.seq, w.dtype, attention, recompute, src_seq=w.src_seq)
+    acts = activations(cfg, w, attention, recompute)
     return state.total + max(acts.total, state.step_temporaries)

@@ -61,7 +61,9 @@ class Timing:
 
 
 class HostClock:
-    """perf_counter after a device synchronize."""
+    """perf_counter after a device synchronize: what a span of host work (a whole training step, its
+    collectives included) is timed with. On CUDA the synchronize waits for the device's queued kernels,
+    so the clock reads when the work is done, not when it was launched."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -69,6 +71,8 @@ class HostClock:
     def sync(self) -> None:
         if self.device.type == "mps":
             torch.mps.synchronize()
+        elif self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def mark(self) -> float:
         self.sync()
@@ -80,7 +84,10 @@ class HostClock:
 
 
 class CudaEventClock:
-    """CUDA events recorded on the current stream; read after one synchronize at the end."""
+    """CUDA events recorded on the timed device's current stream; read after one synchronize at the end.
+    The stream is the device's own (torch.cuda.current_stream(device)), not the current device's: with
+    --device cuda:1 in a process whose current device is 0, events on device 0's idle stream would time
+    nothing (and elapsed_time between events of two devices is an error)."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -90,7 +97,7 @@ class CudaEventClock:
 
     def mark(self):
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event
 
     @staticmethod
@@ -100,6 +107,15 @@ class CudaEventClock:
 
 def clock_for(device: torch.device):
     return CudaEventClock(device) if device.type == "cuda" else HostClock(device)
+
+
+def host_seconds(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of one call of fn, the device synchronized before and after (HostClock): for work that
+    is more than kernels on one stream (a training step with its collectives and optimizer)."""
+    clock = HostClock(device)
+    start = clock.mark()
+    fn()
+    return clock.seconds(start, clock.mark())
 
 
 def time_calls(fn: Callable[[], object], device: torch.device, warmup: int, repeat: int,

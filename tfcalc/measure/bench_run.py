@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count import flops as count_flops, memory as count_memory
 from tfcalc.measure.autorange import Budget
+from tfcalc.workload import Workload
 
 BENCH_DTYPES = ("fp32", "bf16", "fp16")
 
@@ -54,7 +55,7 @@ def estimate_bytes(plan: BenchPlan) -> int:
     seq = max(plan.seqs)
     element = count_memory.activation_element_bytes(plan.dtype)
     return (count_memory.weights_bytes(plan.run_cfg, plan.dtype)
-            + count_memory.forward_working_set(plan.run_cfg, plan.batch, seq, plan.dtype)
+            + count_memory.forward_working_set(plan.run_cfg, Workload(batch=plan.batch, seq=seq, dtype=plan.dtype))
             + 3 * plan.matmul_size**2 * element)
 
 
@@ -79,7 +80,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
 
     from tfcalc import devices
     from tfcalc.measure import autorange, bench
-    from tfcalc.measure.device import resolve_device, torch_dtype
+    from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
     from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import peak_meter
     from tfcalc.measure.stand_in import probe
@@ -128,7 +129,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     with torch.inference_mode():
         autorange.run_interleaved(items, time_one, time_block, getattr(progress, "remaining", lambda s: None),
                                   getattr(progress, "phase", lambda text: None))
-    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    tf32 = device.type == "cuda" and tf32_matmuls()
     peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
     rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -150,13 +151,14 @@ def _row(plan: BenchPlan, seq: int, forward, parts: dict):
 
     timing = _timing(forward)
     components = bench.ComponentTimes(**{name: _timing(item) for name, item in parts.items()})
+    w = Workload(batch=plan.batch, seq=seq)
     return bench.BenchRow(
-        seq=seq, forward=timing, forward_flops=count_flops.forward_flops(plan.cfg, plan.batch, seq),
+        seq=seq, forward=timing, forward_flops=count_flops.forward_flops(plan.cfg, w),
         forward_seconds=bench.extrapolate(timing.median, components.block.median, plan.run_cfg.n_layer,
                                           plan.cfg.n_layer),
         components=components,
-        attention_flops=count_flops.attention_flops(plan.cfg, plan.batch, seq),
-        ffn_flops=count_flops.ffn_flops(plan.cfg, plan.batch, seq),
+        attention_flops=count_flops.attention_flops(plan.cfg, w),
+        ffn_flops=count_flops.ffn_flops(plan.cfg, w),
         peak_memory_bytes=forward.peak, warmup_calls=len(forward.warmup),
         round_medians=tuple(statistics.median(block) for block in forward.rounds),
         round_spread=autorange.round_spread(forward),

@@ -41,6 +41,7 @@ _OPS = {
     "reduce_scatter_tensor_coalesced_": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
     "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "broadcast_": "broadcast", "broadcast": "broadcast",
+    "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",  # expert parallelism's token exchange
 }
 
 
@@ -62,6 +63,8 @@ def _payload(op: str, tensors: list[torch.Tensor], group_size: int) -> int:
     Reduce-scatter: the input, the larger tensor (a functional one takes only its input)."""
     if op == "all_reduce":
         return sum(_nbytes(t) for t in tensors)
+    if op == "all_to_all":  # c10d's (output, input, ...): the input handed over; a functional one takes only it
+        return _nbytes(tensors[-1])
     if op == "all_gather" and len(tensors) == 1:
         return _nbytes(tensors[0]) * group_size
     return max(_nbytes(t) for t in tensors)
@@ -130,6 +133,11 @@ class CollectiveLog:
         op = _OPS.get(name, name)
         tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         group, size = self.groups.get(_group_name(args, kwargs), ("?", 0))
+        if op == "all_to_all":  # expert parallelism's (tfcalc.measure.experts_parallel): counts or tokens
+            group = "ep"
+            phase = "counts" if not tensors[-1].is_floating_point() else "tokens"
+            self.calls.append(Call(op, group, phase, _payload(op, tensors, size)))
+            return
         self.calls.append(Call(op, group, self.phase, _payload(op, tensors, size)))
 
     @contextlib.contextmanager
@@ -150,14 +158,19 @@ class CollectiveLog:
             total = sums.setdefault(key, [0, 0])
             total[0] += call.payload_bytes
             total[1] += 1
-        return [Collective(c, op, group, group_sizes.get(group, 0), payload, calls)
+        size = {**group_sizes, "ep": group_sizes.get("dp", 0)}  # the run's EP group is its dp group
+        return [Collective(c, op, group, size.get(group, 0), payload, calls)
                 for (c, op, group), (payload, calls) in sums.items()]
 
 
 def cause(call: Call, sequence_parallel: bool) -> str:
     """The plan's name for why a call happened (see the module docstring)."""
-    if call.group == "dp":
-        return "zero_params" if call.op == "all_gather" else "dp_grads"
+    if call.group in ("dp", "dp_shard"):  # HSDP's shard group gathers and reduce-scatters as FSDP's dp group
+        return "zero_params" if call.op in ("all_gather", "broadcast") else "dp_grads"
+    if call.group == "dp_replicate":  # and all-reduces each shard across the replicas
+        return "dp_grads"
+    if call.group == "ep":
+        return f"ep_{call.phase}"
     if call.group == "tp":
         if call.phase == "loss":
             return "tp_loss"

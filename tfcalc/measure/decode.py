@@ -26,10 +26,11 @@ from tfcalc.config import ModelConfig
 from tfcalc.count import memory as count_memory
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
-from tfcalc.measure.device import resolve_device, torch_dtype
+from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
 from tfcalc.measure.fit import require_fits
 from tfcalc.model import Transformer, build_model, next_token
 from tfcalc.model.cache import check_decodable
+from tfcalc.workload import Workload
 
 RUNNABLE = ("fp32", "bf16", "fp16")
 
@@ -98,6 +99,7 @@ class DecodeRun:
     estimate_bytes: int  # what the fit check expected the run to need at its largest point
     load_average: Optional[float] = None  # the host's 1-minute load average, the higher of before and after
     cpus: Optional[int] = None  # the host's CPU count, to read the load average against
+    tf32: bool = False  # fp32 matmuls ran as TF32 (CUDA, tfcalc.measure.device.tf32_matmuls): their peak is tf32's
 
     @property
     def bandwidth_ceiling_bytes_per_s(self) -> float:
@@ -114,8 +116,8 @@ def estimate_bytes(plan: DecodePlan) -> int:
     two copy buffers and three matmul buffers of the ceilings."""
     cfg, dtype, extra = plan.cfg, plan.dtype, max(plan.steps, plan.warmup)
     element = count_memory.activation_element_bytes(dtype)
-    point = max(count_memory.kv_cache_bytes(cfg, b, s + extra, dtype)
-                + count_memory.forward_working_set(cfg, b, s, dtype) for b, s in plan.points)
+    point = max(count_memory.kv_cache_bytes(cfg, Workload(batch=b, seq=s, gen=extra, dtype=dtype))
+                + count_memory.forward_working_set(cfg, Workload(batch=b, seq=s, dtype=dtype)) for b, s in plan.points)
     ceilings = max(2 * plan.copy_bytes, 3 * plan.matmul_size**2 * element)
     return count_memory.weights_bytes(cfg, dtype) + point + ceilings
 
@@ -152,7 +154,8 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     loads = [x for x in (load, _load_average()) if x is not None]
     return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bandwidth, weights,
-                     estimate_bytes(plan), max(loads) if loads else None, os.cpu_count())
+                     estimate_bytes(plan), max(loads) if loads else None, os.cpu_count(),
+                     where.kind == "cuda" and tf32_matmuls())
 
 
 def _load_average() -> Optional[float]:

@@ -76,6 +76,24 @@ def resolve_device(name: str) -> Device:
     return Device("mps", "mps", "Apple MPS")
 
 
+def tf32_matmuls() -> bool:
+    """Whether fp32 matmuls on CUDA run as TF32 (their peak is then the tf32 rate). PyTorch has two APIs
+    for it: ``torch.backends.cuda.matmul.fp32_precision`` ('tf32', 'ieee', or 'none': defer to the
+    legacy flag) and the legacy ``allow_tf32`` (also set by torch.set_float32_matmul_precision); reading
+    the legacy flag after the new API was used raises a RuntimeError in torch 2.9+, so the new one is
+    read first (PyTorch docs, "CUDA semantics", TensorFloat-32)."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", "none")
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:  # the two APIs mixed: torch itself cannot say; the new flag said neither
+        return False
+
+
 def _meminfo_available(path: str = "/proc/meminfo") -> Optional[int]:
     try:
         with open(path, encoding="ascii") as f:

@@ -12,7 +12,8 @@ A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp
 the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
 up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m
 micro-batches (DDP accumulates under no_sync, FSDP2 reduce-scatters each micro-batch), reduces the
-partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False)
+partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False;
+under ZeRO-1 inside PyTorch's ZeroRedundancyOptimizer, which broadcasts each rank's updated tensors)
 and sets the gradients to None.
 Measured on every rank:
 - weights, gradients, optimizer states: bytes of the distinct storages behind the rank's local tensors
@@ -50,13 +51,26 @@ from tfcalc.measure.rank_status import StatusWriter
 WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
 
 
+def local_gpu(local_rank: int, visible: int) -> int:
+    """The GPU index of a local rank: LOCAL_RANK itself (torchrun's one rank per GPU of the node), or 0
+    where the process sees one GPU only (a scheduler that binds each task its own GPU through
+    CUDA_VISIBLE_DEVICES); a one-line error where the node has fewer GPUs than ranks."""
+    if visible == 1:
+        return 0
+    if not 0 <= local_rank < visible:
+        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU: this process sees {visible} CUDA device(s); "
+                           f"start at most {visible} ranks per node")
+    return local_rank
+
+
 def init_process_group(device: str | None = None) -> torch.device:
-    """torch.distributed from torchrun's environment; NCCL on the GPU LOCAL_RANK when CUDA is available
-    (and device is not 'cpu'), else gloo on the CPU."""
+    """torch.distributed from torchrun's environment; NCCL on the GPU of LOCAL_RANK (local_gpu) when CUDA
+    is available (and device is not 'cpu'), else gloo on the CPU."""
     import torch.distributed as dist
 
     if device != "cpu" and torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        index = local_gpu(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
+        device = torch.device("cuda", index)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)
     else:
@@ -97,7 +111,19 @@ def storage_bytes(tensors) -> int:
 
 
 def optimizer_tensors(opt):
+    opt = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its rank's Adam as .optim
     return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def optimizer(model, layout: Layout):
+    """Adam (foreach=False); under ZeRO-1, PyTorch's ZeroRedundancyOptimizer around it, one bucket per rank
+    (tfcalc.count.sharding, step 7)."""
+    if layout.zero == 1 and layout.dp > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                       parameters_as_bucket_view=True, foreach=False)
+    return torch.optim.Adam(model.parameters(), foreach=False)
 
 
 class SavedBytes:
@@ -169,11 +195,11 @@ class Trainer:
         from tfcalc.model import build_model
 
         self.cfg = from_mapping(job["config"])
-        self.layout = Layout(**job["layout"])
+        self.layout = job_layout(job)
         torch.manual_seed(job.get("seed", 0))
         model = build_model(self.cfg, device, torch_dtype(self.layout.dtype)).train()
         self.model, self.mesh, self.groups = parallelize(model, self.cfg, self.layout, device)
-        self.opt = torch.optim.Adam(self.model.parameters(), foreach=False)
+        self.opt = optimizer(self.model, self.layout)
         dp_rank = self.mesh.get_local_rank("dp")
         gen = torch.Generator().manual_seed(1000 + dp_rank)  # TP ranks of one DP rank read the same tokens
         L = self.layout
@@ -208,6 +234,13 @@ class Trainer:
                 "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
 
 
+def job_layout(job: dict) -> Layout:
+    """The job's layout (JSON holds the overlap as a list; the Layout a tuple)."""
+    fields = dict(job["layout"])
+    fields["overlap"] = tuple(fields.get("overlap", ()))
+    return Layout(**fields)
+
+
 def job_steps(job: dict) -> int:
     """The steps a job reports (tfcalc.measure.rank_status): building the model, then each step it runs."""
     return 1 + (job["warmup"] + job["repeat"] if job.get("mode") == "bench" else WARMUP_STEPS + 1)
@@ -218,6 +251,11 @@ def _quiet(phase: str) -> None:
 
 
 def run_measure(job: dict, device: torch.device, advance=_quiet) -> dict:
+    if job["layout"].get("pp", 1) > 1:  # a pipeline: torch.distributed.pipelining's schedules
+        from tfcalc.measure.pipeline import run_pipeline
+
+        return run_pipeline(job, device, advance)
+    from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.collectives import CollectiveLog
     from tfcalc.measure.device import resolve_device
     from tfcalc.measure.memory import peak_meter
@@ -232,9 +270,9 @@ def run_measure(job: dict, device: torch.device, advance=_quiet) -> dict:
             first_loss = float(trainer.first_loss)
         advance(f"warm-up step {step + 2} of {WARMUP_STEPS}" if step + 1 < WARMUP_STEPS else "the measured step")
     log, saved = CollectiveLog(trainer.groups, trainer.layout.sequence_parallel), SavedBytes(trainer.model)
-    start = time.perf_counter()
-    states = trainer.step(log, saved)
-    step_s = time.perf_counter() - start
+    result = {}  # on CUDA the step's kernels and NCCL calls are asynchronous: synchronized before each clock read
+    step_s = host_seconds(lambda: result.update(trainer.step(log, saved)), device)
+    states = result
     advance("done")
     collectives = [dataclasses.asdict(c) for c in log.collectives()]
     return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,

@@ -95,11 +95,10 @@ def estimate_bytes(cfg: ModelConfig, workload: Workload, training: bool = False)
     from tfcalc.count import memory as mem
     from tfcalc.count.training import training_state
 
-    w = workload.for_model(cfg)
+    w = replace(workload.for_model(cfg), dtype="fp32")
     if training:
-        acts = mem.activations(cfg, w.batch, w.seq, "fp32", src_seq=w.src_seq)
-        return training_state(cfg, "fp32", "sgd").total + acts.total
-    return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, w.batch, w.seq, "fp32", src_seq=w.src_seq)
+        return training_state(cfg, "fp32", "sgd").total + mem.activations(cfg, w).total
+    return mem.weights_bytes(cfg, "fp32") + mem.forward_working_set(cfg, w)
 
 
 def check_measurable(cfg: ModelConfig, workload: Workload, device: str, training: bool = False) -> None:

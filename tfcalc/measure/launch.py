@@ -59,9 +59,21 @@ def max_ranks(device: str | None = None) -> tuple[int, str]:
     return CPU_OVERSUBSCRIBE * (os.cpu_count() or 1), f"gloo ranks on {os.cpu_count()} CPU cores"
 
 
+def ranks_device(nproc: int, device: str | None = None) -> str:
+    """Where nproc ranks run when device is None: 'cuda' (NCCL, one GPU each) when CUDA is available with a
+    GPU for every rank, else 'cpu' (gloo) -- a one-GPU machine measures a two-rank plan on the CPU rather
+    than refusing it; 'cpu' and 'cuda' as given."""
+    if device is not None:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= nproc else "cpu"
+
+
 def check_nproc(nproc: int, device: str | None = None) -> None:
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise InputError(f"--nproc must be a positive integer; got {nproc}")
+    device = ranks_device(nproc, device)
     if device == "cuda":
         import torch
 
@@ -214,9 +226,11 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch
 def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None,
            on_status=None) -> list[list[dict]]:
     """Run the jobs on nproc local ranks; answers[job][rank]. device 'cpu' keeps the ranks on gloo even
-    where CUDA is available; None lets them pick (NCCL on CUDA). on_status(list of RankStatus), when
-    given, is called while the ranks run with each rank's furthest step yet (tfcalc.measure.rank_status)."""
+    where CUDA is available; None lets them pick (ranks_device: NCCL on CUDA when there is a GPU for each).
+    on_status(list of RankStatus), when given, is called while the ranks run with each rank's furthest step
+    yet (tfcalc.measure.rank_status)."""
     check_nproc(nproc, device)
+    device = ranks_device(nproc, device)
     sweep_stale(TEMP_PREFIX)  # what a SIGKILLed tfcalc left
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         path = os.path.join(tmp, "request.json")

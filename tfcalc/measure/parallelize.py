@@ -24,6 +24,10 @@ What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm
    The embedding output is gathered whole and block 0 takes its sequence shard (a local slice), so the
    positions are added to whole sequences; the final norm and head take sequence shards.
 5. TP × DP: FSDP2 over the dp dimension of a 2-D mesh, after TP (as torchtitan does).
+6. Issue 20: FSDP2 blocks with ``reshard_after_forward`` as the layout says (False for
+   --no-reshard-after-forward and for what a ZeRO-2 plan runs); expert parallelism
+   (tfcalc.measure.experts_parallel) before DDP, whose buckets then skip the rank's own experts; ZeRO-1's
+   ZeroRedundancyOptimizer is the optimizer (tfcalc.measure.distributed).
 """
 
 from __future__ import annotations
@@ -45,9 +49,23 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         kind = "an encoder" if cfg.arch == "encoder" else "a model without an LM head"
         raise InputError(f"{cfg.name} is {kind}: a real distributed run (plan --measure, bench --nproc) trains "
                          "models with an LM head (a next-token loss); estimate it without one")
-    if layout.zero in (1, 2):
-        raise InputError(f"a real run covers ZeRO-0 (DDP) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
-                         "run (PyTorch has no engine for it)")
+    if layout.zero == 2 or (layout.zero == 1 and layout.zero_engine != "torch"):
+        # tfcalc.report.plan_check runs ZeRO-2 as FSDP2 without resharding after forward, ZeRO-1 as PyTorch's
+        # ZeroRedundancyOptimizer (zero_engine "torch")
+        raise InputError(f"a real run covers ZeRO-0 (DDP), ZeRO-1 (as ZeroRedundancyOptimizer), ZeRO-2 (as FSDP2 "
+                         f"without resharding after forward) and ZeRO-3 (FSDP); ZeRO-{layout.zero} is planned, not "
+                         "run here (plan --measure runs it as PyTorch offers it)")
+    arch = cfg.architecture
+    if layout.hsdp is not None and layout.tp > 1:
+        raise InputError("--hsdp is run with tp 1 (FSDP2 on a 2-D data-parallel mesh); under TP it is planned, not run")
+    if layout.ep > 1:  # tfcalc.measure.experts_parallel
+        moe = [b.ffn for _, b, _ in arch.kinds() if b.is_moe]
+        if layout.tp > 1 or layout.zero != 0 or layout.ep != layout.dp:
+            raise InputError("a run of expert parallelism takes every data-parallel rank into the expert-parallel "
+                             "group (ep = dp), with tp 1 and DDP (--zero 0); other layouts are planned, not run")
+        if any(f.capacity_factor is not None or f.sigmoid_input for f in moe):
+            raise InputError(f"{cfg.name}: a run of expert parallelism covers dropless mixtures whose router weights "
+                             "the outputs (no capacity factor, no Llama 4 input scaling); planned, not run")
     if layout.pp > 1:
         raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
     if layout.recompute != "none":
@@ -178,13 +196,14 @@ def apply_tp(model: nn.Module, mesh, sp: bool) -> None:
             parallelize_module(block, mesh, _block_plan(block, seq, sp))
 
 
-def apply_fsdp(model: nn.Module, mesh) -> nn.Module:
-    """Step 2 (and 5, on the dp dimension of a 2-D mesh)."""
+def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool = True) -> nn.Module:
+    """Step 2 (and 5, on the dp dimension of a 2-D mesh); ``reshard_after_forward`` False keeps each block
+    gathered from its forward to its backward (plan --no-reshard-after-forward, and what a ZeRO-2 run runs)."""
     from torch.distributed.fsdp import fully_shard
 
     for stack in stacks(model):
         for block in stack.blocks:
-            fully_shard(block, mesh=mesh)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh)
     return model
 
@@ -198,37 +217,55 @@ def apply_ddp(model: nn.Module, device: torch.device, group) -> nn.Module:
                                    broadcast_buffers=False)
 
 
-_MESHES: dict[tuple[str, int, int], object] = {}
+_MESHES: dict[tuple, object] = {}
+HSDP_DIMS = ("dp_replicate", "dp_shard")
 
 
-def device_mesh(device_type: str, dp: int, tp: int):
+def device_mesh(device_type: str, dp: int, tp: int, hsdp: int | None = None):
     """The (dp, tp) mesh, made once per process: one set of process groups serves every job of a run
-    (DeviceMesh caches its slices across equal meshes, so a second mesh would hand out the first's groups)."""
+    (DeviceMesh caches its slices across equal meshes, so a second mesh would hand out the first's groups).
+    Under HSDP the dp dimension is (dp_replicate, dp_shard) = (dp / hsdp, hsdp), flattened back to dp."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    key = (device_type, dp, tp)
+    key = (device_type, dp, tp, hsdp)
     if key not in _MESHES:
-        _MESHES[key] = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        if hsdp is None:
+            _MESHES[key] = init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp"))
+        else:
+            mesh = init_device_mesh(device_type, (dp // hsdp, hsdp, tp), mesh_dim_names=(*HSDP_DIMS, "tp"))
+            mesh[HSDP_DIMS]._flatten("dp")
+            _MESHES[key] = mesh
     return _MESHES[key]
 
 
 def group_names(mesh) -> dict[str, tuple[str, int]]:
-    """{process-group name: ('dp' or 'tp', size)} for the mesh's dimensions of more than one rank."""
+    """{process-group name: ('dp', 'tp', 'dp_replicate' or 'dp_shard', size)} for the mesh's dimensions of
+    more than one rank."""
     out = {}
-    for i, name in enumerate(("dp", "tp")):
-        if mesh.size(i) > 1:
+    for name in mesh.mesh_dim_names:
+        size = mesh[name].size()
+        if size > 1:
             for group in (mesh.get_group(name), mesh[name].get_group()):
-                out[group.group_name] = (name, mesh.size(i))
+                out[group.group_name] = (name, size)
     return out
 
 
 def parallelize(model: nn.Module, cfg: ModelConfig, layout: Layout, device: torch.device):
     """(the model to train, its mesh, {process-group name: (dp or tp, size)})."""
-    mesh = device_mesh(device.type, layout.dp, layout.tp)
+    from torch.nn.parallel import DistributedDataParallel
+
+    mesh = device_mesh(device.type, layout.dp, layout.tp, layout.hsdp)
     groups = group_names(mesh)
     if layout.tp > 1:
         apply_tp(model, mesh["tp"], layout.sequence_parallel)
+    if layout.ep > 1:  # experts local, DDP skips them (tfcalc.measure.experts_parallel)
+        from tfcalc.measure.experts_parallel import apply_ep
+
+        local = apply_ep(model, mesh["dp"].get_group(), layout.ep, mesh.get_local_rank("dp"))
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, local)
     if layout.dp > 1:
         dp = mesh["dp"]
-        model = apply_fsdp(model, dp) if layout.zero == 3 else apply_ddp(model, device, dp.get_group())
+        shard = mesh[HSDP_DIMS] if layout.hsdp is not None else dp  # HSDP: FSDP2 on the 2-D (replicate, shard) mesh
+        model = (apply_fsdp(model, shard, layout.reshard_after_forward) if layout.zero == 3
+                 else apply_ddp(model, device, dp.get_group()))
     return model, mesh, groups

@@ -100,12 +100,13 @@ CPU_FORWARD_FLOP = CPU_ASSUMED_FLOP_S * CPU_FORWARD_SECONDS
 def default_seq(cfg, run_cfg, batch: int, device: str) -> tuple[int, str]:
     """The length bench times without --seq, and the rule that chose it (said in the output)."""
     from tfcalc.count.flops import forward_flops
+    from tfcalc.workload import Workload
 
     context = cfg.max_seq_len
     if device != "cpu":
         return context, f"the context, {context:,}"
     seq = context
-    while seq > 16 and forward_flops(run_cfg, batch, seq) > CPU_FORWARD_FLOP:
+    while seq > 16 and forward_flops(run_cfg, Workload(batch=batch, seq=seq)) > CPU_FORWARD_FLOP:
         seq = 2 ** ((seq - 1).bit_length() - 1)  # the next power of two below
     if seq == context:
         return seq, f"the context, {context:,}"

@@ -22,7 +22,7 @@ from tfcalc.measure.bench_run import BENCH_DTYPES
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import layout_json
-from tfcalc.workload import check_size
+from tfcalc.workload import Workload, check_size
 
 
 @dataclass(frozen=True, repr=False)
@@ -46,7 +46,7 @@ class DistBenchReport(Displayed):
     @property
     def flops(self) -> int:
         L = self.layout
-        return training_flops(self.model.cfg, L.dp * L.micro_batch, L.seq)
+        return training_flops(self.model.cfg, Workload(batch=L.dp * L.micro_batch, seq=L.seq))
 
     @property
     def peak(self) -> Optional[float]:

@@ -10,7 +10,7 @@ from tfcalc.errors import InputError
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import attention_share
 from tfcalc.report.model_ref import ModelRef
-from tfcalc.workload import check_size
+from tfcalc.workload import Workload, check_size
 
 
 def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
@@ -18,7 +18,7 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
     cfg = model.cfg
     params = count_params.total(cfg)
     groups = count_params.group_totals(cfg, count_params.breakdown(cfg))
-    flops = count_flops.breakdown(cfg, 1, seq)
+    flops = count_flops.breakdown(cfg, Workload(seq=seq))
     totals = flops.totals()
     forward = flops.forward
     return {
@@ -42,7 +42,7 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
         # BERT's pooler and an encoder-decoder's source side (rounded, see FlopBreakdown.per_token)
         "forward_flops_per_token": flops.per_token(forward),
         "training_flops_per_token": flops.per_token(3 * forward),
-        "kv_cache_bytes_per_token": count_memory.kv_cache_bytes(cfg, 1, 1, dtype),
+        "kv_cache_bytes_per_token": count_memory.kv_cache_bytes(cfg, Workload(seq=1, dtype=dtype)),
         "kv_dtype": dtype,
         "weights_bytes": count_memory.weights_bytes(cfg, dtype),
         "attention_param_share": (groups["attention"] + groups["cross_attention"]) / params,

@@ -77,7 +77,7 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
     moved = est.bytes_per_token * est.batch  # weights + KV per step
     achieved = moved / step.median
     prefill_rate = est.prefill.flops / prefill.median
-    peak = spec.peak(dtype) if spec else None
+    peak = spec.peak(dtype, tf32_enabled=getattr(run, "tf32", False)) if spec else None  # as bench reads it
     return {
         "prefill_s": prefill.median, "prefill_p10_s": prefill.p10, "prefill_p90_s": prefill.p90,
         "decode_s_per_token": step.median, "decode_p10_s": step.p10, "decode_p90_s": step.p90,

@@ -56,7 +56,7 @@ class FlopsReport(WorkloadFields, Displayed):
 
     @property
     def training(self) -> int:
-        return count.training_flops(self.cfg, self.batch, self.seq, self.recompute, src_seq=self.src_seq)
+        return count.training_flops(self.cfg, self.workload, self.recompute)
 
     @property
     def training_exact(self) -> tuple[int, int]:
@@ -102,7 +102,7 @@ class FlopsReport(WorkloadFields, Displayed):
         """One decode step at context T; None for an encoder, which generates nothing."""
         if self.cfg.arch == "encoder":
             return None
-        return count.decode_flops(self.cfg, self.batch, self.seq, src_seq=self.src_seq)
+        return count.decode_flops(self.cfg, self.workload)
 
     @property
     def beyond_context(self) -> Optional[str]:
@@ -233,7 +233,7 @@ def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool 
                 training: bool = False, recompute: bool = False) -> FlopsReport:
     """The analytic count; with measure, the real module under FlopCounterMode on device (meta: no memory)."""
     w = workload.for_model(model.cfg)
-    breakdown = count.breakdown(model.cfg, w.batch, w.seq, src_seq=w.src_seq)  # set only where a source is read
+    breakdown = count.breakdown(model.cfg, w)  # its src_seq set only where a source is read
     measured = None
     if measure:
         from tfcalc.measure.flops import measure_flops  # imports torch: only when asked

@@ -124,8 +124,8 @@ class InferReport(Displayed):
                          "source": c.source},
             "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
-            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, est.batch, self.seq + self.options.gen,
-                                                               self.kv_dtype, src_seq=self.src_seq),
+            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
+                batch=est.batch, seq=self.seq, gen=self.options.gen, kv_dtype=self.kv_dtype, src_seq=self.src_seq)),
             "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),

@@ -167,7 +167,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     acts = None
     if trainable:
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
-        acts = training_activations(cfg, single, src_seq=w.src_seq)
+        acts = training_activations(cfg, single, w)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
     fit = None
     if o.budget is not None:
@@ -177,13 +177,13 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
             fit = budget.fit_inference(cfg, w, o.budget, weights, kv)
     return MemoryReport(
         model, w, o, param_total(cfg), weights,
-        mem.kv_cache_bytes(cfg, w.batch, w.seq, kv, src_seq=w.src_seq),
-        mem.forward_working_set(cfg, w.batch, w.seq, w.dtype, o.attention, src_seq=w.src_seq),
+        mem.kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
+        mem.forward_working_set(cfg, w, o.attention),
         acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
-        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, w.batch, w.src_seq or w.seq, kv),
+        cross_kv_cache=mem.cross_kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
         weight_format=fmt, kv_dtype=kv,
         weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_mxfp4(cfg, fmt) else None,
-        kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, w.batch, w.seq, kv, src_seq=w.src_seq)
+        kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, replace(w, kv_dtype=kv))
         if cfg.kv_lora_rank else None,
     )
 

@@ -18,16 +18,28 @@ from typing import Any, Optional, Union
 
 from tfcalc import devices
 from tfcalc.count.activations import TRAINING_ATTENTION
-from tfcalc.count.layout import RECOMPUTE, ZERO_STAGES, Layout, candidate_layouts, resolve_degrees
+from tfcalc.count.layout import (
+    RECOMPUTE,
+    ZERO_STAGES,
+    Layout,
+    candidate_layouts,
+    check_positions,
+    resolve_degrees,
+)
+from tfcalc.count.layout_pipeline import check_cp
+from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.search_space import cp_degrees
+from tfcalc.count.sharding import OFFLOAD, check_model_variants
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
+from tfcalc.report.plan_schedule import check_schedule_request, search_space
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -47,7 +59,7 @@ class PlanRequest:
     recompute: Optional[str] = None  # None: none for a layout, every kind for a search
     attention: str = TRAINING_ATTENTION  # the kernel the activations assume: flash, or math (T×T scores kept)
     sequence_parallel: bool = False
-    micro_batch: int = 1
+    micro_batch: Optional[int] = None  # None: 1 for a layout; a search tries powers of two up to what fits
     global_batch: Optional[int] = None  # None: 2²² tokens / seq, rounded to the layout
     seq: Optional[int] = None
     dtype: str = "bf16"
@@ -56,6 +68,29 @@ class PlanRequest:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
     top: int = 10
+    # --- issue 20, sharding and precision (helper X): tfcalc.count.sharding ---
+    ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
+    compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.fp8)
+    reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)
+    hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
+    grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights
+    offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.offload)
+    # --- pipeline schedule, overlap, context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
+    schedule: Optional[str] = None  # None: 1f1b for a layout; a search tries 1f1b and interleaved
+    virtual_stages: Optional[int] = None  # None: 2 with the interleaved schedule, else 1 (a search tries more)
+    overlap: tuple[str, ...] = ()  # of "tp", "pp"
+    cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
+
+    @property
+    def micro(self) -> int:
+        """The micro-batch of a layout (and of the search's first try)."""
+        return 1 if self.micro_batch is None else self.micro_batch
+
+    @property
+    def virtual(self) -> int:
+        if self.virtual_stages is not None:
+            return self.virtual_stages
+        return 2 if self.schedule == "interleaved" else 1
 
     @property
     def searching(self) -> bool:
@@ -89,13 +124,18 @@ class PlanReport(Displayed):
     def notes(self) -> list[str]:
         """What the plan assumes beyond the layout, for this model."""
         out = []
-        if self.model.cfg.architecture.has_moe:
+        if self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
+            out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
+                       f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "
+                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all (tfcalc.count."
+                       "experts_parallel); under TP each rank holds its experts whole")
+        elif self.model.cfg.architecture.has_moe:
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
                        "parallelism); only attention and dense FFNs are split under TP")
         if self.model.cfg.arch == "encoder-decoder":
             out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
-        return out
+        return out + sharding_notes(self.plan.layout, self.device)
 
     @property
     def hardware(self) -> Hardware:
@@ -121,10 +161,13 @@ class PlanReport(Displayed):
             "device_usable_bytes": p.memory_limit, "device_driver_bytes": devices.driver_bytes(self.device),
             "runtime_reserved_bytes": {"cuda_context": devices.CUDA_CONTEXT_BYTES,
                                        "communication_buffers": devices.COMM_BUFFER_BYTES},
+            # the link between a node's GPUs by its kind (nvlink, pcie) and as the table names it (issue 20, G)
+            "intra_link": devices.intra_link(self.device), "intra_link_name": devices.intra_link_name(self.device),
             "layout": layout_json(L),
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
-                         "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage},
+                         "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
+                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
             "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
@@ -165,32 +208,51 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
     return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
                     spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec),
-                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency))
+                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency), **more_hardware(spec))
+
+
+def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
+    """The rates the sharding and precision variants read (tfcalc.count.fp8, tfcalc.count.offload)."""
+    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec))
 
 
 def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
     """Given, or 2²² tokens rounded up to a whole number of (dp × micro-batch) sequences."""
     if request.global_batch is not None:
         return check_size("--global-batch", request.global_batch)
-    per = dp * request.micro_batch
+    per = dp * request.micro
     return max(1, -(-(TOKENS_PER_STEP // seq) // per)) * per
 
 
 def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
-    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro_batch,
+    return Layout(tp=1, pp=1, dp=1, seq=seq, global_batch=global_batch, micro_batch=request.micro,
                   zero=request.zero or 0, recompute=request.recompute or "none",
-                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention)
+                  sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
+                  schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
+                  cp=request.cp or 1, **sharding_fields(request))
+
+
+def sharding_fields(request: PlanRequest) -> dict[str, Any]:
+    """The Layout fields of tfcalc.count.sharding, from the request (ep 1 unless given)."""
+    r = request
+    return dict(ep=1 if r.ep is None else r.ep, compute_dtype=r.compute_dtype,
+                reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
+                offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
 
 def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
-    only = dict(zero=request.zero, recompute=request.recompute)
+    only = dict(zero=request.zero, recompute=request.recompute, ep=request.ep, space=search_space(request))
+    check_positions(cfg, seq)  # said once (rank_floor read it as "no tensor-parallel degree splits" the model)
+    if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
+        check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
-    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, **only), None) is None:
+    if not plans and next(candidate_layouts(cfg, request.gpus, base, hw.gpus_per_node, request.zero, request.recompute,
+                                            tuple(cp_degrees(seq, request.gpus, only["space"]))), None) is None:
         most = hw.gpus_per_node * cfg.n_layer * (base.global_batch // base.micro_batch)
         hint = (f"too many GPUs: tp (at most {hw.gpus_per_node} per node) × pp (at most {cfg.n_layer} blocks) × dp "
                 f"(at most global batch / micro-batch = {base.global_batch // base.micro_batch}) is at most {most:,}; "
@@ -215,8 +277,10 @@ def check_request(request: PlanRequest) -> None:
                         ("--seq", r.seq)):
         if value is not None:
             check_size(name, value)
-    check_size("--micro-batch", r.micro_batch)
+    if r.micro_batch is not None:
+        check_size("--micro-batch", r.micro_batch)
     check_size("--top", r.top)
+    check_schedule_request(r)
     if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
                                  or not 1 <= r.tokens <= MAX_TOKENS):
         raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")
@@ -236,6 +300,19 @@ def check_request(request: PlanRequest) -> None:
                              "give one")
     if r.bandwidth_efficiency is not None:
         check_fraction("--bandwidth-efficiency", r.bandwidth_efficiency)
+    check_sharding_request(r)
+
+
+def check_sharding_request(r: PlanRequest) -> None:
+    """The types of the sharding and precision fields (their values: tfcalc.count.sharding)."""
+    if r.ep is not None:
+        check_size("--ep", r.ep)
+    if r.hsdp is not None:
+        check_size("--hsdp", r.hsdp)
+    if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):
+        raise InputError(f"--offload must be optimizer, activations or both; got {shown(r.offload)}")
+    if not isinstance(r.reshard_after_forward, bool):
+        raise InputError(f"reshard_after_forward must be True or False; got {shown(r.reshard_after_forward)}")
 
 
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
@@ -248,9 +325,12 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency)
-    check_size("--micro-batch", request.micro_batch)
+    if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
+        raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
+                         "arrived with Hopper and Ada); choose another --device-spec")
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
+    check_model_variants(cfg, request.ep, request.recompute, request.attention)
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")
@@ -260,7 +340,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         if request.gpus == "auto":
             raise InputError("--gpus auto searches for a layout: leave out --tp, --pp and --dp")
         gpus = None if request.gpus is None else check_size("--gpus", request.gpus)
-        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp)
+        tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp, request.cp or 1)
         layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
         kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
     training = None
@@ -270,3 +350,21 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         training = training_run(request.tokens, param_total(cfg), chosen.layout, chosen.step.overlap_s)
     measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device, on_status) if measure else None
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)
+
+
+def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
+    """What the sharding and precision variants assume (tfcalc.count.fp8, tfcalc.count.offload)."""
+    out = []
+    if L.compute_dtype == "fp8":
+        out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
+                   "Transformer Engine's delayed scaling); attention, router and LM head in "
+                   f"{L.dtype}; MFU stays against the {L.dtype} peak; activations counted in {L.dtype} (TE saves "
+                   "FP8 casts of the linears' inputs: an overestimate)")
+    if L.offload_optimizer:
+        out.append("optimizer offload: the PCIe copies (gradient shard down, weights up) are not overlapped; the "
+                   "CPU's Adam step is not timed")
+    if L.offload_activations:
+        out.append("activation offload: copies overlapped with the compute, two blocks' activations kept on the "
+                   "GPU (the running one and the one in transfer)")
+    return out
+

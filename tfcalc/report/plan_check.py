@@ -2,9 +2,15 @@
 
 What runs, and why it is a fair check of the plan:
 1. The layout, on N local ranks: the plan's tensor-parallel degree where it divides N (else the largest
-   common divisor), data parallel over the rest, the same ZeRO stage (0: DDP; 3: FSDP2) and sequence
-   parallelism. One pipeline stage and no recompute: the measurement has no engine for those (they are
-   planned, and said to be left out). ZeRO-1/2 are refused: PyTorch ships no engine for them.
+   common divisor), data parallel over the rest, the same ZeRO stage and sequence parallelism. ZeRO as
+   PyTorch ships it: 0 DDP; 1 ZeroRedundancyOptimizer beside DDP (planned as such, zero_engine "torch":
+   tfcalc.count.sharding, step 7); 2 FSDP2 without resharding after forward (PyTorch has no ZeRO-2
+   engine: planned as ZeRO-3 without resharding); 3 FSDP2. Expert parallelism (ep = dp, tp 1, DDP:
+   tfcalc.measure.experts_parallel). No recompute: the measurement has no engine for it (planned, and
+   said to be left out); a pipeline runs as step 4. No engine either for HSDP (4 ranks or more), FP8 (no FP8
+   GEMM on a CPU; the run is fp32, so no fp32 gradient buffer either) and offload (nothing to offload to
+   from a CPU).
+   Context parallelism (--cp) is refused: PyTorch's context_parallel has no CPU kernel to run on gloo.
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
    every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
    shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
@@ -14,6 +20,10 @@ What runs, and why it is a fair check of the plan:
    the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
    payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
    really saves) and peak memory (against the plan's total) are shown with their ratio.
+4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B, or
+   interleaved with its V; zero-bubble runs as 1F1B), N micro-batches (a multiple of pp, as the
+   interleaved schedule needs), a small copy of pp × V blocks, run by torch.distributed.pipelining
+   (tfcalc.measure.pipeline); every rank's model states and collectives against its own stage's plan.
 """
 
 from __future__ import annotations
@@ -26,25 +36,29 @@ from typing import Any
 from tfcalc.config import ModelConfig, replace
 from tfcalc.count.activations import default_attention
 from tfcalc.count.comm import by_key
-from tfcalc.count.layout import Layout
+from tfcalc.count.layout import Layout, check_layout
 from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, make_plan
 from tfcalc.count.steptime import Hardware
+from tfcalc.errors import InputError
 
+_CP_NOT_RUN = ("--cp is planned, not measured: PyTorch's context_parallel has no CPU kernel to run on gloo "
+               "(aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy); leave out --measure")
 MEASURE_PARAMS = 20_000_000
 MEASURE_SEQ, MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 64, 2, 2
 STATE_KEYS = ("weights_bytes", "grads_bytes", "optimizer_bytes")
 
 
-def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
-    """cfg with 2 blocks, heads of 16, 2·tp KV heads (and twice as many query heads if cfg groups them),
-    an FFN 4× (8/3× gated) as wide as the model, a 127-token vocabulary (odd: it shows FSDP2's padding and
-    torch.chunk's uneven blocks) and a 64-token context; every other field as it was."""
+def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
+    """cfg with 2 blocks (``blocks`` for a pipeline: pp × V), heads of 16, 2·tp KV heads (and twice as many
+    query heads if cfg groups them), an FFN 4× (8/3× gated) as wide as the model, a 127-token vocabulary
+    (odd: it shows FSDP2's padding and torch.chunk's uneven blocks) and a 64-token context; every other
+    field as it was."""
     kv = 2 * tp
     heads = kv * (2 if cfg.kv_heads < cfg.n_head else 1)
     d = 16 * heads
     f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
-    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=2, d_model=d, n_head=heads, n_kv_head=kv,
+    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=blocks, d_model=d, n_head=heads, n_kv_head=kv,
                    d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
                    vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
                    type_vocab_size=min(cfg.type_vocab_size, 2),
@@ -55,16 +69,36 @@ def small_copy(cfg: ModelConfig, tp: int) -> ModelConfig:
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
-    """The layout the ranks run (step 1 of the module docstring)."""
+    """The layout the ranks run (step 1 of the module docstring; a pipeline: step 4)."""
+    if layout.pp > 1 and layout.tp == 1:  # a pipeline (with TP planned too, the run keeps the TP: step 1)
+        interleaved = layout.schedule == "interleaved"
+        micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+        return dataclasses.replace(
+            layout, tp=1, pp=nproc, dp=1, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
+            global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
+            schedule="interleaved" if interleaved else "1f1b", virtual_stages=layout.virtual_stages if interleaved
+            else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
+            # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
+            reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
+            offload_activations=False, ep=1, zero_engine="flat")
     tp = math.gcd(layout.tp, nproc)
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
     micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+    zero = layout.zero if dp > 1 else 0
+    # PyTorch has no ZeRO-2 engine; what it offers is FSDP2 keeping each unit gathered from its forward to its
+    # backward: sharded storage, one gather per block and micro-batch, a reduce-scatter per micro-batch
+    keep = zero == 3 and layout.reshard_after_forward or zero not in (2, 3)
     return dataclasses.replace(
         layout, tp=tp, pp=1, dp=dp, seq=seq, micro_batch=micro,
         global_batch=dp * micro * min(layout.micro_batches, MEASURE_MICRO_BATCHES),
-        zero=layout.zero if dp > 1 else 0, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
-        dtype="fp32")
+        zero=3 if zero == 2 else zero, recompute="none", sequence_parallel=layout.sequence_parallel and tp > 1,
+        dtype="fp32", reshard_after_forward=keep, compute_dtype=None, grad_dtype=None,
+        hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
+        offload_optimizer=False, offload_activations=False,
+        ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
+        schedule="1f1b", virtual_stages=1,
+        overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
 
 
 @dataclass(frozen=True)
@@ -94,7 +128,18 @@ class PlanCheck:
 
     @property
     def collectives(self) -> list[dict[str, Any]]:
-        return list(self.rank0["collectives"])
+        """Rank 0's collectives; an all-to-all's payload as the mean over the ranks (expert parallelism: a
+        rank receives what the routing sends it, so only the mean is the plan's, every row sent once)."""
+        out = []
+        for c in self.rank0["collectives"]:
+            if c["op"] == "all_to_all":
+                same = [x["payload_bytes"] for a in self.ranks for x in a["collectives"]
+                        if (x["cause"], x["op"]) == (c["cause"], c["op"])]
+                total = sum(same)
+                c = dict(c, payload_bytes=total // len(self.ranks) if total % len(self.ranks) == 0
+                         else total / len(self.ranks))
+            out.append(c)
+        return out
 
     @property
     def comm_bytes(self) -> dict[str, int]:
@@ -104,14 +149,17 @@ class PlanCheck:
 
     @property
     def states_exact(self) -> bool:
+        if self.layout.pp > 1:  # a pipeline: every rank against its own stage's plan
+            return all(all(r[k] == v for k, v in planned.items())
+                       for r, (planned, _) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
         return all(self.per_rank[k] == self.planned_per_rank[k] for k in STATE_KEYS)
 
     @property
     def collectives_exact(self) -> bool:
-        measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in self.collectives}
-        planned = {(c.cause, c.op): (c.payload_bytes, c.calls) for c in self.plan.collectives}
-        return measured.keys() == planned.keys() and all(
-            measured[k][0] == p[0] and (p[1] is None or measured[k][1] == p[1]) for k, p in planned.items())
+        if self.layout.pp > 1:
+            return all(_same(r["collectives"], planned)
+                       for r, (_, planned) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
+        return _same(self.collectives, self.plan.collectives)
 
     def to_json(self) -> dict[str, Any]:
         r, planned = self.rank0, self.planned_per_rank
@@ -133,23 +181,74 @@ class PlanCheck:
         }
 
 
+def _same(measured_calls: list[dict], planned_calls) -> bool:
+    """Each planned collective's payload and calls (None: PyTorch chooses) equal to the measured one's."""
+    measured = {(c["cause"], c["op"]): (c["payload_bytes"], c["calls"]) for c in measured_calls}
+    planned = {(c.cause, c.op): (c.payload_bytes, c.calls) for c in planned_calls}
+    return measured.keys() == planned.keys() and all(
+        measured[k][0] == p[0] and (p[1] is None or measured[k][1] == p[1]) for k, p in planned.items())
+
+
+def stage_plans(cfg: ModelConfig, layout: Layout) -> list[tuple[dict[str, int], list]]:
+    """Per pipeline rank: (its model-state bytes, its collectives), from the plan's own arithmetic."""
+    from tfcalc.count.comm import step_collectives
+    from tfcalc.count.rank_memory import model_states
+
+    out = []
+    for stage in range(layout.pp):
+        psi, w, g, o = model_states(cfg, layout, stage)
+        out.append(({"weights_bytes": w, "grads_bytes": g, "optimizer_bytes": o},
+                    step_collectives(cfg, layout, stage, psi)))
+    return out
+
+
 def layout_json(layout: Layout) -> dict[str, Any]:
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "zero": layout.zero, "recompute": layout.recompute,
             "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
-            "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout}
+            "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
+            # issue 20, sharding and precision (tfcalc.count.sharding)
+            "ep": layout.ep, "compute_dtype": layout.compute_dtype,
+            "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
+            "zero_engine": layout.zero_engine,
+            "offload": [w for w, on in (("optimizer", layout.offload_optimizer),
+                                        ("activations", layout.offload_activations)) if on],
+            # issue 20, pipeline and context
+            "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
+            "cp": layout.cp}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     out = []
-    if planned.pp > 1:
+    if planned.pp > 1 and ran.pp == 1:
         out.append(f"pipeline parallelism (pp {planned.pp})")
+    if planned.pp > 1 and planned.pp != ran.pp:
+        out.append(f"pp {planned.pp} (ran pp {ran.pp}, one stage a rank)")
+    if planned.pp > 1 and planned.dp > 1:
+        out.append(f"dp {planned.dp} (a measured pipeline runs alone)")
+    if planned.schedule == "zero-bubble":
+        out.append("the zero-bubble schedule (ran 1F1B: the same bytes, another order)")
     if planned.recompute != "none":
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
-    if planned.zero != ran.zero:
+    if planned.zero == 1 and ran.zero_engine == "torch":
+        out.append("ZeRO-1's flat buffers (ran PyTorch's ZeroRedundancyOptimizer: DDP's all-reduce, whole tensors' "
+                   "states dealt out, a broadcast per rank; planned as such)")
+    if planned.zero == 2 and ran.zero == 3:
+        out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
+                   "sharded between steps, gathered once per micro-batch)")
+    elif planned.zero != ran.zero:
         out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+    for what, gone in (("FP8 matmuls", planned.compute_dtype and not ran.compute_dtype),
+                       ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
+                       ("optimizer offload", planned.offload_optimizer),
+                       ("activation offload", planned.offload_activations),
+                       (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep),
+                       (f"HSDP {planned.hsdp} (ran plain FSDP: HSDP needs --nproc a multiple of {planned.hsdp} and "
+                        "more)", planned.hsdp and not ran.hsdp)):
+        if gone:
+            out.append(what)
     if planned.attention != ran.attention:
         out.append(f"{planned.attention} attention (ran the module's {ran.attention})")
     return tuple(out)
@@ -160,18 +259,26 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
     """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
     on_status: see tfcalc.measure.launch.launch."""
     from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import check_nproc, launch
+    from tfcalc.measure.launch import check_nproc, launch, ranks_device
     from tfcalc.measure.parallelize import check_measurable
+    from tfcalc.measure.pipeline import check_pipeline_measurable
 
     check_nproc(nproc, device)
+    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
+    if layout.cp > 1:
+        raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)
     small = param_total(cfg) > MEASURE_PARAMS
-    run_cfg = small_copy(cfg, ran.tp) if small else cfg
+    run_cfg = small_copy(cfg, ran.tp, max(2, ran.pp * ran.virtual_stages)) if small else cfg
     if not small and ran.seq > run_cfg.max_seq_len:
         ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
     # the ranks run the module's own attention kernel: the plan of the run assumes the same
     ran = dataclasses.replace(ran, attention=default_attention(run_cfg))
-    check_measurable(run_cfg, ran)
+    if ran.pp > 1:
+        check_pipeline_measurable(run_cfg, ran, nproc)
+        check_layout(run_cfg, ran)
+    else:
+        check_measurable(run_cfg, ran)
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
     require_ranks_fit(run_cfg, ran, nproc, device, f"the plan of {cfg.name}")  # before any rank starts

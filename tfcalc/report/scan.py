@@ -13,8 +13,8 @@ from tfcalc.workload import Workload, check_size
 
 
 def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any]:
-    cfg = model.cfg
-    totals = count_flops.breakdown(cfg, batch, seq).totals()
+    cfg, w = model.cfg, Workload(batch=batch, seq=seq, dtype=dtype)
+    totals = count_flops.breakdown(cfg, w).totals()
     forward = sum(totals.values())
     # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
     scores = totals["attention_scores"] + totals["cross_attention_scores"]
@@ -26,12 +26,11 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "lm_head": totals["lm_head"] + totals["pooler"],
         "forward_flops": forward,
         "scores_share": scores / forward,
-        "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, batch, seq, dtype),
+        "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, w),
         # the kernel `memory --training` and `plan` assume: flash, as training stacks run
-        "activation_bytes": count_memory.activations(cfg, batch, seq, dtype, count_memory.TRAINING_ATTENTION).total,
+        "activation_bytes": count_memory.activations(cfg, w, count_memory.TRAINING_ATTENTION).total,
         # an inference format (int8, fp8, ...) has no training state to count
-        "training_bytes": (training.training_bytes(cfg, Workload(batch=batch, seq=seq, dtype=dtype),
-                                                   attention=count_memory.TRAINING_ATTENTION)
+        "training_bytes": (training.training_bytes(cfg, w, attention=count_memory.TRAINING_ATTENTION)
                            if dtype in count_memory.TRAINING_DTYPES else None),
     }
 

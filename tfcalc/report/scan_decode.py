@@ -21,7 +21,7 @@ def scan_row(cfg, batch: int, context: int, fmt: WeightFormat, kv: str, c: roofl
              memory: int, src_seq: Optional[int]) -> dict[str, Any]:
     step = roofline.decode_step(cfg, batch, context, fmt, kv, src_seq=src_seq)
     seconds = step.time_s(c)
-    kv_bytes = kv_cache_bytes(cfg, batch, context, kv, src_seq=src_seq)
+    kv_bytes = kv_cache_bytes(cfg, Workload(batch=batch, seq=context, src_seq=src_seq, dtype=kv))
     return {
         "batch": batch,
         "step_s": seconds,

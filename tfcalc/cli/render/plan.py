@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from tfcalc import devices, units
 from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.count import sharding
 from tfcalc.count.layout import Layout
+from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.steptime import group_in_node
 from tfcalc.report.plan import PlanReport
 from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
@@ -14,16 +16,42 @@ CAUSES = {
     "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
     "tp_loss": "TP vocabulary-parallel loss", "tp_norm_grads": "TP (SP) norm gradients",
     "pp_activations": "PP activations", "pp_tied_embedding": "PP tied embedding",
+    # issue 20, sharding (tfcalc.count.sharding, tfcalc.count.experts_parallel)
+    "expert_grads": "Expert gradients", "expert_params": "Expert weight gathers",
+    "ep_counts": "EP token counts", "ep_tokens": "EP token dispatch and combine",
+    # issue 20, pipeline and context (tfcalc.count.context_parallel)
+    "cp_kv": "CP ring K/V (and gradients)",
 }
 STATE_LABELS = {"weights_bytes": "Weights", "grads_bytes": "Gradients", "optimizer_bytes": "Optimizer states",
                 "activation_bytes": "Activations", "total_bytes": "Total"}
 
 
 def short(layout: Layout) -> str:
-    """'tp 8+SP · pp 2 · dp 4 · ZeRO-1 · selective recompute'."""
+    """'tp 8+SP · pp 2 · dp 4 · ZeRO-1 · selective recompute' (with cp, a schedule other than 1F1B, the
+    micro-batch when above 1 and overlap where they apply)."""
     sp = "+SP" if layout.sequence_parallel else ""
     recompute = "no recompute" if layout.recompute == "none" else f"{layout.recompute} recompute"
-    return f"tp {layout.tp}{sp} · pp {layout.pp} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
+    cp = f" · cp {layout.cp}" if layout.cp > 1 else ""
+    sched = "" if layout.schedule == "1f1b" else f" {layout.schedule}" + (
+        f" V{layout.virtual_stages}" if layout.virtual_stages > 1 else "")
+    micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
+    overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
+    more = sharding.describe(layout)
+    return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
+            f"{micro}{overlap}" + (f" · {more}" if more else ""))
+
+
+def overlapped(L: Layout) -> str:
+    """What the step hides behind compute (tfcalc.count.perf.pipeline) and what it does not."""
+    hidden = ["DP reduction behind the backward pass"]
+    if "tp" in L.overlap:
+        hidden.append("TP all-gathers/reduce-scatters behind the GEMMs")
+    if "pp" in L.overlap:
+        hidden.append("PP sends but the fill's and drain's")
+    if L.cp > 1:
+        hidden.append("CP ring behind attention")
+    shown = [g.upper() for g in ("tp", "pp") if g not in L.overlap and getattr(L, g) > 1]
+    return "; ".join(hidden) + (f"; {', '.join(shown)} not" if shown else "")
 
 
 def _days(seconds: float) -> str:
@@ -48,20 +76,37 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     m, L = r.plan.memory, r.plan.layout
     t = doc.table(f"{r.model.label}: {short(L)}, {L.gpus} × {r.device.key} — memory of one rank (stage {m.stage}, "
                   "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1), name="memory")
-    zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{L.dp}, rows padded"}[L.zero]
-    t.add("Weights", m.weights, f"{m.params:,} params × {L.dtype}; {zero}")
-    t.add("Gradients", m.grads, f"{L.dtype}; " + (f"1/{L.dp}" if L.zero >= 2 else "whole"))
-    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{L.dp}" if L.zero else "whole"))
+    n = sharding.shard_dp(L)
+    experts = f", experts 1/{sharding.expert_dp(L)}" if L.ep > 1 else ""
+    zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{n}{experts}, rows padded"}[L.zero]
+    held = f" (1/{L.ep} of the experts)" if L.ep > 1 else ""
+    t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
+    t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
+    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
+          + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
-    t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; "
-          f"{min(L.pp - m.stage, L.micro_batches)} in flight of {L.micro_batch} × {L.seq:,}")
+    chunks = chunk_micro_batches(L, m.stage)
+    flight = (f"{min(L.pp - m.stage, L.micro_batches)} in flight" if len(chunks) == 1 else
+              f"{'+'.join(map(str, chunks))} chunk micro-batches in flight (interleaved)")
+    of = f"{L.micro_batch} × {L.seq:,}" + (f" / cp {L.cp}" if L.cp > 1 else "")
+    t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; {flight} of {of}")
+    if L.offload_activations:
+        t.add("  of which offloaded", None, "all but 2 blocks' saved activations are in host memory")
+    if m.fp8_cache:
+        t.add("FP8 weight casts", m.fp8_cache, "each FP8 linear's weight and its transpose, 1 byte each, kept "
+              "for the backward; amax histories (Transformer Engine)")
     if m.gathered:
-        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded")
+        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if L.reshard_after_forward
+              else "every unit of the stage, kept from forward to backward")
     style = "bold" if r.plan.fits else "bold red"
     memory = r.plan.memory_limit
     t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
           f"{m.total / memory:.0%} of {units.nbytes(memory)} usable: the driver's "
           f"{units.nbytes(devices.driver_bytes(r.device))} less the CUDA context and NCCL buffers", style=style)
+    if m.host:
+        t.add("Host memory (offload)", m.host, "not in the total: " + " and ".join(
+            w for w, on in (("fp32 master, Adam m and v, fp32 gradients of the shard", L.offload_optimizer),
+                            ("offloaded activations", L.offload_activations)) if on))
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
@@ -71,9 +116,9 @@ def _comm(doc: Doc, r: PlanReport) -> None:
                   Column("Payload", "bytes", priority=1), Column("Sent per rank", "bytes"), Column("Time", "seconds"),
                   name="communication")
     for c in r.plan.collectives:
-        fast = group_in_node(c.group, L, hw_gpn)
+        fast = group_in_node(c.group, L, hw_gpn)  # NVLink-class link inside a node
         bw = r.device.intra_node_bytes_per_s if fast else r.device.inter_node_bytes_per_s
-        link = "NVLink" if fast else "network"
+        link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
               "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, c.sent_bytes / bw)
     if not r.plan.collectives:
@@ -91,7 +136,9 @@ def _time(doc: Doc, r: PlanReport) -> None:
     t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs; matmuls "
           f"{st.matmul_s:.3g} s at their GEMM shapes, the rest non-matmul traffic and kernel costs")
     if L.pp > 1:
-        t.add("  with the pipeline bubble", st.pipelined_s, f"(p−1)/(m+p−1) = {st.bubble:.1%} idle")
+        rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
+                "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that"}[L.schedule]
+        t.add("  with the pipeline bubble", st.pipelined_s, f"{rule} = {st.bubble:.1%} idle")
     for group, seconds in st.comm_s.items():
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
@@ -100,7 +147,7 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
         t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")
     else:
-        t.add("Step, overlapped", st.overlap_s, "DP reduction behind the backward pass; TP, PP not", style="bold")
+        t.add("Step, overlapped", st.overlap_s, overlapped(L), style="bold")
     # figures without a unit of seconds sit in the label, the one column never hidden
     t.add(f"Tokens per second: {units.tokens_rate(r.tokens_per_s)}", None, None)
     t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
@@ -153,7 +200,7 @@ def _notes(doc: Doc, r: PlanReport) -> None:
     doc.note("Ring conventions: all-gather and reduce-scatter send (N−1)/N of the payload per rank, all-reduce "
              "2(N−1)/N; payload = the reduced tensor, the gathered output, the scattered input. Per rank = TP "
              f"rank 0 of the stage shown (largest torch.chunk blocks). Device: {r.device.name}, "
-             f"{r.device.memory_bytes / 1e9:g} GB on the datasheet, NVLink "
+             f"{r.device.memory_bytes / 1e9:g} GB on the datasheet, {devices.intra_link_name(r.device)} "
              f"{r.device.intra_node_bytes_per_s / 1e9:g} GB/s and "
              f"network {r.device.inter_node_bytes_per_s / 1e9:g} GB/s per GPU and direction, "
              f"{r.device.gpus_per_node} GPUs per node ({r.device.source}). Chinchilla: Hoffmann et al. 2022.", "dim")

@@ -6,7 +6,9 @@ Collective Communication Operations in MPICH", IJHPCA 19(1), sec. 2): a message 
 
 - reduce-scatter and all-gather: N − 1 steps, (N − 1)·α + (N − 1)/N · payload / β;
 - all-reduce (reduce-scatter then all-gather): 2(N − 1)·α + 2(N − 1)/N · payload / β;
-- send/recv: α + payload / β.
+- send/recv: α + payload / β;
+- all-to-all (expert parallelism's token exchange), pairwise: N − 1 steps, (N − 1)·α + (N − 1)/N ·
+  payload / β (Thakur et al. 2005, sec. 3.6, the pairwise-exchange algorithm for long messages).
 
 The bytes term is tfcalc.count.comm's ``sent_bytes`` (bytes one rank sends); β is the link's per-GPU,
 per-direction rate times the bus efficiency that NCCL reaches on it (tfcalc.count.perf.hardware). The
@@ -28,6 +30,8 @@ def ring_steps(op: str, n: int) -> int:
     """Latency terms of one call (see the module docstring)."""
     if op == "send_recv":
         return 1
+    if op == "all_to_all":
+        return n - 1
     return (2 if op == "all_reduce" else 1) * (n - 1)
 
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import non_matmul
+from tfcalc.count import non_matmul, op_recompute
 from tfcalc.count.flops import MatmulEntry, matmul_entries
+from tfcalc.count.fp8 import runs_fp8
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.perf import elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec
@@ -49,6 +50,9 @@ class MicroBatchTime:
     block_other_s: float  # non-matmul traffic and kernel costs, one block
     head_other_s: float
     block_forward_s: float  # one block's forward alone (matmuls and the rest)
+    block_weight_grad_s: float = 0.0  # of block_matmul_s: the weight-gradient GEMMs (zero-bubble's W)
+    head_weight_grad_s: float = 0.0
+    block_attention_s: float = 0.0  # of block_matmul_s: attention's score products, fwd + bwd (+ recompute)
 
     def stage_s(self, blocks: int, last: bool) -> float:
         return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
@@ -86,49 +90,63 @@ def n_expert(cfg: ModelConfig) -> int:
     return next((b.ffn.n_expert for _, b, _ in cfg.architecture.kinds() if b.is_moe), 1)
 
 
-def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, experts: int = 1) -> tuple[float, float]:
-    """(forward, backward) seconds of one copy of the matmul on one rank."""
+def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, experts: int = 1
+             ) -> tuple[float, float, float]:
+    """(forward, backward, of the backward the weight gradient) seconds of one copy of the matmul on one
+    rank. Context parallelism (tfcalc.count.context_parallel): a rank's rows are its s/C positions, its
+    causal score pairs 1/C of the whole (load-balanced chunks)."""
     m, k, n, count = tp_shape(e, layout.tp, experts)
     if e.component in SCORES and layout.attention == "flash":
-        flops = e.causal_total / e.copies / layout.tp
+        flops = e.causal_total / e.copies / layout.tp / layout.cp
         fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
-        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff)
+        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff), 0.0
+    m = -(-m // layout.cp)
     forward = _gemm_s(m, k, n, count, peak, perf)
-    backward = _gemm_s(m, n, k, count, peak, perf) + _gemm_s(k, m, n, count, peak, perf)
-    return forward, backward
+    weight_grad = _gemm_s(k, m, n, count, peak, perf) if e.component not in SCORES else 0.0
+    backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if e.component not in SCORES
+                                                      else _gemm_s(k, m, n, count, peak, perf))
+    return forward, backward, weight_grad
 
 
 @lru_cache(maxsize=4096)
-def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec
-                     ) -> MicroBatchTime:
+def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec,
+                     fp8_peak: float = 0.0) -> MicroBatchTime:
     """The module docstring's sum for one micro-batch (layout's tp, sp, micro-batch, seq, recompute,
-    attention kernel); ``bandwidth`` the achievable bytes/s."""
+    attention kernel); ``bandwidth`` the achievable bytes/s; ``fp8_peak`` the FP8 rate the linears run at
+    under --compute-dtype fp8 (tfcalc.count.fp8)."""
     blocks = total_blocks(cfg)
     entries = matmul_entries(cfg, layout.micro_batch, layout.seq)
-    block_mm = head_mm = block_fwd = 0.0
+    block_mm = head_mm = block_fwd = block_w = head_w = block_attn = 0.0
     kernels = 0
     score_elements = 0
-    experts = n_expert(cfg)
+    experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
     for e in entries:
-        fwd, bwd = _entry_s(e, layout, peak, perf, experts)
-        again = fwd if layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES) else 0
+        # --compute-dtype fp8: the blocks' linears at the FP8 peak (tfcalc.count.fp8)
+        fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8_peak and runs_fp8(layout, e.component, e.group)
+                                   else peak, perf, experts)
+        again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES)
+                        or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
         if e.group in ("lm_head", "pooler"):
             head_mm += total
+            head_w += wgrad * e.copies
         else:
             block_mm += total
             block_fwd += fwd * e.copies
+            block_w += wgrad * e.copies
+            block_attn += total if e.component in SCORES else 0.0
         kernels += e.copies
         if e.component in SCORES and e.component.endswith("qk"):
             score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
     act = activation_element_bytes(layout.dtype)
     nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
-    traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel)
+    traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
     if layout.attention == "math":
         traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
     kernels += sum(e.copies for e in nm)
-    passes = 1 + elementwise.BACKWARD_TRAFFIC + (layout.recompute == "full")
-    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS
-                                                                        + (layout.recompute == "full")))
+    again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (tfcalc.count.op_recompute)
+    passes = 1 + elementwise.BACKWARD_TRAFFIC + again
+    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
     forward_other = traffic / bandwidth + kernels * perf.kernel_s
-    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks)
+    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
+                          block_w / blocks, head_w, block_attn / blocks)

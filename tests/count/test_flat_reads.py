@@ -1,0 +1,45 @@
+"""No re-derivation from flat fields (issue 19): every count folds over ``cfg.architecture``. The widths,
+head counts and layer counts of tfcalc.config's flat front end are read in tfcalc/count/ only where a
+published formula or a note about the flat fields themselves asks for them, each listed here with why."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tfcalc
+
+FLAT = {"n_head", "head_dim", "d_head", "d_ff", "ffn_dim", "n_kv_head", "kv_heads", "q_dim", "kv_dim", "d_model",
+        "n_expert", "n_expert_active", "vocab_size", "gated_ffn", "shared_expert_d_ff", "v_head_dim", "dense_d_ff",
+        "kv_lora_rank", "n_layer", "window", "attn_softcap", "qk_norm", "pos_encoding", "logit_softcap"}
+ALLOWED = {
+    # the published formulas, each as its source writes it (one d, d_ff, head count and depth)
+    ("formulas.py", "standard_formulas"), ("rank_activations.py", "korthikanti_bytes"),
+    # the note on n_head·d_head != d_model is about the flat fields as given (GPT-3's Table 2.1)
+    ("params.py", "width_note"),
+    # the plan's search bounds pp by the layers (issue 20's lane: count/layout.py's candidate_layouts)
+    ("layout.py", "candidate_layouts"),
+}
+
+
+def _flat_reads() -> set[tuple[str, str]]:
+    root = Path(tfcalc.__file__).parent / "count"
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        bodies = tree.body + [n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body]
+        for func in (n for n in bodies if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Attribute) and node.attr in FLAT and isinstance(node.value, ast.Name)
+                        and node.value.id == "cfg"):
+                    found.add((path.name, func.name))  # a nested function is its outer function's
+    return found
+
+
+def test_count_reads_widths_only_through_the_description():
+    assert _flat_reads() <= ALLOWED, _flat_reads() - ALLOWED
+
+
+def test_the_scan_finds_a_flat_read():
+    """The scan itself can fail: it finds each allowed read (so a new one would show up too)."""
+    assert _flat_reads() == ALLOWED

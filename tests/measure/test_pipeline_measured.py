@@ -1,0 +1,87 @@
+"""Pipeline parallelism on real ranks (tfcalc.measure.pipeline, torch.distributed.pipelining's Schedule1F1B
+and ScheduleInterleaved1F1B on 2 gloo ranks, one launch for both): every rank's model-state bytes, its
+sends (payload and calls) and the tied embedding's all-reduce equal its stage's plan; rank 0's saved
+activations equal the plan's in-flight count (all its forwards are in flight at m = p); the first loss
+equals the single-device model's. And what is refused, before any rank starts."""
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_one_line_error, tiny
+
+from tfcalc.count.layout import Layout
+from tfcalc.count.plan import make_plan
+from tfcalc.count.steptime import Hardware
+from tfcalc.errors import InputError
+from tfcalc.measure.launch import launch
+from tfcalc.model import build_model
+from tfcalc.report.plan_check import PlanCheck, measured_layout, stage_plans
+
+CFG = tiny(n_layer=4, n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
+           activation="silu", tie_embeddings=True)  # tied: the first and last stages all-reduce its gradient
+HW = Hardware(1e12, 10**12, 1e9, 1e9, 8)
+LAYOUTS = {"1f1b": Layout(pp=2, seq=16, global_batch=2, micro_batch=1, dtype="fp32"),
+           "interleaved": Layout(pp=2, seq=16, global_batch=2, micro_batch=1, dtype="fp32", schedule="interleaved",
+                                 virtual_stages=2)}
+
+
+@pytest.fixture(scope="module")
+def checks():
+    jobs = [dict(config=dataclasses.asdict(CFG), layout=dataclasses.asdict(lay)) for lay in LAYOUTS.values()]
+    answers = launch(jobs, 2)
+    return {name: PlanCheck(CFG, False, lay, make_plan(CFG, lay, HW, None), tuple(ranks), ())
+            for (name, lay), ranks in zip(LAYOUTS.items(), answers, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_every_rank_equals_its_stages_plan(checks, name):
+    check = checks[name]
+    assert check.states_exact and check.collectives_exact
+    v = LAYOUTS[name].virtual_stages
+    for rank, (states, collectives) in zip(check.ranks, stage_plans(CFG, LAYOUTS[name]), strict=True):
+        assert {k: rank[k] for k in states} == states
+        sends = next(c for c in rank["collectives"] if c["cause"] == "pp_activations")
+        assert sends["calls"] == 2 * (2 * v - 1)  # m = 2 micro-batches × (2V − 1) chunk boundaries on each rank
+        assert sends["payload_bytes"] == sends["calls"] * 16 * CFG.d_model * 4  # fp32 (1, 16, d) activations
+        assert {(c.cause, c.op) for c in collectives} == {(c["cause"], c["op"]) for c in rank["collectives"]}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_saved_activations_and_first_loss(checks, name):
+    check = checks[name]
+    # rank 0 is the plan's stage (its largest) and holds every forward of the step in flight (m = p = 2).
+    # Beside the plan's terms autograd keeps the RoPE cos and sin each chunk forward slices (2 × 16 × 8 × 4 =
+    # 1,024 bytes; distinct storages only while the allocator does not reuse them): at most that much more
+    assert check.plan.memory.stage == 0
+    forwards = 2 * LAYOUTS[name].virtual_stages  # chunk forwards on rank 0: m × V
+    assert 0 <= check.rank0["activation_bytes"] - check.plan.memory.activations <= 1024 * forwards
+    torch.manual_seed(0)
+    model = build_model(CFG, "cpu", torch.float32)
+    gen = torch.Generator().manual_seed(1000)
+    idx = torch.randint(0, CFG.vocab_size, (2, 16), generator=gen)[:1]
+    with torch.no_grad():
+        expected = F.cross_entropy(model(idx).float().view(-1, CFG.vocab_size), idx.view(-1))
+    assert all(r["first_loss"] == pytest.approx(float(expected), rel=1e-5) for r in check.ranks)
+
+
+def test_measured_layout_of_a_planned_pipeline():
+    planned = Layout(tp=1, pp=16, dp=64, seq=8192, global_batch=2048, micro_batch=1, zero=1,
+                     schedule="interleaved", virtual_stages=4, overlap=("pp",))
+    ran = measured_layout(planned, 2)
+    assert (ran.tp, ran.pp, ran.dp, ran.zero, ran.schedule, ran.virtual_stages, ran.micro_batches) == \
+        (1, 2, 1, 0, "interleaved", 4, 2)
+    assert ran.overlap == ("pp",) and not ran.sequence_parallel
+    with_tp = measured_layout(dataclasses.replace(planned, tp=8, sequence_parallel=True, overlap=("tp", "pp")), 2)
+    assert (with_tp.tp, with_tp.pp, with_tp.schedule) == (2, 1, "1f1b")  # TP planned: the run keeps the TP
+
+
+def test_cp_and_unsplittable_pipelines_are_refused_before_any_rank_starts(cli):
+    assert_one_line_error(cli("plan", "llama2-7b", "--pp", "2", "--cp", "2", "--global-batch", "8", "--measure"),
+                          "context_parallel has no CPU kernel")
+    assert_one_line_error(cli("plan", "t5-base", "--pp", "1", "--cp", "2", "--measure"), "cross-attention")
+    with pytest.raises(InputError, match="equal chunks"):
+        from tfcalc.measure.pipeline import check_pipeline_measurable
+
+        check_pipeline_measurable(tiny(n_layer=3), Layout(pp=2, seq=16, global_batch=2), 2)

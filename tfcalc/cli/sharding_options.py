@@ -1,0 +1,49 @@
+"""`plan`'s options for expert parallelism, FP8 matmuls, FSDP variants, an fp32 gradient buffer and
+offload (issue 20), defined once; their arithmetic: tfcalc.count.sharding, tfcalc.count.fp8,
+tfcalc.count.offload, tfcalc.count.experts_parallel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from tfcalc.count.sharding import OFFLOAD
+from tfcalc.errors import InputError
+
+EP = Annotated[Optional[int], typer.Option(
+    "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
+    "(E divides dp and the experts), tokens exchanged by all-to-all [default: 1; a search of a MoE model tries the "
+    "largest E within a node].", show_default=False, metavar="E")]
+ComputeDType = Annotated[Optional[str], typer.Option(
+    "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling; attention "
+    "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype].", show_default=False,
+    metavar="fp8")]
+NoReshard = Annotated[bool, typer.Option(
+    "--no-reshard-after-forward", help="ZeRO-3: keep each unit's gathered weights from its forward to its backward "
+    "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory.",
+    metavar="")]
+HSDP = Annotated[Optional[int], typer.Option(
+    "--hsdp", help="Hybrid sharding (ZeRO-3): shard within groups of R data-parallel ranks, replicate across the "
+    "dp / R groups (reduce-scatter and all-gather within, all-reduce across).", show_default=False, metavar="R")]
+GradDType = Annotated[Optional[str], typer.Option(
+    "--grad-dtype", help="fp32: gradients accumulated and reduced in an fp32 buffer beside bf16 weights (Megatron's "
+    "main_grad) [default: --dtype].", show_default=False, metavar="fp32")]
+Offload = Annotated[Optional[list[str]], typer.Option(
+    "--offload", help="Move to host memory over PCIe: optimizer (fp32 master and Adam states, stepped on the CPU), "
+    "activations (saved activations, copied back for the backward pass), or both (repeat, or optimizer,activations).",
+    show_default=False, metavar="optimizer|activations")]
+
+
+def offload_parts(values: Optional[list[str]]) -> tuple[str, ...]:
+    """--offload's values (repeated or comma-separated), each once, in OFFLOAD's order; InputError otherwise."""
+    given = [w.strip().lower() for v in values or [] for w in v.split(",")]
+    bad = [w for w in given if w not in OFFLOAD]
+    if bad:
+        raise InputError(f"--offload takes optimizer, activations or both; got {bad[0][:40]!r}")
+    return tuple(w for w in OFFLOAD if w in given)
+
+
+def lower(value: Optional[str]) -> Optional[str]:
+    """A dtype name as given, lower-cased (tfcalc.count.sharding checks it)."""
+    return None if value is None else value.strip().lower()

@@ -1,0 +1,221 @@
+"""Pipeline parallelism on real ranks, with PyTorch's own engine (``torch.distributed.pipelining``):
+``Schedule1F1B`` for --schedule 1f1b, ``ScheduleInterleaved1F1B`` for --schedule interleaved.
+
+1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
+   (tfcalc.count.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
+   embeddings, the last the final norm and the head. Each chunk is a ``PipelineStage``; a rank's
+   parameters are its chunks' (the rest of the model it built is never run nor counted).
+2. A tied embedding is held by the first chunk (as the token embedding) and the last (as the head), on
+   two ranks: their gradients are all-reduced between those two after the backward passes (Megatron's
+   "embedding group"; the plan's pp_tied_embedding).
+3. The schedule runs the step's m micro-batches (scaling the gradients by 1/m), the cross-entropy of the
+   logits upcast to fp32 on the last chunk, as tfcalc.measure.distributed does on one stage; then Adam.
+4. Recorded: each activation and gradient the schedule sends, as it hands them to torch.distributed
+   (its ``_batch_p2p``, the one place its sends and receives go through): the payload of every isend,
+   and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
+   the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
+   plan's peak); the model states of the rank's chunks.
+Not run: pipeline with TP, DP, recompute or sequence parallelism in one run (the measured run takes the
+pipeline alone, and says so); the zero-bubble schedule (its B/W split changes no byte: ran as 1F1B).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.layout import Layout
+from tfcalc.count.shard import stage_ranges, total_blocks
+from tfcalc.errors import InputError
+
+EMBEDDING = ("tok_emb", "pos_emb", "type_emb", "project_in", "emb_norm")
+HEAD = ("final_norm", "head_dense", "head_norm", "project_out", "lm_head")
+
+
+def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> None:
+    """What a measured pipeline covers (see the module docstring); one InputError line otherwise."""
+    if cfg.arch != "decoder" or cfg.cross_attention:
+        raise InputError(f"{cfg.name}: a measured pipeline runs decoder-only stacks (planned, not run)")
+    if any(s.embeddings.positions == "relative" for s in cfg.architecture.stacks) or cfg.architecture.head.pooler:
+        raise InputError(f"{cfg.name}: a learned position bias shared by every block, or a pooler, is not cut into "
+                         "pipeline stages in a measured run (planned, not run)")
+    chunks = layout.pp * layout.virtual_stages
+    if total_blocks(cfg) % chunks:
+        raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks into pp × V = {chunks} "
+                         "equal chunks: not divisible")
+    if layout.pp != nproc:
+        raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} on {nproc} ranks")
+
+
+class Chunk(nn.Module):
+    """Blocks ``span`` of the model; the first chunk embeds, the last runs the head (see step 1)."""
+
+    def __init__(self, model: nn.Module, span: range, first: bool, last: bool):
+        super().__init__()
+        self._model = [model]  # not a submodule: only the parts below are this chunk's parameters
+        self.span, self.first, self.last = span, first, last
+        self.blocks = nn.ModuleList(model.blocks[i] for i in span)
+        parts = (EMBEDDING if first else ()) + (HEAD if last else ())
+        self.parts = nn.ModuleDict({n: getattr(model, n) for n in parts if getattr(model, n, None) is not None})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        model = self._model[0]
+        if self.first:
+            x = model.embed(x)  # (B, T) ids -> (B, T, d)
+        T = x.shape[1]
+        ropes = model._ropes(0, T, x.dtype)
+        masks = model.layer_masks(T, x.dtype)
+        for block, i in zip(self.blocks, self.span, strict=True):
+            x = block(x, ropes[i], masks[i], None)
+        return model.head(x) if self.last else x
+
+
+class P2PLog:
+    """The sends torch.distributed.pipelining hands to torch.distributed (step 4), while recording."""
+
+    def __init__(self):
+        self.payload = self.calls = 0
+        self.recording = False
+
+    @contextlib.contextmanager
+    def patched(self):
+        from torch.distributed.pipelining import schedules
+
+        original = schedules._batch_p2p
+
+        def batch_p2p(ops, desc=None):
+            if self.recording:
+                for op in ops:
+                    if op.op is torch.distributed.isend:
+                        self.payload += op.tensor.numel() * op.tensor.element_size()
+                        self.calls += 1
+            return original(ops, desc)
+
+        schedules._batch_p2p = batch_p2p
+        try:
+            yield self
+        finally:
+            schedules._batch_p2p = original
+
+
+class PipelineTrainer:
+    """The model's chunks on this rank under the layout's schedule, Adam, and this rank's batches (the
+    interface of tfcalc.measure.distributed.Trainer)."""
+
+    def __init__(self, cfg: ModelConfig, layout: Layout, model: nn.Module, device: torch.device):
+        import torch.distributed as dist
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+        self.cfg, self.layout, self.device = cfg, layout, device
+        self.rank, p = dist.get_rank(), layout.pp
+        v = layout.virtual_stages if layout.schedule == "interleaved" else 1
+        n = p * v
+        spans = stage_ranges(total_blocks(cfg), p, self.rank, v)
+        self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
+                       for k, span in enumerate(spans)]
+        stages = [PipelineStage(c, self.rank + k * p, n, device) for k, c in enumerate(self.chunks)]
+        self.first = self.chunks[0].first
+        self.last = self.chunks[-1].last
+        self.m = layout.micro_batches
+
+        def loss(output, target):
+            return F.cross_entropy(output.float().view(-1, output.shape[-1]), target.view(-1))
+
+        if v == 1:
+            self.schedule = Schedule1F1B(stages[0], n_microbatches=self.m, loss_fn=loss)
+        else:
+            self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=self.m, loss_fn=loss)
+        self.params = list({id(q): q for c in self.chunks for q in c.parameters()}.values())
+        self.opt = torch.optim.Adam(self.params, foreach=False)
+        tied = getattr(model, "tied", False) and p > 1
+        self.tied_group = dist.new_group([0, p - 1]) if tied else None  # every rank joins the group's creation
+        self.tied = model.lm_head.weight if tied and (self.first or self.last) else None
+        gen = torch.Generator().manual_seed(1000)  # one pipeline, one data-parallel rank: the same tokens
+        self.tokens = torch.randint(0, cfg.vocab_size, (self.m * layout.micro_batch, layout.seq),
+                                    generator=gen).to(device)
+        self.p2p = P2PLog()
+        self.tied_calls = self.tied_payload = 0
+        self.first_loss = torch.tensor(float("nan"))
+
+    def step(self, log=None, saved=None) -> dict[str, int]:
+        """One step of m micro-batches; the state bytes of the rank's chunks (step 3)."""
+        import torch.distributed as dist
+
+        from tfcalc.measure.distributed import optimizer_tensors, storage_bytes
+
+        hooks = (torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved is not None
+                 else contextlib.nullcontext())
+        self.p2p.recording = log is not None
+        losses: list = []
+        kwargs = {"target": self.tokens, "losses": losses} if self.last else {}
+        args = (self.tokens,) if self.first else ()
+        with self.p2p.patched(), hooks:
+            self.schedule.step(*args, **kwargs)
+        self.p2p.recording = False
+        if self.tied is not None:  # step 2: the two copies' gradients summed
+            dist.all_reduce(self.tied.grad, group=self.tied_group)
+            if log is not None:
+                self.tied_calls += 1
+                self.tied_payload += self.tied.grad.numel() * self.tied.grad.element_size()
+        if self.last and losses:
+            self.first_loss = losses[0].detach()
+        grads = storage_bytes(q.grad for q in self.params)
+        self.opt.step()
+        self.opt.zero_grad()
+        return {"weights_bytes": storage_bytes(self.params), "grads_bytes": grads,
+                "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
+
+    def collectives(self) -> list[dict]:
+        """What step 4 recorded, as tfcalc.count.comm.Collective's fields."""
+        out = []
+        if self.p2p.calls:
+            out.append({"cause": "pp_activations", "op": "send_recv", "group": "pp", "group_size": 2,
+                        "payload_bytes": self.p2p.payload, "calls": self.p2p.calls})
+        if self.tied_calls:
+            out.append({"cause": "pp_tied_embedding", "op": "all_reduce", "group": "pp", "group_size": 2,
+                        "payload_bytes": self.tied_payload, "calls": self.tied_calls})
+        return out
+
+    def shared_first_loss(self) -> float:
+        """The first micro-batch's loss, which only the last chunk's rank computes, on every rank."""
+        import torch.distributed as dist
+
+        value = self.first_loss.reshape(1).to(self.device).float()
+        dist.broadcast(value, src=self.layout.pp - 1)
+        return float(value)
+
+
+def run_pipeline(job: dict, device: torch.device, advance) -> dict:
+    """tfcalc.measure.distributed.run_measure for a layout with pp > 1: two warm-up steps, a measured one."""
+    import time
+
+    from tfcalc.config import from_mapping
+    from tfcalc.measure.device import resolve_device, torch_dtype
+    from tfcalc.measure.distributed import WARMUP_STEPS, SavedBytes, job_layout
+    from tfcalc.measure.memory import peak_meter
+    from tfcalc.model import build_model
+
+    meter = peak_meter(resolve_device(str(device)))
+    meter.start()
+    cfg, layout = from_mapping(job["config"]), job_layout(job)
+    torch.manual_seed(job.get("seed", 0))
+    model = build_model(cfg, device, torch_dtype(layout.dtype)).train()
+    trainer = PipelineTrainer(cfg, layout, model, device)
+    advance(f"warm-up step 1 of {WARMUP_STEPS}")
+    for step in range(WARMUP_STEPS):
+        trainer.step()
+        if step == 0:  # before any update: the loss of the unchanged model on the first micro-batch
+            first_loss = trainer.shared_first_loss()
+        advance(f"warm-up step {step + 2} of {WARMUP_STEPS}" if step + 1 < WARMUP_STEPS else "the measured step")
+    saved = SavedBytes(nn.ModuleList(trainer.chunks))
+    start = time.perf_counter()
+    states = trainer.step(log=True, saved=saved)
+    step_s = time.perf_counter() - start
+    advance("done")
+    return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
+            "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": trainer.collectives(),
+            "comm_counts": {}}
