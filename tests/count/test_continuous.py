@@ -99,7 +99,7 @@ def test_memory_bounds_the_concurrency():
     r = tfcalc.infer("llama3-8b", rate=0.1, mean_input=3000, mean_output=2000, device_spec="l4").to_json()
     x = r["continuous"]
     assert x["over_capacity"] and x["limit"] == "memory"
-    assert r["batch"] == x["max_concurrency"]  # the static table at the KV cache's bound
+    assert r["fits"] and r["batch"] == r["max_batch"]  # the static table at the largest batch that fits
 
 
 def test_tp_serves_more():

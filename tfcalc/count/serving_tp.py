@@ -219,7 +219,7 @@ def step_collectives(cfg: ModelConfig, batch: int, queries: int, act_bytes: int,
     for calls, encoder in allreduce_calls(cfg, decode):
         tokens = batch * (src_seq if encoder and src_seq else queries)
         out.append(("all_reduce", calls, tokens * cfg.architecture.d_model * act_bytes))
-    vocab = -(-cfg.architecture.vocab_size // tp) * tp
+    vocab = -(-cfg.architecture.head.vocab_size // tp) * tp
     out.append(("all_gather", 1, batch * (queries if decode else 1) * vocab * act_bytes))
     return out
 

@@ -40,11 +40,12 @@ def static_options(o):
     return replace(o, seq=o.mean_input, gen=o.mean_output, batches=(1,))
 
 
-def batch_of(state: continuous.SteadyState) -> int:
-    """The static estimate's batch: the mean decode batch rounded up (the memory's bound when over capacity)."""
+def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
+    """The static estimate's batch: the mean decode batch rounded up; over capacity, the largest batch whose
+    KV cache of I + O positions fits (``fitting``; 1 without a memory size)."""
     if state.concurrency is not None:
         return max(1, math.ceil(state.concurrency))
-    return max(1, min(state.max_concurrency or 1, 2**20))
+    return max(1, fitting or 1)
 
 
 def to_json(state: Optional[continuous.SteadyState]) -> Optional[dict[str, Any]]:

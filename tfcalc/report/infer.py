@@ -89,7 +89,17 @@ class InferReport(Displayed):
         rows = data if isinstance(data, list) else [data]
         each = ", ".join(f"batch {r['batch']:,} {units.tokens_rate(r['decode_tokens_per_s_total'])}"
                          + ("" if r["fits"] is not False else " (does not fit)") for r in rows)
-        return f"{self.model.label} on {rows[0]['device']}, prompt {self.seq:,}: decode {each}"
+        where = rows[0]["device"] if self.tp == 1 else f"{self.tp} × {rows[0]['device']}"
+        line = f"{self.model.label} on {where}, prompt {self.seq:,}: decode {each}"
+        steady = rows[0]["continuous"]
+        if steady is not None:
+            line += (f"; at {steady['rate_per_s']:g} requests/s over capacity ({steady['limit']})"
+                     if steady["over_capacity"] else f"; at {steady['rate_per_s']:g} requests/s TTFT "
+                     f"{units.seconds(steady['ttft_s'])}, {units.seconds(steady['itl_s'] or 0)} between tokens")
+        spec = rows[0]["speculative"]
+        if spec is not None:
+            line += f"; with draft {spec['draft_label']}: speedup {spec['speedup']:.2f}×"
+        return line
 
     def row_json(self, i: int) -> dict[str, Any]:
         est, c = self.estimates[i], self.ceilings
@@ -250,11 +260,12 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     state = None
-    if o.rate is not None:
+    w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+    if o.rate is not None:  # the static estimate beside: at the mean decode batch, or the largest that fits
         state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
                                         memory, tp)
-        o = replace(o, batches=(continuous_report.batch_of(state),))
-    w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+        fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
+        o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
     return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,

@@ -78,7 +78,7 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
              f"each); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
              f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most. The table below: the static "
-             + ("estimate at that bound." if x["over_capacity"] else "estimate at that batch.")
+             + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
 
