@@ -16,6 +16,7 @@ LONG = {  # command -> arguments that run it for real, quickly
     "bench": ["bench", "gpt2", *TINY, "--seq", "16", "--min-time", "0.05", "--matmul-size", "32"],
     "params": ["params", "gpt2", "llama2-7b"],
     "scan": ["scan", "gpt2", "--seq", "128..512", "--plot", "{tmp}/scan.png"],
+    "plan": ["plan", "llama2-7b", "--gpus", "auto"],  # gpt-oss-120b at its 131,072 context: ~5 s
 }
 
 
@@ -91,3 +92,10 @@ def test_the_bar_is_drawn_on_a_terminal_only(monkeypatch, capsys):
     with render.progress("work", 3, enabled=False) as advance:  # --json on a terminal
         advance()
     assert capsys.readouterr().err == ""
+
+
+def test_a_gpus_auto_search_names_each_gpu_count_it_tries(cli, monkeypatch, tmp_path):
+    bar = _run(cli, monkeypatch, tmp_path, "plan")[-1]
+    tried = [int(text.split("trying ")[1].split(" GPUs")[0].replace(",", "")) for text in bar["described"]]
+    assert tried and tried == sorted(tried) and tried[0] >= 1
+    assert f"{tried[-1]:,} GPUs" in cli("plan", "llama2-7b", "--gpus", "auto").out  # the last tried is the answer

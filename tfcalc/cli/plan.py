@@ -164,8 +164,16 @@ def plan(
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
     ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     ranks = 2 if nproc is None else nproc
-    with render.ranks_progress(f"plan {ref.label}", ranks, enabled=measure and not out.quiet) as show:
-        report = build_plan(ref, request, device_spec, measure, ranks, on_status=show)
+    # a --gpus auto search of a large MoE at a long context tries hundreds of GPU counts (seconds): the
+    # count under way is shown on a terminal
+    searching = request.searching and request.gpus in (None, "auto")
+    with render.ranks_progress(f"plan {ref.label}", ranks, enabled=measure and not out.quiet) as show, \
+            render.progress(f"plan {ref.label}: the fewest GPUs that fit", 1,
+                            enabled=searching and not out.quiet) as searched:
+        report = build_plan(ref, request, device_spec, measure, ranks, on_status=show,
+                            on_try=lambda gpus, limit: searched.describe(
+                                f"plan {ref.label}: trying {gpus:,} GPUs (at most {limit:,})"))
+        searched()
     render.emit([report], out, view.document)
     m = report.measured
     if m is not None and not (m.states_exact and m.collectives_exact):

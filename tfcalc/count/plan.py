@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.comm import Collective, by_key, step_collectives
@@ -162,9 +162,11 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
                 zero: Optional[int] = None, recompute: Optional[str] = None,
-                ep: Optional[int] = None, space: SearchSpace = FIXED) -> tuple[int, list[Plan]]:
+                ep: Optional[int] = None, space: SearchSpace = FIXED,
+                on_try: Optional[Callable[[int, int], None]] = None) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
-    context-parallel degree the search may take (it divides the activations)."""
+    context-parallel degree the search may take (it divides the activations). ``on_try(gpus, limit)``
+    is told each GPU count before it is searched (a long search shows where it is: tfcalc.cli.plan)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node,
                        max(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention))))
     if floor > hw.memory_bytes:
@@ -176,6 +178,8 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     for gpus in gpu_counts(hw.gpus_per_node, limit):
         if gpus < lower:
             continue
+        if on_try is not None:
+            on_try(gpus, limit)
         plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space)
         if plans:
             return gpus, plans

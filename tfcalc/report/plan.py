@@ -240,7 +240,8 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
 
-def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> tuple[str, tuple[Plan, ...]]:
+def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
+              on_try=None) -> tuple[str, tuple[Plan, ...]]:
     cfg = model.cfg
     base = _base(request, seq, _global_batch(request, seq, 1) if request.global_batch is None else request.global_batch)
     only = dict(zero=request.zero, recompute=request.recompute, ep=request.ep, space=search_space(request))
@@ -248,7 +249,7 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int) -> 
     if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
         check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
     if request.gpus in (None, "auto"):
-        _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only)
+        _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only, on_try=on_try)
         return "gpus", tuple(plans)
     plans = search(cfg, check_size("--gpus", request.gpus), base, hw, request.mfu, **only)
     cps = tuple(cp_degrees(seq, request.gpus, only["space"], cp_applies(cfg, base.attention)))
@@ -318,7 +319,9 @@ def check_sharding_request(r: PlanRequest) -> None:
 
 def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT_DEVICE_SPEC,
                measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None,
-               on_status=None) -> PlanReport:
+               on_status=None, on_try=None) -> PlanReport:
+    """The plan report; ``on_status``: a measured run's rank statuses (tfcalc.measure.launch), ``on_try``:
+    each GPU count a --gpus auto search tries (tfcalc.count.plan.fewest_gpus)."""
     cfg = model.cfg
     check_request(request)
     if not isinstance(device_spec, str):
@@ -335,7 +338,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")
-        kind, candidates = _searched(model, request, hw, seq)
+        kind, candidates = _searched(model, request, hw, seq, on_try)
         chosen = candidates[0]
     else:
         if request.gpus == "auto":
