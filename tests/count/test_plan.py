@@ -300,3 +300,20 @@ def test_moe_and_encoder_decoder_are_planned(preset):
     """Once refused; now planned (tests/count/test_plan_architecture.py checks what they hold)."""
     plan = make_plan(load(preset), layout(seq=64), H100, 0.4)
     assert plan.memory.params == total(load(preset))
+
+
+@pytest.mark.parametrize("preset,seq", [("gpt2", 1024), ("llama2-70b", 4096), ("deepseek-v3", 4096),
+                                        ("gemma-3-27b", 8192), ("llama-4-scout", 8192), ("mixtral-8x7b", 32768),
+                                        ("t5-base", 512), ("gpt-oss-120b", 131072)])
+def test_the_floor_at_the_most_stages_is_the_least_of_every_pp(preset, seq):
+    """rank_floor prices one pp per tp (the most stages); the exhaustive minimum over every pp agrees."""
+    from tfcalc.count.layout import divisors
+    from tfcalc.count.plan import rank_floor, stage_floor
+    from tfcalc.count.shard import total_blocks, tp_split_widths
+
+    cfg = load(preset)
+    base = Layout(seq=seq, global_batch=1, micro_batch=1)
+    widths = math.gcd(*(n for _, n in tp_split_widths(cfg)))
+    every = [f for tp in divisors(widths) if tp <= 8 for pp in range(1, total_blocks(cfg) + 1)
+             if (f := stage_floor(cfg, base, tp, pp)) is not None]
+    assert rank_floor(cfg, base, 8) == min(every)

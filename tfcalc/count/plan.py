@@ -129,35 +129,47 @@ def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
 
 def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
-    docstring): per (tp, pp), the largest stage's activations (full recompute, one micro-batch in
-    flight) plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units."""
+    docstring): per tp, the largest stage's activations (full recompute, one micro-batch in flight)
+    plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units -- at the
+    most pipeline stages the layout takes. Why the most is the least: with one micro-batch in flight a
+    stage's bytes are its blocks' plus its end's (the embeddings on the first, the head and the loss on
+    the last); each stage of pp + 1 stages holds a subset of the blocks some stage of pp holds, and
+    the same end, so the largest stage never grows as pp grows (``stage_floor`` at every pp agrees:
+    tests/count/test_plan.py). One pp per tp instead of every pp: --gpus auto's floor in ~1/40 the time."""
     if base.offload_activations:  # activations may leave the GPU: no floor to stop at
         return 0
     best = None
-    ew = weight_element_bytes(base.dtype)
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
     widths = math.gcd(*(n for _, n in tp_split_widths(cfg)))
-    sp = sequence_parallel_modelled(cfg)  # where it is not (experts, cross-attention), plain TP's floor
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
-        for pp in range(1, total_blocks(cfg) + 1):
-            layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
-                             sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
-                             schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
-            try:
-                check_layout(cfg, layout)
-            except InputError:
-                continue
-            # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
-            split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
-            gathered = gathered_bytes(cfg, replace(split, zero=3))
-            counts = stage_blocks(total_blocks(cfg), pp)
-            # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
-            most = max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
-                       for s in priced_stages(cfg, pp, 1))
-            best = most if best is None else min(best, most)
+        for pp in range(total_blocks(cfg), 0, -1):
+            most = stage_floor(cfg, base, tp, pp, cp)
+            if most is not None:  # the most stages this tp takes (an encoder-decoder: pp 1)
+                best = most if best is None else min(best, most)
+                break
     if best is None:
         raise InputError(f"no tensor-parallel degree up to {gpus_per_node} splits {cfg.name} evenly")
     return best
+
+
+def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1) -> Optional[int]:
+    """rank_floor's bytes at one (tp, pp): the largest stage's; None when the layout is not valid."""
+    sp = sequence_parallel_modelled(cfg)  # where it is not (experts, cross-attention), plain TP's floor
+    layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
+                     sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
+                     schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
+    try:
+        check_layout(cfg, layout)
+    except InputError:
+        return None
+    ew = weight_element_bytes(base.dtype)
+    # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
+    split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
+    gathered = gathered_bytes(cfg, replace(split, zero=3))
+    counts = stage_blocks(total_blocks(cfg), pp)
+    # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
+    return max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
+               for s in priced_stages(cfg, pp, 1))
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
