@@ -151,7 +151,15 @@ def _check_duplicates(node: MappingNode) -> None:
 
 def load(text: str) -> Any:
     """The YAML document in text; yaml.YAMLError (a ComposerError, ConstructorError, ...) when refused."""
-    return yaml.load(text, Loader=Loader)
+    try:
+        return yaml.load(text, Loader=Loader)
+    except yaml.MarkedYAMLError as e:
+        # PyYAML 6.0.4's scanner caps flow nesting itself (at 1,000, "exceeded maximum nesting depth") and,
+        # scanning ahead of the composer, can stop before MAX_DEPTH is counted above. Past its cap the
+        # document is past ours too, so the refusal reads the same on every PyYAML release.
+        if "maximum nesting depth" not in (e.problem or ""):
+            raise
+        raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", e.problem_mark) from None
 
 
 def read_mapping(path) -> dict[str, Any]:
