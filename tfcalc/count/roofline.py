@@ -52,7 +52,7 @@ from tfcalc.count.flops import MatmulEntry, matmul_entries
 from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.params import param_entries
 from tfcalc.count.perf.hardware import PerfSpec
-from tfcalc.count.perf.inference import row_efficiency
+from tfcalc.count.perf.inference import row_efficiency, runs_fp8
 from tfcalc.count.quant import WeightFormat, entry_bytes, stored_mxfp4
 from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
@@ -69,17 +69,32 @@ class Ceilings:
     source: str  # e.g. 'h100-sxm datasheet, bf16' or 'measured on cpu'
     perf: Optional[PerfSpec] = None  # the performance model's device properties (None: the plain roofline)
     fp32_flops_per_s: Optional[float] = None  # the CUDA cores' rate (dequantization)
+    # FP8 weights (flops_per_s the FP8 peak): the 16-bit peak attention's score products and the LM head
+    # run at (tfcalc.count.perf.fp8_time, step 3); None: every row at flops_per_s
+    high_flops_per_s: Optional[float] = None
 
     @property
     def ridge(self) -> float:
         """FLOPs per byte where the two roofs meet."""
         return self.flops_per_s / self.bytes_per_s
 
+    def fp8(self, row: "Row") -> bool:
+        """Whether the row is an FP8 GEMM (FP8 weights, a quantized block matrix)."""
+        return self.high_flops_per_s is not None and runs_fp8(row.component)
+
+    def peak(self, row: "Row") -> float:
+        """The datasheet peak the row's matmul runs at."""
+        return self.flops_per_s if self.high_flops_per_s is None or self.fp8(row) else self.high_flops_per_s
+
     def efficiency(self, row: "Row") -> float:
         """The share of the peak the row's matmul reaches (1 without a performance model)."""
         if self.perf is None or not row.flops:
             return 1.0
-        return row_efficiency(row.component, row.shape, row.count, self.perf)
+        return row_efficiency(row.component, row.shape, row.count, self.perf, self.fp8(row))
+
+    def rate(self, row: "Row") -> float:
+        """FLOP/s the row's matmul reaches: its peak times its efficiency."""
+        return self.peak(row) * self.efficiency(row)
 
 
 @dataclass(frozen=True)
@@ -104,7 +119,7 @@ class Row:
         return self.flops / self.bytes if self.bytes else float("inf")
 
     def compute_s(self, c: Ceilings) -> float:
-        return self.flops / (c.flops_per_s * c.efficiency(self))
+        return self.flops / c.rate(self)
 
     def memory_s(self, c: Ceilings) -> float:
         return self.bytes / c.bytes_per_s

@@ -125,7 +125,7 @@ def _series(v0: int, dv: int, i0: int, i1: int) -> int:
 
 def _run_peak(r0, r1, c: Ceilings) -> float:
     """The FLOP/s one row's matmul reaches over a run: the peak times its efficiency at the run's first step."""
-    return c.flops_per_s * c.efficiency(r0 if r0.flops else r1)
+    return c.rate(r0 if r0.flops else r1)
 
 
 def _run_time(r0, r1, n: int, c: Ceilings) -> float:

@@ -217,7 +217,9 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
     perf = perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency)
     return spec, Ceilings(peak, spec.bandwidth_bytes_per_s * perf.bandwidth_efficiency,
                           f"{spec.key} datasheet, {fmt.compute_dtype}; performance model: {perf.source}", perf,
-                          spec.peak("fp32"))
+                          spec.peak("fp32"),
+                          # FP8 weights: attention and the LM head at the 16-bit peak (perf.fp8_time, step 3)
+                          spec.peak(fmt.rest_dtype) if fmt.compute_dtype == "fp8" else None)
 
 
 def check_options(model: ModelRef, o: InferOptions) -> None:

@@ -29,7 +29,8 @@ from tfcalc.count.layout import (
 from tfcalc.count.layout_pipeline import check_cp
 from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
-from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
+from tfcalc.count.perf.fp8_time import fp8_peak_share
+from tfcalc.count.perf.hardware import PerfSpec, check_fraction, fp8_ceiling_note, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.search_space import cp_applies, cp_degrees
 from tfcalc.count.sharding import OFFLOAD, check_model_variants
@@ -148,6 +149,14 @@ class PlanReport(Displayed):
         return st.model_flops / (st.physics_s * self.hardware.peak_flops_per_s * self.plan.layout.gpus)
 
     @property
+    def mfu_fp8_peak(self) -> Optional[float]:
+        """Under --compute-dtype fp8: model FLOPs over the FP8 peak (None otherwise)."""
+        fp8 = self.hardware.fp8_peak_flops_per_s
+        if self.plan.layout.compute_dtype != "fp8" or not fp8:
+            return None
+        return fp8_peak_share(self.plan.step.model_flops, self.plan.step.overlap_s, fp8, self.plan.layout.gpus)
+
+    @property
     def tokens_per_s(self) -> float:
         L = self.plan.layout
         return L.global_batch * L.seq / self.plan.step.overlap_s
@@ -177,6 +186,9 @@ class PlanReport(Displayed):
                      "no_overlap_s": st.no_overlap_s, "overlap_s": st.overlap_s, "utilization": self.request.mfu,
                      "mfu": st.mfu, "physics_s": st.physics_s, "physics_mfu": self.physics_mfu,
                      "basis": st.basis, "exposed_comm_s": st.exposed_s, "matmul_s": st.matmul_s,
+                     # MFU's peak: the --dtype one, also under FP8 matmuls (torchtitan's convention); the FP8
+                     # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
+                     "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
             "tokens_per_s": self.tokens_per_s,
@@ -361,8 +373,10 @@ def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
     out = []
     if L.compute_dtype == "fp8":
         out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
-                   "Transformer Engine's delayed scaling); attention, router and LM head in "
-                   f"{L.dtype}; MFU stays against the {L.dtype} peak; activations counted in {L.dtype} (TE saves "
+                   f"Transformer Engine's delayed scaling) under the FP8 GEMM ceiling ({fp8_ceiling_note(spec.key)}), "
+                   "their inputs cast to FP8 row-major and transposed (memory-bound kernels); attention, router and "
+                   f"LM head in {L.dtype}; MFU stays against the {L.dtype} peak (torchtitan's convention), the FP8 "
+                   f"peak's share printed beside it; activations counted in {L.dtype} (TE saves "
                    "FP8 casts of the linears' inputs: an overestimate)")
     if L.offload_optimizer:
         out.append("optimizer offload: the PCIe copies (gradient shard down, weights up) are not overlapped; the "

@@ -151,7 +151,11 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("Step, overlapped", st.overlap_s, overlapped(L), style="bold")
     # figures without a unit of seconds sit in the label, the one column never hidden
     t.add(f"Tokens per second: {units.tokens_rate(r.tokens_per_s)}", None, None)
-    t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
+    if r.mfu_fp8_peak is not None:  # FP8 matmuls: say which peak (tfcalc.count.perf.fp8_time, step 4)
+        t.add(f"MFU: {st.mfu:.1%} of the {L.dtype} peak", None, f"model FLOPs (3 × forward) / step; "
+              f"{r.mfu_fp8_peak:.1%} of the FP8 peak ({units.flop_rate(r.device.peak('fp8'))})")
+    else:
+        t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
     if r.training is not None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),

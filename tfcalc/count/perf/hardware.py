@@ -17,6 +17,9 @@ Fields and their sources:
   FLOPS comparison table" (measured with mamf-finder.py): A100 SXM 267.9 of 312 TFLOP/s (0.859), A100
   PCIe 0.822, H100 SXM 792.1 of 989 (0.801), GH200 0.830 (taken for H200), MI300X 781.9 of 1300 (0.601).
   Devices without a measurement take 0.80, the H100's, and say so.
+- ``fp8_ceiling``: the same for an FP8 GEMM against the dense FP8 peak, from the same table's FP8
+  (float8_e4m3fn) rows: H100 SXM 1402.6 of 1979 (0.709), H200 SXM 1453.4 (0.734), B200 3432.5 of 4500
+  (0.763); other FP8 devices take the H100 SXM's 0.709 and say so (tfcalc.count.perf.fp8_time).
 - ``sustained_clock``: the share of the datasheet's clock a GPU holds through hours of compute-bound
   training on every GPU of a node at its power limit. A100: 1305 of 1410 MHz (0.926), the clock NVIDIA
   uses for the A100's Rpeak in HPL runs, "the clock that can be sustained at a GPU's power limit" (Glenn
@@ -71,6 +74,7 @@ class PerfSpec:
 
     sm_count: int = 108
     matmul_ceiling: float = 0.80
+    fp8_ceiling: float = 0.709  # FP8 GEMMs against the FP8 peak (module docstring)
     sustained_clock: float = 1.0
     bandwidth_efficiency: float = 0.85
     kernel_s: float = 4e-6
@@ -84,8 +88,9 @@ class PerfSpec:
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
-        return hash((self.sm_count, self.matmul_ceiling, self.sustained_clock, self.bandwidth_efficiency,
-                     self.kernel_s, self.flash_efficiency, self.matmul_efficiency, self.request_s))
+        return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
+                     self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
+                     self.request_s))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -111,11 +116,25 @@ _TABLE: dict[str, tuple[int, float, tuple[float, float], str]] = {
 }
 
 
+# key -> FP8 ceiling where the MAMF table measured one (the module docstring's fp8_ceiling)
+_FP8_CEILING = {"h100-sxm": 0.709, "h200": 0.734, "b200": 0.763}
+_FP8_SOURCE = {"h100-sxm": "MAMF FP8 H100 SXM 1402.6/1979", "h200": "MAMF FP8 H200 SXM 1453.4/1979",
+               "b200": "MAMF FP8 B200 3432.5/4500"}
+
+
+def fp8_ceiling_note(device_key: str) -> str:
+    """The FP8 ceiling of a device and its source, for the plan's notes."""
+    if device_key in _FP8_CEILING:
+        return f"{_FP8_CEILING[device_key]:.3f} of the FP8 peak, {_FP8_SOURCE[device_key]}"
+    return f"{PerfSpec.fp8_ceiling:.3f} of the FP8 peak, the H100 SXM's (MAMF FP8 1402.6/1979), assumed"
+
+
 def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
               bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
     """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
     sms, ceiling, flash, source = _TABLE.get(device_key, (108, 0.80, (0.6, 0.45), GENERIC))
     spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
+                    fp8_ceiling=_FP8_CEILING.get(device_key, PerfSpec.fp8_ceiling),
                     matmul_efficiency=matmul_efficiency,
                     sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
     if bandwidth_efficiency is not None:

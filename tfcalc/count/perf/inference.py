@@ -15,6 +15,9 @@ Then, per step (``overhead``), added to the rows' sum:
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
 3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once);
+   under FP8 weights the GEMMs' inputs are quantized inside the kernels that produce them (no pass of
+   their own: tfcalc.count.perf.fp8_time, step 3); FP8 GEMMs run at the FP8 peak under the FP8 ceiling,
+   attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.roofline);
 4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
    once per request, in the time to first token;
 5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving_tp).
@@ -38,15 +41,24 @@ from tfcalc.count.quant import WeightFormat
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
 
-def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec) -> float:
+def runs_fp8(component: str) -> bool:
+    """Under FP8 weights (``infer --dtype fp8``), whether a row's matmul is an FP8 GEMM: the quantized block
+    matrices (tfcalc.count.quant), not attention's score products, the router or the LM head (16-bit:
+    tfcalc.count.perf.fp8_time, step 3)."""
+    return component not in SCORE_COMPONENTS and component not in ("lm_head", "other") \
+        and not component.endswith("router")
+
+
+def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec,
+                   fp8: bool = False) -> float:
     """The fraction of the peak one roofline row's matmul reaches (see the module docstring); a mixture's
-    rows come as one GEMM per expert (tfcalc.count.roofline)."""
+    rows come as one GEMM per expert (tfcalc.count.roofline); ``fp8``: an FP8 GEMM, under the FP8 ceiling."""
     if perf.matmul_efficiency is not None:
         return perf.matmul_efficiency
     if component in SCORE_COMPONENTS:
         return perf.flash_efficiency[0]
     m, k, n = shape
-    return gemm.efficiency(m, n, k, perf.sm_count, perf.matmul_ceiling, count)
+    return gemm.efficiency(m, n, k, perf.sm_count, perf.fp8_ceiling if fp8 else perf.matmul_ceiling, count)
 
 
 @dataclass(frozen=True)

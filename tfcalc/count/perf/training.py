@@ -15,7 +15,9 @@ efficiency over the causal pairs it computes (masked blocks skipped), forward an
 forward's FLOPs); under "math" attention as batched GEMMs over the full square, plus the scores'
 memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of it (full) or the score
 products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
-cost.
+cost. Under --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
+casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
+(tfcalc.count.perf.fp8_time).
 
 Stages: the blocks' time is per block (the mean over the layers), so a stage of n blocks takes n times
 it; the last stage adds the LM head, the first the embedding's traffic (in the non-matmul terms).
@@ -23,15 +25,16 @@ it; the last stage adds the LM head, the first the embedding's traffic (in the n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tfcalc.config import ModelConfig
 from tfcalc.count import non_matmul, op_recompute
+from tfcalc.count.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.flops import MatmulEntry, matmul_entries
 from tfcalc.count.fp8 import runs_fp8
 from tfcalc.count.memory import activation_element_bytes
-from tfcalc.count.perf import elementwise, gemm
+from tfcalc.count.perf import elementwise, fp8_time, gemm
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.shard import total_blocks
 from tfcalc.workload import Layout
@@ -120,10 +123,20 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     kernels = 0
     score_elements = 0
     experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
+    act = activation_element_bytes(layout.dtype)
+    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling) if fp8_peak else perf
+    cast_fwd = cast_bwd = 0.0
+    cast_kernels = 0
     for e in entries:
-        # --compute-dtype fp8: the blocks' linears at the FP8 peak (tfcalc.count.fp8)
-        fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8_peak and runs_fp8(layout, e.component, e.group)
-                                   else peak, perf, experts)
+        # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
+        fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group)
+        fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8 else peak, fp8_perf if fp8 else perf, experts)
+        if fp8:
+            m, k, n, count = tp_shape(e, layout.tp, experts)
+            f, b = fp8_time.training_cast_bytes(-(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8)
+            cast_fwd += f * count * e.copies
+            cast_bwd += b * count * e.copies
+            cast_kernels += e.copies
         again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES)
                         or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
@@ -138,7 +151,6 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         kernels += e.copies
         if e.component in SCORES and e.component.endswith("qk"):
             score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
-    act = activation_element_bytes(layout.dtype)
     nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
     traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
     if layout.attention == "math":
@@ -147,6 +159,10 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (tfcalc.count.op_recompute)
     passes = 1 + elementwise.BACKWARD_TRAFFIC + again
     other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
-    forward_other = traffic / bandwidth + kernels * perf.kernel_s
+    full = layout.recompute == "full"  # recompute casts the forward's inputs again
+    other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth + cast_kernels * perf.kernel_s
+              * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
+    forward_kernels = kernels + fp8_time.CAST_KERNELS_FORWARD * cast_kernels
+    forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
     return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
                           block_w / blocks, head_w, block_attn / blocks)
