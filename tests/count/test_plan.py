@@ -12,7 +12,14 @@ from tfcalc.count.flops import training_flops
 from tfcalc.count.layout import Layout, check_layout, resolve_degrees
 from tfcalc.count.params import total
 from tfcalc.count.plan import fewest_gpus, make_plan, search
-from tfcalc.count.steptime import Hardware, bubble_fraction, chinchilla_tokens, parse_count, training_run
+from tfcalc.count.steptime import (
+    Hardware,
+    bubble_fraction,
+    chinchilla_tokens,
+    collective_seconds,
+    parse_count,
+    training_run,
+)
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 from tfcalc.workload import Workload
@@ -192,17 +199,21 @@ def test_mfu_states_the_end_to_end_mfu():
 
 
 def test_tp_across_nodes_uses_the_network():
-    """α-β per collective (tfcalc.count.perf.collectives): ring steps × the link's latency + bytes sent over
-    the link's bandwidth × NCCL's bus efficiency: network (6 µs, 0.9) when TP spans nodes, NVLink (2 µs,
-    0.8) inside one."""
-    cfg, L = load("llama2-7b"), layout(tp=16, global_batch=8)
-    across = make_plan(cfg, L, H100, None)
-    inside = make_plan(cfg, L, dataclasses.replace(H100, gpus_per_node=16), None).step.comm_s["tp"]
-    tp = [c for c in across.collectives if c.group == "tp"]
-    steps = sum(c.calls * (2 if c.op == "all_reduce" else 1) * 15 for c in tp)
-    sent = sum(c.sent_bytes for c in tp)
-    assert across.step.comm_s["tp"] == pytest.approx(steps * 6e-6 + sent / (50e9 * 0.9))
-    assert inside == pytest.approx(steps * 2e-6 + sent / (450e9 * 0.8))
+    """Per collective, NCCL's cost model (tfcalc.count.perf.collectives.nccl_call) on the blocks' TP
+    (sequence-parallel) all-gathers and reduce-scatters of 31.5 MB a call: across 2 nodes (16 ranks, 8 a
+    node) ring Simple, 8.4 µs + 14 NVLink steps of 3.4 µs + 1 network step of 9.6 µs, the bytes sent over
+    the network's bus bandwidth (50 GB/s × 0.9); inside one node of 16, ring LL128 (NVLink only), 10 µs +
+    15 steps of 1.9 µs, the bytes over 0.92 of NVLink's (450 GB/s × 0.8)."""
+    cfg, L = load("llama2-7b"), layout(tp=16, global_batch=8, sequence_parallel=True)
+    wide = dataclasses.replace(H100, gpus_per_node=16)
+    for hw, latency_us, bus in ((H100, 8.4 + 14 * 3.4 + 9.6, 50e9 * 0.9), (wide, 10 + 15 * 1.9, 450e9 * 0.8 * 0.92)):
+        plan = make_plan(cfg, L, hw, None)
+        acts = [c for c in plan.collectives if c.cause == "tp_activations"]
+        assert acts and all(c.op in ("all_gather", "reduce_scatter") for c in acts)
+        for c in acts:
+            assert collective_seconds(c, L, hw) == pytest.approx(c.calls * latency_us * 1e-6 + c.sent_bytes / bus)
+        assert plan.step.comm_s["tp"] == pytest.approx(sum(collective_seconds(c, L, hw) for c in plan.collectives
+                                                          if c.group == "tp"))
 
 
 def test_tokens_and_chinchilla():

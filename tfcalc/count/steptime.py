@@ -17,7 +17,9 @@
 4. Communication time: each collective's α-β time (tfcalc.count.perf.collectives): its calls' ring
    steps times the link's latency, plus the bytes one rank sends (tfcalc.count.comm) over the link's
    bandwidth times NCCL's bus efficiency on it: NVLink (or PCIe: intra_link) when the whole group sits
-   in one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU.
+   in one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU. All-reduces,
+   all-gathers and reduce-scatters call by call as NCCL's own cost model picks ring or tree and LL,
+   LL128 or Simple, over the nodes the group spans (collectives.nccl_seconds).
 5. What overlaps with what:
    - tensor-parallel collectives sit on every micro-batch's critical path (Megatron's default: not
      overlapped), so they stretch each micro-batch, bubble included: tp × (m + p − 1)/m; with
@@ -174,12 +176,28 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
 TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
 
 
+def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> int:
+    """Nodes a group of ``size`` ranks spans under Megatron's rank order (group_in_node's spans): its ranks
+    sit ``stride`` apart, so a node holds gpus_per_node / stride of them (at least one)."""
+    t = layout.tp
+    stride = {"tp": 1, "cp": t, "dp": t, "ep": t, "dp_shard": t, "pp": t * layout.cp * layout.dp,
+              "edp": t * layout.ep, "dp_replicate": t * (layout.hsdp or layout.dp)}[group]
+    per_node = min(size, max(1, gpus_per_node // stride))
+    return -(-size // per_node)
+
+
 def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
-    """Step 4 for one collective."""
+    """Step 4 for one collective: all-reduce, all-gather and reduce-scatter as NCCL's cost model runs them
+    (tfcalc.count.perf.collectives.nccl_seconds: ring or tree, LL, LL128 or Simple, per call), the rest
+    α-β."""
     inside = group_in_node(c.group, layout, hw.gpus_per_node)
     kind = hw.intra_link if inside else "network"
     rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
     calls = c.calls if c.calls is not None else alpha_beta.ddp_calls(c.payload_bytes)
+    if c.op in alpha_beta.NCCL_OPS and calls:
+        nodes = 1 if inside else group_nodes(c.group, layout, hw.gpus_per_node, c.group_size)
+        return alpha_beta.nccl_seconds(c.op, c.payload_bytes, c.sent_bytes, c.group_size, nodes, calls,
+                                       hw.intra_link, rate * hw.perf.link_efficiency[kind])
     return alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate, hw.perf.link_latency_s[kind],
                               hw.perf.link_efficiency[kind])
 
