@@ -33,6 +33,15 @@
      with forward and backward (FSDP's prefetch). What does not fit in that window is exposed, and so is
      the last bucket (25 MiB), which starts only when the backward ends.
    Without overlap: everything added (``no_overlap_s``). The step time is ``overlap_s``.
+   Overlap is not free: a NCCL collective is a kernel whose CTAs (one per channel) hold SMs while it
+   runs, so the compute it overlaps runs its GEMMs' tiles in waves over the SMs left
+   (tfcalc.count.perf.gemm) -- on an H100, an FSDP-style all-gather of 24 CTAs beside a 132-tile GEMM
+   pushed the GEMM into a second wave and nearly doubled its time (NVIDIA developer forums, "Compute-
+   Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect", 2025,
+   measured with Nsight Systems). ``contention_s`` = (micro-batch time on S − C SMs at (S − C)/S of the
+   peak ÷ that on all S, minus 1) × the overlapped seconds: DP's reduction within its window and, with --overlap tp,
+   the hidden TP collectives; C = ``PerfSpec.comm_sms`` (tfcalc.count.perf.hardware). Pipeline and
+   context-parallel sends (NCCL's point-to-point kernels, a channel or two per peer) are left out.
 6. MFU = model FLOPs / (step time × peak × GPUs). ``--mfu X`` states the end-to-end MFU instead: the
    step time is then model FLOPs / (X × peak × GPUs), so the printed MFU is X; the physics' own
    prediction stays in ``physics_s``.
@@ -111,6 +120,7 @@ class StepTime:
     exposed_s: dict[str, float] = field(default_factory=dict)  # communication on the critical path, per group
     matmul_s: float = 0.0  # of compute_s: the matmuls
     basis: str = "physics"  # physics, mfu (--mfu given) or matmul-efficiency (--matmul-efficiency given)
+    contention_s: float = 0.0  # the overlapped compute's slowdown while NCCL's kernels hold SMs (step 5)
 
     @property
     def pipelined_s(self) -> float:
@@ -223,15 +233,31 @@ class StageSeconds:
     attention: float  # attention's kernels, which context parallelism's ring hides behind
 
 
-def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware) -> StageSeconds:
+@lru_cache(maxsize=4096)
+def _alike(layout: Layout) -> Layout:
+    """What a micro-batch's time depends on (a search prices many layouts that share it)."""
+    return replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
+                   overlap=())
+
+
+@lru_cache(maxsize=64)
+def _fewer_sms(perf: PerfSpec, sms: int) -> PerfSpec:
+    return replace(perf, sm_count=sms)
+
+
+def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) -> StageSeconds:
     """Step 2 for one micro-batch on the slowest stage (every stage holds its blocks' count, whatever
-    the schedule: tfcalc.count.shard.stage_ranges)."""
-    alike = replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
-                    overlap=())  # what the time depends on
+    the schedule: tfcalc.count.shard.stage_ranges); ``held_sms`` SMs taken by a collective's kernel
+    (step 5's contention): the GEMMs' tiles run in waves over the rest, at their share of the peak."""
+    alike = _alike(layout)
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
     fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency, hw.perf, fp8)
+    perf, sms = hw.perf, hw.perf.sm_count
+    if 0 < held_sms < sms:
+        share = (sms - held_sms) / sms
+        perf, peak, fp8 = _fewer_sms(perf, sms - held_sms), peak * share, fp8 * share
+    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency, perf, fp8)
     counts = stage_blocks(total_blocks(cfg), layout.pp)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     last = stage == t.stage_s(counts[-1], True)
@@ -267,12 +293,20 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     exposed = {"tp": tp, "pp": pp, "dp": max(0.0, comm["dp"] - window) + last_bucket, "cp": cp}
     if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
         exposed["ep"] = comm["ep"] * stretch
-    physics = pipelined + sum(exposed.values())
+    # step 5's contention: while a collective overlaps the compute, NCCL's kernel holds comm_sms SMs and the
+    # overlapped compute runs on the rest (DP's reduction behind the backward, --overlap tp's behind the GEMMs)
+    held = _stage_s(cfg, layout, hw, hw.perf.comm_sms) if hw.perf.comm_sms else s
+    slow = held.total / s.total - 1 if s.total else 0.0
+    hidden_tp = sum(v for cause, v in tp_by_cause.items() if cause in pipeline.OVERLAPPED_TP) \
+        if "tp" in layout.overlap else 0.0
+    contention = slow * (min(comm["dp"], window) + min(hidden_tp, m * s.matmuls) * stretch)
+    physics = pipelined + sum(exposed.values()) + contention
     no_overlap = pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
-                    model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis)
+                    model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis,
+                    contention)
 
 
 @dataclass(frozen=True)

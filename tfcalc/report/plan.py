@@ -189,6 +189,7 @@ class PlanReport(Displayed):
                      # MFU's peak: the --dtype one, also under FP8 matmuls (torchtitan's convention); the FP8
                      # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
                      "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
+                     "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.steptime, 5)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
             "tokens_per_s": self.tokens_per_s,
@@ -208,7 +209,7 @@ def perf_json(perf: PerfSpec) -> dict[str, Any]:
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
-            "source": perf.source}
+            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source}
 
 
 def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[float] = None,

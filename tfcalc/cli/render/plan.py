@@ -144,6 +144,10 @@ def _time(doc: Doc, r: PlanReport) -> None:
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
+    if st.contention_s:  # overlap's own cost (tfcalc.count.steptime, step 5)
+        t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
+              f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
+              f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")
     if st.basis == "mfu":
         t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
         t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")

@@ -45,6 +45,7 @@ the α-β ring above (``seconds``).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25)
 
@@ -90,6 +91,7 @@ def _tree_share(protocol: str, nodes: int) -> float:
     return 0.9 * {"LL": 1 / 3.8, "LL128": 7 / 9 if nodes == 1 else 0.915, "Simple": 1.0}[protocol]
 
 
+@lru_cache(maxsize=65536)
 def nccl_call(op: str, payload: float, sent: float, n: int, nodes: int, intra: str, bus: float
               ) -> tuple[float, str, str]:
     """(seconds, algorithm, protocol) of one call as NCCL's cost model picks it: ``payload`` and ``sent``

@@ -52,6 +52,11 @@ Fields and their sources:
 - ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
   tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
   one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
+- ``comm_sms``: the SMs a NCCL collective's kernel holds while it overlaps compute, one CTA per channel:
+  24, the all-gather beside a GEMM on an H100 profiled in "Compute-Communication Overlap Causes Severe
+  GEMM Performance Degradation because of Tail Effect" (NVIDIA developer forums, 2025, Nsight Systems:
+  the GEMM's 132 tiles no longer fit one wave, its time nearly doubled). NCCL sizes its channels by
+  topology (NCCL_MIN_CTAS / NCCL_MAX_CTAS bound them); other GPUs take the same 24, assumed.
 - links (``link_latency_s`` per ring step and ``link_efficiency`` of the bus bandwidth), per link kind:
   NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. Estimates of the usual
   class, not one measurement: nccl-tests all_reduce_perf on 8 NVLink GPUs reaches a bus bandwidth of
@@ -86,11 +91,12 @@ class PerfSpec:
     matmul_efficiency: Optional[float] = None  # a flat fraction of the peak for every matmul (--matmul-efficiency)
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
+    comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; tfcalc.count.steptime, 5)
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
-                     self.request_s))
+                     self.request_s, self.comm_sms))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
