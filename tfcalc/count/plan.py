@@ -39,6 +39,7 @@ from tfcalc.count.layout import (
 )
 from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.params import total as param_total
+from tfcalc.count.perf.optimizer import optimizer_seconds
 from tfcalc.count.rank_memory import (
     RankMemory,
     gathered_bytes,
@@ -53,8 +54,8 @@ from tfcalc.count.rank_memory import (
 )
 from tfcalc.count.search_space import FIXED, SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
-from tfcalc.count.sharding import expert_counts
-from tfcalc.count.steptime import Hardware, StepTime, step_time
+from tfcalc.count.sharding import expert_counts, grad_element_bytes
+from tfcalc.count.steptime import Hardware, StepTime, step_time, with_optimizer
 from tfcalc.errors import InputError
 
 GPU_LIMIT = 16384  # --gpus auto gives up beyond this many
@@ -85,6 +86,11 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
+    if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
+        params = mem.optimizer // optimizer_element_bytes(layout.dtype)
+        seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
+                                    hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency)
+        step = with_optimizer(step, seconds, hw.peak_flops_per_s, layout.gpus)
     if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.offload)
         off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
         pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],

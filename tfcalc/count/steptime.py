@@ -121,6 +121,7 @@ class StepTime:
     matmul_s: float = 0.0  # of compute_s: the matmuls
     basis: str = "physics"  # physics, mfu (--mfu given) or matmul-efficiency (--matmul-efficiency given)
     contention_s: float = 0.0  # the overlapped compute's slowdown while NCCL's kernels hold SMs (step 5)
+    optimizer_s: float = 0.0  # the optimizer step on the rank's shard (tfcalc.count.perf.optimizer)
 
     @property
     def pipelined_s(self) -> float:
@@ -307,6 +308,15 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
                     model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis,
                     contention)
+
+
+def with_optimizer(step: StepTime, optimizer_s: float, peak_flops_per_s: float, gpus: int) -> StepTime:
+    """The step with the optimizer's seconds added (tfcalc.count.perf.optimizer): after the last reduction,
+    on nothing else; a step stated by --mfu stays."""
+    physics = step.physics_s + optimizer_s
+    overlap = step.overlap_s if step.basis == "mfu" else physics
+    return replace(step, optimizer_s=optimizer_s, no_overlap_s=step.no_overlap_s + optimizer_s, physics_s=physics,
+                   overlap_s=overlap, mfu=step.model_flops / (overlap * peak_flops_per_s * gpus))
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,7 @@ class PlanReport(Displayed):
                      # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
                      "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
                      "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.steptime, 5)
+                     "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
             "tokens_per_s": self.tokens_per_s,

@@ -143,6 +143,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
     for group, seconds in st.comm_s.items():
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
+    if st.optimizer_s:
+        t.add("Optimizer step", st.optimizer_s, "Adam over the rank's shard, memory-bound, after the reductions")
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
     if st.contention_s:  # overlap's own cost (tfcalc.count.steptime, step 5)
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "

@@ -19,14 +19,16 @@ of tm × tn, one thread block each, every tile running the whole k loop; the SMs
 5. The ceiling: the best-shaped large GEMM reaches ``matmul_ceiling`` of the datasheet peak
    (tfcalc.count.perf.hardware, measured with mamf-finder). Such a GEMM has tile and wave efficiency
    near 1 and k of a few thousand, so the ceiling is divided by loop_eff at k = 2048 to make the product
-   equal it there.
+   equal it there -- and no more: the ceiling is the maximum over mamf-finder's search of shapes (k up to
+   5,376 on A100s and 20,480 on H100s), so a GEMM of larger k does not pass it (min(1, ...)).
 
 6. Split-K: when a GEMM has fewer tiles than SMs (skinny GEMMs: decode, small TP shards), CUTLASS's
    and cuBLAS's split-K kernels cut k into s slices of at least MIN_SPLIT_K, s times the tiles, each
    with loop_eff(k/s) (the partial sums' reduction is small beside the loop and left out).
    Skinny tiles (16 × n, the tensor core's m16n8k16 instruction) serve m of a few rows.
 
-efficiency(m, n, k) = ceiling · max over tile shapes of (tile_eff · wave_eff · shape_eff) · loop_eff / loop_eff(2048).
+efficiency(m, n, k) = ceiling · min(1, max over tile shapes of (tile_eff · wave_eff · shape_eff) · loop_eff /
+loop_eff(2048)).
 A batched GEMM (``count`` independent matmuls: attention's per-head products) multiplies the tiles by
 the count before the waves are formed.
 
@@ -88,7 +90,7 @@ def efficiency(m: int, n: int, k: int, sms: int, ceiling: float, count: int = 1)
             if s > 1 and (tiles * s > 2 * sms or k // s < MIN_SPLIT_K):
                 break
             best = max(best, shape * wave_efficiency(tiles * s, sms) * loop_efficiency(k // s))
-    return ceiling * best / loop_efficiency(K_REF)
+    return ceiling * min(1.0, best / loop_efficiency(K_REF))  # step 5: the measured maximum bounds every shape
 
 
 def seconds(m: int, n: int, k: int, peak: float, sms: int, ceiling: float, count: int = 1) -> float:
