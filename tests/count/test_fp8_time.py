@@ -95,3 +95,17 @@ def test_serving_fp8_gemms_at_fp8_attention_and_head_at_16_bit():
     assert c.peak(rows["lm_head"]) == 989e12
     bf16 = Ceilings(989e12, H100_BW, "test", perf, 67e12)  # no FP8: every row at flops_per_s, as before
     assert bf16.peak(rows["attn_qk"]) == 989e12 and not bf16.fp8(up)
+
+
+def test_infer_says_which_peak_each_matmul_runs_at():
+    """infer --dtype fp8: JSON ceilings name the 16-bit peak beside the FP8 one; a bf16 run has none."""
+    def ceilings(dtype):
+        out = subprocess.run([sys.executable, "-m", "tfcalc", "infer", "llama2-7b", "--dtype", dtype, "--device-spec",
+                              "h100-sxm", "--json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["ceilings"]
+
+    fp8, bf16 = ceilings("fp8"), ceilings("bf16")
+    assert (fp8["flops_per_s"], fp8["high_precision_flops_per_s"]) == (1979e12, 989e12)
+    assert "MAMF FP8 H100 SXM 1402.6/1979" in fp8["source"]
+    assert bf16["high_precision_flops_per_s"] is None and "FP8" not in bf16["source"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 from tfcalc import devices
 from tfcalc.count import continuous, serving, serving_tp, speculative
 from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
-from tfcalc.count.perf.hardware import check_fraction, perf_spec
+from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
@@ -121,7 +121,9 @@ class InferReport(Displayed):
             "device_name": self.device_name or (self.spec.name if self.spec else None),
             "measured": self.measured is not None,
             "ceilings": {"flops_per_s": c.flops_per_s, "bytes_per_s": c.bytes_per_s, "ridge_flops_per_byte": c.ridge,
-                         "source": c.source},
+                         "source": c.source,
+                         # FP8 weights: the 16-bit peak attention and the LM head run at (count.perf.fp8_time)
+                         "high_precision_flops_per_s": c.high_flops_per_s},
             "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
@@ -216,7 +218,9 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
                          f"rated: {', '.join(spec.peak_flops)}")
     perf = perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency)
     return spec, Ceilings(peak, spec.bandwidth_bytes_per_s * perf.bandwidth_efficiency,
-                          f"{spec.key} datasheet, {fmt.compute_dtype}; performance model: {perf.source}", perf,
+                          f"{spec.key} datasheet, {fmt.compute_dtype}; performance model: {perf.source}"
+                          + (f"; FP8 GEMMs under {fp8_ceiling_note(spec.key)}" if fmt.compute_dtype == "fp8" else ""),
+                          perf,
                           spec.peak("fp32"),
                           # FP8 weights: attention and the LM head at the 16-bit peak (perf.fp8_time, step 3)
                           spec.peak(fmt.rest_dtype) if fmt.compute_dtype == "fp8" else None)

@@ -152,7 +152,9 @@ def _tp_note(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
 
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
-    doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}) and "
+    sixteen = (f" for the FP8 GEMMs, {units.flop_rate(c.high_flops_per_s)} for attention and the LM head"
+               if c.high_flops_per_s else "")  # FP8 weights (tfcalc.count.perf.fp8_time, step 3)
+    doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}){sixteen} and "
              f"{units.byte_rate(c.bytes_per_s)}, "
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}"
              + (" per GPU." if r.tp > 1 else "."))
