@@ -8,7 +8,7 @@ from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count import sharding
 from tfcalc.count.layout import Layout
 from tfcalc.count.perf.pipeline import chunk_micro_batches
-from tfcalc.count.steptime import group_in_node
+from tfcalc.count.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
 from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
 
@@ -111,17 +111,18 @@ def _memory(doc: Doc, r: PlanReport) -> None:
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:
-    L, hw_gpn = r.plan.layout, r.device.gpus_per_node
+    L, hw_gpn, hw = r.plan.layout, r.device.gpus_per_node, r.hardware
     t = doc.table(f"Communication per step, one rank ({L.micro_batches} micro-batches)", Column("Cause"),
                   Column("Collective"), Column("Group"), Column("Calls", "int", priority=1),
                   Column("Payload", "bytes", priority=1), Column("Sent per rank", "bytes"), Column("Time", "seconds"),
                   name="communication")
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)  # NVLink-class link inside a node
-        bw = r.device.intra_node_bytes_per_s if fast else r.device.inter_node_bytes_per_s
         link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
+        # the performance model's seconds (NCCL's choice per call, tfcalc.count.steptime step 4): the rows
+        # add up to the step table's communication per group
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
-              "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, c.sent_bytes / bw)
+              "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, collective_seconds(c, L, hw))
     if not r.plan.collectives:
         t.add("none: one GPU", None, None, None, None, None, None)
 
