@@ -38,3 +38,24 @@ def test_dp_reduction_behind_the_backward_pays_for_the_sms():
     free = make_plan(cfg, L, Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8, perf=perf_spec("h100-sxm").__class__(
         **{**perf_spec("h100-sxm").__dict__, "comm_sms": 0})), None).step
     assert free.contention_s == 0 and free.overlap_s == pytest.approx(st.overlap_s - st.contention_s)
+
+
+def test_overlap_tp_pays_for_the_sms_under_the_hidden_collectives():
+    """--overlap tp hides the blocks' all-gathers and reduce-scatters behind the GEMMs; the GEMMs under them
+    run on 132 − 24 SMs: contention = slow × (DP's overlapped seconds + the hidden TP seconds), one GPU
+    group of TP 8 in one node (no DP, no pipeline: no stretch)."""
+    from tfcalc.count.perf.pipeline import OVERLAPPED_TP
+    from tfcalc.count.steptime import collective_seconds
+
+    cfg = load("llama2-7b")
+    hw = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8, perf=perf_spec("h100-sxm"))
+    L = Layout(tp=8, pp=1, dp=1, seq=4096, global_batch=4, micro_batch=1, sequence_parallel=True, overlap=("tp",))
+    plan = make_plan(cfg, L, hw, None)
+    st = plan.step
+    s, held = _stage_s(cfg, L, hw), _stage_s(cfg, L, hw, 24)
+    hidden = sum(collective_seconds(c, L, hw) for c in plan.collectives if c.cause in OVERLAPPED_TP)
+    assert 0 < hidden < L.micro_batches * s.matmuls
+    assert st.contention_s == pytest.approx((held.total / s.total - 1) * hidden)
+    plain = make_plan(cfg, Layout(tp=8, pp=1, dp=1, seq=4096, global_batch=4, micro_batch=1,
+                                  sequence_parallel=True), hw, None).step
+    assert plain.contention_s == 0  # nothing overlapped: TP on the critical path, no DP
