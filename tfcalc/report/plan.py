@@ -30,7 +30,7 @@ from tfcalc.count.layout_pipeline import check_cp
 from tfcalc.count.offload import host_link_bytes_per_s
 from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.fp8_time import fp8_peak_share
-from tfcalc.count.perf.hardware import PerfSpec, check_fraction, fp8_ceiling_note, perf_spec
+from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_json, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.search_space import cp_applies, cp_degrees
 from tfcalc.count.sharding import OFFLOAD, check_model_variants
@@ -202,15 +202,6 @@ class PlanReport(Displayed):
                             for c in self.candidates[: self.request.top]]},
             "measured": None if self.measured is None else self.measured.to_json(),
         }
-
-
-def perf_json(perf: PerfSpec) -> dict[str, Any]:
-    """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
-    return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
-            "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
-            "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
-            "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
-            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source}
 
 
 def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[float] = None,

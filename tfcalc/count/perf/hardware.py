@@ -155,3 +155,12 @@ def check_fraction(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1e-4 <= value <= 1:
         raise InputError(f"{name} must be a number in [0.0001, 1]; got {str(value)[:40]!r}")
     return float(value)
+
+
+def perf_json(perf: PerfSpec) -> dict:
+    """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
+    return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
+            "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
+            "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
+            "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
+            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source}
