@@ -19,15 +19,18 @@ inference. Pure arithmetic: each roofline row of a step (tfcalc.count.roofline) 
    and one after the vocabulary-parallel embedding's lookup (each GPU looks up the ids in its rows, the
    partial sums are added: Megatron's and vLLM's VocabParallelEmbedding), each of tokens × d_model
    activations (tokens = batch × new tokens per sequence), plus one all-gather of the logits (batch ×
-   vocabulary) for the sampled positions. α-β on the node's link
-   (tfcalc.count.perf.collectives: ring all-reduce 2(T − 1)·α + 2(T − 1)/T · bytes / β), not overlapped
-   with the matmuls (the runtimes of the calibration set run them in sequence).
+   vocabulary) for the sampled positions. Each call as NCCL's cost model runs it on the node's link
+   (tfcalc.count.perf.collectives.nccl_call: ring or tree, LL, LL128 or Simple, NCCL's latencies and
+   bandwidth shares), not overlapped with the matmuls (the runtimes of the calibration set run them in
+   sequence).
 
 Worked example (tests/count/test_serving_tp.py): Llama 2 70B (64 heads, 8 KV heads, 80 layers) at T = 4
 decoding batch 1 in fp16 runs 1 + 2 · 80 = 161 all-reduces of 8,192 × 2 = 16,384 bytes and one
-all-gather of 32,000 × 2 bytes per step; on A100 NVLink (300 GB/s, 0.8, α 2 µs): 161 · (6 · 2 µs + 1.5 ·
-16,384 B / 240 GB/s) + 3 · 2 µs + 0.75 · 64,000 B / 240 GB/s = 1,932 + 16.5 + 6 + 0.2 µs = 1.9547 ms: at
-batch 1 the latency terms are nearly all of it.
+all-gather of 32,000 × 2 bytes per step; on A100 NVLink (300 GB/s × 0.8 = 240 GB/s of bus bandwidth) NCCL
+runs both as ring LL: each all-reduce 3.6 + 6 · 0.47 = 6.42 µs + 1.5 · 16,384 B at a quarter of the bus
+(0.41 µs), the all-gather 3.6 + 3 · 0.47 = 5.01 µs + 0.75 · 64,000 B at a third (0.6 µs): 161 · 6.8296 +
+5.61 µs = 1.1052 ms (the α-β ring of 2 µs a step said 1.9547 ms): at batch 1 the latency is nearly all of
+it.
 """
 
 from __future__ import annotations
@@ -226,9 +229,9 @@ def step_collectives(cfg: ModelConfig, batch: int, queries: int, act_bytes: int,
 
 def comm_seconds(cfg: ModelConfig, t: TensorParallel, batch: int, queries: int, act_bytes: int, decode: bool,
                  src_seq: int | None = None) -> float:
-    """The step's collectives (step_collectives), α-β on the link."""
+    """The step's collectives (step_collectives) on the node's link, each call as NCCL's cost model runs it."""
     if t.tp == 1:
         return 0.0
-    return sum(collectives.seconds(op, calls * sent_bytes(op, payload, t.tp), t.tp, calls, t.link_bytes_per_s,
-                                   t.latency_s, t.efficiency)
+    return sum(collectives.nccl_seconds(op, calls * payload, calls * sent_bytes(op, payload, t.tp), t.tp, 1, calls,
+                                        t.link, t.link_bytes_per_s * t.efficiency)
                for op, calls, payload in step_collectives(cfg, batch, queries, act_bytes, decode, src_seq, t.tp))
