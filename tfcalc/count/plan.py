@@ -34,7 +34,6 @@ from tfcalc.count.layout import (
     candidate_layouts,
     check_layout,
     divisors,
-    gpu_counts,
     sequence_parallel_modelled,
 )
 from tfcalc.count.offload import GEN4, pcie_seconds, with_pcie
@@ -51,6 +50,7 @@ from tfcalc.count.rank_memory import (
     stage_params,
     weight_element_bytes,
 )
+from tfcalc.count.search_bound import ShapeBound
 from tfcalc.count.search_space import FIXED, SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.sharding import expert_counts
@@ -95,14 +95,18 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
            zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None,
-           space: SearchSpace = FIXED) -> list[Plan]:
+           space: SearchSpace = FIXED, bound: Optional[ShapeBound] = None) -> list[Plan]:
     """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
     ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule and CP as
-    ``space`` leaves them open: tfcalc.count.search_space)."""
+    ``space`` leaves them open: tfcalc.count.search_space). ``bound``: the shapes it rules out are not
+    built (tfcalc.count.search_bound; by default one for this search)."""
     plans = []
     start = replace(base, micro_batch=space.micro_batch or 1)
+    if bound is None:
+        bound = ShapeBound(cfg, start, hw.memory_bytes, hw.gpus_per_node, recompute, ep)
     for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
-                                    tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention)))):
+                                    tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention))),
+                                    keep=bound.fits):
         for b in micro_batches(layout, space):
             fitted = False
             for option in schedules(cfg, replace(layout, micro_batch=b), space):
@@ -187,12 +191,13 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
                          f"and weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
     lower = min_gpus(cfg, base, hw)
     limit = min(limit, hw.gpus_per_node * total_blocks(cfg) * (base.global_batch // base.micro_batch))
-    for gpus in gpu_counts(hw.gpus_per_node, limit):
-        if gpus < lower:
-            continue
+    bound = ShapeBound(cfg, replace(base, micro_batch=space.micro_batch or 1), hw.memory_bytes, hw.gpus_per_node,
+                       recompute, ep)
+    cps = tuple(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention)))
+    for gpus in bound.gpu_counts(cps, lower, limit):  # the counts with a shape the bound lets through
         if on_try is not None:
             on_try(gpus, limit)
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space)
+        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space, bound)
         if plans:
             return gpus, plans
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "

@@ -115,6 +115,9 @@ def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int)
             sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
 
 
+param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual): the search's bound reads it
+
+
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
     return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)[0]
