@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.count.sharding import OFFLOAD
-from tfcalc.errors import InputError
+from tfcalc.name_lists import name_list
 
 EP = Annotated[Optional[int], typer.Option(
     "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
@@ -31,17 +31,14 @@ GradDType = Annotated[Optional[str], typer.Option(
     "main_grad) [default: --dtype].", show_default=False, metavar="fp32")]
 Offload = Annotated[Optional[list[str]], typer.Option(
     "--offload", help="Move to host memory over PCIe: optimizer (fp32 master and Adam states, stepped on the CPU), "
-    "activations (saved activations, copied back for the backward pass), or both (repeat, or optimizer,activations).",
+    "activations (saved activations, copied back for the backward pass), both (repeat the flag, or "
+    "optimizer,activations; any case) or none [default: none].",
     show_default=False, metavar="optimizer|activations")]
 
 
 def offload_parts(values: Optional[list[str]]) -> tuple[str, ...]:
-    """--offload's values (repeated or comma-separated), each once, in OFFLOAD's order; InputError otherwise."""
-    given = [w.strip().lower() for v in values or [] for w in v.split(",")]
-    bad = [w for w in given if w not in OFFLOAD]
-    if bad:
-        raise InputError(f"--offload takes optimizer, activations or both; got {bad[0][:40]!r}")
-    return tuple(w for w in OFFLOAD if w in given)
+    """--offload's values (repeated or comma-separated) by the rule of tfcalc.name_lists, as --overlap's."""
+    return name_list("--offload", values, OFFLOAD)
 
 
 def lower(value: Optional[str]) -> Optional[str]:

@@ -313,6 +313,8 @@ def check_sharding_request(r: PlanRequest) -> None:
         check_size("--hsdp", r.hsdp)
     if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):
         raise InputError(f"--offload must be optimizer, activations or both; got {shown(r.offload)}")
+    if len(set(r.offload)) != len(r.offload):  # as the flag's rule (tfcalc.name_lists)
+        raise InputError(f"--offload names each of {', '.join(OFFLOAD)} once; got {shown(r.offload)}")
     if not isinstance(r.reshard_after_forward, bool):
         raise InputError(f"reshard_after_forward must be True or False; got {shown(r.reshard_after_forward)}")
 
