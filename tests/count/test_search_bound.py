@@ -76,15 +76,18 @@ def _built(cfg, gpus: int, start: Layout, space=OPEN):
     ("llama2-7b", 4096, 64, [1, 8, 16]), ("mixtral-8x7b", 32768, 16, [8, 32]), ("llama2-70b", 4096, 32, [16, 64]),
     ("deepseek-v3", 4096, 64, [64, 256]), ("gemma-3-27b", 8192, 32, [8, 48]), ("qwen2-7b", 131072, 8, [16, 64]),
 ])
-def test_the_bound_never_exceeds_a_built_layouts_memory(preset, seq, batch, gpus):
+@pytest.mark.parametrize("offload", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["", "optimizer", "activations", "both"])
+def test_the_bound_never_exceeds_a_built_layouts_memory(preset, seq, batch, gpus, offload):
     cfg = load(preset)
-    start = base(seq, batch)
+    start = base(seq, batch, offload_optimizer=offload[0], offload_activations=offload[1])
     bound = ShapeBound(cfg, start, H100.memory_bytes, 8)
     checked = 0
     for n in gpus:
         for L in _built(cfg, n, start):
-            assert bound.bytes(L.tp, L.pp, L.cp, L.dp) <= rank_memory(cfg, L).total, L.describe()
-            checked += 1
+            for V in [L] + [v for v in _fsdp_variants(L, H100, OPEN) if _valid(cfg, v)]:
+                assert bound.bytes(L.tp, L.pp, L.cp, L.dp) <= rank_memory(cfg, V).total, V.describe()
+                checked += 1
     assert checked > 20
 
 
@@ -95,6 +98,25 @@ def test_the_bound_counts_the_micro_batches_in_flight():
     bound = ShapeBound(cfg, base(4096, 64, offload_optimizer=True), 10**11, 8)
     falling = [bound.bytes(8, 8, 1, dp) for dp in (1, 8, 16, 32, 64)]
     assert falling == sorted(falling, reverse=True) and falling[0] > 2 * falling[-1]
+
+
+def _fsdp_variants(L: Layout, hw: Hardware, space) -> list[Layout]:
+    """Plainly: a ZeRO-3 layout without resharding, and with HSDP over a node's dp ranks (dp past a node)."""
+    if not space.fsdp or L.zero != 3:
+        return []
+    out = [dataclasses.replace(L, reshard_after_forward=False)]
+    r = hw.gpus_per_node // L.tp
+    if L.cp == 1 and L.ep == 1 and 1 < r < L.dp and L.dp % r == 0:
+        out += [dataclasses.replace(L, hsdp=r), dataclasses.replace(L, hsdp=r, reshard_after_forward=False)]
+    return out
+
+
+def _valid(cfg, L: Layout) -> bool:
+    try:
+        check_layout(cfg, L)
+    except InputError:
+        return False
+    return True
 
 
 def _exhaustive(cfg, start: Layout, hw: Hardware, space=OPEN, limit=4096):
@@ -111,6 +133,8 @@ def _exhaustive(cfg, start: Layout, hw: Hardware, space=OPEN, limit=4096):
                         continue
                     if rank_memory(cfg, option).total <= hw.memory_bytes:
                         fitting.append(option)
+                        fitting += [v for v in _fsdp_variants(option, hw, space)
+                                    if _valid(cfg, v) and rank_memory(cfg, v).total <= hw.memory_bytes]
         if fitting:
             return n, fitting
     return None, []

@@ -51,7 +51,16 @@ from tfcalc.count.rank_memory import (
     weight_element_bytes,
 )
 from tfcalc.count.search_bound import ShapeBound
-from tfcalc.count.search_space import FIXED, SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
+from tfcalc.count.search_space import (
+    FIXED,
+    SearchSpace,
+    cp_applies,
+    cp_degrees,
+    fsdp_variants,
+    micro_batches,
+    offload_bases,
+    schedules,
+)
 from tfcalc.count.shard import stage_blocks, total_blocks, tp_split_widths
 from tfcalc.count.sharding import expert_counts
 from tfcalc.count.steptime import Hardware, StepTime, step_time
@@ -97,9 +106,21 @@ def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization:
            zero: Optional[int] = None, recompute: Optional[str] = None, ep: Optional[int] = None,
            space: SearchSpace = FIXED, bound: Optional[ShapeBound] = None) -> list[Plan]:
     """The layouts of ``gpus`` GPUs that fit, fastest first (only ZeRO stage ``zero``, recompute
-    ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule and CP as
-    ``space`` leaves them open: tfcalc.count.search_space). ``bound``: the shapes it rules out are not
-    built (tfcalc.count.search_bound; by default one for this search)."""
+    ``recompute`` and expert-parallel degree ``ep`` when given; the micro-batch, schedule, CP, HSDP,
+    resharding and offload as ``space`` leaves them open: tfcalc.count.search_space -- offload only when
+    nothing fits without it). ``bound``: the shapes it rules out are not built (tfcalc.count.search_bound;
+    by default one for this search)."""
+    plans = _fitting(cfg, gpus, base, hw, utilization, zero, recompute, ep, space, bound)
+    if not plans and space.offload and not (base.offload_optimizer or base.offload_activations):
+        for offloaded in offload_bases(base):
+            plans += _fitting(cfg, gpus, offloaded, hw, utilization, zero, recompute, ep, space)
+    return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
+
+
+def _fitting(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float, zero: Optional[int],
+             recompute: Optional[str], ep: Optional[int], space: SearchSpace,
+             bound: Optional[ShapeBound] = None) -> list[Plan]:
+    """search's layouts of ``base`` as given (its offload)."""
     plans = []
     start = replace(base, micro_batch=space.micro_batch or 1)
     if bound is None:
@@ -118,16 +139,32 @@ def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization:
                 if mem.total <= hw.memory_bytes:
                     plans.append(_plan(cfg, option, mem, hw, utilization))
                     fitted = True
+                    plans += _variants(cfg, option, hw, utilization, space)
                 elif option.schedule == "1f1b":
                     break  # the least memory of any schedule: the others do not fit either
             if not fitted:
                 break  # a larger micro-batch needs more (tfcalc.count.search_space)
-    return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
+    return plans
+
+
+def _variants(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float, space: SearchSpace) -> list[Plan]:
+    """The HSDP and no-reshard variants of a ZeRO-3 layout that fits, those that fit too (they hold more)."""
+    out = []
+    for variant in fsdp_variants(layout, hw.gpus_per_node, space):
+        try:
+            check_layout(cfg, variant)
+        except InputError:
+            continue
+        mem = rank_memory(cfg, variant)
+        if mem.total <= hw.memory_bytes:
+            out.append(_plan(cfg, variant, mem, hw, utilization))
+    return out
 
 
 def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     """The lower bound of the module docstring: model states split over every GPU must fit."""
-    per_param = 2 * weight_element_bytes(base.dtype) + optimizer_element_bytes(base.dtype)
+    optimizer = 0 if base.offload_optimizer else optimizer_element_bytes(base.dtype)  # on the host: not a GPU's
+    per_param = 2 * weight_element_bytes(base.dtype) + optimizer
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
 
@@ -181,24 +218,41 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
                 ep: Optional[int] = None, space: SearchSpace = FIXED,
                 on_try: Optional[Callable[[int, int], None]] = None) -> tuple[int, list[Plan]]:
     """(the fewest GPUs with a layout that fits, those layouts fastest first); the floor at the largest
-    context-parallel degree the search may take (it divides the activations). ``on_try(gpus, limit)``
-    is told each GPU count before it is searched (a long search shows where it is: tfcalc.cli.plan)."""
+    context-parallel degree the search may take (it divides the activations). Offload, where ``space``
+    allows it, only when no number of GPUs up to the limit fits without: then the fewest GPUs with any
+    offload. ``on_try(gpus, limit)`` is told each GPU count before it is searched (a long search shows
+    where it is: tfcalc.cli.plan)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node,
                        max(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention))))
-    if floor > hw.memory_bytes:
+    limit = min(limit, hw.gpus_per_node * total_blocks(cfg) * (base.global_batch // base.micro_batch))
+    may_offload = space.offload and not (base.offload_optimizer or base.offload_activations)
+    if floor > hw.memory_bytes and not may_offload:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
                          f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
                          f"and weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
-    lower = min_gpus(cfg, base, hw)
-    limit = min(limit, hw.gpus_per_node * total_blocks(cfg) * (base.global_batch // base.micro_batch))
-    bound = ShapeBound(cfg, replace(base, micro_batch=space.micro_batch or 1), hw.memory_bytes, hw.gpus_per_node,
-                       recompute, ep)
-    cps = tuple(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention)))
-    for gpus in bound.gpu_counts(cps, lower, limit):  # the counts with a shape the bound lets through
+    only = dict(zero=zero, recompute=recompute, ep=ep, space=replace(space, offload=False))
+    bases = [base] if floor <= hw.memory_bytes else []
+    for tried in (bases, offload_bases(base) if may_offload else []):
+        found = _fewest(cfg, tried, hw, utilization, limit, only, on_try)
+        if found is not None:
+            return found
+    raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "
+                     f"micro-batch {base.micro_batch}, seq {base.seq} in {hw.memory_bytes / 1e9:g} GB per GPU"
+                     + (" (with offload too)" if may_offload else ""))
+
+
+def _fewest(cfg: ModelConfig, bases: list[Layout], hw: Hardware, utilization: float, limit: int, only: dict,
+            on_try: Optional[Callable[[int, int], None]]) -> Optional[tuple[int, list[Plan]]]:
+    """The fewest GPUs with a layout of any of ``bases`` that fits (each its own bound), or None."""
+    space = only["space"]
+    bounds = {b: ShapeBound(cfg, replace(b, micro_batch=space.micro_batch or 1), hw.memory_bytes, hw.gpus_per_node,
+                            only["recompute"], only["ep"]) for b in bases}
+    cps = tuple(cp_degrees(bases[0].seq, 2**40, space, cp_applies(cfg, bases[0].attention))) if bases else ()
+    counts = sorted({n for b in bases for n in bounds[b].gpu_counts(cps, min_gpus(cfg, b, hw), limit)})
+    for gpus in counts:  # the counts with a shape some bound lets through
         if on_try is not None:
             on_try(gpus, limit)
-        plans = search(cfg, gpus, base, hw, utilization, zero, recompute, ep, space, bound)
+        plans = [p for b in bases for p in search(cfg, gpus, b, hw, utilization, **only, bound=bounds[b])]
         if plans:
-            return gpus, plans
-    raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "
-                     f"micro-batch {base.micro_batch}, seq {base.seq} in {hw.memory_bytes / 1e9:g} GB per GPU")
+            return gpus, sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
+    return None

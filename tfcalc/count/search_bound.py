@@ -12,8 +12,8 @@ that rank_memory prices, at least:
 
 1. activations: the least over the recomputes tried, with 1F1B's min(p − s, m) micro-batches in flight,
    m = global batch / (dp · micro-batch) -- what the old floor left out: a pipeline of p stages keeps up
-   to p micro-batches in flight on its first stage until dp grows so large that m < p. 0 when the
-   activations may be offloaded (tfcalc.count.offload).
+   to p micro-batches in flight on its first stage until dp grows so large that m < p. Activations
+   offloaded: the blocks' stored terms but two blocks' leave the GPU (tfcalc.count.offload).
 2. gradients and optimizer states: (e_g + e_o) · Ψ₁ / (dp · cp), Ψ₁ the stage's TP-local parameters with
    every routed expert (ep 1). ZeRO-0 and -1 hold more; ZeRO-2 splits the dense states over dp · cp and a
    rank's Ψ₁ₑ/E experts over dp/E ranks (tfcalc.count.sharding), Ψ₁ₑ/dp all the same; ZeRO-3 pads each
@@ -78,6 +78,7 @@ class ShapeBound:
         self._contexts: dict[tuple, tuple[Activations, Layout]] = {}
         self._parts: dict[tuple, tuple[int, int]] = {}
         self._layers: dict[tuple, int] = {}
+        self._stored: dict[tuple, tuple[int, int]] = {}  # the blocks' stored bytes a micro-batch, the largest block's
         self.n_blocks = total_blocks(cfg)
         self._params: dict[tuple, tuple[int, int]] = {}
         self._units: dict[tuple, tuple[int, int]] = {}
@@ -145,10 +146,16 @@ class ShapeBound:
     def activations(self, tp: int, pp: int, cp: int, m: int, stage: int) -> int:
         """Step 1 at one stage of 1F1B: min(p − s, m) micro-batches in flight, each its stage's stored terms,
         plus what is held once (the rebuilt block, the loss gradients): linear in the count."""
-        if self.base.offload_activations:
-            return 0
         c = min(pp - stage, m)
-        return min(c * per + once for per, once in (self.stage_parts(tp, pp, cp, r, stage) for r in self.recomputes))
+        if not self.base.offload_activations:
+            return min(c * per + once for per, once in (self.stage_parts(tp, pp, cp, r, stage)
+                                                         for r in self.recomputes))
+        most = []  # offloaded: the blocks' stored terms leave the GPU but two blocks' (tfcalc.count.offload)
+        for r in self.recomputes:
+            per, once = self.stage_parts(tp, pp, cp, r, stage)
+            blocks, largest = self._stored[tp, pp, cp, r, stage]
+            most.append(c * (per - blocks) + once + min(c * blocks, 2 * largest))
+        return min(most)
 
     def stage_parts(self, tp: int, pp: int, cp: int, recompute: str, stage: int) -> tuple[int, int]:
         """(bytes per micro-batch in flight, bytes held once) of one rank of the stage under 1F1B: the terms
@@ -161,8 +168,9 @@ class ShapeBound:
             first, last = stage == 0, stage == pp - 1
             blocks = self._blocks(pp, stage)
             kinds = acts.kinds_in(blocks.start, blocks.stop)
-            per = sum(n * self._layer(tp, cp, recompute, terms, x, True) for terms, n, x in kinds)
-            per += self._head(tp, cp, recompute, first, last)
+            stored = [(n, self._layer(tp, cp, recompute, terms, x, True)) for terms, n, x in kinds]
+            self._stored[key] = (sum(n * b for n, b in stored), max((b for _, b in stored), default=0))
+            per = self._stored[key][0] + self._head(tp, cp, recompute, first, last)
             once = max((self._layer(tp, cp, recompute, terms, x, False) for terms, _, x in kinds), default=0) \
                 if recompute in ("full", "op") else 0
             once += -(-acts.loss_gradients // tp) if last else 0
@@ -202,7 +210,7 @@ class ShapeBound:
         if b.global_batch % b.micro_batch:
             return
         dps = divisors(b.global_batch // b.micro_batch)
-        blocks = 1 if cfg.arch == "encoder-decoder" else min(total_blocks(cfg), cfg.n_layer)
+        blocks = 1 if cfg.arch == "encoder-decoder" else total_blocks(cfg)  # candidate_layouts and check_layout's pp
         found = set()
         for tp in _tps(cfg, self.gpus_per_node):
             for cp in cps:

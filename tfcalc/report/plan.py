@@ -40,6 +40,7 @@ from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
 from tfcalc.report.plan_schedule import check_schedule_request, search_space
+from tfcalc.report.plan_search import search_json, search_notes
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -135,7 +136,7 @@ class PlanReport(Displayed):
         if self.model.cfg.arch == "encoder-decoder":
             out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
-        return out + sharding_notes(self.plan.layout, self.device)
+        return out + sharding_notes(self.plan.layout, self.device) + search_notes(self)
 
     @property
     def hardware(self) -> Hardware:
@@ -182,7 +183,7 @@ class PlanReport(Displayed):
             "tokens_per_s": self.tokens_per_s,
             "training": None if self.training is None else dataclasses.asdict(self.training),
             "search": None if self.search is None else {
-                "kind": self.search, "fitting": len(self.candidates),
+                "kind": self.search, "fitting": len(self.candidates), **search_json(self),
                 "layouts": [{"layout": layout_json(c.layout), "total_bytes": c.memory.total,
                              "step_time_s": c.step.overlap_s, "mfu": c.step.mfu}
                             for c in self.candidates[: self.request.top]]},
