@@ -64,3 +64,26 @@ def test_gpus_auto_offloads_only_when_no_count_fits_without():
     assert n <= 8 and plans and all(offloaded(p.layout) for p in plans)
     with pytest.raises(InputError, match="no layout of up to 8 GPUs"):
         fewest_gpus(cfg, base, H100, None, limit=8, space=dataclasses.replace(OPEN, offload=False))
+
+
+# ---------- ZeRO-1/2: a call per bucket ----------
+
+
+def test_flat_zero_reduce_scatters_and_gathers_a_call_per_bucket():
+    """Megatron-Core's buckets of max(40M, 1M × dp) parameters for ZeRO-1 (per step), DeepSpeed's 5e8
+    elements for ZeRO-2 (per micro-batch); the bytes are the flat buffer's whatever the buckets."""
+    from tfcalc.count.comm import step_collectives
+    from tfcalc.count.rank_memory import rank_memory
+
+    cfg = load("llama2-70b")
+    psi = 68_976_648_192
+    for zero, dp, bucket in ((1, 8, 40_000_000), (1, 64, 64_000_000), (2, 8, 500_000_000)):
+        L = Layout(dp=dp, zero=zero, seq=4096, global_batch=4 * dp)  # m = 4 micro-batches
+        mem = rank_memory(cfg, L)
+        by = {(c.cause, c.op): c for c in step_collectives(cfg, L, mem.stage, mem.params)}
+        flat = dp * -(-psi // dp)
+        buckets = -(-flat // bucket)
+        rs, ag = by["dp_grads", "reduce_scatter"], by["zero_params", "all_gather"]
+        assert rs.calls == (1 if zero == 1 else 4) * buckets and ag.calls == buckets
+        assert rs.payload_bytes == (1 if zero == 1 else 4) * 2 * flat and ag.payload_bytes == 2 * flat
+    assert buckets == 138  # ZeRO-2: ⌈68,976,648,192 / 5e8⌉
