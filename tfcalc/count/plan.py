@@ -8,16 +8,20 @@ largest memory total (every stage's first TP rank holds the largest torch.chunk 
 
 Search (no layout given): every layout of the GPUs (tfcalc.count.layout.candidate_layouts) whose rank
 fits the device memory, fastest first (overlapped step time, then less memory); memory is computed
-first, the collectives and step time only of the layouts that fit. ``--gpus auto``: the fewest GPUs with
-at least one layout that fits, trying powers of two up to a node, then whole nodes
-(tfcalc.count.layout.gpu_counts), from a lower bound on: no layout holds less model state per rank than
-(2·e_w + e_opt)·Ψ/N bytes -- everything split N ways (ZeRO-3 across all N ranks) -- so fewer GPUs than
-that bound are not tried. And before any, a floor: data parallelism shrinks the split model states (up
-to global batch / micro-batch ranks) but not the activations, nor the weights that stay whole (ZeRO-2)
-or are gathered (ZeRO-3); when, over every tensor- and pipeline-parallel degree, with full recompute and
-one micro-batch in flight, those alone exceed the memory, no number of GPUs fits, and the search stops
-at once (a mixture's experts counted as split over every expert, as expert parallelism can; no floor
-when activations are offloaded).
+first, the collectives and step time only of the layouts that fit; shapes (tp, pp, cp, dp) whose lower
+bound (tfcalc.count.search_bound) exceeds the memory are not built. What else it varies, and offload
+only where nothing fits: tfcalc.count.search_space. ``--gpus auto``: the fewest GPUs with at least one
+layout that fits, trying powers of two up to a node, then whole nodes (tfcalc.count.layout.gpu_counts),
+from a lower bound on: no layout holds less model state per rank than (2·e_w + e_opt)·Ψ/N bytes --
+everything split N ways (ZeRO-3 across all N ranks) -- so fewer GPUs than that bound are not tried; and
+of those only the counts with a shape the search's bound lets through (it counts 1F1B's micro-batches
+in flight: a long-context model needs dp large enough that few are). And before any, a floor: data
+parallelism shrinks the split model states (up to global batch / micro-batch ranks) but not the
+activations, nor the weights that stay whole (ZeRO-2) or are gathered (ZeRO-3); when, over every
+tensor- and pipeline-parallel degree, at the least recompute and one micro-batch in flight, those alone
+exceed the memory, no number of GPUs fits, and the search stops at once -- or turns to offload, where
+the request leaves it open (a mixture's experts counted as split over every expert, as expert
+parallelism can; no floor when activations are offloaded).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from tfcalc.count.rank_memory import (
     stage_params,
     weight_element_bytes,
 )
-from tfcalc.count.search_bound import ShapeBound
+from tfcalc.count.search_bound import ShapeBound, least_recomputes
 from tfcalc.count.search_space import (
     FIXED,
     SearchSpace,
@@ -168,9 +172,12 @@ def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
 
-def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) -> int:
+def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1,
+               recompute: Optional[str] = None) -> int:
     """The least bytes any layout's rank holds, however many data-parallel ranks (see the module
-    docstring): per tp, the largest stage's activations (full recompute, one micro-batch in flight)
+    docstring): per tp, the largest stage's activations (the least over the recomputes tried -- full
+    recompute keeps least but on a stage of one block, where it holds the block's input beside the
+    rebuilt block: tfcalc.count.search_bound.least_recomputes -- one micro-batch in flight)
     plus what no ZeRO stage splits -- the weights whole (ZeRO-2) or ZeRO-3's gathered units -- at the
     most pipeline stages the layout takes. Why the most is the least: with one micro-batch in flight a
     stage's bytes are its blocks' plus its end's (the embeddings on the first, the head and the loss on
@@ -184,7 +191,7 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
     widths = math.gcd(*(n for _, n in tp_split_widths(cfg)))
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
         for pp in range(total_blocks(cfg), 0, -1):
-            most = stage_floor(cfg, base, tp, pp, cp)
+            most = stage_floor(cfg, base, tp, pp, cp, recompute)
             if most is not None:  # the most stages this tp takes (an encoder-decoder: pp 1)
                 best = most if best is None else min(best, most)
                 break
@@ -193,10 +200,12 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1) 
     return best
 
 
-def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1) -> Optional[int]:
+def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1,
+                recompute: Optional[str] = None) -> Optional[int]:
     """rank_floor's bytes at one (tp, pp): the largest stage's; None when the layout is not valid."""
     sp = sequence_parallel_modelled(cfg)  # where it is not (experts, cross-attention), plain TP's floor
-    layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute="full", global_batch=base.micro_batch,
+    tried = least_recomputes(cfg, base, recompute) or ("full",)
+    layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute=tried[0], global_batch=base.micro_batch,
                      sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
                      schedule="1f1b", virtual_stages=1, overlap=())  # 1F1B: the least in flight
     try:
@@ -209,8 +218,8 @@ def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1) -
     gathered = gathered_bytes(cfg, replace(split, zero=3))
     counts = stage_blocks(total_blocks(cfg), pp)
     # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
-    return max(stage_activations(cfg, layout, s, counts[s]) + min(ew * stage_params(cfg, split, s), gathered)
-               for s in priced_stages(cfg, pp, 1))
+    return max(min(stage_activations(cfg, replace(layout, recompute=r), s, counts[s]) for r in tried)
+               + min(ew * stage_params(cfg, split, s), gathered) for s in priced_stages(cfg, pp, 1))
 
 
 def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float, limit: int = GPU_LIMIT,
@@ -223,13 +232,13 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
     offload. ``on_try(gpus, limit)`` is told each GPU count before it is searched (a long search shows
     where it is: tfcalc.cli.plan)."""
     floor = rank_floor(cfg, base, hw.gpus_per_node,
-                       max(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention))))
+                       max(cp_degrees(base.seq, 2**40, space, cp_applies(cfg, base.attention))), recompute)
     limit = min(limit, hw.gpus_per_node * total_blocks(cfg) * (base.global_batch // base.micro_batch))
     may_offload = space.offload and not (base.offload_optimizer or base.offload_activations)
     if floor > hw.memory_bytes and not may_offload:
         raise InputError(f"no number of GPUs fits {cfg.name} at micro-batch {base.micro_batch} and seq {base.seq}: "
-                         f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations with full recompute, "
-                         f"and weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
+                         f"every layout's rank needs at least {floor / 1e9:.3g} GB (activations at the least recompute "
+                         f"and the weights no ZeRO stage splits), more than {hw.memory_bytes / 1e9:g} GB")
     only = dict(zero=zero, recompute=recompute, ep=ep, space=replace(space, offload=False))
     bases = [base] if floor <= hw.memory_bytes else []
     for tried in (bases, offload_bases(base) if may_offload else []):

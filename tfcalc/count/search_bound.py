@@ -93,11 +93,12 @@ class ShapeBound:
     def fits(self, tp: int, pp: int, cp: int, dp: int) -> bool:
         key = (tp, pp, cp, dp)
         if key not in self._fits:
-            self._fits[key] = self.bytes(tp, pp, cp, dp) <= self.memory
+            self._fits[key] = self.bytes(tp, pp, cp, dp, stop=self.memory) <= self.memory
         return self._fits[key]
 
-    def bytes(self, tp: int, pp: int, cp: int, dp: int) -> int:
-        """The bound, bytes (the module docstring's steps 1-3)."""
+    def bytes(self, tp: int, pp: int, cp: int, dp: int, stop: Optional[int] = None) -> int:
+        """The bound, bytes (the module docstring's steps 1-3); ``stop``: return as soon as a stage's
+        exceeds it (the first stage, with the most in flight, is priced first)."""
         cfg, b = self.cfg, self.base
         m = b.global_batch // (dp * b.micro_batch)
         e = max(self.eps(tp, cp, dp))
@@ -109,6 +110,8 @@ class ShapeBound:
             psie = psi1 - experts + experts // e  # a rank's routed experts split e ways (e divides their count)
             states = (self.eg + self.eo) * (psi1 // n) + min(self.ew * psie, self.ew * (psi1 // n) + gathered)
             most = max(most, states + self.activations(tp, pp, cp, min(m, 2 * pp), s))
+            if stop is not None and most > stop:
+                break
         return most
 
     def stage_params(self, tp: int, pp: int, stage: int) -> tuple[int, int]:
@@ -205,24 +208,28 @@ class ShapeBound:
 
     def gpu_counts(self, cps: tuple[int, ...], lower: int, limit: int) -> Iterator[int]:
         """The GPU counts ``--gpus auto`` tries, fewest first, from ``lower`` to ``limit``, with at least one
-        shape whose bound fits (``cps``: the context-parallel degrees the search may take)."""
+        shape whose bound fits (``cps``: the context-parallel degrees the search may take); found window by
+        doubling window, so a model that fits on few GPUs prices few shapes."""
         cfg, b = self.cfg, self.base
         if b.global_batch % b.micro_batch:
             return
         dps = divisors(b.global_batch // b.micro_batch)
         blocks = 1 if cfg.arch == "encoder-decoder" else total_blocks(cfg)  # candidate_layouts and check_layout's pp
-        found = set()
-        for tp in _tps(cfg, self.gpus_per_node):
-            for cp in cps:
-                for pp in range(1, blocks + 1):
-                    for dp in dps:
-                        n = tp * cp * pp * dp
-                        if n > limit:
-                            break
-                        if n >= lower and n not in found and is_gpu_count(n, self.gpus_per_node) \
-                                and self.fits(tp, pp, cp, dp):
-                            found.add(n)
-        yield from sorted(found)
+        shapes = [(tp, cp, pp) for tp in _tps(cfg, self.gpus_per_node) for cp in cps for pp in range(1, blocks + 1)]
+        lo = max(1, lower)
+        while lo <= limit:
+            hi = min(limit, 2 * lo + self.gpus_per_node)
+            found = set()
+            for tp, cp, pp in shapes:
+                for dp in dps:
+                    n = tp * cp * pp * dp
+                    if n > hi:
+                        break
+                    if n >= lo and n not in found and is_gpu_count(n, self.gpus_per_node) \
+                            and self.fits(tp, pp, cp, dp):
+                        found.add(n)
+            yield from sorted(found)
+            lo = hi + 1
 
 
 def _tps(cfg: ModelConfig, gpus_per_node: int) -> list[int]:
