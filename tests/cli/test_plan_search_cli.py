@@ -40,3 +40,12 @@ def test_nothing_fits_even_with_offload_is_one_line(cli):
 def test_help_says_fp8_is_the_users_choice(cli):
     out = " ".join(cli("plan", "--help").out.replace("│", " ").split())
     assert "never picks FP8" in out
+
+
+def test_no_layout_of_n_gpus_even_with_offload_is_one_line(cli):
+    assert_one_line_error(cli("plan", "llama2-70b", "--gpus", "1", "--global-batch", "64"),
+                          "no layout of 1 GPUs fits llama2-70b")
+    r = cli("plan", "llama2-70b", "--gpus", "1", "--global-batch", "64")
+    assert "(with offload too)" in r.err
+    r = cli("plan", "llama2-70b", "--gpus", "1", "--global-batch", "64", "--offload", "optimizer")
+    assert r.code == 2 and "(with offload too)" not in r.err  # the offload given: nothing else tried

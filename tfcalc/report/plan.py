@@ -265,8 +265,9 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
                          f"micro-batch {base.micro_batch}: {hint}")
     if not plans:
         raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
-                         f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}; "
-                         "try more --gpus, or --gpus auto")
+                         f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}"
+                         + (" (with offload too)" if only["space"].offload else "")
+                         + "; try more --gpus, or --gpus auto")
     return "layouts", tuple(plans)
 
 
