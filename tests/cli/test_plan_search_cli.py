@@ -49,3 +49,16 @@ def test_no_layout_of_n_gpus_even_with_offload_is_one_line(cli):
     assert "(with offload too)" in r.err
     r = cli("plan", "llama2-70b", "--gpus", "1", "--global-batch", "64", "--offload", "optimizer")
     assert r.code == 2 and "(with offload too)" not in r.err  # the offload given: nothing else tried
+
+
+def test_hsdp_and_no_reshard_given_to_a_search(cli):
+    """Given, they are the search's (ZeRO-3 only); with another ZeRO stage, or an HSDP no dp can take, one
+    line at once (before: the floor's 'no tensor-parallel degree splits', its layout being refused)."""
+    j = cli("plan", "llama2-70b", "--gpus", "auto", "--hsdp", "4", "--json").json()
+    assert all(c["layout"]["hsdp"] == 4 and c["layout"]["zero"] == 3 for c in j["search"]["layouts"])
+    j = cli("plan", "llama2-70b", "--gpus", "auto", "--no-reshard-after-forward", "--json").json()
+    assert all(not c["layout"]["reshard_after_forward"] for c in j["search"]["layouts"])
+    assert_one_line_error(cli("plan", "llama2-70b", "--gpus", "auto", "--zero", "1", "--hsdp", "2"), "needs --zero 3")
+    assert_one_line_error(cli("plan", "llama2-70b", "--gpus", "64", "--zero", "2", "--no-reshard-after-forward"),
+                          "needs --zero 3")
+    assert_one_line_error(cli("plan", "llama2-70b", "--gpus", "auto", "--hsdp", "3"), "no dp does")

@@ -32,7 +32,7 @@ from tfcalc.count.params import total as param_total
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.search_space import cp_applies, cp_degrees
-from tfcalc.count.sharding import OFFLOAD, check_model_variants
+from tfcalc.count.sharding import OFFLOAD, check_model_variants, check_sharding
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -249,6 +249,11 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
     check_positions(cfg, seq)  # said once (rank_floor read it as "no tensor-parallel degree splits" the model)
     if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
         check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
+    if request.zero not in (None, 3) and (request.hsdp is not None or not request.reshard_after_forward):
+        check_sharding(cfg, dataclasses.replace(base, dp=2 * (request.hsdp or 1)))  # its ZeRO-3 line, said once
+    if request.hsdp is not None and (base.global_batch // base.micro_batch) % request.hsdp:
+        raise InputError(f"--hsdp {request.hsdp} must divide dp, and dp the global batch ({base.global_batch}) / "
+                         f"micro-batch ({base.micro_batch}): no dp does")
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only, on_try=on_try)
         return "gpus", tuple(plans)
