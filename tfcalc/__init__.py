@@ -188,8 +188,12 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble') and cp: None is 1,
-    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp'."""
+    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
+    'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule)."""
+    from tfcalc.count.perf.pipeline import OVERLAPS
+    from tfcalc.count.sharding import OFFLOAD
     from tfcalc.count.steptime import parse_count
+    from tfcalc.name_lists import name_list
     from tfcalc.report.plan import PlanRequest, build_plan
 
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
@@ -199,10 +203,11 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
                           ep=ep, compute_dtype=compute_dtype, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
-                          offload=tuple(offload.split(",")) if isinstance(offload, str) else tuple(offload)
-                          if isinstance(offload, (list, tuple)) else offload,
+                          offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)
+                          else tuple(offload) if isinstance(offload, (list, tuple)) else offload,
                           schedule=schedule, virtual_stages=virtual_stages,
-                          overlap=tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
+                          overlap=name_list("--overlap", overlap, OVERLAPS) if isinstance(overlap, str)
+                          else tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -115,6 +115,9 @@ def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int)
             sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
 
 
+param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual): the search's bound reads it
+
+
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
     return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)[0]
@@ -194,10 +197,13 @@ def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int)
 
 def _activation_alike(layout: Layout) -> Layout:
     """The layout with what activations do not depend on set alike, so that a search's many layouts share
-    one pricing: dp and ZeRO, and micro-batches past 2p (every schedule's in-flight count has saturated
+    one pricing: dp and ZeRO (and expert parallelism, HSDP, resharding, offload, the gradients' dtype),
+    and micro-batches past 2p (every schedule's in-flight count has saturated
     by then: tfcalc.count.perf.pipeline.chunk_micro_batches)."""
     m = min(layout.micro_batches, 2 * layout.pp)
-    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=())
+    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=(), ep=1, hsdp=None,
+                   reshard_after_forward=True, offload_optimizer=False, offload_activations=False,
+                   grad_dtype=None, zero_engine="flat")  # the sharding variants too (offload: rank_offload)
 
 
 @functools.lru_cache(maxsize=16384)
