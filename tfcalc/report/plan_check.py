@@ -12,8 +12,9 @@ What runs, and why it is a fair check of the plan:
    from a CPU).
    Context parallelism (--cp) is refused: PyTorch's context_parallel has no CPU kernel to run on gloo.
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
-   every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
-   shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
+   every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA, latent
+   attention, mixed dense and MoE layers, windows, chunks and NoPE layers) and sizes shrunk so every split
+   stays even (tfcalc.report.small_copy). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
    micro-batches per step; fp32 (gloo reduces fp32 everywhere; fp32 Adam is 16 bytes per parameter too,
    split 4/4/8 instead of 2/2/12).
 3. The plan of exactly that configuration and layout, computed by the same code as the full plan, beside
@@ -33,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.config import ModelConfig, replace
+from tfcalc.config import ModelConfig
 from tfcalc.count.activations import default_attention
 from tfcalc.count.comm import by_key
 from tfcalc.count.layout import Layout, check_layout
@@ -41,31 +42,13 @@ from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, make_plan
 from tfcalc.count.steptime import Hardware
 from tfcalc.errors import InputError
+from tfcalc.report.small_copy import MEASURE_SEQ, small_copy
 
 _CP_NOT_RUN = ("--cp is planned, not measured: PyTorch's context_parallel has no CPU kernel to run on gloo "
                "(aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy); leave out --measure")
 MEASURE_PARAMS = 20_000_000
-MEASURE_SEQ, MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 64, 2, 2
+MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 2, 2
 STATE_KEYS = ("weights_bytes", "grads_bytes", "optimizer_bytes")
-
-
-def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
-    """cfg with 2 blocks (``blocks`` for a pipeline: pp × V), heads of 16, 2·tp KV heads (and twice as many
-    query heads if cfg groups them), an FFN 4× (8/3× gated) as wide as the model, a 127-token vocabulary
-    (odd: it shows FSDP2's padding and torch.chunk's uneven blocks) and a 64-token context; every other
-    field as it was."""
-    kv = 2 * tp
-    heads = kv * (2 if cfg.kv_heads < cfg.n_head else 1)
-    d = 16 * heads
-    f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
-    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=blocks, d_model=d, n_head=heads, n_kv_head=kv,
-                   d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
-                   vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
-                   type_vocab_size=min(cfg.type_vocab_size, 2),
-                   # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
-                   first_dense_layers=1 if cfg.first_dense_layers else None,
-                   dense_layers=(0,) if cfg.dense_layers else None,
-                   moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
@@ -254,17 +237,12 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
-               device: str | None = None, on_status=None) -> PlanCheck:
-    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
-    on_status: see tfcalc.measure.launch.launch."""
-    from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import check_nproc, launch, ranks_device
+def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelConfig, Layout, bool]:
+    """(the config the ranks run, the layout they run, whether the config is a small copy): steps 1, 2
+    and 4 of the module docstring, checked as runnable (one InputError line otherwise); no rank started."""
     from tfcalc.measure.parallelize import check_measurable
     from tfcalc.measure.pipeline import check_pipeline_measurable
 
-    check_nproc(nproc, device)
-    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
     if layout.cp > 1:
         raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)
@@ -279,6 +257,19 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
         check_layout(run_cfg, ran)
     else:
         check_measurable(run_cfg, ran)
+    return run_cfg, ran, small
+
+
+def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
+               device: str | None = None, on_status=None) -> PlanCheck:
+    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
+    on_status: see tfcalc.measure.launch.launch."""
+    from tfcalc.measure.fit import require_ranks_fit
+    from tfcalc.measure.launch import check_nproc, launch, ranks_device
+
+    check_nproc(nproc, device)
+    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
+    run_cfg, ran, small = measured_run(cfg, layout, nproc)
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
     require_ranks_fit(run_cfg, ran, nproc, device, f"the plan of {cfg.name}")  # before any rank starts
