@@ -1,5 +1,9 @@
 """Pipeline parallelism on real ranks, with PyTorch's own engine (``torch.distributed.pipelining``):
-``Schedule1F1B`` for --schedule 1f1b, ``ScheduleInterleaved1F1B`` for --schedule interleaved.
+``Schedule1F1B`` for --schedule 1f1b, ``ScheduleInterleaved1F1B`` for --schedule interleaved and
+``ScheduleInterleavedZeroBubble`` on one stage a rank for --schedule zero-bubble: PyTorch's ZB1P (Qi et al.
+2024, arXiv 2401.10241), which with one local stage is ZB-H1, tfcalc's model (tfcalc.count.perf.pipeline,
+step 3): 1F1B's order of forwards, each backward split into I (the inputs' gradient, sent back at once)
+and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-batches.
 
 1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
    (tfcalc.count.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
@@ -15,8 +19,9 @@
    and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
    the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
    plan's peak); the model states of the rank's chunks.
+The rank's order of computations is returned with its answer (``actions``: F, and B or I and W).
 Not run: pipeline with TP, DP, recompute or sequence parallelism in one run (the measured run takes the
-pipeline alone, and says so); the zero-bubble schedule (its B/W split changes no byte: ran as 1F1B).
+pipeline alone, and says so); ZB-H2 and ZB-V (not modelled either).
 """
 
 from __future__ import annotations
@@ -108,7 +113,12 @@ class PipelineTrainer:
 
     def __init__(self, cfg: ModelConfig, layout: Layout, model: nn.Module, device: torch.device):
         import torch.distributed as dist
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble,
+        )
 
         self.cfg, self.layout, self.device = cfg, layout, device
         self.rank, p = dist.get_rank(), layout.pp
@@ -125,10 +135,13 @@ class PipelineTrainer:
         def loss(output, target):
             return F.cross_entropy(output.float().view(-1, output.shape[-1]), target.view(-1))
 
-        if v == 1:
+        if layout.schedule == "zero-bubble":  # ZB-H1: one stage a rank, B and W apart (the module docstring)
+            self.schedule = ScheduleInterleavedZeroBubble(stages, n_microbatches=self.m, loss_fn=loss)
+        elif v == 1:
             self.schedule = Schedule1F1B(stages[0], n_microbatches=self.m, loss_fn=loss)
         else:
             self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=self.m, loss_fn=loss)
+        self.actions = _compute_actions(self.schedule, self.rank)
         self.params = list({id(q): q for c in self.chunks for q in c.parameters()}.values())
         self.opt = torch.optim.Adam(self.params, foreach=False)
         tied = getattr(model, "tied", False) and p > 1
@@ -189,6 +202,14 @@ class PipelineTrainer:
         return float(value)
 
 
+def _compute_actions(schedule, rank: int) -> list[str]:
+    """The rank's computations in the order the schedule runs them, as PyTorch names them ("0F1": stage 0's
+    forward of micro-batch 1; B a whole backward, I the inputs' gradient, W the weights'), where the
+    schedule lists them (the runtime schedules: interleaved and zero-bubble); else []."""
+    order = getattr(schedule, "pipeline_order", None) or {}
+    return [str(a) for a in order.get(rank, []) if a is not None and a.computation_type.value in ("F", "B", "I", "W")]
+
+
 def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     """tfcalc.measure.distributed.run_measure for a layout with pp > 1: two warm-up steps, a measured one."""
 
@@ -218,4 +239,4 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     advance("done")
     return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
             "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": trainer.collectives(),
-            "comm_counts": {}}
+            "comm_counts": {}, "schedule": type(trainer.schedule).__name__, "actions": trainer.actions}

@@ -21,10 +21,11 @@ What runs, and why it is a fair check of the plan:
    the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
    payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
    really saves) and peak memory (against the plan's total) are shown with their ratio.
-4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B, or
-   interleaved with its V; zero-bubble runs as 1F1B), N micro-batches (a multiple of pp, as the
-   interleaved schedule needs), a small copy of pp × V blocks, run by torch.distributed.pipelining
-   (tfcalc.measure.pipeline); every rank's model states and collectives against its own stage's plan.
+4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B;
+   interleaved with its V; zero-bubble as PyTorch's ScheduleInterleavedZeroBubble on one stage a rank),
+   N micro-batches (a multiple of pp, as the interleaved schedule needs), a small copy of pp × V blocks,
+   run by torch.distributed.pipelining (tfcalc.measure.pipeline); every rank's model states and
+   collectives against its own stage's plan.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
     """The layout the ranks run (step 1 of the module docstring; a pipeline: step 4)."""
     if layout.pp > 1 and layout.tp == 1:  # a pipeline (with TP planned too, the run keeps the TP: step 1)
         interleaved = layout.schedule == "interleaved"
+        schedule = layout.schedule if interleaved or layout.schedule == "zero-bubble" else "1f1b"
         micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
         return dataclasses.replace(
             layout, tp=1, pp=nproc, dp=1, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
             global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
-            schedule="interleaved" if interleaved else "1f1b", virtual_stages=layout.virtual_stages if interleaved
+            schedule=schedule, virtual_stages=layout.virtual_stages if interleaved
             else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
             # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
             reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
@@ -209,8 +211,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"pp {planned.pp} (ran pp {ran.pp}, one stage a rank)")
     if planned.pp > 1 and planned.dp > 1:
         out.append(f"dp {planned.dp} (a measured pipeline runs alone)")
-    if planned.schedule == "zero-bubble":
-        out.append("the zero-bubble schedule (ran 1F1B: the same bytes, another order)")
+    if planned.schedule != ran.schedule:
+        out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
