@@ -11,8 +11,8 @@ step, MBU, the bandwidth ceiling), memory --measure (the allocator's peak agains
 training step), infer --measure (two batch sizes), a training step on one GPU (bench ranks --nproc 1 against
 the plan's compute), the device's memory (driver total, CUDA context), and over NCCL (one rank per GPU;
 recorded as skipped, saying why, on fewer GPUs): plan --measure on 2 ranks for TP, ZeRO-1/2/3, expert
-parallelism, ZeRO-3 on a MoE and the 1F1B and zero-bubble pipelines (one launch), HSDP on 4 ranks, and
-infer --tp 2 --measure (benchmarks/gpu_report_ranks.py).
+parallelism, ZeRO-3 on a MoE and the 1F1B and zero-bubble pipelines (one launch), HSDP and a pipeline with
+data parallelism on 4 ranks, and infer --tp 2 --measure (benchmarks/gpu_report_ranks.py).
 
 Predictions use the device-table entry matched by the name torch gives GPU 0 (tfcalc.devices.lookup), or
 --device-spec KEY; without one they are null and say so. The ratio is predicted ÷ measured.
@@ -111,7 +111,8 @@ def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpu
     cuda = device != "cpu"
     def nccl(n: int) -> Optional[str]:  # why a step of n ranks is not run here (None: it runs)
         if not cuda:
-            return "4 gloo ranks: tests/measure/test_hsdp_run.py runs them on the CPU" if n > 2 else None
+            return ("4 gloo ranks: tests/measure/test_hsdp_run.py and test_pipeline_dp.py run them on the CPU"
+                    if n > 2 else None)
         if gpus < n:
             return f"NCCL runs one rank per GPU: {n} ranks need {n} GPUs; {gpus} here"
         return None
@@ -135,8 +136,8 @@ def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpu
         # one launch of 2 ranks for every layout (benchmarks/gpu_report_ranks.py)
         Step(f"plan --measure on 2 ranks, {'; '.join(ranks.TWO_RANKS)}" + over, s(60),
              lambda: ranks.plan_layouts_step(sizes, ranks.TWO_RANKS, 2), nccl(2)),
-        Step("plan --measure --dp 4 --zero 3 --hsdp 2" + over, s(45),
-             lambda: ranks.plan_layouts_step(sizes, {"dp 4, hsdp 2": ranks.HSDP}, 4), nccl(4)),
+        Step(f"plan --measure on 4 ranks, {'; '.join(ranks.FOUR_RANKS)}" + over, s(45),
+             lambda: ranks.plan_layouts_step(sizes, ranks.FOUR_RANKS, 4), nccl(4)),
         Step("infer --measure --tp 2" + over, s(40), lambda: ranks.infer_tp_step(sizes, device), nccl(2)),
     ]
 

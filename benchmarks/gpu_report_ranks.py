@@ -28,7 +28,10 @@ TWO_RANKS = {
     "pp 2, 1f1b": ("plan_model", dict(pp=2)),
     "pp 2, zero-bubble": ("plan_model", dict(pp=2, schedule="zero-bubble")),
 }
-HSDP = ("plan_model", dict(dp=4, zero=3, hsdp=2))
+FOUR_RANKS = {  # one launch of 4 ranks
+    "dp 4, ZeRO-3, hsdp 2": ("plan_model", dict(dp=4, zero=3, hsdp=2)),
+    "pp 2 × dp 2": ("plan_model", dict(pp=2, dp=2)),
+}
 
 
 def _planned(sizes: Sizes, fields: dict[str, Any]):

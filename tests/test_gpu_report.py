@@ -30,7 +30,7 @@ NAMES = ["bench fp32", "bench bf16", "bench decode", "memory --measure (forward)
          "infer --measure --batch 1", "training step on one GPU (bench ranks --nproc 1)",
          "device memory (driver total, CUDA context)",
          "plan --measure on 2 ranks, tp 2; dp 2, ZeRO-1; dp 2, ZeRO-2; dp 2, ZeRO-3; dp 2, ep 2; dp 2, ZeRO-3, MoE; "
-         "pp 2, 1f1b; pp 2, zero-bubble (gloo)", "plan --measure --dp 4 --zero 3 --hsdp 2 (gloo)",
+         "pp 2, 1f1b; pp 2, zero-bubble (gloo)", "plan --measure on 4 ranks, dp 4, ZeRO-3, hsdp 2; pp 2 × dp 2 (gloo)",
          "infer --measure --tp 2 (gloo)"]
 TWO_RANKS = NAMES[-3]
 RESULT_KEYS = {"name", "expected_s", "status", "reason", "seconds", "comparisons", "measured"}
@@ -98,7 +98,7 @@ def test_the_steps_that_start_processes(report_module, tmp_path):
     assert layouts["pp 2, zero-bubble"]["schedule"] == "ScheduleInterleavedZeroBubble"
     states = [c for c in plan["comparisons"] if c["unit"] == "bytes"]
     assert len(states) > 3 * len(layouts) and all(c["ratio"] == 1.0 for c in states)
-    assert by["plan --measure --dp 4 --zero 3 --hsdp 2 (gloo)"]["reason"].startswith("4 gloo ranks")
+    assert by[NAMES[-2]]["reason"].startswith("4 gloo ranks")
     serving = by["infer --measure --tp 2 (gloo)"]
     assert serving["status"] == "ok", serving["reason"]
     assert serving["measured"]["equal"] and all(c["ratio"] == 1.0 for c in serving["comparisons"])
@@ -160,4 +160,4 @@ def test_the_full_run_is_planned_within_ten_minutes(report_module):
     assert [s.name for s in one_gpu if s.skip] == [n.replace("(gloo)", "over NCCL") for n in NAMES[-3:]]
     assert "2 ranks need 2 GPUs; 1 here" in one_gpu[-1].skip
     two = report_module.plan_steps("cuda:0", False, None, gpus=2)
-    assert [s.name for s in two if s.skip] == ["plan --measure --dp 4 --zero 3 --hsdp 2 over NCCL"]
+    assert [s.name for s in two if s.skip] == [NAMES[-2].replace("(gloo)", "over NCCL")]

@@ -8,7 +8,7 @@ byte, as there:
 - expert parallelism's all-to-all (counts in int64, tokens in fp32; the experts' rows indexed on the GPU);
 - ZeRO-1 (ZeroRedundancyOptimizer's broadcasts) and ZeRO-2 (FSDP2 without resharding after forward);
 - ZeRO-3 on the small copy of a latent-attention MoE (deepseek-v3: 16 experts in grouped tensors);
-- HSDP (4 GPUs: FSDP2 on a 2-D mesh);
+- HSDP and a pipeline with data parallelism (4 GPUs: FSDP2 on a 2-D mesh; pp 2 × dp 2);
 - infer --tp --measure: the collectives of a tensor-parallel forward on NCCL.
 """
 
@@ -62,13 +62,16 @@ def test_every_rank_of_a_pipeline_runs_on_its_own_gpu():
     assert report.measured.states_exact and report.measured.collectives_exact
 
 
-def test_hsdp_over_nccl_agrees_exactly(cli):
+@pytest.mark.parametrize("layout", [("--dp", "4", "--zero", "3", "--hsdp", "2"), ("--pp", "2", "--dp", "2")],
+                         ids=["hsdp", "pipeline-with-dp"])
+def test_four_ranks_over_nccl_agree_exactly(cli, layout):
     _gpus(4)
-    r = cli("plan", "gpt2", "--dp", "4", "--zero", "3", "--hsdp", "2", "--seq", "256", "--measure", "--nproc", "4",
-            "--json")
+    r = cli("plan", "gpt2", *layout, "--seq", "256", "--measure", "--nproc", "4", "--json")
     assert r.code == 0, r.err
     m = r.json()["measured"]
-    assert m["backend"] == "nccl" and m["world_size"] == 4 and m["layout"]["hsdp"] == 2
+    assert m["backend"] == "nccl" and m["world_size"] == 4
+    assert (m["layout"]["hsdp"], m["layout"]["pp"], m["layout"]["dp"]) == ((2, 1, 4) if "--hsdp" in layout
+                                                                           else (None, 2, 2))
     assert m["states_exact"] and m["collectives_exact"]
 
 

@@ -88,6 +88,9 @@ def test_measured_layout_of_a_planned_pipeline():
     assert (ran.tp, ran.pp, ran.dp, ran.zero, ran.schedule, ran.virtual_stages, ran.micro_batches) == \
         (1, 2, 1, 0, "interleaved", 4, 2)
     assert ran.overlap == ("pp",) and not ran.sequence_parallel
+    on4 = measured_layout(planned, 4)  # 4 ranks: data parallel beside the pipeline, 2 replicas of 2 stages
+    assert (on4.pp, on4.dp, on4.zero, on4.micro_batches) == (2, 2, 0, 2)
+    assert (measured_layout(dataclasses.replace(planned, dp=3), 4).dp, measured_layout(planned, 8).dp) == (1, 4)
     zb = measured_layout(dataclasses.replace(planned, schedule="zero-bubble", virtual_stages=1), 2)
     assert (zb.schedule, zb.virtual_stages) == ("zero-bubble", 1)  # run with PyTorch's zero-bubble schedule
     with_tp = measured_layout(dataclasses.replace(planned, tp=8, sequence_parallel=True, overlap=("tp", "pp")), 2)

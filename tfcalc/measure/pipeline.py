@@ -19,9 +19,12 @@ and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-
    and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
    the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
    plan's peak); the model states of the rank's chunks.
+5. With data parallelism (pp × dp ranks, tfcalc.report.plan_check step 4): a (dp, pp) mesh, each replica its
+   own tokens; after the schedule, each rank's gradients all-reduced over its stage's dp group in one
+   contiguous buffer (ReplicaGrads: Megatron-LM's way; PyTorch's DDP does not survive the schedule).
 The rank's order of computations is returned with its answer (``actions``: F, and B or I and W).
-Not run: pipeline with TP, DP, recompute or sequence parallelism in one run (the measured run takes the
-pipeline alone, and says so); ZB-H2 and ZB-V (not modelled either).
+Not run: pipeline with TP, ZeRO, recompute or sequence parallelism in one run (the measured run leaves them
+out, and says so); ZB-H2 and ZB-V (not modelled either).
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if total_blocks(cfg) % chunks:
         raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks into pp × V = {chunks} "
                          "equal chunks: not divisible")
-    if layout.pp != nproc:
-        raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} on {nproc} ranks")
+    if layout.pp * layout.dp != nproc:
+        raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} × dp {layout.dp} on {nproc} "
+                         "ranks")
 
 
 class Chunk(nn.Module):
@@ -107,12 +111,72 @@ class P2PLog:
             schedules._batch_p2p = original
 
 
+class PipelineGroups:
+    """The process groups of a pipeline with data parallelism (step 5): a (dp, pp) mesh, rank r holding stage
+    r mod pp of replica r div pp; without dp, the whole world is the pipeline."""
+
+    def __init__(self, device: torch.device, dp: int, pp: int):
+        import torch.distributed as dist
+
+        self.pp_size = pp
+        if dp == 1:
+            self.pp, self.dp, self.pp_rank, self.dp_rank = None, None, dist.get_rank(), 0
+            return
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = _MESHES.get((device.type, dp, pp))
+        if mesh is None:  # once per process: one set of groups serves every job of a run
+            mesh = _MESHES[device.type, dp, pp] = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
+        self.pp, self.dp = mesh.get_group("pp"), mesh.get_group("dp")
+        self.pp_rank, self.dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+
+    def ends(self):
+        """The group of this replica's first and last stages (a tied embedding's two copies, step 2); every
+        rank creates every replica's group, in the same order, as torch.distributed requires."""
+        import torch.distributed as dist
+
+        p, mine = self.pp_size, None
+        for replica in range(dist.get_world_size() // p):
+            group = dist.new_group([replica * p, replica * p + p - 1])
+            if replica == self.dp_rank:
+                mine = group
+        return mine
+
+
+_MESHES: dict[tuple, object] = {}
+
+
+class ReplicaGrads:
+    """The replicas' gradient all-reduce of a pipeline with data parallelism (step 5), as Megatron-LM's
+    DistributedDataParallel runs it: one contiguous buffer of the rank's gradients, all-reduced and averaged
+    over its stage's dp group after the schedule's last backward. Not PyTorch's DDP: its reducer rebuilds
+    its buckets from the gradients of the first synchronized backward, and the schedule's per-micro-batch
+    backwards make it record each parameter m times (an internal assert: "rebuilt parameter indices size is
+    not same as original model parameters size"). Recorded: the buffer's bytes and the call."""
+
+    def __init__(self, group, size: int):
+        self.group, self.size, self.payload, self.calls = group, size, 0, 0
+
+    def all_reduce(self, params: list[nn.Parameter], record: bool) -> None:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [q.grad for q in params if q.grad is not None]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=self.group)
+        flat /= self.size
+        for g, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            g.copy_(reduced)
+        if record:
+            self.payload += flat.numel() * flat.element_size()
+            self.calls += 1
+
+
 class PipelineTrainer:
     """The model's chunks on this rank under the layout's schedule, Adam, and this rank's batches (the
     interface of tfcalc.measure.distributed.Trainer)."""
 
     def __init__(self, cfg: ModelConfig, layout: Layout, model: nn.Module, device: torch.device):
-        import torch.distributed as dist
         from torch.distributed.pipelining import (
             PipelineStage,
             Schedule1F1B,
@@ -121,13 +185,17 @@ class PipelineTrainer:
         )
 
         self.cfg, self.layout, self.device = cfg, layout, device
-        self.rank, p = dist.get_rank(), layout.pp
+        p = layout.pp
+        self.groups = PipelineGroups(device, layout.dp, p)
+        self.rank, self.dp_rank = self.groups.pp_rank, self.groups.dp_rank  # the stage, the replica
         v = layout.virtual_stages if layout.schedule == "interleaved" else 1
         n = p * v
         spans = stage_ranges(total_blocks(cfg), p, self.rank, v)
         self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
                        for k, span in enumerate(spans)]
-        stages = [PipelineStage(c, self.rank + k * p, n, device) for k, c in enumerate(self.chunks)]
+        self.replicas = ReplicaGrads(self.groups.dp, layout.dp) if layout.dp > 1 else None  # step 5
+        stages = [PipelineStage(c, self.rank + k * p, n, device, group=self.groups.pp)
+                  for k, c in enumerate(self.chunks)]
         self.first = self.chunks[0].first
         self.last = self.chunks[-1].last
         self.m = layout.micro_batches
@@ -145,9 +213,9 @@ class PipelineTrainer:
         self.params = list({id(q): q for c in self.chunks for q in c.parameters()}.values())
         self.opt = torch.optim.Adam(self.params, foreach=False)
         tied = getattr(model, "tied", False) and p > 1
-        self.tied_group = dist.new_group([0, p - 1]) if tied else None  # every rank joins the group's creation
+        self.tied_group = self.groups.ends() if tied else None  # every rank joins the groups' creation
         self.tied = model.lm_head.weight if tied and (self.first or self.last) else None
-        gen = torch.Generator().manual_seed(1000)  # one pipeline, one data-parallel rank: the same tokens
+        gen = torch.Generator().manual_seed(1000 + self.dp_rank)  # the stages of one replica: the same tokens
         self.tokens = torch.randint(0, cfg.vocab_size, (self.m * layout.micro_batch, layout.seq),
                                     generator=gen).to(device)
         self.p2p = P2PLog()
@@ -169,6 +237,8 @@ class PipelineTrainer:
         with self.p2p.patched(), hooks:
             self.schedule.step(*args, **kwargs)
         self.p2p.recording = False
+        if self.replicas is not None:  # step 5: the replicas' gradients averaged
+            self.replicas.all_reduce(self.params, log is not None)
         if self.tied is not None:  # step 2: the two copies' gradients summed
             dist.all_reduce(self.tied.grad, group=self.tied_group)
             if log is not None:
@@ -191,6 +261,9 @@ class PipelineTrainer:
         if self.tied_calls:
             out.append({"cause": "pp_tied_embedding", "op": "all_reduce", "group": "pp", "group_size": 2,
                         "payload_bytes": self.tied_payload, "calls": self.tied_calls})
+        if self.replicas is not None and self.replicas.calls:
+            out.append({"cause": "dp_grads", "op": "all_reduce", "group": "dp", "group_size": self.layout.dp,
+                        "payload_bytes": self.replicas.payload, "calls": self.replicas.calls})
         return out
 
     def shared_first_loss(self) -> float:
@@ -198,7 +271,7 @@ class PipelineTrainer:
         import torch.distributed as dist
 
         value = self.first_loss.reshape(1).to(self.device).float()
-        dist.broadcast(value, src=self.layout.pp - 1)
+        dist.broadcast(value, group=self.groups.pp, group_src=self.layout.pp - 1)
         return float(value)
 
 

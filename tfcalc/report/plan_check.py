@@ -21,11 +21,12 @@ What runs, and why it is a fair check of the plan:
    the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
    payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
    really saves) and peak memory (against the plan's total) are shown with their ratio.
-4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B;
-   interleaved with its V; zero-bubble as PyTorch's ScheduleInterleavedZeroBubble on one stage a rank),
-   N micro-batches (a multiple of pp, as the interleaved schedule needs), a small copy of pp × V blocks,
-   run by torch.distributed.pipelining (tfcalc.measure.pipeline); every rank's model states and
-   collectives against its own stage's plan.
+4. A pipeline (pp > 1, tp 1): one stage a rank; on 4 ranks or more with dp planned, dp = gcd(dp, N/2)
+   replicas of N/dp stages, gradients all-reduced over each stage's dp group (else dp 1); the planned
+   schedule (1F1B; interleaved with its V; zero-bubble as PyTorch's ScheduleInterleavedZeroBubble on one
+   stage a rank), pp micro-batches a replica (a multiple of pp, as the interleaved schedule needs), a small
+   copy of pp × V blocks, run by torch.distributed.pipelining (tfcalc.measure.pipeline); every rank's
+   model states and collectives against its own stage's plan.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         interleaved = layout.schedule == "interleaved"
         schedule = layout.schedule if interleaved or layout.schedule == "zero-bubble" else "1f1b"
         micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+        # data parallel beside the pipeline where at least 2 stages are left a replica: DDP on each stage
+        dp = math.gcd(layout.dp, nproc // 2) if nproc >= 4 else 1
         return dataclasses.replace(
-            layout, tp=1, pp=nproc, dp=1, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
+            layout, tp=1, pp=nproc // dp, dp=dp, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
             global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
             schedule=schedule, virtual_stages=layout.virtual_stages if interleaved
             else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
@@ -132,18 +135,23 @@ class PlanCheck:
 
         return by_key(Collective(**c) for c in self.collectives)
 
+    def rank_plans(self) -> list[tuple[dict[str, int], list]]:
+        """A pipeline's plan of each rank: its stage's (rank r holds stage r mod pp: the (dp, pp) mesh)."""
+        plans = stage_plans(self.cfg, self.layout)
+        return [plans[r % self.layout.pp] for r in range(len(self.ranks))]
+
     @property
     def states_exact(self) -> bool:
         if self.layout.pp > 1:  # a pipeline: every rank against its own stage's plan
             return all(all(r[k] == v for k, v in planned.items())
-                       for r, (planned, _) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
+                       for r, (planned, _) in zip(self.ranks, self.rank_plans(), strict=True))
         return all(self.per_rank[k] == self.planned_per_rank[k] for k in STATE_KEYS)
 
     @property
     def collectives_exact(self) -> bool:
         if self.layout.pp > 1:
             return all(_same(r["collectives"], planned)
-                       for r, (_, planned) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
+                       for r, (_, planned) in zip(self.ranks, self.rank_plans(), strict=True))
         return _same(self.collectives, self.plan.collectives)
 
     def to_json(self) -> dict[str, Any]:
@@ -209,8 +217,9 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"pipeline parallelism (pp {planned.pp})")
     if planned.pp > 1 and planned.pp != ran.pp:
         out.append(f"pp {planned.pp} (ran pp {ran.pp}, one stage a rank)")
-    if planned.pp > 1 and planned.dp > 1:
-        out.append(f"dp {planned.dp} (a measured pipeline runs alone)")
+    if planned.pp > 1 and planned.dp != ran.dp and ran.pp > 1:
+        why = "a pipeline on fewer than 4 ranks runs alone" if ran.dp == 1 else "the replicas' gradients all-reduced"
+        out.append(f"dp {planned.dp} (ran dp {ran.dp}: {why})")
     if planned.schedule != ran.schedule:
         out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
@@ -224,7 +233,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
                    "sharded between steps, gathered once per micro-batch)")
     elif planned.zero != ran.zero:
-        out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+        out.append(f"ZeRO-{planned.zero} (ran " + ("plain data parallelism beside the pipeline)" if ran.dp > 1
+                                                 else "dp 1)"))
     for what, gone in (("FP8 matmuls", planned.compute_dtype and not ran.compute_dtype),
                        ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
                        ("optimizer offload", planned.offload_optimizer),
