@@ -137,7 +137,10 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = F
     n = expert_dp(layout) if experts else shard_dp(layout)
 
     def shard(t, copies) -> int:
-        return local_copies(t.name, copies, layout) * fsdp_shard(tp_local_shape(t, layout.tp), n)
+        shape = tp_local_shape(t, layout.tp)
+        if routed_expert(t.name):  # a block's experts: one grouped tensor split along them (rank_memory._shapes)
+            return fsdp_shard((local_copies(t.name, copies, layout), *shape), n)
+        return copies * fsdp_shard(shape, n)
 
     def ours(t) -> bool:
         return not apart or routed_expert(t.name) == experts

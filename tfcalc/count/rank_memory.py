@@ -95,16 +95,23 @@ def optimizer_element_bytes(dtype: str) -> int:
 
 
 def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
-    """(TP rank 0's shape, copies, whether a routed expert's) of every tensor on the stage; a routed
-    expert's copies are EP rank 0's (tfcalc.count.sharding, step 1)."""
+    """(TP rank 0's shape as stored, copies, whether a routed expert's) of every tensor on the stage. A
+    block's routed experts are one grouped tensor (E / ep, *shape) per block, EP rank 0's experts
+    (tfcalc.model.experts; tfcalc.count.sharding, step 1): FSDP2 splits it along the experts, so with E
+    not a multiple of the ranks each holds ⌈E/N⌉ experts' rows, padded -- not ⌈rows/N⌉ of each expert."""
     return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)
 
 
 @functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
 def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
             virtual: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
-    return tuple((tp_local_shape(t, tp), n // ep if routed_expert(t.name) else n, routed_expert(t.name))
-                 for t, n in stage_tensors(cfg, pp, stage, virtual))
+    out = []
+    for t, n in stage_tensors(cfg, pp, stage, virtual):
+        if routed_expert(t.name):  # n = experts × blocks: one grouped tensor per block
+            out.append(((t.copies // ep, *tp_local_shape(t, tp)), n // t.copies, True))
+        else:
+            out.append((tp_local_shape(t, tp), n, False))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=16384)
