@@ -132,6 +132,19 @@ class Stack(nn.Module):
         distance = (positions - cache.length).to(torch.float32)  # <= 0
         return (self.alibi.float()[:, None, None] * distance).to(dtype)
 
+    def extend_mask(self, start: int, T: int, dtype: torch.dtype) -> torch.Tensor:
+        """T new tokens at positions start .. start + T - 1 against every cached key and themselves: (T,
+        start + T), -inf on the keys after each query's position. SDPA's is_causal would align the square
+        with the first key, not the last, hence an explicit mask. Position biases (ALiBi, T5) are not
+        built here (tfcalc.measure.speculative refuses them)."""
+        if self.positions in ("alibi", "relative"):
+            raise InputError(f"{self.cfg.name}: several tokens after the prompt with {self.positions} position "
+                             "biases are not built")
+        query = torch.arange(start, start + T, device=self.tok_emb.weight.device)
+        key = torch.arange(start + T, device=query.device)
+        return torch.zeros(T, start + T, device=query.device, dtype=dtype).masked_fill(
+            key[None, :] > query[:, None], float("-inf"))
+
     def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
         """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input."""
         x = self.tok_emb(idx)
@@ -186,7 +199,9 @@ class Stack(nn.Module):
             cache.check_room(T)
         x = self.embed(idx, token_type_ids, start)  # (B, T, d)
         ropes = self._ropes(start, T, x.dtype)
-        if start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
+        if start > 0 and T > 1:  # a verify step (Transformer.extend): each new token sees the cache and its past
+            masks = [self.extend_mask(start, T, x.dtype)] * len(self.blocks)
+        elif start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
             masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
         else:
             masks = self.layer_masks(T, x.dtype)
@@ -299,7 +314,20 @@ class Transformer(Stack):
         """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
         if cache.length == 0:
             raise InputError("decode() continues a prompt: call prefill() first")
+        if token.shape[1] != 1:
+            raise InputError("decode() takes one token per sequence at a time (several at once: extend())")
         return self.head(Stack.forward(self, token, cache=cache))
+
+    def extend(self, tokens: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+        """Several tokens per sequence (B, T) at the cache's next positions, in one forward -> their logits
+        (B, T, V): speculative decoding's verify step (a draft's proposals checked at once). Only where
+        every layer keeps every position (StaticCache.rewindable); the caller rewinds what it rejects."""
+        if cache.length == 0:
+            raise InputError("extend() continues a prompt: call prefill() first")
+        if not cache.rewindable:
+            raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
+                             "windows or chunks")
+        return self.head(Stack.forward(self, tokens, cache=cache))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
