@@ -38,7 +38,7 @@ from tfcalc.cli.options import (
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
-from tfcalc.report import resolve
+from tfcalc.report import resolve, speculative_measured
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
@@ -102,7 +102,12 @@ def infer(
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
-    decoding with its speedup, and the draft's weights and KV cache beside the target's.
+    decoding with its speedup, and the draft's weights and KV cache beside the target's. With --measure (one
+    sequence, decoder-only models whose cache rewinds): greedy rounds run for real on the device, the draft and
+    the target with random weights (seed 0: a draft of MODEL's own configuration is MODEL and accepts every
+    proposal); measured: the draft and verify step times, the acceptance, tokens per round, seconds per token
+    beside plain decoding's in the same run, and that the output is the target's greedy output; predicted beside:
+    the steps, and the round at the measured acceptance.
 
     --rate R --mean-input I --mean-output O: continuous batching in steady state (Orca's iteration-level scheduling,
     vLLM's prefills-first without chunked prefill, paged KV cache, Poisson arrivals): the requests in flight by
@@ -145,6 +150,7 @@ def infer(
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
+    calls += speculative_measured.calls(options)
     with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view

@@ -22,7 +22,7 @@ from tfcalc.count.perf.hardware import check_fraction, perf_spec
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
-from tfcalc.report import continuous as continuous_report, infer_modes
+from tfcalc.report import continuous as continuous_report, infer_modes, speculative_measured
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer_modes import check_draft, check_tp, reserved_bytes, tensor_parallel, with_draft
@@ -81,6 +81,7 @@ class InferReport(Displayed):
     speculative: Optional[tuple[speculative.Speculative, ...]] = None
     continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
     tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (infer_modes)
+    speculative_measured: Optional[dict[str, Any]] = None  # --measure --draft: the rounds run (speculative_measured)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -289,6 +290,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
         raise InputError("--measure times the decode steps after the first token: give --gen 2 or more")
     seq = _seq(model, o)
     src = decoder_source(model.cfg, seq, o.src_seq)
+    if o.draft is not None:  # every refusal of the speculative run before anything runs
+        speculative_measured.precheck(model, o, seq)
     plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in o.batches),
                       steps=o.gen - 1, warmup=o.warmup, repeat=o.repeat,
                       matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
@@ -300,7 +303,10 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     report = estimate_infer(model, o, ceilings, spec)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype)
                  for est, t in zip(report.estimates, run.timings, strict=True))
-    return replace(report, measured=rows, device=run.device, device_name=run.device_name)
+    report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
+    if o.draft is not None:
+        report = replace(report, speculative_measured=speculative_measured.measure(model, o, report, advance))
+    return report
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:

@@ -53,6 +53,26 @@ def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> 
              f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
              "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
              "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+    if first.get("measured"):
+        _speculative_measured_table(doc, first)
+
+
+def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
+    """--draft --measure: the rounds run on the device beside the prediction at the measured acceptance."""
+    m = first["measured"]
+    p, ratio = m["predicted_at_measured"], m["ratio"]
+    t = doc.table(f"Speculative decoding measured on {m['device']}: {m['rounds']:,} rounds, {m['accepted']:,} of "
+                  f"{m['proposed']:,} draft tokens accepted ({m['accept_rate']:.3g}), {m['tokens_per_round']:.3g} "
+                  "tokens per round", Column("figure"), Column("measured", "seconds"),
+                  Column("predicted", "seconds"), Column("ratio", "ratio"), name="speculative measured")
+    t.add("draft step", m["draft_step_s"], p["draft_step_s"], ratio["draft_step"])
+    t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
+    t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
+    t.add("plain decode / token", m["plain_decode_s_per_token"], None, None)
+    doc.note(f"Output {'equal to' if m['exact'] else 'NOT equal to'} the target's greedy output over "
+             f"{m['tokens_checked']:,} tokens; measured speedup over plain decoding {m['speedup']:.2f}× (predicted "
+             f"at the measured acceptance {p['speedup']:.2f}×). Weights: {m['weights']}.",
+             "dim" if m["exact"] else "warning")
 
 
 def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
