@@ -1,6 +1,7 @@
 """Issue 20's serving paths measured on a GPU (part V), marked ``gpu``: skipped, with the reason, where
 torch.cuda.is_available() is false (tests/conftest.py). Their logic runs on the CPU in
-tests/measure/test_speculative_measured.py and tests/measure/test_memory_parent_cuda.py.
+tests/measure/test_speculative_measured.py, tests/measure/test_continuous_measured.py and
+tests/measure/test_memory_parent_cuda.py.
 
 - memory --measure --device cuda: the parent process never starts CUDA (torch.cuda.is_initialized() is
   false in it after the run), the child measures the allocator's peak;
@@ -49,3 +50,13 @@ def test_speculative_decoding_measured_on_cuda(cli, tmp_path):
     assert m["device"].startswith("cuda") and m["same_weights"] and m["accept_rate"] == 1
     assert m["exact"] and m["draft_step_s"] > 0 and m["verify_step_s"] > 0 and m["ratio"]["decode"] > 0
 
+
+
+def test_continuous_batching_measured_on_cuda(cli):
+    r = cli("infer", "llama2-7b", "--set", "n_layer=2", "--measure", "--device", "cuda", "--rate", "50",
+            "--mean-input", "128", "--mean-output", "32", "--requests", "40", "--max-time", "60", "--json")
+    assert r.code == 0, r.err
+    m = r.json()["continuous"]["measured"]
+    assert m["device"].startswith("cuda") and m["completed"] == m["requests"] == 40 and not m["stopped_at_budget"]
+    assert m["output_tokens_per_s"] > 0 and 0 < m["ttft_s"]["median"] <= m["ttft_s"]["p90"]
+    assert m["decode_steps"] * m["decode_batch_mean"] == pytest.approx(40 * 31)

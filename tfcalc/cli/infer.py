@@ -7,7 +7,17 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, MeanInput, MeanOutput, Rate, ServeTP
+from tfcalc.cli.infer_options import (
+    AcceptRate,
+    Draft,
+    DraftTokens,
+    MaxTime,
+    MeanInput,
+    MeanOutput,
+    Rate,
+    Requests,
+    ServeTP,
+)
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -38,7 +48,7 @@ from tfcalc.cli.options import (
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
-from tfcalc.report import resolve, speculative_measured
+from tfcalc.report import continuous_measured, resolve, speculative_measured
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
@@ -73,6 +83,8 @@ def infer(
     rate: Rate = None,
     mean_input: MeanInput = None,
     mean_output: MeanOutput = None,
+    requests: Requests = None,
+    max_time: MaxTime = None,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -112,7 +124,12 @@ def infer(
     --rate R --mean-input I --mean-output O: continuous batching in steady state (Orca's iteration-level scheduling,
     vLLM's prefills-first without chunked prefill, paged KV cache, Poisson arrivals): the requests in flight by
     Little's law, the mean decode batch, TTFT, inter-token latency, throughput, the KV cache's bound on concurrency
-    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1).
+    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1). With --measure
+    (decoder-only models whose layers keep every position): a server loop runs on the device with that scheduler,
+    --requests N seeded Poisson arrivals of exactly I and O tokens, a KV cache slot per request, for at most
+    --max-time seconds; measured: throughput, TTFT, inter-token and end-to-end latency (mean, median, p90), the
+    decode batch and step, the prefills' share; predicted beside them with the ceilings measured in the same run.
+    The run is refused before allocating when the weights and the slots' KV cache do not fit.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -143,14 +160,15 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output,
+        mean_output=mean_output, requests=requests, max_time=max_time,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
-    calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
-    calls += speculative_measured.calls(options)
+    timed_gen = mean_output if rate is not None and mean_output else gen  # --rate: the decode timed at O tokens
+    calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
+    calls += speculative_measured.calls(options) + continuous_measured.calls(options)
     with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view

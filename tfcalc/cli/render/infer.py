@@ -101,6 +101,40 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
+    if x.get("measured"):
+        _continuous_measured_table(doc, x)
+
+
+def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
+    """--rate --measure: the server run on the device beside the steady state (tfcalc.report.continuous_measured)."""
+    m = x["measured"]
+    p, ratio = m["predicted"], m["ratio"]
+    t = doc.table(f"Continuous batching measured on {m['device']}: {m['completed']:,} of {m['requests']:,} requests "
+                  f"served in {m['span_s']:.3g} s ({m['lengths']}; {m['arrivals']})", Column("figure"),
+                  Column("mean"), Column("median"), Column("p90"), Column("predicted"), Column("ratio", "ratio"),
+                  name="continuous measured")
+
+    def secs(v: Any) -> str:
+        return "" if v is None else units.seconds(v)
+
+    for label, key, rkey in (("TTFT", "ttft_s", "ttft"), ("inter-token", "itl_s", "itl"),
+                             ("end to end", "e2e_s", "e2e"), ("decode step", "decode_step_s", "decode_step"),
+                             ("prefill", "prefill_s", "prefill")):
+        s = m[key] or {}
+        t.add(label, secs(s.get("mean")), secs(s.get("median")), secs(s.get("p90")), secs(p[key]), ratio[rkey])
+    t.add("tok/s out", units.tokens_rate(m["output_tokens_per_s"]), "", "",
+          "" if p["output_tokens_per_s"] is None else units.tokens_rate(p["output_tokens_per_s"]),
+          ratio["output_tokens_per_s"])
+    t.add("decode batch", "" if m["decode_batch_mean"] is None else f"{m['decode_batch_mean']:.3g}", "", "",
+          "" if p["decode_batch"] is None else f"{p['decode_batch']:.3g}", ratio["decode_batch"])
+    t.add("prefill share", f"{m['prefill_share']:.0%}", "", "", f"{p['prefill_share']:.0%}", None)
+    if m["stopped_at_budget"]:
+        doc.note(f"Stopped at the time budget ({m['time_budget_s']:g} s, --max-time): {m['completed']:,} of "
+                 f"{m['requests']:,} requests done.", "warning")
+    doc.note(f"Measured: {m['slots']:,} KV cache slots, every token timed at the end of the iteration that made it; "
+             "a run starts empty, so its first requests find fewer in flight than the steady state. Predicted: the "
+             "steady state's means with the ceilings measured in this run. Ratios: predicted ÷ measured (means).",
+             "dim")
 
 
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
