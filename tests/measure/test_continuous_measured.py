@@ -80,11 +80,13 @@ def test_measured_json_beside_the_prediction():
     assert m["decode_steps"] * m["decode_batch_mean"] == pytest.approx(10 * 3)
 
 
-def test_measured_table_on_screen(cli):
-    r = cli("infer", "gpt2", *TINY, "--measure", "--rate", "300", "--mean-input", "6", "--mean-output", "3",
+@pytest.mark.parametrize("rate", ["300", "1e9"])  # 1e9: over capacity on a CPU, whose memory no table knows
+def test_measured_table_on_screen(cli, rate):
+    r = cli("infer", "gpt2", *TINY, "--measure", "--rate", rate, "--mean-input", "6", "--mean-output", "3",
             "--requests", "6", "--warmup", "0", "--repeat", "1", "--copy-size", "64KiB")
     assert r.code == 0, r.err
     assert "Continuous batching measured on cpu: 6 of 6 requests served" in r.out and "inter-token" in r.out
+    assert ("Over capacity" in r.out) == (rate == "1e9")
 
 
 @pytest.mark.parametrize("args,message", [

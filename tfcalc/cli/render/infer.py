@@ -90,7 +90,8 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
     if x["over_capacity"]:
         why = {"prefill": "the prefills alone take the whole GPU",
                "decode": "decode steps grow faster with the batch than they serve it",
-               "memory": f"the KV cache of the sequences in flight passes the memory ({x['max_concurrency']:,} fit)"}
+               "memory": "the KV cache of the sequences in flight passes the memory "
+                         f"({x['max_concurrency'] or 0:,} fit)"}  # a measured CPU knows no memory: None
         doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
                  f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
                  "warning")
