@@ -107,3 +107,9 @@ def test_measured_table_on_screen(cli, rate):
 ])
 def test_hostile_measured_rate(cli, args, message):
     assert_one_line_error(cli("infer", "gpt2", *TINY, *args), message)
+
+
+def test_the_cli_refuses_before_anything_runs(cli, monkeypatch):
+    monkeypatch.setattr("tfcalc.measure.fit.tightest_limit", lambda *a: Limit(10_000, "free memory on cpu"))
+    assert_one_line_error(cli("infer", "gpt2", *TINY, "--measure", "--rate", "5", "--mean-input", "6",
+                              "--mean-output", "4", "--requests", "9"), "not running continuous batching")

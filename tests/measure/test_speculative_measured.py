@@ -113,3 +113,12 @@ def test_a_windowed_draft_is_refused(cli, yamls, tmp_path):
     windowed.write_text(DRAFT + "sliding_window: 4\n")
     assert_one_line_error(cli("infer", target, "--measure", "--seq", "6", "--gen", "6", "--draft", str(windowed),
                               "--accept-rate", "0.5"), "the draft drf has sliding-window")
+
+
+def test_what_does_not_fit_is_refused_before_anything_runs(cli, yamls, monkeypatch):
+    from tfcalc.measure.fit import Limit
+
+    monkeypatch.setattr("tfcalc.measure.fit.tightest_limit", lambda *a: Limit(10_000, "free memory on cpu"))
+    target, draft = yamls
+    assert_one_line_error(cli("infer", target, "--measure", "--seq", "6", "--gen", "6", "--draft", draft,
+                              "--accept-rate", "0.5"), "not running speculative decoding of tgt with draft drf")

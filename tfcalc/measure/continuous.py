@@ -106,6 +106,14 @@ def check_plan(plan: ContinuousPlan) -> None:
     check_decodable(plan.cfg, plan.mean_input + plan.mean_output)
 
 
+def require_fit(plan: ContinuousPlan) -> None:
+    """Refused, before anything is allocated, when the weights and the slots do not fit (tfcalc.measure.fit)."""
+    require_fits(estimate_bytes(plan), plan.device,
+                 f"continuous batching of {plan.cfg.name} ({plan.rows} slots of {plan.mean_input} + "
+                 f"{plan.mean_output} positions, {plan.dtype})", "fewer --requests, or a smaller --mean-input or "
+                 "--mean-output")
+
+
 def arrivals(plan: ContinuousPlan) -> tuple[float, ...]:
     """Poisson arrivals: exponential gaps of mean 1 / rate, seeded."""
     rng, t, out = random.Random(plan.seed), 0.0, []
@@ -197,10 +205,7 @@ def _serve(server: _Server, plan: ContinuousPlan, on_call: Optional[Callable[[],
 def run_continuous(plan: ContinuousPlan, on_call: Optional[Callable[[], None]] = None) -> ContinuousRun:
     """Refuse what cannot run or fit, build the model and its slots, warm up, then serve."""
     check_plan(plan)
-    require_fits(estimate_bytes(plan), plan.device,
-                 f"continuous batching of {plan.cfg.name} ({plan.rows} slots of {plan.mean_input} + "
-                 f"{plan.mean_output} positions, {plan.dtype})", "fewer --requests, or a smaller --mean-input or "
-                 "--mean-output")
+    require_fit(plan)
     dev = resolve_device(plan.device).torch()
     torch.manual_seed(0)
     model = build_model(plan.cfg, dev, torch_dtype(plan.dtype)).eval()

@@ -133,6 +133,13 @@ def check_plan(plan: SpeculativePlan) -> None:
         check_decodable(cfg, plan.positions)
 
 
+def require_fit(plan: SpeculativePlan) -> None:
+    """Refused, before anything is allocated, when both models and caches do not fit (tfcalc.measure.fit)."""
+    require_fits(estimate_bytes(plan), plan.device,
+                 f"speculative decoding of {plan.target.name} with draft {plan.draft.name} ({plan.seq} + {plan.gen} "
+                 f"tokens, {plan.dtype})", "a smaller --seq or --gen")
+
+
 class _Rounds:
     """The round loop of the module docstring, on one target and one draft with their caches."""
 
@@ -219,9 +226,7 @@ def calls(plan: SpeculativePlan) -> int:
 def run_speculative(plan: SpeculativePlan, on_call: Optional[Callable[[], None]] = None) -> SpeculativeRun:
     """Refuse what cannot run or fit, build both models, warm up, then the plain and the speculative run."""
     check_plan(plan)
-    require_fits(estimate_bytes(plan), plan.device,
-                 f"speculative decoding of {plan.target.name} with draft {plan.draft.name} ({plan.seq} + {plan.gen} "
-                 f"tokens, {plan.dtype})", "a smaller --seq or --gen")
+    require_fit(plan)
     dev, dtype = resolve_device(plan.device).torch(), torch_dtype(plan.dtype)
     torch.manual_seed(0)
     target = build_model(plan.target, dev, dtype).eval()

@@ -58,9 +58,11 @@ def plan_of(model: "ModelRef", o: "InferOptions"):
 
 def precheck(model: "ModelRef", o: "InferOptions") -> None:
     """Every refusal of the run that needs no device."""
-    from tfcalc.measure.continuous import check_plan
+    from tfcalc.measure.continuous import check_plan, require_fit
 
-    check_plan(plan_of(model, o))
+    plan = plan_of(model, o)
+    check_plan(plan)
+    require_fit(plan)  # before the plain decoding is timed, not after
 
 
 def _stats(xs: list[float]) -> Optional[dict[str, float]]:

@@ -36,15 +36,17 @@ def check(o: "InferOptions") -> None:
 
 def precheck(model: "ModelRef", o: "InferOptions", seq: int) -> None:
     """Every refusal of the run that needs no device: the draft resolved, both models able to run rounds."""
-    from tfcalc.measure.speculative import SpeculativePlan, check_plan
+    from tfcalc.measure.speculative import SpeculativePlan, check_plan, require_fit
     from tfcalc.report.model_ref import resolve
 
     check(o)
     draft = resolve(o.draft, [])
     k = speculative.DEFAULT_DRAFT_TOKENS if o.draft_tokens is None else o.draft_tokens
     speculative.check(model.cfg, draft.cfg, o.accept_rate, k)
-    check_plan(SpeculativePlan(target=model.cfg, draft=draft.cfg, device=o.device, dtype=o.dtype, seq=seq,
-                               gen=o.gen, k=k))
+    plan = SpeculativePlan(target=model.cfg, draft=draft.cfg, device=o.device, dtype=o.dtype, seq=seq, gen=o.gen,
+                           k=k)
+    check_plan(plan)
+    require_fit(plan)  # before the plain decoding is timed, not after
 
 
 def tokens_at(accept_rate: float, k: int) -> float:
