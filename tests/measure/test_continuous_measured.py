@@ -113,3 +113,13 @@ def test_the_cli_refuses_before_anything_runs(cli, monkeypatch):
     monkeypatch.setattr("tfcalc.measure.fit.tightest_limit", lambda *a: Limit(10_000, "free memory on cpu"))
     assert_one_line_error(cli("infer", "gpt2", *TINY, "--measure", "--rate", "5", "--mean-input", "6",
                               "--mean-output", "4", "--requests", "9"), "not running continuous batching")
+
+
+def test_the_python_api_takes_requests_and_max_time():
+    import tfcalc
+
+    r = tfcalc.infer("gpt2", measure=True, warmup=0, repeat=1, copy_bytes=2**16, rate=300.0, mean_input=6,
+                     mean_output=3, requests=5, max_time=30.0, n_layer=1, d_model=32, n_head=4, vocab_size=64,
+                     max_seq_len=64).to_json()
+    m = r["continuous"]["measured"]
+    assert m["requests"] == m["completed"] == 5 and m["time_budget_s"] == 30.0
