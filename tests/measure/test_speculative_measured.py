@@ -92,6 +92,11 @@ def test_measured_table_on_screen(cli, yamls):
             "--copy-size", "64KiB", "--draft", target, "--accept-rate", "0.5", "--draft-tokens", "2")
     assert r.code == 0, r.err
     assert "Speculative decoding measured on cpu" in r.out and "equal to the target's greedy output" in r.out
+    csv = cli("infer", target, "--measure", "--seq", "6", "--gen", "4", "--warmup", "0", "--repeat", "1",
+              "--copy-size", "64KiB", "--draft", target, "--accept-rate", "0.5", "--format", "csv", "--table",
+              "speculative-measured")
+    assert csv.code == 0, csv.err
+    assert csv.out.splitlines()[0].startswith("figure,") and "verify step" in csv.out
 
 
 @pytest.mark.parametrize("extra,message", [

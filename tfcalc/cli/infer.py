@@ -52,7 +52,8 @@ from tfcalc.report import continuous_measured, resolve, speculative_measured
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
-TableOption = table_option("serving", "roofline")
+TableOption = table_option("serving", "roofline", "speculative", "speculative-measured", "continuous",
+                           "continuous-measured")
 
 
 def infer(

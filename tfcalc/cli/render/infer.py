@@ -64,7 +64,7 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
     t = doc.table(f"Speculative decoding measured on {m['device']}: {m['rounds']:,} rounds, {m['accepted']:,} of "
                   f"{m['proposed']:,} draft tokens accepted ({m['accept_rate']:.3g}), {m['tokens_per_round']:.3g} "
                   "tokens per round", Column("figure"), Column("measured", "seconds"),
-                  Column("predicted", "seconds"), Column("ratio", "ratio"), name="speculative measured")
+                  Column("predicted", "seconds"), Column("ratio", "ratio"), name="speculative-measured")
     t.add("draft step", m["draft_step_s"], p["draft_step_s"], ratio["draft_step"])
     t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
     t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
@@ -113,7 +113,7 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
     t = doc.table(f"Continuous batching measured on {m['device']}: {m['completed']:,} of {m['requests']:,} requests "
                   f"served in {m['span_s']:.3g} s ({m['lengths']}; {m['arrivals']})", Column("figure"),
                   Column("mean"), Column("median"), Column("p90"), Column("predicted"), Column("ratio", "ratio"),
-                  name="continuous measured")
+                  name="continuous-measured")
 
     def secs(v: Any) -> str:
         return "" if v is None else units.seconds(v)
