@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+import torch
 from conftest import assert_one_line_error, tiny
 
 from tfcalc.errors import InputError
@@ -17,7 +18,7 @@ from tfcalc.measure.fit import Limit
 from tfcalc.report import resolve
 from tfcalc.report.infer import InferOptions, build_infer
 
-CFG = tiny(pos_encoding="rope", vocab_size=64, max_seq_len=64)
+CFG = tiny(pos_encoding="rope", vocab_size=64, max_seq_len=64, tie_embeddings=False)  # untied: tokens follow attention
 TINY = ("--set", "n_layer=1", "--set", "d_model=32", "--set", "n_head=4", "--set", "vocab_size=64",
         "--set", "max_seq_len=64", "--set", "pos_encoding=rope")
 
@@ -29,8 +30,26 @@ def _plan(**changes) -> ContinuousPlan:
     return ContinuousPlan(**fields)
 
 
+@pytest.fixture
+def wide_weights(monkeypatch):
+    """Weights of std 0.5 (not 0.02): a tiny random model's greedy tokens then depend on its whole context,
+    so a request given another's cache or token would show in its tokens."""
+    build = measured.build_model
+
+    def built(*args, **kwargs):
+        model = build(*args, **kwargs)
+        gen = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "norm" not in name and p.dim() > 1:
+                    p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+        return model
+
+    monkeypatch.setattr(measured, "build_model", built)
+
+
 @pytest.mark.parametrize("rate,requests", [(400.0, 24), (5e4, 12), (20.0, 6)])
-def test_every_request_is_served_as_the_scheduler_says(rate, requests):
+def test_every_request_is_served_as_the_scheduler_says(rate, requests, wide_weights):
     plan = _plan(rate=rate, requests=requests)
     run = run_continuous(plan)
     assert not run.stopped and run.completed == requests and len(run.prefill_s) == requests
@@ -40,6 +59,8 @@ def test_every_request_is_served_as_the_scheduler_says(rate, requests):
     assert all(1 <= n <= plan.rows for n, _ in run.decode_steps)
     for a, t in zip(run.arrivals, run.token_times, strict=True):
         assert a <= t[0] and list(t) == sorted(t)  # no token before its request arrived, in order
+    # greedy: each request's tokens are its prompt's decoded alone, whoever it shared the decode steps with
+    assert run.exact is True and run.checked == min(4, requests)
 
 
 def test_arrivals_are_seeded_poisson():
@@ -78,6 +99,7 @@ def test_measured_json_beside_the_prediction():
     assert m["ttft_s"]["median"] <= m["ttft_s"]["p90"] and m["itl_s"]["mean"] > 0
     assert m["output_tokens_per_s"] == pytest.approx(10 * 4 / m["span_s"])
     assert m["decode_steps"] * m["decode_batch_mean"] == pytest.approx(10 * 3)
+    assert m["exact"] is True and m["checked_requests"] == 4
 
 
 @pytest.mark.parametrize("rate", ["300", "1e9"])  # 1e9: over capacity on a CPU, whose memory no table knows

@@ -14,7 +14,9 @@ server that streams its tokens does: a token's time is the end of the iteration 
 first token's time less the arrival; inter-token latency = the gaps between a request's tokens; throughput =
 output tokens ÷ (last token's time − first arrival). The slots: as many as there are requests, at most
 MAX_ROWS; a request that finds them all in flight waits (as vLLM's waiting queue when its KV cache is full).
-The run stops at the time budget (max_time), saying how many requests it served.
+The run stops at the time budget (max_time), saying how many requests it served. After it (untimed), the
+last CHECKED requests served whole have their tokens checked against their prompts decoded alone
+(tfcalc.model.generate): greedy, batching with other sequences must not change them.
 
 Refused before anything is allocated: a model the slots do not run (tfcalc.model.slots.check_slots), and a
 run whose weights and slots' KV cache do not fit the tightest of free memory, rlimit and cgroup
@@ -26,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
@@ -36,12 +38,13 @@ from tfcalc.count import memory as count_memory
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, torch_dtype
 from tfcalc.measure.fit import require_fits
-from tfcalc.model import build_model, next_token
+from tfcalc.model import build_model, generate, next_token
 from tfcalc.model.cache import check_decodable
 from tfcalc.model.slots import SlotCache, check_slots, decode_rows
 from tfcalc.workload import Workload
 
 MAX_ROWS = 256  # slots at most: beyond, requests wait for one (the run is bounded by its time budget anyway)
+CHECKED = 4  # requests whose tokens are checked against their prompt decoded alone, after the run
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,8 @@ class ContinuousRun:
     cache_bytes: int
     stopped: bool  # the time budget ran out first
     mean_output: int
+    exact: Optional[bool] = None  # the last CHECKED requests' tokens equal their prompts decoded alone
+    checked: int = 0
 
     @property
     def completed(self) -> int:
@@ -132,17 +137,46 @@ class _Server:
         self.last = torch.zeros(plan.rows, 1, dtype=torch.long, device=dev)  # each row's pending token
         self.owner: list[int] = []  # request per row in flight
         self.gen = torch.Generator(device=dev).manual_seed(plan.seed + 1)
+        self.made: list[tuple[list[int], torch.Tensor]] = []  # (requests, their new tokens) per iteration
+        self.prompts: dict[int, torch.Tensor] = {}  # every request's prompt, for the check after the run
 
     def prefill(self, i: int) -> None:
         prompt = torch.randint(0, self.plan.cfg.vocab_size, (1, self.plan.mean_input), device=self.dev,
                                generator=self.gen)
+        if i >= 0:
+            self.prompts[i] = prompt
         r = self.cache.n
         self.last[r] = next_token(self.cache.admit(prompt, self.model))[0]
         self.owner.append(i)
+        self.made.append(([i], self.last[r:r + 1].clone()))
 
     def decode(self) -> None:
         n = self.cache.n
         self.last[:n] = next_token(decode_rows(self.model, self.last[:n], self.cache))
+        self.made.append((list(self.owner), self.last[:n].clone()))
+
+    def tokens(self, requests: int) -> list[list[int]]:
+        """Each request's tokens, read back after the run (the loop never waits for them)."""
+        out: list[list[int]] = [[] for _ in range(requests)]
+        for owners, made in self.made:
+            for i, token in zip(owners, made[:, 0].tolist(), strict=True):
+                if i >= 0:
+                    out[i].append(token)
+        return out
+
+    def checked(self, tokens: list[list[int]]) -> list[int]:
+        """The last CHECKED requests served whole: the ones that joined a batch under way, were moved into
+        freed slots and sat beside longer sequences (the first ones decode at the batch's longest context)."""
+        return [i for i in sorted(self.prompts) if len(tokens[i]) == self.plan.mean_output][-CHECKED:]
+
+    def exact(self, tokens: list[list[int]]) -> Optional[bool]:
+        """Whether the checked requests got their prompt's greedy tokens decoded alone (tfcalc.model.generate):
+        batching with others must not change them. None: none served whole."""
+        checked = self.checked(tokens)
+        if not checked:
+            return None
+        alone = [generate(self.model, self.prompts[i], self.plan.mean_output)[0].tolist() for i in checked]
+        return all(tokens[i] == a for i, a in zip(checked, alone, strict=True))
 
     def leave(self, done: Callable[[int], bool]) -> int:
         """Rows whose request has its tokens leave (the last row moving into each); how many left."""
@@ -216,4 +250,6 @@ def run_continuous(plan: ContinuousPlan, on_call: Optional[Callable[[], None]] =
             for _ in range(min(2, plan.mean_output - 1)):
                 server.decode()
             server.leave(lambda i: True)
-        return _serve(server, plan, on_call)
+        run = _serve(server, plan, on_call)
+        tokens = server.tokens(plan.requests)
+        return replace(run, exact=server.exact(tokens), checked=len(server.checked(tokens)))

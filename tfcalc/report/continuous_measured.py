@@ -101,7 +101,8 @@ def to_json(run, state: "SteadyState", plan, device: str) -> dict[str, Any]:
     return {
         "device": device, "dtype": plan.dtype, "requests": plan.requests, "completed": run.completed,
         "served": len(served), "stopped_at_budget": run.stopped, "time_budget_s": plan.max_time,
-        "span_s": run.span_s, "slots": run.rows, "cache_bytes": run.cache_bytes,
+        "span_s": run.span_s, "slots": run.rows, "cache_bytes": run.cache_bytes, "exact": run.exact,
+        "checked_requests": run.checked,
         "arrivals": f"Poisson, {plan.rate:g} requests/s, random.Random({plan.seed})",
         "lengths": f"every request {plan.mean_input} tokens in, {plan.mean_output} out",
         "output_tokens_per_s": out_rate, "input_tokens_per_s": len(served) * plan.mean_input / run.span_s,

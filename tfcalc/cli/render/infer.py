@@ -132,6 +132,9 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
     if m["stopped_at_budget"]:
         doc.note(f"Stopped at the time budget ({m['time_budget_s']:g} s, --max-time): {m['completed']:,} of "
                  f"{m['requests']:,} requests done.", "warning")
+    if m["exact"] is not None:
+        doc.note(f"The last {m['checked_requests']} requests' tokens are {'' if m['exact'] else 'NOT '}their prompts' "
+                 "greedy tokens decoded alone (batching must not change them).", "dim" if m["exact"] else "warning")
     doc.note(f"Measured: {m['slots']:,} KV cache slots, every token timed at the end of the iteration that made it; "
              "a run starts empty, so its first requests find fewer in flight than the steady state. Predicted: the "
              "steady state's means with the ceilings measured in this run. Ratios: predicted ÷ measured (means).",
