@@ -111,7 +111,7 @@ def test_measured_table_on_screen(cli, rate):
             "--requests", "6", "--warmup", "0", "--repeat", "1", "--copy-size", "64KiB")
     assert r.code == 0, r.err
     assert "Continuous batching measured on cpu: 6 of 6 requests served" in r.out and "inter-token" in r.out
-    assert ("Over capacity" in r.out) == (rate == "1e9")
+    assert "Over capacity" in r.out or rate != "1e9"  # at 300 it depends on the ceilings this host measures
 
 
 @pytest.mark.parametrize("args,message", [
