@@ -9,8 +9,10 @@ What it runs (through tfcalc's Python API, the code of the command line; sizes i
 bench (fp32 and bf16: forward time and MFU, the matmul ceiling), bench decode (time to first token, decode
 step, MBU, the bandwidth ceiling), memory --measure (the allocator's peak against the estimate; forward and a
 training step), infer --measure (two batch sizes), a training step on one GPU (bench ranks --nproc 1 against
-the plan's compute), the device's memory (driver total, CUDA context), and plan --measure over NCCL on 2
-ranks (with 2 GPUs or more; recorded as skipped otherwise, saying why).
+the plan's compute), the device's memory (driver total, CUDA context), and over NCCL (one rank per GPU;
+recorded as skipped, saying why, on fewer GPUs): plan --measure on 2 ranks for TP, ZeRO-1/2/3, expert
+parallelism, ZeRO-3 on a MoE and the 1F1B and zero-bubble pipelines (one launch), HSDP and a pipeline with
+data parallelism on 4 ranks, and infer --tp 2 --measure (benchmarks/gpu_report_ranks.py).
 
 Predictions use the device-table entry matched by the name torch gives GPU 0 (tfcalc.devices.lookup), or
 --device-spec KEY; without one they are null and say so. The ratio is predicted ÷ measured.
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import gpu_report_ranks as ranks  # noqa: E402
 import gpu_report_steps as steps  # noqa: E402
 
 from tfcalc import devices  # noqa: E402
@@ -106,13 +109,15 @@ def environment(device: str) -> dict[str, Any]:
 def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpus: int) -> list[Step]:
     sizes = steps.quick_sizes() if quick else steps.full_sizes()
     cuda = device != "cpu"
-    if not cuda:
-        nccl = None  # gloo on the CPU: the same code, another backend
-    elif gpus < 2:
-        nccl = f"plan --measure over NCCL runs one rank per GPU and needs 2 GPUs; {gpus} here"
-    else:
-        nccl = None
+    def nccl(n: int) -> Optional[str]:  # why a step of n ranks is not run here (None: it runs)
+        if not cuda:
+            return ("4 gloo ranks: tests/measure/test_hsdp_run.py and test_pipeline_dp.py run them on the CPU"
+                    if n > 2 else None)
+        if gpus < n:
+            return f"NCCL runs one rank per GPU: {n} ranks need {n} GPUs; {gpus} here"
+        return None
     q = 1.0 if quick else None  # every step's expected seconds in quick mode
+    over = " over NCCL" if cuda else " (gloo)"
 
     def s(seconds: float) -> float:
         return q if q is not None else seconds
@@ -128,10 +133,12 @@ def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpu
         Step("training step on one GPU (bench ranks --nproc 1)", s(45), lambda: steps.train_step(sizes, device, spec)),
         Step("device memory (driver total, CUDA context)", s(20), lambda: steps.device_memory_step(spec),
              None if cuda else "no CUDA device: the driver's and the CUDA context's memory exist only there"),
-        Step("plan --measure --tp 2" + (" over NCCL" if cuda else " (gloo)"), s(60),
-             lambda: steps.plan_step(sizes, {"tp": 2}), nccl),
-        Step("plan --measure --dp 2 --zero 3" + (" over NCCL" if cuda else " (gloo)"), s(60),
-             lambda: steps.plan_step(sizes, {"dp": 2, "zero": 3}), nccl),
+        # one launch of 2 ranks for every layout (benchmarks/gpu_report_ranks.py)
+        Step(f"plan --measure on 2 ranks, {'; '.join(ranks.TWO_RANKS)}" + over, s(60),
+             lambda: ranks.plan_layouts_step(sizes, ranks.TWO_RANKS, 2), nccl(2)),
+        Step(f"plan --measure on 4 ranks, {'; '.join(ranks.FOUR_RANKS)}" + over, s(45),
+             lambda: ranks.plan_layouts_step(sizes, ranks.FOUR_RANKS, 4), nccl(4)),
+        Step("infer --measure --tp 2" + over, s(40), lambda: ranks.infer_tp_step(sizes, device), nccl(2)),
     ]
 
 

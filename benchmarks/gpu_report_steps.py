@@ -19,7 +19,8 @@ Predictions, all at tfcalc's defaults (no --mfu, no efficiency flag):
   backward (`tfcalc plan --tp 1 --dp 1`), against forward + backward timed on the rank;
 - device memory: the driver's total (tfcalc.devices.driver_bytes) and the CUDA context's share against what
   torch reports (a child process, so nothing else of this one is counted);
-- plan --measure over NCCL: model-state bytes, collective bytes and the peak against the plan.
+- plan --measure over NCCL: model-state bytes, collective bytes and the peak against the plan; the layouts of
+  issue 20 (ZeRO-1/2, EP, pipeline schedules, HSDP) and infer --tp --measure: benchmarks/gpu_report_ranks.py.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ class Sizes:
     train_seq: int
     plan_model: ModelConfig
     plan_seq: int
+    moe_model: ModelConfig  # expert parallelism (benchmarks/gpu_report_ranks.py)
+    latent_moe_model: ModelConfig  # ZeRO-3 on grouped experts (and latent attention at full size)
 
 
 def full_sizes() -> Sizes:
@@ -67,15 +70,18 @@ def full_sizes() -> Sizes:
     return Sizes(bench_model=llama, bench_blocks=4, bench_seq=2048, bench_batch=1, min_time=2.0, repeat=5,
                  warmup=None, matmul_size=None, decode_model=llama, decode_seq=512, decode_steps=64, copy_bytes=None,
                  infer_batches=(1, 16), memory_forward=(llama, 1, 2048), memory_training=(gpt2, 8, 1024),
-                 train_model=replace(llama, n_layer=4), train_seq=2048, plan_model=gpt2, plan_seq=512)
+                 train_model=replace(llama, n_layer=4), train_seq=2048, plan_model=gpt2, plan_seq=512,
+                 moe_model=load("mixtral-8x7b"), latent_moe_model=load("deepseek-v3"))
 
 
 def quick_sizes() -> Sizes:
     tiny = replace(load("gpt2"), n_layer=2, d_model=64, n_head=4, vocab_size=256, max_seq_len=64)
+    moe = replace(tiny, n_expert=3, n_expert_active=2, gated_ffn=True, activation="silu")  # 3: uneven over 2
     return Sizes(bench_model=tiny, bench_blocks=1, bench_seq=32, bench_batch=2, min_time=0.0, repeat=2, warmup=1,
                  matmul_size=64, decode_model=tiny, decode_seq=16, decode_steps=4, copy_bytes=1 << 20,
                  infer_batches=(1,), memory_forward=(tiny, 2, 32), memory_training=(tiny, 2, 32),
-                 train_model=tiny, train_seq=32, plan_model=tiny, plan_seq=32)
+                 train_model=tiny, train_seq=32, plan_model=tiny, plan_seq=32,
+                 moe_model=replace(moe, n_expert=4), latent_moe_model=moe)
 
 
 def compare(quantity: str, unit: str, predicted: Optional[float], measured: Optional[float], how: str) -> dict:
@@ -250,21 +256,6 @@ def device_memory_step(spec: Optional[devices.DeviceSpec]) -> dict:
                 "tfcalc.devices.CUDA_CONTEXT_BYTES; measured: a fresh process's use after one matmul, less its "
                 "allocator's reserve and this process's and others' use"),
     ], "measured": {**probe, "others_bytes": others}}
-
-
-# ---------- plan --measure over NCCL ----------
-
-
-def plan_step(sizes: Sizes, layout: dict[str, int]) -> dict:
-    p = tfcalc.plan(sizes.plan_model, seq=sizes.plan_seq, measure=True, nproc=2, **layout).to_json()
-    m = p["measured"]
-    out = [compare(f"per rank: {key}", "bytes", m["plan"]["per_rank"][key], m["per_rank"][key],
-                   "plan of the measured run (exact for model states)")
-           for key in m["per_rank"]]
-    out += [compare(f"collective bytes: {key}", "bytes", m["plan"]["comm_bytes_per_step"].get(key), value,
-                    "plan of the measured run (exact)") for key, value in m["comm_bytes_per_step"].items()]
-    return {"comparisons": out, "measured": {k: m[k] for k in ("backend", "world_size", "device", "states_exact",
-                                                               "collectives_exact", "step_time_s", "layout")}}
 
 
 def summary(result: dict[str, Any]) -> str:

@@ -28,8 +28,11 @@ def report_module():
 
 NAMES = ["bench fp32", "bench bf16", "bench decode", "memory --measure (forward)", "memory --measure --training",
          "infer --measure --batch 1", "training step on one GPU (bench ranks --nproc 1)",
-         "device memory (driver total, CUDA context)", "plan --measure --tp 2 (gloo)",
-         "plan --measure --dp 2 --zero 3 (gloo)"]
+         "device memory (driver total, CUDA context)",
+         "plan --measure on 2 ranks, tp 2; dp 2, ZeRO-1; dp 2, ZeRO-2; dp 2, ZeRO-3; dp 2, ep 2; dp 2, ZeRO-3, MoE; "
+         "pp 2, 1f1b; pp 2, zero-bubble (gloo)", "plan --measure on 4 ranks, dp 4, ZeRO-3, hsdp 2; pp 2 × dp 2 (gloo)",
+         "infer --measure --tp 2 (gloo)"]
+TWO_RANKS = NAMES[-3]
 RESULT_KEYS = {"name", "expected_s", "status", "reason", "seconds", "comparisons", "measured"}
 COMPARISON_KEYS = {"quantity", "unit", "predicted", "measured", "ratio", "how"}
 
@@ -78,7 +81,7 @@ def test_the_in_process_steps_with_a_table_device(report_module, tmp_path):
 
 
 def test_the_steps_that_start_processes(report_module, tmp_path):
-    code, report = _run(report_module, tmp_path, "--only", "--training,training step,--tp 2")
+    code, report = _run(report_module, tmp_path, "--only", "--training,training step,on 2 ranks,--tp 2")
     assert code == 0
     _check_shape(report)
     by = {r["name"]: r for r in report["results"]}
@@ -86,12 +89,19 @@ def test_the_steps_that_start_processes(report_module, tmp_path):
     assert memory["status"] == "ok", memory["reason"]
     saved = next(c for c in memory["comparisons"] if c["quantity"].startswith("bytes autograd"))
     assert saved["ratio"] == 1.0  # exact on the CPU
-    plan = by["plan --measure --tp 2 (gloo)"]
+    plan = by[TWO_RANKS]  # every 2-rank layout in one launch, each exact
     assert plan["status"] == "ok", plan["reason"]
-    assert plan["measured"]["backend"] == "gloo" and plan["measured"]["states_exact"]
-    states = [c for c in plan["comparisons"] if c["quantity"] in ("per rank: weights_bytes", "per rank: grads_bytes",
-                                                                  "per rank: optimizer_bytes")]
-    assert len(states) == 3 and all(c["ratio"] == 1.0 for c in states)
+    layouts = plan["measured"]["layouts"]
+    assert plan["measured"]["backend"] == "gloo" and plan["measured"]["refused"] == {}
+    assert list(layouts) == list(report_module.ranks.TWO_RANKS)
+    assert all(x["states_exact"] and x["collectives_exact"] for x in layouts.values()), layouts
+    assert layouts["pp 2, zero-bubble"]["schedule"] == "ScheduleInterleavedZeroBubble"
+    states = [c for c in plan["comparisons"] if c["unit"] == "bytes"]
+    assert len(states) > 3 * len(layouts) and all(c["ratio"] == 1.0 for c in states)
+    assert by[NAMES[-2]]["reason"].startswith("4 gloo ranks")
+    serving = by["infer --measure --tp 2 (gloo)"]
+    assert serving["status"] == "ok", serving["reason"]
+    assert serving["measured"]["equal"] and all(c["ratio"] == 1.0 for c in serving["comparisons"])
     train = by["training step on one GPU (bench ranks --nproc 1)"]
     assert train["status"] == "ok", train["reason"]
     assert train["comparisons"][0]["predicted"] is None and train["comparisons"][0]["measured"] > 0  # no table entry
@@ -103,7 +113,8 @@ def test_what_would_overrun_the_budget_is_skipped_and_recorded(report_module, tm
     _check_shape(report)
     for r in report["results"]:
         assert r["status"] == "skipped"
-        assert "would overrun the budget" in r["reason"] or "exist only there" in r["reason"]
+        assert "would overrun the budget" in r["reason"] or "exist only there" in r["reason"] or \
+            r["reason"].startswith("4 gloo ranks")
 
 
 def test_a_step_still_running_when_the_budget_ends_is_stopped(report_module):
@@ -139,12 +150,14 @@ def test_bad_requests_are_one_line(report_module, tmp_path, capsys, args, messag
 
 
 def test_the_full_run_is_planned_within_ten_minutes(report_module):
-    """Every step's expected seconds on one H100 (two GPUs: the NCCL steps too) fit the default budget, and
-    the budget leaves a minute of the 10 for start-up (importing torch, CUDA's context) and the JSON."""
-    planned = report_module.plan_steps("cuda:0", False, None, gpus=2)
+    """Every step's expected seconds on one H100 (four GPUs: every step of several ranks too) fit the default
+    budget, and the budget leaves a minute of the 10 for start-up (importing torch, CUDA's context) and the JSON;
+    on fewer GPUs the steps of more ranks than GPUs are skipped, saying why."""
+    planned = report_module.plan_steps("cuda:0", False, None, gpus=4)
     assert sum(s.expected_s for s in planned) <= report_module.DEFAULT_BUDGET_S <= 540
     assert all(s.skip is None for s in planned)
     one_gpu = report_module.plan_steps("cuda:0", False, None, gpus=1)
-    assert [s.name for s in one_gpu if s.skip] == ["plan --measure --tp 2 over NCCL",
-                                                   "plan --measure --dp 2 --zero 3 over NCCL"]
-    assert "needs 2 GPUs; 1 here" in one_gpu[-1].skip
+    assert [s.name for s in one_gpu if s.skip] == [n.replace("(gloo)", "over NCCL") for n in NAMES[-3:]]
+    assert "2 ranks need 2 GPUs; 1 here" in one_gpu[-1].skip
+    two = report_module.plan_steps("cuda:0", False, None, gpus=2)
+    assert [s.name for s in two if s.skip] == [NAMES[-2].replace("(gloo)", "over NCCL")]

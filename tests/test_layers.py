@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "tfcalc"
 # rank of each layer: a module may import modules of its own rank or lower, never higher
 RANKS = {
-    "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.amounts": 0,
+    "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.amounts": 0, "tfcalc.name_lists": 0,
     "tfcalc.reading": 0, "tfcalc.writing": 0, "tfcalc.config_rules": 0, "tfcalc.config_moe": 0,
     "tfcalc.config_latent": 0, "tfcalc.config_derived": 0, "tfcalc.config_patterns": 0, "tfcalc.config_layers": 0,
     "tfcalc.architecture": 0,  # the description: below config, which builds it (imports tfcalc.errors only)
@@ -22,7 +22,7 @@ RANKS = {
 }
 # no torch, typer or rich: counting never pays for them (checkpoint headers are read with safetensors'
 # numpy framework, no torch)
-PURE = ("tfcalc.errors", "tfcalc.amounts",
+PURE = ("tfcalc.errors", "tfcalc.amounts", "tfcalc.name_lists",
         "tfcalc.architecture", "tfcalc.units", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load",
         "tfcalc.config_rules", "tfcalc.config_moe", "tfcalc.config_latent", "tfcalc.config_derived",
         "tfcalc.config_patterns",

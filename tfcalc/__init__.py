@@ -151,11 +151,12 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
           draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
-          **overrides: Any) -> "InferReport":
+          requests: Optional[int] = None, max_time: Optional[float] = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
     or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
     serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
-    rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates")."""
+    rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates"); with
+    measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget)."""
     from tfcalc.report.infer import InferOptions, build_infer
     from tfcalc.workload import default_dtype
 
@@ -166,7 +167,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
                            matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
-                           mean_input=mean_input, mean_output=mean_output)
+                           mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time)
     return build_infer(_model(model, overrides), options)
 
 
@@ -188,8 +189,12 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble') and cp: None is 1,
-    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp'."""
+    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
+    'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule)."""
+    from tfcalc.count.perf.pipeline import OVERLAPS
+    from tfcalc.count.sharding import OFFLOAD
     from tfcalc.count.steptime import parse_count
+    from tfcalc.name_lists import name_list
     from tfcalc.report.plan import PlanRequest, build_plan
 
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
@@ -199,10 +204,11 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
                           ep=ep, compute_dtype=compute_dtype, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
-                          offload=tuple(offload.split(",")) if isinstance(offload, str) else tuple(offload)
-                          if isinstance(offload, (list, tuple)) else offload,
+                          offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)
+                          else tuple(offload) if isinstance(offload, (list, tuple)) else offload,
                           schedule=schedule, virtual_stages=virtual_stages,
-                          overlap=tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
+                          overlap=name_list("--overlap", overlap, OVERLAPS) if isinstance(overlap, str)
+                          else tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

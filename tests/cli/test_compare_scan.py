@@ -158,3 +158,14 @@ def test_piped_output_is_plain_and_no_color_is_respected():
 def test_shell_completion_and_version(cli):
     r = cli("--help")
     assert "--install-completion" in r.out and "--version" in r.out
+
+
+@pytest.mark.parametrize("model,dtype,expected", [
+    ("gpt-oss-120b", "bf16", 65_248_815_744),  # experts stored as MXFP4 (README, "Experts as stored")
+    ("llama2-7b", "int4", 3_889_307_648),  # int4 matrices with their scales and zero points, the rest bf16
+    ("gpt2", "bf16", 248_879_616),
+])
+def test_scan_weights_are_the_stored_format_as_memory_counts_them(cli, model, dtype, expected):
+    scan = cli("scan", model, "--dtype", dtype, "--json").json()
+    memory = cli("memory", model, "--dtype", dtype, "--json").json()
+    assert scan["weights_bytes"] == memory["weights_bytes"] == expected

@@ -22,16 +22,27 @@ def tfcalc(*args: str, env: dict | None = None, timeout: float = 120, **kwargs) 
                           env={**os.environ, **(env or {})}, **kwargs)
 
 
-def _measuring_children() -> set[int]:
-    """Pids of tfcalc's measuring child processes, read from /proc (ps cuts long command lines)."""
+def _processes(marker: bytes, parent: int | None = None) -> set[tuple[int, int]]:
+    """(pid, start time in clock ticks) of the processes whose command line holds marker, read from /proc
+    (ps cuts long command lines); given a parent, only its children. Both matter: other suites on the
+    machine start the same children meanwhile (a child of theirs taken for ours outlives our parent), and
+    a pid may be reused by a later child (the start time tells them apart)."""
     found = set()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"import _child_main" in (entry / "cmdline").read_bytes():
-                found.add(int(entry.name))
-        except OSError:  # gone meanwhile
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes():
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()  # after "pid (comm)"
+                ppid, start = int(fields[1]), int(fields[19])  # stat(5): fields 4 and 22
+                if parent is None or ppid == parent:
+                    found.add((int(entry.name), start))
+        except (OSError, ValueError, IndexError):  # gone meanwhile
             pass
     return found
+
+
+def _measuring_children(parent: int | None = None) -> set[tuple[int, int]]:
+    """tfcalc's measuring child processes (tfcalc.measure.memory.start_child), as _processes."""
+    return _processes(b"import _child_main", parent)
 
 
 def _wait_for(condition, timeout: float = 90) -> bool:
@@ -48,12 +59,11 @@ def _wait_for(condition, timeout: float = 90) -> bool:
 def test_a_signal_during_memory_measure_stops_the_child_too(sig, code, line):
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("finds the child through /proc")
-    before = _measuring_children()
     proc = subprocess.Popen([sys.executable, "-m", "tfcalc", "memory", "gpt2", "--measure", "--training", "--batch",
                              "4", "--seq", "512"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
     try:
-        assert _wait_for(lambda: _measuring_children() - before), "the measuring child never started"
-        child = (_measuring_children() - before).pop()
+        assert _wait_for(lambda: _measuring_children(proc.pid)), "the measuring child never started"
+        (child,) = _measuring_children(proc.pid)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -67,11 +77,10 @@ def test_a_killed_parent_takes_its_measuring_child_along():
     """SIGKILL runs no handler: the child asked the kernel to kill it with its parent (PR_SET_PDEATHSIG)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG and /proc are Linux's")
-    before = _measuring_children()
     proc = subprocess.Popen([sys.executable, "-m", "tfcalc", "memory", "gpt2", "--measure", "--training", "--batch",
                              "4", "--seq", "512"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    assert _wait_for(lambda: _measuring_children() - before), "the measuring child never started"
-    child = (_measuring_children() - before).pop()
+    assert _wait_for(lambda: _measuring_children(proc.pid)), "the measuring child never started"
+    (child,) = _measuring_children(proc.pid)
     proc.kill()
     proc.wait(timeout=30)
     assert _wait_for(lambda: child not in _measuring_children(), 10), "the measuring child outlived its parent"
@@ -216,19 +225,9 @@ def test_closed_and_full_streams_and_a_bad_environment_are_one_line(case, comman
     assert status in ([], ["status 2"]), status
 
 
-def _ranks(parent: int | None = None) -> set[int]:
-    """Pids of tfcalc's distributed ranks, read from /proc; given a parent, only its children (other
-    suites on the machine run ranks too)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and b"tfcalc.measure.distributed" in (entry / "cmdline").read_bytes():
-                ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-                if parent is None or ppid == parent:
-                    found.add(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            pass
-    return found
+def _ranks(parent: int | None = None) -> set[tuple[int, int]]:
+    """tfcalc's distributed ranks, as _processes."""
+    return _processes(b"tfcalc.measure.distributed", parent)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])

@@ -56,7 +56,7 @@ def test_recompute_op_in_the_search(cli):
     ("llama2-7b", ["--dp", "8", "--fsdp", "--hsdp", "-1"], "--hsdp must be between"),
     ("llama2-7b", ["--dp", "8", "--no-reshard-after-forward"], "needs --zero 3"),
     ("llama2-7b", ["--dp", "8", "--offload", "disk"], "--offload takes optimizer, activations or both"),
-    ("llama2-7b", ["--dp", "8", "--offload", "optimizer,,gpu"], "--offload takes"),
+    ("llama2-7b", ["--dp", "8", "--offload", "optimizer,,gpu"], "--offload has an empty item"),
     ("mixtral-8x7b", ["--dp", "8", "--recompute", "op"], "mixture of experts"),
     ("gpt2", ["--dp", "8", "--recompute", "op"], "biases"),
     ("llama2-7b", ["--dp", "2", "--ep", "2", "--measure"], "dense"),

@@ -120,7 +120,7 @@ def test_tp_serves_more():
     (("--mean-input", "10",), "--mean-input belongs to continuous batching"),
     (("--rate", "2", "--mean-input", "10", "--mean-output", "10", "--batch", "4"), "--batch is a static batch's"),
     (("--rate", "2", "--mean-input", "10", "--mean-output", "10", "--gen", "4"), "--gen is a static batch's"),
-    (("--rate", "2", "--mean-input", "10", "--mean-output", "10", "--measure"), "not measured"),
+    (("--rate", "2", "--mean-input", "10", "--mean-output", "10", "--requests", "4"), "--requests belongs to"),
     (("--rate", "2", "--mean-input", "10", "--mean-output", "10", "--draft", "llama2-7b", "--accept-rate", "0.5"),
      "not modelled"),
 ])

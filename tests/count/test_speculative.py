@@ -82,7 +82,7 @@ def test_no_draft_no_speculative_key_value():
     (("--draft", "no-such-model", "--accept-rate", "0.5"), "unknown preset"),
     (("--draft", "gpt2", "--accept-rate", "0.5"), "a draft must share the target's vocabulary"),
     (("--draft", "bert-base", "--accept-rate", "0.5"), "generates no tokens"),
-    (("--draft", "llama2-7b", "--accept-rate", "0.5", "--measure"), "not measured"),
+    (("--draft", "llama2-7b", "--accept-rate", "0.5", "--measure", "--batch", "2"), "give --batch 1"),
 ])
 def test_hostile_draft(cli, args, message):
     assert_one_line_error(cli("infer", "llama2-13b", "--seq", "16", "--gen", "4", *args), message)

@@ -1,8 +1,8 @@
-"""Pipeline parallelism on real ranks (tfcalc.measure.pipeline, torch.distributed.pipelining's Schedule1F1B
-and ScheduleInterleaved1F1B on 2 gloo ranks, one launch for both): every rank's model-state bytes, its
-sends (payload and calls) and the tied embedding's all-reduce equal its stage's plan; rank 0's saved
-activations equal the plan's in-flight count (all its forwards are in flight at m = p); the first loss
-equals the single-device model's. And what is refused, before any rank starts."""
+"""Pipeline parallelism on real ranks (tfcalc.measure.pipeline, torch.distributed.pipelining's Schedule1F1B,
+ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble on 2 gloo ranks, one launch for the three): every
+rank's model-state bytes, its sends (payload and calls) and the tied embedding's all-reduce equal its stage's
+plan; rank 0's saved activations equal the plan's in-flight count (all its forwards are in flight at m = p);
+the first loss equals the single-device model's. And what is refused, before any rank starts."""
 
 import dataclasses
 
@@ -24,7 +24,8 @@ CFG = tiny(n_layer=4, n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm",
 HW = Hardware(1e12, 10**12, 1e9, 1e9, 8)
 LAYOUTS = {"1f1b": Layout(pp=2, seq=16, global_batch=2, micro_batch=1, dtype="fp32"),
            "interleaved": Layout(pp=2, seq=16, global_batch=2, micro_batch=1, dtype="fp32", schedule="interleaved",
-                                 virtual_stages=2)}
+                                 virtual_stages=2),
+           "zero-bubble": Layout(pp=2, seq=16, global_batch=2, micro_batch=1, dtype="fp32", schedule="zero-bubble")}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,20 @@ def test_saved_activations_and_first_loss(checks, name):
     assert all(r["first_loss"] == pytest.approx(float(expected), rel=1e-5) for r in check.ranks)
 
 
+def test_zero_bubble_runs_pytorchs_zero_bubble_schedule(checks):
+    """ZB-H1 as PyTorch runs it: each backward split into I (inputs' gradient) and W (weights'), the Ws
+    deferred; the same sends and states as 1F1B (the plan's), and the same first loss."""
+    zb, one = checks["zero-bubble"], checks["1f1b"]
+    assert {r["schedule"] for r in zb.ranks} == {"ScheduleInterleavedZeroBubble"}
+    for rank in zb.ranks:
+        kinds = [a.rstrip("0123456789")[-1] for a in rank["actions"]]  # "0F1" -> F
+        assert kinds.count("F") == kinds.count("I") == kinds.count("W") == 2 and "B" not in kinds
+        assert kinds.index("I") < kinds.index("W")  # a weight gradient after the input gradient it follows
+    assert [r["collectives"] for r in zb.ranks] == [r["collectives"] for r in one.ranks]
+    assert [{k: r[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes")} for r in zb.ranks] == \
+        [{k: r[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes")} for r in one.ranks]
+
+
 def test_measured_layout_of_a_planned_pipeline():
     planned = Layout(tp=1, pp=16, dp=64, seq=8192, global_batch=2048, micro_batch=1, zero=1,
                      schedule="interleaved", virtual_stages=4, overlap=("pp",))
@@ -73,6 +88,11 @@ def test_measured_layout_of_a_planned_pipeline():
     assert (ran.tp, ran.pp, ran.dp, ran.zero, ran.schedule, ran.virtual_stages, ran.micro_batches) == \
         (1, 2, 1, 0, "interleaved", 4, 2)
     assert ran.overlap == ("pp",) and not ran.sequence_parallel
+    on4 = measured_layout(planned, 4)  # 4 ranks: data parallel beside the pipeline, 2 replicas of 2 stages
+    assert (on4.pp, on4.dp, on4.zero, on4.micro_batches) == (2, 2, 0, 2)
+    assert (measured_layout(dataclasses.replace(planned, dp=3), 4).dp, measured_layout(planned, 8).dp) == (1, 4)
+    zb = measured_layout(dataclasses.replace(planned, schedule="zero-bubble", virtual_stages=1), 2)
+    assert (zb.schedule, zb.virtual_stages) == ("zero-bubble", 1)  # run with PyTorch's zero-bubble schedule
     with_tp = measured_layout(dataclasses.replace(planned, tp=8, sequence_parallel=True, overlap=("tp", "pp")), 2)
     assert (with_tp.tp, with_tp.pp, with_tp.schedule) == (2, 1, "1f1b")  # TP planned: the run keeps the TP
 

@@ -7,7 +7,17 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
-from tfcalc.cli.infer_options import AcceptRate, Draft, DraftTokens, MeanInput, MeanOutput, Rate, ServeTP
+from tfcalc.cli.infer_options import (
+    AcceptRate,
+    Draft,
+    DraftTokens,
+    MaxTime,
+    MeanInput,
+    MeanOutput,
+    Rate,
+    Requests,
+    ServeTP,
+)
 from tfcalc.cli.options import (
     BandwidthEfficiency,
     Batches,
@@ -38,11 +48,12 @@ from tfcalc.cli.options import (
 )
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
-from tfcalc.report import resolve
+from tfcalc.report import continuous_measured, resolve, speculative_measured
 from tfcalc.report.infer import InferOptions, build_infer
 from tfcalc.workload import default_dtype
 
-TableOption = table_option("serving", "roofline")
+TableOption = table_option("serving", "roofline", "speculative", "speculative-measured", "continuous",
+                           "continuous-measured")
 
 
 def infer(
@@ -73,6 +84,8 @@ def infer(
     rate: Rate = None,
     mean_input: MeanInput = None,
     mean_output: MeanOutput = None,
+    requests: Requests = None,
+    max_time: MaxTime = None,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -102,12 +115,22 @@ def infer(
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
-    decoding with its speedup, and the draft's weights and KV cache beside the target's.
+    decoding with its speedup, and the draft's weights and KV cache beside the target's. With --measure (one
+    sequence, decoder-only models whose cache rewinds): greedy rounds run for real on the device, the draft and
+    the target with random weights (seed 0: a draft of MODEL's own configuration is MODEL and accepts every
+    proposal); measured: the draft and verify step times, the acceptance, tokens per round, seconds per token
+    beside plain decoding's in the same run, and that the output is the target's greedy output; predicted beside:
+    the steps, and the round at the measured acceptance.
 
     --rate R --mean-input I --mean-output O: continuous batching in steady state (Orca's iteration-level scheduling,
     vLLM's prefills-first without chunked prefill, paged KV cache, Poisson arrivals): the requests in flight by
     Little's law, the mean decode batch, TTFT, inter-token latency, throughput, the KV cache's bound on concurrency
-    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1).
+    and the largest rate the server sustains; over capacity is a warning (--require-fit: exit 1). With --measure
+    (decoder-only models whose layers keep every position): a server loop runs on the device with that scheduler,
+    --requests N seeded Poisson arrivals of exactly I and O tokens, a KV cache slot per request, for at most
+    --max-time seconds; measured: throughput, TTFT, inter-token and end-to-end latency (mean, median, p90), the
+    decode batch and step, the prefills' share; predicted beside them with the ceilings measured in the same run.
+    The run is refused before allocating when the weights and the slots' KV cache do not fit.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -138,13 +161,15 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output,
+        mean_output=mean_output, requests=requests, max_time=max_time,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
-    calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, gen - 1))
+    timed_gen = mean_output if rate is not None and mean_output else gen  # --rate: the decode timed at O tokens
+    calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
+    calls += speculative_measured.calls(options) + continuous_measured.calls(options)
     with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view

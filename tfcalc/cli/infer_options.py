@@ -28,3 +28,9 @@ MeanInput = Annotated[Optional[int], typer.Option(
     "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
 MeanOutput = Annotated[Optional[int], typer.Option(
     "--mean-output", help="Continuous batching: mean generated tokens per request.", metavar="O", show_default=False)]
+Requests = Annotated[Optional[int], typer.Option(
+    "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded) "
+    "[default: 64].", metavar="N", show_default=False)]
+MaxTime = Annotated[Optional[float], typer.Option(
+    "--max-time", help="Continuous batching with --measure: seconds of serving at most; the run stops there and "
+    "says how many requests it served [default: 60].", metavar="S", show_default=False)]

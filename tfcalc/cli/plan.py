@@ -143,7 +143,8 @@ def plan(
     Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
     ZeroRedundancyOptimizer (ZeRO-1), FSDP2 (ZeRO-2 as FSDP2 without resharding after forward, ZeRO-3, HSDP),
-    tensor-parallel APIs and expert parallelism's all-to-all, and shows the plan of that run beside what it
+    tensor-parallel APIs, expert parallelism's all-to-all and torch.distributed.pipelining (1F1B, interleaved,
+    zero-bubble; with data parallelism on 4 ranks or more), and shows the plan of that run beside what it
     measured: model-state and collective bytes agree exactly.
     """
     out = output(format, json_out, exact, verbose, table)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
-from tfcalc.errors import InputError
+from tfcalc.name_lists import name_list
 
 ScheduleName = enum.Enum("ScheduleName", {name.replace("-", "_"): name for name in SCHEDULES}, type=str)
 
@@ -22,27 +22,16 @@ VirtualStages = Annotated[Optional[int], typer.Option(
     "--virtual-stages", help="Interleaved schedule: model chunks per pipeline rank (blocks divisible by pp × V, "
     "micro-batches a multiple of pp) [default: 1; 2 with --schedule interleaved].", show_default=False,
     metavar="V")]
-Overlap = Annotated[Optional[str], typer.Option(
+Overlap = Annotated[Optional[list[str]], typer.Option(
     "--overlap", help="Communication hidden behind compute: tp (TP all-gathers/reduce-scatters under the GEMMs, as "
     "Megatron's --tp-comm-overlap; needs --sp), pp (pipeline sends but the fill's and drain's), both (tp,pp) or none "
-    "[default: none].", show_default=False, metavar="tp,pp")]
+    "[default: none; repeat the flag or separate by commas, any case].", show_default=False, metavar="tp,pp")]
 CP = Annotated[Optional[int], typer.Option(
     "--cp", help="Context-parallel degree: the sequence split over C ranks (ring attention, Megatron-Core CP); GPUs "
     "= tp · cp · pp · dp, rank order tp, cp, dp, pp [default: 1; a search tries it for long sequences].",
     show_default=False, metavar="C")]
 
 
-def overlap_names(text: Optional[str]) -> tuple[str, ...]:
-    """'tp,pp' -> ('tp', 'pp'); 'none' or '' -> (); InputError, one line, for anything else."""
-    if text is None:
-        return ()
-    parts = [p.strip().lower() for p in text.split(",")]
-    if parts == ["none"] or parts == [""]:
-        return ()
-    bad = [p for p in parts if p not in OVERLAPS]
-    if bad:
-        shown = bad[0] if len(bad[0]) <= 20 else bad[0][:20] + "…"
-        raise InputError(f"--overlap takes {', '.join(OVERLAPS)} (comma-separated) or none; got '{shown}'")
-    if len(set(parts)) != len(parts):
-        raise InputError(f"--overlap names each of {', '.join(OVERLAPS)} once; got '{text[:40]}'")
-    return tuple(parts)
+def overlap_names(values: Optional[list[str]]) -> tuple[str, ...]:
+    """--overlap's values (repeated or comma-separated) by the rule of tfcalc.name_lists, as --offload's."""
+    return name_list("--overlap", values, OVERLAPS)

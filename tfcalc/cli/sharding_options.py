@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.count.sharding import OFFLOAD
-from tfcalc.errors import InputError
+from tfcalc.name_lists import name_list
 
 EP = Annotated[Optional[int], typer.Option(
     "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
@@ -17,31 +17,32 @@ EP = Annotated[Optional[int], typer.Option(
     "largest E within a node].", show_default=False, metavar="E")]
 ComputeDType = Annotated[Optional[str], typer.Option(
     "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling; attention "
-    "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype].", show_default=False,
+    "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype; a search never picks FP8 "
+    "on its own: numerics are the user's choice].", show_default=False,
     metavar="fp8")]
 NoReshard = Annotated[bool, typer.Option(
     "--no-reshard-after-forward", help="ZeRO-3: keep each unit's gathered weights from its forward to its backward "
-    "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory.",
+    "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory [a search "
+    "tries it on the ZeRO-3 layouts that fit unless --hsdp, this flag or --zero is given].",
     metavar="")]
 HSDP = Annotated[Optional[int], typer.Option(
     "--hsdp", help="Hybrid sharding (ZeRO-3): shard within groups of R data-parallel ranks, replicate across the "
-    "dp / R groups (reduce-scatter and all-gather within, all-reduce across).", show_default=False, metavar="R")]
+    "dp / R groups (reduce-scatter and all-gather within, all-reduce across) [a search tries R = the dp ranks of one "
+    "node on the ZeRO-3 layouts that fit].", show_default=False, metavar="R")]
 GradDType = Annotated[Optional[str], typer.Option(
     "--grad-dtype", help="fp32: gradients accumulated and reduced in an fp32 buffer beside bf16 weights (Megatron's "
     "main_grad) [default: --dtype].", show_default=False, metavar="fp32")]
 Offload = Annotated[Optional[list[str]], typer.Option(
     "--offload", help="Move to host memory over PCIe: optimizer (fp32 master and Adam states, stepped on the CPU), "
-    "activations (saved activations, copied back for the backward pass), or both (repeat, or optimizer,activations).",
+    "activations (saved activations, copied back for the backward pass), both (repeat the flag, or "
+    "optimizer,activations; any case) or none [default: none; a search tries each only where nothing fits without "
+    "offload, and says so].",
     show_default=False, metavar="optimizer|activations")]
 
 
 def offload_parts(values: Optional[list[str]]) -> tuple[str, ...]:
-    """--offload's values (repeated or comma-separated), each once, in OFFLOAD's order; InputError otherwise."""
-    given = [w.strip().lower() for v in values or [] for w in v.split(",")]
-    bad = [w for w in given if w not in OFFLOAD]
-    if bad:
-        raise InputError(f"--offload takes optimizer, activations or both; got {bad[0][:40]!r}")
-    return tuple(w for w in OFFLOAD if w in given)
+    """--offload's values (repeated or comma-separated) by the rule of tfcalc.name_lists, as --overlap's."""
+    return name_list("--offload", values, OFFLOAD)
 
 
 def lower(value: Optional[str]) -> Optional[str]:

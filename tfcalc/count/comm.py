@@ -16,7 +16,9 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
 
 1. dp_grads (dp > 1): ZeRO-0 (DDP) all-reduces the gradients once per step (accumulating micro-batches
    under no_sync), in buckets PyTorch chooses (25 MiB), so calls are not predicted; ZeRO-1 reduce-scatters
-   them once per step, ZeRO-2 and ZeRO-3 once per micro-batch (they keep only their gradient shard).
+   them once per step, ZeRO-2 and ZeRO-3 once per micro-batch (they keep only their gradient shard);
+   ZeRO-1/2 in buckets, a call each (Megatron-Core's for ZeRO-1, DeepSpeed's for ZeRO-2:
+   tfcalc.count.sharding.flat_buckets), gathered back in the same buckets.
    Gradients travel in the weight dtype. ZeRO-1/2 split a flat buffer (⌈Ψ/N⌉ per rank); ZeRO-3 each
    FSDP unit (a block, or the root's tensors) padded per tensor (tfcalc.count.shard.fsdp_shard).
 2. zero_params: ZeRO-1/2 all-gather the updated weights once per step; ZeRO-3 (FSDP2 defaults)
@@ -74,7 +76,15 @@ from tfcalc.count.memory import activation_element_bytes
 from tfcalc.count.perf.pipeline import sends_per_micro_batch
 from tfcalc.count.rank_memory import FP32, stage_expert_params, weight_element_bytes
 from tfcalc.count.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
-from tfcalc.count.sharding import expert_dp, grad_element_bytes, local_copies, routed_expert, shard_dp, split_states
+from tfcalc.count.sharding import (
+    expert_dp,
+    flat_buckets,
+    grad_element_bytes,
+    local_copies,
+    routed_expert,
+    shard_dp,
+    split_states,
+)
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
 # cp (context parallelism's ring); ep, edp (each routed expert's replicas), dp_shard and dp_replicate
@@ -127,7 +137,10 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = F
     n = expert_dp(layout) if experts else shard_dp(layout)
 
     def shard(t, copies) -> int:
-        return local_copies(t.name, copies, layout) * fsdp_shard(tp_local_shape(t, layout.tp), n)
+        shape = tp_local_shape(t, layout.tp)
+        if routed_expert(t.name):  # a block's experts: one grouped tensor split along them (rank_memory._shapes)
+            return fsdp_shard((local_copies(t.name, copies, layout), *shape), n)
+        return copies * fsdp_shard(shape, n)
 
     def ours(t) -> bool:
         return not apart or routed_expert(t.name) == experts
@@ -187,8 +200,9 @@ def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> li
             continue
         flat = n * -(-elements // n)
         times = 1 if layout.zero == 1 else m
-        out += [Collective(cause, "reduce_scatter", group, n, times * eg * flat, times),
-                Collective(gather, "all_gather", group, n, ew * flat, 1)]
+        buckets = flat_buckets(layout.zero, flat, n)  # a call per bucket (tfcalc.count.sharding)
+        out += [Collective(cause, "reduce_scatter", group, n, times * eg * flat, times * buckets),
+                Collective(gather, "all_gather", group, n, ew * flat, buckets)]
     return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.layout_pipeline import check_pipeline
@@ -138,7 +138,8 @@ def divisors(n: int) -> list[int]:
 
 def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: int,
                       zero: Optional[int] = None, recompute: Optional[str] = None,
-                      ep: Optional[int] = None, cps: tuple[int, ...] = (1,)) -> Iterator[Layout]:
+                      ep: Optional[int] = None, cps: tuple[int, ...] = (1,),
+                      keep: Optional[Callable[[int, int, int, int], bool]] = None) -> Iterator[Layout]:
     """Every valid layout of exactly ``gpus`` GPUs for the search: tp a divisor within one node, pp a
     divisor up to n_layer, dp the rest; each ZeRO stage (ZeRO-1..3 only when dp > 1) unless ``zero`` is
     given; each recompute unless ``recompute`` is given; sequence parallelism whenever tp > 1 where it is
@@ -148,7 +149,9 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     the sequence's s/C split by tp under SP. Batch sizes, dtype and schedule are the base layout's (one
     stage: 1f1b); its overlap where it applies (search_space.applicable_overlap). A mixture of experts:
     expert parallelism ``ep`` if given, else ep 1 and the largest ep that divides dp and every mixture's
-    experts with its tp·ep GPUs in one node (``search_ep``; with cp 1 only: tfcalc.count.sharding)."""
+    experts with its tp·ep GPUs in one node (``search_ep``; with cp 1 only: tfcalc.count.sharding).
+    ``keep(tp, pp, cp, dp)``: False skips the shape unbuilt (a bound says none of it fits:
+    tfcalc.count.search_bound)."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg)
@@ -167,6 +170,8 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                     continue
                 dp = gpus // (tp * cp * pp)
                 if base.global_batch % (dp * base.micro_batch):  # as check_layout: the batch must split
+                    continue
+                if keep is not None and not keep(tp, pp, cp, dp):
                     continue
                 zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
                 eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if cp == 1 else (1,)

@@ -10,7 +10,8 @@ step and its time. Pure arithmetic.
 2. activations (Megatron-LM's --cpu-offloading, torchtitan/PyTorch's CPU offload of saved tensors):
    every block's saved activations are copied to the host as the forward pass leaves the block and copied
    back before its backward; the GPU keeps two blocks' worth (the block running and the one in transfer,
-   double buffering), the host the rest, the other micro-batches in flight (1F1B) wholly.
+   double buffering), the host the rest, the other micro-batches in flight wholly: 1F1B's min(p − i, m) on
+   rank i, the interleaved schedule's per chunk (its warm-up holds more: tfcalc.count.perf.pipeline).
 3. Time: bytes over the GPU's host link, PCIe x16 per direction (H100/H200/B200: Gen5, 64 GB/s, "128
    GB/s" bidirectional on the NVIDIA datasheets; A100 and the others: Gen4, 32 GB/s), at the PCIe
    efficiency of the performance model (tfcalc.count.perf.hardware, 0.8). The optimizer's copies are not
@@ -26,8 +27,9 @@ from dataclasses import dataclass, replace
 
 from tfcalc import devices
 from tfcalc.count.activations import Activations
+from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.rank_activations import layer_bytes
-from tfcalc.count.shard import stage_blocks
+from tfcalc.count.shard import stage_ranges
 from tfcalc.count.steptime import StepTime
 from tfcalc.workload import Layout
 
@@ -53,13 +55,19 @@ class Offload:
     activation_pcie_bytes: int  # saved activations down and back, per step
 
 
-def _stored_blocks(acts: Activations, layout: Layout, stage: int) -> tuple[int, int]:
-    """(all the stage's blocks' stored bytes for one micro-batch, the largest block's)."""
-    counts = stage_blocks(acts.n_encoder_layer + acts.n_layer, layout.pp)
-    start = sum(counts[:stage])
-    each = [(n, layer_bytes(acts, layout, terms, layer_input=x))
-            for terms, n, x in acts.kinds_in(start, start + counts[stage])]
-    return sum(n * b for n, b in each), max((b for _, b in each), default=0)
+def _stored_blocks(acts: Activations, layout: Layout, stage: int) -> tuple[int, int, int]:
+    """(the stage's blocks' stored bytes for one micro-batch, the largest block's, the stored bytes of every
+    micro-batch in flight at the peak): each chunk's blocks times the micro-batches it holds -- 1F1B's
+    min(p − i, m) for its one chunk, the interleaved schedule's count per chunk (tfcalc.count.perf.pipeline.
+    chunk_micro_batches, the counts of PyTorch's ScheduleInterleaved1F1B)."""
+    ranges = stage_ranges(acts.n_encoder_layer + acts.n_layer, layout.pp, stage, layout.virtual_stages)
+    per_chunk, largest = [], 0
+    for r in ranges:
+        each = [(n, layer_bytes(acts, layout, terms, layer_input=x)) for terms, n, x in acts.kinds_in(r.start, r.stop)]
+        per_chunk.append(sum(n * b for n, b in each))
+        largest = max([largest] + [b for _, b in each])
+    held = sum(c * b for c, b in zip(chunk_micro_batches(layout, stage), per_chunk, strict=True))
+    return sum(per_chunk), largest, held
 
 
 def offload(layout: Layout, stage: int, acts: Activations, optimizer_bytes: int, optimizer_elements: int,
@@ -73,9 +81,8 @@ def offload(layout: Layout, stage: int, acts: Activations, optimizer_bytes: int,
         opt_saved = optimizer_bytes
         opt_pcie = optimizer_elements * (grad_bytes + weight_bytes)
     if layout.offload_activations:
-        blocks, largest = _stored_blocks(acts, layout, stage)
-        in_flight = min(layout.pp - stage, layout.micro_batches)
-        act_saved = in_flight * blocks - min(in_flight * blocks, 2 * largest)  # the running micro-batch keeps 2
+        blocks, largest, held = _stored_blocks(acts, layout, stage)
+        act_saved = held - min(held, 2 * largest)  # the running micro-batch keeps 2
         host += act_saved
         act_pcie = 2 * layout.micro_batches * blocks
     return Offload(host, opt_saved, act_saved, opt_pcie, act_pcie)

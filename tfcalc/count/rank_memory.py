@@ -95,16 +95,23 @@ def optimizer_element_bytes(dtype: str) -> int:
 
 
 def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
-    """(TP rank 0's shape, copies, whether a routed expert's) of every tensor on the stage; a routed
-    expert's copies are EP rank 0's (tfcalc.count.sharding, step 1)."""
+    """(TP rank 0's shape as stored, copies, whether a routed expert's) of every tensor on the stage. A
+    block's routed experts are one grouped tensor (E / ep, *shape) per block, EP rank 0's experts
+    (tfcalc.model.experts; tfcalc.count.sharding, step 1): FSDP2 splits it along the experts, so with E
+    not a multiple of the ranks each holds ⌈E/N⌉ experts' rows, padded -- not ⌈rows/N⌉ of each expert."""
     return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)
 
 
 @functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
 def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
             virtual: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
-    return tuple((tp_local_shape(t, tp), n // ep if routed_expert(t.name) else n, routed_expert(t.name))
-                 for t, n in stage_tensors(cfg, pp, stage, virtual))
+    out = []
+    for t, n in stage_tensors(cfg, pp, stage, virtual):
+        if routed_expert(t.name):  # n = experts × blocks: one grouped tensor per block
+            out.append(((t.copies // ep, *tp_local_shape(t, tp)), n // t.copies, True))
+        else:
+            out.append((tp_local_shape(t, tp), n, False))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -113,6 +120,9 @@ def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int)
     shapes = _shapes(cfg, tp, pp, ep, stage, virtual)
     return (sum(n * math.prod(shape) for shape, n, _ in shapes),
             sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
+
+
+param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual): the search's bound reads it
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
@@ -194,10 +204,13 @@ def stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int)
 
 def _activation_alike(layout: Layout) -> Layout:
     """The layout with what activations do not depend on set alike, so that a search's many layouts share
-    one pricing: dp and ZeRO, and micro-batches past 2p (every schedule's in-flight count has saturated
+    one pricing: dp and ZeRO (and expert parallelism, HSDP, resharding, offload, the gradients' dtype),
+    and micro-batches past 2p (every schedule's in-flight count has saturated
     by then: tfcalc.count.perf.pipeline.chunk_micro_batches)."""
     m = min(layout.micro_batches, 2 * layout.pp)
-    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=())
+    return replace(layout, dp=1, zero=0, global_batch=layout.micro_batch * m, overlap=(), ep=1, hsdp=None,
+                   reshard_after_forward=True, offload_optimizer=False, offload_activations=False,
+                   grad_dtype=None, zero_engine="flat")  # the sharding variants too (offload: rank_offload)
 
 
 @functools.lru_cache(maxsize=16384)

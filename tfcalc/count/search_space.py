@@ -17,6 +17,14 @@ parallelism -- each only where the request leaves it open. Pure arithmetic.
   al. 2024, sec. 3.3.2) and divides the GPUs.
 - overlap: as asked, on the layouts it applies to (tp with tp > 1 and sequence parallelism, pp with
   pp > 1).
+- FSDP variants (``fsdp_variants``; unless --hsdp, --no-reshard-after-forward or a ZeRO stage other than 3
+  is given): each ZeRO-3 layout that fits is tried again with HSDP -- shards within a node, replicas
+  across nodes (Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.2: the gathers on NVLink) -- and without
+  resharding after forward (half the gathers, the stage's weights held), each kept where it still fits.
+- offload (``offload_bases``; unless --offload is given): only where no layout fits in the GPUs' memory --
+  at --gpus N, none of N GPUs; at --gpus auto, none of any number up to the limit -- the optimizer, the
+  activations and both are moved to host memory (tfcalc.count.offload), and the step time decides.
+- FP8 matmuls never: numerics are the user's choice (--compute-dtype fp8 runs every layout in FP8).
 """
 
 from __future__ import annotations
@@ -42,9 +50,12 @@ class SearchSpace:
     schedule: Optional[str] = None
     virtual_stages: Optional[int] = None
     cp: Optional[int] = None
+    fsdp: bool = True  # whether ZeRO-3 layouts that fit are tried with HSDP and without resharding too
+    offload: bool = True  # whether offload is tried where nothing fits without
 
 
-FIXED = SearchSpace(micro_batch=1, schedule="1f1b", virtual_stages=1, cp=1)  # the search of before issue 20
+FIXED = SearchSpace(micro_batch=1, schedule="1f1b", virtual_stages=1, cp=1, fsdp=False,
+                    offload=False)  # the search of before issue 20
 
 
 def cp_degrees(seq: int, gpus: int, space: SearchSpace, applies: bool = True) -> list[int]:
@@ -105,3 +116,25 @@ def schedules(cfg: ModelConfig, layout: Layout, space: SearchSpace) -> Iterator[
               else [v for v in range(2, MAX_VIRTUAL + 1) if per_stage and per_stage % v == 0])
         for v in vs:
             yield replace(layout, schedule="interleaved", virtual_stages=v)
+
+
+def fsdp_variants(layout: Layout, gpus_per_node: int, space: SearchSpace) -> Iterator[Layout]:
+    """A ZeRO-3 layout's HSDP and no-reshard variants (see the module docstring): HSDP over the data-parallel
+    ranks of one node (R = GPUs per node / tp, where dp spans more than a node: the gathers and
+    reduce-scatters on NVLink, one all-reduce of the shards across nodes), and each without resharding
+    after forward."""
+    if not space.fsdp or layout.zero != 3 or layout.hsdp is not None or not layout.reshard_after_forward:
+        return
+    r = gpus_per_node // layout.tp
+    hsdp = [r] if layout.cp == 1 and layout.ep == 1 and 1 < r < layout.dp and layout.dp % r == 0 else []
+    yield replace(layout, reshard_after_forward=False)
+    for h in hsdp:
+        yield replace(layout, hsdp=h)
+        yield replace(layout, hsdp=h, reshard_after_forward=False)
+
+
+def offload_bases(base: Layout) -> list[Layout]:
+    """The layouts a search tries with offload when nothing fits without it: the optimizer, the activations,
+    both (tfcalc.count.offload)."""
+    return [replace(base, offload_optimizer=o, offload_activations=a) for o, a in ((True, False), (False, True),
+                                                                                (True, True))]

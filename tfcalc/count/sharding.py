@@ -206,3 +206,23 @@ def greedy_rank0_elements(sizes: list[int], ranks: int) -> int:
         mine += n if r == 0 else 0
     return mine
 
+
+# Buckets of the flat ZeRO-1/2 buffers (calls, not bytes: the bytes are the buffer's whatever the buckets):
+# ZeRO-1 as Megatron-Core's distributed optimizer, whose DDP buckets hold max(40,000,000, 1,000,000 × dp)
+# parameters when the gradient reduction overlaps the backward pass, as the plan's step time assumes
+# (megatron/core/distributed/distributed_data_parallel_config.py, bucket_size: "larger DP sizes need
+# larger buckets to ensure collectives do not become latency-bound"); one reduce-scatter and one
+# all-gather per bucket. ZeRO-2 as DeepSpeed's stage 2, reduce_bucket_size and allgather_bucket_size of
+# 5e8 elements (deepspeed/runtime/zero/config.py), reduced every micro-batch; DeepSpeed reduces each
+# bucket by a reduce to each partition's owner (stage_1_and_2.py, average_tensor), counted here as one
+# reduce-scatter per bucket (the same bytes). tfcalc's measured runs use neither: --zero 1 --measure runs
+# ZeroRedundancyOptimizer and --zero 2 --measure FSDP2 (tfcalc.report.plan_check), planned as such.
+MEGATRON_BUCKET, MEGATRON_BUCKET_PER_RANK = 40_000_000, 1_000_000
+DEEPSPEED_BUCKET = 500_000_000
+
+
+def flat_buckets(zero: int, elements: int, ranks: int) -> int:
+    """Buckets (collective calls) a flat ZeRO-1 or ZeRO-2 buffer of ``elements`` over ``ranks`` is reduced
+    and gathered in (see above)."""
+    size = max(MEGATRON_BUCKET, MEGATRON_BUCKET_PER_RANK * ranks) if zero == 1 else DEEPSPEED_BUCKET
+    return max(1, -(-elements // size))

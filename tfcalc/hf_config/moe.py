@@ -5,7 +5,8 @@ transformers config classes (configuration_qwen3_moe.py, configuration_gpt_oss.p
   RMSNorm over each head, no biases unless attention_bias), experts of moe_intermediate_size with
   norm_topk_prob (renormalize the top-k weights; false by default), no shared expert; layer i has the
   experts when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0, else a dense MLP of
-  intermediate_size; use_sliding_window windows every layer.
+  intermediate_size (where no layer has the experts, a dense model: tfcalc.hf_config.llama_like);
+  use_sliding_window windows every layer.
 - gpt_oss (OpenAI, arXiv 2508.10925; modeling_gpt_oss.py): biases on Q/K/V/O (attention_bias), one
   sink logit per head, sliding-window layers (128) alternating with full ones (layer_types), a router
   with a bias choosing the top-k of num_local_experts (softmax over the k chosen logits), experts with
@@ -24,13 +25,15 @@ from tfcalc.hf_config.reader import Reader
 
 
 def qwen3_moe(r: Reader) -> None:
-    _common(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0),
-            d_ff_key="moe_intermediate_size")
-    r.take("num_experts", "n_expert", 128, aliases=("num_local_experts",))  # transformers 5 writes the latter
-    r.take("num_experts_per_tok", "n_expert_active", 8)
+    _common(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0), d_ff_key=None)
+    experts = r.get("num_experts", 128, aliases=("num_local_experts",))  # transformers 5 writes the latter
+    if _qwen2_moe_layers(r, experts, dense_width=6144):  # some layer has the experts (else: a dense model)
+        r.required(("moe_intermediate_size", "d_ff"))
+        r.take("num_experts", "n_expert", 128, aliases=("num_local_experts",))
+        r.take("num_experts_per_tok", "n_expert_active", 8)
+        r.fields["router_norm_topk"] = r.flag("norm_topk_prob", False)
     r.take("attention_bias", "attn_bias", False)
-    r.fields.update(qk_norm=True, router_norm_topk=r.flag("norm_topk_prob", False))
-    _qwen2_moe_layers(r, dense_width=6144)
+    r.fields.update(qk_norm=True)
     r.windows(used=r.flag("use_sliding_window", False))  # every layer (Qwen3MoeAttention.sliding_window)
     _finish(r, "Qwen3Moe")
 

@@ -54,14 +54,23 @@ class Device:
         return torch.device(self.name)
 
 
+def device_kind(name: str) -> str:
+    """'cpu', 'cuda' or 'mps' of a device name, read without asking torch (so without starting CUDA in this
+    process: a measuring child may be the only one to touch the GPU); ConfigError for a name tfcalc does not
+    know."""
+    text = (name or "").strip().lower() if isinstance(name, str) else ""
+    kind, _, index = text.partition(":")
+    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"unknown device '{name}'; use cpu, cuda, cuda:N or mps")
+    return kind
+
+
 def resolve_device(name: str) -> Device:
     """'cpu', 'cuda', 'cuda:1' or 'mps' -> Device; a one-line ConfigError when it is unknown or absent."""
     import torch
 
-    text = (name or "").strip().lower()
-    kind, _, index = text.partition(":")
-    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
-        raise ConfigError(f"unknown device '{name}'; use cpu, cuda, cuda:N or mps")
+    kind = device_kind(name)
+    index = name.strip().lower().partition(":")[2]
     if kind == "cpu":
         return Device("cpu", "cpu", f"cpu ({torch.get_num_threads()} threads)")
     if kind == "cuda":

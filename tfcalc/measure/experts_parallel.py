@@ -75,7 +75,9 @@ def _routed(self: MixtureOfExperts, flat: torch.Tensor) -> torch.Tensor:
     starts = torch.cat([received.new_zeros(1), received.flatten().cumsum(0)[:-1]]).view(ep, n).tolist()
     sizes = received.tolist()
     for j in range(n):
-        index = torch.cat([torch.arange(starts[s][j], starts[s][j] + sizes[s][j]) for s in range(ep)])
+        # on the rows' device: a CPU index into CUDA rows is an error (index_select, index_add)
+        index = torch.cat([torch.arange(starts[s][j], starts[s][j] + sizes[s][j], device=got.device)
+                           for s in range(ep)])
         if index.numel():
             out = out.index_add(0, index, self.experts(got.index_select(0, index)[None], j)[0])
     back = all_to_all_single(flat.new_empty(rows.shape), out, send, recv, group=group)  # step 4

@@ -101,14 +101,22 @@ def require_fits(needed: int, device: str, what: str, hint: str,
     hint: what would fit instead ('a smaller --batch or --seq', ...), named in the message;
     smaller: given the limit in bytes, a concrete smaller run that fits ('--batch 12'), or None."""
     from tfcalc.measure.device import free_memory, resolve_device
-    from tfcalc.units import nbytes
 
     where = resolve_device(device)
     limit = tightest_limit(where.kind, free_memory(where), where.name)
     if limit is not None and needed > limit.bytes:
-        fits = smaller(limit.bytes) if smaller is not None else None
-        raise InputError(f"not running {what}: it needs an estimated {nbytes(needed)} but the {limit.what} is "
-                         f"{nbytes(limit.bytes)}; try {fits + ', or ' if fits else ''}{hint}")
+        raise refusal(needed, limit, what, hint, smaller)
+
+
+def refusal(needed: int, limit: Limit, what: str, hint: str,
+            smaller: Optional[Callable[[int], Optional[str]]] = None) -> InputError:
+    """require_fits's one-line refusal, for a limit read here or by a measuring child (memory --measure on
+    CUDA reads the GPU's free memory in the child, so this process never starts CUDA)."""
+    from tfcalc.units import nbytes
+
+    fits = smaller(limit.bytes) if smaller is not None else None
+    return InputError(f"not running {what}: it needs an estimated {nbytes(needed)} but the {limit.what} is "
+                      f"{nbytes(limit.bytes)}; try {fits + ', or ' if fits else ''}{hint}")
 
 
 def smaller_run(need: Callable[[int, int], int], batch: int, seq: int) -> Callable[[int], Optional[str]]:

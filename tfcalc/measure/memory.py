@@ -294,6 +294,13 @@ def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) ->
     cfg = from_mapping(request["config"])
     device = resolve_device(request["device"])
     workload = Workload(**request["workload"])
+    if request.get("require_bytes") is not None:  # the fit check on a GPU, read here (see measure_peak)
+        from tfcalc.measure.device import free_memory
+        from tfcalc.measure.fit import tightest_limit
+
+        limit = tightest_limit(device.kind, free_memory(device), device.name)
+        if limit is not None and request["require_bytes"] > limit.bytes:
+            return {"refused": {"limit_bytes": limit.bytes, "limit": limit.what}}
     args = dict(device=device.name, training=request["training"], optimizer=request["optimizer"])
     speed = probe(workload.dtype, device.kind)
     if speed is not None and speed.slow:
@@ -352,17 +359,30 @@ def start_child():
 
 def measure_peak(cfg: ModelConfig, workload: Workload, device: str = "cpu", training: bool = False,
                  optimizer: str = "adam-mixed", timeout: float = 3600, child=None, on_step=lambda name: None,
-                 on_note=lambda line: None) -> MeasuredPeak:
+                 on_note=lambda line: None, require_bytes: Optional[int] = None, on_refused=None) -> MeasuredPeak:
     """Run the model in a fresh child process (or child, from start_child) and return its measured peak
     (see the module docstring). on_step(name) as each of run_steps(training) begins; on_note(line) for
-    a line the user should read (a slow dtype, what the run does about it)."""
+    a line the user should read (a slow dtype, what the run does about it).
+
+    require_bytes: the child refuses, before building anything, a run needing more than the tightest limit
+    it reads on the device (tfcalc.measure.fit.tightest_limit), and on_refused(Limit) raises the refusal
+    here. On CUDA the parent asks the child rather than the driver: reading the GPU's free memory starts a
+    CUDA context (hundreds of MB of the GPU) in the process that asks, and the parent must hold none while
+    the child measures."""
     from tfcalc.measure.child import converse
 
     w = workload.for_model(cfg)
     request = dict(config=dataclasses.asdict(cfg), workload=dataclasses.asdict(w), device=device,
-                   training=training, optimizer=optimizer)
+                   training=training, optimizer=optimizer, require_bytes=require_bytes)
     answer = converse(child or start_child(), request, {"step": on_step, "note": on_note}, timeout)
     if "error" in answer:
         raise ConfigError(answer["error"])
+    if "refused" in answer:
+        from tfcalc.measure.fit import Limit
+
+        limit = Limit(answer["refused"]["limit_bytes"], answer["refused"]["limit"])
+        if on_refused is not None:
+            on_refused(limit)
+        raise ConfigError(f"not running: the {limit.what} is {limit.bytes:,} bytes")
     return MeasuredPeak(answer["peak_bytes"], answer["saved_activation_bytes"], answer["method"], answer["device"],
                         answer.get("stand_in", False))

@@ -1,5 +1,9 @@
 """Pipeline parallelism on real ranks, with PyTorch's own engine (``torch.distributed.pipelining``):
-``Schedule1F1B`` for --schedule 1f1b, ``ScheduleInterleaved1F1B`` for --schedule interleaved.
+``Schedule1F1B`` for --schedule 1f1b, ``ScheduleInterleaved1F1B`` for --schedule interleaved and
+``ScheduleInterleavedZeroBubble`` on one stage a rank for --schedule zero-bubble: PyTorch's ZB1P (Qi et al.
+2024, arXiv 2401.10241), which with one local stage is ZB-H1, tfcalc's model (tfcalc.count.perf.pipeline,
+step 3): 1F1B's order of forwards, each backward split into I (the inputs' gradient, sent back at once)
+and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-batches.
 
 1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
    (tfcalc.count.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
@@ -15,8 +19,12 @@
    and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
    the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
    plan's peak); the model states of the rank's chunks.
-Not run: pipeline with TP, DP, recompute or sequence parallelism in one run (the measured run takes the
-pipeline alone, and says so); the zero-bubble schedule (its B/W split changes no byte: ran as 1F1B).
+5. With data parallelism (pp × dp ranks, tfcalc.report.plan_check step 4): a (dp, pp) mesh, each replica its
+   own tokens; after the schedule, each rank's gradients all-reduced over its stage's dp group in one
+   contiguous buffer (ReplicaGrads: Megatron-LM's way; PyTorch's DDP does not survive the schedule).
+The rank's order of computations is returned with its answer (``actions``: F, and B or I and W).
+Not run: pipeline with TP, ZeRO, recompute or sequence parallelism in one run (the measured run leaves them
+out, and says so); ZB-H2 and ZB-V (not modelled either).
 """
 
 from __future__ import annotations
@@ -47,8 +55,9 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if total_blocks(cfg) % chunks:
         raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks into pp × V = {chunks} "
                          "equal chunks: not divisible")
-    if layout.pp != nproc:
-        raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} on {nproc} ranks")
+    if layout.pp * layout.dp != nproc:
+        raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} × dp {layout.dp} on {nproc} "
+                         "ranks")
 
 
 class Chunk(nn.Module):
@@ -102,22 +111,91 @@ class P2PLog:
             schedules._batch_p2p = original
 
 
+class PipelineGroups:
+    """The process groups of a pipeline with data parallelism (step 5): a (dp, pp) mesh, rank r holding stage
+    r mod pp of replica r div pp; without dp, the whole world is the pipeline."""
+
+    def __init__(self, device: torch.device, dp: int, pp: int):
+        import torch.distributed as dist
+
+        self.pp_size = pp
+        if dp == 1:
+            self.pp, self.dp, self.pp_rank, self.dp_rank = None, None, dist.get_rank(), 0
+            return
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = _MESHES.get((device.type, dp, pp))
+        if mesh is None:  # once per process: one set of groups serves every job of a run
+            mesh = _MESHES[device.type, dp, pp] = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
+        self.pp, self.dp = mesh.get_group("pp"), mesh.get_group("dp")
+        self.pp_rank, self.dp_rank = mesh.get_local_rank("pp"), mesh.get_local_rank("dp")
+
+    def ends(self):
+        """The group of this replica's first and last stages (a tied embedding's two copies, step 2); every
+        rank creates every replica's group, in the same order, as torch.distributed requires."""
+        import torch.distributed as dist
+
+        p, mine = self.pp_size, None
+        for replica in range(dist.get_world_size() // p):
+            group = dist.new_group([replica * p, replica * p + p - 1])
+            if replica == self.dp_rank:
+                mine = group
+        return mine
+
+
+_MESHES: dict[tuple, object] = {}
+
+
+class ReplicaGrads:
+    """The replicas' gradient all-reduce of a pipeline with data parallelism (step 5), as Megatron-LM's
+    DistributedDataParallel runs it: one contiguous buffer of the rank's gradients, all-reduced and averaged
+    over its stage's dp group after the schedule's last backward. Not PyTorch's DDP: its reducer rebuilds
+    its buckets from the gradients of the first synchronized backward, and the schedule's per-micro-batch
+    backwards make it record each parameter m times (an internal assert: "rebuilt parameter indices size is
+    not same as original model parameters size"). Recorded: the buffer's bytes and the call."""
+
+    def __init__(self, group, size: int):
+        self.group, self.size, self.payload, self.calls = group, size, 0, 0
+
+    def all_reduce(self, params: list[nn.Parameter], record: bool) -> None:
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [q.grad for q in params if q.grad is not None]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=self.group)
+        flat /= self.size
+        for g, reduced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            g.copy_(reduced)
+        if record:
+            self.payload += flat.numel() * flat.element_size()
+            self.calls += 1
+
+
 class PipelineTrainer:
     """The model's chunks on this rank under the layout's schedule, Adam, and this rank's batches (the
     interface of tfcalc.measure.distributed.Trainer)."""
 
     def __init__(self, cfg: ModelConfig, layout: Layout, model: nn.Module, device: torch.device):
-        import torch.distributed as dist
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble,
+        )
 
         self.cfg, self.layout, self.device = cfg, layout, device
-        self.rank, p = dist.get_rank(), layout.pp
+        p = layout.pp
+        self.groups = PipelineGroups(device, layout.dp, p)
+        self.rank, self.dp_rank = self.groups.pp_rank, self.groups.dp_rank  # the stage, the replica
         v = layout.virtual_stages if layout.schedule == "interleaved" else 1
         n = p * v
         spans = stage_ranges(total_blocks(cfg), p, self.rank, v)
         self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
                        for k, span in enumerate(spans)]
-        stages = [PipelineStage(c, self.rank + k * p, n, device) for k, c in enumerate(self.chunks)]
+        self.replicas = ReplicaGrads(self.groups.dp, layout.dp) if layout.dp > 1 else None  # step 5
+        stages = [PipelineStage(c, self.rank + k * p, n, device, group=self.groups.pp)
+                  for k, c in enumerate(self.chunks)]
         self.first = self.chunks[0].first
         self.last = self.chunks[-1].last
         self.m = layout.micro_batches
@@ -125,16 +203,19 @@ class PipelineTrainer:
         def loss(output, target):
             return F.cross_entropy(output.float().view(-1, output.shape[-1]), target.view(-1))
 
-        if v == 1:
+        if layout.schedule == "zero-bubble":  # ZB-H1: one stage a rank, B and W apart (the module docstring)
+            self.schedule = ScheduleInterleavedZeroBubble(stages, n_microbatches=self.m, loss_fn=loss)
+        elif v == 1:
             self.schedule = Schedule1F1B(stages[0], n_microbatches=self.m, loss_fn=loss)
         else:
             self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches=self.m, loss_fn=loss)
+        self.actions = _compute_actions(self.schedule, self.rank)
         self.params = list({id(q): q for c in self.chunks for q in c.parameters()}.values())
         self.opt = torch.optim.Adam(self.params, foreach=False)
         tied = getattr(model, "tied", False) and p > 1
-        self.tied_group = dist.new_group([0, p - 1]) if tied else None  # every rank joins the group's creation
+        self.tied_group = self.groups.ends() if tied else None  # every rank joins the groups' creation
         self.tied = model.lm_head.weight if tied and (self.first or self.last) else None
-        gen = torch.Generator().manual_seed(1000)  # one pipeline, one data-parallel rank: the same tokens
+        gen = torch.Generator().manual_seed(1000 + self.dp_rank)  # the stages of one replica: the same tokens
         self.tokens = torch.randint(0, cfg.vocab_size, (self.m * layout.micro_batch, layout.seq),
                                     generator=gen).to(device)
         self.p2p = P2PLog()
@@ -156,6 +237,8 @@ class PipelineTrainer:
         with self.p2p.patched(), hooks:
             self.schedule.step(*args, **kwargs)
         self.p2p.recording = False
+        if self.replicas is not None:  # step 5: the replicas' gradients averaged
+            self.replicas.all_reduce(self.params, log is not None)
         if self.tied is not None:  # step 2: the two copies' gradients summed
             dist.all_reduce(self.tied.grad, group=self.tied_group)
             if log is not None:
@@ -178,6 +261,9 @@ class PipelineTrainer:
         if self.tied_calls:
             out.append({"cause": "pp_tied_embedding", "op": "all_reduce", "group": "pp", "group_size": 2,
                         "payload_bytes": self.tied_payload, "calls": self.tied_calls})
+        if self.replicas is not None and self.replicas.calls:
+            out.append({"cause": "dp_grads", "op": "all_reduce", "group": "dp", "group_size": self.layout.dp,
+                        "payload_bytes": self.replicas.payload, "calls": self.replicas.calls})
         return out
 
     def shared_first_loss(self) -> float:
@@ -185,8 +271,16 @@ class PipelineTrainer:
         import torch.distributed as dist
 
         value = self.first_loss.reshape(1).to(self.device).float()
-        dist.broadcast(value, src=self.layout.pp - 1)
+        dist.broadcast(value, group=self.groups.pp, group_src=self.layout.pp - 1)
         return float(value)
+
+
+def _compute_actions(schedule, rank: int) -> list[str]:
+    """The rank's computations in the order the schedule runs them, as PyTorch names them ("0F1": stage 0's
+    forward of micro-batch 1; B a whole backward, I the inputs' gradient, W the weights'), where the
+    schedule lists them (the runtime schedules: interleaved and zero-bubble); else []."""
+    order = getattr(schedule, "pipeline_order", None) or {}
+    return [str(a) for a in order.get(rank, []) if a is not None and a.computation_type.value in ("F", "B", "I", "W")]
 
 
 def run_pipeline(job: dict, device: torch.device, advance) -> dict:
@@ -218,4 +312,4 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     advance("done")
     return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
             "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": trainer.collectives(),
-            "comm_counts": {}}
+            "comm_counts": {}, "schedule": type(trainer.schedule).__name__, "actions": trainer.actions}

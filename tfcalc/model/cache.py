@@ -27,8 +27,9 @@ matters to attention: softmax over keys is permutation-invariant. Only ALiBi nee
 (its bias depends on the distance), which ``slot_positions`` gives.
 
 Use: ``Transformer.new_cache(batch, max_tokens)``, then ``prefill`` (the prompt, from position 0) and
-``decode`` (one token per sequence per call). The cache's position counter lives on the host (a Python
-int), so a decode step never waits for the device to say where to write.
+``decode`` (one token per sequence per call), or ``extend`` (several, in a layer without a window or
+chunk: a speculative verify step), and ``rewind`` to forget rejected positions. The cache's position
+counter lives on the host (a Python int), so a decode step never waits for the device to say where to write.
 """
 
 from __future__ import annotations
@@ -115,14 +116,15 @@ class StaticCache:
                 self.k[layer].index_copy_(2, slots, k[:, :, T - keep:])
                 self.v[layer].index_copy_(2, slots, v[:, :, T - keep:])
             return k, v
-        if T != 1:
-            raise InputError("after the prompt, the cache takes one token per sequence at a time")
+        if T != 1 and (self.windows[layer] is not None or T + self.length > size):
+            raise InputError("after the prompt, the cache takes one token per sequence at a time "
+                             "(several only in a layer that keeps every position)")
         if self.windows[layer] is not None:
             return self._store_window(layer, k, v)
-        slot = self.length
-        self.k[layer][:, :, slot] = k[:, :, 0]
-        self.v[layer][:, :, slot] = v[:, :, 0]
-        n = min(self.length + 1, size)
+        slot = self.length  # T > 1: a speculative verify step's tokens, at slots length .. length + T - 1
+        self.k[layer][:, :, slot:slot + T] = k
+        self.v[layer][:, :, slot:slot + T] = v
+        n = min(self.length + T, size)
         return self.k[layer][:, :, :n], self.v[layer][:, :, :n]
 
     def _store_window(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,6 +169,21 @@ class StaticCache:
     def advance(self, tokens: int) -> None:
         """Called once every layer has stored the new positions."""
         self.length += tokens
+
+    @property
+    def rewindable(self) -> bool:
+        """Every layer keeps every position in its own slot (no window's or chunk's ring), so forgetting
+        the last positions is only moving the counter back: what speculative decoding does with the draft
+        tokens the target rejects (tfcalc.measure.speculative)."""
+        return all(w is None for w in self.windows) and all(c is None for c in self.chunks)
+
+    def rewind(self, length: int) -> None:
+        """Forget every position from ``length`` on (their slots are overwritten by the next tokens)."""
+        if not self.rewindable:
+            raise InputError("a cache with sliding windows or chunks overwrites its slots: it cannot rewind")
+        if not 0 < length <= self.length:
+            raise InputError(f"rewind to {length}: the cache holds {self.length} positions")
+        self.length = length
 
     def slot_positions(self, layer: int, length: int, device) -> torch.Tensor:
         """The position each filled slot of ``layer`` holds once ``length`` positions are written, (n,)

@@ -132,10 +132,25 @@ class Stack(nn.Module):
         distance = (positions - cache.length).to(torch.float32)  # <= 0
         return (self.alibi.float()[:, None, None] * distance).to(dtype)
 
-    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None, start: int = 0) -> torch.Tensor:
-        """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input."""
+    def extend_mask(self, start: int, T: int, dtype: torch.dtype) -> torch.Tensor:
+        """T new tokens at positions start .. start + T - 1 against every cached key and themselves: (T,
+        start + T), -inf on the keys after each query's position. SDPA's is_causal would align the square
+        with the first key, not the last, hence an explicit mask. Position biases (ALiBi, T5) are not
+        built here (tfcalc.measure.speculative refuses them)."""
+        if self.positions in ("alibi", "relative"):
+            raise InputError(f"{self.cfg.name}: several tokens after the prompt with {self.positions} position "
+                             "biases are not built")
+        query = torch.arange(start, start + T, device=self.tok_emb.weight.device)
+        key = torch.arange(start + T, device=query.device)
+        return torch.zeros(T, start + T, device=query.device, dtype=dtype).masked_fill(
+            key[None, :] > query[:, None], float("-inf"))
+
+    def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+              start: int | torch.Tensor = 0) -> torch.Tensor:
+        """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input. start:
+        one position for every sequence, or (B,) each its own (continuous batching, tfcalc.model.slots)."""
         x = self.tok_emb(idx)
-        end = start + idx.shape[1]
+        pos = _positions(start, idx.shape[1], idx.device)  # (T,) or (B, T)
         if self.scale:  # Vaswani et al. 2017, sec. 3.4
             x = x * math.sqrt(self.tok_emb.embedding_dim)
         if self.multiplier is not None:  # modeling_granite.py: inputs_embeds * embedding_multiplier
@@ -144,9 +159,9 @@ class Stack(nn.Module):
             x = self.project_in(x)
         if self.pos_emb is not None:  # OPT's positions start at row 2 (modeling_opt.py, OPTLearnedPositionalEmbedding)
             offset = self.cfg.position_offset
-            x = x + self.pos_emb(torch.arange(offset + start, offset + end, device=idx.device))
+            x = x + self.pos_emb(offset + pos)
         elif self.positions == "sinusoidal":
-            x = x + self.pos_table[start:end].to(x.dtype)
+            x = x + self.pos_table[pos].to(x.dtype)
         if self.type_emb is not None:
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
@@ -157,13 +172,14 @@ class Stack(nn.Module):
         """(rope, mask) that the first block takes at sequence length T."""
         return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, self.windows[0], self.chunks[0])
 
-    def _ropes(self, start: int, T: int, dtype: torch.dtype) -> list:
+    def _ropes(self, start: int | torch.Tensor, T: int, dtype: torch.dtype) -> list:
         """Each layer's cos and sin of positions start .. start + T - 1 (sliced once per distinct table),
-        or None where the layer has no RoPE."""
+        or None where the layer has no RoPE; start (B,) with T = 1: (B, 1, r), each sequence at its own."""
         tables = []
+        pos = slice(start, start + T) if isinstance(start, int) else _positions(start, T, start.device)
         for j in range(len(self.ropes)):
             cos, sin = (getattr(self, name) for name in rope_buffer_names(j))
-            tables.append((cos[start:start + T].to(dtype), sin[start:start + T].to(dtype)))
+            tables.append((cos[pos].to(dtype), sin[pos].to(dtype)))
         out = [None if j is None else tables[j] for j in self.layer_ropes]
         for i, temp in enumerate(self.temperatures):
             if temp is not None:  # modeling_llama4.py: 1 + attn_scale·log1p(floor((p + 1) / floor_scale))
@@ -186,7 +202,9 @@ class Stack(nn.Module):
             cache.check_room(T)
         x = self.embed(idx, token_type_ids, start)  # (B, T, d)
         ropes = self._ropes(start, T, x.dtype)
-        if start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
+        if start > 0 and T > 1:  # a verify step (Transformer.extend): each new token sees the cache and its past
+            masks = [self.extend_mask(start, T, x.dtype)] * len(self.blocks)
+        elif start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
             masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
         else:
             masks = self.layer_masks(T, x.dtype)
@@ -299,7 +317,20 @@ class Transformer(Stack):
         """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
         if cache.length == 0:
             raise InputError("decode() continues a prompt: call prefill() first")
+        if token.shape[1] != 1:
+            raise InputError("decode() takes one token per sequence at a time (several at once: extend())")
         return self.head(Stack.forward(self, token, cache=cache))
+
+    def extend(self, tokens: torch.Tensor, cache: StaticCache) -> torch.Tensor:
+        """Several tokens per sequence (B, T) at the cache's next positions, in one forward -> their logits
+        (B, T, V): speculative decoding's verify step (a draft's proposals checked at once). Only where
+        every layer keeps every position (StaticCache.rewindable); the caller rewinds what it rejects."""
+        if cache.length == 0:
+            raise InputError("extend() continues a prompt: call prefill() first")
+        if not cache.rewindable:
+            raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
+                             "windows or chunks")
+        return self.head(Stack.forward(self, tokens, cache=cache))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""
@@ -321,6 +352,13 @@ class Transformer(Stack):
             return self.head(x)
         h = self.normed(x)
         return (h if self.lm_head is None else self.logits(h)), self.pool(h)
+
+
+def _positions(start: int | torch.Tensor, T: int, device) -> torch.Tensor:
+    """Positions start .. start + T - 1: (T,) from one start, (B, T) from (B,) starts."""
+    if isinstance(start, torch.Tensor):
+        return start[:, None] + torch.arange(T, device=device)
+    return torch.arange(start, start + T, device=device)
 
 
 def build_model(

@@ -1,6 +1,6 @@
 """`tfcalc infer --rate R --mean-input I --mean-output O`: continuous batching in steady state
 (tfcalc.count.continuous) beside the static estimate at its mean decode batch. The JSON's ``continuous``
-object; None without --rate."""
+object; None without --rate. With --measure the loop runs on the device: tfcalc.report.continuous_measured."""
 
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ def check(o) -> None:
     for name, value in given.items():
         if value is None:
             raise InputError(f"--rate needs --mean-input I and --mean-output O (tokens per request); {name} is missing")
-    if o.measure:
-        raise InputError("--rate with --measure is not measured (continuous batching is a prediction): drop one")
     if o.draft is not None:
         raise InputError("--rate and --draft: continuous batching with speculative decoding is not modelled; give one")
     continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
@@ -48,7 +46,9 @@ def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
     return max(1, fitting or 1)
 
 
-def to_json(state: Optional[continuous.SteadyState]) -> Optional[dict[str, Any]]:
+def to_json(state: Optional[continuous.SteadyState],
+            measured: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
+    """The steady state; ``measured``: the run of --measure beside it (tfcalc.report.continuous_measured)."""
     if state is None:
         return None
     t = state.traffic
@@ -59,4 +59,5 @@ def to_json(state: Optional[continuous.SteadyState]) -> Optional[dict[str, Any]]
             "output_tokens_per_s": None if state.over_capacity else t.rate * t.mean_output,
             "input_tokens_per_s": None if state.over_capacity else t.rate * t.mean_input,
             "kv_cache_bytes": state.kv_cache_bytes, "max_concurrency": state.max_concurrency,
-            "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity, "limit": state.limit}
+            "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity, "limit": state.limit,
+            "measured": measured}

@@ -22,7 +22,12 @@ from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_sp
 from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
 from tfcalc.count.roofline import Ceilings, experts_touched
 from tfcalc.errors import InputError, shown
-from tfcalc.report import continuous as continuous_report, infer_modes
+from tfcalc.report import (
+    continuous as continuous_report,
+    continuous_measured,
+    infer_modes,
+    speculative_measured,
+)
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer_modes import check_draft, check_tp, reserved_bytes, tensor_parallel, with_draft
@@ -58,6 +63,8 @@ class InferOptions:
     rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
     mean_input: Optional[int] = None
     mean_output: Optional[int] = None
+    requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
+    max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
 
 
 @dataclass(frozen=True, repr=False)
@@ -81,6 +88,8 @@ class InferReport(Displayed):
     speculative: Optional[tuple[speculative.Speculative, ...]] = None
     continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
     tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (infer_modes)
+    speculative_measured: Optional[dict[str, Any]] = None  # --measure --draft: the rounds run (speculative_measured)
+    continuous_measured: Optional[dict[str, Any]] = None  # --measure --rate: the server run (continuous_measured)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -133,7 +142,7 @@ class InferReport(Displayed):
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
             "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
             "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
-            "continuous": continuous_report.to_json(self.continuous),
+            "continuous": continuous_report.to_json(self.continuous, self.continuous_measured),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,
@@ -251,6 +260,7 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
     continuous_report.check(o)
+    continuous_measured.check(o)
 
 
 def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
@@ -287,16 +297,21 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
 
     check_options(model, o)
     check_tp(model, o, None)
+    static = continuous_report.static_options(o)  # --rate: the decode timed at batch 1, seq = I, gen = O
     fmt, kv = weight_formats(o)
     if fmt.quantized or kv != fmt.dtype:
         raise InputError("--measure runs the model as built, its cache in the weights' dtype: "
                          "drop --kv-dtype and use --dtype fp32, bf16 or fp16")
-    if o.gen < 2:
+    if static.gen < 2:
         raise InputError("--measure times the decode steps after the first token: give --gen 2 or more")
-    seq = _seq(model, o)
+    seq = _seq(model, static)
     src = decoder_source(model.cfg, seq, o.src_seq)
-    plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in o.batches),
-                      steps=o.gen - 1, warmup=o.warmup, repeat=o.repeat,
+    if o.draft is not None:  # every refusal of the speculative or continuous run before anything runs
+        speculative_measured.precheck(model, o, seq)
+    if o.rate is not None:
+        continuous_measured.precheck(model, o)
+    plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in static.batches),
+                      steps=static.gen - 1, warmup=o.warmup, repeat=o.repeat,
                       matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
                       copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src)
     check_plan(plan)
@@ -304,9 +319,18 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     ceilings = measured_ceilings(run)
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
+    if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
+        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None)
+        report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype)
                  for est, t in zip(report.estimates, run.timings, strict=True))
-    return replace(report, measured=rows, device=run.device, device_name=run.device_name)
+    report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
+    if o.draft is not None:
+        report = replace(report, speculative_measured=speculative_measured.measure(model, o, report, advance))
+    if o.rate is not None and report.continuous is not None:
+        report = replace(report, continuous_measured=continuous_measured.measure(
+            model, o, report.continuous, run.device, advance))
+    return report
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:

@@ -53,7 +53,7 @@ def check_tp(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec
 
 
 def check_draft(o: InferOptions) -> None:
-    """--accept-rate and --draft-tokens belong to --draft; --draft needs --accept-rate; not measured."""
+    """--accept-rate and --draft-tokens belong to --draft; --draft needs --accept-rate; measured at batch 1."""
     if o.draft is None:
         for name, value in (("--accept-rate", o.accept_rate), ("--draft-tokens", o.draft_tokens)):
             if value is not None:
@@ -62,8 +62,10 @@ def check_draft(o: InferOptions) -> None:
     if o.accept_rate is None:
         raise InputError("--draft needs --accept-rate A, the probability that the target accepts a draft token "
                          "(a property of the two models and the text; tfcalc does not guess it)")
-    if o.measure:
-        raise InputError("--draft with --measure is not measured (speculative decoding is a prediction): drop one")
+    if o.measure:  # run for real: tfcalc.report.speculative_measured
+        from tfcalc.report.speculative_measured import check
+
+        check(o)
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
@@ -114,7 +116,8 @@ def speculative_json(self: "InferReport", i: int) -> Optional[dict[str, Any]]:
             "decode_tokens_per_s_total": est.batch / s.decode_s_per_token, "speedup": s.speedup,
             "draft_weights_bytes": s.draft_weights_bytes, "draft_kv_cache_bytes": s.draft_kv_cache_bytes,
             "fits": None if memory is None else need <= memory,
-            "formula": "tokens per target step (1 − A^(k+1)) / (1 − A) (Leviathan et al. 2023, eq. 1)"}
+            "formula": "tokens per target step (1 − A^(k+1)) / (1 − A) (Leviathan et al. 2023, eq. 1)",
+            "measured": self.speculative_measured if i == 0 else None}
 
 
 def _summed(calls) -> dict[str, dict[str, int]]:

@@ -201,8 +201,8 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
     hears each step of the run as it begins (tfcalc.measure.memory.run_steps), on_note a line the user
     should read before it (a dtype slow on this device, and what the run does about it)."""
     from tfcalc.measure.child import stop
-    from tfcalc.measure.device import torch_dtype
-    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
+    from tfcalc.measure.device import device_kind, torch_dtype
+    from tfcalc.measure.fit import refusal, require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import measure_peak, start_child
     from tfcalc.measure.params import blocks_of
 
@@ -223,12 +223,19 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
         what = f"{report.cfg.name} ({'training step' if report.training else 'forward pass'})"
         hint = "a smaller --batch or --seq" + (", or --dtype bf16" if report.dtype in ("fp32", "tf32") else "")
         require_buildable(report.cfg, blocks_of(report.cfg), what, "a smaller --set n_layer, or drop --measure")
-        require_fits(report.run_estimate, device, what, hint, smaller_run(need, w.batch, w.seq))
+        on_gpu = device_kind(device) == "cuda"  # the child checks the fit there: this process starts no CUDA
+        if not on_gpu:
+            require_fits(report.run_estimate, device, what, hint, smaller_run(need, w.batch, w.seq))
     except BaseException:
         stop(child, close=True)
         raise
+
+    def refused(limit) -> None:
+        raise refusal(report.run_estimate, limit, what, hint, smaller_run(need, w.batch, w.seq))
+
     peak = measure_peak(report.cfg, w, device, report.training, report.options.optimizer, child=child,
-                        on_step=on_step, on_note=on_note)
+                        on_step=on_step, on_note=on_note, require_bytes=report.run_estimate if on_gpu else None,
+                        on_refused=refused)
     return replace(report, measured=peak)
 
 

@@ -33,7 +33,7 @@ from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_json, perf_spec
 from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.search_space import cp_applies, cp_degrees
-from tfcalc.count.sharding import OFFLOAD, check_model_variants
+from tfcalc.count.sharding import OFFLOAD, check_model_variants, check_sharding
 from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.count.training import check_training_dtype
 from tfcalc.errors import InputError, shown
@@ -41,6 +41,7 @@ from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
 from tfcalc.report.plan_schedule import check_schedule_request, search_space
+from tfcalc.report.plan_search import search_json, search_notes
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -136,7 +137,7 @@ class PlanReport(Displayed):
         if self.model.cfg.arch == "encoder-decoder":
             out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
-        return out + sharding_notes(self.plan.layout, self.device)
+        return out + sharding_notes(self.plan.layout, self.device) + search_notes(self)
 
     @property
     def hardware(self) -> Hardware:
@@ -196,7 +197,7 @@ class PlanReport(Displayed):
             "tokens_per_s": self.tokens_per_s,
             "training": None if self.training is None else dataclasses.asdict(self.training),
             "search": None if self.search is None else {
-                "kind": self.search, "fitting": len(self.candidates),
+                "kind": self.search, "fitting": len(self.candidates), **search_json(self),
                 "layouts": [{"layout": layout_json(c.layout), "total_bytes": c.memory.total,
                              "step_time_s": c.step.overlap_s, "mfu": c.step.mfu}
                             for c in self.candidates[: self.request.top]]},
@@ -253,6 +254,11 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
     check_positions(cfg, seq)  # said once (rank_floor read it as "no tensor-parallel degree splits" the model)
     if base.cp > 1:  # what no tp or pp changes: said once, not as "no layout"
         check_cp(cfg, dataclasses.replace(base, sequence_parallel=False))
+    if request.zero not in (None, 3) and (request.hsdp is not None or not request.reshard_after_forward):
+        check_sharding(cfg, dataclasses.replace(base, dp=2 * (request.hsdp or 1)))  # its ZeRO-3 line, said once
+    if request.hsdp is not None and (base.global_batch // base.micro_batch) % request.hsdp:
+        raise InputError(f"--hsdp {request.hsdp} must divide dp, and dp the global batch ({base.global_batch}) / "
+                         f"micro-batch ({base.micro_batch}): no dp does")
     if request.gpus in (None, "auto"):
         _, plans = fewest_gpus(cfg, base, hw, request.mfu, **only, on_try=on_try)
         return "gpus", tuple(plans)
@@ -269,8 +275,9 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
                          f"micro-batch {base.micro_batch}: {hint}")
     if not plans:
         raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
-                         f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}; "
-                         "try more --gpus, or --gpus auto")
+                         f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}"
+                         + (" (with offload too)" if only["space"].offload else "")
+                         + "; try more --gpus, or --gpus auto")
     return "layouts", tuple(plans)
 
 
@@ -318,6 +325,8 @@ def check_sharding_request(r: PlanRequest) -> None:
         check_size("--hsdp", r.hsdp)
     if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):
         raise InputError(f"--offload must be optimizer, activations or both; got {shown(r.offload)}")
+    if len(set(r.offload)) != len(r.offload):  # as the flag's rule (tfcalc.name_lists)
+        raise InputError(f"--offload names each of {', '.join(OFFLOAD)} once; got {shown(r.offload)}")
     if not isinstance(r.reshard_after_forward, bool):
         raise InputError(f"reshard_after_forward must be True or False; got {shown(r.reshard_after_forward)}")
 

@@ -12,18 +12,21 @@ What runs, and why it is a fair check of the plan:
    from a CPU).
    Context parallelism (--cp) is refused: PyTorch's context_parallel has no CPU kernel to run on gloo.
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
-   every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA) and sizes
-   shrunk so every split stays even (``small_copy``). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
+   every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA, latent
+   attention, mixed dense and MoE layers, windows, chunks and NoPE layers) and sizes shrunk so every split
+   stays even (tfcalc.report.small_copy). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
    micro-batches per step; fp32 (gloo reduces fp32 everywhere; fp32 Adam is 16 bytes per parameter too,
    split 4/4/8 instead of 2/2/12).
 3. The plan of exactly that configuration and layout, computed by the same code as the full plan, beside
    the measurement: model-state bytes (rank 0, the largest torch.chunk blocks) and every collective's
    payload and calls must agree exactly; activations (Korthikanti's terms against the bytes autograd
    really saves) and peak memory (against the plan's total) are shown with their ratio.
-4. A pipeline (pp > 1, tp 1): one stage a rank on all N ranks (dp 1), the planned schedule (1F1B, or
-   interleaved with its V; zero-bubble runs as 1F1B), N micro-batches (a multiple of pp, as the
-   interleaved schedule needs), a small copy of pp × V blocks, run by torch.distributed.pipelining
-   (tfcalc.measure.pipeline); every rank's model states and collectives against its own stage's plan.
+4. A pipeline (pp > 1, tp 1): one stage a rank; on 4 ranks or more with dp planned, dp = gcd(dp, N/2)
+   replicas of N/dp stages, gradients all-reduced over each stage's dp group (else dp 1); the planned
+   schedule (1F1B; interleaved with its V; zero-bubble as PyTorch's ScheduleInterleavedZeroBubble on one
+   stage a rank), pp micro-batches a replica (a multiple of pp, as the interleaved schedule needs), a small
+   copy of pp × V blocks, run by torch.distributed.pipelining (tfcalc.measure.pipeline); every rank's
+   model states and collectives against its own stage's plan.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.config import ModelConfig, replace
+from tfcalc.config import ModelConfig
 from tfcalc.count.activations import default_attention
 from tfcalc.count.comm import by_key
 from tfcalc.count.layout import Layout, check_layout
@@ -41,42 +44,27 @@ from tfcalc.count.params import total as param_total
 from tfcalc.count.plan import Plan, make_plan
 from tfcalc.count.steptime import Hardware
 from tfcalc.errors import InputError
+from tfcalc.report.small_copy import MEASURE_SEQ, small_copy
 
 _CP_NOT_RUN = ("--cp is planned, not measured: PyTorch's context_parallel has no CPU kernel to run on gloo "
                "(aten._scaled_dot_product_flash_attention_for_cpu has no sharding strategy); leave out --measure")
 MEASURE_PARAMS = 20_000_000
-MEASURE_SEQ, MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 64, 2, 2
+MEASURE_MICRO_BATCH, MEASURE_MICRO_BATCHES = 2, 2
 STATE_KEYS = ("weights_bytes", "grads_bytes", "optimizer_bytes")
-
-
-def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
-    """cfg with 2 blocks (``blocks`` for a pipeline: pp × V), heads of 16, 2·tp KV heads (and twice as many
-    query heads if cfg groups them), an FFN 4× (8/3× gated) as wide as the model, a 127-token vocabulary
-    (odd: it shows FSDP2's padding and torch.chunk's uneven blocks) and a 64-token context; every other
-    field as it was."""
-    kv = 2 * tp
-    heads = kv * (2 if cfg.kv_heads < cfg.n_head else 1)
-    d = 16 * heads
-    f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
-    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=blocks, d_model=d, n_head=heads, n_kv_head=kv,
-                   d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
-                   vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
-                   type_vocab_size=min(cfg.type_vocab_size, 2),
-                   # per-layer patterns kept within 2 blocks: a dense block, then a MoE one
-                   first_dense_layers=1 if cfg.first_dense_layers else None,
-                   dense_layers=(0,) if cfg.dense_layers else None,
-                   moe_every=2 if cfg.moe_every else None, dense_d_ff=f if cfg.dense_d_ff else None)
 
 
 def measured_layout(layout: Layout, nproc: int) -> Layout:
     """The layout the ranks run (step 1 of the module docstring; a pipeline: step 4)."""
     if layout.pp > 1 and layout.tp == 1:  # a pipeline (with TP planned too, the run keeps the TP: step 1)
         interleaved = layout.schedule == "interleaved"
+        schedule = layout.schedule if interleaved or layout.schedule == "zero-bubble" else "1f1b"
         micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
+        # data parallel beside the pipeline where at least 2 stages are left a replica: DDP on each stage
+        dp = math.gcd(layout.dp, nproc // 2) if nproc >= 4 else 1
         return dataclasses.replace(
-            layout, tp=1, pp=nproc, dp=1, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
+            layout, tp=1, pp=nproc // dp, dp=dp, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
             global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
-            schedule="interleaved" if interleaved else "1f1b", virtual_stages=layout.virtual_stages if interleaved
+            schedule=schedule, virtual_stages=layout.virtual_stages if interleaved
             else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
             # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
             reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
@@ -147,18 +135,23 @@ class PlanCheck:
 
         return by_key(Collective(**c) for c in self.collectives)
 
+    def rank_plans(self) -> list[tuple[dict[str, int], list]]:
+        """A pipeline's plan of each rank: its stage's (rank r holds stage r mod pp: the (dp, pp) mesh)."""
+        plans = stage_plans(self.cfg, self.layout)
+        return [plans[r % self.layout.pp] for r in range(len(self.ranks))]
+
     @property
     def states_exact(self) -> bool:
         if self.layout.pp > 1:  # a pipeline: every rank against its own stage's plan
             return all(all(r[k] == v for k, v in planned.items())
-                       for r, (planned, _) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
+                       for r, (planned, _) in zip(self.ranks, self.rank_plans(), strict=True))
         return all(self.per_rank[k] == self.planned_per_rank[k] for k in STATE_KEYS)
 
     @property
     def collectives_exact(self) -> bool:
         if self.layout.pp > 1:
             return all(_same(r["collectives"], planned)
-                       for r, (_, planned) in zip(self.ranks, stage_plans(self.cfg, self.layout), strict=True))
+                       for r, (_, planned) in zip(self.ranks, self.rank_plans(), strict=True))
         return _same(self.collectives, self.plan.collectives)
 
     def to_json(self) -> dict[str, Any]:
@@ -224,10 +217,11 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"pipeline parallelism (pp {planned.pp})")
     if planned.pp > 1 and planned.pp != ran.pp:
         out.append(f"pp {planned.pp} (ran pp {ran.pp}, one stage a rank)")
-    if planned.pp > 1 and planned.dp > 1:
-        out.append(f"dp {planned.dp} (a measured pipeline runs alone)")
-    if planned.schedule == "zero-bubble":
-        out.append("the zero-bubble schedule (ran 1F1B: the same bytes, another order)")
+    if planned.pp > 1 and planned.dp != ran.dp and ran.pp > 1:
+        why = "a pipeline on fewer than 4 ranks runs alone" if ran.dp == 1 else "the replicas' gradients all-reduced"
+        out.append(f"dp {planned.dp} (ran dp {ran.dp}: {why})")
+    if planned.schedule != ran.schedule:
+        out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
         out.append(f"{planned.recompute} recompute")
     if planned.tp != ran.tp:
@@ -239,7 +233,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append("ZeRO-2 (ran as FSDP2 without resharding after forward: PyTorch has no ZeRO-2 engine; weights "
                    "sharded between steps, gathered once per micro-batch)")
     elif planned.zero != ran.zero:
-        out.append(f"ZeRO-{planned.zero} (ran dp 1)")
+        out.append(f"ZeRO-{planned.zero} (ran " + ("plain data parallelism beside the pipeline)" if ran.dp > 1
+                                                 else "dp 1)"))
     for what, gone in (("FP8 matmuls", planned.compute_dtype and not ran.compute_dtype),
                        ("an fp32 gradient buffer (the run is fp32)", planned.grad_dtype and not ran.grad_dtype),
                        ("optimizer offload", planned.offload_optimizer),
@@ -254,17 +249,12 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
-               device: str | None = None, on_status=None) -> PlanCheck:
-    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
-    on_status: see tfcalc.measure.launch.launch."""
-    from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import check_nproc, launch, ranks_device
+def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelConfig, Layout, bool]:
+    """(the config the ranks run, the layout they run, whether the config is a small copy): steps 1, 2
+    and 4 of the module docstring, checked as runnable (one InputError line otherwise); no rank started."""
     from tfcalc.measure.parallelize import check_measurable
     from tfcalc.measure.pipeline import check_pipeline_measurable
 
-    check_nproc(nproc, device)
-    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
     if layout.cp > 1:
         raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)
@@ -279,6 +269,19 @@ def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utili
         check_layout(run_cfg, ran)
     else:
         check_measurable(run_cfg, ran)
+    return run_cfg, ran, small
+
+
+def check_plan(cfg: ModelConfig, layout: Layout, nproc: int, hw: Hardware, utilization: float,
+               device: str | None = None, on_status=None) -> PlanCheck:
+    """Run the layout on nproc local ranks and return it beside its plan (see the module docstring);
+    on_status: see tfcalc.measure.launch.launch."""
+    from tfcalc.measure.fit import require_ranks_fit
+    from tfcalc.measure.launch import check_nproc, launch, ranks_device
+
+    check_nproc(nproc, device)
+    device = ranks_device(nproc, device)  # fewer GPUs than ranks: gloo on the CPU, and the fit check there
+    run_cfg, ran, small = measured_run(cfg, layout, nproc)
     plan = make_plan(run_cfg, ran, hw, utilization)
     job = {"config": dataclasses.asdict(run_cfg), "layout": dataclasses.asdict(ran)}
     require_ranks_fit(run_cfg, ran, nproc, device, f"the plan of {cfg.name}")  # before any rank starts

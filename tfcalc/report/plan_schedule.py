@@ -30,4 +30,7 @@ def search_space(r: Any) -> SearchSpace:
     """What the request fixes and what it leaves to the search (tfcalc.count.search_space)."""
     return SearchSpace(micro_batch=r.micro_batch, schedule=r.schedule,
                        virtual_stages=r.virtual_stages if r.schedule == "interleaved" else
-                       (1 if r.schedule is not None else None), cp=r.cp)
+                       (1 if r.schedule is not None else None), cp=r.cp,
+                       # HSDP and no-reshard unless the request fixes the FSDP flavour or the ZeRO stage
+                       fsdp=r.hsdp is None and r.reshard_after_forward and r.zero in (None, 3),
+                       offload=not r.offload)  # offload where nothing fits, unless the request names it

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count import flops as count_flops, memory as count_memory, training
+from tfcalc.count import flops as count_flops, memory as count_memory, quant, training
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
@@ -54,7 +54,9 @@ class ScanReport(Displayed):
 
     @property
     def weights_bytes(self) -> int:
-        return count_memory.weights_bytes(self.model.cfg, self.dtype)
+        """In the stored format, as `memory` and `infer` count them: quantized formats with their scales, and
+        experts stored as MXFP4 (gpt-oss) as stored (tfcalc.count.quant)."""
+        return quant.weights_bytes(self.model.cfg, quant.weight_format(self.dtype))
 
     @property
     def beyond_context(self) -> bool:

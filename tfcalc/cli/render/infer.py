@@ -53,6 +53,26 @@ def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> 
              f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
              "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
              "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+    if first.get("measured"):
+        _speculative_measured_table(doc, first)
+
+
+def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
+    """--draft --measure: the rounds run on the device beside the prediction at the measured acceptance."""
+    m = first["measured"]
+    p, ratio = m["predicted_at_measured"], m["ratio"]
+    t = doc.table(f"Speculative decoding measured on {m['device']}: {m['rounds']:,} rounds, {m['accepted']:,} of "
+                  f"{m['proposed']:,} draft tokens accepted ({m['accept_rate']:.3g}), {m['tokens_per_round']:.3g} "
+                  "tokens per round", Column("figure"), Column("measured", "seconds"),
+                  Column("predicted", "seconds"), Column("ratio", "ratio"), name="speculative-measured")
+    t.add("draft step", m["draft_step_s"], p["draft_step_s"], ratio["draft_step"])
+    t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
+    t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
+    t.add("plain decode / token", m["plain_decode_s_per_token"], None, None)
+    doc.note(f"Output {'equal to' if m['exact'] else 'NOT equal to'} the target's greedy output over "
+             f"{m['tokens_checked']:,} tokens; measured speedup over plain decoding {m['speedup']:.2f}× (predicted "
+             f"at the measured acceptance {p['speedup']:.2f}×). Weights: {m['weights']}.",
+             "dim" if m["exact"] else "warning")
 
 
 def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
@@ -70,7 +90,8 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
     if x["over_capacity"]:
         why = {"prefill": "the prefills alone take the whole GPU",
                "decode": "decode steps grow faster with the batch than they serve it",
-               "memory": f"the KV cache of the sequences in flight passes the memory ({x['max_concurrency']:,} fit)"}
+               "memory": "the KV cache of the sequences in flight passes the memory "
+                         f"({x['max_concurrency'] or 0:,} fit)"}  # a measured CPU knows no memory: None
         doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
                  f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
                  "warning")
@@ -81,6 +102,43 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
+    if x.get("measured"):
+        _continuous_measured_table(doc, x)
+
+
+def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
+    """--rate --measure: the server run on the device beside the steady state (tfcalc.report.continuous_measured)."""
+    m = x["measured"]
+    p, ratio = m["predicted"], m["ratio"]
+    t = doc.table(f"Continuous batching measured on {m['device']}: {m['completed']:,} of {m['requests']:,} requests "
+                  f"served in {m['span_s']:.3g} s ({m['lengths']}; {m['arrivals']})", Column("figure"),
+                  Column("mean"), Column("median"), Column("p90"), Column("predicted"), Column("ratio", "ratio"),
+                  name="continuous-measured")
+
+    def secs(v: Any) -> str:
+        return "" if v is None else units.seconds(v)
+
+    for label, key, rkey in (("TTFT", "ttft_s", "ttft"), ("inter-token", "itl_s", "itl"),
+                             ("end to end", "e2e_s", "e2e"), ("decode step", "decode_step_s", "decode_step"),
+                             ("prefill", "prefill_s", "prefill")):
+        s = m[key] or {}
+        t.add(label, secs(s.get("mean")), secs(s.get("median")), secs(s.get("p90")), secs(p[key]), ratio[rkey])
+    t.add("tok/s out", units.tokens_rate(m["output_tokens_per_s"]), "", "",
+          "" if p["output_tokens_per_s"] is None else units.tokens_rate(p["output_tokens_per_s"]),
+          ratio["output_tokens_per_s"])
+    t.add("decode batch", "" if m["decode_batch_mean"] is None else f"{m['decode_batch_mean']:.3g}", "", "",
+          "" if p["decode_batch"] is None else f"{p['decode_batch']:.3g}", ratio["decode_batch"])
+    t.add("prefill share", f"{m['prefill_share']:.0%}", "", "", f"{p['prefill_share']:.0%}", None)
+    if m["stopped_at_budget"]:
+        doc.note(f"Stopped at the time budget ({m['time_budget_s']:g} s, --max-time): {m['completed']:,} of "
+                 f"{m['requests']:,} requests done.", "warning")
+    if m["exact"] is not None:
+        doc.note(f"The last {m['checked_requests']} requests' tokens are {'' if m['exact'] else 'NOT '}their prompts' "
+                 "greedy tokens decoded alone (batching must not change them).", "dim" if m["exact"] else "warning")
+    doc.note(f"Measured: {m['slots']:,} KV cache slots, every token timed at the end of the iteration that made it; "
+             "a run starts empty, so its first requests find fewer in flight than the steady state. Predicted: the "
+             "steady state's means with the ceilings measured in this run. Ratios: predicted ÷ measured (means).",
+             "dim")
 
 
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:

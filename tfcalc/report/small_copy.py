@@ -1,0 +1,93 @@
+"""The small copy of a large model that `plan --measure` runs (tfcalc.report.plan_check, step 2): every
+architectural choice of the config kept, every size shrunk so that a few gloo ranks on a CPU train it in
+seconds and every split (TP's heads and FFN columns, a pipeline's blocks, expert parallelism's experts)
+stays even.
+
+What is kept, and how it is shrunk (each choice changes sizes only, never a kind of layer or component):
+1. Heads of 16 channels, 2·tp KV heads, twice as many query heads where the config groups them (GQA stays
+   GQA); an FFN 4× (8/3× gated) as wide as the model, a multiple of 8·tp.
+2. Per-layer patterns within ``blocks`` layers, so each kind of layer is run: the first layer dense and
+   the second a mixture of experts (first_dense_layers, dense_layers, moe_every 2); local and global
+   attention alternating (full_attention_every 2, a 16-token window or chunk: shorter than the 64-token
+   context, so the window really cuts); NoPE every second layer (nope_every 2, Llama 4); an explicit
+   layer_pattern keeps its kinds in the order they first appear, repeated to ``blocks`` layers.
+3. FFN widths kept apart: the routed experts d_ff, a shared expert 2·d_ff, the dense layers of a mixed
+   model 3·d_ff (equal widths would hide a width read from the wrong field).
+4. Latent attention (DeepSeek-V3, Kimi K2): KV compression d/2, query compression 3d/4 (both at most d,
+   as tfcalc.config_latent requires), heads of 16 + 8 (rotary) channels and values of 16; n_kv_head and
+   d_head left derived, as latent attention requires.
+5. Experts: at most 16 (at least 2 per routing group, a multiple of the groups), at most 4 per token (and
+   at most what the kept groups hold): 256 experts of a 32-wide model would make each gloo step
+   thousands of tiny matmuls, while 16 show every behaviour of the router and of expert parallelism
+   (16 splits evenly over 2, 4, 8 and 16 ranks; over 3 FSDP2's uneven expert shards show).
+6. A 127-token vocabulary (odd: FSDP2's padding and torch.chunk's uneven blocks show), a 64-token
+   context, the attention temperature's floor at 16 tokens (so it varies within 64).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tfcalc.config import ModelConfig, replace
+
+MEASURE_SEQ = 64
+SPAN = 16  # a window, chunk or temperature floor of the small copy: shorter than its context
+MAX_EXPERTS, MAX_ACTIVE = 16, 4
+
+
+def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
+    """cfg shrunk as the module docstring says, with ``blocks`` blocks (a pipeline: pp × V)."""
+    latent = cfg.kv_lora_rank is not None
+    kv = 2 * tp
+    heads = kv * (2 if not latent and cfg.kv_heads < cfg.n_head else 1)
+    d = 16 * heads
+    f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
+    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=blocks, d_model=d, n_head=heads,
+                   n_kv_head=None if latent else kv, d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
+                   vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
+                   type_vocab_size=min(cfg.type_vocab_size, 2),
+                   shared_expert_d_ff=2 * f if cfg.shared_expert_d_ff else None,
+                   **_layer_patterns(cfg, f, blocks), **_latent(cfg, d), **_experts(cfg))
+
+
+def _layer_patterns(cfg: ModelConfig, f: int, blocks: int) -> dict:
+    """Step 2: the per-layer patterns within ``blocks`` layers, and step 3's dense width."""
+    def span(value):
+        return min(value, SPAN) if value is not None else None
+
+    out = dict(first_dense_layers=1 if cfg.first_dense_layers else None,
+               dense_layers=(0,) if cfg.dense_layers else None,
+               moe_every=2 if cfg.moe_every else None, dense_d_ff=3 * f if cfg.dense_d_ff else None,
+               sliding_window=span(cfg.sliding_window), attention_chunk_size=span(cfg.attention_chunk_size),
+               attn_temperature_floor=span(cfg.attn_temperature_floor),
+               full_attention_every=2 if cfg.full_attention_every else None,
+               nope_every=2 if cfg.nope_every else None)
+    if cfg.layer_pattern is not None:
+        out["layer_pattern"] = small_pattern(cfg.layer_pattern, blocks)
+    return out
+
+
+def small_pattern(pattern: str, blocks: int) -> str:
+    """The pattern's kinds in the order they first appear, repeated (and cut) to ``blocks`` layers."""
+    from tfcalc.architecture.patterns import parse
+
+    kinds = list(dict.fromkeys(k for run in parse(pattern) for k in run.kinds))
+    return ", ".join(kinds[i % len(kinds)] for i in range(blocks))
+
+
+def _latent(cfg: ModelConfig, d: int) -> dict:
+    """Step 4."""
+    if cfg.kv_lora_rank is None:
+        return {}
+    return dict(kv_lora_rank=d // 2, q_lora_rank=3 * d // 4 if cfg.q_lora_rank is not None else None,
+                qk_nope_head_dim=16 if cfg.qk_nope_head_dim else 0, qk_rope_head_dim=8, v_head_dim=16)
+
+
+def _experts(cfg: ModelConfig) -> dict:
+    """Step 5: (n_expert, n_expert_active) within MAX_EXPERTS and MAX_ACTIVE, the routing groups kept."""
+    if not cfg.n_expert or cfg.n_expert <= MAX_EXPERTS and cfg.n_expert_active <= MAX_ACTIVE:
+        return {}
+    groups, kept = cfg.router_groups or 1, cfg.router_topk_groups or 1
+    n = max(MAX_EXPERTS, 2 * groups) if cfg.n_expert > MAX_EXPERTS else cfg.n_expert
+    n = math.ceil(n / groups) * groups
+    return dict(n_expert=n, n_expert_active=min(cfg.n_expert_active, MAX_ACTIVE, kept * (n // groups)))
