@@ -114,6 +114,9 @@ class Layout:
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule
     overlap: tuple[str, ...] = ()  # communication hidden behind compute: any of "tp", "pp" (default: none)
     cp: int = 1  # context-parallel ranks: the sequence split C ways, K/V passed around a ring
+    # the ends counted as a block each when the blocks are divided over the pp × V chunks (Megatron-LM's
+    # --account-for-embedding/loss-in-pipeline-split; Llama 3, sec. 3.3.2): any of "embedding", "head"
+    pp_split_counts: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -133,7 +136,8 @@ class Layout:
     def describe(self) -> str:
         sp = " +SP" if self.sequence_parallel else ""
         cp = f" · cp {self.cp}" if self.cp > 1 else ""
-        sched = (f", {self.schedule}" + (f" V {self.virtual_stages}" if self.virtual_stages > 1 else "")
+        counted = f" ({' + '.join(self.pp_split_counts)} counted as blocks)" if self.pp_split_counts else ""
+        sched = (f", {self.schedule}" + (f" V {self.virtual_stages}" if self.virtual_stages > 1 else "") + counted
                  if self.pp > 1 else "")
         overlap = f", overlap {'+'.join(self.overlap)}" if self.overlap else ""
         return (f"tp {self.tp}{sp}{cp} · pp {self.pp} · dp {self.dp}{sched}, ZeRO-{self.zero}, recompute "

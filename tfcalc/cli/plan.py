@@ -34,7 +34,15 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
-from tfcalc.cli.plan_options import CP, Overlap, Schedule, VirtualStages, overlap_names
+from tfcalc.cli.plan_options import (
+    CP,
+    Overlap,
+    PPSplitCounts,
+    Schedule,
+    VirtualStages,
+    overlap_names,
+    split_count_names,
+)
 from tfcalc.cli.render import plan as view
 from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
@@ -101,6 +109,7 @@ def plan(
     bandwidth_efficiency: BandwidthEfficiency = None,
     schedule: Schedule = None,
     virtual_stages: VirtualStages = None,
+    pp_split_counts: PPSplitCounts = None,
     overlap: Overlap = None,
     cp: CP = None,
     tokens: Annotated[Optional[str], typer.Option(
@@ -158,7 +167,7 @@ def plan(
         top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
-        overlap=overlap_names(overlap), cp=cp)
+        overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

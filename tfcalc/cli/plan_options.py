@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
+from tfcalc.count.shard import SPLIT_COUNTS
 from tfcalc.name_lists import name_list
 
 ScheduleName = enum.Enum("ScheduleName", {name.replace("-", "_"): name for name in SCHEDULES}, type=str)
@@ -26,10 +27,21 @@ Overlap = Annotated[Optional[list[str]], typer.Option(
     "--overlap", help="Communication hidden behind compute: tp (TP all-gathers/reduce-scatters under the GEMMs, as "
     "Megatron's --tp-comm-overlap; needs --sp), pp (pipeline sends but the fill's and drain's), both (tp,pp) or none "
     "[default: none; repeat the flag or separate by commas, any case].", show_default=False, metavar="tp,pp")]
+PPSplitCounts = Annotated[Optional[list[str]], typer.Option(
+    "--pp-split-counts", help="Count the embedding and/or the LM head (with the loss) as one block each when the "
+    "blocks are divided over the pp × V pipeline chunks (Megatron-LM's --account-for-embedding/loss-in-pipeline-"
+    "split; Llama 3 405B: 126 blocks + 2 = 16 stages × V 8): embedding, head, both (embedding,head) or none "
+    "[default: none; a search counts them only where that makes interleaving possible].", show_default=False,
+    metavar="embedding,head")]
 CP = Annotated[Optional[int], typer.Option(
     "--cp", help="Context-parallel degree: the sequence split over C ranks (ring attention, Megatron-Core CP); GPUs "
     "= tp · cp · pp · dp, rank order tp, cp, dp, pp [default: 1; a search tries it for long sequences].",
     show_default=False, metavar="C")]
+
+
+def split_count_names(values: Optional[list[str]]) -> Optional[tuple[str, ...]]:
+    """--pp-split-counts' values by the rule of tfcalc.name_lists; None when the flag is not given."""
+    return None if values is None else name_list("--pp-split-counts", values, SPLIT_COUNTS)
 
 
 def overlap_names(values: Optional[list[str]]) -> tuple[str, ...]:

@@ -147,7 +147,8 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     the same bytes on the wire as plain TP, sec. 4.2.2 of Korthikanti et al. 2022, and divides the
     replicated activations by tp); each context-parallel degree of ``cps`` (tfcalc.count.search_space),
     the sequence's s/C split by tp under SP. Batch sizes, dtype and schedule are the base layout's (one
-    stage: 1f1b); its overlap where it applies (search_space.applicable_overlap). A mixture of experts:
+    stage: 1f1b, no ends counted; an interleaved schedule or counted ends checked as 1F1B: ``_probe``); its
+    overlap where it applies (search_space.applicable_overlap). A mixture of experts:
     expert parallelism ``ep`` if given, else ep 1 and the largest ep that divides dp and every mixture's
     experts with its tp·ep GPUs in one node (``search_ep``; with cp 1 only: tfcalc.count.sharding).
     ``keep(tp, pp, cp, dp)``: False skips the shape unbuilt (a bound says none of it fits:
@@ -179,15 +180,23 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                     for r in recomputes:
                         for e in eps:
                             split = sp and tp > 1 and (base.seq // cp) % tp == 0
-                            sched = dict(schedule="1f1b", virtual_stages=1) if pp == 1 else {}
+                            sched = dict(schedule="1f1b", virtual_stages=1, pp_split_counts=()) if pp == 1 else {}
                             layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
                                              sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap),
                                              **sched)
                             try:
-                                check_layout(cfg, layout)
+                                check_layout(cfg, _probe(layout))
                             except InputError:
                                 continue
                             yield layout
+
+
+def _probe(layout: Layout) -> Layout:
+    """What candidate_layouts checks: an interleaved schedule or counted ends as 1F1B without them (the search
+    picks V and the split per shape: tfcalc.count.search_space.schedules, each option checked there)."""
+    if layout.pp > 1 and (layout.schedule == "interleaved" or layout.pp_split_counts):
+        return replace(layout, schedule="1f1b", virtual_stages=1, pp_split_counts=())
+    return layout
 
 
 def search_ep(cfg: ModelConfig, tp: int, dp: int, gpus_per_node: int) -> tuple[int, ...]:

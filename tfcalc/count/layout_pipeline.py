@@ -6,6 +6,10 @@ check_layout calls ``check_pipeline``): one InputError line each. Pure arithmeti
   chunk as many blocks) and the micro-batches a multiple of pp (Megatron-LM's rule for its interleaved
   schedule: "number of microbatches is not divisible by pipeline-model-parallel-size when using
   interleaved schedule").
+- --pp-split-counts: any of embedding and head, each once, with pp > 1; the blocks plus the ends counted
+  must divide over pp × V chunks (V = 1 without interleaving), as Megatron-LM asserts for its
+  --account-for-embedding/loss-in-pipeline-split (tfcalc.count.shard.stage_ranges); with them the
+  interleaved schedule needs the blocks + counted, not the blocks, divisible by pp × V.
 - --overlap: any of tp and pp, each once; pp needs pp > 1; tp needs tp > 1 and sequence parallelism
   (Megatron-LM's --tp-comm-overlap asserts --sequence-parallel; PyTorch's async TP works on the
   sequence-parallel all-gathers and reduce-scatters).
@@ -22,7 +26,7 @@ import functools
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
-from tfcalc.count.shard import total_blocks
+from tfcalc.count.shard import SPLIT_COUNTS, total_blocks
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
@@ -44,6 +48,34 @@ def check_overlap(overlap: object) -> tuple[str, ...]:
     return tuple(overlap)
 
 
+def check_split_counts(counted: object) -> tuple[str, ...]:
+    """The --pp-split-counts value as a tuple of names (each once, from SPLIT_COUNTS), or InputError."""
+    if not isinstance(counted, (tuple, list)) or not all(isinstance(c, str) for c in counted):
+        raise InputError(f"--pp-split-counts must be a list of {' and '.join(SPLIT_COUNTS)}; got {shown(counted)}")
+    bad = [c for c in counted if c not in SPLIT_COUNTS]
+    if bad:
+        raise InputError(f"--pp-split-counts takes {', '.join(SPLIT_COUNTS)} (comma-separated); got {shown(bad[0])}")
+    if len(set(counted)) != len(counted):
+        raise InputError(f"--pp-split-counts names each of {', '.join(SPLIT_COUNTS)} once; got {','.join(counted)}")
+    return tuple(counted)
+
+
+def _check_split(cfg: ModelConfig, L: Layout) -> None:
+    """The module docstring's --pp-split-counts checks (and the interleaved schedule's divisibility)."""
+    counted = check_split_counts(L.pp_split_counts)
+    if counted and L.pp == 1:
+        raise InputError("--pp-split-counts counts the embedding or head as a block of a pipeline stage: it "
+                         "needs pp > 1")
+    blocks, v = total_blocks(cfg), L.virtual_stages if L.schedule == "interleaved" else 1
+    if counted and (blocks + len(counted)) % (L.pp * v):
+        named = "".join(f" + {c}" for c in counted)
+        over = f"{L.pp} stages × V {v} = {L.pp * v} chunks" if v > 1 else f"{L.pp} stages"
+        raise InputError(f"{blocks} blocks{named} = {blocks + len(counted)} do not divide over {over}")
+    if not counted and v > 1 and blocks % (L.pp * v):
+        raise InputError(f"interleaving needs the blocks ({blocks}) divisible by pp × V = {L.pp} × {v} = {L.pp * v} "
+                         "(or, with --pp-split-counts embedding,head, the blocks + the ends counted)")
+
+
 def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
     """The module docstring's checks."""
     L = layout
@@ -56,13 +88,10 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--virtual-stages {L.virtual_stages} needs --schedule interleaved (got {L.schedule})")
     if L.schedule != "1f1b" and L.pp == 1:
         raise InputError(f"--schedule {L.schedule} schedules pipeline stages: it needs pp > 1")
+    if L.schedule == "interleaved" and L.virtual_stages < 2:
+        raise InputError("--schedule interleaved needs --virtual-stages V of 2 or more (V = 1 is 1f1b)")
+    _check_split(cfg, L)
     if L.schedule == "interleaved":
-        blocks = total_blocks(cfg)
-        if L.virtual_stages < 2:
-            raise InputError("--schedule interleaved needs --virtual-stages V of 2 or more (V = 1 is 1f1b)")
-        if blocks % (L.pp * L.virtual_stages):
-            raise InputError(f"interleaving needs the blocks ({blocks}) divisible by pp × V = {L.pp} × "
-                             f"{L.virtual_stages} = {L.pp * L.virtual_stages}")
         if L.micro_batches % L.pp:
             raise InputError(f"the interleaved schedule needs the micro-batches per step ({L.micro_batches}) to be "
                              f"a multiple of pp ({L.pp}), as Megatron-LM requires")

@@ -60,7 +60,8 @@ def _stored_blocks(acts: Activations, layout: Layout, stage: int) -> tuple[int, 
     micro-batch in flight at the peak): each chunk's blocks times the micro-batches it holds -- 1F1B's
     min(p − i, m) for its one chunk, the interleaved schedule's count per chunk (tfcalc.count.perf.pipeline.
     chunk_micro_batches, the counts of PyTorch's ScheduleInterleaved1F1B)."""
-    ranges = stage_ranges(acts.n_encoder_layer + acts.n_layer, layout.pp, stage, layout.virtual_stages)
+    ranges = stage_ranges(acts.n_encoder_layer + acts.n_layer, layout.pp, stage, layout.virtual_stages,
+                          layout.pp_split_counts)
     per_chunk, largest = [], 0
     for r in ranges:
         each = [(n, layer_bytes(acts, layout, terms, layer_input=x)) for terms, n, x in acts.kinds_in(r.start, r.stop)]

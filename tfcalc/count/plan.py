@@ -213,7 +213,7 @@ def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1,
     tried = least_recomputes(cfg, base, recompute) or ("full",)
     layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute=tried[0], global_batch=base.micro_batch,
                      sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
-                     schedule="1f1b", virtual_stages=1, overlap=(),  # 1F1B: the least in flight
+                     schedule="1f1b", virtual_stages=1, overlap=(), pp_split_counts=(),  # 1F1B: least in flight
                      hsdp=None, reshard_after_forward=True, ep=1)  # ZeRO-3's flavours hold more: a floor still
     try:
         check_layout(cfg, layout)

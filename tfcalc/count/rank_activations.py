@@ -146,7 +146,8 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     """The largest stage's peak (the rank tfcalc.count.rank_memory shows, when states are equal): on
     one GPU, ``acts.total``."""
     return max(stage_activation_bytes(acts, layout, stage,
-                                      stage_ranges(pipeline_blocks(acts), layout.pp, stage, layout.virtual_stages))
+                                      stage_ranges(pipeline_blocks(acts), layout.pp, stage, layout.virtual_stages,
+                                                   layout.pp_split_counts))
                for stage in range(layout.pp))
 
 

@@ -39,7 +39,7 @@ from tfcalc.count.rank_activations import micro_batch, stage_activation_bytes
 from tfcalc.count.shard import (
     fsdp_shard,
     module_tensors,
-    stage_blocks,
+    stage_block_counts,
     stage_ranges,
     stage_tensors,
     total_blocks,
@@ -99,14 +99,14 @@ def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[t
     block's routed experts are one grouped tensor (E / ep, *shape) per block, EP rank 0's experts
     (tfcalc.model.experts; tfcalc.count.sharding, step 1): FSDP2 splits it along the experts, so with E
     not a multiple of the ranks each holds ⌈E/N⌉ experts' rows, padded -- not ⌈rows/N⌉ of each expert."""
-    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)
+    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)
 
 
 @functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
 def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
-            virtual: int) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
+            virtual: int, counted: tuple[str, ...] = ()) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
     out = []
-    for t, n in stage_tensors(cfg, pp, stage, virtual):
+    for t, n in stage_tensors(cfg, pp, stage, virtual, counted):
         if routed_expert(t.name):  # n = experts × blocks: one grouped tensor per block
             out.append(((t.copies // ep, *tp_local_shape(t, tp)), n // t.copies, True))
         else:
@@ -115,26 +115,27 @@ def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
 
 
 @functools.lru_cache(maxsize=16384)
-def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int) -> tuple[int, int]:
+def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int,
+          counted: tuple[str, ...] = ()) -> tuple[int, int]:
     """(all the parameters, the routed experts') of the stage's local shapes."""
-    shapes = _shapes(cfg, tp, pp, ep, stage, virtual)
+    shapes = _shapes(cfg, tp, pp, ep, stage, virtual, counted)
     return (sum(n * math.prod(shape) for shape, n, _ in shapes),
             sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
 
 
-param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual): the search's bound reads it
+param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual[, counted]): the search's bound
 
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)[0]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)[0]
 
 
 def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
     """Elements of every parameter tensor of the stage as the real module stores them: each block's own
     (a mixture's routed experts one grouped tensor per block, tfcalc.model.experts), the ends' once."""
     out = []
-    for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages):
+    for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
         size = math.prod(tp_local_shape(t, layout.tp))
         if routed_expert(t.name):  # n = experts × blocks
             out += [local_copies(t.name, t.copies, layout) * size] * (n // t.copies)
@@ -145,7 +146,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
 
 def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.sharding)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages)[1]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)[1]
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
@@ -215,19 +216,19 @@ def _activation_alike(layout: Layout) -> Layout:
 
 @functools.lru_cache(maxsize=16384)
 def _stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
-    ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages)
+    ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
     assert sum(map(len, ranges)) == blocks
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
 
 
 @functools.lru_cache(maxsize=4096)
-def priced_stages(cfg: ModelConfig, pp: int, virtual: int) -> tuple[int, ...]:
+def priced_stages(cfg: ModelConfig, pp: int, virtual: int, counted: tuple[str, ...] = ()) -> tuple[int, ...]:
     """The ends, and the first stage of each kind between them (see rank_memory)."""
     out, seen = [], set()
     n_blocks = total_blocks(cfg)
     for stage in range(pp):
         if 0 < stage < pp - 1:
-            kinds = tuple((id(s), id(b), n) for r in stage_ranges(n_blocks, pp, stage, virtual)
+            kinds = tuple((id(s), id(b), n) for r in stage_ranges(n_blocks, pp, stage, virtual, counted)
                           for s, b, n in cfg.architecture.kinds_in(r.start, r.stop))
             if kinds in seen:
                 continue
@@ -243,9 +244,9 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     first of each kind is priced: a search's layouts of 96 stages price a handful."""
     gathered = gathered_bytes(cfg, layout)
     best = None
-    counts = stage_blocks(total_blocks(cfg), layout.pp)
+    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.pp_split_counts)
     alike = _activation_alike(layout)
-    for stage in priced_stages(cfg, layout.pp, layout.virtual_stages):
+    for stage in priced_stages(cfg, layout.pp, layout.virtual_stages, layout.pp_split_counts):
         blocks = counts[stage]
         psi, w, g, o = model_states(cfg, layout, stage)
         if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward

@@ -9,7 +9,9 @@ parallelism -- each only where the request leaves it open. Pure arithmetic.
   micro-batches make larger GEMMs (closer to the peak: tfcalc.count.perf.gemm) and fewer micro-batches
   (a larger bubble): the step time decides.
 - schedule: 1F1B, and the interleaved schedule with each V of 2 to MAX_VIRTUAL that divides the blocks
-  per stage, where the micro-batches are a multiple of pp (tfcalc.count.layout_pipeline). Zero-bubble
+  per stage, where the micro-batches are a multiple of pp (tfcalc.count.layout_pipeline) -- or, unless
+  --pp-split-counts is given, that divides them once the head (blocks + 1) or both ends (blocks + 2) count
+  as blocks (``split_counts``; Megatron-LM's --account-for-*-in-pipeline-split). Zero-bubble
   only when asked: its ZB-H1 bubble is always below 1F1B's in this model, but few training stacks run it.
   A layout of one stage runs 1f1b (a schedule orders pipeline stages).
 - context parallelism: for long sequences only, each power of two C that leaves every rank at least
@@ -50,11 +52,12 @@ class SearchSpace:
     schedule: Optional[str] = None
     virtual_stages: Optional[int] = None
     cp: Optional[int] = None
+    pp_split_counts: Optional[tuple[str, ...]] = None  # None: counted only where it makes interleaving possible
     fsdp: bool = True  # whether ZeRO-3 layouts that fit are tried with HSDP and without resharding too
     offload: bool = True  # whether offload is tried where nothing fits without
 
 
-FIXED = SearchSpace(micro_batch=1, schedule="1f1b", virtual_stages=1, cp=1, fsdp=False,
+FIXED = SearchSpace(micro_batch=1, schedule="1f1b", virtual_stages=1, cp=1, pp_split_counts=(), fsdp=False,
                     offload=False)  # the search of before issue 20
 
 
@@ -101,21 +104,36 @@ def cp_applies(cfg: ModelConfig, attention: str) -> bool:
 
 
 def schedules(cfg: ModelConfig, layout: Layout, space: SearchSpace) -> Iterator[Layout]:
-    """The layout under each schedule the search tries, 1F1B (the least memory) first."""
+    """The layout under each schedule the search tries, 1F1B (the least memory) first; the ends counted as
+    blocks as the request fixes them, else only where that makes an interleaved V possible (split_counts)."""
     if layout.pp == 1:
-        yield replace(layout, schedule="1f1b", virtual_stages=1)
+        yield replace(layout, schedule="1f1b", virtual_stages=1, pp_split_counts=())
         return
-    asked = space.schedule
+    asked, fixed = space.schedule, space.pp_split_counts
     if asked in (None, "1f1b"):
-        yield replace(layout, schedule="1f1b", virtual_stages=1)
+        yield replace(layout, schedule="1f1b", virtual_stages=1, pp_split_counts=fixed or ())
     if asked == "zero-bubble":
-        yield replace(layout, schedule="zero-bubble", virtual_stages=1)
+        yield replace(layout, schedule="zero-bubble", virtual_stages=1, pp_split_counts=fixed or ())
     if asked in (None, "interleaved") and layout.micro_batches % layout.pp == 0:
-        per_stage = total_blocks(cfg) // layout.pp if total_blocks(cfg) % layout.pp == 0 else 0
-        vs = ([space.virtual_stages] if space.virtual_stages is not None
-              else [v for v in range(2, MAX_VIRTUAL + 1) if per_stage and per_stage % v == 0])
+        vs = [space.virtual_stages] if space.virtual_stages is not None else range(2, MAX_VIRTUAL + 1)
         for v in vs:
-            yield replace(layout, schedule="interleaved", virtual_stages=v)
+            counted = split_counts(total_blocks(cfg), layout.pp, v, fixed)
+            if counted is not None:
+                yield replace(layout, schedule="interleaved", virtual_stages=v, pp_split_counts=counted)
+
+
+def split_counts(blocks: int, pp: int, v: int, fixed: Optional[tuple[str, ...]]) -> Optional[tuple[str, ...]]:
+    """The ends counted as blocks for an interleaved V (None: V does not divide). Fixed by the request: as
+    given. Left open: none where the blocks divide over pp × V; else the head where blocks + 1 do (it is the
+    heavier end: the LM head's GEMMs and the loss, so the last stage drops a block), both ends where blocks
+    + 2 do (Llama 3 405B's 126 + 2 over 16 × 8; tfcalc.count.shard.stage_ranges)."""
+    chunks = pp * v
+    if fixed is not None:
+        return fixed if (blocks + len(fixed)) % chunks == 0 else None
+    for counted in ((), ("head",), ("embedding", "head")):
+        if (blocks + len(counted)) % chunks == 0:
+            return counted
+    return None
 
 
 def fsdp_variants(layout: Layout, gpus_per_node: int, space: SearchSpace) -> Iterator[Layout]:

@@ -38,6 +38,14 @@ one FSDP unit, the rest of the model (embeddings, final norm, head) the root uni
 Pipeline parallelism: the blocks are dealt out in contiguous runs, the first L mod p stages one block
 more; the embeddings are on the first stage, the final norm and head on the last; a tied embedding is
 held by both (Megatron, Narayanan et al. 2021), whose gradients are then all-reduced between the two.
+With ``pp_split_counts`` (``--pp-split-counts embedding,head``) the embedding and/or the head (with the
+loss) count as one block each when the blocks are divided: U = L + e + h "layers" (e, h 1 when counted)
+in p·V chunks of c = U/(p·V) each, model chunk k holding layers [k·c, (k + 1)·c), layer 0 the
+embedding (e = 1), layer U − 1 the head (h = 1), block i layer i + e -- Megatron-LM's
+--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split (its transformer
+layer offset: chunk k's first block is k·c − e), and Llama 3's schedule (Dubey et al. 2024, sec. 3.3.2:
+"the first model chunk on the first stage has only the embedding, and the last model chunk on the last
+stage has only output projection and loss calculation"; 126 blocks + 2 = 128 = 16 stages × V 8).
 """
 
 from __future__ import annotations
@@ -178,37 +186,55 @@ def stage_blocks(n_layer: int, pp: int) -> list[int]:
     return [base + (s < extra) for s in range(pp)]
 
 
-def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1) -> list[range]:
-    """The blocks pipeline rank ``stage`` holds. One chunk (V = 1): its contiguous run (stage_blocks).
-    Interleaved, V chunks of c = n_layer / (pp·V) blocks (n_layer divisible: tfcalc.count.layout): chunk v
-    of the rank is model chunk v·pp + stage, so rank 0 holds blocks [0, c), [pp·c, pp·c + c), ... -- the
-    assignment of Megatron-LM's virtual pipeline (Narayanan et al. 2021, sec. 2.2.2, Fig. 4) and of
-    torch.distributed.pipelining's ScheduleInterleaved1F1B (stage index rank + v·pp)."""
-    if virtual == 1:
-        counts = stage_blocks(n_layer, pp)
-        start = sum(counts[:stage])
-        return [range(start, start + counts[stage])]
-    c = n_layer // (pp * virtual)
-    return [range((v * pp + stage) * c, (v * pp + stage + 1) * c) for v in range(virtual)]
+SPLIT_COUNTS = ("embedding", "head")  # what --pp-split-counts may count as a block (the module docstring)
 
 
-def stage_kinds(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> list[tuple[Block, tuple[Tensor, ...], int]]:
+def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1, counted: tuple[str, ...] = ()) -> list[range]:
+    """The blocks pipeline rank ``stage`` holds, a range per chunk. One chunk (V = 1): its contiguous run
+    (stage_blocks). Interleaved, V chunks of c = n_layer / (pp·V) blocks (n_layer divisible:
+    tfcalc.count.layout): chunk v of the rank is model chunk v·pp + stage, so rank 0 holds blocks [0, c),
+    [pp·c, pp·c + c), ... -- the assignment of Megatron-LM's virtual pipeline (Narayanan et al. 2021, sec.
+    2.2.2, Fig. 4) and of torch.distributed.pipelining's ScheduleInterleaved1F1B (stage index rank + v·pp).
+    ``counted`` (any of SPLIT_COUNTS): the ends count as a block each (the module docstring); a chunk may
+    then hold no block (the embedding's, the head's), its range empty."""
+    if not counted:
+        if virtual == 1:
+            counts = stage_blocks(n_layer, pp)
+            start = sum(counts[:stage])
+            return [range(start, start + counts[stage])]
+        c = n_layer // (pp * virtual)
+        return [range((v * pp + stage) * c, (v * pp + stage + 1) * c) for v in range(virtual)]
+    e = "embedding" in counted
+    c = (n_layer + len(counted)) // (pp * virtual)  # divisible: tfcalc.count.layout_pipeline
+    return [range(max(0, k * c - e), min(n_layer, (k + 1) * c - e)) for k in (v * pp + stage for v in range(virtual))]
+
+
+@functools.lru_cache(maxsize=4096)
+def stage_block_counts(n_layer: int, pp: int, virtual: int = 1, counted: tuple[str, ...] = ()) -> tuple[int, ...]:
+    """Blocks each pipeline stage holds over its chunks (stage_ranges)."""
+    return tuple(sum(map(len, stage_ranges(n_layer, pp, s, virtual, counted))) for s in range(pp))
+
+
+def stage_kinds(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
+                counted: tuple[str, ...] = ()) -> list[tuple[Block, tuple[Tensor, ...], int]]:
     """(block, its stored tensors, blocks of that kind) on pipeline stage ``stage``: its blocks
     (``stage_ranges``; encoder first), counted in closed form (a kind may come once per chunk)."""
-    return [(b, unit(s, b), n) for r in stage_ranges(total_blocks(cfg), pp, stage, virtual)
+    return [(b, unit(s, b), n) for r in stage_ranges(total_blocks(cfg), pp, stage, virtual, counted)
             for s, b, n in cfg.architecture.kinds_in(r.start, r.stop)]
 
 
-def stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> list[tuple[Tensor, int]]:
+def stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
+                  counted: tuple[str, ...] = ()) -> list[tuple[Tensor, int]]:
     """(tensor, copies) held by pipeline stage ``stage``: its blocks' tensors and its end's tensors."""
-    return list(_stage_tensors(cfg, pp, stage, virtual))
+    return list(_stage_tensors(cfg, pp, stage, virtual, counted))
 
 
 @functools.lru_cache(maxsize=16384)  # a plan's search asks for the same stages of many layouts
-def _stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1) -> tuple[tuple[Tensor, int], ...]:
+def _stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
+                   counted: tuple[str, ...] = ()) -> tuple[tuple[Tensor, int], ...]:
     first, last = stage == 0, stage == pp - 1
     held: dict[tuple, int] = {}  # keyed by (name, shape): cheaper to hash than the dataclass
-    for _, tensors, n in stage_kinds(cfg, pp, stage, virtual):
+    for _, tensors, n in stage_kinds(cfg, pp, stage, virtual, counted):
         for t in tensors:
             held[t.name, t.shape] = held.get((t.name, t.shape), 0) + t.copies * n
     out = []

@@ -68,7 +68,7 @@ from tfcalc.count.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.training import micro_batch_time
-from tfcalc.count.shard import stage_blocks, total_blocks
+from tfcalc.count.shard import stage_block_counts, total_blocks
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
@@ -238,7 +238,7 @@ class StageSeconds:
 def _alike(layout: Layout) -> Layout:
     """What a micro-batch's time depends on (a search prices many layouts that share it)."""
     return replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
-                   overlap=())
+                   overlap=(), pp_split_counts=())
 
 
 @lru_cache(maxsize=64)
@@ -259,7 +259,11 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) 
         share = (sms - held_sms) / sms
         perf, peak, fp8 = _fewer_sms(perf, sms - held_sms), peak * share, fp8 * share
     t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency, perf, fp8)
-    counts = stage_blocks(total_blocks(cfg), layout.pp)
+    # each stage's blocks as placed (tfcalc.count.shard.stage_ranges: with --pp-split-counts the first stage
+    # holds one block fewer for the embedding, the last one fewer for the head); the embedding's lookup is
+    # memory traffic spread over the blocks' non-matmul time (tfcalc.count.perf.training), the head's
+    # matmuls the last stage's own
+    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.pp_split_counts)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     last = stage == t.stage_s(counts[-1], True)
     blocks = counts[-1] if last else max(counts[:-1])

@@ -235,9 +235,10 @@ class Trainer:
 
 
 def job_layout(job: dict) -> Layout:
-    """The job's layout (JSON holds the overlap as a list; the Layout a tuple)."""
+    """The job's layout (JSON holds the overlap and the split counts as lists; the Layout tuples)."""
     fields = dict(job["layout"])
     fields["overlap"] = tuple(fields.get("overlap", ()))
+    fields["pp_split_counts"] = tuple(fields.get("pp_split_counts", ()))
     return Layout(**fields)
 
 

@@ -7,8 +7,11 @@ and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-
 
 1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
    (tfcalc.count.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
-   embeddings, the last the final norm and the head. Each chunk is a ``PipelineStage``; a rank's
-   parameters are its chunks' (the rest of the model it built is never run nor counted).
+   embeddings, the last the final norm and the head. With --pp-split-counts the ends count as a block each
+   in that cut, so a chunk may hold the embedding alone or the head alone (no block): a PipelineStage takes
+   any module, and the chunk then embeds, or runs the head, and nothing else. Each chunk is a
+   ``PipelineStage``; a rank's parameters are its chunks' (the rest of the model it built is never run nor
+   counted).
 2. A tied embedding is held by the first chunk (as the token embedding) and the last (as the head), on
    two ranks: their gradients are all-reduced between those two after the backward passes (Megatron's
    "embedding group"; the plan's pp_tied_embedding).
@@ -51,10 +54,11 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if any(s.embeddings.positions == "relative" for s in cfg.architecture.stacks) or cfg.architecture.head.pooler:
         raise InputError(f"{cfg.name}: a learned position bias shared by every block, or a pooler, is not cut into "
                          "pipeline stages in a measured run (planned, not run)")
-    chunks = layout.pp * layout.virtual_stages
-    if total_blocks(cfg) % chunks:
-        raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks into pp × V = {chunks} "
-                         "equal chunks: not divisible")
+    chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
+    if (total_blocks(cfg) + counted) % chunks:
+        ends = f" + {counted} ends counted" if counted else ""
+        raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks{ends} into pp × V = "
+                         f"{chunks} equal chunks: not divisible")
     if layout.pp * layout.dp != nproc:
         raise InputError(f"a measured pipeline runs one stage per rank: pp {layout.pp} × dp {layout.dp} on {nproc} "
                          "ranks")
@@ -190,7 +194,7 @@ class PipelineTrainer:
         self.rank, self.dp_rank = self.groups.pp_rank, self.groups.dp_rank  # the stage, the replica
         v = layout.virtual_stages if layout.schedule == "interleaved" else 1
         n = p * v
-        spans = stage_ranges(total_blocks(cfg), p, self.rank, v)
+        spans = stage_ranges(total_blocks(cfg), p, self.rank, v, layout.pp_split_counts)  # a span may be empty
         self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
                        for k, span in enumerate(spans)]
         self.replicas = ReplicaGrads(self.groups.dp, layout.dp) if layout.dp > 1 else None  # step 5

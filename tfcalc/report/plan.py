@@ -82,6 +82,7 @@ class PlanRequest:
     virtual_stages: Optional[int] = None  # None: 2 with the interleaved schedule, else 1 (a search tries more)
     overlap: tuple[str, ...] = ()  # of "tp", "pp"
     cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
+    pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
 
     @property
     def micro(self) -> int:
@@ -235,7 +236,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   zero=request.zero or 0, recompute=request.recompute or "none",
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
-                  cp=request.cp or 1, **sharding_fields(request))
+                  cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), **sharding_fields(request))
 
 
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:

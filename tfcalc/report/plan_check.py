@@ -85,7 +85,7 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
         offload_optimizer=False, offload_activations=False,
         ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
-        schedule="1f1b", virtual_stages=1,
+        schedule="1f1b", virtual_stages=1, pp_split_counts=(),
         overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
 
 
@@ -208,7 +208,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
                                         ("activations", layout.offload_activations)) if on],
             # issue 20, pipeline and context
             "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
-            "cp": layout.cp}
+            "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts)}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
@@ -249,6 +249,16 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     return tuple(out)
 
 
+def small_blocks(ran: Layout) -> int:
+    """Blocks of a small copy: at least 2, and with the ends counted (--pp-split-counts) dividing over the
+    pp × V chunks (a pipeline's), as tfcalc.count.layout_pipeline requires."""
+    chunks, counted = ran.pp * ran.virtual_stages, len(ran.pp_split_counts)
+    n = max(2, chunks - counted)  # without ends counted: pp × V, one block a chunk
+    while (n + counted) % chunks:
+        n += 1
+    return n
+
+
 def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelConfig, Layout, bool]:
     """(the config the ranks run, the layout they run, whether the config is a small copy): steps 1, 2
     and 4 of the module docstring, checked as runnable (one InputError line otherwise); no rank started."""
@@ -259,7 +269,7 @@ def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelCon
         raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)
     small = param_total(cfg) > MEASURE_PARAMS
-    run_cfg = small_copy(cfg, ran.tp, max(2, ran.pp * ran.virtual_stages)) if small else cfg
+    run_cfg = small_copy(cfg, ran.tp, small_blocks(ran)) if small else cfg
     if not small and ran.seq > run_cfg.max_seq_len:
         ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
     # the ranks run the module's own attention kernel: the plan of the run assumes the same

@@ -1,11 +1,11 @@
-"""The plan request's pipeline schedule, overlap and context-parallel fields (issue 20): their checks,
+"""The plan request's pipeline schedule, split counts, overlap and context-parallel fields (issue 20): their checks,
 for the Python API as for the command line, and what they leave to the search."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tfcalc.count.layout_pipeline import check_overlap
+from tfcalc.count.layout_pipeline import check_overlap, check_split_counts
 from tfcalc.count.perf.pipeline import SCHEDULES
 from tfcalc.count.search_space import SearchSpace
 from tfcalc.errors import InputError, shown
@@ -24,6 +24,8 @@ def check_schedule_request(r: Any) -> None:
     if r.cp is not None:
         check_size("--cp", r.cp)
     check_overlap(r.overlap)
+    if r.pp_split_counts is not None:
+        check_split_counts(r.pp_split_counts)
 
 
 def search_space(r: Any) -> SearchSpace:
@@ -31,6 +33,7 @@ def search_space(r: Any) -> SearchSpace:
     return SearchSpace(micro_batch=r.micro_batch, schedule=r.schedule,
                        virtual_stages=r.virtual_stages if r.schedule == "interleaved" else
                        (1 if r.schedule is not None else None), cp=r.cp,
+                       pp_split_counts=None if r.pp_split_counts is None else tuple(r.pp_split_counts),
                        # HSDP and no-reshard unless the request fixes the FSDP flavour or the ZeRO stage
                        fsdp=r.hsdp is None and r.reshard_after_forward and r.zero in (None, 3),
                        offload=not r.offload)  # offload where nothing fits, unless the request names it

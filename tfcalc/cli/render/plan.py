@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count import sharding
 from tfcalc.count.layout import Layout
 from tfcalc.count.perf.pipeline import chunk_micro_batches
+from tfcalc.count.shard import stage_block_counts, total_blocks
 from tfcalc.count.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
 from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
@@ -32,8 +33,9 @@ def short(layout: Layout) -> str:
     sp = "+SP" if layout.sequence_parallel else ""
     recompute = "no recompute" if layout.recompute == "none" else f"{layout.recompute} recompute"
     cp = f" · cp {layout.cp}" if layout.cp > 1 else ""
-    sched = "" if layout.schedule == "1f1b" else f" {layout.schedule}" + (
-        f" V{layout.virtual_stages}" if layout.virtual_stages > 1 else "")
+    sched = ("" if layout.schedule == "1f1b" else f" {layout.schedule}" + (
+        f" V{layout.virtual_stages}" if layout.virtual_stages > 1 else "")) + (
+        f" ({'+'.join(layout.pp_split_counts)} as blocks)" if layout.pp_split_counts else "")
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
     more = sharding.describe(layout)
@@ -140,7 +142,10 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that"}[L.schedule]
-        t.add("  with the pipeline bubble", st.pipelined_s, f"{rule} = {st.bubble:.1%} idle")
+        counts = stage_block_counts(total_blocks(r.model.cfg), L.pp, L.virtual_stages, L.pp_split_counts)
+        counted = (f"; {' and '.join(L.pp_split_counts)} counted as a block each, blocks per stage "
+                   f"{'/'.join(map(str, counts))}" if L.pp_split_counts else "")
+        t.add("  with the pipeline bubble", st.pipelined_s, f"{rule} = {st.bubble:.1%} idle{counted}")
     for group, seconds in st.comm_s.items():
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
