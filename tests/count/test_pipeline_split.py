@@ -32,6 +32,7 @@ from tfcalc.count.perf import pipeline
 from tfcalc.count.perf.training import micro_batch_time
 from tfcalc.count.plan import make_plan, search
 from tfcalc.count.rank_activations import _head_parts, layer_bytes
+from tfcalc.count.search_bound import ShapeBound
 from tfcalc.count.search_space import SearchSpace, schedules, split_counts
 from tfcalc.count.shard import stage_block_counts, stage_ranges
 from tfcalc.count.steptime import Hardware, _alike
@@ -202,3 +203,20 @@ def test_search_of_llama3_405b_finds_metas_schedule_fast():
     L = r.plan.layout
     assert (L.tp, L.pp, L.dp, L.schedule, L.virtual_stages, L.pp_split_counts) == \
         (8, 16, 128, "interleaved", 8, BOTH)
+
+
+def test_the_search_bound_holds_with_the_ends_counted():
+    """tfcalc.count.search_bound prices a shape's 1F1B layout: with --pp-split-counts fixed it is the split
+    one (7 blocks + embedding over 2 stages: E + 3 blocks, 4 blocks + head -- stage 0, with 2 micro-batches
+    in flight, one block lighter than without), and a pp the counted ends do not divide is not ruled out."""
+    seven = dataclasses.replace(CFG, n_layer=7)
+    base = layout(pp=1, schedule="1f1b", virtual_stages=1, pp_split_counts=("embedding",))
+    bound = ShapeBound(seven, base, 10**12, 8)
+    built = dataclasses.replace(base, pp=2)
+    plain = dataclasses.replace(built, pp_split_counts=())
+    assert rm.rank_memory(seven, built).total < rm.rank_memory(seven, plain).total
+    assert bound.bytes(1, 2, 1, 1) <= rm.rank_memory(seven, built).total
+    # the bound's closed-form stage parameters follow the split placement (stage 0: E + 3 blocks)
+    assert [bound.stage_params(1, 2, s)[0] for s in range(2)] == [rm.stage_params(seven, built, s) for s in range(2)]
+    assert ShapeBound(seven, base, 1, 8).fits(1, 3, 1, 1)  # 7 + 1 over 3 stages: no 1F1B layout to bound
+    assert not ShapeBound(seven, base, 1, 8).fits(1, 2, 1, 1)

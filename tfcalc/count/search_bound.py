@@ -50,7 +50,15 @@ from tfcalc.count.rank_memory import (
     priced_stages,
     weight_element_bytes,
 )
-from tfcalc.count.shard import Tensor, module_tensors, total_blocks, tp_local_shape, tp_split_widths, unit
+from tfcalc.count.shard import (
+    Tensor,
+    module_tensors,
+    stage_ranges,
+    total_blocks,
+    tp_local_shape,
+    tp_split_widths,
+    unit,
+)
 from tfcalc.count.sharding import check_model_variants, grad_element_bytes, routed_expert
 from tfcalc.errors import InputError
 from tfcalc.workload import Layout
@@ -92,9 +100,18 @@ class ShapeBound:
 
     def fits(self, tp: int, pp: int, cp: int, dp: int) -> bool:
         key = (tp, pp, cp, dp)
+        if self._unbounded(pp):
+            return True
         if key not in self._fits:
             self._fits[key] = self.bytes(tp, pp, cp, dp, stop=self.memory) <= self.memory
         return self._fits[key]
+
+    def _unbounded(self, pp: int) -> bool:
+        """Ends counted as blocks by the request (--pp-split-counts) that do not divide over pp stages: the
+        search's 1F1B layout of the shape is refused and its interleaved ones are priced as they come, so
+        no 1F1B bound holds for them: the shape is not ruled out."""
+        counted = len(self.base.pp_split_counts)
+        return bool(counted) and pp > 1 and (self.n_blocks + counted) % pp != 0
 
     def bytes(self, tp: int, pp: int, cp: int, dp: int, stop: Optional[int] = None) -> int:
         """The bound, bytes (the module docstring's steps 1-3); ``stop``: return as soon as a stage's
@@ -105,7 +122,7 @@ class ShapeBound:
         gathered = _gathered(cfg, b.dtype, tp, e)
         n = dp * cp
         most = 0
-        for s in priced_stages(cfg, pp, 1):
+        for s in priced_stages(cfg, pp, 1, self._counted(pp)):
             psi1, experts = self.stage_params(tp, pp, s)
             psie = psi1 - experts + experts // e  # a rank's routed experts split e ways (e divides their count)
             states = (self.eg + self.eo) * (psi1 // n) + min(self.ew * psie, self.ew * (psi1 // n) + gathered)
@@ -132,8 +149,15 @@ class ShapeBound:
             self._params[key] = (out[0], out[1])
         return self._params[key]
 
+    def _counted(self, pp: int) -> tuple[str, ...]:
+        """The ends the search's 1F1B layout of pp stages counts as blocks (the request's, where they divide)."""
+        counted = self.base.pp_split_counts if pp > 1 else ()
+        return counted if (self.n_blocks + len(counted)) % pp == 0 else ()
+
     def _blocks(self, pp: int, stage: int) -> range:
         """The stage's blocks under 1F1B (tfcalc.count.shard.stage_ranges, V = 1), in closed form."""
+        if self._counted(pp):
+            return stage_ranges(self.n_blocks, pp, stage, 1, self._counted(pp))[0]
         size, extra = divmod(self.n_blocks, pp)
         start = stage * size + min(stage, extra)
         return range(start, start + size + (stage < extra))
