@@ -14,7 +14,11 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    step -- and every chunk boundary is a send: rank i sends 2V − [i = p − 1] − [i = 0] activations per
    micro-batch, V times 1F1B's (the paper: "the amount of communication also increases by V").
    Megatron's rules, checked by tfcalc.count.layout_pipeline: V ≥ 2, L divisible by p·V, m a multiple
-   of p. Activations in flight (more than 1F1B's): before its first backward, rank i runs
+   of p. With --pp-split-counts the embedding and/or the head count as a block each (L + 1 or L + 2
+   divisible by p·V; tfcalc.count.shard.stage_ranges): the chunks stay equal in "layers", so the bubble,
+   the in-flight counts and the sends (every chunk boundary, an embedding-only chunk's output too) are
+   as above; the stages' blocks move (the slowest stage's time: tfcalc.count.steptime).
+   Activations in flight (more than 1F1B's): before its first backward, rank i runs
    2(p − i − 1) + (V − 1)·p warm-up chunk forwards, and one more in the steady state (Megatron-LM,
    megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving; the same
    count in torch.distributed.pipelining's ScheduleInterleaved1F1B), forward order cycling the chunks in
