@@ -184,6 +184,9 @@ def test_cli(cli):
                           (["--pp-split-counts", "[red]x[/red]"], "got '[red]x[/red]'")):
         bad = cli("plan", "gpt2", "--pp", "2", "--dp", "1", "--global-batch", "8", "--schedule", "interleaved", *args)
         assert_one_line_error(bad, message)
+    for empty in ("", "none", "NONE"):  # nothing counted, as --overlap's rule reads them
+        r = cli("plan", "gpt2", "--pp", "2", "--dp", "1", "--global-batch", "8", "--pp-split-counts", empty, "--json")
+        assert r.code == 0 and json.loads(r.out)["layout"]["pp_split_counts"] == []
     one = cli("plan", "gpt2", "--dp", "1", "--global-batch", "8", "--pp-split-counts", "head")
     assert_one_line_error(one, "needs pp > 1")
 
