@@ -79,3 +79,14 @@ def test_first_loss_is_the_single_device_models(checks, name):
     with torch.no_grad():
         expected = F.cross_entropy(model(idx).float().view(-1, cfg.vocab_size), idx.view(-1))
     assert all(r["first_loss"] == pytest.approx(float(expected), rel=1e-5) for r in checks[name].ranks)
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_the_shown_plan_is_rank_0s(checks, name):
+    """The table beside the measurement is rank 0's plan (stage 0), whichever stage the plan shows as its
+    largest; activations to the byte (no RoPE tables kept apart here, m = p)."""
+    check = checks[name]
+    assert {k: check.planned_per_rank[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes")} == \
+        {k: check.rank0[k] for k in ("weights_bytes", "grads_bytes", "optimizer_bytes")}
+    assert check.planned_collectives == list(stage_plans(*RUNS[name])[0][1])
+    assert 0 <= check.rank0["activation_bytes"] - check.planned_per_rank["activation_bytes"] <= 1024 * 4

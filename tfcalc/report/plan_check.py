@@ -110,9 +110,25 @@ class PlanCheck:
 
     @property
     def planned_per_rank(self) -> dict[str, int]:
+        """The plan of what rank 0 holds: the shown stage's, or under a pipeline stage 0's (the shown stage is
+        the plan's largest: with --pp-split-counts it may be another)."""
         m = self.plan.memory
+        if self.layout.pp > 1 and m.stage != 0:
+            from tfcalc.count.rank_memory import stage_activations
+            from tfcalc.count.shard import stage_block_counts, total_blocks
+
+            L = self.layout
+            states = self.rank_plans()[0][0]
+            blocks = stage_block_counts(total_blocks(self.cfg), L.pp, L.virtual_stages, L.pp_split_counts)[0]
+            acts = stage_activations(self.cfg, L, 0, blocks)
+            return {**states, "activation_bytes": acts, "total_bytes": sum(states.values()) + acts}
         return {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                 "activation_bytes": m.activations, "total_bytes": m.total}
+
+    @property
+    def planned_collectives(self) -> list:
+        """Rank 0's planned collectives (a pipeline's: stage 0's)."""
+        return list(self.rank_plans()[0][1]) if self.layout.pp > 1 else list(self.plan.collectives)
 
     @property
     def collectives(self) -> list[dict[str, Any]]:
@@ -165,7 +181,7 @@ class PlanCheck:
             "collectives": self.collectives,
             # wall time of the measured step on these ranks, recording included: not the plan's GPU figure
             "step_time_s": max(a["step_s"] for a in self.ranks),
-            "plan": {"per_rank": planned, "comm_bytes_per_step": self.plan.comm_bytes},
+            "plan": {"per_rank": planned, "comm_bytes_per_step": by_key(self.planned_collectives)},
             "ratio": {k: (v / planned[k] if planned[k] else None) for k, v in self.per_rank.items()},
             "states_exact": self.states_exact, "collectives_exact": self.collectives_exact,
             "ranks": [{k: a[k] for k in (*STATE_KEYS, "activation_bytes", "peak_bytes", "first_loss", "step_s")}

@@ -193,13 +193,13 @@ def _measured(doc: Doc, m: PlanCheck) -> None:
                   Column("Calls plan", "int"), Column("Calls", "int"), Column("Payload plan", "bytes"),
                   Column("Payload", "bytes"), Column("Ratio", "ratio"), name="measured-collectives")
     found = {(x["cause"], x["op"]): x for x in m.collectives}
-    for p in m.plan.collectives:
+    for p in m.planned_collectives:
         x = found.get((p.cause, p.op), {"calls": 0, "payload_bytes": 0})
         c.add(CAUSES.get(p.cause, p.cause), p.op.replace("_", "-"), "—" if p.calls is None else p.calls, x["calls"],
               p.payload_bytes, Cell(x["payload_bytes"], "" if x["payload_bytes"] == p.payload_bytes else "red"),
               x["payload_bytes"] / p.payload_bytes)
     for key, x in found.items():
-        if key not in {(p.cause, p.op) for p in m.plan.collectives}:
+        if key not in {(p.cause, p.op) for p in m.planned_collectives}:
             c.add(CAUSES.get(x["cause"], x["cause"]), x["op"], None, x["calls"], None, Cell(x["payload_bytes"], "red"),
                   None)
     exact = m.states_exact and m.collectives_exact
