@@ -185,12 +185,13 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
          # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
-         cp: Optional[int] = None, **overrides: Any) -> "PlanReport":
+         cp: Optional[int] = None, kernels: str = "eager", **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble') and cp: None is 1,
     1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
-    'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule)."""
+    'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule); kernels:
+    'eager' (PyTorch op by op, the default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.sharding import OFFLOAD
     from tfcalc.count.steptime import parse_count
@@ -208,7 +209,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           else tuple(offload) if isinstance(offload, (list, tuple)) else offload,
                           schedule=schedule, virtual_stages=virtual_stages,
                           overlap=name_list("--overlap", overlap, OVERLAPS) if isinstance(overlap, str)
-                          else tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp)
+                          else tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp,
+                          kernels=kernels)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -114,6 +114,8 @@ class Layout:
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule
     overlap: tuple[str, ...] = ()  # communication hidden behind compute: any of "tp", "pp" (default: none)
     cp: int = 1  # context-parallel ranks: the sequence split C ways, K/V passed around a ring
+    # --- the non-matmul kernels (issue 20; tfcalc.count.perf.eager) ---
+    kernels: str = "eager"  # eager: PyTorch's op-by-op kernels; fused: Megatron/TE fused kernels, torch.compile
 
     @property
     def gpus(self) -> int:

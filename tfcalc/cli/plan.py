@@ -34,7 +34,7 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
-from tfcalc.cli.plan_options import CP, Overlap, Schedule, VirtualStages, overlap_names
+from tfcalc.cli.plan_options import CP, KernelMode, Kernels, Overlap, Schedule, VirtualStages, overlap_names
 from tfcalc.cli.render import plan as view
 from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
@@ -103,6 +103,7 @@ def plan(
     virtual_stages: VirtualStages = None,
     overlap: Overlap = None,
     cp: CP = None,
+    kernels: Kernels = KernelMode.eager,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -158,7 +159,7 @@ def plan(
         top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
-        overlap=overlap_names(overlap), cp=cp)
+        overlap=overlap_names(overlap), cp=cp, kernels=kernels.value)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

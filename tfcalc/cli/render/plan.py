@@ -36,7 +36,8 @@ def short(layout: Layout) -> str:
         f" V{layout.virtual_stages}" if layout.virtual_stages > 1 else "")
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
-    more = sharding.describe(layout)
+    more = sharding.describe(layout) + (", fused kernels" if layout.kernels == "fused" else "")
+    more = more.lstrip(", ")
     return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
             f"{micro}{overlap}" + (f" · {more}" if more else ""))
 

@@ -25,8 +25,11 @@ backward bytes, then the kernels forward / backward:
    3F; the cast back (F + a): 92 + 2(a + F). In fp32 (a = F) there are no casts. Per row (mean, +eps,
    rsqrt; their backward): 24 forward, 40 backward bytes. Kernels 6 (+2 casts) / 14 (+3 casts: the
    weight gradient's too).
-2. LayerNorm: one kernel each way (aten.native_layer_norm and its backward): 2a forward (x in, y out),
-   3a backward (grad and x in, grad out); per row the fp32 mean and rstd, written (8) and read (8).
+2. LayerNorm: one aten op each way (native_layer_norm and its backward): 2a forward (x in, y out), one
+   kernel; backward, on CUDA (aten/src/ATen/native/cuda/layer_norm_kernel.cu) two kernels: the input's
+   gradient (grad and x in, grad out: 3a) and γ's and β's (grad and x read again: 2a), 5a; per row the
+   fp32 mean and rstd, written (8) and read (8). (CPU's backward is one kernel, its statistics in the
+   input's dtype: the test states the difference.)
 3. Activation, per element of the FFN hidden: act(h) one op, 2a; its backward (gelu_backward,
    silu_backward, threshold_backward) 3a. Gated (tfcalc.model.layers.ffn_hidden: the fused [gate | up]
    projection split by views): act(gate) 2a, × up 3a; backward: two products 3a each, act's backward
@@ -102,7 +105,7 @@ class Term:
 def norm_cost(norm: Norm, a: int) -> tuple[Cost, Cost]:
     """(per element, per row) of a norm (module docstring, 1 and 2)."""
     if norm.kind == "layernorm":
-        return Cost(2 * a, 3 * a, 1, 1), Cost(2 * F32, 2 * F32, 0, 0)
+        return Cost(2 * a, 5 * a, 1, 2), Cost(2 * F32, 2 * F32, 0, 0)
     cast = a != F32
     casts = 2 * (a + F32) if cast else 0
     w = 1 if norm.affine else 0  # × weight forward; grad · normed, its sum and grad · weight back
