@@ -135,3 +135,30 @@ def test_the_loss_moves_what_the_model_says(dtype):
     rows = 2 * 8
     assert measured - rows * V * 2 * 4 - rows * 16 == loss.forward + loss.backward
     assert run(2).kernels == loss.forward_kernels + loss.backward_kernels + 1  # + ones_like: backward's seed
+
+
+def _whole(cfg, batch: int, dtype: torch.dtype) -> Traffic:
+    model = build_model(cfg, "cpu", dtype).train()
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, cfg.vocab_size, (batch, 8), generator=g)
+    targets = torch.randint(0, cfg.vocab_size, (batch * 8,), generator=g)
+    with Traffic() as mode:
+        F.cross_entropy(model(idx).float().flatten(0, 1), targets).backward()
+    return mode
+
+
+@pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (GPT2, torch.float32)], ids=["llama-bf16",
+                                                                                               "gpt2-fp32"])
+def test_the_whole_step_moves_what_the_model_says(fields, dtype):
+    """Embeddings, blocks, final norm, head and loss together (eager.terms), against a training step of the
+    real model. Residues, stated: the token lookup's dispatch reads the whole table (which cancels with the
+    batch) where the GPU reads the N gathered rows (a·d per token), and its int64 ids are read forward and
+    back (16 bytes a token); the loss's nll_loss reads (test above); GPT-2's LayerNorms as above."""
+    cfg = tiny(**fields, n_layer=2)
+    measured = _whole(cfg, 4, dtype).bytes - _whole(cfg, 2, dtype).bytes
+    a = torch.empty((), dtype=dtype).element_size()
+    tokens, d, V = 2 * 8, cfg.d_model, cfg.vocab_size
+    measured += tokens * d * a - tokens * 16 - tokens * V * 2 * 4 - tokens * 16
+    if fields is GPT2:  # 5 LayerNorms: 2 per block and the final one
+        measured += 5 * tokens * d * 2 * a
+    assert measured == sum(t.forward + t.backward for t in eager.terms(cfg, 2, 8, a))
