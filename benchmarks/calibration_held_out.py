@@ -12,6 +12,17 @@ it, never used to choose a parameter of the performance model. Reported beside i
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
   GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.
+- torchtitan, docs/performance.md (pytorch/torchtitan, 2024), FSDP2 on 64 A100-80GB: tokens per second per
+  GPU ("WPS") of Llama 3 8B and 70B (seq 8,192, local batch 1) and Llama 2 13B and 70B (seq 4,096, local
+  batch 1 or 2), global batch = local × 64, as the page states them. Its job config's defaults: no
+  torch.compile (eager PyTorch), bf16 parameters with fp32 gradient reduction (``mixed_precision_reduce``
+  "float32": tfcalc's --grad-dtype fp32), FSDP resharding after forward. AC "full" is --recompute full, "no"
+  none, "selective op" --recompute op (the same policy, tfcalc.count.op_recompute: on torchtitan's
+  unfused wq/wk/wv and w1/w3/w2 "every second mm" replays wk, wo and w3, on tfcalc's fused QKV and
+  gate|up O and down -- the same FLOPs up to wk's). The two "selective layer" rows (every second block
+  fully recomputed) are left out: tfcalc has no per-layer recompute frequency. The page does not name the
+  network: the A100-80GB's 200 Gb/s a GPU. Chosen as the held-out check of the FSDP path (the calibration
+  set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -45,6 +56,24 @@ def llama2_rate(preset: str) -> Callable[[], float]:
         r = tfcalc.plan(preset, gpus=1024, seq=4096, device_spec="a100-80gb")
         return r.tokens_per_s / r.plan.layout.gpus
     return run
+
+
+def torchtitan_rate(preset: str, seq: int, local: int, recompute: str) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.plan(preset, dp=64, zero=3, global_batch=64 * local, micro_batch=local, seq=seq,
+                        recompute=recompute, grad_dtype="fp32", device_spec="a100-80gb")
+        return r.tokens_per_s / r.plan.layout.gpus
+    return run
+
+
+# torchtitan docs/performance.md, A100 tables: (label, preset, seq, local batch, AC as the page names it,
+# tfcalc's --recompute, WPS per GPU)
+TORCHTITAN = [("Llama 3 8B", "llama3-8b", 8192, 1, "selective op", "op", 2973),
+              ("Llama 3 70B", "llama3-70b", 8192, 1, "full", "full", 331),
+              ("Llama 2 13B", "llama2-13b", 4096, 2, "no", "none", 2162),
+              ("Llama 2 13B", "llama2-13b", 4096, 2, "selective op", "op", 1904),
+              ("Llama 2 70B", "llama2-70b", 4096, 1, "selective op", "op", 355),
+              ("Llama 2 70B", "llama2-70b", 4096, 2, "full", "full", 353)]
 
 
 def first_token_ms(preset: str, inp: int, device: str, **over) -> Callable[[], float]:
@@ -92,6 +121,10 @@ def held_out_rows(gpt) -> list:
         out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB, tfcalc's layout of 1,024 GPUs",
                        "Touvron et al. 2023, Table 2 (GPU-hours for 2T tokens)", 2e12 / (hours * 3600), "tok/s/GPU",
                        llama2_rate(preset)))
+    for label, preset, seq, local, ac, recompute, wps in TORCHTITAN:
+        out.append(Row("training throughput", f"{label}, FSDP 64 A100, seq {seq:,}, local batch {local}, AC {ac}",
+                       "torchtitan docs/performance.md (2024, eager, fp32 reduce)", wps, "tok/s/GPU",
+                       torchtitan_rate(preset, seq, local, recompute)))
     trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
     for device, name, label, inp, ms in TRT_LOW_LATENCY:
         preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)

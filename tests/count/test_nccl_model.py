@@ -6,7 +6,7 @@ import pytest
 from tfcalc.count.comm import Collective
 from tfcalc.count.layout import Layout
 from tfcalc.count.perf.collectives import nccl_call, nccl_seconds, seconds
-from tfcalc.count.steptime import Hardware, collective_seconds, group_nodes
+from tfcalc.count.steptime import Hardware, collective_seconds, group_bus_bytes_per_s, group_nodes
 
 NVLINK3 = 300e9 * 0.8  # A100 NVLink bus bandwidth, Simple
 IB_HDR = 25e9 * 0.9  # one 200 Gb/s NIC per GPU
@@ -62,10 +62,32 @@ def test_group_nodes_under_megatrons_order(group, tp, dp, size, nodes):
 
 
 def test_plan_prices_reductions_with_nccls_choice():
-    """collective_seconds: the DP bucket all-reduces of a 128-rank DDP plan at NCCL's per-call cost."""
+    """collective_seconds: the DP bucket all-reduces of a 128-rank DDP plan at NCCL's per-call cost, on the
+    bus of the 8 NICs each node's 8 ranks drive (group_bus_bytes_per_s: min(8 · 22.5, 240) = 180 GB/s)."""
     hw = Hardware(312e12, 80 * 10**9, 300e9, 25e9, 8)
     L = Layout(tp=1, pp=1, dp=128, seq=2048, global_batch=128, micro_batch=1)
     payload = 4 * 25 * 2**20
     c = Collective("dp_grads", "all_reduce", "dp", 128, payload, None)  # DDP: 4 buckets of 25 MiB
-    bucket = nccl_call("all_reduce", payload / 4, c.sent_bytes / 4, 128, 16, "nvlink", IB_HDR)[0]
+    bucket = nccl_call("all_reduce", payload / 4, c.sent_bytes / 4, 128, 16, "nvlink", 8 * IB_HDR)[0]
     assert collective_seconds(c, L, hw) == pytest.approx(4 * bucket)
+
+
+A100 = Hardware(312e12, 80 * 10**9, 300e9, 25e9, 8)
+H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)
+
+
+@pytest.mark.parametrize("hw, group, tp, dp, hsdp, bus", [
+    (A100, "dp", 1, 8, None, NVLINK3),        # one node: NVLink's bus, 300 · 0.8
+    (A100, "dp", 1, 64, None, 8 * IB_HDR),    # 8 ranks in each of 8 nodes: 8 NICs · 22.5 = 180 GB/s < 240
+    (A100, "dp", 2, 64, None, 4 * IB_HDR),    # TP 2: 4 DP ranks a node, 4 NICs: 90 GB/s
+    (A100, "dp", 8, 64, None, IB_HDR),        # TP 8 fills the node: one rank and one NIC a node, 22.5 GB/s
+    (A100, "dp_replicate", 1, 64, 8, IB_HDR),  # HSDP 8 × 8: a replica group holds one rank a node
+    (A100, "dp_shard", 1, 64, 8, NVLINK3),    # HSDP's shard group is the node
+    (H100, "dp", 1, 64, None, 360e9),         # min(8 · 50 · 0.9, 450 · 0.8): both 360 GB/s
+])
+def test_group_bus_counts_the_nics_a_node_drives(hw, group, tp, dp, hsdp, bus):
+    """NCCL's busBw = nChannels × bwInter (tuning.cc), one channel per NIC on a rail-optimized node: a group
+    with r ranks in a node drives r NICs, capped by the node's own links; hand values in the comments."""
+    L = Layout(tp=tp, pp=1, dp=dp, seq=2048, global_batch=dp, micro_batch=1, zero=3 if hsdp else 0, hsdp=hsdp)
+    size = {"dp": dp, "dp_replicate": dp // (hsdp or 1), "dp_shard": hsdp or dp}[group]
+    assert group_bus_bytes_per_s(group, L, hw, size) == pytest.approx(bus)

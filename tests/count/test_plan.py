@@ -206,11 +206,13 @@ def test_tp_across_nodes_uses_the_network():
     """Per collective, NCCL's cost model (tfcalc.count.perf.collectives.nccl_call) on the blocks' TP
     (sequence-parallel) all-gathers and reduce-scatters of 31.5 MB a call: across 2 nodes (16 ranks, 8 a
     node) ring Simple, 8.4 µs + 14 NVLink steps of 3.4 µs + 1 network step of 9.6 µs, the bytes sent over
-    the network's bus bandwidth (50 GB/s × 0.9); inside one node of 16, ring LL128 (NVLink only), 10 µs +
-    15 steps of 1.9 µs, the bytes over 0.92 of NVLink's (450 GB/s × 0.8)."""
+    the bus of the 8 NICs a node's 8 ranks drive, min(8 × 50 GB/s × 0.9, NVLink's 450 GB/s × 0.8) = 360 GB/s
+    (steptime.group_bus_bytes_per_s); inside one node of 16, ring LL128 (NVLink only), 10 µs + 15 steps of
+    1.9 µs, the bytes over 0.92 of NVLink's (450 GB/s × 0.8)."""
     cfg, L = load("llama2-7b"), layout(tp=16, global_batch=8, sequence_parallel=True)
     wide = dataclasses.replace(H100, gpus_per_node=16)
-    for hw, latency_us, bus in ((H100, 8.4 + 14 * 3.4 + 9.6, 50e9 * 0.9), (wide, 10 + 15 * 1.9, 450e9 * 0.8 * 0.92)):
+    across = min(8 * 50e9 * 0.9, 450e9 * 0.8)
+    for hw, latency_us, bus in ((H100, 8.4 + 14 * 3.4 + 9.6, across), (wide, 10 + 15 * 1.9, 450e9 * 0.8 * 0.92)):
         plan = make_plan(cfg, L, hw, None)
         acts = [c for c in plan.collectives if c.cause == "tp_activations"]
         assert acts and all(c.op in ("all_gather", "reduce_scatter") for c in acts)

@@ -17,7 +17,8 @@
 4. Communication time: each collective's α-β time (tfcalc.count.perf.collectives): its calls' ring
    steps times the link's latency, plus the bytes one rank sends (tfcalc.count.comm) over the link's
    bandwidth times NCCL's bus efficiency on it: NVLink (or PCIe: intra_link) when the whole group sits
-   in one node under Megatron's rank order (tfcalc.count.layout), else the network per GPU. All-reduces,
+   in one node under Megatron's rank order (tfcalc.count.layout), else the network: one NIC per GPU, and
+   a group with r ranks in each node drives r of them (group_bus_bytes_per_s, NCCL's channels). All-reduces,
    all-gathers and reduce-scatters call by call as NCCL's own cost model picks ring or tree and LL,
    LL128 or Simple, over the nodes the group spans (collectives.nccl_seconds).
 5. What overlaps with what:
@@ -197,6 +198,22 @@ def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> in
     return -(-size // per_node)
 
 
+def group_bus_bytes_per_s(group: str, layout: Layout, hw: Hardware, size: int) -> float:
+    """Step 4's bus bandwidth β of a group (bytes/s, NCCL's Simple protocol). Inside a node, the intra-node
+    link's. Across nodes, NCCL runs one channel per network interface the group's ranks in a node own and
+    sums them -- ``busBw = nChannels × bwInter`` (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel; the
+    topology search in src/graph/search.cc gives a rail-optimized node one channel per NIC): a group with
+    r ranks in each node moves r × (the network per GPU) across it, up to what the links inside the node
+    carry. A data-parallel group of 64 A100s in 8 nodes: min(8 × 25 × 0.9, 300 × 0.8) = 180 GB/s, not
+    22.5 -- the ~190 GB/s nccl-tests all_reduce_perf reaches between DGX A100 nodes with eight 200 Gb/s
+    HDR NICs; one rank per node (TP 8 fills the node, or HSDP's replicas) stays at one NIC's 22.5 GB/s."""
+    if group_in_node(group, layout, hw.gpus_per_node):
+        return hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link]
+    nic = hw.inter_node_bytes_per_s * hw.perf.link_efficiency["network"]
+    local = -(-size // group_nodes(group, layout, hw.gpus_per_node, size))
+    return min(local * nic, hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link])
+
+
 def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
     """Step 4 for one collective: all-reduce, all-gather and reduce-scatter as NCCL's cost model runs them
     (tfcalc.count.perf.collectives.nccl_seconds: ring or tree, LL, LL128 or Simple, per call), the rest
@@ -208,7 +225,7 @@ def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
     if c.op in alpha_beta.NCCL_OPS and calls:
         nodes = 1 if inside else group_nodes(c.group, layout, hw.gpus_per_node, c.group_size)
         return alpha_beta.nccl_seconds(c.op, c.payload_bytes, c.sent_bytes, c.group_size, nodes, calls,
-                                       hw.intra_link, rate * hw.perf.link_efficiency[kind])
+                                       hw.intra_link, group_bus_bytes_per_s(c.group, layout, hw, c.group_size))
     return alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate, hw.perf.link_latency_s[kind],
                               hw.perf.link_efficiency[kind])
 
