@@ -50,9 +50,10 @@ backward bytes, then the kernels forward / backward:
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
-   the routing weight (2a), index_add into the output (3a): 7a, 3 kernels per expert; backward:
-   index_select of the gradient (2a), the two products' (4a, the weight's summed), index_add (3a): 9a,
-   5 kernels per expert. The router's softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 /
+   the routing weight (2a), index_add into the output (3a): 7a; backward: index_select of the gradient
+   (2a), the two products' (4a, the weight's summed), index_add (3a): 9a. Kernels 3 / 5 for all the
+   experts together, as a grouped implementation launches them (the matmuls too are one grouped GEMM:
+   tfcalc.count.perf.training); tfcalc's module loops over the experts, a launch each. The router's softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 /
    2a + 20 per logit.
 9. Embeddings: the token lookup writes (N, d) (2a: the gathered rows read) and its backward reads the
    gradient (a; the table's gradient, V·d per step, left out); positions added (learned, sinusoidal:
@@ -199,7 +200,7 @@ def _ffn_terms(block: Block, tokens: int, a: int) -> list[Term]:
     if moe is None:
         return out
     d, routed, E = moe.d_model, tokens * moe.top_k, moe.n_expert
-    out.append(Term("moe", routed * d * 7 * a, routed * d * 9 * a, 3 * E, 5 * E))
+    out.append(Term("moe", routed * d * 7 * a, routed * d * 9 * a, 3, 5))
     logits = routed if moe.renormalize else tokens * E
     out.append(Term("moe", logits * (2 * a + 4 * F32), logits * (2 * a + 5 * F32), 3, 3))
     if moe.shared is not None:
