@@ -53,8 +53,8 @@ backward bytes, then the kernels forward / backward:
    the routing weight (2a), index_add into the output (3a): 7a; backward: index_select of the gradient
    (2a), the two products' (4a, the weight's summed), index_add (3a): 9a. Kernels 3 / 5 for all the
    experts together, as a grouped implementation launches them (the matmuls too are one grouped GEMM:
-   tfcalc.count.perf.training); tfcalc's module loops over the experts, a launch each. The router's softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 /
-   2a + 20 per logit.
+   tfcalc.count.perf.training); tfcalc's module loops over the experts, a launch each. The router's
+   softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 / 2a + 20 per logit.
 9. Embeddings: the token lookup writes (N, d) (2a: the gathered rows read) and its backward reads the
    gradient (a; the table's gradient, V·d per step, left out); positions added (learned, sinusoidal:
    2a; learned positions' gradient summed over the batch, a), × √d or a multiplier (2a / 2a), token types
