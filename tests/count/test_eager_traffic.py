@@ -89,15 +89,17 @@ LLAMA = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, attn_bias=Fal
              activation="silu", d_ff=48, n_kv_head=2)
 GPT2 = dict()  # LayerNorm with biases, GELU, biased Linears, learned positions
 QWEN3 = dict(LLAMA, qk_norm=True)  # RMSNorm over each head's Q and K before RoPE
+NEOX = dict(pos_encoding="rope", rope_fraction=0.5, parallel_block="two_norms")  # partial rotary, parallel block
 
 
 @pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (LLAMA, torch.float32), (GPT2, torch.float32),
-                                          (QWEN3, torch.bfloat16)], ids=["llama-bf16", "llama-fp32", "gpt2-fp32",
-                                                                         "qwen3-bf16"])
+                                          (QWEN3, torch.bfloat16), (NEOX, torch.float32)],
+                         ids=["llama-bf16", "llama-fp32", "gpt2-fp32", "qwen3-bf16", "neox-fp32"])
 def test_one_block_moves_what_the_model_says(fields, dtype):
     measured, kernels = _per_block(fields, dtype)
     analytic, analytic_kernels = _analytic(fields, dtype)
-    if fields is GPT2:  # CUDA's second backward kernel for γ and β (module docstring): 2a per element, 1 kernel
+    if fields.get("norm", "layernorm") == "layernorm":  # CUDA's second backward kernel for γ and β (module
+        # docstring): 2a per element, 1 kernel
         rows, a = 2 * 8 * 2, torch.empty((), dtype=dtype).element_size()  # batch 2 × 8 positions × two LayerNorms
         measured, kernels = measured + rows * 32 * 2 * a, kernels + 2
     assert (measured, kernels) == (analytic, analytic_kernels)

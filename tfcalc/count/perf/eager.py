@@ -41,8 +41,10 @@ backward bytes, then the kernels forward / backward:
 5. RoPE (positions.apply_rope, rotate-half), per rotated element of Q and K: -x2 (a), cat (2a), x·cos
    (2a), rotated·sin (2a), add (3a) = 10a, 5 kernels for Q and 5 for K; the backward is the same five
    ops (grad·cos, grad·sin, the halves swapped and negated, cat, add): 10a, 5 + 5 kernels. Q/K norms
-   (Qwen3) are the norms above over Q's and K's heads, two calls each way. Partial rotary's slice and cat
-   of the passed channels are left out (GPT-NeoX, Phi: see the README's limits).
+   (Qwen3) are the norms above over Q's and K's heads, two calls each way. Partial rotary (GPT-NeoX,
+   Phi), per element of Q's and K's whole heads: the cat of the rotated and passed channels (2a, a
+   kernel each for Q and K); back, each slice's slice_backward (a zeroed head-wide gradient with its
+   part copied in: 3a over the two) and their sum (3a): 6a, 6 kernels.
 6. Attention's fused QKV projection (layers.Attention: one Linear, Q, K, V split by views): the
    backward cats dQ, dK, dV into its gradient, 2a per element of Q, K and V (a cross-attention's
    fused [K | V] the same over the source rows). The scores and softmax are the attention kernel's
@@ -170,6 +172,9 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
         if att.rope_theta is not None:
             rope = _term("rope", ROPE, tokens * (att.n_head + att.n_kv_head) * att.rope_dim, 1, a)
             out.append(Term("rope", rope.forward, rope.backward, 2 * ROPE.forward_kernels, 2 * ROPE.backward_kernels))
+            if att.rope_dim < att.head_dim:  # partial rotary: the passed channels (module docstring, 5)
+                heads = tokens * (att.n_head + att.n_kv_head) * att.head_dim
+                out.append(Term("rope", 2 * a * heads, 6 * a * heads, 2, 6))
     if cross is not None:
         out.append(_term("qkv", Cost(0, 2, 0, 1), batch * (src or seq) * (cross.k_width + cross.v_width), 1, a))
     out += _ffn_terms(block, tokens, a)
