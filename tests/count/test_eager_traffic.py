@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.conftest import tiny
+from tests.conftest import VASWANI_LIKE, tiny
 from tfcalc.count.perf import eager
 from tfcalc.model import build_model
 
@@ -89,6 +89,7 @@ LLAMA = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, attn_bias=Fal
              activation="silu", d_ff=48, n_kv_head=2)
 GPT2 = dict()  # LayerNorm with biases, GELU, biased Linears, learned positions
 QWEN3 = dict(LLAMA, qk_norm=True)  # RMSNorm over each head's Q and K before RoPE
+VASWANI = VASWANI_LIKE  # encoder-decoder, post-norm, sinusoids, ReLU, cross-attention
 NEOX = dict(pos_encoding="rope", rope_fraction=0.5, parallel_block="two_norms")  # partial rotary, parallel block
 
 
@@ -142,15 +143,16 @@ def test_the_loss_moves_what_the_model_says(dtype):
 def _whole(cfg, batch: int, dtype: torch.dtype) -> Traffic:
     model = build_model(cfg, "cpu", dtype).train()
     g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, cfg.vocab_size, (batch, 8), generator=g)
+    stacks = 1 + (cfg.arch == "encoder-decoder")  # source and target ids
+    ids = [torch.randint(0, cfg.vocab_size, (batch, 8), generator=g) for _ in range(stacks)]
     targets = torch.randint(0, cfg.vocab_size, (batch * 8,), generator=g)
     with Traffic() as mode:
-        F.cross_entropy(model(idx).float().flatten(0, 1), targets).backward()
+        F.cross_entropy(model(*ids).float().flatten(0, 1), targets).backward()
     return mode
 
 
-@pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (GPT2, torch.float32)], ids=["llama-bf16",
-                                                                                               "gpt2-fp32"])
+@pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (GPT2, torch.float32), (VASWANI, torch.float32)],
+                         ids=["llama-bf16", "gpt2-fp32", "vaswani-fp32"])
 def test_the_whole_step_moves_what_the_model_says(fields, dtype):
     """Embeddings, blocks, final norm, head and loss together (eager.terms), against a training step of the
     real model. Residues, stated: the token lookup's dispatch reads the whole table (which cancels with the
@@ -159,8 +161,9 @@ def test_the_whole_step_moves_what_the_model_says(fields, dtype):
     cfg = tiny(**fields, n_layer=2)
     measured = _whole(cfg, 4, dtype).bytes - _whole(cfg, 2, dtype).bytes
     a = torch.empty((), dtype=dtype).element_size()
-    tokens, d, V = 2 * 8, cfg.d_model, cfg.vocab_size
-    measured += tokens * d * a - tokens * 16 - tokens * V * 2 * 4 - tokens * 16
-    if fields is GPT2:  # 5 LayerNorms: 2 per block and the final one
-        measured += 5 * tokens * d * 2 * a
+    tokens, d, V, stacks = 2 * 8, cfg.d_model, cfg.vocab_size, 1 + (cfg.arch == "encoder-decoder")
+    measured += stacks * (tokens * d * a - tokens * 16) - tokens * V * 2 * 4 - tokens * 16
+    # LayerNorms: GPT-2 2 per block and the final one; the encoder-decoder (post-norm) 2 per encoder block, 3
+    # per decoder block
+    measured += {id(GPT2): 5, id(VASWANI): 10}.get(id(fields), 0) * tokens * d * 2 * a
     assert measured == sum(t.forward + t.backward for t in eager.terms(cfg, 2, 8, a))

@@ -47,8 +47,9 @@ backward bytes, then the kernels forward / backward:
    part copied in: 3a over the two) and their sum (3a): 6a, 6 kernels.
 6. Attention's fused QKV projection (layers.Attention: one Linear, Q, K, V split by views): the
    backward cats dQ, dK, dV into its gradient, 2a per element of Q, K and V (a cross-attention's
-   fused [K | V] the same over the source rows). The scores and softmax are the attention kernel's
-   (or, under "math", elementwise step 2's passes, in both modes).
+   fused [K | V] the same over the source rows, and the source states' gradients from its L readers
+   summed: L - 1 adds of 3a). The scores and softmax are the attention kernel's (or, under "math",
+   elementwise step 2's passes, in both modes).
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
@@ -121,13 +122,13 @@ def norm_cost(norm: Norm, a: int) -> tuple[Cost, Cost]:
 def activation_cost(activation: str, gated: bool, clamped: bool, a: int) -> Cost:
     """Per element of the FFN hidden (module docstring, 3)."""
     if clamped:
-        return _CLAMPED(a)
+        return clamped_swiglu_cost(a)
     if gated:
         return Cost(5 * a, 13 * a, 2, 4)
     return Cost(2 * a, 3 * a, 1, 1)
 
 
-def _CLAMPED(a: int) -> Cost:  # noqa: N802 -- a table row, written as a function of a
+def clamped_swiglu_cost(a: int) -> Cost:
     """gpt-oss's clamped SwiGLU (layers.ffn_hidden): clamp, clamp (2a each), g·alpha (2a), sigmoid (2a),
     g·σ (3a), up + 1 (2a), product (3a); back: the product's two (6a), g·σ's two (6a), sigmoid's (3a),
     ×alpha (2a), the clamps' (3a each), g's two gradients added (3a), the cat (4a)."""
@@ -175,7 +176,7 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
             if att.rope_dim < att.head_dim:  # partial rotary: the passed channels (module docstring, 5)
                 heads = tokens * (att.n_head + att.n_kv_head) * att.head_dim
                 out.append(Term("rope", 2 * a * heads, 6 * a * heads, 2, 6))
-    if cross is not None:
+    if cross is not None:  # its fused [K | V] over the source rows
         out.append(_term("qkv", Cost(0, 2, 0, 1), batch * (src or seq) * (cross.k_width + cross.v_width), 1, a))
     out += _ffn_terms(block, tokens, a)
     bias = bias_elements(block, batch, seq, src)
@@ -230,8 +231,10 @@ def stack_terms(cfg: ModelConfig, batch: int, seq: int, src: int | None, a: int)
         for block, layers in stack.kinds():
             out += [Term(t.component, t.forward * layers, t.backward * layers, t.forward_kernels * layers,
                          t.backward_kernels * layers) for t in block_terms(block, batch, length, src, a)]
-        if emb.shared_with is None or stack.name != "encoder":
-            out.append(_term("embeddings", Cost(2, 1, 1, 1), tokens * d, 1, a))
+        readers = sum(layers for block, layers in stack.kinds() if block.cross_attention is not None)
+        if readers > 1 and src is not None:  # the source states' gradients from each cross-attention, summed
+            out.append(_term("residual", Cost(0, 3, 0, 1), batch * src * d, readers - 1, a))
+        out.append(_term("embeddings", Cost(2, 1, 1, 1), tokens * d, 1, a))  # every stack gathers its tokens
         if emb.positions in ("learned", "sinusoidal"):
             learned = emb.positions == "learned"
             out.append(_term("embeddings", Cost(2, int(learned), 1, int(learned)), tokens * d, 1, a))
