@@ -15,7 +15,10 @@ efficiency over the causal pairs it computes (masked blocks skipped), forward an
 forward's FLOPs); under "math" attention as batched GEMMs over the full square, plus the scores'
 memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of it (full) or the score
 products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
-cost. Under --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
+cost: under kernels="eager" (the default: PyTorch without torch.compile) every op's bytes and kernel
+as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
+recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
+--compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
 (tfcalc.count.perf.fp8_time).
 
