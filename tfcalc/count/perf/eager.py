@@ -49,7 +49,8 @@ backward bytes, then the kernels forward / backward:
    backward cats dQ, dK, dV into its gradient, 2a per element of Q, K and V (a cross-attention's
    fused [K | V] the same over the source rows, and the source states' gradients from its L readers
    summed: L - 1 adds of 3a). The scores and softmax are the attention kernel's (or, under "math",
-   elementwise step 2's passes, in both modes).
+   elementwise step 2's passes, in both modes). DeepSeek's latent attention: latent_terms (derived from
+   tfcalc/model/latent.py, not dispatch-checked: see its docstring).
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
@@ -176,6 +177,8 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
             if att.rope_dim < att.head_dim:  # partial rotary: the passed channels (module docstring, 5)
                 heads = tokens * (att.n_head + att.n_kv_head) * att.head_dim
                 out.append(Term("rope", 2 * a * heads, 6 * a * heads, 2, 6))
+    if isinstance(att, LatentAttention):
+        out += latent_terms(att, tokens, a)
     if cross is not None:  # its fused [K | V] over the source rows
         out.append(_term("qkv", Cost(0, 2, 0, 1), batch * (src or seq) * (cross.k_width + cross.v_width), 1, a))
     out += _ffn_terms(block, tokens, a)
@@ -183,6 +186,29 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     if bias:
         out.append(Term("bias", 0.0, bias * a, 0, _biased_linears(block)))
     return out
+
+
+def latent_terms(att: LatentAttention, tokens: int, a: int) -> list[Term]:
+    """DeepSeek's latent attention (tfcalc.model.latent; module docstring, 6), per token: the norms on the
+    compressed Q (c_q) and KV latent (c_kv); RoPE on the H query heads' and the one shared key's h_r
+    channels (after de-interleaving them: a cat forward, two slice_backwards and their sum back); the
+    cats of [k_n | k_r expanded] (its backward sums the H copies of k_r) and [q_n | q_r]; backward, the
+    cats the splits of Q, of W_kvb's [k_n | v] and of W_kva's [latent | k_r] leave."""
+    H, hn, hr, hv, c = att.n_head, att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
+    out = _norm_terms(att.latent_norm(c), tokens * c, 1, a, "norms")
+    if att.q_lora_rank is not None:
+        out += _norm_terms(att.latent_norm(att.q_lora_rank), tokens * att.q_lora_rank, 1, a, "norms")
+    rotated = tokens * (H + 1) * hr
+    if att.rope_theta is not None:
+        rope = _term("rope", ROPE, rotated, 1, a)
+        out.append(Term("rope", rope.forward, rope.backward, 2 * ROPE.forward_kernels, 2 * ROPE.backward_kernels))
+        if att.interleave:
+            out.append(Term("rope", 2 * a * rotated, 6 * a * rotated, 2, 6))
+    head = H * (hn + hr)
+    k_cat = Term("qkv", a * tokens * (H * hn + hr + head), a * tokens * (H * hr + hr), 1, 1)
+    q_cat = Term("qkv", 2 * a * tokens * head, 0.0, 1, 0)
+    splits = Term("qkv", 0.0, 2 * a * tokens * (head + H * (hn + hv) + c + hr), 0, 3)
+    return out + [k_cat, q_cat, splits]
 
 
 def _biased_linears(block: Block) -> int:
