@@ -35,7 +35,7 @@ backward bytes, then the kernels forward / backward:
    projection split by views): act(gate) 2a, × up 3a; backward: two products 3a each, act's backward
    3a, and the cat of the gate's and up's gradients into the fused projection's (2a per element of
    the two halves: 4a per element of f): 13a, 2 / 4 kernels. gpt-oss's clamped SwiGLU: two clamps,
-   × alpha, sigmoid, × g, + 1, product (7 ops, 16a) and about twice as much back (see _CLAMPED).
+   × alpha, sigmoid, × g, + 1, product (7 ops, 16a) and about twice as much back (clamped_swiglu_cost).
 4. Residual add: x + f(x), 3a, 1 kernel; backward: the skip's gradient added to the branch's where the
    stream forks (autograd accumulates), 3a, 1 kernel. Granite's multiplier: 2a each way.
 5. RoPE (positions.apply_rope, rotate-half), per rotated element of Q and K: -x2 (a), cat (2a), x·cos
@@ -131,9 +131,11 @@ def activation_cost(activation: str, gated: bool, clamped: bool, a: int) -> Cost
 
 def clamped_swiglu_cost(a: int) -> Cost:
     """gpt-oss's clamped SwiGLU (layers.ffn_hidden): clamp, clamp (2a each), g·alpha (2a), sigmoid (2a),
-    g·σ (3a), up + 1 (2a), product (3a); back: the product's two (6a), g·σ's two (6a), sigmoid's (3a),
-    ×alpha (2a), the clamps' (3a each), g's two gradients added (3a), the cat (4a)."""
-    return Cost(16 * a, 33 * a, 7, 10)
+    g·σ (3a), up + 1 (2a), product (3a): 16a, 7 kernels; back: the product's two (6a), g·σ's two (6a),
+    sigmoid's (3a), ×alpha (2a), g's two gradients added (3a), the cat (4a), and the clamps' masks and
+    wheres (1-byte masks): min(gate, limit) le and where (3a + 2), clamp(up) ge, le, and, where
+    (4a + 6): 31a + 8, 16 kernels (with where's two scalar zeros)."""
+    return Cost(16 * a, 31 * a + 8, 7, 16)
 
 
 RESIDUAL = Cost(3, 3, 1, 1)  # × a
