@@ -186,14 +186,15 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
-         **overrides: Any) -> "PlanReport":
+         kernels: str = "eager", **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble') and cp: None is 1,
     1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
     'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule);
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
-    pp × V chunks (None: none for a layout, a search's choice)."""
+    pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
+    default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.shard import SPLIT_COUNTS
     from tfcalc.count.sharding import OFFLOAD
@@ -215,7 +216,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           else tuple(overlap) if isinstance(overlap, (list, tuple)) else overlap, cp=cp,
                           pp_split_counts=name_list("--pp-split-counts", pp_split_counts, SPLIT_COUNTS)
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
-                          if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts)
+                          if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
+                          kernels=kernels)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -117,6 +117,8 @@ class Layout:
     # the ends counted as a block each when the blocks are divided over the pp × V chunks (Megatron-LM's
     # --account-for-embedding/loss-in-pipeline-split; Llama 3, sec. 3.3.2): any of "embedding", "head"
     pp_split_counts: tuple[str, ...] = ()
+    # --- the non-matmul kernels (issue 20; tfcalc.count.perf.eager) ---
+    kernels: str = "eager"  # eager: PyTorch's op-by-op kernels; fused: Megatron/TE fused kernels, torch.compile
 
     @property
     def gpus(self) -> int:

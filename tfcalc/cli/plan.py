@@ -36,6 +36,8 @@ from tfcalc.cli.options import (
 )
 from tfcalc.cli.plan_options import (
     CP,
+    KernelMode,
+    Kernels,
     Overlap,
     PPSplitCounts,
     Schedule,
@@ -112,6 +114,7 @@ def plan(
     pp_split_counts: PPSplitCounts = None,
     overlap: Overlap = None,
     cp: CP = None,
+    kernels: Kernels = KernelMode.eager,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -167,7 +170,8 @@ def plan(
         top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
-        overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts))
+        overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
+        kernels=kernels.value)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

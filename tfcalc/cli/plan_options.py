@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfcalc.count.layout import KERNEL_MODES
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
 from tfcalc.count.shard import SPLIT_COUNTS
 from tfcalc.name_lists import name_list
@@ -37,6 +38,12 @@ CP = Annotated[Optional[int], typer.Option(
     "--cp", help="Context-parallel degree: the sequence split over C ranks (ring attention, Megatron-Core CP); GPUs "
     "= tp · cp · pp · dp, rank order tp, cp, dp, pp [default: 1; a search tries it for long sequences].",
     show_default=False, metavar="C")]
+KernelMode = enum.Enum("KernelMode", {name: name for name in KERNEL_MODES}, type=str)
+Kernels = Annotated[KernelMode, typer.Option(
+    "--kernels", help="The non-matmul kernels the step runs: eager (PyTorch op by op, each norm, RoPE, activation "
+    "and add its own kernels, fp32 where the module upcasts: what runs without torch.compile, as torchtitan's "
+    "published runs) or fused (one read and one write per element: Megatron-LM/Transformer Engine's fused kernels, "
+    "torch.compile).")]
 
 
 def split_count_names(values: Optional[list[str]]) -> Optional[tuple[str, ...]]:

@@ -29,12 +29,19 @@ from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the l
 
 ZERO_STAGES = (0, 1, 2, 3)
 ATTENTION_KERNELS = ("flash", "math")
+KERNEL_MODES = ("eager", "fused")  # the non-matmul kernels: tfcalc.count.perf.eager, or fused (elementwise)
 
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # True is an int to Python
             raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {shown(value)}")
+
+
+def check_kernels(kernels: object) -> None:
+    """--kernels: eager or fused (tfcalc.count.perf.eager), one line otherwise."""
+    if not isinstance(kernels, str) or kernels not in KERNEL_MODES:
+        raise InputError(f"--kernels must be one of {', '.join(KERNEL_MODES)}; got {shown(kernels)}")
 
 
 def check_layout(cfg: ModelConfig, layout: Layout) -> None:
@@ -47,6 +54,7 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--recompute must be one of {', '.join(RECOMPUTE)}; got {shown(layout.recompute)}")
     if not isinstance(layout.attention, str) or layout.attention not in ATTENTION_KERNELS:
         raise InputError(f"--attention must be one of {', '.join(ATTENTION_KERNELS)}; got {shown(layout.attention)}")
+    check_kernels(layout.kernels)
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
     blocks = total_blocks(cfg)

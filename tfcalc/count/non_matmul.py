@@ -85,7 +85,7 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     return out
 
 
-def _bias_elements(block: Block, batch: int, seq: int, src: int | None) -> int:
+def bias_elements(block: Block, batch: int, seq: int, src: int | None) -> int:
     """Output elements of the block's Linears with a bias: Q, K, V and O of each attention (a cross-attention's
     K and V over the sources), the FFN's (gate,) up and down for each routed copy (each buffer row), a
     shared expert's on every token."""
@@ -164,7 +164,7 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
                                          tokens * (att.q_width + att.k_width), 1)]
     if capped:
         out["softcap"] = [NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT, capped, 1)]
-    bias = _bias_elements(block, batch, seq, src)
+    bias = bias_elements(block, batch, seq, src)
     if bias:
         out["bias"] = [NonMatmulEntry("bias", f"{stack}bias adds", 1, bias, 1)]
     if att.rope_theta is not None:  # a NoPE layer rotates nothing

@@ -23,6 +23,7 @@ from tfcalc.count.layout import (
     ZERO_STAGES,
     Layout,
     candidate_layouts,
+    check_kernels,
     check_positions,
     resolve_degrees,
 )
@@ -83,6 +84,7 @@ class PlanRequest:
     overlap: tuple[str, ...] = ()  # of "tp", "pp"
     cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
     pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
+    kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
 
     @property
     def micro(self) -> int:
@@ -236,7 +238,8 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   zero=request.zero or 0, recompute=request.recompute or "none",
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
-                  cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), **sharding_fields(request))
+                  cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), kernels=request.kernels,
+                  **sharding_fields(request))
 
 
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
@@ -296,6 +299,7 @@ def check_request(request: PlanRequest) -> None:
         check_size("--micro-batch", r.micro_batch)
     check_size("--top", r.top)
     check_schedule_request(r)
+    check_kernels(r.kernels)
     if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
                                  or not 1 <= r.tokens <= MAX_TOKENS):
         raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")

@@ -38,7 +38,8 @@ def short(layout: Layout) -> str:
         f" ({'+'.join(layout.pp_split_counts)} as blocks)" if layout.pp_split_counts else "")
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
-    more = sharding.describe(layout)
+    more = sharding.describe(layout) + (", fused kernels" if layout.kernels == "fused" else "")
+    more = more.lstrip(", ")
     return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
             f"{micro}{overlap}" + (f" · {more}" if more else ""))
 
@@ -138,7 +139,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
     t = doc.table(f"Step time {basis}; {L.dtype} peak {peak}",
                   Column("Step"), Column("Seconds", "seconds"), Column("How", priority=1), name="step")
     t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs; matmuls "
-          f"{st.matmul_s:.3g} s at their GEMM shapes, the rest non-matmul traffic and kernel costs")
+          f"{st.matmul_s:.3g} s at their GEMM shapes, the rest non-matmul traffic ({L.kernels} kernels) and "
+          "kernel costs")
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that"}[L.schedule]

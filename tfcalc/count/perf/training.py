@@ -15,7 +15,10 @@ efficiency over the causal pairs it computes (masked blocks skipped), forward an
 forward's FLOPs); under "math" attention as batched GEMMs over the full square, plus the scores'
 memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of it (full) or the score
 products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
-cost. Under --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
+cost: under kernels="eager" (the default: PyTorch without torch.compile) every op's bytes and kernel
+as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
+recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
+--compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
 (tfcalc.count.perf.fp8_time).
 
@@ -34,7 +37,7 @@ from tfcalc.count.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.flops import MatmulEntry, matmul_entries
 from tfcalc.count.fp8 import runs_fp8
 from tfcalc.count.memory import activation_element_bytes
-from tfcalc.count.perf import elementwise, fp8_time, gemm
+from tfcalc.count.perf import eager, elementwise, fp8_time, gemm
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.shard import total_blocks
 from tfcalc.workload import Layout
@@ -151,18 +154,39 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         kernels += e.copies
         if e.component in SCORES and e.component.endswith("qk"):
             score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
-    nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
-    traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
-    if layout.attention == "math":
-        traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
-    kernels += sum(e.copies for e in nm)
     again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (tfcalc.count.op_recompute)
-    passes = 1 + elementwise.BACKWARD_TRAFFIC + again
-    other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
+    if layout.kernels == "eager":
+        traffic, other, forward_kernels = _eager_other(cfg, layout, act, score_elements, kernels, again, bandwidth,
+                                                       perf)
+    else:
+        nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
+        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
+        if layout.attention == "math":
+            traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
+        kernels += sum(e.copies for e in nm)
+        passes = 1 + elementwise.BACKWARD_TRAFFIC + again
+        other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
+        forward_kernels = kernels
     full = layout.recompute == "full"  # recompute casts the forward's inputs again
     other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth + cast_kernels * perf.kernel_s
               * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
-    forward_kernels = kernels + fp8_time.CAST_KERNELS_FORWARD * cast_kernels
+    forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
     return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
                           block_w / blocks, head_w, block_attn / blocks)
+
+
+def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
+                 bandwidth: float, perf: PerfSpec) -> tuple[float, float, int]:
+    """kernels="eager": the non-matmul ops as eager PyTorch runs them, each its own kernel (tfcalc.count.perf.eager),
+    forward, backward and (full or op recompute) the forward's again; the "math" scores' passes as fused.
+    (forward bytes, seconds of the non-matmul work and every kernel's fixed cost, forward kernels)."""
+    fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                                layout.sequence_parallel)
+    fwd, bwd = fwd / layout.cp, bwd / layout.cp
+    if layout.attention == "math":
+        scores = elementwise.score_traffic(score_elements, act, layout.dropout)
+        fwd, bwd = fwd + scores, bwd + scores * elementwise.BACKWARD_TRAFFIC
+    matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
+    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
+    return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
