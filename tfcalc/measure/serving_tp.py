@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     with open(os.path.join(folder, f"rank-{dist.get_rank()}.json"), "w", encoding="utf-8") as f:
         json.dump(answer, f)
+    # Both ranks leave together: without it rank 0 (the TCPStore's host) could exit while rank 1 still tears
+    # down its gloo pairs, and rank 1 then died in std::terminate ("terminate called without an active
+    # exception", SIGABRT) -- seen in tests/measure/test_serving_tp_measured.py; tfcalc.measure.distributed
+    # has always had this barrier and never showed it.
+    dist.barrier()
     dist.destroy_process_group()
 
 
