@@ -18,6 +18,22 @@ from tfcalc.cli.app import run
 from tfcalc.config import ModelConfig, replace
 
 
+def single_device_first_loss(cfg: ModelConfig) -> float:
+    """The measured pipelines' reference: the first micro-batch's loss of the same model (seed 0) on one
+    device, fp32, on the tokens the ranks draw (generator seed 1000, a (2, 16) batch, micro-batch 1)."""
+    import torch
+    import torch.nn.functional as F
+
+    from tfcalc.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", torch.float32)
+    gen = torch.Generator().manual_seed(1000)
+    idx = torch.randint(0, cfg.vocab_size, (2, 16), generator=gen)[:1]
+    with torch.no_grad():
+        return float(F.cross_entropy(model(idx).float().view(-1, cfg.vocab_size), idx.view(-1)))
+
+
 def tiny(**changes) -> ModelConfig:
     """A 2-layer GPT-2-shaped config small enough for a CPU forward pass in milliseconds."""
     fields = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16)

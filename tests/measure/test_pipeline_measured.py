@@ -7,16 +7,13 @@ the first loss equals the single-device model's. And what is refused, before any
 import dataclasses
 
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import assert_one_line_error, tiny
+from conftest import assert_one_line_error, single_device_first_loss, tiny
 
 from tfcalc.count.layout import Layout
 from tfcalc.count.plan import make_plan
 from tfcalc.count.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.launch import launch
-from tfcalc.model import build_model
 from tfcalc.report.plan_check import PlanCheck, measured_layout, stage_plans
 
 CFG = tiny(n_layer=4, n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
@@ -58,13 +55,8 @@ def test_saved_activations_and_first_loss(checks, name):
     assert check.plan.memory.stage == 0
     forwards = 2 * LAYOUTS[name].virtual_stages  # chunk forwards on rank 0: m × V
     assert 0 <= check.rank0["activation_bytes"] - check.plan.memory.activations <= 1024 * forwards
-    torch.manual_seed(0)
-    model = build_model(CFG, "cpu", torch.float32)
-    gen = torch.Generator().manual_seed(1000)
-    idx = torch.randint(0, CFG.vocab_size, (2, 16), generator=gen)[:1]
-    with torch.no_grad():
-        expected = F.cross_entropy(model(idx).float().view(-1, CFG.vocab_size), idx.view(-1))
-    assert all(r["first_loss"] == pytest.approx(float(expected), rel=1e-5) for r in check.ranks)
+    expected = single_device_first_loss(CFG)
+    assert all(r["first_loss"] == pytest.approx(expected, rel=1e-5) for r in check.ranks)
 
 
 def test_zero_bubble_runs_pytorchs_zero_bubble_schedule(checks):

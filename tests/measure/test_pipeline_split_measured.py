@@ -16,16 +16,13 @@ micro-batch, 2V − 1 = 3)."""
 import dataclasses
 
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import tiny
+from conftest import single_device_first_loss, tiny
 
 from tfcalc.count.layout import Layout
 from tfcalc.count.plan import make_plan
 from tfcalc.count.rank_memory import stage_params
 from tfcalc.count.steptime import Hardware
 from tfcalc.measure.launch import launch
-from tfcalc.model import build_model
 from tfcalc.report.plan_check import PlanCheck, stage_plans
 
 BASE = dict(n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
@@ -72,13 +69,8 @@ def test_the_ranks_hold_the_hand_placement(checks):
 @pytest.mark.parametrize("name", list(RUNS))
 def test_first_loss_is_the_single_device_models(checks, name):
     cfg, _ = RUNS[name]
-    torch.manual_seed(0)
-    model = build_model(cfg, "cpu", torch.float32)
-    gen = torch.Generator().manual_seed(1000)
-    idx = torch.randint(0, cfg.vocab_size, (2, 16), generator=gen)[:1]
-    with torch.no_grad():
-        expected = F.cross_entropy(model(idx).float().view(-1, cfg.vocab_size), idx.view(-1))
-    assert all(r["first_loss"] == pytest.approx(float(expected), rel=1e-5) for r in checks[name].ranks)
+    expected = single_device_first_loss(cfg)
+    assert all(r["first_loss"] == pytest.approx(expected, rel=1e-5) for r in checks[name].ranks)
 
 
 @pytest.mark.parametrize("name", list(RUNS))

@@ -36,28 +36,27 @@ def _positive(name: str, value: object) -> None:
         raise InputError(f"{name} must be a positive integer; got {shown(value)}")
 
 
+def _check_names(flag: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A list flag's value (the API's sequence) as a tuple of names, each once, from ``allowed``; or
+    InputError, one line."""
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{flag} must be a list of {' and '.join(allowed)}; got {shown(value)}")
+    bad = [v for v in value if v not in allowed]
+    if bad:
+        raise InputError(f"{flag} takes {', '.join(allowed)} (comma-separated); got {shown(bad[0])}")
+    if len(set(value)) != len(value):
+        raise InputError(f"{flag} names each of {', '.join(allowed)} once; got {','.join(value)}")
+    return tuple(value)
+
+
 def check_overlap(overlap: object) -> tuple[str, ...]:
     """The --overlap value as a tuple of names (each once, from OVERLAPS), or InputError."""
-    if not isinstance(overlap, (tuple, list)) or not all(isinstance(o, str) for o in overlap):
-        raise InputError(f"--overlap must be a list of {' and '.join(OVERLAPS)}; got {shown(overlap)}")
-    bad = [o for o in overlap if o not in OVERLAPS]
-    if bad:
-        raise InputError(f"--overlap takes {', '.join(OVERLAPS)} (comma-separated); got {shown(bad[0])}")
-    if len(set(overlap)) != len(overlap):
-        raise InputError(f"--overlap names each of {', '.join(OVERLAPS)} once; got {','.join(overlap)}")
-    return tuple(overlap)
+    return _check_names("--overlap", overlap, OVERLAPS)
 
 
 def check_split_counts(counted: object) -> tuple[str, ...]:
     """The --pp-split-counts value as a tuple of names (each once, from SPLIT_COUNTS), or InputError."""
-    if not isinstance(counted, (tuple, list)) or not all(isinstance(c, str) for c in counted):
-        raise InputError(f"--pp-split-counts must be a list of {' and '.join(SPLIT_COUNTS)}; got {shown(counted)}")
-    bad = [c for c in counted if c not in SPLIT_COUNTS]
-    if bad:
-        raise InputError(f"--pp-split-counts takes {', '.join(SPLIT_COUNTS)} (comma-separated); got {shown(bad[0])}")
-    if len(set(counted)) != len(counted):
-        raise InputError(f"--pp-split-counts names each of {', '.join(SPLIT_COUNTS)} once; got {','.join(counted)}")
-    return tuple(counted)
+    return _check_names("--pp-split-counts", counted, SPLIT_COUNTS)
 
 
 def _check_split(cfg: ModelConfig, L: Layout) -> None:
