@@ -90,4 +90,4 @@ def test_group_bus_counts_the_nics_a_node_drives(hw, group, tp, dp, hsdp, bus):
     with r ranks in a node drives r NICs, capped by the node's own links; hand values in the comments."""
     L = Layout(tp=tp, pp=1, dp=dp, seq=2048, global_batch=dp, micro_batch=1, zero=3 if hsdp else 0, hsdp=hsdp)
     size = {"dp": dp, "dp_replicate": dp // (hsdp or 1), "dp_shard": hsdp or dp}[group]
-    assert group_bus_bytes_per_s(group, L, hw, size) == pytest.approx(bus)
+    assert group_bus_bytes_per_s(hw, size, group_nodes(group, L, hw.gpus_per_node, size)) == pytest.approx(bus)

@@ -198,20 +198,19 @@ def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> in
     return -(-size // per_node)
 
 
-def group_bus_bytes_per_s(group: str, layout: Layout, hw: Hardware, size: int) -> float:
-    """Step 4's bus bandwidth β of a group (bytes/s, NCCL's Simple protocol). Inside a node, the intra-node
-    link's. Across nodes, NCCL runs one channel per network interface the group's ranks in a node own and
-    sums them -- ``busBw = nChannels × bwInter`` (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel; the
+def group_bus_bytes_per_s(hw: Hardware, size: int, nodes: int) -> float:
+    """Step 4's bus bandwidth β of a group of ``size`` ranks over ``nodes`` nodes (group_nodes; bytes/s,
+    NCCL's Simple protocol). Inside a node (nodes 1), the intra-node link's. Across nodes, NCCL runs one
+    channel per network interface the group's ranks in a node own and sums them -- ``busBw = nChannels × bwInter`` (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel; the
     topology search in src/graph/search.cc gives a rail-optimized node one channel per NIC): a group with
     r ranks in each node moves r × (the network per GPU) across it, up to what the links inside the node
     carry. A data-parallel group of 64 A100s in 8 nodes: min(8 × 25 × 0.9, 300 × 0.8) = 180 GB/s, not
     22.5 -- the ~190 GB/s nccl-tests all_reduce_perf reaches between DGX A100 nodes with eight 200 Gb/s
     HDR NICs; one rank per node (TP 8 fills the node, or HSDP's replicas) stays at one NIC's 22.5 GB/s."""
-    if group_in_node(group, layout, hw.gpus_per_node):
-        return hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link]
-    nic = hw.inter_node_bytes_per_s * hw.perf.link_efficiency["network"]
-    local = -(-size // group_nodes(group, layout, hw.gpus_per_node, size))
-    return min(local * nic, hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link])
+    intra = hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link]
+    if nodes == 1:
+        return intra
+    return min(-(-size // nodes) * hw.inter_node_bytes_per_s * hw.perf.link_efficiency["network"], intra)
 
 
 def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
@@ -225,7 +224,7 @@ def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
     if c.op in alpha_beta.NCCL_OPS and calls:
         nodes = 1 if inside else group_nodes(c.group, layout, hw.gpus_per_node, c.group_size)
         return alpha_beta.nccl_seconds(c.op, c.payload_bytes, c.sent_bytes, c.group_size, nodes, calls,
-                                       hw.intra_link, group_bus_bytes_per_s(c.group, layout, hw, c.group_size))
+                                       hw.intra_link, group_bus_bytes_per_s(hw, c.group_size, nodes))
     return alpha_beta.seconds(c.op, c.sent_bytes, c.group_size, calls, rate, hw.perf.link_latency_s[kind],
                               hw.perf.link_efficiency[kind])
 
