@@ -201,12 +201,13 @@ def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> in
 def group_bus_bytes_per_s(hw: Hardware, size: int, nodes: int) -> float:
     """Step 4's bus bandwidth β of a group of ``size`` ranks over ``nodes`` nodes (group_nodes; bytes/s,
     NCCL's Simple protocol). Inside a node (nodes 1), the intra-node link's. Across nodes, NCCL runs one
-    channel per network interface the group's ranks in a node own and sums them -- ``busBw = nChannels × bwInter`` (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel; the
-    topology search in src/graph/search.cc gives a rail-optimized node one channel per NIC): a group with
-    r ranks in each node moves r × (the network per GPU) across it, up to what the links inside the node
-    carry. A data-parallel group of 64 A100s in 8 nodes: min(8 × 25 × 0.9, 300 × 0.8) = 180 GB/s, not
-    22.5 -- the ~190 GB/s nccl-tests all_reduce_perf reaches between DGX A100 nodes with eight 200 Gb/s
-    HDR NICs; one rank per node (TP 8 fills the node, or HSDP's replicas) stays at one NIC's 22.5 GB/s."""
+    channel per network interface the group's ranks in a node own and sums them -- ``busBw = nChannels ×
+    bwInter`` (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel; the topology search in
+    src/graph/search.cc gives a rail-optimized node one channel per NIC): a group with r ranks in each node
+    moves r × (the network per GPU) across it, up to what the links inside the node carry. A data-parallel
+    group of 64 A100s in 8 nodes: min(8 × 25 × 0.9, 300 × 0.8) = 180 GB/s, not 22.5 -- the ~190 GB/s
+    nccl-tests all_reduce_perf reaches between DGX A100 nodes with eight 200 Gb/s HDR NICs; one rank per
+    node (TP 8 fills the node, or HSDP's replicas) stays at one NIC's 22.5 GB/s."""
     intra = hw.intra_node_bytes_per_s * hw.perf.link_efficiency[hw.intra_link]
     if nodes == 1:
         return intra
