@@ -170,6 +170,14 @@ class Reader:
             raise self.fail(f"'architectures' {shown(names[0])} is not supported (supported: {', '.join(classes)})")
         return classes[names[0]]
 
+    def causal_or_base(self, prefix: str) -> str:
+        """The head of a type whose classes are ``{prefix}ForCausalLM`` (the default: an LM head) and
+        ``{prefix}Model`` (the bare model: base_model()); which of the two, 'causal' or 'base'."""
+        kind = self.head({f"{prefix}ForCausalLM": "causal", f"{prefix}Model": "base"}, f"{prefix}ForCausalLM")
+        if kind == "base":
+            self.base_model()
+        return kind
+
     def base_model(self) -> None:
         """The bare model (LlamaModel, GPT2Model, ...): hidden states after the final norm, no LM head."""
         self.fields.update(lm_head=False, tie_embeddings=False, logit_softcap=None)
