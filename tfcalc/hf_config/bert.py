@@ -16,7 +16,7 @@ _BERT_HEADS = {"BertModel": "base", "BertForMaskedLM": "masked", "BertLMHeadMode
 
 
 def bert(r: Reader, heads: dict[str, str] = _BERT_HEADS, default: str = "BertModel") -> None:
-    """BERT, or a type of its layout (RoBERTa: tfcalc.hf_config.more), with that type's head classes."""
+    """BERT, or a type of its layout (RoBERTa: tfcalc.hf_config.roberta), with that type's head classes."""
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
                ("intermediate_size", "d_ff"), ("vocab_size", "vocab_size"), ("max_position_embeddings", "max_seq_len"))
     positions = r.get("position_embedding_type", "absolute")

@@ -2,7 +2,7 @@
 LayerNorm before attention and FFN side by side (CohereDecoderLayer), a gated SiLU FFN, logits times logit_scale
 (default 0.0625), tied head, use_qk_norm: bias-free LayerNorms over each head with weights of their own per head. Its
 RoPE rotates interleaved pairs (2i, 2i+1); the checkpoint map permutes Q and K rows into tfcalc's rotate-half layout
-(tfcalc.checkpoint.names_more), which changes no count.
+(tfcalc.checkpoint.names_dense_families), which changes no count.
 """
 
 from __future__ import annotations
