@@ -16,29 +16,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from calibration_held_out import held_out_rows  # noqa: E402
+from calibration_row import GPTJ, Row  # noqa: E402
+
 import tfcalc  # noqa: E402
 
 BAND = (0.8, 1.25)
 GROUPS = ("training throughput", "iteration time", "inference throughput", "first-token latency", "memory")
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
-
-
-@dataclass(frozen=True)
-class Row:
-    group: str
-    label: str
-    source: str
-    published: float
-    unit: str
-    predict: Callable[[], float]
-    held_out: bool = False
 
 
 # ---------- training: Megatron-LM GPT shapes (Narayanan et al. 2021; Korthikanti et al. 2022) ----------
@@ -110,10 +102,6 @@ def decode_rate(preset: str, dtype: str, group: int | None = None) -> Callable[[
         r = tfcalc.infer(preset, batch=1, seq=PROMPT, gen=200, dtype=dtype, group_size=group, device_spec="a100-80gb")
         return r.to_json()["decode_tokens_per_s"]
     return run
-
-
-GPTJ = dict(n_layer=28, d_model=4096, n_head=16, d_head=256, d_ff=16384, vocab_size=50400, max_seq_len=2048,
-            pos_encoding="rope", rope_fraction=0.25, tie_embeddings=False, lm_head_bias=True)  # HF GPTJConfig
 
 
 def trt_rate(preset: str, batch: int, inp: int, out: int, **over) -> Callable[[], float]:
@@ -189,9 +177,7 @@ def rows() -> list[Row]:
 
 def held_out() -> list[Row]:
     """Published figures of the same kinds, not in calibration.md: reported, never fitted."""
-    from calibration_held_out import held_out_rows  # benchmarks/calibration_held_out.py
-
-    return [replace(r, held_out=True) for r in held_out_rows(gpt)]
+    return [replace(r, held_out=True) for r in held_out_rows()]
 
 
 # ---------- output ----------
@@ -265,5 +251,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())

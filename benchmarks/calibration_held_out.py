@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from calibration_row import GPTJ, Row
+
 import tfcalc
 
 LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
@@ -114,9 +116,7 @@ TRT_TP = [("GPT-J 6B", "gpt3-6.7b", True, 120, 128, 2048, 2, 2192),
           ("LLaMA 70B", "llama2-70b", False, 120, 2048, 128, 4, 79)]
 
 
-def held_out_rows(gpt) -> list:
-    from calibration import GPTJ, Row
-
+def held_out_rows() -> list[Row]:
     out = [Row("training throughput", f"Llama 3 405B, {g:,} H100, TP 8, PP 16 interleaved V 8, DP {dp}",
                "Dubey et al. 2024, Table 4", mfu, "% MFU", llama3_mfu(dp, per))
            for g, dp, per, mfu in ((8192, 64, 32, 43), (16384, 128, 16, 41))]

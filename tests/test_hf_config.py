@@ -324,3 +324,26 @@ def test_what_the_new_types_map_to(tmp_path):
         "encoder-decoder", "relative", 32, 1.0, 12)
     base = load(_write(tmp_path, {**QWEN3_8B, "architectures": ["Qwen3Model"]}, folder="q3"))
     assert not base.lm_head and base.qk_norm and count.total(base) == 8_190_735_360 - 151936 * 4096
+
+
+def test_one_registry_names_every_family_module_and_loads_it_lazily():
+    """tfcalc.hf_config.REGISTRY is the one table: each row's module and function exist, each family module
+    under tfcalc/hf_config/ is named by a row, and reading the package imports no family module until a file
+    of its type is read (a fresh interpreter: the test process has imported them all by now)."""
+    import importlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tfcalc.hf_config import REGISTRY
+
+    shared = {"__init__", "reader", "llama_like", "layers", "layer_pattern"}
+    folder = Path(importlib.import_module("tfcalc.hf_config").__file__).parent
+    families = {p.stem for p in folder.glob("*.py")} - shared
+    assert families == {module for module, _ in REGISTRY.values()}
+    for model_type, (module, function) in REGISTRY.items():
+        assert callable(getattr(importlib.import_module(f"tfcalc.hf_config.{module}"), function)), model_type
+    code = ("import sys, tfcalc.hf_config as h; "
+            "print(sorted(m for m in sys.modules if m.startswith('tfcalc.hf_config.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['tfcalc.hf_config.layer_pattern', 'tfcalc.hf_config.reader']"

@@ -8,7 +8,7 @@ import pytest
 from tfcalc.measure.bench_run import BenchPlan
 from tfcalc.measure.decode import DecodePlan
 from tfcalc.presets import load
-from tfcalc.report.infer import InferOptions
+from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.memory import MemoryOptions
 from tfcalc.report.plan import PlanRequest
 from tfcalc.workload import Layout, Workload, decoder_source

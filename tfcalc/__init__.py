@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tfcalc.report.compare import CompareReport
     from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
-    from tfcalc.report.infer import InferReport
+    from tfcalc.report.infer_report import InferReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
@@ -157,7 +157,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
     rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates"); with
     measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget)."""
-    from tfcalc.report.infer import InferOptions, build_infer
+    from tfcalc.report.infer import build_infer
+    from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
 
     # one size, or several; anything else goes on as it is, for the one check of the CLI (report.infer)

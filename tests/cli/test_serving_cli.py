@@ -20,7 +20,8 @@ from tfcalc.cli.render import (
 )
 from tfcalc.report import resolve
 from tfcalc.report.devices import build_devices
-from tfcalc.report.infer import InferOptions, build_infer
+from tfcalc.report.infer import build_infer
+from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.scan_decode import build_decode_scan
 
 CONTRACT = {"prefill_s", "decode_s_per_token", "decode_tokens_per_s", "bytes_per_token", "bound",

@@ -16,7 +16,8 @@ from tfcalc.measure import continuous as measured
 from tfcalc.measure.continuous import ContinuousPlan, arrivals, run_continuous
 from tfcalc.measure.fit import Limit
 from tfcalc.report import resolve
-from tfcalc.report.infer import InferOptions, build_infer
+from tfcalc.report.infer import build_infer
+from tfcalc.report.infer_options import InferOptions
 
 CFG = tiny(pos_encoding="rope", vocab_size=64, max_seq_len=64, tie_embeddings=False)  # untied: tokens follow attention
 TINY = ("--set", "n_layer=1", "--set", "d_model=32", "--set", "n_head=4", "--set", "vocab_size=64",

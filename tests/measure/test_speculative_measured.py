@@ -15,7 +15,8 @@ from tfcalc.measure import bench
 from tfcalc.measure.speculative import SpeculativePlan, _plain, _speculate, run_speculative
 from tfcalc.model import build_model
 from tfcalc.report import resolve
-from tfcalc.report.infer import InferOptions, build_infer
+from tfcalc.report.infer import build_infer
+from tfcalc.report.infer_options import InferOptions
 
 ROPE = dict(pos_encoding="rope", vocab_size=64, max_seq_len=64, tie_embeddings=False)
 TARGET = "name: tgt\nn_layer: 2\nd_model: 48\nn_head: 4\nvocab_size: 64\nmax_seq_len: 64\npos_encoding: rope\n" \

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.architecture import Architecture, MoE
-from tfcalc.checkpoint import names_more
+from tfcalc.checkpoint import names_dense_families
 from tfcalc.config import ModelConfig
 from tfcalc.count.components import block_of
 
@@ -300,8 +300,8 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     model_type = MULTIMODAL.get(model_type, model_type)
     if model_type in _DEEPSEEK:
         table = _deepseek_rules(arch, model_type)
-    elif model_type in names_more.TYPES:  # issue 22's dense types
-        table = names_more.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
+    elif model_type in names_dense_families.TYPES:
+        table = names_dense_families.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
     elif model_type in _LLAMA_LIKE:
         table = _llama_rules(arch, model_type)
     elif model_type == "gpt_oss":

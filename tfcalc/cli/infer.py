@@ -49,7 +49,8 @@ from tfcalc.cli.options import (
 from tfcalc.count.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import continuous_measured, resolve, speculative_measured
-from tfcalc.report.infer import InferOptions, build_infer
+from tfcalc.report.infer import build_infer
+from tfcalc.report.infer_options import InferOptions
 from tfcalc.workload import default_dtype
 
 TableOption = table_option("serving", "roofline", "speculative", "speculative-measured", "continuous",

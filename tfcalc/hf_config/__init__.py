@@ -1,37 +1,80 @@
 """Hugging Face ``config.json`` files, read from a local path and mapped onto ModelConfig (no network).
 
 Pure Python, like tfcalc.config. Each supported ``model_type`` maps the keys that shape the counts; the
-rest of the architecture is what that model type's Hugging Face modelling code builds (the modules:
-``gpt_bert`` for gpt2 and bert, ``llama_like`` for llama, mistral, mixtral, qwen2, qwen2_moe, qwen3,
-phi3, gemma and gemma2, ``others`` for gpt_neox, falcon, opt and t5, ``moe`` for qwen3_moe and gpt_oss,
-``deepseek`` for deepseek_v3, kimi_k2 and deepseek_v2, ``more`` for phi, starcoder2, cohere, granite, gpt_bigcode,
-bloom and roberta, ``recent`` for smollm3, olmo2 and glm4, ``gemma3`` and ``llama4``; ``reader`` for what they
-share, ``layers`` for per-layer attention).
+rest of the architecture is what that model type's Hugging Face modelling code builds. One module per
+family, named after its model_type (``llama``, ``qwen2_moe``, ``gemma3`` for gemma3 and gemma3_text,
+``deepseek`` for deepseek_v3, kimi_k2 and deepseek_v2, ...), each listed once in ``REGISTRY`` below and
+imported when a file of its type is read. What the families share: ``reader`` (the Reader: keys, types,
+defaults, refusals), ``llama_like`` (the keys of every Llama-shaped file), ``layers`` (per-layer attention:
+layer_types, no_rope_layers) and ``layer_pattern`` (a list of layer kinds written as a pattern).
 
 A key left out takes the default of that model type's Hugging Face config class. ``architectures``
 picks the head (a causal LM head, BERT's masked-LM head, or the bare model without one); ``torch_dtype``
 is kept as the config's ``dtype``. Every problem is one ConfigError line naming the file and the Hugging
 Face key; a key that would change a count and that tfcalc cannot build is refused by name.
+
+Adding a type: its module here (a function ``f(r: Reader) -> None`` filling ``r.fields``), one row in
+``REGISTRY``, its row in the README's "Supported model types", and a test against transformers' own model.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any, Callable
 
 from tfcalc import reading
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
-from tfcalc.hf_config import deepseek, gemma3, gpt_bert, llama4, llama_like, moe, more, others, recent
 from tfcalc.hf_config.reader import Reader
 
-_MAPPERS: dict[str, Callable[[Reader], None]] = {
-    "bert": gpt_bert.bert, "gpt2": gpt_bert.gpt2, **llama_like.MAPPERS, **others.MAPPERS, **moe.MAPPERS,
-    **deepseek.MAPPERS,  # deepseek_v3, kimi_k2, deepseek_v2
-    **more.MAPPERS,  # issue 22: phi, starcoder2, cohere, granite, gpt_bigcode, bloom, roberta
-    **recent.MAPPERS, **gemma3.MAPPERS, **llama4.MAPPERS,  # issue 22: smollm3, olmo2, glm4, gemma3, llama4
+# model_type -> (module of tfcalc.hf_config, its function that reads the file into ModelConfig fields): the one
+# table of the types tfcalc reads, each module imported when a file of its type is read (vLLM's model registry,
+# vllm/model_executor/models/registry.py: an architecture name -> module and class, loaded lazily). A family is
+# one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model).
+REGISTRY: dict[str, tuple[str, str]] = {
+    "bert": ("bert", "bert"),
+    "bloom": ("bloom", "bloom"),
+    "cohere": ("cohere", "cohere"),
+    "deepseek_v2": ("deepseek", "deepseek_v2"),
+    "deepseek_v3": ("deepseek", "deepseek_v3"),
+    "falcon": ("falcon", "falcon"),
+    "gemma": ("gemma", "gemma"),
+    "gemma2": ("gemma2", "gemma2"),
+    "gemma3": ("gemma3", "gemma3"),
+    "gemma3_text": ("gemma3", "gemma3_text"),
+    "glm4": ("glm4", "glm4"),
+    "gpt2": ("gpt2", "gpt2"),
+    "gpt_bigcode": ("gpt_bigcode", "gpt_bigcode"),
+    "gpt_neox": ("gpt_neox", "gpt_neox"),
+    "gpt_oss": ("gpt_oss", "gpt_oss"),
+    "granite": ("granite", "granite"),
+    "kimi_k2": ("deepseek", "deepseek_v3"),
+    "llama": ("llama", "llama"),
+    "llama4": ("llama4", "llama4"),
+    "llama4_text": ("llama4", "llama4_text"),
+    "mistral": ("mistral", "mistral"),
+    "mixtral": ("mixtral", "mixtral"),
+    "olmo2": ("olmo2", "olmo2"),
+    "opt": ("opt", "opt"),
+    "phi": ("phi", "phi"),
+    "phi3": ("phi3", "phi3"),
+    "qwen2": ("qwen2", "qwen2"),
+    "qwen2_moe": ("qwen2_moe", "qwen2_moe"),
+    "qwen3": ("qwen3", "qwen3"),
+    "qwen3_moe": ("qwen3_moe", "qwen3_moe"),
+    "roberta": ("roberta", "roberta"),
+    "smollm3": ("smollm3", "smollm3"),
+    "starcoder2": ("starcoder2", "starcoder2"),
+    "t5": ("t5", "t5"),
 }
-SUPPORTED_MODEL_TYPES = tuple(sorted(_MAPPERS))
+SUPPORTED_MODEL_TYPES = tuple(sorted(REGISTRY))
+
+
+def mapper(model_type: str) -> Callable[[Reader], None]:
+    """The function that reads a file of this (registered) model_type, its module imported on first use."""
+    module, function = REGISTRY[model_type]
+    return getattr(importlib.import_module(f"tfcalc.hf_config.{module}"), function)
 
 
 def config_fields(raw: Any, path: Path) -> dict[str, Any]:
@@ -42,10 +85,10 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
     model_type = raw.get("model_type")
     if model_type is None:
         raise ConfigError(f"{path}: no 'model_type' field, so not a Hugging Face config.json (supported: {supported})")
-    if not isinstance(model_type, str) or model_type not in _MAPPERS:
+    if not isinstance(model_type, str) or model_type not in REGISTRY:
         raise ConfigError(f"{path}: model_type {shown(model_type)} is not supported (supported: {supported})")
     reader = Reader(raw, str(path))
-    _MAPPERS[model_type](reader)
+    mapper(model_type)(reader)
     # ~/models/Meta-Llama-3-8B/config.json is named after its folder
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     return {"name": name, "source": f"{path} (Hugging Face config.json, model_type {model_type})", **reader.fields}

@@ -19,7 +19,7 @@ heads (transformers builds neither), scoring_func other than the router's.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from tfcalc.errors import shown
 from tfcalc.hf_config.reader import Reader
@@ -104,11 +104,6 @@ def _yarn(r: Reader) -> None:
     r.fields.update(sub.fields, rope_scaling="yarn")
 
 
-def _finish(r: Reader, prefix: str) -> None:
-    if r.head({f"{prefix}ForCausalLM": "causal", f"{prefix}Model": "base"}, f"{prefix}ForCausalLM") == "base":
-        r.base_model()
-
-
 def deepseek_v3(r: Reader) -> None:
     _common(r, V3_DEFAULTS)
     scoring = r.get("scoring_func", "sigmoid")
@@ -122,7 +117,7 @@ def deepseek_v3(r: Reader) -> None:
         r.take("topk_group", "router_topk_groups", 4)
         r.take("routed_scaling_factor", "routed_scaling", 2.5)
     r.take("num_nextn_predict_layers", "mtp_layers", 0, aliases=("num_mtp_layers",))
-    _finish(r, "DeepseekV3")
+    r.causal_or_base("DeepseekV3")
 
 
 def deepseek_v2(r: Reader) -> None:
@@ -143,8 +138,5 @@ def deepseek_v2(r: Reader) -> None:
             r.take("n_group", "router_groups", required=True)
             r.take("topk_group", "router_topk_groups", required=True)
         r.take("routed_scaling_factor", "routed_scaling", 1.0)
-    _finish(r, "DeepseekV2")
+    r.causal_or_base("DeepseekV2")
 
-
-MAPPERS: dict[str, Callable[[Reader], None]] = {"deepseek_v3": deepseek_v3, "kimi_k2": deepseek_v3,
-                                                "deepseek_v2": deepseek_v2}

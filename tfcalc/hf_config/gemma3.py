@@ -17,17 +17,15 @@ vision tower (SigLIP, modeling_siglip.py SiglipVisionModel, from ``vision_config
 
 from __future__ import annotations
 
-from typing import Callable
-
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import _gemma_common
+from tfcalc.hf_config.gemma import gemma_common
 from tfcalc.hf_config.reader import Reader
 
 
 def gemma3_text(r: Reader) -> None:
     r.divisible_heads()
-    _gemma_common(r)
+    gemma_common(r)
     r.take("max_position_embeddings", "max_seq_len", 131_072)  # Gemma3TextConfig's default
     r.activation("hidden_activation", "gelu_pytorch_tanh")
     nested = r.rope_parameters()
@@ -98,5 +96,3 @@ def siglip_params(v: Reader) -> dict[str, int]:
         total += h + 3 * h * h + 3 * h + h * h + h + 2 * h + mlp
     return {"params": total, "hidden_size": h}
 
-
-MAPPERS: dict[str, Callable[[Reader], None]] = {"gemma3_text": gemma3_text, "gemma3": gemma3}

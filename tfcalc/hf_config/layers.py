@@ -5,6 +5,7 @@ periods ``full_attention_every`` and ``nope_every`` where the layers follow them
 from __future__ import annotations
 
 from tfcalc.errors import shown
+from tfcalc.hf_config.layer_pattern import compact
 from tfcalc.hf_config.reader import Reader
 
 LOCAL_TYPES = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
@@ -38,32 +39,6 @@ def _period(flags: list[bool], want: bool):
     if k < 2 or hits != list(range(k - 1, len(flags), k)):
         return False
     return k
-
-
-def compact(kinds: list[str]) -> str:
-    """A layer pattern for a list of kinds, the shortest to write: plain runs ("full*20, local*8"), or a
-    repeated group and the rest as runs ("(local*5, full)*10, local*2")."""
-    best = _runs(kinds)
-    n = len(kinds)
-    for p in range(2, n // 2 + 1):
-        reps = n // p
-        if len(set(kinds[:p])) > 1 and kinds[:p] * reps == kinds[:p * reps]:
-            rest = _runs(kinds[p * reps:])
-            text = f"({_runs(kinds[:p])})*{reps}" + (f", {rest}" if rest else "")
-            best = min(best, text, key=len)
-    return best
-
-
-def _runs(kinds: list[str]) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(kinds):
-        j = i
-        while j < len(kinds) and kinds[j] == kinds[i]:
-            j += 1
-        out.append(kinds[i] if j - i == 1 else f"{kinds[i]}*{j - i}")
-        i = j
-    return ", ".join(out)
 
 
 def layer_types(r: Reader, n_layer: int, default: list[str], rope: list[bool] | None = None) -> None:

@@ -16,16 +16,14 @@ and the projector counted apart and named beside (``vision_params``).
 
 from __future__ import annotations
 
-from typing import Callable
-
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import _common
+from tfcalc.hf_config.llama_like import base_fields
 from tfcalc.hf_config.reader import Reader
 
 
 def llama4_text(r: Reader) -> None:
-    _common(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=500000.0, head_dim=128))
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=500000.0, head_dim=128))
     n = r.fields["n_layer"]
     r.fields.update(attn_bias=r.flag("attention_bias", False))
     r.take("num_local_experts", "n_expert", 16)
@@ -107,5 +105,3 @@ def vision_params(v: Reader, d_text: int) -> int:
     projector = out * d_text + (d_text if v.flag("multi_modal_projector_bias", False) else 0)
     return tower + adapter + projector
 
-
-MAPPERS: dict[str, Callable[[Reader], None]] = {"llama4_text": llama4_text, "llama4": llama4}

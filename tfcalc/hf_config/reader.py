@@ -11,6 +11,7 @@ from typing import Any
 
 from tfcalc.config import ConfigError, check_field_type
 from tfcalc.errors import shown
+from tfcalc.hf_config.layer_pattern import compact
 
 # Hugging Face activation names (transformers.activations.ACT2FN) -> ModelConfig.activation
 ACTIVATIONS = {
@@ -146,8 +147,6 @@ class Reader:
             if every >= 2 and full == list(range(every - 1, len(kinds), every)):
                 self.fields["full_attention_every"] = every
             else:  # no period says it: each layer's kind, as runs (tfcalc.architecture.patterns)
-                from tfcalc.hf_config.layers import compact
-
                 n = self.fields.get("n_layer")
                 if n is not None and n != len(kinds):
                     raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
@@ -170,6 +169,14 @@ class Reader:
         if names[0] not in classes:
             raise self.fail(f"'architectures' {shown(names[0])} is not supported (supported: {', '.join(classes)})")
         return classes[names[0]]
+
+    def causal_or_base(self, prefix: str) -> str:
+        """The head of a type whose classes are ``{prefix}ForCausalLM`` (the default: an LM head) and
+        ``{prefix}Model`` (the bare model: base_model()); which of the two, 'causal' or 'base'."""
+        kind = self.head({f"{prefix}ForCausalLM": "causal", f"{prefix}Model": "base"}, f"{prefix}ForCausalLM")
+        if kind == "base":
+            self.base_model()
+        return kind
 
     def base_model(self) -> None:
         """The bare model (LlamaModel, GPT2Model, ...): hidden states after the final norm, no LM head."""

@@ -46,9 +46,9 @@ import torch.nn.functional as F
 
 from tfcalc.config import from_mapping
 from tfcalc.count.layout import Layout
+from tfcalc.measure.rank_bytes import SavedBytes, optimizer_tensors, storage_bytes
 from tfcalc.measure.rank_status import StatusWriter
-
-WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
+from tfcalc.measure.training_job import WARMUP_STEPS, job_layout, job_steps
 
 
 def local_gpu(local_rank: int, visible: int) -> int:
@@ -79,40 +79,10 @@ def init_process_group(device: str | None = None) -> torch.device:
     return device
 
 
-def plain(t: torch.Tensor) -> list[torch.Tensor]:
-    """The plain tensors that hold a tensor's data: a DTensor's local shard, the inner tensors of other
-    wrapper subclasses (functional collectives' AsyncCollectiveTensor), else the tensor itself."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(t, DTensor):
-        return plain(t._local_tensor)
-    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
-        return [t]
-    inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]]
-    return [x for i in inner if isinstance(i, torch.Tensor) for x in plain(i)]
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu ({torch.get_num_threads()} threads)"
-
-
-def storage_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind tensors (DTensors by their local shard), 0-d ones left out."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        if t is None or t.dim() == 0:
-            continue
-        for local in plain(t):
-            storage = local.untyped_storage()
-            seen[storage.data_ptr() or id(storage)] = storage.nbytes()
-    return sum(seen.values())
-
-
-def optimizer_tensors(opt):
-    opt = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer keeps its rank's Adam as .optim
-    return [v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
 def optimizer(model, layout: Layout):
@@ -124,29 +94,6 @@ def optimizer(model, layout: Layout):
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                        parameters_as_bucket_view=True, foreach=False)
     return torch.optim.Adam(model.parameters(), foreach=False)
-
-
-class SavedBytes:
-    """saved_tensors_hooks that add up the distinct storages autograd packs, parameters excluded: those
-    the model holds at the moment of packing (FSDP2 swaps in gathered, unsharded parameters while a unit
-    runs)."""
-
-    def __init__(self, model):
-        self.model = model
-        self.seen: dict[int, int] = {}
-
-    def pack(self, t):
-        if t.is_floating_point() and t.dim() > 0:
-            params = {s.untyped_storage().data_ptr() for p in self.model.parameters() for s in plain(p)}
-            for local in plain(t):
-                storage = local.untyped_storage()
-                if storage.data_ptr() not in params:
-                    self.seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    @property
-    def total(self) -> int:
-        return sum(self.seen.values())
 
 
 def forward_backward(model, idx, tp: int, scale: float, log=None, saved: SavedBytes | None = None,
@@ -232,19 +179,6 @@ class Trainer:
             self.opt.zero_grad()  # set to None: a partial gradient must not be added into a reduced one
         return {"weights_bytes": storage_bytes(params), "grads_bytes": grads,
                 "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
-
-
-def job_layout(job: dict) -> Layout:
-    """The job's layout (JSON holds the overlap and the split counts as lists; the Layout tuples)."""
-    fields = dict(job["layout"])
-    fields["overlap"] = tuple(fields.get("overlap", ()))
-    fields["pp_split_counts"] = tuple(fields.get("pp_split_counts", ()))
-    return Layout(**fields)
-
-
-def job_steps(job: dict) -> int:
-    """The steps a job reports (tfcalc.measure.rank_status): building the model, then each step it runs."""
-    return 1 + (job["warmup"] + job["repeat"] if job.get("mode") == "bench" else WARMUP_STEPS + 1)
 
 
 def _quiet(phase: str) -> None:

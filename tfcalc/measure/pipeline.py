@@ -42,6 +42,8 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.layout import Layout
 from tfcalc.count.shard import stage_ranges, total_blocks
 from tfcalc.errors import InputError
+from tfcalc.measure.rank_bytes import SavedBytes, optimizer_tensors, storage_bytes
+from tfcalc.measure.training_job import WARMUP_STEPS, job_layout
 
 EMBEDDING = ("tok_emb", "pos_emb", "type_emb", "project_in", "emb_norm")
 HEAD = ("final_norm", "head_dense", "head_norm", "project_out", "lm_head")
@@ -230,8 +232,6 @@ class PipelineTrainer:
         """One step of m micro-batches; the state bytes of the rank's chunks (step 3)."""
         import torch.distributed as dist
 
-        from tfcalc.measure.distributed import optimizer_tensors, storage_bytes
-
         hooks = (torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved is not None
                  else contextlib.nullcontext())
         self.p2p.recording = log is not None
@@ -293,7 +293,6 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     from tfcalc.config import from_mapping
     from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.device import resolve_device, torch_dtype
-    from tfcalc.measure.distributed import WARMUP_STEPS, SavedBytes, job_layout
     from tfcalc.measure.memory import peak_meter
     from tfcalc.model import build_model
 

@@ -20,7 +20,7 @@ from tfcalc.errors import InputError, shown
 
 if TYPE_CHECKING:
     from tfcalc.count.continuous import SteadyState
-    from tfcalc.report.infer import InferOptions
+    from tfcalc.report.infer_options import InferOptions
     from tfcalc.report.model_ref import ModelRef
 
 DEFAULT_REQUESTS = 64

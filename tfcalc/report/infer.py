@@ -1,4 +1,5 @@
-"""The report of `tfcalc infer`: serving estimates on a roofline -- prefill latency, decode tokens/s per
+"""Building the report of `tfcalc infer` (tfcalc.report.infer_report) from its options
+(tfcalc.report.infer_options): serving estimates on a roofline -- prefill latency, decode tokens/s per
 sequence and in total, KV cache and weight bytes, the largest batch that fits, the batch at which decode
 turns compute-bound -- for a device from the datasheet table (or a user's YAML), or, with --measure, for
 the device it runs on, with its ceilings measured and the measurement beside the prediction.
@@ -12,186 +13,25 @@ tfcalc.count.roofline and README, "Serving estimates".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from dataclasses import replace
+from typing import Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import continuous, serving, serving_tp, speculative
-from tfcalc.count.memory import check_dtype, kv_cache_expanded_bytes
+from tfcalc.count import continuous, serving, speculative
+from tfcalc.count.memory import check_dtype
 from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_spec
-from tfcalc.count.quant import WeightFormat, default_kv_dtype, format_label, stored_mxfp4, weight_format
-from tfcalc.count.roofline import Ceilings, experts_touched
+from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
+from tfcalc.count.roofline import Ceilings
 from tfcalc.errors import InputError, shown
-from tfcalc.report import (
-    continuous as continuous_report,
-    continuous_measured,
-    infer_modes,
-    speculative_measured,
-)
-from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, predicted_json, rows_json
-from tfcalc.report.display import Displayed
-from tfcalc.report.infer_modes import check_draft, check_tp, reserved_bytes, tensor_parallel, with_draft
+from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
+from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json
+from tfcalc.report.infer_options import InferOptions
+from tfcalc.report.infer_report import InferReport
 from tfcalc.report.model_ref import ModelRef
+from tfcalc.report.serving_tp import check_tp, measure_tp, tensor_parallel
 from tfcalc.workload import Workload, check_size, decoder_source
 
 DEFAULT_SPEC = "h100-sxm"
-
-
-@dataclass(frozen=True, kw_only=True)
-class InferOptions:
-    batches: tuple[int, ...]
-    seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
-    gen: int
-    dtype: str = "bf16"  # the weights' format: fp32, bf16, fp16, or fp8, int8, int4 (quantized)
-    group_size: Optional[int] = None  # quantized formats: weights per scale (int4 default 128)
-    kv_dtype: Optional[str] = None  # None: the weights' dtype when plain, else bf16
-    src_seq: Optional[int] = None  # encoder-decoders: source length (default: seq)
-    device_spec: Optional[str] = None  # a table key or a YAML path; None: DEFAULT_SPEC (or the measured device)
-    measure: bool = False
-    device: str = "cpu"  # where --measure runs
-    warmup: int = 3
-    repeat: int = 10
-    matmul_size: Optional[int] = None
-    copy_bytes: Optional[int] = None
-    matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
-    bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
-    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
-    tp: int = 1
-    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
-    accept_rate: Optional[float] = None
-    draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
-    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
-    mean_input: Optional[int] = None
-    mean_output: Optional[int] = None
-    requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
-    max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
-
-
-@dataclass(frozen=True, repr=False)
-class InferReport(Displayed):
-    model: ModelRef
-    options: InferOptions
-    seq: int
-    src_seq: Optional[int]
-    fmt: WeightFormat
-    kv_dtype: str
-    spec: Optional[devices.DeviceSpec]  # the datasheet device (None for a measured device tfcalc does not know)
-    ceilings: Ceilings
-    estimates: tuple[serving.Estimate, ...]  # one per batch
-    max_batch: Optional[int]  # None: no memory size known (a measured CPU)
-    compute_bound_batch: Optional[int]
-    weight_matmuls_compute_bound_batch: Optional[int]
-    measured: Optional[tuple[dict[str, Any], ...]] = None  # measured_json per batch
-    device: Optional[str] = None  # the measured device, as torch writes it
-    device_name: Optional[str] = None
-    draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
-    speculative: Optional[tuple[speculative.Speculative, ...]] = None
-    continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
-    tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (infer_modes)
-    speculative_measured: Optional[dict[str, Any]] = None  # --measure --draft: the rounds run (speculative_measured)
-    continuous_measured: Optional[dict[str, Any]] = None  # --measure --rate: the server run (continuous_measured)
-
-    def headline(self) -> str:
-        from tfcalc import units
-
-        data = self.to_json()
-        rows = data if isinstance(data, list) else [data]
-        each = ", ".join(f"batch {r['batch']:,} {units.tokens_rate(r['decode_tokens_per_s_total'])}"
-                         + ("" if r["fits"] is not False else " (does not fit)") for r in rows)
-        where = rows[0]["device"] if self.tp == 1 else f"{self.tp} × {rows[0]['device']}"
-        line = f"{self.model.label} on {where}, prompt {self.seq:,}: decode {each}"
-        steady = rows[0]["continuous"]
-        if steady is not None:
-            line += (f"; at {steady['rate_per_s']:g} requests/s over capacity ({steady['limit']})"
-                     if steady["over_capacity"] else f"; at {steady['rate_per_s']:g} requests/s TTFT "
-                     f"{units.seconds(steady['ttft_s'])}, {units.seconds(steady['itl_s'] or 0)} between tokens")
-        spec = rows[0]["speculative"]
-        if spec is not None:
-            line += f"; with draft {spec['draft_label']}: speedup {spec['speedup']:.2f}×"
-        return line
-
-    def row_json(self, i: int) -> dict[str, Any]:
-        est, c = self.estimates[i], self.ceilings
-        predicted = predicted_json(est, c)
-        top = self.measured[i] if self.measured else {k: predicted[k] for k in (
-            "prefill_s", "decode_s_per_token", "decode_tokens_per_s", "decode_tokens_per_s_total",
-            "bytes_per_token", "bound")} | {"bandwidth_ceiling_bytes_per_s": None, "predicted": predicted}
-        return {
-            "preset": self.model.cfg.name, "label": self.model.label, "batch": est.batch, "seq": self.seq,
-            "gen": self.options.gen, "src_seq": self.src_seq,
-            "dtype": self.fmt.dtype, "weight_format": {"dtype": self.fmt.dtype, "group_size": self.fmt.group_size,
-                                                       "zero_point": self.fmt.zero_point, "label": self.weight_label,
-                                                       "experts": "mxfp4" if stored_mxfp4(self.model.cfg, self.fmt)
-                                                       else None},
-            "experts_read": self.experts_read(est.batch),
-            "kv_dtype": self.kv_dtype, "compute_dtype": self.fmt.compute_dtype,
-            "device_spec": None if self.spec is None else self.spec.key,
-            "device": self.device or (self.spec.key if self.spec else None),
-            "device_name": self.device_name or (self.spec.name if self.spec else None),
-            "measured": self.measured is not None,
-            "ceilings": {"flops_per_s": c.flops_per_s, "bytes_per_s": c.bytes_per_s, "ridge_flops_per_byte": c.ridge,
-                         "source": c.source,
-                         # FP8 weights: the 16-bit peak attention and the LM head run at (count.perf.fp8_time)
-                         "high_precision_flops_per_s": c.high_flops_per_s},
-            "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
-            # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
-            "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
-                batch=est.batch, seq=self.seq, gen=self.options.gen, kv_dtype=self.kv_dtype, src_seq=self.src_seq)),
-            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
-            "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
-            "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
-            "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
-            "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
-            "continuous": continuous_report.to_json(self.continuous, self.continuous_measured),
-            "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
-            "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
-            "total_s": est.total_s, "beyond_context": self.beyond_context,
-            **top,
-            "roofline": {"prefill": rows_json(est.prefill, c),
-                         "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
-        }
-
-    @property
-    def tp(self) -> int:
-        return self.options.tp
-
-    def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
-        """Tensor-parallel serving (tfcalc.report.infer_modes.tp_json); None at T = 1."""
-        return infer_modes.tp_json(self, est)
-
-    def speculative_json(self, i: int) -> Optional[dict[str, Any]]:
-        """--draft: the round at this batch (tfcalc.report.infer_modes.speculative_json); None without."""
-        return infer_modes.speculative_json(self, i)
-    @property
-    def tp_link(self) -> serving_tp.TensorParallel:
-        return infer_modes.tensor_parallel(self.spec, self.ceilings, self.tp)
-
-    @property
-    def weight_label(self) -> str:
-        """The weights' format, with the routed experts' stored format where it applies (MXFP4)."""
-        return format_label(self.model.cfg, self.fmt)
-
-    def experts_read(self, batch: int) -> Optional[dict[str, Any]]:
-        """A mixture of experts: the experts per layer whose weights a decode step and the prefill read at
-        this batch, the expected distinct experts B (or B·T) tokens routed uniformly to k of E touch,
-        E·(1 − (1 − k/E)^tokens) (tfcalc.count.roofline.experts_touched); None for a dense model."""
-        moe = next((b.ffn for _, b, _ in self.model.cfg.architecture.kinds() if b.is_moe), None)
-        if moe is None:
-            return None
-        E, k = moe.n_expert, moe.top_k
-        return {"n_expert": E, "top_k": k, "decode_per_layer": experts_touched(E, k, batch),
-                "prefill_per_layer": experts_touched(E, k, batch * self.seq),
-                "assumption": "uniform routing: E·(1 − (1 − k/E)^tokens) distinct experts per layer"}
-
-    @property
-    def beyond_context(self) -> bool:
-        """The generation runs past the positions the model can encode: arithmetic only."""
-        cfg = self.model.cfg
-        return cfg.pos_encoding in ("learned", "rope", "sinusoidal") and self.seq + self.options.gen > cfg.max_seq_len
-
-    def to_json(self) -> Any:
-        rows = [self.row_json(i) for i in range(len(self.estimates))]
-        return rows[0] if len(rows) == 1 else rows
 
 
 def weight_formats(o: InferOptions) -> tuple[WeightFormat, str]:
@@ -263,6 +103,22 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
     continuous_measured.check(o)
 
 
+def check_draft(o: InferOptions) -> None:
+    """--accept-rate and --draft-tokens belong to --draft; --draft needs --accept-rate; measured at batch 1."""
+    if o.draft is None:
+        for name, value in (("--accept-rate", o.accept_rate), ("--draft-tokens", o.draft_tokens)):
+            if value is not None:
+                raise InputError(f"{name} belongs to speculative decoding: give --draft MODEL too")
+        return
+    if o.accept_rate is None:
+        raise InputError("--draft needs --accept-rate A, the probability that the target accepts a draft token "
+                         "(a property of the two models and the text; tfcalc does not guess it)")
+    if o.measure:  # run for real: tfcalc.report.speculative_measured
+        from tfcalc.report.speculative_measured import check
+
+        check(o)
+
+
 def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings] = None,
                    spec: Optional[devices.DeviceSpec] = None) -> InferReport:
     """Every prediction; ceilings from the spec's datasheet unless given (a measured run's)."""
@@ -289,6 +145,23 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
         serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state,
     ))
+
+
+def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
+    """The speculative round per batch (tfcalc.count.speculative), the draft resolved like MODEL."""
+    if o.draft is None:
+        return report
+    from tfcalc.report.model_ref import resolve
+
+    draft = resolve(o.draft, [])
+    k = speculative.DEFAULT_DRAFT_TOKENS if o.draft_tokens is None else o.draft_tokens
+    tp = report.tp_link if report.tp > 1 else None
+    rows = tuple(speculative.estimate(model.cfg, draft.cfg, Workload(batch=e.batch, seq=report.seq, gen=o.gen,
+                                                                     src_seq=report.src_seq, dtype=report.fmt.dtype,
+                                                                     kv_dtype=report.kv_dtype),
+                                      report.fmt, report.ceilings, k, o.accept_rate, tp)
+                 for e in report.estimates)
+    return replace(report, draft=draft, speculative=rows)
 
 
 def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
@@ -337,5 +210,6 @@ def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = 
     if o.measure and o.tp > 1:  # the prediction for the listed device, the collectives measured on T ranks
         check_options(model, o)
         report = estimate_infer(model, replace(o, measure=False))
-        return replace(report, options=o, tp_measured=infer_modes.measure_tp(model, o, report))
+        return replace(report, options=o, tp_measured=measure_tp(model, o, report.estimates[0].batch,
+                                                                        report.seq))
     return measure_infer(model, o, advance) if o.measure else estimate_infer(model, o)

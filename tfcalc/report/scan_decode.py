@@ -12,7 +12,8 @@ from tfcalc.count import roofline, serving
 from tfcalc.count.memory import kv_cache_bytes
 from tfcalc.count.quant import WeightFormat, weights_bytes
 from tfcalc.report.display import Displayed
-from tfcalc.report.infer import InferOptions, check_options, datasheet_ceilings, weight_formats
+from tfcalc.report.infer import check_options, datasheet_ceilings, weight_formats
+from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import Workload, check_size, decoder_source
 

@@ -18,7 +18,8 @@ from tfcalc.count import speculative
 from tfcalc.errors import InputError
 
 if TYPE_CHECKING:
-    from tfcalc.report.infer import InferOptions, InferReport
+    from tfcalc.report.infer_options import InferOptions
+    from tfcalc.report.infer_report import InferReport
     from tfcalc.report.model_ref import ModelRef
 
 WEIGHTS = ("random, each model after torch.manual_seed(0): a draft of the target's configuration is the target and "

@@ -7,7 +7,7 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
-from tfcalc.report.infer import InferReport
+from tfcalc.report.infer_report import InferReport
 
 
 def _title(r: InferReport, first: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""Hugging Face tensor names of issue 22's dense types -> tfcalc's parameters (the rule format of
-tfcalc.checkpoint.names: "param|part|transform"), from each type's modeling file in transformers.
+"""Hugging Face tensor names of seven dense families -- phi, starcoder2, cohere, granite, gpt_bigcode, bloom,
+roberta -> tfcalc's parameters (the rule format of tfcalc.checkpoint.names: "param|part|transform"), from each
+type's modeling file in transformers. The name map itself, and the other families' rules: tfcalc.checkpoint.names.
 
 Transforms beyond those of tfcalc.checkpoint.names:
 

@@ -1,0 +1,25 @@
+"""BLOOM config.json files (bigscience/bloom-560m; modeling_bloom.py): ALiBi (no position table), a LayerNorm after
+the word embeddings, fused QKV interleaved per head, a 4·d FFN (BLOOM's tanh GELU), tied head. ALiBi has no position
+limit: max_seq_len is seq_length where given, else 2048 (its training sequence length: BigScience Workshop 2022,
+arXiv:2211.05100, the BLOOM paper).
+"""
+
+from __future__ import annotations
+
+from tfcalc.hf_config.reader import Reader
+
+
+def bloom(r: Reader) -> None:
+    r.take("n_layer", "n_layer", required=True, aliases=("num_hidden_layers",))
+    r.take("n_head", "n_head", required=True, aliases=("num_attention_heads",))
+    r.take("hidden_size", "d_model", required=True, aliases=("n_embed",))
+    r.required(("vocab_size", "vocab_size"))
+    r.divisible_heads(heads="n_head")
+    r.refuse("apply_residual_connection_post_layernorm", True, "the residual would start after the norm")
+    r.take("seq_length", "max_seq_len", 2048)
+    r.take("layer_norm_epsilon", "norm_eps", 1e-5)
+    r.take("tie_word_embeddings", "tie_embeddings", True)
+    r.dtype()
+    r.fields.update(pos_encoding="alibi", norm="layernorm", norm_bias=True, norm_placement="pre", final_norm=True,
+                    embedding_norm=True, gated_ffn=False, activation="gelu_tanh", attn_bias=True, ffn_bias=True)
+    r.causal_or_base("Bloom")

@@ -1,0 +1,17 @@
+"""GLM-4 config.json files (modeling_glm4.py), Llama-shaped (tfcalc.hf_config.llama_like): Gemma 2's four norms
+(input, post_self_attn, post_attention -- the FFN's input -- and post_mlp), partial rotary (``partial_rotary_factor``
+0.5) of interleaved channel pairs, Q/K/V biases (``attention_bias``, default true) and no O bias, [gate | up] fused
+in ``gate_up_proj``. .
+"""
+
+from __future__ import annotations
+
+from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.reader import Reader
+
+
+def glm4(r: Reader) -> None:
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1.5625e-07, rope_theta=10000.0, head_dim=128))
+    r.rope(10000.0, fraction=0.5)
+    r.fields.update(attn_bias=r.flag("attention_bias", True), attn_out_bias=False, norm_placement="sandwich")
+    r.causal_or_base("Glm4")

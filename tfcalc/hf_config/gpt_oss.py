@@ -1,0 +1,47 @@
+"""gpt-oss config.json files (OpenAI, arXiv 2508.10925; modeling_gpt_oss.py), with the defaults of
+configuration_gpt_oss.py: biases on Q/K/V/O (attention_bias), one sink logit per head, sliding-window layers (128)
+alternating with full ones (layer_types), a router with a bias choosing the top-k of num_local_experts (softmax over
+the k chosen logits), experts with biases and the clamped SwiGLU (swiglu_limit, swiglu_alpha).
+``quantization_config`` with quant_method mxfp4 stores the experts' weights as MXFP4 (``expert_format``);
+modules_to_not_convert names the modules kept in the checkpoint's dtype, which must not include the experts.
+"""
+
+from __future__ import annotations
+
+from tfcalc.errors import shown
+from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.reader import Reader
+
+
+def gpt_oss(r: Reader) -> None:
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0, head_dim=64))
+    r.take("num_local_experts", "n_expert", 128, aliases=("num_experts",))
+    r.take("num_experts_per_tok", "n_expert_active", 4, aliases=("experts_per_token",))
+    bias = r.flag("attention_bias", True)
+    r.fields.update(attn_bias=bias, attn_out_bias=bias, ffn_bias=True, router_bias=True, attn_sinks=True)
+    r.take("swiglu_limit", "swiglu_limit", 7.0)
+    r.take("swiglu_alpha", "swiglu_alpha", 1.702)
+    if r.raw.get("layer_types") is None:  # GptOssConfig's default: layers 0, 2, 4, ... windowed
+        n = r.fields["n_layer"]
+        r.raw = {**r.raw, "layer_types": ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]}
+    r.raw.setdefault("sliding_window", 128)
+    r.windows()
+    _expert_format(r)
+    r.causal_or_base("GptOss")
+
+
+def _expert_format(r: Reader) -> None:
+    """quantization_config: mxfp4 experts (the released gpt-oss checkpoints), or none."""
+    quant = r.raw.get("quantization_config")
+    if quant is None:
+        return
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if method != "mxfp4":
+        raise r.fail(f"'quantization_config' quant_method {shown(method)} is not supported: tfcalc reads mxfp4 "
+                     "experts only")
+    kept = quant.get("modules_to_not_convert") or []
+    if not isinstance(kept, list) or not all(isinstance(m, str) for m in kept):
+        raise r.fail(f"'quantization_config' modules_to_not_convert must be a list of names; got {shown(kept)}")
+    if any("experts" in m or m.endswith("mlp") for m in kept):
+        raise r.fail("'quantization_config' keeps the experts unquantized: tfcalc reads mxfp4 for every expert")
+    r.fields["expert_format"] = "mxfp4"

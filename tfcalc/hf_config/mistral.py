@@ -1,0 +1,14 @@
+"""Mistral config.json files (modeling_mistral.py): the Llama-shaped keys (tfcalc.hf_config.llama_like), with
+sliding_window on every layer.
+"""
+
+from __future__ import annotations
+
+from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.reader import Reader
+
+
+def mistral(r: Reader) -> None:
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, rope_theta=10000.0))
+    r.windows()
+    r.causal_or_base("Mistral")

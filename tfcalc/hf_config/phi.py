@@ -1,0 +1,26 @@
+"""Phi (Phi-1, Phi-2) config.json files (microsoft/phi-2; modeling_phi.py): attention and FFN side by side on one
+shared LayerNorm (PhiDecoderLayer: ``attn + mlp + residual``), partial rotary (partial_rotary_factor, default 0.5),
+biases on Q/K/V, the ``dense`` output, fc1 and fc2, a plain FFN (gelu_new), a final LayerNorm, and an LM head with a
+bias; qk_layernorm: a LayerNorm over each head's channels, shared by the heads. PhiForCausalLM or PhiModel.
+"""
+
+from __future__ import annotations
+
+from tfcalc.hf_config.reader import Reader
+
+
+def phi(r: Reader) -> None:
+    r.divisible_heads()
+    r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
+               ("intermediate_size", "d_ff"), ("vocab_size", "vocab_size"))
+    r.take("num_key_value_heads", "n_kv_head")
+    r.take("max_position_embeddings", "max_seq_len", 2048)
+    r.take("layer_norm_eps", "norm_eps", 1e-5)
+    r.activation("hidden_act", "gelu_new")
+    r.rope(10000.0, fraction=0.5)  # configuration_phi.py: partial_rotary_factor defaults to 0.5
+    r.take("tie_word_embeddings", "tie_embeddings", False)
+    r.dtype()
+    r.fields.update(norm="layernorm", norm_bias=True, norm_placement="pre", final_norm=True, gated_ffn=False,
+                    attn_bias=True, ffn_bias=True, parallel_block="shared_norm", qk_norm=r.flag("qk_layernorm", False))
+    if r.causal_or_base("Phi") == "causal":
+        r.fields["lm_head_bias"] = True  # PhiForCausalLM: nn.Linear(hidden_size, vocab_size, bias=True)

@@ -1,0 +1,38 @@
+"""What `tfcalc infer` is asked (tfcalc.report.infer builds the report from it): the batches, the prompt and
+the generation, the weights' and the cache's formats, the device, and the serving modes -- tensor parallelism
+(--tp), speculative decoding (--draft), continuous batching (--rate) -- each field the flag of that name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferOptions:
+    batches: tuple[int, ...]
+    seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
+    gen: int
+    dtype: str = "bf16"  # the weights' format: fp32, bf16, fp16, or fp8, int8, int4 (quantized)
+    group_size: Optional[int] = None  # quantized formats: weights per scale (int4 default 128)
+    kv_dtype: Optional[str] = None  # None: the weights' dtype when plain, else bf16
+    src_seq: Optional[int] = None  # encoder-decoders: source length (default: seq)
+    device_spec: Optional[str] = None  # a table key or a YAML path; None: infer.DEFAULT_SPEC (or the measured device)
+    measure: bool = False
+    device: str = "cpu"  # where --measure runs
+    warmup: int = 3
+    repeat: int = 10
+    matmul_size: Optional[int] = None
+    copy_bytes: Optional[int] = None
+    matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
+    bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
+    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
+    tp: int = 1
+    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
+    accept_rate: Optional[float] = None
+    draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
+    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
+    mean_input: Optional[int] = None
+    mean_output: Optional[int] = None
+    requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
+    max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
