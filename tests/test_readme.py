@@ -24,11 +24,6 @@ def test_python_example_prints_what_it_says():
     assert printed[3] == "137" == expected[3]  # the performance model: 0.85 of 3.35 TB/s and 450 kernels
 
 
-def test_quickstart_has_exactly_two_commands():
-    block = re.search(r"## Quickstart\n\n```bash\n(.*?)```", README, re.S).group(1)
-    lines = [line for line in block.splitlines() if line.strip()]
-    assert lines == ['pip install . && tfcalc params gpt3', 'pip install ".[test]" && pytest']
-
 
 def test_where_a_change_goes_names_files_that_exist():
     """The worked example of adding an attention kind ("Where a change goes") names the files a reader

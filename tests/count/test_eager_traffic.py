@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.conftest import VASWANI_LIKE, tiny
+from conftest import VASWANI_LIKE, tiny
 from tfcalc.count.perf import eager
 from tfcalc.model import build_model
 
