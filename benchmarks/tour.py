@@ -1,4 +1,4 @@
-"""Time every command of the README's tour as a whole process, against `python -c "import torch"`.
+"""Time every command of the tour (docs/commands.md) as a whole process, against `python -c "import torch"`.
 
 Not a test: a benchmark to run by hand on a quiet machine, whose figures go into notes and issues.
 
@@ -44,8 +44,8 @@ OWN_MEDIAN = {  # issue 12: the whole process against the median forward time it
 }
 
 
-def tour_commands(readme: Path = ROOT / "README.md") -> list[str]:
-    """The commands of the README's "A short tour" block, comments and redirections dropped."""
+def tour_commands(readme: Path = ROOT / "docs" / "commands.md") -> list[str]:
+    """The commands of the "A short tour" block (docs/commands.md), comments and redirections dropped."""
     block = re.search(r"## A short tour\n\n```bash\n(.*?)```", readme.read_text(encoding="utf-8"), re.S).group(1)
     commands = []
     for line in block.splitlines():

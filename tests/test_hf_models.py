@@ -158,7 +158,7 @@ def _hf_cache_bytes(cache) -> int:
 def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
     """After a forward pass of T tokens with use_cache, transformers' DynamicCache holds what tfcalc counts:
     every position in a full layer, the last W - 1 in a sliding-window layer (DynamicSlidingWindowLayer),
-    C - 1 at most in a chunked one (README, "Sliding window")."""
+    C - 1 at most in a chunked one (docs/serving.md, "Sliding window")."""
     import torch
 
     from tfcalc.count.memory import kv_cache_bytes

@@ -155,7 +155,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
     or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
     serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
-    rate=, mean_input=, mean_output=: continuous batching in steady state (README, "Serving estimates"); with
+    rate=, mean_input=, mean_output=: continuous batching in steady state (docs/serving.md); with
     measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions

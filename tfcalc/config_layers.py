@@ -16,7 +16,7 @@ class PerLayerViews:
     def kv_positions(self, context: int, layer: int = 0) -> int:
         """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens
         (its attention component's kv_positions: all of them, or what its window or chunk needs; see
-        README, serving estimates)."""
+        docs/serving.md)."""
         return self.architecture.output.layer(layer).attention.kv_positions(context)
 
     def cached_positions(self, context: int) -> int:

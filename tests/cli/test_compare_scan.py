@@ -161,7 +161,7 @@ def test_shell_completion_and_version(cli):
 
 
 @pytest.mark.parametrize("model,dtype,expected", [
-    ("gpt-oss-120b", "bf16", 65_248_815_744),  # experts stored as MXFP4 (README, "Experts as stored")
+    ("gpt-oss-120b", "bf16", 65_248_815_744),  # experts stored as MXFP4 (docs/serving.md, "Experts as stored")
     ("llama2-7b", "int4", 3_889_307_648),  # int4 matrices with their scales and zero points, the rest bf16
     ("gpt2", "bf16", 248_879_616),
 ])

@@ -23,10 +23,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import VASWANI_LIKE, tiny
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.conftest import VASWANI_LIKE, tiny
 from tfcalc.count.perf import eager
 from tfcalc.model import build_model
 

@@ -54,7 +54,7 @@ def test_round_and_speedup_from_their_parts():
     assert s["decode_s_per_token"] == pytest.approx(s["round_s"] / s["expected_tokens_per_step"])
     assert s["speedup"] == pytest.approx(s["target_step_s"] / s["decode_s_per_token"])
     assert s["expected_tokens_per_step"] == pytest.approx(1 + 0.7 + 0.49 + 0.343)
-    assert s["draft_weights_bytes"] == 13_476_831_232  # Llama 2 7B in bf16 (README)
+    assert s["draft_weights_bytes"] == 13_476_831_232  # Llama 2 7B in bf16 (docs/serving.md)
     assert s["context"] == 256 + 64
     # the plain decode step at the middle context is the mean of the steps (affine in the context)
     assert s["target_step_s"] == pytest.approx(r["predicted"]["decode_s_per_token"], rel=1e-9)

@@ -131,7 +131,7 @@ def test_what_decoding_does_not_build_is_refused(changes, why):
 
 def test_one_layer_with_a_window_sees_exactly_w_keys():
     """With one block, position i depends on tokens i - W + 1 .. i and on no earlier one (W keys, itself
-    included: the convention of the README)."""
+    included: the convention of docs/serving.md, "Sliding window")."""
     W = 4
     cfg = tiny(n_layer=1, max_seq_len=16, pos_encoding="rope", sliding_window=W)
     model = build_model(cfg, "cpu")

@@ -98,7 +98,7 @@ def infer(
 
     A roofline, matmul by matmul: each takes the longer of FLOPs ÷ (peak × its GEMM shape's efficiency) and bytes ÷
     the achievable bandwidth (weights read once per step, the KV cache per sequence, activations); each step adds a
-    cost per kernel, int8/int4 dequantization and the non-matmul traffic (README, "How good are the predictions").
+    cost per kernel, int8/int4 dequantization and the non-matmul traffic (docs/predictions.md).
     Memory: the driver's total less the CUDA context. The device is a datasheet entry (--device-spec, default h100-sxm;
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction

@@ -142,7 +142,7 @@ def plan(
     shared out by TP, sequence parallelism, recompute and the pipeline's micro-batches in flight, Korthikanti et
     al. 2022; flash attention unless --attention math), against the device's memory. Per step: every collective by
     cause, ring conventions (all-reduce sends 2(N−1)/N of its payload per rank). Step time from the performance model
-    (README, "How good are the predictions"): each matmul at its GEMM shape's efficiency (tile and wave
+    (docs/predictions.md): each matmul at its GEMM shape's efficiency (tile and wave
     quantization), fused attention at its kernel's, the non-matmul kernels' traffic at the achievable bandwidth, a
     cost per kernel; collectives α-β over NVLink within a node and the network across (Megatron's rank order); DP
     reduction overlapped with the backward pass, TP and PP not; the pipeline bubble (p−1)/(m+p−1). --mfu F states
@@ -150,7 +150,7 @@ def plan(
     Device memory: the driver's total (79.2 GiB on an "80 GB" H100) less the CUDA context and NCCL buffers.
     Variants: --ep (experts over E ranks of the DP group, the token all-to-all), --compute-dtype fp8, --hsdp,
     --no-reshard-after-forward, --grad-dtype fp32, --recompute op (torchtitan's op-level checkpointing), --offload
-    (README, "Sharding and precision variants").
+    (docs/plans.md, "Sharding and precision variants").
 
     Without --tp/--pp/--dp: the layouts of --gpus that fit, fastest first, or (--gpus auto) the fewest GPUs that
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,

@@ -10,7 +10,7 @@ KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_h
 dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
 (Mistral) caps s at W - 1: the cache holds the past positions a decode step reads beside its own K and V
 (transformers' DynamicSlidingWindowLayer, cache_utils.py); chunked attention of C (Llama 4) at C - 1,
-one chunk with the new token (README, "Sliding window").
+one chunk with the new token (docs/serving.md, "Sliding window").
 
 Activations (what autograd keeps for the backward pass, checked to the byte against the real module):
 tfcalc.count.activations, re-exported here.

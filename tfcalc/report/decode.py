@@ -2,7 +2,7 @@
 latency, tokens/s, bandwidth and MBU) beside the roofline's prediction with the ceilings measured in the
 same run. The JSON of a measured point is shared with `tfcalc infer --measure` (``measured_json``).
 
-Conventions (README, "Serving estimates"):
+Conventions (docs/serving.md):
 - time to first token = the prefill of the prompt (the first new token's logits included);
 - per-token figures are over the timed decode steps: step j attends to seq + j positions;
 - bytes per token = weights + KV cache read per decode step, divided by the batch (the mean over the

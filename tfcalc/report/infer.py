@@ -8,7 +8,7 @@ The JSON has one object per batch size (a list for several): the context, the to
 (``prefill_s``, ``decode_s_per_token``, ``decode_tokens_per_s``, ``bytes_per_token``, ``bound``, and for
 measured runs ``bandwidth_ceiling_bytes_per_s``: the measurement when --measure, else the prediction),
 and ``predicted`` (always the prediction, under the same keys). Conventions: tfcalc.count.serving,
-tfcalc.count.roofline and README, "Serving estimates".
+tfcalc.count.roofline and docs/serving.md.
 """
 
 from __future__ import annotations

@@ -58,5 +58,5 @@ def _notes(doc: Doc, first: dict[str, Any]) -> None:
     doc.note("TTFT: the prefill of the prompt (its last position's logits included). Decode: the median of the timed "
              "steps, step j attending to prompt + j positions. Bytes per token: weights + KV cache read per step, over "
              "the batch; MBU: achieved ÷ measured bandwidth. Ratio: predicted ÷ measured time. Each matmul's "
-             "roofline: --verbose; README, \"Serving estimates\".", "dim")
+             "roofline: --verbose; more: docs/serving.md.", "dim")
 

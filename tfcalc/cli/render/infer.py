@@ -164,7 +164,7 @@ def roofline_table(doc: Doc, title: str, step_rows: list[dict[str, Any]]) -> Non
 
 
 def _experts_note(doc: Doc, r: InferReport) -> None:
-    """Which experts' weights each step reads, at each batch (README, "Mixtures of experts")."""
+    """Which experts' weights each step reads, at each batch (docs/serving.md, "Bytes per token")."""
     reads = [(b, r.experts_read(b)) for b in (e.batch for e in r.estimates)]
     if reads[0][1] is None:
         return
@@ -224,7 +224,7 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
                  f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
                                                               if over["dequant_s"] else "") + "; the prefill the "
                  f"runtime's {units.seconds(c.perf.request_s)} per request. " + _memory_words(first)
-                 + " README, \"How good are the predictions\".")
+                 + " More: docs/predictions.md.")
     if r.max_batch == 0:
         doc.note(f"The weights alone ({units.nbytes(first['weights_bytes'])}) do not fit "
                  f"{units.nbytes(first['memory_bytes'])}: shard them (tensor or pipeline parallel) or quantize "
@@ -244,7 +244,7 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
                  "arithmetic only (the model could not run there).", "warning")
     doc.note("Bytes per token: weights + KV cache read per decode step, over the batch; decode figures are the mean "
              "of the steps; predicted time = the slower of FLOPs/peak and bytes/bandwidth, matmul by matmul, "
-             "summed. Ratios: predicted ÷ measured time. README, \"Serving estimates\".", "dim")
+             "summed. Ratios: predicted ÷ measured time. More: docs/serving.md.", "dim")
 
 
 def document(reports: list[InferReport], verbose: bool = False) -> Doc:
