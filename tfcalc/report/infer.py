@@ -40,7 +40,7 @@ DEFAULT_SPEC = "h100-sxm"
 @dataclass(frozen=True, kw_only=True)
 class InferOptions:
     batches: tuple[int, ...]
-    seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
+    seq: Optional[int]  # None: the context length less gen (positions reach seq + gen), the whole context if unbounded
     gen: int
     dtype: str = "bf16"  # the weights' format: fp32, bf16, fp16, or fp8, int8, int4 (quantized)
     group_size: Optional[int] = None  # quantized formats: weights per scale (int4 default 128)
@@ -207,7 +207,8 @@ def weight_formats(o: InferOptions) -> tuple[WeightFormat, str]:
 def _seq(model: ModelRef, o: InferOptions) -> int:
     cfg = model.cfg
     limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
-    seq = o.seq if o.seq is not None else max(1, cfg.max_seq_len - o.gen) if limited and o.measure else cfg.max_seq_len
+    # the default prompt leaves room for --gen inside the context (llama3-70b: 7,936 + 256 = 8,192), measured or not
+    seq = o.seq if o.seq is not None else max(1, cfg.max_seq_len - o.gen) if limited else cfg.max_seq_len
     check_size("--seq", seq)
     if o.measure and limited and seq + o.gen > cfg.max_seq_len:  # an estimate past the context is arithmetic
         raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len:,} tokens; "
