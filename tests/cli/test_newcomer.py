@@ -64,3 +64,38 @@ def test_infer_says_which_batch_does_not_fit_at_any_width(cli, monkeypatch, colu
     assert "Batch 64 does not fit: weights + KV cache past the 78.69 GiB usable; the largest that fits is 40" in words
     fine = cli("infer", "llama2-7b", "--batch", "1,8", "--seq", "3k")
     assert "does not fit" not in fine.out
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120, 200])
+def test_plan_says_in_words_that_it_needs_offload_and_the_host_memory(cli, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    r = cli("plan", "llama3-70b", "--gpus", "8")
+    assert r.code == 0, r.err
+    words = " ".join(r.out.split())
+    assert "llama3-70b does not fit 8 GPUs without offload; with optimizer and activation offload it needs" in words
+    assert "of host memory per node (8 ranks ×" in words and "the node has 2 TiB)" in words
+    assert "Host memory per node: fits" in words
+
+
+def test_plan_json_counts_host_memory_per_node_and_auto_agrees(cli):
+    data = cli("plan", "llama3-70b", "--gpus", "8", "--json").json()
+    host = data["host"]
+    assert host["node_bytes"] == 2**41 and host["ranks_per_node"] == 8 and host["fits"] and data["fits"]
+    assert host["bytes_per_node"] == 8 * data["per_rank"]["host_bytes"] <= 2**41
+    assert data["search"]["offload_needed"]
+    auto = cli("plan", "llama3-70b", "--json").json()  # --gpus auto: the fewest without offload first
+    assert auto["gpus"] == 16 and not auto["search"]["offload_needed"] and auto["host"]["bytes_per_node"] == 0
+
+
+def test_plan_refuses_offload_a_small_host_cannot_hold(cli, tmp_path):
+    path = tmp_path / "small-host.yaml"
+    path.write_text("name: H100 with a small host\npeak_flops: {bf16: 989.0e12}\nbandwidth_bytes_per_s: 3.35e12\n"
+                    "memory_bytes: 84.0e9\nintra_node_bytes_per_s: 450.0e9\ninter_node_bytes_per_s: 50.0e9\n"
+                    "gpus_per_node: 8\nhost_memory_bytes: 256.0e9\n")
+    r = cli("plan", "llama3-70b", "--gpus", "8", "--device-spec", str(path))
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1
+    assert "without offload; with optimizer offload it needs at least" in r.err
+    assert "of host memory per node, more than the node's 238.4 GiB" in r.err
+    given = cli("plan", "llama3-70b", "--dp", "8", "--zero", "3", "--offload", "optimizer", "--device-spec", str(path),
+                "--json").json()
+    assert given["host"]["fits"] is False and given["fits"] is False
