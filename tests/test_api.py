@@ -56,5 +56,5 @@ def test_bad_input_raises_the_one_family():
 
     with pytest.raises(InputError, match="unknown preset"):
         tfcalc.params("gpt9")
-    with pytest.raises(InputError, match="--seq must be between"):
+    with pytest.raises(InputError, match="^seq must be between"):  # the Python argument, not --seq (issue 32)
         tfcalc.flops("gpt2", seq=0)

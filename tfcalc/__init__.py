@@ -3,7 +3,9 @@
 The public API: each function returns the report object its command prints, and ``report.to_json()``
 equals the command's ``--json`` output for the same arguments. ``model`` is a preset name or alias, a
 path to a YAML or Hugging Face config.json file, or a ``tfcalc.config.ModelConfig``; keyword overrides
-are --set overrides (``tfcalc.params("gpt2", n_layer=6)``).
+are --set overrides (``tfcalc.params("gpt2", n_layer=6)``). Lengths and counts read "4k" as the command line
+does (``seq="4k"`` is 4,096 tokens, ``batch="1k"`` 1,000 sequences), and an error names the Python argument
+(``seq``), not the flag.
 
     >>> import tfcalc
     >>> tfcalc.flops("gpt2", seq=1024).to_json()["forward_flops"]
@@ -38,6 +40,68 @@ if TYPE_CHECKING:
     from tfcalc.report.scan import ScanReport
 
 
+# The API's arguments that the command line reads with a unit rule (tfcalc.amounts): a length's k is 1,024
+# ("4k" = 4,096, as model cards count context), a count's 1,000. A list of them where the API takes several.
+_LENGTHS = ("seq", "src_seq", "gen", "mean_input", "mean_output")
+_COUNTS = ("batch", "global_batch", "micro_batch", "requests")
+
+
+def _amount(name: str, value: Any) -> Any:
+    """'4k' -> 4096 for a length, 4000 for a count; '256..4k' or '256,1k' (scan, bench) as the command line
+    reads them; anything else unchanged, for the one check of the command line downstream."""
+    from tfcalc import amounts
+
+    if isinstance(value, (list, tuple)):
+        return type(value)(_amount(name, v) for v in value)
+    if not isinstance(value, str):
+        return value
+    from tfcalc.errors import InputError
+
+    if "," in value or ".." in value:
+        from tfcalc.cli.options import parse_lengths  # the command line's one reader of several sizes
+
+        return parse_lengths(value, "--batch" if name in _COUNTS else "--seq")
+    try:
+        return amounts.length(value) if name in _LENGTHS else amounts.count(value)
+    except InputError as e:
+        raise InputError(f"{name}: {e}") from None
+
+
+def _python_names(message: str, names: Sequence[str]) -> str:
+    """An error in the Python argument's name: '--seq must be ...' -> 'seq must be ...' where the function
+    takes ``seq`` (the command line's words are shared; its flags are not what a notebook user typed)."""
+    import re
+
+    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_")
+                  if m.group(1).replace("-", "_") in names else m.group(0), message)
+
+
+def _api(function):
+    """A public function that reads '4k' where the command line does and names its own arguments in errors."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(function)
+    names = tuple(signature.parameters)
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from tfcalc.errors import InputError
+
+        try:
+            bound = signature.bind(*args, **kwargs)  # a missing or unknown argument: Python's own TypeError
+        except TypeError:
+            return function(*args, **kwargs)
+        try:
+            for name in set(bound.arguments) & set(_LENGTHS + _COUNTS):
+                bound.arguments[name] = _amount(name, bound.arguments[name])
+            return function(*bound.args, **bound.kwargs)
+        except InputError as e:
+            raise InputError(_python_names(str(e), names)) from None
+
+    return call
+
+
 def _override_text(key: str, value: Any) -> str:
     shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
     return f"{key}={shown}"
@@ -50,6 +114,7 @@ def _model(model: "ModelSpec", overrides: dict[str, Any]) -> "ModelRef":
     return resolve(model, [_override_text(k, v) for k, v in overrides.items()])
 
 
+@_api
 def params(model: "ModelSpec", *, measure: bool = True, **overrides: Any) -> "ParamsReport":
     """`tfcalc params`: analytic and (measure=True) empirical parameter counts."""
     from tfcalc.report.params import build_params
@@ -57,6 +122,7 @@ def params(model: "ModelSpec", *, measure: bool = True, **overrides: Any) -> "Pa
     return build_params(_model(model, overrides), measure)
 
 
+@_api
 def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
           measure: bool = False, device: str = "meta", training: bool = False, recompute: bool = False,
           **overrides: Any) -> "FlopsReport":
@@ -68,6 +134,7 @@ def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_
     return build_flops(_model(model, overrides), workload, measure, device, training, recompute)
 
 
+@_api
 def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
            dtype: Optional[str] = None, training: bool = False, optimizer: str = "adam-mixed",
            attention: Optional[str] = None, recompute: str = "none", budget: Union[int, str, None] = None,
@@ -86,6 +153,7 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
     return build_memory(_model(model, overrides), workload, options, measure, device)
 
 
+@_api
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
@@ -144,6 +212,7 @@ def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
     return load(path, where.name, torch_dtype(dtype))
 
 
+@_api
 def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optional[int] = None, gen: int = 256, *,
           dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
           src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
@@ -172,6 +241,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     return build_infer(_model(model, overrides), options)
 
 
+@_api
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
@@ -222,13 +292,17 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 
+@_api
 def compare(*models: "ModelSpec", seq: Optional[int] = None, dtype: str = "bf16", **overrides: Any) -> "CompareReport":
-    """`tfcalc compare`: the models side by side at one length (seq, or the shortest context among them)."""
+    """`tfcalc compare`: the models side by side at one length (seq, or the shortest context among them);
+    models given one by one or as a list (``compare(["gpt2", "llama2-7b"])``)."""
     from tfcalc.report.compare import build_compare
 
-    return build_compare([_model(m, overrides) for m in models], seq, dtype)
+    listed = [m for given in models for m in (given if isinstance(given, (list, tuple)) else [given])]
+    return build_compare([_model(m, overrides) for m in listed], seq, dtype)
 
 
+@_api
 def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch: int = 1, *, dtype: str = "bf16",
          **overrides: Any) -> "ScanReport":
     """`tfcalc scan`: forward FLOPs and memory against sequence length (seq: the lengths; default 128, 256,

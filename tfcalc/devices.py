@@ -18,6 +18,9 @@ Conventions of every entry:
   operations per second, like the others.
 - Sizes and rates are decimal as datasheets print them: 80 GB = 80·10⁹ bytes, 3.35 TB/s = 3.35·10¹²
   bytes/s. What a program can allocate is less (CUDA context, allocator reserve).
+- ``host_memory_bytes`` is the CPU memory of one node (binary, as vendors size DIMMs and clouds print GiB),
+  what offload (tfcalc.count.offload) fills; each with its source in ``host_memory_source``. A node of the
+  table is the configuration ``node`` names (HGX/DGX H100: 2 TiB).
 - Interconnect figures are per GPU and per direction (datasheets print NVLink bidirectional: H100's
   "900 GB/s" is 450 GB/s each way). ``gpus_per_node`` counts the GPUs that reach each other at
   ``intra_node_bytes_per_s``; ``node`` names the node configuration the network figure assumes.
@@ -29,7 +32,7 @@ is (``--device-spec my-gpu.yaml``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -63,6 +66,8 @@ class DeviceSpec:
     source: str  # datasheet citation
     node: str = ""  # the node configuration the interconnect figures assume
     match: tuple[str, ...] = field(default=(), compare=False)  # tokens of torch's device name
+    host_memory_bytes: Optional[int] = None  # CPU memory of one node (None: not known, not checked)
+    host_memory_source: str = ""
 
     def peak(self, dtype: str, tf32_enabled: bool = False) -> Optional[float]:
         """Peak FLOP/s for a dtype; fp32 matmuls run at the tf32 rate when tf32 is on."""
@@ -156,6 +161,32 @@ SPECS: tuple[DeviceSpec, ...] = (
 )
 
 
+TiB = 2**40
+GiB = 2**30
+# Host (CPU) memory of the node each entry's ``node`` names, and where the figure is printed.
+_HOST_MEMORY = {
+    "h100-nvl": (640 * GiB, "Azure NC80adis H100 v5 (2 H100 NVL): 640 GiB (Microsoft Learn, NCads H100 v5 sizes)"),
+    "h100-pcie": (1 * TiB, "assumed: 1 TiB, a common 8-card PCIe server (no vendor node to cite; give your own "
+                  "in a device file)"),
+    "h100-sxm": (2 * TiB, "NVIDIA DGX H100 datasheet: 2 TB system memory (32 × 64 GB DDR5); AWS p5.48xlarge: "
+                 "2,048 GiB"),
+    "h200": (2 * TiB, "NVIDIA DGX H200 datasheet: 2 TB system memory"),
+    "b200": (2 * TiB, "NVIDIA DGX B200 datasheet: 2 TB system memory (4 TB optional)"),
+    "a100-pcie": (1 * TiB, "assumed: 1 TiB, a common 8-card PCIe server (no vendor node to cite)"),
+    "a100-40gb": (1 * TiB, "NVIDIA DGX A100 datasheet: 1 TB system memory (the 320 GB system)"),
+    "a100-80gb": (2 * TiB, "NVIDIA DGX A100 datasheet: 2 TB system memory (the 640 GB system)"),
+    "l40s": (1536 * GiB, "AWS g6e.48xlarge (8 L40S): 1,536 GiB (Amazon EC2 G6e instance types)"),
+    "l4": (768 * GiB, "AWS g6.48xlarge (8 L4): 768 GiB (Amazon EC2 G6 instance types)"),
+    "a10g": (768 * GiB, "AWS g5.48xlarge (8 A10G): 768 GiB (Amazon EC2 G5 instance types)"),
+    "rtx-4090": (256 * GiB, "assumed: 256 GiB, a 4-GPU workstation's 8 × 32 GiB DIMMs"),
+    "mi300x": (1850 * GiB, "Azure ND MI300X v5 (8 MI300X): 1,850 GiB (Microsoft Learn, ND MI300X v5 sizes)"),
+    "v100": (512 * GiB, "NVIDIA DGX-1 datasheet (V100): 512 GB system memory"),
+    "t4": (192 * GiB, "AWS g4dn.12xlarge (4 T4): 192 GiB (Amazon EC2 G4 instance types)"),
+}
+SPECS = tuple(replace(s, host_memory_bytes=_HOST_MEMORY[s.key][0], host_memory_source=_HOST_MEMORY[s.key][1])
+              for s in SPECS)
+
+
 def keys() -> list[str]:
     return [s.key for s in SPECS]
 
@@ -206,7 +237,9 @@ def resolve(text: str) -> DeviceSpec:
 # ---------- a user's own device, from YAML ----------
 
 _REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
-_OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node")
+_OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node",
+             "host_memory_bytes")
+MIN_HOST_BYTES = 2**20  # a node's host memory below a MiB is a unit slip (2 for 2 TiB)
 
 
 MAX_RATE = 1e21  # bytes, bytes/s or FLOP/s: a thousand times today's largest figures (~1e18 FLOP/s per GPU)
@@ -264,6 +297,9 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         raise InputError(f"{where}: field 'gpus_per_node' must be an integer from 1 to {MAX_GPUS_PER_NODE:,}; "
                          f"got {shown(gpus)}")
     memory = int(_positive(path, "memory_bytes", data["memory_bytes"], unit=" byte"))
+    host = data.get("host_memory_bytes")
+    if host is not None:
+        host = int(_positive(path, "host_memory_bytes", host, low=MIN_HOST_BYTES, unit=" bytes"))
     return DeviceSpec(
         key=_text(path, "key", data.get("key") or path.stem), name=_text(path, "name", data["name"]),
         peak_flops={d: _positive(path, f"peak_flops.{d}", v) for d, v in peaks.items()},
@@ -271,6 +307,7 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         memory_bytes=memory,
         gpus_per_node=gpus, source=_text(path, "source", data.get("source") or f"user file {path}"),
         node=_text(path, "node", data.get("node") or ""), **optional,
+        host_memory_bytes=host, host_memory_source="" if host is None else f"user file {path}",
     )
 
 
@@ -295,6 +332,7 @@ def as_dict(spec: DeviceSpec) -> dict[str, Any]:
         "bandwidth_bytes_per_s": spec.bandwidth_bytes_per_s, "memory_bytes": spec.memory_bytes,
         "intra_node_bytes_per_s": spec.intra_node_bytes_per_s, "inter_node_bytes_per_s": spec.inter_node_bytes_per_s,
         "gpus_per_node": spec.gpus_per_node, "node": spec.node, "source": spec.source,
+        "host_memory_bytes": spec.host_memory_bytes,
     }
 
 

@@ -45,3 +45,18 @@ def test_bench_ranks_and_its_old_spelling(cli, spelling):
         assert "note" not in r.err
     else:
         assert "is now `tfcalc bench ranks --nproc 2`" in r.err
+
+
+@pytest.mark.parametrize("mode", [("bench",), ("bench", "decode")], ids=["forward", "decode"])
+def test_bench_without_a_model_times_gpt2_on_the_named_device(cli, mode):
+    """`tfcalc bench --device cpu` (issue 32): no 'Missing argument', but gpt2, said in one line with how to
+    choose, on the device that was named."""
+    extra = ("--steps", "2", "--copy-size", "1MiB") if "decode" in mode else ("--min-time", "0")
+    r = cli(*mode, "--device", "cpu", "--set", "n_layer=1", "--seq", "8", *FAST, *extra, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["preset"] == "gpt2" and r.json()["device"] == "cpu"
+    notes = [line for line in r.err.splitlines() if "no model named" in line]
+    assert len(notes) == 1 and "timing gpt2" in notes[0] and "on cpu" in notes[0]
+    assert f"`tfcalc {' '.join(mode)} llama2-7b --device cpu`" in notes[0]
+    named = cli(*mode, "gpt2", "--set", "n_layer=1", "--seq", "8", *FAST, *extra, "--json")
+    assert named.code == 0 and "no model named" not in named.err

@@ -11,17 +11,18 @@ from tfcalc.cli import render
 from tfcalc.cli.bench_modes import run_decode, run_ranks
 from tfcalc.cli.options import (
     Batch,
+    BenchModel,
     Device,
     DType,
     Exact,
     Format,
     FormatOption,
     Json,
-    Model,
     Overrides,
     Seqs,
     Verbose,
     _flag,
+    bench_model,
     output,
     parse_lengths,
     table_option,
@@ -36,7 +37,7 @@ TableOption = table_option("timing", "components")
 
 
 def bench(
-    model: Model,
+    model: BenchModel = None,
     overrides: Overrides = None,
     batch: Batch = 1,
     seq: Seqs = None,
@@ -95,9 +96,12 @@ def bench(
     On a CPU without --seq: the longest power of two up to the context whose forward pass takes about 2 s at an
     assumed 50 GFLOP/s (the output says which); on a GPU, the context.
 
+    Without a model: gpt2 (said in one line), on the --device given.
+
     Generation: `tfcalc bench decode`. A training step on local ranks: `tfcalc bench ranks`.
     """
     out = output(format, json_out, exact, verbose, table)
+    model = bench_model(model, "bench decode" if decode is not None else "bench", device)
     run_on = device or "cpu"
     if decode is not None and nproc is not None:
         raise InputError("--decode times one device and --nproc a training step on ranks: one of them")

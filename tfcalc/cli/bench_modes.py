@@ -13,6 +13,7 @@ from tfcalc.cli.options import (
     FSDP,
     TP,
     Batch,
+    BenchModel,
     CopySize,
     Device,
     DType,
@@ -26,6 +27,7 @@ from tfcalc.cli.options import (
     SequenceParallel,
     Verbose,
     Zero,
+    bench_model,
     output,
     parse_lengths,
     table_option,
@@ -80,7 +82,7 @@ def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp
 
 
 def bench_decode(
-    model: Model,
+    model: BenchModel = None,
     overrides: Overrides = None,
     steps: Annotated[int, typer.Option("--steps", help="Decode steps after the prefill.", metavar="N")] = 32,
     batch: Batch = 1,
@@ -102,9 +104,11 @@ def bench_decode(
     The prefill of a --seq prompt, then per-token median/p10/p90, tokens/s, bytes read per token (weights + KV
     cache), the bandwidth achieved and MBU against a measured bandwidth ceiling (the slowest of a large device copy,
     a read-only reduction and a matrix-vector product, timed the same way), and the roofline's prediction with the
-    measured ceilings beside each figure. Was `tfcalc bench --decode N`.
+    measured ceilings beside each figure. Without a model: gpt2 (said in one line), on the --device given. Was
+    `tfcalc bench --decode N`.
     """
-    run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
+    run_decode(bench_model(model, "bench decode", device), overrides, batch, seq, steps, dtype, device, warmup,
+               repeat, matmul_size, copy_size,
                output(format, json_out, exact, verbose, table))
 
 

@@ -37,10 +37,10 @@ from tfcalc.cli.options import (
     Overrides,
     Repeat,
     RequireFit,
-    Seq,
     SrcSeq,
     Verbose,
     Warmup,
+    length_value,
     output,
     parse_lengths,
     table_option,
@@ -53,6 +53,10 @@ from tfcalc.report.infer import build_infer
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.workload import default_dtype
 
+Seq = Annotated[Optional[int], typer.Option(
+    "--seq", "-s", help="Prompt length T in tokens (an encoder-decoder's target length); 4k = 4,096 [default: the "
+    "model's context less --gen, so that prompt and generated tokens stay within it].", show_default=False,
+    metavar="T", parser=length_value)]
 TableOption = table_option("serving", "roofline", "speculative", "speculative-measured", "continuous",
                            "continuous-measured")
 

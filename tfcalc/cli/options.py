@@ -30,6 +30,25 @@ Models = Annotated[list[str], typer.Argument(
 Model = Annotated[str, typer.Argument(
     help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file or a Hugging Face config.json.",
     show_default=False, metavar="MODEL")]
+BenchModel = Annotated[Optional[str], typer.Argument(
+    help="A preset name or alias (see `tfcalc presets`), or a path to a YAML file or a Hugging Face config.json "
+    "[default: gpt2, which times in seconds on any device].", show_default=False, metavar="[MODEL]")]
+DEFAULT_BENCH_MODEL = "gpt2"  # 124M parameters: seconds on a laptop CPU, fits any GPU
+
+
+def bench_model(model: Optional[str], command: str, device: Optional[str]) -> str:
+    """The model a timed command runs: the one named, else DEFAULT_BENCH_MODEL, said in one line with how
+    to choose (the user asked to time a device, not a model)."""
+    if model is not None:
+        return model
+    from tfcalc.cli import render
+
+    where = device or "cpu"
+    render.note(f"no model named: timing {DEFAULT_BENCH_MODEL} (124M parameters) on {where}; name one to choose, "
+                f"e.g. `tfcalc {command} llama2-7b --device {where}` (`tfcalc presets` lists them)")
+    return DEFAULT_BENCH_MODEL
+
+
 Overrides = Annotated[Optional[list[str]], typer.Option(
     "--set", help="Override a config field, KEY=VALUE (repeatable), e.g. --set n_layer=2 --set d_head=128.",
     metavar="KEY=VALUE", show_default=False)]

@@ -52,8 +52,18 @@ def check(
     format: FormatOption = Format.table,
     json_out: Json = False,
 ) -> int:
-    """Recompute every count in a snapshot: exit 0 when all match, 1 listing each drift, 2 on a bad file."""
+    """Recompute every count in a snapshot: exit 0 when all match, 1 listing each drift, 2 on a bad file.
+
+    Each drift names its model and field, the cause where check can tell (a config field that changed, tfcalc's
+    version), and the `tfcalc snapshot` command that accepts the new figures. A warning when the presets of the
+    tfcalc checkout around you differ from the installed ones that were counted.
+    """
+    from tfcalc.report.snapshot_cause import checkout_differences
+
     out = output(format, json_out)
     report = snap.build_check(file, tolerance)
+    differ = checkout_differences(Path.cwd(), file.parent)
+    if differ:
+        render.warn(differ)
     render.emit([report], out, view.check_document)
     return 1 if report.drifts else 0

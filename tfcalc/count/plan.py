@@ -9,7 +9,8 @@ largest memory total (every stage's first TP rank holds the largest torch.chunk 
 Search (no layout given): every layout of the GPUs (tfcalc.count.layout.candidate_layouts) whose rank
 fits the device memory, fastest first (overlapped step time, then less memory); memory is computed
 first, the collectives and step time only of the layouts that fit; shapes (tp, pp, cp, dp) whose lower
-bound (tfcalc.count.search_bound) exceeds the memory are not built. What else it varies, and offload
+bound (tfcalc.count.search_bound) exceeds the memory are not built; a layout that offloads fits only
+where its node's host memory holds what its ranks offload (host_fits). What else it varies, and offload
 only where nothing fits: tfcalc.count.search_space. ``--gpus auto``: the fewest GPUs with at least one
 layout that fits, trying powers of two up to a node, then whole nodes (tfcalc.count.layout.gpu_counts),
 from a lower bound on: no layout holds less model state per rank than (2·e_w + e_opt)·Ψ/N bytes --
@@ -81,10 +82,21 @@ class Plan:
     collectives: tuple[Collective, ...]
     step: StepTime
     memory_limit: int  # the device's memory, bytes
+    host_limit: Optional[int] = None  # a node's host memory, bytes (None: not known, not checked)
+    ranks_per_node: int = 1  # the ranks that share a node's host memory
+
+    @property
+    def host_per_node(self) -> int:
+        """Offloaded bytes of a node: the rank's times the ranks a node holds (see host_fits)."""
+        return self.memory.host * self.ranks_per_node
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_limit is None or self.host_per_node <= self.host_limit
 
     @property
     def fits(self) -> bool:
-        return self.memory.total <= self.memory_limit
+        return self.memory.total <= self.memory_limit and self.host_fits
 
     @property
     def comm_bytes(self) -> dict[str, int]:
@@ -109,7 +121,15 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
         pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],
                                      step.compute_s)
         step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
-    return Plan(layout, mem, collectives, step, hw.memory_bytes)
+    return Plan(layout, mem, collectives, step, hw.memory_bytes, hw.host_memory_bytes,
+                min(layout.gpus, hw.gpus_per_node))
+
+
+def host_fits(mem: RankMemory, layout: Layout, hw: Hardware) -> bool:
+    """Whether the offloaded bytes of a node fit its host memory: the rank's (the stage with the largest GPU
+    total) times the ranks of a node, min(GPUs, GPUs per node) -- a node's ranks share a stage where pp is the
+    outermost group (Megatron's rank order); where a node spans stages, the shown stage's ranks stand for all."""
+    return hw.host_memory_bytes is None or mem.host * min(layout.gpus, hw.gpus_per_node) <= hw.host_memory_bytes
 
 
 def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float,
@@ -146,7 +166,7 @@ def _fitting(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilizatio
                 except InputError:
                     continue
                 mem = rank_memory(cfg, option)
-                if mem.total <= hw.memory_bytes:
+                if mem.total <= hw.memory_bytes and host_fits(mem, option, hw):
                     plans.append(_plan(cfg, option, mem, hw, utilization))
                     fitted = True
                     plans += _variants(cfg, option, hw, utilization, space)
@@ -166,7 +186,7 @@ def _variants(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
         except InputError:
             continue
         mem = rank_memory(cfg, variant)
-        if mem.total <= hw.memory_bytes:
+        if mem.total <= hw.memory_bytes and host_fits(mem, variant, hw):
             out.append(_plan(cfg, variant, mem, hw, utilization))
     return out
 

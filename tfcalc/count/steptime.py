@@ -105,6 +105,7 @@ class Hardware:
     perf: PerfSpec = field(default_factory=PerfSpec)
     fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.fp8)
     pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (tfcalc.count.offload)
+    host_memory_bytes: Optional[int] = None  # CPU memory of one node, what offload fills (None: not checked)
 
 
 @dataclass(frozen=True)

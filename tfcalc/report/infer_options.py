@@ -11,7 +11,7 @@ from typing import Optional
 @dataclass(frozen=True, kw_only=True)
 class InferOptions:
     batches: tuple[int, ...]
-    seq: Optional[int]  # None: the context length (measured: less gen, so the positions reach seq + gen)
+    seq: Optional[int]  # None: the context length less gen (positions reach seq + gen), the whole context if unbounded
     gen: int
     dtype: str = "bf16"  # the weights' format: fp32, bf16, fp16, or fp8, int8, int4 (quantized)
     group_size: Optional[int] = None  # quantized formats: weights per scale (int4 default 128)

@@ -42,7 +42,7 @@ from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.report.plan_check import PlanCheck, check_plan, layout_json
 from tfcalc.report.plan_schedule import check_schedule_request, search_space
-from tfcalc.report.plan_search import search_json, search_notes
+from tfcalc.report.plan_search import offloaded_words, search_json, search_notes
 from tfcalc.workload import check_size
 
 DEFAULT_DEVICE_SPEC = "h100-sxm"
@@ -181,6 +181,10 @@ class PlanReport(Displayed):
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
                          "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
+            # offload's host memory, per node (tfcalc.count.plan.host_fits); fits holds both it and the GPU's
+            "host": {"bytes_per_node": p.host_per_node, "ranks_per_node": p.ranks_per_node,
+                     "node_bytes": p.host_limit, "fits": p.host_fits,
+                     "source": self.device.host_memory_source or None},
             "fits": p.fits, "notes": self.notes,
             "comm_bytes_per_step": p.comm_bytes,
             "collectives": [dict(dataclasses.asdict(c), sent_bytes=c.sent_bytes) for c in p.collectives],
@@ -222,7 +226,8 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
     """The rates the sharding and precision variants read (tfcalc.count.fp8, tfcalc.count.offload)."""
-    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec))
+    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec),
+                host_memory_bytes=spec.host_memory_bytes)
 
 
 def _global_batch(request: PlanRequest, seq: int, dp: int) -> int:
@@ -280,9 +285,27 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
     if not plans:
         raise InputError(f"no layout of {request.gpus} GPUs fits {cfg.name} in {hw.memory_bytes / 1e9:g} GB per GPU "
                          f"at global batch {base.global_batch}, micro-batch {base.micro_batch}, seq {seq}"
-                         + (" (with offload too)" if only["space"].offload else "")
+                         + _offload_words(cfg, request.gpus, base, hw, request.mfu, only)
                          + "; try more --gpus, or --gpus auto")
     return "layouts", tuple(plans)
+
+
+def _offload_words(cfg, gpus: int, base: Layout, hw: Hardware, utilization, only: dict) -> str:
+    """Why offload did not rescue a search: with the node's host memory unchecked, the least a layout that
+    fits the GPUs needs per node (tfcalc.count.plan.host_fits), or that none fits even so."""
+    from tfcalc import units
+
+    if not only["space"].offload:
+        return ""
+    if hw.host_memory_bytes is None:
+        return " (with offload too)"
+    unchecked = search(cfg, gpus, base, dataclasses.replace(hw, host_memory_bytes=None), utilization, **only)
+    if not unchecked:
+        return " (with offload too)"
+    least = min(unchecked, key=lambda p: p.host_per_node)
+    return (f" without offload; with {offloaded_words(least.layout)} offload it needs at least "
+            f"{units.nbytes(least.host_per_node)} of host memory per node, more than the node's "
+            f"{units.nbytes(hw.host_memory_bytes)}")
 
 
 def check_request(request: PlanRequest) -> None:

@@ -20,6 +20,7 @@ from tfcalc.report.flops import build_flops
 from tfcalc.report.memory import estimate_memory
 from tfcalc.report.model_ref import ModelRef, resolve
 from tfcalc.report.params import build_params
+from tfcalc.report.snapshot_cause import accept_command, cause, pinned_config
 from tfcalc.workload import Workload
 
 FORMAT = 1
@@ -77,8 +78,10 @@ def figures(model: ModelRef) -> dict[str, Any]:
 
 
 def entry(spec: str, overrides: list[str]) -> dict[str, Any]:
+    """One model's figures, and its resolved config (what `check` names when a figure moves: snapshot_cause)."""
     model = resolve(spec, overrides)
-    return {"preset": model.name, "spec": spec, "overrides": list(overrides), **figures(model)}
+    return {"preset": model.name, "spec": spec, "overrides": list(overrides), **figures(model),
+            "config": pinned_config(model.cfg)}
 
 
 def build(specs: list[str], overrides: list[str]) -> dict[str, Any]:
@@ -144,6 +147,7 @@ class Drift:
     field: str  # dotted path, e.g. params.breakdown.attn_q_weight
     expected: Any
     got: Any
+    cause: str = ""  # why, where check can tell (tfcalc.report.snapshot_cause)
 
     @property
     def difference(self) -> float | None:
@@ -174,20 +178,23 @@ def _same(expected: Any, got: Any, tolerance: float) -> bool:
 
 
 def compare(snapshot: dict[str, Any], tolerance: float = 0.0) -> list[Drift]:
-    """Recompute every entry and list each figure that differs (beyond a relative tolerance)."""
+    """Recompute every entry and list each figure that differs (beyond a relative tolerance), with its cause."""
     drifts = []
     for e in snapshot["entries"]:
         name = e.get("preset", e["spec"])
         try:
-            fresh = figures(resolve(e["spec"], e.get("overrides", [])))
+            model = resolve(e["spec"], e.get("overrides", []))
+            fresh = figures(model)
         except InputError as err:
-            drifts.append(Drift(name, "(config)", "loadable", str(err)))
+            drifts.append(Drift(name, "(config)", "loadable", str(err), cause(e, snapshot.get("tfcalc_version"), None)))
             continue
         expected = _flatten({k: v for k, v in e.items() if k in fresh})
         got = _flatten(fresh)
+        why = None
         for key in list(expected) + [k for k in got if k not in expected]:
             if key not in got or key not in expected or not _same(expected[key], got[key], tolerance):
-                drifts.append(Drift(name, key, expected.get(key), got.get(key)))
+                why = why or cause(e, snapshot.get("tfcalc_version"), pinned_config(model.cfg))
+                drifts.append(Drift(name, key, expected.get(key), got.get(key), why))
     return drifts
 
 
@@ -210,14 +217,16 @@ class CheckReport:
     path: str
     models: int
     drifts: tuple[Drift, ...]
+    accept: str = ""  # the `tfcalc snapshot` command that pins today's figures in the same file
 
     def to_json(self) -> list[dict[str, Any]]:
         return [{"preset": d.preset, "field": d.field, "expected": d.expected, "got": d.got,
-                 "difference": d.difference} for d in self.drifts]
+                 "difference": d.difference, "cause": d.cause, "accept": self.accept} for d in self.drifts]
 
 
 def build_check(path: Path, tolerance: float = 0.0) -> CheckReport:
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
         raise InputError(f"--tolerance must be a finite number, 0 or more; got {tolerance}")
     data = read(path)
-    return CheckReport(str(path), len(data["entries"]), tuple(compare(data, tolerance)))
+    return CheckReport(str(path), len(data["entries"]), tuple(compare(data, tolerance)),
+                       accept_command(str(path), data["entries"]))

@@ -32,6 +32,17 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
               p["prefill_bound"])
 
 
+def _short_note(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
+    """The batches asked for that do not fit, in words, under the table: its fits column may be moved below it
+    on a narrow terminal, and a verdict must not depend on the width."""
+    short = [x["batch"] for x in rows if x["fits"] is False]
+    if short:
+        which = f"Batch {short[0]:,} does" if len(short) == 1 else f"Batches {', '.join(f'{b:,}' for b in short)} do"
+        most = "" if not r.max_batch else f"; the largest that fits is {r.max_batch:,}"
+        doc.note(f"{which} not fit: weights + KV cache past the {units.nbytes(rows[0]['memory_bytes'])} usable{most}.",
+                 "warning")
+
+
 def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
     """--draft: the speculative round beside plain decoding (tfcalc.count.speculative)."""
     first = rows[0]["speculative"]
@@ -254,6 +265,7 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         rows = data if isinstance(data, list) else [data]
         _continuous_table(doc, r, rows)
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
+        _short_note(doc, r, rows)
         _speculative_table(doc, r, rows)
         _notes(doc, r, rows[0])
         if r.measured:

@@ -12,6 +12,7 @@ from tfcalc.count.shard import stage_block_counts, total_blocks
 from tfcalc.count.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
 from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
+from tfcalc.report.plan_search import host_words, searched_offload
 
 CAUSES = {
     "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
@@ -66,13 +67,15 @@ def _days(seconds: float) -> str:
 
 def _search(doc: Doc, r: PlanReport) -> None:
     what = (f"the fewest GPUs that fit: {r.plan.layout.gpus}" if r.search == "gpus"
-            else f"layouts of {r.plan.layout.gpus} GPUs that fit")
+            else f"layouts of {r.plan.layout.gpus} GPUs that fit") + (" with offload" if searched_offload(r) else "")
     t = doc.table(f"{r.model.label} on {r.device.name}: {what} ({len(r.candidates)}), fastest first",
                   Column("#", "int"), Column("Layout"), Column("Micro-batches", "int", priority=2),
                   Column("Memory per rank", "bytes"), Column("Step", "seconds"), Column("MFU", "share"), name="layouts")
     for i, c in enumerate(r.candidates[: r.request.top], 1):
         t.add(i, short(c.layout), c.layout.micro_batches, c.memory.total, c.step.overlap_s, c.step.mfu,
               style="bold" if i == 1 else "")
+    if searched_offload(r):  # the answer, in words, where it is read (not only in the notes at the end)
+        doc.note(host_words(r) + ".", "warning")
 
 
 def _memory(doc: Doc, r: PlanReport) -> None:
@@ -102,15 +105,21 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     if m.gathered:
         t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if L.reshard_after_forward
               else "every unit of the stage, kept from forward to backward")
-    style = "bold" if r.plan.fits else "bold red"
     memory = r.plan.memory_limit
-    t.add("Total: " + ("fits" if r.plan.fits else "does not fit"), m.total,
+    style = "bold" if m.total <= memory else "bold red"
+    t.add("Total: " + ("fits" if m.total <= memory else "does not fit"), m.total,
           f"{m.total / memory:.0%} of {units.nbytes(memory)} usable: the driver's "
           f"{units.nbytes(devices.driver_bytes(r.device))} less the CUDA context and NCCL buffers", style=style)
     if m.host:
         t.add("Host memory (offload)", m.host, "not in the total: " + " and ".join(
             w for w, on in (("fp32 master, Adam m and v, fp32 gradients of the shard", L.offload_optimizer),
                             ("offloaded activations", L.offload_activations)) if on))
+        p = r.plan
+        node = ("the node's host memory is not known: not checked (host_memory_bytes in a device file)"
+                if p.host_limit is None else f"{p.host_per_node / p.host_limit:.0%} of the node's "
+                f"{units.nbytes(p.host_limit)} ({r.device.host_memory_source})")
+        t.add("Host memory per node: " + ("fits" if p.host_fits else "does not fit"), p.host_per_node,
+              f"{p.ranks_per_node} ranks × the rank's; {node}", style="bold" if p.host_fits else "bold red")
 
 
 def _comm(doc: Doc, r: PlanReport) -> None:

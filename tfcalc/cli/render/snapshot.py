@@ -27,10 +27,18 @@ def check_document(reports: list[CheckReport], verbose: bool = False) -> Doc:
         if not r.drifts:
             doc.note(f"✓ {r.path}: all counts of {r.models} models match.", "ok")
             continue
-        t = doc.table(f"{r.path}: {len(r.drifts)} counts drifted", Column("Model"), Column("Field"),
-                      Column("Expected", "int"), Column("Got", "int"), Column("Difference", "text"), name="drifts")
+        by_model: dict[str, list] = {}
         for d in r.drifts:
-            diff = d.difference
-            t.add(d.preset, d.field, _cell(d.expected), _cell(d.got),
-                  "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
+            by_model.setdefault(d.preset, []).append(d)
+        doc.note(f"✗ {r.path}: {len(r.drifts)} counts of {len(by_model)} of {r.models} models drifted.", "bad")
+        for model, drifts in by_model.items():
+            # one table per model, the field first (the column never hidden): at any width a figure that
+            # moves below the table is named by its field, and the title names the model and the cause
+            t = doc.table(f"{model}: {len(drifts)} drifted; {drifts[0].cause}", Column("Field"),
+                          Column("Pinned", "int"), Column("Now", "int"), Column("Difference", "text"), name="drifts")
+            for d in drifts:
+                diff = d.difference
+                t.add(d.field, _cell(d.expected), _cell(d.got),
+                      "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
+        doc.note(f"To accept today's figures: {r.accept}")
     return doc
