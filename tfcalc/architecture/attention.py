@@ -18,9 +18,11 @@ key/value heads each serving H / G query heads.
    K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
 
-Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
-class of its own beside this one with the same four methods (``weights``, ``linears``, ``score_dims``,
-``kv_elements``) -- every fold calls only those. Pure Python: no torch, typer or rich here.
+Both answer the token-mixer protocol (tfcalc.architecture.mixer): ``weights``, ``linears``, ``mixing`` (step 2
+as the score matmuls of one sequence, full square and causal), ``state`` (step 3: K and V growing with the
+context, capped by the window or the chunk), ``tp_widths`` and ``capabilities`` -- every fold calls only
+those. Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
+class of its own beside this one answering the same protocol. Pure Python: no torch, typer or rich here.
 """
 
 from __future__ import annotations
@@ -29,9 +31,39 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture.mixer import Capabilities, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
+
+
+def causal_pairs(queries: int, keys: int, window: int | None = None, chunk: int | None = None) -> int:
+    """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
+    sliding window W a query at position p sees min(p + 1, W) keys: the sum of min(n, W) over
+    n = keys - queries + 1 .. keys. With chunks of C (Llama 4) a query at p sees (p mod C) + 1 keys."""
+    if chunk is not None:
+        return _chunk_pairs(keys, chunk) - _chunk_pairs(keys - queries, chunk)
+    if window is None:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    lo, hi = keys - queries + 1, keys  # each query's visible keys without the window: n = lo .. hi
+    top = min(hi, window)
+    below = (top * (top + 1) - (lo - 1) * lo) // 2 if lo <= top else 0  # n <= W: n keys
+    return below + window * (hi - max(lo - 1, window)) if hi > window else below
+
+
+def _chunk_pairs(n: int, chunk: int) -> int:
+    """Σ_{p < n} ((p mod C) + 1): n // C whole chunks of C·(C+1)/2 pairs, then r = n mod C rows of 1..r."""
+    whole, r = divmod(n, chunk)
+    return whole * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def score_mixing(heads: int, h: int, hv: int, queries: int, keys: int, pairs: int, k_state: int,
+                 v_state: int) -> list[Mixing]:
+    """Step 2 for one sequence: Q·Kᵀ, (queries, h) @ (h, keys), and attention·V, (queries, keys) @ (keys, h_v),
+    per head; 2·h (2·h_v) FLOPs per unmasked pair, ``pairs`` of them per head. Latent attention's too."""
+    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state),
+            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state)]
 
 
 @dataclass(frozen=True)
@@ -162,3 +194,31 @@ class Attention:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
         span = self.chunk if self.chunk is not None else self.window
         return context if span is None else min(context, span - 1)
+
+    # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Step 2 for one sequence of ``queries`` tokens over ``keys`` positions: each layer's unmasked pairs
+        (a window or a chunk shrinks them; an encoder's and a cross-attention's see every key)."""
+        pairs = causal_pairs(queries, keys, self.window, self.chunk) if self.causal else queries * keys
+        return score_mixing(self.n_head, self.head_dim, self.v_dim, queries, keys, pairs, self.k_width, self.v_width)
+
+    def state(self) -> list[StateTensor]:
+        """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps W - 1, a chunk of C
+        keeps C - 1."""
+        span = self.chunk if self.chunk is not None else self.window
+        span = None if span is None else span - 1
+        return [StateTensor("k", self.k_width, span=span), StateTensor("v", self.v_width, span=span)]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        """Megatron splits the query heads and the key/value heads (each rank whole heads)."""
+        return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A window's or a chunk's ring overwrites the positions a rewind would return to, and ring attention
+        over a window or a chunk is not modelled (tfcalc.count.layout_pipeline)."""
+        local = self.window is not None or self.chunk is not None
+        return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self")

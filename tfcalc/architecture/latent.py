@@ -1,7 +1,7 @@
 """Multi-head latent attention (MLA: DeepSeek-V2, Liu et al. 2024, arXiv 2405.04434, sec. 2.1; DeepSeek-V3,
 arXiv 2412.19437, sec. 2.1.1), the attention of DeepSeek-V2/V3/R1 and Kimi K2, as a component beside
-``Attention`` with the same methods every fold calls (``weights``, ``linears``, ``score_dims``,
-``kv_elements``, ``kv_positions``).
+``Attention`` answering the same token-mixer protocol (tfcalc.architecture.mixer: ``weights``, ``linears``,
+``mixing``, ``state``, ``tp_widths``, ``capabilities``) that every fold calls.
 
 H heads; each query and key head is h_n + h_r wide (qk_nope_head_dim no-position channels and
 qk_rope_head_dim rotary channels), each value head h_v (v_head_dim); c_kv = kv_lora_rank, c_q = q_lora_rank.
@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture.attention import causal_pairs, score_mixing
+from tfcalc.architecture.mixer import Capabilities, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -216,3 +218,27 @@ class LatentAttention:
 
     def kv_positions(self, context: int) -> int:
         return context
+
+    # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Step 3 for one sequence over the expanded heads (the naive form, see the module docstring); a decode
+        step's Q·Kᵀ reads the cached latent and rotary key (c_kv + h_r per key), its attention·V the values
+        W_kvb expands from them (no cached state of their own)."""
+        pairs = causal_pairs(queries, keys) if self.causal else queries * keys
+        return score_mixing(self.n_head, self.head_dim, self.v_head_dim, queries, keys, pairs, self.kv_elements(), 0)
+
+    def state(self) -> list[StateTensor]:
+        """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""
+        return [StateTensor("latent", self.kv_lora_rank), StateTensor("k_rope", self.qk_rope_head_dim)]
+
+    def expanded_state(self) -> list[StateTensor]:
+        """The K and V heads a cache without MLA support keeps: H·(h_n + h_r) and H·h_v per position."""
+        return [StateTensor("k", self.k_width), StateTensor("v", self.v_width)]
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        """The per-head tensors split by heads (W_qb, W_kvb, W_o); the compressions stay whole."""
+        return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities()

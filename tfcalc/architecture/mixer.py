@@ -1,0 +1,152 @@
+"""The token mixer: what a block's position-mixing sub-layer answers, whatever mixes the positions.
+
+A block (tfcalc.architecture.block) holds one token MIXER in its ``mixer`` slot, beside its FFN and norms:
+softmax attention (``Attention``: full, window, chunk, sinks, NoPE, soft-cap) and latent attention
+(``LatentAttention``) today; state-space, linear-attention and short-convolution mixers next. Every count
+fold asks the mixer through this protocol and never its class, so a new mixer is one component that
+answers it (see tests/test_mixer_protocol.py: a toy fixed-state mixer counted by the folds unchanged).
+
+Modelled on torchtitan's per-layer configs, where a block config holds an attention or a gated-DeltaNet
+config in one slot (torchtitan/models/qwen3_5); taken: the slot and the per-layer value; not taken: the
+``build()`` of a torch module on the config (tfcalc.model builds modules from the description, so this
+package stays free of torch).
+
+What a mixer answers:
+
+1. ``weights()``: its parameter tensors (``Weight``: breakdown key, shape, role, TP split, fused stored
+   tensor) -- the parameter count, the plan's shards and the checkpoint map fold over them;
+2. ``linears(with_kv)``: its projections (``Linear``: n_in -> n_out over the rows named);
+3. ``mixing(queries, keys)``: the matmuls that mix positions, for ONE sequence of ``queries`` new tokens
+   over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
+   keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
+   Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
+   generation state it reads per key. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
+   chunked scan's matmuls, with no Q·Kᵀ at all;
+4. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
+   with the tokens (K and V; capped by a window or a chunk: ``span``) and elements that do not (an SSM's
+   recurrent state, a convolution's last K - 1 inputs), each with its dtype (None: the cache dtype the
+   user asks for). ``state_elements`` folds it at a context; ``step_io`` says what a decode step reads
+   and writes of it;
+5. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups);
+6. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
+   state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks).
+
+Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, runtime_checkable
+
+from tfcalc.architecture.tensors import Linear, Weight
+
+
+@dataclass(frozen=True)
+class Mixing:
+    """One position-mixing matmul of one sequence: ``copies`` (heads) of (m, k) @ (k, n).
+
+    ``causal_flops``: the FLOPs over the pairs a causal mask (or a window, a chunk) leaves, summed over the
+    copies; equal to ``flops`` where every pair counts. ``state_per_key``: elements of generation state the
+    matmul reads per key position in a decode step (K's width for Q·Kᵀ, V's for attention·V; 0 where the
+    operand is not the cached state itself)."""
+
+    name: str  # local to the mixer; the block prefixes it ("qk" -> "attn_qk")
+    label: str
+    shape: tuple[int, int, int]
+    copies: int
+    causal_flops: int
+    state_per_key: int = 0
+
+    @property
+    def flops(self) -> int:
+        """Full-square FLOPs over the copies: 2·m·k·n each."""
+        m, k, n = self.shape
+        return 2 * m * k * n * self.copies
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One tensor of a mixer's generation state, per sequence and layer.
+
+    ``per_token`` elements for each position kept (K, V: they grow with the context), at most ``span``
+    positions (a window of W keeps W - 1, a chunk of C keeps C - 1; None: every position); ``fixed``
+    elements that do not grow (an SSM's state, a convolution's ring). ``dtype``: the dtype it is kept in,
+    None for the cache dtype the user asks for (``--kv-dtype``)."""
+
+    name: str
+    per_token: int = 0
+    fixed: int = 0
+    span: Optional[int] = None
+    dtype: Optional[str] = None
+
+    def positions(self, context: int) -> int:
+        """Positions kept at a context of this many tokens."""
+        return context if self.span is None else min(context, self.span)
+
+    def elements(self, context: int) -> int:
+        return self.per_token * self.positions(context) + self.fixed
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the runtime and the plans may do with a mixer (declared, never inferred from its class)."""
+
+    rewind: bool = True  # its decode state can return to an earlier position (speculative decoding's reject)
+    tensor_parallel: bool = True  # Megatron's split by heads (``tp_widths``)
+    context_parallel: bool = True  # ring attention over the sequence split across ranks
+
+
+@runtime_checkable
+class Mixer(Protocol):
+    """A token mixer (see the module docstring, 1-6)."""
+
+    d_model: int
+    causal: bool  # a query sees no later position (a decoder's self-mixer)
+
+    def weights(self) -> list[Weight]: ...
+
+    def linears(self, with_kv: bool = True) -> list[Linear]: ...
+
+    def mixing(self, queries: int, keys: int) -> list[Mixing]: ...
+
+    def state(self) -> list[StateTensor]: ...
+
+    def expanded_state(self) -> list[StateTensor]:
+        """The state a runtime without this mixer's compressed form keeps (a latent attention's K and V
+        heads); the state itself for every other mixer."""
+        ...
+
+    def tp_widths(self) -> list[tuple[str, int]]: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+
+def state_elements(mixer: Mixer, context: int, expanded: bool = False) -> int:
+    """Elements of a mixer's generation state at a context of ``context`` tokens, per sequence and layer
+    (all its tensors, whatever their dtype: ``state_by_dtype`` keeps them apart)."""
+    tensors = mixer.expanded_state() if expanded else mixer.state()
+    return sum(t.elements(context) for t in tensors)
+
+
+def state_by_dtype(mixer: Mixer, context: int) -> dict[Optional[str], int]:
+    """{dtype (None: the cache dtype): elements} of a mixer's state at a context, per sequence and layer."""
+    out: dict[Optional[str], int] = {}
+    for t in mixer.state():
+        out[t.dtype] = out.get(t.dtype, 0) + t.elements(context)
+    return out
+
+
+def step_io(mixer: Mixer, context: int) -> tuple[int, int]:
+    """(elements read, elements written) of the state by one decode step at ``context`` positions already
+    kept, per sequence and layer: a growing tensor is read over what it keeps and written one position; a
+    fixed tensor is read and written whole (a recurrent state's update)."""
+    read = sum(t.per_token * t.positions(context) + t.fixed for t in mixer.state())
+    written = sum(t.per_token + t.fixed for t in mixer.state())
+    return read, written
+
+
+def is_local(mixer: Mixer) -> bool:
+    """Whether a mixer's state stops growing before the context does (a window, a chunk, a fixed state)."""
+    return all(t.span is not None or not t.per_token for t in mixer.state())
