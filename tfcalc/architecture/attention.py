@@ -31,7 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from tfcalc.architecture.mixer import Capabilities, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -202,6 +202,24 @@ class Attention:
         pairs = causal_pairs(queries, keys, self.window, self.chunk) if self.causal else queries * keys
         return score_mixing(self.n_head, self.head_dim, self.v_dim, queries, keys, pairs, self.k_width, self.v_width)
 
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """One sequence's non-matmul work: the softmax (and soft-cap) of every score of the full square, the
+        Q/K norms over Q and K, RoPE on Q's and K's rotated channels, the projections' bias adds (a
+        cross-attention's K and V over its ``keys`` sources)."""
+        scores = self.n_head * queries * keys
+        out = [Elementwise("softmax", "softmax (full square)", scores)]
+        if self.softcap is not None:
+            out.append(Elementwise("softcap", "score soft-capping", scores))
+        if self.qk_norm is not None:
+            out.append(Elementwise("qk_norm", f"Q/K {self.qk_norm.kind}", queries * (self.q_width + self.k_width),
+                                   self.qk_norm))
+        if self.rope_theta is not None:  # a NoPE layer rotates nothing
+            out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + self.n_kv_head) * self.rope_dim))
+        kv_rows = queries if self.kind == "self" else keys
+        bias = (queries * self.q_width + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
+            queries * self.d_model if self.o_bias else 0)
+        return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
+
     def state(self) -> list[StateTensor]:
         """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps W - 1, a chunk of C
         keeps C - 1."""
@@ -215,6 +233,10 @@ class Attention:
     def tp_widths(self) -> list[tuple[str, int]]:
         """Megatron splits the query heads and the key/value heads (each rank whole heads)."""
         return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        """The cache splits by KV head: a rank holds whole KV heads (replicated when TP exceeds them)."""
+        return self.n_kv_head
 
     @property
     def capabilities(self) -> Capabilities:

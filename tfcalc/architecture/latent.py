@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture.attention import causal_pairs, score_mixing
-from tfcalc.architecture.mixer import Capabilities, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -227,6 +227,14 @@ class LatentAttention:
         pairs = causal_pairs(queries, keys) if self.causal else queries * keys
         return score_mixing(self.n_head, self.head_dim, self.v_head_dim, queries, keys, pairs, self.kv_elements(), 0)
 
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """One sequence's non-matmul work as the count prices it: the softmax of the full square over the H
+        heads, RoPE on the rotary channels of Q's and K's H heads each, W_o's bias add."""
+        out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
+        if self.rope_theta is not None:
+            out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
+        return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+
     def state(self) -> list[StateTensor]:
         """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""
         return [StateTensor("latent", self.kv_lora_rank), StateTensor("k_rope", self.qk_rope_head_dim)]
@@ -238,6 +246,10 @@ class LatentAttention:
     def tp_widths(self) -> list[tuple[str, int]]:
         """The per-head tensors split by heads (W_qb, W_kvb, W_o); the compressions stay whole."""
         return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        """None: the latent cache is one per token, shared by the heads, kept whole on every rank."""
+        return None
 
     @property
     def capabilities(self) -> Capabilities:

@@ -22,13 +22,16 @@ What a mixer answers:
    Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
    generation state it reads per key. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
-4. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
+4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
+   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
+5. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
    with the tokens (K and V; capped by a window or a chunk: ``span``) and elements that do not (an SSM's
    recurrent state, a convolution's last K - 1 inputs), each with its dtype (None: the cache dtype the
    user asks for). ``state_elements`` folds it at a context; ``step_io`` says what a decode step reads
    and writes of it;
-5. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups);
-6. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
+6. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups), and
+   ``tp_state_heads()``: the heads its state splits by (None: kept whole on every rank);
+7. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
    state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks).
 
 Pure Python: no torch, typer or rich here.
@@ -39,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol, runtime_checkable
 
+from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 
 
@@ -63,6 +67,20 @@ class Mixing:
         """Full-square FLOPs over the copies: 2·m·k·n each."""
         m, k, n = self.shape
         return 2 * m * k * n * self.copies
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Non-matmul work of one sequence: an operation on ``elements`` elements, named by ``work``, the kind the
+    count prices per element (tfcalc.count.non_matmul: "softmax", "softcap", "rope", "qk_norm" with its
+    ``norm``, "bias"), or at ``per_element`` FLOPs where the mixer says its own (an op the count has no
+    price for: an SSM's exp, a convolution's taps)."""
+
+    work: str
+    label: str
+    elements: int
+    norm: Optional[Norm] = None
+    per_element: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +117,7 @@ class Capabilities:
 
 @runtime_checkable
 class Mixer(Protocol):
-    """A token mixer (see the module docstring, 1-6)."""
+    """A token mixer (see the module docstring, 1-7)."""
 
     d_model: int
     causal: bool  # a query sees no later position (a decoder's self-mixer)
@@ -110,6 +128,8 @@ class Mixer(Protocol):
 
     def mixing(self, queries: int, keys: int) -> list[Mixing]: ...
 
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
+
     def state(self) -> list[StateTensor]: ...
 
     def expanded_state(self) -> list[StateTensor]:
@@ -118,6 +138,11 @@ class Mixer(Protocol):
         ...
 
     def tp_widths(self) -> list[tuple[str, int]]: ...
+
+    def tp_state_heads(self) -> Optional[int]:
+        """The heads its generation state splits by under TP (a rank whole heads, replicated when TP exceeds
+        them); None: the state is kept whole on every rank (a latent cache)."""
+        ...
 
     @property
     def capabilities(self) -> Capabilities: ...
@@ -128,6 +153,11 @@ def state_elements(mixer: Mixer, context: int, expanded: bool = False) -> int:
     (all its tensors, whatever their dtype: ``state_by_dtype`` keeps them apart)."""
     tensors = mixer.expanded_state() if expanded else mixer.state()
     return sum(t.elements(context) for t in tensors)
+
+
+def state_positions(mixer: Mixer, context: int) -> int:
+    """Positions its growing state keeps at a context of ``context`` tokens (0 for a fixed state alone)."""
+    return max((t.positions(context) for t in mixer.state() if t.per_token), default=0)
 
 
 def state_by_dtype(mixer: Mixer, context: int) -> dict[Optional[str], int]:

@@ -70,10 +70,12 @@ def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
     decoder layer and position, s = w.seq + w.gen) in the KV dtype ``w.kv``; an encoder-decoder adds its
     cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(w.kv)
-    # a fold over the decoder's layers (tfcalc.architecture): each caches all positions, or within a
-    # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
-    own = w.batch * cfg.architecture.kv_elements(w.seq + w.gen)
-    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
+    # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
+    # all positions, or within a sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V; a
+    # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
+    own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
+              for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen).items())
+    return own + cross_kv_cache_bytes(cfg, w)
 
 
 def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:

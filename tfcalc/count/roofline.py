@@ -232,16 +232,17 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
     m, k, n = e.shape
     first = cfg.architecture.output.runs[0].pattern[0]  # the output stack's first layer (a decode step's)
     if e.component in SCORE_COMPONENTS:
-        queries, keys = (m, n) if e.component.endswith("qk") else (m, k)
-        a = first.cross_attention if "cross" in e.component else first.attention  # the flat front end's
-        h = a.head_dim if e.component.endswith("qk") else a.v_dim  # attentions all share these widths
-        heads = batch * a.n_head
+        qk = e.component.endswith("qk")
+        queries, keys, h = (m, n, k) if qk else (m, k, n)  # (T, h) @ (h, keys); (T, keys) @ (keys, h_v)
+        cross = e.component.startswith("cross_")
+        mixer = first.cross_attention if cross else first.mixer  # the flat front end's: all share these widths
+        # K or V elements read per position: what the mixer says its matmul reads of its state
+        # (tfcalc.architecture.mixer; a latent attention's latent and rotary key, read once by Q·Kᵀ)
+        per = next(mm.state_per_key for mm in mixer.mixing(1, 1) if e.component.endswith("_" + mm.name))
+        heads = e.count  # batch × query heads
         read = keys * e.copies  # positions of K (or V) read, over all layers
-        if queries == 1 and "cross" not in e.component:  # decoding: each layer reads the keys its one query
+        if queries == 1 and not cross:  # decoding: each layer reads the keys its one query
             read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
-        per = a.n_kv_head * h  # K or V elements per position
-        if getattr(a, "kv_lora_rank", None) is not None:  # latent attention: its latent and rotary key, read once
-            per = a.kv_elements() if e.component.endswith("qk") else 0
         kv = weight_bytes(batch * per * read, kv_dtype)
         qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
