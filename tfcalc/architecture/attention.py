@@ -61,9 +61,12 @@ def _chunk_pairs(n: int, chunk: int) -> int:
 def score_mixing(heads: int, h: int, hv: int, queries: int, keys: int, pairs: int, k_state: int,
                  v_state: int) -> list[Mixing]:
     """Step 2 for one sequence: Q·Kᵀ, (queries, h) @ (h, keys), and attention·V, (queries, keys) @ (keys, h_v),
-    per head; 2·h (2·h_v) FLOPs per unmasked pair, ``pairs`` of them per head. Latent attention's too."""
-    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state),
-            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state)]
+    per head; 2·h (2·h_v) FLOPs per unmasked pair, ``pairs`` of them per head. Latent attention's too.
+    The state read (a fused kernel reads each cached position once): ``k_state`` (``v_state``) elements per
+    position over the keys, or, for one query (a decode step), over the keys it pairs with (a window's W)."""
+    read = pairs if queries == 1 else keys
+    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read),
+            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read)]
 
 
 @dataclass(frozen=True)

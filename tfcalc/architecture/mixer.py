@@ -20,7 +20,7 @@ What a mixer answers:
    over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
    keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
    Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
-   generation state it reads per key. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
+   generation state it reads. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
    RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
@@ -51,16 +51,18 @@ class Mixing:
     """One position-mixing matmul of one sequence: ``copies`` (heads) of (m, k) @ (k, n).
 
     ``causal_flops``: the FLOPs over the pairs a causal mask (or a window, a chunk) leaves, summed over the
-    copies; equal to ``flops`` where every pair counts. ``state_per_key``: elements of generation state the
-    matmul reads per key position in a decode step (K's width for Q·Kᵀ, V's for attention·V; 0 where the
-    operand is not the cached state itself)."""
+    copies; equal to ``flops`` where every pair counts. ``state_read``: elements of generation state the
+    matmul reads in this pass, each once (a fused kernel: Q·Kᵀ reads K over the keys -- in a decode step
+    only those its query sees -- attention·V reads V; a recurrent read its fixed state; 0 where the operand
+    is not the kept state), kept in ``state_dtype`` (None: the cache dtype)."""
 
     name: str  # local to the mixer; the block prefixes it ("qk" -> "attn_qk")
     label: str
     shape: tuple[int, int, int]
     copies: int
     causal_flops: int
-    state_per_key: int = 0
+    state_read: int = 0
+    state_dtype: Optional[str] = None
 
     @property
     def flops(self) -> int:

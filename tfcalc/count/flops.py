@@ -106,6 +106,10 @@ class MatmulEntry:
     # the causal FLOPs over all copies when they differ by copy (Gemma 2's windowed and full layers);
     # causal_per_copy is then the first layer's
     causal_sum: int | None = None
+    # elements of generation state the matmuls read over all copies (a mixer's K and V, a recurrent state:
+    # tfcalc.architecture.mixer.Mixing.state_read), in ``state_dtype`` (None: the cache dtype)
+    state_read: int = 0
+    state_dtype: str | None = None
 
     @property
     def per_copy(self) -> int:
@@ -180,14 +184,15 @@ def _stack_matmuls(
     entries: dict[tuple[str, tuple[int, int, int]], MatmulEntry] = {}
 
     def add(name: str, group: str, label: str, shape: tuple[int, int, int], count: int, layers: int,
-            causal_per_copy: int) -> None:
+            causal_per_copy: int, state: int = 0, state_dtype: str | None = None) -> None:
         key = (prefix + name, shape)
         if key in entries:  # the same matmul in another layer kind: more copies, its causal FLOPs summed
             e = entries[key]
-            entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers)
+            entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers,
+                                   state_read=e.state_read + state * layers)
         else:
             entries[key] = MatmulEntry(prefix + name, group, stack_label + label, shape, count, layers,
-                                       causal_per_copy, stack_name)
+                                       causal_per_copy, stack_name, state_read=state * layers, state_dtype=state_dtype)
 
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
         n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
@@ -199,7 +204,8 @@ def _stack_matmuls(
         # full square as FlopCounterMode sees them, causal over the pairs its mask leaves
         for mm in mixer.mixing(queries, n_keys):
             text = mm.label if prefix == "attn_" or mm.name != "av" else "· V"
-            add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops)
+            add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops,
+                0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype)  # an encoder keeps none
 
     for block, layers in stack.kinds():
         moe = block.ffn if block.is_moe else None

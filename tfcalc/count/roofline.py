@@ -230,20 +230,11 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
-    first = cfg.architecture.output.runs[0].pattern[0]  # the output stack's first layer (a decode step's)
+    kv = weight_bytes(e.state_read, e.state_dtype or kv_dtype)  # the state its mixer says it reads
     if e.component in SCORE_COMPONENTS:
         qk = e.component.endswith("qk")
-        queries, keys, h = (m, n, k) if qk else (m, k, n)  # (T, h) @ (h, keys); (T, keys) @ (keys, h_v)
-        cross = e.component.startswith("cross_")
-        mixer = first.cross_attention if cross else first.mixer  # the flat front end's: all share these widths
-        # K or V elements read per position: what the mixer says its matmul reads of its state
-        # (tfcalc.architecture.mixer; a latent attention's latent and rotary key, read once by Q·Kᵀ)
-        per = next(mm.state_per_key for mm in mixer.mixing(1, 1) if e.component.endswith("_" + mm.name))
+        queries, h = m, (k if qk else n)  # (T, h) @ (h, keys); (T, keys) @ (keys, h_v)
         heads = e.count  # batch × query heads
-        read = keys * e.copies  # positions of K (or V) read, over all layers
-        if queries == 1 and not cross:  # decoding: each layer reads the keys its one query
-            read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
-        kv = weight_bytes(batch * per * read, kv_dtype)
         qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
         return Row(e.component, e.label, flops, 0, kv, qo, e.shape, e.count)
@@ -253,7 +244,7 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
         moe = next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
         w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
         shape, count = (-(-m // moe.n_expert), k, n), e.count * moe.n_expert  # uniform routing, one GEMM each
-    return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies, shape, count)
+    return Row(e.component, e.label, e.total, w, kv, act * (m * k + m * n) * e.count * e.copies, shape, count)
 
 
 def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dtype: str, batch: int,
