@@ -1,0 +1,171 @@
+"""The token-mixer protocol is complete enough: a mixer defined only here, plugged into a Block, is counted by
+the folds (parameters, FLOPs, non-matmul work, generation state, the decode roofline, TP and CP rules)
+without a line of tfcalc knowing it (tfcalc.architecture.mixer).
+
+The toy is linear attention in its recurrent form (Katharopoulos et al. 2020, "Transformers are RNNs",
+sec. 3.4): per head a state S of h×h, updated by each token's kᵀ·v and read by its q·S; Q, K, V and O
+projections of H·h channels without biases; the feature map elu(x) + 1 on Q and K (2 FLOPs an element, as
+this mixer declares: the count has no price of its own for it). Its state is fixed in the context and kept
+in fp32 whatever the cache dtype. Every expected figure below is derived by hand from those sentences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import tiny
+from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
+from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixer, Mixing, StateTensor, step_io
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.count import flops as count_flops
+from tfcalc.count import memory as count_memory
+from tfcalc.count import params as count_params
+from tfcalc.count import roofline, shard
+from tfcalc.count.layout_pipeline import cp_refused
+from tfcalc.count.quant import weight_format
+from tfcalc.workload import Workload
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    d_model: int
+    n_head: int
+    head_dim: int
+    causal: bool = True
+
+    @property
+    def width(self) -> int:
+        return self.n_head * self.head_dim
+
+    def weights(self) -> list[Weight]:
+        d, w = self.d_model, self.width
+        out = [Weight(f"{p}_weight", (w, d), "attention", f"linear attention {p.upper()}", "rows") for p in "qkv"]
+        return out + [Weight("o_weight", (d, w), "attention", "linear attention O", "cols")]
+
+    def linears(self, with_kv: bool = True) -> list[Linear]:
+        d, w = self.d_model, self.width
+        out = [Linear(p, "attention_proj", f"{p.upper()} projection", d, w) for p in "qkv"]
+        return out + [Linear("o", "attention_proj", "O projection", w, d)]
+
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Per head: S += kᵀ·v over the queries ((h, T) @ (T, h)) and the outputs q·S ((T, h) @ (h, h)); the
+        output reads the state, h·h per head, whatever the context."""
+        H, h = self.n_head, self.head_dim
+        flops = 2 * h * queries * h * H
+        return [Mixing("update", "state update kᵀ·v", (h, queries, h), H, flops),
+                Mixing("read", "read q·S", (queries, h, h), H, flops, H * h * h, "fp32")]
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        return [Elementwise("feature_map", "elu + 1 on Q and K", queries * 2 * self.width, per_element=2)]
+
+    def state(self) -> list[StateTensor]:
+        return [StateTensor("s", fixed=self.n_head * self.head_dim ** 2, dtype="fp32")]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("n_head", self.n_head)]
+
+    def tp_state_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, context_parallel=False)
+
+
+# tiny(): GPT-2 shaped, d = 32, 4 heads of 8, 2 layers, FFN 128 (GELU, biased), LayerNorm with bias, a
+# learned position table of 16 rows, vocabulary 61, tied LM head
+D, H, HD, L, F, V, P = 32, 4, 8, 2, 128, 61, 16
+
+
+def toy_config():
+    cfg = tiny()
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, mixer=LinearAttention(D, H, HD)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    out = dataclasses.replace(cfg, name="tiny (linear attention)")
+    out.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    return out
+
+
+def test_the_toy_and_both_attentions_answer_the_protocol():
+    assert isinstance(LinearAttention(D, H, HD), Mixer)
+    assert isinstance(Attention(D, H, H, HD), Mixer)
+    assert isinstance(LatentAttention(D, H, 16, 8, 4, 8), Mixer)
+
+
+def test_parameters_from_the_mixers_weights():
+    cfg = toy_config()
+    mixer = 4 * D * H * HD  # Q, K, V: d -> H·h; O: H·h -> d; no biases
+    norms = 2 * 2 * D  # two LayerNorms (weight and bias) per block
+    ffn = D * F + F + F * D + D
+    expected = V * D + P * D + L * (mixer + norms + ffn) + 2 * D  # token and position tables, final norm
+    assert count_params.total(cfg) == expected == 27_680
+    groups = count_params.group_totals(cfg, count_params.breakdown(cfg))
+    assert groups["attention"] == L * mixer
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (2, 12), (3, 16)])
+def test_forward_flops_from_the_mixers_matmuls(batch, seq):
+    cfg = toy_config()
+    w = Workload(batch=batch, seq=seq)
+    rows = batch * seq
+    proj = 2 * rows * 4 * D * H * HD
+    ffn = 2 * rows * 2 * D * F
+    mixing = batch * 2 * (2 * HD * seq * HD * H)  # update and read: 2·h·T·h per head, no mask to discount
+    head = 2 * rows * D * V
+    expected = L * (proj + ffn + mixing) + head
+    assert count_flops.forward_flops(cfg, w) == expected
+    assert count_flops.forward_flops_causal(cfg, w) == expected  # nothing masked: the causal count is the same
+    nm = count_flops.breakdown(cfg, w).non_matmul
+    feature_map = [e for e in nm if e.label == "elu + 1 on Q and K"]
+    assert [(e.per_element, e.elements, e.copies) for e in feature_map] == [(2, rows * 2 * H * HD, L)]
+    assert not [e for e in nm if e.component == "softmax"]  # no scores, no softmax
+
+
+def test_a_decode_step_costs_the_same_at_every_context():
+    cfg = toy_config()
+    per_step = L * (2 * 4 * D * H * HD + 2 * 2 * D * F + 2 * (2 * HD * HD * H)) + 2 * D * V
+    for context in (1, 15, 10_000):
+        assert count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) == per_step
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "int8", "fp32"])
+def test_the_state_is_fixed_in_the_context_and_kept_in_fp32(kv_dtype):
+    cfg = toy_config()
+    batch, state = 3, L * H * HD * HD * 4  # per sequence: h×h per head and layer, 4 bytes each
+    for seq, gen in ((1, 0), (10, 6), (16, 1000)):
+        w = Workload(batch=batch, seq=seq, gen=gen, kv_dtype=kv_dtype)
+        assert count_memory.kv_cache_bytes(cfg, w) == batch * state
+    # a decode step reads the state once, in fp32, and writes it once (tfcalc.architecture.mixer.step_io)
+    for context in (5, 5_000):
+        step = roofline.decode_step(cfg, batch, context, weight_format("bf16"), kv_dtype)
+        assert step.kv_bytes == batch * state
+    assert step_io(LinearAttention(D, H, HD), 7) == (H * HD * HD, H * HD * HD)
+
+
+def test_attention_state_still_grows_beside_it():
+    """The reference the toy is set against: tiny()'s attention caches K and V of every position."""
+    cfg = tiny()
+    w = Workload(batch=3, seq=10, gen=6, kv_dtype="bf16")
+    assert count_memory.kv_cache_bytes(cfg, w) == 2 * 3 * 16 * L * H * HD * 2
+
+
+def test_declared_tp_and_cp_rules():
+    cfg = toy_config()
+    assert ("n_head", H) in shard.tp_split_widths(cfg)
+    assert "without context parallelism" in cp_refused(cfg)  # the mixer declares none
+
+
+def test_the_attention_alias_and_keyword_still_work():
+    block = toy_config().architecture.output.layer(0)
+    assert block.attention is block.mixer
+    other = dataclasses.replace(block, attention=Attention(D, H, H, HD))
+    assert isinstance(other.mixer, Attention) and other.ffn == block.ffn
+    with pytest.raises(AttributeError):
+        block.attention = other.mixer
