@@ -20,10 +20,7 @@ from tests.conftest import tiny
 from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
 from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixer, Mixing, StateTensor, step_io
 from tfcalc.architecture.tensors import Linear, Weight
-from tfcalc.count import flops as count_flops
-from tfcalc.count import memory as count_memory
-from tfcalc.count import params as count_params
-from tfcalc.count import roofline, shard
+from tfcalc.count import flops as count_flops, memory as count_memory, params as count_params, roofline, shard
 from tfcalc.count.layout_pipeline import cp_refused
 from tfcalc.count.quant import weight_format
 from tfcalc.workload import Workload
