@@ -18,10 +18,19 @@ import pytest
 
 from tests.conftest import tiny
 from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
-from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixer, Mixing, StateTensor, step_io
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer, Mixing, StateTensor, step_io
 from tfcalc.architecture.tensors import Linear, Weight
-from tfcalc.count import flops as count_flops, memory as count_memory, params as count_params, roofline, shard
+from tfcalc.count import (
+    activations as count_activations,
+    flops as count_flops,
+    memory as count_memory,
+    op_recompute,
+    params as count_params,
+    roofline,
+    shard,
+)
 from tfcalc.count.layout_pipeline import cp_refused
+from tfcalc.count.perf import eager
 from tfcalc.count.quant import weight_format
 from tfcalc.workload import Workload
 
@@ -58,6 +67,24 @@ class LinearAttention:
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
         return [Elementwise("feature_map", "elu + 1 on Q and K", queries * 2 * self.width, per_element=2)]
 
+    def kernel(self, explicit_mask: bool) -> str:
+        return "flash"  # no (T, T) tensor: the state carries the context
+
+    def mask_span(self, length: int) -> tuple[None, None]:
+        return None, None
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Per token: the feature map's inputs (Q, K), φ(Q), φ(K) and V for the two products, and the output."""
+        w = self.width
+        return {"feature_map": e * 2 * w, "qkv": e * 3 * w, "attn_output": e * w}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        return 3 * self.width + 2 * self.width + self.width  # Q, K, V; φ(Q), φ(K); the output
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        w = self.width  # elu + 1 on Q and K: read and write each element (2), back 3 (grad, input, out)
+        return [EagerOp("moves", "qkv", 2 * tokens * 2 * w, 3 * tokens * 2 * w, 2, 2)]
+
     def state(self) -> list[StateTensor]:
         return [StateTensor("s", fixed=self.n_head * self.head_dim ** 2, dtype="fp32")]
 
@@ -86,6 +113,23 @@ def toy_config():
     layers = [dataclasses.replace(b, mixer=LinearAttention(D, H, HD)) for b in arch.output.layers()]
     stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
     out = dataclasses.replace(cfg, name="tiny (linear attention)")
+    out.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    return out
+
+
+@dataclass(frozen=True)
+class WithoutOps(LinearAttention):
+    """The toy with no eager work of its own: what the eager model adds for the toy's is the difference."""
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        return []
+
+
+def with_ops(cfg, ops):
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, mixer=WithoutOps(D, H, HD)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    out = dataclasses.replace(cfg, name="tiny (linear attention, no eager ops)")
     out.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
     return out
 
@@ -151,6 +195,39 @@ def test_attention_state_still_grows_beside_it():
     cfg = tiny()
     w = Workload(batch=3, seq=10, gen=6, kv_dtype="bf16")
     assert count_memory.kv_cache_bytes(cfg, w) == 2 * 3 * 16 * L * H * HD * 2
+
+
+@pytest.mark.parametrize("dtype,e", [("fp32", 4), ("bf16", 2)])
+def test_activations_from_what_the_mixer_says_it_keeps(dtype, e):
+    cfg = toy_config()
+    batch, seq, w = 2, 12, H * HD
+    tokens = batch * seq
+    acts = count_activations.activations(cfg, Workload(batch=batch, seq=seq, dtype=dtype))
+    for i in range(L):
+        terms = acts.layer_terms(i)
+        assert (terms["feature_map"], terms["qkv"], terms["attn_output"]) == (
+            tokens * e * 2 * w, tokens * e * 3 * w, tokens * e * w)
+        assert terms["qkv_input"] == tokens * e * D  # the block's, as for any mixer
+    # a no-grad forward: the larger of the mixer's stage (x, norm and projection outputs, 6·H·h of its own)
+    # and the FFN's (x, norm output, the activation's input and output), or the head's (x, norm, logits)
+    stages = (3 * D + 6 * w, 2 * D + 2 * F, 2 * D + V)
+    assert count_memory.forward_working_set(cfg, Workload(batch=batch, seq=seq, dtype=dtype)) == (
+        e * tokens * max(stages))
+
+
+def test_eager_traffic_includes_the_mixers_declared_ops():
+    cfg, toy = toy_config(), LinearAttention(D, H, HD)
+    tokens, a = 2 * 12, 2
+    terms = eager.terms(cfg, 2, 12, a)
+    plain = eager.terms(with_ops(cfg, []), 2, 12, a)
+    (op,) = toy.eager_ops(tokens)
+    extra = [t for t in terms if t not in plain]
+    assert [(t.forward, t.backward, t.forward_kernels, t.backward_kernels) for t in extra] == [
+        (a * op.elements * L, a * op.backward * L, 2 * L, 2 * L)]
+
+
+def test_op_recompute_refuses_a_mixer_it_does_not_model():
+    assert "does not model" in op_recompute.unsupported(toy_config().architecture.output.layer(0))
 
 
 def test_declared_tp_and_cp_rules():

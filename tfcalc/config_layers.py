@@ -43,10 +43,8 @@ class PerLayerViews:
         if stack is None:
             return set()
         out = set()
-        for block, _ in stack.kinds():  # an attention's window and chunk; a mixer without them masks nothing
-            window, chunk = getattr(block.mixer, "window", None), getattr(block.mixer, "chunk", None)
-            out.add((window if window is not None and window < length else None,
-                     chunk if chunk is not None and chunk < length else None))
+        for block, _ in stack.kinds():  # the mixer's mask (tfcalc.architecture.mixer): (None, None) for none
+            out.add(block.mixer.mask_span(length))
         return out
 
     @property

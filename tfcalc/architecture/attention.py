@@ -31,7 +31,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixing, StateTensor
+from tfcalc.architecture import saved
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -223,6 +224,43 @@ class Attention:
             queries * self.d_model if self.o_bias else 0)
         return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
 
+    def kernel(self, explicit_mask: bool) -> str:
+        """What tfcalc's module runs on a CPU: SDPA's fused kernel, or "math" under an explicit mask, with
+        soft-capped scores or sinks (written out), or V heads of another width (SDPA's fused CPU kernel takes
+        one head width)."""
+        explicit = explicit_mask or self.softcap is not None or self.sinks
+        return "math" if explicit or self.v_dim != self.head_dim else "flash"
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        """The window and the chunk that hide keys at ``length`` tokens (a span of ``length`` or more hides none)."""
+        return (self.window if self.window is not None and self.window < length else None,
+                self.chunk if self.chunk is not None and self.chunk < length else None)
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """tfcalc.count.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
+        return saved.attention_saved(self, batch, seq, e, kernel, dropout)
+
+    def working_set(self, kernel: str, length: int) -> int:
+        return saved.working_set(self, kernel, length)
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """tfcalc.count.perf.eager, 5-7: the fused QKV output's split (a cat of dQ, dK, dV back, 2 per element);
+        the Q/K norms, over each whole projection (OLMo 2) or per head (one call for Q's heads, one for K's);
+        RoPE, and partial rotary's cat of rotated and passed channels (forward 2, back 6 per head element);
+        the Linears with a bias (Q, K, V as one; O)."""
+        out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + self.k_width + self.v_width), 0, 1)]
+        if self.qk_norm_whole and self.qk_norm is not None:
+            out += [EagerOp("norm", "qk_norm", tokens * qk.width, norm=qk) for qk in self.qk_norms()]
+        elif self.qk_norm is not None:
+            out.append(EagerOp("norm", "qk_norm", tokens * (self.q_width + self.k_width), norm=self.qk_norm,
+                               kernel_factor=2))
+        if self.rope_theta is not None:
+            heads = tokens * (self.n_head + self.n_kv_head)
+            out.append(EagerOp("rope", "rope", heads * self.rope_dim))
+            if self.rope_dim < self.head_dim:
+                out.append(EagerOp("moves", "rope", 2 * heads * self.head_dim, 6 * heads * self.head_dim, 2, 6))
+        return out + [EagerOp("bias_linears", "bias", int(self.qkv_bias) + int(self.o_bias))]
+
     def state(self) -> list[StateTensor]:
         """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps W - 1, a chunk of C
         keeps C - 1."""
@@ -246,4 +284,6 @@ class Attention:
         """A window's or a chunk's ring overwrites the positions a rewind would return to, and ring attention
         over a window or a chunk is not modelled (tfcalc.count.layout_pipeline)."""
         local = self.window is not None or self.chunk is not None
-        return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self")
+        op = None if self.softcap is None and not self.sinks else "written-out attention scores (soft-cap or sinks)"
+        return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",
+                            op_recompute=op)

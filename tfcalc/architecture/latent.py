@@ -37,8 +37,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture import saved
 from tfcalc.architecture.attention import causal_pairs, score_mixing
-from tfcalc.architecture.mixer import Capabilities, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -235,6 +236,43 @@ class LatentAttention:
             out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
         return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
 
+    def kernel(self, explicit_mask: bool) -> str:
+        """SDPA's fused CPU kernel takes one head width: V's h_v beside h_n + h_r runs the math kernel."""
+        return "math" if explicit_mask or self.v_head_dim != self.head_dim else "flash"
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        return None, None  # every causal key: no window, no chunk
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """tfcalc.count.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
+        out = saved.latent_saved(self, batch, seq, e, kernel)
+        out["scores_dropout"] = (1 + e) * self.n_head * seq if dropout and kernel == "math" else 0
+        return out
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """As an attention of the expanded heads' widths (tfcalc.count.memory.forward_working_set)."""
+        return saved.working_set(self, kernel, length)
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """tfcalc.model.latent's eager work (tfcalc.count.perf.eager, 6): the norms on the compressed KV latent
+        (c_kv) and Q (c_q); RoPE on the H query heads' and the one shared key's h_r channels, de-interleaved
+        (a cat forward, two slice_backwards and their sum back); the cats of [k_n | k_r expanded] (its
+        backward sums the H copies of k_r) and [q_n | q_r]; back, the cats the splits of Q, of W_kvb's
+        [k_n | v] and of W_kva's [latent | k_r] leave. Its biases' gradient sums are not counted."""
+        H, hn, hr, hv, c = self.n_head, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
+        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
+        if self.q_lora_rank is not None:
+            out.append(EagerOp("norm", "norms", tokens * self.q_lora_rank, norm=self.latent_norm(self.q_lora_rank)))
+        rotated = tokens * (H + 1) * hr
+        if self.rope_theta is not None:
+            out.append(EagerOp("rope", "rope", rotated))
+            if self.interleave:
+                out.append(EagerOp("moves", "rope", 2 * rotated, 6 * rotated, 2, 6))
+        head = H * (hn + hr)
+        return out + [EagerOp("moves", "qkv", tokens * (H * hn + hr + head), tokens * (H * hr + hr), 1, 1),
+                      EagerOp("moves", "qkv", 2 * tokens * head, 0, 1, 0),
+                      EagerOp("moves", "qkv", 0, 2 * tokens * (head + H * (hn + hv) + c + hr), 0, 3)]
+
     def state(self) -> list[StateTensor]:
         """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""
         return [StateTensor("latent", self.kv_lora_rank), StateTensor("k_rope", self.qk_rope_head_dim)]
@@ -253,4 +291,4 @@ class LatentAttention:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities()
+        return Capabilities(op_recompute="latent attention")

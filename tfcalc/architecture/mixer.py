@@ -24,14 +24,17 @@ What a mixer answers:
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
    RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
-5. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
+5. ``kernel``, ``mask_span``, ``saved`` and ``working_set``: the activations it keeps for the backward pass
+   and those alive in a no-grad forward, under the kernel its module runs and the masks it reads;
+   ``eager_ops``: its eager PyTorch traffic and launches beside the matmuls (``EagerOp``);
+6. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
    with the tokens (K and V; capped by a window or a chunk: ``span``) and elements that do not (an SSM's
    recurrent state, a convolution's last K - 1 inputs), each with its dtype (None: the cache dtype the
    user asks for). ``state_elements`` folds it at a context; ``step_io`` says what a decode step reads
    and writes of it;
-6. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups), and
+7. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups), and
    ``tp_state_heads()``: the heads its state splits by (None: kept whole on every rank);
-7. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
+8. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
    state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks).
 
 Pure Python: no torch, typer or rich here.
@@ -86,6 +89,28 @@ class Elementwise:
 
 
 @dataclass(frozen=True)
+class EagerOp:
+    """One piece of the mixer's eager PyTorch work beside its matmuls, over a whole micro-batch, priced by
+    tfcalc.count.perf.eager (its module docstring derives each kind):
+
+    - "moves": ``elements`` read and written forward and ``backward`` back (bytes: × the activation's
+      bytes), in the kernels given (a split's backward cat, a concatenation);
+    - "norm": a norm (``norm``) over ``elements``, its kernels ``kernel_factor`` times (one call per head
+      group of Q and of K);
+    - "rope": rotary embedding over ``elements`` rotated elements of Q, then of K;
+    - "bias_linears": ``elements`` Linears with a bias (each a gradient sum back)."""
+
+    kind: str
+    component: str
+    elements: int = 0
+    backward: int = 0
+    forward_kernels: int = 0
+    backward_kernels: int = 0
+    norm: Optional[Norm] = None
+    kernel_factor: int = 1
+
+
+@dataclass(frozen=True)
 class StateTensor:
     """One tensor of a mixer's generation state, per sequence and layer.
 
@@ -115,11 +140,13 @@ class Capabilities:
     rewind: bool = True  # its decode state can return to an earlier position (speculative decoding's reject)
     tensor_parallel: bool = True  # Megatron's split by heads (``tp_widths``)
     context_parallel: bool = True  # ring attention over the sequence split across ranks
+    # why the op-level recompute policy (tfcalc.count.op_recompute) does not cover it; None: it does
+    op_recompute: Optional[str] = "a token mixer the op-level recompute policy does not model"
 
 
 @runtime_checkable
 class Mixer(Protocol):
-    """A token mixer (see the module docstring, 1-7)."""
+    """A token mixer (see the module docstring, 1-8)."""
 
     d_model: int
     causal: bool  # a query sees no later position (a decoder's self-mixer)
@@ -131,6 +158,30 @@ class Mixer(Protocol):
     def mixing(self, queries: int, keys: int) -> list[Mixing]: ...
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
+
+    def kernel(self, explicit_mask: bool) -> str:
+        """The kernel its module runs on a CPU ("flash": fused, no (T, T) tensor; "math": scores written out),
+        ``explicit_mask`` when the stack adds a bias to the scores (ALiBi, T5's relative bias)."""
+        ...
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        """The (window, chunk) of the (T, T) mask its module reads at ``length`` tokens, each None where it
+        hides nothing; (None, None) for a mixer without one (one mask per distinct span, built per stack)."""
+        ...
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """{term: bytes per token} it keeps for the backward pass, beside the block's norm and its input
+        (tfcalc.count.activation_terms), at ``e`` bytes an element under ``kernel``."""
+        ...
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once in its stage of a no-grad forward, beyond the block's input, norm
+        output and output projection (tfcalc.count.memory.forward_working_set)."""
+        ...
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel."""
+        ...
 
     def state(self) -> list[StateTensor]: ...
 

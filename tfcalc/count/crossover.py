@@ -95,8 +95,8 @@ def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
     local, the period's top has stopped rising and is below 0."""
     stack = cfg.architecture.output
     kinds: Counter = Counter()  # (mixer, window, chunk) -> layers; a_l·pairs_l(t) is the mixer's causal mixing
-    for block, n in stack.kinds():  # the window and chunk of an attention; None for the other mixers
-        kinds[block.mixer, getattr(block.mixer, "window", None), getattr(block.mixer, "chunk", None)] += n
+    for block, n in stack.kinds():  # the window and chunk of its mask, as the mixer says (None: none)
+        kinds[(block.mixer, *block.mixer.mask_span(FAR))] += n
     target = stack.n_layer * per_token
     local = all(is_local(m) for m, _, _ in kinds)
     chunks = {c for _, _, c in kinds if c is not None}

@@ -213,7 +213,7 @@ def allreduce_calls(cfg: ModelConfig, decode: bool) -> list[tuple[int, bool]]:
             continue
         out.append((1, encoder))
         for block, n in stack.kinds():
-            per = (block.attention is not None) + (block.cross_attention is not None) + 1
+            per = (block.mixer is not None) + (block.cross_attention is not None) + 1
             out.append((per * n, encoder))
     return out
 
