@@ -6,10 +6,13 @@ softmax attention (``Attention``: full, window, chunk, sinks, NoPE, soft-cap) an
 fold asks the mixer through this protocol and never its class, so a new mixer is one component that
 answers it (see tests/test_mixer_protocol.py: a toy fixed-state mixer counted by the folds unchanged).
 
-Modelled on torchtitan's per-layer configs, where a block config holds an attention or a gated-DeltaNet
-config in one slot (torchtitan/models/qwen3_5); taken: the slot and the per-layer value; not taken: the
-``build()`` of a torch module on the config (tfcalc.model builds modules from the description, so this
-package stays free of torch).
+Modelled on torchtitan's per-layer configs: its ``TransformerBlock.Config`` (torchtitan/models/common/
+decoder.py) holds one ``attention: BaseAttention.Config`` slot beside ``feed_forward`` or ``moe``, which
+softmax attention, MLA and the gated-DeltaNet and KDA configs (models/common/attention/gdn.py, kda.py) all
+fill. Taken: one slot per layer, filled by a value of any mixer kind, and what the mixer is asked stated
+once. Not taken: ``build()`` of the torch module on the config (tfcalc.model builds modules from the
+description, so this package stays free of torch), nor the slot's name (``attention``: a state-space mixer
+is none; ``Block.attention`` stays only as an alias).
 
 What a mixer answers:
 
