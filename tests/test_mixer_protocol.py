@@ -22,6 +22,7 @@ from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer,
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.count import (
     activations as count_activations,
+    budget,
     flops as count_flops,
     memory as count_memory,
     op_recompute,
@@ -188,6 +189,15 @@ def test_the_state_is_fixed_in_the_context_and_kept_in_fp32(kv_dtype):
         step = roofline.decode_step(cfg, batch, context, weight_format("bf16"), kv_dtype)
         assert step.kv_bytes == batch * state
     assert step_io(LinearAttention(D, H, HD), 7) == (H * HD * HD, H * HD * HD)
+
+
+def test_a_budget_holds_any_context_and_a_batch_of_whole_states():
+    """memory --budget: weights (27,680 bf16 parameters) and, per sequence, the fixed fp32 state; the context
+    never fills the budget (the search stops at its cap: a lower bound, said so)."""
+    cfg, state = toy_config(), L * H * HD * HD * 4
+    weights = 27_680 * 2
+    fit = budget.fit_inference(cfg, Workload(batch=1, seq=16, dtype="bf16"), weights + 10 * state + state // 2)
+    assert (fit.fixed_bytes, fit.max_batch, fit.seq_capped) == (weights, 10, True)
 
 
 def test_attention_state_still_grows_beside_it():

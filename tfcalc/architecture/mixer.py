@@ -174,7 +174,9 @@ class Mixer(Protocol):
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
         """{term: bytes per token} it keeps for the backward pass, beside the block's norm and its input
-        (tfcalc.count.activation_terms), at ``e`` bytes an element under ``kernel``."""
+        (tfcalc.count.activation_terms), at ``e`` bytes an element under ``kernel``. A term named as one of
+        tfcalc.count.rank_activations.SPLIT (qkv, attn_output, ...) is split by tensor parallelism with the
+        heads; any other is kept whole on every rank (a latent attention's compressions)."""
         ...
 
     def working_set(self, kernel: str, length: int) -> int:
