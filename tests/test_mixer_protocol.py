@@ -30,9 +30,11 @@ from tfcalc.count import (
     roofline,
     shard,
 )
+from tfcalc.count.layout import Layout, check_layout
 from tfcalc.count.layout_pipeline import cp_refused
 from tfcalc.count.perf import eager
 from tfcalc.count.quant import weight_format
+from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
 
@@ -243,6 +245,10 @@ def test_op_recompute_refuses_a_mixer_it_does_not_model():
 def test_declared_tp_and_cp_rules():
     cfg = toy_config()
     assert ("n_head", H) in shard.tp_split_widths(cfg)
+    plan = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1)
+    check_layout(cfg, plan)
+    with pytest.raises(InputError, match=r"n_head \(4\)"):  # 8 ranks cannot hold whole heads of 4
+        check_layout(cfg, dataclasses.replace(plan, tp=8))
     assert "without context parallelism" in cp_refused(cfg)  # the mixer declares none
 
 
