@@ -12,11 +12,13 @@ in fp32 whatever the cache dtype. Every expected figure below is derived by hand
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import pytest
+from conftest import tiny
+from hf_tiny import T, inputs
 
-from tests.conftest import tiny
 from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer, Mixing, StateTensor, step_io
 from tfcalc.architecture.tensors import Linear, Weight
@@ -35,6 +37,7 @@ from tfcalc.count.layout_pipeline import cp_refused
 from tfcalc.count.perf import eager
 from tfcalc.count.quant import weight_format
 from tfcalc.errors import InputError
+from tfcalc.presets import load
 from tfcalc.workload import Workload
 
 
@@ -259,3 +262,22 @@ def test_the_attention_alias_and_keyword_still_work():
     assert isinstance(other.mixer, Attention) and other.ffn == block.ffn
     with pytest.raises(AttributeError):
         block.attention = other.mixer
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma2", "phi3", "deepseek_v3", "deepseek_v2"])
+def test_each_layers_state_is_what_transformers_caches(saved, name):
+    """After T tokens with use_cache, each layer of transformers' cache holds, per sequence, the positions and
+    the (heads, width) of its keys and values that the layer's mixer says its state keeps: every position,
+    or the last W - 1 in a window layer (DynamicSlidingWindowLayer); a latent attention's latent and rotary
+    key, one head each (modeling_deepseek_v3.py caches them compressed)."""
+    import torch
+
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    with torch.no_grad():
+        cache = model(**inputs(name), use_cache=True).past_key_values
+    for i, layer in enumerate(cache.layers):
+        state = cfg.architecture.output.layer(i).mixer.state()
+        held = [(t.shape[2], (t.shape[1], t.shape[3])) for t in (layer.keys, layer.values)]
+        assert held == [(s.positions(T), s.shape) for s in state]
+        assert all(math.prod(s.shape) == s.per_token and s.fixed == 0 for s in state)

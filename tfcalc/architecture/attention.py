@@ -266,7 +266,8 @@ class Attention:
         keeps C - 1."""
         span = self.chunk if self.chunk is not None else self.window
         span = None if span is None else span - 1
-        return [StateTensor("k", self.k_width, span=span), StateTensor("v", self.v_width, span=span)]
+        return [StateTensor("k", self.k_width, span=span, shape=(self.n_kv_head, self.head_dim)),
+                StateTensor("v", self.v_width, span=span, shape=(self.n_kv_head, self.v_dim))]
 
     def expanded_state(self) -> list[StateTensor]:
         return self.state()

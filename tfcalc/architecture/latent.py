@@ -275,11 +275,13 @@ class LatentAttention:
 
     def state(self) -> list[StateTensor]:
         """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""
-        return [StateTensor("latent", self.kv_lora_rank), StateTensor("k_rope", self.qk_rope_head_dim)]
+        return [StateTensor("latent", self.kv_lora_rank, shape=(1, self.kv_lora_rank)),
+                StateTensor("k_rope", self.qk_rope_head_dim, shape=(1, self.qk_rope_head_dim))]
 
     def expanded_state(self) -> list[StateTensor]:
         """The K and V heads a cache without MLA support keeps: H·(h_n + h_r) and H·h_v per position."""
-        return [StateTensor("k", self.k_width), StateTensor("v", self.v_width)]
+        return [StateTensor("k", self.k_width, shape=(self.n_head, self.head_dim)),
+                StateTensor("v", self.v_width, shape=(self.n_head, self.v_head_dim))]
 
     def tp_widths(self) -> list[tuple[str, int]]:
         """The per-head tensors split by heads (W_qb, W_kvb, W_o); the compressions stay whole."""

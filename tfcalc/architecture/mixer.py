@@ -127,6 +127,9 @@ class StateTensor:
     fixed: int = 0
     span: Optional[int] = None
     dtype: Optional[str] = None
+    # the shape a runtime allocates per position (a growing tensor: (heads, width), whose product is
+    # per_token) or whole (a fixed one), batch and positions left out; () where the mixer does not say
+    shape: tuple[int, ...] = ()
 
     def positions(self, context: int) -> int:
         """Positions kept at a context of this many tokens."""
