@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from tfcalc.architecture.mixer import is_local, state_positions
 from tfcalc.architecture.patterns import layer_kind
 
 
@@ -15,15 +16,15 @@ class PerLayerViews:
 
     def kv_positions(self, context: int, layer: int = 0) -> int:
         """Positions the KV cache of self-attention layer ``layer`` keeps at a context of this many tokens
-        (its attention component's kv_positions: all of them, or what its window or chunk needs; see
+        (the positions its mixer's growing state keeps: all of them, or what its window or chunk needs; see
         docs/serving.md)."""
-        return self.architecture.output.layer(layer).attention.kv_positions(context)
+        return state_positions(self.architecture.output.layer(layer).mixer, context)
 
     def cached_positions(self, context: int) -> int:
         """Positions the KV caches of all the decoder's self-attention layers keep together: the sum of
         kv_positions over the layers (folded over the layer kinds)."""
         stack = self.architecture.decoder
-        return 0 if stack is None else sum(n * b.attention.kv_positions(context) for b, n in stack.kinds())
+        return 0 if stack is None else sum(n * state_positions(b.mixer, context) for b, n in stack.kinds())
 
     def layer_window(self, layer: int, length: Optional[int] = None) -> Optional[int]:
         """The sliding window of causal self-attention layer ``layer`` (0-based), None where it sees the
@@ -42,10 +43,8 @@ class PerLayerViews:
         if stack is None:
             return set()
         out = set()
-        for block, _ in stack.kinds():
-            a = block.attention
-            out.add((a.window if a.window is not None and a.window < length else None,
-                     a.chunk if a.chunk is not None and a.chunk < length else None))
+        for block, _ in stack.kinds():  # the mixer's mask (tfcalc.architecture.mixer): (None, None) for none
+            out.add(block.mixer.mask_span(length))
         return out
 
     @property
@@ -55,4 +54,4 @@ class PerLayerViews:
         stack = self.architecture.decoder
         if stack is None:
             return 0
-        return sum(n for b, n in stack.kinds() if b.attention.window is not None or b.attention.chunk is not None)
+        return sum(n for b, n in stack.kinds() if is_local(b.mixer))

@@ -18,9 +18,11 @@ key/value heads each serving H / G query heads.
    K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
 
-Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
-class of its own beside this one with the same four methods (``weights``, ``linears``, ``score_dims``,
-``kv_elements``) -- every fold calls only those. Pure Python: no torch, typer or rich here.
+Both answer the token-mixer protocol (tfcalc.architecture.mixer): ``weights``, ``linears``, ``mixing`` (step 2
+as the score matmuls of one sequence, full square and causal), ``state`` (step 3: K and V growing with the
+context, capped by the window or the chunk), ``tp_widths`` and ``capabilities`` -- every fold calls only
+those. Latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1) is another kind, not a flag of this one: a
+class of its own beside this one answering the same protocol. Pure Python: no torch, typer or rich here.
 """
 
 from __future__ import annotations
@@ -29,9 +31,43 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture import saved
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
+
+
+def causal_pairs(queries: int, keys: int, window: int | None = None, chunk: int | None = None) -> int:
+    """Unmasked (query, key) pairs when the queries are the last ``queries`` of ``keys`` positions:
+    row i (0-based) sees keys - queries + i + 1 keys. queries == keys == T gives T·(T+1)/2. With a
+    sliding window W a query at position p sees min(p + 1, W) keys: the sum of min(n, W) over
+    n = keys - queries + 1 .. keys. With chunks of C (Llama 4) a query at p sees (p mod C) + 1 keys."""
+    if chunk is not None:
+        return _chunk_pairs(keys, chunk) - _chunk_pairs(keys - queries, chunk)
+    if window is None:
+        return queries * (keys - queries) + queries * (queries + 1) // 2
+    lo, hi = keys - queries + 1, keys  # each query's visible keys without the window: n = lo .. hi
+    top = min(hi, window)
+    below = (top * (top + 1) - (lo - 1) * lo) // 2 if lo <= top else 0  # n <= W: n keys
+    return below + window * (hi - max(lo - 1, window)) if hi > window else below
+
+
+def _chunk_pairs(n: int, chunk: int) -> int:
+    """Σ_{p < n} ((p mod C) + 1): n // C whole chunks of C·(C+1)/2 pairs, then r = n mod C rows of 1..r."""
+    whole, r = divmod(n, chunk)
+    return whole * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+
+
+def score_mixing(heads: int, h: int, hv: int, queries: int, keys: int, pairs: int, k_state: int,
+                 v_state: int) -> list[Mixing]:
+    """Step 2 for one sequence: Q·Kᵀ, (queries, h) @ (h, keys), and attention·V, (queries, keys) @ (keys, h_v),
+    per head; 2·h (2·h_v) FLOPs per unmasked pair, ``pairs`` of them per head. Latent attention's too.
+    The state read (a fused kernel reads each cached position once): ``k_state`` (``v_state``) elements per
+    position over the keys, or, for one query (a decode step), over the keys it pairs with (a window's W)."""
+    read = pairs if queries == 1 else keys
+    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read),
+            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read)]
 
 
 @dataclass(frozen=True)
@@ -162,3 +198,93 @@ class Attention:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
         span = self.chunk if self.chunk is not None else self.window
         return context if span is None else min(context, span - 1)
+
+    # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Step 2 for one sequence of ``queries`` tokens over ``keys`` positions: each layer's unmasked pairs
+        (a window or a chunk shrinks them; an encoder's and a cross-attention's see every key)."""
+        pairs = causal_pairs(queries, keys, self.window, self.chunk) if self.causal else queries * keys
+        return score_mixing(self.n_head, self.head_dim, self.v_dim, queries, keys, pairs, self.k_width, self.v_width)
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """One sequence's non-matmul work: the softmax (and soft-cap) of every score of the full square, the
+        Q/K norms over Q and K, RoPE on Q's and K's rotated channels, the projections' bias adds (a
+        cross-attention's K and V over its ``keys`` sources)."""
+        scores = self.n_head * queries * keys
+        out = [Elementwise("softmax", "softmax (full square)", scores)]
+        if self.softcap is not None:
+            out.append(Elementwise("softcap", "score soft-capping", scores))
+        if self.qk_norm is not None:
+            out.append(Elementwise("qk_norm", f"Q/K {self.qk_norm.kind}", queries * (self.q_width + self.k_width),
+                                   self.qk_norm))
+        if self.rope_theta is not None:  # a NoPE layer rotates nothing
+            out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + self.n_kv_head) * self.rope_dim))
+        kv_rows = queries if self.kind == "self" else keys
+        bias = (queries * self.q_width + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
+            queries * self.d_model if self.o_bias else 0)
+        return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
+
+    def kernel(self, explicit_mask: bool) -> str:
+        """What tfcalc's module runs on a CPU: SDPA's fused kernel, or "math" under an explicit mask, with
+        soft-capped scores or sinks (written out), or V heads of another width (SDPA's fused CPU kernel takes
+        one head width)."""
+        explicit = explicit_mask or self.softcap is not None or self.sinks
+        return "math" if explicit or self.v_dim != self.head_dim else "flash"
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        """The window and the chunk that hide keys at ``length`` tokens (a span of ``length`` or more hides none)."""
+        return (self.window if self.window is not None and self.window < length else None,
+                self.chunk if self.chunk is not None and self.chunk < length else None)
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """tfcalc.count.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
+        return saved.attention_saved(self, batch, seq, e, kernel, dropout)
+
+    def working_set(self, kernel: str, length: int) -> int:
+        return saved.working_set(self, kernel, length)
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """tfcalc.count.perf.eager, 5-7: the fused QKV output's split (a cat of dQ, dK, dV back, 2 per element);
+        the Q/K norms, over each whole projection (OLMo 2) or per head (one call for Q's heads, one for K's);
+        RoPE, and partial rotary's cat of rotated and passed channels (forward 2, back 6 per head element);
+        the Linears with a bias (Q, K, V as one; O)."""
+        out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + self.k_width + self.v_width), 0, 1)]
+        if self.qk_norm_whole and self.qk_norm is not None:
+            out += [EagerOp("norm", "qk_norm", tokens * qk.width, norm=qk) for qk in self.qk_norms()]
+        elif self.qk_norm is not None:
+            out.append(EagerOp("norm", "qk_norm", tokens * (self.q_width + self.k_width), norm=self.qk_norm,
+                               kernel_factor=2))
+        if self.rope_theta is not None:
+            heads = tokens * (self.n_head + self.n_kv_head)
+            out.append(EagerOp("rope", "rope", heads * self.rope_dim))
+            if self.rope_dim < self.head_dim:
+                out.append(EagerOp("moves", "rope", 2 * heads * self.head_dim, 6 * heads * self.head_dim, 2, 6))
+        return out + [EagerOp("bias_linears", "bias", int(self.qkv_bias) + int(self.o_bias))]
+
+    def state(self) -> list[StateTensor]:
+        """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps W - 1, a chunk of C
+        keeps C - 1."""
+        span = self.chunk if self.chunk is not None else self.window
+        span = None if span is None else span - 1
+        return [StateTensor("k", self.k_width, span=span, shape=(self.n_kv_head, self.head_dim)),
+                StateTensor("v", self.v_width, span=span, shape=(self.n_kv_head, self.v_dim))]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        """Megatron splits the query heads and the key/value heads (each rank whole heads)."""
+        return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        """The cache splits by KV head: a rank holds whole KV heads (replicated when TP exceeds them)."""
+        return self.n_kv_head
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """A window's or a chunk's ring overwrites the positions a rewind would return to, and ring attention
+        over a window or a chunk is not modelled (tfcalc.count.layout_pipeline)."""
+        local = self.window is not None or self.chunk is not None
+        op = None if self.softcap is None and not self.sinks else "written-out attention scores (soft-cap or sinks)"
+        return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",
+                            op_recompute=op)

@@ -1,7 +1,11 @@
 """A block (one layer) and a stack of them, stored compactly as runs of a repeated pattern of blocks.
 
-A ``Block`` is (self-attention, optional cross-attention, FFN or mixture of experts, norms and where they
-sit), as torchtitan's per-layer block configs and litgpt's Block pick their attention and MLP classes:
+A ``Block`` is (a token mixer, optional cross-attention, FFN or mixture of experts, norms and where they
+sit), as torchtitan's per-layer block configs (a mixer slot that holds an attention or a gated-DeltaNet
+config) and litgpt's Block pick their attention and MLP classes. The mixer is anything that answers the
+protocol of tfcalc.architecture.mixer (``Attention``, ``LatentAttention``, ...); ``block.attention`` is a
+read-only alias of ``block.mixer`` kept for the readers that predate the slot, and ``Block(attention=...)``
+or ``dataclasses.replace(block, attention=...)`` still set it. Norms sit:
 
 - ``pre``: x + f(norm(x)) (GPT-2 onwards); ``post``: norm(x + f(x)) (Vaswani et al. 2017, BERT);
   ``sandwich``: x + norm2(f(norm1(x))) (Gemma 2, modeling_gemma2.py post_attention_layernorm; GLM-4's
@@ -19,11 +23,11 @@ Pure Python: no torch, typer or rich here.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Iterator, Literal, Optional, Union
+from typing import Any, Iterator, Literal, Optional, Union
 
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
-from tfcalc.architecture.latent import LatentAttention
+from tfcalc.architecture.mixer import Mixer
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -32,15 +36,34 @@ Placement = Literal["pre", "post", "sandwich", "output"]
 Parallel = Literal["none", "shared_norm", "two_norms"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Block:
-    attention: Union[Attention, LatentAttention]
+    mixer: Mixer  # the token mixer (tfcalc.architecture.mixer): softmax or latent attention, ...
     ffn: Union[FFN, MoE]
     norm: Norm  # the kind every norm of the block has, d_model wide
     placement: Placement = "pre"
     parallel: Parallel = "none"
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
+
+    def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
+                 placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
+                 residual_scale: Optional[float] = None, *, attention: Any = None) -> None:
+        """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
+        ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
+        mixer = mixer if attention is None else attention
+        if mixer is None or ffn is None or norm is None:
+            raise InputError("a block needs a token mixer, an FFN and a norm")
+        for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
+                            ("parallel", parallel), ("cross_attention", cross_attention),
+                            ("residual_scale", residual_scale)):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
+    @property
+    def attention(self) -> Mixer:
+        """The mixer, under the name it had before the slot (read-only)."""
+        return self.mixer
 
     def __post_init__(self) -> None:
         if self.parallel != "none" and self.placement != "pre":
@@ -86,7 +109,7 @@ class Block:
         def norm(name: str) -> list[Weight]:
             return self.norm.weights(name, norms[name]) if name in norms else []
 
-        out = norm("attn_norm") + [w.named("attn_") for w in self.attention.weights()] + norm("attn_post_norm")
+        out = norm("attn_norm") + [w.named("attn_") for w in self.mixer.weights()] + norm("attn_post_norm")
         if self.cross_attention is not None:
             out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
             out += norm("cross_attn_post_norm")
@@ -94,8 +117,8 @@ class Block:
         return out + norm("ffn_norm") + ffn + norm("ffn_post_norm")
 
     def linears(self, with_cross_kv: bool = True) -> list[Linear]:
-        """The block's projections and FFN matmuls (the scores are the attentions' ``score_dims``)."""
-        out = [m.named("attn_") for m in self.attention.linears()]
+        """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``)."""
+        out = [m.named("attn_") for m in self.mixer.linears()]
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
         return out + (self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()])

@@ -1,7 +1,7 @@
 """Multi-head latent attention (MLA: DeepSeek-V2, Liu et al. 2024, arXiv 2405.04434, sec. 2.1; DeepSeek-V3,
 arXiv 2412.19437, sec. 2.1.1), the attention of DeepSeek-V2/V3/R1 and Kimi K2, as a component beside
-``Attention`` with the same methods every fold calls (``weights``, ``linears``, ``score_dims``,
-``kv_elements``, ``kv_positions``).
+``Attention`` answering the same token-mixer protocol (tfcalc.architecture.mixer: ``weights``, ``linears``,
+``mixing``, ``state``, ``tp_widths``, ``capabilities``) that every fold calls.
 
 H heads; each query and key head is h_n + h_r wide (qk_nope_head_dim no-position channels and
 qk_rope_head_dim rotary channels), each value head h_v (v_head_dim); c_kv = kv_lora_rank, c_q = q_lora_rank.
@@ -37,6 +37,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture import saved
+from tfcalc.architecture.attention import causal_pairs, score_mixing
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -216,3 +219,78 @@ class LatentAttention:
 
     def kv_positions(self, context: int) -> int:
         return context
+
+    # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Step 3 for one sequence over the expanded heads (the naive form, see the module docstring); a decode
+        step's Q·Kᵀ reads the cached latent and rotary key (c_kv + h_r per key), its attention·V the values
+        W_kvb expands from them (no cached state of their own)."""
+        pairs = causal_pairs(queries, keys) if self.causal else queries * keys
+        return score_mixing(self.n_head, self.head_dim, self.v_head_dim, queries, keys, pairs, self.kv_elements(), 0)
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """One sequence's non-matmul work as the count prices it: the softmax of the full square over the H
+        heads, RoPE on the rotary channels of Q's and K's H heads each, W_o's bias add."""
+        out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
+        if self.rope_theta is not None:
+            out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
+        return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+
+    def kernel(self, explicit_mask: bool) -> str:
+        """SDPA's fused CPU kernel takes one head width: V's h_v beside h_n + h_r runs the math kernel."""
+        return "math" if explicit_mask or self.v_head_dim != self.head_dim else "flash"
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        return None, None  # every causal key: no window, no chunk
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """tfcalc.count.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
+        out = saved.latent_saved(self, batch, seq, e, kernel)
+        out["scores_dropout"] = (1 + e) * self.n_head * seq if dropout and kernel == "math" else 0
+        return out
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """As an attention of the expanded heads' widths (tfcalc.count.memory.forward_working_set)."""
+        return saved.working_set(self, kernel, length)
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """tfcalc.model.latent's eager work (tfcalc.count.perf.eager, 6): the norms on the compressed KV latent
+        (c_kv) and Q (c_q); RoPE on the H query heads' and the one shared key's h_r channels, de-interleaved
+        (a cat forward, two slice_backwards and their sum back); the cats of [k_n | k_r expanded] (its
+        backward sums the H copies of k_r) and [q_n | q_r]; back, the cats the splits of Q, of W_kvb's
+        [k_n | v] and of W_kva's [latent | k_r] leave. Its biases' gradient sums are not counted."""
+        H, hn, hr, hv, c = self.n_head, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
+        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
+        if self.q_lora_rank is not None:
+            out.append(EagerOp("norm", "norms", tokens * self.q_lora_rank, norm=self.latent_norm(self.q_lora_rank)))
+        rotated = tokens * (H + 1) * hr
+        if self.rope_theta is not None:
+            out.append(EagerOp("rope", "rope", rotated))
+            if self.interleave:
+                out.append(EagerOp("moves", "rope", 2 * rotated, 6 * rotated, 2, 6))
+        head = H * (hn + hr)
+        return out + [EagerOp("moves", "qkv", tokens * (H * hn + hr + head), tokens * (H * hr + hr), 1, 1),
+                      EagerOp("moves", "qkv", 2 * tokens * head, 0, 1, 0),
+                      EagerOp("moves", "qkv", 0, 2 * tokens * (head + H * (hn + hv) + c + hr), 0, 3)]
+
+    def state(self) -> list[StateTensor]:
+        """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""
+        return [StateTensor("latent", self.kv_lora_rank, shape=(1, self.kv_lora_rank)),
+                StateTensor("k_rope", self.qk_rope_head_dim, shape=(1, self.qk_rope_head_dim))]
+
+    def expanded_state(self) -> list[StateTensor]:
+        """The K and V heads a cache without MLA support keeps: H·(h_n + h_r) and H·h_v per position."""
+        return [StateTensor("k", self.k_width, shape=(self.n_head, self.head_dim)),
+                StateTensor("v", self.v_width, shape=(self.n_head, self.v_head_dim))]
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        """The per-head tensors split by heads (W_qb, W_kvb, W_o); the compressions stay whole."""
+        return [("n_head", self.n_head), ("n_kv_head", self.n_kv_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        """None: the latent cache is one per token, shared by the heads, kept whole on every rank."""
+        return None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(op_recompute="latent attention")

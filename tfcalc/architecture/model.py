@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Weight
@@ -217,22 +218,30 @@ class Architecture:
         return out + [Placed(w, 1, self.output.name, "last") for w in self.head.weights()]
 
     def kv_elements(self, context: int) -> int:
-        """K and V elements the decoder's self-attention caches hold at ``context`` tokens, all layers."""
+        """Generation-state elements of the decoder's mixers at ``context`` tokens, all layers (each mixer's
+        ``state()``: K and V, or a latent, growing with the context; a fixed state; tfcalc.architecture.mixer)."""
         stack = self.decoder
         if stack is None:
             return 0
-        return sum(n * b.attention.kv_elements() * b.attention.kv_positions(context) for b, n in stack.kinds())
+        return sum(n * state_elements(b.mixer, context) for b, n in stack.kinds())
 
     def expanded_kv_elements(self, context: int) -> int:
-        """As kv_elements, with a latent attention's cache counted as the K and V heads it expands to
-        (tfcalc.architecture.latent, step 4); equal to kv_elements for every other attention."""
+        """As kv_elements, with each mixer's ``expanded_state()``: a latent attention's cache counted as the K
+        and V heads it expands to (tfcalc.architecture.latent, step 4); equal to kv_elements for the others."""
         stack = self.decoder
         if stack is None:
             return 0
-        return sum(n * getattr(b.attention, "expanded_kv_elements", b.attention.kv_elements)()
-                   * b.attention.kv_positions(context) for b, n in stack.kinds())
+        return sum(n * state_elements(b.mixer, context, expanded=True) for b, n in stack.kinds())
+
+    def state_by_dtype(self, context: int) -> dict[Optional[str], int]:
+        """{dtype (None: the cache dtype): elements} of the decoder's generation state at ``context`` tokens."""
+        out: dict[Optional[str], int] = {}
+        for b, n in self.decoder.kinds() if self.decoder is not None else ():
+            for dtype, elements in state_by_dtype(b.mixer, context).items():
+                out[dtype] = out.get(dtype, 0) + n * elements
+        return out
 
     def cross_kv_elements(self, sources: int) -> int:
         """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""
-        return sum(n * b.cross_attention.kv_elements() * sources
+        return sum(n * state_elements(b.cross_attention, sources)
                    for s in self.stacks for b, n in s.kinds() if b.cross_attention is not None)

@@ -86,9 +86,7 @@ def block_kernel(stack: Stack, block: Block) -> str:
     under an explicit mask (ALiBi's bias, T5's relative bias), with soft-capped scores or with sinks
     (written out), and with V heads of another width than Q's and K's (a latent attention's h_v beside
     h_n + h_r: SDPA's fused CPU kernel takes one head width, so PyTorch falls back to its math kernel)."""
-    a = block.attention
-    explicit = stack.embeddings.positions in EXPLICIT_BIAS or a.softcap is not None or a.sinks
-    return "math" if explicit or a.v_dim != a.head_dim else "flash"
+    return block.mixer.kernel(stack.embeddings.positions in EXPLICIT_BIAS)  # the mixer's answer
 
 
 def default_attention(cfg: ModelConfig) -> str:
@@ -218,10 +216,8 @@ def _masks(stack: Stack, seq: int) -> set[tuple]:
     chunk of seq or more hides nothing. (``chunk``: chunked attention, issue 22; absent, none.)"""
     out = set()
     for block, _ in stack.kinds():
-        a = block.attention
-        w, c = a.window, getattr(a, "chunk", None)
-        span = (w if w is not None and w < seq else None, c if c is not None and c < seq else None)
-        if a.causal and span != (None, None) and block_kernel(stack, block) == "flash":
+        span = block.mixer.mask_span(seq)
+        if block.mixer.causal and span != (None, None) and block_kernel(stack, block) == "flash":
             out.add(span)
     return out
 

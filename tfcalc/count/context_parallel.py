@@ -33,9 +33,9 @@ from tfcalc.workload import Layout
 
 
 def kv_width(block) -> int:
-    """K and V elements per position of a block's self-attention (a latent attention's expanded heads)."""
-    a = block.attention
-    return getattr(a, "expanded_kv_elements", a.kv_elements)()
+    """K and V elements per position of a block's self-attention (a latent attention's expanded heads): what
+    its mixer's expanded state grows by per token (tfcalc.architecture.mixer)."""
+    return sum(t.per_token for t in block.mixer.expanded_state())
 
 
 def kv_ring(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:

@@ -8,8 +8,10 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
+from tfcalc.architecture.mixer import Mixer, is_local
 from tfcalc.config import ModelConfig
-from tfcalc.count.terms import causal_pairs
+
+FAR = 2**62  # a context past every window: one query's causal FLOPs there are a local mixer's per-token slope
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,7 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     scores_bound = ffn_per_token / score_coef  # T >= this (full square)
     attention_bound = (ffn_per_token - proj_per_token) / score_coef
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if any(b.attention.window is not None or b.attention.chunk is not None
-               for b, _ in cfg.architecture.output.kinds()):  # a sliding window or chunks in some layers
+        if any(is_local(b.mixer) for b, _ in cfg.architecture.output.kinds()):  # a window or chunks somewhere
             return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
@@ -55,13 +56,13 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
 def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction]:
     """(a, p): the full-square scores of one layer are a·T² per sequence, its projections p·T, each the mean
     over the output stack's layers (tfcalc.architecture: layers of other heads or widths each count their
-    own): a = 2·H·(h + h_v) from each self-attention's score_dims (4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out
-    over its projections (4·d·(q + k) for Q, K, V, O)."""
+    own): a = 2·H·(h + h_v), each mixer's full-square position-mixing FLOPs of one token over one key (its
+    ``mixing(1, 1)``; 4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out over its projections (4·d·(q + k) for Q, K,
+    V, O)."""
     stack, a, p = cfg.architecture.output, 0, 0
     for block, layers in stack.kinds():
-        heads, h, hv = block.attention.score_dims()
-        a += layers * 2 * heads * (h + hv)
-        p += layers * sum(2 * m.n_in * m.n_out for m in block.attention.linears())
+        a += layers * sum(mm.flops for mm in block.mixer.mixing(1, 1))
+        p += layers * sum(2 * m.n_in * m.n_out for m in block.mixer.linears())
     return Fraction(a, stack.n_layer), Fraction(p, stack.n_layer)
 
 
@@ -93,17 +94,19 @@ def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
     (doubling, then bisection over m), then the first T within it (bisection); never, when every layer is
     local, the period's top has stopped rising and is below 0."""
     stack = cfg.architecture.output
-    kinds: Counter = Counter()  # (a_l, window, chunk) -> layers
-    for block, n in stack.kinds():
-        heads, h, hv = block.attention.score_dims()
-        kinds[2 * heads * (h + hv), block.attention.window, block.attention.chunk] += n
+    kinds: Counter = Counter()  # (mixer, window, chunk) -> layers; a_l·pairs_l(t) is the mixer's causal mixing
+    for block, n in stack.kinds():  # the window and chunk of its mask, as the mixer says (None: none)
+        kinds[(block.mixer, *block.mixer.mask_span(FAR))] += n
     target = stack.n_layer * per_token
-    local = all(w is not None or c is not None for _, w, c in kinds)
+    local = all(is_local(m) for m, _, _ in kinds)
     chunks = {c for _, _, c in kinds if c is not None}
     C = chunks.pop() if len(chunks) == 1 else None  # one chunk size is all a config can give
 
+    def causal(mixer: Mixer, queries: int, keys: int) -> int:
+        return sum(mm.causal_flops for mm in mixer.mixing(queries, keys))
+
     def g(t: int) -> Fraction:
-        return sum(n * a * causal_pairs(t, t, w, c) for (a, w, c), n in kinds.items()) - target * t
+        return sum(n * causal(m, t, t) for (m, _, _), n in kinds.items()) - target * t
 
     def first(lo: int, hi: int) -> int:
         """Smallest t in (lo, hi] with g(t) >= 0, given g(lo) < 0 <= g(hi) and g convex on [lo, hi]."""
@@ -113,9 +116,9 @@ def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
         return hi
 
     if C is None:
-        if local:
-            slope = sum(n * a * w for (a, w, _), n in kinds.items())
-            if slope < target or (slope == target and any(w > 1 for _, w, _ in kinds)):
+        if local:  # each layer's slope a_l·W_l: one query's causal FLOPs far into the context
+            slope = sum(n * causal(m, 1, FAR) for (m, _, _), n in kinds.items())
+            if slope < target or (slope == target and any(causal(m, 1, 1) < causal(m, 1, FAR) for m, _, _ in kinds)):
                 return None
         hi = 1
         while g(hi) < 0:

@@ -74,7 +74,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from tfcalc.architecture import Attention, Head, Linear, MoE, Stack
+from tfcalc.architecture import Head, Linear, MoE, Stack
+from tfcalc.architecture.mixer import Mixer
 from tfcalc.config import ModelConfig
 from tfcalc.count.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
 from tfcalc.count.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401 (API)
@@ -105,6 +106,10 @@ class MatmulEntry:
     # the causal FLOPs over all copies when they differ by copy (Gemma 2's windowed and full layers);
     # causal_per_copy is then the first layer's
     causal_sum: int | None = None
+    # elements of generation state the matmuls read over all copies (a mixer's K and V, a recurrent state:
+    # tfcalc.architecture.mixer.Mixing.state_read), in ``state_dtype`` (None: the cache dtype)
+    state_read: int = 0
+    state_dtype: str | None = None
 
     @property
     def per_copy(self) -> int:
@@ -179,28 +184,28 @@ def _stack_matmuls(
     entries: dict[tuple[str, tuple[int, int, int]], MatmulEntry] = {}
 
     def add(name: str, group: str, label: str, shape: tuple[int, int, int], count: int, layers: int,
-            causal_per_copy: int) -> None:
+            causal_per_copy: int, state: int = 0, state_dtype: str | None = None) -> None:
         key = (prefix + name, shape)
         if key in entries:  # the same matmul in another layer kind: more copies, its causal FLOPs summed
             e = entries[key]
-            entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers)
+            entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers,
+                                   state_read=e.state_read + state * layers)
         else:
             entries[key] = MatmulEntry(prefix + name, group, stack_label + label, shape, count, layers,
-                                       causal_per_copy, stack_name)
+                                       causal_per_copy, stack_name, state_read=state * layers, state_dtype=state_dtype)
 
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
         n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
              "routed": moe.routed_rows(rows) if moe else rows}[m.rows]
         add(m.name, m.role, m.label, (n, m.n_in, m.n_out), 1, layers, 2 * n * m.n_in * m.n_out)
 
-    def scores(a: Attention, name: str, group: str, label: str, n_keys: int, layers: int) -> None:
-        heads, h, hv = a.score_dims()
-        # each layer's unmasked pairs: a sliding window shrinks them in the layers it applies to
-        pairs = causal_pairs(queries, n_keys, a.window, a.chunk) if a.causal else queries * n_keys
-        add(f"{name}qk", group, f"{label}scores Q·Kᵀ", (queries, h, n_keys), batch * heads, layers,
-            2 * batch * heads * h * pairs)  # 2·h FLOPs per unmasked (query, key) pair
-        add(f"{name}av", group, f"{label}attention · V" if name == "attn_" else f"{label}· V",
-            (queries, n_keys, hv), batch * heads, layers, 2 * batch * heads * hv * pairs)
+    def mixing(mixer: Mixer, prefix: str, group: str, label: str, n_keys: int, layers: int) -> None:
+        # the mixer's position-mixing matmuls of one sequence (tfcalc.architecture.mixer), times the batch:
+        # full square as FlopCounterMode sees them, causal over the pairs its mask leaves
+        for mm in mixer.mixing(queries, n_keys):
+            text = mm.label if prefix == "attn_" or mm.name != "av" else "· V"
+            add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops,
+                0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype)  # an encoder keeps none
 
     for block, layers in stack.kinds():
         moe = block.ffn if block.is_moe else None
@@ -209,9 +214,9 @@ def _stack_matmuls(
             linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
         for m in linears:
             if m.name == "attn_o":
-                scores(block.attention, "attn_", "attention_scores", "", keys, layers)
+                mixing(block.mixer, "attn_", "attention_scores", "", keys, layers)
             if m.name == "cross_attn_o":
-                scores(block.cross_attention, "cross_attn_", "cross_attention_scores", "cross-attention ", src,
+                mixing(block.cross_attention, "cross_attn_", "cross_attention_scores", "cross-attention ", src,
                        layers)
             linear(m, layers, moe)
     return list(entries.values())

@@ -109,9 +109,9 @@ def cp_refused(cfg: ModelConfig) -> str:
     if cfg.arch == "encoder-decoder" or any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds()):
         return f"{cfg.name} has cross-attention: context parallelism of its sources is not modelled (leave out --cp)"
     for _, b, _ in cfg.architecture.kinds():
-        if getattr(b.attention, "window", None) or getattr(b.attention, "chunk", None):
-            return (f"{cfg.name} has sliding-window or chunked attention: ring attention over it is not modelled "
-                    "(leave out --cp)")
+        if not b.mixer.capabilities.context_parallel:  # declared by the mixer (tfcalc.architecture.mixer)
+            return (f"{cfg.name} has sliding-window or chunked attention (or another mixer without context "
+                    "parallelism): ring attention over it is not modelled (leave out --cp)")
     return ""
 
 

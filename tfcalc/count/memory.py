@@ -70,10 +70,12 @@ def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
     decoder layer and position, s = w.seq + w.gen) in the KV dtype ``w.kv``; an encoder-decoder adds its
     cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(w.kv)
-    # a fold over the decoder's layers (tfcalc.architecture): each caches all positions, or within a
-    # sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V
-    own = w.batch * cfg.architecture.kv_elements(w.seq + w.gen)
-    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
+    # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
+    # all positions, or within a sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V; a
+    # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
+    own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
+              for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen).items())
+    return own + cross_kv_cache_bytes(cfg, w)
 
 
 def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
@@ -130,12 +132,8 @@ def forward_working_set(cfg: ModelConfig, w: Workload, attention: Optional[str] 
 
 def _block_stage(block: Block, kernel: str, length: int) -> int:
     """Per token, the elements of one block's larger stage (forward_working_set, 1 and 2)."""
-    a = block.attention
-    h, q, k = a.d_model, a.q_width, a.k_width
-    new_qk = a.rope_theta is not None or a.qk_norm is not None  # RoPE or Q/K norms: new Q and K tensors
-    attn = 3 * h + (q + k + a.v_width) + a.out_width + ((q + k) if new_qk else 0)
-    if kernel == "math":
-        attn += 3 * q + 2 * a.n_head * length
+    h = block.mixer.d_model
+    attn = 3 * h + block.mixer.working_set(kernel, length)  # x, norm and projection outputs, and the mixer's own
     ffn = block.ffn.expert if block.is_moe else block.ffn
     hidden = 2 * h + (4 if ffn.gated else 2) * ffn.d_ff
     if block.is_moe:
@@ -148,11 +146,10 @@ def _stack_stage(stack: Stack, batch: int, length: int, kernel: str) -> int:
     attention masks: one per distinct window or chunk shorter than ``length`` of its causal layers
     (tfcalc.model.Stack.layer_masks), (None, None) for the layers that see every position."""
     kinds = stack.kinds()
-    heads = kinds[0][0].attention.n_head  # ALiBi's slopes and T5's bias have the stack's heads
-    bias = heads * length * length if stack.embeddings.positions in ("alibi", "relative") else 0
-    spans = {(a.window if a.window is not None and a.window < length else None,
-              a.chunk if a.chunk is not None and a.chunk < length else None)
-             for a in (b.attention for b, _ in kinds) if a.causal} or {(None, None)}
+    bias = 0  # ALiBi's and T5's bias: a·s², every score of one sequence of the (first) mixer's heads
+    if stack.embeddings.positions in ("alibi", "relative"):
+        bias = sum(e.elements for e in kinds[0][0].mixer.elementwise(length, length) if e.work == "softmax")
+    spans = {b.mixer.mask_span(length) for b, _ in kinds if b.mixer.causal} or {(None, None)}
     masks = sum(bias if span == (None, None) else (bias or length * length) for span in spans)
     return batch * length * max(_block_stage(b, kernel, length) for b, _ in kinds) + masks
 

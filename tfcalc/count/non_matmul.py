@@ -48,7 +48,7 @@ from tfcalc.count.terms import (
 
 # the order a stack's entries are listed in (each kind of work, every kind of block's joined)
 ORDER = ("softmax", "norms", "activation", "residual", "qk_norm", "softcap", "moe", "final_norm", "bias", "rope",
-         "positions", "embeddings", "embedding_norm")
+         "mixer", "positions", "embeddings", "embedding_norm")
 
 
 def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
@@ -86,17 +86,13 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
 
 
 def bias_elements(block: Block, batch: int, seq: int, src: int | None) -> int:
-    """Output elements of the block's Linears with a bias: Q, K, V and O of each attention (a cross-attention's
-    K and V over the sources), the FFN's (gate,) up and down for each routed copy (each buffer row), a
-    shared expert's on every token."""
-    tokens, out = batch * seq, 0
-    for att, rows_kv in ((block.attention, tokens), (block.cross_attention, batch * (src or 0))):
-        if att is None:
-            continue
-        if att.qkv_bias:
-            out += tokens * att.q_width + rows_kv * (att.k_width + att.v_width)
-        if att.o_bias:
-            out += tokens * att.d_model
+    """Output elements of the block's Linears with a bias: the mixer's and a cross-attention's projections (a
+    cross-attention's K and V over the sources), as each says (``elementwise``, work "bias"); the FFN's
+    (gate,) up and down for each routed copy (each buffer row), a shared expert's on every token."""
+    tokens = batch * seq
+    out = batch * sum(e.elements for e in block.mixer.elementwise(seq, seq) if e.work == "bias")
+    if block.cross_attention is not None:
+        out += batch * sum(e.elements for e in block.cross_attention.elementwise(seq, src or 0) if e.work == "bias")
     moe = block.ffn if isinstance(block.ffn, MoE) else None
     expert = moe.expert if moe else block.ffn
     if expert.bias:
@@ -139,16 +135,22 @@ def _ffn_work(block: Block, tokens: int, stack: str) -> tuple[list[NonMatmulEntr
 def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | None, stack: str,
                 ) -> dict[str, list[NonMatmulEntry]]:
     """{kind of work: entries} of one block, once (each entry's copies 1)."""
-    att, cross, norm = block.attention, block.cross_attention, block.norm
-    d, tokens = att.d_model, batch * seq
-    scores = batch * att.n_head * seq * seq + (batch * cross.n_head * seq * src if cross else 0)
-    capped = (batch * att.n_head * seq * seq if att.softcap is not None else 0) + (
-        batch * cross.n_head * seq * src if cross is not None and cross.softcap is not None else 0)
+    cross, norm = block.cross_attention, block.norm
+    d, tokens = block.mixer.d_model, batch * seq
+    # the mixer's own work (tfcalc.architecture.mixer), and a cross-attention's scores over the sources
+    own = block.mixer.elementwise(seq, seq)
+    crossed = [e for e in cross.elementwise(seq, src) if e.work in ("softmax", "softcap")] if cross else []
+
+    def total(work: str, entries=own + crossed) -> int:
+        return batch * sum(e.elements for e in entries if e.work == work)
+
+    scores, capped = total("softmax"), total("softcap")
     per_norm = NORM_PER_ELEMENT[(norm.kind, norm.bias)]
     norms, sublayers = len(block.norms()), 3 if cross is not None else 2
     activation, moe = _ffn_work(block, tokens, stack)
     out = {
-        "softmax": [NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, scores, 1)],
+        "softmax": [NonMatmulEntry("softmax", f"{stack}softmax (full square)", SOFTMAX_PER_SCORE, scores, 1)]
+        if scores else [],
         "norms": [NonMatmulEntry("norms", f"{stack}{norm.kind} ×{norms} per block", per_norm, tokens * d, norms)],
         "activation": activation,
         "residual": [NonMatmulEntry("residual", f"{stack}residual adds ×{sublayers} per block", 1, tokens * d,
@@ -158,22 +160,25 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
     if block.residual_scale is not None:  # Granite: each sub-layer's output (a parallel block's sum) scaled
         scaled = 1 if block.parallel != "none" else sublayers
         out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled))
-    if att.qk_norm is not None:
-        qk = att.qk_norm
-        out["qk_norm"] = [NonMatmulEntry("norms", f"{stack}Q/K {qk.kind}", NORM_PER_ELEMENT[(qk.kind, qk.bias)],
-                                         tokens * (att.q_width + att.k_width), 1)]
+    for e in own:
+        if e.work == "qk_norm":
+            out["qk_norm"] = [NonMatmulEntry("norms", f"{stack}{e.label}", NORM_PER_ELEMENT[(e.norm.kind, e.norm.bias)],
+                                             batch * e.elements, 1)]
     if capped:
         out["softcap"] = [NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT, capped, 1)]
     bias = bias_elements(block, batch, seq, src)
     if bias:
         out["bias"] = [NonMatmulEntry("bias", f"{stack}bias adds", 1, bias, 1)]
-    if att.rope_theta is not None:  # a NoPE layer rotates nothing
-        rotated = tokens * (att.n_head + att.n_kv_head) * att.rope_dim
-        out["rope"] = [NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rotated, 1)]
+    rope = total("rope", own)  # a NoPE layer rotates nothing
+    if any(e.work == "rope" for e in own):
+        out["rope"] = [NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rope, 1)]
+    priced = ("softmax", "softcap", "qk_norm", "rope", "bias")  # a mixer's other work at its own per-element price
+    out["mixer"] = [NonMatmulEntry("mixer", f"{stack}{e.label}", e.per_element, batch * e.elements, 1)
+                    for e in own if e.work not in priced]
     if positions in ("alibi", "relative"):
         name = "ALiBi" if positions == "alibi" else "relative position"
         out["positions"] = [NonMatmulEntry("positions", f"{stack}{name} bias on the scores", 1,
-                                           batch * att.n_head * seq * seq, 1)]
+                                           total("softmax", own), 1)]  # every score of the mixer
     return out
 
 

@@ -40,16 +40,14 @@ RECOMPUTED = ("attn_o", "ffn_down")  # matmul entries (tfcalc.count.flops) the p
 
 def unsupported(block: Block) -> Optional[str]:
     """Why the policy's model does not cover the block, or None."""
-    a = block.attention
     if block.is_moe:
         return "a mixture of experts"
     if block.cross_attention is not None:
         return "cross-attention"
-    if getattr(a, "kv_lora_rank", None) is not None or type(a).__name__ != "Attention":
-        return "latent attention"
-    if a.softcap is not None or a.sinks:
-        return "written-out attention scores (soft-cap or sinks)"
-    if a.qkv_bias or a.o_bias or block.ffn.bias:  # a biased Linear runs aten.addmm, not aten.mm
+    if block.mixer.capabilities.op_recompute is not None:  # declared by the mixer (tfcalc.architecture.mixer)
+        return block.mixer.capabilities.op_recompute
+    biased = any(e.work == "bias" for e in block.mixer.elementwise(1, 1))
+    if biased or block.ffn.bias:  # a biased Linear runs aten.addmm, not aten.mm
         return "linears with biases (they run as addmm, which the policy's save list leaves out)"
     return None
 

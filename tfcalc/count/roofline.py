@@ -230,19 +230,11 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
-    first = cfg.architecture.output.runs[0].pattern[0]  # the output stack's first layer (a decode step's)
+    kv = weight_bytes(e.state_read, e.state_dtype or kv_dtype)  # the state its mixer says it reads
     if e.component in SCORE_COMPONENTS:
-        queries, keys = (m, n) if e.component.endswith("qk") else (m, k)
-        a = first.cross_attention if "cross" in e.component else first.attention  # the flat front end's
-        h = a.head_dim if e.component.endswith("qk") else a.v_dim  # attentions all share these widths
-        heads = batch * a.n_head
-        read = keys * e.copies  # positions of K (or V) read, over all layers
-        if queries == 1 and "cross" not in e.component:  # decoding: each layer reads the keys its one query
-            read = e.causal_total // (2 * heads * h)  # pairs with: a window's W at most
-        per = a.n_kv_head * h  # K or V elements per position
-        if getattr(a, "kv_lora_rank", None) is not None:  # latent attention: its latent and rotary key, read once
-            per = a.kv_elements() if e.component.endswith("qk") else 0
-        kv = weight_bytes(batch * per * read, kv_dtype)
+        qk = e.component.endswith("qk")
+        queries, h = m, (k if qk else n)  # (T, h) @ (h, keys); (T, keys) @ (keys, h_v)
+        heads = e.count  # batch × query heads
         qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
         flops = e.causal_total if "cross" not in e.component else e.total
         return Row(e.component, e.label, flops, 0, kv, qo, e.shape, e.count)
@@ -252,7 +244,7 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
         moe = next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
         w = round(w * experts_touched(moe.n_expert, moe.top_k, tokens) / moe.n_expert)
         shape, count = (-(-m // moe.n_expert), k, n), e.count * moe.n_expert  # uniform routing, one GEMM each
-    return Row(e.component, e.label, e.total, w, 0, act * (m * k + m * n) * e.count * e.copies, shape, count)
+    return Row(e.component, e.label, e.total, w, kv, act * (m * k + m * n) * e.count * e.copies, shape, count)
 
 
 def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dtype: str, batch: int,

@@ -63,14 +63,16 @@ class TensorParallel:
 
 
 def _attentions(cfg: ModelConfig):
+    """Every distinct token mixer and cross-attention (tfcalc.architecture.mixer), in model order."""
     for _, block, _ in cfg.architecture.kinds():
-        for a in (block.attention, block.cross_attention):
+        for a in (block.mixer, block.cross_attention):
             if a is not None:
                 yield a
 
 
-def _latent(a) -> bool:
-    return getattr(a, "kv_lora_rank", None) is not None
+def _state_heads(a) -> int | None:
+    """The heads the mixer's state splits by under TP (its declared rule); None: kept whole (a latent cache)."""
+    return a.tp_state_heads()
 
 
 def check_tp(cfg: ModelConfig, tp: int, gpus_per_node: int) -> None:
@@ -84,11 +86,13 @@ def check_tp(cfg: ModelConfig, tp: int, gpus_per_node: int) -> None:
         raise InputError(f"--tp {tp} is more GPUs than one node holds ({gpus_per_node}): tensor parallelism "
                          "needs the node's link")
     for a in _attentions(cfg):
-        if a.n_head % tp:
-            raise InputError(f"--tp {tp} does not divide {cfg.name}'s {a.n_head} query heads: each GPU needs "
+        heads = dict(a.tp_widths()).get("n_head", 0)
+        if heads % tp:
+            raise InputError(f"--tp {tp} does not divide {cfg.name}'s {heads} query heads: each GPU needs "
                              "whole heads")
-        if not _latent(a) and a.n_kv_head % tp and tp % a.n_kv_head:
-            raise InputError(f"--tp {tp} and {cfg.name}'s {a.n_kv_head} KV heads: one must divide the other "
+        kv = _state_heads(a)
+        if kv is not None and kv % tp and tp % kv:
+            raise InputError(f"--tp {tp} and {cfg.name}'s {kv} KV heads: one must divide the other "
                              "(each GPU holds whole KV heads, replicated when T is larger)")
     for _, block, _ in cfg.architecture.kinds():
         d_ff = block.ffn.d_ff if not block.is_moe else getattr(block.ffn, "d_ff", None)
@@ -100,15 +104,17 @@ def kv_share(cfg: ModelConfig, tp: int) -> Fraction:
     """One GPU's share of the K/V heads (weights, cache, reads): 1/T, 1/n_kv_head when replicated, 1 for a
     latent cache (module docstring, step 2); the first attention's (every layer's, in the presets)."""
     a = next(_attentions(cfg), None)
-    if a is None or _latent(a) or tp == 1:
+    kv = None if a is None else _state_heads(a)
+    if kv is None or tp == 1:
         return Fraction(1)
-    return Fraction(1, min(tp, a.n_kv_head))
+    return Fraction(1, min(tp, kv))
 
 
 def kv_replicated(cfg: ModelConfig, tp: int) -> int:
     """How many GPUs hold each KV head (1: none replicated)."""
     a = next(_attentions(cfg), None)
-    return 1 if a is None or _latent(a) or tp <= a.n_kv_head else tp // a.n_kv_head
+    kv = None if a is None else _state_heads(a)
+    return 1 if kv is None or tp <= kv else tp // kv
 
 
 def _kind(component: str) -> str:
@@ -207,7 +213,7 @@ def allreduce_calls(cfg: ModelConfig, decode: bool) -> list[tuple[int, bool]]:
             continue
         out.append((1, encoder))
         for block, n in stack.kinds():
-            per = (block.attention is not None) + (block.cross_attention is not None) + 1
+            per = (block.mixer is not None) + (block.cross_attention is not None) + 1
             out.append((per * n, encoder))
     return out
 

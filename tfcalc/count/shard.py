@@ -103,9 +103,9 @@ def tp_split_widths(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
     each dense FFN's hidden width (a mixture's experts stay whole), and d_model."""
     out = []
     for _, block, _ in cfg.architecture.kinds():
-        for a in (block.attention, block.cross_attention):
-            if a is not None:
-                out += [("n_head", a.n_head), ("n_kv_head", a.n_kv_head)]
+        for a in (block.mixer, block.cross_attention):
+            if a is not None:  # the widths the mixer says TP splits (tfcalc.architecture.mixer)
+                out += a.tp_widths()
         if not block.is_moe:
             out.append(("d_ff", block.ffn.d_ff))
     return tuple(out + [("d_model", cfg.architecture.d_model)])

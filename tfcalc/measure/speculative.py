@@ -107,7 +107,7 @@ def check_speculative(cfg: ModelConfig, role: str) -> None:
         raise InputError(f"--draft --measure: {role} {cfg.name} has {cfg.pos_encoding} position biases; a verify "
                          "step over several tokens is not built for them")
     layers = list(cfg.architecture.output.layers())
-    if any(b.attention.window is not None or b.attention.chunk is not None for b in layers):
+    if any(not b.mixer.capabilities.rewind for b in layers):  # declared by the mixer (tfcalc.architecture.mixer)
         raise InputError(f"--draft --measure: {role} {cfg.name} has sliding-window or chunked layers, whose cache "
                          "overwrites the slots a rejected proposal would rewind to")
 

@@ -49,7 +49,7 @@ backward bytes, then the kernels forward / backward:
    backward cats dQ, dK, dV into its gradient, 2a per element of Q, K and V (a cross-attention's
    fused [K | V] the same over the source rows, and the source states' gradients from its L readers
    summed: L - 1 adds of 3a). The scores and softmax are the attention kernel's (or, under "math",
-   elementwise step 2's passes, in both modes). DeepSeek's latent attention: latent_terms (derived from
+   elementwise step 2's passes, in both modes). DeepSeek's latent attention: LatentAttention.eager_ops (derived from
    tfcalc/model/latent.py, not dispatch-checked: see its docstring).
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
@@ -78,7 +78,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tfcalc.architecture import Block, LatentAttention, MoE, Norm
+from tfcalc.architecture import Block, MoE, Norm
+from tfcalc.architecture.mixer import EagerOp
 from tfcalc.config import ModelConfig
 from tfcalc.count.non_matmul import bias_elements
 
@@ -157,30 +158,15 @@ def _term(component: str, cost: Cost, elements: int, copies: int = 1, scale: int
 
 def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> list[Term]:
     """One block's eager work (module docstring, 1-8)."""
-    att, cross = block.attention, block.cross_attention
-    d, tokens = att.d_model, batch * seq
+    mixer, cross = block.mixer, block.cross_attention
+    d, tokens = mixer.d_model, batch * seq
     norms = len(block.norms())
     out = _norm_terms(block.norm, tokens * d, norms, a, "norms")
     sublayers = 3 if cross is not None else 2  # a parallel block adds twice too: attn + ffn, then x + it
     out.append(_term("residual", RESIDUAL, tokens * d, sublayers, a))
     if block.residual_scale is not None:
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, 1 if block.parallel != "none" else sublayers, a))
-    if not isinstance(att, LatentAttention):
-        out.append(_term("qkv", Cost(0, 2, 0, 1), tokens * (att.q_width + att.k_width + att.v_width), 1, a))
-        if att.qk_norm_whole and att.qk_norm is not None:  # OLMo 2: over each whole projection
-            for qk in att.qk_norms():
-                out += _norm_terms(qk, tokens * qk.width, 1, a, "qk_norm")
-        elif att.qk_norm is not None:  # per head, h wide, over Q's and K's heads (Qwen3)
-            (qk,) = _norm_terms(att.qk_norm, tokens * (att.q_width + att.k_width), 1, a, "qk_norm")
-            out.append(Term(qk.component, qk.forward, qk.backward, 2 * qk.forward_kernels, 2 * qk.backward_kernels))
-        if att.rope_theta is not None:
-            rope = _term("rope", ROPE, tokens * (att.n_head + att.n_kv_head) * att.rope_dim, 1, a)
-            out.append(Term("rope", rope.forward, rope.backward, 2 * ROPE.forward_kernels, 2 * ROPE.backward_kernels))
-            if att.rope_dim < att.head_dim:  # partial rotary: the passed channels (module docstring, 5)
-                heads = tokens * (att.n_head + att.n_kv_head) * att.head_dim
-                out.append(Term("rope", 2 * a * heads, 6 * a * heads, 2, 6))
-    if isinstance(att, LatentAttention):
-        out += latent_terms(att, tokens, a)
+    out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
     if cross is not None:  # its fused [K | V] over the source rows
         out.append(_term("qkv", Cost(0, 2, 0, 1), batch * (src or seq) * (cross.k_width + cross.v_width), 1, a))
     out += _ffn_terms(block, tokens, a)
@@ -190,33 +176,29 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     return out
 
 
-def latent_terms(att: LatentAttention, tokens: int, a: int) -> list[Term]:
-    """DeepSeek's latent attention (tfcalc.model.latent; module docstring, 6), per token: the norms on the
-    compressed Q (c_q) and KV latent (c_kv); RoPE on the H query heads' and the one shared key's h_r
-    channels (after de-interleaving them: a cat forward, two slice_backwards and their sum back); the
-    cats of [k_n | k_r expanded] (its backward sums the H copies of k_r) and [q_n | q_r]; backward, the
-    cats the splits of Q, of W_kvb's [k_n | v] and of W_kva's [latent | k_r] leave."""
-    H, hn, hr, hv, c = att.n_head, att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim, att.kv_lora_rank
-    out = _norm_terms(att.latent_norm(c), tokens * c, 1, a, "norms")
-    if att.q_lora_rank is not None:
-        out += _norm_terms(att.latent_norm(att.q_lora_rank), tokens * att.q_lora_rank, 1, a, "norms")
-    rotated = tokens * (H + 1) * hr
-    if att.rope_theta is not None:
-        rope = _term("rope", ROPE, rotated, 1, a)
-        out.append(Term("rope", rope.forward, rope.backward, 2 * ROPE.forward_kernels, 2 * ROPE.backward_kernels))
-        if att.interleave:
-            out.append(Term("rope", 2 * a * rotated, 6 * a * rotated, 2, 6))
-    head = H * (hn + hr)
-    k_cat = Term("qkv", a * tokens * (H * hn + hr + head), a * tokens * (H * hr + hr), 1, 1)
-    q_cat = Term("qkv", 2 * a * tokens * head, 0.0, 1, 0)
-    splits = Term("qkv", 0.0, 2 * a * tokens * (head + H * (hn + hv) + c + hr), 0, 3)
-    return out + [k_cat, q_cat, splits]
+def mixer_terms(ops: list[EagerOp], a: int) -> list[Term]:
+    """A token mixer's eager work, as it lists it (``EagerOp``), priced: moves at a bytes per element, norms
+    by norm_cost (kernels ``kernel_factor`` times: one call per head group of Q and of K), RoPE by step 5
+    (kernels for Q, then K). Its Linears with a bias are counted with the block's (_biased_linears)."""
+    out: list[Term] = []
+    for op in ops:
+        if op.kind == "moves":
+            out.append(Term(op.component, a * op.elements, a * op.backward, op.forward_kernels, op.backward_kernels))
+        elif op.kind == "norm":
+            (t,) = _norm_terms(op.norm, op.elements, 1, a, op.component)
+            k = op.kernel_factor
+            out.append(Term(t.component, t.forward, t.backward, k * t.forward_kernels, k * t.backward_kernels))
+        elif op.kind == "rope":
+            rope = _term(op.component, ROPE, op.elements, 1, a)
+            out.append(Term(op.component, rope.forward, rope.backward, 2 * ROPE.forward_kernels,
+                            2 * ROPE.backward_kernels))
+    return out
 
 
 def _biased_linears(block: Block) -> int:
-    att, cross = block.attention, block.cross_attention
-    n = sum(int(x.qkv_bias) * (1 if x is att else 2) + int(x.o_bias) for x in (att, cross) if x is not None
-            and not isinstance(x, LatentAttention))
+    cross = block.cross_attention  # the mixer's biased Linears as it says; a cross-attention's Q, [K | V], O
+    n = sum(op.elements for op in block.mixer.eager_ops(1) if op.kind == "bias_linears")
+    n += 0 if cross is None else int(cross.qkv_bias) * 2 + int(cross.o_bias)
     moe = block.ffn if isinstance(block.ffn, MoE) else None
     expert = moe.expert if moe else block.ffn
     n += 2 * int(expert.bias)

@@ -1,8 +1,8 @@
 """One training micro-batch's compute time on one rank, matmul by matmul. Pure arithmetic.
 
 Over the description's matmuls (tfcalc.count.flops.matmul_entries at the micro-batch and seq: the
-blocks' ``linears()`` and attention's ``score_dims()``), each under the layout's tensor parallelism t
-(Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.count.shard):
+blocks' ``linears()`` and their mixers' ``mixing()``, tfcalc.architecture.mixer), each under the layout's
+tensor parallelism t (Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.count.shard):
 
 - column-parallel (Q, K, V, gate, up, a shared expert's, the vocabulary-parallel LM head): n / t;
 - row-parallel (O, down): k / t;

@@ -1,0 +1,283 @@
+"""The token-mixer protocol is complete enough: a mixer defined only here, plugged into a Block, is counted by
+the folds (parameters, FLOPs, non-matmul work, generation state, the decode roofline, TP and CP rules)
+without a line of tfcalc knowing it (tfcalc.architecture.mixer).
+
+The toy is linear attention in its recurrent form (Katharopoulos et al. 2020, "Transformers are RNNs",
+sec. 3.4): per head a state S of h×h, updated by each token's kᵀ·v and read by its q·S; Q, K, V and O
+projections of H·h channels without biases; the feature map elu(x) + 1 on Q and K (2 FLOPs an element, as
+this mixer declares: the count has no price of its own for it). Its state is fixed in the context and kept
+in fp32 whatever the cache dtype. Every expected figure below is derived by hand from those sentences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import pytest
+from conftest import tiny
+from hf_tiny import T, inputs
+
+from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer, Mixing, StateTensor, step_io
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.count import (
+    activations as count_activations,
+    budget,
+    flops as count_flops,
+    memory as count_memory,
+    op_recompute,
+    params as count_params,
+    roofline,
+    shard,
+)
+from tfcalc.count.layout import Layout, check_layout
+from tfcalc.count.layout_pipeline import cp_refused
+from tfcalc.count.perf import eager
+from tfcalc.count.quant import weight_format
+from tfcalc.errors import InputError
+from tfcalc.presets import load
+from tfcalc.workload import Workload
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    d_model: int
+    n_head: int
+    head_dim: int
+    causal: bool = True
+
+    @property
+    def width(self) -> int:
+        return self.n_head * self.head_dim
+
+    def weights(self) -> list[Weight]:
+        d, w = self.d_model, self.width
+        out = [Weight(f"{p}_weight", (w, d), "attention", f"linear attention {p.upper()}", "rows") for p in "qkv"]
+        return out + [Weight("o_weight", (d, w), "attention", "linear attention O", "cols")]
+
+    def linears(self, with_kv: bool = True) -> list[Linear]:
+        d, w = self.d_model, self.width
+        out = [Linear(p, "attention_proj", f"{p.upper()} projection", d, w) for p in "qkv"]
+        return out + [Linear("o", "attention_proj", "O projection", w, d)]
+
+    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+        """Per head: S += kᵀ·v over the queries ((h, T) @ (T, h)) and the outputs q·S ((T, h) @ (h, h)); the
+        output reads the state, h·h per head, whatever the context."""
+        H, h = self.n_head, self.head_dim
+        flops = 2 * h * queries * h * H
+        return [Mixing("update", "state update kᵀ·v", (h, queries, h), H, flops),
+                Mixing("read", "read q·S", (queries, h, h), H, flops, H * h * h, "fp32")]
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        return [Elementwise("feature_map", "elu + 1 on Q and K", queries * 2 * self.width, per_element=2)]
+
+    def kernel(self, explicit_mask: bool) -> str:
+        return "flash"  # no (T, T) tensor: the state carries the context
+
+    def mask_span(self, length: int) -> tuple[None, None]:
+        return None, None
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Per token: the feature map's inputs (Q, K), φ(Q), φ(K) and V for the two products, and the output."""
+        w = self.width
+        return {"feature_map": e * 2 * w, "qkv": e * 3 * w, "attn_output": e * w}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        return 3 * self.width + 2 * self.width + self.width  # Q, K, V; φ(Q), φ(K); the output
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        w = self.width  # elu + 1 on Q and K: read and write each element (2), back 3 (grad, input, out)
+        return [EagerOp("moves", "qkv", 2 * tokens * 2 * w, 3 * tokens * 2 * w, 2, 2)]
+
+    def state(self) -> list[StateTensor]:
+        return [StateTensor("s", fixed=self.n_head * self.head_dim ** 2, dtype="fp32")]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("n_head", self.n_head)]
+
+    def tp_state_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, context_parallel=False)
+
+
+# tiny(): GPT-2 shaped, d = 32, 4 heads of 8, 2 layers, FFN 128 (GELU, biased), LayerNorm with bias, a
+# learned position table of 16 rows, vocabulary 61, tied LM head
+D, H, HD, L, F, V, P = 32, 4, 8, 2, 128, 61, 16
+
+
+def toy_config():
+    cfg = tiny()
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, mixer=LinearAttention(D, H, HD)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    out = dataclasses.replace(cfg, name="tiny (linear attention)")
+    out.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    return out
+
+
+@dataclass(frozen=True)
+class WithoutOps(LinearAttention):
+    """The toy with no eager work of its own: what the eager model adds for the toy's is the difference."""
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        return []
+
+
+def with_ops(cfg, ops):
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, mixer=WithoutOps(D, H, HD)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    out = dataclasses.replace(cfg, name="tiny (linear attention, no eager ops)")
+    out.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    return out
+
+
+def test_the_toy_and_both_attentions_answer_the_protocol():
+    assert isinstance(LinearAttention(D, H, HD), Mixer)
+    assert isinstance(Attention(D, H, H, HD), Mixer)
+    assert isinstance(LatentAttention(D, H, 16, 8, 4, 8), Mixer)
+
+
+def test_parameters_from_the_mixers_weights():
+    cfg = toy_config()
+    mixer = 4 * D * H * HD  # Q, K, V: d -> H·h; O: H·h -> d; no biases
+    norms = 2 * 2 * D  # two LayerNorms (weight and bias) per block
+    ffn = D * F + F + F * D + D
+    expected = V * D + P * D + L * (mixer + norms + ffn) + 2 * D  # token and position tables, final norm
+    assert count_params.total(cfg) == expected == 27_680
+    groups = count_params.group_totals(cfg, count_params.breakdown(cfg))
+    assert groups["attention"] == L * mixer
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (2, 12), (3, 16)])
+def test_forward_flops_from_the_mixers_matmuls(batch, seq):
+    cfg = toy_config()
+    w = Workload(batch=batch, seq=seq)
+    rows = batch * seq
+    proj = 2 * rows * 4 * D * H * HD
+    ffn = 2 * rows * 2 * D * F
+    mixing = batch * 2 * (2 * HD * seq * HD * H)  # update and read: 2·h·T·h per head, no mask to discount
+    head = 2 * rows * D * V
+    expected = L * (proj + ffn + mixing) + head
+    assert count_flops.forward_flops(cfg, w) == expected
+    assert count_flops.forward_flops_causal(cfg, w) == expected  # nothing masked: the causal count is the same
+    nm = count_flops.breakdown(cfg, w).non_matmul
+    feature_map = [e for e in nm if e.label == "elu + 1 on Q and K"]
+    assert [(e.per_element, e.elements, e.copies) for e in feature_map] == [(2, rows * 2 * H * HD, L)]
+    assert not [e for e in nm if e.component == "softmax"]  # no scores, no softmax
+
+
+def test_a_decode_step_costs_the_same_at_every_context():
+    cfg = toy_config()
+    per_step = L * (2 * 4 * D * H * HD + 2 * 2 * D * F + 2 * (2 * HD * HD * H)) + 2 * D * V
+    for context in (1, 15, 10_000):
+        assert count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) == per_step
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "int8", "fp32"])
+def test_the_state_is_fixed_in_the_context_and_kept_in_fp32(kv_dtype):
+    cfg = toy_config()
+    batch, state = 3, L * H * HD * HD * 4  # per sequence: h×h per head and layer, 4 bytes each
+    for seq, gen in ((1, 0), (10, 6), (16, 1000)):
+        w = Workload(batch=batch, seq=seq, gen=gen, kv_dtype=kv_dtype)
+        assert count_memory.kv_cache_bytes(cfg, w) == batch * state
+    # a decode step reads the state once, in fp32, and writes it once (tfcalc.architecture.mixer.step_io)
+    for context in (5, 5_000):
+        step = roofline.decode_step(cfg, batch, context, weight_format("bf16"), kv_dtype)
+        assert step.kv_bytes == batch * state
+    assert step_io(LinearAttention(D, H, HD), 7) == (H * HD * HD, H * HD * HD)
+
+
+def test_a_budget_holds_any_context_and_a_batch_of_whole_states():
+    """memory --budget: weights (27,680 bf16 parameters) and, per sequence, the fixed fp32 state; the context
+    never fills the budget (the search stops at its cap: a lower bound, said so)."""
+    cfg, state = toy_config(), L * H * HD * HD * 4
+    weights = 27_680 * 2
+    fit = budget.fit_inference(cfg, Workload(batch=1, seq=16, dtype="bf16"), weights + 10 * state + state // 2)
+    assert (fit.fixed_bytes, fit.max_batch, fit.seq_capped) == (weights, 10, True)
+
+
+def test_attention_state_still_grows_beside_it():
+    """The reference the toy is set against: tiny()'s attention caches K and V of every position."""
+    cfg = tiny()
+    w = Workload(batch=3, seq=10, gen=6, kv_dtype="bf16")
+    assert count_memory.kv_cache_bytes(cfg, w) == 2 * 3 * 16 * L * H * HD * 2
+
+
+@pytest.mark.parametrize("dtype,e", [("fp32", 4), ("bf16", 2)])
+def test_activations_from_what_the_mixer_says_it_keeps(dtype, e):
+    cfg = toy_config()
+    batch, seq, w = 2, 12, H * HD
+    tokens = batch * seq
+    acts = count_activations.activations(cfg, Workload(batch=batch, seq=seq, dtype=dtype))
+    for i in range(L):
+        terms = acts.layer_terms(i)
+        assert (terms["feature_map"], terms["qkv"], terms["attn_output"]) == (
+            tokens * e * 2 * w, tokens * e * 3 * w, tokens * e * w)
+        assert terms["qkv_input"] == tokens * e * D  # the block's, as for any mixer
+    # a no-grad forward: the larger of the mixer's stage (x, norm and projection outputs, 6·H·h of its own)
+    # and the FFN's (x, norm output, the activation's input and output), or the head's (x, norm, logits)
+    stages = (3 * D + 6 * w, 2 * D + 2 * F, 2 * D + V)
+    assert count_memory.forward_working_set(cfg, Workload(batch=batch, seq=seq, dtype=dtype)) == (
+        e * tokens * max(stages))
+
+
+def test_eager_traffic_includes_the_mixers_declared_ops():
+    cfg, toy = toy_config(), LinearAttention(D, H, HD)
+    tokens, a = 2 * 12, 2
+    terms = eager.terms(cfg, 2, 12, a)
+    plain = eager.terms(with_ops(cfg, []), 2, 12, a)
+    (op,) = toy.eager_ops(tokens)
+    extra = [t for t in terms if t not in plain]
+    assert [(t.forward, t.backward, t.forward_kernels, t.backward_kernels) for t in extra] == [
+        (a * op.elements * L, a * op.backward * L, 2 * L, 2 * L)]
+
+
+def test_op_recompute_refuses_a_mixer_it_does_not_model():
+    assert "does not model" in op_recompute.unsupported(toy_config().architecture.output.layer(0))
+
+
+def test_declared_tp_and_cp_rules():
+    cfg = toy_config()
+    assert ("n_head", H) in shard.tp_split_widths(cfg)
+    plan = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1)
+    check_layout(cfg, plan)
+    with pytest.raises(InputError, match=r"n_head \(4\)"):  # 8 ranks cannot hold whole heads of 4
+        check_layout(cfg, dataclasses.replace(plan, tp=8))
+    assert "without context parallelism" in cp_refused(cfg)  # the mixer declares none
+
+
+def test_the_attention_alias_and_keyword_still_work():
+    block = toy_config().architecture.output.layer(0)
+    assert block.attention is block.mixer
+    other = dataclasses.replace(block, attention=Attention(D, H, H, HD))
+    assert isinstance(other.mixer, Attention) and other.ffn == block.ffn
+    with pytest.raises(AttributeError):
+        block.attention = other.mixer
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma2", "phi3", "deepseek_v3", "deepseek_v2"])
+def test_each_layers_state_is_what_transformers_caches(saved, name):
+    """After T tokens with use_cache, each layer of transformers' cache holds, per sequence, the positions and
+    the (heads, width) of its keys and values that the layer's mixer says its state keeps: every position,
+    or the last W - 1 in a window layer (DynamicSlidingWindowLayer); a latent attention's latent and rotary
+    key, one head each (modeling_deepseek_v3.py caches them compressed)."""
+    import torch
+
+    model, folder = saved(name)
+    cfg = load(str(folder / "config.json"))
+    with torch.no_grad():
+        cache = model(**inputs(name), use_cache=True).past_key_values
+    for i, layer in enumerate(cache.layers):
+        state = cfg.architecture.output.layer(i).mixer.state()
+        held = [(t.shape[2], (t.shape[1], t.shape[3])) for t in (layer.keys, layer.values)]
+        assert held == [(s.positions(T), s.shape) for s in state]
+        assert all(math.prod(s.shape) == s.per_token and s.fixed == 0 for s in state)

@@ -1,0 +1,243 @@
+"""The token mixer: what a block's position-mixing sub-layer answers, whatever mixes the positions.
+
+A block (tfcalc.architecture.block) holds one token MIXER in its ``mixer`` slot, beside its FFN and norms:
+softmax attention (``Attention``: full, window, chunk, sinks, NoPE, soft-cap) and latent attention
+(``LatentAttention``) today; state-space, linear-attention and short-convolution mixers next. Every count
+fold asks the mixer through this protocol and never its class, so a new mixer is one component that
+answers it (see tests/test_mixer_protocol.py: a toy fixed-state mixer counted by the folds unchanged).
+
+Modelled on torchtitan's per-layer configs: its ``TransformerBlock.Config`` (torchtitan/models/common/
+decoder.py) holds one ``attention: BaseAttention.Config`` slot beside ``feed_forward`` or ``moe``, which
+softmax attention, MLA and the gated-DeltaNet and KDA configs (models/common/attention/gdn.py, kda.py) all
+fill. Taken: one slot per layer, filled by a value of any mixer kind, and what the mixer is asked stated
+once. Not taken: ``build()`` of the torch module on the config (tfcalc.model builds modules from the
+description, so this package stays free of torch), nor the slot's name (``attention``: a state-space mixer
+is none; ``Block.attention`` stays only as an alias).
+
+What a mixer answers:
+
+1. ``weights()``: its parameter tensors (``Weight``: breakdown key, shape, role, TP split, fused stored
+   tensor) -- the parameter count, the plan's shards and the checkpoint map fold over them;
+2. ``linears(with_kv)``: its projections (``Linear``: n_in -> n_out over the rows named);
+3. ``mixing(queries, keys)``: the matmuls that mix positions, for ONE sequence of ``queries`` new tokens
+   over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
+   keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
+   Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
+   generation state it reads. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
+   chunked scan's matmuls, with no Q·Kᵀ at all;
+4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
+   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
+5. ``kernel``, ``mask_span``, ``saved`` and ``working_set``: the activations it keeps for the backward pass
+   and those alive in a no-grad forward, under the kernel its module runs and the masks it reads;
+   ``eager_ops``: its eager PyTorch traffic and launches beside the matmuls (``EagerOp``);
+6. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
+   with the tokens (K and V; capped by a window or a chunk: ``span``) and elements that do not (an SSM's
+   recurrent state, a convolution's last K - 1 inputs), each with its dtype (None: the cache dtype the
+   user asks for). ``state_elements`` folds it at a context; ``step_io`` says what a decode step reads
+   and writes of it;
+7. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups), and
+   ``tp_state_heads()``: the heads its state splits by (None: kept whole on every rank);
+8. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
+   state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks).
+
+Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, runtime_checkable
+
+from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.tensors import Linear, Weight
+
+
+@dataclass(frozen=True)
+class Mixing:
+    """One position-mixing matmul of one sequence: ``copies`` (heads) of (m, k) @ (k, n).
+
+    ``causal_flops``: the FLOPs over the pairs a causal mask (or a window, a chunk) leaves, summed over the
+    copies; equal to ``flops`` where every pair counts. ``state_read``: elements of generation state the
+    matmul reads in this pass, each once (a fused kernel: Q·Kᵀ reads K over the keys -- in a decode step
+    only those its query sees -- attention·V reads V; a recurrent read its fixed state; 0 where the operand
+    is not the kept state), kept in ``state_dtype`` (None: the cache dtype)."""
+
+    name: str  # local to the mixer; the block prefixes it ("qk" -> "attn_qk")
+    label: str
+    shape: tuple[int, int, int]
+    copies: int
+    causal_flops: int
+    state_read: int = 0
+    state_dtype: Optional[str] = None
+
+    @property
+    def flops(self) -> int:
+        """Full-square FLOPs over the copies: 2·m·k·n each."""
+        m, k, n = self.shape
+        return 2 * m * k * n * self.copies
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Non-matmul work of one sequence: an operation on ``elements`` elements, named by ``work``, the kind the
+    count prices per element (tfcalc.count.non_matmul: "softmax", "softcap", "rope", "qk_norm" with its
+    ``norm``, "bias"), or at ``per_element`` FLOPs where the mixer says its own (an op the count has no
+    price for: an SSM's exp, a convolution's taps)."""
+
+    work: str
+    label: str
+    elements: int
+    norm: Optional[Norm] = None
+    per_element: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class EagerOp:
+    """One piece of the mixer's eager PyTorch work beside its matmuls, over a whole micro-batch, priced by
+    tfcalc.count.perf.eager (its module docstring derives each kind):
+
+    - "moves": ``elements`` read and written forward and ``backward`` back (bytes: × the activation's
+      bytes), in the kernels given (a split's backward cat, a concatenation);
+    - "norm": a norm (``norm``) over ``elements``, its kernels ``kernel_factor`` times (one call per head
+      group of Q and of K);
+    - "rope": rotary embedding over ``elements`` rotated elements of Q, then of K;
+    - "bias_linears": ``elements`` Linears with a bias (each a gradient sum back)."""
+
+    kind: str
+    component: str
+    elements: int = 0
+    backward: int = 0
+    forward_kernels: int = 0
+    backward_kernels: int = 0
+    norm: Optional[Norm] = None
+    kernel_factor: int = 1
+
+
+@dataclass(frozen=True)
+class StateTensor:
+    """One tensor of a mixer's generation state, per sequence and layer.
+
+    ``per_token`` elements for each position kept (K, V: they grow with the context), at most ``span``
+    positions (a window of W keeps W - 1, a chunk of C keeps C - 1; None: every position); ``fixed``
+    elements that do not grow (an SSM's state, a convolution's ring). ``dtype``: the dtype it is kept in,
+    None for the cache dtype the user asks for (``--kv-dtype``)."""
+
+    name: str
+    per_token: int = 0
+    fixed: int = 0
+    span: Optional[int] = None
+    dtype: Optional[str] = None
+    # the shape a runtime allocates per position (a growing tensor: (heads, width), whose product is
+    # per_token) or whole (a fixed one), batch and positions left out; () where the mixer does not say
+    shape: tuple[int, ...] = ()
+
+    def positions(self, context: int) -> int:
+        """Positions kept at a context of this many tokens."""
+        return context if self.span is None else min(context, self.span)
+
+    def elements(self, context: int) -> int:
+        return self.per_token * self.positions(context) + self.fixed
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the runtime and the plans may do with a mixer (declared, never inferred from its class)."""
+
+    rewind: bool = True  # its decode state can return to an earlier position (speculative decoding's reject)
+    tensor_parallel: bool = True  # Megatron's split by heads (``tp_widths``)
+    context_parallel: bool = True  # ring attention over the sequence split across ranks
+    # why the op-level recompute policy (tfcalc.count.op_recompute) does not cover it; None: it does
+    op_recompute: Optional[str] = "a token mixer the op-level recompute policy does not model"
+
+
+@runtime_checkable
+class Mixer(Protocol):
+    """A token mixer (see the module docstring, 1-8)."""
+
+    d_model: int
+    causal: bool  # a query sees no later position (a decoder's self-mixer)
+
+    def weights(self) -> list[Weight]: ...
+
+    def linears(self, with_kv: bool = True) -> list[Linear]: ...
+
+    def mixing(self, queries: int, keys: int) -> list[Mixing]: ...
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
+
+    def kernel(self, explicit_mask: bool) -> str:
+        """The kernel its module runs on a CPU ("flash": fused, no (T, T) tensor; "math": scores written out),
+        ``explicit_mask`` when the stack adds a bias to the scores (ALiBi, T5's relative bias)."""
+        ...
+
+    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
+        """The (window, chunk) of the (T, T) mask its module reads at ``length`` tokens, each None where it
+        hides nothing; (None, None) for a mixer without one (one mask per distinct span, built per stack)."""
+        ...
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """{term: bytes per token} it keeps for the backward pass, beside the block's norm and its input
+        (tfcalc.count.activation_terms), at ``e`` bytes an element under ``kernel``. A term named as one of
+        tfcalc.count.rank_activations.SPLIT (qkv, attn_output, ...) is split by tensor parallelism with the
+        heads; any other is kept whole on every rank (a latent attention's compressions)."""
+        ...
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once in its stage of a no-grad forward, beyond the block's input, norm
+        output and output projection (tfcalc.count.memory.forward_working_set)."""
+        ...
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel."""
+        ...
+
+    def state(self) -> list[StateTensor]: ...
+
+    def expanded_state(self) -> list[StateTensor]:
+        """The state a runtime without this mixer's compressed form keeps (a latent attention's K and V
+        heads); the state itself for every other mixer."""
+        ...
+
+    def tp_widths(self) -> list[tuple[str, int]]: ...
+
+    def tp_state_heads(self) -> Optional[int]:
+        """The heads its generation state splits by under TP (a rank whole heads, replicated when TP exceeds
+        them); None: the state is kept whole on every rank (a latent cache)."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+
+def state_elements(mixer: Mixer, context: int, expanded: bool = False) -> int:
+    """Elements of a mixer's generation state at a context of ``context`` tokens, per sequence and layer
+    (all its tensors, whatever their dtype: ``state_by_dtype`` keeps them apart)."""
+    tensors = mixer.expanded_state() if expanded else mixer.state()
+    return sum(t.elements(context) for t in tensors)
+
+
+def state_positions(mixer: Mixer, context: int) -> int:
+    """Positions its growing state keeps at a context of ``context`` tokens (0 for a fixed state alone)."""
+    return max((t.positions(context) for t in mixer.state() if t.per_token), default=0)
+
+
+def state_by_dtype(mixer: Mixer, context: int) -> dict[Optional[str], int]:
+    """{dtype (None: the cache dtype): elements} of a mixer's state at a context, per sequence and layer."""
+    out: dict[Optional[str], int] = {}
+    for t in mixer.state():
+        out[t.dtype] = out.get(t.dtype, 0) + t.elements(context)
+    return out
+
+
+def step_io(mixer: Mixer, context: int) -> tuple[int, int]:
+    """(elements read, elements written) of the state by one decode step at ``context`` positions already
+    kept, per sequence and layer: a growing tensor is read over what it keeps and written one position; a
+    fixed tensor is read and written whole (a recurrent state's update)."""
+    read = sum(t.per_token * t.positions(context) + t.fixed for t in mixer.state())
+    written = sum(t.per_token + t.fixed for t in mixer.state())
+    return read, written
+
+
+def is_local(mixer: Mixer) -> bool:
+    """Whether a mixer's state stops growing before the context does (a window, a chunk, a fixed state)."""
+    return all(t.span is not None or not t.per_token for t in mixer.state())

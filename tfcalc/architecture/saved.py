@@ -1,0 +1,130 @@
+"""What softmax and latent attention keep for the backward pass, per token: each mixer's answer to the
+protocol's "activations saved" (tfcalc.architecture.mixer; ``Attention.saved``, ``LatentAttention.saved``).
+
+The steps are those of tfcalc.count.activation_terms (its module docstring derives them and names the tests
+that check them byte for byte against autograd's saved tensors): 1, what a norm keeps (``norm_bytes``, used
+by the count for the block's norms too); 3 and 4, attention under the fused ("flash") and the "math"
+kernel; 5, soft-capped scores or sinks written out; 6, the Q/K norms; 9, the scores' dropout under "math";
+11, latent attention. h = d_model, q, k, v, o the Q, K, V and output widths, a = n_head, e = bytes per
+activation element. Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tfcalc.architecture.norm import Norm
+
+if TYPE_CHECKING:  # the components call these; imported for the annotations only
+    from tfcalc.architecture.attention import Attention
+    from tfcalc.architecture.latent import LatentAttention
+
+FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
+
+
+def norm_bytes(norm: Norm, e: int, width: int | None = None, rows: int = 1) -> int:
+    """Per token, what one norm keeps (step 1); ``rows`` norms of ``width`` channels (Q/K norms: one per head)."""
+    width = norm.width if width is None else width
+    if norm.kind == "layernorm":
+        return rows * (e * width + 2 * FP32)
+    return rows * (2 * FP32 * width + FP32)
+
+
+def shared_input_bytes(norm: Norm, e: int) -> int:
+    """Per token, the part of norm_bytes that two norms of the same tensor keep once: LayerNorm's input;
+    RMSNorm's fp32 copy, which is the input itself in fp32 (and a fresh copy per norm below fp32)."""
+    if norm.kind == "layernorm":
+        return e * norm.width
+    return FP32 * norm.width if e == FP32 else 0
+
+
+def _new_qk(att: Attention) -> bool:
+    """Q and K are new tensors, not views of the fused QKV output: rotated, or normed."""
+    return att.rope_theta is not None or att.qk_norm is not None
+
+
+def _qk_norm_keeps_qkv(att: Attention, e: int) -> bool:
+    """Whether the Q/K norms keep their input, a view of the fused QKV output (so the whole of it)."""
+    return att.qk_norm is not None and (att.qk_norm.kind == "layernorm" or e == FP32)
+
+
+def _qk_norm_bytes(att: Attention, e: int) -> int:
+    """Per token, what the Q and K norms keep, one row per head (step 6)."""
+    rows = att.n_head + att.n_kv_head
+    if att.qk_norm.kind == "layernorm":  # per-head weights (Cohere): their product keeps the normed x̂ too
+        return 2 * FP32 * rows + (e * (att.q_width + att.k_width) if att.qk_norm_heads else 0)
+    return FP32 * (att.q_width + att.k_width) * (2 if e < FP32 else 1) + FP32 * rows
+
+
+def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]:
+    """Per token, the written-out self-attention, with soft-capped scores or sinks (step 5)."""
+    q, k, v, o = att.q_width, att.k_width, att.v_width, att.out_width
+    views, gqa = batch == 1 or att.n_head == 1, att.n_kv_head != att.n_head
+    q_bytes = e * q if _new_qk(att) or not views else 0
+    k_bytes = e * q if gqa else (e * k if _new_qk(att) or not views else 0)
+    v_bytes = e * o if gqa else (0 if views else e * v)
+    fused = 0 in (q_bytes, k_bytes, v_bytes) or _qk_norm_keeps_qkv(att, e)  # a view of it is kept
+    qkv = q_bytes + k_bytes + v_bytes + (e * (q + k + v) if fused else 0)
+    tanh = e * att.n_head * seq if att.softcap is not None else 0
+    softmax = e * att.n_head * (seq + (1 if att.sinks else 0))  # a sink is one more logit in each row
+    return {"qkv": qkv, "attn_scores": tanh + softmax, "softmax_stats": 0}
+
+
+def working_set(att: Attention | LatentAttention, kernel: str, length: int) -> int:
+    """Per token, the elements of a no-grad forward's attention stage beyond the block's x, norm output and
+    projection output (tfcalc.count.memory.forward_working_set, 1): the fused QKV output, the new Q and K
+    (RoPE or Q/K norms), the SDPA output; math attention adds Q, K, V copies and the scores and softmax."""
+    q, k = att.q_width, att.k_width
+    new_qk = att.rope_theta is not None or att.qk_norm is not None  # RoPE or Q/K norms: new Q and K tensors
+    out = (q + k + att.v_width) + att.out_width + ((q + k) if new_qk else 0)
+    return out + (3 * q + 2 * att.n_head * length if kernel == "math" else 0)
+
+
+def attention_saved(att: Attention, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+    """{term: bytes per token} one self-attention keeps beside the block's norm and the QKV input (steps 3-6,
+    and 9's scores dropout), under ``kernel``."""
+    q, k, v, o, a = att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
+    out: dict[str, int] = {}
+    if kernel == "flash":
+        out["qkv"] = e * (q + k + v)
+        out["rope_qk"] = e * (q + k) if _new_qk(att) else 0
+        out["attn_scores"] = 0
+        out["softmax_stats"] = FP32 * a  # log-sum-exp per head
+    elif att.softcap is not None or att.sinks:
+        out.update(_written_out(att, batch, seq, e), rope_qk=0)
+    else:
+        v_is_view = att.n_kv_head == att.n_head and (batch == 1 or att.n_head == 1)
+        fused = v_is_view or _qk_norm_keeps_qkv(att, e)  # the whole fused QKV output is kept through a view
+        out["qkv"] = e * (2 * q + (0 if v_is_view else o)) + (e * (q + k + v) if fused else 0)  # K, V per query head
+        out["rope_qk"] = 0
+        out["attn_scores"] = e * a * seq  # softmax output, the s² term
+        out["softmax_stats"] = 0
+    if att.qk_norm is not None:
+        out["qk_norm"] = _qk_norm_bytes(att, e)
+    out["attn_output"] = e * o  # SDPA output = O-projection input
+    out["scores_dropout"] = (1 + e) * a * seq if dropout and kernel == "math" else 0  # mask and output
+    return out
+
+
+def _keeps_input(norm: Norm, e: int) -> bool:
+    """Whether a norm keeps its input tensor itself (LayerNorm; RMSNorm in fp32, where its fp32 copy is the
+    input): then a view's whole storage is kept."""
+    return norm.kind == "layernorm" or e == FP32
+
+
+def latent_saved(att: LatentAttention, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
+    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input."""
+    H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
+    q_latent = 0
+    if att.q_lora_rank is not None:
+        q_latent = norm_bytes(att.latent_norm(att.q_lora_rank), e) + e * att.q_lora_rank
+    kv_norm = att.latent_norm(c)
+    kv_latent = norm_bytes(kv_norm, e) + (e * r if _keeps_input(kv_norm, e) else 0) + e * c
+    qk = 2 * e * H * (hn + r)  # Q and K, concatenated [nope | rope]: new tensors
+    out = {"latent": q_latent + kv_latent, "rope_qk": 0, "attn_output": e * H * hv}
+    if attention == "flash":
+        out.update(qkv=qk + e * H * (hn + hv), attn_scores=0, softmax_stats=FP32 * H)
+    else:
+        v_is_view = batch == 1 or H == 1 or seq == 1  # (B, H, S, h_v) flattens to (B·H, S, h_v) as a view
+        out.update(qkv=qk + e * H * ((hn + hv) if v_is_view else hv), attn_scores=e * H * seq, softmax_stats=0)
+    return out
