@@ -8,11 +8,11 @@ key/value heads each serving H / G query heads.
    biases and no O bias, modeling_qwen2.py);
 2. scores Q·Kᵀ, H per token and key, h wide; attention·V the same, h_v wide;
 3. KV cache, per layer and cached position: K (G·h) and V (G·h_v) elements; a sliding window W keeps
-   the last W - 1 positions, what a decode step reads beside its own K and V (Mistral, Jiang et al. 2023,
-   sec. 2; the cache transformers' generate() keeps: cache_utils.py, DynamicSlidingWindowLayer); chunked
-   attention (Llama 4's
-   attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
-   only, so its cache holds the C - 1 past positions of one chunk;
+   a ring of W slots: a decode step writes its own K and V into the ring first, then reads the W keys it
+   sees (its own and the W - 1 before it) over the ring's fixed span (Mistral's rolling buffer, Jiang et
+   al. 2023, sec. 2; transformers' StaticSlidingWindowLayer allocates the same W, cache_utils.py); chunked
+   attention (Llama 4's attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own
+   chunk of C positions only, so its ring holds C slots, one chunk;
 4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads; or
    (``qk_norm_whole``, OLMo 2, modeling_olmo2.py) one over the whole Q projection, H·h wide, and one over
    K, G·h wide;
@@ -161,4 +161,10 @@ class Attention:
     def kv_positions(self, context: int) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
         span = self.chunk if self.chunk is not None else self.window
-        return context if span is None else min(context, span - 1)
+        return context if span is None else min(context, span)
+
+    def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
+        """The generation state a self-attention layer keeps per cached position, (name, heads, width) of
+        each tensor, in the cache's dtype: K (G heads of h) and V (G of h_v); kv_positions(context) slots of
+        each, allocated once (tfcalc.model.attention_state). Nothing of fixed size besides."""
+        return (("k", self.n_kv_head, self.head_dim), ("v", self.n_kv_head, self.v_dim))

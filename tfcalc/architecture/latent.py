@@ -216,3 +216,9 @@ class LatentAttention:
 
     def kv_positions(self, context: int) -> int:
         return context
+
+    def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
+        """The generation state per cached position, (name, heads, width), in the cache's dtype: the
+        normed KV latent (c_kv) and the rotated key shared by the heads (h_r), one head each, as
+        transformers' cache keeps them (modeling_deepseek_v3.py); kv_positions(context) slots."""
+        return (("latent", 1, self.kv_lora_rank), ("k_rot", 1, self.qk_rope_head_dim))
