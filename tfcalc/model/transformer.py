@@ -12,6 +12,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
@@ -21,6 +22,11 @@ from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names, rope_key
+
+# A cached step's attention backends: flash (no explicit mask: it falls through), memory-efficient (masks and
+# any key length), math. Not cuDNN attention: it plans a graph per new shape, 3.6-9 ms of host time a call
+# on an H100 (tfcalc's first GPU run); a prefill keeps PyTorch's default choice.
+STEP_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class Stack(nn.Module):
@@ -279,7 +285,8 @@ class Transformer(Stack):
         """The fixed-shape step (tfcalc.model.step.run_step) and the head: (B, T) tokens at each row's next
         positions, over ``span`` slots -> logits (B, T, V). Device work only, nothing checked or counted
         on the host: what a CUDA graph captures (tfcalc.model.generate.Decoder)."""
-        return self.head(step.run_step(self, idx, cache, span))
+        with sdpa_kernel(STEP_BACKENDS):
+            return self.head(step.run_step(self, idx, cache, span))
 
     def decode(self, token: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""

@@ -65,6 +65,7 @@ class InferOptions:
     mean_output: Optional[int] = None
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
     max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
+    eager: bool = False  # --measure --eager: the decode steps uncaptured (tfcalc.model.generate)
 
 
 @dataclass(frozen=True, repr=False)
@@ -313,7 +314,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in static.batches),
                       steps=static.gen - 1, warmup=o.warmup, repeat=o.repeat,
                       matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
-                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src)
+                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src, eager=o.eager)
     check_plan(plan)
     run = run_decode(plan, advance)
     ceilings = measured_ceilings(run)
