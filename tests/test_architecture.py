@@ -118,10 +118,11 @@ def test_each_component_validates_itself(build, message):
 
 
 def test_kv_elements_fold_the_layers():
-    """Gemma 2 at 8,192 tokens: 21 windowed layers keep W - 1 = 4,095 positions, 21 full ones 8,192; each
-    position 2 · 8 · 256 = 4,096 elements (K and V of 8 KV heads of 256)."""
+    """Gemma 2 at 8,192 tokens: 21 windowed layers keep a ring of W = 4,096 slots (transformers'
+    StaticSlidingWindowLayer), 21 full ones 8,192; each position 2 · 8 · 256 = 4,096 elements (K and V of
+    8 KV heads of 256)."""
     arch = load("gemma-2-9b").architecture
-    assert arch.kv_elements(8192) == 21 * 4095 * 4096 + 21 * 8192 * 4096
+    assert arch.kv_elements(8192) == 21 * 4096 * 4096 + 21 * 8192 * 4096
     assert load("bert-base").architecture.kv_elements(512) == 0
 
 

@@ -156,15 +156,23 @@ def _hf_cache_bytes(cache) -> int:
                                   # to every query head before caching them: H, not the G KV heads tfcalc counts
                                   and n != "falcon-40b-like"])
 def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
-    """After a forward pass of T tokens with use_cache, transformers' DynamicCache holds what tfcalc counts:
-    every position in a full layer, the last W - 1 in a sliding-window layer (DynamicSlidingWindowLayer),
-    C - 1 at most in a chunked one (docs/serving.md, "Sliding window")."""
+    """After a forward pass of T tokens into transformers' StaticCache of T positions, its tensors hold what
+    tfcalc counts (and tfcalc.model allocates): every position in a full layer, a ring of W slots in a
+    sliding-window layer and of C in a chunked one (StaticSlidingWindowLayer, cache_utils.py). Its
+    DynamicCache keeps one slot less in those (W - 1 between steps), and the same in a full layer."""
     import torch
+    import transformers
 
     from tfcalc.count.memory import kv_cache_bytes
 
     model, folder = saved(name)
     cfg = load(str(folder / "config.json"))
+    expected = kv_cache_bytes(cfg, Workload(batch=2, seq=T, dtype="fp32"))
     with torch.no_grad():
-        out = model(**inputs(name), use_cache=True)
-    assert _hf_cache_bytes(out.past_key_values) == kv_cache_bytes(cfg, Workload(batch=2, seq=T, dtype="fp32"))
+        static = transformers.StaticCache(config=model.config, max_cache_len=T)
+        model(**inputs(name), past_key_values=static, use_cache=True)
+        dynamic = model(**inputs(name), use_cache=True).past_key_values
+    assert _hf_cache_bytes(static) == expected
+    rings = sum(b.attention.kv_elements() * (b.attention.kv_positions(T) < T)
+                for b in cfg.architecture.output.layers())
+    assert _hf_cache_bytes(dynamic) == expected - 2 * 4 * rings  # batch 2, fp32: one slot per ring layer

@@ -172,8 +172,8 @@ def test_gemma2_alternation_windows_every_other_layer():
     )  # full square: unchanged
     kv = 2 * B * 32 * 4  # K and V, fp32, per cached position
     assert mem.kv_cache_bytes(cfg, Workload(batch=B, seq=T, dtype="fp32")) == kv * (
-        2 * (3 - 1) + 2 * T
-    )  # a window keeps W - 1
+        2 * 3 + 2 * T
+    )  # a window keeps a ring of W
 
 
 def test_a_windowed_layer_sees_only_the_last_w_positions():

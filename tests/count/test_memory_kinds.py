@@ -29,9 +29,11 @@ def test_an_encoder_keeps_no_kv_cache_and_a_moe_the_dense_one():
     assert mem.kv_cache_bytes(load("bert-base"), Workload(batch=8, seq=512, dtype="bf16")) == 0
     assert mem.cross_kv_cache_bytes(load("llama2-7b"), Workload(batch=1, seq=4096, dtype="bf16")) == 0
     mistral, mixtral = load("mistral-7b"), load("mixtral-8x7b")
-    # Mistral's window of 4,096 keeps W - 1 = 4,095 positions (docs/serving.md, "Sliding window"); Mixtral has none
+    # Mistral's window of 4,096 keeps a ring of W = 4,096 slots (transformers' StaticSlidingWindowLayer), at
+    # 4,096 tokens all of them, as Mixtral (no window) does
     assert mem.kv_cache_bytes(mixtral, Workload(batch=1, seq=4096, dtype="bf16")) == 2**29
-    assert mem.kv_cache_bytes(mistral, Workload(batch=1, seq=4096, dtype="bf16")) == 2**29 - 32 * 2 * 1024 * 2
+    assert mem.kv_cache_bytes(mistral, Workload(batch=1, seq=4096, dtype="bf16")) == 2**29
+    assert mem.kv_cache_bytes(mistral, Workload(batch=1, seq=8192, dtype="bf16")) == 2**29
 
 
 def test_moe_keeps_k_experts_worth_of_hidden_and_the_routing():

@@ -58,8 +58,8 @@ def test_sliding_window_reads_the_window():
     full = roofline.decode_step(mistral, 1, 8192, BF16, "bf16")
     short = roofline.decode_step(windowed, 1, 8192, BF16, "bf16")
     assert full.kv_bytes == 2 * short.kv_bytes == 2 * 8192 * 32 * 1024 * 2  # a step reads W keys, its own too
-    # the cache keeps W - 1 of them between steps (docs/serving.md, "Sliding window")
-    assert count_memory.kv_cache_bytes(windowed, Workload(batch=1, seq=8192, dtype="bf16")) == 2 * 4095 * 32 * 1024 * 2
+    # the cache is a ring of those W (tfcalc.model.attention_state; transformers' StaticSlidingWindowLayer)
+    assert count_memory.kv_cache_bytes(windowed, Workload(batch=1, seq=8192, dtype="bf16")) == 2 * 4096 * 32 * 1024 * 2
     short_context = Workload(seq=1000, dtype="bf16")
     assert count_memory.kv_cache_bytes(windowed, short_context) == count_memory.kv_cache_bytes(mistral, short_context)
     assert short.flops < full.flops and short.weight_bytes == full.weight_bytes

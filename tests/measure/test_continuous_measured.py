@@ -127,12 +127,21 @@ def test_measured_table_on_screen(cli, rate):
      "--max-time must be a positive number"),
     (("--rate", "5", "--mean-input", "4", "--mean-output", "1", "--measure"), "--mean-output 2 or more"),
     (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--tp", "2"), "not measured"),
-    (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--set", "sliding_window=4"),
-     "sliding-window or chunked"),
+    (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--set", "pos_encoding=relative"),
+     "relative position biases are not built"),
     (("--rate", "5", "--mean-input", "60", "--mean-output", "8", "--measure"), "at most 64 tokens"),
 ])
 def test_hostile_measured_rate(cli, args, message):
     assert_one_line_error(cli("infer", "gpt2", *TINY, *args), message)
+
+
+def test_a_windowed_model_is_served_its_rows_at_their_own_positions(wide_weights):
+    """The slots' step reads each row's ring at that row's positions (tfcalc.model.slots): a window of 4
+    smaller than every request's 6 + 5 tokens runs, one token per sequence per step."""
+    plan = _plan(cfg=tiny(pos_encoding="rope", vocab_size=64, max_seq_len=64, sliding_window=4), requests=8)
+    run = run_continuous(plan)
+    assert not run.stopped and run.completed == 8
+    assert sum(n for n, _ in run.decode_steps) == 8 * (plan.mean_output - 1)
 
 
 def test_the_cli_refuses_before_anything_runs(cli, monkeypatch):

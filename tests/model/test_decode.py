@@ -21,6 +21,8 @@ KINDS = {
     "moe-top2": dict(n_expert=4, n_expert_active=2),
     "window-rope-gqa": dict(pos_encoding="rope", n_head=4, n_kv_head=2, sliding_window=5),
     "window-alibi": dict(pos_encoding="alibi", sliding_window=4),
+    # the step's mask is built per layout from the slots' positions, ALiBi's distances with it
+    "alibi-alternating-windows": dict(pos_encoding="alibi", n_layer=2, sliding_window=3, full_attention_every=2),
     "window-learned": dict(sliding_window=3),
     "window-of-one": dict(pos_encoding="rope", sliding_window=1),
     "encoder-decoder": dict(arch="encoder-decoder", n_encoder_layer=1, pos_encoding="sinusoidal",
@@ -77,52 +79,65 @@ def test_cached_decoding_equals_the_full_forward(changes):
     assert cache.length == 14
 
 
-def test_the_window_less_one_is_what_the_cache_holds():
-    """A window of W = 5: the cache keeps the W - 1 = 4 past positions a decode step reads beside its own
-    K and V (the convention of transformers' DynamicSlidingWindowLayer and of the KV counts)."""
+def test_the_window_is_what_the_cache_holds():
+    """A window of W = 5: the cache keeps a ring of W = 5 slots, which a decode step writes its own K and V
+    into before it reads them all (tfcalc.model.attention_state; the count of tfcalc.count.memory)."""
     cfg = tiny(max_seq_len=16, pos_encoding="rope", sliding_window=5)
     _, _, cache = _full_and_cached(cfg, batch=3)
-    assert cache.slots == [4] * cfg.n_layer and cache.k[0].shape == (3, cfg.kv_heads, 4, cfg.head_dim)
-    assert cache.nbytes == 2 * cfg.n_layer * 3 * 4 * cfg.kv_dim * 4  # K and V, fp32
-    # 14 positions written into a ring of 4: slot s holds the latest p < 14 with p mod 4 = s
-    assert cache.slot_positions(0, 14, "cpu").tolist() == [12, 13, 10, 11]
-    assert tiny(max_seq_len=16).kv_positions(14) == 14 and cfg.kv_positions(14) == 4 and cfg.kv_positions(3) == 3
+    assert cache.slots == [5] * cfg.n_layer and cache.k[0].shape == (3, cfg.kv_heads, 5, cfg.head_dim)
+    assert cache.nbytes == 2 * cfg.n_layer * 3 * 5 * cfg.kv_dim * 4  # K and V, fp32
+    # 14 positions written into a ring of 5: slot s holds the latest p < 14 with p mod 5 = s
+    assert cache.slot_positions(0).tolist() == [[10, 11, 12, 13, 9]] * 3
+    assert tiny(max_seq_len=16).kv_positions(14) == 14 and cfg.kv_positions(14) == 5 and cfg.kv_positions(3) == 3
+
+
+def test_the_window_ring_is_what_transformers_static_cache_allocates():
+    """The independent reference for W slots: transformers' StaticCache gives a sliding-window layer a
+    StaticSlidingWindowLayer of sliding_window slots (cache_utils.py), and a full layer max_cache_len."""
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.MistralConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                                    intermediate_size=64, vocab_size=61, sliding_window=5)
+    hf_cache = transformers.StaticCache(config=hf, max_cache_len=14)
+    hf_cache.early_initialization(2, 2, 8, torch.float32, torch.device("cpu"))
+    cfg = tiny(max_seq_len=16, pos_encoding="rope", sliding_window=5, n_kv_head=2)
+    cache = build_model(cfg, "meta").new_cache(2, 14)
+    assert [layer.keys.shape[2] for layer in hf_cache.layers] == cache.slots == [5, 5]
 
 
 def test_a_chunked_layer_caches_one_chunk():
-    """Chunks of C = 4: the cache holds C - 1 = 3 positions per layer (the KV count's convention); after 14
-    positions, 14 mod 4 = 2 of them are the current chunk's, in slots 0 and 1."""
+    """Chunks of C = 4: a ring of C = 4 slots per layer (the KV count's convention); after 14 positions,
+    slots 0 and 1 hold the current chunk (12, 13), slots 2 and 3 the previous one's (10, 11), masked."""
     from tfcalc.count.memory import kv_cache_bytes
 
     cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
     _, _, cache = _full_and_cached(cfg, batch=3)
-    assert cache.slots == [3] * cfg.n_layer
+    assert cache.slots == [4] * cfg.n_layer
+    assert cache.slot_positions(0).tolist() == [[12, 13, 10, 11]] * 3
     assert (
         cache.nbytes
         == kv_cache_bytes(cfg, Workload(batch=3, seq=14, dtype="fp32"))
-        == 2 * cfg.n_layer * 3 * 3 * cfg.kv_dim * 4
+        == 2 * cfg.n_layer * 3 * 4 * cfg.kv_dim * 4
     )
 
 
 def test_alternating_windows_give_each_layer_its_own_cache():
     """Gemma 2: every second layer sees the whole context, so its cache holds every position; the others
-    hold a ring of W - 1. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
+    hold a ring of W. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
     from tfcalc.count.memory import kv_cache_bytes
 
     cfg = tiny(n_layer=4, max_seq_len=16, pos_encoding="rope", sliding_window=4, full_attention_every=2)
     _, _, cache = _full_and_cached(cfg, batch=2)
-    assert cache.slots == [3, 14, 3, 14]
+    assert cache.slots == [4, 14, 4, 14]
     assert (
         cache.nbytes
         == kv_cache_bytes(cfg, Workload(batch=2, seq=14, dtype="fp32"))
-        == 2 * 2 * (3 + 14 + 3 + 14) * cfg.kv_dim * 4
+        == 2 * 2 * (4 + 14 + 4 + 14) * cfg.kv_dim * 4
     )
 
 
 @pytest.mark.parametrize("changes, why", [
     (dict(arch="encoder-decoder", pos_encoding="relative", n_encoder_layer=1), "relative position bias"),
     (dict(cross_attention=True), "encoder's states"),
-    (dict(pos_encoding="alibi", n_layer=2, sliding_window=3, full_attention_every=2), "alternating windows"),
 ])
 def test_what_decoding_does_not_build_is_refused(changes, why):
     with pytest.raises(InputError, match=why):

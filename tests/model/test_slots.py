@@ -20,6 +20,14 @@ KINDS = {
                            n_head=8, n_kv_head=2, tie_embeddings=False),
     "moe-top2": dict(n_expert=4, n_expert_active=2, pos_encoding="rope"),
     "partial-rope-qk-norm": dict(pos_encoding="rope", qk_norm=True, rope_fraction=0.5),
+    # each row's own positions reach the step's device mask: its window's ring, its chunk, ALiBi's distances,
+    # Llama 4's temperature (windows of 4 and chunks of 3 wrap in these 15-token sequences)
+    "window-ring": dict(pos_encoding="rope", sliding_window=4, n_layer=3, full_attention_every=3),
+    "alibi-window": dict(pos_encoding="alibi", sliding_window=5),
+    "llama4-chunks-temperature": dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=4,
+                                      nope_every=4, attn_temperature_floor=2, attn_temperature_scale=0.5),
+    "sinks-softcap": dict(pos_encoding="rope", attn_sinks=True, attn_softcap=20.0, sliding_window=4,
+                          full_attention_every=2, n_head=4, n_kv_head=2),
     "latent": dict(pos_encoding="rope", kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
                    n_head=4),
 }
@@ -65,11 +73,8 @@ def test_sequences_join_and_leave_and_each_sees_only_itself(changes):
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(pos_encoding="rope", sliding_window=4), "sliding-window or chunked"),
-    (dict(pos_encoding="alibi"), "position biases"),
     (dict(arch="encoder-decoder"), "not a decoder-only"),
-    (dict(pos_encoding="rope", n_layer=4, attention_chunk_size=3, full_attention_every=4, nope_every=4,
-          attn_temperature_floor=2, attn_temperature_scale=0.5), "sliding-window or chunked"),
+    (dict(cross_attention=True), "not a decoder-only"),
 ])
 def test_what_the_slots_do_not_run_is_refused(changes, message):
     with pytest.raises(InputError, match=message):

@@ -8,11 +8,11 @@ key/value heads each serving H / G query heads.
    biases and no O bias, modeling_qwen2.py);
 2. scores Q·Kᵀ, H per token and key, h wide; attention·V the same, h_v wide;
 3. KV cache, per layer and cached position: K (G·h) and V (G·h_v) elements; a sliding window W keeps
-   the last W - 1 positions, what a decode step reads beside its own K and V (Mistral, Jiang et al. 2023,
-   sec. 2; the cache transformers' generate() keeps: cache_utils.py, DynamicSlidingWindowLayer); chunked
-   attention (Llama 4's
-   attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own chunk of C positions
-   only, so its cache holds the C - 1 past positions of one chunk;
+   a ring of W slots: a decode step writes its own K and V into the ring first, then reads the W keys it
+   sees (its own and the W - 1 before it) over the ring's fixed span (Mistral's rolling buffer, Jiang et
+   al. 2023, sec. 2; transformers' StaticSlidingWindowLayer allocates the same W, cache_utils.py); chunked
+   attention (Llama 4's attention_chunk_size C, modeling_llama4.py) lets a query see the keys of its own
+   chunk of C positions only, so its ring holds C slots, one chunk;
 4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads; or
    (``qk_norm_whole``, OLMo 2, modeling_olmo2.py) one over the whole Q projection, H·h wide, and one over
    K, G·h wide;
@@ -197,7 +197,7 @@ class Attention:
     def kv_positions(self, context: int) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
         span = self.chunk if self.chunk is not None else self.window
-        return context if span is None else min(context, span - 1)
+        return context if span is None else min(context, span)
 
     # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
     def mixing(self, queries: int, keys: int) -> list[Mixing]:
@@ -262,10 +262,11 @@ class Attention:
         return out + [EagerOp("bias_linears", "bias", int(self.qkv_bias) + int(self.o_bias))]
 
     def state(self) -> list[StateTensor]:
-        """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps W - 1, a chunk of C
-        keeps C - 1."""
+        """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps a ring of W slots, a
+        chunk of C one chunk of C (the fixed-shape state tfcalc.model.attention_state allocates: a decode step
+        writes its own K and V into the ring, then attends over it; transformers' StaticSlidingWindowLayer
+        allocates the same W)."""
         span = self.chunk if self.chunk is not None else self.window
-        span = None if span is None else span - 1
         return [StateTensor("k", self.k_width, span=span, shape=(self.n_kv_head, self.head_dim)),
                 StateTensor("v", self.v_width, span=span, shape=(self.n_kv_head, self.v_dim))]
 
@@ -288,3 +289,8 @@ class Attention:
         op = None if self.softcap is None and not self.sinks else "written-out attention scores (soft-cap or sinks)"
         return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",
                             op_recompute=op)
+
+    def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, heads, width) of each tensor ``state`` describes: what tfcalc.model.attention_state allocates,
+        kv_positions(context) slots of each (one description for the count and the runtime)."""
+        return tuple((t.name, *t.shape) for t in self.state())

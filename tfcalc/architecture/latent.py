@@ -294,3 +294,8 @@ class LatentAttention:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(op_recompute="latent attention")
+
+    def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
+        """(name, heads, width) of each tensor ``state`` describes, one head each: what
+        tfcalc.model.attention_state allocates (one description for the count and the runtime)."""
+        return tuple((t.name, *t.shape) for t in self.state())

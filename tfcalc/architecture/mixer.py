@@ -118,7 +118,7 @@ class StateTensor:
     """One tensor of a mixer's generation state, per sequence and layer.
 
     ``per_token`` elements for each position kept (K, V: they grow with the context), at most ``span``
-    positions (a window of W keeps W - 1, a chunk of C keeps C - 1; None: every position); ``fixed``
+    positions (a window of W keeps a ring of W, a chunk of C one chunk of C; None: every position); ``fixed``
     elements that do not grow (an SSM's state, a convolution's ring). ``dtype``: the dtype it is kept in,
     None for the cache dtype the user asks for (``--kv-dtype``)."""
 

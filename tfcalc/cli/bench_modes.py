@@ -17,6 +17,7 @@ from tfcalc.cli.options import (
     CopySize,
     Device,
     DType,
+    Eager,
     Exact,
     Format,
     FormatOption,
@@ -49,7 +50,7 @@ MatmulSize = Annotated[Optional[int], typer.Option(
 
 
 def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
-               out: render.Output) -> None:
+               out: render.Output, eager: bool = False) -> None:
     from tfcalc.cli.render import decode as view
     from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 
@@ -57,7 +58,7 @@ def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repea
     ref = resolve(model, overrides or [])
     plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, steps, run_on,
                              dtype.value if dtype else default_dtype(run_on), warmup, repeat, matmul_size,
-                             parse_bytes(copy_size, "--copy-size") if copy_size else None)
+                             parse_bytes(copy_size, "--copy-size") if copy_size else None, eager)
     with render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
         report = build_decode_bench(ref, plan, advance)
     render.emit([report], out, view.document)
@@ -98,6 +99,7 @@ def bench_decode(
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
+    eager: Eager = False,
 ) -> None:
     """Time generation: time to first token, then --steps decode steps with a static KV cache.
 
@@ -108,8 +110,7 @@ def bench_decode(
     `tfcalc bench --decode N`.
     """
     run_decode(bench_model(model, "bench decode", device), overrides, batch, seq, steps, dtype, device, warmup,
-               repeat, matmul_size, copy_size,
-               output(format, json_out, exact, verbose, table))
+               repeat, matmul_size, copy_size, output(format, json_out, exact, verbose, table), eager)
 
 
 def bench_ranks(

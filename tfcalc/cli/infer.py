@@ -25,6 +25,7 @@ from tfcalc.cli.options import (
     Device,
     DeviceSpec,
     DType,
+    Eager,
     Exact,
     Format,
     FormatOption,
@@ -96,6 +97,7 @@ def infer(
     json_out: Json = False,
     exact: Exact = False,
     verbose: Verbose = False,
+    eager: Eager = False,
 ) -> None:
     """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV
     cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
@@ -153,6 +155,8 @@ def infer(
         raise InputError("infer: give a MODEL (the devices: `tfcalc devices`)")
     if device is not None and not measure:
         raise InputError("--device says where --measure runs; without --measure, name the device with --device-spec")
+    if eager and not measure:
+        raise InputError("--eager says how --measure runs its decode steps; it needs --measure")
     run_on = device or "cpu"
     if rate is not None:  # continuous batching derives the batch and takes the means in place of --seq and --gen
         for name, given in (("--batch", batch is not None), ("--seq", seq is not None), ("--gen", gen != 256)):
@@ -166,7 +170,7 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output, requests=requests, max_time=max_time,
+        mean_output=mean_output, requests=requests, max_time=max_time, eager=eager,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes

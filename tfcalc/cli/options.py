@@ -62,6 +62,10 @@ FormatOption = Annotated[Format, typer.Option(
 Json = Annotated[bool, _flag("--json", help="Print JSON: the same as --format json.")]
 Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, counts) instead of 291.6 GFLOP, 2 GiB.")]
 Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
+Eager = Annotated[bool, _flag(
+    "--eager", help="Measured decode steps uncaptured, every kernel launched from Python. Default on CUDA: each step "
+    "captured once per cache bucket in a CUDA graph and replayed (mode \"graph\"); the CPU always runs eager. The "
+    "mode that ran is reported (JSON key \"mode\").")]
 
 
 def table_option(*names: str):

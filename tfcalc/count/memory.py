@@ -8,9 +8,9 @@ Weights: params × bits/8 of the dtype, rounded up (int4 packs two per byte; tf3
 
 KV cache (inference, a cache holding every position): 2 · b · s · L · n_kv_head · d_head elements in the
 dtype -- K and V, for every layer. GQA and MQA shrink it by n_head / n_kv_head. A sliding window W
-(Mistral) caps s at W - 1: the cache holds the past positions a decode step reads beside its own K and V
-(transformers' DynamicSlidingWindowLayer, cache_utils.py); chunked attention of C (Llama 4) at C - 1,
-one chunk with the new token (docs/serving.md, "Sliding window").
+(Mistral) caps s at W: a ring of W slots, which a decode step writes its own K and V into and then reads
+over its fixed span (tfcalc.model.attention_state; transformers' StaticSlidingWindowLayer, cache_utils.py,
+allocates the same W); chunked attention of C (Llama 4) at C, one chunk (docs/serving.md, "Sliding window").
 
 Activations (what autograd keeps for the backward pass, checked to the byte against the real module):
 tfcalc.count.activations, re-exported here.
@@ -71,7 +71,7 @@ def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
     cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
     check_dtype(w.kv)
     # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
-    # all positions, or within a sliding window (a chunk) the last W - 1 (C - 1 at most), of its K and V; a
+    # all positions, or within a sliding window (a chunk) a ring of W (C) slots at most, of its K and V; a
     # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
     own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
               for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen).items())

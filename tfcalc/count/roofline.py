@@ -6,7 +6,7 @@ Each matmul of a step (tfcalc.count.flops.matmul_entries) is a row with its FLOP
   included), read once per step whatever the batch -- the whole point of batching;
 - KV: the keys (Q·Kᵀ) and values (attention·V) read, in the cache's dtype (``kv_dtype``, apart from the
   weights'): a decode step reads context positions per sequence, min(context, W) with a sliding window
-  (the W - 1 cached and its own);
+  (its own and the W - 1 before it, the ring tfcalc.model reads);
   each KV head once for its whole group of query heads (GQA), as fused decode kernels do;
 - activations: a linear layer reads its input (m, k) and writes its output (m, n); attention reads Q and
   writes its output; the scores never leave the fused kernel (flash attention). In the activation dtype.

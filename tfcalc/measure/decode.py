@@ -7,8 +7,12 @@ What is timed, and why this way:
   whole prompt, and computes the logits of the last position (what generation needs).
 - decode: after a prefill, ``warmup`` untimed steps; then the cache is reset by a fresh prefill (so every
   timed run covers the same contexts), and ``steps`` steps are timed one call each: step j attends to
-  seq + j positions. Each step's greedy token stays on the device and feeds the next (no host sync
-  inside the loop), as a serving loop runs. The per-token figures are over those ``steps`` samples.
+  seq + j positions (over its bucket of slots, tfcalc.model.cache). Each step's greedy token stays on the
+  device and feeds the next (no host sync inside the loop), as a serving loop runs. The per-token figures
+  are over those ``steps`` samples. The steps run in the plan's ``mode`` (tfcalc.model.generate.Decoder:
+  "graph" on CUDA unless ``eager``, "eager" elsewhere); in "graph" mode every bucket the timed steps reach
+  is captured before the timing starts, so no sample includes a capture. The mode that ran is reported
+  (a step that cannot be captured runs eagerly, and says so).
 - ceilings, timed the same way: the matmul ceiling (FLOP/s) and the bandwidth ceiling (a device copy,
   bytes/s); the roofline's prediction with those ceilings is set beside the measurement.
 The run refuses, before allocating, one that the estimate says will not fit (tfcalc.measure.fit).
@@ -17,19 +21,19 @@ The run refuses, before allocating, one that the estimate says will not fit (tfc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import memory as count_memory
+from tfcalc.count import memory as count_memory, quant, roofline
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
 from tfcalc.measure.fit import require_fits
-from tfcalc.model import Transformer, build_model, next_token
-from tfcalc.model.cache import check_decodable
+from tfcalc.model import Decoder, Transformer, build_model, next_token
+from tfcalc.model.cache import bucket, check_decodable
 from tfcalc.workload import Workload
 
 RUNNABLE = ("fp32", "bf16", "fp16")
@@ -40,27 +44,36 @@ class DecodeTiming:
     prefill: bench.Timing  # seconds per prefill of the prompt (time to first token)
     step: bench.Timing  # seconds per decode step (one token per sequence)
     cache_bytes: int  # of the static cache as allocated (and an encoder-decoder's cross K and V)
+    mode: str = "eager"  # how the decode steps ran: "graph" (CUDA graphs), "eager" or "compile"
+    spans: tuple[int, ...] = ()  # the slots each timed step read (its bucket), in order
+    read_bytes_per_step: Optional[float] = None  # weights + KV the timed steps read, mean (read_bytes)
 
 
 def time_decode(model: Transformer, prompt: torch.Tensor, steps: int, warmup: int, repeat: int,
-                on_call: Optional[Callable[[], None]] = None, src_idx: Optional[torch.Tensor] = None) -> DecodeTiming:
-    """Time the prefill of ``prompt`` (B, T) and ``steps`` decode steps after it (see the module docstring)."""
+                on_call: Optional[Callable[[], None]] = None, src_idx: Optional[torch.Tensor] = None,
+                mode: Optional[str] = None) -> DecodeTiming:
+    """Time the prefill of ``prompt`` (B, T) and ``steps`` decode steps after it (see the module docstring);
+    ``mode``: the Decoder's (default: the device's)."""
     device = prompt.device
-    cache = model.new_cache(prompt.shape[0], prompt.shape[1] + max(steps, warmup))
+    T = prompt.shape[1]
+    cache = model.new_cache(prompt.shape[0], T + max(steps, warmup))
+    spans = tuple(bucket(T + j + 1, cache.max_tokens) for j in range(steps))
     with torch.inference_mode():
         prefill = bench.time_calls(lambda: model.prefill(prompt, cache, src_idx), device, warmup, repeat, on_call)
         state = {"token": next_token(model.prefill(prompt, cache, src_idx))}
+        decoder = Decoder(model, cache, mode)
 
         def step() -> None:
-            state["token"] = next_token(model.decode(state["token"], cache))
+            state["token"] = next_token(decoder.step(state["token"]))
 
         for _ in range(warmup):
             step()
             if on_call:
                 on_call()
         state["token"] = next_token(model.prefill(prompt, cache, src_idx))
+        decoder.prepare(spans)
         decoded = bench.time_calls(step, device, 0, steps, on_call)
-    return DecodeTiming(prefill, decoded, cache.nbytes)
+    return DecodeTiming(prefill, decoded, cache.nbytes, decoder.mode, spans)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +91,7 @@ class DecodePlan:
     matmul_size: int
     copy_bytes: int
     src_seq: Optional[int] = None  # an encoder-decoder's source length (default: each point's seq)
+    eager: bool = False  # --eager: the plain uncaptured step loop on CUDA too (tfcalc.model.generate)
 
     @property
     def calls(self) -> int:
@@ -150,12 +164,25 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
         prompt = torch.randint(0, cfg.vocab_size, (batch, seq), device=dev)
         src = (torch.randint(0, cfg.vocab_size, (batch, plan.src_seq or seq), device=dev)
                if cfg.arch == "encoder-decoder" else None)
-        timings.append(time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src))
+        timing = time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src,
+                             "eager" if plan.eager else None)
+        timings.append(replace(timing, read_bytes_per_step=read_bytes(cfg, batch, timing.spans, plan.dtype)))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     loads = [x for x in (load, _load_average()) if x is not None]
     return DecodeRun(where.name, where.description, tuple(timings), flops_ceiling, bandwidth, weights,
                      estimate_bytes(plan), max(loads) if loads else None, os.cpu_count(),
                      where.kind == "cuda" and tf32_matmuls())
+
+
+def read_bytes(cfg: ModelConfig, batch: int, spans: tuple[int, ...], dtype: str) -> Optional[float]:
+    """Weights + KV that steps over these spans read, mean per step: the roofline's decode step with the span
+    as its context (a full layer reads every slot of its bucket, a windowed one min(span, W):
+    tfcalc.count.roofline), not the live context it would read with a cache exactly as long."""
+    if not spans or cfg.arch == "encoder-decoder":
+        return None
+    fmt = quant.plain(dtype)
+    per_span = {s: roofline.decode_step(cfg, batch, s, fmt, dtype).bytes for s in set(spans)}
+    return sum(per_span[s] for s in spans) / len(spans)
 
 
 def _load_average() -> Optional[float]:

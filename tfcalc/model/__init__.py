@@ -32,7 +32,7 @@ Layout choices, and why:
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache
 from tfcalc.model.experts import Experts, GroupedLinear, MixtureOfExperts
-from tfcalc.model.generate import generate, next_token
+from tfcalc.model.generate import Decoder, generate, next_token
 from tfcalc.model.layers import (
     Attention,
     CrossAttention,
@@ -47,6 +47,7 @@ from tfcalc.model.transformer import Stack, Transformer, build_model
 __all__ = [
     "Attention", "Block", "CrossAttention", "Experts", "FeedForward", "GroupedLinear", "LMHead", "Linear",
     "MixtureOfExperts", "Stack",
-    "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model", "make_norm",
+    "Decoder", "StaticCache", "Transformer", "alibi_slopes", "generate", "next_token", "apply_rope", "build_model",
+    "make_norm",
     "position_buffers", "rope_tables", "sinusoid_table",
 ]

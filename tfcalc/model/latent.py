@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from tfcalc.architecture import LatentAttention as LatentSpec
+from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
 from tfcalc.model.positions import apply_rope
 
@@ -40,15 +41,19 @@ class LatentAttention(nn.Module):
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
         self.out = Linear(spec.out_width, d, bias=spec.bias)
 
+    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
+        """The latent and the rotary key of every position, allocated once (tfcalc.model.attention_state)."""
+        return AttentionState(self.spec, batch, max_tokens, device, dtype)
+
     def _rotate(self, x: torch.Tensor, rope) -> torch.Tensor:
         """x: (B, T, n, h_r) -> rotated, in the rotate-half layout."""
         x = deinterleave(x) if self.interleave else x
-        cos, sin = (t[:, None, :] for t in rope)  # (T, 1, h_r)
+        cos, sin = (t[..., None, :] for t in rope)  # (T, 1, h_r), or (B, T, 1, h_r) at per-row positions
         return apply_rope(x, cos, sin)
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
         """x: (B, T, d). ``store``, when decoding, writes the new latents and rotary keys into the cache and
-        returns those of every position to attend to (tfcalc.model.cache.StaticCache.store)."""
+        returns the state's span to attend to (tfcalc.model.attention_state.AttentionState)."""
         B, T, _ = x.shape
         q = self.q(x) if self.q is not None else self.q_b(self.q_a_norm(self.q_a(x)))
         q_nope, q_rot = q.view(B, T, self.n_head, -1).split([self.nope, self.rope_dim], dim=-1)  # (B, T, nh, ..)

@@ -16,6 +16,7 @@ from torch import nn
 
 from tfcalc.architecture import FFN, Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
+from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.positions import apply_rope
 
 _ACTIVATIONS = {
@@ -99,12 +100,56 @@ def softcap(x: torch.Tensor, cap: float | None) -> torch.Tensor:
     return x if cap is None else torch.tanh(x / cap) * cap
 
 
+def _fold_groups(q, mask, sinks, groups: int):
+    """Grouped-query attention as multi-head attention over the K/V heads: the ``groups`` query heads of
+    each K/V head become more query rows of it, (B, nh, Tq, hs) -> (B, nkv, g·Tq, hs), and the mask
+    (B', 1|nh, Tq, S) and sinks (nh,) follow. Query head i reads K/V head i // g (SDPA's enable_gqa, HF's
+    repeat_kv), so nothing of the cache is copied or repeated, and every SDPA backend takes it (flash
+    decoding's layout; gpt-fast does the same for its decode step)."""
+    B, nh, Tq, hs = q.shape
+    nkv = nh // groups
+    q = q.reshape(B, nkv, groups * Tq, hs)
+    if mask is not None:
+        mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+        if mask.shape[1] == 1:  # (B', 1, Tq, S): the same for every head
+            b, S = mask.shape[0], mask.shape[-1]
+            mask = mask[:, :, None].expand(b, 1, groups, Tq, S).reshape(b, 1, groups * Tq, S)
+        else:  # (B', nh, Tq, S): per head, so per (K/V head, group)
+            mask = mask.reshape(mask.shape[0], nkv, groups * Tq, mask.shape[-1])
+    if sinks is not None:  # (nh,) -> (nkv, g·Tq): each query row its head's sink
+        sinks = sinks.view(nkv, groups, 1).expand(nkv, groups, Tq).reshape(nkv, groups * Tq)
+    return q, mask, sinks
+
+
 def attend(q, k, v, mask, causal: bool, scale: float | None, cap: float | None,
            sinks: torch.Tensor | None = None) -> torch.Tensor:
     """(B, nh, Tq, hs) queries against (B, nkv, Tk, hs) keys and (B, nkv, Tk, hv) values -> (B, nh, Tq, hv).
-    A mask, when given, is additive and already holds the causal part (ALiBi, T5's bias). ``sinks``
-    (nh,): one more logit per head in each softmax, attached to no value (gpt-oss, modeling_gpt_oss.py)."""
+    A mask, when given, is additive and already holds the causal part (ALiBi, T5's bias, a cached step's
+    (B, 1|nh, Tq, S) mask). ``sinks`` (nh,): one more logit per head in each softmax, attached to no value
+    (gpt-oss, modeling_gpt_oss.py). With a mask and grouped K/V heads, the groups are folded into the
+    query rows (``_fold_groups``) in a cached step (its mask 4-D; the causal flag then adds nothing)."""
     gqa = k.shape[1] != q.shape[1]
+    if gqa and mask is not None and mask.dim() == 4:
+        B, nh, Tq, _ = q.shape
+        q, mask, folded = _fold_groups(q, mask, sinks, nh // k.shape[1])
+        y = _attend(q, k, v, mask, scale, cap, folded, sinks is not None)  # (B, nkv, g·Tq, hv)
+        return y.reshape(B, nh, Tq, y.shape[-1])
+    return _attend_plain(q, k, v, mask, causal, scale, cap, sinks, gqa)
+
+
+def _attend(q, k, v, mask, scale, cap, sinks, has_sinks: bool) -> torch.Tensor:
+    """Folded heads (``_fold_groups``): sinks (nkv, Tq') already per row."""
+    if cap is None and not has_sinks:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    scores = softcap(q @ k.mT * (q.shape[-1] ** -0.5 if scale is None else scale), cap)  # (B, nkv, Tq', Tk)
+    scores = scores + mask
+    if not has_sinks:
+        return scores.softmax(dim=-1) @ v
+    sink = sinks.to(scores.dtype)[None, :, :, None].expand(*scores.shape[:-1], 1)  # (B, nkv, Tq', 1)
+    return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1] @ v
+
+
+def _attend_plain(q, k, v, mask, causal: bool, scale, cap, sinks, gqa: bool) -> torch.Tensor:
     if cap is None and sinks is None:
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=causal and mask is None, scale=scale, enable_gqa=gqa
@@ -135,6 +180,7 @@ class Attention(nn.Module):
 
     def __init__(self, spec: AttentionSpec):
         super().__init__()
+        self.spec = spec
         self.n_head, self.n_kv_head, self.head_dim = spec.n_head, spec.n_kv_head, spec.head_dim
         self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
@@ -153,29 +199,33 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
         """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
-        keys and values to attend to (tfcalc.model.cache.StaticCache.store)."""
+        keys and values to attend to (tfcalc.model.attention_state.AttentionState)."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
         if not self.qk_norm_after_rope:
             q, k = self._qk_norm(q, k)
         cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
         if cos is not None:  # on (B, T, nh, hs) views: see apply_rope
-            cos, sin = cos[:, None, :], sin[:, None, :]  # (T, 1, r)
+            cos, sin = cos[..., None, :], sin[..., None, :]  # (T, 1, r), or (B, T, 1, r) at per-row positions
             q = apply_rope(q.view(B, T, self.n_head, self.head_dim), cos, sin).flatten(2)
             k = apply_rope(k.view(B, T, self.n_kv_head, self.head_dim), cos, sin).flatten(2)
         if self.qk_norm_after_rope:  # Llama 4: the rotated Q and K
             q, k = self._qk_norm(q, k)
-        if q_scale is not None:  # Llama 4's temperature on NoPE layers: (T,) factors, one per position
-            q = q * q_scale[:, None].to(q.dtype)
+        if q_scale is not None:  # Llama 4's temperature on NoPE layers: (T,) or (B, T) factors, one per position
+            q = q * q_scale[..., None].to(q.dtype)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
         k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
         if store is not None:
-            k, v = store(k, v)  # (B, nkv, S, hs): the cached keys a decode step attends to
+            k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
 
+
+    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
+        """This layer's generation state, allocated once (tfcalc.model.attention_state)."""
+        return AttentionState(self.spec, batch, max_tokens, device, dtype)
 
     def _qk_norm(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.q_norm is None:

@@ -2,57 +2,44 @@
 what continuous batching runs (Yu et al. 2022, "Orca", OSDI, sec. 3: iteration-level scheduling; a
 sequence joins after its prefill and leaves when done, the others decoding on).
 
-Layout: the buffers of a StaticCache (tfcalc.model.cache) of ``rows`` sequences × ``max_tokens``
-positions, a row per slot. The sequences in flight are kept in rows 0 .. n - 1 (``release`` moves the
-last one into a freed row: a copy of its K and V, the price of a contiguous batch without paged
-attention). A prefill writes one row through a batch-1 view of the buffers (``row``). A decode step
-(``decode_rows``) embeds each sequence's token at its own position (RoPE and learned positions per row),
-writes each K and V at its row's next slot, and attends over the slots 0 .. L - 1 of the longest row,
-masking in each row the slots past its own length: padded attention, as a contiguous batch of unequal
-lengths runs it (vLLM's paged attention reads each sequence's own blocks instead; the weights, read once
-per step for the whole batch, are the same).
-
-Only for models whose every layer keeps every position (no sliding window or chunk), without position
-biases (ALiBi, T5) or Llama 4's position-dependent temperature: ``check_slots`` says which.
+Layout: a StaticCache (tfcalc.model.cache) of ``rows`` sequences × ``max_tokens`` positions, a row per
+slot, each row with its own positions on the device (``next_pos``, and the position each slot holds). The
+sequences in flight are kept in rows 0 .. n - 1 (``release`` moves the last one into a freed row: a copy
+of its state, the price of a contiguous batch without paged attention). A prefill writes one row through
+a batch-1 view of the buffers (``row``). A decode step (``decode_rows``) is the one fixed-shape step of
+tfcalc.model.step over the n rows in flight: each row's token at its own position (RoPE, learned
+positions, a window's or chunk's ring, ALiBi's distances: all from the device positions), over a span of
+slots that covers the longest row (its bucket), each row masking the slots it has not written: padded
+attention, as a contiguous batch of unequal lengths runs it (vLLM's paged attention reads each sequence's
+own blocks instead; the weights, read once per step for the whole batch, are the same).
 """
 
 from __future__ import annotations
-
-import copy
-import functools
 
 import torch
 
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
-from tfcalc.model.cache import StaticCache
+from tfcalc.model.cache import StaticCache, bucket
 from tfcalc.model.transformer import Transformer
 
 
 def check_slots(cfg: ModelConfig, what: str) -> None:
-    """InputError unless a slot cache and decode_rows run cfg."""
+    """InputError unless a slot cache and decode_rows run cfg: a decoder-only language model (what a decode
+    step does not build, T5's relative bias, is refused by check_decodable)."""
     if cfg.arch != "decoder" or cfg.cross_attention or not cfg.lm_head:
         raise InputError(f"{what}: {cfg.name} is not a decoder-only language model")
-    if cfg.pos_encoding in ("alibi", "relative"):
-        raise InputError(f"{what}: {cfg.name}'s {cfg.pos_encoding} position biases are not built for sequences at "
-                         "different positions in one step")
-    for b in cfg.architecture.output.layers():
-        a = b.attention
-        if a.window is not None or a.chunk is not None:
-            raise InputError(f"{what}: {cfg.name} has sliding-window or chunked layers, whose ring caches are not "
-                             "built for sequences at different positions in one step")
-        if a.temperature is not None:
-            raise InputError(f"{what}: {cfg.name}'s position-dependent attention temperature is not built for "
-                             "sequences at different positions in one step")
+    if cfg.pos_encoding == "relative":
+        raise InputError(f"{what}: {cfg.name}'s relative position biases are not built for decoding")
 
 
 class SlotCache:
-    """K and V of up to ``rows`` sequences of up to ``max_tokens`` positions; rows 0 .. n - 1 in flight."""
+    """The state of up to ``rows`` sequences of up to ``max_tokens`` positions; rows 0 .. n - 1 in flight."""
 
     def __init__(self, model: Transformer, rows: int, max_tokens: int):
         self.base = model.new_cache(rows, max_tokens)
         self.rows, self.max_tokens = rows, max_tokens
-        self.lengths: list[int] = []  # per row in flight: positions written
+        self.lengths: list[int] = []  # per row in flight: positions written (host-known, never read back)
 
     @property
     def n(self) -> int:
@@ -64,10 +51,8 @@ class SlotCache:
 
     def row(self, r: int) -> StaticCache:
         """A batch-1 StaticCache over row r's buffers (views: a prefill through it writes the row)."""
-        view = copy.copy(self.base)
-        view.k = [k[r:r + 1] for k in self.base.k]
-        view.v = [v[r:r + 1] for v in self.base.v]
-        view.batch, view.length, view.cross = 1, 0, None
+        view = self.base.rows(slice(r, r + 1))
+        view.length = 0
         return view
 
     def admit(self, prompt: torch.Tensor, model: Transformer) -> torch.Tensor:
@@ -80,25 +65,16 @@ class SlotCache:
         return logits
 
     def release(self, r: int) -> None:
-        """Row r is done: the last row in flight moves into it (its K, V and length)."""
+        """Row r is done: the last row in flight moves into it (its state, positions and length)."""
         last = self.n - 1
         if r != last:
-            n = self.lengths[last]
-            for buffers in (self.base.k, self.base.v):
-                for t in buffers:
-                    t[r, :, :n] = t[last, :, :n]
-            self.lengths[r] = n
+            for state in self.base.states:
+                for t in state.tensors:
+                    t[r] = t[last]
+            for t in (*self.base.slot_pos.values(), self.base.next_pos):
+                t[r] = t[last]
+            self.lengths[r] = self.lengths[last]
         self.lengths.pop()
-
-    def store(self, layer: int, positions: torch.Tensor, span: int, k: torch.Tensor,
-              v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write each row's new K and V (n, nkv, 1, hs) at its own position; the first ``span`` slots of
-        every row in flight to attend to."""
-        n = k.shape[0]
-        rows = torch.arange(n, device=k.device)
-        self.base.k[layer][rows, :, positions] = k[:, :, 0]  # (n, nkv, hs) at (row, position)
-        self.base.v[layer][rows, :, positions] = v[:, :, 0]
-        return self.base.k[layer][:n, :, :span], self.base.v[layer][:n, :, :span]
 
 
 def decode_rows(model: Transformer, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
@@ -109,14 +85,6 @@ def decode_rows(model: Transformer, tokens: torch.Tensor, cache: SlotCache) -> t
         raise InputError(f"decode_rows takes one token for each of the {n} sequences in flight")
     if max(cache.lengths) >= cache.max_tokens:
         raise InputError(f"a sequence would pass the {cache.max_tokens} positions its slot holds")
-    positions = torch.tensor(cache.lengths, device=tokens.device)  # (n,)
-    span = max(cache.lengths) + 1
-    x = model.embed(tokens, start=positions)  # (n, 1, d)
-    ropes = model._ropes(positions, 1, x.dtype)  # per layer (n, 1, r): attention reads them as (n, 1, 1, r)
-    hidden = torch.arange(span, device=tokens.device)[None, :] > positions[:, None]  # (n, S): past each row's end
-    mask = torch.zeros(n, 1, 1, span, device=tokens.device, dtype=x.dtype).masked_fill(hidden[:, None, None],
-                                                                                          float("-inf"))
-    for i, (block, rope) in enumerate(zip(model.blocks, ropes, strict=True)):
-        x = block(x, rope, mask, None, store=functools.partial(cache.store, i, positions, span), cross_kv=None)
+    logits = model.step(tokens, cache.base.rows(slice(0, n)), bucket(max(cache.lengths) + 1, cache.max_tokens))
     cache.lengths = [length + 1 for length in cache.lengths]
-    return model.head(x)
+    return logits

@@ -8,19 +8,25 @@ position offset, T5's bucket distance, and the activation of BERT's head transfo
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
+from tfcalc.model import step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names, rope_key
+
+# A cached step's attention backends: flash (no explicit mask: it falls through), memory-efficient (masks and
+# any key length), math. Not cuDNN attention: it plans a graph per new shape, 3.6-9 ms of host time a call
+# on an H100 (tfcalc's first GPU run); a prefill keeps PyTorch's default choice.
+STEP_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class Stack(nn.Module):
@@ -121,30 +127,6 @@ class Stack(nn.Module):
             bias = bias.masked_fill(future, float("-inf"))
         return bias.to(dtype)
 
-    def decode_mask(self, cache: StaticCache, dtype: torch.dtype) -> torch.Tensor | None:
-        """A decode step's mask over the cache's slots: none (the cache holds exactly the keys the new
-        token may see), or ALiBi's bias (nh, 1, n) by each slot's distance to the new position. Every
-        layer of an ALiBi model keeps the same slots (check_decodable refuses alternating windows with a
-        bias)."""
-        if self.positions != "alibi":
-            return None
-        positions = cache.key_positions(0, self.alibi.device)
-        distance = (positions - cache.length).to(torch.float32)  # <= 0
-        return (self.alibi.float()[:, None, None] * distance).to(dtype)
-
-    def extend_mask(self, start: int, T: int, dtype: torch.dtype) -> torch.Tensor:
-        """T new tokens at positions start .. start + T - 1 against every cached key and themselves: (T,
-        start + T), -inf on the keys after each query's position. SDPA's is_causal would align the square
-        with the first key, not the last, hence an explicit mask. Position biases (ALiBi, T5) are not
-        built here (tfcalc.measure.speculative refuses them)."""
-        if self.positions in ("alibi", "relative"):
-            raise InputError(f"{self.cfg.name}: several tokens after the prompt with {self.positions} position "
-                             "biases are not built")
-        query = torch.arange(start, start + T, device=self.tok_emb.weight.device)
-        key = torch.arange(start + T, device=query.device)
-        return torch.zeros(T, start + T, device=query.device, dtype=dtype).masked_fill(
-            key[None, :] > query[:, None], float("-inf"))
-
     def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None,
               start: int | torch.Tensor = 0) -> torch.Tensor:
         """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input. start:
@@ -184,7 +166,7 @@ class Stack(nn.Module):
         for i, temp in enumerate(self.temperatures):
             if temp is not None:  # modeling_llama4.py: 1 + attn_scale·log1p(floor((p + 1) / floor_scale))
                 floor, scale = temp
-                pos = torch.arange(start, start + T, device=self.tok_emb.weight.device, dtype=torch.float32)
+                pos = _positions(start, T, self.tok_emb.weight.device).to(torch.float32)  # (T,) or (B, T)
                 factors = torch.log1p(torch.floor((pos + 1.0) / floor)) * scale + 1.0
                 out[i] = (*(out[i] or (None, None)), factors)
         return out
@@ -192,29 +174,14 @@ class Stack(nn.Module):
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.final_norm is None else self.final_norm(x)
 
-    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None,
-                cache: StaticCache | None = None) -> torch.Tensor:
-        """(B, T) ids -> (B, T, d) output of the last block, before the final norm. With a cache: a prompt
-        (the cache empty) or one decode step, each block storing its K and V (tfcalc.model.cache)."""
+    def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T) ids -> (B, T, d) output of the last block, before the final norm (no cache: decoding runs
+        through tfcalc.model.step)."""
         T = idx.shape[1]
-        start = 0 if cache is None else cache.length
-        if cache is not None:
-            cache.check_room(T)
-        x = self.embed(idx, token_type_ids, start)  # (B, T, d)
-        ropes = self._ropes(start, T, x.dtype)
-        if start > 0 and T > 1:  # a verify step (Transformer.extend): each new token sees the cache and its past
-            masks = [self.extend_mask(start, T, x.dtype)] * len(self.blocks)
-        elif start > 0:  # a decode step: the cache holds exactly the keys each layer's query may see
-            masks = [self.decode_mask(cache, x.dtype)] * len(self.blocks)
-        else:
-            masks = self.layer_masks(T, x.dtype)
-        for i, (block, rope, mask) in enumerate(zip(self.blocks, ropes, masks, strict=True)):
-            store = None if cache is None else functools.partial(cache.store, i)
-            cross_kv = None if cache is None or cache.cross is None else cache.cross[i]
-            # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
-            x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv)
-        if cache is not None:
-            cache.advance(T)
+        x = self.embed(idx, token_type_ids)  # (B, T, d)
+        for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
+                                     strict=True):
+            x = block(x, rope, mask, memory)
         return x
 
 
@@ -292,11 +259,12 @@ class Transformer(Stack):
 
     def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
         """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
-        on the model's device and in its dtype. An encoder generates nothing: InputError."""
+        on the model's device and in its dtype: each layer's attention allocates its own state. An encoder
+        generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
-        attentions = [block.spec.attention for block in self.blocks]
-        return StaticCache(attentions, batch, max_tokens, weight.device, weight.dtype)
+        states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype) for block in self.blocks]
+        return StaticCache(states, batch, max_tokens, weight.device)
 
     def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
                 last_only: bool = True) -> torch.Tensor:
@@ -310,8 +278,15 @@ class Transformer(Stack):
                 raise InputError("an encoder-decoder decodes against a source: prefill(idx, cache, src_idx)")
             memory = self.encode(src_idx)
             cache.cross = [block.cross_attn.project(memory) for block in self.blocks]
-        x = Stack.forward(self, idx, cache=cache)  # (B, T, d)
+        x = step.prefill(self, idx, cache)  # (B, T, d)
         return self.head(x[:, -1:] if last_only else x)
+
+    def step(self, idx: torch.Tensor, cache: StaticCache, span: int) -> torch.Tensor:
+        """The fixed-shape step (tfcalc.model.step.run_step) and the head: (B, T) tokens at each row's next
+        positions, over ``span`` slots -> logits (B, T, V). Device work only, nothing checked or counted
+        on the host: what a CUDA graph captures (tfcalc.model.generate.Decoder)."""
+        with sdpa_kernel(STEP_BACKENDS):
+            return self.head(step.run_step(self, idx, cache, span))
 
     def decode(self, token: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
@@ -319,7 +294,10 @@ class Transformer(Stack):
             raise InputError("decode() continues a prompt: call prefill() first")
         if token.shape[1] != 1:
             raise InputError("decode() takes one token per sequence at a time (several at once: extend())")
-        return self.head(Stack.forward(self, token, cache=cache))
+        cache.check_room(1)
+        logits = self.step(token, cache, cache.bucket(1))
+        cache.length += 1
+        return logits
 
     def extend(self, tokens: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """Several tokens per sequence (B, T) at the cache's next positions, in one forward -> their logits
@@ -330,7 +308,11 @@ class Transformer(Stack):
         if not cache.rewindable:
             raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
                              "windows or chunks")
-        return self.head(Stack.forward(self, tokens, cache=cache))
+        T = tokens.shape[1]
+        cache.check_room(T)
+        logits = self.step(tokens, cache, cache.bucket(T))
+        cache.length += T
+        return logits
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """BERT's pooler: (B, T, d) final hidden states -> (B, d) tanh(W h[:, 0] + b)."""

@@ -101,10 +101,27 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
         "cache_bytes": timing.cache_bytes,
         "load_average": run.load_average, "cpus": run.cpus, "busy": run.busy,
         "samples": {"prefill": len(prefill.samples), "decode": len(step.samples)},
+        **_read_json(est, timing, run, dtype),
         "predicted": predicted_json(est, c),
         "ratio": {"prefill": _ratio(est.prefill_s, prefill.median),
                   "decode": _ratio(est.decode_s_per_token, step.median)},
     }
+
+
+def _read_json(est: serving.Estimate, timing, run, dtype: str) -> dict[str, Any]:
+    """How the steps ran (``mode``: "graph", "eager" or "compile"; tfcalc.model.generate) and what they read:
+    each step attends over a bucket of its cache (tfcalc.model.cache), so its KV bytes are the roofline's
+    at that span (min(span, W) keys in a windowed layer), not at the live context. ``bytes_per_token_read``:
+    weights + KV those steps read, per token, averaged over the timed steps; ``mbu_read``: the bandwidth
+    achieved on those bytes ÷ the measured ceiling."""
+    spans = tuple(getattr(timing, "spans", ()))
+    out: dict[str, Any] = {"mode": getattr(timing, "mode", "eager"), "kv_span_min": min(spans, default=None),
+                           "kv_span_max": max(spans, default=None)}
+    read = getattr(timing, "read_bytes_per_step", None)
+    if read is not None:
+        out["bytes_per_token_read"] = read / est.batch
+        out["mbu_read"] = read / timing.step.median / run.bandwidth_ceiling_bytes_per_s
+    return out
 
 
 def measured_ceilings(run) -> Ceilings:
@@ -135,7 +152,7 @@ class DecodeBenchReport(Displayed):
 
 def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], steps: int, device: str = "cpu",
                       dtype: str = "fp32", warmup: int = 3, repeat: int = 10, matmul_size: Optional[int] = None,
-                      copy_bytes: Optional[int] = None):
+                      copy_bytes: Optional[int] = None, eager: bool = False):
     """Every option checked, nothing run."""
     from tfcalc.measure.decode import DecodePlan, check_plan
 
@@ -156,7 +173,7 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so there is no decoding to time")
     plan = DecodePlan(cfg=cfg, device=device, dtype=dtype, points=tuple((batch, s) for s in seqs), steps=steps,
                       warmup=warmup, repeat=repeat, matmul_size=matmul_size or (2048 if device == "cpu" else 8192),
-                      copy_bytes=copy_bytes or default_copy_bytes(device))
+                      copy_bytes=copy_bytes or default_copy_bytes(device), eager=eager)
     check_plan(plan)
     return plan
 

@@ -187,7 +187,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in static.batches),
                       steps=static.gen - 1, warmup=o.warmup, repeat=o.repeat,
                       matmul_size=o.matmul_size or (2048 if o.device == "cpu" else 8192),
-                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src)
+                      copy_bytes=o.copy_bytes or default_copy_bytes(o.device), src_seq=src, eager=o.eager)
     check_plan(plan)
     run = run_decode(plan, advance)
     ceilings = measured_ceilings(run)

@@ -36,3 +36,4 @@ class InferOptions:
     mean_output: Optional[int] = None
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
     max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
+    eager: bool = False  # --measure --eager: the decode steps uncaptured (tfcalc.model.generate)

@@ -19,7 +19,8 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
         where = first["device_name"] if first["device_name"].startswith(first["device"]) else \
             f"{first['device_name']} ({first['device']})"
         t = doc.table(f"{report.model.label}: generation on {where}, {first['dtype']}, batch {first['batch']}, "
-                      f"{first['decode_steps']} decode steps (static KV cache, greedy)",
+                      f"{first['decode_steps']} decode steps (static KV cache, greedy, {first.get('mode', 'eager')} "
+                      "steps)",
                       Column("prompt", "int"), Column("TTFT", "seconds"), Column("decode / token", "seconds"),
                       Column("p10", "seconds", priority=2), Column("p90", "seconds", priority=2),
                       Column("tok/s", "tokens_rate"), Column("bytes / token", "bytes", priority=1),

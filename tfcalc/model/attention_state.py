@@ -1,0 +1,83 @@
+"""The generation state of one self-attention layer (softmax or latent), allocated once at a fixed shape.
+
+What it holds is what the layer's component says it keeps per cached position (``state_tensors()`` of
+tfcalc.architecture's ``Attention``: K and V; of ``LatentAttention``: the KV latent and the rotary key),
+each (B, heads, slots, width) in the cache's dtype, with ``slots`` = ``kv_positions(max_tokens)``: every
+position in a layer that sees the whole context, a ring of W slots for a sliding window of W, of C slots
+for chunks of C (Llama 4). Its bytes are therefore the bytes tfcalc.count.memory.kv_cache_bytes counts:
+one description, tested (tests/model/test_state_static.py).
+
+Why W slots and not the W - 1 past positions a step reads beside its own: a decode step writes its K and
+V into the ring first (position p in slot p mod W, over p - W, which no query from p on may see) and then
+reads the whole ring, a fixed span whose W keys are exactly those the query sees (its own and the W - 1
+before it; Jiang et al. 2023, sec. 2, "rolling buffer cache"; transformers' StaticSlidingWindowLayer
+allocates the same W, cache_utils.py). Keeping W - 1 would need a concatenation of the ring and the new
+key every step: a copy of the whole ring per layer and token, read twice, to save one slot. A chunk's ring
+the same: position p in slot p mod C; the slots after p mod C still hold the previous chunk, hidden by
+the mask.
+
+Which position each slot holds is a device tensor the cache keeps per layout (tfcalc.model.cache); the
+mask a step attends under is built from it on the device, so the slot order never matters (keys are
+stored after RoPE) and nothing is read back to the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class AttentionState:
+    """One layer's state tensors, (B, heads, slots, width) each, and how its slots are laid out."""
+
+    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype):
+        """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention)."""
+        window, chunk = getattr(spec, "window", None), getattr(spec, "chunk", None)
+        self.window, self.chunk = window, chunk
+        self.size = spec.kv_positions(max_tokens)
+        # the layout: layers of one layout share their slot positions and their step's mask
+        self.layout = ("chunk", chunk, self.size) if chunk is not None else (
+            ("window", window, self.size) if window is not None else ("full", None, self.size))
+        self.names = tuple(name for name, _, _ in spec.state_tensors())
+        self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
+                        for _, heads, width in spec.state_tensors()]
+
+    @property
+    def ring(self) -> bool:
+        """Slots overwritten by later positions (a window or chunk): no rewinding, one token a step."""
+        return self.layout[0] != "full"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
+
+    def write(self, slots: torch.Tensor, *new: torch.Tensor) -> None:
+        """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place (a scatter:
+        device indices, so the same kernels whichever slots)."""
+        for buffer, x in zip(self.tensors, new, strict=True):
+            B, heads, T, width = x.shape
+            index = slots[:, None, :, None].expand(B, heads, T, width)
+            buffer.scatter_(2, index, x.to(buffer.dtype))
+
+    def read(self, n: int) -> list[torch.Tensor]:
+        """The first n slots of each tensor: views, (B, heads, n, width)."""
+        return [t[:, :, :n] for t in self.tensors]
+
+    def prefill_store(self, slots: torch.Tensor, keep: int, *new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A prompt attends to itself: its last ``keep`` positions are written into ``slots`` (B, keep), and
+        its own tensors come back."""
+        if keep:
+            self.write(slots, *(x[:, :, x.shape[2] - keep:] for x in new))
+        return new
+
+    def step_store(self, slots: torch.Tensor, span: int, *new: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """A step (decode, verify, rows at their own positions): write the new positions, then hand back the
+        first ``span`` slots to attend to under the step's mask."""
+        self.write(slots, *new)
+        return tuple(self.read(span))
+
+    def rows(self, rows: slice) -> AttentionState:
+        """A view of some rows (their buffers shared): a prefill into one row, a step over the rows in flight."""
+        view = object.__new__(AttentionState)
+        view.__dict__.update(self.__dict__)
+        view.tensors = [t[rows] for t in self.tensors]
+        return view
