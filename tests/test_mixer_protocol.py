@@ -266,16 +266,19 @@ def test_the_attention_alias_and_keyword_still_work():
 
 @pytest.mark.parametrize("name", ["llama", "mistral", "qwen3", "gemma2", "phi3", "deepseek_v3", "deepseek_v2"])
 def test_each_layers_state_is_what_transformers_caches(saved, name):
-    """After T tokens with use_cache, each layer of transformers' cache holds, per sequence, the positions and
-    the (heads, width) of its keys and values that the layer's mixer says its state keeps: every position,
-    or the last W - 1 in a window layer (DynamicSlidingWindowLayer); a latent attention's latent and rotary
-    key, one head each (modeling_deepseek_v3.py caches them compressed)."""
+    """After T tokens into transformers' StaticCache of T positions, each layer holds, per sequence, the
+    positions and the (heads, width) of its keys and values that the layer's mixer says its state keeps:
+    every position, or a ring of W slots in a window layer (StaticSlidingWindowLayer, cache_utils.py: the
+    fixed-shape state tfcalc.model allocates too); a latent attention's latent and rotary key, one head each
+    (modeling_deepseek_v3.py caches them compressed)."""
     import torch
+    import transformers
 
     model, folder = saved(name)
     cfg = load(str(folder / "config.json"))
     with torch.no_grad():
-        cache = model(**inputs(name), use_cache=True).past_key_values
+        cache = transformers.StaticCache(config=model.config, max_cache_len=T)
+        model(**inputs(name), past_key_values=cache, use_cache=True)
     for i, layer in enumerate(cache.layers):
         state = cfg.architecture.output.layer(i).mixer.state()
         held = [(t.shape[2], (t.shape[1], t.shape[3])) for t in (layer.keys, layer.values)]
