@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
+from tfcalc.config_copies import with_architecture
 from tfcalc.measure.device import Device, resolve_device, torch_dtype
 from tfcalc.workload import Workload
 
@@ -271,14 +272,14 @@ def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
 
 
 def _warmup_config(cfg: ModelConfig) -> ModelConfig:
-    """A one-block copy with a small vocabulary (of the same residue mod 16, so the LM head takes the
-    same path) and position table: it runs every kernel the measured run runs, in a fraction of the time
-    (GPT-2's vocabulary is most of a two-block model's work). A stack of dense then MoE layers keeps one
-    of each (DeepSeek-V3's first_dense_layers: a one-block copy of it is no valid config)."""
-    depth = 1 if cfg.n_expert is None else min(cfg.n_layer, (cfg.first_dense_layers or 0) + (cfg.moe_every or 1))
-    return replace(cfg, n_layer=depth, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None,
-                   vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
-                   max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
+    """A copy with each kind of block once (tfcalc.architecture.copies.one_of_each: DeepSeek-V3's dense and
+    MoE layers, Llama 4's chunked and NoPE layers) and a small vocabulary (of the same residue mod 16, so
+    the LM head takes the same path) and position table: it runs every kernel the measured run runs, in a
+    fraction of the time (GPT-2's vocabulary is most of a two-block model's work). Made from the
+    description, so no depth field of the user's is ever refused for it."""
+    small = replace(cfg, vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
+                    max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
+    return with_architecture(small, small.architecture.one_of_each())
 
 
 def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) -> dict[str, Any]:
