@@ -52,8 +52,10 @@ def _attention_fields(cfg: ModelConfig, stack: Stack) -> dict[str, Any]:
     items = []
     for run in stack.runs:
         kinds = [names[b] for b in run.pattern]
-        body = kinds[0] if len(kinds) == 1 else f"({', '.join(kinds)})"
-        items.append(body if run.repeat == 1 else f"{body}*{run.repeat}")
+        if run.repeat == 1:
+            items += kinds
+        else:
+            items.append(f"{kinds[0] if len(kinds) == 1 else '(' + ', '.join(kinds) + ')'}*{run.repeat}")
     return dict(layer_pattern=", ".join(items), full_attention_every=None, nope_every=None)
 
 
