@@ -79,3 +79,49 @@ def test_resolved_writes_derived_sizes_and_rebuilds_the_same_model():
     assert data["d_ff"] == cfg.ffn_dim and data["d_head"] == cfg.head_dim and data["n_kv_head"] == cfg.kv_heads
     rebuilt = from_mapping(data)
     assert (rebuilt.ffn_dim, rebuilt.q_dim, rebuilt.kv_dim) == (cfg.ffn_dim, cfg.q_dim, cfg.kv_dim)
+
+
+def test_field_types_are_read_from_the_annotations():
+    """One list of types: the dataclass's own annotations, each field's kind as written in tfcalc/config.py."""
+    from typing import Optional
+
+    from tfcalc.config_rules import FieldType, field_types
+
+    types = field_types(ModelConfig)
+    assert set(types) == {f.name for f in dataclasses.fields(ModelConfig)}
+    assert types["n_layer"] == FieldType(int, False) and types["d_head"] == FieldType(int, True)
+    assert types["rope_theta"] == FieldType(float, False) and types["attn_scale"] == FieldType(float, True)
+    assert types["final_norm"] == FieldType(bool, False) and types["attn_out_bias"] == FieldType(bool, True)
+    assert types["dense_layers"] == FieldType("ints", True) and types["layer_pattern"] == FieldType(str, True)
+    assert types["dtype"] == FieldType(str, True, ("fp32", "bf16", "fp16"))
+    assert types["norm"] == FieldType(str, False, ("layernorm", "rmsnorm"))
+
+    @dataclasses.dataclass
+    class Odd:
+        shape: Optional[dict] = None
+
+    with pytest.raises(TypeError, match="field shape"):
+        field_types(Odd)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("n_layer", "2", "field 'n_layer' must be an integer; got '2' (str)"),
+    ("d_head", 1.5, "field 'd_head' must be an integer or null; got 1.5 (float)"),
+    ("attn_out_bias", 1, "field 'attn_out_bias' must be true, false or null; got 1 (int)"),
+    ("dense_layers", [True], "field 'dense_layers' must be a list of integers or null"),
+    ("dtype", "fp8", "field 'dtype' must be one of fp32, bf16, fp16 or null; got 'fp8'"),
+    ("rope_theta", float("nan"), "field 'rope_theta' must be a number; got nan"),
+    ("type_vocab_size", -1, "field 'type_vocab_size' must be 0 or more; got -1"),
+    ("mtp_layers", 0, None), ("type_vocab_size", 0, None),
+    ("n_expert", 0, "field 'n_expert' must be positive; got 0"),
+    ("norm_eps", 0.0, "field 'norm_eps' must be positive; got 0.0"),
+    ("vocab_size", 2**40 + 1, "field 'vocab_size' must be at most 1,099,511,627,776"),
+])
+def test_each_kind_of_field_is_checked_by_its_annotation(field, value, message):
+    data = {**dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=16), field: value}
+    if message is None:
+        assert getattr(from_mapping(data), field) == value
+        return
+    with pytest.raises(ConfigError) as e:
+        from_mapping(data)
+    assert message in str(e.value), str(e.value)

@@ -68,6 +68,8 @@ from tfcalc.config_rules import (
     PosEncoding,
     QkNormOver,
     check_field_type,
+    list_fields,
+    register,
     suggest,
     validate,
 )
@@ -90,7 +92,8 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     name: str = "custom"
     nominal_params: Optional[str] = None  # the size the source names, e.g. "175B"
     source: Optional[str] = None  # where the shapes come from (paper, table, file)
-    dtype: Optional[str] = None  # what the weights are stored in (a checkpoint's torch_dtype): fp32, bf16, fp16
+    # what the weights are stored in (a checkpoint's torch_dtype)
+    dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
     # a multimodal checkpoint's vision tower and projector (Gemma 3's SigLIP, Llama 4's), named beside the
     # language model that every count describes, never counted in it
     vision_params: Optional[int] = None
@@ -182,7 +185,7 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     swiglu_alpha: Optional[float] = None
     # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
     # each; gpt-oss's quantization_config); None: in dtype like every other weight
-    expert_format: Optional[str] = None
+    expert_format: Optional[Literal["mxfp4"]] = None
     # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
     # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---
     kv_lora_rank: Optional[int] = None
@@ -246,11 +249,16 @@ class ModelConfig(PerLayerViews, DerivedSizes):
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         validate(self)
 
+    def to_architecture(self) -> Architecture:
+        """The per-layer description these flat fields say (tfcalc.architecture.flat), built anew: the one
+        way from the front end to the description. ``architecture`` is it, cached."""
+        return build_architecture(self)
+
     @functools.cached_property
     def architecture(self) -> Architecture:
         """The per-layer description every count folds over (tfcalc.architecture; built once, then cached:
         the config is frozen, so it can never go stale)."""
-        return build_architecture(self)
+        return self.to_architecture()
 
     # --- derived sizes (properties, so a changed field can never leave a stale copy behind) ---
     @property
@@ -309,6 +317,8 @@ class ModelConfig(PerLayerViews, DerivedSizes):
         return out
 
 
+register(ModelConfig)  # the fields' types, read from the annotations above: the one list of them
+LIST_FIELDS: tuple[str, ...] = list_fields()  # the fields --set may give a YAML list (tfcalc.presets)
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING
@@ -340,6 +350,7 @@ __all__ = [
     "InputError",
     "ModelConfig",
     "FIELD_NAMES",
+    "LIST_FIELDS",
     "check_field_type",
     "from_mapping",
     "replace",

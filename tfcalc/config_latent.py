@@ -16,16 +16,6 @@ from __future__ import annotations
 
 from tfcalc.errors import InputError as ConfigError
 
-LITERALS = {"router_scoring": ("softmax", "sigmoid")}
-OPTIONAL_LITERALS = {"rope_scaling": ("yarn",)}
-OPTIONAL_INT_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "router_groups",
-                       "router_topk_groups", "rope_original_max_seq_len")
-COUNT_FIELDS = ("mtp_layers",)
-OPTIONAL_COUNT_FIELDS = ("qk_nope_head_dim",)  # may be 0 (a head of rotary channels only)
-OPTIONAL_FLOAT_FIELDS = ("routed_scaling", "rope_scaling_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
-                         "yarn_mscale_all_dim")
-BOOL_FIELDS = ("router_score_bias",)
-OPTIONAL_BOOL_FIELDS = ("rope_interleave",)
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
 _YARN = ("rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
          "yarn_mscale_all_dim")

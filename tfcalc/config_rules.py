@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import math
 import re
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
 
 from tfcalc import config_latent as latent
 from tfcalc.config_moe import validate_moe_extras
@@ -34,51 +34,58 @@ REL_POS_BUCKETS, REL_POS_MAX_DISTANCE = 32, 128
 # (a product of six such sizes is 2**240, below float's 2**1024), so no share or rate overflows.
 MAX_INT = 2**40
 
-_LITERALS = {
-    "pos_encoding": get_args(PosEncoding),
-    "norm": get_args(Norm),
-    "norm_placement": get_args(NormPlacement),
-    "activation": get_args(Activation),
-    "arch": get_args(Arch),
-    "parallel_block": get_args(ParallelBlock),
-    **latent.LITERALS,
-    "qk_norm_over": get_args(QkNormOver),
-}
-_INT_FIELDS = ("n_layer", "d_model", "n_head", "vocab_size", "max_seq_len", "ffn_multiple_of")
-_OPTIONAL_INT_FIELDS = (
-    "n_kv_head", "d_head", "d_ff", "n_encoder_layer", "n_expert", "n_expert_active", "rel_pos_buckets",
-    "rel_pos_max_distance", "shared_expert_d_ff", "sliding_window", "full_attention_every", "first_dense_layers",
-    "moe_every", "dense_d_ff", "attention_chunk_size", "nope_every", "vision_params", "attn_temperature_floor",
-) + latent.OPTIONAL_INT_FIELDS
-_COUNT_FIELDS = ("type_vocab_size", "position_offset") + latent.COUNT_FIELDS  # integers that may be 0
-_OPTIONAL_COUNT_FIELDS = latent.OPTIONAL_COUNT_FIELDS
-_FLOAT_FIELDS = ("ffn_mult", "norm_eps", "rope_theta", "rope_fraction")
-_OPTIONAL_FLOAT_FIELDS = ("ffn_dim_multiplier", "attn_scale", "attn_softcap", "logit_softcap", "expert_capacity_factor",
-                          "swiglu_limit", "swiglu_alpha", "rope_local_theta", "attn_temperature_scale",
-                          ) + latent.OPTIONAL_FLOAT_FIELDS
-_BOOL_FIELDS = (
-    "final_norm", "gated_ffn", "attn_bias", "ffn_bias", "tie_embeddings",
-    "embedding_norm", "embedding_scale", "pooler", "lm_head", "tie_encoder_embedding", "lm_head_transform",
-    "lm_head_bias", "qk_norm", "cross_attention", "router_norm_topk", "shared_expert_gate",
-    "attn_sinks", "router_bias", "qk_l2_norm", "router_sigmoid_input",
-) + latent.BOOL_FIELDS
-_OPTIONAL_BOOL_FIELDS = ("attn_out_bias", "norm_bias") + latent.OPTIONAL_BOOL_FIELDS
-_STR_FIELDS = ("name",)
-_OPTIONAL_STR_FIELDS = ("nominal_params", "source", "layer_pattern")
+# Integers that may be 0 (every other integer field must be positive): no token types, no position offset,
+# no MTP module, a latent head of rotary channels only. A rule on values, not a type: the types are the
+# dataclass's annotations (field_types).
+ZERO_ALLOWED = ("type_vocab_size", "position_offset", "mtp_layers", "qk_nope_head_dim")
 
 
-_OPTIONAL_LITERALS = {"dtype": ("fp32", "bf16", "fp16"), "expert_format": ("mxfp4",), **latent.OPTIONAL_LITERALS}
-_OPTIONAL_INT_LIST_FIELDS = ("dense_layers",)  # a list of layer numbers, or null
-LIST_FIELDS = _OPTIONAL_INT_LIST_FIELDS  # the fields --set may give a YAML list (tfcalc.presets)
-# --- issue 22, dense types: scales, per-head Q/K norms, a projected embedding (see ModelConfig) ---
-_OPTIONAL_FLOAT_FIELDS += ("embedding_multiplier", "residual_multiplier", "logit_scale")
-_BOOL_FIELDS += ("qk_norm_per_head",)
-_OPTIONAL_INT_FIELDS += ("embedding_dim",)
+class FieldType(NamedTuple):
+    """A field's type, read from ModelConfig's annotation: ``base`` int, float, bool, str or "ints" (a tuple of
+    integers), with ``choices`` for a Literal; ``optional`` where it may be null."""
+
+    base: Any
+    optional: bool
+    choices: tuple[str, ...] = ()
+
+
+def field_types(cls) -> dict[str, FieldType]:
+    """{field: FieldType} of a dataclass, from its annotations: the one list of the fields' types."""
+    hints = get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        t, optional = hints[f.name], False
+        if get_origin(t) is Union:
+            args = [a for a in get_args(t) if a is not type(None)]
+            optional, t = len(args) < len(get_args(t)), args[0]
+        if get_origin(t) is Literal:
+            out[f.name] = FieldType(str, optional, get_args(t))
+        elif get_origin(t) is tuple:
+            out[f.name] = FieldType("ints", optional)
+        elif t in (int, float, bool, str):
+            out[f.name] = FieldType(t, optional)
+        else:
+            raise TypeError(f"field {f.name}: annotation {t!r} is none of the kinds a config field may have")
+    return out
+
+
+_TYPES: dict[str, FieldType] = {}  # tfcalc.config registers ModelConfig's (this module imports no config)
+
+
+def register(cls) -> None:
+    """Read the config class's field types (tfcalc.config calls this once, under the class)."""
+    _TYPES.update(field_types(cls))
+
+
+def list_fields() -> tuple[str, ...]:
+    """The fields --set may give a YAML list (tfcalc.presets)."""
+    return tuple(n for n, t in _TYPES.items() if t.base == "ints")
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
     """The allowed strings of a Literal field, or None for other fields."""
-    return _LITERALS.get(name) or _OPTIONAL_LITERALS.get(name)
+    t = _TYPES.get(name)
+    return t.choices if t is not None and t.choices else None
 
 
 def _squash(text: str) -> str:
@@ -115,57 +122,55 @@ def _type_name(value: Any) -> str:
 MAX_TEXT = 1000  # characters of a name or a source: a label a table can show (a 10 MB name was printed whole)
 
 
+_EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
+             "ints": "a list of integers"}
+
+
 def check_field_type(name: str, value: Any) -> None:
     """Raise ConfigError naming the field when value has the wrong type for it."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_float = is_int or (isinstance(value, float) and math.isfinite(value))
-    if name in _OPTIONAL_LITERALS and value is None:
+    t = _TYPES[name]
+    if value is None and t.optional:
         return
-    if name in _LITERALS or name in _OPTIONAL_LITERALS:
-        choices = field_choices(name)
-        if value not in choices:
-            allowed = ", ".join(choices) + (" or null" if name in _OPTIONAL_LITERALS else "")
-            hint = suggest(str(value), choices) if isinstance(value, str) else ""
+    if t.choices:
+        if value not in t.choices:
+            allowed = ", ".join(t.choices) + (" or null" if t.optional else "")
+            hint = suggest(str(value), t.choices) if isinstance(value, str) else ""
             raise ConfigError(f"field '{name}' must be one of {allowed}; got {shown(value)}{hint}")
         return
-    expected, ok = {
-        **{n: ("an integer", is_int) for n in _INT_FIELDS + _COUNT_FIELDS},
-        **{n: ("an integer or null", is_int or value is None) for n in _OPTIONAL_INT_FIELDS + _OPTIONAL_COUNT_FIELDS},
-        **{n: ("a number", is_float) for n in _FLOAT_FIELDS},
-        **{n: ("a number or null", is_float or value is None) for n in _OPTIONAL_FLOAT_FIELDS},
-        **{n: ("true or false", isinstance(value, bool)) for n in _BOOL_FIELDS},
-        **{n: ("true, false or null", isinstance(value, bool) or value is None) for n in _OPTIONAL_BOOL_FIELDS},
-        **{n: ("a string", isinstance(value, str)) for n in _STR_FIELDS},
-        **{n: ("a string or null", isinstance(value, str) or value is None) for n in _OPTIONAL_STR_FIELDS},
-        **{n: ("a list of integers or null", value is None or (
-            isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)))
-           for n in _OPTIONAL_INT_LIST_FIELDS},
-    }[name]
-    if not ok:
+    if not _has_type(value, t.base):
+        expected = _EXPECTED[t.base] if not t.optional else (
+            "true, false or null" if t.base is bool else _EXPECTED[t.base] + " or null")
         raise ConfigError(f"field '{name}' must be {expected}; got {shown(value)} ({_type_name(value)})")
     if isinstance(value, str) and len(value) > MAX_TEXT:
         raise ConfigError(f"field '{name}' must be at most {MAX_TEXT:,} characters; got {shown(value)}")
+
+
+def _has_type(value: Any, base: Any) -> bool:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if base is int:
+        return is_int
+    if base is float:
+        return is_int or (isinstance(value, float) and math.isfinite(value))
+    if base == "ints":
+        return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return isinstance(value, base)
 
 
 def validate(cfg) -> None:
     """Raise ConfigError, one line naming the field(s), for any config no transformer can have."""
     for field in dataclasses.fields(cfg):
         check_field_type(field.name, getattr(cfg, field.name))
-    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS:
+    for name, t in _TYPES.items():
         value = getattr(cfg, name)
-        if value is not None and value <= 0:
-            raise ConfigError(f"field '{name}' must be positive; got {shown(value)}")
-    for name in _COUNT_FIELDS:
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"field '{name}' must be 0 or more; got {shown(getattr(cfg, name))}")
-    for name in _INT_FIELDS + _OPTIONAL_INT_FIELDS + _COUNT_FIELDS + _OPTIONAL_COUNT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None and value > MAX_INT:
+        if value is None or t.base not in (int, float):
+            continue
+        if t.base is int and name in ZERO_ALLOWED:
+            if value < 0 and not t.optional:  # qk_nope_head_dim: tfcalc.config_latent says it
+                raise ConfigError(f"field '{name}' must be 0 or more; got {shown(value)}")
+        elif value <= 0:
+            raise ConfigError(f"field '{name}' must be positive; got {shown(value) if t.base is int else value}")
+        if t.base is int and value > MAX_INT:
             raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
-    for name in _FLOAT_FIELDS + _OPTIONAL_FLOAT_FIELDS:
-        value = getattr(cfg, name)
-        if value is not None and value <= 0:
-            raise ConfigError(f"field '{name}' must be positive; got {value}")
     latent.validate_latent(cfg)  # before the rules that read head_dim and rope_dim
     if cfg.d_head is None and cfg.kv_lora_rank is None and cfg.d_model % cfg.n_head:
         raise ConfigError(

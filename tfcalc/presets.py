@@ -19,8 +19,7 @@ from typing import Any, Optional
 import yaml
 
 from tfcalc import hub_cache, reading, yaml_load
-from tfcalc.config import FIELD_NAMES, ConfigError, ModelConfig, from_mapping, suggest
-from tfcalc.config_rules import LIST_FIELDS
+from tfcalc.config import FIELD_NAMES, LIST_FIELDS, ConfigError, ModelConfig, from_mapping, suggest
 from tfcalc.errors import shown, shown_path
 
 _META_KEYS = ("aliases",)  # allowed in a preset file, not part of ModelConfig

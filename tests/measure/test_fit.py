@@ -94,7 +94,7 @@ def test_per_block_counting_equals_building_every_block(cfg):
 def test_params_says_how_it_counted(cli):
     deep = cli("params", "gpt2", "--set", "n_layer=200", "--json").json()
     assert deep["empirical_method"] == "per_block" and deep["agree"] is True
-    assert any("one real block of each stack" in n for n in deep["notes"])
+    assert any("one real block of each kind in each stack" in n for n in deep["notes"])
     assert cli("params", "gpt2", "--json").json()["empirical_method"] == "full"
     table = cli("params", "gpt2", "--set", "n_layer=200", "-f", "markdown").out
-    assert "empirical (one meta block per stack × depth)" in table
+    assert "empirical (one meta block per kind × its layers)" in table

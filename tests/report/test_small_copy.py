@@ -18,7 +18,7 @@ from tfcalc.measure.params import measured_total
 from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names
 from tfcalc.report.plan_check import MEASURE_PARAMS, measured_run
-from tfcalc.report.small_copy import small_copy, small_pattern
+from tfcalc.report.small_copy import small_copy
 
 HW = Hardware(1e12, 10**12, 1e9, 1e9, 8)
 # the presets with more than one kind of layer or a mixture of experts (what the small copy must keep)
@@ -61,9 +61,15 @@ def test_small_copy_keeps_widths_apart_and_windows_shorter_than_the_context():
     assert scout.attention_chunk_size < scout.max_seq_len and scout.attn_temperature_floor < scout.max_seq_len
     assert [b.attention.rope_theta is None for b in scout.architecture.stacks[0].layers()] == [False, True]
 
-def test_small_pattern_keeps_each_kind_in_order():
-    assert small_pattern("(local*5, full)*10, local*2", 2) == "local, full"
-    assert small_pattern("full*3, nope, local_nope", 4) == "full, nope, local_nope, full"
+def test_small_copy_keeps_the_depth_pattern_of_an_explicit_layer_pattern():
+    """A layer_pattern model: its copy's kinds are the pattern's, in its order (hand-read: "full*3, nope,
+    local_nope" at 3 blocks keeps one full layer, then the two others; at 5 the whole pattern)."""
+    cfg = load("llama2-7b", ["n_layer=5", "layer_pattern=full*3, nope, local_nope", "sliding_window=4096"])
+    for blocks, kinds in ((3, ["rope", "nope", "local_nope"]), (5, ["rope"] * 3 + ["nope", "local_nope"])):
+        small = small_copy(cfg, 1, blocks)
+        seen = [("local_" if b.attention.window else "") + ("rope" if b.attention.rope_theta else "nope")
+                for b in small.architecture.output.layers()]
+        assert seen == kinds and small.n_layer == blocks
 
 @pytest.mark.parametrize("preset", MIXED, ids=MIXED)
 @pytest.mark.parametrize("layout", [dict(dp=2), dict(dp=2, zero=3), dict(dp=2, zero=2), dict(dp=2, zero=1),

@@ -14,9 +14,11 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from tfcalc.architecture import copies
 from tfcalc.architecture.block import Block, Stack
 from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
@@ -188,6 +190,19 @@ class Architecture:
     def __getstate__(self) -> dict:
         """Pickled without the memo of kinds_in."""
         return {k: v for k, v in self.__dict__.items() if k != "_kinds_in"}
+
+    def shrunk(self, n_layer: int, n_encoder_layer: Optional[int] = None) -> "Architecture":
+        """A copy with the output stack at n_layer layers (an encoder-decoder's encoder at n_encoder_layer,
+        default n_layer), each depth pattern kept with fewer repeats (tfcalc.architecture.copies); the
+        embeddings, head and MTP modules as they are."""
+        depths = [n_layer] if len(self.stacks) == 1 else [n_encoder_layer or n_layer, n_layer]
+        stacks = tuple(copies.shrunk(s, n) for s, n in zip(self.stacks, depths, strict=True))
+        return dataclasses.replace(self, stacks=stacks)
+
+    def one_of_each(self) -> "Architecture":
+        """A copy whose stacks hold each distinct block once, in the order first seen: every kernel of the
+        model in as few layers as hold them (tfcalc.architecture.copies)."""
+        return dataclasses.replace(self, stacks=tuple(copies.one_of_each(s) for s in self.stacks))
 
     @property
     def has_moe(self) -> bool:

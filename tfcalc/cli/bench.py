@@ -58,7 +58,9 @@ def bench(
         metavar="N")] = None,
     compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
-        "--n-layer", help="Build only K blocks and extrapolate to full depth.", show_default=False,
+        "--n-layer", help="Build only K blocks and extrapolate to full depth. The K blocks keep the model's depth "
+        "pattern with fewer repeats (Llama 4's NoPE every fourth layer, DeepSeek-V3's dense layers before its MoE "
+        "ones); under one period of each, the first block of each kind.", show_default=False,
         metavar="K")] = None,
     matmul_size: Annotated[Optional[int], typer.Option(
         "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",

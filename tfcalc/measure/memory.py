@@ -23,7 +23,7 @@ model is built (so it counts the weights, everything the run allocates, and noth
   close to the tensor bytes: the child runs with MALLOC_MMAP_THRESHOLD_=65536, so glibc serves every
   tensor of 64 KiB or more with its own mmap and returns it to the system when freed (without it, glibc
   raises the threshold after the first free and keeps freed tensors in its heap, so the RSS peak would
-  stay high after tensors die); the warm-up run on a one-layer copy of the model with a small
+  stay high after tensors die); the warm-up run on a copy with one layer of each kind (_warmup_config) and a small
   vocabulary, before the baseline, faults in the kernels' code pages and starts the thread pool. What
   remains: small tensors and allocator bookkeeping in the heap, kernel scratch space (oneDNN/MKL), page
   rounding, and the fresh gradient of a tensor before it is added into .grad (for a tied embedding,
@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
+from tfcalc.config_copies import with_architecture
 from tfcalc.measure.device import Device, resolve_device, torch_dtype
 from tfcalc.workload import Workload
 
@@ -137,7 +138,7 @@ def run_steps(training: bool) -> tuple[str, ...]:
     """The steps of a measured run, in order, as the child process reports them (a progress display)."""
     run = ("first step: gradients and optimizer state", "forward", "backward", "optimizer step") if training \
         else ("forward",)
-    return ("import torch", "warm-up (one block, 16 tokens)", "build the model") + run
+    return ("import torch", "warm-up (one block of each kind, 16 tokens)", "build the model") + run
 
 
 def _prime(model, opt) -> None:
@@ -271,14 +272,14 @@ def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
 
 
 def _warmup_config(cfg: ModelConfig) -> ModelConfig:
-    """A one-block copy with a small vocabulary (of the same residue mod 16, so the LM head takes the
-    same path) and position table: it runs every kernel the measured run runs, in a fraction of the time
-    (GPT-2's vocabulary is most of a two-block model's work). A stack of dense then MoE layers keeps one
-    of each (DeepSeek-V3's first_dense_layers: a one-block copy of it is no valid config)."""
-    depth = 1 if cfg.n_expert is None else min(cfg.n_layer, (cfg.first_dense_layers or 0) + (cfg.moe_every or 1))
-    return replace(cfg, n_layer=depth, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None,
-                   vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
-                   max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
+    """A copy with each kind of block once (tfcalc.architecture.copies.one_of_each: DeepSeek-V3's dense and
+    MoE layers, Llama 4's chunked and NoPE layers) and a small vocabulary (of the same residue mod 16, so
+    the LM head takes the same path) and position table: it runs every kernel the measured run runs, in a
+    fraction of the time (GPT-2's vocabulary is most of a two-block model's work). Made from the
+    description, so no depth field of the user's is ever refused for it."""
+    small = replace(cfg, vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
+                    max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
+    return with_architecture(small, small.architecture.one_of_each())
 
 
 def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) -> dict[str, Any]:
@@ -308,7 +309,7 @@ def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) ->
     stand_in = MatmulStandIn() if speed is not None and speed.slow else contextlib.nullcontext()
     torch.manual_seed(0)
     with no_dynamo_import(), stand_in:  # Adam's add_param_group would import torch._dynamo (tfcalc.measure.speedups)
-        emit("step", "warm-up (one block, 16 tokens)")
+        emit("step", "warm-up (one block of each kind, 16 tokens)")
         warm = min(workload.seq, WARMUP_SEQ)
         source = None if workload.src_seq is None else min(workload.src_seq, WARMUP_SEQ)
         run_model(_warmup_config(cfg), dataclasses.replace(workload, batch=1, seq=warm, src_seq=source), **args)

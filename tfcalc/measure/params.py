@@ -8,8 +8,8 @@ tensors (``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up
 each expert's rows of the grouped (E, rows, d) ``ffn.experts.up``) are split by rows, using the row
 counts the module itself was built with.
 
-A model deeper than FULL_BUILD_BLOCKS is counted from one real block per stack, times the depth (see
-empirical_count): the count stays the module's own, in bounded time and memory.
+A model deeper than FULL_BUILD_BLOCKS is counted from one real block of each kind in each stack, each times
+the layers that are it (see empirical_count): the count stays the module's own, in bounded time and memory.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from typing import Callable
 
 from torch import nn
 
-from tfcalc.config import ModelConfig, replace
+from tfcalc.config import ModelConfig
 from tfcalc.count.components import COMPONENTS, FUSED, local_path
-from tfcalc.errors import InputError
 from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
@@ -89,12 +88,13 @@ def measured_total(model: nn.Module, copies: Callable[[str], int] = _once) -> in
     return sum(p.numel() * copies(name) for name, p in model.named_parameters())
 
 
-# Past this many blocks the empirical count builds one block of each stack and multiplies it by the depth:
-# building every block costs ~10 ms each on meta (Python objects), so 10^5 layers took two minutes and
-# 3 GB. Every preset (96 layers at most) is built whole.
+# Past this many blocks the empirical count builds one block of each kind in each stack and multiplies each by
+# the layers that are it: building every block costs ~10 ms each on meta (Python objects), so 10^5 layers took
+# two minutes and 3 GB. Every preset (96 layers at most) is built whole.
 FULL_BUILD_BLOCKS = 128
 METHODS = {"full": "every block built on meta",
-           "per_block": "one block of each stack built on meta, its parameters times the depth"}
+           "per_block": "one block of each kind in each stack built on meta, its parameters times the layers that "
+                        "are it"}
 
 
 @dataclass(frozen=True)
@@ -110,14 +110,11 @@ def blocks_of(cfg: ModelConfig) -> int:
     return cfg.n_layer + (cfg.encoder_layers if cfg.arch == "encoder-decoder" else 0)
 
 
-def one_block_per_stack(cfg: ModelConfig) -> ModelConfig:
-    return replace(cfg, n_layer=1, n_encoder_layer=1 if cfg.arch == "encoder-decoder" else None)
-
-
 def empirical_count(cfg: ModelConfig) -> EmpiricalCount:
-    """The parameters of the real module built on meta. Deep models build one block of each stack (a real
-    Block, as built at full depth: every block of a stack is the same module class on the same config)
-    and count its tensors depth times; the embeddings, head and final norms are counted as built."""
+    """The parameters of the real module built on meta. Deep models build each distinct block of each stack
+    once (Architecture.one_of_each: real Blocks, as built at full depth, in the model's own order) and
+    count block j's tensors as many times as its stack has layers that are it; the embeddings, head and
+    final norms are counted as built."""
     from tfcalc.measure.fit import require_buildable
 
     hint = "--no-measure (the analytic count builds nothing)"
@@ -125,19 +122,18 @@ def empirical_count(cfg: ModelConfig) -> EmpiricalCount:
         require_buildable(cfg, blocks_of(cfg), f"{cfg.name} on meta", hint)
         model = build_model(cfg, "meta")
         return EmpiricalCount(measured_total(model), measured_breakdown(model), "full", blocks_of(cfg))
-    layouts = {(s.name, tuple((w.name, w.shape) for w in b.weights())) for s in cfg.architecture.stacks
-               for b, _ in s.kinds()}
-    if len(layouts) > len(cfg.architecture.stacks):  # one block would not stand for every layer of its stack
-        raise InputError(f"{cfg.name} has {blocks_of(cfg):,} blocks of more than one kind: too deep to build on meta "
-                         f"(more than {FULL_BUILD_BLOCKS}); {hint}")
-    built = 2 if cfg.arch == "encoder-decoder" else 1
+    arch = cfg.architecture
+    small = arch.one_of_each()
+    layers = {("encoder." if s.name == "encoder" else "") + "blocks.": [n for _, n in s.kinds()] for s in arch.stacks}
+    built = sum(s.n_layer for s in small.stacks)
     require_buildable(cfg, built, f"{cfg.name} on meta", hint)
-    model = build_model(one_block_per_stack(cfg), "meta")
+    model = build_model(cfg, "meta", arch=small)
 
-    def copies(name: str) -> int:  # encoder.blocks.0.* -> the encoder's depth; blocks.0.* -> n_layer
-        if name.startswith("encoder.blocks."):
-            return cfg.encoder_layers
-        return cfg.n_layer if name.startswith("blocks.") else 1
+    def copies(name: str) -> int:  # blocks.j.* -> the layers of the stack that are its j-th kind
+        for prefix, counts in layers.items():
+            if name.startswith(prefix):
+                return counts[int(name[len(prefix):].partition(".")[0])]
+        return 1
 
     return EmpiricalCount(measured_total(model, copies), measured_breakdown(model, copies), "per_block", built)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from tfcalc.config import replace
+from tfcalc.config_copies import with_architecture
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES, BenchPlan
 from tfcalc.report.display import Displayed
@@ -158,7 +158,8 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
         raise InputError(f"--n-layer must be between 1 and {cfg.n_layer} for {cfg.name}; got {n_layer}")
     if matmul_size is not None:
         check_size("--matmul-size", matmul_size)
-    run_cfg = replace(cfg, n_layer=n_layer) if n_layer else cfg
+    # fewer blocks, the depth pattern kept (Llama 4's NoPE every fourth layer, DeepSeek's dense then MoE)
+    run_cfg = with_architecture(cfg, cfg.architecture.shrunk(n_layer)) if n_layer else cfg
     rule = ""
     if not seqs:
         seq, rule = default_seq(cfg, run_cfg, batch, device)

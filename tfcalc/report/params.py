@@ -127,8 +127,8 @@ class ParamsReport(Displayed):
         if self.empirical_method == "per_block":
             blocks = cfg.n_layer + cfg.encoder_layers * (cfg.arch == "encoder-decoder")
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
-                         "so one real block of each stack was built on meta and its parameters counted times the "
-                         "depth.")
+                         "so one real block of each kind in each stack was built on meta and its parameters "
+                         "counted times the layers that are it.")
         if cfg.vision_params is not None:
             notes.append(f"vision tower and projector: {cfg.vision_params:,} parameters beside the language model's "
                          f"{self.analytic_total:,}, not counted in it ({self.analytic_total + cfg.vision_params:,} "

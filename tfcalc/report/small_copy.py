@@ -6,11 +6,13 @@ stays even.
 What is kept, and how it is shrunk (each choice changes sizes only, never a kind of layer or component):
 1. Heads of 16 channels, 2·tp KV heads, twice as many query heads where the config groups them (GQA stays
    GQA); an FFN 4× (8/3× gated) as wide as the model, a multiple of 8·tp.
-2. Per-layer patterns within ``blocks`` layers, so each kind of layer is run: the first layer dense and
-   the second a mixture of experts (first_dense_layers, dense_layers, moe_every 2); local and global
-   attention alternating (full_attention_every 2, a 16-token window or chunk: shorter than the 64-token
-   context, so the window really cuts); NoPE every second layer (nope_every 2, Llama 4); an explicit
-   layer_pattern keeps its kinds in the order they first appear, repeated to ``blocks`` layers.
+2. The depth: ``blocks`` layers made from the description (``Architecture.shrunk``, tfcalc.architecture.
+   copies), never by editing a depth field: the same depth pattern with fewer repeats, and where
+   ``blocks`` is short of a period of each run, the first layer of each kind in model order (DeepSeek-V3
+   in 2 blocks: a dense layer, then a mixture of experts; Llama 4: a chunked layer, then a NoPE one;
+   Gemma 3: a local, then a global), so each kind of layer is run; the flat fields written back from it
+   (tfcalc.config_copies), which the ranks rebuild. Windows, chunks and the temperature's floor at 16
+   tokens, shorter than the 64-token context, so the window really cuts.
 3. FFN widths kept apart: the routed experts d_ff, a shared expert 2·d_ff, the dense layers of a mixed
    model 3·d_ff (equal widths would hide a width read from the wrong field).
 4. Latent attention (DeepSeek-V3, Kimi K2): KV compression d/2, query compression 3d/4 (both at most d,
@@ -29,6 +31,7 @@ from __future__ import annotations
 import math
 
 from tfcalc.config import ModelConfig, replace
+from tfcalc.config_copies import with_architecture
 
 MEASURE_SEQ = 64
 SPAN = 16  # a window, chunk or temperature floor of the small copy: shorter than its context
@@ -37,42 +40,30 @@ MAX_EXPERTS, MAX_ACTIVE = 16, 4
 
 def small_copy(cfg: ModelConfig, tp: int, blocks: int = 2) -> ModelConfig:
     """cfg shrunk as the module docstring says, with ``blocks`` blocks (a pipeline: pp × V)."""
+    narrow = small_widths(cfg, tp)
+    return with_architecture(narrow, narrow.architecture.shrunk(blocks), name=f"{cfg.name} (small copy)")
+
+
+def small_widths(cfg: ModelConfig, tp: int) -> ModelConfig:
+    """Steps 1 and 3 to 6: cfg at its own depth, every size shrunk (step 2 shrinks the depth, on the
+    description)."""
     latent = cfg.kv_lora_rank is not None
     kv = 2 * tp
     heads = kv * (2 if not latent and cfg.kv_heads < cfg.n_head else 1)
     d = 16 * heads
     f = -(-(d * 8 // 3 if cfg.gated_ffn else 4 * d) // (8 * tp)) * 8 * tp
-    return replace(cfg, name=f"{cfg.name} (small copy)", n_layer=blocks, d_model=d, n_head=heads,
+
+    def span(value):
+        return min(value, SPAN) if value is not None else None
+
+    return replace(cfg, d_model=d, n_head=heads,
                    n_kv_head=None if latent else kv, d_head=None, d_ff=f, ffn_dim_multiplier=None, ffn_multiple_of=1,
                    vocab_size=127, max_seq_len=min(cfg.max_seq_len, MEASURE_SEQ),
                    type_vocab_size=min(cfg.type_vocab_size, 2),
                    shared_expert_d_ff=2 * f if cfg.shared_expert_d_ff else None,
-                   **_layer_patterns(cfg, f, blocks), **_latent(cfg, d), **_experts(cfg))
-
-
-def _layer_patterns(cfg: ModelConfig, f: int, blocks: int) -> dict:
-    """Step 2: the per-layer patterns within ``blocks`` layers, and step 3's dense width."""
-    def span(value):
-        return min(value, SPAN) if value is not None else None
-
-    out = dict(first_dense_layers=1 if cfg.first_dense_layers else None,
-               dense_layers=(0,) if cfg.dense_layers else None,
-               moe_every=2 if cfg.moe_every else None, dense_d_ff=3 * f if cfg.dense_d_ff else None,
-               sliding_window=span(cfg.sliding_window), attention_chunk_size=span(cfg.attention_chunk_size),
-               attn_temperature_floor=span(cfg.attn_temperature_floor),
-               full_attention_every=2 if cfg.full_attention_every else None,
-               nope_every=2 if cfg.nope_every else None)
-    if cfg.layer_pattern is not None:
-        out["layer_pattern"] = small_pattern(cfg.layer_pattern, blocks)
-    return out
-
-
-def small_pattern(pattern: str, blocks: int) -> str:
-    """The pattern's kinds in the order they first appear, repeated (and cut) to ``blocks`` layers."""
-    from tfcalc.architecture.patterns import parse
-
-    kinds = list(dict.fromkeys(k for run in parse(pattern) for k in run.kinds))
-    return ", ".join(kinds[i % len(kinds)] for i in range(blocks))
+                   dense_d_ff=3 * f if cfg.dense_d_ff else None, sliding_window=span(cfg.sliding_window),
+                   attention_chunk_size=span(cfg.attention_chunk_size),
+                   attn_temperature_floor=span(cfg.attn_temperature_floor), **_latent(cfg, d), **_experts(cfg))
 
 
 def _latent(cfg: ModelConfig, d: int) -> dict:

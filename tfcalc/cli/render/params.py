@@ -82,7 +82,7 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     table.add("Total, analytic", None, None, total, None, style="bold", rule=True)
     if r.empirical is not None:
         mark = "✓ agree" if r.agrees else "✗ DISAGREE"
-        how = "meta module" if r.empirical_method != "per_block" else "one meta block per stack × depth"
+        how = "meta module" if r.empirical_method != "per_block" else "one meta block per kind × its layers"
         table.add(f"{mark}: total, empirical ({how})", None, None, r.empirical_total, None,
                   style="green" if r.agrees else "bold red")
     else:
