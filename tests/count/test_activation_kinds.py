@@ -11,7 +11,7 @@ import dataclasses
 import torch
 from conftest import MIXTRAL_LIKE, configs, tiny
 from deepseek_configs import latent_configs
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfcalc.architecture import Architecture, Norm, Stack, compress
 from tfcalc.config import replace
@@ -73,10 +73,7 @@ def _draw_lengths(cfg, batch, data) -> tuple[int, int | None]:
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
     has_source = cfg.arch == "encoder-decoder" or cfg.cross_attention
     src_seq = data.draw(st.integers(1, cfg.max_seq_len), label="src_seq") if has_source else None
-    for tokens in (batch * seq, batch * (src_seq or seq)):  # dropped tokens depend on the routing: exact only
-        capacity = cfg.expert_capacity(tokens)  # when no expert can overflow (C >= tokens)
-        assume(capacity is None or capacity >= tokens)
-    return seq, src_seq
+    return seq, src_seq  # any capacity: the saved tensors do not depend on which pairs the routing drops
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

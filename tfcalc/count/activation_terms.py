@@ -47,7 +47,8 @@ per token per layer:
    logits, 4·k (of all E, 4·E, when the top k are not renormalized; DeepSeek's routing: the scores of all E,
    4·E, and renormalized the k chosen and their sum, 4·(k + 1) more). A shared expert keeps its hidden
    tensors as 7 (its input is the router's) and with a gate the sigmoid output e and the shared output
-   e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C rows instead;
+   e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C input rows instead,
+   and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e);
 9. dropout (tfcalc's model has none; ``dropout=True`` adds the paper's terms): a 1-byte mask on the
    attention and on the FFN output (2·h), and under math the softmax-dropout mask and output, (1 + e)·a·s;
 10. cross-attention (``cross_terms``), b·T target and b·S source tokens: its norm, the Q-projection input
@@ -145,13 +146,16 @@ def cross_terms(block: Block, batch: int, seq: int, src_seq: int, e: int, attent
 
 
 def capacity_terms(moe: MoE, terms: dict[str, int], tokens: int, e: int) -> None:
-    """With an expert capacity C, each expert keeps its buffer of C rows (input and output, e·h each; its
-    hidden tensors as the FFN's), and per token-expert pair it kept, the weighted output and the weight;
-    counted as if no pair were dropped (exact when C >= tokens; an upper bound otherwise, since which pairs
-    are dropped depends on the routing). ``terms`` (already times the tokens) is updated in place."""
+    """With an expert capacity C (tfcalc.model.experts, MixtureOfExperts._buffered), per layer: the E
+    buffers of C rows the experts multiply (their input, e·h each, kept by the batched matmul; their
+    hidden tensors as the FFN's), and for each of the tokens·k (token, expert) pairs, kept or dropped
+    (the forward has the same shapes whatever the routing): the row it reads back from its buffer and
+    the weighted row (e·h each: the product keeps one, the scatter into the tokens the other) and its
+    weight, e (0 when dropped). Llama 4's input-side weights keep the same amounts: the pair's input row
+    and weight before the buffers, and the row read back. Exact for every routing. ``terms`` (already
+    times the tokens) is updated in place."""
     h, k, E = moe.d_model, moe.top_k, moe.n_expert
     buffer_rows = E * moe.capacity(tokens)
-    kept = min(tokens * k, buffer_rows)
     terms["ffn_hidden"] = buffer_rows * ffn_factor(moe.expert) * e * moe.expert.d_ff
     softmax = tokens * _router_bytes(moe)
-    terms["moe_routing"] = buffer_rows * 2 * e * h + kept * (e * h + e) + softmax
+    terms["moe_routing"] = buffer_rows * e * h + tokens * k * (2 * e * h + e) + softmax

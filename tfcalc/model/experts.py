@@ -7,10 +7,18 @@ transformers 5 stores them (modeling_mixtral.py, MixtralExperts: gate_up_proj (E
 (E, d, f)), not as E FeedForward modules: DeepSeek-V3's 58 layers of 256 experts would be ~30,000
 modules and seconds of Python objects to build, even on meta.
 
-The experts multiply the tokens routed to them with batched matmuls over a slice of the experts
-(``GroupedLinear``): an expert's rows (r, d) against its (d, m·f) weight cost 2·r·d·m·f FLOPs, so a
-forward pass costs the top-k experts per token (k·N rows in all), whatever the routing, as
-FlopCounterMode counts it (aten.bmm: 2·b·m·k·n) -- never all E experts per token.
+The forward never waits for the host: the (token, slot) pairs are sorted by expert on the device (a
+stable argsort, so each expert's tokens stay in position order), the groups' ends found by a binary
+search of the sorted ids (tfcalc.model.grouped.expert_ends), and each projection is one grouped matmul
+over all P = N·k pairs (tfcalc.model.grouped.grouped_matmul: PyTorch's grouped GEMM, or gathered weights
+for decode and where the grouped GEMM is missing). No shape depends on the routing: a forward of N tokens
+runs the same ops on the same shapes whatever the router chose. An expert's rows (r, d) against its
+(d, m·f) weight cost 2·r·d·m·f FLOPs, so a forward pass costs the top-k experts per token (k·N rows in
+all), as FlopCounterMode counts it -- never all E experts per token.
+
+With a capacity (Switch Transformers, sec. 2.2) the pairs are written into E buffers of C rows (a gather
+by slot: each slot holds its pair's token, or a zero row), the experts run as one batched matmul over
+(E, C, d), and each kept pair reads its row back.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from torch import nn
 
 from tfcalc.architecture import FFN, MoE
 from tfcalc.model import routing_input
+from tfcalc.model.grouped import expert_ends, grouped_matmul
 from tfcalc.model.layers import FeedForward, Linear, ffn_hidden
 from tfcalc.model.routing import route
 
@@ -35,8 +44,14 @@ class GroupedLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(n, out_features, in_features))
         self.bias = nn.Parameter(torch.empty(n, out_features)) if bias else None
 
-    def forward(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
-        """(n', r, in) rows for the n' maps from ``first`` on -> (n', r, out): one batched matmul."""
+    def forward(self, x: torch.Tensor, first: int = 0, ends: torch.Tensor | None = None,
+                experts: torch.Tensor | None = None) -> torch.Tensor:
+        """(n', r, in) rows for the n' maps from ``first`` on -> (n', r, out): one batched matmul; or, given
+        the groups' ``ends`` and each row's map ``experts``, (P, in) rows sorted by map -> (P, out): one
+        grouped matmul (tfcalc.model.grouped)."""
+        if ends is not None:
+            y = grouped_matmul(x, self.weight, ends, experts)  # (P, out): 2·P·in·out FLOPs
+            return y if self.bias is None else y + self.bias.index_select(0, experts)
         n = x.shape[0]
         y = torch.bmm(x, self.weight[first:first + n].mT)  # (n', r, out): 2·n'·r·in·out FLOPs
         return y if self.bias is None else y + self.bias[first:first + n, None, :]
@@ -52,9 +67,12 @@ class Experts(nn.Module):
         self.up = GroupedLinear(n_expert, spec.d_model, spec.d_ff * (2 if spec.gated else 1), spec.bias)
         self.down = GroupedLinear(n_expert, spec.d_ff, spec.d_model, spec.bias)
 
-    def forward(self, x: torch.Tensor, first: int = 0) -> torch.Tensor:
-        """(n', r, d) rows for the experts ``first`` .. ``first + n' - 1`` -> (n', r, d)."""
-        return self.down(ffn_hidden(self.spec, self.up(x, first)), first)
+    def forward(self, x: torch.Tensor, first: int = 0, ends: torch.Tensor | None = None,
+                experts: torch.Tensor | None = None) -> torch.Tensor:
+        """(n', r, d) rows for the experts ``first`` .. ``first + n' - 1`` -> (n', r, d); or (P, d) rows sorted
+        by expert, with the groups' ``ends`` and each row's expert -> (P, d)."""
+        hidden = ffn_hidden(self.spec, self.up(x, first, ends, experts))
+        return self.down(hidden, first, ends, experts)
 
 
 class MixtureOfExperts(nn.Module):
@@ -66,7 +84,8 @@ class MixtureOfExperts(nn.Module):
 
     With a capacity factor (Switch Transformers, sec. 2.2) each expert runs a fixed buffer of C rows:
     the first C tokens routed to it, in position order, padded with zeros when fewer come; the rest are
-    dropped (their residual carries them). The experts then multiply E·C rows, whatever the routing."""
+    dropped (their residual carries them). The experts then multiply E·C rows, whatever the routing.
+    Nothing is read back to the host: see the module docstring."""
 
     def __init__(self, spec: MoE):
         super().__init__()
@@ -104,48 +123,49 @@ class MixtureOfExperts(nn.Module):
 
     def routed(self, flat: torch.Tensor) -> torch.Tensor:
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts."""
-        weights, chosen = self.route(flat)
+        weights, chosen = self.route(flat)  # (N, k) each
+        pair_expert = chosen.flatten()  # (P,), P = N·k: pair i is token i // k's slot i % k
+        order = pair_expert.argsort(stable=True)  # (P,): by expert, each expert's pairs in position order
+        expert = pair_expert.index_select(0, order)  # (P,) ascending
+        token = order.div(self.top_k, rounding_mode="floor")  # (P,)
+        w = weights.flatten().index_select(0, order)  # (P,): each sorted pair's routing weight
         capacity = self.spec.capacity(flat.shape[0])
-        if flat.is_meta:
-            return self._meta_forward(flat, weights, capacity)
-        # The (token, slot) pairs sorted by expert, stably: each expert's tokens stay in position order.
-        order = chosen.flatten().argsort(stable=True)  # (N·k,)
-        token, slot = order // self.top_k, order % self.top_k
-        counts = torch.bincount(chosen.flatten(), minlength=self.n_expert).tolist()
-        out = torch.zeros_like(flat)
-        for e, (tok, sl) in enumerate(zip(token.split(counts), slot.split(counts), strict=True)):
-            if capacity is None and not counts[e]:
-                continue  # an expert no token chose does no work
-            if capacity is not None:
-                tok, sl = tok[:capacity], sl[:capacity]  # past the capacity: dropped
-            rows = flat.index_select(0, tok)  # (n_e, d)
-            if capacity is not None:
-                rows = F.pad(rows, (0, 0, 0, capacity - rows.shape[0]))  # (C, d): a fixed-size buffer
-            if self.spec.sigmoid_input:  # Llama 4: the weight scales the input (padding rows stay 0)
-                rows = rows * F.pad(weights[tok, sl], (0, rows.shape[0] - tok.shape[0]))[:, None]
-                y = self.experts(rows[None], e)[0, : tok.shape[0]]  # (n_e, d)
-            else:
-                y = self.experts(rows[None], e)[0, : tok.shape[0]] * weights[tok, sl, None]  # (n_e, d)
-            out.index_add_(0, tok, y)
-        return out
+        if capacity is None:
+            return self._dropless(flat, token, expert, w)
+        return self._buffered(flat, token, expert, w, capacity)
 
-    def _meta_forward(self, flat: torch.Tensor, weights: torch.Tensor, capacity: int | None) -> torch.Tensor:
-        """On meta there are no values, so no routing (nonzero cannot run): the N·k token-expert pairs are
-        dealt out evenly instead, in contiguous runs, one run per expert (C rows each with a capacity), and
-        multiplied as at most two batched matmuls (the first N·k mod E experts take one row more). Any
-        routing does the same matmul FLOPs, since the experts together always see N·k rows (E·C with a
-        capacity); the output depends on every expert, so a backward pass counts theirs too."""
-        n_pairs, E, d = flat.shape[0] * self.top_k, self.n_expert, flat.shape[1]
-        pairs = flat.repeat_interleave(self.top_k, dim=0)  # (N·k, d): each token once per chosen expert
-        if capacity is not None:
-            pairs = F.pad(pairs, (0, 0, 0, max(0, capacity * E - n_pairs)))[: capacity * E]
-            y = self.experts(pairs.view(E, capacity, d)).reshape(-1, d)  # (E·C, d)
+    def _dropless(self, flat: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
+                  w: torch.Tensor) -> torch.Tensor:
+        """Every pair runs: one grouped matmul per projection over the P sorted rows."""
+        ends = expert_ends(expert, self.n_expert)  # (E,) int32, on the device
+        rows = flat.index_select(0, token)  # (P, d)
+        if self.spec.sigmoid_input:  # Llama 4: the weight scales the expert's input
+            y = self.experts(rows * w[:, None], ends=ends, experts=expert)  # (P, d)
         else:
-            q, rem = divmod(n_pairs, E)
-            split = rem * (q + 1)
-            ys = [self.experts(pairs[:split].view(rem, q + 1, d)).reshape(-1, d)] if rem else []
-            if q:
-                ys.append(self.experts(pairs[split:].view(E - rem, q, d), rem).reshape(-1, d))
-            y = torch.cat(ys)  # (N·k, d)
-        y = F.pad(y, (0, 0, 0, max(0, n_pairs - y.shape[0])))[:n_pairs]  # (N·k, d): dropped pairs are 0
-        return (y.view(*weights.shape, -1) * weights[..., None]).sum(dim=1)  # (N, d)
+            y = self.experts(rows, ends=ends, experts=expert) * w[:, None]  # (P, d)
+        return torch.zeros_like(flat).index_add(0, token, y)
+
+    def _buffered(self, flat: torch.Tensor, token: torch.Tensor, expert: torch.Tensor, w: torch.Tensor,
+                  capacity: int) -> torch.Tensor:
+        """Each expert runs its first C pairs in a buffer of C rows (zero rows where fewer came), all E
+        buffers as one batched matmul; the pairs past an expert's C are dropped (add 0)."""
+        (N, d), E, C, P = flat.shape, self.n_expert, capacity, token.shape[0]
+        dev = flat.device
+        starts = torch.searchsorted(expert, torch.arange(E, device=dev, dtype=expert.dtype))  # (E,) first pair
+        pos = torch.arange(P, device=dev) - starts.index_select(0, expert)  # (P,): place in its expert's queue
+        keep = pos < C
+        dest = torch.where(keep, expert * C + pos, E * C)  # (P,): its buffer row, or a spare row past the end
+        slot_pair = torch.full((E * C + 1,), P, device=dev).scatter_(0, dest, torch.arange(P, device=dev))
+        slot_pair = slot_pair[:-1]  # (E·C,): the pair in each buffer row, P where the row is empty
+        if self.spec.sigmoid_input:  # Llama 4: scale each pair's row, then fill the buffers from the pairs
+            source, index = flat.index_select(0, token) * w[:, None], slot_pair  # (P, d)
+        else:
+            source, index = flat, F.pad(token, (0, 1), value=N).index_select(0, slot_pair)  # (N, d), (E·C,)
+        buffer = F.pad(source, (0, 0, 0, 1)).index_select(0, index)  # (E·C, d): the spare last row is 0
+        y = self.experts(buffer.view(E, C, d)).view(E * C, d)  # one batched matmul: 2·E·C·d·m·f FLOPs
+        back = y.index_select(0, torch.where(keep, dest, 0))  # (P, d): each pair's output row
+        if self.spec.sigmoid_input:
+            back = torch.where(keep[:, None], back, 0)
+        else:
+            back = back * torch.where(keep, w, 0)[:, None]
+        return torch.zeros_like(flat).index_add(0, token, back)
