@@ -184,17 +184,22 @@ def test_prompt_then_decode_steps_give_transformers_logits(tmp_path):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
 
 
-def test_decode_step_flops_expand_the_whole_context(tmp_path):
-    """The naive form transformers runs: a decode step expands every cached latent through W_kvb, so its
-    FLOPs are the analytic fold with W_kvb's rows = the context (tfcalc.architecture.latent)."""
+def test_naive_decode_step_flops_expand_the_whole_context(tmp_path):
+    """The naive form transformers runs (tfcalc's module with ``absorb = False``): a decode step expands every
+    cached latent through W_kvb, so its FLOPs are the analytic fold with W_kvb's rows = the context
+    (tfcalc.architecture.latent)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     import tfcalc
+    from tfcalc.model.latent import LatentAttention
 
     ours = tfcalc.load_model(str(_save(build("deepseek_v3-plain"), tmp_path / "m")))
     cfg = load(str(tmp_path / "m" / "config.json"))
     ids = torch.randint(0, V, (2, 8))
+    for m in ours.modules():
+        if isinstance(m, LatentAttention):
+            m.absorb = False
     with torch.no_grad():
         cache = ours.new_cache(2, 9)
         ours.prefill(ids, cache)
