@@ -271,6 +271,19 @@ def test_the_absorbed_decode_reads_w_kvb_once_and_the_latent_cache_once():
     assert half["attn_uk"].flops * 2 == rows["attn_uk"].flops and half["attn_uv"].count == 128 // 2  # heads / T
 
 
+def test_flops_json_names_the_absorbed_decode_beside_the_naive_one(cli):
+    """`flops --decode --json`: DeepSeek-V3 at 4,096 keys, per layer the naive step's W_kvb over the keys and
+    full-width scores, 2·S·512·128·256 + 2·128·S·(192 + 128), against the absorbed 2·2·128·128·512 +
+    2·128·S·(576 + 512) (tfcalc.architecture.latent, step 6); a model without latent attention: one form."""
+    S = 4096
+    decode = cli("flops", "deepseek-v3", "--decode", "--seq", str(S), "--json").json()["decode"]
+    naive = 2 * S * 512 * 128 * 256 + 2 * 128 * S * (192 + 128)
+    absorbed = 2 * 2 * 128 * 128 * 512 + 2 * 128 * S * (576 + 512)
+    assert decode["attention_form"] == "absorbed" and decode["flops_naive"] - decode["flops"] == 61 * (naive - absorbed)
+    plain = cli("flops", "llama2-7b", "--decode", "--json").json()["decode"]
+    assert plain["attention_form"] == "standard" and plain["flops_naive"] == plain["flops"]
+
+
 def test_checkpoint_counts_mtp_and_fp8_scales_apart(tmp_path, cli):
     """A published DeepSeek-V3 checkpoint also stores the MTP module (model.layers.61.*) and FP8 block scales
     (weight_scale_inv): every element is in checkpoint_total, the parameters still match the config."""
