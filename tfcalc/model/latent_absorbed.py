@@ -42,11 +42,12 @@ def split_kv_b(weight: torch.Tensor, n_head: int, nope: int, v_dim: int) -> tupl
 
 def cache_keys(latent: torch.Tensor, k_rot: torch.Tensor) -> torch.Tensor:
     """(B, S, c) latents and (B, S, h_r) rotary keys -> (B, S, c + h_r) keys [c | k_r]: a view when the two
-    are the halves of one buffer's rows (no copy of the cache), else a concatenation."""
+    are the halves of one buffer's rows (no copy of the cache), else a concatenation (and under torch.compile,
+    whose fake tensors have no address: the compiler fuses the concatenation into its consumer)."""
     B, S, c = latent.shape
-    adjacent = (latent.stride() == k_rot.stride() and latent.stride(-1) == 1 and latent.dtype == k_rot.dtype
-                and latent.stride(-2) >= c + k_rot.shape[-1] and latent.device == k_rot.device
-                and k_rot.data_ptr() == latent.data_ptr() + c * latent.element_size())
+    adjacent = (not torch.compiler.is_compiling() and latent.stride() == k_rot.stride() and latent.stride(-1) == 1
+                and latent.dtype == k_rot.dtype and latent.stride(-2) >= c + k_rot.shape[-1]
+                and latent.device == k_rot.device and k_rot.data_ptr() == latent.data_ptr() + c * latent.element_size())
     if adjacent:
         return latent.as_strided((B, S, c + k_rot.shape[-1]), latent.stride())
     return torch.cat([latent, k_rot], dim=-1)
