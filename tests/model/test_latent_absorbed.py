@@ -7,12 +7,17 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny
+from deepseek_configs import latent_configs
+from hypothesis import HealthCheck, given, settings, strategies as st
+from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.architecture import LatentAttention as LatentSpec
 from tfcalc.architecture.latent import Yarn
+from tfcalc.count.flops import decode_flops
 from tfcalc.model import build_model, generate
 from tfcalc.model.latent import LatentAttention
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys
+from tfcalc.workload import Workload
 
 # DeepSeek-V3-like (a compressed Q) and V2-Lite-like (a plain Q, YaRN's mscale 0.707), and one with no
 # no-position channels at all (h_n = 0: the scores are the rotary part only)
@@ -148,3 +153,27 @@ def test_greedy_generation_is_unchanged(name):
         runs[absorb] = tokens, torch.cat(logits, dim=1)
     assert torch.equal(runs[True][0], runs[False][0])
     torch.testing.assert_close(runs[True][1], runs[False][1], rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(latent_configs(), st.integers(1, 3), st.integers(1, 8))
+def test_random_latent_models_decode_absorbed_as_counted(cfg, batch, prompt):
+    """Random DeepSeek-shaped models (a compressed Q or not, h_n = 0 or more, biases, YaRN, dense and MoE
+    layers): a decode step's FlopCounterMode count equals decode_flops, and its logits the naive form's."""
+    prompt = min(prompt, cfg.max_seq_len - 1)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", torch.float64)
+    ids = torch.randint(0, cfg.vocab_size, (batch, prompt + 1))
+    logits = {}
+    for absorb in (True, False):
+        for m in model.modules():
+            if isinstance(m, LatentAttention):
+                m.absorb = absorb
+        with torch.no_grad():
+            cache = model.new_cache(batch, prompt + 1)
+            model.prefill(ids[:, :prompt], cache)
+            with FlopCounterMode(display=False) as counter:
+                logits[absorb] = model.decode(ids[:, prompt:], cache)
+        if absorb:
+            assert counter.get_total_flops() == decode_flops(cfg, Workload(batch=batch, seq=prompt + 1))
+    torch.testing.assert_close(logits[True], logits[False], rtol=1e-9, atol=1e-9)

@@ -53,6 +53,14 @@ def cache_keys(latent: torch.Tensor, k_rot: torch.Tensor) -> torch.Tensor:
     return torch.cat([latent, k_rot], dim=-1)
 
 
+def per_head(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (B, T, H, k) @ w (H, k, n) -> (B, T, H, n): one matmul per head, a bmm over the heads (einsum would
+    turn a contraction over one channel into a broadcast multiply, which FlopCounterMode does not see)."""
+    B, T, H, k = x.shape
+    y = torch.bmm(x.permute(2, 0, 1, 3).reshape(H, B * T, k), w)  # (H, B·T, n)
+    return y.view(H, B, T, -1).permute(1, 2, 0, 3)
+
+
 def _row_mask(mask: torch.Tensor | None, B: int, H: int, T: int) -> torch.Tensor | None:
     """A mask broadcastable to the naive form's (B, H, T, S) -> one for the rows (B, 1, T·H, S), row t·H + h
     being query t's head h. Additive (float) or boolean (True: attend), as SDPA takes either."""
@@ -76,9 +84,9 @@ def absorbed_attention(q_nope: torch.Tensor, q_rot: torch.Tensor, latent: torch.
     B, T, H, nope = q_nope.shape
     c = latent.shape[-1]
     w_uk, w_uv = split_kv_b(kv_b_weight, H, nope, kv_b_weight.shape[0] // H - nope)
-    q_lat = torch.einsum("bthn,hnc->bthc", q_nope, w_uk)  # (B, T, H, c): step 1
+    q_lat = per_head(q_nope, w_uk)  # (B, T, H, c): step 1
     q = torch.cat([q_lat, q_rot], dim=-1).reshape(B, 1, T * H, c + q_rot.shape[-1])  # (B, 1, T·H, c + h_r)
     k = cache_keys(latent, k_rot)[:, None]  # (B, 1, S, c + h_r): one key head shared by every row
     o = F.scaled_dot_product_attention(q, k, latent[:, None], attn_mask=_row_mask(mask, B, H, T), scale=scale)
     o = o.reshape(B, T, H, c)  # (B, T, H, c): step 2, still in the latent space
-    return torch.einsum("bthc,hvc->bthv", o, w_uv)  # (B, T, H, h_v): step 3
+    return per_head(o, w_uv.mT)  # (B, T, H, h_v): step 3
