@@ -282,6 +282,8 @@ def test_flops_json_names_the_absorbed_decode_beside_the_naive_one(cli):
     assert decode["attention_form"] == "absorbed" and decode["flops_naive"] - decode["flops"] == 61 * (naive - absorbed)
     plain = cli("flops", "llama2-7b", "--decode", "--json").json()["decode"]
     assert plain["attention_form"] == "standard" and plain["flops_naive"] == plain["flops"]
+    assert cli("infer", "deepseek-v3", "--json").json()["decode_attention_form"] == "absorbed"
+    assert cli("infer", "llama2-7b", "--json").json()["decode_attention_form"] == "standard"
 
 
 def test_checkpoint_counts_mtp_and_fp8_scales_apart(tmp_path, cli):
