@@ -184,17 +184,22 @@ def test_prompt_then_decode_steps_give_transformers_logits(tmp_path):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
 
 
-def test_decode_step_flops_expand_the_whole_context(tmp_path):
-    """The naive form transformers runs: a decode step expands every cached latent through W_kvb, so its
-    FLOPs are the analytic fold with W_kvb's rows = the context (tfcalc.architecture.latent)."""
+def test_naive_decode_step_flops_expand_the_whole_context(tmp_path):
+    """The naive form transformers runs (tfcalc's module with ``absorb = False``): a decode step expands every
+    cached latent through W_kvb, so its FLOPs are the analytic fold with W_kvb's rows = the context
+    (tfcalc.architecture.latent)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     import tfcalc
+    from tfcalc.model.latent import LatentAttention
 
     ours = tfcalc.load_model(str(_save(build("deepseek_v3-plain"), tmp_path / "m")))
     cfg = load(str(tmp_path / "m" / "config.json"))
     ids = torch.randint(0, V, (2, 8))
+    for m in ours.modules():
+        if isinstance(m, LatentAttention):
+            m.absorb = False
     with torch.no_grad():
         cache = ours.new_cache(2, 9)
         ours.prefill(ids, cache)
@@ -204,6 +209,81 @@ def test_decode_step_flops_expand_the_whole_context(tmp_path):
     assert counter.get_total_flops() == sum(e.total for e in entries)
     kv_b = next(e for e in entries if e.component == "attn_kv_b")
     assert kv_b.shape[0] == 2 * 9  # every position of the context, not the one new token
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v3-plain", "deepseek_v2"])
+def test_decode_step_flops_are_the_absorbed_form(tmp_path, name):
+    """A decode step runs (and counts) the absorbed form: FlopCounterMode over the real module's step equals
+    decode_flops, and over tfcalc.model.latent_absorbed on one layer's weights the hand-derived terms
+    (tfcalc.architecture.latent, step 6: 2·H·h_n·c and 2·H·c·h_v per token, 2·H·(c + h_r) + 2·H·c per key)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import tfcalc
+    from tfcalc.model.latent_absorbed import absorbed_attention
+
+    ours = tfcalc.load_model(str(_save(build(name), tmp_path / "m")))
+    cfg = load(str(tmp_path / "m" / "config.json"))
+    B, S = 2, 9
+    ids = torch.randint(0, V, (B, S - 1))
+    with torch.no_grad():
+        cache = ours.new_cache(B, S)
+        ours.prefill(ids, cache)
+        with FlopCounterMode(display=False) as counter:
+            ours.decode(ids[:, :1], cache)
+    w = Workload(batch=B, seq=S)
+    assert counter.get_total_flops() == flops_count.decode_flops(cfg, w)
+    entries = {e.component: e for e in flops_count.decode_entries(cfg, w)}
+    assert "attn_kv_b" not in entries  # no expansion of the cached latents
+    a = cfg.architecture.output.layer(0).attention
+    H, hn, hr, hv, c = a.n_head, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim, a.kv_lora_rank
+    hand = {"attn_uk": 2 * B * H * hn * c, "attn_uv": 2 * B * H * c * hv, "attn_qk": 2 * B * H * S * (c + hr),
+            "attn_av": 2 * B * H * S * c}
+    assert {k: entries[k].per_copy for k in hand} == hand
+    layer = ours.blocks[0].attn
+    with torch.no_grad(), FlopCounterMode(display=False) as one:
+        absorbed_attention(torch.randn(B, 1, H, hn), torch.randn(B, 1, H, hr), torch.randn(B, S, c),
+                           torch.randn(B, S, hr), layer.kv_b.weight, layer.scale)
+    assert one.get_total_flops() == sum(hand.values())
+
+
+def test_the_absorbed_decode_reads_w_kvb_once_and_the_latent_cache_once():
+    """The roofline of a DeepSeek-V3 decode step: W_kvb's bytes read once, split between W_UK's and W_UV's
+    rows by their rows (H·h_n and H·h_v: half each); the weights read in all as the naive form read them;
+    FLOPs the absorbed ones; the cache read once (c_kv + h_r per key and layer)."""
+    from tfcalc.count import quant
+    from tfcalc.count.roofline import decode_step, verify_step
+    from tfcalc.count.serving_tp import shard_step
+
+    cfg = load("deepseek-v3")
+    step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
+    rows = {r.component: r for r in step.rows}
+    kv_b = count.breakdown(cfg)["attn_kv_b_weight"] * 2
+    assert rows["attn_uk"].weight_bytes == rows["attn_uv"].weight_bytes == kv_b // 2 and "attn_kv_b" not in rows
+    naive = verify_step(cfg, 2, 1, 1000, quant.plain("bf16"), "bf16")  # one query in the naive form
+    assert step.weight_bytes == naive.weight_bytes and step.kv_bytes == naive.kv_bytes
+    assert {r.component: r.weight_bytes for r in naive.rows}["attn_kv_b"] == kv_b
+    assert step.flops == flops_count.decode_flops(cfg, Workload(batch=2, seq=1000))
+    assert rows["attn_qk"].flops == 61 * 2 * 2 * 128 * 1000 * (512 + 64)  # layers · 2 · B · H · S · (c + h_r)
+    assert rows["attn_qk"].kv_bytes == 2 * 1000 * 61 * 576 * 2 and rows["attn_av"].kv_bytes == 0
+    assert rows["attn_uk"].activation_bytes == 61 * 2 * 128 * 2 * (128 + 512)  # layers · bytes · H · B · (h_n + c)
+    half = {r.component: r for r in shard_step(step, cfg, 2, 0).rows}
+    assert half["attn_uk"].flops * 2 == rows["attn_uk"].flops and half["attn_uv"].count == 128 // 2  # heads / T
+
+
+def test_flops_json_names_the_absorbed_decode_beside_the_naive_one(cli):
+    """`flops --decode --json`: DeepSeek-V3 at 4,096 keys, per layer the naive step's W_kvb over the keys and
+    full-width scores, 2·S·512·128·256 + 2·128·S·(192 + 128), against the absorbed 2·2·128·128·512 +
+    2·128·S·(576 + 512) (tfcalc.architecture.latent, step 6); a model without latent attention: one form."""
+    S = 4096
+    decode = cli("flops", "deepseek-v3", "--decode", "--seq", str(S), "--json").json()["decode"]
+    naive = 2 * S * 512 * 128 * 256 + 2 * 128 * S * (192 + 128)
+    absorbed = 2 * 2 * 128 * 128 * 512 + 2 * 128 * S * (576 + 512)
+    assert decode["attention_form"] == "absorbed" and decode["flops_naive"] - decode["flops"] == 61 * (naive - absorbed)
+    plain = cli("flops", "llama2-7b", "--decode", "--json").json()["decode"]
+    assert plain["attention_form"] == "standard" and plain["flops_naive"] == plain["flops"]
+    assert cli("infer", "deepseek-v3", "--json").json()["decode_attention_form"] == "absorbed"
+    assert cli("infer", "llama2-7b", "--json").json()["decode_attention_form"] == "standard"
 
 
 def test_checkpoint_counts_mtp_and_fp8_scales_apart(tmp_path, cli):

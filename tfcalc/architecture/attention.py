@@ -173,9 +173,10 @@ class Attention:
         return (dataclasses.replace(self.qk_norm, width=self.q_width),
                 dataclasses.replace(self.qk_norm, width=self.k_width))
 
-    def linears(self, with_kv: bool = True) -> list[Linear]:
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         """The projections (step 1); a cross-attention's K and V over the sources, left out when
-        ``with_kv`` is false (a decode step reuses them from the cross KV cache)."""
+        ``with_kv`` is false (a decode step reuses them from the cross KV cache). A decode step (``step``)
+        runs the same projections."""
         role = "attention_proj" if self.kind == "self" else "cross_attention_proj"
         label = "" if self.kind == "self" else "cross-attention "
         kv_rows, kv_note = ("tokens", "") if self.kind == "self" else ("sources", " (encoder output)")
@@ -200,9 +201,10 @@ class Attention:
         return context if span is None else min(context, span)
 
     # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
-    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Step 2 for one sequence of ``queries`` tokens over ``keys`` positions: each layer's unmasked pairs
-        (a window or a chunk shrinks them; an encoder's and a cross-attention's see every key)."""
+        (a window or a chunk shrinks them; an encoder's and a cross-attention's see every key). A decode step
+        (``step``) runs the same matmuls."""
         pairs = causal_pairs(queries, keys, self.window, self.chunk) if self.causal else queries * keys
         return score_mixing(self.n_head, self.head_dim, self.v_dim, queries, keys, pairs, self.k_width, self.v_width)
 

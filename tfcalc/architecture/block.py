@@ -116,9 +116,10 @@ class Block:
         ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
         return out + norm("ffn_norm") + ffn + norm("ffn_post_norm")
 
-    def linears(self, with_cross_kv: bool = True) -> list[Linear]:
-        """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``)."""
-        out = [m.named("attn_") for m in self.mixer.linears()]
+    def linears(self, with_cross_kv: bool = True, step: bool = False) -> list[Linear]:
+        """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``);
+        ``step``: the mixer's in the form a decode step runs."""
+        out = [m.named("attn_") for m in self.mixer.linears(step=step)]
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
         return out + (self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()])

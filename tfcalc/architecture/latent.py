@@ -18,13 +18,22 @@ qk_rope_head_dim rotary channels), each value head h_v (v_head_dim); c_kv = kv_l
    ``expanded_kv_elements`` names beside it what a cache of plain K and V heads would hold: H·(h_n + h_r)
    + H·h_v.
 
-FLOPs: matmul by matmul as transformers runs them, the *naive* form: every forward expands the cached
-latents of all the positions attended to through W_kvb (rows "keys": the sequence in a forward pass, the
-whole context in a decode step), then attends with full-width heads. The *absorbed* form (the paper,
-sec. 2.1.2; vLLM's and SGLang's MLA decode) folds W_kvb into the query and the output instead: per token
-and layer it adds 2·H·h_n·c_kv (queries into the latent space) and 2·H·c_kv·h_v (outputs out of it), and
-per key it costs 2·H·(c_kv + h_r) for Q·Kᵀ and 2·H·c_kv for attention·V, with no expansion over the
-context -- not counted here (tfcalc counts what the module it builds, and transformers, run).
+FLOPs: matmul by matmul as the module tfcalc builds runs them (tfcalc.model.latent), in the form that runs:
+5. a forward pass (prefill, training, a verify step) in the *naive* form, what transformers runs
+   (``linears``, ``score_dims``): W_kvb expands the latents of all the positions attended to (rows "keys":
+   the sequence), then full-width heads attend: 2·H·(h_n + h_r) per (query, key) pair for Q·Kᵀ, 2·H·h_v
+   for attention·V;
+6. a decode step (one query per sequence against the cache) in the *absorbed* form (the paper, sec. 2.1.2;
+   vLLM's and SGLang's MLA decode; tfcalc.model.latent_absorbed), ``decode_linears``, ``decode_score_dims``:
+   W_UK (W_kvb's key rows) folds into the query and W_UV (its value rows) into the output, and the heads
+   attend multi-query over the cached [c | k_r]. Per token and layer 2·H·h_n·c_kv (queries into the latent
+   space, H matmuls (1, h_n) @ (h_n, c_kv)) and 2·H·c_kv·h_v (outputs out of it, H matmuls (1, c_kv) @
+   (c_kv, h_v)); per key 2·H·(c_kv + h_r) for Q·Kᵀ and 2·H·c_kv for attention·V; no expansion over the
+   context. The naive step would instead spend 2·S·c_kv·H·(h_n + h_v) on W_kvb over its S keys and
+   2·H·S·(h_n + h_r + h_v) on the scores. W_kvb is still read once per step (its weights, split between the
+   two absorbed matmuls by rows). DeepSeek-V3 (H = 128, h_n = h_v = 128, h_r = 64, c_kv = 512), per token and
+   layer beside the Q, KV-compression and O projections: absorbed 2·2·128·128·512 = 33,554,432 plus
+   2·128·(576 + 512) = 278,528 per key; naive 2·512·128·256 + 2·128·(192 + 128) = 33,636,352 per key.
 
 YaRN (Peng et al. 2023, arXiv 2309.00071): the rotary frequencies are interpolated (``Yarn``) and the
 softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(factor) + 1
@@ -191,8 +200,11 @@ class LatentAttention:
         out.append(Weight("o_weight", (d, self.out_width), role, "attention O weight", "cols"))
         return out + ([Weight("o_bias", (d,), role, "attention O bias")] if self.bias else [])
 
-    def linears(self, with_kv: bool = True) -> list[Linear]:
-        """Steps 1-3: W_kvb runs over the positions attended to (rows "keys"), the others over the tokens."""
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        """Steps 1-3: W_kvb runs over the positions attended to (rows "keys"), the others over the tokens; a
+        decode step (``step``) in the absorbed form (step 6, ``decode_linears``)."""
+        if step:
+            return self.decode_linears()
         role, d = "attention_proj", self.d_model
         if self.q_lora_rank is None:
             out = [Linear("q", role, "Q projection", d, self.q_width)]
@@ -209,6 +221,20 @@ class LatentAttention:
         """(query heads, Q·K channels h_n + h_r, V channels h_v) of step 3."""
         return self.n_head, self.head_dim, self.v_head_dim
 
+    def decode_linears(self) -> list[Linear]:
+        """A decode step's matmuls in the absorbed form (step 6): W_kvb over no key, W_UK and W_UV once per
+        head over the step's tokens."""
+        c, role, H = self.kv_lora_rank, "attention_proj", self.n_head
+        out = [m for m in self.linears(step=False) if m.name not in ("kv_b", "o")]
+        return out + [Linear("uk", role, "Q into the latent (W_UK absorbed)", self.qk_nope_head_dim, c, count=H),
+                      Linear("uv", role, "out of the latent (W_UV absorbed)", c, self.v_head_dim, count=H),
+                      Linear("o", role, "O projection", self.out_width, self.d_model)]
+
+    def decode_score_dims(self) -> tuple[int, int, int]:
+        """(query heads, Q·K channels c_kv + h_r, V channels c_kv) of a decode step's multi-query attention over
+        the latents (step 6)."""
+        return self.n_head, self.kv_lora_rank + self.qk_rope_head_dim, self.kv_lora_rank
+
     def kv_elements(self) -> int:
         """Elements cached per layer and position: the latent and the rotary key (step 4)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
@@ -221,12 +247,14 @@ class LatentAttention:
         return context
 
     # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
-    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Step 3 for one sequence over the expanded heads (the naive form, see the module docstring); a decode
-        step's Q·Kᵀ reads the cached latent and rotary key (c_kv + h_r per key), its attention·V the values
-        W_kvb expands from them (no cached state of their own)."""
+        step (``step``) in the absorbed form, multi-query over the latents (step 6, ``decode_score_dims``). Q·Kᵀ
+        reads the cached latent and rotary key (c_kv + h_r per key) once; attention·V reads the latent again in
+        the same fused kernel (absorbed), or the values W_kvb expands from it (naive): no state of its own."""
         pairs = causal_pairs(queries, keys) if self.causal else queries * keys
-        return score_mixing(self.n_head, self.head_dim, self.v_head_dim, queries, keys, pairs, self.kv_elements(), 0)
+        heads, h, hv = self.decode_score_dims() if step else self.score_dims()
+        return score_mixing(heads, h, hv, queries, keys, pairs, self.kv_elements(), 0)
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
         """One sequence's non-matmul work as the count prices it: the softmax of the full square over the H

@@ -18,12 +18,14 @@ What a mixer answers:
 
 1. ``weights()``: its parameter tensors (``Weight``: breakdown key, shape, role, TP split, fused stored
    tensor) -- the parameter count, the plan's shards and the checkpoint map fold over them;
-2. ``linears(with_kv)``: its projections (``Linear``: n_in -> n_out over the rows named);
+2. ``linears(with_kv, step)``: its projections (``Linear``: n_in -> n_out over the rows named); ``step``: in
+   the form a decode step runs (latent attention's absorbed form; the same projections for most mixers);
 3. ``mixing(queries, keys)``: the matmuls that mix positions, for ONE sequence of ``queries`` new tokens
    over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
    keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
    Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
-   generation state it reads. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
+   generation state it reads; ``step``: a decode step's form, as for ``linears``. Attention answers Q·Kᵀ and
+   attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
    RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
@@ -159,9 +161,9 @@ class Mixer(Protocol):
 
     def weights(self) -> list[Weight]: ...
 
-    def linears(self, with_kv: bool = True) -> list[Linear]: ...
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]: ...
 
-    def mixing(self, queries: int, keys: int) -> list[Mixing]: ...
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]: ...
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
 

@@ -45,7 +45,7 @@ class Weight:
 
 @dataclass(frozen=True)
 class Linear:
-    """One matmul a component runs per forward: (rows, n_in) @ (n_in, n_out), 2·rows·n_in·n_out FLOPs.
+    """``count`` matmuls a component runs per forward: (rows, n_in) @ (n_in, n_out), 2·count·rows·n_in·n_out FLOPs.
 
     ``rows`` names what the rows are, resolved by the FLOP fold: "tokens" (every token of the stack),
     "sources" (the states cross-attention reads), "routed" (the token rows a mixture of experts hands
@@ -59,6 +59,7 @@ class Linear:
     n_in: int
     n_out: int
     rows: Literal["tokens", "sources", "routed", "first", "keys"] = "tokens"
+    count: int = 1  # matmuls of this shape: one per head for a latent attention's absorbed W_UK and W_UV
 
     def named(self, prefix: str) -> "Linear":
         return replace(self, name=prefix + self.name)

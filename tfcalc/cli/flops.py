@@ -44,7 +44,7 @@ def flops(
     recompute: Annotated[bool, _flag("--recompute", help="Training with full activation recompute: 4 × forward, "
                                      "not 3 ×.")] = False,
     decode: Annotated[bool, _flag("--decode", help="Also FLOPs per generated token at context T with a KV "
-                                  "cache.")] = False,
+                                  "cache; latent attention (DeepSeek's MLA) in its absorbed form.")] = False,
     format: FormatOption = Format.table,
     table: TableOption = None,
     json_out: Json = False,
@@ -64,6 +64,11 @@ def flops(
     expert's full buffer), plus the shared experts and the router: never all E experts. An encoder (BERT) masks no
     score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target
     tokens; cross-attention scores T × S.
+
+    Latent attention (DeepSeek's MLA): the forward in the naive form transformers runs (W_kvb expands every key's
+    latent); a decode step (--decode) in the absorbed form that tfcalc's module and MLA servers (vLLM, SGLang) run:
+    W_UK folded into the query and W_UV into the output, per token 2·H·h_n·c_kv + 2·H·c_kv·h_v, per cached key
+    2·H·(c_kv + h_r) + 2·H·c_kv, no expansion of the cached latents (the naive figure in JSON: flops_naive).
     """
     out = output(format, json_out, exact, verbose, table)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq)

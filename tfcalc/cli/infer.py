@@ -111,7 +111,9 @@ def infer(
     with their ratio. --dtype int8/int4/fp8 counts quantized weights with their scales and zero points
     (--group-size); --kv-dtype sets the cache's dtype apart. A sliding window of W caches W − 1 positions per layer
     (chunks of C: C − 1), as transformers' generate() keeps them; a decode step reads those and its own K and V.
-    Experts stored as MXFP4 (gpt-oss) are read as stored.
+    Experts stored as MXFP4 (gpt-oss) are read as stored. Latent attention (DeepSeek's MLA) decodes in its absorbed
+    form, as tfcalc's module and MLA servers run it (W_UK into the query, W_UV into the output, multi-query over the
+    cached latents, read once; W_kvb's weights read once per step); its prefill in the naive form.
 
     --tp T: tensor-parallel serving on T GPUs of one node (Megatron's column/row splits; T divides the query heads;
     KV heads split, or replicated when T exceeds them): weights, KV cache, fits and times are one GPU's, each step

@@ -57,12 +57,14 @@ Other kinds (tfcalc.config):
     2·m·E·C·d·f whatever the routing: padding when c > 1, dropped tokens when c < 1;
 11. BERT's MLM-head transform: 2·B·T·d·d before the LM head. No matmul changes with sandwich and Q/K
     norms, parallel blocks, partial rotary, soft-capping, T5's bias (a lookup), OPT's offset; a sliding
-    window changes the causal count only (``causal_pairs`` per layer: Gemma 2 alternates two kinds).
+    window changes the causal count only (``causal_pairs`` per layer: Gemma 2 alternates two kinds);
+12. latent attention (DeepSeek's MLA, tfcalc.architecture.latent): a forward pass in the naive form (W_kvb
+    over every key), a decode step in the absorbed form the module runs then (tfcalc.model.latent_absorbed).
 
-Public names (the benchmark imports these), each taking the request as a ``Workload`` (tfcalc.workload:
-batch B, seq T, an encoder-decoder's src_seq S): ``breakdown(cfg, w) -> FlopBreakdown`` (every matmul a
-``MatmulEntry``, every non-matmul term a ``NonMatmulEntry``; ``.per_layer()``, ``.totals()``,
-``.components()``, ``.forward``, ``.forward_causal``, ``.non_matmul_total``); ``forward_flops``,
+Public names (the benchmark imports these), each taking a ``Workload`` (tfcalc.workload: batch B, seq T,
+an encoder-decoder's src_seq S): ``breakdown(cfg, w) -> FlopBreakdown`` (every matmul a ``MatmulEntry``, every
+non-matmul term a ``NonMatmulEntry``; ``.per_layer()``, ``.totals()``, ``.components()``, ``.forward``,
+``.forward_causal``, ``.non_matmul_total``); ``forward_flops``,
 ``forward_flops_causal``, ``training_flops(cfg, w, recompute=False)``; one block's ``attention_proj_flops``,
 ``attention_score_flops``, ``attention_flops`` (projections + scores), ``ffn_flops``, and ``lm_head_flops``;
 ``non_matmul_flops``; ``decode_flops(cfg, w)`` (one token per sequence against w.seq cached positions);
@@ -127,7 +129,7 @@ class MatmulEntry:
 
 def matmul_entries(
     cfg: ModelConfig, batch: int, queries: int, keys: int | None = None, src: int | None = None,
-    encoder: bool = True,
+    encoder: bool = True, absorbed: bool = False,
 ) -> list[MatmulEntry]:
     """Every matmul of a forward pass over ``queries`` new tokens per sequence attending to ``keys``
     positions (keys = queries for a full forward, keys = context with queries = 1 for decoding): a fold
@@ -135,7 +137,8 @@ def matmul_entries(
 
     An encoder-decoder's encoder reads ``src`` tokens per sequence (default: queries), and every decoder
     block's cross-attention scores its queries against them. ``encoder=False`` leaves out what a decode
-    step reuses: the encoder, and the cross-attention K and V projections (the cross KV cache)."""
+    step reuses: the encoder, and the cross-attention K and V projections (the cross KV cache).
+    ``absorbed``: a decode step's form where a mixer has one (step 12: ``decode_linears``, ``decode_score_dims``)."""
     keys = queries if keys is None else keys
     arch = cfg.architecture
     out: list[MatmulEntry] = []
@@ -143,10 +146,11 @@ def matmul_entries(
         src = queries if src is None else src
         if encoder:
             out += _stack_matmuls(arch.stacks[0], batch, src, src, "encoder")
-        out += _stack_matmuls(arch.output, batch, queries, keys, "decoder", src=src, cross_kv=encoder)
+        out += _stack_matmuls(arch.output, batch, queries, keys, "decoder", src=src, cross_kv=encoder,
+                              absorbed=absorbed)
     else:
         src = (queries if src is None else src) if cfg.cross_attention else None
-        out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder)
+        out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder, absorbed=absorbed)
     emb = arch.output.embeddings
     if emb.project_dim is not None:  # OPT-350m's project_in: (B·T, p) @ (p, d) after the lookup
         rows, p, d = batch * queries, emb.project_dim, emb.d_model
@@ -175,9 +179,9 @@ def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulE
 
 def _stack_matmuls(
     stack: Stack, batch: int, queries: int, keys: int, stack_name: str = "", src: int | None = None,
-    cross_kv: bool = True,
+    cross_kv: bool = True, absorbed: bool = False,
 ) -> list[MatmulEntry]:
-    """The matmuls of one stack's blocks (steps 1-10 of the module docstring), each layer kind's times the
+    """The matmuls of one stack's blocks (steps 1-12 of the module docstring), each layer kind's times the
     layers of that kind; cross-attention against ``src`` sources where the blocks have it."""
     prefix, stack_label = ("encoder_" if stack_name == "encoder" else ""), (f"{stack_name} " if stack_name else "")
     rows = batch * queries
@@ -197,19 +201,20 @@ def _stack_matmuls(
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
         n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
              "routed": moe.routed_rows(rows) if moe else rows}[m.rows]
-        add(m.name, m.role, m.label, (n, m.n_in, m.n_out), 1, layers, 2 * n * m.n_in * m.n_out)
+        add(m.name, m.role, m.label, (n, m.n_in, m.n_out), m.count, layers, 2 * n * m.n_in * m.n_out * m.count)
 
     def mixing(mixer: Mixer, prefix: str, group: str, label: str, n_keys: int, layers: int) -> None:
         # the mixer's position-mixing matmuls of one sequence (tfcalc.architecture.mixer), times the batch:
-        # full square as FlopCounterMode sees them, causal over the pairs its mask leaves
-        for mm in mixer.mixing(queries, n_keys):
+        # full square as FlopCounterMode sees them, causal over the pairs its mask leaves; a decode step's in
+        # the form it runs (step 12: latent attention's absorbed form)
+        for mm in mixer.mixing(queries, n_keys, step=absorbed):
             text = mm.label if prefix == "attn_" or mm.name != "av" else "· V"
             add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops,
                 0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype)  # an encoder keeps none
 
     for block, layers in stack.kinds():
         moe = block.ffn if block.is_moe else None
-        linears = block.linears(cross_kv)
+        linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
             linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
         for m in linears:
@@ -239,9 +244,9 @@ class FlopBreakdown:
         return self.batch * self.seq
 
     def components(self, causal: bool = False) -> dict[str, int]:
-        """{component: FLOPs over the whole model}, in model order."""
+        """{component: FLOPs over the whole model}, in model order (a matmul of two shapes summed)."""
         out: dict[str, int] = {}
-        for e in self.entries:  # a matmul of two shapes (layer kinds that differ) sums
+        for e in self.entries:
             out[e.component] = out.get(e.component, 0) + (e.causal_total if causal else e.total)
         return out
 
@@ -281,16 +286,14 @@ class FlopBreakdown:
         return sum(e.total for e in self.non_matmul)
 
     def per_token(self, flops: int) -> int:
-        """flops / (B·T), per output token. Exact for a decoder or an encoder without a pooler: every
-        term carries a factor B·T (the scores B·T², causal B·T·(T+1)). Rounded to the nearest FLOP where
-        work is not per output token: BERT's pooler (once per sequence), an encoder-decoder's encoder and
-        cross-attention (per source token)."""
+        """flops / (B·T), per output token. Exact for a decoder or an encoder without a pooler: every term
+        carries a factor B·T (the scores B·T², causal B·T·(T+1)). Rounded to the nearest FLOP where work is
+        not per output token: BERT's pooler, an encoder-decoder's encoder and cross-attention."""
         return round(Fraction(flops, self.tokens))
 
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
-    """The source length of an encoder-decoder, or the external states a stack with cross_attention
-    reads (default: seq); None for the other kinds."""
+    """An encoder-decoder's source length, or the states a stack with cross_attention reads (default: seq)."""
     if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
         if src_seq is not None:
             raise InputError(
@@ -310,14 +313,11 @@ def _sizes(w: Workload) -> tuple[int, int]:
 
 
 def breakdown(cfg: ModelConfig, w: Workload) -> FlopBreakdown:
-    """w.batch sequences of w.seq tokens (an encoder-decoder: T target tokens, w.src_seq source tokens,
-    default T)."""
+    """w.batch sequences of w.seq tokens (an encoder-decoder: T target tokens, w.src_seq source ones, default T)."""
     batch, seq = _sizes(w)
     src = _source_length(cfg, seq, w.src_seq)
-    return FlopBreakdown(
-        cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
-        tuple(non_matmul_entries(cfg, batch, seq, src)), src,
-    )
+    return FlopBreakdown(cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
+                         tuple(non_matmul_entries(cfg, batch, seq, src)), src)
 
 
 def forward_flops(cfg: ModelConfig, w: Workload) -> int:
@@ -326,8 +326,8 @@ def forward_flops(cfg: ModelConfig, w: Workload) -> int:
 
 
 def forward_flops_causal(cfg: ModelConfig, w: Workload) -> int:
-    """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only (an encoder's
-    and cross-attention's scores are never masked: counted whole)."""
+    """Matmul FLOPs of one forward pass, scores over the T·(T+1)/2 unmasked elements only (an encoder's and
+    cross-attention's scores, never masked, whole)."""
     return breakdown(cfg, w).forward_causal
 
 
@@ -390,13 +390,13 @@ def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
     projections, FFN and LM head for 1 token; scores of that token against the ``w.seq`` cached keys
     (itself included), so no square and no causal discount. An encoder-decoder's step also scores
     against the w.src_seq cached cross-attention keys (default: the context); the encoder does not run
-    again. An encoder generates nothing: InputError."""
+    again. A latent attention's step in its absorbed form (step 12). An encoder generates nothing: InputError."""
     _check_sizes(batch=w.batch, context=w.seq)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)
     src = _source_length(cfg, w.seq, w.src_seq)
-    return matmul_entries(cfg, w.batch, 1, w.seq, src=src, encoder=False)
+    return matmul_entries(cfg, w.batch, 1, w.seq, src=src, encoder=False, absorbed=True)
 
 
 def decode_flops(cfg: ModelConfig, w: Workload) -> int:

@@ -28,6 +28,10 @@ Conventions, each one the usual one for serving estimates:
   published estimates quote (Llama 2 7B, bf16, batch 1, context 4096: 13,476,831,232 + 2,147,483,648 =
   15,624,314,880 bytes, ≈ 214 tokens/s on an H100 SXM at 3.35 TB/s). Activation traffic (a few MB per
   step at batch 1) is reported apart and included in the predicted time.
+- A decode step counts latent attention (DeepSeek's MLA) in its absorbed form, the form tfcalc's module and
+  MLA-aware servers run (tfcalc.architecture.latent, step 6): no expansion of the cached latents, multi-query
+  scores over [c_kv | k_r] and attention·V over c_kv, W_UK and W_UV per head; W_kvb's bytes read once, split
+  between those two rows. A prefill and a verify step run (and count) the naive form.
 - FLOPs: a decode step's scores are over its context (no square); a prefill's over the causal pairs
   (T·(T+1)/2 per head, or the windowed count), because fused causal kernels skip masked blocks. A
   prefill computes the logits of its last position only (what generation needs), B rows of the LM head.
@@ -58,6 +62,7 @@ from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
 
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
+ABSORBED = ("attn_uk", "attn_uv")  # a latent attention's decode: W_kvb's halves, once per head
 
 
 @dataclass(frozen=True)
@@ -247,9 +252,21 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
     return Row(e.component, e.label, e.total, w, kv, act * (m * k + m * n) * e.count * e.copies, shape, count)
 
 
+def _absorbed_weights(weights: dict[str, int], entries: list[MatmulEntry]) -> dict[str, int]:
+    """A latent attention's absorbed decode (tfcalc.architecture.latent, step 6) reads W_kvb once per step
+    through its two halves: W_UK's rows go with the row "attn_uk", W_UV's with "attn_uv", split by elements
+    (H·h_n·c_kv and H·c_kv·h_v); the weights as they are otherwise."""
+    parts = {e.component: e.shape[1] * e.shape[2] * e.count for e in entries if e.component in ABSORBED}
+    if not parts:
+        return weights
+    whole = weights.get("attn_kv_b", 0)
+    uk = whole * parts["attn_uk"] // (parts["attn_uk"] + parts["attn_uv"])
+    return {**{c: w for c, w in weights.items() if c != "attn_kv_b"}, "attn_uk": uk, "attn_uv": whole - uk}
+
+
 def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dtype: str, batch: int,
           tokens: int, decode: bool) -> tuple[Row, ...]:
-    weights = _weight_bytes_by_component(cfg, fmt, decode)
+    weights = _absorbed_weights(_weight_bytes_by_component(cfg, fmt, decode), entries)
     act = activation_element_bytes(fmt.compute_dtype)
     rows = [_row(cfg, e, weights, fmt, kv_dtype, batch, tokens, act) for e in entries]
     rows.append(Row("other", "other weights (embeddings, norms)", 0, weights.get("other", 0), 0, 0))
@@ -269,7 +286,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
     """One decode step: one token per sequence attending to ``context`` positions (itself included)."""
     _check(cfg, batch=batch, context=context)
     src = decoder_source(cfg, context, src_seq)
-    entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False)  # windows: see _row
+    entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False, absorbed=True)  # windows: see _row
     return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
 
 

@@ -10,7 +10,8 @@ inference. Pure arithmetic: each roofline row of a step (tfcalc.count.roofline) 
    n_kv_head; when T > n_kv_head and n_kv_head divides T, each GPU holds one KV head, replicated T /
    n_kv_head times (TensorRT-LLM's and vLLM's rule for GQA): K and V weights, cache and reads are then
    1 / n_kv_head of the whole per GPU, not 1 / T. A latent attention's cache (DeepSeek's MLA) is one
-   latent per position shared by all heads: every GPU holds all of it (vLLM does).
+   latent per position shared by all heads: every GPU holds all of it (vLLM does). Its absorbed decode's
+   per-head W_UK and W_UV (tfcalc.count.roofline) split by heads: FLOPs, weights and activations / T.
 3. Replicated, whole on every GPU: norms, the router, latent attention's down-projections (q_a, kv_a),
    position embeddings, and the biases of row-parallel layers; the token embedding is vocabulary-parallel
    (/ T). A mixture's experts are split like dense FFNs (every expert's hidden width / T; vLLM's default
@@ -43,7 +44,7 @@ from tfcalc.count.comm import sent_bytes
 from tfcalc.count.params import param_entries
 from tfcalc.count.perf import collectives
 from tfcalc.count.quant import WeightFormat, entry_bytes, stored_mxfp4
-from tfcalc.count.roofline import SCORE_COMPONENTS, Row, Step, _param_component
+from tfcalc.count.roofline import ABSORBED, SCORE_COMPONENTS, Row, Step, _param_component
 from tfcalc.errors import InputError
 
 COLUMN = ("q", "k", "v", "gate", "up", "qkv", "b")  # "b": latent attention's q_b and kv_b
@@ -118,9 +119,11 @@ def kv_replicated(cfg: ModelConfig, tp: int) -> int:
 
 
 def _kind(component: str) -> str:
-    """'column', 'row', 'scores' or 'whole' (module docstring)."""
+    """'column', 'row', 'scores', 'heads' or 'whole' (module docstring)."""
     if component in SCORE_COMPONENTS:
         return "scores"
+    if component in ABSORBED:  # a latent decode's W_UK and W_UV: one matmul per head, the heads split
+        return "heads"
     if component == "lm_head":
         return "column"
     tail = component.rsplit("_", 1)[-1]
@@ -145,10 +148,11 @@ def shard_row(row: Row, cfg: ModelConfig, tp: int) -> Row:
     kind, m, k, n = _kind(row.component), *row.shape
     if tp == 1 or kind == "whole":
         return row
-    if kind == "scores":
+    if kind in ("scores", "heads"):
         f = Fraction(1, tp)
         return replace(row, flops=_scale(row.flops, f), kv_bytes=_scale(row.kv_bytes, kv_share(cfg, tp)),
-                       activation_bytes=_scale(row.activation_bytes, f), count=max(1, row.count // tp))
+                       weight_bytes=_scale(row.weight_bytes, f), activation_bytes=_scale(row.activation_bytes, f),
+                       count=max(1, row.count // tp))
     f = _share(row.component, cfg, tp)
     if kind == "column":
         shape, act = (m, k, max(1, _scale(n, f))), Fraction(m * k) + m * n * f

@@ -3,7 +3,10 @@ as modeling_deepseek_v3.py's DeepseekV3Attention computes it: Q from x (through 
 norm, or directly); the KV latent (normed) and one rotary key shared by the heads; RoPE on the rotary
 channels; the cache keeps the latent and the rotated key (B, 1, S, c_kv) and (B, 1, S, h_r); the keys and
 values of every position attended to are expanded from it through W_kvb (the naive form), then attended
-to with full-width heads. Shapes as (B, nh, T, hs)."""
+to with full-width heads (the naive form: prefill, training, a verify step). A decode step (one query per
+sequence, a state present) runs the absorbed form instead (tfcalc.model.latent_absorbed: W_UK folded into
+the query, W_UV into the output, multi-query over the cached latents), as serving stacks do; ``absorb =
+False`` on the module keeps the naive form there too. Shapes as (B, nh, T, hs)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from torch import nn
 
 from tfcalc.architecture import LatentAttention as LatentSpec
 from tfcalc.model.attention_state import AttentionState
+from tfcalc.model.latent_absorbed import absorbed_attention
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
 from tfcalc.model.positions import apply_rope
 
@@ -25,6 +29,8 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
 
 
 class LatentAttention(nn.Module):
+    absorb = True  # a decode step in the absorbed form (module docstring); False: the naive form throughout
+
     def __init__(self, spec: LatentSpec):
         super().__init__()
         self.spec = spec
@@ -65,6 +71,9 @@ class LatentAttention(nn.Module):
         latent, k_rot = latent[:, None], k_rot.transpose(1, 2)  # (B, 1, T, c_kv), (B, 1, T, h_r)
         if store is not None:
             latent, k_rot = store(latent, k_rot)  # (B, 1, S, ...): every position attended to
+            if T == 1 and self.absorb:  # a decode step: no expansion of the S cached latents
+                y = absorbed_attention(q_nope, q_rot, latent[:, 0], k_rot[:, 0], self.kv_b.weight, self.scale, mask)
+                return self.out(y.flatten(2))  # (B, 1, H·h_v) -> (B, 1, d)
         S = latent.shape[2]
         kv = self.kv_b(latent[:, 0]).view(B, S, self.n_head, self.nope + self.v_dim).transpose(1, 2)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)  # (B, nh, S, h_n), (B, nh, S, h_v)

@@ -105,6 +105,14 @@ class FlopsReport(WorkloadFields, Displayed):
         return count.decode_flops(self.cfg, self.workload)
 
     @property
+    def decode_naive(self) -> Optional[int]:
+        """The decode step with latent attention in the naive form (every cached latent expanded through W_kvb,
+        as transformers runs it); the same as ``decode`` for every other model."""
+        if self.cfg.kv_lora_rank is None or self.decode is None:
+            return self.decode
+        return sum(e.causal_total for e in count.matmul_entries(self.cfg, self.batch, 1, self.seq, encoder=False))
+
+    @property
     def beyond_context(self) -> Optional[str]:
         cfg = self.cfg
         if self.seq <= cfg.max_seq_len:
@@ -130,6 +138,12 @@ class FlopsReport(WorkloadFields, Displayed):
                     f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {cfg.experts * capacity:,} rows in all "
                     f"against {cfg.experts_active * self.batch * self.seq:,} token-expert pairs: padding costs "
                     "FLOPs when c > 1, and tokens past an expert's buffer are dropped (the residual carries them)")
+        if cfg.kv_lora_rank is not None and self.decode is not None:
+            out.append("latent attention (DeepSeek's MLA): the forward pass counted in the naive form transformers "
+                       "runs (W_kvb expands every key's latent); a decode step in the absorbed form tfcalc's module "
+                       "and MLA servers run (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into the "
+                       "output, multi-query scores over the cached latents), "
+                       f"{self.decode:,} FLOPs against {self.decode_naive:,} naive")
         if cfg.arch == "encoder":
             out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
                        "full one; an encoder generates nothing, so there is no decode step")
@@ -220,6 +234,8 @@ class FlopsReport(WorkloadFields, Displayed):
                 "context": self.seq,
                 "flops": self.decode,
                 "flops_per_sequence": self.decode // self.batch,
+                "attention_form": "absorbed" if self.cfg.kv_lora_rank is not None else "standard",
+                "flops_naive": self.decode_naive,
                 "prefill_flops": self.forward,
                 "prefill_flops_causal": self.forward_causal,
                 "prefill_over_decode": self.forward / self.decode,

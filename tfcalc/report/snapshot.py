@@ -29,6 +29,9 @@ CONVENTIONS = {
     "forward_flops": "matmul FLOPs, attention scores over the full T×T square, LM head over all T positions",
     "params": "parameters shared between modules (tied embedding and LM head) count once",
     "flops_at": "batch 1, the model's context length; training = 3 × forward (no recompute)",
+    "decode_flops": "one token per sequence against the context's cached keys; latent attention (DeepSeek's MLA) "
+    "in its absorbed form (W_UK into the query, W_UV into the output, no expansion of the cached latents), the "
+    "forward in the naive form",
     "bytes": "bytes of the named dtype; memory figures at batch 1, the context length, bf16, "
     "training with mixed-precision Adam (16 bytes/param) and tfcalc's default attention",
 }

@@ -80,7 +80,7 @@ class Overhead:
 def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
     """Step 1's kernels of one forward over ``queries`` new tokens per sequence."""
     n = 0
-    for e in matmul_entries(cfg, batch, queries, keys, encoder=queries > 1):
+    for e in matmul_entries(cfg, batch, queries, keys, encoder=queries > 1, absorbed=queries == 1):
         if not e.component.endswith("_av"):  # Q·Kᵀ, softmax and ·V: one fused kernel
             n += e.copies
     for e in non_matmul_entries(cfg, batch, queries):
