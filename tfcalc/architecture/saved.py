@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from tfcalc.architecture.norm import Norm
 
-if TYPE_CHECKING:  # the components call these; imported for the annotations only
-    from tfcalc.architecture.attention import Attention
-    from tfcalc.architecture.latent import LatentAttention
+if TYPE_CHECKING:  # the annotations only: the components (Attention, LatentAttention) call these with
+    # themselves, so naming their classes here would close an import circle (tests/test_layers.py)
+    from tfcalc.architecture.mixer import Mixer
 
 FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
 
@@ -38,17 +38,17 @@ def shared_input_bytes(norm: Norm, e: int) -> int:
     return FP32 * norm.width if e == FP32 else 0
 
 
-def _new_qk(att: Attention) -> bool:
+def _new_qk(att: Mixer) -> bool:
     """Q and K are new tensors, not views of the fused QKV output: rotated, or normed."""
     return att.rope_theta is not None or att.qk_norm is not None
 
 
-def _qk_norm_keeps_qkv(att: Attention, e: int) -> bool:
+def _qk_norm_keeps_qkv(att: Mixer, e: int) -> bool:
     """Whether the Q/K norms keep their input, a view of the fused QKV output (so the whole of it)."""
     return att.qk_norm is not None and (att.qk_norm.kind == "layernorm" or e == FP32)
 
 
-def _qk_norm_bytes(att: Attention, e: int) -> int:
+def _qk_norm_bytes(att: Mixer, e: int) -> int:
     """Per token, what the Q and K norms keep, one row per head (step 6)."""
     rows = att.n_head + att.n_kv_head
     if att.qk_norm.kind == "layernorm":  # per-head weights (Cohere): their product keeps the normed x̂ too
@@ -56,7 +56,7 @@ def _qk_norm_bytes(att: Attention, e: int) -> int:
     return FP32 * (att.q_width + att.k_width) * (2 if e < FP32 else 1) + FP32 * rows
 
 
-def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]:
+def _written_out(att: Mixer, batch: int, seq: int, e: int) -> dict[str, int]:
     """Per token, the written-out self-attention, with soft-capped scores or sinks (step 5)."""
     q, k, v, o = att.q_width, att.k_width, att.v_width, att.out_width
     views, gqa = batch == 1 or att.n_head == 1, att.n_kv_head != att.n_head
@@ -70,7 +70,7 @@ def _written_out(att: Attention, batch: int, seq: int, e: int) -> dict[str, int]
     return {"qkv": qkv, "attn_scores": tanh + softmax, "softmax_stats": 0}
 
 
-def working_set(att: Attention | LatentAttention, kernel: str, length: int) -> int:
+def working_set(att: Mixer, kernel: str, length: int) -> int:
     """Per token, the elements of a no-grad forward's attention stage beyond the block's x, norm output and
     projection output (tfcalc.count.memory.forward_working_set, 1): the fused QKV output, the new Q and K
     (RoPE or Q/K norms), the SDPA output; math attention adds Q, K, V copies and the scores and softmax."""
@@ -80,7 +80,7 @@ def working_set(att: Attention | LatentAttention, kernel: str, length: int) -> i
     return out + (3 * q + 2 * att.n_head * length if kernel == "math" else 0)
 
 
-def attention_saved(att: Attention, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
     """{term: bytes per token} one self-attention keeps beside the block's norm and the QKV input (steps 3-6,
     and 9's scores dropout), under ``kernel``."""
     q, k, v, o, a = att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
@@ -112,7 +112,7 @@ def _keeps_input(norm: Norm, e: int) -> bool:
     return norm.kind == "layernorm" or e == FP32
 
 
-def latent_saved(att: LatentAttention, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
+def latent_saved(att: Mixer, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
     """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input."""
     H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
     q_latent = 0

@@ -296,25 +296,18 @@ def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | Non
     """An encoder-decoder's source length, or the states a stack with cross_attention reads (default: seq)."""
     if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
         if src_seq is not None:
-            raise InputError(
-                f"a source length applies to encoder-decoder models only, or to stacks with cross_attention "
-                f"({cfg.name} is {cfg.arch})"
-            )
+            raise InputError(f"a source length applies to encoder-decoder models only, or to stacks with "
+                             f"cross_attention ({cfg.name} is {cfg.arch})")
         return None
     if src_seq is not None:
         _check_sizes(src_seq=src_seq)
     return seq if src_seq is None else src_seq
 
 
-def _sizes(w: Workload) -> tuple[int, int]:
-    """(B, T) of the workload, each a positive integer (its seq set: Workload.for_model resolves it)."""
-    _check_sizes(batch=w.batch, seq=w.seq)
-    return w.batch, w.seq
-
-
 def breakdown(cfg: ModelConfig, w: Workload) -> FlopBreakdown:
     """w.batch sequences of w.seq tokens (an encoder-decoder: T target tokens, w.src_seq source ones, default T)."""
-    batch, seq = _sizes(w)
+    _check_sizes(batch=w.batch, seq=w.seq)  # each a positive integer (Workload.for_model resolves seq)
+    batch, seq = w.batch, w.seq
     src = _source_length(cfg, seq, w.src_seq)
     return FlopBreakdown(cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
                          tuple(non_matmul_entries(cfg, batch, seq, src)), src)
@@ -344,7 +337,8 @@ def training_flops(cfg: ModelConfig, w: Workload, recompute: bool = False, causa
 def _group_sum(cfg: ModelConfig, w: Workload, groups: tuple[str, ...], causal: bool) -> int:
     """One block of the output stack (an encoder-decoder's decoder, source length = seq); causal, where the
     layers differ (Gemma 2), their mean rounded down: it reaches n exactly when their sum reaches n·L."""
-    batch, seq = _sizes(w)
+    _check_sizes(batch=w.batch, seq=w.seq)
+    batch, seq = w.batch, w.seq
     chosen = [e for e in matmul_entries(cfg, batch, seq) if e.group in groups and e.stack != "encoder"]
     if not causal:
         return sum(e.per_copy for e in chosen)
