@@ -6,7 +6,7 @@ Who reads what:
   gets no MFU, and tfcalc says so rather than guessing. The measured matmul ceiling
   (tfcalc.measure.bench.matmul_ceiling) is shown beside the peak, because datasheet peaks are rarely
   reached (boost clocks, power limits).
-- The roofline (tfcalc.count.roofline) divides FLOPs by ``peak_flops`` and bytes by
+- The roofline (tfcalc.count.serving.roofline) divides FLOPs by ``peak_flops`` and bytes by
   ``bandwidth_bytes_per_s``; their ratio is the ridge point. ``memory_bytes`` bounds what fits.
 - Parallel plans read ``intra_node_bytes_per_s`` (NVLink / Infinity Fabric / PCIe between the GPUs of
   one node), ``inter_node_bytes_per_s`` (the network) and ``gpus_per_node``.
@@ -35,7 +35,7 @@ from typing import Any, Optional
 
 from tfcalc.errors import InputError, shown, shown_path
 
-# The dtypes a datasheet rates (tfcalc.count.dtypes names the same ones; this module sits below count).
+# The dtypes a datasheet rates (tfcalc.count.model.dtypes names the same ones; this module sits below count).
 RATED_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 T = 1e12
 G = 1e9

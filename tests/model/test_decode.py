@@ -92,7 +92,7 @@ def test_the_window_less_one_is_what_the_cache_holds():
 def test_a_chunked_layer_caches_one_chunk():
     """Chunks of C = 4: the cache holds C - 1 = 3 positions per layer (the KV count's convention); after 14
     positions, 14 mod 4 = 2 of them are the current chunk's, in slots 0 and 1."""
-    from tfcalc.count.memory import kv_cache_bytes
+    from tfcalc.count.model.memory import kv_cache_bytes
 
     cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
     _, _, cache = _full_and_cached(cfg, batch=3)
@@ -106,8 +106,8 @@ def test_a_chunked_layer_caches_one_chunk():
 
 def test_alternating_windows_give_each_layer_its_own_cache():
     """Gemma 2: every second layer sees the whole context, so its cache holds every position; the others
-    hold a ring of W - 1. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
-    from tfcalc.count.memory import kv_cache_bytes
+    hold a ring of W - 1. The sizes are the ones tfcalc.count.model.memory.kv_cache_bytes counts."""
+    from tfcalc.count.model.memory import kv_cache_bytes
 
     cfg = tiny(n_layer=4, max_seq_len=16, pos_encoding="rope", sliding_window=4, full_attention_every=2)
     _, _, cache = _full_and_cached(cfg, batch=2)

@@ -21,8 +21,8 @@ Using it (``cfg.architecture`` builds it once from a ``tfcalc.config.ModelConfig
 
 Each component lists its tensors (``weights()``: breakdown key, shape, role, how TP splits it, which
 stored tensor it is fused into), its matmuls (``linears()``) and, for attention, its KV cache per
-position (``kv_elements()``, ``kv_positions(context)``). The folds: tfcalc.count.params (parameters),
-tfcalc.count.flops (FLOPs), tfcalc.count.memory (KV cache), tfcalc.count.shard (a plan's shards).
+position (``kv_elements()``, ``kv_positions(context)``). The folds: tfcalc.count.model.params (parameters),
+tfcalc.count.model.flops (FLOPs), tfcalc.count.model.memory (KV cache), tfcalc.count.training.shard (a plan's shards).
 
 The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat.
 Pure Python: no torch, typer or rich here; imports nothing of tfcalc but tfcalc.errors.

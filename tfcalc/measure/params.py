@@ -20,7 +20,7 @@ from typing import Callable
 from torch import nn
 
 from tfcalc.config import ModelConfig, replace
-from tfcalc.count.components import COMPONENTS, FUSED, local_path
+from tfcalc.count.model.components import COMPONENTS, FUSED, local_path
 from tfcalc.errors import InputError
 from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
 

@@ -5,7 +5,7 @@ token, so a decode step allocates only its own small activations.
 Layout: per layer, K of shape (B, n_kv_head, slots, d_head) and V (B, n_kv_head, slots, v_head_dim), in
 the model's dtype, each layer's heads and widths as its ``Attention`` component has them (layers may
 differ). ``slots`` is that component's ``kv_positions`` of the longest sequence the generation reaches,
-the convention tfcalc.count.memory counts the KV bytes with (``Architecture.kv_elements``): in a layer
+the convention tfcalc.count.model.memory counts the KV bytes with (``Architecture.kv_elements``): in a layer
 without a sliding window, every position, slot p holding position p; a decode step writes its token's K
 and V, then attends to slots 0..p (views, no copy).
 

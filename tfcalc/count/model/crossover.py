@@ -1,0 +1,142 @@
+"""Where attention overtakes the FFN: the smallest sequence length at which, per layer, the attention
+FLOPs reach the FFN's. Pure arithmetic, no torch."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model.terms import causal_pairs
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """The smallest sequence lengths at which, per layer, attention reaches the FFN's FLOPs."""
+
+    scores_vs_ffn: int | None  # Q·Kᵀ + attention·V >= FFN
+    attention_vs_ffn: int | None  # the whole attention sub-layer (projections + scores) >= FFN
+    # None: never -- only for the causal count under a sliding window, whose scores grow like W·T, not T²
+
+
+def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
+    """Smallest integer T >= 1 at which per-layer self-attention FLOPs reach the FFN's (batch cancels).
+
+    Per layer and sequence, with m = 3 (gated) or 2 FFN matrices:
+      scores S(T) = 4·q·T²  (causal: 2·q·T·(T+1)),  projections P(T) = 2·d·T·(2q + 2k),  FFN F(T) = 2·m·d·f·T.
+      S >= F  <=>  T >= m·d·f / (2q)                  (causal: T + 1 >= m·d·f / q)
+      S + P >= F  <=>  T >= d·(m·f − 2q − 2k) / (2q)  (causal: T + 1 >= d·(m·f − 2q − 2k) / q)
+    GPT-3 175B (q = k = d = 12288, f = 4d, m = 2): 4·d = 49,152 and 2·d = 24,576 (causal 98,303 and
+    49,151). When the projections alone already reach the FFN (m·f <= 2q + 2k), the answer is T = 1.
+    A MoE's FFN is F(T) = 2·T·(k·m·d·f + d·E) (top-k experts and the router): in general, with F(T) = c·T,
+    T >= c / (4q) and T >= (c − 4·d·(q + k)) / (4q); a shared expert adds to c. An encoder is never
+    masked: its causal answer is the
+    full one. An encoder-decoder: a decoder block's self-attention (cross-attention adds 4·q·T·S more).
+    A sliding window W makes a windowed layer's causal scores grow like W·T beyond W (see _windowed): they
+    may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
+    Layers that differ (heads, head widths, FFN widths, dense and MoE) are folded over the description:
+    with S(T) = a·T², P(T) = p·T and F(T) = c·T, each coefficient the mean over the output stack's layers,
+    T >= c / a and T >= (c − p) / a (_attention_per_layer, _ffn_per_token).
+    """
+    score_coef, proj_per_token = _attention_per_layer(cfg)
+    ffn_per_token = _ffn_per_token(cfg)
+    scores_bound = ffn_per_token / score_coef  # T >= this (full square)
+    attention_bound = (ffn_per_token - proj_per_token) / score_coef
+    if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
+        if any(b.attention.window is not None or b.attention.chunk is not None
+               for b, _ in cfg.architecture.output.kinds()):  # a sliding window or chunks in some layers
+            return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
+        return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
+    return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
+
+
+def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction]:
+    """(a, p): the full-square scores of one layer are a·T² per sequence, its projections p·T, each the mean
+    over the output stack's layers (tfcalc.architecture: layers of other heads or widths each count their
+    own): a = 2·H·(h + h_v) from each self-attention's score_dims (4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out
+    over its projections (4·d·(q + k) for Q, K, V, O)."""
+    stack, a, p = cfg.architecture.output, 0, 0
+    for block, layers in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        a += layers * 2 * heads * (h + hv)
+        p += layers * sum(2 * m.n_in * m.n_out for m in block.attention.linears())
+    return Fraction(a, stack.n_layer), Fraction(p, stack.n_layer)
+
+
+def _ffn_per_token(cfg: ModelConfig) -> Fraction:
+    """c of F(T) = c·T: the FFN matmul FLOPs per token of one layer of the output stack, folded over its
+    layers (tfcalc.architecture): a dense FFN's 2·m·d·f, a MoE's router and top-k experts (and a shared
+    expert); the mean over the layers where they differ (DeepSeek-V3's first dense layers)."""
+    stack, total = cfg.architecture.output, 0
+    for block, layers in stack.kinds():
+        for mm in block.linears():
+            if mm.role == "ffn":
+                per_token = block.ffn.top_k if mm.rows == "routed" else 1  # routed rows: k per token
+                total += layers * 2 * mm.n_in * mm.n_out * per_token
+    return Fraction(total, stack.n_layer)
+
+
+def _windowed(cfg: ModelConfig, per_token: Fraction) -> int | None:
+    """Smallest T >= 1 at which the causal scores of all the decoder's layers, Σ_l a_l·pairs_l(T)
+    (terms.causal_pairs, each layer with its own window or chunk and its own a_l = 2·H·(h + h_v): Gemma 2
+    alternates windowed and full layers, Llama 4 chunked and full), reach L·per_token·T, or None when they
+    never do.
+
+    g(T) = Σ_l a_l·pairs_l(T) − L·per_token·T has increments that never shrink (a query's visible keys,
+    p + 1 or min(p + 1, W), never shrink as p grows) except where a chunk of C starts ((p mod C) + 1 drops
+    to 1). Without chunks g is convex and g(0) = 0, so g(T)/T never decreases: doubling, then bisection;
+    when every layer is windowed, pairs_l(T) <= W_l·T (equal only for W_l = 1), so it never comes when
+    Σ_l a_l·W_l < L·per_token, nor at equality unless every window is 1. With chunks g is convex on each
+    period [mC, mC + C − 1] and g(mC + r) is convex in m: the first period whose larger end reaches 0
+    (doubling, then bisection over m), then the first T within it (bisection); never, when every layer is
+    local, the period's top has stopped rising and is below 0."""
+    stack = cfg.architecture.output
+    kinds: Counter = Counter()  # (a_l, window, chunk) -> layers
+    for block, n in stack.kinds():
+        heads, h, hv = block.attention.score_dims()
+        kinds[2 * heads * (h + hv), block.attention.window, block.attention.chunk] += n
+    target = stack.n_layer * per_token
+    local = all(w is not None or c is not None for _, w, c in kinds)
+    chunks = {c for _, _, c in kinds if c is not None}
+    C = chunks.pop() if len(chunks) == 1 else None  # one chunk size is all a config can give
+
+    def g(t: int) -> Fraction:
+        return sum(n * a * causal_pairs(t, t, w, c) for (a, w, c), n in kinds.items()) - target * t
+
+    def first(lo: int, hi: int) -> int:
+        """Smallest t in (lo, hi] with g(t) >= 0, given g(lo) < 0 <= g(hi) and g convex on [lo, hi]."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if g(mid) >= 0 else (mid, hi)
+        return hi
+
+    if C is None:
+        if local:
+            slope = sum(n * a * w for (a, w, _), n in kinds.items())
+            if slope < target or (slope == target and any(w > 1 for _, w, _ in kinds)):
+                return None
+        hi = 1
+        while g(hi) < 0:
+            hi *= 2
+        return hi if hi == 1 else first(hi // 2, hi)
+    if C > 1 and g(C - 1) >= 0:  # within the first chunk (g(0) = 0, convex there: g(t)/t never decreases)
+        return 1 if g(1) >= 0 else first(1, C - 1)
+
+    def top(m: int) -> Fraction:  # the larger end of period m: its largest value (convex there)
+        return max(g(m * C), g(m * C + C - 1))
+
+    if local:  # every layer local: once every window is full, top is linear in m
+        m = 1 + -(-max((w or 0) for _, w, _ in kinds) // C)
+        if top(m + 1) <= top(m) and top(1) < 0:  # convex, its last slope <= 0: it never rises again
+            return None
+    hi = 1
+    while top(hi) < 0:
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if top(mid) >= 0 else (mid, hi)
+    start = hi * C
+    return start if g(start) >= 0 else first(start, start + C - 1)
