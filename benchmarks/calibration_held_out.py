@@ -10,7 +10,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   the last model chunk on the last stage has only output projection and loss calculation" -- i.e. the
   embedding and the head counted as a layer each: 126 + 2 = 128 = 16 stages × V 8 chunks of one layer
   (``pp_split_counts=("embedding", "head")``, Megatron-LM's --account-for-embedding/loss-in-pipeline-
-  split; tfcalc.count.shard.stage_ranges). ZeRO-1 for their FSDP-style sharding.
+  split; tfcalc.count.training.shard.stage_ranges). ZeRO-1 for their FSDP-style sharding.
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
   GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.
@@ -19,7 +19,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   batch 1 or 2), global batch = local × 64, as the page states them. Its job config's defaults: no
   torch.compile (eager PyTorch), bf16 parameters with fp32 gradient reduction (``mixed_precision_reduce``
   "float32": tfcalc's --grad-dtype fp32), FSDP resharding after forward. AC "full" is --recompute full, "no"
-  none, "selective op" --recompute op (the same policy, tfcalc.count.op_recompute: on torchtitan's
+  none, "selective op" --recompute op (the same policy, tfcalc.count.model.op_recompute: on torchtitan's
   unfused wq/wk/wv and w1/w3/w2 "every second mm" replays wk, wo and w3, on tfcalc's fused QKV and
   gate|up O and down -- the same FLOPs up to wk's). The two "selective layer" rows (every second block
   fully recomputed) are left out: tfcalc has no per-layer recompute frequency. The page does not name the

@@ -35,7 +35,7 @@ FOUR_RANKS = {  # one launch of 4 ranks
 
 
 def _planned(sizes: Sizes, fields: dict[str, Any]):
-    from tfcalc.count.layout import Layout
+    from tfcalc.count.training.layout import Layout
 
     dp = fields.get("dp", 1)
     return Layout(**{**dict(tp=1, pp=1, dp=1, seq=sizes.plan_seq, global_batch=4 * dp, micro_batch=1), **fields})
@@ -62,8 +62,8 @@ def _comparisons(name: str, check) -> list[dict]:
 
 def plan_layouts_step(sizes: Sizes, layouts: dict[str, tuple[str, dict]], nproc: int) -> dict:
     """Every layout on nproc ranks in one launch (see the module docstring)."""
-    from tfcalc.count.plan import make_plan
-    from tfcalc.count.steptime import Hardware
+    from tfcalc.count.training.plan import make_plan
+    from tfcalc.count.training.steptime import Hardware
     from tfcalc.errors import InputError
     from tfcalc.measure.launch import launch, ranks_device
     from tfcalc.report.plan_check import PlanCheck, measured_run
@@ -103,7 +103,7 @@ def infer_tp_step(sizes: Sizes, device: str) -> dict:
         for op, x in m[phase]["measured"].items():
             p = m[phase]["predicted"].get(op, {})
             out.append(compare(f"{phase}: {op} bytes", "bytes", p.get("payload_bytes"), x["payload_bytes"],
-                               "tfcalc.count.serving_tp in fp32 (exact)"))
+                               "tfcalc.count.serving.serving_tp in fp32 (exact)"))
             out.append(compare(f"{phase}: {op} calls", "calls", p.get("calls"), x["calls"],
-                               "tfcalc.count.serving_tp (exact)"))
+                               "tfcalc.count.serving.serving_tp (exact)"))
     return {"comparisons": out, "measured": {k: m[k] for k in ("backend", "world_size", "equal", "batch", "seq")}}

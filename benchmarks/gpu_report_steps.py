@@ -8,7 +8,7 @@ predicted). A prediction needs the device-table entry (tfcalc.devices) that the 
 one (a CPU, a GPU not in the table) predictions are null and the comparison says why.
 
 Predictions, all at tfcalc's defaults (no --mfu, no efficiency flag):
-- forward pass (bench): the performance model's forward of a training micro-batch (tfcalc.count.perf.training:
+- forward pass (bench): the performance model's forward of a training micro-batch (count.training.micro_batch_time:
   every block's forward GEMMs at their shapes' efficiency, fused attention, non-matmul traffic, kernel costs)
   plus the LM head's forward GEMM over all positions (what `bench` runs), at the datasheet peak;
 - matmul ceiling: the n×n GEMM's efficiency (tfcalc.count.perf.gemm) × the datasheet peak;
@@ -101,8 +101,8 @@ def forward_seconds(cfg: ModelConfig, batch: int, seq: int, dtype: str, spec: de
     GEMM over all batch × seq positions (see the module docstring)."""
     from tfcalc.count.perf import gemm
     from tfcalc.count.perf.hardware import perf_spec
-    from tfcalc.count.perf.training import micro_batch_time
-    from tfcalc.count.shard import total_blocks
+    from tfcalc.count.training.micro_batch_time import micro_batch_time
+    from tfcalc.count.training.shard import total_blocks
     from tfcalc.workload import Layout
 
     perf, peak = perf_spec(spec.key), spec.peak(dtype)
@@ -203,7 +203,7 @@ def memory_step(sizes: Sizes, device: str, training: bool) -> dict:
                    f"tfcalc's estimate; measured: {j['measure_method']}")]
     if training:
         out.append(compare("bytes autograd saves for backward", "bytes", j["activations"]["stored_bytes"],
-                           j["measured_saved_activation_bytes"], "tfcalc.count.activations (exact on the CPU)"))
+                           j["measured_saved_activation_bytes"], "tfcalc.count.model.activations (exact on the CPU)"))
     return {"comparisons": out, "measured": {k: v for k, v in j.items() if k != "activations"}}
 
 

@@ -13,7 +13,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from tfcalc.architecture import FFN, Attention, Block, MoE, Norm, Run, compress
 from tfcalc.architecture.flat import is_moe_layer
-from tfcalc.count import flops, params as count
+from tfcalc.count.model import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load, preset_names

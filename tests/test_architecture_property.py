@@ -9,9 +9,9 @@ import math
 from conftest import configs
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from tfcalc.count import flops as count_flops, params as count
-from tfcalc.count.memory import cross_kv_cache_bytes, kv_cache_bytes
-from tfcalc.count.shard import check_tp, stage_tensors, tied_stage_copy, total_blocks, tp_local_shape
+from tfcalc.count.model import flops as count_flops, params as count
+from tfcalc.count.model.memory import cross_kv_cache_bytes, kv_cache_bytes
+from tfcalc.count.training.shard import check_tp, stage_tensors, tied_stage_copy, total_blocks, tp_local_shape
 from tfcalc.errors import InputError
 from tfcalc.measure.flops import measure_flops
 from tfcalc.measure.params import measured_breakdown, measured_total

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from tfcalc.checkpoint import count_checkpoint, read_headers
 from tfcalc.config import ConfigError
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.presets import load
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 32,

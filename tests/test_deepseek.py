@@ -14,7 +14,7 @@ from deepseek_configs import DEEPSEEK_FILES, DEEPSEEK_V2_LITE, DEEPSEEK_V3, KIMI
 from hf_tiny import CASES, V, build
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tfcalc.count import flops as flops_count, memory as mem, params as count
+from tfcalc.count.model import flops as flops_count, memory as mem, params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 from tfcalc.workload import Workload
@@ -251,9 +251,9 @@ def test_the_absorbed_decode_reads_w_kvb_once_and_the_latent_cache_once():
     """The roofline of a DeepSeek-V3 decode step: W_kvb's bytes read once, split between W_UK's and W_UV's
     rows by their rows (H·h_n and H·h_v: half each); the weights read in all as the naive form read them;
     FLOPs the absorbed ones; the cache read once (c_kv + h_r per key and layer)."""
-    from tfcalc.count import quant
-    from tfcalc.count.roofline import decode_step, verify_step
-    from tfcalc.count.serving_tp import shard_step
+    from tfcalc.count.model import quant
+    from tfcalc.count.serving.roofline import decode_step, verify_step
+    from tfcalc.count.serving.serving_tp import shard_step
 
     cfg = load("deepseek-v3")
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
@@ -354,8 +354,8 @@ def test_memory_and_infer_name_the_expanded_cache_beside_the_latent(cli):
 def test_a_decode_step_reads_the_latent_cache_once():
     """The roofline's KV bytes of a decode step: each layer's latent and rotary key, read once (not the
     expanded heads), equal to the cache at that context."""
-    from tfcalc.count import quant
-    from tfcalc.count.roofline import decode_step
+    from tfcalc.count.model import quant
+    from tfcalc.count.serving.roofline import decode_step
 
     cfg = load("deepseek-v3")
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
@@ -371,7 +371,7 @@ def test_a_decode_step_reads_the_latent_cache_once():
 def test_random_latent_models_hold_every_count(cfg, batch, data):
     """Parameters (numel on meta, the breakdown, a plan's shards), FLOPs (FlopCounterMode on CPU, group by
     group) and the cache the module allocates all equal the folds over the description."""
-    from tfcalc.count.shard import check_tp, stage_tensors, tp_local_shape
+    from tfcalc.count.training.shard import check_tp, stage_tensors, tp_local_shape
     from tfcalc.measure.flops import measure_flops
     from tfcalc.measure.params import measured_breakdown, measured_total
     from tfcalc.model import build_model

@@ -88,7 +88,7 @@ def test_bad_user_specs_are_one_line_errors(tmp_path, text, message):
 
 
 def test_rated_dtypes_are_the_counted_ones():
-    from tfcalc.count.dtypes import DTYPES
+    from tfcalc.count.model.dtypes import DTYPES
 
     assert devices.RATED_DTYPES == DTYPES  # devices sits below count, so it names them itself
 

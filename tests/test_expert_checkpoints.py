@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 import tfcalc
 from tfcalc.checkpoint import count_checkpoint
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 

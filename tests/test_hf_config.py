@@ -8,7 +8,7 @@ from hub_dense import DENSE
 from hub_moe import GPT_OSS_120B, QWEN3_30B_A3B
 
 from tfcalc.config import ConfigError
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load

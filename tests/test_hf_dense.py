@@ -20,7 +20,7 @@ from conftest import assert_one_line_error
 from hf_tiny import CASES, T, inputs
 from hub_dense import BLOOM_560M, COMMAND_R, GRANITE_3_1_8B, OPT_350M, PHI_2, ROBERTA_BASE, STARCODER, STARCODER2_15B
 
-from tfcalc.count import memory, params as count
+from tfcalc.count.model import memory, params as count
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

@@ -11,7 +11,7 @@ import math
 import pytest
 from hf_tiny import ALIASES, CASES, SOURCE, T, inputs, output
 
-from tfcalc.count import flops as flops_count, params as count
+from tfcalc.count.model import flops as flops_count, params as count
 from tfcalc.hf_config import SUPPORTED_MODEL_TYPES
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load
@@ -163,7 +163,7 @@ def test_kv_bytes_equal_the_cache_transformers_keeps(saved, name):
     import torch
     import transformers
 
-    from tfcalc.count.memory import kv_cache_bytes
+    from tfcalc.count.model.memory import kv_cache_bytes
 
     model, folder = saved(name)
     cfg = load(str(folder / "config.json"))

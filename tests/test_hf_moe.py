@@ -14,7 +14,7 @@ from hub_moe import PUBLISHED
 from test_hf_reference import transformers_total
 
 from tfcalc.checkpoint import count_checkpoint
-from tfcalc.count import flops as flops_count, memory, params as count
+from tfcalc.count.model import flops as flops_count, memory, params as count
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

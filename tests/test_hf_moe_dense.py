@@ -12,7 +12,7 @@ from hub_moe import PUBLISHED
 from test_hf_config import QWEN15_MOE
 from test_hf_reference import transformers_total
 
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.presets import load
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -269,7 +269,7 @@ def test_a_vision_language_checkpoint_counts_its_language_model_and_names_its_vi
     import torch
 
     import tfcalc
-    from tfcalc.count.params import total
+    from tfcalc.count.model.params import total
 
     model = _tiny_vlm(kind)
     with warnings.catch_warnings():

@@ -12,7 +12,7 @@ from deepseek_configs import DEEPSEEK_FILES
 from hub_dense import OPT_350M
 from test_hf_config import HUB, NO_PRESET
 
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.presets import load
 
 pytestmark = pytest.mark.filterwarnings("ignore")

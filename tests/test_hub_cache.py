@@ -10,7 +10,7 @@ from conftest import assert_one_line_error
 from test_checkpoint import LLAMA, llama_tensors, write
 
 from tfcalc.config import ConfigError
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.hub_cache import cache_dirs, is_repo_id
 from tfcalc.presets import checkpoint_source, load
 

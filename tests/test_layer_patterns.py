@@ -9,9 +9,9 @@ import torch
 from conftest import assert_one_line_error, tiny
 
 from tfcalc.architecture.patterns import PatternRun, parse
-from tfcalc.count import flops as count_flops
-from tfcalc.count.memory import kv_cache_bytes
-from tfcalc.count.terms import causal_pairs
+from tfcalc.count.model import flops as count_flops
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.count.model.terms import causal_pairs
 from tfcalc.errors import InputError
 from tfcalc.measure.flops import measure_flops
 from tfcalc.model import build_model

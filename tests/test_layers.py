@@ -163,6 +163,19 @@ def test_the_circle_check_sees_imports_inside_functions_and_type_checking(tmp_pa
     assert circles(graph) == [["a", "b"], ["c", "d"]]
 
 
+# tfcalc.count's sub-packages, each importing only those before it (tfcalc/count/__init__.py)
+COUNT_ORDER = ("model", "perf", "training", "serving")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(MODULES) if n.startswith("tfcalc.count.")])
+def test_count_sub_packages_import_one_way(name):
+    own = COUNT_ORDER.index(name.split(".")[2])
+    for target in imports(MODULES[name]):
+        if target.startswith("tfcalc.count."):
+            part = target.split(".")[2]
+            assert COUNT_ORDER.index(part) <= own, f"{name} (tfcalc.count.{COUNT_ORDER[own]}) imports {target}"
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_module_over_400_lines(name):
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")

@@ -7,7 +7,7 @@ import torch
 from conftest import tiny
 
 from tfcalc.config import ConfigError
-from tfcalc.count import flops as flops_count, memory as mem, params as count
+from tfcalc.count.model import flops as flops_count, memory as mem, params as count
 from tfcalc.model import build_model
 from tfcalc.model.positions import apply_rope
 from tfcalc.workload import Workload

@@ -22,20 +22,20 @@ from hf_tiny import T, inputs
 from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer, Mixing, StateTensor, step_io
 from tfcalc.architecture.tensors import Linear, Weight
-from tfcalc.count import (
+from tfcalc.count.model import (
     activations as count_activations,
     budget,
     flops as count_flops,
     memory as count_memory,
     op_recompute,
     params as count_params,
-    roofline,
-    shard,
 )
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.layout_pipeline import cp_refused
+from tfcalc.count.model.quant import weight_format
 from tfcalc.count.perf import eager
-from tfcalc.count.quant import weight_format
+from tfcalc.count.serving import roofline
+from tfcalc.count.training import shard
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.layout_pipeline import cp_refused
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 from tfcalc.workload import Workload

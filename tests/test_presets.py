@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tfcalc.config import ConfigError
-from tfcalc.count.params import total as params_total
+from tfcalc.count.model.params import total as params_total
 from tfcalc.presets import load, parse_override, preset_dir, preset_names, resolve_preset_name
 
 ISSUE_PRESETS = [

@@ -42,7 +42,7 @@ def test_one_rule_for_the_source_a_decoder_reads():
 def test_measure_takes_the_workload():
     """The source length reaches the real module through the Workload, no loose src_seq: an encoder-decoder's
     measured FLOPs on meta equal the analytic count at S != T."""
-    from tfcalc.count.flops import forward_flops
+    from tfcalc.count.model.flops import forward_flops
     from tfcalc.measure.flops import measure_flops
 
     cfg = dataclasses.replace(load("t5-base"), n_layer=1, n_encoder_layer=1)

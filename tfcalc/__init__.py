@@ -141,7 +141,7 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
            measure: bool = False, device: str = "cpu", **overrides: Any) -> "MemoryReport":
     """`tfcalc memory`: weights, KV cache, activations, training state; measure=True reads the peak on device.
     dtype defaults as on the command line: bf16, or fp32 for a run measured on a CPU."""
-    from tfcalc.count.budget import parse_bytes
+    from tfcalc.count.model.budget import parse_bytes
     from tfcalc.report.memory import MemoryOptions, build_memory
     from tfcalc.workload import Workload, default_dtype
 
@@ -267,9 +267,9 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
-    from tfcalc.count.shard import SPLIT_COUNTS
-    from tfcalc.count.sharding import OFFLOAD
-    from tfcalc.count.steptime import parse_count
+    from tfcalc.count.training.shard import SPLIT_COUNTS
+    from tfcalc.count.training.sharding import OFFLOAD
+    from tfcalc.count.training.steptime import parse_count
     from tfcalc.name_lists import name_list
     from tfcalc.report.plan import PlanRequest, build_plan
 

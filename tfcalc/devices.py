@@ -6,7 +6,7 @@ Who reads what:
   gets no MFU, and tfcalc says so rather than guessing. The measured matmul ceiling
   (tfcalc.measure.bench.matmul_ceiling) is shown beside the peak, because datasheet peaks are rarely
   reached (boost clocks, power limits).
-- The roofline (tfcalc.count.roofline) divides FLOPs by ``peak_flops`` and bytes by
+- The roofline (tfcalc.count.serving.roofline) divides FLOPs by ``peak_flops`` and bytes by
   ``bandwidth_bytes_per_s``; their ratio is the ridge point. ``memory_bytes`` bounds what fits.
 - Parallel plans read ``intra_node_bytes_per_s`` (NVLink / Infinity Fabric / PCIe between the GPUs of
   one node), ``inter_node_bytes_per_s`` (the network) and ``gpus_per_node``.
@@ -19,7 +19,7 @@ Conventions of every entry:
 - Sizes and rates are decimal as datasheets print them: 80 GB = 80·10⁹ bytes, 3.35 TB/s = 3.35·10¹²
   bytes/s. What a program can allocate is less (CUDA context, allocator reserve).
 - ``host_memory_bytes`` is the CPU memory of one node (binary, as vendors size DIMMs and clouds print GiB),
-  what offload (tfcalc.count.offload) fills; each with its source in ``host_memory_source``. A node of the
+  what offload (tfcalc.count.training.offload) fills; each with its source in ``host_memory_source``. A node of the
   table is the configuration ``node`` names (HGX/DGX H100: 2 TiB).
 - Interconnect figures are per GPU and per direction (datasheets print NVLink bidirectional: H100's
   "900 GB/s" is 450 GB/s each way). ``gpus_per_node`` counts the GPUs that reach each other at
@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from tfcalc.errors import InputError, shown, shown_path
 
-# The dtypes a datasheet rates (tfcalc.count.dtypes names the same ones; this module sits below count).
+# The dtypes a datasheet rates (tfcalc.count.model.dtypes names the same ones; this module sits below count).
 RATED_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4")
 T = 1e12
 G = 1e9

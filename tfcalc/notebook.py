@@ -55,7 +55,7 @@ def _params_frame(report: Any, pandas: Any) -> Any:
     """One row per component group (and stack, for an encoder-decoder): Parameters sums to the analytic total
     (a tied head counts 0: its tensor is the embedding's); the totals in ``df.attrs["totals"]``."""
     from tfcalc.cli.render.params import GROUP_TITLES
-    from tfcalc.count import params as count
+    from tfcalc.count.model import params as count
 
     total, sums = report.analytic_total, {}
     for e in report.entries:

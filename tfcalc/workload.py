@@ -19,7 +19,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 
-RECOMPUTE = ("none", "selective", "full", "op")  # op: op-level selective checkpointing (tfcalc.count.op_recompute)
+RECOMPUTE = ("none", "selective", "full", "op")  # op: op-level selective checkpointing (count.model.op_recompute)
 MAX_SIZE = 2**40  # ~1.1e12 tokens or sequences: far past any real run, still exact as a float
 
 # Bytes are counted in the dtype a run stores; a pure estimate (nothing runs) assumes bf16, the dtype
@@ -83,7 +83,7 @@ def decoder_source(cfg: ModelConfig, seq: int, src_seq: Optional[int]) -> Option
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """A parallel training layout (checked by tfcalc.count.layout.check_layout). ``seq`` and
+    """A parallel training layout (checked by tfcalc.count.training.layout.check_layout). ``seq`` and
     ``micro_batch`` are the workload of one forward pass of one rank; ``attention`` the kernel the
     activations assume (flash, as every current training stack runs; math stores the T×T scores);
     ``dropout`` adds the paper's dropout masks (tfcalc's own module has none)."""
@@ -100,7 +100,7 @@ class Layout:
     dtype: str = "bf16"
     attention: str = "flash"
     dropout: bool = False
-    # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.sharding ---
+    # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.training.sharding ---
     ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
     compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
     reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tfcalc.cli.options import parse_lengths
-from tfcalc.count import flops as count_flops, memory as count_memory
+from tfcalc.count.model import flops as count_flops, memory as count_memory
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import assert_one_line_error
 
-from tfcalc.count import flops as count
+from tfcalc.count.model import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
 from tfcalc.workload import Workload

@@ -114,7 +114,7 @@ def test_what_a_real_run_cannot_split_is_refused_before_ranks_start(cli):
 def test_plan_measure_exits_1_when_plan_and_run_disagree(cli, monkeypatch):
     """A drift put back into the plan (one parameter more per rank, as qwen2-7b's O biases once were): the
     ranks measure the real module in their own processes, so the two disagree and plan exits 1."""
-    from tfcalc.count import rank_memory
+    from tfcalc.count.training import rank_memory
 
     real = rank_memory.stage_params
     monkeypatch.setattr(rank_memory, "stage_params", lambda cfg, layout, stage: real(cfg, layout, stage) + 1)

@@ -8,10 +8,10 @@ import pytest
 from conftest import assert_one_line_error
 
 import tfcalc
-from tfcalc.count.memory import activation_element_bytes
-from tfcalc.count.non_matmul import non_matmul_entries
+from tfcalc.count.model.memory import activation_element_bytes
+from tfcalc.count.model.non_matmul import non_matmul_entries
 from tfcalc.count.perf import eager, elementwise
-from tfcalc.count.perf.training import micro_batch_time
+from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.devices import resolve as device
 from tfcalc.presets import load_preset
 from tfcalc.report.plan import hardware

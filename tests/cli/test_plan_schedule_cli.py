@@ -78,7 +78,7 @@ def test_a_search_past_the_positions_says_so(cli):
 def test_cp_is_searched_only_where_it_is_modelled():
     """gpt-oss has sliding windows: the search tries no CP (its floor read every tensor-parallel degree as
     refused while it tried CP 16: 'no tensor-parallel degree splits gpt-oss-120b')."""
-    from tfcalc.count.search_space import SearchSpace, cp_applies, cp_degrees
+    from tfcalc.count.training.search_space import SearchSpace, cp_applies, cp_degrees
     from tfcalc.presets import load
 
     assert not cp_applies(load("gpt-oss-120b"), "flash") and cp_applies(load("llama3-70b"), "flash")

@@ -1,4 +1,4 @@
-"""Activations folded over the per-layer description (tfcalc.count.activations over cfg.architecture):
+"""Activations folded over the per-layer description (tfcalc.count.model.activations over cfg.architecture):
 layers that differ -- windows, NoPE layers, V head widths, heads, FFN widths, dense first layers, a mixture
 of experts every n-th layer, in a decoder, an encoder or both stacks of an encoder-decoder -- each keep
 their own terms, checked against the bytes the real module's autograd saves (saved-tensor hooks, fp32,
@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tfcalc.architecture import Architecture, Norm, Stack, compress
 from tfcalc.config import replace
-from tfcalc.count import rank_activations as ra
-from tfcalc.count.activations import activations
+from tfcalc.count.model.activations import activations
+from tfcalc.count.training import rank_activations as ra
 from tfcalc.measure.memory import forward_loss
 from tfcalc.model import build_model
 from tfcalc.workload import Layout, Workload
@@ -104,7 +104,7 @@ def test_per_layer_widths_windows_and_nope_keep_what_autograd_saves(base, batch,
 def test_latent_attention_keeps_what_autograd_saves(cfg, batch, data):
     """DeepSeek-shaped models (latent attention with or without a compressed Q, V heads as wide as Q's or
     not, one head or several, dense first layers, DeepSeek's routing): the fold equals autograd's saved
-    tensors (it was 0.79x of them before the latent terms, tfcalc.count.activation_terms step 11)."""
+    tensors (it was 0.79x of them before the latent terms, tfcalc.count.model.activation_terms step 11)."""
     seq = data.draw(st.integers(1, cfg.max_seq_len), label="seq")
     assert _saved(cfg, batch, seq, None) == activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32")).stored
 
@@ -116,7 +116,7 @@ def test_hand_derived_latent_attention_terms():
     "latent" 360. Q and K 2·4·4·12 = 384, V 4·4·8 = 128: "qkv" 512; softmax output 4·4·5 = 80; output 128.
     With h_v = 12 the fused kernel runs: V a view of W_kvb's output 4·4·(8 + 12) = 320, log-sum-exp 16."""
     from tfcalc.architecture import LatentAttention
-    from tfcalc.count.activation_terms import latent_terms
+    from tfcalc.count.model.activation_terms import latent_terms
 
     att = LatentAttention(d_model=32, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
                           v_head_dim=8, q_lora_rank=16)
@@ -141,7 +141,7 @@ def test_an_encoder_decoders_dense_encoder_layers():
 def test_hand_derived_terms_of_a_dense_and_a_moe_layer():
     """Per token, bf16 (e = 2), fused kernel, h = 16, 4 query heads and 2 KV heads of 4 channels (q = 16,
     k = v = 8), RoPE, RMSNorm, SwiGLU; layer 0 dense (f = 32), layer 1 a mixture of 4 experts of f = 8,
-    top 2 (Korthikanti et al. 2022's terms as tfcalc.count.activation_terms generalizes them):
+    top 2 (Korthikanti et al. 2022's terms as tfcalc.count.model.activation_terms generalizes them):
 
     attention, both layers: norm 2·4·16 + 4 = 132; QKV input 2·16 = 32; fused QKV 2·(16 + 8 + 8) = 64;
       rotated Q and K 2·(16 + 8) = 48; log-sum-exp 4·4 = 16; output 2·16 = 32: 324;
@@ -172,14 +172,14 @@ def test_tensor_parallel_splits_a_dense_layers_ffn_but_not_the_experts():
 
 
 def test_non_matmul_work_of_layers_that_differ_by_hand():
-    """Non-matmul FLOPs (tfcalc.count.non_matmul) folded over two different layers, B = 1, T = 4, d = 16,
+    """Non-matmul FLOPs (tfcalc.count.model.non_matmul) folded over two different layers, B = 1, T = 4, d = 16,
     LayerNorm with bias (7 per element), GELU (5 per element), no biases in the Linears:
     layer 0: 4 query heads, 2 KV heads of 8 channels, RoPE, FFN 32 wide;
     layer 1: a NoPE layer, 2 query heads, 1 KV head of 8 channels, FFN 16 wide.
     softmax 5·(4·4·4 + 2·4·4) = 480; norms 7·(4·16)·2 per block·2 layers = 1,792; activation
     5·4·(32 + 16) = 960; residual adds 4·16·2·2 = 256; RoPE 3·4·(4 + 2)·8 = 576 (layer 0 only); final
     norm 7·64 = 448."""
-    from tfcalc.count.non_matmul import non_matmul_entries
+    from tfcalc.count.model.non_matmul import non_matmul_entries
 
     base = tiny(d_model=16, n_head=4, n_kv_head=2, d_head=8, pos_encoding="rope", d_ff=32, attn_bias=False,
                 ffn_bias=False)
@@ -214,7 +214,7 @@ def test_crossover_of_layers_with_other_heads_by_hand():
     Full square: T >= 8,192 / 96 = 85.3 -> 86, T >= (8,192 − 2,304) / 96 = 61.3 -> 62; causal (T + 1 >= twice
     those): 170 and 122. Both layers windowed (4 and 8 keys): the scores grow like (128·4 + 64·8)·T = 1,024·T,
     under the FFN's 2·8,192·T: never."""
-    from tfcalc.count.crossover import crossover_seq
+    from tfcalc.count.model.crossover import crossover_seq
 
     cfg = _two_layers()
     assert (crossover_seq(cfg).scores_vs_ffn, crossover_seq(cfg).attention_vs_ffn) == (86, 62)

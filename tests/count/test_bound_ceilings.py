@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from tfcalc import devices
-from tfcalc.count import quant, roofline, serving
+from tfcalc.count.model import quant
 from tfcalc.count.perf.hardware import perf_spec
+from tfcalc.count.serving import roofline, static as serving
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

@@ -1,4 +1,4 @@
-"""Continuous batching (tfcalc.count.continuous, `infer --rate`): the steady state against a discrete-event
+"""Continuous batching (tfcalc.count.serving.continuous, `infer --rate`): the steady state against a discrete-event
 simulation of the same scheduler (Poisson arrivals, prefills first, one decode step for every sequence in
 flight per iteration, step times from the same roofline), Little's law, the low-rate limit against the
 static estimate, capacity, and the hostile cases."""
@@ -12,8 +12,8 @@ import pytest
 from conftest import assert_one_line_error
 
 import tfcalc
-from tfcalc.count import continuous
-from tfcalc.count.quant import plain
+from tfcalc.count.model.quant import plain
+from tfcalc.count.serving import continuous
 from tfcalc.presets import load
 from tfcalc.report.infer import datasheet_ceilings
 

@@ -1,5 +1,5 @@
-"""A mixture of experts' bytes: gpt-oss's MXFP4 experts counted as stored (tfcalc.count.quant), the experts
-a serving step reads at each batch (tfcalc.count.roofline), and a checkpoint that stores MXFP4 blocks."""
+"""A mixture of experts' bytes: gpt-oss's MXFP4 experts counted as stored (tfcalc.count.model.quant), the experts
+a serving step reads at each batch (tfcalc.count.serving.roofline), and a checkpoint that stores MXFP4 blocks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from safetensors.torch import save_file
 import tfcalc
 from tfcalc.checkpoint import count_checkpoint
 from tfcalc.config import replace
-from tfcalc.count import params as count, quant, roofline
+from tfcalc.count.model import params as count, quant
+from tfcalc.count.serving import roofline
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 

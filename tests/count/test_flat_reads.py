@@ -17,7 +17,7 @@ ALLOWED = {
     ("formulas.py", "standard_formulas"), ("rank_activations.py", "korthikanti_bytes"),
     # the note on n_head·d_head != d_model is about the flat fields as given (GPT-3's Table 2.1)
     ("params.py", "width_note"),
-    # the plan's search bounds pp by the layers (issue 20's lane: count/layout.py's candidate_layouts)
+    # the plan's search bounds pp by the layers (issue 20's lane: count/training/layout.py's candidate_layouts)
     ("layout.py", "candidate_layouts"),
 }
 

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.config import ConfigError
-from tfcalc.count import flops as count
+from tfcalc.count.model import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names

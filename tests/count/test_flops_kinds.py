@@ -4,7 +4,7 @@ reads S source and T target tokens; measured (FlopCounterMode) == analytic for e
 import pytest
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
-from tfcalc.count import flops as count, params as params_count
+from tfcalc.count.model import flops as count, params as params_count
 from tfcalc.measure import flops as measure
 from tfcalc.presets import load
 from tfcalc.workload import Workload

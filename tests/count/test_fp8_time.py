@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from tfcalc.count.layout import Layout
+from tfcalc.count.model.quant import weight_format
 from tfcalc.count.perf import fp8_time, gemm
 from tfcalc.count.perf.hardware import perf_spec
-from tfcalc.count.perf.training import micro_batch_time
-from tfcalc.count.quant import weight_format
-from tfcalc.count.roofline import Ceilings, prefill_step
+from tfcalc.count.serving.roofline import Ceilings, prefill_step
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.presets import load
 
 H100_BW = 3.35e12 * 0.85

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from tfcalc import devices
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan, search
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan, search
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 from tfcalc.report.plan import hardware
@@ -45,7 +45,7 @@ def test_the_search_keeps_only_layouts_whose_host_memory_fits():
     cfg = load("llama3-70b")
     hw = hardware(devices.by_key("h100-sxm"), "bf16")
     base = Layout(tp=1, pp=1, dp=1, seq=8192, global_batch=512, micro_batch=1)
-    from tfcalc.count.search_space import SearchSpace
+    from tfcalc.count.training.search_space import SearchSpace
 
     space = SearchSpace()
     checked = search(cfg, 8, base, hw, None, space=space)

@@ -9,8 +9,9 @@ from conftest import configs, tiny
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.config import ConfigError, ModelConfig, replace
-from tfcalc.count import budget as count_budget, memory as mem, training
-from tfcalc.count.params import total
+from tfcalc.count.model import budget as count_budget, memory as mem, training_memory as training
+from tfcalc.count.model.params import total
+from tfcalc.count.training.rank_activations import korthikanti_bytes
 from tfcalc.measure import device as dev
 from tfcalc.measure.memory import forward_loss, measure_peak
 from tfcalc.model import build_model
@@ -110,7 +111,7 @@ def test_reduces_to_korthikanti_for_a_gpt_block_with_dropout_and_no_flash():
     cfg = ModelConfig(n_layer=24, d_model=1024, n_head=16, vocab_size=50257, max_seq_len=2048)
     acts = mem.activations(cfg, Workload(batch=2, seq=2048, dtype="bf16"), attention="math", dropout=True)
     assert acts.layer == 813_694_976 + 65_536
-    assert mem.korthikanti_bytes(cfg, 2, 2048) == 24 * 813_694_976
+    assert korthikanti_bytes(cfg, 2, 2048) == 24 * 813_694_976
 
 
 def test_without_dropout_a_gpt_block_keeps_32sbh_plus_the_scores():
@@ -307,7 +308,7 @@ def test_json_contract(cli):
 def test_inference_format_has_no_training_figures(cli):
     r = cli("memory", "llama2-7b", "--dtype", "int4", "--json").json()
     assert r["training_bytes"] is None and r["activation_bytes"] is None
-    # int4 weights: group 128 with fp16 scales and int4 zero points, the rest in bf16 (tfcalc.count.quant,
+    # int4 weights: group 128 with fp16 scales and int4 zero points, the rest in bf16 (tfcalc.count.model.quant,
     # hand-worked in tests/count/test_roofline.py); the KV cache stays bf16
     assert r["weights_bytes"] == 3_889_307_648 and r["kv_cache_bytes"] == 2_147_483_648 and r["kv_dtype"] == "bf16"
     parts = r["weight_format"]["parts_bytes"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, assert_one_line_error, tiny
 
-from tfcalc.count import memory as mem
+from tfcalc.count.model import memory as mem
 from tfcalc.measure.memory import forward_loss
 from tfcalc.model import build_model
 from tfcalc.presets import load

@@ -3,10 +3,10 @@ hand derivations from the constants of NVIDIA/nccl src/graph/tuning.cc; and the 
 
 import pytest
 
-from tfcalc.count.comm import Collective
-from tfcalc.count.layout import Layout
 from tfcalc.count.perf.collectives import nccl_call, nccl_seconds, seconds
-from tfcalc.count.steptime import Hardware, collective_seconds, group_bus_bytes_per_s, group_nodes
+from tfcalc.count.training.comm import Collective
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.steptime import Hardware, collective_seconds, group_bus_bytes_per_s, group_nodes
 
 NVLINK3 = 300e9 * 0.8  # A100 NVLink bus bandwidth, Simple
 IB_HDR = 25e9 * 0.9  # one 200 Gb/s NIC per GPU

@@ -1,4 +1,4 @@
-"""Activation offload under each pipeline schedule (tfcalc.count.offload): the host holds every micro-batch
+"""Activation offload under each pipeline schedule (tfcalc.count.training.offload): the host holds every micro-batch
 in flight but the two blocks the GPU works on -- 1F1B's min(p − i, m), and the interleaved schedule's count
 per chunk, checked against the action list of PyTorch's own ScheduleInterleaved1F1B."""
 
@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 from test_pipeline_schedules import torch_in_flight
 
-from tfcalc.count import rank_memory as rm
-from tfcalc.count.layout import check_layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training import rank_memory as rm
+from tfcalc.count.training.layout import check_layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.presets import load
 from tfcalc.workload import Layout
 

@@ -1,17 +1,17 @@
-"""--recompute op (tfcalc.count.op_recompute): the bytes torchtitan's op-level SAC policy keeps, checked against
+"""--recompute op (tfcalc.count.model.op_recompute): the bytes torchtitan's op-level SAC policy keeps, checked against
 what PyTorch's selective checkpointing really caches on tfcalc's module; its extra FLOPs by hand; --compute-dtype
-fp8 and --offload (tfcalc.count.fp8, tfcalc.count.offload) by hand."""
+fp8 and --offload (tfcalc.count.training.fp8, tfcalc.count.training.offload) by hand."""
 
 import pytest
 import torch
 from conftest import tiny
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from tfcalc.count import rank_memory as rm
-from tfcalc.count.activations import activations
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.model.activations import activations
+from tfcalc.count.training import rank_memory as rm
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.model import build_model
 from tfcalc.presets import load

@@ -3,11 +3,11 @@ the step -- against the module's hand count of bytes per parameter."""
 
 import pytest
 
-from tfcalc.count.layout import Layout
 from tfcalc.count.perf.hardware import perf_spec
 from tfcalc.count.perf.optimizer import adam_bytes_per_param, optimizer_seconds
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.presets import load
 
 PSI_7B = 6_738_415_616

@@ -1,13 +1,13 @@
-"""Overlap's own cost (tfcalc.count.steptime, step 5): a NCCL collective's kernel holds SMs while the
+"""Overlap's own cost (tfcalc.count.training.steptime, step 5): a NCCL collective's kernel holds SMs while the
 compute it overlaps runs on the rest -- against a hand derivation of the waves."""
 
 import pytest
 
-from tfcalc.count.layout import Layout
 from tfcalc.count.perf import gemm
 from tfcalc.count.perf.hardware import perf_spec
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware, _stage_s
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware, _stage_s
 from tfcalc.presets import load
 
 
@@ -45,7 +45,7 @@ def test_overlap_tp_pays_for_the_sms_under_the_hidden_collectives():
     run on 132 − 24 SMs: contention = slow × (DP's overlapped seconds + the hidden TP seconds), one GPU
     group of TP 8 in one node (no DP, no pipeline: no stretch)."""
     from tfcalc.count.perf.pipeline import OVERLAPPED_TP
-    from tfcalc.count.steptime import collective_seconds
+    from tfcalc.count.training.steptime import collective_seconds
 
     cfg = load("llama2-7b")
     hw = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8, perf=perf_spec("h100-sxm"))

@@ -3,7 +3,7 @@
 import pytest
 from conftest import tiny
 
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.measure.params import measure_params
 from tfcalc.presets import load, preset_names
 

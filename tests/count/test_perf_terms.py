@@ -8,10 +8,10 @@ import math
 import pytest
 
 from tfcalc import devices
+from tfcalc.count.model.terms import NonMatmulEntry
 from tfcalc.count.perf import collectives, elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec, perf_spec
 from tfcalc.count.perf.inference import kernel_count, overhead, row_efficiency
-from tfcalc.count.terms import NonMatmulEntry
 from tfcalc.report.model_ref import resolve
 
 

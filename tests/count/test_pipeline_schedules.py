@@ -1,5 +1,5 @@
 """Pipeline schedules, overlap and context parallelism in the plan's arithmetic (tfcalc.count.perf.pipeline,
-tfcalc.count.context_parallel, tfcalc.count.layout_pipeline, tfcalc.count.search_space): each figure
+count.training.context_parallel, tfcalc.count.training.layout_pipeline, tfcalc.count.training.search_space): each figure
 against its paper's formula worked by hand, the activations in flight against PyTorch's own interleaved
 schedule (torch.distributed.pipelining's action lists, built without a process group), and the checks'
 one-line errors."""
@@ -11,15 +11,15 @@ from types import SimpleNamespace
 import pytest
 from conftest import tiny
 
-from tfcalc.count import comm, rank_memory as rm
-from tfcalc.count.context_parallel import kv_ring
-from tfcalc.count.layout import Layout, check_layout
 from tfcalc.count.perf import pipeline
-from tfcalc.count.plan import make_plan, search
-from tfcalc.count.rank_activations import stage_activation_bytes
-from tfcalc.count.search_space import SearchSpace, cp_degrees
-from tfcalc.count.shard import stage_ranges
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training import comm, rank_memory as rm
+from tfcalc.count.training.context_parallel import kv_ring
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.plan import make_plan, search
+from tfcalc.count.training.rank_activations import stage_activation_bytes
+from tfcalc.count.training.search_space import SearchSpace, cp_degrees
+from tfcalc.count.training.shard import stage_ranges
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 

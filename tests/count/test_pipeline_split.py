@@ -1,4 +1,4 @@
-"""--pp-split-counts (tfcalc.count.shard.stage_ranges, tfcalc.count.layout_pipeline, tfcalc.count.search_space):
+"""--pp-split-counts (count.training.shard.stage_ranges, count.training.layout_pipeline, count.training.search_space):
 the embedding and/or the LM head counted as one block each when the blocks are divided over pp × V chunks
 (Megatron-LM's --account-for-embedding/loss-in-pipeline-split; Llama 3, Dubey et al. 2024, sec. 3.3.2).
 
@@ -26,16 +26,16 @@ import pytest
 from conftest import assert_one_line_error, tiny
 
 import tfcalc
-from tfcalc.count import rank_memory as rm
-from tfcalc.count.layout import Layout, check_layout
 from tfcalc.count.perf import pipeline
-from tfcalc.count.perf.training import micro_batch_time
-from tfcalc.count.plan import make_plan, search
-from tfcalc.count.rank_activations import _head_parts, layer_bytes
-from tfcalc.count.search_bound import ShapeBound
-from tfcalc.count.search_space import SearchSpace, schedules, split_counts
-from tfcalc.count.shard import stage_block_counts, stage_ranges
-from tfcalc.count.steptime import Hardware, _alike
+from tfcalc.count.training import rank_memory as rm
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.micro_batch_time import micro_batch_time
+from tfcalc.count.training.plan import make_plan, search
+from tfcalc.count.training.rank_activations import _head_parts, layer_bytes
+from tfcalc.count.training.search_bound import ShapeBound
+from tfcalc.count.training.search_space import SearchSpace, schedules, split_counts
+from tfcalc.count.training.shard import stage_block_counts, stage_ranges
+from tfcalc.count.training.steptime import Hardware, _alike
 from tfcalc.errors import InputError
 
 H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)
@@ -209,7 +209,7 @@ def test_search_of_llama3_405b_finds_metas_schedule_fast():
 
 
 def test_the_search_bound_holds_with_the_ends_counted():
-    """tfcalc.count.search_bound prices a shape's 1F1B layout: with --pp-split-counts fixed it is the split
+    """tfcalc.count.training.search_bound prices a shape's 1F1B layout: with --pp-split-counts fixed it is the split
     one (7 blocks + embedding over 2 stages: E + 3 blocks, 4 blocks + head -- stage 0, with 2 micro-batches
     in flight, one block lighter than without), and a pp the counted ends do not divide is not ruled out."""
     seven = dataclasses.replace(CFG, n_layer=7)

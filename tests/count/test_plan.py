@@ -1,4 +1,4 @@
-"""Parallel plans, the arithmetic (tfcalc.count.shard, layout, rank_memory, comm, steptime, plan): the
+"""Parallel plans, the arithmetic (tfcalc.count.training.shard, layout, rank_memory, comm, steptime, plan): the
 hand-worked figures of ZeRO, Megatron and Korthikanti et al., the conventions, the search, hostile layouts."""
 
 import dataclasses
@@ -7,12 +7,12 @@ import math
 import pytest
 from conftest import tiny
 
-from tfcalc.count import comm, rank_memory as rm, shard
-from tfcalc.count.flops import training_flops
-from tfcalc.count.layout import Layout, check_layout, resolve_degrees
-from tfcalc.count.params import total
-from tfcalc.count.plan import fewest_gpus, make_plan, search
-from tfcalc.count.steptime import (
+from tfcalc.count.model.flops import training_flops
+from tfcalc.count.model.params import total
+from tfcalc.count.training import comm, rank_memory as rm, shard
+from tfcalc.count.training.layout import Layout, check_layout, resolve_degrees
+from tfcalc.count.training.plan import fewest_gpus, make_plan, search
+from tfcalc.count.training.steptime import (
     Hardware,
     bubble_fraction,
     chinchilla_tokens,
@@ -278,7 +278,7 @@ def test_nothing_fits_up_to_the_limit():
 
 
 def test_gpus_auto_starts_at_the_state_bound():
-    from tfcalc.count.plan import min_gpus
+    from tfcalc.count.training.plan import min_gpus
 
     assert min_gpus(load("gpt3"), layout(seq=2048), H100) == math.ceil(16 * total(load("gpt3")) / 80e9)
 
@@ -324,9 +324,9 @@ def test_moe_and_encoder_decoder_are_planned(preset):
                                         ("t5-base", 512), ("gpt-oss-120b", 131072)])
 def test_the_floor_at_the_most_stages_is_the_least_of_every_pp(preset, seq):
     """rank_floor prices one pp per tp (the most stages); the exhaustive minimum over every pp agrees."""
-    from tfcalc.count.layout import divisors
-    from tfcalc.count.plan import rank_floor, stage_floor
-    from tfcalc.count.shard import total_blocks, tp_split_widths
+    from tfcalc.count.training.layout import divisors
+    from tfcalc.count.training.plan import rank_floor, stage_floor
+    from tfcalc.count.training.shard import total_blocks, tp_split_widths
 
     cfg = load(preset)
     base = Layout(seq=seq, global_batch=1, micro_batch=1)

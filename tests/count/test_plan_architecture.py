@@ -9,9 +9,9 @@ import math
 import pytest
 from conftest import MIXTRAL_LIKE, assert_one_line_error, tiny
 
-from tfcalc.count import rank_memory as rm, shard
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.params import total
+from tfcalc.count.model.params import total
+from tfcalc.count.training import rank_memory as rm, shard
+from tfcalc.count.training.layout import Layout, check_layout
 from tfcalc.errors import InputError
 from tfcalc.presets import load, preset_names
 
@@ -77,7 +77,7 @@ def test_t5_base_under_tp_2_by_hand():
     L = layout(tp=2, seq=512, global_batch=4, micro_batch=2)
     assert total(cfg) == 222_903_552
     assert rm.stage_params(cfg, L, 0) == 111_475_968
-    from tfcalc.count.comm import tp_collectives
+    from tfcalc.count.training.comm import tp_collectives
 
     X = 2 * 2 * 512 * 768
     ops = {(c.op, c.cause): (c.payload_bytes, c.calls) for c in tp_collectives(cfg, L, 0)}

@@ -1,4 +1,4 @@
-"""One activation model for `memory --training` and `plan` (tfcalc.count.rank_activations): the same bytes
+"""One activation model for `memory --training` and `plan` (tfcalc.count.training.rank_activations): the same bytes
 on one GPU for every preset, flash by default in both and said so, Korthikanti et al. 2022's Table 2 under
 math with tensor and sequence parallelism, per-layer sums, MoE experts kept whole across TP ranks."""
 
@@ -8,8 +8,8 @@ import pytest
 from conftest import configs
 from hypothesis import given, settings, strategies as st
 
-from tfcalc.count import rank_activations as ra, rank_memory as rm
-from tfcalc.count.activations import activations
+from tfcalc.count.model.activations import activations
+from tfcalc.count.training import rank_activations as ra, rank_memory as rm
 from tfcalc.errors import InputError
 from tfcalc.presets import load, preset_names
 from tfcalc.report.memory import MemoryOptions, estimate_memory

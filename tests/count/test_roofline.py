@@ -9,8 +9,9 @@ from conftest import tiny
 
 from tfcalc import devices
 from tfcalc.config import replace
-from tfcalc.count import flops as count_flops, memory as count_memory, quant, roofline, serving
-from tfcalc.count.params import total as param_total
+from tfcalc.count.model import flops as count_flops, memory as count_memory, quant
+from tfcalc.count.model.params import total as param_total
+from tfcalc.count.serving import roofline, static as serving
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 from tfcalc.workload import Workload
@@ -88,7 +89,7 @@ def test_moe_decode_reads_the_experts_it_routes_to():
 
 
 def test_int4_weights_by_hand():
-    """Llama 2 7B, int4, group 128, fp16 scales, int4 zero points, the rest bf16 (tfcalc.count.quant)."""
+    """Llama 2 7B, int4, group 128, fp16 scales, int4 zero points, the rest bf16 (tfcalc.count.model.quant)."""
     cfg = load("llama2-7b")
     fmt = quant.weight_format("int4")
     assert (fmt.group_size, fmt.zero_point) == (128, True)

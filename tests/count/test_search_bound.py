@@ -1,4 +1,4 @@
-"""The search's lower bound (tfcalc.count.search_bound): its closed forms equal the figures they re-express,
+"""The search's lower bound (tfcalc.count.training.search_bound): its closed forms equal the figures they re-express,
 it never exceeds the memory of a layout the search builds, and the search with it finds what a plain
 exhaustive search finds -- the same fewest GPUs and the same layouts, fastest first."""
 
@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from tfcalc.count.layout import Layout, candidate_layouts, check_layout, gpu_counts
-from tfcalc.count.plan import fewest_gpus, make_plan, search
-from tfcalc.count.rank_activations import stage_activation_bytes
-from tfcalc.count.rank_memory import layout_activations, param_sums, rank_memory
-from tfcalc.count.search_bound import ShapeBound, is_gpu_count, least_recomputes
-from tfcalc.count.search_space import SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
-from tfcalc.count.shard import stage_ranges, total_blocks
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout, candidate_layouts, check_layout, gpu_counts
+from tfcalc.count.training.plan import fewest_gpus, make_plan, search
+from tfcalc.count.training.rank_activations import stage_activation_bytes
+from tfcalc.count.training.rank_memory import layout_activations, param_sums, rank_memory
+from tfcalc.count.training.search_bound import ShapeBound, is_gpu_count, least_recomputes
+from tfcalc.count.training.search_space import SearchSpace, cp_applies, cp_degrees, micro_batches, schedules
+from tfcalc.count.training.shard import stage_ranges, total_blocks
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 

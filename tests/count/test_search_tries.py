@@ -1,14 +1,14 @@
-"""What the search varies where it applies (tfcalc.count.search_space): HSDP and FSDP without resharding on
+"""What the search varies where it applies (tfcalc.count.training.search_space): HSDP and FSDP without resharding on
 the ZeRO-3 layouts that fit; offload only where nothing fits without it; FP8 never on its own."""
 
 import dataclasses
 
 import pytest
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import fewest_gpus, search
-from tfcalc.count.search_space import FIXED, SearchSpace, fsdp_variants
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import fewest_gpus, search
+from tfcalc.count.training.search_space import FIXED, SearchSpace, fsdp_variants
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
@@ -72,8 +72,8 @@ def test_gpus_auto_offloads_only_when_no_count_fits_without():
 def test_flat_zero_reduce_scatters_and_gathers_a_call_per_bucket():
     """Megatron-Core's buckets of max(40M, 1M × dp) parameters for ZeRO-1 (per step), DeepSpeed's 5e8
     elements for ZeRO-2 (per micro-batch); the bytes are the flat buffer's whatever the buckets."""
-    from tfcalc.count.comm import step_collectives
-    from tfcalc.count.rank_memory import rank_memory
+    from tfcalc.count.training.comm import step_collectives
+    from tfcalc.count.training.rank_memory import rank_memory
 
     cfg = load("llama2-70b")
     psi = 68_976_648_192

@@ -1,4 +1,4 @@
-"""The decode steps summed in closed form (tfcalc.count.serving.decode_totals) against the plain sum over
+"""The decode steps summed in closed form (tfcalc.count.serving.static.decode_totals) against the plain sum over
 every step, the definition: random configs (sliding windows and their kinks, encoder-decoders, MoE),
 ceilings on both sides of the ridge, so that rows turn compute-bound part of the way."""
 
@@ -10,8 +10,9 @@ import pytest
 from conftest import configs, tiny
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tfcalc.count import quant, serving
-from tfcalc.count.roofline import Ceilings, decode_step
+from tfcalc.count.model import quant
+from tfcalc.count.serving import static as serving
+from tfcalc.count.serving.roofline import Ceilings, decode_step
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

@@ -1,5 +1,5 @@
-"""Tensor-parallel serving (tfcalc.count.serving_tp, `infer --tp`): per-GPU weights against the plan's
-sharding of the real tensors (tfcalc.count.shard, itself checked against DTensor), the worked example's
+"""Tensor-parallel serving (tfcalc.count.serving.serving_tp, `infer --tp`): per-GPU weights against the plan's
+sharding of the real tensors (tfcalc.count.training.shard, itself checked against DTensor), the worked example's
 all-reduce time by hand, KV-head replication, the closed-form decode sum under TP, and the hostile cases
 through the command line."""
 
@@ -11,10 +11,11 @@ import pytest
 from conftest import assert_one_line_error, tiny
 
 import tfcalc
-from tfcalc.count import quant, serving, serving_tp
-from tfcalc.count.memory import kv_cache_bytes
-from tfcalc.count.roofline import Ceilings, decode_step
-from tfcalc.count.shard import stage_tensors, tp_local_shape
+from tfcalc.count.model import quant
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.count.serving import serving_tp, static as serving
+from tfcalc.count.serving.roofline import Ceilings, decode_step
+from tfcalc.count.training.shard import stage_tensors, tp_local_shape
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 

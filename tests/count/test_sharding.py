@@ -1,4 +1,4 @@
-"""Sharding variants of a plan (issue 20, tfcalc.count.sharding, experts_parallel): expert parallelism, an fp32
+"""Sharding variants of a plan (issue 20, tfcalc.count.training.sharding, experts_parallel): expert parallelism, an fp32
 gradient buffer, HSDP, FSDP without resharding after forward -- each against a hand derivation or a published
 table, and each variant's hostile values."""
 
@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from tfcalc.count import rank_memory as rm
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.plan import make_plan, search
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training import rank_memory as rm
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.plan import make_plan, search
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
@@ -183,11 +183,11 @@ def test_ep_zero3_gathers_the_experts_as_a_unit_of_their_own():
 
 
 def test_the_auto_search_floor_stays_below_an_expert_parallel_layout():
-    """--gpus auto stops at once when no layout can fit (tfcalc.count.plan.rank_floor): with expert parallelism
+    """--gpus auto stops at once when no layout can fit (tfcalc.count.training.plan.rank_floor): with expert parallelism
     the floor must count the experts split, or it would refuse MoE models that fit. Mixtral with 64 experts: one
     block's experts are 11.3B parameters (22.5 GB whole), one expert over 64 EP ranks 0.18B."""
     from tfcalc.config import replace
-    from tfcalc.count.plan import rank_floor
+    from tfcalc.count.training.plan import rank_floor
 
     cfg = replace(load("mixtral-8x7b"), n_expert=64)
     base = layout(seq=4096, global_batch=64, recompute="full")

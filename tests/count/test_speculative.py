@@ -1,4 +1,4 @@
-"""Speculative decoding (tfcalc.count.speculative, `infer --draft`): Leviathan et al.'s expected tokens
+"""Speculative decoding (tfcalc.count.serving.speculative, `infer --draft`): Leviathan et al.'s expected tokens
 per round against a simulation of the acceptance process and the geometric sum, the verify step's
 roofline against a decode step's, the speedup's parts, and the hostile cases."""
 
@@ -10,8 +10,9 @@ import pytest
 from conftest import assert_one_line_error
 
 import tfcalc
-from tfcalc.count import quant, speculative
-from tfcalc.count.roofline import decode_step, verify_step
+from tfcalc.count.model import quant
+from tfcalc.count.serving import speculative
+from tfcalc.count.serving.roofline import decode_step, verify_step
 from tfcalc.presets import load
 
 BF16 = quant.plain("bf16")

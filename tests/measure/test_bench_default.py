@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tfcalc.count.flops import forward_flops
+from tfcalc.count.model.flops import forward_flops
 from tfcalc.report import resolve
 from tfcalc.report.bench import CPU_FORWARD_FLOP, plan_bench
 from tfcalc.workload import Workload

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from conftest import tiny
 
 from tfcalc.config import replace
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.launch import check_nproc, launch, run_ranks
 from tfcalc.measure.parallelize import check_measurable, interleave_rows

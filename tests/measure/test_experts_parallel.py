@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from conftest import MIXTRAL_LIKE, tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.parallelize import check_measurable
 from tfcalc.model import build_model

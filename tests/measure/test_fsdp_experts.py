@@ -13,10 +13,10 @@ import dataclasses
 import pytest
 from conftest import MIXTRAL_LIKE, tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.rank_memory import model_states
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.rank_memory import model_states
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.measure.launch import launch
 from tfcalc.report.plan_check import PlanCheck
 

@@ -4,8 +4,8 @@ exactly. The one 4-rank run of the suite."""
 
 from conftest import tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.report.plan_check import check_plan
 
 H100 = Hardware(989e12, 80 * 10**9, 450e9, 50e9, 8)

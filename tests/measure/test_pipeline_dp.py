@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.measure.launch import launch
 from tfcalc.model import build_model
 from tfcalc.report.plan_check import PlanCheck

@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 from conftest import assert_one_line_error, single_device_first_loss, tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.launch import launch
 from tfcalc.report.plan_check import PlanCheck, measured_layout, stage_plans

@@ -3,7 +3,7 @@ ScheduleInterleaved1F1B on 2 gloo ranks): the ends counted as a block each, so a
 alone or the head alone. Every rank's model-state bytes and sends (payload and calls) equal its stage's plan,
 and the first loss equals the single-device model's.
 
-Placement by hand (tfcalc.count.shard.stage_ranges), pp 2 × V 2 = 4 chunks of one "layer" each:
+Placement by hand (tfcalc.count.training.shard.stage_ranges), pp 2 × V 2 = 4 chunks of one "layer" each:
 - 2 blocks + embedding + head = 4 layers: chunk 0 = the embedding, chunk 1 = block 0, chunk 2 = block 1,
   chunk 3 = the head. Rank 0 holds chunks 0 and 2 (the embedding, block 1), rank 1 chunks 1 and 3 (block 0,
   the head): one block each.
@@ -18,10 +18,10 @@ import dataclasses
 import pytest
 from conftest import single_device_first_loss, tiny
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.rank_memory import stage_params
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.rank_memory import stage_params
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.measure.launch import launch
 from tfcalc.report.plan_check import PlanCheck, stage_plans
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from conftest import tiny
 
-from tfcalc.count import serving_tp
+from tfcalc.count.serving import serving_tp
 from tfcalc.measure.serving_tp import measure
 
 

@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.measure.launch import launch
 from tfcalc.presets import load
 from tfcalc.report.plan_check import PlanCheck, measured_run

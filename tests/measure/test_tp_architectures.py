@@ -9,7 +9,7 @@ gathered) and pre-norm with a final norm.
 - every rank computes the single-device model's loss (the shards hold consistent heads and columns);
 - rank 0's weights, gradients and Adam states are the description's tensors split as each one's ``tp``
   says, rank 0 holding torch.chunk's first block -- summed here from ``Architecture.weights()``, not by
-  tfcalc.count.shard;
+  tfcalc.count.training.shard;
 - the plan's model states and collectives (bytes and calls) are the measured ones, for every one of them
   (encoder-decoders included: a cross-attention's reductions, and its K/V input's gradient, measured).
 """
@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from tfcalc.config import replace
-from tfcalc.count.layout import Layout
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.launch import launch
 from tfcalc.measure.parallelize import check_measurable

@@ -81,7 +81,7 @@ def test_cached_decoding_equals_the_full_forward(changes):
 
 def test_the_window_is_what_the_cache_holds():
     """A window of W = 5: the cache keeps a ring of W = 5 slots, which a decode step writes its own K and V
-    into before it reads them all (tfcalc.model.attention_state; the count of tfcalc.count.memory)."""
+    into before it reads them all (tfcalc.model.attention_state; the count of tfcalc.count.model.memory)."""
     cfg = tiny(max_seq_len=16, pos_encoding="rope", sliding_window=5)
     _, _, cache = _full_and_cached(cfg, batch=3)
     assert cache.slots == [5] * cfg.n_layer and cache.k[0].shape == (3, cfg.kv_heads, 5, cfg.head_dim)
@@ -107,7 +107,7 @@ def test_the_window_ring_is_what_transformers_static_cache_allocates():
 def test_a_chunked_layer_caches_one_chunk():
     """Chunks of C = 4: a ring of C = 4 slots per layer (the KV count's convention); after 14 positions,
     slots 0 and 1 hold the current chunk (12, 13), slots 2 and 3 the previous one's (10, 11), masked."""
-    from tfcalc.count.memory import kv_cache_bytes
+    from tfcalc.count.model.memory import kv_cache_bytes
 
     cfg = tiny(max_seq_len=16, pos_encoding="rope", attention_chunk_size=4)
     _, _, cache = _full_and_cached(cfg, batch=3)
@@ -122,8 +122,8 @@ def test_a_chunked_layer_caches_one_chunk():
 
 def test_alternating_windows_give_each_layer_its_own_cache():
     """Gemma 2: every second layer sees the whole context, so its cache holds every position; the others
-    hold a ring of W. The sizes are the ones tfcalc.count.memory.kv_cache_bytes counts."""
-    from tfcalc.count.memory import kv_cache_bytes
+    hold a ring of W. The sizes are the ones tfcalc.count.model.memory.kv_cache_bytes counts."""
+    from tfcalc.count.model.memory import kv_cache_bytes
 
     cfg = tiny(n_layer=4, max_seq_len=16, pos_encoding="rope", sliding_window=4, full_attention_every=2)
     _, _, cache = _full_and_cached(cfg, batch=2)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from conftest import BERT_LIKE, MIXTRAL_LIKE, VASWANI_LIKE, tiny
 
 from tfcalc.config import ConfigError
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.measure.params import measure_params
 from tfcalc.model import MixtureOfExperts, build_model
 from tfcalc.presets import load

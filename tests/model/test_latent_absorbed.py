@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.architecture import LatentAttention as LatentSpec
 from tfcalc.architecture.latent import Yarn
-from tfcalc.count.flops import decode_flops
+from tfcalc.count.model.flops import decode_flops
 from tfcalc.model import build_model, generate
 from tfcalc.model.latent import LatentAttention
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys

@@ -19,7 +19,7 @@ from tfcalc.checkpoint.count import piece_counts
 from tfcalc.checkpoint.files import read_headers
 from tfcalc.checkpoint.names import Piece
 from tfcalc.config import replace
-from tfcalc.count import flops as count_flops, params as count
+from tfcalc.count.model import flops as count_flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.flops import measure_flops
 from tfcalc.measure.params import measured_breakdown, measured_total

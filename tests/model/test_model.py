@@ -5,7 +5,7 @@ import torch
 from conftest import configs, tiny
 from hypothesis import HealthCheck, given, settings
 
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.measure.params import measured_breakdown, measured_total
 from tfcalc.model import Transformer, alibi_slopes, build_model
 from tfcalc.presets import load

@@ -10,7 +10,7 @@ import torch
 
 from tfcalc.config import from_mapping
 from tfcalc.config_copies import with_architecture
-from tfcalc.count.params import total
+from tfcalc.count.model.params import total
 from tfcalc.measure.params import measured_total
 from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names

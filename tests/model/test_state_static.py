@@ -2,7 +2,7 @@
 layer: every aten op a decode step runs is recorded with its arguments (tensor shapes and dtypes, every
 other argument's value) by a TorchDispatchMode, and the record is the same at every step of a generation
 that wraps a window's and a chunk's ring; no op reads a value back to the host. The generated logits equal
-the uncached forward over the same tokens, and each layer's state is the bytes tfcalc.count.memory counts."""
+the uncached forward over the same tokens, and each layer's state is the bytes tfcalc.count.model.memory counts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from conftest import tiny
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tfcalc.count.memory import kv_cache_bytes
+from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.model import build_model, next_token
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.workload import Workload

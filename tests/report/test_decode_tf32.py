@@ -4,8 +4,9 @@ prefill MFU, as `bench` does (the fp32 peak would put an H100's prefill MFU near
 from __future__ import annotations
 
 from tfcalc import devices
-from tfcalc.count import quant, serving
-from tfcalc.count.roofline import Ceilings
+from tfcalc.count.model import quant
+from tfcalc.count.serving import static as serving
+from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.measure.bench import Bandwidth, Timing
 from tfcalc.measure.decode import DecodeRun, DecodeTiming
 from tfcalc.presets import load

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.params import total
-from tfcalc.count.shard import check_tp
+from tfcalc.count.model.params import total
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.shard import check_tp
 from tfcalc.measure.collectives import Call, _payload, cause
 from tfcalc.presets import load
 from tfcalc.report.plan_check import MEASURE_PARAMS, measured_layout, small_copy

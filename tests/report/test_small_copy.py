@@ -9,10 +9,10 @@ copy, llama-4-scout's nope_every 4 in 2 layers, once). The runs themselves: test
 import pytest
 import torch
 
-from tfcalc.count.layout import Layout
-from tfcalc.count.params import total
-from tfcalc.count.plan import make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.model.params import total
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.plan import make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measured_total
 from tfcalc.model import build_model

@@ -8,7 +8,7 @@ import pytest
 from conftest import assert_one_line_error
 
 from tfcalc import writing
-from tfcalc.count import params as count
+from tfcalc.count.model import params as count
 from tfcalc.presets import load, preset_names
 from tfcalc.report import snapshot as snap
 

@@ -23,8 +23,8 @@ Using it (``cfg.architecture`` builds it once from a ``tfcalc.config.ModelConfig
 
 Each component lists its tensors (``weights()``: breakdown key, shape, role, how TP splits it, which
 stored tensor it is fused into) and its matmuls (``linears()``); a mixer answers the rest of the protocol
-(tfcalc.architecture.mixer). The folds: tfcalc.count.params (parameters), tfcalc.count.flops (FLOPs),
-tfcalc.count.memory (generation state, activations), tfcalc.count.shard (a plan's shards).
+(tfcalc.architecture.mixer). The folds: tfcalc.count.model.params (parameters), tfcalc.count.model.flops (FLOPs),
+tfcalc.count.model.memory (generation state, activations), tfcalc.count.training.shard (a plan's shards).
 
 The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat.
 Pure Python: no torch, typer or rich here; imports nothing of tfcalc but tfcalc.errors.

@@ -239,7 +239,7 @@ class Attention:
                 self.chunk if self.chunk is not None and self.chunk < length else None)
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """tfcalc.count.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
+        """tfcalc.count.model.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
         return saved.attention_saved(self, batch, seq, e, kernel, dropout)
 
     def working_set(self, kernel: str, length: int) -> int:
@@ -286,7 +286,7 @@ class Attention:
     @property
     def capabilities(self) -> Capabilities:
         """A window's or a chunk's ring overwrites the positions a rewind would return to, and ring attention
-        over a window or a chunk is not modelled (tfcalc.count.layout_pipeline)."""
+        over a window or a chunk is not modelled (tfcalc.count.training.layout_pipeline)."""
         local = self.window is not None or self.chunk is not None
         op = None if self.softcap is None and not self.sinks else "written-out attention scores (soft-cap or sinks)"
         return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",

@@ -272,13 +272,13 @@ class LatentAttention:
         return None, None  # every causal key: no window, no chunk
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """tfcalc.count.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
+        """tfcalc.count.model.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
         out = saved.latent_saved(self, batch, seq, e, kernel)
         out["scores_dropout"] = (1 + e) * self.n_head * seq if dropout and kernel == "math" else 0
         return out
 
     def working_set(self, kernel: str, length: int) -> int:
-        """As an attention of the expanded heads' widths (tfcalc.count.memory.forward_working_set)."""
+        """As an attention of the expanded heads' widths (tfcalc.count.model.memory.forward_working_set)."""
         return saved.working_set(self, kernel, length)
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:

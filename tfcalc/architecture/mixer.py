@@ -28,7 +28,7 @@ What a mixer answers:
    attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
-   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.non_matmul;
+   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.model.non_matmul;
 5. ``kernel``, ``mask_span``, ``saved`` and ``working_set``: the activations it keeps for the backward pass
    and those alive in a no-grad forward, under the kernel its module runs and the masks it reads;
    ``eager_ops``: its eager PyTorch traffic and launches beside the matmuls (``EagerOp``);
@@ -82,7 +82,7 @@ class Mixing:
 @dataclass(frozen=True)
 class Elementwise:
     """Non-matmul work of one sequence: an operation on ``elements`` elements, named by ``work``, the kind the
-    count prices per element (tfcalc.count.non_matmul: "softmax", "softcap", "rope", "qk_norm" with its
+    count prices per element (tfcalc.count.model.non_matmul: "softmax", "softcap", "rope", "qk_norm" with its
     ``norm``, "bias"), or at ``per_element`` FLOPs where the mixer says its own (an op the count has no
     price for: an SSM's exp, a convolution's taps)."""
 
@@ -148,7 +148,7 @@ class Capabilities:
     rewind: bool = True  # its decode state can return to an earlier position (speculative decoding's reject)
     tensor_parallel: bool = True  # Megatron's split by heads (``tp_widths``)
     context_parallel: bool = True  # ring attention over the sequence split across ranks
-    # why the op-level recompute policy (tfcalc.count.op_recompute) does not cover it; None: it does
+    # why the op-level recompute policy (tfcalc.count.model.op_recompute) does not cover it; None: it does
     op_recompute: Optional[str] = "a token mixer the op-level recompute policy does not model"
 
 
@@ -179,14 +179,14 @@ class Mixer(Protocol):
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
         """{term: bytes per token} it keeps for the backward pass, beside the block's norm and its input
-        (tfcalc.count.activation_terms), at ``e`` bytes an element under ``kernel``. A term named as one of
-        tfcalc.count.rank_activations.SPLIT (qkv, attn_output, ...) is split by tensor parallelism with the
+        (tfcalc.count.model.activation_terms), at ``e`` bytes an element under ``kernel``. A term named as one of
+        tfcalc.count.training.rank_activations.SPLIT (qkv, attn_output, ...) is split by tensor parallelism with the
         heads; any other is kept whole on every rank (a latent attention's compressions)."""
         ...
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once in its stage of a no-grad forward, beyond the block's input, norm
-        output and output projection (tfcalc.count.memory.forward_working_set)."""
+        output and output projection (tfcalc.count.model.memory.forward_working_set)."""
         ...
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:

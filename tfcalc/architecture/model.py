@@ -58,7 +58,7 @@ class Embeddings:
 
     def weights(self) -> list[Weight]:
         V, d, p = self.vocab_size, self.d_model, self.table_dim
-        # an untied table is split along the hidden dimension under TP (see tfcalc.count.shard, step 4)
+        # an untied table is split along the hidden dimension under TP (see tfcalc.count.training.shard, step 4)
         out = [Weight("token_embedding", (V, p), "embeddings", "token embedding", "rows" if self.tied_head else "cols",
                       tied_to=self.shared_with)]
         if self.project_dim is not None:  # modeling_opt.py, OPTDecoder.project_in

@@ -1,7 +1,7 @@
 """What softmax and latent attention keep for the backward pass, per token: each mixer's answer to the
 protocol's "activations saved" (tfcalc.architecture.mixer; ``Attention.saved``, ``LatentAttention.saved``).
 
-The steps are those of tfcalc.count.activation_terms (its module docstring derives them and names the tests
+The steps are those of tfcalc.count.model.activation_terms (its module docstring derives them and names the tests
 that check them byte for byte against autograd's saved tensors): 1, what a norm keeps (``norm_bytes``, used
 by the count for the block's norms too); 3 and 4, attention under the fused ("flash") and the "math"
 kernel; 5, soft-capped scores or sinks written out; 6, the Q/K norms; 9, the scores' dropout under "math";
@@ -72,7 +72,7 @@ def _written_out(att: Mixer, batch: int, seq: int, e: int) -> dict[str, int]:
 
 def working_set(att: Mixer, kernel: str, length: int) -> int:
     """Per token, the elements of a no-grad forward's attention stage beyond the block's x, norm output and
-    projection output (tfcalc.count.memory.forward_working_set, 1): the fused QKV output, the new Q and K
+    projection output (tfcalc.count.model.memory.forward_working_set, 1): the fused QKV output, the new Q and K
     (RoPE or Q/K norms), the SDPA output; math attention adds Q, K, V copies and the scores and softmax."""
     q, k = att.q_width, att.k_width
     new_qk = att.rope_theta is not None or att.qk_norm is not None  # RoPE or Q/K norms: new Q and K tensors

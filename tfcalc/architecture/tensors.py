@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
-# Roles, the groups of the parameter breakdown (tfcalc.count.params.GROUPS).
+# Roles, the groups of the parameter breakdown (tfcalc.count.model.params.GROUPS).
 Role = Literal["embeddings", "attention", "cross_attention", "ffn", "norms", "pooler", "lm_head"]
-# How Megatron tensor parallelism splits a tensor (tfcalc.count.shard): dim 0 ("rows", column-parallel),
+# How Megatron tensor parallelism splits a tensor (tfcalc.count.training.shard): dim 0 ("rows", column-parallel),
 # dim 1 ("cols", row-parallel), or kept whole on every rank (None).
 Split = Literal["rows", "cols", None]
 
@@ -29,7 +29,7 @@ class Weight:
     tp: Split = None
     # the stored tensor this one is concatenated into, rows in listing order (Q, K, V in "qkv"; gate, up in
     # "up"): fused as gpt-fast's ``wqkv`` and litgpt's ``attn.qkv`` fuse them, so a TP plan splits the
-    # fused rows (tfcalc.count.shard); None: stored alone
+    # fused rows (tfcalc.count.training.shard); None: stored alone
     fused: Optional[str] = None
     copies: int = 1  # per layer: n_expert for each expert's tensors
     experts_active: Optional[int] = None  # an expert's tensor: a token uses this many of the copies

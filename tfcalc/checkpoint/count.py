@@ -17,8 +17,8 @@ from typing import Any
 from tfcalc.checkpoint.files import CheckpointFiles, TensorInfo, read_headers
 from tfcalc.checkpoint.names import Piece, experts_of, map_name, rules
 from tfcalc.config import ModelConfig
-from tfcalc.count import params as params_count
-from tfcalc.count.components import components, local_path
+from tfcalc.count.model import params as params_count
+from tfcalc.count.model.components import components, local_path
 from tfcalc.errors import InputError
 
 

@@ -39,7 +39,7 @@ from typing import Optional
 from tfcalc.architecture import Architecture, MoE
 from tfcalc.checkpoint import names_dense_families
 from tfcalc.config import ModelConfig
-from tfcalc.count.components import block_of
+from tfcalc.count.model.components import block_of
 
 PREFIXES = ("model.", "transformer.", "bert.", "gpt_neox.", "roberta.")
 BUFFERS = re.compile(r".*(\.attn\.bias|\.attn\.masked_bias|\.attention\.bias|\.attention\.masked_bias|"

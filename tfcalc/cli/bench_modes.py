@@ -34,7 +34,7 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
-from tfcalc.count.budget import parse_bytes
+from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.workload import default_dtype

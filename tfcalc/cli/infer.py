@@ -47,7 +47,7 @@ from tfcalc.cli.options import (
     table_option,
     warn_past_context,
 )
-from tfcalc.count.budget import parse_bytes
+from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import continuous_measured, resolve, speculative_measured
 from tfcalc.report.infer import build_infer

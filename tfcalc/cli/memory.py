@@ -32,8 +32,8 @@ from tfcalc.cli.options import (
     warn_past_context,
 )
 from tfcalc.cli.render import memory as view
-from tfcalc.count import memory as mem
-from tfcalc.count.budget import parse_bytes
+from tfcalc.count.model import memory as mem
+from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.memory import MemoryOptions, build_memory, measure_steps

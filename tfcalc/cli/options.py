@@ -16,7 +16,7 @@ import typer
 
 from tfcalc import amounts
 from tfcalc.cli.render import FORMATS, Output
-from tfcalc.count.dtypes import DTYPES
+from tfcalc.count.model.dtypes import DTYPES
 from tfcalc.errors import InputError
 
 

@@ -47,8 +47,8 @@ from tfcalc.cli.plan_options import (
 )
 from tfcalc.cli.render import plan as view
 from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
-from tfcalc.count.layout import ATTENTION_KERNELS, RECOMPUTE
-from tfcalc.count.steptime import parse_count
+from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
+from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
 from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, DEFAULT_MFU, PlanRequest, build_plan
 from tfcalc.workload import ESTIMATE_DTYPE

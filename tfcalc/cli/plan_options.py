@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfcalc.count.layout import KERNEL_MODES
 from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
-from tfcalc.count.shard import SPLIT_COUNTS
+from tfcalc.count.training.layout import KERNEL_MODES
+from tfcalc.count.training.shard import SPLIT_COUNTS
 from tfcalc.name_lists import name_list
 
 ScheduleName = enum.Enum("ScheduleName", {name.replace("-", "_"): name for name in SCHEDULES}, type=str)

@@ -28,7 +28,7 @@ from tfcalc.cli.options import (
     warn_past_context,
 )
 from tfcalc.cli.render import scan as view
-from tfcalc.count.budget import parse_bytes
+from tfcalc.count.model.budget import parse_bytes
 from tfcalc.report import resolve
 from tfcalc.report.scan import build_scan
 from tfcalc.workload import default_dtype

@@ -1,6 +1,6 @@
 """`plan`'s options for expert parallelism, FP8 matmuls, FSDP variants, an fp32 gradient buffer and
-offload (issue 20), defined once; their arithmetic: tfcalc.count.sharding, tfcalc.count.fp8,
-tfcalc.count.offload, tfcalc.count.experts_parallel."""
+offload (issue 20), defined once; their arithmetic: tfcalc.count.training.sharding, tfcalc.count.training.fp8,
+tfcalc.count.training.offload, tfcalc.count.training.experts_parallel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfcalc.count.sharding import OFFLOAD
+from tfcalc.count.training.sharding import OFFLOAD
 from tfcalc.name_lists import name_list
 
 EP = Annotated[Optional[int], typer.Option(
@@ -46,5 +46,5 @@ def offload_parts(values: Optional[list[str]]) -> tuple[str, ...]:
 
 
 def lower(value: Optional[str]) -> Optional[str]:
-    """A dtype name as given, lower-cased (tfcalc.count.sharding checks it)."""
+    """A dtype name as given, lower-cased (tfcalc.count.training.sharding checks it)."""
     return None if value is None else value.strip().lower()

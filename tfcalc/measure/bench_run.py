@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import flops as count_flops, memory as count_memory
+from tfcalc.count.model import flops as count_flops, memory as count_memory
 from tfcalc.measure.autorange import Budget
 from tfcalc.workload import Workload
 
@@ -51,7 +51,7 @@ class BenchPlan:
 
 def estimate_bytes(plan: BenchPlan) -> int:
     """What the run needs at its largest point: the weights, the forward pass's working set at the
-    longest sequence (tfcalc.count.memory.forward_working_set), and the three n×n matmul buffers."""
+    longest sequence (tfcalc.count.model.memory.forward_working_set), and the three n×n matmul buffers."""
     seq = max(plan.seqs)
     element = count_memory.activation_element_bytes(plan.dtype)
     return (count_memory.weights_bytes(plan.run_cfg, plan.dtype)

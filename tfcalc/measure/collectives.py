@@ -7,7 +7,7 @@ emits for tensor parallelism (``_c10d_functional.all_reduce`` ...). CommDebugMod
 subclass also records, for each call, the bytes of its tensors, its process group and the phase of the
 step the training loop is in. No hook, no guess: DDP's gradient all-reduce is seen with its real bucket.
 
-Bytes follow tfcalc.count.comm's convention: an all-reduce's payload is its tensor, an all-gather's its
+Bytes follow tfcalc.count.training.comm's convention: an all-reduce's payload is its tensor, an all-gather's its
 gathered output, a reduce-scatter's its input. The process group is read from the op's arguments (a
 ProcessGroup object for c10d ops, a group name for functional ones) and named by the device mesh
 dimension it belongs to (``dp`` or ``tp``).
@@ -29,9 +29,9 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.debug._comm_mode import NATIVE_TO_PY_MAPPING, c10d_collective_ops
 
-from tfcalc.count.comm import Collective
+from tfcalc.count.training.comm import Collective
 
-# the op, named as tfcalc.count.comm names it, by the name PyTorch gives its overload packet
+# the op, named as tfcalc.count.training.comm names it, by the name PyTorch gives its overload packet
 _OPS = {
     "allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce", "all_reduce": "all_reduce",
     "all_reduce_coalesced": "all_reduce",
@@ -150,7 +150,7 @@ class CollectiveLog:
             self.counts[str(op)] = self.counts.get(str(op), 0) + n
 
     def collectives(self) -> list[Collective]:
-        """The calls summed by (cause, op), as tfcalc.count.comm.Collective."""
+        """The calls summed by (cause, op), as tfcalc.count.training.comm.Collective."""
         group_sizes = dict(self.groups.values())
         sums: dict[tuple[str, str, str], list[int]] = {}
         for call in self.calls:

@@ -1,7 +1,7 @@
 """Continuous batching run for real (``infer MODEL --rate R --mean-input I --mean-output O --measure``): a
 server loop on the device, fed a seeded Poisson stream of requests, timed on the host's clock.
 
-The loop is the scheduler tfcalc.count.continuous predicts (Orca's iteration-level scheduling, vLLM's
+The loop is the scheduler tfcalc.count.serving.continuous predicts (Orca's iteration-level scheduling, vLLM's
 default of prefills first and whole, Kwon et al. 2023, sec. 4.2): each iteration either prefills one
 waiting request at batch 1 into a free slot of the cache (tfcalc.model.slots; its first token comes from
 the prefill), or, when none waits, runs one decode step for every sequence in flight
@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import torch
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import memory as count_memory
+from tfcalc.count.model import memory as count_memory
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, torch_dtype
 from tfcalc.measure.fit import require_fits

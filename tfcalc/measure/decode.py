@@ -27,7 +27,8 @@ from typing import Callable, Optional
 import torch
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import memory as count_memory, quant, roofline
+from tfcalc.count.model import memory as count_memory, quant
+from tfcalc.count.serving import roofline
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
@@ -177,7 +178,7 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
 def read_bytes(cfg: ModelConfig, batch: int, spans: tuple[int, ...], dtype: str) -> Optional[float]:
     """Weights + KV that steps over these spans read, mean per step: the roofline's decode step with the span
     as its context (a full layer reads every slot of its bucket, a windowed one min(span, W):
-    tfcalc.count.roofline), not the live context it would read with a cache exactly as long."""
+    tfcalc.count.serving.roofline), not the live context it would read with a cache exactly as long."""
     if not spans or cfg.arch == "encoder-decoder":
         return None
     fmt = quant.plain(dtype)

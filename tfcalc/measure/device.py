@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from tfcalc.config import ConfigError
-from tfcalc.count.dtypes import DTYPES
+from tfcalc.count.model.dtypes import DTYPES
 
 if TYPE_CHECKING:
     import torch

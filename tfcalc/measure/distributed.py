@@ -12,7 +12,7 @@ A "measure" job: build the real model (tfcalc.model, in the layout's dtype -- fp
 the same seed on every rank), apply the layout (tfcalc.measure.parallelize), and train: two steps warm
 up (lazy initialization, Adam's state, DDP's bucket rebuild), the third is measured. Each step runs m
 micro-batches (DDP accumulates under no_sync, FSDP2 reduce-scatters each micro-batch), reduces the
-partial gradients sequence parallelism leaves (tfcalc.count.comm, cause 5), steps Adam (foreach=False;
+partial gradients sequence parallelism leaves (tfcalc.count.training.comm, cause 5), steps Adam (foreach=False;
 under ZeRO-1 inside PyTorch's ZeroRedundancyOptimizer, which broadcasts each rank's updated tensors)
 and sets the gradients to None.
 Measured on every rank:
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from tfcalc.config import from_mapping
-from tfcalc.count.layout import Layout
+from tfcalc.count.training.layout import Layout
 from tfcalc.measure.rank_bytes import SavedBytes, optimizer_tensors, storage_bytes
 from tfcalc.measure.rank_status import StatusWriter
 from tfcalc.measure.training_job import WARMUP_STEPS, job_layout, job_steps
@@ -87,7 +87,7 @@ def device_name(device: torch.device) -> str:
 
 def optimizer(model, layout: Layout):
     """Adam (foreach=False); under ZeRO-1, PyTorch's ZeroRedundancyOptimizer around it, one bucket per rank
-    (tfcalc.count.sharding, step 7)."""
+    (tfcalc.count.training.sharding, step 7)."""
     if layout.zero == 1 and layout.dp > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 

@@ -1,5 +1,5 @@
 """Expert parallelism on the real model (``plan --ep E --measure``): each mixture of experts keeps its
-n_expert / E local experts and exchanges the tokens by all-to-all, as tfcalc.count.experts_parallel plans.
+n_expert / E local experts and exchanges the tokens by all-to-all, as tfcalc.count.training.experts_parallel plans.
 
 What a layer does on each of the E ranks of the group (GShard's dispatch and combine; the order of
 torchtitan's ``ExpertParallel`` and Megatron-Core's ``MoEAlltoAllTokenDispatcher``):

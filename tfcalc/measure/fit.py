@@ -122,7 +122,7 @@ def refusal(needed: int, limit: Limit, what: str, hint: str,
 def smaller_run(need: Callable[[int, int], int], batch: int, seq: int) -> Callable[[int], Optional[str]]:
     """The `smaller` of require_fits for a run of (batch, seq) that needs need(batch, seq) bytes: the
     largest batch at this length that fits, else the longest length at batch 1, with what it needs."""
-    from tfcalc.count.budget import largest_fitting
+    from tfcalc.count.model.budget import largest_fitting
     from tfcalc.units import nbytes
 
     def suggest(limit: int) -> Optional[str]:
@@ -164,11 +164,11 @@ def require_buildable(cfg, blocks: int, what: str, hint: str) -> None:
 def require_ranks_fit(cfg, layout, nproc: int, device: str | None, what: str) -> None:
     """InputError before any rank starts when the ranks together would not fit: each builds the whole
     model in the layout's dtype before sharding it (tfcalc.measure.distributed.Trainer), then holds its
-    planned share of the training state and activations (tfcalc.count.rank_memory). On the CPU the ranks
+    planned share of the training state and activations (tfcalc.count.training.rank_memory). On the CPU the ranks
     share this machine's memory; on CUDA each has its own GPU."""
-    from tfcalc.count.dtypes import weight_bytes
-    from tfcalc.count.params import total
-    from tfcalc.count.rank_memory import rank_memory
+    from tfcalc.count.model.dtypes import weight_bytes
+    from tfcalc.count.model.params import total
+    from tfcalc.count.training.rank_memory import rank_memory
 
     per_rank = weight_bytes(total(cfg), layout.dtype) + rank_memory(cfg, layout).total
     on_gpu = device != "cpu" and _cuda()

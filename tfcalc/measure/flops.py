@@ -1,7 +1,7 @@
 """Measured FLOPs: run the real module under ``torch.utils.flop_counter.FlopCounterMode``.
 
 FlopCounterMode counts matmul-like aten ops from their shapes (``addmm`` as 2·m·k·n, bias ignored), the
-convention of tfcalc.count.flops. What it sees depends on the device, because
+convention of tfcalc.count.model.flops. What it sees depends on the device, because
 ``F.scaled_dot_product_attention`` dispatches to different aten ops:
 
 - on ``meta`` it is decomposed into the math path (two ``bmm``: Q·Kᵀ and attention·V), which is counted;
@@ -29,7 +29,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from tfcalc.config import ConfigError, ModelConfig
-from tfcalc.count.flops import GROUPS
+from tfcalc.count.model.flops import GROUPS
 from tfcalc.measure.params import blocks_of, local_path
 from tfcalc.measure.speedups import fast_meta
 from tfcalc.model import build_model
@@ -39,7 +39,7 @@ aten = torch.ops.aten
 
 LATENT_LINEARS = ("q", "q_a", "q_b", "kv_a", "kv_b")  # DeepSeek's latent attention (tfcalc.model.latent)
 # module path of a leaf Linear, read as tfcalc.measure.params.local_path reads it (no "encoder.", no
-# "blocks.<i>.", experts as "expert_ffn.") -> breakdown group (tfcalc.count.flops.GROUPS)
+# "blocks.<i>.", experts as "expert_ffn.") -> breakdown group (tfcalc.count.model.flops.GROUPS)
 MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "cross_attn.q": "cross_attention_proj", "cross_attn.kv": "cross_attention_proj",
                  "cross_attn.out": "cross_attention_proj", "ffn.router": "ffn", "ffn.up": "ffn", "ffn.down": "ffn",
@@ -78,7 +78,7 @@ class MeasuredFlops:
     device: str
     total: int  # the forward pass, all that FlopCounterMode counted
     by_module: dict[str, int]  # attn.qkv, attn.out, attn.scores (SDPA), ffn.up, ..., lm_head: summed over blocks
-    groups: dict[str, int]  # mapped onto tfcalc.count.flops.GROUPS, plus 'other' for anything unattributed
+    groups: dict[str, int]  # mapped onto tfcalc.count.model.flops.GROUPS, plus 'other' for anything unattributed
     training_total: int | None = None  # forward + backward, when asked
 
 
@@ -91,9 +91,9 @@ def _positions_table(cfg: ModelConfig) -> str | None:
 def estimate_bytes(cfg: ModelConfig, workload: Workload, training: bool = False) -> int:
     """What a measured run holds at its peak, in fp32 (the dtype it builds in): the weights and the forward
     pass's working set; with training, the weights, their gradients and the activations autograd keeps
-    (tfcalc.count.memory, the estimate `tfcalc memory` checks against measured peaks)."""
-    from tfcalc.count import memory as mem
-    from tfcalc.count.training import training_state
+    (tfcalc.count.model.memory, the estimate `tfcalc memory` checks against measured peaks)."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.count.model.training_memory import training_state
 
     w = replace(workload.for_model(cfg), dtype="fp32")
     if training:

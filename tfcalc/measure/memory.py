@@ -33,7 +33,7 @@ model is built (so it counts the weights, everything the run allocates, and noth
 
 Beside the peak, the training run reports the bytes autograd actually saved for the backward pass
 (saved_tensors_hooks on the measured step: every floating-point tensor packed for backward, each storage
-once, parameters and buffers excluded): the exact check of tfcalc.count.memory.activations.
+once, parameters and buffers excluded): the exact check of tfcalc.count.model.memory.activations.
 
 Time: the child reports each step as it begins (tfcalc.measure.child), for a progress display. Where
 the dtype's matmuls are slow on a CPU (a timed probe, tfcalc.measure.stand_in), the run says so and

@@ -1,7 +1,7 @@
 """Apply a parallel layout to the real model with PyTorch's own APIs: ``DistributedDataParallel``
 (ZeRO-0), FSDP2 ``fully_shard`` (ZeRO-3) and ``parallelize_module`` (tensor and sequence parallel).
 
-What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm, counts the same):
+What each does here, and why (the plan, tfcalc.count.training.shard and tfcalc.count.training.comm, counts the same):
 
 1. DDP: ``gradient_as_bucket_view=True`` (the gradients live in DDP's buckets, no second copy) and
    ``broadcast_buffers=False`` (the only buffers are RoPE/sinusoid tables every rank computes alike).
@@ -13,7 +13,7 @@ What each does here, and why (the plan, tfcalc.count.shard and tfcalc.count.comm
    counts. The re-ordering permutes freshly initialized weights, so it changes no count. QKV and FFN-up
    are ColwiseParallel, the attention output and FFN-down RowwiseParallel, the untied LM head
    ColwiseParallel with vocabulary-sharded logits (the loss runs under ``loss_parallel``), the untied
-   token embedding ColwiseParallel (split along the hidden dimension; see tfcalc.count.shard for why),
+   token embedding ColwiseParallel (split along the hidden dimension; see tfcalc.count.training.shard for why),
    a tied embedding and head one vocabulary-split tensor (RowwiseParallel lookups, Megatron's).
    What is split is read block by block from the model's components (tfcalc.architecture): a
    cross-attention's Q, fused [K | V] and output as self-attention's; a mixture of experts' shared
@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.layout import Layout
+from tfcalc.count.training.layout import Layout
 from tfcalc.errors import InputError
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.components import COMPONENTS, FUSED, local_path
+from tfcalc.count.model.components import COMPONENTS, FUSED, local_path
 from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows

@@ -6,7 +6,7 @@ step 3): 1F1B's order of forwards, each backward split into I (the inputs' gradi
 and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-batches.
 
 1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
-   (tfcalc.count.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
+   (tfcalc.count.training.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
    embeddings, the last the final norm and the head. With --pp-split-counts the ends count as a block each
    in that cut, so a chunk may hold the embedding alone or the head alone (no block): a PipelineStage takes
    any module, and the chunk then embeds, or runs the head, and nothing else. Each chunk is a
@@ -39,8 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.layout import Layout
-from tfcalc.count.shard import stage_ranges, total_blocks
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.shard import stage_ranges, total_blocks
 from tfcalc.errors import InputError
 from tfcalc.measure.rank_bytes import SavedBytes, optimizer_tensors, storage_bytes
 from tfcalc.measure.training_job import WARMUP_STEPS, job_layout
@@ -257,7 +257,7 @@ class PipelineTrainer:
                 "optimizer_bytes": storage_bytes(optimizer_tensors(self.opt))}
 
     def collectives(self) -> list[dict]:
-        """What step 4 recorded, as tfcalc.count.comm.Collective's fields."""
+        """What step 4 recorded, as tfcalc.count.training.comm.Collective's fields."""
         out = []
         if self.p2p.calls:
             out.append({"cause": "pp_activations", "op": "send_recv", "group": "pp", "group_size": 2,

@@ -1,6 +1,6 @@
 """Tensor-parallel serving measured on torch.distributed: the collectives of one forward of the real model
 under DTensor tensor parallelism (tfcalc.measure.parallelize.apply_tp, the plan's measured TP), recorded
-by tfcalc.measure.collectives, to set beside tfcalc.count.serving_tp's calls and bytes. One rank's
+by tfcalc.measure.collectives, to set beside tfcalc.count.serving.serving_tp's calls and bytes. One rank's
 program (gloo on the CPU, NCCL on GPUs), launched by ``measure`` (tfcalc.measure.launch):
 
     python -m tfcalc.measure.serving_tp request.json   # as rank RANK of WORLD_SIZE, torchrun's variables

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 import torch
 
 from tfcalc.config import ModelConfig
-from tfcalc.count import memory as count_memory
+from tfcalc.count.model import memory as count_memory
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, torch_dtype

@@ -4,7 +4,7 @@ pipeline's (tfcalc.measure.pipeline)."""
 
 from __future__ import annotations
 
-from tfcalc.count.layout import Layout
+from tfcalc.count.training.layout import Layout
 
 WARMUP_STEPS = 2  # lazy initialization, Adam's state, DDP's bucket rebuild (after its first synced backward)
 

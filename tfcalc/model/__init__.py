@@ -6,7 +6,7 @@ for decoding) and ``generate`` (greedy generation: a prefill, then one decode st
 nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
 Transformer), each built from its component of the description (tfcalc.architecture), so the layers
 of a stack may differ (dense then MoE, local and global attention with their own RoPE bases, NoPE
-layers). Every parameter here is one that tfcalc.count.params predicts; tests check the two agree
+layers). Every parameter here is one that tfcalc.count.model.params predicts; tests check the two agree
 tensor by tensor.
 
 - A ``Stack`` is embeddings, blocks and a final norm. ``Transformer`` is the stack that makes the output

@@ -4,7 +4,7 @@ What it holds is what the layer's component says it keeps per cached position (`
 tfcalc.architecture's ``Attention``: K and V; of ``LatentAttention``: the KV latent and the rotary key),
 each (B, heads, slots, width) in the cache's dtype, with ``slots`` = ``kv_positions(max_tokens)``: every
 position in a layer that sees the whole context, a ring of W slots for a sliding window of W, of C slots
-for chunks of C (Llama 4). Its bytes are therefore the bytes tfcalc.count.memory.kv_cache_bytes counts:
+for chunks of C (Llama 4). Its bytes are therefore the bytes tfcalc.count.model.memory.kv_cache_bytes counts:
 one description, tested (tests/model/test_state_static.py).
 
 Why W slots and not the W - 1 past positions a step reads beside its own: a decode step writes its K and

@@ -99,7 +99,7 @@ class StaticCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the self-attention state (and the cross-attention K and V once computed): what
-        tfcalc.count.memory.kv_cache_bytes counts. The position index (B × slots int64 per layout, and
+        tfcalc.count.model.memory.kv_cache_bytes counts. The position index (B × slots int64 per layout, and
         next_pos) is bookkeeping, not counted."""
         cross = sum(t.numel() * t.element_size() for kv in (self.cross or []) for t in kv)
         return sum(s.nbytes for s in self.states) + cross

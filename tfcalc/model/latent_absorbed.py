@@ -19,7 +19,7 @@ a step instead
 
 FLOPs per step, B sequences, T queries, S slots: 2·B·T·H·h_n·c (step 1), 2·B·T·H·S·(c + h_r) scores and
 2·B·T·H·S·c attention·V (step 2), 2·B·T·H·c·h_v (step 3); no term of W_kvb over the S slots (the naive
-form's 2·B·S·c·H·(h_n + h_v)). tfcalc.count.flops counts a decode step so (``absorbed``).
+form's 2·B·S·c·H·(h_n + h_v)). tfcalc.count.model.flops counts a decode step so (``absorbed``).
 
 The heads are laid out as the query rows of one SDPA call (B, 1, T·H, c + h_r) against one key head: what
 FlashMLA does, and what keeps the cache read once per step rather than once per head. SDPA needs the

@@ -21,7 +21,7 @@ from tfcalc import reading
 from tfcalc.checkpoint.files import read_headers
 from tfcalc.checkpoint.names import Piece, map_name, rules
 from tfcalc.config import ModelConfig
-from tfcalc.count.components import block_of, fused_rows, local_path
+from tfcalc.count.model.components import block_of, fused_rows, local_path
 from tfcalc.errors import InputError, shown
 from tfcalc.model.transformer import Transformer
 

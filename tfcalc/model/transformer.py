@@ -98,7 +98,7 @@ class Stack(nn.Module):
 
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
         """Each block's mask: built once per distinct effective window or chunk (Gemma 2 alternates two; a
-        window or chunk of T or more is none), as tfcalc.count.memory.forward_working_set counts them."""
+        window or chunk of T or more is none), as tfcalc.count.model.memory.forward_working_set counts them."""
         spans = [(None if w is None or w >= T else w, None if c is None or c >= T else c)
                  for w, c in zip(self.windows, self.chunks, strict=True)]
         built = {span: self.attention_mask(T, dtype, *span) for span in dict.fromkeys(spans)}

@@ -99,7 +99,7 @@ CPU_FORWARD_FLOP = CPU_ASSUMED_FLOP_S * CPU_FORWARD_SECONDS
 
 def default_seq(cfg, run_cfg, batch: int, device: str) -> tuple[int, str]:
     """The length bench times without --seq, and the rule that chose it (said in the output)."""
-    from tfcalc.count.flops import forward_flops
+    from tfcalc.count.model.flops import forward_flops
     from tfcalc.workload import Workload
 
     context = cfg.max_seq_len

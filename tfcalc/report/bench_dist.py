@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
-from tfcalc.count.flops import training_flops
-from tfcalc.count.layout import Layout, check_layout
+from tfcalc.count.model.flops import training_flops
+from tfcalc.count.training.layout import Layout, check_layout
 from tfcalc.errors import InputError
 from tfcalc.measure.bench_run import BENCH_DTYPES
 from tfcalc.report.display import Displayed

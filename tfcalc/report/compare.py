@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tfcalc.count import flops as count_flops, memory as count_memory, params as count_params
+from tfcalc.count.model import flops as count_flops, memory as count_memory, params as count_params
 from tfcalc.errors import InputError
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import attention_share

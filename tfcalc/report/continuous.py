@@ -1,5 +1,5 @@
 """`tfcalc infer --rate R --mean-input I --mean-output O`: continuous batching in steady state
-(tfcalc.count.continuous) beside the static estimate at its mean decode batch. The JSON's ``continuous``
+(tfcalc.count.serving.continuous) beside the static estimate at its mean decode batch. The JSON's ``continuous``
 object; None without --rate. With --measure the loop runs on the device: tfcalc.report.continuous_measured."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count import continuous
+from tfcalc.count.serving import continuous
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "

@@ -1,6 +1,6 @@
 """`tfcalc infer MODEL --rate R --mean-input I --mean-output O --measure`: continuous batching served on the
 device (tfcalc.measure.continuous) beside the steady state predicted with the ceilings measured in the
-same run (tfcalc.count.continuous) -- the JSON object ``continuous.measured``.
+same run (tfcalc.count.serving.continuous) -- the JSON object ``continuous.measured``.
 
 Measured: throughput (output and prompt tokens per second over the run's span), TTFT, inter-token latency
 and end-to-end latency (mean, median, p90 over the requests served), the decode batch (mean sequences per
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from tfcalc.errors import InputError, shown
 
 if TYPE_CHECKING:
-    from tfcalc.count.continuous import SteadyState
+    from tfcalc.count.serving.continuous import SteadyState
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.report.model_ref import ModelRef
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import quant, serving
-from tfcalc.count.roofline import Ceilings, Row, Step
+from tfcalc.count.model import quant
+from tfcalc.count.serving import static as serving
+from tfcalc.count.serving.roofline import Ceilings, Row, Step
 from tfcalc.errors import InputError
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from tfcalc.count import flops as count
-from tfcalc.count.params import width_note
+from tfcalc.count.model import flops as count
+from tfcalc.count.model.params import width_note
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload

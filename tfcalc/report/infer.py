@@ -8,7 +8,7 @@ The JSON has one object per batch size (a list for several): the context, the to
 (``prefill_s``, ``decode_s_per_token``, ``decode_tokens_per_s``, ``bytes_per_token``, ``bound``, and for
 measured runs ``bandwidth_ceiling_bytes_per_s``: the measurement when --measure, else the prediction),
 and ``predicted`` (always the prediction, under the same keys). Conventions: tfcalc.count.serving,
-tfcalc.count.roofline and docs/serving.md.
+tfcalc.count.serving.roofline and docs/serving.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from tfcalc import devices
-from tfcalc.count import continuous, serving, speculative
-from tfcalc.count.memory import check_dtype
+from tfcalc.count.model.memory import check_dtype
+from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_spec
-from tfcalc.count.quant import WeightFormat, default_kv_dtype, weight_format
-from tfcalc.count.roofline import Ceilings
+from tfcalc.count.serving import continuous, speculative, static as serving
+from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json
@@ -149,7 +149,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
-    """The speculative round per batch (tfcalc.count.speculative), the draft resolved like MODEL."""
+    """The speculative round per batch (tfcalc.count.serving.speculative), the draft resolved like MODEL."""
     if o.draft is None:
         return report
     from tfcalc.report.model_ref import resolve

@@ -26,12 +26,12 @@ class InferOptions:
     copy_bytes: Optional[int] = None
     matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
-    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving_tp)
+    # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving.serving_tp)
     tp: int = 1
-    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.speculative)
+    draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.serving.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
-    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.continuous)
+    rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.serving.continuous)
     mean_input: Optional[int] = None
     mean_output: Optional[int] = None
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)

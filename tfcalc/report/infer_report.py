@@ -1,7 +1,7 @@
 """The report of `tfcalc infer` (built by tfcalc.report.infer) and its JSON: one object per batch size (a
 list for several), with the context, the top-level figures, ``predicted``, and the serving modes' objects
 ``tensor_parallel`` (--tp), ``speculative`` (--draft) and ``continuous`` (--rate). Conventions:
-tfcalc.count.serving, tfcalc.count.roofline and README, "Serving estimates"."""
+tfcalc.count.serving.static, tfcalc.count.serving.roofline and README, "Serving estimates"."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
-from tfcalc.count import continuous, serving, serving_tp, speculative
-from tfcalc.count.memory import kv_cache_expanded_bytes
-from tfcalc.count.quant import WeightFormat, format_label, stored_mxfp4
-from tfcalc.count.roofline import Ceilings, experts_touched
+from tfcalc.count.model.memory import kv_cache_expanded_bytes
+from tfcalc.count.model.quant import WeightFormat, format_label, stored_mxfp4
+from tfcalc.count.serving import continuous, serving_tp, speculative, static as serving
+from tfcalc.count.serving.roofline import Ceilings, experts_touched
 from tfcalc.report import continuous as continuous_report
 from tfcalc.report.decode import predicted_json, rows_json
 from tfcalc.report.display import Displayed
@@ -113,7 +113,7 @@ class InferReport(Displayed):
         return self.options.tp
 
     def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
-        """Tensor-parallel serving: the split and the step's all-reduces (tfcalc.count.serving_tp); None at T = 1.
+        """Tensor-parallel serving: the split and the step's all-reduces (count.serving.serving_tp); None at T = 1.
         weights_bytes, kv_cache_bytes and fits are then one GPU's."""
         if self.tp == 1:
             return None
@@ -129,7 +129,7 @@ class InferReport(Displayed):
                 "weights_bytes_all_gpus": serving.weights_bytes(cfg, self.fmt), "measured": self.tp_measured}
 
     def speculative_json(self, i: int) -> Optional[dict[str, Any]]:
-        """--draft: the round of tfcalc.count.speculative at this batch; None without a draft."""
+        """--draft: the round of tfcalc.count.serving.speculative at this batch; None without a draft."""
         if self.speculative is None or self.draft is None:
             return None
         s, est = self.speculative[i], self.estimates[i]
@@ -158,7 +158,7 @@ class InferReport(Displayed):
     def experts_read(self, batch: int) -> Optional[dict[str, Any]]:
         """A mixture of experts: the experts per layer whose weights a decode step and the prefill read at
         this batch, the expected distinct experts B (or B·T) tokens routed uniformly to k of E touch,
-        E·(1 − (1 − k/E)^tokens) (tfcalc.count.roofline.experts_touched); None for a dense model."""
+        E·(1 − (1 − k/E)^tokens) (tfcalc.count.serving.roofline.experts_touched); None for a dense model."""
         moe = next((b.ffn for _, b, _ in self.model.cfg.architecture.kinds() if b.is_moe), None)
         if moe is None:
             return None

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
-from tfcalc.count import budget, memory as mem, quant, training
-from tfcalc.count.params import total as param_total
-from tfcalc.count.rank_activations import training_activations
+from tfcalc.count.model import budget, memory as mem, quant, training_memory as training
+from tfcalc.count.model.params import total as param_total
+from tfcalc.count.training.rank_activations import korthikanti_bytes, training_activations
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Layout, Workload
@@ -23,8 +23,8 @@ class MemoryOptions:
     attention: Optional[str] = None  # None: flash (what training stacks run); measured: what the real module runs
     recompute: str = "none"
     budget: Optional[int] = None  # bytes to fit, or None
-    kv_dtype: Optional[str] = None  # the KV cache's dtype; None: tfcalc.count.quant.default_kv_dtype
-    group_size: Optional[int] = None  # int8/int4/fp8 weights: weights per scale (tfcalc.count.quant)
+    kv_dtype: Optional[str] = None  # the KV cache's dtype; None: tfcalc.count.model.quant.default_kv_dtype
+    group_size: Optional[int] = None  # int8/int4/fp8 weights: weights per scale (tfcalc.count.model.quant)
 
 
 @dataclass(frozen=True, repr=False)
@@ -179,7 +179,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         model, w, o, param_total(cfg), weights,
         mem.kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
         mem.forward_working_set(cfg, w, o.attention),
-        acts, state, mem.korthikanti_bytes(cfg, w.batch, w.seq), fit,
+        acts, state, korthikanti_bytes(cfg, w.batch, w.seq), fit,
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
         weight_format=fmt, kv_dtype=kv,
         weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_mxfp4(cfg, fmt) else None,

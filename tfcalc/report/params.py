@@ -8,9 +8,9 @@ from typing import Any, Optional
 
 from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
-from tfcalc.count import params as count
-from tfcalc.count.dtypes import weight_bytes
-from tfcalc.count.layer_kinds import layer_kinds, mtp_summary
+from tfcalc.count.model import params as count
+from tfcalc.count.model.dtypes import weight_bytes
+from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 
@@ -101,10 +101,10 @@ class ParamsReport(Displayed):
     @property
     def weights_bytes(self) -> dict[str, int]:
         """Every weight in fp32 and in bf16; and, where the config stores its experts in a format of their own
-        (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.quant)."""
+        (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.model.quant)."""
         out = {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
         if self.cfg.expert_format == "mxfp4":
-            from tfcalc.count.quant import plain, weights_bytes
+            from tfcalc.count.model.quant import plain, weights_bytes
 
             out["bf16+mxfp4"] = weights_bytes(self.cfg, plain("bf16"))
         return out

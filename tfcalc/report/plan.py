@@ -17,8 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from tfcalc import devices
-from tfcalc.count.activations import TRAINING_ATTENTION
-from tfcalc.count.layout import (
+from tfcalc.count.model.activations import TRAINING_ATTENTION
+from tfcalc.count.model.params import total as param_total
+from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.perf.fp8_time import fp8_peak_share
+from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_json, perf_spec
+from tfcalc.count.training.layout import (
     RECOMPUTE,
     ZERO_STAGES,
     Layout,
@@ -27,16 +31,12 @@ from tfcalc.count.layout import (
     check_positions,
     resolve_degrees,
 )
-from tfcalc.count.layout_pipeline import check_cp
-from tfcalc.count.offload import host_link_bytes_per_s
-from tfcalc.count.params import total as param_total
-from tfcalc.count.perf.fp8_time import fp8_peak_share
-from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_json, perf_spec
-from tfcalc.count.plan import Plan, fewest_gpus, make_plan, search
-from tfcalc.count.search_space import cp_applies, cp_degrees
-from tfcalc.count.sharding import OFFLOAD, check_model_variants, check_sharding
-from tfcalc.count.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
-from tfcalc.count.training import check_training_dtype
+from tfcalc.count.training.layout_pipeline import check_cp
+from tfcalc.count.training.offload import host_link_bytes_per_s
+from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.training.search_space import cp_applies, cp_degrees
+from tfcalc.count.training.sharding import OFFLOAD, check_model_variants, check_sharding
+from tfcalc.count.training.steptime import MAX_TOKENS, Hardware, TrainingRun, check_utilization, training_run
 from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
@@ -71,13 +71,13 @@ class PlanRequest:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
     top: int = 10
-    # --- issue 20, sharding and precision (helper X): tfcalc.count.sharding ---
+    # --- issue 20, sharding and precision (helper X): tfcalc.count.training.sharding ---
     ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
-    compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.fp8)
+    compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.training.fp8)
     reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)
     hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
     grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights
-    offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.offload)
+    offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.training.offload)
     # --- pipeline schedule, overlap, context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
     schedule: Optional[str] = None  # None: 1f1b for a layout; a search tries 1f1b and interleaved
     virtual_stages: Optional[int] = None  # None: 2 with the interleaved schedule, else 1 (a search tries more)
@@ -181,7 +181,7 @@ class PlanReport(Displayed):
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
                          "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
-            # offload's host memory, per node (tfcalc.count.plan.host_fits); fits holds both it and the GPU's
+            # offload's host memory, per node (tfcalc.count.training.plan.host_fits); fits holds both it and the GPU's
             "host": {"bytes_per_node": p.host_per_node, "ranks_per_node": p.ranks_per_node,
                      "node_bytes": p.host_limit, "fits": p.host_fits,
                      "source": self.device.host_memory_source or None},
@@ -197,7 +197,7 @@ class PlanReport(Displayed):
                      # MFU's peak: the --dtype one, also under FP8 matmuls (torchtitan's convention); the FP8
                      # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
                      "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
-                     "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.steptime, 5)
+                     "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.training.steptime, 5)
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
@@ -225,7 +225,7 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
 
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
-    """The rates the sharding and precision variants read (tfcalc.count.fp8, tfcalc.count.offload)."""
+    """The rates the sharding and precision variants read (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
     return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec),
                 host_memory_bytes=spec.host_memory_bytes)
 
@@ -248,7 +248,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
 
 
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
-    """The Layout fields of tfcalc.count.sharding, from the request (ep 1 unless given)."""
+    """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
     return dict(ep=1 if r.ep is None else r.ep, compute_dtype=r.compute_dtype,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
@@ -292,7 +292,7 @@ def _searched(model: ModelRef, request: PlanRequest, hw: Hardware, seq: int,
 
 def _offload_words(cfg, gpus: int, base: Layout, hw: Hardware, utilization, only: dict) -> str:
     """Why offload did not rescue a search: with the node's host memory unchecked, the least a layout that
-    fits the GPUs needs per node (tfcalc.count.plan.host_fits), or that none fits even so."""
+    fits the GPUs needs per node (tfcalc.count.training.plan.host_fits), or that none fits even so."""
     from tfcalc import units
 
     if not only["space"].offload:
@@ -346,7 +346,7 @@ def check_request(request: PlanRequest) -> None:
 
 
 def check_sharding_request(r: PlanRequest) -> None:
-    """The types of the sharding and precision fields (their values: tfcalc.count.sharding)."""
+    """The types of the sharding and precision fields (their values: tfcalc.count.training.sharding)."""
     if r.ep is not None:
         check_size("--ep", r.ep)
     if r.hsdp is not None:
@@ -363,7 +363,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
                measure: bool = False, nproc: int = 2, measure_device: Optional[str] = None,
                on_status=None, on_try=None) -> PlanReport:
     """The plan report; ``on_status``: a measured run's rank statuses (tfcalc.measure.launch), ``on_try``:
-    each GPU count a --gpus auto search tries (tfcalc.count.plan.fewest_gpus)."""
+    each GPU count a --gpus auto search tries (tfcalc.count.training.plan.fewest_gpus)."""
     cfg = model.cfg
     check_request(request)
     if not isinstance(device_spec, str):
@@ -399,7 +399,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
 
 
 def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
-    """What the sharding and precision variants assume (tfcalc.count.fp8, tfcalc.count.offload)."""
+    """What the sharding and precision variants assume (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
     out = []
     if L.compute_dtype == "fp8":
         out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "

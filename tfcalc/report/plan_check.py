@@ -4,7 +4,7 @@ What runs, and why it is a fair check of the plan:
 1. The layout, on N local ranks: the plan's tensor-parallel degree where it divides N (else the largest
    common divisor), data parallel over the rest, the same ZeRO stage and sequence parallelism. ZeRO as
    PyTorch ships it: 0 DDP; 1 ZeroRedundancyOptimizer beside DDP (planned as such, zero_engine "torch":
-   tfcalc.count.sharding, step 7); 2 FSDP2 without resharding after forward (PyTorch has no ZeRO-2
+   tfcalc.count.training.sharding, step 7); 2 FSDP2 without resharding after forward (PyTorch has no ZeRO-2
    engine: planned as ZeRO-3 without resharding); 3 FSDP2. Expert parallelism (ep = dp, tp 1, DDP:
    tfcalc.measure.experts_parallel). No recompute: the measurement has no engine for it (planned, and
    said to be left out); a pipeline runs as step 4. No engine either for HSDP (4 ranks or more), FP8 (no FP8
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.activations import default_attention
-from tfcalc.count.comm import by_key
-from tfcalc.count.layout import Layout, check_layout
-from tfcalc.count.params import total as param_total
-from tfcalc.count.plan import Plan, make_plan
-from tfcalc.count.steptime import Hardware
+from tfcalc.count.model.activations import default_attention
+from tfcalc.count.model.params import total as param_total
+from tfcalc.count.training.comm import by_key
+from tfcalc.count.training.layout import Layout, check_layout
+from tfcalc.count.training.plan import Plan, make_plan
+from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.report.small_copy import MEASURE_SEQ, small_copy
 
@@ -114,8 +114,8 @@ class PlanCheck:
         the plan's largest: with --pp-split-counts it may be another)."""
         m = self.plan.memory
         if self.layout.pp > 1 and m.stage != 0:
-            from tfcalc.count.rank_memory import stage_activations
-            from tfcalc.count.shard import stage_block_counts, total_blocks
+            from tfcalc.count.training.rank_memory import stage_activations
+            from tfcalc.count.training.shard import stage_block_counts, total_blocks
 
             L = self.layout
             states = self.rank_plans()[0][0]
@@ -147,7 +147,7 @@ class PlanCheck:
 
     @property
     def comm_bytes(self) -> dict[str, int]:
-        from tfcalc.count.comm import Collective
+        from tfcalc.count.training.comm import Collective
 
         return by_key(Collective(**c) for c in self.collectives)
 
@@ -200,8 +200,8 @@ def _same(measured_calls: list[dict], planned_calls) -> bool:
 
 def stage_plans(cfg: ModelConfig, layout: Layout) -> list[tuple[dict[str, int], list]]:
     """Per pipeline rank: (its model-state bytes, its collectives), from the plan's own arithmetic."""
-    from tfcalc.count.comm import step_collectives
-    from tfcalc.count.rank_memory import model_states
+    from tfcalc.count.training.comm import step_collectives
+    from tfcalc.count.training.rank_memory import model_states
 
     out = []
     for stage in range(layout.pp):
@@ -216,7 +216,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             "sequence_parallel": layout.sequence_parallel, "micro_batch": layout.micro_batch,
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
             "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
-            # issue 20, sharding and precision (tfcalc.count.sharding)
+            # issue 20, sharding and precision (tfcalc.count.training.sharding)
             "ep": layout.ep, "compute_dtype": layout.compute_dtype,
             "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
             "zero_engine": layout.zero_engine,
@@ -267,7 +267,7 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
 
 def small_blocks(ran: Layout) -> int:
     """Blocks of a small copy: at least 2, and with the ends counted (--pp-split-counts) dividing over the
-    pp × V chunks (a pipeline's), as tfcalc.count.layout_pipeline requires."""
+    pp × V chunks (a pipeline's), as tfcalc.count.training.layout_pipeline requires."""
     chunks, counted = ran.pp * ran.virtual_stages, len(ran.pp_split_counts)
     n = max(2, chunks - counted)  # without ends counted: pp × V, one block a chunk
     while (n + counted) % chunks:

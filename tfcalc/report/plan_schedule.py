@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfcalc.count.layout_pipeline import check_overlap, check_split_counts
 from tfcalc.count.perf.pipeline import SCHEDULES
-from tfcalc.count.search_space import SearchSpace
+from tfcalc.count.training.layout_pipeline import check_overlap, check_split_counts
+from tfcalc.count.training.search_space import SearchSpace
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import check_size
 
 
 def check_schedule_request(r: Any) -> None:
     """One InputError line for a bad schedule, virtual-stages, overlap or cp value (their combinations
-    with a layout: tfcalc.count.layout_pipeline)."""
+    with a layout: tfcalc.count.training.layout_pipeline)."""
     if r.schedule is not None and (not isinstance(r.schedule, str) or r.schedule not in SCHEDULES):
         raise InputError(f"--schedule must be one of {', '.join(SCHEDULES)}; got {shown(r.schedule)}")
     if r.virtual_stages is not None:
@@ -29,7 +29,7 @@ def check_schedule_request(r: Any) -> None:
 
 
 def search_space(r: Any) -> SearchSpace:
-    """What the request fixes and what it leaves to the search (tfcalc.count.search_space)."""
+    """What the request fixes and what it leaves to the search (tfcalc.count.training.search_space)."""
     return SearchSpace(micro_batch=r.micro_batch, schedule=r.schedule,
                        virtual_stages=r.virtual_stages if r.schedule == "interleaved" else
                        (1 if r.schedule is not None else None), cp=r.cp,

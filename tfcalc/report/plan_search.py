@@ -1,5 +1,5 @@
 """What `tfcalc plan`'s search chose beyond tp, pp and dp -- HSDP, no resharding after forward, offload where
-nothing fits without it -- said in the report's notes and its JSON (tfcalc.count.search_space: what a search
+nothing fits without it -- said in the report's notes and its JSON (tfcalc.count.training.search_space: what a search
 varies). ``report`` is a tfcalc.report.plan.PlanReport."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def host_words(report: Any) -> str:
 
 
 def search_notes(report: Any) -> list[str]:
-    """What the search chose beyond tp, pp and dp, in words (tfcalc.count.search_space)."""
+    """What the search chose beyond tp, pp and dp, in words (tfcalc.count.training.search_space)."""
     if report.search is None:
         return []
     L, out = report.plan.layout, []

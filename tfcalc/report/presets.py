@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count.params import active_total, total
+from tfcalc.count.model.params import active_total, total
 from tfcalc.presets import aliases_of, load, preset_names
 from tfcalc.report.display import Displayed
 

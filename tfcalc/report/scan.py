@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count import flops as count_flops, memory as count_memory, quant, training
+from tfcalc.count.model import flops as count_flops, memory as count_memory, quant, training_memory as training
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import crossover_json
 from tfcalc.report.model_ref import ModelRef
@@ -55,7 +55,7 @@ class ScanReport(Displayed):
     @property
     def weights_bytes(self) -> int:
         """In the stored format, as `memory` and `infer` count them: quantized formats with their scales, and
-        experts stored as MXFP4 (gpt-oss) as stored (tfcalc.count.quant)."""
+        experts stored as MXFP4 (gpt-oss) as stored (tfcalc.count.model.quant)."""
         return quant.weights_bytes(self.model.cfg, quant.weight_format(self.dtype))
 
     @property

@@ -1,6 +1,6 @@
 """The report of `tfcalc scan --decode`: decode tokens/s against the batch size at one context, on a
 device's roofline, with the two roofs, the batch where decode turns compute-bound and the largest batch
-that fits marked. Pure arithmetic (tfcalc.count.roofline, tfcalc.count.serving)."""
+that fits marked. Pure arithmetic (tfcalc.count.serving.roofline, tfcalc.count.serving.static)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
-from tfcalc.count import roofline, serving
-from tfcalc.count.memory import kv_cache_bytes
-from tfcalc.count.quant import WeightFormat, weights_bytes
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.count.model.quant import WeightFormat, weights_bytes
+from tfcalc.count.serving import roofline, static as serving
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer import check_options, datasheet_ceilings, weight_formats
 from tfcalc.report.infer_options import InferOptions

@@ -1,5 +1,5 @@
 """`tfcalc infer --tp T`: tensor-parallel serving beside the static estimate (tfcalc.report.infer) -- the
-check of --tp, the node's link the prediction uses (tfcalc.count.serving_tp), the memory the runtime keeps,
+check of --tp, the node's link the prediction uses (tfcalc.count.serving.serving_tp), the memory the runtime keeps,
 and with --measure the collectives counted on T local ranks (tfcalc.measure.serving_tp). The JSON object
 ``tensor_parallel`` is tfcalc.report.infer_report's; speculative decoding (--draft) is checked in
 tfcalc.report.infer, continuous batching (--rate) is tfcalc.report.continuous."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tfcalc import devices
-from tfcalc.count import serving_tp
-from tfcalc.count.roofline import Ceilings
+from tfcalc.count.serving import serving_tp
+from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.errors import InputError, shown
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.model_ref import ModelRef
@@ -36,7 +36,7 @@ def tensor_parallel(spec: Optional[devices.DeviceSpec], c: Ceilings, tp: int) ->
 
 def check_tp(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec]) -> None:
     """--tp: a positive integer, on a listed device whose node links its GPUs, within one node (the rest of
-    the rule: tfcalc.count.serving_tp.check_tp)."""
+    the rule: tfcalc.count.serving.serving_tp.check_tp)."""
     if isinstance(o.tp, bool) or not isinstance(o.tp, int) or o.tp < 1:
         raise InputError(f"--tp must be a positive integer; got {shown(o.tp)}")
     if o.tp == 1:

@@ -1,5 +1,5 @@
 """`tfcalc infer MODEL --draft DRAFT --accept-rate A --measure`: speculative decoding run on the device
-(tfcalc.measure.speculative) beside its prediction (tfcalc.count.speculative) -- the JSON object
+(tfcalc.measure.speculative) beside its prediction (tfcalc.count.serving.speculative) -- the JSON object
 ``speculative.measured``.
 
 What is measured: the draft's and the verify step's times, the acceptance (accepted ÷ proposed draft
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from tfcalc.count import speculative
+from tfcalc.count.serving import speculative
 from tfcalc.errors import InputError
 
 if TYPE_CHECKING:

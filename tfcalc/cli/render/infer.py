@@ -44,7 +44,7 @@ def _short_note(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
 
 
 def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
-    """--draft: the speculative round beside plain decoding (tfcalc.count.speculative)."""
+    """--draft: the speculative round beside plain decoding (tfcalc.count.serving.speculative)."""
     first = rows[0]["speculative"]
     if first is None:
         return
@@ -87,7 +87,7 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
 
 
 def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
-    """--rate: the steady state of continuous batching (tfcalc.count.continuous)."""
+    """--rate: the steady state of continuous batching (tfcalc.count.serving.continuous)."""
     x = rows[0]["continuous"]
     if x is None:
         return

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
-from tfcalc.count import params as count
-from tfcalc.count.layer_kinds import layer_kinds, mtp_summary
+from tfcalc.count.model import params as count
+from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.params import ParamsReport
 
 GROUP_TITLES = {
@@ -108,7 +108,7 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
 
 
 def _kind_rows(table, doc: Doc, r: ParamsReport) -> None:
-    """Dense and MoE layers apart (tfcalc.count.layer_kinds), and DeepSeek-V3's MTP module beside the total."""
+    """Dense and MoE layers apart (tfcalc.count.model.layer_kinds), and DeepSeek-V3's MTP module beside the total."""
     for kind in layer_kinds(r.cfg):
         table.add(f"  {kind.layers} {kind.label} layers", kind.shape, None, kind.params, kind.params / r.analytic_total)
         table.add("    active per token", None, None, kind.active, None, style="dim")

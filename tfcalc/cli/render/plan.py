@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from tfcalc import devices, units
 from tfcalc.cli.render.doc import Cell, Column, Doc
-from tfcalc.count import sharding
-from tfcalc.count.layout import Layout
 from tfcalc.count.perf.pipeline import chunk_micro_batches
-from tfcalc.count.shard import stage_block_counts, total_blocks
-from tfcalc.count.steptime import collective_seconds, group_in_node
+from tfcalc.count.training import sharding
+from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.shard import stage_block_counts, total_blocks
+from tfcalc.count.training.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
 from tfcalc.report.plan_check import STATE_KEYS, PlanCheck
 from tfcalc.report.plan_search import host_words, searched_offload
@@ -18,10 +18,10 @@ CAUSES = {
     "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
     "tp_loss": "TP vocabulary-parallel loss", "tp_norm_grads": "TP (SP) norm gradients",
     "pp_activations": "PP activations", "pp_tied_embedding": "PP tied embedding",
-    # issue 20, sharding (tfcalc.count.sharding, tfcalc.count.experts_parallel)
+    # issue 20, sharding (tfcalc.count.training.sharding, tfcalc.count.training.experts_parallel)
     "expert_grads": "Expert gradients", "expert_params": "Expert weight gathers",
     "ep_counts": "EP token counts", "ep_tokens": "EP token dispatch and combine",
-    # issue 20, pipeline and context (tfcalc.count.context_parallel)
+    # issue 20, pipeline and context (tfcalc.count.training.context_parallel)
     "cp_kv": "CP ring K/V (and gradients)",
 }
 STATE_LABELS = {"weights_bytes": "Weights", "grads_bytes": "Gradients", "optimizer_bytes": "Optimizer states",
@@ -131,7 +131,7 @@ def _comm(doc: Doc, r: PlanReport) -> None:
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)  # NVLink-class link inside a node
         link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
-        # the performance model's seconds (NCCL's choice per call, tfcalc.count.steptime step 4): the rows
+        # the performance model's seconds (NCCL's choice per call, tfcalc.count.training.steptime step 4): the rows
         # add up to the step table's communication per group
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
               "—" if c.calls is None else c.calls, c.payload_bytes, c.sent_bytes, collective_seconds(c, L, hw))
@@ -163,7 +163,7 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if st.optimizer_s:
         t.add("Optimizer step", st.optimizer_s, "Adam over the rank's shard, memory-bound, after the reductions")
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
-    if st.contention_s:  # overlap's own cost (tfcalc.count.steptime, step 5)
+    if st.contention_s:  # overlap's own cost (tfcalc.count.training.steptime, step 5)
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
               f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
               f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")

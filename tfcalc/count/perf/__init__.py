@@ -9,6 +9,7 @@ from the device's properties and the work's shapes. Pure arithmetic, no torch.
   (NVIDIA, "Matrix Multiplication Background User's Guide"), the main loop's fill, the ceiling.
 - tfcalc.count.perf.collectives: α-β time of a ring collective on a link kind.
 - tfcalc.count.perf.elementwise: memory traffic of the non-matmul kernels, kernel counts, dequantization.
-- tfcalc.count.perf.training: one training step's compute time per rank, matmul by matmul over the
-  description's linears under the layout (TP-split widths, micro-batch), forward and backward GEMMs.
+
+Below tfcalc.count.training and tfcalc.count.serving, which apply it: a training micro-batch's compute time
+per rank, matmul by matmul under the layout, is tfcalc.count.training.micro_batch_time.
 """

@@ -10,7 +10,7 @@ Collective Communication Operations in MPICH", IJHPCA 19(1), sec. 2): a message 
 - all-to-all (expert parallelism's token exchange), pairwise: N − 1 steps, (N − 1)·α + (N − 1)/N ·
   payload / β (Thakur et al. 2005, sec. 3.6, the pairwise-exchange algorithm for long messages).
 
-The bytes term is tfcalc.count.comm's ``sent_bytes`` (bytes one rank sends); β is the link's per-GPU,
+The bytes term is tfcalc.count.training.comm's ``sent_bytes`` (bytes one rank sends); β is the link's per-GPU,
 per-direction rate times the bus efficiency that NCCL reaches on it (tfcalc.count.perf.hardware). The
 calls matter: ``calls`` collectives pay their latency ``calls`` times (DDP's buckets, where PyTorch
 chooses the calls: one per 25 MiB bucket, PyTorch's DistributedDataParallel default bucket_cap_mb).

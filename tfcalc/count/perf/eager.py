@@ -57,7 +57,7 @@ backward bytes, then the kernels forward / backward:
    the routing weight (2a), index_add into the output (3a): 7a; backward: index_select of the gradient
    (2a), the two products' (4a, the weight's summed), index_add (3a): 9a. Kernels 3 / 5 for all the
    experts together, as a grouped implementation launches them (the matmuls too are one grouped GEMM:
-   tfcalc.count.perf.training); tfcalc's module loops over the experts, a launch each. The router's
+   tfcalc.count.training.micro_batch_time); tfcalc's module loops over the experts, a launch each. The router's
    softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 / 2a + 20 per logit.
 9. Embeddings: the token lookup writes (N, d) (2a: the gathered rows read) and its backward reads the
    gradient (a; the table's gradient, V·d per step, left out); positions added (learned, sinusoidal:
@@ -81,7 +81,7 @@ from functools import lru_cache
 from tfcalc.architecture import Block, MoE, Norm
 from tfcalc.architecture.mixer import EagerOp
 from tfcalc.config import ModelConfig
-from tfcalc.count.non_matmul import bias_elements
+from tfcalc.count.model.non_matmul import bias_elements
 
 F32 = 4
 SPLIT_BY_TP = ("activation", "rope", "bias", "moe", "qk_norm", "qkv", "loss")  # per-head or column-split widths

@@ -3,7 +3,7 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
 
 1. Non-matmul kernels are memory-bound: each reads its input and writes its output once (fused as
    PyTorch's and Megatron's kernels are), so its traffic is 2 · elements · activation bytes, elements
-   from tfcalc.count.non_matmul (norms, activations, RoPE, residual and bias adds, ...). Under tensor
+   from tfcalc.count.model.non_matmul (norms, activations, RoPE, residual and bias adds, ...). Under tensor
    parallelism the FFN hidden, RoPE and per-head terms are split t ways; the (B·T, d) terms (norms,
    residuals) only under sequence parallelism. The backward pass moves about twice the forward's
    (each kernel reads the gradient and its saved input and writes a gradient).
@@ -26,7 +26,7 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
 
 from __future__ import annotations
 
-from tfcalc.count.terms import NonMatmulEntry
+from tfcalc.count.model.terms import NonMatmulEntry
 
 SCORE_PASSES = 4
 DROPOUT_SCORE_PASSES = 2  # + a 1-byte mask per element, counted apart

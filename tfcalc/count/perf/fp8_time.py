@@ -1,6 +1,6 @@
 """The time side of FP8 matmuls (``plan --compute-dtype fp8``, ``infer --dtype fp8``): the FP8 GEMMs'
 own achievable ceiling and the casts that feed them. Pure arithmetic. (Which GEMMs run in FP8 and the
-memory the recipe adds: tfcalc.count.fp8.)
+memory the recipe adds: tfcalc.count.training.fp8.)
 
 1. Ceiling: an FP8 GEMM reaches a smaller share of its datasheet peak than a bf16 one. Stas Bekman,
    "Machine Learning Engineering", compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
@@ -8,7 +8,7 @@ memory the recipe adds: tfcalc.count.fp8.)
    TFLOP/s (0.709), H200 SXM 1453.4 (0.734), GH200 1535.0 (0.776), B200 3432.5 of 4500 (0.763) -- against
    bf16 0.80-0.87 on the same table. ``PerfSpec.fp8_ceiling`` (tfcalc.count.perf.hardware) holds them; the
    same shape model as bf16 (tfcalc.count.perf.gemm: tiles, waves, the main loop) runs under it.
-2. Casts, training (Transformer Engine's delayed scaling, tfcalc.count.fp8's recipe): before each FP8 GEMM
+2. Casts, training (Transformer Engine's delayed scaling, tfcalc.count.training.fp8's recipe): before each FP8 GEMM
    its 16-bit inputs are cast to FP8 by a memory-bound kernel that reads the tensor once and writes it
    twice in one byte -- row-major, and transposed (column-major) for the backward GEMM that needs it
    (Hopper's FP8 tensor cores take only the TN layout: Transformer Engine's fused cast_transpose; torchao's
@@ -25,7 +25,7 @@ memory the recipe adds: tfcalc.count.fp8.)
    quantize layer TensorRT fuses into the kernel that produces the tensor (TensorRT Developer Guide,
    "Working with Quantized Types", Q/DQ fusion): that kernel writes one byte per element instead of two,
    no pass of its own -- counted as no cost (the byte saved is not taken). Attention's score products and
-   the LM head stay in 16 bits at the 16-bit peak (the LM head is not quantized, tfcalc.count.quant; the
+   the LM head stay in 16 bits at the 16-bit peak (the LM head is not quantized, tfcalc.count.model.quant; the
    fused attention of TensorRT-LLM v0.5-0.8 ran in fp16 on FP8 KV caches, its FP8 context attention
    came later).
 4. MFU: model FLOPs over the --dtype (bf16) peak, the convention of torchtitan (torchtitan/tools/utils.py,

@@ -91,7 +91,7 @@ class PerfSpec:
     matmul_efficiency: Optional[float] = None  # a flat fraction of the peak for every matmul (--matmul-efficiency)
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
-    comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; tfcalc.count.steptime, 5)
+    comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; count.training.steptime, 5)
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,

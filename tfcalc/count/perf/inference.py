@@ -1,4 +1,4 @@
-"""The performance model on a serving step (tfcalc.count.roofline's rows): each matmul's compute
+"""The performance model on a serving step (tfcalc.count.serving.roofline's rows): each matmul's compute
 efficiency from its shape, and the fixed costs around the matmuls. Pure arithmetic.
 
 A roofline row takes max(FLOPs / (peak × efficiency), bytes / achievable bandwidth):
@@ -17,10 +17,10 @@ Then, per step (``overhead``), added to the rows' sum:
 3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once);
    under FP8 weights the GEMMs' inputs are quantized inside the kernels that produce them (no pass of
    their own: tfcalc.count.perf.fp8_time, step 3); FP8 GEMMs run at the FP8 peak under the FP8 ceiling,
-   attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.roofline);
+   attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.serving.roofline);
 4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
    once per request, in the time to first token;
-5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving_tp).
+5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving.serving_tp).
 
 Worked example (tests/count/perf/test_inference.py): Llama 2 7B decode, batch 1: per layer 8 matmul
 kernels (Q, K, V, the fused attention, O, gate, up, down) and 6 non-matmul ones (2 RMSNorms, 2 residual
@@ -32,18 +32,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.flops import matmul_entries
-from tfcalc.count.non_matmul import non_matmul_entries
+from tfcalc.count.model.flops import matmul_entries
+from tfcalc.count.model.non_matmul import non_matmul_entries
+from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf import elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec
-from tfcalc.count.quant import WeightFormat
 
 SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
 
 def runs_fp8(component: str) -> bool:
     """Under FP8 weights (``infer --dtype fp8``), whether a row's matmul is an FP8 GEMM: the quantized block
-    matrices (tfcalc.count.quant), not attention's score products, the router or the LM head (16-bit:
+    matrices (tfcalc.count.model.quant), not attention's score products, the router or the LM head (16-bit:
     tfcalc.count.perf.fp8_time, step 3)."""
     return component not in SCORE_COMPONENTS and component not in ("lm_head", "other") \
         and not component.endswith("router")
@@ -52,7 +52,7 @@ def runs_fp8(component: str) -> bool:
 def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec,
                    fp8: bool = False) -> float:
     """The fraction of the peak one roofline row's matmul reaches (see the module docstring); a mixture's
-    rows come as one GEMM per expert (tfcalc.count.roofline); ``fp8``: an FP8 GEMM, under the FP8 ceiling."""
+    rows come as one GEMM per expert (tfcalc.count.serving.roofline); ``fp8``: an FP8 GEMM, under the FP8 ceiling."""
     if perf.matmul_efficiency is not None:
         return perf.matmul_efficiency
     if component in SCORE_COMPONENTS:
@@ -69,7 +69,7 @@ class Overhead:
     kernel_s: float
     dequant_s: float
     traffic_s: float
-    comm_s: float = 0.0  # tensor-parallel serving: the step's all-reduces (tfcalc.count.serving_tp)
+    comm_s: float = 0.0  # tensor-parallel serving: the step's all-reduces (tfcalc.count.serving.serving_tp)
     request_s: float = 0.0  # the prefill only: the runtime's fixed work per request (PerfSpec.request_s)
 
     @property
@@ -100,7 +100,7 @@ def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_we
 
 
 def quantized_weights(step, fmt: WeightFormat) -> int:
-    """The int8/int4 weights a step reads (tfcalc.count.roofline's rows of the block matrices: their bytes
+    """The int8/int4 weights a step reads (tfcalc.count.serving.roofline's rows of the block matrices: their bytes
     over the format's bits per weight, scales and zero points included); 0 for plain formats."""
     if fmt.dtype not in ("int8", "int4"):
         return 0

@@ -9,15 +9,15 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    activations in flight; per micro-batch it sends its output forward (but the last) and its input
    gradient backward (but the first).
 2. interleaved -- the same paper, sec. 2.2.2: each rank holds V chunks of L/(p·V) blocks (chunk v of rank
-   i is model chunk v·p + i: tfcalc.count.shard.stage_ranges); a micro-batch crosses every rank V times,
+   i is model chunk v·p + i: tfcalc.count.training.shard.stage_ranges); a micro-batch crosses every rank V times,
    so the bubble shrinks V-fold: t_pb = (p − 1)/V · (t_f + t_b), i.e. ((p − 1)/V)/(m + (p − 1)/V) of the
    step -- and every chunk boundary is a send: rank i sends 2V − [i = p − 1] − [i = 0] activations per
    micro-batch, V times 1F1B's (the paper: "the amount of communication also increases by V").
-   Megatron's rules, checked by tfcalc.count.layout_pipeline: V ≥ 2, L divisible by p·V, m a multiple
+   Megatron's rules, checked by tfcalc.count.training.layout_pipeline: V ≥ 2, L divisible by p·V, m a multiple
    of p. With --pp-split-counts the embedding and/or the head count as a block each (L + 1 or L + 2
-   divisible by p·V; tfcalc.count.shard.stage_ranges): the chunks stay equal in "layers", so the bubble,
+   divisible by p·V; tfcalc.count.training.shard.stage_ranges): the chunks stay equal in "layers", so the bubble,
    the in-flight counts and the sends (every chunk boundary, an embedding-only chunk's output too) are
-   as above; the stages' blocks move (the slowest stage's time: tfcalc.count.steptime).
+   as above; the stages' blocks move (the slowest stage's time: tfcalc.count.training.steptime).
    Activations in flight (more than 1F1B's): before its first backward, rank i runs
    2(p − i − 1) + (V − 1)·p warm-up chunk forwards, and one more in the steady state (Megatron-LM,
    megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving; the same
@@ -30,7 +30,7 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    W deferred to fill the drain; the bubble becomes (p − 1)·(T_F + T_B − T_W) against 1F1B's
    (p − 1)·(T_F + T_B + T_W) -- a third of it when the three are equal -- with 1F1B's peak activation
    memory and sends. T_F, T_B, T_W come from the performance model's GEMMs of one micro-batch
-   (tfcalc.count.perf.training: each weight's gradient GEMM is W, the input-gradient GEMMs, attention's
+   (tfcalc.count.training.micro_batch_time: each weight's gradient GEMM is W, the input-gradient GEMMs, attention's
    backward and recompute are B). ZB-H2 (no bubble, up to 2p − 1 micro-batches in flight) and ZB-V are
    not modelled.
 
@@ -48,7 +48,7 @@ Overlap (``--overlap``, any of tp and pp; none by default, Megatron-LM's default
   parallelism (Megatron asserts it), as tfcalc does. Hidden: up to the matmul time of each micro-batch.
   Not hidden: the loss's all-reduce (tp_loss), the norms' gradient all-reduce (tp_norm_grads), and
   whatever exceeds the matmuls. Without it every TP collective is on the critical path.
-- cp: context parallelism's ring passes always overlap with attention (tfcalc.count.context_parallel):
+- cp: context parallelism's ring passes always overlap with attention (tfcalc.count.training.context_parallel):
   exposed only where a ring step's K/V take longer than the attention kernel's block.
 TP, CP and exposed PP time sit inside each micro-batch, so the pipeline stretches them as it does the
 compute: × (the pipelined step / the compute).

@@ -1,0 +1,190 @@
+"""Continuous batching (``infer --rate R --mean-input I --mean-output O``): a server under a steady stream
+of requests, in steady state. Pure arithmetic on the serving roofline (tfcalc.count.serving.static).
+
+The scheduler: iteration-level scheduling (Yu et al. 2022, "Orca", OSDI, sec. 3): every iteration runs
+one decode step for every sequence in flight, and a finished sequence leaves at once; new requests are
+prefilled in iterations of their own, ahead of decoding (vLLM's default scheduler without chunked
+prefill, Kwon et al. 2023, "PagedAttention", SOSP, sec. 4.2 and 5: waiting prompts are scheduled first),
+one prompt of I tokens each. Chunked prefill (Sarathi-Serve; mixing prompt chunks into decode steps) is
+not modelled. Requests arrive as a Poisson stream of R per second; each has I prompt tokens and yields O
+tokens (the prefill the first, O − 1 decode steps the rest). The KV cache is paged: a sequence holds the
+positions it has so far, on average I + O/2 over its life.
+
+1. Prefill: t_p, one prompt's prefill at batch 1 on the GPU (its kernels, not the runtime's fixed work
+   per request, which the host overlaps with other iterations); its share of the GPU's time ρ = R·t_p.
+2. Decode: a step at batch n and context I + O/2 takes τ(n) (its rows, kernels, traffic, all-reduces
+   under --tp; linear between whole batches). A sequence's O − 1 steps, stretched by the prefills
+   between them, take D = (O − 1)·τ(N) / (1 − ρ).
+3. Little's law (Little 1961): the sequences in flight N = R·D, a fixed point
+   N = R·(O − 1)·τ(N) / (1 − ρ): the smallest N ≥ 0 that solves it (bisection). N is the mean decode batch.
+4. Capacity: none when ρ ≥ 1 (prefills alone fill the GPU), when no N solves 3 (decode steps grow
+   faster than they serve), or when the KV cache of N sequences (I + O/2 positions each) with the weights
+   does not fit the memory. ``max_rate``: the largest R that fits all three (bisection on R).
+5. Latencies (means): TTFT = W + u·τ(N)/2 + t_p + the runtime's fixed work per request, where
+   W = ρ·t_p / (2(1 − ρ)) is the wait for the prefills ahead (M/D/1, Pollaczek-Khinchine) and τ(N)/2 the
+   rest of a decode step under way on arrival, which an arrival finds with probability u = (1 − ρ)·min(N, 1),
+   the share of time the GPU decodes (Poisson arrivals see time averages; below one sequence in flight the
+   GPU idles); inter-token latency ITL = τ(N) / (1 − ρ) (a decode step
+   and its share of the prefills: a prefill stalls every sequence for t_p when it runs). End to end:
+   TTFT + (O − 1)·ITL.
+6. Throughput: R·O output and R·I prompt tokens per second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.count.model.quant import WeightFormat
+from tfcalc.count.serving.roofline import Ceilings, decode_step, prefill_step
+from tfcalc.count.serving.serving_tp import TensorParallel
+from tfcalc.count.serving.static import BATCH_LIMIT, Sharding, step_overhead
+from tfcalc.errors import InputError
+from tfcalc.workload import Workload, decoder_source
+
+ITERATIONS = 60  # bisection halvings: N and R to ~1e-18 of their range
+
+
+@dataclass(frozen=True)
+class Traffic:
+    rate: float  # requests per second
+    mean_input: int
+    mean_output: int
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    traffic: Traffic
+    prefill_s: float  # t_p
+    prefill_share: float  # ρ
+    concurrency: Optional[float]  # N (None: over capacity)
+    decode_step_s: Optional[float]  # τ(N)
+    ttft_s: Optional[float]
+    itl_s: Optional[float]
+    kv_cache_bytes: Optional[int]  # of N sequences at I + O/2 positions (per GPU under --tp)
+    max_concurrency: Optional[int]  # the KV cache's bound on N (None: no memory size)
+    max_rate: float  # requests/s the server sustains (capacity)
+    limit: Optional[str]  # None, or what the rate exceeds: 'prefill', 'decode' or 'memory'
+    request_s: float
+
+    @property
+    def over_capacity(self) -> bool:
+        return self.limit is not None
+
+    @property
+    def e2e_s(self) -> Optional[float]:
+        if self.ttft_s is None or self.itl_s is None:
+            return None
+        return self.ttft_s + (self.traffic.mean_output - 1) * self.itl_s
+
+
+def check(t: Traffic) -> None:
+    r = t.rate
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0 < r < math.inf):
+        raise InputError(f"--rate must be a positive number of requests per second; got {str(r)[:40]!r}")
+    for name, v in (("--mean-input", t.mean_input), ("--mean-output", t.mean_output)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{name} must be a positive whole number of tokens; got {str(v)[:40]!r}")
+
+
+class Engine:
+    """The server's step times and memory for one model, format, device and TP (cached per batch)."""
+
+    def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
+                 memory: Optional[int], tp: Optional[TensorParallel]):
+        self.cfg, self.fmt, self.kv, self.c, self.tp, self.memory = cfg, fmt, kv_dtype, c, tp, memory
+        self.shard = Sharding(cfg, fmt, tp)
+        self.context = t.mean_input + max(1, t.mean_output // 2)
+        self.src = decoder_source(cfg, t.mean_input, None)
+        pre = self.shard.step(prefill_step(cfg, 1, t.mean_input, fmt, kv_dtype, src_seq=self.src))
+        over = step_overhead(cfg, pre, fmt, c, tp, self.src)
+        self.prefill_s = pre.time_s(c) + (over.total_s if over else 0.0)
+        self.step_s = lru_cache(maxsize=None)(self._step_s)
+
+    def _step_s(self, n: int) -> float:
+        step = self.shard.step(decode_step(self.cfg, n, self.context, self.fmt, self.kv, src_seq=self.src))
+        over = step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
+        return step.time_s(self.c) + (over.total_s if over else 0.0)
+
+    def tau(self, n: float) -> float:
+        """τ(n): linear between whole batches, τ(1) below one."""
+        if n <= 1:
+            return self.step_s(1)
+        lo = int(n)
+        return self.step_s(lo) + (n - lo) * (self.step_s(lo + 1) - self.step_s(lo))
+
+    def kv_bytes(self, n: float) -> int:
+        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
+        return math.ceil(n * per)
+
+    def max_concurrency(self) -> Optional[int]:
+        if self.memory is None:
+            return None
+        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
+        return max(0, (self.memory - self.shard.weights) // per) if per else BATCH_LIMIT
+
+
+def _smallest_root(g: Callable[[float], float], hi: float) -> Optional[float]:
+    """The smallest x in (0, hi] with g(x) ≤ 0 for g > 0 near 0 and at most one crossing; None if g(hi) > 0."""
+    if g(hi) > 0:
+        return None
+    lo = 0.0
+    x = 1.0
+    while x < hi and g(x) > 0:  # doubling: the crossing is usually at a small N
+        lo, x = x, 2 * x
+    hi = min(x, hi)
+    for _ in range(ITERATIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if g(mid) <= 0 else (mid, hi)
+    return hi
+
+
+def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Optional[str]]:
+    """Step 3's N, or (None, the limit it runs into)."""
+    rho = t.rate * e.prefill_s
+    if rho >= 1:
+        return None, "prefill"
+    scale = t.rate * (t.mean_output - 1) / (1 - rho)
+    if scale == 0:  # one token each: the prefill yields it, nothing decodes
+        return 0.0, None
+    n = _smallest_root(lambda n: scale * e.tau(n) - n, max(cap, 1.0) if cap != math.inf else float(BATCH_LIMIT))
+    if n is None:
+        return None, "memory" if cap < BATCH_LIMIT and _smallest_root(
+            lambda n: scale * e.tau(n) - n, float(BATCH_LIMIT)) is not None else "decode"
+    if n > cap:
+        return None, "memory"
+    return n, None
+
+
+def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
+                 memory: Optional[int] = None, tp: Optional[TensorParallel] = None) -> SteadyState:
+    """Steps 1-6 of the module docstring."""
+    check(t)
+    e = Engine(cfg, fmt, kv_dtype, c, t, memory, tp)
+    request = c.perf.request_s if c.perf is not None else 0.0
+    cap_n = e.max_concurrency()
+    cap = math.inf if cap_n is None else float(cap_n)
+    n, limit = concurrency(e, t, cap)
+    rho = t.rate * e.prefill_s
+    rate = _max_rate(e, t, cap)
+    if n is None:
+        return SteadyState(t, e.prefill_s, rho, None, None, None, None, None, cap_n, rate, limit, request)
+    tau = e.tau(n) if n > 0 else e.step_s(1)
+    wait = rho * e.prefill_s / (2 * (1 - rho))
+    ttft = wait + (1 - rho) * min(n, 1.0) * tau / 2 + e.prefill_s + request
+    return SteadyState(t, e.prefill_s, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request)
+
+
+def _max_rate(e: Engine, t: Traffic, cap: float) -> float:
+    """Step 4: the largest rate with a steady state (bisection; concurrency grows with the rate)."""
+    hi = 1 / e.prefill_s
+    lo = 0.0
+    for _ in range(ITERATIONS):
+        mid = (lo + hi) / 2
+        ok = concurrency(e, Traffic(mid, t.mean_input, t.mean_output), cap)[0] is not None
+        lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo

@@ -1,0 +1,62 @@
+"""FP8 matmuls in training (``--compute-dtype fp8``): which GEMMs run in FP8, at what peak, and the memory
+the recipe adds. Pure arithmetic.
+
+The recipe modelled: NVIDIA Transformer Engine's delayed scaling (``transformer_engine.common.recipe.
+DelayedScaling``, format HYBRID: E4M3 activations and weights forward, E5M2 gradients backward, one scale
+per tensor from an amax history of 1,024 steps), as Megatron-LM's --fp8-format hybrid runs it:
+
+1. In FP8: every linear of the blocks (Q, K, V and their latent projections, O, gate, up, down, routed and
+   shared experts), all three GEMMs of each (forward, input gradient, weight gradient), at the device's
+   dense FP8 peak (the datasheet table, tfcalc.devices: H100 SXM 1,979 TFLOP/s, "NVIDIA H100 Tensor Core
+   GPU" datasheet, FP8 column, sparse rate halved) times the same shape model and ceiling as bf16 GEMMs
+   (tfcalc.count.perf.gemm; Bekman's MAMF table has no FP8 row: the bf16 ceiling, assumed).
+2. Not in FP8: attention's score products (FlashAttention runs in bf16), the router (Megatron keeps it in
+   fp32/bf16) and the LM head (Transformer Engine recipes and torchtitan's float8 ``filter_fqns =
+   ["output"]`` leave the output layer in bf16).
+3. Storage does not change: weights, gradients and master weights stay as --dtype and --grad-dtype. The
+   memory the recipe adds, per FP8 linear of the rank's stage, kept from its forward to its backward
+   (Transformer Engine saves the cast weight for the backward GEMMs): its weight cast to FP8 and that
+   cast's transpose (Hopper's FP8 GEMMs take only the TN layout), 2 bytes per weight element; and the
+   amax histories of its three scaled tensors (input, weight, output gradient), 3 × 1,024 fp32.
+   Not modelled: Transformer Engine also saves each linear's input as its FP8 cast, 1 byte per element
+   instead of 2 -- the activations here stay counted in --dtype (an overestimate under FP8).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.training.shard import stage_tensors, tp_local_shape
+from tfcalc.count.training.sharding import local_copies
+from tfcalc.workload import Layout
+
+AMAX_HISTORY = 1024  # DelayedScaling(amax_history_len=1024), Transformer Engine's default
+SCALED_TENSORS = 3  # input, weight, output gradient
+FP32 = 4
+NOT_FP8 = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av", "encoder_attn_qk", "encoder_attn_av")
+
+
+def runs_fp8(layout: Layout, component: str, group: str) -> bool:
+    """Whether the matmul runs in FP8 under the layout (steps 1 and 2)."""
+    if layout.compute_dtype != "fp8" or group in ("lm_head", "pooler") or component in NOT_FP8:
+        return False
+    return not component.endswith("router")
+
+
+def _fp8_weight(name: str) -> bool:
+    """A stored 2-D weight of a block linear that step 1 casts (not a norm, bias, router or embedding)."""
+    return name.endswith("_weight") and "norm" not in name and "router" not in name
+
+
+def fp8_cache_bytes(cfg: ModelConfig, layout: Layout, stage: int) -> int:
+    """Step 3: bytes the recipe adds on one rank of the stage (TP rank 0, EP rank 0)."""
+    if layout.compute_dtype != "fp8":
+        return 0
+    elements = linears = 0
+    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
+        if t.per_block and len(t.shape) == 2 and _fp8_weight(t.name):
+            n = local_copies(t.name, copies, layout)
+            elements += n * math.prod(tp_local_shape(t, layout.tp))
+            linears += n
+    return 2 * elements + linears * SCALED_TENSORS * AMAX_HISTORY * FP32

@@ -1,0 +1,130 @@
+"""The checks of a layout's pipeline schedule, overlap and context parallelism (tfcalc.count.training.layout's
+check_layout calls ``check_pipeline``): one InputError line each. Pure arithmetic.
+
+- --schedule: 1f1b, interleaved or zero-bubble (tfcalc.count.perf.pipeline); the latter two need pp > 1.
+- --virtual-stages V: > 1 only with interleaved, which needs V ≥ 2, the blocks divisible by pp × V (every
+  chunk as many blocks) and the micro-batches a multiple of pp (Megatron-LM's rule for its interleaved
+  schedule: "number of microbatches is not divisible by pipeline-model-parallel-size when using
+  interleaved schedule").
+- --pp-split-counts: any of embedding and head, each once, with pp > 1; the blocks plus the ends counted
+  must divide over pp × V chunks (V = 1 without interleaving), as Megatron-LM asserts for its
+  --account-for-embedding/loss-in-pipeline-split (tfcalc.count.training.shard.stage_ranges); with them the
+  interleaved schedule needs the blocks + counted, not the blocks, divisible by pp × V.
+- --overlap: any of tp and pp, each once; pp needs pp > 1; tp needs tp > 1 and sequence parallelism
+  (Megatron-LM's --tp-comm-overlap asserts --sequence-parallel; PyTorch's async TP works on the
+  sequence-parallel all-gathers and reduce-scatters).
+- --cp C (tfcalc.count.training.context_parallel): the sequence split into 2C chunks for load balance, so seq
+  divisible by 2C (Megatron-Core's rule), and by tp too under sequence parallelism (seq/C split t ways);
+  flash attention only (ring attention is a fused kernel's online softmax: no T × T scores); no
+  cross-attention, encoder-decoder, sliding-window or chunked attention (not modelled: the ring would
+  pass other keys).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.perf.pipeline import OVERLAPS, SCHEDULES
+from tfcalc.count.training.shard import SPLIT_COUNTS, total_blocks
+from tfcalc.errors import InputError, shown
+from tfcalc.workload import Layout
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be a positive integer; got {shown(value)}")
+
+
+def _check_names(flag: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A list flag's value (the API's sequence) as a tuple of names, each once, from ``allowed``; or
+    InputError, one line."""
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+        raise InputError(f"{flag} must be a list of {' and '.join(allowed)}; got {shown(value)}")
+    bad = [v for v in value if v not in allowed]
+    if bad:
+        raise InputError(f"{flag} takes {', '.join(allowed)} (comma-separated); got {shown(bad[0])}")
+    if len(set(value)) != len(value):
+        raise InputError(f"{flag} names each of {', '.join(allowed)} once; got {','.join(value)}")
+    return tuple(value)
+
+
+def check_overlap(overlap: object) -> tuple[str, ...]:
+    """The --overlap value as a tuple of names (each once, from OVERLAPS), or InputError."""
+    return _check_names("--overlap", overlap, OVERLAPS)
+
+
+def check_split_counts(counted: object) -> tuple[str, ...]:
+    """The --pp-split-counts value as a tuple of names (each once, from SPLIT_COUNTS), or InputError."""
+    return _check_names("--pp-split-counts", counted, SPLIT_COUNTS)
+
+
+def _check_split(cfg: ModelConfig, L: Layout) -> None:
+    """The module docstring's --pp-split-counts checks (and the interleaved schedule's divisibility)."""
+    counted = check_split_counts(L.pp_split_counts)
+    if counted and L.pp == 1:
+        raise InputError("--pp-split-counts counts the embedding or head as a block of a pipeline stage: it "
+                         "needs pp > 1")
+    blocks, v = total_blocks(cfg), L.virtual_stages if L.schedule == "interleaved" else 1
+    if counted and (blocks + len(counted)) % (L.pp * v):
+        named = "".join(f" + {c}" for c in counted)
+        over = f"{L.pp} stages × V {v} = {L.pp * v} chunks" if v > 1 else f"{L.pp} stages"
+        raise InputError(f"{blocks} blocks{named} = {blocks + len(counted)} do not divide over {over}")
+    if not counted and v > 1 and blocks % (L.pp * v):
+        raise InputError(f"interleaving needs the blocks ({blocks}) divisible by pp × V = {L.pp} × {v} = {L.pp * v} "
+                         "(or, with --pp-split-counts embedding,head, the blocks + the ends counted)")
+
+
+def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
+    """The module docstring's checks."""
+    L = layout
+    if not isinstance(L.schedule, str) or L.schedule not in SCHEDULES:
+        raise InputError(f"--schedule must be one of {', '.join(SCHEDULES)}; got {shown(L.schedule)}")
+    _positive("--virtual-stages", L.virtual_stages)
+    _positive("--cp", L.cp)
+    check_overlap(L.overlap)
+    if L.virtual_stages > 1 and L.schedule != "interleaved":
+        raise InputError(f"--virtual-stages {L.virtual_stages} needs --schedule interleaved (got {L.schedule})")
+    if L.schedule != "1f1b" and L.pp == 1:
+        raise InputError(f"--schedule {L.schedule} schedules pipeline stages: it needs pp > 1")
+    if L.schedule == "interleaved" and L.virtual_stages < 2:
+        raise InputError("--schedule interleaved needs --virtual-stages V of 2 or more (V = 1 is 1f1b)")
+    _check_split(cfg, L)
+    if L.schedule == "interleaved":
+        if L.micro_batches % L.pp:
+            raise InputError(f"the interleaved schedule needs the micro-batches per step ({L.micro_batches}) to be "
+                             f"a multiple of pp ({L.pp}), as Megatron-LM requires")
+    if "pp" in L.overlap and L.pp == 1:
+        raise InputError("--overlap pp hides pipeline sends: it needs pp > 1")
+    if "tp" in L.overlap and not (L.tp > 1 and L.sequence_parallel):
+        raise InputError("--overlap tp needs tp > 1 with --sequence-parallel, as Megatron's "
+                         "--tp-comm-overlap and PyTorch's async TP do")
+    if L.cp > 1:
+        check_cp(cfg, L)
+
+
+@functools.lru_cache(maxsize=256)  # a search checks thousands of layouts of one model
+def cp_refused(cfg: ModelConfig) -> str:
+    """Why the model cannot take context parallelism ('' when it can)."""
+    if cfg.arch == "encoder-decoder" or any(b.cross_attention is not None for _, b, _ in cfg.architecture.kinds()):
+        return f"{cfg.name} has cross-attention: context parallelism of its sources is not modelled (leave out --cp)"
+    for _, b, _ in cfg.architecture.kinds():
+        if not b.mixer.capabilities.context_parallel:  # declared by the mixer (tfcalc.architecture.mixer)
+            return (f"{cfg.name} has sliding-window or chunked attention (or another mixer without context "
+                    "parallelism): ring attention over it is not modelled (leave out --cp)")
+    return ""
+
+
+def check_cp(cfg: ModelConfig, L: Layout) -> None:
+    """The context-parallel checks (a search runs them once, before trying layouts)."""
+    if L.attention != "flash":
+        raise InputError("--cp runs ring attention, a fused kernel: it needs --attention flash")
+    why = cp_refused(cfg)
+    if why:
+        raise InputError(why)
+    if L.seq % (2 * L.cp):
+        raise InputError(f"--cp {L.cp} splits the sequence into 2 × {L.cp} chunks: seq ({L.seq}) must be "
+                         f"divisible by {2 * L.cp}")
+    if L.sequence_parallel and (L.seq // L.cp) % L.tp:
+        raise InputError(f"sequence parallelism under --cp {L.cp} needs seq / cp ({L.seq // L.cp}) divisible "
+                         f"by tp ({L.tp})")

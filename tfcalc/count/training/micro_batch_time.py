@@ -1,0 +1,192 @@
+"""One training micro-batch's compute time on one rank, matmul by matmul. Pure arithmetic.
+
+Over the description's matmuls (tfcalc.count.model.flops.matmul_entries at the micro-batch and seq: the
+blocks' ``linears()`` and their mixers' ``mixing()``, tfcalc.architecture.mixer), each under the layout's
+tensor parallelism t (Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.count.training.shard):
+
+- column-parallel (Q, K, V, gate, up, a shared expert's, the vocabulary-parallel LM head): n / t;
+- row-parallel (O, down): k / t;
+- attention's score products: the heads, count / t; a mixture's experts stay whole (replicated).
+
+Each matmul (m, k) @ (k, n) runs forward as one GEMM and backward as two: the input gradient
+(m, n) @ (n, k) and the weight gradient (k, m) @ (m, n), each at its own shape's efficiency
+(tfcalc.count.perf.gemm). Attention's score products under a fused kernel ("flash") run at the kernel's
+efficiency over the causal pairs it computes (masked blocks skipped), forward and backward (2 × the
+forward's FLOPs); under "math" attention as batched GEMMs over the full square, plus the scores'
+memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of it (full) or the score
+products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
+cost: under kernels="eager" (the default: PyTorch without torch.compile) every op's bytes and kernel
+as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
+recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
+--compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
+casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
+(tfcalc.count.perf.fp8_time).
+
+Stages: the blocks' time is per block (the mean over the layers), so a stage of n blocks takes n times
+it; the last stage adds the LM head, the first the embedding's traffic (in the non-matmul terms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model import non_matmul, op_recompute
+from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
+from tfcalc.count.model.flops import MatmulEntry, matmul_entries
+from tfcalc.count.model.memory import activation_element_bytes
+from tfcalc.count.perf import eager, elementwise, fp8_time, gemm
+from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training.fp8 import runs_fp8
+from tfcalc.count.training.shard import total_blocks
+from tfcalc.workload import Layout
+
+COLUMN = ("q", "k", "v", "gate", "up", "qkv")
+ROW = ("o", "down")
+SCORES = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av", "encoder_attn_qk", "encoder_attn_av")
+
+
+@dataclass(frozen=True)
+class MicroBatchTime:
+    """Seconds of one micro-batch on one rank: per block (mean) and for the LM head, by kind."""
+
+    block_matmul_s: float  # forward + backward + recompute, one block
+    head_matmul_s: float
+    block_other_s: float  # non-matmul traffic and kernel costs, one block
+    head_other_s: float
+    block_forward_s: float  # one block's forward alone (matmuls and the rest)
+    block_weight_grad_s: float = 0.0  # of block_matmul_s: the weight-gradient GEMMs (zero-bubble's W)
+    head_weight_grad_s: float = 0.0
+    block_attention_s: float = 0.0  # of block_matmul_s: attention's score products, fwd + bwd (+ recompute)
+
+    def stage_s(self, blocks: int, last: bool) -> float:
+        return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
+
+
+def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int, int]:
+    """(m, k, n, count) of one TP rank's share of the matmul (see the module docstring). A mixture's
+    routed rows are spread over its n_expert experts (a grouped GEMM of n_expert products of m / E rows,
+    uniform routing), whole on every TP rank."""
+    m, k, n = e.shape
+    if e.component.startswith(("expert_", "encoder_expert_")):
+        return -(-m // n_expert), k, n, e.count * n_expert
+    if tp == 1:
+        return m, k, n, e.count
+    if e.component in SCORES:
+        return m, k, n, max(1, e.count // tp)
+    if e.component.endswith("router"):
+        return m, k, n, e.count
+    tail = e.component.rsplit("_", 1)[-1]
+    if e.component == "lm_head" or tail in COLUMN:
+        return m, k, max(1, n // tp), e.count
+    if tail in ROW:
+        return m, max(1, k // tp), n, e.count
+    return m, k, n, e.count
+
+
+def _gemm_s(m: int, k: int, n: int, count: int, peak: float, perf: PerfSpec) -> float:
+    if perf.matmul_efficiency is not None:
+        return 2 * m * k * n * count / (peak * perf.matmul_efficiency)
+    return gemm.seconds(m, n, k, peak, perf.sm_count, perf.matmul_ceiling, count)
+
+
+def n_expert(cfg: ModelConfig) -> int:
+    """The experts of the (first) mixture of experts, 1 without one."""
+    return next((b.ffn.n_expert for _, b, _ in cfg.architecture.kinds() if b.is_moe), 1)
+
+
+def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, experts: int = 1
+             ) -> tuple[float, float, float]:
+    """(forward, backward, of the backward the weight gradient) seconds of one copy of the matmul on one
+    rank. Context parallelism (tfcalc.count.training.context_parallel): a rank's rows are its s/C positions, its
+    causal score pairs 1/C of the whole (load-balanced chunks)."""
+    m, k, n, count = tp_shape(e, layout.tp, experts)
+    if e.component in SCORES and layout.attention == "flash":
+        flops = e.causal_total / e.copies / layout.tp / layout.cp
+        fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
+        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff), 0.0
+    m = -(-m // layout.cp)
+    forward = _gemm_s(m, k, n, count, peak, perf)
+    weight_grad = _gemm_s(k, m, n, count, peak, perf) if e.component not in SCORES else 0.0
+    backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if e.component not in SCORES
+                                                      else _gemm_s(k, m, n, count, peak, perf))
+    return forward, backward, weight_grad
+
+
+@lru_cache(maxsize=4096)
+def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: float, perf: PerfSpec,
+                     fp8_peak: float = 0.0) -> MicroBatchTime:
+    """The module docstring's sum for one micro-batch (layout's tp, sp, micro-batch, seq, recompute,
+    attention kernel); ``bandwidth`` the achievable bytes/s; ``fp8_peak`` the FP8 rate the linears run at
+    under --compute-dtype fp8 (tfcalc.count.training.fp8)."""
+    blocks = total_blocks(cfg)
+    entries = matmul_entries(cfg, layout.micro_batch, layout.seq)
+    block_mm = head_mm = block_fwd = block_w = head_w = block_attn = 0.0
+    kernels = 0
+    score_elements = 0
+    experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
+    act = activation_element_bytes(layout.dtype)
+    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling) if fp8_peak else perf
+    cast_fwd = cast_bwd = 0.0
+    cast_kernels = 0
+    for e in entries:
+        # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
+        fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group)
+        fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8 else peak, fp8_perf if fp8 else perf, experts)
+        if fp8:
+            m, k, n, count = tp_shape(e, layout.tp, experts)
+            f, b = fp8_time.training_cast_bytes(-(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8)
+            cast_fwd += f * count * e.copies
+            cast_bwd += b * count * e.copies
+            cast_kernels += e.copies
+        again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES)
+                        or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
+        total = (fwd + bwd + again) * e.copies
+        if e.group in ("lm_head", "pooler"):
+            head_mm += total
+            head_w += wgrad * e.copies
+        else:
+            block_mm += total
+            block_fwd += fwd * e.copies
+            block_w += wgrad * e.copies
+            block_attn += total if e.component in SCORES else 0.0
+        kernels += e.copies
+        if e.component in SCORES and e.component.endswith("qk"):
+            score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
+    again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (count.model.op_recompute)
+    if layout.kernels == "eager":
+        traffic, other, forward_kernels = _eager_other(cfg, layout, act, score_elements, kernels, again, bandwidth,
+                                                       perf)
+    else:
+        nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
+        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
+        if layout.attention == "math":
+            traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
+        kernels += sum(e.copies for e in nm)
+        passes = 1 + elementwise.BACKWARD_TRAFFIC + again
+        other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
+        forward_kernels = kernels
+    full = layout.recompute == "full"  # recompute casts the forward's inputs again
+    other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth + cast_kernels * perf.kernel_s
+              * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
+    forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
+    forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
+    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
+                          block_w / blocks, head_w, block_attn / blocks)
+
+
+def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
+                 bandwidth: float, perf: PerfSpec) -> tuple[float, float, int]:
+    """kernels="eager": the non-matmul ops as eager PyTorch runs them, each its own kernel (tfcalc.count.perf.eager),
+    forward, backward and (full or op recompute) the forward's again; the "math" scores' passes as fused.
+    (forward bytes, seconds of the non-matmul work and every kernel's fixed cost, forward kernels)."""
+    fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                                layout.sequence_parallel)
+    fwd, bwd = fwd / layout.cp, bwd / layout.cp
+    if layout.attention == "math":
+        scores = elementwise.score_traffic(score_elements, act, layout.dropout)
+        fwd, bwd = fwd + scores, bwd + scores * elementwise.BACKWARD_TRAFFIC
+    matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
+    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
+    return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
