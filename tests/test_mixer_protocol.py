@@ -57,12 +57,12 @@ class LinearAttention:
         out = [Weight(f"{p}_weight", (w, d), "attention", f"linear attention {p.upper()}", "rows") for p in "qkv"]
         return out + [Weight("o_weight", (d, w), "attention", "linear attention O", "cols")]
 
-    def linears(self, with_kv: bool = True) -> list[Linear]:
-        d, w = self.d_model, self.width
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        d, w = self.d_model, self.width  # the same projections in a decode step
         out = [Linear(p, "attention_proj", f"{p.upper()} projection", d, w) for p in "qkv"]
         return out + [Linear("o", "attention_proj", "O projection", w, d)]
 
-    def mixing(self, queries: int, keys: int) -> list[Mixing]:
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Per head: S += kᵀ·v over the queries ((h, T) @ (T, h)) and the outputs q·S ((T, h) @ (h, h)); the
         output reads the state, h·h per head, whatever the context."""
         H, h = self.n_head, self.head_dim
