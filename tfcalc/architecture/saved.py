@@ -11,13 +11,13 @@ activation element. Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from tfcalc.architecture.norm import Norm
 
-if TYPE_CHECKING:  # the components call these; imported for the annotations only
-    from tfcalc.architecture.attention import Attention
-    from tfcalc.architecture.latent import LatentAttention
+# the components pass themselves; named, not imported (tfcalc.architecture.attention and .latent import this
+# module, and an import either way, even for annotations, is a circle)
+Attention = LatentAttention = Any
 
 FP32 = 4  # bytes of the fp32 tensors every dtype keeps somewhere (norm statistics, log-sum-exp, loss)
 
