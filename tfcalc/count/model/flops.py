@@ -108,10 +108,8 @@ class MatmulEntry:
     # the causal FLOPs over all copies when they differ by copy (Gemma 2's windowed and full layers);
     # causal_per_copy is then the first layer's
     causal_sum: int | None = None
-    # elements of generation state the matmuls read over all copies (a mixer's K and V, a recurrent state:
-    # tfcalc.architecture.mixer.Mixing.state_read), in ``state_dtype`` (None: the cache dtype)
-    state_read: int = 0
-    state_dtype: str | None = None
+    state_read: int = 0  # generation-state elements the copies read (tfcalc.architecture.mixer.Mixing.state_read)
+    state_dtype: str | None = None  # the state's dtype; None: the cache dtype
 
     @property
     def per_copy(self) -> int:
@@ -374,9 +372,6 @@ def lm_head_flops(cfg: ModelConfig, w: Workload) -> int:
 def non_matmul_flops(cfg: ModelConfig, w: Workload) -> dict[str, int]:
     """Approximate non-matmul FLOPs of one forward pass, by kind (conventions in the module docstring)."""
     return breakdown(cfg, w).non_matmul_by_kind()
-
-
-# ---------- decoding with a KV cache ----------
 
 
 def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
