@@ -76,7 +76,8 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
         agree += f"; {m['agreement']:.1%} equal, first difference at token {m['first_divergence']}"
     doc.note(f"Output {'equal to' if m['exact'] else 'NOT equal to'} the target's greedy output through the same "
              f"kernels over {m['tokens_checked']:,} tokens{agree}; measured speedup over plain decoding "
-             f"{m['speedup']:.2f}× (predicted at the measured acceptance {p['speedup']:.2f}×). Weights: {m['weights']}.",
+             f"{m['speedup']:.2f}× (predicted at the measured acceptance {p['speedup']:.2f}×). "
+             f"Weights: {m['weights']}.",
              "dim" if m["exact"] else "warning")
 
 
