@@ -82,11 +82,19 @@ class Decoder:
         return logits
 
     def prepare(self, spans) -> None:
-        """Capture, now, the graphs of every span a later step will read ("graph" mode; else nothing), so
-        that no timed step includes a capture."""
+        """Capture (compile), now, the graphs of every span a later step will read, so that no timed step
+        includes a capture; nothing in "eager" mode. Each run here writes its junk into the slot the next real
+        step writes, and the positions are put back after it."""
         for span in dict.fromkeys(spans):
             if self.mode == "graph" and span not in self.graphs and self._capture(span) is None:
                 self.mode = "eager"
+            elif self.mode == "compile":
+                positions = (self.cache.next_pos, *self.cache.slot_pos.values())
+                saved = [t.clone() for t in positions]
+                for _ in range(3):  # reduce-overhead records its CUDA graph on a later call than the first
+                    self._compiled(self.token, self.cache, span)
+                    for t, s in zip(positions, saved, strict=True):
+                        t.copy_(s)
 
     def _eager_from_now(self, token: torch.Tensor, span: int) -> torch.Tensor:
         self.mode = "eager"
