@@ -82,3 +82,10 @@ def test_speculative_decoding_is_exact_in_bf16(cli, tmp_path):
     assert m["same_weights"] and m["accept_rate"] == 1
     assert m["exact"] and m["agreement"] == 1 and m["first_divergence"] is None
     assert 0 < m["plain_agreement"] <= 1  # the one-token steps' kernels may round otherwise: reported, not held
+
+
+def test_compile_flag(cli):
+    r = cli("bench", "decode", "gpt2", "--device", "cuda", "--dtype", "bf16", "--seq", "128", "--steps", "8",
+            "--warmup", "1", "--repeat", "2", "--compile", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["mode"] == "compile" and r.json()["decode_s_per_token"] > 0
