@@ -148,7 +148,9 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
 
 
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
-    t = doc.table(_title(r, rows[0]) + ": measured beside predicted", Column("batch", "int"),
+    mode = rows[0].get("mode")
+    t = doc.table(_title(r, rows[0]) + ": measured beside predicted" + (f" ({mode} decode steps)" if mode else ""),
+                  Column("batch", "int"),
                   Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("decode / token", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("tok/s total", "tokens_rate"), Column("achieved", "byte_rate", priority=1),
