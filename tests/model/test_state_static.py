@@ -193,3 +193,22 @@ def test_verify_steps_and_rows_at_their_own_positions_run_fixed_shapes():
     for record in (verify, rows):
         assert all(r == record[0] for r in record[1:])
         assert not {name for name, _, _, _ in record[0]} & SYNCS
+
+
+def test_the_decoder_runs_eager_here_and_refuses_graphs_without_cuda():
+    from tfcalc.errors import InputError
+    from tfcalc.model import Decoder, generate
+
+    cfg = tiny(max_seq_len=16, **KINDS["window-wraps"])
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    prompt = torch.randint(0, cfg.vocab_size, (2, 3), generator=torch.Generator().manual_seed(1))
+    tokens = generate(model, prompt, 12)
+    assert torch.equal(tokens, generate(model, prompt, 12, mode="eager"))
+    cache = model.new_cache(2, 15)
+    assert Decoder(model, cache).mode == "eager"
+    for mode, message in (("graph", "needs a CUDA device"), ("compile", "needs a CUDA device"), ("fast", "one of")):
+        with pytest.raises(InputError, match=message):
+            Decoder(model, cache, mode)
+    with pytest.raises(InputError, match="call prefill"):
+        Decoder(model, cache).step(tokens[:, :1])
