@@ -179,7 +179,21 @@ def decode_step(sizes: Sizes, device: str, spec: Optional[devices.DeviceSpec]) -
                      else "fp32", decode=s.decode_steps, matmul_size=s.matmul_size, copy_bytes=s.copy_bytes,
                      warmup=s.warmup, repeat=s.repeat).to_json()
     pred = _datasheet_infer(s.decode_model, 1, s.decode_seq, s.decode_steps + 1, j["dtype"], spec)
-    return {"comparisons": _generation(j, pred, spec), "measured": j}
+    return {"comparisons": _generation(j, pred, spec) + _beside_hf(s, device, j), "measured": j}
+
+
+def _beside_hf(s: Sizes, device: str, j: dict) -> list[dict]:
+    """Hugging Face generate with its static cache on the same shape, dtype and device (benchmarks/hf_decode.py),
+    in the "predicted" column beside tfcalc's decode step (ratio = HF ÷ tfcalc: above 1, tfcalc is faster)."""
+    import torch
+    from hf_decode import hf_decode_s_per_token
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(j["dtype"], torch.float32)
+    hf = hf_decode_s_per_token(s.decode_model, device, dtype, s.decode_seq, s.decode_steps,
+                               repeat=max(2, s.repeat // 2))
+    how = (f"Hugging Face generate, static cache (its column: HF's time; tfcalc's steps ran as {j.get('mode')!r})"
+           if hf is not None else "no Hugging Face model of this shape is built (benchmarks/hf_decode.py)")
+    return [compare("decode step beside HF generate (static cache)", "s/token", hf, j["decode_s_per_token"], how)]
 
 
 def infer_step(sizes: Sizes, device: str, batch: int, spec: Optional[devices.DeviceSpec]) -> dict:

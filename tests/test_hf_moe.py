@@ -74,13 +74,15 @@ def test_forward_flops_equal_batched_mm(saved, name):
     )
 
 
-@pytest.mark.parametrize("name", TINY)  # gpt-oss windows: W - 1 cached, as transformers keeps
+@pytest.mark.parametrize("name", TINY)  # gpt-oss windows: a ring of W, as transformers' StaticCache allocates
 def test_kv_bytes_equal_the_cache_transformers_allocates(saved, name):
     import torch
+    import transformers
 
     model, folder = saved(name)
     with torch.no_grad():
-        cache = model(**inputs(name), use_cache=True).past_key_values
+        cache = transformers.StaticCache(config=model.config, max_cache_len=T)
+        model(**inputs(name), past_key_values=cache, use_cache=True)
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     assert memory.kv_cache_bytes(load(str(folder / "config.json")), Workload(batch=2, seq=T, dtype="fp32")) == held
 

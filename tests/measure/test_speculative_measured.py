@@ -67,6 +67,47 @@ def test_a_draft_that_is_the_target_accepts_every_proposal():
     assert run.produced == 10 and run.tokens_per_round == 5 and len(run.draft_steps.samples) == 8
 
 
+@pytest.mark.parametrize("k", [3, 4])
+def test_bf16_is_exact_against_the_same_kernels(k):
+    """bf16 with the draft equal to the target (issue 29: on an H100 `exact` was false): every token kept
+    is the target's greedy token as a verify step of k + 1 rows computes it, which the reference computes
+    through steps of the same k + 1 rows (tfcalc.measure.speculative.same_kernel_greedy); the agreement
+    with the plain one-token greedy decoding is reported beside it, with its first divergence."""
+    cfg = tiny(**ROPE, n_layer=3, d_model=64)
+    run = run_speculative(SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="bf16", seq=5, gen=40, k=k,
+                                          warmup=0))
+    assert run.accept_rate == 1 and run.exact and run.agreement == 1 and run.first_divergence is None
+    assert len(run.reference) == len(run.tokens) == len(run.greedy) == 40
+    assert (run.plain_first_divergence is None) == (run.plain_agreement == 1) == (run.tokens == run.greedy)
+    if run.plain_first_divergence is not None:
+        d = run.plain_first_divergence
+        assert run.tokens[:d] == run.greedy[:d] and run.tokens[d] != run.greedy[d]
+
+
+def test_exact_holds_where_a_wider_step_rounds_otherwise(monkeypatch):
+    """A GPU's bf16 kernels round a k + 1-row verify step otherwise than a one-row decode step; here a head
+    that adds a fixed offset to every step of more than one row stands in for that. The output still equals
+    the same-kernel reference (exact), and the plain greedy decoding's differs, its divergence reported."""
+    from tfcalc.measure import speculative
+
+    build = speculative.build_model
+    offset = torch.randn(64, generator=torch.Generator().manual_seed(7))
+
+    def built(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.lm_head.register_forward_hook(lambda m, i, out: out + offset * (out.shape[1] > 1))
+        return model
+
+    monkeypatch.setattr(speculative, "build_model", built)
+    cfg = tiny(**ROPE)
+    run = run_speculative(SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="fp32", seq=5, gen=30, k=3,
+                                          warmup=0))
+    assert run.exact and run.agreement == 1 and run.first_divergence is None
+    d = run.plain_first_divergence
+    assert d is not None and run.plain_agreement < 1
+    assert run.tokens[:d] == run.greedy[:d] and run.tokens[d] != run.greedy[d]
+
+
 def test_measured_json_beside_the_prediction(yamls):
     target, draft = yamls
     o = InferOptions(batches=(1,), seq=6, gen=12, dtype="fp32", measure=True, warmup=0, repeat=1, matmul_size=16,
@@ -75,6 +116,7 @@ def test_measured_json_beside_the_prediction(yamls):
     s = r["speculative"]
     m = s["measured"]
     assert m["exact"] and m["same_weights"] and m["accept_rate"] == 1 and m["tokens_checked"] == 12
+    assert m["agreement"] == m["plain_agreement"] == 1 and m["first_divergence"] is None  # fp32: both references
     assert m["proposed"] == m["accepted"] and m["tokens_per_round"] == pytest.approx(11 / m["rounds"])
     p = m["predicted_at_measured"]  # the round of the prediction (its steps) at A = 1: K + 1 tokens
     assert p["expected_tokens_per_step"] == 4 and p["round_s"] == pytest.approx(s["round_s"])

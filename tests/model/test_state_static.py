@@ -158,3 +158,57 @@ def test_each_state_tensor_is_what_its_component_describes():
             assert [tuple(t.shape) for t in state.tensors] == shapes
             assert state.nbytes == 3 * a.kv_elements() * a.kv_positions(11) * 2
         assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=3, seq=11, dtype="bf16"))
+
+
+def _record(fn) -> list[tuple]:
+    recorder = Recorder()
+    with recorder:
+        fn()
+    return recorder.ops
+
+
+def test_verify_steps_and_rows_at_their_own_positions_run_fixed_shapes():
+    """The same step for speculative verify (three tokens at a time, rewound) and for continuous batching's
+    rows (each at its own length, tfcalc.model.slots): the same ops and shapes at every position, no sync."""
+    from tfcalc.model.slots import SlotCache, decode_rows
+
+    cfg = tiny(max_seq_len=32, **KINDS["llama-rope-gqa"])
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    tokens = torch.randint(0, cfg.vocab_size, (1, 3))
+    cache = model.new_cache(1, 16)
+    verify, rows = [], []
+    with torch.inference_mode():
+        model.prefill(torch.zeros(1, 4, dtype=torch.long), cache)
+        for _ in range(4):  # positions 4.., 5.., 6.., 7..: three rows each, one kept
+            kept = cache.length + 1
+            verify.append(_record(lambda: model.extend(tokens, cache)))
+            cache.rewind(kept)
+        slots = SlotCache(model, rows=2, max_tokens=16)
+        slots.admit(torch.zeros(1, 3, dtype=torch.long), model)
+        slots.admit(torch.zeros(1, 6, dtype=torch.long), model)
+        last = torch.zeros(2, 1, dtype=torch.long)
+        for _ in range(5):  # rows at 3 and 6, then 4 and 7, ...
+            rows.append(_record(lambda: decode_rows(model, last, slots)))
+    for record in (verify, rows):
+        assert all(r == record[0] for r in record[1:])
+        assert not {name for name, _, _, _ in record[0]} & SYNCS
+
+
+def test_the_decoder_runs_eager_here_and_refuses_graphs_without_cuda():
+    from tfcalc.errors import InputError
+    from tfcalc.model import Decoder, generate
+
+    cfg = tiny(max_seq_len=16, **KINDS["window-wraps"])
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    prompt = torch.randint(0, cfg.vocab_size, (2, 3), generator=torch.Generator().manual_seed(1))
+    tokens = generate(model, prompt, 12)
+    assert torch.equal(tokens, generate(model, prompt, 12, mode="eager"))
+    cache = model.new_cache(2, 15)
+    assert Decoder(model, cache).mode == "eager"
+    for mode, message in (("graph", "needs a CUDA device"), ("compile", "needs a CUDA device"), ("fast", "one of")):
+        with pytest.raises(InputError, match=message):
+            Decoder(model, cache, mode)
+    with pytest.raises(InputError, match="call prefill"):
+        Decoder(model, cache).step(tokens[:, :1])

@@ -50,7 +50,7 @@ MatmulSize = Annotated[Optional[int], typer.Option(
 
 
 def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
-               out: render.Output, eager: bool = False) -> None:
+               out: render.Output, eager: bool = False, compile: bool = False) -> None:
     from tfcalc.cli.render import decode as view
     from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 
@@ -58,7 +58,7 @@ def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repea
     ref = resolve(model, overrides or [])
     plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, steps, run_on,
                              dtype.value if dtype else default_dtype(run_on), warmup, repeat, matmul_size,
-                             parse_bytes(copy_size, "--copy-size") if copy_size else None, eager)
+                             parse_bytes(copy_size, "--copy-size") if copy_size else None, eager, compile)
     with render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
         report = build_decode_bench(ref, plan, advance)
     render.emit([report], out, view.document)
@@ -100,6 +100,10 @@ def bench_decode(
     exact: Exact = False,
     verbose: Verbose = False,
     eager: Eager = False,
+    compile: Annotated[bool, typer.Option(
+        "--compile", help="Run each decode step through torch.compile(mode=\"reduce-overhead\") (Inductor's kernels "
+        "in CUDA graphs of its own; mode \"compile\"), CUDA only. The first steps of each cache bucket "
+        "compile.")] = False,
 ) -> None:
     """Time generation: time to first token, then --steps decode steps with a static KV cache.
 
@@ -110,7 +114,7 @@ def bench_decode(
     `tfcalc bench --decode N`.
     """
     run_decode(bench_model(model, "bench decode", device), overrides, batch, seq, steps, dtype, device, warmup,
-               repeat, matmul_size, copy_size, output(format, json_out, exact, verbose, table), eager)
+               repeat, matmul_size, copy_size, output(format, json_out, exact, verbose, table), eager, compile)
 
 
 def bench_ranks(

@@ -93,6 +93,12 @@ class DecodePlan:
     copy_bytes: int
     src_seq: Optional[int] = None  # an encoder-decoder's source length (default: each point's seq)
     eager: bool = False  # --eager: the plain uncaptured step loop on CUDA too (tfcalc.model.generate)
+    compile: bool = False  # --compile: the step through torch.compile(mode="reduce-overhead") (CUDA only)
+
+    @property
+    def mode(self) -> Optional[str]:
+        """The Decoder's mode asked for; None: the device's default (tfcalc.model.generate.default_mode)."""
+        return "eager" if self.eager else "compile" if self.compile else None
 
     @property
     def calls(self) -> int:
@@ -141,6 +147,10 @@ def check_plan(plan: DecodePlan) -> None:
     """Every refusal that needs no device: the dtype, and positions for prompt and steps."""
     if plan.dtype not in RUNNABLE:
         raise InputError(f"decoding runs in {', '.join(RUNNABLE)}; got {plan.dtype}")
+    if plan.eager and plan.compile:
+        raise InputError("--eager runs the steps uncaptured, --compile through torch.compile: one of them")
+    if plan.compile and not plan.device.strip().lower().startswith("cuda"):
+        raise InputError("--compile captures the step in CUDA graphs (torch.compile, reduce-overhead): --device cuda")
     for _, seq in plan.points:
         check_decodable(plan.cfg, seq + max(plan.steps, plan.warmup))
 
@@ -166,7 +176,7 @@ def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -
         src = (torch.randint(0, cfg.vocab_size, (batch, plan.src_seq or seq), device=dev)
                if cfg.arch == "encoder-decoder" else None)
         timing = time_decode(model, prompt, plan.steps, plan.warmup, plan.repeat, on_call, src,
-                             "eager" if plan.eager else None)
+                             plan.mode)
         timings.append(replace(timing, read_bytes_per_step=read_bytes(cfg, batch, timing.spans, plan.dtype)))
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     loads = [x for x in (load, _load_average()) if x is not None]

@@ -9,8 +9,15 @@ the accepted prefix plus the target's token after it (n + 1 tokens, n accepted o
 proposes no more than the generation still needs, so no cache runs past its positions). Both caches then
 rewind to the positions kept (StaticCache.rewind); a draft that accepted all K lacks its last proposal,
 which it reads with the next round's pending token in one two-token step. The output is the target's
-greedy output exactly (each token kept is the target's argmax after the tokens before it); the run checks
-it against the target's plain greedy decoding, step by step, which it also times.
+greedy output exactly (each token kept is the target's argmax after the tokens before it) -- as the
+verify step computes it. In fp32 that is the plain greedy decoding's too; in bf16 and fp16 a verify step
+of K + 1 rows and a decode step of one round differently (another GEMM shape, another kernel), and a near
+tie of the argmax can flip. So ``exact`` compares against the target's greedy output produced through the
+same kernels: each token from a step of the verify's K + 1 rows (the real token first, K pads, rewound),
+over the same bucket of the cache (tfcalc.model.cache); every verify step is K + 1 wide, the last round's
+padded. Beside it, ``agreement`` (the share of tokens equal) and ``first_divergence`` (the first index
+where they differ, None when none), against that reference and against the plain greedy decoding (which
+the run also times).
 
 Weights are random (tfcalc runs no checkpoint): each model is built after ``torch.manual_seed(0)``, so a
 draft with the target's configuration has the target's weights and accepts every proposal (the built-in
@@ -76,10 +83,31 @@ class SpeculativeRun:
     speculative_s: float  # wall seconds of the rounds
     plain_s: float  # wall seconds of plain decoding's gen - 1 steps
     same_weights: bool  # the draft is the target (its configuration, so its weights)
+    reference: tuple[int, ...] = ()  # the target's greedy output through verify-shaped steps (same kernels)
 
     @property
     def exact(self) -> bool:
-        return self.tokens == self.greedy
+        """The output is the target's greedy output as its verify step computes it (see the docstring)."""
+        return self.tokens == (self.reference or self.greedy)
+
+    @property
+    def agreement(self) -> float:
+        """The share of tokens equal to the same-kernel reference's."""
+        return _agreement(self.tokens, self.reference or self.greedy)
+
+    @property
+    def first_divergence(self) -> Optional[int]:
+        """The first index where the output and the same-kernel reference differ; None where they do not."""
+        return _first_difference(self.tokens, self.reference or self.greedy)
+
+    @property
+    def plain_agreement(self) -> float:
+        """The share of tokens equal to the plain greedy decoding's (one-token steps: other kernels)."""
+        return _agreement(self.tokens, self.greedy)
+
+    @property
+    def plain_first_divergence(self) -> Optional[int]:
+        return _first_difference(self.tokens, self.greedy)
 
     @property
     def accept_rate(self) -> float:
@@ -96,6 +124,15 @@ class SpeculativeRun:
     @property
     def plain_s_per_token(self) -> float:
         return self.plain_s / max(1, len(self.greedy) - 1)
+
+
+def _agreement(a: tuple[int, ...], b: tuple[int, ...]) -> float:
+    return sum(x == y for x, y in zip(a, b, strict=False)) / max(1, len(a), len(b))  # unequal lengths: unequal
+
+
+def _first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> Optional[int]:
+    same = None if len(a) == len(b) else min(len(a), len(b))
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), same)
 
 
 def check_speculative(cfg: ModelConfig, role: str) -> None:
@@ -120,7 +157,8 @@ def estimate_bytes(plan: SpeculativePlan) -> int:
     for cfg in models:
         total += count_memory.weights_bytes(cfg, plan.dtype)
     for cfg in (plan.target, plan.draft):
-        total += count_memory.kv_cache_bytes(cfg, Workload(batch=1, seq=plan.positions, dtype=plan.dtype))
+        room = pad_room(cfg, plan.positions, plan.k) if cfg is plan.target else 0  # the verify's padding
+        total += count_memory.kv_cache_bytes(cfg, Workload(batch=1, seq=plan.positions + room, dtype=plan.dtype))
     return total + max(count_memory.forward_working_set(cfg, Workload(batch=1, seq=plan.seq, dtype=plan.dtype))
                        for cfg in models)
 
@@ -145,7 +183,9 @@ class _Rounds:
 
     def __init__(self, target: Transformer, draft: Transformer, k: int, positions: int, clock):
         self.target, self.draft, self.k, self.clock = target, draft, k, clock
-        self.tc, self.dc = target.new_cache(1, positions), draft.new_cache(1, positions)
+        # up to k more positions: the last round's verify padded to k + 1 rows too (the same kernels every round)
+        self.tc = target.new_cache(1, positions + pad_room(target.cfg, positions, k))
+        self.dc = draft.new_cache(1, positions)
         self.draft_marks: list[tuple] = []
         self.verify_marks: list[tuple] = []
         self.rounds = self.proposed = self.accepted = 0
@@ -172,9 +212,11 @@ class _Rounds:
             catch = next_token(self._timed(self.draft_marks, lambda f=step, x=catch: f(x, self.dc)))  # (1, 1)
             proposals.append(catch)
         drafted = torch.cat(proposals, dim=1)  # (1, K)
-        verify_in = torch.cat([torch.tensor([[seq[-1]]], device=device), drafted], dim=1)  # (1, K + 1)
-        logits = self._timed(self.verify_marks, lambda: self.target.extend(verify_in, self.tc))  # (1, K + 1, V)
-        greedy, drafted_ids = logits[0].argmax(dim=-1).tolist(), drafted[0].tolist()  # the round's one sync
+        room = self.tc.max_tokens - (self.tc.length + k + 1)
+        pad = drafted.new_zeros(1, min(self.k - k, room))  # the last round's verify padded to k + 1 rows
+        verify_in = torch.cat([torch.tensor([[seq[-1]]], device=device), drafted, pad], dim=1)  # (1, k + 1)
+        logits = self._timed(self.verify_marks, lambda: self.target.extend(verify_in, self.tc))  # (1, k + 1, V)
+        greedy, drafted_ids = logits[0, :k + 1].argmax(dim=-1).tolist(), drafted[0].tolist()  # the round's sync
         n = 0
         while n < k and drafted_ids[n] == greedy[n]:
             n += 1
@@ -218,6 +260,30 @@ def _plain(target: Transformer, prompt: torch.Tensor, gen: int,
     return torch.cat(out, dim=1)[0].tolist(), seconds
 
 
+def pad_room(cfg: ModelConfig, positions: int, k: int) -> int:
+    """Positions past ``positions`` a verify step may pad into: k, or fewer where the model's position
+    table ends (there the last rounds' steps are narrower, and may round otherwise in bf16)."""
+    limit = cfg.max_seq_len if cfg.pos_encoding in ("learned", "rope", "sinusoidal") else positions + k
+    return max(0, min(k, limit - positions))
+
+
+def same_kernel_greedy(target: Transformer, prompt: torch.Tensor, gen: int, k: int) -> list[int]:
+    """The target's greedy tokens, each from a step of k + 1 rows as a verify step runs them (the real token
+    first, then k pads whose positions are rewound), over a cache of the rounds' size, so the same buckets:
+    the same kernels as the speculative rounds' verify steps, so the same rounding (module docstring)."""
+    positions = prompt.shape[1] + gen
+    cache = target.new_cache(1, positions + pad_room(target.cfg, positions, k))
+    token = next_token(target.prefill(prompt, cache))
+    out = [token]
+    for _ in range(gen - 1):
+        kept = cache.length + 1
+        pads = token.new_zeros(1, min(k, cache.max_tokens - kept))
+        token = next_token(target.extend(torch.cat([token, pads], dim=1), cache)[:, :1])
+        cache.rewind(kept)
+        out.append(token)
+    return torch.cat(out, dim=1)[0].tolist()
+
+
 def calls(plan: SpeculativePlan) -> int:
     """Progress calls: the plain steps and at most one round per token."""
     return 2 * (plan.gen - 1)
@@ -243,8 +309,10 @@ def run_speculative(plan: SpeculativePlan, on_call: Optional[Callable[[], None]]
             _speculate(target, draft, prompt, replace(plan, gen=min(plan.gen, 2)), bench.HostClock(dev))
         greedy, plain_s = _plain(target, prompt, plan.gen, on_call)
         tokens, loop, spec_s = _speculate(target, draft, prompt, plan, clock, on_call)
+        reference = same_kernel_greedy(target, prompt, plan.gen, plan.k)
     clock.sync()
     return SpeculativeRun(
         tuple(tokens[:plan.gen]), tuple(greedy), loop.rounds, loop.proposed, loop.accepted, len(tokens) - 1,
         bench.Timing(tuple(clock.seconds(a, b) for a, b in loop.draft_marks)),
-        bench.Timing(tuple(clock.seconds(a, b) for a, b in loop.verify_marks)), spec_s, plain_s, same)
+        bench.Timing(tuple(clock.seconds(a, b) for a, b in loop.verify_marks)), spec_s, plain_s, same,
+        tuple(reference))

@@ -1,8 +1,11 @@
 """The real PyTorch transformer built from a ModelConfig: decoder, encoder or encoder-decoder.
 
 The package: ``positions`` (RoPE, sinusoids, ALiBi), ``layers`` (attention, FFN, experts), ``block``
-(one layer), ``transformer`` (stacks, the model, ``build_model``), ``cache`` (the static KV cache
-for decoding) and ``generate`` (greedy generation: a prefill, then one decode step per token).
+(one layer), ``transformer`` (stacks, the model, ``build_model``), ``attention_state`` (each attention
+layer's generation state, allocated once at a fixed shape), ``cache`` (every layer's state and the
+positions on the device), ``step`` (the one fixed-shape step for decode, verify and continuous-batching
+rows: device masks, no host sync) and ``generate`` (greedy generation: a prefill, then one decode step per
+token, eager or captured in CUDA graphs: ``Decoder``).
 nanoGPT-sized modules (Attention, CrossAttention, FeedForward, MixtureOfExperts, Block, Stack,
 Transformer), each built from its component of the description (tfcalc.architecture), so the layers
 of a stack may differ (dense then MoE, local and global attention with their own RoPE bases, NoPE
@@ -24,7 +27,9 @@ Layout choices, and why:
   of a gated FFN from one fused Linear (``ffn.up``, rows [gate | up]), as in gpt-fast: one large matmul
   runs closer to the machine's peak than three small ones. The counts split them back by rows.
 - Attention is ``F.scaled_dot_product_attention`` (fused kernels where the device has them); grouped
-  query attention uses its ``enable_gqa`` flag instead of materializing repeated K/V heads.
+  query attention uses its ``enable_gqa`` flag instead of materializing repeated K/V heads (a cached
+  step folds each K/V head's query heads into its query rows instead: every backend takes that, masks
+  included).
 - RoPE uses the rotate-half layout (GPT-NeoX, Hugging Face Llama); the count is the same either way.
 - ``build_model(cfg, "meta")`` allocates nothing, so GPT-3 175B can be built and counted anywhere.
 """

@@ -82,11 +82,26 @@ class Decoder:
         return logits
 
     def prepare(self, spans) -> None:
-        """Capture, now, the graphs of every span a later step will read ("graph" mode; else nothing), so
-        that no timed step includes a capture."""
+        """Capture (compile), now, the graphs of every span a later step will read, so that no timed step
+        includes a capture; nothing in "eager" mode. Each run here writes its junk into the slot the next real
+        step writes, and the positions are put back after it."""
         for span in dict.fromkeys(spans):
             if self.mode == "graph" and span not in self.graphs and self._capture(span) is None:
                 self.mode = "eager"
+            elif self.mode == "compile":
+                positions = (self.cache.next_pos, *self.cache.slot_pos.values())
+                saved = [t.clone() for t in positions]
+                for _ in range(3):  # reduce-overhead records its CUDA graph on a later call than the first
+                    self._compiled(self.token, self.cache, span)
+                    for t, s in zip(positions, saved, strict=True):
+                        t.copy_(s)
+
+    def _not_captured(self, error: Exception, positions, saved) -> None:
+        """The positions put back, the reason kept: the caller runs the step eagerly."""
+        torch.cuda.synchronize()
+        for t, s in zip(positions, saved, strict=True):
+            t.copy_(s)
+        self.capture_error = str(error).splitlines()[0]
 
     def _eager_from_now(self, token: torch.Tensor, span: int) -> torch.Tensor:
         self.mode = "eager"
@@ -103,9 +118,20 @@ class Decoder:
         saved = [t.clone() for t in positions]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # one warm-up: kernels chosen, workspaces allocated outside the capture
-            self.model.step(self.token, cache, span)
+        # One warm-up (kernels chosen, workspaces allocated outside the capture), with PyTorch's sync debug
+        # mode raising on any op that waits for the device: such a step cannot be captured, and is not tried.
+        mode, error = torch.cuda.get_sync_debug_mode(), None
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with torch.cuda.stream(side):
+                self.model.step(self.token, cache, span)
+        except RuntimeError as e:
+            error = e
+        finally:
+            torch.cuda.set_sync_debug_mode(mode)  # before anything below synchronizes
         torch.cuda.current_stream().wait_stream(side)
+        if error is not None:
+            return self._not_captured(error, positions, saved)
         graph = torch.cuda.CUDAGraph()
         try:
             for t, s in zip(positions, saved, strict=True):
@@ -113,11 +139,7 @@ class Decoder:
             with torch.cuda.graph(graph):
                 out = self.model.step(self.token, cache, span)
         except RuntimeError as e:  # e.g. "operation not permitted when stream is capturing"
-            torch.cuda.synchronize()
-            for t, s in zip(positions, saved, strict=True):
-                t.copy_(s)
-            self.capture_error = str(e).splitlines()[0]
-            return None
+            return self._not_captured(e, positions, saved)
         self.graphs[span] = (graph, out)
         return graph, out
 

@@ -153,7 +153,7 @@ class DecodeBenchReport(Displayed):
 
 def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], steps: int, device: str = "cpu",
                       dtype: str = "fp32", warmup: int = 3, repeat: int = 10, matmul_size: Optional[int] = None,
-                      copy_bytes: Optional[int] = None, eager: bool = False):
+                      copy_bytes: Optional[int] = None, eager: bool = False, compile: bool = False):
     """Every option checked, nothing run."""
     from tfcalc.measure.decode import DecodePlan, check_plan
 
@@ -174,7 +174,7 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so there is no decoding to time")
     plan = DecodePlan(cfg=cfg, device=device, dtype=dtype, points=tuple((batch, s) for s in seqs), steps=steps,
                       warmup=warmup, repeat=repeat, matmul_size=matmul_size or (2048 if device == "cpu" else 8192),
-                      copy_bytes=copy_bytes or default_copy_bytes(device), eager=eager)
+                      copy_bytes=copy_bytes or default_copy_bytes(device), eager=eager, compile=compile)
     check_plan(plan)
     return plan
 

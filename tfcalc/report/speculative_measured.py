@@ -68,6 +68,9 @@ def to_json(run, s: speculative.Speculative, device: str, dtype: str) -> dict[st
     return {
         "device": device, "dtype": dtype, "batch": 1, "draft_tokens": s.draft_tokens, "weights": WEIGHTS,
         "same_weights": run.same_weights, "exact": run.exact, "tokens_checked": len(run.tokens),
+        "exact_reference": "the target's greedy output through verify-shaped steps (the same kernels)",
+        "agreement": run.agreement, "first_divergence": run.first_divergence,
+        "plain_agreement": run.plain_agreement, "plain_first_divergence": run.plain_first_divergence,
         "rounds": run.rounds, "proposed": run.proposed, "accepted": run.accepted, "accept_rate": a,
         "tokens_per_round": run.tokens_per_round,
         "draft_step_s": d.median, "draft_step_p10_s": d.p10, "draft_step_p90_s": d.p90,

@@ -80,9 +80,15 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
     t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
     t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
     t.add("plain decode / token", m["plain_decode_s_per_token"], None, None)
-    doc.note(f"Output {'equal to' if m['exact'] else 'NOT equal to'} the target's greedy output over "
-             f"{m['tokens_checked']:,} tokens; measured speedup over plain decoding {m['speedup']:.2f}× (predicted "
-             f"at the measured acceptance {p['speedup']:.2f}×). Weights: {m['weights']}.",
+    agree = "" if m.get("plain_agreement", 1) == 1 else (
+        f" (plain one-token steps, other kernels: {m['plain_agreement']:.1%} of tokens equal, first difference at "
+        f"token {m['plain_first_divergence']})")
+    if not m["exact"] and m.get("first_divergence") is not None:
+        agree += f"; {m['agreement']:.1%} equal, first difference at token {m['first_divergence']}"
+    doc.note(f"Output {'equal to' if m['exact'] else 'NOT equal to'} the target's greedy output through the same "
+             f"kernels over {m['tokens_checked']:,} tokens{agree}; measured speedup over plain decoding "
+             f"{m['speedup']:.2f}× (predicted at the measured acceptance {p['speedup']:.2f}×). "
+             f"Weights: {m['weights']}.",
              "dim" if m["exact"] else "warning")
 
 
@@ -153,7 +159,9 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
 
 
 def _measured_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
-    t = doc.table(_title(r, rows[0]) + ": measured beside predicted", Column("batch", "int"),
+    mode = rows[0].get("mode")
+    t = doc.table(_title(r, rows[0]) + ": measured beside predicted" + (f" ({mode} decode steps)" if mode else ""),
+                  Column("batch", "int"),
                   Column("prefill", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("decode / token", "seconds"), Column("predicted", "seconds"), Column("ratio", "ratio"),
                   Column("tok/s total", "tokens_rate"), Column("achieved", "byte_rate", priority=1),
