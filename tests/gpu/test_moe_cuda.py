@@ -50,5 +50,5 @@ def test_the_cuda_forward_reads_nothing_back():
     with Names() as mode:
         moe(x)
     assert not mode.names & {"_local_scalar_dense", "item", "nonzero", "bincount", "is_nonzero", "equal"}
-    if torch.cuda.get_device_capability()[0] in (9, 10):
+    if torch.cuda.get_device_capability() >= (8, 0):
         assert "_grouped_mm" in mode.names

@@ -10,7 +10,8 @@ weight once, in the dtype of the model) and both cost 2·P·in·out FLOPs:
 
 1. PyTorch's grouped GEMM (aten ``_grouped_mm``, ``torch.nn.functional.grouped_mm``): one call over all
    groups, each expert's weight read in place. It runs where it needs no host read: on CUDA in bf16 on
-   sm90/sm100, its CUTLASS path; on the CPU in fp32/bf16/fp16 (a loop over the groups inside the kernel,
+   sm80 and later (its CUTLASS kernels; transformers' integrations/moe.py, ``_can_use_grouped_mm``, takes
+   it there from torch 2.9 on, under torch.compile and CUDA graphs too); on the CPU in fp32/bf16/fp16 (a loop over the groups inside the kernel,
    which reads the offsets there -- host memory, no device to wait for). Other CUDA dtypes and devices fall
    back inside PyTorch to a loop that copies ``offs`` to the host (aten/src/ATen/native/GroupedMMUtils.h,
    ``_grouped_mm_fallback``), a synchronisation, so they take 2. Both operands' strides must be multiples
@@ -21,7 +22,7 @@ weight once, in the dtype of the model) and both cost 2·P·in·out FLOPs:
    matmuls of its backward.
 2. Gathered weights (``_Gathered``): each row's expert matrix gathered, (P, out, in), and one batched
    matmul of (P, 1, in) rows -- what gpt-fast and transformers' ``batched_mm`` run for decode. It runs
-   wherever 1 cannot: CUDA other than bf16 on sm90+ (a decode step there gathers k matrices per token),
+   wherever 1 cannot: CUDA other than bf16 on sm80+ (a decode step there gathers k matrices per token),
    odd widths, fp64, meta in fp32 (FLOP counts of every preset). It is an autograd Function that keeps
    only its input rows for backward (the gathered copies are remade there), so autograd saves what the
    grouped GEMM saves, byte for byte; it works in chunks of rows so the copies stay under
@@ -72,7 +73,7 @@ def _grouped_mm_runs(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if x.device.type == "cpu":  # a CPU kernel since 2.9; before 2.11 it asks 16-byte-aligned data
         return _VERSION >= "2.9" and (fake or _VERSION >= "2.11" or x.data_ptr() % 16 == weight.data_ptr() % 16 == 0)
     if x.device.type == "cuda":
-        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
+        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (8, 0)
     return x.device.type == "meta"
 
 
