@@ -11,8 +11,9 @@ weight once, in the dtype of the model) and both cost 2·P·in·out FLOPs:
 1. PyTorch's grouped GEMM (aten ``_grouped_mm``, ``torch.nn.functional.grouped_mm``): one call over all
    groups, each expert's weight read in place. It runs where it needs no host read: on CUDA in bf16 on
    sm80 and later (its CUTLASS kernels; transformers' integrations/moe.py, ``_can_use_grouped_mm``, takes
-   it there from torch 2.9 on, under torch.compile and CUDA graphs too); on the CPU in fp32/bf16/fp16 (a loop over the groups inside the kernel,
-   which reads the offsets there -- host memory, no device to wait for). Other CUDA dtypes and devices fall
+   it there from torch 2.9 on, under torch.compile and CUDA graphs too); on the CPU in fp32/bf16/fp16 (a
+   loop over the groups inside the kernel, which reads the offsets there -- host memory, no device to wait
+   for). Other CUDA dtypes and devices fall
    back inside PyTorch to a loop that copies ``offs`` to the host (aten/src/ATen/native/GroupedMMUtils.h,
    ``_grouped_mm_fallback``), a synchronisation, so they take 2. Both operands' strides must be multiples
    of 16 bytes (the kernel's check), and so must the output's width: the kernel pads an odd one to the
