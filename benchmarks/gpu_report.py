@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_report_ranks as ranks  # noqa: E402
 import gpu_report_steps as steps  # noqa: E402
+import moe_vs_hf  # noqa: E402
 
 from tfcalc import devices  # noqa: E402
 from tfcalc.errors import InputError  # noqa: E402
@@ -130,6 +131,8 @@ def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpu
         Step("memory --measure --training", s(40), lambda: steps.memory_step(sizes, device, training=True)),
         *[Step(f"infer --measure --batch {b}", s(45), lambda b=b: steps.infer_step(sizes, device, b, spec))
           for b in sizes.infer_batches],
+        Step("MoE forward against transformers (gpt-oss-20b, qwen3-30b-a3b shapes, 2 layers, bf16)", s(40),
+             lambda: moe_step(device, quick)),
         Step("training step on one GPU (bench ranks --nproc 1)", s(45), lambda: steps.train_step(sizes, device, spec)),
         Step("device memory (driver total, CUDA context)", s(20), lambda: steps.device_memory_step(spec),
              None if cuda else "no CUDA device: the driver's and the CUDA context's memory exist only there"),
@@ -140,6 +143,19 @@ def plan_steps(device: str, quick: bool, spec: Optional[devices.DeviceSpec], gpu
              lambda: ranks.plan_layouts_step(sizes, ranks.FOUR_RANKS, 4), nccl(4)),
         Step("infer --measure --tp 2" + over, s(40), lambda: ranks.infer_tp_step(sizes, device), nccl(2)),
     ]
+
+
+def moe_step(device: str, quick: bool) -> dict:
+    """tfcalc's MoE layer and 2-layer model forward beside transformers' on this device (moe_vs_hf.py)."""
+    runs = [moe_vs_hf.compare(name, device, 16 if quick else 1024, quick, 3 if quick else 20)
+            for name in moe_vs_hf.SHAPES]
+    how = "median of synchronized calls, bf16, the two sides interleaved (benchmarks/moe_vs_hf.py)"
+    comparisons = [{"quantity": f"{r['shape']} {what} forward, T = {r['seq']}, {who}", "unit": "s",
+                    "predicted": None, "measured": r[f"{prefix}{key}_ms"] / 1e3, "ratio": None,
+                    "how": how + ("" if who == "tfcalc" else f"; {r['hf_experts_implementation']} experts")}
+                   for r in runs for key, what in (("moe", "MoE layer"), ("model", "2-layer model"))
+                   for who, prefix in (("tfcalc", ""), ("transformers", "hf_"))]
+    return {"comparisons": comparisons, "measured": {r["shape"]: r for r in runs}}
 
 
 def _alarm(signum, frame):

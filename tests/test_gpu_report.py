@@ -27,7 +27,9 @@ def report_module():
 
 
 NAMES = ["bench fp32", "bench bf16", "bench decode", "memory --measure (forward)", "memory --measure --training",
-         "infer --measure --batch 1", "training step on one GPU (bench ranks --nproc 1)",
+         "infer --measure --batch 1",
+         "MoE forward against transformers (gpt-oss-20b, qwen3-30b-a3b shapes, 2 layers, bf16)",
+         "training step on one GPU (bench ranks --nproc 1)",
          "device memory (driver total, CUDA context)",
          "plan --measure on 2 ranks, tp 2; dp 2, ZeRO-1; dp 2, ZeRO-2; dp 2, ZeRO-3; dp 2, ep 2; dp 2, ZeRO-3, MoE; "
          "pp 2, 1f1b; pp 2, zero-bubble (gloo)", "plan --measure on 4 ranks, dp 4, ZeRO-3, hsdp 2; pp 2 × dp 2 (gloo)",

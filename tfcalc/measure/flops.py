@@ -14,8 +14,9 @@ convention of tfcalc.count.model.flops. What it sees depends on the device, beca
 - on CUDA the flash, memory-efficient and cuDNN kernels already have formulas in PyTorch.
 
 A mixture of experts runs each expert on the tokens routed to it, so the count is that of the top-k
-experts per token, whatever the routing; on meta, which has no values to route by, an even routing
-stands in (see tfcalc.model.MixtureOfExperts). An encoder-decoder runs on (source, target) token ids.
+experts per token, whatever the routing: its forward has the same shapes for any routing, meta included
+(tfcalc.model.experts), and its grouped GEMM, for which PyTorch has no formula, is counted by the one
+tfcalc.model.grouped registers (2·rows·in·out). An encoder-decoder runs on (source, target) token ids.
 
 Meta is the default: nothing is allocated, so GPT-3 175B at T = 2048 is counted anywhere. A real device
 allocates the weights and runs the forward; ``check_measurable`` refuses what would not fit or not run.

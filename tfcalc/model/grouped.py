@@ -5,37 +5,44 @@ on the device (tfcalc.model.experts). ``grouped_matmul`` multiplies row i by the
 ``experts[i]``; the groups' ends are a device tensor (``expert_ends``: a binary search of the sorted
 expert ids, no count read back), so no shape depends on the routing and nothing waits for the host.
 
-Two ways, chosen per call from the device, dtype, layout and the number of rows; both exact (each row
-meets its expert's weight once, in the dtype of the model) and both cost 2·P·in·out FLOPs:
+Two ways, chosen per call from the device, dtype and layout; both exact (each row meets its expert's
+weight once, in the dtype of the model) and both cost 2·P·in·out FLOPs:
 
-1. PyTorch's grouped GEMM (``torch.nn.functional.grouped_mm``, aten ``_grouped_mm``): one kernel over all
-   groups, weights read once. It runs where it needs no host read: on the CPU in fp32/bf16/fp16 (a loop
-   over the groups inside the kernel), and on CUDA in bf16 on sm90/sm100, its CUTLASS fast path; other
-   CUDA dtypes and devices fall back inside PyTorch to a loop that copies ``offs`` to the host
-   (aten/src/ATen/native/GroupedMMUtils.h, ``_grouped_mm_fallback``), a synchronisation, so they take 2.
-   Both operands' strides must be multiples of 16 bytes (the kernel's check; the meta kernel asks bf16),
-   and so must the output's width: the kernel pads an odd one to the next 16 bytes, and autograd would
-   keep the padding too.
-   PyTorch registers no FLOP formula for it: FlopCounterMode would count 0, so one is registered here
-   (``_grouped_mm_flop``) for the forward and the two grouped matmuls of its backward.
+1. PyTorch's grouped GEMM (aten ``_grouped_mm``, ``torch.nn.functional.grouped_mm``): one call over all
+   groups, each expert's weight read in place. It runs where it needs no host read: on CUDA in bf16 on
+   sm80 and later (its CUTLASS kernels; transformers' integrations/moe.py, ``_can_use_grouped_mm``, takes
+   it there from torch 2.9 on, under torch.compile and CUDA graphs too); on the CPU in fp32/bf16/fp16 (a
+   loop over the groups inside the kernel, which reads the offsets there -- host memory, no device to wait
+   for). Other CUDA dtypes and devices fall
+   back inside PyTorch to a loop that copies ``offs`` to the host (aten/src/ATen/native/GroupedMMUtils.h,
+   ``_grouped_mm_fallback``), a synchronisation, so they take 2. Both operands' strides must be multiples
+   of 16 bytes (the kernel's check), and so must the output's width: the kernel pads an odd one to the
+   next 16 bytes, and autograd would keep the padding too. Its shape-only kernel (meta, FakeTensor,
+   torch.compile's tracing) asks bf16. PyTorch registers no FLOP formula for it (FlopCounterMode would
+   count 0), so one is registered here (``_grouped_mm_flop``) for the forward and the two grouped
+   matmuls of its backward.
 2. Gathered weights (``_Gathered``): each row's expert matrix gathered, (P, out, in), and one batched
-   matmul of (P, 1, in) rows -- what gpt-fast and transformers' ``batched_mm`` run for decode, where P is
-   a handful of rows and a grouped kernel's pass over all E groups costs more than copying k matrices.
-   It also runs wherever 1 cannot (odd widths, fp64, meta in fp32, CUDA other than bf16 on sm90+), in
-   chunks of rows so the gathered copies stay under ``GATHER_ELEMENTS``. It is an autograd Function
-   that keeps only its input rows for backward (the gathered copies are remade there), so autograd
-   saves what the grouped GEMM saves, byte for byte. FlopCounterMode sees its ``bmm``: 2·P·in·out.
+   matmul of (P, 1, in) rows -- what gpt-fast and transformers' ``batched_mm`` run for decode. It runs
+   wherever 1 cannot: CUDA other than bf16 on sm80+ (a decode step there gathers k matrices per token),
+   odd widths, fp64, meta in fp32 (FLOP counts of every preset). It is an autograd Function that keeps
+   only its input rows for backward (the gathered copies are remade there), so autograd saves what the
+   grouped GEMM saves, byte for byte; it works in chunks of rows so the copies stay under
+   ``GATHER_ELEMENTS``. FlopCounterMode sees its ``bmm``: 2·P·in·out. Copying a matrix per row costs
+   P·in·out of traffic, so a long prefill this way is slow (P/E times the weights): the grouped GEMM is
+   preferred wherever it runs, decode included -- on this CPU (one thread, E = 32, 512 -> 1024) it took
+   0.06/0.17/1.0 ms for 1/4/8 rows against 0.09/0.35/5.1 ms gathered (benchmarks/moe_cpu.py has the layer).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.torch_version import TorchVersion
 from torch.utils.flop_counter import flop_registry, register_flop_formula
 
 GATHER_ELEMENTS = 1 << 24  # gathered weight elements per chunk (64 MiB in fp32)
-DECODE_ROWS = 16  # at most this many rows without grad: gathered weights (faster here, see experts.py)
 _GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_VERSION = TorchVersion(torch.__version__.split("+")[0])
 
 
 def expert_ends(experts: torch.Tensor, n_expert: int) -> torch.Tensor:
@@ -47,8 +54,8 @@ def expert_ends(experts: torch.Tensor, n_expert: int) -> torch.Tensor:
 
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     """(P, in) rows sorted by expert, (E, out, in) weights -> (P, out): row i times weight[experts[i]]ᵀ."""
-    if _grouped_mm_runs(x, weight) and not (x.shape[0] <= DECODE_ROWS and not torch.is_grad_enabled()):
-        return F.grouped_mm(x, weight.mT, offs=ends)  # (P, out): 2·P·in·out FLOPs
+    if _grouped_mm_runs(x, weight):
+        return torch._grouped_mm(x, weight.mT, offs=ends)  # (P, out): 2·P·in·out FLOPs
     return _Gathered.apply(x, weight, experts)
 
 
@@ -61,12 +68,14 @@ def _grouped_mm_runs(x: torch.Tensor, weight: torch.Tensor) -> bool:
         return False
     if weight.stride(0) % align or weight.shape[1] % align:  # an odd output width gets a padded row stride
         return False
-    device = x.device.type
-    if device == "cpu":
-        return x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
-    if device == "cuda":
-        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device)[0] in (9, 10)
-    return device == "meta" and x.dtype == torch.bfloat16
+    fake = isinstance(x, FakeTensor) or x.device.type == "meta"
+    if fake and x.dtype != torch.bfloat16:  # the shape-only kernel (torch._meta_registrations) asks bf16
+        return False
+    if x.device.type == "cpu":  # a CPU kernel since 2.9; before 2.11 it asks 16-byte-aligned data
+        return _VERSION >= "2.9" and (fake or _VERSION >= "2.11" or x.data_ptr() % 16 == weight.data_ptr() % 16 == 0)
+    if x.device.type == "cuda":
+        return x.dtype == torch.bfloat16 and torch.cuda.get_device_capability(x.device) >= (8, 0)
+    return x.device.type == "meta"
 
 
 def _chunks(rows: int, weight: torch.Tensor) -> range:

@@ -56,8 +56,10 @@ backward bytes, then the kernels forward / backward:
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
    the routing weight (2a), index_add into the output (3a): 7a; backward: index_select of the gradient
    (2a), the two products' (4a, the weight's summed), index_add (3a): 9a. Kernels 3 / 5 for all the
-   experts together, as a grouped implementation launches them (the matmuls too are one grouped GEMM:
-   tfcalc.count.training.micro_batch_time); tfcalc's module loops over the experts, a launch each. The router's
+   experts together, as tfcalc's module launches them (tfcalc.model.experts; the matmuls too are one
+   grouped GEMM: tfcalc.count.training.micro_batch_time). Left out: the routing's int64 index work (the sort of the
+   N·k pairs, the gathers of their ids, token and weight, the groups' ends) and the zero-filled output,
+   4-5 % of the block's measured traffic (tests/count/test_eager_traffic.py). The router's
    softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 / 2a + 20 per logit.
 9. Embeddings: the token lookup writes (N, d) (2a: the gathered rows read) and its backward reads the
    gradient (a; the table's gradient, V·d per step, left out); positions added (learned, sinusoidal:
