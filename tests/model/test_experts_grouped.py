@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfcalc.count import flops as count
+from tfcalc.count.model import flops as count
 from tfcalc.measure import flops as measure
 from tfcalc.model import build_model
 from tfcalc.model.experts import MixtureOfExperts
