@@ -26,7 +26,8 @@ PURE = ("tfcalc.errors", "tfcalc.amounts", "tfcalc.name_lists",
         "tfcalc.architecture", "tfcalc.units", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load",
         "tfcalc.config_rules", "tfcalc.config_moe", "tfcalc.config_latent", "tfcalc.config_derived",
         "tfcalc.config_patterns",
-        "tfcalc.config_layers", "tfcalc.config", "tfcalc.config_copies", "tfcalc.devices", "tfcalc.workload", "tfcalc.hf_config",
+        "tfcalc.config_layers", "tfcalc.config", "tfcalc.config_copies", "tfcalc.devices", "tfcalc.workload",
+        "tfcalc.hf_config",
         "tfcalc.hub_cache", "tfcalc.presets", "tfcalc.count", "tfcalc.checkpoint")
 
 
