@@ -18,6 +18,8 @@ Using it (``cfg.architecture`` builds it once from a ``tfcalc.config.ModelConfig
     block.linears()                           # the block's matmuls (n_in, n_out, which rows)
     block.attention.score_dims()              # (heads, QK channels, V channels) of the score matmuls
     arch.kv_elements(context)                 # K and V elements the decoder's caches hold
+    arch.shrunk(4), arch.one_of_each()        # smaller copies: the depth pattern with fewer repeats; each
+                                              # kind of block once (tfcalc.architecture.copies)
 
 Each component lists its tensors (``weights()``: breakdown key, shape, role, how TP splits it, which
 stored tensor it is fused into), its matmuls (``linears()``) and, for attention, its KV cache per

@@ -14,7 +14,8 @@ What runs, and why it is a fair check of the plan:
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
    every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA, latent
    attention, mixed dense and MoE layers, windows, chunks and NoPE layers) and sizes shrunk so every split
-   stays even (tfcalc.report.small_copy). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
+   stays even (tfcalc.report.small_copy), its depth made on the description with at least one block of
+   each kind of layer (small_blocks). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
    micro-batches per step; fp32 (gloo reduces fp32 everywhere; fp32 Adam is 16 bytes per parameter too,
    split 4/4/8 instead of 2/2/12).
 3. The plan of exactly that configuration and layout, computed by the same code as the full plan, beside
