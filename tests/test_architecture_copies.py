@@ -8,8 +8,15 @@ alternates sliding and full layers, the first sliding (layer_types); Gemma 3 27B
 sliding×2 (62 layers); gpt-oss alternates sliding and full, the first sliding."""
 
 import pytest
+from conftest import configs
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
+from tfcalc.config import from_mapping, replace
 from tfcalc.config_copies import with_architecture
+from tfcalc.count.params import total
+from tfcalc.errors import InputError
+from tfcalc.measure.params import measured_total
+from tfcalc.model import build_model
 from tfcalc.presets import load, preset_names
 
 
@@ -119,3 +126,51 @@ def test_written_back_fields_are_the_plain_ones_where_they_still_hold():
     assert (one.first_dense_layers, one.dense_d_ff) == (None, None)  # no dense layer left to be that wide
     gpt2 = load("gpt2")
     assert with_architecture(gpt2, gpt2.architecture.shrunk(2)) == load("gpt2", ["n_layer=2"])
+
+
+# ---------- any config: random architectures, mixed layers and attention patterns ----------
+
+
+def _is_subsequence(short, long) -> bool:
+    it = iter(long)
+    return all(any(x == y for y in it) for x in short)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(mixed=True), st.data())
+def test_any_config_shrunk_keeps_its_kinds_in_order_and_has_flat_fields(cfg, data):
+    """At any depth n: n layers (or the model's, if fewer), a subsequence of the model's layers (each run
+    cut short, in order), every kind kept where n is at least the number of kinds, the kinds first seen
+    in the model's order; and the flat fields written back say exactly that copy, and build a module of
+    the parameters the count gives."""
+    if cfg.arch != "encoder-decoder" and cfg.pos_encoding == "rope" and data.draw(st.booleans(), label="pattern"):
+        kinds = data.draw(st.lists(st.sampled_from(["full", "nope"] + ["local", "local_nope"] * (
+            cfg.sliding_window is not None or cfg.attention_chunk_size is not None)), min_size=1, max_size=4))
+        repeat = data.draw(st.integers(1, 3), label="repeat")
+        try:
+            cfg = replace(cfg, n_layer=len(kinds) * repeat, full_attention_every=None, nope_every=None,
+                          attn_temperature_floor=None, attn_temperature_scale=None, first_dense_layers=None,
+                          moe_every=None, dense_layers=None, dense_d_ff=None,
+                          layer_pattern=f"({', '.join(kinds)})*{repeat}")
+        except InputError:
+            assume(False)
+    n = data.draw(st.integers(1, cfg.n_layer + 1), label="n")
+    arch = cfg.architecture
+    small = arch.shrunk(n)  # an encoder-decoder's stacks alike: its flat fields give both one depth pattern
+    for s, t in zip(small.stacks, arch.stacks, strict=True):
+        layers, original = list(s.layers()), list(t.layers())
+        kinds = list(dict.fromkeys(original))
+        assert len(layers) == min(n, len(original))
+        assert _is_subsequence(layers, original)
+        seen = list(dict.fromkeys(layers))
+        assert seen == [k for k in kinds if k in seen]  # first seen in the model's order
+        if len(layers) >= len(kinds):
+            assert set(seen) == set(kinds)
+    try:
+        copy = with_architecture(cfg, small)
+    except InputError as e:  # only an encoder-decoder's stacks, sharing one pattern, may be unsayable
+        assert cfg.arch == "encoder-decoder" and "flat fields cannot say" in str(e)
+        return
+    rebuilt = from_mapping({f: getattr(copy, f) for f in copy.__dataclass_fields__})
+    assert [list(s.layers()) for s in rebuilt.architecture.stacks] == [list(s.layers()) for s in small.stacks]
+    assert measured_total(build_model(copy, "meta")) == total(copy)

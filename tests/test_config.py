@@ -125,3 +125,21 @@ def test_each_kind_of_field_is_checked_by_its_annotation(field, value, message):
     with pytest.raises(ConfigError) as e:
         from_mapping(data)
     assert message in str(e.value), str(e.value)
+
+
+def test_every_field_is_in_exactly_one_component_group():
+    from tfcalc.config import FIELD_NAMES
+    from tfcalc.config_groups import GROUPS
+
+    listed = [f for _, fields in GROUPS for f in fields]
+    assert sorted(listed) == sorted(FIELD_NAMES) and len(listed) == len(set(listed))
+
+
+def test_show_prints_the_fields_group_by_group(cli):
+    import yaml
+
+    text = cli("show", "llama-4-scout").out
+    assert "# attention per layer: windows, chunks, NoPE" in text and "# mixture of experts" in text
+    attention = text.index("# attention (Attention)")
+    assert attention < text.index("\nn_kv_head:") < text.index("# feed-forward") < text.index("\nd_ff:")
+    assert yaml.safe_load(text) == cli("show", "llama-4-scout", "--json").json()  # the same fields, all

@@ -247,7 +247,11 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
-        validate(self)
+        validate(self)  # the flat fields' own rules (tfcalc.config_rules)
+        # then the description, built once here: its components check their own rules (GQA's grouping, a
+        # norm's bias, a parallel block's layout, a mixture's top-k), so a bad config is refused as it is
+        # made, before any work, and each rule is said in one place
+        self.__dict__["architecture"] = self.to_architecture()
 
     def to_architecture(self) -> Architecture:
         """The per-layer description these flat fields say (tfcalc.architecture.flat), built anew: the one

@@ -8,12 +8,14 @@ pattern fields kept where they still say arch's layers (``bench llama2-7b --n-la
 nothing else), or else written from arch's layers: ``layer_pattern`` from each layer's attention kind
 (full, local, nope, local_nope: the kind the original layer of that block had), ``first_dense_layers``
 or ``dense_layers`` from which layers have the mixture of experts. The result is checked block for block
-against arch; the user's own fields are never blamed, as no field the user wrote is refused here.
+against arch; the user's own fields are never blamed, as no field the user wrote is refused here (what an
+encoder-decoder's two stacks, sharing one pattern, cannot say is refused as a limit of the copy).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import itertools
+from typing import Any, Iterator, Optional
 
 from tfcalc.architecture import Architecture, Block, Stack
 from tfcalc.architecture.patterns import layer_kind
@@ -23,6 +25,7 @@ from tfcalc.errors import InputError
 
 _ATTENTION_PERIODS = ("full_attention_every", "nope_every", "layer_pattern")
 _MOE_PATTERN = ("first_dense_layers", "moe_every", "dense_layers")
+_SEARCHED = 4096  # period fields tried at most (each a config built: ~0.5 ms)
 
 
 def with_architecture(cfg: ModelConfig, arch: Architecture, name: Optional[str] = None) -> ModelConfig:
@@ -31,7 +34,8 @@ def with_architecture(cfg: ModelConfig, arch: Architecture, name: Optional[str] 
     depths = dict(n_layer=arch.output.n_layer, name=name or cfg.name)
     if cfg.arch == "encoder-decoder":
         depths["n_encoder_layer"] = arch.stacks[0].n_layer
-    tries = [depths, {**depths, **_attention_fields(cfg, arch.output), **_moe_fields(cfg, arch.output)}]
+    written = {**depths, **_attention_fields(cfg, arch.output), **_moe_fields(cfg, arch.output)}
+    tries = itertools.chain([depths, written], itertools.islice(_periods(cfg, written), _SEARCHED))
     for changes in tries:
         try:
             copy = replace(cfg, **changes)
@@ -40,15 +44,39 @@ def with_architecture(cfg: ModelConfig, arch: Architecture, name: Optional[str] 
         if _same(copy.architecture, arch):
             copy.__dict__["architecture"] = arch  # the cached description: the one just checked equal
             return copy
-    raise AssertionError(f"{cfg.name}: a smaller copy of its layers has no flat fields that say it")
+    # an encoder-decoder whose stacks, shrunk, no longer share one pattern (every preset's copy is said:
+    # tests/test_architecture_copies.py); a limit of the flat fields, said as such
+    raise InputError(f"{cfg.name}: its {arch.output.n_layer}-layer copy has layers the flat fields cannot say (an "
+                     "encoder-decoder's stacks share one layer pattern); run it at its full depth")
+
+
+def _periods(cfg: ModelConfig, written: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Last, the period fields cfg gives, at every value a copy this short may need: an encoder-decoder
+    (whose stacks share the fields, and which no layer_pattern or dense_layers describes) cut short of a
+    period -- (local, local, global) at 2 layers is full_attention_every 2."""
+    n = written["n_layer"]
+    given = [f for f in ("full_attention_every", "nope_every", "moe_every", "first_dense_layers")
+             if getattr(cfg, f) is not None]
+    if not given:
+        return
+    values = [[None] + list(range(1 if f == "first_dense_layers" else 2, n + (f != "first_dense_layers")))
+              for f in given]
+    for chosen in itertools.product(*values):
+        yield {**written, **dict(zip(given, chosen, strict=True))}
 
 
 def _attention_fields(cfg: ModelConfig, stack: Stack) -> dict[str, Any]:
-    """layer_pattern written from the stack's runs (each block's kind as its first layer in cfg has it), or
-    nothing where cfg gives no attention pattern."""
+    """layer_pattern written from the stack's runs (each block's kind as its first layer in cfg has it; one
+    stack only, as layer_pattern is), and no window or chunk where no local layer is left; nothing where cfg
+    gives no attention pattern."""
     if all(getattr(cfg, f) is None for f in _ATTENTION_PERIODS) or cfg.kv_lora_rank is not None:
         return {}
     names = _kind_names(cfg)
+    out: dict[str, Any] = {}
+    if not any(names[b].startswith("local") for run in stack.runs for b in run.pattern):
+        out.update(sliding_window=None, attention_chunk_size=None, rope_local_theta=None, full_attention_every=None)
+    if cfg.arch == "encoder-decoder":
+        return out
     items = []
     for run in stack.runs:
         kinds = [names[b] for b in run.pattern]
@@ -56,7 +84,7 @@ def _attention_fields(cfg: ModelConfig, stack: Stack) -> dict[str, Any]:
             items += kinds
         else:
             items.append(f"{kinds[0] if len(kinds) == 1 else '(' + ', '.join(kinds) + ')'}*{run.repeat}")
-    return dict(layer_pattern=", ".join(items), full_attention_every=None, nope_every=None)
+    return {**out, **dict(layer_pattern=", ".join(items), full_attention_every=None, nope_every=None)}
 
 
 def _kind_names(cfg: ModelConfig) -> dict[Block, str]:
@@ -91,6 +119,8 @@ def _moe_fields(cfg: ModelConfig, stack: Stack) -> dict[str, Any]:
     out: dict[str, Any] = dict(first_dense_layers=None, moe_every=None, dense_layers=None)
     if dense and prefix:
         out["first_dense_layers"] = len(dense)
+    elif dense and cfg.arch == "encoder-decoder":  # dense_layers says one stack's layers: left to _periods
+        return {}
     elif dense:
         out["dense_layers"] = tuple(dense)
     else:

@@ -3,6 +3,11 @@
 Split from tfcalc.config so that the dataclass stays readable; imports nothing of tfcalc but the error
 type and tfcalc.config_patterns (tfcalc.config imports this module, never the other way). Every failure
 is one ConfigError line that names the field(s). Pure Python: no torch, typer or rich here.
+
+The rules of one component are the component's own, checked once as tfcalc.config builds the description
+(tfcalc.architecture: a norm's bias, GQA's grouping, a parallel block's layout, a mixture's top-k and
+shared gate), never restated here; what is here is about the flat fields themselves (their types, and
+the fields that only make sense together).
 """
 
 from __future__ import annotations
@@ -177,11 +182,6 @@ def validate(cfg) -> None:
             f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
             "give d_head explicitly or change one of them"
         )
-    if cfg.kv_heads > cfg.n_head or cfg.n_head % cfg.kv_heads:
-        raise ConfigError(
-            f"n_head ({cfg.n_head}) must be a multiple of n_kv_head ({cfg.kv_heads}): "
-            "each key/value head serves a whole group of query heads"
-        )
     if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
@@ -198,8 +198,6 @@ def validate(cfg) -> None:
         raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
-    if cfg.norm == "rmsnorm" and cfg.norm_bias:
-        raise ConfigError("rmsnorm has no bias: leave norm_bias out (or false)")
     if cfg.qk_norm_over != "head" and not cfg.qk_norm:
         raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
     if cfg.qk_l2_norm and (cfg.qk_norm or cfg.pos_encoding != "rope"):
@@ -214,7 +212,6 @@ def validate(cfg) -> None:
                           "n_expert_active)")
     _validate_kind(cfg)
     _validate_positions(cfg)
-    _validate_layout(cfg)
     validate_moe_extras(cfg)
     _validate_scales(cfg)
 
@@ -244,18 +241,12 @@ def _validate_kind(cfg) -> None:
             raise ConfigError("logit_softcap needs an LM head: with lm_head false, set logit_softcap to null")
     if (cfg.n_expert is None) != (cfg.n_expert_active is None):
         raise ConfigError("give n_expert and n_expert_active together (a mixture of experts), or neither (dense FFN)")
-    if cfg.n_expert is not None and cfg.n_expert_active > cfg.n_expert:
-        raise ConfigError(
-            f"n_expert_active ({cfg.n_expert_active}) must not exceed n_expert ({cfg.n_expert})"
-        )
     if cfg.n_expert is None:
         for name, default in (("shared_expert_d_ff", None), ("shared_expert_gate", False), ("router_norm_topk", True),
                               ("expert_capacity_factor", None)):
             if getattr(cfg, name) != default:
                 raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
     _validate_layer_patterns(cfg)
-    if cfg.shared_expert_gate and cfg.shared_expert_d_ff is None:
-        raise ConfigError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
 
 
 def _validate_layer_patterns(cfg) -> None:
@@ -303,17 +294,6 @@ def _validate_positions(cfg) -> None:
                 f"rope rotates pairs of channels: int(d_head · rope_fraction) = int({cfg.head_dim} · "
                 f"{cfg.rope_fraction}) = {cfg.rope_dim} must be even and at least 2"
             )
-
-
-def _validate_layout(cfg) -> None:
-    """The block layout: a parallel block is a pre-norm block."""
-    if cfg.parallel_block != "none" and cfg.norm_placement != "pre":
-        raise ConfigError(
-            f"parallel_block {cfg.parallel_block} needs norm_placement pre (got {cfg.norm_placement}): "
-            "attention and FFN both read the block input"
-        )
-    if cfg.parallel_block != "none" and (cfg.arch == "encoder-decoder" or cfg.cross_attention):
-        raise ConfigError("parallel_block with cross-attention is not supported: no model in use has it")
 
 
 def _validate_scales(cfg) -> None:

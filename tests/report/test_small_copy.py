@@ -92,3 +92,14 @@ def test_the_named_presets_run_data_parallel_fsdp_and_pipeline(preset):
         planned = Layout(**{**dict(tp=1, pp=1, dp=1, seq=4096, global_batch=16, micro_batch=1), **layout})
         cfg, ran, _ = measured_run(load(preset), planned, 2)
         assert ran.pp == layout.get("pp", 1) and cfg.n_layer == 2
+
+
+def test_the_small_copy_has_a_block_of_every_kind_however_many_kinds():
+    """Three kinds (Llama 4 Maverick's layout: MoE every second layer, NoPE every fourth, chunks elsewhere:
+    chunked dense, chunked MoE, NoPE MoE): the copy `plan --measure` runs has 3 blocks, one of each, in
+    the model's order, not the 2 a layout alone would give."""
+    cfg = load("llama-4-scout", ["moe_every=2", "dense_d_ff=16384"])
+    planned = Layout(tp=1, pp=1, dp=2, seq=4096, global_batch=16, micro_batch=1)
+    small, _, _ = measured_run(cfg, planned, 2)
+    kinds = [(b.attention.rope_theta is None, b.is_moe) for b in small.architecture.output.layers()]
+    assert kinds == [(False, False), (False, True), (True, True)]

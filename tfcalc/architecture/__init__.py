@@ -20,6 +20,8 @@ Using it (``cfg.architecture`` builds it once from a ``tfcalc.config.ModelConfig
     block.mixer.mixing(queries, keys)         # its position-mixing matmuls, full square and causal
     block.mixer.state()                       # its generation state: growing (K, V) and fixed tensors
     arch.kv_elements(context)                 # generation-state elements of the decoder's mixers
+    arch.shrunk(4), arch.one_of_each()        # smaller copies: the depth pattern with fewer repeats; each
+                                              # kind of block once (tfcalc.architecture.copies)
 
 Each component lists its tensors (``weights()``: breakdown key, shape, role, how TP splits it, which
 stored tensor it is fused into) and its matmuls (``linears()``); a mixer answers the rest of the protocol

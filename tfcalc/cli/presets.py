@@ -21,8 +21,6 @@ def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> N
 
     The output is itself a valid config file: `tfcalc show gpt2 > my.yaml; tfcalc params my.yaml`.
     """
-    import yaml
-
     ref = resolve(model, overrides or [])
     cfg, data = ref.cfg, ref.cfg.resolved()
     if json_out:
@@ -35,7 +33,18 @@ def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> N
     # the label in a comment is made safe (a newline would end the comment); the values YAML quotes and escapes
     # itself, except the printable-to-YAML format characters (U+202E ...): allow_unicode only for safe text
     header = f"# tfcalc config: {safe(ref.label)}" + (f" (derived: {', '.join(derived)})" if derived else "") + "\n"
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    text = _grouped_yaml(data, allow_unicode=True)
     if safe(text, len(text)) != text.replace("\n", "\\n"):
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)  # every non-ASCII character escaped
+        text = _grouped_yaml(data, allow_unicode=False)  # every non-ASCII character escaped
     sys.stdout.write(header + text)
+
+
+def _grouped_yaml(data: dict, allow_unicode: bool) -> str:
+    """The fields as YAML, group by group (tfcalc.config_groups: the component each builds), a comment line
+    naming each group."""
+    import yaml
+
+    from tfcalc.config_groups import grouped
+
+    return "".join(f"# {name}\n" + yaml.safe_dump(part, sort_keys=False, allow_unicode=allow_unicode)
+                   for name, part in grouped(data))

@@ -50,8 +50,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tfcalc.architecture import Architecture
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
-from tfcalc.config_copies import with_architecture
 from tfcalc.measure.device import Device, resolve_device, torch_dtype
 from tfcalc.workload import Workload
 
@@ -156,18 +156,18 @@ def _prime(model, opt) -> None:
 
 
 def run_model(cfg: ModelConfig, workload: Workload, device: str, training: bool, optimizer: str,
-              step=lambda name: None) -> Optional[int]:
+              step=lambda name: None, arch: Optional[Architecture] = None) -> Optional[int]:
     """Build the model on device and run the workload (see the module docstring). Returns the bytes
     autograd saved in the measured training step, or None for a forward pass. An encoder-decoder reads
     src_seq source tokens (default: seq). step(name) is called as each of run_steps()' steps after the
-    build begins."""
+    build begins. ``arch``: the description to build (a smaller copy of cfg's), default cfg's own."""
     import torch
 
     from tfcalc.model import build_model
 
     w = workload.for_model(cfg)
     batch, seq, dtype = w.batch, w.seq, w.dtype
-    model = build_model(cfg, device, torch_dtype(dtype))
+    model = build_model(cfg, device, torch_dtype(dtype), arch=arch)
     idx = torch.randint(0, cfg.vocab_size, (batch, seq), device=device)
     src_idx = memory = None
     sources = w.src_seq
@@ -271,15 +271,16 @@ def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
     return CudaPeakMeter(device.name) if device.kind == "cuda" else CpuPeakMeter()
 
 
-def _warmup_config(cfg: ModelConfig) -> ModelConfig:
-    """A copy with each kind of block once (tfcalc.architecture.copies.one_of_each: DeepSeek-V3's dense and
-    MoE layers, Llama 4's chunked and NoPE layers) and a small vocabulary (of the same residue mod 16, so
-    the LM head takes the same path) and position table: it runs every kernel the measured run runs, in a
-    fraction of the time (GPT-2's vocabulary is most of a two-block model's work). Made from the
-    description, so no depth field of the user's is ever refused for it."""
+def _warmup_config(cfg: ModelConfig) -> tuple[ModelConfig, Architecture]:
+    """(cfg with a small vocabulary, of the same residue mod 16 so the LM head takes the same path, and a
+    short position table; the description to build: its own with each kind of block once,
+    Architecture.one_of_each -- DeepSeek-V3's dense and MoE layers, Llama 4's chunked and NoPE layers). It
+    runs every kernel the measured run runs, in a fraction of the time (GPT-2's vocabulary is most of a
+    two-block model's work). The copy is made on the description, so no depth field of the user's is ever
+    refused for it."""
     small = replace(cfg, vocab_size=min(cfg.vocab_size, 64 + cfg.vocab_size % 16),
                     max_seq_len=min(cfg.max_seq_len, WARMUP_SEQ))
-    return with_architecture(small, small.architecture.one_of_each())
+    return small, small.architecture.one_of_each()
 
 
 def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) -> dict[str, Any]:
@@ -312,7 +313,8 @@ def measure_in_process(request: dict[str, Any], emit=lambda kind, text: None) ->
         emit("step", "warm-up (one block of each kind, 16 tokens)")
         warm = min(workload.seq, WARMUP_SEQ)
         source = None if workload.src_seq is None else min(workload.src_seq, WARMUP_SEQ)
-        run_model(_warmup_config(cfg), dataclasses.replace(workload, batch=1, seq=warm, src_seq=source), **args)
+        small, arch = _warmup_config(cfg)
+        run_model(small, dataclasses.replace(workload, batch=1, seq=warm, src_seq=source), **args, arch=arch)
         emit("step", "build the model")
         meter = peak_meter(device)
         meter.start()

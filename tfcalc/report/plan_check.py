@@ -14,7 +14,8 @@ What runs, and why it is a fair check of the plan:
 2. The model: the config itself when it has at most MEASURE_PARAMS parameters, else a small copy with
    every architectural choice kept (norms, activation, gating, biases, positions, tying, GQA, latent
    attention, mixed dense and MoE layers, windows, chunks and NoPE layers) and sizes shrunk so every split
-   stays even (tfcalc.report.small_copy). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
+   stays even (tfcalc.report.small_copy), its depth made on the description with at least one block of
+   each kind of layer (small_blocks). Sequence ≤ 64 tokens, micro-batch ≤ 2, ≤ 2
    micro-batches per step; fp32 (gloo reduces fp32 everywhere; fp32 Adam is 16 bytes per parameter too,
    split 4/4/8 instead of 2/2/12).
 3. The plan of exactly that configuration and layout, computed by the same code as the full plan, beside
@@ -265,11 +266,12 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     return tuple(out)
 
 
-def small_blocks(ran: Layout) -> int:
-    """Blocks of a small copy: at least 2, and with the ends counted (--pp-split-counts) dividing over the
-    pp × V chunks (a pipeline's), as tfcalc.count.training.layout_pipeline requires."""
+def small_blocks(ran: Layout, kinds: int = 1) -> int:
+    """Blocks of a small copy: at least 2, at least one of each of the model's ``kinds`` of layer (its
+    distinct blocks), and with the ends counted (--pp-split-counts) dividing over the pp × V chunks (a
+    pipeline's), as tfcalc.count.training.layout_pipeline requires."""
     chunks, counted = ran.pp * ran.virtual_stages, len(ran.pp_split_counts)
-    n = max(2, chunks - counted)  # without ends counted: pp × V, one block a chunk
+    n = max(2, kinds, chunks - counted)  # without ends counted: pp × V, one block a chunk
     while (n + counted) % chunks:
         n += 1
     return n
@@ -285,7 +287,8 @@ def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelCon
         raise InputError(_CP_NOT_RUN)
     ran = measured_layout(layout, nproc)
     small = param_total(cfg) > MEASURE_PARAMS
-    run_cfg = small_copy(cfg, ran.tp, small_blocks(ran)) if small else cfg
+    kinds = max(len(s.kinds()) for s in cfg.architecture.stacks)
+    run_cfg = small_copy(cfg, ran.tp, small_blocks(ran, kinds)) if small else cfg
     if not small and ran.seq > run_cfg.max_seq_len:
         ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
     # the ranks run the module's own attention kernel: the plan of the run assumes the same

@@ -1,0 +1,51 @@
+"""The flat fields of ModelConfig grouped by the component of the description each one builds
+(tfcalc.architecture; the front end tfcalc.architecture.flat reads them): the one table of which field says
+what, in the order a model is read -- its identity and stacks, embeddings, attention (and the per-layer
+kinds of it, and latent attention), the FFN, the mixture of experts (and which layers have it), norms and
+the block's layout, the head, and DeepSeek-V3's MTP modules.
+
+Every field is in exactly one group (tests/test_config.py checks the table against the dataclass).
+`tfcalc show` prints a config group by group. Pure Python: imports nothing of tfcalc.
+"""
+
+from __future__ import annotations
+
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("identity (shown, never counted)", ("name", "nominal_params", "source", "dtype", "vision_params")),
+    ("stacks: kind and depth (tfcalc.architecture.Stack)", ("arch", "n_layer", "n_encoder_layer", "d_model")),
+    ("embeddings and positions (Embeddings)", (
+        "vocab_size", "max_seq_len", "pos_encoding", "position_offset", "type_vocab_size", "embedding_norm",
+        "embedding_scale", "embedding_multiplier", "embedding_dim", "tie_encoder_embedding", "rel_pos_buckets",
+        "rel_pos_max_distance")),
+    ("attention (Attention)", (
+        "n_head", "n_kv_head", "d_head", "attn_bias", "attn_out_bias", "qk_norm", "qk_norm_over", "qk_norm_per_head",
+        "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention")),
+    ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
+        "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
+        "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
+    ("latent attention and YaRN (LatentAttention, Yarn)", (
+        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
+        "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow",
+        "yarn_mscale", "yarn_mscale_all_dim")),
+    ("feed-forward (FFN)", (
+        "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
+        "swiglu_limit", "swiglu_alpha")),
+    ("mixture of experts and its router (MoE, Routing)", (
+        "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
+        "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
+        "shared_expert_gate", "expert_capacity_factor", "expert_format")),
+    ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
+    ("norms and the block's layout (Norm, Block)", (
+        "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier")),
+    ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
+                     "logit_scale")),
+    ("multi-token prediction (MTP)", ("mtp_layers",)),
+)
+
+
+def grouped(data: dict) -> list[tuple[str, dict]]:
+    """(group, {field: value}) of a config's fields, group by group (fields in none of them last, as "other")."""
+    out = [(name, {f: data[f] for f in fields if f in data}) for name, fields in GROUPS]
+    listed = {f for _, fields in GROUPS for f in fields}
+    rest = {f: v for f, v in data.items() if f not in listed}
+    return [(name, part) for name, part in out + [("other", rest)] if part]
