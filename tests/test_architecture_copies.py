@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from tfcalc.config import from_mapping, replace
 from tfcalc.config_copies import with_architecture
-from tfcalc.count.params import total
+from tfcalc.count.model.params import total
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measured_total
 from tfcalc.model import build_model
