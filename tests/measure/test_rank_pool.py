@@ -5,7 +5,9 @@ environment gets fresh ranks; when shared() ends no worker is left, nor its fold
 launch starts its own ranks (tests/measure/test_rank_lifeline.py)."""
 
 import dataclasses
+import json
 import os
+import sys
 
 import pytest
 from conftest import tiny
@@ -13,7 +15,7 @@ from conftest import tiny
 from tfcalc.count.layout import Layout
 from tfcalc.errors import InputError
 from tfcalc.measure import rank_pool
-from tfcalc.measure.launch import launch
+from tfcalc.measure.launch import TEMP_PREFIX, launch, rank_env
 
 # tests/measure/test_distributed.py's model and its TP layout: a DeviceMesh, DTensors, the loss parallel
 CFG = tiny(n_kv_head=2, d_ff=40, pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True,
@@ -63,15 +65,23 @@ def test_a_failed_run_ends_the_pool_with_a_fresh_launchs_error_and_the_next_star
     assert set(_pids()).isdisjoint(pids) and len(after) == 2
 
 
-def test_a_changed_environment_gets_fresh_ranks_and_no_worker_outlives_shared(monkeypatch):
+def test_a_changed_environment_gets_fresh_ranks_and_no_worker_outlives_shared(monkeypatch, tmp_path):
+    """At the pool's level, without a run (a worker imports torch at its first request only)."""
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"jobs": [], "device": "cpu"}), encoding="utf-8")
+    cmd = [sys.executable, "-m", "tfcalc.measure.distributed", str(request)]
+
+    def pool():
+        return rank_pool.pool_for(cmd, 2, lambda r: rank_env(r, 2, 0), TEMP_PREFIX)
+
     outer = rank_pool._shared
     with rank_pool.shared():
-        launch([JOB], 2, device="cpu")
-        pids, folder = _pids(), rank_pool._shared[KEY].folder
-        monkeypatch.setenv("TFCALC_TEST_RANK_POOL_MARK", "1")  # the ranks would inherit it
-        launch([JOB], 2, device="cpu")
-        assert set(_pids()).isdisjoint(pids) and not any(_alive(p) for p in pids) and not os.path.exists(folder)
-        pids, folder = _pids(), rank_pool._shared[KEY].folder
-        assert os.path.isdir(folder) and all(_alive(p) for p in pids)
+        first = pool()
+        assert pool() is first and all(_alive(p.pid) for p in first.procs)
+        monkeypatch.setenv("TFCALC_TEST_RANK_POOL_MARK", "1")  # the ranks would inherit it: fresh ones
+        second = pool()
+        assert second is not first and not any(_alive(p.pid) for p in first.procs)
+        assert not os.path.exists(first.folder) and os.path.isdir(second.folder)
+        assert rank_pool.pool_for([sys.executable, "-c", "pass", str(request)], 2, None, TEMP_PREFIX) is None
     assert rank_pool._shared is outer
-    assert not any(_alive(p) for p in pids) and not os.path.exists(folder)
+    assert not any(_alive(p.pid) for p in second.procs) and not os.path.exists(second.folder)
