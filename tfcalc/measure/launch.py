@@ -142,8 +142,8 @@ def _wait(procs, timeout: float, watch=None, done=None) -> str | None:
     deadline = time.monotonic() + timeout
     stopped_since: dict[int, float] = {}
     while not done() if done is not None else any(p.poll() is None for p in procs):
-        if any(p.poll() not in (None, 0) for p in procs):
-            return None
+        if any(p.poll() not in (None, 0) if done is None else p.poll() is not None for p in procs):
+            return None  # a kept rank (done given) never exits by itself during a run
         now = time.monotonic()
         if now > deadline:
             return f"the distributed run took more than {timeout:g} s; try a smaller model or --nproc"
@@ -233,7 +233,7 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch
                                                       start_new_session=True))
             ended = _wait(procs, timeout, watch, done)
             codes = [p.poll() for p in procs]
-            ok = not ended and failure(codes, logs) is None
+            ok = not ended and failure(codes, logs) is None and (done is None or done())
         finally:  # Ctrl-C, SIGTERM, an error: no rank left behind (nor a pool whose rank may sit in a collective)
             codes = [p.poll() for p in procs]
             if pool is None:
@@ -245,6 +245,8 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch
     message = failure(codes, logs)
     if message:
         raise InputError(message)
+    if not ok:  # a kept rank that left with exit 0 before its run was done
+        raise InputError("the distributed run failed: a rank left before the run ended")
 
 
 def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None,
