@@ -239,6 +239,18 @@ def saved(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_ranks():
+    """torch.distributed ranks started once per test run: the launches of every test share one set of rank
+    workers per rank count (tfcalc.measure.rank_pool), instead of starting, importing torch and meeting at a
+    rendezvous for each launch -- most of a small distributed run's time on 2 cores. A launch whose ranks
+    would see another environment, or one that fails, starts fresh ones, as outside the tests."""
+    from tfcalc.measure.rank_pool import shared
+
+    with shared():
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` run a CUDA path for real (tests/gpu/): skipped, saying why, without CUDA. torch is
     imported only when such a test was collected."""

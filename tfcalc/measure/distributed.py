@@ -65,18 +65,33 @@ def local_gpu(local_rank: int, visible: int) -> int:
 
 def init_process_group(device: str | None = None) -> torch.device:
     """torch.distributed from torchrun's environment; NCCL on the GPU of LOCAL_RANK (local_gpu) when CUDA
-    is available (and device is not 'cpu'), else gloo on the CPU."""
+    is available (and device is not 'cpu'), else gloo on the CPU. A rank kept by tfcalc.measure.rank_pool
+    keeps the group of its first run (one pool per device), as one launch keeps it for all its jobs: a
+    group made anew after destroy_process_group takes the names of the old ones, which DeviceMesh's caches
+    still hold (gloo ranks then fail: "Could not resolve the process group registered under the name 3")."""
     import torch.distributed as dist
 
     if device != "cpu" and torch.cuda.is_available():
         index = local_gpu(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
         device = torch.device("cuda", index)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl", device_id=device)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo")
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
     return device
+
+
+def leave_process_group() -> None:
+    """The end of a rank program: destroy the group, unless a rank pool keeps it for the next run."""
+    import torch.distributed as dist
+
+    from tfcalc.measure.rank_pool import POOLED
+
+    if not os.environ.get(POOLED):
+        dist.destroy_process_group()
 
 
 def device_name(device: torch.device) -> str:
@@ -278,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     out = os.path.join(folder, f"rank-{rank}.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(answers, f)
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 if __name__ == "__main__":

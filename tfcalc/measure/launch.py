@@ -134,15 +134,16 @@ def _kill(procs) -> None:
         p.wait()
 
 
-def _wait(procs, timeout: float, watch=None) -> str | None:
-    """Until every rank has exited, or one has failed (the others are then stopped: they would wait
-    for it forever in a collective), or one is stopped for STOPPED_LIMIT_S, or the time is up. Returns
-    why the run was ended early, None when every rank exited by itself. watch() is called at each look."""
+def _wait(procs, timeout: float, watch=None, done=None) -> str | None:
+    """Until every rank has exited (or done() is true: ranks kept by tfcalc.measure.rank_pool), or one has
+    failed (the others are then stopped: they would wait for it forever in a collective), or one is stopped
+    for STOPPED_LIMIT_S, or the time is up. Returns why the run was ended early, None when every rank
+    finished by itself. watch() is called at each look."""
     deadline = time.monotonic() + timeout
     stopped_since: dict[int, float] = {}
-    while any(p.poll() is None for p in procs):
-        if any(p.poll() not in (None, 0) for p in procs):
-            return None
+    while not done() if done is not None else any(p.poll() is None for p in procs):
+        if any(p.poll() not in (None, 0) if done is None else p.poll() is not None for p in procs):
+            return None  # a kept rank (done given) never exits by itself during a run
         now = time.monotonic()
         if now > deadline:
             return f"the distributed run took more than {timeout:g} s; try a smaller model or --nproc"
@@ -191,36 +192,61 @@ def _signals_stop(procs):
             signal.signal(sig, handler)
 
 
+def failure(codes: list[int | None], logs: list[str]) -> str | None:
+    """The one line for ranks that ended with these exit codes (None: still running when the run ended),
+    None when none failed: the rank that failed by itself (not one stopped because of it), how it ended and
+    its exception line."""
+    failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+    if not failed:
+        return None
+    # the cause first: a rank a signal ended (its peers then fail with a closed connection), else the
+    # first to exit with an error
+    r = ([r for r in failed if codes[r] < 0] or failed)[0]
+    why = _why(logs[r])
+    if codes[r] < 0:
+        why = f"{why} (its last words)" if why else ""
+    message = f"the distributed run failed: rank {r} ({_ending(codes[r])})"
+    return f"{message}: {why}" if why else message
+
+
 def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch=None) -> None:
     """Start cmd as ranks 0..nproc-1 (stderr to logs[r]) and wait, calling watch() while they run;
     InputError naming the rank that failed by itself (not one stopped because of it), how it ended and
-    its exception line."""
-    port = free_port()
-    procs: list[subprocess.Popen] = []
+    its exception line. Inside tfcalc.measure.rank_pool.shared(), ranks kept from an earlier launch run a
+    tfcalc.measure program instead of fresh ones (the same program, files and answers)."""
+    from tfcalc.measure.rank_pool import pool_for
+
+    pool = pool_for(cmd, nproc, lambda r: rank_env(r, nproc, 0), TEMP_PREFIX)
+    procs: list[subprocess.Popen] = pool.procs if pool is not None else []
+    ok = False
     with _signals_stop(procs):
         try:
-            for r in range(nproc):
-                env = rank_env(r, nproc, port)  # TorchInductor's cache in the launch's folder: removed with it
-                env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(logs[r]), "inductor"))
-                with open(logs[r], "w", encoding="utf-8") as err:
-                    procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                                  start_new_session=True))
-            ended = _wait(procs, timeout, watch)
-        finally:  # Ctrl-C, SIGTERM, an error: no rank left behind
+            if pool is not None:
+                done = pool.submit(cmd, logs, free_port())
+            else:
+                done, port = None, free_port()
+                for r in range(nproc):
+                    env = rank_env(r, nproc, port)  # TorchInductor's cache in the launch's folder: removed with it
+                    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(logs[r]), "inductor"))
+                    with open(logs[r], "w", encoding="utf-8") as err:
+                        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                                      start_new_session=True))
+            ended = _wait(procs, timeout, watch, done)
             codes = [p.poll() for p in procs]
-            _kill(procs)
+            ok = not ended and failure(codes, logs) is None and (done is None or done())
+        finally:  # Ctrl-C, SIGTERM, an error: no rank left behind (nor a pool whose rank may sit in a collective)
+            codes = [p.poll() for p in procs]
+            if pool is None:
+                _kill(procs)
+            elif not ok:
+                pool.close()
     if ended:
         raise InputError(ended)
-    failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
-    if failed:
-        # the cause first: a rank a signal ended (its peers then fail with a closed connection), else the
-        # first to exit with an error
-        r = ([r for r in failed if codes[r] < 0] or failed)[0]
-        why = _why(logs[r])
-        if codes[r] < 0:
-            why = f"{why} (its last words)" if why else ""
-        message = f"the distributed run failed: rank {r} ({_ending(codes[r])})"
-        raise InputError(f"{message}: {why}" if why else message)
+    message = failure(codes, logs)
+    if message:
+        raise InputError(message)
+    if not ok:  # a kept rank that left with exit 0 before its run was done
+        raise InputError("the distributed run failed: a rank left before the run ended")
 
 
 def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None,

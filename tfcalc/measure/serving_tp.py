@@ -54,7 +54,7 @@ def run(job: dict, device: torch.device) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
-    from tfcalc.measure.distributed import init_process_group
+    from tfcalc.measure.distributed import init_process_group, leave_process_group
     from tfcalc.measure.lifeline import die_with_parent
 
     die_with_parent()
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     # exception", SIGABRT) -- seen in tests/measure/test_serving_tp_measured.py; tfcalc.measure.distributed
     # has always had this barrier and never showed it.
     dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 def measure(config: dict, tp: int, batch: int, seq: int, timeout: float = 300, device: str = "cpu") -> dict:
