@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import tiny
 
-from tfcalc.count.layout import Layout
+from tfcalc.count.training.layout import Layout
 from tfcalc.errors import InputError
 from tfcalc.measure import rank_pool
 from tfcalc.measure.launch import TEMP_PREFIX, launch, rank_env
