@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
     from tfcalc.report.infer import InferReport
+    from tfcalc.report.inspect import InspectReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
@@ -192,6 +193,17 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     return build_bench(ref, plan)
 
 
+def inspect(module: Any, *inputs: Any, loss: Any = None, **kwargs: Any) -> "InspectReport":
+    """Any torch.nn.Module: its parameters (shared tensors once, buffers apart), FLOPs per module under
+    FlopCounterMode (SDPA included) and the activation bytes a training step saves (saved-tensor hooks), module
+    by module beside the tree, for forward(*inputs, **kwargs); loss(output) the step's loss (default: the sum of
+    the floating-point outputs, which keeps nothing itself). No inputs: parameters and buffers only."""
+    import tfcalc.notebook  # noqa: F401 - the report's tables in a notebook
+    from tfcalc.report.inspect import build_inspect
+
+    return build_inspect(module, inputs, loss=loss, kwargs=kwargs)
+
+
 def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
     """tfcalc's own model (a torch.nn.Module) holding a checkpoint's weights: a model folder, a
     .safetensors file beside its config.json, or a Hugging Face id in the local cache. ``forward(input_ids)``
@@ -312,4 +324,5 @@ def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch:
     return build_scan(_model(model, overrides), seqs, batch, dtype)
 
 
-__all__ = ["__version__", "bench", "compare", "flops", "infer", "load_model", "memory", "params", "plan", "scan"]
+__all__ = ["__version__", "bench", "compare", "flops", "infer", "inspect", "load_model", "memory", "params", "plan",
+           "scan"]
