@@ -28,6 +28,7 @@ from tfcalc.cli.options import (
     table_option,
 )
 from tfcalc.cli.render import bench as view
+from tfcalc.cli.render.host import busy_host
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.bench import build_bench, plan_bench
@@ -125,7 +126,8 @@ def bench(
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)
-    with render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
+    with busy_host(f"bench {ref.label}"), \
+            render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
         report = build_bench(ref, plan, progress, render.note)
     render.emit([report], out, view.document)
 

@@ -92,8 +92,23 @@ def stopped(message: str) -> None:
     _stderr(f"tfcalc: {message}")
 
 
+def _at_terminal(line: str) -> str:
+    """A warning or note as a terminal shows it: wrapped at its width between words, the continuation lines
+    indented, so no word is split ("2,048 to / kens"); piped or redirected, the one line it always is."""
+    try:
+        if sys.stderr is None or not sys.stderr.isatty():
+            return line
+    except (OSError, ValueError):
+        return line
+    import shutil
+
+    from tfcalc.cli.render.wrap import indented
+
+    return "\n".join(indented(line, shutil.get_terminal_size().columns, "  "))
+
+
 def warn(message: str) -> None:
-    _stderr(f"tfcalc: warning: {one_line(message)}")
+    _stderr(_at_terminal(f"tfcalc: warning: {one_line(message)}"))
 
 
 def prepare_streams() -> None:
@@ -112,7 +127,7 @@ def note(message: str) -> None:
     """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
     from tfcalc.cli.render.safe import PROSE_LIMIT, safe
 
-    _stderr(f"tfcalc: note: {safe(str(message), PROSE_LIMIT)}")
+    _stderr(_at_terminal(f"tfcalc: note: {safe(str(message), PROSE_LIMIT)}"))
 
 
 def finite(data: Any, path: str = "") -> tuple[Any, dict[str, str]]:
