@@ -156,7 +156,7 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 
 @_api
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
-          dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
+          dtype: Optional[str] = None, min_time: float = 3.0, repeat: Optional[int] = None, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
           matmul_size: Optional[int] = None, weights: Optional[str] = None, decode: Optional[int] = None,
           copy_bytes: Optional[int] = None, nproc: Optional[int] = None, tp: Optional[int] = None, zero: int = 0,
@@ -167,11 +167,13 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
     bench decode --steps N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
     (default 3) untimed runs. nproc: forward + backward on nproc torch.distributed ranks under a layout
-    (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport."""
+    (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport. repeat: 3 forward passes
+    (the command line's default), 5 decode runs or steps on ranks."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
+    timed = repeat if repeat is not None else 3 if decode is None and nproc is None else 5
     if nproc is not None:
         from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
 
@@ -180,15 +182,15 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
 
             raise InputError("--nproc times one --seq at a time")
         layout = plan_dist_bench(ref, nproc, batch, seq, dtype or default_dtype(device), tp, zero, sequence_parallel)
-        return build_dist_bench(ref, layout, 3 if warmup is None else warmup, repeat, device)
+        return build_dist_bench(ref, layout, 3 if warmup is None else warmup, timed, device)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     if decode is not None:
         from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 
         plan = plan_decode_bench(ref, batch, seqs, decode, device, dtype or default_dtype(device),
-                                 3 if warmup is None else warmup, repeat, matmul_size, copy_bytes)
+                                 3 if warmup is None else warmup, timed, matmul_size, copy_bytes)
         return build_decode_bench(ref, plan)
-    plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
+    plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, timed, compile, n_layer,
                       matmul_size, min_time, rounds, weights)
     return build_bench(ref, plan)
 

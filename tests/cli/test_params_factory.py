@@ -77,8 +77,8 @@ def test_a_factory_is_counted_like_the_api(cli, package):
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
-def test_the_tree_is_on_screen_at_any_width(cli, package, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_the_tree_is_on_screen_at_any_width(cli, package, monkeypatch, columns, width):
+    width(columns)
     r = cli("params", f"{package}:model")
     assert r.code == 0, r.err
     words = " ".join(r.out.split())

@@ -21,6 +21,7 @@ TINY = ("--set", "n_layer=1", "--set", "d_model=48", "--set", "vocab_size=64", "
 ], ids=["bench", "bench-decode"])
 def test_a_busy_host_is_said_by_every_timed_command(cli, monkeypatch, command):
     monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    monkeypatch.setattr("tfcalc.cli.render.host.load_average", lambda: os.getloadavg()[0])
     r = cli(*command, "--json")
     assert r.code == 0, r.err
     lines = [line for line in r.err.splitlines() if "host was busy" in line]
@@ -30,8 +31,8 @@ def test_a_busy_host_is_said_by_every_timed_command(cli, monkeypatch, command):
 
 
 @pytest.mark.parametrize("columns", [60, 80])
-def test_rows_moved_below_a_table_are_indented(cli, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_rows_moved_below_a_table_are_indented(cli, monkeypatch, columns, width):
+    width(columns)
     out = cli("presets").out.splitlines()
     start = next(i for i, line in enumerate(out) if line.rstrip().endswith("as columns)"))
     below = []
