@@ -99,3 +99,11 @@ def test_plan_refuses_offload_a_small_host_cannot_hold(cli, tmp_path):
     given = cli("plan", "llama3-70b", "--dp", "8", "--zero", "3", "--offload", "optimizer", "--device-spec", str(path),
                 "--json").json()
     assert given["host"]["fits"] is False and given["fits"] is False
+
+
+def test_devices_lists_each_nodes_host_memory(cli, width):
+    width(200)
+    table = {d["key"]: d for d in cli("devices", "--json").json()}
+    assert table["h100-sxm"]["host_memory_bytes"] == 2**41 and all(d["host_memory_bytes"] for d in table.values())
+    row = next(line for line in cli("devices").out.splitlines() if line.startswith("h100-sxm"))
+    assert row.rstrip().endswith("2 TiB")

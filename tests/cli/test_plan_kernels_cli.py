@@ -43,7 +43,7 @@ def test_hostile_values_are_one_line(cli, args, message):
 def test_api_refuses_other_values(bad):
     with pytest.raises(tfcalc.errors.InputError, match="^kernels must be one of eager, fused"):
         tfcalc.plan("llama2-7b", dp=2, kernels=bad)
-    with pytest.raises(tfcalc.errors.InputError, match="^kernels must be one of"):  # the Python argument's name (issue 32)
+    with pytest.raises(tfcalc.errors.InputError, match="^kernels must be one of"):  # issue 32: the argument
         tfcalc.plan("llama2-7b", gpus=8, kernels=bad)  # a search: said once, before it starts
 
 
