@@ -41,9 +41,9 @@ def test_hostile_values_are_one_line(cli, args, message):
 
 @pytest.mark.parametrize("bad", [3, None, "Eager", "compiled", True, ["eager"]])
 def test_api_refuses_other_values(bad):
-    with pytest.raises(tfcalc.errors.InputError, match="^kernels must be one of eager, fused"):
+    with pytest.raises(tfcalc.errors.InputError, match="(?<!-)kernels must be one of eager, fused"):
         tfcalc.plan("llama2-7b", dp=2, kernels=bad)
-    with pytest.raises(tfcalc.errors.InputError, match="^kernels must be one of"):  # issue 32: the argument
+    with pytest.raises(tfcalc.errors.InputError, match="(?<!-)kernels must be one of"):
         tfcalc.plan("llama2-7b", gpus=8, kernels=bad)  # a search: said once, before it starts
 
 
