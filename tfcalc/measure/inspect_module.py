@@ -108,7 +108,10 @@ def _saved(module: torch.nn.Module, args: tuple, kwargs: dict,
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if t.is_floating_point() and t.dim() > 0:
-            storage = t.untyped_storage()
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # a tensor without one storage (sparse, a subclass)
+                return t
             ptr = storage.data_ptr()
             if ptr not in exclude and ptr not in seen:
                 seen.add(ptr)
