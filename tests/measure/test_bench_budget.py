@@ -22,7 +22,7 @@ def _timed_seconds(forward: float) -> float:
     durations = {"forward": forward, **{k: v * forward for k, v in SHARES.items()}}
     items = {"ceiling": autorange.Autorange(lambda: "ceiling", small),
              "forward": autorange.Autorange(lambda: "forward", budget),
-             **{k: autorange.Autorange(lambda k=k: k, replace(small, warmup=1))
+             **{k: autorange.Autorange(lambda k=k: k, replace(small, warmup=0))
                 for k in ("attention", "ffn", "block", "head")}}
     calls: dict[str, int] = {}
     clock = [0.0]
