@@ -197,8 +197,11 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(capsys):
-    """Run tfcalc in-process: cli('params', 'gpt2') -> CliResult(code, stdout, stderr)."""
+def cli(capsys, monkeypatch):
+    """Run tfcalc in-process: cli('params', 'gpt2') -> CliResult(code, stdout, stderr). The host reads as quiet
+    (tfcalc.cli.render.host): a busy test machine's warning is not the answer a test checks (a test of the
+    warning sets the load itself)."""
+    monkeypatch.setattr("tfcalc.cli.render.host.load_average", lambda: 0.0)
 
     def invoke(*args: str) -> CliResult:
         code = run(list(args))
@@ -206,6 +209,19 @@ def cli(capsys):
         return CliResult(code, captured.out, captured.err)
 
     return invoke
+
+
+@pytest.fixture
+def width(monkeypatch):
+    """width(n): the in-process cli's tables at n columns (COLUMNS, and render's cached console made anew)."""
+    from tfcalc.cli import render
+
+    def set_width(columns: int) -> None:
+        monkeypatch.setenv("COLUMNS", str(columns))
+        render.console.cache_clear()
+
+    yield set_width
+    render.console.cache_clear()
 
 
 def assert_one_line_error(r: CliResult, message: str, code: int = 2) -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tfcalc.report.decode import DecodeBenchReport
     from tfcalc.report.flops import FlopsReport
     from tfcalc.report.infer_report import InferReport
+    from tfcalc.report.inspect import InspectReport
     from tfcalc.report.memory import MemoryReport
     from tfcalc.report.model_ref import ModelRef, ModelSpec
     from tfcalc.report.params import ParamsReport
@@ -155,7 +156,7 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
 
 @_api
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
-          dtype: Optional[str] = None, min_time: float = 3.0, repeat: int = 5, rounds: int = 3,
+          dtype: Optional[str] = None, min_time: float = 3.0, repeat: Optional[int] = None, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
           matmul_size: Optional[int] = None, weights: Optional[str] = None, decode: Optional[int] = None,
           copy_bytes: Optional[int] = None, nproc: Optional[int] = None, tp: Optional[int] = None, zero: int = 0,
@@ -166,11 +167,13 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     weights: a checkpoint whose weights the timed model holds. decode=N times generation instead (`tfcalc
     bench decode --steps N`): the prefill of a seq-token prompt, then N decode steps, repeat times after warmup
     (default 3) untimed runs. nproc: forward + backward on nproc torch.distributed ranks under a layout
-    (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport."""
+    (tp, zero 0 or 3, sequence_parallel), one length, returning a DistBenchReport. repeat: 3 forward passes
+    (the command line's default), 5 decode runs or steps on ranks."""
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
     ref = _model(model, overrides)
+    timed = repeat if repeat is not None else 3 if decode is None and nproc is None else 5
     if nproc is not None:
         from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
 
@@ -179,17 +182,28 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
 
             raise InputError("--nproc times one --seq at a time")
         layout = plan_dist_bench(ref, nproc, batch, seq, dtype or default_dtype(device), tp, zero, sequence_parallel)
-        return build_dist_bench(ref, layout, 3 if warmup is None else warmup, repeat, device)
+        return build_dist_bench(ref, layout, 3 if warmup is None else warmup, timed, device)
     seqs = None if seq is None else [seq] if isinstance(seq, int) else list(seq)
     if decode is not None:
         from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 
         plan = plan_decode_bench(ref, batch, seqs, decode, device, dtype or default_dtype(device),
-                                 3 if warmup is None else warmup, repeat, matmul_size, copy_bytes)
+                                 3 if warmup is None else warmup, timed, matmul_size, copy_bytes)
         return build_decode_bench(ref, plan)
-    plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, repeat, compile, n_layer,
+    plan = plan_bench(ref, batch, seqs, device, dtype or default_dtype(device), warmup, timed, compile, n_layer,
                       matmul_size, min_time, rounds, weights)
     return build_bench(ref, plan)
+
+
+def inspect(module: Any, *inputs: Any, loss: Any = None, **kwargs: Any) -> "InspectReport":
+    """Any torch.nn.Module: its parameters (shared tensors once, buffers apart), FLOPs per module under
+    FlopCounterMode (SDPA included) and the activation bytes a training step saves (saved-tensor hooks), module
+    by module beside the tree, for forward(*inputs, **kwargs); loss(output) the step's loss (default: the sum of
+    the floating-point outputs, which keeps nothing itself). No inputs: parameters and buffers only."""
+    import tfcalc.notebook  # noqa: F401 - the report's tables in a notebook
+    from tfcalc.report.inspect import build_inspect
+
+    return build_inspect(module, inputs, loss=loss, kwargs=kwargs)
 
 
 def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
@@ -313,4 +327,5 @@ def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch:
     return build_scan(_model(model, overrides), seqs, batch, dtype)
 
 
-__all__ = ["__version__", "bench", "compare", "flops", "infer", "load_model", "memory", "params", "plan", "scan"]
+__all__ = ["__version__", "bench", "compare", "flops", "infer", "inspect", "load_model", "memory", "params", "plan",
+           "scan"]

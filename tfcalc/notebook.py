@@ -14,7 +14,7 @@ RENDERERS = {
     "ParamsReport": "params", "FlopsReport": "flops", "MemoryReport": "memory", "BenchReport": "bench",
     "DistBenchReport": "bench_dist", "DecodeBenchReport": "decode", "InferReport": "infer", "PlanReport": "plan",
     "CompareReport": "compare", "ScanReport": "scan", "DecodeScanReport": "scan_decode", "DevicesReport": "devices",
-    "PresetsReport": "presets",
+    "PresetsReport": "presets", "InspectReport": "inspect",
 }
 
 

@@ -25,8 +25,8 @@ def test_devices_shows_the_drivers_memory_plan_and_infer_use(cli):
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
-def test_devices_table_shows_79_gib_for_an_h100(cli, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_devices_table_shows_79_gib_for_an_h100(cli, monkeypatch, columns, width):
+    width(columns)
     r = cli("devices")
     assert r.code == 0, r.err
     row = next(line for line in r.out.splitlines() if line.startswith("h100-sxm"))
@@ -54,8 +54,8 @@ def test_infer_defaults_stay_within_the_context(cli):
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
-def test_infer_says_which_batch_does_not_fit_at_any_width(cli, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_infer_says_which_batch_does_not_fit_at_any_width(cli, monkeypatch, columns, width):
+    width(columns)
     r = cli("infer", "llama2-7b", "--batch", "1,8,64", "--seq", "3k")
     assert r.code == 0, r.err
     words = " ".join(r.out.split())
@@ -67,8 +67,8 @@ def test_infer_says_which_batch_does_not_fit_at_any_width(cli, monkeypatch, colu
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
-def test_plan_says_in_words_that_it_needs_offload_and_the_host_memory(cli, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_plan_says_in_words_that_it_needs_offload_and_the_host_memory(cli, monkeypatch, columns, width):
+    width(columns)
     r = cli("plan", "llama3-70b", "--gpus", "8")
     assert r.code == 0, r.err
     words = " ".join(r.out.split())
@@ -99,3 +99,11 @@ def test_plan_refuses_offload_a_small_host_cannot_hold(cli, tmp_path):
     given = cli("plan", "llama3-70b", "--dp", "8", "--zero", "3", "--offload", "optimizer", "--device-spec", str(path),
                 "--json").json()
     assert given["host"]["fits"] is False and given["fits"] is False
+
+
+def test_devices_lists_each_nodes_host_memory(cli, width):
+    width(200)
+    table = {d["key"]: d for d in cli("devices", "--json").json()}
+    assert table["h100-sxm"]["host_memory_bytes"] == 2**41 and all(d["host_memory_bytes"] for d in table.values())
+    row = next(line for line in cli("devices").out.splitlines() if line.startswith("h100-sxm"))
+    assert row.rstrip().endswith("2 TiB")

@@ -57,8 +57,8 @@ def test_hostile_values_are_one_line(cli, args, message):
 def test_api_takes_the_same_fields():
     r = tfcalc.plan("llama2-7b", tp=2, pp=4, dp=2, global_batch=64, schedule="zero-bubble", overlap=["pp"])
     assert r.plan.layout.schedule == "zero-bubble" and r.plan.layout.overlap == ("pp",)
-    for bad, words in ((dict(schedule=3), "--schedule must be one of"), (dict(overlap=5), "must be a list"),
-                       (dict(cp=True), "--cp must be")):
+    for bad, words in ((dict(schedule=3), "^schedule must be one of"), (dict(overlap=5), "must be a list"),
+                       (dict(cp=True), "^cp must be")):  # the Python argument's name (issue 32)
         with pytest.raises(tfcalc.errors.InputError, match=words):
             tfcalc.plan("llama2-7b", pp=2, dp=2, **bad)
 

@@ -106,7 +106,7 @@ def test_python_api_takes_the_same_variants(cli):
     args = ["mixtral-8x7b", "--dp", "8", "--ep", "4", "--offload", "optimizer", "--grad-dtype", "fp32", "--seq", "4096"]
     api = tfcalc.plan("mixtral-8x7b", dp=8, ep=4, offload="optimizer", grad_dtype="fp32", seq=4096).to_json()
     assert api == cli("plan", *args, "--json").json()
-    with pytest.raises(tfcalc.InputError if hasattr(tfcalc, "InputError") else ValueError, match="--offload"):
+    with pytest.raises(tfcalc.InputError if hasattr(tfcalc, "InputError") else ValueError, match="^offload"):
         tfcalc.plan("llama2-7b", dp=8, offload=5)
 
 
@@ -123,5 +123,6 @@ def test_python_api_hostile_variants(kwargs, message):
     import tfcalc
     from tfcalc.errors import InputError
 
-    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+    python = message.replace("--", "").replace("grad-dtype", "grad_dtype").replace("compute-dtype", "compute_dtype")
+    with pytest.raises(InputError, match=python.replace("(", r"\(")):  # the Python argument's name (issue 32)
         tfcalc.plan("llama2-7b", dp=8, **kwargs)

@@ -58,9 +58,10 @@ def test_long_commands_ask_for_a_bar_and_advance_it(name, cli, monkeypatch, tmp_
 
 
 @pytest.mark.parametrize("name", LONG)
-def test_machine_readable_output_shows_no_bar(name, cli, monkeypatch, tmp_path):
+def test_machine_readable_output_shows_the_bar_on_stderr_too(name, cli, monkeypatch, tmp_path):
+    """Issue 32: progress in every format (stderr at a terminal; stdout holds the JSON alone)."""
     bars = _run(cli, monkeypatch, tmp_path, name, "--json")
-    assert all(not bar["enabled"] for bar in bars)
+    assert bars and bars[-1]["enabled"] and bars[-1]["ticks"] > 0
 
 
 def test_memory_names_every_step_of_the_measured_run(cli, monkeypatch, tmp_path):

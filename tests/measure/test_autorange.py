@@ -69,9 +69,9 @@ def test_an_explicit_warmup_count_is_exact():
     assert ar.warmed_up([1.0, 0.1], ar.Budget(warmup=2))
 
 
-def test_the_secondary_budget_is_an_eighth_and_three_calls():
+def test_the_secondary_budget_is_a_sixteenth_and_three_calls():
     s = ar.Budget(min_time=4.0, min_calls=5, rounds=3, warmup=1).secondary()
-    assert (s.min_time, s.min_calls, s.rounds, s.warmup) == (0.5, 3, 3, 1)
+    assert (s.min_time, s.min_calls, s.rounds, s.warmup) == (0.25, 3, 3, 1)  # issue 32: an eighth cost too much
     assert ar.Budget(min_calls=2).secondary().min_calls == 2
 
 

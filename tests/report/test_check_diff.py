@@ -26,8 +26,8 @@ def drifted(cli, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 200])
-def test_each_drift_names_its_model_field_and_cause_at_any_width(cli, drifted, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
+def test_each_drift_names_its_model_field_and_cause_at_any_width(cli, drifted, monkeypatch, columns, width):
+    width(columns)
     r = cli("check", "snap.json")
     assert r.code == 1
     words = " ".join(r.out.split())

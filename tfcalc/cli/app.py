@@ -91,6 +91,15 @@ def _commands_for(argv: list[str]) -> list[str] | None:
     return [argv[0]] if argv and argv[0] in COMMANDS and not completing else None
 
 
+def _imports_torch(argv: list[str]) -> bool:
+    """The runs that import torch before their first progress bar: bench's modes, --measure, params (which
+    builds on meta unless --no-measure); not help."""
+    if not argv or argv[0] not in COMMANDS or {"-h", "--help"} & set(argv):
+        return False
+    return (argv[0].startswith("bench") or "--measure" in argv
+            or (argv[0] == "params" and "--no-measure" not in argv))
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"tfcalc {__version__}")
@@ -117,6 +126,8 @@ def run(argv: list[str] | None = None) -> int:
     if len(argv) > 1 and argv[0] == "bench" and argv[1] in ("decode", "ranks"):
         argv = [f"bench {argv[1]}", *argv[2:]]  # a command of two words, so its usage reads `tfcalc bench decode`
     render.prepare_streams()
+    if _imports_torch(argv):  # at a terminal, a line at once: the imports take seconds on a busy machine
+        render.starting(argv[0])
     try:
         result = make_app(_commands_for(argv))(args=argv, prog_name="tfcalc", standalone_mode=False)
         return result if isinstance(result, int) else 0

@@ -28,6 +28,7 @@ from tfcalc.cli.options import (
     table_option,
 )
 from tfcalc.cli.render import bench as view
+from tfcalc.cli.render.host import busy_host
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.report.bench import build_bench, plan_bench
@@ -45,10 +46,11 @@ def bench(
     device: Device = None,
     min_time: Annotated[float, typer.Option(
         "--min-time", help="Seconds of timed forward calls per sequence length; the ceiling and each sub-layer "
-        "get an eighth of it.", metavar="S")] = 3.0,
+        "get a sixteenth of it.", metavar="S")] = 3.0,
     repeat: Annotated[int, typer.Option(
         "--repeat", help="At least this many timed forward calls per length (sub-layers and ceiling: at least "
-        "min(N, 3)); median, p10 and p90 over them all.", metavar="N")] = 5,
+        "min(N, 3)); median, p10 and p90 over them all. 3 by default: one a round, so that a forward pass of "
+        "seconds is not timed longer than the answer needs.", metavar="N")] = 3,
     rounds: Annotated[int, typer.Option(
         "--rounds", help="Interleaved rounds the timed calls are split into; the spread between the rounds' "
         "medians is reported.", metavar="R")] = 3,
@@ -84,7 +86,7 @@ def bench(
     """Time forward passes: median/p10/p90, tokens/s, achieved FLOP/s, MFU and the matmul ceiling.
 
     How long: every item (the forward pass at each length, one block's sub-layers, the matmul ceiling) is warmed up
-    until stable, then timed until --min-time seconds (an eighth of it for the sub-layers and the ceiling) and at
+    until stable, then timed until --min-time seconds (a sixteenth of it for the sub-layers and the ceiling) and at
     least --repeat calls, in --rounds interleaved rounds, as torch.utils.benchmark's blocked_autorange and
     pytest-benchmark do; `--min-time 0 --repeat N --warmup W` times exactly N calls after W.
 
@@ -127,7 +129,8 @@ def bench(
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)
-    with render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
+    with busy_host(f"bench {ref.label}"), \
+            render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
         report = build_bench(ref, plan, progress, render.note)
     render.emit([report], out, view.document)
 

@@ -34,6 +34,7 @@ from tfcalc.cli.options import (
     table_option,
     zero_stage,
 )
+from tfcalc.cli.render.host import busy_host
 from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
@@ -59,7 +60,9 @@ def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repea
     plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, steps, run_on,
                              dtype.value if dtype else default_dtype(run_on), warmup, repeat, matmul_size,
                              parse_bytes(copy_size, "--copy-size") if copy_size else None, eager, compile)
-    with render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
+    # the table says it itself (render.infer.busy_note); the other formats hear it on stderr
+    with busy_host(f"bench decode {ref.label}", out.format in ("json", "csv")), \
+            render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
         report = build_decode_bench(ref, plan, advance)
     render.emit([report], out, view.document)
 
@@ -77,7 +80,8 @@ def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp
     layout = plan_dist_bench(ref, nproc, batch, lengths[0] if lengths else None,
                              dtype.value if dtype else default_dtype(run_on), tp, zero_stage(zero, fsdp) or 0,
                              sequence_parallel)
-    with render.ranks_progress(f"bench ranks {ref.label}", layout.gpus, enabled=not out.quiet) as show:
+    with busy_host(f"bench ranks {ref.label}"), \
+            render.ranks_progress(f"bench ranks {ref.label}", layout.gpus, enabled=not out.quiet) as show:
         report = build_dist_bench(ref, layout, warmup, repeat, run_on, on_status=show)
     render.emit([report], out, view.document)
 

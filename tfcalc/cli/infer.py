@@ -47,6 +47,7 @@ from tfcalc.cli.options import (
     table_option,
     warn_past_context,
 )
+from tfcalc.cli.render.host import busy_host
 from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import continuous_measured, resolve, speculative_measured
@@ -181,7 +182,8 @@ def infer(
     timed_gen = mean_output if rate is not None and mean_output else gen  # --rate: the decode timed at O tokens
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
     calls += speculative_measured.calls(options) + continuous_measured.calls(options)
-    with render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
+    with busy_host(f"infer --measure {ref.label}", measure and out.format in ("json", "csv")), \
+            render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
 

@@ -46,6 +46,7 @@ from tfcalc.cli.plan_options import (
     split_count_names,
 )
 from tfcalc.cli.render import plan as view
+from tfcalc.cli.render.host import busy_host
 from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
 from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.training.steptime import parse_count
@@ -181,7 +182,8 @@ def plan(
     # a --gpus auto search of a large MoE at a long context tries hundreds of GPU counts (seconds): the
     # count under way is shown on a terminal
     searching = request.searching and request.gpus in (None, "auto")
-    with render.ranks_progress(f"plan {ref.label}", ranks, enabled=measure and not out.quiet) as show, \
+    with busy_host(f"plan --measure {ref.label}", measure), \
+            render.ranks_progress(f"plan {ref.label}", ranks, enabled=measure and not out.quiet) as show, \
             render.progress(f"plan {ref.label}: the fewest GPUs that fit", 1,
                             enabled=searching and not out.quiet) as searched:
         report = build_plan(ref, request, device_spec, measure, ranks, on_status=show,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Format, FormatOption, Json, Model, Overrides, output
+from tfcalc.cli.options import Format, FormatOption, Json, Model, Overrides, _flag, output
 from tfcalc.cli.render import presets as view
 from tfcalc.report import resolve
 from tfcalc.report.presets import build_presets
@@ -16,13 +17,18 @@ def list_presets(format: FormatOption = Format.table, json_out: Json = False) ->
     render.emit([build_presets()], output(format, json_out), view.document)
 
 
-def show(model: Model, overrides: Overrides = None, json_out: Json = False) -> None:
-    """Print the resolved config (after --set overrides) as YAML: every field, derived sizes written in.
+def show(model: Model, overrides: Overrides = None, json_out: Json = False,
+         all_fields: Annotated[bool, _flag("--all", help="Every field, the unset ones as null too (--json always "
+                                           "lists them all).")] = False) -> None:
+    """Print the resolved config (after --set overrides) as YAML: every field that is set, derived sizes written in
+    (--all: the unset ones too, as null).
 
     The output is itself a valid config file: `tfcalc show gpt2 > my.yaml; tfcalc params my.yaml`.
     """
     ref = resolve(model, overrides or [])
     cfg, data = ref.cfg, ref.cfg.resolved()
+    if not (all_fields or json_out):  # an unset field reads as null, its default: left out, the file the same
+        data = {k: v for k, v in data.items() if v is not None}
     if json_out:
         render.print_json(data)
         return

@@ -3,7 +3,7 @@ pass and one block's sub-layers at each sequence length, read the peak memory. R
 is allocated when the estimate does not fit (tfcalc.measure.fit).
 
 Everything timed is an Autorange item (tfcalc.measure.autorange): the forward pass at each length gets
-the whole budget, the ceiling and each sub-layer an eighth of it, and all of them are timed in
+the whole budget, the ceiling and each sub-layer a sixteenth of it, and all of them are timed in
 interleaved rounds, so the spread between rounds shows the machine's run-to-run noise."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import flops as count_flops, memory as count_memory
-from tfcalc.measure.autorange import Budget
+from tfcalc.measure.autorange import SECONDARY_SHARE, Budget
 from tfcalc.workload import Workload
 
 BENCH_DTYPES = ("fp32", "bf16", "fp16")
@@ -45,8 +45,8 @@ class BenchPlan:
     @property
     def expected_seconds(self) -> float:
         """A first guess of the run's timed seconds, before any call says how long calls take: the
-        budgets (each length's forward pass, its 4 sub-layers at an eighth each, and the ceiling)."""
-        return (len(self.seqs) * 1.5 + 0.125) * self.min_time
+        budgets (each length's forward pass, its 4 sub-layers and the ceiling at SECONDARY_SHARE each)."""
+        return (len(self.seqs) * (1 + 4 * SECONDARY_SHARE) + SECONDARY_SHARE) * self.min_time
 
 
 def estimate_bytes(plan: BenchPlan) -> int:
@@ -115,7 +115,10 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
         idx = torch.randint(0, plan.cfg.vocab_size, (plan.batch, seq), device=device)
         forward = autorange.Autorange(lambda idx=idx: runner(idx), budget, meter=peak_meter(where),
                                       label=f"seq {seq:,}: forward")
-        parts = {name: autorange.Autorange(fn, small, label=f"seq {seq:,}: {name}")
+        # a sub-layer runs the kernels, at the shapes, that the forward pass before it warmed up: no untimed call
+        # (its first call is one of three, and the median holds)
+        parts = {name: autorange.Autorange(fn, small if plan.warmup is not None else replace(small, warmup=0),
+                                           label=f"seq {seq:,}: {name}")
                  for name, fn in bench.component_calls(model, idx).items()}
         items += [forward, *parts.values()]
         points.append((seq, forward, parts))

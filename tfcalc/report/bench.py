@@ -130,7 +130,7 @@ def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
 
 
 def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None, device: str = "cpu",
-               dtype: str = "fp32", warmup: Optional[int] = None, repeat: int = 5, compile: bool = False,
+               dtype: str = "fp32", warmup: Optional[int] = None, repeat: int = 3, compile: bool = False,
                n_layer: Optional[int] = None, matmul_size: Optional[int] = None, min_time: float = 3.0,
                rounds: int = 3, weights: Optional[str] = None) -> BenchPlan:
     """Every option checked, nothing run. The budget (tfcalc.measure.autorange): timed forward calls for

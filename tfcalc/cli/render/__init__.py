@@ -36,8 +36,9 @@ class Output:
 
     @property
     def quiet(self) -> bool:
-        """No progress display: machine-readable output."""
-        return self.format != "table"
+        """No progress display. Never, since issue 32: progress goes to stderr, and only at a terminal, so
+        stdout holds the answer alone in every format (--format json piped to jq still shows the bar)."""
+        return False
 
 
 @lru_cache(maxsize=None)
@@ -72,9 +73,38 @@ def one_line(message: object) -> str:
     return safe(text, limit=10 * MAX_MESSAGE)
 
 
+_status = {"shown": False}  # a "starting" line is on the terminal (starting()), to be cleared before more
+
+
+def starting(text: str) -> None:
+    """At a terminal, a line on stderr the moment a command starts ("tfcalc bench: starting (importing
+    torch)"), before the imports that take seconds; cleared by the first progress bar, line or answer."""
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            from tfcalc.cli.render.safe import safe
+
+            sys.stderr.write(f"tfcalc {safe(text)}: starting (importing torch)…")
+            sys.stderr.flush()
+            _status["shown"] = True
+    except (OSError, ValueError):
+        pass
+
+
+def clear_status() -> None:
+    """Erase the starting line (carriage return, erase the line: ECMA-48 EL)."""
+    if _status["shown"]:
+        _status["shown"] = False
+        try:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
 def _stderr(line: str) -> None:
     """One line on stderr, if there is a stderr: with it closed (2>&-) there is nowhere to say it, and the
     exit code must still be the one the line goes with (2 for bad input, not 1 for a crash)."""
+    clear_status()
     try:
         if sys.stderr is not None:
             print(line, file=sys.stderr)
@@ -92,8 +122,23 @@ def stopped(message: str) -> None:
     _stderr(f"tfcalc: {message}")
 
 
+def _at_terminal(line: str) -> str:
+    """A warning or note as a terminal shows it: wrapped at its width between words, the continuation lines
+    indented, so no word is split ("2,048 to / kens"); piped or redirected, the one line it always is."""
+    try:
+        if sys.stderr is None or not sys.stderr.isatty():
+            return line
+    except (OSError, ValueError):
+        return line
+    import shutil
+
+    from tfcalc.cli.render.wrap import indented
+
+    return "\n".join(indented(line, shutil.get_terminal_size().columns, "  "))
+
+
 def warn(message: str) -> None:
-    _stderr(f"tfcalc: warning: {one_line(message)}")
+    _stderr(_at_terminal(f"tfcalc: warning: {one_line(message)}"))
 
 
 def prepare_streams() -> None:
@@ -112,7 +157,7 @@ def note(message: str) -> None:
     """A line to read before a long run starts (what it will do, and the faster choice): not a warning."""
     from tfcalc.cli.render.safe import PROSE_LIMIT, safe
 
-    _stderr(f"tfcalc: note: {safe(str(message), PROSE_LIMIT)}")
+    _stderr(_at_terminal(f"tfcalc: note: {safe(str(message), PROSE_LIMIT)}"))
 
 
 def finite(data: Any, path: str = "") -> tuple[Any, dict[str, str]]:
@@ -154,6 +199,7 @@ def reports_json(reports: Sequence[Any]) -> Any:
 
 def emit(reports: Sequence[Any], output: Output, document: Callable[..., Any]) -> None:
     """Write reports: JSON from to_json(), the other formats from document(reports, verbose) -> Doc."""
+    clear_status()
     if output.format == "json":
         print_json(reports_json(reports))
         return
@@ -206,7 +252,9 @@ class Progress:
             self.done = max(self.done, spent / total if total > 0 else 1.0)
             # the bar at the largest fraction yet, the ETA the forecast itself (Rich's own ETA would
             # extrapolate from the bar's speed, which a held bar makes wrong)
-            self.bar.update(self.task, completed=self.done * total, total=total, eta=f"ETA {_clock(left)}")
+            # the countdown column counts down from the forecast between forecasts (tfcalc.cli.render.eta)
+            self.bar.update(self.task, completed=self.done * total, total=total, eta=f"ETA {_clock(left)}",
+                            deadline=time.monotonic() + left)
 
     def describe(self, text: str) -> None:
         """Say what is under way, in place of the bar's title."""
@@ -234,6 +282,7 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
     if not (enabled and sys.stderr.isatty()):
         yield Progress()
         return
+    clear_status()
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -244,10 +293,11 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
         TimeRemainingColumn,
     )
 
+    from tfcalc.cli.render.eta import Countdown
+
     # markup=False: the description holds the model's label, which may hold brackets ("gpt2[v2]")
     if unit == "s":  # the ETA is the work's own forecast (Progress.remaining)
-        columns = (TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[eta]}", markup=False))
+        columns = (TextColumn("{task.description}", markup=False), BarColumn(), TimeElapsedColumn(), Countdown())
     else:
         columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
@@ -255,7 +305,8 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
 
     description = safe(description)
     with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total, eta=f"ETA {_clock(total)}" if unit == "s" else "")
+        task = bar.add_task(description, total=total, eta=f"ETA {_clock(total)}" if unit == "s" else "",
+                            deadline=time.monotonic() + float(total))
         shown = Progress(bar, task, seconds=unit == "s", title=description)
         shown.total = float(total)
         yield shown
@@ -270,6 +321,7 @@ def ranks_progress(description: str, nproc: int, enabled: bool = True) -> Iterat
     if not (enabled and sys.stderr.isatty()):
         yield lambda statuses: None
         return
+    clear_status()
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
 

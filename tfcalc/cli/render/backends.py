@@ -24,6 +24,7 @@ from rich.text import Text
 
 from tfcalc.cli.render.ascii import to_ascii
 from tfcalc.cli.render.doc import Cell, Column, Doc, Note, Rule, Table
+from tfcalc.cli.render.wrap import indented
 from tfcalc.errors import InputError
 from tfcalc.units import format_cell
 
@@ -169,7 +170,8 @@ def write_rich(doc: Doc, console: Console, exact: bool = False) -> None:
             console.print(Text(f"(at {console.width} columns, {', '.join(hidden)} by row below; a wider terminal "
                                "shows them as columns)", style="dim"))
             for line in _hidden_lines(table, keep, exact):
-                console.print(Text(fix(line)))
+                for part in indented(fix(line), console.width):
+                    console.print(Text(part), overflow="ignore", crop=False)
         if table.caption:
             console.print(Text(fix(table.caption)))
         console.print()

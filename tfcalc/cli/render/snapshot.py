@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.report.snapshot import CheckReport, SnapshotReport
 
 
@@ -38,7 +38,7 @@ def check_document(reports: list[CheckReport], verbose: bool = False) -> Doc:
                           Column("Pinned", "int"), Column("Now", "int"), Column("Difference", "text"), name="drifts")
             for d in drifts:
                 diff = d.difference
-                t.add(d.field, _cell(d.expected), _cell(d.got),
-                      "—" if diff is None else (f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"))
+                shown = "—" if diff is None else f"{diff:+,}" if isinstance(diff, int) else f"{diff:+.6g}"
+                t.add(d.field, _cell(d.expected), _cell(d.got), Cell(shown, raw=diff))  # CSV: the number
         doc.note(f"To accept today's figures: {r.accept}")
     return doc
