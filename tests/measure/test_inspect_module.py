@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tfcalc
-from tfcalc.count import memory as mem, params as count
-from tfcalc.count.flops import forward_flops
+from tfcalc.count.model import memory as mem, params as count
+from tfcalc.count.model.flops import forward_flops
 from tfcalc.errors import InputError
 from tfcalc.model import build_model
 from tfcalc.presets import load
