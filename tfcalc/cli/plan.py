@@ -51,7 +51,8 @@ from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoRes
 from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
-from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, DEFAULT_MFU, PlanRequest, build_plan
+from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, PlanRequest, build_plan
+from tfcalc.report.plan_request import DEFAULT_MFU
 from tfcalc.workload import ESTIMATE_DTYPE
 
 Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
