@@ -6,7 +6,10 @@ Each matmul of a step (tfcalc.count.model.flops.matmul_entries) is a row with it
   included), read once per step whatever the batch -- the whole point of batching;
 - KV: the keys (Q·Kᵀ) and values (attention·V) read, in the cache's dtype (``kv_dtype``, apart from the
   weights'): a decode step reads context positions per sequence, min(context, W) with a sliding window
-  (its own and the W - 1 before it, the ring tfcalc.model reads);
+  (its own and the W - 1 before it, the ring tfcalc.model reads); tfcalc's own runtime reads a bucket of
+  its cache (the live length rounded up to a power of two, tfcalc.model.cache), so a measured run also
+  prices its steps with the bucket as the context (tfcalc.measure.decode.read_bytes: the JSON's
+  ``bytes_per_token_read``);
   each KV head once for its whole group of query heads (GQA), as fused decode kernels do;
 - activations: a linear layer reads its input (m, k) and writes its output (m, n); attention reads Q and
   writes its output; the scores never leave the fused kernel (flash attention). In the activation dtype.
