@@ -91,3 +91,29 @@ def test_plan_measure_runs_the_small_copy_of_a_layer_pattern_model(cli):
     m = r.json()["measured"]
     assert m["small_copy"] and m["config"]["n_layer"] == 2 and m["config"]["layer_pattern"] == "local, nope"
     assert m["states_exact"] and m["collectives_exact"]
+
+
+def test_extrapolation_adds_each_kind_of_block_at_its_own_time():
+    """Hand arithmetic: 1 s measured, 2 layers of a kind at 0.25 s and 3 of another at 0.5 s missing: 3.0 s; the
+    layers missing per kind of DeepSeek-V3 at 4 blocks (1 dense + 3 MoE run): 2 dense and 55 MoE."""
+    from tfcalc.measure.bench import extrapolate_kinds, kind_blocks
+
+    assert extrapolate_kinds(1.0, [(2, 0.25), (3, 0.5)]) == 3.0 and extrapolate_kinds(1.0, []) == 1.0
+    full = load("deepseek-v3").architecture
+    assert kind_blocks(full.shrunk(4), full) == [(0, 2), (1, 55)]  # (first block of the kind in the run, missing)
+    assert kind_blocks(full.shrunk(1), full) == [(0, 3), (0, 57)]  # no dense block run: timed as block 0
+
+
+def test_bench_n_layer_of_a_dense_then_moe_model_times_each_kind(cli):
+    """Llama 4 Scout's shape with its first layer dense (a DeepSeek-like prefix), 6 layers, run at 3: the
+    missing layers of each kind at that kind's block time, the sum the full-depth median."""
+    r = cli("bench", "llama-4-scout", "--set", "n_layer=6", "--set", "first_dense_layers=1", "--set",
+            "dense_d_ff=128", *SCOUT, "--n-layer", "3", "--seq", "16", "--min-time", "0", "--repeat", "1",
+            "--rounds", "1", "--warmup", "1", "--matmul-size", "32", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    parts = out["extrapolation"]
+    assert sum(p["layers_missing"] for p in parts) == 6 - 3 and len(parts) == 3  # dense; chunked MoE; NoPE MoE
+    assert all(p["block_s"] > 0 for p in parts)
+    assert out["median_s"] == pytest.approx(out["measured_forward_median_s"]
+                                            + sum(p["layers_missing"] * p["block_s"] for p in parts))

@@ -203,15 +203,23 @@ class ComponentTimes:
 COMPONENTS = ("attention", "ffn", "block", "head")
 
 
-def component_calls(model: Transformer, idx: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ...] = ()
+                    ) -> dict[str, Callable[[], torch.Tensor]]:
     """Calls of block 0's attention sub-layer, FFN sub-layer and whole block, and of the final norm + LM
-    head, at idx's shapes; to be made under torch.inference_mode() (their input is made under it)."""
+    head, at idx's shapes; and of each whole block i of ``blocks`` ("block i"); to be made under
+    torch.inference_mode() (their input is made under it)."""
     block = model.blocks[0]
     with torch.inference_mode():
         x = model.embed(idx)
         rope, mask = model.block_inputs(idx.shape[1], x.dtype)
-    return {"attention": lambda: block.attention_sublayer(x, rope, mask), "ffn": lambda: block.ffn_sublayer(x),
-            "block": lambda: block(x, rope, mask), "head": lambda: model.head(x)}
+    out = {"attention": lambda: block.attention_sublayer(x, rope, mask), "ffn": lambda: block.ffn_sublayer(x),
+           "block": lambda: block(x, rope, mask), "head": lambda: model.head(x)}
+    if blocks:
+        with torch.inference_mode():  # each layer's own rotary table (None: NoPE) and mask (its window, chunk)
+            ropes, masks = model._ropes(0, idx.shape[1], x.dtype), model.layer_masks(idx.shape[1], x.dtype)
+    for i in blocks:
+        out[f"block {i}"] = lambda b=model.blocks[i], r=ropes[i], m=masks[i]: b(x, r, m)
+    return out
 
 
 def time_components(model: Transformer, idx: torch.Tensor, warmup: int, repeat: int,
@@ -247,9 +255,29 @@ class BenchRow:
     warmup_calls: int = 0  # of the forward pass, before its timed calls
     round_medians: tuple[float, ...] = ()  # the forward pass's median in each interleaved round
     round_spread: float | None = None  # (slowest - fastest round median) / median; None for one round
+    # a smaller copy's extrapolation: (layers missing, median seconds of one block) per kind of block
+    kind_block_medians: tuple[tuple[int, float], ...] = ()
 
 
 def extrapolate(forward_median: float, block_median: float, n_run: int, n_full: int) -> float:
     """Full-depth time from a model truncated to n_run blocks: add the missing blocks at the median
     time of one block timed in isolation."""
     return forward_median + (n_full - n_run) * block_median
+
+
+def extrapolate_kinds(forward_median: float, missing: list[tuple[int, float]]) -> float:
+    """Full-depth time from a smaller copy (Architecture.shrunk): add each kind of block's missing layers
+    at that kind's median time, timed in isolation: (layers missing, seconds a block) per kind. A copy of
+    DeepSeek-V3 at 2 blocks misses 2 dense and 57 MoE layers, each at its own time."""
+    return forward_median + sum(n * seconds for n, seconds in missing)
+
+
+def kind_blocks(arch_run, arch_full) -> list[tuple[int, int]]:
+    """(index of the run model's first block of that kind, layers of it missing from the run) for each kind
+    of block of the full model's output stack; index 0 for a kind the run lacks (a copy shorter than the
+    kinds: its layers are timed as block 0)."""
+    first: dict = {}
+    for i, block in enumerate(arch_run.output.layers()):
+        first.setdefault(block, i)
+    run = dict(arch_run.output.kinds())
+    return [(first.get(block, 0), n - run.get(block, 0)) for block, n in arch_full.output.kinds()]

@@ -43,6 +43,11 @@ class BenchPlan:
         return Budget(self.min_time, self.repeat, self.rounds, self.warmup)
 
     @property
+    def extrapolated(self) -> bool:
+        """Whether a smaller copy is timed (--n-layer) and the full depth's time extrapolated from it."""
+        return self.run_cfg.n_layer != self.cfg.n_layer
+
+    @property
     def expected_seconds(self) -> float:
         """A first guess of the run's timed seconds, before any call says how long calls take: the
         budgets (each length's forward pass, its 4 sub-layers and the ceiling at SECONDARY_SHARE each)."""
@@ -111,6 +116,9 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     ceiling = autorange.Autorange(bench.ceiling_call(device, dtype, plan.matmul_size), small,
                                   label=f"the {plan.matmul_size}² matmul ceiling")
     items, points = [ceiling], []
+    # a smaller copy (--n-layer): each other kind of block it holds timed too, for its missing layers
+    kinds = bench.kind_blocks(plan.run_cfg.architecture, plan.cfg.architecture) if plan.extrapolated else []
+    others = tuple(sorted({i for i, _ in kinds} - {0}))
     for seq in plan.seqs:
         idx = torch.randint(0, plan.cfg.vocab_size, (plan.batch, seq), device=device)
         forward = autorange.Autorange(lambda idx=idx: runner(idx), budget, meter=peak_meter(where),
@@ -119,7 +127,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
         # (its first call is one of three, and the median holds)
         parts = {name: autorange.Autorange(fn, small if plan.warmup is not None else replace(small, warmup=0),
                                            label=f"seq {seq:,}: {name}")
-                 for name, fn in bench.component_calls(model, idx).items()}
+                 for name, fn in bench.component_calls(model, idx, others).items()}
         items += [forward, *parts.values()]
         points.append((seq, forward, parts))
 
@@ -134,7 +142,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
                                   getattr(progress, "phase", lambda text: None))
     tf32 = device.type == "cuda" and tf32_matmuls()
     peak = devices.peak_flops(where.description, plan.dtype, tf32_enabled=tf32)
-    rows = [_row(plan, seq, forward, parts) for seq, forward, parts in points]
+    rows = [_row(plan, seq, forward, parts, kinds) for seq, forward, parts in points]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     return {"device": where.name, "device_name": where.description, "peak": peak, "rows": rows,
             "ceiling": 2 * plan.matmul_size**3 / _timing(ceiling).median,
@@ -149,16 +157,17 @@ def _timing(item):
     return Timing(samples(item))
 
 
-def _row(plan: BenchPlan, seq: int, forward, parts: dict):
+def _row(plan: BenchPlan, seq: int, forward, parts: dict, kinds: list[tuple[int, int]]):
     from tfcalc.measure import autorange, bench
 
     timing = _timing(forward)
-    components = bench.ComponentTimes(**{name: _timing(item) for name, item in parts.items()})
+    components = bench.ComponentTimes(**{name: _timing(parts[name]) for name in bench.COMPONENTS})
     w = Workload(batch=plan.batch, seq=seq)
+    block = {i: _timing(parts["block" if i == 0 else f"block {i}"]).median for i, _ in kinds}
     return bench.BenchRow(
         seq=seq, forward=timing, forward_flops=count_flops.forward_flops(plan.cfg, w),
-        forward_seconds=bench.extrapolate(timing.median, components.block.median, plan.run_cfg.n_layer,
-                                          plan.cfg.n_layer),
+        forward_seconds=bench.extrapolate_kinds(timing.median, [(n, block[i]) for i, n in kinds]),
+        kind_block_medians=tuple((n, block[i]) for i, n in kinds),
         components=components,
         attention_flops=count_flops.attention_flops(plan.cfg, w),
         ffn_flops=count_flops.ffn_flops(plan.cfg, w),

@@ -68,7 +68,9 @@ def row_json(model: ModelRef, plan: BenchPlan, run: dict[str, Any], row) -> dict
         },
         "n_layer": plan.cfg.n_layer,
         "n_layer_run": plan.run_cfg.n_layer,
-        "extrapolated": plan.run_cfg.n_layer != plan.cfg.n_layer,
+        "extrapolated": plan.extrapolated,
+        # per kind of block of the full model: its layers missing from the run, and one block's median time
+        "extrapolation": [{"layers_missing": n, "block_s": t} for n, t in row.kind_block_medians],
         "measured_forward_median_s": row.forward.median,
         "samples": len(row.forward.samples),
         "warmup": row.warmup_calls,
