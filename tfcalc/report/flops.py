@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from tfcalc.architecture.mixer import is_local
 from tfcalc.count import flops as count
 from tfcalc.count.params import width_note
 from tfcalc.report.display import Displayed
@@ -160,6 +159,8 @@ class FlopsReport(WorkloadFields, Displayed):
         per_layer = self.breakdown.per_layer()
         scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
         attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
+        from tfcalc.architecture.mixer import is_local
+
         # the first layer whose mixer stops growing: its window or chunk (tfcalc.architecture.mixer), or neither
         window, chunk = next((b.mixer.mask_span(2**62) for b, _ in cfg.architecture.output.kinds()
                               if is_local(b.mixer)), (None, None))
