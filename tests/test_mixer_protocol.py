@@ -245,6 +245,34 @@ def test_op_recompute_refuses_a_mixer_it_does_not_model():
     assert "does not model" in op_recompute.unsupported(toy_config().architecture.output.layer(0))
 
 
+@pytest.mark.parametrize("d_ff", [F, 64])
+def test_a_mixer_that_grows_like_t_never_overtakes_a_wider_ffn(d_ff):
+    """Per layer and token: the toy's mixing s = 2·(2·h·h·H) = 1,024 FLOPs at every length, its projections
+    p = 2·4·d·H·h = 8,192, the FFN c = 2·2·d·f (16,384 at f = 128; 8,192 at f = 64). No T² term: the scores
+    never reach c; the whole sub-layer s + p = 9,216 does at once where c <= 9,216. Causal: the same."""
+    from tfcalc.report.flops import build_flops
+    from tfcalc.report.model_ref import ModelRef
+    from tfcalc.report.scan import build_scan
+
+    cfg = toy_config()
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, ffn=dataclasses.replace(b.ffn, d_ff=d_ff)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    cfg.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    s, p, c = 2 * (2 * HD * HD * H), 2 * 4 * D * H * HD, 2 * 2 * D * d_ff
+    expected = (1 if s >= c else None, 1 if s + p >= c else None)
+    assert expected == (None, None if d_ff == F else 1)
+    for causal in (False, True):
+        x = count_flops.crossover_seq(cfg, causal=causal)
+        assert (x.scores_vs_ffn, x.attention_vs_ffn) == expected
+    sentence = build_flops(ModelRef(cfg), Workload(batch=1, seq=8)).crossover_sentence()
+    assert "grows like T, not T²" in sentence
+    scan = build_scan(ModelRef(cfg), [1, 4, 16])  # where the cost stops growing: the state, at every length
+    assert [(r["kv_cache_bytes"], r["attention_scores"]) for r in scan.rows] == [
+        (L * H * HD * HD * 4, L * s * t) for t in (1, 4, 16)]
+    assert scan.headline().endswith("scores reach the FFN never")
+
+
 def test_declared_tp_and_cp_rules():
     cfg = toy_config()
     assert ("n_head", H) in shard.tp_split_widths(cfg)

@@ -24,9 +24,12 @@ def attention_share(totals: dict[str, int]) -> float:
     return sum(totals[g] for g in ATTENTION_GROUPS) / sum(totals.values())
 
 
-def _at(t: int | None) -> str:
-    """A crossover length, or 'never' (a sliding window keeps the causal scores linear in T)."""
+def reached_at(t: int | None) -> str:
+    """A crossover length, or 'never' (a sliding window, or a mixer's fixed state, keeps them linear in T)."""
     return "never" if t is None else f"at T = {t:,}"
+
+
+_at = reached_at
 
 
 def crossover_json(crossover: count.Crossover) -> dict[str, int | None]:
@@ -161,28 +164,35 @@ class FlopsReport(WorkloadFields, Displayed):
         """The answer to "when does attention overtake the FFN?" for this config."""
         cfg, full, causal = self.cfg, self.crossover, self.crossover_causal
 
-        def times_d(t: int) -> str:
-            return f" (= {t // cfg.d_model}·d_model)" if t % cfg.d_model == 0 else ""
+        def times_d(t: int | None) -> str:
+            return f" (= {t // cfg.d_model}·d_model)" if t is not None and t % cfg.d_model == 0 else ""
+
+        def share(t: int | None) -> str:  # of the context
+            return "never" if t is None else f"{t / cfg.max_seq_len:.3g}×"
 
         per_layer = self.breakdown.per_layer()
         scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
         attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
+        from tfcalc.architecture.mixer import is_local
+
+        # the first layer whose mixer stops growing: its window or chunk (tfcalc.architecture.mixer), or neither
+        window, chunk = next((b.mixer.mask_span(2**62) for b, _ in cfg.architecture.output.kinds()
+                              if is_local(b.mixer)), (None, None))
+        why = (f"with a sliding window of {window:,} keys the causal scores grow like W·T, not T²" if window else
+               f"with chunks of {chunk:,} keys the causal scores grow like C·T, not T²" if chunk else
+               "where a mixer's state stops growing, its causal cost grows like T, not T²")
         causal_clause = ("" if cfg.arch == "encoder" else
                          f"; counting only the causal half, at T = {causal.scores_vs_ffn:,} and "
                          f"{causal.attention_vs_ffn:,}"
                          if None not in (causal.scores_vs_ffn, causal.attention_vs_ffn) else
                          f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
-                         f"{_at(causal.attention_vs_ffn)} (with a sliding window of {cfg.sliding_window:,} keys the "
-                         "causal scores grow like W·T, not T²)" if cfg.sliding_window else
-                         f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
-                         f"{_at(causal.attention_vs_ffn)} (with chunks of {cfg.attention_chunk_size:,} keys the "
-                         "causal scores grow like C·T, not T²)")
+                         f"{_at(causal.attention_vs_ffn)} ({why})")
         return (
             f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
-            f"attention·V) reach the FFN's FLOPs at T = {full.scores_vs_ffn:,}{times_d(full.scores_vs_ffn)} and "
-            f"the whole attention sub-layer, projections included, at T = {full.attention_vs_ffn:,}"
+            f"attention·V) reach the FFN's FLOPs {_at(full.scores_vs_ffn)}{times_d(full.scores_vs_ffn)} and "
+            f"the whole attention sub-layer, projections included, {_at(full.attention_vs_ffn)}"
             f"{times_d(full.attention_vs_ffn)}, counting the full T×T square "
-            f"({full.scores_vs_ffn / cfg.max_seq_len:.3g}× and {full.attention_vs_ffn / cfg.max_seq_len:.3g}× "
+            f"({share(full.scores_vs_ffn)} and {share(full.attention_vs_ffn)} "
             f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} the scores are "
             f"{scores_ratio:.1%} of the FFN's FLOPs and the whole attention {attention_ratio:.1%}."
         )

@@ -7,7 +7,7 @@ from typing import Any
 
 from tfcalc.count.model import flops as count_flops, memory as count_memory, quant, training_memory as training
 from tfcalc.report.display import Displayed
-from tfcalc.report.flops import crossover_json
+from tfcalc.report.flops import crossover_json, reached_at
 from tfcalc.report.model_ref import ModelRef
 from tfcalc.workload import Workload, check_size
 
@@ -46,7 +46,7 @@ class ScanReport(Displayed):
     def headline(self) -> str:
         x = self.to_json()["crossover_seq"]
         return (f"{self.model.label}: {len(self.rows)} lengths, {self.rows[0]['seq']:,} to {self.rows[-1]['seq']:,}; "
-                f"scores reach the FFN at T = {x['scores_vs_ffn']:,}")
+                f"scores reach the FFN {reached_at(x['scores_vs_ffn'])}")
 
     @property
     def crossover(self) -> dict[str, int]:

@@ -113,7 +113,8 @@ def _summary(doc: Doc, reports: list[FlopsReport]) -> None:
     for r in reports:
         totals, fwd, x = r.breakdown.totals(), r.forward, r.crossover
         measured = "—" if r.measured is None else Cell("✓", "green") if r.agrees else Cell("✗", "bold red")
+        crossing = " / ".join("never" if t is None else f"{t:,}" for t in (x.scores_vs_ffn, x.attention_vs_ffn))
         table.add(r.model.label, f"{r.batch} × {r.seq:,}", fwd, r.forward_causal, measured, r.attention_share,
-                  totals["ffn"] / fwd, totals["lm_head"] / fwd, f"{x.scores_vs_ffn:,} / {x.attention_vs_ffn:,}")
+                  totals["ffn"] / fwd, totals["lm_head"] / fwd, crossing)
     doc.note("Attention: the attention share of forward FLOPs (self- and cross-attention, projections and scores). "
              "Crossover T: where per layer the scores / the whole attention sub-layer reach the FFN's FLOPs.", "dim")

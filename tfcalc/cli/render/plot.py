@@ -159,7 +159,7 @@ def _scan_figure(plt, report: dict[str, Any], path: Path, size: tuple[float, flo
     mem_ax.set_ylabel(f"bytes ({report['dtype']}, batch {report['batch']})")
     crossover = report["crossover_seq"]
     for key, text in (("scores_vs_ffn", "scores = FFN"), ("attention_vs_ffn", "attention = FFN")):
-        if seqs[0] <= crossover[key] <= seqs[-1]:
+        if crossover[key] is not None and seqs[0] <= crossover[key] <= seqs[-1]:  # None: never reached
             flops_ax.axvline(crossover[key], color="black", ls=(0, (4, 3)), lw=0.8)
             flops_ax.annotate(f"{text}, T = {crossover[key]:,}", (crossover[key], 0.02),
                               xycoords=("data", "axes fraction"), rotation=90, ha="right", va="bottom",

@@ -6,6 +6,7 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.report.flops import reached_at
 from tfcalc.report.scan import ScanReport
 
 # (key, character, style): the characters tell the parts apart without colour (NO_COLOR, plain files)
@@ -29,7 +30,8 @@ def _marks(report: ScanReport) -> dict[int, list[str]]:
     """seq -> the crossovers first reached at that length."""
     marks: dict[int, list[str]] = {}
     for key, text in (("scores_vs_ffn", "scores"), ("attention_vs_ffn", "attention")):
-        reached = [r["seq"] for r in report.rows if r["seq"] >= report.crossover[key]]
+        at = report.crossover[key]  # None: never (a mixer whose cost grows like T)
+        reached = [r["seq"] for r in report.rows if at is not None and r["seq"] >= at]
         if reached:
             marks.setdefault(reached[0], []).append(text)
     return marks
@@ -53,9 +55,9 @@ def _one(doc: Doc, report: ScanReport) -> None:
               r["kv_cache_bytes"], r["activation_bytes"], r["training_bytes"], r["forward_flops"], Cell(share_bar(r)),
               Cell(f"◀ {mark}", "bold red") if mark else None, style="bold" if mark else "")
     x = report.crossover
-    doc.note(f"Per layer, attention scores reach the FFN's FLOPs at T = {x['scores_vs_ffn']:,} and the whole attention "
-             f"sub-layer (projections + scores) at T = {x['attention_vs_ffn']:,} (full-square convention); ◀ marks the "
-             "first length at or past each. "
+    doc.note(f"Per layer, attention scores reach the FFN's FLOPs {reached_at(x['scores_vs_ffn'])} and the whole "
+             f"attention sub-layer (projections + scores) {reached_at(x['attention_vs_ffn'])} "
+             "(full-square convention); ◀ marks the first length at or past each. "
              f"Forward FLOPs bar: {legend}. Weights: {units.nbytes(report.weights_bytes)} in {report.dtype} "
              "(in the training column, with gradients, optimizer states and activations).")
     if report.beyond_context:

@@ -20,7 +20,8 @@ class Crossover:
 
     scores_vs_ffn: int | None  # Q·Kᵀ + attention·V >= FFN
     attention_vs_ffn: int | None  # the whole attention sub-layer (projections + scores) >= FFN
-    # None: never -- only for the causal count under a sliding window, whose scores grow like W·T, not T²
+    # None: never -- for the causal count under a sliding window, whose scores grow like W·T, not T², or
+    # where no mixer's position mixing grows like T² (a fixed-state scan)
 
 
 def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
@@ -40,30 +41,38 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     may never reach the FFN. An expert capacity makes the FFN a step function of T; not modelled here.
     Layers that differ (heads, head widths, FFN widths, dense and MoE) are folded over the description:
     with S(T) = a·T², P(T) = p·T and F(T) = c·T, each coefficient the mean over the output stack's layers,
-    T >= c / a and T >= (c − p) / a (_attention_per_layer, _ffn_per_token).
+    T >= c / a and T >= (c − p) / a (_attention_per_layer, _ffn_per_token). A mixer whose position mixing
+    grows like T (a fixed-state scan: S(T) = a·T² + s·T with a = 0 for it) adds s: T >= (c − s) / a, and
+    with no quadratic mixer at all (a = 0) the answer is T = 1 where s (+ p) reaches c, never (None) else.
     """
-    score_coef, proj_per_token = _attention_per_layer(cfg)
+    score_coef, linear_scores, proj_per_token = _attention_per_layer(cfg)
     ffn_per_token = _ffn_per_token(cfg)
-    scores_bound = ffn_per_token / score_coef  # T >= this (full square)
-    attention_bound = (ffn_per_token - proj_per_token) / score_coef
+    if causal and cfg.arch != "encoder" and any(is_local(b.mixer) for b, _ in cfg.architecture.output.kinds()):
+        # a window, chunks or a fixed state somewhere: each layer's causal mixing summed (_windowed)
+        return Crossover(_windowed(cfg, ffn_per_token), _windowed(cfg, ffn_per_token - proj_per_token))
+    if score_coef == 0:  # no mixer grows like T²: per token, linear against linear, at every length
+        return Crossover(1 if linear_scores >= ffn_per_token else None,
+                         1 if linear_scores + proj_per_token >= ffn_per_token else None)
+    scores_bound = (ffn_per_token - linear_scores) / score_coef  # T >= this (full square)
+    attention_bound = (ffn_per_token - linear_scores - proj_per_token) / score_coef
     if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
-        if any(is_local(b.mixer) for b, _ in cfg.architecture.output.kinds()):  # a window or chunks somewhere
-            return Crossover(*(_windowed(cfg, score_coef * b) for b in (scores_bound, attention_bound)))
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
 
 
-def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction]:
-    """(a, p): the full-square scores of one layer are a·T² per sequence, its projections p·T, each the mean
-    over the output stack's layers (tfcalc.architecture: layers of other heads or widths each count their
-    own): a = 2·H·(h + h_v), each mixer's full-square position-mixing FLOPs of one token over one key (its
-    ``mixing(1, 1)``; 4·q for q = H·h, h_v = h), p = 2·Σ n_in·n_out over its projections (4·d·(q + k) for Q, K,
-    V, O)."""
-    stack, a, p = cfg.architecture.output, 0, 0
+def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction, Fraction]:
+    """(a, s, p): the full-square position mixing of one layer is a·T² + s·T per sequence, its projections
+    p·T, each the mean over the output stack's layers (tfcalc.architecture: layers of other heads or widths
+    each count their own), read from each mixer's full-square ``mixing`` FLOPs at T = 1 and 2 (f1 = a + s,
+    f2 = 4a + 2s): attention's a = 2·H·(h + h_v) (4·q for q = H·h, h_v = h) and s = 0; a fixed-state
+    scan's a = 0; p = 2·Σ n_in·n_out over its projections (4·d·(q + k) for Q, K, V, O)."""
+    stack, a, s, p = cfg.architecture.output, Fraction(0), Fraction(0), 0
     for block, layers in stack.kinds():
-        a += layers * sum(mm.flops for mm in block.mixer.mixing(1, 1))
+        f1, f2 = (sum(mm.flops for mm in block.mixer.mixing(t, t)) for t in (1, 2))
+        a += layers * Fraction(f2 - 2 * f1, 2)
+        s += layers * (f1 - Fraction(f2 - 2 * f1, 2))
         p += layers * sum(2 * m.n_in * m.n_out for m in block.mixer.linears())
-    return Fraction(a, stack.n_layer), Fraction(p, stack.n_layer)
+    return a / stack.n_layer, s / stack.n_layer, Fraction(p, stack.n_layer)
 
 
 def _ffn_per_token(cfg: ModelConfig) -> Fraction:
