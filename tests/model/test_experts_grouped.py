@@ -121,6 +121,27 @@ def test_no_value_is_read_back_and_shapes_do_not_follow_the_routing(kind, d_ff, 
         assert ("_grouped_mm" in names) == (d_ff == 24), names  # the grouped GEMM where it runs
 
 
+@pytest.mark.parametrize("rows", [3, 40], ids=["a-matrix-per-row", "blocks"])
+def test_the_gathered_op_inside_reads_nothing_back_and_keeps_its_shapes(rows):
+    """tfcalc::gathered_mm is one op to a dispatch mode; what runs inside it, forward and backward, checked
+    the same way: no host read, the same ops on the same shapes for another routing."""
+    from tfcalc.model.grouped import _gathered_backward, _gathered_forward
+
+    E, width = 5, 6
+    weight = torch.randn(E, 2 * width, width)
+    runs = []
+    for seed in (0, 1):
+        experts = torch.randint(0, E, (rows,), generator=torch.Generator().manual_seed(seed)).sort().values
+        x, ends = torch.randn(rows, width), expert_ends(experts, E)
+        with Recorder() as rec:
+            y = _gathered_forward(x, weight, experts, ends)
+            _gathered_backward(torch.randn_like(y), x, weight, experts, ends)
+        runs.append(rec.ops)
+        torch.testing.assert_close(y, _loop_reference(x, weight, experts))
+    assert not {name for name, _ in runs[0]} & READS_BACK
+    assert runs[0] == runs[1]
+
+
 @pytest.mark.parametrize("kind", KINDS, ids=list(KINDS))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16-grouped-gemm", "fp32-gathered"])
 def test_a_whole_forward_runs_on_fake_tensors(kind, dtype):
