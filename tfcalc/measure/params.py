@@ -21,7 +21,7 @@ from torch import nn
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.components import COMPONENTS, FUSED, local_path
-from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
+from tfcalc.model import Experts, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
 
@@ -36,15 +36,9 @@ def _split_rows(param: nn.Parameter, parts: dict[str, int], dim: int = 0) -> dic
 
 
 def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
-    """Rows of each part of a fused tensor of module (an attention or FFN), as components named prefix_*."""
-    if isinstance(module, Attention):
-        rows = {"q": module.q_dim, "k": module.kv_dim, "v": module.v_dim}
-    elif isinstance(module, CrossAttention):
-        rows = {"k": module.kv_dim, "v": module.v_dim}
-    else:
-        assert isinstance(module, (FeedForward, Experts))
-        width = module.down.in_features
-        rows = {"gate": width, "up": width} if module.gated else {"up": width}
+    """Rows of each part of a fused tensor of module (a mixer or an FFN: its ``fused_rows()``, see
+    tfcalc.model.mixers), as components named prefix_*."""
+    rows = module.fused_rows()
     return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
 
 
