@@ -310,7 +310,7 @@ class Transformer(Stack):
             raise InputError("extend() continues a prompt: call prefill() first")
         if not cache.rewindable:
             raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
-                             "windows or chunks")
+                             "windows or chunks (states that rewind)")
         T = tokens.shape[1]
         cache.check_room(T)
         logits = self.step(tokens, cache, cache.bucket(T))
