@@ -6,7 +6,8 @@ Each tensor's ``numel()`` is attributed to a breakdown component by its module p
 get the ``encoder_`` prefix; a layer's grouped experts, ``ffn.experts.``, are ``expert_ffn_*``); the fused
 tensors (``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up`` rows [gate | up], and
 each expert's rows of the grouped (E, rows, d) ``ffn.experts.up``) are split by rows, using the row
-counts the module itself was built with.
+counts the module itself was built with (its ``fused_rows()``, tfcalc.model.mixers). A mixer's tensor the table
+of paths does not name, ``attn.<name>.<kind>``, is the component's Weight ``<name>_<kind>``.
 
 A model deeper than FULL_BUILD_BLOCKS is counted from one real block of each kind in each stack, each times
 the layers that are it (see empirical_count): the count stays the module's own, in bounded time and memory.
@@ -50,6 +51,11 @@ def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
         dim = 1 if isinstance(owner, Experts) else 0  # (E, rows, cols): rows are dim 1
         return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind), dim)
+    if path not in COMPONENTS and path.startswith(("attn.", "cross_attn.")):
+        # any other mixer's tensor: module path attn.<name>.<kind> is its component's Weight <name>_<kind>
+        # (tfcalc.architecture.mixer), so a new mixer needs no entry in the table of paths
+        head, _, rest = path.partition(".")
+        return {f"{prefix}{head}_{rest.replace('.', '_')}": param.numel()}
     if path not in COMPONENTS:
         raise AssertionError(f"parameter {name} has no component in the breakdown")
     return {prefix + COMPONENTS[path]: param.numel()}
