@@ -21,7 +21,7 @@ from typing import Callable
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.components import COMPONENTS, FUSED, local_path
+from tfcalc.count.model.components import FUSED, component, local_path
 from tfcalc.model import Experts, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
@@ -51,14 +51,10 @@ def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
         dim = 1 if isinstance(owner, Experts) else 0  # (E, rows, cols): rows are dim 1
         return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind), dim)
-    if path not in COMPONENTS and path.startswith(("attn.", "cross_attn.")):
-        # any other mixer's tensor: module path attn.<name>.<kind> is its component's Weight <name>_<kind>
-        # (tfcalc.architecture.mixer), so a new mixer needs no entry in the table of paths
-        head, _, rest = path.partition(".")
-        return {f"{prefix}{head}_{rest.replace('.', '_')}": param.numel()}
-    if path not in COMPONENTS:
-        raise AssertionError(f"parameter {name} has no component in the breakdown")
-    return {prefix + COMPONENTS[path]: param.numel()}
+    try:  # a mixer's attn.<name>.<kind> the table does not name is its Weight <name>_<kind> (components.component)
+        return {prefix + component(path): param.numel()}
+    except KeyError:
+        raise AssertionError(f"parameter {name} has no component in the breakdown") from None
 
 
 def _once(name: str) -> int:
