@@ -307,3 +307,13 @@ def test_graph_capture_puts_back_the_carried_state(model):
     """What a CUDA graph's warm-up and capture put back (tfcalc.model.generate): the positions and S."""
     cache = model.new_cache(1, 10)
     assert all(any(t is s.s for t in cache.volatile()) for s in cache.states)
+
+
+def test_a_module_without_a_tp_plan_is_refused_under_tp_by_name():
+    """A real run under TP asks each mixer's torch module (tfcalc.measure.parallelize.check_measurable)."""
+    from tfcalc.count.training.layout import Layout
+    from tfcalc.measure.parallelize import check_measurable
+
+    layout = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1, dtype="fp32")
+    with pytest.raises(InputError, match="ToyLinearAttentionModule under TP is planned, not run"):
+        check_measurable(toy_config(), layout)

@@ -48,6 +48,10 @@ class LatentAttention(MixerModule):
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
         self.out = Linear(spec.out_width, d, bias=spec.bias)
 
+    @classmethod
+    def tp_refusal(cls, spec: LatentSpec) -> str | None:
+        return "latent attention under TP is planned, not run"
+
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
         """The latent and the rotary key of every position, allocated once (tfcalc.model.attention_state)."""
         return AttentionState(self.spec, batch, max_tokens, device, dtype)

@@ -17,7 +17,7 @@ from torch import nn
 from tfcalc.architecture import FFN, Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
 from tfcalc.model.attention_state import AttentionState
-from tfcalc.model.mixers import MixerModule
+from tfcalc.model.mixers import MixerModule, interleave
 from tfcalc.model.positions import apply_rope, rope_key
 
 _ACTIVATIONS = {
@@ -227,6 +227,25 @@ class Attention(MixerModule):
         """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
         return {"q": self.q_dim, "k": self.kv_dim, "v": self.v_dim}
 
+    @classmethod
+    def tp_refusal(cls, spec: AttentionSpec) -> str | None:
+        if spec.sinks:
+            return "attention sinks under TP are planned, not run"
+        if spec.qk_norm_heads:
+            return "Q/K norms with weights per head (Cohere) under TP are planned, not run"
+        return None
+
+    def tp_localize(self, tp: int) -> None:
+        """Megatron's split by heads: [Q | K | V] rows interleaved per rank, the head counts and widths local."""
+        interleave(self.qkv, [self.q_dim, self.kv_dim, self.v_dim], tp)
+        self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
+        self.q_dim, self.kv_dim, self.v_dim = self.q_dim // tp, self.kv_dim // tp, self.v_dim // tp
+
+    def tp_plan(self, seq) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {"qkv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
+
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
         """This layer's generation state, allocated once (tfcalc.model.attention_state)."""
         return AttentionState(self.spec, batch, max_tokens, device, dtype)
@@ -261,6 +280,20 @@ class CrossAttention(MixerModule):
     def fused_rows(self) -> dict[str, int]:
         """The rows of the fused [K | V] projection."""
         return {"k": self.kv_dim, "v": self.v_dim}
+
+    @classmethod
+    def tp_refusal(cls, spec: AttentionSpec) -> str | None:
+        return None
+
+    def tp_localize(self, tp: int) -> None:
+        interleave(self.kv, [self.kv_dim, self.v_dim], tp)
+        self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
+        self.kv_dim, self.v_dim = self.kv_dim // tp, self.v_dim // tp
+
+    def tp_plan(self, seq) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {"q": ColwiseParallel(), "kv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
 
     def project(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S, d) encoder output -> K and V, (B, nkv, S, hs|hv) each: computed once per source when decoding."""

@@ -12,7 +12,11 @@ A torch mixer module (``MixerModule``) answers, beside ``forward(x, rope, mask, 
 - ``rope_key``: the rotary table it reads (tfcalc.model.positions.rope_key), None where it reads none, and
   ``temperature``: Llama 4's query scale on NoPE layers (None: none);
 - ``fused_rows()``: {part: rows} of its fused projection (an attention's [Q | K | V]), which
-  tfcalc.measure.params splits into the breakdown's parts; {} where it fuses nothing.
+  tfcalc.measure.params splits into the breakdown's parts; {} where it fuses nothing;
+- tensor parallelism as a real run does it (tfcalc.measure.parallelize): ``tp_refusal(spec)`` (a class
+  method: why a run under TP is refused, None where it runs), ``tp_localize(tp)`` (its fused rows re-ordered
+  so each rank's block holds its part of every piece, its head counts made local) and ``tp_plan(seq)``
+  ({its submodule: DTensor parallel style}).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import functools
 import importlib
 
+import torch
 from torch import nn
 
 from tfcalc.errors import InputError
@@ -37,6 +42,30 @@ class MixerModule(nn.Module):
 
     def new_state(self, batch: int, max_tokens: int, device, dtype):
         raise InputError(f"{type(self).__name__} keeps no generation state: it is not built for decoding")
+
+    @classmethod
+    def tp_refusal(cls, spec) -> str | None:
+        return f"{cls.__name__} under TP is planned, not run"  # a module with no TP plan of its own
+
+    def tp_localize(self, tp: int) -> None:
+        raise NotImplementedError(self.tp_refusal(self.spec))
+
+    def tp_plan(self, seq) -> dict:
+        raise NotImplementedError(self.tp_refusal(self.spec))
+
+
+def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Tensor:
+    """Rows [A | B | C] -> [A₀ B₀ C₀ | A₁ B₁ C₁ | ...]: rank r's contiguous block holds its part of each."""
+    pieces = [part.chunk(tp, dim=0) for part in weight.split(parts, dim=0)]
+    return torch.cat([p[r] for r in range(tp) for p in pieces], dim=0)
+
+
+@torch.no_grad()
+def interleave(linear: nn.Module, parts: list[int], tp: int) -> None:
+    """A fused Linear's weight and bias rows interleaved in place (``interleave_rows``)."""
+    for p in (linear.weight, linear.bias):
+        if p is not None:
+            p.copy_(interleave_rows(p, parts, tp))
 
 
 @functools.cache
