@@ -317,3 +317,15 @@ def test_a_module_without_a_tp_plan_is_refused_under_tp_by_name():
     layout = Layout(tp=2, pp=1, dp=1, seq=16, global_batch=2, micro_batch=1, dtype="fp32")
     with pytest.raises(InputError, match="ToyLinearAttentionModule under TP is planned, not run"):
         check_measurable(toy_config(), layout)
+
+
+def test_measured_flops_put_the_toys_projections_and_mixing_in_their_groups():
+    """tfcalc.measure.flops on meta: the mixer's submodules are its projections, the rest of it its mixing."""
+    from tfcalc.measure.flops import measure_flops
+
+    cfg, w = toy_config(), Workload(batch=2, seq=9)
+    m = measure_flops(cfg, w)
+    b = count_flops.breakdown(cfg, w)
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
+    assert m.groups["attention_proj"] == L * 2 * 2 * 9 * 4 * D * H * HD
+    assert m.groups["attention_scores"] == L * 2 * H * 2 * (2 * 9 * HD * 9)
