@@ -78,7 +78,8 @@ class StaticCache:
     cross-attention K and V."""
 
     def __init__(self, states: list[AttentionState], batch: int, max_tokens: int, device):
-        """``states``: each decoder layer's self-attention state, first to last (Attention.new_state)."""
+        """``states``: each decoder layer's mixer state, first to last (its module's ``new_state``: the state
+        protocol in the module docstring)."""
         self.batch, self.max_tokens, self.states = batch, max_tokens, states
         self.layouts = [s.layout for s in states]
         self.slot_pos = {key: torch.full((batch, key[2]), -1, dtype=torch.long, device=device)  # (B, S)

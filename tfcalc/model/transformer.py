@@ -262,8 +262,8 @@ class Transformer(Stack):
 
     def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
         """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
-        on the model's device and in its dtype: each layer's attention allocates its own state. An encoder
-        generates nothing: InputError."""
+        on the model's device and in its dtype: each layer's mixer module allocates its own state (new_state).
+        An encoder generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
         states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype) for block in self.blocks]
