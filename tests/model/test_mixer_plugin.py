@@ -287,9 +287,12 @@ def test_continuous_batching_rows_decode_the_toy(model):
         for _ in range(4):
             tokens = next_token(decode_rows(model, tokens, slots))
             got.append(tokens)
+        slots.release(0)  # the second sequence moves into row 0: its state S and its positions with it
+        last = next_token(decode_rows(model, tokens[1:], slots))
     got = torch.cat(got, dim=1)
     for i, p in enumerate(prompts):
         assert torch.equal(got[i:i + 1], _greedy_uncached(model, p, 5))
+    assert torch.equal(torch.cat([got[1:], last], dim=1), _greedy_uncached(model, prompts[1], 6))
 
 
 def test_a_state_that_cannot_rewind_refuses_a_verify_step(model):
