@@ -332,3 +332,25 @@ def test_measured_flops_put_the_toys_projections_and_mixing_in_their_groups():
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
     assert m.groups["attention_proj"] == L * 2 * 2 * 9 * 4 * D * H * HD
     assert m.groups["attention_scores"] == L * 2 * H * 2 * (2 * 9 * HD * 9)
+
+
+@dataclass(frozen=True)
+class CountedOnly(ToyLinearAttention):
+    module = None  # a mixer the counts know and no torch module runs
+
+
+@dataclass(frozen=True)
+class Misnamed(ToyLinearAttention):
+    module = "tfcalc.model.layers:NoSuchMixer"
+
+
+@pytest.mark.parametrize("kind, message", [(CountedOnly, "names no torch module"),
+                                           (Misnamed, "'tfcalc.model.layers:NoSuchMixer' cannot be imported")])
+def test_a_mixer_without_a_module_is_one_clear_line(kind, message):
+    cfg = toy_config()
+    arch = cfg.architecture
+    layers = [dataclasses.replace(b, mixer=kind(D, H, HD)) for b in arch.output.layers()]
+    stack = Stack(compress(layers), arch.output.embeddings, arch.output.final_norm, arch.output.name)
+    cfg.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
+    with pytest.raises(InputError, match=message):
+        build_model(cfg, "meta")
