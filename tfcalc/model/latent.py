@@ -37,7 +37,8 @@ class LatentAttention(MixerModule):
         self.n_head, self.nope, self.rope_dim = spec.n_head, spec.qk_nope_head_dim, spec.qk_rope_head_dim
         self.v_dim, self.rank = spec.v_head_dim, spec.kv_lora_rank
         self.causal, self.scale, self.interleave = spec.causal, spec.scale, spec.interleave
-        self.rope_key = None if spec.rope_theta is None else rope_key(spec)  # the stack's table it reads (YaRN's)
+        # the stack's rotary table it reads, YaRN's where the component has it
+        self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.yarn)
         d, c_q = spec.d_model, spec.q_lora_rank
         self.q = Linear(d, spec.q_width, bias=False) if c_q is None else None
         self.q_a = Linear(d, c_q, bias=spec.bias) if c_q is not None else None
