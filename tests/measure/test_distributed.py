@@ -171,3 +171,16 @@ def test_a_rank_past_the_time_limit_is_stopped(tmp_path):
     logs = [str(tmp_path / "0.err")]
     with pytest.raises(InputError, match="took more than 0.5 s"):
         run_ranks([sys.executable, "-c", "import time; time.sleep(60)"], 1, logs, timeout=0.5)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(attn_sinks=True), "attention sinks under TP are planned, not run"),
+    (dict(kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8), "latent attention under TP"),
+    (dict(qk_norm=True, qk_norm_per_head=True), r"Q/K norms with weights per head \(Cohere\) under TP"),
+])
+def test_mixers_a_tp_run_does_not_split_are_refused_by_their_module(changes, message):
+    """Each mixer's torch module says whether a run under TP splits it (tfcalc.model.mixers: tp_refusal)."""
+    cfg = tiny(pos_encoding="rope", norm="rmsnorm", norm_bias=False, **changes)
+    check_measurable(cfg, L(tp=1))
+    with pytest.raises(InputError, match=message):
+        check_measurable(cfg, L(tp=2))

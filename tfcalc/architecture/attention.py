@@ -292,6 +292,11 @@ class Attention:
         return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",
                             op_recompute=op)
 
+    @property
+    def module(self) -> str:
+        """The torch module that runs it (resolved by tfcalc.model.mixers, so no torch here)."""
+        return "tfcalc.model.layers:CrossAttention" if self.kind == "cross" else "tfcalc.model.layers:Attention"
+
     def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
         """(name, heads, width) of each tensor ``state`` describes: what tfcalc.model.attention_state allocates,
         kv_positions(context) slots of each (one description for the count and the runtime)."""

@@ -323,6 +323,8 @@ class LatentAttention:
     def capabilities(self) -> Capabilities:
         return Capabilities(op_recompute="latent attention")
 
+    module = "tfcalc.model.latent:LatentAttention"  # the torch module that runs it (tfcalc.model.mixers)
+
     def state_tensors(self) -> tuple[tuple[str, int, int], ...]:
         """(name, heads, width) of each tensor ``state`` describes, one head each: what
         tfcalc.model.attention_state allocates (one description for the count and the runtime)."""

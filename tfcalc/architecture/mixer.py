@@ -40,7 +40,10 @@ What a mixer answers:
 7. ``tp_widths()``: the widths tensor parallelism splits (each must be whole on a rank: heads, groups), and
    ``tp_state_heads()``: the heads its state splits by (None: kept whole on every rank);
 8. ``capabilities``: what the runtime and the plans may do with it (``Capabilities``: rewind a decode
-   state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks).
+   state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks);
+9. ``module``: the torch module that runs it, named "package.module:Class" (or the class itself) and resolved
+   by tfcalc.model.mixers, so this package stays free of torch; the module allocates the state (its
+   ``new_state``). Not a member of ``Mixer`` below: a mixer only counted, never built, need not name one.
 
 Pure Python: no torch, typer or rich here.
 """

@@ -63,7 +63,7 @@ def _cohere(arch: Architecture, llama: list[Rule]) -> list[Rule]:
 
 
 def _gpt_bigcode(arch: Architecture) -> list[Rule]:
-    attention = arch.output.layer(0).attention
+    attention = arch.output.layer(0).mixer  # GPT-BigCode: softmax attention
     qkv = "" if attention.n_kv_head == 1 else "||neox_qkv"  # multi-query: [Q | K | V]; else per head
     return [
         (r"wte\.weight", "tok_emb.weight"), (r"wpe\.weight", "pos_emb.weight"),

@@ -48,9 +48,10 @@ MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head",
                  **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS},
                  "project_out": "lm_head", "project_in": "embeddings"}  # OPT-350m's projections
-# attention module -> (its Linears, the group of what it counts beyond them: SDPA)
-ATTENTION_MODULES = {"attn": (("qkv", "out", *LATENT_LINEARS), "attention_scores"),
-                     "cross_attn": (("q", "kv", "out"), "cross_attention_scores")}
+# mixer module -> (the group of its projections: every submodule of it, whatever the kind of mixer; the group
+# of what it counts beyond them: SDPA's scores, a state-space scan's matmuls)
+ATTENTION_MODULES = {"attn": ("attention_proj", "attention_scores"),
+                     "cross_attn": ("cross_attention_proj", "cross_attention_scores")}
 
 
 def _cpu_flash_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -139,11 +140,12 @@ def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
     for path, n in totals.items():
         _, _, inside = path.partition(".")  # FlopCounterMode names paths from the root's class: "Transformer."
         local = local_path(inside)[1]
-        if local in MODULE_GROUPS:
-            out[local] += n
-        elif local in ATTENTION_MODULES:  # what the attention module counts beyond its Linears: SDPA
-            linears, _ = ATTENTION_MODULES[local]
-            out[f"{local}.scores"] += n - sum(totals.get(f"{path}.{linear}", 0) for linear in linears)
+        mixer, _, child = local.partition(".")
+        if local in MODULE_GROUPS or (mixer in ATTENTION_MODULES and child and "." not in child):
+            out[local] = out.get(local, 0) + n  # a Linear, or a submodule of a mixer: one of its projections
+        elif local in ATTENTION_MODULES:  # what the mixer module counts beyond its submodules: SDPA
+            inner = sum(m for p, m in totals.items() if p.startswith(f"{path}.") and "." not in p[len(path) + 1:])
+            out[f"{local}.scores"] += n - inner
     return out
 
 
@@ -152,6 +154,10 @@ def _groups(by_module: dict[str, int], total: int) -> dict[str, int]:
     for path, group in MODULE_GROUPS.items():
         if by_module[path] or group != "embeddings":  # embeddings: a lookup, unless projected in (OPT-350m)
             out[group] = out.get(group, 0) + by_module[path]
+    for path, n in by_module.items():  # another mixer's submodules (tfcalc.model.mixers): its projections
+        mixer, _, child = path.partition(".")
+        if path not in MODULE_GROUPS and mixer in ATTENTION_MODULES and child != "scores":
+            out[ATTENTION_MODULES[mixer][0]] += n
     for name, (_, group) in ATTENTION_MODULES.items():
         out[group] += by_module[f"{name}.scores"]
     out["other"] = total - sum(out.values())

@@ -38,6 +38,9 @@ from torch import nn
 from tfcalc.config import ModelConfig
 from tfcalc.count.training.layout import Layout
 from tfcalc.errors import InputError
+from tfcalc.model.mixers import interleave, interleave_rows, resolve
+
+__all__ = ["check_measurable", "interleave_rows"]  # interleave_rows: where tfcalc.model.mixers keeps it
 
 
 def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
@@ -76,29 +79,17 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if layout.tp > 1 and any(s.embeddings.positions in ("alibi", "relative") for s in arch.stacks):
         raise InputError(f"{cfg.name}: a run under TP splits the heads, and its per-head position bias "
                          "(ALiBi, T5's buckets) is not split with them; planned, not run")
-    if layout.tp > 1 and any(b.attention.sinks for _, b, _ in arch.kinds()):
-        raise InputError(f"{cfg.name}: attention sinks under TP are planned, not run")
-    if layout.tp > 1 and cfg.kv_lora_rank is not None:
-        raise InputError(f"{cfg.name}: latent attention under TP is planned, not run")
-    if layout.tp > 1 and any(b.attention.qk_norm_heads for _, b, _ in arch.kinds()):
-        raise InputError(f"{cfg.name}: Q/K norms with weights per head (Cohere) under TP are planned, not run")
+    if layout.tp > 1:  # each mixer's torch module says whether it runs under TP (tfcalc.model.mixers)
+        for _, b, _ in arch.kinds():
+            for spec in (b.mixer, b.cross_attention):
+                reason = None if spec is None else resolve(spec.module).tp_refusal(spec)
+                if reason is not None:
+                    raise InputError(f"{cfg.name}: {reason}")
     if layout.sequence_parallel and arch.head.pooler:
         raise InputError("sequence parallelism splits the tokens a pooler reads: not run with a pooler")
     if layout.sequence_parallel and (len(arch.stacks) > 1 or arch.has_moe):
         raise InputError(f"{cfg.name}: sequence parallelism is run on one-stack dense models; with a mixture of "
                          "experts or an encoder-decoder it is planned, not run")
-
-
-def interleave_rows(weight: torch.Tensor, parts: list[int], tp: int) -> torch.Tensor:
-    """Rows [A | B | C] -> [A₀ B₀ C₀ | A₁ B₁ C₁ | ...]: rank r's contiguous block holds its part of each."""
-    pieces = [part.chunk(tp, dim=0) for part in weight.split(parts, dim=0)]
-    return torch.cat([p[r] for r in range(tp) for p in pieces], dim=0)
-
-
-def _interleave(linear: nn.Module, parts: list[int], tp: int) -> None:
-    for p in (linear.weight, linear.bias):
-        if p is not None:
-            p.copy_(interleave_rows(p, parts, tp))
 
 
 def stacks(model: nn.Module) -> list[nn.Module]:
@@ -112,18 +103,12 @@ def localize_fused(model: nn.Module, tp: int) -> None:
     as each block's components have them (tfcalc.architecture: its heads, V width, FFN or MoE)."""
     for stack in stacks(model):
         for block in stack.blocks:
-            attn = block.attn
-            _interleave(attn.qkv, [attn.q_dim, attn.kv_dim, attn.v_dim], tp)
-            attn.n_head, attn.n_kv_head = attn.n_head // tp, attn.n_kv_head // tp
-            attn.q_dim, attn.kv_dim, attn.v_dim = attn.q_dim // tp, attn.kv_dim // tp, attn.v_dim // tp
-            cross = block.cross_attn
-            if cross is not None:
-                _interleave(cross.kv, [cross.kv_dim, cross.v_dim], tp)
-                cross.n_head, cross.n_kv_head = cross.n_head // tp, cross.n_kv_head // tp
-                cross.kv_dim, cross.v_dim = cross.kv_dim // tp, cross.v_dim // tp
+            block.attn.tp_localize(tp)  # each mixer its own (tfcalc.model.mixers)
+            if block.cross_attn is not None:
+                block.cross_attn.tp_localize(tp)
             for ffn in _split_ffns(block):
                 if ffn.gated:
-                    _interleave(ffn.up, [ffn.width, ffn.width], tp)
+                    interleave(ffn.up, [ffn.width, ffn.width], tp)
 
 
 def _split_ffns(block: nn.Module) -> list[nn.Module]:
@@ -144,10 +129,9 @@ def _block_plan(block: nn.Module, seq, sp: bool) -> dict:
         SequenceParallel,
     )
 
-    plan = {"attn.qkv": ColwiseParallel(), "attn.out": RowwiseParallel(output_layouts=seq)}
+    plan = {f"attn.{name}": style for name, style in block.attn.tp_plan(seq).items()}
     if block.cross_attn is not None:
-        plan.update({"cross_attn.q": ColwiseParallel(), "cross_attn.kv": ColwiseParallel(),
-                     "cross_attn.out": RowwiseParallel(output_layouts=seq)})
+        plan.update({f"cross_attn.{name}": style for name, style in block.cross_attn.tp_plan(seq).items()})
     for ffn in _split_ffns(block):
         path = "ffn" if ffn is block.ffn else "ffn.shared"
         plan.update({f"{path}.up": ColwiseParallel(), f"{path}.down": RowwiseParallel(output_layouts=seq)})

@@ -6,7 +6,8 @@ Each tensor's ``numel()`` is attributed to a breakdown component by its module p
 get the ``encoder_`` prefix; a layer's grouped experts, ``ffn.experts.``, are ``expert_ffn_*``); the fused
 tensors (``attn.qkv`` rows [Q | K | V], ``cross_attn.kv`` rows [K | V], ``ffn.up`` rows [gate | up], and
 each expert's rows of the grouped (E, rows, d) ``ffn.experts.up``) are split by rows, using the row
-counts the module itself was built with.
+counts the module itself was built with (its ``fused_rows()``, tfcalc.model.mixers). A mixer's tensor the table
+of paths does not name, ``attn.<name>.<kind>``, is the component's Weight ``<name>_<kind>``.
 
 A model deeper than FULL_BUILD_BLOCKS is counted from one real block of each kind in each stack, each times
 the layers that are it (see empirical_count): the count stays the module's own, in bounded time and memory.
@@ -20,8 +21,8 @@ from typing import Callable
 from torch import nn
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.components import COMPONENTS, FUSED, local_path
-from tfcalc.model import Attention, CrossAttention, Experts, FeedForward, build_model
+from tfcalc.count.model.components import FUSED, component, local_path
+from tfcalc.model import Experts, build_model
 
 _FUSED = tuple(FUSED)  # module paths split by rows
 
@@ -36,15 +37,9 @@ def _split_rows(param: nn.Parameter, parts: dict[str, int], dim: int = 0) -> dic
 
 
 def _fused_parts(module: nn.Module, prefix: str, kind: str) -> dict[str, int]:
-    """Rows of each part of a fused tensor of module (an attention or FFN), as components named prefix_*."""
-    if isinstance(module, Attention):
-        rows = {"q": module.q_dim, "k": module.kv_dim, "v": module.v_dim}
-    elif isinstance(module, CrossAttention):
-        rows = {"k": module.kv_dim, "v": module.v_dim}
-    else:
-        assert isinstance(module, (FeedForward, Experts))
-        width = module.down.in_features
-        rows = {"gate": width, "up": width} if module.gated else {"up": width}
+    """Rows of each part of a fused tensor of module (a mixer or an FFN: its ``fused_rows()``, see
+    tfcalc.model.mixers), as components named prefix_*."""
+    rows = module.fused_rows()
     return {f"{prefix}_{part}_{kind}": n for part, n in rows.items()}
 
 
@@ -56,9 +51,10 @@ def _components(name: str, param: nn.Parameter, modules: dict[str, nn.Module]) -
         owner = modules[name.rpartition(".")[0].rpartition(".")[0]]  # the Attention or FeedForward
         dim = 1 if isinstance(owner, Experts) else 0  # (E, rows, cols): rows are dim 1
         return _split_rows(param, _fused_parts(owner, prefix + FUSED[owner_path], kind), dim)
-    if path not in COMPONENTS:
-        raise AssertionError(f"parameter {name} has no component in the breakdown")
-    return {prefix + COMPONENTS[path]: param.numel()}
+    try:  # a mixer's attn.<name>.<kind> the table does not name is its Weight <name>_<kind> (components.component)
+        return {prefix + component(path): param.numel()}
+    except KeyError:
+        raise AssertionError(f"parameter {name} has no component in the breakdown") from None
 
 
 def _once(name: str) -> int:

@@ -23,6 +23,8 @@ stored after RoPE) and nothing is read back to the host.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -41,10 +43,26 @@ class AttentionState:
         self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
                         for _, heads, width in spec.state_tensors()]
 
+    carried = ()  # nothing a step rewrites whole: it writes its positions' slots only (tfcalc.model.cache)
+
     @property
     def ring(self) -> bool:
         """Slots overwritten by later positions (a window or chunk): no rewinding, one token a step."""
         return self.layout[0] != "full"
+
+    @property
+    def rewindable(self) -> bool:
+        """Every position in its own slot: forgetting the last ones is moving the positions back."""
+        return not self.ring
+
+    def prefill(self, slots: dict) -> functools.partial:
+        """The store a prompt's layer calls: its last positions written into this layout's ``slots``."""
+        mine = slots[self.layout]  # (B, keep): the positions the ring keeps
+        return functools.partial(self.prefill_store, mine, mine.shape[1])
+
+    def step(self, slots: dict, span: int) -> functools.partial:
+        """The store a step's layer calls: the new positions written, the first min(span, slots) read."""
+        return functools.partial(self.step_store, slots[self.layout], min(span, self.size))
 
     @property
     def nbytes(self) -> int:

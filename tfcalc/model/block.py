@@ -1,16 +1,17 @@
 """One layer of the real model, built from its ``Block`` component (tfcalc.architecture.block): the block
-picks its attention and FFN classes from the component, as litgpt's model.py Block does from its config,
-so a stack's layers may differ (dense then MoE, local then global attention, RoPE or none)."""
+builds the torch module its mixer component names (tfcalc.model.mixers: softmax or latent attention, or any
+other mixer, never told apart here) and its FFN class, as litgpt's model.py Block picks its classes from
+its config, so a stack's layers may differ (dense then MoE, local then global attention, RoPE or none)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from tfcalc.architecture import Block as BlockSpec, LatentAttention as LatentSpec
+from tfcalc.architecture import Block as BlockSpec
 from tfcalc.model.experts import MixtureOfExperts
-from tfcalc.model.latent import LatentAttention
-from tfcalc.model.layers import Attention, CrossAttention, FeedForward, make_norm
+from tfcalc.model.layers import FeedForward, make_norm
+from tfcalc.model.mixers import build_mixer
 
 
 class Block(nn.Module):
@@ -31,12 +32,11 @@ class Block(nn.Module):
             return make_norm(spec.norm) if name in norms else None
 
         self.attn_norm = norm("attn_norm")
-        latent = isinstance(spec.attention, LatentSpec)  # DeepSeek's multi-head latent attention
-        self.attn = LatentAttention(spec.attention) if latent else Attention(spec.attention)
+        self.attn = build_mixer(spec.mixer)  # the torch module its component names (tfcalc.model.mixers)
         self.attn_post_norm = norm("attn_post_norm")
         cross = spec.cross_attention
         self.cross_attn_norm = norm("cross_attn_norm")
-        self.cross_attn = CrossAttention(cross) if cross is not None else None
+        self.cross_attn = build_mixer(cross) if cross is not None else None
         self.cross_attn_post_norm = norm("cross_attn_post_norm")
         self.ffn_norm = norm("ffn_norm")
         self.ffn = MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)

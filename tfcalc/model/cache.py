@@ -23,6 +23,19 @@ kept beside next_pos and never read back from it): a short context reads 16, 32,
 cache, and the steps within one bucket have the same shapes, so one CUDA graph per bucket replays them
 (tfcalc.model.generate). Nothing in a step reads a value back to the host.
 
+The state protocol: each layer's state is whatever its torch mixer module's ``new_state`` allocates
+(tfcalc.model.mixers); the cache and the step ask it, never its class:
+
+- ``layout``: the key of the slot positions it reads (layers of one layout share them and their step's
+  mask), or None for a state without positions (a recurrent state: no slots, no mask);
+- ``prefill(slots)`` and ``step(slots, span)``: the ``store`` its module's forward calls in a prompt and in
+  a step, given the slots (B, T) of each layout and the step's span;
+- ``tensors`` and ``nbytes``: what it allocates (``rows(rows)``: a view of some sequences, buffers shared);
+- ``rewindable``: whether moving the positions back forgets the last positions (no ring, no recurrent
+  state);
+- ``carried``: the tensors a step rewrites whole (a recurrent state), saved and put back around a CUDA
+  graph's warm-up and capture as the positions are (tfcalc.model.generate); () for K and V.
+
 Use: ``Transformer.new_cache(batch, max_tokens)``, then ``prefill`` (the prompt, from position 0) and
 ``decode`` (one token per sequence per call), or ``extend`` (several, where no layer has a ring: a
 speculative verify step), and ``rewind`` to forget rejected positions.
@@ -65,11 +78,12 @@ class StaticCache:
     cross-attention K and V."""
 
     def __init__(self, states: list[AttentionState], batch: int, max_tokens: int, device):
-        """``states``: each decoder layer's self-attention state, first to last (Attention.new_state)."""
+        """``states``: each decoder layer's mixer state, first to last (its module's ``new_state``: the state
+        protocol in the module docstring)."""
         self.batch, self.max_tokens, self.states = batch, max_tokens, states
         self.layouts = [s.layout for s in states]
         self.slot_pos = {key: torch.full((batch, key[2]), -1, dtype=torch.long, device=device)  # (B, S)
-                         for key in dict.fromkeys(self.layouts)}
+                         for key in dict.fromkeys(self.layouts) if key is not None}
         self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
         self.length = 0  # positions written (host-known, never read back): the next token's position
@@ -137,18 +151,24 @@ class StaticCache:
         """Every layer keeps every position in its own slot (no window's or chunk's ring), so forgetting
         the last positions is only moving the positions back: what speculative decoding does with the
         draft tokens the target rejects (tfcalc.measure.speculative)."""
-        return not any(s.ring for s in self.states)
+        return all(s.rewindable for s in self.states)
 
     def rewind(self, length: int) -> None:
         """Forget every position from ``length`` on (their slots are hidden, then overwritten)."""
         if not self.rewindable:
-            raise InputError("a cache with sliding windows or chunks overwrites its slots: it cannot rewind")
+            raise InputError("a cache with sliding windows or chunks overwrites its slots (a recurrent state its "
+                             "values): it cannot rewind")
         if not 0 < length <= self.length:
             raise InputError(f"rewind to {length}: the cache holds {self.length} positions")
         self.length = length
         self.next_pos.fill_(length)
         for held in self.slot_pos.values():
             held.masked_fill_(held >= length, -1)
+
+    def volatile(self) -> tuple[torch.Tensor, ...]:
+        """What a step advances besides the slots it writes: the positions and each state's ``carried``
+        tensors. A graph's warm-up and capture run a step whose effect is put back from a copy of these."""
+        return (self.next_pos, *self.slot_pos.values(), *(t for s in self.states for t in s.carried))
 
     def slot_positions(self, layer: int) -> torch.Tensor:
         """(B, slots): the position each slot of ``layer`` holds, -1 where empty."""

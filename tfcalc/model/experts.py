@@ -67,6 +67,10 @@ class Experts(nn.Module):
         self.up = GroupedLinear(n_expert, spec.d_model, spec.d_ff * (2 if spec.gated else 1), spec.bias)
         self.down = GroupedLinear(n_expert, spec.d_ff, spec.d_model, spec.bias)
 
+    def fused_rows(self) -> dict[str, int]:
+        """Each expert's rows of the grouped up projection: [gate | up] when gated (tfcalc.measure.params)."""
+        return {"gate": self.width, "up": self.width} if self.gated else {"up": self.width}
+
     def forward(self, x: torch.Tensor, first: int = 0, ends: torch.Tensor | None = None,
                 experts: torch.Tensor | None = None) -> torch.Tensor:
         """(n', r, d) rows for the experts ``first`` .. ``first + n' - 1`` -> (n', r, d); or (P, d) rows sorted

@@ -14,7 +14,8 @@
 Every mode runs the same step on the same buffers: the positions advance on the device inside the step,
 the host keeps its own count (cache.length) to choose the bucket, and nothing is read back. A captured
 graph's warm-up writes its junk K and V into the slot the real step writes next, and the positions it
-advanced are put back, so capturing changes nothing a later step reads.
+advanced (and any recurrent state it rewrote: the state's ``carried``, tfcalc.model.cache) are put back, so
+capturing changes nothing a later step reads.
 
 Greedy (argmax) because tfcalc measures speed, not text: sampling would add a softmax and a draw per
 step and change nothing that the roofline counts. The chosen token stays on the device and feeds the
@@ -89,7 +90,7 @@ class Decoder:
             if self.mode == "graph" and span not in self.graphs and self._capture(span) is None:
                 self.mode = "eager"
             elif self.mode == "compile":
-                positions = (self.cache.next_pos, *self.cache.slot_pos.values())
+                positions = self.cache.volatile()
                 saved = [t.clone() for t in positions]
                 for _ in range(3):  # reduce-overhead records its CUDA graph on a later call than the first
                     self._compiled(self.token, self.cache, span)
@@ -114,7 +115,7 @@ class Decoder:
         when the step cannot be captured (a layer that reads a value back to the host, such as today's
         MoE routing in tfcalc.model.experts), the reason kept in ``capture_error``."""
         cache = self.cache
-        positions = (cache.next_pos, *cache.slot_pos.values())
+        positions = cache.volatile()
         saved = [t.clone() for t in positions]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

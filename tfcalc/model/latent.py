@@ -11,13 +11,13 @@ False`` on the module keeps the naive form there too. Shapes as (B, nh, T, hs)."
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from tfcalc.architecture import LatentAttention as LatentSpec
 from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.latent_absorbed import absorbed_attention
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
-from tfcalc.model.positions import apply_rope
+from tfcalc.model.mixers import MixerModule
+from tfcalc.model.positions import apply_rope, rope_key
 
 
 def deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -28,7 +28,7 @@ def deinterleave(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
 
 
-class LatentAttention(nn.Module):
+class LatentAttention(MixerModule):
     absorb = True  # a decode step in the absorbed form (module docstring); False: the naive form throughout
 
     def __init__(self, spec: LatentSpec):
@@ -37,6 +37,8 @@ class LatentAttention(nn.Module):
         self.n_head, self.nope, self.rope_dim = spec.n_head, spec.qk_nope_head_dim, spec.qk_rope_head_dim
         self.v_dim, self.rank = spec.v_head_dim, spec.kv_lora_rank
         self.causal, self.scale, self.interleave = spec.causal, spec.scale, spec.interleave
+        # the stack's rotary table it reads, YaRN's where the component has it
+        self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.yarn)
         d, c_q = spec.d_model, spec.q_lora_rank
         self.q = Linear(d, spec.q_width, bias=False) if c_q is None else None
         self.q_a = Linear(d, c_q, bias=spec.bias) if c_q is not None else None
@@ -46,6 +48,10 @@ class LatentAttention(nn.Module):
         self.kv_a_norm = make_norm(spec.latent_norm(self.rank))
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
         self.out = Linear(spec.out_width, d, bias=spec.bias)
+
+    @classmethod
+    def tp_refusal(cls, spec: LatentSpec) -> str | None:
+        return "latent attention under TP is planned, not run"
 
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
         """The latent and the rotary key of every position, allocated once (tfcalc.model.attention_state)."""

@@ -17,7 +17,8 @@ from torch import nn
 from tfcalc.architecture import FFN, Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
 from tfcalc.model.attention_state import AttentionState
-from tfcalc.model.positions import apply_rope
+from tfcalc.model.mixers import MixerModule, interleave
+from tfcalc.model.positions import apply_rope, rope_key
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -171,7 +172,7 @@ def _attend_plain(q, k, v, mask, causal: bool, scale, cap, sinks, gqa: bool) -> 
     return probs @ v
 
 
-class Attention(nn.Module):
+class Attention(MixerModule):
     """Self-attention as its ``Attention`` component describes it: causal in a decoder, bidirectional in
     an encoder; grouped K/V heads; RoPE (``rope_key``: its base and rotated channels, read from the
     stack's tables) or none (a NoPE layer); a sliding window (the stack's mask). Optional: a norm over
@@ -184,7 +185,7 @@ class Attention(nn.Module):
         self.n_head, self.n_kv_head, self.head_dim = spec.n_head, spec.n_kv_head, spec.head_dim
         self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
-        self.rope_key = None if spec.rope_theta is None else (spec.rope_theta, spec.rope_dim)
+        self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim)
         self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
         self.q_norm = self.k_norm = None
@@ -222,6 +223,28 @@ class Attention(nn.Module):
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
 
+    def fused_rows(self) -> dict[str, int]:
+        """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
+        return {"q": self.q_dim, "k": self.kv_dim, "v": self.v_dim}
+
+    @classmethod
+    def tp_refusal(cls, spec: AttentionSpec) -> str | None:
+        if spec.sinks:
+            return "attention sinks under TP are planned, not run"
+        if spec.qk_norm_heads:
+            return "Q/K norms with weights per head (Cohere) under TP are planned, not run"
+        return None
+
+    def tp_localize(self, tp: int) -> None:
+        """Megatron's split by heads: [Q | K | V] rows interleaved per rank, the head counts and widths local."""
+        interleave(self.qkv, [self.q_dim, self.kv_dim, self.v_dim], tp)
+        self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
+        self.q_dim, self.kv_dim, self.v_dim = self.q_dim // tp, self.kv_dim // tp, self.v_dim // tp
+
+    def tp_plan(self, seq) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {"qkv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
 
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
         """This layer's generation state, allocated once (tfcalc.model.attention_state)."""
@@ -239,7 +262,7 @@ class Attention(nn.Module):
                 self.k_norm(k.view(B, T, self.n_kv_head, self.head_dim)).flatten(2))
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(MixerModule):
     """Vaswani et al. 2017, sec. 3.2.3: queries from the decoder, keys and values from the encoder output
     (one fused Linear, rows [K | V]) or, in a decoder-only stack, from states given to forward. No mask
     (every target position sees the whole source), no positions."""
@@ -253,6 +276,24 @@ class CrossAttention(nn.Module):
         self.q = Linear(spec.d_model, spec.q_width, bias=spec.qkv_bias)
         self.kv = Linear(spec.d_model, self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
+
+    def fused_rows(self) -> dict[str, int]:
+        """The rows of the fused [K | V] projection."""
+        return {"k": self.kv_dim, "v": self.v_dim}
+
+    @classmethod
+    def tp_refusal(cls, spec: AttentionSpec) -> str | None:
+        return None
+
+    def tp_localize(self, tp: int) -> None:
+        interleave(self.kv, [self.kv_dim, self.v_dim], tp)
+        self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
+        self.kv_dim, self.v_dim = self.kv_dim // tp, self.v_dim // tp
+
+    def tp_plan(self, seq) -> dict:
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+        return {"q": ColwiseParallel(), "kv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
 
     def project(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S, d) encoder output -> K and V, (B, nkv, S, hs|hv) each: computed once per source when decoding."""
@@ -278,6 +319,10 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(ffn_hidden(self.spec, self.up(x)))
+
+    def fused_rows(self) -> dict[str, int]:
+        """The rows of the up projection: [gate | up] when gated."""
+        return {"gate": self.width, "up": self.width} if self.gated else {"up": self.width}
 
 
 def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:

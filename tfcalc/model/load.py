@@ -68,13 +68,13 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
     if transform == "mT":
         return tensor.mT
     if transform == "rope_pairs_heads":  # Cohere's per-head Q/K norm weights, (heads, h): names_dense_families
-        hd = block_of(cfg, piece.param).attention.head_dim
+        hd = block_of(cfg, piece.param).mixer.head_dim
         return tensor.reshape(-1, hd // 2, 2).transpose(1, 2).reshape(tensor.shape)
     if transform == "rope_pairs":  # GLM-4, Cohere
-        return _rope_pairs_to_halves(tensor, block_of(cfg, piece.param).attention)
+        return _rope_pairs_to_halves(tensor, block_of(cfg, piece.param).mixer)
     if transform not in ("neox_qkv", "falcon_qkv"):
         return tensor
-    attention = block_of(cfg, piece.param).attention
+    attention = block_of(cfg, piece.param).mixer
     heads, kv_heads, hd = attention.n_head, attention.n_kv_head, attention.head_dim
     if transform == "neox_qkv" or (transform == "falcon_qkv" and not raw.get("new_decoder_architecture")
                                     and not raw.get("multi_query", True)):

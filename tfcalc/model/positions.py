@@ -80,12 +80,10 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int
     return buckets + torch.where(is_small, relative, large)
 
 
-def rope_key(attention) -> tuple:
-    """What tells one rotary table from another: (base, rotated channels), and YaRN's scaling where a
-    (latent) attention has it."""
-    yarn = getattr(attention, "yarn", None)
-    return (attention.rope_theta, attention.rope_dim) if yarn is None else (attention.rope_theta,
-                                                                            attention.rope_dim, yarn)
+def rope_key(theta: float, rotated: int, yarn=None) -> tuple:
+    """What tells one rotary table from another: (base, rotated channels), and YaRN's scaling where the
+    mixer has it (a latent attention's; each mixer module gives its own, tfcalc.model.mixers)."""
+    return (theta, rotated) if yarn is None else (theta, rotated, yarn)
 
 
 def rope_buffer_names(j: int) -> tuple[str, str]:

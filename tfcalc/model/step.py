@@ -13,8 +13,6 @@ keeps of it.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 
@@ -50,9 +48,7 @@ def prefill(stack, idx: torch.Tensor, cache, token_type_ids=None, memory=None) -
     slots = cache.place(positions, keep=T)
     masks = stack.layer_masks(T, x.dtype)
     for i, (block, rope, mask) in enumerate(zip(stack.blocks, ropes, masks, strict=True)):
-        state = cache.states[i]
-        keep = slots[state.layout].shape[1]
-        store = functools.partial(state.prefill_store, slots[state.layout], keep)
+        store = cache.states[i].prefill(slots)  # the state's own store (tfcalc.model.cache, the state protocol)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
         x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv)
@@ -76,8 +72,9 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
              for key, held in cache.slot_pos.items()}
     for i, (block, rope) in enumerate(zip(stack.blocks, ropes, strict=True)):
         state = cache.states[i]
-        store = functools.partial(state.step_store, slots[state.layout], min(span, state.size))
+        store = state.step(slots, span)
         cross_kv = None if cache.cross is None else cache.cross[i]
-        x = block(x, rope, masks[state.layout], None, store=store, cross_kv=cross_kv)
+        # a state without positions (layout None: a recurrent state) reads no mask
+        x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv)
     cache.next_pos.add_(T)
     return x

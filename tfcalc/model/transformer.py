@@ -21,7 +21,7 @@ from tfcalc.model import step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
-from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names, rope_key
+from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
 # A cached step's attention backends: flash (no explicit mask: it falls through), memory-efficient (masks and
 # any key length), math. Not cuDNN attention: it plans a graph per new shape, 3.6-9 ms of host time a call
@@ -39,7 +39,7 @@ class Stack(nn.Module):
         super().__init__()
         self.cfg = cfg
         layers, emb = list(spec.layers()), spec.embeddings
-        self.causal = layers[0].attention.causal
+        self.causal = layers[0].mixer.causal
         self.positions, self.scale = emb.positions, emb.scale
         self.tok_emb = tok_emb if tok_emb is not None else _embedding(emb.vocab_size, emb.table_dim)
         self.multiplier = emb.multiplier  # Granite's embedding_multiplier
@@ -52,14 +52,14 @@ class Stack(nn.Module):
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
-        # per layer: its sliding window or chunk, and which of the stack's rotary tables it reads (None: no RoPE)
-        self.windows = [b.attention.window if self.causal else None for b in layers]
-        self.chunks = [b.attention.chunk if self.causal else None for b in layers]
-        keys = [None if b.attention.rope_theta is None else rope_key(b.attention) for b in layers]
+        # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
+        # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
+        self.mixers = [b.mixer for b in layers]
+        keys = [block.attn.rope_key for block in self.blocks]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
-        self.temperatures = [b.attention.temperature for b in layers]  # Llama 4's NoPE layers
+        self.temperatures = [block.attn.temperature for block in self.blocks]  # Llama 4's NoPE layers
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
-        self.alibi_heads = layers[0].attention.n_head
+        self.alibi_heads = self.blocks[0].attn.n_head if emb.positions == "alibi" else 0  # ALiBi: a slope a head
         self._register_position_buffers()
 
     def _register_position_buffers(self) -> None:
@@ -99,8 +99,7 @@ class Stack(nn.Module):
     def layer_masks(self, T: int, dtype: torch.dtype) -> list[torch.Tensor | None]:
         """Each block's mask: built once per distinct effective window or chunk (Gemma 2 alternates two; a
         window or chunk of T or more is none), as tfcalc.count.model.memory.forward_working_set counts them."""
-        spans = [(None if w is None or w >= T else w, None if c is None or c >= T else c)
-                 for w, c in zip(self.windows, self.chunks, strict=True)]
+        spans = [self._span(i, T) for i in range(len(self.mixers))]
         built = {span: self.attention_mask(T, dtype, *span) for span in dict.fromkeys(spans)}
         return [built[span] for span in spans]
 
@@ -152,7 +151,11 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, self.windows[0], self.chunks[0])
+        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, *self._span(0, T))
+
+    def _span(self, i: int, T: int) -> tuple[int | None, int | None]:
+        """The (window, chunk) that layer i's mask hides keys by at T tokens (each None where it hides none)."""
+        return self.mixers[i].mask_span(T) if self.causal else (None, None)
 
     def _ropes(self, start: int | torch.Tensor, T: int, dtype: torch.dtype) -> list:
         """Each layer's cos and sin of positions start .. start + T - 1 (sliced once per distinct table),
@@ -259,8 +262,8 @@ class Transformer(Stack):
 
     def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
         """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
-        on the model's device and in its dtype: each layer's attention allocates its own state. An encoder
-        generates nothing: InputError."""
+        on the model's device and in its dtype: each layer's mixer module allocates its own state (new_state).
+        An encoder generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
         states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype) for block in self.blocks]
@@ -307,7 +310,7 @@ class Transformer(Stack):
             raise InputError("extend() continues a prompt: call prefill() first")
         if not cache.rewindable:
             raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
-                             "windows or chunks")
+                             "windows or chunks (states that rewind)")
         T = tokens.shape[1]
         cache.check_room(T)
         logits = self.step(tokens, cache, cache.bucket(T))

@@ -83,6 +83,19 @@ def local_path(name: str) -> tuple[str, str]:
     return prefix, re.sub(r"^ffn\.experts\.(\d+\.)?", "expert_ffn.", path)
 
 
+def component(path: str) -> str:
+    """The breakdown component of an unfused parameter's local path (``local_path``): the table's, or for a
+    mixer's tensor the table does not name, ``attn.<name>.<kind>`` -> its component's Weight ``attn_<name>_<kind>``
+    (tfcalc.architecture.mixer: a new mixer's torch parameters are named as its weights(), so it needs no row
+    here). KeyError for any other path."""
+    if path in COMPONENTS:
+        return COMPONENTS[path]
+    head, _, rest = path.partition(".")
+    if head in ("attn", "cross_attn") and rest:
+        return f"{head}_{rest.replace('.', '_')}"
+    raise KeyError(path)
+
+
 def block_of(cfg: ModelConfig, param: str):
     """The block (tfcalc.architecture) of the layer a full parameter path (``[encoder.]blocks.<i>...``)
     sits in; None outside the blocks or past its stack's depth."""
@@ -127,4 +140,4 @@ def components(cfg: ModelConfig, param: str, part: str | None = None) -> dict[st
         rows = fused_rows(cfg, module, param)
         parts = rows if part is None else {part: rows[part]}
         return {f"{prefix}{FUSED[module]}_{p}_{kind}": stop - start for p, (start, stop) in parts.items()}
-    return {prefix + COMPONENTS[path]: -1}  # -1: every row
+    return {prefix + component(path): -1}  # -1: every row
