@@ -32,7 +32,7 @@ from tfcalc.count.serving import roofline
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
-from tfcalc.measure.fit import require_fits
+from tfcalc.measure.fit import require_fits, smaller_run
 from tfcalc.model import Decoder, Transformer, build_model, next_token
 from tfcalc.model.cache import bucket, check_decodable
 from tfcalc.workload import Workload
@@ -161,9 +161,14 @@ def check_plan(plan: DecodePlan) -> None:
                              f"{cfg.max_seq_len:,} {cfg.pos_encoding} positions; give a smaller {flag} or --seq")
         check_decodable(cfg, seq + longer)
     largest = max(plan.points)
+
+    def need(batch: int, seq: int) -> int:  # the same run at one other point
+        return estimate_bytes(replace(plan, points=((batch, seq),)))
+
     require_fits(estimate_bytes(plan), plan.device,
                  f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
-                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""))
+                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""),
+                 smaller_run(need, *largest))
 
 
 def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -> DecodeRun:

@@ -152,6 +152,8 @@ def refusal(needed: int, limit: Limit, what: str, hint: str,
     from tfcalc.units import nbytes
 
     fits = smaller(limit.bytes) if smaller is not None and ranks == 1 else None
+    if fits is not None and fits.startswith(WHOLE_MODEL):  # no batch or length helps: the model's own size
+        hint = "--dtype bf16" if "--dtype bf16" in hint and needed // 2 <= limit.bytes else ""
     if ranks > 1 and not limit.per_process:
         need = f"{nbytes(needed * ranks)} ({ranks} ranks × {nbytes(needed)})"
     elif ranks > 1:
@@ -159,16 +161,24 @@ def refusal(needed: int, limit: Limit, what: str, hint: str,
     else:
         need = nbytes(needed)
     return InputError(f"not running {what}: it needs an estimated {need} but the {limit.what} is "
-                      f"{nbytes(limit.bytes)}; try {fits + ', or ' if fits else ''}{hint}")
+                      f"{nbytes(limit.bytes)}; try {', or '.join(part for part in (fits, hint) if part)}")
+
+
+WHOLE_MODEL = "a smaller model"
 
 
 def smaller_run(need: Callable[[int, int], int], batch: int, seq: int) -> Callable[[int], Optional[str]]:
     """The `smaller` of require_fits for a run of (batch, seq) that needs need(batch, seq) bytes: the
-    largest batch at this length that fits, else the longest length at batch 1, with what it needs."""
+    largest batch at this length that fits, else the longest length at batch 1, with what it needs; when
+    not even one sequence of one token fits, the model itself is too large (its size fields, from the
+    preset or --set: a shared expert of 10¹² wide), and the refusal says so rather than blame --batch."""
     from tfcalc.count.model.budget import largest_fitting
     from tfcalc.units import nbytes
 
     def suggest(limit: int) -> Optional[str]:
+        floor = need(1, 1)
+        if floor > limit:
+            return f"{WHOLE_MODEL} (one token alone needs {nbytes(floor)}: its size fields, the preset's or --set's)"
         b = largest_fitting(lambda n: need(n, seq), limit, batch - 1) if batch > 1 else 0
         if b:
             return f"--batch {b} (an estimated {nbytes(need(b, seq))})"
