@@ -89,7 +89,8 @@ CASES = [
      "that is a file this command reads (as "),
     ("snapshot-over-its-config-json", ["snapshot", "{d}/ckpt_tiny", "-o", "{d}/ckpt_tiny/config.json"], 2,
      "that is a file this command reads"),
-    ("snapshot-over-a-preset", ["snapshot", "gpt2", "-o", "{presets}/gpt2.yaml"], 2, "that is a file this command reads"),
+    ("snapshot-over-a-preset", ["snapshot", "gpt2", "-o", "{presets}/gpt2.yaml"], 2,
+     "that is a file this command reads"),
     ("scan-plot-over-its-model", ["scan", "{d}/tiny.yaml", "--plot", "{d}/tiny-hard.png"], 2,
      "--plot {d}/tiny-hard.png: that is a file this command reads"),
 ]
