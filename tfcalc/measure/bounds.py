@@ -26,7 +26,7 @@ line naming the flag, before a model is built or a rank starts. Plain `bench` is
 
 from __future__ import annotations
 
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 
 DAY_S = 86_400
 GiB = 2**30
@@ -58,8 +58,7 @@ def check_seconds(flag: str, value) -> float:
     """A positive, finite number of seconds up to the flag's bound (--max-time), or InputError naming it."""
     most, why = BOUNDS[flag]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
-        shown = str(value)[:40]
-        raise InputError(f"{flag} must be a positive number of seconds, at most {most:,} ({why}); got {shown}")
+        raise InputError(f"{flag} must be a positive number of seconds, at most {most:,} ({why}); got {shown(value)}")
     return value
 
 
@@ -67,7 +66,7 @@ def check(flag: str, value, low: int = 1) -> int:
     """value, or InputError in one line naming flag when it is not a whole number from low to its bound."""
     most, why = BOUNDS[flag]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{flag} must be a whole number; got {type(value).__name__} {str(value)[:40]}")
+        raise InputError(f"{flag} must be a whole number; got {shown(value)}")
     if low <= value <= most:
         return value
     if flag == "--copy-size":
