@@ -25,8 +25,8 @@ LOW = {"--warmup": 0}
 texts = st.one_of(
     st.integers().map(str), st.integers(-10, 10**7).map(str), st.text(max_size=30),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.tuples(st.integers(0, 10**6), st.sampled_from(["", "k", "K", "M", "B", "G", "T", "e3", "e9", "e99", ".5", "x"]))
-    .map(lambda t: f"{t[0]}{t[1]}"),
+    st.tuples(st.integers(0, 10**6), st.sampled_from(["", "k", "K", "M", "B", "G", "T", "e3", "e9", "e99", ".5",
+                                                      "x"])).map(lambda t: f"{t[0]}{t[1]}"),
     st.sampled_from(["1e6", "1e9", "100000", "100001", "10000", "0", "-0", "+5", " 7 ", "1_000", "٣", "1k", "9" * 5000]),
 )
 
@@ -43,8 +43,8 @@ def test_a_count_flag_reads_a_bounded_count_or_names_itself(flag, text):
     assert isinstance(value, int) and LOW.get(flag, 1) <= value <= bounds.largest(flag)
 
 
-sizes = st.one_of(texts, st.tuples(st.integers(0, 10**6), st.sampled_from(["B", "KiB", "MiB", "GiB", "TiB", "GB", "TB",
-                                                                          "PB", "kb", ""])).map(lambda t: f"{t[0]}{t[1]}"))
+UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "GB", "TB", "PB", "kb", ""]
+sizes = st.one_of(texts, st.tuples(st.integers(0, 10**6), st.sampled_from(UNITS)).map(lambda t: f"{t[0]}{t[1]}"))
 
 
 @MANY

@@ -152,7 +152,8 @@ def refusal(needed: int, limit: Limit, what: str, hint: str,
     from tfcalc.units import nbytes
 
     fits = smaller(limit.bytes) if smaller is not None and ranks == 1 else None
-    if fits is not None and fits.startswith(WHOLE_MODEL):  # no batch or length helps: the model's own size
+    if fits is not None and fits.startswith(WHOLE_MODEL) and ("--batch" in hint or "--seq" in hint):
+        # no batch or length helps, the model's own size is the cause: only a half-size dtype may
         hint = "--dtype bf16" if "--dtype bf16" in hint and needed // 2 <= limit.bytes else ""
     if ranks > 1 and not limit.per_process:
         need = f"{nbytes(needed * ranks)} ({ranks} ranks × {nbytes(needed)})"
