@@ -27,7 +27,8 @@ texts = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.tuples(st.integers(0, 10**6), st.sampled_from(["", "k", "K", "M", "B", "G", "T", "e3", "e9", "e99", ".5",
                                                       "x"])).map(lambda t: f"{t[0]}{t[1]}"),
-    st.sampled_from(["1e6", "1e9", "100000", "100001", "10000", "0", "-0", "+5", " 7 ", "1_000", "٣", "1k", "9" * 5000]),
+    st.sampled_from(["1e6", "1e9", "100000", "100001", "10000", "0", "-0", "+5", " 7 ", "1_000", "٣", "1k",
+                     "9" * 5000]),
 )
 
 
