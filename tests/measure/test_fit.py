@@ -25,7 +25,18 @@ def test_smaller_run_names_the_largest_batch_then_the_longest_sequence():
     suggest = fit.smaller_run(need, batch=64, seq=100)
     assert suggest(1000 + 12 * 100 + 50).startswith("--batch 12 ")
     assert suggest(1000 + 99).startswith("--batch 1 --seq 99 ")
-    assert suggest(1000) is None  # not even one token fits: no smaller run to name
+    # not even one token fits: the model's own size is named (issue 33: not --batch, which cannot help)
+    assert suggest(1000) == ("a smaller model (one token alone needs 1001 bytes: its size fields, the preset's or "
+                             "--set's)")
+
+
+def test_a_model_too_large_at_one_token_is_refused_for_its_size_not_its_batch(monkeypatch):
+    monkeypatch.setattr(fit, "read_limits", lambda kind, free, name: [fit.Limit(4 * GiB, "free memory on cpu")])
+    with pytest.raises(InputError) as e:
+        fit.require_fits(100 * GiB, "cpu", "x", "a smaller --batch or --seq, or --dtype bf16",
+                         fit.smaller_run(lambda b, t: 100 * GiB + b * t, 8, 64))
+    assert str(e.value) == ("not running x: it needs an estimated 100 GiB but the free memory on cpu is 4 GiB; try a "
+                            "smaller model (one token alone needs 100 GiB: its size fields, the preset's or --set's)")
 
 
 def test_the_refusal_names_need_limit_and_a_run_that_fits(monkeypatch):
