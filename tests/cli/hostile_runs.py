@@ -53,6 +53,8 @@ CASES = [
                             "--requests", "1000000000"], 2, "--requests must be between 1 and 100,000"),
     ("infer-max-time-1e9", ["infer", "gpt2", "--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure",
                             "--max-time", "1e9"], 2, "--max-time must be a positive number of seconds, at most 86,400"),
+    ("infer-measure-gen-1e9", ["infer", "gpt2", "--measure", "--gen", "1000000000"], 2,
+     "--gen must be between 1 and 1,000,000 (a million tokens timed; at 86 ms a step, a day)"),
     ("infer-copy-size-1TB", ["infer", "gpt2", "--measure", "--copy-size", "1TB"], 2,
      "--copy-size must be between 1 byte and 64 GiB"),
     # ---- 9: the flag the user wrote, one line, before any work ----

@@ -170,7 +170,7 @@ Batches = Annotated[Optional[str], typer.Option(
     "--batch", "-b", help="Batch sizes: one (8), several (1,8,64) or a doubling range (1..256) [default: 1].",
     show_default=False, metavar="B[,B...]|A..B")]
 Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first); "
-                                  f"{LENGTHS_RULE}.", parser=length_value,
+                                  f"{LENGTHS_RULE}; with --measure {_bound_help('--gen')}.", parser=length_value,
                                   metavar="N")]
 KvDType = Annotated[Optional[DTypeName], typer.Option(
     "--kv-dtype", help="Dtype of the KV cache, apart from the weights' [default: the weights' dtype; bf16 for "

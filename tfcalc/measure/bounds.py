@@ -13,6 +13,9 @@ line naming the flag, before a model is built or a rank starts. Plain `bench` is
 - --warmup 10,000: untimed calls; a clock or a cache settles in tens.
 - --steps 1,000,000: decode steps after a prompt (one token each). A million tokens is past all but the
   longest contexts (Llama 4 Scout's 10M), and at 86 ms a step -- a 7B model on a server CPU -- a day.
+- --gen 1,000,000 with --measure (infer): the tokens generated, each a timed decode step after the first,
+  as --steps; a model whose state does not grow with the context (a state-space or linear-attention
+  model) has no position table or cache to stop it sooner. An estimate (no --measure) is arithmetic, unbounded.
 - --requests 100,000: requests a measured continuous-batching run serves (its --max-time stops it sooner).
 - --max-time 86,400: seconds of measured serving, a day.
 - --rounds 1,000: interleaved rounds of bench's timed calls; each holds at least one call.
@@ -35,6 +38,7 @@ BOUNDS: dict[str, tuple[int, str]] = {
     "--repeat": (100_000, "a 0.9 s call timed that often takes a day"),
     "--warmup": (10_000, "a device settles in tens of calls"),
     "--steps": (1_000_000, "a million tokens; at 86 ms a step, a day"),
+    "--gen": (1_000_000, "a million tokens timed; at 86 ms a step, a day"),
     "--requests": (100_000, "a day of serving at a request a second"),
     "--max-time": (DAY_S, "a day"),
     "--rounds": (1_000, "each round holds at least one timed call"),

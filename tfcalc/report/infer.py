@@ -92,6 +92,7 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         from tfcalc.measure import bounds
 
         bounds.check("--repeat", o.repeat)
+        bounds.check("--gen", o.gen)  # each generated token is a timed decode step
         bounds.check("--warmup", o.warmup, low=0)
     for name, value in (("--matmul-efficiency", o.matmul_efficiency), ("--bandwidth-efficiency",
                                                                       o.bandwidth_efficiency)):
