@@ -16,7 +16,8 @@ Pure Python. The rules, and why:
   would replace the model it counts by its counts. Files are compared as the file system sees them (device
   and inode of what the path resolves to), so a symlink or a hard link to an input is refused as the input
   itself is; an input folder (a Hugging Face model folder, the presets) stands for the files tfcalc reads
-  in it (``*.json``, ``*.yaml``, ``*.yml``, ``*.safetensors``). Checked before any work starts.
+  in it (``config.json``, ``*.safetensors``, ``*.safetensors.index.json``, ``*.yaml``, ``*.yml``), not for
+  the rest of it (a snapshot written there before may be written again). Checked before any work starts.
 - the temporary file is removed on any failure and on any exception, KeyboardInterrupt and the
   Terminated that tfcalc's SIGTERM handler raises included.
 """
@@ -63,7 +64,7 @@ def target_of(path: str | Path) -> Path:
     return target
 
 
-_READ_SUFFIXES = (".json", ".yaml", ".yml", ".safetensors")
+_READ_SUFFIXES = (".yaml", ".yml", ".safetensors", ".safetensors.index.json")
 
 
 def _identity(path: str | Path) -> tuple[int, int] | None:
@@ -80,7 +81,7 @@ def _read_files(given: str | Path) -> list[Path]:
     try:
         if not path.is_dir():
             return [path]
-        return [p for p in path.iterdir() if p.name.lower().endswith(_READ_SUFFIXES)]
+        return [p for p in path.iterdir() if p.name.lower().endswith(_READ_SUFFIXES) or p.name == "config.json"]
     except (OSError, ValueError):
         return []
 
