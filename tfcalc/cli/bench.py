@@ -134,6 +134,9 @@ def bench(
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)
+    from tfcalc.measure.bench_run import require_plan_fits
+
+    require_plan_fits(plan)  # a refusal of size is the one line: before the default model is named
     say()
     with busy_host(f"bench {ref.label}"), \
             render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
