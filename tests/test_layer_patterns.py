@@ -108,7 +108,10 @@ def test_flops_and_cache_of_patterns_equal_the_module(changes):
     (dict(layer_pattern=""), "layer_pattern is empty"),
     (dict(layer_pattern="full, ()"), "an empty group"),
     (dict(layer_pattern="full; full"), "cannot read"),
-    (dict(layer_pattern="full*" + "9" * 500), "cannot read"),
+    (dict(layer_pattern="full*" + "9" * 500), "a repeat '*n' must be at most 1,099,511,627,776 (the most layers a "
+     "model has); got a 500-digit number"),
+    (dict(layer_pattern="(full, local)*" + "9" * 16), "a repeat '*n' must be at most 1,099,511,627,776 (the most "
+     "layers a model has); got 9,999,999,999,999,999"),
     (dict(layer_pattern="full*" + "9" * 5000), "at most 1,000 characters"),
     (dict(layer_pattern="(" * 999), "nest more than 8 deep"),
     (dict(layer_pattern=f"(full, local)*{2**40}"), "longer than the model"),

@@ -84,3 +84,14 @@ def test_snapshot_json_summarises_the_file_written(cli, tmp_path):
     r = cli("snapshot", "gpt2", "-o", str(tmp_path / "s.json"), "--json")
     assert r.code == 0 and r.json() == {"path": str(tmp_path / "s.json"), "tfcalc_version": r.json()["tfcalc_version"],
                                         "format": 1, "models": ["gpt2"]}
+
+
+def test_an_input_folder_stands_for_the_files_tfcalc_reads_in_it(tmp_path):
+    """issue 33: a model folder's config.json and weights are inputs; a snapshot written there before is not."""
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "snap.json").write_text("old")
+    for name in ("config.json", "model.safetensors"):
+        with pytest.raises(InputError, match="that is a file this command reads"):
+            writing.refuse_inputs(tmp_path / name, [tmp_path], "-o")
+    writing.refuse_inputs(tmp_path / "snap.json", [tmp_path], "-o")

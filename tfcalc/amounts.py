@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 
 LENGTH = {"": 1, "k": 2**10, "m": 2**20}
 COUNT = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
@@ -34,13 +34,13 @@ def parse(text: str, scale: dict[str, int], what: str = "a length") -> int:
     m = _AMOUNT.fullmatch(str(text))
     suffix = m.group(2).lower() if m else ""
     if not m or suffix not in scale:
-        raise InputError(f"cannot read '{text}' as {what}: write e.g. {_EXAMPLES[id(scale)]}")
+        raise InputError(f"cannot read {shown(text)} as {what}: write e.g. {_EXAMPLES[id(scale)]}")
     try:
         value = Decimal(m.group(1)) * scale[suffix]
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
-        raise InputError(f"cannot read '{text}' as {what}") from None
+        raise InputError(f"cannot read {shown(text)} as {what}") from None
     if value != value.to_integral_value():
-        raise InputError(f"'{text}' is not a whole number ({value:f})")
+        raise InputError(f"{shown(text)} is not a whole number ({value:f})")
     return int(value)
 
 

@@ -12,6 +12,12 @@ Pure Python. The rules, and why:
   never half of one. The old file's permissions (and, as root, its owner) are kept.
 - anything else -- a character or block device, a FIFO, a socket, a directory -- is refused, never
   replaced: renaming over ``/dev/null`` would put a regular file in its place.
+- a file the same command reads is never written over (``refuse_inputs``): ``tfcalc snapshot m.yaml -o m.yaml``
+  would replace the model it counts by its counts. Files are compared as the file system sees them (device
+  and inode of what the path resolves to), so a symlink or a hard link to an input is refused as the input
+  itself is; an input folder (a Hugging Face model folder, the presets) stands for the files tfcalc reads
+  in it (``config.json``, ``*.safetensors``, ``*.safetensors.index.json``, ``*.yaml``, ``*.yml``), not for
+  the rest of it (a snapshot written there before may be written again). Checked before any work starts.
 - the temporary file is removed on any failure and on any exception, KeyboardInterrupt and the
   Terminated that tfcalc's SIGTERM handler raises included.
 """
@@ -56,6 +62,47 @@ def target_of(path: str | Path) -> Path:
         raise InputError(f"{shown_path(path)}{via}: cannot write there, it is {kind}: tfcalc writes regular files "
                          "(or stdout, with -o -) and never replaces anything else")
     return target
+
+
+_READ_SUFFIXES = (".yaml", ".yml", ".safetensors", ".safetensors.index.json")
+
+
+def _identity(path: str | Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _read_files(given: str | Path) -> list[Path]:
+    """The files tfcalc reads for an input path: the file, or a folder's files of the kinds it reads."""
+    path = Path(given)
+    try:
+        if not path.is_dir():
+            return [path]
+        return [p for p in path.iterdir() if p.name.lower().endswith(_READ_SUFFIXES) or p.name == "config.json"]
+    except (OSError, ValueError):
+        return []
+
+
+def refuse_inputs(path: str | Path, inputs, option: str) -> None:
+    """InputError, one line naming option, when writing path would write over one of the files that inputs
+    (paths given to the same command, files or folders; None and names that are not paths skipped) name:
+    the same file by any name, a symlink's target or a hard link (device and inode)."""
+    if is_stdout(path):
+        return
+    out = _identity(target_of(path))
+    if out is None:  # a new file: no input can be it
+        return
+    for given in inputs:
+        if given is None:
+            continue
+        for file in _read_files(given):
+            if _identity(file) == out:
+                same = "" if Path(file) == Path(path) else f" (as {shown_path(file)})"
+                raise InputError(f"{option} {shown_path(path)}: that is a file this command reads{same}; writing "
+                                 "there would replace it, so give another file")
 
 
 def _mode_and_owner(path: Path) -> tuple[int, tuple[int, int] | None]:

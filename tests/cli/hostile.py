@@ -10,6 +10,7 @@ import math
 import os
 from pathlib import Path
 
+import hostile_runs
 from deepseek_configs import HOSTILE_FILES as DEEPSEEK_FILES
 
 TINY = "n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n"
@@ -126,6 +127,7 @@ def write(folder: Path) -> Path:
     (folder / "null-link.json").symlink_to("/dev/null")
     (folder / "snap_bomb.json").write_text(snapshot([{"spec": str(folder / "bomb.yaml")}]), encoding="utf-8")
     _checkpoints(folder)
+    hostile_runs.write(folder)
     return folder
 
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import hostile
+import hostile_runs
 import pytest
 from deepseek_configs import HOSTILE as DEEPSEEK_HOSTILE
 
@@ -247,6 +248,7 @@ CASES = [
      "--mfu must be a number in [0.0001, 1]; got 1e-300"),
     # ---- DeepSeek's latent attention, routing, YaRN (tests/deepseek_configs.py) ----
     *DEEPSEEK_HOSTILE,
+    *hostile_runs.CASES,  # round 4 (issue 33): measured runs' fit, bounds, messages and outputs
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,
@@ -317,7 +319,7 @@ def _no_reading(monkeypatch, tmp_path) -> None:
 
 # cases whose condition is set up in-process: (case -> setup(monkeypatch, tmp_path))
 PATCHED = {"scan-plot-disk-full": _disk_full, "hf-home-nouser": _hf_home_nouser, "hf-ref-12GiB": _huge_ref,
-           "ckpt-unreadable": _unreadable_weights, "ckpt-load-wrong-shape": _no_reading}
+           "ckpt-unreadable": _unreadable_weights, "ckpt-load-wrong-shape": _no_reading, **hostile_runs.PATCHED}
 
 
 @pytest.fixture(scope="module")
@@ -349,16 +351,20 @@ def test_hostile_input_is_one_line(cli, folder, monkeypatch, tmp_path, case, arg
         PATCHED[case](monkeypatch, tmp_path)
     before = _state(folder)
     start = time.monotonic()
-    r = cli(*[a.replace("{d}", str(folder)) for a in argv])
+    from tfcalc.presets import preset_dir
+
+    before_presets = _state(preset_dir())
+    r = cli(*[a.replace("{d}", str(folder)).replace("{presets}", str(preset_dir())) for a in argv])
     elapsed = time.monotonic() - start
     assert r.code == code, (r.code, r.err)
     assert r.out == ""
     assert r.err.count("\n") == 1 and r.err.startswith("tfcalc: error: "), r.err
     assert len(r.err) < 300, len(r.err)
     assert "Traceback" not in r.err and "internal error" not in r.err
-    assert message in r.err, r.err
+    assert message.replace("{d}", str(folder)) in r.err, r.err
     assert elapsed < 20, f"{case} took {elapsed:.1f} s"
     assert _state(folder) == before, "a file was changed"
+    assert _state(preset_dir()) == before_presets, "a preset was changed"
 
 
 def test_the_table_covers_every_command():

@@ -225,34 +225,35 @@ def test_closed_and_full_streams_and_a_bad_environment_are_one_line(case, comman
     assert status in ([], ["status 2"]), status
 
 
-def _ranks(parent: int | None = None) -> set[tuple[int, int]]:
-    """tfcalc's distributed ranks, as _processes."""
-    return _processes(b"tfcalc.measure.distributed", parent)
+def _ranks(parent: int | None = None, program: bytes = b"tfcalc.measure.distributed") -> set[tuple[int, int]]:
+    """tfcalc's distributed ranks (those running program), as _processes."""
+    return _processes(program, parent)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_real_ranks_die_with_their_parent_and_leave_no_folder(tmp_path, sig):
+RUNS = {"plan": (["plan", "gpt2", "--dp", "2", "--measure"], b"tfcalc.measure.distributed"),
+        "infer-tp": (["infer", "gpt2", "--set", "n_layer=2", "--tp", "2", "--measure", "--seq", "8", "--gen", "2"],
+                     b"tfcalc.measure.serving_tp")}
+
+
+@pytest.mark.parametrize("run, sig", [("plan", signal.SIGTERM), ("plan", signal.SIGKILL), ("infer-tp", signal.SIGKILL)],
+                         ids=["plan-SIGTERM", "plan-SIGKILL", "infer-tp-SIGKILL"])
+def test_real_ranks_die_with_their_parent_and_leave_no_folder(tmp_path, run, sig):
     """`kill PID` (SIGTERM) runs tfcalc's way out; SIGKILL runs nothing: the kernel kills the ranks
-    (PR_SET_PDEATHSIG) and the next launch sweeps the folder left in TMPDIR."""
+    (PR_SET_PDEATHSIG) and the folder's lifeline removes the folder left in TMPDIR (issue 33, cause 8)."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG and /proc are Linux's")
+    argv, program = RUNS[run]
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "tfcalc", "plan", "gpt2", "--dp", "2", "--measure"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "tfcalc", *argv], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
-        assert _wait_for(lambda: len(_ranks(proc.pid)) == 2, 120), "the ranks never started"
-        ranks = _ranks(proc.pid)
+        assert _wait_for(lambda: len(_ranks(proc.pid, program)) == 2, 120), "the ranks never started"
+        ranks = _ranks(proc.pid, program)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert _wait_for(lambda: not (ranks & _ranks()), 15), "a rank outlived its parent"
-    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("tfcalc-dist-")]
+    assert _wait_for(lambda: not (ranks & _ranks(program=program)), 15), "a rank outlived its parent"
+    assert _wait_for(lambda: not list(tmp_path.glob("tfcalc-dist-*")), 15), "the run folder outlived its parent"
     if sig == signal.SIGTERM:
-        assert proc.returncode == 143 and err.decode() == "tfcalc: terminated\n" and left == []
-    else:
-        from tfcalc.measure.launch import TEMP_PREFIX
-        from tfcalc.measure.lifeline import sweep_stale
-
-        assert len(left) == 1  # SIGKILL ran no cleanup; the next launch's sweep removes it
-        assert sweep_stale(TEMP_PREFIX, str(tmp_path)) == left and not list(tmp_path.glob("tfcalc-dist-*"))
+        assert proc.returncode == 143 and err.decode() == "tfcalc: terminated\n"

@@ -120,7 +120,7 @@ def test_measured_table_on_screen(cli, rate):
     (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--max-time", "3"),
      "--max-time belongs to a measured continuous-batching run"),
     (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--requests", "0"),
-     "--requests must be a whole number"),
+     "--requests must be between 1 and 100,000"),
     (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--max-time", "0"),
      "--max-time must be a positive number"),
     (("--rate", "5", "--mean-input", "4", "--mean-output", "4", "--measure", "--max-time", "nan"),

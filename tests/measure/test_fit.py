@@ -25,7 +25,18 @@ def test_smaller_run_names_the_largest_batch_then_the_longest_sequence():
     suggest = fit.smaller_run(need, batch=64, seq=100)
     assert suggest(1000 + 12 * 100 + 50).startswith("--batch 12 ")
     assert suggest(1000 + 99).startswith("--batch 1 --seq 99 ")
-    assert suggest(1000) is None  # not even one token fits: no smaller run to name
+    # not even one token fits: the model's own size is named (issue 33: not --batch, which cannot help)
+    assert suggest(1000) == ("a smaller model (one token alone needs 1001 bytes: its size fields, the preset's or "
+                             "--set's)")
+
+
+def test_a_model_too_large_at_one_token_is_refused_for_its_size_not_its_batch(monkeypatch):
+    monkeypatch.setattr(fit, "read_limits", lambda kind, free, name: [fit.Limit(4 * GiB, "free memory on cpu")])
+    with pytest.raises(InputError) as e:
+        fit.require_fits(100 * GiB, "cpu", "x", "a smaller --batch or --seq, or --dtype bf16",
+                         fit.smaller_run(lambda b, t: 100 * GiB + b * t, 8, 64))
+    assert str(e.value) == ("not running x: it needs an estimated 100 GiB but the free memory on cpu is 4 GiB; try a "
+                            "smaller model (one token alone needs 100 GiB: its size fields, the preset's or --set's)")
 
 
 def test_the_refusal_names_need_limit_and_a_run_that_fits(monkeypatch):
@@ -37,7 +48,8 @@ def test_the_refusal_names_need_limit_and_a_run_that_fits(monkeypatch):
 
 
 def test_the_tightest_limit_wins(monkeypatch):
-    monkeypatch.setattr(fit, "rlimit_room", lambda: 3 * GiB)
+    monkeypatch.setattr(fit, "rlimit_limits", lambda: [
+        fit.Limit(3 * GiB, "room under the address-space limit (ulimit -v)", per_process=True)])
     monkeypatch.setattr(fit, "cgroup_room", lambda: 5 * GiB)
     assert fit.tightest_limit("cpu", 8 * GiB, "cpu").what.startswith("room under the address-space limit")
     monkeypatch.setattr(fit, "cgroup_room", lambda: GiB)
@@ -98,3 +110,54 @@ def test_params_says_how_it_counted(cli):
     assert cli("params", "gpt2", "--json").json()["empirical_method"] == "full"
     table = cli("params", "gpt2", "--set", "n_layer=200", "-f", "markdown").out
     assert "empirical (one meta block per kind × its layers)" in table
+
+
+# ---- issue 33, cause 1: ranks on one host share its memory; an rlimit binds each rank alone ----
+
+def _limits(*limits):
+    return lambda kind, free, name: list(limits)
+
+
+def test_ranks_on_this_host_share_its_free_memory(monkeypatch):
+    """Two ranks of 3 GiB each need 6 GiB of the host's 5 GiB free: refused, naming both figures."""
+    monkeypatch.setattr(fit, "read_limits", _limits(fit.Limit(5 * GiB, "free memory on cpu")))
+    fit.require_fits(2 * GiB, "cpu", "x", "fewer ranks", ranks=2)  # 4 GiB of 5: runs
+    with pytest.raises(InputError) as e:
+        fit.require_fits(3 * GiB, "cpu", "x", "fewer ranks", ranks=2)
+    assert str(e.value) == ("not running x: it needs an estimated 6 GiB (2 ranks × 3 GiB) but the free memory on cpu "
+                            "is 5 GiB; try fewer ranks")
+
+
+def test_an_rlimit_binds_each_rank_alone(monkeypatch):
+    """ulimit -v is inherited by every rank, each its own address space: 3 GiB a rank under a 4 GiB limit
+    runs on any number of ranks, 5 GiB does not on one."""
+    rlimit = fit.Limit(4 * GiB, "room under the address-space limit (ulimit -v)", per_process=True)
+    monkeypatch.setattr(fit, "read_limits", _limits(rlimit, fit.Limit(100 * GiB, "free memory on cpu")))
+    fit.require_fits(3 * GiB, "cpu", "x", "less", ranks=8)
+    with pytest.raises(InputError, match=r"needs an estimated 5 GiB per rank but the room under the address-space "
+                                         r"limit \(ulimit -v\) is 4 GiB"):
+        fit.require_fits(5 * GiB, "cpu", "x", "less", ranks=2)
+
+
+def test_rlimit_data_is_read_beside_rlimit_as(monkeypatch):
+    import resource
+
+    limits = {resource.RLIMIT_AS: (resource.RLIM_INFINITY,) * 2, resource.RLIMIT_DATA: (6 * GiB, 6 * GiB)}
+    monkeypatch.setattr(fit.resource, "getrlimit", lambda which: limits[which])
+    monkeypatch.setattr(fit, "_status_bytes", lambda field: GiB if field == "VmData" else 0)
+    (only,) = fit.rlimit_limits()
+    assert only == fit.Limit(5 * GiB, "room under the data-segment limit (ulimit -d)", per_process=True)
+
+
+def test_serving_ranks_are_refused_before_any_starts(monkeypatch):
+    """infer --tp 2 --measure: each rank builds the whole model in fp32 (the shard comes after), so two
+    ranks of llama2-7b need twice its 6.74e9 parameters × 4 bytes (25.1 GiB) and more."""
+    from tfcalc.measure import launch
+
+    monkeypatch.setattr(fit, "read_limits", _limits(fit.Limit(40 * GiB, "free memory on cpu")))
+    monkeypatch.setattr(launch, "run_ranks", lambda *a, **k: pytest.fail("a rank started"))
+    from tfcalc.measure.serving_tp import measure
+
+    with pytest.raises(InputError, match=r"not running llama2-7b serving \(fp32\) on 2 rank\(s\): it needs an "
+                                         r"estimated 5\d\.\d+ GiB \(2 ranks × 2\d\.\d+ GiB\)"):
+        measure(__import__("dataclasses").asdict(load("llama2-7b")), 2, 1, 8, device="cpu")

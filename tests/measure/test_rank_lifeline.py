@@ -139,3 +139,40 @@ def test_torch_distributed_debug_detail_is_not_passed_to_the_ranks(monkeypatch):
 def test_signal_names():
     assert lifeline.signal_name(11) == "SIGSEGV (a segmentation fault)"
     assert lifeline.signal_name(999) == "signal 999"
+
+
+# a parent that takes a run folder, says its name, then waits to be killed (issue 33, cause 8)
+HOLDS_FOLDER = ("import sys, time\n"
+                "from tfcalc.measure.lifeline import run_folder\n"
+                "with run_folder('tfcalc-dist-') as folder:\n"
+                "    print(folder, flush=True)\n"
+                "    time.sleep(60)\n")
+
+
+@linux
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: signal.Signals(s).name)
+def test_a_run_folder_goes_with_its_parent_whatever_the_signal(tmp_path, sig):
+    """SIGKILL runs no finally: the lifeline removes the folder; SIGTERM's default runs none either."""
+    parent = subprocess.Popen([sys.executable, "-c", HOLDS_FOLDER], cwd=ROOT, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+    try:
+        folder = Path(parent.stdout.readline().decode().strip())
+        assert folder.parent == tmp_path and folder.is_dir()
+        (folder / "rank-0.err").write_text("a rank's log\n")
+        parent.send_signal(sig)
+        parent.wait(timeout=30)
+    finally:
+        parent.kill()
+    assert _wait_for(lambda: not folder.exists(), 10), "the run folder outlived its parent"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_folder_ending_normally_leaves_no_folder_and_no_lifeline(tmp_path, monkeypatch):
+    started = []
+    real = lifeline.lifeline
+    monkeypatch.setattr(lifeline, "lifeline", lambda folder: started.append(real(folder)) or started[-1])
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(KeyError), lifeline.run_folder("tfcalc-dist-") as folder:
+        assert Path(folder).is_dir()
+        raise KeyError("any exception")
+    assert not Path(folder).exists() and started[0].poll() is not None

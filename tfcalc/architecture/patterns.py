@@ -29,7 +29,7 @@ from tfcalc.errors import InputError
 
 KINDS = ("full", "local", "nope", "local_nope")
 MAX_PERIOD = 4096  # kinds in one group of a pattern (expanded): far past any model's (Gemma 3: 6)
-_TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d{1,15})|(,)|([A-Za-z_]+))")
+_TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d+)|(,)|([A-Za-z_]+))")
 
 
 class LayerKind(NamedTuple):
@@ -65,6 +65,11 @@ def parse(text: str) -> tuple[PatternRun, ...]:
 
 
 MAX_DEPTH = 8  # groups within groups: one level says every model's pattern
+MAX_REPEAT = 2**40  # a size field's limit (tfcalc.workload.MAX_SIZE): no repeat makes more layers than a model has
+
+
+def _shown_count(digits: str) -> str:
+    return f"{int(digits):,}" if len(digits) <= 20 else f"a {len(digits):,}-digit number"
 
 
 def _items(tokens: list, i: int, depth: int) -> tuple[list[PatternRun], int]:
@@ -99,7 +104,11 @@ def _items(tokens: list, i: int, depth: int) -> tuple[list[PatternRun], int]:
             raise InputError("layer_pattern: '*n' repeats a kind or a group; it follows one")
         repeat = 1
         if i < len(tokens) and tokens[i][2]:
-            repeat, i = int(tokens[i][3]), i + 1
+            digits = tokens[i][3]  # read whole, so a long repeat is named as one, not as its last digits
+            if len(digits) > 13 or int(digits) > MAX_REPEAT:
+                raise InputError(f"layer_pattern: a repeat '*n' must be at most {MAX_REPEAT:,} (the most layers a "
+                                 f"model has); got {_shown_count(digits)}")
+            repeat, i = int(digits), i + 1
             if repeat < 1:
                 raise InputError("layer_pattern: a repeat '*n' must be at least 1")
         runs += _repeat(group, repeat)

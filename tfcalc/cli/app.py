@@ -143,7 +143,11 @@ def run(argv: list[str] | None = None) -> int:
                 print(text)
             return 0
         command = f"{ctx.command_path}: " if ctx is not None and ctx.command_path != "tfcalc" else ""
-        return _fail(command + " ".join(e.format_message().split()), getattr(e, "exit_code", 2) or 2)
+        text = e.format_message()
+        own = getattr(e, "message", "")
+        if type(e).__name__ == "BadParameter" and isinstance(own, str) and own.startswith("--"):
+            text = own  # a parser's message that names its flag itself (tfcalc.cli.options.bounded_count)
+        return _fail(command + " ".join(text.split()), getattr(e, "exit_code", 2) or 2)
     except InputError as e:
         return _fail(str(e), 2)
     except (typer.Abort, KeyboardInterrupt):

@@ -18,11 +18,15 @@ from tfcalc.cli.options import (
     Format,
     FormatOption,
     Json,
+    MatmulSize,
     Overrides,
     Seqs,
     Verbose,
+    _bound_help,
     _flag,
     bench_model,
+    bounded_count,
+    bounded_size,
     output,
     parse_lengths,
     table_option,
@@ -49,29 +53,29 @@ def bench(
         "get a sixteenth of it.", metavar="S")] = 3.0,
     repeat: Annotated[int, typer.Option(
         "--repeat", help="At least this many timed forward calls per length (sub-layers and ceiling: at least "
-        "min(N, 3)); median, p10 and p90 over them all. 3 by default: one a round, so that a forward pass of "
-        "seconds is not timed longer than the answer needs.", metavar="N")] = 3,
+        "min(N, 3)); median, p10 and p90 over them all; " + _bound_help("--repeat") + ". 3 by default: one a "
+        "round, so that a forward pass of seconds is not timed longer than the answer needs.", metavar="N",
+        parser=bounded_count("--repeat"))] = 3,
     rounds: Annotated[int, typer.Option(
         "--rounds", help="Interleaved rounds the timed calls are split into; the spread between the rounds' "
-        "medians is reported.", metavar="R")] = 3,
+        f"medians is reported; {_bound_help('--rounds')}.", metavar="R", parser=bounded_count("--rounds"))] = 3,
     warmup: Annotated[Optional[int], typer.Option(
-        "--warmup", help="Exactly N untimed calls before timing each item [default: until a call is no more "
-        "than 10% faster than the one before, or a quarter of the budget is spent].", show_default=False,
-        metavar="N")] = None,
+        "--warmup", help="Exactly N untimed calls before timing each item, " + _bound_help("--warmup") + " "
+        "[default: until a call is no more than 10% faster than the one before, or a quarter of the budget is "
+        "spent].", show_default=False, metavar="N", parser=bounded_count("--warmup", 0))] = None,
     compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
         "--n-layer", help="Build only K blocks and extrapolate to full depth. The K blocks keep the model's depth "
         "pattern with fewer repeats (Llama 4's NoPE every fourth layer, DeepSeek-V3's dense layers before its MoE "
         "ones); under one period of each, the first block of each kind.", show_default=False,
         metavar="K")] = None,
-    matmul_size: Annotated[Optional[int], typer.Option(
-        "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",
-        show_default=False, metavar="N")] = None,
+    matmul_size: MatmulSize = None,
     weights: Annotated[Optional[str], typer.Option(
         "--weights", help="Time the model holding this checkpoint's weights (a model folder, a .safetensors file "
         "or a Hugging Face id in the local cache) instead of random ones.", show_default=False, metavar="PATH")] = None,
     decode: Annotated[Optional[int], typer.Option("--decode", hidden=True)] = None,  # old: `bench decode --steps`
-    copy_size: Annotated[Optional[str], typer.Option("--copy-size", hidden=True)] = None,
+    copy_size: Annotated[Optional[str], typer.Option("--copy-size", hidden=True,
+                                                     parser=bounded_size("--copy-size"))] = None,
     nproc: Annotated[Optional[int], typer.Option("--nproc", hidden=True)] = None,  # old: `bench ranks --nproc`
     tp: Annotated[Optional[int], typer.Option("--tp", hidden=True)] = None,
     zero: Annotated[Optional[int], typer.Option("--zero", hidden=True)] = None,
@@ -105,7 +109,7 @@ def bench(
     Generation: `tfcalc bench decode`. A training step on local ranks: `tfcalc bench ranks`.
     """
     out = output(format, json_out, exact, verbose, table)
-    model = bench_model(model, "bench decode" if decode is not None else "bench", device)
+    model, say = bench_model(model, "bench decode" if decode is not None else "bench", device)
     run_on = device or "cpu"
     if decode is not None and nproc is not None:
         raise InputError("--decode times one device and --nproc a training step on ranks: one of them")
@@ -113,12 +117,13 @@ def bench(
     if decode is not None:  # the old spelling, kept a while; the note after the answer (an error stays one line)
         _refuse(single, "--decode times the whole model, eagerly, with random weights, its steps --repeat times")
         run_decode(model, overrides, batch, seq, decode, dtype, device, 3 if warmup is None else warmup, repeat,
-                   matmul_size, copy_size, out)
+                   matmul_size, copy_size, out, say=say)
         return render.note(f"`bench --decode {decode}` is now `tfcalc bench decode --steps {decode}`")
     if copy_size is not None:
         raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; without --decode no copy is timed")
     if nproc is not None:  # the old spelling, kept a while
         _refuse({**single, "matmul_size": matmul_size}, "--nproc times a training step on every rank the same way")
+        say()
         run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
                   3 if warmup is None else warmup, repeat, out)
         return render.note(f"`bench --nproc {nproc}` is now `tfcalc bench ranks --nproc {nproc}`")
@@ -129,6 +134,10 @@ def bench(
     plan = plan_bench(ref, batch, parse_lengths(seq) if seq is not None else None, run_on,
                       dtype.value if dtype else default_dtype(run_on), warmup, repeat, compile_, n_layer, matmul_size,
                       min_time, rounds, weights)
+    from tfcalc.measure.bench_run import require_plan_fits
+
+    require_plan_fits(plan)  # a refusal of size is the one line: before the default model is named
+    say()
     with busy_host(f"bench {ref.label}"), \
             render.progress(f"bench {ref.label}", plan.expected_seconds, enabled=not out.quiet, unit="s") as progress:
         report = build_bench(ref, plan, progress, render.note)

@@ -4,7 +4,7 @@ spellings, `bench --decode N` and `bench --nproc N`, run these with a one-line n
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,13 +22,16 @@ from tfcalc.cli.options import (
     Format,
     FormatOption,
     Json,
+    MatmulSize,
     Model,
     Overrides,
     Seqs,
     SequenceParallel,
     Verbose,
     Zero,
+    _bound_help,
     bench_model,
+    bounded_count,
     output,
     parse_lengths,
     table_option,
@@ -40,18 +43,21 @@ from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.workload import default_dtype
 
-Warmup = Annotated[int, typer.Option("--warmup", help="Untimed calls before timing.", metavar="N")]
+Warmup = Annotated[int, typer.Option("--warmup", help=f"Untimed calls before timing; {_bound_help('--warmup')}.",
+                                     metavar="N", parser=bounded_count("--warmup", 0))]
 Repeat = Annotated[int, typer.Option("--repeat", help="Timed calls: median, p10 and p90 over them (decode: every "
-                                     "step is one).", metavar="N")]
+                                     f"step is one); {_bound_help('--repeat')}.", metavar="N",
+                                     parser=bounded_count("--repeat"))]
+Steps = Annotated[int, typer.Option("--steps", help=f"Decode steps after the prefill; {_bound_help('--steps')} "
+                                    "(and the prompt and the steps within the model's context).", metavar="N",
+                                    parser=bounded_count("--steps"))]
 DecodeTable = table_option("decode", "predicted")
 RanksTable = table_option("step", "ranks")
-MatmulSize = Annotated[Optional[int], typer.Option(
-    "--matmul-size", help="n of the n×n matmul that measures the ceiling [default: 2048 on CPU, 8192 on GPUs].",
-    show_default=False, metavar="N")]
 
 
 def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size,
-               out: render.Output, eager: bool = False, compile: bool = False) -> None:
+               out: render.Output, eager: bool = False, compile: bool = False, say=lambda: None) -> None:
+    """say(): the line naming the default model, once every option is checked."""
     from tfcalc.cli.render import decode as view
     from tfcalc.report.decode import build_decode_bench, plan_decode_bench
 
@@ -60,6 +66,7 @@ def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repea
     plan = plan_decode_bench(ref, batch, parse_lengths(seq) if seq is not None else None, steps, run_on,
                              dtype.value if dtype else default_dtype(run_on), warmup, repeat, matmul_size,
                              parse_bytes(copy_size, "--copy-size") if copy_size else None, eager, compile)
+    say()
     # the table says it itself (render.infer.busy_note); the other formats hear it on stderr
     with busy_host(f"bench decode {ref.label}", out.format in ("json", "csv")), \
             render.progress(f"bench decode {ref.label}", plan.calls, enabled=not out.quiet) as advance:
@@ -89,7 +96,7 @@ def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp
 def bench_decode(
     model: BenchModel = None,
     overrides: Overrides = None,
-    steps: Annotated[int, typer.Option("--steps", help="Decode steps after the prefill.", metavar="N")] = 32,
+    steps: Steps = 32,
     batch: Batch = 1,
     seq: Seqs = None,
     dtype: DType = None,
@@ -117,8 +124,10 @@ def bench_decode(
     measured ceilings beside each figure. Without a model: gpt2 (said in one line), on the --device given. Was
     `tfcalc bench --decode N`.
     """
-    run_decode(bench_model(model, "bench decode", device), overrides, batch, seq, steps, dtype, device, warmup,
-               repeat, matmul_size, copy_size, output(format, json_out, exact, verbose, table), eager, compile)
+    out = output(format, json_out, exact, verbose, table)
+    model, say = bench_model(model, "bench decode", device)
+    run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repeat, matmul_size, copy_size, out, eager,
+               compile, say)
 
 
 def bench_ranks(

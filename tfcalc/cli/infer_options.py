@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from tfcalc.cli.options import _bound_help, bounded_count
+
 ServeTP = Annotated[int, typer.Option(
     "--tp", help="Tensor-parallel serving over T GPUs of one node: heads, FFN and vocabulary split T ways (KV heads "
     "replicated when T exceeds them), two all-reduces per layer on the node's link; figures per GPU.",
@@ -29,8 +31,10 @@ MeanInput = Annotated[Optional[int], typer.Option(
 MeanOutput = Annotated[Optional[int], typer.Option(
     "--mean-output", help="Continuous batching: mean generated tokens per request.", metavar="O", show_default=False)]
 Requests = Annotated[Optional[int], typer.Option(
-    "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded) "
-    "[default: 64].", metavar="N", show_default=False)]
+    "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
+    f"{_bound_help('--requests')} [default: 64].", metavar="N", show_default=False,
+    parser=bounded_count("--requests"))]
 MaxTime = Annotated[Optional[float], typer.Option(
     "--max-time", help="Continuous batching with --measure: seconds of serving at most; the run stops there and "
-    "says how many requests it served [default: 60].", metavar="S", show_default=False)]
+    f"says how many requests it served; {_bound_help('--max-time')} [default: 60].", metavar="S",
+    show_default=False)]

@@ -36,17 +36,21 @@ BenchModel = Annotated[Optional[str], typer.Argument(
 DEFAULT_BENCH_MODEL = "gpt2"  # 124M parameters: seconds on a laptop CPU, fits any GPU
 
 
-def bench_model(model: Optional[str], command: str, device: Optional[str]) -> str:
-    """The model a timed command runs: the one named, else DEFAULT_BENCH_MODEL, said in one line with how
-    to choose (the user asked to time a device, not a model)."""
+def bench_model(model: Optional[str], command: str, device: Optional[str]):
+    """(the model a timed command runs, say()): the one named, else DEFAULT_BENCH_MODEL; say() writes, for
+    the default, one line with how to choose (the user asked to time a device, not a model). The caller
+    says it once every option is checked, just before the run, so that a refusal stays the one line."""
     if model is not None:
-        return model
+        return model, lambda: None
+    return DEFAULT_BENCH_MODEL, lambda: _say_default(command, device)
+
+
+def _say_default(command: str, device: Optional[str]) -> None:
     from tfcalc.cli import render
 
     where = device or "cpu"
     render.note(f"no model named: timing {DEFAULT_BENCH_MODEL} (124M parameters) on {where}; name one to choose, "
                 f"e.g. `tfcalc {command} llama2-7b --device {where}` (`tfcalc presets` lists them)")
-    return DEFAULT_BENCH_MODEL
 
 
 Overrides = Annotated[Optional[list[str]], typer.Option(
@@ -106,6 +110,45 @@ def count_value(text: str) -> int:
         raise typer.BadParameter(str(e)) from None
 
 
+def bounded_count(flag: str, low: int = 1):
+    """The parser of a count option with a bound (tfcalc.measure.bounds): a count as people type it (1k =
+    1,000, 1e6), from low to the flag's largest, else typer.BadParameter naming the flag in one line."""
+    from tfcalc.measure import bounds
+
+    def parse(text) -> int:
+        try:
+            return bounds.check(flag, amounts.count(text), low)
+        except InputError as e:
+            message = str(e)
+            raise typer.BadParameter(message if flag in message else f"{flag}: {message}") from None
+
+    parse.__name__ = f"parse_{flag.strip('-').replace('-', '_')}"
+    return parse
+
+
+def bounded_size(flag: str):
+    """The parser of a size in bytes with a bound (--copy-size): the text, once it reads as a size within
+    the flag's bound (tfcalc.count.model.budget.parse_bytes), else typer.BadParameter naming the flag."""
+    from tfcalc.count.model.budget import parse_bytes
+    from tfcalc.measure import bounds
+
+    def parse(text) -> str:
+        try:
+            bounds.check(flag, parse_bytes(str(text), flag))
+        except InputError as e:
+            message = str(e)
+            raise typer.BadParameter(message if flag in message else f"{flag}: {message}") from None
+        return str(text)
+
+    return parse
+
+
+def _bound_help(flag: str) -> str:
+    from tfcalc.measure.bounds import help_bound
+
+    return help_bound(flag, "bytes" if flag == "--copy-size" else "")
+
+
 Batch = Annotated[int, typer.Option("--batch", "-b", help=f"Sequences per batch (B); {COUNTS_RULE}.", metavar="N",
                                     parser=count_value)]
 Seq = Annotated[Optional[int], typer.Option(
@@ -127,7 +170,7 @@ Batches = Annotated[Optional[str], typer.Option(
     "--batch", "-b", help="Batch sizes: one (8), several (1,8,64) or a doubling range (1..256) [default: 1].",
     show_default=False, metavar="B[,B...]|A..B")]
 Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first); "
-                                  f"{LENGTHS_RULE}.", parser=length_value,
+                                  f"{LENGTHS_RULE}; with --measure {_bound_help('--gen')}.", parser=length_value,
                                   metavar="N")]
 KvDType = Annotated[Optional[DTypeName], typer.Option(
     "--kv-dtype", help="Dtype of the KV cache, apart from the weights' [default: the weights' dtype; bf16 for "
@@ -139,12 +182,19 @@ DeviceSpec = Annotated[Optional[str], typer.Option(
     "--device-spec", help="The device to predict for: a key from the datasheet table (h100-sxm, a100-80gb, ...), "
     "a YAML file with your own (`tfcalc devices` lists the table) [default: h100-sxm].", show_default=False,
     metavar="KEY|FILE")]
-Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing.", metavar="N")]
+Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing; "
+                                     f"{_bound_help('--warmup')}.", metavar="N", parser=bounded_count("--warmup", 0))]
 Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
-                                     "(decode: every step is one).", metavar="N")]
+                                     f"(decode: every step is one); {_bound_help('--repeat')}.", metavar="N",
+                                     parser=bounded_count("--repeat"))]
 CopySize = Annotated[Optional[str], typer.Option(
-    "--copy-size", help="Measured decoding: bytes of the buffer that measures the bandwidth ceiling [default: "
-    "256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE")]
+    "--copy-size", help="Measured decoding: bytes of the buffer that measures the bandwidth ceiling, "
+    f"{_bound_help('--copy-size')} [default: 256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE",
+    parser=bounded_size("--copy-size"))]
+MatmulSize = Annotated[Optional[int], typer.Option(
+    "--matmul-size", help="n of the n×n matmul that measures the ceiling; "
+    f"{_bound_help('--matmul-size')} [default: 2048 on CPU, 8192 on GPUs].", show_default=False, metavar="N",
+    parser=bounded_count("--matmul-size"))]
 Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
 # the performance model's two overrides (tfcalc.count.perf), the same for plan and infer

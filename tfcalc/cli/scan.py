@@ -84,6 +84,10 @@ def scan(
         from tfcalc.cli.render.plot import check_plot_path
 
         check_plot_path(plot)  # a folder or an unknown extension: refused before the counting
+        from tfcalc import writing
+        from tfcalc.cli.snapshot import read_paths
+
+        writing.refuse_inputs(plot, read_paths([model]) + [device_spec], "--plot")
     if decode:
         return _decode(model, overrides, seq, batch, dtype, device_spec, kv_dtype, group_size, plot, size, dpi, out)
     if device_spec is not None or kv_dtype is not None or group_size is not None:

@@ -36,12 +36,24 @@ def snapshot(
                          f"--format {out.format} as well; give one of them")
     if not to_stdout:
         writing.target_of(output_path)  # a device, FIFO or folder: refused before the counting starts
+        writing.refuse_inputs(output_path, read_paths(models), "-o")
     data = snap.build(models or preset_names(), overrides or [])
     if to_stdout:
         render.print_json(data)  # the snapshot itself, as the file would hold it
         return
     snap.write_atomic(output_path, data)
     render.emit([snap.SnapshotReport(str(output_path), data)], out, view.snapshot_document)
+
+
+def read_paths(models: Optional[list[str]]) -> list[Path]:
+    """The files and folders counting models reads: each path given, and the presets' folder for a preset
+    name (or for none given: every preset)."""
+    from tfcalc.presets import is_path, preset_dir
+
+    paths = [Path(m) for m in models or [] if is_path(m) or Path(m).exists()]
+    if not models or len(paths) < len(models):
+        paths.append(preset_dir())
+    return paths
 
 
 def check(

@@ -75,6 +75,22 @@ def _hint(plan: BenchPlan) -> str:
     return " or ".join(hint) or "a smaller model"
 
 
+def require_plan_fits(plan: BenchPlan) -> None:
+    """The plan's refusals of size, before anything is built: too many modules to build, or more memory
+    than the tightest limit (tfcalc.measure.fit, the one guard). Called by run_plan, and by the command
+    line before it says anything else, so that a refusal is its one line."""
+    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
+
+    what = (f"{plan.cfg.name} ({plan.run_cfg.n_layer} blocks, batch {plan.batch}, seq {max(plan.seqs)}, "
+            f"{plan.dtype})")
+    require_buildable(plan.run_cfg, plan.run_cfg.n_layer, what, _hint(plan))
+
+    def need(batch: int, seq: int) -> int:  # this run's estimate at another size
+        return estimate_bytes(replace(plan, batch=batch, seqs=(seq,)))
+
+    require_fits(estimate_bytes(plan), plan.device, what, _hint(plan), smaller_run(need, plan.batch, max(plan.seqs)))
+
+
 def run_plan(plan: BenchPlan, progress: Callable[[], None],
              on_note: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Build, warm up and time; returns the rows and the run's context. Imports torch. progress() is
@@ -86,20 +102,12 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     from tfcalc import devices
     from tfcalc.measure import autorange, bench
     from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
-    from tfcalc.measure.fit import require_buildable, require_fits, smaller_run
     from tfcalc.measure.memory import peak_meter
     from tfcalc.measure.stand_in import probe
     from tfcalc.model import build_model
 
+    require_plan_fits(plan)
     estimate = estimate_bytes(plan)
-    what = (f"{plan.cfg.name} ({plan.run_cfg.n_layer} blocks, batch {plan.batch}, seq {max(plan.seqs)}, "
-            f"{plan.dtype})")
-    require_buildable(plan.run_cfg, plan.run_cfg.n_layer, what, _hint(plan))
-
-    def need(batch: int, seq: int) -> int:  # this run's estimate at another size
-        return estimate_bytes(replace(plan, batch=batch, seqs=(seq,)))
-
-    require_fits(estimate, plan.device, what, _hint(plan), smaller_run(need, plan.batch, max(plan.seqs)))
     where = resolve_device(plan.device)
     device, dtype = where.torch(), torch_dtype(plan.dtype)
     speed = probe(plan.dtype, where.kind)

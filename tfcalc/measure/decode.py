@@ -32,7 +32,7 @@ from tfcalc.count.serving import roofline
 from tfcalc.errors import InputError
 from tfcalc.measure import bench
 from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
-from tfcalc.measure.fit import require_fits
+from tfcalc.measure.fit import require_fits, smaller_run
 from tfcalc.model import Decoder, Transformer, build_model, next_token
 from tfcalc.model.cache import bucket, check_decodable
 from tfcalc.workload import Workload
@@ -144,25 +144,37 @@ def estimate_bytes(plan: DecodePlan) -> int:
 
 
 def check_plan(plan: DecodePlan) -> None:
-    """Every refusal that needs no device: the dtype, and positions for prompt and steps."""
+    """Every refusal before the run: the dtype, positions for prompt and steps, and the fit check (the one
+    guard, tfcalc.measure.fit.require_fits)."""
     if plan.dtype not in RUNNABLE:
         raise InputError(f"decoding runs in {', '.join(RUNNABLE)}; got {plan.dtype}")
     if plan.eager and plan.compile:
         raise InputError("--eager runs the steps uncaptured, --compile through torch.compile: one of them")
     if plan.compile and not plan.device.strip().lower().startswith("cuda"):
         raise InputError("--compile captures the step in CUDA graphs (torch.compile, reduce-overhead): --device cuda")
+    cfg = plan.cfg
     for _, seq in plan.points:
-        check_decodable(plan.cfg, seq + max(plan.steps, plan.warmup))
+        longer = max(plan.steps, plan.warmup)
+        if cfg.pos_encoding in ("learned", "rope", "sinusoidal") and seq + longer > cfg.max_seq_len:
+            flag = "--steps" if plan.steps >= plan.warmup else "--warmup"  # the cache holds the longer of the two
+            raise InputError(f"--seq {seq:,} + {flag} {longer:,} = {seq + longer:,} tokens is past {cfg.name}'s "
+                             f"{cfg.max_seq_len:,} {cfg.pos_encoding} positions; give a smaller {flag} or --seq")
+        check_decodable(cfg, seq + longer)
+    largest = max(plan.points)
+
+    def need(batch: int, seq: int) -> int:  # the same run at one other point
+        return estimate_bytes(replace(plan, points=((batch, seq),)))
+
+    require_fits(estimate_bytes(plan), plan.device,
+                 f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
+                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""),
+                 smaller_run(need, *largest))
 
 
 def run_decode(plan: DecodePlan, on_call: Optional[Callable[[], None]] = None) -> DecodeRun:
     """Refuse what cannot fit, build the model on the device, measure both ceilings, then time each point."""
-    check_plan(plan)
+    check_plan(plan)  # the fit check too: the device's free memory may have moved since the plan was made
     cfg = plan.cfg
-    largest = max(plan.points)
-    require_fits(estimate_bytes(plan), plan.device,
-                 f"{cfg.name} decoding (batch {largest[0]}, {largest[1]} + {plan.steps} tokens, {plan.dtype})",
-                 "a smaller --batch or --seq" + (", or --dtype bf16" if plan.dtype == "fp32" else ""))
     where = resolve_device(plan.device)
     load = _load_average()
     torch.manual_seed(0)

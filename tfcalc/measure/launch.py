@@ -18,7 +18,9 @@ No rank outlives the launch, however it ends (issue 23):
   SIGHUP caught here for the length of the launch -- kills the ranks in a ``finally``;
 - SIGKILL of tfcalc runs no code: each rank asked the kernel to kill it with its parent
   (tfcalc.measure.lifeline.die_with_parent), and the temporary folder, named with tfcalc's pid, is removed
-  by the next launch (lifeline.sweep_stale). TorchInductor's cache goes inside that folder too.
+  by its lifeline (lifeline.run_folder; a folder whose lifeline was killed too is swept by the next launch).
+  TorchInductor's cache goes inside that folder too. Every launch of ranks takes its folder from
+  ``run_folder`` (this module's ``launch`` and tfcalc.measure.serving_tp).
 - a watchdog: a rank that dies ends the run at once, named with how it ended (its exit code, or the
   signal: SIGSEGV, SIGKILL); a rank stopped (SIGSTOP, a debugger) for STOPPED_LIMIT_S ends it too, rather
   than leaving the others waiting in a collective until the time limit.
@@ -37,12 +39,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from tfcalc.errors import InputError
-from tfcalc.measure.lifeline import PARENT_ENV, signal_name, sweep_stale
+from tfcalc.measure.lifeline import PARENT_ENV, run_folder, signal_name
 from tfcalc.measure.rank_status import StatusReader
 
 CPU_OVERSUBSCRIBE = 4
@@ -257,8 +258,7 @@ def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | Non
     yet (tfcalc.measure.rank_status)."""
     check_nproc(nproc, device)
     device = ranks_device(nproc, device)
-    sweep_stale(TEMP_PREFIX)  # what a SIGKILLed tfcalc left
-    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+    with run_folder(TEMP_PREFIX) as tmp:
         path = os.path.join(tmp, "request.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"jobs": jobs, "device": device}, f)

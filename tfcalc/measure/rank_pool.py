@@ -89,7 +89,10 @@ class Pool:
 
     def __init__(self, nproc: int, env_for, prefix: str):
         self.nproc, self.env, self.served = nproc, _env(), 0
-        self.folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-pool-")  # swept if tfcalc is killed
+        from tfcalc.measure.lifeline import lifeline
+
+        self.folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-pool-")
+        self.lifeline = lifeline(self.folder)  # removes the folder if tfcalc is killed
         self.procs: list[subprocess.Popen] = []
         for r in range(nproc):
             env = env_for(r)
@@ -132,6 +135,9 @@ class Pool:
                     os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+        from tfcalc.measure.lifeline import end_lifeline
+
+        end_lifeline(self.lifeline)
 
 
 def serve(folder: str, rank: int) -> None:

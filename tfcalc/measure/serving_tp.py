@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 
 import torch
 
@@ -75,11 +74,17 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def measure(config: dict, tp: int, batch: int, seq: int, timeout: float = 300, device: str = "cpu") -> dict:
-    """Run the request on tp local ranks; rank 0's record ({phase: [calls]})."""
+    """Run the request on tp local ranks; rank 0's record ({phase: [calls]}). Refused, before any rank
+    starts, when the ranks would not fit (tfcalc.measure.fit.require_serving_ranks_fit)."""
+    from tfcalc.config import from_mapping
+    from tfcalc.measure.fit import require_serving_ranks_fit
     from tfcalc.measure.launch import TEMP_PREFIX, check_nproc, run_ranks
+    from tfcalc.measure.lifeline import run_folder
 
     check_nproc(tp, device)
-    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
+    cfg = from_mapping(config)
+    require_serving_ranks_fit(cfg, tp, batch, seq, device, f"{cfg.name} serving (fp32)")  # before any rank starts
+    with run_folder(TEMP_PREFIX) as tmp:
         path = os.path.join(tmp, "request.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"config": config, "batch": batch, "seq": seq, "device": device}, f)

@@ -150,16 +150,18 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
     if dtype not in BENCH_DTYPES:
         raise InputError(f"--dtype: bench runs {', '.join(BENCH_DTYPES)}; got '{dtype}'")
     check_size("--batch", batch)
-    check_size("--repeat", repeat)
-    check_size("--rounds", rounds)
+    from tfcalc.measure import bounds
+
+    bounds.check("--repeat", repeat)
+    bounds.check("--rounds", rounds)
     if warmup is not None:
-        check_size("--warmup", warmup, low=0)
+        bounds.check("--warmup", warmup, low=0)
     if isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or not 0 <= min_time <= 3600:
         raise InputError(f"--min-time must be between 0 and 3600 seconds; got {min_time}")
     if n_layer is not None and not 1 <= n_layer <= cfg.n_layer:
         raise InputError(f"--n-layer must be between 1 and {cfg.n_layer} for {cfg.name}; got {n_layer}")
     if matmul_size is not None:
-        check_size("--matmul-size", matmul_size)
+        bounds.check("--matmul-size", matmul_size)
     # fewer blocks, the depth pattern kept (Llama 4's NoPE every fourth layer, DeepSeek's dense then MoE)
     run_cfg = with_architecture(cfg, cfg.architecture.shrunk(n_layer)) if n_layer else cfg
     rule = ""

@@ -97,11 +97,12 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
 def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: int = 10,
                      device: str = "cpu", on_status=None) -> DistBenchReport:
     """Time the layout's training step on its ranks; on_status: see tfcalc.measure.launch.launch."""
+    from tfcalc.measure import bounds
     from tfcalc.measure.fit import require_ranks_fit
     from tfcalc.measure.launch import launch
 
-    check_size("--repeat", repeat)
-    check_size("--warmup", warmup, low=0)
+    bounds.check("--repeat", repeat)
+    bounds.check("--warmup", warmup, low=0)
     if device not in ("cpu", "cuda"):
         raise InputError(f"--device: bench ranks runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
                          f"got '{device}'")

@@ -159,12 +159,14 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
 
     cfg = model.cfg
     check_size("--batch", batch)
-    check_size("--decode", steps)
-    check_size("--repeat", repeat)
-    check_size("--warmup", warmup, low=0)
+    from tfcalc.measure import bounds
+
+    bounds.check("--steps", steps)
+    bounds.check("--repeat", repeat)
+    bounds.check("--warmup", warmup, low=0)
     for size, name in ((matmul_size, "--matmul-size"), (copy_bytes, "--copy-size")):
         if size is not None:
-            check_size(name, size)
+            bounds.check(name, size)
     if not seqs:
         seqs = [max(1, cfg.max_seq_len - max(steps, warmup))] if cfg.pos_encoding in ("learned", "rope", "sinusoidal") \
             else [cfg.max_seq_len]

@@ -89,8 +89,11 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         if model.cfg.arch != "encoder-decoder":
             raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
     if o.measure:
-        check_size("--repeat", o.repeat)
-        check_size("--warmup", o.warmup, low=0)
+        from tfcalc.measure import bounds
+
+        bounds.check("--repeat", o.repeat)
+        bounds.check("--gen", o.gen)  # each generated token is a timed decode step
+        bounds.check("--warmup", o.warmup, low=0)
     for name, value in (("--matmul-efficiency", o.matmul_efficiency), ("--bandwidth-efficiency",
                                                                       o.bandwidth_efficiency)):
         if value is not None:
