@@ -66,8 +66,11 @@ def score_mixing(heads: int, h: int, hv: int, queries: int, keys: int, pairs: in
     The state read (a fused kernel reads each cached position once): ``k_state`` (``v_state``) elements per
     position over the keys, or, for one query (a decode step), over the keys it pairs with (a window's W)."""
     read = pairs if queries == 1 else keys
-    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read),
-            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read)]
+    # one fused kernel (FlashAttention): Q read by Q·Kᵀ, the output written by attention·V, the scores on chip
+    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read,
+                   io=heads * queries * h),
+            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read,
+                   io=heads * queries * hv)]
 
 
 @dataclass(frozen=True)
