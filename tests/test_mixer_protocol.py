@@ -309,6 +309,12 @@ def test_declared_tp_and_cp_rules():
     with pytest.raises(InputError, match=r"n_head \(4\)"):  # 8 ranks cannot hold whole heads of 4
         check_layout(cfg, dataclasses.replace(plan, tp=8))
     assert "without context parallelism" in cp_refused(cfg)  # the mixer declares none
+    # a training step's matmuls on one of 2 TP ranks: the toy's mixing products split by heads, H / 2 of B·H
+    # each (batch 1, 16 tokens: the update (h, T, h), the read (T, h, h)), like attention's score products
+    from tfcalc.count.training.micro_batch_time import tp_shape
+
+    mixing = [tp_shape(e, 2) for e in count_flops.matmul_entries(cfg, 1, 16) if e.mixing]
+    assert mixing == [(HD, 16, HD, H // 2), (16, HD, HD, H // 2)]
 
 
 def test_the_attention_alias_and_keyword_still_work():

@@ -25,8 +25,8 @@ What a mixer answers:
    keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
    Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), the elements of
    generation state it reads and the activations it moves (``io``); the count prices each as position mixing
-   (``MatmulEntry.mixing``: no weights, split by heads under TP), whatever its name; ``step``: a decode step's form, as for ``linears``. Attention answers Q·Kᵀ and
-   attention·V; a state-space mixer its
+   (``MatmulEntry.mixing``: no weights, split by heads under TP), whatever its name; ``step``: a decode
+   step's form, as for ``linears``. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
    RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.model.non_matmul;
