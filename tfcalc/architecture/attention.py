@@ -252,7 +252,11 @@ class Attention:
         """tfcalc.count.perf.eager, 5-7: the fused QKV output's split (a cat of dQ, dK, dV back, 2 per element);
         the Q/K norms, over each whole projection (OLMo 2) or per head (one call for Q's heads, one for K's);
         RoPE, and partial rotary's cat of rotated and passed channels (forward 2, back 6 per head element);
-        the Linears with a bias (Q, K, V as one; O)."""
+        the Linears with a bias (Q, K, V as one; O). A cross-attention (``kind`` "cross"), over ``tokens``
+        SOURCE rows: its fused [K | V]'s split (a cat of dK, dV back), and its biased Q, [K | V] and O."""
+        if self.kind == "cross":
+            return [EagerOp("moves", "qkv", 0, 2 * tokens * (self.k_width + self.v_width), 0, 1),
+                    EagerOp("bias_linears", "bias", 2 * int(self.qkv_bias) + int(self.o_bias))]
         out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + self.k_width + self.v_width), 0, 1)]
         if self.qk_norm_whole and self.qk_norm is not None:
             out += [EagerOp("norm", "qk_norm", tokens * qk.width, norm=qk) for qk in self.qk_norms()]
