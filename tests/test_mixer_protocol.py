@@ -32,6 +32,7 @@ from tfcalc.count.model import (
 )
 from tfcalc.count.model.quant import weight_format
 from tfcalc.count.perf import eager
+from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.serving import roofline
 from tfcalc.count.training import shard
 from tfcalc.count.training.layout import Layout, check_layout
@@ -196,6 +197,33 @@ def test_the_state_is_fixed_in_the_context_and_kept_in_fp32(kv_dtype):
     assert step_io(LinearAttention(D, H, HD), 7) == (H * HD * HD, H * HD * HD)
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_the_mixing_rows_are_priced_as_mixing_and_split_by_heads(tp):
+    """A decode step (one query) of batch B over L layers: the toy's rows "attn_update" and "attn_read" (named
+    unlike attention's "qk"/"av") come from its mixing(), so the roofline prices them as position mixing: no
+    weights, 2·h·1·h FLOPs per head (nothing masked), the read's fp32 state h·h per head, and -- the toy
+    declaring no ``io`` -- a plain GEMM's activations, (m·k + m·n) per head in bf16: the update (h, 1, h) reads
+    h and writes h·h, the read (1, h, h) reads h and writes h. Under tensor parallelism over T GPUs each GPU
+    holds H / T of the heads (the toy's tp_state_heads is H): FLOPs, state and activations / T, B·H / T
+    products."""
+    from tfcalc.count.serving import serving_tp
+
+    cfg, batch, a = toy_config(), 3, 2
+    step = roofline.decode_step(cfg, batch, 9, weight_format("bf16"), "int8")
+    rows = {r.component: serving_tp.shard_row(r, cfg, tp) for r in step.rows if r.mixing}
+    assert set(rows) == {"attn_update", "attn_read"}
+    n = batch * L * H // tp  # products over the layers on one GPU
+    flops = 2 * HD * 1 * HD * n
+    assert [(r.flops, r.weight_bytes, r.kv_bytes, r.activation_bytes, r.count) for r in rows.values()] == [
+        (flops, 0, 0, a * n * (HD + HD * HD), batch * H // tp),
+        (flops, 0, n * HD * HD * 4, a * n * (HD + HD), batch * H // tp)]
+    # under a performance model they run at fused attention's share of the peak (flash_efficiency, forward),
+    # and FP8 weights leave them at the 16-bit peak: they are no weight GEMMs
+    perf = PerfSpec(flash_efficiency=(0.37, 0.2))
+    c = roofline.Ceilings(1e15, 1e12, "test", perf=perf, high_flops_per_s=5e14)
+    assert [(c.efficiency(r), c.fp8(r), c.peak(r)) for r in rows.values()] == [(0.37, False, 5e14)] * 2
+
+
 def test_a_budget_holds_any_context_and_a_batch_of_whole_states():
     """memory --budget: weights (27,680 bf16 parameters) and, per sequence, the fixed fp32 state; the context
     never fills the budget (the search stops at its cap: a lower bound, said so)."""
@@ -281,6 +309,12 @@ def test_declared_tp_and_cp_rules():
     with pytest.raises(InputError, match=r"n_head \(4\)"):  # 8 ranks cannot hold whole heads of 4
         check_layout(cfg, dataclasses.replace(plan, tp=8))
     assert "without context parallelism" in cp_refused(cfg)  # the mixer declares none
+    # a training step's matmuls on one of 2 TP ranks: the toy's mixing products split by heads, H / 2 of B·H
+    # each (batch 1, 16 tokens: the update (h, T, h), the read (T, h, h)), like attention's score products
+    from tfcalc.count.training.micro_batch_time import tp_shape
+
+    mixing = [tp_shape(e, 2) for e in count_flops.matmul_entries(cfg, 1, 16) if e.mixing]
+    assert mixing == [(HD, 16, HD, H // 2), (16, HD, HD, H // 2)]
 
 
 def test_the_attention_alias_and_keyword_still_work():

@@ -120,7 +120,7 @@ def test_kernel_count_worked_example():
 def test_bandwidth_and_score_efficiency():
     """Fused attention runs at FlashAttention's forward efficiency; a flat --matmul-efficiency overrides all."""
     a100 = perf_spec("a100-80gb")
-    assert row_efficiency("attn_qk", (128, 128, 128), 32, a100) == 0.6
+    assert row_efficiency("attn_qk", (128, 128, 128), 32, a100, mixing=True) == 0.6
     assert row_efficiency("ffn_up", (2048, 4096, 11008), 1, a100) == gemm.efficiency(2048, 11008, 4096, 108, 0.859)
     flat = dataclasses.replace(a100, matmul_efficiency=0.5)
     assert row_efficiency("ffn_up", (2048, 4096, 11008), 1, flat) == 0.5

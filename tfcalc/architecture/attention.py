@@ -66,8 +66,11 @@ def score_mixing(heads: int, h: int, hv: int, queries: int, keys: int, pairs: in
     The state read (a fused kernel reads each cached position once): ``k_state`` (``v_state``) elements per
     position over the keys, or, for one query (a decode step), over the keys it pairs with (a window's W)."""
     read = pairs if queries == 1 else keys
-    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read),
-            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read)]
+    # one fused kernel (FlashAttention): Q read by Q·Kᵀ, the output written by attention·V, the scores on chip
+    return [Mixing("qk", "scores Q·Kᵀ", (queries, h, keys), heads, 2 * heads * h * pairs, k_state * read,
+                   io=heads * queries * h),
+            Mixing("av", "attention · V", (queries, keys, hv), heads, 2 * heads * hv * pairs, v_state * read,
+                   io=heads * queries * hv)]
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,11 @@ class Attention:
         """tfcalc.count.perf.eager, 5-7: the fused QKV output's split (a cat of dQ, dK, dV back, 2 per element);
         the Q/K norms, over each whole projection (OLMo 2) or per head (one call for Q's heads, one for K's);
         RoPE, and partial rotary's cat of rotated and passed channels (forward 2, back 6 per head element);
-        the Linears with a bias (Q, K, V as one; O)."""
+        the Linears with a bias (Q, K, V as one; O). A cross-attention (``kind`` "cross"), over ``tokens``
+        SOURCE rows: its fused [K | V]'s split (a cat of dK, dV back), and its biased Q, [K | V] and O."""
+        if self.kind == "cross":
+            return [EagerOp("moves", "qkv", 0, 2 * tokens * (self.k_width + self.v_width), 0, 1),
+                    EagerOp("bias_linears", "bias", 2 * int(self.qkv_bias) + int(self.o_bias))]
         out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + self.k_width + self.v_width), 0, 1)]
         if self.qk_norm_whole and self.qk_norm is not None:
             out += [EagerOp("norm", "qk_norm", tokens * qk.width, norm=qk) for qk in self.qk_norms()]

@@ -23,9 +23,10 @@ What a mixer answers:
 3. ``mixing(queries, keys)``: the matmuls that mix positions, for ONE sequence of ``queries`` new tokens
    over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
    keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,
-   Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), and the elements of
-   generation state it reads; ``step``: a decode step's form, as for ``linears``. Attention answers Q·Kᵀ and
-   attention·V; a state-space mixer its
+   Megatron and PaLM) and its causal-effective FLOPs (the pairs the mask leaves), the elements of
+   generation state it reads and the activations it moves (``io``); the count prices each as position mixing
+   (``MatmulEntry.mixing``: no weights, split by heads under TP), whatever its name; ``step``: a decode
+   step's form, as for ``linears``. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
 4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
    RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.model.non_matmul;
@@ -74,12 +75,22 @@ class Mixing:
     causal_flops: int
     state_read: int = 0
     state_dtype: Optional[str] = None
+    # activation elements (not generation state) the matmul reads and writes in memory over the copies; None:
+    # a plain GEMM's, its (m, k) operand read and its (m, n) output written per copy. A fused attention kernel
+    # reads Q for Q·Kᵀ and writes the output of attention·V; the scores between stay on chip
+    io: Optional[int] = None
 
     @property
     def flops(self) -> int:
         """Full-square FLOPs over the copies: 2·m·k·n each."""
         m, k, n = self.shape
         return 2 * m * k * n * self.copies
+
+    @property
+    def io_elements(self) -> int:
+        """``io``, or the plain GEMM's copies·(m·k + m·n)."""
+        m, k, n = self.shape
+        return self.io if self.io is not None else self.copies * (m * k + m * n)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,10 @@ class MatmulEntry:
     causal_sum: int | None = None
     state_read: int = 0  # generation-state elements the copies read (tfcalc.architecture.mixer.Mixing.state_read)
     state_dtype: str | None = None  # the state's dtype; None: the cache dtype
+    # a position-mixing matmul (a mixer's ``mixing()``: attention's Q·Kᵀ and ·V, a scan's products): no
+    # weights, split by heads under TP; ``io``: the activation elements it reads and writes over all copies
+    mixing: bool = False
+    io: int = 0
 
     @property
     def per_copy(self) -> int:
@@ -186,15 +190,16 @@ def _stack_matmuls(
     entries: dict[tuple[str, tuple[int, int, int]], MatmulEntry] = {}
 
     def add(name: str, group: str, label: str, shape: tuple[int, int, int], count: int, layers: int,
-            causal_per_copy: int, state: int = 0, state_dtype: str | None = None) -> None:
+            causal_per_copy: int, state: int = 0, state_dtype: str | None = None, io: int | None = None) -> None:
         key = (prefix + name, shape)
         if key in entries:  # the same matmul in another layer kind: more copies, its causal FLOPs summed
             e = entries[key]
             entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers,
-                                   state_read=e.state_read + state * layers)
+                                   state_read=e.state_read + state * layers, io=e.io + (io or 0) * layers)
         else:
             entries[key] = MatmulEntry(prefix + name, group, stack_label + label, shape, count, layers,
-                                       causal_per_copy, stack_name, state_read=state * layers, state_dtype=state_dtype)
+                                       causal_per_copy, stack_name, state_read=state * layers, state_dtype=state_dtype,
+                                       mixing=io is not None, io=(io or 0) * layers)
 
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
         n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
@@ -208,7 +213,8 @@ def _stack_matmuls(
         for mm in mixer.mixing(queries, n_keys, step=absorbed):
             text = mm.label if prefix == "attn_" or mm.name != "av" else "· V"
             add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops,
-                0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype)  # an encoder keeps none
+                0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype,  # an encoder keeps none
+                batch * mm.io_elements)
 
     for block, layers in stack.kinds():
         moe = block.ffn if block.is_moe else None

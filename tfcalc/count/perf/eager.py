@@ -169,8 +169,8 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     if block.residual_scale is not None:
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, 1 if block.parallel != "none" else sublayers, a))
     out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
-    if cross is not None:  # its fused [K | V] over the source rows
-        out.append(_term("qkv", Cost(0, 2, 0, 1), batch * (src or seq) * (cross.k_width + cross.v_width), 1, a))
+    if cross is not None:  # its own work as it says, over the source rows (its fused [K | V]'s split)
+        out += mixer_terms(cross.eager_ops(batch * (src or seq)), a)
     out += _ffn_terms(block, tokens, a)
     bias = bias_elements(block, batch, seq, src)
     if bias:
@@ -198,9 +198,9 @@ def mixer_terms(ops: list[EagerOp], a: int) -> list[Term]:
 
 
 def _biased_linears(block: Block) -> int:
-    cross = block.cross_attention  # the mixer's biased Linears as it says; a cross-attention's Q, [K | V], O
-    n = sum(op.elements for op in block.mixer.eager_ops(1) if op.kind == "bias_linears")
-    n += 0 if cross is None else int(cross.qkv_bias) * 2 + int(cross.o_bias)
+    # the mixer's and the cross-attention's biased Linears, as each says (a cross-attention's Q, [K | V], O)
+    mixers = [m for m in (block.mixer, block.cross_attention) if m is not None]
+    n = sum(op.elements for m in mixers for op in m.eager_ops(1) if op.kind == "bias_linears")
     moe = block.ffn if isinstance(block.ffn, MoE) else None
     expert = moe.expert if moe else block.ffn
     n += 2 * int(expert.bias)

@@ -38,24 +38,22 @@ from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf import elementwise, gemm
 from tfcalc.count.perf.hardware import PerfSpec
 
-SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 
-
-def runs_fp8(component: str) -> bool:
+def runs_fp8(component: str, mixing: bool = False) -> bool:
     """Under FP8 weights (``infer --dtype fp8``), whether a row's matmul is an FP8 GEMM: the quantized block
     matrices (tfcalc.count.model.quant), not attention's score products, the router or the LM head (16-bit:
-    tfcalc.count.perf.fp8_time, step 3)."""
-    return component not in SCORE_COMPONENTS and component not in ("lm_head", "other") \
+    tfcalc.count.perf.fp8_time, step 3); ``mixing``: a position-mixing matmul (MatmulEntry.mixing)."""
+    return not mixing and component not in ("lm_head", "other") \
         and not component.endswith("router")
 
 
 def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf: PerfSpec,
-                   fp8: bool = False) -> float:
+                   fp8: bool = False, mixing: bool = False) -> float:
     """The fraction of the peak one roofline row's matmul reaches (see the module docstring); a mixture's
     rows come as one GEMM per expert (tfcalc.count.serving.roofline); ``fp8``: an FP8 GEMM, under the FP8 ceiling."""
     if perf.matmul_efficiency is not None:
         return perf.matmul_efficiency
-    if component in SCORE_COMPONENTS:
+    if mixing:  # a position-mixing matmul: its fused kernel's (MatmulEntry.mixing)
         return perf.flash_efficiency[0]
     m, k, n = shape
     return gemm.efficiency(m, n, k, perf.sm_count, perf.fp8_ceiling if fp8 else perf.matmul_ceiling, count)

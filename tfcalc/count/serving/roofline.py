@@ -64,7 +64,6 @@ from tfcalc.count.perf.inference import row_efficiency, runs_fp8
 from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
 
-SCORE_COMPONENTS = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av")
 ABSORBED = ("attn_uk", "attn_uv")  # a latent attention's decode: W_kvb's halves, once per head
 
 
@@ -88,7 +87,7 @@ class Ceilings:
 
     def fp8(self, row: "Row") -> bool:
         """Whether the row is an FP8 GEMM (FP8 weights, a quantized block matrix)."""
-        return self.high_flops_per_s is not None and runs_fp8(row.component)
+        return self.high_flops_per_s is not None and runs_fp8(row.component, row.mixing)
 
     def peak(self, row: "Row") -> float:
         """The datasheet peak the row's matmul runs at."""
@@ -98,7 +97,7 @@ class Ceilings:
         """The share of the peak the row's matmul reaches (1 without a performance model)."""
         if self.perf is None or not row.flops:
             return 1.0
-        return row_efficiency(row.component, row.shape, row.count, self.perf, self.fp8(row))
+        return row_efficiency(row.component, row.shape, row.count, self.perf, self.fp8(row), row.mixing)
 
     def rate(self, row: "Row") -> float:
         """FLOP/s the row's matmul reaches: its peak times its efficiency."""
@@ -117,6 +116,7 @@ class Row:
     activation_bytes: int
     shape: tuple[int, int, int] = (0, 0, 0)  # (m, k, n) of one GEMM (a mixture's: per expert, m = rows / E)
     count: int = 1  # GEMMs of that shape per layer (score products: batch × heads; experts: E)
+    mixing: bool = False  # a position-mixing matmul (MatmulEntry.mixing): no weights, split by heads under TP
 
     @property
     def bytes(self) -> int:
@@ -239,13 +239,8 @@ def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightF
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
     kv = weight_bytes(e.state_read, e.state_dtype or kv_dtype)  # the state its mixer says it reads
-    if e.component in SCORE_COMPONENTS:
-        qk = e.component.endswith("qk")
-        queries, h = m, (k if qk else n)  # (T, h) @ (h, keys); (T, keys) @ (keys, h_v)
-        heads = e.count  # batch × query heads
-        qo = act * heads * queries * h * e.copies  # Q read (qk) or the output written (av)
-        flops = e.causal_total if "cross" not in e.component else e.total
-        return Row(e.component, e.label, flops, 0, kv, qo, e.shape, e.count)
+    if e.mixing:  # no weights: the state it reads, the activations it says it reads and writes (Mixing.io)
+        return Row(e.component, e.label, e.causal_total, 0, kv, act * e.io, e.shape, e.count, mixing=True)
     w = weights.get(e.component, 0)
     shape, count = e.shape, e.count
     if e.component.startswith("expert_ffn"):  # only the experts some token is routed to

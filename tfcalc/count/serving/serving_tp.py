@@ -43,7 +43,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_mxfp4
 from tfcalc.count.perf import collectives
-from tfcalc.count.serving.roofline import ABSORBED, SCORE_COMPONENTS, Row, Step, _param_component
+from tfcalc.count.serving.roofline import ABSORBED, Row, Step, _param_component
 from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
 
@@ -119,9 +119,8 @@ def kv_replicated(cfg: ModelConfig, tp: int) -> int:
 
 
 def _kind(component: str) -> str:
-    """'column', 'row', 'scores', 'heads' or 'whole' (module docstring)."""
-    if component in SCORE_COMPONENTS:
-        return "scores"
+    """'column', 'row', 'heads' or 'whole' (module docstring) of a weight's matmul; a position-mixing row is
+    split by its heads (shard_row reads Row.mixing)."""
     if component in ABSORBED:  # a latent decode's W_UK and W_UV: one matmul per head, the heads split
         return "heads"
     if component == "lm_head":
@@ -145,7 +144,7 @@ def _share(component: str, cfg: ModelConfig, tp: int) -> Fraction:
 
 def shard_row(row: Row, cfg: ModelConfig, tp: int) -> Row:
     """One GPU's share of a roofline row."""
-    kind, m, k, n = _kind(row.component), *row.shape
+    kind, m, k, n = "scores" if row.mixing else _kind(row.component), *row.shape
     if tp == 1 or kind == "whole":
         return row
     if kind in ("scores", "heads"):

@@ -34,7 +34,7 @@ from tfcalc.count.model.budget import largest_fitting
 from tfcalc.count.model.memory import activation_element_bytes, kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat, weights_bytes
 from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights
-from tfcalc.count.serving.roofline import SCORE_COMPONENTS, Ceilings, Step, decode_step, prefill_step
+from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel, comm_seconds, kv_share, shard_step, weights_per_gpu
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload, decoder_source
@@ -295,7 +295,7 @@ def weight_matmuls_compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: Weigh
 
     def reached(b: int) -> bool:
         rows = [r for r in shard.step(decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq)).rows
-                if r.component not in SCORE_COMPONENTS]
+                if not r.mixing]
         return sum(r.compute_s(ceilings) for r in rows) >= sum(r.memory_s(ceilings) for r in rows)
 
     return _first_batch(reached)

@@ -34,12 +34,12 @@ from tfcalc.workload import Layout
 AMAX_HISTORY = 1024  # DelayedScaling(amax_history_len=1024), Transformer Engine's default
 SCALED_TENSORS = 3  # input, weight, output gradient
 FP32 = 4
-NOT_FP8 = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av", "encoder_attn_qk", "encoder_attn_av")
 
 
-def runs_fp8(layout: Layout, component: str, group: str) -> bool:
-    """Whether the matmul runs in FP8 under the layout (steps 1 and 2)."""
-    if layout.compute_dtype != "fp8" or group in ("lm_head", "pooler") or component in NOT_FP8:
+def runs_fp8(layout: Layout, component: str, group: str, mixing: bool = False) -> bool:
+    """Whether the matmul runs in FP8 under the layout (steps 1 and 2); ``mixing``: a position-mixing matmul
+    (MatmulEntry.mixing: attention's score products, any mixer's), which stays 16-bit."""
+    if layout.compute_dtype != "fp8" or group in ("lm_head", "pooler") or mixing:
         return False
     return not component.endswith("router")
 

@@ -44,7 +44,6 @@ from tfcalc.workload import Layout
 
 COLUMN = ("q", "k", "v", "gate", "up", "qkv")
 ROW = ("o", "down")
-SCORES = ("attn_qk", "attn_av", "cross_attn_qk", "cross_attn_av", "encoder_attn_qk", "encoder_attn_av")
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int,
         return -(-m // n_expert), k, n, e.count * n_expert
     if tp == 1:
         return m, k, n, e.count
-    if e.component in SCORES:
+    if e.mixing:
         return m, k, n, max(1, e.count // tp)
     if e.component.endswith("router"):
         return m, k, n, e.count
@@ -102,14 +101,14 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
     rank. Context parallelism (tfcalc.count.training.context_parallel): a rank's rows are its s/C positions, its
     causal score pairs 1/C of the whole (load-balanced chunks)."""
     m, k, n, count = tp_shape(e, layout.tp, experts)
-    if e.component in SCORES and layout.attention == "flash":
+    if e.mixing and layout.attention == "flash":
         flops = e.causal_total / e.copies / layout.tp / layout.cp
         fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
         return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff), 0.0
     m = -(-m // layout.cp)
     forward = _gemm_s(m, k, n, count, peak, perf)
-    weight_grad = _gemm_s(k, m, n, count, peak, perf) if e.component not in SCORES else 0.0
-    backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if e.component not in SCORES
+    weight_grad = _gemm_s(k, m, n, count, peak, perf) if not e.mixing else 0.0
+    backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if not e.mixing
                                                       else _gemm_s(k, m, n, count, peak, perf))
     return forward, backward, weight_grad
 
@@ -132,7 +131,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     cast_kernels = 0
     for e in entries:
         # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
-        fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group)
+        fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group, e.mixing)
         fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8 else peak, fp8_perf if fp8 else perf, experts)
         if fp8:
             m, k, n, count = tp_shape(e, layout.tp, experts)
@@ -140,7 +139,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
             cast_fwd += f * count * e.copies
             cast_bwd += b * count * e.copies
             cast_kernels += e.copies
-        again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.component in SCORES)
+        again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.mixing)
                         or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
         if e.group in ("lm_head", "pooler"):
@@ -150,9 +149,9 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
             block_mm += total
             block_fwd += fwd * e.copies
             block_w += wgrad * e.copies
-            block_attn += total if e.component in SCORES else 0.0
+            block_attn += total if e.mixing else 0.0
         kernels += e.copies
-        if e.component in SCORES and e.component.endswith("qk"):
+        if e.mixing and e.component.endswith("qk"):
             score_elements += e.shape[0] * e.shape[2] * max(1, e.count // layout.tp) * e.copies
     again = layout.recompute in ("full", "op")  # op recomputes every non-matmul op too (count.model.op_recompute)
     if layout.kernels == "eager":
