@@ -8,11 +8,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tfcalc.count.training.sharding import greedy_rank0_elements, greedy_rank0_grouped
 from tfcalc.count.training.shard import stage_blocks, stage_ranges
+from tfcalc.count.training.sharding import greedy_rank0_elements, greedy_rank0_grouped
 from tfcalc.count.training.stage_classes import priced_stages
 from tfcalc.presets import load
 
