@@ -13,7 +13,7 @@ def gemma2(r: Reader) -> None:
     r.divisible_heads()
     gemma_common(r)
     r.activation("hidden_activation", "gelu_pytorch_tanh")  # modeling_gemma2.py reads this key, not hidden_act
-    scalar = r.number("query_pre_attn_scalar", 256)
+    scalar = r.positive("query_pre_attn_scalar", 256)
     r.fields.update(norm_placement="sandwich", attn_scale=scalar ** -0.5,
                     attn_softcap=r.number("attn_logit_softcapping", 50.0),
                     logit_softcap=r.number("final_logit_softcapping", 30.0))

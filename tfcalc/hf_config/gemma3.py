@@ -39,7 +39,7 @@ def gemma3_text(r: Reader) -> None:
             raise r.fail(f"'{key}' must be a positive number; got {shown(value)}")
     r.fields.update(rope_theta=float(theta), rope_local_theta=float(local_theta), rope_fraction=1.0,
                     norm_placement="sandwich", qk_norm=True,
-                    attn_scale=r.number("query_pre_attn_scalar", 256) ** -0.5,
+                    attn_scale=r.positive("query_pre_attn_scalar", 256) ** -0.5,
                     # attn_logit_softcapping is stored but read by no module: Gemma3Attention.forward passes no
                     # softcap to its attention function (modeling_gemma3.py), so scores are never capped
                     attn_softcap=None,

@@ -7,6 +7,7 @@ never ignored. Pure Python: no torch, no transformers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tfcalc.config import ConfigError, check_field_type
@@ -89,6 +90,13 @@ class Reader:
             raise self.fail(f"'{key}' must be {kind}; got {shown(value)} ({type(value).__name__})")
         return value
 
+    def positive(self, key: str, default: Any) -> Any:
+        """A number that must be finite and above 0 (a scale whose inverse or root is taken): one line."""
+        value = self.number(key, default)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise self.fail(f"'{key}' must be a positive number; got {shown(value)}")
+        return value
+
     def refuse(self, key: str, value: Any, why: str) -> None:
         """Refuse key when it holds value: a layout tfcalc does not build (why says what it changes)."""
         if self.raw.get(key) == value:
@@ -135,6 +143,9 @@ class Reader:
             return
         if not isinstance(kinds, list) or not all(k in ("sliding_attention", "full_attention") for k in kinds):
             raise self.fail("'layer_types' must be a list of 'sliding_attention' and 'full_attention'")
+        n = self.fields.get("n_layer")
+        if n is not None and n != len(kinds):  # as transformers' PreTrainedConfig.validate_layer_type refuses it
+            raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
         full = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
         if len(full) == len(kinds):
             self.fields["sliding_window"] = None
@@ -147,9 +158,6 @@ class Reader:
             if every >= 2 and full == list(range(every - 1, len(kinds), every)):
                 self.fields["full_attention_every"] = every
             else:  # no period says it: each layer's kind, as runs (tfcalc.architecture.patterns)
-                n = self.fields.get("n_layer")
-                if n is not None and n != len(kinds):
-                    raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
                 self.fields["layer_pattern"] = compact(["full" if k == "full_attention" else "local" for k in kinds])
 
     def dtype(self) -> None:
