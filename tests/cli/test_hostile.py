@@ -13,6 +13,7 @@ from pathlib import Path
 import hostile
 import pytest
 from deepseek_configs import HOSTILE as DEEPSEEK_HOSTILE
+from hostile_cfg import HOSTILE as CFG_HOSTILE
 
 from tfcalc.measure import device as dev
 
@@ -247,6 +248,8 @@ CASES = [
      "--mfu must be a number in [0.0001, 1]; got 1e-300"),
     # ---- DeepSeek's latent attention, routing, YaRN (tests/deepseek_configs.py) ----
     *DEEPSEEK_HOSTILE,
+    # ---- issue 33: per-layer lists against the depth, scales, quantized checkpoints (tests/cli/hostile_cfg.py) ----
+    *CFG_HOSTILE,
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,

@@ -1,0 +1,113 @@
+"""Issue 33's config and checkpoint cases (causes 4 and 5): config.json files whose per-layer lists do not
+match their depth, scales that divide by zero, and gpt-oss checkpoints whose stored experts are not what
+their config says -- the files (written without torch) and the hostile table's rows for them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hub_moe import GPT_OSS_20B
+
+DTYPE_BYTES = {"F32": 4, "BF16": 2, "U8": 1}
+
+
+def safetensors_bytes(tensors: dict[str, tuple[list[int], str]]) -> bytes:
+    """A safetensors file of zero-filled tensors {name: (shape, dtype)} (8-byte length, JSON header, data)."""
+    header, offset = {}, 0
+    for name, (shape, dtype) in tensors.items():
+        size = DTYPE_BYTES[dtype] * math.prod(shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"\x00" * offset
+
+
+def _hf(model_type: str, n: int, **changes) -> str:
+    fields = dict(model_type=model_type, num_hidden_layers=n, hidden_size=64, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, intermediate_size=64, vocab_size=61, sliding_window=8,
+                  use_sliding_window=True, num_local_experts=4, num_experts_per_tok=2)
+    fields.update(changes)
+    return json.dumps(fields)
+
+
+def _types(n: int, period: int = 2) -> list[str]:
+    return ["full_attention" if (i + 1) % period == 0 else "sliding_attention" for i in range(n)]
+
+
+D, F, E = 64, 32, 4  # a 2-layer gpt-oss: 4 heads and 2 KV heads of 16, 4 experts of 32
+OSS = {**GPT_OSS_20B, "num_hidden_layers": 2, "hidden_size": D, "intermediate_size": F, "head_dim": 16,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": E, "vocab_size": 50,
+       "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 64, "rope_scaling": None}
+
+
+def oss_tensors(experts: str = "mxfp4", blocks_dtype: str = "U8") -> dict[str, tuple[list[int], str]]:
+    """The released gpt-oss layout (modeling_gpt_oss.py names): experts as MXFP4 blocks and scales, or plain."""
+    out = {"model.embed_tokens.weight": ([50, D], "BF16"), "lm_head.weight": ([50, D], "BF16"),
+           "model.norm.weight": ([D], "BF16")}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        out.update({p + "input_layernorm.weight": ([D], "BF16"), p + "post_attention_layernorm.weight": ([D], "BF16"),
+                    p + "self_attn.q_proj.weight": ([64, D], "BF16"), p + "self_attn.q_proj.bias": ([64], "BF16"),
+                    p + "self_attn.k_proj.weight": ([32, D], "BF16"), p + "self_attn.k_proj.bias": ([32], "BF16"),
+                    p + "self_attn.v_proj.weight": ([32, D], "BF16"), p + "self_attn.v_proj.bias": ([32], "BF16"),
+                    p + "self_attn.o_proj.weight": ([D, 64], "BF16"), p + "self_attn.o_proj.bias": ([D], "BF16"),
+                    p + "self_attn.sinks": ([4], "BF16"), p + "mlp.router.weight": ([E, D], "BF16"),
+                    p + "mlp.router.bias": ([E], "BF16"), p + "mlp.experts.gate_up_proj_bias": ([E, 2 * F], "BF16"),
+                    p + "mlp.experts.down_proj_bias": ([E, D], "BF16")})
+        x = p + "mlp.experts."
+        if experts == "mxfp4":
+            out.update({x + "gate_up_proj_blocks": ([E, 2 * F, D // 32, 16], blocks_dtype),
+                        x + "gate_up_proj_scales": ([E, 2 * F, D // 32], "U8"),
+                        x + "down_proj_blocks": ([E, D, F // 32, 16], blocks_dtype),
+                        x + "down_proj_scales": ([E, D, F // 32], "U8")})
+        else:
+            out.update({x + "gate_up_proj": ([E, D, 2 * F], experts), x + "down_proj": ([E, F, D], experts)})
+    return out
+
+
+def _oss_folder(config: dict, tensors: dict) -> dict[str, str | bytes]:
+    return {"config.json": json.dumps(config), "model.safetensors": safetensors_bytes(tensors)}
+
+
+NO_QUANT = {k: v for k, v in OSS.items() if k != "quantization_config"}
+CHECKPOINTS = {
+    "oss_ok": _oss_folder(OSS, oss_tensors()),
+    "oss_blocks_f32": _oss_folder(OSS, oss_tensors(blocks_dtype="F32")),
+    "oss_no_quant_config": _oss_folder(NO_QUANT, oss_tensors()),
+    "oss_fp32_experts": _oss_folder(OSS, oss_tensors(experts="F32")),
+}
+
+FILES = {
+    "lt_oss_empty/config.json": _hf("gpt_oss", 24, layer_types=[]),
+    "lt_qwen3_one/config.json": _hf("qwen3", 28, layer_types=["full_attention"]),
+    "lt_gemma2_two/config.json": _hf("gemma2", 42, layer_types=_types(2)),
+    "lt_oss_23/config.json": _hf("gpt_oss", 24, layer_types=_types(23)),
+    "lt_qwen3_26/config.json": _hf("qwen3", 24, layer_types=_types(26)),
+    "lt_gemma2_100/config.json": _hf("gemma2", 42, layer_types=_types(100)),
+    "lt_oss_all_full_short/config.json": _hf("gpt_oss", 24, layer_types=["full_attention"] * 12),
+    "g3_scalar_0/config.json": _hf("gemma3_text", 2, query_pre_attn_scalar=0),
+    "g2_scalar_negative/config.json": _hf("gemma2", 2, query_pre_attn_scalar=-256),
+    "g3_scalar_inf/config.json": _hf("gemma3_text", 2, query_pre_attn_scalar=1e999),
+}
+
+LENGTHS = "'layer_types' lists"
+HOSTILE = [
+    ("hf-layer-types-empty", ["params", "{d}/lt_oss_empty/config.json"], 2, f"{LENGTHS} 0 layers; 'num_hidden_layers"),
+    ("hf-layer-types-one", ["memory", "{d}/lt_qwen3_one/config.json"], 2, f"{LENGTHS} 1 layers"),
+    ("hf-layer-types-two", ["flops", "{d}/lt_gemma2_two/config.json"], 2, f"{LENGTHS} 2 layers"),
+    ("hf-layer-types-23", ["params", "{d}/lt_oss_23/config.json"], 2, f"{LENGTHS} 23 layers"),
+    ("hf-layer-types-26", ["infer", "{d}/lt_qwen3_26/config.json"], 2, f"{LENGTHS} 26 layers"),
+    ("hf-layer-types-100", ["plan", "{d}/lt_gemma2_100/config.json", "--gpus", "8"], 2, f"{LENGTHS} 100 layers"),
+    ("hf-layer-types-all-full", ["show", "{d}/lt_oss_all_full_short/config.json"], 2, f"{LENGTHS} 12 layers"),
+    ("hf-query-scalar-0", ["params", "{d}/g3_scalar_0/config.json"], 2,
+     "'query_pre_attn_scalar' must be a positive number; got 0"),
+    ("hf-query-scalar-negative", ["flops", "{d}/g2_scalar_negative/config.json"], 2, "must be a positive number"),
+    ("hf-query-scalar-inf", ["memory", "{d}/g3_scalar_inf/config.json"], 2, "'query_pre_attn_scalar' must be"),
+    ("ckpt-mxfp4-blocks-f32", ["params", "{d}/oss_blocks_f32"], 2, "is an MXFP4 tensor, stored as U8"),
+    ("ckpt-mxfp4-no-quant-config", ["memory", "{d}/oss_no_quant_config"], 2,
+     "has no 'quantization_config' with quant_method mxfp4"),
+    ("ckpt-mxfp4-config-fp32-experts", ["infer", "{d}/oss_fp32_experts"], 2,
+     "'quantization_config' says MXFP4 experts, but the checkpoint stores"),
+]
