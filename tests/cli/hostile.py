@@ -107,7 +107,7 @@ FILES = {
     "dev_name_list.yaml": device(name="[a, b]"),
     "dev_escape.yaml": device(name='"\\e[2J\\e]0;pwned\\a"'),
     **DEEPSEEK_FILES,  # DeepSeek's configs (tests/deepseek_configs.py)
-    **CFG_FILES,  # issue 33's per-layer lists and scales (tests/cli/hostile_cfg.py)
+    **CFG_FILES,  # issue 33's per-layer lists and scales (tests/hostile_cfg.py)
 }
 
 
@@ -128,7 +128,7 @@ def write(folder: Path) -> Path:
     (folder / "null-link.json").symlink_to("/dev/null")
     (folder / "snap_bomb.json").write_text(snapshot([{"spec": str(folder / "bomb.yaml")}]), encoding="utf-8")
     _checkpoints(folder)
-    for name, files in CFG_CHECKPOINTS.items():  # issue 33's gpt-oss folders (tests/cli/hostile_cfg.py)
+    for name, files in CFG_CHECKPOINTS.items():  # issue 33's gpt-oss folders (tests/hostile_cfg.py)
         (folder / name).mkdir()
         for file, content in files.items():
             path = folder / name / file

@@ -248,7 +248,7 @@ CASES = [
      "--mfu must be a number in [0.0001, 1]; got 1e-300"),
     # ---- DeepSeek's latent attention, routing, YaRN (tests/deepseek_configs.py) ----
     *DEEPSEEK_HOSTILE,
-    # ---- issue 33: per-layer lists against the depth, scales, quantized checkpoints (tests/cli/hostile_cfg.py) ----
+    # ---- issue 33: per-layer lists against the depth, scales, quantized checkpoints (tests/hostile_cfg.py) ----
     *CFG_HOSTILE,
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
