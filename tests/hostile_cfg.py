@@ -105,6 +105,14 @@ HOSTILE = [
      "'query_pre_attn_scalar' must be a positive number; got 0"),
     ("hf-query-scalar-negative", ["flops", "{d}/g2_scalar_negative/config.json"], 2, "must be a positive number"),
     ("hf-query-scalar-inf", ["memory", "{d}/g3_scalar_inf/config.json"], 2, "'query_pre_attn_scalar' must be"),
+    # cause 2: searches closed-form over the layer runs: a 2^40-layer pattern refused after its search, in seconds
+    ("plan-pattern-2-40", ["plan", "gpt2", "--set", "n_layer=1099511627776", "--set",
+                           "layer_pattern=(local, full)*549755813888", "--set", "sliding_window=8"], 2,
+     "no layout of up to 16384 GPUs fits gpt2"),
+    ("plan-pattern-2-40-gpus", ["plan", "gpt2", "--gpus", "64", "--set", "n_layer=1099511627776", "--set",
+                                "layer_pattern=(local, full)*549755813888", "--set", "sliding_window=8"], 2,
+     "no layout of 64 GPUs fits gpt2"),
+    ("plan-size-2-40", ["plan", "gpt2", "--gpus", "auto", "--set", "n_layer=1099511627776"], 2, "GPUs fits gpt2"),
     # cause 4: grouped experts past a storage's 2^63 bytes, refused before the build names n_expert
     ("measure-experts-2-40-params", ["params", "gpt-oss-20b", "--set", "n_expert=1099511627776"], 2,
      "expert_ffn_up_weight (n_expert 1,099,511,627,776 × 5760 × 2880) is past a PyTorch storage's 2^63 bytes"),

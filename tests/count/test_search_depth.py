@@ -97,3 +97,21 @@ def test_a_pattern_of_2_to_the_40_layers_plans_as_fast_as_one_of_40(cli, extra):
     small = _plan_seconds(cli, 40, *extra)
     huge = _plan_seconds(cli, 2**40, *extra)
     assert huge < 5 * small + 5, (small, huge)
+
+
+RUN = st.tuples(st.lists(st.sampled_from(["local", "full"]), min_size=1, max_size=4), st.integers(1, 9))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(RUN, min_size=1, max_size=4), st.data())
+def test_priced_stages_of_any_pattern_equal_the_walk(runs, data):
+    """Patterns of runs (a group repeated, then others), every pp, the ends counted or not: the closed form's
+    stages are the walk's."""
+    pattern = ", ".join(f"({', '.join(group)})*{repeat}" for group, repeat in runs)
+    n_layer = sum(len(group) * repeat for group, repeat in runs)
+    cfg = pattern_model(pattern, n_layer)
+    pp = data.draw(st.integers(1, n_layer))
+    counted = data.draw(st.sampled_from([(), ("embedding",), ("head",), ("embedding", "head")]))
+    if counted and (pp == 1 or (n_layer + len(counted)) % pp):
+        counted = ()
+    assert priced_stages(cfg, pp, 1, counted) == walked(cfg, pp, 1, counted), (pattern, pp, counted)
