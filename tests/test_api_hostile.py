@@ -62,6 +62,9 @@ CASES = [
     ("flops-device-number", lambda: tfcalc.flops("gpt2", device=1.5), None, "device must be a string"),
     ("scan-seq-nan", lambda: tfcalc.scan("gpt2", seq=float("nan")), None, "seq must be an integer or a list"),
     ("infer-rate-inf", lambda: tfcalc.infer("gpt2", rate=float("inf")), None, "rate must be a finite number"),
+    ("infer-warmup-nan", lambda: tfcalc.infer("gpt2", warmup=float("nan")), None, "warmup must be an integer; got nan"),
+    ("plan-nproc-inf", lambda: tfcalc.plan("gpt2", dp=2, nproc=float("inf")), None,
+     "nproc must be an integer; got inf"),
     ("plan-sp-text", lambda: tfcalc.plan("gpt2", dp=2, sequence_parallel="yes"), None,
      "sequence_parallel must be True or False"),
 ]

@@ -107,6 +107,8 @@ def _checked(name: str, annotation: Any, value: Any) -> Any:
         raise InputError(f"{name} must be a string; got {shown(value)}")
     if rule == "int" and not isinstance(value, (int, float)):  # True, 2.0 left to the range checks, which name them
         raise InputError(f"{name} must be an integer; got {type(value).__name__}")
+    if rule == "int" and isinstance(value, float) and not math.isfinite(value):  # the command line reads no nan
+        raise InputError(f"{name} must be an integer; got {shown(value)}")
     if rule == "float" and (isinstance(value, bool) or isinstance(value, float) and not math.isfinite(value)):
         raise InputError(f"{name} must be a finite number; got {shown(value)}")
     return value
