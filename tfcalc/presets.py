@@ -198,15 +198,7 @@ def _folder_source(folder: Path, weights: Path, spec: str, overrides: list[str],
     # weights: safetensors files or an index (a folder of pickled .bin files is refused when read)
     has_weights = weights.is_file() or any(weights.glob("*.safetensors")) or any(weights.glob("*.bin")) or (
         weights / "model.safetensors.index.json").exists()
-    cfg = _config_from(data, config.name, list(overrides))
-    if has_weights and cfg.n_expert is not None:  # quantized experts stored as the config says (issue 33)
-        from tfcalc.checkpoint.count import model_type
-        from tfcalc.checkpoint.files import read_headers
-        from tfcalc.checkpoint.quant import check_expert_format
-
-        headers = read_headers(weights)
-        check_expert_format(cfg, headers, model_type(headers.folder))
-    return Source(cfg, folder, weights if has_weights else None)
+    return Source(_config_from(data, config.name, list(overrides)), folder, weights if has_weights else None)
 
 
 def load(spec: str, overrides: list[str] = ()) -> ModelConfig:
