@@ -79,7 +79,11 @@ CHECKPOINTS = {
     "oss_fp32_experts": _oss_folder(OSS, oss_tensors(experts="F32")),
 }
 
+DEEP = 2**40  # a size field's documented limit
 FILES = {
+    "deep_gemma3/config.json": _hf("gemma3_text", DEEP),
+    "deep_llama4/config.json": _hf("llama4_text", DEEP),
+    "deep_smollm3/config.json": _hf("smollm3", DEEP),
     "lt_oss_empty/config.json": _hf("gpt_oss", 24, layer_types=[]),
     "lt_qwen3_one/config.json": _hf("qwen3", 28, layer_types=["full_attention"]),
     "lt_gemma2_two/config.json": _hf("gemma2", 42, layer_types=_types(2)),
@@ -113,6 +117,10 @@ HOSTILE = [
                                 "layer_pattern=(local, full)*549755813888", "--set", "sliding_window=8"], 2,
      "no layout of 64 GPUs fits gpt2"),
     ("plan-size-2-40", ["plan", "gpt2", "--gpus", "auto", "--set", "n_layer=1099511627776"], 2, "GPUs fits gpt2"),
+    ("hf-deep-gemma3-default-list", ["params", "{d}/deep_gemma3/config.json"], 2,
+     "'num_hidden_layers' 1,099,511,627,776 is past the 1,000,000 layers tfcalc lists layer_types for"),
+    ("hf-deep-llama4-default-list", ["flops", "{d}/deep_llama4/config.json"], 2, "is past the 1,000,000 layers"),
+    ("hf-deep-smollm3-default-list", ["plan", "{d}/deep_smollm3/config.json"], 2, "is past the 1,000,000 layers"),
     # cause 4: grouped experts past a storage's 2^63 bytes, refused before the build names n_expert
     ("measure-experts-2-40-params", ["params", "gpt-oss-20b", "--set", "n_expert=1099511627776"], 2,
      "expert_ffn_up_weight (n_expert 1,099,511,627,776 × 5760 × 2880) is past a PyTorch storage's 2^63 bytes"),

@@ -60,6 +60,7 @@ CASES = [
     ("params-measure-0", lambda: tfcalc.params("gpt2", measure=0), None, "measure must be True or False; got 0"),
     ("memory-dtype-0", lambda: tfcalc.memory("gpt2", dtype=0), None, "dtype must be a string; got 0"),
     ("flops-device-number", lambda: tfcalc.flops("gpt2", device=1.5), None, "device must be a string"),
+    ("infer-kv-dtype-0", lambda: tfcalc.infer("gpt2", kv_dtype=0), None, "kv_dtype must be a string; got 0"),
     ("scan-seq-nan", lambda: tfcalc.scan("gpt2", seq=float("nan")), None, "seq must be an integer or a list"),
     ("infer-rate-inf", lambda: tfcalc.infer("gpt2", rate=float("inf")), None, "rate must be a finite number"),
     ("infer-warmup-nan", lambda: tfcalc.infer("gpt2", warmup=float("nan")), None, "warmup must be an integer; got nan"),

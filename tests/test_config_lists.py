@@ -145,3 +145,36 @@ def test_a_header_is_read_without_mapping_the_shard(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-500:]
     assert r.stdout.strip() == f"({2**38},) F32"
+
+
+@pytest.mark.parametrize("model_type, fields", [
+    ("gemma2", {"sliding_window": 4096, "full_attention_every": 2}),
+    ("gpt_oss", {"sliding_window": 8, "full_attention_every": 2}),
+    ("qwen3", {"sliding_window": 8, "layer_pattern": f"full*4, local*{2**40 - 4}"}),
+])
+def test_a_default_per_layer_list_of_2_to_the_40_layers_is_not_built(tmp_path, model_type, fields):
+    """The defaults of Gemma2Config and GptOssConfig (every second layer full) and Qwen's (full below
+    max_window_layers) in closed form: the fields the list of every layer gave, at any depth."""
+    import time
+
+    start = time.monotonic()
+    extra = {} if model_type != "gemma2" else {"sliding_window": None}
+    cfg = _load(tmp_path, {k: v for k, v in _config(model_type, 2**40, max_window_layers=4, **extra).items()
+                           if v is not None})
+    assert time.monotonic() - start < 5
+    for key, value in fields.items():
+        assert getattr(cfg, key) == value, key
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gpt_oss", "qwen3"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9])
+def test_the_closed_form_defaults_equal_the_listed_ones(tmp_path, model_type, n):
+    """The same file with the default list written out (as transformers' config class writes it) reads the same."""
+    import transformers
+
+    fields = _config(model_type, n, max_window_layers=2)
+    implicit = _load(tmp_path, fields)
+    listed = getattr(transformers, FAMILIES[model_type])(num_hidden_layers=n, max_window_layers=2,
+                                                         use_sliding_window=True, sliding_window=8).layer_types
+    explicit = _load(tmp_path, {**fields, "layer_types": listed})
+    assert implicit == explicit

@@ -49,6 +49,7 @@ def gemma3_text(r: Reader) -> None:
     if period is None or period < 1:
         raise r.fail(f"'sliding_window_pattern' must be a positive integer; got {shown(period)}")
     r.raw = {**r.raw, "sliding_window": r.get("sliding_window", 4096)}
+    r.per_layer_list("layer_types")
     default = ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
     layers.layer_types(r, n, default)
     if r.head({"Gemma3ForCausalLM": "causal", "Gemma3TextModel": "base"}, "Gemma3ForCausalLM") == "base":

@@ -14,6 +14,8 @@ from tfcalc.config import ConfigError, check_field_type
 from tfcalc.errors import shown
 from tfcalc.hf_config.layer_pattern import compact
 
+MAX_LISTED_LAYERS = 1_000_000  # a per-layer list built for a config.json: ~10 s of Python at most
+
 # Hugging Face activation names (transformers.activations.ACT2FN) -> ModelConfig.activation
 ACTIVATIONS = {
     "gelu": "gelu",
@@ -159,6 +161,41 @@ class Reader:
                 self.fields["full_attention_every"] = every
             else:  # no period says it: each layer's kind, as runs (tfcalc.architecture.patterns)
                 self.fields["layer_pattern"] = compact(["full" if k == "full_attention" else "local" for k in kinds])
+
+    def every_kth_full(self, every: int, window_key: str = "sliding_window") -> None:
+        """``windows`` of the default list "layer i full when (i + 1) % every == 0, else sliding"
+        (Gemma2Config's and GptOssConfig's, every 2) without building it: a depth of 2**40 is allowed."""
+        window = self.number(window_key, None, integer=True)
+        if not window:
+            raise self.fail(f"'layer_types' names sliding layers but '{window_key}' is {shown(window)}")
+        self.fields["sliding_window"] = window
+        if every >= 2 and self.fields["n_layer"] >= every:
+            self.fields["full_attention_every"] = every
+
+    def full_below(self, below: int, window_key: str = "sliding_window") -> None:
+        """``windows`` of the default list "full below layer ``below``, sliding from it" (Qwen2Config's
+        max_window_layers) without building it: the pattern compact() writes for it."""
+        n = self.fields["n_layer"]
+        if below >= n:  # every layer full
+            self.fields["sliding_window"] = None
+            return
+        window = self.number(window_key, None, integer=True)
+        if not window:
+            raise self.fail(f"'layer_types' names sliding layers but '{window_key}' is {shown(window)}")
+        self.fields["sliding_window"] = window
+        if below >= 1:
+            def run(kind: str, count: int) -> str:
+                return kind if count == 1 else f"{kind}*{count}"
+
+            self.fields["layer_pattern"] = f"{run('full', below)}, {run('local', n - below)}"
+
+    def per_layer_list(self, what: str) -> None:
+        """A default per-layer list of the depth is built (its kinds go through compact): refuse a depth past
+        MAX_LISTED_LAYERS in one line rather than build a list of 2**40 entries."""
+        n = self.fields["n_layer"]
+        if n > MAX_LISTED_LAYERS:
+            raise self.fail(f"'num_hidden_layers' {n:,} is past the {MAX_LISTED_LAYERS:,} layers tfcalc lists {what} "
+                            "for; write the model as YAML with a layer_pattern")
 
     def dtype(self) -> None:
         value = self.get("torch_dtype", aliases=("dtype",))
