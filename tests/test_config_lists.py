@@ -178,3 +178,57 @@ def test_the_closed_form_defaults_equal_the_listed_ones(tmp_path, model_type, n)
                                                          use_sliding_window=True, sliding_window=8).layer_types
     explicit = _load(tmp_path, {**fields, "layer_types": listed})
     assert implicit == explicit
+
+
+def _compact_reference(kinds: list[str]) -> str:
+    """The definition, quadratic: every group length, its repeats checked by building them, the shortest text."""
+    def runs(part: list[str]) -> str:
+        out, i = [], 0
+        while i < len(part):
+            j = i
+            while j < len(part) and part[j] == part[i]:
+                j += 1
+            out.append(part[i] if j - i == 1 else f"{part[i]}*{j - i}")
+            i = j
+        return ", ".join(out)
+
+    best, n = runs(kinds), len(kinds)
+    for p in range(2, n // 2 + 1):
+        reps = n // p
+        if len(set(kinds[:p])) > 1 and kinds[:p] * reps == kinds[:p * reps]:
+            rest = runs(kinds[p * reps:])
+            best = min(best, f"({runs(kinds[:p])})*{reps}" + (f", {rest}" if rest else ""), key=len)
+    return best
+
+
+NAMES = st.sampled_from(["local", "full", "nope", "local_nope"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.lists(NAMES, min_size=1, max_size=40),
+                 st.tuples(st.lists(NAMES, min_size=1, max_size=6), st.integers(1, 12), st.lists(NAMES, max_size=5))
+                 .map(lambda t: t[0] * t[1] + t[2])))
+def test_compact_equals_the_quadratic_definition(kinds):
+    from tfcalc.hf_config.layer_pattern import compact
+
+    assert compact(kinds) == _compact_reference(kinds)
+
+
+def test_a_listed_depth_of_50000_is_read_in_linear_time(tmp_path):
+    """A periodic list broken at its end (every group length passes until the last layers) and a random one:
+    the quadratic search took minutes."""
+    import random
+    import time
+
+    from tfcalc.hf_config.layer_pattern import compact
+
+    n = 50_000
+    broken = ["local", "local", "local", "full"] * (n // 4 - 1) + ["full"] * 4
+    rng = random.Random(1)
+    noise = [rng.choice(["local", "full"]) for _ in range(n)]
+    start = time.monotonic()
+    # period 4 holds for the first 49,996 layers: the least group of it whose whole repeats fit is 12 layers
+    # (4,166 × 12 = 49,992; 4 and 8 would need all 50,000), the rest 49,992.. = local*3, full*5
+    assert compact(broken) == "(local*3, full, local*3, full, local*3, full)*4166, local*3, full*5"
+    assert compact(noise).count(",") > 1000
+    assert time.monotonic() - start < 10

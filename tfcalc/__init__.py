@@ -103,9 +103,10 @@ def _checked(name: str, annotation: Any, value: Any) -> Any:
         value = os.fspath(value)  # a path where a file is named (device_spec, weights)
     if rule == "bool" and not isinstance(value, bool):
         raise InputError(f"{name} must be True or False; got {shown(value)}")
-    # a name: 0, False or [] would read as "not given" (``dtype or default``), so they are refused here; any
-    # other non-string meets the command line's own check of the allowed names, which lists them
-    if rule == "str" and not isinstance(value, str) and (not value or name == "device"):
+    # an optional name: 0, False or [] would read as "not given" (``dtype or default``), so they are refused
+    # here; any other non-string meets the command line's own check of the allowed names, which lists them
+    optional = str(annotation).startswith("Optional[")
+    if rule == "str" and not isinstance(value, str) and ((optional and not value) or name == "device"):
         raise InputError(f"{name} must be a string; got {shown(value)}")
     if rule == "int" and not isinstance(value, (int, float)):  # True, 2.0 left to the range checks, which name them
         raise InputError(f"{name} must be an integer; got {type(value).__name__}")
