@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tfcalc
 from tfcalc.errors import InputError
@@ -45,6 +46,28 @@ CASES = [
     ("load-model-no-weights", lambda: tfcalc.load_model("{d}"), None, "no weights there"),
     ("load-model-not-a-path", lambda: tfcalc.load_model(3), None, "expected a path or a Hugging Face id"),
     ("load-model-dtype", lambda: tfcalc.load_model("{d}", dtype=3), None, "unknown dtype 3"),
+    # issue 33, cause 6: what the command line refuses by its type, refused in the Python argument's name
+    ("memory-budget-negative", lambda: tfcalc.memory("gpt2", budget=-1), None, "budget must be a size such as"),
+    ("memory-budget-inf", lambda: tfcalc.memory("gpt2", budget=float("inf")), None, "got inf"),
+    ("memory-budget-nan", lambda: tfcalc.memory("gpt2", budget=float("nan")), None, "got nan"),
+    ("memory-budget-0", lambda: tfcalc.memory("gpt2", budget=0), None, "a number of bytes, 1 or more; got 0"),
+    ("memory-budget-true", lambda: tfcalc.memory("gpt2", budget=True), None, "got True"),
+    ("memory-budget-list", lambda: tfcalc.memory("gpt2", budget=[1]), None, "got [1]"),
+    ("memory-budget-text", lambda: tfcalc.memory("gpt2", budget="-5GB"), ["memory", "gpt2", "--budget", "-5GB"],
+     "cannot read --budget '-5GB' as a size"),
+    ("memory-training-no", lambda: tfcalc.memory("gpt2", training="no"), None, "training must be True or False"),
+    ("flops-measure-no", lambda: tfcalc.flops("gpt2", measure="no"), None, "measure must be True or False"),
+    ("params-measure-0", lambda: tfcalc.params("gpt2", measure=0), None, "measure must be True or False; got 0"),
+    ("memory-dtype-0", lambda: tfcalc.memory("gpt2", dtype=0), None, "dtype must be a string; got 0"),
+    ("flops-device-number", lambda: tfcalc.flops("gpt2", device=1.5), None, "device must be a string"),
+    ("infer-kv-dtype-0", lambda: tfcalc.infer("gpt2", kv_dtype=0), None, "kv_dtype must be a string; got 0"),
+    ("scan-seq-nan", lambda: tfcalc.scan("gpt2", seq=float("nan")), None, "seq must be an integer or a list"),
+    ("infer-rate-inf", lambda: tfcalc.infer("gpt2", rate=float("inf")), None, "rate must be a finite number"),
+    ("infer-warmup-nan", lambda: tfcalc.infer("gpt2", warmup=float("nan")), None, "warmup must be an integer; got nan"),
+    ("plan-nproc-inf", lambda: tfcalc.plan("gpt2", dp=2, nproc=float("inf")), None,
+     "nproc must be an integer; got inf"),
+    ("plan-sp-text", lambda: tfcalc.plan("gpt2", dp=2, sequence_parallel="yes"), None,
+     "sequence_parallel must be True or False"),
 ]
 
 
@@ -83,3 +106,31 @@ def test_load_model_without_cuda_says_so():
         pytest.skip("CUDA is here")
     with pytest.raises(InputError, match="CUDA is not available here"):
         tfcalc.load_model("gpt2", device="cuda")
+
+
+BAD = [True, False, -1, 0, 1.5, float("nan"), float("inf"), -float("inf"), "", "no", "-1", [], [1], {"a": 1}, None,
+       2**70]
+CALLS = {"memory": dict(model="gpt2"), "flops": dict(model="gpt2"), "params": dict(model="gpt2", measure=False),
+         "scan": dict(model="gpt2", seq=[128]), "infer": dict(model="gpt2"), "compare": dict(models=["gpt2"])}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(CALLS)), st.data())
+def test_the_apis_arguments_never_raise_an_internal_error(function, data):
+    """Any argument of the API's fast functions (no measured run: measure stays off) given any value: a
+    report, or an InputError of one line -- never a TypeError, ValueError or the like (issue 33, cause 6)."""
+    import inspect
+
+    f = getattr(tfcalc, function)
+    names = [n for n, p in inspect.signature(f.__wrapped__).parameters.items()
+             if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD]
+    skip = ("model", "device", "batch") + (("measure",) if function != "params" else ())  # no run (params': meta)
+    names = [n for n in names if n not in skip]
+    args = dict(CALLS[function])
+    for name in data.draw(st.lists(st.sampled_from(names), max_size=3, unique=True)):
+        args[name] = data.draw(st.sampled_from(BAD))
+    models = args.pop("models", None)
+    try:
+        tfcalc.compare(*models, **args) if models else f(**args)
+    except InputError as e:
+        assert "\n" not in str(e) and len(str(e)) < 300, str(e)

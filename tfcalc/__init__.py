@@ -68,6 +68,55 @@ def _amount(name: str, value: Any) -> Any:
         raise InputError(f"{name}: {e}") from None
 
 
+def _checked(name: str, annotation: Any, value: Any) -> Any:
+    """The command line's type rule for one argument, in its Python name, before any work (issue 33, cause
+    6): a switch is True or False (not 'no', which is truthy), a name is a string, a whole number an int, a
+    fraction a finite number; ``budget`` a size such as '24GB' or a positive number of bytes, as --budget
+    reads (tfcalc.count.model.budget.parse_bytes). Ranges are the command line's own checks, downstream.
+    Annotations of several types (Union) are left to those checks too, but for sizes (one or a list); a
+    fraction given as text is left to the range check, which names the range."""
+    import math
+
+    from tfcalc.errors import InputError, shown
+
+    rule = str(annotation).replace("Optional[", "").rstrip("]") if str(annotation).startswith("Optional[") \
+        else str(annotation)
+    if value is None and (str(annotation).startswith("Optional[") or name == "budget"):
+        return value
+    if name == "budget":
+        from tfcalc.count.model.budget import parse_bytes
+
+        if isinstance(value, str):
+            return parse_bytes(value, "budget")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+            raise InputError(f"budget must be a size such as '24GB' or a number of bytes, 1 or more; "
+                             f"got {shown(value)}")
+        return int(value)  # a fraction of a byte rounds down, as parse_bytes reads one
+    if name == "device" and type(value).__name__ == "device":  # a torch.device: written as the command line takes it
+        return str(value)
+    if name in _LENGTHS + _COUNTS and rule.startswith("Union[") and not isinstance(value, str):
+        several = value if isinstance(value, (list, tuple)) else [value]  # one size, or several
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in several):
+            raise InputError(f"{name} must be an integer or a list of integers; got {shown(value)}")
+        return value
+    if rule == "str" and isinstance(value, os.PathLike):
+        value = os.fspath(value)  # a path where a file is named (device_spec, weights)
+    if rule == "bool" and not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False; got {shown(value)}")
+    # an optional name: 0, False or [] would read as "not given" (``dtype or default``), so they are refused
+    # here; any other non-string meets the command line's own check of the allowed names, which lists them
+    optional = str(annotation).startswith("Optional[")
+    if rule == "str" and not isinstance(value, str) and ((optional and not value) or name == "device"):
+        raise InputError(f"{name} must be a string; got {shown(value)}")
+    if rule == "int" and not isinstance(value, (int, float)):  # True, 2.0 left to the range checks, which name them
+        raise InputError(f"{name} must be an integer; got {type(value).__name__}")
+    if rule == "int" and isinstance(value, float) and not math.isfinite(value):  # the command line reads no nan
+        raise InputError(f"{name} must be an integer; got {shown(value)}")
+    if rule == "float" and (isinstance(value, bool) or isinstance(value, float) and not math.isfinite(value)):
+        raise InputError(f"{name} must be a finite number; got {shown(value)}")
+    return value
+
+
 def _python_names(message: str, names: Sequence[str]) -> str:
     """An error in the Python argument's name: '--seq must be ...' -> 'seq must be ...' where the function
     takes ``seq`` (the command line's words are shared; its flags are not what a notebook user typed)."""
@@ -96,6 +145,10 @@ def _api(function):
         try:
             for name in set(bound.arguments) & set(_LENGTHS + _COUNTS):
                 bound.arguments[name] = _amount(name, bound.arguments[name])
+            for name in bound.arguments:
+                if name in signature.parameters and name != "model":
+                    bound.arguments[name] = _checked(name, signature.parameters[name].annotation,
+                                                     bound.arguments[name])
             return function(*bound.args, **bound.kwargs)
         except InputError as e:
             raise InputError(_python_names(str(e), names)) from None
@@ -142,13 +195,11 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
            measure: bool = False, device: str = "cpu", **overrides: Any) -> "MemoryReport":
     """`tfcalc memory`: weights, KV cache, activations, training state; measure=True reads the peak on device.
     dtype defaults as on the command line: bf16, or fp32 for a run measured on a CPU."""
-    from tfcalc.count.model.budget import parse_bytes
     from tfcalc.report.memory import MemoryOptions, build_memory
     from tfcalc.workload import Workload, default_dtype
 
-    budget_bytes = parse_bytes(budget) if isinstance(budget, str) else budget
     options = MemoryOptions(training=training, optimizer=optimizer, attention=attention, recompute=recompute,
-                            budget=budget_bytes)
+                            budget=budget)  # budget: bytes, read by _checked as --budget is
     dtype = dtype or default_dtype(device if measure else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype)
     return build_memory(_model(model, overrides), workload, options, measure, device)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import hostile_runs
 from deepseek_configs import HOSTILE_FILES as DEEPSEEK_FILES
+from hostile_cfg import CHECKPOINTS as CFG_CHECKPOINTS, FILES as CFG_FILES
 
 TINY = "n_layer: 2\nd_model: 32\nn_head: 4\nvocab_size: 61\nmax_seq_len: 16\n"
 
@@ -107,6 +108,7 @@ FILES = {
     "dev_name_list.yaml": device(name="[a, b]"),
     "dev_escape.yaml": device(name='"\\e[2J\\e]0;pwned\\a"'),
     **DEEPSEEK_FILES,  # DeepSeek's configs (tests/deepseek_configs.py)
+    **CFG_FILES,  # issue 33's per-layer lists and scales (tests/hostile_cfg.py)
 }
 
 
@@ -128,6 +130,11 @@ def write(folder: Path) -> Path:
     (folder / "snap_bomb.json").write_text(snapshot([{"spec": str(folder / "bomb.yaml")}]), encoding="utf-8")
     _checkpoints(folder)
     hostile_runs.write(folder)
+    for name, files in CFG_CHECKPOINTS.items():  # issue 33's gpt-oss folders (tests/hostile_cfg.py)
+        (folder / name).mkdir()
+        for file, content in files.items():
+            path = folder / name / file
+            path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content, encoding="utf-8")
     return folder
 
 

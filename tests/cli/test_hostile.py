@@ -14,6 +14,7 @@ import hostile
 import hostile_runs
 import pytest
 from deepseek_configs import HOSTILE as DEEPSEEK_HOSTILE
+from hostile_cfg import HOSTILE as CFG_HOSTILE
 
 from tfcalc.measure import device as dev
 
@@ -249,6 +250,8 @@ CASES = [
     # ---- DeepSeek's latent attention, routing, YaRN (tests/deepseek_configs.py) ----
     *DEEPSEEK_HOSTILE,
     *hostile_runs.CASES,  # round 4 (issue 33): measured runs' fit, bounds, messages and outputs
+    # ---- issue 33: per-layer lists against the depth, scales, quantized checkpoints (tests/hostile_cfg.py) ----
+    *CFG_HOSTILE,
 ]
 # cases refused against a limit, patched to the same size on any machine (free memory, in GiB)
 LIMITED = {"flops-measure-cpu-too-big": 2, "flops-measure-cpu-training": 2, "memory-measure-too-big": 8,

@@ -16,6 +16,7 @@ from typing import Any
 
 from tfcalc.checkpoint.files import CheckpointFiles, TensorInfo, read_headers
 from tfcalc.checkpoint.names import Piece, experts_of, map_name, rules
+from tfcalc.checkpoint.quant import check_expert_format
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import params as params_count
 from tfcalc.count.model.components import components, local_path
@@ -146,4 +147,6 @@ def count(cfg: ModelConfig, checkpoint: CheckpointFiles, kind: str) -> Checkpoin
 def count_checkpoint(cfg: ModelConfig, path: str | Path) -> CheckpointCount:
     """Read the headers at path (a .safetensors file or a model folder) and count them against cfg."""
     files = read_headers(path)
-    return count(cfg, files, model_type(files.folder))
+    kind = model_type(files.folder)
+    check_expert_format(cfg, files, kind)  # quantized experts as the config says (tfcalc.checkpoint.quant)
+    return count(cfg, files, kind)

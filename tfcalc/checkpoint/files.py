@@ -2,10 +2,11 @@
 
 A checkpoint is given as a ``.safetensors`` file, a folder holding ``model.safetensors.index.json`` (a
 sharded checkpoint: the index maps every tensor name to the shard that holds it), or a folder holding
-one or more ``*.safetensors`` files. Headers are read by the safetensors library (``safe_open`` with the
-numpy framework, which neither imports numpy nor torch to list names, shapes and dtypes); it validates
-each header against the file (header size, JSON, dtypes, offsets within the file) and raises on any
-hostile file. Pickled checkpoints (``pytorch_model.bin``) are refused: loading them would run code.
+one or more ``*.safetensors`` files. Headers are read with two bounded reads (the 8-byte length, then
+the JSON: never the whole file, which a mapping would take into the address space) and validated as the
+safetensors library validates them (header size, JSON, dtypes, offsets contiguous within the file), one
+line on any hostile file. Pickled checkpoints (``pytorch_model.bin``) are refused: loading them would
+run code.
 
 Every problem is one InputError line naming the file.
 """
@@ -130,18 +131,72 @@ def _readable(file: Path) -> None:
         raise InputError(f"{shown_path(file)}: cannot be read ({e.strerror or e})") from None
 
 
-def _header(file: Path) -> list[TensorInfo]:
-    from safetensors import SafetensorError, safe_open
+MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit on the JSON header (safetensors/src/tensor.rs)
 
+
+def _header(file: Path) -> list[TensorInfo]:
+    """The file's tensors from its header alone: an 8-byte little-endian length, then that many bytes of
+    JSON -- read with two bounded reads, never by mapping the file (a shard larger than the address space
+    left failed with MemoryError), and checked as safetensors checks it: each tensor's dtype, shape and
+    data offsets, the offsets contiguous and within the file."""
     _readable(file)
     try:
-        with safe_open(str(file), framework="numpy") as f:  # headers only: no framework is imported
-            out = []
-            for name in f.keys():
-                piece = f.get_slice(name)
-                out.append(TensorInfo(name, tuple(piece.get_shape()), piece.get_dtype(), file.name))
-            return out
-    except SafetensorError as e:
-        raise InputError(f"{file}: not a valid safetensors file ({str(e).splitlines()[0]})") from None
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2:  # the words of safetensors' own errors, which the tests and users know
+                return _invalid(file, "header too small")
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                return _invalid(file, f"header too large: {n:,} bytes in a file of {size:,}")
+            text = f.read(n)
     except OSError as e:
-        raise InputError(f"{file}: cannot be read ({e})") from None
+        raise InputError(f"{shown_path(file)}: cannot be read ({e.strerror or e})") from None
+    return _tensors(file, text, size - 8 - n)
+
+
+def _invalid(file: Path, why: str):
+    raise InputError(f"{shown_path(file)}: not a valid safetensors file ({why})")
+
+
+def _tensors(file: Path, text: bytes, data: int) -> list[TensorInfo]:
+    """The header's tensors, in the file's order of their data; ``data``: the bytes after the header."""
+    import json
+
+    def pairs(items):
+        keys = [k for k, _ in items]
+        if len(set(keys)) != len(keys):
+            _invalid(file, "a key is given twice in the header")
+        return dict(items)
+
+    try:
+        header = json.loads(text.decode("utf-8"), object_pairs_hook=pairs)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return _invalid(file, "invalid JSON in header")
+    if not isinstance(header, dict):
+        return _invalid(file, "the header is not a JSON object")
+    out, spans = [], []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            return _invalid(file, f"tensor {shown(name)} is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in DTYPE_BYTES:
+            return _invalid(file, f"tensor {shown(name)} has dtype {shown(dtype)}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            return _invalid(file, f"tensor {shown(name)} has shape {shown(shape)}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and not isinstance(o, bool)
+                                                                        for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]
+                and offsets[1] - offsets[0] == math.prod(shape) * DTYPE_BYTES[dtype]):
+            return _invalid(file, f"tensor {shown(name)} has data offsets {shown(offsets)} that do not fit its "
+                                  "shape and dtype in the file")
+        spans.append((offsets[0], offsets[1]))
+        out.append((offsets[0], TensorInfo(name, tuple(shape), dtype, file.name)))
+    spans.sort()
+    ends = [0] + [b for _, b in spans]
+    if any(a != e for (a, _), e in zip(spans, ends, strict=False)) or ends[-1] != data:
+        return _invalid(file, "the data is not fully covered by the tensors' offsets, or they overlap")
+    return [info for _, info in sorted(out, key=lambda x: x[0])]

@@ -13,13 +13,13 @@ def gemma2(r: Reader) -> None:
     r.divisible_heads()
     gemma_common(r)
     r.activation("hidden_activation", "gelu_pytorch_tanh")  # modeling_gemma2.py reads this key, not hidden_act
-    scalar = r.number("query_pre_attn_scalar", 256)
+    scalar = r.positive("query_pre_attn_scalar", 256)
     r.fields.update(norm_placement="sandwich", attn_scale=scalar ** -0.5,
                     attn_softcap=r.number("attn_logit_softcapping", 50.0),
                     logit_softcap=r.number("final_logit_softcapping", 30.0))
-    if r.raw.get("layer_types") is None:  # Gemma2Config's default: layers 0, 2, 4, ... windowed
-        n = r.fields["n_layer"]
-        r.raw = {**r.raw, "layer_types": ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]}
     r.raw.setdefault("sliding_window", 4096)
-    r.windows()
+    if r.raw.get("layer_types") is None:  # Gemma2Config's default: layers 0, 2, 4, ... windowed
+        r.every_kth_full(2)
+    else:
+        r.windows()
     r.causal_or_base("Gemma2")

@@ -39,7 +39,7 @@ def gemma3_text(r: Reader) -> None:
             raise r.fail(f"'{key}' must be a positive number; got {shown(value)}")
     r.fields.update(rope_theta=float(theta), rope_local_theta=float(local_theta), rope_fraction=1.0,
                     norm_placement="sandwich", qk_norm=True,
-                    attn_scale=r.number("query_pre_attn_scalar", 256) ** -0.5,
+                    attn_scale=r.positive("query_pre_attn_scalar", 256) ** -0.5,
                     # attn_logit_softcapping is stored but read by no module: Gemma3Attention.forward passes no
                     # softcap to its attention function (modeling_gemma3.py), so scores are never capped
                     attn_softcap=None,
@@ -49,6 +49,7 @@ def gemma3_text(r: Reader) -> None:
     if period is None or period < 1:
         raise r.fail(f"'sliding_window_pattern' must be a positive integer; got {shown(period)}")
     r.raw = {**r.raw, "sliding_window": r.get("sliding_window", 4096)}
+    r.per_layer_list("layer_types")
     default = ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(n)]
     layers.layer_types(r, n, default)
     if r.head({"Gemma3ForCausalLM": "causal", "Gemma3TextModel": "base"}, "Gemma3ForCausalLM") == "base":

@@ -21,11 +21,11 @@ def gpt_oss(r: Reader) -> None:
     r.fields.update(attn_bias=bias, attn_out_bias=bias, ffn_bias=True, router_bias=True, attn_sinks=True)
     r.take("swiglu_limit", "swiglu_limit", 7.0)
     r.take("swiglu_alpha", "swiglu_alpha", 1.702)
-    if r.raw.get("layer_types") is None:  # GptOssConfig's default: layers 0, 2, 4, ... windowed
-        n = r.fields["n_layer"]
-        r.raw = {**r.raw, "layer_types": ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]}
     r.raw.setdefault("sliding_window", 128)
-    r.windows()
+    if r.raw.get("layer_types") is None:  # GptOssConfig's default: layers 0, 2, 4, ... windowed
+        r.every_kth_full(2)
+    else:
+        r.windows()
     _expert_format(r)
     r.causal_or_base("GptOss")
 

@@ -29,6 +29,7 @@ def llama4_text(r: Reader) -> None:
     r.take("num_local_experts", "n_expert", 16)
     r.take("num_experts_per_tok", "n_expert_active", 1)
     r.fields.update(shared_expert_d_ff=r.fields["d_ff"], router_norm_topk=False, router_sigmoid_input=True)
+    r.per_layer_list("moe_layers, no_rope_layers and layer_types")
     _moe_layers(r, n)
     rope = layers.rope_flags(r, n)
     r.raw = {**r.raw, "attention_chunk_size": r.get("attention_chunk_size", 8192)}

@@ -14,10 +14,10 @@ def qwen_windows(r: Reader) -> None:
     from layer max_window_layers on (full attention below it: a layer_pattern)."""
     used = r.flag("use_sliding_window", False)
     below = r.number("max_window_layers", 28, integer=True)
-    if used and r.raw.get("layer_types") is None and below:  # configuration_qwen2.py's layer_types
-        n = r.fields["n_layer"]
-        r.raw = {**r.raw, "layer_types": ["sliding_attention" if i >= below else "full_attention" for i in range(n)]}
-    r.windows(used=used)
+    if used and r.raw.get("layer_types") is None and below:  # configuration_qwen2.py's layer_types, unbuilt
+        r.full_below(below)
+    else:
+        r.windows(used=used)
 
 
 def qwen2(r: Reader) -> None:

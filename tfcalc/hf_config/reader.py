@@ -7,11 +7,14 @@ never ignored. Pure Python: no torch, no transformers.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tfcalc.config import ConfigError, check_field_type
 from tfcalc.errors import shown
 from tfcalc.hf_config.layer_pattern import compact
+
+MAX_LISTED_LAYERS = 1_000_000  # a per-layer list built for a config.json: ~10 s of Python at most
 
 # Hugging Face activation names (transformers.activations.ACT2FN) -> ModelConfig.activation
 ACTIVATIONS = {
@@ -89,6 +92,13 @@ class Reader:
             raise self.fail(f"'{key}' must be {kind}; got {shown(value)} ({type(value).__name__})")
         return value
 
+    def positive(self, key: str, default: Any) -> Any:
+        """A number that must be finite and above 0 (a scale whose inverse or root is taken): one line."""
+        value = self.number(key, default)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise self.fail(f"'{key}' must be a positive number; got {shown(value)}")
+        return value
+
     def refuse(self, key: str, value: Any, why: str) -> None:
         """Refuse key when it holds value: a layout tfcalc does not build (why says what it changes)."""
         if self.raw.get(key) == value:
@@ -135,6 +145,9 @@ class Reader:
             return
         if not isinstance(kinds, list) or not all(k in ("sliding_attention", "full_attention") for k in kinds):
             raise self.fail("'layer_types' must be a list of 'sliding_attention' and 'full_attention'")
+        n = self.fields.get("n_layer")
+        if n is not None and n != len(kinds):  # as transformers' PreTrainedConfig.validate_layer_type refuses it
+            raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
         full = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
         if len(full) == len(kinds):
             self.fields["sliding_window"] = None
@@ -147,10 +160,42 @@ class Reader:
             if every >= 2 and full == list(range(every - 1, len(kinds), every)):
                 self.fields["full_attention_every"] = every
             else:  # no period says it: each layer's kind, as runs (tfcalc.architecture.patterns)
-                n = self.fields.get("n_layer")
-                if n is not None and n != len(kinds):
-                    raise self.fail(f"'layer_types' lists {len(kinds)} layers; 'num_hidden_layers' is {n}")
                 self.fields["layer_pattern"] = compact(["full" if k == "full_attention" else "local" for k in kinds])
+
+    def every_kth_full(self, every: int, window_key: str = "sliding_window") -> None:
+        """``windows`` of the default list "layer i full when (i + 1) % every == 0, else sliding"
+        (Gemma2Config's and GptOssConfig's, every 2) without building it: a depth of 2**40 is allowed."""
+        window = self.number(window_key, None, integer=True)
+        if not window:
+            raise self.fail(f"'layer_types' names sliding layers but '{window_key}' is {shown(window)}")
+        self.fields["sliding_window"] = window
+        if every >= 2 and self.fields["n_layer"] >= every:
+            self.fields["full_attention_every"] = every
+
+    def full_below(self, below: int, window_key: str = "sliding_window") -> None:
+        """``windows`` of the default list "full below layer ``below``, sliding from it" (Qwen2Config's
+        max_window_layers) without building it: the pattern compact() writes for it."""
+        n = self.fields["n_layer"]
+        if below >= n:  # every layer full
+            self.fields["sliding_window"] = None
+            return
+        window = self.number(window_key, None, integer=True)
+        if not window:
+            raise self.fail(f"'layer_types' names sliding layers but '{window_key}' is {shown(window)}")
+        self.fields["sliding_window"] = window
+        if below >= 1:
+            def run(kind: str, count: int) -> str:
+                return kind if count == 1 else f"{kind}*{count}"
+
+            self.fields["layer_pattern"] = f"{run('full', below)}, {run('local', n - below)}"
+
+    def per_layer_list(self, what: str) -> None:
+        """A default per-layer list of the depth is built (its kinds go through compact): refuse a depth past
+        MAX_LISTED_LAYERS in one line rather than build a list of 2**40 entries."""
+        n = self.fields["n_layer"]
+        if n > MAX_LISTED_LAYERS:
+            raise self.fail(f"'num_hidden_layers' {n:,} is past the {MAX_LISTED_LAYERS:,} layers tfcalc lists {what} "
+                            "for; write the model as YAML with a layer_pattern")
 
     def dtype(self) -> None:
         value = self.get("torch_dtype", aliases=("dtype",))

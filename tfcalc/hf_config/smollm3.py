@@ -15,6 +15,7 @@ def smollm3(r: Reader) -> None:
     r.take("attention_bias", "attn_bias", False)
     r.take("mlp_bias", "ffn_bias", False)
     n = r.fields["n_layer"]
+    r.per_layer_list("no_rope_layers and layer_types")
     rope = layers.rope_flags(r, n)
     sliding = r.flag("use_sliding_window", False) and r.raw.get("sliding_window") is not None
     # configuration_smollm3.py: windowed where use_sliding_window and the layer has no RoPE

@@ -207,12 +207,34 @@ def modules_built(cfg, blocks: int) -> int:
 def require_buildable(cfg, blocks: int, what: str, hint: str) -> None:
     """InputError, before building, when the module would have more than MAX_MODULES submodules (a
     build of minutes), or when their Python objects would not fit in this process's memory."""
+    require_storable(cfg, what)
     n = modules_built(cfg, blocks)
     if n > MAX_MODULES:
         raise InputError(f"not building {what}: {blocks:,} block(s) make about "
                          f"{n:,} PyTorch modules, more than the {MAX_MODULES:,} tfcalc builds (minutes of work); "
                          f"try {hint}")
     require_fits(n * MODULE_BYTES, "cpu", f"{what} (building {n:,} modules)", hint)
+
+
+TORCH_STORAGE_BYTES = 2**63 - 1  # a tensor's storage size is an int64 of bytes, even on meta (c10's overflow check)
+
+
+def require_storable(cfg, what: str) -> None:
+    """InputError, before building, when a parameter tensor would be larger than a PyTorch storage can be
+    at 8 bytes an element (the widest dtype built): 2**40 grouped experts overflowed it on meta. Names the
+    field: n_expert for a layer's grouped experts (one tensor of n_expert × rows × cols: tfcalc.model.experts)."""
+    import math
+
+    from tfcalc.count.training.shard import module_tensors
+    from tfcalc.count.training.sharding import routed_expert
+
+    for t in module_tensors(cfg):
+        grouped = routed_expert(t.name)
+        elements = (t.copies if grouped else 1) * math.prod(t.shape)
+        if 8 * elements > TORCH_STORAGE_BYTES:
+            field = f"n_expert {cfg.n_expert:,} × " if grouped else ""
+            raise InputError(f"not building {what}: its {t.name} ({field}{' × '.join(map(str, t.shape))}) is past "
+                             "a PyTorch storage's 2^63 bytes")
 
 
 def require_ranks_fit(cfg, layout, nproc: int, device: str | None, what: str) -> None:

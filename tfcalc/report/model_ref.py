@@ -88,4 +88,11 @@ def resolve(model: ModelSpec, overrides: list[str] | tuple[str, ...] = ()) -> Mo
             return ModelRef(apply_overrides(model, list(overrides)), tuple(_canonical(o) for o in overrides))
         return ModelRef(model)
     source = checkpoint_source(str(model), list(overrides))
+    if source.weights is not None and source.cfg.n_expert is not None:  # quantized experts as the config says
+        from tfcalc.checkpoint.count import model_type
+        from tfcalc.checkpoint.files import read_headers
+        from tfcalc.checkpoint.quant import check_expert_format
+
+        headers = read_headers(source.weights)
+        check_expert_format(source.cfg, headers, model_type(headers.folder))
     return ModelRef(source.cfg, tuple(_canonical(o) for o in overrides), source.weights)

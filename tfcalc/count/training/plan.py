@@ -67,8 +67,9 @@ from tfcalc.count.training.search_space import (
     offload_bases,
     schedules,
 )
-from tfcalc.count.training.shard import stage_blocks, total_blocks, tp_split_widths
+from tfcalc.count.training.shard import total_blocks, tp_split_widths
 from tfcalc.count.training.sharding import expert_counts, grad_element_bytes
+from tfcalc.count.training.stage_classes import stage_block_count
 from tfcalc.count.training.steptime import Hardware, StepTime, step_time, with_optimizer
 from tfcalc.errors import InputError
 
@@ -216,7 +217,8 @@ def rank_floor(cfg: ModelConfig, base: Layout, gpus_per_node: int, cp: int = 1,
     # tp splits the heads and widths evenly (check_tp): only divisors of their gcd, not 1..gpus_per_node
     widths = math.gcd(*(n for _, n in tp_split_widths(cfg)))
     for tp in (t for t in divisors(widths) if t <= gpus_per_node):
-        for pp in range(total_blocks(cfg), 0, -1):
+        # an encoder-decoder takes pp 1 only (check_layout): not a walk down from its depth
+        for pp in (1,) if cfg.arch == "encoder-decoder" else range(total_blocks(cfg), 0, -1):
             most = stage_floor(cfg, base, tp, pp, cp, recompute)
             if most is not None:  # the most stages this tp takes (an encoder-decoder: pp 1)
                 best = most if best is None else min(best, most)
@@ -243,9 +245,10 @@ def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1,
     # the fewest experts a rank can hold (expert parallelism over them all): still a lower bound
     split = replace(layout, ep=math.gcd(*expert_counts(cfg)) if expert_counts(cfg) else 1)
     gathered = gathered_bytes(cfg, replace(split, zero=3))
-    counts = stage_blocks(total_blocks(cfg), pp)
+    blocks = total_blocks(cfg)
     # stages alike (neither end, the same layer kinds: one micro-batch in flight each) priced once
-    return max(min(stage_activations(cfg, replace(layout, recompute=r), s, counts[s]) for r in tried)
+    return max(min(stage_activations(cfg, replace(layout, recompute=r), s, stage_block_count(blocks, pp, s))
+                   for r in tried)
                + min(ew * stage_params(cfg, split, s), gathered) for s in priced_stages(cfg, pp, 1))
 
 

@@ -39,7 +39,6 @@ from tfcalc.count.training.rank_activations import micro_batch, stage_activation
 from tfcalc.count.training.shard import (
     fsdp_shard,
     module_tensors,
-    stage_block_counts,
     stage_ranges,
     stage_tensors,
     total_blocks,
@@ -50,12 +49,13 @@ from tfcalc.count.training.sharding import (
     expert_dp,
     flat_shard,
     grad_element_bytes,
-    greedy_rank0_elements,
+    greedy_rank0_grouped,
     local_copies,
     routed_expert,
     shard_dp,
     split_states,
 )
+from tfcalc.count.training.stage_classes import priced_stages, stage_block_count
 from tfcalc.workload import Layout, Workload
 
 FP32 = 4
@@ -131,16 +131,16 @@ def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)[0]
 
 
-def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
-    """Elements of every parameter tensor of the stage as the real module stores them: each block's own
-    (a mixture's routed experts one grouped tensor per block, tfcalc.model.experts), the ends' once."""
-    out = []
+def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]:
+    """{elements: how many tensors} of every parameter tensor of the stage as the real module stores them:
+    each block's own (a mixture's routed experts one grouped tensor per block, tfcalc.model.experts), the
+    ends' once -- counted, not listed (a stage may hold 2**40 blocks)."""
+    out: dict[int, int] = {}
     for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
         size = math.prod(tp_local_shape(t, layout.tp))
         if routed_expert(t.name):  # n = experts × blocks
-            out += [local_copies(t.name, t.copies, layout) * size] * (n // t.copies)
-        else:
-            out += [size] * n
+            size, n = local_copies(t.name, t.copies, layout) * size, n // t.copies
+        out[size] = out.get(size, 0) + n
     return out
 
 
@@ -160,7 +160,7 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     if layout.zero == 0:
         return psi, ew * psi, eg * psi, eo * psi
     if layout.zero == 1 and layout.zero_engine == "torch":  # whole tensors dealt out (count.training.sharding, 7)
-        return psi, ew * psi, eg * psi, eo * greedy_rank0_elements(stored_sizes(cfg, layout, stage), layout.data_ranks)
+        return psi, ew * psi, eg * psi, eo * greedy_rank0_grouped(stored_sizes(cfg, layout, stage), layout.data_ranks)
     if layout.zero == 1:
         return psi, ew * psi, eg * psi, eo * flat
     if layout.zero == 2:
@@ -221,22 +221,6 @@ def _stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
 
 
-@functools.lru_cache(maxsize=4096)
-def priced_stages(cfg: ModelConfig, pp: int, virtual: int, counted: tuple[str, ...] = ()) -> tuple[int, ...]:
-    """The ends, and the first stage of each kind between them (see rank_memory)."""
-    out, seen = [], set()
-    n_blocks = total_blocks(cfg)
-    for stage in range(pp):
-        if 0 < stage < pp - 1:
-            kinds = tuple((id(s), id(b), n) for r in stage_ranges(n_blocks, pp, stage, virtual, counted)
-                          for s, b, n in cfg.architecture.kinds_in(r.start, r.stop))
-            if kinds in seen:
-                continue
-            seen.add(kinds)
-        out.append(stage)
-    return tuple(out)
-
-
 def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     """The rank with the largest total: over pipeline stages, TP rank 0 (the largest blocks). Stages alike
     -- neither end, the same kinds and counts of blocks -- hold the same states, and a later one keeps no
@@ -244,10 +228,9 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     first of each kind is priced: a search's layouts of 96 stages price a handful."""
     gathered = gathered_bytes(cfg, layout)
     best = None
-    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.pp_split_counts)
     alike = _activation_alike(layout)
     for stage in priced_stages(cfg, layout.pp, layout.virtual_stages, layout.pp_split_counts):
-        blocks = counts[stage]
+        blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
         psi, w, g, o = model_states(cfg, layout, stage)
         if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward
             gathered = weight_element_bytes(layout.dtype) * psi

@@ -239,12 +239,12 @@ class ShapeBound:
             return
         dps = divisors(b.global_batch // b.micro_batch)
         blocks = 1 if cfg.arch == "encoder-decoder" else total_blocks(cfg)  # candidate_layouts and check_layout's pp
-        shapes = [(tp, cp, pp) for tp in _tps(cfg, self.gpus_per_node) for cp in cps for pp in range(1, blocks + 1)]
+        tps = _tps(cfg, self.gpus_per_node)
         lo = max(1, lower)
         while lo <= limit:
             hi = min(limit, 2 * lo + self.gpus_per_node)
-            found = set()
-            for tp, cp, pp in shapes:
+            found = set()  # pp up to the window's GPUs, not the model's depth (2**40 blocks: no list of them)
+            for tp, cp, pp in ((t, c, p) for t in tps for c in cps for p in range(1, min(blocks, hi // (t * c)) + 1)):
                 for dp in dps:
                     n = tp * cp * pp * dp
                     if n > hi:

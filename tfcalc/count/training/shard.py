@@ -198,10 +198,10 @@ def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1, counted: t
     ``counted`` (any of SPLIT_COUNTS): the ends count as a block each (the module docstring); a chunk may
     then hold no block (the embedding's, the head's), its range empty."""
     if not counted:
-        if virtual == 1:
-            counts = stage_blocks(n_layer, pp)
-            start = sum(counts[:stage])
-            return [range(start, start + counts[stage])]
+        if virtual == 1:  # stage_blocks' runs in closed form: the first n_layer mod pp one block more
+            base, extra = divmod(n_layer, pp)
+            start = stage * base + min(stage, extra)
+            return [range(start, start + base + (stage < extra))]
         c = n_layer // (pp * virtual)
         return [range((v * pp + stage) * c, (v * pp + stage + 1) * c) for v in range(virtual)]
     e = "embedding" in counted

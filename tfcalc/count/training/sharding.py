@@ -207,6 +207,39 @@ def greedy_rank0_elements(sizes: list[int], ranks: int) -> int:
     return mine
 
 
+def greedy_rank0_grouped(groups: dict[int, int], ranks: int) -> int:
+    """greedy_rank0_elements of ``groups`` {tensor elements: how many tensors} without a list of every
+    tensor (a 2**40-layer stage's would not fit in memory). Items of one size n, given totals t_r, go one
+    by one to the least (total, rank): the c items of the size take the c least of the slots (t_r + k·n,
+    r), k ≥ 0 -- each rank's slots rise, so the greedy order is their merged order. Found by bisection on
+    the c-th slot's value V: every slot below V is taken, then the ranks with a slot at V, lowest first."""
+    totals, mine = [0] * ranks, 0
+    for n, c in sorted(groups.items(), reverse=True):
+        if n == 0:  # an empty tensor changes no total
+            continue
+        if c <= 4 * ranks:  # few: one by one, as greedy_rank0_elements
+            for _ in range(c):
+                r = totals.index(min(totals))
+                totals[r] += n
+                mine += n if r == 0 else 0
+            continue
+        lo, hi = min(totals), min(totals) + c * n  # count(hi) >= c: the least rank alone has c slots to hi
+        while lo < hi:  # the least V whose slots at or below it number c or more
+            mid = (lo + hi) // 2
+            if sum((mid - t) // n + 1 for t in totals if t <= mid) >= c:
+                hi = mid
+            else:
+                lo = mid + 1
+        below = [-(-(lo - t) // n) if t < lo else 0 for t in totals]  # slots < V, each rank
+        left = c - sum(below)  # taken at V, lowest rank first
+        for r, t in enumerate(totals):
+            at = left > 0 and t <= lo and (lo - t) % n == 0
+            left -= at
+            totals[r] = t + n * (below[r] + at)
+            mine += n * (below[r] + at) if r == 0 else 0
+    return mine
+
+
 # Buckets of the flat ZeRO-1/2 buffers (calls, not bytes: the bytes are the buffer's whatever the buckets):
 # ZeRO-1 as Megatron-Core's distributed optimizer, whose DDP buckets hold max(40,000,000, 1,000,000 × dp)
 # parameters when the gradient reduction overlaps the backward pass, as the plan's step time assumes
