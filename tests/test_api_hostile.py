@@ -38,6 +38,12 @@ CASES = [
     ("infer-repeat-0", lambda: tfcalc.infer("gpt2", measure=True, repeat=0), None, "--repeat must be between 1"),
     ("infer-warmup-negative", lambda: tfcalc.infer("gpt2", measure=True, warmup=-1), None,
      "--warmup must be between 0"),
+    # the measured run's counts are checked whether or not anything is measured, as the flags are
+    ("infer-warmup-negative-estimate", lambda: tfcalc.infer("gpt2", warmup=-1), None,
+     "--warmup must be between 0"),
+    ("infer-repeat-0-estimate", lambda: tfcalc.infer("gpt2", repeat=0), None, "--repeat must be between 1"),
+    ("infer-copy-bytes-negative", lambda: tfcalc.infer("gpt2", copy_bytes=-5), None, "copy_bytes must be between"),
+    ("plan-nproc-0", lambda: tfcalc.plan("gpt2", dp=2, nproc=0), None, "--nproc must be between 1"),
     ("bench-nproc-bert", lambda: tfcalc.bench("bert-base", nproc=2), ["bench", "bert-base", "--nproc", "2"],
      "bert-base is an encoder"),
     ("bench-nproc-zero-true", lambda: tfcalc.bench("gpt2", nproc=2, zero=True), None, "--zero must be 0, 1, 2 or 3"),

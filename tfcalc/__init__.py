@@ -122,8 +122,15 @@ def _python_names(message: str, names: Sequence[str]) -> str:
     takes ``seq`` (the command line's words are shared; its flags are not what a notebook user typed)."""
     import re
 
-    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: m.group(1).replace("-", "_")
-                  if m.group(1).replace("-", "_") in names else m.group(0), message)
+    def python(flag: str) -> str:
+        return _FLAG_ARGUMENTS.get(flag, flag.replace("-", "_"))
+
+    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: python(m.group(1)) if python(m.group(1)) in names
+                  else m.group(0), message)
+
+
+# flags whose Python argument is not their own name with "_" for "-"
+_FLAG_ARGUMENTS = {"copy-size": "copy_bytes"}
 
 
 def _api(function):

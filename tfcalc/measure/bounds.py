@@ -76,7 +76,8 @@ def check(flag: str, value, low: int = 1) -> int:
     if flag == "--copy-size":
         from tfcalc.units import nbytes
 
-        got = nbytes(value) if 0 <= value < 2**80 else f"a {len(str(value))}-digit number of bytes"
+        got = (nbytes(value) if 0 <= value < 2**80 else f"{value:,} bytes" if value.bit_length() < 64
+               else f"a {len(str(value))}-digit number of bytes")
         raise InputError(f"{flag} must be between {low} byte and {most // GiB} GiB ({why}); got {got}")
     got = f"{value:,}" if value.bit_length() < 64 else f"a {len(str(value))}-digit number"
     raise InputError(f"{flag} must be between {low:,} and {most:,} ({why}); got {got}")

@@ -88,12 +88,17 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
         check_size("--src-seq", o.src_seq)
         if model.cfg.arch != "encoder-decoder":
             raise InputError(f"{model.cfg.name}: --src-seq applies to encoder-decoder models only")
-    if o.measure:
-        from tfcalc.measure import bounds
+    from tfcalc.measure import bounds
 
-        bounds.check("--repeat", o.repeat)
+    # the measured run's counts, checked as the command line reads its flags: given, they are checked
+    # whether or not anything is measured (an API call's warmup=-1 is as wrong as the flag's)
+    bounds.check("--repeat", o.repeat)
+    bounds.check("--warmup", o.warmup, low=0)
+    for flag, value in (("--copy-size", o.copy_bytes), ("--matmul-size", o.matmul_size)):
+        if value is not None:
+            bounds.check(flag, value)
+    if o.measure:
         bounds.check("--gen", o.gen)  # each generated token is a timed decode step
-        bounds.check("--warmup", o.warmup, low=0)
     for name, value in (("--matmul-efficiency", o.matmul_efficiency), ("--bandwidth-efficiency",
                                                                       o.bandwidth_efficiency)):
         if value is not None:

@@ -259,6 +259,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     each GPU count a --gpus auto search tries (tfcalc.count.training.plan.fewest_gpus)."""
     cfg = model.cfg
     check_request(request)
+    check_size("--nproc", nproc)  # the ranks --measure would run: a count, measured or not (the API's nproc=0)
     if not isinstance(device_spec, str):
         raise InputError(f"--device-spec must be a table key or a file name; got {shown(device_spec)}")
     check_training_dtype(request.dtype)
