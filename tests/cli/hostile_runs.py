@@ -67,6 +67,9 @@ CASES = [
      "not running gpt2 decoding (batch 100000"),
     ("bench-no-model-too-big", ["bench", "--batch", "100000", "--seq", "512"], 2,
      "not running gpt2 (12 blocks, batch 100000, seq 512, fp32)"),
+    # the old spelling of bench ranks without a model: the refusal alone, the default model's note not before it
+    ("bench-nproc-no-model-too-big", ["bench", "--nproc", "2", "--seq", "8"], 2,
+     "not running bench gpt2 on 2 rank(s)"),
     ("bench-decode-matmul-1e6", ["bench", "decode", "gpt2", "--matmul-size", "1e6"], 2,
      "--matmul-size must be between 1 and 32,768"),
     ("bench-matmul-1e6", ["bench", "gpt2", "--matmul-size", "1e6"], 2, "--matmul-size must be between 1 and 32,768"),
@@ -124,6 +127,7 @@ def _small_machine(gib: float):
 
 PATCHED = {case: _small_machine(4) for case, *_ in CASES[:10]}
 PATCHED["bench-decode-no-model-too-big"] = PATCHED["bench-no-model-too-big"] = _small_machine(4)
+PATCHED["bench-nproc-no-model-too-big"] = _small_machine(0.001)  # gpt2's ranks need far more than 1 MB
 PATCHED["infer-tp-measure-ranks-share"] = _small_machine(0.5)  # gpt2 in fp32: 0.5 GiB a rank, 1 GiB for two
 PATCHED["plan-measure-too-big"] = _small_machine(0.001)  # plan --measure runs a copy of 0.7 MB a rank
 PATCHED["bench-small-machine"] = _small_machine(0.5)  # one block of llama2-7b and its embeddings: over 1 GiB

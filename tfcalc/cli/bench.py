@@ -123,9 +123,8 @@ def bench(
         raise InputError("--copy-size sets the bandwidth ceiling of `bench decode`; without --decode no copy is timed")
     if nproc is not None:  # the old spelling, kept a while
         _refuse({**single, "matmul_size": matmul_size}, "--nproc times a training step on every rank the same way")
-        say()
         run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel,
-                  3 if warmup is None else warmup, repeat, out)
+                  3 if warmup is None else warmup, repeat, out, say=say)
         return render.note(f"`bench --nproc {nproc}` is now `tfcalc bench ranks --nproc {nproc}`")
     ref = resolve(model, overrides or [])
     if tp is not None or zero is not None or fsdp or sequence_parallel:

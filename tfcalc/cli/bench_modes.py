@@ -75,9 +75,10 @@ def run_decode(model, overrides, batch, seq, steps, dtype, device, warmup, repea
 
 
 def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp, sequence_parallel, warmup, repeat,
-              out: render.Output) -> None:
+              out: render.Output, say=None) -> None:
+    """``say``: the default model's note, said once every check has passed (a refusal stays one line)."""
     from tfcalc.cli.render import bench_dist as view
-    from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
+    from tfcalc.report.bench_dist import build_dist_bench, check_dist_bench, plan_dist_bench
 
     run_on = device or "cpu"
     ref = resolve(model, overrides or [])
@@ -87,6 +88,9 @@ def run_ranks(model, overrides, nproc, batch, seq, dtype, device, tp, zero, fsdp
     layout = plan_dist_bench(ref, nproc, batch, lengths[0] if lengths else None,
                              dtype.value if dtype else default_dtype(run_on), tp, zero_stage(zero, fsdp) or 0,
                              sequence_parallel)
+    check_dist_bench(ref, layout, warmup, repeat, run_on)
+    if say is not None:
+        say()
     with busy_host(f"bench ranks {ref.label}"), \
             render.ranks_progress(f"bench ranks {ref.label}", layout.gpus, enabled=not out.quiet) as show:
         report = build_dist_bench(ref, layout, warmup, repeat, run_on, on_status=show)

@@ -94,20 +94,27 @@ def plan_dist_bench(model: ModelRef, nproc: int, batch: int = 1, seq: Optional[i
     return layout
 
 
-def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: int = 10,
-                     device: str = "cpu", on_status=None) -> DistBenchReport:
-    """Time the layout's training step on its ranks; on_status: see tfcalc.measure.launch.launch."""
+def check_dist_bench(model: ModelRef, layout: Layout, warmup: int, repeat: int, device: str) -> None:
+    """Every refusal of a ranks run, before any rank starts (and before the command says anything else):
+    the counts' bounds, the device, and the fit of every rank on this host (tfcalc.measure.fit)."""
     from tfcalc.measure import bounds
     from tfcalc.measure.fit import require_ranks_fit
-    from tfcalc.measure.launch import launch
 
     bounds.check("--repeat", repeat)
     bounds.check("--warmup", warmup, low=0)
     if device not in ("cpu", "cuda"):
         raise InputError(f"--device: bench ranks runs ranks on cpu (gloo) or cuda (NCCL, one GPU each); "
                          f"got '{device}'")
+    require_ranks_fit(model.cfg, layout, layout.gpus, device, f"bench {model.cfg.name}")
+
+
+def build_dist_bench(model: ModelRef, layout: Layout, warmup: int = 3, repeat: int = 10,
+                     device: str = "cpu", on_status=None) -> DistBenchReport:
+    """Time the layout's training step on its ranks; on_status: see tfcalc.measure.launch.launch."""
+    from tfcalc.measure.launch import launch
+
+    check_dist_bench(model, layout, warmup, repeat, device)
     job = {"mode": "bench", "config": dataclasses.asdict(model.cfg), "layout": dataclasses.asdict(layout),
            "warmup": warmup, "repeat": repeat}
-    require_ranks_fit(model.cfg, layout, layout.gpus, device, f"bench {model.cfg.name}")  # before any rank starts
     (ranks,) = launch([job], layout.gpus, device=device, on_status=on_status)
     return DistBenchReport(model, layout, warmup, repeat, tuple(ranks))
