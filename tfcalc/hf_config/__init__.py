@@ -89,6 +89,9 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: model_type {shown(model_type)} is not supported (supported: {supported})")
     reader = Reader(raw, str(path))
     mapper(model_type)(reader)
+    from tfcalc.hf_config.quantization import quantization  # imported when a file is read, as a family is
+
+    quantization(reader)  # every family: how a quantized checkpoint stores its matrices
     # ~/models/Meta-Llama-3-8B/config.json is named after its folder
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     return {"name": name, "source": f"{path} (Hugging Face config.json, model_type {model_type})", **reader.fields}

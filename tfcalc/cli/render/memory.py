@@ -31,8 +31,12 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     else:
         rest = "attention, router, biases, embeddings, norms, head" if "mxfp4_experts" in r.weight_parts else \
             "embeddings, norms, head"
+        stored = cfg.stored_quant if cfg.stored_quant and not r.weight_format.quantized else None
+        if stored:  # a quantized checkpoint, counted as stored (tfcalc.count.model.quant_stored)
+            rest = "embeddings, norms, routers, biases and the matrices it keeps"
         t.add("Weights", r.weights, f"{r.params:,} params, {r.weight_label}")
-        for key, label in (("quantized", f"block matrices in {r.dtype}"), ("scales", "scales"),
+        quantized = f"block matrices in {stored}, as stored" if stored else f"block matrices in {r.dtype}"
+        for key, label in (("quantized", quantized), ("scales", "scales"),
                            ("zero_points", "zero points"),
                            ("mxfp4_experts", "routed experts' matrices, MXFP4 values (4 bits, as stored)"),
                            ("mxfp4_scales", "  their scales (8 bits per 32 values)"),
