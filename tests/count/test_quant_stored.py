@@ -157,8 +157,13 @@ def test_commands_print_the_stored_figure_and_say_so(tmp_path, cli):
     assert memory["weight_format"]["label"] == "int4 as stored (group 32, bf16 scales; rest bf16)"
     text = cli("memory", path).out
     assert "int4 as stored" in text and "block matrices in int4, as stored" in text
+    assert "memory in bf16 (weights int4 as stored)" in text
     infer = cli("infer", path, "--seq", "1024", "--gen", "8", "--json").json()
     assert "int4 as stored" in json.dumps(infer)
+    params = cli("params", path, "--json").json()
+    assert params["weights_bytes"]["stored"] == 594_205_259_776
+    text = cli("params", path).out
+    assert "553.4 GiB as the checkpoint stores them, int4 as stored" in text and "in bf16 (" not in text
 
 
 HOSTILE = [

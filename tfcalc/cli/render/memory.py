@@ -121,7 +121,9 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
 
 
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
-    title = f"{r.model.label}: memory in {r.dtype}, batch {r.batch}, seq {r.seq:,}"
+    quantized = r.cfg.stored_quant and not r.weight_format.quantized  # a quantized checkpoint, counted as stored
+    stored = f" (weights {r.cfg.stored_quant} as stored)" if quantized else ""
+    title = f"{r.model.label}: memory in {r.dtype}{stored}, batch {r.batch}, seq {r.seq:,}"
     t = doc.table(title, Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1),
                   caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes", name="memory")
     _inference_rows(t, r)
