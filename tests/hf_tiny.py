@@ -165,6 +165,12 @@ CASES = {
                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
                                 tie_word_embeddings=False)),
     "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
+    "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
+                  dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+                       rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                        "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
     # Gemma 3: local layers (window 4, base 10) and a global one (base 1000), 5 : 1 cut to 3 layers; Q/K norms
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,

@@ -53,15 +53,24 @@ GLM4_9B = {  # THUDM/GLM-4-9B-0414
     "num_hidden_layers": 40, "num_key_value_heads": 2, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05,
     "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 151552,
 }
+OLMO3_7B = {  # allenai/Olmo-3-7B-Instruct config.json (as rasbt/LLMs-from-scratch's Olmo 3 notebook copies it)
+    "architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "hidden_size": 4096, "intermediate_size": 11008,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"] * 8,
+    "max_position_embeddings": 65536, "model_type": "olmo3", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "rms_norm_eps": 1e-06, "rope_theta": 500000, "sliding_window": 4096,
+    "rope_scaling": {"attention_factor": 1.2079441541679836, "beta_fast": 32.0, "beta_slow": 1.0, "factor": 8.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "yarn"},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 100278,
+}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
-           "glm4": ("Glm4Config", "Glm4ForCausalLM")}
+           "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
-TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4"}
+TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3"}
 
 
 def on_meta(data: dict):
@@ -88,8 +97,8 @@ def _read(tmp_path, data: dict):
     return load(str(path))
 
 
-@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B],
-                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b"])
+@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B],
+                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b"])
 def test_full_size_counts_equal_transformers(tmp_path, data):
     assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
 
@@ -289,3 +298,30 @@ def test_a_vision_language_checkpoint_counts_its_language_model_and_names_its_vi
         expected = text_model(input_ids=ids).logits
         got = tfcalc.load_model(str(tmp_path))(ids)
     assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+
+
+def test_olmo3_7b_preset_and_layers(tmp_path):
+    """Olmo-3-7B: transformers' count at full size on meta is the olmo-3-7b preset's; three sliding layers
+    (window 4096) then one full, eight times (the paper's 3 : 1, the last layer full). By hand: embedding and head
+    2 × 100,278 × 4096 = 821,477,376; a layer 4 · 4096² + 3 · 4096 · 11008 + 4 · 4096 (two output norms, Q and K
+    norms over the whole projection) = 202,391,552, × 32 = 6,476,529,664; final norm 4096: 7,298,011,136."""
+    cfg = _read(tmp_path, OLMO3_7B)
+    assert count.total(cfg) == _total(on_meta(OLMO3_7B)) == count.total(load("olmo-3-7b")) == 7_298_011_136
+    assert (cfg.sliding_window, cfg.full_attention_every, cfg.qk_norm_over) == (4096, 4, "projection")
+    assert list(cfg.architecture.output.layers()) == list(load("olmo-3-7b").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layer_types": ["sliding_attention"] * 31}, "'layer_types' lists 31 layers; 'num_hidden_layers' is 32"),
+    ({"layer_types": ["sliding_attention", "linear_attention"] * 16}, "'layer_types' must be a list of"),
+    ({"layer_types": None, "sliding_window": 0}, "names sliding window layers but 'sliding_window' is 0"),
+    ({"rope_parameters": {"full_attention": 5}}, "'rope_parameters' full_attention must be an object"),
+    ({"rope_parameters": {"sliding_attention": {"rope_theta": -1}}}, "'rope_theta' must be a positive number"),
+    ({"rope_theta": "big"}, "'rope_theta' must be"),
+])
+def test_olmo3_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**OLMO3_7B, **changes})
+    assert message in str(e.value), str(e.value)

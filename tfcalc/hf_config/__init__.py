@@ -56,6 +56,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "mistral": ("mistral", "mistral"),
     "mixtral": ("mixtral", "mixtral"),
     "olmo2": ("olmo2", "olmo2"),
+    "olmo3": ("olmo3", "olmo3"),
     "opt": ("opt", "opt"),
     "phi": ("phi", "phi"),
     "phi3": ("phi3", "phi3"),
