@@ -165,6 +165,13 @@ CASES = {
                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
                                 tie_word_embeddings=False)),
     "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    # EXAONE 4: output norms, per-head Q/K norms, three sliding layers (window 3, RoPE) then a full one without RoPE
+    "exaone4": Case("Exaone4Config", "Exaone4ForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3, sliding_window_pattern=4,
+                         rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    "exaone4-full": Case("Exaone4Config", "Exaone4ForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=2, sliding_window=None,
+                              layer_types=["full_attention"] * 2, tie_word_embeddings=True)),
     # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
                   dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,

@@ -62,15 +62,26 @@ OLMO3_7B = {  # allenai/Olmo-3-7B-Instruct config.json (as rasbt/LLMs-from-scrat
                      "original_max_position_embeddings": 8192, "rope_type": "yarn"},
     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 100278,
 }
+EXAONE4_32B = {  # LGAI-EXAONE/EXAONE-4.0-32B config.json (Exaone4Config's docstring checkpoint)
+    "architectures": ["Exaone4ForCausalLM"], "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "intermediate_size": 27392, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    "max_position_embeddings": 131072, "model_type": "exaone4", "num_attention_heads": 40, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 4096,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "sliding_window_pattern": "LLLG", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 102400,
+}
+EXAONE4_32B["layer_types"] = EXAONE4_32B["layer_types"] * 16
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
-           "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM")}
+           "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
+           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
-TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3"}
+TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4"}
 
 
 def on_meta(data: dict):
@@ -97,8 +108,8 @@ def _read(tmp_path, data: dict):
     return load(str(path))
 
 
-@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B],
-                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b"])
+@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B, EXAONE4_32B],
+                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b", "exaone-4.0-32b"])
 def test_full_size_counts_equal_transformers(tmp_path, data):
     assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
 
@@ -324,4 +335,32 @@ def test_olmo3_hostile_fields(tmp_path, changes, message):
 
     with pytest.raises(ConfigError) as e:
         _read(tmp_path, {**OLMO3_7B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_exaone4_32b_preset_and_layers(tmp_path):
+    """EXAONE-4.0-32B: transformers' count at full size on meta is the exaone-4.0-32b preset's. By hand: embedding
+    and head 2 × 102,400 × 5120 = 1,048,576,000; a layer Q and O 2 × 5120², K and V 2 × 1024 × 5120, SwiGLU
+    3 × 5120 × 27,392, two output norms 2 × 5120 and per-head Q and K norms 2 × 128: 483,666,176, × 64 =
+    30,954,635,264; final norm 5120: 32,003,216,384. Three sliding layers (window 4096, RoPE) then a full one
+    without RoPE (Exaone4Attention rotates only the sliding layers)."""
+    cfg = _read(tmp_path, EXAONE4_32B)
+    assert count.total(cfg) == _total(on_meta(EXAONE4_32B)) == count.total(load("exaone-4.0-32b")) == 32_003_216_384
+    assert (cfg.sliding_window, cfg.full_attention_every, cfg.nope_every) == (4096, 4, 4)
+    assert list(cfg.architecture.output.layers()) == list(load("exaone-4.0-32b").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layer_types": None}, "'sliding_window_pattern' 'LLLG' without 'layer_types'"),
+    ({"layer_types": None, "sliding_window_pattern": 0}, "'sliding_window_pattern' 0 without 'layer_types'"),
+    ({"layer_types": None, "sliding_window": None}, "'sliding_window' is null and 'layer_types' is not given"),
+    ({"layer_types": ["full_attention"] * 63}, "'layer_types' must list one kind for each of the 64 layers"),
+    ({"layer_types": ["sliding_attention", "local"] * 32}, "'layer_types' must be a list of"),
+    ({"sliding_window": None}, "names sliding window layers but 'sliding_window' is None"),
+])
+def test_exaone4_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**EXAONE4_32B, **changes})
     assert message in str(e.value), str(e.value)

@@ -38,6 +38,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "cohere": ("cohere", "cohere"),
     "deepseek_v2": ("deepseek", "deepseek_v2"),
     "deepseek_v3": ("deepseek", "deepseek_v3"),
+    "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),
     "gemma": ("gemma", "gemma"),
     "gemma2": ("gemma2", "gemma2"),
