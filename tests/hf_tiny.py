@@ -172,6 +172,12 @@ CASES = {
     "exaone4-full": Case("Exaone4Config", "Exaone4ForCausalLM",
                          dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=2, sliding_window=None,
                               layer_types=["full_attention"] * 2, tie_word_embeddings=True)),
+    # Seed-OSS: biases on Q, K, V (and on O and the MLP where asked), head_dim wider than hidden / heads
+    "seed_oss": Case("SeedOssConfig", "SeedOssForCausalLM",
+                     dict(LLAMA_LIKE, **TOKENS, head_dim=16, attention_dropout=0.0, residual_dropout=0.0)),
+    "seed_oss-biases": Case("SeedOssConfig", "SeedOssForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, attention_out_bias=True, mlp_bias=True, attention_dropout=0.0,
+                                 residual_dropout=0.0, tie_word_embeddings=True)),
     # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
                   dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,

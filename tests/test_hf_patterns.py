@@ -72,16 +72,23 @@ EXAONE4_32B = {  # LGAI-EXAONE/EXAONE-4.0-32B config.json (Exaone4Config's docst
     "sliding_window_pattern": "LLLG", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 102400,
 }
 EXAONE4_32B["layer_types"] = EXAONE4_32B["layer_types"] * 16
+SEED_OSS_36B = {  # ByteDance-Seed/Seed-OSS-36B-Instruct config.json
+    "architectures": ["SeedOssForCausalLM"], "attention_bias": True, "attention_out_bias": False, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 524288,
+    "mlp_bias": False, "model_type": "seed_oss", "num_attention_heads": 80, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": {"rope_type": "default"}, "rope_theta": 10000000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 155136,
+}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
            "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
-           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM")}
+           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
-TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4"}
+TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4", "seed_oss"}
 
 
 def on_meta(data: dict):
@@ -108,8 +115,10 @@ def _read(tmp_path, data: dict):
     return load(str(path))
 
 
-@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B, EXAONE4_32B],
-                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b", "exaone-4.0-32b"])
+@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B, EXAONE4_32B,
+                                  SEED_OSS_36B],
+                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b", "exaone-4.0-32b",
+                              "seed-oss-36b"])
 def test_full_size_counts_equal_transformers(tmp_path, data):
     assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
 
@@ -363,4 +372,27 @@ def test_exaone4_hostile_fields(tmp_path, changes, message):
 
     with pytest.raises(ConfigError) as e:
         _read(tmp_path, {**EXAONE4_32B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_seed_oss_36b_preset():
+    """Seed-OSS-36B: transformers' count at full size on meta is the seed-oss-36b preset's. By hand: embedding and
+    head 2 × 155,136 × 5120 = 1,588,592,640; a layer Q 5120 × 10,240 and O 10,240 × 5120 (80 heads of 128), K and V
+    2 × 1024 × 5120, Q/K/V biases 10,240 + 2 × 1024, SwiGLU 3 × 5120 × 27,648, two norms 2 × 5120: 540,039,168,
+    × 64 = 34,562,506,752; final norm 5120: 36,151,104,512."""
+    cfg = load("seed-oss-36b")
+    assert count.total(cfg) == _total(on_meta(SEED_OSS_36B)) == 36_151_104_512
+    assert (cfg.attn_bias, cfg.o_bias, cfg.ffn_bias, cfg.head_dim) == (True, False, False, 128)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"attention_out_bias": "no"}, "'attention_out_bias'"),
+    ({"mlp_bias": 1.5}, "'mlp_bias'"),
+    ({"head_dim": 0}, "field 'd_head' must be positive"),
+])
+def test_seed_oss_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**SEED_OSS_36B, **changes})
     assert message in str(e.value), str(e.value)

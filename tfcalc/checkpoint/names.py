@@ -281,7 +281,7 @@ def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
 
 _DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
-               "smollm3", "olmo2", "olmo3", "exaone4", "glm4", "gemma3_text", "llama4_text")
+               "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 

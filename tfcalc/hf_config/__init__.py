@@ -66,6 +66,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "qwen3": ("qwen3", "qwen3"),
     "qwen3_moe": ("qwen3_moe", "qwen3_moe"),
     "roberta": ("roberta", "roberta"),
+    "seed_oss": ("seed_oss", "seed_oss"),
     "smollm3": ("smollm3", "smollm3"),
     "starcoder2": ("starcoder2", "starcoder2"),
     "t5": ("t5", "t5"),
