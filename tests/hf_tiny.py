@@ -178,6 +178,12 @@ CASES = {
     "seed_oss-biases": Case("SeedOssConfig", "SeedOssForCausalLM",
                             dict(LLAMA_LIKE, **TOKENS, attention_out_bias=True, mlp_bias=True, attention_dropout=0.0,
                                  residual_dropout=0.0, tie_word_embeddings=True)),
+    # GLM-4.5: GQA with Q/K/V biases and per-head Q/K norms, half-rotary; a dense layer, then DeepSeek-V3's experts
+    # (4 experts in 2 groups, top-2 of 1 group, a shared expert, sigmoid routing with a correction bias, scaled)
+    "glm4_moe": Case("Glm4MoeConfig", "Glm4MoeForCausalLM",
+                     dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=16, attention_bias=True, use_qk_norm=True,
+                          moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                          n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1)),
     # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
                   dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,

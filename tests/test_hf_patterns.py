@@ -79,17 +79,31 @@ SEED_OSS_36B = {  # ByteDance-Seed/Seed-OSS-36B-Instruct config.json
     "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": {"rope_type": "default"}, "rope_theta": 10000000.0,
     "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 155136,
 }
+GLM45_AIR = {  # zai-org/GLM-4.5-Air config.json
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "first_k_dense_replace": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 10944, "max_position_embeddings": 131072,
+    "model_type": "glm4_moe", "moe_intermediate_size": 1408, "n_group": 1, "n_routed_experts": 128,
+    "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 96, "num_experts_per_tok": 8,
+    "num_hidden_layers": 46, "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 1000000, "routed_scaling_factor": 1.0,
+    "tie_word_embeddings": False, "topk_group": 1, "torch_dtype": "bfloat16", "use_qk_norm": False,
+    "vocab_size": 151552,
+}
+GLM45 = {**GLM45_AIR, "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,  # zai-org/GLM-4.5
+         "n_routed_experts": 160, "num_hidden_layers": 92, "first_k_dense_replace": 3, "use_qk_norm": True,
+         "routed_scaling_factor": 2.5}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
            "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
-           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM")}
+           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
+           "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
 TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4",
-                "seed_oss"}
+                "seed_oss", "glm4_moe"}
 
 
 def on_meta(data: dict):
@@ -396,4 +410,33 @@ def test_seed_oss_hostile_fields(tmp_path, changes, message):
 
     with pytest.raises(ConfigError) as e:
         _read(tmp_path, {**SEED_OSS_36B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("data, total", [(GLM45_AIR, 106_852_245_504), (GLM45, 352_797_814_784)],
+                         ids=["glm-4.5-air", "glm-4.5"])
+def test_glm45_counts_equal_transformers(tmp_path, data, total):
+    """GLM-4.5-Air and GLM-4.5 at full size on meta (transformers builds no MTP layer; tfcalc counts it beside, so
+    the report's 106B and 355B totals, arXiv 2508.06471 Table 1, are these plus the MTP layer)."""
+    cfg = _read(tmp_path, data)
+    assert count.total(cfg) == _total(on_meta(data)) == total
+    assert cfg.mtp_layers == 1 and cfg.architecture.mtp is not None
+    if data is GLM45:
+        assert count.total(load("glm-4.5")) == total
+        assert list(cfg.architecture.output.layers()) == list(load("glm-4.5").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"first_k_dense_replace": -1}, "field 'first_dense_layers' must be positive"),
+    ({"n_group": 3}, "'router_groups' (3) must divide n_expert (160)"),
+    ({"topk_group": 2}, "'router_topk_groups' (2) must be at most router_groups (1)"),
+    ({"use_qk_norm": "yes"}, "'use_qk_norm'"),
+    ({"partial_rotary_factor": 2.0}, "rope_fraction"),
+    ({"moe_layer_freq": 2}, "'moe_layer_freq' 2 is not supported"),
+])
+def test_glm4_moe_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**GLM45, **changes})
     assert message in str(e.value), str(e.value)

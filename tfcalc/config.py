@@ -197,7 +197,7 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     stored_quant_group: Optional[int] = None
     stored_quant_block: Optional[tuple[int, ...]] = None
     stored_quant_scale_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
-    stored_quant_zero_point: bool = False
+    stored_quant_zero_point: Optional[bool] = None  # None: false
     stored_quant_keep: Optional[str] = None  # comma-separated tfcalc components, e.g. "lm_head,attn_q_weight"
     # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
     # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---

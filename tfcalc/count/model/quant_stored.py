@@ -83,9 +83,9 @@ def stored_quant(cfg: ModelConfig) -> Optional[StoredQuant]:
     """The config's stored format, checked against its matrices' widths; None when it stores none."""
     if cfg.stored_quant is None:
         return None
+    block = tuple(cfg.stored_quant_block) if cfg.stored_quant_block else None
     sq = StoredQuant(cfg.stored_quant, cfg.stored_quant_scales, cfg.stored_quant_scale_dtype, cfg.stored_quant_group,
-                     tuple(cfg.stored_quant_block) if cfg.stored_quant_block else None, cfg.stored_quant_zero_point,
-                     kept(cfg))
+                     block, bool(cfg.stored_quant_zero_point), kept(cfg))
     return sq
 
 
