@@ -184,6 +184,11 @@ CASES = {
                      dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=16, attention_bias=True, use_qk_norm=True,
                           moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                           n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1)),
+    # MiniMax-M2: whole-projection Q/K norms, rotary on 8 of 16 channels (rotary_dim), 4 experts top-2 in every
+    # layer, sigmoid routing with a correction bias, renormalized
+    "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+                       dict(LLAMA_LIKE, **TOKENS, head_dim=16, rotary_dim=8, intermediate_size=12, num_local_experts=4,
+                            num_experts_per_tok=2)),
     # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
                   dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,

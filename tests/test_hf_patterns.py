@@ -92,18 +92,27 @@ GLM45_AIR = {  # zai-org/GLM-4.5-Air config.json
 GLM45 = {**GLM45_AIR, "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,  # zai-org/GLM-4.5
          "n_routed_experts": 160, "num_hidden_layers": 92, "first_k_dense_replace": 3, "use_qk_norm": True,
          "routed_scaling_factor": 2.5}
+MINIMAX_M2 = {  # MiniMaxAI/MiniMax-M2 config.json, the keys transformers reads (MiniMaxM2Config defaults: its sizes)
+    "architectures": ["MiniMaxM2ForCausalLM"], "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072,
+    "intermediate_size": 1536, "max_position_embeddings": 196608, "model_type": "minimax_m2",
+    "num_attention_heads": 48, "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8,
+    "num_local_experts": 256, "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_qk_norm": True,
+    "vocab_size": 200064,
+}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
            "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
            "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
-           "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM")}
+           "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
+           "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
 TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4",
-                "seed_oss", "glm4_moe"}
+                "seed_oss", "glm4_moe", "minimax_m2"}
 
 
 def on_meta(data: dict):
@@ -439,4 +448,29 @@ def test_glm4_moe_hostile_fields(tmp_path, changes, message):
 
     with pytest.raises(ConfigError) as e:
         _read(tmp_path, {**GLM45, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_minimax_m2_preset_equals_transformers():
+    """MiniMax-M2 at full size on meta, the minimax-m2 preset's count. By hand: embedding and head 2 × 200,064 × 3072
+    = 1,229,193,216; a layer Q and O 2 × 3072 × 6144, K and V 2 × 1024 × 3072, Q and K norms 6144 + 1024, router
+    256 × 3072, 256 experts 3 × 1536 × 3072, two norms 2 × 3072: 3,668,718,592, × 62 = 227,460,552,704; final norm
+    3072: 228,689,748,992 (the model card's 230B)."""
+    cfg = load("minimax-m2")
+    assert count.total(cfg) == _total(on_meta(MINIMAX_M2)) == 228_689_748_992
+    assert cfg.rope_fraction == 0.5 and cfg.qk_norm_over == "projection"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"rotary_dim": 65}, "'rotary_dim' must be an even number of channels 2 .. head_dim (128); got 65"),
+    ({"rotary_dim": 256}, "'rotary_dim' must be an even number"),
+    ({"rotary_dim": "64"}, "'rotary_dim' must be an even number"),
+    ({"num_local_experts": 0}, "n_expert"),
+    ({"num_experts_per_tok": 300}, "fewer than n_expert_active (300)"),
+])
+def test_minimax_m2_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**MINIMAX_M2, **changes})
     assert message in str(e.value), str(e.value)

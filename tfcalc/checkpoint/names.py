@@ -310,6 +310,9 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
         table = _deepseek_rules(arch, model_type)
     elif model_type == "glm4_moe":
         table = _deepseek_moe_rules(arch) + _llama_rules(arch, model_type)
+    elif model_type == "minimax_m2":  # Mixtral's names with the router's correction bias beside the gate
+        table = [(r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.e_score_correction_bias",
+                  "buffer:blocks.{0}.ffn.score_bias")] + _llama_rules(arch, model_type)
     elif model_type in names_dense_families.TYPES:
         table = names_dense_families.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
     elif model_type in _LLAMA_LIKE:
