@@ -49,7 +49,8 @@ def validate_stored_quant(cfg) -> None:
         given = [f for f in fields if getattr(cfg, f) is not None] + (["stored_quant_zero_point"]
                                                                        if cfg.stored_quant_zero_point else [])
         if given:
-            raise ConfigError(f"field '{given[0]}' describes quantized weights: give stored_quant too")
+            raise ConfigError(f"field '{given[0]}' describes quantized weights: give stored_quant too (or null "
+                              "every stored_quant_* field to count the weights unquantized)")
         return
     if cfg.arch != "decoder":
         raise ConfigError("stored_quant applies to a decoder-only model (no quantized encoder checkpoint is read)")
