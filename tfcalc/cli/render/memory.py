@@ -109,8 +109,8 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
         return
     beyond = f" (past the context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
     capped = " (the search stops there: this budget holds more than any run)"
-    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
-    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "0: not even 1 token"
+    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "0: not even batch 1"  # the JSON's max_batch, 0
     if fit.seq_capped:
         seq_text = f"at least {fit.max_seq:,} tokens{capped}"
     if fit.batch_capped:
