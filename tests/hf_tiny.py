@@ -165,6 +165,36 @@ CASES = {
                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, no_rope_layers=[0, 1, 1],
                                 tie_word_embeddings=False)),
     "olmo2": Case("Olmo2Config", "Olmo2ForCausalLM", dict(LLAMA_LIKE, **TOKENS)),
+    # EXAONE 4: output norms, per-head Q/K norms, three sliding layers (window 3, RoPE) then a full one without RoPE
+    "exaone4": Case("Exaone4Config", "Exaone4ForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3, sliding_window_pattern=4,
+                         rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    "exaone4-full": Case("Exaone4Config", "Exaone4ForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=2, sliding_window=None,
+                              layer_types=["full_attention"] * 2, tie_word_embeddings=True)),
+    # Seed-OSS: biases on Q, K, V (and on O and the MLP where asked), head_dim wider than hidden / heads
+    "seed_oss": Case("SeedOssConfig", "SeedOssForCausalLM",
+                     dict(LLAMA_LIKE, **TOKENS, head_dim=16, attention_dropout=0.0, residual_dropout=0.0)),
+    "seed_oss-biases": Case("SeedOssConfig", "SeedOssForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, attention_out_bias=True, mlp_bias=True, attention_dropout=0.0,
+                                 residual_dropout=0.0, tie_word_embeddings=True)),
+    # GLM-4.5: GQA with Q/K/V biases and per-head Q/K norms, half-rotary; a dense layer, then DeepSeek-V3's experts
+    # (4 experts in 2 groups, top-2 of 1 group, a shared expert, sigmoid routing with a correction bias, scaled)
+    "glm4_moe": Case("Glm4MoeConfig", "Glm4MoeForCausalLM",
+                     dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=16, attention_bias=True, use_qk_norm=True,
+                          moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                          n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1)),
+    # MiniMax-M2: whole-projection Q/K norms, rotary on 8 of 16 channels (rotary_dim), 4 experts top-2 in every
+    # layer, sigmoid routing with a correction bias, renormalized
+    "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+                       dict(LLAMA_LIKE, **TOKENS, head_dim=16, rotary_dim=8, intermediate_size=12, num_local_experts=4,
+                            num_experts_per_tok=2)),
+    # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
+    "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
+                  dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,
+                       layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+                       rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                                        "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
     # Gemma 3: local layers (window 4, base 10) and a global one (base 1000), 5 : 1 cut to 3 layers; Q/K norms
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,

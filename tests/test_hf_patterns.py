@@ -53,15 +53,66 @@ GLM4_9B = {  # THUDM/GLM-4-9B-0414
     "num_hidden_layers": 40, "num_key_value_heads": 2, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-05,
     "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 151552,
 }
+OLMO3_7B = {  # allenai/Olmo-3-7B-Instruct config.json (as rasbt/LLMs-from-scratch's Olmo 3 notebook copies it)
+    "architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "hidden_size": 4096, "intermediate_size": 11008,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"] * 8,
+    "max_position_embeddings": 65536, "model_type": "olmo3", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "rms_norm_eps": 1e-06, "rope_theta": 500000, "sliding_window": 4096,
+    "rope_scaling": {"attention_factor": 1.2079441541679836, "beta_fast": 32.0, "beta_slow": 1.0, "factor": 8.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "yarn"},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 100278,
+}
+EXAONE4_32B = {  # LGAI-EXAONE/EXAONE-4.0-32B config.json (Exaone4Config's docstring checkpoint)
+    "architectures": ["Exaone4ForCausalLM"], "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "intermediate_size": 27392, "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+    "max_position_embeddings": 131072, "model_type": "exaone4", "num_attention_heads": 40, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 4096,
+    "rope_scaling": {"factor": 16.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "sliding_window_pattern": "LLLG", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 102400,
+}
+EXAONE4_32B["layer_types"] = EXAONE4_32B["layer_types"] * 16
+SEED_OSS_36B = {  # ByteDance-Seed/Seed-OSS-36B-Instruct config.json
+    "architectures": ["SeedOssForCausalLM"], "attention_bias": True, "attention_out_bias": False, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 27648, "max_position_embeddings": 524288,
+    "mlp_bias": False, "model_type": "seed_oss", "num_attention_heads": 80, "num_hidden_layers": 64,
+    "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": {"rope_type": "default"}, "rope_theta": 10000000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 155136,
+}
+GLM45_AIR = {  # zai-org/GLM-4.5-Air config.json
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "first_k_dense_replace": 1, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 10944, "max_position_embeddings": 131072,
+    "model_type": "glm4_moe", "moe_intermediate_size": 1408, "n_group": 1, "n_routed_experts": 128,
+    "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 96, "num_experts_per_tok": 8,
+    "num_hidden_layers": 46, "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 1000000, "routed_scaling_factor": 1.0,
+    "tie_word_embeddings": False, "topk_group": 1, "torch_dtype": "bfloat16", "use_qk_norm": False,
+    "vocab_size": 151552,
+}
+GLM45 = {**GLM45_AIR, "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536,  # zai-org/GLM-4.5
+         "n_routed_experts": 160, "num_hidden_layers": 92, "first_k_dense_replace": 3, "use_qk_norm": True,
+         "routed_scaling_factor": 2.5}
+MINIMAX_M2 = {  # MiniMaxAI/MiniMax-M2 config.json, the keys transformers reads (MiniMaxM2Config defaults: its sizes)
+    "architectures": ["MiniMaxM2ForCausalLM"], "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072,
+    "intermediate_size": 1536, "max_position_embeddings": 196608, "model_type": "minimax_m2",
+    "num_attention_heads": 48, "num_experts_per_tok": 8, "num_hidden_layers": 62, "num_key_value_heads": 8,
+    "num_local_experts": 256, "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_qk_norm": True,
+    "vocab_size": 200064,
+}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
-           "glm4": ("Glm4Config", "Glm4ForCausalLM")}
+           "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
+           "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
+           "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
+           "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
-TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4"}
+TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4",
+                "seed_oss", "glm4_moe", "minimax_m2"}
 
 
 def on_meta(data: dict):
@@ -88,8 +139,10 @@ def _read(tmp_path, data: dict):
     return load(str(path))
 
 
-@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B],
-                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b"])
+@pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B, EXAONE4_32B,
+                                  SEED_OSS_36B],
+                         ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b", "exaone-4.0-32b",
+                              "seed-oss-36b"])
 def test_full_size_counts_equal_transformers(tmp_path, data):
     assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
 
@@ -289,3 +342,135 @@ def test_a_vision_language_checkpoint_counts_its_language_model_and_names_its_vi
         expected = text_model(input_ids=ids).logits
         got = tfcalc.load_model(str(tmp_path))(ids)
     assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+
+
+def test_olmo3_7b_preset_and_layers(tmp_path):
+    """Olmo-3-7B: transformers' count at full size on meta is the olmo-3-7b preset's; three sliding layers
+    (window 4096) then one full, eight times (the paper's 3 : 1, the last layer full). By hand: embedding and head
+    2 × 100,278 × 4096 = 821,477,376; a layer 4 · 4096² + 3 · 4096 · 11008 + 4 · 4096 (two output norms, Q and K
+    norms over the whole projection) = 202,391,552, × 32 = 6,476,529,664; final norm 4096: 7,298,011,136."""
+    cfg = _read(tmp_path, OLMO3_7B)
+    assert count.total(cfg) == _total(on_meta(OLMO3_7B)) == count.total(load("olmo-3-7b")) == 7_298_011_136
+    assert (cfg.sliding_window, cfg.full_attention_every, cfg.qk_norm_over) == (4096, 4, "projection")
+    assert list(cfg.architecture.output.layers()) == list(load("olmo-3-7b").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layer_types": ["sliding_attention"] * 31}, "'layer_types' lists 31 layers; 'num_hidden_layers' is 32"),
+    ({"layer_types": ["sliding_attention", "linear_attention"] * 16}, "'layer_types' must be a list of"),
+    ({"layer_types": None, "sliding_window": 0}, "names sliding window layers but 'sliding_window' is 0"),
+    ({"rope_parameters": {"full_attention": 5}}, "'rope_parameters' full_attention must be an object"),
+    ({"rope_parameters": {"sliding_attention": {"rope_theta": -1}}}, "'rope_theta' must be a positive number"),
+    ({"rope_theta": "big"}, "'rope_theta' must be"),
+])
+def test_olmo3_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**OLMO3_7B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_exaone4_32b_preset_and_layers(tmp_path):
+    """EXAONE-4.0-32B: transformers' count at full size on meta is the exaone-4.0-32b preset's. By hand: embedding
+    and head 2 × 102,400 × 5120 = 1,048,576,000; a layer Q and O 2 × 5120², K and V 2 × 1024 × 5120, SwiGLU
+    3 × 5120 × 27,392, two output norms 2 × 5120 and per-head Q and K norms 2 × 128: 483,666,176, × 64 =
+    30,954,635,264; final norm 5120: 32,003,216,384. Three sliding layers (window 4096, RoPE) then a full one
+    without RoPE (Exaone4Attention rotates only the sliding layers)."""
+    cfg = _read(tmp_path, EXAONE4_32B)
+    assert count.total(cfg) == _total(on_meta(EXAONE4_32B)) == count.total(load("exaone-4.0-32b")) == 32_003_216_384
+    assert (cfg.sliding_window, cfg.full_attention_every, cfg.nope_every) == (4096, 4, 4)
+    assert list(cfg.architecture.output.layers()) == list(load("exaone-4.0-32b").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layer_types": None}, "'sliding_window_pattern' 'LLLG' without 'layer_types'"),
+    ({"layer_types": None, "sliding_window_pattern": 0}, "'sliding_window_pattern' 0 without 'layer_types'"),
+    ({"layer_types": None, "sliding_window": None}, "'sliding_window' is null and 'layer_types' is not given"),
+    ({"layer_types": ["full_attention"] * 63}, "'layer_types' must list one kind for each of the 64 layers"),
+    ({"layer_types": ["sliding_attention", "local"] * 32}, "'layer_types' must be a list of"),
+    ({"sliding_window": None}, "names sliding window layers but 'sliding_window' is None"),
+])
+def test_exaone4_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**EXAONE4_32B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_seed_oss_36b_preset():
+    """Seed-OSS-36B: transformers' count at full size on meta is the seed-oss-36b preset's. By hand: embedding and
+    head 2 × 155,136 × 5120 = 1,588,592,640; a layer Q 5120 × 10,240 and O 10,240 × 5120 (80 heads of 128), K and V
+    2 × 1024 × 5120, Q/K/V biases 10,240 + 2 × 1024, SwiGLU 3 × 5120 × 27,648, two norms 2 × 5120: 540,039,168,
+    × 64 = 34,562,506,752; final norm 5120: 36,151,104,512."""
+    cfg = load("seed-oss-36b")
+    assert count.total(cfg) == _total(on_meta(SEED_OSS_36B)) == 36_151_104_512
+    assert (cfg.attn_bias, cfg.o_bias, cfg.ffn_bias, cfg.head_dim) == (True, False, False, 128)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"attention_out_bias": "no"}, "'attention_out_bias'"),
+    ({"mlp_bias": 1.5}, "'mlp_bias'"),
+    ({"head_dim": 0}, "field 'd_head' must be positive"),
+])
+def test_seed_oss_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**SEED_OSS_36B, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("data, total", [(GLM45_AIR, 106_852_245_504), (GLM45, 352_797_814_784)],
+                         ids=["glm-4.5-air", "glm-4.5"])
+def test_glm45_counts_equal_transformers(tmp_path, data, total):
+    """GLM-4.5-Air and GLM-4.5 at full size on meta (transformers builds no MTP layer; tfcalc counts it beside, so
+    the report's 106B and 355B totals, arXiv 2508.06471 Table 1, are these plus the MTP layer)."""
+    cfg = _read(tmp_path, data)
+    assert count.total(cfg) == _total(on_meta(data)) == total
+    assert cfg.mtp_layers == 1 and cfg.architecture.mtp is not None
+    if data is GLM45:
+        assert count.total(load("glm-4.5")) == total
+        assert list(cfg.architecture.output.layers()) == list(load("glm-4.5").architecture.output.layers())
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"first_k_dense_replace": -1}, "field 'first_dense_layers' must be positive"),
+    ({"n_group": 3}, "'router_groups' (3) must divide n_expert (160)"),
+    ({"topk_group": 2}, "'router_topk_groups' (2) must be at most router_groups (1)"),
+    ({"use_qk_norm": "yes"}, "'use_qk_norm'"),
+    ({"partial_rotary_factor": 2.0}, "rope_fraction"),
+    ({"moe_layer_freq": 2}, "'moe_layer_freq' 2 is not supported"),
+])
+def test_glm4_moe_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**GLM45, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_minimax_m2_preset_equals_transformers():
+    """MiniMax-M2 at full size on meta, the minimax-m2 preset's count. By hand: embedding and head 2 × 200,064 × 3072
+    = 1,229,193,216; a layer Q and O 2 × 3072 × 6144, K and V 2 × 1024 × 3072, Q and K norms 6144 + 1024, router
+    256 × 3072, 256 experts 3 × 1536 × 3072, two norms 2 × 3072: 3,668,718,592, × 62 = 227,460,552,704; final norm
+    3072: 228,689,748,992 (the model card's 230B)."""
+    cfg = load("minimax-m2")
+    assert count.total(cfg) == _total(on_meta(MINIMAX_M2)) == 228_689_748_992
+    assert cfg.rope_fraction == 0.5 and cfg.qk_norm_over == "projection"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"rotary_dim": 65}, "'rotary_dim' must be an even number of channels 2 .. head_dim (128); got 65"),
+    ({"rotary_dim": 256}, "'rotary_dim' must be an even number"),
+    ({"rotary_dim": "64"}, "'rotary_dim' must be an even number"),
+    ({"num_local_experts": 0}, "n_expert"),
+    ({"num_experts_per_tok": 300}, "fewer than n_expert_active (300)"),
+])
+def test_minimax_m2_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**MINIMAX_M2, **changes})
+    assert message in str(e.value), str(e.value)

@@ -59,6 +59,7 @@ from tfcalc.architecture import Architecture
 from tfcalc.architecture.flat import build as build_architecture
 from tfcalc.config_derived import DerivedSizes
 from tfcalc.config_layers import PerLayerViews
+from tfcalc.config_quant import validate_stored_groups
 from tfcalc.config_rules import (
     Activation,
     Arch,
@@ -186,6 +187,18 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # how the routed experts' weights are stored: "mxfp4" (4-bit values, one 8-bit scale per 32: 4.25 bits
     # each; gpt-oss's quantization_config); None: in dtype like every other weight
     expert_format: Optional[Literal["mxfp4"]] = None
+    # the block matrices as a quantized checkpoint stores them (config.json's quantization_config, read by
+    # tfcalc.hf_config.quantization; bytes in tfcalc.count.model.quant_stored, rules in tfcalc.config_quant):
+    # their bits, one scale per tensor, per output row (channel), per group of stored_quant_group weights
+    # along the input dim, or per stored_quant_block (rows, cols) tile, in stored_quant_scale_dtype; a zero
+    # point per scale when asymmetric; stored_quant_keep lists the matrix kinds left in the checkpoint's dtype
+    stored_quant: Optional[Literal["fp8", "int8", "int4"]] = None
+    stored_quant_scales: Optional[Literal["tensor", "channel", "group", "block"]] = None
+    stored_quant_group: Optional[int] = None
+    stored_quant_block: Optional[tuple[int, ...]] = None
+    stored_quant_scale_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
+    stored_quant_zero_point: Optional[bool] = None  # None: false
+    stored_quant_keep: Optional[str] = None  # comma-separated tfcalc components, e.g. "lm_head,attn_q_weight"
     # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
     # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---
     kv_lora_rank: Optional[int] = None
@@ -247,11 +260,14 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
+        if isinstance(self.stored_quant_block, list):
+            object.__setattr__(self, "stored_quant_block", tuple(self.stored_quant_block))
         validate(self)  # the flat fields' own rules (tfcalc.config_rules)
         # then the description, built once here: its components check their own rules (GQA's grouping, a
         # norm's bias, a parallel block's layout, a mixture's top-k), so a bad config is refused as it is
         # made, before any work, and each rule is said in one place
         self.__dict__["architecture"] = self.to_architecture()
+        validate_stored_groups(self)  # a quantization group against the matrices it quantizes
 
     def to_architecture(self) -> Architecture:
         """The per-layer description these flat fields say (tfcalc.architecture.flat), built anew: the one

@@ -40,6 +40,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
     ("multi-token prediction (MTP)", ("mtp_layers",)),
+    ("weights as the checkpoint stores them (quantization_config)", (
+        "stored_quant", "stored_quant_scales", "stored_quant_group", "stored_quant_block", "stored_quant_scale_dtype",
+        "stored_quant_zero_point", "stored_quant_keep")),
 )
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_ty
 from tfcalc import config_latent as latent
 from tfcalc.config_moe import validate_moe_extras
 from tfcalc.config_patterns import validate_attention_patterns
+from tfcalc.config_quant import validate_stored_quant
 from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
@@ -213,6 +214,7 @@ def validate(cfg) -> None:
     _validate_kind(cfg)
     _validate_positions(cfg)
     validate_moe_extras(cfg)
+    validate_stored_quant(cfg)
     _validate_scales(cfg)
 
 

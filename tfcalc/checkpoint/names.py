@@ -262,10 +262,8 @@ def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
     the router's correction bias (a buffer of the model, loaded as one), the shared experts; the MTP modules
     stored after the main layers (layers n_layer.., tfcalc.architecture.mtp) and the FP8 checkpoints' block
     scales (``weight_scale_inv``) are no parameters of the model Hugging Face builds."""
-    attn, mtp = r"layers\.(\d+)\.self_attn\.", "|".join(str(arch.output.n_layer + k) for k in range(8))
-    return [
-        (rf"layers\.(?:{mtp})\..*", "mtp"),
-        (r".*\.weight_scale_inv", "buffer"),
+    attn = r"layers\.(\d+)\.self_attn\."
+    return _deepseek_moe_rules(arch)[:2] + [
         (attn + r"q_proj\.weight", "blocks.{0}.attn.q.weight"),
         (attn + r"q_a_proj\.(weight|bias)", "blocks.{0}.attn.q_a.{1}"),
         (attn + r"q_a_layernorm\.weight", "blocks.{0}.attn.q_a_norm.weight"),
@@ -273,15 +271,25 @@ def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (attn + r"kv_a_proj_with_mqa\.(weight|bias)", "blocks.{0}.attn.kv_a.{1}"),
         (attn + r"kv_a_layernorm\.weight", "blocks.{0}.attn.kv_a_norm.weight"),
         (attn + r"kv_b_proj\.weight", "blocks.{0}.attn.kv_b.weight"),
+    ] + _deepseek_moe_rules(arch)[2:] + _llama_rules(arch, model_type)
+
+
+def _deepseek_moe_rules(arch: Architecture) -> list[Rule]:
+    """DeepSeek-V3's mixture of experts, which GLM-4.5 (glm4_moe, beside Llama's attention) shares: the MTP modules
+    after the main layers, FP8 block scales, the router's correction bias (a buffer), the shared experts."""
+    mtp = "|".join(str(arch.output.n_layer + k) for k in range(8))
+    return [
+        (rf"layers\.(?:{mtp})\..*", "mtp"),
+        (r".*\.weight_scale_inv", "buffer"),
         (r"layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
         (r"layers\.(\d+)\.mlp\.shared_experts\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
         (r"layers\.(\d+)\.mlp\.shared_experts\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
-    ] + _llama_rules(arch, model_type)
+    ]
 
 
 _DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
-               "smollm3", "olmo2", "glm4", "gemma3_text", "llama4_text")
+               "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 
@@ -300,6 +308,11 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     model_type = MULTIMODAL.get(model_type, model_type)
     if model_type in _DEEPSEEK:
         table = _deepseek_rules(arch, model_type)
+    elif model_type == "glm4_moe":
+        table = _deepseek_moe_rules(arch) + _llama_rules(arch, model_type)
+    elif model_type == "minimax_m2":  # Mixtral's names with the router's correction bias beside the gate
+        table = [(r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.e_score_correction_bias",
+                  "buffer:blocks.{0}.ffn.score_bias")] + _llama_rules(arch, model_type)
     elif model_type in names_dense_families.TYPES:
         table = names_dense_families.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
     elif model_type in _LLAMA_LIKE:

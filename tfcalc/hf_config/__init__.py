@@ -38,12 +38,14 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "cohere": ("cohere", "cohere"),
     "deepseek_v2": ("deepseek", "deepseek_v2"),
     "deepseek_v3": ("deepseek", "deepseek_v3"),
+    "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),
     "gemma": ("gemma", "gemma"),
     "gemma2": ("gemma2", "gemma2"),
     "gemma3": ("gemma3", "gemma3"),
     "gemma3_text": ("gemma3", "gemma3_text"),
     "glm4": ("glm4", "glm4"),
+    "glm4_moe": ("glm4_moe", "glm4_moe"),
     "gpt2": ("gpt2", "gpt2"),
     "gpt_bigcode": ("gpt_bigcode", "gpt_bigcode"),
     "gpt_neox": ("gpt_neox", "gpt_neox"),
@@ -53,9 +55,11 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "llama": ("llama", "llama"),
     "llama4": ("llama4", "llama4"),
     "llama4_text": ("llama4", "llama4_text"),
+    "minimax_m2": ("minimax_m2", "minimax_m2"),
     "mistral": ("mistral", "mistral"),
     "mixtral": ("mixtral", "mixtral"),
     "olmo2": ("olmo2", "olmo2"),
+    "olmo3": ("olmo3", "olmo3"),
     "opt": ("opt", "opt"),
     "phi": ("phi", "phi"),
     "phi3": ("phi3", "phi3"),
@@ -64,6 +68,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "qwen3": ("qwen3", "qwen3"),
     "qwen3_moe": ("qwen3_moe", "qwen3_moe"),
     "roberta": ("roberta", "roberta"),
+    "seed_oss": ("seed_oss", "seed_oss"),
     "smollm3": ("smollm3", "smollm3"),
     "starcoder2": ("starcoder2", "starcoder2"),
     "t5": ("t5", "t5"),
@@ -89,6 +94,9 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: model_type {shown(model_type)} is not supported (supported: {supported})")
     reader = Reader(raw, str(path))
     mapper(model_type)(reader)
+    from tfcalc.hf_config.quantization import quantization  # imported when a file is read, as a family is
+
+    quantization(reader)  # every family: how a quantized checkpoint stores its matrices
     # ~/models/Meta-Llama-3-8B/config.json is named after its folder
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     return {"name": name, "source": f"{path} (Hugging Face config.json, model_type {model_type})", **reader.fields}

@@ -47,7 +47,7 @@ def _common(r: Reader, defaults: dict[str, Any]) -> None:
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
                     ffn_bias=False)
     _latent(r, defaults)
-    _experts(r, defaults)
+    experts(r, defaults)
     _yarn(r)
 
 
@@ -61,7 +61,7 @@ def _latent(r: Reader, defaults: dict[str, Any]) -> None:
     r.take("v_head_dim", "v_head_dim", 128)
 
 
-def _experts(r: Reader, defaults: dict[str, Any]) -> None:
+def experts(r: Reader, defaults: dict[str, Any]) -> None:
     """The dense layers first, then the mixture of experts with its shared MLP (DeepseekV3DecoderLayer)."""
     freq = r.number("moe_layer_freq", 1, integer=True)
     if freq != 1:

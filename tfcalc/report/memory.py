@@ -182,7 +182,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         acts, state, korthikanti_bytes(cfg, w.batch, w.seq), fit,
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
         weight_format=fmt, kv_dtype=kv,
-        weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_mxfp4(cfg, fmt) else None,
+        weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_format(cfg, fmt) else None,
         kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, replace(w, kv_dtype=kv))
         if any(b.mixer.expanded_state() != b.mixer.state() for _, b, _ in cfg.architecture.kinds()) else None,
     )

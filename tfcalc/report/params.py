@@ -101,13 +101,27 @@ class ParamsReport(Displayed):
     @property
     def weights_bytes(self) -> dict[str, int]:
         """Every weight in fp32 and in bf16; and, where the config stores its experts in a format of their own
-        (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.model.quant)."""
+        (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.model.quant); a quantized
+        checkpoint's ("stored": its quantized matrices with their scales and the rest in bf16)."""
         out = {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
         if self.cfg.expert_format == "mxfp4":
             from tfcalc.count.model.quant import plain, weights_bytes
 
             out["bf16+mxfp4"] = weights_bytes(self.cfg, plain("bf16"))
+        if self.cfg.stored_quant is not None:  # a quantized checkpoint: its bytes as stored (quant_stored)
+            from tfcalc.count.model.quant import plain, weights_bytes
+
+            out["stored"] = weights_bytes(self.cfg, plain("bf16"))
         return out
+
+    @property
+    def stored_label(self) -> str | None:
+        """The checkpoint's stored format (a quantized checkpoint's quantization_config), or None."""
+        if self.cfg.stored_quant is None:
+            return None
+        from tfcalc.count.model.quant import format_label, plain
+
+        return format_label(self.cfg, plain("bf16"))
 
     @property
     def notes(self) -> list[str]:

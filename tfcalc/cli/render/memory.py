@@ -31,8 +31,12 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     else:
         rest = "attention, router, biases, embeddings, norms, head" if "mxfp4_experts" in r.weight_parts else \
             "embeddings, norms, head"
+        stored = cfg.stored_quant if cfg.stored_quant and not r.weight_format.quantized else None
+        if stored:  # a quantized checkpoint, counted as stored (tfcalc.count.model.quant_stored)
+            rest = "embeddings, norms, routers, biases and the matrices it keeps"
         t.add("Weights", r.weights, f"{r.params:,} params, {r.weight_label}")
-        for key, label in (("quantized", f"block matrices in {r.dtype}"), ("scales", "scales"),
+        quantized = f"block matrices in {stored}, as stored" if stored else f"block matrices in {r.dtype}"
+        for key, label in (("quantized", quantized), ("scales", "scales"),
                            ("zero_points", "zero points"),
                            ("mxfp4_experts", "routed experts' matrices, MXFP4 values (4 bits, as stored)"),
                            ("mxfp4_scales", "  their scales (8 bits per 32 values)"),
@@ -105,8 +109,8 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
         return
     beyond = f" (past the context, {r.cfg.max_seq_len:,})" if fit.max_seq > r.cfg.max_seq_len else ""
     capped = " (the search stops there: this budget holds more than any run)"
-    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "none: not even 1 token"
-    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "none: not even batch 1"
+    seq_text = f"{fit.max_seq:,} tokens{beyond}" if fit.max_seq else "0: not even 1 token"
+    batch_text = f"{fit.max_batch:,}" if fit.max_batch else "0: not even batch 1"  # the JSON's max_batch, 0
     if fit.seq_capped:
         seq_text = f"at least {fit.max_seq:,} tokens{capped}"
     if fit.batch_capped:
@@ -117,7 +121,9 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
 
 
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:
-    title = f"{r.model.label}: memory in {r.dtype}, batch {r.batch}, seq {r.seq:,}"
+    quantized = r.cfg.stored_quant and not r.weight_format.quantized  # a quantized checkpoint, counted as stored
+    stored = f" (weights {r.cfg.stored_quant} as stored)" if quantized else ""
+    title = f"{r.model.label}: memory in {r.dtype}{stored}, batch {r.batch}, seq {r.seq:,}"
     t = doc.table(title, Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1),
                   caption="KiB, MiB, GiB = 2¹⁰, 2²⁰, 2³⁰ bytes; --exact for whole bytes", name="memory")
     _inference_rows(t, r)

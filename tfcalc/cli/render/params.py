@@ -99,6 +99,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
     named = {"bf16+mxfp4": "bf16 with the experts in MXFP4, as stored"}
     weights = ", ".join(f"{units.nbytes(n)} in {named.get(dtype, dtype)} ({n:,} bytes)"
                         for dtype, n in r.weights_bytes.items())
+    if "stored" in r.weights_bytes:  # a quantized checkpoint: never a bf16 figure for it
+        n = r.weights_bytes["stored"]
+        weights = f"{units.nbytes(n)} as the checkpoint stores them, {r.stored_label} ({n:,} bytes)"
     doc.note(f"Weights: {weights}; `tfcalc memory` for the KV cache, activations and training state.")
     if not verbose:
         doc.note("Tensor by tensor, with shapes: --verbose.", "dim")

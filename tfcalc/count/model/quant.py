@@ -31,6 +31,12 @@ gpt-oss-120b in bf16 and MXFP4: 36·128·3·2880² = 114,661,785,600 expert weig
 60,914,073,600 bytes, and 2,167,371,072 other parameters × 2 = 4,334,742,144 bytes, 65,248,815,744 in
 all. A quantized --dtype quantizes every matrix alike, the experts too (a what-if, not the checkpoint).
 
+A quantized checkpoint (config.json's ``quantization_config``: FP8 block-wise, compressed-tensors,
+AWQ/GPTQ; the config's ``stored_quant`` fields) is counted the same way: under a plain format (the default
+bf16) its matrices are counted as stored, with their scales and zero points (tfcalc.count.model.quant_stored),
+and everything else in that format's dtype; so no command prints a bf16 figure for a quantized checkpoint
+unless a quantized --dtype asks for a what-if.
+
 Compute: int8 and int4 weights are dequantized and multiplied in bf16 (weight-only quantization, the
 GPTQ/AWQ kernels), so activations are bf16 and the bf16 peak applies; fp8 runs at the fp8 peak where the
 device has one (``compute_dtype``).
@@ -44,6 +50,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT, DTYPES, weight_bytes
 from tfcalc.count.model.params import ParamEntry, param_entries
+from tfcalc.count.model.quant_stored import StoredQuant, entry_parts, stored_quant
 from tfcalc.errors import InputError
 
 QUANTIZED = ("int8", "int4", "fp8")
@@ -150,9 +157,22 @@ def is_expert_matrix(entry: ParamEntry) -> bool:
     return name.startswith("expert_ffn_") and name.endswith("_weight") and len(entry.shape) == 2
 
 
-def entry_bytes(entry: ParamEntry, fmt: WeightFormat, mxfp4: bool = False) -> EntryBytes:
+def stored_format(cfg: ModelConfig, fmt: WeightFormat) -> bool | StoredQuant | None:
+    """How the checkpoint's own format applies under fmt: True for MXFP4 experts (stored_mxfp4), the
+    checkpoint's quantization (StoredQuant) under a plain format, else None (entry_bytes' ``stored``)."""
+    if stored_mxfp4(cfg, fmt):
+        return True
+    return None if fmt.quantized else stored_quant(cfg)
+
+
+def entry_bytes(entry: ParamEntry, fmt: WeightFormat, mxfp4: bool | StoredQuant | None = False) -> EntryBytes:
     """One ParamEntry's bytes (0 for a tied tensor: its storage is counted where it lives); mxfp4: the
-    routed experts' matrices as MXFP4 (stored_mxfp4)."""
+    routed experts' matrices as MXFP4 (stored_mxfp4); a StoredQuant: the checkpoint's quantized matrices as
+    stored and the rest in fmt's dtype (stored_format)."""
+    if isinstance(mxfp4, StoredQuant):
+        if mxfp4.quantizes(entry):
+            return EntryBytes(*entry_parts(entry, mxfp4))
+        return EntryBytes(weight_bytes(entry.total, fmt.rest_dtype), 0, 0)
     n = entry.total
     if mxfp4 and is_expert_matrix(entry) and n:
         rows, cols = entry.shape
@@ -172,17 +192,19 @@ def entry_bytes(entry: ParamEntry, fmt: WeightFormat, mxfp4: bool = False) -> En
 def breakdown(cfg: ModelConfig, fmt: WeightFormat) -> dict[str, int]:
     """{quantized, scales, zero_points, unquantized}: bytes of the weights in this format; with experts
     stored as MXFP4 (stored_mxfp4), {mxfp4_experts, mxfp4_scales, unquantized} instead."""
-    mxfp4 = stored_mxfp4(cfg, fmt)
+    stored = stored_format(cfg, fmt)
+    mxfp4 = stored is True
     keys = ("mxfp4_experts", "mxfp4_scales", "unquantized") if mxfp4 else ("quantized", "scales", "zero_points",
                                                                              "unquantized")
     out = dict.fromkeys(keys, 0)
     for entry in param_entries(cfg):
-        b = entry_bytes(entry, fmt, mxfp4)
+        b = entry_bytes(entry, fmt, stored)
         if mxfp4 and is_expert_matrix(entry):
             out["mxfp4_experts"] += b.data
             out["mxfp4_scales"] += b.scales
             continue
-        key = "quantized" if is_quantized(entry, fmt) else "unquantized"
+        quantized = stored.quantizes(entry) if isinstance(stored, StoredQuant) else is_quantized(entry, fmt)
+        key = "quantized" if quantized else "unquantized"
         out[key] += b.data
         out["scales" if "scales" in out else "unquantized"] += b.scales
         out["zero_points" if "zero_points" in out else "unquantized"] += b.zero_points
@@ -190,8 +212,11 @@ def breakdown(cfg: ModelConfig, fmt: WeightFormat) -> dict[str, int]:
 
 
 def format_label(cfg: ModelConfig, fmt: WeightFormat) -> str:
-    """The format's label, with the experts' stored format when it applies."""
-    return f"{fmt.label}, routed experts MXFP4 (4.25 bits per weight)" if stored_mxfp4(cfg, fmt) else fmt.label
+    """The format's label, with the checkpoint's stored format when it applies."""
+    stored = stored_format(cfg, fmt)
+    if isinstance(stored, StoredQuant):
+        return stored.label if fmt.dtype == "bf16" else f"{stored.label.split(';')[0]}; rest {fmt.dtype})"
+    return f"{fmt.label}, routed experts MXFP4 (4.25 bits per weight)" if stored else fmt.label
 
 
 def weights_bytes(cfg: ModelConfig, fmt: WeightFormat) -> int:

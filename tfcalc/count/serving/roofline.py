@@ -58,7 +58,7 @@ from tfcalc.count.model.dtypes import weight_bytes
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.params import param_entries
-from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_mxfp4
+from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.inference import row_efficiency, runs_fp8
 from tfcalc.errors import InputError
@@ -226,7 +226,7 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
     same for every batch and context: cached (serving's batch searches price dozens of steps); callers
     only read it."""
     out: dict[str, int] = {}
-    mxfp4 = stored_mxfp4(cfg, fmt)  # experts as the checkpoint stores them (tfcalc.count.model.quant)
+    mxfp4 = stored_format(cfg, fmt)  # weights as the checkpoint stores them (tfcalc.count.model.quant)
     for entry in param_entries(cfg):
         if decode and entry.stack == "encoder":
             continue

@@ -41,7 +41,7 @@ from fractions import Fraction
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.params import param_entries
-from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_mxfp4
+from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf import collectives
 from tfcalc.count.serving.roofline import ABSORBED, Row, Step, _param_component
 from tfcalc.count.training.comm import sent_bytes
@@ -196,7 +196,7 @@ def _local_bytes(entry, nbytes: int, f: Fraction, cfg: ModelConfig) -> int:
 
 def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, tp: int, decode: bool = False) -> dict[str, int]:
     """{'total': bytes one GPU stores, 'other': of them, the weights no matmul reads (roofline's row)}."""
-    mxfp4, total, other = stored_mxfp4(cfg, fmt), 0, 0
+    mxfp4, total, other = stored_format(cfg, fmt), 0, 0
     for entry in param_entries(cfg):
         b = _local_bytes(entry, entry_bytes(entry, fmt, mxfp4).total, _entry_share(entry.component, cfg, tp), cfg)
         total += b

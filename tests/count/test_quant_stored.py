@@ -1,0 +1,255 @@
+"""Weights as a quantized checkpoint stores them (config.json's quantization_config; tfcalc.hf_config.quantization,
+tfcalc.count.model.quant_stored): DeepSeek-V3's FP8 against transformers' FP8 modules on meta and the published
+safetensors total, Kimi-K2-Thinking's int4 by hand and against its published size, AWQ/GPTQ by hand, the commands
+that print them, and each hostile quantization_config refused in one line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_one_line_error
+from deepseek_configs import DEEPSEEK_V3, KIMI_K2
+
+from tfcalc.config import ConfigError
+from tfcalc.count.model import params as count, quant
+from tfcalc.presets import load
+
+BF16 = quant.plain("bf16")
+# moonshotai/Kimi-K2-Thinking/config.json's quantization_config (compressed-tensors, int4 pack-quantized, group 32,
+# symmetric; only the routed experts quantized)
+KIMI_THINKING_QUANT = {
+    "config_groups": {"group_0": {
+        "input_activations": None, "output_activations": None, "targets": ["Linear"],
+        "weights": {"actorder": None, "block_structure": None, "dynamic": False, "group_size": 32, "num_bits": 4,
+                    "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True,
+                    "type": "int"}}},
+    "format": "pack-quantized", "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                                           "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+    "kv_cache_scheme": None, "quant_method": "compressed-tensors", "quantization_status": "compressed"}
+# meta-llama/Meta-Llama-3-8B/config.json (the keys that shape the count)
+LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+             "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "vocab_size": 128256, "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,
+             "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+KIMI_K2_THINKING = {**KIMI_K2, "max_position_embeddings": 262144, "quantization_config": KIMI_THINKING_QUANT}
+
+
+def _write(tmp_path, raw: dict, folder: str = "m") -> str:
+    (tmp_path / folder).mkdir(exist_ok=True)
+    path = tmp_path / folder / "config.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _deepseek_mla() -> list[tuple[int, int]]:
+    """DeepSeek-V3's MLA matrices (out, in): q_a, q_b, kv_a (512 latent + 64 rope rows), kv_b, o."""
+    return [(1536, 7168), (24576, 1536), (576, 7168), (32768, 512), (7168, 16384)]
+
+
+def _expert(f: int = 2048, d: int = 7168) -> list[tuple[int, int]]:
+    return [(f, d), (f, d), (d, f)]
+
+
+def test_deepseek_v3_fp8_blocks_by_hand(tmp_path):
+    cfg = load(_write(tmp_path, DEEPSEEK_V3))
+    assert (cfg.stored_quant, cfg.stored_quant_scales, cfg.stored_quant_block) == ("fp8", "block", (128, 128))
+    mats = 61 * _deepseek_mla() + 3 * _expert(18432) + 58 * 257 * _expert()
+    fp8 = sum(r * c for r, c in mats)
+    scales = sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mats)
+    rest = count.total(cfg) - fp8  # embedding, head, norms, routers: bf16
+    assert rest == 2 * 129280 * 7168 + 58 * 256 * 7168 + 61 * (2 * 7168 + 1536 + 512) + 7168
+    parts = quant.breakdown(cfg, BF16)
+    assert parts == {"quantized": fp8, "scales": 4 * scales, "zero_points": 0, "unquantized": 2 * rest}
+    assert quant.weights_bytes(cfg, BF16) == 673_150_552_416 == fp8 + 4 * scales + 2 * rest
+    assert quant.weights_bytes(cfg, BF16) < 0.51 * 2 * count.total(cfg)  # not the 1.34 TB of bf16
+    assert quant.format_label(cfg, BF16) == "fp8 as stored (128×128 blocks, fp32 scales; rest bf16)"
+    # a quantized --dtype is a what-if of its own: the checkpoint's format does not apply
+    assert quant.weights_bytes(cfg, quant.weight_format("int8")) == quant.weights_bytes(
+        load(_write(tmp_path, {k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"}, "p")),
+        quant.weight_format("int8"))
+
+
+def test_deepseek_v3_matches_the_published_safetensors_total(tmp_path):
+    """deepseek-ai/DeepSeek-V3, model.safetensors.index.json: metadata.total_size 688,586,727,753 bytes. The
+    files hold the model and its MTP module (layer 61: one more MLA + MoE layer in fp8 with its scales, and in
+    bf16 eh_proj (7168×14336), its norms and its own copies of the embedding and head), and each MoE layer's
+    fp32 e_score_correction_bias (a buffer). Within 0.01% (12 MB of 689 GB that this derivation does not place)."""
+    cfg = load(_write(tmp_path, DEEPSEEK_V3))
+    mtp_mats = _deepseek_mla() + 257 * _expert()
+    mtp = (sum(r * c for r, c in mtp_mats) + 4 * sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mtp_mats)
+           + 2 * (2 * 129280 * 7168 + 7168 * 14336 + 256 * 7168 + 5 * 7168 + 1536 + 512) + 4 * 256)
+    files = quant.weights_bytes(cfg, BF16) + 4 * 256 * 58 + mtp
+    assert files == pytest.approx(688_586_727_753, rel=1e-4)
+
+
+def test_deepseek_v3_fp8_matches_transformers_fp8_modules_on_meta(tmp_path):
+    """transformers' own FP8 modules (integrations/finegrained_fp8.py, replace_with_fp8_linear, as its
+    FineGrainedFP8 quantizer calls it, the LM head kept) on DeepseekV3ForCausalLM at full size on meta: the fp8
+    weights and fp32 weight_scale_inv byte for byte; transformers keeps the router in fp32 in memory (the
+    checkpoint stores it in bf16: tfcalc counts it so)."""
+    torch = pytest.importorskip("torch")
+    from transformers import AutoConfig, AutoModelForCausalLM, FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    path = _write(tmp_path, DEEPSEEK_V3)
+    hf = AutoConfig.from_pretrained(str(tmp_path / "m"))
+    hf.quantization_config = None
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+    model = replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"],
+                                    quantization_config=FineGrainedFP8Config(weight_block_size=[128, 128]))
+    by: dict[str, int] = {}
+    for p in model.parameters():
+        by[str(p.dtype)] = by.get(str(p.dtype), 0) + p.numel() * p.element_size()
+    router = 58 * 256 * 7168
+    parts = quant.breakdown(load(path), BF16)
+    assert by["torch.float8_e4m3fn"] == parts["quantized"]
+    assert by["torch.float32"] == parts["scales"] + 4 * router
+    assert by["torch.bfloat16"] + 2 * router == parts["unquantized"]
+
+
+def test_kimi_k2_thinking_int4_experts_by_hand_and_published_size(tmp_path):
+    """Only the routed experts are int4 (the ignore list keeps attention, the shared experts, the dense FFN of
+    layer 0 and the head): 60 × 384 × 3 matrices of 2048×7168, 4 bits each, one bf16 scale per 32. Moonshot's
+    Hugging Face page gives the checkpoint as 594 GB; within 0.1%."""
+    cfg = load(_write(tmp_path, KIMI_K2_THINKING))
+    assert (cfg.stored_quant, cfg.stored_quant_group, cfg.stored_quant_zero_point) == ("int4", 32, False)
+    keep = cfg.stored_quant_keep.split(",")
+    assert "expert_ffn_up_weight" not in keep
+    assert {"attn_kv_b_weight", "shared_expert_ffn_up_weight", "ffn_up_weight", "lm_head"} <= set(keep)
+    experts = 60 * 384 * 3 * 2048 * 7168
+    rest = count.total(cfg) - experts
+    parts = quant.breakdown(cfg, BF16)
+    assert parts == {"quantized": experts // 2, "scales": 2 * experts // 32, "zero_points": 0, "unquantized": 2 * rest}
+    total = quant.weights_bytes(cfg, BF16)
+    assert total == 594_205_259_776 and total == pytest.approx(594e9, rel=1e-3)
+    assert total < 0.3 * 2 * count.total(cfg)  # not the 2.05 TB of bf16
+
+
+@pytest.mark.parametrize("method, extra, zeros", [
+    ("awq", {"zero_point": True, "version": "gemm"}, True),
+    ("gptq", {"desc_act": False, "sym": True}, True),  # GPTQ stores qzeros even when symmetric
+    ("awq", {"zero_point": False}, False),
+])
+def test_awq_gptq_int4_group_128_by_hand(tmp_path, method, extra, zeros):
+    """Llama-3-8B-shaped: every block matrix int4 with an fp16 scale (and a packed int4 zero point) per 128 inputs;
+    embedding, norms and the head in bf16."""
+    raw = {**LLAMA3_8B, "quantization_config": {"quant_method": method, "bits": 4, "group_size": 128, **extra}}
+    cfg = load(_write(tmp_path, raw))
+    d, f, kv, layers = cfg.d_model, cfg.ffn_dim, cfg.kv_dim, cfg.n_layer
+    mats = layers * [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)]
+    n = sum(r * c for r, c in mats)
+    groups = sum(r * c // 128 for r, c in mats)
+    rest = count.total(cfg) - n
+    assert quant.breakdown(cfg, BF16) == {"quantized": n // 2, "scales": 2 * groups,
+                                          "zero_points": groups // 2 if zeros else 0, "unquantized": 2 * rest}
+
+
+def test_commands_print_the_stored_figure_and_say_so(tmp_path, cli):
+    path = _write(tmp_path, KIMI_K2_THINKING)
+    memory = cli("memory", path, "--json").json()
+    assert memory["weights_bytes"] == 594_205_259_776
+    assert memory["weight_format"]["label"] == "int4 as stored (group 32, bf16 scales; rest bf16)"
+    text = cli("memory", path).out
+    assert "int4 as stored" in text and "block matrices in int4, as stored" in text
+    assert "memory in bf16 (weights int4 as stored)" in text
+    infer = cli("infer", path, "--seq", "1024", "--gen", "8", "--json").json()
+    assert "int4 as stored" in json.dumps(infer)
+    params = cli("params", path, "--json").json()
+    assert params["weights_bytes"]["stored"] == 594_205_259_776
+    text = cli("params", path).out
+    assert "553.4 GiB as the checkpoint stores them, int4 as stored" in text and "in bf16 (" not in text
+
+
+HOSTILE = [
+    ({"quant_method": "bitsandbytes"}, "quant_method 'bitsandbytes' is not counted"),
+    ({"quant_method": None}, "quant_method None is not counted"),
+    ("fp8", "'quantization_config' must be an object"),
+    ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size must be two sizes"),
+    ({"quant_method": "fp8", "weight_block_size": [0, 128]}, "weight_block_size must be a whole number"),
+    ({"quant_method": "fp8", "weight_block_size": [128.5, 128]}, "weight_block_size must be a whole number"),
+    ({"quant_method": "fp8", "weight_block_size": [10**30, 128]}, "weight_block_size must be a whole number"),
+    ({"quant_method": "fp8", "weight_block_size": "128x128"}, "weight_block_size must be two sizes"),
+    ({"quant_method": "fp8", "fmt": "e3m4"}, "fmt 'e3m4' is not an fp8 format"),
+    ({"quant_method": "fp8", "activation_scheme": "lazy"}, "activation_scheme 'lazy'"),
+    ({"quant_method": "fp8", "modules_to_not_convert": "lm_head"}, "modules_to_not_convert must be a list"),
+    ({"quant_method": "fp8", "modules_to_not_convert": ["(unclosed"]}, "'(unclosed', which is not a valid pattern"),
+    ({"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0.mlp"]},
+     "keeps ffn_gate (mlp.gate_proj) in 1 of the 3 layers that have it"),
+    ({"quant_method": "awq", "bits": 3}, "bits 3 is not counted"),
+    ({"quant_method": "gptq", "bits": 4.5}, "bits must be int; got 4.5"),
+    ({"quant_method": "gptq", "bits": True}, "bits must be int; got True"),
+    ({"quant_method": "awq", "group_size": 100}, "'stored_quant_group' (100) does not divide the input width"),
+    ({"quant_method": "awq", "group_size": 0}, "group_size must be a whole number"),
+    ({"quant_method": "awq", "group_size": "128"}, "group_size must be int"),
+    ({"quant_method": "awq", "zero_point": "yes"}, "zero_point must be bool"),
+    ({**KIMI_THINKING_QUANT, "config_groups": {}}, "config_groups must hold one scheme"),
+    ({**KIMI_THINKING_QUANT, "quantization_status": "frozen"}, "quantization_status 'frozen'"),
+    ({**KIMI_THINKING_QUANT, "sparsity_config": {"format": "sparse-24"}}, "sparsity_config is not counted"),
+    ({**KIMI_THINKING_QUANT, "format": "marlin-24"}, "format 'marlin-24' is not counted for int4"),
+    ({**KIMI_THINKING_QUANT, "ignore": "lm_head"}, "ignore must be a list of module names"),
+]
+
+
+def _scheme(**weights) -> dict:
+    group = KIMI_THINKING_QUANT["config_groups"]["group_0"]
+    return {**KIMI_THINKING_QUANT, "config_groups": {"group_0": {**group, "weights": {**group["weights"], **weights}}}}
+
+
+HOSTILE += [
+    (_scheme(num_bits=2), "num_bits 2 of type 'int' is not counted"),
+    (_scheme(num_bits=4, type="float"), "num_bits 4 of type 'float' is not counted"),
+    (_scheme(num_bits=4.0), "num_bits must be int; got 4.0"),
+    (_scheme(strategy="tensor_group"), "strategy 'tensor_group' is not counted"),
+    (_scheme(group_size=None), "group_size must be a whole number"),
+    (_scheme(group_size=48), "'stored_quant_group' (48) does not divide the input width"),
+    (_scheme(scale_dtype="float8"), "scale_dtype 'float8' is not one of"),
+    (_scheme(symmetric="no"), "symmetric must be bool"),
+    (_scheme(strategy="block", block_structure=[128]), "block_structure must be two sizes"),
+]
+
+
+@pytest.mark.parametrize("quantization, message", HOSTILE)
+def test_hostile_quantization_config_is_one_line_naming_the_field(tmp_path, quantization, message):
+    with pytest.raises(ConfigError) as e:
+        load(_write(tmp_path, {**DEEPSEEK_V3, "quantization_config": quantization}))
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_hostile_cli_is_one_line_and_exit_2(tmp_path, cli):
+    path = _write(tmp_path, {**DEEPSEEK_V3, "quantization_config": {"quant_method": "hqq"}})
+    assert_one_line_error(cli("memory", path), "quant_method 'hqq' is not counted")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["stored_quant_group=128"], "field 'stored_quant_group' describes quantized weights: give stored_quant too"),
+    (["stored_quant=int4"], "stored_quant needs stored_quant_scales"),
+    (["stored_quant=int4", "stored_quant_scales=group", "stored_quant_scale_dtype=fp16"],
+     "'stored_quant_group' goes with stored_quant_scales group"),
+    (["stored_quant=fp8", "stored_quant_scales=block", "stored_quant_block=[128,128,1]",
+      "stored_quant_scale_dtype=fp32"], "'stored_quant_block' must be two sizes"),
+    (["stored_quant=fp8", "stored_quant_scales=channel", "stored_quant_scale_dtype=fp32",
+      "stored_quant_zero_point=true"], "fp8 weights are symmetric"),
+    (["stored_quant=int8", "stored_quant_scales=channel", "stored_quant_scale_dtype=fp32",
+      "stored_quant_keep=lm_head,router_weight"], "'stored_quant_keep' names 'router_weight'"),
+    (["stored_quant=int3"], "must be one of fp8, int8, int4 or null"),
+])
+def test_hostile_set_fields(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load("llama3-8b", overrides)
+    assert message in str(e.value), str(e.value)
+
+
+def test_set_fields_count_like_the_config_json():
+    """The fields by --set: Llama 3 8B int8 per channel, fp32 scales, head kept: by hand."""
+    cfg = load("llama3-8b", ["stored_quant=int8", "stored_quant_scales=channel", "stored_quant_scale_dtype=fp32",
+                             "stored_quant_keep=lm_head"])
+    rows = 32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)
+    n = 32 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096)
+    assert quant.breakdown(cfg, BF16) == {"quantized": n, "scales": 4 * rows, "zero_points": 0,
+                                          "unquantized": 2 * (count.total(cfg) - n)}
