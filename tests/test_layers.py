@@ -15,7 +15,8 @@ RANKS = {
     "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.amounts": 0, "tfcalc.name_lists": 0,
     "tfcalc.reading": 0, "tfcalc.writing": 0, "tfcalc.config_rules": 0, "tfcalc.config_moe": 0,
     "tfcalc.config_latent": 0, "tfcalc.config_derived": 0, "tfcalc.config_patterns": 0, "tfcalc.config_layers": 0,
-    "tfcalc.config_quant": 0, "tfcalc.architecture": 0,  # the description: below config, which builds it (imports tfcalc.errors only)
+    "tfcalc.config_quant": 0,
+    "tfcalc.architecture": 0,  # the description: below config, which builds it (imports tfcalc.errors only)
     "tfcalc.yaml_load": 1, "tfcalc.config": 1, "tfcalc.config_copies": 1,
     "tfcalc.config_groups": 0, "tfcalc.devices": 1, "tfcalc.workload": 2,
     "tfcalc.hf_config": 2, "tfcalc.hub_cache": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.checkpoint": 3,
