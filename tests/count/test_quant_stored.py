@@ -253,3 +253,40 @@ def test_set_fields_count_like_the_config_json():
     n = 32 * (2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 14336 * 4096)
     assert quant.breakdown(cfg, BF16) == {"quantized": n, "scales": 4 * rows, "zero_points": 0,
                                           "unquantized": 2 * (count.total(cfg) - n)}
+
+
+def test_a_tiny_fp8_checkpoint_on_disk_holds_the_bytes_counted(tmp_path, cli):
+    """A DeepSeek-V3-shaped FP8 checkpoint written from transformers' own FP8 modules (replace_with_fp8_linear:
+    fp8 weights and fp32 weight_scale_inv per 128×128 tile; widths multiples of 128 but the 192-row kv_a, so
+    transformers' fused expert gate_up tiles as the published per-expert matrices do), the rest in bf16 as the
+    published files store it: the bytes of its tensors (safetensors headers) are tfcalc's count as stored plus
+    the fp32 router correction bias (a buffer, no parameter); `tfcalc params FOLDER` reads the same bytes."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    fp8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+    kw = dict(vocab_size=512, hidden_size=256, intermediate_size=384, moe_intermediate_size=256, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4,
+              num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1, kv_lora_rank=128,
+              q_lora_rank=128, qk_rope_head_dim=64, v_head_dim=64, qk_nope_head_dim=64, max_position_embeddings=64)
+    model = DeepseekV3ForCausalLM(DeepseekV3Config(**kw))
+    model = replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"],
+                                    quantization_config=FineGrainedFP8Config(weight_block_size=[128, 128]))
+    tensors = {}
+    for k, v in model.state_dict().items():  # the FP8 modules come on meta: storage of their shape and dtype
+        v = torch.zeros(v.shape, dtype=v.dtype) if v.is_meta else v
+        plain = v.dtype != torch.float8_e4m3fn and not k.endswith(("scale_inv", "e_score_correction_bias"))
+        tensors[k] = (v.to(torch.bfloat16) if plain else v).contiguous()
+    folder = tmp_path / "tiny-fp8"
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    raw = {**DeepseekV3Config(**kw).to_dict(), "architectures": ["DeepseekV3ForCausalLM"], "quantization_config": fp8}
+    (folder / "config.json").write_text(json.dumps(raw))
+    on_disk = sum(v.numel() * v.element_size() for v in tensors.values())
+    cfg = load(str(folder / "config.json"))
+    bias = 4 * kw["n_routed_experts"] * (kw["num_hidden_layers"] - kw["first_k_dense_replace"])
+    assert quant.weights_bytes(cfg, BF16) + bias == on_disk
+    data = cli("params", str(folder), "--json", "--no-measure").json()
+    assert data["checkpoint"]["bytes"] == on_disk and data["weights_bytes"]["stored"] + bias == on_disk
