@@ -234,7 +234,7 @@ CASES = [
     # ---- 9: bad values refused, not read as others ----
     ("plan-tp-0", ["plan", "llama2-7b", "--gpus", "8", "--tp", "0"], 2, "--tp must be between 1 and"),
     ("plan-pp-0", ["plan", "llama2-7b", "--gpus", "8", "--pp", "0"], 2, "--pp must be between 1 and"),
-    ("plan-nproc-0", ["plan", "gpt2", "--dp", "2", "--measure", "--nproc", "0"], 2, "--nproc must be a positive"),
+    ("plan-nproc-0", ["plan", "gpt2", "--dp", "2", "--measure", "--nproc", "0"], 2, "--nproc must be between 1"),
     ("bench-nproc-0", ["bench", "gpt2", "--nproc", "0"], 2, "--nproc must be between 1"),
     ("bench-nproc-tp-0", ["bench", "gpt2", "--nproc", "2", "--tp", "0"], 2, "--tp must be between 1"),
     ("plan-tokens-empty", ["plan", "llama2-7b", "--gpus", "8", "--tokens", ""], 2, "cannot read '' as a token count"),

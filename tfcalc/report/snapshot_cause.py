@@ -94,8 +94,10 @@ def checkout_differences(*starts: Path) -> Optional[str]:
         if not differ:
             return None
         listed = ", ".join(differ[:5]) + (f" and {len(differ) - 5} more" if len(differ) > 5 else "")
-        return (f"the presets in the checkout {local} differ from the installed tfcalc's ({installed}): {listed}; "
-                "check counted the installed ones (`pip install -e .` counts the checkout's)")
+        # what differs and what to do first, the paths last: a message is cut to one line of 280 characters
+        # (render.one_line), and an installed package's path in a virtual environment is long
+        return (f"the presets in the checkout differ from the installed tfcalc's: {listed}; check counted the "
+                f"installed ones (`pip install -e .` counts the checkout's); checkout {local}, installed {installed}")
     return None
 
 
