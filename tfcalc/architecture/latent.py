@@ -321,7 +321,7 @@ class LatentAttention:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(op_recompute="latent attention")
+        return Capabilities(op_recompute="latent attention", decode_form="absorbed")
 
     module = "tfcalc.model.latent:LatentAttention"  # the torch module that runs it (tfcalc.model.mixers)
 

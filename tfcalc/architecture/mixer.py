@@ -164,6 +164,9 @@ class Capabilities:
     context_parallel: bool = True  # ring attention over the sequence split across ranks
     # why the op-level recompute policy (tfcalc.count.model.op_recompute) does not cover it; None: it does
     op_recompute: Optional[str] = "a token mixer the op-level recompute policy does not model"
+    # the form its decode step runs and is counted in, when it differs from the forward's (``linears`` and
+    # ``mixing`` with step=True): latent attention's "absorbed" (tfcalc.architecture.latent, step 6)
+    decode_form: str = "standard"
 
 
 @runtime_checkable

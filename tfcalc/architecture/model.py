@@ -256,6 +256,13 @@ class Architecture:
                 out[dtype] = out.get(dtype, 0) + n * elements
         return out
 
+    def decode_forms(self) -> str:
+        """The forms the decoder's mixers run a decode step in (``Capabilities.decode_form``), joined:
+        "standard", or "absorbed" for latent attention; "" for a model that decodes nothing."""
+        stack = self.decoder
+        forms = {b.mixer.capabilities.decode_form for b, _ in stack.kinds()} if stack is not None else set()
+        return ", ".join(sorted(forms))
+
     def cross_kv_elements(self, sources: int) -> int:
         """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""
         return sum(n * state_elements(b.cross_attention, sources)

@@ -244,7 +244,7 @@ class FlopsReport(WorkloadFields, Displayed):
                 "context": self.seq,
                 "flops": self.decode,
                 "flops_per_sequence": self.decode // self.batch,
-                "attention_form": "absorbed" if self.cfg.kv_lora_rank is not None else "standard",
+                "attention_form": self.cfg.architecture.decode_forms(),
                 "flops_naive": self.decode_naive,
                 "prefill_flops": self.forward,
                 "prefill_flops_causal": self.forward_causal,

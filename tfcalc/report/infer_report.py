@@ -93,7 +93,7 @@ class InferReport(Displayed):
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
                 batch=est.batch, seq=self.seq, gen=self.options.gen, kv_dtype=self.kv_dtype, src_seq=self.src_seq)),
             # the form a decode step is counted (and tfcalc's module run) in: latent attention's absorbed one
-            "decode_attention_form": "absorbed" if self.model.cfg.kv_lora_rank is not None else "standard",
+            "decode_attention_form": self.model.cfg.architecture.decode_forms(),
             "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
