@@ -195,6 +195,63 @@ def test_verify_steps_and_rows_at_their_own_positions_run_fixed_shapes():
         assert not {name for name, _, _, _ in record[0]} & SYNCS
 
 
+@pytest.mark.parametrize("kind", ["llama-rope-gqa", "dense-learned", "window-wraps", "alibi-window",
+                                  "latent-deepseek"])
+def test_rows_joining_and_leaving_run_the_same_step(kind):
+    """Continuous batching's step over all the slots, whatever the occupancy (tfcalc.model.slots): one row in
+    flight, then two, three, a row leaving (the last moving into it) and another joining -- the same ops
+    and shapes at every step, no sync; each row in flight gets the logits of its sequence alone (the
+    uncached forward), the free rows' state being no sequence's."""
+    from tfcalc.model.slots import SlotCache, decode_rows
+
+    cfg = tiny(max_seq_len=16, **KINDS[kind])
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    seqs = torch.randint(0, cfg.vocab_size, (4, 14), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        full = model(seqs)  # (4, 14, V): each sequence alone
+    slots = SlotCache(model, rows=3, max_tokens=16)
+    owner: list[int] = []  # sequence per row in flight
+    records = []
+    with torch.inference_mode():
+        def admit(i: int, prompt: int) -> None:
+            slots.admit(seqs[i:i + 1, :prompt], model)
+            owner.append(i)
+
+        def step() -> None:
+            tokens = torch.zeros(3, 1, dtype=torch.long)  # a free row's token: anything
+            positions = list(slots.lengths)
+            for r, i in enumerate(owner):
+                tokens[r, 0] = seqs[i, positions[r]]
+            out = []
+            records.append(_record(lambda: out.append(decode_rows(model, tokens, slots))))
+            assert out[0].shape == (3, 1, cfg.vocab_size)
+            for r, i in enumerate(owner):
+                torch.testing.assert_close(out[0][r, 0], full[i, positions[r]], rtol=1e-4, atol=1e-5)
+
+        admit(0, 3)
+        step()  # one row in flight of three
+        admit(1, 5)
+        step()
+        admit(2, 2)
+        step()  # all three
+        slots.release(0)  # sequence 0 leaves, sequence 2 moves into row 0
+        owner[0] = owner.pop()
+        step()
+        slots.release(1)  # sequence 1 leaves: one row in flight
+        owner.pop()
+        step()
+        admit(3, 4)  # joins a freed row
+        step()
+        step()
+    assert len(records) == 7 and records[0]
+    for k, record in enumerate(records[1:], start=2):
+        assert record == records[0], f"step {k} (rows in flight changed) runs other ops or shapes than step 1"
+    ops = {name for name, _, _, _ in records[0]}
+    assert not ops & SYNCS, f"host syncs in a rows step: {ops & SYNCS}"
+    assert not any(bool_index for _, bool_index, _, _ in records[0]), "a boolean index (nonzero) in a step"
+
+
 def test_the_decoder_runs_eager_here_and_refuses_graphs_without_cuda():
     from tfcalc.errors import InputError
     from tfcalc.model import Decoder, generate

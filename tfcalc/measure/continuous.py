@@ -14,6 +14,12 @@ server that streams its tokens does: a token's time is the end of the iteration 
 first token's time less the arrival; inter-token latency = the gaps between a request's tokens; throughput =
 output tokens ÷ (last token's time − first arrival). The slots: as many as there are requests, at most
 MAX_ROWS; a request that finds them all in flight waits (as vLLM's waiting queue when its KV cache is full).
+A decode step runs over every slot whatever the occupancy (the fixed-shape step of tfcalc.model.slots: the
+same ops and shapes as rows join and leave, nothing read back to the host), so its time is that of all the
+slots' tokens over the longest row's bucket: the weights read once as before, plus the free rows' FLOPs and
+key reads (each free row parked at position 0). Each step is still recorded with the sequences in flight
+(``decode_steps``: (sequences, seconds)), and tokens, throughput and latencies count only their tokens: the
+figures mean the work of the rows in flight, done at the price of the fixed shape.
 The run stops at the time budget (max_time), saying how many requests it served. After it (untimed), the
 last CHECKED requests served whole have their tokens checked against their prompts decoded alone
 (tfcalc.model.generate): greedy, batching with other sequences must not change them.
@@ -152,7 +158,8 @@ class _Server:
 
     def decode(self) -> None:
         n = self.cache.n
-        self.last[:n] = next_token(decode_rows(self.model, self.last[:n], self.cache))
+        # every slot, in flight or free: the fixed-shape step (tfcalc.model.slots); a free row's token is unused
+        self.last.copy_(next_token(decode_rows(self.model, self.last, self.cache)))
         self.made.append((list(self.owner), self.last[:n].clone()))
 
     def tokens(self, requests: int) -> list[list[int]]:

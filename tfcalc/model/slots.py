@@ -7,11 +7,24 @@ slot, each row with its own positions on the device (``next_pos``, and the posit
 sequences in flight are kept in rows 0 .. n - 1 (``release`` moves the last one into a freed row: a copy
 of its state, the price of a contiguous batch without paged attention). A prefill writes one row through
 a batch-1 view of the buffers (``row``). A decode step (``decode_rows``) is the one fixed-shape step of
-tfcalc.model.step over the n rows in flight: each row's token at its own position (RoPE, learned
-positions, a window's or chunk's ring, ALiBi's distances: all from the device positions), over a span of
-slots that covers the longest row (its bucket), each row masking the slots it has not written: padded
-attention, as a contiguous batch of unequal lengths runs it (vLLM's paged attention reads each sequence's
-own blocks instead; the weights, read once per step for the whole batch, are the same).
+tfcalc.model.step over all ``rows`` slots, whatever the occupancy: each row's token at its own position
+(RoPE, learned positions, a window's or chunk's ring, ALiBi's distances: all from the device positions),
+over a span of slots that covers the longest row in flight (its bucket), each row masking the slots it has
+not written: padded attention, as a contiguous batch of unequal lengths runs it (vLLM's paged attention
+reads each sequence's own blocks instead; the weights, read once per step for the whole batch, are the same).
+
+Fixed shape (issue 29): the rows not in flight are computed too and their results discarded, so a row
+joining or leaving changes no op and no shape (one CUDA graph per bucket serves every occupancy). Which rows
+are in flight is a device tensor (``active``, 1 or 0 per row), written at ``admit`` and ``release`` and
+read by no host code. A free row is parked at position 0: its step writes slot 0 of its own free row (a
+scratch position: no sequence is there, and the next ``admit``'s prefill rewrites what the row keeps;
+a recurrent state's free row is likewise rewritten whole by that prefill), and after the step its position
+goes back to 0 (``next_pos *= active``), so nothing a sequence in flight reads is touched and a free row's
+position never runs past the positions the model has. The cost: every step computes ``rows`` tokens, not
+the n in flight (the weights are read once either way; the extra rows' FLOPs, activations and the keys
+they read, at most ``span`` slots each, are the price of one shape for every occupancy). A model whose
+experts have a capacity (Switch Transformers, sec. 2.2) routes the free rows' tokens too: its rows in
+flight can lose capacity to them, as they do to each other.
 """
 
 from __future__ import annotations
@@ -40,6 +53,9 @@ class SlotCache:
         self.base = model.new_cache(rows, max_tokens)
         self.rows, self.max_tokens = rows, max_tokens
         self.lengths: list[int] = []  # per row in flight: positions written (host-known, never read back)
+        device = self.base.next_pos.device
+        self.active = torch.zeros(rows, dtype=torch.long, device=device)  # (rows,): 1 in flight, 0 free
+        self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)  # (rows, 1): the step's input
 
     @property
     def n(self) -> int:
@@ -62,6 +78,7 @@ class SlotCache:
         r = self.n
         logits = model.prefill(prompt, self.row(r))
         self.lengths.append(prompt.shape[1])
+        self.active[r] = 1
         return logits
 
     def release(self, r: int) -> None:
@@ -75,16 +92,28 @@ class SlotCache:
                 t[r] = t[last]
             self.lengths[r] = self.lengths[last]
         self.lengths.pop()
+        self.active[last] = 0
+        self.base.next_pos[last] = 0  # parked: a free row steps at position 0 (the module docstring)
 
 
 def decode_rows(model: Transformer, tokens: torch.Tensor, cache: SlotCache) -> torch.Tensor:
-    """One decode step of every sequence in flight: tokens (n, 1), row i at position cache.lengths[i] ->
-    logits (n, 1, V); each row's length grows by one."""
-    n = cache.n
-    if tokens.shape != (n, 1):
-        raise InputError(f"decode_rows takes one token for each of the {n} sequences in flight")
+    """One decode step of every sequence in flight, row i at position cache.lengths[i]; each row's length
+    grows by one. tokens (rows, 1), one per slot (a free row's is ignored) -> logits (rows, 1, V), a free
+    row's meaningless: the fixed-shape step (the module docstring). tokens (n, 1), one per sequence in
+    flight, are copied into the slots' token buffer first -> logits (n, 1, V)."""
+    n, rows = cache.n, cache.rows
+    if tokens.shape not in ((n, 1), (rows, 1)):
+        raise InputError(f"decode_rows takes one token for each of the {n} sequences in flight "
+                         f"(or for each of the {rows} slots)")
+    if n == 0:
+        raise InputError("decode_rows: no sequence is in flight (admit one first)")
     if max(cache.lengths) >= cache.max_tokens:
         raise InputError(f"a sequence would pass the {cache.max_tokens} positions its slot holds")
-    logits = model.step(tokens, cache.base.rows(slice(0, n)), bucket(max(cache.lengths) + 1, cache.max_tokens))
+    whole = tokens.shape[0] == rows
+    if not whole:
+        cache.tokens[:n].copy_(tokens)
+    logits = model.step(tokens if whole else cache.tokens, cache.base,
+                        bucket(max(cache.lengths) + 1, cache.max_tokens))  # (rows, 1, V)
+    cache.base.next_pos.mul_(cache.active)  # the free rows back to position 0, on the device
     cache.lengths = [length + 1 for length in cache.lengths]
-    return logits
+    return logits if whole else logits[:n]
