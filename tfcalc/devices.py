@@ -68,6 +68,10 @@ class DeviceSpec:
     match: tuple[str, ...] = field(default=(), compare=False)  # tokens of torch's device name
     host_memory_bytes: Optional[int] = None  # CPU memory of one node (None: not known, not checked)
     host_memory_source: str = ""
+    # A user's file (issue 31): the built-in device whose performance-model constants it takes (``inherits:``,
+    # or a ``key:`` of the table), and the constants it states itself (``perf:``), as (name, value) pairs.
+    inherits: Optional[str] = field(default=None, compare=False)
+    perf: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     def peak(self, dtype: str, tf32_enabled: bool = False) -> Optional[float]:
         """Peak FLOP/s for a dtype; fp32 matmuls run at the tf32 rate when tf32 is on."""
@@ -238,7 +242,11 @@ def resolve(text: str) -> DeviceSpec:
 
 _REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
 _OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node",
-             "host_memory_bytes")
+             "host_memory_bytes", "inherits", "perf")
+# The per-device constants of the performance model (tfcalc.count.perf.hardware.PerfSpec) a file may state
+# under ``perf:``; what it neither states nor inherits takes the model's named default, and the output says so.
+PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
+MAX_SMS = 1_000_000  # B200 has 148 SMs, MI300X 304 CUs; a million is a typo
 MIN_HOST_BYTES = 2**20  # a node's host memory below a MiB is a unit slip (2 for 2 TiB)
 
 
@@ -297,6 +305,8 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         raise InputError(f"{where}: field 'gpus_per_node' must be an integer from 1 to {MAX_GPUS_PER_NODE:,}; "
                          f"got {shown(gpus)}")
     memory = int(_positive(path, "memory_bytes", data["memory_bytes"], unit=" byte"))
+    inherits = _inherits(path, data)
+    perf = _perf(path, data.get("perf"))
     host = data.get("host_memory_bytes")
     if host is not None:
         host = int(_positive(path, "host_memory_bytes", host, low=MIN_HOST_BYTES, unit=" bytes"))
@@ -308,7 +318,67 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         gpus_per_node=gpus, source=_text(path, "source", data.get("source") or f"user file {path}"),
         node=_text(path, "node", data.get("node") or ""), **optional,
         host_memory_bytes=host, host_memory_source="" if host is None else f"user file {path}",
+        inherits=inherits, perf=perf,
     )
+
+
+def _inherits(path: Path, data: dict[str, Any]) -> Optional[str]:
+    """The built-in device a file takes its performance-model constants from: ``inherits:``, else a ``key:``
+    naming a table device (the older spelling, kept); None when it names neither."""
+    where = shown_path(path)
+    key = data.get("key") or path.stem  # a file's key defaults to its name (spec_from_mapping)
+    own = key.strip().lower() if isinstance(key, str) and key.strip().lower() in keys() else None
+    if data.get("inherits") is None:
+        return own
+    named = data["inherits"]
+    if not isinstance(named, str):
+        raise InputError(f"{where}: field 'inherits' must name a device of the table ({', '.join(keys())}); "
+                         f"got {shown(named)}")
+    base = named.strip().lower()
+    if base not in keys():
+        from tfcalc.config import suggest
+
+        raise InputError(f"{where}: field 'inherits': unknown device {shown(named)}{suggest(base[:100], keys())}; "
+                         f"choose one of {', '.join(keys())}")
+    if own is not None and own != base:
+        raise InputError(f"{where}: 'key: {own}' and 'inherits: {base}' name two devices; give one")
+    return base
+
+
+def _fraction(path: Path, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1e-4 <= value <= 1:
+        raise InputError(f"{shown_path(path)}: field 'perf.{name}' must be a number in [0.0001, 1]; got {shown(value)}")
+    return float(value)
+
+
+def _perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
+    """The performance-model constants a file states (``perf: {sm_count: 132, matmul_ceiling: 0.8, ...}``)."""
+    from tfcalc.config import suggest
+
+    where = shown_path(path)
+    if perf is None:
+        return ()
+    if not isinstance(perf, dict):
+        raise InputError(f"{where}: field 'perf' must map constants to values, e.g. {{sm_count: 132}}; "
+                         f"names: {', '.join(PERF_FIELDS)}")
+    out = []
+    for name, value in perf.items():
+        if name not in PERF_FIELDS:
+            raise InputError(f"{where}: perf: unknown constant {shown(name)}{suggest(str(name)[:100], PERF_FIELDS)}; "
+                             f"choose from {', '.join(PERF_FIELDS)}")
+        if name == "sm_count":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
+                raise InputError(f"{where}: field 'perf.sm_count' must be an integer from 1 to {MAX_SMS:,}; "
+                                 f"got {shown(value)}")
+        elif name == "flash_efficiency":
+            if not isinstance(value, list) or len(value) != 2:
+                raise InputError(f"{where}: field 'perf.flash_efficiency' must be [forward, backward], "
+                                 f"e.g. [0.35, 0.3]; got {shown(value)}")
+            value = tuple(_fraction(path, f"flash_efficiency[{i}]", v) for i, v in enumerate(value))
+        else:
+            value = _fraction(path, name, value)
+        out.append((name, value))
+    return tuple(out)
 
 
 def load_spec(path: str | Path) -> DeviceSpec:
@@ -334,6 +404,14 @@ def as_dict(spec: DeviceSpec) -> dict[str, Any]:
         "gpus_per_node": spec.gpus_per_node, "node": spec.node, "source": spec.source,
         "host_memory_bytes": spec.host_memory_bytes,
     }
+
+
+def perf_basis(spec: DeviceSpec) -> Optional[str]:
+    """The table device whose performance-model constants a spec takes where it states none: itself for a
+    table device, the file's ``inherits:`` (or table ``key:``) for a user's file, None when it names none."""
+    if spec.inherits is not None:
+        return spec.inherits
+    return spec.key if spec.key in keys() else None
 
 
 # ---------- what a program can use: the driver's total less the runtime's share ----------
