@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tfcalc.device_constants import check_inherits, check_perf
 from tfcalc.errors import InputError, shown, shown_path
 
 # The dtypes a datasheet rates (tfcalc.count.model.dtypes names the same ones; this module sits below count).
@@ -243,10 +244,6 @@ def resolve(text: str) -> DeviceSpec:
 _REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
 _OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node",
              "host_memory_bytes", "inherits", "perf")
-# The per-device constants of the performance model (tfcalc.count.perf.hardware.PerfSpec) a file may state
-# under ``perf:``; what it neither states nor inherits takes the model's named default, and the output says so.
-PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
-MAX_SMS = 1_000_000  # B200 has 148 SMs, MI300X 304 CUs; a million is a typo
 MIN_HOST_BYTES = 2**20  # a node's host memory below a MiB is a unit slip (2 for 2 TiB)
 
 
@@ -305,8 +302,8 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         raise InputError(f"{where}: field 'gpus_per_node' must be an integer from 1 to {MAX_GPUS_PER_NODE:,}; "
                          f"got {shown(gpus)}")
     memory = int(_positive(path, "memory_bytes", data["memory_bytes"], unit=" byte"))
-    inherits = _inherits(path, data)
-    perf = _perf(path, data.get("perf"))
+    inherits = check_inherits(path, data, keys())
+    perf = check_perf(path, data.get("perf"))
     host = data.get("host_memory_bytes")
     if host is not None:
         host = int(_positive(path, "host_memory_bytes", host, low=MIN_HOST_BYTES, unit=" bytes"))
@@ -322,69 +319,12 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
     )
 
 
-def _inherits(path: Path, data: dict[str, Any]) -> Optional[str]:
-    """The built-in device a file takes its performance-model constants from: ``inherits:``, else a ``key:``
-    naming a table device (the older spelling, kept); None when it names neither."""
-    where = shown_path(path)
-    key = data.get("key") or path.stem  # a file's key defaults to its name (spec_from_mapping)
-    own = key.strip().lower() if isinstance(key, str) and key.strip().lower() in keys() else None
-    if data.get("inherits") is None:
-        return own
-    named = data["inherits"]
-    if not isinstance(named, str):
-        raise InputError(f"{where}: field 'inherits' must name a device of the table ({', '.join(keys())}); "
-                         f"got {shown(named)}")
-    base = named.strip().lower()
-    if base not in keys():
-        from tfcalc.config import suggest
-
-        raise InputError(f"{where}: field 'inherits': unknown device {shown(named)}{suggest(base[:100], keys())}; "
-                         f"choose one of {', '.join(keys())}")
-    if own is not None and own != base:
-        raise InputError(f"{where}: 'key: {own}' and 'inherits: {base}' name two devices; give one")
-    return base
-
-
-def _fraction(path: Path, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1e-4 <= value <= 1:
-        raise InputError(f"{shown_path(path)}: field 'perf.{name}' must be a number in [0.0001, 1]; got {shown(value)}")
-    return float(value)
-
-
-def _perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
-    """The performance-model constants a file states (``perf: {sm_count: 132, matmul_ceiling: 0.8, ...}``)."""
-    from tfcalc.config import suggest
-
-    where = shown_path(path)
-    if perf is None:
-        return ()
-    if not isinstance(perf, dict):
-        raise InputError(f"{where}: field 'perf' must map constants to values, e.g. {{sm_count: 132}}; "
-                         f"names: {', '.join(PERF_FIELDS)}")
-    out = []
-    for name, value in perf.items():
-        if name not in PERF_FIELDS:
-            raise InputError(f"{where}: perf: unknown constant {shown(name)}{suggest(str(name)[:100], PERF_FIELDS)}; "
-                             f"choose from {', '.join(PERF_FIELDS)}")
-        if name == "sm_count":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
-                raise InputError(f"{where}: field 'perf.sm_count' must be an integer from 1 to {MAX_SMS:,}; "
-                                 f"got {shown(value)}")
-        elif name == "flash_efficiency":
-            if not isinstance(value, list) or len(value) != 2:
-                raise InputError(f"{where}: field 'perf.flash_efficiency' must be [forward, backward], "
-                                 f"e.g. [0.35, 0.3]; got {shown(value)}")
-            value = tuple(_fraction(path, f"flash_efficiency[{i}]", v) for i, v in enumerate(value))
-        else:
-            value = _fraction(path, name, value)
-        out.append((name, value))
-    return tuple(out)
-
-
 def load_spec(path: str | Path) -> DeviceSpec:
     """A DeviceSpec from a YAML file: the fields of DeviceSpec, numbers in bytes, bytes/s and FLOP/s,
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
-    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
+    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown. The performance
+    model's constants: ``perf: {sm_count: 132, ...}``, the rest from ``inherits: h100-sxm`` (or a table ``key:``),
+    else named defaults that plan and infer print (tfcalc.device_constants).
 
     Read as config files are (tfcalc.yaml_load.read_mapping): regular
     files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64

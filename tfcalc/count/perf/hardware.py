@@ -95,7 +95,7 @@ class PerfSpec:
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
     comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; count.training.steptime, 5)
-    # where each per-device constant (tfcalc.devices.PERF_FIELDS) came from: the file, a table device, a default
+    # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
     constants_from: tuple[tuple[str, str], ...] = ()
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
@@ -169,7 +169,8 @@ def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
     """The model's properties of a device: a table device's own; a user's file (tfcalc.devices.load_spec): what
     it states under ``perf:``, the rest from the device it inherits (``inherits:`` or a table ``key:``), else
     DEFAULT_FROM's; ``constants_from`` says which, field by field."""
-    from tfcalc.devices import PERF_FIELDS, perf_basis
+    from tfcalc.device_constants import PERF_FIELDS
+    from tfcalc.devices import perf_basis
 
     basis = perf_basis(spec)
     perf = perf_spec(basis or "", matmul_efficiency, bandwidth_efficiency)
