@@ -114,3 +114,11 @@ def test_stated_constants_are_what_the_model_runs_with(tmp_path):
     perf = device_perf(devices.load_spec(_file(tmp_path, STATED)))
     assert (perf.sm_count, perf.matmul_ceiling, perf.fp8_ceiling, perf.sustained_clock) == (132, 0.801, 0.709, 1.0)
     assert perf.flash_efficiency == (0.35, 0.3) and not math.isnan(perf.bandwidth_efficiency)
+
+
+def test_the_fp8_note_names_the_files_ceiling_or_the_inherited_devices(cli, tmp_path):
+    fp8 = ("plan", "llama2-7b", "--tp", "8", "--compute-dtype", "fp8", "--device-spec")
+    stated = " ".join(cli(*fp8, _file(tmp_path, "inherits: h200\nperf: {fp8_ceiling: 0.5}\n", "a.yaml")).out.split())
+    assert "FP8 GEMM ceiling (0.500 of the FP8 peak, the device file)" in stated
+    inherited = " ".join(cli(*fp8, _file(tmp_path, "inherits: h200\n", "b.yaml")).out.split())
+    assert "FP8 GEMM ceiling (0.734 of the FP8 peak, MAMF FP8 H200 SXM 1453.4/1979)" in inherited  # Bekman's table
