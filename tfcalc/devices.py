@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from tfcalc.device_constants import check_inherits, check_perf
 from tfcalc.errors import InputError, shown, shown_path
 
 # The dtypes a datasheet rates (tfcalc.count.model.dtypes names the same ones; this module sits below count).
@@ -68,6 +69,10 @@ class DeviceSpec:
     match: tuple[str, ...] = field(default=(), compare=False)  # tokens of torch's device name
     host_memory_bytes: Optional[int] = None  # CPU memory of one node (None: not known, not checked)
     host_memory_source: str = ""
+    # A user's file (issue 31): the built-in device whose performance-model constants it takes (``inherits:``,
+    # or a ``key:`` of the table), and the constants it states itself (``perf:``), as (name, value) pairs.
+    inherits: Optional[str] = field(default=None, compare=False)
+    perf: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     def peak(self, dtype: str, tf32_enabled: bool = False) -> Optional[float]:
         """Peak FLOP/s for a dtype; fp32 matmuls run at the tf32 rate when tf32 is on."""
@@ -238,7 +243,7 @@ def resolve(text: str) -> DeviceSpec:
 
 _REQUIRED = ("name", "peak_flops", "bandwidth_bytes_per_s", "memory_bytes")
 _OPTIONAL = ("key", "intra_node_bytes_per_s", "inter_node_bytes_per_s", "gpus_per_node", "source", "node",
-             "host_memory_bytes")
+             "host_memory_bytes", "inherits", "perf")
 MIN_HOST_BYTES = 2**20  # a node's host memory below a MiB is a unit slip (2 for 2 TiB)
 
 
@@ -297,6 +302,8 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         raise InputError(f"{where}: field 'gpus_per_node' must be an integer from 1 to {MAX_GPUS_PER_NODE:,}; "
                          f"got {shown(gpus)}")
     memory = int(_positive(path, "memory_bytes", data["memory_bytes"], unit=" byte"))
+    inherits = check_inherits(path, data, keys())
+    perf = check_perf(path, data.get("perf"))
     host = data.get("host_memory_bytes")
     if host is not None:
         host = int(_positive(path, "host_memory_bytes", host, low=MIN_HOST_BYTES, unit=" bytes"))
@@ -308,13 +315,16 @@ def spec_from_mapping(data: dict[str, Any], path: Path) -> DeviceSpec:
         gpus_per_node=gpus, source=_text(path, "source", data.get("source") or f"user file {path}"),
         node=_text(path, "node", data.get("node") or ""), **optional,
         host_memory_bytes=host, host_memory_source="" if host is None else f"user file {path}",
+        inherits=inherits, perf=perf,
     )
 
 
 def load_spec(path: str | Path) -> DeviceSpec:
     """A DeviceSpec from a YAML file: the fields of DeviceSpec, numbers in bytes, bytes/s and FLOP/s,
     e.g. ``name: My GPU``, ``peak_flops: {bf16: 200.0e12}``, ``bandwidth_bytes_per_s: 1.0e12``,
-    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown.
+    ``memory_bytes: 48.0e9``; ``key`` defaults to the file name, the interconnect to unknown. The performance
+    model's constants: ``perf: {sm_count: 132, ...}``, the rest from ``inherits: h100-sxm`` (or a table ``key:``),
+    else named defaults that plan and infer print (tfcalc.device_constants).
 
     Read as config files are (tfcalc.yaml_load.read_mapping): regular
     files only (a FIFO is refused without blocking), at most 1 MiB, no alias bombs, no nesting past 64
@@ -334,6 +344,14 @@ def as_dict(spec: DeviceSpec) -> dict[str, Any]:
         "gpus_per_node": spec.gpus_per_node, "node": spec.node, "source": spec.source,
         "host_memory_bytes": spec.host_memory_bytes,
     }
+
+
+def perf_basis(spec: DeviceSpec) -> Optional[str]:
+    """The table device whose performance-model constants a spec takes where it states none: itself for a
+    table device, the file's ``inherits:`` (or table ``key:``) for a user's file, None when it names none."""
+    if spec.inherits is not None:
+        return spec.inherits
+    return spec.key if spec.key in keys() else None
 
 
 # ---------- what a program can use: the driver's total less the runtime's share ----------

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from tfcalc import devices
 from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
-from tfcalc.count.perf.hardware import check_fraction, fp8_ceiling_note, perf_spec
+from tfcalc.count.perf.hardware import check_fraction, device_perf, fp8_ceiling_note
 from tfcalc.count.serving import continuous, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.errors import InputError, shown
@@ -66,10 +66,11 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
     if peak is None:
         raise InputError(f"{spec.name} has no {fmt.compute_dtype} rate in its datasheet; "
                          f"rated: {', '.join(spec.peak_flops)}")
-    perf = perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency)
+    perf = device_perf(spec, matmul_efficiency, bandwidth_efficiency)
     return spec, Ceilings(peak, spec.bandwidth_bytes_per_s * perf.bandwidth_efficiency,
                           f"{spec.key} datasheet, {fmt.compute_dtype}; performance model: {perf.source}"
-                          + (f"; FP8 GEMMs under {fp8_ceiling_note(spec.key)}" if fmt.compute_dtype == "fp8" else ""),
+                          + (f"; FP8 GEMMs under {fp8_ceiling_note(spec.key, perf)}"
+                             if fmt.compute_dtype == "fp8" else ""),
                           perf,
                           spec.peak("fp32"),
                           # FP8 weights: attention and the LM head at the 16-bit peak (perf.fp8_time, step 3)

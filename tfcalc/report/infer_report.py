@@ -11,6 +11,7 @@ from typing import Any, Optional
 from tfcalc import devices
 from tfcalc.count.model.memory import kv_cache_expanded_bytes
 from tfcalc.count.model.quant import WeightFormat, format_label, stored_mxfp4
+from tfcalc.count.perf.hardware import device_constants
 from tfcalc.count.serving import continuous, serving_tp, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, experts_touched
 from tfcalc.report import continuous as continuous_report
@@ -87,7 +88,9 @@ class InferReport(Displayed):
             "ceilings": {"flops_per_s": c.flops_per_s, "bytes_per_s": c.bytes_per_s, "ridge_flops_per_byte": c.ridge,
                          "source": c.source,
                          # FP8 weights: the 16-bit peak attention and the LM head run at (count.perf.fp8_time)
-                         "high_precision_flops_per_s": c.high_flops_per_s},
+                         "high_precision_flops_per_s": c.high_flops_per_s,
+                         # each per-device constant of the performance model: its value and where it came from
+                         "device_constants": device_constants(c.perf)},
             "weights_bytes": est.weight_bytes, "kv_cache_bytes": est.kv_cache_bytes, "fits": est.fits,
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(

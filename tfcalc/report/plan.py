@@ -20,7 +20,7 @@ from tfcalc import devices
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
 from tfcalc.count.perf.fp8_time import fp8_peak_share
-from tfcalc.count.perf.hardware import fp8_ceiling_note, perf_json, perf_spec
+from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
 from tfcalc.count.training.layout import (
     Layout,
     candidate_layouts,
@@ -84,6 +84,8 @@ class PlanReport(Displayed):
         if self.model.cfg.arch == "encoder-decoder":
             out.append("encoder-decoder: the encoder's and decoder's blocks are planned together, with pp 1 (under TP "
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
+        if not from_table(self.hardware.perf):  # a device file: which constants it stated, inherited, defaulted
+            out.append(constants_line(self.hardware.perf))
         return out + sharding_notes(self.plan.layout, self.device) + search_notes(self)
 
     @property
@@ -165,7 +167,7 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
     return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
                     spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec),
-                    perf_spec(spec.key, matmul_efficiency, bandwidth_efficiency), **more_hardware(spec))
+                    device_perf(spec, matmul_efficiency, bandwidth_efficiency), **more_hardware(spec))
 
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
@@ -297,7 +299,8 @@ def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
     out = []
     if L.compute_dtype == "fp8":
         out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
-                   f"Transformer Engine's delayed scaling) under the FP8 GEMM ceiling ({fp8_ceiling_note(spec.key)}), "
+                   f"Transformer Engine's delayed scaling) under the FP8 GEMM ceiling "
+                   f"({fp8_ceiling_note(spec.key, device_perf(spec))}), "
                    "their inputs cast to FP8 row-major and transposed (memory-bound kernels); attention, router and "
                    f"LM head in {L.dtype}; MFU stays against the {L.dtype} peak (torchtitan's convention), the FP8 "
                    f"peak's share printed beside it; activations counted in {L.dtype} (TE saves "

@@ -7,6 +7,7 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.count.perf.hardware import constants_line, from_table
 from tfcalc.report.infer_report import InferReport
 
 
@@ -236,6 +237,8 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}"
              + (" per GPU." if r.tp > 1 else "."))
     _tp_note(doc, r, first)
+    if c.perf is not None and not from_table(c.perf):  # a device file: where each constant came from (issue 31)
+        doc.note(constants_line(c.perf))
     over = first["predicted"]["overhead"]["decode_step"] if "overhead" in first["predicted"] else None
     if c.perf is not None and over:
         doc.note(f"Performance model: each matmul at its GEMM shape's share of the peak, the bandwidth at "

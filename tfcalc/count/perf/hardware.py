@@ -67,8 +67,11 @@ Fields and their sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from tfcalc.devices import DeviceSpec
 
 GENERIC = "no public measurement for this device: the H100's figure, assumed"
 
@@ -92,6 +95,8 @@ class PerfSpec:
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
     comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; count.training.steptime, 5)
+    # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
+    constants_from: tuple[tuple[str, str], ...] = ()
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
@@ -128,8 +133,13 @@ _FP8_SOURCE = {"h100-sxm": "MAMF FP8 H100 SXM 1402.6/1979", "h200": "MAMF FP8 H2
                "b200": "MAMF FP8 B200 3432.5/4500"}
 
 
-def fp8_ceiling_note(device_key: str) -> str:
-    """The FP8 ceiling of a device and its source, for the plan's notes."""
+def fp8_ceiling_note(device_key: str, perf: Optional[PerfSpec] = None) -> str:
+    """The FP8 ceiling of a device and its source, for the plan's notes (``perf``: a device file's, device_perf)."""
+    if perf is not None and perf.constants_from:
+        where = dict(perf.constants_from)["fp8_ceiling"]
+        if where == "the device file" or where.startswith("default"):
+            return f"{perf.fp8_ceiling:.3f} of the FP8 peak, {where}"
+        device_key = where.split(",")[0].split(" ")[0]
     if device_key in _FP8_CEILING:
         return f"{_FP8_CEILING[device_key]:.3f} of the FP8 peak, {_FP8_SOURCE[device_key]}"
     return f"{PerfSpec.fp8_ceiling:.3f} of the FP8 peak, the H100 SXM's (MAMF FP8 1402.6/1979), assumed"
@@ -148,6 +158,55 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
     return spec
 
 
+# What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
+DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
+                "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
+                "flash_efficiency": "default, FlashAttention-2 on an A100"}
+
+
+def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
+                bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
+    """The model's properties of a device: a table device's own; a user's file (tfcalc.devices.load_spec): what
+    it states under ``perf:``, the rest from the device it inherits (``inherits:`` or a table ``key:``), else
+    DEFAULT_FROM's; ``constants_from`` says which, field by field."""
+    from tfcalc.device_constants import PERF_FIELDS
+    from tfcalc.devices import perf_basis
+
+    basis = perf_basis(spec)
+    perf = perf_spec(basis or "", matmul_efficiency, bandwidth_efficiency)
+    stated = dict(spec.perf)
+    if "matmul_ceiling" in stated:
+        perf = replace(perf, source=f"matmul ceiling {stated['matmul_ceiling']:g} from {spec.source}")
+    user = basis != spec.key or spec.inherits is not None or bool(stated)
+    inherited = f"{basis}, inherited" if user else f"{basis} (built-in)"
+    return replace(perf, **stated, constants_from=tuple(
+        (n, "the device file" if n in stated else inherited if basis else DEFAULT_FROM[n]) for n in PERF_FIELDS))
+
+
+def from_table(perf: PerfSpec) -> bool:
+    """Whether every per-device constant is a table device's own (no device file in play)."""
+    return all(w.endswith("(built-in)") for _, w in perf.constants_from)
+
+
+def constants_line(perf: PerfSpec) -> str:
+    """One line naming each per-device constant, its value and where it came from."""
+    values = {"sm_count": str(perf.sm_count), "matmul_ceiling": f"{perf.matmul_ceiling:.3g}",
+              "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
+              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)}
+    line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
+    if any(w.startswith("default") for _, w in perf.constants_from):
+        line += " (state them under perf: in the device file, or name a table device with inherits:)"
+    return line
+
+
+def device_constants(perf: Optional[PerfSpec]) -> Optional[dict]:
+    """The JSON form: per-device constant -> {value, from}; None without a performance model."""
+    if perf is None or not perf.constants_from:
+        return None
+    return {n: {"value": list(v) if isinstance(v := getattr(perf, n), tuple) else v, "from": w}
+            for n, w in perf.constants_from}
+
+
 def check_fraction(name: str, value: object) -> float:
     """A fraction in (0, 1] for --matmul-efficiency and the like; InputError, one line, otherwise."""
     from tfcalc.errors import InputError
@@ -163,4 +222,5 @@ def perf_json(perf: PerfSpec) -> dict:
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
-            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source}
+            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source,
+            "constants_from": dict(perf.constants_from)}
