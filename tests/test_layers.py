@@ -18,7 +18,7 @@ RANKS = {
     "tfcalc.config_quant": 0,
     "tfcalc.architecture": 0,  # the description: below config, which builds it (imports tfcalc.errors only)
     "tfcalc.yaml_load": 1, "tfcalc.config": 1, "tfcalc.config_copies": 1,
-    "tfcalc.config_groups": 0, "tfcalc.devices": 1, "tfcalc.workload": 2,
+    "tfcalc.config_groups": 0, "tfcalc.device_constants": 1, "tfcalc.devices": 1, "tfcalc.workload": 2,
     "tfcalc.hf_config": 2, "tfcalc.hub_cache": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.checkpoint": 3,
     "tfcalc.model": 3, "tfcalc.measure": 4,
     "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.notebook": 7, "tfcalc.__main__": 7, "tfcalc": 7,
@@ -30,7 +30,7 @@ PURE = ("tfcalc.errors", "tfcalc.amounts", "tfcalc.name_lists",
         "tfcalc.config_rules", "tfcalc.config_moe", "tfcalc.config_latent", "tfcalc.config_derived",
         "tfcalc.config_patterns", "tfcalc.config_quant",
         "tfcalc.config_layers", "tfcalc.config", "tfcalc.config_copies", "tfcalc.config_groups", "tfcalc.devices",
-        "tfcalc.workload",
+        "tfcalc.device_constants", "tfcalc.workload",
         "tfcalc.hf_config",
         "tfcalc.hub_cache", "tfcalc.presets", "tfcalc.count", "tfcalc.checkpoint")
 
