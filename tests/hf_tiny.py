@@ -189,6 +189,13 @@ CASES = {
     "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
                        dict(LLAMA_LIKE, **TOKENS, head_dim=16, rotary_dim=8, intermediate_size=12, num_local_experts=4,
                             num_experts_per_tok=2)),
+    # Apertus: xIELU MLP (not gated; its two scalars perturbed like every weight), Q/K norms per head, plain RoPE
+    # (the released llama3 scaling is refused by load_model), and one with biases on Q, K, V and O
+    "apertus": Case("ApertusConfig", "ApertusForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "apertus-biases": Case("ApertusConfig", "ApertusForCausalLM",
+                           dict(LLAMA_LIKE, **TOKENS, attention_bias=True, tie_word_embeddings=True,
+                                rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
     # OLMo 3: OLMo 2's blocks, sliding layers (window 3) and a full one, RoPE bases per layer type (10 and 1000)
     "olmo3": Case("Olmo3Config", "Olmo3ForCausalLM",
                   dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=3,

@@ -100,19 +100,28 @@ MINIMAX_M2 = {  # MiniMaxAI/MiniMax-M2 config.json, the keys transformers reads 
     "scoring_func": "sigmoid", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_qk_norm": True,
     "vocab_size": 200064,
 }
+APERTUS_8B = {  # swiss-ai/Apertus-8B-2509 config.json (written by transformers 4.57: qk_norm, post_norm, mlp_bias)
+    "architectures": ["ApertusForCausalLM"], "attention_bias": False, "hidden_act": "xielu", "hidden_size": 4096,
+    "intermediate_size": 21504, "max_position_embeddings": 65536, "mlp_bias": False, "model_type": "apertus",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "post_norm": False,
+    "qk_norm": True, "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 12000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 131072,
+}
 CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
            "gemma3": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
            "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"), "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
            "glm4": ("Glm4Config", "Glm4ForCausalLM"), "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
            "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"), "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
            "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
-           "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM")}
+           "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM"),
+           "apertus": ("ApertusConfig", "ApertusForCausalLM")}
 
 
 # model types whose full-size config.json is held against transformers here (tests/test_hf_config.py checks
 # that every supported type is tested somewhere)
 TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4",
-                "seed_oss", "glm4_moe", "minimax_m2"}
+                "seed_oss", "glm4_moe", "minimax_m2", "apertus"}
 
 
 def on_meta(data: dict):
@@ -140,9 +149,9 @@ def _read(tmp_path, data: dict):
 
 
 @pytest.mark.parametrize("data", [GEMMA3_1B, SMOLLM3_3B, OLMO2_7B, GLM4_9B, OLMO3_7B, EXAONE4_32B,
-                                  SEED_OSS_36B],
+                                  SEED_OSS_36B, APERTUS_8B],
                          ids=["gemma-3-1b", "smollm3-3b", "olmo-2-7b", "glm-4-9b", "olmo-3-7b", "exaone-4.0-32b",
-                              "seed-oss-36b"])
+                              "seed-oss-36b", "apertus-8b"])
 def test_full_size_counts_equal_transformers(tmp_path, data):
     assert count.total(_read(tmp_path, data)) == _total(on_meta(data))
 
@@ -473,4 +482,85 @@ def test_minimax_m2_hostile_fields(tmp_path, changes, message):
 
     with pytest.raises(ConfigError) as e:
         _read(tmp_path, {**MINIMAX_M2, **changes})
+    assert message in str(e.value), str(e.value)
+
+
+def test_apertus_8b_preset():
+    """Apertus-8B: transformers' count at full size on meta is the apertus-8b preset's. By hand: embedding and head
+    2 × 131,072 × 4096 = 1,073,741,824; a layer Q and O 2 × 4096², K and V 2 × 1024 × 4096, the MLP up and down
+    2 × 4096 × 21,504 (not gated), two norms 2 × 4096, Q/K norms 2 × 128, xIELU's alpha_p and alpha_n 2:
+    218,112,258, × 32 = 6,979,592,256; final norm 4096: 8,053,338,176."""
+    cfg = load("apertus-8b")
+    assert count.total(cfg) == _total(on_meta(APERTUS_8B)) == 8_053_338_176
+    assert (cfg.activation, cfg.gated_ffn, cfg.qk_norm, cfg.attn_bias) == ("xielu", False, True, False)
+
+
+def test_xielu_flops_are_the_elementwise_ops_transformers_runs():
+    """xIELU's non-matmul work per element of the MLP hidden is the number of full-size elementwise aten ops
+    transformers' XIELUActivation (its Python path) dispatches on it: 12 (both branches of its torch.where)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers.activations import XIELUActivation
+
+    from tfcalc.count.model import flops
+    from tfcalc.workload import Workload
+
+    x = torch.randn(6, 7)
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            Ops.n += isinstance(out, torch.Tensor) and out.shape == x.shape
+            return out
+
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        act = XIELUActivation(dtype=torch.float32)
+        with Ops():
+            act(x)
+    b = flops.breakdown(load("apertus-8b"), Workload(batch=2, seq=5))
+    assert b.non_matmul_by_kind()["activation"] == Ops.n * 2 * 5 * 21504 * 32
+    assert Ops.n == 12
+
+
+@pytest.mark.parametrize("rope", [None, {"rope_type": "llama3", "rope_theta": 1000.0, "factor": 8.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 8}], ids=["default", "stated"])
+def test_apertus_llama3_scaling_is_counted_and_refused_by_the_model(tmp_path, rope):
+    """Apertus' llama3 RoPE scaling (stated, or ApertusConfig's default when the file names none): the counts
+    hold, tfcalc's model does not build it, so load_model says so in one line."""
+    import transformers
+    from hf_tiny import LLAMA_LIKE, TOKENS
+
+    import tfcalc
+    from tfcalc.errors import InputError
+
+    model = transformers.ApertusForCausalLM(transformers.ApertusConfig(**LLAMA_LIKE, **TOKENS, rope_parameters=rope))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path)
+    if rope is None:  # a file that names no scaling: ApertusConfig fills in llama3
+        raw = json.loads((tmp_path / "config.json").read_text())
+        raw.pop("rope_parameters", None), raw.pop("rope_scaling", None)
+        (tmp_path / "config.json").write_text(json.dumps(raw))
+    assert count.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in model.parameters())
+    with pytest.raises(InputError, match="rope scaling 'llama3' is not built"):
+        tfcalc.load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_act": "xelu"}, "'hidden_act'"),
+    ({"qk_norm": False}, "'qk_norm' false is not built"),
+    ({"post_norm": True}, "'post_norm' true is not built"),
+    ({"mlp_bias": True}, "'mlp_bias' true is not built"),
+    ({"attention_bias": "no"}, "'attention_bias'"),
+    ({"intermediate_size": 0}, "must be positive"),
+])
+def test_apertus_hostile_fields(tmp_path, changes, message):
+    from tfcalc.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        _read(tmp_path, {**APERTUS_8B, **changes})
     assert message in str(e.value), str(e.value)

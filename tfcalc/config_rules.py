@@ -27,7 +27,7 @@ from tfcalc.errors import InputError as ConfigError, shown
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post", "sandwich", "output"]
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]
 QkNormOver = Literal["head", "projection"]

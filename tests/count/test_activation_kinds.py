@@ -224,3 +224,17 @@ def test_crossover_of_layers_with_other_heads_by_hand():
     assert (windowed.scores_vs_ffn, windowed.attention_vs_ffn) == (None, None)
     one_full = crossover_seq(_two_layers(4, None), causal=True)  # a full layer's T² always gets there
     assert one_full.scores_vs_ffn is not None and one_full.scores_vs_ffn > 170
+
+
+def test_xielu_keeps_what_autograd_saves():
+    """Apertus' xIELU MLP keeps five tensors of the hidden width (activation_terms, step 7): its input and
+    output, α_p·x, expm1(min(x, eps)) and expm1(...) − x; autograd also saves the two softplus'd scalars, 2·e
+    bytes a layer whatever the tokens, which the per-token terms leave out: added here by hand."""
+    base = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, attn_bias=False, ffn_bias=False,
+                gated_ffn=False, d_ff=48, n_kv_head=2, qk_norm=True, activation="xielu")
+    for batch, seq in ((1, 8), (2, 5)):
+        cfg = tiny(**base)
+        stored = activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32")).stored
+        assert _saved(cfg, batch, seq, None) == stored + 2 * 4 * cfg.n_layer
+        plain = activations(tiny(**dict(base, activation="silu")), Workload(batch=batch, seq=seq, dtype="fp32"))
+        assert stored - plain.stored == 3 * 4 * batch * seq * 48 * cfg.n_layer

@@ -91,12 +91,15 @@ GPT2 = dict()  # LayerNorm with biases, GELU, biased Linears, learned positions
 QWEN3 = dict(LLAMA, qk_norm=True)  # RMSNorm over each head's Q and K before RoPE
 VASWANI = VASWANI_LIKE  # encoder-decoder, post-norm, sinusoids, ReLU, cross-attention
 GPT_OSS = dict(LLAMA, swiglu_limit=7.0, swiglu_alpha=1.702)  # the clamped SwiGLU
+APERTUS = dict(LLAMA, gated_ffn=False, activation="xielu", qk_norm=True)  # xIELU, its learned scalars
 NEOX = dict(pos_encoding="rope", rope_fraction=0.5, parallel_block="two_norms")  # partial rotary, parallel block
 
 
 @pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (LLAMA, torch.float32), (GPT2, torch.float32),
-                                          (QWEN3, torch.bfloat16), (NEOX, torch.float32), (GPT_OSS, torch.bfloat16)],
-                         ids=["llama-bf16", "llama-fp32", "gpt2-fp32", "qwen3-bf16", "neox-fp32", "clamped-bf16"])
+                                          (QWEN3, torch.bfloat16), (NEOX, torch.float32), (GPT_OSS, torch.bfloat16),
+                                          (APERTUS, torch.bfloat16), (APERTUS, torch.float32)],
+                         ids=["llama-bf16", "llama-fp32", "gpt2-fp32", "qwen3-bf16", "neox-fp32", "clamped-bf16",
+                              "xielu-bf16", "xielu-fp32"])
 def test_one_block_moves_what_the_model_says(fields, dtype):
     measured, kernels = _per_block(fields, dtype)
     analytic, analytic_kernels = _analytic(fields, dtype)

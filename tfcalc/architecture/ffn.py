@@ -8,7 +8,11 @@
    2024); with a capacity factor c each expert multiplies a buffer of ceil(c·k·tokens / E) rows (Fedus et
    al. 2022, Switch Transformers, sec. 2.2); the router may have a bias (gpt-oss), and the experts'
    weights may be stored as MXFP4 (``weight_format``: 4-bit values, one 8-bit scale per 32; gpt-oss).
-3. gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): with ``swiglu_limit`` L and
+3. xIELU (Huang et al. 2024, arXiv 2411.13010; Apertus, transformers' activations.py XIELUActivation):
+   with α_p = softplus(a_p), α_n = β + softplus(a_n), act(x) = α_p·x² + β·x for x > 0, else
+   (expm1(min(x, eps)) − x)·α_n + β·x; a_p and a_n are learned parameters of shape (1,) each in every FFN
+   (registered as nn.Parameter, so counted); β = 0.5 and eps = −1e-6 are buffers (not counted);
+4. gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): with ``swiglu_limit`` L and
    ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
    the same matmuls as any gated FFN.
 
@@ -26,7 +30,7 @@ from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class FFN:
     gated: bool = False
     activation: Activation = "gelu"
     bias: bool = True
-    swiglu_limit: Optional[float] = None  # gpt-oss's clamped SwiGLU (step 3); None: the plain gated FFN
+    swiglu_limit: Optional[float] = None  # gpt-oss's clamped SwiGLU (step 4); None: the plain gated FFN
     swiglu_alpha: Optional[float] = None
 
     def __post_init__(self) -> None:
@@ -60,6 +64,8 @@ class FFN:
         out.append(Weight("down_weight", (d, f), "ffn", f"{label} down weight", tp("cols"), **more))
         if self.bias:
             out.append(Weight("down_bias", (d,), "ffn", f"{label} down bias", **more))
+        if self.activation == "xielu":  # step 3: two learned scalars, replicated under TP
+            out += [Weight(f"act_{a}", (1,), "ffn", f"{label} xIELU {a}", **more) for a in ("alpha_p", "alpha_n")]
         return out
 
     def linears(self, label: str = "FFN", rows: str = "tokens") -> list[Linear]:

@@ -88,6 +88,9 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
                  (ff + r"shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
                  (ff + r"(gate|up)_proj\.weight", "blocks.{0}.ffn.up.weight|{1}"),
                  (ff + r"down_proj\.weight", "blocks.{0}.ffn.down.weight")]
+    if model_type == "apertus":  # modeling_apertus.py, ApertusDecoderLayer's norm names
+        first = [(r"layers\.(\d+)\.attention_layernorm\.weight", "blocks.{0}.attn_norm.weight"),
+                 (r"layers\.(\d+)\.feedforward_layernorm\.weight", "blocks.{0}.ffn_norm.weight")]
     if model_type == "gemma3_text":  # its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)
         first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
     return first + [
@@ -106,6 +109,8 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (r"layers\.(\d+)\.mlp\.(gate|up)_proj\.(weight|bias)", "blocks.{0}.ffn.up.{2}|{1}"),
         (r"layers\.(\d+)\.mlp\.gate_up_proj\.weight", "blocks.{0}.ffn.up.weight"),
         (r"layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (r"layers\.(\d+)\.mlp\.act_fn\.(alpha_p|alpha_n)", "blocks.{0}.ffn.act.{1}"),  # Apertus' xIELU
+        (r"layers\.(\d+)\.mlp\.act_fn\.(beta|eps)", "buffer:blocks.{0}.ffn.act.{1}"),
         (r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.gate\.weight", "blocks.{0}.ffn.router.weight"),
         (experts + r"\.(\d+)\.(?:w1|gate_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|gate"),
         (experts + r"\.(\d+)\.(?:w3|up_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|up"),
@@ -289,7 +294,7 @@ def _deepseek_moe_rules(arch: Architecture) -> list[Rule]:
 
 _DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
-               "smollm3", "olmo2", "olmo3", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text")
+               "smollm3", "olmo2", "olmo3", "apertus", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 

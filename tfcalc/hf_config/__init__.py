@@ -33,6 +33,7 @@ from tfcalc.hf_config.reader import Reader
 # vllm/model_executor/models/registry.py: an architecture name -> module and class, loaded lazily). A family is
 # one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model).
 REGISTRY: dict[str, tuple[str, str]] = {
+    "apertus": ("apertus", "apertus"),
     "bert": ("bert", "bert"),
     "bloom": ("bloom", "bloom"),
     "cohere": ("cohere", "cohere"),

@@ -25,6 +25,7 @@ ACTIVATIONS = {
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
+    "xielu": "xielu",  # Apertus: learned α_p, α_n per layer (tfcalc.architecture.ffn)
 }
 # torch_dtype (dtype in transformers 5) -> ModelConfig.dtype
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

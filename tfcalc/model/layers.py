@@ -316,13 +316,40 @@ class FeedForward(nn.Module):
         self.spec, self.gated, self.width = spec, spec.gated, spec.d_ff
         self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
         self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
+        self.act = XIELU() if spec.activation == "xielu" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(ffn_hidden(self.spec, self.up(x)))
+        h = self.up(x)
+        return self.down(self.act(h) if self.act is not None else ffn_hidden(self.spec, h))
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the up projection: [gate | up] when gated."""
         return {"gate": self.width, "up": self.width} if self.gated else {"up": self.width}
+
+
+class XIELU(nn.Module):
+    """xIELU (Huang et al. 2024, arXiv 2411.13010) as transformers' activations.py XIELUActivation computes it
+    (its Python path): learned a_p, a_n of shape (1,), α_p = softplus(a_p), α_n = β + softplus(a_n);
+    x > 0: α_p·x² + β·x, else (expm1(min(x, eps)) − x)·α_n + β·x. β and eps are buffers of shape () there,
+    0.5 and −1e-6 (never set from config.json), stored in checkpoints: loaded as buffers here too."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha_p = nn.Parameter(torch.empty(1))
+        self.alpha_n = nn.Parameter(torch.empty(1))
+        self.register_buffer("beta", torch.empty(()))
+        self.register_buffer("eps", torch.empty(()))
+
+    def reset_buffers(self) -> None:
+        """transformers' defaults (XIELUActivation(beta=0.5, eps=-1e-6), as ApertusMLP builds it)."""
+        self.beta.fill_(0.5)
+        self.eps.fill_(-1e-6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha_p = F.softplus(self.alpha_p)
+        alpha_n = self.beta + F.softplus(self.alpha_n)
+        return torch.where(x > 0, alpha_p * x * x + self.beta * x,
+                           (torch.expm1(torch.minimum(x, self.eps)) - x) * alpha_n + self.beta * x)
 
 
 def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:

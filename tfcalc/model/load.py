@@ -37,6 +37,8 @@ def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
     if kind in (None, "default") and isinstance(nested, dict):  # Gemma 3: one per layer type
         kinds = [v.get("rope_type") for v in nested.values() if isinstance(v, dict)]
         kind = next((k for k in kinds if k not in (None, "default")), kind)
+    if raw.get("model_type") == "apertus" and not nested and not scaling:
+        kind = "llama3"  # ApertusConfig.__post_init__ fills in llama3 scaling when the file names none
     if kind not in (None, "default") and not (kind == "yarn" and raw.get("model_type") in YARN_BUILT):
         raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
                          "the outputs would not)")

@@ -234,6 +234,9 @@ class Transformer(Stack):
         for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
             if name.endswith("score_bias"):
                 buffer.zero_()
+        for module in self.modules():  # xIELU's constant beta and eps (tfcalc.model.layers.XIELU)
+            if hasattr(module, "reset_buffers"):
+                module.reset_buffers()
         self.to(self.tok_emb.weight.dtype)
 
     def encode(self, src_idx: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,8 @@ COMPONENTS = {
     "ffn_norm.bias": "ffn_norm_bias",
     "ffn.down.weight": "ffn_down_weight",
     "ffn.down.bias": "ffn_down_bias",
+    "ffn.act.alpha_p": "ffn_act_alpha_p",  # xIELU's learned scalars (Apertus)
+    "ffn.act.alpha_n": "ffn_act_alpha_n",
     "ffn.router.weight": "router_weight",
     "ffn.router.bias": "router_bias",
     "attn.sinks": "attn_sinks",

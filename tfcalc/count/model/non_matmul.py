@@ -16,7 +16,8 @@ per element of the tensor named:
 - activation, per element of the FFN hidden (B·T, f): relu 1, gelu (erf) 5, gelu_tanh 9 (x³ is two,
   ×0.044715, +x, ×√(2/π), tanh, +1, ×x, ×0.5), silu 4 (negate, exp, +1, divide); a gated FFN adds 1
   for the product act(gate)·up; gpt-oss's clamped SwiGLU 10 (clamp gate and up, ×α, sigmoid 4, ×g,
-  up + 1, product);
+  up + 1, product); xielu 12 (Apertus; transformers' XIELUActivation._xielu_python evaluates both branches of
+  its torch.where: x > 0, α_p·x, ·x, β·x, add; min(x, eps), expm1, −x, ×α_n, β·x, add; select);
 - rope: 3 per rotated element of Q and K (x·cos, rotate_half(x)·sin, add; the sign flip is not
   counted): all of them, or the first rope_dim channels of each head with partial rotary;
 - soft-capping (Gemma 2): 3 per capped element (divide, tanh, multiply): every score element of every

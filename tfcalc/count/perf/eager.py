@@ -35,7 +35,8 @@ backward bytes, then the kernels forward / backward:
    projection split by views): act(gate) 2a, × up 3a; backward: two products 3a each, act's backward
    3a, and the cat of the gate's and up's gradients into the fused projection's (2a per element of
    the two halves: 4a per element of f): 13a, 2 / 4 kernels. gpt-oss's clamped SwiGLU: two clamps,
-   × alpha, sigmoid, × g, + 1, product (7 ops, 16a) and about twice as much back (clamped_swiglu_cost).
+   × alpha, sigmoid, × g, + 1, product (7 ops, 16a) and about twice as much back (clamped_swiglu_cost); Apertus'
+   xIELU: 12 ops, 28a + 2, and 57a + 6 back (xielu_cost).
 4. Residual add: x + f(x), 3a, 1 kernel; backward: the skip's gradient added to the branch's where the
    stream forks (autograd accumulates), 3a, 1 kernel. Granite's multiplier: 2a each way.
 5. RoPE (positions.apply_rope, rotate-half), per rotated element of Q and K: -x2 (a), cat (2a), x·cos
@@ -127,9 +128,20 @@ def activation_cost(activation: str, gated: bool, clamped: bool, a: int) -> Cost
     """Per element of the FFN hidden (module docstring, 3)."""
     if clamped:
         return clamped_swiglu_cost(a)
+    if activation == "xielu":
+        return xielu_cost(a)
     if gated:
         return Cost(5 * a, 13 * a, 2, 4)
     return Cost(2 * a, 3 * a, 1, 1)
+
+
+def xielu_cost(a: int) -> Cost:
+    """Apertus' xIELU (tfcalc.model.layers.XIELU, as transformers' XIELUActivation._xielu_python), per element:
+    x > 0 (a + 1), α_p·x (2a), ·x (3a), β·x (2a), add (3a), min(x, eps) (2a), expm1 (2a), −x (3a), ×α_n
+    (2a), β·x (2a), add (3a), where (3a + 1): 28a + 2, 12 kernels, and 3 on the scalars (two softplus,
+    β +); backward 57a + 6 in 29 kernels, measured (tests/count/test_eager_traffic.py: the aten ops autograd
+    runs, fp32 and bf16)."""
+    return Cost(28 * a + 2, 57 * a + 6, 15, 29)
 
 
 def clamped_swiglu_cost(a: int) -> Cost:
