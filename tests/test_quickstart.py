@@ -1,6 +1,6 @@
-"""The README's Quickstart is what CI runs: its two commands, word for word, are commands .ci/run runs (in
-order, each stopping the run when it fails), and the test command -- plain `pytest`, which does not put the
-checkout on sys.path as `python -m pytest` does -- can import every test module."""
+"""The README's Quickstart is what CI runs: its two commands, word for word, are lines .ci/run runs (in
+order, each followed by a guard that stops the run when it fails), and the test command -- plain `pytest`,
+which does not put the checkout on sys.path as `python -m pytest` does -- can import every test module."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ def quickstart() -> list[str]:
     return [line for line in block.group(1).splitlines() if line.strip()]
 
 
+GUARD = "(exit $?)"  # after a Quickstart line: stops the run where `set -e` would not (a failure left of `&&`)
+
+
 def ci_commands() -> list[str]:
-    """The lines .ci/run runs: comments and blank lines dropped, a trailing `|| exit` (which stops the run
-    where `set -e` would not: it ignores a failure left of `&&`) taken off."""
+    """The lines .ci/run runs, comments and blank lines dropped."""
     lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    commands = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    return [c.removesuffix(" || exit") for c in commands]
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 
 def test_quickstart_has_exactly_two_commands():
@@ -40,8 +41,24 @@ def test_ci_runs_the_quickstart_verbatim_in_order():
 def test_each_quickstart_line_in_ci_stops_the_run_when_it_fails():
     raw = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert "set -euo pipefail" in raw
+    commands = ci_commands()
     for command in quickstart():
-        assert f"{command} || exit" in raw, f"{command!r}: set -e alone ignores a failed install left of &&"
+        after = commands[commands.index(command) + 1]
+        assert after == GUARD, f"{command!r}: set -e alone ignores a failed install left of &&"
+
+
+def test_the_guard_stops_a_failure_left_of_and_that_set_e_ignores():
+    """The guard's premise, run: under `set -e` a failure left of `&&` goes on to the next line, and the
+    guard line stops the script there with that failure's status."""
+    import subprocess
+
+    def run(guard: str) -> subprocess.CompletedProcess:
+        script = f"set -euo pipefail\n(exit 3) && true\n{guard}\necho reached\n"
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+
+    assert run(":").stdout == "reached\n"  # set -e alone: on past the failed install
+    unguarded, guarded = run(":"), run(GUARD)
+    assert unguarded.returncode == 0 and guarded.returncode == 3 and guarded.stdout == ""
 
 
 def test_no_test_module_imports_the_tests_folder_as_a_package():
