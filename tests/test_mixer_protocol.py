@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import pytest
 from conftest import tiny
 from hf_tiny import T, inputs
+from toy_mixer import LinearAttentionBase
 
 from tfcalc.architecture import Architecture, Attention, LatentAttention, Stack, compress
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixer, Mixing, StateTensor, step_io
-from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.architecture.mixer import EagerOp, Mixer, Mixing, StateTensor, step_io
 from tfcalc.count.model import (
     activations as count_activations,
     budget,
@@ -42,27 +42,7 @@ from tfcalc.presets import load
 from tfcalc.workload import Workload
 
 
-@dataclass(frozen=True)
-class LinearAttention:
-    d_model: int
-    n_head: int
-    head_dim: int
-    causal: bool = True
-
-    @property
-    def width(self) -> int:
-        return self.n_head * self.head_dim
-
-    def weights(self) -> list[Weight]:
-        d, w = self.d_model, self.width
-        out = [Weight(f"{p}_weight", (w, d), "attention", f"linear attention {p.upper()}", "rows") for p in "qkv"]
-        return out + [Weight("o_weight", (d, w), "attention", "linear attention O", "cols")]
-
-    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
-        d, w = self.d_model, self.width
-        out = [Linear(p, "attention_proj", f"{p.upper()} projection", d, w) for p in "qkv"]
-        return out + [Linear("o", "attention_proj", "O projection", w, d)]
-
+class LinearAttention(LinearAttentionBase):
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Per head: S += kᵀ·v over the queries ((h, T) @ (T, h)) and the outputs q·S ((T, h) @ (h, h)); the
         output reads the state, h·h per head, whatever the context."""
@@ -71,14 +51,8 @@ class LinearAttention:
         return [Mixing("update", "state update kᵀ·v", (h, queries, h), H, flops),
                 Mixing("read", "read q·S", (queries, h, h), H, flops, H * h * h, "fp32")]
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
-        return [Elementwise("feature_map", "elu + 1 on Q and K", queries * 2 * self.width, per_element=2)]
-
     def kernel(self, explicit_mask: bool) -> str:
         return "flash"  # no (T, T) tensor: the state carries the context
-
-    def mask_span(self, length: int) -> tuple[None, None]:
-        return None, None
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
         """Per token: the feature map's inputs (Q, K), φ(Q), φ(K) and V for the two products, and the output."""
@@ -88,25 +62,8 @@ class LinearAttention:
     def working_set(self, kernel: str, length: int) -> int:
         return 3 * self.width + 2 * self.width + self.width  # Q, K, V; φ(Q), φ(K); the output
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        w = self.width  # elu + 1 on Q and K: read and write each element (2), back 3 (grad, input, out)
-        return [EagerOp("moves", "qkv", 2 * tokens * 2 * w, 3 * tokens * 2 * w, 2, 2)]
-
     def state(self) -> list[StateTensor]:
         return [StateTensor("s", fixed=self.n_head * self.head_dim ** 2, dtype="fp32")]
-
-    def expanded_state(self) -> list[StateTensor]:
-        return self.state()
-
-    def tp_widths(self) -> list[tuple[str, int]]:
-        return [("n_head", self.n_head)]
-
-    def tp_state_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, context_parallel=False)
 
 
 # tiny(): GPT-2 shaped, d = 32, 4 heads of 8, 2 layers, FFN 128 (GELU, biased), LayerNorm with bias, a

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny
 from torch.utils.flop_counter import FlopCounterMode
+from toy_mixer import LinearAttentionBase
 
 from tfcalc.architecture import Architecture, Stack, compress
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
-from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.architecture.mixer import Mixing, StateTensor
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.errors import InputError
@@ -40,27 +40,8 @@ from tfcalc.workload import Workload
 
 
 # ---------- 1. the component: the mixer protocol (tfcalc.architecture.mixer), pure Python ----------
-@dataclass(frozen=True)
-class ToyLinearAttention:
-    d_model: int
-    n_head: int
-    head_dim: int
-    causal: bool = True
+class ToyLinearAttention(LinearAttentionBase):
     module = f"{__name__}:ToyLinearAttentionModule"  # the torch module below, resolved by tfcalc.model.mixers
-
-    @property
-    def width(self) -> int:
-        return self.n_head * self.head_dim
-
-    def weights(self) -> list[Weight]:
-        d, w = self.d_model, self.width
-        out = [Weight(f"{p}_weight", (w, d), "attention", f"linear attention {p.upper()}", "rows") for p in "qkv"]
-        return out + [Weight("o_weight", (d, w), "attention", "linear attention O", "cols")]
-
-    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
-        d, w = self.d_model, self.width
-        out = [Linear(p, "attention_proj", f"{p.upper()} projection", d, w) for p in "qkv"]
-        return out + [Linear("o", "attention_proj", "O projection", w, d)]
 
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """A decode step: S += φ(k)ᵀ·v ((h, 1) @ (1, h)) and φ(q)·S ((1, h) @ (h, h)) per head, reading S. A
@@ -73,14 +54,8 @@ class ToyLinearAttention:
         return [Mixing("qk", "φ(Q)·φ(K)ᵀ", (queries, h, keys), H, 2 * pairs * h * H),
                 Mixing("av", "scores·V", (queries, keys, h), H, 2 * pairs * h * H)]
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
-        return [Elementwise("feature_map", "elu + 1 on Q and K", queries * 2 * self.width, per_element=2)]
-
     def kernel(self, explicit_mask: bool) -> str:
         return "math"  # the (T, T) scores are written out
-
-    def mask_span(self, length: int) -> tuple[None, None]:
-        return None, None
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
         w, H = self.width, self.n_head
@@ -89,25 +64,9 @@ class ToyLinearAttention:
     def working_set(self, kernel: str, length: int) -> int:
         return 6 * self.width + self.n_head * length  # Q, K, V, φ(Q), φ(K), the output; a row of scores
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return [EagerOp("moves", "qkv", 2 * tokens * 2 * self.width, 3 * tokens * 2 * self.width, 2, 2)]
-
     def state(self) -> list[StateTensor]:
         H, h = self.n_head, self.head_dim
         return [StateTensor("s", fixed=H * h * h, dtype="fp32", shape=(H, h, h))]
-
-    def expanded_state(self) -> list[StateTensor]:
-        return self.state()
-
-    def tp_widths(self) -> list[tuple[str, int]]:
-        return [("n_head", self.n_head)]
-
-    def tp_state_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, context_parallel=False)
 
 
 # ---------- 2. its torch module and its state (tfcalc.model.mixers, tfcalc.model.cache's state protocol) ----------
