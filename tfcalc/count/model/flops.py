@@ -82,7 +82,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
 from tfcalc.count.model.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401 (API)
 from tfcalc.count.model.non_matmul import non_matmul_entries
-from tfcalc.count.model.terms import NonMatmulEntry, causal_pairs, check_sizes as _check_sizes  # noqa: F401 (re-exported)
+from tfcalc.count.model.terms import NonMatmulEntry, causal_pairs, check_sizes, workload_sizes  # noqa: F401 (re-exported)
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
@@ -304,14 +304,13 @@ def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | Non
                              f"cross_attention ({cfg.name} is {cfg.arch})")
         return None
     if src_seq is not None:
-        _check_sizes(src_seq=src_seq)
+        check_sizes(src_seq=src_seq)
     return seq if src_seq is None else src_seq
 
 
 def breakdown(cfg: ModelConfig, w: Workload) -> FlopBreakdown:
     """w.batch sequences of w.seq tokens (an encoder-decoder: T target tokens, w.src_seq source ones, default T)."""
-    _check_sizes(batch=w.batch, seq=w.seq)  # each a positive integer (Workload.for_model resolves seq)
-    batch, seq = w.batch, w.seq
+    batch, seq = workload_sizes(w)
     src = _source_length(cfg, seq, w.src_seq)
     return FlopBreakdown(cfg, batch, seq, tuple(matmul_entries(cfg, batch, seq, src=src)),
                          tuple(non_matmul_entries(cfg, batch, seq, src)), src)
@@ -341,8 +340,7 @@ def training_flops(cfg: ModelConfig, w: Workload, recompute: bool = False, causa
 def _group_sum(cfg: ModelConfig, w: Workload, groups: tuple[str, ...], causal: bool) -> int:
     """One block of the output stack (an encoder-decoder's decoder, source length = seq); causal, where the
     layers differ (Gemma 2), their mean rounded down: it reaches n exactly when their sum reaches n·L."""
-    _check_sizes(batch=w.batch, seq=w.seq)
-    batch, seq = w.batch, w.seq
+    batch, seq = workload_sizes(w)
     chosen = [e for e in matmul_entries(cfg, batch, seq) if e.group in groups and e.stack != "encoder"]
     if not causal:
         return sum(e.per_copy for e in chosen)
@@ -386,7 +384,7 @@ def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
     (itself included), so no square and no causal discount. An encoder-decoder's step also scores
     against the w.src_seq cached cross-attention keys (default: the context); the encoder does not run
     again. A latent attention's step in its absorbed form (step 12). An encoder generates nothing: InputError."""
-    _check_sizes(batch=w.batch, context=w.seq)
+    check_sizes(batch=w.batch, context=w.seq)
     if cfg.arch == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)

@@ -35,3 +35,9 @@ def check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive integer; got {value!r}")
+
+
+def workload_sizes(w) -> tuple[int, int]:
+    """(B, T) of a Workload, each a positive integer (its seq set: Workload.for_model resolves it)."""
+    check_sizes(batch=w.batch, seq=w.seq)
+    return w.batch, w.seq
