@@ -184,6 +184,7 @@ def test_the_gpu_report_runs_its_cuda_steps(tmp_path):
     """benchmarks/gpu_report.py on this GPU, its quickest steps within a short budget: each ok, its ratios
     (predicted ÷ measured) finite and positive where both sides exist."""
     import json
+    import os
     import sys
     from pathlib import Path
 
@@ -192,7 +193,7 @@ def test_the_gpu_report_runs_its_cuda_steps(tmp_path):
         import gpu_report
     finally:
         sys.path.pop(0)
-    out = tmp_path / "gpu.json"
+    out = Path(os.environ.get("TFCALC_GPU_OUT", tmp_path)) / "gpu_report_tests.json"  # kept where a run asks
     assert gpu_report.main(["-o", str(out), "--budget", "240", "--only", "bench bf16,decode,device memory"]) == 0
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["environment"]["gpus"][0]["name"] == torch.cuda.get_device_name(0)
