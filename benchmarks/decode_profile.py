@@ -173,16 +173,14 @@ def main() -> int:
         print(f"\n{mode}: {sum(r['per_step'] for r in table):.0f} kernels a step, {total:.0f} us of kernel time")
         for r in table[:25]:
             print(f"  {r['per_step']:6.1f} x {r['us_per_step']:8.1f} us  {r['kernel'][:100]}")
-    if args.compile:
-        report["step_s_compile"] = step_times(model, cfg, args.seq, "compile")
-        print(f"compile: {report['step_s_compile'] * 1e3:.3f} ms a step", flush=True)
-    del model
-    torch.cuda.empty_cache()
     report["parts"] = parts(cfg, args.seq)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print()
     for name, r in report["parts"].items():
         print(f"  {name}: {r}")
+    if args.compile:
+        report["step_s_compile"] = step_times(model, cfg, args.seq, "compile")
+        print(f"compile: {report['step_s_compile'] * 1e3:.3f} ms a step", flush=True)
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0
 
