@@ -113,6 +113,8 @@ def parts(cfg, seq: int) -> dict:
         xi = torch.randn(1, 1, cols, device=dev, dtype=dt)
         us = graph_us(lambda w=w, xi=xi: torch.nn.functional.linear(xi, w))
         out[f"linear {name} ({rows}x{cols})"] = {"us": us, "TB/s": rows * cols * 2 / us / 1e6}
+        us = graph_us(lambda w=w, xi=xi: torch.mv(w, xi.view(-1)))  # cuBLAS's gemv rather than a GEMM of M = 1
+        out[f"mv {name} ({rows}x{cols})"] = {"us": us, "TB/s": rows * cols * 2 / us / 1e6}
     for S in (seq + 64, 1024):
         q = torch.randn(1, nh, 1, hs, device=dev, dtype=dt)
         k, v = (torch.randn(1, kvh, S, hs, device=dev, dtype=dt) for _ in range(2))

@@ -119,12 +119,18 @@ class Decoder:
         saved = [t.clone() for t in positions]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        # One warm-up (kernels chosen, workspaces allocated outside the capture), with PyTorch's sync debug
-        # mode raising on any op that waits for the device: such a step cannot be captured, and is not tried.
+        # Two warm-ups on a side stream, as PyTorch's CUDA-graph notes do. The first chooses the kernels, plans
+        # cuDNN attention's graph for this shape and allocates workspaces, which may synchronize; the second
+        # runs under PyTorch's sync debug mode set to raise on any op that waits for the device: a step that
+        # does cannot be captured, and is not tried. Each writes its junk into the next slot; the positions
+        # are put back after each.
         mode, error = torch.cuda.get_sync_debug_mode(), None
-        torch.cuda.set_sync_debug_mode("error")
         try:
             with torch.cuda.stream(side):
+                self.model.step(self.token, cache, span)
+                for t, s in zip(positions, saved, strict=True):
+                    t.copy_(s)
+                torch.cuda.set_sync_debug_mode("error")
                 self.model.step(self.token, cache, span)
         except RuntimeError as e:
             error = e

@@ -23,10 +23,14 @@ from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
-# A cached step's attention backends: flash (no explicit mask: it falls through), memory-efficient (masks and
-# any key length), math. Not cuDNN attention: it plans a graph per new shape, 3.6-9 ms of host time a call
-# on an H100 (tfcalc's first GPU run); a prefill keeps PyTorch's default choice.
-STEP_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# A cached step's attention backends, in this order of priority: cuDNN attention (any additive mask; on an
+# H100 10 us for Llama-2-7B's 32 heads over 576 cached keys against memory-efficient attention's 26 us, the
+# step's largest part after the matmuls: benchmarks/decode_profile.py), flash (no explicit mask: it falls
+# through), memory-efficient, math. cuDNN plans a graph per new shape (3.6-9 ms of host time a call on an
+# H100 with the old growing key, tfcalc's first GPU run); a step's shapes are fixed per bucket, so it plans
+# once, in the warm-up before a CUDA graph's capture (tfcalc.model.generate). A prefill keeps PyTorch's choice.
+STEP_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                 SDPBackend.MATH]
 
 
 class Stack(nn.Module):
@@ -291,7 +295,7 @@ class Transformer(Stack):
         """The fixed-shape step (tfcalc.model.step.run_step) and the head: (B, T) tokens at each row's next
         positions, over ``span`` slots -> logits (B, T, V). Device work only, nothing checked or counted
         on the host: what a CUDA graph captures (tfcalc.model.generate.Decoder)."""
-        with sdpa_kernel(STEP_BACKENDS):
+        with sdpa_kernel(STEP_BACKENDS, set_priority=True):
             return self.head(step.run_step(self, idx, cache, span))
 
     def decode(self, token: torch.Tensor, cache: StaticCache) -> torch.Tensor:
