@@ -42,6 +42,7 @@ class AttentionState:
         self.names = tuple(name for name, _, _ in spec.state_tensors())
         self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
                         for _, heads, width in spec.state_tensors()]
+        self.row_index = torch.arange(batch, device=device)[:, None]  # (B, 1): write()'s rows, made once
 
     carried = ()  # nothing a step rewrites whole: it writes its positions' slots only (tfcalc.model.cache)
 
@@ -69,12 +70,12 @@ class AttentionState:
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
     def write(self, slots: torch.Tensor, *new: torch.Tensor) -> None:
-        """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place (a scatter:
-        device indices, so the same kernels whichever slots)."""
+        """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place: one indexed
+        write per tensor at device indices (rows, slots), so the same kernel whichever slots. (A scatter_
+        with its index expanded to every element took 3.6 us a tensor in a 7B decode step on an H100.)"""
+        rows = self.row_index[:slots.shape[0]]  # (B, 1), broadcast against slots (B, T)
         for buffer, x in zip(self.tensors, new, strict=True):
-            B, heads, T, width = x.shape
-            index = slots[:, None, :, None].expand(B, heads, T, width)
-            buffer.scatter_(2, index, x.to(buffer.dtype))
+            buffer.transpose(1, 2).index_put_((rows, slots), x.transpose(1, 2).to(buffer.dtype))  # (B, S, nh, w)
 
     def read(self, n: int) -> list[torch.Tensor]:
         """The first n slots of each tensor: views, (B, heads, n, width)."""
