@@ -81,6 +81,12 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
     t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
     t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
     t.add("plain decode / token", m["plain_decode_s_per_token"], None, None)
+    if "kv_cache_bytes" in m:
+        spare = m["ring_spare_slots"]
+        doc.note(f"State allocated: target {m['kv_cache_bytes']:,} bytes, draft {m['draft_kv_cache_bytes']:,} bytes "
+                 f"(counted: {p['kv_cache_bytes']:,} and {p['draft_kv_cache_bytes']:,}); a sliding window's or "
+                 f"chunk's ring keeps {spare} spare slot{'s' if spare != 1 else ''} under speculation (W + {spare}), "
+                 "so that a verify step can be rewound.", "dim")
     agree = "" if m.get("plain_agreement", 1) == 1 else (
         f" (plain one-token steps, other kernels: {m['plain_agreement']:.1%} of tokens equal, first difference at "
         f"token {m['plain_first_divergence']})")
