@@ -91,6 +91,7 @@ class StaticCache:
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
         self.length = 0  # positions written (host-known, never read back): the next token's position
         self.high = 0  # the most positions ever written since the prefill (a ring's rewind floor), at a rewind
+        self.active: torch.Tensor | None = None  # (B,) 1 in flight, 0 free: continuous batching's (model.slots)
 
     @property
     def k(self) -> list[torch.Tensor]:
@@ -196,5 +197,5 @@ class StaticCache:
         view.slot_pos = {key: t[rows] for key, t in self.slot_pos.items()}
         view.next_pos = self.next_pos[rows]
         view.batch = view.next_pos.shape[0]
-        view.cross = None
+        view.cross, view.active = None, None  # a row's prefill runs it alone
         return view

@@ -23,8 +23,10 @@ goes back to 0 (``next_pos *= active``), so nothing a sequence in flight reads i
 position never runs past the positions the model has. The cost: every step computes ``rows`` tokens, not
 the n in flight (the weights are read once either way; the extra rows' FLOPs, activations and the keys
 they read, at most ``span`` slots each, are the price of one shape for every occupancy). A model whose
-experts have a capacity (Switch Transformers, sec. 2.2) routes the free rows' tokens too: its rows in
-flight can lose capacity to them, as they do to each other.
+experts have a capacity (Switch Transformers, sec. 2.2) is told which rows are in flight (the cache's
+``active``, read on the device): a free row's tokens take no place in an expert's buffer, and the buffers
+keep the capacity of the tokens in flight, so each row in flight gets what a batch of the rows in flight
+alone would give it (tfcalc.model.experts).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class SlotCache:
         self.lengths: list[int] = []  # per row in flight: positions written (host-known, never read back)
         device = self.base.next_pos.device
         self.active = torch.zeros(rows, dtype=torch.long, device=device)  # (rows,): 1 in flight, 0 free
+        self.base.active = self.active  # a step's experts give a free row no capacity (tfcalc.model.experts)
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)  # (rows, 1): the step's input
 
     @property
