@@ -153,6 +153,16 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
     t.add("decode batch", "" if m["decode_batch_mean"] is None else f"{m['decode_batch_mean']:.3g}", "", "",
           "" if p["decode_batch"] is None else f"{p['decode_batch']:.3g}", ratio["decode_batch"])
     t.add("prefill share", f"{m['prefill_share']:.0%}", "", "", f"{p['prefill_share']:.0%}", None)
+    if m.get("kv_span") is not None:
+        step = m["decode_step_s"] or {}
+        t.add("decode step as run", secs(step.get("mean")), secs(step.get("median")), secs(step.get("p90")),
+              secs(p.get("decode_step_as_run_s")), ratio.get("decode_step_as_run"))
+        span = m["kv_span"]
+        read = f"{span['min']:,}" if span["min"] == span["max"] else f"{span['min']:,}-{span['max']:,}"
+        doc.note(f"Each decode step ran all {m['decode_rows']:,} slots, each reading {read} positions of its cache "
+                 f"(mean {span['mean']:,.0f}: the bucket of the longest row in flight) where "
+                 f"the rows in flight hold {m['kv_live_mean']:,.1f} on average; 'decode step as run' prices that "
+                 "step, 'decode step' the steady state's paged one.", "dim")
     if m["stopped_at_budget"]:
         doc.note(f"Stopped at the time budget ({m['time_budget_s']:g} s, --max-time): {m['completed']:,} of "
                  f"{m['requests']:,} requests done.", "warning")
