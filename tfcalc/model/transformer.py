@@ -268,11 +268,12 @@ class Transformer(Stack):
         on the model's device and in its dtype: each layer's mixer module allocates its own state (new_state).
         ``spare``: slots each window's or chunk's ring keeps beyond its span, so that steps of spare + 1
         tokens can be verified and rewound (tfcalc.model.attention_state); asked of a mixer module only when
-        not 0. An encoder generates nothing: InputError."""
+        not 0 and its component declares ``rewind`` (a recurrent state has no slots to spare). An encoder
+        generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
-        extra = {"spare": spare} if spare else {}
-        states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype, **extra)
+        states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype,
+                                       **({"spare": spare} if spare and block.spec.mixer.capabilities.rewind else {}))
                   for block in self.blocks]
         return StaticCache(states, batch, max_tokens, weight.device)
 
