@@ -64,7 +64,10 @@ def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> 
     doc.note(f"A round: {first['draft_tokens']} draft steps, then one target step over {first['draft_tokens'] + 1} "
              f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
              "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
-             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches, "
+             f"the target's {units.nbytes(first['kv_cache_bytes'])} at batch {rows[0]['batch']} (the verify's "
+             f"{first['draft_tokens']} positions more, and each sliding window's or chunk's ring W + "
+             f"{first['draft_tokens']} slots, so that a rejected proposal can be rewound).")
     if first.get("measured"):
         _speculative_measured_table(doc, first)
 
