@@ -104,17 +104,44 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+# what a depth pattern is written in (tfcalc.config_copies): a --set of any of these besides the depth is the
+# user's own pattern, checked as written
+_PATTERN_FIELDS = ("n_encoder_layer", "full_attention_every", "nope_every", "layer_pattern", "first_dense_layers",
+                   "moe_every", "dense_layers")
+
+
 def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> ModelConfig:
     data = {k: v for k, v in data.items() if k not in _META_KEYS}
-    for text in overrides:
-        key, value = parse_override(text)
-        data[key] = value
+    given = dict(parse_override(text) for text in overrides)
     try:
-        return from_mapping(data)
+        return from_mapping({**data, **given})
     except ConfigError as e:
+        shallower = _shallower(data, given)
+        if shallower is not None:
+            return shallower
         raise ConfigError(f"{origin}: {e}") from None
     except TypeError as e:  # a dataclass argument error not caught by the checks above
         raise ConfigError(f"{origin}: {e}") from None
+
+
+def _shallower(data: dict[str, Any], given: dict[str, Any]) -> Optional[ModelConfig]:
+    """``--set n_layer=N`` below a model's depth that its depth pattern's fields refuse as written (Llama 4's
+    nope_every 4 at 2 layers, DeepSeek-V3's first_dense_layers 3 at 3): the copy made from the description
+    (Architecture.shrunk: the depth pattern with fewer repeats, each kind of layer kept), its pattern fields
+    written back (tfcalc.config_copies), as ``bench --n-layer`` makes it. None where the user wrote a pattern
+    field too, or the model without the new depth is refused anyway: the refusal stands as written."""
+    n = given.get("n_layer")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or any(f in given for f in _PATTERN_FIELDS):
+        return None
+    try:
+        full = from_mapping({**data, **{k: v for k, v in given.items() if k != "n_layer"}})
+    except (ConfigError, TypeError):
+        return None
+    if n >= full.n_layer:
+        return None
+    from tfcalc.config_copies import with_architecture  # the depth pattern's writer, only when needed
+
+    return with_architecture(full, full.architecture.shrunk(n))
 
 
 def apply_overrides(cfg: ModelConfig, overrides: list[str]) -> ModelConfig:

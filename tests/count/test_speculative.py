@@ -105,3 +105,15 @@ def test_speedup_is_leviathans_improvement_factor_at_batch_1():
     c = s["draft_step_s"] / s["target_step_s"]
     theorem = (1 - 0.8**5) / ((1 - 0.8) * (4 * c + 1))
     assert s["speedup"] == pytest.approx(theorem, rel=0.05)
+
+
+def test_a_windowed_targets_rings_keep_k_spare_slots_under_speculation():
+    """Mistral 7B (a window of 4,096, 32 layers of 8 KV heads of 128, bf16), 8,000 + 200 tokens, k = 3: the
+    speculative run's target keeps min(8,203, 4,096 + 3) positions of K and V per layer
+    (tfcalc.model.attention_state), the draft (Llama 2 7B, every position) 8,203; a plain decode's ring 4,096."""
+    r = tfcalc.infer("mistral-7b", batch=2, seq=8000, gen=200, device_spec="h100-sxm", draft="llama2-7b",
+                     accept_rate=0.6, draft_tokens=3).to_json()
+    s = r["speculative"]
+    assert s["kv_cache_bytes"] == 2 * 32 * 2 * 8 * 128 * (4096 + 3) * 2 and s["ring_spare_slots"] == 3
+    assert r["kv_cache_bytes"] == 2 * 32 * 2 * 8 * 128 * 4096 * 2  # plain decoding: W slots
+    assert s["draft_kv_cache_bytes"] == 2 * 32 * 2 * 32 * 128 * 8203 * 2

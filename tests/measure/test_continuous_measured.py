@@ -104,6 +104,39 @@ def test_measured_json_beside_the_prediction():
     assert m["output_tokens_per_s"] == pytest.approx(10 * 4 / m["span_s"])
     assert m["decode_steps"] * m["decode_batch_mean"] == pytest.approx(10 * 3)
     assert m["exact"] is True and m["checked_requests"] == 4
+    # what the steps read: every slot, each the bucket of the longest row in flight (at least 16, at most the
+    # cache's I + O = 10 positions: 10), not the rows' own live positions (6 + 1 .. 6 + 3)
+    assert m["decode_rows"] == 10 and m["kv_span"] == {"min": 10, "mean": 10, "max": 10}
+    assert 7 <= m["kv_live_mean"] <= 9
+    from tfcalc.count.model.quant import plain
+    from tfcalc.count.serving.roofline import Ceilings, decode_step
+    from tfcalc.presets import load
+
+    cfg = load("gpt2", [x for x in TINY if x != "--set"])
+    step = decode_step(cfg, 10, 10, plain("fp32"), "fp32")  # 10 rows, 10 positions each: the step as run
+    assert m["decode_step_read_bytes"] == step.bytes
+    assert m["ratio"]["decode_step_as_run"] == pytest.approx(m["predicted"]["decode_step_as_run_s"]
+                                                             / m["decode_step_s"]["mean"])
+    ceilings = Ceilings(r["matmul_ceiling_flops_per_s"], r["bandwidth_ceiling_bytes_per_s"], "measured")
+    assert m["predicted"]["decode_step_as_run_s"] >= step.time_s(ceilings)  # the roofline, and per-step costs
+
+
+def test_the_span_follows_the_longest_row_in_flight():
+    """Rows of very different lengths (tfcalc.model.slots): the span every row reads is the bucket of the
+    longest row in flight, its new position included, and it falls back when that row leaves."""
+    from tfcalc.model import build_model
+    from tfcalc.model.slots import SlotCache, decode_rows
+
+    model = build_model(CFG, "cpu")
+    slots = SlotCache(model, rows=3, max_tokens=64)
+    with torch.inference_mode():
+        slots.admit(torch.zeros(1, 3, dtype=torch.long), model)
+        assert slots.span == 16  # 4 live positions: the smallest bucket
+        slots.admit(torch.zeros(1, 40, dtype=torch.long), model)
+        assert slots.span == 64  # 41 live: the bucket of the longest row, for the 4-position row too
+        decode_rows(model, torch.zeros(2, 1, dtype=torch.long), slots)
+        slots.release(1)
+        assert slots.lengths == [4] and slots.span == 16
 
 
 @pytest.mark.parametrize("rate", ["300", "1e9"])  # 1e9: over capacity on a CPU, whose memory no table knows

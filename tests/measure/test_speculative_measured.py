@@ -145,7 +145,6 @@ def test_measured_table_on_screen(cli, yamls):
 @pytest.mark.parametrize("extra,message", [
     (("--batch", "2"), "give --batch 1"),
     (("--tp", "2"), "not measured"),
-    (("--set", "sliding_window=4"), "sliding-window or chunked layers"),
     (("--set", "pos_encoding=alibi"), "position biases"),
     (("--draft-tokens", "0"), "--draft-tokens must be an integer"),
 ])
@@ -155,12 +154,69 @@ def test_what_cannot_run_is_refused_in_one_line(cli, yamls, extra, message):
                               "--accept-rate", "0.5", *extra), message)
 
 
-def test_a_windowed_draft_is_refused(cli, yamls, tmp_path):
-    target, _ = yamls
-    windowed = tmp_path / "win.yaml"
-    windowed.write_text(DRAFT + "sliding_window: 4\n")
-    assert_one_line_error(cli("infer", target, "--measure", "--seq", "6", "--gen", "6", "--draft", str(windowed),
-                              "--accept-rate", "0.5"), "the draft drf has sliding-window")
+RINGS = {  # windowed and chunked models (their caches rings: tfcalc.model.attention_state), wrapped many times
+    "mistral": dict(sliding_window=4),
+    "gemma2": dict(n_layer=4, sliding_window=3, full_attention_every=2, attn_softcap=50.0, norm_placement="sandwich"),
+    "gpt-oss": dict(attn_sinks=True, sliding_window=4, full_attention_every=2, n_head=4, n_kv_head=2,
+                    n_expert=4, n_expert_active=2),
+    "llama4": dict(n_layer=4, attention_chunk_size=3, full_attention_every=2, nope_every=2, qk_l2_norm=True),
+}
+
+
+@pytest.mark.parametrize("kind", RINGS, ids=RINGS.keys())
+@pytest.mark.parametrize("noise,k", [(0.0, 4), (0.002, 3), (0.002, 2)])
+def test_windowed_and_chunked_models_run_rounds_exactly(kind, noise, k):
+    """Rings with k spare slots (W + k): every verify of k + 1 tokens and every rewind keeps the output the
+    target's greedy output (fp64), rounds accepting all, some and none; the caches allocate what the count
+    says with k spare slots, more than a plain decode's rings."""
+    from tfcalc.count.model.memory import kv_cache_bytes
+    from tfcalc.measure.speculative import state_bytes
+    from tfcalc.workload import Workload
+
+    cfg = tiny(**ROPE, **RINGS[kind])
+    torch.manual_seed(0)
+    target = build_model(cfg, "cpu", torch.float64).eval()
+    draft = copy.deepcopy(target)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    prompt = torch.randint(0, cfg.vocab_size, (1, 5), generator=gen)
+    plan = SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="fp32", seq=5, gen=30, k=k)
+    with torch.inference_mode():
+        greedy, _ = _plain(target, prompt, 30)
+        tokens, loop, _ = _speculate(target, draft, prompt, plan, bench.HostClock(torch.device("cpu")))
+    assert tokens[:30] == greedy and len(tokens) == 30
+    if noise == 0:
+        assert loop.accepted == loop.proposed
+    else:
+        assert 0 < loop.accepted < loop.proposed  # the rewinds were exercised both ways
+    counted = state_bytes(plan)  # fp32's count; the caches here are fp64: twice the bytes
+    assert (loop.tc.nbytes, loop.dc.nbytes) == (2 * counted[0], 2 * counted[1])
+    plain = kv_cache_bytes(cfg, Workload(batch=1, seq=plan.positions + k, dtype="fp32"))
+    assert counted[0] > plain  # the rings grew by k slots; a plain decode's did not
+
+
+def test_a_windowed_model_runs_rounds_from_the_command_line(cli, yamls, tmp_path):
+    """`infer <windowed> --draft <windowed> --measure` (issue 29: refused before): exact, and the state the
+    caches allocated equal to the count's, said on screen and in the JSON."""
+    windowed, small = tmp_path / "win.yaml", tmp_path / "winsmall.yaml"
+    windowed.write_text(TARGET.replace("name: tgt", "name: win") + "sliding_window: 4\n")
+    small.write_text(DRAFT.replace("name: drf", "name: winsmall") + "sliding_window: 3\n")
+    args = ("infer", str(windowed), "--measure", "--seq", "6", "--gen", "14", "--warmup", "0", "--repeat", "1",
+            "--copy-size", "64KiB", "--accept-rate", "0.5", "--draft-tokens", "3")
+    for draft in (windowed, small):
+        r = cli(*args, "--draft", str(draft), "--json")
+        assert r.code == 0, r.err
+        import json
+
+        m = json.loads(r.out)["speculative"]["measured"]
+        p = m["predicted_at_measured"]
+        assert m["exact"] and m["ring_spare_slots"] == 3
+        assert (m["kv_cache_bytes"], m["draft_kv_cache_bytes"]) == (p["kv_cache_bytes"], p["draft_kv_cache_bytes"])
+    screen = cli(*args, "--draft", str(small))
+    assert screen.code == 0, screen.err
+    assert "equal to the target's greedy output" in screen.out and "3 spare slots" in screen.out
 
 
 def test_what_does_not_fit_is_refused_before_anything_runs(cli, yamls, monkeypatch):

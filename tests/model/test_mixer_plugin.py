@@ -313,3 +313,14 @@ def test_a_mixer_without_a_module_is_one_clear_line(kind, message):
     cfg.__dict__["architecture"] = Architecture(arch.kind, (stack,), arch.head)
     with pytest.raises(InputError, match=message):
         build_model(cfg, "meta")
+
+
+def test_a_cache_with_spare_ring_slots_asks_no_spare_of_a_state_that_cannot_rewind(model):
+    """new_cache(..., spare=k) (a speculative run's rings, tfcalc.model.attention_state) passes ``spare`` only
+    to mixers whose component declares rewind: the toy's new_state takes none, and its cache still refuses
+    a verify step."""
+    cache = model.new_cache(1, 10, spare=3)
+    with torch.no_grad():
+        model.prefill(torch.randint(0, V, (1, 3)), cache)
+    with pytest.raises(InputError, match="states that rewind"):
+        model.extend(torch.randint(0, V, (1, 2)), cache)

@@ -41,3 +41,42 @@ def test_every_preset_shrunk_builds_and_runs_a_forward(name):
         out = out[0] if isinstance(out, tuple) else out  # BERT: (output, pooled)
         assert out.shape[:2] == (B, T) and out.shape[2] in (narrow.vocab_size, narrow.d_model)
         assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+def test_every_preset_at_reduced_depth_builds_as_the_commands_make_it(name):
+    """Issue 29: "a measured run of any preset shrunk by --set n_layer=... or --n-layer works". On meta (no
+    storage: the full widths stay cheap), at 1, 2 and 3 layers: `memory/infer/bench NAME --set n_layer=N`'s
+    config (tfcalc.presets: where the depth pattern's fields refuse the new depth as written -- Llama 4's
+    nope_every 4, DeepSeek-V3's first_dense_layers 3 -- the copy made on the description), `bench NAME --n-layer
+    N`'s copy (tfcalc.report.bench), and the measured memory run's warm-up copy of each
+    (tfcalc.measure.memory._warmup_config) build; each config rebuilds from its flat fields alone (what a
+    measuring child process receives) to the same description, of N decoder layers."""
+    from tfcalc.config_copies import with_architecture as written_back
+    from tfcalc.measure.memory import _warmup_config
+
+    cfg = load(name)
+    for n in (1, 2, 3):
+        set_depth = load(name, [f"n_layer={n}"])
+        bench_copy = written_back(cfg, cfg.architecture.shrunk(min(n, cfg.n_layer)))
+        for copy in (set_depth, bench_copy):
+            assert copy.architecture.output.n_layer == min(n, cfg.n_layer) if copy is bench_copy else n
+            rebuilt = from_mapping({f: getattr(copy, f) for f in copy.__dataclass_fields__})
+            assert rebuilt == copy and rebuilt.architecture == copy.architecture
+            build_model(copy, "meta")
+            small, arch = _warmup_config(copy)
+            build_model(small, "meta", arch=arch)
+
+
+def test_a_depth_pattern_the_user_writes_is_still_checked_as_written():
+    """Only the depth alone is shrunk on the description: a pattern field the user sets beside it is the user's
+    own, and its refusal stands (one line naming the field); a depth the pattern allows is taken as written."""
+    from tfcalc.errors import InputError
+
+    with pytest.raises(InputError, match="field 'nope_every' \\(4\\) must be at most n_layer \\(2\\)"):
+        load("llama-4-scout", ["n_layer=2", "nope_every=4"])
+    with pytest.raises(InputError, match="'first_dense_layers' \\(3\\) must be less than the depth \\(2\\)"):
+        load("deepseek-v3", ["n_layer=2", "first_dense_layers=3"])
+    assert load("llama-4-scout", ["n_layer=8"]).nope_every == 4  # allowed as written: not rewritten
+    shallow = load("llama-4-scout", ["n_layer=2"])
+    assert [b.mixer.chunk for b in shallow.architecture.output.layers()] == [8192, None]  # a chunked, a NoPE layer

@@ -93,3 +93,41 @@ def test_misuse_is_an_input_error():
         decode_rows(model, torch.zeros(1, 1, dtype=torch.long), cache)
         with pytest.raises(InputError, match="pass the 4 positions"):
             decode_rows(model, torch.zeros(1, 1, dtype=torch.long), cache)
+
+
+CAPACITY = dict(n_expert=4, n_expert_active=2, expert_capacity_factor=1.0, pos_encoding="rope")
+
+
+def test_free_rows_take_no_expert_capacity():
+    """Capacity routing (Switch Transformers, sec. 2.2: an expert keeps ceil(c·k·N/E) of its tokens) with two
+    sequences in flight among five rows: each step's logits of the rows in flight equal a run of a cache of
+    exactly those two rows (the tokens in flight alone, in the same order, their capacity C' = ceil(2·2/4) = 1
+    per expert), whatever tokens the free rows carry; the same ops and shapes at every step, and no sync
+    (tfcalc.model.experts: the free rows' pairs sorted after every expert's, C' a device tensor). The rows'
+    tokens compete for experts (drops happen): with the free rows counted as before, the logits differ."""
+    from test_state_static import SYNCS, _record
+
+    cfg = tiny(max_seq_len=24, **CAPACITY)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", torch.float64)
+    seqs = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(5))
+    wide, alone = SlotCache(model, rows=5, max_tokens=20), SlotCache(model, rows=2, max_tokens=20)
+    counted = SlotCache(model, rows=5, max_tokens=20)
+    counted.base.active = None  # the free rows routed as rows in flight: what the step did before
+    records, differ = [], 0
+    with torch.inference_mode():
+        for cache in (wide, alone, counted):
+            cache.admit(seqs[:1, :3], model)
+            cache.admit(seqs[1:, :6], model)
+        for step in range(6):
+            tokens = torch.stack([seqs[0, 3 + step], seqs[1, 6 + step]])[:, None]  # (2, 1)
+            free = torch.randint(0, cfg.vocab_size, (3, 1), generator=torch.Generator().manual_seed(step))
+            given = torch.cat([tokens, free])  # (5, 1): the free rows' tokens, anything
+            out = []
+            records.append(_record(lambda g=given, o=out: o.append(decode_rows(model, g, wide))))
+            reference = decode_rows(model, tokens, alone)  # (2, 1, V)
+            torch.testing.assert_close(out[0][:2], reference, rtol=0, atol=1e-12)
+            differ += not torch.allclose(decode_rows(model, given, counted)[:2], reference, rtol=0, atol=1e-9)
+    assert differ  # the test can fail: counted free rows change what the rows in flight get
+    assert all(r == records[0] for r in records[1:])
+    assert not {name for name, _, _, _ in records[0]} & SYNCS

@@ -195,6 +195,31 @@ def test_verify_steps_and_rows_at_their_own_positions_run_fixed_shapes():
         assert not {name for name, _, _, _ in record[0]} & SYNCS
 
 
+@pytest.mark.parametrize("kind", ["window-wraps", "chunked-llama4", "sinks-window-gpt-oss", "softcap-gemma2"])
+def test_verify_steps_on_a_ring_with_spare_slots_run_fixed_shapes(kind):
+    """A ring of W + 2 slots (tfcalc.model.attention_state) verifying three tokens at a time, rewound to keep
+    one to three of them, wrapping many times: the same ops and shapes at every verify step, no sync, and
+    each verify's logits the uncached forward's."""
+    cfg = tiny(max_seq_len=32, **KINDS[kind])
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu")
+    seq = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
+    cache = model.new_cache(2, 16, spare=2)  # one bucket: every step reads the whole ring
+    records = []
+    with torch.inference_mode():
+        full = model(seq)
+        model.prefill(seq[:, :3], cache)
+        for kept in [1, 3, 2, 1, 1, 2, 3]:
+            at, out = cache.length, []
+            step = seq[:, at:at + 3]
+            records.append(_record(lambda x=step, o=out: o.append(model.extend(x, cache))))
+            torch.testing.assert_close(out[0], full[:, at:at + 3], rtol=1e-4, atol=1e-5)
+            cache.rewind(at + kept)
+    assert all(r == records[0] for r in records[1:])
+    assert not {name for name, _, _, _ in records[0]} & SYNCS
+    assert cache.length == 16 and min(cache.slots) <= 8  # a ring of W + 2 <= 8 slots wrapped twice
+
+
 @pytest.mark.parametrize("kind", ["llama-rope-gqa", "dense-learned", "window-wraps", "alibi-window",
                                   "latent-deepseek"])
 def test_rows_joining_and_leaving_run_the_same_step(kind):

@@ -198,10 +198,11 @@ class Attention:
         """K and V elements cached per layer and position (step 3)."""
         return self.k_width + self.v_width
 
-    def kv_positions(self, context: int) -> int:
-        """Positions this layer's cache keeps at a context of this many tokens (step 3)."""
+    def kv_positions(self, context: int, spare: int = 0) -> int:
+        """Positions this layer's cache keeps at a context of this many tokens (step 3); a ring with ``spare``
+        slots more where a speculative run asks for them (StateTensor.positions)."""
         span = self.chunk if self.chunk is not None else self.window
-        return context if span is None else min(context, span)
+        return context if span is None else min(context, span + spare)
 
     # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
@@ -292,11 +293,12 @@ class Attention:
 
     @property
     def capabilities(self) -> Capabilities:
-        """A window's or a chunk's ring overwrites the positions a rewind would return to, and ring attention
-        over a window or a chunk is not modelled (tfcalc.count.training.layout_pipeline)."""
+        """Every layer rewinds: a window's or a chunk's ring with spare slots for the positions a verify step
+        overwrites (tfcalc.model.attention_state); ring attention over a window or a chunk is not modelled
+        (tfcalc.count.training.layout_pipeline)."""
         local = self.window is not None or self.chunk is not None
         op = None if self.softcap is None and not self.sinks else "written-out attention scores (soft-cap or sinks)"
-        return Capabilities(rewind=not local, tensor_parallel=True, context_parallel=not local and self.kind == "self",
+        return Capabilities(rewind=True, tensor_parallel=True, context_parallel=not local and self.kind == "self",
                             op_recompute=op)
 
     @property

@@ -243,8 +243,8 @@ class LatentAttention:
         """What plain K and V heads would cache per layer and position: H·(h_n + h_r) + H·h_v."""
         return self.n_head * (self.head_dim + self.v_head_dim)
 
-    def kv_positions(self, context: int) -> int:
-        return context
+    def kv_positions(self, context: int, spare: int = 0) -> int:
+        return context  # no window: every position kept, no ring to spare slots for
 
     # --- the token-mixer protocol (tfcalc.architecture.mixer) ---
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:

@@ -147,19 +147,23 @@ class StateTensor:
     # per_token) or whole (a fixed one), batch and positions left out; () where the mixer does not say
     shape: tuple[int, ...] = ()
 
-    def positions(self, context: int) -> int:
-        """Positions kept at a context of this many tokens."""
-        return context if self.span is None else min(context, self.span)
+    def positions(self, context: int, spare: int = 0) -> int:
+        """Positions kept at a context of this many tokens; a ring (``span``) with ``spare`` slots more, which a
+        speculative run allocates so that a verify step of spare + 1 tokens can be rewound
+        (tfcalc.model.attention_state)."""
+        return context if self.span is None else min(context, self.span + spare)
 
-    def elements(self, context: int) -> int:
-        return self.per_token * self.positions(context) + self.fixed
+    def elements(self, context: int, spare: int = 0) -> int:
+        return self.per_token * self.positions(context, spare) + self.fixed
 
 
 @dataclass(frozen=True)
 class Capabilities:
     """What the runtime and the plans may do with a mixer (declared, never inferred from its class)."""
 
-    rewind: bool = True  # its decode state can return to an earlier position (speculative decoding's reject)
+    # its decode state can return to an earlier position (speculative decoding's reject); a window's or chunk's
+    # ring can, given spare slots for the positions a verify step overwrites (tfcalc.model.attention_state)
+    rewind: bool = True
     tensor_parallel: bool = True  # Megatron's split by heads (``tp_widths``)
     context_parallel: bool = True  # ring attention over the sequence split across ranks
     # why the op-level recompute policy (tfcalc.count.model.op_recompute) does not cover it; None: it does
@@ -240,11 +244,12 @@ def state_positions(mixer: Mixer, context: int) -> int:
     return max((t.positions(context) for t in mixer.state() if t.per_token), default=0)
 
 
-def state_by_dtype(mixer: Mixer, context: int) -> dict[Optional[str], int]:
-    """{dtype (None: the cache dtype): elements} of a mixer's state at a context, per sequence and layer."""
+def state_by_dtype(mixer: Mixer, context: int, spare: int = 0) -> dict[Optional[str], int]:
+    """{dtype (None: the cache dtype): elements} of a mixer's state at a context, per sequence and layer (a
+    ring with ``spare`` slots more: ``StateTensor.positions``)."""
     out: dict[Optional[str], int] = {}
     for t in mixer.state():
-        out[t.dtype] = out.get(t.dtype, 0) + t.elements(context)
+        out[t.dtype] = out.get(t.dtype, 0) + t.elements(context, spare)
     return out
 
 

@@ -248,11 +248,12 @@ class Architecture:
             return 0
         return sum(n * state_elements(b.mixer, context, expanded=True) for b, n in stack.kinds())
 
-    def state_by_dtype(self, context: int) -> dict[Optional[str], int]:
-        """{dtype (None: the cache dtype): elements} of the decoder's generation state at ``context`` tokens."""
+    def state_by_dtype(self, context: int, spare: int = 0) -> dict[Optional[str], int]:
+        """{dtype (None: the cache dtype): elements} of the decoder's generation state at ``context`` tokens,
+        each window's or chunk's ring with ``spare`` slots more (a speculative run's: StateTensor.positions)."""
         out: dict[Optional[str], int] = {}
         for b, n in self.decoder.kinds() if self.decoder is not None else ():
-            for dtype, elements in state_by_dtype(b.mixer, context).items():
+            for dtype, elements in state_by_dtype(b.mixer, context, spare).items():
                 out[dtype] = out.get(dtype, 0) + n * elements
         return out
 

@@ -19,7 +19,10 @@ same ops and shapes as rows join and leave, nothing read back to the host), so i
 slots' tokens over the longest row's bucket: the weights read once as before, plus the free rows' FLOPs and
 key reads (each free row parked at position 0). Each step is still recorded with the sequences in flight
 (``decode_steps``: (sequences, seconds)), and tokens, throughput and latencies count only their tokens: the
-figures mean the work of the rows in flight, done at the price of the fixed shape.
+figures mean the work of the rows in flight, done at the price of the fixed shape. What each step read is
+recorded beside (``decode_reads``: (span, mean live positions of the rows in flight)): every slot reads the
+span, the bucket of the longest row in flight (SlotCache.span), where a paged server's rows would read
+their own live positions; tfcalc.report.continuous_measured prices the step at that span.
 The run stops at the time budget (max_time), saying how many requests it served. After it (untimed), the
 last CHECKED requests served whole have their tokens checked against their prompts decoded alone
 (tfcalc.model.generate): greedy, batching with other sequences must not change them.
@@ -83,6 +86,8 @@ class ContinuousRun:
     mean_output: int
     exact: Optional[bool] = None  # the last CHECKED requests' tokens equal their prompts decoded alone
     checked: int = 0
+    # per decode iteration: (the slots every row read, the mean positions the rows in flight attend to)
+    decode_reads: tuple[tuple[int, float], ...] = ()
 
     @property
     def completed(self) -> int:
@@ -144,6 +149,7 @@ class _Server:
         self.owner: list[int] = []  # request per row in flight
         self.gen = torch.Generator(device=dev).manual_seed(plan.seed + 1)
         self.made: list[tuple[list[int], torch.Tensor]] = []  # (requests, their new tokens) per iteration
+        self.reads: list[tuple[int, float]] = []  # per decode step: its span, the rows in flight's mean live length
         self.prompts: dict[int, torch.Tensor] = {}  # every request's prompt, for the check after the run
 
     def prefill(self, i: int) -> None:
@@ -158,6 +164,7 @@ class _Server:
 
     def decode(self) -> None:
         n = self.cache.n
+        self.reads.append((self.cache.span, sum(self.cache.lengths) / n + 1))  # host-known: nothing read back
         # every slot, in flight or free: the fixed-shape step (tfcalc.model.slots); a free row's token is unused
         self.last.copy_(next_token(decode_rows(self.model, self.last, self.cache)))
         self.made.append((list(self.owner), self.last[:n].clone()))
@@ -239,8 +246,9 @@ def _serve(server: _Server, plan: ContinuousPlan, on_call: Optional[Callable[[],
         for _ in range(left):
             if on_call:
                 on_call()
+    timed = server.reads[len(server.reads) - len(steps):]  # the warm-up's steps left out
     return ContinuousRun(when, tuple(tuple(t) for t in times), tuple(prefills), tuple(steps), plan.rows,
-                         server.cache.nbytes, stopped, plan.mean_output)
+                         server.cache.nbytes, stopped, plan.mean_output, decode_reads=tuple(timed))
 
 
 def run_continuous(plan: ContinuousPlan, on_call: Optional[Callable[[], None]] = None) -> ContinuousRun:

@@ -29,9 +29,15 @@ Timing: each draft forward and each verify forward between two marks of the devi
 and the plain decoding after its first token on the host clock, synchronized at both ends. A round reads
 its acceptance on the host (one synchronize per round), as every speculative server does.
 
-Refused before anything is built: a model whose layers keep windows or chunks (their ring overwrites the
-slots a rejection would rewind to), ALiBi or T5 position biases, an encoder-decoder; and a run the
-estimate says will not fit (tfcalc.measure.fit).
+Windows and chunks (Mistral, Gemma 2 and 3, gpt-oss, Llama 4): each ring is allocated with k spare slots,
+W + k (tfcalc.model.attention_state), so that a verify step of k + 1 tokens overwrites nothing its queries
+read and a rejection rewinds at most k positions; the draft's rings the same (its widest step is two
+tokens, its deepest rewind k - 1). The state bytes each cache allocates are reported beside the count's
+(``state_bytes``): a plain decode keeps W slots, a speculative run W + k.
+
+Refused before anything is built: a model whose state cannot rewind (a recurrent state: its capability),
+ALiBi or T5 position biases, an encoder-decoder; and a run the estimate says will not fit
+(tfcalc.measure.fit).
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ class SpeculativeRun:
     plain_s: float  # wall seconds of plain decoding's gen - 1 steps
     same_weights: bool  # the draft is the target (its configuration, so its weights)
     reference: tuple[int, ...] = ()  # the target's greedy output through verify-shaped steps (same kernels)
+    state_bytes: tuple[int, int] = (0, 0)  # what the target's and the draft's caches allocate (cache.nbytes)
 
     @property
     def exact(self) -> bool:
@@ -145,20 +152,26 @@ def check_speculative(cfg: ModelConfig, role: str) -> None:
                          "step over several tokens is not built for them")
     layers = list(cfg.architecture.output.layers())
     if any(not b.mixer.capabilities.rewind for b in layers):  # declared by the mixer (tfcalc.architecture.mixer)
-        raise InputError(f"--draft --measure: {role} {cfg.name} has sliding-window or chunked layers, whose cache "
-                         "overwrites the slots a rejected proposal would rewind to")
+        raise InputError(f"--draft --measure: {role} {cfg.name} has layers whose state cannot rewind (a recurrent "
+                         "state overwrites what a rejected proposal would return to)")
+
+
+def state_bytes(plan: SpeculativePlan) -> tuple[int, int]:
+    """The target's and the draft's generation state as their caches allocate it (the count's fold,
+    tfcalc.count.model.memory.kv_cache_bytes): the target's at plan.positions and the verify's padding, the
+    draft's at plan.positions, each ring with k spare slots (the module docstring)."""
+    room = pad_room(plan.target, plan.positions, plan.k)  # the verify's padding
+    return (count_memory.kv_cache_bytes(plan.target, Workload(batch=1, seq=plan.positions + room, dtype=plan.dtype),
+                                        spare=plan.k),
+            count_memory.kv_cache_bytes(plan.draft, Workload(batch=1, seq=plan.positions, dtype=plan.dtype),
+                                        spare=plan.k))
 
 
 def estimate_bytes(plan: SpeculativePlan) -> int:
-    """Both models' weights (one copy when the draft is the target), both caches at plan.positions, and the
+    """Both models' weights (one copy when the draft is the target), both caches (``state_bytes``), and the
     larger prefill working set."""
     models = (plan.target,) if plan.draft == plan.target else (plan.target, plan.draft)
-    total = 0
-    for cfg in models:
-        total += count_memory.weights_bytes(cfg, plan.dtype)
-    for cfg in (plan.target, plan.draft):
-        room = pad_room(cfg, plan.positions, plan.k) if cfg is plan.target else 0  # the verify's padding
-        total += count_memory.kv_cache_bytes(cfg, Workload(batch=1, seq=plan.positions + room, dtype=plan.dtype))
+    total = sum(count_memory.weights_bytes(cfg, plan.dtype) for cfg in models) + sum(state_bytes(plan))
     return total + max(count_memory.forward_working_set(cfg, Workload(batch=1, seq=plan.seq, dtype=plan.dtype))
                        for cfg in models)
 
@@ -183,9 +196,10 @@ class _Rounds:
 
     def __init__(self, target: Transformer, draft: Transformer, k: int, positions: int, clock):
         self.target, self.draft, self.k, self.clock = target, draft, k, clock
-        # up to k more positions: the last round's verify padded to k + 1 rows too (the same kernels every round)
-        self.tc = target.new_cache(1, positions + pad_room(target.cfg, positions, k))
-        self.dc = draft.new_cache(1, positions)
+        # up to k more positions: the last round's verify padded to k + 1 rows too (the same kernels every round);
+        # k spare slots in each ring: a verify of k + 1 tokens, a rewind of k (tfcalc.model.attention_state)
+        self.tc = target.new_cache(1, positions + pad_room(target.cfg, positions, k), spare=k)
+        self.dc = draft.new_cache(1, positions, spare=k)
         self.draft_marks: list[tuple] = []
         self.verify_marks: list[tuple] = []
         self.rounds = self.proposed = self.accepted = 0
@@ -272,7 +286,7 @@ def same_kernel_greedy(target: Transformer, prompt: torch.Tensor, gen: int, k: i
     first, then k pads whose positions are rewound), over a cache of the rounds' size, so the same buckets:
     the same kernels as the speculative rounds' verify steps, so the same rounding (module docstring)."""
     positions = prompt.shape[1] + gen
-    cache = target.new_cache(1, positions + pad_room(target.cfg, positions, k))
+    cache = target.new_cache(1, positions + pad_room(target.cfg, positions, k), spare=k)
     token = next_token(target.prefill(prompt, cache))
     out = [token]
     for _ in range(gen - 1):
@@ -315,4 +329,4 @@ def run_speculative(plan: SpeculativePlan, on_call: Optional[Callable[[], None]]
         tuple(tokens[:plan.gen]), tuple(greedy), loop.rounds, loop.proposed, loop.accepted, len(tokens) - 1,
         bench.Timing(tuple(clock.seconds(a, b) for a, b in loop.draft_marks)),
         bench.Timing(tuple(clock.seconds(a, b) for a, b in loop.verify_marks)), spec_s, plain_s, same,
-        tuple(reference))
+        tuple(reference), (loop.tc.nbytes, loop.dc.nbytes))

@@ -16,6 +16,20 @@ key every step: a copy of the whole ring per layer and token, read twice, to sav
 the same: position p in slot p mod C; the slots after p mod C still hold the previous chunk, hidden by
 the mask.
 
+A ring that rewinds (speculative decoding's verify, issue 29): a verify step writes T = k + 1 positions
+before it reads, so with W slots its first query would find the keys it needs overwritten by the step's
+later positions. The ring is given ``spare`` slots more, S = W + spare (``new_state(..., spare=k)``): a step
+of T <= spare + 1 tokens at positions p .. p + T - 1 overwrites positions up to p + T - 1 - S <= p - W,
+which no query from p on sees (a chunk the same, its start being at most C - 1 before p). The rejected
+positions are then forgotten as in a full layer (their slots hidden, ``StaticCache.rewind``), and what they
+overwrote is never needed again: after positions up to h - 1 were written the ring holds h - S .. h - 1,
+and a query at m >= h - spare - 1 needs keys from m - W + 1 >= h - S on (``rewind_floor``). This is vLLM's
+lookahead: a sequence's blocks are allocated for the proposals a verify writes beside the tokens kept
+(``num_lookahead_slots``), so nothing the window still needs is freed before the verify is decided.
+transformers' StaticSlidingWindowLayer does not: once full it takes several tokens by a concatenation
+(W - 1 + T keys, another shape) and can no longer ``crop`` (``is_croppable`` only while the whole
+generation fits the window, cache_utils.py). A plain decode (spare 0) keeps W slots, as above.
+
 Which position each slot holds is a device tensor the cache keeps per layout (tfcalc.model.cache); the
 mask a step attends under is built from it on the device, so the slot order never matters (keys are
 stored after RoPE) and nothing is read back to the host.
@@ -31,11 +45,17 @@ import torch
 class AttentionState:
     """One layer's state tensors, (B, heads, slots, width) each, and how its slots are laid out."""
 
-    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype):
-        """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention)."""
+    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0):
+        """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention);
+        ``spare``: slots a window's or chunk's ring keeps beyond its span (the module docstring)."""
         window, chunk = getattr(spec, "window", None), getattr(spec, "chunk", None)
         self.window, self.chunk = window, chunk
-        self.size = spec.kv_positions(max_tokens)
+        self.size = spec.kv_positions(max_tokens, spare)
+        span = chunk if chunk is not None else window
+        # a ring that wraps within max_tokens; a layer that sees every position, or a ring as long as the
+        # whole generation, never overwrites a slot
+        self.wraps = span is not None and self.size < max_tokens
+        self.spare = self.size - span if self.wraps else None
         # the layout: layers of one layout share their slot positions and their step's mask
         self.layout = ("chunk", chunk, self.size) if chunk is not None else (
             ("window", window, self.size) if window is not None else ("full", None, self.size))
@@ -48,13 +68,20 @@ class AttentionState:
 
     @property
     def ring(self) -> bool:
-        """Slots overwritten by later positions (a window or chunk): no rewinding, one token a step."""
+        """Slots overwritten by later positions (a window or chunk)."""
         return self.layout[0] != "full"
 
+    rewindable = True  # moving the positions back forgets the last ones, as far back as rewind_floor
+
     @property
-    def rewindable(self) -> bool:
-        """Every position in its own slot: forgetting the last ones is moving the positions back."""
-        return not self.ring
+    def widest_step(self) -> int | None:
+        """The most tokens a step may write before it reads (None: any): spare + 1 for a ring that wraps."""
+        return None if not self.wraps else self.spare + 1
+
+    def rewind_floor(self, high: int) -> int:
+        """The shortest length it can go back to after positions 0 .. high - 1 were written: high - spare - 1
+        for a ring that wraps (the module docstring), 0 otherwise."""
+        return 0 if not self.wraps else high - self.spare - 1
 
     def prefill(self, slots: dict) -> functools.partial:
         """The store a prompt's layer calls: its last positions written into this layout's ``slots``."""

@@ -62,26 +62,34 @@ class Block(nn.Module):
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
                               lambda h: self.cross_attn(h, memory, kv), x)
 
-    def ffn_sublayer(self, x: torch.Tensor) -> torch.Tensor:
+    def _ffn(self, rows: torch.Tensor | None):
+        """The FFN as a sub-layer calls it: a mixture of experts told which rows are in flight (``rows``), so
+        that a free row takes no expert capacity (tfcalc.model.experts); a dense FFN needs no telling."""
+        if rows is None or not isinstance(self.ffn, MixtureOfExperts):
+            return self.ffn
+        return lambda h: self.ffn(h, rows=rows)
+
+    def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
-        return self._residual(norm, self.ffn_post_norm, self.ffn, x)
+        return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
-                store=None, cross_kv=None) -> torch.Tensor:
+                store=None, cross_kv=None, rows: torch.Tensor | None = None) -> torch.Tensor:
         """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
-        window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward)."""
+        window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward); ``rows`` (B,), 1
+        for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
         if self.parallel:
-            return self._parallel(x, rope, mask, store)
+            return self._parallel(x, rope, mask, store, rows)
         x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")
             x = self.cross_attention_sublayer(x, memory, cross_kv)
-        return self.ffn_sublayer(x)
+        return self.ffn_sublayer(x, rows)
 
-    def _parallel(self, x: torch.Tensor, rope, mask, store=None) -> torch.Tensor:
+    def _parallel(self, x: torch.Tensor, rope, mask, store=None, rows=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
         h = self.attn_norm(x)
-        y = self.attn(h, rope, mask, store=store) + self.ffn(h if self.ffn_norm is None else self.ffn_norm(x))
+        y = self.attn(h, rope, mask, store=store) + self._ffn(rows)(h if self.ffn_norm is None else self.ffn_norm(x))
         return x + (y if self.residual_scale is None else y * self.residual_scale)

@@ -31,14 +31,17 @@ The state protocol: each layer's state is whatever its torch mixer module's ``ne
 - ``prefill(slots)`` and ``step(slots, span)``: the ``store`` its module's forward calls in a prompt and in
   a step, given the slots (B, T) of each layout and the step's span;
 - ``tensors`` and ``nbytes``: what it allocates (``rows(rows)``: a view of some sequences, buffers shared);
-- ``rewindable``: whether moving the positions back forgets the last positions (no ring, no recurrent
-  state);
+- ``rewindable``: whether moving the positions back forgets the last positions (a recurrent state cannot);
+  optionally ``widest_step`` (the most tokens a step may write before it reads, None: any) and
+  ``rewind_floor(high)`` (the shortest length it can return to once ``high`` positions were written): a
+  window's or chunk's ring with ``spare`` slots (tfcalc.model.attention_state);
 - ``carried``: the tensors a step rewrites whole (a recurrent state), saved and put back around a CUDA
   graph's warm-up and capture as the positions are (tfcalc.model.generate); () for K and V.
 
 Use: ``Transformer.new_cache(batch, max_tokens)``, then ``prefill`` (the prompt, from position 0) and
-``decode`` (one token per sequence per call), or ``extend`` (several, where no layer has a ring: a
-speculative verify step), and ``rewind`` to forget rejected positions.
+``decode`` (one token per sequence per call), or ``extend`` (several: a speculative verify step, its width
+at most spare + 1 where a layer keeps a ring, ``new_cache(..., spare=k)``), and ``rewind`` to forget
+rejected positions.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class StaticCache:
         self.next_pos = torch.zeros(batch, dtype=torch.long, device=device)  # (B,)
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer (B, nkv, S_src, hs) each
         self.length = 0  # positions written (host-known, never read back): the next token's position
+        self.high = 0  # the most positions ever written since the prefill (a ring's rewind floor), at a rewind
+        self.active: torch.Tensor | None = None  # (B,) 1 in flight, 0 free: continuous batching's (model.slots)
 
     @property
     def k(self) -> list[torch.Tensor]:
@@ -120,7 +125,7 @@ class StaticCache:
 
     def reset(self) -> None:
         """Forget every position (the buffers are kept and overwritten)."""
-        self.length, self.cross = 0, None
+        self.length, self.high, self.cross = 0, 0, None
         self.next_pos.zero_()
         for t in self.slot_pos.values():
             t.fill_(-1)
@@ -148,18 +153,28 @@ class StaticCache:
 
     @property
     def rewindable(self) -> bool:
-        """Every layer keeps every position in its own slot (no window's or chunk's ring), so forgetting
-        the last positions is only moving the positions back: what speculative decoding does with the
-        draft tokens the target rejects (tfcalc.measure.speculative)."""
+        """Every layer forgets its last positions by moving the positions back (a ring as far as its spare
+        slots allow: ``rewind_floor``): what speculative decoding does with the draft tokens the target
+        rejects (tfcalc.measure.speculative). A recurrent state cannot."""
         return all(s.rewindable for s in self.states)
+
+    @property
+    def widest_step(self) -> int | None:
+        """The most tokens per sequence a step may write before it reads (None: any): a ring's spare + 1."""
+        widths = [w for s in self.states if (w := getattr(s, "widest_step", None)) is not None]
+        return min(widths, default=None)
 
     def rewind(self, length: int) -> None:
         """Forget every position from ``length`` on (their slots are hidden, then overwritten)."""
         if not self.rewindable:
-            raise InputError("a cache with sliding windows or chunks overwrites its slots (a recurrent state its "
-                             "values): it cannot rewind")
+            raise InputError("a cache with a recurrent state overwrites its values: it cannot rewind")
         if not 0 < length <= self.length:
             raise InputError(f"rewind to {length}: the cache holds {self.length} positions")
+        self.high = max(self.high, self.length)  # length only falls here: the most ever written
+        floor = max((s.rewind_floor(self.high) for s in self.states if hasattr(s, "rewind_floor")), default=0)
+        if length < floor:
+            raise InputError(f"rewind to {length}: a sliding window's or chunk's ring has overwritten the positions "
+                             f"before {floor} a later query needs (its spare slots: new_cache(..., spare=...))")
         self.length = length
         self.next_pos.fill_(length)
         for held in self.slot_pos.values():
@@ -182,5 +197,5 @@ class StaticCache:
         view.slot_pos = {key: t[rows] for key, t in self.slot_pos.items()}
         view.next_pos = self.next_pos[rows]
         view.batch = view.next_pos.shape[0]
-        view.cross = None
+        view.cross, view.active = None, None  # a row's prefill runs it alone
         return view

@@ -19,9 +19,18 @@ all), as FlopCounterMode counts it -- never all E experts per token.
 With a capacity (Switch Transformers, sec. 2.2) the pairs are written into E buffers of C rows (a gather
 by slot: each slot holds its pair's token, or a zero row), the experts run as one batched matmul over
 (E, C, d), and each kept pair reads its row back.
+
+Continuous batching's free rows (tfcalc.model.slots) run through the layer too (one shape for every
+occupancy), but take no capacity: given ``rows`` (B,), 1 for a sequence in flight, their pairs are sorted
+after every expert's (a virtual expert E, so they move no pair in flight in its queue) and dropped, and an
+expert keeps C' = ceil(c·k·N'/E) of its pairs, N' the tokens in flight (a device tensor: the buffers keep
+their C rows, so no shape changes with the occupancy). Each row in flight gets what the rows in flight
+alone, in the same order, would give it.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
@@ -102,10 +111,13 @@ class MixtureOfExperts(nn.Module):
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, d) -> (B, T, d); ``rows`` (B,): 1 for a sequence in flight, 0 for a free row that takes no
+        expert capacity (the module docstring); None: every row in flight."""
         B, T, d = x.shape
         flat = x.reshape(B * T, d)  # (N, d)
-        out = self.routed(flat)
+        live = None if rows is None else rows.bool()[:, None].expand(B, T).reshape(B * T)  # (N,)
+        out = self.routed(flat, live)
         if self.shared is not None:
             shared = self.shared(flat)
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
@@ -125,18 +137,28 @@ class MixtureOfExperts(nn.Module):
         weights, chosen = logits.float().softmax(dim=-1).topk(self.top_k, dim=-1)
         return weights.to(flat.dtype), chosen
 
-    def routed(self, flat: torch.Tensor) -> torch.Tensor:
-        """(N, d) -> (N, d): the weighted sum of each token's top-k experts."""
+    def routed(self, flat: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, d) -> (N, d): the weighted sum of each token's top-k experts; ``live`` (N,) bool: the tokens in
+        flight, the others taking no capacity (module docstring)."""
         weights, chosen = self.route(flat)  # (N, k) each
+        capacity = self.spec.capacity(flat.shape[0])
+        if capacity is not None and live is not None:  # a free row's pairs after every expert's: expert E
+            chosen = torch.where(live[:, None], chosen, self.n_expert)
         pair_expert = chosen.flatten()  # (P,), P = N·k: pair i is token i // k's slot i % k
         order = pair_expert.argsort(stable=True)  # (P,): by expert, each expert's pairs in position order
         expert = pair_expert.index_select(0, order)  # (P,) ascending
         token = order.div(self.top_k, rounding_mode="floor")  # (P,)
         w = weights.flatten().index_select(0, order)  # (P,): each sorted pair's routing weight
-        capacity = self.spec.capacity(flat.shape[0])
-        if capacity is None:
+        if capacity is None:  # a free row's pairs run and are discarded with its row: no pair in flight moves
             return self._dropless(flat, token, expert, w)
-        return self._buffered(flat, token, expert, w, capacity)
+        return self._buffered(flat, token, expert, w, capacity, None if live is None else self._kept(live))
+
+    def _kept(self, live: torch.Tensor) -> torch.Tensor:
+        """The capacity of the tokens in flight, ceil(c·k·N'/E) (MoE.capacity, with c as the exact fraction
+        it is there), a 0-d device tensor: nothing read back."""
+        c = Fraction(str(self.spec.capacity_factor))
+        num, den = c.numerator * self.top_k, c.denominator * self.n_expert
+        return (live.sum() * num + den - 1).div(den, rounding_mode="floor")
 
     def _dropless(self, flat: torch.Tensor, token: torch.Tensor, expert: torch.Tensor,
                   w: torch.Tensor) -> torch.Tensor:
@@ -150,14 +172,16 @@ class MixtureOfExperts(nn.Module):
         return torch.zeros_like(flat).index_add(0, token, y)
 
     def _buffered(self, flat: torch.Tensor, token: torch.Tensor, expert: torch.Tensor, w: torch.Tensor,
-                  capacity: int) -> torch.Tensor:
+                  capacity: int, kept: torch.Tensor | None = None) -> torch.Tensor:
         """Each expert runs its first C pairs in a buffer of C rows (zero rows where fewer came), all E
-        buffers as one batched matmul; the pairs past an expert's C are dropped (add 0)."""
+        buffers as one batched matmul; the pairs past an expert's C are dropped (add 0). With ``kept`` (the
+        capacity of the tokens in flight, a device tensor <= C) an expert keeps that many, and the free rows'
+        pairs (expert E, sorted last) none."""
         (N, d), E, C, P = flat.shape, self.n_expert, capacity, token.shape[0]
         dev = flat.device
-        starts = torch.searchsorted(expert, torch.arange(E, device=dev, dtype=expert.dtype))  # (E,) first pair
+        starts = torch.searchsorted(expert, torch.arange(E + 1, device=dev, dtype=expert.dtype))  # (E + 1,)
         pos = torch.arange(P, device=dev) - starts.index_select(0, expert)  # (P,): place in its expert's queue
-        keep = pos < C
+        keep = pos < C if kept is None else (pos < kept) & (expert < E)
         dest = torch.where(keep, expert * C + pos, E * C)  # (P,): its buffer row, or a spare row past the end
         slot_pair = torch.full((E * C + 1,), P, device=dev).scatter_(0, dest, torch.arange(P, device=dev))
         slot_pair = slot_pair[:-1]  # (E·C,): the pair in each buffer row, P where the row is empty

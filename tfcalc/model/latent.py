@@ -53,9 +53,9 @@ class LatentAttention(MixerModule):
     def tp_refusal(cls, spec: LatentSpec) -> str | None:
         return "latent attention under TP is planned, not run"
 
-    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
+    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0) -> AttentionState:
         """The latent and the rotary key of every position, allocated once (tfcalc.model.attention_state)."""
-        return AttentionState(self.spec, batch, max_tokens, device, dtype)
+        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare)
 
     def _rotate(self, x: torch.Tensor, rope) -> torch.Tensor:
         """x: (B, T, n, h_r) -> rotated, in the rotate-half layout."""

@@ -246,9 +246,9 @@ class Attention(MixerModule):
 
         return {"qkv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
 
-    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype) -> AttentionState:
+    def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0) -> AttentionState:
         """This layer's generation state, allocated once (tfcalc.model.attention_state)."""
-        return AttentionState(self.spec, batch, max_tokens, device, dtype)
+        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare)
 
     def _rotate(self, qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin):
         """RoPE on Q and K, (B, T, nh*hs) and (B, T, nkv*hs), split from ``qkv``. Where they are still the

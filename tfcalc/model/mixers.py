@@ -8,7 +8,9 @@ does the same: architecture name -> "module:Class", imported when first asked fo
 A torch mixer module (``MixerModule``) answers, beside ``forward(x, rope, mask, store=None)`` -> (B, T, d):
 
 - ``new_state(batch, max_tokens, device, dtype)``: its generation state, allocated once at a fixed shape, an
-  object the runtime drives through the state protocol of tfcalc.model.cache;
+  object the runtime drives through the state protocol of tfcalc.model.cache; a speculative run adds
+  ``spare=k`` (the slots a window's or chunk's ring keeps beyond its span for a verify of k + 1 tokens,
+  tfcalc.model.attention_state), asked only of mixers whose component declares ``rewind``;
 - ``rope_key``: the rotary table it reads (tfcalc.model.positions.rope_key), None where it reads none, and
   ``temperature``: Llama 4's query scale on NoPE layers (None: none);
 - ``fused_rows()``: {part: rows} of its fused projection (an attention's [Q | K | V]), which

@@ -9,9 +9,20 @@ of its state, the price of a contiguous batch without paged attention). A prefil
 a batch-1 view of the buffers (``row``). A decode step (``decode_rows``) is the one fixed-shape step of
 tfcalc.model.step over all ``rows`` slots, whatever the occupancy: each row's token at its own position
 (RoPE, learned positions, a window's or chunk's ring, ALiBi's distances: all from the device positions),
-over a span of slots that covers the longest row in flight (its bucket), each row masking the slots it has
-not written: padded attention, as a contiguous batch of unequal lengths runs it (vLLM's paged attention
+over a span of slots that covers the longest row in flight (its bucket, ``span``), each row masking the slots
+it has not written: padded attention, as a contiguous batch of unequal lengths runs it (vLLM's paged attention
 reads each sequence's own blocks instead; the weights, read once per step for the whole batch, are the same).
+
+Why the longest row's bucket, with rows of very different lengths: a row reads slots 0 .. span - 1 of its own
+cache, so the span must cover the longest row's live positions, and one span for all rows is what one SDPA
+call over a (rows, heads, span, width) state takes; any shorter span would cut the longest row's keys. The
+rows shorter than it read masked slots: with rows of 1,000 and 100,000 positions in a cache of 131,072,
+each row reads 131,072 slots (the bucket of 100,001), 2 × 131,072 keys per layer where a paged or
+variable-length kernel (FlashAttention's varlen, vLLM's paged attention) reads 1,001 + 100,001. That excess
+is the price of this contiguous layout, not of the span's choice: it is the smallest span that is right,
+rounded up to a power of two so that one captured step serves a bucket of lengths. What a step reads is
+counted at that span (tfcalc.count.serving.continuous.rows_step_s), and the measured run reports it
+(tfcalc.measure.continuous).
 
 Fixed shape (issue 29): the rows not in flight are computed too and their results discarded, so a row
 joining or leaving changes no op and no shape (one CUDA graph per bucket serves every occupancy). Which rows
@@ -23,8 +34,10 @@ goes back to 0 (``next_pos *= active``), so nothing a sequence in flight reads i
 position never runs past the positions the model has. The cost: every step computes ``rows`` tokens, not
 the n in flight (the weights are read once either way; the extra rows' FLOPs, activations and the keys
 they read, at most ``span`` slots each, are the price of one shape for every occupancy). A model whose
-experts have a capacity (Switch Transformers, sec. 2.2) routes the free rows' tokens too: its rows in
-flight can lose capacity to them, as they do to each other.
+experts have a capacity (Switch Transformers, sec. 2.2) is told which rows are in flight (the cache's
+``active``, read on the device): a free row's tokens take no place in an expert's buffer, and the buffers
+keep the capacity of the tokens in flight, so each row in flight gets what a batch of the rows in flight
+alone would give it (tfcalc.model.experts).
 """
 
 from __future__ import annotations
@@ -55,6 +68,7 @@ class SlotCache:
         self.lengths: list[int] = []  # per row in flight: positions written (host-known, never read back)
         device = self.base.next_pos.device
         self.active = torch.zeros(rows, dtype=torch.long, device=device)  # (rows,): 1 in flight, 0 free
+        self.base.active = self.active  # a step's experts give a free row no capacity (tfcalc.model.experts)
         self.tokens = torch.zeros(rows, 1, dtype=torch.long, device=device)  # (rows, 1): the step's input
 
     @property
@@ -64,6 +78,12 @@ class SlotCache:
     @property
     def nbytes(self) -> int:
         return self.base.nbytes
+
+    @property
+    def span(self) -> int:
+        """The slots the next decode step reads of every row: the bucket of the longest row in flight, its
+        new position included (the module docstring); host-known, nothing read back."""
+        return bucket(max(self.lengths) + 1, self.max_tokens)
 
     def row(self, r: int) -> StaticCache:
         """A batch-1 StaticCache over row r's buffers (views: a prefill through it writes the row)."""
@@ -112,8 +132,7 @@ def decode_rows(model: Transformer, tokens: torch.Tensor, cache: SlotCache) -> t
     whole = tokens.shape[0] == rows
     if not whole:
         cache.tokens[:n].copy_(tokens)
-    logits = model.step(tokens if whole else cache.tokens, cache.base,
-                        bucket(max(cache.lengths) + 1, cache.max_tokens))  # (rows, 1, V)
+    logits = model.step(tokens if whole else cache.tokens, cache.base, cache.span)  # (rows, 1, V)
     cache.base.next_pos.mul_(cache.active)  # the free rows back to position 0, on the device
     cache.lengths = [length + 1 for length in cache.lengths]
     return logits if whole else logits[:n]

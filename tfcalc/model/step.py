@@ -70,11 +70,12 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
     slopes = stack.alibi if stack.positions == "alibi" else None
     masks = {key: step_mask(held[:, :min(span, key[2])], query, key, x.dtype, slopes)
              for key, held in cache.slot_pos.items()}
+    rows = {} if cache.active is None else {"rows": cache.active}  # continuous batching's rows in flight (B,)
     for i, (block, rope) in enumerate(zip(stack.blocks, ropes, strict=True)):
         state = cache.states[i]
         store = state.step(slots, span)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # a state without positions (layout None: a recurrent state) reads no mask
-        x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv)
+        x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv, **rows)
     cache.next_pos.add_(T)
     return x

@@ -267,13 +267,18 @@ class Transformer(Stack):
 
     # ---------- decoding with a static KV cache (tfcalc.model.cache) ----------
 
-    def new_cache(self, batch: int, max_tokens: int) -> StaticCache:
+    def new_cache(self, batch: int, max_tokens: int, spare: int = 0) -> StaticCache:
         """A cache for ``batch`` sequences of up to ``max_tokens`` positions (prompt and generated tokens),
         on the model's device and in its dtype: each layer's mixer module allocates its own state (new_state).
-        An encoder generates nothing: InputError."""
+        ``spare``: slots each window's or chunk's ring keeps beyond its span, so that steps of spare + 1
+        tokens can be verified and rewound (tfcalc.model.attention_state); asked of a mixer module only when
+        not 0 and its component declares ``rewind`` (a recurrent state has no slots to spare). An encoder
+        generates nothing: InputError."""
         check_decodable(self.cfg, max_tokens)
         weight = self.tok_emb.weight
-        states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype) for block in self.blocks]
+        states = [block.attn.new_state(batch, max_tokens, weight.device, weight.dtype,
+                                       **({"spare": spare} if spare and block.spec.mixer.capabilities.rewind else {}))
+                  for block in self.blocks]
         return StaticCache(states, batch, max_tokens, weight.device)
 
     def prefill(self, idx: torch.Tensor, cache: StaticCache, src_idx: torch.Tensor | None = None,
@@ -312,13 +317,18 @@ class Transformer(Stack):
     def extend(self, tokens: torch.Tensor, cache: StaticCache) -> torch.Tensor:
         """Several tokens per sequence (B, T) at the cache's next positions, in one forward -> their logits
         (B, T, V): speculative decoding's verify step (a draft's proposals checked at once). Only where
-        every layer keeps every position (StaticCache.rewindable); the caller rewinds what it rejects."""
+        every layer's state rewinds (StaticCache.rewindable) and T fits its rings' spare slots
+        (StaticCache.widest_step); the caller rewinds what it rejects."""
         if cache.length == 0:
             raise InputError("extend() continues a prompt: call prefill() first")
         if not cache.rewindable:
-            raise InputError(f"{self.cfg.name}: several tokens after the prompt need layers without sliding "
-                             "windows or chunks (states that rewind)")
+            raise InputError(f"{self.cfg.name}: several tokens after the prompt need states that rewind")
         T = tokens.shape[1]
+        widest = cache.widest_step
+        if widest is not None and T > widest:
+            raise InputError(f"{self.cfg.name}: a step of {T} tokens overwrites ring slots (sliding windows or "
+                             f"chunks) its own queries read; this cache takes {widest} at most "
+                             f"(new_cache(..., spare={T - 1}))")
         cache.check_room(T)
         logits = self.step(tokens, cache, cache.bucket(T))
         cache.length += T

@@ -8,6 +8,16 @@ decode step), the decode step's and the prefill's seconds, and the prefills' sha
 beside, the steady state's means; ratios: predicted ÷ measured, as everywhere in infer (for throughput,
 predicted ÷ measured tokens/s). A run starts empty: its first requests see fewer sequences in flight than
 the steady state, so a short run's latencies sit below it.
+
+What a decode step read: the measured server runs every slot each step (``decode_rows``), each reading the
+same span of its cache, the bucket of the longest row in flight (tfcalc.model.slots: the smallest span that
+covers every row, as a contiguous cache without paged attention must), reported as ``kv_span`` (min, mean,
+max over the steps) beside ``kv_live_mean``, the positions the rows in flight attend to (what a paged
+server's rows would read). The steady state predicts the paged server (N sequences at I + O/2 positions);
+``decode_step_as_run_s`` prices the step the run took instead, each step on the roofline at its rows and
+span with the measured ceilings (tfcalc.count.serving.continuous.rows_step_s), and ``decode_step_read_bytes``
+what those steps read (weights and KV, the mean per step); its ratio to the measured step is
+``ratio.decode_step_as_run``.
 """
 
 from __future__ import annotations
@@ -77,8 +87,23 @@ def _ratio(predicted: Optional[float], measured: Optional[dict[str, float]]) -> 
     return None if predicted is None or measured is None or not measured["mean"] else predicted / measured["mean"]
 
 
-def to_json(run, state: "SteadyState", plan, device: str) -> dict[str, Any]:
-    """A tfcalc.measure.continuous.ContinuousRun beside the predicted steady state."""
+def _as_run(run, plan, ceilings) -> tuple[Optional[float], Optional[float]]:
+    """The mean predicted seconds and bytes read of the decode steps as the run took them (module docstring)."""
+    from tfcalc.count.model.quant import plain
+    from tfcalc.count.serving.continuous import rows_step, rows_step_s
+
+    spans = [span for span, _ in run.decode_reads]
+    if not spans or ceilings is None or plan.cfg.arch != "decoder":
+        return None, None
+    fmt = plain(plan.dtype)
+    seconds = {s: rows_step_s(plan.cfg, fmt, plan.dtype, ceilings, run.rows, s) for s in set(spans)}
+    read = {s: rows_step(plan.cfg, fmt, plan.dtype, run.rows, s).bytes for s in set(spans)}
+    return statistics.fmean(seconds[s] for s in spans), statistics.fmean(read[s] for s in spans)
+
+
+def to_json(run, state: "SteadyState", plan, device: str, ceilings=None) -> dict[str, Any]:
+    """A tfcalc.measure.continuous.ContinuousRun beside the predicted steady state, and its decode steps priced
+    as run with ``ceilings`` (the measured ones; None: not priced)."""
     served = run.served
     ttft = [run.token_times[i][0] - run.arrivals[i] for i in served]
     itl = [b - a for i in served for a, b in zip(run.token_times[i][:-1], run.token_times[i][1:], strict=True)]
@@ -96,6 +121,9 @@ def to_json(run, state: "SteadyState", plan, device: str) -> dict[str, Any]:
                  "decode_batch": state.concurrency, "decode_step_s": state.decode_step_s,
                  "prefill_s": state.prefill_s, "prefill_share": state.prefill_share, "over_capacity": over}
     measured_batch = statistics.fmean(batch) if batch else None
+    spans = [span for span, _ in run.decode_reads]
+    as_run_s, as_run_bytes = _as_run(run, plan, ceilings)
+    predicted["decode_step_as_run_s"] = as_run_s
     return {
         "device": device, "dtype": plan.dtype, "requests": plan.requests, "completed": run.completed,
         "served": len(served), "stopped_at_budget": run.stopped, "time_budget_s": plan.max_time,
@@ -107,6 +135,10 @@ def to_json(run, state: "SteadyState", plan, device: str) -> dict[str, Any]:
         "requests_per_s": run.completed / run.span_s,
         "ttft_s": _stats(ttft), "itl_s": _stats(itl), "e2e_s": _stats(e2e),
         "decode_steps": len(steps), "decode_batch_mean": measured_batch, "decode_step_s": _stats(steps),
+        "decode_rows": run.rows,
+        "kv_span": None if not spans else {"min": min(spans), "mean": statistics.fmean(spans), "max": max(spans)},
+        "kv_live_mean": statistics.fmean(live for _, live in run.decode_reads) if spans else None,
+        "decode_step_read_bytes": as_run_bytes,
         "prefills": len(prefill), "prefill_s": _stats(prefill), "prefill_share": sum(prefill) / run.span_s,
         "predicted": predicted,
         "ratio": {"ttft": _ratio(state.ttft_s, _stats(ttft)), "itl": _ratio(predicted["itl_s"], _stats(itl)),
@@ -115,16 +147,17 @@ def to_json(run, state: "SteadyState", plan, device: str) -> dict[str, Any]:
                   "decode_batch": None if state.concurrency is None or not measured_batch
                   else state.concurrency / measured_batch,
                   "decode_step": _ratio(state.decode_step_s, _stats(steps)),
+                  "decode_step_as_run": _ratio(as_run_s, _stats(steps)),
                   "prefill": _ratio(state.prefill_s, _stats(prefill))},
     }
 
 
 def measure(model: "ModelRef", o: "InferOptions", state: "SteadyState", device: str,
-            advance: Callable[[], None] = lambda: None) -> dict[str, Any]:
+            advance: Callable[[], None] = lambda: None, ceilings=None) -> dict[str, Any]:
     from tfcalc.measure.continuous import run_continuous  # imports torch
 
     plan = plan_of(model, o)
-    return to_json(run_continuous(plan, advance), state, plan, device)
+    return to_json(run_continuous(plan, advance), state, plan, device, ceilings)
 
 
 def calls(o: "InferOptions") -> int:

@@ -212,7 +212,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
         report = replace(report, speculative_measured=speculative_measured.measure(model, o, report, advance))
     if o.rate is not None and report.continuous is not None:
         report = replace(report, continuous_measured=continuous_measured.measure(
-            model, o, report.continuous, run.device, advance))
+            model, o, report.continuous, run.device, advance, ceilings))
     return report
 
 

@@ -136,7 +136,7 @@ class InferReport(Displayed):
         if self.speculative is None or self.draft is None:
             return None
         s, est = self.speculative[i], self.estimates[i]
-        need = est.weight_bytes + est.kv_cache_bytes + s.draft_weights_bytes + s.draft_kv_cache_bytes
+        need = est.weight_bytes + s.kv_cache_bytes + s.draft_weights_bytes + s.draft_kv_cache_bytes
         memory = None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1)
         return {"draft": self.draft.cfg.name, "draft_label": self.draft.label, "draft_tokens": s.draft_tokens,
                 "accept_rate": s.accept_rate, "expected_tokens_per_step": s.expected_tokens, "context": s.context,
@@ -145,6 +145,7 @@ class InferReport(Displayed):
                 "decode_tokens_per_s": 1 / s.decode_s_per_token,
                 "decode_tokens_per_s_total": est.batch / s.decode_s_per_token, "speedup": s.speedup,
                 "draft_weights_bytes": s.draft_weights_bytes, "draft_kv_cache_bytes": s.draft_kv_cache_bytes,
+                "kv_cache_bytes": s.kv_cache_bytes, "ring_spare_slots": s.draft_tokens,
                 "fits": None if memory is None else need <= memory,
                 "formula": "tokens per target step (1 − A^(k+1)) / (1 − A) (Leviathan et al. 2023, eq. 1)",
                 "measured": self.speculative_measured if i == 0 else None}

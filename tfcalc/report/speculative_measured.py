@@ -59,8 +59,11 @@ def _ratio(predicted: float, measured: float) -> Optional[float]:
     return predicted / measured if measured else None
 
 
-def to_json(run, s: speculative.Speculative, device: str, dtype: str) -> dict[str, Any]:
-    """A tfcalc.measure.speculative.SpeculativeRun beside the prediction s (one batch-1 round)."""
+def to_json(run, s: speculative.Speculative, device: str, dtype: str,
+            state: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """A tfcalc.measure.speculative.SpeculativeRun beside the prediction s (one batch-1 round); ``state``: the
+    target's and the draft's state bytes as counted (tfcalc.measure.speculative.state_bytes), beside what their
+    caches allocated (each window's or chunk's ring with k spare slots)."""
     a = run.accept_rate
     e = tokens_at(a, s.draft_tokens)
     predicted_per_token = s.round_s / e
@@ -78,7 +81,10 @@ def to_json(run, s: speculative.Speculative, device: str, dtype: str) -> dict[st
         "decode_s_per_token": run.decode_s_per_token, "decode_tokens_per_s": 1 / run.decode_s_per_token,
         "plain_decode_s_per_token": run.plain_s_per_token, "plain_decode_tokens_per_s": 1 / run.plain_s_per_token,
         "speedup": run.plain_s_per_token / run.decode_s_per_token,
+        "kv_cache_bytes": run.state_bytes[0], "draft_kv_cache_bytes": run.state_bytes[1],
+        "ring_spare_slots": s.draft_tokens,
         "predicted_at_measured": {
+            "kv_cache_bytes": state[0], "draft_kv_cache_bytes": state[1],
             "accept_rate": a, "expected_tokens_per_step": e, "draft_step_s": s.draft_step_s,
             "verify_step_s": s.verify_step_s, "round_s": s.round_s, "decode_s_per_token": predicted_per_token,
             "decode_tokens_per_s": 1 / predicted_per_token, "speedup": s.target_step_s / predicted_per_token},
@@ -90,14 +96,14 @@ def to_json(run, s: speculative.Speculative, device: str, dtype: str) -> dict[st
 def measure(model: "ModelRef", o: "InferOptions", report: "InferReport",
             advance: Callable[[], None] = lambda: None) -> dict[str, Any]:
     """Run the rounds on o.device at the report's prompt and generation (tfcalc.measure.speculative)."""
-    from tfcalc.measure.speculative import SpeculativePlan, run_speculative  # imports torch
+    from tfcalc.measure.speculative import SpeculativePlan, run_speculative, state_bytes  # imports torch
 
     assert report.draft is not None and report.speculative is not None
     s = report.speculative[0]
     plan = SpeculativePlan(target=model.cfg, draft=report.draft.cfg, device=o.device, dtype=o.dtype,
                            seq=report.seq, gen=o.gen, k=s.draft_tokens, warmup=min(o.warmup, 1))
     run = run_speculative(plan, advance)
-    return to_json(run, s, report.device or o.device, o.dtype)
+    return to_json(run, s, report.device or o.device, o.dtype, state_bytes(plan))
 
 
 def calls(o: "InferOptions") -> int:

@@ -64,7 +64,10 @@ def _speculative_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> 
     doc.note(f"A round: {first['draft_tokens']} draft steps, then one target step over {first['draft_tokens'] + 1} "
              f"tokens per sequence, at context {first['context']:,} (the generation's middle); it yields "
              "(1 − A^(k+1)) / (1 − A) tokens (Leviathan et al. 2023, eq. 1). Speedup: over plain decoding's step at "
-             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches.")
+             "the same context. The draft runs whole on each GPU; fits: target and draft weights and KV caches, "
+             f"the target's {units.nbytes(first['kv_cache_bytes'])} at batch {rows[0]['batch']} (the verify's "
+             f"{first['draft_tokens']} positions more, and each sliding window's or chunk's ring W + "
+             f"{first['draft_tokens']} slots, so that a rejected proposal can be rewound).")
     if first.get("measured"):
         _speculative_measured_table(doc, first)
 
@@ -81,6 +84,12 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
     t.add("verify step", m["verify_step_s"], p["verify_step_s"], ratio["verify_step"])
     t.add("decode / token", m["decode_s_per_token"], p["decode_s_per_token"], ratio["decode"])
     t.add("plain decode / token", m["plain_decode_s_per_token"], None, None)
+    if "kv_cache_bytes" in m:
+        spare = m["ring_spare_slots"]
+        doc.note(f"State allocated: target {m['kv_cache_bytes']:,} bytes, draft {m['draft_kv_cache_bytes']:,} bytes "
+                 f"(counted: {p['kv_cache_bytes']:,} and {p['draft_kv_cache_bytes']:,}); a sliding window's or "
+                 f"chunk's ring keeps {spare} spare slot{'s' if spare != 1 else ''} under speculation (W + {spare}), "
+                 "so that a verify step can be rewound.", "dim")
     agree = "" if m.get("plain_agreement", 1) == 1 else (
         f" (plain one-token steps, other kernels: {m['plain_agreement']:.1%} of tokens equal, first difference at "
         f"token {m['plain_first_divergence']})")
@@ -147,6 +156,16 @@ def _continuous_measured_table(doc: Doc, x: dict[str, Any]) -> None:
     t.add("decode batch", "" if m["decode_batch_mean"] is None else f"{m['decode_batch_mean']:.3g}", "", "",
           "" if p["decode_batch"] is None else f"{p['decode_batch']:.3g}", ratio["decode_batch"])
     t.add("prefill share", f"{m['prefill_share']:.0%}", "", "", f"{p['prefill_share']:.0%}", None)
+    if m.get("kv_span") is not None:
+        step = m["decode_step_s"] or {}
+        t.add("decode step as run", secs(step.get("mean")), secs(step.get("median")), secs(step.get("p90")),
+              secs(p.get("decode_step_as_run_s")), ratio.get("decode_step_as_run"))
+        span = m["kv_span"]
+        read = f"{span['min']:,}" if span["min"] == span["max"] else f"{span['min']:,}-{span['max']:,}"
+        doc.note(f"Each decode step ran all {m['decode_rows']:,} slots, each reading {read} positions of its cache "
+                 f"(mean {span['mean']:,.0f}: the bucket of the longest row in flight) where "
+                 f"the rows in flight hold {m['kv_live_mean']:,.1f} on average; 'decode step as run' prices that "
+                 "step, 'decode step' the steady state's paged one.", "dim")
     if m["stopped_at_budget"]:
         doc.note(f"Stopped at the time budget ({m['time_budget_s']:g} s, --max-time): {m['completed']:,} of "
                  f"{m['requests']:,} requests done.", "warning")

@@ -64,16 +64,18 @@ def weights_bytes(cfg: ModelConfig, dtype: str) -> int:
     return weight_bytes(param_total(cfg), dtype)
 
 
-def kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
+def kv_cache_bytes(cfg: ModelConfig, w: Workload, spare: int = 0) -> int:
     """The cache the workload ends with: 2 · b · s · L · n_kv_head · d_head elements (K and V of every
     decoder layer and position, s = w.seq + w.gen) in the KV dtype ``w.kv``; an encoder-decoder adds its
-    cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none."""
+    cross-attention cache of w.src_seq sources (see cross_kv_cache_bytes); an encoder has none. ``spare``:
+    slots each window's or chunk's ring keeps beyond its span, min(s, W + spare) (a speculative run's, so
+    that a verify step of spare + 1 tokens can be rewound: tfcalc.model.attention_state)."""
     check_dtype(w.kv)
     # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
     # all positions, or within a sliding window (a chunk) a ring of W (C) slots at most, of its K and V; a
     # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
     own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
-              for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen).items())
+              for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen, spare).items())
     return own + cross_kv_cache_bytes(cfg, w)
 
 

@@ -40,7 +40,7 @@ from typing import Callable, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat
-from tfcalc.count.serving.roofline import Ceilings, decode_step, prefill_step
+from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT, Sharding, step_overhead
 from tfcalc.errors import InputError
@@ -188,3 +188,19 @@ def _max_rate(e: Engine, t: Traffic, cap: float) -> float:
         ok = concurrency(e, Traffic(mid, t.mean_input, t.mean_output), cap)[0] is not None
         lo, hi = (mid, hi) if ok else (lo, mid)
     return lo
+
+
+def rows_step(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, rows: int, span: int) -> Step:
+    """A decode step as tfcalc.model.slots runs it (the measured server, ``infer --rate --measure``): one token
+    for every one of ``rows`` slots, in flight or free, each reading ``span`` positions of its cache (the
+    bucket of the longest row in flight; min(span, W) in a window of W), the fixed shape of a contiguous cache
+    without paged attention. The steady state's τ(N) above is the paged server's step instead: N sequences,
+    each reading its own I + O/2 positions."""
+    return decode_step(cfg, rows, span, fmt, kv_dtype, src_seq=decoder_source(cfg, span, None))
+
+
+def rows_step_s(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, rows: int, span: int) -> float:
+    """``rows_step``'s seconds on the roofline, with the performance model's per-step costs."""
+    step = rows_step(cfg, fmt, kv_dtype, rows, span)
+    over = step_overhead(cfg, step, fmt, c, None, decoder_source(cfg, span, None))
+    return step.time_s(c) + (over.total_s if over else 0.0)

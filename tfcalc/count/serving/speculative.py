@@ -22,6 +22,10 @@ Conventions:
 - the draft runs whole on every GPU (under --tp the target is split and the draft is not: vLLM's
   draft tensor-parallel size 1), in the target's weight and KV formats, its KV cache beside the
   target's: both must fit;
+- the generation state: the target's cache holds the prompt, the generation and the verify's k positions
+  past it, each window's or chunk's ring with k spare slots (W + k: a verify of k + 1 tokens overwrites
+  nothing its queries read, and a rejection rewinds; tfcalc.model.attention_state), the draft's the same
+  (its rewind reaches k - 1 back); a plain decode's rings keep W;
 - A is a property of the pair of models and the text: tfcalc takes it as given (--accept-rate); it does
   not predict it. The draft must share the target's vocabulary (a token id means the same in both).
 """
@@ -78,6 +82,7 @@ class Speculative:
     verify_step_s: float
     draft_weights_bytes: int
     draft_kv_cache_bytes: int
+    kv_cache_bytes: int = 0  # the target's state under speculation (one GPU's under --tp; the docstring)
 
     @property
     def round_s(self) -> float:
@@ -110,5 +115,6 @@ def estimate(target: ModelConfig, draft: ModelConfig, w: Workload, fmt: WeightFo
     return Speculative(k, float(accept_rate), expected_tokens(accept_rate, k), context,
                        _seconds(target, plain, fmt, c, tp), _seconds(draft, d, fmt, c, None),
                        _seconds(target, verify, fmt, c, tp), weights_bytes(draft, fmt),
-                       kv_cache_bytes(draft, replace(w, gen=w.gen + k,
-                                                     src_seq=decoder_source(draft, w.seq, w.src_seq))))
+                       kv_cache_bytes(draft, replace(w, gen=w.gen + k, src_seq=decoder_source(draft, w.seq, w.src_seq)),
+                                      spare=k),
+                       shard.kv(kv_cache_bytes(target, replace(w, gen=w.gen + k, src_seq=src), spare=k)))
