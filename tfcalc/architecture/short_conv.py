@@ -89,8 +89,10 @@ class ShortConv:
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         d = self.d_model
+        # the output projection is named "o": the FLOP fold puts a mixer's ``mixing`` just before its "o"
+        # (tfcalc.count.model.flops), and leaves it out of a mixer that has none
         return [Linear("in_proj", "attention_proj", "in_proj (B, C, x)", d, 3 * d),
-                Linear("out_proj", "attention_proj", "out_proj", d, d)]
+                Linear("o", "attention_proj", "out_proj", d, d)]
 
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Step 3 for one sequence: per channel (T, K) @ (K, 1), d copies (see the module docstring); a decode
