@@ -18,7 +18,8 @@ taps. FlopCounterMode on tfcalc's module sees exactly 2·d·K·T (a conv1d over 
 outputs: torch.utils.flop_counter's conv formula, 2 · out positions · d · K). transformers' torch path
 (``causal_conv1d_fn``) pads K - 1 on both sides and drops the last K - 1 outputs, so FlopCounterMode on it sees
 2·d·K·(T + K - 1): 2·d·K·(K - 1) more per sequence and conv layer, computed and thrown away, named apart in
-the tests, never counted here. A decode step is one output: 2·d·K, reading the state.
+the tests, never counted here. A decode step is one output: 2·d·K, reading the state (its causal count, at a
+context under K, leaves out the taps over the zeros the state holds before position 0).
 
 **The state** (``state``): transformers keeps K columns of u per conv layer (``conv_L_cache``: cache_utils.py
 ``LinearAttentionLayer.update_conv_state`` allocates (B, d, K)), though the next step needs only the K - 1
