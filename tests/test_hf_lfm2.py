@@ -266,3 +266,30 @@ def test_set_keys_reach_the_convolution():
     conv = cfg.architecture.output.layer(0).mixer
     assert (conv.kernel_size, conv.bias) == (4, True)
     assert count_params.total(cfg) - count_params.total(load("lfm2-1.2b")) == 10 * (2048 + 5 * 2048)
+
+
+def test_the_routers_expert_bias_is_loaded_and_routes(tmp_path):
+    """LFM2-MoE's expert_bias (a buffer, tfcalc's score_bias) chooses the experts and does not weight them: a
+    tiny checkpoint with a random bias gives transformers' logits within 1e-4 (fp32), and another choice than
+    without it."""
+    import warnings
+
+    from hf_tiny import build, inputs
+
+    import tfcalc
+
+    model = build("lfm2_moe")
+    with torch.no_grad():
+        for layer in model.model.layers[1:]:  # the MoE layers (num_dense_layers 1)
+            layer.feed_forward.expert_bias.copy_(torch.randn(8, generator=torch.Generator().manual_seed(3)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.save_pretrained(tmp_path)
+    ours = tfcalc.load_model(str(tmp_path))
+    ids = inputs("lfm2_moe", seed=7)["input_ids"]
+    with torch.no_grad():
+        ref, got = model(input_ids=ids).logits, ours(ids)
+        assert (got - ref).abs().max() <= 1e-4
+        for block in ours.blocks[1:]:
+            block.ffn.score_bias.zero_()
+        assert (ours(ids) - ref).abs().max() > 1e-3
