@@ -202,6 +202,18 @@ CASES = {
                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
                        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
                                         "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
+    # LFM2: short gated convolutions (kernel 3) and one attention layer; biases on the convolutions (conv_bias),
+    # and the MLP's width adjusted (int(2·48/3) = 32, a multiple of 16). LFM2-MoE: a dense first layer, then 8
+    # experts of 16 (top 2, sigmoid routing, scaled); layer_types with conv layers first and last
+    "lfm2": Case("Lfm2Config", "Lfm2ForCausalLM",
+                 dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, conv_bias=True, block_multiple_of=16,
+                      layer_types=["conv", "full_attention", "conv"],
+                      rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    "lfm2_moe": Case("Lfm2MoeConfig", "Lfm2MoeForCausalLM",
+                     dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, intermediate_size=40, moe_intermediate_size=16,
+                          num_experts=8, num_experts_per_tok=2, num_dense_layers=1, routed_scaling_factor=1.5,
+                          layer_types=["conv", "full_attention", "conv", "conv"],
+                          rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
     # Gemma 3: local layers (window 4, base 10) and a global one (base 1000), 5 : 1 cut to 3 layers; Q/K norms
     "gemma3_text": Case("Gemma3TextConfig", "Gemma3ForCausalLM",
                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,

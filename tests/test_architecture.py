@@ -28,6 +28,9 @@ def test_every_preset_describes_every_layer(name):
     assert len(arch.stacks) == (2 if cfg.arch == "encoder-decoder" else 1)
     for i, block in enumerate(arch.output.layers()):
         a = block.attention
+        assert block.is_moe == is_moe_layer(cfg, i)  # DeepSeek-V3: the first 3 layers dense
+        if not hasattr(a, "n_head"):  # a mixer without attention heads (LFM2's short convolution)
+            continue
         assert (a.n_head, a.n_kv_head, a.head_dim) == (cfg.n_head, cfg.kv_heads, cfg.head_dim)
         assert a.window == (cfg.layer_window(i) if cfg.arch != "encoder" else None)
         assert block.is_moe == is_moe_layer(cfg, i)  # DeepSeek-V3: the first 3 layers dense

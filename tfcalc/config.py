@@ -39,8 +39,9 @@ has RoPE or not (NoPE). By period: ``full_attention_every: k`` makes layers k-1,
 the rest local (without it, every layer is local once a window or chunk is given); ``nope_every: n``
 takes RoPE out of layers n-1, 2n-1, ... (Llama 4: 4, its global layers; SmolLM3: 4). Local layers rotate
 with base ``rope_local_theta`` where given (Gemma 3: 10,000 beside the global 1,000,000). Or by list:
-``layer_pattern``, each layer's kind -- ``full``, ``local``, ``nope`` (global, no RoPE), ``local_nope``
--- written as runs: ``"(local*5, full)*10, local*2"`` (Gemma 3 27B's 62 layers), as Hugging Face's
+``layer_pattern``, each layer's kind -- ``full``, ``local``, ``nope`` (global, no RoPE), ``local_nope``,
+``conv`` (no attention: LFM2's short gated convolution, ``conv_kernel`` taps) -- written as runs:
+``"(local*5, full)*10, local*2"`` (Gemma 3 27B's 62 layers), as Hugging Face's
 ``layer_types`` lists them; it must cover exactly n_layer layers, and replaces full_attention_every and
 nope_every. YAML fields and ``--set`` keys alike (``--set layer_pattern="(local*3, full)*2"``).
 
@@ -240,6 +241,9 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     attention_chunk_size: Optional[int] = None  # local layers attend within chunks of this many (Llama 4: 8192)
     nope_every: Optional[int] = None  # layers n-1, 2n-1, ... have no RoPE (Llama 4, SmolLM3: 4)
     layer_pattern: Optional[str] = None  # each layer's kind, as runs: "(local*5, full)*10, local*2"
+    # LFM2's short gated convolution, in the layers layer_pattern calls "conv" (tfcalc.architecture.short_conv):
+    conv_kernel: int = 3  # its taps K (conv_L_cache)
+    conv_bias: bool = False  # biases on its in_proj, convolution and out_proj (conv_bias)
 
     # --- norms and heads of issue 22's families (OLMo 2) ---
     # Q/K norms over each head (head: Qwen3, Gemma 3) or over each whole projection, n_head·d_head and

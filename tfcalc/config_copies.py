@@ -96,7 +96,7 @@ def _kind_names(cfg: ModelConfig) -> dict[Block, str]:
         for j, block in enumerate(run.pattern):
             if block not in out:
                 kind = layer_kind(cfg, start + j)
-                out[block] = ("local" if kind.local else "full" if kind.rope else "nope") + (
+                out[block] = "conv" if kind.conv else ("local" if kind.local else "full" if kind.rope else "nope") + (
                     "_nope" if kind.local and not kind.rope else "")
         start += len(run.pattern) * run.repeat
     return out

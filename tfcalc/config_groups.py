@@ -23,6 +23,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
+    ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
     ("latent attention and YaRN (LatentAttention, Yarn)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow",

@@ -52,6 +52,9 @@ KINDS = {
     "olmo2-like": dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, norm_placement="output", qk_norm=True,
                        qk_norm_over="projection"),
     "layer-pattern": dict(pos_encoding="rope", n_layer=4, sliding_window=3, layer_pattern="local_nope, full*2, nope"),
+    # LFM2: short gated convolutions (tfcalc.model.short_conv) beside a windowed attention layer
+    "conv-lfm2": dict(pos_encoding="rope", n_layer=4, sliding_window=3, conv_kernel=4, conv_bias=True,
+                      layer_pattern="conv, local, conv*2"),
 }
 
 

@@ -30,6 +30,9 @@ KINDS = {
                           full_attention_every=2, n_head=4, n_kv_head=2),
     "latent": dict(pos_encoding="rope", kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
                    n_head=4),
+    # LFM2's short convolutions: each row's state of K inputs moves with the row
+    "conv-lfm2": dict(pos_encoding="rope", norm="rmsnorm", gated_ffn=True, activation="silu", n_layer=3,
+                      layer_pattern="conv, full, conv", conv_bias=True),
 }
 
 

@@ -31,6 +31,9 @@ KINDS = {
                            logit_softcap=30.0, norm_placement="sandwich"),
     "alibi": dict(pos_encoding="alibi", n_head=4),
     "alibi-window": dict(pos_encoding="alibi", sliding_window=5),
+    # LFM2: short gated convolutions (a fixed state of K inputs, shifted in place) around an attention layer
+    "conv-lfm2": dict(ROPE, n_layer=3, n_head=4, n_kv_head=2, qk_norm=True, layer_pattern="conv, full, conv",
+                      conv_bias=True),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

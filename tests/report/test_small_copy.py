@@ -45,7 +45,10 @@ def test_small_copy_keeps_every_kind_of_layer(preset, blocks):
     cfg = load(preset)
     small = small_copy(cfg, 1, blocks)
     assert small.n_layer == blocks and total(small) < MEASURE_PARAMS
-    assert features(small) == features(cfg)
+    if blocks >= len(features(cfg)):
+        assert features(small) == features(cfg)
+    else:  # LFM2-8B-A1B: conv with a dense MLP, conv with experts, attention with experts -- 3 kinds in 2 blocks
+        assert features(small) < features(cfg)
     assert (small.kv_lora_rank is None) == (cfg.kv_lora_rank is None)
     if cfg.n_expert:
         assert small.n_expert <= cfg.n_expert and small.n_expert % 2 == 0 and small.n_expert_active <= 4

@@ -30,6 +30,7 @@ from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, layer_kind, period_segments
+from tfcalc.architecture.short_conv import ShortConv
 from tfcalc.errors import InputError
 
 
@@ -105,8 +106,15 @@ def _projected(cfg: Any) -> int | None:
 
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
-    return Block(_attention(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
+    return Block(_mixer(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
                  _attention(cfg, i, causal=False, kind="cross") if cross else None, cfg.residual_multiplier)
+
+
+def _mixer(cfg: Any, i: int, causal: bool) -> Any:
+    """Layer i's token mixer: a short gated convolution where layer_pattern says ``conv`` (LFM2), else attention."""
+    if layer_kind(cfg, i).conv:
+        return ShortConv(cfg.d_model, cfg.conv_kernel, cfg.conv_bias, causal)
+    return _attention(cfg, i, causal)
 
 
 def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:

@@ -12,7 +12,8 @@ Two ways to say it (tfcalc.config documents the fields):
   ``*n`` repeated: ``(local*5, full)*10, local*2`` is Gemma 3 27B's 62 layers.
 
 Kinds: ``full`` (the whole causal context, RoPE), ``local`` (through the window or the chunk, RoPE at
-``rope_local_theta`` where given), ``nope`` (the whole context, no RoPE), ``local_nope``.
+``rope_local_theta`` where given), ``nope`` (the whole context, no RoPE), ``local_nope``; ``conv``: no
+attention, LFM2's short gated convolution (tfcalc.architecture.short_conv; ``conv_kernel``, ``conv_bias``).
 
 A pattern is kept as runs -- a tuple of kinds repeated -- never one entry per layer, so a pattern of a
 2**40-layer model costs what a 2-layer one does. Pure Python: no torch, typer or rich here.
@@ -27,7 +28,7 @@ from typing import NamedTuple
 
 from tfcalc.errors import InputError
 
-KINDS = ("full", "local", "nope", "local_nope")
+KINDS = ("full", "local", "nope", "local_nope", "conv")
 MAX_PERIOD = 4096  # kinds in one group of a pattern (expanded): far past any model's (Gemma 3: 6)
 _TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d+)|(,)|([A-Za-z_]+))")
 
@@ -35,6 +36,7 @@ _TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d+)|(,)|([A-Za-z_]+))")
 class LayerKind(NamedTuple):
     local: bool  # through the window or chunk
     rope: bool  # RoPE in this layer (where the model has RoPE at all)
+    conv: bool = False  # a short gated convolution in place of attention (LFM2; tfcalc.architecture.short_conv)
 
 
 class PatternRun(NamedTuple):
@@ -43,7 +45,7 @@ class PatternRun(NamedTuple):
 
 
 def kind_of(name: str) -> LayerKind:
-    return LayerKind(name.startswith("local"), not name.endswith("nope"))
+    return LayerKind(name.startswith("local"), not name.endswith("nope"), name == "conv")
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 
 Rule = tuple[str, str]
-TYPES = ("phi", "starcoder2", "cohere", "granite", "gpt_bigcode", "bloom", "roberta")
+TYPES = ("phi", "starcoder2", "cohere", "granite", "gpt_bigcode", "bloom", "roberta", "lfm2", "lfm2_moe")
 
 
 def _tied_head(arch: Architecture) -> str:
@@ -104,6 +104,32 @@ def _roberta(arch: Architecture, bert: list[Rule]) -> list[Rule]:
     ]
 
 
+def _lfm2(arch: Architecture) -> list[Rule]:
+    """LFM2 and LFM2-MoE (modeling_lfm2.py, modeling_lfm2_moe.py): the short convolution's in_proj, conv and
+    out_proj are its component's Weights (tfcalc.architecture.short_conv) by name; the router's expert_bias
+    is a buffer (DeepSeek-V3's score bias); experts grouped (transformers 5) or one by one (4's w1, w3, w2)."""
+    layer, ff = r"layers\.(\d+)\.", r"layers\.(\d+)\.feed_forward\."
+    return [
+        (r"embed_tokens\.weight", "tok_emb.weight"), (r"embedding_norm\.weight", "final_norm.weight"),
+        (r"lm_head\.weight", _tied_head(arch)),
+        (layer + r"operator_norm\.weight", "blocks.{0}.attn_norm.weight"),
+        (layer + r"ffn_norm\.weight", "blocks.{0}.ffn_norm.weight"),
+        (layer + r"conv\.(in_proj|conv|out_proj)\.(weight|bias)", "blocks.{0}.attn.{1}.{2}"),
+        (layer + r"self_attn\.([qkv])_proj\.weight", "blocks.{0}.attn.qkv.weight|{1}"),
+        (layer + r"self_attn\.out_proj\.weight", "blocks.{0}.attn.out.weight"),
+        (layer + r"self_attn\.([qk])_layernorm\.weight", "blocks.{0}.attn.{1}_norm.weight"),
+        (ff + r"w1\.weight", "blocks.{0}.ffn.up.weight|gate"), (ff + r"w3\.weight", "blocks.{0}.ffn.up.weight|up"),
+        (ff + r"w2\.weight", "blocks.{0}.ffn.down.weight"),
+        (ff + r"gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (ff + r"expert_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (ff + r"experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (ff + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (ff + r"experts\.(\d+)\.w1\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|gate"),
+        (ff + r"experts\.(\d+)\.w3\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|up"),
+        (ff + r"experts\.(\d+)\.w2\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+    ]
+
+
 def rules(arch: Architecture, model_type: str, llama: list[Rule], bert: list[Rule]) -> list[Rule]:
     """The rules of one of TYPES; ``llama`` and ``bert``: those families' rules, which Granite and Cohere
     (Llama's names) and RoBERTa (BERT's) extend."""
@@ -113,4 +139,6 @@ def rules(arch: Architecture, model_type: str, llama: list[Rule], bert: list[Rul
         return _cohere(arch, llama)
     if model_type == "roberta":
         return _roberta(arch, bert)
+    if model_type in ("lfm2", "lfm2_moe"):
+        return _lfm2(arch)
     return {"phi": _phi, "starcoder2": _starcoder2, "gpt_bigcode": _gpt_bigcode, "bloom": _bloom}[model_type](arch)

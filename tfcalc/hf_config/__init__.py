@@ -53,6 +53,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "gpt_oss": ("gpt_oss", "gpt_oss"),
     "granite": ("granite", "granite"),
     "kimi_k2": ("deepseek", "deepseek_v3"),
+    "lfm2": ("lfm2", "lfm2"),
+    "lfm2_moe": ("lfm2", "lfm2_moe"),
     "llama": ("llama", "llama"),
     "llama4": ("llama4", "llama4"),
     "llama4_text": ("llama4", "llama4_text"),
