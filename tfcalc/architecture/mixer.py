@@ -20,6 +20,7 @@ What a mixer answers:
    tensor) -- the parameter count, the plan's shards and the checkpoint map fold over them;
 2. ``linears(with_kv, step)``: its projections (``Linear``: n_in -> n_out over the rows named); ``step``: in
    the form a decode step runs (latent attention's absorbed form; the same projections for most mixers);
+   its output projection last (the FLOP table shows ``mixing`` just before it);
 3. ``mixing(queries, keys)``: the matmuls that mix positions, for ONE sequence of ``queries`` new tokens
    over a context of ``keys`` positions (a forward pass: queries = keys = T; a decode step: queries = 1,
    keys = the context) -- each a ``Mixing`` with its full-square FLOPs (the convention of FlopCounterMode,

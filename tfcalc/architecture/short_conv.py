@@ -90,8 +90,8 @@ class ShortConv:
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         d = self.d_model
-        # the output projection is named "o": the FLOP fold puts a mixer's ``mixing`` just before its "o"
-        # (tfcalc.count.model.flops), and leaves it out of a mixer that has none
+        # the output projection last (the protocol: the FLOP table shows ``mixing`` just before it); named "o"
+        # as attention's is, so that the checkpoint and breakdown names read alike
         return [Linear("in_proj", "attention_proj", "in_proj (B, C, x)", d, 3 * d),
                 Linear("o", "attention_proj", "out_proj", d, d)]
 

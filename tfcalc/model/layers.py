@@ -254,10 +254,12 @@ class Attention(MixerModule):
         """RoPE on Q and K, (B, T, nh*hs) and (B, T, nkv*hs), split from ``qkv``. Where they are still the
         projection's output (no norm before the rotation), one call rotates their adjacent heads together: a
         decode step's rotation is five small kernels whatever the width, so one call instead of two saves
-        11 us a layer on an H100 (benchmarks/decode_profile.py); the same arithmetic in the same order."""
+        11 us a layer on an H100 (benchmarks/decode_profile.py); the same arithmetic in the same order. Not
+        under autograd: the rotated Q and K would then be views of one tensor, which attention copies and
+        saves again, and a training step's saved bytes are counted for two tensors (tfcalc.count)."""
         B, T, _ = q.shape
         nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
-        if self.q_norm is None or self.qk_norm_after_rope:
+        if not qkv.requires_grad and (self.q_norm is None or self.qk_norm_after_rope):
             qk = apply_rope(qkv[..., :self.q_dim + self.kv_dim].view(B, T, nh + nkv, hs), cos, sin)
             return qk[:, :, :nh].flatten(2), qk[:, :, nh:].flatten(2)
         return (apply_rope(q.view(B, T, nh, hs), cos, sin).flatten(2),

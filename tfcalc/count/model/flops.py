@@ -221,8 +221,13 @@ def _stack_matmuls(
         linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
             linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
-        for m in linears:
-            if m.name == "attn_o":
+        # the mixer's position mixing sits before its output projection, the last of its linears (the protocol,
+        # tfcalc.architecture.mixer); a mixer without projections mixes first
+        out = len(block.mixer.linears(step=absorbed)) - 1
+        if out < 0:
+            mixing(block.mixer, "attn_", "attention_scores", "", keys, layers)
+        for i, m in enumerate(linears):
+            if i == out:
                 mixing(block.mixer, "attn_", "attention_scores", "", keys, layers)
             if m.name == "cross_attn_o":
                 mixing(block.cross_attention, "cross_attn_", "cross_attention_scores", "cross-attention ", src,
