@@ -241,11 +241,18 @@ class Attention:
         return (self.window if self.window is not None and self.window < length else None,
                 self.chunk if self.chunk is not None and self.chunk < length else None)
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """tfcalc.count.model.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
+              sources: Optional[int] = None) -> dict[str, int]:
+        """tfcalc.count.model.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved); a cross-attention
+        (``kind`` "cross") over ``sources`` positions, step 10: bytes over the micro-batch (``cross_saved``)."""
+        if self.kind == "cross":
+            return saved.cross_saved(self, batch, seq, seq if sources is None else sources, e, kernel)
         return saved.attention_saved(self, batch, seq, e, kernel, dropout)
 
-    def working_set(self, kernel: str, length: int) -> int:
+    def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
+        """Per token (a cross-attention: per sequence, over ``sources`` positions; ``cross_working_set``)."""
+        if self.kind == "cross":
+            return saved.cross_working_set(self, kernel, length, length if sources is None else sources)
         return saved.working_set(self, kernel, length)
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:
