@@ -31,8 +31,11 @@ import torch
 class AttentionState:
     """One layer's state tensors, (B, heads, slots, width) each, and how its slots are laid out."""
 
-    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype):
-        """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention)."""
+    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype, packed: bool = False):
+        """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention).
+        ``packed``: its tensors (of one head count) side by side in ONE buffer (B, heads, slots, Σ widths), each
+        a view of its channels: latent attention's rows [c | k_r], which the absorbed step reads as its keys
+        without a copy (tfcalc.model.latent_absorbed.cache_keys); the same bytes as the tensors apart."""
         window, chunk = getattr(spec, "window", None), getattr(spec, "chunk", None)
         self.window, self.chunk = window, chunk
         self.size = spec.kv_positions(max_tokens)
@@ -40,8 +43,18 @@ class AttentionState:
         self.layout = ("chunk", chunk, self.size) if chunk is not None else (
             ("window", window, self.size) if window is not None else ("full", None, self.size))
         self.names = tuple(name for name, _, _ in spec.state_tensors())
-        self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
-                        for _, heads, width in spec.state_tensors()]
+        shapes = spec.state_tensors()
+        self.packed = None  # the one buffer the tensors are views of, when packed
+        if packed:
+            heads = {h for _, h, _ in shapes}
+            if len(heads) != 1:
+                raise ValueError(f"a packed state needs one head count for its tensors, not {sorted(heads)}")
+            widths = [w for _, _, w in shapes]
+            self.packed = torch.zeros(batch, heads.pop(), self.size, sum(widths), device=device, dtype=dtype)
+            self.tensors = list(self.packed.split(widths, dim=-1))  # views (B, nh, S, w), rows of Σ widths
+        else:
+            self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
+                            for _, heads, width in shapes]
 
     carried = ()  # nothing a step rewrites whole: it writes its positions' slots only (tfcalc.model.cache)
 
@@ -66,12 +79,17 @@ class AttentionState:
 
     @property
     def nbytes(self) -> int:
+        if self.packed is not None:
+            return self.packed.numel() * self.packed.element_size()
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
     def write(self, slots: torch.Tensor, *new: torch.Tensor) -> None:
         """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place (a scatter:
-        device indices, so the same kernels whichever slots)."""
-        for buffer, x in zip(self.tensors, new, strict=True):
+        device indices, so the same kernels whichever slots). Packed: the T new rows joined (a copy of the new
+        positions only, never of the cache) and scattered once."""
+        if self.packed is not None:
+            new = (torch.cat([x.to(self.packed.dtype) for x in new], dim=-1),)  # (B, heads, T, Σ widths)
+        for buffer, x in zip(self.tensors if self.packed is None else [self.packed], new, strict=True):
             B, heads, T, width = x.shape
             index = slots[:, None, :, None].expand(B, heads, T, width)
             buffer.scatter_(2, index, x.to(buffer.dtype))
@@ -98,4 +116,5 @@ class AttentionState:
         view = object.__new__(AttentionState)
         view.__dict__.update(self.__dict__)
         view.tensors = [t[rows] for t in self.tensors]
+        view.packed = None if self.packed is None else self.packed[rows]
         return view
