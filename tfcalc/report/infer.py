@@ -24,7 +24,7 @@ from tfcalc.count.serving import continuous, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
-from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json
+from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, read_estimate
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.infer_report import InferReport
 from tfcalc.report.model_ref import ModelRef
@@ -205,7 +205,9 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
         alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
-    rows = tuple(measured_json(est, t, run, ceilings, o.dtype)
+    rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
+                     model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,
+                                         dtype=report.fmt.dtype, kv_dtype=report.kv_dtype), report.fmt, ceilings, t))
                  for est, t in zip(report.estimates, run.timings, strict=True))
     report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
     if o.draft is not None:
