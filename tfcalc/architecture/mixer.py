@@ -28,8 +28,9 @@ What a mixer answers:
    (``MatmulEntry.mixing``: no weights, split by heads under TP), whatever its name; ``step``: a decode
    step's form, as for ``linears``. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
-4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
-   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.model.non_matmul;
+4. ``elementwise(queries, keys, step)``: its non-matmul work over one sequence (``Elementwise``: softmax,
+   soft-cap, RoPE, Q/K norms, its projections' bias adds, copies), each priced by tfcalc.count.model.non_matmul;
+   ``step``: a decode step's form, as for ``linears``;
 5. ``kernel``, ``mask_span``, ``saved`` and ``working_set``: the activations it keeps for the backward pass
    and those alive in a no-grad forward, under the kernel its module runs and the masks it reads (a
    cross-attention asked with ``sources``, the length of the sequence its keys come from);
@@ -183,7 +184,10 @@ class Mixer(Protocol):
 
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]: ...
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
+    def elementwise(self, queries: int, keys: int, step: bool = False) -> list[Elementwise]:
+        """Its non-matmul work over one sequence; ``step``: in its decode step's form (asked only of a mixer
+        whose ``capabilities.decode_form`` is not "standard")."""
+        ...
 
     def kernel(self, explicit_mask: bool) -> str:
         """The kernel its module runs on a CPU ("flash": fused, no (T, T) tensor; "math": scores written out),
@@ -214,8 +218,9 @@ class Mixer(Protocol):
         cross-attention reading that many positions): the elements per sequence of ``length`` queries."""
         ...
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel."""
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel; ``step``: one
+        decode step's over ``tokens`` query rows, forward only, in its decode form (asked as ``elementwise``)."""
         ...
 
     def state(self) -> list[StateTensor]: ...
