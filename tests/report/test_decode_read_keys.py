@@ -96,3 +96,17 @@ def test_bench_decode_json_names_both(cli):
     assert d["kv_span_min"] == d["kv_span_max"] == 11  # the cache holds 8 + 3: its bucket is capped there
     assert d["ratio"]["decode"] == pytest.approx(p["decode_s_per_token_read"] / d["decode_s_per_token"])
     assert d["ratio"]["decode_live"] == pytest.approx(p["decode_s_per_token_live"] / d["decode_s_per_token"])
+
+
+def test_infer_json_names_the_keys_tfcalcs_runtime_reads(cli):
+    """`tfcalc infer llama2-7b --seq 100 --gen 50`: the decode steps at live contexts 101..149 in a cache of
+    100 + 50 - 1 = 149 slots (tfcalc.model.generate) read a bucket of 128 keys (contexts 101..128) or of 149
+    (129..149, capped at the cache): Σ (128 − L) over 101..128 = 378 and Σ (149 − L) over 129..149 = 210, 588
+    keys more over 49 steps = 12 a step, each key 2 · 32 layers · 4096 · 2 bytes (bf16 K and V) = 524,288:
+    6,291,456 bytes per token more than the live context's figure, which stays the headline (``keys`` "live")."""
+    d = cli("infer", "llama2-7b", "--seq", "100", "--gen", "50", "--json").json()
+    d = d[0] if isinstance(d, list) else d
+    p = d["predicted"]
+    assert p["keys"] == "live" and p["bytes_per_token"] == p["bytes_per_token_live"] == d["bytes_per_token"]
+    assert p["bytes_per_token_read"] - p["bytes_per_token_live"] == 12 * 2 * 32 * 4096 * 2 == 6_291_456
+    assert p["decode_s_per_token_read"] > p["decode_s_per_token_live"] == d["decode_s_per_token"]

@@ -21,7 +21,7 @@ from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import check_fraction, device_perf, fp8_ceiling_note
 from tfcalc.count.serving import continuous, speculative, static as serving
-from tfcalc.count.serving.roofline import Ceilings
+from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, read_estimate
@@ -149,11 +149,15 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
+    # the same requests as tfcalc's own runtime reads them: each step over a bucket of a cache of seq + gen - 1
+    # slots (tfcalc.model.generate), beside the live context's figures above
+    read = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp,
+                                  span=lambda n: read_span(n, seq + o.gen - 1)) for b in o.batches)
     return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
-        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state,
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state, read_estimates=read,
     ))
 
 
