@@ -6,12 +6,12 @@ tests/count/test_eager_traffic.py, whose byte rules these are).
 
 Bytes of an op: the distinct elements of each tensor it takes or returns × the item size; views move nothing;
 matmuls and the attention kernel are left out (SDPA is timed apart: its ops, decomposed on a CPU, are
-excluded by switching the recorder off around it). The one rule of this file: a scatter into the state reads
-its source and writes as many elements (the dispatcher lists the whole buffer as its ``self``; the slots it
-does not touch are neither read nor written); its int64 slot index, 8 bytes a token broadcast over the
-channels, is left out (stated, as tfcalc.count.perf.eager leaves out a mixture's index work). The norms'
-weight vectors (c and c_q elements), read once whatever the tokens, are left out by the count's convention
-(tfcalc.count.perf.eager) and added to it here by hand."""
+excluded by switching the recorder off around it). The one rule of this file: the indexed write into the
+state (a scatter_, or an index_put_) reads its source and writes as many elements (the dispatcher lists the
+whole buffer as its ``self``; the slots it does not touch are neither read nor written); its int64 slot
+indices, a few bytes a token, are left out (stated, as tfcalc.count.perf.eager leaves out a mixture's index
+work). The norms' weight vectors (c and c_q elements), read once whatever the tokens, are left out by the
+count's convention (tfcalc.count.perf.eager) and added to it here by hand."""
 
 from __future__ import annotations
 
@@ -52,13 +52,15 @@ class StepTraffic(TorchDispatchMode):
         name = func.overloadpacket.__name__
         if not self.on or func.is_view or name in MATMULS or name in VIEWS:
             return out
-        if name == "scatter_":  # its source read, as many elements written (the module docstring)
-            moved = 2 * _moved(args[3])
+        source = {"scatter_": 3, "index_put_": 2}.get(name)  # an indexed write into the state
+        if source is not None:  # its source read, as many elements written (the module docstring)
+            moved = 2 * _moved(args[source])
         else:
             moved = sum(_moved(t) for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor))
         self.bytes += moved
         self.kernels += 1
-        self.ops.append((name, math.prod(out.shape) if name != "scatter_" else args[3].numel()))
+        self.ops.append(("write" if source is not None else name,
+                         math.prod(out.shape) if source is None else args[source].numel()))
         return out
 
 
@@ -117,7 +119,7 @@ def test_the_step_non_matmul_entries_name_the_ops_it_runs(kind, monkeypatch):
     H, hr, c, hv = spec.n_head, spec.qk_rope_head_dim, spec.kv_lora_rank, spec.v_head_dim
     entries = [e for e in non_matmul_entries(cfg, batch, 1, step=True) if e.component in ("mixer", "rope", "norms")]
     copies = sorted(e.elements * e.copies for e in entries if e.component == "mixer")
-    moved = [n for name, n in recorded.ops if name in ("cat", "scatter_", "clone")]
+    moved = [n for name, n in recorded.ops if name in ("cat", "write", "clone")]
     # rotate-half's cat for Q and for K are RoPE's own (priced per rotated element); the rest the step's copies
     assert sorted(moved) == sorted(copies + [batch * H * hr, batch * hr])
     rope = next(e for e in entries if e.component == "rope")
