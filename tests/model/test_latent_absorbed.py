@@ -177,3 +177,41 @@ def test_random_latent_models_decode_absorbed_as_counted(cfg, batch, prompt):
         if absorb:
             assert counter.get_total_flops() == decode_flops(cfg, Workload(batch=batch, seq=prompt + 1))
     torch.testing.assert_close(logits[True], logits[False], rtol=1e-9, atol=1e-9)
+
+
+def test_the_state_is_one_buffer_of_rows_and_a_step_concatenates_no_cache():
+    """The state of each latent layer: one (B, 1, slots, c + h_r) buffer whose rows are [c | k_r], the latent and
+    the rotary key views of it, its bytes the count's (kv_cache_bytes). A decode step, recorded op by op by a
+    TorchDispatchMode: no op reads a tensor of the cache's length and writes a new one of c + h_r channels (a
+    concatenation of the cache); the only concatenations join the step's own rows (T = 1)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tfcalc.count.model.memory import kv_cache_bytes
+
+    cfg = tiny(max_seq_len=40, **MODELS["v3-like"])
+    torch.manual_seed(1)
+    model = build_model(cfg, "cpu")
+    cache = model.new_cache(2, 40)
+    for state in cache.states:
+        buffer = state.packed
+        assert tuple(buffer.shape) == (2, 1, 40, 12 + 4) and buffer.is_contiguous()
+        assert [t.data_ptr() for t in state.tensors] == [buffer.data_ptr(), buffer.data_ptr() + 12 * 4]
+    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=40, dtype="fp32"))
+    cats = []
+
+    class Cats(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.overloadpacket.__name__ in ("cat", "stack", "clone", "contiguous"):
+                cats.append(tuple(out.shape))
+            return out
+
+    prompt = torch.randint(0, cfg.vocab_size, (2, 20))
+    with torch.inference_mode():
+        model.prefill(prompt, cache)
+        with Cats():
+            logits = model.decode(prompt[:, -1:], cache)  # position 20: a bucket of 32 slots read
+    assert cats and all(32 not in shape for shape in cats), cats  # none over the slots read
+    with torch.inference_mode():  # the step's output: the uncached forward's last position
+        want = model(torch.cat([prompt, prompt[:, -1:]], dim=1))[:, -1:]
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-5)

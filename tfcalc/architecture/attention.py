@@ -212,10 +212,10 @@ class Attention:
         pairs = causal_pairs(queries, keys, self.window, self.chunk) if self.causal else queries * keys
         return score_mixing(self.n_head, self.head_dim, self.v_dim, queries, keys, pairs, self.k_width, self.v_width)
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+    def elementwise(self, queries: int, keys: int, step: bool = False) -> list[Elementwise]:
         """One sequence's non-matmul work: the softmax (and soft-cap) of every score of the full square, the
         Q/K norms over Q and K, RoPE on Q's and K's rotated channels, the projections' bias adds (a
-        cross-attention's K and V over its ``keys`` sources)."""
+        cross-attention's K and V over its ``keys`` sources). A decode step (``step``) runs the same work."""
         scores = self.n_head * queries * keys
         out = [Elementwise("softmax", "softmax (full square)", scores)]
         if self.softcap is not None:
@@ -242,19 +242,27 @@ class Attention:
         return (self.window if self.window is not None and self.window < length else None,
                 self.chunk if self.chunk is not None and self.chunk < length else None)
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """tfcalc.count.model.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved)."""
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
+              sources: Optional[int] = None) -> dict[str, int]:
+        """tfcalc.count.model.activation_terms, steps 3-6 and 9 (tfcalc.architecture.saved); a cross-attention
+        (``kind`` "cross") over ``sources`` positions, step 10: bytes over the micro-batch (``cross_saved``)."""
+        if self.kind == "cross":
+            return saved.cross_saved(self, batch, seq, seq if sources is None else sources, e, kernel)
         return saved.attention_saved(self, batch, seq, e, kernel, dropout)
 
-    def working_set(self, kernel: str, length: int) -> int:
+    def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
+        """Per token (a cross-attention: per sequence, over ``sources`` positions; ``cross_working_set``)."""
+        if self.kind == "cross":
+            return saved.cross_working_set(self, kernel, length, length if sources is None else sources)
         return saved.working_set(self, kernel, length)
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
         """tfcalc.count.perf.eager, 5-7: the fused QKV output's split (a cat of dQ, dK, dV back, 2 per element);
         the Q/K norms, over each whole projection (OLMo 2) or per head (one call for Q's heads, one for K's);
         RoPE, and partial rotary's cat of rotated and passed channels (forward 2, back 6 per head element);
         the Linears with a bias (Q, K, V as one; O). A cross-attention (``kind`` "cross"), over ``tokens``
-        SOURCE rows: its fused [K | V]'s split (a cat of dK, dV back), and its biased Q, [K | V] and O."""
+        SOURCE rows: its fused [K | V]'s split (a cat of dK, dV back), and its biased Q, [K | V] and O. Not
+        asked with ``step`` (its decode form is the standard one: the folds ask only a mixer with its own)."""
         if self.kind == "cross":
             return [EagerOp("moves", "qkv", 0, 2 * tokens * (self.k_width + self.v_width), 0, 1),
                     EagerOp("bias_linears", "bias", 2 * int(self.qkv_bias) + int(self.o_bias))]

@@ -256,9 +256,12 @@ class LatentAttention:
         heads, h, hv = self.decode_score_dims() if step else self.score_dims()
         return score_mixing(heads, h, hv, queries, keys, pairs, self.kv_elements(), 0)
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+    def elementwise(self, queries: int, keys: int, step: bool = False) -> list[Elementwise]:
         """One sequence's non-matmul work as the count prices it: the softmax of the full square over the H
-        heads, RoPE on the rotary channels of Q's and K's H heads each, W_o's bias add."""
+        heads, RoPE on the rotary channels of Q's and K's H heads each, W_o's bias add. A decode step
+        (``step``): the absorbed step's own work (``step_elementwise``)."""
+        if step:
+            return self.step_elementwise(queries, keys)
         out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
         if self.rope_theta is not None:
             out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
@@ -271,17 +274,72 @@ class LatentAttention:
     def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
         return None, None  # every causal key: no window, no chunk
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
+              sources: Optional[int] = None) -> dict[str, int]:
         """tfcalc.count.model.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
         out = saved.latent_saved(self, batch, seq, e, kernel)
         out["scores_dropout"] = (1 + e) * self.n_head * seq if dropout and kernel == "math" else 0
         return out
 
-    def working_set(self, kernel: str, length: int) -> int:
+    def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
         """As an attention of the expanded heads' widths (tfcalc.count.model.memory.forward_working_set)."""
         return saved.working_set(self, kernel, length)
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
+    def step_elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """The absorbed decode step's non-matmul work (tfcalc.model.latent, tfcalc.model.latent_absorbed), op by
+        op as it runs (tests/model/test_latent_step_traffic.py records it): the softmax of H rows over the keys
+        (the attention kernel's); the norms of the KV latent (c) and of Q's compression (c_q); RoPE on the H
+        query heads' h_r channels and on the ONE shared rotary key's (the naive count's 2·H·h_r rotates K per
+        head, which the module never does), each de-interleaved first (a copy of its channels); the new row
+        [c | k_r] joined and scattered into the state (c + h_r, twice); the queries [q̃ | q_r] joined,
+        H·(c + h_r); W_o's bias add. Copies are "copy" work at 0 FLOPs: their traffic and kernels count. Left
+        out: the output heads' copy for W_o, H·h_v, which only a step of B·T > 1 rows makes (at one row it
+        is a view; this count is per sequence, blind to the batch; ``step_eager_ops`` has it)."""
+        H, hr, c = self.n_head, self.qk_rope_head_dim, self.kv_lora_rank
+        out = [Elementwise("softmax", "softmax (multi-query over the latents)", H * queries * keys),
+               Elementwise("qk_norm", "KV latent norm", queries * c, self.latent_norm(c))]
+        if self.q_lora_rank is not None:
+            out.append(Elementwise("qk_norm", "Q latent norm", queries * self.q_lora_rank,
+                                   self.latent_norm(self.q_lora_rank)))
+        if self.rope_theta is not None:
+            if self.interleave:
+                out += [Elementwise("copy", "de-interleave Q's rotary channels", queries * H * hr, per_element=0),
+                        Elementwise("copy", "de-interleave K's rotary channels", queries * hr, per_element=0)]
+            out.append(Elementwise("rope", "RoPE on Q's heads and the shared K", queries * (H + 1) * hr))
+        out += [Elementwise("copy", "new state row [c | k_r] joined", queries * (c + hr), per_element=0),
+                Elementwise("copy", "state row written (scatter)", queries * (c + hr), per_element=0),
+                Elementwise("copy", "queries [q̃ | q_r] joined", queries * H * (c + hr), per_element=0)]
+        return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """The eager work of a training step (below), or with ``step`` of one absorbed decode step over
+        ``tokens`` = B·T query rows (``step_eager_ops``): a step has no backward, so only the forward figures
+        tfcalc.count.perf.eager prices from them apply."""
+        return self.step_eager_ops(tokens) if step else self.train_eager_ops(tokens)
+
+    def step_eager_ops(self, tokens: int) -> list[EagerOp]:
+        """One absorbed decode step's eager ops beside its matmuls and attention kernel (tfcalc.count.perf.eager
+        prices them; tests/model/test_latent_step_traffic.py sums the bytes of every aten op of the real step
+        under a TorchDispatchMode): the latent norms (c, c_q); the de-interleaving cats (one for Q, one for K:
+        2 per rotated element) and RoPE over Q's H heads and the one K head, whose products read each row's cos
+        and sin (positions per row in a step: 4·h_r per token over Q and K); the new row [c | k_r] joined (a
+        cat: 2·(c + h_r)) and scattered into the state (its source read, its rows written: 2·(c + h_r)); the
+        queries [q̃ | q_r] joined (2·H·(c + h_r)); the output heads copied for W_o where B·T > 1 (2·H·h_v)."""
+        H, hr, c, hv = self.n_head, self.qk_rope_head_dim, self.kv_lora_rank, self.v_head_dim
+        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
+        if self.q_lora_rank is not None:
+            out.append(EagerOp("norm", "norms", tokens * self.q_lora_rank, norm=self.latent_norm(self.q_lora_rank)))
+        rotated = tokens * (H + 1) * hr
+        if self.rope_theta is not None:
+            out.append(EagerOp("rope", "rope", rotated))
+            out.append(EagerOp("moves", "rope", 4 * tokens * hr))  # the cos and sin rows, read for Q and for K
+            if self.interleave:
+                out.append(EagerOp("moves", "rope", 2 * rotated, 0, 2, 0))
+        gathered = 2 * tokens * H * hv if tokens > 1 else 0
+        return out + [EagerOp("moves", "state", 4 * tokens * (c + hr), 0, 2, 0),
+                      EagerOp("moves", "qkv", 2 * tokens * H * (c + hr) + gathered, 0, 1 + int(tokens > 1), 0)]
+
+    def train_eager_ops(self, tokens: int) -> list[EagerOp]:
         """tfcalc.model.latent's eager work (tfcalc.count.perf.eager, 6): the norms on the compressed KV latent
         (c_kv) and Q (c_q); RoPE on the H query heads' and the one shared key's h_r channels, de-interleaved
         (a cat forward, two slice_backwards and their sum back); the cats of [k_n | k_r expanded] (its

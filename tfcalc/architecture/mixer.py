@@ -29,10 +29,12 @@ What a mixer answers:
    (``MatmulEntry.mixing``: no weights, split by heads under TP), whatever its name; ``step``: a decode
    step's form, as for ``linears``. Attention answers Q·Kᵀ and attention·V; a state-space mixer its
    chunked scan's matmuls, with no Q·Kᵀ at all;
-4. ``elementwise(queries, keys)``: its non-matmul work over one sequence (``Elementwise``: softmax, soft-cap,
-   RoPE, Q/K norms, its projections' bias adds), each priced by tfcalc.count.model.non_matmul;
+4. ``elementwise(queries, keys, step)``: its non-matmul work over one sequence (``Elementwise``: softmax,
+   soft-cap, RoPE, Q/K norms, its projections' bias adds, copies), each priced by tfcalc.count.model.non_matmul;
+   ``step``: a decode step's form, as for ``linears``;
 5. ``kernel``, ``mask_span``, ``saved`` and ``working_set``: the activations it keeps for the backward pass
-   and those alive in a no-grad forward, under the kernel its module runs and the masks it reads;
+   and those alive in a no-grad forward, under the kernel its module runs and the masks it reads (a
+   cross-attention asked with ``sources``, the length of the sequence its keys come from);
    ``eager_ops``: its eager PyTorch traffic and launches beside the matmuls (``EagerOp``);
 6. ``state()``: its GENERATION STATE per sequence and layer, a list of ``StateTensor``: elements that grow
    with the tokens (K and V; capped by a window or a chunk: ``span``) and elements that do not (an SSM's
@@ -187,7 +189,10 @@ class Mixer(Protocol):
 
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]: ...
 
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]: ...
+    def elementwise(self, queries: int, keys: int, step: bool = False) -> list[Elementwise]:
+        """Its non-matmul work over one sequence; ``step``: in its decode step's form (asked only of a mixer
+        whose ``capabilities.decode_form`` is not "standard")."""
+        ...
 
     def kernel(self, explicit_mask: bool) -> str:
         """The kernel its module runs on a CPU ("flash": fused, no (T, T) tensor; "math": scores written out),
@@ -199,20 +204,28 @@ class Mixer(Protocol):
         hides nothing; (None, None) for a mixer without one (one mask per distinct span, built per stack)."""
         ...
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
+              sources: Optional[int] = None) -> dict[str, int]:
         """{term: bytes per token} it keeps for the backward pass, beside the block's norm and its input
         (tfcalc.count.model.activation_terms), at ``e`` bytes an element under ``kernel``. A term named as one of
         tfcalc.count.training.rank_activations.SPLIT (qkv, attn_output, ...) is split by tensor parallelism with the
-        heads; any other is kept whole on every rank (a latent attention's compressions)."""
+        heads; any other is kept whole on every rank (a latent attention's compressions).
+
+        ``sources``: asked of a mixer that reads another sequence (a block's cross-attention, its keys and
+        values from ``sources`` positions of an encoder's output): then the bytes over the whole micro-batch of
+        ``batch`` sequences of ``seq`` queries, since its terms mix target and source tokens (the count
+        prefixes each term "cross_"). A self-mixer is never asked with it."""
         ...
 
-    def working_set(self, kernel: str, length: int) -> int:
+    def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
         """Elements per token alive at once in its stage of a no-grad forward, beyond the block's input, norm
-        output and output projection (tfcalc.count.model.memory.forward_working_set)."""
+        output and output projection (tfcalc.count.model.memory.forward_working_set). With ``sources`` (a
+        cross-attention reading that many positions): the elements per sequence of ``length`` queries."""
         ...
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel."""
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """Its eager PyTorch work over ``tokens`` tokens beside its matmuls and attention kernel; ``step``: one
+        decode step's over ``tokens`` query rows, forward only, in its decode form (asked as ``elementwise``)."""
         ...
 
     def state(self) -> list[StateTensor]: ...

@@ -80,6 +80,39 @@ def working_set(att: Mixer, kernel: str, length: int) -> int:
     return out + (3 * q + 2 * att.n_head * length if kernel == "math" else 0)
 
 
+def cross_saved(att: Mixer, batch: int, seq: int, sources: int, e: int, kernel: str) -> dict[str, int]:
+    """{term: bytes} a cross-attention keeps over b·T target and b·S source tokens, its ``batch`` sequences of
+    ``seq`` queries reading ``sources`` positions (tfcalc.count.model.activation_terms, step 10), beside the
+    block's norm and the Q-projection input: Q e·q, the output e·o and the log-sum-exp 4·a per target token,
+    the fused K/V output e·(k + v) per source token. "math" (no mask, so only soft-capped scores run it, or a
+    kernel the user forces): K and V copies per source token (the fused K/V output when V needs no copy; with
+    soft-capped scores, as the written-out matmuls keep them) and the softmax output e·a·S per target token
+    (and the tanh output, capped). The source side makes the terms whole only over the micro-batch."""
+    q, k, v, o, a = att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
+    target, source = batch * seq, batch * sources
+    gqa = att.n_kv_head != att.n_head
+    if kernel == "math" and att.softcap is not None:  # written out: Q, K and V as the matmuls keep them
+        out = {"qkv": target * e * q + source * e * (q + o if gqa else k + v),
+               "attn_scores": target * 2 * e * a * sources, "softmax_stats": 0}
+    elif kernel == "flash":
+        out = {"qkv": target * e * q + source * e * (k + v), "attn_scores": 0, "softmax_stats": target * FP32 * a}
+    else:
+        v_is_view = not gqa and (batch == 1 or att.n_head == 1)
+        out = {"qkv": target * e * q + source * e * (q + (k + v if v_is_view else o)),
+               "attn_scores": target * e * a * sources, "softmax_stats": 0}
+    out["attn_output"] = target * e * o
+    return out
+
+
+def cross_working_set(att: Mixer, kernel: str, length: int, sources: int) -> int:
+    """Elements of a cross-attention's stage per sequence of ``length`` target tokens reading ``sources``
+    positions, beyond the block's x, norm output and projection output (3h per target token;
+    tfcalc.count.model.memory.forward_working_set): Q and the SDPA output per target token, K and V per source
+    token; under "math" the scores and their softmax, 2·a·S per target token."""
+    scores = 2 * att.n_head * sources if kernel == "math" else 0
+    return length * (att.q_width + att.out_width + scores) + sources * (att.k_width + att.v_width)
+
+
 def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
     """{term: bytes per token} one self-attention keeps beside the block's norm and the QKV input (steps 3-6,
     and 9's scores dropout), under ``kernel``."""

@@ -204,7 +204,8 @@ def read_bytes(cfg: ModelConfig, batch: int, spans: tuple[int, ...], dtype: str)
     if not spans or cfg.arch == "encoder-decoder":
         return None
     fmt = quant.plain(dtype)
-    per_span = {s: roofline.decode_step(cfg, batch, s, fmt, dtype).bytes for s in set(spans)}
+    steps = {s: roofline.decode_step(cfg, batch, s, fmt, dtype) for s in set(spans)}
+    per_span = {s: step.weight_bytes + step.kv_bytes for s, step in steps.items()}  # as bytes_per_token: no activations
     return sum(per_span[s] for s in spans) / len(spans)
 
 

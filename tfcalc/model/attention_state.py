@@ -45,9 +45,13 @@ import torch
 class AttentionState:
     """One layer's state tensors, (B, heads, slots, width) each, and how its slots are laid out."""
 
-    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0):
+    def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0,
+                 packed: bool = False):
         """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention);
-        ``spare``: slots a window's or chunk's ring keeps beyond its span (the module docstring)."""
+        ``spare``: slots a window's or chunk's ring keeps beyond its span (the module docstring).
+        ``packed``: its tensors (of one head count) side by side in ONE buffer (B, heads, slots, Σ widths), each
+        a view of its channels: latent attention's rows [c | k_r], which the absorbed step reads as its keys
+        without a copy (tfcalc.model.latent_absorbed.cache_keys); the same bytes as the tensors apart."""
         window, chunk = getattr(spec, "window", None), getattr(spec, "chunk", None)
         self.window, self.chunk = window, chunk
         self.size = spec.kv_positions(max_tokens, spare)
@@ -60,8 +64,18 @@ class AttentionState:
         self.layout = ("chunk", chunk, self.size) if chunk is not None else (
             ("window", window, self.size) if window is not None else ("full", None, self.size))
         self.names = tuple(name for name, _, _ in spec.state_tensors())
-        self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
-                        for _, heads, width in spec.state_tensors()]
+        shapes = spec.state_tensors()
+        self.packed = None  # the one buffer the tensors are views of, when packed
+        if packed:
+            heads = {h for _, h, _ in shapes}
+            if len(heads) != 1:
+                raise ValueError(f"a packed state needs one head count for its tensors, not {sorted(heads)}")
+            widths = [w for _, _, w in shapes]
+            self.packed = torch.zeros(batch, heads.pop(), self.size, sum(widths), device=device, dtype=dtype)
+            self.tensors = list(self.packed.split(widths, dim=-1))  # views (B, nh, S, w), rows of Σ widths
+        else:
+            self.tensors = [torch.zeros(batch, heads, self.size, width, device=device, dtype=dtype)  # (B, nh, S, w)
+                            for _, heads, width in shapes]
         self.row_index = torch.arange(batch, device=device)[:, None]  # (B, 1): write()'s rows, made once
 
     carried = ()  # nothing a step rewrites whole: it writes its positions' slots only (tfcalc.model.cache)
@@ -94,14 +108,19 @@ class AttentionState:
 
     @property
     def nbytes(self) -> int:
+        if self.packed is not None:
+            return self.packed.numel() * self.packed.element_size()
         return sum(t.numel() * t.element_size() for t in self.tensors)
 
     def write(self, slots: torch.Tensor, *new: torch.Tensor) -> None:
         """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place: one indexed
         write per tensor at device indices (rows, slots), so the same kernel whichever slots. (A scatter_
-        with its index expanded to every element took 3.6 us a tensor in a 7B decode step on an H100.)"""
+        with its index expanded to every element took 3.6 us a tensor in a 7B decode step on an H100.) Packed:
+        the T new rows joined (a copy of the new positions only, never of the cache) and written once."""
+        if self.packed is not None:
+            new = (torch.cat([x.to(self.packed.dtype) for x in new], dim=-1),)  # (B, heads, T, Σ widths)
         rows = self.row_index[:slots.shape[0]]  # (B, 1), broadcast against slots (B, T)
-        for buffer, x in zip(self.tensors, new, strict=True):
+        for buffer, x in zip(self.tensors if self.packed is None else [self.packed], new, strict=True):
             buffer.transpose(1, 2).index_put_((rows, slots), x.transpose(1, 2).to(buffer.dtype))  # (B, S, nh, w)
 
     def read(self, n: int) -> list[torch.Tensor]:
@@ -126,4 +145,5 @@ class AttentionState:
         view = object.__new__(AttentionState)
         view.__dict__.update(self.__dict__)
         view.tensors = [t[rows] for t in self.tensors]
+        view.packed = None if self.packed is None else self.packed[rows]
         return view

@@ -49,10 +49,9 @@ from __future__ import annotations
 import torch
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.serving.roofline import MIN_BUCKET, read_span  # noqa: F401 (MIN_BUCKET re-exported)
 from tfcalc.errors import InputError
 from tfcalc.model.attention_state import AttentionState
-
-MIN_BUCKET = 16  # the smallest span a step reads: fewer graphs for short contexts, nothing measurable lost
 
 
 def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
@@ -72,8 +71,8 @@ def check_decodable(cfg: ModelConfig, max_tokens: int) -> None:
 
 def bucket(live: int, max_tokens: int) -> int:
     """The span a step with ``live`` positions written (its own included) reads: the next power of two,
-    at least MIN_BUCKET, at most max_tokens."""
-    return min(max_tokens, max(MIN_BUCKET, 1 << max(0, live - 1).bit_length()))
+    at least MIN_BUCKET, at most max_tokens: the span the roofline prices (one definition, in the count)."""
+    return read_span(live, max_tokens)
 
 
 class StaticCache:

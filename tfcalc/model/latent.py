@@ -1,7 +1,8 @@
 """Multi-head latent attention in the real model (tfcalc.architecture.latent has the shapes and the source),
 as modeling_deepseek_v3.py's DeepseekV3Attention computes it: Q from x (through its compressed latent and
 norm, or directly); the KV latent (normed) and one rotary key shared by the heads; RoPE on the rotary
-channels; the cache keeps the latent and the rotated key (B, 1, S, c_kv) and (B, 1, S, h_r); the keys and
+channels; the cache keeps the latent and the rotated key (B, 1, S, c_kv) and (B, 1, S, h_r), views of one
+buffer of rows [c_kv | h_r]; the keys and
 values of every position attended to are expanded from it through W_kvb (the naive form), then attended
 to with full-width heads (the naive form: prefill, training, a verify step). A decode step (one query per
 sequence, a state present) runs the absorbed form instead (tfcalc.model.latent_absorbed: W_UK folded into
@@ -54,8 +55,10 @@ class LatentAttention(MixerModule):
         return "latent attention under TP is planned, not run"
 
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0) -> AttentionState:
-        """The latent and the rotary key of every position, allocated once (tfcalc.model.attention_state)."""
-        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare)
+        """The latent and the rotary key of every position, allocated once as rows [c | k_r] of one buffer
+        (B, 1, S, c + h_r), each a view (tfcalc.model.attention_state, ``packed``): the absorbed step reads the
+        rows as its keys without concatenating the cache (tfcalc.model.latent_absorbed.cache_keys)."""
+        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare, packed=True)
 
     def _rotate(self, x: torch.Tensor, rope) -> torch.Tensor:
         """x: (B, T, n, h_r) -> rotated, in the rotate-half layout."""

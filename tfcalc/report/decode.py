@@ -47,9 +47,16 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
                                    "total_s": o.total_s}
 
 
-def predicted_json(est: serving.Estimate, c: Ceilings) -> dict[str, Any]:
-    """The prediction's figures under the keys of the measured ones."""
+def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Estimate] = None) -> dict[str, Any]:
+    """The prediction's figures under the keys of the measured ones: with ``read`` (the same request priced at
+    the keys tfcalc's steps read, their bucket; ``read_estimate``) its decode figures, else ``est``'s at the
+    live context; both named (``keys``; ``*_live``, ``*_read``)."""
+    live, est = est, read or est
     return {
+        "keys": est.keys,
+        "decode_s_per_token_live": live.decode_s_per_token, "bytes_per_token_live": live.bytes_per_token,
+        "decode_s_per_token_read": read.decode_s_per_token if read else None,
+        "bytes_per_token_read": read.bytes_per_token if read else None,
         "prefill_s": est.prefill_s,
         "decode_s_per_token": est.decode_s_per_token,
         "decode_tokens_per_s": est.decode_tokens_per_s,
@@ -70,9 +77,26 @@ def _ratio(predicted: Optional[float], measured: Optional[float]) -> Optional[fl
     return None if predicted is None or not measured else predicted / measured
 
 
-def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -> dict[str, Any]:
+def read_span(timing, seq: int) -> Optional[Callable[[int], int]]:
+    """The keys each timed step read, as serving.estimate's ``span``: timed step j, at the live context
+    seq + j + 1, read timing.spans[j] slots (its bucket, recorded by the run); None where none are recorded."""
+    spans = tuple(getattr(timing, "spans", ()))
+    if not spans:
+        return None
+    return lambda live: spans[min(max(live - seq - 1, 0), len(spans) - 1)]
+
+
+def read_estimate(cfg, w: Workload, fmt, c: Ceilings, timing, **kwargs) -> Optional[serving.Estimate]:
+    """The request ``w`` priced at the keys the timed steps read (``read_span``): the roofline of the run."""
+    span = read_span(timing, w.seq)
+    return None if span is None else serving.estimate(cfg, w, fmt, c, span=span, **kwargs)
+
+
+def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str,
+                  read: Optional[serving.Estimate] = None) -> dict[str, Any]:
     """One measured point (a tfcalc.measure.decode.DecodeTiming of a DecodeRun, in dtype) beside its
-    prediction."""
+    prediction: at the keys its steps read (``read``, from ``read_estimate``) where given, the live context's
+    beside it (``predicted.*_live``, ``ratio.decode_live``)."""
     spec = devices.lookup(run.device_name)
     step, prefill = timing.step, timing.prefill
     moved = est.bytes_per_token * est.batch  # weights + KV per step
@@ -103,9 +127,10 @@ def measured_json(est: serving.Estimate, timing, run, c: Ceilings, dtype: str) -
         "load_average": run.load_average, "cpus": run.cpus, "busy": run.busy,
         "samples": {"prefill": len(prefill.samples), "decode": len(step.samples)},
         **_read_json(est, timing, run, dtype),
-        "predicted": predicted_json(est, c),
+        "predicted": predicted_json(est, c, read),
         "ratio": {"prefill": _ratio(est.prefill_s, prefill.median),
-                  "decode": _ratio(est.decode_s_per_token, step.median)},
+                  "decode": _ratio((read or est).decode_s_per_token, step.median),
+                  "decode_live": _ratio(est.decode_s_per_token, step.median)},
     }
 
 
@@ -186,12 +211,16 @@ def point_json(model: ModelRef, plan, run, timing, batch: int, seq: int) -> dict
     c = measured_ceilings(run)
     w = Workload(batch=batch, seq=seq, gen=plan.steps + 1, dtype=plan.dtype)  # the source: as many as the prompt
     est = serving.estimate(plan.cfg, w, quant.plain(plan.dtype), c)
+    read = read_estimate(plan.cfg, w, quant.plain(plan.dtype), c, timing)
     return {
         "preset": plan.cfg.name, "label": model.label, "device": run.device, "device_name": run.device_name,
         "dtype": plan.dtype, "batch": batch, "seq": seq, "decode_steps": plan.steps, "warmup": plan.warmup,
         "weights_bytes": run.weights_bytes, "estimated_memory_bytes": run.estimate_bytes,
-        **measured_json(est, timing, run, c, plan.dtype),
-        "roofline": {"prefill": rows_json(est.prefill, c), "first_decode_step": rows_json(est.first_decode_step, c)},
+        **measured_json(est, timing, run, c, plan.dtype, read),
+        # the first step as it ran (over its bucket of keys), and at its live context
+        "roofline": {"prefill": rows_json(est.prefill, c),
+                     "first_decode_step": rows_json((read or est).first_decode_step, c),
+                     "first_decode_step_live": rows_json(est.first_decode_step, c)},
     }
 
 

@@ -21,10 +21,10 @@ from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import check_fraction, device_perf, fp8_ceiling_note
 from tfcalc.count.serving import continuous, speculative, static as serving
-from tfcalc.count.serving.roofline import Ceilings
+from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
-from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json
+from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, read_estimate
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.infer_report import InferReport
 from tfcalc.report.model_ref import ModelRef
@@ -149,11 +149,15 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
+    # the same requests as tfcalc's own runtime reads them: each step over a bucket of a cache of seq + gen - 1
+    # slots (tfcalc.model.generate), beside the live context's figures above
+    read = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp,
+                                  span=lambda n: read_span(n, seq + o.gen - 1)) for b in o.batches)
     return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
-        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state,
+        serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state, read_estimates=read,
     ))
 
 
@@ -205,7 +209,9 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
         alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
-    rows = tuple(measured_json(est, t, run, ceilings, o.dtype)
+    rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
+                     model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,
+                                         dtype=report.fmt.dtype, kv_dtype=report.kv_dtype), report.fmt, ceilings, t))
                  for est, t in zip(report.estimates, run.timings, strict=True))
     report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
     if o.draft is not None:

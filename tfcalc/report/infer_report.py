@@ -46,6 +46,8 @@ class InferReport(Displayed):
     tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (report.serving_tp)
     speculative_measured: Optional[dict[str, Any]] = None  # --measure --draft: the rounds run (speculative_measured)
     continuous_measured: Optional[dict[str, Any]] = None  # --measure --rate: the server run (continuous_measured)
+    # per batch, the same request priced at the keys tfcalc's runtime reads (its bucket): predicted.*_read
+    read_estimates: Optional[tuple[serving.Estimate, ...]] = None
 
     def headline(self) -> str:
         from tfcalc import units
@@ -69,6 +71,9 @@ class InferReport(Displayed):
     def row_json(self, i: int) -> dict[str, Any]:
         est, c = self.estimates[i], self.ceilings
         predicted = predicted_json(est, c)
+        if self.read_estimates:  # tfcalc's runtime reads a bucket of its cache: those figures beside the live ones
+            read = self.read_estimates[i]
+            predicted.update(decode_s_per_token_read=read.decode_s_per_token, bytes_per_token_read=read.bytes_per_token)
         top = self.measured[i] if self.measured else {k: predicted[k] for k in (
             "prefill_s", "decode_s_per_token", "decode_tokens_per_s", "decode_tokens_per_s_total",
             "bytes_per_token", "bound")} | {"bandwidth_ceiling_bytes_per_s": None, "predicted": predicted}

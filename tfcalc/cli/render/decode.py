@@ -30,7 +30,9 @@ def document(reports: list[DecodeBenchReport], verbose: bool = False) -> Doc:
             t.add(r["seq"], r["prefill_s"], r["decode_s_per_token"], r["decode_p10_s"], r["decode_p90_s"],
                   r["decode_tokens_per_s_total"], r["bytes_per_token"], r["achieved_bandwidth_bytes_per_s"], r["mbu"],
                   "—" if r["prefill_mfu"] is None else r["prefill_mfu"])
-        p = doc.table(f"{report.model.label}: predicted on the roofline with the ceilings measured here",
+        keys = (" (each step over the keys it read: its bucket of the cache)"
+                if rows[0]["predicted"].get("keys") == "read" else "")
+        p = doc.table(f"{report.model.label}: predicted on the roofline{keys} with the ceilings measured here",
                       Column("prompt", "int"), Column("TTFT", "seconds"), Column("ratio", "ratio"),
                       Column("decode / token", "seconds"), Column("ratio", "ratio"), Column("decode bound"),
                       Column("prefill bound", priority=1), name="predicted")

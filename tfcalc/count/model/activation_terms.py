@@ -125,25 +125,14 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
 
 
 def cross_terms(block: Block, batch: int, seq: int, src_seq: int, e: int, attention: str) -> dict[str, int]:
-    """{component: bytes} a block's cross-attention keeps over b·T target and b·S source tokens (step 10)."""
+    """{component: bytes} a block's cross-attention keeps over b·T target and b·S source tokens (step 10): the
+    block's norm and Q-projection input here, the rest as the mixer says (its ``saved`` over ``sources``)."""
     att, norm = block.cross_attention, block.norm
-    h, q, k, v, o, a = att.d_model, att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
-    target, source = batch * seq, batch * src_seq
-    out = {"cross_attn_norm": target * norm_bytes(norm, e), "cross_q_input": target * e * h}
+    target = batch * seq
+    out = {"cross_attn_norm": target * norm_bytes(norm, e), "cross_q_input": target * e * att.d_model}
     if block.placement == "sandwich":
         out["cross_attn_post_norm"] = target * norm_bytes(norm, e)
-    gqa = att.n_kv_head != att.n_head
-    if attention == "math" and att.softcap is not None:  # written out: Q, K and V as the matmuls keep them
-        out["cross_qkv"] = target * e * q + source * e * (q + o if gqa else k + v)
-        out["cross_attn_scores"], out["cross_softmax_stats"] = target * 2 * e * a * src_seq, 0
-    elif attention == "flash":
-        out["cross_qkv"] = target * e * q + source * e * (k + v)
-        out["cross_attn_scores"], out["cross_softmax_stats"] = 0, target * FP32 * a
-    else:
-        v_is_view = not gqa and (batch == 1 or att.n_head == 1)
-        out["cross_qkv"] = target * e * q + source * e * (q + (k + v if v_is_view else o))
-        out["cross_attn_scores"], out["cross_softmax_stats"] = target * e * a * src_seq, 0
-    out["cross_attn_output"] = target * e * o
+    out.update({f"cross_{term}": n for term, n in att.saved(batch, seq, e, attention, False, sources=src_seq).items()})
     return out
 
 

@@ -238,7 +238,7 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
                 terms = {key: tokens * n for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
                 if block.cross_attention is not None:  # src external states (an encoder's output)
                     cross_kernel = attention or block.cross_attention.kernel(False)  # no mask: its own choice
-                    terms.update(cross_terms(block, batch, length, src, e, cross_kernel))
+                    terms.update(cross_terms(block, batch, length, src, e, cross_kernel))  # step 10
                 if block.is_moe and block.ffn.capacity_factor is not None:
                     capacity_terms(block.ffn, terms, tokens, e)
                 by_value[stack.name, block] = terms

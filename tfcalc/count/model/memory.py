@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tfcalc.architecture import Attention, Block, Stack
+from tfcalc.architecture import Block, Stack
+from tfcalc.architecture.mixer import Mixer
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.activations import (  # noqa: F401  (re-exported: memory's public names)
     ATTENTION_KERNELS,
@@ -155,11 +156,12 @@ def _stack_stage(stack: Stack, batch: int, length: int, kernel: str) -> int:
     return batch * length * max(_block_stage(b, kernel, length) for b, _ in kinds) + masks
 
 
-def _cross_stage(a: Attention, batch: int, seq: int, src: int, attention: Optional[str]) -> int:
-    """Cross-attention's stage: x, norm output and projection output (3h), Q and the output per target
-    token, K and V per source token; math: the scores and softmax, 2·a·S per target token."""
-    scores = 2 * a.n_head * src if attention == "math" else 0
-    return batch * seq * (3 * a.d_model + a.q_width + a.out_width + scores) + batch * src * (a.k_width + a.v_width)
+def _cross_stage(a: Mixer, batch: int, seq: int, src: int, attention: Optional[str]) -> int:
+    """Cross-attention's stage: x, norm output and projection output (3h) per target token, and what the mixer
+    says alive over ``src`` sources (its ``working_set``: Q and the output per target token, K and V per source
+    token; math: the scores and softmax). Under the kernel asked for, else the fused one (its module runs
+    SDPA's fused kernel: no mask)."""
+    return batch * (seq * 3 * a.d_model + a.working_set(attention or "flash", seq, sources=src))
 
 
 def inference_bytes(cfg: ModelConfig, w: Workload) -> int:

@@ -52,9 +52,12 @@ ORDER = ("softmax", "norms", "activation", "residual", "qk_norm", "softcap", "mo
          "mixer", "positions", "embeddings", "embedding_norm")
 
 
-def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None) -> list[NonMatmulEntry]:
+def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None = None,
+                       step: bool = False) -> list[NonMatmulEntry]:
     """The approximate non-matmul work of a forward pass (conventions in the module docstring). src: the
-    source length of an encoder-decoder, or the external states a cross-attention stack reads."""
+    source length of an encoder-decoder, or the external states a cross-attention stack reads. ``step``: a
+    decode step's, each mixer with a decode form of its own (``Capabilities.decode_form``: latent attention's
+    absorbed step) asked for that form's work (``elementwise(..., step=True)``), as the matmuls are."""
     arch = cfg.architecture
     cross = any(b.cross_attention is not None for _, b, _ in arch.kinds())
     src = (seq if src is None else src) if cross or arch.kind == "encoder-decoder" else None
@@ -62,7 +65,7 @@ def non_matmul_entries(cfg: ModelConfig, batch: int, seq: int, src: int | None =
     for stack in arch.stacks:
         label = f"{stack.name} " if arch.kind == "encoder-decoder" else ""
         length = src if stack.name == "encoder" else seq
-        out += _stack_non_matmul(cfg, stack, batch, length, label, src)
+        out += _stack_non_matmul(cfg, stack, batch, length, label, src, step)
     if arch.head.pooler:
         out.append(NonMatmulEntry("pooler", "pooler bias and tanh", 2, batch * arch.d_model, 1))
     return out + _head_non_matmul(cfg, batch * seq)
@@ -134,12 +137,14 @@ def _ffn_work(block: Block, tokens: int, stack: str) -> tuple[list[NonMatmulEntr
 
 
 def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | None, stack: str,
-                ) -> dict[str, list[NonMatmulEntry]]:
+                step: bool = False) -> dict[str, list[NonMatmulEntry]]:
     """{kind of work: entries} of one block, once (each entry's copies 1)."""
     cross, norm = block.cross_attention, block.norm
     d, tokens = block.mixer.d_model, batch * seq
-    # the mixer's own work (tfcalc.architecture.mixer), and a cross-attention's scores over the sources
-    own = block.mixer.elementwise(seq, seq)
+    # the mixer's own work (tfcalc.architecture.mixer), in a decode step's form where it has one, and a
+    # cross-attention's scores over the sources
+    own = (block.mixer.elementwise(seq, seq, step=True) if step and block.mixer.capabilities.decode_form != "standard"
+           else block.mixer.elementwise(seq, seq))
     crossed = [e for e in cross.elementwise(seq, src) if e.work in ("softmax", "softcap")] if cross else []
 
     def total(work: str, entries=own + crossed) -> int:
@@ -161,10 +166,10 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
     if block.residual_scale is not None:  # Granite: each sub-layer's output (a parallel block's sum) scaled
         scaled = 1 if block.parallel != "none" else sublayers
         out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled))
-    for e in own:
-        if e.work == "qk_norm":
-            out["qk_norm"] = [NonMatmulEntry("norms", f"{stack}{e.label}", NORM_PER_ELEMENT[(e.norm.kind, e.norm.bias)],
-                                             batch * e.elements, 1)]
+    norms_of_mixer = [NonMatmulEntry("norms", f"{stack}{e.label}", NORM_PER_ELEMENT[(e.norm.kind, e.norm.bias)],
+                                     batch * e.elements, 1) for e in own if e.work == "qk_norm"]
+    if norms_of_mixer:  # Q/K norms; a latent attention's step, the latents'
+        out["qk_norm"] = norms_of_mixer
     if capped:
         out["softcap"] = [NonMatmulEntry("softcap", f"{stack}score soft-capping", SOFTCAP_PER_ELEMENT, capped, 1)]
     bias = bias_elements(block, batch, seq, src)
@@ -194,13 +199,13 @@ def _joined(entries: list[tuple[NonMatmulEntry, int]]) -> list[NonMatmulEntry]:
 
 
 def _stack_non_matmul(cfg: ModelConfig, arch_stack: Stack, batch: int, seq: int, stack: str = "",
-                      src: int | None = None) -> list[NonMatmulEntry]:
+                      src: int | None = None, step: bool = False) -> list[NonMatmulEntry]:
     """One stack's non-matmul work folded over its kinds of block; stack is "" or "encoder "/"decoder " (labels)."""
     emb, tokens = arch_stack.embeddings, batch * seq
     d = emb.d_model
     by_kind: dict[str, list[tuple[NonMatmulEntry, int]]] = {k: [] for k in ORDER}
     for block, layers in arch_stack.kinds():
-        for kind, entries in _block_work(block, emb.positions, batch, seq, src, stack).items():
+        for kind, entries in _block_work(block, emb.positions, batch, seq, src, stack, step).items():
             by_kind[kind] += [(e, layers) for e in entries]
     final = arch_stack.final_norm
     if final is not None:

@@ -14,7 +14,10 @@ Then, per step (``overhead``), added to the rows' sum:
    softmax and ·V fused into one kernel);
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
-3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once);
+3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once); a
+   decode step's in each mixer's decode form (tfcalc.count.model.non_matmul, ``step``: latent attention's
+   absorbed step, with its latent norms, one rotary key head and the copies it makes, 7 kernels a layer
+   more than the naive form's count);
    under FP8 weights the GEMMs' inputs are quantized inside the kernels that produce them (no pass of
    their own: tfcalc.count.perf.fp8_time, step 3); FP8 GEMMs run at the FP8 peak under the FP8 ceiling,
    attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.serving.roofline);
@@ -81,7 +84,7 @@ def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
     for e in matmul_entries(cfg, batch, queries, keys, encoder=queries > 1, absorbed=queries == 1):
         if not e.component.endswith("_av"):  # Q·Kᵀ, softmax and ·V: one fused kernel
             n += e.copies
-    for e in non_matmul_entries(cfg, batch, queries):
+    for e in non_matmul_entries(cfg, batch, queries, step=queries == 1):  # a decode step's own form, as above
         if not elementwise.is_score_level(e):
             n += e.copies
     return n
@@ -92,7 +95,7 @@ def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_we
     """Steps 1-3 for one step on one GPU of ``tp``; ``quantized_weights`` the int8/int4 weights it reads,
     ``bandwidth`` the achievable bytes/s."""
     kernels = kernel_count(cfg, batch, queries, keys)
-    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries), act_bytes, tp)
+    traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries, step=queries == 1), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
 

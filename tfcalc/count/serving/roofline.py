@@ -8,8 +8,9 @@ Each matmul of a step (tfcalc.count.model.flops.matmul_entries) is a row with it
   weights'): a decode step reads context positions per sequence, min(context, W) with a sliding window
   (its own and the W - 1 before it, the ring tfcalc.model reads); tfcalc's own runtime reads a bucket of
   its cache (the live length rounded up to a power of two, tfcalc.model.cache), so a measured run also
-  prices its steps with the bucket as the context (tfcalc.measure.decode.read_bytes: the JSON's
-  ``bytes_per_token_read``);
+  prices its steps with the bucket (``read_span``) as the context, and so does the prediction of that run
+  (tfcalc.count.serving.static.estimate, ``span``; the JSON's ``bytes_per_token_read``, beside the live
+  context's ``bytes_per_token_live``);
   each KV head once for its whole group of query heads (GQA), as fused decode kernels do;
 - activations: a linear layer reads its input (m, k) and writes its output (m, n); attention reads Q and
   writes its output; the scores never leave the fused kernel (flash attention). In the activation dtype.
@@ -65,6 +66,15 @@ from tfcalc.errors import InputError
 from tfcalc.workload import decoder_source
 
 ABSORBED = ("attn_uk", "attn_uv")  # a latent attention's decode: W_kvb's halves, once per head
+MIN_BUCKET = 16  # the smallest span tfcalc's decode step reads: fewer graphs for short contexts
+
+
+def read_span(live: int, max_tokens: int) -> int:
+    """The keys tfcalc's decode step reads with ``live`` positions written (its own included), in a cache of
+    ``max_tokens`` slots: the live length rounded up to a power of two, at least MIN_BUCKET, at most max_tokens
+    (litgpt's ``input_pos_maxp1``; tfcalc.model.cache reads its state so). A windowed layer of W reads
+    min(span, W) of them, as ``decode_step`` prices a context."""
+    return min(max_tokens, max(MIN_BUCKET, 1 << max(0, live - 1).bit_length()))
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class Estimate:
     # included in prefill_s and decode_s_per_token; None on the plain roofline (measured ceilings)
     prefill_overhead: Optional[Overhead] = None
     decode_overhead: Optional[Overhead] = None
+    keys: str = "live"  # the keys a decode step is priced at: "live" (its context) or "read" (``estimate``'s span)
 
     @property
     def decode_tokens_per_s(self) -> Optional[float]:
@@ -169,10 +170,27 @@ class DecodeTotals:
     memory_s: float = 0.0  # the bytes alone, at the (achievable) bandwidth
 
 
-def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings) -> DecodeTotals:
-    """The decode steps at contexts lo..hi summed in closed form (see the module docstring)."""
+def _span_runs(step: Callable[[int], Step], span: Callable[[int], int], lo: int, hi: int) -> list[tuple]:
+    """The contexts lo..hi cut into runs of one span each (span nondecreasing in the context: a bucket), each
+    run n steps of the same step at that span: (step, step, n); O(spans · log(steps)) evaluations."""
+    runs, live = [], lo
+    while live <= hi:
+        s, a, b = span(live), live, hi
+        while a < b:  # the last context of this span
+            mid = (a + b + 1) // 2
+            a, b = (mid, b) if span(mid) == s else (a, mid - 1)
+        at = step(s)
+        runs.append((at, at, a - live + 1))
+        live = a + 1
+    return runs
+
+
+def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings,
+                  span: Optional[Callable[[int], int]] = None) -> DecodeTotals:
+    """The decode steps at contexts lo..hi summed in closed form (see the module docstring); with ``span``,
+    the step at context L priced over span(L) keys (the bucket tfcalc's runtime reads: constant runs)."""
     seconds, flops, nbytes, read, compute_s = 0.0, 0, 0, 0, 0.0
-    for first, second, n in _affine_runs(step, lo, hi):
+    for first, second, n in (_affine_runs(step, lo, hi) if span is None else _span_runs(step, span, lo, hi)):
         seconds += sum(_run_time(r0, r1, n, c) for r0, r1 in zip(first.rows, second.rows, strict=True))
         compute_s += sum(_series(r0.flops, r1.flops - r0.flops, 0, n - 1) / _run_peak(r0, r1, c)
                          for r0, r1 in zip(first.rows, second.rows, strict=True))
@@ -225,10 +243,13 @@ class Sharding:
 
 
 def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings,
-             memory_bytes: Optional[int] = None, tp: Optional[TensorParallel] = None) -> Estimate:
+             memory_bytes: Optional[int] = None, tp: Optional[TensorParallel] = None,
+             span: Optional[Callable[[int], int]] = None) -> Estimate:
     """Prefill and decode of ``w.batch`` sequences: w.seq prompt tokens, w.gen new tokens each, the KV cache
     in w.kv (an encoder-decoder reads w.src_seq source tokens, default w.seq). Under ``tp`` every figure is
-    one GPU's: its share of the rows, weights and KV cache, and the step's all-reduces."""
+    one GPU's: its share of the rows, weights and KV cache, and the step's all-reduces. ``span``: the keys a
+    decode step at a live context actually reads (tfcalc's runtime: its bucket, roofline.read_span), the
+    decode figures priced so (``keys`` "read"); None: at the live context."""
     batch, seq, gen, kv_dtype, src_seq = w.batch, w.seq, w.gen, w.kv, decoder_source(cfg, w.seq, w.src_seq)
     _check(seq, gen)
     shard = Sharding(cfg, fmt, tp)
@@ -240,8 +261,8 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
         def step(context: int) -> Step:
             return shard.step(decode_step(cfg, batch, context, fmt, kv_dtype, src_seq=src_seq))
 
-        first, n = step(seq + 1), gen - 1
-        totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings)
+        first, n = step(seq + 1 if span is None else span(seq + 1)), gen - 1
+        totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings, span)
         decode_over = step_overhead(cfg, first, fmt, ceilings, tp, src_seq)
         decode_s = totals.seconds / n + (decode_over.total_s if decode_over else 0.0)
         bytes_per_token = totals.weight_kv_bytes / batch / n
@@ -252,7 +273,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     prefill_s = prefill.time_s(ceilings) + (prefill_over.total_s if prefill_over else 0.0)
     return Estimate(batch, seq, gen, prefill, prefill_s, first, decode_s, bytes_per_token, bound,
                     weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes,
-                    prefill_over, decode_over)
+                    prefill_over, decode_over, "live" if span is None else "read")
 
 
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int,
