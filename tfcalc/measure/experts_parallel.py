@@ -54,8 +54,11 @@ def apply_ep(model: nn.Module, group, ep: int, rank: int) -> list[str]:
     return names
 
 
-def _routed(self: MixtureOfExperts, flat: torch.Tensor) -> torch.Tensor:
-    """(N, d) -> (N, d): steps 1-4 of the module docstring."""
+def _routed(self: MixtureOfExperts, flat: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, d) -> (N, d): steps 1-4 of the module docstring. ``live`` (continuous batching's rows in flight,
+    tfcalc.model.experts) never reaches an expert-parallel run: every row of a training step is live."""
+    if live is not None:
+        raise ValueError("an expert-parallel run routes every row: rows in flight are for one-process decoding")
     from torch.distributed.nn.functional import all_to_all_single
 
     weights, chosen = self.route(flat)  # (N, k) each

@@ -221,11 +221,8 @@ def _stack_matmuls(
         linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
             linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
-        # the mixer's position mixing sits before its output projection, the last of its linears (the protocol,
-        # tfcalc.architecture.mixer); a mixer without projections mixes first
-        out = len(block.mixer.linears(step=absorbed)) - 1
-        if out < 0:
-            mixing(block.mixer, "attn_", "attention_scores", "", keys, layers)
+        # the mixer's mixing sits before its output projection, the last of its linears (tfcalc.architecture.mixer)
+        out = max(0, len(block.mixer.linears(step=absorbed)) - 1)
         for i, m in enumerate(linears):
             if i == out:
                 mixing(block.mixer, "attn_", "attention_scores", "", keys, layers)
