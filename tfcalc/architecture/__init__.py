@@ -28,10 +28,13 @@ stored tensor it is fused into) and its matmuls (``linears()``); a mixer answers
 (tfcalc.architecture.mixer). The folds: tfcalc.count.model.params (parameters), tfcalc.count.model.flops (FLOPs),
 tfcalc.count.model.memory (generation state, activations), tfcalc.count.training.shard (a plan's shards).
 
-The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat.
+The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat, which builds
+each layer's mixer through the registry of mixer kinds (tfcalc.architecture.kinds: each kind's flat fields, their
+rules, its layer_pattern words and its builder, declared in the mixer's own module).
 Pure Python: no torch, typer or rich here; imports nothing of tfcalc but tfcalc.errors.
 """
 
+from tfcalc.architecture import flat_attention, flat_latent  # noqa: F401 -- they register the built-in mixer kinds
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
