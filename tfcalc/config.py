@@ -28,17 +28,15 @@ optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_d
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
 (Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm); ``output`` is
-``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block
-runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
-GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
+``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block runs attention and FFN side
+by side, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in GPT-NeoX, one shared in GPT-J, PaLM and Falcon-7B.
 
 Token mixers: each layer's is softmax attention unless the registry of mixer kinds (tfcalc.architecture.kinds)
 says otherwise -- latent attention where ``kv_lora_rank`` is given, or the kind a ``layer_pattern`` word names
 (``"(gdn*3, full)*12"``). Each kind declares its own flat fields (softmax attention's, with its per-layer windows,
 chunks and NoPE: tfcalc.architecture.flat_attention; latent attention's: .flat_latent): those registered as
 tfcalc.architecture is imported are this dataclass's fields by inheritance, those of a kind registered later
-(a plugin) are held in ``mixer_fields``; either reads as ``cfg.<field>`` and is written in YAML and ``--set``
-alike.
+(a plugin) in ``mixer_fields``; either reads as ``cfg.<field>`` and is written in YAML and ``--set`` alike.
 
 Validation rules live in tfcalc.config_rules; every failure is one ConfigError line naming the field.
 """
@@ -363,7 +361,14 @@ def replace(cfg: ModelConfig, **changes: Any) -> ModelConfig:
 
 
 def from_mapping(data: dict[str, Any]) -> ModelConfig:
-    """Build a ModelConfig from a mapping, naming any unknown field and the closest known one."""
+    """Build a ModelConfig from a mapping, naming any unknown field and the closest known one (a mapping of a
+    config's dataclass fields, ``mixer_fields`` among them, reads as the fields it holds)."""
+    if "mixer_fields" in data:
+        held = data["mixer_fields"]
+        if not isinstance(held, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in held):
+            raise ConfigError("unknown field 'mixer_fields' (a later mixer kind's fields are written by their names)")
+        data = dict(held) | {k: v for k, v in data.items() if k != "mixer_fields"}
     names = tuple(FIELD_NAMES)
     for key in data:
         if not isinstance(key, str):
