@@ -111,9 +111,16 @@ class FlopsReport(WorkloadFields, Displayed):
     def decode_naive(self) -> Optional[int]:
         """The decode step with latent attention in the naive form (every cached latent expanded through W_kvb,
         as transformers runs it); the same as ``decode`` for every other model."""
-        if self.cfg.kv_lora_rank is None or self.decode is None:
+        if not self.absorbed or self.decode is None:
             return self.decode
         return sum(e.causal_total for e in count.matmul_entries(self.cfg, self.batch, 1, self.seq, encoder=False))
+
+    @property
+    def absorbed(self) -> bool:
+        """Whether a decoder layer's mixer decodes in the absorbed form (latent attention; asked of the mixers'
+        declared capabilities, tfcalc.architecture.mixer, not of a flat field)."""
+        stack = self.cfg.architecture.decoder
+        return stack is not None and any(b.mixer.capabilities.decode_form == "absorbed" for b, _ in stack.kinds())
 
     @property
     def beyond_context(self) -> Optional[str]:
@@ -141,7 +148,7 @@ class FlopsReport(WorkloadFields, Displayed):
                     f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {cfg.experts * capacity:,} rows in all "
                     f"against {cfg.experts_active * self.batch * self.seq:,} token-expert pairs: padding costs "
                     "FLOPs when c > 1, and tokens past an expert's buffer are dropped (the residual carries them)")
-        if cfg.kv_lora_rank is not None and self.decode is not None:
+        if self.absorbed and self.decode is not None:
             out.append("latent attention (DeepSeek's MLA): the forward pass counted in the naive form transformers "
                        "runs (W_kvb expands every key's latent); a decode step in the absorbed form tfcalc's module "
                        "and MLA servers run (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into the "
