@@ -118,9 +118,8 @@ class FlopsReport(WorkloadFields, Displayed):
     @property
     def absorbed(self) -> bool:
         """Whether a decoder layer's mixer decodes in the absorbed form (latent attention; asked of the mixers'
-        declared capabilities, tfcalc.architecture.mixer, not of a flat field)."""
-        stack = self.cfg.architecture.decoder
-        return stack is not None and any(b.mixer.capabilities.decode_form == "absorbed" for b, _ in stack.kinds())
+        declared capabilities, Architecture.decode_forms, not of a flat field)."""
+        return "absorbed" in self.cfg.architecture.decode_forms()
 
     @property
     def beyond_context(self) -> Optional[str]:
@@ -136,17 +135,18 @@ class FlopsReport(WorkloadFields, Displayed):
         if width_note(cfg):
             out.append(f"attention width n_head·d_head = {cfg.q_dim} differs from d_model = {cfg.d_model} "
                        "(as printed in the source): the attention FLOPs are counted as given")
-        if cfg.n_expert:
+        moe = cfg.architecture.moe()  # the mixture of experts' component (every MoE layer's alike)
+        if moe is not None:
             out.append(
-                f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
-                f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
-                f"{cfg.experts}; the experts a token skips do no work for it")
-            capacity = cfg.expert_capacity(self.batch * self.seq)
+                f"mixture of experts: only the top-{moe.top_k} of {moe.n_expert} experts run for each token, "
+                f"so the FFN counts {moe.top_k} experts' matmuls per token (and the router), not "
+                f"{moe.n_expert}; the experts a token skips do no work for it")
+            capacity = moe.capacity(self.batch * self.seq)
             if capacity is not None:
                 out.append(
-                    f"expert capacity factor {cfg.expert_capacity_factor}: each expert runs a buffer of {capacity:,} "
-                    f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {cfg.experts * capacity:,} rows in all "
-                    f"against {cfg.experts_active * self.batch * self.seq:,} token-expert pairs: padding costs "
+                    f"expert capacity factor {moe.capacity_factor}: each expert runs a buffer of {capacity:,} "
+                    f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {moe.n_expert * capacity:,} rows in all "
+                    f"against {moe.top_k * self.batch * self.seq:,} token-expert pairs: padding costs "
                     "FLOPs when c > 1, and tokens past an expert's buffer are dropped (the residual carries them)")
         if self.absorbed and self.decode is not None:
             out.append("latent attention (DeepSeek's MLA): the forward pass counted in the naive form transformers "
