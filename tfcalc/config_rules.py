@@ -22,7 +22,7 @@ import difflib
 import math
 import re
 from collections.abc import Sequence
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union, get_args, get_origin, get_type_hints
 
 from tfcalc import config_latent as latent
 from tfcalc.architecture import kinds as mixer_kinds
@@ -172,9 +172,9 @@ _EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "
              "ints": "a list of integers"}
 
 
-def check_field_type(name: str, value: Any) -> None:
-    """Raise ConfigError naming the field when value has the wrong type for it."""
-    t = _types()[name]
+def check_field_type(name: str, value: Any, t: Optional[FieldType] = None) -> None:
+    """Raise ConfigError naming the field when value has the wrong type for it (``t``: its type, where known)."""
+    t = t or _types()[name]
     if value is None and t.optional:
         return
     if t.choices:
@@ -208,10 +208,11 @@ def validate(cfg) -> None:
     for name, _ in cfg.mixer_fields:
         if name not in types:  # a kind taken out of the registry since the config was read
             raise ConfigError(f"unknown field {shown(name)}: no registered mixer kind declares it")
-    for name in types:
-        check_field_type(name, getattr(cfg, name))
+    values = {name: getattr(cfg, name) for name in types}
     for name, t in types.items():
-        value = getattr(cfg, name)
+        check_field_type(name, values[name], t)
+    for name, t in types.items():
+        value = values[name]
         if value is None or t.base not in (int, float):
             continue
         if t.base is int and name in ZERO_ALLOWED:

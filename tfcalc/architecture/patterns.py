@@ -54,6 +54,11 @@ def kind_of(name: str) -> LayerKind:
 
 def known_words() -> tuple[str, ...]:
     """Softmax attention's kinds, then the other registered mixer kinds' words."""
+    return _known_words(mixer_kinds.version())
+
+
+@functools.lru_cache(maxsize=4)
+def _known_words(version: int) -> tuple[str, ...]:
     return KINDS + tuple(w for w in mixer_kinds.words() if w not in KINDS)
 
 
