@@ -222,15 +222,10 @@ def validate(cfg) -> None:
             raise ConfigError(f"field '{name}' must be positive; got {shown(value) if t.base is int else value}")
         if t.base is int and value > MAX_INT:
             raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
-    for kind in mixer_kinds.kinds():  # each mixer kind's rules, before the rules that read head_dim and rope_dim
+    for kind in mixer_kinds.kinds():  # each mixer kind's rules (softmax attention's head width among them)
         if kind.check is not None:
             kind.check(cfg)
     latent.validate_latent(cfg)
-    if cfg.d_head is None and cfg.kv_lora_rank is None and cfg.d_model % cfg.n_head:
-        raise ConfigError(
-            f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
-            "give d_head explicitly or change one of them"
-        )
     if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
@@ -243,8 +238,6 @@ def validate(cfg) -> None:
         raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
     if ffn_dim > MAX_INT:
         raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
-    if cfg.pos_encoding == "rope" and cfg.kv_lora_rank is None and cfg.head_dim % 2:
-        raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
     if cfg.router_sigmoid_input and cfg.n_expert is None:
@@ -324,16 +317,6 @@ def _validate_positions(cfg) -> None:
         )
     if cfg.position_offset and cfg.pos_encoding != "learned":
         raise ConfigError(f"position_offset applies to pos_encoding learned only (pos_encoding is {cfg.pos_encoding})")
-    if cfg.rope_fraction != 1.0:
-        if cfg.pos_encoding != "rope":
-            raise ConfigError(f"rope_fraction applies to pos_encoding rope only (pos_encoding is {cfg.pos_encoding})")
-        if cfg.rope_fraction > 1:
-            raise ConfigError(f"field 'rope_fraction' must be at most 1; got {cfg.rope_fraction}")
-        if cfg.rope_dim < 2 or cfg.rope_dim % 2:
-            raise ConfigError(
-                f"rope rotates pairs of channels: int(d_head · rope_fraction) = int({cfg.head_dim} · "
-                f"{cfg.rope_fraction}) = {cfg.rope_dim} must be even and at least 2"
-            )
 
 
 def _validate_scales(cfg) -> None:

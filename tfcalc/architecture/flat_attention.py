@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.attention import Attention
-from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.kinds import MixerKind, for_layer, register
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import KINDS, kind_of, layer_kind, length, parse
 from tfcalc.errors import InputError as ConfigError, shown
@@ -101,7 +101,11 @@ def cross(cfg: Any, i: int) -> Attention:
 
 
 def check(cfg: Any) -> None:
-    """The attention fields against each other and the rest of the config (one ConfigError line each)."""
+    """The attention fields against each other and the rest of the config (one ConfigError line each); its
+    head width where softmax attention is the kind of the layers no other kind claims (not where latent
+    attention fills them: its heads are its own fields')."""
+    if for_layer(cfg) is KIND:
+        _check_heads(cfg)
     if cfg.qk_norm_over != "head" and not cfg.qk_norm:
         raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
     if cfg.qk_l2_norm and (cfg.qk_norm or cfg.pos_encoding != "rope"):
@@ -114,6 +118,23 @@ def check(cfg: Any) -> None:
     if cfg.qk_norm_per_head and not cfg.qk_norm:
         raise ConfigError("qk_norm_per_head gives each head its own Q/K norm weights: set qk_norm true too")
     _check_patterns(cfg)
+
+
+def _check_heads(cfg: Any) -> None:
+    if cfg.d_head is None and cfg.d_model % cfg.n_head:
+        raise ConfigError(f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); give d_head "
+                          "explicitly or change one of them")
+    if cfg.pos_encoding == "rope" and cfg.head_dim % 2:
+        raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
+    if cfg.rope_fraction == 1.0:
+        return
+    if cfg.pos_encoding != "rope":
+        raise ConfigError(f"rope_fraction applies to pos_encoding rope only (pos_encoding is {cfg.pos_encoding})")
+    if cfg.rope_fraction > 1:
+        raise ConfigError(f"field 'rope_fraction' must be at most 1; got {cfg.rope_fraction}")
+    if cfg.rope_dim < 2 or cfg.rope_dim % 2:
+        raise ConfigError(f"rope rotates pairs of channels: int(d_head · rope_fraction) = int({cfg.head_dim} · "
+                          f"{cfg.rope_fraction}) = {cfg.rope_dim} must be even and at least 2")
 
 
 def _check_patterns(cfg: Any) -> None:
