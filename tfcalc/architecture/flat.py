@@ -16,7 +16,9 @@ Per-layer patterns in the flat fields:
 - the token mixer of each layer: the mixer kind (tfcalc.architecture.kinds) its ``layer_pattern`` word names,
   else the kind that fills every layer for this config (latent attention where ``kv_lora_rank`` is given),
   else softmax attention; each kind builds its own mixer from the fields it declares (softmax attention's
-  per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind.
+  per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind
+  for the mixer slot; a cross-attention slot holds softmax attention (``Block.cross_attention``), built by
+  flat_attention.cross.
 """
 
 from __future__ import annotations
