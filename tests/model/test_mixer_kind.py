@@ -187,3 +187,29 @@ def test_the_hybrid_decodes_through_both_states_as_its_uncached_forward(yaml_fil
     toy, attention = 3 * 2 * (2 * 24 * 24) * 4, 2 * (5 + new) * 2 * (H * HD) * 4  # fp32 S; K and V in fp32
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, kv_dtype="fp32")) \
         == toy + attention == 27_648 + 5_632
+
+
+@dataclass(frozen=True)
+class Clashing:
+    sliding_window: Optional[int] = None  # softmax attention's
+
+
+@dataclass(frozen=True)
+class Required:
+    toy_width: int  # no default: a model without the kind could not leave it out
+
+
+@pytest.mark.parametrize("kind, error, message", [
+    (kinds.MixerKind("clash", Clashing, build_toy), ValueError, "'sliding_window' belongs to kind 'attention'"),
+    (kinds.MixerKind("clash", ToyFields, build_toy, words=("full",)), ValueError, "belongs to kind"),
+    (kinds.MixerKind("required", Required, build_toy), TypeError, "field 'toy_width' needs a default"),
+    (kinds.MixerKind("spaced", ToyFields, build_toy, words=("toy 2",)), ValueError, "letters and '_'"),
+    (kinds.MixerKind("second default", ToyFields, build_toy, default=True), ValueError, "the default kind already"),
+])
+def test_a_kind_that_clashes_is_refused_as_it_registers(kind, error, message):
+    """A programming error in a kind, said when it registers (not a user's bad input): the registry keeps one
+    owner per field and word, and one default kind."""
+    kinds.unregister(TOY.name)  # the toy's fields and word out of the way of the cases that reuse them
+    with pytest.raises(error, match=message):
+        kinds.register(kind)
+    assert kind.name not in {k.name for k in kinds.kinds()}
