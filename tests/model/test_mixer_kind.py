@@ -21,6 +21,7 @@ from test_mixer_plugin import ToyLinearAttention, ToyLinearAttentionModule
 
 from tfcalc import presets
 from tfcalc.architecture import kinds
+from tfcalc.config import from_mapping
 from tfcalc.errors import InputError
 
 
@@ -213,3 +214,28 @@ def test_a_kind_that_clashes_is_refused_as_it_registers(kind, error, message):
     with pytest.raises(error, match=message):
         kinds.register(kind)
     assert kind.name not in {k.name for k in kinds.kinds()}
+
+
+@dataclass(frozen=True)
+class NopeToyFields:
+    toy_on_nope: bool = False  # the toy in place of softmax attention in the NoPE layers
+
+
+NOPE_TOY = kinds.MixerKind("toy on NoPE layers", NopeToyFields, lambda cfg, i, causal: ToyLinearAttention(
+    cfg.d_model, cfg.n_head, cfg.d_model // cfg.n_head, causal), claims=lambda cfg, layer: cfg.toy_on_nope
+    and layer is not None and not layer.rope)
+
+
+def test_a_kind_may_claim_layers_by_their_kind_in_the_pattern():
+    """``claims(cfg, layer)``: here the NoPE layers of nope_every, without a word in a layer_pattern."""
+    kinds.register(NOPE_TOY)
+    try:
+        fields = dict(n_layer=4, d_model=D, n_head=H, vocab_size=V, max_seq_len=P, pos_encoding="rope",
+                      nope_every=2)
+        cfg = from_mapping({**fields, "toy_on_nope": True})
+        assert [type(b.mixer).__name__ for b in cfg.architecture.output.layers()] == \
+            ["Attention", "ToyLinearAttention"] * 2  # layers 1 and 3 have no RoPE
+        plain = from_mapping(fields)
+        assert {type(b.mixer).__name__ for b in plain.architecture.output.layers()} == {"Attention"}
+    finally:
+        kinds.unregister(NOPE_TOY.name)

@@ -14,8 +14,8 @@ Per-layer patterns in the flat fields:
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
 - the token mixer of each layer: the mixer kind (tfcalc.architecture.kinds) its ``layer_pattern`` word names,
-  else the kind that fills every layer for this config (latent attention where ``kv_lora_rank`` is given),
-  else softmax attention; each kind builds its own mixer from the fields it declares (softmax attention's
+  else the kind that claims the layer for this config (latent attention every layer where ``kv_lora_rank`` is
+  given), else softmax attention; each kind builds its own mixer from the fields it declares (softmax attention's
   per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind
   for the mixer slot; a cross-attention slot holds softmax attention (``Block.cross_attention``), built by
   flat_attention.cross.
@@ -115,8 +115,7 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
 def _mixer(cfg: Any, i: int, causal: bool):
     """Layer i's token mixer, built by its kind (see the module docstring; an MTP module's layer, past the
     pattern, takes the kind no word names)."""
-    word = layer_kind(cfg, i).word if cfg.layer_pattern is not None and i < cfg.n_layer else ""
-    return kinds.for_layer(cfg, word).build(cfg, i, causal)
+    return kinds.for_layer(cfg, layer_kind(cfg, i) if i < cfg.n_layer else None).build(cfg, i, causal)
 
 
 def is_moe_layer(cfg: Any, i: int) -> bool:

@@ -124,5 +124,5 @@ def mtp(cfg: Any, norm: Norm, block: Block) -> Optional[MTP]:
 
 
 KIND = register(MixerKind("latent attention", LatentFields, latent_attention, check=check,
-                          every_layer=lambda cfg: cfg.kv_lora_rank is not None,
+                          claims=lambda cfg, layer: cfg.kv_lora_rank is not None,
                           group="latent attention and YaRN (LatentAttention, Yarn)"))

@@ -13,9 +13,11 @@ A ``MixerKind`` is what one mixer declares about its flat fields, in the mixer's
 - ``check(cfg)``: its rules across the flat fields (one ConfigError line naming the field), run once with
   the others as the config is made (tfcalc.config_rules.validate); a rule of the component alone stays in
   the component's ``__post_init__``;
-- ``every_layer(cfg)``: true where it fills each self-attention layer the pattern does not give to another
-  kind (latent attention: where ``kv_lora_rank`` is given); ``default``: the kind of a layer nothing else
-  claims (softmax attention);
+- ``claims(cfg, layer)``: true where it fills a self-attention layer that no layer_pattern word gives to
+  another kind, ``layer`` being that layer's kind in the pattern (tfcalc.architecture.patterns.LayerKind: local
+  or global, RoPE or none) -- latent attention claims every layer where ``kv_lora_rank`` is given; a
+  linear-attention mixer might claim the local ones; ``default``: the kind of a layer nothing else claims
+  (softmax attention);
 - ``group``: the heading ``tfcalc show`` lists its fields under.
 
 Softmax attention (tfcalc.architecture.flat_attention) and latent attention (tfcalc.architecture.flat_latent)
@@ -46,7 +48,7 @@ class MixerKind:
     build: Callable[[Any, int, bool], Mixer]  # (cfg, layer i, causal) -> its mixer for that layer
     words: tuple[str, ...] = ()  # the layer_pattern words that pick it
     check: Optional[Callable[[Any], None]] = None
-    every_layer: Optional[Callable[[Any], bool]] = None
+    claims: Optional[Callable[[Any, Any], bool]] = None
     default: bool = False
     group: str = ""
 
@@ -109,14 +111,15 @@ def words() -> tuple[str, ...]:
     return tuple(w for k in _KINDS.values() for w in k.words)
 
 
-def for_layer(cfg: Any, word: str = "") -> MixerKind:
-    """The kind of a layer whose layer_pattern word is ``word`` ("" where the config gives no pattern): the
-    kind that owns the word unless it is the default one; else the first kind that fills every layer for
-    this config; else the default kind."""
+def for_layer(cfg: Any, layer: Any = None) -> MixerKind:
+    """The kind of a layer whose pattern kind is ``layer`` (a tfcalc.architecture.patterns.LayerKind; None: a
+    layer past the pattern, an MTP module's): the kind that owns its word unless it is the default one; else
+    the first kind that claims it for this config; else the default kind."""
+    word = getattr(layer, "word", "")
     for kind in _KINDS.values():
         if word in kind.words and not kind.default:
             return kind
     for kind in _KINDS.values():
-        if kind.every_layer is not None and kind.every_layer(cfg):
+        if kind.claims is not None and kind.claims(cfg, layer):
             return kind
     return next(k for k in _KINDS.values() if k.default)
