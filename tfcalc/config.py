@@ -184,13 +184,20 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     stored_quant_scale_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
     stored_quant_zero_point: Optional[bool] = None  # None: false
     stored_quant_keep: Optional[str] = None  # comma-separated tfcalc components, e.g. "lm_head,attn_q_weight"
-    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): the router (tfcalc.architecture.routing), MTP modules
-    # (.mtp); latent attention and YaRN are their mixer kind's fields (tfcalc.architecture.flat_latent) ---
+    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): the router (tfcalc.architecture.routing); YaRN
+    # (.latent.Yarn); MTP modules (.mtp); latent attention's fields are its mixer kind's (.flat_latent) ---
     router_scoring: Literal["softmax", "sigmoid"] = "softmax"
     router_groups: Optional[int] = None  # n_group
     router_topk_groups: Optional[int] = None  # topk_group
     routed_scaling: Optional[float] = None  # routed_scaling_factor; None: 1
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
+    rope_scaling: Optional[Literal["yarn"]] = None
+    rope_scaling_factor: Optional[float] = None
+    rope_original_max_seq_len: Optional[int] = None
+    yarn_beta_fast: Optional[float] = None  # None: 32
+    yarn_beta_slow: Optional[float] = None  # None: 1
+    yarn_mscale: Optional[float] = None
+    yarn_mscale_all_dim: Optional[float] = None
     mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
     # --- scales, per-head Q/K norms and a projected embedding (issue 22: granite, cohere, opt-350m) ---
     # Granite (modeling_granite.py): token embeddings times embedding_multiplier, each sub-layer's output
@@ -383,17 +390,5 @@ def from_mapping(data: dict[str, Any]) -> ModelConfig:
     return ModelConfig(**_split(data))
 
 
-__all__ = [
-    "ConfigError",
-    "InputError",
-    "ModelConfig",
-    "FIELD_NAMES",
-    "as_fields",
-    "late_kinds",
-    "LIST_FIELDS",
-    "check_field_type",
-    "from_mapping",
-    "replace",
-    "suggest",
-    "validate",
-]
+__all__ = ["ConfigError", "InputError", "ModelConfig", "FIELD_NAMES", "LIST_FIELDS", "as_fields", "check_field_type",
+           "from_mapping", "late_kinds", "replace", "suggest", "validate"]

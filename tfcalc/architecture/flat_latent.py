@@ -1,19 +1,17 @@
 """The flat front end's part for DeepSeek-V2/V3 and Kimi K2: latent attention's mixer kind (its fields, their
 rules and how its mixer is built, registered in tfcalc.architecture.kinds as this module is imported), and the
-router and the MTP modules a config's fields describe (tfcalc.architecture.flat calls them; their fields are
-tfcalc.config's, their rules tfcalc.config_latent's).
+router, YaRN and the MTP modules a config's fields describe (tfcalc.architecture.flat calls them; their fields
+are tfcalc.config's, their rules tfcalc.config_latent's).
 
 - ``kv_lora_rank`` set: every self-attention layer is multi-head latent attention (tfcalc.architecture.latent),
-  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional);
-- ``rope_scaling: yarn`` with ``rope_scaling_factor``, ``rope_original_max_seq_len`` and the optional
-  ``yarn_beta_fast``, ``yarn_beta_slow``, ``yarn_mscale``, ``yarn_mscale_all_dim`` (tfcalc.architecture.latent.Yarn).
+  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional).
 
 Reads the config by attribute, never imports it. Pure Python."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from tfcalc.architecture.block import Block
 from tfcalc.architecture.kinds import MixerKind, register
@@ -26,7 +24,7 @@ from tfcalc.errors import InputError as ConfigError
 
 @dataclass(frozen=True, kw_only=True)
 class LatentFields:
-    """Latent attention in every self-attention layer when kv_lora_rank is set; YaRN (Yarn)."""
+    """Latent attention in every self-attention layer when kv_lora_rank is set."""
 
     kv_lora_rank: Optional[int] = None
     q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
@@ -34,18 +32,9 @@ class LatentFields:
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
-    rope_scaling: Optional[Literal["yarn"]] = None
-    rope_scaling_factor: Optional[float] = None
-    rope_original_max_seq_len: Optional[int] = None
-    yarn_beta_fast: Optional[float] = None  # None: 32
-    yarn_beta_slow: Optional[float] = None  # None: 1
-    yarn_mscale: Optional[float] = None
-    yarn_mscale_all_dim: Optional[float] = None
 
 
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
-_YARN = ("rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
-         "yarn_mscale_all_dim")
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
@@ -67,7 +56,7 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
 
 
 def check(cfg: Any) -> None:
-    """Latent attention's and YaRN's fields against the rest of the config (one ConfigError line each)."""
+    """Latent attention's fields against the rest of the config (one ConfigError line each)."""
     if cfg.qk_nope_head_dim is not None and cfg.qk_nope_head_dim < 0:
         raise ConfigError(f"field 'qk_nope_head_dim' must be 0 or more; got {cfg.qk_nope_head_dim}")
     if cfg.kv_lora_rank is None:
@@ -76,16 +65,6 @@ def check(cfg: Any) -> None:
                 raise ConfigError(f"{name} applies to latent attention only (give kv_lora_rank)")
     else:
         _check_attention(cfg)
-    if cfg.rope_scaling is None:
-        for name in _YARN:
-            if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} applies to rope_scaling yarn only")
-    else:
-        if cfg.kv_lora_rank is None:
-            raise ConfigError("rope_scaling yarn is built for latent attention (DeepSeek) only: give kv_lora_rank")
-        for name in ("rope_scaling_factor", "rope_original_max_seq_len"):
-            if getattr(cfg, name) is None:
-                raise ConfigError(f"rope_scaling yarn needs {name}")
 
 
 def _check_attention(cfg: Any) -> None:
@@ -125,4 +104,4 @@ def mtp(cfg: Any, norm: Norm, block: Block) -> Optional[MTP]:
 
 KIND = register(MixerKind("latent attention", LatentFields, latent_attention, check=check,
                           claims=lambda cfg, layer: cfg.kv_lora_rank is not None,
-                          group="latent attention and YaRN (LatentAttention, Yarn)"))
+                          group="latent attention (LatentAttention)"))
