@@ -28,22 +28,15 @@ optionally beside an always-on shared expert (Qwen2-MoE, DeepSeekMoE); ``first_d
 Block layouts beyond GPT-2's pre-norm ``x + f(norm(x))`` (``norm_placement``, ``parallel_block``):
 ``post`` is ``norm(x + f(x))`` (Vaswani et al. 2017, BERT); ``sandwich`` is ``x + norm2(f(norm1(x)))``
 (Gemma 2, modeling_gemma2.py: post_attention_layernorm, post_feedforward_layernorm); ``output`` is
-``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block
-runs attention and FFN side by side on the same input, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in
-GPT-NeoX (use_parallel_residual), one shared norm in GPT-J, PaLM and Falcon-7B.
+``x + norm(f(x))``, no input norm (OLMo 2, modeling_olmo2.py). A parallel block runs attention and FFN side
+by side, ``x + attn(n1(x)) + ffn(n2(x))``: two norms in GPT-NeoX, one shared in GPT-J, PaLM and Falcon-7B.
 
-Per-layer attention (tfcalc.architecture.patterns). A layer is *local* (it attends through
-``sliding_window`` W -- the last W keys, itself included -- or ``attention_chunk_size`` C -- the keys of
-its own chunk of C positions, Llama 4's chunked attention) or *global* (the whole causal context); and it
-has RoPE or not (NoPE). By period: ``full_attention_every: k`` makes layers k-1, 2k-1, ... global and
-the rest local (without it, every layer is local once a window or chunk is given); ``nope_every: n``
-takes RoPE out of layers n-1, 2n-1, ... (Llama 4: 4, its global layers; SmolLM3: 4). Local layers rotate
-with base ``rope_local_theta`` where given (Gemma 3: 10,000 beside the global 1,000,000). Or by list:
-``layer_pattern``, each layer's kind -- ``full``, ``local``, ``nope`` (global, no RoPE), ``local_nope``,
-``conv`` (no attention: LFM2's short gated convolution, ``conv_kernel`` taps) -- written as runs:
-``"(local*5, full)*10, local*2"`` (Gemma 3 27B's 62 layers), as Hugging Face's
-``layer_types`` lists them; it must cover exactly n_layer layers, and replaces full_attention_every and
-nope_every. YAML fields and ``--set`` keys alike (``--set layer_pattern="(local*3, full)*2"``).
+Token mixers: each layer's is softmax attention unless the registry of mixer kinds (tfcalc.architecture.kinds)
+says otherwise -- latent attention where ``kv_lora_rank`` is given, or the kind a ``layer_pattern`` word names
+(``"(gdn*3, full)*12"``). Each kind declares its own flat fields (softmax attention's, with its per-layer windows,
+chunks and NoPE: tfcalc.architecture.flat_attention; latent attention's: .flat_latent): those registered as
+tfcalc.architecture is imported are this dataclass's fields by inheritance, those of a kind registered later
+(a plugin) in ``mixer_fields``; either reads as ``cfg.<field>`` and is written in YAML and ``--set`` alike.
 
 Validation rules live in tfcalc.config_rules; every failure is one ConfigError line naming the field.
 """
@@ -53,10 +46,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from tfcalc.architecture import Architecture
+from tfcalc.architecture import Architecture, kinds as mixer_kinds
 from tfcalc.architecture.flat import build as build_architecture
 from tfcalc.config_derived import DerivedSizes
 from tfcalc.config_layers import PerLayerViews
@@ -64,11 +58,11 @@ from tfcalc.config_quant import validate_stored_groups
 from tfcalc.config_rules import (
     Activation,
     Arch,
+    LiveNames,
     Norm,
     NormPlacement,
     ParallelBlock,
     PosEncoding,
-    QkNormOver,
     check_field_type,
     list_fields,
     register,
@@ -81,8 +75,14 @@ from tfcalc.errors import InputError, shown
 ConfigError = InputError
 
 
+def _frozen(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value  # a tuple keeps the config hashable
+
+
+# The built-in mixer kinds' fields (softmax and latent attention, registered as tfcalc.architecture is imported)
+# are this dataclass's own by inheritance: each kind's frozen dataclass of fields is a base, read from the registry
 @dataclass(frozen=True)
-class ModelConfig(PerLayerViews, DerivedSizes):
+class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_kinds.kinds())):
     # --- shapes every config must give ---
     n_layer: int
     d_model: int
@@ -99,10 +99,6 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # a multimodal checkpoint's vision tower and projector (Gemma 3's SigLIP, Llama 4's), named beside the
     # language model that every count describes, never counted in it
     vision_params: Optional[int] = None
-
-    # --- sizes that may be derived ---
-    n_kv_head: Optional[int] = None  # None: = n_head (MHA); 1: MQA; in between: GQA
-    d_head: Optional[int] = None  # None: d_model // n_head (must divide)
 
     # --- feed-forward width: d_ff, or derived the way Llama does (see ffn_dim) ---
     d_ff: Optional[int] = None
@@ -131,12 +127,6 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     tie_embeddings: bool = True
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    # Mistral's sliding-window attention (Jiang et al. 2023, sec. 2): each query attends to at most this
-    # many keys, itself included (positions i - W + 1 .. i), in every layer; None: full causal attention.
-    sliding_window: Optional[int] = None
-    # Gemma 2 alternates: every k-th layer (layers k-1, 2k-1, ...) attends to the whole context, the others
-    # through the window (modeling_gemma2.py, layer_types; Gemma 2: k = 2; Gemma 3: k = 6). None: all windowed.
-    full_attention_every: Optional[int] = None
 
     # --- embeddings and heads beyond GPT's (BERT, Vaswani et al. 2017) ---
     type_vocab_size: int = 0  # token-type (segment) embedding rows; 0: none. BERT: 2
@@ -151,11 +141,6 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     position_offset: int = 0  # learned positions start at this row: OPT's table has max_seq_len + 2 rows
 
     # --- attention beyond GPT's ---
-    attn_out_bias: Optional[bool] = None  # None: = attn_bias. Qwen2: Q/K/V biases, no O bias
-    qk_norm: bool = False  # a norm over each head's Q and K, d_head wide, shared by the heads (Qwen3)
-    rope_fraction: float = 1.0  # partial rotary: the first int(d_head·fraction) channels rotate (GPT-NeoX)
-    attn_scale: Optional[float] = None  # None: 1/sqrt(d_head); T5: 1; Gemma 2: query_pre_attn_scalar^-1/2
-    attn_softcap: Optional[float] = None  # scores -> c·tanh(scores / c) before the mask (Gemma 2: 50)
     rel_pos_buckets: Optional[int] = None  # pos_encoding relative (T5): bias buckets; None: 32
     rel_pos_max_distance: Optional[int] = None  # ... and the distance the last bucket starts at; None: 128
     cross_attention: bool = False  # a decoder's (or encoder's) blocks also attend to external states
@@ -179,7 +164,6 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # the layers (0-based) with a dense FFN, listed, beside first_dense_layers and moe_every (Qwen2/3-MoE's
     # mlp_only_layers, modeling_qwen3_moe.py Qwen3MoeDecoderLayer); stored as a tuple
     dense_layers: Optional[tuple[int, ...]] = None
-    attn_sinks: bool = False  # one learned logit per head in each softmax, attached to no value (gpt-oss)
     router_bias: bool = False  # a bias on the MoE router (gpt-oss, GptOssTopKRouter.bias)
     # gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): the gate clamped to at most
     # the limit, up to ±limit, and down(g·sigmoid(alpha·g) · (up + 1)); alpha 1.702, limit 7.0 in gpt-oss
@@ -200,14 +184,8 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     stored_quant_scale_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
     stored_quant_zero_point: Optional[bool] = None  # None: false
     stored_quant_keep: Optional[str] = None  # comma-separated tfcalc components, e.g. "lm_head,attn_q_weight"
-    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): latent attention in every layer when kv_lora_rank is
-    # set (tfcalc.architecture.latent); the router (.routing); YaRN (.latent.Yarn); MTP modules (.mtp) ---
-    kv_lora_rank: Optional[int] = None
-    q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
-    qk_nope_head_dim: Optional[int] = None
-    qk_rope_head_dim: Optional[int] = None
-    v_head_dim: Optional[int] = None
-    rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
+    # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): the router (tfcalc.architecture.routing); YaRN
+    # (.latent.Yarn); MTP modules (.mtp); latent attention's fields are its mixer kind's (.flat_latent) ---
     router_scoring: Literal["softmax", "sigmoid"] = "softmax"
     router_groups: Optional[int] = None  # n_group
     router_topk_groups: Optional[int] = None  # topk_group
@@ -228,40 +206,28 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     embedding_multiplier: Optional[float] = None
     residual_multiplier: Optional[float] = None
     logit_scale: Optional[float] = None
-    # Q/K norms with their own weights per head (Cohere's use_qk_norm: CohereLayerNorm over each head's
-    # d_head channels, weights (n_head, d_head) and (n_kv_head, d_head)); false: one norm shared by the heads
-    qk_norm_per_head: bool = False
     # the token table's width when it is not d_model: Linear(embedding_dim, d_model) after the lookup and
     # Linear(d_model, embedding_dim) before the LM head, both bias-free (OPT-350m's word_embed_proj_dim,
     # modeling_opt.py project_in / project_out). None: d_model, no projections
     embedding_dim: Optional[int] = None
 
-    # --- attention per layer (tfcalc.architecture.patterns; see "Per-layer attention" above) ---
-    rope_local_theta: Optional[float] = None  # RoPE base of the local layers (Gemma 3: 10,000; global 1e6)
-    attention_chunk_size: Optional[int] = None  # local layers attend within chunks of this many (Llama 4: 8192)
-    nope_every: Optional[int] = None  # layers n-1, 2n-1, ... have no RoPE (Llama 4, SmolLM3: 4)
-    layer_pattern: Optional[str] = None  # each layer's kind, as runs: "(local*5, full)*10, local*2"
-    # LFM2's short gated convolution, in the layers layer_pattern calls "conv" (tfcalc.architecture.short_conv):
-    conv_kernel: int = 3  # its taps K (conv_L_cache)
-    conv_bias: bool = False  # biases on its in_proj, convolution and out_proj (conv_bias)
-
-    # --- norms and heads of issue 22's families (OLMo 2) ---
-    # Q/K norms over each head (head: Qwen3, Gemma 3) or over each whole projection, n_head·d_head and
-    # n_kv_head·d_head wide (projection: OLMo 2, modeling_olmo2.py q_norm, k_norm)
-    qk_norm_over: QkNormOver = "head"
+    # each layer's kind, as runs: "(local*5, full)*10, local*2"; a word of any registered mixer kind
+    # (tfcalc.architecture.kinds) picks that mixer for the layer: "(gdn*3, full)*12"
+    layer_pattern: Optional[str] = None
 
     # --- Llama 4 (modeling_llama4.py) ---
-    # Q and K of each head divided by their RMS, no weight, after RoPE, in the RoPE layers only (use_qk_norm)
-    qk_l2_norm: bool = False
-    # attention temperature on the NoPE layers (attn_temperature_tuning; arXiv 2501.19399): Q times
-    # 1 + scale·log(1 + floor((p + 1) / floor)) at position p (Llama 4: floor_scale 8192, attn_scale 0.1)
-    attn_temperature_floor: Optional[int] = None
-    attn_temperature_scale: Optional[float] = None
     # the router's sigmoid of each chosen logit (not renormalized) scales the token's input to that expert,
     # not its output (Llama4Router, Llama4TextMoe)
     router_sigmoid_input: bool = False
 
+    # the fields of mixer kinds registered after this class was made (a plugin's kind, tfcalc.architecture.kinds),
+    # as sorted (name, value) pairs: read as cfg.<name> like every other field (__getattr__), written in YAML and
+    # --set as theirs; not a field users write (from_mapping and replace fill it)
+    mixer_fields: tuple = dataclasses.field(default=(), metadata={"front_end": False})
+
     def __post_init__(self) -> None:
+        if isinstance(self.mixer_fields, list):  # from JSON (a measured run's ranks rebuild the config)
+            object.__setattr__(self, "mixer_fields", tuple((k, _frozen(v)) for k, v in self.mixer_fields))
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
         if isinstance(self.stored_quant_block, list):
@@ -272,6 +238,19 @@ class ModelConfig(PerLayerViews, DerivedSizes):
         # made, before any work, and each rule is said in one place
         self.__dict__["architecture"] = self.to_architecture()
         validate_stored_groups(self)  # a quantization group against the matrices it quantizes
+
+    def __getattr__(self, name: str) -> Any:
+        """A field of a mixer kind registered after this class was made (only asked where no attribute is):
+        its value in mixer_fields, else the kind's default."""
+        if name.startswith("__") or name == "mixer_fields":
+            raise AttributeError(name)
+        for key, value in self.mixer_fields:
+            if key == name:
+                return value
+        for kind in late_kinds():
+            if name in kind.field_names():
+                return kind.defaults()[name]
+        raise AttributeError(f"'ModelConfig' object has no attribute {name!r}")
 
     def to_architecture(self) -> Architecture:
         """The per-layer description these flat fields say (tfcalc.architecture.flat), built anew: the one
@@ -327,7 +306,7 @@ class ModelConfig(PerLayerViews, DerivedSizes):
 
     def resolved(self) -> dict[str, Any]:
         """All fields with the derived sizes written in: a file that rebuilds the same model."""
-        out = dataclasses.asdict(self)
+        out = as_fields(self)
         out.update(d_head=self.head_dim, n_kv_head=self.kv_heads, d_ff=self.ffn_dim)
         if self.kv_lora_rank is not None:  # latent attention: its heads are given by its own fields
             out.update(d_head=None, n_kv_head=None)
@@ -342,42 +321,74 @@ class ModelConfig(PerLayerViews, DerivedSizes):
 
 
 register(ModelConfig)  # the fields' types, read from the annotations above: the one list of them
-LIST_FIELDS: tuple[str, ...] = list_fields()  # the fields --set may give a YAML list (tfcalc.presets)
-FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelConfig))
 REQUIRED_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelConfig) if f.default is dataclasses.MISSING
 )
 
 
+def late_kinds() -> tuple[mixer_kinds.MixerKind, ...]:
+    """The mixer kinds registered after ModelConfig was made (a plugin's): their fields live in mixer_fields."""
+    return tuple(k for k in mixer_kinds.kinds() if not issubclass(ModelConfig, k.fields))
+
+
+def _late_names() -> tuple[str, ...]:
+    return tuple(n for k in late_kinds() for n in k.field_names())
+
+
+# the class's own fields first (the order they are written in above), then the built-in kinds' (inherited)
+_OWN = tuple(sorted((f.name for f in dataclasses.fields(ModelConfig) if f.metadata.get("front_end", True)),
+                    key=lambda n: n not in ModelConfig.__dict__["__annotations__"]))
+# every field users may write (YAML, --set, a mapper's output): the dataclass's and the later mixer kinds'
+FIELD_NAMES: Sequence[str] = LiveNames(lambda: _OWN + _late_names())
+LIST_FIELDS: Sequence[str] = LiveNames(list_fields)  # the fields --set may give a YAML list (tfcalc.presets)
+
+
+def as_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """{field: value} of every field users write, a later mixer kind's among them (what from_mapping takes)."""
+    out = {name: getattr(cfg, name) for name in _OWN}
+    return out | {name: getattr(cfg, name) for name in _late_names()}
+
+
+def _split(data: dict[str, Any]) -> dict[str, Any]:
+    """ModelConfig's keyword arguments for user fields: a later mixer kind's into mixer_fields."""
+    late = set(_late_names())
+    out = {k: v for k, v in data.items() if k not in late}
+    own = tuple(sorted((k, _frozen(v)) for k, v in data.items() if k in late))
+    return out | ({"mixer_fields": own} if own else {})
+
+
 def replace(cfg: ModelConfig, **changes: Any) -> ModelConfig:
-    """dataclasses.replace, re-validated (a frozen dataclass validates in __post_init__)."""
+    """dataclasses.replace, re-validated (a frozen dataclass validates in __post_init__); a later mixer kind's
+    fields changed by name like the others."""
+    late = set(_late_names())
+    if late & set(changes):
+        given = dict(cfg.mixer_fields) | {k: v for k, v in changes.items() if k in late}
+        changes = {k: v for k, v in changes.items() if k not in late} | _split(given)
     return dataclasses.replace(cfg, **changes)
 
 
 def from_mapping(data: dict[str, Any]) -> ModelConfig:
-    """Build a ModelConfig from a mapping, naming any unknown field and the closest known one."""
+    """Build a ModelConfig from a mapping, naming any unknown field and the closest known one (a mapping of a
+    config's dataclass fields, ``mixer_fields`` among them, reads as the fields it holds)."""
+    if "mixer_fields" in data:
+        held = data["mixer_fields"]
+        if not isinstance(held, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) for p in held):
+            raise ConfigError("unknown field 'mixer_fields' (a later mixer kind's fields are written by their names)")
+        data = dict(held) | {k: v for k, v in data.items() if k != "mixer_fields"}
+    names = tuple(FIELD_NAMES)
     for key in data:
         if not isinstance(key, str):
             raise ConfigError(f"field names must be strings; got {shown(key)}")
-        if key not in FIELD_NAMES:
-            raise ConfigError(f"unknown field {shown(key)}{suggest(key, FIELD_NAMES)}")
+        if key not in names:
+            raise ConfigError(f"unknown field {shown(key)}{suggest(key, names)}")
     for key in REQUIRED_FIELDS:
         if key not in data:
             raise ConfigError(f"missing required field '{key}'")
     for key, value in data.items():
         check_field_type(key, value)
-    return ModelConfig(**data)
+    return ModelConfig(**_split(data))
 
 
-__all__ = [
-    "ConfigError",
-    "InputError",
-    "ModelConfig",
-    "FIELD_NAMES",
-    "LIST_FIELDS",
-    "check_field_type",
-    "from_mapping",
-    "replace",
-    "suggest",
-    "validate",
-]
+__all__ = ["ConfigError", "InputError", "ModelConfig", "FIELD_NAMES", "LIST_FIELDS", "as_fields", "check_field_type",
+           "from_mapping", "late_kinds", "replace", "suggest", "validate"]

@@ -18,7 +18,7 @@ import itertools
 from typing import Any, Iterator, Optional
 
 from tfcalc.architecture import Architecture, Block, Stack
-from tfcalc.architecture.patterns import layer_kind
+from tfcalc.architecture.patterns import KINDS, layer_kind
 from tfcalc.config import ModelConfig, replace
 from tfcalc.config_moe import MAX_LISTED_LAYERS
 from tfcalc.errors import InputError
@@ -96,8 +96,9 @@ def _kind_names(cfg: ModelConfig) -> dict[Block, str]:
         for j, block in enumerate(run.pattern):
             if block not in out:
                 kind = layer_kind(cfg, start + j)
-                out[block] = "conv" if kind.conv else ("local" if kind.local else "full" if kind.rope else "nope") + (
-                    "_nope" if kind.local and not kind.rope else "")
+                out[block] = kind.word if kind.word not in ("", *KINDS) else (  # another mixer kind's word
+                    ("local" if kind.local else "full" if kind.rope else "nope") + (
+                        "_nope" if kind.local and not kind.rope else ""))
         start += len(run.pattern) * run.repeat
     return out
 

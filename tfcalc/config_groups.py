@@ -4,11 +4,14 @@ what, in the order a model is read -- its identity and stacks, embeddings, atten
 kinds of it, and latent attention), the FFN, the mixture of experts (and which layers have it), norms and
 the block's layout, the head, and DeepSeek-V3's MTP modules.
 
-Every field is in exactly one group (tests/test_config.py checks the table against the dataclass).
-`tfcalc show` prints a config group by group. Pure Python: imports nothing of tfcalc.
+Every field is in exactly one group (tests/test_config.py checks the table against the dataclass); the fields
+of a mixer kind registered later (a plugin's, tfcalc.architecture.kinds) are listed under its own group.
+`tfcalc show` prints a config group by group. Pure Python: imports nothing of tfcalc but the registry of kinds.
 """
 
 from __future__ import annotations
+
+from tfcalc.architecture import kinds as mixer_kinds
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("identity (shown, never counted)", ("name", "nominal_params", "source", "dtype", "vision_params")),
@@ -49,7 +52,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def grouped(data: dict) -> list[tuple[str, dict]]:
     """(group, {field: value}) of a config's fields, group by group (fields in none of them last, as "other")."""
-    out = [(name, {f: data[f] for f in fields if f in data}) for name, fields in GROUPS]
     listed = {f for _, fields in GROUPS for f in fields}
+    later = [(k.group or k.name, tuple(f for f in k.field_names() if f not in listed)) for k in mixer_kinds.kinds()]
+    groups = GROUPS + tuple((name, fields) for name, fields in later if fields)
+    out = [(name, {f: data[f] for f in fields if f in data}) for name, fields in groups]
+    listed |= {f for _, fields in groups for f in fields}
     rest = {f: v for f, v in data.items() if f not in listed}
     return [(name, part) for name, part in out + [("other", rest)] if part]

@@ -1,9 +1,8 @@
-"""The fields of DeepSeek-V2/V3 and Kimi K2 in ModelConfig -- latent attention, DeepSeek's routing, YaRN and the
-multi-token prediction module -- their types and their rules (tfcalc.config_rules runs them with the
-others). Imports nothing of tfcalc but the error type; every failure is one ConfigError line naming the field.
+"""The rules of DeepSeek-V2/V3's and Kimi K2's fields in ModelConfig beside latent attention's -- DeepSeek's routing,
+YaRN and the multi-token prediction module (tfcalc.config_rules runs them with the others; latent attention's
+fields and rules are its mixer kind's, tfcalc.architecture.flat_latent). Imports nothing of tfcalc but
+the error type; every failure is one ConfigError line naming the field.
 
-- ``kv_lora_rank`` set: every self-attention layer is multi-head latent attention (tfcalc.architecture.latent),
-  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional);
 - ``router_scoring``, ``router_groups``, ``router_topk_groups``, ``routed_scaling``, ``router_score_bias``:
   tfcalc.architecture.routing;
 - ``rope_scaling: yarn`` with ``rope_scaling_factor``, ``rope_original_max_seq_len`` and the optional
@@ -16,21 +15,13 @@ from __future__ import annotations
 
 from tfcalc.errors import InputError as ConfigError
 
-_LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
 _YARN = ("rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
          "yarn_mscale_all_dim")
 
 
 def validate_latent(cfg) -> None:
-    """Latent attention, DeepSeek's routing, YaRN and MTP against the rest of the config."""
-    if cfg.qk_nope_head_dim is not None and cfg.qk_nope_head_dim < 0:
-        raise ConfigError(f"field 'qk_nope_head_dim' must be 0 or more; got {cfg.qk_nope_head_dim}")
-    if cfg.kv_lora_rank is None:
-        for name in _LATENT:
-            if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} applies to latent attention only (give kv_lora_rank)")
-    else:
-        _validate_attention(cfg)
+    """DeepSeek's routing, YaRN and MTP against the rest of the config (latent attention's own rules are its
+    mixer kind's, tfcalc.architecture.flat_latent)."""
     _validate_routing(cfg)
     if cfg.rope_scaling is None:
         for name in _YARN:
@@ -44,31 +35,6 @@ def validate_latent(cfg) -> None:
                 raise ConfigError(f"rope_scaling yarn needs {name}")
     if cfg.mtp_layers and (cfg.arch != "decoder" or not cfg.lm_head):
         raise ConfigError("mtp_layers (multi-token prediction) applies to a decoder with an LM head")
-
-
-def _validate_attention(cfg) -> None:
-    for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        if getattr(cfg, name) is None:
-            raise ConfigError(f"latent attention (kv_lora_rank) needs {name}")
-    if cfg.pos_encoding != "rope":
-        raise ConfigError(f"latent attention rotates qk_rope_head_dim channels: pos_encoding must be rope "
-                          f"(is {cfg.pos_encoding})")
-    if cfg.arch != "decoder" or cfg.cross_attention:
-        raise ConfigError("latent attention is built for a decoder's self-attention only (arch decoder, "
-                          "no cross_attention)")
-    if cfg.qk_rope_head_dim % 2:
-        raise ConfigError(f"rope rotates pairs of channels: qk_rope_head_dim must be even, got {cfg.qk_rope_head_dim}")
-    for name in ("kv_lora_rank", "q_lora_rank"):
-        value = getattr(cfg, name)
-        if value is not None and value > cfg.d_model:
-            raise ConfigError(f"field '{name}' ({value}) must be at most d_model ({cfg.d_model}): it compresses "
-                              "the hidden state")
-    for name in ("n_kv_head", "d_head", "sliding_window", "attn_scale", "attn_softcap"):
-        if getattr(cfg, name) is not None:
-            raise ConfigError(f"{name} does not apply to latent attention (kv_lora_rank): its heads are "
-                              "qk_nope_head_dim + qk_rope_head_dim wide, one K/V head per query head")
-    if cfg.qk_norm or cfg.rope_fraction != 1.0:
-        raise ConfigError("qk_norm and rope_fraction do not apply to latent attention (kv_lora_rank)")
 
 
 def _validate_routing(cfg) -> None:

@@ -1,8 +1,13 @@
 """The rules a ModelConfig must keep: the type of every field, and the fields against each other.
 
 Split from tfcalc.config so that the dataclass stays readable; imports nothing of tfcalc but the error
-type and tfcalc.config_patterns (tfcalc.config imports this module, never the other way). Every failure
-is one ConfigError line that names the field(s). Pure Python: no torch, typer or rich here.
+type, the registry of mixer kinds (tfcalc.architecture.kinds) and the rules of some field groups
+(tfcalc.config_latent, config_moe, config_quant); tfcalc.config imports this module, never the other way.
+Every failure is one ConfigError line that names the field(s). Pure Python: no torch, typer or rich here.
+
+A mixer kind's fields (tfcalc.architecture.kinds) are checked here like the others: their types read from the
+kind's dataclass of fields, their numbers by the same rules, and the kind's own rules (``check``) run once
+with the rest, in the order the kinds were registered.
 
 The rules of one component are the component's own, checked once as tfcalc.config builds the description
 (tfcalc.architecture: a norm's bias, GQA's grouping, a parallel block's layout, a mixture's top-k and
@@ -16,11 +21,12 @@ import dataclasses
 import difflib
 import math
 import re
-from typing import Any, Literal, NamedTuple, Union, get_args, get_origin, get_type_hints
+from collections.abc import Sequence
+from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union, get_args, get_origin, get_type_hints
 
 from tfcalc import config_latent as latent
+from tfcalc.architecture import kinds as mixer_kinds
 from tfcalc.config_moe import validate_moe_extras
-from tfcalc.config_patterns import validate_attention_patterns
 from tfcalc.config_quant import validate_stored_quant
 from tfcalc.errors import InputError as ConfigError, shown
 
@@ -30,7 +36,6 @@ NormPlacement = Literal["pre", "post", "sandwich", "output"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]
-QkNormOver = Literal["head", "projection"]
 
 # T5's defaults (Raffel et al. 2020, sec. 2.1; transformers' T5Config): 32 buckets, distances to 128.
 REL_POS_BUCKETS, REL_POS_MAX_DISTANCE = 32, 128
@@ -60,6 +65,8 @@ def field_types(cls) -> dict[str, FieldType]:
     hints = get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
+        if not f.metadata.get("front_end", True):  # held for the front end, never written by a user
+            continue
         t, optional = hints[f.name], False
         if get_origin(t) is Union:
             args = [a for a in get_args(t) if a is not type(None)]
@@ -75,23 +82,56 @@ def field_types(cls) -> dict[str, FieldType]:
     return out
 
 
-_TYPES: dict[str, FieldType] = {}  # tfcalc.config registers ModelConfig's (this module imports no config)
+_OWN_TYPES: dict[str, FieldType] = {}  # tfcalc.config registers ModelConfig's (this module imports no config)
+_KIND_TYPES: dict[int, dict[str, FieldType]] = {}  # the registry's version -> every field's type
 
 
 def register(cls) -> None:
     """Read the config class's field types (tfcalc.config calls this once, under the class)."""
-    _TYPES.update(field_types(cls))
+    _OWN_TYPES.update(field_types(cls))
+
+
+def _types() -> dict[str, FieldType]:
+    """Every field's type: the config class's, then each registered mixer kind's (read once per registry)."""
+    key = mixer_kinds.version()
+    if key not in _KIND_TYPES:
+        kinds = mixer_kinds.kinds()
+        _KIND_TYPES.clear()
+        _KIND_TYPES[key] = {**_OWN_TYPES, **{n: t for k in kinds for n, t in field_types(k.fields).items()}}
+    return _KIND_TYPES[key]
 
 
 def list_fields() -> tuple[str, ...]:
     """The fields --set may give a YAML list (tfcalc.presets)."""
-    return tuple(n for n, t in _TYPES.items() if t.base == "ints")
+    return tuple(n for n, t in _types().items() if t.base == "ints")
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
     """The allowed strings of a Literal field, or None for other fields."""
-    t = _TYPES.get(name)
+    t = _types().get(name)
     return t.choices if t is not None and t.choices else None
+
+
+class LiveNames(Sequence):
+    """A tuple of field names read anew on each use, so a mixer kind registered later adds its own."""
+
+    def __init__(self, read: Callable[[], tuple[str, ...]]) -> None:
+        self._read = read
+
+    def __getitem__(self, i):
+        return self._read()[i]
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._read()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __repr__(self) -> str:
+        return repr(self._read())
 
 
 def _squash(text: str) -> str:
@@ -132,9 +172,9 @@ _EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "
              "ints": "a list of integers"}
 
 
-def check_field_type(name: str, value: Any) -> None:
-    """Raise ConfigError naming the field when value has the wrong type for it."""
-    t = _TYPES[name]
+def check_field_type(name: str, value: Any, t: Optional[FieldType] = None) -> None:
+    """Raise ConfigError naming the field when value has the wrong type for it (``t``: its type, where known)."""
+    t = t or _types()[name]
     if value is None and t.optional:
         return
     if t.choices:
@@ -164,25 +204,28 @@ def _has_type(value: Any, base: Any) -> bool:
 
 def validate(cfg) -> None:
     """Raise ConfigError, one line naming the field(s), for any config no transformer can have."""
-    for field in dataclasses.fields(cfg):
-        check_field_type(field.name, getattr(cfg, field.name))
-    for name, t in _TYPES.items():
-        value = getattr(cfg, name)
+    types = _types()
+    for name, _ in cfg.mixer_fields:
+        if name not in types:  # a kind taken out of the registry since the config was read
+            raise ConfigError(f"unknown field {shown(name)}: no registered mixer kind declares it")
+    values = {name: getattr(cfg, name) for name in types}
+    for name, t in types.items():
+        check_field_type(name, values[name], t)
+    for name, t in types.items():
+        value = values[name]
         if value is None or t.base not in (int, float):
             continue
         if t.base is int and name in ZERO_ALLOWED:
-            if value < 0 and not t.optional:  # qk_nope_head_dim: tfcalc.config_latent says it
+            if value < 0 and not t.optional:  # qk_nope_head_dim: tfcalc.architecture.flat_latent says it
                 raise ConfigError(f"field '{name}' must be 0 or more; got {shown(value)}")
         elif value <= 0:
             raise ConfigError(f"field '{name}' must be positive; got {shown(value) if t.base is int else value}")
         if t.base is int and value > MAX_INT:
             raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
-    latent.validate_latent(cfg)  # before the rules that read head_dim and rope_dim
-    if cfg.d_head is None and cfg.kv_lora_rank is None and cfg.d_model % cfg.n_head:
-        raise ConfigError(
-            f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "
-            "give d_head explicitly or change one of them"
-        )
+    for kind in mixer_kinds.kinds():  # each mixer kind's rules (softmax attention's head width among them)
+        if kind.check is not None:
+            kind.check(cfg)
+    latent.validate_latent(cfg)
     if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"
@@ -195,19 +238,8 @@ def validate(cfg) -> None:
         raise ConfigError(f"the derived d_ff is {ffn_dim}; raise ffn_mult or give d_ff")
     if ffn_dim > MAX_INT:
         raise ConfigError(f"the derived d_ff is more than {MAX_INT:,}; lower ffn_mult or ffn_dim_multiplier")
-    if cfg.pos_encoding == "rope" and cfg.kv_lora_rank is None and cfg.head_dim % 2:
-        raise ConfigError(f"rope rotates pairs of channels: d_head must be even, got {cfg.head_dim}")
     if cfg.pos_encoding == "sinusoidal" and cfg.d_model % 2:
         raise ConfigError(f"sinusoidal positions pair sin and cos: d_model must be even, got {cfg.d_model}")
-    if cfg.qk_norm_over != "head" and not cfg.qk_norm:
-        raise ConfigError("qk_norm_over says how wide the Q/K norms are: set qk_norm true too")
-    if cfg.qk_l2_norm and (cfg.qk_norm or cfg.pos_encoding != "rope"):
-        raise ConfigError("qk_l2_norm (Llama 4's weightless norm after RoPE) applies to pos_encoding rope, "
-                          "without qk_norm")
-    if (cfg.attn_temperature_floor is None) != (cfg.attn_temperature_scale is None):
-        raise ConfigError("give attn_temperature_floor and attn_temperature_scale together, or neither")
-    if cfg.attn_temperature_floor is not None and cfg.nope_every is None and cfg.layer_pattern is None:
-        raise ConfigError("the attention temperature applies to NoPE layers: give nope_every or layer_pattern too")
     if cfg.router_sigmoid_input and cfg.n_expert is None:
         raise ConfigError("router_sigmoid_input applies to a mixture of experts only (give n_expert and "
                           "n_expert_active)")
@@ -232,7 +264,6 @@ def _validate_kind(cfg) -> None:
     elif cfg.cross_attention:
         raise ConfigError("cross_attention applies to arch decoder or encoder: an encoder-decoder's decoder has it "
                           "already")
-    validate_attention_patterns(cfg)
     if cfg.pooler and cfg.arch == "encoder-decoder":  # BertModel with is_decoder pools a causal stack's first token
         raise ConfigError("pooler applies to one stack (arch encoder or decoder): it reads that stack's first token")
     if not cfg.lm_head:
@@ -286,22 +317,10 @@ def _validate_positions(cfg) -> None:
         )
     if cfg.position_offset and cfg.pos_encoding != "learned":
         raise ConfigError(f"position_offset applies to pos_encoding learned only (pos_encoding is {cfg.pos_encoding})")
-    if cfg.rope_fraction != 1.0:
-        if cfg.pos_encoding != "rope":
-            raise ConfigError(f"rope_fraction applies to pos_encoding rope only (pos_encoding is {cfg.pos_encoding})")
-        if cfg.rope_fraction > 1:
-            raise ConfigError(f"field 'rope_fraction' must be at most 1; got {cfg.rope_fraction}")
-        if cfg.rope_dim < 2 or cfg.rope_dim % 2:
-            raise ConfigError(
-                f"rope rotates pairs of channels: int(d_head · rope_fraction) = int({cfg.head_dim} · "
-                f"{cfg.rope_fraction}) = {cfg.rope_dim} must be even and at least 2"
-            )
 
 
 def _validate_scales(cfg) -> None:
     """Issue 22's dense types: the fields each need what they act on."""
-    if cfg.qk_norm_per_head and not cfg.qk_norm:
-        raise ConfigError("qk_norm_per_head gives each head its own Q/K norm weights: set qk_norm true too")
     if not cfg.lm_head and cfg.logit_scale is not None:
         raise ConfigError("logit_scale needs an LM head: with lm_head false, set logit_scale to null")
     if cfg.embedding_dim is not None and cfg.embedding_dim != cfg.d_model:

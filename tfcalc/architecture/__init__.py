@@ -28,9 +28,14 @@ stored tensor it is fused into) and its matmuls (``linears()``); a mixer answers
 (tfcalc.architecture.mixer). The folds: tfcalc.count.model.params (parameters), tfcalc.count.model.flops (FLOPs),
 tfcalc.count.model.memory (generation state, activations), tfcalc.count.training.shard (a plan's shards).
 
-The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat.
+The front end from flat fields (YAML, --set, Hugging Face config.json): tfcalc.architecture.flat, which builds
+each layer's mixer through the registry of mixer kinds (tfcalc.architecture.kinds: each kind's flat fields, their
+rules, its layer_pattern words and its builder, declared in the mixer's own module, which this package imports).
 Pure Python: no torch, typer or rich here; imports nothing of tfcalc but tfcalc.errors.
 """
+
+import importlib
+import pkgutil
 
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
@@ -42,6 +47,12 @@ from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
+
+# every module of the package, imported here: a mixer's module registers its kind as it is imported
+# (tfcalc.architecture.kinds), so a new mixer is found without a line naming it (vLLM's registry, made eager: the
+# kinds must be known before tfcalc.config makes its dataclass of their fields)
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["Architecture", "Attention", "Block", "Capabilities", "Embeddings", "FFN", "Head", "LatentAttention",
            "Linear", "MTP", "Mixer", "Mixing", "MoE", "Norm", "Placed", "Routing", "Run", "Stack", "StateTensor",

@@ -13,9 +13,12 @@ Per-layer patterns in the flat fields:
 - ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
-- attention per layer (tfcalc.architecture.patterns): local layers attend through ``sliding_window`` or
-  ``attention_chunk_size`` with RoPE base ``rope_local_theta`` (default rope_theta), global ones see the
-  whole context; ``nope_every`` or the kinds of ``layer_pattern`` take RoPE out of some layers.
+- the token mixer of each layer: the mixer kind (tfcalc.architecture.kinds) its ``layer_pattern`` word names,
+  else the kind that claims the layer for this config (latent attention every layer where ``kv_lora_rank`` is
+  given), else softmax attention; each kind builds its own mixer from the fields it declares (softmax attention's
+  per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind
+  for the mixer slot; a cross-attention slot holds softmax attention (``Block.cross_attention``), built by
+  flat_attention.cross.
 """
 
 from __future__ import annotations
@@ -23,14 +26,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tfcalc.architecture import flat_latent
-from tfcalc.architecture.attention import Attention
+from tfcalc.architecture import flat_latent, kinds
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.flat_attention import cross as cross_attention
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, layer_kind, period_segments
-from tfcalc.architecture.short_conv import ShortConv
 from tfcalc.errors import InputError
 
 
@@ -107,39 +109,13 @@ def _projected(cfg: Any) -> int | None:
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     return Block(_mixer(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
-                 _attention(cfg, i, causal=False, kind="cross") if cross else None, cfg.residual_multiplier)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
 
 
-def _mixer(cfg: Any, i: int, causal: bool) -> Any:
-    """Layer i's token mixer: a short gated convolution where layer_pattern says ``conv`` (LFM2), else attention."""
-    if layer_kind(cfg, i).conv:
-        return ShortConv(cfg.d_model, cfg.conv_kernel, cfg.conv_bias, causal)
-    return _attention(cfg, i, causal)
-
-
-def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
-    if cfg.kv_lora_rank is not None and kind == "self":  # DeepSeek's multi-head latent attention
-        return flat_latent.latent_attention(cfg, Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps))
-    layer = layer_kind(cfg, i)
-    local = causal and kind == "self" and layer.local
-    rope = cfg.pos_encoding == "rope" and kind == "self" and layer.rope
-    theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
-    qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
-    whole = qk_norm is not None and cfg.qk_norm_over == "projection"
-    if cfg.qk_l2_norm and rope:  # Llama 4: weightless, after RoPE, RoPE layers only
-        qk_norm = Norm("rmsnorm", cfg.head_dim, False, cfg.norm_eps, affine=False)
-    temperature = None
-    if cfg.attn_temperature_floor is not None and kind == "self" and not layer.rope:
-        temperature = (cfg.attn_temperature_floor, cfg.attn_temperature_scale)
-    return Attention(
-        cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
-        window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
-        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
-        qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
-        scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
-        sinks=cfg.attn_sinks and kind == "self",
-        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None,
-    )
+def _mixer(cfg: Any, i: int, causal: bool):
+    """Layer i's token mixer, built by its kind (see the module docstring; an MTP module's layer, past the
+    pattern, takes the kind no word names)."""
+    return kinds.for_layer(cfg, layer_kind(cfg, i) if i < cfg.n_layer else None).build(cfg, i, causal)
 
 
 def is_moe_layer(cfg: Any, i: int) -> bool:

@@ -1,16 +1,40 @@
-"""The flat front end's part for DeepSeek-V2/V3 and Kimi K2 (tfcalc.architecture.flat calls it): the latent
-attention, the router and the MTP modules a config's fields describe (tfcalc.config_latent lists them).
+"""The flat front end's part for DeepSeek-V2/V3 and Kimi K2: latent attention's mixer kind (its fields, their
+rules and how its mixer is built, registered in tfcalc.architecture.kinds as this module is imported), and the
+router, YaRN and the MTP modules a config's fields describe (tfcalc.architecture.flat calls them; their fields
+are tfcalc.config's, their rules tfcalc.config_latent's).
+
+- ``kv_lora_rank`` set: every self-attention layer is multi-head latent attention (tfcalc.architecture.latent),
+  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional).
+
 Reads the config by attribute, never imports it. Pure Python."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc.architecture.block import Block
+from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.latent import LatentAttention, Yarn
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.routing import Routing
+from tfcalc.errors import InputError as ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatentFields:
+    """Latent attention in every self-attention layer when kv_lora_rank is set."""
+
+    kv_lora_rank: Optional[int] = None
+    q_lora_rank: Optional[int] = None  # None: a plain Q projection (DeepSeek-V2-Lite)
+    qk_nope_head_dim: Optional[int] = None
+    qk_rope_head_dim: Optional[int] = None
+    v_head_dim: Optional[int] = None
+    rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
+
+
+_LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
@@ -21,12 +45,51 @@ def yarn(cfg: Any) -> Optional[Yarn]:
                 1.0 if cfg.yarn_beta_slow is None else cfg.yarn_beta_slow, cfg.yarn_mscale, cfg.yarn_mscale_all_dim)
 
 
-def latent_attention(cfg: Any, norm: Norm) -> LatentAttention:
-    """Every self-attention layer's, when kv_lora_rank is set: biases as attn_bias (attention_bias)."""
+def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttention:
+    """Every self-attention layer's, when kv_lora_rank is set: biases as attn_bias (attention_bias); its
+    compressions' norms of the model's kind."""
+    norm = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps)
     return LatentAttention(
         cfg.d_model, cfg.n_head, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
         cfg.q_lora_rank, norm, cfg.attn_bias, cfg.rope_theta, yarn(cfg), cfg.rope_interleave is not False,
     )
+
+
+def check(cfg: Any) -> None:
+    """Latent attention's fields against the rest of the config (one ConfigError line each)."""
+    if cfg.qk_nope_head_dim is not None and cfg.qk_nope_head_dim < 0:
+        raise ConfigError(f"field 'qk_nope_head_dim' must be 0 or more; got {cfg.qk_nope_head_dim}")
+    if cfg.kv_lora_rank is None:
+        for name in _LATENT:
+            if getattr(cfg, name) is not None:
+                raise ConfigError(f"{name} applies to latent attention only (give kv_lora_rank)")
+    else:
+        _check_attention(cfg)
+
+
+def _check_attention(cfg: Any) -> None:
+    for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if getattr(cfg, name) is None:
+            raise ConfigError(f"latent attention (kv_lora_rank) needs {name}")
+    if cfg.pos_encoding != "rope":
+        raise ConfigError(f"latent attention rotates qk_rope_head_dim channels: pos_encoding must be rope "
+                          f"(is {cfg.pos_encoding})")
+    if cfg.arch != "decoder" or cfg.cross_attention:
+        raise ConfigError("latent attention is built for a decoder's self-attention only (arch decoder, "
+                          "no cross_attention)")
+    if cfg.qk_rope_head_dim % 2:
+        raise ConfigError(f"rope rotates pairs of channels: qk_rope_head_dim must be even, got {cfg.qk_rope_head_dim}")
+    for name in ("kv_lora_rank", "q_lora_rank"):
+        value = getattr(cfg, name)
+        if value is not None and value > cfg.d_model:
+            raise ConfigError(f"field '{name}' ({value}) must be at most d_model ({cfg.d_model}): it compresses "
+                              "the hidden state")
+    for name in ("n_kv_head", "d_head", "sliding_window", "attn_scale", "attn_softcap"):
+        if getattr(cfg, name) is not None:
+            raise ConfigError(f"{name} does not apply to latent attention (kv_lora_rank): its heads are "
+                              "qk_nope_head_dim + qk_rope_head_dim wide, one K/V head per query head")
+    if cfg.qk_norm or cfg.rope_fraction != 1.0:
+        raise ConfigError("qk_norm and rope_fraction do not apply to latent attention (kv_lora_rank)")
 
 
 def routing(cfg: Any) -> Routing:
@@ -37,3 +100,8 @@ def routing(cfg: Any) -> Routing:
 def mtp(cfg: Any, norm: Norm, block: Block) -> Optional[MTP]:
     """``block``: the layer after the main stack's last (layer n_layer), each module's decoder layer."""
     return MTP(block, cfg.mtp_layers, norm, cfg.vocab_size) if cfg.mtp_layers else None
+
+
+KIND = register(MixerKind("latent attention", LatentFields, latent_attention, check=check,
+                          claims=lambda cfg, layer: cfg.kv_lora_rank is not None,
+                          group="latent attention (LatentAttention)"))

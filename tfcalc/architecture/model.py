@@ -20,6 +20,7 @@ from typing import Literal, Optional
 
 from tfcalc.architecture import copies
 from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.ffn import MoE
 from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
@@ -256,6 +257,10 @@ class Architecture:
             for dtype, elements in state_by_dtype(b.mixer, context, spare).items():
                 out[dtype] = out.get(dtype, 0) + n * elements
         return out
+
+    def moe(self) -> Optional[MoE]:
+        """The mixture of experts of the first MoE layer (the front ends give every MoE layer the same), or None."""
+        return next((b.ffn for _, b, _ in self.kinds() if b.is_moe), None)
 
     def decode_forms(self) -> str:
         """The forms the decoder's mixers run a decode step in (``Capabilities.decode_form``), joined:

@@ -12,8 +12,9 @@ Two ways to say it (tfcalc.config documents the fields):
   ``*n`` repeated: ``(local*5, full)*10, local*2`` is Gemma 3 27B's 62 layers.
 
 Kinds: ``full`` (the whole causal context, RoPE), ``local`` (through the window or the chunk, RoPE at
-``rope_local_theta`` where given), ``nope`` (the whole context, no RoPE), ``local_nope``; ``conv``: no
-attention, LFM2's short gated convolution (tfcalc.architecture.short_conv; ``conv_kernel``, ``conv_bias``).
+``rope_local_theta`` where given), ``nope`` (the whole context, no RoPE), ``local_nope`` -- softmax attention's
+words -- and the words of every other registered mixer kind (tfcalc.architecture.kinds), whose layers that
+mixer fills: ``(gdn*3, full)*12``.
 
 A pattern is kept as runs -- a tuple of kinds repeated -- never one entry per layer, so a pattern of a
 2**40-layer model costs what a 2-layer one does. Pure Python: no torch, typer or rich here.
@@ -26,9 +27,10 @@ import math
 import re
 from typing import NamedTuple
 
+from tfcalc.architecture import kinds as mixer_kinds
 from tfcalc.errors import InputError
 
-KINDS = ("full", "local", "nope", "local_nope", "conv")
+KINDS = ("full", "local", "nope", "local_nope")
 MAX_PERIOD = 4096  # kinds in one group of a pattern (expanded): far past any model's (Gemma 3: 6)
 _TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d+)|(,)|([A-Za-z_]+))")
 
@@ -36,7 +38,7 @@ _TOKEN = re.compile(r"\s*(?:(\()|(\))|(\*)\s*(\d+)|(,)|([A-Za-z_]+))")
 class LayerKind(NamedTuple):
     local: bool  # through the window or chunk
     rope: bool  # RoPE in this layer (where the model has RoPE at all)
-    conv: bool = False  # a short gated convolution in place of attention (LFM2; tfcalc.architecture.short_conv)
+    word: str = ""  # its word in layer_pattern ("" where the config gives none): the mixer kind it picks
 
 
 class PatternRun(NamedTuple):
@@ -45,22 +47,40 @@ class PatternRun(NamedTuple):
 
 
 def kind_of(name: str) -> LayerKind:
-    return LayerKind(name.startswith("local"), not name.endswith("nope"), name == "conv")
+    if name not in KINDS:  # another mixer kind's layer: no window, no NoPE of softmax attention's
+        return LayerKind(False, True, name)
+    return LayerKind(name.startswith("local"), not name.endswith("nope"), name)
+
+
+def known_words() -> tuple[str, ...]:
+    """Softmax attention's kinds, then the other registered mixer kinds' words."""
+    return _known_words(mixer_kinds.version())
+
+
+@functools.lru_cache(maxsize=4)
+def _known_words(version: int) -> tuple[str, ...]:
+    return KINDS + tuple(w for w in mixer_kinds.words() if w not in KINDS)
+
+
+def parse(text: str) -> tuple[PatternRun, ...]:
+    """The runs of a layer pattern (see the module docstring); InputError, one line, when it is not one."""
+    return _parse(text, known_words())
 
 
 @functools.lru_cache(maxsize=64)
-def parse(text: str) -> tuple[PatternRun, ...]:
-    """The runs of a layer pattern (see the module docstring); InputError, one line, when it is not one."""
+def _parse(text: str, words: tuple[str, ...]) -> tuple[PatternRun, ...]:
+    """``parse`` with the words known now (a key of the cache: a kind registered or taken out reads anew)."""
     tokens, pos = [], 0
     text = text.strip()
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
-            raise InputError(f"layer_pattern: cannot read {text[pos:pos + 20]!r} (write kinds {', '.join(KINDS)}, "
+            raise InputError(f"layer_pattern: cannot read {text[pos:pos + 20]!r} (write kinds "
+                             f"{', '.join(words)}, "
                              "commas, groups in parentheses and '*n' repeats: '(local*5, full)*10, local*2')")
         tokens.append(m.groups())
         pos = m.end()
-    runs, rest = _items(tokens, 0, depth=0)
+    runs, rest = _items(tokens, 0, 0, words)
     if not runs:
         raise InputError("layer_pattern is empty: give at least one layer kind")
     return _merge(runs)
@@ -74,7 +94,7 @@ def _shown_count(digits: str) -> str:
     return f"{int(digits):,}" if len(digits) <= 20 else f"a {len(digits):,}-digit number"
 
 
-def _items(tokens: list, i: int, depth: int) -> tuple[list[PatternRun], int]:
+def _items(tokens: list, i: int, depth: int, words: tuple[str, ...]) -> tuple[list[PatternRun], int]:
     """Comma-separated items from tokens[i] to the closing parenthesis (or the end, at depth 0)."""
     if depth > MAX_DEPTH:
         raise InputError(f"layer_pattern: groups nest more than {MAX_DEPTH} deep")
@@ -95,11 +115,11 @@ def _items(tokens: list, i: int, depth: int) -> tuple[list[PatternRun], int]:
         if not expect_item:
             raise InputError("layer_pattern: items must be separated by commas")
         if word:
-            if word not in KINDS:
-                raise InputError(f"layer_pattern: unknown layer kind {word!r} (known: {', '.join(KINDS)})")
+            if word not in words:
+                raise InputError(f"layer_pattern: unknown layer kind {word!r} (known: {', '.join(words)})")
             group, i = [PatternRun((word,), 1)], i + 1
         elif lpar:
-            group, i = _items(tokens, i + 1, depth + 1)
+            group, i = _items(tokens, i + 1, depth + 1, words)
             if not group:
                 raise InputError("layer_pattern: an empty group '()'")
         else:

@@ -43,8 +43,9 @@ Pure Python: no torch, typer or rich here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
+from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -150,3 +151,19 @@ class ShortConv:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShortConvFields:
+    """Its flat fields (tfcalc.architecture.kinds), in the layers layer_pattern calls "conv"."""
+
+    conv_kernel: int = 3  # its taps K (conv_L_cache)
+    conv_bias: bool = False  # biases on its in_proj, convolution and out_proj (conv_bias)
+
+
+def from_flat(cfg: Any, i: int, causal: bool) -> ShortConv:
+    return ShortConv(cfg.d_model, cfg.conv_kernel, cfg.conv_bias, causal)
+
+
+KIND = register(MixerKind("short convolution", ShortConvFields, from_flat, words=("conv",),
+                          group="short gated convolution in the layer_pattern's conv layers (ShortConv)"))

@@ -199,7 +199,7 @@ def _kept(r: Reader, fields: dict, patterns: list[str], regex_prefix: bool) -> s
 
 def _moe_layers(r: Reader) -> list[bool]:
     """Whether each layer has experts, from the config the family's keys make (no stored format yet)."""
-    from tfcalc.config import ModelConfig
+    from tfcalc.config import from_mapping  # the fields of any registered mixer kind among them
 
-    probe = ModelConfig(**{"name": "probe", **{k: v for k, v in r.fields.items() if not k.startswith("stored_")}})
+    probe = from_mapping({"name": "probe", **{k: v for k, v in r.fields.items() if not k.startswith("stored_")}})
     return [b.is_moe for b in probe.architecture.output.layers()]

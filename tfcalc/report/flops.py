@@ -111,9 +111,15 @@ class FlopsReport(WorkloadFields, Displayed):
     def decode_naive(self) -> Optional[int]:
         """The decode step with latent attention in the naive form (every cached latent expanded through W_kvb,
         as transformers runs it); the same as ``decode`` for every other model."""
-        if self.cfg.kv_lora_rank is None or self.decode is None:
+        if not self.absorbed or self.decode is None:
             return self.decode
         return sum(e.causal_total for e in count.matmul_entries(self.cfg, self.batch, 1, self.seq, encoder=False))
+
+    @property
+    def absorbed(self) -> bool:
+        """Whether a decoder layer's mixer decodes in the absorbed form (latent attention; asked of the mixers'
+        declared capabilities, Architecture.decode_forms, not of a flat field)."""
+        return "absorbed" in self.cfg.architecture.decode_forms()
 
     @property
     def beyond_context(self) -> Optional[str]:
@@ -129,19 +135,20 @@ class FlopsReport(WorkloadFields, Displayed):
         if width_note(cfg):
             out.append(f"attention width n_head·d_head = {cfg.q_dim} differs from d_model = {cfg.d_model} "
                        "(as printed in the source): the attention FLOPs are counted as given")
-        if cfg.n_expert:
+        moe = cfg.architecture.moe()  # the mixture of experts' component (every MoE layer's alike)
+        if moe is not None:
             out.append(
-                f"mixture of experts: only the top-{cfg.experts_active} of {cfg.experts} experts run for each token, "
-                f"so the FFN counts {cfg.experts_active} experts' matmuls per token (and the router), not "
-                f"{cfg.experts}; the experts a token skips do no work for it")
-            capacity = cfg.expert_capacity(self.batch * self.seq)
+                f"mixture of experts: only the top-{moe.top_k} of {moe.n_expert} experts run for each token, "
+                f"so the FFN counts {moe.top_k} experts' matmuls per token (and the router), not "
+                f"{moe.n_expert}; the experts a token skips do no work for it")
+            capacity = moe.capacity(self.batch * self.seq)
             if capacity is not None:
                 out.append(
-                    f"expert capacity factor {cfg.expert_capacity_factor}: each expert runs a buffer of {capacity:,} "
-                    f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {cfg.experts * capacity:,} rows in all "
-                    f"against {cfg.experts_active * self.batch * self.seq:,} token-expert pairs: padding costs "
+                    f"expert capacity factor {moe.capacity_factor}: each expert runs a buffer of {capacity:,} "
+                    f"rows per layer (ceil(c·k·B·T/E), Fedus et al. 2022), {moe.n_expert * capacity:,} rows in all "
+                    f"against {moe.top_k * self.batch * self.seq:,} token-expert pairs: padding costs "
                     "FLOPs when c > 1, and tokens past an expert's buffer are dropped (the residual carries them)")
-        if cfg.kv_lora_rank is not None and self.decode is not None:
+        if self.absorbed and self.decode is not None:
             out.append("latent attention (DeepSeek's MLA): the forward pass counted in the naive form transformers "
                        "runs (W_kvb expands every key's latent); a decode step in the absorbed form tfcalc's module "
                        "and MLA servers run (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into the "

@@ -129,12 +129,13 @@ class ParamsReport(Displayed):
         note = count.width_note(cfg)
         if note:
             notes.append(note.text(cfg.n_head, cfg.head_dim))
-        if cfg.n_expert:
+        experts = cfg.architecture.moe()  # the mixture of experts' component (every MoE layer's alike)
+        if experts is not None:
             kinds = cfg.architecture.kinds()
             moe, blocks = sum(n for _, b, n in kinds if b.is_moe), sum(n for _, _, n in kinds)
             where = "each block" if moe == blocks else f"each of the {moe:,} MoE blocks (of {blocks:,}; others dense)"
             notes.append(
-                f"mixture of experts: each token runs {cfg.experts_active} of the {cfg.experts} experts of {where}, "
+                f"mixture of experts: each token runs {experts.top_k} of the {experts.n_expert} experts of {where}, "
                 f"so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )

@@ -89,8 +89,9 @@ def _one(r: ParamsReport, verbose: bool) -> Doc:
         table.add("Total, empirical: not measured", None, None, None, None, style="dim")
     if r.checkpoint is not None:
         _checkpoint_rows(table, doc, r)
-    if cfg.n_expert:
-        table.add(f"Active per token (top-{cfg.experts_active} of {cfg.experts})", None, None, r.active_params,
+    moe = cfg.architecture.moe()  # the mixture of experts' component
+    if moe is not None:
+        table.add(f"Active per token (top-{moe.top_k} of {moe.n_expert})", None, None, r.active_params,
                   r.active_params / total)
     _kind_rows(table, doc, r)
     table.add(f"Approximation ({r.approximation_rel_error:+.2%}), below", None, None, r.approximation, None)
