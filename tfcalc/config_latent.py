@@ -1,4 +1,4 @@
-"""The fields of DeepSeek-V2/V3 and Kimi K2 in ModelConfig -- latent attention, DeepSeek's routing, YaRN and the
+"""The fields of DeepSeek-V2/V3 and Kimi K2 in ModelConfig -- latent attention, DeepSeek's routing and the
 multi-token prediction module -- their types and their rules (tfcalc.config_rules runs them with the
 others). Imports nothing of tfcalc but the error type; every failure is one ConfigError line naming the field.
 
@@ -6,8 +6,7 @@ others). Imports nothing of tfcalc but the error type; every failure is one Conf
   with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional);
 - ``router_scoring``, ``router_groups``, ``router_topk_groups``, ``routed_scaling``, ``router_score_bias``:
   tfcalc.architecture.routing;
-- ``rope_scaling: yarn`` with ``rope_scaling_factor``, ``rope_original_max_seq_len`` and the optional
-  ``yarn_beta_fast``, ``yarn_beta_slow``, ``yarn_mscale``, ``yarn_mscale_all_dim`` (tfcalc.architecture.latent.Yarn);
+- YaRN (``rope_scaling: yarn``, the one scaling latent attention builds): tfcalc.config_rope;
 - ``mtp_layers``: DeepSeek-V3's multi-token prediction modules (num_nextn_predict_layers), counted beside the
   model (tfcalc.architecture.mtp).
 """
@@ -17,12 +16,10 @@ from __future__ import annotations
 from tfcalc.errors import InputError as ConfigError
 
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
-_YARN = ("rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
-         "yarn_mscale_all_dim")
 
 
 def validate_latent(cfg) -> None:
-    """Latent attention, DeepSeek's routing, YaRN and MTP against the rest of the config."""
+    """Latent attention, DeepSeek's routing and MTP against the rest of the config."""
     if cfg.qk_nope_head_dim is not None and cfg.qk_nope_head_dim < 0:
         raise ConfigError(f"field 'qk_nope_head_dim' must be 0 or more; got {cfg.qk_nope_head_dim}")
     if cfg.kv_lora_rank is None:
@@ -32,16 +29,6 @@ def validate_latent(cfg) -> None:
     else:
         _validate_attention(cfg)
     _validate_routing(cfg)
-    if cfg.rope_scaling is None:
-        for name in _YARN:
-            if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} applies to rope_scaling yarn only")
-    else:
-        if cfg.kv_lora_rank is None:
-            raise ConfigError("rope_scaling yarn is built for latent attention (DeepSeek) only: give kv_lora_rank")
-        for name in ("rope_scaling_factor", "rope_original_max_seq_len"):
-            if getattr(cfg, name) is None:
-                raise ConfigError(f"rope_scaling yarn needs {name}")
     if cfg.mtp_layers and (cfg.arch != "decoder" or not cfg.lm_head):
         raise ConfigError("mtp_layers (multi-token prediction) applies to a decoder with an LM head")
 

@@ -22,6 +22,7 @@ from tfcalc import config_latent as latent
 from tfcalc.config_moe import validate_moe_extras
 from tfcalc.config_patterns import validate_attention_patterns
 from tfcalc.config_quant import validate_stored_quant
+from tfcalc.config_rope import validate_rope_scaling
 from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
@@ -178,6 +179,7 @@ def validate(cfg) -> None:
         if t.base is int and value > MAX_INT:
             raise ConfigError(f"field '{name}' must be at most {MAX_INT:,}; got {shown(value)}")
     latent.validate_latent(cfg)  # before the rules that read head_dim and rope_dim
+    validate_rope_scaling(cfg)
     if cfg.d_head is None and cfg.kv_lora_rank is None and cfg.d_model % cfg.n_head:
         raise ConfigError(
             f"d_model ({cfg.d_model}) is not divisible by n_head ({cfg.n_head}); "

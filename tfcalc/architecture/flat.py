@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tfcalc.architecture import flat_latent
+from tfcalc.architecture import flat_latent, rope as rope_scaling
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
@@ -126,7 +126,8 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
-        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0,
+        rope_scaling=rope_scaling.for_layer(cfg, local) if rope else None, qk_norm=qk_norm,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",
