@@ -340,3 +340,22 @@ def test_the_scaling_changes_no_count(cli):
         other = cli(*command, "llama3-8b", "--json", *scaled).json()
         keys = [k for k in plain if k.endswith(("total", "flops", "bytes")) and isinstance(plain[k], int)]
         assert keys and all(plain[k] == other[k] for k in keys)
+
+
+@pytest.mark.parametrize("name", ["gpt_oss-yarn", "gemma3_text-linear", "llama-llama3"])
+def test_decoding_past_the_original_context_reads_the_scaled_tables(tmp_path, name):
+    """The runtime's decode steps (one token each, the static cache, device positions) continue a prompt of 6
+    greedily to position 24 as transformers' greedy generate does: the scaled tables serve decode too."""
+    import torch
+
+    import tfcalc
+    from tfcalc.model import generate
+
+    config_class, model_class, kwargs, _ = CASES[name]
+    model = _build(config_class, model_class, kwargs)
+    prompt = _ids()[:, :6]
+    ours = generate(tfcalc.load_model(str(_save(model, tmp_path))), prompt, T - 6)
+    with torch.no_grad():
+        theirs = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=T - 6,
+                                min_new_tokens=T - 6, do_sample=False)  # the mask: a 0 in the prompt is no pad
+    assert torch.equal(ours, theirs[:, 6:])
