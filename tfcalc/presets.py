@@ -108,6 +108,8 @@ def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> Mod
     data = {k: v for k, v in data.items() if k not in _META_KEYS}
     for text in overrides:
         key, value = parse_override(text)
+        if key == "stored_quant" and value is None:  # unquantized: the stored format's other fields go with it
+            data = {k: v for k, v in data.items() if not k.startswith("stored_quant_")}
         data[key] = value
     try:
         return from_mapping(data)
