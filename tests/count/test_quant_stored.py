@@ -350,3 +350,32 @@ def test_stored_quant_null_drops_the_stored_format_with_it():
     assert (again.stored_quant, again.stored_quant_scales, again.stored_quant_keep) == ("int8", "channel", None)
     with pytest.raises(ConfigError, match="give stored_quant too"):
         load("deepseek-v3", ["stored_quant=null", "stored_quant_group=32"])
+
+
+# MiniMaxAI/MiniMax-M2/config.json's quantization_config (torch's dtype name in fmt; the router kept)
+MINIMAX_M2_FP8 = {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8",
+                  "weight_block_size": [128, 128],
+                  "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}
+
+
+def test_the_minimax_m2_preset_stores_fp8_as_its_checkpoint_by_hand(tmp_path, cli):
+    """MiniMax-M2 is published in FP8 (128×128 blocks): the preset carries it. By hand: 62 layers of Q 6144×3072,
+    K and V 1024×3072, O 3072×6144 and 256 experts of 3 × 1536×3072 at 1 byte, one fp32 scale per tile; embedding
+    and head (2 × 200064 × 3072), routers (62 × 256 × 3072), norms (62 × (2·3072 + 6144 + 1024) + 3072) in bf16."""
+    from test_hf_patterns import MINIMAX_M2
+
+    assert _stored_fields(load("minimax-m2")) == _stored_fields(
+        load(_write(tmp_path, {**MINIMAX_M2, "quantization_config": MINIMAX_M2_FP8})))
+    mats = 62 * ([(6144, 3072), (1024, 3072), (1024, 3072), (3072, 6144)] + 256 * [(1536, 3072)] * 3)
+    fp8 = sum(r * c for r, c in mats)
+    scales = sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mats)
+    rest = 2 * 200064 * 3072 + 62 * 256 * 3072 + 62 * (2 * 3072 + 6144 + 1024) + 3072
+    assert fp8 + rest == count.total(load("minimax-m2")) == 228_689_748_992
+    stored = cli("memory", "minimax-m2", "--json").json()["weights_bytes"]
+    assert stored == fp8 + 4 * scales + 2 * rest == 230_024_049_664
+
+
+def test_torch_fp8_dtype_names_in_fmt_are_read(tmp_path):
+    for fmt in ("float8_e4m3fn", "float8_e5m2", "e5m2"):
+        assert load(_write(tmp_path, {**DEEPSEEK_V3, "quantization_config": {**DEEPSEEK_V3["quantization_config"],
+                                                                           "fmt": fmt}}, fmt)).stored_quant == "fp8"
