@@ -359,3 +359,24 @@ def test_decoding_past_the_original_context_reads_the_scaled_tables(tmp_path, na
         theirs = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=T - 6,
                                 min_new_tokens=T - 6, do_sample=False)  # the mask: a 0 in the prompt is no pad
     assert torch.equal(ours, theirs[:, 6:])
+
+
+def test_older_spellings_of_a_scaling_are_read():
+    """Qwen's model cards add YaRN as {"type": "yarn", ...} (transformers 4's key); Phi-3's "su" and "yarn" are
+    longrope (Phi3Config), counted and not built; a nested dict's own truncate is not read by transformers."""
+    from test_hf_config import LLAMA3_8B, QWEN3_8B
+
+    qwen = _read({**QWEN3_8B, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                               "original_max_position_embeddings": 32768}})
+    assert (qwen.rope_scaling, qwen.rope_scaling_factor, qwen.rope_original_max_seq_len) == ("yarn", 4.0, 32768)
+    phi = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 64, "intermediate_size": 96,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+           "rope_scaling": {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}}
+    assert _read(phi).rope_scaling is None
+    olmo = {**LLAMA3_8B, "model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"],
+            "layer_types": ["sliding_attention", "full_attention"] * 16, "sliding_window": 4096,
+            "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "truncate": False,
+                                                   "original_max_position_embeddings": 8192},
+                                "sliding_attention": {"rope_type": "default"}}}
+    cfg = _read(olmo)
+    assert (cfg.rope_scaling, cfg.rope_scaling_layers, cfg.yarn_truncate) == ("yarn", "full", None)

@@ -96,7 +96,10 @@ def rope_scaling(r: Reader) -> None:
         elif any(d != drop_theta[0] for d in drop_theta) or set(scaled) != set(found):
             raise r.fail(f"'rope_parameters' scales the layer types {', '.join(sorted(scaled))} differently: tfcalc "
                          "builds one scaling on every RoPE layer, or on the full_attention layers only")
-    _fields(r, next(iter(scaled.values())), layers, where, model_type)
+    scaling = next(iter(scaled.values()))
+    if "all" not in found:  # _compute_yarn_parameters reads truncate from the top of rope_parameters: a nested
+        scaling = {k: v for k, v in scaling.items() if k != "truncate"}  # dict's own is never read (default true)
+    _fields(r, scaling, layers, where, model_type)
 
 
 def _fields(r: Reader, scaling: dict[str, Any], layers: Any, where: str, model_type: str) -> None:
