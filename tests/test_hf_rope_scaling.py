@@ -10,7 +10,7 @@ import json
 import warnings
 
 import pytest
-from hf_tiny import LLAMA_LIKE, TOKENS, V
+from hf_tiny import DS, LLAMA_LIKE, TOKENS, V
 
 from tfcalc.presets import load
 
@@ -32,10 +32,13 @@ CASES = {
     "qwen3-yarn-mscale": ("Qwen3Config", "Qwen3ForCausalLM",
                           dict(LLAMA_LIKE, head_dim=16, rope_parameters=dict(YARN, mscale=0.8, mscale_all_dim=0.5)),
                           DEFAULT),
-    # gpt-oss's own: the ramp's ends not truncated; sinks, windows and experts as in tests/hf_tiny.py
+    # gpt-oss's own: the ramp's ends not truncated (base 10 and 16 original positions put them at 0 and 1.62,
+    # not 0 and 2: the test below shows truncating changes the logits); sinks, windows and experts as in hf_tiny
     "gpt_oss-yarn": ("GptOssConfig", "GptOssForCausalLM",
                      dict(LLAMA_LIKE, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
-                          rope_parameters=dict(YARN, truncate=False)), DEFAULT),
+                          rope_parameters=dict(YARN, rope_theta=10.0, original_max_position_embeddings=16,
+                                               beta_fast=4.0, truncate=False)),
+                     dict(rope_type="default", rope_theta=10.0)),
     # Gemma 3: linear on the global layer only, the local ones (window 4) at their own base, unscaled
     "gemma3_text-linear": ("Gemma3TextConfig", "Gemma3ForCausalLM",
                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, sliding_window=4,
@@ -64,6 +67,13 @@ CASES = {
     "exaone4-llama3": ("Exaone4Config", "Exaone4ForCausalLM",
                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, sliding_window=5, sliding_window_pattern=4,
                             rope_parameters=dict(LLAMA3, rope_theta=100.0)), DEFAULT),
+    # DeepSeek-V3's latent attention with YaRN's stated attention factor and an untruncated ramp (its mscale²
+    # softmax scale from mscale_all_dim beside them)
+    "deepseek_v3-yarn": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                         dict(DS, q_lora_rank=20, n_group=4, topk_group=2,
+                              rope_parameters=dict(YARN, rope_theta=10000.0, original_max_position_embeddings=16,
+                                                   truncate=False, attention_factor=1.1, mscale_all_dim=0.8)),
+                         dict(rope_type="default", rope_theta=10000.0)),
     "apertus-llama3": ("ApertusConfig", "ApertusForCausalLM",
                        dict(LLAMA_LIKE, **TOKENS, rope_parameters=dict(LLAMA3, rope_theta=100.0)), DEFAULT),
 }
@@ -380,3 +390,14 @@ def test_older_spellings_of_a_scaling_are_read():
                                 "sliding_attention": {"rope_type": "default"}}}
     cfg = _read(olmo)
     assert (cfg.rope_scaling, cfg.rope_scaling_layers, cfg.yarn_truncate) == ("yarn", "full", None)
+
+
+def test_an_untruncated_ramp_is_what_matched():
+    """gpt-oss's truncate false changes this case's logits, so the match above is the untruncated ramp's."""
+    config_class, model_class, kwargs, _ = CASES["gpt_oss-yarn"]
+    model = _build(config_class, model_class, kwargs)
+    truncated = _build(config_class, model_class, dict(kwargs, rope_parameters=dict(kwargs["rope_parameters"],
+                                                                                      truncate=True)))
+    truncated.load_state_dict(model.state_dict())
+    ids = _ids()
+    assert (_logits(truncated, ids) - _logits(model, ids)).abs().max() > 1e-3
