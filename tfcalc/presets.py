@@ -106,11 +106,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> ModelConfig:
     data = {k: v for k, v in data.items() if k not in _META_KEYS}
-    for text in overrides:
-        key, value = parse_override(text)
-        if key == "stored_quant" and value is None:  # unquantized: the stored format's other fields go with it
-            data = {k: v for k, v in data.items() if not k.startswith("stored_quant_")}
-        data[key] = value
+    given = dict(parse_override(text) for text in overrides)
+    if "stored_quant" in given and given["stored_quant"] is None:  # unquantized: the stored format goes too
+        data = {k: v for k, v in data.items() if not k.startswith("stored_quant_")}
+    data.update(given)
     try:
         return from_mapping(data)
     except ConfigError as e:

@@ -342,14 +342,14 @@ def test_memory_of_the_kimi_k2_preset_is_the_stored_figure_by_hand(cli):
 
 
 def test_stored_quant_null_drops_the_stored_format_with_it():
-    """`--set stored_quant=null` alone counts a quantized preset unquantized; a later --set may give a format again."""
+    """`--set stored_quant=null` alone counts a quantized preset unquantized (the preset's other stored_quant_*
+    fields go with it); a stored_quant_* field --set beside it is still refused, as it describes no format."""
     plain = load("deepseek-v3", ["stored_quant=null"])
     assert _stored_fields(plain) == dict.fromkeys(_stored_fields(plain))
-    again = load("deepseek-v3", ["stored_quant=null", "stored_quant=int8", "stored_quant_scales=channel",
-                                 "stored_quant_scale_dtype=fp32"])
-    assert (again.stored_quant, again.stored_quant_scales, again.stored_quant_keep) == ("int8", "channel", None)
     with pytest.raises(ConfigError, match="give stored_quant too"):
         load("deepseek-v3", ["stored_quant=null", "stored_quant_group=32"])
+    other = load("deepseek-v3", ["stored_quant=int8", "stored_quant_scales=channel", "stored_quant_block=null"])
+    assert (other.stored_quant, other.stored_quant_scales, other.stored_quant_keep) == ("int8", "channel", "lm_head")
 
 
 # MiniMaxAI/MiniMax-M2/config.json's quantization_config (torch's dtype name in fmt; the router kept)
