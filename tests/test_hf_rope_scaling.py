@@ -231,7 +231,23 @@ def test_where_each_scaling_applies():
     assert {a.rope_scaling for a in scout if a.rope_theta is None} == {None}
 
 
-@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+def test_dynamic_ntk_is_the_default_rope_within_the_context(tmp_path):
+    """Dynamic NTK changes the base only past max_position_embeddings (_compute_dynamic_ntk_parameters: base ·
+    (factor·T/max - (factor - 1)) for T above max): load_model runs it as the default RoPE, with transformers'
+    logits at 32 of 32 positions."""
+    import torch
+
+    import tfcalc
+
+    model = _build("LlamaConfig", "LlamaForCausalLM",
+                   dict(LLAMA_LIKE, rope_parameters=dict(rope_type="dynamic", rope_theta=100.0, factor=4.0)))
+    folder = _save(model, tmp_path)
+    assert load(str(folder / "config.json")).rope_scaling is None
+    ids = torch.randint(0, V, (2, 32), generator=torch.Generator().manual_seed(5))
+    assert (_logits(tfcalc.load_model(str(folder)), ids) - _logits(model, ids)).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("kind", ["longrope"])
 def test_a_scaling_the_model_does_not_build_is_counted_and_refused_by_load_model(tmp_path, kind):
 
     import tfcalc

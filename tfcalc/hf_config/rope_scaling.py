@@ -13,8 +13,10 @@ RotaryEmbeddingConfigMixin.standardize_rope_params):
 - the vision-language types (gemma3, llama4) read their ``text_config``;
 - Phi-3's older names "su" and "yarn" are longrope (Phi3Config.convert_rope_params_to_dict).
 
-Built: yarn, linear, llama3 (tfcalc.architecture.rope). Known to transformers and not built (dynamic, longrope,
-proportional): counted, no field set, and tfcalc.model.load refuses to run them. Any other rope_type is refused
+Built: yarn, linear, llama3 (tfcalc.architecture.rope); dynamic (NTK) leaves the base as it is within
+max_position_embeddings, all the positions tfcalc's model covers: no field, run as the default. Known to
+transformers and not built (longrope, proportional): counted, no field set, and tfcalc.model.load refuses to run
+them. Any other rope_type is refused
 here in one line, as transformers refuses it (ROPE_INIT_FUNCTIONS has no entry).
 """
 
