@@ -255,7 +255,7 @@ def test_the_absorbed_decode_reads_w_kvb_once_and_the_latent_cache_once():
     from tfcalc.count.serving.roofline import decode_step, verify_step
     from tfcalc.count.serving.serving_tp import shard_step
 
-    cfg = load("deepseek-v3")
+    cfg = load("deepseek-v3", ["stored_quant=null"])  # bf16 weights: 2 bytes each (the preset stores fp8)
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
     rows = {r.component: r for r in step.rows}
     kv_b = count.breakdown(cfg)["attn_kv_b_weight"] * 2
@@ -357,7 +357,7 @@ def test_a_decode_step_reads_the_latent_cache_once():
     from tfcalc.count.model import quant
     from tfcalc.count.serving.roofline import decode_step
 
-    cfg = load("deepseek-v3")
+    cfg = load("deepseek-v3", ["stored_quant=null"])  # bf16 weights: 2 bytes each (the preset stores fp8)
     step = decode_step(cfg, 2, 1000, quant.plain("bf16"), "bf16")
     assert (
         sum(r.kv_bytes for r in step.rows)

@@ -273,24 +273,31 @@ def test_layer_lists_no_period_says_are_kept_as_patterns(tmp_path):
     assert qwen.layer_pattern == "full*20, local*8"
 
 
-def test_gemma3_global_rope_scaling_is_counted_and_refused_by_the_model(tmp_path):
+def test_gemma3_global_rope_scaling_is_counted_and_built(tmp_path):
     """Gemma 3 4B-27B scale the global layers' RoPE linearly (factor 8), nested in rope_parameters by
-    transformers 5: the counts hold, tfcalc's model does not build it, so load_model says so in one line."""
+    transformers 5: the counts hold, and load_model builds it (the global layers only) with transformers'
+    logits at 24 positions (tests/test_hf_rope_scaling.py holds every built scaling)."""
+    import torch
     import transformers
     from hf_tiny import LLAMA_LIKE, TOKENS
 
     import tfcalc
-    from tfcalc.errors import InputError
 
     config = transformers.Gemma3TextConfig(**LLAMA_LIKE, **TOKENS, head_dim=8, sliding_window=3,
                                            rope_scaling={"rope_type": "linear", "factor": 8.0})
-    model = transformers.Gemma3ForCausalLM(config)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForCausalLM(config).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.save_pretrained(tmp_path)
-    assert count.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in model.parameters())
-    with pytest.raises(InputError, match="rope scaling 'linear' is not built"):
-        tfcalc.load_model(str(tmp_path))
+    cfg = load(str(tmp_path / "config.json"))
+    assert count.total(cfg) == sum(p.numel() for p in model.parameters())
+    assert (cfg.rope_scaling, cfg.rope_scaling_factor, cfg.rope_scaling_layers) == ("linear", 8.0, "full")
+    ids = torch.randint(0, 61, (2, 24), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got, expected = tfcalc.load_model(str(tmp_path))(ids), model(ids).logits
+    assert (got - expected).abs().max() <= 1e-4
 
 
 def _tiny_vlm(kind: str):
@@ -528,16 +535,18 @@ def test_xielu_flops_are_the_elementwise_ops_transformers_runs():
 @pytest.mark.parametrize("rope", [None, {"rope_type": "llama3", "rope_theta": 1000.0, "factor": 8.0,
                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                          "original_max_position_embeddings": 8}], ids=["default", "stated"])
-def test_apertus_llama3_scaling_is_counted_and_refused_by_the_model(tmp_path, rope):
+def test_apertus_llama3_scaling_is_counted_and_built(tmp_path, rope):
     """Apertus' llama3 RoPE scaling (stated, or ApertusConfig's default when the file names none): the counts
-    hold, tfcalc's model does not build it, so load_model says so in one line."""
+    hold, and load_model builds it, with transformers' logits."""
+    import torch
     import transformers
     from hf_tiny import LLAMA_LIKE, TOKENS
 
     import tfcalc
-    from tfcalc.errors import InputError
 
+    torch.manual_seed(0)
     model = transformers.ApertusForCausalLM(transformers.ApertusConfig(**LLAMA_LIKE, **TOKENS, rope_parameters=rope))
+    model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.save_pretrained(tmp_path)
@@ -545,9 +554,12 @@ def test_apertus_llama3_scaling_is_counted_and_refused_by_the_model(tmp_path, ro
         raw = json.loads((tmp_path / "config.json").read_text())
         raw.pop("rope_parameters", None), raw.pop("rope_scaling", None)
         (tmp_path / "config.json").write_text(json.dumps(raw))
-    assert count.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in model.parameters())
-    with pytest.raises(InputError, match="rope scaling 'llama3' is not built"):
-        tfcalc.load_model(str(tmp_path))
+    cfg = load(str(tmp_path / "config.json"))
+    assert count.total(cfg) == sum(p.numel() for p in model.parameters()) and cfg.rope_scaling == "llama3"
+    ids = torch.randint(0, 61, (2, 20), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got, expected = tfcalc.load_model(str(tmp_path))(ids), model(ids).logits
+    assert (got - expected).abs().max() <= 1e-4
 
 
 @pytest.mark.parametrize("changes, message", [

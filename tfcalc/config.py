@@ -191,14 +191,20 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     router_topk_groups: Optional[int] = None  # topk_group
     routed_scaling: Optional[float] = None  # routed_scaling_factor; None: 1
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
-    rope_scaling: Optional[Literal["yarn"]] = None
+    mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
+    # --- RoPE scaling (tfcalc.config_rope, tfcalc.architecture.rope): no count changes, the model's tables do ---
+    rope_scaling: Optional[Literal["yarn", "linear", "llama3"]] = None
     rope_scaling_factor: Optional[float] = None
-    rope_original_max_seq_len: Optional[int] = None
+    rope_original_max_seq_len: Optional[int] = None  # yarn, llama3: the context trained on
+    rope_scaling_layers: Optional[Literal["all", "full"]] = None  # None: all RoPE layers; full: the global ones
+    rope_low_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 1)
+    rope_high_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 4)
     yarn_beta_fast: Optional[float] = None  # None: 32
     yarn_beta_slow: Optional[float] = None  # None: 1
     yarn_mscale: Optional[float] = None
     yarn_mscale_all_dim: Optional[float] = None
-    mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
+    yarn_attention_factor: Optional[float] = None  # None: from the factor (and the mscales)
+    yarn_truncate: Optional[bool] = None  # None: true (gpt-oss: false)
     # --- scales, per-head Q/K norms and a projected embedding (issue 22: granite, cohere, opt-350m) ---
     # Granite (modeling_granite.py): token embeddings times embedding_multiplier, each sub-layer's output
     # times residual_multiplier before the residual add; logit_scale multiplies the logits (Cohere's

@@ -27,10 +27,12 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
-    ("latent attention and YaRN (LatentAttention, Yarn)", (
-        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow",
-        "yarn_mscale", "yarn_mscale_all_dim")),
+    ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling)", (
+        "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
+        "rope_low_freq_factor", "rope_high_freq_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
+        "yarn_mscale_all_dim", "yarn_attention_factor", "yarn_truncate")),
+    ("latent attention (LatentAttention)", (
+        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha")),

@@ -1,12 +1,11 @@
-"""The rules of DeepSeek-V2/V3's and Kimi K2's fields in ModelConfig beside latent attention's -- DeepSeek's routing,
-YaRN and the multi-token prediction module (tfcalc.config_rules runs them with the others; latent attention's
-fields and rules are its mixer kind's, tfcalc.architecture.flat_latent). Imports nothing of tfcalc but
-the error type; every failure is one ConfigError line naming the field.
+"""The rules of DeepSeek-V2/V3's and Kimi K2's fields in ModelConfig beside latent attention's -- DeepSeek's routing
+and the multi-token prediction module (tfcalc.config_rules runs them with the others; latent attention's fields
+and rules are its mixer kind's, tfcalc.architecture.flat_latent; YaRN's, tfcalc.config_rope). Imports nothing of
+tfcalc but the error type; every failure is one ConfigError line naming the field.
 
 - ``router_scoring``, ``router_groups``, ``router_topk_groups``, ``routed_scaling``, ``router_score_bias``:
   tfcalc.architecture.routing;
-- ``rope_scaling: yarn`` with ``rope_scaling_factor``, ``rope_original_max_seq_len`` and the optional
-  ``yarn_beta_fast``, ``yarn_beta_slow``, ``yarn_mscale``, ``yarn_mscale_all_dim`` (tfcalc.architecture.latent.Yarn);
+- YaRN (``rope_scaling: yarn``, the one scaling latent attention builds): tfcalc.config_rope;
 - ``mtp_layers``: DeepSeek-V3's multi-token prediction modules (num_nextn_predict_layers), counted beside the
   model (tfcalc.architecture.mtp).
 """
@@ -15,24 +14,11 @@ from __future__ import annotations
 
 from tfcalc.errors import InputError as ConfigError
 
-_YARN = ("rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
-         "yarn_mscale_all_dim")
-
 
 def validate_latent(cfg) -> None:
-    """DeepSeek's routing, YaRN and MTP against the rest of the config (latent attention's own rules are its
-    mixer kind's, tfcalc.architecture.flat_latent)."""
+    """DeepSeek's routing and MTP against the rest of the config (latent attention's own rules are its mixer
+    kind's, tfcalc.architecture.flat_latent)."""
     _validate_routing(cfg)
-    if cfg.rope_scaling is None:
-        for name in _YARN:
-            if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} applies to rope_scaling yarn only")
-    else:
-        if cfg.kv_lora_rank is None:
-            raise ConfigError("rope_scaling yarn is built for latent attention (DeepSeek) only: give kv_lora_rank")
-        for name in ("rope_scaling_factor", "rope_original_max_seq_len"):
-            if getattr(cfg, name) is None:
-                raise ConfigError(f"rope_scaling yarn needs {name}")
     if cfg.mtp_layers and (cfg.arch != "decoder" or not cfg.lm_head):
         raise ConfigError("mtp_layers (multi-token prediction) applies to a decoder with an LM head")
 

@@ -28,6 +28,7 @@ from tfcalc import config_latent as latent
 from tfcalc.architecture import kinds as mixer_kinds
 from tfcalc.config_moe import validate_moe_extras
 from tfcalc.config_quant import validate_stored_quant
+from tfcalc.config_rope import validate_rope_scaling
 from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
@@ -226,6 +227,7 @@ def validate(cfg) -> None:
         if kind.check is not None:
             kind.check(cfg)
     latent.validate_latent(cfg)
+    validate_rope_scaling(cfg)
     if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"

@@ -113,6 +113,8 @@ _PATTERN_FIELDS = ("n_encoder_layer", "full_attention_every", "nope_every", "lay
 def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> ModelConfig:
     data = {k: v for k, v in data.items() if k not in _META_KEYS}
     given = dict(parse_override(text) for text in overrides)
+    if "stored_quant" in given and given["stored_quant"] is None:  # unquantized: the stored format goes too
+        data = {k: v for k, v in data.items() if not k.startswith("stored_quant_")}
     try:
         return from_mapping({**data, **given})
     except ConfigError as e:

@@ -290,3 +290,92 @@ def test_a_tiny_fp8_checkpoint_on_disk_holds_the_bytes_counted(tmp_path, cli):
     assert quant.weights_bytes(cfg, BF16) + bias == on_disk
     data = cli("params", str(folder), "--json", "--no-measure").json()
     assert data["checkpoint"]["bytes"] == on_disk and data["weights_bytes"]["stored"] + bias == on_disk
+
+
+def _stored_fields(cfg) -> dict:
+    return {f: getattr(cfg, f) for f in ("stored_quant", "stored_quant_scales", "stored_quant_group",
+                                         "stored_quant_block", "stored_quant_scale_dtype", "stored_quant_zero_point",
+                                         "stored_quant_keep")}
+
+
+@pytest.mark.parametrize("preset, raw", [("deepseek-v3", DEEPSEEK_V3), ("kimi-k2", KIMI_K2)])
+def test_the_presets_store_what_their_checkpoints_store(tmp_path, preset, raw):
+    """deepseek-v3 and kimi-k2 carry the quantization_config their published config.json states (fp8 e4m3,
+    128×128 blocks, fp32 scales, the head kept), so every command counts their weights as stored."""
+    assert _stored_fields(load(preset)) == _stored_fields(load(_write(tmp_path, raw)))
+    assert load(preset).stored_quant == "fp8"
+
+
+def test_memory_of_the_deepseek_v3_preset_is_the_stored_figure_by_hand(cli):
+    """`tfcalc memory deepseek-v3`: 673,150,552,416 bytes (0.673 TB; the published files, MTP module included,
+    hold 0.689 TB), not the 1,342,052,808,704 of bf16. By hand: 61 MLA layers, 3 dense FFNs of 18432 and 58 MoE
+    layers of 256 + 1 experts of 2048: their matrices at 1 byte per fp8 weight plus one 4-byte scale per 128×128
+    tile (kv_a's 576 rows make 5 tile rows); embedding and head (2 × 129280 × 7168), routers (58 × 256 × 7168)
+    and norms at 2 bytes. `--set stored_quant=null` gives the bf16 figure, 2 bytes × 671,026,404,352."""
+    mats = 61 * _deepseek_mla() + 3 * _expert(18432) + 58 * 257 * _expert()
+    fp8 = sum(r * c for r, c in mats)
+    scales = sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mats)
+    rest = 2 * 129280 * 7168 + 58 * 256 * 7168 + 61 * (2 * 7168 + 1536 + 512) + 7168
+    assert fp8 + rest == 671_026_404_352
+    stored = cli("memory", "deepseek-v3", "--json").json()
+    assert stored["weights_bytes"] == fp8 * 1 + scales * 4 + rest * 2 == 673_150_552_416
+    assert stored["weight_format"]["parts_bytes"] == {"quantized": fp8, "scales": 4 * scales, "zero_points": 0,
+                                                      "unquantized": 2 * rest}
+    assert "weights fp8 as stored" in cli("memory", "deepseek-v3").out
+    plain = cli("memory", "deepseek-v3", "--set", "stored_quant=null", "--json").json()
+    assert plain["weights_bytes"] == 2 * 671_026_404_352 == 1_342_052_808_704
+
+
+def test_memory_of_the_kimi_k2_preset_is_the_stored_figure_by_hand(cli):
+    """Kimi K2 (moonshotai/Kimi-K2-Instruct, the same FP8 format): 64 heads, so q_b 12288×1536, kv_b 16384×512
+    and o 7168×8192; 1 dense FFN of 18432, 60 MoE layers of 384 + 1 experts of 2048; vocabulary 163,840.
+    1,029,173,157,728 bytes stored (1.03 TB), not 2,052,816,418,816 in bf16."""
+    mla = [(1536, 7168), (12288, 1536), (576, 7168), (16384, 512), (7168, 8192)]
+    mats = 61 * mla + 1 * _expert(18432) + 60 * 385 * _expert()
+    fp8 = sum(r * c for r, c in mats)
+    scales = sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mats)
+    rest = 2 * 163840 * 7168 + 60 * 384 * 7168 + 61 * (2 * 7168 + 1536 + 512) + 7168
+    assert fp8 + rest == count.total(load("kimi-k2")) == 1_026_408_209_408
+    stored = cli("memory", "kimi-k2", "--json").json()["weights_bytes"]
+    assert stored == fp8 + 4 * scales + 2 * rest == 1_029_173_157_728
+    assert cli("memory", "kimi-k2", "--set", "stored_quant=null", "--json").json()["weights_bytes"] == 2_052_816_418_816
+
+
+def test_stored_quant_null_drops_the_stored_format_with_it():
+    """`--set stored_quant=null` alone counts a quantized preset unquantized (the preset's other stored_quant_*
+    fields go with it); a stored_quant_* field --set beside it is still refused, as it describes no format."""
+    plain = load("deepseek-v3", ["stored_quant=null"])
+    assert _stored_fields(plain) == dict.fromkeys(_stored_fields(plain))
+    with pytest.raises(ConfigError, match="give stored_quant too"):
+        load("deepseek-v3", ["stored_quant=null", "stored_quant_group=32"])
+    other = load("deepseek-v3", ["stored_quant=int8", "stored_quant_scales=channel", "stored_quant_block=null"])
+    assert (other.stored_quant, other.stored_quant_scales, other.stored_quant_keep) == ("int8", "channel", "lm_head")
+
+
+# MiniMaxAI/MiniMax-M2/config.json's quantization_config (torch's dtype name in fmt; the router kept)
+MINIMAX_M2_FP8 = {"activation_scheme": "dynamic", "fmt": "float8_e4m3fn", "quant_method": "fp8",
+                  "weight_block_size": [128, 128],
+                  "modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}
+
+
+def test_the_minimax_m2_preset_stores_fp8_as_its_checkpoint_by_hand(tmp_path, cli):
+    """MiniMax-M2 is published in FP8 (128×128 blocks): the preset carries it. By hand: 62 layers of Q 6144×3072,
+    K and V 1024×3072, O 3072×6144 and 256 experts of 3 × 1536×3072 at 1 byte, one fp32 scale per tile; embedding
+    and head (2 × 200064 × 3072), routers (62 × 256 × 3072), norms (62 × (2·3072 + 6144 + 1024) + 3072) in bf16."""
+    from test_hf_patterns import MINIMAX_M2
+
+    assert _stored_fields(load("minimax-m2")) == _stored_fields(
+        load(_write(tmp_path, {**MINIMAX_M2, "quantization_config": MINIMAX_M2_FP8})))
+    mats = 62 * ([(6144, 3072), (1024, 3072), (1024, 3072), (3072, 6144)] + 256 * [(1536, 3072)] * 3)
+    fp8 = sum(r * c for r, c in mats)
+    scales = sum(_cdiv(r, 128) * _cdiv(c, 128) for r, c in mats)
+    rest = 2 * 200064 * 3072 + 62 * 256 * 3072 + 62 * (2 * 3072 + 6144 + 1024) + 3072
+    assert fp8 + rest == count.total(load("minimax-m2")) == 228_689_748_992
+    stored = cli("memory", "minimax-m2", "--json").json()["weights_bytes"]
+    assert stored == fp8 + 4 * scales + 2 * rest == 230_024_049_664
+
+
+def test_torch_fp8_dtype_names_in_fmt_are_read(tmp_path):
+    for fmt in ("float8_e4m3fn", "float8_e5m2", "e5m2"):
+        assert load(_write(tmp_path, {**DEEPSEEK_V3, "quantization_config": {**DEEPSEEK_V3["quantization_config"],
+                                                                           "fmt": fmt}}, fmt)).stored_quant == "fp8"

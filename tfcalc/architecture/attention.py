@@ -34,6 +34,7 @@ from typing import Literal, Optional
 from tfcalc.architecture import saved
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.rope import RopeScaling
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -86,6 +87,9 @@ class Attention:
     chunk: Optional[int] = None  # chunked attention: a query sees the keys of its own chunk of this many positions
     rope_theta: Optional[float] = None  # rotary base (Su et al. 2021); None: no rotary in this layer (NoPE)
     rope_dim: int = 0  # channels of each head RoPE rotates (partial rotary, GPT-NeoX's rotary_ndims)
+    # how its frequencies are stretched (tfcalc.architecture.rope: YaRN, linear, llama3); None: unscaled.
+    # A function of the position: no count reads it, the model's rotary tables do
+    rope_scaling: Optional[RopeScaling] = None
     qk_norm: Optional[Norm] = None  # its kind and eps; h wide, or the projection's width (qk_norm_whole)
     qk_norm_whole: bool = False
     qk_norm_after_rope: bool = False  # Llama 4 normalizes the rotated Q and K (modeling_llama4.py)
@@ -114,8 +118,8 @@ class Attention:
                              "and a chunk is at least 1 key")
         if self.qk_norm_whole and self.qk_norm is None:
             raise InputError("qk_norm_whole says how wide the Q/K norms are: it needs Q/K norms")
-        if self.rope_theta is None and self.rope_dim:
-            raise InputError("rope_dim needs a rotary base (rope_theta)")
+        if self.rope_theta is None and (self.rope_dim or self.rope_scaling is not None):
+            raise InputError("rope_dim and rope scaling need a rotary base (rope_theta)")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise InputError(f"rope rotates pairs of a head's channels: rope_dim ({self.rope_dim}) must be even "
                              f"and at most d_head ({self.head_dim})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
+from tfcalc.architecture import rope as rope_scaling
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.kinds import MixerKind, for_layer, register
 from tfcalc.architecture.norm import Norm
@@ -87,7 +88,8 @@ def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     return Attention(
         cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
-        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0, qk_norm=qk_norm,
+        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0,
+        rope_scaling=rope_scaling.for_layer(cfg, local) if rope else None, qk_norm=qk_norm,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from tfcalc.architecture import rope
 from tfcalc.architecture.block import Block
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.latent import LatentAttention, Yarn
@@ -38,11 +39,8 @@ _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", 
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
-    if cfg.rope_scaling != "yarn":
-        return None
-    return Yarn(cfg.rope_scaling_factor, cfg.rope_original_max_seq_len,
-                32.0 if cfg.yarn_beta_fast is None else cfg.yarn_beta_fast,
-                1.0 if cfg.yarn_beta_slow is None else cfg.yarn_beta_slow, cfg.yarn_mscale, cfg.yarn_mscale_all_dim)
+    """A latent attention's YaRN (the one scaling tfcalc.config_rope lets latent attention have), or None."""
+    return rope.from_fields(cfg) if cfg.rope_scaling == "yarn" else None
 
 
 def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttention:

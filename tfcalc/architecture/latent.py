@@ -42,7 +42,6 @@ softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -50,41 +49,9 @@ from tfcalc.architecture import saved
 from tfcalc.architecture.attention import causal_pairs, score_mixing
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.rope import Yarn
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
-
-
-def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """0.1·mscale·ln(factor) + 1 for a factor above 1, else 1 (YaRN, sec. 3.4; yarn_get_mscale)."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
-
-
-@dataclass(frozen=True)
-class Yarn:
-    """YaRN's rotary scaling (transformers' modeling_rope_utils.py, _compute_yarn_parameters)."""
-
-    factor: float
-    original_max_seq_len: int
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    mscale: Optional[float] = None
-    mscale_all_dim: Optional[float] = None
-
-    def __post_init__(self) -> None:
-        if self.factor <= 0 or self.original_max_seq_len < 1 or self.beta_fast <= 0 or self.beta_slow <= 0:
-            raise InputError("YaRN needs a positive factor, original length, beta_fast and beta_slow")
-
-    @property
-    def attention_factor(self) -> float:
-        """What cos and sin are multiplied by: mscale(mscale) / mscale(mscale_all_dim) when both are given."""
-        if self.mscale and self.mscale_all_dim:
-            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(self.factor, self.mscale_all_dim)
-        return yarn_mscale(self.factor)
-
-    @property
-    def softmax_factor(self) -> float:
-        """What the softmax scale is multiplied by: mscale(mscale_all_dim)² (yarn_apply_mscale), else 1."""
-        return yarn_mscale(self.factor, self.mscale_all_dim) ** 2 if self.mscale_all_dim else 1.0
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ family, named after its model_type (``llama``, ``qwen2_moe``, ``gemma3`` for gem
 ``deepseek`` for deepseek_v3, kimi_k2 and deepseek_v2, ...), each listed once in ``REGISTRY`` below and
 imported when a file of its type is read. What the families share: ``reader`` (the Reader: keys, types,
 defaults, refusals), ``llama_like`` (the keys of every Llama-shaped file), ``layers`` (per-layer attention:
-layer_types, no_rope_layers) and ``layer_pattern`` (a list of layer kinds written as a pattern).
+layer_types, no_rope_layers), ``layer_pattern`` (a list of layer kinds written as a pattern), and two read
+for every family once its own module is done: ``rope_scaling`` (yarn, linear, llama3) and ``quantization``.
 
 A key left out takes the default of that model type's Hugging Face config class. ``architectures``
 picks the head (a causal LM head, BERT's masked-LM head, or the bare model without one); ``torch_dtype``
@@ -98,7 +99,9 @@ def config_fields(raw: Any, path: Path) -> dict[str, Any]:
     reader = Reader(raw, str(path))
     mapper(model_type)(reader)
     from tfcalc.hf_config.quantization import quantization  # imported when a file is read, as a family is
+    from tfcalc.hf_config.rope_scaling import rope_scaling
 
+    rope_scaling(reader)  # every family with RoPE (DeepSeek's reads its own): how its frequencies are scaled
     quantization(reader)  # every family: how a quantized checkpoint stores its matrices
     # ~/models/Meta-Llama-3-8B/config.json is named after its folder
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem

@@ -93,15 +93,14 @@ def _yarn(r: Reader) -> None:
         return
     if kind != "yarn":
         raise r.fail(f"'rope_scaling' type {shown(kind)} is not supported (yarn or none)")
-    if scaling.get("attention_factor") is not None or scaling.get("truncate", True) is not True:
-        raise r.fail("'rope_scaling' attention_factor and truncate false are not supported")
     sub = Reader({"model_type": r.model_type, **scaling}, f"{r.where}: 'rope_scaling'")
     sub.take("factor", "rope_scaling_factor", required=True)
     sub.take("original_max_position_embeddings", "rope_original_max_seq_len", required=True)
     for key, field in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow"), ("mscale", "yarn_mscale"),
-                       ("mscale_all_dim", "yarn_mscale_all_dim")):
+                       ("mscale_all_dim", "yarn_mscale_all_dim"), ("attention_factor", "yarn_attention_factor"),
+                       ("truncate", "yarn_truncate")):
         sub.take(key, field)
-    r.fields.update(sub.fields, rope_scaling="yarn")
+    r.fields.update({k: v for k, v in sub.fields.items() if v is not None}, rope_scaling="yarn")
 
 
 def deepseek_v3(r: Reader) -> None:

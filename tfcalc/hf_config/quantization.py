@@ -3,9 +3,9 @@
 (tfcalc.hf_config.config_fields, after the family's own keys); gpt-oss reads its MXFP4 experts itself.
 
 - ``quant_method: fp8`` (transformers' FineGrainedFP8Config; DeepSeek-V3's README_WEIGHTS.md): fp8 values
-  (``fmt`` e4m3 or e5m2), one fp32 ``weight_scale_inv`` per ``weight_block_size`` tile, or one per matrix
-  when it is null; the LM head and ``modules_to_not_convert`` kept (quantizer_finegrained_fp8.py keeps the
-  output embedding).
+  (``fmt`` e4m3 or e5m2, or torch's float8_e4m3fn as MiniMax-M2 writes it), one fp32 ``weight_scale_inv``
+  per ``weight_block_size`` tile, or one per matrix when it is null; the LM head and ``modules_to_not_convert``
+  kept (quantizer_finegrained_fp8.py keeps the output embedding).
 - ``quant_method: compressed-tensors`` (vLLM's llm-compressor): one ``config_groups`` scheme targeting
   ``Linear``, its ``weights``: ``num_bits`` and ``type`` (int 4 or 8, float 8), ``strategy`` (tensor,
   channel, group with ``group_size``, block with ``block_structure``), ``symmetric`` (else zero points);
@@ -78,8 +78,9 @@ def _size(r: Reader, value: Any, key: str) -> int:
 
 def _fp8(r: Reader, q: dict) -> tuple[dict, list[str], bool]:
     fmt = _field(r, q, "fmt", (str,), "e4m3")
-    if fmt not in ("e4m3", "e5m2"):
-        raise r.fail(f"{_KEY} fmt {shown(fmt)} is not an fp8 format (e4m3 or e5m2)")
+    # MiniMax-M2 writes torch's dtype names (float8_e4m3fn); transformers' FineGrainedFP8Config reads no fmt at all
+    if fmt not in ("e4m3", "e5m2", "float8_e4m3fn", "float8_e5m2"):
+        raise r.fail(f"{_KEY} fmt {shown(fmt)} is not an fp8 format (e4m3, e5m2, float8_e4m3fn or float8_e5m2)")
     if _field(r, q, "activation_scheme", (str,), "dynamic") not in ("dynamic", "static"):
         raise r.fail(f"{_KEY} activation_scheme {shown(q.get('activation_scheme'))} is not dynamic or static")
     scale_fmt = _field(r, q, "scale_fmt", (str,))

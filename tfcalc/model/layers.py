@@ -185,7 +185,7 @@ class Attention(MixerModule):
         self.n_head, self.n_kv_head, self.head_dim = spec.n_head, spec.n_kv_head, spec.head_dim
         self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
-        self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim)
+        self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.rope_scaling)
         self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
         self.q_norm = self.k_norm = None

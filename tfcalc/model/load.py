@@ -6,8 +6,9 @@ Each checkpoint tensor is read once, laid out as tfcalc lays it out (tfcalc.chec
 Q/K/V and [gate | up] rows, GPT-2's transposed Conv1D, GPT-NeoX's and Falcon's per-head interleaving,
 Gemma's (1 + w) norms, one expert's slice of the grouped expert tensors) and copied into its rows of
 the parameter; every element of every parameter must be written exactly once, or the load is refused
-naming what is missing. Two things that change outputs but no count are refused too: RoPE scaling other
-than the default, and GPT-2's per-layer attention scaling.
+naming what is missing. Two things that change outputs but no count are refused too: a RoPE scaling the
+model does not build (longrope; yarn, linear and llama3 are built, tfcalc.model.rope_scaling, and dynamic NTK
+is the default RoPE within max_position_embeddings), and GPT-2's per-layer attention scaling.
 """
 
 from __future__ import annotations
@@ -23,25 +24,26 @@ from tfcalc.checkpoint.names import Piece, map_name, rules
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.components import block_of, fused_rows, local_path
 from tfcalc.errors import InputError, shown
+from tfcalc.hf_config.rope_scaling import TEXT_CONFIG, kind_of, scalings
 from tfcalc.model.transformer import Transformer
 
-YARN_BUILT = ("deepseek_v3", "kimi_k2", "deepseek_v2")  # YaRN with latent attention (tfcalc.model.yarn)
 
-
-def _refuse_unbuilt(raw: dict[str, Any], where: Path) -> None:
-    """Keys that change the function, not the count: tfcalc counts such a model but cannot run it."""
-    scaling = raw.get("rope_scaling") or {}
-    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else scaling
-    nested = raw.get("rope_parameters") or {}
-    kind = kind or (nested.get("rope_type") if isinstance(nested, dict) else None)
-    if kind in (None, "default") and isinstance(nested, dict):  # Gemma 3: one per layer type
-        kinds = [v.get("rope_type") for v in nested.values() if isinstance(v, dict)]
-        kind = next((k for k in kinds if k not in (None, "default")), kind)
-    if raw.get("model_type") == "apertus" and not nested and not scaling:
-        kind = "llama3"  # ApertusConfig.__post_init__ fills in llama3 scaling when the file names none
-    if kind not in (None, "default") and not (kind == "yarn" and raw.get("model_type") in YARN_BUILT):
-        raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts hold; "
-                         "the outputs would not)")
+def _refuse_unbuilt(raw: dict[str, Any], where: Path, cfg: ModelConfig) -> None:
+    """Keys that change the function, not the count: tfcalc counts such a model but cannot run it. A RoPE
+    scaling the file states (or its config class fills in) that the config does not carry: longrope,
+    proportional (tfcalc.hf_config.rope_scaling reads yarn, linear and llama3 into the config)."""
+    model_type = raw.get("model_type")
+    inner = raw.get("text_config") if model_type in TEXT_CONFIG else raw
+    model_type = TEXT_CONFIG.get(model_type, model_type)
+    found = scalings(inner if isinstance(inner, dict) else {}, model_type)
+    # dynamic NTK (_compute_dynamic_ntk_parameters) scales the base by (factor·T / max_position_embeddings -
+    # (factor - 1)) only for T past max_position_embeddings: within them, all the positions tfcalc's tables
+    # cover (max_seq_len), it is the default RoPE, and runs as such
+    kinds = {kind_of(s, model_type) for s in found.values()} - {"default", "dynamic", None}
+    for kind in sorted(kinds, key=str):
+        if kind != cfg.rope_scaling:
+            raise InputError(f"{where}: rope scaling {shown(kind)} is not built by tfcalc's model (the counts "
+                             "hold; the outputs would not)")
     if raw.get("scale_attn_by_inverse_layer_idx"):
         raise InputError(f"{where}: 'scale_attn_by_inverse_layer_idx' is not built by tfcalc's model")
 
@@ -187,8 +189,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
                          "load_model needs them (tfcalc params counts a config alone)")
     folder, config_path = source.folder, source.folder / "config.json"
     raw = reading.read_json(config_path, "JSON")  # read (and checked) once already by checkpoint_source
-    _refuse_unbuilt(raw, config_path)
     cfg = source.cfg
+    _refuse_unbuilt(raw, config_path, cfg)
     with torch.device("meta"):
         model = Transformer(cfg)
     model.tie_weights()

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from tfcalc.model.yarn import yarn_tables
+from tfcalc.model.rope_scaling import scaled_tables
 
 
 def rope_tables(theta: float, rope_dim: int, length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,10 +80,10 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int
     return buckets + torch.where(is_small, relative, large)
 
 
-def rope_key(theta: float, rotated: int, yarn=None) -> tuple:
-    """What tells one rotary table from another: (base, rotated channels), and YaRN's scaling where the
-    mixer has it (a latent attention's; each mixer module gives its own, tfcalc.model.mixers)."""
-    return (theta, rotated) if yarn is None else (theta, rotated, yarn)
+def rope_key(theta: float, rotated: int, scaling=None) -> tuple:
+    """What tells one rotary table from another: (base, rotated channels), and its scaling where the layer
+    has one (tfcalc.architecture.rope; each mixer module gives its own key, tfcalc.model.mixers)."""
+    return (theta, rotated) if scaling is None else (theta, rotated, scaling)
 
 
 def rope_buffer_names(j: int) -> tuple[str, str]:
@@ -94,18 +94,18 @@ def rope_buffer_names(j: int) -> tuple[str, str]:
 def position_buffers(positions: str, length: int, d_model: int, n_head: int,
                      ropes: list[tuple[float, int]], device) -> dict[str, torch.Tensor]:
     """The tables a stack reads, by buffer name: one RoPE cos and sin pair per distinct (base, rotated
-    channels) of its layers (Gemma 3's local and global bases), the sinusoid table, or ALiBi's slopes
-    (``n_head``). ``length``: the positions the tables cover (max_seq_len). On meta, only their shapes:
-    torch.arange on meta goes through torch._refs and imports torch._dynamo (seconds), for tables that
-    init_weights() computes anyway once the model has storage."""
+    channels, scaling) of its layers (Gemma 3's local base and its global base, scaled), the sinusoid
+    table, or ALiBi's slopes (``n_head``). ``length``: the positions the tables cover (max_seq_len). On
+    meta, only their shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo
+    (seconds), for tables that init_weights() computes anyway once the model has storage."""
     meta = torch.device(device).type == "meta"
     out: dict[str, torch.Tensor] = {}
     for j, (theta, rope_dim, *scaling) in enumerate(ropes):
         names = rope_buffer_names(j)
         if meta:
             tables = [torch.empty(length, rope_dim, device=device)] * 2
-        elif scaling and scaling[0] is not None:  # YaRN (tfcalc.model.yarn)
-            tables = yarn_tables(theta, rope_dim, length, scaling[0], device)
+        elif scaling and scaling[0] is not None:  # YaRN, linear, llama3 (tfcalc.model.rope_scaling)
+            tables = scaled_tables(theta, rope_dim, length, scaling[0], device)
         else:
             tables = rope_tables(theta, rope_dim, length, device)
         out.update(zip(names, tables, strict=True))

@@ -1,0 +1,120 @@
+"""RoPE scaling in a config.json, for every family with RoPE but DeepSeek's (tfcalc.hf_config.deepseek reads its
+own): ``rope_scaling`` (transformers 4) or ``rope_parameters`` (5), flat or nested by layer type, read into the
+fields of tfcalc.config_rope, as transformers 5.24 standardizes them (modeling_rope_utils.py,
+RotaryEmbeddingConfigMixin.standardize_rope_params):
+
+- a flat dict applies to every RoPE layer; ``rope_type`` (or the older ``type``), default "default";
+- Gemma 3 and OLMo 3 nest it by layer type (configuration_gemma3.py, configuration_olmo3.py,
+  convert_rope_params_to_dict): a top-level ``rope_scaling`` updates full_attention's only, so the global
+  layers are scaled and the sliding ones are not (``rope_scaling_layers: full``);
+- gpt-oss and Apertus fill in a scaling when the file names none (GptOssConfig: YaRN ×32 from 4,096,
+  beta 32 / 1, truncate false; ApertusConfig: llama3 ×8 from 8,192, low 1, high 4);
+- ``original_max_position_embeddings`` left out is max_position_embeddings (standardize_rope_params);
+- the vision-language types (gemma3, llama4) read their ``text_config``;
+- Phi-3's older names "su" and "yarn" are longrope (Phi3Config.convert_rope_params_to_dict).
+
+Built: yarn, linear, llama3 (tfcalc.architecture.rope); dynamic (NTK) leaves the base as it is within
+max_position_embeddings, all the positions tfcalc's model covers: no field, run as the default. Known to
+transformers and not built (longrope, proportional): counted, no field set, and tfcalc.model.load refuses to run
+them. Any other rope_type is refused
+here in one line, as transformers refuses it (ROPE_INIT_FUNCTIONS has no entry).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc.errors import shown
+from tfcalc.hf_config.reader import Reader
+
+BUILT = ("yarn", "linear", "llama3")
+KNOWN = ("default", *BUILT, "dynamic", "longrope", "proportional")  # transformers' ROPE_INIT_FUNCTIONS and default
+BY_LAYER_TYPE = ("gemma3_text", "olmo3")  # config classes that nest rope_parameters by layer type
+TEXT_CONFIG = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+FILLED_IN = {  # the config class's own scaling when the file names none
+    "gpt_oss": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096},
+    "apertus": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+}
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+# HF key -> tfcalc field, per kind (factor is every kind's rope_scaling_factor)
+KEYS = {
+    "yarn": (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow"), ("mscale", "yarn_mscale"),
+             ("mscale_all_dim", "yarn_mscale_all_dim"), ("attention_factor", "yarn_attention_factor"),
+             ("truncate", "yarn_truncate")),
+    "linear": (),
+    "llama3": (("low_freq_factor", "rope_low_freq_factor"), ("high_freq_factor", "rope_high_freq_factor")),
+}
+
+
+RENAMED = {"phi3": {"su": "longrope", "yarn": "longrope"}}  # Phi3Config.convert_rope_params_to_dict: older names
+
+
+def kind_of(scaling: Any, model_type: str = "") -> Any:
+    """A scaling dict's rope_type (or the older ``type``), as the model type's config class names it."""
+    kind = scaling.get("rope_type", scaling.get("type", "default")) if isinstance(scaling, dict) else None
+    return RENAMED.get(model_type, {}).get(kind, kind) if isinstance(kind, str) else kind
+
+
+def scalings(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """{layer type or "all": its scaling dict} as transformers would apply it (module docstring)."""
+    top, params = raw.get("rope_scaling"), raw.get("rope_parameters")
+    if top is not None:
+        return {"full_attention" if model_type in BY_LAYER_TYPE else "all": top}
+    if isinstance(params, dict) and any(key in params for key in LAYER_TYPES):
+        return {key: value for key, value in params.items() if key in LAYER_TYPES and value is not None}
+    if params is not None:
+        return {"all": params}
+    return {"all": FILLED_IN[model_type]} if model_type in FILLED_IN else {}
+
+
+def rope_scaling(r: Reader) -> None:
+    """The scaling fields of a RoPE model (module docstring); nothing for a model without RoPE or DeepSeek's."""
+    if r.fields.get("pos_encoding") != "rope" or r.fields.get("kv_lora_rank") is not None:
+        return
+    raw, model_type, where = r.raw, r.model_type, r.where
+    if model_type in TEXT_CONFIG:
+        raw, model_type, where = raw.get("text_config") or {}, TEXT_CONFIG[model_type], f"{where} (text_config)"
+    found = scalings(raw, model_type)
+    for key, scaling in found.items():
+        if not isinstance(scaling, dict):
+            raise r.fail(f"'rope_scaling' {'' if key == 'all' else key + ' '}must be an object; got {shown(scaling)}")
+        kind = kind_of(scaling, model_type)
+        if kind not in KNOWN:
+            raise r.fail(f"'rope_scaling' type {shown(kind)} is not a RoPE scaling transformers knows "
+                         f"(known: {', '.join(KNOWN)})")
+    scaled = {key: s for key, s in found.items() if kind_of(s, model_type) != "default"}
+    if not scaled:
+        return
+    if model_type in BY_LAYER_TYPE and "all" in scaled:
+        raise r.fail("'rope_parameters' must be nested by layer type (full_attention, sliding_attention) in a "
+                     f"{model_type} config: transformers applies a flat one to no layer")
+    layers = None
+    if "all" not in scaled:
+        drop_theta = [{k: v for k, v in s.items() if k != "rope_theta"} for s in scaled.values()]
+        if set(scaled) == {"full_attention"}:
+            layers = "full"
+        elif any(d != drop_theta[0] for d in drop_theta) or set(scaled) != set(found):
+            raise r.fail(f"'rope_parameters' scales the layer types {', '.join(sorted(scaled))} differently: tfcalc "
+                         "builds one scaling on every RoPE layer, or on the full_attention layers only")
+    scaling = next(iter(scaled.values()))
+    if "all" not in found:  # _compute_yarn_parameters reads truncate from the top of rope_parameters: a nested
+        scaling = {k: v for k, v in scaling.items() if k != "truncate"}  # dict's own is never read (default true)
+    _fields(r, scaling, layers, where, model_type)
+
+
+def _fields(r: Reader, scaling: dict[str, Any], layers: Any, where: str, model_type: str) -> None:
+    kind = kind_of(scaling, model_type)
+    if kind not in BUILT:  # counted as is; tfcalc.model.load refuses to run it
+        return
+    sub = Reader({"model_type": r.model_type, **scaling}, f"{where}: 'rope_scaling'")
+    sub.take("factor", "rope_scaling_factor", required=True)
+    if kind != "linear":
+        sub.take("original_max_position_embeddings", "rope_original_max_seq_len",
+                 r.fields.get("max_seq_len"))
+    for key, field in KEYS[kind]:
+        sub.take(key, field, required=kind == "llama3")
+    r.fields.update({k: v for k, v in sub.fields.items() if v is not None}, rope_scaling=kind)
+    if layers is not None:
+        r.fields["rope_scaling_layers"] = layers
