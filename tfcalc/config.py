@@ -257,6 +257,19 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # not its output (Llama4Router, Llama4TextMoe)
     router_sigmoid_input: bool = False
 
+    # --- linear-attention layers (issue 30; tfcalc.architecture.gated_deltanet, rules in tfcalc.config_patterns) ---
+    # the mixer of the local layers (full_attention_every, layer_pattern's local kinds) in place of a window:
+    # "gated_deltanet" (Qwen3-Next's linear_attention layers). None: local layers attend through a window or chunk
+    linear_mixer: Optional[Literal["gated_deltanet"]] = None
+    linear_key_heads: Optional[int] = None  # Qwen3-Next's linear_num_key_heads
+    linear_value_heads: Optional[int] = None  # linear_num_value_heads (a multiple of the key heads)
+    linear_key_head_dim: Optional[int] = None  # linear_key_head_dim
+    linear_value_head_dim: Optional[int] = None  # linear_value_head_dim
+    linear_conv_kernel: Optional[int] = None  # linear_conv_kernel_dim; None: 4
+    # softmax attention's output times sigmoid(a gate of n_head·d_head from Q's projection, per head [q | gate]:
+    # Qwen3NextAttention, modeling_qwen3_next.py), before the O projection
+    attn_output_gate: bool = False
+
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))

@@ -17,8 +17,10 @@ def validate_attention_patterns(cfg) -> None:
     if window is not None and chunk is not None:
         raise ConfigError("give sliding_window or attention_chunk_size, not both: a local layer attends through "
                           "one of them")
+    _validate_linear_mixer(cfg)
+    linear = cfg.linear_mixer is not None
     if cfg.full_attention_every is not None:
-        if window is None and chunk is None:
+        if window is None and chunk is None and not linear:
             raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window "
                               "(or attention_chunk_size) too")
         if cfg.full_attention_every < 2:
@@ -61,11 +63,33 @@ def _validate_layer_pattern(cfg) -> None:
                           "say every layer's kind (repeat a group with '*n')")
     kinds = {k for run in runs for k in run.kinds}
     local = sorted(k for k in kinds if kind_of(k).local)
-    if local and cfg.sliding_window is None and cfg.attention_chunk_size is None:
+    if local and cfg.sliding_window is None and cfg.attention_chunk_size is None and cfg.linear_mixer is None:
         raise ConfigError(f"layer_pattern has {shown(local[0])} layers: give sliding_window or "
-                          "attention_chunk_size, what they attend through")
+                          "attention_chunk_size (what they attend through), or linear_mixer")
     nope = sorted(k for k in kinds if not kind_of(k).rope)
     if nope and cfg.pos_encoding != "rope":
         raise ConfigError(f"layer_pattern has {shown(nope[0])} layers (no RoPE): it applies to pos_encoding rope "
                           f"only (pos_encoding is {cfg.pos_encoding})")
     assert kinds <= set(KINDS)
+
+
+LINEAR_FIELDS = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+
+
+def _validate_linear_mixer(cfg) -> None:
+    """linear_mixer makes the local layers (full_attention_every, layer_pattern's local kinds) linear-attention
+    layers: it needs its four sizes, a decoder without latent attention, and no window or chunk beside it."""
+    if cfg.linear_mixer is None:
+        given = [f for f in (*LINEAR_FIELDS, "linear_conv_kernel") if getattr(cfg, f) is not None]
+        if given:
+            raise ConfigError(f"field '{given[0]}' sizes the linear-attention layers: give linear_mixer too")
+        return
+    missing = [f for f in LINEAR_FIELDS if getattr(cfg, f) is None]
+    if missing:
+        raise ConfigError(f"linear_mixer {cfg.linear_mixer} needs '{missing[0]}'")
+    if cfg.arch != "decoder" or cfg.kv_lora_rank is not None:
+        raise ConfigError("linear_mixer applies to a decoder's layers beside softmax attention (not latent "
+                          "attention, not an encoder)")
+    if cfg.sliding_window is not None or cfg.attention_chunk_size is not None or cfg.rope_local_theta is not None:
+        raise ConfigError("give linear_mixer or sliding_window / attention_chunk_size / rope_local_theta, not both: "
+                          "the local layers are linear-attention layers, with no window or RoPE")

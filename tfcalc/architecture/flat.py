@@ -27,6 +27,7 @@ from tfcalc.architecture import flat_latent
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
+from tfcalc.architecture.gated_deltanet import GatedDeltaNet
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, layer_kind, period_segments
@@ -114,6 +115,9 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         return flat_latent.latent_attention(cfg, Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps))
     layer = layer_kind(cfg, i)
     local = causal and kind == "self" and layer.local
+    if local and cfg.linear_mixer == "gated_deltanet":  # Qwen3-Next's linear_attention layers
+        return GatedDeltaNet(cfg.d_model, cfg.linear_key_heads, cfg.linear_value_heads, cfg.linear_key_head_dim,
+                             cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4, norm_eps=cfg.norm_eps)
     rope = cfg.pos_encoding == "rope" and kind == "self" and layer.rope
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None
@@ -130,7 +134,7 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",
-        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None,
+        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None, output_gate=cfg.attn_output_gate and kind == "self",
     )
 
 

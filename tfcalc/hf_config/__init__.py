@@ -68,6 +68,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "qwen2_moe": ("qwen2_moe", "qwen2_moe"),
     "qwen3": ("qwen3", "qwen3"),
     "qwen3_moe": ("qwen3_moe", "qwen3_moe"),
+    "qwen3_next": ("qwen3_next", "qwen3_next"),
     "roberta": ("roberta", "roberta"),
     "seed_oss": ("seed_oss", "seed_oss"),
     "smollm3": ("smollm3", "smollm3"),

@@ -186,7 +186,8 @@ class Attention(MixerModule):
         self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
         self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim)
-        self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
+        self.q_rows, self.gated = spec.q_rows, spec.output_gate  # Q's rows: per head [q | gate] when gated
+        self.qkv = Linear(spec.d_model, self.q_rows + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
         self.q_norm = self.k_norm = None
         if spec.qk_norm is not None and spec.qk_norm_heads:  # Cohere: weights per head
@@ -202,7 +203,10 @@ class Attention(MixerModule):
         """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
         keys and values to attend to (tfcalc.model.attention_state.AttentionState)."""
         B, T, _ = x.shape
-        q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
+        q, k, v = self.qkv(x).split([self.q_rows, self.kv_dim, self.v_dim], dim=-1)
+        if self.gated:  # Qwen3NextAttention: each head's h queries, then its h gates
+            q, gate = q.view(B, T, self.n_head, 2 * self.head_dim).chunk(2, dim=-1)
+            q, gate = q.flatten(2), gate.flatten(2)  # (B, T, nh·hs) each
         if not self.qk_norm_after_rope:
             q, k = self._qk_norm(q, k)
         cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
@@ -220,12 +224,12 @@ class Attention(MixerModule):
             k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
-        y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
-        return self.out(_merge_heads(y))
+        y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
+        return self.out(y * torch.sigmoid(gate) if self.gated else y)
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
-        return {"q": self.q_dim, "k": self.kv_dim, "v": self.v_dim}
+        return {"q": self.q_rows, "k": self.kv_dim, "v": self.v_dim}
 
     @classmethod
     def tp_refusal(cls, spec: AttentionSpec) -> str | None:
@@ -237,9 +241,10 @@ class Attention(MixerModule):
 
     def tp_localize(self, tp: int) -> None:
         """Megatron's split by heads: [Q | K | V] rows interleaved per rank, the head counts and widths local."""
-        interleave(self.qkv, [self.q_dim, self.kv_dim, self.v_dim], tp)
+        interleave(self.qkv, [self.q_rows, self.kv_dim, self.v_dim], tp)  # a gated Q's rows are whole heads
         self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
         self.q_dim, self.kv_dim, self.v_dim = self.q_dim // tp, self.kv_dim // tp, self.v_dim // tp
+        self.q_rows //= tp
 
     def tp_plan(self, seq) -> dict:
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
