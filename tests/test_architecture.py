@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from tfcalc.architecture import FFN, Attention, Block, MoE, Norm, Run, compress
 from tfcalc.architecture.flat import is_moe_layer
+from tfcalc.architecture.patterns import layer_kind
 from tfcalc.count.model import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
@@ -28,6 +29,9 @@ def test_every_preset_describes_every_layer(name):
     assert len(arch.stacks) == (2 if cfg.arch == "encoder-decoder" else 1)
     for i, block in enumerate(arch.output.layers()):
         a = block.attention
+        if cfg.linear_mixer is not None and layer_kind(cfg, i).local:  # a linear-attention layer: a fixed state
+            assert a.state() and not any(t.per_token for t in a.state()) and block.is_moe == is_moe_layer(cfg, i)
+            continue
         assert (a.n_head, a.n_kv_head, a.head_dim) == (cfg.n_head, cfg.kv_heads, cfg.head_dim)
         assert a.window == (cfg.layer_window(i) if cfg.arch != "encoder" else None)
         assert block.is_moe == is_moe_layer(cfg, i)  # DeepSeek-V3: the first 3 layers dense
