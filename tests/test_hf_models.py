@@ -26,6 +26,7 @@ def test_every_supported_type_has_a_case():
 
     types = {getattr(transformers, CASES[name].config).model_type for name in CASES}
     types |= {"gemma3", "llama4"}  # vision-language: tiny checkpoints of their own in tests/test_hf_patterns.py
+    types |= {"qwen3_5", "qwen3_5_moe"}  # vision-language: tests/test_qwen3_5.py
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 
@@ -72,7 +73,7 @@ def test_forward_flops_equal_flop_counter_mode(saved, name):
     src = SOURCE if CASES[name].inputs in ("seq2seq", "cross") else None
     dense_experts = _every_expert(cfg, 2 * T) if name.startswith("llama4") else 0
     # gated DeltaNet's triangular solves, which FlopCounterMode does not see: counted by hand (test_qwen3_next.py)
-    solves = triangular_solves(cfg, 2, T) if name.startswith("qwen3_next") else 0
+    solves = triangular_solves(cfg, 2, T) if name.startswith(("qwen3_next", "qwen3_5")) else 0
     assert (
         flops_count.forward_flops(cfg, Workload(batch=2, seq=T, src_seq=src)) - solves
         == _hf_flops(name, model) - dense_experts

@@ -268,7 +268,7 @@ def test_tiny_verify_step_is_refused(tiny):
     (dict(linear_num_value_heads=24), "must be a multiple of its key heads"),
     (dict(linear_num_key_heads=0), "'linear_key_heads' must be positive"),
     (dict(linear_conv_kernel_dim=-1), "'linear_conv_kernel' must be positive"),
-    (dict(hidden_act="gelu"), "SiLU only"),
+    (dict(hidden_act="gelu"), "with SiLU only"),
     (dict(num_hidden_layers=2**41), "num_hidden_layers|n_layer"),
 ])
 def test_hostile_config_json(tmp_path, changes, message):

@@ -266,6 +266,8 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     linear_key_head_dim: Optional[int] = None  # linear_key_head_dim
     linear_value_head_dim: Optional[int] = None  # linear_value_head_dim
     linear_conv_kernel: Optional[int] = None  # linear_conv_kernel_dim; None: 4
+    # Qwen3.5's four projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) in place of Qwen3-Next's two
+    linear_split_projections: bool = False
     # softmax attention's output times sigmoid(a gate of n_head·d_head from Q's projection, per head [q | gate]:
     # Qwen3NextAttention, modeling_qwen3_next.py), before the O projection
     attn_output_gate: bool = False

@@ -25,7 +25,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
     ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-        "linear_conv_kernel", "attn_output_gate")),
+        "linear_conv_kernel", "linear_split_projections", "attn_output_gate")),
     ("latent attention and YaRN (LatentAttention, Yarn)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "yarn_beta_fast", "yarn_beta_slow",

@@ -81,6 +81,7 @@ def _validate_linear_mixer(cfg) -> None:
     layers: it needs its four sizes, a decoder without latent attention, and no window or chunk beside it."""
     if cfg.linear_mixer is None:
         given = [f for f in (*LINEAR_FIELDS, "linear_conv_kernel") if getattr(cfg, f) is not None]
+        given += ["linear_split_projections"] if cfg.linear_split_projections else []
         if given:
             raise ConfigError(f"field '{given[0]}' sizes the linear-attention layers: give linear_mixer too")
         return

@@ -117,7 +117,8 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     local = causal and kind == "self" and layer.local
     if local and cfg.linear_mixer == "gated_deltanet":  # Qwen3-Next's linear_attention layers
         return GatedDeltaNet(cfg.d_model, cfg.linear_key_heads, cfg.linear_value_heads, cfg.linear_key_head_dim,
-                             cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4, norm_eps=cfg.norm_eps)
+                             cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4, norm_eps=cfg.norm_eps,
+                             split_projections=cfg.linear_split_projections)
     rope = cfg.pos_encoding == "rope" and kind == "self" and layer.rope
     theta = cfg.rope_local_theta if local and cfg.rope_local_theta is not None else cfg.rope_theta
     qk_norm = Norm(cfg.norm, cfg.head_dim, cfg.norm_has_bias, cfg.norm_eps) if cfg.qk_norm and kind == "self" else None

@@ -8,7 +8,9 @@ chunk is c = 64 (torch_chunk_gated_delta_rule's default, which Qwen3NextGatedDel
 
 1. projections: ``in_proj_qkvz`` d -> 2·Kw + 2·Vw (Q, K, V and the output gate Z, grouped per key head:
    [q | k | v·r | z·r] of each, fix_query_key_value_ordering), ``in_proj_ba`` d -> 2·Hv (β's and the decay's
-   inputs, [b·r | a·r] per key head), ``out_proj`` Vw -> d; no biases;
+   inputs, [b·r | a·r] per key head), ``out_proj`` Vw -> d; no biases. Qwen3.5 (modeling_qwen3_5.py,
+   ``split_projections``) has the same rows as four tensors: ``in_proj_qkv`` [Q | K | V], ``in_proj_z``,
+   ``in_proj_b``, ``in_proj_a``, heads in order;
 2. a causal depthwise convolution (``conv1d``, C channels of K taps, no bias) over [Q | K | V], then SiLU;
 3. per value head: β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias) (the log of the decay); Q and K
    L2-normed, Q × dk^-1/2; Q and K repeated to the Hv heads;
@@ -57,6 +59,9 @@ class GatedDeltaNet:
     chunk: int = CHUNK
     norm_eps: float = 1e-6
     causal: bool = True
+    # Qwen3.5's layout (modeling_qwen3_5.py, Qwen3_5GatedDeltaNet): four projections, in_proj_qkv ([Q | K | V],
+    # heads in order), in_proj_z, in_proj_b, in_proj_a; false: Qwen3-Next's two, grouped per key head (step 1)
+    split_projections: bool = False
     module = "tfcalc.model.gated_deltanet:GatedDeltaNetModule"
 
     def __post_init__(self) -> None:
@@ -85,9 +90,17 @@ class GatedDeltaNet:
     def weights(self) -> list[Weight]:
         """Step 1, 2, 3, 5, named as transformers names them (Qwen3NextGatedDeltaNet)."""
         d, hv, c = self.d_model, self.n_v_head, self.conv_dim
-        return [Weight("in_proj_qkvz_weight", (c + self.v_width, d), "attention", "DeltaNet Q, K, V, Z projection",
-                       "rows"),
-                Weight("in_proj_ba_weight", (2 * hv, d), "attention", "DeltaNet β and decay projection", "rows"),
+        if self.split_projections:
+            inputs = [Weight("in_proj_qkv_weight", (c, d), "attention", "DeltaNet Q, K, V projection", "rows"),
+                      Weight("in_proj_z_weight", (self.v_width, d), "attention", "DeltaNet output gate projection",
+                             "rows"),
+                      Weight("in_proj_b_weight", (hv, d), "attention", "DeltaNet β projection", "rows"),
+                      Weight("in_proj_a_weight", (hv, d), "attention", "DeltaNet decay projection", "rows")]
+        else:
+            inputs = [Weight("in_proj_qkvz_weight", (c + self.v_width, d), "attention",
+                             "DeltaNet Q, K, V, Z projection", "rows"),
+                      Weight("in_proj_ba_weight", (2 * hv, d), "attention", "DeltaNet β and decay projection", "rows")]
+        return inputs + [
                 Weight("conv1d_weight", (c, 1, self.conv_kernel), "attention", "DeltaNet short convolution", "rows"),
                 Weight("dt_bias", (hv,), "attention", "DeltaNet decay bias", "rows"),
                 Weight("A_log", (hv,), "attention", "DeltaNet log decay rate", "rows"),
@@ -95,9 +108,17 @@ class GatedDeltaNet:
                 Weight("out_proj_weight", (d, self.v_width), "attention", "DeltaNet output projection", "cols")]
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
-        d = self.d_model
-        return [Linear("in_proj_qkvz", "attention_proj", "Q, K, V, Z projection", d, self.conv_dim + self.v_width),
-                Linear("in_proj_ba", "attention_proj", "β and decay projection", d, 2 * self.n_v_head),
+        d, hv = self.d_model, self.n_v_head
+        if self.split_projections:
+            inputs = [Linear("in_proj_qkv", "attention_proj", "Q, K, V projection", d, self.conv_dim),
+                      Linear("in_proj_z", "attention_proj", "output gate projection", d, self.v_width),
+                      Linear("in_proj_b", "attention_proj", "β projection", d, hv),
+                      Linear("in_proj_a", "attention_proj", "decay projection", d, hv)]
+        else:
+            inputs = [Linear("in_proj_qkvz", "attention_proj", "Q, K, V, Z projection", d,
+                             self.conv_dim + self.v_width),
+                      Linear("in_proj_ba", "attention_proj", "β and decay projection", d, 2 * hv)]
+        return inputs + [
                 # named "o": the FLOP fold places a mixer's position mixing before its Linear "o"
                 # (tfcalc.count.model.flops.matmul_entries), whatever the tensor is called (out_proj)
                 Linear("o", "attention_proj", "output projection (out_proj)", self.v_width, d)]

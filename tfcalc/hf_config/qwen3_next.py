@@ -25,12 +25,7 @@ KINDS = ("linear_attention", "full_attention")
 def qwen3_next(r: Reader) -> None:
     base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256),
                 d_ff_key=None)
-    if r.fields["activation"] != "silu":  # the convolution's activation and the experts' (hidden_act)
-        raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds Qwen3-Next's DeltaNet with SiLU "
-                     "only (its convolution's activation)")
-    r.rope(10000.0, fraction=0.25)  # Qwen3NextConfig.__post_init__: partial_rotary_factor 0.25 unless given
-    bias = r.flag("attention_bias", False)
-    r.fields.update(attn_bias=bias, attn_out_bias=bias, qk_norm=True, attn_output_gate=True)
+    gated_attention(r)
     if expert_layers(r, r.get("num_experts", 512)):
         r.take("moe_intermediate_size", "d_ff", 512)
         r.take("num_experts", "n_expert", 512)
@@ -38,6 +33,23 @@ def qwen3_next(r: Reader) -> None:
         r.fields["router_norm_topk"] = r.flag("norm_topk_prob", True)
         shared = r.take("shared_expert_intermediate_size", "shared_expert_d_ff", 512)
         r.fields["shared_expert_gate"] = bool(shared)
+    linear_layers(r)
+    r.causal_or_base("Qwen3Next")
+
+
+def gated_attention(r: Reader) -> None:
+    """The full-attention layers of Qwen3-Next and Qwen3.5: gated, Q/K norms per head, a quarter rotary; the
+    activation SiLU (the DeltaNet convolution's, hidden_act)."""
+    if r.fields["activation"] != "silu":  # the convolution's activation and the experts' (hidden_act)
+        raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds the gated DeltaNet with SiLU "
+                     "only (its convolution's activation)")
+    r.rope(10000.0, fraction=0.25)  # Qwen3NextConfig.__post_init__: partial_rotary_factor 0.25 unless given
+    bias = r.flag("attention_bias", False)
+    r.fields.update(attn_bias=bias, attn_out_bias=bias, qk_norm=True, attn_output_gate=True)
+
+
+def linear_layers(r: Reader, split: bool = False) -> None:
+    """The gated-DeltaNet layers and their sizes (Qwen3NextConfig's defaults, which Qwen3.5's share)."""
     if _layers(r):
         r.fields["linear_mixer"] = "gated_deltanet"
         r.take("linear_num_key_heads", "linear_key_heads", 16)
@@ -45,7 +57,8 @@ def qwen3_next(r: Reader) -> None:
         r.take("linear_key_head_dim", "linear_key_head_dim", 128)
         r.take("linear_value_head_dim", "linear_value_head_dim", 128)
         r.take("linear_conv_kernel_dim", "linear_conv_kernel", 4)
-    r.causal_or_base("Qwen3Next")
+        if split:
+            r.fields["linear_split_projections"] = True
 
 
 def _layers(r: Reader) -> bool:

@@ -127,8 +127,13 @@ class GatedDeltaNetModule(MixerModule):
         self.spec = spec
         d, C = spec.d_model, spec.conv_dim
         self.hk, self.hv, self.dk, self.dv = spec.n_k_head, spec.n_v_head, spec.k_head_dim, spec.v_head_dim
-        self.in_proj_qkvz = Linear(d, C + spec.v_width, bias=False)
-        self.in_proj_ba = Linear(d, 2 * self.hv, bias=False)
+        self.split = spec.split_projections
+        if self.split:  # Qwen3.5's four projections
+            self.in_proj_qkv, self.in_proj_z = Linear(d, C, bias=False), Linear(d, spec.v_width, bias=False)
+            self.in_proj_b, self.in_proj_a = Linear(d, self.hv, bias=False), Linear(d, self.hv, bias=False)
+        else:  # Qwen3-Next's two, grouped per key head
+            self.in_proj_qkvz = Linear(d, C + spec.v_width, bias=False)
+            self.in_proj_ba = Linear(d, 2 * self.hv, bias=False)
         self.conv1d = Conv1d(C, C, spec.conv_kernel, groups=C, padding=spec.conv_kernel - 1, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.hv))
         self.A_log = nn.Parameter(torch.zeros(self.hv))
@@ -142,6 +147,9 @@ class GatedDeltaNetModule(MixerModule):
         """Step 1: [q | k | v·r | z·r] and [b·r | a·r] per key head (fix_query_key_value_ordering) ->
         [Q | K | V] (B, T, C), Z (B, T, Hv, dv), b and a (B, T, Hv)."""
         B, T, _ = x.shape
+        if self.split:  # Qwen3.5: [Q | K | V] as the convolution reads it already
+            return (self.in_proj_qkv(x), self.in_proj_z(x).view(B, T, self.hv, self.dv), self.in_proj_b(x),
+                    self.in_proj_a(x))
         r, dk, dv = self.hv // self.hk, self.dk, self.dv
         qkvz = self.in_proj_qkvz(x).view(B, T, self.hk, 2 * dk + 2 * r * dv)
         q, k, v, z = qkvz.split([dk, dk, r * dv, r * dv], dim=-1)
