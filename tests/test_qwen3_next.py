@@ -312,3 +312,15 @@ def test_flat_fields_build_the_hybrid():
                              "attn_output_gate=true"])
     kinds = [(type(b.mixer).__name__, n) for b, n in cfg.architecture.output.kinds()]
     assert kinds == [("GatedDeltaNet", 24), ("Attention", 8)]
+
+
+def test_measured_flops_on_meta_put_the_convolution_and_the_scan_with_the_mixing():
+    """tfcalc.measure.flops on meta at full size (`tfcalc flops --measure`): the DeltaNet's projections in
+    attention_proj, its convolution, chunked scan and solves in attention_scores, group by group as counted."""
+    from tfcalc.measure.flops import measure_flops
+
+    cfg, w = load("qwen3-next-80b-a3b"), Workload(batch=1, seq=100)
+    m = measure_flops(cfg, w)
+    b = count_flops.breakdown(cfg, w)
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
+    assert m.total == count_flops.forward_flops(cfg, w)
