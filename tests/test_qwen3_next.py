@@ -324,3 +324,30 @@ def test_measured_flops_on_meta_put_the_convolution_and_the_scan_with_the_mixing
     b = count_flops.breakdown(cfg, w)
     assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
     assert m.total == count_flops.forward_flops(cfg, w)
+
+
+@pytest.mark.parametrize("dtype, e", [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_saved_activations_are_within_ten_percent_of_what_autograd_keeps(dtype, e):
+    """saved_tensors_hooks on tfcalc's DeltaNet module (every floating-point storage packed for backward, once,
+    weights and the input excluded) against the component's saved bytes, at 2 and 4 chunks."""
+    from tfcalc.architecture.gated_deltanet import GatedDeltaNet
+    from tfcalc.model.gated_deltanet import GatedDeltaNetModule
+
+    spec = GatedDeltaNet(256, 4, 8, 32, 48)
+    module = GatedDeltaNetModule(spec).to(dtype)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.05)
+    for T in (128, 256):
+        x = torch.randn(1, T, 256, dtype=dtype, requires_grad=True)
+        skip = {p.untyped_storage().data_ptr() for p in module.parameters()} | {x.untyped_storage().data_ptr()}
+        seen: dict[int, int] = {}
+
+        def pack(t, skip=skip, seen=seen):
+            if t.is_floating_point() and t.untyped_storage().data_ptr() not in skip:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            module(x)
+        counted = T * sum(spec.saved(1, T, e, "math", False).values())
+        assert abs(counted - sum(seen.values())) <= 0.1 * sum(seen.values())

@@ -180,14 +180,17 @@ class GatedDeltaNet:
         return None, None
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """Bytes per token kept for the backward pass (autograd on the torch path): the projections' outputs
-        (``qkv``: Q, K, V, Z, β, a, and the convolution's input and output), the fp32 copies the chunked form
-        computes on (Q, K, V normed and scaled, K_β, V_β: 4 bytes each) and each token's rows of the chunk's
-        three c×c matrices (fp32), and the output before the gated norm (``attn_output``)."""
-        H, c = self.n_v_head, self.chunk
-        qkv = e * (2 * self.conv_dim + self.v_width + 2 * H)
-        chunk = 4 * (2 * H * self.k_head_dim * 2 + 2 * self.v_width + 3 * H * c)
-        return {"qkv": qkv, "deltanet_chunk": chunk, "attn_output": e * 2 * self.v_width}
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate, within about
+        5 % of what saved_tensors_hooks finds on it at 128 to 256 tokens: tests/test_qwen3_next.py), each term
+        split by heads under TP: ``qkv``, the convolution's input and output (e each) and the fp32 tensors
+        the chunked form computes on per token and head -- 10 scalars (β, the decay and their products), 12
+        of dk (Q and K normed, scaled, decayed, K_β and their chunked copies), 8 of dv (V, V_β, u, v_new, the
+        output and its norm), and the state S once a chunk (dk·dv, twice, over c tokens); ``attn_scores``,
+        each token's rows of the chunk's c×c matrices (the decays, K_β·Kᵀ, Q·Kᵀ and their masked products:
+        5·c, fp32); ``attn_output``, the gated norm's output and out_proj's input (e each)."""
+        H, c, dk, dv = self.n_v_head, self.chunk, self.k_head_dim, self.v_head_dim
+        fp32 = 4 * H * (10 + 12 * dk + 8 * dv + 2 * dk * dv // c)
+        return {"qkv": e * 2 * self.conv_dim + fp32, "attn_scores": 4 * 5 * H * c, "attn_output": e * 2 * self.v_width}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once in the mixer: the projections, the convolution's output, the
