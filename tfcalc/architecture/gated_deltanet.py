@@ -131,8 +131,9 @@ class GatedDeltaNet:
         """Step 2 and 4 for one sequence of ``queries`` new tokens: a decode step (``step``) its convolution over
         the K kept inputs and the recurrent form; a forward pass the convolution as transformers runs it (padded
         by K - 1 on both sides, T + K - 1 outputs of which the first T are kept) and the chunked form over Tp
-        padded tokens (module docstring, 4 a-c). Causal FLOPs: the outputs kept, the c×c products' lower
-        triangle c(c+1)/2 (the rest is masked), the padding's rows dropped from none (they are computed)."""
+        padded tokens (module docstring, 4 a-c), full FLOPs as FlopCounterMode counts them. Causal FLOPs: those
+        of the T real tokens (the padding's share left out: per chunk and head the c×c products' lower
+        triangle, c(c+1)/2 pairs, the rest as they are, times T / c chunks), the convolution's T outputs kept."""
         H, dk, dv, c = self.n_v_head, self.k_head_dim, self.v_head_dim, self.chunk
         K, C = self.conv_kernel, self.conv_dim
         S = H * dk * dv
@@ -157,7 +158,7 @@ class GatedDeltaNet:
                 ("qS", "chunk Q·S", (c, dk, dv), 2 * c * dk * dv),
                 ("av", "chunk scores · v_new", (c, c, dv), 2 * tri * dv),
                 ("update", "chunk state update Kᵀ·v_new", (dk, c, dv), 2 * c * dk * dv)):
-            out.append(Mixing(name, label, shape, H * n, causal * H * n))
+            out.append(Mixing(name, label, shape, H * n, causal * H * queries // c))  # the real tokens' share
         return out
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
