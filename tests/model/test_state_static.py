@@ -31,6 +31,10 @@ KINDS = {
                            logit_softcap=30.0, norm_placement="sandwich"),
     "alibi": dict(pos_encoding="alibi", n_head=4),
     "alibi-window": dict(pos_encoding="alibi", sliding_window=5),
+    # Qwen3-Next: three gated-DeltaNet layers (a fixed conv and recurrent state) and a gated attention layer
+    "gated-deltanet": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, full_attention_every=4, qk_norm=True,
+                           attn_output_gate=True, rope_fraction=0.25, linear_mixer="gated_deltanet",
+                           linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

@@ -180,7 +180,9 @@ class GatedDeltaNetModule(MixerModule):
         mixed = self._conv(qkv, store).mT  # (B, T, C)
         q, k, v = mixed.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], dim=-1)
         r = self.hv // self.hk
-        q, k = (t.view(B, T, self.hk, self.dk).repeat_interleave(r, dim=2) for t in (q, k))  # (B, T, Hv, dk)
+        # each key head serves its r value heads, in order (repeat_interleave's layout, by a view: no sync)
+        q, k = (t.view(B, T, self.hk, 1, self.dk).expand(B, T, self.hk, r, self.dk).reshape(B, T, self.hv, self.dk)
+                for t in (q, k))  # (B, T, Hv, dk)
         v = v.view(B, T, self.hv, self.dv)
         beta = b.float().sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, Hv)
