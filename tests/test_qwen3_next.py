@@ -270,8 +270,15 @@ def test_tiny_verify_step_is_refused(tiny):
     (dict(linear_conv_kernel_dim=-1), "'linear_conv_kernel' must be positive"),
     (dict(hidden_act="gelu"), "with SiLU only"),
     (dict(num_hidden_layers=2**41), "num_hidden_layers|n_layer"),
+    (dict(linear_num_value_heads=True), "'linear_num_value_heads'"),
+    (dict(linear_key_head_dim=2.5), "'linear_key_head_dim'"),
+    (dict(layer_types=None, full_attention_interval=None, num_hidden_layers=4), None),
 ])
 def test_hostile_config_json(tmp_path, changes, message):
+    if message is None:  # null keys read as absent (transformers' defaults): every 4th layer full
+        cfg = load(str(_write(tmp_path, {**PUBLISHED, **changes})))
+        assert cfg.full_attention_every == 4 and cfg.linear_mixer == "gated_deltanet"
+        return
     with pytest.raises(InputError, match=message):
         load(str(_write(tmp_path, {**PUBLISHED, **changes})))
 
@@ -300,6 +307,13 @@ def test_every_layer_full_or_linear(tmp_path):
     (dict(linear_mixer="mamba"), "linear_mixer"),
     (dict(linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=3, linear_key_head_dim=8,
           linear_value_head_dim=8), "multiple of its key heads"),
+    (dict(linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8,
+          linear_value_head_dim=8, linear_conv_kernel=0), "'linear_conv_kernel' must be positive"),
+    (dict(linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8,
+          linear_value_head_dim=8, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8),
+     "applies to a decoder's layers beside softmax attention"),
+    (dict(linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8,
+          linear_value_head_dim=8, layer_pattern="(local*3, full)*2"), "describes 8 layers, fewer"),
 ])
 def test_hostile_flat_fields(overrides, message):
     with pytest.raises(InputError, match=message):
