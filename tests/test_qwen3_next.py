@@ -43,6 +43,8 @@ PUBLISHED = {
     "vocab_size": 151936,
 }
 C = 64  # torch_chunk_gated_delta_rule's chunk_size
+# the hybrid types tested here and in tests/test_qwen3_5.py (tiny text models in tests/hf_tiny.py too)
+TESTED_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe"}
 
 
 def triangular_solves(cfg, batch: int, seq: int) -> int:
