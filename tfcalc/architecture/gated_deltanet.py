@@ -129,8 +129,9 @@ class GatedDeltaNet:
 
     def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
         """Step 2 and 4 for one sequence of ``queries`` new tokens: a decode step (``step``) its convolution over
-        the K kept inputs and the recurrent form; a forward pass the convolution as transformers runs it (padded
-        by K - 1 on both sides, T + K - 1 outputs of which the first T are kept) and the chunked form over Tp
+        the K kept inputs and the recurrent form; a forward pass the convolution's T outputs (transformers'
+        causal_conv1d_fn pads K - 1 on both sides and throws the last K - 1 outputs away: 2·C·K·(K - 1) FLOPs a
+        sequence that tfcalc does not count, as for LFM2's short convolution) and the chunked form over Tp
         padded tokens (module docstring, 4 a-c), full FLOPs as FlopCounterMode counts them. Causal FLOPs: those
         of the T real tokens (the padding's share left out: per chunk and head the c×c products' lower
         triangle, c(c+1)/2 pairs, the rest as they are, times T / c chunks), the convolution's T outputs kept."""
@@ -146,8 +147,7 @@ class GatedDeltaNet:
                     Mixing("qS", "recurrent q·S", (queries, dk, dv), H, 2 * queries * dk * dv * H)]
         n = self.padded(queries) // c  # chunks of one sequence
         tri = c * (c + 1) // 2
-        out = [Mixing("conv", "short convolution (T + K - 1 outputs)", (queries + K - 1, K, 1), C,
-                      2 * queries * K * C)]
+        out = [Mixing("conv", "short convolution", (queries, K, 1), C, 2 * queries * K * C)]
         for name, label, shape, causal in (
                 ("kkt", "chunk K_β·Kᵀ", (c, dk, c), 2 * tri * dk),
                 ("qkt", "chunk Q·Kᵀ", (c, dk, c), 2 * tri * dk),

@@ -168,9 +168,10 @@ class GatedDeltaNetModule(MixerModule):
                 x = torch.cat([prior, x], dim=-1)  # (B, C, K - 1 + T)
                 store.conv.copy_(x[..., -K:])
                 return F.silu(F.conv1d(x, self.conv1d.weight, groups=x.shape[1])[..., -T:])
-            # F.conv1d here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's
-            # own ops, not as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
-            return F.silu(F.conv1d(x, self.conv1d.weight, padding=K - 1, groups=x.shape[1])[..., :T])
+            # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d
+            # here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's own ops, not
+            # as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
+            return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), self.conv1d.weight, groups=x.shape[1]))
         store.conv.copy_(torch.cat([store.conv[..., 1:], x.to(store.conv.dtype)], dim=-1))
         return F.silu(F.conv1d(store.conv.to(x.dtype), self.conv1d.weight, groups=x.shape[1]))  # (B, C, 1)
 
