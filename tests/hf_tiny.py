@@ -91,6 +91,22 @@ CASES = {
     "qwen3_moe-mixed": Case("Qwen3MoeConfig", "Qwen3MoeForCausalLM",  # layers 0 and 2 dense: dense_layers
                             dict(LLAMA_LIKE, num_hidden_layers=4, head_dim=16, num_experts=4, num_experts_per_tok=2,
                                  moe_intermediate_size=16, mlp_only_layers=[0, 2], intermediate_size=40)),
+    # Qwen3-Next: three gated-DeltaNet layers, then gated attention (layer 3); layer 1 a dense MLP; two value
+    # heads per key head, dk != dv; the chunked path pads T = 10 to one chunk of 64 (tests/test_qwen3_next.py)
+    "qwen3_next": Case("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                       dict(LLAMA_LIKE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2,
+                            linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12, num_experts=6,
+                            num_experts_per_tok=2, moe_intermediate_size=20, shared_expert_intermediate_size=24,
+                            mlp_only_layers=[1], max_position_embeddings=256)),
+    # Qwen3.5: the same hybrid, the DeltaNet's projections as four tensors (tests/test_qwen3_5.py)
+    "qwen3_5_text": Case("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+                         dict(LLAMA_LIKE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2,
+                              linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12)),
+    "qwen3_5_moe_text": Case("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+                             dict(LLAMA_LIKE, num_hidden_layers=4, head_dim=16, linear_num_key_heads=2,
+                                  linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+                                  num_experts=6, num_experts_per_tok=2, moe_intermediate_size=20,
+                                  shared_expert_intermediate_size=24)),
     # sinks, a window of 4 (layer 0) beside full attention (layer 1), expert and router biases, and a SwiGLU
     # limit of 0.2 that the perturbed weights cross both ways (the released 7.0 would never bind here)
     "gpt_oss": Case("GptOssConfig", "GptOssForCausalLM",

@@ -13,6 +13,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from tfcalc.architecture import FFN, Attention, Block, MoE, Norm, Run, compress
 from tfcalc.architecture.flat import is_moe_layer
+from tfcalc.architecture.patterns import layer_kind
 from tfcalc.count.model import flops, params as count
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measure_params
@@ -29,6 +30,9 @@ def test_every_preset_describes_every_layer(name):
     for i, block in enumerate(arch.output.layers()):
         a = block.attention
         assert block.is_moe == is_moe_layer(cfg, i)  # DeepSeek-V3: the first 3 layers dense
+        if cfg.linear_mixer is not None and layer_kind(cfg, i).local:  # a linear-attention layer: a fixed state
+            assert a.state() and not any(t.per_token for t in a.state())
+            continue
         if not hasattr(a, "n_head"):  # a mixer without attention heads (LFM2's short convolution)
             continue
         assert (a.n_head, a.n_kv_head, a.head_dim) == (cfg.n_head, cfg.kv_heads, cfg.head_dim)

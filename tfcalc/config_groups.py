@@ -27,6 +27,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
+    ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
+        "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+        "linear_conv_kernel", "linear_split_projections", "attn_output_gate")),
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",

@@ -34,6 +34,10 @@ KINDS = {
     # LFM2: short gated convolutions (a fixed state of K inputs, shifted in place) around an attention layer
     "conv-lfm2": dict(ROPE, n_layer=3, n_head=4, n_kv_head=2, qk_norm=True, layer_pattern="conv, full, conv",
                       conv_bias=True),
+    # Qwen3-Next: three gated-DeltaNet layers (a fixed conv and recurrent state) and a gated attention layer
+    "gated-deltanet": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, full_attention_every=4, qk_norm=True,
+                           attn_output_gate=True, rope_fraction=0.25, linear_mixer="gated_deltanet",
+                           linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

@@ -16,7 +16,9 @@ key/value heads each serving H / G query heads.
 4. Q/K norms (Qwen3, modeling_qwen3.py): one norm h wide for Q and one for K, shared by the heads; or
    (``qk_norm_whole``, OLMo 2, modeling_olmo2.py) one over the whole Q projection, H·h wide, and one over
    K, G·h wide;
-5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head.
+5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head;
+6. an output gate (Qwen3-Next, modeling_qwen3_next.py Qwen3NextAttention): Q's projection is 2·H·h wide,
+   each head's h queries then its h gates; the attention output times sigmoid(gate) before O.
 
 Both answer the token-mixer protocol (tfcalc.architecture.mixer): ``weights``, ``linears``, ``mixing`` (step 2
 as the score matmuls of one sequence, full square and causal), ``state`` (step 3: K and V growing with the
@@ -102,6 +104,9 @@ class Attention:
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm_heads: bool = False  # the Q/K norms' weights per head, (n_head | n_kv_head, h) (Cohere's use_qk_norm)
+    # step 6: the attention output times sigmoid(gate), the gate H·h more rows of Q's projection, per head
+    # [q | gate] (Qwen3NextAttention, modeling_qwen3_next.py: q_proj is 2·H·h wide), before O
+    output_gate: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_head", "n_kv_head", "head_dim"):
@@ -134,6 +139,11 @@ class Attention:
         return self.n_head * self.head_dim
 
     @property
+    def q_rows(self) -> int:
+        """Rows of Q's projection: the queries, and each head's output gate beside them (step 6)."""
+        return self.q_width * (2 if self.output_gate else 1)
+
+    @property
     def k_width(self) -> int:
         return self.n_kv_head * self.head_dim
 
@@ -153,8 +163,8 @@ class Attention:
         # self-attention stores [Q | K | V] as one tensor, cross-attention Q alone and [K | V] (encoder side)
         fused = {"q": "qkv", "k": "qkv", "v": "qkv"} if self.kind == "self" else {"q": None, "k": "kv", "v": "kv"}
         out: list[Weight] = []
-        for part, width in (("q", self.q_width), ("k", self.k_width), ("v", self.v_width)):
-            name = f"{label} {part.upper()}"
+        for part, width in (("q", self.q_rows), ("k", self.k_width), ("v", self.v_width)):
+            name = f"{label} {part.upper()}{' and output gate' if part == 'q' and self.output_gate else ''}"
             out.append(Weight(f"{part}_weight", (width, d), role, f"{name} weight", "rows", fused[part]))
             if self.qkv_bias:
                 out.append(Weight(f"{part}_bias", (width,), role, f"{name} bias", "rows", fused[part]))
@@ -187,7 +197,8 @@ class Attention:
         role = "attention_proj" if self.kind == "self" else "cross_attention_proj"
         label = "" if self.kind == "self" else "cross-attention "
         kv_rows, kv_note = ("tokens", "") if self.kind == "self" else ("sources", " (encoder output)")
-        out = [Linear("q", role, f"{label}Q projection", self.d_model, self.q_width)]
+        gate = " and output gate" if self.output_gate else ""
+        out = [Linear("q", role, f"{label}Q projection{gate}", self.d_model, self.q_rows)]
         if with_kv or self.kind == "self":
             out.append(Linear("k", role, f"{label}K projection{kv_note}", self.d_model, self.k_width, kv_rows))
             out.append(Linear("v", role, f"{label}V projection{kv_note}", self.d_model, self.v_width, kv_rows))
@@ -229,8 +240,11 @@ class Attention:
                                    self.qk_norm))
         if self.rope_theta is not None:  # a NoPE layer rotates nothing
             out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + self.n_kv_head) * self.rope_dim))
+        if self.output_gate:  # sigmoid (3 FLOPs: exp, add, divide) and the product (1) per output element
+            out.append(Elementwise("output_gate", "output gate sigmoid·product", queries * self.out_width,
+                                   per_element=4))
         kv_rows = queries if self.kind == "self" else keys
-        bias = (queries * self.q_width + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
+        bias = (queries * self.q_rows + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
             queries * self.d_model if self.o_bias else 0)
         return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
 

@@ -70,6 +70,9 @@ class AttentionFields:
     # 1 + scale·log(1 + floor((p + 1) / floor)) at position p (Llama 4: floor_scale 8192, attn_scale 0.1)
     attn_temperature_floor: Optional[int] = None
     attn_temperature_scale: Optional[float] = None
+    # softmax attention's output times sigmoid(a gate of n_head·d_head from Q's projection, per head [q | gate]:
+    # Qwen3NextAttention, modeling_qwen3_next.py), before the O projection
+    attn_output_gate: bool = False
 
 
 def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
@@ -93,7 +96,7 @@ def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=cfg.attn_sinks and kind == "self",
-        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None,
+        qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None, output_gate=cfg.attn_output_gate and kind == "self",
     )
 
 
@@ -150,8 +153,10 @@ def _check_patterns(cfg: Any) -> None:
     if window is not None and chunk is not None:
         raise ConfigError("give sliding_window or attention_chunk_size, not both: a local layer attends through "
                           "one of them")
+    # local layers another mixer kind fills (a linear-attention layer: its state stops growing) need no window
+    linear = getattr(cfg, "linear_mixer", None) is not None
     if cfg.full_attention_every is not None:
-        if window is None and chunk is None:
+        if window is None and chunk is None and not linear:
             raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window "
                               "(or attention_chunk_size) too")
         if cfg.full_attention_every < 2:
@@ -194,9 +199,10 @@ def _check_layer_pattern(cfg: Any) -> None:
                           "say every layer's kind (repeat a group with '*n')")
     kinds = {k for run in runs for k in run.kinds if k in KINDS}  # softmax attention's words; others' are theirs
     local = sorted(k for k in kinds if kind_of(k).local)
-    if local and cfg.sliding_window is None and cfg.attention_chunk_size is None:
+    linear = getattr(cfg, "linear_mixer", None) is not None  # local layers another mixer kind fills
+    if local and cfg.sliding_window is None and cfg.attention_chunk_size is None and not linear:
         raise ConfigError(f"layer_pattern has {shown(local[0])} layers: give sliding_window or "
-                          "attention_chunk_size, what they attend through")
+                          "attention_chunk_size (what they attend through), or linear_mixer")
     nope = sorted(k for k in kinds if not kind_of(k).rope)
     if nope and cfg.pos_encoding != "rope":
         raise ConfigError(f"layer_pattern has {shown(nope[0])} layers (no RoPE): it applies to pos_encoding rope "

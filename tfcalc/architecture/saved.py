@@ -135,6 +135,8 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
     if att.qk_norm is not None:
         out["qk_norm"] = _qk_norm_bytes(att, e)
     out["attn_output"] = e * o  # SDPA output = O-projection input
+    if getattr(att, "output_gate", False):  # Qwen3-Next: sigmoid(gate) and the gated product (O's input) kept too
+        out["attn_output"] += 2 * e * o
     out["scores_dropout"] = (1 + e) * a * seq if dropout and kernel == "math" else 0  # mask and output
     return out
 

@@ -67,7 +67,7 @@ def _tied_head(arch: Architecture) -> str:
 
 
 def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
-    norm = "||norm+1" if model_type in ("gemma", "gemma2", "gemma3_text") else ""  # a storage convention
+    norm = "||norm+1" if model_type in ("gemma", "gemma2", "gemma3_text", *_HYBRID_QWEN) else ""  # a storage convention
     # post_attention_layernorm: the attention's output norm (Gemma 2's sandwich, OLMo 2's output norms), or
     # the FFN's input norm (Llama; GLM-4, whose attention output norm is post_self_attn_layernorm)
     sandwich = model_type != "glm4" and any(b.placement in ("sandwich", "output") for b, _ in arch.output.kinds())
@@ -91,6 +91,12 @@ def _llama_rules(arch: Architecture, model_type: str) -> list[Rule]:
     if model_type == "apertus":  # modeling_apertus.py, ApertusDecoderLayer's norm names
         first = [(r"layers\.(\d+)\.attention_layernorm\.weight", "blocks.{0}.attn_norm.weight"),
                  (r"layers\.(\d+)\.feedforward_layernorm\.weight", "blocks.{0}.ffn_norm.weight")]
+    if model_type in _HYBRID_QWEN:  # Q/K norms of (1 + w) (Qwen3NextRMSNorm); the gated DeltaNet's tensors under
+        # transformers' names, which its component's Weights keep (tfcalc.architecture.gated_deltanet); MTP beside
+        first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1"),
+                 (r"layers\.(\d+)\.linear_attn\.(dt_bias|A_log)", "blocks.{0}.attn.{1}"),
+                 (r"layers\.(\d+)\.linear_attn\.(\w+)\.weight", "blocks.{0}.attn.{1}.weight"),
+                 (r"mtp\..*", "mtp")]
     if model_type == "gemma3_text":  # its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)
         first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
     return first + [
@@ -294,16 +300,20 @@ def _deepseek_moe_rules(arch: Architecture) -> list[Rule]:
 
 _DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
-               "smollm3", "olmo2", "olmo3", "apertus", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text")
+               "smollm3", "olmo2", "olmo3", "apertus", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text",
+               "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+# Qwen3-Next and Qwen3.5: (1 + w) RMSNorms and the gated DeltaNet (tfcalc.architecture.gated_deltanet)
+_HYBRID_QWEN = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 
 # a vision-language checkpoint (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration): its
 # language model's names behind one more prefix (transformers 5: model.language_model.; 4: language_model.
 # and language_model.model.), and its vision tower and projector, counted apart (the config's vision_params)
-MULTIMODAL = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+MULTIMODAL = {"gemma3": "gemma3_text", "llama4": "llama4_text", "qwen3_5": "qwen3_5_text",
+              "qwen3_5_moe": "qwen3_5_moe_text"}
 LANGUAGE_PREFIXES = ("language_model.model.", "language_model.")
-VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector)\..*")
+VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector|visual)\..*")
 
 
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:

@@ -24,6 +24,7 @@ allocates the weights and runs the forward; ``check_measurable`` refuses what wo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
@@ -64,7 +65,16 @@ def _cpu_flash_backward_flop(
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def _unit_lower_solve_flop(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    """linalg_solve_triangular, unit lower (a gated DeltaNet chunk's UT transform, tfcalc.model.gated_deltanet):
+    n(n-1)/2 multiply-adds per right-hand column, n(n-1) FLOPs, over the batch (tfcalc.architecture.gated_deltanet).
+    PyTorch registers no formula: FlopCounterMode counts 0 for it."""
+    *batch, n, cols = b_shape
+    return math.prod(batch) * n * (n - 1) * cols
+
+
 CUSTOM_FORMULAS = {
+    aten.linalg_solve_triangular: _unit_lower_solve_flop,
     aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_flop,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_backward_flop,
 }

@@ -186,7 +186,8 @@ class Attention(MixerModule):
         self.q_dim, self.kv_dim, self.v_dim = spec.q_width, spec.k_width, spec.v_width
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
         self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.rope_scaling)
-        self.qkv = Linear(spec.d_model, self.q_dim + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
+        self.q_rows, self.gated = spec.q_rows, spec.output_gate  # Q's rows: per head [q | gate] when gated
+        self.qkv = Linear(spec.d_model, self.q_rows + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
         self.q_norm = self.k_norm = None
         if spec.qk_norm is not None and spec.qk_norm_heads:  # Cohere: weights per head
@@ -203,7 +204,10 @@ class Attention(MixerModule):
         keys and values to attend to (tfcalc.model.attention_state.AttentionState)."""
         B, T, _ = x.shape
         qkv = self.qkv(x)
-        q, k, v = qkv.split([self.q_dim, self.kv_dim, self.v_dim], dim=-1)
+        q, k, v = qkv.split([self.q_rows, self.kv_dim, self.v_dim], dim=-1)
+        if self.gated:  # Qwen3NextAttention: each head's h queries, then its h gates
+            q, gate = q.view(B, T, self.n_head, 2 * self.head_dim).chunk(2, dim=-1)
+            q, gate = q.flatten(2), gate.flatten(2)  # (B, T, nh·hs) each
         if not self.qk_norm_after_rope:
             q, k = self._qk_norm(q, k)
         cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
@@ -220,12 +224,12 @@ class Attention(MixerModule):
             k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
-        y = attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)  # (B, nh, T, hv)
-        return self.out(_merge_heads(y))
+        y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
+        return self.out(y * torch.sigmoid(gate) if self.gated else y)
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
-        return {"q": self.q_dim, "k": self.kv_dim, "v": self.v_dim}
+        return {"q": self.q_rows, "k": self.kv_dim, "v": self.v_dim}
 
     @classmethod
     def tp_refusal(cls, spec: AttentionSpec) -> str | None:
@@ -237,9 +241,10 @@ class Attention(MixerModule):
 
     def tp_localize(self, tp: int) -> None:
         """Megatron's split by heads: [Q | K | V] rows interleaved per rank, the head counts and widths local."""
-        interleave(self.qkv, [self.q_dim, self.kv_dim, self.v_dim], tp)
+        interleave(self.qkv, [self.q_rows, self.kv_dim, self.v_dim], tp)  # a gated Q's rows are whole heads
         self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
         self.q_dim, self.kv_dim, self.v_dim = self.q_dim // tp, self.kv_dim // tp, self.v_dim // tp
+        self.q_rows //= tp
 
     def tp_plan(self, seq) -> dict:
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -252,14 +257,14 @@ class Attention(MixerModule):
 
     def _rotate(self, qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin):
         """RoPE on Q and K, (B, T, nh*hs) and (B, T, nkv*hs), split from ``qkv``. Where they are still the
-        projection's output (no norm before the rotation), one call rotates their adjacent heads together: a
-        decode step's rotation is five small kernels whatever the width, so one call instead of two saves
-        11 us a layer on an H100 (benchmarks/decode_profile.py); the same arithmetic in the same order. Not
-        under autograd: the rotated Q and K would then be views of one tensor, which attention copies and
-        saves again, and a training step's saved bytes are counted for two tensors (tfcalc.count)."""
+        projection's output (no norm before the rotation, no gate between Q's heads), one call rotates their
+        adjacent heads together: a decode step's rotation is five small kernels whatever the width, so one call
+        instead of two saves 11 us a layer on an H100 (benchmarks/decode_profile.py); the same arithmetic in the
+        same order. Not under autograd: the rotated Q and K would then be views of one tensor, which attention
+        copies and saves again, and a training step's saved bytes are counted for two tensors (tfcalc.count)."""
         B, T, _ = q.shape
         nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
-        if not qkv.requires_grad and (self.q_norm is None or self.qk_norm_after_rope):
+        if not (qkv.requires_grad or self.gated) and (self.q_norm is None or self.qk_norm_after_rope):
             qk = apply_rope(qkv[..., :self.q_dim + self.kv_dim].view(B, T, nh + nkv, hs), cos, sin)
             return qk[:, :, :nh].flatten(2), qk[:, :, nh:].flatten(2)
         return (apply_rope(q.view(B, T, nh, hs), cos, sin).flatten(2),

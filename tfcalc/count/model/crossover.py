@@ -60,17 +60,24 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
 
 
+# the lengths the mixing is read at, t and 2t: exact for a mixing quadratic in T (attention) and for a chunked scan
+# whose chunk divides t (gated DeltaNet pads T to whole chunks of 64, tfcalc.architecture.gated_deltanet: linear
+# in T at multiples of the chunk, its cost at T = 1 and 2 that of a whole chunk)
+SAMPLE = 4096
+
+
 def _attention_per_layer(cfg: ModelConfig) -> tuple[Fraction, Fraction, Fraction]:
     """(a, s, p): the full-square position mixing of one layer is a·T² + s·T per sequence, its projections
     p·T, each the mean over the output stack's layers (tfcalc.architecture: layers of other heads or widths
-    each count their own), read from each mixer's full-square ``mixing`` FLOPs at T = 1 and 2 (f1 = a + s,
-    f2 = 4a + 2s): attention's a = 2·H·(h + h_v) (4·q for q = H·h, h_v = h) and s = 0; a fixed-state
-    scan's a = 0; p = 2·Σ n_in·n_out over its projections (4·d·(q + k) for Q, K, V, O)."""
+    each count their own), read from each mixer's full-square ``mixing`` FLOPs at T = t and 2t (``SAMPLE``;
+    f1 = a·t² + s·t, f2 = 4a·t² + 2s·t): attention's a = 2·H·(h + h_v) (4·q for q = H·h, h_v = h) and s = 0;
+    a fixed-state scan's a = 0; p = 2·Σ n_in·n_out over its projections (4·d·(q + k) for Q, K, V, O)."""
     stack, a, s, p = cfg.architecture.output, Fraction(0), Fraction(0), 0
+    t = SAMPLE  # f1 = a·t² + s·t, f2 = 4a·t² + 2s·t
     for block, layers in stack.kinds():
-        f1, f2 = (sum(mm.flops for mm in block.mixer.mixing(t, t)) for t in (1, 2))
-        a += layers * Fraction(f2 - 2 * f1, 2)
-        s += layers * (f1 - Fraction(f2 - 2 * f1, 2))
+        f1, f2 = (sum(mm.flops for mm in block.mixer.mixing(n, n)) for n in (t, 2 * t))
+        a += layers * Fraction(f2 - 2 * f1, 2 * t * t)
+        s += layers * (Fraction(f1, t) - Fraction(f2 - 2 * f1, 2 * t))
         p += layers * sum(2 * m.n_in * m.n_out for m in block.mixer.linears())
     return a / stack.n_layer, s / stack.n_layer, Fraction(p, stack.n_layer)
 

@@ -1,0 +1,279 @@
+"""Gated DeltaNet: linear attention with the gated delta rule (Yang, Kautz and Hatamizadeh 2024, "Gated Delta
+Networks", arXiv 2412.06464), as Qwen3-Next runs it (transformers 5.24, modeling_qwen3_next.py,
+Qwen3NextGatedDeltaNet). A token mixer of a FIXED-SIZE state: no K/V cache grows with the context.
+
+Sizes: Hk key heads and Hv value heads (Hv a multiple of Hk: each key head serves r = Hv / Hk value heads),
+dk and dv channels; Kw = Hk·dk, Vw = Hv·dv; the convolution runs over C = 2·Kw + Vw channels, K taps; the
+chunk is c = 64 (torch_chunk_gated_delta_rule's default, which Qwen3NextGatedDeltaNet does not change).
+
+1. projections: ``in_proj_qkvz`` d -> 2·Kw + 2·Vw (Q, K, V and the output gate Z, grouped per key head:
+   [q | k | v·r | z·r] of each, fix_query_key_value_ordering), ``in_proj_ba`` d -> 2·Hv (β's and the decay's
+   inputs, [b·r | a·r] per key head), ``out_proj`` Vw -> d; no biases. Qwen3.5 (modeling_qwen3_5.py,
+   ``split_projections``) has the same rows as four tensors: ``in_proj_qkv`` [Q | K | V], ``in_proj_z``,
+   ``in_proj_b``, ``in_proj_a``, heads in order;
+2. a causal depthwise convolution (``conv1d``, C channels of K taps, no bias) over [Q | K | V], then SiLU;
+3. per value head: β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias) (the log of the decay); Q and K
+   L2-normed, Q × dk^-1/2; Q and K repeated to the Hv heads;
+4. the delta rule over a state S (dk × dv per value head, fp32): S ← S·exp(g) + kᵀ·β(v - k·S·exp(g)), o = q·S.
+   A forward pass runs it chunked (torch_chunk_gated_delta_rule; T padded to Tp = c·⌈T/c⌉, N = Tp / c
+   chunks), per head: (a) the c×c matrices K_β·Kᵀ and Q·Kᵀ of each chunk; (b) two unit lower triangular
+   solves of the c×c system, for V_β (dv columns) and the decayed K_β (dk columns) -- c(c-1)/2
+   multiply-adds per column, c(c-1) FLOPs per column: FlopCounterMode has no formula for
+   linalg_solve_triangular and counts 0 (tfcalc.measure.flops passes one); (c) per chunk, k_cumdecay·S and
+   Q·S ((c, dk) @ (dk, dv)), the c×c scores · v_new ((c, c) @ (c, dv)) and the state update Kᵀ·v_new
+   ((dk, c) @ (c, dv)). A decode step runs the recurrent form on one token: k·S, kᵀ·δ and q·S, each
+   2·dk·dv FLOPs per head (tfcalc's module writes them as matmuls; transformers' recurrent torch path as
+   elementwise sums, which FlopCounterMode does not see);
+5. the output: a gated RMSNorm over each head's dv channels (``norm``, one weight of dv shared by the heads,
+   Qwen3NextRMSNormGated: norm(o)·w·silu(z)), then out_proj.
+
+Generation state per sequence and layer (``state``), allocated once: the convolution's last K inputs, C·K
+in the model's dtype (transformers' cache keeps K columns, cache_utils.py LinearAttentionLayer
+update_conv_state; the next output needs K - 1 of them and the newest: tfcalc keeps K, the current input
+included, as transformers does), and S, Hv·dk·dv in fp32 (transformers' chunked and recurrent paths compute
+in fp32 and the cache keeps the state they return). Neither grows with the context; neither can rewind.
+TP splits by heads (each rank Hk/t key heads with their r value heads each: the grouped rows of step 1 split
+whole); ring attention over context-parallel ranks is not modelled (refused). Pure Python: no torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_next.py), which the layer never changes
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    d_model: int
+    n_k_head: int
+    n_v_head: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int = 4
+    chunk: int = CHUNK
+    norm_eps: float = 1e-6
+    causal: bool = True
+    # Qwen3.5's layout (modeling_qwen3_5.py, Qwen3_5GatedDeltaNet): four projections, in_proj_qkv ([Q | K | V],
+    # heads in order), in_proj_z, in_proj_b, in_proj_a; false: Qwen3-Next's two, grouped per key head (step 1)
+    split_projections: bool = False
+    module = "tfcalc.model.gated_deltanet:GatedDeltaNetModule"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_k_head", "n_v_head", "k_head_dim", "v_head_dim", "conv_kernel", "chunk"):
+            if getattr(self, name) < 1:
+                raise InputError(f"gated DeltaNet {name} must be positive; got {getattr(self, name)}")
+        if self.n_v_head % self.n_k_head:
+            raise InputError(f"gated DeltaNet value heads ({self.n_v_head}) must be a multiple of its key heads "
+                             f"({self.n_k_head}): each key head serves a whole group of value heads")
+        if self.chunk % 2:
+            raise InputError(f"gated DeltaNet chunk must be even; got {self.chunk}")
+
+    @property
+    def k_width(self) -> int:
+        return self.n_k_head * self.k_head_dim
+
+    @property
+    def v_width(self) -> int:
+        return self.n_v_head * self.v_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolution: [Q | K | V]."""
+        return 2 * self.k_width + self.v_width
+
+    def weights(self) -> list[Weight]:
+        """Step 1, 2, 3, 5, named as transformers names them (Qwen3NextGatedDeltaNet)."""
+        d, hv, c = self.d_model, self.n_v_head, self.conv_dim
+        if self.split_projections:
+            inputs = [Weight("in_proj_qkv_weight", (c, d), "attention", "DeltaNet Q, K, V projection", "rows"),
+                      Weight("in_proj_z_weight", (self.v_width, d), "attention", "DeltaNet output gate projection",
+                             "rows"),
+                      Weight("in_proj_b_weight", (hv, d), "attention", "DeltaNet β projection", "rows"),
+                      Weight("in_proj_a_weight", (hv, d), "attention", "DeltaNet decay projection", "rows")]
+        else:
+            inputs = [Weight("in_proj_qkvz_weight", (c + self.v_width, d), "attention",
+                             "DeltaNet Q, K, V, Z projection", "rows"),
+                      Weight("in_proj_ba_weight", (2 * hv, d), "attention", "DeltaNet β and decay projection", "rows")]
+        return inputs + [
+                Weight("conv1d_weight", (c, 1, self.conv_kernel), "attention", "DeltaNet short convolution", "rows"),
+                Weight("dt_bias", (hv,), "attention", "DeltaNet decay bias", "rows"),
+                Weight("A_log", (hv,), "attention", "DeltaNet log decay rate", "rows"),
+                Weight("norm_weight", (self.v_head_dim,), "norms", "DeltaNet gated RMSNorm weight"),
+                Weight("out_proj_weight", (d, self.v_width), "attention", "DeltaNet output projection", "cols")]
+
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        d, hv = self.d_model, self.n_v_head
+        if self.split_projections:
+            inputs = [Linear("in_proj_qkv", "attention_proj", "Q, K, V projection", d, self.conv_dim),
+                      Linear("in_proj_z", "attention_proj", "output gate projection", d, self.v_width),
+                      Linear("in_proj_b", "attention_proj", "β projection", d, hv),
+                      Linear("in_proj_a", "attention_proj", "decay projection", d, hv)]
+        else:
+            inputs = [Linear("in_proj_qkvz", "attention_proj", "Q, K, V, Z projection", d,
+                             self.conv_dim + self.v_width),
+                      Linear("in_proj_ba", "attention_proj", "β and decay projection", d, 2 * hv)]
+        return inputs + [
+                # named "o": the FLOP fold places a mixer's position mixing before its Linear "o"
+                # (tfcalc.count.model.flops.matmul_entries), whatever the tensor is called (out_proj)
+                Linear("o", "attention_proj", "output projection (out_proj)", self.v_width, d)]
+
+    def padded(self, tokens: int) -> int:
+        """Tp: the tokens padded up to whole chunks (torch_chunk_gated_delta_rule's F.pad)."""
+        return -(-tokens // self.chunk) * self.chunk
+
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
+        """Step 2 and 4 for one sequence of ``queries`` new tokens: a decode step (``step``) its convolution over
+        the K kept inputs and the recurrent form; a forward pass the convolution's T outputs (transformers'
+        causal_conv1d_fn pads K - 1 on both sides and throws the last K - 1 outputs away: 2·C·K·(K - 1) FLOPs a
+        sequence that tfcalc does not count, as for LFM2's short convolution) and the chunked form over Tp
+        padded tokens (module docstring, 4 a-c), full FLOPs as FlopCounterMode counts them. Causal FLOPs: those
+        of the T real tokens (the padding's share left out: per chunk and head the c×c products' lower
+        triangle, c(c+1)/2 pairs, the rest as they are, times T / c chunks), the convolution's T outputs kept."""
+        H, dk, dv, c = self.n_v_head, self.k_head_dim, self.v_head_dim, self.chunk
+        K, C = self.conv_kernel, self.conv_dim
+        S = H * dk * dv
+        if step:
+            conv = Mixing("conv", "short convolution (K kept inputs)", (queries, K, 1), C, 2 * queries * K * C,
+                          C * K, None, io=C * (K + queries))
+            return [conv,
+                    Mixing("kS", "recurrent k·S", (queries, dk, dv), H, 2 * queries * dk * dv * H, S, "fp32"),
+                    Mixing("update", "recurrent state update kᵀ·δ", (dk, queries, dv), H, 2 * queries * dk * dv * H),
+                    Mixing("qS", "recurrent q·S", (queries, dk, dv), H, 2 * queries * dk * dv * H)]
+        n = self.padded(queries) // c  # chunks of one sequence
+        tri = c * (c + 1) // 2
+        out = [Mixing("conv", "short convolution", (queries, K, 1), C, 2 * queries * K * C)]
+        for name, label, shape, causal in (
+                ("kkt", "chunk K_β·Kᵀ", (c, dk, c), 2 * tri * dk),
+                ("qkt", "chunk Q·Kᵀ", (c, dk, c), 2 * tri * dk),
+                ("solve_v", "triangular solve for V_β (c(c-1)/2 multiply-adds a column)", (c - 1, c // 2, dv),
+                 c * (c - 1) * dv),
+                ("solve_k", "triangular solve for decayed K_β", (c - 1, c // 2, dk), c * (c - 1) * dk),
+                ("kS", "chunk k_cumdecay·S", (c, dk, dv), 2 * c * dk * dv),
+                ("qS", "chunk Q·S", (c, dk, dv), 2 * c * dk * dv),
+                ("av", "chunk scores · v_new", (c, c, dv), 2 * tri * dv),
+                ("update", "chunk state update Kᵀ·v_new", (dk, c, dv), 2 * c * dk * dv)):
+            out.append(Mixing(name, label, shape, H * n, causal * H * queries // c))  # the real tokens' share
+        return out
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """Non-matmul work per token, at the FLOPs each op does per element (a declared convention, not a
+        measurement): SiLU after the convolution (4: exp, add, divide, multiply); β's sigmoid (3) and the
+        decay's softplus, exp and products (6) per value head; the L2 norms of Q and K over the Hv heads
+        (3: square, sum, scale); the chunk's decays (c products per value head and token: exp of the c×c
+        differences, 2); the gated RMSNorm (4) and SiLU of Z (4) over Vw."""
+        H, c, t = self.n_v_head, self.chunk, queries
+        return [Elementwise("conv_silu", "SiLU after the convolution", t * self.conv_dim, per_element=4),
+                Elementwise("gates", "β sigmoid and decay softplus·exp", t * H, per_element=9),
+                Elementwise("qk_l2", "L2 norm of Q and K (value heads)", t * 2 * H * self.k_head_dim, per_element=3),
+                Elementwise("decay", "chunk pairwise decays", self.padded(t) * H * c, per_element=2),
+                Elementwise("gated_norm", "gated RMSNorm and SiLU(Z)", t * self.v_width, per_element=8)]
+
+    def kernel(self, explicit_mask: bool) -> str:
+        return "math"  # the chunk's c×c matrices are written out
+
+    def mask_span(self, length: int) -> tuple[None, None]:
+        return None, None
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate, within about
+        5 % of what saved_tensors_hooks finds on it at 128 to 256 tokens: tests/test_qwen3_next.py), each term
+        split by heads under TP: ``qkv``, the convolution's input and output (e each) and the fp32 tensors
+        the chunked form computes on per token and head -- 10 scalars (β, the decay and their products), 12
+        of dk (Q and K normed, scaled, decayed, K_β and their chunked copies), 8 of dv (V, V_β, u, v_new, the
+        output and its norm), and the state S once a chunk (dk·dv, twice, over c tokens); ``attn_scores``,
+        each token's rows of the chunk's c×c matrices (the decays, K_β·Kᵀ, Q·Kᵀ and their masked products:
+        5·c, fp32); ``attn_output``, the gated norm's output and out_proj's input (e each)."""
+        H, c, dk, dv = self.n_v_head, self.chunk, self.k_head_dim, self.v_head_dim
+        fp32 = 4 * H * (10 + 12 * dk + 8 * dv + 2 * dk * dv // c)
+        return {"qkv": e * 2 * self.conv_dim + fp32, "attn_scores": 4 * 5 * H * c, "attn_output": e * 2 * self.v_width}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once in the mixer: the projections, the convolution's output, the
+        chunk's fp32 operands and c×c rows, the output."""
+        H, c = self.n_v_head, self.chunk
+        return 2 * self.conv_dim + 2 * self.v_width + 2 * H + 2 * (2 * H * self.k_head_dim + self.v_width) + 3 * H * c
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        return []
+
+    def state(self) -> list[StateTensor]:
+        """The convolution's last K inputs (cache dtype) and S (fp32): module docstring."""
+        C, K, H = self.conv_dim, self.conv_kernel, self.n_v_head
+        return [StateTensor("conv", fixed=C * K, shape=(C, K)),
+                StateTensor("recurrent", fixed=H * self.k_head_dim * self.v_head_dim, dtype="fp32",
+                            shape=(H, self.k_head_dim, self.v_head_dim))]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("linear_key_heads", self.n_k_head), ("linear_value_heads", self.n_v_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        return self.n_k_head  # a rank keeps whole key heads' groups (their value heads and channels)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+                            op_recompute="gated DeltaNet's chunked scan")
+
+
+# ---- its flat fields (tfcalc.architecture.kinds): the local layers become gated DeltaNet layers ----
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetFields:
+    # the mixer of the local layers (full_attention_every, layer_pattern's local kinds) in place of a window:
+    # "gated_deltanet" (Qwen3-Next's linear_attention layers). None: local layers attend through a window or chunk
+    linear_mixer: Optional[Literal["gated_deltanet"]] = None
+    linear_key_heads: Optional[int] = None  # Qwen3-Next's linear_num_key_heads
+    linear_value_heads: Optional[int] = None  # linear_num_value_heads (a multiple of the key heads)
+    linear_key_head_dim: Optional[int] = None  # linear_key_head_dim
+    linear_value_head_dim: Optional[int] = None  # linear_value_head_dim
+    linear_conv_kernel: Optional[int] = None  # linear_conv_kernel_dim; None: 4
+    # Qwen3.5's four projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) in place of Qwen3-Next's two
+    linear_split_projections: bool = False
+
+
+LINEAR_FIELDS = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+
+
+def from_flat(cfg: Any, i: int, causal: bool) -> GatedDeltaNet:
+    return GatedDeltaNet(cfg.d_model, cfg.linear_key_heads, cfg.linear_value_heads, cfg.linear_key_head_dim,
+                         cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4, norm_eps=cfg.norm_eps,
+                         split_projections=cfg.linear_split_projections)
+
+
+def check(cfg: Any) -> None:
+    """linear_mixer makes the local layers linear-attention layers: it needs its four sizes, a decoder without
+    latent attention, and no window or chunk beside it (one ConfigError line each)."""
+    if cfg.linear_mixer is None:
+        given = [f for f in (*LINEAR_FIELDS, "linear_conv_kernel") if getattr(cfg, f) is not None]
+        given += ["linear_split_projections"] if cfg.linear_split_projections else []
+        if given:
+            raise InputError(f"field '{given[0]}' sizes the linear-attention layers: give linear_mixer too")
+        return
+    missing = [f for f in LINEAR_FIELDS if getattr(cfg, f) is None]
+    if missing:
+        raise InputError(f"linear_mixer {cfg.linear_mixer} needs '{missing[0]}'")
+    if cfg.arch != "decoder" or cfg.kv_lora_rank is not None:
+        raise InputError("linear_mixer applies to a decoder's layers beside softmax attention (not latent "
+                         "attention, not an encoder)")
+    if cfg.sliding_window is not None or cfg.attention_chunk_size is not None or cfg.rope_local_theta is not None:
+        raise InputError("give linear_mixer or sliding_window / attention_chunk_size / rope_local_theta, not both: "
+                         "the local layers are linear-attention layers, with no window or RoPE")
+
+
+def claims(cfg: Any, layer: Any) -> bool:
+    """The local layers of a decoder whose linear_mixer is gated DeltaNet (Qwen3-Next's linear_attention layers)."""
+    return cfg.linear_mixer == "gated_deltanet" and layer is not None and layer.local
+
+
+KIND = register(MixerKind("gated DeltaNet", GatedDeltaNetFields, from_flat, check=check, claims=claims,
+                          group="linear-attention layers (GatedDeltaNet)"))

@@ -1,0 +1,202 @@
+"""Gated DeltaNet's torch module and its fixed-size generation state (the component and its derivation:
+tfcalc.architecture.gated_deltanet; transformers' reference: modeling_qwen3_next.py, Qwen3NextGatedDeltaNet).
+
+Parameters carry transformers' names (``in_proj_qkvz``, ``in_proj_ba``, ``conv1d``, ``dt_bias``, ``A_log``,
+``norm``, ``out_proj``) and layouts, so a checkpoint's tensors load unchanged. A forward over T tokens runs
+the chunked form (``chunked``: the UT transform of each chunk of 64 by two unit lower triangular solves,
+then one pass over the chunks carrying the state), as torch_chunk_gated_delta_rule does; a decode step of
+one token runs the recurrent form (``recurrent``) on the state in place, its three products written as
+matmuls. Shapes: (B, T, H, w) for the per-head streams, (B, H, dk, dv) for the state S.
+
+The state (``DeltaNetState``, the state protocol of tfcalc.model.cache): the convolution's last K inputs
+(B, C, K) in the model's dtype and S (B, Hv, dk, dv) in fp32, allocated once; no positions (``layout``
+None), no rewinding. A prompt starts both from zero and leaves them as the prompt's end left them; a step
+shifts the convolution's inputs by one, writes its own, and updates S, in place (``carried``: both, put
+back around a CUDA graph's capture). Nothing reads a value back to the host.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tfcalc.model.layers import Linear
+from tfcalc.model.mixers import MixerModule
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(Σx² + eps) over the last dim (transformers' l2norm, the FLA library's convention)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
+    """The gated delta rule over a sequence, chunk by chunk. q, k (B, H, T, dk) L2-normed and q scaled, v
+    (B, H, T, dv), g and beta (B, H, T), all fp32; ``state`` (B, H, dk, dv) or None (zero). Returns the
+    output (B, H, T, dv) and the final state. T is padded to whole chunks with zeros (a zero β and g leave S
+    as it is)."""
+    B, H, T, dk = k.shape
+    dv = v.shape[-1]
+    pad = (-T) % chunk
+    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    n = (T + pad) // chunk
+    kb, vb = k * beta[..., None], v * beta[..., None]
+    q, k, kb, vb = (x.reshape(B, H, n, chunk, x.shape[-1]) for x in (q, k, kb, vb))  # (B, H, N, c, w)
+    cum = g.reshape(B, H, n, chunk).cumsum(-1)  # (B, H, N, c): log of the decay from the chunk's start
+    upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)
+    decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(upper, float("-inf")).exp()  # (B, H, N, c, c)
+    system = (kb @ k.mT) * decay  # the UT transform's I + strictly lower part (its diagonal is taken as 1)
+    scores = (q @ k.mT) * decay
+    u = torch.linalg.solve_triangular(system, vb, upper=False, unitriangular=True)  # (B, H, N, c, dv)
+    w = torch.linalg.solve_triangular(system, kb * cum.exp()[..., None], upper=False, unitriangular=True)
+    s = q.new_zeros(B, H, dk, dv) if state is None else state.to(q.dtype)
+    q = q * cum.exp()[..., None]
+    k = k * (cum[..., -1:] - cum).exp()[..., None]
+    last = cum[..., -1].exp()[..., None, None]  # (B, H, N, 1, 1): the decay over a whole chunk
+    out = []
+    for i in range(n):
+        v_new = u[:, :, i] - w[:, :, i] @ s  # (B, H, c, dv): what the state does not already predict
+        out.append(q[:, :, i] @ s + scores[:, :, i] @ v_new)
+        s = s * last[:, :, i] + k[:, :, i].mT @ v_new
+    return torch.cat(out, dim=2)[:, :, :T], s
+
+
+def recurrent(q, k, v, g, beta, s: torch.Tensor) -> torch.Tensor:
+    """One token, in place on s (B, H, dk, dv): S ← S·exp(g); δ = β(v - k·S); S ← S + kᵀ·δ; o = q·S. q, k
+    (B, H, 1, dk), v (B, H, 1, dv), g and beta (B, H, 1), fp32. Returns o (B, H, 1, dv)."""
+    s.mul_(g.exp()[..., None])
+    delta = (v - k @ s) * beta[..., None]  # (B, H, 1, dv)
+    s.add_(k.mT @ delta)
+    return q @ s
+
+
+class Conv1d(nn.Conv1d):
+    """nn.Conv1d without its own random init (as tfcalc.model.layers.Linear: built on meta, filled once)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class DeltaNetState:
+    """The convolution's inputs (B, C, K) and S (B, Hv, dk, dv), allocated once (module docstring)."""
+
+    layout = None
+    rewindable = False
+
+    def __init__(self, spec, batch: int, device, dtype: torch.dtype):
+        conv, rec = spec.state()
+        self.conv = torch.zeros(batch, *conv.shape, device=device, dtype=dtype)  # (B, C, K)
+        self.s = torch.zeros(batch, *rec.shape, device=device, dtype=torch.float32)  # (B, Hv, dk, dv)
+        self.fresh = False
+
+    @property
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.conv, self.s]
+
+    @property
+    def carried(self) -> tuple[torch.Tensor, ...]:
+        return (self.conv, self.s)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors)
+
+    def _store(self, fresh: bool) -> DeltaNetState:
+        view = object.__new__(DeltaNetState)
+        view.conv, view.s, view.fresh = self.conv, self.s, fresh
+        return view
+
+    def prefill(self, slots: dict) -> DeltaNetState:
+        return self._store(True)  # a prompt: from zero, whatever a row held before
+
+    def step(self, slots: dict, span: int) -> DeltaNetState:
+        return self._store(False)
+
+    def rows(self, rows: slice) -> DeltaNetState:
+        view = object.__new__(DeltaNetState)
+        view.conv, view.s, view.fresh = self.conv[rows], self.s[rows], self.fresh
+        return view
+
+
+class GatedDeltaNetModule(MixerModule):
+    """tfcalc.architecture.gated_deltanet.GatedDeltaNet as a torch module (module docstring)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.spec = spec
+        d, C = spec.d_model, spec.conv_dim
+        self.hk, self.hv, self.dk, self.dv = spec.n_k_head, spec.n_v_head, spec.k_head_dim, spec.v_head_dim
+        self.split = spec.split_projections
+        if self.split:  # Qwen3.5's four projections
+            self.in_proj_qkv, self.in_proj_z = Linear(d, C, bias=False), Linear(d, spec.v_width, bias=False)
+            self.in_proj_b, self.in_proj_a = Linear(d, self.hv, bias=False), Linear(d, self.hv, bias=False)
+        else:  # Qwen3-Next's two, grouped per key head
+            self.in_proj_qkvz = Linear(d, C + spec.v_width, bias=False)
+            self.in_proj_ba = Linear(d, 2 * self.hv, bias=False)
+        self.conv1d = Conv1d(C, C, spec.conv_kernel, groups=C, padding=spec.conv_kernel - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(self.hv))
+        self.A_log = nn.Parameter(torch.zeros(self.hv))
+        self.norm = nn.RMSNorm(self.dv, eps=spec.norm_eps)
+        self.out_proj = Linear(spec.v_width, d, bias=False)
+
+    def new_state(self, batch: int, max_tokens: int, device, dtype) -> DeltaNetState:
+        return DeltaNetState(self.spec, batch, device, dtype)
+
+    def _split(self, x: torch.Tensor):
+        """Step 1: [q | k | v·r | z·r] and [b·r | a·r] per key head (fix_query_key_value_ordering) ->
+        [Q | K | V] (B, T, C), Z (B, T, Hv, dv), b and a (B, T, Hv)."""
+        B, T, _ = x.shape
+        if self.split:  # Qwen3.5: [Q | K | V] as the convolution reads it already
+            return (self.in_proj_qkv(x), self.in_proj_z(x).view(B, T, self.hv, self.dv), self.in_proj_b(x),
+                    self.in_proj_a(x))
+        r, dk, dv = self.hv // self.hk, self.dk, self.dv
+        qkvz = self.in_proj_qkvz(x).view(B, T, self.hk, 2 * dk + 2 * r * dv)
+        q, k, v, z = qkvz.split([dk, dk, r * dv, r * dv], dim=-1)
+        b, a = self.in_proj_ba(x).view(B, T, self.hk, 2 * r).split([r, r], dim=-1)
+        qkv = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
+        return qkv, z.reshape(B, T, self.hv, dv), b.reshape(B, T, self.hv), a.reshape(B, T, self.hv)
+
+    def _conv(self, qkv: torch.Tensor, store) -> torch.Tensor:
+        """Step 2 on (B, T, C) -> (B, C, T) after SiLU: padded by K - 1 as transformers' causal_conv1d_fn (a
+        prompt, its last K inputs kept), or one token over the K kept (a step, causal_conv1d_update)."""
+        x = qkv.mT  # (B, C, T)
+        T, K = x.shape[-1], self.conv1d.kernel_size[0]
+        if store is None or store.fresh or T > 1:
+            if store is not None:
+                prior = store.conv[..., 1:].to(x.dtype) if not store.fresh else x.new_zeros(*x.shape[:2], K - 1)
+                x = torch.cat([prior, x], dim=-1)  # (B, C, K - 1 + T)
+                store.conv.copy_(x[..., -K:])
+                return F.silu(F.conv1d(x, self.conv1d.weight, groups=x.shape[1])[..., -T:])
+            # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d
+            # here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's own ops, not
+            # as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
+            return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), self.conv1d.weight, groups=x.shape[1]))
+        store.conv.copy_(torch.cat([store.conv[..., 1:], x.to(store.conv.dtype)], dim=-1))
+        return F.silu(F.conv1d(store.conv.to(x.dtype), self.conv1d.weight, groups=x.shape[1]))  # (B, C, 1)
+
+    def forward(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
+        B, T, _ = x.shape
+        qkv, z, b, a = self._split(x)
+        mixed = self._conv(qkv, store).mT  # (B, T, C)
+        q, k, v = mixed.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], dim=-1)
+        r = self.hv // self.hk
+        # each key head serves its r value heads, in order (repeat_interleave's layout, by a view: no sync)
+        q, k = (t.view(B, T, self.hk, 1, self.dk).expand(B, T, self.hk, r, self.dk).reshape(B, T, self.hv, self.dk)
+                for t in (q, k))  # (B, T, Hv, dk)
+        v = v.view(B, T, self.hv, self.dv)
+        beta = b.float().sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, Hv)
+        q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))  # (B, Hv, T, ...)
+        q, k = l2norm(q) * self.dk ** -0.5, l2norm(k)
+        if store is not None and not store.fresh and T == 1:
+            y = recurrent(q, k, v, g, beta, store.s)
+        else:
+            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or store.fresh else store.s)
+            if store is not None:
+                store.s.copy_(s)
+        y = y.transpose(1, 2)  # (B, T, Hv, dv), fp32
+        # Qwen3NextRMSNormGated: normed in fp32, scaled by w in the input's dtype, times silu(z) in fp32
+        y = F.rms_norm(y.to(x.dtype).float(), (self.dv,), eps=self.norm.eps).to(x.dtype) * self.norm.weight
+        y = y.float() * F.silu(z.float())
+        return self.out_proj(y.to(x.dtype).flatten(2))
