@@ -257,6 +257,21 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # not its output (Llama4Router, Llama4TextMoe)
     router_sigmoid_input: bool = False
 
+    # --- state-space layers: Mamba2 (tfcalc.architecture.mamba2; built in tfcalc.architecture.flat) ---
+    # one letter per layer, each layer ONE sub-layer beside its norm (Nemotron-H's hybrid_override_pattern,
+    # modeling_nemotron_h.py): M a Mamba2 mixer, * attention, - the dense FFN, E the mixture of experts; a Mamba2
+    # model (Codestral Mamba) is all M. None: every layer attention and FFN
+    hybrid_pattern: Optional[str] = None
+    ssm_heads: Optional[int] = None  # H (mamba_num_heads; Mamba2Config num_heads)
+    ssm_head_dim: Optional[int] = None  # P (mamba_head_dim)
+    ssm_groups: int = 1  # G groups of B and C (n_groups)
+    ssm_state_size: int = 128  # N (ssm_state_size; Mamba2Config state_size)
+    ssm_conv_kernel: int = 4  # K taps of the causal depthwise convolution (conv_kernel)
+    ssm_chunk_size: int = 256  # the chunked scan's chunk (chunk_size)
+    ssm_conv_bias: bool = True  # use_conv_bias
+    ssm_bias: bool = False  # in_proj and out_proj biases (use_bias; mamba_proj_bias)
+    ssm_state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's dtype; None: the cache's
+
     def __post_init__(self) -> None:
         if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
             object.__setattr__(self, "dense_layers", tuple(self.dense_layers))

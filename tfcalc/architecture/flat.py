@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tfcalc.architecture import flat_latent
+from tfcalc.architecture import flat_latent, mamba2
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
@@ -65,6 +65,12 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     where the attention pattern's runs and the first dense layers (k = first_dense_layers) end; within
     each piece a layer's kind depends on i only through i mod the lcm of the attention pattern's period
     and (past the first k) moe_every."""
+    if cfg.hybrid_pattern is not None:  # one letter per layer (Nemotron-H): its runs found by compress
+        mamba2.check_pattern(cfg)
+        alone = {letter: _block(cfg, norm, cfg.hybrid_pattern.index(letter), causal, cross) for letter in "M-E"
+                 if letter in cfg.hybrid_pattern}  # the same block wherever the letter is, but attention's
+        return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
+                                     for i, letter in enumerate(cfg.hybrid_pattern)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
@@ -105,6 +111,12 @@ def _projected(cfg: Any) -> int | None:
 
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
+    if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
+        letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0)
+        if letter in "M*":
+            mixer = mamba2.from_flat(cfg) if letter == "M" else _attention(cfg, i, causal)
+            return Block(mixer, alone, norm, cfg.norm_placement)
+        return Block(mamba2.NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement)
     return Block(_attention(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
                  _attention(cfg, i, causal=False, kind="cross") if cross else None, cfg.residual_multiplier)
 
@@ -136,6 +148,8 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
+    if cfg.hybrid_pattern is not None:
+        return cfg.hybrid_pattern[i] == "E"
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0

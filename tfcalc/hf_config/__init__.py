@@ -56,6 +56,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "llama": ("llama", "llama"),
     "llama4": ("llama4", "llama4"),
     "llama4_text": ("llama4", "llama4_text"),
+    "mamba2": ("mamba2", "mamba2"),
     "minimax_m2": ("minimax_m2", "minimax_m2"),
     "mistral": ("mistral", "mistral"),
     "mixtral": ("mixtral", "mixtral"),
