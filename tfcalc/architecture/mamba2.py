@@ -106,8 +106,10 @@ class Mamba2:
         return out + [Weight("out_proj_bias", (d,), "attention", "Mamba2 out_proj bias")] * self.bias
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        """in_proj and out_proj; the latter named ``o``, as every mixer's output projection is (the FLOP fold lists
+        the mixing matmuls before it)."""
         return [Linear("in_proj", "attention_proj", "Mamba2 in_proj", self.d_model, self.proj_width),
-                Linear("out_proj", "attention_proj", "Mamba2 out_proj", self.inner, self.d_model)]
+                Linear("o", "attention_proj", "Mamba2 out_proj", self.inner, self.d_model)]
 
     def chunks(self, tokens: int) -> int:
         """c: the chunks a sequence of ``tokens`` is padded to."""
@@ -118,7 +120,7 @@ class Mamba2:
         ``queries`` tokens; a decode step (``step``, or one query): the convolution over its K columns, the
         state's update and read. The causal figure of a and b counts the C_·(C_ + 1)/2 pairs of a chunk a
         position sees; c-e count whole."""
-        H, P, N, G, K = self.n_heads, self.head_dim, self.state_size, self.n_groups, self.conv_kernel
+        H, P, N, K = self.n_heads, self.head_dim, self.state_size, self.conv_kernel
         conv = Mixing("conv", "causal conv1d", (queries, K, 1), self.conv_dim, 2 * queries * K * self.conv_dim,
                       self.conv_dim * K if step or queries == 1 else 0)
         if step or queries == 1:
@@ -130,7 +132,6 @@ class Mamba2:
                            io=H * (N + P))]
         c, C = self.chunks(queries), self.chunk_size
         pairs = c * C * (C + 1) // 2
-        del G
         return [conv,
                 Mixing("cb", "chunk scores C·Bᵀ", (C, N, C), c * H, 2 * pairs * N * H),
                 Mixing("diag", "chunk scores · x", (C, C, P), c * H, 2 * pairs * P * H),
