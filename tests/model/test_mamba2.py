@@ -165,3 +165,67 @@ def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_conte
             assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
             shapes.append(counter.get_flop_counts())
     assert all(s == shapes[0] for s in shapes)
+
+
+# ---------- hostile input: the new fields, the pattern's letters, the mamba2 file's keys ----------
+def _yaml_cfg(**changes):
+    from tfcalc.config import from_mapping
+
+    base = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=64, pos_encoding="none", norm="rmsnorm",
+                hybrid_pattern="MM", ssm_heads=4, ssm_head_dim=16, ssm_groups=2, ssm_state_size=8, ssm_chunk_size=4)
+    return from_mapping({**base, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(hybrid_pattern="M"), "one letter per layer"),
+    (dict(hybrid_pattern="MMM"), "one letter per layer"),
+    (dict(hybrid_pattern="MX"), "letter 'X' is none of"),
+    (dict(hybrid_pattern="m*"), "letter 'm' is none of"),
+    (dict(hybrid_pattern="ME"), "give n_expert"),
+    (dict(ssm_heads=None), "give ssm_heads and ssm_head_dim"),
+    (dict(ssm_heads=6), "multiple of ssm_groups"),
+    (dict(ssm_heads=0), "ssm_heads must be a positive integer"),
+    (dict(ssm_state_size=0), "state_size must be a positive integer"),
+    (dict(ssm_chunk_size=-4), "chunk_size must be a positive integer"),
+    (dict(ssm_conv_kernel=0), "conv_kernel must be a positive integer"),
+    (dict(ssm_state_dtype="int8"), "ssm_state_dtype"),
+    (dict(hybrid_pattern=7), "hybrid_pattern"),
+    (dict(arch="encoder"), "arch decoder"),
+])
+def test_bad_mamba2_fields_are_one_clear_line(changes, message):
+    from tfcalc.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        _yaml_cfg(**changes)
+
+
+def test_the_pattern_letters_build_one_sub_layer_each():
+    """M: a Mamba2 mixer alone (its norm, no FFN norm); *: attention alone; -: the dense FFN alone (no mixer norm)."""
+    cfg = _yaml_cfg(n_layer=4, hybrid_pattern="M*-M", d_ff=24, activation="relu", gated_ffn=False, ffn_bias=False,
+                    attn_bias=False)
+    layers = list(cfg.architecture.output.layers())
+    assert [[n for n, _ in b.norms()] for b in layers] == [["attn_norm"], ["attn_norm"], ["ffn_norm"], ["attn_norm"]]
+    assert layers[0] is layers[3]
+    d, w = 32, 4 * 16  # per layer by hand: Mamba2 (in_proj 32 -> 2·64 + 2·2·8 + 4, conv 96 × 4 + 96, dt/A/D, norm
+    mamba = d * 164 + 96 * 4 + 96 + 3 * 4 + w + w * d + d  # 64, out_proj) and its norm
+    attention = 4 * d * d + d  # Q, K, V, O (4 heads of 8) and its norm
+    ffn = 2 * d * 24 + d
+    assert count_params.total(cfg) == 2 * mamba + attention + ffn + 2 * 61 * d + d
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("hidden_size", 33, "must equal num_heads·head_dim"),
+    ("n_groups", 3, "multiple of 'n_groups'"),
+    ("num_heads", 0, "'num_heads' must be a positive integer"),
+    ("state_size", "128", "'state_size' must be a positive integer"),
+    ("time_step_limit", [0.0, 1.0], "time_step_limit"),
+    ("time_step_limit", "x", "time_step_limit"),
+    ("hidden_act", "gelu", "activation 'gelu' is not built"),
+    ("use_bias", "yes", "'use_bias' must be true or false"),
+])
+def test_bad_mamba2_config_json_is_one_line(tmp_path, key, value, message):
+    from tfcalc.errors import InputError
+
+    raw = dict(CODESTRAL, **{key: value})
+    with pytest.raises(InputError, match=message):
+        load(str(_write(tmp_path, raw)))

@@ -42,16 +42,17 @@ class FFN:
     bias: bool = True
     swiglu_limit: Optional[float] = None  # gpt-oss's clamped SwiGLU (step 4); None: the plain gated FFN
     swiglu_alpha: Optional[float] = None
+    # false: the block has no FFN sub-layer (a Mamba2 block is its norm and mixer alone, modeling_mamba2.py
+    # Mamba2Block; Nemotron-H's M and * layers): d_ff 0, no tensors, no matmuls, no norm, no residual add
+    present: bool = True
 
     def __post_init__(self) -> None:
-        if self.d_model < 1 or self.d_ff < 0:
+        if self.d_model < 1 or (self.d_ff < 1 if self.present else self.d_ff != 0):
             raise InputError(f"an FFN needs positive widths; got d_model {self.d_model}, d_ff {self.d_ff}")
 
     @property
     def absent(self) -> bool:
-        """d_ff 0: the block has no FFN sub-layer (a Mamba2 block is its norm and mixer alone, modeling_mamba2.py
-        Mamba2Block; Nemotron-H's M and * layers): no tensors, no matmuls, no norm, no residual add."""
-        return self.d_ff == 0
+        return not self.present
 
     @property
     def matrices(self) -> int:

@@ -112,7 +112,7 @@ def _projected(cfg: Any) -> int | None:
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
-        letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0)
+        letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
         if letter in "M*":
             mixer = mamba2.from_flat(cfg) if letter == "M" else _attention(cfg, i, causal)
             return Block(mixer, alone, norm, cfg.norm_placement)
