@@ -30,7 +30,7 @@ from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "xielu"]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,13 @@
-"""Hugging Face tensor names of the state-space families -- mamba2 (Codestral Mamba) -> tfcalc's parameters
-(the rule format of tfcalc.checkpoint.names: "param|part|transform"), from modeling_mamba2.py: the model lives
-under ``backbone.``, each layer's one norm is ``layers.<i>.norm`` and its mixer ``layers.<i>.mixer``, whose
-tensors are tfcalc's Mamba2 mixer's under the same names (tfcalc.architecture.mamba2) but its gated norm
-(``mixer.norm`` -> ``attn.gate_norm``: the block's own norm is ``attn_norm``).
+"""Hugging Face tensor names of the state-space families -- mamba2 (Codestral Mamba), nemotron_h -> tfcalc's
+parameters (the rule format of tfcalc.checkpoint.names: "param|part|transform"), from modeling_mamba2.py and
+modeling_nemotron_h.py: the model lives under ``backbone.``, each layer's one norm is ``layers.<i>.norm`` and its
+one sub-layer ``layers.<i>.mixer``. A Mamba2 mixer's tensors are tfcalc's under the same names
+(tfcalc.architecture.mamba2) but its gated norm (``mixer.norm`` -> ``attn.gate_norm``: the block's own norm is
+``attn_norm``). Nemotron-H's layer norm is the mixer's input norm (``attn_norm``) in an M or * layer and the FFN's
+(``ffn_norm``) in a - or E layer, read from the description (``Block.norms``); its attention (q, k, v, o), MLP
+(up, down), router (``gate``, with the correction bias as a buffer), experts (grouped ``experts.up_proj``
+(E, f, d) and ``experts.down_proj`` (E, d, f), tfcalc's layout, or one tensor per expert as the released files
+store them) and shared expert map as DeepSeek-V3's do.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 
 Rule = tuple[str, str]
-TYPES = ("mamba2",)
+TYPES = ("mamba2", "nemotron_h")
 MIXER = r"\.mixer\.(in_proj\.weight|in_proj\.bias|conv1d\.weight|conv1d\.bias|dt_bias|A_log|D|out_proj\.weight|" \
         r"out_proj\.bias)"
 
@@ -21,11 +26,35 @@ def mamba2_mixer(layer: str) -> list[Rule]:
             (layer + r"\.mixer\.norm\.weight", "blocks.{0}.attn.gate_norm.weight")]
 
 
+def _nemotron_h(arch: Architecture) -> list[Rule]:
+    layer = r"backbone\.layers\.(\d+)\.mixer\."
+    by_norm: dict[str, list[str]] = {}
+    for i, block in enumerate(arch.output.layers()):
+        by_norm.setdefault(block.norms()[0][0], []).append(str(i))
+    norms = [(rf"backbone\.layers\.({'|'.join(ids)})\.norm\.weight", "blocks.{0}.%s.weight" % name)
+             for name, ids in by_norm.items()]
+    return norms + [
+        (layer + r"([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"up_proj\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (layer + r"gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (layer + r"gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (layer + r"experts\.up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (layer + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (layer + r"experts\.(\d+)\.up_proj\.weight", "blocks.{0}.ffn.experts.up.weight@{1}"),
+        (layer + r"experts\.(\d+)\.down_proj\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+        (layer + r"shared_experts\.up_proj\.weight", "blocks.{0}.ffn.shared.up.weight"),
+        (layer + r"shared_experts\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+    ]
+
+
 def rules(arch: Architecture, model_type: str) -> list[Rule]:
     head = "tied:lm_head.weight" if arch.head.lm_head and arch.head.tied else "lm_head.weight"
-    return mamba2_mixer(r"backbone\.layers\.(\d+)") + [
+    first = _nemotron_h(arch) if model_type == "nemotron_h" else [
+        (r"backbone\.layers\.(\d+)\.norm\.weight", "blocks.{0}.attn_norm.weight")]
+    return first + mamba2_mixer(r"backbone\.layers\.(\d+)") + [
         (r"backbone\.embeddings?\.weight", "tok_emb.weight"),  # "embedding." in older files (Mamba2Model.load_hook)
-        (r"backbone\.layers\.(\d+)\.norm\.weight", "blocks.{0}.attn_norm.weight"),
         (r"backbone\.norm_f\.weight", "final_norm.weight"),
         (r"lm_head\.weight", head),
     ]

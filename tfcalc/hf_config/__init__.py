@@ -60,6 +60,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "minimax_m2": ("minimax_m2", "minimax_m2"),
     "mistral": ("mistral", "mistral"),
     "mixtral": ("mixtral", "mixtral"),
+    "nemotron_h": ("nemotron_h", "nemotron_h"),
     "olmo2": ("olmo2", "olmo2"),
     "olmo3": ("olmo3", "olmo3"),
     "opt": ("opt", "opt"),
