@@ -229,3 +229,11 @@ def test_bad_mamba2_config_json_is_one_line(tmp_path, key, value, message):
     raw = dict(CODESTRAL, **{key: value})
     with pytest.raises(InputError, match=message):
         load(str(_write(tmp_path, raw)))
+
+
+def test_the_preset_is_the_published_config_json(codestral):
+    preset = load("codestral-mamba-7b")
+    assert count_params.breakdown(codestral) == count_params.breakdown(preset)
+    w = Workload(batch=1, seq=4096, kv_dtype="bf16")
+    assert count_flops.forward_flops(codestral, w) == count_flops.forward_flops(preset, w)
+    assert kv_cache_bytes(codestral, w) == kv_cache_bytes(preset, w)

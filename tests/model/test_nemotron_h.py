@@ -213,3 +213,12 @@ def test_bad_nemotron_h_config_json_is_one_line(tmp_path, key, value, message):
         raw.pop("hybrid_override_pattern")
     with pytest.raises(InputError, match=message):
         _cfg(tmp_path, raw)
+
+
+def test_the_preset_is_the_published_config_json(tmp_path):
+    cfg, preset = _cfg(tmp_path, NANO3), load("nemotron-3-nano-30b-a3b")
+    assert count_params.breakdown(cfg) == count_params.breakdown(preset)
+    assert count_params.total(preset) == 31_577_937_344
+    w = Workload(batch=1, seq=4096, kv_dtype="bf16")
+    assert count_flops.forward_flops(cfg, w) == count_flops.forward_flops(preset, w)
+    assert kv_cache_bytes(cfg, w) == kv_cache_bytes(preset, w)
