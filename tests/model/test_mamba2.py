@@ -183,11 +183,12 @@ def _yaml_cfg(**changes):
     (dict(hybrid_pattern="m*"), "letter 'm' is none of"),
     (dict(hybrid_pattern="ME"), "give n_expert"),
     (dict(ssm_heads=None), "give ssm_heads and ssm_head_dim"),
-    (dict(ssm_heads=6), "multiple of ssm_groups"),
-    (dict(ssm_heads=0), "ssm_heads must be a positive integer"),
-    (dict(ssm_state_size=0), "state_size must be a positive integer"),
-    (dict(ssm_chunk_size=-4), "chunk_size must be a positive integer"),
-    (dict(ssm_conv_kernel=0), "conv_kernel must be a positive integer"),
+    (dict(ssm_heads=5), "multiple of ssm_groups"),
+    (dict(ssm_heads=0), "'ssm_heads' must be positive"),
+    (dict(ssm_state_size=0), "'ssm_state_size' must be positive"),
+    (dict(ssm_chunk_size=-4), "'ssm_chunk_size' must be positive"),
+    (dict(ssm_conv_kernel=0), "'ssm_conv_kernel' must be positive"),
+    (dict(ssm_head_dim=2.5), "ssm_head_dim"),
     (dict(ssm_state_dtype="int8"), "ssm_state_dtype"),
     (dict(hybrid_pattern=7), "hybrid_pattern"),
     (dict(arch="encoder"), "arch decoder"),
@@ -202,7 +203,7 @@ def test_bad_mamba2_fields_are_one_clear_line(changes, message):
 def test_the_pattern_letters_build_one_sub_layer_each():
     """M: a Mamba2 mixer alone (its norm, no FFN norm); *: attention alone; -: the dense FFN alone (no mixer norm)."""
     cfg = _yaml_cfg(n_layer=4, hybrid_pattern="M*-M", d_ff=24, activation="relu", gated_ffn=False, ffn_bias=False,
-                    attn_bias=False)
+                    attn_bias=False, tie_embeddings=True)
     layers = list(cfg.architecture.output.layers())
     assert [[n for n, _ in b.norms()] for b in layers] == [["attn_norm"], ["attn_norm"], ["ffn_norm"], ["attn_norm"]]
     assert layers[0] is layers[3]
@@ -210,7 +211,7 @@ def test_the_pattern_letters_build_one_sub_layer_each():
     mamba = d * 164 + 96 * 4 + 96 + 3 * 4 + w + w * d + d  # 64, out_proj) and its norm
     attention = 4 * d * d + d  # Q, K, V, O (4 heads of 8) and its norm
     ffn = 2 * d * 24 + d
-    assert count_params.total(cfg) == 2 * mamba + attention + ffn + 2 * 61 * d + d
+    assert count_params.total(cfg) == 2 * mamba + attention + ffn + 61 * d + d  # tied head
 
 
 @pytest.mark.parametrize("key, value, message", [
