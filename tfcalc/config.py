@@ -262,6 +262,9 @@ class ModelConfig(PerLayerViews, DerivedSizes):
     # modeling_nemotron_h.py): M a Mamba2 mixer, * attention, - the dense FFN, E the mixture of experts; a Mamba2
     # model (Codestral Mamba) is all M. None: every layer attention and FFN
     hybrid_pattern: Optional[str] = None
+    # each M and * layer has the FFN after its mixer too (the mixture of experts, with its shared expert, where
+    # n_expert is given): Granite-4.0-H (modeling_granitemoehybrid.py); the pattern then has no - or E
+    hybrid_with_ffn: bool = False
     ssm_heads: Optional[int] = None  # H (mamba_num_heads; Mamba2Config num_heads)
     ssm_head_dim: Optional[int] = None  # P (mamba_head_dim)
     ssm_groups: int = 1  # G groups of B and C (n_groups)

@@ -213,6 +213,8 @@ def _yaml_cfg(**changes):
     (dict(ssm_state_dtype="int8"), "ssm_state_dtype"),
     (dict(hybrid_pattern=7), "hybrid_pattern"),
     (dict(arch="encoder"), "arch decoder"),
+    (dict(hybrid_pattern="M-", hybrid_with_ffn=True), "no - or E"),
+    (dict(hybrid_with_ffn="yes"), "hybrid_with_ffn"),
 ])
 def test_bad_mamba2_fields_are_one_clear_line(changes, message):
     from tfcalc.errors import InputError

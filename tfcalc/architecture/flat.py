@@ -113,10 +113,12 @@ def _projected(cfg: Any) -> int | None:
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
         letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
+        scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
         if letter in "M*":
             mixer = mamba2.from_flat(cfg) if letter == "M" else _attention(cfg, i, causal)
-            return Block(mixer, alone, norm, cfg.norm_placement)
-        return Block(mamba2.NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement)
+            return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm, cfg.norm_placement,
+                         residual_scale=scale)
+        return Block(mamba2.NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
     return Block(_attention(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
                  _attention(cfg, i, causal=False, kind="cross") if cross else None, cfg.residual_multiplier)
 
@@ -148,8 +150,8 @@ def _attention(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
-    if cfg.hybrid_pattern is not None:
-        return cfg.hybrid_pattern[i] == "E"
+    if cfg.hybrid_pattern is not None:  # an E layer, or every layer of a Granite-4.0-H with experts
+        return cfg.hybrid_pattern[i] == "E" or (cfg.hybrid_with_ffn and cfg.n_expert is not None)
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0

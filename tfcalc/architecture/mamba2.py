@@ -206,6 +206,9 @@ def check_pattern(cfg) -> None:
     if bad:
         raise InputError(f"hybrid_pattern letter {bad[0]!r} is none of " + ", ".join(
             f"{k} ({v})" for k, v in LETTERS.items()))
+    if cfg.hybrid_with_ffn and ("-" in pattern or "E" in pattern):
+        raise InputError("hybrid_with_ffn puts the FFN after every M and * layer's mixer: the pattern has no - or E "
+                         "layers then")
     if "E" in pattern and cfg.n_expert is None:
         raise InputError("hybrid_pattern has E (mixture-of-experts) layers: give n_expert and n_expert_active")
     if "M" in pattern and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):

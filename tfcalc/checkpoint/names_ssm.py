@@ -7,7 +7,11 @@ one sub-layer ``layers.<i>.mixer``. A Mamba2 mixer's tensors are tfcalc's under 
 (``ffn_norm``) in a - or E layer, read from the description (``Block.norms``); its attention (q, k, v, o), MLP
 (up, down), router (``gate``, with the correction bias as a buffer), experts (grouped ``experts.up_proj``
 (E, f, d) and ``experts.down_proj`` (E, d, f), tfcalc's layout, or one tensor per expert as the released files
-store them) and shared expert map as DeepSeek-V3's do.
+store them) and shared expert map as DeepSeek-V3's do. Granite-4.0-H (modeling_granitemoehybrid.py, after
+``model.``): Llama's layer norms and attention, its Mamba2 mixer under ``mamba.``, the experts' stored
+``block_sparse_moe.input_linear`` (E, 2f, d: [gate | up] per expert, tfcalc's layout) and ``output_linear``, the
+router ``router.layer``, and the ``shared_mlp`` (input_linear [gate | up], output_linear): the shared expert, or the
+FFN itself where the model has no experts.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 
 Rule = tuple[str, str]
-TYPES = ("mamba2", "nemotron_h")
+TYPES = ("mamba2", "nemotron_h", "granitemoehybrid")
 MIXER = r"\.mixer\.(in_proj\.weight|in_proj\.bias|conv1d\.weight|conv1d\.bias|dt_bias|A_log|D|out_proj\.weight|" \
         r"out_proj\.bias)"
 
@@ -49,8 +53,28 @@ def _nemotron_h(arch: Architecture) -> list[Rule]:
     ]
 
 
+def _granite(arch: Architecture) -> list[Rule]:
+    layer = r"layers\.(\d+)\."
+    shared = "shared." if any(b.is_moe for b, _ in arch.output.kinds()) else ""
+    return [(rule.replace(r"\.mixer\.", r"\.mamba\."), target) for rule, target in mamba2_mixer(r"layers\.(\d+)")] + [
+        (r"embed_tokens\.weight", "tok_emb.weight"),
+        (r"norm\.weight", "final_norm.weight"),
+        (layer + r"input_layernorm\.weight", "blocks.{0}.attn_norm.weight"),
+        (layer + r"post_attention_layernorm\.weight", "blocks.{0}.ffn_norm.weight"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"block_sparse_moe\.input_linear\.weight", "blocks.{0}.ffn.experts.up.weight"),
+        (layer + r"block_sparse_moe\.output_linear\.weight", "blocks.{0}.ffn.experts.down.weight"),
+        (layer + r"block_sparse_moe\.router\.layer\.weight", "blocks.{0}.ffn.router.weight"),
+        (layer + r"shared_mlp\.input_linear\.weight", "blocks.{0}.ffn.%sup.weight" % shared),
+        (layer + r"shared_mlp\.output_linear\.weight", "blocks.{0}.ffn.%sdown.weight" % shared),
+    ]
+
+
 def rules(arch: Architecture, model_type: str) -> list[Rule]:
     head = "tied:lm_head.weight" if arch.head.lm_head and arch.head.tied else "lm_head.weight"
+    if model_type == "granitemoehybrid":
+        return _granite(arch) + [(r"lm_head\.weight", head)]
     first = _nemotron_h(arch) if model_type == "nemotron_h" else [
         (r"backbone\.layers\.(\d+)\.norm\.weight", "blocks.{0}.attn_norm.weight")]
     return first + mamba2_mixer(r"backbone\.layers\.(\d+)") + [

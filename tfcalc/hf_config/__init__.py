@@ -52,6 +52,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "gpt_neox": ("gpt_neox", "gpt_neox"),
     "gpt_oss": ("gpt_oss", "gpt_oss"),
     "granite": ("granite", "granite"),
+    "granitemoehybrid": ("granitemoehybrid", "granitemoehybrid"),
     "kimi_k2": ("deepseek", "deepseek_v3"),
     "llama": ("llama", "llama"),
     "llama4": ("llama4", "llama4"),
