@@ -13,6 +13,10 @@ Per-layer patterns in the flat fields:
 - ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
+- ``hybrid_pattern``: one letter per layer, each layer one sub-layer beside its norm (Nemotron-H's
+  hybrid_override_pattern, modeling_nemotron_h.py): M a Mamba2 mixer (tfcalc.architecture.mamba2), * attention,
+  - the dense FFN, E the mixture of experts; with ``hybrid_with_ffn`` every M and * layer has the FFN after its
+  mixer too (Granite-4.0-H, modeling_granitemoehybrid.py);
 - attention per layer (tfcalc.architecture.patterns): local layers attend through ``sliding_window`` or
   ``attention_chunk_size`` with RoPE base ``rope_local_theta`` (default rope_theta), global ones see the
   whole context; ``nope_every`` or the kinds of ``layer_pattern`` take RoPE out of some layers.
