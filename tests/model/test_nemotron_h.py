@@ -222,3 +222,27 @@ def test_the_preset_is_the_published_config_json(tmp_path):
     w = Workload(batch=1, seq=4096, kv_dtype="bf16")
     assert count_flops.forward_flops(cfg, w) == count_flops.forward_flops(preset, w)
     assert kv_cache_bytes(cfg, w) == kv_cache_bytes(preset, w)
+
+
+def test_every_decode_step_runs_the_same_ops_without_a_sync(tiny_pair):
+    """The Mamba2 step's conv shift, recurrence and read, beside the attention layer's K/V scatter: the same aten
+    ops on the same shapes at every position, none reading a value back (tests/model/test_state_static.py's
+    recorder; the MoE layer's forward is left out there, as it is for every MoE model)."""
+    from test_state_static import SYNCS, Recorder, _pause
+
+    _, model = tiny_pair
+    cache, records = model.new_cache(2, 16), []
+    with torch.inference_mode():
+        token = next_token(model.prefill(torch.randint(0, 61, (2, 5)), cache))
+        for _ in range(6):
+            recorder = Recorder()
+            handles = _pause(model, recorder)
+            with recorder:
+                token = next_token(model.decode(token, cache))
+            for h in handles:
+                h.remove()
+            records.append(recorder.ops)
+    assert all(r == records[0] for r in records[1:])
+    ops = {name for name, _, _, _ in records[0]}
+    assert not ops & SYNCS and not any(b for _, b, _, _ in records[0])
+    assert {"conv1d", "convolution"} & ops and {"scatter_", "scatter"} & ops  # the conv step; K, V at device slots
