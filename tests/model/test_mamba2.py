@@ -261,3 +261,39 @@ def test_the_preset_is_the_published_config_json(codestral):
     w = Workload(batch=1, seq=4096, kv_dtype="bf16")
     assert count_flops.forward_flops(codestral, w) == count_flops.forward_flops(preset, w)
     assert kv_cache_bytes(codestral, w) == kv_cache_bytes(preset, w)
+
+
+@pytest.mark.parametrize("pattern", ["MM", "M-", "M*"])
+@pytest.mark.parametrize("seq", [33, 64, 100, 200])
+def test_saved_activations_equal_what_autograd_keeps(pattern, seq):
+    """fp32, CPU, chunks of 32 (two to seven here): the count's bytes kept for backward are autograd's saved
+    tensors' bytes (tfcalc.measure.memory.forward_loss), less what the per-token terms cannot hold -- each
+    sequence's bytes floored to whole bytes per token (under one byte per token per term), and a few H-wide fp32
+    tensors a Mamba2 layer keeps whatever the tokens (A = -exp(A_log) and its uses, 16·H bytes here)."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.measure.memory import forward_loss
+    from tfcalc.model import build_model
+
+    cfg = _yaml_cfg(d_model=64, hybrid_pattern=pattern, ssm_heads=8, ssm_head_dim=16, ssm_state_size=8,
+                    ssm_chunk_size=32, max_seq_len=256, d_ff=48, gated_ffn=False, activation="relu", vocab_size=97)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu").train()
+    _, saved = forward_loss(model, torch.randint(0, 97, (2, seq)), count_saved=True)
+    counted = mem.activations(cfg, Workload(batch=2, seq=seq, dtype="fp32")).stored
+    mamba_layers = pattern.count("M")
+    assert 0 <= saved - counted <= mamba_layers * (16 * 8 + 2 * 2 * seq)
+
+
+def test_saved_activations_of_a_single_chunk_are_within_four_percent():
+    """One chunk (T <= C_): fewer of the scan's operands are copied than the count's general form says (an
+    overcount, within 4 % of the whole here): said, not hidden."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.measure.memory import forward_loss
+    from tfcalc.model import build_model
+
+    cfg = _yaml_cfg(d_model=64, ssm_heads=8, ssm_head_dim=16, ssm_state_size=8, ssm_chunk_size=32, max_seq_len=256,
+                    vocab_size=97)
+    model = build_model(cfg, "cpu").train()
+    _, saved = forward_loss(model, torch.randint(0, 97, (2, 16)), count_saved=True)
+    counted = mem.activations(cfg, Workload(batch=2, seq=16, dtype="fp32")).stored
+    assert saved <= counted <= 1.04 * saved

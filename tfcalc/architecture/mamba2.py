@@ -156,13 +156,35 @@ class Mamba2:
         return None, None
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """Per token, what autograd keeps of the torch path: in_proj's output and the convolution's (e each),
-        the scan's fp32 copies of x, B and C and its chunk scores (C_ per head), the gated norm's input and
-        output (fp32), the out_proj input (e)."""
-        H, I_, C = self.n_heads, self.inner, self.chunk_size
-        return {"ssm_in": e * (self.proj_width + self.conv_dim),
-                "ssm_scan": FP32 * (self.conv_dim + 2 * H * C),
-                "ssm_norm": FP32 * 2 * I_ + e * I_}
+        """Per token, the tensors autograd keeps of tfcalc's module (tfcalc.model.mamba2) beside the block's norm
+        and the in_proj input, each sequence's bytes over its ``seq`` tokens (floored: the padded chunks and the
+        per-chunk states are no whole number of bytes per token), named as the terms tensor parallelism splits
+        by heads (tfcalc.count.training.rank_activations.SPLIT). With F = 4 (fp32), T = seq, c chunks of C_,
+        T' = c·C_:
+
+        - ``qkv``: the convolution's left-padded input and its output (SiLU's input), e·conv_dim·(2T + K - 1);
+          dt before softplus (e) and after it in fp32 (F), H·T each; x in fp32 for the scan: in fp32 a view that
+          keeps SiLU's whole output, e·conv_dim·T, below it a copy, F·I·T;
+        - ``attn_scores``: the scan (fp32), per head: the decays, the scores C·Bᵀ and their product, 3·c·C_²;
+          the four (T', N) and four (T', P) operands batched matmuls copy or keep, and two decay vectors,
+          T'·(4N + 4P + 2); the states and their decays between chunks, (c + 1)² + (2c + 1)·P·N;
+        - ``attn_output``: the gated norm -- silu's input z (in fp32 a view of in_proj's whole output,
+          e·proj_width; below it an fp32 copy, F·I), y, silu(z) and the grouped input in fp32 (3·F·I), 1/rms per
+          group (F·G), the normalized output (F·I in fp32, e·I below) -- and the out_proj input, e·I.
+
+        Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
+        more but for the flooring and a few H-wide tensors a layer keeps whatever the tokens (A = -exp(A_log) and
+        its uses), left out as xIELU's scalars are; over one chunk (T <= C_) fewer operands are copied, and the
+        count is high by a few per cent. Below fp32 the dtype-dependent views and copies are as written above,
+        not checked against autograd."""
+        F, H, P, N, G, K, C = FP32, self.n_heads, self.head_dim, self.state_size, self.n_groups, \
+            self.conv_kernel, self.chunk_size
+        I_, cd, c = self.inner, self.conv_dim, self.chunks(seq)
+        T_ = c * C
+        qkv = e * cd * (2 * seq + K - 1) + (e + F) * H * seq + (e * cd if e == F else F * I_) * seq
+        scan = F * H * (3 * c * C * C + T_ * (4 * N + 4 * P + 2) + (c + 1) ** 2 + (2 * c + 1) * P * N)
+        norm = (e * self.proj_width if e == F else F * I_) + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
+        return {"qkv": qkv // seq, "attn_scores": scan // seq, "attn_output": norm}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once: in_proj's output, the convolution's, the scan's chunk scores."""
