@@ -33,7 +33,8 @@ def test_every_preset_describes_every_layer(name):
         if cfg.linear_mixer is not None and layer_kind(cfg, i).local:  # a linear-attention layer: a fixed state
             assert a.state() and not any(t.per_token for t in a.state())
             continue
-        if not hasattr(a, "n_head"):  # a mixer without attention heads (LFM2's short convolution)
+        # a mixer without attention heads (LFM2's short convolution, Mamba2's M, an FFN-alone layer's empty slot)
+        if not hasattr(a, "n_head") or (cfg.hybrid_pattern is not None and cfg.hybrid_pattern[i] != "*"):
             continue
         assert (a.n_head, a.n_kv_head, a.head_dim) == (cfg.n_head, cfg.kv_heads, cfg.head_dim)
         assert a.window == (cfg.layer_window(i) if cfg.arch != "encoder" else None)

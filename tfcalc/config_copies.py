@@ -35,6 +35,8 @@ def with_architecture(cfg: ModelConfig, arch: Architecture, name: Optional[str] 
     if cfg.arch == "encoder-decoder":
         depths["n_encoder_layer"] = arch.stacks[0].n_layer
     written = {**depths, **_attention_fields(cfg, arch.output), **_moe_fields(cfg, arch.output)}
+    if cfg.hybrid_pattern is not None:  # one letter per layer (Nemotron-H): the copy's layers are its first ones
+        written["hybrid_pattern"] = depths["hybrid_pattern"] = _letters(cfg, arch.output)
     tries = itertools.chain([depths, written], itertools.islice(_periods(cfg, written), _SEARCHED))
     for changes in tries:
         try:
@@ -48,6 +50,14 @@ def with_architecture(cfg: ModelConfig, arch: Architecture, name: Optional[str] 
     # tests/test_architecture_copies.py); a limit of the flat fields, said as such
     raise InputError(f"{cfg.name}: its {arch.output.n_layer}-layer copy has layers the flat fields cannot say (an "
                      "encoder-decoder's stacks share one layer pattern); run it at its full depth")
+
+
+def _letters(cfg: ModelConfig, stack: Stack) -> str:
+    """hybrid_pattern of a copy: each of its layers' letter, as the first layer of cfg with that block has it."""
+    first = {}
+    for block, letter in zip(cfg.architecture.output.layers(), cfg.hybrid_pattern, strict=True):
+        first.setdefault(block, letter)
+    return "".join(first[block] for block in stack.layers())
 
 
 def _periods(cfg: ModelConfig, written: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -48,6 +48,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier")),
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
+    ("state-space layers and the per-layer pattern (Mamba2)", (
+        "hybrid_pattern", "hybrid_with_ffn", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_state_size",
+        "ssm_conv_kernel", "ssm_chunk_size", "ssm_conv_bias", "ssm_bias", "ssm_state_dtype")),
     ("multi-token prediction (MTP)", ("mtp_layers",)),
     ("weights as the checkpoint stores them (quantization_config)", (
         "stored_quant", "stored_quant_scales", "stored_quant_group", "stored_quant_block", "stored_quant_scale_dtype",

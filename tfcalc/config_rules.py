@@ -34,7 +34,7 @@ from tfcalc.errors import InputError as ConfigError, shown
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post", "sandwich", "output"]
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "xielu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]
 
@@ -297,7 +297,7 @@ def _validate_layer_patterns(cfg) -> None:
         raise ConfigError(f"field 'moe_every' ({cfg.moe_every}) must be at most n_layer ({cfg.n_layer}): "
                           "layers moe_every - 1, 2·moe_every - 1, ... have the experts")
     if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1) \
-            and not cfg.dense_layers:
+            and not cfg.dense_layers and "-" not in (cfg.hybrid_pattern or ""):  # Nemotron-H's - layers are dense
         raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers, "
                           "dense_layers or moe_every (at least 2) too")
 

@@ -96,9 +96,13 @@ class Block:
         before = self.placement != "output"  # a norm on its input (or, post-norm, on the sum)
         out = ([("attn_norm", "attention norm")] if before else []) + (
             [("attn_post_norm", "attention output norm")] if after else [])
+        if not getattr(self.mixer, "sublayer", True):  # an FFN alone (Nemotron-H's - and E layers): no mixer norm
+            out = []
         if self.cross_attention is not None:
             out += [("cross_attn_norm", "cross-attention norm")] if before else []
             out += [("cross_attn_post_norm", "cross-attention output norm")] if after else []
+        if not self.is_moe and self.ffn.absent:  # a block of its mixer alone (Mamba2): no FFN norm
+            return out
         out += [] if self.parallel == "shared_norm" or not before else [("ffn_norm", "FFN norm")]
         return out + ([("ffn_post_norm", "FFN output norm")] if after else [])
 

@@ -30,7 +30,7 @@ from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
-Activation = Literal["gelu", "gelu_tanh", "relu", "silu", "xielu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "xielu"]
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,17 @@ class FFN:
     bias: bool = True
     swiglu_limit: Optional[float] = None  # gpt-oss's clamped SwiGLU (step 4); None: the plain gated FFN
     swiglu_alpha: Optional[float] = None
+    # false: the block has no FFN sub-layer (a Mamba2 block is its norm and mixer alone, modeling_mamba2.py
+    # Mamba2Block; Nemotron-H's M and * layers): d_ff 0, no tensors, no matmuls, no norm, no residual add
+    present: bool = True
 
     def __post_init__(self) -> None:
-        if self.d_model < 1 or self.d_ff < 1:
+        if self.d_model < 1 or (self.d_ff < 1 if self.present else self.d_ff != 0):
             raise InputError(f"an FFN needs positive widths; got d_model {self.d_model}, d_ff {self.d_ff}")
+
+    @property
+    def absent(self) -> bool:
+        return not self.present
 
     @property
     def matrices(self) -> int:
@@ -55,6 +62,8 @@ class FFN:
     def weights(self, label: str = "FFN", copies: int = 1, experts_active: Optional[int] = None) -> list[Weight]:
         """Gate (gated only), up and down, weights then biases; [gate | up] stored as one tensor."""
         d, f, out = self.d_model, self.d_ff, []
+        if self.absent:
+            return []
         more = dict(copies=copies, experts_active=experts_active)
         tp = lambda split: None if experts_active else split  # noqa: E731 (experts stay whole under TP, for now)
         for part in ("gate", "up") if self.gated else ("up",):
@@ -70,6 +79,8 @@ class FFN:
 
     def linears(self, label: str = "FFN", rows: str = "tokens") -> list[Linear]:
         d, f = self.d_model, self.d_ff
+        if self.absent:
+            return []
         out = [Linear("gate", "ffn", f"{label} gate", d, f, rows)] if self.gated else []
         return out + [Linear("up", "ffn", f"{label} up", d, f, rows),
                       Linear("down", "ffn", f"{label} down", f, d, rows)]

@@ -19,6 +19,11 @@ Per-layer patterns in the flat fields:
   per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind
   for the mixer slot; a cross-attention slot holds softmax attention (``Block.cross_attention``), built by
   flat_attention.cross.
+- ``hybrid_pattern`` (the Mamba2 kind's field, tfcalc.architecture.mamba2): one letter per layer, each layer one
+  sub-layer beside its norm (Nemotron-H's hybrid_override_pattern, modeling_nemotron_h.py): M the mixer kind
+  whose layer_pattern word is ``mamba``, * the kind an unnamed layer gets (softmax attention), - the dense FFN,
+  E the mixture of experts; with ``hybrid_with_ffn`` every M and * layer has the FFN after its mixer too
+  (Granite-4.0-H, modeling_granitemoehybrid.py).
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from tfcalc.architecture import flat_latent, kinds
 from tfcalc.architecture.block import Block, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.flat_attention import cross as cross_attention
+from tfcalc.architecture.mamba2 import NoMixer, check_pattern
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
-from tfcalc.architecture.patterns import MAX_PERIOD, layer_kind, period_segments
+from tfcalc.architecture.patterns import MAX_PERIOD, LayerKind, layer_kind, period_segments
 from tfcalc.errors import InputError
 
 
@@ -68,6 +74,12 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     where the attention pattern's runs and the first dense layers (k = first_dense_layers) end; within
     each piece a layer's kind depends on i only through i mod the lcm of the attention pattern's period
     and (past the first k) moe_every."""
+    if cfg.hybrid_pattern is not None:  # one letter per layer (Nemotron-H): its runs found by compress
+        check_pattern(cfg)
+        alone = {letter: _block(cfg, norm, cfg.hybrid_pattern.index(letter), causal, cross) for letter in "M-E"
+                 if letter in cfg.hybrid_pattern}  # the same block wherever the letter is, but attention's
+        return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
+                                     for i, letter in enumerate(cfg.hybrid_pattern)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
@@ -108,6 +120,15 @@ def _projected(cfg: Any) -> int | None:
 
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
+    if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
+        letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
+        scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
+        if letter in "M*":
+            mixer = kinds.for_layer(cfg, LayerKind(False, True, "mamba")).build(cfg, i, causal) if letter == "M" \
+                else _mixer(cfg, i, causal)
+            return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
+                         cfg.norm_placement, residual_scale=scale)
+        return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
     return Block(_mixer(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
                  cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
 
@@ -120,6 +141,8 @@ def _mixer(cfg: Any, i: int, causal: bool):
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
+    if cfg.hybrid_pattern is not None:  # an E layer, or every layer of a Granite-4.0-H with experts
+        return cfg.hybrid_pattern[i] == "E" or (cfg.hybrid_with_ffn and cfg.n_expert is not None)
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.architecture import Architecture, MoE
-from tfcalc.checkpoint import names_dense_families
+from tfcalc.checkpoint import names_dense_families, names_ssm
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.components import block_of
 
@@ -328,6 +328,8 @@ def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:
     elif model_type == "minimax_m2":  # Mixtral's names with the router's correction bias beside the gate
         table = [(r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.e_score_correction_bias",
                   "buffer:blocks.{0}.ffn.score_bias")] + _llama_rules(arch, model_type)
+    elif model_type in names_ssm.TYPES:
+        table = names_ssm.rules(arch, model_type)
     elif model_type in names_dense_families.TYPES:
         table = names_dense_families.rules(arch, model_type, _llama_rules(arch, model_type), _bert_rules(arch))
     elif model_type in _LLAMA_LIKE:

@@ -23,6 +23,7 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_fast": "gelu_tanh",  # another tanh approximation: the same count and FLOPs
     "relu": "relu",
+    "relu2": "relu2",  # Nemotron-H's MLP and experts: relu(x)² (ReLUSquaredActivation)
     "silu": "silu",
     "swish": "silu",
     "xielu": "xielu",  # Apertus: learned α_p, α_n per layer (tfcalc.architecture.ffn)

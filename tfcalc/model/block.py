@@ -39,7 +39,8 @@ class Block(nn.Module):
         self.cross_attn = build_mixer(cross) if cross is not None else None
         self.cross_attn_post_norm = norm("cross_attn_post_norm")
         self.ffn_norm = norm("ffn_norm")
-        self.ffn = MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
+        absent = not spec.is_moe and spec.ffn.absent  # a block of its mixer alone (Mamba2Block)
+        self.ffn = None if absent else MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
 
     def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
@@ -80,12 +81,13 @@ class Block(nn.Module):
         for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
-        x = self.attention_sublayer(x, rope, mask, store)
+        if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
+            x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")
             x = self.cross_attention_sublayer(x, memory, cross_kv)
-        return self.ffn_sublayer(x, rows)
+        return x if self.ffn is None else self.ffn_sublayer(x, rows)
 
     def _parallel(self, x: torch.Tensor, rope, mask, store=None, rows=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one

@@ -24,6 +24,7 @@ _ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda x: torch.square(F.relu(x)),  # squared ReLU (So et al. 2021, Primer; Nemotron-H's relu2)
     "silu": F.silu,
 }
 

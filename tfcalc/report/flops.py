@@ -178,6 +178,8 @@ class FlopsReport(WorkloadFields, Displayed):
             return "never" if t is None else f"{t / cfg.max_seq_len:.3g}×"
 
         per_layer = self.breakdown.per_layer()
+        if not per_layer["ffn"]:  # a model of mixers alone (Mamba2): nothing for attention to overtake
+            return "No FFN in any layer: the mixers' position mixing has no FFN cost to cross (crossover never)."
         scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
         attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
         from tfcalc.architecture.mixer import is_local

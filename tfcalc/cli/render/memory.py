@@ -48,7 +48,11 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     else:
         window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else (
             f"; chunks of {cfg.attention_chunk_size:,}" if cfg.attention_chunk_size else "")
-        if r.kv_cache_expanded is None:
+        if r.kv_cache_expanded is None and cfg.hybrid_pattern is not None:  # Mamba2 layers (tfcalc.architecture.mamba2)
+            n_attn, n_ssm = cfg.hybrid_pattern.count("*"), cfg.hybrid_pattern.count("M")
+            t.add("KV cache", r.kv_cache, f"K, V of the {n_attn} attention layers in {r.kv_dtype}; each of {n_ssm} "
+                  f"Mamba2 layers a fixed conv ({r.kv_dtype}) and SSM state ({cfg.ssm_state_dtype or r.kv_dtype})")
+        elif r.kv_cache_expanded is None:
             t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
         else:  # DeepSeek's latent attention (tfcalc.architecture.latent)
             t.add("KV cache, latent (MLA)", r.kv_cache, f"B·T·L·(c_kv + d_rope) in {r.kv_dtype}, as cached")

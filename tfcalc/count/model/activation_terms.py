@@ -121,6 +121,11 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["ffn_post_norm"] = norm_bytes(norm, e)
     out["dropout"] = 2 * h if dropout else 0  # the 1-byte masks of the attention and FFN outputs
     out["scores_dropout"] = scores_dropout
+    # a block of one sub-layer (a Mamba2 block, Nemotron-H's layers): the absent one's norm and input kept nowhere
+    if not getattr(block.mixer, "sublayer", True):
+        out.update(attn_norm=0, qkv_input=0)
+    if not isinstance(ffn, MoE) and ffn.absent:
+        out.update(ffn_norm=0, ffn_input=0)
     return out
 
 

@@ -29,8 +29,8 @@ def _active(block: Block) -> int:
 
 
 def _label(block: Block) -> tuple[str, str]:
-    if not block.is_moe:
-        return "dense", f"FFN {block.ffn.d_ff}"
+    if not block.is_moe:  # a layer of its mixer alone (Mamba2, Nemotron-H's M and *) has no FFN
+        return ("no FFN", "mixer alone") if block.ffn.absent else ("dense", f"FFN {block.ffn.d_ff}")
     moe = block.ffn
     shared = ", +1 shared" if moe.shared is not None else ""
     return "MoE", f"{moe.n_expert} × {moe.expert.d_ff}, top-{moe.top_k}{shared}"

@@ -10,7 +10,7 @@ from tfcalc.errors import InputError
 
 SOFTMAX_PER_SCORE = 5
 NORM_PER_ELEMENT = {("layernorm", True): 7, ("layernorm", False): 6, ("rmsnorm", False): 4}
-ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 5, "gelu_tanh": 9, "silu": 4, "xielu": 12}
+ACTIVATION_PER_ELEMENT = {"relu": 1, "relu2": 2, "gelu": 5, "gelu_tanh": 9, "silu": 4, "xielu": 12}
 ROPE_PER_ELEMENT = 3
 SOFTCAP_PER_ELEMENT = 3  # c·tanh(x / c): divide, tanh, multiply
 SIGMOID_PER_ELEMENT = 4  # negate, exp, +1, divide

@@ -1,0 +1,157 @@
+"""The granitemoehybrid family (Granite-4.0-H) against transformers 5.24 (models/granitemoehybrid/
+modeling_granitemoehybrid.py): every layer a Mamba2 or attention mixer, then SwiGLU experts beside a shared SwiGLU
+MLP (``hybrid_with_ffn``), Granite's four multipliers, no positions. A small published-shaped config at full size
+on meta (parameters exact; the generation state at 4,096 tokens equal to transformers' cache bytes); a tiny
+checkpoint loaded by load_model (logits within 1e-4, fp32; FLOPs against FlopCounterMode on transformers' module,
+whose expert loop reads routing counts back and so runs on real weights only); decode against the uncached forward.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from tfcalc.count.model import flops as count_flops, params as count_params
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.model import generate
+from tfcalc.model.generate import next_token
+from tfcalc.model.load import load_model
+from tfcalc.presets import load
+from tfcalc.workload import Workload
+
+transformers = pytest.importorskip("transformers")
+
+# the example config.json of a GraniteMoeHybrid model (8 layers, 3 Mamba2 to 1 attention, 8 experts top 2, NoPE,
+# Granite's multipliers) as the model family's documentation shows it; not a Granite-4.0-H release
+DOC_EXAMPLE = {
+    "architectures": ["GraniteMoeHybridForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attention_multiplier": 0.015625, "bos_token_id": 0, "eos_token_id": 0, "embedding_multiplier": 12,
+    "hidden_act": "silu", "hidden_size": 512, "initializer_range": 0.1, "intermediate_size": 1024,
+    "layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "mamba", "mamba", "attention"],
+    "logits_scaling": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_d_conv": 4, "mamba_d_head": 128,
+    "mamba_d_state": 128, "mamba_expand": 2, "mamba_n_groups": 1, "mamba_n_heads": 8, "mamba_proj_bias": False,
+    "max_position_embeddings": 4096, "model_type": "granitemoehybrid", "normalization_function": "rmsnorm",
+    "num_attention_heads": 8, "num_experts_per_tok": 2, "num_hidden_layers": 8, "num_key_value_heads": 8,
+    "num_local_experts": 8, "output_router_logits": False, "position_embedding_type": "nope",
+    "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000,
+    "router_aux_loss_coef": 0.0, "shared_intermediate_size": 512, "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 49152,
+}
+SKIP = ("architectures", "model_type", "torch_dtype", "normalization_function", "rope_scaling", "rope_theta")
+
+
+def _cfg(tmp_path, raw):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return load(str(path))
+
+
+def _hf(raw, device="meta", dtype=torch.float32):
+    keys = {k: v for k, v in raw.items() if k not in SKIP}
+    with torch.device(device):
+        return transformers.GraniteMoeHybridForCausalLM(transformers.GraniteMoeHybridConfig(**keys)).to(dtype).eval()
+
+
+@pytest.mark.parametrize("experts", [8, 0], ids=["moe", "dense"])
+def test_parameters_equal_transformers_on_meta(tmp_path, experts):
+    raw = dict(DOC_EXAMPLE, num_local_experts=experts)
+    cfg = _cfg(tmp_path, raw)
+    assert count_params.total(cfg) == sum(p.numel() for p in _hf(raw).parameters())
+    if experts:  # by hand: 6 Mamba2 mixers (8 heads of 128, 1 group, state 128), 2 attention (8 heads of 64),
+        d, inner, conv = 512, 1024, 1024 + 2 * 128  # every layer 8 SwiGLU experts of 1024, router, shared of 512
+        mamba = d * (inner + conv + 8) + conv * 4 + conv + 3 * 8 + inner + inner * d
+        ffn = 8 * 3 * d * 1024 + 8 * d + 3 * d * 512
+        assert count_params.total(cfg) == 6 * mamba + 2 * 4 * d * d + 8 * (ffn + 2 * d) + 49152 * d + d
+
+
+def test_state_at_4096_tokens_equals_transformers_cache(tmp_path):
+    """Dense (no experts): transformers' expert loop cannot run on meta, and the FFN holds no state."""
+    raw = dict(DOC_EXAMPLE, num_local_experts=0)
+    cfg, hf = _cfg(tmp_path, raw), _hf(raw, dtype=torch.bfloat16)
+    with torch.no_grad():
+        cache = hf(torch.zeros(1, 4096, dtype=torch.long, device="meta"), use_cache=True).cache
+    tensors = []
+    for layer in cache.layers:
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
+        tensors += [t for t in (getattr(layer, "conv_states", {}) or {}).values() if t is not None]
+        tensors += [t for t in (getattr(layer, "recurrent_states", {}) or {}).values() if t is not None]
+    hf_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    by_hand = 2 * 2 * 4096 * 512 * 2 + 6 * ((1024 + 256) * 4 * 2 + 8 * 128 * 128 * 4)
+    assert kv_cache_bytes(cfg, Workload(batch=1, seq=4096, kv_dtype="bf16")) == hf_bytes == by_hand
+
+
+TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"],
+            num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=8, mamba_n_groups=2,
+            mamba_d_state=6, mamba_d_conv=4, mamba_chunk_size=4, mamba_expand=2, intermediate_size=12,
+            shared_intermediate_size=20, num_local_experts=8, num_experts_per_tok=2, embedding_multiplier=1.5,
+            residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=2.0, position_embedding_type="nope",
+            max_position_embeddings=64)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    torch.manual_seed(0)
+    hf = _hf(TINY, device="cpu")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+    folder = tmp_path_factory.mktemp("tiny_granitemoehybrid")
+    hf.save_pretrained(folder)
+    return hf, load_model(folder)
+
+
+def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
+    hf, model = tiny_pair
+    idx = torch.randint(0, 61, (2, 11))
+    with torch.no_grad():
+        want, got = hf(idx).logits, model(idx)
+    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+
+
+def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
+    """Less the named term of the Mamba2 convolutions (tfcalc.architecture.mamba2); attention eager, as CPU SDPA's
+    fused kernel is no op FlopCounterMode counts."""
+    hf, model = tiny_pair
+    T = 11
+    hf.config._attn_implementation = "eager"
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            hf(torch.randint(0, 61, (1, T)), use_cache=False)
+    finally:
+        hf.config._attn_implementation = "sdpa"
+    conv_dim, K = 64 + 2 * 2 * 6, 4
+    dropped = 2 * 2 * conv_dim * K * (K - 1)
+    assert counter.get_total_flops() == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
+
+
+def test_decode_equals_the_uncached_forward_and_transformers(tiny_pair):
+    hf, model = tiny_pair
+    prompt, new = torch.randint(0, 61, (2, 5)), 8
+    out = generate(model, prompt, new, cache=model.new_cache(2, 5 + new))
+    idx = prompt
+    with torch.no_grad():
+        for _ in range(new):
+            idx = torch.cat([idx, next_token(model(idx))], dim=1)
+    assert torch.equal(out, idx[:, 5:])
+    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("layer_types", ["mamba", "moe"], "'layer_types' must list"),
+    ("layer_types", [], "'layer_types' must list"),
+    ("mamba_d_head", 100, "must equal mamba_expand·hidden_size"),
+    ("mamba_n_heads", 7, "must divide"),
+    ("position_embedding_type", "alibi", "none of nope, rope"),
+    ("logits_scaling", 0, "'logits_scaling' must be a positive number"),
+    ("time_step_limit", [0.0, 5.0], "time_step_limit"),
+])
+def test_bad_granitemoehybrid_config_json_is_one_line(tmp_path, key, value, message):
+    from tfcalc.errors import InputError
+
+    auto = {"mamba_d_head": "auto"} if key == "mamba_n_heads" else {}  # the head width derived from the heads
+    with pytest.raises(InputError, match=message):
+        _cfg(tmp_path, dict(DOC_EXAMPLE, **{key: value}, **auto))

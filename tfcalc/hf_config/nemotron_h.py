@@ -1,0 +1,95 @@
+"""Nemotron-H config.json files (NVIDIA Nemotron-H, Nemotron-Nano-9B-v2, Nemotron-3-Nano-30B-A3B;
+modeling_nemotron_h.py, configuration_nemotron_h.py): a decoder whose every layer is ONE sub-layer beside its
+RMSNorm (NemotronHBlock: x + mixer(norm(x))), the kind per layer from ``hybrid_override_pattern`` (M a Mamba2
+mixer, * attention, - an MLP, E a mixture of experts) or its list form ``layers_block_type`` (linear_attention,
+full_attention, mlp, moe), tfcalc's ``hybrid_pattern``; the layer count is the pattern's (transformers ignores
+num_hidden_layers beside it, with a warning).
+
+- Mamba2 (tfcalc.architecture.mamba2): mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel,
+  chunk_size, use_bias (in_proj, out_proj), use_conv_bias; the SSM state kept in mamba_ssm_cache_dtype (float32);
+- attention: num_attention_heads, num_key_value_heads, head_dim, attention_bias; no positions at all (NemotronH-
+  Attention applies no rotary embedding: rope_theta and partial_rotary_factor in the files are unused);
+- MLP and experts: up and down only (not gated), mlp_hidden_act (relu2), mlp_bias; the MLP intermediate_size
+  wide, each routed expert moe_intermediate_size, the shared expert moe_shared_expert_intermediate_size (one,
+  always on, not gated); the router as DeepSeek-V3's (sigmoid, correction bias, n_group / topk_group, top-k
+  renormalized when norm_topk_prob, times routed_scaling_factor; NemotronHTopkRouter).
+
+Refused by name: moe_latent_size (latent projections around the experts, not built), MTP layers
+(num_nextn_predict_layers), a Mamba2 activation other than SiLU, a dt limit, sliding windows.
+"""
+
+from __future__ import annotations
+
+from tfcalc.errors import shown
+from tfcalc.hf_config.mamba2 import ssm_fields
+from tfcalc.hf_config.reader import Reader
+
+LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _pattern(r: Reader) -> str:
+    pattern = r.get("hybrid_override_pattern")
+    if pattern is None:
+        listed = r.get("layers_block_type", ["linear_attention", "moe", "full_attention", "mlp"])
+        if not isinstance(listed, list) or any(not isinstance(k, str) or k not in LETTERS for k in listed):
+            raise r.fail(f"'layers_block_type' must list layer kinds of {', '.join(LETTERS)}; got {shown(listed)}")
+        pattern = "".join(LETTERS[k] for k in listed)
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
+        raise r.fail(f"'hybrid_override_pattern' must be letters M, *, - and E, one per layer; got {shown(pattern)}")
+    return pattern
+
+
+def nemotron_h(r: Reader) -> None:
+    r.required(("hidden_size", "d_model"), ("vocab_size", "vocab_size"))
+    pattern = _pattern(r)
+    r.fields.update(n_layer=len(pattern), hybrid_pattern=pattern)
+    ssm_fields(r, "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
+               "use_bias", {"mamba_num_heads": 128, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+                            "conv_kernel": 4, "chunk_size": 128, "use_bias": False})
+    cache = r.get("mamba_ssm_cache_dtype", "float32")
+    if cache not in DTYPES:
+        raise r.fail(f"'mamba_ssm_cache_dtype' {shown(cache)} is not one of {', '.join(DTYPES)}")
+    r.fields["ssm_state_dtype"] = DTYPES[cache]
+    r.take("num_attention_heads", "n_head", 32)
+    r.take("num_key_value_heads", "n_kv_head")
+    r.take("head_dim", "d_head", 128)
+    r.take("attention_bias", "attn_bias", False)
+    r.take("max_position_embeddings", "max_seq_len", 4096)
+    r.take("layer_norm_epsilon", "norm_eps", 1e-5)
+    r.take("tie_word_embeddings", "tie_embeddings", False)
+    r.activation("mlp_hidden_act", "relu2")
+    r.take("mlp_bias", "ffn_bias", False)
+    r.dtype()
+    _experts(r, pattern)
+    for key in ("moe_latent_size", "sliding_window"):
+        if r.get(key) is not None:
+            raise r.fail(f"'{key}' {shown(r.get(key))} is not built (transformers' torch path for it is not "
+                         "reproduced here)")
+    if r.number("num_nextn_predict_layers", 0, integer=True):
+        raise r.fail("'num_nextn_predict_layers': Nemotron-H's MTP layers are not counted")
+    r.fields.update(pos_encoding="none", norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True,
+                    gated_ffn=False)
+    r.causal_or_base("NemotronH")
+
+
+def _experts(r: Reader, pattern: str) -> None:
+    """The MLP's width as d_ff, or, with E layers, the experts' as d_ff and the MLP's as dense_d_ff (the flat
+    fields' convention: tfcalc.architecture.flat); the router's keys."""
+    if "E" not in pattern:
+        r.take("intermediate_size", "d_ff", 21504)
+        return
+    r.take("moe_intermediate_size", "d_ff", 7688)
+    if "-" in pattern:  # the MLP layers' width beside the experts'
+        r.take("intermediate_size", "dense_d_ff", 21504)
+    r.take("n_routed_experts", "n_expert", 8, aliases=("num_local_experts",))
+    r.take("num_experts_per_tok", "n_expert_active", 2)
+    shared = r.number("n_shared_experts", 1, integer=True) or 0
+    if shared not in (0, 1):
+        raise r.fail(f"'n_shared_experts' {shared}: transformers' NemotronHMoE builds one shared MLP")
+    if shared:
+        r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
+    r.fields.update(router_scoring="sigmoid", router_score_bias=True, router_norm_topk=r.flag("norm_topk_prob", True))
+    r.take("n_group", "router_groups", 1)
+    r.take("topk_group", "router_topk_groups", 1)
+    r.take("routed_scaling_factor", "routed_scaling", 1.0)
