@@ -24,6 +24,7 @@ and names no family.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,8 +38,8 @@ from tfcalc.hf_config.reader import Reader
 # model_type -> (module of tfcalc.hf_config, its function that reads the file into ModelConfig fields): the one
 # table of the types tfcalc reads, each module imported when a file of its type is read (vLLM's model registry,
 # vllm/model_executor/models/registry.py: an architecture name -> module and class, loaded lazily). A family is
-# one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model). A dotted
-# module name is a module outside this package, imported by that name (a family kept elsewhere: a test's own).
+# one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model). A module
+# name that is no module of this package is imported by its own name (a family kept elsewhere: a test's own).
 REGISTRY: dict[str, tuple[str, str]] = {
     "apertus": ("apertus", "apertus"),
     "bert": ("bert", "bert"),
@@ -93,7 +94,8 @@ SUPPORTED_MODEL_TYPES = tuple(sorted(REGISTRY))
 
 def _family(model_type: str) -> Any:
     module = REGISTRY[model_type][0]
-    return importlib.import_module(module if "." in module else f"tfcalc.hf_config.{module}")
+    own = f"{__name__}.{module}"
+    return importlib.import_module(own if "." not in module and importlib.util.find_spec(own) else module)
 
 
 def mapper(model_type: str) -> Callable[[Reader], None]:
