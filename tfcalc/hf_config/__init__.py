@@ -26,14 +26,16 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfcalc import reading
-from tfcalc.architecture import Architecture
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
-from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
+
+if TYPE_CHECKING:  # importing the package loads no module beyond the reader (tests/test_hf_config.py)
+    from tfcalc.architecture import Architecture
+    from tfcalc.hf_config.names import Rule
 
 # model_type -> (module of tfcalc.hf_config, its function that reads the file into ModelConfig fields): the one
 # table of the types tfcalc reads, each module imported when a file of its type is read (vLLM's model registry,
