@@ -339,7 +339,8 @@ def test_one_registry_names_every_family_module_and_loads_it_lazily():
 
     from tfcalc.hf_config import REGISTRY
 
-    shared = {"__init__", "reader", "llama_like", "layers", "layer_pattern", "quantization", "rope_scaling"}
+    shared = {"__init__", "reader", "llama_like", "layers", "layer_pattern", "quantization", "rope_scaling",
+              "names"}
     folder = Path(importlib.import_module("tfcalc.hf_config").__file__).parent
     families = {p.stem for p in folder.glob("*.py")} - shared
     assert families == {module for module, _ in REGISTRY.values()}

@@ -14,25 +14,34 @@ picks the head (a causal LM head, BERT's masked-LM head, or the bare model witho
 is kept as the config's ``dtype``. Every problem is one ConfigError line naming the file and the Hugging
 Face key; a key that would change a count and that tfcalc cannot build is refused by name.
 
-Adding a type: its module here (a function ``f(r: Reader) -> None`` filling ``r.fields``), one row in
-``REGISTRY``, its row in the README's "Supported model types", and a test against transformers' own model.
+Adding a type: its module here (a function ``f(r: Reader) -> None`` filling ``r.fields``, and
+``checkpoint_names(arch, model_type)``, the rules that map its checkpoint's tensor names onto tfcalc's
+parameters: tfcalc.hf_config.names), one row in ``REGISTRY``, its row in the README's "Supported model types",
+and a test against transformers' own model. tfcalc.checkpoint reads the names through ``checkpoint_names`` below
+and names no family.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tfcalc import reading
 from tfcalc.config import ConfigError
 from tfcalc.errors import shown
 from tfcalc.hf_config.reader import Reader
 
+if TYPE_CHECKING:  # importing the package loads no module beyond the reader (tests/test_hf_config.py)
+    from tfcalc.architecture import Architecture
+    from tfcalc.hf_config.names import Rule
+
 # model_type -> (module of tfcalc.hf_config, its function that reads the file into ModelConfig fields): the one
 # table of the types tfcalc reads, each module imported when a file of its type is read (vLLM's model registry,
 # vllm/model_executor/models/registry.py: an architecture name -> module and class, loaded lazily). A family is
-# one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model).
+# one module: the types that share its mapping name the same module (kimi_k2 is DeepSeek-V3's model). A module
+# name that is no module of this package is imported by its own name (a family kept elsewhere: a test's own).
 REGISTRY: dict[str, tuple[str, str]] = {
     "apertus": ("apertus", "apertus"),
     "bert": ("bert", "bert"),
@@ -88,10 +97,24 @@ REGISTRY: dict[str, tuple[str, str]] = {
 SUPPORTED_MODEL_TYPES = tuple(sorted(REGISTRY))
 
 
+def _family(model_type: str) -> Any:
+    module = REGISTRY[model_type][0]
+    own = f"{__name__}.{module}"
+    return importlib.import_module(own if "." not in module and importlib.util.find_spec(own) else module)
+
+
 def mapper(model_type: str) -> Callable[[Reader], None]:
     """The function that reads a file of this (registered) model_type, its module imported on first use."""
-    module, function = REGISTRY[model_type]
-    return getattr(importlib.import_module(f"tfcalc.hf_config.{module}"), function)
+    return getattr(_family(model_type), REGISTRY[model_type][1])
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """The checkpoint-name rules of a registered model_type (its family module's ``checkpoint_names``), for the
+    model arch describes; ConfigError, one line, for a type tfcalc does not read."""
+    if model_type not in REGISTRY:
+        raise ConfigError(f"model_type {shown(model_type)} is not supported, so its checkpoint names are unknown "
+                          f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    return _family(model_type).checkpoint_names(arch, model_type)
 
 
 def config_fields(raw: Any, path: Path) -> dict[str, Any]:

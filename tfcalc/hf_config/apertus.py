@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -28,3 +30,10 @@ def apertus(r: Reader) -> None:
         if value != built or isinstance(value, (int, float)) and not isinstance(value, bool):
             raise r.fail(f"'{key}' {json.dumps(value)} is not built: transformers' Apertus has {key} "
                          f"{json.dumps(built)} always")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_apertus.py: ApertusDecoderLayer's norm names, and the xIELU's parameters (llama_names)."""
+    return llama_names(arch, [
+        (r"layers\.(\d+)\.attention_layernorm\.weight", "blocks.{0}.attn_norm.weight"),
+        (r"layers\.(\d+)\.feedforward_layernorm\.weight", "blocks.{0}.ffn_norm.weight")])

@@ -9,7 +9,9 @@ tfcalc.hf_config.roberta.
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 _BERT_HEADS = {"BertModel": "base", "BertForMaskedLM": "masked", "BertLMHeadModel": "masked"}
@@ -35,3 +37,31 @@ def bert(r: Reader, heads: dict[str, str] = _BERT_HEADS, default: str = "BertMod
     else:  # the MLM head: modeling_bert.py, BertOnlyMLMHead; its decoder weight is the word embeddings
         r.take("tie_word_embeddings", "tie_embeddings", True)
         r.fields.update(pooler=False, lm_head=True, lm_head_transform=True, lm_head_bias=True)
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_bert.py: query, key and value as the q, k, v rows of tfcalc's fused projection; the masked-LM
+    head's decoder is the tied word embeddings, its bias stored twice."""
+    layer = r"encoder\.layer\.(\d+)\."
+    return [
+        (r"embeddings\.word_embeddings\.weight", "tok_emb.weight"),
+        (r"embeddings\.position_embeddings\.weight", "pos_emb.weight"),
+        (r"embeddings\.token_type_embeddings\.weight", "type_emb.weight"),
+        (r"embeddings\.LayerNorm\.(weight|bias)", "emb_norm.{0}"),
+        (layer + r"attention\.self\.(query|key|value)\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"attention\.output\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"attention\.output\.LayerNorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"crossattention\.self\.query\.(weight|bias)", "blocks.{0}.cross_attn.q.{1}"),
+        (layer + r"crossattention\.self\.(key|value)\.(weight|bias)", "blocks.{0}.cross_attn.kv.{2}|{1}"),
+        (layer + r"crossattention\.output\.dense\.(weight|bias)", "blocks.{0}.cross_attn.out.{1}"),
+        (layer + r"crossattention\.output\.LayerNorm\.(weight|bias)", "blocks.{0}.cross_attn_norm.{1}"),
+        (layer + r"intermediate\.dense\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"output\.dense\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (layer + r"output\.LayerNorm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"pooler\.dense\.(weight|bias)", "pooler.{0}"),
+        (r"cls\.predictions\.transform\.dense\.(weight|bias)", "head_dense.{0}"),
+        (r"cls\.predictions\.transform\.LayerNorm\.(weight|bias)", "head_norm.{0}"),
+        (r"cls\.predictions\.bias", "lm_head.bias"),
+        (r"cls\.predictions\.decoder\.weight", tied_head(arch)),
+        (r"cls\.predictions\.decoder\.bias", "tied:lm_head.bias"),  # the same tensor as predictions.bias
+    ]

@@ -2,11 +2,14 @@
 LayerNorm before attention and FFN side by side (CohereDecoderLayer), a gated SiLU FFN, logits times logit_scale
 (default 0.0625), tied head, use_qk_norm: bias-free LayerNorms over each head with weights of their own per head. Its
 RoPE rotates interleaved pairs (2i, 2i+1); the checkpoint map permutes Q and K rows into tfcalc's rotate-half layout
-(tfcalc.checkpoint.names_dense_families), which changes no count.
+(checkpoint_names below), which changes no count.
 """
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -29,3 +32,15 @@ def cohere(r: Reader) -> None:
     scale = r.number("logit_scale", 0.0625)
     if r.causal_or_base("Cohere") == "causal":
         r.fields["logit_scale"] = scale
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's names; the final norm a bias-free LayerNorm (not Gemma's (1 + w)); Q and K rows and the per-head
+    Q/K norm weights reordered for the interleaved-pair RoPE (``rope_pairs``, ``rope_pairs_heads``:
+    modeling_cohere.py, rotate_half; tfcalc rotates halves, and a head's scores are a sum over its channels,
+    so their order is free)."""
+    layer = r"layers\.(\d+)\."
+    return llama_names(arch, [
+        (r"norm\.weight", "final_norm.weight"),
+        (layer + r"self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+        (layer + r"self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||rope_pairs_heads")])

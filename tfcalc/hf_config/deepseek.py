@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
+from tfcalc.hf_config.llama_like import llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 V3_DEFAULTS = dict(n_routed_experts=256, moe_intermediate_size=2048, num_experts_per_tok=8, n_shared_experts=1,
@@ -139,3 +142,32 @@ def deepseek_v2(r: Reader) -> None:
         r.take("routed_scaling_factor", "routed_scaling", 1.0)
     r.causal_or_base("DeepseekV2")
 
+
+def moe_names(arch: Architecture) -> list[Rule]:
+    """DeepSeek-V3's mixture of experts, which GLM-4.5 (glm4_moe) shares: the MTP modules stored after the main
+    layers (layers n_layer.., tfcalc.architecture.mtp), the FP8 block scales (``weight_scale_inv``), the
+    router's correction bias (a buffer of the model, loaded as one), the shared experts."""
+    mtp = "|".join(str(arch.output.n_layer + k) for k in range(8))
+    return [
+        (rf"layers\.(?:{mtp})\..*", "mtp"),
+        (r".*\.weight_scale_inv", "buffer"),
+        (r"layers\.(\d+)\.mlp\.gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (r"layers\.(\d+)\.mlp\.shared_experts\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (r"layers\.(\d+)\.mlp\.shared_experts\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+    ]
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """DeepSeek-V2/V3 and Kimi K2 (modeling_deepseek_v3.py): the latent attention's projections and norms,
+    the mixture of experts (moe_names), Llama's other names."""
+    attn = r"layers\.(\d+)\.self_attn\."
+    moe = moe_names(arch)
+    return moe[:2] + [
+        (attn + r"q_proj\.weight", "blocks.{0}.attn.q.weight"),
+        (attn + r"q_a_proj\.(weight|bias)", "blocks.{0}.attn.q_a.{1}"),
+        (attn + r"q_a_layernorm\.weight", "blocks.{0}.attn.q_a_norm.weight"),
+        (attn + r"q_b_proj\.weight", "blocks.{0}.attn.q_b.weight"),
+        (attn + r"kv_a_proj_with_mqa\.(weight|bias)", "blocks.{0}.attn.kv_a.{1}"),
+        (attn + r"kv_a_layernorm\.weight", "blocks.{0}.attn.kv_a_norm.weight"),
+        (attn + r"kv_b_proj\.weight", "blocks.{0}.attn.kv_b.weight"),
+    ] + moe[2:] + llama_names(arch)

@@ -12,9 +12,11 @@ on ``(i + 1) % pattern``): such a file without ``layer_types`` is refused, namin
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -39,3 +41,8 @@ def exaone4(r: Reader) -> None:
     rope = [window is None or kind == "sliding_attention" for kind in kinds]
     layers.layer_types(r, n, kinds, rope)
     r.causal_or_base("Exaone4")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

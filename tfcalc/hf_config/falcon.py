@@ -7,6 +7,8 @@ ffn_hidden_size (default 4·hidden), activation, layer_norm_epsilon, tie_word_em
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -36,3 +38,18 @@ def falcon(r: Reader) -> None:
                     attn_bias=bias, ffn_bias=bias, parallel_block=layout)
     if r.head({"FalconForCausalLM": "causal", "FalconModel": "base"}, "FalconForCausalLM") == "base":
         r.base_model()
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_falcon.py: Falcon-7B's multi-query [Q | K | V] is tfcalc's layout; with several K/V heads the
+    rows are grouped, [kv head][its query heads..., k, v][d_head] (_split_heads; ``falcon_qkv``)."""
+    return [
+        (r"word_embeddings\.weight", "tok_emb.weight"), (r"lm_head\.weight", tied_head(arch)),
+        (r"ln_f\.(weight|bias)", "final_norm.{0}"),
+        (r"h\.(\d+)\.(?:input_layernorm|ln_attn)\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (r"h\.(\d+)\.(?:post_attention_layernorm|ln_mlp)\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"h\.(\d+)\.self_attention\.query_key_value\.(weight|bias)", "blocks.{0}.attn.qkv.{1}||falcon_qkv"),
+        (r"h\.(\d+)\.self_attention\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (r"h\.(\d+)\.mlp\.dense_h_to_4h\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (r"h\.(\d+)\.mlp\.dense_4h_to_h\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]

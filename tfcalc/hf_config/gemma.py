@@ -5,7 +5,9 @@ the same parameters. ``gemma_common``: what Gemma 2 and Gemma 3 read the same wa
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -23,3 +25,8 @@ def gemma(r: Reader) -> None:
     r.raw = {**r.raw, "hidden_act": "gelu_pytorch_tanh" if act == "gelu" else act}
     r.activation("hidden_act", "gelu_pytorch_tanh")
     r.causal_or_base("Gemma")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names; every RMSNorm scales by (1 + w) (modeling_gemma.py, GemmaRMSNorm)."""
+    return llama_names(arch, unit_offset=True)

@@ -5,7 +5,10 @@ and windowed layers alternating with full ones.
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.hf_config.gemma import gemma_common
+from tfcalc.hf_config.llama_like import llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -23,3 +26,8 @@ def gemma2(r: Reader) -> None:
     else:
         r.windows()
     r.causal_or_base("Gemma2")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names; every RMSNorm scales by (1 + w) (modeling_gemma.py, GemmaRMSNorm)."""
+    return llama_names(arch, unit_offset=True)

@@ -17,9 +17,12 @@ vision tower (SigLIP, modeling_siglip.py SiglipVisionModel, from ``vision_config
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
 from tfcalc.hf_config.gemma import gemma_common
+from tfcalc.hf_config.llama_like import llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -97,3 +100,9 @@ def siglip_params(v: Reader) -> dict[str, int]:
         total += h + 3 * h * h + 3 * h + h * h + h + 2 * h + mlp
     return {"params": total, "hidden_size": h}
 
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Gemma's tensor names (gemma3's language model's behind the multimodal prefix, tfcalc.checkpoint.names);
+    its Q/K norms scale by (1 + w) too (modeling_gemma3.py, Gemma3RMSNorm)."""
+    first = [(r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1")]
+    return llama_names(arch, first, unit_offset=True)

@@ -6,7 +6,9 @@ in ``gate_up_proj``. .
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -15,3 +17,12 @@ def glm4(r: Reader) -> None:
     r.rope(10000.0, fraction=0.5)
     r.fields.update(attn_bias=r.flag("attention_bias", True), attn_out_bias=False, norm_placement="sandwich")
     r.causal_or_base("Glm4")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_glm4.py: rotary on interleaved channel pairs (``rope_pairs``), and its own norm names: the
+    attention's output norm is post_self_attn_layernorm, so post_attention_layernorm is the FFN's input norm."""
+    return llama_names(arch, [
+        (r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+        (r"layers\.(\d+)\.post_self_attn_layernorm\.weight", "blocks.{0}.attn_post_norm.weight"),
+        (r"layers\.(\d+)\.post_mlp_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight")], sandwich=False)

@@ -11,8 +11,10 @@ DeepSeek-V3's (transformers builds none).
 
 from __future__ import annotations
 
-from tfcalc.hf_config.deepseek import experts
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.deepseek import experts, moe_names
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 DEFAULTS = dict(n_routed_experts=128, moe_intermediate_size=1408, num_experts_per_tok=8, n_shared_experts=1,
@@ -33,3 +35,8 @@ def glm4_moe(r: Reader) -> None:
         r.take("routed_scaling_factor", "routed_scaling", 1.0)
     r.take("num_nextn_predict_layers", "mtp_layers", 0)
     r.causal_or_base("Glm4Moe")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """DeepSeek-V3's mixture of experts (tfcalc.hf_config.deepseek.moe_names) beside Llama's attention."""
+    return llama_names(arch, moe_names(arch))

@@ -6,6 +6,8 @@ ln_cross_attn). Learned positions, pre-LN, biases. GPT2LMHeadModel (tied head) o
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 _GPT2_HEADS = {"GPT2LMHeadModel": "causal", "GPT2Model": "base"}
@@ -23,3 +25,29 @@ def gpt2(r: Reader) -> None:
                     cross_attention=r.flag("add_cross_attention", False))
     if r.head(_GPT2_HEADS, "GPT2LMHeadModel") == "base":
         r.base_model()
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_gpt2.py: Conv1D stores (in, out), the transpose of a Linear's weight (``T``)."""
+    return [
+        (r"wte\.weight", "tok_emb.weight"), (r"wpe\.weight", "pos_emb.weight"),
+        (r"ln_f\.(weight|bias)", "final_norm.{0}"),
+        (r"lm_head\.weight", tied_head(arch)),
+        (r"h\.(\d+)\.ln_1\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (r"h\.(\d+)\.ln_2\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"h\.(\d+)\.ln_cross_attn\.(weight|bias)", "blocks.{0}.cross_attn_norm.{1}"),
+        (r"h\.(\d+)\.attn\.c_attn\.weight", "blocks.{0}.attn.qkv.weight||T"),
+        (r"h\.(\d+)\.attn\.c_attn\.bias", "blocks.{0}.attn.qkv.bias"),
+        (r"h\.(\d+)\.attn\.c_proj\.weight", "blocks.{0}.attn.out.weight||T"),
+        (r"h\.(\d+)\.attn\.c_proj\.bias", "blocks.{0}.attn.out.bias"),
+        (r"h\.(\d+)\.crossattention\.q_attn\.weight", "blocks.{0}.cross_attn.q.weight||T"),
+        (r"h\.(\d+)\.crossattention\.q_attn\.bias", "blocks.{0}.cross_attn.q.bias"),
+        (r"h\.(\d+)\.crossattention\.c_attn\.weight", "blocks.{0}.cross_attn.kv.weight||T"),
+        (r"h\.(\d+)\.crossattention\.c_attn\.bias", "blocks.{0}.cross_attn.kv.bias"),
+        (r"h\.(\d+)\.crossattention\.c_proj\.weight", "blocks.{0}.cross_attn.out.weight||T"),
+        (r"h\.(\d+)\.crossattention\.c_proj\.bias", "blocks.{0}.cross_attn.out.bias"),
+        (r"h\.(\d+)\.mlp\.c_fc\.weight", "blocks.{0}.ffn.up.weight||T"),
+        (r"h\.(\d+)\.mlp\.c_fc\.bias", "blocks.{0}.ffn.up.bias"),
+        (r"h\.(\d+)\.mlp\.c_proj\.weight", "blocks.{0}.ffn.down.weight||T"),
+        (r"h\.(\d+)\.mlp\.c_proj\.bias", "blocks.{0}.ffn.down.bias"),
+    ]

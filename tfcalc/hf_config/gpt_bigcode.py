@@ -5,6 +5,8 @@ cross-attention (add_cross_attention) is refused: transformers' own splits K and
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -27,3 +29,20 @@ def gpt_bigcode(r: Reader) -> None:
     if not r.flag("scale_attn_weights", True):
         r.fields["attn_scale"] = 1.0
     r.causal_or_base("GPTBigCode")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_gpt_bigcode.py: GPT-2's names in Linear layout; the multi-query c_attn is [Q | K | V], tfcalc's
+    layout; with several K/V heads it interleaves per head, [head][q, k, v][d_head], as GPT-NeoX does."""
+    attention = arch.output.layer(0).mixer  # GPT-BigCode: softmax attention
+    qkv = "" if attention.n_kv_head == 1 else "||neox_qkv"
+    return [
+        (r"wte\.weight", "tok_emb.weight"), (r"wpe\.weight", "pos_emb.weight"),
+        (r"ln_f\.(weight|bias)", "final_norm.{0}"), (r"lm_head\.weight", tied_head(arch)),
+        (r"h\.(\d+)\.ln_1\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (r"h\.(\d+)\.ln_2\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"h\.(\d+)\.attn\.c_attn\.(weight|bias)", "blocks.{0}.attn.qkv.{1}" + qkv),
+        (r"h\.(\d+)\.attn\.c_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (r"h\.(\d+)\.mlp\.c_fc\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (r"h\.(\d+)\.mlp\.c_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]

@@ -7,6 +7,8 @@ every Linear and norm. GPTNeoXForCausalLM or GPTNeoXModel.
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -27,3 +29,17 @@ def gpt_neox(r: Reader) -> None:
                     ffn_bias=True, parallel_block="two_norms" if parallel else "none")
     if r.head({"GPTNeoXForCausalLM": "causal", "GPTNeoXModel": "base"}, "GPTNeoXForCausalLM") == "base":
         r.base_model()
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_gpt_neox.py: query_key_value interleaves per head, rows [head][q, k, v][d_head] (``neox_qkv``)."""
+    return [
+        (r"embed_in\.weight", "tok_emb.weight"), (r"embed_out\.weight", tied_head(arch)),
+        (r"final_layer_norm\.(weight|bias)", "final_norm.{0}"),
+        (r"layers\.(\d+)\.input_layernorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (r"layers\.(\d+)\.post_attention_layernorm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (r"layers\.(\d+)\.attention\.query_key_value\.(weight|bias)", "blocks.{0}.attn.qkv.{1}||neox_qkv"),
+        (r"layers\.(\d+)\.attention\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (r"layers\.(\d+)\.mlp\.dense_h_to_4h\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (r"layers\.(\d+)\.mlp\.dense_4h_to_h\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]

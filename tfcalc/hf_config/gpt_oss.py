@@ -8,8 +8,10 @@ modules_to_not_convert names the modules kept in the checkpoint's dtype, which m
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -45,3 +47,23 @@ def _expert_format(r: Reader) -> None:
     if any("experts" in m or m.endswith("mlp") for m in kept):
         raise r.fail("'quantization_config' keeps the experts unquantized: tfcalc reads mxfp4 for every expert")
     r.fields["expert_format"] = "mxfp4"
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_gpt_oss.py: Llama's names, sinks, a router with a bias, and grouped experts stored (in, out):
+    gate_up_proj (E, d, 2f) with gate and up columns interleaved [g0 u0 g1 u1 ...], its bias (E, 2f) likewise,
+    down_proj (E, f, d) (transforms ``oss_gate_up``, ``oss_bias``, ``mT``). The released checkpoints store the
+    expert weights as MXFP4 (``*_blocks``: two 4-bit values per byte, uint8 (E, rows, cols/32, 16); ``*_scales``:
+    one 8-bit scale per 32 values), rows in the out dimension."""
+    experts = r"layers\.(\d+)\.mlp\.experts\."
+    return [rule for rule in llama_names(arch) if "experts" not in rule[1]] + [
+        (r"layers\.(\d+)\.self_attn\.sinks", "blocks.{0}.attn.sinks"),
+        (r"layers\.(\d+)\.mlp\.router\.(weight|bias)", "blocks.{0}.ffn.router.{1}"),
+        (experts + r"gate_up_proj", "blocks.{0}.ffn.experts.up.weight||oss_gate_up"),
+        (experts + r"gate_up_proj_bias", "blocks.{0}.ffn.experts.up.bias||oss_bias"),
+        (experts + r"down_proj", "blocks.{0}.ffn.experts.down.weight||mT"),
+        (experts + r"down_proj_bias", "blocks.{0}.ffn.experts.down.bias"),
+        (experts + r"gate_up_proj_blocks", "blocks.{0}.ffn.experts.up.weight||mxfp4"),
+        (experts + r"down_proj_blocks", "blocks.{0}.ffn.experts.down.weight||mxfp4"),
+        (experts + r"(?:gate_up|down)_proj_scales", "scales"),
+    ]

@@ -5,7 +5,9 @@ attention_multiplier (the score scale, in place of 1/sqrt(d_head)) and logits_sc
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -25,3 +27,8 @@ def granite(r: Reader) -> None:
     r.causal_or_base("Granite")
     if r.fields.get("lm_head", True):
         r.fields["logit_scale"] = 1 / multipliers["logits_scaling"]  # logits / logits_scaling
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (modeling_granite.py keeps them; its multipliers are no tensors)."""
+    return llama_names(arch)

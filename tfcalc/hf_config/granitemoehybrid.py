@@ -11,8 +11,10 @@ mamba_d_conv, mamba_chunk_size, mamba_conv_bias, mamba_proj_bias; the SSM state 
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.mamba2 import ssm_fields
+from tfcalc.hf_config.mamba2 import mamba2_mixer, ssm_fields
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 LETTERS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*"}
@@ -71,3 +73,27 @@ def granitemoehybrid(r: Reader) -> None:
     r.causal_or_base("GraniteMoeHybrid")
     if r.fields.get("lm_head", True):
         r.fields["logit_scale"] = 1 / multipliers["logits_scaling"]
+
+
+# ---- its checkpoint names (tfcalc.hf_config.names): modeling_granitemoehybrid.py, after ``model.`` ----
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's layer norms and attention, the Mamba2 mixer under ``mamba.``, the experts' stored
+    ``block_sparse_moe.input_linear`` (E, 2f, d: [gate | up] per expert, tfcalc's layout) and ``output_linear``,
+    the router ``router.layer``, and the ``shared_mlp`` (input_linear [gate | up], output_linear): the shared
+    expert, or the FFN itself where the model has no experts."""
+    layer = r"layers\.(\d+)\."
+    shared = "shared." if any(b.is_moe for b, _ in arch.output.kinds()) else ""
+    return [(rule.replace(r"\.mixer\.", r"\.mamba\."), target) for rule, target in mamba2_mixer(r"layers\.(\d+)")] + [
+        (r"embed_tokens\.weight", "tok_emb.weight"), (r"lm_head\.weight", tied_head(arch)),
+        (r"norm\.weight", "final_norm.weight"),
+        (layer + r"input_layernorm\.weight", "blocks.{0}.attn_norm.weight"),
+        (layer + r"post_attention_layernorm\.weight", "blocks.{0}.ffn_norm.weight"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"block_sparse_moe\.input_linear\.weight", "blocks.{0}.ffn.experts.up.weight"),
+        (layer + r"block_sparse_moe\.output_linear\.weight", "blocks.{0}.ffn.experts.down.weight"),
+        (layer + r"block_sparse_moe\.router\.layer\.weight", "blocks.{0}.ffn.router.weight"),
+        (layer + r"shared_mlp\.input_linear\.weight", "blocks.{0}.ffn.%sup.weight" % shared),
+        (layer + r"shared_mlp\.output_linear\.weight", "blocks.{0}.ffn.%sdown.weight" % shared),
+    ]

@@ -22,8 +22,10 @@ buffer, with ``use_expert_bias``), weighted by the sigmoids renormalized (``norm
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config.layer_pattern import compact
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 THETA = 1_000_000.0  # Lfm2Config.default_theta, Lfm2MoeConfig.default_theta
@@ -107,3 +109,29 @@ def lfm2_moe(r: Reader) -> None:
     r.take("routed_scaling_factor", "routed_scaling", 1.0)
     _layer_types(r, fallback=False)
     r.causal_or_base("Lfm2Moe")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """LFM2 and LFM2-MoE (modeling_lfm2.py, modeling_lfm2_moe.py): the short convolution's in_proj, conv and
+    out_proj are its component's Weights (tfcalc.architecture.short_conv) by name; the router's expert_bias
+    is a buffer (DeepSeek-V3's score bias); experts grouped (transformers 5) or one by one (4's w1, w3, w2)."""
+    layer, ff = r"layers\.(\d+)\.", r"layers\.(\d+)\.feed_forward\."
+    return [
+        (r"embed_tokens\.weight", "tok_emb.weight"), (r"embedding_norm\.weight", "final_norm.weight"),
+        (r"lm_head\.weight", tied_head(arch)),
+        (layer + r"operator_norm\.weight", "blocks.{0}.attn_norm.weight"),
+        (layer + r"ffn_norm\.weight", "blocks.{0}.ffn_norm.weight"),
+        (layer + r"conv\.(in_proj|conv|out_proj)\.(weight|bias)", "blocks.{0}.attn.{1}.{2}"),
+        (layer + r"self_attn\.([qkv])_proj\.weight", "blocks.{0}.attn.qkv.weight|{1}"),
+        (layer + r"self_attn\.out_proj\.weight", "blocks.{0}.attn.out.weight"),
+        (layer + r"self_attn\.([qk])_layernorm\.weight", "blocks.{0}.attn.{1}_norm.weight"),
+        (ff + r"w1\.weight", "blocks.{0}.ffn.up.weight|gate"), (ff + r"w3\.weight", "blocks.{0}.ffn.up.weight|up"),
+        (ff + r"w2\.weight", "blocks.{0}.ffn.down.weight"),
+        (ff + r"gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (ff + r"expert_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (ff + r"experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (ff + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (ff + r"experts\.(\d+)\.w1\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|gate"),
+        (ff + r"experts\.(\d+)\.w3\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|up"),
+        (ff + r"experts\.(\d+)\.w2\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+    ]

@@ -4,7 +4,9 @@ attention_bias and mlp_bias (biases on Q/K/V/O and on the FFN).
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -14,3 +16,8 @@ def llama(r: Reader) -> None:
     r.take("attention_bias", "attn_bias", False)
     r.take("mlp_bias", "ffn_bias", False)
     r.causal_or_base("Llama")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

@@ -16,9 +16,11 @@ and the projector counted apart and named beside (``vision_params``).
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -106,3 +108,17 @@ def vision_params(v: Reader, d_text: int) -> int:
     projector = out * d_text + (d_text if v.flag("multi_modal_projector_bias", False) else 0)
     return tower + adapter + projector
 
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_llama4.py: complex (interleaved-pair) RoPE (``rope_pairs``), feed_forward names, experts stored
+    (E, d, 2f) and (E, f, d): the transposes of tfcalc's grouped layout (``mT``)."""
+    ff = r"layers\.(\d+)\.feed_forward\."
+    return llama_names(arch, [
+        (r"layers\.(\d+)\.self_attn\.([qk])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}|rope_pairs"),
+        (ff + r"router\.weight", "blocks.{0}.ffn.router.weight"),
+        (ff + r"experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight||mT"),
+        (ff + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight||mT"),
+        (ff + r"shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (ff + r"shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+        (ff + r"(gate|up)_proj\.weight", "blocks.{0}.ffn.up.weight|{1}"),
+        (ff + r"down_proj\.weight", "blocks.{0}.ffn.down.weight")])

@@ -7,12 +7,17 @@ own d_ff: qwen2_moe's moe_intermediate_size), vocab_size. Optional, with the def
 class: num_key_value_heads, head_dim, max_position_embeddings, rms_norm_eps, rope_theta (or
 rope_parameters.rope_theta), hidden_act, tie_word_embeddings, torch_dtype. What each type adds is in its own
 module, from its modeling file.
+
+``llama_names``: the checkpoint tensor names they share (modeling_llama.py's, and the MoE names of
+modeling_mixtral.py and modeling_qwen2_moe.py), which a family extends with its own rules first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -30,3 +35,43 @@ def base_fields(r: Reader, defaults: dict[str, Any], d_ff_key: str | None = "int
     r.dtype()
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
                     attn_bias=False, ffn_bias=False)
+
+
+def llama_names(arch: Architecture, first: list[Rule] | None = None, unit_offset: bool = False,
+                sandwich: bool | None = None) -> list[Rule]:
+    """Llama's tensor names, after a family's own ``first`` rules (the first match wins). unit_offset: the
+    RMSNorms scale by (1 + w) (modeling_gemma.py, GemmaRMSNorm), a storage convention: tfcalc's weight is w + 1.
+    post_attention_layernorm is the attention's output norm where the description places one (Gemma 2's
+    sandwich, OLMo 2's output norms), else the FFN's input norm (Llama); ``sandwich`` overrides that reading."""
+    norm = "||norm+1" if unit_offset else ""
+    if sandwich is None:
+        sandwich = any(b.placement in ("sandwich", "output") for b, _ in arch.output.kinds())
+    experts = r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts"
+    return list(first or []) + [
+        (r"embed_tokens\.weight", "tok_emb.weight"),
+        (r"norm\.weight", "final_norm.weight" + norm),
+        (r"lm_head\.weight", tied_head(arch)),
+        (r"layers\.(\d+)\.input_layernorm\.weight", "blocks.{0}.attn_norm.weight" + norm),
+        (r"layers\.(\d+)\.post_attention_layernorm\.weight",
+         ("blocks.{0}.attn_post_norm.weight" if sandwich else "blocks.{0}.ffn_norm.weight") + norm),
+        (r"layers\.(\d+)\.pre_feedforward_layernorm\.weight", "blocks.{0}.ffn_norm.weight" + norm),
+        (r"layers\.(\d+)\.post_feedforward_layernorm\.weight", "blocks.{0}.ffn_post_norm.weight" + norm),
+        (r"layers\.(\d+)\.self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (r"layers\.(\d+)\.self_attn\.qkv_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{1}"),
+        (r"layers\.(\d+)\.self_attn\.o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight"),
+        (r"layers\.(\d+)\.mlp\.(gate|up)_proj\.(weight|bias)", "blocks.{0}.ffn.up.{2}|{1}"),
+        (r"layers\.(\d+)\.mlp\.gate_up_proj\.weight", "blocks.{0}.ffn.up.weight"),
+        (r"layers\.(\d+)\.mlp\.down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (r"layers\.(\d+)\.mlp\.act_fn\.(alpha_p|alpha_n)", "blocks.{0}.ffn.act.{1}"),  # Apertus' xIELU
+        (r"layers\.(\d+)\.mlp\.act_fn\.(beta|eps)", "buffer:blocks.{0}.ffn.act.{1}"),
+        (r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (experts + r"\.(\d+)\.(?:w1|gate_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|gate"),
+        (experts + r"\.(\d+)\.(?:w3|up_proj)\.weight", "blocks.{0}.ffn.experts.up.weight@{1}|up"),
+        (experts + r"\.(\d+)\.(?:w2|down_proj)\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+        (experts + r"\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (experts + r"\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (r"layers\.(\d+)\.mlp\.shared_expert\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (r"layers\.(\d+)\.mlp\.shared_expert\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+        (r"layers\.(\d+)\.mlp\.shared_expert_gate\.weight", "blocks.{0}.ffn.shared_gate.weight"),
+    ]

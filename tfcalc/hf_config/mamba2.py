@@ -9,7 +9,9 @@ SSM's heads (read by no count) and ``max_seq_len`` bounds only what tfcalc runs 
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 NO_POSITIONS_MAX = 1 << 20  # the tokens tfcalc lets a run ask for: the model itself has no position limit
@@ -59,3 +61,31 @@ def mamba2(r: Reader) -> None:
     r.fields.update(n_head=r.fields["ssm_heads"], max_seq_len=NO_POSITIONS_MAX, pos_encoding="none",
                     norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, hybrid_pattern="M" * n)
     r.causal_or_base("Mamba2")
+
+
+# ---- its checkpoint names (tfcalc.hf_config.names): modeling_mamba2.py, the model under ``backbone.`` ----
+
+MIXER = r"\.mixer\.(in_proj\.weight|in_proj\.bias|conv1d\.weight|conv1d\.bias|dt_bias|A_log|D|out_proj\.weight|" \
+        r"out_proj\.bias)"
+
+
+def mamba2_mixer(layer: str) -> list[Rule]:
+    """A Mamba2 mixer's tensors under ``layer`` (a regex whose first group is the layer number)."""
+    return [(layer + MIXER, "blocks.{0}.attn.{1}"),
+            (layer + r"\.mixer\.norm\.weight", "blocks.{0}.attn.gate_norm.weight")]
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Codestral Mamba: each layer's one norm is ``layers.<i>.norm``, its one sub-layer ``layers.<i>.mixer``, whose
+    tensors are tfcalc's under the same names (tfcalc.architecture.mamba2) but its gated norm (``mixer.norm`` ->
+    ``attn.gate_norm``: the block's own norm is ``attn_norm``)."""
+    return [(r"backbone\.layers\.(\d+)\.norm\.weight", "blocks.{0}.attn_norm.weight")] + backbone(arch)
+
+
+def backbone(arch: Architecture) -> list[Rule]:
+    """The Mamba2 mixers, embedding, final norm and head of a model under ``backbone.`` (mamba2, nemotron_h)."""
+    return mamba2_mixer(r"backbone\.layers\.(\d+)") + [
+        (r"backbone\.embeddings?\.weight", "tok_emb.weight"),  # "embedding." in older files (Mamba2Model.load_hook)
+        (r"backbone\.norm_f\.weight", "final_norm.weight"),
+        (r"lm_head\.weight", tied_head(arch)),
+    ]

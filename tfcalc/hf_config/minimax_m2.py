@@ -11,8 +11,10 @@ left, as transformers leaves them.
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -32,3 +34,9 @@ def minimax_m2(r: Reader) -> None:
     r.take("num_experts_per_tok", "n_expert_active", 8)
     r.fields.update(router_scoring="sigmoid", router_score_bias=True, router_norm_topk=True)
     r.causal_or_base("MiniMaxM2")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Mixtral's names with the router's correction bias beside the gate (a buffer of the model)."""
+    return llama_names(arch, [(r"layers\.(\d+)\.(?:block_sparse_moe|mlp)\.e_score_correction_bias",
+                               "buffer:blocks.{0}.ffn.score_bias")])

@@ -4,7 +4,9 @@ sliding_window on every layer, and a mixture of num_local_experts experts, top n
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -13,3 +15,8 @@ def mixtral(r: Reader) -> None:
     r.required(("num_local_experts", "n_expert"), ("num_experts_per_tok", "n_expert_active"))
     r.windows()
     r.causal_or_base("Mixtral")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names and its experts' (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

@@ -20,8 +20,10 @@ Refused by name: moe_latent_size (latent projections around the experts, not bui
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.mamba2 import ssm_fields
+from tfcalc.hf_config.mamba2 import backbone, ssm_fields
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
@@ -93,3 +95,36 @@ def _experts(r: Reader, pattern: str) -> None:
     r.take("n_group", "router_groups", 1)
     r.take("topk_group", "router_topk_groups", 1)
     r.take("routed_scaling_factor", "routed_scaling", 1.0)
+
+
+# ---- its checkpoint names (tfcalc.hf_config.names): modeling_nemotron_h.py ----
+
+def _layers(arch: Architecture) -> list[Rule]:
+    """Each layer's norm is the mixer's input norm (``attn_norm``) in an M or * layer and the FFN's (``ffn_norm``)
+    in a - or E layer, read from the description (``Block.norms``); attention (q, k, v, o), MLP (up, down), router
+    (``gate``, its correction bias a buffer), experts (grouped (E, f, d) and (E, d, f), tfcalc's layout, or one
+    tensor per expert as the released files store them) and shared expert as DeepSeek-V3's are."""
+    layer = r"backbone\.layers\.(\d+)\.mixer\."
+    by_norm: dict[str, list[str]] = {}
+    for i, block in enumerate(arch.output.layers()):
+        by_norm.setdefault(block.norms()[0][0], []).append(str(i))
+    norms = [(rf"backbone\.layers\.({'|'.join(ids)})\.norm\.weight", "blocks.{0}.%s.weight" % name)
+             for name, ids in by_norm.items()]
+    return norms + [
+        (layer + r"([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"up_proj\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (layer + r"gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (layer + r"gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
+        (layer + r"experts\.up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (layer + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (layer + r"experts\.(\d+)\.up_proj\.weight", "blocks.{0}.ffn.experts.up.weight@{1}"),
+        (layer + r"experts\.(\d+)\.down_proj\.weight", "blocks.{0}.ffn.experts.down.weight@{1}"),
+        (layer + r"shared_experts\.up_proj\.weight", "blocks.{0}.ffn.shared.up.weight"),
+        (layer + r"shared_experts\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+    ]
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    return _layers(arch) + backbone(arch)

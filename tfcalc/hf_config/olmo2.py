@@ -5,7 +5,9 @@ sub-layer's output is normed before the residual add (``post_attention_layernorm
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -14,3 +16,8 @@ def olmo2(r: Reader) -> None:
     r.take("attention_bias", "attn_bias", False)
     r.fields.update(norm_placement="output", qk_norm=True, qk_norm_over="projection")
     r.causal_or_base("Olmo2")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

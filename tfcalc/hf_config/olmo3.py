@@ -9,9 +9,11 @@ Olmo 3 checkpoints: factor 8 from 8,192 positions) changes no count, and tfcalc'
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 THETA = 500_000.0  # Olmo3Config.default_theta
@@ -44,3 +46,8 @@ def _thetas(r: Reader) -> None:
     r.fields["rope_theta"] = float(theta)
     if local_theta != theta:
         r.fields["rope_local_theta"] = float(local_theta)
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

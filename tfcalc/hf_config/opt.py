@@ -7,6 +7,8 @@ the lookup and out again before the LM head (bias-free project_in, project_out).
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -30,3 +32,20 @@ def opt(r: Reader) -> None:
                     attn_bias=bias, ffn_bias=bias)
     if r.head({"OPTForCausalLM": "causal", "OPTModel": "base"}, "OPTForCausalLM") == "base":
         r.base_model()
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_opt.py, and OPT-350m's projections in and out of its word_embed_proj_dim."""
+    layer = r"decoder\.layers\.(\d+)\."
+    return [
+        (r"decoder\.embed_tokens\.weight", "tok_emb.weight"), (r"decoder\.embed_positions\.weight", "pos_emb.weight"),
+        (r"lm_head\.weight", tied_head(arch)), (r"decoder\.final_layer_norm\.(weight|bias)", "final_norm.{0}"),
+        (layer + r"self_attn_layer_norm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.out_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"final_layer_norm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (layer + r"fc1\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"fc2\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+        (r"decoder\.project_in\.weight", "project_in.weight"),
+        (r"decoder\.project_out\.weight", "project_out.weight"),
+    ]

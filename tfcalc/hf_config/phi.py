@@ -6,6 +6,8 @@ bias; qk_layernorm: a LayerNorm over each head's channels, shared by the heads. 
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -24,3 +26,18 @@ def phi(r: Reader) -> None:
                     attn_bias=True, ffn_bias=True, parallel_block="shared_norm", qk_norm=r.flag("qk_layernorm", False))
     if r.causal_or_base("Phi") == "causal":
         r.fields["lm_head_bias"] = True  # PhiForCausalLM: nn.Linear(hidden_size, vocab_size, bias=True)
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_phi.py: its dense, fc1, fc2 and final_layernorm names, Q/K LayerNorms, an LM head bias."""
+    layer = r"layers\.(\d+)\."
+    return [
+        (r"embed_tokens\.weight", "tok_emb.weight"), (r"final_layernorm\.(weight|bias)", "final_norm.{0}"),
+        (r"lm_head\.weight", tied_head(arch)), (r"lm_head\.bias", "lm_head.bias"),
+        (layer + r"input_layernorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.dense\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"self_attn\.([qk])_layernorm\.(weight|bias)", "blocks.{0}.attn.{1}_norm.{2}"),
+        (layer + r"mlp\.fc1\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"mlp\.fc2\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]

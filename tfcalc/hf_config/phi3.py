@@ -4,7 +4,9 @@ and gate_up_proj (the same tensors split by rows), partial_rotary_factor, slidin
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -12,3 +14,8 @@ def phi3(r: Reader) -> None:
     base_fields(r, dict(max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0))
     r.windows()
     r.causal_or_base("Phi3")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

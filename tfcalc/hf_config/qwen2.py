@@ -5,7 +5,9 @@ no O bias (Qwen2Attention: o_proj bias=False), and Qwen's sliding windows (use_s
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -25,3 +27,8 @@ def qwen2(r: Reader) -> None:
     r.fields.update(attn_bias=True, attn_out_bias=False)  # modeling_qwen2.py: q/k/v_proj bias, o_proj none
     qwen_windows(r)
     r.causal_or_base("Qwen2")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.qwen2 import qwen_windows
 from tfcalc.hf_config.reader import Reader
 
@@ -65,3 +67,8 @@ def expert_layers(r: Reader, experts: Any, dense_width: int = 5632) -> bool:
     if dense or step > 1:
         r.take("intermediate_size", "dense_d_ff", dense_width)
     return True
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names and its experts' (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

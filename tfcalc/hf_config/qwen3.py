@@ -5,7 +5,9 @@ k_norm (RMSNorm over each head), head_dim (default 128), attention_bias, and Qwe
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.qwen2 import qwen_windows
 from tfcalc.hf_config.reader import Reader
 
@@ -16,3 +18,8 @@ def qwen3(r: Reader) -> None:
     r.fields.update(qk_norm=True)
     qwen_windows(r)
     r.causal_or_base("Qwen3")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

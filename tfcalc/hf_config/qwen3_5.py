@@ -14,9 +14,11 @@ the vision tower (Qwen3_5VisionModel, from ``vision_config``) is counted apart a
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config.llama_like import base_fields
-from tfcalc.hf_config.qwen3_next import gated_attention, linear_layers
+from tfcalc.hf_config.names import Rule
+from tfcalc.hf_config.qwen3_next import checkpoint_names as qwen3_next_names, gated_attention, linear_layers
 from tfcalc.hf_config.reader import Reader
 
 TEXT = dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256)
@@ -90,3 +92,9 @@ def vision_params(v: Reader) -> int:
     wide = h * m * m
     merger = 2 * h + wide * wide + wide + wide * out + out
     return c * t * p * p * h + h + positions * h + depth * block + merger
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Qwen3-Next's names (its DeltaNet's four input projections are Weights of their own names); qwen3_5's
+    language model's behind the multimodal prefix, its vision tower counted apart (tfcalc.checkpoint.names)."""
+    return qwen3_next_names(arch, model_type)

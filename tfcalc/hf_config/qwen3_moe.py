@@ -8,7 +8,9 @@ use_sliding_window windows every layer.
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.qwen2_moe import expert_layers
 from tfcalc.hf_config.reader import Reader
 
@@ -25,3 +27,8 @@ def qwen3_moe(r: Reader) -> None:
     r.fields.update(qk_norm=True)
     r.windows(used=r.flag("use_sliding_window", False))  # every layer (Qwen3MoeAttention.sliding_window)
     r.causal_or_base("Qwen3Moe")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names and its experts' (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

@@ -8,14 +8,16 @@ each head, default 0.25); without ``layer_types``, every ``full_attention_interv
 full, as Qwen3NextConfig.__post_init__ writes them. Experts as Qwen2-MoE's (tfcalc.hf_config.qwen2_moe:
 num_experts, decoder_sparse_step, mlp_only_layers) with a gated shared expert, norm_topk_prob true by default.
 Every RMSNorm but the DeltaNet's gated one scales by (1 + w) (Qwen3NextRMSNorm): a storage convention the
-checkpoint loader undoes (tfcalc.checkpoint.names), no count changes.
+checkpoint loader undoes (checkpoint_names below), no count changes.
 """
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config.layers import attention_layers
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.qwen2_moe import expert_layers
 from tfcalc.hf_config.reader import Reader
 
@@ -81,3 +83,14 @@ def _layers(r: Reader) -> bool:
     linear = [k == "linear_attention" for k in kinds]
     attention_layers(r, n, linear, [True] * n)
     return any(linear)
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Qwen3-Next's (and Qwen3.5's) names: RMSNorms of (1 + w) (Qwen3NextRMSNorm), Q/K norms included; the
+    gated DeltaNet's tensors under transformers' names, which its component's Weights keep
+    (tfcalc.architecture.gated_deltanet); the MTP modules counted beside the model."""
+    return llama_names(arch, [
+        (r"layers\.(\d+)\.self_attn\.([qk])_norm\.weight", "blocks.{0}.attn.{1}_norm.weight||norm+1"),
+        (r"layers\.(\d+)\.linear_attn\.(dt_bias|A_log)", "blocks.{0}.attn.{1}"),
+        (r"layers\.(\d+)\.linear_attn\.(\w+)\.weight", "blocks.{0}.attn.{1}.weight"),
+        (r"mtp\..*", "mtp")], unit_offset=True)

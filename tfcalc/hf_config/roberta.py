@@ -6,7 +6,9 @@ position_offset. RobertaModel (pooler), RobertaForMaskedLM, or RobertaForCausalL
 
 from __future__ import annotations
 
-from tfcalc.hf_config.bert import bert
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.bert import bert, checkpoint_names as bert_names
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 _ROBERTA_HEADS = {"RobertaModel": "base", "RobertaForMaskedLM": "masked", "RobertaForCausalLM": "masked"}
@@ -20,3 +22,15 @@ def roberta(r: Reader) -> None:
         raise r.fail(f"'pad_token_id' {pad} must be at least 0 and below max_position_embeddings - 1 ({rows - 1}): "
                      "RoBERTa's positions start after it")
     r.fields.update(position_offset=pad + 1, max_seq_len=rows - pad - 1)
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """BERT's names under ``roberta.``, and RobertaLMHead's (modeling_roberta.py): dense, layer_norm, decoder
+    (the tied word embeddings) and its bias, stored twice (lm_head.bias, lm_head.decoder.bias)."""
+    return bert_names(arch, model_type) + [
+        (r"lm_head\.dense\.(weight|bias)", "head_dense.{0}"),
+        (r"lm_head\.layer_norm\.(weight|bias)", "head_norm.{0}"),
+        (r"lm_head\.decoder\.weight", tied_head(arch)),
+        (r"lm_head\.bias", "lm_head.bias"),
+        (r"lm_head\.decoder\.bias", "tied:lm_head.bias"),
+    ]

@@ -7,7 +7,9 @@ rope_parameters). Its dropouts (attention_dropout, residual_dropout) change no c
 
 from __future__ import annotations
 
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -17,3 +19,8 @@ def seed_oss(r: Reader) -> None:
     r.take("attention_out_bias", "attn_out_bias", False)
     r.take("mlp_bias", "ffn_bias", False)
     r.causal_or_base("SeedOss")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

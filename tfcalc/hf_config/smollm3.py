@@ -5,8 +5,10 @@ embeddings by default; windows only with ``use_sliding_window`` (``layer_types``
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.llama_like import base_fields
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
@@ -24,3 +26,8 @@ def smollm3(r: Reader) -> None:
         r.raw = {**r.raw, "layer_types": None}  # modeling_smollm3.py reads the window only with the flag
     layers.layer_types(r, n, default, rope)
     r.causal_or_base("SmolLM3")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's tensor names (tfcalc.hf_config.llama_like)."""
+    return llama_names(arch)

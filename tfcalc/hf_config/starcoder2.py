@@ -5,6 +5,8 @@ c_fc, c_proj (gelu_pytorch_tanh), tied head by default.
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -23,3 +25,18 @@ def starcoder2(r: Reader) -> None:
                     attn_bias=bias, ffn_bias=bias)
     r.windows()
     r.causal_or_base("Starcoder2")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """modeling_starcoder2.py: Llama's attention names, LayerNorms with biases, c_fc and c_proj."""
+    layer = r"layers\.(\d+)\."
+    return [
+        (r"embed_tokens\.weight", "tok_emb.weight"), (r"norm\.(weight|bias)", "final_norm.{0}"),
+        (r"lm_head\.weight", tied_head(arch)),
+        (layer + r"input_layernorm\.(weight|bias)", "blocks.{0}.attn_norm.{1}"),
+        (layer + r"post_attention_layernorm\.(weight|bias)", "blocks.{0}.ffn_norm.{1}"),
+        (layer + r"self_attn\.([qkv])_proj\.(weight|bias)", "blocks.{0}.attn.qkv.{2}|{1}"),
+        (layer + r"self_attn\.o_proj\.(weight|bias)", "blocks.{0}.attn.out.{1}"),
+        (layer + r"mlp\.c_fc\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
+        (layer + r"mlp\.c_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
+    ]

@@ -10,6 +10,8 @@ encoder alone).
 
 from __future__ import annotations
 
+from tfcalc.architecture import Architecture
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 
@@ -37,3 +39,32 @@ def t5(r: Reader) -> None:
                     gated_ffn=gated, attn_bias=False, ffn_bias=False, attn_scale=1.0, tie_embeddings=tied)
     if head != "causal":
         r.base_model()
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """T5: the decoder is tfcalc's top-level stack, the encoder its ``encoder.`` stack (an encoder-only
+    T5EncoderModel: the top level)."""
+    enc = "" if arch.kind == "encoder" else "encoder."
+    rules = [(r"shared\.weight", "tok_emb.weight"),
+             (r"(?:encoder|decoder)\.embed_tokens\.weight", "tied:tok_emb.weight"),
+             (r"lm_head\.weight", tied_head(arch))]
+    for stack, target, ffn_layer in (("encoder", enc, 1), ("decoder", "", 2)):
+        block = stack + r"\.block\.(\d+)\.layer\."
+        rules += [
+            (block + r"0\.SelfAttention\.([qkv])\.weight", target + "blocks.{0}.attn.qkv.weight|{1}"),
+            (block + r"0\.SelfAttention\.o\.weight", target + "blocks.{0}.attn.out.weight"),
+            (block + r"0\.SelfAttention\.relative_attention_bias\.weight", target + "rel_bias.weight"),
+            (block + r"0\.layer_norm\.weight", target + "blocks.{0}.attn_norm.weight"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi\.weight", target + "blocks.{0}.ffn.up.weight"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi_0\.weight", target + "blocks.{0}.ffn.up.weight|gate"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wi_1\.weight", target + "blocks.{0}.ffn.up.weight|up"),
+            (block + rf"{ffn_layer}\.DenseReluDense\.wo\.weight", target + "blocks.{0}.ffn.down.weight"),
+            (block + rf"{ffn_layer}\.layer_norm\.weight", target + "blocks.{0}.ffn_norm.weight"),
+            (stack + r"\.final_layer_norm\.weight", target + "final_norm.weight"),
+        ]
+    return rules + [
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.q\.weight", "blocks.{0}.cross_attn.q.weight"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.([kv])\.weight", "blocks.{0}.cross_attn.kv.weight|{1}"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention\.o\.weight", "blocks.{0}.cross_attn.out.weight"),
+        (r"decoder\.block\.(\d+)\.layer\.1\.layer_norm\.weight", "blocks.{0}.cross_attn_norm.weight"),
+    ]

@@ -71,7 +71,7 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return tensor.float() + 1.0
     if transform == "mT":
         return tensor.mT
-    if transform == "rope_pairs_heads":  # Cohere's per-head Q/K norm weights, (heads, h): names_dense_families
+    if transform == "rope_pairs_heads":  # Cohere's per-head Q/K norm weights, (heads, h): hf_config.cohere
         hd = block_of(cfg, piece.param).mixer.head_dim
         return tensor.reshape(-1, hd // 2, 2).transpose(1, 2).reshape(tensor.shape)
     if transform == "rope_pairs":  # GLM-4, Cohere
