@@ -44,7 +44,7 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
     """The performance model's per-step costs beside the roofline rows (tfcalc.count.perf.inference)."""
     return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
                                    "traffic_s": o.traffic_s, "comm_s": o.comm_s, "request_s": o.request_s,
-                                   "total_s": o.total_s}
+                                   "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch}
 
 
 def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Estimate] = None) -> dict[str, Any]:
@@ -64,6 +64,9 @@ def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Es
         "bytes_per_token": est.bytes_per_token,
         "bound": est.bound,
         "prefill_bound": est.prefill.bound(c),
+        # how the steps' kernels reach the GPU ("graph": captured, no host term; "eager": tfcalc.count.perf.inference,
+        # step 6); None: the roofline alone (measured ceilings carry no performance model)
+        "launch": c.perf.launch if c.perf is not None else None,
         "overhead": {"prefill": _overhead_json(est.prefill_overhead),
                      "decode_step": _overhead_json(est.decode_overhead)},
         "bandwidth_ceiling_bytes_per_s": c.bytes_per_s,
