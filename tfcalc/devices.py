@@ -364,8 +364,9 @@ DRIVER_FRACTION = 81089 / 81920
 # The CUDA context and cuBLAS/cuDNN workspaces of one process (PyTorch, "CUDA semantics": memory the caching
 # allocator does not see): 714,670,080 bytes (681.6 MiB) measured on an H100 80GB HBM3, torch 2.11 + CUDA 13.0
 # (a fresh process's use after one matmul, less its allocator's reserve: benchmarks/results/
-# h100-2026-11-26-report-tests.json, "CUDA context and cuBLAS workspace"), where 512 MiB stood before; NCCL's communicator buffers, NCCL_BUFFSIZE 4 MiB per
-# channel and peer, a few hundred MiB for the groups of a parallel plan (NCCL environment-variable docs).
+# h100-2026-11-26-report-tests.json, "CUDA context and cuBLAS workspace"), where 512 MiB stood before.
+# NCCL's communicator buffers, NCCL_BUFFSIZE 4 MiB per channel and peer, a few hundred MiB for the groups of a
+# parallel plan (NCCL environment-variable docs).
 CUDA_CONTEXT_BYTES = 714_670_080
 COMM_BUFFER_BYTES = 512 * 2**20
 

@@ -52,10 +52,10 @@ Fields and their sources:
   graph, the same 693 kernels (6.58 ms of kernel time): the eager step is the host's, 14.0 ms (the fastest)
   over the 450 kernels tfcalc counts in that step (20.2 µs per real launch: Python, the nn.Module calls, the
   dispatcher, the caching allocator, cudaLaunchKernel). A CPU's share of it is measured by
-  tests/count/perf/test_host_term.py (tfcalc's own eager step on the CPU, no launches: 5-15 µs a counted
-  kernel on the 2-core test machine). ``launch`` "graph" (the default: tfcalc's runtime captures its decode
-  steps on CUDA, tfcalc.model.generate; vLLM, SGLang and TensorRT-LLM replay CUDA graphs or run a C++
-  runtime) charges no host term; "eager" charges it.
+  tests/count/test_host_term.py (tfcalc's own eager step on the CPU, no launches: about 10 µs a counted
+  kernel on the 2-core test machine, between a bare dispatched op's 0.9 µs and this constant). ``launch``
+  "graph" (the default: tfcalc's runtime captures its decode steps on CUDA, tfcalc.model.generate; vLLM,
+  SGLang and TensorRT-LLM replay CUDA graphs or run a C++ runtime) charges no host term; "eager" charges it.
 - ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
   FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
   we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
