@@ -231,7 +231,8 @@ def with_launch(perf: PerfSpec, launch: Optional[str] = None, host_op_s: Optiona
         raise InputError(f"--launch must be one of {', '.join(LAUNCH_MODES)}; got {str(launch)[:40]!r}")
     if host_op_s is not None and (isinstance(host_op_s, bool) or not isinstance(host_op_s, (int, float))
                                   or not 0 <= host_op_s <= 1e-2):
-        raise InputError(f"--host-op-us must be a number of µs in [0, 10000]; got {str(host_op_s)[:40]!r}")
+        shown = f"{host_op_s * 1e6:g} µs" if isinstance(host_op_s, float) else repr(str(host_op_s)[:40])
+        raise InputError(f"--host-op-us must be a number of µs in [0, 10000]; got {shown}")
     return replace(perf, launch=launch or perf.launch,
                    host_op_s=perf.host_op_s if host_op_s is None else float(host_op_s))
 
