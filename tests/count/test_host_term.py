@@ -70,6 +70,8 @@ def test_eager_decode_is_the_hosts_pace_and_graph_has_no_host_term():
     assert graph["launch"] == "graph" and eager["launch"] == "eager"
     g, e = graph["predicted"]["overhead"]["decode_step"], eager["predicted"]["overhead"]["decode_step"]
     assert g["host_s"] == 0.0 and g["launch"] == "graph"
+    assert graph["predicted"]["host_bound"] == {"prefill": False, "decode": False}
+    assert eager["predicted"]["host_bound"] == {"prefill": True, "decode": True}  # 14 ms of host > 12.2 ms, 6.6 ms
     assert e["host_s"] == pytest.approx(450 * PerfSpec().host_op_s, rel=1e-12)
     # graph: the device's time alone, as before the term (rows + kernels + traffic), 6.80 ms measured captured
     captured = _find(lambda o: o.get("mode") == "graph" and o.get("preset") == "llama2-7b" and o.get("seq") == 512

@@ -47,6 +47,11 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
                                    "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch}
 
 
+def _host_bound(o, step_s: Optional[float]) -> bool:
+    """Whether a step's predicted time is its host's (launch "eager", the host slower than the device)."""
+    return o is not None and step_s is not None and o.host_s > 0 and o.host_s >= step_s
+
+
 def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Estimate] = None) -> dict[str, Any]:
     """The prediction's figures under the keys of the measured ones: with ``read`` (the same request priced at
     the keys tfcalc's steps read, their bucket; ``read_estimate``) its decode figures, else ``est``'s at the
@@ -67,6 +72,10 @@ def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Es
         # how the steps' kernels reach the GPU ("graph": captured, no host term; "eager": tfcalc.count.perf.inference,
         # step 6); None: the roofline alone (measured ceilings carry no performance model)
         "launch": c.perf.launch if c.perf is not None else None,
+        # eager steps whose host's time exceeds the device's: the step is the host's (perf.inference, step 6)
+        "host_bound": {"prefill": _host_bound(est.prefill_overhead, est.prefill_s - (
+                           est.prefill_overhead.request_s if est.prefill_overhead else 0.0)),
+                       "decode": _host_bound(est.decode_overhead, est.decode_s_per_token)},
         "overhead": {"prefill": _overhead_json(est.prefill_overhead),
                      "decode_step": _overhead_json(est.decode_overhead)},
         "bandwidth_ceiling_bytes_per_s": c.bytes_per_s,
