@@ -158,18 +158,20 @@ def _fastest_op_s(n: int = 2000) -> float:
 
 
 def test_the_hosts_time_is_a_cost_per_counted_kernel_on_this_cpu():
-    """The term's form, measured: one per-kernel cost fitted on a 2-layer model predicts an 8-layer one of another
-    width within [0.75, 1.33] (kernel counts from the model, kernel_count); that cost lies between one bare
-    dispatched op (a loop of tiny adds) and the H100 node's per-kernel cost with its CUDA launches (host_op_s)."""
+    """The term's form, measured: one per-kernel cost fitted on a 4-layer model predicts a 12-layer one of another
+    width within [0.8, 1.25] (kernel counts from the model, kernel_count; 1.06-1.09 here, the step's own glue
+    -- positions, mask, argmax -- uncounted, so the smaller model's cost per kernel is a little higher); that
+    cost (about 9 µs here) lies between one bare dispatched op (a loop of tiny adds, 0.9 µs) and the H100
+    node's per-kernel cost with its CUDA launches (host_op_s, 31 µs)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        small, large = _llama_like(2, 32), _llama_like(8, 64)
+        small, large = _llama_like(4, 32), _llama_like(12, 64)
         per_kernel = _fastest_step_s(small) / kernel_count(small, 1, 1, 8)
         predicted = kernel_count(large, 1, 1, 8) * per_kernel
         ratio = predicted / _fastest_step_s(large)
         op = _fastest_op_s()
     finally:
         torch.set_num_threads(threads)
-    assert 0.75 <= ratio <= 1.33, f"{per_kernel * 1e6:.1f} µs a kernel predicts the larger step at {ratio:.2f}"
+    assert 0.8 <= ratio <= 1.25, f"{per_kernel * 1e6:.1f} µs a kernel predicts the larger step at {ratio:.2f}"
     assert op < per_kernel < PerfSpec().host_op_s, (op, per_kernel)
