@@ -292,12 +292,14 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
           draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
-          requests: Optional[int] = None, max_time: Optional[float] = None, **overrides: Any) -> "InferReport":
+          requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
+          host_op_s: Optional[float] = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
     or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
     serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
     rate=, mean_input=, mean_output=: continuous batching in steady state (docs/serving.md); with
-    measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget)."""
+    measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget);
+    launch="eager" (host_op_s= seconds per kernel): steps priced with the host's launches (--launch)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -309,7 +311,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
                            matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
-                           mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time)
+                           mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time,
+                           launch=launch, host_op_s=host_op_s)
     return build_infer(_model(model, overrides), options)
 
 

@@ -361,10 +361,10 @@ def perf_basis(spec: DeviceSpec) -> Optional[str]:
 # logs, e.g. stas00/ml-engineering's network benchmarks), 0.9899 of 80 GiB: 79.19 GiB. We take that fraction of
 # the datasheet figure read in GiB for every table device (H200's 141 GB: 139.6 GiB).
 DRIVER_FRACTION = 81089 / 81920
-# The CUDA context and cuBLAS/cuDNN workspaces of one process (PyTorch, "CUDA semantics": memory the caching
-# allocator does not see), about 0.5 GiB on recent GPUs; NCCL's communicator buffers, NCCL_BUFFSIZE 4 MiB per
-# channel and peer, a few hundred MiB for the groups of a parallel plan (NCCL environment-variable docs).
-CUDA_CONTEXT_BYTES = 512 * 2**20
+# The CUDA context and cuBLAS/cuDNN workspaces of one process (memory the caching allocator does not see):
+# 714,670,080 bytes measured on an H100, torch 2.11 (benchmarks/results/h100-2026-11-26-report-tests.json,
+# "CUDA context and cuBLAS workspace"; 512 MiB before). NCCL's buffers, NCCL_BUFFSIZE 4 MiB per channel and peer.
+CUDA_CONTEXT_BYTES = 714_670_080
 COMM_BUFFER_BYTES = 512 * 2**20
 
 

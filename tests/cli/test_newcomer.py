@@ -60,8 +60,8 @@ def test_infer_says_which_batch_does_not_fit_at_any_width(cli, monkeypatch, colu
     assert r.code == 0, r.err
     words = " ".join(r.out.split())
     # weights 13,476,831,232 B + 64 sequences × 3,328 positions × 2 (K, V) × 32 layers × 4,096 × 2 B = 124.3 GiB
-    # past 78.69 GiB; 40 sequences of 3,328 positions fit: (84,491,108,352 − 13,476,831,232) // 1,744,830,464 = 40
-    assert "Batch 64 does not fit: weights + KV cache past the 78.69 GiB usable; the largest that fits is 40" in words
+    # past 78.52 GiB; 40 sequences of 3,328 positions fit: (84,313,309,184 − 13,476,831,232) // 1,744,830,464 = 40
+    assert "Batch 64 does not fit: weights + KV cache past the 78.52 GiB usable; the largest that fits is 40" in words
     fine = cli("infer", "llama2-7b", "--batch", "1,8", "--seq", "3k")
     assert "does not fit" not in fine.out
 

@@ -56,10 +56,11 @@ def test_infer_the_issue_example(cli):
                "--gen", "256", "--json").json()
     assert [r["batch"] for r in rows] == [1, 8, 64]
     assert [r["fits"] for r in rows] == [True, True, False]
-    # usable memory: the driver's 79.19 GiB less the 0.5 GiB CUDA context = 84,491,108,352 bytes; each sequence's
-    # cache of 4,352 positions 2,281,701,376: (84,491,108,352 − 13,476,831,232) // 2,281,701,376 = 31
+    # usable memory: the driver's 79.19 GiB (85,027,979,264 bytes) less the CUDA context measured on an H100
+    # (714,670,080) = 84,313,309,184 bytes; each sequence's cache of 4,352 positions 2,281,701,376:
+    # (84,313,309,184 − 13,476,831,232) // 2,281,701,376 = 31
     assert all(r["max_batch"] == 31 and r["compute_bound_batch"] is None for r in rows)
-    assert rows[0]["memory_bytes"] == 84_491_108_352 and rows[0]["datasheet_memory_bytes"] == 80 * 10**9
+    assert rows[0]["memory_bytes"] == 84_313_309_184 and rows[0]["datasheet_memory_bytes"] == 80 * 10**9
     # at the ceilings the predicted time uses (each GEMM's achievable share of the peak, the achievable bandwidth):
     # 256 rows fill one row of 256 × 128 tiles (q/k/v/o at 0.754 of the peak: FLOPs 0.96× the bytes' time), the
     # 257th starts a second one (0.418: 1.42×). At the nominal peak the ridge, 347 FLOPs/byte, gave batch 409

@@ -11,6 +11,8 @@ from tfcalc.cli.infer_options import (
     AcceptRate,
     Draft,
     DraftTokens,
+    HostOpUs,
+    Launch,
     MaxTime,
     MeanInput,
     MeanOutput,
@@ -99,13 +101,17 @@ def infer(
     exact: Exact = False,
     verbose: Verbose = False,
     eager: Eager = False,
+    launch: Launch = None,
+    host_op_us: HostOpUs = None,
 ) -> None:
     """How fast a model serves: prefill latency (time to first token), decode tokens/s per sequence and in total, KV
     cache and weight bytes, the largest batch that fits, and the batch at which decode turns compute-bound.
 
     A roofline, matmul by matmul: each takes the longer of FLOPs ÷ (peak × its GEMM shape's efficiency) and bytes ÷
     the achievable bandwidth (weights read once per step, the KV cache per sequence, activations); each step adds a
-    cost per kernel, int8/int4 dequantization and the non-matmul traffic (docs/predictions.md).
+    cost per kernel, int8/int4 dequantization and the non-matmul traffic (docs/predictions.md). Steps are priced
+    captured (--launch graph, the default); --launch eager adds the host's time launching each kernel from Python,
+    overlapped with the GPU's (a step takes the longer of the two).
     Memory: the driver's total less the CUDA context. The device is a datasheet entry (--device-spec, default h100-sxm;
     `tfcalc devices` lists them) or, with --measure, the one it runs on (--device cpu|cuda): its matmul and
     bandwidth ceilings are measured, the real model is timed, and the measurement is shown beside the prediction
@@ -173,7 +179,8 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output, requests=requests, max_time=max_time, eager=eager,
+        mean_output=mean_output, requests=requests, max_time=max_time, eager=eager, launch=launch,
+        host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes

@@ -38,3 +38,11 @@ MaxTime = Annotated[Optional[float], typer.Option(
     "--max-time", help="Continuous batching with --measure: seconds of serving at most; the run stops there and "
     f"says how many requests it served; {_bound_help('--max-time')} [default: 60].", metavar="S",
     show_default=False)]
+Launch = Annotated[Optional[str], typer.Option(
+    "--launch", help="How the steps' kernels reach the GPU: graph (captured in CUDA graphs or torch.compile's "
+    "reduce-overhead, as tfcalc's runtime decodes on CUDA and serving stacks run: no host term) or eager (every kernel "
+    "launched from Python: each step takes the longer of its device time and kernels × --host-op-us of host time, "
+    "prefill included) [default: graph].", metavar="graph|eager", show_default=False)]
+HostOpUs = Annotated[Optional[float], typer.Option(
+    "--host-op-us", help="With --launch eager: the host's µs per kernel of a step [default: 31, fitted on an H100 "
+    "node's eager Llama-2-7B decode step].", metavar="US", show_default=False)]

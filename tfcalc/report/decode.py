@@ -44,7 +44,12 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
     """The performance model's per-step costs beside the roofline rows (tfcalc.count.perf.inference)."""
     return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
                                    "traffic_s": o.traffic_s, "comm_s": o.comm_s, "request_s": o.request_s,
-                                   "total_s": o.total_s}
+                                   "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch}
+
+
+def _host_bound(o, step_s: Optional[float]) -> bool:
+    """Whether a step's predicted time is its host's (launch "eager", the host slower than the device)."""
+    return o is not None and step_s is not None and o.host_s > 0 and o.host_s >= step_s
 
 
 def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Estimate] = None) -> dict[str, Any]:
@@ -64,6 +69,13 @@ def predicted_json(est: serving.Estimate, c: Ceilings, read: Optional[serving.Es
         "bytes_per_token": est.bytes_per_token,
         "bound": est.bound,
         "prefill_bound": est.prefill.bound(c),
+        # how the steps' kernels reach the GPU ("graph": captured, no host term; "eager": tfcalc.count.perf.inference,
+        # step 6); None: the roofline alone (measured ceilings carry no performance model)
+        "launch": c.perf.launch if c.perf is not None else None,
+        # eager steps whose host's time exceeds the device's: the step is the host's (perf.inference, step 6)
+        "host_bound": {"prefill": _host_bound(est.prefill_overhead, est.prefill_s - (
+                           est.prefill_overhead.request_s if est.prefill_overhead else 0.0)),
+                       "decode": _host_bound(est.decode_overhead, est.decode_s_per_token)},
         "overhead": {"prefill": _overhead_json(est.prefill_overhead),
                      "decode_step": _overhead_json(est.decode_overhead)},
         "bandwidth_ceiling_bytes_per_s": c.bytes_per_s,

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from tfcalc import devices
 from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
-from tfcalc.count.perf.hardware import check_fraction, device_perf, fp8_ceiling_note
+from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp8_ceiling_note, with_launch
 from tfcalc.count.serving import continuous, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
@@ -106,6 +106,12 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
             check_fraction(name, value)
             if o.measure and o.tp == 1:
                 raise InputError(f"{name} sets the performance model of a listed device; --measure measures its own")
+    if o.measure and o.tp == 1 and (o.launch is not None or o.host_op_s is not None):
+        raise InputError("--launch and --host-op-us set the performance model of a listed device; --measure runs "
+                         "its steps as they run (--eager or captured) and measures its own ceilings")
+    if o.host_op_s is not None and (o.launch or "graph") != "eager":
+        raise InputError("--host-op-us prices the host of eager steps: give --launch eager too")
+    with_launch(PerfSpec(), o.launch, o.host_op_s)  # the values, checked: one line each
     if o.measure and o.device_spec is not None and o.tp == 1:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
@@ -138,6 +144,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     src = decoder_source(cfg, seq, o.src_seq)
     if ceilings is None:
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
+    if ceilings.perf is not None:  # --launch, --host-op-us (tfcalc.count.perf.inference, step 6)
+        ceilings = replace(ceilings, perf=with_launch(ceilings.perf, o.launch, o.host_op_s))
     check_tp(model, o, spec)
     tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None

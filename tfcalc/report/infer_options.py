@@ -36,4 +36,6 @@ class InferOptions:
     mean_output: Optional[int] = None
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
     max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
+    launch: Optional[str] = None  # the prediction's launch mode: graph | eager (PerfSpec.launch; None: the device's)
+    host_op_s: Optional[float] = None  # --host-op-us, in seconds: the host's time per kernel of an eager step
     eager: bool = False  # --measure --eager: the decode steps uncaptured (tfcalc.model.generate)

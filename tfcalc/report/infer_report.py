@@ -86,6 +86,9 @@ class InferReport(Displayed):
                                                        else None},
             "experts_read": self.experts_read(est.batch),
             "kv_dtype": self.kv_dtype, "compute_dtype": self.fmt.compute_dtype,
+            # the prediction's launch mode: "graph" (steps captured, no host term) or "eager" (the host's
+            # launches, tfcalc.count.perf.inference step 6); None: the plain roofline of measured ceilings
+            "launch": predicted["launch"],
             "device_spec": None if self.spec is None else self.spec.key,
             "device": self.device or (self.spec.key if self.spec else None),
             "device_name": self.device_name or (self.spec.name if self.spec else None),

@@ -214,6 +214,14 @@ def _experts_note(doc: Doc, r: InferReport) -> None:
              f"distinct experts; k at batch 1, all E once a batch touches them all): {each}.")
 
 
+def _host_words(c, over: dict) -> str:
+    """The launch mode the steps are priced in, and the host's time under eager (tfcalc.count.perf.inference, 6)."""
+    if over["launch"] != "eager":
+        return "; steps captured (--launch graph): no host time"
+    return (f"; launched eagerly: the host's {over['kernels']:,} × {c.perf.host_op_s * 1e6:g} µs = "
+            f"{units.seconds(over['host_s'])} a step, overlapping the GPU's (the longer counts)")
+
+
 def _memory_words(first: dict[str, Any]) -> str:
     """The device memory, named: the driver's total less what the runtime reserves."""
     reserved = first["runtime_reserved_bytes"] or {}
@@ -263,7 +271,8 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
         doc.note(f"Performance model: each matmul at its GEMM shape's share of the peak, the bandwidth at "
                  f"{c.perf.bandwidth_efficiency:.0%} of the datasheet; each decode step adds {over['kernels']:,} "
                  f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
-                                                              if over["dequant_s"] else "") + "; the prefill the "
+                                                              if over["dequant_s"] else "") + _host_words(c, over)
+                 + "; the prefill the "
                  f"runtime's {units.seconds(c.perf.request_s)} per request. " + _memory_words(first)
                  + " More: docs/predictions.md.")
     if r.max_batch == 0:

@@ -45,6 +45,17 @@ Fields and their sources:
   of that size on A100, H100 and L40S alike (1-2.5 ms at 128 tokens in, benchmarks/calibration.py). The
   value was chosen with the H100 and L40S rows in view: they check its size across GPUs, they are not a
   blind test of it. Python runtimes (vLLM, transformers) pay more; override it for them.
+- ``host_op_s`` and ``launch``: the host's time per kernel of an eager step, paid only when ``launch`` is
+  "eager" (tfcalc.count.perf.inference, step 6). 31 µs per kernel the model counts, fitted on tfcalc's H100 run
+  (benchmarks/results/h100-2026-11-26-*.json, ../shared/gpu-h100-2026-11.md; torch 2.11, Python 3, the
+  node's own CPU): Llama-2-7B bf16 batch 1, a decode step 14.0-17.4 ms eager and 6.8 ms captured in a CUDA
+  graph, the same 693 kernels (6.58 ms of kernel time): the eager step is the host's, 14.0 ms (the fastest)
+  over the 450 kernels tfcalc counts in that step (20.2 µs per real launch: Python, the nn.Module calls, the
+  dispatcher, the caching allocator, cudaLaunchKernel). A CPU's share of it is measured by
+  tests/count/test_host_term.py (tfcalc's own eager step on the CPU, no launches: about 10 µs a counted
+  kernel on the 2-core test machine, between a bare dispatched op's 0.9 µs and this constant). ``launch``
+  "graph" (the default: tfcalc's runtime captures its decode steps on CUDA, tfcalc.model.generate; vLLM,
+  SGLang and TensorRT-LLM replay CUDA graphs or run a C++ runtime) charges no host term; "eager" charges it.
 - ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
   FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
   we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
@@ -95,13 +106,15 @@ class PerfSpec:
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
     comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; count.training.steptime, 5)
+    host_op_s: float = 31e-6  # the host's time per counted kernel of an eager step (docstring; perf.inference, 6)
+    launch: str = "graph"  # "graph": steps captured (no host term); "eager": every kernel launched from Python
     # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
     constants_from: tuple[tuple[str, str], ...] = ()
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
-                     self.request_s, self.comm_sms))
+                     self.request_s, self.comm_sms, self.host_op_s, self.launch))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -207,6 +220,23 @@ def device_constants(perf: Optional[PerfSpec]) -> Optional[dict]:
             for n, w in perf.constants_from}
 
 
+LAUNCH_MODES = ("graph", "eager")  # how a step's kernels reach the GPU (PerfSpec.launch)
+
+
+def with_launch(perf: PerfSpec, launch: Optional[str] = None, host_op_s: Optional[float] = None) -> PerfSpec:
+    """``perf`` under a launch mode and a host cost per kernel (--launch, --host-op-us); one line if bad."""
+    from tfcalc.errors import InputError
+
+    if launch is not None and launch not in LAUNCH_MODES:
+        raise InputError(f"--launch must be one of {', '.join(LAUNCH_MODES)}; got {str(launch)[:40]!r}")
+    if host_op_s is not None and (isinstance(host_op_s, bool) or not isinstance(host_op_s, (int, float))
+                                  or not 0 <= host_op_s <= 1e-2):
+        shown = f"{host_op_s * 1e6:g} µs" if isinstance(host_op_s, float) else repr(str(host_op_s)[:40])
+        raise InputError(f"--host-op-us must be a number of µs in [0, 10000]; got {shown}")
+    return replace(perf, launch=launch or perf.launch,
+                   host_op_s=perf.host_op_s if host_op_s is None else float(host_op_s))
+
+
 def check_fraction(name: str, value: object) -> float:
     """A fraction in (0, 1] for --matmul-efficiency and the like; InputError, one line, otherwise."""
     from tfcalc.errors import InputError
@@ -223,4 +253,5 @@ def perf_json(perf: PerfSpec) -> dict:
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
             "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source,
+            "host_op_s": perf.host_op_s, "launch": perf.launch,
             "constants_from": dict(perf.constants_from)}

@@ -23,7 +23,19 @@ Then, per step (``overhead``), added to the rows' sum:
    attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.serving.roofline);
 4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
    once per request, in the time to first token;
-5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving.serving_tp).
+5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving.serving_tp);
+6. the host, when the step runs eager (``PerfSpec.launch`` "eager"): every kernel of step 1 issued from
+   Python, ``host_s`` = kernels × ``PerfSpec.host_op_s`` (31 µs, fitted on the H100: hardware's docstring).
+   A kernel launch is asynchronous: it returns to the host before the kernel has run, queued on its stream
+   (CUDA C++ Programming Guide, "Asynchronous Concurrent Execution": kernel launches are among the operations
+   that return control to the host thread before the device completes them; PyTorch, "CUDA semantics",
+   "Asynchronous execution"). tfcalc's step never reads a value back (tfcalc.model.generate: no sync in a
+   step), so the host issues step i+1 while the GPU runs step i, and the slower of the two sets the pace:
+   step time = max(device time, host time), not their sum (``Overhead.step_s``). The measurement agrees: on
+   the H100 the eager 7B step took 14.0-17.4 ms, no more than the host's issue time alone, not 6.6 ms of
+   kernels + the host's. The runtime's per-request work (step 4) synchronizes (the prompt's upload, the first
+   token's download): it is added after, not overlapped. Under "graph" (a captured step: CUDA graphs,
+   torch.compile mode="reduce-overhead") one launch replaces the step's hundreds and no host term is charged.
 
 Worked example (tests/count/perf/test_inference.py): Llama 2 7B decode, batch 1: per layer 8 matmul
 kernels (Q, K, V, the fused attention, O, gate, up, down) and 6 non-matmul ones (2 RMSNorms, 2 residual
@@ -72,10 +84,22 @@ class Overhead:
     traffic_s: float
     comm_s: float = 0.0  # tensor-parallel serving: the step's all-reduces (tfcalc.count.serving.serving_tp)
     request_s: float = 0.0  # the prefill only: the runtime's fixed work per request (PerfSpec.request_s)
+    host_s: float = 0.0  # eager steps only: the host issuing the step's kernels (step 6), overlapped, not added
+    launch: str = "graph"  # the launch mode priced (PerfSpec.launch)
 
     @property
     def total_s(self) -> float:
+        """The device's seconds beside the rows (steps 1-5); the host's are ``step_s``'s."""
         return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s
+
+    def step_s(self, rows_s: float) -> float:
+        """The step's time from its rows' roofline: max(device, host) + the request's fixed work (step 6)."""
+        return max(rows_s + self.total_s - self.request_s, self.host_s) + self.request_s
+
+
+def step_seconds(rows_s: float, over: "Overhead | None") -> float:
+    """A step's time: its rows alone without a performance model, else ``Overhead.step_s``."""
+    return rows_s if over is None else over.step_s(rows_s)
 
 
 def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
@@ -97,7 +121,8 @@ def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_we
     kernels = kernel_count(cfg, batch, queries, keys)
     traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries, step=queries == 1), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
-    return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth)
+    host = kernels * perf.host_op_s if perf.launch == "eager" else 0.0
+    return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth, host_s=host, launch=perf.launch)
 
 
 def quantized_weights(step, fmt: WeightFormat) -> int:

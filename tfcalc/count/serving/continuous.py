@@ -40,6 +40,7 @@ from typing import Callable, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat
+from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT, Sharding, step_overhead
@@ -102,13 +103,13 @@ class Engine:
         self.src = decoder_source(cfg, t.mean_input, None)
         pre = self.shard.step(prefill_step(cfg, 1, t.mean_input, fmt, kv_dtype, src_seq=self.src))
         over = step_overhead(cfg, pre, fmt, c, tp, self.src)
-        self.prefill_s = pre.time_s(c) + (over.total_s if over else 0.0)
+        self.prefill_s = step_seconds(pre.time_s(c), over)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
 
     def _step_s(self, n: int) -> float:
         step = self.shard.step(decode_step(self.cfg, n, self.context, self.fmt, self.kv, src_seq=self.src))
         over = step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
-        return step.time_s(self.c) + (over.total_s if over else 0.0)
+        return step_seconds(step.time_s(self.c), over)
 
     def tau(self, n: float) -> float:
         """τ(n): linear between whole batches, τ(1) below one."""
@@ -203,4 +204,4 @@ def rows_step_s(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings,
     """``rows_step``'s seconds on the roofline, with the performance model's per-step costs."""
     step = rows_step(cfg, fmt, kv_dtype, rows, span)
     over = step_overhead(cfg, step, fmt, c, None, decoder_source(cfg, span, None))
-    return step.time_s(c) + (over.total_s if over else 0.0)
+    return step_seconds(step.time_s(c), over)

@@ -38,6 +38,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat, weights_bytes
+from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, verify_step
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import Sharding, step_overhead
@@ -99,7 +100,7 @@ class Speculative:
 
 def _seconds(cfg: ModelConfig, step: Step, fmt: WeightFormat, c: Ceilings, tp: Optional[TensorParallel]) -> float:
     over = step_overhead(cfg, step, fmt, c, tp)
-    return step.time_s(c) + (over.total_s if over else 0.0)
+    return step_seconds(step.time_s(c), over)
 
 
 def estimate(target: ModelConfig, draft: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, k: int,

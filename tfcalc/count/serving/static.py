@@ -33,7 +33,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
 from tfcalc.count.model.memory import activation_element_bytes, kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat, weights_bytes
-from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights
+from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights, step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel, comm_seconds, kv_share, shard_step, weights_per_gpu
 from tfcalc.errors import InputError
@@ -264,13 +264,13 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
         first, n = step(seq + 1 if span is None else span(seq + 1)), gen - 1
         totals = decode_totals(step, seq + 1, seq + gen - 1, ceilings, span)
         decode_over = step_overhead(cfg, first, fmt, ceilings, tp, src_seq)
-        decode_s = totals.seconds / n + (decode_over.total_s if decode_over else 0.0)
+        decode_s = step_seconds(totals.seconds / n, decode_over)
         bytes_per_token = totals.weight_kv_bytes / batch / n
         bound = "compute" if totals.compute_s >= totals.memory_s else "memory"  # at the ceilings the time uses
     prefill_over = step_overhead(cfg, prefill, fmt, ceilings, tp, src_seq)
     if prefill_over is not None:  # the request's fixed work, once, before its first token
         prefill_over = replace(prefill_over, request_s=ceilings.perf.request_s)
-    prefill_s = prefill.time_s(ceilings) + (prefill_over.total_s if prefill_over else 0.0)
+    prefill_s = step_seconds(prefill.time_s(ceilings), prefill_over)
     return Estimate(batch, seq, gen, prefill, prefill_s, first, decode_s, bytes_per_token, bound,
                     weights, kv, None if memory_bytes is None else weights + kv <= memory_bytes,
                     prefill_over, decode_over, "live" if span is None else "read")
