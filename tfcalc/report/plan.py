@@ -144,6 +144,8 @@ class PlanReport(Displayed):
                      # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
                      "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
                      "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.training.steptime, 5)
+                     # ... its HBM traffic, and FSDP2's copies on the compute stream (count.training.overlap_costs)
+                     "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},

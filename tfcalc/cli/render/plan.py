@@ -167,6 +167,10 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
               f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
               f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")
+    if st.hbm_contention_s:  # tfcalc.count.training.overlap_costs, 1
+        t.add("  overlap's HBM cost", st.hbm_contention_s, "memory-bound kernels beside the overlapped DP traffic")
+    if st.fsdp_copy_s:  # tfcalc.count.training.overlap_costs, 2
+        t.add("  FSDP2 copies", st.fsdp_copy_s, "all-gather copy-out and reduce-scatter copy-in, on the compute stream")
     if st.basis == "mfu":
         t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
         t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")
