@@ -1,0 +1,79 @@
+"""tfcalc.count.training.overlap_costs against its own derivation (the module docstring), by hand."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tfcalc import plan
+from tfcalc.count.training.comm import Collective
+from tfcalc.count.training.overlap_costs import (
+    NCCL_HBM_PASSES,
+    dp_hbm_bytes,
+    fsdp_copy_s,
+    hbm_contention_s,
+    power_capped_clock,
+)
+from tfcalc.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_zero3_bytes_by_hand():
+    # an FSDP2 step on 4 ranks: 2 all-gathers of 8,000 bf16 bytes in all, a reduce-scatter of 16,000 fp32 bytes
+    ag = Collective("zero_params", "all_gather", "dp", 4, 8000, 2)
+    rs = Collective("dp_grads", "reduce_scatter", "dp", 4, 16000, 2)
+    tp = Collective("tp_activations", "all_reduce", "tp", 2, 999, 4)  # not data-parallel: not counted
+    b = dp_hbm_bytes([ag, rs, tp], zero=3, weight_bytes=2, grad_bytes=4)
+    # NCCL: 3 crossings of each byte sent, 3/4 of each payload; the copy-in of the gather, 2 × 8000 / 4
+    assert b.overlapped == 3 * 6000 + 3 * 12000 + 4000
+    # copy-out 2 × 8000; reduce-scatter copy-in: 16000 written, the same 4000 elements read in bf16 (8000)
+    assert b.exposed == 16000 + 16000 + 8000
+    assert b.copy_calls == 4
+
+
+def test_zero1_has_no_fsdp_copies():
+    rs = Collective("dp_grads", "reduce_scatter", "dp", 8, 8000, 1)
+    ag = Collective("zero_params", "all_gather", "dp", 8, 8000, 1)
+    b = dp_hbm_bytes([rs, ag], zero=1, weight_bytes=2, grad_bytes=2)
+    assert b.exposed == 0 and b.copy_calls == 0
+    assert b.overlapped == NCCL_HBM_PASSES * (7000 + 7000)
+
+
+def test_contention_and_copy_seconds_by_hand():
+    # 3 GB of overlapped traffic at 2 TB/s is 1.5 ms of HBM; half of it hidden, 40 % of the compute memory-bound
+    assert hbm_contention_s(3e9, 0.5, 2e12, 0.4) == pytest.approx(1.5e-3 * 0.5 * 0.4)
+    assert hbm_contention_s(3e9, 1.5, 2e12, 1.0) == pytest.approx(1.5e-3)  # a share is at most 1
+    assert hbm_contention_s(3e9, 1.0, 0.0, 1.0) == 0.0
+    assert fsdp_copy_s(4e9, 10, 2e12, 4e-6) == pytest.approx(2e-3 + 40e-6)
+
+
+def test_power_capped_clock():
+    assert power_capped_clock(500, 700) == pytest.approx((5 / 7) ** (1 / 3))
+    assert power_capped_clock(500, 700) == pytest.approx(0.894, abs=5e-4)
+    assert power_capped_clock(700, 700) == 1.0 and power_capped_clock(800, 700) == 1.0
+    with pytest.raises(InputError):
+        power_capped_clock(0, 700)
+
+
+def test_grand_teton_device_states_the_power_capped_clock():
+    # the held-out rows' device (benchmarks/calibration_held_out.py): its clock is the 500 W formula's
+    data = yaml.safe_load((ROOT / "benchmarks" / "devices" / "grand-teton-h100-500w.yaml").read_text())
+    assert data["perf"]["sustained_clock"] == pytest.approx(power_capped_clock(500, 700), abs=5e-4)
+
+
+def test_step_charges_fsdp_copies_from_its_collectives():
+    r = plan("llama3-8b", dp=8, zero=3, global_batch=16, micro_batch=2, seq=8192, recompute="op", grad_dtype="fp32")
+    st, hw = r.plan.step, r.hardware
+    gathers = [c for c in r.plan.collectives if c.op == "all_gather" and c.group == "dp"]
+    scatters = [c for c in r.plan.collectives if c.op == "reduce_scatter" and c.group == "dp"]
+    # FSDP2: every gather's copy-out reads and writes its payload; every reduce-scatter's copy-in writes its
+    # fp32 payload and reads the same elements in bf16 (half as many bytes)
+    exposed = sum(2 * c.payload_bytes for c in gathers) + sum(c.payload_bytes * 3 // 2 for c in scatters)
+    calls = sum(c.calls for c in gathers + scatters)
+    bandwidth = hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency
+    assert st.fsdp_copy_s == pytest.approx(exposed / bandwidth + calls * hw.perf.kernel_s)
+    assert st.hbm_contention_s > 0
+    assert st.physics_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()) + st.contention_s
+                                         + st.hbm_contention_s + st.fsdp_copy_s + st.optimizer_s)
+    assert r.to_json()["step"]["fsdp_copy_s"] == st.fsdp_copy_s
