@@ -77,3 +77,25 @@ def test_step_charges_fsdp_copies_from_its_collectives():
     assert st.physics_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()) + st.contention_s
                                          + st.hbm_contention_s + st.fsdp_copy_s + st.optimizer_s)
     assert r.to_json()["step"]["fsdp_copy_s"] == st.fsdp_copy_s
+
+
+def test_power_limit_scales_the_sustained_clock():
+    kw = dict(dp=8, zero=3, global_batch=16, micro_batch=2, seq=8192, recompute="op")
+    full, capped = plan("llama3-8b", **kw), plan("llama3-8b", power_limit=500, **kw)
+    assert capped.hardware.perf.sustained_clock == pytest.approx((500 / 700) ** (1 / 3))
+    assert capped.to_json()["step"]["power_limit_w"] == 500
+    assert capped.to_json()["step"]["perf"]["sustained_clock"] == pytest.approx(0.894, abs=5e-4)
+    # the matmuls run at the lower clock: their time grows by its inverse
+    assert capped.plan.step.matmul_s == pytest.approx(full.plan.step.matmul_s / (500 / 700) ** (1 / 3), rel=1e-9)
+    assert plan("llama3-8b", power_limit=700, **kw).plan.step.overlap_s == full.plan.step.overlap_s
+    # the A100's own sustained clock (1305 of 1410 MHz at 400 W) scales further under a lower limit
+    a100 = plan("llama3-8b", power_limit=300, device_spec="a100-80gb", **kw).hardware.perf.sustained_clock
+    assert a100 == pytest.approx(1305 / 1410 * (300 / 400) ** (1 / 3))
+
+
+@pytest.mark.parametrize("watts, device, said", [(-5, "h100-sxm", "must be watts"),
+                                                 (True, "h100-sxm", "must be a finite number"),
+                                                 (1e9, "h100-sxm", "must be watts"), (300, "l4", "no rated power")])
+def test_power_limit_bad_input_is_one_line(watts, device, said):
+    with pytest.raises(InputError, match=said):
+        plan("llama3-8b", dp=8, zero=3, power_limit=watts, device_spec=device)

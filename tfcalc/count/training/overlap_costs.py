@@ -88,6 +88,28 @@ def fsdp_copy_s(exposed_bytes: float, calls: int, bandwidth: float, kernel_s: fl
     return exposed_bytes / bandwidth + calls * kernel_s
 
 
+# rated board power (W), the default power limit, of the table devices a training plan runs on: NVIDIA's
+# datasheets (H100 SXM 700, H100 NVL 350-400, H100 PCIe 350, H200 SXM 700, B200 HGX 1000, A100 SXM 400, A100 PCIe
+# 300, V100 SXM2 300)
+RATED_POWER_W = {"h100-sxm": 700, "h100-nvl": 400, "h100-pcie": 350, "h200": 700, "b200": 1000, "a100-40gb": 400,
+                 "a100-80gb": 400, "a100-pcie": 300, "v100": 300}
+MAX_POWER_W = 10_000  # ten times a B200's rated power: a larger figure is a typo
+
+
+def capped_clock(power_limit_w: object, device_key: str, rated_w: object = None) -> float:
+    """--power-limit W on a device: power_capped_clock against its rated power (``rated_w``, else the table's);
+    InputError, one line, for a limit that is not a positive number of watts or a device without a rating."""
+    if isinstance(power_limit_w, bool) or not isinstance(power_limit_w, (int, float)) \
+            or not 0 < power_limit_w <= MAX_POWER_W:
+        raise InputError(f"--power-limit must be watts in (0, {MAX_POWER_W:,}]; got {str(power_limit_w)[:40]!r}")
+    rated = rated_w or RATED_POWER_W.get(device_key)
+    if rated is None:
+        known = ", ".join(RATED_POWER_W)
+        raise InputError(f"--power-limit: no rated power is known for {device_key!r} (known: {known}); state "
+                         "its clock as perf: {sustained_clock: X} in a device file")
+    return power_capped_clock(float(power_limit_w), float(rated))
+
+
 def power_capped_clock(power_limit_w: float, tdp_w: float) -> float:
     """The share of its clock a GPU holds when every SM is busy under a power limit below its rated power
     (``sustained_clock``, tfcalc.count.perf.hardware): dynamic CMOS power is P = α·C·V²·f, and under DVFS the
