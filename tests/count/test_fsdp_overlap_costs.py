@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from tfcalc import plan
+from tfcalc.count.perf.collectives import DDP_BUCKET_BYTES
 from tfcalc.count.training.comm import Collective
 from tfcalc.count.training.overlap_costs import (
     NCCL_HBM_PASSES,
@@ -99,3 +100,19 @@ def test_power_limit_scales_the_sustained_clock():
 def test_power_limit_bad_input_is_one_line(watts, device, said):
     with pytest.raises(InputError, match=said):
         plan("llama3-8b", dp=8, zero=3, power_limit=watts, device_spec=device)
+
+
+def test_step_hbm_contention_is_the_hidden_share_of_the_traffic():
+    # ZeRO-1 on 8 ranks: the gradients' reduce-scatter hides behind the last micro-batch's backward
+    r = plan("llama3-8b", dp=8, zero=1, global_batch=64, micro_batch=2, seq=4096)
+    st, hw = r.plan.step, r.hardware
+    dp = [c for c in r.plan.collectives if c.group == "dp"]
+    traffic = sum(NCCL_HBM_PASSES * c.sent_bytes for c in dp)  # no FSDP2 copies under ZeRO-1
+    bandwidth = hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency
+    # exposed: what overflows the window, plus the last 25 MiB bucket (steptime step 5); the hidden share is
+    # what fits in the window
+    last = min(st.comm_s["dp"], DDP_BUCKET_BYTES / hw.inter_node_bytes_per_s)
+    hidden = (st.comm_s["dp"] - (st.exposed_s["dp"] - last)) / st.comm_s["dp"]
+    memory_share = 1 - st.matmul_s / st.compute_s  # one stage: every micro-batch alike
+    assert st.fsdp_copy_s == 0 and 0 < hidden <= 1
+    assert st.hbm_contention_s == pytest.approx(traffic / bandwidth * memory_share * hidden)
