@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import assert_one_line_error
 
 from tfcalc import plan
 from tfcalc.count.perf.collectives import DDP_BUCKET_BYTES
@@ -116,3 +117,16 @@ def test_step_hbm_contention_is_the_hidden_share_of_the_traffic():
     memory_share = 1 - st.matmul_s / st.compute_s  # one stage: every micro-batch alike
     assert st.fsdp_copy_s == 0 and 0 < hidden <= 1
     assert st.hbm_contention_s == pytest.approx(traffic / bandwidth * memory_share * hidden)
+
+
+def test_power_limit_on_the_command_line(cli):
+    import json
+
+    r = cli("plan", "llama3-8b", "--dp", "8", "--zero", "3", "--power-limit", "500", "--format", "json")
+    assert r.code == 0, r.err
+    step = json.loads(r.out)["step"]
+    assert step["power_limit_w"] == 500 and step["perf"]["sustained_clock"] == pytest.approx(0.894, abs=5e-4)
+    assert step["fsdp_copy_s"] > 0 and step["hbm_contention_s"] > 0
+    table = cli("plan", "llama3-8b", "--dp", "8", "--zero", "3", "--power-limit", "500")
+    assert "Clock at a 500 W power limit: 0.894" in table.out and "FSDP2 copies" in table.out
+    assert_one_line_error(cli("plan", "llama3-8b", "--dp", "8", "--power-limit", "0"), "--power-limit must be watts")
