@@ -25,6 +25,24 @@ it, never used to choose a parameter of the performance model. Reported beside i
   fully recomputed) are left out: tfcalc has no per-layer recompute frequency. The page does not name the
   network: the A100-80GB's 200 Gb/s a GPU. Chosen as the held-out check of the FSDP path (the calibration
   set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
+- torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, end of 2024), Tables 1 and 3:
+  Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
+  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused); the
+  Float8 rows are left out (torchao's dynamic scaling is not what tfcalc's FP8 prices). The page's hardware
+  is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
+  benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
+  tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
+- OLMo-core README.md (allenai/OLMo-core, before commit 41f8ddc, March 2025), throughput table: tokens per
+  second per H100 of its training scripts src/scripts/train/OLMo2-7B.py (10,000), Llama3-8B.py (9,500) and
+  OLMo2-13B.py (4,600), BF16: torch.compile (--kernels fused), HSDP, bf16 parameters and fp32 reduction, no
+  activation checkpointing, seq 4,096, micro-batch 2 × 4,096 tokens (13B: 1), global batch 1,024 × 4,096
+  (13B: 2,048). The README names no GPU count: taken as many as make one micro-batch a step (512; 13B
+  2,048), HSDP over the 8 GPUs of a node (OLMo-core's default: one replica per node), since OLMo-core delays
+  HSDP's all-reduce across replicas to the last micro-batch (train_module/transformer.py,
+  set_requires_all_reduce) where tfcalc runs it on every one: at one micro-batch the two agree. OLMo 2's
+  blocks are Olmo 3 7B's (presets/olmo-3-7b.yaml) without the sliding window, vocabulary padded to 100,352;
+  13B: 40 layers, d_model 5,120, 40 heads, FFN 13,824 (olmo_core TransformerConfig.olmo2_13B over
+  llama2_13B).
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -37,6 +55,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from calibration_row import GPTJ, Row
@@ -67,6 +86,38 @@ def torchtitan_rate(preset: str, seq: int, local: int, recompute: str) -> Callab
     def run() -> float:
         r = tfcalc.plan(preset, dp=64, zero=3, global_batch=64 * local, micro_batch=local, seq=seq,
                         recompute=recompute, grad_dtype="fp32", device_spec="a100-80gb")
+        return r.tokens_per_s / r.plan.layout.gpus
+    return run
+
+
+GRAND_TETON = str(Path(__file__).parent / "devices" / "grand-teton-h100-500w.yaml")
+
+
+def torchtitan_h100_rate(gpus: int, kernels: str) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.plan("llama3-8b", dp=gpus, zero=3, global_batch=2 * gpus, micro_batch=2, seq=8192, recompute="op",
+                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels=kernels)
+        return r.tokens_per_s / r.plan.layout.gpus
+    return run
+
+
+# benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: (GPUs, technique, tfcalc's kernels, TPS/GPU)
+TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fused", 6667),
+                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514)]
+
+
+OLMO2 = dict(sliding_window=None, full_attention_every=None, vocab_size=100352)  # docstring: OLMo 2's blocks
+OLMO2_13B = dict(OLMO2, n_layer=40, d_model=5120, n_head=40, n_kv_head=40, d_ff=13824)
+# OLMo-core README (March 2025): (label, preset, overrides, micro-batch, global batch, GPUs, TPS per GPU)
+OLMO_CORE = [("OLMo 2 7B", "olmo-3-7b", OLMO2, 2, 1024, 512, 10000),
+             ("Llama 3 8B", "llama3-8b", {}, 2, 1024, 512, 9500),
+             ("OLMo 2 13B", "olmo-3-7b", OLMO2_13B, 1, 2048, 2048, 4600)]
+
+
+def olmo_core_rate(preset: str, over: dict, micro: int, batch: int, gpus: int) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.plan(preset, dp=gpus, zero=3, hsdp=8, global_batch=batch, micro_batch=micro, seq=4096,
+                        recompute="none", grad_dtype="fp32", kernels="fused", **over)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
@@ -129,6 +180,14 @@ def held_out_rows() -> list[Row]:
         out.append(Row("training throughput", f"{label}, FSDP 64 A100, seq {seq:,}, local batch {local}, AC {ac}",
                        "torchtitan docs/performance.md (2024, eager, fp32 reduce)", wps, "tok/s/GPU",
                        torchtitan_rate(preset, seq, local, recompute)))
+    for gpus, technique, kernels, tps in TORCHTITAN_H100:
+        out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
+                       "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
+                       torchtitan_h100_rate(gpus, kernels)))
+    for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
+        out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
+                       "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",
+                       olmo_core_rate(preset, over, micro, batch, gpus)))
     trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
     for device, name, label, inp, ms in TRT_LOW_LATENCY:
         preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)

@@ -117,6 +117,9 @@ def plan(
     overlap: Overlap = None,
     cp: CP = None,
     kernels: Kernels = KernelMode.eager,
+    power_limit: Annotated[Optional[float], typer.Option(
+        "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
+        "(W / rated)^(1/3) of its own [default: the rated power].", show_default=False, metavar="W")] = None,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -173,7 +176,7 @@ def plan(
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
-        kernels=kernels.value)
+        kernels=kernels.value, power_limit=power_limit)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

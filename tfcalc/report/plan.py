@@ -29,6 +29,7 @@ from tfcalc.count.training.layout import (
 )
 from tfcalc.count.training.layout_pipeline import check_cp
 from tfcalc.count.training.offload import host_link_bytes_per_s
+from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, search
 from tfcalc.count.training.search_space import cp_applies, cp_degrees
 from tfcalc.count.training.sharding import check_model_variants, check_sharding
@@ -91,7 +92,7 @@ class PlanReport(Displayed):
     @property
     def hardware(self) -> Hardware:
         return hardware(self.device, self.plan.layout.dtype, self.request.matmul_efficiency,
-                        self.request.bandwidth_efficiency)
+                        self.request.bandwidth_efficiency, self.request.power_limit)
 
     @property
     def physics_mfu(self) -> float:
@@ -144,6 +145,9 @@ class PlanReport(Displayed):
                      # peak's share beside it (tfcalc.count.perf.fp8_time, step 4)
                      "mfu_peak_dtype": L.dtype, "mfu_fp8_peak": self.mfu_fp8_peak,
                      "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.training.steptime, 5)
+                     # ... its HBM traffic, and FSDP2's copies on the compute stream (count.training.overlap_costs)
+                     "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
+                     "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
@@ -159,15 +163,18 @@ class PlanReport(Displayed):
 
 
 def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[float] = None,
-             bandwidth_efficiency: Optional[float] = None) -> Hardware:
+             bandwidth_efficiency: Optional[float] = None, power_limit: Optional[float] = None) -> Hardware:
     peak = spec.peak(dtype)
     if peak is None:
         raise InputError(f"the {spec.key} datasheet gives no {dtype} rate; choose another --dtype")
     if not spec.intra_node_bytes_per_s or not spec.inter_node_bytes_per_s:
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
+    perf = device_perf(spec, matmul_efficiency, bandwidth_efficiency)
+    if power_limit is not None:  # --power-limit: the clock at that limit (count.training.overlap_costs)
+        perf = dataclasses.replace(perf, sustained_clock=perf.sustained_clock * capped_clock(power_limit, spec.key))
     return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
-                    spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec),
-                    device_perf(spec, matmul_efficiency, bandwidth_efficiency), **more_hardware(spec))
+                    spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec), perf,
+                    **more_hardware(spec))
 
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
@@ -266,7 +273,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         raise InputError(f"--device-spec must be a table key or a file name; got {shown(device_spec)}")
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
-    hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency)
+    hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency, request.power_limit)
     if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
         raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
                          "arrived with Hopper and Ada); choose another --device-spec")

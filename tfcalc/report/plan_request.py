@@ -54,6 +54,7 @@ class PlanRequest:
     cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
     pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
     kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
+    power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
 
     @property
     def micro(self) -> int:

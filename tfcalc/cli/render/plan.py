@@ -167,6 +167,13 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
               f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
               f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")
+    if st.hbm_contention_s:  # tfcalc.count.training.overlap_costs, 1
+        t.add("  overlap's HBM cost", st.hbm_contention_s, "memory-bound kernels beside the overlapped DP traffic")
+    if st.fsdp_copy_s:  # tfcalc.count.training.overlap_costs, 2
+        t.add("  FSDP2 copies", st.fsdp_copy_s, "all-gather copy-out and reduce-scatter copy-in, on the compute stream")
+    if r.request.power_limit is not None:  # tfcalc.count.training.overlap_costs.power_capped_clock
+        t.add(f"Clock at a {r.request.power_limit:g} W power limit: {r.hardware.perf.sustained_clock:.3f}", None,
+              "of the datasheet's, (limit / rated)^(1/3): dynamic power ∝ f·V², V ∝ f")
     if st.basis == "mfu":
         t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
         t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")

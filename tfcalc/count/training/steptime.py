@@ -43,6 +43,8 @@
    peak ÷ that on all S, minus 1) × the overlapped seconds: DP's reduction within its window and, with --overlap tp,
    the hidden TP collectives; C = ``PerfSpec.comm_sms`` (tfcalc.count.perf.hardware). Pipeline and
    context-parallel sends (NCCL's point-to-point kernels, a channel or two per peer) are left out.
+   Nor in HBM: overlapped DP traffic slows the memory-bound kernels beside it (``hbm_contention_s``), and
+   FSDP2's copy-out and reduce-scatter copy-in run on the compute stream (``fsdp_copy_s``): overlap_costs.
 6. MFU = model FLOPs / (step time × peak × GPUs). ``--mfu X`` states the end-to-end MFU instead: the
    step time is then model FLOPs / (X × peak × GPUs), so the printed MFU is X; the physics' own
    prediction stays in ``physics_s``.
@@ -64,12 +66,15 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import flops as count_flops
+from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
+from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
+from tfcalc.count.training.sharding import grad_element_bytes
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
@@ -124,6 +129,8 @@ class StepTime:
     basis: str = "physics"  # physics, mfu (--mfu given) or matmul-efficiency (--matmul-efficiency given)
     contention_s: float = 0.0  # the overlapped compute's slowdown while NCCL's kernels hold SMs (step 5)
     optimizer_s: float = 0.0  # the optimizer step on the rank's shard (tfcalc.count.perf.optimizer)
+    hbm_contention_s: float = 0.0  # memory-bound compute waiting on overlapped collectives' HBM traffic (step 5)
+    fsdp_copy_s: float = 0.0  # FSDP2's copy-out and reduce-scatter copy-in on the compute stream (step 5)
 
     @property
     def pipelined_s(self) -> float:
@@ -323,13 +330,21 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     hidden_tp = sum(v for cause, v in tp_by_cause.items() if cause in pipeline.OVERLAPPED_TP) \
         if "tp" in layout.overlap else 0.0
     contention = slow * (min(comm["dp"], window) + min(hidden_tp, m * s.matmuls) * stretch)
-    physics = pipelined + sum(exposed.values()) + contention
-    no_overlap = pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
+    # ... and HBM's: the DP traffic's hidden share slows the memory-bound kernels; FSDP2's copies run on the
+    # compute stream (tfcalc.count.training.overlap_costs)
+    hbm = dp_hbm_bytes(collectives, layout.zero, BITS_PER_ELEMENT[layout.dtype] // 8, grad_element_bytes(layout))
+    bandwidth = hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency
+    hidden_dp = min(comm["dp"], window) / comm["dp"] if comm["dp"] else 0.0
+    hbm_s = hbm_contention_s(hbm.overlapped, hidden_dp, bandwidth, 1 - s.matmuls / s.total if s.total else 0.0)
+    copy_s = fsdp_copy_s(hbm.exposed, hbm.copy_calls, bandwidth, hw.perf.kernel_s)
+    physics = pipelined + sum(exposed.values()) + contention + hbm_s + copy_s
+    no_overlap = (pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
+                  + copy_s)
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
                     model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis,
-                    contention)
+                    contention, hbm_contention_s=hbm_s, fsdp_copy_s=copy_s)
 
 
 def with_optimizer(step: StepTime, optimizer_s: float, peak_flops_per_s: float, gpus: int) -> StepTime:
