@@ -27,6 +27,9 @@ def test_every_supported_type_has_a_case():
     types = {getattr(transformers, CASES[name].config).model_type for name in CASES}
     types |= {"gemma3", "llama4"}  # vision-language: tiny checkpoints of their own in tests/test_hf_patterns.py
     types |= {"qwen3_5", "qwen3_5_moe"}  # vision-language: tests/test_qwen3_5.py
+    # Mamba2 families: tiny checkpoints written by transformers, loaded by load_model, logits compared in
+    # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
+    types |= {"mamba2", "nemotron_h", "granitemoehybrid"}
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 
