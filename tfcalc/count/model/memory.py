@@ -129,8 +129,14 @@ def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
     server without MLA support would cache: tfcalc.architecture.latent, step 4); the same for every other
     attention."""
     check_dtype(w.kv)
-    own = w.batch * cfg.architecture.expanded_kv_elements(w.seq + w.gen)
-    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
+    # each tensor in its own dtype, as kv_cache_bytes prices it (a DeltaNet's fp32 state is not K/V to expand)
+    stack, context, by_dtype = cfg.architecture.decoder, w.seq + w.gen, {}
+    for b, n in stack.kinds() if stack is not None else ():
+        for t in b.mixer.expanded_state():
+            dtype = t.dtype or w.kv
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + n * t.elements(context)
+    own = sum(weight_bytes(w.batch * elements, dtype) for dtype, elements in by_dtype.items())
+    return own + cross_kv_cache_bytes(cfg, w)
 
 
 def cross_kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:
