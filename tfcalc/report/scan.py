@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count.model import flops as count_flops, memory as count_memory, quant, training_memory as training
+from tfcalc.count.model import (
+    flops as count_flops,
+    memory as count_memory,
+    quant,
+    state_growth,
+    training_memory as training,
+)
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import crossover_json, reached_at
 from tfcalc.report.model_ref import ModelRef
@@ -18,6 +24,8 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
     forward = sum(totals.values())
     # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
     scores = totals["attention_scores"] + totals["cross_attention_scores"]
+    split = count_memory.state_split(cfg, w)
+    growing, fixed = state_growth.mixing_split(cfg, w)
     return {
         "seq": seq,
         "attention_scores": scores,
@@ -27,6 +35,11 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "forward_flops": forward,
         "scores_share": scores / forward,
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, w),
+        # a hybrid's state and mixing split (tfcalc.count.model.state_growth): K/V grows with T in the layers that
+        # keep it, the fixed state does not; the mixing FLOPs of those layers grow like T², of the others like T
+        "kv_growing_bytes": split.growing, "fixed_state_bytes": split.fixed,
+        "fixed_state_share": split.fixed / (split.growing + split.fixed) if split.fixed else 0.0,
+        "scores_growing_layers": growing, "scores_fixed_layers": fixed,
         # the kernel `memory --training` and `plan` assume: flash, as training stacks run
         "activation_bytes": count_memory.activations(cfg, w, count_memory.TRAINING_ATTENTION).total,
         # an inference format (int8, fp8, ...) has no training state to count
@@ -59,6 +72,17 @@ class ScanReport(Displayed):
         return quant.weights_bytes(self.model.cfg, quant.weight_format(self.dtype))
 
     @property
+    def hybrid(self) -> bool:
+        """Some decoder layers keep a fixed state (their cost stops growing with T)."""
+        return any(r["fixed_state_bytes"] or r["scores_fixed_layers"] for r in self.rows)
+
+    @property
+    def layers(self) -> tuple[int, int]:
+        """(decoder layers whose state grows with the tokens, all decoder layers)."""
+        split = count_memory.state_split(self.model.cfg, Workload(batch=1, seq=1, dtype=self.dtype))
+        return split.growing_layers, split.layers
+
+    @property
     def beyond_context(self) -> bool:
         return any(r["seq"] > self.model.cfg.max_seq_len for r in self.rows)
 
@@ -72,6 +96,8 @@ class ScanReport(Displayed):
             "max_seq_len": cfg.max_seq_len,
             "weights_bytes": self.weights_bytes,
             "crossover_seq": self.crossover,
+            # decoder layers whose state grows with the tokens (K/V), of all (the rest keep a fixed state)
+            "kv_layers": self.layers[0], "layers": self.layers[1],
             "rows": [dict(r) for r in self.rows],
             "plot": self.plot,
         }
