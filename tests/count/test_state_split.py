@@ -163,3 +163,38 @@ def test_infer_prints_the_fixed_state_read_and_written(cli):
     assert g["kv_growing_bytes"] == (4096 + 4) * 24_576 and (g["kv_layers"], g["layers"]) == (12, 48)
     text = " ".join(cli("infer", "qwen3-next-80b-a3b", "--device-spec", "h100-sxm", "--seq", "4096").out.split())
     assert "read and written whole by each decode step: 74.25 MiB read + 74.25 MiB written" in text
+
+
+def test_mixing_split_by_hand():
+    """Qwen3-Next at T = 4,096: the 12 gated-attention layers' Q·Kᵀ and attention·V, full square, 2·2·T²·16·256
+    each; the 36 DeltaNet layers' chunked scan grows like T (twice T, twice the FLOPs); both add up to the
+    forward's attention_scores."""
+    from tfcalc.count.model import flops as count_flops
+    from tfcalc.count.model.state_growth import mixing_split
+
+    cfg = load("qwen3-next-80b-a3b")
+    g1, f1 = mixing_split(cfg, Workload(batch=1, seq=4096))
+    g2, f2 = mixing_split(cfg, Workload(batch=2, seq=8192))
+    assert g1 == 12 * 2 * 2 * 4096 * 4096 * 16 * 256
+    assert f2 == 2 * 2 * f1 and g2 == 2 * 4 * g1  # batch 2: the fixed layers' ×2 per T, the attention's ×4
+    assert g1 + f1 == count_flops.breakdown(cfg, Workload(batch=1, seq=4096)).totals()["attention_scores"]
+    assert mixing_split(load("gpt2"), Workload(seq=128))[1] == 0
+
+
+def test_scan_and_compare_show_where_the_cost_stops_growing(cli):
+    scan = cli("scan", "qwen3-next-80b-a3b", "--seq", "1024,8192", "--json").json()
+    assert (scan["kv_layers"], scan["layers"]) == (12, 48)
+    small, big = scan["rows"]
+    assert small["fixed_state_bytes"] == big["fixed_state_bytes"] == 77_856_768
+    assert big["kv_growing_bytes"] == 8 * small["kv_growing_bytes"] == 8192 * 24_576
+    assert big["fixed_state_share"] < small["fixed_state_share"]
+    text = " ".join(cli("scan", "qwen3-next-80b-a3b", "--seq", "1024,8192").out.split())
+    assert "where the cost grows with T" in text and "only in the 12 of 48 layers" in text
+    assert "where the cost grows" not in cli("scan", "gpt2", "--seq", "128").out
+    rows = cli("compare", "lfm2-1.2b", "qwen3-next-80b-a3b", "llama2-7b", "--json").json()
+    lfm, qwen, llama = rows
+    # K/V per token in the attention layers only: 6 layers · 2 · 8 heads · 64 · 2 bytes; 12 · 2 · 2 · 256 · 2
+    assert lfm["kv_cache_bytes_per_token"] == 6 * 2 * 8 * 64 * 2 and qwen["kv_cache_bytes_per_token"] == 24_576
+    assert lfm["fixed_state_bytes_per_sequence"] == 10 * 2048 * 3 * 2 and llama["fixed_state_bytes_per_sequence"] == 0
+    assert llama["kv_cache_bytes_per_token"] == 32 * 2 * 32 * 128 * 2 and llama["kv_layers"] == 32
+    assert qwen["state_bytes_at_seq"] == 4096 * 24_576 + 77_856_768  # the shortest context: llama2-7b's 4,096
