@@ -198,3 +198,39 @@ def test_scan_and_compare_show_where_the_cost_stops_growing(cli):
     assert lfm["fixed_state_bytes_per_sequence"] == 10 * 2048 * 3 * 2 and llama["fixed_state_bytes_per_sequence"] == 0
     assert llama["kv_cache_bytes_per_token"] == 32 * 2 * 32 * 128 * 2 and llama["kv_layers"] == 32
     assert qwen["state_bytes_at_seq"] == 4096 * 24_576 + 77_856_768  # the shortest context: llama2-7b's 4,096
+
+
+def test_an_fp8_kv_cache_leaves_the_conv_and_recurrent_states_in_their_own_dtypes():
+    """--kv-dtype fp8 prices K and V in fp8; the convolution's ring stays in the model's dtype (transformers and
+    tfcalc's runtime allocate it so; vLLM keeps its mamba cache dtype apart from kv_cache_dtype) and S in fp32.
+    Weights in int4 run bf16 activations: the ring in bf16."""
+    from tfcalc.count.model.dtypes import state_dtype
+
+    cfg = load("qwen3-next-80b-a3b")
+    s = state_split(cfg, Workload(batch=1, seq=4096, dtype="bf16", kv_dtype="fp8"))
+    assert s.growing == 4096 * 12 * 2 * 2 * 256
+    assert s.fixed_parts == {"conv": ("bf16", 36 * 8192 * 4 * 2), "recurrent": ("fp32", 36 * 32 * 128 * 128 * 4)}
+    lfm = state_split(load("lfm2-1.2b"), Workload(batch=1, seq=16, dtype="fp32", kv_dtype="fp8"))
+    assert lfm.fixed_parts == {"conv": ("fp32", 10 * 2048 * 3 * 4)}
+    resolved = (state_dtype("model", "fp8", "int4"), state_dtype(None, "fp8", "bf16"),
+                state_dtype("fp32", "int8", "bf16"))
+    assert resolved == ("bf16", "fp8", "fp32")
+    # a decode step reads the ring in bf16 too: its read row is priced so beside the fp8 K/V
+    step = decode_step(cfg, 1, 100, plain("bf16"), "fp8")
+    conv_read = sum(r.kv_bytes for r in step.rows if r.component.endswith("conv"))
+    assert conv_read == 36 * 8192 * 4 * 2
+
+
+def test_hostile_dtypes_are_one_line(cli):
+    """"model" is a state tensor's declaration, never a dtype a user may give the cache."""
+    from conftest import assert_one_line_error
+
+    from tfcalc.errors import InputError
+
+    assert_one_line_error(cli("memory", "qwen3-next-80b-a3b", "--kv-dtype", "fp7"), "is not one of")
+    assert_one_line_error(cli("infer", "lfm2-1.2b", "--device-spec", "h100-sxm", "--kv-dtype", "model"),
+                          "is not one of")
+    for bad in ("model", None, ["bf16"]):
+        with pytest.raises(InputError, match="unknown dtype"):
+            state_split(load("lfm2-1.2b"), Workload(seq=8, kv_dtype=bad) if bad is not None
+                        else Workload(seq=8, dtype="model"))

@@ -123,7 +123,7 @@ class InferReport(Displayed):
         GPU's under TP): a fixed tensor is read whole and written whole every step (mixer.step_io), so it is
         also what the step reads of it."""
         split = state_split(self.model.cfg, Workload(batch=est.batch, seq=self.seq, gen=self.options.gen,
-                                                     kv_dtype=self.kv_dtype))
+                                                     dtype=self.fmt.dtype, kv_dtype=self.kv_dtype))
         step = est.first_decode_step
         written = 0 if step is None else sum(r.kv_bytes for r in step.rows if r.component == "state_write")
         return {"kv_growing_bytes": split.growing, "fixed_state_bytes": split.fixed, "kv_layers": split.growing_layers,

@@ -52,6 +52,7 @@ from tfcalc.count.model.dtypes import (  # noqa: F401  (re-exported: memory's pu
     DTYPES,
     activation_element_bytes,
     check_dtype,
+    state_dtype,
     weight_bytes,
 )
 from tfcalc.count.model.params import total as param_total
@@ -76,7 +77,7 @@ def kv_cache_bytes(cfg: ModelConfig, w: Workload, spare: int = 0) -> int:
     # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
     # all positions, or within a sliding window (a chunk) a ring of W (C) slots at most, of its K and V; a
     # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
-    own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
+    own = sum(weight_bytes(w.batch * elements, state_dtype(dtype, w.kv, w.dtype))
               for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen, spare).items())
     return own + cross_kv_cache_bytes(cfg, w)
 
@@ -115,7 +116,7 @@ def state_split(cfg: ModelConfig, w: Workload, spare: int = 0) -> StateSplit:
         growing_layers += n if any(t.per_token for t in tensors) else 0
         for t in tensors:
             if t.fixed:
-                dtype = t.dtype or w.kv
+                dtype = state_dtype(t.dtype, w.kv, w.dtype)
                 fixed_el[dtype] = fixed_el.get(dtype, 0) + n * t.fixed
                 _, before = parts.get(t.name, (dtype, 0))
                 parts[t.name] = (dtype, before + weight_bytes(w.batch * n * t.fixed, dtype))
@@ -133,7 +134,7 @@ def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
     stack, context, by_dtype = cfg.architecture.decoder, w.seq + w.gen, {}
     for b, n in stack.kinds() if stack is not None else ():
         for t in b.mixer.expanded_state():
-            dtype = t.dtype or w.kv
+            dtype = state_dtype(t.dtype, w.kv, w.dtype)
             by_dtype[dtype] = by_dtype.get(dtype, 0) + n * t.elements(context)
     own = sum(weight_bytes(w.batch * elements, dtype) for dtype, elements in by_dtype.items())
     return own + cross_kv_cache_bytes(cfg, w)

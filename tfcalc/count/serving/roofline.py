@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.dtypes import weight_bytes
+from tfcalc.count.model.dtypes import state_dtype, weight_bytes
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes, state_split
 from tfcalc.count.model.params import param_entries
@@ -253,7 +253,7 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
-    kv = weight_bytes(e.state_read, e.state_dtype or kv_dtype)  # the state its mixer says it reads
+    kv = weight_bytes(e.state_read, state_dtype(e.state_dtype, kv_dtype, fmt.dtype))  # the state its mixer reads
     if e.mixing:  # no weights: the state it reads, the activations it says it reads and writes (Mixing.io)
         return Row(e.component, e.label, e.causal_total, 0, kv, act * e.io, e.shape, e.count, mixing=True)
     w = weights.get(e.component, 0)
@@ -301,7 +301,7 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
     src = decoder_source(cfg, context, src_seq)
     entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False, absorbed=True)  # windows: see _row
     rows = _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True)
-    written = state_split(cfg, Workload(batch=batch, seq=context, kv_dtype=kv_dtype)).fixed
+    written = state_split(cfg, Workload(batch=batch, seq=context, dtype=fmt.dtype, kv_dtype=kv_dtype)).fixed
     if written:  # the fixed state rewritten whole every step (its reads are in the mixing rows)
         rows += (Row("state_write", "fixed state written back (recurrent state, conv ring)", 0, 0, written, 0,
                      mixing=True),)
