@@ -20,6 +20,7 @@ ACTIVATION_LABELS = {
     "qk_norm": "Q/K norms (per head)", "attn_post_norm": "attention output norm (sandwich)",
     "ffn_post_norm": "FFN output norm (sandwich)", "cross_attn_post_norm": "cross-attention output norm (sandwich)",
     "shared_expert": "MoE: shared expert (hidden, gate)",
+    "conv": "short conv: input u, output z (per channel)",
 }
 
 
