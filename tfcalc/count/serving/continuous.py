@@ -38,7 +38,6 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel
@@ -123,13 +122,13 @@ class Engine:
         return Workload(seq=self.context, dtype=self.fmt.dtype, kv_dtype=self.kv, src_seq=self.src)
 
     def kv_bytes(self, n: float) -> int:
-        per = self.shard.kv(kv_cache_bytes(self.cfg, self.workload))
+        per = self.shard.state(self.workload)
         return math.ceil(n * per)
 
     def max_concurrency(self) -> Optional[int]:
         if self.memory is None:
             return None
-        per = self.shard.kv(kv_cache_bytes(self.cfg, self.workload))
+        per = self.shard.state(self.workload)
         return max(0, (self.memory - self.shard.weights) // per) if per else BATCH_LIMIT
 
 
