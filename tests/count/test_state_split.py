@@ -234,3 +234,28 @@ def test_hostile_dtypes_are_one_line(cli):
         with pytest.raises(InputError, match="unknown dtype"):
             state_split(load("lfm2-1.2b"), Workload(seq=8, kv_dtype=bad) if bad is not None
                         else Workload(seq=8, dtype="model"))
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "lfm2-1.2b"])
+def test_a_hybrids_scan_and_compare_answers_are_on_screen(name):
+    """tests/cli/test_answer_on_screen.py's rule on the hybrids: every number of scan's and compare's JSON is in the
+    table render at every width (the split's rows in scan's second table)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "cli"))
+    from test_answer_on_screen import assert_on_screen, numbers
+
+    import tfcalc
+    from tfcalc.cli.render import compare as compare_view, scan as scan_view
+
+    r = tfcalc.scan(name)
+    j = r.to_json()
+    answer = numbers({k: v for k, v in j.items() if k != "rows"})
+    for row in j["rows"]:
+        answer |= {f"T={row['seq']}.{k}": v for k, v in numbers(row).items()}
+    assert answer["kv_layers"] and answer[f"T={j['rows'][0]['seq']}.fixed_state_bytes"]
+    assert_on_screen(scan_view.document([r]), answer)
+    c = tfcalc.compare(name, "llama2-7b")
+    assert_on_screen(compare_view.document([c]), {f"{row['preset']}.{k}": v for row in c.to_json()
+                                                  for k, v in numbers(row).items()})

@@ -26,6 +26,7 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
     scores = totals["attention_scores"] + totals["cross_attention_scores"]
     split = count_memory.state_split(cfg, w)
     growing, fixed = state_growth.mixing_split(cfg, w)
+    hybrid = bool(split.fixed or fixed or split.growing_layers < split.layers)
     return {
         "seq": seq,
         "attention_scores": scores,
@@ -37,9 +38,11 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, w),
         # a hybrid's state and mixing split (tfcalc.count.model.state_growth): K/V grows with T in the layers that
         # keep it, the fixed state does not; the mixing FLOPs of those layers grow like T², of the others like T
-        "kv_growing_bytes": split.growing, "fixed_state_bytes": split.fixed,
-        "fixed_state_share": split.fixed / (split.growing + split.fixed) if split.fixed else 0.0,
-        "scores_growing_layers": growing, "scores_fixed_layers": fixed,
+        # (None for a model whose every layer caches K and V: kv_cache_bytes is then the whole answer)
+        "kv_growing_bytes": split.growing if hybrid else None, "fixed_state_bytes": split.fixed if hybrid else None,
+        "fixed_state_share": split.fixed / (split.growing + split.fixed) if hybrid and split.fixed else (
+            0.0 if hybrid else None),
+        "scores_growing_layers": growing if hybrid else None, "scores_fixed_layers": fixed if hybrid else None,
         # the kernel `memory --training` and `plan` assume: flash, as training stacks run
         "activation_bytes": count_memory.activations(cfg, w, count_memory.TRAINING_ATTENTION).total,
         # an inference format (int8, fp8, ...) has no training state to count
@@ -74,7 +77,7 @@ class ScanReport(Displayed):
     @property
     def hybrid(self) -> bool:
         """Some decoder layers keep a fixed state (their cost stops growing with T)."""
-        return any(r["fixed_state_bytes"] or r["scores_fixed_layers"] for r in self.rows)
+        return any(r["fixed_state_bytes"] is not None for r in self.rows)
 
     @property
     def layers(self) -> tuple[int, int]:
@@ -97,7 +100,7 @@ class ScanReport(Displayed):
             "weights_bytes": self.weights_bytes,
             "crossover_seq": self.crossover,
             # decoder layers whose state grows with the tokens (K/V), of all (the rest keep a fixed state)
-            "kv_layers": self.layers[0], "layers": self.layers[1],
+            "kv_layers": self.layers[0] if self.hybrid else None, "layers": self.layers[1] if self.hybrid else None,
             "rows": [dict(r) for r in self.rows],
             "plot": self.plot,
         }

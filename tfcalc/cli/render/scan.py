@@ -64,6 +64,8 @@ def _one(doc: Doc, report: ScanReport) -> None:
              "(in the training column, with gradients, optimizer states and activations).")
     if report.beyond_context:
         doc.note(f"* beyond the context length {context:,}: arithmetic only.", "dim")
+    else:  # the JSON's max_seq_len, on screen either way
+        doc.note(f"Every length within the context length {context:,}.", "dim")
     if report.plot:
         doc.note(f"Plot written to {report.plot}.")
 
