@@ -299,7 +299,8 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
         doc.note(f"{r.seq:,} + {r.options.gen:,} positions go past the {r.model.cfg.max_seq_len:,} the model encodes: "
                  "arithmetic only (the model could not run there).", "warning")
     _state_note(doc, first)
-    doc.note("Bytes per token: weights + KV cache read per decode step, over the batch; decode figures are the mean "
+    doc.note("Bytes per token: weights + KV cache read per decode step (and a fixed state written back), over the "
+             "batch; decode figures are the mean "
              "of the steps; predicted time = the slower of FLOPs/peak and bytes/bandwidth, matmul by matmul, "
              "summed. Ratios: predicted ÷ measured time. More: docs/serving.md.", "dim")
 
