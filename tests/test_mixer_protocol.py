@@ -150,7 +150,8 @@ def test_the_state_is_fixed_in_the_context_and_kept_in_fp32(kv_dtype):
     # a decode step reads the state once, in fp32, and writes it once (tfcalc.architecture.mixer.step_io)
     for context in (5, 5_000):
         step = roofline.decode_step(cfg, batch, context, weight_format("bf16"), kv_dtype)
-        assert step.kv_bytes == batch * state
+        assert step.kv_bytes == 2 * batch * state  # read by the mixing row, written back by the row "state_write"
+        assert [r.kv_bytes for r in step.rows if r.component == "state_write"] == [batch * state]
     assert step_io(LinearAttention(D, H, HD), 7) == (H * HD * HD, H * HD * HD)
 
 
@@ -168,6 +169,9 @@ def test_the_mixing_rows_are_priced_as_mixing_and_split_by_heads(tp):
     cfg, batch, a = toy_config(), 3, 2
     step = roofline.decode_step(cfg, batch, 9, weight_format("bf16"), "int8")
     rows = {r.component: serving_tp.shard_row(r, cfg, tp) for r in step.rows if r.mixing}
+    # the fixed state written back (fp32, whole heads per GPU as it is read), beside the mixer's own rows
+    write = rows.pop("state_write")
+    assert (write.flops, write.weight_bytes, write.kv_bytes) == (0, 0, batch * L * H * HD * HD * 4 // tp)
     assert set(rows) == {"attn_update", "attn_read"}
     n = batch * L * H // tp  # products over the layers on one GPU
     flops = 2 * HD * 1 * HD * n

@@ -204,7 +204,7 @@ def test_tiny_decode_with_the_fixed_state_equals_the_uncached_forward(tiny):
     cache = ours.new_cache(2, 69)
     out = generate(ours, prompt, 9, cache=cache)
     assert torch.equal(out, _greedy_uncached(ours, prompt, 9))
-    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=60, gen=9, kv_dtype="fp32"))
+    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=60, gen=9, dtype="fp32", kv_dtype="fp32"))
     assert not cache.rewindable
 
 

@@ -190,7 +190,7 @@ def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     assert torch.equal(out, _greedy_uncached(model, prompt, new))
     assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
     cfg = model.cfg  # its bytes are the count's: K/V of the one attention layer, two Mamba2 states
-    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, kv_dtype="fp32"))
+    assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, dtype="fp32", kv_dtype="fp32"))
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -141,7 +141,7 @@ class GatedDeltaNet:
         S = H * dk * dv
         if step:
             conv = Mixing("conv", "short convolution (K kept inputs)", (queries, K, 1), C, 2 * queries * K * C,
-                          C * K, None, io=C * (K + queries))
+                          C * K, "model", io=C * (K + queries))
             return [conv,
                     Mixing("kS", "recurrent k·S", (queries, dk, dv), H, 2 * queries * dk * dv * H, S, "fp32"),
                     Mixing("update", "recurrent state update kᵀ·δ", (dk, queries, dv), H, 2 * queries * dk * dv * H),
@@ -204,9 +204,9 @@ class GatedDeltaNet:
         return []
 
     def state(self) -> list[StateTensor]:
-        """The convolution's last K inputs (cache dtype) and S (fp32): module docstring."""
+        """The convolution's last K inputs (the model's dtype, whatever --kv-dtype) and S (fp32): module docstring."""
         C, K, H = self.conv_dim, self.conv_kernel, self.n_v_head
-        return [StateTensor("conv", fixed=C * K, shape=(C, K)),
+        return [StateTensor("conv", fixed=C * K, dtype="model", shape=(C, K)),
                 StateTensor("recurrent", fixed=H * self.k_head_dim * self.v_head_dim, dtype="fp32",
                             shape=(H, self.k_head_dim, self.v_head_dim))]
 

@@ -123,7 +123,7 @@ class Mamba2:
         position sees; c-e count whole."""
         H, P, N, K = self.n_heads, self.head_dim, self.state_size, self.conv_kernel
         conv = Mixing("conv", "causal conv1d", (queries, K, 1), self.conv_dim, 2 * queries * K * self.conv_dim,
-                      self.conv_dim * K if step or queries == 1 else 0)
+                      self.conv_dim * K if step or queries == 1 else 0, "model")  # the ring: the model's dtype
         if step or queries == 1:
             ssm = H * P * N
             return [conv,
@@ -197,7 +197,10 @@ class Mamba2:
     def state(self) -> list[StateTensor]:
         """The convolution's last K inputs and the SSM state, both fixed in the context (module docstring)."""
         H, P, N = self.n_heads, self.head_dim, self.state_size
-        return [StateTensor("conv", fixed=self.conv_dim * self.conv_kernel, shape=(self.conv_dim, self.conv_kernel)),
+        # the conv ring in the model's dtype, as transformers' cache and tfcalc's runtime keep it (an FP8 KV cache
+        # does not change it); the SSM state in its stated dtype
+        return [StateTensor("conv", fixed=self.conv_dim * self.conv_kernel, dtype="model",
+                            shape=(self.conv_dim, self.conv_kernel)),
                 StateTensor("ssm", fixed=H * P * N, dtype=self.state_dtype, shape=(H, P, N))]
 
     def expanded_state(self) -> list[StateTensor]:

@@ -139,7 +139,10 @@ class StateTensor:
     ``per_token`` elements for each position kept (K, V: they grow with the context), at most ``span``
     positions (a window of W keeps a ring of W, a chunk of C one chunk of C; None: every position); ``fixed``
     elements that do not grow (an SSM's state, a convolution's ring). ``dtype``: the dtype it is kept in,
-    None for the cache dtype the user asks for (``--kv-dtype``)."""
+    None for the cache dtype the user asks for (``--kv-dtype``: K and V), "model" for the model's activation
+    dtype whatever the cache's (a convolution's ring of inputs: transformers and tfcalc's runtime allocate it in
+    the model's dtype, and a server's FP8 KV cache leaves it so: vLLM's mamba cache dtype is separate), or a
+    dtype of its own (a recurrent state in fp32); tfcalc.count.model.dtypes.state_dtype resolves it."""
 
     name: str
     per_token: int = 0

@@ -26,8 +26,9 @@ context under K, leaves out the taps over the zeros the state holds before posit
 last inputs beside its own. tfcalc counts and allocates K, as transformers does: a step shifts its u into
 the state's last column, then takes its one output over the K columns (one fixed-shape conv; keeping K - 1
 would need a concatenation of the state and the new input every step, a copy of the state per layer and
-token, to save d elements). So the bytes counted are transformers' cache bytes, in the cache dtype (the
-model's, in transformers). The state has no positions: it does not grow with the context.
+token, to save d elements). So the bytes counted are transformers' cache bytes, in the model's activation
+dtype (``dtype="model"``: transformers' and tfcalc's runtime allocate it so; an FP8 KV cache, ``--kv-dtype``,
+leaves it in the model's dtype). The state has no positions: it does not grow with the context.
 
 **Rewind**: refused. The state holds the last K inputs, overwritten every step; returning to an earlier
 position needs inputs it no longer holds (transformers can rewind only while recording every past input,
@@ -102,7 +103,7 @@ class ShortConv:
         d, k = self.d_model, self.kernel_size
         read = d * k if step else 0
         return [Mixing("conv", "depthwise causal conv", (queries, k, 1), d, 2 * d * conv_taps(queries, keys, k),
-                       read, io=2 * queries * d)]  # u read, z written: the taps' window stays in cache
+                       read, "model", io=2 * queries * d)]  # u read, z written: the taps' window stays in cache
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
         """The two gates (steps 2 and 4), one product each per channel; bias adds with ``bias``."""
@@ -135,9 +136,9 @@ class ShortConv:
                 EagerOp("bias_linears", "bias", 2 if self.bias else 0)]
 
     def state(self) -> list[StateTensor]:
-        """K columns of u per channel, fixed, in the cache dtype (see the module docstring)."""
+        """K columns of u per channel, fixed, in the model's dtype (see the module docstring)."""
         d, k = self.d_model, self.kernel_size
-        return [StateTensor("conv", fixed=d * k, shape=(d, k))]
+        return [StateTensor("conv", fixed=d * k, dtype="model", shape=(d, k))]
 
     def expanded_state(self) -> list[StateTensor]:
         return self.state()

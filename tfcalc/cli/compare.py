@@ -35,7 +35,9 @@ def compare(
     """Models side by side: shapes, parameters, FLOPs per token, KV cache per token, attention and FFN shares.
 
     Every model is taken at the same sequence length: --seq, or the shortest context among them. Cells that differ
-    from the first model's are highlighted.
+    from the first model's are highlighted. KV cache / token is the K/V of the layers that cache it; a hybrid's
+    fixed state (a convolution's ring, a recurrent state) is a row of its own, per sequence, and so is the whole
+    state of one sequence at the length.
     """
     out = output(format, json_out, exact, verbose)
     refs = [resolve(m, overrides or []) for m in models]

@@ -152,6 +152,11 @@ def infer(
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
     uniform routing, tokens = the batch in a decode step (k experts at batch 1, nearly all E once a batch touches
     them all) and batch × seq in the prefill; the output says how many at each batch.
+
+    A hybrid (short convolutions, gated DeltaNet): its K/V grows only in the layers that cache positions; the other
+    layers keep a fixed state per sequence (a convolution's last K inputs in the model's dtype, a DeltaNet's
+    recurrent state in fp32), which each decode step reads whole and writes back whole (the row state_write, in
+    bytes per token); the output shows both, JSON generation_state.
     """
     out = output(format, json_out, exact, verbose, table)
     if device_spec is not None and device_spec.strip().lower() == "list":  # the old spelling, kept a while

@@ -111,6 +111,12 @@ def memory(
     tokens; a mixture of experts keeps activations for the top-k experts each token runs, and its weights follow
     the checkpoint's stored format where the config names one (gpt-oss's MXFP4 experts: 4-bit values and one 8-bit
     scale per 32, 4.25 bits per weight; the rest in --dtype); an encoder keeps no KV cache.
+
+    A hybrid (LFM2's short convolutions, Qwen3-Next's gated DeltaNet beside attention): n_layer above counts only
+    the layers that cache K and V; the others keep a fixed state per sequence whatever T, each tensor in its own
+    dtype -- a convolution's last K inputs in the model's dtype (what transformers' cache holds; the next step
+    needs K − 1), a DeltaNet's recurrent state H_v·d_k·d_v in fp32 -- shown apart from the K/V. --budget counts
+    the fixed state once per sequence and the K/V per token.
     """
     out = output(format, json_out, exact, verbose, table)
     if require_fit and budget is None:

@@ -73,6 +73,10 @@ def scan(
     decode tokens/s (in total and per sequence) against the batch size at one context, on a device's roofline
     (--device-spec, default h100-sxm), with the batch where decode turns compute-bound and the largest batch that
     fits marked.
+
+    A hybrid (short convolutions, gated DeltaNet beside attention) gets a second table: the K/V that grows with T
+    beside the fixed state of the other layers and its share, and the mixing FLOPs of the layers whose state grows
+    (like T², attention's scores) beside those of the fixed-state layers (like T: constant per token).
     """
     from tfcalc.errors import InputError
 

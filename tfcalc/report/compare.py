@@ -21,6 +21,7 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
     flops = count_flops.breakdown(cfg, Workload(seq=seq))
     totals = flops.totals()
     forward = flops.forward
+    one = count_memory.state_split(cfg, Workload(seq=1, dtype=dtype))
     return {
         "preset": cfg.name,
         "label": model.label,
@@ -42,7 +43,12 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
         # BERT's pooler and an encoder-decoder's source side (rounded, see FlopBreakdown.per_token)
         "forward_flops_per_token": flops.per_token(forward),
         "training_flops_per_token": flops.per_token(3 * forward),
-        "kv_cache_bytes_per_token": count_memory.kv_cache_bytes(cfg, Workload(seq=1, dtype=dtype)),
+        # K/V per token, in the layers that cache positions (a hybrid's fixed state is not per token: apart, once
+        # per sequence; tfcalc.count.model.memory.state_split); the whole state of one sequence at seq beside them
+        "kv_cache_bytes_per_token": count_memory.kv_cache_bytes(cfg, Workload(seq=1, dtype=dtype)) - one.fixed,
+        "fixed_state_bytes_per_sequence": one.fixed,
+        "kv_layers": one.growing_layers,
+        "state_bytes_at_seq": count_memory.kv_cache_bytes(cfg, Workload(seq=seq, dtype=dtype)),
         "kv_dtype": dtype,
         "weights_bytes": count_memory.weights_bytes(cfg, dtype),
         "attention_param_share": (groups["attention"] + groups["cross_attention"]) / params,

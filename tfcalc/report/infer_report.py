@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
-from tfcalc.count.model.memory import kv_cache_expanded_bytes
+from tfcalc.count.model.memory import kv_cache_expanded_bytes, state_split
 from tfcalc.count.model.quant import WeightFormat, format_label, stored_mxfp4
 from tfcalc.count.perf.hardware import device_constants
 from tfcalc.count.serving import continuous, serving_tp, speculative, static as serving
@@ -103,6 +103,7 @@ class InferReport(Displayed):
             # latent attention: the cache of expanded K and V heads beside the latent one (memory's key too)
             "kv_cache_expanded_bytes": kv_cache_expanded_bytes(self.model.cfg, Workload(
                 batch=est.batch, seq=self.seq, gen=self.options.gen, kv_dtype=self.kv_dtype, src_seq=self.src_seq)),
+            "generation_state": self.state_json(est),
             # the form a decode step is counted (and tfcalc's module run) in: latent attention's absorbed one
             "decode_attention_form": self.model.cfg.architecture.decode_forms(),
             "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
@@ -118,6 +119,20 @@ class InferReport(Displayed):
             "roofline": {"prefill": rows_json(est.prefill, c),
                          "first_decode_step": rows_json(est.first_decode_step, c) if est.first_decode_step else None},
         }
+
+    def state_json(self, est: serving.Estimate) -> dict[str, Any]:
+        """The state at seq + gen positions split (tfcalc.count.model.memory.StateSplit, the whole model's, not
+        one GPU's), and what the first decode step writes of the fixed state (roofline's row "state_write", one
+        GPU's under TP): a fixed tensor is read whole and written whole every step (mixer.step_io), so it is
+        also what the step reads of it."""
+        split = state_split(self.model.cfg, Workload(batch=est.batch, seq=self.seq, gen=self.options.gen,
+                                                     dtype=self.fmt.dtype, kv_dtype=self.kv_dtype))
+        step = est.first_decode_step
+        written = 0 if step is None else sum(r.kv_bytes for r in step.rows if r.component == "state_write")
+        return {"kv_growing_bytes": split.growing, "fixed_state_bytes": split.fixed, "kv_layers": split.growing_layers,
+                "layers": split.layers, "fixed_state": {n: {"dtype": d, "bytes": b}
+                                                       for n, (d, b) in split.fixed_parts.items()},
+                "decode_step_fixed_state_read_bytes": written, "decode_step_fixed_state_written_bytes": written}
 
     @property
     def tp(self) -> int:

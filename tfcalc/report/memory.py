@@ -46,6 +46,8 @@ class MemoryReport(WorkloadFields, Displayed):
     weight_parts: Optional[dict[str, int]] = None  # quantized formats: quantized, scales, zero_points, unquantized
     kv_dtype: str = "bf16"
     kv_cache_expanded: Optional[int] = None  # latent attention: the K and V heads its cache expands to
+    # the decoder's state split: what grows with the tokens and what each sequence holds whatever its length
+    split: Optional[mem.StateSplit] = None
 
     def headline(self) -> str:
         from tfcalc import units
@@ -112,6 +114,14 @@ class MemoryReport(WorkloadFields, Displayed):
             # latent attention (DeepSeek): kv_cache_bytes is the latent an MLA-aware server caches; this, what
             # K and V heads expanded from it would take (tfcalc.architecture.latent); else equal to kv_cache_bytes
             "kv_cache_expanded_bytes": self.kv_cache if self.kv_cache_expanded is None else self.kv_cache_expanded,
+            # kv_cache_bytes split (a hybrid's): K/V (or latent) bytes that grow with the tokens, in the
+            # kv_layers layers that cache positions, and the fixed state each sequence holds whatever its length
+            # (a convolution's ring, a recurrent state), tensor by tensor with its dtype (StateSplit)
+            "kv_growing_bytes": None if self.split is None else self.split.growing,
+            "fixed_state_bytes": None if self.split is None else self.split.fixed,
+            "fixed_state": None if self.split is None else {
+                name: {"dtype": dtype, "bytes": nbytes} for name, (dtype, nbytes) in self.split.fixed_parts.items()},
+            "kv_layers": None if self.split is None else self.split.growing_layers,
             "activation_bytes": None if a is None else a.total,
             "attention": self.options.attention, "recompute": self.options.recompute,
             "training_bytes": self.training_bytes,
@@ -142,6 +152,9 @@ class MemoryReport(WorkloadFields, Displayed):
                 "budget_bytes": fit.budget, "target": "training" if self.training else "inference",
                 "fixed_bytes": fit.fixed_bytes, "weights_fit": fit.weights_fit,
                 "max_seq": fit.max_seq, "max_batch": fit.max_batch,
+                # what the search adds (inference): the fixed state once per sequence, the K/V per token and sequence
+                "state_bytes_per_sequence": None if self.training or self.split is None
+                else self.split.fixed // self.batch,
                 # true: the search stopped at its cap, so the figure is a lower bound, not the largest
                 "max_seq_capped": fit.seq_capped, "max_batch_capped": fit.batch_capped,
                 "fits": self.fits,  # this batch at this seq
@@ -183,6 +196,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         cross_kv_cache=mem.cross_kv_cache_bytes(cfg, replace(w, kv_dtype=kv)),
         weight_format=fmt, kv_dtype=kv,
         weight_parts=quant.breakdown(cfg, fmt) if fmt.quantized or quant.stored_format(cfg, fmt) else None,
+        split=mem.state_split(cfg, replace(w, kv_dtype=kv)) if cfg.architecture.decoder is not None else None,
         kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, replace(w, kv_dtype=kv))
         if any(b.mixer.expanded_state() != b.mixer.state() for _, b, _ in cfg.architecture.kinds()) else None,
     )

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tfcalc.count.model import flops as count_flops, memory as count_memory, quant, training_memory as training
+from tfcalc.count.model import (
+    flops as count_flops,
+    memory as count_memory,
+    quant,
+    state_growth,
+    training_memory as training,
+)
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import crossover_json, reached_at
 from tfcalc.report.model_ref import ModelRef
@@ -18,6 +24,9 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
     forward = sum(totals.values())
     # an encoder-decoder's cross-attention counts as attention, BERT's pooler with the head
     scores = totals["attention_scores"] + totals["cross_attention_scores"]
+    split = count_memory.state_split(cfg, w)
+    growing, fixed = state_growth.mixing_split(cfg, w)
+    hybrid = bool(split.fixed or fixed or split.growing_layers < split.layers)
     return {
         "seq": seq,
         "attention_scores": scores,
@@ -27,6 +36,13 @@ def scan_row(model: ModelRef, batch: int, seq: int, dtype: str) -> dict[str, Any
         "forward_flops": forward,
         "scores_share": scores / forward,
         "kv_cache_bytes": count_memory.kv_cache_bytes(cfg, w),
+        # a hybrid's state and mixing split (tfcalc.count.model.state_growth): K/V grows with T in the layers that
+        # keep it, the fixed state does not; the mixing FLOPs of those layers grow like T², of the others like T
+        # (None for a model whose every layer caches K and V: kv_cache_bytes is then the whole answer)
+        "kv_growing_bytes": split.growing if hybrid else None, "fixed_state_bytes": split.fixed if hybrid else None,
+        "fixed_state_share": split.fixed / (split.growing + split.fixed) if hybrid and split.fixed else (
+            0.0 if hybrid else None),
+        "scores_growing_layers": growing if hybrid else None, "scores_fixed_layers": fixed if hybrid else None,
         # the kernel `memory --training` and `plan` assume: flash, as training stacks run
         "activation_bytes": count_memory.activations(cfg, w, count_memory.TRAINING_ATTENTION).total,
         # an inference format (int8, fp8, ...) has no training state to count
@@ -59,6 +75,17 @@ class ScanReport(Displayed):
         return quant.weights_bytes(self.model.cfg, quant.weight_format(self.dtype))
 
     @property
+    def hybrid(self) -> bool:
+        """Some decoder layers keep a fixed state (their cost stops growing with T)."""
+        return any(r["fixed_state_bytes"] is not None for r in self.rows)
+
+    @property
+    def layers(self) -> tuple[int, int]:
+        """(decoder layers whose state grows with the tokens, all decoder layers)."""
+        split = count_memory.state_split(self.model.cfg, Workload(batch=1, seq=1, dtype=self.dtype))
+        return split.growing_layers, split.layers
+
+    @property
     def beyond_context(self) -> bool:
         return any(r["seq"] > self.model.cfg.max_seq_len for r in self.rows)
 
@@ -72,6 +99,8 @@ class ScanReport(Displayed):
             "max_seq_len": cfg.max_seq_len,
             "weights_bytes": self.weights_bytes,
             "crossover_seq": self.crossover,
+            # decoder layers whose state grows with the tokens (K/V), of all (the rest keep a fixed state)
+            "kv_layers": self.layers[0] if self.hybrid else None, "layers": self.layers[1] if self.hybrid else None,
             "rows": [dict(r) for r in self.rows],
             "plot": self.plot,
         }

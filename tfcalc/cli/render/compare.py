@@ -15,6 +15,9 @@ ROWS = [
     ("forward_flops_per_token", "forward FLOPs / token", "flop"),
     ("training_flops_per_token", "training FLOPs / token", "flop"),
     ("kv_cache_bytes_per_token", "KV cache / token", "bytes"),
+    ("kv_layers", "layers caching K/V", "int"),
+    ("fixed_state_bytes_per_sequence", "fixed state / sequence", "bytes"),
+    ("state_bytes_at_seq", "state / sequence at T", "bytes"),
     ("attention_param_share", "attention share of params", "share"),
     ("ffn_param_share", "FFN share of params", "share"),
     ("attention_flop_share", "attention share of FLOPs", "share"),
@@ -38,5 +41,7 @@ def document(reports: list[CompareReport], verbose: bool = False) -> Doc:
                 cells.append(Cell(text, "" if i == 0 or r[key] == first[key] else "bold yellow", raw=value))
             t.add(label, *cells)
         doc.note("Highlighted: differs from the first model. Per-token FLOPs at the length above (the shortest "
-                 "context by default, --seq to choose).", "dim")
+                 "context by default, --seq to choose). KV cache / token: the K/V of the layers caching it; a "
+                 "hybrid's other layers hold a fixed state per sequence that does not grow with T; state at T: "
+                 "both, for one sequence of T tokens.", "dim")
     return doc

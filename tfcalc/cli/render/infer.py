@@ -255,6 +255,21 @@ def _tp_note(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
                  f"step {said(m['decode']['measured'])}: {verdict}.", "ok" if m["equal"] else "warning")
 
 
+def _state_note(doc: Doc, first: dict[str, Any]) -> None:
+    """A hybrid's state (tfcalc.count.model.memory.StateSplit): what grows with the tokens, what does not, and
+    the fixed state each decode step reads and writes whole."""
+    g = first["generation_state"]
+    if not g["fixed_state_bytes"] and g["kv_layers"] == g["layers"]:
+        return
+    parts = ", ".join(f"{n} {units.nbytes(x['bytes'])} in {x['dtype']}" for n, x in g["fixed_state"].items())
+    doc.note(f"State at batch {first['batch']}: K/V {units.nbytes(g['kv_growing_bytes'])}, growing with the tokens in "
+             f"{g['kv_layers']} of {g['layers']} layers; fixed {units.nbytes(g['fixed_state_bytes'])} ({parts}), the "
+             f"same at any length, read and written whole by each decode step: "
+             f"{units.nbytes(g['decode_step_fixed_state_read_bytes'])} read + "
+             f"{units.nbytes(g['decode_step_fixed_state_written_bytes'])} written"
+             + (" per GPU" if first["tp"] > 1 else "") + " (in bytes per token).")
+
+
 def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     c = r.ceilings
     sixteen = (f" for the FP8 GEMMs, {units.flop_rate(c.high_flops_per_s)} for attention and the LM head"
@@ -292,7 +307,9 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     if r.beyond_context:
         doc.note(f"{r.seq:,} + {r.options.gen:,} positions go past the {r.model.cfg.max_seq_len:,} the model encodes: "
                  "arithmetic only (the model could not run there).", "warning")
-    doc.note("Bytes per token: weights + KV cache read per decode step, over the batch; decode figures are the mean "
+    _state_note(doc, first)
+    doc.note("Bytes per token: weights + KV cache read per decode step (and a fixed state written back), over the "
+             "batch; decode figures are the mean "
              "of the steps; predicted time = the slower of FLOPs/peak and bytes/bandwidth, matmul by matmul, "
              "summed. Ratios: predicted ÷ measured time. More: docs/serving.md.", "dim")
 

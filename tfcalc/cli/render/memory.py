@@ -3,6 +3,7 @@ and the fit against a budget."""
 
 from __future__ import annotations
 
+from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc, Table
 from tfcalc.report.memory import MemoryReport
 
@@ -19,6 +20,7 @@ ACTIVATION_LABELS = {
     "qk_norm": "Q/K norms (per head)", "attn_post_norm": "attention output norm (sandwich)",
     "ffn_post_norm": "FFN output norm (sandwich)", "cross_attn_post_norm": "cross-attention output norm (sandwich)",
     "shared_expert": "MoE: shared expert (hidden, gate)",
+    "conv": "short conv: input u, output z (per channel)",
 }
 
 
@@ -48,10 +50,8 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
     else:
         window = f"; a sliding window of {cfg.sliding_window:,}" if cfg.sliding_window else (
             f"; chunks of {cfg.attention_chunk_size:,}" if cfg.attention_chunk_size else "")
-        if r.kv_cache_expanded is None and cfg.hybrid_pattern is not None:  # Mamba2 layers (tfcalc.architecture.mamba2)
-            n_attn, n_ssm = cfg.hybrid_pattern.count("*"), cfg.hybrid_pattern.count("M")
-            t.add("KV cache", r.kv_cache, f"K, V of the {n_attn} attention layers in {r.kv_dtype}; each of {n_ssm} "
-                  f"Mamba2 layers a fixed conv ({r.kv_dtype}) and SSM state ({cfg.ssm_state_dtype or r.kv_dtype})")
+        if _hybrid(r):
+            _hybrid_rows(t, r, heads, window)
         elif r.kv_cache_expanded is None:
             t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
         else:  # DeepSeek's latent attention (tfcalc.architecture.latent)
@@ -61,6 +61,28 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
         t.add("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,}")
     t.add("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
     t.add("Inference: weights + KV cache", r.inference_bytes, None, style="bold")
+
+
+def _hybrid(r: MemoryReport) -> bool:
+    """A decoder some of whose layers keep a state that does not grow with the tokens, or no K/V at all."""
+    s = r.split
+    return s is not None and (s.fixed > 0 or s.growing_layers < s.layers)
+
+
+def _hybrid_rows(t: Table, r: MemoryReport, heads: str, window: str) -> None:
+    """The state split (tfcalc.count.model.memory.StateSplit): the K/V that grows with T, in the layers that keep
+    it, and the fixed state each sequence holds, tensor by tensor in its own dtype."""
+    s = r.split
+    t.add("Generation state (KV cache + fixed)", r.kv_cache,
+          f"grows with T in {s.growing_layers} of {s.layers} layers; the rest fixed per sequence")
+    if s.growing_layers:
+        t.add("  K, V: grows with tokens", s.growing,
+              f"2·B·T·L_kv·n_kv·d_head in {r.kv_dtype}, L_kv = {s.growing_layers} attention layers of {s.layers}; "
+              f"{heads}{window}")
+    parts = ", ".join(f"{name} {units.nbytes(nbytes)} in {dtype}" for name, (dtype, nbytes) in s.fixed_parts.items())
+    fixed_layers = s.layers - s.growing_layers
+    t.add("  fixed state: per sequence", s.fixed,
+          f"B · {fixed_layers} layers, the same at any T: {parts}" if parts else "none")
 
 
 def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
@@ -122,6 +144,9 @@ def _fit_rows(t: Table, r: MemoryReport) -> None:
     # the answers sit in the row's label, the one column never hidden
     t.add(f"  largest context at batch {r.batch}: {seq_text}", None, None)
     t.add(f"  largest batch at seq {r.seq:,}: {batch_text}", None, None)
+    if not r.training and _hybrid(r):  # what the search adds per sequence: the fixed state once, K/V per token
+        per_seq = r.split.fixed // r.batch
+        t.add(f"  each sequence: {units.nbytes(per_seq)} of fixed state once, then K/V per token", None, None)
 
 
 def _one(doc: Doc, r: MemoryReport, verbose: bool) -> None:

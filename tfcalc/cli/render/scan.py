@@ -48,6 +48,8 @@ def _one(doc: Doc, report: ScanReport) -> None:
                   Column("training", "bytes", priority=4), Column("forward", "flop"),
                   Column("forward FLOPs", priority=2, wrap=False),
                   Column("crossover", wrap=False), name="scan")
+    if report.hybrid:
+        _hybrid_table(doc, report)
     for r in report.rows:
         seq_text = f"{r['seq']:,}" + ("*" if r["seq"] > context else "")
         mark = ", ".join(marks.get(r["seq"], []))
@@ -62,8 +64,29 @@ def _one(doc: Doc, report: ScanReport) -> None:
              "(in the training column, with gradients, optimizer states and activations).")
     if report.beyond_context:
         doc.note(f"* beyond the context length {context:,}: arithmetic only.", "dim")
+    else:  # the JSON's max_seq_len, on screen either way
+        doc.note(f"Every length within the context length {context:,}.", "dim")
     if report.plot:
         doc.note(f"Plot written to {report.plot}.")
+
+
+def _hybrid_table(doc: Doc, report: ScanReport) -> None:
+    """A hybrid's split (tfcalc.count.model.state_growth): the K/V that grows with T beside the fixed state that
+    does not, and the mixing FLOPs of each kind of layer, so that a reader sees where the cost stops growing."""
+    t = doc.table(f"{report.model.label}: where the cost grows with T (batch {report.batch}, bytes in "
+                  f"{report.dtype})", Column("T", wrap=False), Column("K/V (grows)", "bytes"),
+                  Column("fixed state", "bytes"), Column("fixed share", "share"),
+                  Column("mixing, growing-state layers", "flop"), Column("mixing, fixed-state layers", "flop"),
+                  name="scan_state")
+    for r in report.rows:
+        t.add(f"{r['seq']:,}", r["kv_growing_bytes"], r["fixed_state_bytes"], r["fixed_state_share"],
+              r["scores_growing_layers"], r["scores_fixed_layers"])
+    grows, layers = report.layers
+    doc.note(f"K/V grows with T only in the {grows} of {layers} layers that cache positions (softmax attention); the "
+             f"other {layers - grows} keep a fixed state per sequence (a convolution's ring, a recurrent state), the "
+             "same at every T, and their mixing grows like T (constant per token) where attention's scores grow like "
+             "T². The first table's `scores` is both kinds' mixing, full square; its KV cache both K/V and the "
+             "fixed state.")
 
 
 def document(reports: list[ScanReport], verbose: bool = False) -> Doc:

@@ -31,6 +31,7 @@ Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.architecture import Block, Stack
@@ -51,6 +52,7 @@ from tfcalc.count.model.dtypes import (  # noqa: F401  (re-exported: memory's pu
     DTYPES,
     activation_element_bytes,
     check_dtype,
+    state_dtype,
     weight_bytes,
 )
 from tfcalc.count.model.params import total as param_total
@@ -75,9 +77,52 @@ def kv_cache_bytes(cfg: ModelConfig, w: Workload, spare: int = 0) -> int:
     # a fold over the decoder's mixers' generation state (tfcalc.architecture.mixer): each attention caches
     # all positions, or within a sliding window (a chunk) a ring of W (C) slots at most, of its K and V; a
     # state kept in a dtype of its own (an SSM's fp32 state) is priced in it, the rest in the KV dtype
-    own = sum(weight_bytes(w.batch * elements, dtype or w.kv)
+    own = sum(weight_bytes(w.batch * elements, state_dtype(dtype, w.kv, w.dtype))
               for dtype, elements in cfg.architecture.state_by_dtype(w.seq + w.gen, spare).items())
     return own + cross_kv_cache_bytes(cfg, w)
+
+
+@dataclass(frozen=True)
+class StateSplit:
+    """The decoder's generation state at a workload, split as a reader sizes a hybrid: ``growing``, the bytes that
+    grow with the tokens (K and V, or a latent, of the layers that cache positions: ``growing_layers`` of
+    ``layers``), and ``fixed``, the bytes each sequence holds whatever its length (a convolution's ring, a
+    recurrent state), ``fixed_parts`` {tensor name: (dtype, bytes)} over every layer. Each priced in its own dtype
+    (``StateTensor.dtype``; None: the KV dtype). growing + fixed is kv_cache_bytes less the cross-attention cache.
+
+    Hand check, Qwen3-Next-80B-A3B (48 layers: 12 gated attention, 36 gated DeltaNet; config.json) at batch 1, bf16:
+    growing = 12 layers · 2 (K, V) · 2 KV heads · 256 · 2 bytes = 24,576 bytes a token; fixed = 36 layers ·
+    (conv 8,192 channels · 4 taps · 2 bytes + S 32 heads · 128 · 128 · 4 bytes) = 36 · 2,162,688 = 77,856,768
+    bytes a sequence, transformers' DynamicCache holding the same (tests/count/test_state_split.py)."""
+
+    growing: int
+    fixed: int
+    fixed_parts: dict[str, tuple[str, int]]
+    growing_layers: int
+    layers: int
+
+
+def state_split(cfg: ModelConfig, w: Workload, spare: int = 0) -> StateSplit:
+    """``StateSplit`` of the decoder at w.seq + w.gen positions, w.batch sequences, in w.kv (``spare``: as for
+    kv_cache_bytes)."""
+    check_dtype(w.kv)
+    stack = cfg.architecture.decoder
+    fixed_el: dict[str, int] = {}
+    parts: dict[str, tuple[str, int]] = {}
+    growing_layers = layers = 0
+    for b, n in stack.kinds() if stack is not None else ():
+        layers += n
+        tensors = b.mixer.state()
+        growing_layers += n if any(t.per_token for t in tensors) else 0
+        for t in tensors:
+            if t.fixed:
+                dtype = state_dtype(t.dtype, w.kv, w.dtype)
+                fixed_el[dtype] = fixed_el.get(dtype, 0) + n * t.fixed
+                _, before = parts.get(t.name, (dtype, 0))
+                parts[t.name] = (dtype, before + weight_bytes(w.batch * n * t.fixed, dtype))
+    fixed = sum(weight_bytes(w.batch * el, dtype) for dtype, el in fixed_el.items())
+    own = kv_cache_bytes(cfg, w, spare) - cross_kv_cache_bytes(cfg, w)
+    return StateSplit(own - fixed, fixed, parts, growing_layers, layers)
 
 
 def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
@@ -85,8 +130,14 @@ def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
     server without MLA support would cache: tfcalc.architecture.latent, step 4); the same for every other
     attention."""
     check_dtype(w.kv)
-    own = w.batch * cfg.architecture.expanded_kv_elements(w.seq + w.gen)
-    return weight_bytes(own, w.kv) + cross_kv_cache_bytes(cfg, w)
+    # each tensor in its own dtype, as kv_cache_bytes prices it (a DeltaNet's fp32 state is not K/V to expand)
+    stack, context, by_dtype = cfg.architecture.decoder, w.seq + w.gen, {}
+    for b, n in stack.kinds() if stack is not None else ():
+        for t in b.mixer.expanded_state():
+            dtype = state_dtype(t.dtype, w.kv, w.dtype)
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + n * t.elements(context)
+    own = sum(weight_bytes(w.batch * elements, dtype) for dtype, elements in by_dtype.items())
+    return own + cross_kv_cache_bytes(cfg, w)
 
 
 def cross_kv_cache_bytes(cfg: ModelConfig, w: Workload) -> int:

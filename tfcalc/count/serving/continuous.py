@@ -38,7 +38,6 @@ from functools import lru_cache
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
@@ -118,14 +117,19 @@ class Engine:
         lo = int(n)
         return self.step_s(lo) + (n - lo) * (self.step_s(lo + 1) - self.step_s(lo))
 
+    @property
+    def workload(self) -> Workload:
+        """One sequence at the mean context, in the model's dtype (a convolution's state) and the KV dtype."""
+        return Workload(seq=self.context, dtype=self.fmt.dtype, kv_dtype=self.kv, src_seq=self.src)
+
     def kv_bytes(self, n: float) -> int:
-        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
+        per = self.shard.state(self.workload)
         return math.ceil(n * per)
 
     def max_concurrency(self) -> Optional[int]:
         if self.memory is None:
             return None
-        per = self.shard.kv(kv_cache_bytes(self.cfg, Workload(seq=self.context, kv_dtype=self.kv, src_seq=self.src)))
+        per = self.shard.state(self.workload)
         return max(0, (self.memory - self.shard.weights) // per) if per else BATCH_LIMIT
 
 

@@ -28,7 +28,12 @@ Conventions, each one the usual one for serving estimates:
   number of distinct experts per layer is E·(1 − (1 − k/E)^tokens), tokens = B (decode) or B·T (prefill).
   An encoder-decoder's decode step reads neither the encoder nor the cross-attention K/V projections
   (their output is cached once per source).
-- ``bytes_per_token`` is weights + KV read per decode step, divided by the batch: the figure
+- A fixed state (a gated DeltaNet's recurrent state S, a convolution's ring of K inputs: ``StateTensor.fixed``)
+  is read whole by its mixing rows and written back whole every decode step: the row "state_write" (0 FLOPs,
+  its bytes in the state's own dtype: S in fp32). Per token and DeltaNet layer of Qwen3-Next-80B-A3B: S read
+  32·128·128·4 = 2 MiB and written 2 MiB, the conv ring 8,192·4·2 = 64 KiB each way; a growing K/V writes one
+  position (2·n_kv·d_head elements a layer), left out as before (under 1/context of what it reads).
+- ``bytes_per_token`` is weights + KV (state) read and written per decode step, divided by the batch: the figure
   published estimates quote (Llama 2 7B, bf16, batch 1, context 4096: 13,476,831,232 + 2,147,483,648 =
   15,624,314,880 bytes, ≈ 214 tokens/s on an H100 SXM at 3.35 TB/s). Activation traffic (a few MB per
   step at batch 1) is reported apart and included in the predicted time.
@@ -55,15 +60,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.dtypes import weight_bytes
+from tfcalc.count.model.dtypes import state_dtype, weight_bytes
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
-from tfcalc.count.model.memory import activation_element_bytes
+from tfcalc.count.model.memory import activation_element_bytes, state_split
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.perf.inference import row_efficiency, runs_fp8
 from tfcalc.errors import InputError
-from tfcalc.workload import decoder_source
+from tfcalc.workload import Workload, decoder_source
 
 ABSORBED = ("attn_uk", "attn_uv")  # a latent attention's decode: W_kvb's halves, once per head
 MIN_BUCKET = 16  # the smallest span tfcalc's decode step reads: fewer graphs for short contexts
@@ -248,7 +253,7 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
 def _row(cfg: ModelConfig, e: MatmulEntry, weights: dict[str, int], fmt: WeightFormat, kv_dtype: str,
          batch: int, tokens: int, act: int) -> Row:
     m, k, n = e.shape
-    kv = weight_bytes(e.state_read, e.state_dtype or kv_dtype)  # the state its mixer says it reads
+    kv = weight_bytes(e.state_read, state_dtype(e.state_dtype, kv_dtype, fmt.dtype))  # the state its mixer reads
     if e.mixing:  # no weights: the state it reads, the activations it says it reads and writes (Mixing.io)
         return Row(e.component, e.label, e.causal_total, 0, kv, act * e.io, e.shape, e.count, mixing=True)
     w = weights.get(e.component, 0)
@@ -295,7 +300,12 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
     _check(cfg, batch=batch, context=context)
     src = decoder_source(cfg, context, src_seq)
     entries = matmul_entries(cfg, batch, 1, context, src=src, encoder=False, absorbed=True)  # windows: see _row
-    return Step("decode", batch, 1, context, _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True))
+    rows = _rows(cfg, entries, fmt, kv_dtype, batch, batch, decode=True)
+    written = state_split(cfg, Workload(batch=batch, seq=context, dtype=fmt.dtype, kv_dtype=kv_dtype)).fixed
+    if written:  # the fixed state rewritten whole every step (its reads are in the mixing rows)
+        rows += (Row("state_write", "fixed state written back (recurrent state, conv ring)", 0, 0, written, 0,
+                     mixing=True),)
+    return Step("decode", batch, 1, context, rows)
 
 
 def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str, *,

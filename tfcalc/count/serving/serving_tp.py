@@ -36,16 +36,20 @@ it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.model.dtypes import state_dtype, weight_bytes
+from tfcalc.count.model.memory import cross_kv_cache_bytes, kv_cache_bytes
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf import collectives
 from tfcalc.count.serving.roofline import ABSORBED, Row, Step, _param_component
 from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
+from tfcalc.workload import Workload
 
 COLUMN = ("q", "k", "v", "gate", "up", "qkv", "b")  # "b": latent attention's q_b and kv_b
 ROW = ("o", "down")
@@ -69,6 +73,12 @@ def _attentions(cfg: ModelConfig):
         for a in (block.mixer, block.cross_attention):
             if a is not None:
                 yield a
+
+
+def _kv_mixer(cfg: ModelConfig):
+    """The first mixer whose state grows with the tokens (K and V), else the first mixer, or None."""
+    mixers = list(_attentions(cfg))
+    return next((m for m in mixers if any(t.per_token for t in m.state())), mixers[0] if mixers else None)
 
 
 def _state_heads(a) -> int | None:
@@ -103,17 +113,73 @@ def check_tp(cfg: ModelConfig, tp: int, gpus_per_node: int) -> None:
 
 def kv_share(cfg: ModelConfig, tp: int) -> Fraction:
     """One GPU's share of the K/V heads (weights, cache, reads): 1/T, 1/n_kv_head when replicated, 1 for a
-    latent cache (module docstring, step 2); the first attention's (every layer's, in the presets)."""
-    a = next(_attentions(cfg), None)
+    latent cache (module docstring, step 2); the first attention's (every layer's, in the presets): the first
+    mixer whose state grows with the tokens (a hybrid's attention, not its convolution or DeltaNet: their fixed
+    states each at their own share, ``state_bytes_per_gpu``), else the first mixer."""
+    a = _kv_mixer(cfg)
     kv = None if a is None else _state_heads(a)
     if kv is None or tp == 1:
         return Fraction(1)
     return Fraction(1, min(tp, kv))
 
 
+def mixer_share(mixer, tp: int) -> Fraction:
+    """One GPU's share of one mixer's state (step 2): 1/T of its state heads, 1/heads when T exceeds them, 1 for a
+    state kept whole (a latent cache)."""
+    heads = _state_heads(mixer)
+    return Fraction(1) if heads is None or tp == 1 else Fraction(1, min(tp, heads))
+
+
+@functools.lru_cache(maxsize=64)
+def _row_shares(cfg: ModelConfig, tp: int) -> dict[str, Fraction]:
+    """{mixing row's component: the share of the state it reads} where the decoder's mixers split their states
+    unlike one another (a hybrid: Qwen3-Next's 2 KV heads, replicated at T = 4, beside its DeltaNet's 16 key
+    heads, split); "state_write" (roofline: the fixed state written back) at the fixed-state mixers' share. Empty
+    when every mixer splits alike (``kv_share`` then prices every row); a name read at two shares is left out.
+    The names a decode step's rows carry (``mixing(step=True)``): the rows that read a state."""
+    kinds = [b.mixer for b, _ in cfg.architecture.decoder.kinds()] if cfg.architecture.decoder is not None else []
+    if len({mixer_share(m, tp) for m in _attentions(cfg)}) <= 1:
+        return {}
+    out: dict[str, set[Fraction]] = {}
+    for m in kinds:
+        f = mixer_share(m, tp)
+        for mm in m.mixing(1, 2, step=True):  # the rows a decode step reads its state in (a forward's names may
+            out.setdefault("attn_" + mm.name, set()).add(f)  # clash: the DeltaNet's chunk "av" reads none)
+        if any(t.fixed for t in m.state()):
+            out.setdefault("state_write", set()).add(f)
+    return {name: next(iter(shares)) for name, shares in out.items() if len(shares) == 1}
+
+
+def row_kv_share(component: str, cfg: ModelConfig, tp: int) -> Fraction:
+    """One GPU's share of the state a mixing row reads (or writes): its mixer's (``_row_shares``), else kv_share."""
+    return _row_shares(cfg, tp).get(component) or kv_share(cfg, tp)
+
+
+def state_bytes_per_gpu(cfg: ModelConfig, w: Workload, tp: int, spare: int = 0) -> int:
+    """The generation state one GPU holds (kv_cache_bytes, ``spare`` as there): the whole at T = 1; the whole times
+    kv_share where every mixer splits alike; else each layer kind's state at its mixer's share (step 2), the
+    cross-attention cache at the first cross-attention's. Qwen3-Next at T = 4: the 12 attention layers' K/V (2 KV
+    heads, each on 2 GPUs) / 2, the 36 DeltaNet layers' fixed state (16 key heads) / 4."""
+    total = kv_cache_bytes(cfg, w, spare)
+    if tp == 1:
+        return total
+    if not _row_shares(cfg, tp):
+        f = kv_share(cfg, tp)
+        return total * f.numerator // f.denominator
+    own, context = 0, w.seq + w.gen
+    for b, n in cfg.architecture.decoder.kinds():
+        f = mixer_share(b.mixer, tp)
+        nbytes = sum(weight_bytes(w.batch * n * t.elements(context, spare), state_dtype(t.dtype, w.kv, w.dtype))
+                     for t in b.mixer.state())
+        own += nbytes * f.numerator // f.denominator
+    cross = next((b.cross_attention for _, b, _ in cfg.architecture.kinds() if b.cross_attention is not None), None)
+    f = Fraction(1) if cross is None else mixer_share(cross, tp)
+    return own + cross_kv_cache_bytes(cfg, w) * f.numerator // f.denominator
+
+
 def kv_replicated(cfg: ModelConfig, tp: int) -> int:
     """How many GPUs hold each KV head (1: none replicated)."""
-    a = next(_attentions(cfg), None)
+    a = _kv_mixer(cfg)
     kv = None if a is None else _state_heads(a)
     return 1 if kv is None or tp <= kv else tp // kv
 
@@ -149,7 +215,8 @@ def shard_row(row: Row, cfg: ModelConfig, tp: int) -> Row:
         return row
     if kind in ("scores", "heads"):
         f = Fraction(1, tp)
-        return replace(row, flops=_scale(row.flops, f), kv_bytes=_scale(row.kv_bytes, kv_share(cfg, tp)),
+        kv = _scale(row.kv_bytes, row_kv_share(row.component, cfg, tp))
+        return replace(row, flops=_scale(row.flops, f), kv_bytes=kv,
                        weight_bytes=_scale(row.weight_bytes, f), activation_bytes=_scale(row.activation_bytes, f),
                        count=max(1, row.count // tp))
     f = _share(row.component, cfg, tp)

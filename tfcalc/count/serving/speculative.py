@@ -118,4 +118,4 @@ def estimate(target: ModelConfig, draft: ModelConfig, w: Workload, fmt: WeightFo
                        _seconds(target, verify, fmt, c, tp), weights_bytes(draft, fmt),
                        kv_cache_bytes(draft, replace(w, gen=w.gen + k, src_seq=decoder_source(draft, w.seq, w.src_seq)),
                                       spare=k),
-                       shard.kv(kv_cache_bytes(target, replace(w, gen=w.gen + k, src_seq=src), spare=k)))
+                       shard.state(replace(w, gen=w.gen + k, src_seq=src), spare=k))

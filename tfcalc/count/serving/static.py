@@ -31,11 +31,18 @@ from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
-from tfcalc.count.model.memory import activation_element_bytes, kv_cache_bytes
+from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat, weights_bytes
 from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights, step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
-from tfcalc.count.serving.serving_tp import TensorParallel, comm_seconds, kv_share, shard_step, weights_per_gpu
+from tfcalc.count.serving.serving_tp import (
+    TensorParallel,
+    comm_seconds,
+    kv_share,
+    shard_step,
+    state_bytes_per_gpu,
+    weights_per_gpu,
+)
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload, decoder_source
 
@@ -241,6 +248,11 @@ class Sharding:
         f = kv_share(self.cfg, self.t)
         return nbytes * f.numerator // f.denominator
 
+    def state(self, w: Workload, spare: int = 0) -> int:
+        """The generation state one GPU holds at ``w`` (serving_tp.state_bytes_per_gpu: a hybrid's mixers each at
+        their own share)."""
+        return state_bytes_per_gpu(self.cfg, w, self.t, spare)
+
 
 def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings,
              memory_bytes: Optional[int] = None, tp: Optional[TensorParallel] = None,
@@ -255,7 +267,7 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceiling
     shard = Sharding(cfg, fmt, tp)
     prefill = shard.step(prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq))
     weights = shard.weights
-    kv = shard.kv(kv_cache_bytes(cfg, replace(w, src_seq=src_seq)))
+    kv = shard.state(replace(w, src_seq=src_seq))
     first = decode_s = bytes_per_token = bound = decode_over = None
     if gen > 1:
         def step(context: int) -> Step:
@@ -282,7 +294,7 @@ def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: in
     0 if the weights do not."""
     shard, src_seq = Sharding(cfg, fmt, tp), decoder_source(cfg, w.seq, w.src_seq)
     def need(b: int) -> int:
-        return shard.weights + shard.kv(kv_cache_bytes(cfg, replace(w, batch=b, src_seq=src_seq)))
+        return shard.weights + shard.state(replace(w, batch=b, src_seq=src_seq))
 
     return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 

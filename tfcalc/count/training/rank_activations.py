@@ -55,6 +55,8 @@ SPLIT = frozenset({
     "qkv", "rope_qk", "qk_norm", "attn_scores", "softmax_stats", "attn_output", "scores_dropout",
     "ffn_hidden", "shared_expert",
     "cross_qkv", "cross_attn_scores", "cross_softmax_stats", "cross_attn_output",
+    # a short convolution's input u and output z (tfcalc.architecture.short_conv.saved): d/t channels a rank
+    "conv",
 })
 EXPERT_TERMS = frozenset({"ffn_hidden"})  # replicated, not split, when the FFN is a mixture of experts
 VOCAB = frozenset({"log_probs", "logit_softcap"})
