@@ -282,6 +282,9 @@ def _deepseek_rules(arch: Architecture, model_type: str) -> list[Rule]:
         (attn + r"kv_a_proj_with_mqa\.(weight|bias)", "blocks.{0}.attn.kv_a.{1}"),
         (attn + r"kv_a_layernorm\.weight", "blocks.{0}.attn.kv_a_norm.weight"),
         (attn + r"kv_b_proj\.weight", "blocks.{0}.attn.kv_b.weight"),
+        # DeepSeek-V3.2's lightning indexer (DeepseekV32Indexer; tfcalc.model.sparse_latent keeps its names)
+        (attn + r"indexer\.(wq_b|wk|weights_proj)\.weight", "blocks.{0}.attn.indexer.{1}.weight"),
+        (attn + r"indexer\.k_norm\.(weight|bias)", "blocks.{0}.attn.indexer.k_norm.{1}"),
     ] + _deepseek_moe_rules(arch)[2:] + _llama_rules(arch, model_type)
 
 
@@ -298,7 +301,7 @@ def _deepseek_moe_rules(arch: Architecture) -> list[Rule]:
     ]
 
 
-_DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2")
+_DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2", "deepseek_v32")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
                "smollm3", "olmo2", "olmo3", "apertus", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text",
                "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")

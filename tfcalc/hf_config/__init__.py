@@ -40,6 +40,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "cohere": ("cohere", "cohere"),
     "deepseek_v2": ("deepseek", "deepseek_v2"),
     "deepseek_v3": ("deepseek", "deepseek_v3"),
+    "deepseek_v32": ("deepseek", "deepseek_v32"),
     "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),
     "gemma": ("gemma", "gemma"),

@@ -1,6 +1,9 @@
-"""DeepSeek-V3 (and R1), Kimi K2 and DeepSeek-V2 config.json files: deepseek_v3, kimi_k2 (Kimi K2's files
-say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the same model) and deepseek_v2,
-as transformers' modeling_deepseek_v3.py and modeling_deepseek_v2.py build them.
+"""DeepSeek-V3 (and R1), Kimi K2, DeepSeek-V2 and DeepSeek-V3.2 config.json files: deepseek_v3, kimi_k2 (Kimi K2's
+files say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the same model), deepseek_v2 and
+deepseek_v32, as transformers' modeling_deepseek_v3.py, modeling_deepseek_v2.py and modeling_deepseek_v32.py
+build them. DeepSeek-V3.2 is V3 with DeepSeek Sparse Attention in every layer (index_topk, index_n_heads,
+index_head_dim: tfcalc.architecture.sparse_latent); its layer_types are all "indexed_attention" and its
+mlp_layer_types the first_k_dense_replace dense layers then the sparse ones (others are refused by name).
 
 Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size (the dense layers'),
 vocab_size. Optional, with the defaults of DeepseekV3Config / DeepseekV2Config: moe_intermediate_size,
@@ -139,3 +142,42 @@ def deepseek_v2(r: Reader) -> None:
         r.take("routed_scaling_factor", "routed_scaling", 1.0)
     r.causal_or_base("DeepseekV2")
 
+
+
+V32_DEFAULTS = dict(V3_DEFAULTS, max_position_embeddings=163840)
+
+
+def deepseek_v32(r: Reader) -> None:
+    """DeepseekV32Config: V3's fields with the indexer's (defaults 2048, 64, 128); the main attention always
+    rotates interleaved pairs and always compresses the query (DeepseekV32Attention has no q_proj path)."""
+    if "q_lora_rank" in r.raw and r.raw["q_lora_rank"] is None:
+        raise r.fail("'q_lora_rank' null is not supported: DeepseekV32Attention always compresses the query "
+                     "(its indexer reads the compressed query)")
+    if r.get("rope_interleave", True) is not True:
+        raise r.fail("'rope_interleave' false is not supported: DeepseekV32Attention always rotates interleaved pairs")
+    _common(r, V32_DEFAULTS)
+    scoring = r.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV32TopkRouter scores with a sigmoid")
+    n_layer = r.fields["n_layer"]
+    kinds = r.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) != {"indexed_attention"}
+                              or len(kinds) != n_layer):
+        raise r.fail(f"'layer_types' {shown(kinds)} is not supported: {n_layer} layers of 'indexed_attention'")
+    dense = min(r.number("first_k_dense_replace", 3, integer=True) or 0, n_layer)
+    mlp = r.get("mlp_layer_types")
+    if mlp is not None and mlp != ["dense"] * dense + ["sparse"] * (n_layer - dense):
+        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the first first_k_dense_replace ({dense}) "
+                     "layers dense, then sparse")
+    r.fields["rope_interleave"] = True
+    if "n_expert" in r.fields:
+        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
+                        router_norm_topk=r.flag("norm_topk_prob", True))
+        r.take("n_group", "router_groups", 8)
+        r.take("topk_group", "router_topk_groups", 4)
+        r.take("routed_scaling_factor", "routed_scaling", 2.5)
+    r.take("index_topk", "index_topk", 2048)
+    r.take("index_n_heads", "index_n_heads", 64)
+    r.take("index_head_dim", "index_head_dim", 128)
+    r.take("num_nextn_predict_layers", "mtp_layers", 0, aliases=("num_mtp_layers",))
+    r.causal_or_base("DeepseekV32")
