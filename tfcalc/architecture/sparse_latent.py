@@ -78,10 +78,10 @@ class SparseLatentAttention(LatentAttention):
         bias), weights_proj; kept whole under TP (transformers' TP plan splits none of them)."""
         Hi, Di, role = self.index_n_heads, self.index_head_dim, "attention"
         return super().weights() + [
-            Weight("index_q_weight", (Hi * Di, self.q_lora_rank), role, "indexer Q weight"),
-            Weight("index_k_weight", (Di, self.d_model), role, "indexer K weight"),
-            *self.index_norm().weights("index_k_norm", "indexer K norm"),
-            Weight("index_w_weight", (Hi, self.d_model), role, "indexer head weights"),
+            Weight("indexer_wq_b_weight", (Hi * Di, self.q_lora_rank), role, "indexer Q weight"),
+            Weight("indexer_wk_weight", (Di, self.d_model), role, "indexer K weight"),
+            *self.index_norm().weights("indexer_k_norm", "indexer K norm"),
+            Weight("indexer_weights_proj_weight", (Hi, self.d_model), role, "indexer head weights"),
         ]
 
     def _index_linears(self) -> list[Linear]:
