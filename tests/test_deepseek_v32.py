@@ -303,3 +303,20 @@ def test_cli_commands_count_the_indexer(cli):
                     ("infer", "deepseek-v3.2", "--seq", "4096")):
         r = cli(*command)
         assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("context", [1000, 32768])
+def test_decode_step_reads_the_top_k_latent_rows_and_every_indexer_key(context):
+    """The roofline's decode step at a context of S: per layer min(2048, S) rows [c | k_r] of 576 elements and S
+    indexer keys of 128, bf16 (DeepSeek-V3's dense latent step reads S rows of 576); its main attention's FLOPs
+    over the same min(2048, S) keys."""
+    from tfcalc.count.model.quant import plain
+    from tfcalc.count.serving import roofline
+
+    step = roofline.decode_step(load("deepseek-v3.2"), 1, context, plain("bf16"), "bf16")
+    dense = roofline.decode_step(load("deepseek-v3"), 1, context, plain("bf16"), "bf16")
+    kept = min(2048, context)
+    assert sum(r.kv_bytes for r in step.rows) == 61 * (kept * 576 + context * 128) * 2
+    assert sum(r.kv_bytes for r in dense.rows) == 61 * context * 576 * 2
+    qk = next(r for r in step.rows if r.component == "attn_qk")
+    assert qk.flops == 61 * 2 * 128 * 576 * kept
