@@ -320,3 +320,35 @@ def test_decode_step_reads_the_top_k_latent_rows_and_every_indexer_key(context):
     assert sum(r.kv_bytes for r in dense.rows) == 61 * context * 576 * 2
     qk = next(r for r in step.rows if r.component == "attn_qk")
     assert qk.flops == 61 * 2 * 128 * 576 * kept
+
+
+def test_fp8_as_stored_matches_transformers_fp8_modules_on_meta(tmp_path):
+    """transformers' FP8 quantizer on DeepseekV32ForCausalLM at full size on meta (replace_with_fp8_linear with
+    the modules its FineGrainedFP8 quantizer leaves: the LM head and _keep_in_fp32_modules, the indexer's
+    weights_proj): the indexer's wq_b and wk in fp8 with their 128×128 fp32 scales, byte for byte with the
+    preset; weights_proj and the router transformers holds in fp32, tfcalc counts them in the checkpoint's bf16."""
+    import transformers
+    from transformers import FineGrainedFP8Config
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    from tfcalc.count.model import quant
+    from tfcalc.count.model.quant import plain
+
+    with torch.device("meta"):
+        model = transformers.DeepseekV32ForCausalLM(_hf_config(PUBLISHED)).to(torch.bfloat16)
+    model = replace_with_fp8_linear(model, modules_to_not_convert=["lm_head", *model._keep_in_fp32_modules],
+                                    quantization_config=FineGrainedFP8Config(weight_block_size=[128, 128]))
+    by: dict[str, int] = {}
+    for p in model.parameters():
+        by[str(p.dtype)] = by.get(str(p.dtype), 0) + p.numel() * p.element_size()
+    weights_proj = 61 * 64 * 7168  # bf16 here, as cast on meta (transformers holds it in fp32 once loaded)
+    parts = quant.breakdown(load(str(_write(tmp_path, PUBLISHED))), plain("bf16"))
+    assert parts == quant.breakdown(load("deepseek-v3.2"), plain("bf16"))
+    assert by["torch.float8_e4m3fn"] == parts["quantized"]
+    assert by["torch.float32"] == parts["scales"]
+    assert by["torch.bfloat16"] == parts["unquantized"]
+    # the indexer beside DeepSeek-V3's: wq_b 8192×1536 and wk 128×7168 in fp8, 64·12 + 1·56 scales a layer
+    v3 = quant.breakdown(load("deepseek-v3"), plain("bf16"))
+    assert parts["quantized"] - v3["quantized"] == 61 * (8192 * 1536 + 128 * 7168)
+    assert parts["scales"] - v3["scales"] == 61 * 4 * (64 * 12 + 56)
+    assert parts["unquantized"] - v3["unquantized"] == 2 * (weights_proj + 61 * 2 * 128)
