@@ -11,7 +11,10 @@ S) slots on the device (S the span: a static shape), then
   causal mask with the unselected keys hidden too, as transformers' eager and SDPA paths do;
 - a decode step (one query): the k selected rows [c | k_r] are gathered from the cache and attended to in the
   absorbed form (tfcalc.model.latent_absorbed): a sparse step whose reads are k latent rows and S indexer keys.
-Shapes as (B, nh, T, hs)."""
+Ties: keys whose index scores are exactly equal (every head's ReLU at 0 gives 0) are broken as torch.topk breaks
+them, which may differ between spans of different widths (a prompt's T keys, a step's bucket of slots) and from
+transformers' choice: DSA leaves them undefined. The tests use enough indexer heads that no tie falls at the k-th
+place (with 4 heads of random weights, rows with keys at exactly 0 do occur). Shapes as (B, nh, T, hs)."""
 
 from __future__ import annotations
 
