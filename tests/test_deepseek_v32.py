@@ -352,3 +352,19 @@ def test_fp8_as_stored_matches_transformers_fp8_modules_on_meta(tmp_path):
     assert parts["quantized"] - v3["quantized"] == 61 * (8192 * 1536 + 128 * 7168)
     assert parts["scales"] - v3["scales"] == 61 * 4 * (64 * 12 + 56)
     assert parts["unquantized"] - v3["unquantized"] == 2 * (weights_proj + 61 * 2 * 128)
+
+
+def test_tiny_verify_steps_equal_the_uncached_forward(tiny):
+    """Speculative verify: three tokens at a time against the cache (the dense form under the step's mask with the
+    unselected keys hidden), rewound to keep one to three: each verify's logits are the uncached forward's."""
+    _, ours, _ = tiny
+    seq = torch.randint(0, 61, (2, 16), generator=torch.Generator().manual_seed(4))
+    cache = ours.new_cache(2, 16)
+    with torch.no_grad():
+        full = ours(seq)
+        ours.prefill(seq[:, :4], cache)
+        for kept in [1, 3, 2, 1]:
+            at = cache.length
+            out = ours.extend(seq[:, at:at + 3], cache)
+            torch.testing.assert_close(out, full[:, at:at + 3], rtol=1e-4, atol=1e-5)
+            cache.rewind(at + kept)

@@ -232,7 +232,7 @@ def test_verify_steps_on_a_ring_with_spare_slots_run_fixed_shapes(kind):
 
 
 @pytest.mark.parametrize("kind", ["llama-rope-gqa", "dense-learned", "window-wraps", "alibi-window",
-                                  "latent-deepseek"])
+                                  "latent-deepseek", "sparse-latent-dsa"])
 def test_rows_joining_and_leaving_run_the_same_step(kind):
     """Continuous batching's step over all the slots, whatever the occupancy (tfcalc.model.slots): one row in
     flight, then two, three, a row leaving (the last moving into it) and another joining -- the same ops
