@@ -27,8 +27,8 @@ and attended to (absorbed form), so its main-attention FLOPs and reads are over 
 every cached indexer key. The top-k selection and the ReLU are non-matmul work (``elementwise``).
 
 Training: transformers runs the indexer under torch.no_grad (no gradient to it, no activation kept for it); the
-main attention's explicit mask makes SDPA run its math kernel, which keeps the scores; the boolean mask is kept
-too (1 byte per query and key). Pure Python: no torch, typer or rich here.
+main attention's explicit mask makes SDPA run its math kernel, which keeps the scores; the mask itself, added to
+the scores, is not kept. Pure Python: no torch, typer or rich here.
 """
 
 from __future__ import annotations
@@ -138,10 +138,9 @@ class SparseLatentAttention(LatentAttention):
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
-        """Latent attention's under the math kernel, plus the boolean top-k mask (seq bytes per token); the
-        indexer runs without gradient and keeps nothing."""
-        out = super().saved(batch, seq, e, "math", dropout)
-        return {**out, "index_mask": seq}
+        """Latent attention's under the math kernel (the scores kept); the indexer runs without gradient and keeps
+        nothing, and the top-k mask, built without gradient and added to the scores, is not kept either."""
+        return super().saved(batch, seq, e, "math", dropout)
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
         """Latent attention's (math kernel), plus the indexer's queries and its fp32 scores, H_i·length per

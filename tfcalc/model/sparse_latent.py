@@ -85,14 +85,16 @@ class SparseLatentAttention(LatentAttention):
         latent, k_rot = self.kv_a_norm(latent), k_rot.view(B, T, 1, self.rope_dim)
         if rope is not None:
             q_rot, k_rot = self._rotate(q_rot, rope), self._rotate(k_rot, rope)
-        index_k = self.indexer.key(x, rope)  # (B, T, D_i)
+        with torch.no_grad():  # no gradient to the indexer (DeepseekV32Indexer.forward is torch.no_grad too)
+            index_k = self.indexer.key(x, rope)  # (B, T, D_i)
         latent, k_rot, index_k = latent[:, None], k_rot.transpose(1, 2), index_k[:, None]  # (B, 1, T, ...)
         if store is not None:
             latent, k_rot, index_k = store(latent, k_rot, index_k)  # (B, 1, S, ...)
         S = latent.shape[2]
         visible = self._visible(mask, B, T, S, x.device)  # (B, T, S), 0 or -inf
-        scores = self.indexer.scores(x, q_resid, index_k[:, 0], rope) + visible  # (B, T, S)
-        top = scores.topk(min(self.topk, S), dim=-1).indices  # (B, T, k): on the device
+        with torch.no_grad():
+            scores = self.indexer.scores(x, q_resid, index_k[:, 0], rope) + visible  # (B, T, S)
+            top = scores.topk(min(self.topk, S), dim=-1).indices  # (B, T, k): on the device
         if store is not None and T == 1 and self.absorb:  # a decode step: the k selected rows only
             rows = cache_keys(latent[:, 0], k_rot[:, 0])  # (B, S, c + h_r)
             picked = rows.gather(1, top[:, 0, :, None].expand(B, top.shape[-1], rows.shape[-1]))  # (B, k, c + h_r)
