@@ -42,7 +42,7 @@ PUBLISHED = {
     "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "use_cache": True, "v_head_dim": 128,
     "vocab_size": 129280,
 }
-TESTED_TYPES = {"deepseek_v32"}  # the model types tested here (tests/test_hf_config.py)
+TESTED_TYPES = {"deepseek_v32", "glm_moe_dsa"}  # tested here and in tests/test_glm_moe_dsa.py (test_hf_config.py)
 # a tiny model: 3 layers (the first dense), top-5 keys of 12, 16 indexer heads (ties at ReLU's 0 unlikely)
 TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
             intermediate_size=40, moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=2,

@@ -36,7 +36,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "yarn_mscale_all_dim", "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "index_topk", "index_n_heads", "index_head_dim")),
+        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha")),

@@ -39,11 +39,12 @@ class LatentFields:
     index_topk: Optional[int] = None  # DeepSeek Sparse Attention (DeepSeek-V3.2): keys each query attends to
     index_n_heads: Optional[int] = None  # None with index_topk: 64 (DeepseekV32Config's default)
     index_head_dim: Optional[int] = None  # None with index_topk: 128
+    index_rope_interleave: Optional[bool] = None  # None with index_topk: false (V3.2's rotate-half; GLM-5: true)
 
 
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "index_topk",
-           "index_n_heads", "index_head_dim")
-_INDEX = ("index_n_heads", "index_head_dim")
+           "index_n_heads", "index_head_dim", "index_rope_interleave")
+_INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave")
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
@@ -60,7 +61,8 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
     if cfg.index_topk is None:
         return LatentAttention(*args)
     return SparseLatentAttention(*args, index_topk=cfg.index_topk, index_n_heads=cfg.index_n_heads or 64,
-                                 index_head_dim=cfg.index_head_dim or 128)
+                                 index_head_dim=cfg.index_head_dim or 128,
+                                 index_interleave=cfg.index_rope_interleave is True)
 
 
 def check(cfg: Any) -> None:
@@ -84,7 +86,7 @@ def _check_index(cfg: Any) -> None:
             if getattr(cfg, name) is not None:
                 raise ConfigError(f"{name} applies to sparse attention only (give index_topk)")
         return
-    for name in ("index_topk", *_INDEX):
+    for name in ("index_topk", "index_n_heads", "index_head_dim"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             raise ConfigError(f"field '{name}' must be positive; got {value}")

@@ -4,7 +4,8 @@ latent attention (tfcalc.architecture.latent) whose queries each attend to the `
 indexer picks, the indexer keeping a cache of its own keys beside the latent.
 
 H_i = index_n_heads indexer heads of D_i = index_head_dim channels, the first h_r (qk_rope_head_dim) of them
-rotary (rotate-half, not interleaved as the main attention's); c_q = q_lora_rank, k = index_topk.
+rotary (rotate-half in DeepSeek-V3.2, unlike its main attention's interleaved pairs; interleaved in GLM-5,
+modeling_glm_moe_dsa.py: ``index_interleave``); c_q = q_lora_rank, k = index_topk.
 
 1. indexer queries from the main attention's normed Q latent: q_I = W_qb^I · norm(W_qa · x) (c_q -> H_i·D_i,
    ``wq_b``), RoPE on each head's first h_r channels;
@@ -58,6 +59,7 @@ class SparseLatentAttention(LatentAttention):
     index_topk: int = 2048
     index_n_heads: int = 64
     index_head_dim: int = 128
+    index_interleave: bool = False  # the indexer's rotary pairs (2i, 2i+1), GLM-5's; false: rotate-half, V3.2's
 
     def __post_init__(self) -> None:
         super().__post_init__()

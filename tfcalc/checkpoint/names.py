@@ -301,7 +301,7 @@ def _deepseek_moe_rules(arch: Architecture) -> list[Rule]:
     ]
 
 
-_DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2", "deepseek_v32")
+_DEEPSEEK = ("deepseek_v3", "kimi_k2", "deepseek_v2", "deepseek_v32", "glm_moe_dsa")
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "phi3", "gemma", "gemma2", "qwen3_moe",
                "smollm3", "olmo2", "olmo3", "apertus", "exaone4", "seed_oss", "glm4", "gemma3_text", "llama4_text",
                "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from tfcalc.architecture.sparse_latent import SparseLatentAttention as SparseSpec
-from tfcalc.model.latent import LatentAttention
+from tfcalc.model.latent import LatentAttention, deinterleave
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
 from tfcalc.model.positions import apply_rope
@@ -34,17 +34,20 @@ class Indexer(nn.Module):
     def __init__(self, spec: SparseSpec):
         super().__init__()
         self.n_head, self.dim, self.rope_dim = spec.index_n_heads, spec.index_head_dim, spec.qk_rope_head_dim
+        self.interleave = spec.index_interleave
         self.wq_b = Linear(spec.q_lora_rank, self.n_head * self.dim, bias=False)
         self.wk = Linear(spec.d_model, self.dim, bias=False)
         self.k_norm = make_norm(spec.index_norm())
         self.weights_proj = Linear(spec.d_model, self.n_head, bias=False)
 
     def _rotate(self, x: torch.Tensor, rope) -> torch.Tensor:
-        """x (B, T, n, D_i): RoPE (rotate-half, not interleaved) on the first h_r channels."""
+        """x (B, T, n, D_i): RoPE on the first h_r channels, rotate-half (V3.2) or interleaved pairs (GLM-5: taken
+        to the rotate-half layout first, as the main attention does; q and k alike, so every q·k is the same)."""
         if rope is None:
             return x
         cos, sin = (t[..., None, :] for t in rope)  # (T, 1, h_r) or (B, T, 1, h_r)
         x_rot, x_pass = x.split([self.rope_dim, self.dim - self.rope_dim], dim=-1)
+        x_rot = deinterleave(x_rot) if self.interleave else x_rot
         return torch.cat([apply_rope(x_rot, cos, sin), x_pass], dim=-1)
 
     def key(self, x: torch.Tensor, rope) -> torch.Tensor:
