@@ -397,3 +397,25 @@ def test_saved_activations_are_what_autograd_keeps():
             module(x)
         counted = T * sum(spec.saved(1, T, e, "math", False).values())
         assert counted == sum(seen.values())
+
+
+def test_tiny_decode_step_flops_are_the_counted_sparse_step(tiny):
+    """FlopCounterMode on each decode step against the count's decode step at that context: the same but for the
+    indexer's scores over the bucket's slots past the context (16 slots, hidden by the mask: 2·16·(8 + 1) FLOPs
+    each, 3 layers); the main attention over the 5 gathered keys at every context (absorbed: 2·4·(12 + 4) +
+    2·4·12 per key), not over the context."""
+    from tfcalc.measure.flops import flop_counter
+    from tfcalc.model.generate import Decoder, next_token
+
+    _, ours, cfg = tiny
+    cache = ours.new_cache(1, 40)
+    with torch.no_grad():
+        token = next_token(ours.prefill(torch.randint(0, 61, (1, 6)), cache))
+        decoder = Decoder(ours, cache)
+        for context in range(7, 16):
+            with flop_counter() as counter:
+                token = next_token(decoder.step(token))
+            masked = 3 * 2 * 16 * (8 + 1) * (16 - context)
+            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + masked
+    step = cfg.architecture.output.layer(0).mixer.mixing(1, 15, step=True)
+    assert sum(m.flops for m in step if m.name in ("qk", "av")) == 5 * (2 * 4 * 16 + 2 * 4 * 12)

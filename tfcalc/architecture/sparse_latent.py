@@ -93,12 +93,11 @@ class SparseLatentAttention(LatentAttention):
                 Linear("index_w", role, "indexer head weights", self.d_model, Hi)]
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
-        """Latent attention's (its absorbed form in a step), the indexer's three before W_o (the last)."""
-        out = super().linears(with_kv, step)
-        return out[:-1] + self._index_linears() + out[-1:]
-
-    def decode_linears(self) -> list[Linear]:
-        out = super().decode_linears()
+        """Latent attention's, the indexer's three before W_o (the last); a step's absorbed form (latent
+        attention's ``decode_linears``, which reads these) keeps them before its W_UK, W_UV and W_o."""
+        if step:
+            return self.decode_linears()
+        out = super().linears(with_kv)
         return out[:-1] + self._index_linears() + out[-1:]
 
     def selected(self, queries: int, keys: int) -> int:
