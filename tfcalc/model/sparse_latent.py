@@ -50,19 +50,22 @@ class Indexer(nn.Module):
         x_rot = deinterleave(x_rot) if self.interleave else x_rot
         return torch.cat([apply_rope(x_rot, cos, sin), x_pass], dim=-1)
 
-    def key(self, x: torch.Tensor, rope) -> torch.Tensor:
-        """x (B, T, d) -> the indexer keys (B, T, D_i), what the cache keeps."""
-        B, T, _ = x.shape
-        return self._rotate(self.k_norm(self.wk(x)).view(B, T, 1, self.dim), rope)[:, :, 0]
-
-    def scores(self, x: torch.Tensor, q_resid: torch.Tensor, keys: torch.Tensor, rope) -> torch.Tensor:
-        """Index scores (B, T, S) in fp32 of the T queries against the S keys (B, S, D_i), unmasked:
-        Σ_h w_h · ReLU(D_i^-1/2 · q_h · k), w = weights_proj(x) · H_i^-1/2 (DeepseekV32Indexer.forward)."""
+    def forward(self, x: torch.Tensor, q_resid: torch.Tensor, rope) -> tuple[torch.Tensor, ...]:
+        """The indexer's projections (a module call, so FlopCounterMode puts them with the attention's
+        projections; the scores are position mixing, ``index_scores``): x (B, T, d), q_resid (B, T, c_q) ->
+        queries (B, T, H_i, D_i) and keys (B, T, D_i), rotated, and the head weights (B, T, H_i) in fp32, times
+        H_i^-1/2 (DeepseekV32Indexer.forward)."""
         B, T, _ = x.shape
         q = self._rotate(self.wq_b(q_resid).view(B, T, self.n_head, self.dim), rope)  # (B, T, H_i, D_i)
-        s = torch.matmul(q.float(), keys.float().mT[:, None]) * self.dim ** -0.5  # (B, T, H_i, S)
-        w = self.weights_proj(x).float() * self.n_head ** -0.5  # (B, T, H_i)
-        return torch.matmul(w[:, :, None], torch.relu(s))[:, :, 0]  # (B, T, S)
+        k = self._rotate(self.k_norm(self.wk(x)).view(B, T, 1, self.dim), rope)[:, :, 0]  # (B, T, D_i)
+        return q, k, self.weights_proj(x).float() * self.n_head ** -0.5
+
+
+def index_scores(q: torch.Tensor, keys: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Index scores (B, T, S) in fp32 of the queries q (B, T, H_i, D_i) against the S keys (B, S, D_i), unmasked:
+    Σ_h w_h · ReLU(D_i^-1/2 · q_h · k), w (B, T, H_i) (DeepseekV32Indexer.forward)."""
+    s = torch.matmul(q.float(), keys.float().mT[:, None]) * q.shape[-1] ** -0.5  # (B, T, H_i, S)
+    return torch.matmul(w[:, :, None], torch.relu(s))[:, :, 0]  # (B, T, S)
 
 
 class SparseLatentAttention(LatentAttention):
@@ -89,14 +92,14 @@ class SparseLatentAttention(LatentAttention):
         if rope is not None:
             q_rot, k_rot = self._rotate(q_rot, rope), self._rotate(k_rot, rope)
         with torch.no_grad():  # no gradient to the indexer (DeepseekV32Indexer.forward is torch.no_grad too)
-            index_k = self.indexer.key(x, rope)  # (B, T, D_i)
+            index_q, index_k, index_w = self.indexer(x, q_resid, rope)  # (B, T, H_i, D_i), (B, T, D_i), (B, T, H_i)
         latent, k_rot, index_k = latent[:, None], k_rot.transpose(1, 2), index_k[:, None]  # (B, 1, T, ...)
         if store is not None:
             latent, k_rot, index_k = store(latent, k_rot, index_k)  # (B, 1, S, ...)
         S = latent.shape[2]
         visible = self._visible(mask, B, T, S, x.device)  # (B, T, S), 0 or -inf
         with torch.no_grad():
-            scores = self.indexer.scores(x, q_resid, index_k[:, 0], rope) + visible  # (B, T, S)
+            scores = index_scores(index_q, index_k[:, 0], index_w) + visible  # (B, T, S)
             top = scores.topk(min(self.topk, S), dim=-1).indices  # (B, T, k): on the device
         if store is not None and T == 1 and self.absorb:  # a decode step: the k selected rows only
             rows = cache_keys(latent[:, 0], k_rot[:, 0])  # (B, S, c + h_r)
