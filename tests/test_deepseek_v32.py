@@ -299,6 +299,9 @@ def test_cli_commands_count_the_indexer(cli):
     r = cli("memory", "deepseek-v3.2", "--seq", "4096", "--json")
     assert r.code == 0, r.err
     assert r.json()["kv_cache_bytes"] == 61 * 4096 * (512 + 64 + 128) * 2
+    # without MLA: K and V heads of 128 × (192 + 128), and the indexer keys still
+    assert r.json()["kv_cache_expanded_bytes"] == 61 * 4096 * (128 * (192 + 128) + 128) * 2
+    assert "and indexer keys" in " ".join(cli("memory", "deepseek-v3.2").out.split())
     for command in (("params", "deepseek-v3.2", "--no-measure"), ("flops", "deepseek-v3.2", "--seq", "4096"),
                     ("infer", "deepseek-v3.2", "--seq", "4096")):
         r = cli(*command)

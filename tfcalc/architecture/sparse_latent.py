@@ -153,4 +153,8 @@ class SparseLatentAttention(LatentAttention):
         """Latent attention's [c | k_r] and the indexer key (D_i) of every position, in the cache dtype."""
         return super().state() + [StateTensor("index_k", self.index_head_dim, shape=(1, self.index_head_dim))]
 
+    def expanded_state(self) -> list[StateTensor]:
+        """What a runtime without MLA keeps: the expanded K and V heads, and the indexer keys still."""
+        return super().expanded_state() + self.state()[-1:]
+
     module = "tfcalc.model.sparse_latent:SparseLatentAttention"
