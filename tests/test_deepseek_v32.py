@@ -422,3 +422,29 @@ def test_tiny_decode_step_flops_are_the_counted_sparse_step(tiny):
             assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + masked
     step = cfg.architecture.output.layer(0).mixer.mixing(1, 15, step=True)
     assert sum(m.flops for m in step if m.name in ("qk", "av")) == 5 * (2 * 4 * 16 + 2 * 4 * 12)
+
+
+def test_tiny_checkpoint_names_map_every_tensor(tiny, cli, tmp_path):
+    """`tfcalc params` of the saved checkpoint: every stored tensor (the indexer's wq_b, wk, k_norm weight and
+    bias, weights_proj among them) maps onto a parameter or a named buffer: the elements stored are the
+    parameters and the router's correction bias (2 MoE layers × 8 experts, a buffer), and the checkpoint agrees
+    with the config."""
+    import math
+
+    from safetensors import safe_open
+
+    hf, _, cfg = tiny
+    folder = tmp_path / "ckpt"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.save_pretrained(folder)
+    stored, names = 0, []
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as f:
+            stored += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+            names += list(f.keys())
+    assert sum("indexer" in n for n in names) == 3 * 5
+    data = cli("params", str(folder), "--json").json()
+    params = sum(p.numel() for p in hf.parameters())
+    assert data["checkpoint_total"] == stored == params + 2 * 8 and data["analytic_total"] == params
+    assert data["checkpoint"]["agree"]
