@@ -47,6 +47,12 @@ DEEPSEEK_CASES = {
                               dict(DS, q_lora_rank=None, n_group=1, topk_group=1, first_k_dense_replace=0,
                                    rope_interleave=False, attention_bias=True, n_shared_experts=2,
                                    norm_topk_prob=False)),
+    # DeepSeek Sparse Attention: top-5 keys of T = 10, 16 indexer heads (no exact tie at the 5th place)
+    "deepseek_v32": Case("DeepseekV32Config", "DeepseekV32ForCausalLM",
+                         dict(DS, q_lora_rank=20, n_group=4, topk_group=2, index_topk=5, index_n_heads=16,
+                              index_head_dim=8, rope_parameters=YARN)),
+    "glm_moe_dsa": Case("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+                        dict(DS, q_lora_rank=20, index_topk=5, index_n_heads=16, index_head_dim=8)),
     "deepseek_v2": Case("DeepseekV2Config", "DeepseekV2ForCausalLM",
                         dict(DS, q_lora_rank=None, topk_method="group_limited_greedy", n_group=4, topk_group=2,
                              routed_scaling_factor=1.5, rope_parameters=YARN)),

@@ -168,9 +168,10 @@ def test_bench_times_the_loaded_weights(saved, cli):
 
 def _hf_cache_bytes(cache) -> int:
     """Bytes of every K and V tensor a transformers cache holds (its self-attention layers), and of a linear
-    attention layer's convolution and recurrent states (LinearAttentionLayer: {state index: tensor} each)."""
+    attention layer's convolution and recurrent states (LinearAttentionLayer: {state index: tensor} each), and
+    a sparse attention layer's indexer keys (StaticIndexedLayer)."""
     layers = getattr(cache, "self_attention_cache", cache).layers
-    tensors = [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    tensors = [getattr(layer, name, None) for layer in layers for name in ("keys", "values", "indexer_keys")]
     tensors += [t for layer in layers for name in ("conv_states", "recurrent_states")
                 for t in (getattr(layer, name, None) or {}).values()]
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)

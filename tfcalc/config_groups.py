@@ -35,7 +35,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "rope_low_freq_factor", "rope_high_freq_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
         "yarn_mscale_all_dim", "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
-        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")),
+        "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
+        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha")),

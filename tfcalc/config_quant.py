@@ -23,6 +23,9 @@ QUANTIZABLE: dict[str, tuple[str, ...]] = {
     "attn_q_b_weight": ("self_attn.q_b_proj",),
     "attn_kv_a_weight": ("self_attn.kv_a_proj_with_mqa",),
     "attn_kv_b_weight": ("self_attn.kv_b_proj",),
+    # DeepSeek-V3.2's indexer (its weights_proj transformers keeps unquantized: _keep_in_fp32_modules)
+    "attn_indexer_wq_b_weight": ("self_attn.indexer.wq_b",),
+    "attn_indexer_wk_weight": ("self_attn.indexer.wk",),
     "ffn_gate_weight": ("mlp.gate_proj",),
     "ffn_up_weight": ("mlp.up_proj",),
     "ffn_down_weight": ("mlp.down_proj",),

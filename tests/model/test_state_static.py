@@ -24,6 +24,10 @@ KINDS = {
     "chunked-llama4": dict(ROPE, n_layer=4, attention_chunk_size=3, full_attention_every=2, nope_every=2,
                            qk_l2_norm=True, attn_temperature_floor=2, attn_temperature_scale=0.5),
     "latent-deepseek": dict(ROPE, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, n_head=4),
+    # DeepSeek-V3.2: the indexer's keys beside the latent, top-3 of up to 15 keys gathered on the device; 32 indexer
+    # heads, so no key scores exactly 0 (every head's ReLU at 0: a tie torch.topk may break either way)
+    "sparse-latent-dsa": dict(ROPE, kv_lora_rank=12, q_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                              v_head_dim=8, n_head=4, index_topk=3, index_n_heads=32, index_head_dim=8),
     "moe": dict(ROPE, n_expert=4, n_expert_active=2),
     "sinks-window-gpt-oss": dict(ROPE, attn_sinks=True, sliding_window=4, full_attention_every=2, n_head=4,
                                  n_kv_head=2),
@@ -228,7 +232,7 @@ def test_verify_steps_on_a_ring_with_spare_slots_run_fixed_shapes(kind):
 
 
 @pytest.mark.parametrize("kind", ["llama-rope-gqa", "dense-learned", "window-wraps", "alibi-window",
-                                  "latent-deepseek"])
+                                  "latent-deepseek", "sparse-latent-dsa"])
 def test_rows_joining_and_leaving_run_the_same_step(kind):
     """Continuous batching's step over all the slots, whatever the occupancy (tfcalc.model.slots): one row in
     flight, then two, three, a row leaving (the last moving into it) and another joining -- the same ops

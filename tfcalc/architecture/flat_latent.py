@@ -4,7 +4,9 @@ router, YaRN and the MTP modules a config's fields describe (tfcalc.architecture
 are tfcalc.config's, their rules tfcalc.config_latent's).
 
 - ``kv_lora_rank`` set: every self-attention layer is multi-head latent attention (tfcalc.architecture.latent),
-  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional).
+  with ``qk_nope_head_dim``, ``qk_rope_head_dim`` and ``v_head_dim`` (required) and ``q_lora_rank`` (optional);
+- ``index_topk`` set as well: DeepSeek Sparse Attention (tfcalc.architecture.sparse_latent), latent attention with
+  a lightning indexer of ``index_n_heads`` heads of ``index_head_dim`` channels picking ``index_topk`` keys.
 
 Reads the config by attribute, never imports it. Pure Python."""
 
@@ -20,6 +22,7 @@ from tfcalc.architecture.latent import LatentAttention, Yarn
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.routing import Routing
+from tfcalc.architecture.sparse_latent import SparseLatentAttention
 from tfcalc.errors import InputError as ConfigError
 
 
@@ -33,9 +36,15 @@ class LatentFields:
     qk_rope_head_dim: Optional[int] = None
     v_head_dim: Optional[int] = None
     rope_interleave: Optional[bool] = None  # None: true (DeepSeek's rotary pairs (2i, 2i+1))
+    index_topk: Optional[int] = None  # DeepSeek Sparse Attention (DeepSeek-V3.2): keys each query attends to
+    index_n_heads: Optional[int] = None  # None with index_topk: 64 (DeepseekV32Config's default)
+    index_head_dim: Optional[int] = None  # None with index_topk: 128
+    index_rope_interleave: Optional[bool] = None  # None with index_topk: false (V3.2's rotate-half; GLM-5: true)
 
 
-_LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave")
+_LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "index_topk",
+           "index_n_heads", "index_head_dim", "index_rope_interleave")
+_INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave")
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
@@ -45,12 +54,15 @@ def yarn(cfg: Any) -> Optional[Yarn]:
 
 def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttention:
     """Every self-attention layer's, when kv_lora_rank is set: biases as attn_bias (attention_bias); its
-    compressions' norms of the model's kind."""
+    compressions' norms of the model's kind; with index_topk, DeepSeek Sparse Attention's."""
     norm = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps)
-    return LatentAttention(
-        cfg.d_model, cfg.n_head, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
-        cfg.q_lora_rank, norm, cfg.attn_bias, cfg.rope_theta, yarn(cfg), cfg.rope_interleave is not False,
-    )
+    args = (cfg.d_model, cfg.n_head, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+            cfg.q_lora_rank, norm, cfg.attn_bias, cfg.rope_theta, yarn(cfg), cfg.rope_interleave is not False)
+    if cfg.index_topk is None:
+        return LatentAttention(*args)
+    return SparseLatentAttention(*args, index_topk=cfg.index_topk, index_n_heads=cfg.index_n_heads or 64,
+                                 index_head_dim=cfg.index_head_dim or 128,
+                                 index_interleave=cfg.index_rope_interleave is True)
 
 
 def check(cfg: Any) -> None:
@@ -63,6 +75,27 @@ def check(cfg: Any) -> None:
                 raise ConfigError(f"{name} applies to latent attention only (give kv_lora_rank)")
     else:
         _check_attention(cfg)
+        _check_index(cfg)
+
+
+def _check_index(cfg: Any) -> None:
+    """DeepSeek Sparse Attention's fields (its indexer reads the compressed query and rotates qk_rope_head_dim of
+    its channels)."""
+    if cfg.index_topk is None:
+        for name in _INDEX:
+            if getattr(cfg, name) is not None:
+                raise ConfigError(f"{name} applies to sparse attention only (give index_topk)")
+        return
+    for name in ("index_topk", "index_n_heads", "index_head_dim"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"field '{name}' must be positive; got {value}")
+    if cfg.q_lora_rank is None:
+        raise ConfigError("index_topk (sparse attention): the indexer reads the compressed query; give q_lora_rank")
+    width = cfg.index_head_dim or 128
+    if width < cfg.qk_rope_head_dim:
+        raise ConfigError(f"field 'index_head_dim' ({width}) must be at least qk_rope_head_dim "
+                          f"({cfg.qk_rope_head_dim}): the indexer rotates that many of its channels")
 
 
 def _check_attention(cfg: Any) -> None:

@@ -1,6 +1,10 @@
-"""DeepSeek-V3 (and R1), Kimi K2 and DeepSeek-V2 config.json files: deepseek_v3, kimi_k2 (Kimi K2's files
-say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the same model) and deepseek_v2,
-as transformers' modeling_deepseek_v3.py and modeling_deepseek_v2.py build them.
+"""DeepSeek-V3 (and R1), Kimi K2, DeepSeek-V2 and DeepSeek-V3.2 config.json files: deepseek_v3, kimi_k2 (Kimi K2's
+files say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the same model), deepseek_v2 and
+deepseek_v32, as transformers' modeling_deepseek_v3.py, modeling_deepseek_v2.py and modeling_deepseek_v32.py
+build them. DeepSeek-V3.2 is V3 with DeepSeek Sparse Attention in every layer (index_topk, index_n_heads,
+index_head_dim: tfcalc.architecture.sparse_latent); its layer_types are all "indexed_attention" and its
+mlp_layer_types the first_k_dense_replace dense layers then the sparse ones (others are refused by name).
+glm_moe_dsa (GLM-5, modeling_glm_moe_dsa.py) is the same model with the indexer's RoPE on interleaved pairs.
 
 Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size (the dense layers'),
 vocab_size. Optional, with the defaults of DeepseekV3Config / DeepseekV2Config: moe_intermediate_size,
@@ -41,7 +45,7 @@ def _common(r: Reader, defaults: dict[str, Any]) -> None:
         raise r.fail(f"'num_key_value_heads' {shown(kv)} is not supported: latent attention expands one key and "
                      "value head per query head (num_attention_heads)")
     r.take("max_position_embeddings", "max_seq_len", defaults["max_position_embeddings"])
-    r.take("rms_norm_eps", "norm_eps", 1e-6)
+    r.take("rms_norm_eps", "norm_eps", defaults.get("rms_norm_eps", 1e-6))
     r.rope(10000.0)
     r.activation("hidden_act", "silu")
     r.take("tie_word_embeddings", "tie_embeddings", False)
@@ -59,9 +63,9 @@ def _latent(r: Reader, defaults: dict[str, Any]) -> None:
     r.take("q_lora_rank", "q_lora_rank", defaults["q_lora_rank"])
     if "q_lora_rank" in r.raw and r.raw["q_lora_rank"] is None:  # null: a plain Q projection
         r.fields["q_lora_rank"] = None
-    r.take("qk_nope_head_dim", "qk_nope_head_dim", 128)
+    r.take("qk_nope_head_dim", "qk_nope_head_dim", defaults.get("qk_nope_head_dim", 128))
     r.take("qk_rope_head_dim", "qk_rope_head_dim", 64)
-    r.take("v_head_dim", "v_head_dim", 128)
+    r.take("v_head_dim", "v_head_dim", defaults.get("v_head_dim", 128))
 
 
 def experts(r: Reader, defaults: dict[str, Any]) -> None:
@@ -170,4 +174,73 @@ def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
         (attn + r"kv_a_proj_with_mqa\.(weight|bias)", "blocks.{0}.attn.kv_a.{1}"),
         (attn + r"kv_a_layernorm\.weight", "blocks.{0}.attn.kv_a_norm.weight"),
         (attn + r"kv_b_proj\.weight", "blocks.{0}.attn.kv_b.weight"),
+        # DeepSeek-V3.2's and GLM-5's lightning indexer (tfcalc.architecture.sparse_latent)
+        (attn + r"indexer\.(wq_b|wk|weights_proj)\.weight", "blocks.{0}.attn.indexer.{1}.weight"),
+        (attn + r"indexer\.k_norm\.(weight|bias)", "blocks.{0}.attn.indexer.k_norm.{1}"),
     ] + moe[2:] + llama_names(arch)
+
+V32_DEFAULTS = dict(V3_DEFAULTS, max_position_embeddings=163840, index_n_heads=64, n_group=8, topk_group=4)
+# GlmMoeDsaConfig's defaults (transformers 5.24, configuration_glm_moe_dsa.py; its checkpoint zai-org/GLM-5)
+GLM_DSA_DEFAULTS = dict(V3_DEFAULTS, q_lora_rank=2048, max_position_embeddings=202752, qk_nope_head_dim=192,
+                        v_head_dim=256, rms_norm_eps=1e-5, index_n_heads=32, n_group=1, topk_group=1)
+
+
+def deepseek_v32(r: Reader) -> None:
+    """DeepseekV32Config: V3's fields with the indexer's (defaults 2048, 64, 128, rotate-half RoPE); the main
+    attention always rotates interleaved pairs and always compresses the query (no q_proj path)."""
+    _sparse(r, V32_DEFAULTS, "DeepseekV32")
+
+
+def glm_moe_dsa(r: Reader) -> None:
+    """GlmMoeDsaConfig (GLM-5): DeepSeek-V3.2's model with the indexer's RoPE on interleaved pairs and 32
+    indexer heads by default. Its "shared" indexer layers (indexer_types, or index_topk_pattern /
+    index_topk_freq / index_skip_topk_offset: a layer reusing the previous layer's top-k, with no indexer of its
+    own) are refused by name: the reuse across layers is not built."""
+    kinds = r.get("indexer_types")
+    if kinds is not None and (not isinstance(kinds, list) or any(k != "full" for k in kinds)):
+        raise r.fail(f"'indexer_types' {shown(kinds)} is not supported: every layer runs its own indexer ('full'); "
+                     "layers that share another's top-k are not built")
+    pattern = r.get("index_topk_pattern")
+    if pattern is not None and (not isinstance(pattern, (str, list)) or set(pattern) - {"F", "full"}):
+        raise r.fail(f"'index_topk_pattern' {shown(pattern)} is not supported: only full indexer layers ('F')")
+    freq = r.number("index_topk_freq", 1, integer=True)
+    if kinds is None and pattern is None and freq is not None and freq > 1:
+        raise r.fail(f"'index_topk_freq' {shown(freq)} is not supported: layers that share another's top-k are "
+                     "not built (1: an indexer in every layer)")
+    _sparse(r, GLM_DSA_DEFAULTS, "GlmMoeDsa")
+    r.fields["index_rope_interleave"] = True
+
+
+def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
+    """The DSA families' reading (see deepseek_v32 and glm_moe_dsa)."""
+    if "q_lora_rank" in r.raw and r.raw["q_lora_rank"] is None:
+        raise r.fail("'q_lora_rank' null is not supported: DSA's attention always compresses the query "
+                     "(its indexer reads the compressed query)")
+    if r.get("rope_interleave", True) is not True:
+        raise r.fail("'rope_interleave' false is not supported: DSA's attention always rotates interleaved pairs")
+    _common(r, defaults)
+    scoring = r.get("scoring_func", "sigmoid")
+    if scoring != "sigmoid":
+        raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: {prefix}TopkRouter scores with a sigmoid")
+    n_layer = r.fields["n_layer"]
+    kinds = r.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) != {"indexed_attention"}
+                              or len(kinds) != n_layer):
+        raise r.fail(f"'layer_types' {shown(kinds)} is not supported: {n_layer} layers of 'indexed_attention'")
+    dense = min(r.number("first_k_dense_replace", 3, integer=True) or 0, n_layer)
+    mlp = r.get("mlp_layer_types")
+    if mlp is not None and mlp != ["dense"] * dense + ["sparse"] * (n_layer - dense):
+        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the first first_k_dense_replace ({dense}) "
+                     "layers dense, then sparse")
+    r.fields["rope_interleave"] = True
+    if "n_expert" in r.fields:
+        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
+                        router_norm_topk=r.flag("norm_topk_prob", True))
+        r.take("n_group", "router_groups", defaults["n_group"])
+        r.take("topk_group", "router_topk_groups", defaults["topk_group"])
+        r.take("routed_scaling_factor", "routed_scaling", 2.5)
+    r.take("index_topk", "index_topk", 2048)
+    r.take("index_n_heads", "index_n_heads", defaults["index_n_heads"])
+    r.take("index_head_dim", "index_head_dim", 128)
+    r.take("num_nextn_predict_layers", "mtp_layers", 0, aliases=("num_mtp_layers",))
+    r.causal_or_base(prefix)

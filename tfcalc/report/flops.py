@@ -154,6 +154,12 @@ class FlopsReport(WorkloadFields, Displayed):
                        "and MLA servers run (DeepSeek-V2 sec. 2.1.2: W_UK folded into the query, W_UV into the "
                        "output, multi-query scores over the cached latents), "
                        f"{self.decode:,} FLOPs against {self.decode_naive:,} naive")
+        if cfg.index_topk is not None:
+            out.append(f"sparse attention (DeepSeek's DSA, the top {cfg.index_topk:,} keys per query): the full-square "
+                       "line is what transformers' torch path runs and FlopCounterMode counts (the lightning indexer "
+                       "over every key, the main attention dense under the top-k mask); the causal line counts the "
+                       "indexer over its causal pairs and the main attention over min(top-k, t + 1) keys for the "
+                       "query at t, what a sparse kernel computes; a decode step attends to the gathered top-k keys")
         if cfg.arch == "encoder":
             out.append("encoder: attention is bidirectional, so no score is masked and the causal count equals the "
                        "full one; an encoder generates nothing, so there is no decode step")

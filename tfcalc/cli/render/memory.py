@@ -55,8 +55,10 @@ def _inference_rows(t: Table, r: MemoryReport) -> None:
         elif r.kv_cache_expanded is None:
             t.add("KV cache", r.kv_cache, f"2·B·T·L·n_kv·d_head in {r.kv_dtype}; {heads}{window}")
         else:  # DeepSeek's latent attention (tfcalc.architecture.latent)
-            t.add("KV cache, latent (MLA)", r.kv_cache, f"B·T·L·(c_kv + d_rope) in {r.kv_dtype}, as cached")
-            t.add("  as expanded K and V", r.kv_cache_expanded, "B·T·L·n_head·(d_qk + d_v), without MLA")
+            index = " + d_index" if cfg.index_topk is not None else ""  # DSA's indexer keys beside the latent
+            what = "latent (MLA) and indexer keys (DSA)" if index else "latent (MLA)"
+            t.add(f"KV cache, {what}", r.kv_cache, f"B·T·L·(c_kv + d_rope{index}) in {r.kv_dtype}, as cached")
+            t.add("  as expanded K and V", r.kv_cache_expanded, f"B·T·L·(n_head·(d_qk + d_v){index}), without MLA")
     if r.cross_kv_cache:
         t.add("  of which cross-attention", r.cross_kv_cache, f"2·B·S·L·n_kv·d_head, S = {r.src_seq:,}")
     t.add("Forward working set", r.working_set, "no-grad pass, largest stage, no cache")
