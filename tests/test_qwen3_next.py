@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from hf_pairs import greedy_uncached
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -175,16 +176,6 @@ def tiny(saved):
     return hf, tfcalc.load_model(str(folder)), load(str(folder / "config.json"))
 
 
-def _greedy_uncached(model, prompt, new):
-    from tfcalc.model.generate import next_token
-
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
-
-
 def test_tiny_logits_across_chunks_equal_transformers(tiny):
     """130 tokens: three chunks, the state carried between them (the 10-token case is tests/test_hf_models.py)."""
     hf, ours, _ = tiny
@@ -203,7 +194,7 @@ def test_tiny_decode_with_the_fixed_state_equals_the_uncached_forward(tiny):
     prompt = torch.randint(0, 61, (2, 60), generator=torch.Generator().manual_seed(5))
     cache = ours.new_cache(2, 69)
     out = generate(ours, prompt, 9, cache=cache)
-    assert torch.equal(out, _greedy_uncached(ours, prompt, 9))
+    assert torch.equal(out, greedy_uncached(ours, prompt, 9))
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=60, gen=9, kv_dtype="fp32"))
     assert not cache.rewindable
 
@@ -258,7 +249,7 @@ def test_tiny_continuous_batching_rows(tiny):
             got.append(tokens)
     got = torch.cat(got, dim=1)
     for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(ours, p, 5))
+        assert torch.equal(got[i:i + 1], greedy_uncached(ours, p, 5))
 
 
 def test_tiny_verify_step_is_refused(tiny):

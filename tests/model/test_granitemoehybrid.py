@@ -12,13 +12,11 @@ import json
 
 import pytest
 import torch
+from hf_pairs import assert_decode_equals, assert_logits_close, nudge, saved_pair
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
-from tfcalc.model.generate import next_token
-from tfcalc.model.load import load_model
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -95,21 +93,13 @@ TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, layer_types=["ma
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name:
-                p.add_(torch.randn_like(p) * 0.3)
-    folder = tmp_path_factory.mktemp("tiny_granitemoehybrid")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    nudge(hf)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_granitemoehybrid"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
@@ -131,13 +121,7 @@ def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
 def test_decode_equals_the_uncached_forward_and_transformers(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 5)), 8
-    out = generate(model, prompt, new, cache=model.new_cache(2, 5 + new))
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    assert torch.equal(out, idx[:, 5:])
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
+    assert_decode_equals(model, hf, prompt, new, model.new_cache(2, 5 + new))
 
 
 @pytest.mark.parametrize("key, value, message", [

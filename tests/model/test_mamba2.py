@@ -12,13 +12,12 @@ import json
 
 import pytest
 import torch
+from hf_pairs import assert_decode_equals, assert_logits_close, greedy_uncached, nudge, saved_pair
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
 from tfcalc.model.generate import Decoder, next_token
-from tfcalc.model.load import load_model
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -114,38 +113,20 @@ TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_heads=8, hea
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():  # away from the init's ones and zeros, so a misplaced tensor shows
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name:
-                p.add_(torch.randn_like(p) * 0.3)
-    folder = tmp_path_factory.mktemp("tiny_mamba2")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    nudge(hf)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_mamba2"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
-
-
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_decode_over_the_fixed_state_equals_the_uncached_forward(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 6)), 8
     cache = model.new_cache(2, 6 + new)
-    out = generate(model, prompt, new, cache=cache)
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 6:])
+    assert_decode_equals(model, hf, prompt, new, cache)
     # the state allocated once, at the shapes and dtypes the component says: conv (B, 8·8 + 2·2·6, 4) in the
     # model's dtype, SSM (B, 8, 8, 6) in fp32
     assert [(tuple(s.conv.shape), tuple(s.ssm.shape), s.ssm.dtype) for s in cache.states] == \
@@ -169,8 +150,8 @@ def test_continuous_batching_rows_decode_the_mamba2_state(tiny_pair):
         last = next_token(decode_rows(model, tokens[1:], slots))
     got = torch.cat(got, dim=1)
     for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), _greedy_uncached(model, prompts[1], 6))
+        assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
+    assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))
 
 
 def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny
+from hf_pairs import greedy_uncached
 from torch.utils.flop_counter import FlopCounterMode
 from toy_mixer import LinearAttentionBase
 
@@ -197,21 +198,13 @@ def test_flop_counter_on_the_forward_equals_the_count(model, batch, seq):
     assert counter.get_total_flops() == counted == by_hand
 
 
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
-
-
 def test_generate_decodes_with_the_state_the_component_describes(model):
     cfg = toy_config()
     prompt, new = torch.randint(0, V, (2, 5)), 9
     cache = model.new_cache(2, 5 + new - 1)
     out = generate(model, prompt, new, cache=cache)
     # the recurrent form over the state continues the parallel form exactly where it should
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
+    assert torch.equal(out, greedy_uncached(model, prompt, new))
     (t,) = ToyLinearAttention(D, H, HD).state()
     assert [tuple(s.s.shape) for s in cache.states] == [(2, *t.shape)] * L
     assert all(s.s.dtype == torch.float32 for s in cache.states)
@@ -250,8 +243,8 @@ def test_continuous_batching_rows_decode_the_toy(model):
         last = next_token(decode_rows(model, tokens[1:], slots))
     got = torch.cat(got, dim=1)
     for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), _greedy_uncached(model, prompts[1], 6))
+        assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
+    assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))
 
 
 def test_a_state_that_cannot_rewind_refuses_a_verify_step(model):

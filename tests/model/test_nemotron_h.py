@@ -15,13 +15,12 @@ import json
 
 import pytest
 import torch
+from hf_pairs import assert_decode_equals, assert_logits_close, nudge, saved_pair
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
 from tfcalc.model.generate import next_token
-from tfcalc.model.load import load_model
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -137,24 +136,17 @@ TINY = dict(vocab_size=61, hidden_size=32, hybrid_override_pattern="M*-EM", num_
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():  # away from the init's ones and zeros, so a misplaced tensor shows
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name or "gate.weight" in name:
-                p.add_(torch.randn_like(p) * 0.3)
+    nudge(hf, "gate.weight")
+    with torch.no_grad():
         for name, b in hf.named_buffers():
             if "e_score_correction_bias" in name:
                 b.normal_(0.0, 0.1)
-    folder = tmp_path_factory.mktemp("tiny_nemotron_h")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_nemotron_h"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
@@ -174,21 +166,11 @@ def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
     assert counter.get_total_flops() == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
 
 
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
-
-
 def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 5)), 8
     cache = model.new_cache(2, 5 + new)
-    out = generate(model, prompt, new, cache=cache)
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
+    assert_decode_equals(model, hf, prompt, new, cache)
     cfg = model.cfg  # its bytes are the count's: K/V of the one attention layer, two Mamba2 states
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, kv_dtype="fp32"))
 
