@@ -7,7 +7,10 @@ against transformers' and the uncached forward's. Each test keeps its own config
 
 from __future__ import annotations
 
+import json
+
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.model import generate
 from tfcalc.model.generate import next_token
@@ -52,3 +55,57 @@ def assert_decode_equals(model, hf, prompt: torch.Tensor, new_tokens: int, cache
     assert torch.equal(out, greedy_uncached(model, prompt, new_tokens))
     assert torch.equal(out, hf.generate(prompt, max_new_tokens=new_tokens, do_sample=False)[:, prompt.shape[1]:])
     return out
+
+
+def config_json(tmp_path, raw: dict):
+    """tfcalc's config of a config.json holding raw, written under tmp_path."""
+    from tfcalc.presets import load
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return load(str(path))
+
+
+def hf_cache_bytes(cache) -> int:
+    """Bytes of a transformers cache's tensors: each layer's keys and values, conv and recurrent states."""
+    tensors = []
+    for layer in cache.layers:
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
+        tensors += [t for t in (getattr(layer, "conv_states", {}) or {}).values() if t is not None]
+        tensors += [t for t in (getattr(layer, "recurrent_states", {}) or {}).values() if t is not None]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def eager_flops(hf, idx: torch.Tensor) -> int:
+    """FlopCounterMode's total over transformers' uncached forward on idx, its attention eager: on a CPU, SDPA's
+    fused kernel (_scaled_dot_product_flash_attention_for_cpu) is no op FlopCounterMode counts."""
+    hf.config._attn_implementation = "eager"
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            hf(idx, use_cache=False)
+    finally:
+        hf.config._attn_implementation = "sdpa"
+    return counter.get_total_flops()
+
+
+def assert_rows_decode_alone(model, prompts: list[torch.Tensor], max_tokens: int, release: bool = True) -> None:
+    """Continuous batching (tfcalc.model.slots): the two prompts admitted into 2 rows and decoded together 4
+    steps; each row's 5 tokens are its own sequence's greedy uncached ones. With ``release``, row 0 is freed (the
+    second sequence moves into it, its state with it) and one more step is the second sequence's 6th token."""
+    from tfcalc.model.slots import SlotCache, decode_rows
+
+    slots = SlotCache(model, rows=2, max_tokens=max_tokens)
+    with torch.no_grad():
+        tokens = torch.cat([next_token(slots.admit(p, model)) for p in prompts])
+        got = [tokens]
+        for _ in range(4):
+            tokens = next_token(decode_rows(model, tokens, slots))
+            got.append(tokens)
+        if release:
+            slots.release(0)
+            last = next_token(decode_rows(model, tokens[1:], slots))
+    got = torch.cat(got, dim=1)
+    for i, p in enumerate(prompts):
+        assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
+    if release:
+        assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))

@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from hf_pairs import greedy_uncached
+from hf_pairs import assert_rows_decode_alone, greedy_uncached
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -235,21 +235,9 @@ def test_tiny_forward_flops_with_tfcalcs_counter_equal_the_count(tiny):
 
 
 def test_tiny_continuous_batching_rows(tiny):
-    from tfcalc.model.generate import next_token
-    from tfcalc.model.slots import SlotCache, decode_rows
-
     _, ours, _ = tiny
     prompts = [torch.randint(0, 61, (1, n), generator=torch.Generator().manual_seed(n)) for n in (3, 7)]
-    slots = SlotCache(ours, rows=2, max_tokens=16)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, ours)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(ours, tokens, slots))
-            got.append(tokens)
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], greedy_uncached(ours, p, 5))
+    assert_rows_decode_alone(ours, prompts, max_tokens=16, release=False)
 
 
 def test_tiny_verify_step_is_refused(tiny):

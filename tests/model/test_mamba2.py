@@ -12,7 +12,13 @@ import json
 
 import pytest
 import torch
-from hf_pairs import assert_decode_equals, assert_logits_close, greedy_uncached, nudge, saved_pair
+from hf_pairs import (
+    assert_decode_equals,
+    assert_logits_close,
+    assert_rows_decode_alone,
+    nudge,
+    saved_pair,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
@@ -135,23 +141,8 @@ def test_decode_over_the_fixed_state_equals_the_uncached_forward(tiny_pair):
 
 def test_continuous_batching_rows_decode_the_mamba2_state(tiny_pair):
     """Rows joining and leaving (tfcalc.model.slots): each row's conv and SSM state is its own sequence's."""
-    from tfcalc.model.slots import SlotCache, decode_rows
-
     _, model = tiny_pair
-    prompts = [torch.randint(0, 61, (1, n)) for n in (3, 6)]
-    slots = SlotCache(model, rows=2, max_tokens=14)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, model)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(model, tokens, slots))
-            got.append(tokens)
-        slots.release(0)  # the second sequence moves into row 0, its state with it
-        last = next_token(decode_rows(model, tokens[1:], slots))
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))
+    assert_rows_decode_alone(model, [torch.randint(0, 61, (1, n)) for n in (3, 6)], max_tokens=14)
 
 
 def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):

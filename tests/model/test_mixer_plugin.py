@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny
-from hf_pairs import greedy_uncached
+from hf_pairs import assert_rows_decode_alone, greedy_uncached
 from torch.utils.flop_counter import FlopCounterMode
 from toy_mixer import LinearAttentionBase
 
@@ -36,7 +36,6 @@ from tfcalc.model import build_model, generate
 from tfcalc.model.generate import Decoder, next_token
 from tfcalc.model.layers import Linear as TorchLinear
 from tfcalc.model.mixers import MixerModule
-from tfcalc.model.slots import SlotCache, decode_rows
 from tfcalc.workload import Workload
 
 
@@ -231,20 +230,8 @@ def test_a_decode_step_runs_the_counted_flops_and_the_same_ops_at_every_context(
 
 
 def test_continuous_batching_rows_decode_the_toy(model):
-    prompts = [torch.randint(0, V, (1, n)) for n in (3, 6)]
-    slots = SlotCache(model, rows=2, max_tokens=12)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, model)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(model, tokens, slots))
-            got.append(tokens)
-        slots.release(0)  # the second sequence moves into row 0: its state S and its positions with it
-        last = next_token(decode_rows(model, tokens[1:], slots))
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))
+    # released row 0: the second sequence moves into it, its state S and its positions with it
+    assert_rows_decode_alone(model, [torch.randint(0, V, (1, n)) for n in (3, 6)], max_tokens=12)
 
 
 def test_a_state_that_cannot_rewind_refuses_a_verify_step(model):
