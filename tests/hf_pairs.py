@@ -109,3 +109,21 @@ def assert_rows_decode_alone(model, prompts: list[torch.Tensor], max_tokens: int
         assert torch.equal(got[i:i + 1], greedy_uncached(model, p, 5))
     if release:
         assert torch.equal(torch.cat([got[1:], last], dim=1), greedy_uncached(model, prompts[1], 6))
+
+
+def step_flops(model, cache, prompt: torch.Tensor, steps: int, counter=None) -> list[tuple[int, dict]]:
+    """The prompt prefilled into cache, then ``steps`` decode steps of one token each (tfcalc.model.generate's
+    Decoder), each under ``counter()`` (FlopCounterMode unless given, e.g. tfcalc.measure.flops.flop_counter): per
+    step, (its total FLOPs, its counts by module and op). Step i's context is the prompt's length + 1 + i."""
+    from tfcalc.model.generate import Decoder
+
+    make = counter or (lambda: FlopCounterMode(display=False))
+    out = []
+    with torch.no_grad():
+        token = next_token(model.prefill(prompt, cache))
+        decoder = Decoder(model, cache)
+        for _ in range(steps):
+            with make() as c:
+                token = next_token(decoder.step(token))
+            out.append((c.get_total_flops(), c.get_flop_counts()))
+    return out

@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from hf_pairs import assert_rows_decode_alone, greedy_uncached
+from hf_pairs import assert_rows_decode_alone, greedy_uncached, step_flops
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -205,21 +205,13 @@ def test_tiny_decode_step_flops_are_counted_and_static(tiny):
     the context: a bucket of 16 slots, hidden by the mask (tfcalc.model.cache), 2·2·H·h FLOPs each (Q·Kᵀ and
     attention·V, 4 heads of 16). The step's ops do not change with the context."""
     from tfcalc.measure.flops import flop_counter  # FlopCounterMode with the CPU flash attention's formula
-    from tfcalc.model.generate import Decoder, next_token
 
     _, ours, cfg = tiny
-    cache = ours.new_cache(1, 40)
-    with torch.no_grad():
-        token = next_token(ours.prefill(torch.randint(0, 61, (1, 5)), cache))
-        decoder, shapes = Decoder(ours, cache), []
-        for context in range(6, 17):
-            with flop_counter() as counter:
-                token = next_token(decoder.step(token))
-            masked = 2 * 2 * 4 * 16 * (16 - context)
-            counted = count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            assert counter.get_total_flops() == counted + masked
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)  # one bucket: the same ops on the same shapes at every step
+    steps = step_flops(ours, ours.new_cache(1, 40), torch.randint(0, 61, (1, 5)), 11, counter=flop_counter)
+    for context, (total, _) in zip(range(6, 17), steps, strict=True):
+        masked = 2 * 2 * 4 * 16 * (16 - context)
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + masked
+    assert all(counts == steps[0][1] for _, counts in steps)  # one bucket: the same ops and shapes at every step
 
 
 def test_tiny_forward_flops_with_tfcalcs_counter_equal_the_count(tiny):

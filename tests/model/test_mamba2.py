@@ -12,18 +12,11 @@ import json
 
 import pytest
 import torch
-from hf_pairs import (
-    assert_decode_equals,
-    assert_logits_close,
-    assert_rows_decode_alone,
-    nudge,
-    saved_pair,
-)
+from hf_pairs import assert_decode_equals, assert_logits_close, assert_rows_decode_alone, nudge, saved_pair, step_flops
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model.generate import Decoder, next_token
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -148,16 +141,10 @@ def test_continuous_batching_rows_decode_the_mamba2_state(tiny_pair):
 def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):
     _, model = tiny_pair
     cfg = model.cfg
-    cache = model.new_cache(1, 20)
-    with torch.no_grad():
-        token = next_token(model.prefill(torch.randint(0, 61, (1, 5)), cache))
-        decoder, shapes = Decoder(model, cache), []
-        for context in range(6, 20):
-            with FlopCounterMode(display=False) as counter:
-                token = next_token(decoder.step(token))
-            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)
+    steps = step_flops(model, model.new_cache(1, 20), torch.randint(0, 61, (1, 5)), 14)
+    for context, (total, _) in zip(range(6, 20), steps, strict=True):
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
+    assert all(counts == steps[0][1] for _, counts in steps)
 
 
 # ---------- hostile input: the new fields, the pattern's letters, the mamba2 file's keys ----------

@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny
-from hf_pairs import assert_rows_decode_alone, greedy_uncached
+from hf_pairs import assert_rows_decode_alone, greedy_uncached, step_flops
 from torch.utils.flop_counter import FlopCounterMode
 from toy_mixer import LinearAttentionBase
 
@@ -33,7 +33,6 @@ from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measured_breakdown
 from tfcalc.model import build_model, generate
-from tfcalc.model.generate import Decoder, next_token
 from tfcalc.model.layers import Linear as TorchLinear
 from tfcalc.model.mixers import MixerModule
 from tfcalc.workload import Workload
@@ -217,16 +216,10 @@ def test_a_decode_step_runs_the_counted_flops_and_the_same_ops_at_every_context(
     """FlopCounterMode on each step equals the count's decode step (the recurrent form, fixed in the context),
     and every step runs the same ops on the same shapes."""
     cfg = toy_config()
-    cache = model.new_cache(1, 15)
-    with torch.no_grad():
-        token = next_token(model.prefill(torch.randint(0, V, (1, 3)), cache))
-        decoder, shapes = Decoder(model, cache), []
-        for context in range(4, 15):
-            with FlopCounterMode(display=False) as counter:
-                token = next_token(decoder.step(token))
-            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)
+    steps = step_flops(model, model.new_cache(1, 15), torch.randint(0, V, (1, 3)), 11)
+    for context, (total, _) in zip(range(4, 15), steps, strict=True):
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
+    assert all(counts == steps[0][1] for _, counts in steps)
 
 
 def test_continuous_batching_rows_decode_the_toy(model):
