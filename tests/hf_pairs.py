@@ -1,5 +1,5 @@
 """A transformers model and the same checkpoint loaded by tfcalc, for the tests that hold one against the other
-(tests/model/test_mamba2.py, test_nemotron_h.py, test_granitemoehybrid.py, test_mixer_plugin.py,
+(tests/model/test_mamba2.py, test_nemotron_h.py, test_granitemoehybrid.py, test_mixer_plugin.py, test_mixer_kind.py,
 tests/test_qwen3_next.py, test_hf_lfm2.py, test_qwen3_5.py): the model written to a folder by
 ``save_pretrained`` and read back by tfcalc's ``load_model``; its logits and its decode over tfcalc's cache set
 against transformers' and the uncached forward's. Each test keeps its own configs and assertions.
