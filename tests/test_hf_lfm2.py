@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from hf_pairs import greedy_uncached, step_flops
 from hub_lfm2 import LFM2_1_2B, LFM2_8B_A1B
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -21,7 +22,6 @@ from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.errors import InputError
 from tfcalc.model import build_model, generate
-from tfcalc.model.generate import Decoder, next_token
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -174,17 +174,12 @@ def test_decode_step_runs_the_counted_flops_at_every_context():
     torch.manual_seed(0)
     model = build_model(cfg, "cpu", torch.float32).eval()
     model.init_weights()
-    cache = model.new_cache(1, 20)
-    with torch.no_grad():
-        token = next_token(model.prefill(torch.randint(0, 61, (1, 1)), cache))
-        decoder = Decoder(model, cache)
-        for context in range(2, 12):
-            with FlopCounterMode(display=False) as counter:
-                token = next_token(decoder.step(token))
-            # the step runs K taps over its state; before position K - 1 some read the zeros before position 0,
-            # which the count (causal, as attention's leaves masked slots out) does not count
-            zeros = 3 * 2 * 32 * max(0, 3 - context)
-            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + zeros
+    steps = step_flops(model, model.new_cache(1, 20), torch.randint(0, 61, (1, 1)), 10)
+    for context, (total, _) in zip(range(2, 12), steps, strict=True):
+        # the step runs K taps over its state; before position K - 1 some read the zeros before position 0,
+        # which the count (causal, as attention's leaves masked slots out) does not count
+        zeros = 3 * 2 * 32 * max(0, 3 - context)
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + zeros
 
 
 def test_a_conv_state_refuses_to_rewind_and_verify():
@@ -202,11 +197,7 @@ def test_a_conv_state_refuses_to_rewind_and_verify():
     # one token a step (generate) decodes what the uncached forward does
     prompt = torch.randint(0, 61, (2, 1))  # shorter than K: the state's leading zeros
     out = generate(model, prompt, 6, cache=model.new_cache(2, 7))
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(6):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    assert torch.equal(out, idx[:, 1:])
+    assert torch.equal(out, greedy_uncached(model, prompt, 6))
 
 
 # ---------- hostile inputs: one line each ----------

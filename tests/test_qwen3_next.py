@@ -17,6 +17,7 @@ import math
 
 import pytest
 import torch
+from hf_pairs import assert_rows_decode_alone, greedy_uncached, step_flops
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -175,16 +176,6 @@ def tiny(saved):
     return hf, tfcalc.load_model(str(folder)), load(str(folder / "config.json"))
 
 
-def _greedy_uncached(model, prompt, new):
-    from tfcalc.model.generate import next_token
-
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
-
-
 def test_tiny_logits_across_chunks_equal_transformers(tiny):
     """130 tokens: three chunks, the state carried between them (the 10-token case is tests/test_hf_models.py)."""
     hf, ours, _ = tiny
@@ -203,7 +194,7 @@ def test_tiny_decode_with_the_fixed_state_equals_the_uncached_forward(tiny):
     prompt = torch.randint(0, 61, (2, 60), generator=torch.Generator().manual_seed(5))
     cache = ours.new_cache(2, 69)
     out = generate(ours, prompt, 9, cache=cache)
-    assert torch.equal(out, _greedy_uncached(ours, prompt, 9))
+    assert torch.equal(out, greedy_uncached(ours, prompt, 9))
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=60, gen=9, dtype="fp32", kv_dtype="fp32"))
     assert not cache.rewindable
 
@@ -214,21 +205,13 @@ def test_tiny_decode_step_flops_are_counted_and_static(tiny):
     the context: a bucket of 16 slots, hidden by the mask (tfcalc.model.cache), 2·2·H·h FLOPs each (Q·Kᵀ and
     attention·V, 4 heads of 16). The step's ops do not change with the context."""
     from tfcalc.measure.flops import flop_counter  # FlopCounterMode with the CPU flash attention's formula
-    from tfcalc.model.generate import Decoder, next_token
 
     _, ours, cfg = tiny
-    cache = ours.new_cache(1, 40)
-    with torch.no_grad():
-        token = next_token(ours.prefill(torch.randint(0, 61, (1, 5)), cache))
-        decoder, shapes = Decoder(ours, cache), []
-        for context in range(6, 17):
-            with flop_counter() as counter:
-                token = next_token(decoder.step(token))
-            masked = 2 * 2 * 4 * 16 * (16 - context)
-            counted = count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            assert counter.get_total_flops() == counted + masked
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)  # one bucket: the same ops on the same shapes at every step
+    steps = step_flops(ours, ours.new_cache(1, 40), torch.randint(0, 61, (1, 5)), 11, counter=flop_counter)
+    for context, (total, _) in zip(range(6, 17), steps, strict=True):
+        masked = 2 * 2 * 4 * 16 * (16 - context)
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + masked
+    assert all(counts == steps[0][1] for _, counts in steps)  # one bucket: the same ops and shapes at every step
 
 
 def test_tiny_forward_flops_with_tfcalcs_counter_equal_the_count(tiny):
@@ -244,21 +227,9 @@ def test_tiny_forward_flops_with_tfcalcs_counter_equal_the_count(tiny):
 
 
 def test_tiny_continuous_batching_rows(tiny):
-    from tfcalc.model.generate import next_token
-    from tfcalc.model.slots import SlotCache, decode_rows
-
     _, ours, _ = tiny
     prompts = [torch.randint(0, 61, (1, n), generator=torch.Generator().manual_seed(n)) for n in (3, 7)]
-    slots = SlotCache(ours, rows=2, max_tokens=16)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, ours)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(ours, tokens, slots))
-            got.append(tokens)
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(ours, p, 5))
+    assert_rows_decode_alone(ours, prompts, max_tokens=16, release=False)
 
 
 def test_tiny_verify_step_is_refused(tiny):

@@ -32,12 +32,9 @@ def yamls(tmp_path):
     return str(tmp_path / "tgt.yaml"), str(tmp_path / "drf.yaml")
 
 
-@pytest.mark.parametrize("noise,k", [(0.0, 4), (0.001, 3), (0.005, 2), (0.01, 4), (1.0, 4)])
-def test_the_output_is_the_targets_greedy_output_whatever_is_accepted(noise, k):
-    """fp64, so that the verify step's and the decode step's argmax agree to rounding: a perturbed copy of the
-    target as the draft accepts some proposals and not others, and every round's rewind keeps the output
-    the target's (a wrong rewind or catch-up of the draft's cache would change the tokens)."""
-    cfg = tiny(**ROPE)
+def _against_a_perturbed_copy(cfg, noise: float, k: int, seq: int):
+    """The target (fp64, seed 0) and, as the draft, a copy with N(0, noise²) added to every weight; a prompt of
+    seq tokens: (the target's plain greedy 30 tokens, the speculated tokens, the loop, the plan of k a round)."""
     torch.manual_seed(0)
     target = build_model(cfg, "cpu", torch.float64).eval()
     draft = copy.deepcopy(target)
@@ -45,11 +42,21 @@ def test_the_output_is_the_targets_greedy_output_whatever_is_accepted(noise, k):
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(noise * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    prompt = torch.randint(0, cfg.vocab_size, (1, 6), generator=gen)
-    plan = SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="fp32", seq=6, gen=30, k=k)
+    prompt = torch.randint(0, cfg.vocab_size, (1, seq), generator=gen)
+    plan = SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="fp32", seq=seq, gen=30, k=k)
     with torch.inference_mode():
         greedy, _ = _plain(target, prompt, 30)
         tokens, loop, _ = _speculate(target, draft, prompt, plan, bench.HostClock(torch.device("cpu")))
+    return greedy, tokens, loop, plan
+
+
+@pytest.mark.parametrize("noise,k", [(0.0, 4), (0.001, 3), (0.005, 2), (0.01, 4), (1.0, 4)])
+def test_the_output_is_the_targets_greedy_output_whatever_is_accepted(noise, k):
+    """fp64, so that the verify step's and the decode step's argmax agree to rounding: a perturbed copy of the
+    target as the draft accepts some proposals and not others, and every round's rewind keeps the output
+    the target's (a wrong rewind or catch-up of the draft's cache would change the tokens)."""
+    cfg = tiny(**ROPE)
+    greedy, tokens, loop, _ = _against_a_perturbed_copy(cfg, noise, k, seq=6)
     assert tokens[:30] == greedy and len(tokens) == 30  # the last round proposes no token past gen
     assert loop.proposed == len(loop.draft_marks)  # one draft forward per proposal (a catch-up reads two tokens)
     if noise == 0:
@@ -174,18 +181,7 @@ def test_windowed_and_chunked_models_run_rounds_exactly(kind, noise, k):
     from tfcalc.workload import Workload
 
     cfg = tiny(**ROPE, **RINGS[kind])
-    torch.manual_seed(0)
-    target = build_model(cfg, "cpu", torch.float64).eval()
-    draft = copy.deepcopy(target)
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    prompt = torch.randint(0, cfg.vocab_size, (1, 5), generator=gen)
-    plan = SpeculativePlan(target=cfg, draft=cfg, device="cpu", dtype="fp32", seq=5, gen=30, k=k)
-    with torch.inference_mode():
-        greedy, _ = _plain(target, prompt, 30)
-        tokens, loop, _ = _speculate(target, draft, prompt, plan, bench.HostClock(torch.device("cpu")))
+    greedy, tokens, loop, plan = _against_a_perturbed_copy(cfg, noise, k, seq=5)
     assert tokens[:30] == greedy and len(tokens) == 30
     if noise == 0:
         assert loop.accepted == loop.proposed

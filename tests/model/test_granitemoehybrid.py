@@ -8,18 +8,20 @@ whose expert loop reads routing counts back and so runs on real weights only); d
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from hf_pairs import (
+    assert_decode_equals,
+    assert_logits_close,
+    config_json,
+    eager_flops,
+    hf_cache_bytes,
+    nudge,
+    saved_pair,
+)
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
-from tfcalc.model.generate import next_token
-from tfcalc.model.load import load_model
-from tfcalc.presets import load
 from tfcalc.workload import Workload
 
 transformers = pytest.importorskip("transformers")
@@ -43,12 +45,6 @@ DOC_EXAMPLE = {
 SKIP = ("architectures", "model_type", "torch_dtype", "normalization_function", "rope_scaling", "rope_theta")
 
 
-def _cfg(tmp_path, raw):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw))
-    return load(str(path))
-
-
 def _hf(raw, device="meta", dtype=torch.float32):
     keys = {k: v for k, v in raw.items() if k not in SKIP}
     with torch.device(device):
@@ -58,7 +54,7 @@ def _hf(raw, device="meta", dtype=torch.float32):
 @pytest.mark.parametrize("experts", [8, 0], ids=["moe", "dense"])
 def test_parameters_equal_transformers_on_meta(tmp_path, experts):
     raw = dict(DOC_EXAMPLE, num_local_experts=experts)
-    cfg = _cfg(tmp_path, raw)
+    cfg = config_json(tmp_path, raw)
     assert count_params.total(cfg) == sum(p.numel() for p in _hf(raw).parameters())
     if experts:  # by hand: 6 Mamba2 mixers (8 heads of 128, 1 group, state 128), 2 attention (8 heads of 64),
         d, inner, conv = 512, 1024, 1024 + 2 * 128  # every layer 8 SwiGLU experts of 1024, router, shared of 512
@@ -70,15 +66,10 @@ def test_parameters_equal_transformers_on_meta(tmp_path, experts):
 def test_state_at_4096_tokens_equals_transformers_cache(tmp_path):
     """Dense (no experts): transformers' expert loop cannot run on meta, and the FFN holds no state."""
     raw = dict(DOC_EXAMPLE, num_local_experts=0)
-    cfg, hf = _cfg(tmp_path, raw), _hf(raw, dtype=torch.bfloat16)
+    cfg, hf = config_json(tmp_path, raw), _hf(raw, dtype=torch.bfloat16)
     with torch.no_grad():
         cache = hf(torch.zeros(1, 4096, dtype=torch.long, device="meta"), use_cache=True).cache
-    tensors = []
-    for layer in cache.layers:
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
-        tensors += [t for t in (getattr(layer, "conv_states", {}) or {}).values() if t is not None]
-        tensors += [t for t in (getattr(layer, "recurrent_states", {}) or {}).values() if t is not None]
-    hf_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    hf_bytes = hf_cache_bytes(cache)
     by_hand = 2 * 2 * 4096 * 512 * 2 + 6 * ((1024 + 256) * 4 * 2 + 8 * 128 * 128 * 4)
     assert kv_cache_bytes(cfg, Workload(batch=1, seq=4096, kv_dtype="bf16")) == hf_bytes == by_hand
 
@@ -95,21 +86,13 @@ TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, layer_types=["ma
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name:
-                p.add_(torch.randn_like(p) * 0.3)
-    folder = tmp_path_factory.mktemp("tiny_granitemoehybrid")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    nudge(hf)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_granitemoehybrid"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
@@ -117,27 +100,16 @@ def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
     fused kernel is no op FlopCounterMode counts."""
     hf, model = tiny_pair
     T = 11
-    hf.config._attn_implementation = "eager"
-    try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            hf(torch.randint(0, 61, (1, T)), use_cache=False)
-    finally:
-        hf.config._attn_implementation = "sdpa"
+    measured = eager_flops(hf, torch.randint(0, 61, (1, T)))
     conv_dim, K = 64 + 2 * 2 * 6, 4
     dropped = 2 * 2 * conv_dim * K * (K - 1)
-    assert counter.get_total_flops() == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
+    assert measured == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
 
 
 def test_decode_equals_the_uncached_forward_and_transformers(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 5)), 8
-    out = generate(model, prompt, new, cache=model.new_cache(2, 5 + new))
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    assert torch.equal(out, idx[:, 5:])
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
+    assert_decode_equals(model, hf, prompt, new, model.new_cache(2, 5 + new))
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -154,4 +126,4 @@ def test_bad_granitemoehybrid_config_json_is_one_line(tmp_path, key, value, mess
 
     auto = {"mamba_d_head": "auto"} if key == "mamba_n_heads" else {}  # the head width derived from the heads
     with pytest.raises(InputError, match=message):
-        _cfg(tmp_path, dict(DOC_EXAMPLE, **{key: value}, **auto))
+        config_json(tmp_path, dict(DOC_EXAMPLE, **{key: value}, **auto))

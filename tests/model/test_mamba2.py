@@ -12,13 +12,11 @@ import json
 
 import pytest
 import torch
+from hf_pairs import assert_decode_equals, assert_logits_close, assert_rows_decode_alone, nudge, saved_pair, step_flops
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
-from tfcalc.model.generate import Decoder, next_token
-from tfcalc.model.load import load_model
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -114,38 +112,20 @@ TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_heads=8, hea
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():  # away from the init's ones and zeros, so a misplaced tensor shows
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name:
-                p.add_(torch.randn_like(p) * 0.3)
-    folder = tmp_path_factory.mktemp("tiny_mamba2")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    nudge(hf)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_mamba2"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
-
-
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_decode_over_the_fixed_state_equals_the_uncached_forward(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 6)), 8
     cache = model.new_cache(2, 6 + new)
-    out = generate(model, prompt, new, cache=cache)
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 6:])
+    assert_decode_equals(model, hf, prompt, new, cache)
     # the state allocated once, at the shapes and dtypes the component says: conv (B, 8·8 + 2·2·6, 4) in the
     # model's dtype, SSM (B, 8, 8, 6) in fp32
     assert [(tuple(s.conv.shape), tuple(s.ssm.shape), s.ssm.dtype) for s in cache.states] == \
@@ -154,38 +134,17 @@ def test_decode_over_the_fixed_state_equals_the_uncached_forward(tiny_pair):
 
 def test_continuous_batching_rows_decode_the_mamba2_state(tiny_pair):
     """Rows joining and leaving (tfcalc.model.slots): each row's conv and SSM state is its own sequence's."""
-    from tfcalc.model.slots import SlotCache, decode_rows
-
     _, model = tiny_pair
-    prompts = [torch.randint(0, 61, (1, n)) for n in (3, 6)]
-    slots = SlotCache(model, rows=2, max_tokens=14)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, model)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(model, tokens, slots))
-            got.append(tokens)
-        slots.release(0)  # the second sequence moves into row 0, its state with it
-        last = next_token(decode_rows(model, tokens[1:], slots))
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), _greedy_uncached(model, prompts[1], 6))
+    assert_rows_decode_alone(model, [torch.randint(0, 61, (1, n)) for n in (3, 6)], max_tokens=14)
 
 
 def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):
     _, model = tiny_pair
     cfg = model.cfg
-    cache = model.new_cache(1, 20)
-    with torch.no_grad():
-        token = next_token(model.prefill(torch.randint(0, 61, (1, 5)), cache))
-        decoder, shapes = Decoder(model, cache), []
-        for context in range(6, 20):
-            with FlopCounterMode(display=False) as counter:
-                token = next_token(decoder.step(token))
-            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)
+    steps = step_flops(model, model.new_cache(1, 20), torch.randint(0, 61, (1, 5)), 14)
+    for context, (total, _) in zip(range(6, 20), steps, strict=True):
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
+    assert all(counts == steps[0][1] for _, counts in steps)
 
 
 # ---------- hostile input: the new fields, the pattern's letters, the mamba2 file's keys ----------

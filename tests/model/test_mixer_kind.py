@@ -175,7 +175,7 @@ def test_the_hybrid_decodes_through_both_states_as_its_uncached_forward(yaml_fil
     """The toy's fixed state and the attention layer's growing K/V in one cache: generate equals the greedy
     argmax of the whole forward re-run at each step, and the cache holds the bytes memory counts."""
     import torch
-    from test_mixer_plugin import _greedy_uncached
+    from hf_pairs import greedy_uncached
 
     from tfcalc.count.model.memory import kv_cache_bytes
     from tfcalc.model import build_model, generate
@@ -186,7 +186,7 @@ def test_the_hybrid_decodes_through_both_states_as_its_uncached_forward(yaml_fil
     model = build_model(cfg, "cpu", torch.float32).eval()
     prompt, new = torch.randint(0, V, (2, 5)), 6
     cache = model.new_cache(2, 5 + new)  # room for every token's K and V, the last one's too, as the count keeps
-    assert torch.equal(generate(model, prompt, new, cache=cache), _greedy_uncached(model, prompt, new))
+    assert torch.equal(generate(model, prompt, new, cache=cache), greedy_uncached(model, prompt, new))
     toy, attention = 3 * 2 * (2 * 24 * 24) * 4, 2 * (5 + new) * 2 * (H * HD) * 4  # fp32 S; K and V in fp32
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, kv_dtype="fp32")) \
         == toy + attention == 27_648 + 5_632

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny
+from hf_pairs import assert_rows_decode_alone, greedy_uncached, step_flops
 from torch.utils.flop_counter import FlopCounterMode
 from toy_mixer import LinearAttentionBase
 
@@ -32,10 +33,8 @@ from tfcalc.count.model.memory import kv_cache_bytes
 from tfcalc.errors import InputError
 from tfcalc.measure.params import measured_breakdown
 from tfcalc.model import build_model, generate
-from tfcalc.model.generate import Decoder, next_token
 from tfcalc.model.layers import Linear as TorchLinear
 from tfcalc.model.mixers import MixerModule
-from tfcalc.model.slots import SlotCache, decode_rows
 from tfcalc.workload import Workload
 
 
@@ -197,21 +196,13 @@ def test_flop_counter_on_the_forward_equals_the_count(model, batch, seq):
     assert counter.get_total_flops() == counted == by_hand
 
 
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
-
-
 def test_generate_decodes_with_the_state_the_component_describes(model):
     cfg = toy_config()
     prompt, new = torch.randint(0, V, (2, 5)), 9
     cache = model.new_cache(2, 5 + new - 1)
     out = generate(model, prompt, new, cache=cache)
     # the recurrent form over the state continues the parallel form exactly where it should
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
+    assert torch.equal(out, greedy_uncached(model, prompt, new))
     (t,) = ToyLinearAttention(D, H, HD).state()
     assert [tuple(s.s.shape) for s in cache.states] == [(2, *t.shape)] * L
     assert all(s.s.dtype == torch.float32 for s in cache.states)
@@ -225,33 +216,15 @@ def test_a_decode_step_runs_the_counted_flops_and_the_same_ops_at_every_context(
     """FlopCounterMode on each step equals the count's decode step (the recurrent form, fixed in the context),
     and every step runs the same ops on the same shapes."""
     cfg = toy_config()
-    cache = model.new_cache(1, 15)
-    with torch.no_grad():
-        token = next_token(model.prefill(torch.randint(0, V, (1, 3)), cache))
-        decoder, shapes = Decoder(model, cache), []
-        for context in range(4, 15):
-            with FlopCounterMode(display=False) as counter:
-                token = next_token(decoder.step(token))
-            assert counter.get_total_flops() == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
-            shapes.append(counter.get_flop_counts())
-    assert all(s == shapes[0] for s in shapes)
+    steps = step_flops(model, model.new_cache(1, 15), torch.randint(0, V, (1, 3)), 11)
+    for context, (total, _) in zip(range(4, 15), steps, strict=True):
+        assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context))
+    assert all(counts == steps[0][1] for _, counts in steps)
 
 
 def test_continuous_batching_rows_decode_the_toy(model):
-    prompts = [torch.randint(0, V, (1, n)) for n in (3, 6)]
-    slots = SlotCache(model, rows=2, max_tokens=12)
-    with torch.no_grad():
-        tokens = torch.cat([next_token(slots.admit(p, model)) for p in prompts])
-        got = [tokens]
-        for _ in range(4):
-            tokens = next_token(decode_rows(model, tokens, slots))
-            got.append(tokens)
-        slots.release(0)  # the second sequence moves into row 0: its state S and its positions with it
-        last = next_token(decode_rows(model, tokens[1:], slots))
-    got = torch.cat(got, dim=1)
-    for i, p in enumerate(prompts):
-        assert torch.equal(got[i:i + 1], _greedy_uncached(model, p, 5))
-    assert torch.equal(torch.cat([got[1:], last], dim=1), _greedy_uncached(model, prompts[1], 6))
+    # released row 0: the second sequence moves into it, its state S and its positions with it
+    assert_rows_decode_alone(model, [torch.randint(0, V, (1, n)) for n in (3, 6)], max_tokens=12)
 
 
 def test_a_state_that_cannot_rewind_refuses_a_verify_step(model):

@@ -11,17 +11,22 @@ state and K/V cache as the uncached forward.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from hf_pairs import (
+    assert_decode_equals,
+    assert_logits_close,
+    config_json,
+    eager_flops,
+    hf_cache_bytes,
+    nudge,
+    saved_pair,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
-from tfcalc.model import generate
 from tfcalc.model.generate import next_token
-from tfcalc.model.load import load_model
 from tfcalc.presets import load
 from tfcalc.workload import Workload
 
@@ -61,12 +66,6 @@ NANO9 = {
 SKIP = ("architectures", "model_type", "torch_dtype", "transformers_version")
 
 
-def _cfg(tmp_path, raw):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(raw))
-    return load(str(path))
-
-
 def _hf(raw, device="meta", dtype=torch.float32):
     keys = {k: v for k, v in raw.items() if k not in SKIP}
     with torch.device(device):
@@ -75,7 +74,7 @@ def _hf(raw, device="meta", dtype=torch.float32):
 
 @pytest.mark.parametrize("raw, total", [(NANO3, 31_577_937_344), (NANO9, None)], ids=["nano3-30b-a3b", "nano-9b-v2"])
 def test_parameters_equal_transformers_on_meta(tmp_path, raw, total):
-    cfg = _cfg(tmp_path, raw)
+    cfg = config_json(tmp_path, raw)
     hf = sum(p.numel() for p in _hf(raw).parameters())
     assert count_params.total(cfg) == hf
     assert total is None or hf == total
@@ -88,7 +87,7 @@ def test_nano3_parameters_by_hand(tmp_path):
     mamba = d * (inner + conv + 64) + conv * 4 + conv + 3 * 64 + inner + inner * d + d
     moe = 128 * 2 * d * 1856 + 128 * d + 2 * d * 3712 + d  # experts up and down, router, shared, norm
     attention = d * 32 * 128 * 2 + 2 * d * 2 * 128 + d
-    assert count_params.total(_cfg(tmp_path, NANO3)) == 23 * mamba + 23 * moe + 6 * attention + 2 * V * d + d
+    assert count_params.total(config_json(tmp_path, NANO3)) == 23 * mamba + 23 * moe + 6 * attention + 2 * V * d + d
 
 
 @pytest.mark.parametrize("seq", [200, 384])
@@ -96,7 +95,7 @@ def test_nano9_forward_flops_equal_flop_counter_on_transformers(tmp_path, seq):
     """Less the named term: transformers' convolution computes K - 1 outputs it drops, 2·conv_dim·K·(K - 1) per
     Mamba2 layer (tfcalc.architecture.mamba2); attention is counted over the full T×T square, as FlopCounterMode
     counts SDPA."""
-    cfg, hf = _cfg(tmp_path, NANO9), _hf(NANO9)
+    cfg, hf = config_json(tmp_path, NANO9), _hf(NANO9)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         # with a cache: the mask's check for packed sequences, which reads a value back, runs only without one
         hf(torch.zeros(1, seq, dtype=torch.long, device="meta"), use_cache=True)
@@ -109,17 +108,12 @@ def test_nano3_state_at_4096_tokens_equals_transformers_cache(tmp_path):
     """transformers' cache after 4,096 tokens in bf16: K and V of the 6 attention layers (bf16), each Mamba2 layer's
     K convolution columns (bf16) and SSM state (fp32). Its expert loop cannot run on meta, so transformers' model
     here has an MLP where the file has experts (E -> -): E and - layers hold no state, the cache is the same."""
-    cfg = _cfg(tmp_path, NANO3)
+    cfg = config_json(tmp_path, NANO3)
     hf = _hf(dict(NANO3, hybrid_override_pattern=NANO3["hybrid_override_pattern"].replace("E", "-")),
              dtype=torch.bfloat16)
     with torch.no_grad():
         cache = hf(torch.zeros(1, 4096, dtype=torch.long, device="meta"), use_cache=True).cache
-    tensors = []
-    for layer in cache.layers:
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
-        tensors += [t for t in (getattr(layer, "conv_states", {}) or {}).values() if t is not None]
-        tensors += [t for t in (getattr(layer, "recurrent_states", {}) or {}).values() if t is not None]
-    hf_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    hf_bytes = hf_cache_bytes(cache)
     conv_dim = 64 * 64 + 2 * 8 * 128
     by_hand = 6 * 2 * 4096 * 2 * 128 * 2 + 23 * (conv_dim * 4 * 2 + 64 * 64 * 128 * 4)
     assert kv_cache_bytes(cfg, Workload(batch=1, seq=4096, kv_dtype="bf16")) == hf_bytes == by_hand
@@ -137,24 +131,17 @@ TINY = dict(vocab_size=61, hidden_size=32, hybrid_override_pattern="M*-EM", num_
 def tiny_pair(tmp_path_factory):
     torch.manual_seed(0)
     hf = _hf(TINY, device="cpu")
-    with torch.no_grad():  # away from the init's ones and zeros, so a misplaced tensor shows
-        for name, p in hf.named_parameters():
-            if "norm" in name or name.endswith(".D") or "conv1d.bias" in name or "gate.weight" in name:
-                p.add_(torch.randn_like(p) * 0.3)
+    nudge(hf, "gate.weight")
+    with torch.no_grad():
         for name, b in hf.named_buffers():
             if "e_score_correction_bias" in name:
                 b.normal_(0.0, 0.1)
-    folder = tmp_path_factory.mktemp("tiny_nemotron_h")
-    hf.save_pretrained(folder)
-    return hf, load_model(folder)
+    return saved_pair(hf, tmp_path_factory.mktemp("tiny_nemotron_h"))
 
 
 def test_tiny_checkpoint_logits_equal_transformers(tiny_pair):
     hf, model = tiny_pair
-    idx = torch.randint(0, 61, (2, 11))
-    with torch.no_grad():
-        want, got = hf(idx).logits, model(idx)
-    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
 
 
 def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
@@ -163,32 +150,17 @@ def test_tiny_forward_flops_equal_flop_counter_on_transformers(tiny_pair):
     FlopCounterMode counts, so the scores would go unseen."""
     hf, model = tiny_pair
     T = 11
-    hf.config._attn_implementation = "eager"
-    try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            hf(torch.randint(0, 61, (1, T)), use_cache=False)
-    finally:
-        hf.config._attn_implementation = "sdpa"
+    measured = eager_flops(hf, torch.randint(0, 61, (1, T)))
     conv_dim, K = 64 + 2 * 2 * 6, 4
     dropped = 2 * 2 * conv_dim * K * (K - 1)
-    assert counter.get_total_flops() == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
-
-
-def _greedy_uncached(model, prompt, new_tokens):
-    idx = prompt
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            idx = torch.cat([idx, next_token(model(idx))], dim=1)
-    return idx[:, prompt.shape[1]:]
+    assert measured == count_flops.forward_flops(model.cfg, Workload(batch=1, seq=T)) + dropped
 
 
 def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     hf, model = tiny_pair
     prompt, new = torch.randint(0, 61, (2, 5)), 8
     cache = model.new_cache(2, 5 + new)
-    out = generate(model, prompt, new, cache=cache)
-    assert torch.equal(out, _greedy_uncached(model, prompt, new))
-    assert torch.equal(out, hf.generate(prompt, max_new_tokens=new, do_sample=False)[:, 5:])
+    assert_decode_equals(model, hf, prompt, new, cache)
     cfg = model.cfg  # its bytes are the count's: K/V of the one attention layer, two Mamba2 states
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=5, gen=new, dtype="fp32", kv_dtype="fp32"))
 
@@ -212,11 +184,11 @@ def test_bad_nemotron_h_config_json_is_one_line(tmp_path, key, value, message):
     if key == "layers_block_type":
         raw.pop("hybrid_override_pattern")
     with pytest.raises(InputError, match=message):
-        _cfg(tmp_path, raw)
+        config_json(tmp_path, raw)
 
 
 def test_the_preset_is_the_published_config_json(tmp_path):
-    cfg, preset = _cfg(tmp_path, NANO3), load("nemotron-3-nano-30b-a3b")
+    cfg, preset = config_json(tmp_path, NANO3), load("nemotron-3-nano-30b-a3b")
     assert count_params.breakdown(cfg) == count_params.breakdown(preset)
     assert count_params.total(preset) == 31_577_937_344
     w = Workload(batch=1, seq=4096, kv_dtype="bf16")

@@ -284,6 +284,14 @@ class LatentAttention:
         tfcalc.count.perf.eager prices from them apply."""
         return self.step_eager_ops(tokens) if step else self.train_eager_ops(tokens)
 
+    def _latent_norms(self, tokens: int) -> list[EagerOp]:
+        """The norms on the compressed KV latent (c) and, where Q is compressed, on c_q: a step's and training's."""
+        c, q = self.kv_lora_rank, self.q_lora_rank
+        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
+        if q is not None:
+            out.append(EagerOp("norm", "norms", tokens * q, norm=self.latent_norm(q)))
+        return out
+
     def step_eager_ops(self, tokens: int) -> list[EagerOp]:
         """One absorbed decode step's eager ops beside its matmuls and attention kernel (tfcalc.count.perf.eager
         prices them; tests/model/test_latent_step_traffic.py sums the bytes of every aten op of the real step
@@ -293,9 +301,7 @@ class LatentAttention:
         cat: 2·(c + h_r)) and scattered into the state (its source read, its rows written: 2·(c + h_r)); the
         queries [q̃ | q_r] joined (2·H·(c + h_r)); the output heads copied for W_o where B·T > 1 (2·H·h_v)."""
         H, hr, c, hv = self.n_head, self.qk_rope_head_dim, self.kv_lora_rank, self.v_head_dim
-        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
-        if self.q_lora_rank is not None:
-            out.append(EagerOp("norm", "norms", tokens * self.q_lora_rank, norm=self.latent_norm(self.q_lora_rank)))
+        out = self._latent_norms(tokens)
         rotated = tokens * (H + 1) * hr
         if self.rope_theta is not None:
             out.append(EagerOp("rope", "rope", rotated))
@@ -313,9 +319,7 @@ class LatentAttention:
         backward sums the H copies of k_r) and [q_n | q_r]; back, the cats the splits of Q, of W_kvb's
         [k_n | v] and of W_kva's [latent | k_r] leave. Its biases' gradient sums are not counted."""
         H, hn, hr, hv, c = self.n_head, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
-        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
-        if self.q_lora_rank is not None:
-            out.append(EagerOp("norm", "norms", tokens * self.q_lora_rank, norm=self.latent_norm(self.q_lora_rank)))
+        out = self._latent_norms(tokens)
         rotated = tokens * (H + 1) * hr
         if self.rope_theta is not None:
             out.append(EagerOp("rope", "rope", rotated))

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfcalc.model.fixed_state import FixedState
 from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
 
@@ -78,45 +79,14 @@ class Conv1d(nn.Conv1d):
         pass
 
 
-class DeltaNetState:
+class DeltaNetState(FixedState):
     """The convolution's inputs (B, C, K) and S (B, Hv, dk, dv), allocated once (module docstring)."""
 
-    layout = None
-    rewindable = False
+    names = ("conv", "s")
 
     def __init__(self, spec, batch: int, device, dtype: torch.dtype):
         conv, rec = spec.state()
-        self.conv = torch.zeros(batch, *conv.shape, device=device, dtype=dtype)  # (B, C, K)
-        self.s = torch.zeros(batch, *rec.shape, device=device, dtype=torch.float32)  # (B, Hv, dk, dv)
-        self.fresh = False
-
-    @property
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.conv, self.s]
-
-    @property
-    def carried(self) -> tuple[torch.Tensor, ...]:
-        return (self.conv, self.s)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors)
-
-    def _store(self, fresh: bool) -> DeltaNetState:
-        view = object.__new__(DeltaNetState)
-        view.conv, view.s, view.fresh = self.conv, self.s, fresh
-        return view
-
-    def prefill(self, slots: dict) -> DeltaNetState:
-        return self._store(True)  # a prompt: from zero, whatever a row held before
-
-    def step(self, slots: dict, span: int) -> DeltaNetState:
-        return self._store(False)
-
-    def rows(self, rows: slice) -> DeltaNetState:
-        view = object.__new__(DeltaNetState)
-        view.conv, view.s, view.fresh = self.conv[rows], self.s[rows], self.fresh
-        return view
+        super().__init__(batch, device, (conv.shape, dtype), (rec.shape, torch.float32))
 
 
 class GatedDeltaNetModule(MixerModule):
@@ -161,19 +131,20 @@ class GatedDeltaNetModule(MixerModule):
         """Step 2 on (B, T, C) -> (B, C, T) after SiLU: padded by K - 1 as transformers' causal_conv1d_fn (a
         prompt, its last K inputs kept), or one token over the K kept (a step, causal_conv1d_update)."""
         x = qkv.mT  # (B, C, T)
-        T, K = x.shape[-1], self.conv1d.kernel_size[0]
-        if store is None or store.fresh or T > 1:
-            if store is not None:
-                prior = store.conv[..., 1:].to(x.dtype) if not store.fresh else x.new_zeros(*x.shape[:2], K - 1)
-                x = torch.cat([prior, x], dim=-1)  # (B, C, K - 1 + T)
-                store.conv.copy_(x[..., -K:])
-                return F.silu(F.conv1d(x, self.conv1d.weight, groups=x.shape[1])[..., -T:])
-            # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d
-            # here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's own ops, not
-            # as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
-            return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), self.conv1d.weight, groups=x.shape[1]))
-        store.conv.copy_(torch.cat([store.conv[..., 1:], x.to(store.conv.dtype)], dim=-1))
-        return F.silu(F.conv1d(store.conv.to(x.dtype), self.conv1d.weight, groups=x.shape[1]))  # (B, C, 1)
+        T, K, w = x.shape[-1], self.conv1d.kernel_size[0], self.conv1d.weight
+        if store is not None and store.decoding:
+            if T == 1:
+                return F.silu(F.conv1d(store.shift(x).to(x.dtype), w, groups=x.shape[1]))  # (B, C, 1)
+            # several tokens (a verify step): the K - 1 inputs kept before them, in the activations' dtype
+            x = torch.cat([store.conv[..., 1:].to(x.dtype), x], dim=-1)  # (B, C, K - 1 + T)
+            store.conv.copy_(x[..., -K:])
+            return F.silu(F.conv1d(x, w, groups=x.shape[1])[..., -T:])
+        if store is not None:
+            store.keep(x)
+        # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d
+        # here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's own ops, not
+        # as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
+        return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), w, groups=x.shape[1]))
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
         B, T, _ = x.shape
@@ -189,10 +160,10 @@ class GatedDeltaNetModule(MixerModule):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, Hv)
         q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))  # (B, Hv, T, ...)
         q, k = l2norm(q) * self.dk ** -0.5, l2norm(k)
-        if store is not None and not store.fresh and T == 1:
+        if store is not None and store.decoding and T == 1:
             y = recurrent(q, k, v, g, beta, store.s)
         else:
-            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or store.fresh else store.s)
+            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or not store.decoding else store.s)
             if store is not None:
                 store.s.copy_(s)
         y = y.transpose(1, 2)  # (B, T, Hv, dv), fp32

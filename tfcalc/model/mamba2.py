@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.architecture.mamba2 import Mamba2
+from tfcalc.model.fixed_state import FixedState
 from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
 
@@ -80,47 +81,16 @@ class GatedRMSNorm(nn.Module):
         return self.weight * g.view(h.shape).to(dtype)
 
 
-class Mamba2State:
+class Mamba2State(FixedState):
     """One layer's state, allocated once: ``conv`` (B, conv_dim, K) in the cache dtype, ``ssm`` (B, H, P, N) in
     the component's state dtype. No positions (layout None); a step rewrites both whole (``carried``)."""
 
-    layout = None
-    rewindable = False
+    names = ("conv", "ssm")
 
     def __init__(self, spec: Mamba2, batch: int, device, dtype):
         conv, ssm = spec.state()
-        self.conv = torch.zeros(batch, *conv.shape, device=device, dtype=dtype)
-        self.ssm = torch.zeros(batch, *ssm.shape, device=device,
-                               dtype=dtype if ssm.dtype is None else DTYPES[ssm.dtype])
-        self.decoding = False
-
-    @property
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.conv, self.ssm]
-
-    @property
-    def carried(self) -> tuple[torch.Tensor, ...]:
-        return (self.conv, self.ssm)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors)
-
-    def _as(self, decoding: bool) -> Mamba2State:
-        view = object.__new__(Mamba2State)
-        view.conv, view.ssm, view.decoding = self.conv, self.ssm, decoding
-        return view
-
-    def prefill(self, slots: dict) -> Mamba2State:
-        return self._as(False)
-
-    def step(self, slots: dict, span: int) -> Mamba2State:
-        return self._as(True)
-
-    def rows(self, rows: slice) -> Mamba2State:
-        view = object.__new__(Mamba2State)
-        view.conv, view.ssm, view.decoding = self.conv[rows], self.ssm[rows], self.decoding
-        return view
+        super().__init__(batch, device, (conv.shape, dtype),
+                         (ssm.shape, dtype if ssm.dtype is None else DTYPES[ssm.dtype]))
 
 
 class Mamba2Mixer(MixerModule):
@@ -143,11 +113,11 @@ class Mamba2Mixer(MixerModule):
         (a prompt) or the step's input shifted in and convolved over the K kept (a decode step)."""
         K, w, bias = self.spec.conv_kernel, self.conv1d.weight, self.conv1d.bias
         if store is not None and store.decoding:
-            store.conv.copy_(torch.cat([store.conv[..., 1:], xbc.mT.to(store.conv.dtype)], dim=-1))  # (B, cd, K)
-            return F.silu(F.conv1d(store.conv.to(w.dtype), w, bias, groups=w.shape[0]).mT.to(xbc.dtype))
+            window = store.shift(xbc.mT)  # (B, cd, K): the state after the step's input
+            return F.silu(F.conv1d(window.to(w.dtype), w, bias, groups=w.shape[0]).mT.to(xbc.dtype))
         padded = F.pad(xbc.mT, (K - 1, 0))  # (B, conv_dim, K - 1 + T)
         if store is not None:
-            store.conv.copy_(padded[..., -K:])
+            store.keep(xbc.mT)
         return F.silu(F.conv1d(padded, w, bias, groups=w.shape[0]).mT)
 
     def _step(self, x, dt, A, Bh, Ch, store: Mamba2State) -> torch.Tensor:

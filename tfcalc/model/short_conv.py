@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tfcalc.model.fixed_state import FixedState
 from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
 
@@ -31,50 +32,23 @@ class ConvKernel(nn.Module):
         self.bias = nn.Parameter(torch.empty(d)) if bias else None
 
 
-class ConvState:
+class ConvState(FixedState):
     """The last K inputs u of each channel, (B, d, K), allocated once (the component's ``state``); no
-    positions (layout None), rewritten whole by every step (carried), never rewound."""
+    positions (layout None), rewritten whole by every step (carried), never rewound. The module's forward
+    calls its store with u (B, d, T): a prompt's last K are kept (None returned: the module convolves the
+    prompt itself); a step gets the K - 1 + T columns its outputs read (``FixedState.shift``)."""
 
-    layout = None
-    rewindable = False
+    names = ("s",)
 
     def __init__(self, spec, batch: int, device, dtype: torch.dtype):
         (t,) = spec.state()
-        self.s = torch.zeros(batch, *t.shape, device=device, dtype=dtype)  # (B, d, K)
+        super().__init__(batch, device, (t.shape, dtype))  # (B, d, K)
 
-    @property
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.s]
-
-    @property
-    def carried(self) -> tuple[torch.Tensor, ...]:
-        return (self.s,)
-
-    @property
-    def nbytes(self) -> int:
-        return self.s.numel() * self.s.element_size()
-
-    def _keep(self, u: torch.Tensor) -> None:
-        """A prompt's u (B, d, T): its last K columns kept, zeros before position 0 (transformers pads so)."""
-        k = self.s.shape[-1]
-        self.s.copy_(F.pad(u, (k, 0))[..., -k:])
-
-    def _window(self, u: torch.Tensor) -> torch.Tensor:
-        """A step's u (B, d, T) -> the K - 1 + T columns its T outputs read; the last K kept."""
-        window = torch.cat([self.s[..., 1:], u.to(self.s.dtype)], dim=-1)  # (B, d, K - 1 + T)
-        self.s.copy_(window[..., -self.s.shape[-1]:])
-        return window
-
-    def prefill(self, slots: dict):
-        return self._keep  # returns None: the module convolves the prompt itself
-
-    def step(self, slots: dict, span: int):
-        return self._window
-
-    def rows(self, rows: slice) -> ConvState:
-        view = object.__new__(ConvState)
-        view.s = self.s[rows]
-        return view
+    def __call__(self, u: torch.Tensor) -> torch.Tensor | None:
+        if self.decoding:
+            return self.shift(u)
+        self.keep(u)
+        return None
 
 
 class ShortConvModule(MixerModule):
