@@ -27,7 +27,8 @@ def parse(text: str, scale: dict[str, int], what: str = "a length") -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     text = str(text)
-    if text.strip().isdigit() and len(text) <= 4000:  # plain digits: the option's range check names the size
+    # plain ASCII digits: the option's range check names the size ('²'.isdigit() is true, and int() refuses it)
+    if text.strip().isascii() and text.strip().isdigit() and len(text) <= 4000:
         return int(text)
     if len(text) > 40:  # no length or count has 40 digits; a longer one would cost time to read and print
         raise InputError(f"cannot read '{text[:20]}…' ({len(text):,} characters) as {what}")

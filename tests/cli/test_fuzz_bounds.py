@@ -9,7 +9,7 @@ import os
 
 import pytest
 import typer
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 
 from tfcalc.cli.options import bounded_count, bounded_size
 from tfcalc.errors import InputError
@@ -83,6 +83,8 @@ def test_the_api_side_check_takes_any_value(flag, value):
 
 @FEW
 @given(flag=st.sampled_from(["--repeat", "--warmup", "--steps", "--matmul-size", "--copy-size"]), text=sizes)
+@example(flag="--repeat", text="²")  # str.isdigit() is true for '²', and int() refuses it (found by this test)
+@example(flag="--steps", text="\u0663")  # an Arabic-Indic 3: digits, but not the ASCII ones a count is written in
 def test_bench_decode_refuses_a_bad_count_in_one_line_naming_it(cli, flag, text):
     """Through the command line: only values the parser refuses (a valid one would start a run)."""
     parse = bounded_size(flag) if flag == "--copy-size" else bounded_count(flag, LOW.get(flag, 1))

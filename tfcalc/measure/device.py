@@ -60,7 +60,7 @@ def device_kind(name: str) -> str:
     know."""
     text = (name or "").strip().lower() if isinstance(name, str) else ""
     kind, _, index = text.partition(":")
-    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
+    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not (index.isascii() and index.isdigit()))):
         raise ConfigError(f"unknown device '{name}'; use cpu, cuda, cuda:N or mps")
     return kind
 

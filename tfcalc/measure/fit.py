@@ -43,7 +43,7 @@ def _read_int(path: Path) -> Optional[int]:
         text = path.read_text(encoding="ascii").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return int(text) if text.isdigit() else None  # 'max' (no limit) and junk read as None
+    return int(text) if text.isascii() and text.isdigit() else None  # 'max' (no limit) and junk read as None
 
 
 def _cgroup_dirs(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> list[Path]:

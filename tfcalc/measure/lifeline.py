@@ -42,7 +42,7 @@ def die_with_parent(parent: int | None = None) -> None:
     nothing is done without one, as under torchrun, whose own agent stops its workers)."""
     if parent is None:
         text = os.environ.get(PARENT_ENV, "")
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             return
         parent = int(text)
     try:
@@ -89,7 +89,8 @@ def sweep_stale(prefix: str, folder: str | None = None) -> list[str]:
             st = entry.lstat()
         except OSError:
             continue
-        if not pid_text.isdigit() or st.st_uid != os.getuid() or not entry.is_dir() or entry.is_symlink():
+        mine = st.st_uid == os.getuid() and entry.is_dir() and not entry.is_symlink()
+        if not (pid_text.isascii() and pid_text.isdigit() and mine):
             continue
         if _alive(int(pid_text)):
             continue
