@@ -20,7 +20,9 @@ as tfcalc.count.perf.eager derives them, forward, backward and a replayed forwar
 recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
 --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
-(tfcalc.count.perf.fp8_time).
+(tfcalc.count.perf.fp8_time). A mixture of experts adds its router's top-k, index work and token permutes
+(tfcalc.count.perf.moe_dispatch) as memory traffic and kernels, forward, backward and a replayed forward
+under full or op recompute (``block_moe_s``, of ``block_other_s``).
 
 Stages: the blocks' time is per block (the mean over the layers), so a stage of n blocks takes n times
 it; the last stage adds the LM head, the first the embedding's traffic (in the non-matmul terms).
@@ -36,7 +38,7 @@ from tfcalc.count.model import non_matmul, op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf import eager, elementwise, fp8_time, gemm
+from tfcalc.count.perf import eager, elementwise, fp8_time, gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.fp8 import runs_fp8
 from tfcalc.count.training.shard import total_blocks
@@ -58,6 +60,7 @@ class MicroBatchTime:
     block_weight_grad_s: float = 0.0  # of block_matmul_s: the weight-gradient GEMMs (zero-bubble's W)
     head_weight_grad_s: float = 0.0
     block_attention_s: float = 0.0  # of block_matmul_s: attention's score products, fwd + bwd (+ recompute)
+    block_moe_s: float = 0.0  # of block_other_s: the MoE layers' top-k, index work and permutes (moe_dispatch)
 
     def stage_s(self, blocks: int, last: bool) -> float:
         return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
@@ -171,8 +174,24 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
               * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
     forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
-    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
-                          block_w / blocks, head_w, block_attn / blocks)
+    d = moe_layers(cfg, layout, act)
+    moe_s = ((d.forward_bytes * (1 + again) + d.backward_bytes) / bandwidth
+             + (d.forward_kernels * (1 + again) + d.backward_kernels) * perf.kernel_s)
+    forward_other += d.forward_bytes / bandwidth + d.forward_kernels * perf.kernel_s
+    return MicroBatchTime(block_mm / blocks, head_mm, (other + moe_s) / blocks, 0.0,
+                          (block_fwd + forward_other) / blocks, block_w / blocks, head_w, block_attn / blocks,
+                          moe_s / blocks)
+
+
+def moe_layers(cfg: ModelConfig, layout: Layout, act: int) -> moe_dispatch.Dispatch:
+    """Every MoE layer's dispatch work (tfcalc.count.perf.moe_dispatch) for one micro-batch on one rank: its
+    tokens are the micro-batch's, 1/C of them under context parallelism; TP ranks each route all of them."""
+    tokens = -(-layout.micro_batch * layout.seq // layout.cp)
+    out = moe_dispatch.Dispatch(0.0, 0.0, 0, 0)
+    for _, block, layers in cfg.architecture.kinds():
+        if block.is_moe:
+            out = out + moe_dispatch.layer(block.ffn, tokens, act, layout.kernels, layout.ep).scaled(layers)
+    return out
 
 
 def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
