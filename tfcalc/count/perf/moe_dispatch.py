@@ -19,10 +19,11 @@ width d, a bytes per activation element, b bytes per router logit:
    an int64 permutation: CUB's onesweep, which torch.sort calls on CUDA (aten/src/ATen/native/cuda/
    Sort.cu -> cub DeviceRadixSort::SortPairs), reads and writes keys and values once per 8-bit digit:
    SORT_PASSES · 32 bytes per pair), then the sorted ids, the pairs' tokens (a division) and their routing
-   weights gathered (3 ops of 24 (ids and index read, ids written), 16 and 12 (index read, bf16 weights
+   weights gathered (3 ops of 24 (ids and index read, ids written), 16 and 8 + 2a (index read, weights
    read and written) bytes per pair), and the experts' ends by a search of the sorted ids
-   (tfcalc.model.grouped.expert_ends: reads P·8 at most). Forward only; 6 kernels
-   (the sort counted as SORT_KERNELS).
+   (tfcalc.model.grouped.expert_ends: reads P·8): 56 + 2a bytes per pair beside the sort. Forward only;
+   SORT_KERNELS + 4 kernels. (On the CPU torch.sort moves the keys in and the keys and permutation out
+   once, 24 bytes per pair: the test measures the rest of this step exactly.)
 3. Permute and unpermute (Megatron-LM moe_utils.permute / unpermute, not fused by default
    (moe_permute_fusion false); tfcalc.model.experts._dropless; torchtitan's MoE
    (torchtitan/models/moe.py): index_select of the routed rows (read and write P·d·a: 2a per pair element),
@@ -41,7 +42,7 @@ width d, a bytes per activation element, b bytes per router logit:
 
 Worked example (tests/count/perf/test_moe_dispatch.py): Mixtral 8x7B (d 4096, E 8, k 2, top-k of the raw
 bf16 logits), N = 4096 tokens, fused kernels, no EP. Top-k 4096·8·2 + 8192·10 = 147,456 B forward. Index
-work 8192·(8·32 + 52 + 8) = 2,588,672 B. Dispatch 5·2·8192·4096 + 2·4096·4096 = 369,098,752 B
+work 8192·(8·32 + 56 + 4) = 2,588,672 B. Dispatch 5·2·8192·4096 + 2·4096·4096 = 369,098,752 B
 forward. 372 MB at an H100's 2.85 TB/s is 0.13 ms per layer forward; beside the layer's expert GEMMs
 (2·3·8192·4096·14336 = 2.9 TFLOP, 3.6 ms at 792 TFLOP/s) it is a few per cent: the dispatch weighs when
 d·f per expert is small against d (fine-grained experts) or when kernels are many.
@@ -57,7 +58,7 @@ F32 = 4
 INT64 = 8
 SORT_PASSES = 8  # 8-bit digits of a 64-bit key (step 2); a module constant the API may override
 SORT_KERNELS = 3  # CUB onesweep: the histogram, the digit passes (one launch each counted as one), the scan
-INDEX_PAIR_BYTES = 24 + 16 + 12  # step 2: gather of the sorted ids, the tokens' division, the weights' gather
+INDEX_PAIR_BYTES = 24 + 16 + 8 + 8  # step 2: the ids' gather, the division, the weights' index, the ends' search
 PERMUTE = (7, 9)  # step 3, × a per pair element, forward / backward
 PERMUTE_KERNELS = (5, 6)  # index_select, ×w, zeros, index_add (+ the weights' gather); back + the weight grad
 FUSED_CHARGED = (2, 4)  # of PERMUTE: non_matmul's "weight and add the expert outputs" (elementwise: 2a, × 2 back)
@@ -89,9 +90,10 @@ def topk(tokens: int, n_expert: int, k: int, b: int) -> Dispatch:
                     tokens * n_expert * b + tokens * k * (2 * b + INT64), 1, 2)
 
 
-def index_work(pairs: int) -> Dispatch:
-    """Step 2: sort the P pairs by expert and gather their ids, tokens and weights; the experts' ends (P·8)."""
-    return Dispatch(pairs * (SORT_PASSES * 4 * INT64 + INDEX_PAIR_BYTES + INT64), 0.0, SORT_KERNELS + 5, 0)
+def index_work(pairs: int, a: int) -> Dispatch:
+    """Step 2: sort the P pairs by expert and gather their ids, tokens and weights (a bytes each); the
+    experts' ends."""
+    return Dispatch(pairs * (SORT_PASSES * 4 * INT64 + INDEX_PAIR_BYTES + 2 * a), 0.0, SORT_KERNELS + 4, 0)
 
 
 def permute(tokens: int, pairs: int, d: int, a: int, kernels: str) -> Dispatch:
@@ -115,7 +117,7 @@ def layer(moe: MoE, tokens: int, a: int, kernels: str = "fused", ep: int = 1) ->
     pairs = tokens * moe.top_k
     fp32_scores = not moe.renormalize or not moe.routing.is_default or moe.sigmoid_input
     out = topk(tokens, moe.n_expert, moe.top_k, F32 if fp32_scores else a)
-    out = out + index_work(pairs) + permute(tokens, pairs, moe.d_model, a, kernels)
+    out = out + index_work(pairs, a) + permute(tokens, pairs, moe.d_model, a, kernels)
     if ep > 1 and moe.n_expert // ep > 1:
         out = out + sort_chunks(pairs, moe.d_model, a)
     return out

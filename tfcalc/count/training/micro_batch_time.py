@@ -175,8 +175,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
     d = moe_layers(cfg, layout, act)
-    moe_s = ((d.forward_bytes * (1 + again) + d.backward_bytes) / bandwidth
-             + (d.forward_kernels * (1 + again) + d.backward_kernels) * perf.kernel_s)
+    moe_s = _dispatch_s(d, again, bandwidth, perf)
     forward_other += d.forward_bytes / bandwidth + d.forward_kernels * perf.kernel_s
     return MicroBatchTime(block_mm / blocks, head_mm, (other + moe_s) / blocks, 0.0,
                           (block_fwd + forward_other) / blocks, block_w / blocks, head_w, block_attn / blocks,
@@ -208,3 +207,16 @@ def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int
     matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
     kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
     return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
+
+
+def moe_step_s(cfg: ModelConfig, layout: Layout, bandwidth: float, perf: PerfSpec) -> float:
+    """One rank's MoE dispatch seconds in a step (the micro-batches' ``block_moe_s``, its stage's share of the
+    MoE layers: 1/pp of them): part of the compute, shown apart (plan's step table and --json)."""
+    d = moe_layers(cfg, layout, activation_element_bytes(layout.dtype))
+    return layout.micro_batches * _dispatch_s(d, layout.recompute in ("full", "op"), bandwidth, perf) / layout.pp
+
+
+def _dispatch_s(d: moe_dispatch.Dispatch, again: bool, bandwidth: float, perf: PerfSpec) -> float:
+    """Forward, backward and (full or op recompute) the forward again, at the bandwidth and each kernel's cost."""
+    return ((d.forward_bytes * (1 + again) + d.backward_bytes) / bandwidth
+            + (d.forward_kernels * (1 + again) + d.backward_kernels) * perf.kernel_s)
