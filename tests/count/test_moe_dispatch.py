@@ -99,3 +99,17 @@ def test_plan_shows_the_dispatch_and_it_weighs_more_for_fine_grained_experts():
     assert share["qwen3-30b-a3b"] > 3 * share["mixtral-8x7b"]
     dense = tfcalc.plan("llama3-8b", gpus=8, tp=1, seq=4096, micro_batch=1, global_batch=64).to_json()
     assert dense["step"]["moe_dispatch_s"] == 0
+
+
+def test_serving_step_adds_topk_and_the_counting_sort():
+    """A decode step of Mixtral 8x7B, batch 8 (step 5: vLLM's topk_softmax and moe_align_block_size): per
+    layer the top-k of the raw bf16 logits, 8·8·2 + 16·(2 + 8) bytes, and 16 pairs' 8 bytes of the sort;
+    32 layers, 2 kernels each, beside the dense step's kernels."""
+    from tfcalc.count.perf import inference
+    from tfcalc.count.perf.hardware import PerfSpec
+
+    cfg = load("mixtral-8x7b")
+    over = inference.overhead(cfg, 8, 1, 128, 0, "bf16", 2, 1e12, 1e13, PerfSpec())
+    assert over.moe_s == pytest.approx(32 * (8 * 8 * 2 + 16 * 10 + 16 * 8) / 1e12)
+    assert over.kernels == inference.kernel_count(cfg, 8, 1, 128) + 32 * 2
+    assert over.total_s == pytest.approx(over.kernel_s + over.traffic_s + over.moe_s)

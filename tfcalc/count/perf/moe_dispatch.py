@@ -40,6 +40,13 @@ width d, a bytes per activation element, b bytes per router logit:
    token_dispatcher.py, MoEAlltoAllTokenDispatcher: sort_chunks_by_idxs in dispatch_postprocess and
    combine_preprocess): two more gathers of P rows, 2a each per pair element, and their backward the same.
 
+5. Serving (kernels="serving": tfcalc.count.perf.inference, step 3b): vLLM's fused MoE (vllm/model_executor/
+   layers/fused_moe/fused_moe.py) runs the top-k as one kernel (csrc/moe/topk_softmax_kernels.cu: step 1's
+   bytes), sorts the pairs by expert in one counting-sort kernel (csrc/moe/moe_align_sum_kernels.cu,
+   moe_align_block_size: the int32 ids read, the sorted pair ids written, 8 bytes per pair) and gathers each
+   expert's rows inside its GEMM (no permute of its own); the weighted sum of the k outputs (moe_sum) is
+   non_matmul's weighting. Forward only, 2 kernels a layer.
+
 Worked example (tests/count/perf/test_moe_dispatch.py): Mixtral 8x7B (d 4096, E 8, k 2, top-k of the raw
 bf16 logits), N = 4096 tokens, fused kernels, no EP. Top-k 4096·8·2 + 8192·10 = 147,456 B forward. Index
 work 8192·(8·32 + 56 + 4) = 2,588,672 B. Dispatch 5·2·8192·4096 + 2·4096·4096 = 369,098,752 B
@@ -63,6 +70,7 @@ PERMUTE = (7, 9)  # step 3, × a per pair element, forward / backward
 PERMUTE_KERNELS = (5, 6)  # index_select, ×w, zeros, index_add (+ the weights' gather); back + the weight grad
 FUSED_CHARGED = (2, 4)  # of PERMUTE: non_matmul's "weight and add the expert outputs" (elementwise: 2a, × 2 back)
 EAGER_CHARGED = (7, 9)  # of PERMUTE: tfcalc.count.perf.eager, step 8
+ALIGN_PAIR_BYTES = 8  # step 5: vLLM's moe_align_block_size, int32 ids in, sorted pair ids out
 SORT_CHUNKS = 2  # step 4: × a per pair element, each way, per chunk sort (two per layer)
 
 
@@ -107,15 +115,24 @@ def permute(tokens: int, pairs: int, d: int, a: int, kernels: str) -> Dispatch:
     return Dispatch(fwd, bwd, PERMUTE_KERNELS[0] - 1, PERMUTE_KERNELS[1] - 2)
 
 
+def serving(tokens: int, moe: MoE, b: int) -> Dispatch:
+    """Step 5: a serving step's top-k and counting sort, forward only."""
+    t = topk(tokens, moe.n_expert, moe.top_k, b)
+    return Dispatch(t.forward_bytes + tokens * moe.top_k * ALIGN_PAIR_BYTES, 0.0, 2, 0)
+
+
 def sort_chunks(pairs: int, d: int, a: int) -> Dispatch:
     """Step 4: the received rows sorted by local expert and back, forward and backward."""
     return Dispatch(2 * SORT_CHUNKS * pairs * d * a, 2 * SORT_CHUNKS * pairs * d * a, 2, 2)
 
 
 def layer(moe: MoE, tokens: int, a: int, kernels: str = "fused", ep: int = 1) -> Dispatch:
-    """Steps 1-4 for one MoE layer on ``tokens`` tokens of the rank (a the activation bytes)."""
+    """Steps 1-4 for one MoE layer on ``tokens`` tokens of the rank (a the activation bytes; ``kernels`` the
+    training kernels mode, "eager" or "fused"), or step 5's under "serving"."""
     pairs = tokens * moe.top_k
     fp32_scores = not moe.renormalize or not moe.routing.is_default or moe.sigmoid_input
+    if kernels == "serving":
+        return serving(tokens, moe, F32 if fp32_scores else a)
     out = topk(tokens, moe.n_expert, moe.top_k, F32 if fp32_scores else a)
     out = out + index_work(pairs, a) + permute(tokens, pairs, moe.d_model, a, kernels)
     if ep > 1 and moe.n_expert // ep > 1:
