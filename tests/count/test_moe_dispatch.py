@@ -113,3 +113,42 @@ def test_serving_step_adds_topk_and_the_counting_sort():
     assert over.moe_s == pytest.approx(32 * (8 * 8 * 2 + 16 * 10 + 16 * 8) / 1e12)
     assert over.kernels == inference.kernel_count(cfg, 8, 1, 128) + 32 * 2
     assert over.total_s == pytest.approx(over.kernel_s + over.traffic_s + over.moe_s)
+
+
+def test_expert_gemms_run_at_the_tokens_per_expert_shape():
+    """Grouped-GEMM efficiency by tokens per expert (issue 31, c): Qwen3-30B-A3B (E 128, k 8, d 2048, expert
+    width 768) on 4096 tokens routes 32,768 pairs, 256 rows per expert on average; under EP 8 a rank's 16
+    experts receive 8 ranks' pairs, 2048 rows each (tp_shape). tfcalc.count.perf.grouped_gemm's worked
+    example: binomial rows, σ = √(256·127/128) = 15.94, 128-row tiles: 1 + 1 + Q(0.5/15.94) = 2.4875 tiles per
+    expert, not 2."""
+    from tfcalc.count.model.flops import matmul_entries
+    from tfcalc.count.perf import gemm, grouped_gemm
+    from tfcalc.count.training.micro_batch_time import tp_shape
+
+    cfg = load("qwen3-30b-a3b")
+    up = next(e for e in matmul_entries(cfg, 1, 4096) if e.component == "expert_ffn_up")
+    assert tp_shape(up, 1, 128) == (256, 2048, 768, 128)
+    assert tp_shape(up, 1, 128 // 8) == (2048, 2048, 768, 16)
+    q = 0.5 * math.erfc(0.5 / math.sqrt(256 * 127 / 128) / math.sqrt(2))
+    assert grouped_gemm.expected_tiles(32768, 128, 128) == pytest.approx(2 + q, abs=1e-9)
+    assert q == pytest.approx(0.4875, abs=1e-4)
+    # an expert no pair reached runs no tile: 16 pairs over 128 experts, 16-row tiles
+    assert grouped_gemm.expected_tiles(16, 128, 16) == pytest.approx(1 - (127 / 128) ** 16, abs=1e-3)
+    # 128 experts of 256 rows on an H100's 132 SMs: below the evenly routed GEMMs of tfcalc.count.perf.gemm
+    uneven = grouped_gemm.efficiency(32768, 128, 768, 2048, 132, 0.801)
+    even = gemm.efficiency(256, 768, 2048, 132, 0.801, 128)
+    assert uneven < 0.8 * even
+    # one expert: the GEMM of all its rows, exactly
+    assert grouped_gemm.efficiency(8192, 1, 14336, 4096, 132, 0.801) == gemm.efficiency(8192, 14336, 4096, 132,
+                                                                                        0.801, 1)
+
+
+def test_grouped_tiles_match_sampled_routing():
+    """expected_tiles against a sample: 400 draws of 32,768 pairs routed uniformly to 128 experts, each
+    expert's ⌈m/128⌉ summed (torch.multinomial, not the formula)."""
+    from tfcalc.count.perf import grouped_gemm
+
+    torch.manual_seed(0)
+    counts = torch.distributions.Multinomial(32768, torch.full((128,), 1 / 128)).sample((400,))
+    sampled = torch.ceil(counts / 128).sum(dim=1).mean().item() / 128
+    assert grouped_gemm.expected_tiles(32768, 128, 128) == pytest.approx(sampled, rel=0.01)

@@ -8,6 +8,11 @@ tensor parallelism t (Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.
 - row-parallel (O, down): k / t;
 - attention's score products: the heads, count / t; a mixture's experts stay whole (replicated).
 
+A mixture's expert matmuls run as one grouped GEMM per projection, forward and input gradient, at the
+efficiency of the routing's uneven rows per expert (tfcalc.count.perf.grouped_gemm: binomial row counts
+under a balanced router, each expert's tiles its own); the weight gradient (k, rows) @ (rows, n) at the
+mean rows.
+
 Each matmul (m, k) @ (k, n) runs forward as one GEMM and backward as two: the input gradient
 (m, n) @ (n, k) and the weight gradient (k, m) @ (m, n), each at its own shape's efficiency
 (tfcalc.count.perf.gemm). Attention's score products under a fused kernel ("flash") run at the kernel's
@@ -38,7 +43,7 @@ from tfcalc.count.model import non_matmul, op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf import eager, elementwise, fp8_time, gemm, moe_dispatch
+from tfcalc.count.perf import eager, elementwise, fp8_time, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.fp8 import runs_fp8
 from tfcalc.count.training.shard import total_blocks
@@ -71,7 +76,7 @@ def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int,
     routed rows are spread over its n_expert experts (a grouped GEMM of n_expert products of m / E rows,
     uniform routing), whole on every TP rank."""
     m, k, n = e.shape
-    if e.component.startswith(("expert_", "encoder_expert_")):
+    if is_expert(e):
         return -(-m // n_expert), k, n, e.count * n_expert
     if tp == 1:
         return m, k, n, e.count
@@ -113,7 +118,16 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
     weight_grad = _gemm_s(k, m, n, count, peak, perf) if not e.mixing else 0.0
     backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if not e.mixing
                                                       else _gemm_s(k, m, n, count, peak, perf))
+    if is_expert(e) and perf.matmul_efficiency is None:  # the routing's uneven rows per expert (grouped_gemm)
+        forward = grouped_gemm.seconds(m * count, count, n, k, peak, perf.sm_count, perf.matmul_ceiling)
+        backward = grouped_gemm.seconds(m * count, count, k, n, peak, perf.sm_count, perf.matmul_ceiling) \
+            + weight_grad
     return forward, backward, weight_grad
+
+
+def is_expert(e: MatmulEntry) -> bool:
+    """A mixture's routed expert matmul (its rows a grouped GEMM's, per expert)."""
+    return e.component.startswith(("expert_", "encoder_expert_"))
 
 
 @lru_cache(maxsize=4096)
