@@ -44,7 +44,8 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
     """The performance model's per-step costs beside the roofline rows (tfcalc.count.perf.inference)."""
     return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
                                    "traffic_s": o.traffic_s, "comm_s": o.comm_s, "request_s": o.request_s,
-                                   "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch}
+                                   "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch,
+                                   "moe_dispatch_s": o.moe_s}  # count.perf.moe_dispatch (perf.inference, 3b)
 
 
 def _host_bound(o, step_s: Optional[float]) -> bool:

@@ -28,6 +28,7 @@ from tfcalc.count.training.layout import (
     resolve_degrees,
 )
 from tfcalc.count.training.layout_pipeline import check_cp
+from tfcalc.count.training.micro_batch_time import moe_step_s
 from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, search
@@ -100,6 +101,13 @@ class PlanReport(Displayed):
         return st.model_flops / (st.physics_s * self.hardware.peak_flops_per_s * self.plan.layout.gpus)
 
     @property
+    def moe_dispatch_s(self) -> float:
+        """Of the compute: the MoE layers' router top-k, index work and permutes (count.perf.moe_dispatch)."""
+        hw = self.hardware
+        return moe_step_s(self.model.cfg, self.plan.layout, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency,
+                          hw.perf)
+
+    @property
     def mfu_fp8_peak(self) -> Optional[float]:
         """Under --compute-dtype fp8: model FLOPs over the FP8 peak (None otherwise)."""
         fp8 = self.hardware.fp8_peak_flops_per_s
@@ -148,6 +156,7 @@ class PlanReport(Displayed):
                      # ... its HBM traffic, and FSDP2's copies on the compute stream (count.training.overlap_costs)
                      "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
                      "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
+                     "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},

@@ -150,6 +150,9 @@ def _time(doc: Doc, r: PlanReport) -> None:
     t.add("Compute, one GPU", st.compute_s, f"{units.flop(st.executed_flops)} / {L.gpus} GPUs; matmuls "
           f"{st.matmul_s:.3g} s at their GEMM shapes, the rest non-matmul traffic ({L.kernels} kernels) and "
           "kernel costs")
+    if r.moe_dispatch_s:  # tfcalc.count.perf.moe_dispatch
+        t.add("  of it, MoE dispatch", r.moe_dispatch_s, "router top-k, sorting the pairs by expert, permute and "
+              "unpermute: memory-bound")
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that"}[L.schedule]

@@ -60,7 +60,8 @@ backward bytes, then the kernels forward / backward:
    experts together, as tfcalc's module launches them (tfcalc.model.experts; the matmuls too are one
    grouped GEMM: tfcalc.count.training.micro_batch_time). Left out: the routing's int64 index work (the sort of the
    N·k pairs, the gathers of their ids, token and weight, the groups' ends) and the zero-filled output,
-   4-5 % of the block's measured traffic (tests/count/test_eager_traffic.py). The router's
+   4-5 % of the block's measured traffic (tests/count/test_eager_traffic.py), are priced apart with the
+   top-k (tfcalc.count.perf.moe_dispatch, in the training micro-batch's time). The router's
    softmax in fp32 (cast, softmax, cast; its backward): 2a + 16 / 2a + 20 per logit.
 9. Embeddings: the token lookup writes (N, d) (2a: the gathered rows read) and its backward reads the
    gradient (a; the table's gradient, V·d per step, left out); positions added (learned, sinusoidal:

@@ -21,6 +21,9 @@ Then, per step (``overhead``), added to the rows' sum:
    under FP8 weights the GEMMs' inputs are quantized inside the kernels that produce them (no pass of
    their own: tfcalc.count.perf.fp8_time, step 3); FP8 GEMMs run at the FP8 peak under the FP8 ceiling,
    attention and the LM head at the 16-bit peak (``Ceilings.high_flops_per_s``, tfcalc.count.serving.roofline);
+3b. a mixture of experts' router top-k and its sort of the pairs by expert, as vLLM's fused MoE runs them
+   (tfcalc.count.perf.moe_dispatch, step 5: the rows gathered inside the expert GEMMs, the weighted sum step 3's),
+   every TP rank routing all the step's tokens (``Overhead.moe_s``; its 2 kernels a layer in step 1's count);
 4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
    once per request, in the time to first token;
 5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving.serving_tp);
@@ -50,7 +53,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.flops import matmul_entries
 from tfcalc.count.model.non_matmul import non_matmul_entries
 from tfcalc.count.model.quant import WeightFormat
-from tfcalc.count.perf import elementwise, gemm
+from tfcalc.count.perf import elementwise, gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 
 
@@ -86,11 +89,12 @@ class Overhead:
     request_s: float = 0.0  # the prefill only: the runtime's fixed work per request (PerfSpec.request_s)
     host_s: float = 0.0  # eager steps only: the host issuing the step's kernels (step 6), overlapped, not added
     launch: str = "graph"  # the launch mode priced (PerfSpec.launch)
+    moe_s: float = 0.0  # a mixture's top-k, index work and permutes' traffic (step 3b; its kernels in kernel_s)
 
     @property
     def total_s(self) -> float:
         """The device's seconds beside the rows (steps 1-5); the host's are ``step_s``'s."""
-        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s
+        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s + self.moe_s
 
     def step_s(self, rows_s: float) -> float:
         """The step's time from its rows' roofline: max(device, host) + the request's fixed work (step 6)."""
@@ -118,11 +122,23 @@ def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_we
              act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec, tp: int = 1) -> Overhead:
     """Steps 1-3 for one step on one GPU of ``tp``; ``quantized_weights`` the int8/int4 weights it reads,
     ``bandwidth`` the achievable bytes/s."""
-    kernels = kernel_count(cfg, batch, queries, keys)
+    moe = moe_forward(cfg, batch * queries, act_bytes)
+    kernels = kernel_count(cfg, batch, queries, keys) + moe.forward_kernels
     traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries, step=queries == 1), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     host = kernels * perf.host_op_s if perf.launch == "eager" else 0.0
-    return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth, host_s=host, launch=perf.launch)
+    return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth, host_s=host, launch=perf.launch,
+                    moe_s=moe.forward_bytes / bandwidth)
+
+
+def moe_forward(cfg: ModelConfig, tokens: int, act_bytes: int) -> moe_dispatch.Dispatch:
+    """Step 3b: every MoE layer's dispatch for a forward over ``tokens`` tokens (of the decoder: an encoder's
+    are the decoder's alike)."""
+    out = moe_dispatch.Dispatch(0.0, 0.0, 0, 0)
+    for _, block, layers in cfg.architecture.kinds():
+        if block.is_moe:
+            out = out + moe_dispatch.layer(block.ffn, tokens, act_bytes, "serving").scaled(layers)
+    return out
 
 
 def quantized_weights(step, fmt: WeightFormat) -> int:

@@ -8,6 +8,11 @@ tensor parallelism t (Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.
 - row-parallel (O, down): k / t;
 - attention's score products: the heads, count / t; a mixture's experts stay whole (replicated).
 
+A mixture's expert matmuls run as one grouped GEMM per projection, forward and input gradient, at the
+efficiency of the routing's uneven rows per expert (tfcalc.count.perf.grouped_gemm: binomial row counts
+under a balanced router, each expert's tiles its own); the weight gradient (k, rows) @ (rows, n) at the
+mean rows.
+
 Each matmul (m, k) @ (k, n) runs forward as one GEMM and backward as two: the input gradient
 (m, n) @ (n, k) and the weight gradient (k, m) @ (m, n), each at its own shape's efficiency
 (tfcalc.count.perf.gemm). Attention's score products under a fused kernel ("flash") run at the kernel's
@@ -20,7 +25,9 @@ as tfcalc.count.perf.eager derives them, forward, backward and a replayed forwar
 recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
 --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
-(tfcalc.count.perf.fp8_time).
+(tfcalc.count.perf.fp8_time). A mixture of experts adds its router's top-k, index work and token permutes
+(tfcalc.count.perf.moe_dispatch) as memory traffic and kernels, forward, backward and a replayed forward
+under full or op recompute (``block_moe_s``, of ``block_other_s``).
 
 Stages: the blocks' time is per block (the mean over the layers), so a stage of n blocks takes n times
 it; the last stage adds the LM head, the first the embedding's traffic (in the non-matmul terms).
@@ -36,7 +43,7 @@ from tfcalc.count.model import non_matmul, op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf import eager, elementwise, fp8_time, gemm
+from tfcalc.count.perf import eager, elementwise, fp8_time, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.fp8 import runs_fp8
 from tfcalc.count.training.shard import total_blocks
@@ -58,6 +65,7 @@ class MicroBatchTime:
     block_weight_grad_s: float = 0.0  # of block_matmul_s: the weight-gradient GEMMs (zero-bubble's W)
     head_weight_grad_s: float = 0.0
     block_attention_s: float = 0.0  # of block_matmul_s: attention's score products, fwd + bwd (+ recompute)
+    block_moe_s: float = 0.0  # of block_other_s: the MoE layers' top-k, index work and permutes (moe_dispatch)
 
     def stage_s(self, blocks: int, last: bool) -> float:
         return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
@@ -68,7 +76,7 @@ def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int,
     routed rows are spread over its n_expert experts (a grouped GEMM of n_expert products of m / E rows,
     uniform routing), whole on every TP rank."""
     m, k, n = e.shape
-    if e.component.startswith(("expert_", "encoder_expert_")):
+    if is_expert(e):
         return -(-m // n_expert), k, n, e.count * n_expert
     if tp == 1:
         return m, k, n, e.count
@@ -110,7 +118,16 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
     weight_grad = _gemm_s(k, m, n, count, peak, perf) if not e.mixing else 0.0
     backward = _gemm_s(m, n, k, count, peak, perf) + (weight_grad if not e.mixing
                                                       else _gemm_s(k, m, n, count, peak, perf))
+    if is_expert(e) and perf.matmul_efficiency is None:  # the routing's uneven rows per expert (grouped_gemm)
+        forward = grouped_gemm.seconds(m * count, count, n, k, peak, perf.sm_count, perf.matmul_ceiling)
+        backward = grouped_gemm.seconds(m * count, count, k, n, peak, perf.sm_count, perf.matmul_ceiling) \
+            + weight_grad
     return forward, backward, weight_grad
+
+
+def is_expert(e: MatmulEntry) -> bool:
+    """A mixture's routed expert matmul (its rows a grouped GEMM's, per expert)."""
+    return e.component.startswith(("expert_", "encoder_expert_"))
 
 
 @lru_cache(maxsize=4096)
@@ -171,8 +188,23 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
               * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
     forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
-    return MicroBatchTime(block_mm / blocks, head_mm, other / blocks, 0.0, (block_fwd + forward_other) / blocks,
-                          block_w / blocks, head_w, block_attn / blocks)
+    d = moe_layers(cfg, layout, act)
+    moe_s = _dispatch_s(d, again, bandwidth, perf)
+    forward_other += d.forward_bytes / bandwidth + d.forward_kernels * perf.kernel_s
+    return MicroBatchTime(block_mm / blocks, head_mm, (other + moe_s) / blocks, 0.0,
+                          (block_fwd + forward_other) / blocks, block_w / blocks, head_w, block_attn / blocks,
+                          moe_s / blocks)
+
+
+def moe_layers(cfg: ModelConfig, layout: Layout, act: int) -> moe_dispatch.Dispatch:
+    """Every MoE layer's dispatch work (tfcalc.count.perf.moe_dispatch) for one micro-batch on one rank: its
+    tokens are the micro-batch's, 1/C of them under context parallelism; TP ranks each route all of them."""
+    tokens = -(-layout.micro_batch * layout.seq // layout.cp)
+    out = moe_dispatch.Dispatch(0.0, 0.0, 0, 0)
+    for _, block, layers in cfg.architecture.kinds():
+        if block.is_moe:
+            out = out + moe_dispatch.layer(block.ffn, tokens, act, layout.kernels, layout.ep).scaled(layers)
+    return out
 
 
 def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
@@ -189,3 +221,16 @@ def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int
     matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
     kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
     return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
+
+
+def moe_step_s(cfg: ModelConfig, layout: Layout, bandwidth: float, perf: PerfSpec) -> float:
+    """One rank's MoE dispatch seconds in a step (the micro-batches' ``block_moe_s``, its stage's share of the
+    MoE layers: 1/pp of them): part of the compute, shown apart (plan's step table and --json)."""
+    d = moe_layers(cfg, layout, activation_element_bytes(layout.dtype))
+    return layout.micro_batches * _dispatch_s(d, layout.recompute in ("full", "op"), bandwidth, perf) / layout.pp
+
+
+def _dispatch_s(d: moe_dispatch.Dispatch, again: bool, bandwidth: float, perf: PerfSpec) -> float:
+    """Forward, backward and (full or op recompute) the forward again, at the bandwidth and each kernel's cost."""
+    return ((d.forward_bytes * (1 + again) + d.backward_bytes) / bandwidth
+            + (d.forward_kernels * (1 + again) + d.backward_kernels) * perf.kernel_s)
