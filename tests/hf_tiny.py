@@ -206,6 +206,14 @@ CASES = {
                      dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=16, attention_bias=True, use_qk_norm=True,
                           moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                           n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1)),
+    # GLM-4.7-Flash: DeepSeek-V3's latent attention (compressed Q, interleaved rotary pairs) and experts (8 in 4
+    # groups, top-2 of 2 groups, a shared expert, scaled); mlp_layer_types with a dense layer that is not first
+    "glm4_moe_lite": Case("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                          dict({k: v for k, v in DS.items() if k != "first_k_dense_replace"}, **TOKENS,
+                               q_lora_rank=20, n_group=4, topk_group=2, routed_scaling_factor=1.8,
+                               mlp_layer_types=["sparse", "dense", "sparse"])),
+    "glm4_moe_lite-default": Case("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                                  dict(DS, **TOKENS, q_lora_rank=None, rope_interleave=False, attention_bias=True)),
     # MiniMax-M2: whole-projection Q/K norms, rotary on 8 of 16 channels (rotary_dim), 4 experts top-2 in every
     # layer, sigmoid routing with a correction bias, renormalized
     "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",

@@ -58,6 +58,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "gemma3_text": ("gemma3", "gemma3_text"),
     "glm4": ("glm4", "glm4"),
     "glm4_moe": ("glm4_moe", "glm4_moe"),
+    "glm4_moe_lite": ("glm4_moe_lite", "glm4_moe_lite"),
     "glm_moe_dsa": ("deepseek", "glm_moe_dsa"),
     "gpt2": ("gpt2", "gpt2"),
     "gpt_bigcode": ("gpt_bigcode", "gpt_bigcode"),
