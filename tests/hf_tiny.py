@@ -214,6 +214,15 @@ CASES = {
                                mlp_layer_types=["sparse", "dense", "sparse"])),
     "glm4_moe_lite-default": Case("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
                                   dict(DS, **TOKENS, q_lora_rank=None, rope_interleave=False, attention_bias=True)),
+    # ERNIE-4.5 MoE: interleaved rotary pairs over the whole head; 8 experts top-2 (softmax, chosen with the
+    # correction bias, renormalized) and 2 shared, on layers 1 and 3 only (start 1, interval 2, end 3 of 5)
+    "ernie4_5_moe": Case("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=5, moe_intermediate_size=12, moe_num_experts=8,
+                              moe_k=2, moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_interval=2,
+                              moe_layer_end_index=3, rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    "ernie4_5_moe-default": Case("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                                 dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, moe_intermediate_size=12,
+                                      moe_num_experts=4, moe_k=2, moe_num_shared_experts=0)),
     # MiniMax-M2: whole-projection Q/K norms, rotary on 8 of 16 channels (rotary_dim), 4 experts top-2 in every
     # layer, sigmoid routing with a correction bias, renormalized
     "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",

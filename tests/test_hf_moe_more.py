@@ -20,6 +20,7 @@ from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
+TESTED_TYPES = {"glm4_moe_lite", "ernie4_5_moe"}  # tested here (tests/test_hf_config.py)
 FAMILIES = {"glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM"),
             "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM")}
 
@@ -56,6 +57,11 @@ def test_default_size_parameters_exact(tmp_path, model_type):
     hf = _meta(model_type)
     cfg = load(_write(tmp_path, _published(model_type)))
     hf_total = sum(p.numel() for p in hf.parameters())  # a tied head counts once
+    # ERNIE-4.5's router correction bias: an nn.Parameter in transformers, a buffer in tfcalc (its module
+    # docstring): 64 experts in each of the 27 MoE layers (1 .. 27)
+    statics = sum(p.numel() for n, p in hf.named_parameters() if n.endswith("moe_statics.e_score_correction_bias"))
+    assert statics == (27 * 64 if model_type == "ernie4_5_moe" else 0)
+    hf_total -= statics
     assert count_params.total(cfg) == hf_total
     total, breakdown = measure_params(cfg)
     assert total == hf_total and breakdown == count_params.breakdown(cfg)
@@ -126,3 +132,52 @@ def test_glm4_moe_lite_layer_lists_and_aliases(tmp_path):
     del raw["qk_rope_head_dim"]
     cfg = load(_write(tmp_path, {**raw, "head_dim": 32}))
     assert cfg.architecture.output.layer(0).mixer.qk_rope_head_dim == 32
+
+
+ERNIE_HOSTILE = [
+    (dict(use_bias=True), "'use_bias' true is not supported"),
+    (dict(use_bias="no"), "'use_bias' must be true or false"),
+    (dict(moe_layer_interval=0), "'moe_layer_interval' must be a positive integer; got 0"),
+    (dict(moe_layer_interval=1.5), "'moe_layer_interval' must be an integer"),
+    (dict(moe_layer_start_index=[1, 1]), "'moe_layer_start_index' must be an integer"),
+    (dict(moe_layer_end_index="last"), "'moe_layer_end_index' must be an integer"),
+    (dict(moe_num_shared_experts=-1), "'moe_num_shared_experts' must be 0 or more"),
+    (dict(moe_k=0), "'n_expert_active' must be positive"),
+    (dict(moe_num_experts="64"), "'moe_num_experts'"),
+    (dict(intermediate_size=None), "missing required field 'intermediate_size'"),
+    (dict(num_hidden_layers=2**40, moe_layer_end_index=5), "past the 1,000,000 layers"),
+]
+
+
+@pytest.mark.parametrize("changes, message", ERNIE_HOSTILE)
+def test_ernie4_5_moe_hostile_config_json(tmp_path, changes, message):
+    raw = {k: v for k, v in {**_published("ernie4_5_moe"), **changes}.items() if v is not None}
+    with pytest.raises(InputError, match=message):
+        load(_write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("keys, moe", [
+    (dict(), [i >= 1 for i in range(28)]),  # the released layout: every layer past the first
+    (dict(moe_layer_start_index=0, moe_layer_interval=2), [i % 2 == 1 for i in range(28)]),
+    (dict(moe_layer_start_index=4, moe_layer_end_index=20, moe_layer_interval=3),
+     [4 <= i <= 20 and (i + 1) % 3 == 0 for i in range(28)]),
+    (dict(moe_layer_end_index=99), [i >= 1 for i in range(28)]),
+])
+def test_ernie4_5_moe_layers_are_where_transformers_puts_the_experts(tmp_path, keys, moe):
+    """Ernie4_5_MoeDecoderLayer's rule, as transformers builds it on meta and as tfcalc reads it."""
+    import transformers
+
+    raw = {**_published("ernie4_5_moe"), **keys}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = transformers.Ernie4_5_MoeConfig(**{k: v for k, v in keys.items()})
+    with torch.device("meta"):
+        layers = transformers.Ernie4_5_MoeModel(hf_cfg).layers
+    assert [hasattr(layer.mlp, "experts") for layer in layers] == moe
+    cfg = load(_write(tmp_path, raw))
+    assert [b.is_moe for b in cfg.architecture.output.layers()] == moe
+
+
+def test_ernie4_5_moe_with_no_expert_layer_is_the_dense_model(tmp_path):
+    cfg = load(_write(tmp_path, {**_published("ernie4_5_moe"), "moe_layer_start_index": 28}))
+    assert cfg.n_expert is None and cfg.d_ff == 12288
