@@ -1,8 +1,9 @@
 """MoE families with no new mixer, held against transformers 5.24 at full size on meta: GLM-4.7-Flash
-(glm4_moe_lite) and ERNIE-4.5 MoE (ernie4_5_moe). Each config class's defaults (the checkpoint its docstring
-names) written as a config.json and read back: parameters exact, the cache transformers' DynamicCache holds after
-4,096 tokens equal to tfcalc's KV bytes; the hostile cases of the keys each reads. Their tiny checkpoints (logits
-through load_model, FLOPs, the KV of a tiny cache) are cases of tests/hf_tiny.py, run by tests/test_hf_models.py."""
+(glm4_moe_lite), ERNIE-4.5 MoE (ernie4_5_moe) and MiMo-V2-Flash (mimo_v2_flash). Each config class's defaults
+(the checkpoint its docstring names) written as a config.json and read back: parameters exact, the cache
+transformers holds after 4,096 tokens equal to tfcalc's KV bytes; the hostile cases of the keys each reads (and of
+MiMo's new flat attention fields). Their tiny checkpoints (logits through load_model, FLOPs, the KV of a tiny
+cache) are cases of tests/hf_tiny.py, run by tests/test_hf_models.py."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-TESTED_TYPES = {"glm4_moe_lite", "ernie4_5_moe"}  # tested here (tests/test_hf_config.py)
+TESTED_TYPES = {"glm4_moe_lite", "ernie4_5_moe", "mimo_v2_flash"}  # tested here (tests/test_hf_config.py)
 FAMILIES = {"glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM"),
-            "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM")}
+            "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
+            "mimo_v2_flash": ("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM")}
 
 
 def _published(model_type: str) -> dict:
@@ -68,21 +70,24 @@ def test_default_size_parameters_exact(tmp_path, model_type):
 
 
 def _cache_after(model, tokens: int) -> int:
-    """Bytes transformers' DynamicCache holds after a forward of ``tokens`` positions through every layer's
-    attention (on meta: shapes only), bf16."""
-    from transformers import DynamicCache
+    """Bytes transformers' cache holds after a forward of ``tokens`` positions through every layer's attention
+    (on meta: shapes only), bf16: its StaticCache of ``tokens`` positions (a ring of W slots in a sliding layer,
+    StaticSlidingWindowLayer, as tfcalc allocates) where a layer slides, else its DynamicCache."""
+    from transformers import DynamicCache, StaticCache
 
     model = model.to(torch.bfloat16)
-    cache = DynamicCache(config=model.config)
+    sliding = "sliding_attention" in (getattr(model.config, "layer_types", None) or [])
+    cache = StaticCache(config=model.config, max_cache_len=tokens) if sliding else DynamicCache(config=model.config)
     d = model.config.hidden_size
     x = torch.empty(1, tokens, d, device="meta", dtype=torch.bfloat16)
     rotary = model.model.rotary_emb
     ids = torch.arange(tokens, device="meta")[None]
-    cos, sin = rotary(x, ids)
     mask = torch.ones(1, 1, tokens, tokens, dtype=torch.bool, device="meta")
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn(x, (cos, sin), mask, cache=cache)
+            kind = getattr(layer.self_attn, "layer_type", None)
+            cos, sin = rotary(x, ids, kind) if sliding else rotary(x, ids)
+            layer.self_attn(x, (cos, sin), mask, cache=cache, cache_position=ids[0])
     return sum(t.numel() * t.element_size() for lay in cache.layers for t in (lay.keys, lay.values))
 
 
@@ -90,13 +95,19 @@ def _cache_after(model, tokens: int) -> int:
     # transformers 5.24 caches the latent (Glm4MoeLiteAttention: kv_lora_rank 512 and the shared RoPE key of 64)
     ("glm4_moe_lite", 47 * (512 + 64)),
     ("ernie4_5_moe", 28 * 2 * 4 * 128),  # GQA: 4 KV heads of 2560 / 20 = 128
+    # 9 full layers (0, 5, 11, ..., 47) of 4 K/V heads, K 192 and V 128 wide, every token; 39 sliding layers of
+    # 8 K/V heads over a ring of 129 slots (counted per token here: 129 / 4096 of a token's worth)
+    ("mimo_v2_flash", None),
 ])
 def test_generation_state_at_4096_tokens_is_what_transformers_cache_holds(tmp_path, model_type, per_token):
     T = 4096
     held = _cache_after(_meta(model_type), T)
     cfg = load(_write(tmp_path, _published(model_type)))
     work = Workload(batch=1, seq=T, kv_dtype="bf16")
-    assert held == T * per_token * 2
+    if per_token is None:  # MiMo-V2-Flash
+        assert held == (9 * T * 4 * (192 + 128) + 39 * 129 * 8 * (192 + 128)) * 2
+    else:
+        assert held == T * per_token * 2
     assert kv_cache_bytes(cfg, work) == held
 
 
@@ -181,3 +192,78 @@ def test_ernie4_5_moe_layers_are_where_transformers_puts_the_experts(tmp_path, k
 def test_ernie4_5_moe_with_no_expert_layer_is_the_dense_model(tmp_path):
     cfg = load(_write(tmp_path, {**_published("ernie4_5_moe"), "moe_layer_start_index": 28}))
     assert cfg.n_expert is None and cfg.d_ff == 12288
+
+
+MIMO_HOSTILE = [
+    (dict(rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5e6, "partial_rotary_factor": 0.5},
+                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+     "different partial_rotary_factor"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 5e6, "factor": 2.0},
+                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+     "rope_type 'yarn' is not supported"),
+    (dict(rope_parameters={"full_attention": [1], "sliding_attention": {}}), "full_attention must be an object"),
+    (dict(rope_parameters={"full_attention": {"rope_theta": -1}, "sliding_attention": {}}),
+     "rope_theta must be a positive number"),
+    (dict(attention_value_scale=0), "'attention_value_scale' must be a positive number"),
+    (dict(attention_value_scale="0.7"), "'attention_value_scale' must be a number"),
+    (dict(v_head_dim=0), "'attn_v_head_dim' must be positive"),
+    (dict(sliding_window=0), "'sliding_window' is 0"),
+    (dict(sliding_window_size="128"), "'sliding_window_size' must be an integer"),
+    (dict(layer_types=["sliding_attention"] * 47), "'layer_types' lists 47 layers"),
+    (dict(layer_types=None, num_hidden_layers=2**40), "past the 1,000,000 layers"),
+    (dict(num_attention_heads=12), "multiple of local_n_kv_head"),
+    (dict(mlp_layer_types=["moe"] * 48), "'mlp_layer_types' must be a list"),
+]
+
+
+@pytest.mark.parametrize("changes, message", MIMO_HOSTILE)
+def test_mimo_v2_flash_hostile_config_json(tmp_path, changes, message):
+    raw = {k: v for k, v in {**_published("mimo_v2_flash"), **changes}.items() if v is not None}
+    with pytest.raises(InputError, match=message):
+        load(_write(tmp_path, raw))
+
+
+def test_mimo_v2_flash_layers_and_window(tmp_path):
+    """Five sliding layers to one full (layer 0 full too), the window W + 1 of sliding_window_size, as
+    transformers builds them on meta."""
+    import transformers
+
+    raw = {**_published("mimo_v2_flash"), "sliding_window_size": 127}
+    del raw["sliding_window"], raw["layer_types"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = transformers.MiMoV2FlashConfig(sliding_window_size=127)
+    with torch.device("meta"):
+        hf = transformers.MiMoV2FlashModel(hf_cfg).layers
+    cfg = load(_write(tmp_path, raw))
+    mixers = [b.mixer for b in cfg.architecture.output.layers()]
+    assert [m.window for m in mixers] == [layer.self_attn.sliding_window for layer in hf]
+    assert {m.window for m in mixers} == {128, None}
+    assert [m.n_kv_head for m in mixers] == [layer.self_attn.k_proj.out_features // 192 for layer in hf]
+    assert [m.sinks for m in mixers] == [layer.self_attn.sinks is not None for layer in hf]
+    assert {(m.rope_dim, m.rope_theta) for m in mixers} == {(64, 5e6), (64, 1e4)}
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["local_n_kv_head=2"], "apply to the local layers: give sliding_window too"),
+    (["attn_sinks_local=true"], "apply to the local layers: give sliding_window too"),
+    (["sliding_window=8", "full_attention_every=2", "local_n_kv_head=5"], "multiple of local_n_kv_head"),
+    (["attn_v_head_dim=0"], "'attn_v_head_dim' must be positive"),
+])
+def test_flat_fields_of_mimo_attention_hostile(sets, message):
+    with pytest.raises(InputError, match=message):
+        load("llama2-7b", sets)
+
+
+def test_flat_fields_of_mimo_attention_count_per_layer():
+    """llama2-7b with a window on every 2nd layer, 2× the K/V heads and sinks there, V heads of 64: each layer's
+    attention weights by hand."""
+    cfg = load("llama2-7b", ["n_kv_head=8", "sliding_window=8", "full_attention_every=2", "local_n_kv_head=16",
+                             "attn_sinks_local=true", "attn_v_head_dim=64"])
+    d, h = 4096, 128
+    full = d * 32 * h + d * 8 * h + d * 8 * 64 + 32 * 64 * d
+    local = d * 32 * h + d * 16 * h + d * 16 * 64 + 32 * 64 * d + 32
+    import math
+
+    blocks = [cfg.architecture.output.layer(i) for i in (0, 1)]
+    assert [sum(math.prod(w.shape) for w in b.mixer.weights()) for b in blocks] == [local, full]

@@ -28,7 +28,7 @@ DEFAULTS = dict(deepseek.V3_DEFAULTS, n_routed_experts=64, moe_intermediate_size
 
 def glm4_moe_lite(r: Reader) -> None:
     n_layer = r.number("num_hidden_layers", None, integer=True)
-    dense = _dense_layers(r, n_layer)
+    dense = dense_layers(r, n_layer)
     first = dense if isinstance(dense, int) else 0
     rope = r.get("qk_rope_head_dim")
     alias = r.number("head_dim", None, integer=True)
@@ -55,7 +55,7 @@ def glm4_moe_lite(r: Reader) -> None:
     r.causal_or_base("Glm4MoeLite")
 
 
-def _dense_layers(r: Reader, n_layer: int | None) -> int | list[int]:
+def dense_layers(r: Reader, n_layer: int | None) -> int | list[int]:
     """The dense layers of mlp_layer_types (Glm4MoeLiteDecoderLayer: "sparse" has the experts): k where they are
     the first k, else their list. Absent: the first layer only (Glm4MoeLiteConfig.__post_init__)."""
     kinds = r.get("mlp_layer_types")
