@@ -267,3 +267,36 @@ def test_flat_fields_of_mimo_attention_count_per_layer():
 
     blocks = [cfg.architecture.output.layer(i) for i in (0, 1)]
     assert [sum(math.prod(w.shape) for w in b.mixer.weights()) for b in blocks] == [local, full]
+
+
+@pytest.mark.parametrize("name", ["glm4_moe_lite", "ernie4_5_moe", "mimo_v2_flash"])
+def test_tiny_decode_over_tfcalc_cache_equals_transformers(saved, name):
+    """Greedy decode over tfcalc's cache (MiMo's rings of 3 slots with sinks and twice the K/V heads, GLM's
+    latent, ERNIE's GQA) equals its uncached forward and transformers' generate, past the window."""
+    from hf_pairs import assert_decode_equals
+
+    import tfcalc
+
+    hf, folder = saved(name)
+    model = tfcalc.load_model(str(folder))
+    prompt = torch.randint(3, 61, (2, 7), generator=torch.Generator().manual_seed(3))
+    assert_decode_equals(model, hf, prompt, 6, model.new_cache(2, 13))
+
+
+def test_mimo_value_scale_is_folded_into_v(saved):
+    """Without attention_value_scale the loaded model's logits move: the fold is what matches transformers."""
+    import json as _json
+
+    import tfcalc
+
+    hf, folder = saved("mimo_v2_flash")
+    ids = torch.randint(3, 61, (1, 9), generator=torch.Generator().manual_seed(5))
+    raw = _json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(_json.dumps({**raw, "attention_value_scale": None}))
+    try:
+        unscaled = tfcalc.load_model(str(folder))
+    finally:
+        (folder / "config.json").write_text(_json.dumps(raw))
+    with torch.no_grad():
+        want, got = hf(ids).logits, unscaled(ids)
+    assert (want - got).abs().max() > 1e-2
