@@ -300,3 +300,39 @@ def test_mimo_value_scale_is_folded_into_v(saved):
     with torch.no_grad():
         want, got = hf(ids).logits, unscaled(ids)
     assert (want - got).abs().max() > 1e-2
+
+
+ATTENTION = {"glm4_moe_lite": ("glm4_moe_lite", "Glm4MoeLite", [0], 64),
+             "ernie4_5_moe": ("ernie4_5_moe", "Ernie4_5_Moe", [0], 128),
+             "mimo_v2_flash": ("mimo_v2_flash", "MiMoV2Flash", [0, 1], 64)}  # a full layer and a sliding one
+
+
+@pytest.mark.parametrize("seq", [48, 96])
+@pytest.mark.parametrize("model_type", list(ATTENTION))
+def test_forward_flops_of_full_size_attention_equal_flop_counter_mode(tmp_path, model_type, seq):
+    """Each family's attention at full published width on meta (eager: the scores as two matmuls over the full
+    square, tfcalc's convention, a window's mask included): FlopCounterMode's total is tfcalc's per layer."""
+    import importlib
+
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module, prefix, layer_ids, rope = ATTENTION[model_type]
+    m = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = getattr(transformers, FAMILIES[model_type][0])()
+    hf_cfg._attn_implementation = "eager"
+    cfg = load(_write(tmp_path, _published(model_type)))
+    for i in layer_ids:
+        with torch.device("meta"):
+            layer = getattr(m, f"{prefix}Attention")(hf_cfg, i).eval()
+            x = torch.empty(1, seq, hf_cfg.hidden_size)
+            cos = sin = torch.empty(1, seq, rope)
+            mask = torch.zeros(1, 1, seq, seq)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            layer(x, (cos, sin), mask)
+        mixer = cfg.architecture.output.layer(i).mixer
+        ours = sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears()) + sum(
+            mx.flops for mx in mixer.mixing(seq, seq))
+        assert ours == counter.get_total_flops()
