@@ -336,3 +336,17 @@ def test_forward_flops_of_full_size_attention_equal_flop_counter_mode(tmp_path, 
         ours = sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears()) + sum(
             mx.flops for mx in mixer.mixing(seq, seq))
         assert ours == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("name", ["glm4_moe_lite", "ernie4_5_moe", "mimo_v2_flash"])
+def test_params_of_the_folder_explains_every_stored_tensor(saved, cli, name):
+    """`tfcalc params FOLDER`: every tensor save_pretrained wrote is explained, the parameters matched are the
+    analytic count, and the rest are the routers' correction biases (buffers), E per MoE layer."""
+    hf, folder = saved(name)
+    data = cli("params", str(folder), "--json").json()
+    checkpoint = data["checkpoint"]
+    assert checkpoint["agree"] and not checkpoint["unexplained"] and not checkpoint["misfits"]
+    assert checkpoint["parameters_matched"] == data["analytic_total"] == data["empirical_total"]
+    biases = sum(t.numel() for n, t in hf.state_dict().items() if n.endswith("e_score_correction_bias"))
+    assert sum(checkpoint["buffers"].values()) == biases > 0
+    assert data["checkpoint_total"] == data["analytic_total"] + biases

@@ -62,7 +62,7 @@ def dense_layers(r: Reader, n_layer: int | None) -> int | list[int]:
     given = r.number("first_k_dense_replace", None, integer=True)
     if kinds is None:
         if given is not None and given != 1 and n_layer:
-            raise r.fail(f"'first_k_dense_replace' {shown(given)} is not read by transformers' glm4_moe_lite, which "
+            raise r.fail(f"'first_k_dense_replace' {shown(given)} is not read by transformers' {r.model_type}, which "
                          "keeps the first layer dense; give 'mlp_layer_types' to say which layers are")
         return 1
     if not isinstance(kinds, list) or any(k not in ("dense", "sparse") for k in kinds):
