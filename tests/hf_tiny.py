@@ -206,6 +206,35 @@ CASES = {
                      dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=16, attention_bias=True, use_qk_norm=True,
                           moe_intermediate_size=12, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
                           n_group=2, topk_group=1, routed_scaling_factor=2.5, first_k_dense_replace=1)),
+    # GLM-4.7-Flash: DeepSeek-V3's latent attention (compressed Q, interleaved rotary pairs) and experts (8 in 4
+    # groups, top-2 of 2 groups, a shared expert, scaled); mlp_layer_types with a dense layer that is not first
+    "glm4_moe_lite": Case("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                          dict({k: v for k, v in DS.items() if k != "first_k_dense_replace"}, **TOKENS,
+                               q_lora_rank=20, n_group=4, topk_group=2, routed_scaling_factor=1.8,
+                               mlp_layer_types=["sparse", "dense", "sparse"])),
+    "glm4_moe_lite-default": Case("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                                  dict(DS, **TOKENS, q_lora_rank=None, rope_interleave=False, attention_bias=True)),
+    # ERNIE-4.5 MoE: interleaved rotary pairs over the whole head; 8 experts top-2 (softmax, chosen with the
+    # correction bias, renormalized) and 2 shared, on layers 1 and 3 only (start 1, interval 2, end 3 of 5)
+    "ernie4_5_moe": Case("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=5, moe_intermediate_size=12, moe_num_experts=8,
+                              moe_k=2, moe_num_shared_experts=2, moe_layer_start_index=1, moe_layer_interval=2,
+                              moe_layer_end_index=3, rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
+    "ernie4_5_moe-default": Case("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                                 dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, moe_intermediate_size=12,
+                                      moe_num_experts=4, moe_k=2, moe_num_shared_experts=0)),
+    # MiMo-V2-Flash: Q/K heads of 16 and V heads of 8, Q/K/V biases; five sliding layers (window 3, twice the K/V
+    # heads, sinks) to one full, RoPE bases per type (10 and 1000) on a third of each head; values scaled; a dense
+    # first layer, then 8 experts top-2 in 2 groups (sigmoid routing with a correction bias, scaled)
+    "mimo_v2_flash": Case("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM",
+                          dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=6, num_key_value_heads=1, head_dim=16,
+                               v_head_dim=8, attention_bias=True, sliding_window=3, moe_intermediate_size=12,
+                               n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                               routed_scaling_factor=1.5,
+                               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0,
+                                                                   "partial_rotary_factor": 0.5},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 10.0,
+                                                                      "partial_rotary_factor": 0.5}})),
     # MiniMax-M2: whole-projection Q/K norms, rotary on 8 of 16 channels (rotary_dim), 4 experts top-2 in every
     # layer, sigmoid routing with a correction bias, renormalized
     "minimax_m2": Case("MiniMaxM2Config", "MiniMaxM2ForCausalLM",

@@ -22,7 +22,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "rel_pos_max_distance")),
     ("attention (Attention)", (
         "n_head", "n_kv_head", "d_head", "attn_bias", "attn_out_bias", "qk_norm", "qk_norm_over", "qk_norm_per_head",
-        "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention")),
+        "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention",
+        "local_n_kv_head", "attn_sinks_local", "attn_v_head_dim")),
     ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),

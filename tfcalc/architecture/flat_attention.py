@@ -73,6 +73,12 @@ class AttentionFields:
     # softmax attention's output times sigmoid(a gate of n_head·d_head from Q's projection, per head [q | gate]:
     # Qwen3NextAttention, modeling_qwen3_next.py), before the O projection
     attn_output_gate: bool = False
+    # MiMo-V2-Flash (modeling_mimo_v2_flash.py, MiMoV2FlashAttention): its local layers keep more K/V heads than
+    # its global ones (local_n_kv_head: 2 × num_key_value_heads) and sinks in their softmax only (sinks_local);
+    # every layer's V heads narrower than Q's and K's (v_head_dim 128 beside head_dim 192: attn_v_head_dim)
+    local_n_kv_head: Optional[int] = None  # None: n_kv_head in every layer
+    attn_sinks_local: bool = False  # sinks (attn_sinks) in the local layers only
+    attn_v_head_dim: Optional[int] = None  # None: d_head
 
 
 def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
@@ -88,14 +94,15 @@ def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     temperature = None
     if cfg.attn_temperature_floor is not None and kind == "self" and not layer.rope:
         temperature = (cfg.attn_temperature_floor, cfg.attn_temperature_scale)
+    kv_heads = cfg.local_n_kv_head if local and cfg.local_n_kv_head is not None else cfg.kv_heads
     return Attention(
-        cfg.d_model, cfg.n_head, cfg.kv_heads, cfg.head_dim, kind=kind, causal=causal,
+        cfg.d_model, cfg.n_head, kv_heads, cfg.head_dim, v_head_dim=cfg.attn_v_head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
         rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0,
         rope_scaling=rope_scaling.for_layer(cfg, local) if rope else None, qk_norm=qk_norm,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
-        sinks=cfg.attn_sinks and kind == "self",
+        sinks=(cfg.attn_sinks or cfg.attn_sinks_local and local) and kind == "self",
         qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None, output_gate=cfg.attn_output_gate and kind == "self",
     )
 
@@ -120,6 +127,10 @@ def check(cfg: Any) -> None:
         raise ConfigError("give attn_temperature_floor and attn_temperature_scale together, or neither")
     if cfg.attn_temperature_floor is not None and cfg.nope_every is None and cfg.layer_pattern is None:
         raise ConfigError("the attention temperature applies to NoPE layers: give nope_every or layer_pattern too")
+    if (cfg.local_n_kv_head is not None or cfg.attn_sinks_local) and cfg.sliding_window is None:
+        raise ConfigError("local_n_kv_head and attn_sinks_local apply to the local layers: give sliding_window too")
+    if cfg.local_n_kv_head is not None and cfg.n_head % cfg.local_n_kv_head:
+        raise ConfigError(f"n_head ({cfg.n_head}) must be a multiple of local_n_kv_head ({cfg.local_n_kv_head})")
     if cfg.qk_norm_per_head and not cfg.qk_norm:
         raise ConfigError("qk_norm_per_head gives each head its own Q/K norm weights: set qk_norm true too")
     _check_patterns(cfg)

@@ -17,6 +17,8 @@ transforms, undone by tfcalc.model.load and read by the counts here):
   rotates halves, so the rotated rows of each Q and K head are reordered (pairs (0, 1), (2, 3), ... to halves
   0, 2, ... | 1, 3, ...): Q·Kᵀ is unchanged by one reordering applied to both (Llama 4's complex RoPE too);
   ``rope_pairs_heads`` does the same to Cohere's per-head Q/K norm weights, (heads, h);
+- ``value_scale``: MiMo-V2-Flash scales its values by attention_value_scale: folded into V's rows and bias;
+- ``flat``: ERNIE-4.5's router correction bias, stored (1, E), tfcalc's buffer (E,);
 - ``mT``: Llama 4's grouped experts, stored (E, in, out): each expert's matrix transposed;
 - ``oss_gate_up``, ``oss_bias``, ``mxfp4``: gpt-oss's interleaved gate/up columns and MXFP4 expert blocks.
 
@@ -93,7 +95,8 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
             if target in ("buffer", "mtp", "scales"):
                 return target
             if target.startswith("buffer:"):
-                return Piece(target.removeprefix("buffer:").format(*m.groups()), buffer=True)
+                param, _, transform = target.removeprefix("buffer:").partition("||")
+                return Piece(param.format(*m.groups()), transform=transform or None, buffer=True)
             tied = target.startswith("tied:")
             param, _, rest = target.removeprefix("tied:").partition("|")
             part, _, transform = rest.partition("|")

@@ -69,6 +69,11 @@ def _layout(cfg: ModelConfig, raw: dict[str, Any], tensor: torch.Tensor, piece: 
         return torch.cat([rows[:, 0::2], rows[:, 1::2]], dim=1)
     if transform == "norm+1":
         return tensor.float() + 1.0
+    if transform == "value_scale":  # MiMo-V2-Flash: V times attention_value_scale (MiMoV2FlashConfig: 0.707,
+        scale = raw.get("attention_value_scale", 0.707)  # null: 1), folded into V's rows: hf_config.mimo_v2_flash
+        return tensor * (1.0 if scale is None else scale)
+    if transform == "flat":  # ERNIE-4.5's router correction bias, stored (1, E): hf_config.ernie4_5_moe
+        return tensor.reshape(-1)
     if transform == "mT":
         return tensor.mT
     if transform == "rope_pairs_heads":  # Cohere's per-head Q/K norm weights, (heads, h): hf_config.cohere
@@ -158,7 +163,7 @@ def load_weights(model: Transformer, cfg: ModelConfig, folder: Path, raw: dict[s
             continue
         tensor = get()
         if piece.buffer:  # a buffer of the model that a checkpoint holds (DeepSeek-V3's router bias)
-            _fill(buffers, {}, name, piece, None, tensor, not dry)
+            _fill(buffers, {}, name, piece, None, _layout(cfg, raw, tensor, piece), not dry)
             continue
         value = _layout(cfg, raw, tensor, piece)
         _fill(params, written, name, piece, _rows(cfg, piece), value, not dry)
