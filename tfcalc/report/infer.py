@@ -153,7 +153,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     if o.rate is not None:  # the static estimate beside: at the mean decode batch, or the largest that fits
         state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                        memory, tp)
+                                        memory, tp, continuous_report.prefill_chunk(o))
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
