@@ -22,6 +22,9 @@ A mixed step of n decode tokens at context L and a chunk of c prompt tokens at p
    t_p(n) = Σ_j (T(n, chunk_j) − τ(n)), where τ(n) is the decode step alone; at n = 0 a chunk runs alone
    and pays the weights: t_p(0) = Σ_j T(0, chunk_j). Between whole n, linear (n < 1: between 0 and 1).
 
+4. The budget carries B − n prompt tokens a step: the steps' prompt room is a server that a prompt holds for
+   S(n) = min(n, 1)·τ(n)·I / (B − n) + t_p(n), busy R·S(n) < 1 of the time (capacity: the limit 'budget').
+
 With n = 0 and I ≤ B that is one step over the whole prompt: the unchunked prefill's rows, less the encoder
 (decoder-only models only: an encoder-decoder is served unchunked, its prompt through the encoder first)."""
 
@@ -150,3 +153,9 @@ class ChunkedPrefill:
     def steps(self, n: float) -> int:
         """The steps a prompt's chunks take beside about n decode tokens."""
         return len(chunks(self.prompt, self.budget, round(n)))
+
+    def service(self, n: float) -> float:
+        """S(n): the time a prompt holds the steps' prompt budget (step 4): its share of the steps, I / (B − n)
+        of one step's room, each τ(n) long (none at n < 1 steps: its chunks run alone), and t_p(n). Prompts
+        pack the budget first come, first served, so the prompts wait on each other as at one server of S."""
+        return min(n, 1.0) * self.e.tau(n) * self.prompt / max(1.0, self.budget - n) + self.seconds(n)

@@ -33,9 +33,11 @@ positions it has so far, on average I + O/2 over its life.
 
 Chunked prefill changes three of the steps. 1: a prompt's cost t_p(N) is what its chunks add to the decode steps
 they ride on (tfcalc.count.serving.chunked, step 3: the weights not read again beside N ≥ 1 decoding), so
-ρ(N) = R·t_p(N) and step 3's fixed point is N = R·(O − 1)·τ(N) / (1 − ρ(N)). 4: N ≤ B − 1 as well (the limit
-'budget': the decode tokens leave no room for a chunk). 5: TTFT = W + u·τ(N)/2 + k·min(N, 1)·τ(N) + t_p(N) +
-the fixed work, W as above with t_p(N): the prompt's k chunks each ride on a step that decodes the N in flight.
+ρ(N) = R·t_p(N) and step 3's fixed point is N = R·(O − 1)·τ(N) / (1 − ρ(N)). 4: N ≤ B − 1 and R·S(N) < 1 as
+well (the limit 'budget': the decode tokens leave too little room for the prompts; S(N), the time a prompt holds
+the steps' prompt budget, chunked step 4). 5: TTFT = W + (1 − R·S)·min(N, 1)·τ(N)/2 + k·min(N, 1)·τ(N) + t_p(N) +
+the fixed work, W = R·S² / (2(1 − R·S)) (M/D/1 on the budget): the prompt's k chunks each ride on a step that
+decodes the N in flight.
 ITL = τ(N) / (1 − ρ(N)) as before: the steps per second, (1 − ρ)/τ, whichever steps the chunks are in.
 """
 
@@ -204,7 +206,7 @@ def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[flo
     bound = min(cap, float(e.budget - 1), float(BATCH_LIMIT))
     n = _first_root(g, max(bound, 1.0))
     if n is not None and n <= bound:
-        return n, None
+        return (n, None) if rate * p.service(n) < 1 else (None, "budget")
     free = _first_root(g, float(BATCH_LIMIT))  # what it runs into: the first N that serves, were there room
     if free is None:
         return None, "prefill" if rate * p.seconds(1) >= 1 else "decode"
@@ -251,11 +253,12 @@ def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings
     t_p = e.prompt_s(n)
     rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
-    wait = rho * t_p / (2 * (1 - rho))
-    steps = None if e.chunked is None else e.chunked.steps(n)
-    # chunked: the prompt's own steps each carry the decode step too (none at N = 0: its chunks run alone)
-    own = t_p if steps is None else t_p + steps * min(n, 1.0) * tau
-    ttft = wait + (1 - rho) * min(n, 1.0) * tau / 2 + own + request
+    if e.chunked is None:
+        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, t_p
+    else:  # the prompts ahead hold the budget S(N) each (M/D/1); its own steps each carry the decode step too
+        steps, s = e.chunked.steps(n), e.chunked.service(n)
+        wait, idle, own = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s, t_p + steps * min(n, 1.0) * tau
+    ttft = wait + idle * min(n, 1.0) * tau / 2 + own + request
     return SteadyState(t, t_p, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request,
                        e.budget, steps)
 
