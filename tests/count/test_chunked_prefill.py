@@ -221,3 +221,15 @@ def test_hostile_budget(cli, args, message):
 
 def test_budget_without_rate_is_refused(cli):
     assert_one_line_error(cli("infer", "gpt2", "--prefill-chunk", "512"), "--prefill-chunk belongs to continuous")
+
+
+def test_many_chunks_are_priced_from_evenly_spaced_ones():
+    """A 32,000-token prompt in chunks of 512 − n: the sampled sum against every chunk priced one by one (a
+    chunk's time is linear in its start but for the kink where its attention turns compute-bound)."""
+    _, c = datasheet_ceilings("h100-sxm", BF16)
+    e = continuous.Engine(load("llama3-8b"), BF16, "bf16", c, continuous.Traffic(1.0, 32000, 256), None, None, 512)
+    for n in (0, 1, 100, 400):
+        parts = chunked.chunks(32000, 512, n)
+        assert len(parts) > chunked.SAMPLED
+        exact = sum(e.chunked.step_s(n, s, k) - (e.step_s(n) if n else 0.0) for s, k in parts)
+        assert e.chunked.whole(n) == pytest.approx(exact, rel=2e-3)

@@ -44,7 +44,7 @@ from tfcalc.errors import InputError
 
 DEFAULT_BUDGET = 8192  # vLLM V1's max_num_batched_tokens, OpenAI server, GPU of >= 70 GiB (module docstring)
 BUDGET_LIMIT = 1 << 20
-SAMPLED = 32  # chunks priced one by one at most; beyond, evenly spaced ones stand for the rest (ChunkedPrefill)
+SAMPLED = 8  # chunks priced one by one at most; beyond, evenly spaced ones stand for the rest (ChunkedPrefill)
 
 
 def check_budget(budget: object) -> None:
