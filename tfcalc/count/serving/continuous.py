@@ -83,7 +83,7 @@ class SteadyState:
     limit: Optional[str]  # None, or what the rate exceeds: 'prefill', 'decode', 'memory' or 'budget' (chunked)
     request_s: float
     prefill_chunk: Optional[int] = None  # chunked prefill's tokens per step B (None: prefills whole, alone)
-    prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (None: over capacity)
+    prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (over capacity: beside N = 1)
 
     @property
     def over_capacity(self) -> bool:
@@ -207,10 +207,13 @@ def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[flo
     n = _first_root(g, max(bound, 1.0))
     if n is not None and n <= bound:
         return (n, None) if rate * p.service(n) < 1 else (None, "budget")
-    free = _first_root(g, float(BATCH_LIMIT))  # what it runs into: the first N that serves, were there room
-    if free is None:
-        return None, "prefill" if rate * p.seconds(1) >= 1 else "decode"
-    return None, "memory" if free > cap else "budget"
+    low = p.seconds(1)  # what it runs into: the prompts alone; else the N the decode steps would need with the
+    if rate * low >= 1:  # prompts at t_p(1) each, past the memory's bound or the budget's (the tighter one)
+        return None, "prefill"
+    free = _first_root(lambda n: rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * low), float(BATCH_LIMIT))
+    if free is None or free <= min(cap, e.budget - 1):  # not even there, or the prompts' cost grows with N
+        return None, "decode"
+    return None, "memory" if cap <= e.budget - 1 else "budget"
 
 
 def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Optional[str]]:
@@ -246,10 +249,10 @@ def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings
     cap = math.inf if cap_n is None else float(cap_n)
     n, limit = concurrency(e, t, cap)
     rate = _max_rate(e, t, cap)
-    if n is None:
+    if n is None:  # chunked: the prompt's cost beside one sequence decoding
         t_p = e.prompt_s(1.0)
         return SteadyState(t, t_p, t.rate * t_p, None, None, None, None, None, cap_n, rate, limit, request,
-                           e.budget)
+                           e.budget, None if e.chunked is None else e.chunked.steps(1.0))
     t_p = e.prompt_s(n)
     rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
