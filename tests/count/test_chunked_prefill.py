@@ -11,7 +11,8 @@ from functools import lru_cache
 
 import pytest
 import torch
-from conftest import assert_one_line_error
+from conftest import assert_one_line_error, configs
+from hypothesis import HealthCheck, given, settings, strategies as st
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import tfcalc
@@ -233,3 +234,21 @@ def test_many_chunks_are_priced_from_evenly_spaced_ones():
         assert len(parts) > chunked.SAMPLED
         exact = sum(e.chunked.step_s(n, s, k) - (e.step_s(n) if n else 0.0) for s, k in parts)
         assert e.chunked.whole(n) == pytest.approx(exact, rel=2e-3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cfg=configs(), n=st.integers(1, 40), context=st.integers(1, 60), start=st.integers(0, 60),
+       size=st.integers(1, 50), ridge=st.sampled_from([0.01, 1.0, 40.0, 1e4]))
+def test_a_mixed_step_costs_between_its_decode_step_and_both_apart(cfg, n, context, start, size, ridge):
+    """Per row, with a = the decode part's FLOP time, x its byte time, b and y the chunk's, w the weights read
+    once: max(a + b, x + y − w/bw) lies between max(a, x) and max(a, x) + max(b, y), since w ≤ the chunk's bytes;
+    so τ(n) ≤ T(n, chunk) ≤ τ(n) + T(0, chunk), on any model (random configs: windows, MoE, hybrids)."""
+    if not chunked.applies(cfg) or cfg.architecture.kind == "encoder" or not cfg.architecture.head.lm_head:
+        return
+    c = Ceilings(ridge * 1e12, 1e12, "test")
+    decode = decode_step(cfg, n, context, BF16, "bf16")
+    chunk = chunked.chunk_step(cfg, start, size, BF16, "bf16")
+    mixed = chunked.mixed_step(decode, chunk)
+    assert decode.time_s(c) * (1 - 1e-12) <= mixed.time_s(c) <= (decode.time_s(c) + chunk.time_s(c)) * (1 + 1e-12)
+    assert mixed.flops == decode.flops + chunk.flops
+    assert max(decode.weight_bytes, chunk.weight_bytes) <= mixed.weight_bytes <= decode.weight_bytes + chunk.weight_bytes
