@@ -251,4 +251,5 @@ def test_a_mixed_step_costs_between_its_decode_step_and_both_apart(cfg, n, conte
     mixed = chunked.mixed_step(decode, chunk)
     assert decode.time_s(c) * (1 - 1e-12) <= mixed.time_s(c) <= (decode.time_s(c) + chunk.time_s(c)) * (1 + 1e-12)
     assert mixed.flops == decode.flops + chunk.flops
-    assert max(decode.weight_bytes, chunk.weight_bytes) <= mixed.weight_bytes <= decode.weight_bytes + chunk.weight_bytes
+    weights = (decode.weight_bytes, chunk.weight_bytes)
+    assert max(weights) <= mixed.weight_bytes <= sum(weights)
