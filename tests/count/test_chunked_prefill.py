@@ -20,8 +20,10 @@ from tfcalc.architecture.attention import causal_pairs
 from tfcalc.count.model.quant import plain
 from tfcalc.count.serving import chunked, continuous
 from tfcalc.count.serving.roofline import Ceilings, decode_step
+from tfcalc.count.serving.serving_tp import comm_seconds
 from tfcalc.presets import load
 from tfcalc.report.infer import datasheet_ceilings
+from tfcalc.report.serving_tp import tensor_parallel
 
 BF16 = plain("bf16")
 D, LAYERS, HEADS, VOCAB, POSITIONS = 64, 2, 4, 1000, 512
@@ -253,3 +255,16 @@ def test_a_mixed_step_costs_between_its_decode_step_and_both_apart(cfg, n, conte
     assert mixed.flops == decode.flops + chunk.flops
     weights = (decode.weight_bytes, chunk.weight_bytes)
     assert max(weights) <= mixed.weight_bytes <= sum(weights)
+
+
+def test_tensor_parallel_collectives_run_once_over_both_parts():
+    """Under --tp a mixed step's all-reduces carry the n + c tokens in one call each (NCCL's latency paid once),
+    its all-gather the n + 1 sampled positions' logits: with a chunk of 1, exactly a decode step of n + 1."""
+    spec, c = datasheet_ceilings("a100-80gb", BF16)
+    tp = tensor_parallel(spec, c, 2)
+    cfg = load("llama2-13b")
+    one = chunked.mixed_comm_seconds(cfg, tp, 7, 1, 2)
+    assert one == pytest.approx(comm_seconds(cfg, tp, 8, 1, 2, True), rel=1e-12)
+    apart = comm_seconds(cfg, tp, 7, 1, 2, True) + comm_seconds(cfg, tp, 1, 300, 2, False)
+    assert comm_seconds(cfg, tp, 307, 1, 2, True) > chunked.mixed_comm_seconds(cfg, tp, 7, 300, 2)
+    assert chunked.mixed_comm_seconds(cfg, tp, 7, 300, 2) < apart  # the calls' latency once

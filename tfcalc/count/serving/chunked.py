@@ -16,7 +16,7 @@ A mixed step of n decode tokens at context L and a chunk of c prompt tokens at p
    position-mixing rows stay apart (the decode tokens read their caches, the chunk its own).
 2. Its seconds: the rows' roofline (the slower of FLOPs and bytes, per row) plus the performance model's
    per-step costs (tfcalc.count.perf.inference.overhead): kernels, dequantization and the host once, the
-   elementwise traffic and the all-reduces of both parts.
+   elementwise traffic of both parts; under --tp each collective once over both parts' tokens.
 3. A prompt of I tokens is split into chunks of C = min(I, B − n) (the budget the decode tokens leave), the
    last one shorter. Its cost on the GPU is what its chunks add to the steps they ride on,
    t_p(n) = Σ_j (T(n, chunk_j) − τ(n)), where τ(n) is the decode step alone; at n = 0 a chunk runs alone
@@ -37,9 +37,13 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
+from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
+from tfcalc.count.perf import collectives
 from tfcalc.count.perf.inference import Overhead, step_seconds
 from tfcalc.count.serving.roofline import Row, Step, _check, _rows
+from tfcalc.count.serving.serving_tp import TensorParallel, step_collectives
+from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
 
 DEFAULT_BUDGET = 8192  # vLLM V1's max_num_batched_tokens, OpenAI server, GPU of >= 70 GiB (module docstring)
@@ -95,14 +99,25 @@ def mixed_step(decode: Step, chunk: Step) -> Step:
     return Step("mixed", decode.batch + 1, 1, max(decode.context, chunk.context), tuple(rows))
 
 
-def merge_overhead(d: Optional[Overhead], p: Optional[Overhead]) -> Optional[Overhead]:
-    """Step 2: one step's fixed costs (kernels, dequantization, the host: the larger part's, once) and both
-    parts' traffic and all-reduces."""
+def mixed_comm_seconds(cfg: ModelConfig, tp: TensorParallel, n: int, size: int, act_bytes: int) -> float:
+    """Step 2 under tensor parallelism: the mixed step's collectives (serving_tp.step_collectives), each call
+    once over both parts' rows -- the all-reduces over n + size tokens, the logits' all-gather over the n decode
+    tokens and the chunk's last position -- on the node's link, as NCCL's cost model runs them."""
+    ops = step_collectives(cfg, n + size, 1, act_bytes, True, None, tp.tp)
+    *reduces, (gather, calls, payload) = ops
+    ops = [*reduces, (gather, calls, payload * (n + 1) // (n + size))]
+    return sum(collectives.nccl_seconds(op, k * pay, k * sent_bytes(op, pay, tp.tp), tp.tp, 1, k, tp.link,
+                                        tp.link_bytes_per_s * tp.efficiency) for op, k, pay in ops)
+
+
+def merge_overhead(d: Optional[Overhead], p: Optional[Overhead], comm_s: float = 0.0) -> Optional[Overhead]:
+    """Step 2: one step's fixed costs (kernels, dequantization, the host: the larger part's, once), both
+    parts' elementwise traffic, and ``comm_s``, the mixed step's collectives (mixed_comm_seconds)."""
     if d is None or p is None:
         return d or p
     return replace(d, kernels=max(d.kernels, p.kernels), kernel_s=max(d.kernel_s, p.kernel_s),
                    dequant_s=max(d.dequant_s, p.dequant_s), traffic_s=d.traffic_s + p.traffic_s,
-                   comm_s=d.comm_s + p.comm_s, request_s=0.0, host_s=max(d.host_s, p.host_s))
+                   comm_s=comm_s, request_s=0.0, host_s=max(d.host_s, p.host_s))
 
 
 def chunks(prompt: int, budget: int, n: int) -> list[tuple[int, int]]:
@@ -117,6 +132,7 @@ class ChunkedPrefill:
 
     def __init__(self, engine, prompt: int, budget: int):
         self.e, self.prompt, self.budget = engine, prompt, budget
+        self.act = activation_element_bytes(engine.fmt.compute_dtype)
         self.whole = lru_cache(maxsize=None)(self._whole)
         self._chunk = lru_cache(maxsize=None)(self._chunk_parts)
 
@@ -131,7 +147,9 @@ class ChunkedPrefill:
         if n == 0:
             return step_seconds(chunk.time_s(self.e.c), over)
         decode, d_over = self.e.decode_parts(n)
-        return step_seconds(mixed_step(decode, chunk).time_s(self.e.c), merge_overhead(d_over, over))
+        tp = self.e.tp
+        comm = 0.0 if tp is None or tp.tp == 1 else mixed_comm_seconds(self.e.cfg, tp, n, size, self.act)
+        return step_seconds(mixed_step(decode, chunk).time_s(self.e.c), merge_overhead(d_over, over, comm))
 
     def _whole(self, n: int) -> float:
         base = self.e.step_s(n) if n else 0.0
