@@ -61,7 +61,7 @@ def test_a_mixed_step_against_a_hand_derivation(n, context, start, size):
     cfg = tiny()
     decode = decode_step(cfg, n, context, BF16, "bf16")
     chunk = chunked.chunk_step(cfg, start, size, BF16, "bf16")
-    mixed = chunked.mixed_step(decode, chunk)
+    mixed = chunked.mixed_step(cfg, decode, chunk)
     assert mixed.flops == hand_flops(n, context, start, size)
     assert causal_pairs(size, start + size) == size * start + size * (size + 1) // 2
     # the weights once, as transformers counts them (bf16: 2 bytes each), not once per part
@@ -250,7 +250,7 @@ def test_a_mixed_step_costs_between_its_decode_step_and_both_apart(cfg, n, conte
     c = Ceilings(ridge * 1e12, 1e12, "test")
     decode = decode_step(cfg, n, context, BF16, "bf16")
     chunk = chunked.chunk_step(cfg, start, size, BF16, "bf16")
-    mixed = chunked.mixed_step(decode, chunk)
+    mixed = chunked.mixed_step(cfg, decode, chunk)
     assert decode.time_s(c) * (1 - 1e-12) <= mixed.time_s(c) <= (decode.time_s(c) + chunk.time_s(c)) * (1 + 1e-12)
     assert mixed.flops == decode.flops + chunk.flops
     weights = (decode.weight_bytes, chunk.weight_bytes)
@@ -268,3 +268,16 @@ def test_tensor_parallel_collectives_run_once_over_both_parts():
     apart = comm_seconds(cfg, tp, 7, 1, 2, True) + comm_seconds(cfg, tp, 1, 300, 2, False)
     assert comm_seconds(cfg, tp, 307, 1, 2, True) > chunked.mixed_comm_seconds(cfg, tp, 7, 300, 2)
     assert chunked.mixed_comm_seconds(cfg, tp, 7, 300, 2) < apart  # the calls' latency once
+
+
+def test_a_mixed_step_reads_the_experts_both_parts_touch():
+    """Mixtral (8 experts, top 2): one decode token touches 2 experts a layer, one prompt token 2, the two
+    together 8·(1 − (6/8)²) = 3.5 (uniform routing): the experts' bytes 1.75 times either part's."""
+    cfg = load("mixtral-8x7b")
+    decode, chunk = decode_step(cfg, 1, 10, BF16, "bf16"), chunked.chunk_step(cfg, 0, 1, BF16, "bf16")
+    mixed = chunked.mixed_step(cfg, decode, chunk)
+    experts = [(r, next(p for p in chunk.rows if p.label == r.label)) for r in mixed.rows
+               if r.component.startswith("expert_ffn")]
+    assert experts
+    for merged, part in experts:
+        assert merged.weight_bytes == round(part.weight_bytes * 3.5 / 2)

@@ -11,8 +11,8 @@ A mixed step of n decode tokens at context L and a chunk of c prompt tokens at p
 1. Its rows: the decode step's (tfcalc.count.serving.roofline.decode_step) and the chunk's (the c queries
    attending to their s + c positions, causal pairs counted by tfcalc.architecture.attention.causal_pairs,
    the cache's s positions read once; the logits of one position). Each matmul with weights is one GEMM of
-   n + c rows: FLOPs and activations add, its weights are read once (a MoE's experts: those either part
-   touches, the larger of the two; 16 tokens of 128 experts, top 8, already touch 64 % of them). The
+   n + c rows: FLOPs and activations add, its weights are read once (a MoE's experts: those the n + c tokens
+   touch, E·(1 − (1 − k/E)^(n + c)) under uniform routing, as roofline prices a step's). The
    position-mixing rows stay apart (the decode tokens read their caches, the chunk its own).
 2. Its seconds: the rows' roofline (the slower of FLOPs and bytes, per row) plus the performance model's
    per-step costs (tfcalc.count.perf.inference.overhead): kernels, dequantization and the host once, the
@@ -41,7 +41,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf import collectives
 from tfcalc.count.perf.inference import Overhead, step_seconds
-from tfcalc.count.serving.roofline import Row, Step, _check, _rows
+from tfcalc.count.serving.roofline import Row, Step, _check, _rows, experts_touched
 from tfcalc.count.serving.serving_tp import TensorParallel, step_collectives
 from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
@@ -75,22 +75,34 @@ def chunk_step(cfg: ModelConfig, start: int, size: int, fmt: WeightFormat, kv_dt
     return Step("prefill", 1, size, start + size, _rows(cfg, entries, fmt, kv_dtype, 1, size, decode=False))
 
 
-def _merge_row(d: Row, p: Row) -> Row:
+def _merged_weights(cfg: ModelConfig, d: Row, p: Row, tokens: tuple[int, int]) -> int:
+    """The weights a merged row reads once: a MoE's experts those the n + c tokens touch together,
+    E·(1 − (1 − k/E)^(n + c)) of E (roofline.experts_touched, uniform routing), from the chunk's share of
+    them; any other matrix whole, as either part reads it."""
+    if not d.component.startswith("expert_ffn"):
+        return max(d.weight_bytes, p.weight_bytes)
+    moe = next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
+    n, c = tokens
+    share = experts_touched(moe.n_expert, moe.top_k, n + c) / experts_touched(moe.n_expert, moe.top_k, c)
+    return max(d.weight_bytes, round(p.weight_bytes * share))
+
+
+def _merge_row(cfg: ModelConfig, d: Row, p: Row, tokens: tuple[int, int]) -> Row:
     """One GEMM over both parts' rows: FLOPs and activations add, the weights read once (step 1)."""
     m = d.shape[0] + p.shape[0]
-    return replace(d, flops=d.flops + p.flops, weight_bytes=max(d.weight_bytes, p.weight_bytes),
+    return replace(d, flops=d.flops + p.flops, weight_bytes=_merged_weights(cfg, d, p, tokens),
                    kv_bytes=d.kv_bytes + p.kv_bytes, activation_bytes=d.activation_bytes + p.activation_bytes,
                    shape=(m, d.shape[1], d.shape[2]))
 
 
-def mixed_step(decode: Step, chunk: Step) -> Step:
+def mixed_step(cfg: ModelConfig, decode: Step, chunk: Step) -> Step:
     """Step 1: the decode step's rows and the chunk's, each matmul with weights merged."""
     mine = {(r.component, r.label): r for r in chunk.rows if not r.mixing}
     rows, used = [], set()
     for r in decode.rows:
         key = (r.component, r.label)
         if not r.mixing and key in mine and r.shape[1:] == mine[key].shape[1:]:
-            rows.append(_merge_row(r, mine[key]) if r.component != "other" else
+            rows.append(_merge_row(cfg, r, mine[key], (decode.batch, chunk.queries)) if r.component != "other" else
                         replace(r, weight_bytes=max(r.weight_bytes, mine[key].weight_bytes)))
             used.add(key)
         else:
@@ -149,7 +161,8 @@ class ChunkedPrefill:
         decode, d_over = self.e.decode_parts(n)
         tp = self.e.tp
         comm = 0.0 if tp is None or tp.tp == 1 else mixed_comm_seconds(self.e.cfg, tp, n, size, self.act)
-        return step_seconds(mixed_step(decode, chunk).time_s(self.e.c), merge_overhead(d_over, over, comm))
+        mixed = mixed_step(self.e.cfg, decode, chunk)
+        return step_seconds(mixed.time_s(self.e.c), merge_overhead(d_over, over, comm))
 
     def _whole(self, n: int) -> float:
         base = self.e.step_s(n) if n else 0.0
