@@ -215,7 +215,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
     if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
-        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None)
+        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None,
+                        prefill_chunk=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
                      model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,
