@@ -18,6 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import tfcalc
 from tfcalc.architecture.attention import causal_pairs
 from tfcalc.count.model.quant import plain
+from tfcalc.count.perf.inference import Overhead
 from tfcalc.count.serving import chunked, continuous
 from tfcalc.count.serving.roofline import Ceilings, decode_step
 from tfcalc.count.serving.serving_tp import comm_seconds
@@ -281,3 +282,16 @@ def test_a_mixed_step_reads_the_experts_both_parts_touch():
     assert experts
     for merged, part in experts:
         assert merged.weight_bytes == round(part.weight_bytes * 3.5 / 2)
+
+
+def test_a_mixed_steps_fixed_costs_once_and_its_traffic_twice():
+    """The performance model's per-step costs of a mixed step: the kernels (and their time, dequantization, the
+    host) of the larger part once; the elementwise traffic of both; the collectives given; no request's work."""
+    d = Overhead(kernels=300, kernel_s=1.2e-3, dequant_s=1e-4, traffic_s=2e-5, comm_s=3e-4, request_s=0.0,
+                 host_s=2e-3, launch="eager")
+    p = Overhead(kernels=310, kernel_s=1.24e-3, dequant_s=1e-4, traffic_s=9e-4, comm_s=5e-4, request_s=2e-3,
+                 host_s=1.9e-3, launch="eager")
+    m = chunked.merge_overhead(d, p, 6e-4)
+    assert (m.kernels, m.kernel_s, m.dequant_s, m.host_s) == (310, 1.24e-3, 1e-4, 2e-3)
+    assert m.traffic_s == pytest.approx(9.2e-4) and m.comm_s == 6e-4 and m.request_s == 0.0
+    assert chunked.merge_overhead(None, None) is None

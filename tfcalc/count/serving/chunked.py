@@ -31,7 +31,7 @@ With n = 0 and I ≤ B that is one step over the whole prompt: the unchunked pre
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import lru_cache
 from typing import Optional
 
@@ -122,14 +122,19 @@ def mixed_comm_seconds(cfg: ModelConfig, tp: TensorParallel, n: int, size: int, 
                                         tp.link_bytes_per_s * tp.efficiency) for op, k, pay in ops)
 
 
+ONCE = ("kernels", "kernel_s", "dequant_s", "host_s")  # a step's fixed costs: the larger part's, once
+
+
 def merge_overhead(d: Optional[Overhead], p: Optional[Overhead], comm_s: float = 0.0) -> Optional[Overhead]:
-    """Step 2: one step's fixed costs (kernels, dequantization, the host: the larger part's, once), both
-    parts' elementwise traffic, and ``comm_s``, the mixed step's collectives (mixed_comm_seconds)."""
+    """Step 2: one step's fixed costs (kernels, dequantization, the host: the larger part's, once), ``comm_s``
+    the mixed step's collectives (mixed_comm_seconds), no request's fixed work, and every other cost, which
+    grows with the tokens (the elementwise traffic, and any term the performance model adds), both parts'."""
     if d is None or p is None:
         return d or p
-    return replace(d, kernels=max(d.kernels, p.kernels), kernel_s=max(d.kernel_s, p.kernel_s),
-                   dequant_s=max(d.dequant_s, p.dequant_s), traffic_s=d.traffic_s + p.traffic_s,
-                   comm_s=comm_s, request_s=0.0, host_s=max(d.host_s, p.host_s))
+    merged = {f.name: getattr(d, f.name) + getattr(p, f.name) for f in fields(d)
+              if isinstance(getattr(d, f.name), float) and f.name not in ONCE}
+    merged.update({name: max(getattr(d, name), getattr(p, name)) for name in ONCE})
+    return replace(d, **{**merged, "comm_s": comm_s, "request_s": 0.0})
 
 
 def chunks(prompt: int, budget: int, n: int) -> list[tuple[int, int]]:
