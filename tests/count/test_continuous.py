@@ -88,7 +88,8 @@ def test_capacity_is_where_the_steady_state_ends(cli):
     above = tfcalc.infer("llama3-8b", rate=top * 1.01, mean_input=512, mean_output=256).to_json()["continuous"]
     assert not below["over_capacity"] and above["over_capacity"] and above["limit"] in ("decode", "memory")
     assert below["concurrency"] > r["concurrency"]
-    over = cli("infer", "llama3-8b", "--rate", "100", "--mean-input", "512", "--mean-output", "256", "--json")
+    over = cli("infer", "llama3-8b", "--rate", "100", "--mean-input", "512", "--mean-output", "256", "--json",
+               "--prefill-chunk", "0")  # prompts prefilled whole, alone
     assert over.code == 0 and over.json()["continuous"]["limit"] == "prefill"  # 100 × 13.5 ms > 1 s
     fail = cli("infer", "llama3-8b", "--rate", "100", "--mean-input", "512", "--mean-output", "256", "--require-fit")
     assert fail.code == 1 and "over capacity" in fail.err

@@ -16,6 +16,7 @@ from tfcalc.cli.infer_options import (
     MaxTime,
     MeanInput,
     MeanOutput,
+    PrefillChunk,
     Rate,
     Requests,
     ServeTP,
@@ -93,6 +94,7 @@ def infer(
     rate: Rate = None,
     mean_input: MeanInput = None,
     mean_output: MeanOutput = None,
+    prefill_chunk: PrefillChunk = None,
     requests: Requests = None,
     max_time: MaxTime = None,
     format: FormatOption = Format.table,
@@ -184,7 +186,8 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output, requests=requests, max_time=max_time, eager=eager, launch=launch,
+        mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests, max_time=max_time, eager=eager,
+        launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )
     ref = resolve(model, overrides or [])

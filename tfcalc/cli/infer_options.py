@@ -30,6 +30,12 @@ MeanInput = Annotated[Optional[int], typer.Option(
     "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
 MeanOutput = Annotated[Optional[int], typer.Option(
     "--mean-output", help="Continuous batching: mean generated tokens per request.", metavar="O", show_default=False)]
+PrefillChunk = Annotated[Optional[int], typer.Option(
+    "--prefill-chunk", help="Continuous batching: chunked prefill's budget of tokens per engine step (vLLM's "
+    "max_num_batched_tokens): each step decodes every sequence in flight and fills the rest with chunks of waiting "
+    "prompts, the weights read once for both (Sarathi-Serve; vLLM V1's default); 0: each prompt prefilled whole, "
+    "alone (vLLM V0's default scheduler) [default: 8192; with --measure, 0: tfcalc's runtime prefills whole].",
+    metavar="N", show_default=False)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
     f"{_bound_help('--requests')} [default: 64].", metavar="N", show_default=False,

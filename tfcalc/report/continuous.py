@@ -8,27 +8,43 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import continuous
+from tfcalc.count.serving import chunked, continuous
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
              "prefill, Kwon et al. 2023), paged KV cache; Poisson arrivals")
+CHUNKED = ("iteration-level (Orca, Yu et al. 2022), chunked prefill: every step decodes the sequences in flight and "
+           "fills the rest of its token budget with prompt chunks, the weights read once (Sarathi-Serve, Agrawal et "
+           "al. 2024; vLLM V1's default), paged KV cache; Poisson arrivals")
+
+
+def prefill_chunk(o) -> Optional[int]:
+    """The steady state's chunked-prefill budget: --prefill-chunk N, 0 off; by default vLLM V1's 8,192
+    (tfcalc.count.serving.chunked), or off with --measure (tfcalc's runtime prefills each prompt whole)."""
+    if o.prefill_chunk is None:
+        return None if o.measure else chunked.DEFAULT_BUDGET
+    return o.prefill_chunk or None
 
 
 def check(o) -> None:
     """--rate needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
-    given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output}
+    given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk}
     if o.rate is None:
         for name, value in given.items():
             if value is not None:
                 raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) too")
         return
-    for name, value in given.items():
+    for name, value in list(given.items())[:2]:
         if value is None:
             raise InputError(f"--rate needs --mean-input I and --mean-output O (tokens per request); {name} is missing")
     if o.draft is not None:
         raise InputError("--rate and --draft: continuous batching with speculative decoding is not modelled; give one")
     continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+    if o.prefill_chunk is not None and o.prefill_chunk != 0:
+        chunked.check_budget(o.prefill_chunk)
+        if o.measure:
+            raise InputError("--prefill-chunk and --measure: tfcalc's own runtime prefills each prompt whole "
+                             "(tfcalc.model.slots); give --prefill-chunk 0 or leave it out")
 
 
 def static_options(o):
@@ -52,8 +68,10 @@ def to_json(state: Optional[continuous.SteadyState],
     if state is None:
         return None
     t = state.traffic
-    return {"rate_per_s": t.rate, "mean_input": t.mean_input, "mean_output": t.mean_output, "scheduler": SCHEDULER,
-            "prefill_s": state.prefill_s, "prefill_share": state.prefill_share, "concurrency": state.concurrency,
+    return {"rate_per_s": t.rate, "mean_input": t.mean_input, "mean_output": t.mean_output,
+            "scheduler": SCHEDULER if state.prefill_chunk is None else CHUNKED,
+            "prefill_chunk": state.prefill_chunk, "prefill_steps": state.prefill_steps, "prefill_s": state.prefill_s,
+            "prefill_share": state.prefill_share, "concurrency": state.concurrency,
             "decode_batch": state.concurrency, "decode_step_s": state.decode_step_s, "ttft_s": state.ttft_s,
             "itl_s": state.itl_s if t.mean_output > 1 else None, "e2e_s": state.e2e_s, "request_s": state.request_s,
             "output_tokens_per_s": None if state.over_capacity else t.rate * t.mean_output,

@@ -153,7 +153,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     if o.rate is not None:  # the static estimate beside: at the mean decode batch, or the largest that fits
         state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                        memory, tp)
+                                        memory, tp, continuous_report.prefill_chunk(o))
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
@@ -215,7 +215,8 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
     if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
-        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None)
+        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None,
+                        prefill_chunk=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
                      model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,

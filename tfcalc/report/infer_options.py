@@ -34,6 +34,7 @@ class InferOptions:
     rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.serving.continuous)
     mean_input: Optional[int] = None
     mean_output: Optional[int] = None
+    prefill_chunk: Optional[int] = None  # --rate: chunked prefill's tokens per step (0: off; None: the default)
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
     max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
     launch: Optional[str] = None  # the prediction's launch mode: graph | eager (PerfSpec.launch; None: the device's)

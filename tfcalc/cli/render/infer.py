@@ -102,6 +102,14 @@ def _speculative_measured_table(doc: Doc, first: dict[str, Any]) -> None:
              "dim" if m["exact"] else "warning")
 
 
+def _chunked(x: dict[str, Any]) -> str:
+    """How the prompts run: whole, or (chunked prefill) in the steps they ride on."""
+    if not x.get("prefill_chunk"):
+        return "each"
+    steps = x["prefill_steps"] or 1
+    return f"each, added to {steps:,} step{'s' if steps > 1 else ''} of at most {x['prefill_chunk']:,} tokens"
+
+
 def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
     """--rate: the steady state of continuous batching (tfcalc.count.serving.continuous)."""
     x = rows[0]["continuous"]
@@ -118,13 +126,15 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
         why = {"prefill": "the prefills alone take the whole GPU",
                "decode": "decode steps grow faster with the batch than they serve it",
                "memory": "the KV cache of the sequences in flight passes the memory "
-                         f"({x['max_concurrency'] or 0:,} fit)"}  # a measured CPU knows no memory: None
+                         f"({x['max_concurrency'] or 0:,} fit)",
+               "budget": f"the sequences in flight fill the {x.get('prefill_chunk') or 0:,} tokens a step carries "
+                         "(--prefill-chunk), leaving no room for prompts"}  # a measured CPU knows no memory: None
         doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
                  f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
                  "warning")
     doc.note(f"Scheduler: {x['scheduler']}. In flight (the mean decode batch) by Little's law: rate × (O − 1) × "
              f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
-             f"each); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
+             + _chunked(x) + f"); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
              f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most. The table below: the static "
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else

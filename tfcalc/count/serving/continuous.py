@@ -5,8 +5,10 @@ The scheduler: iteration-level scheduling (Yu et al. 2022, "Orca", OSDI, sec. 3)
 one decode step for every sequence in flight, and a finished sequence leaves at once; new requests are
 prefilled in iterations of their own, ahead of decoding (vLLM's default scheduler without chunked
 prefill, Kwon et al. 2023, "PagedAttention", SOSP, sec. 4.2 and 5: waiting prompts are scheduled first),
-one prompt of I tokens each. Chunked prefill (Sarathi-Serve; mixing prompt chunks into decode steps) is
-not modelled. Requests arrive as a Poisson stream of R per second; each has I prompt tokens and yields O
+one prompt of I tokens each; or, the default of ``infer --rate`` (``prefill_chunk``, vLLM V1's scheduler), chunked
+prefill: every step decodes the sequences in flight and carries chunks of the waiting prompts in the rest of a
+budget of B tokens, the weights read once for both (tfcalc.count.serving.chunked, and steps 1, 3 and 5 below as
+it changes them). Requests arrive as a Poisson stream of R per second; each has I prompt tokens and yields O
 tokens (the prefill the first, O − 1 decode steps the rest). The KV cache is paged: a sequence holds the
 positions it has so far, on average I + O/2 over its life.
 
@@ -28,6 +30,15 @@ positions it has so far, on average I + O/2 over its life.
    and its share of the prefills: a prefill stalls every sequence for t_p when it runs). End to end:
    TTFT + (O − 1)·ITL.
 6. Throughput: R·O output and R·I prompt tokens per second.
+
+Chunked prefill changes three of the steps. 1: a prompt's cost t_p(N) is what its chunks add to the decode steps
+they ride on (tfcalc.count.serving.chunked, step 3: the weights not read again beside N ≥ 1 decoding), so
+ρ(N) = R·t_p(N) and step 3's fixed point is N = R·(O − 1)·τ(N) / (1 − ρ(N)). 4: N ≤ B − 1 and R·S(N) < 1 as
+well (the limit 'budget': the decode tokens leave too little room for the prompts; S(N), the time a prompt holds
+the steps' prompt budget, chunked step 4). 5: TTFT = W + (1 − R·S)·min(N, 1)·τ(N)/2 + k·min(N, 1)·τ(N) + t_p(N) +
+the fixed work, W = R·S² / (2(1 − R·S)) (M/D/1 on the budget): the prompt's k chunks each ride on a step that
+decodes the N in flight.
+ITL = τ(N) / (1 − ρ(N)) as before: the steps per second, (1 − ρ)/τ, whichever steps the chunks are in.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from typing import Callable, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
+from tfcalc.count.serving import chunked
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT, Sharding, step_overhead
@@ -68,8 +80,10 @@ class SteadyState:
     kv_cache_bytes: Optional[int]  # of N sequences at I + O/2 positions (per GPU under --tp)
     max_concurrency: Optional[int]  # the KV cache's bound on N (None: no memory size)
     max_rate: float  # requests/s the server sustains (capacity)
-    limit: Optional[str]  # None, or what the rate exceeds: 'prefill', 'decode' or 'memory'
+    limit: Optional[str]  # None, or what the rate exceeds: 'prefill', 'decode', 'memory' or 'budget' (chunked)
     request_s: float
+    prefill_chunk: Optional[int] = None  # chunked prefill's tokens per step B (None: prefills whole, alone)
+    prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (over capacity: beside N = 1)
 
     @property
     def over_capacity(self) -> bool:
@@ -95,20 +109,33 @@ class Engine:
     """The server's step times and memory for one model, format, device and TP (cached per batch)."""
 
     def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
-                 memory: Optional[int], tp: Optional[TensorParallel]):
+                 memory: Optional[int], tp: Optional[TensorParallel], budget: Optional[int] = None):
         self.cfg, self.fmt, self.kv, self.c, self.tp, self.memory = cfg, fmt, kv_dtype, c, tp, memory
         self.shard = Sharding(cfg, fmt, tp)
         self.context = t.mean_input + max(1, t.mean_output // 2)
         self.src = decoder_source(cfg, t.mean_input, None)
         pre = self.shard.step(prefill_step(cfg, 1, t.mean_input, fmt, kv_dtype, src_seq=self.src))
-        over = step_overhead(cfg, pre, fmt, c, tp, self.src)
-        self.prefill_s = step_seconds(pre.time_s(c), over)
+        self.prefill_s = step_seconds(pre.time_s(c), self.overhead(pre))
+        self.decode_parts = lru_cache(maxsize=None)(self._decode_parts)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
+        self.budget = budget if budget is not None and chunked.applies(cfg) else None
+        self.chunked = None if self.budget is None else chunked.ChunkedPrefill(self, t.mean_input, self.budget)
+
+    def overhead(self, step: Step):
+        """The performance model's per-step costs of one of this server's steps (None without one)."""
+        return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
+
+    def _decode_parts(self, n: int):
+        step = self.shard.step(decode_step(self.cfg, n, self.context, self.fmt, self.kv, src_seq=self.src))
+        return step, self.overhead(step)
 
     def _step_s(self, n: int) -> float:
-        step = self.shard.step(decode_step(self.cfg, n, self.context, self.fmt, self.kv, src_seq=self.src))
-        over = step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
+        step, over = self.decode_parts(n)
         return step_seconds(step.time_s(self.c), over)
+
+    def prompt_s(self, n: float) -> float:
+        """A prompt's seconds on the GPU beside n sequences decoding: t_p unchunked, t_p(n) chunked."""
+        return self.prefill_s if self.chunked is None else self.chunked.seconds(n)
 
     def tau(self, n: float) -> float:
         """τ(n): linear between whole batches, τ(1) below one."""
@@ -148,8 +175,51 @@ def _smallest_root(g: Callable[[float], float], hi: float) -> Optional[float]:
     return hi
 
 
+def _first_root(g: Callable[[float], float], hi: float) -> Optional[float]:
+    """The smallest x in (0, hi] with g(x) ≤ 0, g > 0 near 0, found by doubling then bisection; None if none of
+    1, 2, 4, ..., hi has g ≤ 0. Chunked prefill's g may turn positive again near the budget (a prompt's chunks
+    shrink to the budget the decode tokens leave), so the first crossing is sought, not the last point's sign."""
+    lo, x = 0.0, min(1.0, hi)
+    while g(x) > 0:
+        if x >= hi:
+            return None
+        lo, x = x, min(2 * x, hi)
+    hi = x
+    for _ in range(ITERATIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if g(mid) <= 0 else (mid, hi)
+    return hi
+
+
+def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Optional[str]]:
+    """Step 3 under chunked prefill: every step decodes the N in flight and carries chunks of the waiting
+    prompts; a prompt costs t_p(N) (tfcalc.count.serving.chunked), its share of the GPU ρ(N) = R·t_p(N), and
+    N = R·(O − 1)·τ(N) / (1 − ρ(N)), solved as R·(O − 1)·τ(N) − N·(1 − ρ(N)) = 0. N ≤ B − 1: the decode
+    tokens leave room in the budget for a prompt's chunk."""
+    p, rate = e.chunked, t.rate
+    if t.mean_output == 1:  # one token each: the prefill yields it, nothing decodes
+        return (0.0, None) if rate * p.seconds(0) < 1 else (None, "prefill")
+
+    def g(n: float) -> float:
+        return rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * p.seconds(n))
+
+    bound = min(cap, float(e.budget - 1), float(BATCH_LIMIT))
+    n = _first_root(g, max(bound, 1.0))
+    if n is not None and n <= bound:
+        return (n, None) if rate * p.service(n) < 1 else (None, "budget")
+    low = p.seconds(1)  # what it runs into: the prompts alone; else the N the decode steps would need with the
+    if rate * low >= 1:  # prompts at t_p(1) each, past the memory's bound or the budget's (the tighter one)
+        return None, "prefill"
+    free = _first_root(lambda n: rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * low), float(BATCH_LIMIT))
+    if free is None or free <= min(cap, e.budget - 1):  # not even there, or the prompts' cost grows with N
+        return None, "decode"
+    return None, "memory" if cap <= e.budget - 1 else "budget"
+
+
 def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Optional[str]]:
     """Step 3's N, or (None, the limit it runs into)."""
+    if e.chunked is not None:
+        return chunked_concurrency(e, t, cap)
     rho = t.rate * e.prefill_s
     if rho >= 1:
         return None, "prefill"
@@ -166,32 +236,52 @@ def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Opt
 
 
 def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
-                 memory: Optional[int] = None, tp: Optional[TensorParallel] = None) -> SteadyState:
-    """Steps 1-6 of the module docstring."""
+                 memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
+                 prefill_chunk: Optional[int] = None) -> SteadyState:
+    """Steps 1-6 of the module docstring; ``prefill_chunk``: chunked prefill with a budget of that many tokens
+    per step (tfcalc.count.serving.chunked; decoder-only models), None: each prompt prefilled whole, alone."""
     check(t)
-    e = Engine(cfg, fmt, kv_dtype, c, t, memory, tp)
+    if prefill_chunk is not None:
+        chunked.check_budget(prefill_chunk)
+    e = Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk)
     request = c.perf.request_s if c.perf is not None else 0.0
     cap_n = e.max_concurrency()
     cap = math.inf if cap_n is None else float(cap_n)
     n, limit = concurrency(e, t, cap)
-    rho = t.rate * e.prefill_s
     rate = _max_rate(e, t, cap)
-    if n is None:
-        return SteadyState(t, e.prefill_s, rho, None, None, None, None, None, cap_n, rate, limit, request)
+    if n is None:  # chunked: the prompt's cost beside one sequence decoding
+        t_p = e.prompt_s(1.0)
+        return SteadyState(t, t_p, t.rate * t_p, None, None, None, None, None, cap_n, rate, limit, request,
+                           e.budget, None if e.chunked is None else e.chunked.steps(1.0))
+    t_p = e.prompt_s(n)
+    rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
-    wait = rho * e.prefill_s / (2 * (1 - rho))
-    ttft = wait + (1 - rho) * min(n, 1.0) * tau / 2 + e.prefill_s + request
-    return SteadyState(t, e.prefill_s, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request)
+    if e.chunked is None:
+        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, t_p
+    else:  # the prompts ahead hold the budget S(N) each (M/D/1); its own steps each carry the decode step too
+        steps, s = e.chunked.steps(n), e.chunked.service(n)
+        wait, idle, own = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s, t_p + steps * min(n, 1.0) * tau
+    ttft = wait + idle * min(n, 1.0) * tau / 2 + own + request
+    return SteadyState(t, t_p, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request,
+                       e.budget, steps)
 
 
 def _max_rate(e: Engine, t: Traffic, cap: float) -> float:
     """Step 4: the largest rate with a steady state (bisection; concurrency grows with the rate)."""
+    def ok(r: float) -> bool:
+        return concurrency(e, Traffic(r, t.mean_input, t.mean_output), cap)[0] is not None
+
     hi = 1 / e.prefill_s
+    if e.chunked is not None:  # t_p(N) beside decode tokens is below the prefill alone: seek the bound upwards
+        hi = 1 / min(e.prompt_s(0.0), e.prompt_s(1.0))
+        for _ in range(ITERATIONS):
+            if not ok(hi):
+                break
+            hi *= 2
     lo = 0.0
     for _ in range(ITERATIONS):
         mid = (lo + hi) / 2
-        ok = concurrency(e, Traffic(mid, t.mean_input, t.mean_output), cap)[0] is not None
-        lo, hi = (mid, hi) if ok else (lo, mid)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo
 
 
