@@ -66,6 +66,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "granite": ("granite", "granite"),
     "granitemoehybrid": ("granitemoehybrid", "granitemoehybrid"),
     "kimi_k2": ("deepseek", "deepseek_v3"),
+    "kimi_k25": ("kimi_k25", "kimi_k25"),
     "lfm2": ("lfm2", "lfm2"),
     "lfm2_moe": ("lfm2", "lfm2_moe"),
     "llama": ("llama", "llama"),
