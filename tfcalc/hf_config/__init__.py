@@ -79,6 +79,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "nemotron_h": ("nemotron_h", "nemotron_h"),
     "olmo2": ("olmo2", "olmo2"),
     "olmo3": ("olmo3", "olmo3"),
+    "olmo_hybrid": ("olmo_hybrid", "olmo_hybrid"),
     "opt": ("opt", "opt"),
     "phi": ("phi", "phi"),
     "phi3": ("phi3", "phi3"),
