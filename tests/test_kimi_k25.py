@@ -135,6 +135,26 @@ def test_hostile_config(saved, tmp_path, changes, message):
         config_json(tmp_path, raw)
 
 
+def test_quantization_config_read_in_text_config_or_at_the_top(tmp_path):
+    """Kimi K2's FP8 block-wise quantization_config (tests/deepseek_configs.py) in text_config counts the weights as
+    the same file with it at the top level does (as stored: FP8 with block scales, not bf16); two that differ are
+    refused."""
+    from deepseek_configs import FP8
+
+    from tfcalc.count.model.quant_stored import stored_quant
+
+    def read(name, **top):
+        folder = tmp_path / name
+        folder.mkdir()
+        return config_json(folder, {"model_type": "kimi_k25", "text_config": {**TEXT, **top.pop("text", {})}, **top})
+
+    inner, outer, plain = read("inner", text={"quantization_config": FP8}), read("outer", quantization_config=FP8), \
+        read("plain")
+    assert stored_quant(inner) == stored_quant(outer) is not None and stored_quant(plain) is None
+    with pytest.raises(InputError, match="'quantization_config' differs between the top level and text_config"):
+        read("both", quantization_config=FP8, text={"quantization_config": {**FP8, "weight_block_size": [64, 64]}})
+
+
 def test_remote_code_head_name_reads(saved, tmp_path):
     """The checkpoints' own remote code names the class KimiK25ForConditionalGeneration: read as transformers'."""
     raw = json.loads((saved[1]["transformers"] / "config.json").read_text())

@@ -7,6 +7,8 @@ counted apart and named beside the language model (``vision_params``).
 The LM head is tied to the token table as the top-level ``tie_word_embeddings`` says (Kimi_K25Config's, default
 true; Kimi_K25ForConditionalGeneration ties by it, whatever text_config says). The head class is transformers'
 Kimi_K25ForConditionalGeneration, or KimiK25ForConditionalGeneration as the checkpoints' own remote code names it.
+A ``quantization_config`` is read where it stands, at the top level or in text_config (one of the two, or the
+same in both), so that a quantized checkpoint's weights are counted as stored.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ def kimi_k25(r: Reader) -> None:
     if kind not in TEXT_TYPES:
         raise r.fail(f"'text_config' model_type {shown(kind)} is not supported ({' or '.join(TEXT_TYPES)}: "
                      "Kimi K2.5's language model is DeepSeek-V3's)")
+    inner_q, outer_q = text.get("quantization_config"), r.raw.get("quantization_config")
+    if inner_q is not None and outer_q is not None and inner_q != outer_q:
+        raise r.fail("'quantization_config' differs between the top level and text_config: which one the "
+                     "checkpoint's tensors follow is not said")
+    if inner_q is not None:  # read as every family's (tfcalc.hf_config.quantization), never dropped for bf16
+        r.raw = {**r.raw, "quantization_config": inner_q}
     inner = Reader({**text, "model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]},
                    f"{r.where} (text_config)")
     deepseek_v3(inner)
