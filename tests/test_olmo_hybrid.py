@@ -160,6 +160,27 @@ def test_tiny_decode_with_the_fixed_state(tiny):
     assert cache.nbytes == kv_cache_bytes(cfg, Workload(batch=2, seq=60, gen=9, dtype="fp32", kv_dtype="fp32"))
 
 
+def test_nope_mode_checkpoint_logits(tmp_path):
+    """rope_parameters with a null rope_theta: OlmoHybridModel builds no rotary embedding (NoPE); tfcalc reads it
+    as pos_encoding none, and the checkpoint transformers' save_pretrained writes (dk = dv, so its equal split of
+    the convolution is the true one) gives its logits."""
+    import transformers
+
+    from tfcalc.model.load import load_model
+
+    torch.manual_seed(0)
+    config = transformers.OlmoHybridConfig(**{**TINY, "linear_value_head_dim": 8,
+                                              "rope_parameters": {"rope_type": "default", "rope_theta": None}})
+    hf = transformers.OlmoHybridForCausalLM(config).eval()
+    assert hf.model.rotary_emb is None
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.add_(torch.randn_like(p) * (0.3 if "norm" in name else 0.05))
+    hf.save_pretrained(tmp_path)
+    assert load(str(tmp_path / "config.json")).pos_encoding == "none"
+    assert_logits_close(hf, load_model(str(tmp_path)), torch.randint(0, 61, (2, 20)))
+
+
 def test_transformers_equal_split_is_refused_in_one_line(tiny, tmp_path):
     """transformers 5.24's save_pretrained writes conv1d back as three equal thirds (its Concatenate reversed), not
     the Hk·dk, Hk·dk, Hv·dv of the released checkpoints: with dk != dv tfcalc refuses it by shape, in one line."""
@@ -192,6 +213,8 @@ def test_transformers_equal_split_is_refused_in_one_line(tiny, tmp_path):
     (dict(linear_key_head_dim=True), "'linear_key_head_dim' must be an integer"),
     (dict(linear_num_key_heads=2.5), "'linear_num_key_heads'"),
     (dict(hidden_act="gelu"), "'hidden_act' 'gelu'"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": "x"}), "'rope_theta' must be a number"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": -1}), "'rope_theta' must be positive"),
     (dict(architectures=["OlmoHybridForSequenceClassification"]), "is not supported"),
 ])
 def test_hostile_config_json(tmp_path, changes, message):

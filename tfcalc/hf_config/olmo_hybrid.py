@@ -4,7 +4,8 @@ softmax attention (``full_attention``), a dense SwiGLU MLP in every layer.
 
 - The attention layers are OLMo 3's (tfcalc.hf_config.olmo3, OlmoHybridAttentionDecoderLayer): each sub-layer's
   output normed before the residual add (``norm_placement: output``), RMSNorms over the whole Q and K projections,
-  full rotary (rope_parameters' rope_theta, 10,000 by default), no window.
+  full rotary (rope_parameters' rope_theta, 10,000 by default; a rope_theta of null builds no rotary embedding,
+  OlmoHybridModel's NoPE mode: ``pos_encoding: none``), no window.
 - The DeltaNet layers (OlmoHybridLinearAttentionDecoderLayer, a LlamaDecoderLayer) norm each sub-layer's input
   (``linear_norm_placement: pre``); their DeltaNet (OlmoHybridGatedDeltaNet) has six projections of its own
   (q, k, v, g, b, a_proj: ``linear_separate_projections``), β = 2·sigmoid(b) when ``linear_allow_neg_eigval``
@@ -32,7 +33,15 @@ DEFAULTS = dict(vocab_size=100352, hidden_size=3840, intermediate_size=11008, nu
 
 def olmo_hybrid(r: Reader) -> None:
     r.raw = {**DEFAULTS, **r.raw}
+    nested = r.raw.get("rope_parameters")
+    nope = isinstance(nested, dict) and "rope_theta" in nested and nested["rope_theta"] is None
+    if nope:  # OlmoHybridModel builds no rotary embedding without a rope_theta: no positions at all (NoPE)
+        r.raw = {**r.raw, "rope_parameters": {k: v for k, v in nested.items() if k != "rope_theta"}}
     base_fields(r, dict(max_position_embeddings=65536, rms_norm_eps=1e-6, rope_theta=10000.0))
+    if nope:
+        r.fields["pos_encoding"] = "none"
+        r.fields.pop("rope_theta", None)
+        r.fields.pop("rope_fraction", None)
     if r.fields["activation"] != "silu":  # the DeltaNet convolution's activation and the MLP's (hidden_act)
         raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds the gated DeltaNet with SiLU "
                      "only (its convolution's activation)")
