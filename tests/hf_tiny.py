@@ -253,6 +253,13 @@ CASES = {
                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
                        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000.0},
                                         "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}})),
+    # OLMo-Hybrid: gated-DeltaNet layers (pre-norm, six projections, β in [0, 2]; 4 heads of dk = dv = 6, as
+    # transformers 5.24's save_pretrained splits the convolution into three equal parts: tests/test_olmo_hybrid.py)
+    # beside OLMo 3's attention (output norms); T = 10 in one chunk of 64
+    "olmo_hybrid": Case("OlmoHybridConfig", "OlmoHybridForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, linear_value_head_dim=6,
+                             layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                             rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
     # LFM2: short gated convolutions (kernel 3) and one attention layer; biases on the convolutions (conv_bias),
     # and the MLP's width adjusted (int(2·48/3) = 32, a multiple of 16). LFM2-MoE: a dense first layer, then 8
     # experts of 16 (top 2, sigmoid routing, scaled); layer_types with conv layers first and last

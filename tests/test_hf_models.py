@@ -27,6 +27,7 @@ def test_every_supported_type_has_a_case():
     types = {getattr(transformers, CASES[name].config).model_type for name in CASES}
     types |= {"gemma3", "llama4"}  # vision-language: tiny checkpoints of their own in tests/test_hf_patterns.py
     types |= {"qwen3_5", "qwen3_5_moe"}  # vision-language: tests/test_qwen3_5.py
+    types |= {"kimi_k25"}  # vision-language: tests/test_kimi_k25.py
     # Mamba2 families: tiny checkpoints written by transformers, loaded by load_model, logits compared in
     # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
     types |= {"mamba2", "nemotron_h", "granitemoehybrid"}
@@ -92,7 +93,7 @@ def test_forward_flops_equal_flop_counter_mode(saved, name):
     # gated DeltaNet: its triangular solves, which FlopCounterMode does not see, and the convolution outputs
     # transformers drops, which tfcalc does not count, each by hand (tests/test_qwen3_next.py); LFM2's dropped
     # convolution outputs likewise
-    hybrid = name.startswith(("qwen3_next", "qwen3_5"))
+    hybrid = name.startswith(("qwen3_next", "qwen3_5", "olmo_hybrid"))
     solves, thrown = (triangular_solves(cfg, 2, T), conv_padding(cfg, 2)) if hybrid else (0, 0)
     thrown += _conv_padding(cfg, 2) if name.startswith("lfm2") else 0
     assert (

@@ -30,7 +30,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
     ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-        "linear_conv_kernel", "linear_split_projections", "attn_output_gate")),
+        "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
+        "linear_norm_eps", "linear_norm_placement", "attn_output_gate")),
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",

@@ -42,6 +42,13 @@ KINDS = {
     "gated-deltanet": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, full_attention_every=4, qk_norm=True,
                            attn_output_gate=True, rope_fraction=0.25, linear_mixer="gated_deltanet",
                            linear_key_heads=2, linear_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8),
+    # OLMo-Hybrid: the DeltaNet's six projections and three convolutions, β in [0, 2], pre-norm beside output norms
+    "gated-deltanet-olmo-hybrid": dict(ROPE, n_layer=4, n_head=4, full_attention_every=4, qk_norm=True,
+                                       qk_norm_over="projection", norm_placement="output",
+                                       linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=2,
+                                       linear_key_head_dim=8, linear_value_head_dim=16,
+                                       linear_separate_projections=True, linear_beta_scale=2.0,
+                                       linear_norm_eps=1e-5, linear_norm_placement="pre"),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

@@ -129,14 +129,21 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
             return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
                          cfg.norm_placement, residual_scale=scale)
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
-    return Block(_mixer(cfg, i, causal), _ffn(cfg, i), norm, cfg.norm_placement, cfg.parallel_block,
+    kind = _kind(cfg, i)
+    placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
+    return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
                  cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
 
 
+def _kind(cfg: Any, i: int):
+    """Layer i's mixer kind (see the module docstring; an MTP module's layer, past the pattern, takes the kind no
+    word names)."""
+    return kinds.for_layer(cfg, layer_kind(cfg, i) if i < cfg.n_layer else None)
+
+
 def _mixer(cfg: Any, i: int, causal: bool):
-    """Layer i's token mixer, built by its kind (see the module docstring; an MTP module's layer, past the
-    pattern, takes the kind no word names)."""
-    return kinds.for_layer(cfg, layer_kind(cfg, i) if i < cfg.n_layer else None).build(cfg, i, causal)
+    """Layer i's token mixer, built by its kind."""
+    return _kind(cfg, i).build(cfg, i, causal)
 
 
 def is_moe_layer(cfg: Any, i: int) -> bool:

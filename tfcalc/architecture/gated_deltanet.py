@@ -10,9 +10,12 @@ chunk is c = 64 (torch_chunk_gated_delta_rule's default, which Qwen3NextGatedDel
    [q | k | v·r | z·r] of each, fix_query_key_value_ordering), ``in_proj_ba`` d -> 2·Hv (β's and the decay's
    inputs, [b·r | a·r] per key head), ``out_proj`` Vw -> d; no biases. Qwen3.5 (modeling_qwen3_5.py,
    ``split_projections``) has the same rows as four tensors: ``in_proj_qkv`` [Q | K | V], ``in_proj_z``,
-   ``in_proj_b``, ``in_proj_a``, heads in order;
+   ``in_proj_b``, ``in_proj_a``, heads in order; OLMo-Hybrid (modeling_olmo_hybrid.py, OlmoHybridGatedDeltaNet,
+   ``separate_projections``) as six: ``q_proj``, ``k_proj``, ``v_proj``, ``g_proj`` (Z), ``b_proj``, ``a_proj``
+   (and its checkpoints' convolution as three, ``q_conv1d``, ``k_conv1d``, ``v_conv1d``);
 2. a causal depthwise convolution (``conv1d``, C channels of K taps, no bias) over [Q | K | V], then SiLU;
-3. per value head: β = sigmoid(b), g = -exp(A_log)·softplus(a + dt_bias) (the log of the decay); Q and K
+3. per value head: β = sigmoid(b) (times 2 where ``beta_scale`` is 2: OLMo-Hybrid's linear_allow_neg_eigval,
+   β in [0, 2]), g = -exp(A_log)·softplus(a + dt_bias) (the log of the decay); Q and K
    L2-normed, Q × dk^-1/2; Q and K repeated to the Hv heads;
 4. the delta rule over a state S (dk × dv per value head, fp32): S ← S·exp(g) + kᵀ·β(v - k·S·exp(g)), o = q·S.
    A forward pass runs it chunked (torch_chunk_gated_delta_rule; T padded to Tp = c·⌈T/c⌉, N = Tp / c
@@ -25,7 +28,8 @@ chunk is c = 64 (torch_chunk_gated_delta_rule's default, which Qwen3NextGatedDel
    2·dk·dv FLOPs per head (tfcalc's module writes them as matmuls; transformers' recurrent torch path as
    elementwise sums, which FlopCounterMode does not see);
 5. the output: a gated RMSNorm over each head's dv channels (``norm``, one weight of dv shared by the heads,
-   Qwen3NextRMSNormGated: norm(o)·w·silu(z)), then out_proj.
+   Qwen3NextRMSNormGated: norm(o)·w·silu(z); its eps ``norm_eps``, OLMo-Hybrid's ``o_norm`` 1e-5), then
+   out_proj.
 
 Generation state per sequence and layer (``state``), allocated once: the convolution's last K inputs, C·K
 in the model's dtype (transformers' cache keeps K columns, cache_utils.py LinearAttentionLayer
@@ -63,6 +67,10 @@ class GatedDeltaNet:
     # Qwen3.5's layout (modeling_qwen3_5.py, Qwen3_5GatedDeltaNet): four projections, in_proj_qkv ([Q | K | V],
     # heads in order), in_proj_z, in_proj_b, in_proj_a; false: Qwen3-Next's two, grouped per key head (step 1)
     split_projections: bool = False
+    # OLMo-Hybrid's layout (OlmoHybridGatedDeltaNet): q_proj, k_proj, v_proj, g_proj (Z), b_proj, a_proj, heads in
+    # order, each its own tensor
+    separate_projections: bool = False
+    beta_scale: float = 1.0  # 2.0: OLMo-Hybrid's linear_allow_neg_eigval (β = 2·sigmoid(b))
     module = "tfcalc.model.gated_deltanet:GatedDeltaNetModule"
 
     def __post_init__(self) -> None:
@@ -74,6 +82,8 @@ class GatedDeltaNet:
                              f"({self.n_k_head}): each key head serves a whole group of value heads")
         if self.chunk % 2:
             raise InputError(f"gated DeltaNet chunk must be even; got {self.chunk}")
+        if self.split_projections and self.separate_projections:
+            raise InputError("gated DeltaNet: give split_projections or separate_projections, not both")
 
     @property
     def k_width(self) -> int:
@@ -91,7 +101,12 @@ class GatedDeltaNet:
     def weights(self) -> list[Weight]:
         """Step 1, 2, 3, 5, named as transformers names them (Qwen3NextGatedDeltaNet)."""
         d, hv, c = self.d_model, self.n_v_head, self.conv_dim
-        if self.split_projections:
+        if self.separate_projections:
+            k, v = self.k_width, self.v_width
+            inputs = [Weight(f"{name}_proj_weight", (rows, d), "attention", f"DeltaNet {label} projection", "rows")
+                      for name, rows, label in (("q", k, "Q"), ("k", k, "K"), ("v", v, "V"), ("g", v, "output gate"),
+                                                ("b", hv, "β"), ("a", hv, "decay"))]
+        elif self.split_projections:
             inputs = [Weight("in_proj_qkv_weight", (c, d), "attention", "DeltaNet Q, K, V projection", "rows"),
                       Weight("in_proj_z_weight", (self.v_width, d), "attention", "DeltaNet output gate projection",
                              "rows"),
@@ -101,8 +116,12 @@ class GatedDeltaNet:
             inputs = [Weight("in_proj_qkvz_weight", (c + self.v_width, d), "attention",
                              "DeltaNet Q, K, V, Z projection", "rows"),
                       Weight("in_proj_ba_weight", (2 * hv, d), "attention", "DeltaNet β and decay projection", "rows")]
-        return inputs + [
-                Weight("conv1d_weight", (c, 1, self.conv_kernel), "attention", "DeltaNet short convolution", "rows"),
+        K = self.conv_kernel
+        conv = [Weight(f"{n}_conv1d_weight", (rows, 1, K), "attention", f"DeltaNet short convolution ({n.upper()})",
+                       "rows") for n, rows in (("q", self.k_width), ("k", self.k_width), ("v", self.v_width))] \
+            if self.separate_projections else [Weight("conv1d_weight", (c, 1, K), "attention",
+                                                      "DeltaNet short convolution", "rows")]
+        return inputs + conv + [
                 Weight("dt_bias", (hv,), "attention", "DeltaNet decay bias", "rows"),
                 Weight("A_log", (hv,), "attention", "DeltaNet log decay rate", "rows"),
                 Weight("norm_weight", (self.v_head_dim,), "norms", "DeltaNet gated RMSNorm weight"),
@@ -110,7 +129,12 @@ class GatedDeltaNet:
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         d, hv = self.d_model, self.n_v_head
-        if self.split_projections:
+        if self.separate_projections:
+            k, v = self.k_width, self.v_width
+            inputs = [Linear(f"{name}_proj", "attention_proj", f"{label} projection", d, cols)
+                      for name, cols, label in (("q", k, "Q"), ("k", k, "K"), ("v", v, "V"), ("g", v, "output gate"),
+                                                ("b", hv, "β"), ("a", hv, "decay"))]
+        elif self.split_projections:
             inputs = [Linear("in_proj_qkv", "attention_proj", "Q, K, V projection", d, self.conv_dim),
                       Linear("in_proj_z", "attention_proj", "output gate projection", d, self.v_width),
                       Linear("in_proj_b", "attention_proj", "β projection", d, hv),
@@ -239,6 +263,13 @@ class GatedDeltaNetFields:
     linear_conv_kernel: Optional[int] = None  # linear_conv_kernel_dim; None: 4
     # Qwen3.5's four projections (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a) in place of Qwen3-Next's two
     linear_split_projections: bool = False
+    # OLMo-Hybrid's DeltaNet (modeling_olmo_hybrid.py): six projections (q, k, v, g, b, a_proj), β in [0, 2]
+    # (linear_allow_neg_eigval), its gated norm at eps 1e-5 (o_norm), its layers' norms before each sub-layer while
+    # the attention layers norm their outputs (norm_placement output, OLMo 3's)
+    linear_separate_projections: bool = False
+    linear_beta_scale: Optional[float] = None  # None: 1 (Qwen3-Next); 2: OLMo-Hybrid's linear_allow_neg_eigval
+    linear_norm_eps: Optional[float] = None  # the gated norm's eps; None: norm_eps
+    linear_norm_placement: Optional[Literal["pre", "post", "sandwich", "output"]] = None  # None: norm_placement
 
 
 LINEAR_FIELDS = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim")
@@ -246,8 +277,11 @@ LINEAR_FIELDS = ("linear_key_heads", "linear_value_heads", "linear_key_head_dim"
 
 def from_flat(cfg: Any, i: int, causal: bool) -> GatedDeltaNet:
     return GatedDeltaNet(cfg.d_model, cfg.linear_key_heads, cfg.linear_value_heads, cfg.linear_key_head_dim,
-                         cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4, norm_eps=cfg.norm_eps,
-                         split_projections=cfg.linear_split_projections)
+                         cfg.linear_value_head_dim, cfg.linear_conv_kernel or 4,
+                         norm_eps=cfg.linear_norm_eps or cfg.norm_eps,
+                         split_projections=cfg.linear_split_projections,
+                         separate_projections=cfg.linear_separate_projections,
+                         beta_scale=cfg.linear_beta_scale or 1.0)
 
 
 def check(cfg: Any) -> None:
@@ -255,7 +289,9 @@ def check(cfg: Any) -> None:
     latent attention, and no window or chunk beside it (one ConfigError line each)."""
     if cfg.linear_mixer is None:
         given = [f for f in (*LINEAR_FIELDS, "linear_conv_kernel") if getattr(cfg, f) is not None]
-        given += ["linear_split_projections"] if cfg.linear_split_projections else []
+        given += [f for f in ("linear_split_projections", "linear_separate_projections") if getattr(cfg, f)]
+        given += [f for f in ("linear_beta_scale", "linear_norm_eps", "linear_norm_placement")
+                  if getattr(cfg, f) is not None]
         if given:
             raise InputError(f"field '{given[0]}' sizes the linear-attention layers: give linear_mixer too")
         return
@@ -265,6 +301,8 @@ def check(cfg: Any) -> None:
     if cfg.arch != "decoder" or cfg.kv_lora_rank is not None:
         raise InputError("linear_mixer applies to a decoder's layers beside softmax attention (not latent "
                          "attention, not an encoder)")
+    if cfg.linear_split_projections and cfg.linear_separate_projections:
+        raise InputError("give linear_split_projections or linear_separate_projections, not both")
     if cfg.sliding_window is not None or cfg.attention_chunk_size is not None or cfg.rope_local_theta is not None:
         raise InputError("give linear_mixer or sliding_window / attention_chunk_size / rope_local_theta, not both: "
                          "the local layers are linear-attention layers, with no window or RoPE")
@@ -275,5 +313,10 @@ def claims(cfg: Any, layer: Any) -> bool:
     return cfg.linear_mixer == "gated_deltanet" and layer is not None and layer.local
 
 
+def placement(cfg: Any) -> Optional[str]:
+    """The DeltaNet layers' norm placement where it is their own (OLMo-Hybrid's: pre, beside output norms)."""
+    return cfg.linear_norm_placement
+
+
 KIND = register(MixerKind("gated DeltaNet", GatedDeltaNetFields, from_flat, check=check, claims=claims,
-                          group="linear-attention layers (GatedDeltaNet)"))
+                          group="linear-attention layers (GatedDeltaNet)", placement=placement))

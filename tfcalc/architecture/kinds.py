@@ -51,6 +51,9 @@ class MixerKind:
     claims: Optional[Callable[[Any, Any], bool]] = None
     default: bool = False
     group: str = ""
+    # (cfg) -> the norm placement of the blocks this kind mixes in, where it is not cfg.norm_placement (OLMo-Hybrid's
+    # DeltaNet layers norm inputs while its attention layers norm outputs); None, or returning None: norm_placement
+    placement: Optional[Callable[[Any], Optional[str]]] = None
 
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.fields))

@@ -61,11 +61,11 @@ class Piece:
 _PARTS = {"query": "q", "key": "k", "value": "v"}
 
 
-# a vision-language checkpoint (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration): its
+# a vision-language checkpoint (Gemma3ForConditionalGeneration, Llama4ForConditionalGeneration, Kimi K2.5's): its
 # language model's names behind one more prefix (transformers 5: model.language_model.; 4: language_model.
 # and language_model.model.), and its vision tower and projector, counted apart (the config's vision_params)
 LANGUAGE_PREFIXES = ("language_model.model.", "language_model.")
-VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector|visual)\..*")
+VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector|mm_projector|visual)\..*")
 
 
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:

@@ -2,7 +2,9 @@
 tfcalc.architecture.gated_deltanet; transformers' reference: modeling_qwen3_next.py, Qwen3NextGatedDeltaNet).
 
 Parameters carry transformers' names (``in_proj_qkvz``, ``in_proj_ba``, ``conv1d``, ``dt_bias``, ``A_log``,
-``norm``, ``out_proj``) and layouts, so a checkpoint's tensors load unchanged. A forward over T tokens runs
+``norm``, ``out_proj``; Qwen3.5's ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``; OLMo-Hybrid's
+``q_proj``, ``k_proj``, ``v_proj``, ``g_proj``, ``b_proj``, ``a_proj``, whose ``o_norm`` and ``o_proj`` are
+``norm`` and ``out_proj`` here) and layouts, so a checkpoint's tensors load unchanged. A forward over T tokens runs
 the chunked form (``chunked``: the UT transform of each chunk of 64 by two unit lower triangular solves,
 then one pass over the chunks carrying the state), as torch_chunk_gated_delta_rule does; a decode step of
 one token runs the recurrent form (``recurrent``) on the state in place, its three products written as
@@ -97,14 +99,25 @@ class GatedDeltaNetModule(MixerModule):
         self.spec = spec
         d, C = spec.d_model, spec.conv_dim
         self.hk, self.hv, self.dk, self.dv = spec.n_k_head, spec.n_v_head, spec.k_head_dim, spec.v_head_dim
-        self.split = spec.split_projections
-        if self.split:  # Qwen3.5's four projections
+        self.split, self.separate = spec.split_projections, spec.separate_projections
+        if self.separate:  # OLMo-Hybrid's six (OlmoHybridGatedDeltaNet)
+            self.q_proj, self.k_proj = Linear(d, spec.k_width, bias=False), Linear(d, spec.k_width, bias=False)
+            self.v_proj, self.g_proj = Linear(d, spec.v_width, bias=False), Linear(d, spec.v_width, bias=False)
+            self.b_proj, self.a_proj = Linear(d, self.hv, bias=False), Linear(d, self.hv, bias=False)
+        elif self.split:  # Qwen3.5's four projections
             self.in_proj_qkv, self.in_proj_z = Linear(d, C, bias=False), Linear(d, spec.v_width, bias=False)
             self.in_proj_b, self.in_proj_a = Linear(d, self.hv, bias=False), Linear(d, self.hv, bias=False)
         else:  # Qwen3-Next's two, grouped per key head
             self.in_proj_qkvz = Linear(d, C + spec.v_width, bias=False)
             self.in_proj_ba = Linear(d, 2 * self.hv, bias=False)
-        self.conv1d = Conv1d(C, C, spec.conv_kernel, groups=C, padding=spec.conv_kernel - 1, bias=False)
+        if self.separate:  # OLMo-Hybrid's checkpoints keep the convolution as three (q/k/v_conv1d, concatenated
+            # on load by transformers' conversion_mapping.py): three here, concatenated in the forward
+            K = spec.conv_kernel
+            self.q_conv1d, self.k_conv1d = (Conv1d(spec.k_width, spec.k_width, K, groups=spec.k_width, bias=False)
+                                            for _ in range(2))
+            self.v_conv1d = Conv1d(spec.v_width, spec.v_width, K, groups=spec.v_width, bias=False)
+        else:
+            self.conv1d = Conv1d(C, C, spec.conv_kernel, groups=C, padding=spec.conv_kernel - 1, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.hv))
         self.A_log = nn.Parameter(torch.zeros(self.hv))
         self.norm = nn.RMSNorm(self.dv, eps=spec.norm_eps)
@@ -117,6 +130,9 @@ class GatedDeltaNetModule(MixerModule):
         """Step 1: [q | k | v·r | z·r] and [b·r | a·r] per key head (fix_query_key_value_ordering) ->
         [Q | K | V] (B, T, C), Z (B, T, Hv, dv), b and a (B, T, Hv)."""
         B, T, _ = x.shape
+        if self.separate:  # OLMo-Hybrid: [Q | K | V] concatenated as OlmoHybridGatedDeltaNet does
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+            return qkv, self.g_proj(x).view(B, T, self.hv, self.dv), self.b_proj(x), self.a_proj(x)
         if self.split:  # Qwen3.5: [Q | K | V] as the convolution reads it already
             return (self.in_proj_qkv(x), self.in_proj_z(x).view(B, T, self.hv, self.dv), self.in_proj_b(x),
                     self.in_proj_a(x))
@@ -131,7 +147,9 @@ class GatedDeltaNetModule(MixerModule):
         """Step 2 on (B, T, C) -> (B, C, T) after SiLU: padded by K - 1 as transformers' causal_conv1d_fn (a
         prompt, its last K inputs kept), or one token over the K kept (a step, causal_conv1d_update)."""
         x = qkv.mT  # (B, C, T)
-        T, K, w = x.shape[-1], self.conv1d.kernel_size[0], self.conv1d.weight
+        T, K = x.shape[-1], self.spec.conv_kernel
+        w = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]) if self.separate \
+            else self.conv1d.weight  # (C, 1, K)
         if store is not None and store.decoding:
             if T == 1:
                 return F.silu(F.conv1d(store.shift(x).to(x.dtype), w, groups=x.shape[1]))  # (B, C, 1)
@@ -157,6 +175,8 @@ class GatedDeltaNetModule(MixerModule):
                 for t in (q, k))  # (B, T, Hv, dk)
         v = v.view(B, T, self.hv, self.dv)
         beta = b.float().sigmoid()
+        if self.spec.beta_scale != 1.0:  # OLMo-Hybrid's allow_neg_eigval: β in [0, 2]
+            beta = beta * self.spec.beta_scale
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())  # (B, T, Hv)
         q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))  # (B, Hv, T, ...)
         q, k = l2norm(q) * self.dk ** -0.5, l2norm(k)
