@@ -225,7 +225,8 @@ def layout_json(layout: Layout) -> dict[str, Any]:
                                         ("activations", layout.offload_activations)) if on],
             # issue 20, pipeline and context
             "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
-            "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts), "kernels": layout.kernels}
+            "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts), "kernels": layout.kernels,
+            "pp_layers": list(layout.pp_layers)}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
