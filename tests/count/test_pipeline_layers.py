@@ -138,13 +138,12 @@ def test_cli_refusals(cli, args, message):
     assert_one_line_error(cli("plan", "gpt2", *args), message)
 
 
-def test_cli_json_and_table(cli, width):
+def test_cli_json_and_table(cli):
     j = cli("plan", "gpt2", "--pp", "2", "--pp-layers", "7,5", "--global-batch", "8", "--json").json()
     assert j["layout"]["pp_layers"] == [7, 5]
     assert [s["layers"] for s in j["pipeline_stages"]] == [7, 5]
-    width(300)
     out = cli("plan", "gpt2", "--pp", "2", "--pp-layers", "7,5", "--global-batch", "8").out
-    assert "blocks per stage 7/5 as given" in out
+    assert "blocks per stage 7/5 as given" in " ".join(out.split())  # the table's cell, its wrapping undone
 
 
 def test_deepseek_v3_61_layers():
