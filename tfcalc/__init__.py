@@ -333,6 +333,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
+         pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
          kernels: str = "eager", power_limit: Optional[float] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
@@ -349,6 +350,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     from tfcalc.count.training.steptime import parse_count
     from tfcalc.name_lists import name_list
     from tfcalc.report.plan import PlanRequest, build_plan
+    from tfcalc.report.plan_schedule import stage_counts
 
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
@@ -365,7 +367,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           pp_split_counts=name_list("--pp-split-counts", pp_split_counts, SPLIT_COUNTS)
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
-                          kernels=kernels, power_limit=power_limit)
+                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers))
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

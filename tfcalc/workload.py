@@ -117,8 +117,17 @@ class Layout:
     # the ends counted as a block each when the blocks are divided over the pp × V chunks (Megatron-LM's
     # --account-for-embedding/loss-in-pipeline-split; Llama 3, sec. 3.3.2): any of "embedding", "head"
     pp_split_counts: tuple[str, ...] = ()
+    # blocks on each pipeline stage, given (--pp-layers; Megatron-LM's --decoder-first/last-pipeline-num-layers,
+    # torchtitan's manual split): () divides them evenly (tfcalc.count.training.shard.stage_ranges)
+    pp_layers: tuple[int, ...] = ()
     # --- the non-matmul kernels (issue 20; tfcalc.count.perf.eager) ---
     kernels: str = "eager"  # eager: PyTorch's op-by-op kernels; fused: Megatron/TE fused kernels, torch.compile
+
+    @property
+    def stage_split(self) -> tuple:
+        """How the blocks divide over the stages, as tfcalc.count.training.shard.stage_ranges takes it: the
+        given per-stage counts (ints), else the ends counted as blocks (names)."""
+        return self.pp_layers or self.pp_split_counts
 
     @property
     def gpus(self) -> int:
@@ -138,7 +147,8 @@ class Layout:
     def describe(self) -> str:
         sp = " +SP" if self.sequence_parallel else ""
         cp = f" · cp {self.cp}" if self.cp > 1 else ""
-        counted = f" ({' + '.join(self.pp_split_counts)} counted as blocks)" if self.pp_split_counts else ""
+        counted = (f" ({' + '.join(self.pp_split_counts)} counted as blocks)" if self.pp_split_counts else
+                   f" (layers {','.join(map(str, self.pp_layers))})" if self.pp_layers else "")
         sched = (f", {self.schedule}" + (f" V {self.virtual_stages}" if self.virtual_stages > 1 else "") + counted
                  if self.pp > 1 else "")
         overlap = f", overlap {'+'.join(self.overlap)}" if self.overlap else ""

@@ -39,6 +39,7 @@ from tfcalc.cli.plan_options import (
     KernelMode,
     Kernels,
     Overlap,
+    PPLayers,
     PPSplitCounts,
     Schedule,
     VirtualStages,
@@ -53,6 +54,7 @@ from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
 from tfcalc.report.plan import DEFAULT_DEVICE_SPEC, PlanRequest, build_plan
 from tfcalc.report.plan_request import DEFAULT_MFU
+from tfcalc.report.plan_schedule import stage_counts
 from tfcalc.workload import ESTIMATE_DTYPE
 
 Recompute = enum.Enum("Recompute", {name: name for name in RECOMPUTE}, type=str)
@@ -114,6 +116,7 @@ def plan(
     schedule: Schedule = None,
     virtual_stages: VirtualStages = None,
     pp_split_counts: PPSplitCounts = None,
+    pp_layers: PPLayers = None,
     overlap: Overlap = None,
     cp: CP = None,
     kernels: Kernels = KernelMode.eager,
@@ -176,6 +179,7 @@ def plan(
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
+        pp_layers=stage_counts(pp_layers),
         kernels=kernels.value, power_limit=power_limit)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError

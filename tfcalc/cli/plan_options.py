@@ -34,6 +34,11 @@ PPSplitCounts = Annotated[Optional[list[str]], typer.Option(
     "split; Llama 3 405B: 126 blocks + 2 = 16 stages × V 8): embedding, head, both (embedding,head) or none "
     "[default: none; a search counts them only where that makes interleaving possible].", show_default=False,
     metavar="embedding,head")]
+PPLayers = Annotated[Optional[str], typer.Option(
+    "--pp-layers", help="Each pipeline stage's blocks, comma-separated, one count per stage summing to the model's "
+    "blocks: uneven stages, as Megatron-LM's --decoder-first/last-pipeline-num-layers or torchtitan's manual split "
+    "(DeepSeek-V3's 61 layers over 8 stages: 7,8,8,8,8,8,8,6). Needs --pp; 1F1B or zero-bubble [default: the "
+    "blocks divided evenly, the first stages one more].", show_default=False, metavar="a,b,...")]
 CP = Annotated[Optional[int], typer.Option(
     "--cp", help="Context-parallel degree: the sequence split over C ranks (ring attention, Megatron-Core CP); GPUs "
     "= tp · cp · pp · dp, rank order tp, cp, dp, pp [default: 1; a search tries it for long sequences].",

@@ -57,7 +57,7 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
         raise InputError(f"{cfg.name}: a learned position bias shared by every block, or a pooler, is not cut into "
                          "pipeline stages in a measured run (planned, not run)")
     chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
-    if (total_blocks(cfg) + counted) % chunks:
+    if not layout.pp_layers and (total_blocks(cfg) + counted) % chunks:  # a given split: as given
         ends = f" + {counted} ends counted" if counted else ""
         raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks{ends} into pp × V = "
                          f"{chunks} equal chunks: not divisible")
@@ -196,7 +196,7 @@ class PipelineTrainer:
         self.rank, self.dp_rank = self.groups.pp_rank, self.groups.dp_rank  # the stage, the replica
         v = layout.virtual_stages if layout.schedule == "interleaved" else 1
         n = p * v
-        spans = stage_ranges(total_blocks(cfg), p, self.rank, v, layout.pp_split_counts)  # a span may be empty
+        spans = stage_ranges(total_blocks(cfg), p, self.rank, v, layout.stage_split)  # a span may be empty
         self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
                        for k, span in enumerate(spans)]
         self.replicas = ReplicaGrads(self.groups.dp, layout.dp) if layout.dp > 1 else None  # step 5

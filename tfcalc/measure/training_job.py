@@ -14,6 +14,7 @@ def job_layout(job: dict) -> Layout:
     fields = dict(job["layout"])
     fields["overlap"] = tuple(fields.get("overlap", ()))
     fields["pp_split_counts"] = tuple(fields.get("pp_split_counts", ()))
+    fields["pp_layers"] = tuple(fields.get("pp_layers", ()))
     return Layout(**fields)
 
 

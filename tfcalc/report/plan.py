@@ -31,7 +31,7 @@ from tfcalc.count.training.layout_pipeline import check_cp
 from tfcalc.count.training.micro_batch_time import moe_step_s
 from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
-from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, search
+from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, pipeline_stages, search
 from tfcalc.count.training.search_space import cp_applies, cp_degrees
 from tfcalc.count.training.sharding import check_model_variants, check_sharding
 from tfcalc.count.training.steptime import Hardware, TrainingRun, training_run
@@ -160,6 +160,8 @@ class PlanReport(Displayed):
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
+            # each stage's blocks, one micro-batch's seconds and memory (--pp-layers; count.training.plan)
+            "pipeline_stages": pipeline_stages(self.model.cfg, L, self.hardware) if L.pp > 1 else [],
             "tokens_per_s": self.tokens_per_s,
             "training": None if self.training is None else dataclasses.asdict(self.training),
             "search": None if self.search is None else {
@@ -206,6 +208,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
                   cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), kernels=request.kernels,
+                  pp_layers=request.pp_layers or (),
                   **sharding_fields(request))
 
 

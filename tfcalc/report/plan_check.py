@@ -69,7 +69,8 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
             else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
             # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
             reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
-            offload_activations=False, ep=1, zero_engine="flat")
+            offload_activations=False, ep=1, zero_engine="flat",
+            pp_layers=layout.pp_layers if nproc // dp == layout.pp else ())  # a given split: on as many stages
     tp = math.gcd(layout.tp, nproc)
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
@@ -86,7 +87,7 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
         offload_optimizer=False, offload_activations=False,
         ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
-        schedule="1f1b", virtual_stages=1, pp_split_counts=(),
+        schedule="1f1b", virtual_stages=1, pp_split_counts=(), pp_layers=(),
         overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
 
 
@@ -225,7 +226,8 @@ def layout_json(layout: Layout) -> dict[str, Any]:
                                         ("activations", layout.offload_activations)) if on],
             # issue 20, pipeline and context
             "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
-            "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts), "kernels": layout.kernels}
+            "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts), "kernels": layout.kernels,
+            "pp_layers": list(layout.pp_layers)}
 
 
 def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
@@ -237,6 +239,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
     if planned.pp > 1 and planned.dp != ran.dp and ran.pp > 1:
         why = "a pipeline on fewer than 4 ranks runs alone" if ran.dp == 1 else "the replicas' gradients all-reduced"
         out.append(f"dp {planned.dp} (ran dp {ran.dp}: {why})")
+    if planned.pp_layers and planned.pp_layers != ran.pp_layers:
+        out.append(f"the stage split {','.join(map(str, planned.pp_layers))} (ran the even split)")
     if planned.schedule != ran.schedule:
         out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
@@ -289,6 +293,8 @@ def measured_run(cfg: ModelConfig, layout: Layout, nproc: int) -> tuple[ModelCon
     small = param_total(cfg) > MEASURE_PARAMS
     kinds = max(len(s.kinds()) for s in cfg.architecture.stacks)
     run_cfg = small_copy(cfg, ran.tp, small_blocks(ran, kinds)) if small else cfg
+    if small and ran.pp_layers:  # the small copy's blocks divide evenly (small_blocks)
+        ran = dataclasses.replace(ran, pp_layers=())
     if not small and ran.seq > run_cfg.max_seq_len:
         ran = dataclasses.replace(ran, seq=run_cfg.max_seq_len)
     # the ranks run the module's own attention kernel: the plan of the run assumes the same

@@ -53,6 +53,7 @@ class PlanRequest:
     overlap: tuple[str, ...] = ()  # of "tp", "pp"
     cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
     pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
+    pp_layers: Optional[tuple[int, ...]] = None  # each pipeline stage's blocks (--pp-layers); None: an even split
     kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
 

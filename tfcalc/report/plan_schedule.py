@@ -12,6 +12,17 @@ from tfcalc.errors import InputError, shown
 from tfcalc.workload import check_size
 
 
+def stage_counts(value: Any) -> Any:
+    """--pp-layers' text ("31,30") as a tuple of ints; a sequence as a tuple; None kept (check_schedule_request
+    refuses anything else in one line)."""
+    if isinstance(value, str):
+        try:
+            return tuple(int(v) for v in value.replace(" ", "").split(","))
+        except ValueError:
+            raise InputError(f"--pp-layers takes comma-separated block counts, one per stage; got {value!r}") from None
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
 def check_schedule_request(r: Any) -> None:
     """One InputError line for a bad schedule, virtual-stages, overlap or cp value (their combinations
     with a layout: tfcalc.count.training.layout_pipeline)."""
@@ -26,6 +37,11 @@ def check_schedule_request(r: Any) -> None:
     check_overlap(r.overlap)
     if r.pp_split_counts is not None:
         check_split_counts(r.pp_split_counts)
+    if r.pp_layers is not None:  # its sum and length against the model: tfcalc.count.training.layout_pipeline
+        if r.pp is None:
+            raise InputError("--pp-layers gives each pipeline stage's blocks: it needs --pp")
+        if not isinstance(r.pp_layers, tuple) or not all(type(n) is int for n in r.pp_layers):
+            raise InputError(f"--pp-layers must be a list of positive integers; got {shown(r.pp_layers)}")
 
 
 def search_space(r: Any) -> SearchSpace:

@@ -156,9 +156,11 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that"}[L.schedule]
-        counts = stage_block_counts(total_blocks(r.model.cfg), L.pp, L.virtual_stages, L.pp_split_counts)
+        counts = stage_block_counts(total_blocks(r.model.cfg), L.pp, L.virtual_stages, L.stage_split)
         counted = (f"; {' and '.join(L.pp_split_counts)} counted as a block each, blocks per stage "
-                   f"{'/'.join(map(str, counts))}" if L.pp_split_counts else "")
+                   f"{'/'.join(map(str, counts))}" if L.pp_split_counts else
+                   f"; blocks per stage {'/'.join(map(str, counts))} as given, the slowest stage paces the step"
+                   if L.pp_layers else "")
         t.add("  with the pipeline bubble", st.pipelined_s, f"{rule} = {st.bubble:.1%} idle{counted}")
     for group, seconds in st.comm_s.items():
         if seconds:

@@ -145,10 +145,10 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = F
     def ours(t) -> bool:
         return not apart or routed_expert(t.name) == experts
 
-    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
     blocks = sum(k * sum(shard(t, t.copies) for t in tensors if ours(t)) for _, tensors, k in kinds)
     units = sum(k for b, _, k in kinds if not experts or b.is_moe)
-    held = stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
+    held = stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
     root = 0 if experts else sum(shard(t, 1) for t, _ in held if not t.per_block)
     return units, blocks, root
 
@@ -214,7 +214,7 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     # TP-split sub-layers of the stage: every attention and cross-attention, and every FFN but a mixture of
     # experts (its experts are whole on every rank: replicated, so their output needs no reduction) --
     # unless it has a shared expert, split as a dense FFN is (its tensors' ``tp``, tfcalc.architecture.ffn)
-    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
     split = sum(n * (1 + (b.cross_attention is not None) + (not b.is_moe or b.ffn.shared is not None))
                 for b, _, n in kinds)
     # a cross-attention's K/V projection reads the encoder output: its input gradient is one more reduction
@@ -252,7 +252,7 @@ def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list
     """Sizes of the tensors whose gradients are partial under sequence parallelism (cause 5): the block
     norms, and the final norm on the last stage."""
     sizes = []
-    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
+    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_")):
             sizes += [math.prod(t.shape)] * copies
     return sizes

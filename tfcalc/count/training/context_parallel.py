@@ -47,7 +47,7 @@ def kv_ring(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
     tokens = layout.micro_batch * (layout.seq // C)
     passes = 1 + (layout.recompute != "none") + 2  # forward (and its rerun), then K/V and their gradients
     per_mb = sum(n * tokens * (kv_width(b) // layout.tp) * e
-                 for b, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts))
-    layers = sum(n for _, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts))
+                 for b, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split))
+    layers = sum(n for _, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split))
     m = layout.micro_batches
     return m * passes * (C - 1) * per_mb, m * passes * (C - 1) * layers

@@ -41,7 +41,7 @@ def ep_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     tokens = layout.micro_batch * layout.seq
     e = activation_element_bytes(layout.dtype)
     counts = rows = layers = 0  # rows: summed as elements, rows × d_model
-    for block, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
+    for block, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if block.is_moe:
             layers += n
             counts += n * block.ffn.n_expert * INT64

@@ -54,7 +54,7 @@ def fp8_cache_bytes(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     if layout.compute_dtype != "fp8":
         return 0
     elements = linears = 0
-    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
+    for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if t.per_block and len(t.shape) == 2 and _fp8_weight(t.name):
             n = local_copies(t.name, copies, layout)
             elements += n * math.prod(tp_local_shape(t, layout.tp))

@@ -10,6 +10,9 @@ check_layout calls ``check_pipeline``): one InputError line each. Pure arithmeti
   must divide over pp × V chunks (V = 1 without interleaving), as Megatron-LM asserts for its
   --account-for-embedding/loss-in-pipeline-split (tfcalc.count.training.shard.stage_ranges); with them the
   interleaved schedule needs the blocks + counted, not the blocks, divisible by pp × V.
+- --pp-layers a,b,...: each stage's blocks, given (uneven stages: DeepSeek-V3's 61 layers; Megatron-LM's
+  --decoder-first/last-pipeline-num-layers, torchtitan's manual split): one positive count a stage, pp of
+  them, summing to the blocks; 1F1B or zero-bubble (one chunk a stage), not with --pp-split-counts.
 - --overlap: any of tp and pp, each once; pp needs pp > 1; tp needs tp > 1 and sequence parallelism
   (Megatron-LM's --tp-comm-overlap asserts --sequence-parallel; PyTorch's async TP works on the
   sequence-parallel all-gathers and reduce-scatters).
@@ -75,6 +78,25 @@ def _check_split(cfg: ModelConfig, L: Layout) -> None:
                          "(or, with --pp-split-counts embedding,head, the blocks + the ends counted)")
 
 
+def check_pp_layers(cfg: ModelConfig, L: Layout) -> None:
+    """The module docstring's --pp-layers checks."""
+    given = L.pp_layers
+    if not isinstance(given, tuple) or not given:
+        raise InputError(f"--pp-layers must be a list of positive integers; got {shown(given)}")
+    for n in given:
+        _positive("--pp-layers' counts", n)
+    if len(given) != L.pp:
+        raise InputError(f"--pp-layers gives {len(given)} stage counts for pp {L.pp}: give one per stage")
+    blocks = total_blocks(cfg)
+    if sum(given) != blocks:
+        raise InputError(f"--pp-layers {','.join(map(str, given))} sums to {sum(given)}, but {cfg.name} has "
+                         f"{blocks} blocks")
+    if L.pp_split_counts:
+        raise InputError("--pp-layers gives each stage's blocks: leave out --pp-split-counts")
+    if L.schedule == "interleaved":
+        raise InputError("--pp-layers gives one chunk a stage: it does not take --schedule interleaved")
+
+
 def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
     """The module docstring's checks."""
     L = layout
@@ -89,6 +111,8 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--schedule {L.schedule} schedules pipeline stages: it needs pp > 1")
     if L.schedule == "interleaved" and L.virtual_stages < 2:
         raise InputError("--schedule interleaved needs --virtual-stages V of 2 or more (V = 1 is 1f1b)")
+    if L.pp_layers:
+        check_pp_layers(cfg, L)
     _check_split(cfg, L)
     if L.schedule == "interleaved":
         if L.micro_batches % L.pp:

@@ -61,7 +61,7 @@ def _stored_blocks(acts: Activations, layout: Layout, stage: int) -> tuple[int, 
     min(p − i, m) for its one chunk, the interleaved schedule's count per chunk (tfcalc.count.perf.pipeline.
     chunk_micro_batches, the counts of PyTorch's ScheduleInterleaved1F1B)."""
     ranges = stage_ranges(acts.n_encoder_layer + acts.n_layer, layout.pp, stage, layout.virtual_stages,
-                          layout.pp_split_counts)
+                          layout.stage_split)
     per_chunk, largest = [], 0
     for r in ranges:
         each = [(n, layer_bytes(acts, layout, terms, layer_input=x)) for terms, n, x in acts.kinds_in(r.start, r.stop)]

@@ -53,6 +53,7 @@ from tfcalc.count.training.rank_memory import (
     rank_memory,
     rank_offload,
     stage_activations,
+    stage_memory,
     stage_params,
     weight_element_bytes,
 )
@@ -67,10 +68,10 @@ from tfcalc.count.training.search_space import (
     offload_bases,
     schedules,
 )
-from tfcalc.count.training.shard import total_blocks, tp_split_widths
+from tfcalc.count.training.shard import stage_block_counts, total_blocks, tp_split_widths
 from tfcalc.count.training.sharding import expert_counts, grad_element_bytes
 from tfcalc.count.training.stage_classes import stage_block_count
-from tfcalc.count.training.steptime import Hardware, StepTime, step_time, with_optimizer
+from tfcalc.count.training.steptime import Hardware, StepTime, micro_batch_at, step_time, with_optimizer
 from tfcalc.errors import InputError
 
 GPU_LIMIT = 16384  # --gpus auto gives up beyond this many
@@ -235,7 +236,7 @@ def stage_floor(cfg: ModelConfig, base: Layout, tp: int, pp: int, cp: int = 1,
     tried = least_recomputes(cfg, base, recompute) or ("full",)
     layout = replace(base, tp=tp, pp=pp, dp=1, zero=0, recompute=tried[0], global_batch=base.micro_batch,
                      sequence_parallel=sp and tp > 1 and (base.seq // cp) % tp == 0, cp=cp,
-                     schedule="1f1b", virtual_stages=1, overlap=(), pp_split_counts=(),  # 1F1B: least in flight
+                     schedule="1f1b", virtual_stages=1, overlap=(), pp_split_counts=(), pp_layers=(),  # 1F1B: least
                      hsdp=None, reshard_after_forward=True, ep=1)  # ZeRO-3's flavours hold more: a floor still
     try:
         check_layout(cfg, layout)
@@ -295,3 +296,13 @@ def _fewest(cfg: ModelConfig, bases: list[Layout], hw: Hardware, utilization: fl
         if plans:
             return gpus, sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
     return None
+
+
+def pipeline_stages(cfg: ModelConfig, layout: Layout, hw: Hardware) -> list[dict]:
+    """Each pipeline stage's blocks, its forward + backward seconds for one micro-batch (its blocks', the head's on
+    the last: tfcalc.count.training.micro_batch_time) and its rank's memory (1F1B: stage i holds min(p − i, m)
+    micro-batches' activations): the step is paced by the slowest, the plan shows the largest."""
+    t = micro_batch_at(cfg, layout, hw)
+    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.stage_split)
+    return [{"stage": s, "layers": n, "micro_batch_s": t.stage_s(n, s == layout.pp - 1),
+             "total_bytes": stage_memory(cfg, layout, s).total} for s, n in enumerate(counts)]

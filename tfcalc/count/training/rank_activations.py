@@ -149,7 +149,7 @@ def activation_bytes(acts: Activations, layout: Layout) -> int:
     one GPU, ``acts.total``."""
     return max(stage_activation_bytes(acts, layout, stage,
                                       stage_ranges(pipeline_blocks(acts), layout.pp, stage, layout.virtual_stages,
-                                                   layout.pp_split_counts))
+                                                   layout.stage_split))
                for stage in range(layout.pp))
 
 

@@ -99,7 +99,7 @@ def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[t
     block's routed experts are one grouped tensor (E / ep, *shape) per block, EP rank 0's experts
     (tfcalc.model.experts; tfcalc.count.training.sharding, step 1): FSDP2 splits it along the experts, so with E
     not a multiple of the ranks each holds ⌈E/N⌉ experts' rows, padded -- not ⌈rows/N⌉ of each expert."""
-    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)
+    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)
 
 
 @functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
@@ -128,7 +128,7 @@ param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)[0]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)[0]
 
 
 def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]:
@@ -136,7 +136,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]
     each block's own (a mixture's routed experts one grouped tensor per block, tfcalc.model.experts), the
     ends' once -- counted, not listed (a stage may hold 2**40 blocks)."""
     out: dict[int, int] = {}
-    for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.pp_split_counts):
+    for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         size = math.prod(tp_local_shape(t, layout.tp))
         if routed_expert(t.name):  # n = experts × blocks
             size, n = local_copies(t.name, t.copies, layout) * size, n // t.copies
@@ -146,7 +146,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]
 
 def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.training.sharding)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.pp_split_counts)[1]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)[1]
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
@@ -216,7 +216,7 @@ def _activation_alike(layout: Layout) -> Layout:
 
 @functools.lru_cache(maxsize=16384)
 def _stage_activations(cfg: ModelConfig, layout: Layout, stage: int, blocks: int) -> int:
-    ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
+    ranges = stage_ranges(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.stage_split)
     assert sum(map(len, ranges)) == blocks
     return stage_activation_bytes(layout_activations(cfg, layout), layout, stage, ranges)
 
@@ -226,21 +226,21 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
     -- neither end, the same kinds and counts of blocks -- hold the same states, and a later one keeps no
     more micro-batches in flight (1F1B's p − i, the interleaved schedule's warm-up alike), so only the
     first of each kind is priced: a search's layouts of 96 stages price a handful."""
-    gathered = gathered_bytes(cfg, layout)
-    best = None
-    alike = _activation_alike(layout)
-    for stage in priced_stages(cfg, layout.pp, layout.virtual_stages, layout.pp_split_counts):
-        blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.pp_split_counts)
-        psi, w, g, o = model_states(cfg, layout, stage)
-        if not layout.reshard_after_forward:  # every unit of the stage stays gathered until its backward
-            gathered = weight_element_bytes(layout.dtype) * psi
-        acts = _stage_activations(cfg, alike, stage, blocks)
-        off = rank_offload(cfg, layout, stage, o)
-        mem = RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
-                         fp8_cache_bytes(cfg, layout, stage), off.host_bytes)
-        if best is None or mem.total > best.total:
-            best = mem
-    return best
+    return max((stage_memory(cfg, layout, s) for s in priced_stages(cfg, layout.pp, layout.virtual_stages,
+                                                                    layout.stage_split)), key=lambda m: m.total)
+
+
+def stage_memory(cfg: ModelConfig, layout: Layout, stage: int) -> RankMemory:
+    """What TP rank 0 of pipeline stage ``stage`` holds (rank_memory's figure of one stage)."""
+    blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.stage_split)
+    psi, w, g, o = model_states(cfg, layout, stage)
+    # without resharding every unit of the stage stays gathered until its backward
+    gathered = weight_element_bytes(layout.dtype) * psi if not layout.reshard_after_forward else \
+        gathered_bytes(cfg, layout)
+    acts = _stage_activations(cfg, _activation_alike(layout), stage, blocks)
+    off = rank_offload(cfg, layout, stage, o)
+    return RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
+                      fp8_cache_bytes(cfg, layout, stage), off.host_bytes)
 
 
 def rank_offload(cfg: ModelConfig, layout: Layout, stage: int, optimizer_bytes: int) -> Offload:

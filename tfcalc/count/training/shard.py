@@ -196,7 +196,12 @@ def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1, counted: t
     [pp·c, pp·c + c), ... -- the assignment of Megatron-LM's virtual pipeline (Narayanan et al. 2021, sec.
     2.2.2, Fig. 4) and of torch.distributed.pipelining's ScheduleInterleaved1F1B (stage index rank + v·pp).
     ``counted`` (any of SPLIT_COUNTS): the ends count as a block each (the module docstring); a chunk may
-    then hold no block (the embedding's, the head's), its range empty."""
+    then hold no block (the embedding's, the head's), its range empty. ``counted`` of ints instead (``--pp-layers``,
+    V = 1): each stage's block count, given -- stage s holds the blocks after the first s stages' (Megatron-LM's
+    --decoder-first/last-pipeline-num-layers, torchtitan's manual stage split by layer)."""
+    if counted and isinstance(counted[0], int):
+        start = sum(counted[:stage])
+        return [range(start, start + counted[stage])]
     if not counted:
         if virtual == 1:  # stage_blocks' runs in closed form: the first n_layer mod pp one block more
             base, extra = divmod(n_layer, pp)

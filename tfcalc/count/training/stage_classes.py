@@ -13,7 +13,7 @@ size, and φ repeats with period dividing P_i, so the first P_i stages of the (i
 For i ≠ j its first block lies in (end_i − size, end_i): at most one stage. The (i, j) pairs only grow
 with s, so there are at most 2·(runs) ranges: the candidates number O(runs · pattern length), and the
 first stage of each distinct kind is among them (each kind's first stage is its key's first).
-Interleaved stages (V > 1) are walked (pp ≤ the GPUs of a layout)."""
+Interleaved stages (V > 1) and given splits (--pp-layers) are walked (pp ≤ the GPUs of a layout)."""
 
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def _candidates(cfg: ModelConfig, lo: int, hi: int, a: int, size: int) -> list[i
 def priced_stages(cfg: ModelConfig, pp: int, virtual: int, counted: tuple[str, ...] = ()) -> tuple[int, ...]:
     """The ends, and the first stage of each kind between them, in stage order (see rank_memory)."""
     n_blocks = total_blocks(cfg)
-    classes = _classes(n_blocks, pp, counted)
-    if virtual > 1 or pp <= 2 or min(size for *_, size in classes) < 1:
+    given = bool(counted) and isinstance(counted[0], int)  # --pp-layers: the stages are walked (pp ≤ the GPUs)
+    classes = [] if given else _classes(n_blocks, pp, counted)
+    if virtual > 1 or pp <= 2 or given or min(size for *_, size in classes) < 1:
         middle = range(1, pp - 1)
     else:
         middle = sorted({s for lo, hi, a, size in classes if lo < hi

@@ -263,7 +263,7 @@ class StageSeconds:
 def _alike(layout: Layout) -> Layout:
     """What a micro-batch's time depends on (a search prices many layouts that share it)."""
     return replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
-                   overlap=(), pp_split_counts=())
+                   overlap=(), pp_split_counts=(), pp_layers=())
 
 
 @lru_cache(maxsize=64)
@@ -271,11 +271,8 @@ def _fewer_sms(perf: PerfSpec, sms: int) -> PerfSpec:
     return replace(perf, sm_count=sms)
 
 
-def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) -> StageSeconds:
-    """Step 2 for one micro-batch on the slowest stage (every stage holds its blocks' count, whatever
-    the schedule: tfcalc.count.training.shard.stage_ranges); ``held_sms`` SMs taken by a collective's kernel
-    (step 5's contention): the GEMMs' tiles run in waves over the rest, at their share of the peak."""
-    alike = _alike(layout)
+def micro_batch_at(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0):
+    """Step 2's micro-batch times; ``held_sms`` SMs a collective's kernel takes (step 5): the GEMMs run on the rest."""
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
     fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
@@ -283,12 +280,16 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) 
     if 0 < held_sms < sms:
         share = (sms - held_sms) / sms
         perf, peak, fp8 = _fewer_sms(perf, sms - held_sms), peak * share, fp8 * share
-    t = micro_batch_time(cfg, alike, peak, hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency, perf, fp8)
-    # each stage's blocks as placed (tfcalc.count.training.shard.stage_ranges: with --pp-split-counts the first stage
-    # holds one block fewer for the embedding, the last one fewer for the head); the embedding's lookup is
-    # memory traffic spread over the blocks' non-matmul time (tfcalc.count.training.micro_batch_time), the head's
-    # matmuls the last stage's own
-    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.pp_split_counts)
+    return micro_batch_time(cfg, _alike(layout), peak, hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency, perf, fp8)
+
+
+def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) -> StageSeconds:
+    """Step 2 for one micro-batch on the slowest stage (each stage holds its blocks' count, whatever the schedule
+    or split: tfcalc.count.training.shard.stage_ranges)."""
+    t = micro_batch_at(cfg, layout, hw, held_sms)
+    # each stage's blocks as placed (--pp-split-counts, --pp-layers: shard.stage_ranges); the embedding's lookup is
+    # memory traffic spread over the blocks' non-matmul time (micro_batch_time), the head the last stage's own
+    counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.stage_split)
     stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
     last = stage == t.stage_s(counts[-1], True)
     blocks = counts[-1] if last else max(counts[:-1])
