@@ -161,3 +161,20 @@ def test_the_original_length_is_read_as_transformers_reads_it(tmp_path, model_ty
     hf = config_class(**{k: v for k, v in raw.items() if k != "model_type"})
     assert hf.rope_parameters["original_max_position_embeddings"] == expected
     assert _read(raw).rope_original_max_seq_len == expected
+
+
+def test_decode_past_the_original_context_equals_transformers_generate(tmp_path):
+    """A prompt already past the original 8 positions: every step of transformers' generate takes long_factor, as
+    tfcalc's tables do; tfcalc's greedy decode over its cache equals it and the uncached forward's."""
+    import torch
+    from hf_pairs import assert_decode_equals
+
+    import tfcalc
+
+    kwargs = dict(LLAMA_LIKE, **TOKENS, original_max_position_embeddings=8, rope_parameters=LONGROPE)
+    hf = _build("Phi3Config", "Phi3ForCausalLM", kwargs)
+    folder = _save(hf, tmp_path / "m")
+    model = tfcalc.load_model(str(folder))
+    prompt = torch.randint(3, V, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert_decode_equals(model, hf, prompt, 6, model.new_cache(2, 15))

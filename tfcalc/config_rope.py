@@ -2,8 +2,8 @@
 each kind computes is tfcalc.architecture.rope. Imports nothing of tfcalc but the error type; every failure is
 one ConfigError line naming the field.
 
-- ``rope_scaling``: yarn, linear or llama3 (transformers' rope_type), with ``rope_scaling_factor`` (all three),
-  ``rope_original_max_seq_len`` (yarn and llama3: the context trained on), ``rope_low_freq_factor`` and
+- ``rope_scaling``: yarn, linear, llama3 or longrope (transformers' rope_type), with ``rope_scaling_factor``
+  (every kind), ``rope_original_max_seq_len`` (yarn and llama3: the context trained on), ``rope_low_freq_factor`` and
   ``rope_high_freq_factor`` (llama3), and YaRN's optional ``yarn_beta_fast``, ``yarn_beta_slow``,
   ``yarn_mscale``, ``yarn_mscale_all_dim``, ``yarn_attention_factor``, ``yarn_truncate``;
 - longrope (Phi-3's; transformers' _compute_longrope_parameters): ``rope_scaling_factor`` (the file's factor,
