@@ -149,18 +149,23 @@ def test_bad_longrope_scalings_are_one_line_errors(tmp_path, cli, changes, messa
     ("phi3", 16, 16),
     ("llama", None, 24),  # a class without the field: the dict's
     ("llama", 16, 24),  # a top-level key LlamaConfig has no field for is not read
+    ("llama", "none", 4096 * 8),  # none in the dict either: max_position_embeddings (factor 1)
 ])
 def test_the_original_length_is_read_as_transformers_reads_it(tmp_path, model_type, top, expected):
     import transformers
 
     raw = dict(LLAMA_LIKE, **TOKENS, model_type=model_type, max_position_embeddings=4096 * 8,
                rope_scaling=dict(LONGROPE, original_max_position_embeddings=24))
-    if top is not None:
+    if top == "none":
+        raw["rope_scaling"].pop("original_max_position_embeddings")
+    elif top is not None:
         raw["original_max_position_embeddings"] = top
     config_class = {"phi3": transformers.Phi3Config, "llama": transformers.LlamaConfig}[model_type]
     hf = config_class(**{k: v for k, v in raw.items() if k != "model_type"})
     assert hf.rope_parameters["original_max_position_embeddings"] == expected
-    assert _read(raw).rope_original_max_seq_len == expected
+    cfg = _read(raw)
+    assert cfg.rope_original_max_seq_len == expected
+    assert cfg.rope_scaling_factor == raw["max_position_embeddings"] / expected
 
 
 def test_decode_past_the_original_context_equals_transformers_generate(tmp_path):
