@@ -183,3 +183,20 @@ def test_decode_past_the_original_context_equals_transformers_generate(tmp_path)
     prompt = torch.randint(3, V, (2, 9), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert_decode_equals(model, hf, prompt, 6, model.new_cache(2, 15))
+
+
+def test_below_the_original_context_the_fixed_tables_keep_long_factor(tmp_path):
+    """The stated convention (tfcalc.architecture.rope): with max_seq_len past the original, a sequence shorter
+    than it is rotated by long_factor, where transformers takes short_factor; so tfcalc's logits there equal
+    transformers' for the same weights with long_factor given as the short list, and not the file's."""
+    import tfcalc
+
+    kwargs = dict(LLAMA_LIKE, **TOKENS, original_max_position_embeddings=8)
+    hf = _build("Phi3Config", "Phi3ForCausalLM", dict(kwargs, rope_parameters=LONGROPE))
+    folder = _save(hf, tmp_path / "m")
+    twin = _build("Phi3Config", "Phi3ForCausalLM", dict(kwargs, rope_parameters=dict(LONGROPE, short_factor=LONG)))
+    twin.load_state_dict(hf.state_dict())
+    ids = _ids(6)
+    got = _logits(tfcalc.load_model(str(folder)), ids)
+    assert (got - _logits(twin, ids)).abs().max() <= 1e-4
+    assert (got - _logits(hf, ids)).abs().max() > 1e-3
