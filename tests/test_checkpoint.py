@@ -200,8 +200,8 @@ def test_load_model_fills_every_parameter_or_names_what_is_missing(tmp_path):
 def test_load_model_refuses_what_changes_outputs_but_no_count(tmp_path):
     from tfcalc.model.load import load_model
 
-    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4}
-    folder = write(tmp_path / "m", llama_tensors(), {**LLAMA, "rope_scaling": longrope})
-    with pytest.raises(ConfigError, match="rope scaling 'longrope' is not built"):
+    proportional = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
+    folder = write(tmp_path / "m", llama_tensors(), {**LLAMA, "rope_scaling": proportional})
+    with pytest.raises(ConfigError, match="rope scaling 'proportional' is not built"):
         load_model(folder)
     assert count_checkpoint(load(str(folder)), folder).agrees  # counting it is fine

@@ -247,15 +247,14 @@ def test_dynamic_ntk_is_the_default_rope_within_the_context(tmp_path):
     assert (_logits(tfcalc.load_model(str(folder)), ids) - _logits(model, ids)).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("kind", ["longrope"])
+@pytest.mark.parametrize("kind", ["proportional"])
 def test_a_scaling_the_model_does_not_build_is_counted_and_refused_by_load_model(tmp_path, kind):
 
     import tfcalc
     from tfcalc.count.model import params as count
     from tfcalc.errors import InputError
 
-    extra = dict(factor=2.0) if kind == "dynamic" else dict(short_factor=[1.0] * 4, long_factor=[2.0] * 4,
-                                                            original_max_position_embeddings=16)
+    extra = dict(partial_rotary_factor=0.5)  # longrope is built now (tests/test_hf_longrope.py)
     model = _build("LlamaConfig", "LlamaForCausalLM",
                    dict(LLAMA_LIKE, rope_parameters=dict(rope_type=kind, rope_theta=100.0, **extra)))
     folder = _save(model, tmp_path)
@@ -398,7 +397,8 @@ def test_older_spellings_of_a_scaling_are_read():
     phi = {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 64, "intermediate_size": 96,
            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
            "rope_scaling": {"type": "su", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}}
-    assert _read(phi).rope_scaling is None
+    phi3 = _read(phi)  # "su" is longrope (Phi3Config), its original length Phi3Config's 4,096
+    assert (phi3.rope_scaling, phi3.rope_original_max_seq_len, phi3.rope_short_factor) == ("longrope", 4096, (1.0,) * 8)
     olmo = {**LLAMA3_8B, "model_type": "olmo3", "architectures": ["Olmo3ForCausalLM"],
             "layer_types": ["sliding_attention", "full_attention"] * 16, "sliding_window": 4096,
             "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 8.0, "truncate": False,

@@ -193,9 +193,11 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
     mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
     # --- RoPE scaling (tfcalc.config_rope, tfcalc.architecture.rope): no count changes, the model's tables do ---
-    rope_scaling: Optional[Literal["yarn", "linear", "llama3"]] = None
+    rope_scaling: Optional[Literal["yarn", "linear", "llama3", "longrope"]] = None
     rope_scaling_factor: Optional[float] = None
-    rope_original_max_seq_len: Optional[int] = None  # yarn, llama3: the context trained on
+    rope_original_max_seq_len: Optional[int] = None  # yarn, llama3, longrope: the context trained on
+    rope_short_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, within the original
+    rope_long_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, past it
     rope_scaling_layers: Optional[Literal["all", "full"]] = None  # None: all RoPE layers; full: the global ones
     rope_low_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 1)
     rope_high_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 4)
@@ -234,10 +236,8 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     def __post_init__(self) -> None:
         if isinstance(self.mixer_fields, list):  # from JSON (a measured run's ranks rebuild the config)
             object.__setattr__(self, "mixer_fields", tuple((k, _frozen(v)) for k, v in self.mixer_fields))
-        if isinstance(self.dense_layers, list):  # a YAML or JSON list; a tuple keeps the config hashable
-            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
-        if isinstance(self.stored_quant_block, list):
-            object.__setattr__(self, "stored_quant_block", tuple(self.stored_quant_block))
+        for name in ("dense_layers", "stored_quant_block", "rope_short_factor", "rope_long_factor"):  # YAML/JSON lists
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
         validate(self)  # the flat fields' own rules (tfcalc.config_rules)
         # then the description, built once here: its components check their own rules (GQA's grouping, a
         # norm's bias, a parallel block's layout, a mixture's top-k), so a bad config is refused as it is

@@ -32,10 +32,11 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
         "linear_norm_eps", "linear_norm_placement", "attn_output_gate")),
-    ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling)", (
+    ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
-        "rope_low_freq_factor", "rope_high_freq_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale",
-        "yarn_mscale_all_dim", "yarn_attention_factor", "yarn_truncate")),
+        "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",
+        "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim", "yarn_attention_factor",
+        "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),

@@ -54,7 +54,7 @@ ZERO_ALLOWED = ("type_vocab_size", "position_offset", "mtp_layers", "qk_nope_hea
 
 class FieldType(NamedTuple):
     """A field's type, read from ModelConfig's annotation: ``base`` int, float, bool, str or "ints" (a tuple of
-    integers), with ``choices`` for a Literal; ``optional`` where it may be null."""
+    integers), "floats" (of numbers), with ``choices`` for a Literal; ``optional`` where it may be null."""
 
     base: Any
     optional: bool
@@ -75,7 +75,7 @@ def field_types(cls) -> dict[str, FieldType]:
         if get_origin(t) is Literal:
             out[f.name] = FieldType(str, optional, get_args(t))
         elif get_origin(t) is tuple:
-            out[f.name] = FieldType("ints", optional)
+            out[f.name] = FieldType("floats" if get_args(t)[0] is float else "ints", optional)
         elif t in (int, float, bool, str):
             out[f.name] = FieldType(t, optional)
         else:
@@ -104,7 +104,7 @@ def _types() -> dict[str, FieldType]:
 
 def list_fields() -> tuple[str, ...]:
     """The fields --set may give a YAML list (tfcalc.presets)."""
-    return tuple(n for n, t in _types().items() if t.base == "ints")
+    return tuple(n for n, t in _types().items() if t.base in ("ints", "floats"))
 
 
 def field_choices(name: str) -> tuple[str, ...] | None:
@@ -170,7 +170,7 @@ MAX_TEXT = 1000  # characters of a name or a source: a label a table can show (a
 
 
 _EXPECTED = {int: "an integer", float: "a number", bool: "true or false", str: "a string",
-             "ints": "a list of integers"}
+             "ints": "a list of integers", "floats": "a list of numbers"}
 
 
 def check_field_type(name: str, value: Any, t: Optional[FieldType] = None) -> None:
@@ -200,6 +200,8 @@ def _has_type(value: Any, base: Any) -> bool:
         return is_int or (isinstance(value, float) and math.isfinite(value))
     if base == "ints":
         return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if base == "floats":
+        return isinstance(value, (list, tuple)) and all(_has_type(v, float) for v in value)
     return isinstance(value, base)
 
 

@@ -15,6 +15,14 @@ With d the rotated channels and b the base, the unscaled inverse frequencies are
   from f_i (dimensions that turn more than beta_fast times over L) to f_i / factor (fewer than beta_slow),
   the ramp's ends floored and ceiled unless ``truncate`` is false (gpt-oss); cos and sin times the attention
   factor: given, or mscale(mscale) / mscale(mscale_all_dim) when both are given, or 0.1·ln(factor) + 1.
+- ``LongRope`` (Phi-3's "su"/"longrope"; Ding et al. 2024, arXiv 2402.13753; _compute_longrope_parameters):
+  f_i / e_i with e the config's per-frequency short_factor or long_factor list; cos and sin times
+  sqrt(1 + ln(factor) / ln(L)) (1 for a factor of at most 1), factor the file's, else max_position_embeddings / L.
+  transformers picks the list per forward by the sequence so far (longrope_frequency_update: long once
+  max(position) + 1 > L, short otherwise) and never re-rotates the keys already cached. tfcalc's tables are
+  fixed for max_seq_len: long_factor when max_seq_len > L, short_factor otherwise, so the logits equal
+  transformers' for every sequence past L (or all of them when max_seq_len <= L); below L with
+  max_seq_len > L, transformers rotates by the short list and tfcalc by the long one.
 """
 
 from __future__ import annotations
@@ -100,8 +108,30 @@ class Llama3Scaling:
                              f"high_freq_factor ({self.high_freq_factor}), and the original length at least 1")
 
 
-RopeScaling = Union[Yarn, LinearScaling, Llama3Scaling]
-KINDS = ("yarn", "linear", "llama3")  # the rope_type values tfcalc builds
+@dataclass(frozen=True)
+class LongRope:
+    """Each frequency divided by its own factor: ``ext_factors`` (the long or the short list, the docstring above
+    says which), cos and sin times sqrt(1 + ln(factor) / ln(original))."""
+
+    factor: float
+    original_max_seq_len: int
+    ext_factors: tuple[float, ...]
+    kind = "longrope"
+
+    def __post_init__(self) -> None:
+        if not (self.factor > 0 and self.original_max_seq_len > 1 and all(e > 0 for e in self.ext_factors)):
+            raise InputError("longrope RoPE scaling needs a positive factor and factors, and an original length > 1")
+
+    @property
+    def attention_factor(self) -> float:
+        """_compute_longrope_parameters' default (the file's attention_factor is not read: tfcalc refuses it)."""
+        if self.factor <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_seq_len))
+
+
+RopeScaling = Union[Yarn, LinearScaling, Llama3Scaling, LongRope]
+KINDS = ("yarn", "linear", "llama3", "longrope")  # the rope_type values tfcalc builds
 
 
 def from_fields(cfg: Any) -> Optional[RopeScaling]:
@@ -117,6 +147,10 @@ def from_fields(cfg: Any) -> Optional[RopeScaling]:
                     32.0 if cfg.yarn_beta_fast is None else cfg.yarn_beta_fast,
                     1.0 if cfg.yarn_beta_slow is None else cfg.yarn_beta_slow, cfg.yarn_mscale, cfg.yarn_mscale_all_dim,
                     cfg.yarn_attention_factor, cfg.yarn_truncate is not False)
+    if kind == "longrope":  # the list of the longest sequence the tables serve (module docstring)
+        long = cfg.max_seq_len > cfg.rope_original_max_seq_len
+        return LongRope(cfg.rope_scaling_factor, cfg.rope_original_max_seq_len,
+                        tuple(cfg.rope_long_factor if long else cfg.rope_short_factor))
     return None
 
 

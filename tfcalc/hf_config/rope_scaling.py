@@ -13,11 +13,12 @@ RotaryEmbeddingConfigMixin.standardize_rope_params):
 - the vision-language types (gemma3, llama4) read their ``text_config``;
 - Phi-3's older names "su" and "yarn" are longrope (Phi3Config.convert_rope_params_to_dict).
 
-Built: yarn, linear, llama3 (tfcalc.architecture.rope); dynamic (NTK) leaves the base as it is within
-max_position_embeddings, all the positions tfcalc's model covers: no field, run as the default. Known to
-transformers and not built (longrope, proportional): counted, no field set, and tfcalc.model.load refuses to run
-them. Any other rope_type is refused
-here in one line, as transformers refuses it (ROPE_INIT_FUNCTIONS has no entry).
+Built: yarn, linear, llama3, longrope (tfcalc.architecture.rope; longrope: short_factor and long_factor, the
+original length as ORIGINAL_DEFAULT below says, factor as given, else max_position_embeddings / original). Dynamic
+(NTK) leaves the base as it is within max_position_embeddings, all the positions tfcalc's model covers: no field,
+run as the default. Known to transformers and not built (proportional): counted, no field set, and
+tfcalc.model.load refuses to run it. Any other rope_type is refused here in one line, as transformers refuses it
+(ROPE_INIT_FUNCTIONS has no entry).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from tfcalc.errors import shown
 from tfcalc.hf_config.reader import Reader
 
-BUILT = ("yarn", "linear", "llama3")
+BUILT = ("yarn", "linear", "llama3", "longrope")
 KNOWN = ("default", *BUILT, "dynamic", "longrope", "proportional")  # transformers' ROPE_INIT_FUNCTIONS and default
 BY_LAYER_TYPE = ("gemma3_text", "olmo3")  # config classes that nest rope_parameters by layer type
 TEXT_CONFIG = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
@@ -45,7 +46,12 @@ KEYS = {
              ("truncate", "yarn_truncate")),
     "linear": (),
     "llama3": (("low_freq_factor", "rope_low_freq_factor"), ("high_freq_factor", "rope_high_freq_factor")),
+    "longrope": (("short_factor", "rope_short_factor"), ("long_factor", "rope_long_factor")),
 }
+# standardize_rope_params: a config class's own original_max_position_embeddings field (the file's top-level key,
+# else its default) outranks the dict's; Phi3Config has one (default 4,096); a class without (LlamaConfig) reads
+# the dict's, else max_position_embeddings (a top-level key is not yet an attribute when it runs)
+ORIGINAL_DEFAULT = {"phi3": 4096}
 
 
 RENAMED = {"phi3": {"su": "longrope", "yarn": "longrope"}}  # Phi3Config.convert_rope_params_to_dict: older names
@@ -109,12 +115,35 @@ def _fields(r: Reader, scaling: dict[str, Any], layers: Any, where: str, model_t
     if kind not in BUILT:  # counted as is; tfcalc.model.load refuses to run it
         return
     sub = Reader({"model_type": r.model_type, **scaling}, f"{where}: 'rope_scaling'")
-    sub.take("factor", "rope_scaling_factor", required=True)
-    if kind != "linear":
+    if kind == "longrope":
+        _longrope(r, sub, scaling, model_type)
+    else:
+        sub.take("factor", "rope_scaling_factor", required=True)
+    if kind not in ("linear", "longrope"):
         sub.take("original_max_position_embeddings", "rope_original_max_seq_len",
                  r.fields.get("max_seq_len"))
     for key, field in KEYS[kind]:
-        sub.take(key, field, required=kind == "llama3")
+        sub.take(key, field, required=kind in ("llama3", "longrope"))
     r.fields.update({k: v for k, v in sub.fields.items() if v is not None}, rope_scaling=kind)
     if layers is not None:
         r.fields["rope_scaling_layers"] = layers
+
+
+def _longrope(r: Reader, sub: Reader, scaling: dict[str, Any], model_type: str) -> None:
+    """_compute_longrope_parameters' inputs: the original length (the module docstring says which), factor as given
+    or max_position_embeddings / original; a stated attention_factor is refused (tfcalc computes the default)."""
+    if scaling.get("attention_factor") is not None:
+        raise sub.fail("'attention_factor' with longrope is not built by tfcalc (it uses sqrt(1 + ln(factor) / "
+                       "ln(original)))")
+    if model_type in ORIGINAL_DEFAULT:  # the class's own field: the file's top-level key, else its default
+        original = r.raw.get("original_max_position_embeddings", ORIGINAL_DEFAULT[model_type])
+    else:
+        original = sub.take("original_max_position_embeddings", "rope_original_max_seq_len",
+                            r.fields.get("max_seq_len"))
+    if not isinstance(original, int) or original < 2:
+        raise sub.fail(f"'original_max_position_embeddings' must be an integer of at least 2; got {shown(original)}")
+    sub.fields["rope_original_max_seq_len"] = original
+    if sub.get("factor") is not None:
+        sub.take("factor", "rope_scaling_factor")
+    else:
+        sub.fields["rope_scaling_factor"] = r.fields.get("max_seq_len") / original

@@ -1,7 +1,7 @@
 """The rotary tables of a scaled RoPE (tfcalc.architecture.rope says each kind), computed as transformers 5.24
 computes them (modeling_rope_utils.py): inverse frequencies in float32 from base^(arange(0, d, 2) / d), scaled
 per kind, the angles outer(positions, inv_freq) in float32, cos and sin times the kind's attention factor
-(YaRN's; 1 for linear and llama3). Rotate-half layout, like tfcalc.model.positions.rope_tables."""
+(YaRN's and longrope's; 1 for linear and llama3). Rotate-half layout, like tfcalc.model.positions.rope_tables."""
 
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ def scaled_inv_freq(theta: float, dim: int, scaling, device=None) -> torch.Tenso
         return base_inv_freq(theta, dim, device) / scaling.factor
     if scaling.kind == "llama3":
         return llama3_inv_freq(theta, dim, scaling, device)
+    if scaling.kind == "longrope":  # _compute_longrope_parameters: 1 / (ext_factors · base^(2i/d)), float32
+        ext = torch.tensor(scaling.ext_factors, dtype=torch.float32, device=device)
+        shape = torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim
+        return 1.0 / (ext * theta**shape)
     raise ValueError(f"no rotary table for RoPE scaling {scaling.kind!r}")  # tfcalc.architecture.rope lists them
 
 
