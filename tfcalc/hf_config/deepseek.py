@@ -110,6 +110,17 @@ def _yarn(r: Reader) -> None:
     r.fields.update({k: v for k, v in sub.fields.items() if v is not None}, rope_scaling="yarn")
 
 
+def sigmoid_router(r: Reader, groups: int, topk_groups: int, scaling: float) -> None:
+    """DeepSeek-V3's router as its config keys say it (DeepseekV3TopkRouter, noaux_tc): sigmoid scores, the
+    correction bias in the choice, norm_topk_prob (default true), n_group groups of which topk_group are kept, and
+    routed_scaling_factor; each family's defaults given. Shared by the families that took it over (GLM-4.5 and
+    4.7-Flash, Nemotron-H, MiMo-V2-Flash, DeepSeek-V3.2)."""
+    r.fields.update(router_scoring="sigmoid", router_score_bias=True, router_norm_topk=r.flag("norm_topk_prob", True))
+    r.take("n_group", "router_groups", groups)
+    r.take("topk_group", "router_topk_groups", topk_groups)
+    r.take("routed_scaling_factor", "routed_scaling", scaling)
+
+
 def deepseek_v3(r: Reader) -> None:
     _common(r, V3_DEFAULTS)
     scoring = r.get("scoring_func", "sigmoid")
@@ -117,11 +128,7 @@ def deepseek_v3(r: Reader) -> None:
         raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV3TopkRouter scores with a sigmoid")
     r.fields["rope_interleave"] = r.flag("rope_interleave", True)
     if "n_expert" in r.fields:
-        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
-                        router_norm_topk=r.flag("norm_topk_prob", True))
-        r.take("n_group", "router_groups", 8)
-        r.take("topk_group", "router_topk_groups", 4)
-        r.take("routed_scaling_factor", "routed_scaling", 2.5)
+        sigmoid_router(r, 8, 4, 2.5)
     r.take("num_nextn_predict_layers", "mtp_layers", 0, aliases=("num_mtp_layers",))
     r.causal_or_base("DeepseekV3")
 
@@ -234,11 +241,7 @@ def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
                      "layers dense, then sparse")
     r.fields["rope_interleave"] = True
     if "n_expert" in r.fields:
-        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
-                        router_norm_topk=r.flag("norm_topk_prob", True))
-        r.take("n_group", "router_groups", defaults["n_group"])
-        r.take("topk_group", "router_topk_groups", defaults["topk_group"])
-        r.take("routed_scaling_factor", "routed_scaling", 2.5)
+        sigmoid_router(r, defaults["n_group"], defaults["topk_group"], 2.5)
     r.take("index_topk", "index_topk", 2048)
     r.take("index_n_heads", "index_n_heads", defaults["index_n_heads"])
     r.take("index_head_dim", "index_head_dim", 128)

@@ -12,7 +12,7 @@ DeepSeek-V3's (transformers builds none).
 from __future__ import annotations
 
 from tfcalc.architecture import Architecture
-from tfcalc.hf_config.deepseek import experts, moe_names
+from tfcalc.hf_config.deepseek import experts, moe_names, sigmoid_router
 from tfcalc.hf_config.llama_like import base_fields, llama_names
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
@@ -28,11 +28,7 @@ def glm4_moe(r: Reader) -> None:
     r.fields.update(attn_out_bias=False, qk_norm=r.flag("use_qk_norm", False))
     experts(r, DEFAULTS)
     if "n_expert" in r.fields:
-        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
-                        router_norm_topk=r.flag("norm_topk_prob", True))
-        r.take("n_group", "router_groups", 1)
-        r.take("topk_group", "router_topk_groups", 1)
-        r.take("routed_scaling_factor", "routed_scaling", 1.0)
+        sigmoid_router(r, 1, 1, 1.0)
     r.take("num_nextn_predict_layers", "mtp_layers", 0)
     r.causal_or_base("Glm4Moe")
 

@@ -46,11 +46,7 @@ def glm4_moe_lite(r: Reader) -> None:
         raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: Glm4MoeLiteTopkRouter scores with a sigmoid")
     r.fields["rope_interleave"] = r.flag("rope_interleave", True)
     if "n_expert" in r.fields:
-        r.fields.update(router_scoring="sigmoid", router_score_bias=True,
-                        router_norm_topk=r.flag("norm_topk_prob", True))
-        r.take("n_group", "router_groups", 1)
-        r.take("topk_group", "router_topk_groups", 1)
-        r.take("routed_scaling_factor", "routed_scaling", 1.8)
+        deepseek.sigmoid_router(r, 1, 1, 1.8)
     r.take("num_nextn_predict_layers", "mtp_layers", 0)
     r.causal_or_base("Glm4MoeLite")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.deepseek import moe_names
+from tfcalc.hf_config.deepseek import moe_names, sigmoid_router
 from tfcalc.hf_config.glm4_moe_lite import dense_layers
 from tfcalc.hf_config.llama_like import base_fields, llama_names
 from tfcalc.hf_config.names import Rule
@@ -95,10 +95,7 @@ def _experts(r: Reader, n: int) -> None:
     if dense:
         r.fields.update({"first_dense_layers": dense} if isinstance(dense, int) else {"dense_layers": dense})
         r.take("intermediate_size", "dense_d_ff", required=True)
-    r.fields.update(router_scoring="sigmoid", router_score_bias=True, router_norm_topk=r.flag("norm_topk_prob", True))
-    r.take("n_group", "router_groups", 1)
-    r.take("topk_group", "router_topk_groups", 1)
-    r.take("routed_scaling_factor", "routed_scaling", 1.0)
+    sigmoid_router(r, 1, 1, 1.0)
 
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
+from tfcalc.hf_config.deepseek import sigmoid_router
 from tfcalc.hf_config.mamba2 import backbone, ssm_fields
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
@@ -91,10 +92,7 @@ def _experts(r: Reader, pattern: str) -> None:
         raise r.fail(f"'n_shared_experts' {shared}: transformers' NemotronHMoE builds one shared MLP")
     if shared:
         r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
-    r.fields.update(router_scoring="sigmoid", router_score_bias=True, router_norm_topk=r.flag("norm_topk_prob", True))
-    r.take("n_group", "router_groups", 1)
-    r.take("topk_group", "router_topk_groups", 1)
-    r.take("routed_scaling_factor", "routed_scaling", 1.0)
+    sigmoid_router(r, 1, 1, 1.0)
 
 
 # ---- its checkpoint names (tfcalc.hf_config.names): modeling_nemotron_h.py ----
