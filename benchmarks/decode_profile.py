@@ -55,16 +55,24 @@ def graph_us(fn, reps: int = REPS) -> float:
     return statistics.median(times)
 
 
-def step_times(model, cfg, seq: int, mode: str, steps: int = 48) -> float:
-    """Median seconds of one decode step in ``mode`` after a prefill of seq tokens (events around each)."""
+def warm_decoder(model, cfg, seq: int, mode: str, steps: int, warmup: int) -> tuple[Decoder, torch.Tensor]:
+    """A Decoder in ``mode`` after a prefill of seq random tokens, its graph captured (one bucket: the cache
+    holds seq + steps + 8 positions) and ``warmup`` steps run -> (decoder, the next token). Under inference_mode:
+    call it inside one."""
     prompt = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
     cache = model.new_cache(1, seq + steps + 8)
+    token = next_token(model.prefill(prompt, cache))
+    dec = Decoder(model, cache, mode)
+    dec.prepare([cache.bucket(1)])
+    for _ in range(warmup):
+        token = next_token(dec.step(token))
+    return dec, token
+
+
+def step_times(model, cfg, seq: int, mode: str, steps: int = 48) -> float:
+    """Median seconds of one decode step in ``mode`` after a prefill of seq tokens (events around each)."""
     with torch.inference_mode():
-        token = next_token(model.prefill(prompt, cache))
-        dec = Decoder(model, cache, mode)
-        dec.prepare([cache.bucket(1)])
-        for _ in range(3):
-            token = next_token(dec.step(token))
+        dec, token = warm_decoder(model, cfg, seq, mode, steps, warmup=3)
         times = []
         for _ in range(steps):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -80,13 +88,8 @@ def kernel_table(model, cfg, seq: int, mode: str, steps: int = 8) -> list[dict]:
     """Kernels of ``steps`` decode steps under torch.profiler, grouped by name, per step, slowest first."""
     from torch.profiler import ProfilerActivity, profile
 
-    prompt = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
-    cache = model.new_cache(1, seq + steps + 8)
     with torch.inference_mode():
-        token = next_token(model.prefill(prompt, cache))
-        dec = Decoder(model, cache, mode)
-        dec.prepare([cache.bucket(1)])
-        token = next_token(dec.step(token))
+        dec, token = warm_decoder(model, cfg, seq, mode, steps, warmup=1)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(steps):

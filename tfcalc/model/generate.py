@@ -94,14 +94,12 @@ class Decoder:
                 saved = [t.clone() for t in positions]
                 for _ in range(3):  # reduce-overhead records its CUDA graph on a later call than the first
                     self._compiled(self.token, self.cache, span)
-                    for t, s in zip(positions, saved, strict=True):
-                        t.copy_(s)
+                    _put_back(positions, saved)
 
     def _not_captured(self, error: Exception, positions, saved) -> None:
         """The positions put back, the reason kept: the caller runs the step eagerly."""
         torch.cuda.synchronize()
-        for t, s in zip(positions, saved, strict=True):
-            t.copy_(s)
+        _put_back(positions, saved)
         self.capture_error = str(error).splitlines()[0]
 
     def _eager_from_now(self, token: torch.Tensor, span: int) -> torch.Tensor:
@@ -112,8 +110,8 @@ class Decoder:
 
     def _capture(self, span: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor] | None:
         """The step over ``span`` slots captured in a CUDA graph, the positions as they were before; None
-        when the step cannot be captured (a layer that reads a value back to the host, such as today's
-        MoE routing in tfcalc.model.experts), the reason kept in ``capture_error``."""
+        when the step cannot be captured (a layer that reads a value back to the host), the reason kept in
+        ``capture_error``."""
         cache = self.cache
         positions = cache.volatile()
         saved = [t.clone() for t in positions]
@@ -128,8 +126,7 @@ class Decoder:
         try:
             with torch.cuda.stream(side):
                 self.model.step(self.token, cache, span)
-                for t, s in zip(positions, saved, strict=True):
-                    t.copy_(s)
+                _put_back(positions, saved)
                 torch.cuda.set_sync_debug_mode("error")
                 self.model.step(self.token, cache, span)
         except RuntimeError as e:
@@ -141,14 +138,20 @@ class Decoder:
             return self._not_captured(error, positions, saved)
         graph = torch.cuda.CUDAGraph()
         try:
-            for t, s in zip(positions, saved, strict=True):
-                t.copy_(s)
+            _put_back(positions, saved)
             with torch.cuda.graph(graph):
                 out = self.model.step(self.token, cache, span)
         except RuntimeError as e:  # e.g. "operation not permitted when stream is capturing"
             return self._not_captured(e, positions, saved)
         self.graphs[span] = (graph, out)
         return graph, out
+
+
+def _put_back(positions: list[torch.Tensor], saved: list[torch.Tensor]) -> None:
+    """The cache's volatile tensors (positions, a recurrent state's carried tensors) as they were before a
+    warm-up, a capture or a compiled run wrote its junk step into them."""
+    for t, s in zip(positions, saved, strict=True):
+        t.copy_(s)
 
 
 @torch.inference_mode()
