@@ -36,12 +36,11 @@ from functools import lru_cache
 from typing import Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf import collectives
 from tfcalc.count.perf.inference import Overhead, step_seconds
-from tfcalc.count.serving.roofline import Row, Step, _check, _rows, experts_touched
+from tfcalc.count.serving.roofline import Row, Step, experts_touched, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel, step_collectives
 from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
@@ -64,15 +63,9 @@ def applies(cfg: ModelConfig) -> bool:
 
 def chunk_step(cfg: ModelConfig, start: int, size: int, fmt: WeightFormat, kv_dtype: str) -> Step:
     """``size`` prompt tokens at positions [start, start + size) of one sequence, attending to the ``start``
-    positions cached before them and causally to each other; the LM head on one position (step 1)."""
-    _check(cfg, size=size, context=start + size)
-    entries = []
-    for e in matmul_entries(cfg, 1, size, start + size, encoder=False):
-        if e.component == "lm_head":  # the logits of the chunk's last position only
-            _, k, n = e.shape
-            e = MatmulEntry(e.component, e.group, e.label, (1, k, n), 1, 1, 2 * k * n, e.stack)
-        entries.append(e)
-    return Step("prefill", 1, size, start + size, _rows(cfg, entries, fmt, kv_dtype, 1, size, decode=False))
+    positions cached before them and causally to each other; the LM head on one position (step 1): the
+    roofline's prefill step of one sequence from ``start``."""
+    return prefill_step(cfg, 1, size, fmt, kv_dtype, start=start)
 
 
 def _merged_weights(cfg: ModelConfig, d: Row, p: Row, tokens: tuple[int, int]) -> int:

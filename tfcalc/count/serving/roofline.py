@@ -309,17 +309,20 @@ def decode_step(cfg: ModelConfig, batch: int, context: int, fmt: WeightFormat, k
 
 
 def prefill_step(cfg: ModelConfig, batch: int, seq: int, fmt: WeightFormat, kv_dtype: str, *,
-                 src_seq: Optional[int] = None) -> Step:
-    """The prompt: seq tokens per sequence from position 0; the LM head on the last position only."""
-    _check(cfg, batch=batch, seq=seq)
+                 src_seq: Optional[int] = None, start: int = 0) -> Step:
+    """The prompt: seq tokens per sequence from position ``start`` (0: the whole prompt; more: a chunk of it,
+    attending to the start positions cached before it and causally to itself, tfcalc.count.serving.chunked);
+    the LM head on the last position only."""
+    _check(cfg, batch=batch, seq=seq, context=start + seq)
     src = decoder_source(cfg, seq, src_seq)
     entries = []
-    for e in matmul_entries(cfg, batch, seq, src=src):
+    for e in matmul_entries(cfg, batch, seq, start + seq, src=src):
         if e.component == "lm_head":  # logits of the last position only: B rows
             m, k, n = e.shape
             e = MatmulEntry(e.component, e.group, e.label, (batch, k, n), 1, 1, 2 * batch * k * n, e.stack)
         entries.append(e)
-    return Step("prefill", batch, seq, seq, _rows(cfg, entries, fmt, kv_dtype, batch, batch * seq, decode=False))
+    return Step("prefill", batch, seq, start + seq, _rows(cfg, entries, fmt, kv_dtype, batch, batch * seq,
+                                                          decode=False))
 
 
 def verify_step(cfg: ModelConfig, batch: int, queries: int, context: int, fmt: WeightFormat, kv_dtype: str, *,
