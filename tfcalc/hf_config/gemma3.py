@@ -61,10 +61,7 @@ def gemma3_text(r: Reader) -> None:
 
 def gemma3(r: Reader) -> None:
     """The language model of Gemma3ForConditionalGeneration, with its vision tower and projector named."""
-    text, vision = r.raw.get("text_config") or {}, r.raw.get("vision_config") or {}
-    for key, value in (("text_config", text), ("vision_config", vision)):
-        if not isinstance(value, dict):
-            raise r.fail(f"'{key}' must be an object of config fields; got {shown(value)}")
+    text, vision = r.objects("text_config", "vision_config")
     # a published text_config leaves out what equals Gemma3TextConfig's defaults (configuration_gemma3.py)
     defaults = dict(vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                     num_attention_heads=8)

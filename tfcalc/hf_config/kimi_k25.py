@@ -24,10 +24,7 @@ HEADS = ("Kimi_K25ForConditionalGeneration", "KimiK25ForConditionalGeneration")
 
 
 def kimi_k25(r: Reader) -> None:
-    text, vision = r.raw.get("text_config") or {}, r.raw.get("vision_config") or {}
-    for key, value in (("text_config", text), ("vision_config", vision)):
-        if not isinstance(value, dict):
-            raise r.fail(f"'{key}' must be an object of config fields; got {shown(value)}")
+    text, vision = r.objects("text_config", "vision_config")
     kind = text.get("model_type", "deepseek_v3")
     if kind not in TEXT_TYPES:
         raise r.fail(f"'text_config' model_type {shown(kind)} is not supported ({' or '.join(TEXT_TYPES)}: "

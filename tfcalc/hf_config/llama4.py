@@ -70,9 +70,7 @@ def _moe_layers(r: Reader, n: int) -> None:
 
 def llama4(r: Reader) -> None:
     """The language model of Llama4ForConditionalGeneration (its text_config)."""
-    text = r.raw.get("text_config") or {}
-    if not isinstance(text, dict):
-        raise r.fail(f"'text_config' must be an object of config fields; got {shown(text)}")
+    (text,) = r.objects("text_config")
     defaults = dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, num_hidden_layers=48,
                     num_attention_heads=40, num_key_value_heads=8)  # Llama4TextConfig's
     inner = Reader({**defaults, **text, "model_type": "llama4_text", "architectures": ["Llama4ForCausalLM"]},

@@ -15,7 +15,6 @@ the vision tower (Qwen3_5VisionModel, from ``vision_config``) is counted apart a
 from __future__ import annotations
 
 from tfcalc.architecture import Architecture
-from tfcalc.errors import shown
 from tfcalc.hf_config.llama_like import base_fields
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.qwen3_next import checkpoint_names as qwen3_next_names, gated_attention, linear_layers
@@ -61,10 +60,7 @@ def qwen3_5_moe(r: Reader) -> None:
 
 def _multimodal(r: Reader, text_mapper, text_type: str, defaults: dict, prefix: str) -> None:
     """The language model of <prefix>ForConditionalGeneration, its vision tower named beside it."""
-    text, vision = r.raw.get("text_config") or {}, r.raw.get("vision_config") or {}
-    for key, value in (("text_config", text), ("vision_config", vision)):
-        if not isinstance(value, dict):
-            raise r.fail(f"'{key}' must be an object of config fields; got {shown(value)}")
+    text, vision = r.objects("text_config", "vision_config")
     inner = Reader({**defaults, **text, "model_type": text_type, "architectures": [f"{prefix}ForCausalLM"]},
                    f"{r.where} (text_config)")
     text_mapper(inner)

@@ -79,6 +79,17 @@ class Reader:
         for key, field in pairs:
             self.take(key, field, required=True)
 
+    def objects(self, *keys: str) -> list[dict[str, Any]]:
+        """Each key's object of config fields, {} where absent or null (a vision-language model's text_config
+        and vision_config); one line naming the key where it is not an object."""
+        out = []
+        for key in keys:
+            value = self.raw.get(key) or {}
+            if not isinstance(value, dict):
+                raise self.fail(f"'{key}' must be an object of config fields; got {shown(value)}")
+            out.append(value)
+        return out
+
     def flag(self, key: str, default: bool, aliases: tuple[str, ...] = ()) -> bool:
         """A true/false key that selects a layout (not a field itself)."""
         value = self.get(key, default, aliases)
