@@ -1,6 +1,6 @@
 """A transformers model and the same checkpoint loaded by tfcalc, for the tests that hold one against the other
 (tests/model/test_mamba2.py, test_nemotron_h.py, test_granitemoehybrid.py, test_mixer_plugin.py, test_mixer_kind.py,
-tests/test_qwen3_next.py, test_hf_lfm2.py, test_qwen3_5.py): the model written to a folder by
+tests/test_qwen3_next.py, test_hf_lfm2.py, test_qwen3_5.py, test_deepseek_v32.py): the model written to a folder by
 ``save_pretrained`` and read back by tfcalc's ``load_model``; its logits and its decode over tfcalc's cache set
 against transformers' and the uncached forward's. Each test keeps its own configs and assertions.
 """
@@ -127,3 +127,20 @@ def step_flops(model, cache, prompt: torch.Tensor, steps: int, counter=None) -> 
                 token = next_token(decoder.step(token))
             out.append((c.get_total_flops(), c.get_flop_counts()))
     return out
+
+
+def saved_bytes(module, x: torch.Tensor) -> int:
+    """Bytes autograd packs for the backward pass of ``module(x)``: every floating-point storage, each once, the
+    module's parameters and the input left out (saved_tensors_hooks) -- the reference a mixer's ``saved`` is
+    held to."""
+    skip = {p.untyped_storage().data_ptr() for p in module.parameters()} | {x.untyped_storage().data_ptr()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        if t.is_floating_point() and t.untyped_storage().data_ptr() not in skip:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return sum(seen.values())

@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 import torch
+from hf_pairs import saved_bytes
 
 from tfcalc.architecture.sparse_latent import topk_pairs
 from tfcalc.count.model import flops as count_flops, params as count_params
@@ -388,18 +389,9 @@ def test_saved_activations_are_what_autograd_keeps():
         torch.nn.init.normal_(p, 0.0, 0.05)
     for T in (64, 128):
         x = torch.randn(1, T, 256, dtype=dtype, requires_grad=True)
-        skip = {p.untyped_storage().data_ptr() for p in module.parameters()} | {x.untyped_storage().data_ptr()}
-        seen: dict[int, int] = {}
-
-        def pack(t, skip=skip, seen=seen):
-            if t.is_floating_point() and t.untyped_storage().data_ptr() not in skip:
-                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            module(x)
+        kept = saved_bytes(module, x)
         counted = T * sum(spec.saved(1, T, e, "math", False).values())
-        assert counted == sum(seen.values())
+        assert counted == kept
 
 
 def test_tiny_decode_step_flops_are_the_counted_sparse_step(tiny):

@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from hf_pairs import assert_rows_decode_alone, greedy_uncached, step_flops
+from hf_pairs import assert_rows_decode_alone, greedy_uncached, saved_bytes, step_flops
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -339,15 +339,6 @@ def test_saved_activations_are_within_ten_percent_of_what_autograd_keeps(dtype, 
         torch.nn.init.normal_(p, 0.0, 0.05)
     for T in (128, 256):
         x = torch.randn(1, T, 256, dtype=dtype, requires_grad=True)
-        skip = {p.untyped_storage().data_ptr() for p in module.parameters()} | {x.untyped_storage().data_ptr()}
-        seen: dict[int, int] = {}
-
-        def pack(t, skip=skip, seen=seen):
-            if t.is_floating_point() and t.untyped_storage().data_ptr() not in skip:
-                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            module(x)
+        kept = saved_bytes(module, x)
         counted = T * sum(spec.saved(1, T, e, "math", False).values())
-        assert abs(counted - sum(seen.values())) <= 0.1 * sum(seen.values())
+        assert abs(counted - kept) <= 0.1 * kept
