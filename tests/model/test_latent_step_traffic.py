@@ -120,10 +120,11 @@ def test_the_step_non_matmul_entries_name_the_ops_it_runs(kind, monkeypatch):
     entries = [e for e in non_matmul_entries(cfg, batch, 1, step=True) if e.component in ("mixer", "rope", "norms")]
     copies = sorted(e.elements * e.copies for e in entries if e.component == "mixer")
     moved = [n for name, n in recorded.ops if name in ("cat", "write", "clone")]
-    # rotate-half's cat for Q and for K are RoPE's own (priced per rotated element); the rest the step's copies
-    assert sorted(moved) == sorted(copies + [batch * H * hr, batch * hr])
+    assert sorted(moved) == sorted(copies)  # the step's copies; RoPE's swap of the halves is a flip (below)
     rope = next(e for e in entries if e.component == "rope")
-    assert rope.elements == batch * (H + 1) * hr == sum(n for name, n in recorded.ops if name == "add")
+    # the rotation (positions.rotate) of Q's H heads and of the ONE key head: a flip and an addcmul each
+    assert sorted(n for name, n in recorded.ops if name == "flip") == [batch * hr, batch * H * hr]
+    assert rope.elements == batch * (H + 1) * hr == sum(n for name, n in recorded.ops if name == "addcmul")
     norms = {e.label: e.elements for e in non_matmul_entries(cfg, batch, 1, step=True) if "latent norm" in e.label}
     widths = [n // batch for name, n in recorded.ops if name == "pow"][:1 if spec.q_lora_rank is None else 2]
     assert sorted(norms.values()) == sorted(batch * w for w in widths) and c * batch in norms.values()

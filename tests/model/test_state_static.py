@@ -63,6 +63,8 @@ def _describe(x):
         return ("tensor", tuple(x.shape), x.dtype, x.device.type)
     if isinstance(x, (list, tuple)):
         return tuple(_describe(y) for y in x)
+    if isinstance(x, dict):  # keyword arguments: an out= tensor by its shape, not its values
+        return tuple((k, _describe(v)) for k, v in sorted(x.items()))
     return repr(x)
 
 

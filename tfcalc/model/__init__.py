@@ -37,11 +37,11 @@ Layout choices, and why:
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache
 from tfcalc.model.experts import Experts, GroupedLinear, MixtureOfExperts
+from tfcalc.model.ffn import FeedForward
 from tfcalc.model.generate import Decoder, generate, next_token
 from tfcalc.model.layers import (
     Attention,
     CrossAttention,
-    FeedForward,
     Linear,
     LMHead,
     make_norm,

@@ -46,12 +46,16 @@ class AttentionState:
     """One layer's state tensors, (B, heads, slots, width) each, and how its slots are laid out."""
 
     def __init__(self, spec, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0,
-                 packed: bool = False):
+                 packed: bool = False, stacked: bool = False):
         """``spec``: the layer's attention component (tfcalc.architecture Attention or LatentAttention);
         ``spare``: slots a window's or chunk's ring keeps beyond its span (the module docstring).
         ``packed``: its tensors (of one head count) side by side in ONE buffer (B, heads, slots, Σ widths), each
         a view of its channels: latent attention's rows [c | k_r], which the absorbed step reads as its keys
-        without a copy (tfcalc.model.latent_absorbed.cache_keys); the same bytes as the tensors apart."""
+        without a copy (tfcalc.model.latent_absorbed.cache_keys); the same bytes as the tensors apart.
+        ``stacked``: its tensors (of one width, K and V) one after the other along the heads of ONE buffer
+        (B, Σ heads, slots, width), each a view of its heads, so that a step's new K and V, adjacent in the
+        projection's output, are written by one indexed write (``write`` given them joined; layers.Attention):
+        one kernel a layer fewer in a decode step (3.7 us on an H100, benchmarks/decode_profile.py)."""
         window, chunk = getattr(spec, "window", None), getattr(spec, "chunk", None)
         self.window, self.chunk = window, chunk
         self.size = spec.kv_positions(max_tokens, spare)
@@ -66,7 +70,15 @@ class AttentionState:
         self.names = tuple(name for name, _, _ in spec.state_tensors())
         shapes = spec.state_tensors()
         self.packed = None  # the one buffer the tensors are views of, when packed
-        if packed:
+        self.stacked = None  # the one buffer (B, Σ heads, S, w) the tensors are head views of, when stacked
+        if stacked:
+            widths = {w for _, _, w in shapes}
+            if len(widths) != 1:
+                raise ValueError(f"a stacked state needs one width for its tensors, not {sorted(widths)}")
+            heads = [h for _, h, _ in shapes]
+            self.stacked = torch.zeros(batch, sum(heads), self.size, widths.pop(), device=device, dtype=dtype)
+            self.tensors = list(self.stacked.split(heads, dim=1))  # views (B, h, S, w)
+        elif packed:
             heads = {h for _, h, _ in shapes}
             if len(heads) != 1:
                 raise ValueError(f"a packed state needs one head count for its tensors, not {sorted(heads)}")
@@ -108,19 +120,32 @@ class AttentionState:
 
     @property
     def nbytes(self) -> int:
-        if self.packed is not None:
-            return self.packed.numel() * self.packed.element_size()
+        whole = self.packed if self.packed is not None else self.stacked
+        if whole is not None:
+            return whole.numel() * whole.element_size()
         return sum(t.numel() * t.element_size() for t in self.tensors)
+
+    def _apart(self, new: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The new positions as one tensor each: a joined (B, Σ heads, T, w) split into its head views."""
+        if len(new) == 1 and len(self.tensors) > 1:
+            return tuple(new[0].split([t.shape[1] for t in self.tensors], dim=1))
+        return new
 
     def write(self, slots: torch.Tensor, *new: torch.Tensor) -> None:
         """Each row's new positions (B, heads, T, width) into the slots (B, T) given, in place: one indexed
         write per tensor at device indices (rows, slots), so the same kernel whichever slots. (A scatter_
         with its index expanded to every element took 3.6 us a tensor in a 7B decode step on an H100.) Packed:
-        the T new rows joined (a copy of the new positions only, never of the cache) and written once."""
-        if self.packed is not None:
-            new = (torch.cat([x.to(self.packed.dtype) for x in new], dim=-1),)  # (B, heads, T, Σ widths)
+        the T new rows joined (a copy of the new positions only, never of the cache) and written once.
+        Stacked and given the new K and V joined, (B, Σ heads, T, w) (a view of the projection's output): one
+        write, no copy; given them apart, one write each."""
+        if self.stacked is not None and len(new) == 1:
+            buffers = [self.stacked]
+        elif self.packed is not None:
+            buffers, new = [self.packed], (torch.cat([x.to(self.packed.dtype) for x in new], dim=-1),)
+        else:
+            buffers, new = self.tensors, self._apart(new)
         rows = self.row_index[:slots.shape[0]]  # (B, 1), broadcast against slots (B, T)
-        for buffer, x in zip(self.tensors if self.packed is None else [self.packed], new, strict=True):
+        for buffer, x in zip(buffers, new, strict=True):
             buffer.transpose(1, 2).index_put_((rows, slots), x.transpose(1, 2).to(buffer.dtype))  # (B, S, nh, w)
 
     def read(self, n: int) -> list[torch.Tensor]:
@@ -132,7 +157,7 @@ class AttentionState:
         its own tensors come back."""
         if keep:
             self.write(slots, *(x[:, :, x.shape[2] - keep:] for x in new))
-        return new
+        return self._apart(new)
 
     def step_store(self, slots: torch.Tensor, span: int, *new: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """A step (decode, verify, rows at their own positions): write the new positions, then hand back the
@@ -146,4 +171,5 @@ class AttentionState:
         view.__dict__.update(self.__dict__)
         view.tensors = [t[rows] for t in self.tensors]
         view.packed = None if self.packed is None else self.packed[rows]
+        view.stacked = None if self.stacked is None else self.stacked[rows]
         return view

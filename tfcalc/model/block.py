@@ -10,7 +10,8 @@ from torch import nn
 
 from tfcalc.architecture import Block as BlockSpec
 from tfcalc.model.experts import MixtureOfExperts
-from tfcalc.model.layers import FeedForward, make_norm
+from tfcalc.model.ffn import FeedForward
+from tfcalc.model.layers import make_norm
 from tfcalc.model.mixers import build_mixer
 
 
@@ -56,7 +57,15 @@ class Block(nn.Module):
             return norm(x + (y if self.residual_scale is None else y * self.residual_scale))
         return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
+    def _adds_into(self, module: nn.Module | None, post_norm: nn.Module | None) -> bool:
+        """Whether a runtime step's sub-layer may hand ``module`` the stream to add its output into
+        (layers.add_projection): x + f(norm(x)) with nothing between f's last matmul and the add."""
+        return (self.placement != "post" and post_norm is None and self.residual_scale is None
+                and getattr(module, "adds_residual", False))
+
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None, fold: bool = False) -> torch.Tensor:
+        if fold and self.attn_norm is not None and self._adds_into(self.attn, self.attn_post_norm):
+            return self.attn(self.attn_norm(x), rope, mask, store=store, residual=x)
         return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
@@ -70,24 +79,28 @@ class Block(nn.Module):
             return self.ffn
         return lambda h: self.ffn(h, rows=rows)
 
-    def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
         norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
+        if fold and norm is not None and self._adds_into(self.ffn, self.ffn_post_norm):
+            return self.ffn(norm(x), residual=x)
         return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
-                store=None, cross_kv=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+                store=None, cross_kv=None, rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
         """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
         window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward); ``rows`` (B,), 1
-        for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
+        for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots). ``fold``:
+        a runtime step's (tfcalc.model.step), out of autograd, whose stream x no one else holds: each
+        sub-layer's last matmul may add its output into x in place (_adds_into)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
-            x = self.attention_sublayer(x, rope, mask, store)
+            x = self.attention_sublayer(x, rope, mask, store, fold)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")
             x = self.cross_attention_sublayer(x, memory, cross_kv)
-        return x if self.ffn is None else self.ffn_sublayer(x, rows)
+        return x if self.ffn is None else self.ffn_sublayer(x, rows, fold)
 
     def _parallel(self, x: torch.Tensor, rope, mask, store=None, rows=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one

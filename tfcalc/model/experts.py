@@ -38,8 +38,9 @@ from torch import nn
 
 from tfcalc.architecture import FFN, MoE
 from tfcalc.model import routing_input
+from tfcalc.model.ffn import FeedForward, ffn_hidden
 from tfcalc.model.grouped import expert_ends, grouped_matmul
-from tfcalc.model.layers import FeedForward, Linear, ffn_hidden
+from tfcalc.model.layers import Linear
 from tfcalc.model.routing import route
 
 

@@ -18,7 +18,7 @@ from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.latent_absorbed import absorbed_attention
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
 from tfcalc.model.mixers import MixerModule
-from tfcalc.model.positions import apply_rope, rope_key
+from tfcalc.model.positions import rope_key, rotate
 
 
 def deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -64,7 +64,7 @@ class LatentAttention(MixerModule):
         """x: (B, T, n, h_r) -> rotated, in the rotate-half layout."""
         x = deinterleave(x) if self.interleave else x
         cos, sin = (t[..., None, :] for t in rope)  # (T, 1, h_r), or (B, T, 1, h_r) at per-row positions
-        return apply_rope(x, cos, sin)
+        return rotate(x, cos, sin)  # the stack's sine is signed (positions.signed_sine)
 
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
         """x: (B, T, d). ``store``, when decoding, writes the new latents and rotary keys into the cache and

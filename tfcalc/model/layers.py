@@ -1,7 +1,7 @@
-"""The sub-layers of the real model: linear layers, norms, self- and cross-attention and the FFN (the
-mixture of experts: tfcalc.model.experts). Each is built from its component of the description (tfcalc.architecture: an
-``Attention``, ``FFN``, ``MoE``, ``Norm``), as litgpt's Block picks its classes from the config; shapes
-are written as (B, nh, T, hs).
+"""The sub-layers of the real model: linear layers, norms, self- and cross-attention (the FFN:
+tfcalc.model.ffn; the mixture of experts: tfcalc.model.experts). Each is built from its component of the
+description (tfcalc.architecture: an ``Attention``, ``Norm``), as litgpt's Block picks its classes from its
+config; shapes are written as (B, nh, T, hs).
 
 Attention runs ``F.scaled_dot_product_attention`` unless the scores are soft-capped (Gemma 2) or the
 softmax has sinks (gpt-oss): SDPA has no hook between Q·Kᵀ and the softmax, so ``attend`` writes the
@@ -14,19 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcalc.architecture import FFN, Attention as AttentionSpec, Norm
+from tfcalc.architecture import Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
 from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.mixers import MixerModule, interleave
-from tfcalc.model.positions import apply_rope, rope_key
-
-_ACTIVATIONS = {
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-    "relu2": lambda x: torch.square(F.relu(x)),  # squared ReLU (So et al. 2021, Primer; Nemotron-H's relu2)
-    "silu": F.silu,
-}
+from tfcalc.model.positions import rope_key, rotate
 
 
 def make_norm(norm: Norm) -> nn.Module:
@@ -76,6 +68,27 @@ class LMHead(Linear):
         flat = x.reshape(-1, self.in_features)  # (N, d)
         y = (self.weight @ flat.mT).mT.reshape(*x.shape[:-1], self.out_features)  # (N, V) view -> (..., V)
         return y if self.bias is None else y + self.bias
+
+
+def add_projection(residual: torch.Tensor | None, linear: nn.Linear, y: torch.Tensor) -> torch.Tensor:
+    """residual + linear(y), or linear(y) without a residual. A decode step's sub-layer ends in a matmul of
+    one row per sequence and a residual add, both latency-bound: where it may, the GEMM takes the residual as
+    its C and adds into it in place (addmm with out = C, beta = 1: cuBLAS's epilogue; the sum rounds once), one kernel a
+    sub-layer fewer (1.25 us each on an H100, benchmarks/decode_profile.py). It may where the Linear is plain:
+    no bias, no hooks, not a DTensor (a tensor-parallel rank's partial sum must not take the residual before
+    its all-reduce), of the residual's dtype, the residual contiguous and out of autograd (the caller's: only
+    the runtime's step asks, tfcalc.model.step, whose stream no one else holds)."""
+    if residual is None:
+        return linear(y)
+    w = linear.weight
+    if (linear.bias is None and type(w.data) is torch.Tensor and w.dtype == residual.dtype and not y.requires_grad
+            and residual.is_contiguous() and not (linear._forward_hooks or linear._forward_pre_hooks)):
+        stream = residual.view(-1, residual.shape[-1])  # (B·T, d)
+        # addmm's out= form, not addmm_: FlopCounterMode counts aten.addmm (its overloads), not aten.addmm_;
+        # out is self, so nothing is copied before the GEMM (the kernels' copy_ returns at once on itself)
+        torch.addmm(stream, y.reshape(-1, y.shape[-1]), w.t(), out=stream)
+        return residual
+    return residual + linear(y)
 
 
 def _embedding(n: int, d: int) -> nn.Embedding:
@@ -199,13 +212,22 @@ class Attention(MixerModule):
         self.qk_norm_whole, self.qk_norm_after_rope = spec.qk_norm_whole, spec.qk_norm_after_rope
         self.temperature = spec.temperature
         self.sinks = nn.Parameter(torch.empty(spec.n_head)) if spec.sinks else None
+        # Q and K rotated where the projection wrote them (out of autograd), so that K stays next to V and
+        # the state writes both at once (AttentionState, stacked): nothing may change Q or K apart from the
+        # rotation (a norm, a gate between Q's heads), and K and V must be of one width
+        self.in_place = not self.gated and self.q_norm is None and spec.k_width == spec.v_width
 
-    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None) -> torch.Tensor:
+    adds_residual = True  # forward takes the stream it adds into (add_projection)
+
+    def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d). ``store``, when decoding, writes the new K and V into the cache and returns the
-        keys and values to attend to (tfcalc.model.attention_state.AttentionState)."""
+        keys and values to attend to (tfcalc.model.attention_state.AttentionState). ``residual``: the stream
+        the output is added to (add_projection), the sum returned."""
         B, T, _ = x.shape
         qkv = self.qkv(x)
         q, k, v = qkv.split([self.q_rows, self.kv_dim, self.v_dim], dim=-1)
+        in_place = self.in_place and not qkv.requires_grad
         if self.gated:  # Qwen3NextAttention: each head's h queries, then its h gates
             q, gate = q.view(B, T, self.n_head, 2 * self.head_dim).chunk(2, dim=-1)
             q, gate = q.flatten(2), gate.flatten(2)  # (B, T, nh·hs) each
@@ -214,19 +236,22 @@ class Attention(MixerModule):
         cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
         if cos is not None:  # on (B, T, nh, hs) views: see apply_rope
             cos, sin = cos[..., None, :], sin[..., None, :]  # (T, 1, r), or (B, T, 1, r) at per-row positions
-            q, k = self._rotate(qkv, q, k, cos, sin)
+            q, k = self._rotate(qkv, q, k, cos, sin, in_place)
         if self.qk_norm_after_rope:  # Llama 4: the rotated Q and K
             q, k = self._qk_norm(q, k)
         if q_scale is not None:  # Llama 4's temperature on NoPE layers: (T,) or (B, T) factors, one per position
             q = q * q_scale[..., None].to(q.dtype)
         q = _split_heads(q, self.n_head)  # (B, nh, T, hs)
-        k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
-        if store is not None:
-            k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
+        if store is not None and in_place:  # K (rotated in place) and V side by side: one write (AttentionState)
+            k, v = store(qkv[..., self.q_dim:].view(B, T, 2 * self.n_kv_head, self.head_dim).transpose(1, 2))
+        else:
+            k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
+            if store is not None:
+                k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
         y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
-        return self.out(y * torch.sigmoid(gate) if self.gated else y)
+        return add_projection(residual, self.out, y * torch.sigmoid(gate) if self.gated else y)
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
@@ -253,23 +278,26 @@ class Attention(MixerModule):
         return {"qkv": ColwiseParallel(), "out": RowwiseParallel(output_layouts=seq)}
 
     def new_state(self, batch: int, max_tokens: int, device, dtype: torch.dtype, spare: int = 0) -> AttentionState:
-        """This layer's generation state, allocated once (tfcalc.model.attention_state)."""
-        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare)
+        """This layer's generation state, allocated once (tfcalc.model.attention_state): K and V stacked in
+        one buffer where a step writes them joined (``in_place``)."""
+        return AttentionState(self.spec, batch, max_tokens, device, dtype, spare, stacked=self.in_place)
 
-    def _rotate(self, qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin):
-        """RoPE on Q and K, (B, T, nh*hs) and (B, T, nkv*hs), split from ``qkv``. Where they are still the
-        projection's output (no norm before the rotation, no gate between Q's heads), one call rotates their
-        adjacent heads together: a decode step's rotation is five small kernels whatever the width, so one call
-        instead of two saves 11 us a layer on an H100 (benchmarks/decode_profile.py); the same arithmetic in the
-        same order. Not under autograd: the rotated Q and K would then be views of one tensor, which attention
-        copies and saves again, and a training step's saved bytes are counted for two tensors (tfcalc.count)."""
+    def _rotate(self, qkv: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos, sin, in_place: bool):
+        """RoPE on Q and K, (B, T, nh*hs) and (B, T, nkv*hs), split from ``qkv``; ``sin`` signed (positions.
+        rotate). Where they are still the projection's output (no norm before the rotation, no gate between
+        Q's heads), one call rotates their adjacent heads together: a decode step's rotation is three small
+        kernels whatever the width, so one call instead of two saves about 7 us a layer on an H100
+        (benchmarks/decode_profile.py); ``in_place`` (out of autograd) it writes them back where they were,
+        next to V. Under autograd, apart: the rotated Q and K would otherwise be views of one tensor, which
+        attention copies and saves again, and a training step's saved bytes are counted for two tensors
+        (tfcalc.count)."""
         B, T, _ = q.shape
         nh, nkv, hs = self.n_head, self.n_kv_head, self.head_dim
         if not (qkv.requires_grad or self.gated) and (self.q_norm is None or self.qk_norm_after_rope):
-            qk = apply_rope(qkv[..., :self.q_dim + self.kv_dim].view(B, T, nh + nkv, hs), cos, sin)
+            qk = qkv[..., :self.q_dim + self.kv_dim].view(B, T, nh + nkv, hs)
+            qk = rotate(qk, cos, sin, in_place)
             return qk[:, :, :nh].flatten(2), qk[:, :, nh:].flatten(2)
-        return (apply_rope(q.view(B, T, nh, hs), cos, sin).flatten(2),
-                apply_rope(k.view(B, T, nkv, hs), cos, sin).flatten(2))
+        return (rotate(q.view(B, T, nh, hs), cos, sin).flatten(2), rotate(k.view(B, T, nkv, hs), cos, sin).flatten(2))
 
     def _qk_norm(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.q_norm is None:
@@ -327,63 +355,3 @@ class CrossAttention(MixerModule):
         k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs|hv)
         y = attend(q, k, v, None, False, self.scale, self.cap)  # (B, nh, T, hv)
         return self.out(_merge_heads(y))
-
-
-class FeedForward(nn.Module):
-    """d_model -> d_ff -> d_model as its ``FFN`` component describes it; gated: down(act(gate) · up)."""
-
-    def __init__(self, spec: FFN):
-        super().__init__()
-        self.spec, self.gated, self.width = spec, spec.gated, spec.d_ff
-        self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
-        self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
-        self.act = XIELU() if spec.activation == "xielu" else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.up(x)
-        return self.down(self.act(h) if self.act is not None else ffn_hidden(self.spec, h))
-
-    def fused_rows(self) -> dict[str, int]:
-        """The rows of the up projection: [gate | up] when gated."""
-        return {"gate": self.width, "up": self.width} if self.gated else {"up": self.width}
-
-
-class XIELU(nn.Module):
-    """xIELU (Huang et al. 2024, arXiv 2411.13010) as transformers' activations.py XIELUActivation computes it
-    (its Python path): learned a_p, a_n of shape (1,), α_p = softplus(a_p), α_n = β + softplus(a_n);
-    x > 0: α_p·x² + β·x, else (expm1(min(x, eps)) − x)·α_n + β·x. β and eps are buffers of shape () there,
-    0.5 and −1e-6 (never set from config.json), stored in checkpoints: loaded as buffers here too."""
-
-    def __init__(self):
-        super().__init__()
-        self.alpha_p = nn.Parameter(torch.empty(1))
-        self.alpha_n = nn.Parameter(torch.empty(1))
-        self.register_buffer("beta", torch.empty(()))
-        self.register_buffer("eps", torch.empty(()))
-
-    def reset_buffers(self) -> None:
-        """transformers' defaults (XIELUActivation(beta=0.5, eps=-1e-6), as ApertusMLP builds it)."""
-        self.beta.fill_(0.5)
-        self.eps.fill_(-1e-6)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        alpha_p = F.softplus(self.alpha_p)
-        alpha_n = self.beta + F.softplus(self.alpha_n)
-        return torch.where(x > 0, alpha_p * x * x + self.beta * x,
-                           (torch.expm1(torch.minimum(x, self.eps)) - x) * alpha_n + self.beta * x)
-
-
-def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
-    """The up projection's output (..., m·f) -> the hidden state the down projection reads (..., f):
-    act(h), or act(gate) · up of its halves [gate | up] when gated; gpt-oss's clamped SwiGLU
-    (modeling_gpt_oss.py, GptOssExperts._apply_gate): g·sigmoid(alpha·g) · (u + 1), g = min(gate, limit),
-    u = clamp(up, -limit, limit)."""
-    act = _ACTIVATIONS[spec.activation]
-    if not spec.gated:
-        return act(h)
-    gate, up = h.chunk(2, dim=-1)
-    if spec.swiglu_limit is None:
-        return act(gate) * up
-    limit = spec.swiglu_limit
-    gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
-    return gate * torch.sigmoid(gate * spec.swiglu_alpha) * (up + 1)

@@ -22,16 +22,39 @@ def rope_tables(theta: float, rope_dim: int, length: int, device=None) -> tuple[
     return angles.cos(), angles.sin()
 
 
+def signed_sine(sin: torch.Tensor) -> torch.Tensor:
+    """The sine table with rotate-half's sign folded in: (-sin₁, sin₂) over its two halves, so that
+    rotate_half(x)·sin = swap(x)·signed_sine(sin), swap(x) = (x₂, x₁) (see rotate)."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """RoPE in the rotate-half layout with the sign already in the sine table (signed_sine): x·cos +
+    (x₂, x₁)·sin_signed, which is x·cos + rotate_half(x)·sin (Su et al. 2021, eq. 34; modeling_llama.py's
+    apply_rotary_pos_emb) with the negation moved from every step's activations into the table. Three
+    kernels, the halves swapped by one flip: a decode step's rotation is latency-bound, about 2.4 us a kernel
+    on an H100 whatever the width, and rotate_half's neg and cat made it five (benchmarks/decode_profile.py).
+    The product and the sum round once (addcmul), where x·cos + rotated·sin rounds each product: at most an
+    ulp apart in bf16. ``in_place``: the result written over x (a decode step rotates Q and K where the
+    projection wrote them, so that K stays next to V for the state's one write: layers.Attention); the
+    products are taken before the write, so nothing is read after it is overwritten."""
+    r = cos.shape[-1]
+    if r < x.shape[-1]:
+        if in_place:
+            rotate(x[..., :r], cos, sin_signed, in_place=True)
+            return x
+        return torch.cat([rotate(x[..., :r], cos, sin_signed), x[..., r:]], dim=-1)
+    swapped = x.unflatten(-1, (2, r // 2)).flip(-2).flatten(-2)  # (x₂, x₁): one copy, any strides
+    return torch.addcmul(x * cos, swapped, sin_signed, out=x if in_place else None)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x: (B, T, nh, hs); cos, sin: (T, 1, r) with r <= hs: the first r channels rotate, the rest pass.
     Heads second to last, as the Linear lays them out: the result keeps that layout even when it is
-    concatenated (partial rotary), so attention's output needs no copy to merge the heads again."""
-    r = cos.shape[-1]
-    if r < x.shape[-1]:
-        return torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1)
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos + rotated * sin
+    concatenated (partial rotary), so attention's output needs no copy to merge the heads again. The
+    stack's tables keep their sine signed already (position_buffers), and its layers call rotate."""
+    return rotate(x, cos, signed_sine(sin))
 
 
 def sinusoid_table(length: int, d_model: int, device=None) -> torch.Tensor:
@@ -93,11 +116,11 @@ def rope_buffer_names(j: int) -> tuple[str, str]:
 
 def position_buffers(positions: str, length: int, d_model: int, n_head: int,
                      ropes: list[tuple[float, int]], device) -> dict[str, torch.Tensor]:
-    """The tables a stack reads, by buffer name: one RoPE cos and sin pair per distinct (base, rotated
-    channels, scaling) of its layers (Gemma 3's local base and its global base, scaled), the sinusoid
-    table, or ALiBi's slopes (``n_head``). ``length``: the positions the tables cover (max_seq_len). On
-    meta, only their shapes: torch.arange on meta goes through torch._refs and imports torch._dynamo
-    (seconds), for tables that init_weights() computes anyway once the model has storage."""
+    """The tables a stack reads, by buffer name: one RoPE cos and signed sine (signed_sine) pair per
+    distinct (base, rotated channels, scaling) of its layers (Gemma 3's local base and its global base,
+    scaled), the sinusoid table, or ALiBi's slopes (``n_head``). ``length``: the positions the tables
+    cover (max_seq_len). On meta, only their shapes: torch.arange on meta goes through torch._refs and
+    imports torch._dynamo (seconds), for tables that init_weights() computes anyway once the model has storage."""
     meta = torch.device(device).type == "meta"
     out: dict[str, torch.Tensor] = {}
     for j, (theta, rope_dim, *scaling) in enumerate(ropes):
@@ -108,6 +131,8 @@ def position_buffers(positions: str, length: int, d_model: int, n_head: int,
             tables = scaled_tables(theta, rope_dim, length, scaling[0], device)
         else:
             tables = rope_tables(theta, rope_dim, length, device)
+        if not meta:  # the sine signed once here, not in every layer's step (rotate)
+            tables = (tables[0], signed_sine(tables[1]))
         out.update(zip(names, tables, strict=True))
     if positions == "sinusoidal":
         out["pos_table"] = torch.empty(length, d_model, device=device) if meta else sinusoid_table(length, d_model,

@@ -25,7 +25,7 @@ from tfcalc.architecture.sparse_latent import SparseLatentAttention as SparseSpe
 from tfcalc.model.latent import LatentAttention, deinterleave
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
-from tfcalc.model.positions import apply_rope
+from tfcalc.model.positions import rotate
 
 
 class Indexer(nn.Module):
@@ -48,7 +48,7 @@ class Indexer(nn.Module):
         cos, sin = (t[..., None, :] for t in rope)  # (T, 1, h_r) or (B, T, 1, h_r)
         x_rot, x_pass = x.split([self.rope_dim, self.dim - self.rope_dim], dim=-1)
         x_rot = deinterleave(x_rot) if self.interleave else x_rot
-        return torch.cat([apply_rope(x_rot, cos, sin), x_pass], dim=-1)
+        return torch.cat([rotate(x_rot, cos, sin), x_pass], dim=-1)  # signed sine
 
     def forward(self, x: torch.Tensor, q_resid: torch.Tensor, rope) -> tuple[torch.Tensor, ...]:
         """The indexer's projections (a module call, so FlopCounterMode puts them with the attention's

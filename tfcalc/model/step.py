@@ -76,6 +76,9 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
         store = state.step(slots, span)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # a state without positions (layout None: a recurrent state) reads no mask
-        x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv, **rows)
+        # fold: the stream is the step's own (made by its embedding, handed from block to block), so each
+        # sub-layer's last GEMM adds into it in place (layers.add_projection); never under autograd
+        x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv,
+                  fold=not torch.is_grad_enabled(), **rows)
     cache.next_pos.add_(T)
     return x

@@ -20,7 +20,8 @@ from tfcalc.errors import InputError
 from tfcalc.model import step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
-from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
+from tfcalc.model.ffn import _ACTIVATIONS
+from tfcalc.model.layers import Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
 # A cached step's attention backends, in this order of priority: cuDNN attention (any additive mask; on an
@@ -238,7 +239,7 @@ class Transformer(Stack):
         for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
             if name.endswith("score_bias"):
                 buffer.zero_()
-        for module in self.modules():  # xIELU's constant beta and eps (tfcalc.model.layers.XIELU)
+        for module in self.modules():  # xIELU's constant beta and eps (tfcalc.model.ffn.XIELU)
             if hasattr(module, "reset_buffers"):
                 module.reset_buffers()
         self.to(self.tok_emb.weight.dtype)

@@ -6,7 +6,7 @@ write per element: Megatron-LM's and Transformer Engine's kernels, torch.compile
 aten op is a kernel of its own (torchtitan's published runs are eager: pytorch/torchtitan
 docs/performance.md), and its backward runs the autograd formulas of each op (torch/csrc/autograd/
 FunctionsManual.cpp, derivatives.yaml). The bytes below are those of tfcalc's own module
-(tfcalc.model: layers.py, block.py, positions.py, experts.py), op by op as the dispatcher sees them;
+(tfcalc.model: layers.py, ffn.py, block.py, positions.py, experts.py), op by op as the dispatcher sees them;
 tests/count/test_eager_traffic.py sums the bytes of every aten op of the real module under a
 TorchDispatchMode, forward and backward, and checks them against these figures.
 
@@ -31,7 +31,7 @@ backward bytes, then the kernels forward / backward:
    fp32 mean and rstd, written (8) and read (8). (CPU's backward is one kernel, its statistics in the
    input's dtype: the test states the difference.)
 3. Activation, per element of the FFN hidden: act(h) one op, 2a; its backward (gelu_backward,
-   silu_backward, threshold_backward) 3a. Gated (tfcalc.model.layers.ffn_hidden: the fused [gate | up]
+   silu_backward, threshold_backward) 3a. Gated (tfcalc.model.ffn.ffn_hidden: the fused [gate | up]
    projection split by views): act(gate) 2a, × up 3a; backward: two products 3a each, act's backward
    3a, and the cat of the gate's and up's gradients into the fused projection's (2a per element of
    the two halves: 4a per element of f): 13a, 2 / 4 kernels. gpt-oss's clamped SwiGLU: two clamps,
@@ -39,9 +39,10 @@ backward bytes, then the kernels forward / backward:
    xIELU: 12 ops, 28a + 2, and 57a + 6 back (xielu_cost).
 4. Residual add: x + f(x), 3a, 1 kernel; backward: the skip's gradient added to the branch's where the
    stream forks (autograd accumulates), 3a, 1 kernel. Granite's multiplier: 2a each way.
-5. RoPE (positions.apply_rope, rotate-half), per rotated element of Q and K: -x2 (a), cat (2a), x·cos
-   (2a), rotated·sin (2a), add (3a) = 10a, 5 kernels for Q and 5 for K; the backward is the same five
-   ops (grad·cos, grad·sin, the halves swapped and negated, cat, add): 10a, 5 + 5 kernels. Q/K norms
+5. RoPE (positions.rotate, rotate-half with the sign in the sine table), per rotated element of Q and K:
+   the halves swapped by a flip (2a), x·cos (2a), addcmul(x·cos, swapped, sin) (3a) = 7a, 3 kernels for Q
+   and 3 for K; back: grad·sin (2a; addcmul's scale by its value is a kernel over the table, no bytes
+   counted), the flip back (2a), grad·cos (2a), the two paths summed (3a): 9a, 5 + 5 kernels. Q/K norms
    (Qwen3) are the norms above over Q's and K's heads, two calls each way. Partial rotary (GPT-NeoX,
    Phi), per element of Q's and K's whole heads: the cat of the rotated and passed channels (2a, a
    kernel each for Q and K); back, each slice's slice_backward (a zeroed head-wide gradient with its
@@ -137,7 +138,7 @@ def activation_cost(activation: str, gated: bool, clamped: bool, a: int) -> Cost
 
 
 def xielu_cost(a: int) -> Cost:
-    """Apertus' xIELU (tfcalc.model.layers.XIELU, as transformers' XIELUActivation._xielu_python), per element:
+    """Apertus' xIELU (tfcalc.model.ffn.XIELU, as transformers' XIELUActivation._xielu_python), per element:
     x > 0 (a + 1), α_p·x (2a), ·x (3a), β·x (2a), add (3a), min(x, eps) (2a), expm1 (2a), −x (3a), ×α_n
     (2a), β·x (2a), add (3a), where (3a + 1): 28a + 2, 12 kernels, and 3 on the scalars (two softplus,
     β +); backward 57a + 6 in 29 kernels, measured (tests/count/test_eager_traffic.py: the aten ops autograd
@@ -146,7 +147,7 @@ def xielu_cost(a: int) -> Cost:
 
 
 def clamped_swiglu_cost(a: int) -> Cost:
-    """gpt-oss's clamped SwiGLU (layers.ffn_hidden): clamp, clamp (2a each), g·alpha (2a), sigmoid (2a),
+    """gpt-oss's clamped SwiGLU (ffn.ffn_hidden): clamp, clamp (2a each), g·alpha (2a), sigmoid (2a),
     g·σ (3a), up + 1 (2a), product (3a): 16a, 7 kernels; back: the product's two (6a), g·σ's two (6a),
     sigmoid's (3a), ×alpha (2a), g's two gradients added (3a), the cat (4a), and the clamps' masks and
     wheres (1-byte masks): min(gate, limit) le and where (3a + 2), clamp(up) ge, le, and, where
@@ -155,7 +156,7 @@ def clamped_swiglu_cost(a: int) -> Cost:
 
 
 RESIDUAL = Cost(3, 3, 1, 1)  # × a
-ROPE = Cost(10, 10, 5, 5)  # × a; kernels for Q, then again for K
+ROPE = Cost(7, 9, 3, 5)  # × a; kernels for Q, then again for K
 
 
 def _norm_terms(norm: Norm, elements: int, copies: int, a: int, component: str) -> list[Term]:
