@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tfcalc.model import build_model  # noqa: E402
 from tfcalc.model.generate import Decoder, next_token  # noqa: E402
-from tfcalc.model.positions import apply_rope  # noqa: E402
+from tfcalc.model.positions import rotate  # noqa: E402
 from tfcalc.presets import load  # noqa: E402
 
 REPS = 50
@@ -141,14 +141,30 @@ def parts(cfg, seq: int) -> dict:
         out[f"attention by matmuls S={S}"] = {"us": graph_us(manual)}
     qk = torch.randn(1, 1, nh + kvh, hs, device=dev, dtype=dt)
     cos, sin = torch.randn(1, 1, hs, device=dev, dtype=dt), torch.randn(1, 1, hs, device=dev, dtype=dt)
-    out["rope q and k (two calls, as today)"] = {
-        "us": graph_us(lambda: (apply_rope(qk[:, :, :nh], cos, sin), apply_rope(qk[:, :, nh:], cos, sin)))}
-    out["rope q and k together (one call)"] = {"us": graph_us(lambda: apply_rope(qk, cos, sin))}
+    out["rope q and k together (positions.rotate)"] = {"us": graph_us(lambda: rotate(qk, cos, sin))}
+    out["rope q and k in place"] = {"us": graph_us(lambda: rotate(qk, cos, sin, in_place=True))}
     w = torch.ones(d, device=dev, dtype=dt)
     out["rms_norm"] = {"us": graph_us(lambda: torch.nn.functional.rms_norm(x, (d,), w, 1e-5))}
     out["add"] = {"us": graph_us(lambda: x + x)}
     g = torch.randn(1, 1, 2 * ff, device=dev, dtype=dt)
     out["silu * up"] = {"us": graph_us(lambda: torch.nn.functional.silu(g[..., :ff]) * g[..., ff:])}
+    wo = torch.randn(d, nh * hs, device=dev, dtype=dt)
+    y = torch.randn(1, nh * hs, device=dev, dtype=dt)
+    stream = x.view(1, d).clone()
+    out["o + residual add"] = {"us": graph_us(lambda: stream + torch.nn.functional.linear(y, wo))}
+    out["o into the residual (addmm out=)"] = {"us": graph_us(lambda: torch.addmm(stream, y, wo.t(), out=stream))}
+    try:  # Inductor's fused kernels (Triton), each alone: what "compile" mode would make of them
+        def add_norm(a, b, w):
+            h = a + b
+            return h, torch.nn.functional.rms_norm(h, (d,), w, 1e-5)
+        fused = torch.compile(add_norm, dynamic=False)
+        silu_mul = torch.compile(lambda g: torch.nn.functional.silu(g[..., :ff]) * g[..., ff:], dynamic=False)
+        rot = torch.compile(lambda t: rotate(t, cos, sin), dynamic=False)
+        out["compiled add + rms_norm"] = {"us": graph_us(lambda: fused(x, x, w))}
+        out["compiled silu * up"] = {"us": graph_us(lambda: silu_mul(g))}
+        out["compiled rope q and k"] = {"us": graph_us(lambda: rot(qk))}
+    except Exception as e:  # noqa: BLE001 - no Triton here: recorded, not fatal
+        out["compiled"] = {"error": str(e).splitlines()[0][:160]}
     return out
 
 
@@ -186,6 +202,12 @@ def main() -> int:
     if args.compile:
         report["step_s_compile"] = step_times(model, cfg, args.seq, "compile")
         print(f"compile: {report['step_s_compile'] * 1e3:.3f} ms a step", flush=True)
+        table = kernel_table(model, cfg, args.seq, "compile")
+        report["kernels_compile"] = table
+        print(f"\ncompile: {sum(r['per_step'] for r in table):.0f} kernels a step, "
+              f"{sum(r['us_per_step'] for r in table):.0f} us of kernel time")
+        for r in table[:25]:
+            print(f"  {r['per_step']:6.1f} x {r['us_per_step']:8.1f} us  {r['kernel'][:100]}")
     Path(args.output).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0
 

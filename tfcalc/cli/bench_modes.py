@@ -116,9 +116,9 @@ def bench_decode(
     verbose: Verbose = False,
     eager: Eager = False,
     compile: Annotated[bool, typer.Option(
-        "--compile", help="Run each decode step through torch.compile(mode=\"reduce-overhead\") (Inductor's kernels "
-        "in CUDA graphs of its own; mode \"compile\"), CUDA only. The first steps of each cache bucket "
-        "compile.")] = False,
+        "--compile", help="Run each decode step through torch.compile (Inductor's fused kernels, default mode), "
+        "captured in tfcalc's CUDA graph as the default mode is; mode \"compile\". CUDA only. Each cache "
+        "bucket compiles before its first timed step.")] = False,
 ) -> None:
     """Time generation: time to first token, then --steps decode steps with a static KV cache.
 

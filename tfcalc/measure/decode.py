@@ -93,7 +93,7 @@ class DecodePlan:
     copy_bytes: int
     src_seq: Optional[int] = None  # an encoder-decoder's source length (default: each point's seq)
     eager: bool = False  # --eager: the plain uncaptured step loop on CUDA too (tfcalc.model.generate)
-    compile: bool = False  # --compile: the step through torch.compile(mode="reduce-overhead") (CUDA only)
+    compile: bool = False  # --compile: the step's kernels from torch.compile, in tfcalc's CUDA graph (CUDA only)
 
     @property
     def mode(self) -> Optional[str]:
@@ -151,7 +151,7 @@ def check_plan(plan: DecodePlan) -> None:
     if plan.eager and plan.compile:
         raise InputError("--eager runs the steps uncaptured, --compile through torch.compile: one of them")
     if plan.compile and not plan.device.strip().lower().startswith("cuda"):
-        raise InputError("--compile captures the step in CUDA graphs (torch.compile, reduce-overhead): --device cuda")
+        raise InputError("--compile captures the compiled step in a CUDA graph: --device cuda")
     cfg = plan.cfg
     for _, seq in plan.points:
         longer = max(plan.steps, plan.warmup)

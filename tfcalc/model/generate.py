@@ -8,8 +8,11 @@
   and replayed per token: one launch a step instead of a few hundred, which is what makes a batch-1 step
   run at the GPU's bandwidth rather than at Python's pace (tfcalc's H100 run: 50 ms a token uncaptured with
   a growing key, 6.5 ms captured with fixed shapes, Llama-2-7B);
-- "compile": the step through ``torch.compile(mode="reduce-overhead")`` (Inductor's kernels, CUDA graphs
-  of its own), when asked for.
+- "compile": the step through ``torch.compile`` (Inductor's default mode: its elementwise work fused into
+  Triton kernels, the GEMMs cuBLAS's), captured in a CUDA graph of tfcalc's own as "graph" is. Not
+  reduce-overhead: its CUDA graphs skip a function that mutates its inputs ("skipping cudagraphs due to
+  mutated inputs"), and a step writes its state in place, so every step would run uncaptured (tfcalc's
+  H100 run, 2026-11-26).
 
 Every mode runs the same step on the same buffers: the positions advance on the device inside the step,
 the host keeps its own count (cache.length) to choose the bucket, and nothing is read back. A captured
@@ -58,7 +61,8 @@ class Decoder:
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # per bucket: graph, its output
         self.capture_error: str | None = None
         self.token = torch.zeros(cache.batch, 1, dtype=torch.long, device=device)  # the graphs' static input
-        self._compiled = torch.compile(model.step, mode="reduce-overhead", dynamic=False) if mode == "compile" else None
+        # what a captured step runs: Inductor's kernels in "compile" (compiled on the first warm-up)
+        self._run = torch.compile(model.step, dynamic=False) if mode == "compile" else model.step
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """One token per sequence (B, 1) at the cache's next position -> its logits (B, 1, V)."""
@@ -69,8 +73,6 @@ class Decoder:
         span = cache.bucket(1)
         if self.mode == "eager":
             logits = self.model.step(token, cache, span)
-        elif self.mode == "compile":
-            logits = self._compiled(token, cache, span).clone()
         else:
             captured = self.graphs.get(span) or self._capture(span)
             if captured is None:  # the step cannot be captured: run uncaptured from now on, and say so
@@ -83,18 +85,12 @@ class Decoder:
         return logits
 
     def prepare(self, spans) -> None:
-        """Capture (compile), now, the graphs of every span a later step will read, so that no timed step
+        """Capture (and compile), now, the graphs of every span a later step will read, so that no timed step
         includes a capture; nothing in "eager" mode. Each run here writes its junk into the slot the next real
         step writes, and the positions are put back after it."""
         for span in dict.fromkeys(spans):
-            if self.mode == "graph" and span not in self.graphs and self._capture(span) is None:
+            if self.mode != "eager" and span not in self.graphs and self._capture(span) is None:
                 self.mode = "eager"
-            elif self.mode == "compile":
-                positions = self.cache.volatile()
-                saved = [t.clone() for t in positions]
-                for _ in range(3):  # reduce-overhead records its CUDA graph on a later call than the first
-                    self._compiled(self.token, self.cache, span)
-                    _put_back(positions, saved)
 
     def _not_captured(self, error: Exception, positions, saved) -> None:
         """The positions put back, the reason kept: the caller runs the step eagerly."""
@@ -125,10 +121,10 @@ class Decoder:
         mode, error = torch.cuda.get_sync_debug_mode(), None
         try:
             with torch.cuda.stream(side):
-                self.model.step(self.token, cache, span)
+                self._run(self.token, cache, span)
                 _put_back(positions, saved)
                 torch.cuda.set_sync_debug_mode("error")
-                self.model.step(self.token, cache, span)
+                self._run(self.token, cache, span)
         except RuntimeError as e:
             error = e
         finally:
@@ -140,7 +136,7 @@ class Decoder:
         try:
             _put_back(positions, saved)
             with torch.cuda.graph(graph):
-                out = self.model.step(self.token, cache, span)
+                out = self._run(self.token, cache, span)
         except RuntimeError as e:  # e.g. "operation not permitted when stream is capturing"
             return self._not_captured(e, positions, saved)
         self.graphs[span] = (graph, out)
