@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tfcalc.architecture import Block as BlockSpec
+from tfcalc.model import fused
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.model.ffn import FeedForward
 from tfcalc.model.layers import make_norm
@@ -63,9 +64,16 @@ class Block(nn.Module):
         return (self.placement != "post" and post_norm is None and self.residual_scale is None
                 and getattr(module, "adds_residual", False))
 
+    @staticmethod
+    def _step_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """A runtime step's norm: an RMSNorm on CUDA as one compiled kernel (tfcalc.model.fused)."""
+        if type(norm) is nn.RMSNorm and fused.enabled(x):
+            return fused.rms_norm.fused(x, norm.weight, norm.eps)
+        return norm(x)
+
     def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None, fold: bool = False) -> torch.Tensor:
         if fold and self.attn_norm is not None and self._adds_into(self.attn, self.attn_post_norm):
-            return self.attn(self.attn_norm(x), rope, mask, store=store, residual=x)
+            return self.attn(self._step_norm(self.attn_norm, x), rope, mask, store=store, residual=x)
         return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
@@ -82,7 +90,7 @@ class Block(nn.Module):
     def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
         norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
         if fold and norm is not None and self._adds_into(self.ffn, self.ffn_post_norm):
-            return self.ffn(norm(x), residual=x)
+            return self.ffn(self._step_norm(norm, x), residual=x)
         return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.architecture import FFN
+from tfcalc.model import fused
 from tfcalc.model.layers import Linear, add_projection
 
 _ACTIVATIONS = {
@@ -29,12 +30,19 @@ class FeedForward(nn.Module):
         self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
         self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
         self.act = XIELU() if spec.activation == "xielu" else None
+        self.swiglu = spec.gated and spec.activation == "silu" and spec.swiglu_limit is None  # fused.silu_mul's
 
     adds_residual = True  # forward takes the stream it adds into (add_projection)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         h = self.up(x)
-        return add_projection(residual, self.down, self.act(h) if self.act is not None else ffn_hidden(self.spec, h))
+        if self.act is not None:
+            hidden = self.act(h)
+        elif residual is not None and self.swiglu and fused.enabled(h):  # a runtime step on CUDA: one kernel
+            hidden = fused.silu_mul.fused(h)
+        else:
+            hidden = ffn_hidden(self.spec, h)
+        return add_projection(residual, self.down, hidden)
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the up projection: [gate | up] when gated."""

@@ -16,6 +16,7 @@ from torch import nn
 
 from tfcalc.architecture import Attention as AttentionSpec, Norm
 from tfcalc.errors import InputError
+from tfcalc.model import fused
 from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.mixers import MixerModule, interleave
 from tfcalc.model.positions import rope_key, rotate
@@ -236,7 +237,12 @@ class Attention(MixerModule):
         cos, sin, q_scale = (*rope, None)[:3] if rope is not None else (None, None, None)
         if cos is not None:  # on (B, T, nh, hs) views: see apply_rope
             cos, sin = cos[..., None, :], sin[..., None, :]  # (T, 1, r), or (B, T, 1, r) at per-row positions
-            q, k = self._rotate(qkv, q, k, cos, sin, in_place)
+            if in_place and residual is not None and fused.enabled(qkv):  # a runtime step on CUDA: one kernel
+                qkv = fused.rotate_heads.fused(qkv.view(B, T, -1, self.head_dim), cos, sin,
+                                               self.n_head + self.n_kv_head).flatten(2)
+                q, k = qkv[..., :self.q_dim], qkv[..., self.q_dim:self.q_dim + self.kv_dim]
+            else:
+                q, k = self._rotate(qkv, q, k, cos, sin, in_place)
         if self.qk_norm_after_rope:  # Llama 4: the rotated Q and K
             q, k = self._qk_norm(q, k)
         if q_scale is not None:  # Llama 4's temperature on NoPE layers: (T,) or (B, T) factors, one per position
