@@ -38,6 +38,7 @@ def test_llama2_7b_decode_runs_at_the_bandwidth_and_beside_hf(cli):
     assert j["mode"] == "graph" and j["batch"] == 1
     moved = j["bytes_per_token"] / j["decode_s_per_token"]  # weights + KV read per step, per second
     share = moved / j["copy_bandwidth_bytes_per_s"]
+    print(f"llama2-7b bf16 batch 1: {j['decode_s_per_token'] * 1e3:.3f} ms a token, {share:.1%} of the copy rate")
     assert share >= 0.70, f"{j['decode_s_per_token'] * 1e3:.2f} ms a token: {share:.1%} of the copy rate"
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     try:
@@ -47,6 +48,7 @@ def test_llama2_7b_decode_runs_at_the_bandwidth_and_beside_hf(cli):
     from tfcalc.presets import load
 
     hf = hf_decode_s_per_token(load("llama2-7b"), "cuda", torch.bfloat16, SEQ, STEPS, repeat=3)
+    print(f"HF generate (static cache): {hf * 1e3:.3f} ms a token")
     assert j["decode_s_per_token"] <= hf * 1.05, (  # 5 %: two separately timed runs on one GPU
         f"tfcalc {j['decode_s_per_token'] * 1e3:.2f} ms a token, HF generate (static cache) {hf * 1e3:.2f} ms")
 
