@@ -81,7 +81,10 @@ def test_speculative_decoding_is_exact_in_bf16(cli, tmp_path):
             "--warmup", "1", "--repeat", "3", "--draft", str(target), "--accept-rate", "0.7", "--json")
     assert r.code == 0, r.err
     m = r.json()["speculative"]["measured"]
-    assert m["same_weights"] and m["accept_rate"] == 1
+    # the draft's one-token steps and the verify step's k + 1 rows run kernels compiled apart (tfcalc.model.fused),
+    # which may round apart in bf16: the accept rate is reported (0.95 on the H100, 2026-11-27), the tokens held
+    print(f"draft = target, bf16: accept rate {m['accept_rate']:.3f}, agreement {m['agreement']}")
+    assert m["same_weights"] and 0 < m["accept_rate"] <= 1
     assert m["exact"] and m["agreement"] == 1 and m["first_divergence"] is None
     assert 0 < m["plain_agreement"] <= 1  # the one-token steps' kernels may round otherwise: reported, not held
 

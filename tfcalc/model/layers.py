@@ -10,6 +10,8 @@ eager_attention_forward do)."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -78,9 +80,13 @@ def add_projection(residual: torch.Tensor | None, linear: nn.Linear, y: torch.Te
     sub-layer fewer (1.25 us each on an H100, benchmarks/decode_profile.py). It may where the Linear is plain:
     no bias, no hooks, not a DTensor (a tensor-parallel rank's partial sum must not take the residual before
     its all-reduce), of the residual's dtype, the residual contiguous and out of autograd (the caller's: only
-    the runtime's step asks, tfcalc.model.step, whose stream no one else holds)."""
+    the runtime's step asks, tfcalc.model.step, whose stream no one else holds). TFCALC_FOLD=0 takes the sum
+    apart, as a plain forward does (to tell its rounding from another's: it is not what makes a draft's
+    one-token steps and a verify step disagree, tests/gpu/test_decode_runtime_cuda.py)."""
     if residual is None:
         return linear(y)
+    if os.environ.get("TFCALC_FOLD", "1") == "0":  # the sum apart, as a plain forward takes it
+        return residual + linear(y)
     w = linear.weight
     if (linear.bias is None and type(w.data) is torch.Tensor and w.dtype == residual.dtype and not y.requires_grad
             and residual.is_contiguous() and not (linear._forward_hooks or linear._forward_pre_hooks)):
