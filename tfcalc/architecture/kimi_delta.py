@@ -79,7 +79,7 @@ class KimiDeltaAttention(GatedDeltaNet):
             Weight("g_a_proj_weight", (h, d), "attention", "KDA output gate bottleneck (in)"),
             Weight("g_b_proj_weight", (w, h), "attention", "KDA output gate bottleneck (out)", "rows"),
             Weight("o_norm_weight", (h,), "norms", "KDA gated RMSNorm weight"),
-            Weight("out_weight", (d, w), "attention", "KDA output projection", "cols")]
+            Weight("o_weight", (d, w), "attention", "KDA output projection (out)", "cols")]
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         d, H, h, w = self.d_model, self.n_v_head, self.v_head_dim, self.width

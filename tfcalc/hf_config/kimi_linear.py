@@ -88,12 +88,16 @@ def _pattern(r: Reader, sub: Reader) -> str:
     kinds = r.raw.get("layer_types")
     if kinds is None and "full_attn_layers" in sub.raw and "kda_layers" in sub.raw:
         full, linear = sub.raw["full_attn_layers"], sub.raw["kda_layers"]
-        numbers = [*full, *linear] if isinstance(full, list) and isinstance(linear, list) else None
-        if numbers is None or sorted(numbers) != list(range(1, n + 1)) or any(isinstance(i, bool) for i in numbers):
+        numbers = [*full, *linear] if isinstance(full, list) and isinstance(linear, list) else []
+        if len(numbers) != n or any(not isinstance(i, int) or isinstance(i, bool) for i in numbers) \
+                or sorted(numbers) != list(range(1, n + 1)):
             raise sub.fail(f"'full_attn_layers' and 'kda_layers' must number each of the {n} layers once, from 1; "
                            f"got {shown(full)} and {shown(linear)}")
-        kinds = ["full_attention" if i + 1 in set(full) else "linear_attention" for i in range(n)]
-    if kinds is None:  # layer 0 KDA, then (KDA ×3, full) repeated: written as a pattern, no list of n
+        full = set(full)
+        kinds = ["full_attention" if i + 1 in full else "linear_attention" for i in range(n)]
+    if kinds is None and n <= 4096:  # KimiLinearConfig's default: layers 4, 8, ... (from 0) full
+        kinds = ["full_attention" if i and i % 4 == 0 else "linear_attention" for i in range(n)]
+    elif kinds is None:  # the same written as a pattern, no list of n (a file may say 2**40 layers)
         groups, rest = divmod(n - 1, 4)
         return ", ".join(p for p in ("kda", f"(kda*3, nope)*{groups}" if groups else "",
                                      f"kda*{rest}" if rest else "") if p)
@@ -112,21 +116,22 @@ def _experts(r: Reader) -> None:
                      "with a sigmoid")
     n = r.fields["n_layer"]
     mlp = r.raw.get("mlp_layer_types")
-    if mlp is None:
-        dense = r.number("first_k_dense_replace", 1, integer=True)
-        if dense is None or dense < 0:
-            raise r.fail(f"'first_k_dense_replace' must be 0 or more; got {shown(dense)}")
-        mlp = ["dense"] * min(dense, n) + ["sparse"] * max(n - dense, 0)
-    elif not isinstance(mlp, list) or len(mlp) != n or not all(k in ("dense", "sparse") for k in mlp
-                                                                if isinstance(k, str)) \
-            or not all(isinstance(k, str) for k in mlp):
+    if mlp is None:  # no list of n: the first first_k_dense_replace dense
+        first = r.number("first_k_dense_replace", 1, integer=True)
+        if first is None or first < 0:
+            raise r.fail(f"'first_k_dense_replace' must be 0 or more; got {shown(first)}")
+        first = min(first, n)
+    elif not isinstance(mlp, list) or len(mlp) != n or not all(isinstance(k, str) and k in ("dense", "sparse")
+                                                                for k in mlp):
         raise r.fail(f"'mlp_layer_types' must list dense or sparse for each of the {n} layers; got {shown(mlp)}")
-    if "sparse" not in mlp:
+    else:
+        first = mlp.index("sparse") if "sparse" in mlp else n
+        if "dense" in mlp[first:]:
+            raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the dense layers first, then the sparse "
+                         "ones")
+    if first == n:  # every layer dense
         r.take("intermediate_size", "d_ff", 9216)
         return
-    first = mlp.index("sparse")
-    if "dense" in mlp[first:]:
-        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the dense layers first, then the sparse ones")
     r.take("moe_intermediate_size", "d_ff", 1024)
     r.take("num_experts", "n_expert", 256, aliases=("num_local_experts",))
     r.take("num_experts_per_token", "n_expert_active", 8, aliases=("num_experts_per_tok",))
