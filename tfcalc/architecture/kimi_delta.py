@@ -74,7 +74,8 @@ class KimiDeltaAttention(GatedDeltaNet):
             Weight("f_a_proj_weight", (h, d), "attention", "KDA decay bottleneck (in)"),
             Weight("f_b_proj_weight", (w, h), "attention", "KDA decay bottleneck (out)", "rows"),
             Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
-            Weight("A_log", (1, 1, H, 1), "attention", "KDA log decay rate (per head)", "rows"),
+            # stored (1, 1, H, 1) (KimiLinearForgetGate); H here, so that TP splits it by heads as the others
+            Weight("A_log", (H,), "attention", "KDA log decay rate (per head)", "rows"),
             Weight("b_proj_weight", (H, d), "attention", "KDA β projection", "rows"),
             Weight("g_a_proj_weight", (h, d), "attention", "KDA output gate bottleneck (in)"),
             Weight("g_b_proj_weight", (w, h), "attention", "KDA output gate bottleneck (out)", "rows"),
