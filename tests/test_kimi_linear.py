@@ -22,7 +22,7 @@ import math
 
 import pytest
 import torch
-from hf_pairs import assert_decode_equals, assert_logits_close, nudge, saved_bytes, step_flops
+from hf_pairs import assert_decode_equals, assert_logits_close, assert_rows_decode_alone, nudge, saved_bytes, step_flops
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -277,6 +277,23 @@ def test_tiny_decode_step_flops_are_counted_and_static(tiny):
         masked = (2 * 4 * 16 + 2 * 4 * 12) * (16 - context)
         assert total == count_flops.decode_flops(cfg, Workload(batch=1, seq=context)) + masked
     assert all(counts == steps[0][1] for _, counts in steps)
+
+
+def test_tiny_continuous_batching_rows(tiny):
+    """Two prompts in two rows of the slot cache, decoded together: each row's tokens its own sequence's."""
+    _, ours, _ = tiny
+    prompts = [torch.randint(0, 61, (1, n), generator=torch.Generator().manual_seed(n)) for n in (3, 7)]
+    assert_rows_decode_alone(ours, prompts, max_tokens=16, release=False)
+
+
+def test_tiny_verify_step_is_refused(tiny):
+    """A KDA state cannot return to an earlier position: speculative verify (extend) is refused in one line."""
+    _, ours, _ = tiny
+    cache = ours.new_cache(1, 10)
+    with torch.no_grad():
+        ours.prefill(torch.randint(0, 61, (1, 3)), cache)
+    with pytest.raises(InputError, match="rewind"):
+        ours.extend(torch.randint(0, 61, (1, 2)), cache)
 
 
 @pytest.mark.parametrize("dtype, e", [(torch.float32, 4), (torch.bfloat16, 2)])
