@@ -222,6 +222,22 @@ def test_tiny_parameters_and_logits_across_chunks_equal_transformers(tiny, tmp_p
     assert_logits_close(hf2, ours2, torch.randint(0, 61, (2, 70), generator=torch.Generator().manual_seed(4)))
 
 
+def test_params_of_the_folder_counts_every_stored_tensor(tmp_path_factory, cli):
+    """`tfcalc params FOLDER` reads the safetensors header (the released names: q/k/v_conv1d, the forget gate's
+    under self_attn, block_sparse_moe, experts' w1/w2/w3): every stored element placed, equal to the count."""
+    from safetensors import safe_open
+
+    _pair(tmp_path_factory, VARIANT, "kimi-linear-folder")
+    folder = next(p for p in tmp_path_factory.getbasetemp().iterdir() if p.name.startswith("kimi-linear-folder"))
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        stored = {k: math.prod(f.get_slice(k).get_shape()) for k in f.keys()}
+    data = cli("params", str(folder), "--json").json()
+    biases = sum(n for k, n in stored.items() if k.endswith("e_score_correction_bias"))  # buffers, no parameter
+    assert data["checkpoint_total"] == sum(stored.values()) and biases == 4 * 8
+    assert data["checkpoint"]["parameters_matched"] == sum(stored.values()) - biases == data["analytic_total"]
+    assert not data["checkpoint"]["unexplained"] and len(data["checkpoint"]["buffers"]) == 4
+
+
 def test_tiny_prefill_and_decode_equal_the_full_forward_and_transformers(tiny):
     """A prompt of 60, 9 new tokens (across the chunk boundary at 64): the recurrent step on the state continues
     the chunked prefill, as the uncached forward over the whole sequence and transformers' generate; the state is
