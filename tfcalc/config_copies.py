@@ -79,7 +79,9 @@ def _attention_fields(cfg: ModelConfig, stack: Stack) -> dict[str, Any]:
     """layer_pattern written from the stack's runs (each block's kind as its first layer in cfg has it; one
     stack only, as layer_pattern is), and no window or chunk where no local layer is left; nothing where cfg
     gives no attention pattern."""
-    if all(getattr(cfg, f) is None for f in _ATTENTION_PERIODS) or cfg.kv_lora_rank is not None:
+    # latent attention reads no period field, only a layer_pattern's words (Kimi Linear's kda and nope layers)
+    if all(getattr(cfg, f) is None for f in _ATTENTION_PERIODS) or (
+            cfg.kv_lora_rank is not None and cfg.layer_pattern is None):
         return {}
     names = _kind_names(cfg)
     out: dict[str, Any] = {}

@@ -32,6 +32,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
         "linear_norm_eps", "linear_norm_placement", "attn_output_gate")),
+    ("Kimi Delta Attention in the layer_pattern's kda layers (KimiDeltaAttention)", (
+        "kda_heads", "kda_head_dim", "kda_conv_kernel")),
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",

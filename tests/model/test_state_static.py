@@ -49,6 +49,9 @@ KINDS = {
                                        linear_key_head_dim=8, linear_value_head_dim=16,
                                        linear_separate_projections=True, linear_beta_scale=2.0,
                                        linear_norm_eps=1e-5, linear_norm_placement="pre"),
+    # Kimi Linear: Kimi Delta Attention (a decay per key channel) beside latent attention without RoPE
+    "kda-kimi-linear": dict(ROPE, n_layer=4, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                            v_head_dim=8, layer_pattern="kda*2, nope, kda", kda_heads=2, kda_head_dim=8),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

@@ -21,6 +21,7 @@ from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.latent import LatentAttention, Yarn
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.patterns import layer_kind
 from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.sparse_latent import SparseLatentAttention
 from tfcalc.errors import InputError as ConfigError
@@ -56,8 +57,12 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
     """Every self-attention layer's, when kv_lora_rank is set: biases as attn_bias (attention_bias); its
     compressions' norms of the model's kind; with index_topk, DeepSeek Sparse Attention's."""
     norm = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps)
+    # a layer_pattern's nope layer rotates nothing: its qk_rope_head_dim channels are one key shared by the heads
+    # without a position (Kimi Linear's MLA, modeling_kimi_linear.py KimiLinearAttention)
+    nope = cfg.layer_pattern is not None and i < cfg.n_layer and not layer_kind(cfg, i).rope
     args = (cfg.d_model, cfg.n_head, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
-            cfg.q_lora_rank, norm, cfg.attn_bias, cfg.rope_theta, yarn(cfg), cfg.rope_interleave is not False)
+            cfg.q_lora_rank, norm, cfg.attn_bias, None if nope else cfg.rope_theta, yarn(cfg),
+            cfg.rope_interleave is not False)
     if cfg.index_topk is None:
         return LatentAttention(*args)
     return SparseLatentAttention(*args, index_topk=cfg.index_topk, index_n_heads=cfg.index_n_heads or 64,

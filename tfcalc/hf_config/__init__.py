@@ -69,6 +69,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "granitemoehybrid": ("granitemoehybrid", "granitemoehybrid"),
     "kimi_k2": ("deepseek", "deepseek_v3"),
     "kimi_k25": ("kimi_k25", "kimi_k25"),
+    "kimi_linear": ("kimi_linear", "kimi_linear"),
     "lfm2": ("lfm2", "lfm2"),
     "lfm2_moe": ("lfm2", "lfm2_moe"),
     "llama": ("llama", "llama"),

@@ -67,11 +67,33 @@ def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
 
 def recurrent(q, k, v, g, beta, s: torch.Tensor) -> torch.Tensor:
     """One token, in place on s (B, H, dk, dv): S ← S·exp(g); δ = β(v - k·S); S ← S + kᵀ·δ; o = q·S. q, k
-    (B, H, 1, dk), v (B, H, 1, dv), g and beta (B, H, 1), fp32. Returns o (B, H, 1, dv)."""
+    (B, H, 1, dk), v (B, H, 1, dv), g and beta (B, H, 1), fp32 -- or g (B, H, dk), a decay per key channel
+    (S's rows: Kimi Delta Attention, tfcalc.model.kimi_delta). Returns o (B, H, 1, dv)."""
     s.mul_(g.exp()[..., None])
     delta = (v - k @ s) * beta[..., None]  # (B, H, 1, dv)
     s.add_(k.mT @ delta)
     return q @ s
+
+
+def conv_silu(qkv: torch.Tensor, w: torch.Tensor, store) -> torch.Tensor:
+    """The depthwise causal convolution of (B, T, C) by w (C, 1, K), then SiLU -> (B, C, T): padded by K - 1 as
+    transformers' causal_conv1d_fn (a prompt, its last K inputs kept in the store), or one token over the K kept
+    (a step, causal_conv1d_update). Gated DeltaNet's and Kimi Delta Attention's (tfcalc.model.kimi_delta)."""
+    x = qkv.mT  # (B, C, T)
+    T, K = x.shape[-1], w.shape[-1]
+    if store is not None and store.decoding:
+        if T == 1:
+            return F.silu(F.conv1d(store.shift(x).to(x.dtype), w, groups=x.shape[1]))  # (B, C, 1)
+        # several tokens (a verify step): the K - 1 inputs kept before them, in the activations' dtype
+        x = torch.cat([store.conv[..., 1:].to(x.dtype), x], dim=-1)  # (B, C, K - 1 + T)
+        store.conv.copy_(x[..., -K:])
+        return F.silu(F.conv1d(x, w, groups=x.shape[1])[..., -T:])
+    if store is not None:
+        store.keep(x)
+    # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d here,
+    # not a Conv1d module's call: the convolution is position mixing, counted with the mixer's own ops, not as a
+    # projection (tfcalc.measure.flops groups a mixer's submodules as projections)
+    return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), w, groups=x.shape[1]))
 
 
 class Conv1d(nn.Conv1d):
@@ -144,25 +166,10 @@ class GatedDeltaNetModule(MixerModule):
         return qkv, z.reshape(B, T, self.hv, dv), b.reshape(B, T, self.hv), a.reshape(B, T, self.hv)
 
     def _conv(self, qkv: torch.Tensor, store) -> torch.Tensor:
-        """Step 2 on (B, T, C) -> (B, C, T) after SiLU: padded by K - 1 as transformers' causal_conv1d_fn (a
-        prompt, its last K inputs kept), or one token over the K kept (a step, causal_conv1d_update)."""
-        x = qkv.mT  # (B, C, T)
-        T, K = x.shape[-1], self.spec.conv_kernel
+        """Step 2 on (B, T, C) -> (B, C, T) after SiLU (conv_silu)."""
         w = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight]) if self.separate \
             else self.conv1d.weight  # (C, 1, K)
-        if store is not None and store.decoding:
-            if T == 1:
-                return F.silu(F.conv1d(store.shift(x).to(x.dtype), w, groups=x.shape[1]))  # (B, C, 1)
-            # several tokens (a verify step): the K - 1 inputs kept before them, in the activations' dtype
-            x = torch.cat([store.conv[..., 1:].to(x.dtype), x], dim=-1)  # (B, C, K - 1 + T)
-            store.conv.copy_(x[..., -K:])
-            return F.silu(F.conv1d(x, w, groups=x.shape[1])[..., -T:])
-        if store is not None:
-            store.keep(x)
-        # padded on the left only: the T outputs kept (transformers pads both sides and drops K - 1). F.conv1d
-        # here, not self.conv1d(x): the convolution is position mixing, counted with the mixer's own ops, not
-        # as a projection (tfcalc.measure.flops groups a mixer's submodules as projections)
-        return F.silu(F.conv1d(F.pad(x, (K - 1, 0)), w, groups=x.shape[1]))
+        return conv_silu(qkv, w, store)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
         B, T, _ = x.shape

@@ -1,0 +1,178 @@
+"""Kimi Delta Attention (KDA): the gated delta rule with a decay per key channel (Kimi Team 2025, "Kimi Linear: An
+Expressive, Efficient Attention Architecture", arXiv 2510.26692, section 3), as transformers 5.24 runs it
+(modeling_kimi_linear.py, KimiLinearDeltaAttention). A token mixer of a FIXED-SIZE state, in the layers
+``layer_pattern`` calls ``kda``.
+
+KDA is gated DeltaNet (tfcalc.architecture.gated_deltanet) with three changes, so its component is that one's
+with H key heads = H value heads, dk = dv = h (``kda_head_dim``), and these parts its own:
+
+1. projections: ``q``, ``k``, ``v`` (transformers' q_proj, k_proj, v_proj), d -> H·h each; the decay's input
+   through a rank-h bottleneck, ``f_a_proj`` d -> h then ``f_b_proj`` h -> H·h (KimiLinearForgetGate); β's,
+   ``b_proj`` d -> H; the output gate's through one too, ``g_a_proj`` d -> h, ``g_b_proj`` h -> H·h; ``out``
+   (o_proj) H·h -> d; no biases. A causal depthwise convolution (C = 3·H·h channels, K taps
+   ``kda_conv_kernel``, default 4) over [Q | K | V], then SiLU, as gated DeltaNet's; its weights kept as three,
+   ``q_conv1d``, ``k_conv1d``, ``v_conv1d``, as the checkpoints store them (transformers concatenates them on
+   load, conversion_mapping.py);
+2. the decay is a vector per token and head: g = -exp(A_log_head)·softplus(f + dt_bias), h channels each
+   (``dt_bias`` H·h, ``A_log`` one per head): the state decays row by row, S ← diag(exp(g))·S. In the chunked
+   form each chunk's c×c matrices K_β·Kᵀ and Q·Kᵀ carry the pairwise decay per channel, Σ_d k_id·k_jd·
+   exp(G_id - G_jd), G the decay's cumulative sum within the chunk: no longer one matmul and a c×c mask, but
+   h products per pair. tfcalc counts each as the matmul of its shape, 2·c²·h FLOPs per chunk and head (full
+   square), as tfcalc's module computes it (a decayed copy of K_β or Q, then a batched contraction over the
+   channels); the decayed copies, c²·h products each, and the c²·h exponentials are elementwise work
+   (``elementwise``). The triangular solves, the reads of S and the update are gated DeltaNet's (its step 4);
+3. the output: an RMSNorm over each head's h channels (``o_norm``, weight h, eps ``norm_eps``) times
+   sigmoid(G), G the output gate (KimiLinearRMSNormGated), then out.
+
+**FLOPs against transformers' torch path** (chunk_kimi_delta_attention): FlopCounterMode does not see its
+decayed K_β·Kᵀ and Q·Kᵀ (elementwise products summed: 2·2c²h a chunk and head, counted here by hand), nor its
+forward substitution building the inverse of the c×c system; it does see the products by that inverse,
+(c, c) @ (c, h) for V_β and the decayed K_β, 2·2c²h, where tfcalc counts two triangular solves, c(c-1)·2h (the
+convention of gated DeltaNet, whose transformers path solves): tests/test_kimi_linear.py states each term.
+
+Generation state per sequence and layer: gated DeltaNet's -- the convolution's last K inputs, C·K in the model's
+dtype, and S, H·h·h in fp32 (transformers' cache, cache_utils.py LinearAttentionLayer, keeps the same two).
+TP splits by heads (the bottlenecks' first halves, f_a and g_a, and the norm replicated). Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tfcalc.architecture.gated_deltanet import GatedDeltaNet
+from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.mixer import Capabilities, Elementwise
+from tfcalc.architecture.patterns import parse
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+
+@dataclass(frozen=True)
+class KimiDeltaAttention(GatedDeltaNet):
+    """Built by ``kda``: n_k_head = n_v_head = H, k_head_dim = v_head_dim = h (module docstring)."""
+
+    module = "tfcalc.model.kimi_delta:KimiDeltaModule"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.n_k_head != self.n_v_head or self.k_head_dim != self.v_head_dim:
+            raise InputError("Kimi Delta Attention has one head size and as many key heads as value heads")
+
+    @property
+    def width(self) -> int:
+        return self.n_v_head * self.v_head_dim
+
+    def weights(self) -> list[Weight]:
+        """Step 1 and 3, under the names of tfcalc's module (transformers' q_proj, k_proj, v_proj and o_proj are
+        q, k, v and out, as latent attention names its Q and output: tfcalc.hf_config.kimi_linear)."""
+        d, H, h, w, K = self.d_model, self.n_v_head, self.v_head_dim, self.width, self.conv_kernel
+        out = [Weight(f"{n}_weight", (w, d), "attention", f"KDA {n.upper()} projection", "rows") for n in "qkv"]
+        return out + [
+            *(Weight(f"{n}_conv1d_weight", (w, 1, K), "attention", f"KDA short convolution ({n.upper()})", "rows")
+              for n in "qkv"),
+            Weight("f_a_proj_weight", (h, d), "attention", "KDA decay bottleneck (in)"),
+            Weight("f_b_proj_weight", (w, h), "attention", "KDA decay bottleneck (out)", "rows"),
+            Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
+            # stored (1, 1, H, 1) (KimiLinearForgetGate); H here, so that TP splits it by heads as the others
+            Weight("A_log", (H,), "attention", "KDA log decay rate (per head)", "rows"),
+            Weight("b_proj_weight", (H, d), "attention", "KDA β projection", "rows"),
+            Weight("g_a_proj_weight", (h, d), "attention", "KDA output gate bottleneck (in)"),
+            Weight("g_b_proj_weight", (w, h), "attention", "KDA output gate bottleneck (out)", "rows"),
+            Weight("o_norm_weight", (h,), "norms", "KDA gated RMSNorm weight"),
+            Weight("o_weight", (d, w), "attention", "KDA output projection (out)", "cols")]
+
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        d, H, h, w = self.d_model, self.n_v_head, self.v_head_dim, self.width
+        return [Linear(n, "attention_proj", f"{n.upper()} projection", d, w) for n in "qkv"] + [
+            Linear("f_a", "attention_proj", "decay bottleneck (in)", d, h),
+            Linear("f_b", "attention_proj", "decay bottleneck (out)", h, w),
+            Linear("b", "attention_proj", "β projection", d, H),
+            Linear("g_a", "attention_proj", "output gate bottleneck (in)", d, h),
+            Linear("g_b", "attention_proj", "output gate bottleneck (out)", h, w),
+            # named "o": the FLOP fold places a mixer's position mixing before its Linear "o"
+            Linear("o", "attention_proj", "output projection (out)", w, d)]
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """Non-matmul work per token at the FLOPs each op does per element (a declared convention): SiLU after
+        the convolution (4); the decay per channel -- softplus, exp and products (6) -- and β's sigmoid (3) per
+        head; the L2 norms of Q and K (3); per chunk, each token's c pairwise decays per channel (difference and
+        exp, 2) and the decayed copies of K_β and Q (a product each, 2); the gated RMSNorm and the sigmoid of the
+        gate (8) over H·h."""
+        H, c, h, t = self.n_v_head, self.chunk, self.v_head_dim, queries
+        return [Elementwise("conv_silu", "SiLU after the convolution", t * self.conv_dim, per_element=4),
+                Elementwise("gates", "decay softplus·exp per channel", t * self.width, per_element=6),
+                Elementwise("beta", "β sigmoid", t * H, per_element=3),
+                Elementwise("qk_l2", "L2 norm of Q and K", t * 2 * self.width, per_element=3),
+                Elementwise("decay", "chunk pairwise decays per channel and decayed K_β, Q",
+                            self.padded(t) * H * c * h, per_element=4),
+                Elementwise("gated_norm", "gated RMSNorm and sigmoid(G)", t * self.width, per_element=8)]
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate, checked against
+        saved_tensors_hooks on it in tests/test_kimi_linear.py), split by heads under TP: ``qkv``, the
+        projections' and the convolution's outputs and the two bottlenecks (e each), and gated DeltaNet's fp32
+        per-token tensors of the chunked form with the decay a vector (its cumulative sums and their exps: 6
+        more of h); ``attn_scores``, each token's rows of the chunk's per-channel decays and the decayed copies
+        of K_β and Q (3·c·h, fp32) and the c×c system and scores (2·c); ``attn_output``, the gated norm's
+        input, output and gate (fp32) and out's input (e)."""
+        H, c, h = self.n_v_head, self.chunk, self.v_head_dim
+        w = self.width
+        fp32 = 4 * H * (6 + 18 * h + 2 * h * h // c)
+        return {"qkv": e * (2 * self.conv_dim + 2 * h) + fp32, "attn_scores": 4 * H * c * (3 * h + 2),
+                "attn_output": 4 * 3 * w + e * w}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once: gated DeltaNet's, and a chunk's per-channel decays and decayed
+        copies (3·c·h a head)."""
+        return super().working_set(kernel, length) + 3 * self.n_v_head * self.chunk * self.v_head_dim
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("kda_heads", self.n_v_head)]
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+                            op_recompute="Kimi Delta Attention's chunked scan")
+
+
+def kda(d_model: int, heads: int, head_dim: int, conv_kernel: int = 4, norm_eps: float = 1e-5,
+        causal: bool = True) -> KimiDeltaAttention:
+    return KimiDeltaAttention(d_model, heads, heads, head_dim, head_dim, conv_kernel, norm_eps=norm_eps,
+                              causal=causal)
+
+
+# ---- its flat fields (tfcalc.architecture.kinds): the layers layer_pattern calls "kda" ----
+
+@dataclass(frozen=True, kw_only=True)
+class KimiDeltaFields:
+    kda_heads: Optional[int] = None  # Kimi Linear's linear_attn_config.num_heads
+    kda_head_dim: Optional[int] = None  # linear_attn_config.head_dim (keys and values alike)
+    kda_conv_kernel: Optional[int] = None  # linear_attn_config.short_conv_kernel_size; None: 4
+
+
+def from_flat(cfg: Any, i: int, causal: bool) -> KimiDeltaAttention:
+    return kda(cfg.d_model, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_conv_kernel or 4, cfg.norm_eps, causal)
+
+
+def check(cfg: Any) -> None:
+    """A kda layer needs kda_heads and kda_head_dim, SiLU (its convolution's activation, transformers' hidden_act)
+    and a decoder; kda fields need a kda layer (one ConfigError line each)."""
+    used = cfg.layer_pattern is not None and any("kda" in run.kinds for run in parse(cfg.layer_pattern))
+    given = [f for f in ("kda_heads", "kda_head_dim", "kda_conv_kernel") if getattr(cfg, f) is not None]
+    if not used:
+        if given:
+            raise InputError(f"field '{given[0]}' sizes Kimi Delta Attention: name its layers 'kda' in layer_pattern")
+        return
+    for name in ("kda_heads", "kda_head_dim"):
+        if getattr(cfg, name) is None:
+            raise InputError(f"layer_pattern's kda layers need '{name}'")
+    if cfg.arch != "decoder":
+        raise InputError("Kimi Delta Attention is built for a decoder's layers only (arch decoder)")
+    if cfg.activation != "silu":
+        raise InputError(f"Kimi Delta Attention's convolution is followed by SiLU: activation must be silu "
+                         f"(is {cfg.activation})")
+
+
+KIND = register(MixerKind("Kimi Delta Attention", KimiDeltaFields, from_flat, words=("kda",), check=check,
+                          group="Kimi Delta Attention in the layer_pattern's kda layers (KimiDeltaAttention)"))
