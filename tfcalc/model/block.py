@@ -51,6 +51,11 @@ class Block(nn.Module):
         return y if self.residual_scale is None else y * self.residual_scale  # modeling_granite.py
 
     def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        if self.placement == "normed_residual":  # MiniMax-01 (MiniMaxDecoderLayer): α·norm(x) + β·f(norm(x))
+            h = norm(x)
+            y = f(h)
+            h = h if self.spec.residual_alpha is None else h * self.spec.residual_alpha
+            return h + (y if self.residual_scale is None else y * self.residual_scale)
         if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
             y = f(x)
             return norm(x + (y if self.residual_scale is None else y * self.residual_scale))
