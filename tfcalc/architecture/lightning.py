@@ -129,16 +129,16 @@ class Lightning:
         """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate held within 10 %
         of what saved_tensors_hooks finds on it: tests/test_minimax.py), split by heads under TP: ``qkv``, the
         projection's output and its SiLU (3·H·d each), Q and K times their decays (H·d each), and the state S
-        before each block (H·d·d over b tokens); ``attn_scores``, each token's rows of the block's c×c scores and
-        their decayed copy (2·b); ``attn_output``, the block outputs, the normed and the gated output (4·H·d
-        with the gate's pre-activation and sigmoid: 5)."""
+        before each block (H·d·d over b tokens); ``attn_scores``, each token's row of its block's decayed scores
+        (b per head: the decay D itself is one tensor shared by the blocks); ``attn_output``, the block outputs,
+        the norm's input and output, the gate's pre-activation and sigmoid and out_proj's input (5·H·d)."""
         w, b = self.width, self.block
         return {"qkv": e * (2 * 3 * w + 2 * w + self.n_head * self.head_dim ** 2 // b),
-                "attn_scores": e * 2 * self.n_head * b, "attn_output": e * 5 * w}
+                "attn_scores": e * self.n_head * b, "attn_output": e * 5 * w}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once in the mixer: [Q | K | V] twice, a block's scores rows, the outputs."""
-        return 6 * self.width + 2 * self.n_head * self.block + 4 * self.width
+        return 6 * self.width + 2 * self.n_head * self.block + 4 * self.width  # the scores and their decayed copy
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:
         return []
@@ -178,15 +178,5 @@ def from_flat(cfg: Any, i: int, causal: bool) -> Lightning:
     return Lightning(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.lightning_block_size or BLOCK, causal)
 
 
-def check(cfg: Any) -> None:
-    """A positive block; residual_alpha a positive finite number (one ConfigError line each)."""
-    block = cfg.lightning_block_size
-    if block is not None and block < 1:
-        raise InputError(f"lightning_block_size must be a positive integer; got {block}")
-    alpha = cfg.residual_alpha
-    if alpha is not None and not 0 < alpha < float("inf"):
-        raise InputError(f"residual_alpha must be a positive finite number; got {alpha}")
-
-
-KIND = register(MixerKind("lightning attention", LightningFields, from_flat, words=("lightning",), check=check,
+KIND = register(MixerKind("lightning attention", LightningFields, from_flat, words=("lightning",),
                           group="lightning attention in the layer_pattern's lightning layers (MiniMax-01)"))
