@@ -49,6 +49,11 @@ KINDS = {
                                        linear_key_head_dim=8, linear_value_head_dim=16,
                                        linear_separate_projections=True, linear_beta_scale=2.0,
                                        linear_norm_eps=1e-5, linear_norm_placement="pre"),
+    # MiniMax-01: lightning layers (a fixed (H, d, d) state, blocks of 2 in the prompt) around a softmax layer, the
+    # residual after each norm weighted
+    "lightning-minimax": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, layer_pattern="lightning, full, lightning*2",
+                              lightning_block_size=2, norm_placement="normed_residual", residual_alpha=1.5,
+                              residual_multiplier=0.75, n_expert=3, n_expert_active=2),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 
