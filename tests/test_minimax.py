@@ -107,6 +107,28 @@ def test_lightning_flops_equal_flop_counter_mode_on_transformers_layer(seq):
     assert ours - 2 * seq * 6144 * (3 * 8192 + 8192 + 8192) == by_hand
 
 
+def test_lightning_decode_step_flops_equal_flop_counter_mode_on_transformers_cached_path():
+    """transformers' MiniMaxLightningAttention at full width on meta, one token over a cache holding S (its
+    recurrent path): kᵀ·v and q·S, 2·128·128 FLOPs each per head, beside the projections -- the count's step."""
+    import transformers.models.minimax.modeling_minimax as m
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tfcalc.architecture.lightning import Lightning
+
+    with torch.device("meta"):
+        layer = m.MiniMaxLightningAttention(_hf_config(TEXT_01), 3)
+        cache = m.MiniMaxCache()
+        cache.set_linear_cache(3, torch.empty(1, 64, 128, 128))
+        x = torch.empty(1, 1, 6144)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, None, None, cache=cache)
+    mixer = Lightning(6144, 64, 128)
+    ours = sum(2 * lin.n_in * lin.n_out for lin in mixer.linears(step=True))
+    ours += sum(mx.flops for mx in mixer.mixing(1, 4096, step=True))
+    assert ours == counter.get_total_flops()
+    assert sum(mx.flops for mx in mixer.mixing(1, 4096, step=True)) == 64 * 2 * (2 * 128 * 128)
+
+
 def test_generation_state_at_4096_tokens_is_what_transformers_cache_holds(hf_meta):
     """Every layer of transformers' model on meta over a 4,096-token prompt in bf16 with its MiniMaxCache: K and V
     of the 10 softmax layers, and each of the 70 lightning layers' S (64 × 128 × 128, in bf16: the cache keeps the
@@ -145,6 +167,17 @@ def tiny(saved):
 
     hf, folder = saved("minimax")
     return hf, tfcalc.load_model(str(folder)), load(str(folder / "config.json"))
+
+
+def test_tiny_checkpoint_explains_every_stored_tensor(saved, cli):
+    """`tfcalc params` of the saved folder: every tensor explained, the parameters matched; save_pretrained also
+    writes transformers' four decay buffers per lightning layer (slope_rate (4, 1, 1), query_decay and key_decay
+    (4, 4, 1), diagonal_decay (1, 4, 4, 4): 100 elements), stored, counted in checkpoint_total, no parameter."""
+    hf, folder = saved("minimax")
+    data = cli("params", str(folder), "--json").json()
+    params = sum(p.numel() for p in hf.parameters())
+    assert data["checkpoint"]["agree"] and data["checkpoint"]["parameters_matched"] == data["analytic_total"] == params
+    assert data["checkpoint_total"] == params + 3 * (4 + 16 + 16 + 64)
 
 
 def test_tiny_logits_across_blocks_equal_transformers(tiny):
