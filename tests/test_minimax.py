@@ -360,6 +360,20 @@ def test_flat_fields_build_the_hybrid():
     assert block.mixer.block == 128 and block.residual_alpha == 2.5 and block.placement == "normed_residual"
 
 
+def test_residual_alpha_reaches_every_block_layout():
+    """A one-letter-per-layer hybrid (hybrid_pattern, Nemotron-H's layout) takes the weights too: its blocks, mixer
+    alone and FFN alone, each scale their normed residual; refused where the placement is not normed_residual."""
+    from tfcalc.config import from_mapping
+
+    base = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=64, pos_encoding="none", norm="rmsnorm",
+                hybrid_pattern="M-", ssm_heads=4, ssm_head_dim=16, ssm_groups=2, ssm_state_size=8, ssm_chunk_size=4,
+                residual_alpha=1.5)
+    cfg = from_mapping({**base, "norm_placement": "normed_residual"})
+    assert [b.residual_alpha for b in cfg.architecture.output.layers()] == [1.5, 1.5]
+    with pytest.raises(InputError, match="residual_alpha scales the normed residual"):
+        assert from_mapping(base).architecture is None  # never reached: the block refuses
+
+
 def test_measured_flops_on_meta_put_the_scan_with_the_mixing(tmp_path):
     """tfcalc.measure.flops on meta at full size (`tfcalc flops --measure`): the lightning projections in
     attention_proj, its block scan in attention_scores, group by group as counted."""
