@@ -26,11 +26,12 @@ from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
 
 
-def slopes(heads: int, layer: int, layers: int, device) -> torch.Tensor:
-    """s per head (H, 1, 1), fp32, as get_slope_rate computes it: (2^(-8/H))^(h+1) · (1 - l / (L - 1 + 1e-5) + 1e-5)."""
+def slopes(heads: int, layer: int, layers: int, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """s per head (H, 1, 1) as get_slope_rate computes it: (2^(-8/H))^(h+1) · (1 - l / (L - 1 + 1e-5) + 1e-5); in
+    fp32 as transformers' buffers are made (fp64 for an fp64 model: its block and step forms then agree to fp64)."""
     base = 1 / (2 ** (8 / heads))
     factor = 1 - layer / (layers - 1 + 1e-5) + 1e-5
-    return (base ** torch.arange(1, heads + 1, device=device) * factor)[:, None, None]
+    return (base ** torch.arange(1, heads + 1, device=device, dtype=dtype) * factor)[:, None, None]
 
 
 def decays(s: torch.Tensor, c: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -96,7 +97,8 @@ class LightningModule(MixerModule):
         B, T, _ = x.shape
         qkv = F.silu(self.qkv_proj(x)).view(B, T, self.h, 3 * self.d)
         q, k, v = (t.transpose(1, 2) for t in qkv.split(self.d, dim=-1))  # (B, H, T, d) each
-        s = slopes(self.h, self.layer, self.layers, x.device)
+        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+        s = slopes(self.h, self.layer, self.layers, x.device, wide)
         if store is not None and store.decoding and T == 1:  # the recurrent form (transformers' cached path)
             S = store.s
             S.mul_(torch.exp(-s).to(S.dtype)).add_((k.mT @ v).to(S.dtype))  # (B, H, d, d)
