@@ -86,9 +86,21 @@ class LightningModule(MixerModule):
         self.norm = nn.RMSNorm(w, eps=NORM_EPS)
         self.out_proj = Linear(w, spec.d_model, bias=False)
         self.layer, self.layers = 0, 1
+        self._slopes: dict = {}  # (device, dtype, inference mode) -> (s, λ): made once, not per step
 
     def at_layer(self, index: int, count: int) -> None:
         self.layer, self.layers = index, count
+        self._slopes = {}
+
+    def slopes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(s, λ = exp(-s)) per head, (H, 1, 1), for x's device, made on the first call there (a decode step's
+        warm-up, before a CUDA graph's capture) and kept: a step launches no kernel to remake them."""
+        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
+        key = (x.device, wide, torch.is_inference_mode_enabled())
+        if key not in self._slopes:
+            s = slopes(self.h, self.layer, self.layers, x.device, wide)
+            self._slopes[key] = (s, torch.exp(-s))
+        return self._slopes[key]
 
     def new_state(self, batch: int, max_tokens: int, device, dtype) -> LightningState:
         return LightningState(self.spec, batch, device, dtype)
@@ -97,11 +109,10 @@ class LightningModule(MixerModule):
         B, T, _ = x.shape
         qkv = F.silu(self.qkv_proj(x)).view(B, T, self.h, 3 * self.d)
         q, k, v = (t.transpose(1, 2) for t in qkv.split(self.d, dim=-1))  # (B, H, T, d) each
-        wide = torch.float64 if x.dtype == torch.float64 else torch.float32
-        s = slopes(self.h, self.layer, self.layers, x.device, wide)
+        s, ratio = self.slopes(x)
         if store is not None and store.decoding and T == 1:  # the recurrent form (transformers' cached path)
             S = store.s
-            S.mul_(torch.exp(-s).to(S.dtype)).add_((k.mT @ v).to(S.dtype))  # (B, H, d, d)
+            S.mul_(ratio.to(S.dtype)).add_((k.mT @ v).to(S.dtype))  # (B, H, d, d)
             y = q @ S.to(q.dtype)
         else:
             y, S = blocks(q, k, v, s, self.spec.block, store.s if store is not None and store.decoding else None)
