@@ -374,6 +374,19 @@ def test_residual_alpha_reaches_every_block_layout():
         assert from_mapping(base).architecture is None  # never reached: the block refuses
 
 
+def test_residual_alpha_is_one_more_product_a_sub_layer():
+    """Non-matmul FLOPs (tfcalc.count.model.non_matmul): residual_alpha adds 1 FLOP per element of each
+    sub-layer's residual, B·T·d·2 per block."""
+    from tfcalc.count.model.non_matmul import non_matmul_entries
+
+    base = dict(n_layer=3, d_model=32, n_head=4, vocab_size=61, max_seq_len=64, norm_placement="normed_residual")
+    from tfcalc.config import from_mapping
+
+    scaled, plain = (sum(e.total for e in non_matmul_entries(from_mapping(dict(base, **extra)), 2, 8))
+                     for extra in ({"residual_alpha": 2.0}, {}))
+    assert scaled - plain == 3 * 2 * 8 * 32 * 2
+
+
 def test_measured_flops_on_meta_put_the_scan_with_the_mixing(tmp_path):
     """tfcalc.measure.flops on meta at full size (`tfcalc flops --measure`): the lightning projections in
     attention_proj, its block scan in attention_scores, group by group as counted."""
