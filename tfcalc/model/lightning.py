@@ -108,7 +108,7 @@ class LightningModule(MixerModule):
     def forward(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
         B, T, _ = x.shape
         qkv = F.silu(self.qkv_proj(x)).view(B, T, self.h, 3 * self.d)
-        q, k, v = (t.transpose(1, 2) for t in qkv.split(self.d, dim=-1))  # (B, H, T, d) each
+        q, k, v = (t.transpose(1, 2).contiguous() for t in qkv.split(self.d, dim=-1))  # (B, H, T, d) each
         s, ratio = self.slopes(x)
         if store is not None and store.decoding and T == 1:  # the recurrent form (transformers' cached path)
             S = store.s
