@@ -51,12 +51,13 @@ def blocks(q, k, v, s: torch.Tensor, block: int, state: torch.Tensor | None):
     B, H, T, d = q.shape
     S = q.new_zeros(B, H, d, d) if state is None else state.to(q.dtype)
     out, cached = [], {}
-    for start in range(0, T, block):
-        c = min(block, T - start)
+    # split, not sliced block by block: a split's backward is one concatenation of the blocks' gradients, where each
+    # slice's would write a zero tensor of all T positions (a backward quadratic in T)
+    for qb, kb, vb in zip(*(t.split(block, dim=2) for t in (q, k, v)), strict=True):  # (B, H, c, d) each
+        c = qb.shape[2]
         if c not in cached:  # at most two lengths: the whole block and the last one
             cached[c] = tuple(t.to(q.dtype) for t in decays(s, c))
         qd, kd, diag, whole = cached[c]
-        qb, kb, vb = (t[:, :, start:start + c] for t in (q, k, v))  # (B, H, c, d)
         intra = ((qb @ kb.mT) * diag) @ vb
         out.append((qb * qd) @ S + intra)
         S = S * whole + (kb * kd).mT @ vb
