@@ -84,6 +84,16 @@ def test_text_01_parameters_exact(tmp_path, hf_meta):
     assert breakdown["attn_qkv_proj_weight"] == 70 * 6144 * 3 * 8192
 
 
+def test_text_01_matches_the_model_card(tmp_path):
+    """The model card's figures (https://huggingface.co/MiniMaxAI/MiniMax-Text-01): "Total Parameters: 456B",
+    "Activated Parameters per Token: 45.9B" -- the latter without the token table and the LM head (200,064 ×
+    6,144 each), which tfcalc's active count includes."""
+    cfg = load(str(_write(tmp_path, TEXT_01)))
+    counts = count_params.breakdown(cfg)
+    active = count_params.active_params(cfg, counts) - 2 * 200064 * 6144
+    assert round(count_params.total(cfg) / 1e9) == 456 and round(active / 1e8) == 459
+
+
 @pytest.mark.parametrize("seq", [300, 600])
 def test_lightning_flops_equal_flop_counter_mode_on_transformers_layer(seq):
     """transformers' MiniMaxLightningAttention at full width on meta under FlopCounterMode: tfcalc's count of the
