@@ -260,6 +260,15 @@ CASES = {
                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, linear_value_head_dim=6,
                              layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
                              rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
+    # MiniMax-01: lightning layers (blocks of 4: T = 10 is two whole blocks and a last one of 2) beside softmax
+    # attention (layer 1), the residual after each norm weighted 1.7·h + 0.6·f(h), 3 experts top 2 every layer
+    # (tests/test_minimax.py)
+    "minimax": Case("MiniMaxConfig", "MiniMaxForCausalLM",
+                    dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, head_dim=8, num_local_experts=3, block_size=4,
+                         layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                         **{f"{p}_{a}_factor": v for p in ("full_attn", "linear_attn", "mlp")
+                            for a, v in (("alpha", 1.7), ("beta", 0.6))},
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000.0})),
     # LFM2: short gated convolutions (kernel 3) and one attention layer; biases on the convolutions (conv_bias),
     # and the MLP's width adjusted (int(2·48/3) = 32, a multiple of 16). LFM2-MoE: a dense first layer, then 8
     # experts of 16 (top 2, sigmoid routing, scaled); layer_types with conv layers first and last

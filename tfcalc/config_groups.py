@@ -28,6 +28,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
+    ("lightning attention in the layer_pattern's lightning layers (Lightning)", ("lightning_block_size",)),
     ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
@@ -51,7 +52,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "shared_expert_gate", "expert_capacity_factor", "expert_format")),
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
     ("norms and the block's layout (Norm, Block)", (
-        "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier")),
+        "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",
+        "residual_alpha")),
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
     ("state-space layers and the per-layer pattern (Mamba2)", (

@@ -33,7 +33,7 @@ from tfcalc.errors import InputError as ConfigError, shown
 
 PosEncoding = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
 Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["pre", "post", "sandwich", "output"]
+NormPlacement = Literal["pre", "post", "sandwich", "output", "normed_residual"]
 Activation = Literal["gelu", "gelu_tanh", "relu", "relu2", "silu", "xielu"]
 Arch = Literal["decoder", "encoder", "encoder-decoder"]
 ParallelBlock = Literal["none", "shared_norm", "two_norms"]

@@ -93,13 +93,16 @@ VASWANI = VASWANI_LIKE  # encoder-decoder, post-norm, sinusoids, ReLU, cross-att
 GPT_OSS = dict(LLAMA, swiglu_limit=7.0, swiglu_alpha=1.702)  # the clamped SwiGLU
 APERTUS = dict(LLAMA, gated_ffn=False, activation="xielu", qk_norm=True)  # xIELU, its learned scalars
 NEOX = dict(pos_encoding="rope", rope_fraction=0.5, parallel_block="two_norms")  # partial rotary, parallel block
+# MiniMax-01's layout: the residual after the norm, scaled (residual_alpha), the sub-layer scaled too
+MINIMAX = dict(LLAMA, norm_placement="normed_residual", residual_alpha=1.5, residual_multiplier=0.75)
 
 
 @pytest.mark.parametrize("fields,dtype", [(LLAMA, torch.bfloat16), (LLAMA, torch.float32), (GPT2, torch.float32),
                                           (QWEN3, torch.bfloat16), (NEOX, torch.float32), (GPT_OSS, torch.bfloat16),
-                                          (APERTUS, torch.bfloat16), (APERTUS, torch.float32)],
+                                          (APERTUS, torch.bfloat16), (APERTUS, torch.float32),
+                                          (MINIMAX, torch.bfloat16), (MINIMAX, torch.float32)],
                          ids=["llama-bf16", "llama-fp32", "gpt2-fp32", "qwen3-bf16", "neox-fp32", "clamped-bf16",
-                              "xielu-bf16", "xielu-fp32"])
+                              "xielu-bf16", "xielu-fp32", "normed-residual-bf16", "normed-residual-fp32"])
 def test_one_block_moves_what_the_model_says(fields, dtype):
     measured, kernels = _per_block(fields, dtype)
     analytic, analytic_kernels = _analytic(fields, dtype)

@@ -33,6 +33,10 @@ KINDS = {
     # LFM2's short convolutions: each row's state of K inputs moves with the row
     "conv-lfm2": dict(pos_encoding="rope", norm="rmsnorm", gated_ffn=True, activation="silu", n_layer=3,
                       layer_pattern="conv, full, conv", conv_bias=True),
+    # MiniMax's lightning layers: each row's (H, d, d) state moves with the row; blocks of 4 in the prompts
+    "lightning-minimax": dict(pos_encoding="rope", norm="rmsnorm", gated_ffn=True, activation="silu", n_layer=3,
+                              layer_pattern="lightning, full, lightning", lightning_block_size=4,
+                              norm_placement="normed_residual", residual_alpha=1.5),
 }
 
 

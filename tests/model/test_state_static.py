@@ -52,6 +52,11 @@ KINDS = {
     # Kimi Linear: Kimi Delta Attention (a decay per key channel) beside latent attention without RoPE
     "kda-kimi-linear": dict(ROPE, n_layer=4, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
                             v_head_dim=8, layer_pattern="kda*2, nope, kda", kda_heads=2, kda_head_dim=8),
+    # MiniMax-01: lightning layers (a fixed (H, d, d) state, blocks of 2 in the prompt) around a softmax layer, the
+    # residual after each norm weighted
+    "lightning-minimax": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, layer_pattern="lightning, full, lightning*2",
+                              lightning_block_size=2, norm_placement="normed_residual", residual_alpha=1.5,
+                              residual_multiplier=0.75, n_expert=3, n_expert_active=2),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

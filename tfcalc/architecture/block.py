@@ -12,6 +12,9 @@ or ``dataclasses.replace(block, attention=...)`` still set it. Norms sit:
   post_self_attn_layernorm and post_mlp_layernorm, modeling_glm4.py); ``output``: x + norm(f(x)), the
   sub-layer's output normed and its input not (OLMo 2, modeling_olmo2.py: post_attention_layernorm and
   post_feedforward_layernorm only; Groeneveld et al. 2025, "OLMo 2", sec. 3.2, "reordered norm");
+  ``normed_residual``: h = norm(x), then α·h + f(h), the residual taken after the norm (MiniMax-01's
+  ``postnorm``, modeling_minimax.py MiniMaxDecoderLayer: ``residual = hidden_states`` after input_layernorm;
+  α ``residual_alpha``, its *_alpha_factor, with DeepNet's scaling of the residual, Wang et al. 2022);
 - ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
 
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
@@ -32,7 +35,7 @@ from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
-Placement = Literal["pre", "post", "sandwich", "output"]
+Placement = Literal["pre", "post", "sandwich", "output", "normed_residual"]
 Parallel = Literal["none", "shared_norm", "two_norms"]
 
 
@@ -45,10 +48,12 @@ class Block:
     parallel: Parallel = "none"
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
+    residual_alpha: Optional[float] = None  # the residual times this before the add (MiniMax-01's alpha factors)
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
-                 residual_scale: Optional[float] = None, *, attention: Any = None) -> None:
+                 residual_scale: Optional[float] = None, *, attention: Any = None,
+                 residual_alpha: Optional[float] = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -56,7 +61,7 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale)):
+                            ("residual_scale", residual_scale), ("residual_alpha", residual_alpha)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -69,6 +74,9 @@ class Block:
         if self.parallel != "none" and self.placement != "pre":
             raise InputError(f"parallel_block {self.parallel} needs norm_placement pre (got {self.placement}): "
                              "attention and FFN both read the block input")
+        if self.residual_alpha is not None and self.placement != "normed_residual":
+            raise InputError("residual_alpha scales the normed residual of norm_placement normed_residual "
+                             f"(MiniMax-01's); got norm_placement {self.placement}")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
 

@@ -127,12 +127,13 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
             mixer = kinds.for_layer(cfg, LayerKind(False, True, "mamba")).build(cfg, i, causal) if letter == "M" \
                 else _mixer(cfg, i, causal)
             return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
-                         cfg.norm_placement, residual_scale=scale)
-        return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
+                         cfg.norm_placement, residual_scale=scale, residual_alpha=cfg.residual_alpha)
+        return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale,
+                     residual_alpha=cfg.residual_alpha)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, residual_alpha=cfg.residual_alpha)
 
 
 def _kind(cfg: Any, i: int):

@@ -77,6 +77,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "llama4_text": ("llama4", "llama4_text"),
     "mamba2": ("mamba2", "mamba2"),
     "mimo_v2_flash": ("mimo_v2_flash", "mimo_v2_flash"),
+    "minimax": ("minimax", "minimax"),
     "minimax_m2": ("minimax_m2", "minimax_m2"),
     "mistral": ("mistral", "mistral"),
     "mixtral": ("mixtral", "mixtral"),

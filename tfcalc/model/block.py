@@ -53,6 +53,11 @@ class Block(nn.Module):
         return y if self.residual_scale is None else y * self.residual_scale  # modeling_granite.py
 
     def _residual(self, norm: nn.Module, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
+        if self.placement == "normed_residual":  # MiniMax-01 (MiniMaxDecoderLayer): α·norm(x) + β·f(norm(x))
+            h = norm(x)
+            y = f(h)
+            h = h if self.spec.residual_alpha is None else h * self.spec.residual_alpha
+            return h + (y if self.residual_scale is None else y * self.residual_scale)
         if self.placement == "post":  # Vaswani et al. 2017, BERT: norm(x + f(x))
             y = f(x)
             return norm(x + (y if self.residual_scale is None else y * self.residual_scale))
@@ -61,7 +66,7 @@ class Block(nn.Module):
     def _adds_into(self, module: nn.Module | None, post_norm: nn.Module | None) -> bool:
         """Whether a runtime step's sub-layer may hand ``module`` the stream to add its output into
         (layers.add_projection): x + f(norm(x)) with nothing between f's last matmul and the add."""
-        return (self.placement != "post" and post_norm is None and self.residual_scale is None
+        return (self.placement in ("pre", "sandwich") and post_norm is None and self.residual_scale is None
                 and getattr(module, "adds_residual", False))
 
     @staticmethod

@@ -11,6 +11,7 @@ A torch mixer module (``MixerModule``) answers, beside ``forward(x, rope, mask, 
   object the runtime drives through the state protocol of tfcalc.model.cache; a speculative run adds
   ``spare=k`` (the slots a window's or chunk's ring keeps beyond its span for a verify of k + 1 tokens,
   tfcalc.model.attention_state), asked only of mixers whose component declares ``rewind``;
+- ``at_layer(index, count)``: told its layer's index and the stack's depth (a no-op unless it needs them);
 - ``rope_key``: the rotary table it reads (tfcalc.model.positions.rope_key), None where it reads none, and
   ``temperature``: Llama 4's query scale on NoPE layers (None: none);
 - ``fused_rows()``: {part: rows} of its fused projection (an attention's [Q | K | V]), which
@@ -41,6 +42,10 @@ class MixerModule(nn.Module):
 
     def fused_rows(self) -> dict[str, int]:
         return {}
+
+    def at_layer(self, index: int, count: int) -> None:
+        """Told its layer's index in its stack and the stack's depth, once built (MiniMax's lightning decay
+        depends on both, modeling_minimax.py get_slope_rate); the default needs neither."""
 
     def new_state(self, batch: int, max_tokens: int, device, dtype):
         raise InputError(f"{type(self).__name__} keeps no generation state: it is not built for decoding")

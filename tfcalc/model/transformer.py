@@ -56,6 +56,8 @@ class Stack(nn.Module):
         self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
+        for i, block in enumerate(self.blocks):
+            block.attn.at_layer(i, len(self.blocks))
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind

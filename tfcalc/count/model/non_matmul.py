@@ -166,6 +166,8 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
     if block.residual_scale is not None:  # Granite: each sub-layer's output (a parallel block's sum) scaled
         scaled = 1 if block.parallel != "none" else sublayers
         out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_multiplier", 1, tokens * d, scaled))
+    if block.residual_alpha is not None:  # MiniMax-01: each sub-layer's normed residual scaled
+        out["residual"].append(NonMatmulEntry("residual", f"{stack}× residual_alpha", 1, tokens * d, sublayers))
     norms_of_mixer = [NonMatmulEntry("norms", f"{stack}{e.label}", NORM_PER_ELEMENT[(e.norm.kind, e.norm.bias)],
                                      batch * e.elements, 1) for e in own if e.work == "qk_norm"]
     if norms_of_mixer:  # Q/K norms; a latent attention's step, the latents'

@@ -182,6 +182,8 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     out.append(_term("residual", RESIDUAL, tokens * d, sublayers, a))
     if block.residual_scale is not None:
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, 1 if block.parallel != "none" else sublayers, a))
+    if block.residual_alpha is not None:  # MiniMax-01's scaled normed residual: one more product a sub-layer
+        out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, sublayers, a))
     out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
     if cross is not None:  # its own work as it says, over the source rows (its fused [K | V]'s split)
         out += mixer_terms(cross.eager_ops(batch * (src or seq)), a)

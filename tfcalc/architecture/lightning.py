@@ -1,0 +1,182 @@
+"""Lightning attention: MiniMax-01's linear attention with a per-head exponential decay (MiniMax, "MiniMax-01:
+Scaling Foundation Models with Lightning Attention", arXiv 2501.08313, sec. 2.2; Qin et al., "Lightning
+Attention-2", arXiv 2401.04658), as transformers 5.24 runs it (modeling_minimax.py, MiniMaxLightningAttention).
+A token mixer of a FIXED-SIZE state: no K/V cache grows with the context.
+
+Sizes: H heads of d channels (``num_attention_heads``, ``head_dim``: the softmax layers' own), b the block
+(``block_size``, 256). Per token x (d_model wide):
+
+1. ``qkv_proj`` d_model -> 3·H·d, no bias, then SiLU (``hidden_act``); per head [q | k | v] (the rows grouped
+   by head: reshape (B, T, H, 3d), split d); no scaling, no norm of q or k, no rotary;
+2. the decay of head h in layer l of L: λ = exp(-s), s = (2^(-8/H))^(h+1) · (1 - l / (L - 1 + 1e-5) + 1e-5)
+   (get_slope_rate: ALiBi's slopes, shrinking with depth);
+3. causal linear attention with that decay: S_t = λ·S_{t-1} + k_tᵀ·v_t, o_t = q_t·S_t. A forward pass runs it
+   in blocks of b (the last block the T mod b left, never padded), per block of c tokens and head:
+   (a) intra, ((Q·Kᵀ) ⊙ D)·V with D_ij = λ^(i-j) for j <= i, else 0: (c, d) @ (d, c), then (c, c) @ (c, d);
+   (b) inter, (Q ⊙ λ^(i+1))·S: (c, d) @ (d, d); (c) the state, S·λ^c + (K ⊙ λ^(c-1-j))ᵀ·V: (d, c) @ (c, d).
+   Every block runs all four, the first (S zero) included, as transformers does (FlopCounterMode sees them).
+   A decode step runs the recurrent form on one token: kᵀ·v (d, 1) @ (1, d) and q·S (1, d) @ (d, d);
+4. the output: an RMSNorm over all H·d channels (``norm``, eps 1e-6: MiniMaxRMSNorm's default, the config's
+   rms_norm_eps not passed), times sigmoid(``output_gate``(x)) (d_model -> H·d, no bias), then ``out_proj``
+   H·d -> d_model.
+
+Generation state per sequence and layer (``state``): S, H·d·d, allocated once, in the model's dtype
+(transformers' cache keeps the tensor its blocks return, created as ``torch.zeros(..., dtype=value_states.dtype)``).
+It does not grow with the context and cannot rewind. TP splits by heads (qkv_proj's and output_gate's rows,
+out_proj's columns, the state), but the output RMSNorm's statistic spans every head: a rank needs the others'
+sums of squares, one small all-reduce per layer not priced here. Context parallelism (LASP, sec. 3 of the
+paper) is not modelled (refused). Pure Python: no torch here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+BLOCK = 256  # MiniMaxConfig.block_size's default
+NORM_EPS = 1e-6  # MiniMaxRMSNorm(head_dim * num_attention_heads): its default eps, not rms_norm_eps
+
+
+@dataclass(frozen=True)
+class Lightning:
+    d_model: int
+    n_head: int
+    head_dim: int
+    block: int = BLOCK
+    causal: bool = True
+    module = "tfcalc.model.lightning:LightningModule"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_head", "head_dim", "block"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"lightning attention {name} must be a positive integer; got {value!r}")
+        if not self.causal:
+            raise InputError("lightning attention mixes causally: it has no bidirectional form (arch encoder)")
+
+    @property
+    def width(self) -> int:
+        return self.n_head * self.head_dim
+
+    def weights(self) -> list[Weight]:
+        """Step 1 and 4, named as transformers names them (MiniMaxLightningAttention)."""
+        d, w = self.d_model, self.width
+        return [Weight("qkv_proj_weight", (3 * w, d), "attention", "lightning Q, K, V projection", "rows"),
+                Weight("output_gate_weight", (w, d), "attention", "lightning output gate", "rows"),
+                Weight("norm_weight", (w,), "norms", "lightning output RMSNorm weight", "rows"),
+                Weight("out_proj_weight", (d, w), "attention", "lightning output projection", "cols")]
+
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        d, w = self.d_model, self.width
+        return [Linear("qkv_proj", "attention_proj", "Q, K, V projection", d, 3 * w),
+                Linear("output_gate", "attention_proj", "output gate", d, w),
+                # named "o": the FLOP fold places a mixer's position mixing before its Linear "o"
+                Linear("o", "attention_proj", "output projection (out_proj)", w, d)]
+
+    def blocks(self, tokens: int) -> list[tuple[int, int]]:
+        """(block length c, how many) of a forward over ``tokens``: the whole blocks, then the rest."""
+        whole, rest = divmod(tokens, self.block)
+        return [(c, n) for c, n in ((self.block, whole), (rest, 1)) if c and n]
+
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
+        """Step 3 for one sequence of ``queries`` new tokens (module docstring). A decode step of one token: the
+        recurrent form, reading S; a step of several tokens (a verify) and a forward pass: the block form over
+        blocks of b. Causal FLOPs: the c(c+1)/2 pairs of each block's Q·Kᵀ and scores·V on or below the
+        diagonal; the inter-block products and the state update as they are."""
+        H, d = self.n_head, self.head_dim
+        S = H * d * d
+        if step and queries == 1:
+            return [Mixing("update", "recurrent state update kᵀ·v", (d, 1, d), H, 2 * d * d * H, S, "model"),
+                    Mixing("qS", "recurrent q·S", (1, d, d), H, 2 * d * d * H)]
+        out = []
+        for c, n in self.blocks(queries):
+            tri, tail = c * (c + 1) // 2, "" if c == self.block else "_tail"
+            label = "" if c == self.block else " (last block)"
+            for name, what, shape, causal in (("qk", "block Q·Kᵀ", (c, d, c), 2 * tri * d),
+                                              ("av", "block decayed scores · V", (c, c, d), 2 * tri * d),
+                                              ("inter", "block decayed Q · S", (c, d, d), 2 * c * d * d),
+                                              ("update", "block state update Kᵀ·V", (d, c, d), 2 * c * d * d)):
+                read = S * n if step and name == "inter" else 0
+                out.append(Mixing(name + tail, what + label, shape, H * n, causal * H * n, read,
+                                  "model" if read else None))
+        return out
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """Non-matmul work per token, at the FLOPs each op does per element (a declared convention, not a
+        measurement): SiLU on [Q | K | V] (4: exp, add, divide, multiply); the block's decay products -- the
+        c×c scores times D (1 a pair), Q and K times their decays (1 each), intra + inter (1), S times λ^c
+        once a block (1 per state element); the output RMSNorm (4) and the sigmoid gate and its product (5)."""
+        H, d, t = self.n_head, self.head_dim, queries
+        pairs = sum(c * c * n for c, n in self.blocks(t)) * H
+        states = sum(n for _, n in self.blocks(t)) * H * d * d
+        return [Elementwise("qkv_silu", "SiLU on Q, K, V", t * 3 * self.width, per_element=4),
+                Elementwise("decay", "block decays (scores, Q, K, sums, state)", pairs + 3 * t * self.width + states,
+                            per_element=1),
+                Elementwise("gated_norm", "output RMSNorm and sigmoid gate", t * self.width, per_element=9)]
+
+    def kernel(self, explicit_mask: bool) -> str:
+        return "math"  # the block's c×c scores are written out
+
+    def mask_span(self, length: int) -> tuple[None, None]:
+        return None, None
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate held within 10 %
+        of what saved_tensors_hooks finds on it: tests/test_minimax.py), split by heads under TP: ``qkv``, the
+        projection's output and its SiLU (3·H·d each), Q and K times their decays (H·d each), and the state S
+        before each block (H·d·d over b tokens); ``attn_scores``, each token's row of its block's decayed scores
+        (b per head: the decay D itself is one tensor shared by the blocks); ``attn_output``, the block outputs,
+        the norm's input and output, the gate's pre-activation and sigmoid and out_proj's input (5·H·d)."""
+        w, b = self.width, self.block
+        return {"qkv": e * (2 * 3 * w + 2 * w + self.n_head * self.head_dim ** 2 // b),
+                "attn_scores": e * self.n_head * b, "attn_output": e * 5 * w}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once in the mixer: [Q | K | V] twice, a block's scores rows, the outputs."""
+        return 6 * self.width + 2 * self.n_head * self.block + 4 * self.width  # the scores and their decayed copy
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        return []
+
+    def state(self) -> list[StateTensor]:
+        """S per head (d × d), the model's dtype (module docstring)."""
+        H, d = self.n_head, self.head_dim
+        return [StateTensor("recurrent", fixed=H * d * d, dtype="model", shape=(H, d, d))]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("n_head (lightning heads)", self.n_head)]
+
+    def tp_state_heads(self) -> Optional[int]:
+        return self.n_head
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+                            op_recompute="lightning attention's block scan")
+
+
+# ---- its flat fields (tfcalc.architecture.kinds): the layers layer_pattern calls "lightning" ----
+
+@dataclass(frozen=True, kw_only=True)
+class LightningFields:
+    lightning_block_size: Optional[int] = None  # MiniMax's block_size; None: 256
+    # MiniMax-01's residual weights (modeling_minimax.py, MiniMaxDecoderLayer: the *_alpha_factor keys): with
+    # norm_placement normed_residual each sub-layer computes alpha·h + residual_multiplier·f(h), h its normed input;
+    # None: 1
+    residual_alpha: Optional[float] = None
+
+
+def from_flat(cfg: Any, i: int, causal: bool) -> Lightning:
+    return Lightning(cfg.d_model, cfg.n_head, cfg.head_dim, cfg.lightning_block_size or BLOCK, causal)
+
+
+KIND = register(MixerKind("lightning attention", LightningFields, from_flat, words=("lightning",),
+                          group="lightning attention in the layer_pattern's lightning layers (MiniMax-01)"))
