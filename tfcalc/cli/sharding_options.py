@@ -15,6 +15,12 @@ EP = Annotated[Optional[int], typer.Option(
     "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
     "(E divides dp and the experts), tokens exchanged by all-to-all [default: 1; a search of a MoE model tries the "
     "largest E within a node].", show_default=False, metavar="E")]
+EPDispatch = Annotated[str, typer.Option(
+    "--ep-dispatch", help="How expert parallelism's tokens travel: alltoall (one copy per token and expert, straight "
+    "to its rank: Megatron's alltoall dispatcher, torchtitan), deepep (one copy per token and remote node over the "
+    "network, forwarded over NVLink once per GPU: DeepSeek-V3's DeepEP; node-limited routing from the model's "
+    "router groups), or auto: deepep where the EP group spans nodes, alltoall inside one.",
+    metavar="auto|alltoall|deepep")]
 ComputeDType = Annotated[Optional[str], typer.Option(
     "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling; attention "
     "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype; a search never picks FP8 "

@@ -155,6 +155,8 @@ class PlanReport(Displayed):
                      "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.training.steptime, 5)
                      # ... its HBM traffic, and FSDP2's copies on the compute stream (count.training.overlap_costs)
                      "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
+                     # --overlap ep's cost: the all-to-alls' SMs (count.training.experts_parallel, 4)
+                     "ep_contention_s": st.ep_contention_s,
                      "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
                      "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
@@ -215,7 +217,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
-    return dict(ep=1 if r.ep is None else r.ep, compute_dtype=r.compute_dtype,
+    return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=r.compute_dtype,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 

@@ -172,6 +172,9 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
               f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
               f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")
+    if st.ep_contention_s:  # --overlap ep's cost (tfcalc.count.training.experts_parallel, step 4)
+        t.add("  EP overlap's cost", st.ep_contention_s, "the compute beside the overlapped all-to-alls on the SMs "
+              "their kernels leave")
     if st.hbm_contention_s:  # tfcalc.count.training.overlap_costs, 1
         t.add("  overlap's HBM cost", st.hbm_contention_s, "memory-bound kernels beside the overlapped DP traffic")
     if st.fsdp_copy_s:  # tfcalc.count.training.overlap_costs, 2

@@ -49,6 +49,29 @@ COMPUTE_DTYPES = ("fp8",)
 ZERO_ENGINES = ("flat", "torch")
 GRAD_DTYPES = ("fp32",)
 OFFLOAD = ("optimizer", "activations")
+DISPATCHERS = ("auto", "alltoall", "deepep")  # --ep-dispatch (tfcalc.count.training.experts_parallel, step 3)
+
+
+DEEPEP_SMS = 20  # the SMs DeepEP's kernels hold: DeepSeek-V3 sec. 3.2.2; deep_ep.Buffer.num_sms
+
+
+def dispatcher(layout: Layout, nodes: int) -> str:
+    """Step 3's dispatcher of the layout whose EP group spans ``nodes`` nodes."""
+    if layout.ep_dispatch != "auto":
+        return layout.ep_dispatch
+    return "deepep" if nodes > 1 else "alltoall"
+
+
+def ep_nodes(layout: Layout, gpus_per_node: int) -> int:
+    """Nodes the EP group spans: E ranks tp apart (Megatron's order), gpus_per_node / tp of them in a node."""
+    per_node = min(layout.ep, max(1, gpus_per_node // layout.tp))
+    return -(-layout.ep // per_node)
+
+
+def check_dispatch(value: object) -> str:
+    if not isinstance(value, str) or value not in DISPATCHERS:
+        raise InputError(f"--ep-dispatch must be one of {', '.join(DISPATCHERS)}; got {shown(value)}")
+    return value
 
 
 def routed_expert(name: str) -> bool:
@@ -110,6 +133,7 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
     """Raise InputError, one line, for a sharding or precision variant the layout cannot take."""
     L = layout
     ep = _positive_int("--ep", L.ep)
+    check_dispatch(L.ep_dispatch)
     if ep > 1:
         check_model_variants(cfg, ep, None, L.attention)
         counts = expert_counts(cfg)
