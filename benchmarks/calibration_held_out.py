@@ -43,6 +43,14 @@ it, never used to choose a parameter of the performance model. Reported beside i
   blocks are Olmo 3 7B's (presets/olmo-3-7b.yaml) without the sliding window, vocabulary padded to 100,352;
   13B: 40 layers, d_model 5,120, 40 heads, FFN 13,824 (olmo_core TransformerConfig.olmo2_13B over
   llama2_13B).
+- DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
+  tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
+  H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
+  parallelism (sec. 3.2), no tensor parallelism; FP8 GEMMs (sec. 3.3) and FP8 dispatches; DualPipe hiding the
+  all-to-all (sec. 3.2.1: --overlap ep) through DeepEP's hierarchical dispatch with node-limited routing (at most 4
+  of 8 nodes, sec. 2.1.2: --ep-dispatch, auto across nodes); sequence 4,096 and the final batch of 15,360
+  sequences (sec. 4.2; the first 469B tokens ramp it up from 3,072, not priced); DualPipe's own bubble priced as
+  1F1B's. Added with expert parallelism across nodes (issue 31), its network and NVLink shares and overlap.
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -132,6 +140,16 @@ TORCHTITAN = [("Llama 3 8B", "llama3-8b", 8192, 1, "selective op", "op", 2973),
               ("Llama 2 70B", "llama2-70b", 4096, 2, "full", "full", 353)]
 
 
+H800 = str(Path(__file__).parent / "devices" / "h800-sxm.yaml")
+DEEPSEEK_V3_TOKENS, DEEPSEEK_V3_GPU_HOURS = 14.8e12, 2.664e6  # Table 1: pre-training
+
+
+def deepseek_v3_rate() -> float:
+    r = tfcalc.plan("deepseek-v3", pp=16, dp=128, ep=64, zero=1, seq=4096, global_batch=15360, micro_batch=1,
+                    recompute="none", compute_dtype="fp8", overlap=("ep",), device_spec=H800)
+    return r.tokens_per_s / r.plan.layout.gpus
+
+
 def first_token_ms(preset: str, inp: int, device: str, **over) -> Callable[[], float]:
     def run() -> float:
         r = tfcalc.infer(preset, batch=1, seq=inp, gen=1, dtype="fp8", kv_dtype="fp8", device_spec=device, **over)
@@ -188,6 +206,9 @@ def held_out_rows() -> list[Row]:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",
                        olmo_core_rate(preset, over, micro, batch, gpus)))
+    out.append(Row("training throughput", "DeepSeek-V3, 2,048 H800, PP 16, EP 64 over 8 nodes, DualPipe, FP8",
+                   "DeepSeek-V3 technical report, Table 1 (2.664M GPU-hours for 14.8T tokens)",
+                   DEEPSEEK_V3_TOKENS / (DEEPSEEK_V3_GPU_HOURS * 3600), "tok/s/GPU", deepseek_v3_rate))
     trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
     for device, name, label, inp, ms in TRT_LOW_LATENCY:
         preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)
