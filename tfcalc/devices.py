@@ -114,7 +114,7 @@ SPECS: tuple[DeviceSpec, ...] = (
             "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column: the compute of H100 SXM)",
             "HGX H200: 8 GPUs on NVLink 4 / NVSwitch, one 400 Gb/s NIC per GPU", ("H200",)),
     _nvidia("b200", "NVIDIA B200 (HGX, 1000 W)",
-            {"fp32": 80, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500, "int8": 4500},
+            {"fp32": 80, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500, "mxfp8": 4500, "int8": 4500},
             8.0e12, 180e9, NVLINK5, NDR_400G, 8,
             "NVIDIA HGX B200 datasheet (1,440 GB and 64 TB/s per 8 GPUs; dense rates per GPU at 1000 W)",
             "HGX/DGX B200: 8 GPUs on NVLink 5 / NVSwitch, one ConnectX-7 400 Gb/s NIC per GPU", ("B200",)),

@@ -26,6 +26,11 @@ ComputeDType = Annotated[Optional[str], typer.Option(
     "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype; a search never picks FP8 "
     "on its own: numerics are the user's choice].", show_default=False,
     metavar="fp8")]
+FP8Recipe = Annotated[str, typer.Option(
+    "--fp8-recipe", help="The FP8 recipe by name, with --compute-dtype fp8: delayed (Transformer Engine's delayed "
+    "scaling), tensorwise, rowwise or rowwise_with_gw_hp (torchao.float8's dynamic recipes, as torchtitan runs "
+    "them: their amax and cast kernels, rowwise_with_gw_hp's weight gradient in 16 bits), mxfp8 (a scale per 32 "
+    "elements, where the device has the MX rate).", metavar="RECIPE")]
 NoReshard = Annotated[bool, typer.Option(
     "--no-reshard-after-forward", help="ZeRO-3: keep each unit's gathered weights from its forward to its backward "
     "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory [a search "

@@ -218,6 +218,7 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
     return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=r.compute_dtype,
+                fp8_recipe=r.fp8_recipe,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
@@ -291,6 +292,9 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
         raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
                          "arrived with Hopper and Ada); choose another --device-spec")
+    if request.compute_dtype == "fp8" and request.fp8_recipe == "mxfp8" and not spec.peak("mxfp8"):
+        raise InputError(f"--fp8-recipe mxfp8: the {spec.key} datasheet gives no MX rate (block-scaled tensor cores "
+                         "arrived with Blackwell); choose another recipe or --device-spec")
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
@@ -315,12 +319,18 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)
 
 
+RECIPE_WORDS = {"delayed": "Transformer Engine's delayed scaling", "tensorwise": "torchao's tensorwise dynamic scaling",
+                "rowwise": "torchao's rowwise scaling",
+                "rowwise_with_gw_hp": "torchao's rowwise scaling, the weight gradient in 16 bits",
+                "mxfp8": "MXFP8, a scale per 32 elements"}  # tfcalc.count.perf.fp8_recipes
+
+
 def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
     """What the sharding and precision variants assume (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
     out = []
     if L.compute_dtype == "fp8":
         out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
-                   f"Transformer Engine's delayed scaling) under the FP8 GEMM ceiling "
+                   f"{RECIPE_WORDS[L.fp8_recipe]}) under the FP8 GEMM ceiling "
                    f"({fp8_ceiling_note(spec.key, device_perf(spec))}), "
                    "their inputs cast to FP8 row-major and transposed (memory-bound kernels); attention, router and "
                    f"LM head in {L.dtype}; MFU stays against the {L.dtype} peak (torchtitan's convention), the FP8 "

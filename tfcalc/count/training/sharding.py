@@ -42,6 +42,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
+from tfcalc.count.perf.fp8_recipes import RECIPES
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
@@ -134,6 +135,10 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
     L = layout
     ep = _positive_int("--ep", L.ep)
     check_dispatch(L.ep_dispatch)
+    if not isinstance(L.fp8_recipe, str) or L.fp8_recipe not in RECIPES:
+        raise InputError(f"--fp8-recipe must be one of {', '.join(RECIPES)}; got {shown(L.fp8_recipe)}")
+    if L.fp8_recipe != "delayed" and L.compute_dtype != "fp8":
+        raise InputError(f"--fp8-recipe {L.fp8_recipe} is a recipe of FP8 matmuls: it needs --compute-dtype fp8")
     if ep > 1:
         check_model_variants(cfg, ep, None, L.attention)
         counts = expert_counts(cfg)
