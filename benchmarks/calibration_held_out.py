@@ -27,8 +27,9 @@ it, never used to choose a parameter of the performance model. Reported beside i
   set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, end of 2024), Tables 1 and 3:
   Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
-  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused); the
-  Float8 rows are left out (torchao's dynamic scaling is not what tfcalc's FP8 prices). The page's hardware
+  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused), and with
+  torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
+  tensorwise, added with the recipes by name, issue 31). The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
@@ -43,6 +44,12 @@ it, never used to choose a parameter of the performance model. Reported beside i
   blocks are Olmo 3 7B's (presets/olmo-3-7b.yaml) without the sliding window, vocabulary padded to 100,352;
   13B: 40 layers, d_model 5,120, 40 heads, FFN 13,824 (olmo_core TransformerConfig.olmo2_13B over
   llama2_13B).
+- torchao, torchao/float8/README.md (pytorch/ao, torchao 0.10), "e2e training benchmarks", NVIDIA H100: Llama3-8b
+  on 8 H100 with torchtitan, batch 1, seq 8,192, torch.compile, FSDP2, per-op SAC: tensorwise with float8
+  all-gather 7,689.5 and rowwise with bf16 all-gather 6,768 tokens/s (per GPU, torchtitan's "tps"); bf16
+  6,150. The README names no power limit or memory: the PyTorch team's Grand Teton H100s of the torchtitan
+  rows taken. Float8 all-gather is not priced (FSDP's gathers are hidden in one node). Added with the recipes
+  by name (issue 31).
 - DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
   tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
   H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
@@ -101,17 +108,22 @@ def torchtitan_rate(preset: str, seq: int, local: int, recompute: str) -> Callab
 GRAND_TETON = str(Path(__file__).parent / "devices" / "grand-teton-h100-500w.yaml")
 
 
-def torchtitan_h100_rate(gpus: int, kernels: str) -> Callable[[], float]:
+def torchtitan_h100_rate(gpus: int, kernels: str, local: int = 2, **fp8) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.plan("llama3-8b", dp=gpus, zero=3, global_batch=2 * gpus, micro_batch=2, seq=8192, recompute="op",
-                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels=kernels)
+        r = tfcalc.plan("llama3-8b", dp=gpus, zero=3, global_batch=local * gpus, micro_batch=local, seq=8192,
+                        recompute="op", grad_dtype="fp32", device_spec=GRAND_TETON, kernels=kernels, **fp8)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
 
 # benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: (GPUs, technique, tfcalc's kernels, TPS/GPU)
 TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fused", 6667),
-                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514)]
+                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514),
+                   (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
+                   (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
+# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, tokens/s per GPU)
+TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", 7689.5),
+                  ("rowwise", "rowwise, bf16 all-gather", 6768)]
 
 
 OLMO2 = dict(sliding_window=None, full_attention_every=None, vocab_size=100352)  # docstring: OLMo 2's blocks
@@ -199,9 +211,14 @@ def held_out_rows() -> list[Row]:
                        "torchtitan docs/performance.md (2024, eager, fp32 reduce)", wps, "tok/s/GPU",
                        torchtitan_rate(preset, seq, local, recompute)))
     for gpus, technique, kernels, tps in TORCHTITAN_H100:
+        fp8 = dict(compute_dtype="fp8", fp8_recipe=kernels) if kernels == "tensorwise" else {}
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(gpus, kernels)))
+                       torchtitan_h100_rate(gpus, "fused" if fp8 else kernels, **fp8)))
+    for recipe, label, tps in TORCHAO_FLOAT8:
+        out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
+                       "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",
+                       torchtitan_h100_rate(8, "fused", 1, compute_dtype="fp8", fp8_recipe=recipe)))
     for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",
