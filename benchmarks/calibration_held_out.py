@@ -29,7 +29,9 @@ it, never used to choose a parameter of the performance model. Reported beside i
   Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
   selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused), and with
   torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
-  tensorwise, added with the recipes by name, issue 31). The page's hardware
+  tensorwise, added with the recipes by name, issue 31); and its Table 2, context parallelism: FSDP × CP on
+  8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
+  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
@@ -121,6 +123,19 @@ TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fuse
                    (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514),
                    (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
                    (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
+# Table 2: (FSDP, CP, sequence, TPS/GPU)
+TORCHTITAN_CP = [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548)]
+
+
+def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.plan("llama3-8b", dp=dp, cp=cp, zero=3, global_batch=dp, micro_batch=1, seq=seq, recompute="full",
+                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="fused", compute_dtype="fp8",
+                        fp8_recipe="tensorwise", max_seq_len=seq)
+        return r.tokens_per_s / r.plan.layout.gpus
+    return run
+
+
 # torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, tokens/s per GPU)
 TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", 7689.5),
                   ("rowwise", "rowwise, bf16 all-gather", 6768)]
@@ -215,6 +230,10 @@ def held_out_rows() -> list[Row]:
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
                        torchtitan_h100_rate(gpus, "fused" if fp8 else kernels, **fp8)))
+    for dp, cp, seq, tps in TORCHTITAN_CP:
+        out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
+                       "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
+                       "tok/s/GPU", torchtitan_cp_rate(dp, cp, seq)))
     for recipe, label, tps in TORCHAO_FLOAT8:
         out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
                        "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",

@@ -45,6 +45,7 @@ from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training.context_parallel import kv_elements, ring_merges
 from tfcalc.count.training.fp8 import runs_fp8
 from tfcalc.count.training.shard import total_blocks
 from tfcalc.workload import Layout
@@ -188,7 +189,13 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         passes = 1 + elementwise.BACKWARD_TRAFFIC + again
         other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
         forward_kernels = kernels
+    # context parallelism's ring: the block merges and the gradients' fp32 accumulation (context_parallel, 5)
+    ring_f, ring_b, ring_fk, ring_bk = ring_merges(entries, layout, kv_elements(cfg, layout) if layout.cp > 1 else 0)
     full = layout.recompute == "full"  # recompute casts the forward's inputs again
+    rerun = layout.recompute in ("full", "selective")  # ... and runs attention, so the ring's merges, again
+    other += (ring_f * (1 + rerun) + ring_b) / bandwidth + (ring_fk * (1 + rerun) + ring_bk) * perf.kernel_s
+    traffic += ring_f
+    forward_kernels += ring_fk
     other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth
               + (cast_kernels[0] * (1 + full) + cast_kernels[1]) * perf.kernel_s)
     forward_kernels += cast_kernels[0]
