@@ -135,3 +135,26 @@ def test_recipe_refusals(cli):
     assert r.code == 0, r.err
     assert r.json()["layout"]["fp8_recipe"] == "mxfp8"
     assert any("MXFP8" in n for n in r.json()["notes"])
+
+
+def test_nvfp4_kernels_as_the_recipe_lays_them_out():
+    """pytorch/ao#3293's NVFP4 training kernels: every tensor an amax pass (read 2); the input 1×16 forward and
+    Hadamard 16×1 backward, the weight one 16×16 cast, the output gradient 1×16 and Hadamard 16×1; each cast
+    reads 2 bytes and writes 0.5 + 1/16."""
+    q = 0.5 + 1 / 16
+    c = casts("nvfp4", M, K, N, E, E)
+    assert c.forward_bytes == pytest.approx((2 + 2 + q) * M * K + (2 + 2 + q) * K * N)
+    assert c.backward_bytes == pytest.approx((2 + q) * M * K + (2 + 2 * (2 + q)) * M * N)
+    assert (c.forward_kernels, c.backward_kernels) == (4, 4)
+
+
+def test_compute_dtype_nvfp4_runs_at_the_fp4_rate_where_the_device_has_it(cli):
+    args = ("plan", "llama3-8b", "--dp", "8", "--seq", "4096", "--global-batch", "8", "--kernels", "fused", "--json")
+    fp8 = cli(*args, "--device-spec", "b200", "--compute-dtype", "fp8", "--fp8-recipe", "mxfp8").json()
+    fp4 = cli(*args, "--device-spec", "b200", "--compute-dtype", "nvfp4").json()
+    alias = cli(*args, "--device-spec", "b200", "--compute-dtype", "mxfp8").json()
+    assert (fp4["layout"]["compute_dtype"], fp4["layout"]["fp8_recipe"]) == ("fp8", "nvfp4")
+    assert alias["step_time_s"] == fp8["step_time_s"]  # --compute-dtype mxfp8 is fp8 with the mxfp8 recipe
+    assert fp4["step"]["matmul_s"] < fp8["step"]["matmul_s"]  # the block linears at 9 PFLOP/s, not 4.5
+    assert any("NVFP4 peak (9,000 TFLOP/s" in n for n in fp4["notes"])
+    assert_one_line_error(cli("plan", "llama3-8b", "--dp", "8", "--compute-dtype", "nvfp4"), "no NVFP4 rate")

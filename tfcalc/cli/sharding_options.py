@@ -22,10 +22,11 @@ EPDispatch = Annotated[str, typer.Option(
     "router groups), or auto: deepep where the EP group spans nodes, alltoall inside one.",
     metavar="auto|alltoall|deepep")]
 ComputeDType = Annotated[Optional[str], typer.Option(
-    "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling; attention "
-    "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype; a search never picks FP8 "
-    "on its own: numerics are the user's choice].", show_default=False,
-    metavar="fp8")]
+    "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling unless "
+    "--fp8-recipe; attention and the LM head stay in --dtype, as do weights and master weights); mxfp8 and nvfp4 "
+    "(where the device has the rate: b200) are fp8 with --fp8-recipe mxfp8 or nvfp4 [default: --dtype; a search "
+    "never picks FP8 on its own: numerics are the user's choice].", show_default=False,
+    metavar="fp8|mxfp8|nvfp4")]
 FP8Recipe = Annotated[str, typer.Option(
     "--fp8-recipe", help="The FP8 recipe by name, with --compute-dtype fp8: delayed (Transformer Engine's delayed "
     "scaling), tensorwise, rowwise or rowwise_with_gw_hp (torchao.float8's dynamic recipes, as torchtitan runs "

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from tfcalc import devices
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.perf.fp8_recipes import NARROW, narrow
 from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
 from tfcalc.count.training.layout import (
@@ -192,7 +193,8 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
     """The rates the sharding and precision variants read (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
-    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec),
+    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), fp4_peak_flops_per_s=spec.peak("nvfp4"),
+                pcie_bytes_per_s=host_link_bytes_per_s(spec),
                 host_memory_bytes=spec.host_memory_bytes)
 
 
@@ -217,8 +219,9 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
-    return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=r.compute_dtype,
-                fp8_recipe=r.fp8_recipe,
+    compute_dtype, fp8_recipe = narrow(r.compute_dtype, r.fp8_recipe)  # --compute-dtype mxfp8|nvfp4: a recipe
+    return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
+                fp8_recipe=fp8_recipe,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
@@ -289,6 +292,11 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency, request.power_limit)
+    if request.compute_dtype in NARROW:  # what --compute-dtype mxfp8|nvfp4 means (count.perf.fp8_recipes)
+        request = dataclasses.replace(request, compute_dtype="fp8", fp8_recipe=request.compute_dtype)
+    if request.compute_dtype == "fp8" and request.fp8_recipe == "nvfp4" and not spec.peak("nvfp4"):
+        raise InputError(f"--compute-dtype nvfp4: the {spec.key} datasheet gives no NVFP4 rate (FP4 tensor cores "
+                         "arrived with Blackwell); choose another --device-spec")
     if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
         raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
                          "arrived with Hopper and Ada); choose another --device-spec")
@@ -322,14 +330,17 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
 RECIPE_WORDS = {"delayed": "Transformer Engine's delayed scaling", "tensorwise": "torchao's tensorwise dynamic scaling",
                 "rowwise": "torchao's rowwise scaling",
                 "rowwise_with_gw_hp": "torchao's rowwise scaling, the weight gradient in 16 bits",
-                "mxfp8": "MXFP8, a scale per 32 elements"}  # tfcalc.count.perf.fp8_recipes
+                "mxfp8": "MXFP8, a scale per 32 elements",
+                "nvfp4": "NVFP4, a scale per 16 elements and one per tensor, at the NVFP4 rate"}  # fp8_recipes
 
 
 def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
     """What the sharding and precision variants assume (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
     out = []
     if L.compute_dtype == "fp8":
-        out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
+        rate = "nvfp4" if L.fp8_recipe == "nvfp4" else "fp8"
+        out.append(f"FP8: the blocks' linears at the {spec.key} {rate.upper()} peak "
+                   f"({spec.peak(rate) / 1e12:,.0f} TFLOP/s, "
                    f"{RECIPE_WORDS[L.fp8_recipe]}) under the FP8 GEMM ceiling "
                    f"({fp8_ceiling_note(spec.key, device_perf(spec))}), "
                    "their inputs cast to FP8 row-major and transposed (memory-bound kernels); attention, router and "

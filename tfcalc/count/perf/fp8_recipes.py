@@ -29,6 +29,17 @@ memory-bound kernels and the bytes each reads and writes, e the 16-bit element's
   - ``mxfp8`` (OCP Microscaling, one power-of-two scale per 32 elements; Blackwell's block-scaled tensor
     cores, torchao.prototype.mx_formats): each tensor cast twice, along each dimension (read e, write 1 +
     1/32 of scales): two kernels each. Refused where the device's table lists no MX rate.
+- ``nvfp4`` (``--compute-dtype nvfp4``; NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv
+  2509.25149, as torchao's NVFP4 training tracker pytorch/ao#3293 lays its kernels out): E2M1 elements with an
+  E4M3 scale per 16 and an fp32 scale per tensor from its amax, so every tensor first takes an amax pass
+  (read e). The input: 1×16 blocks for the forward GEMM (read e, write 0.5 + 1/16), and in the backward a
+  random Hadamard transform with 16×1 blocks for the weight gradient (the same bytes; the 16×16 transform's
+  few FLOPs an element are left out). The weight: 16×16 blocks, one cast serving the forward and the input
+  gradient (a 2-D block is its own transpose's). The output gradient: 1×16 blocks with stochastic rounding
+  for the input gradient, and the Hadamard 16×1 cast for the weight gradient. All three GEMMs at the
+  device's NVFP4 rate (refused where its table lists none: Blackwell's), under the FP8 ceiling (no
+  measurement of its own). The paper keeps some layers in 16 bits: not modelled (every block linear in
+  NVFP4).
 Which pass runs each kernel: the input's and the weight's first casts in the forward pass (full recompute
 runs them again), the rest in the backward pass.
 
@@ -48,8 +59,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-RECIPES = ("delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8")
+RECIPES = ("delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8", "nvfp4")
 MX_BLOCK = 32  # elements per MX scale (OCP Microscaling Formats v1.0, sec. 5)
+NVFP4_BYTES = 0.5 + 1 / 16  # an E2M1 element, and its block's E4M3 scale per 16 elements
+NARROW = ("mxfp8", "nvfp4")  # --compute-dtype's names for their recipes
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,9 @@ def casts(recipe: str, m: int, k: int, n: int, e: int, ew: int, fused: bool = Fa
     if recipe == "mxfp8":
         w = 1 + 1 / MX_BLOCK
         return Casts((e + w) * mk + (ew + w) * kn, (e + w) * mk + (ew + w) * kn + 2 * (e + w) * mn, 2, 4)
+    if recipe == "nvfp4":
+        q = NVFP4_BYTES
+        return Casts((2 * e + q) * mk + (2 * ew + q) * kn, (e + q) * mk + (3 * e + 2 * q) * mn, 4, 4)
     raise ValueError(recipe)
 
 
@@ -93,3 +109,8 @@ def fp8_weight_grad(recipe: str) -> bool:
 def keeps_fp8_weights(recipe: str) -> bool:
     """Whether the recipe keeps each weight's FP8 casts and amax histories between forward and backward."""
     return recipe == "delayed"
+
+
+def narrow(compute_dtype, fp8_recipe: str) -> tuple:
+    """--compute-dtype mxfp8 or nvfp4 as what it means: FP8-path GEMMs (compute_dtype fp8) under that recipe."""
+    return ("fp8", compute_dtype) if compute_dtype in NARROW else (compute_dtype, fp8_recipe)

@@ -111,6 +111,7 @@ class Hardware:
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
     fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.training.fp8)
+    fp4_peak_flops_per_s: Optional[float] = None  # dense NVFP4, for --compute-dtype nvfp4 (count.perf.fp8_recipes)
     pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (count.training.offload)
     host_memory_bytes: Optional[int] = None  # CPU memory of one node, what offload fills (None: not checked)
 
@@ -286,7 +287,8 @@ def micro_batch_at(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int
     """Step 2's micro-batch times; ``held_sms`` SMs a collective's kernel takes (step 5): the GEMMs run on the rest."""
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    narrow = hw.fp4_peak_flops_per_s if layout.fp8_recipe == "nvfp4" else hw.fp8_peak_flops_per_s
+    fp8 = (narrow or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
     perf, sms = hw.perf, hw.perf.sm_count
     if 0 < held_sms < sms:
         share = (sms - held_sms) / sms
