@@ -34,7 +34,7 @@ from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, pipeline_stages, search
 from tfcalc.count.training.search_space import cp_applies, cp_degrees
-from tfcalc.count.training.sharding import check_model_variants, check_sharding
+from tfcalc.count.training.sharding import check_model_variants, check_sharding, dispatcher, ep_nodes
 from tfcalc.count.training.steptime import Hardware, TrainingRun, training_run
 from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
@@ -79,7 +79,8 @@ class PlanReport(Displayed):
         if self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
             out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
                        f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "
-                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all (tfcalc.count."
+                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all, "
+                       f"{ep_dispatch_words(self.plan.layout, self.device.gpus_per_node)} (tfcalc.count."
                        "experts_parallel); under TP each rank holds its experts whole")
         elif self.model.cfg.architecture.has_moe:
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
@@ -325,6 +326,15 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         training = training_run(request.tokens, param_total(cfg), chosen.layout, chosen.step.overlap_s)
     measured = check_plan(cfg, chosen.layout, nproc, hw, request.mfu, measure_device, on_status) if measure else None
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)
+
+
+def ep_dispatch_words(L: Layout, gpus_per_node: int) -> str:
+    """The dispatcher the plan prices (tfcalc.count.training.experts_parallel, step 3), in words."""
+    nodes = ep_nodes(L, gpus_per_node)
+    if dispatcher(L, nodes) == "deepep":
+        return (f"DeepEP's hierarchical dispatch over {nodes} nodes (once per remote node over the network, "
+                "forwarded over NVLink; node-limited by the router's groups)")
+    return f"one copy per token and expert ({nodes} node{'s' if nodes > 1 else ''})"
 
 
 RECIPE_WORDS = {"delayed": "Transformer Engine's delayed scaling", "tensorwise": "torchao's tensorwise dynamic scaling",

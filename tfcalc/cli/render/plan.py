@@ -54,7 +54,9 @@ def overlapped(L: Layout) -> str:
         hidden.append("PP sends but the fill's and drain's")
     if L.cp > 1:
         hidden.append("CP ring behind attention")
-    shown = [g.upper() for g in ("tp", "pp") if g not in L.overlap and getattr(L, g) > 1]
+    if "ep" in L.overlap:
+        hidden.append("EP all-to-alls behind another micro-batch but 1/m")
+    shown = [g.upper() for g in ("tp", "pp", "ep") if g not in L.overlap and getattr(L, g) > 1]
     return "; ".join(hidden) + (f"; {', '.join(shown)} not" if shown else "")
 
 
@@ -131,6 +133,8 @@ def _comm(doc: Doc, r: PlanReport) -> None:
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)  # NVLink-class link inside a node
         link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
+        if c.links is not None:  # both at once (expert parallelism across nodes: count.training.experts_parallel)
+            link = f"network + {devices.intra_link_name(r.device)}"
         # the performance model's seconds (NCCL's choice per call, tfcalc.count.training.steptime step 4): the rows
         # add up to the step table's communication per group
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
