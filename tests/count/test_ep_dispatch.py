@@ -185,3 +185,14 @@ def test_cli_flags(cli):
     assert_one_line_error(cli("plan", "llama2-7b", "--dp", "8", "--overlap", "ep"), "--overlap ep")
     assert_one_line_error(cli("plan", "qwen3-30b-a3b", "--dp", "16", "--ep", "16", "--ep-dispatch", "x"),
                           "--ep-dispatch")
+
+
+def test_measured_run_of_a_deepep_plan_says_it_ran_alltoall(cli):
+    """gloo's all_to_all_single sends one copy per token and expert: the measured run is planned with alltoall,
+    its bytes agree exactly, and what it left out says so."""
+    r = cli("plan", "qwen3-30b-a3b", "--set", "n_layer=2", "--dp", "2", "--ep", "2", "--ep-dispatch", "deepep",
+            "--seq", "64", "--measure", "--json")
+    assert r.code == 0, r.err
+    m = r.json()["measured"]
+    assert m["layout"]["ep_dispatch"] == "alltoall" and m["collectives_exact"] and m["states_exact"]
+    assert any("DeepEP" in x for x in m["left_out"])
