@@ -15,7 +15,7 @@ from tfcalc.count.perf import collectives as alpha_beta
 from tfcalc.count.training.experts_parallel import token_routes, touched
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.plan import make_plan
-from tfcalc.count.training.sharding import DEEPEP_SMS, ep_nodes
+from tfcalc.count.training.sharding import ep_nodes
 from tfcalc.count.training.steptime import Hardware
 from tfcalc.errors import InputError
 from tfcalc.presets import load
@@ -158,7 +158,7 @@ def test_overlap_ep_hides_all_but_one_micro_batch_at_the_cost_of_deepeps_sms():
     # the cost: the micro-batch on 132 − 20 SMs, over the hidden seconds
     from tfcalc.count.training.steptime import _stage_s
 
-    slow = _stage_s(cfg, L, H800, DEEPEP_SMS).total / _stage_s(cfg, L, H800).total - 1
+    slow = _stage_s(cfg, L, H800, 20).total / _stage_s(cfg, L, H800).total - 1  # DeepSeek-V3 sec. 3.2.2
     assert slow > 0 and over.ep_contention_s == pytest.approx(slow * hidden)
     assert over.overlap_s == pytest.approx(plain.overlap_s - hidden + over.ep_contention_s)
 
@@ -196,3 +196,11 @@ def test_measured_run_of_a_deepep_plan_says_it_ran_alltoall(cli):
     m = r.json()["measured"]
     assert m["layout"]["ep_dispatch"] == "alltoall" and m["collectives_exact"] and m["states_exact"]
     assert any("DeepEP" in x for x in m["left_out"])
+
+
+def test_the_overlaps_sms_are_a_device_constant():
+    """PerfSpec.ep_comm_sms (DeepEP's 20 by default): 0 makes the overlap free, more SMs cost more."""
+    cfg, L = small_moe(), layout(global_batch=128, overlap=("ep",))
+    cost = {sms: make_plan(cfg, L, dataclasses.replace(H800, perf=dataclasses.replace(H800.perf, ep_comm_sms=sms)),
+                           None).step.ep_contention_s for sms in (0, 20, 40)}
+    assert cost[0] == 0 < cost[20] < cost[40]

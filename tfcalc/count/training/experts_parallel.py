@@ -53,7 +53,7 @@ micro-batch and per MoE layer (GShard, Lepikhin et al. 2020, sec. 2.2; Megatron-
    it), and what outlasts the compute. Its cost: the communication kernels hold SMs for as long as they
    run, so the compute beside them runs on the rest (``comm_sms``): DeepEP's 20 (sec. 3.2.2, "only 20 SMs
    are sufficient to fully utilize the bandwidths of IB and NVLink"; deep_ep Buffer.num_sms = 20), NCCL's
-   ``PerfSpec.comm_sms`` for alltoall.
+   ``PerfSpec.comm_sms`` for alltoall (``PerfSpec.ep_comm_sms`` and ``comm_sms``, tfcalc.count.perf.hardware).
 """
 
 from __future__ import annotations

@@ -53,9 +53,6 @@ OFFLOAD = ("optimizer", "activations")
 DISPATCHERS = ("auto", "alltoall", "deepep")  # --ep-dispatch (tfcalc.count.training.experts_parallel, step 3)
 
 
-DEEPEP_SMS = 20  # the SMs DeepEP's kernels hold: DeepSeek-V3 sec. 3.2.2; deep_ep.Buffer.num_sms
-
-
 def dispatcher(layout: Layout, nodes: int) -> str:
     """Step 3's dispatcher of the layout whose EP group spans ``nodes`` nodes."""
     if layout.ep_dispatch != "auto":

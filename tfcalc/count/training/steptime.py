@@ -75,7 +75,7 @@ from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
-from tfcalc.count.training.sharding import DEEPEP_SMS, dispatcher, ep_nodes, grad_element_bytes
+from tfcalc.count.training.sharding import dispatcher, ep_nodes, grad_element_bytes
 from tfcalc.count.training.token_count import MAX_TOKENS, parse_count  # noqa: F401 (their old home)
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
@@ -339,7 +339,7 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's ...
         if "ep" in layout.overlap:  # ... or under another micro-batch's compute but 1/m (experts_parallel, 4)
             ep_hidden = min(comm["ep"] * (1 - 1 / m), compute)
-            sms = DEEPEP_SMS if dispatcher(layout, ep_nodes(layout, hw.gpus_per_node)) == "deepep" \
+            sms = hw.perf.ep_comm_sms if dispatcher(layout, ep_nodes(layout, hw.gpus_per_node)) == "deepep" \
                 else hw.perf.comm_sms
             ep_held = _stage_s(cfg, layout, hw, sms) if sms else s
             ep_cost = (ep_held.total / s.total - 1 if s.total else 0.0) * ep_hidden * stretch
