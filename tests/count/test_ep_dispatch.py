@@ -204,3 +204,44 @@ def test_the_overlaps_sms_are_a_device_constant():
     cost = {sms: make_plan(cfg, L, dataclasses.replace(H800, perf=dataclasses.replace(H800.perf, ep_comm_sms=sms)),
                            None).step.ep_contention_s for sms in (0, 20, 40)}
     assert cost[0] == 0 < cost[20] < cost[40]
+
+
+def _routing_cases():
+    from hypothesis import strategies as st
+
+    @st.composite
+    def case(draw):
+        groups = draw(st.sampled_from([1, 2, 4, 8]))
+        per_group = draw(st.sampled_from([2, 4, 8, 16, 32]))
+        n_expert = groups * per_group
+        kept = draw(st.integers(1, groups)) if groups > 1 else 1
+        k = draw(st.integers(1, min(8, kept * per_group)))
+        E = draw(st.sampled_from([e for e in (2, 4, 8, 16, 32, 64) if n_expert % e == 0] or [1]))
+        nodes = draw(st.sampled_from([n for n in (1, 2, 4, 8) if E % n == 0]))
+        return n_expert, k, groups, kept, E, nodes
+    return case()
+
+
+def test_deepep_never_sends_more_over_the_network_than_alltoall():
+    """On any routing: P_unit is a probability, a token reaches at most min(units, k) units in expectation (and
+    at most topk_group nodes when whole groups sit on each node), and DeepEP's one copy per remote node never
+    exceeds alltoall's copies crossing nodes."""
+    from types import SimpleNamespace
+
+    from hypothesis import given, settings
+
+    @settings(max_examples=300, deadline=None)
+    @given(_routing_cases())
+    def check(c):
+        n_expert, k, groups, kept, E, nodes = c
+        for units in (nodes, E):
+            p = touched(n_expert, k, groups, kept, units)
+            assert 0 <= p <= 1 and units * p <= min(units, k) + 1e-9
+        if groups > 1 and groups % nodes == 0:  # node-limited: at most topk_group nodes
+            assert nodes * touched(n_expert, k, groups, kept, nodes) <= kept + 1e-9
+        ffn = SimpleNamespace(n_expert=n_expert, top_k=k, routing=SimpleNamespace(n_group=groups, topk_group=kept))
+        deep, flat = token_routes(ffn, E, nodes, "deepep", k), token_routes(ffn, E, nodes, "alltoall", k)
+        assert deep.network_rows <= flat.network_rows + 1e-9
+        # (not so the sum of both links: a copy for another GPU of a remote node crosses the network, then NVLink)
+
+    check()
