@@ -158,3 +158,21 @@ def test_compute_dtype_nvfp4_runs_at_the_fp4_rate_where_the_device_has_it(cli):
     assert fp4["step"]["matmul_s"] < fp8["step"]["matmul_s"]  # the block linears at 9 PFLOP/s, not 4.5
     assert any("NVFP4 peak (9,000 TFLOP/s" in n for n in fp4["notes"])
     assert_one_line_error(cli("plan", "llama3-8b", "--dp", "8", "--compute-dtype", "nvfp4"), "no NVFP4 rate")
+
+
+def test_rowwise_gemms_at_the_share_measured_on_the_h100():
+    """benchmarks/results/h100-2026-11-27-fp8-ring.json: per-row scaled _scaled_mm against per-tensor, same shape."""
+    import json
+    from pathlib import Path
+
+    from tfcalc.count.perf.fp8_recipes import gemm_share
+
+    run = json.loads((Path(__file__).parents[2] / "benchmarks/results/h100-2026-11-27-fp8-ring.json").read_text())
+    g = run["gemm"]
+    assert gemm_share("rowwise") == gemm_share("rowwise_with_gw_hp") == pytest.approx(
+        g["fp8_tensorwise_s"] / g["fp8_rowwise_s"], rel=1e-3)
+    assert gemm_share("tensorwise") == gemm_share("delayed") == 1.0
+    cfg = load("llama3-8b", ["n_layer=2"])
+    tensorwise = make_plan(cfg, layout(fp8_recipe="tensorwise"), H100, None).step.matmul_s
+    rowwise = make_plan(cfg, layout(fp8_recipe="rowwise"), H100, None).step.matmul_s
+    assert rowwise > tensorwise

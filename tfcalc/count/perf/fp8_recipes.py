@@ -49,8 +49,12 @@ gradient fuses with the kernel that produces the tensor (the roofline's ``fuse_w
 is no kernel of its own. The weight's casts do not fuse (the weight is no kernel's output in the step).
 
 GEMMs: all three at the FP8 rate under the FP8 ceiling (tfcalc.count.perf.fp8_time, step 1), except
-rowwise_with_gw_hp's weight gradient at the 16-bit rate and ceiling. The rowwise recipes' CUTLASS GEMMs are
-priced as cuBLAS's (no separate measurement). Memory: the delayed recipe keeps each FP8 weight and its
+rowwise_with_gw_hp's weight gradient at the 16-bit rate and ceiling. The rowwise recipes' GEMMs (per-row scales,
+CUTLASS's kernel behind torch._scaled_mm) at ``ROWWISE_GEMM`` of that ceiling: 0.854, measured on an H100 with
+torch 2.11 at Llama 3 8B's FFN shape 8192 × 4096 × 14336, 0.865 ms against 0.739 ms per-tensor (1,112 and
+1,302 TFLOP/s; benchmarks/fp8_ring_gpu.py, benchmarks/results/h100-2026-11-27-fp8-ring.json).
+
+Memory: the delayed recipe keeps each FP8 weight and its
 transpose and the amax histories (tfcalc.count.training.fp8); torchao's recipes keep neither (the weight is
 cast again in the backward: torchtitan's force_recompute_fp8_weight_in_bwd, no history).
 """
@@ -99,6 +103,14 @@ def casts(recipe: str, m: int, k: int, n: int, e: int, ew: int, fused: bool = Fa
         q = NVFP4_BYTES
         return Casts((2 * e + q) * mk + (2 * ew + q) * kn, (e + q) * mk + (3 * e + 2 * q) * mn, 4, 4)
     raise ValueError(recipe)
+
+
+ROWWISE_GEMM = 0.739 / 0.865  # per-row scaled FP8 GEMM time's share of per-tensor's (module docstring)
+
+
+def gemm_share(recipe: str) -> float:
+    """The share of the FP8 ceiling the recipe's FP8 GEMMs reach (ROWWISE_GEMM for the per-row recipes)."""
+    return ROWWISE_GEMM if recipe in ("rowwise", "rowwise_with_gw_hp") else 1.0
 
 
 def fp8_weight_grad(recipe: str) -> bool:

@@ -144,7 +144,8 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     score_elements = 0
     experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
     act = activation_element_bytes(layout.dtype)
-    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling) if fp8_peak else perf
+    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling * fp8_recipes.gemm_share(layout.fp8_recipe)) \
+        if fp8_peak else perf
     cast_fwd = cast_bwd = 0.0
     cast_kernels = [0, 0]  # forward, backward (fp8_recipes)
     for e in entries:
