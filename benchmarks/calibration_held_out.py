@@ -27,8 +27,11 @@ it, never used to choose a parameter of the performance model. Reported beside i
   set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, end of 2024), Tables 1 and 3:
   Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
-  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused); the
-  Float8 rows are left out (torchao's dynamic scaling is not what tfcalc's FP8 prices). The page's hardware
+  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused), and with
+  torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
+  tensorwise, added with the recipes by name, issue 31); and its Table 2, context parallelism: FSDP × CP on
+  8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
+  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
@@ -43,6 +46,20 @@ it, never used to choose a parameter of the performance model. Reported beside i
   blocks are Olmo 3 7B's (presets/olmo-3-7b.yaml) without the sliding window, vocabulary padded to 100,352;
   13B: 40 layers, d_model 5,120, 40 heads, FFN 13,824 (olmo_core TransformerConfig.olmo2_13B over
   llama2_13B).
+- torchao, torchao/float8/README.md (pytorch/ao, torchao 0.10), "e2e training benchmarks", NVIDIA H100: Llama3-8b
+  on 8 H100 with torchtitan, batch 1, seq 8,192, torch.compile, FSDP2, per-op SAC: tensorwise with float8
+  all-gather 7,689.5 and rowwise with bf16 all-gather 6,768 tokens/s (per GPU, torchtitan's "tps"); bf16
+  6,150. The README names no power limit or memory: the PyTorch team's Grand Teton H100s of the torchtitan
+  rows taken. Float8 all-gather is not priced (FSDP's gathers are hidden in one node). Added with the recipes
+  by name (issue 31).
+- DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
+  tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
+  H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
+  parallelism (sec. 3.2), no tensor parallelism; FP8 GEMMs (sec. 3.3) and FP8 dispatches; DualPipe hiding the
+  all-to-all (sec. 3.2.1: --overlap ep) through DeepEP's hierarchical dispatch with node-limited routing (at most 4
+  of 8 nodes, sec. 2.1.2: --ep-dispatch, auto across nodes); sequence 4,096 and the final batch of 15,360
+  sequences (sec. 4.2; the first 469B tokens ramp it up from 3,072, not priced); DualPipe's own bubble priced as
+  1F1B's. Added with expert parallelism across nodes (issue 31), its network and NVLink shares and overlap.
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -93,17 +110,35 @@ def torchtitan_rate(preset: str, seq: int, local: int, recompute: str) -> Callab
 GRAND_TETON = str(Path(__file__).parent / "devices" / "grand-teton-h100-500w.yaml")
 
 
-def torchtitan_h100_rate(gpus: int, kernels: str) -> Callable[[], float]:
+def torchtitan_h100_rate(gpus: int, kernels: str, local: int = 2, **fp8) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.plan("llama3-8b", dp=gpus, zero=3, global_batch=2 * gpus, micro_batch=2, seq=8192, recompute="op",
-                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels=kernels)
+        r = tfcalc.plan("llama3-8b", dp=gpus, zero=3, global_batch=local * gpus, micro_batch=local, seq=8192,
+                        recompute="op", grad_dtype="fp32", device_spec=GRAND_TETON, kernels=kernels, **fp8)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
 
 # benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: (GPUs, technique, tfcalc's kernels, TPS/GPU)
 TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fused", 6667),
-                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514)]
+                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514),
+                   (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
+                   (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
+# Table 2: (FSDP, CP, sequence, TPS/GPU)
+TORCHTITAN_CP = [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548)]
+
+
+def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.plan("llama3-8b", dp=dp, cp=cp, zero=3, global_batch=dp, micro_batch=1, seq=seq, recompute="full",
+                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="fused", compute_dtype="fp8",
+                        fp8_recipe="tensorwise", max_seq_len=seq)
+        return r.tokens_per_s / r.plan.layout.gpus
+    return run
+
+
+# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, tokens/s per GPU)
+TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", 7689.5),
+                  ("rowwise", "rowwise, bf16 all-gather", 6768)]
 
 
 OLMO2 = dict(sliding_window=None, full_attention_every=None, vocab_size=100352)  # docstring: OLMo 2's blocks
@@ -130,6 +165,16 @@ TORCHTITAN = [("Llama 3 8B", "llama3-8b", 8192, 1, "selective op", "op", 2973),
               ("Llama 2 13B", "llama2-13b", 4096, 2, "selective op", "op", 1904),
               ("Llama 2 70B", "llama2-70b", 4096, 1, "selective op", "op", 355),
               ("Llama 2 70B", "llama2-70b", 4096, 2, "full", "full", 353)]
+
+
+H800 = str(Path(__file__).parent / "devices" / "h800-sxm.yaml")
+DEEPSEEK_V3_TOKENS, DEEPSEEK_V3_GPU_HOURS = 14.8e12, 2.664e6  # Table 1: pre-training
+
+
+def deepseek_v3_rate() -> float:
+    r = tfcalc.plan("deepseek-v3", pp=16, dp=128, ep=64, zero=1, seq=4096, global_batch=15360, micro_batch=1,
+                    recompute="none", compute_dtype="fp8", overlap=("ep",), device_spec=H800)
+    return r.tokens_per_s / r.plan.layout.gpus
 
 
 def first_token_ms(preset: str, inp: int, device: str, **over) -> Callable[[], float]:
@@ -181,13 +226,25 @@ def held_out_rows() -> list[Row]:
                        "torchtitan docs/performance.md (2024, eager, fp32 reduce)", wps, "tok/s/GPU",
                        torchtitan_rate(preset, seq, local, recompute)))
     for gpus, technique, kernels, tps in TORCHTITAN_H100:
+        fp8 = dict(compute_dtype="fp8", fp8_recipe=kernels) if kernels == "tensorwise" else {}
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(gpus, kernels)))
+                       torchtitan_h100_rate(gpus, "fused" if fp8 else kernels, **fp8)))
+    for dp, cp, seq, tps in TORCHTITAN_CP:
+        out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
+                       "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
+                       "tok/s/GPU", torchtitan_cp_rate(dp, cp, seq)))
+    for recipe, label, tps in TORCHAO_FLOAT8:
+        out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
+                       "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",
+                       torchtitan_h100_rate(8, "fused", 1, compute_dtype="fp8", fp8_recipe=recipe)))
     for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",
                        olmo_core_rate(preset, over, micro, batch, gpus)))
+    out.append(Row("training throughput", "DeepSeek-V3, 2,048 H800, PP 16, EP 64 over 8 nodes, DualPipe, FP8",
+                   "DeepSeek-V3 technical report, Table 1 (2.664M GPU-hours for 14.8T tokens)",
+                   DEEPSEEK_V3_TOKENS / (DEEPSEEK_V3_GPU_HOURS * 3600), "tok/s/GPU", deepseek_v3_rate))
     trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
     for device, name, label, inp, ms in TRT_LOW_LATENCY:
         preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)

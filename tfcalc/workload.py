@@ -102,7 +102,10 @@ class Layout:
     dropout: bool = False
     # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.training.sharding ---
     ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
+    # how EP's tokens travel (tfcalc.count.training.experts_parallel): auto, alltoall or deepep (hierarchical)
+    ep_dispatch: str = "auto"
     compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
+    fp8_recipe: str = "delayed"  # the FP8 recipe by name (tfcalc.count.perf.fp8_recipes): delayed, tensorwise, ...
     reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward
     hsdp: Optional[int] = None  # ZeRO-3 within groups of hsdp DP ranks, replicated across them; None: over all dp
     grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype

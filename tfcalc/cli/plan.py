@@ -48,7 +48,18 @@ from tfcalc.cli.plan_options import (
 )
 from tfcalc.cli.render import plan as view
 from tfcalc.cli.render.host import busy_host
-from tfcalc.cli.sharding_options import EP, HSDP, ComputeDType, GradDType, NoReshard, Offload, lower, offload_parts
+from tfcalc.cli.sharding_options import (
+    EP,
+    HSDP,
+    ComputeDType,
+    EPDispatch,
+    FP8Recipe,
+    GradDType,
+    NoReshard,
+    Offload,
+    lower,
+    offload_parts,
+)
 from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
@@ -129,7 +140,9 @@ def plan(
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
     # issue 20, sharding and precision (tfcalc.cli.sharding_options)
     ep: EP = None,
+    ep_dispatch: EPDispatch = "auto",
     compute_dtype: ComputeDType = None,
+    fp8_recipe: FP8Recipe = "delayed",
     no_reshard_after_forward: NoReshard = False,
     hsdp: HSDP = None,
     grad_dtype: GradDType = None,
@@ -175,7 +188,8 @@ def plan(
         dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, matmul_efficiency=matmul_efficiency,
         bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
-        top=top, ep=ep, compute_dtype=lower(compute_dtype), reshard_after_forward=not no_reshard_after_forward,
+        top=top, ep=ep, ep_dispatch=lower(ep_dispatch), compute_dtype=lower(compute_dtype),
+        fp8_recipe=lower(fp8_recipe),        reshard_after_forward=not no_reshard_after_forward,
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),

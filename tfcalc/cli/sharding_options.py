@@ -15,11 +15,23 @@ EP = Annotated[Optional[int], typer.Option(
     "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
     "(E divides dp and the experts), tokens exchanged by all-to-all [default: 1; a search of a MoE model tries the "
     "largest E within a node].", show_default=False, metavar="E")]
+EPDispatch = Annotated[str, typer.Option(
+    "--ep-dispatch", help="How expert parallelism's tokens travel: alltoall (one copy per token and expert, straight "
+    "to its rank: Megatron's alltoall dispatcher, torchtitan), deepep (one copy per token and remote node over the "
+    "network, forwarded over NVLink once per GPU: DeepSeek-V3's DeepEP; node-limited routing from the model's "
+    "router groups), or auto: deepep where the EP group spans nodes, alltoall inside one.",
+    metavar="auto|alltoall|deepep")]
 ComputeDType = Annotated[Optional[str], typer.Option(
-    "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling; attention "
-    "and the LM head stay in --dtype, as do weights and master weights) [default: --dtype; a search never picks FP8 "
-    "on its own: numerics are the user's choice].", show_default=False,
-    metavar="fp8")]
+    "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling unless "
+    "--fp8-recipe; attention and the LM head stay in --dtype, as do weights and master weights); mxfp8 and nvfp4 "
+    "(where the device has the rate: b200) are fp8 with --fp8-recipe mxfp8 or nvfp4 [default: --dtype; a search "
+    "never picks FP8 on its own: numerics are the user's choice].", show_default=False,
+    metavar="fp8|mxfp8|nvfp4")]
+FP8Recipe = Annotated[str, typer.Option(
+    "--fp8-recipe", help="The FP8 recipe by name, with --compute-dtype fp8: delayed (Transformer Engine's delayed "
+    "scaling), tensorwise, rowwise or rowwise_with_gw_hp (torchao.float8's dynamic recipes, as torchtitan runs "
+    "them: their amax and cast kernels, rowwise_with_gw_hp's weight gradient in 16 bits), mxfp8 (a scale per 32 "
+    "elements, where the device has the MX rate).", metavar="RECIPE")]
 NoReshard = Annotated[bool, typer.Option(
     "--no-reshard-after-forward", help="ZeRO-3: keep each unit's gathered weights from its forward to its backward "
     "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory [a search "

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from tfcalc import devices
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.perf.fp8_recipes import NARROW, narrow
 from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
 from tfcalc.count.training.layout import (
@@ -33,7 +34,7 @@ from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, pipeline_stages, search
 from tfcalc.count.training.search_space import cp_applies, cp_degrees
-from tfcalc.count.training.sharding import check_model_variants, check_sharding
+from tfcalc.count.training.sharding import check_model_variants, check_sharding, dispatcher, ep_nodes
 from tfcalc.count.training.steptime import Hardware, TrainingRun, training_run
 from tfcalc.errors import InputError, shown
 from tfcalc.report.display import Displayed
@@ -78,7 +79,8 @@ class PlanReport(Displayed):
         if self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
             out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
                        f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "
-                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all (tfcalc.count."
+                       f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all, "
+                       f"{ep_dispatch_words(self.plan.layout, self.device.gpus_per_node)} (tfcalc.count."
                        "experts_parallel); under TP each rank holds its experts whole")
         elif self.model.cfg.architecture.has_moe:
             out.append("experts are replicated: each TP and DP rank holds every expert whole (no expert "
@@ -155,6 +157,8 @@ class PlanReport(Displayed):
                      "contention_s": st.contention_s,  # overlap's cost: NCCL's SMs (count.training.steptime, 5)
                      # ... its HBM traffic, and FSDP2's copies on the compute stream (count.training.overlap_costs)
                      "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
+                     # --overlap ep's cost: the all-to-alls' SMs (count.training.experts_parallel, 4)
+                     "ep_contention_s": st.ep_contention_s,
                      "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
                      "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
@@ -190,7 +194,8 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
 
 def more_hardware(spec: devices.DeviceSpec) -> dict[str, Any]:
     """The rates the sharding and precision variants read (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
-    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), pcie_bytes_per_s=host_link_bytes_per_s(spec),
+    return dict(fp8_peak_flops_per_s=spec.peak("fp8"), fp4_peak_flops_per_s=spec.peak("nvfp4"),
+                pcie_bytes_per_s=host_link_bytes_per_s(spec),
                 host_memory_bytes=spec.host_memory_bytes)
 
 
@@ -215,7 +220,9 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
 def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
-    return dict(ep=1 if r.ep is None else r.ep, compute_dtype=r.compute_dtype,
+    compute_dtype, fp8_recipe = narrow(r.compute_dtype, r.fp8_recipe)  # --compute-dtype mxfp8|nvfp4: a recipe
+    return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
+                fp8_recipe=fp8_recipe,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 
@@ -286,9 +293,17 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_training_dtype(request.dtype)
     spec = devices.resolve(device_spec)
     hw = hardware(spec, request.dtype, request.matmul_efficiency, request.bandwidth_efficiency, request.power_limit)
+    if request.compute_dtype in NARROW:  # what --compute-dtype mxfp8|nvfp4 means (count.perf.fp8_recipes)
+        request = dataclasses.replace(request, compute_dtype="fp8", fp8_recipe=request.compute_dtype)
+    if request.compute_dtype == "fp8" and request.fp8_recipe == "nvfp4" and not spec.peak("nvfp4"):
+        raise InputError(f"--compute-dtype nvfp4: the {spec.key} datasheet gives no NVFP4 rate (FP4 tensor cores "
+                         "arrived with Blackwell); choose another --device-spec")
     if request.compute_dtype == "fp8" and not hw.fp8_peak_flops_per_s:
         raise InputError(f"--compute-dtype fp8: the {spec.key} datasheet gives no FP8 rate (FP8 tensor cores "
                          "arrived with Hopper and Ada); choose another --device-spec")
+    if request.compute_dtype == "fp8" and request.fp8_recipe == "mxfp8" and not spec.peak("mxfp8"):
+        raise InputError(f"--fp8-recipe mxfp8: the {spec.key} datasheet gives no MX rate (block-scaled tensor cores "
+                         "arrived with Blackwell); choose another recipe or --device-spec")
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
@@ -313,12 +328,30 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     return PlanReport(model, spec, request, chosen, candidates, kind, training, measured)
 
 
+def ep_dispatch_words(L: Layout, gpus_per_node: int) -> str:
+    """The dispatcher the plan prices (tfcalc.count.training.experts_parallel, step 3), in words."""
+    nodes = ep_nodes(L, gpus_per_node)
+    if dispatcher(L, nodes) == "deepep":
+        return (f"DeepEP's hierarchical dispatch over {nodes} nodes (once per remote node over the network, "
+                "forwarded over NVLink; node-limited by the router's groups)")
+    return f"one copy per token and expert ({nodes} node{'s' if nodes > 1 else ''})"
+
+
+RECIPE_WORDS = {"delayed": "Transformer Engine's delayed scaling", "tensorwise": "torchao's tensorwise dynamic scaling",
+                "rowwise": "torchao's rowwise scaling",
+                "rowwise_with_gw_hp": "torchao's rowwise scaling, the weight gradient in 16 bits",
+                "mxfp8": "MXFP8, a scale per 32 elements",
+                "nvfp4": "NVFP4, a scale per 16 elements and one per tensor, at the NVFP4 rate"}  # fp8_recipes
+
+
 def sharding_notes(L: Layout, spec: devices.DeviceSpec) -> list[str]:
     """What the sharding and precision variants assume (tfcalc.count.training.fp8, tfcalc.count.training.offload)."""
     out = []
     if L.compute_dtype == "fp8":
-        out.append(f"FP8: the blocks' linears at the {spec.key} FP8 peak ({spec.peak('fp8') / 1e12:,.0f} TFLOP/s, "
-                   f"Transformer Engine's delayed scaling) under the FP8 GEMM ceiling "
+        rate = "nvfp4" if L.fp8_recipe == "nvfp4" else "fp8"
+        out.append(f"FP8: the blocks' linears at the {spec.key} {rate.upper()} peak "
+                   f"({spec.peak(rate) / 1e12:,.0f} TFLOP/s, "
+                   f"{RECIPE_WORDS[L.fp8_recipe]}) under the FP8 GEMM ceiling "
                    f"({fp8_ceiling_note(spec.key, device_perf(spec))}), "
                    "their inputs cast to FP8 row-major and transposed (memory-bound kernels); attention, router and "
                    f"LM head in {L.dtype}; MFU stays against the {L.dtype} peak (torchtitan's convention), the FP8 "

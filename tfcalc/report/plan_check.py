@@ -87,6 +87,7 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         hsdp=layout.hsdp if layout.hsdp and layout.hsdp < dp and dp % layout.hsdp == 0 else None,
         offload_optimizer=False, offload_activations=False,
         ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
+        ep_dispatch="alltoall",  # gloo's all_to_all_single: one copy per token and expert (experts_parallel, 3)
         schedule="1f1b", virtual_stages=1, pp_split_counts=(), pp_layers=(),
         overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
 
@@ -219,7 +220,8 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
             "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
             # issue 20, sharding and precision (tfcalc.count.training.sharding)
-            "ep": layout.ep, "compute_dtype": layout.compute_dtype,
+            "ep": layout.ep, "ep_dispatch": layout.ep_dispatch, "compute_dtype": layout.compute_dtype,
+            "fp8_recipe": layout.fp8_recipe,
             "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
             "zero_engine": layout.zero_engine,
             "offload": [w for w, on in (("optimizer", layout.offload_optimizer),
@@ -261,6 +263,8 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
                        ("optimizer offload", planned.offload_optimizer),
                        ("activation offload", planned.offload_activations),
                        (f"ep {planned.ep} (ran ep {ran.ep})", planned.ep != ran.ep),
+                       ("DeepEP's dispatch (ran one all-to-all copy per token and expert)",
+                        planned.ep > 1 and planned.ep_dispatch == "deepep"),
                        (f"HSDP {planned.hsdp} (ran plain FSDP: HSDP needs --nproc a multiple of {planned.hsdp} and "
                         "more)", planned.hsdp and not ran.hsdp)):
         if gone:

@@ -42,7 +42,9 @@ class PlanRequest:
     top: int = 10
     # --- issue 20, sharding and precision (helper X): tfcalc.count.training.sharding ---
     ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
+    ep_dispatch: str = "auto"  # how EP's tokens travel: auto, alltoall, deepep (count.training.experts_parallel)
     compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.training.fp8)
+    fp8_recipe: str = "delayed"  # its recipe by name (tfcalc.count.perf.fp8_recipes)
     reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)
     hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
     grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights

@@ -54,7 +54,9 @@ def overlapped(L: Layout) -> str:
         hidden.append("PP sends but the fill's and drain's")
     if L.cp > 1:
         hidden.append("CP ring behind attention")
-    shown = [g.upper() for g in ("tp", "pp") if g not in L.overlap and getattr(L, g) > 1]
+    if "ep" in L.overlap:
+        hidden.append("EP all-to-alls behind another micro-batch but 1/m")
+    shown = [g.upper() for g in ("tp", "pp", "ep") if g not in L.overlap and getattr(L, g) > 1]
     return "; ".join(hidden) + (f"; {', '.join(shown)} not" if shown else "")
 
 
@@ -131,6 +133,8 @@ def _comm(doc: Doc, r: PlanReport) -> None:
     for c in r.plan.collectives:
         fast = group_in_node(c.group, L, hw_gpn)  # NVLink-class link inside a node
         link = devices.intra_link_name(r.device) if fast else "network"  # PCIe nodes say PCIe
+        if c.links is not None:  # both at once (expert parallelism across nodes: count.training.experts_parallel)
+            link = f"network + {devices.intra_link_name(r.device)}"
         # the performance model's seconds (NCCL's choice per call, tfcalc.count.training.steptime step 4): the rows
         # add up to the step table's communication per group
         t.add(CAUSES.get(c.cause, c.cause), c.op.replace("_", "-"), f"{c.group} ×{c.group_size}, {link}",
@@ -172,6 +176,9 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "
               f"{r.hardware.perf.sm_count - r.hardware.perf.comm_sms} of {r.hardware.perf.sm_count} SMs "
               f"(NCCL's kernel holds {r.hardware.perf.comm_sms})")
+    if st.ep_contention_s:  # --overlap ep's cost (tfcalc.count.training.experts_parallel, step 4)
+        t.add("  EP overlap's cost", st.ep_contention_s, "the compute beside the overlapped all-to-alls on the SMs "
+              "their kernels leave")
     if st.hbm_contention_s:  # tfcalc.count.training.overlap_costs, 1
         t.add("  overlap's HBM cost", st.hbm_contention_s, "memory-bound kernels beside the overlapped DP traffic")
     if st.fsdp_copy_s:  # tfcalc.count.training.overlap_costs, 2

@@ -67,6 +67,15 @@ def seconds(op: str, sent_bytes: int, n: int, calls: int, link_bytes_per_s: floa
     return calls * ring_steps(op, n) * latency_s + sent_bytes / (link_bytes_per_s * efficiency)
 
 
+def two_link_seconds(calls: int, network: tuple[int, int, float, float, float],
+                     intra: tuple[int, int, float, float, float]) -> float:
+    """A collective that sends over the network and the intra-node link at once (an all-to-all across nodes:
+    tfcalc.count.training.experts_parallel, step 3): each link a (bytes, peers, rate, latency, efficiency);
+    every call pays each peer's latency, and the bytes take the longer of the two links."""
+    latency = calls * sum(peers * alpha for _, peers, _, alpha, _ in (network, intra))
+    return latency + max(b / (rate * eff) if b else 0.0 for b, _, rate, _, eff in (network, intra))
+
+
 def ddp_calls(payload_bytes: int) -> int:
     """DDP's buckets: one all-reduce per 25 MiB of gradients."""
     return max(1, math.ceil(payload_bytes / DDP_BUCKET_BYTES))

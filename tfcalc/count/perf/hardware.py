@@ -68,6 +68,10 @@ Fields and their sources:
   GEMM Performance Degradation because of Tail Effect" (NVIDIA developer forums, 2025, Nsight Systems:
   the GEMM's 132 tiles no longer fit one wave, its time nearly doubled). NCCL sizes its channels by
   topology (NCCL_MIN_CTAS / NCCL_MAX_CTAS bound them); other GPUs take the same 24, assumed.
+  ``ep_comm_sms``: the SMs DeepEP's dispatch and combine kernels hold while --overlap ep runs them beside
+  compute: 20, DeepSeek-V3 (arXiv 2412.19437) sec. 3.2.2, "only 20 SMs are sufficient to fully utilize the
+  bandwidths of IB and NVLink" (deep_ep.Buffer.num_sms = 20); an alltoall dispatcher's NCCL kernel holds
+  ``comm_sms``.
 - links (``link_latency_s`` per ring step and ``link_efficiency`` of the bus bandwidth), per link kind:
   NVLink 2 µs and 0.80, InfiniBand/RoCE 6 µs and 0.90, PCIe 4 µs and 0.80. Estimates of the usual
   class, not one measurement: nccl-tests all_reduce_perf on 8 NVLink GPUs reaches a bus bandwidth of
@@ -106,6 +110,7 @@ class PerfSpec:
     source: str = ""
     request_s: float = 2e-3  # serving: the runtime's fixed work per request around the kernels (docstring)
     comm_sms: int = 24  # SMs an overlapped NCCL collective's kernel holds (docstring; count.training.steptime, 5)
+    ep_comm_sms: int = 20  # SMs DeepEP's all-to-all kernels hold under --overlap ep (count.training.experts_parallel)
     host_op_s: float = 31e-6  # the host's time per counted kernel of an eager step (docstring; perf.inference, 6)
     launch: str = "graph"  # "graph": steps captured (no host term); "eager": every kernel launched from Python
     # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
@@ -114,7 +119,7 @@ class PerfSpec:
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
-                     self.request_s, self.comm_sms, self.host_op_s, self.launch))
+                     self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -252,6 +257,7 @@ def perf_json(perf: PerfSpec) -> dict:
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
-            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "source": perf.source,
+            "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "ep_comm_sms": perf.ep_comm_sms,
+            "source": perf.source,
             "host_op_s": perf.host_op_s, "launch": perf.launch,
             "constants_from": dict(perf.constants_from)}

@@ -34,7 +34,7 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    backward and recompute are B). ZB-H2 (no bubble, up to 2p − 1 micro-batches in flight) and ZB-V are
    not modelled.
 
-Overlap (``--overlap``, any of tp and pp; none by default, Megatron-LM's default):
+Overlap (``--overlap``, any of tp, pp and ep; none by default, Megatron-LM's default):
 
 - pp: sends and receives of the steady state run while the next micro-batch computes (Megatron-LM's
   --overlap-p2p-communication; torch.distributed.pipelining posts isend/irecv asynchronously). Hidden:
@@ -50,6 +50,8 @@ Overlap (``--overlap``, any of tp and pp; none by default, Megatron-LM's default
   whatever exceeds the matmuls. Without it every TP collective is on the critical path.
 - cp: context parallelism's ring passes always overlap with attention (tfcalc.count.training.context_parallel):
   exposed only where a ring step's K/V take longer than the attention kernel's block.
+- ep: expert parallelism's all-to-alls under another micro-batch's compute (DualPipe; Megatron-Core's
+  --overlap-moe-expert-parallel-comm): tfcalc.count.training.experts_parallel, step 4.
 TP, CP and exposed PP time sit inside each micro-batch, so the pipeline stretches them as it does the
 compute: × (the pipelined step / the compute).
 """
@@ -59,7 +61,7 @@ from __future__ import annotations
 from tfcalc.workload import Layout
 
 SCHEDULES = ("1f1b", "interleaved", "zero-bubble")
-OVERLAPS = ("tp", "pp")
+OVERLAPS = ("tp", "pp", "ep")
 OVERLAPPED_TP = ("tp_activations",)  # the causes --overlap tp hides (see the module docstring)
 
 

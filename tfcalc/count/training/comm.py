@@ -93,6 +93,18 @@ GROUPS = ("dp", "tp", "pp", "cp", "ep", "edp", "dp_shard", "dp_replicate")
 
 
 @dataclass(frozen=True)
+class Links:
+    """Bytes one rank sends over the network and over the intra-node link, where a collective uses both at
+    once (expert parallelism's all-to-alls across nodes: tfcalc.count.training.experts_parallel, step 3),
+    summed over the calls; and the peers each call pays a latency to over each."""
+
+    network_bytes: int
+    intra_bytes: int
+    network_peers: int
+    intra_peers: int
+
+
+@dataclass(frozen=True)
 class Collective:
     """All the calls of one collective op for one cause in one step, on one rank."""
 
@@ -102,6 +114,7 @@ class Collective:
     group_size: int
     payload_bytes: int  # summed over the calls (see the module docstring)
     calls: Optional[int]  # None where PyTorch chooses (DDP's buckets)
+    links: Optional[Links] = None  # the sent bytes by link, where they take two (else the group's one link)
 
     @property
     def key(self) -> str:
@@ -109,6 +122,8 @@ class Collective:
 
     @property
     def sent_bytes(self) -> int:
+        if self.links is not None:
+            return self.links.network_bytes + self.links.intra_bytes
         return sent_bytes(self.op, self.payload_bytes, self.group_size)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.perf.fp8_recipes import keeps_fp8_weights
 from tfcalc.count.training.shard import stage_tensors, tp_local_shape
 from tfcalc.count.training.sharding import local_copies
 from tfcalc.workload import Layout
@@ -51,7 +52,7 @@ def _fp8_weight(name: str) -> bool:
 
 def fp8_cache_bytes(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Step 3: bytes the recipe adds on one rank of the stage (TP rank 0, EP rank 0)."""
-    if layout.compute_dtype != "fp8":
+    if layout.compute_dtype != "fp8" or not keeps_fp8_weights(layout.fp8_recipe):  # torchao's keep none
         return 0
     elements = linears = 0
     for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):

@@ -43,8 +43,9 @@ from tfcalc.count.model import non_matmul, op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf import eager, elementwise, fp8_time, gemm, grouped_gemm, moe_dispatch
+from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training.context_parallel import kv_elements, ring_merges
 from tfcalc.count.training.fp8 import runs_fp8
 from tfcalc.count.training.shard import total_blocks
 from tfcalc.workload import Layout
@@ -143,19 +144,25 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
     score_elements = 0
     experts = n_expert(cfg) // layout.ep  # a rank's experts under expert parallelism, each with ep × the rows
     act = activation_element_bytes(layout.dtype)
-    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling) if fp8_peak else perf
+    fp8_perf = replace(perf, matmul_ceiling=perf.fp8_ceiling * fp8_recipes.gemm_share(layout.fp8_recipe)) \
+        if fp8_peak else perf
     cast_fwd = cast_bwd = 0.0
-    cast_kernels = 0
+    cast_kernels = [0, 0]  # forward, backward (fp8_recipes)
     for e in entries:
         # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
         fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group, e.mixing)
         fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8 else peak, fp8_perf if fp8 else perf, experts)
         if fp8:
             m, k, n, count = tp_shape(e, layout.tp, experts)
-            f, b = fp8_time.training_cast_bytes(-(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8)
-            cast_fwd += f * count * e.copies
-            cast_bwd += b * count * e.copies
-            cast_kernels += e.copies
+            c = fp8_recipes.casts(layout.fp8_recipe, -(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8,
+                                  layout.kernels == "fused")
+            cast_fwd += c.forward_bytes * count * e.copies
+            cast_bwd += c.backward_bytes * count * e.copies
+            cast_kernels = [cast_kernels[0] + c.forward_kernels * e.copies,
+                            cast_kernels[1] + c.backward_kernels * e.copies]
+            if not fp8_recipes.fp8_weight_grad(layout.fp8_recipe):  # the weight gradient at the 16-bit rate
+                high = _entry_s(e, layout, peak, perf, experts)[2]
+                bwd, wgrad = bwd - wgrad + high, high
         again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.mixing)
                         or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
@@ -183,10 +190,16 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         passes = 1 + elementwise.BACKWARD_TRAFFIC + again
         other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
         forward_kernels = kernels
+    # context parallelism's ring: the block merges and the gradients' fp32 accumulation (context_parallel, 5)
+    ring_f, ring_b, ring_fk, ring_bk = ring_merges(entries, layout, kv_elements(cfg, layout) if layout.cp > 1 else 0)
     full = layout.recompute == "full"  # recompute casts the forward's inputs again
-    other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth + cast_kernels * perf.kernel_s
-              * (fp8_time.CAST_KERNELS_FORWARD * (1 + full) + fp8_time.CAST_KERNELS_BACKWARD))
-    forward_kernels += fp8_time.CAST_KERNELS_FORWARD * cast_kernels
+    rerun = layout.recompute in ("full", "selective")  # ... and runs attention, so the ring's merges, again
+    other += (ring_f * (1 + rerun) + ring_b) / bandwidth + (ring_fk * (1 + rerun) + ring_bk) * perf.kernel_s
+    traffic += ring_f
+    forward_kernels += ring_fk
+    other += ((cast_fwd * (1 + full) + cast_bwd) / bandwidth
+              + (cast_kernels[0] * (1 + full) + cast_kernels[1]) * perf.kernel_s)
+    forward_kernels += cast_kernels[0]
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
     d = moe_layers(cfg, layout, act)
     moe_s = _dispatch_s(d, again, bandwidth, perf)

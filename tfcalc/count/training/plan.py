@@ -111,7 +111,8 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 
 
 def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
-    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage))
+    collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage,
+                                                                                            hw.gpus_per_node))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
     if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)

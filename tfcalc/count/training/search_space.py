@@ -92,8 +92,8 @@ def applicable_overlap(layout: Layout, overlap: tuple[str, ...]) -> tuple[str, .
     return overlaps(layout.tp, layout.pp, layout.sequence_parallel, overlap)
 
 
-def overlaps(tp: int, pp: int, sequence_parallel: bool, overlap: tuple[str, ...]) -> tuple[str, ...]:
-    keep = {"tp": tp > 1 and sequence_parallel, "pp": pp > 1}
+def overlaps(tp: int, pp: int, sequence_parallel: bool, overlap: tuple[str, ...], ep: int = 1) -> tuple[str, ...]:
+    keep = {"tp": tp > 1 and sequence_parallel, "pp": pp > 1, "ep": ep > 1}
     return tuple(o for o in overlap if keep.get(o, True))
 
 

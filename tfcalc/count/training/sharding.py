@@ -42,6 +42,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
+from tfcalc.count.perf.fp8_recipes import RECIPES
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
@@ -49,6 +50,26 @@ COMPUTE_DTYPES = ("fp8",)
 ZERO_ENGINES = ("flat", "torch")
 GRAD_DTYPES = ("fp32",)
 OFFLOAD = ("optimizer", "activations")
+DISPATCHERS = ("auto", "alltoall", "deepep")  # --ep-dispatch (tfcalc.count.training.experts_parallel, step 3)
+
+
+def dispatcher(layout: Layout, nodes: int) -> str:
+    """Step 3's dispatcher of the layout whose EP group spans ``nodes`` nodes."""
+    if layout.ep_dispatch != "auto":
+        return layout.ep_dispatch
+    return "deepep" if nodes > 1 else "alltoall"
+
+
+def ep_nodes(layout: Layout, gpus_per_node: int) -> int:
+    """Nodes the EP group spans: E ranks tp apart (Megatron's order), gpus_per_node / tp of them in a node."""
+    per_node = min(layout.ep, max(1, gpus_per_node // layout.tp))
+    return -(-layout.ep // per_node)
+
+
+def check_dispatch(value: object) -> str:
+    if not isinstance(value, str) or value not in DISPATCHERS:
+        raise InputError(f"--ep-dispatch must be one of {', '.join(DISPATCHERS)}; got {shown(value)}")
+    return value
 
 
 def routed_expert(name: str) -> bool:
@@ -110,6 +131,11 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
     """Raise InputError, one line, for a sharding or precision variant the layout cannot take."""
     L = layout
     ep = _positive_int("--ep", L.ep)
+    check_dispatch(L.ep_dispatch)
+    if not isinstance(L.fp8_recipe, str) or L.fp8_recipe not in RECIPES:
+        raise InputError(f"--fp8-recipe must be one of {', '.join(RECIPES)}; got {shown(L.fp8_recipe)}")
+    if L.fp8_recipe != "delayed" and L.compute_dtype != "fp8":
+        raise InputError(f"--fp8-recipe {L.fp8_recipe} is a recipe of FP8 matmuls: it needs --compute-dtype fp8")
     if ep > 1:
         check_model_variants(cfg, ep, None, L.attention)
         counts = expert_counts(cfg)

@@ -43,6 +43,9 @@
    peak ÷ that on all S, minus 1) × the overlapped seconds: DP's reduction within its window and, with --overlap tp,
    the hidden TP collectives; C = ``PerfSpec.comm_sms`` (tfcalc.count.perf.hardware). Pipeline and
    context-parallel sends (NCCL's point-to-point kernels, a channel or two per peer) are left out.
+   --overlap ep hides expert parallelism's all-to-alls under another micro-batch's compute (but 1/m of them)
+   at the same kind of cost: the compute beside them on the SMs the all-to-all's kernels leave
+   (``ep_contention_s``; tfcalc.count.training.experts_parallel, step 4).
    Nor in HBM: overlapped DP traffic slows the memory-bound kernels beside it (``hbm_contention_s``), and
    FSDP2's copy-out and reduce-scatter copy-in run on the compute stream (``fsdp_copy_s``): overlap_costs.
 6. MFU = model FLOPs / (step time × peak × GPUs). ``--mfu X`` states the end-to-end MFU instead: the
@@ -58,9 +61,7 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Optional
 
@@ -74,7 +75,8 @@ from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
-from tfcalc.count.training.sharding import grad_element_bytes
+from tfcalc.count.training.sharding import dispatcher, ep_nodes, grad_element_bytes
+from tfcalc.count.training.token_count import MAX_TOKENS, parse_count  # noqa: F401 (their old home)
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
@@ -109,6 +111,7 @@ class Hardware:
     intra_link: str = "nvlink"  # the link kind inside a node: nvlink or pcie
     perf: PerfSpec = field(default_factory=PerfSpec)
     fp8_peak_flops_per_s: Optional[float] = None  # dense FP8, for --compute-dtype fp8 (tfcalc.count.training.fp8)
+    fp4_peak_flops_per_s: Optional[float] = None  # dense NVFP4, for --compute-dtype nvfp4 (count.perf.fp8_recipes)
     pcie_bytes_per_s: Optional[float] = None  # host link per GPU and direction, for --offload (count.training.offload)
     host_memory_bytes: Optional[int] = None  # CPU memory of one node, what offload fills (None: not checked)
 
@@ -131,6 +134,7 @@ class StepTime:
     optimizer_s: float = 0.0  # the optimizer step on the rank's shard (tfcalc.count.perf.optimizer)
     hbm_contention_s: float = 0.0  # memory-bound compute waiting on overlapped collectives' HBM traffic (step 5)
     fsdp_copy_s: float = 0.0  # FSDP2's copy-out and reduce-scatter copy-in on the compute stream (step 5)
+    ep_contention_s: float = 0.0  # --overlap ep's cost: the compute beside the all-to-alls' SMs (step 5)
 
     @property
     def pipelined_s(self) -> float:
@@ -226,6 +230,14 @@ def collective_seconds(c, layout: Layout, hw: Hardware) -> float:
     """Step 4 for one collective: all-reduce, all-gather and reduce-scatter as NCCL's cost model runs them
     (tfcalc.count.perf.collectives.nccl_seconds: ring or tree, LL, LL128 or Simple, per call), the rest
     α-β."""
+    if c.links is not None:  # both links at once (expert parallelism across nodes: experts_parallel, step 3)
+        L, perf = c.links, hw.perf
+        return alpha_beta.two_link_seconds(
+            c.calls or 1,
+            (L.network_bytes, L.network_peers, hw.inter_node_bytes_per_s or 1.0, perf.link_latency_s["network"],
+             perf.link_efficiency["network"]),
+            (L.intra_bytes, L.intra_peers, hw.intra_node_bytes_per_s, perf.link_latency_s[hw.intra_link],
+             perf.link_efficiency[hw.intra_link]))
     inside = group_in_node(c.group, layout, hw.gpus_per_node)
     kind = hw.intra_link if inside else "network"
     rate = hw.intra_node_bytes_per_s if inside else hw.inter_node_bytes_per_s
@@ -275,7 +287,8 @@ def micro_batch_at(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int
     """Step 2's micro-batch times; ``held_sms`` SMs a collective's kernel takes (step 5): the GEMMs run on the rest."""
     # the clock a GPU sustains through training at its power limit (tfcalc.count.perf.hardware)
     peak = hw.peak_flops_per_s * (1.0 if hw.perf.matmul_efficiency else hw.perf.sustained_clock)
-    fp8 = (hw.fp8_peak_flops_per_s or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
+    narrow = hw.fp4_peak_flops_per_s if layout.fp8_recipe == "nvfp4" else hw.fp8_peak_flops_per_s
+    fp8 = (narrow or 0.0) * (peak / hw.peak_flops_per_s) if layout.compute_dtype == "fp8" else 0.0
     perf, sms = hw.perf, hw.perf.sm_count
     if 0 < held_sms < sms:
         share = (sms - held_sms) / sms
@@ -322,8 +335,15 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     window = s.backward * (1 if layout.zero in (0, 1) else m) + (compute - s.backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
     exposed = {"tp": tp, "pp": pp, "dp": max(0.0, comm["dp"] - window) + last_bucket, "cp": cp}
-    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's
-        exposed["ep"] = comm["ep"] * stretch
+    ep_hidden = ep_cost = 0.0
+    if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's ...
+        if "ep" in layout.overlap:  # ... or under another micro-batch's compute but 1/m (experts_parallel, 4)
+            ep_hidden = min(comm["ep"] * (1 - 1 / m), compute)
+            sms = hw.perf.ep_comm_sms if dispatcher(layout, ep_nodes(layout, hw.gpus_per_node)) == "deepep" \
+                else hw.perf.comm_sms
+            ep_held = _stage_s(cfg, layout, hw, sms) if sms else s
+            ep_cost = (ep_held.total / s.total - 1 if s.total else 0.0) * ep_hidden * stretch
+        exposed["ep"] = (comm["ep"] - ep_hidden) * stretch
     # step 5's contention: while a collective overlaps the compute, NCCL's kernel holds comm_sms SMs and the
     # overlapped compute runs on the rest (DP's reduction behind the backward, --overlap tp's behind the GEMMs)
     held = _stage_s(cfg, layout, hw, hw.perf.comm_sms) if hw.perf.comm_sms else s
@@ -338,14 +358,14 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     hidden_dp = min(comm["dp"], window) / comm["dp"] if comm["dp"] else 0.0
     hbm_s = hbm_contention_s(hbm.overlapped, hidden_dp, bandwidth, 1 - s.matmuls / s.total if s.total else 0.0)
     copy_s = fsdp_copy_s(hbm.exposed, hbm.copy_calls, bandwidth, hw.perf.kernel_s)
-    physics = pipelined + sum(exposed.values()) + contention + hbm_s + copy_s
+    physics = pipelined + sum(exposed.values()) + contention + hbm_s + copy_s + ep_cost
     no_overlap = (pipelined + (comm["tp"] + comm["cp"] + comm.get("ep", 0.0)) * stretch + comm["pp"] + comm["dp"]
                   + copy_s)
     overlap = physics if mfu is None else model / (mfu * hw.peak_flops_per_s * layout.gpus)
     basis = "mfu" if mfu is not None else "matmul-efficiency" if hw.perf.matmul_efficiency else "physics"
     return StepTime(model, executed, compute, bubble, comm, no_overlap, overlap,
                     model / (overlap * hw.peak_flops_per_s * layout.gpus), physics, exposed, m * s.matmuls, basis,
-                    contention, hbm_contention_s=hbm_s, fsdp_copy_s=copy_s)
+                    contention, hbm_contention_s=hbm_s, fsdp_copy_s=copy_s, ep_contention_s=ep_cost)
 
 
 def with_optimizer(step: StepTime, optimizer_s: float, peak_flops_per_s: float, gpus: int) -> StepTime:
@@ -371,30 +391,3 @@ def training_run(tokens: int, params: int, layout: Layout, step_s: float) -> Tra
     steps = math.ceil(tokens / (layout.global_batch * layout.seq))
     seconds = steps * step_s
     return TrainingRun(tokens, steps, seconds, seconds * layout.gpus / 3600, chinchilla_tokens(params))
-
-
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12, "p": 10**15}
-_COUNT = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgtp]?)\s*", re.IGNORECASE)
-MAX_TOKENS = 10**30  # a million times the largest training runs (~1e25 tokens would take every GPU for ages)
-
-
-def parse_count(text: str, option: str = "--tokens") -> int:
-    """'2T' -> 2·10¹², '300B' -> 3·10¹¹, '1.4e12', '500M', '1000'. Decimal suffixes, case ignored. At most
-    MAX_TOKENS: the exponent is checked before any number is built ('1e999999' was a 31 s int())."""
-    shown = text if len(text or "") <= 40 else text[:40] + "…"
-    m = _COUNT.fullmatch(text or "") if len(text or "") <= 100 else None
-    if not m:
-        raise InputError(f"{option}: cannot read {shown!r} as a token count; write e.g. 2T, 300B, 1.4e12")
-    mantissa, _, exponent = m.group(1).lower().partition("e")
-    digits = len(mantissa.split(".")[0].lstrip("0"))
-    if digits + int(exponent or 0) + len(str(_SUFFIX[m.group(2).lower()])) - 1 > 31:
-        raise InputError(f"{option}: {shown!r} is more than {MAX_TOKENS:.0e} tokens")
-    try:
-        value = int(Decimal(m.group(1)) * _SUFFIX[m.group(2).lower()])
-    except InvalidOperation:  # pragma: no cover - the pattern admits only decimal numbers
-        raise InputError(f"{option}: cannot read {shown!r} as a token count") from None
-    if value <= 0:
-        raise InputError(f"{option}: a token count must be positive; got {shown!r}")
-    if value > MAX_TOKENS:
-        raise InputError(f"{option}: {shown!r} is more than {MAX_TOKENS:.0e} tokens")
-    return value
