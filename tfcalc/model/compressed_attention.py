@@ -95,8 +95,10 @@ class Compressor(nn.Module):
     def windows(self, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Every closed window of a sequence from position 0: c, z (B, T, c·w) -> entries (B, T // m, w)."""
         B, n, m, w = c.shape[0], c.shape[1] // self.ratio, self.ratio, self.width
-        c = c[:, :n * m].view(B, n, m, -1)
-        z = z[:, :n * m].view(B, n, m, -1) + self.position_bias  # (B, n, m, c·w), fp32 with the bias
+        if n == 0:  # no window closed (a static shape: T < m)
+            return c.new_zeros(B, 0, w)
+        c = c[:, :n * m].view(B, n, m, c.shape[-1])
+        z = z[:, :n * m].view(B, n, m, z.shape[-1]) + self.position_bias  # (B, n, m, c·w), fp32 with the bias
         if self.series == 1:
             return pool(c, z, self.kv_norm)
         prev_c = F.pad(c[:, :-1, :, :w], (0, 0, 0, 0, 1, 0))  # (B, n, m, w): window w - 1's Ca, zeros for w = 0
