@@ -331,6 +331,14 @@ class CompressedFields:
     csa_index_heads: int = 64  # H_i (index_n_heads)
     csa_index_head_dim: int = 128  # D_i (index_head_dim)
     compress_rope_theta: float = 160000.0  # the compressed layers' RoPE base
+    # DeepSeek-V4's blocks beside its attention (tfcalc.architecture.block): hyper-connection streams n (hc_mult;
+    # None: none), the Sinkhorn iterations and epsilon of their mixing matrices
+    hyper_connections: Optional[int] = None
+    hc_sinkhorn_iters: int = 20
+    hc_eps: float = 1e-6
+    # the layers whose experts are chosen by token id (hash-routed, transformers' mlp_layer_types "hash_moe"):
+    # the first this many (None: none)
+    hash_moe_layers: Optional[int] = None
 
 
 _FIELDS = ("csa_ratio", "hca_ratio", "attn_q_lora_rank", "o_groups", "o_lora_rank", "csa_index_topk",
@@ -362,6 +370,11 @@ def check(cfg: Any) -> None:
                              f"got {getattr(cfg, name)}")
     if not cfg.compress_rope_theta > 0:
         raise InputError(f"field 'compress_rope_theta' must be positive; got {cfg.compress_rope_theta}")
+    if not cfg.hc_eps >= 0:
+        raise InputError(f"field 'hc_eps' must be 0 or more; got {cfg.hc_eps}")
+    if cfg.hash_moe_layers and (cfg.n_expert is None or cfg.hash_moe_layers > cfg.n_layer):
+        raise InputError(f"field 'hash_moe_layers' ({cfg.hash_moe_layers}) names layers of experts: it needs "
+                         f"n_expert and at most n_layer ({cfg.n_layer})")
 
 
 KIND = register(MixerKind("compressed attention", CompressedFields, from_flat, words=("swa", "csa", "hca"),

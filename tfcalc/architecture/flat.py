@@ -55,7 +55,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap, cfg.logit_scale, _projected(cfg))
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), cfg.hyper_connections or 0)
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 
@@ -132,7 +132,7 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.hyper_connections or 0)
 
 
 def _kind(cfg: Any, i: int):
