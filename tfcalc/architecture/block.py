@@ -14,12 +14,13 @@ or ``dataclasses.replace(block, attention=...)`` still set it. Norms sit:
   post_feedforward_layernorm only; Groeneveld et al. 2025, "OLMo 2", sec. 3.2, "reordered norm");
 - ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
 
-``hyper`` = n > 0: manifold-constrained hyper-connections (DeepSeek-V4; transformers 5.24 modeling_deepseek_v4.py,
-DeepseekV4HyperConnection, citing Xie et al. 2026): the residual stream is n streams (B, T, n, d); before each
-sub-layer a projection of the n·d normed streams gives pre (n), post (n) and comb (n × n) weights (``*_hc_fn``
-(n(n + 2), n·d), ``*_hc_base`` (n(n + 2)), ``*_hc_scale`` (3)); the sub-layer reads Σ pre_j · stream_j and the
-streams become post ⊗ output + combᵀ · streams (comb Sinkhorn-projected to doubly stochastic). Matmuls: the
-projection (n·d -> n(n + 2)) and the stream mix, n × n @ n × d per token; the rest is elementwise.
+``hyper`` (a ``Hyper`` of n streams): manifold-constrained hyper-connections (DeepSeek-V4; transformers 5.24
+modeling_deepseek_v4.py, DeepseekV4HyperConnection, citing Xie et al. 2026): the residual stream is n streams
+(B, T, n, d); before each sub-layer a projection of the n·d normed streams gives pre (n), post (n) and comb
+(n × n) weights (``*_hc_fn`` (n(n + 2), n·d), ``*_hc_base`` (n(n + 2)), ``*_hc_scale`` (3)); the sub-layer
+reads Σ pre_j · stream_j and the streams become post ⊗ output + combᵀ · streams (comb Sinkhorn-projected to
+doubly stochastic). Matmuls: the projection (n·d -> n(n + 2)) and the stream mix, n × n @ n × d per token;
+the rest is elementwise.
 
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
 58 MoE" (DeepSeek-V3) is two runs and "local, global" alternating (Gemma 2) one run of a two-block
@@ -43,6 +44,23 @@ Placement = Literal["pre", "post", "sandwich", "output"]
 Parallel = Literal["none", "shared_norm", "two_norms"]
 
 
+@dataclass(frozen=True)
+class Hyper:
+    """Hyper-connections (module docstring): ``streams`` n, the Sinkhorn-Knopp iterations and epsilon of the mixing
+    matrices (hc_sinkhorn_iters, hc_eps)."""
+
+    streams: int
+    sinkhorn_iters: int = 20
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.streams, bool) or not isinstance(self.streams, int) or self.streams < 1:
+            raise InputError(f"hyper-connection streams must be a positive integer; got {self.streams!r}")
+        if isinstance(self.sinkhorn_iters, bool) or not isinstance(self.sinkhorn_iters, int) or \
+                self.sinkhorn_iters < 1:
+            raise InputError(f"hc_sinkhorn_iters must be a positive integer; got {self.sinkhorn_iters!r}")
+
+
 @dataclass(frozen=True, init=False)
 class Block:
     mixer: Mixer  # the token mixer (tfcalc.architecture.mixer): softmax or latent attention, ...
@@ -52,11 +70,12 @@ class Block:
     parallel: Parallel = "none"
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
-    hyper: int = 0  # hyper-connection streams (DeepSeek-V4's hc_mult; module docstring); 0: one residual stream
+    hyper: Optional[Hyper] = None  # hyper-connections (DeepSeek-V4's; module docstring); None: one residual stream
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
-                 residual_scale: Optional[float] = None, hyper: int = 0, *, attention: Any = None) -> None:
+                 residual_scale: Optional[float] = None, hyper: Optional[Hyper] = None, *,
+                 attention: Any = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -79,8 +98,8 @@ class Block:
                              "attention and FFN both read the block input")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
-        if self.hyper and (self.placement != "pre" or self.parallel != "none" or self.cross_attention is not None
-                           or self.residual_scale is not None):
+        plain = self.placement == "pre" and self.parallel == "none" and self.cross_attention is None
+        if self.hyper is not None and not (plain and self.residual_scale is None):
             raise InputError("hyper-connections are built for pre-norm blocks of a mixer and an FFN only "
                              "(DeepSeek-V4's): no parallel block, cross-attention or residual scale")
 
@@ -135,9 +154,9 @@ class Block:
 
     def hyper_weights(self, sub: str, role: str) -> list[Weight]:
         """A sub-layer's hyper-connection tensors (module docstring), none without ``hyper``."""
-        n, d = self.hyper, self.mixer.d_model
-        if not n:
+        if self.hyper is None:
             return []
+        n, d = self.hyper.streams, self.mixer.d_model
         return [Weight(f"{sub}_hc_fn", (n * (n + 2), n * d), role, "hyper-connection projection"),
                 Weight(f"{sub}_hc_base", (n * (n + 2),), role, "hyper-connection bias"),
                 Weight(f"{sub}_hc_scale", (3,), role, "hyper-connection scales")]
@@ -145,9 +164,9 @@ class Block:
     def hyper_linears(self, sub: str, role: str) -> list[Linear]:
         """A sub-layer's hyper-connection matmuls: the projection and the stream mix (n matmuls (1, n) @ (n, d)
         a token, counted as ``count`` n of (n_in n, n_out d))."""
-        n, d = self.hyper, self.mixer.d_model
-        if not n:
+        if self.hyper is None:
             return []
+        n, d = self.hyper.streams, self.mixer.d_model
         return [Linear(f"{sub}_hc", role, "hyper-connection weights", n * d, n * (n + 2)),
                 Linear(f"{sub}_hc_mix", role, "hyper-connection stream mix", n, d, count=n)]
 

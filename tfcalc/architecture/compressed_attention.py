@@ -159,33 +159,35 @@ class CompressedAttention:
 
     def weights(self) -> list[Weight]:
         """DeepseekV4Attention.__init__'s tensors, in its order; the compressor's and indexer's after (rotary
-        buffers are not parameters). Every tensor whole under TP (transformers' plan keeps them replicated)."""
+        buffers are not parameters), each named by its module path in transformers and in tfcalc's module (so a
+        checkpoint and the empirical count map by name). Every tensor whole under TP (transformers' plan keeps
+        them replicated)."""
         d, H, h, cq, g, dg, r = (self.d_model, self.n_head, self.head_dim, self.q_lora_rank, self.o_groups,
                                  self.o_lora_rank, "attention")
-        out = [Weight("q_a_weight", (cq, d), r, "Q down-projection weight"),
+        out = [Weight("q_a_proj_weight", (cq, d), r, "Q down-projection weight"),
                Weight("q_a_norm_weight", (cq,), r, "Q latent norm weight"),
-               Weight("q_b_weight", (H * h, cq), r, "Q up-projection weight"),
-               Weight("kv_weight", (h, d), r, "shared K=V weight"),
+               Weight("q_b_proj_weight", (H * h, cq), r, "Q up-projection weight"),
+               Weight("kv_proj_weight", (h, d), r, "shared K=V weight"),
                Weight("kv_norm_weight", (h,), r, "K=V norm weight"),
-               Weight("o_a_weight", (g * dg, H * h // g), r, "grouped output projection weight"),
-               Weight("o_b_weight", (d, g * dg), r, "output projection weight"),
+               Weight("o_a_proj_weight", (g * dg, H * h // g), r, "grouped output projection weight"),
+               Weight("o_b_proj_weight", (d, g * dg), r, "output projection weight"),
                Weight("sinks", (H,), r, "attention sinks")]
         if not self.compressed:
             return out
         c, m = self.series, self.ratio
-        out += [Weight("compressor_kv_weight", (c * h, d), r, "compressor C weight"),
-                Weight("compressor_gate_weight", (c * h, d), r, "compressor gate weight"),
+        out += [Weight("compressor_kv_proj_weight", (c * h, d), r, "compressor C weight"),
+                Weight("compressor_gate_proj_weight", (c * h, d), r, "compressor gate weight"),
                 Weight("compressor_position_bias", (m, c * h), r, "compressor position bias"),
                 Weight("compressor_kv_norm_weight", (h,), r, "compressor norm weight")]
         if not self.sparse:
             return out
         Hi, Di = self.index_n_heads, self.index_head_dim
-        return out + [Weight("indexer_kv_weight", (2 * Di, d), r, "indexer compressor C weight"),
-                      Weight("indexer_gate_weight", (2 * Di, d), r, "indexer compressor gate weight"),
-                      Weight("indexer_position_bias", (m, 2 * Di), r, "indexer position bias"),
-                      Weight("indexer_kv_norm_weight", (Di,), r, "indexer key norm weight"),
-                      Weight("indexer_q_b_weight", (Hi * Di, cq), r, "indexer Q weight"),
-                      Weight("indexer_weights_proj_weight", (Hi, d), r, "indexer head weights")]
+        return out + [Weight("compressor_indexer_kv_proj_weight", (2 * Di, d), r, "indexer compressor C weight"),
+                      Weight("compressor_indexer_gate_proj_weight", (2 * Di, d), r, "indexer compressor gate weight"),
+                      Weight("compressor_indexer_position_bias", (m, 2 * Di), r, "indexer position bias"),
+                      Weight("compressor_indexer_kv_norm_weight", (Di,), r, "indexer key norm weight"),
+                      Weight("compressor_indexer_q_b_proj_weight", (Hi * Di, cq), r, "indexer Q weight"),
+                      Weight("compressor_indexer_scorer_weights_proj_weight", (Hi, d), r, "indexer head weights")]
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         """Steps 1, 2, the compressor's and indexer's projections, then step 6 (the output projection last)."""

@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from tfcalc.architecture import flat_latent, kinds
-from tfcalc.architecture.block import Block, Run, Stack, compress
+from tfcalc.architecture.block import Block, Hyper, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.flat_attention import cross as cross_attention
 from tfcalc.architecture.mamba2 import NoMixer, check_pattern
@@ -55,7 +55,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), cfg.hyper_connections or 0)
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), _hyper(cfg))
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 
@@ -114,6 +114,12 @@ def _merge(runs: list[Run]) -> tuple[Run, ...]:
     return tuple(out)
 
 
+def _hyper(cfg: Any) -> Hyper | None:
+    """DeepSeek-V4's hyper-connections (tfcalc.architecture.block.Hyper), where hyper_connections is given."""
+    n = cfg.hyper_connections
+    return None if n is None else Hyper(n, cfg.hc_sinkhorn_iters, cfg.hc_eps)
+
+
 def _projected(cfg: Any) -> int | None:
     """The token table's own width where it is projected in and out (OPT-350m), else None."""
     return cfg.embedding_dim if cfg.embedding_dim not in (None, cfg.d_model) else None
@@ -132,7 +138,7 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.hyper_connections or 0)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, _hyper(cfg))
 
 
 def _kind(cfg: Any, i: int):

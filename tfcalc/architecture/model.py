@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture import copies
-from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.block import Block, Hyper, Stack
 from tfcalc.architecture.ffn import MoE
 from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
@@ -87,8 +87,8 @@ class Head:
     # the LM head reads this width, projected down from d_model by a bias-free Linear (OPT-350m's project_out)
     project_dim: Optional[int] = None
     # hyper-connection streams collapsed before the final norm (DeepSeek-V4's hc_head, DeepseekV4HyperHead: a
-    # projection n·d -> n, sigmoid weights of the n streams); 0: none (tfcalc.architecture.block)
-    hyper: int = 0
+    # projection n·d -> n, sigmoid weights of the n streams); None: none (tfcalc.architecture.block.Hyper)
+    hyper: Optional[Hyper] = None
 
     def __post_init__(self) -> None:
         extras = self.tied or self.bias or self.transform or self.softcap is not None or self.scale is not None
@@ -103,8 +103,8 @@ class Head:
 
     def weights(self) -> list[Weight]:
         d, V, out = self.d_model, self.vocab_size, []
-        if self.hyper:
-            n = self.hyper
+        if self.hyper is not None:
+            n = self.hyper.streams
             out += [Weight("hc_head_fn", (n, n * d), "lm_head", "hyper-connection head projection"),
                     Weight("hc_head_base", (n,), "lm_head", "hyper-connection head bias"),
                     Weight("hc_head_scale", (1,), "lm_head", "hyper-connection head scale")]

@@ -20,6 +20,7 @@ from tfcalc.errors import InputError
 from tfcalc.model import step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
+from tfcalc.model.hyper import HyperHead
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
@@ -56,6 +57,10 @@ class Stack(nn.Module):
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
+        # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): the embedding copied to n streams, collapsed by
+        # hc_head before the final norm
+        hyper = layers[0].hyper
+        self.hc_head = HyperHead(hyper, emb.d_model, layers[0].norm.eps) if hyper is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
         self.mixers = [b.mixer for b in layers]
@@ -151,6 +156,8 @@ class Stack(nn.Module):
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
+        if self.hc_head is not None:  # (B, T, n, d): the n hyper-connection streams
+            x = x[:, :, None].expand(-1, -1, self.hc_head.hc_base.shape[0], -1).contiguous()
         return x
 
     def block_inputs(self, T: int, dtype: torch.dtype):
@@ -179,6 +186,7 @@ class Stack(nn.Module):
         return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
+        x = x if self.hc_head is None else self.hc_head(x)  # (B, T, n, d) -> (B, T, d)
         return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:

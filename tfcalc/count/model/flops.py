@@ -164,8 +164,8 @@ def matmul_entries(
 def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulEntry]:
     """BERT's pooler (the first token of each sequence) and MLM transform, and the LM head over all rows."""
     d, out = head.d_model, []
-    if head.hyper:  # DeepSeek-V4's hc_head: the n streams' weights, (B·T, n·d) @ (n·d, n)
-        n = head.hyper
+    if head.hyper is not None:  # DeepSeek-V4's hc_head: the n streams' weights, (B·T, n·d) @ (n·d, n)
+        n = head.hyper.streams
         out.append(MatmulEntry("hc_head", "lm_head", "hyper-connection head", (rows, n * d, n), 1, 1,
                                2 * rows * n * d * n, stack))
     if head.pooler:  # BERT: tanh(W h[:, 0] + b)
