@@ -83,6 +83,7 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
+    listed = max(listed, min(cfg.hash_moe_layers or 0, n_layer))  # DeepSeek-V4's hash-routed layers, one by one
     out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
     for seg_start, seg_stop, attn_period in period_segments(cfg, n_layer):
         for start, stop in ((max(seg_start, listed), min(seg_stop, k)), (max(seg_start, k, listed), seg_stop)):
@@ -171,6 +172,7 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if cfg.shared_expert_d_ff:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
                      cfg.swiglu_limit, cfg.swiglu_alpha)
+    hashed = cfg.vocab_size if i < (cfg.hash_moe_layers or 0) else 0  # DeepSeek-V4's hash-routed layers
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input)
+               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed)

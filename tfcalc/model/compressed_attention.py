@@ -65,9 +65,19 @@ class Rotary(nn.Module):
 
     def __init__(self, theta: float, dim: int, yarn=None):
         super().__init__()
-        inv = yarn_inv_freq(theta, dim, yarn) if yarn is not None else \
-            1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self.theta, self.dim, self.yarn = theta, dim, yarn
+        self.register_buffer("inv_freq", self._inv_freq(None), persistent=False)
+
+    def _inv_freq(self, device) -> torch.Tensor:
+        theta, dim = self.theta, self.dim
+        return yarn_inv_freq(theta, dim, self.yarn, device) if self.yarn is not None else \
+            1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
+
+    def _register_position_buffers(self) -> None:
+        """Recomputed after a build on meta (tfcalc.model.load and init_weights call it: no checkpoint holds it)."""
+        self.inv_freq = self._inv_freq(self.inv_freq.device)
+
+    reset_buffers = _register_position_buffers
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq.to(positions.device)

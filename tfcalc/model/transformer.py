@@ -59,6 +59,8 @@ class Stack(nn.Module):
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): the embedding copied to n streams, collapsed by
         # hc_head before the final norm
+        self.hash_moes = [b.ffn for b, spec in zip(self.blocks, layers, strict=True)
+                          if spec.is_moe and spec.ffn.hash_vocab]
         hyper = layers[0].hyper
         self.hc_head = HyperHead(hyper, emb.d_model, layers[0].norm.eps) if hyper is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
@@ -156,6 +158,8 @@ class Stack(nn.Module):
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
+        for moe in self.hash_moes:  # DeepSeek-V4's hash-routed experts read the token ids (tfcalc.model.experts)
+            moe.tokens = idx
         if self.hc_head is not None:  # (B, T, n, d): the n hyper-connection streams
             x = x[:, :, None].expand(-1, -1, self.hc_head.hc_base.shape[0], -1).contiguous()
         return x
