@@ -1,0 +1,170 @@
+"""The deepseek_v4 family (tfcalc.hf_config.deepseek_v4) against transformers 5.24's DeepseekV4ForCausalLM: a tiny
+checkpoint with every layer kind (sliding, CSA, HCA), a hash-routed layer, hyper-connections, the router's correction
+bias: parameters to the one, logits, decode over tfcalc's fixed state equal to the uncached forward and to
+transformers' generate, forward FLOPs equal to FlopCounterMode on transformers' eager model at two lengths, every
+checkpoint tensor mapped; at V4-Flash's size (DeepseekV4Config's defaults) on meta, parameters exact; hostile
+config.json values refused in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+from hf_pairs import assert_decode_equals, eager_flops
+
+from tfcalc.count.model import flops as count_flops, params as count_params
+from tfcalc.errors import InputError
+from tfcalc.model.load import load_model
+from tfcalc.presets import load
+from tfcalc.workload import Workload
+
+transformers = pytest.importorskip("transformers")
+
+TYPES = ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+         "compressed_sparse_attention"]
+# 16 indexer heads: with few, tied (zero) index scores make the top-k torch.topk's choice (tests/test_deepseek_v4.py)
+TINY = dict(vocab_size=64, hidden_size=32, moe_intermediate_size=16, num_hidden_layers=4, num_attention_heads=4,
+            head_dim=16, q_lora_rank=12, partial_rotary_factor=0.5, n_routed_experts=4, num_experts_per_tok=2,
+            sliding_window=8, o_groups=2, o_lora_rank=6, index_n_heads=16, index_head_dim=8, index_topk=3,
+            layer_types=TYPES, max_position_embeddings=128, mlp_layer_types=["hash_moe", "moe", "moe", "moe"],
+            compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8})
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(transformers' model, tfcalc's of its checkpoint, the folder): norms, hyper-connections, sinks and position
+    biases moved off their init, a random tid2eid and correction bias."""
+    torch.manual_seed(0)
+    hf = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**TINY)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if any(k in name for k in ("norm", "hc", "sinks", "position_bias")):
+                p.add_(torch.randn_like(p) * 0.3)
+        for name, b in hf.named_buffers():
+            if name.endswith("tid2eid"):
+                b.copy_(torch.stack([torch.randperm(4)[:2] for _ in range(64)]))
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn_like(b) * 0.1)
+    folder = tmp_path_factory.mktemp("dsv4")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.save_pretrained(folder)
+    return hf, load_model(folder), folder
+
+
+def test_tiny_parameters_exact(tiny):
+    hf, model, folder = tiny
+    cfg = load(str(folder / "config.json"))
+    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in hf.parameters())
+
+
+def test_tiny_logits_equal_transformers(tiny):
+    hf, model, _ = tiny
+    idx = torch.randint(0, 64, (2, 37))  # 9 CSA windows and an open one, 4 HCA windows and an open one
+    with torch.no_grad():
+        want, got = hf(idx, use_cache=False).logits, model(idx)
+    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+
+
+def test_tiny_decode_equals_the_forward_and_transformers_generate(tiny):
+    """Windows close, the ring wraps and CSA's overlap is carried inside the decode steps."""
+    hf, model, _ = tiny
+    prompt = torch.randint(0, 64, (2, 21))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_decode_equals(model, hf, prompt, 12, model.new_cache(2, 40))
+
+
+@pytest.mark.parametrize("seq", [20, 37])
+def test_tiny_forward_flops_equal_flop_counter_mode(tiny, seq):
+    """tfcalc's forward FLOPs = FlopCounterMode on transformers' eager model: the attention's projections and full
+    square, the hyper-connections' projections and stream mix, the hash and learned routers, k experts a token,
+    the shared expert, hc_head and the LM head."""
+    hf, _, folder = tiny
+    cfg = load(str(folder / "config.json"))
+    idx = torch.randint(0, 64, (2, seq))
+    assert count_flops.forward_flops(cfg, Workload(batch=2, seq=seq)) == eager_flops(hf, idx)
+
+
+def test_tiny_state_is_what_the_cache_allocates(tiny):
+    _, model, folder = tiny
+    cfg = load(str(folder / "config.json"))
+    cache = model.new_cache(1, 64)
+    assert cache.nbytes == 4 * sum(cfg.architecture.state_by_dtype(64).values())
+
+
+def test_tiny_checkpoint_names_map_every_tensor(tiny, cli):
+    """`tfcalc params` of the saved checkpoint (DeepSeek's names, as save_pretrained writes them): every tensor maps;
+    stored = parameters + the correction bias of the 3 learned routers (4 each) + the hash layer's tid2eid (64 × 2)."""
+    from safetensors import safe_open
+
+    hf, _, folder = tiny
+    stored = 0
+    for file in folder.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as f:
+            stored += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    data = cli("params", str(folder), "--json").json()
+    params = sum(p.numel() for p in hf.parameters())
+    assert data["checkpoint_total"] == stored == params + 3 * 4 + 64 * 2 and data["analytic_total"] == params
+    assert data["checkpoint"]["agree"]
+
+
+def test_v4_flash_size_parameters_exact(tmp_path):
+    """DeepseekV4Config's defaults (its checkpoint deepseek-ai/DeepSeek-V4-Flash-Base: 43 layers, hidden 4096, 256
+    experts): transformers' model on meta holds tfcalc's count (a config.json of the model type alone reads them)."""
+    with torch.device("meta"):
+        hf = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "deepseek_v4"}))
+    assert count_params.total(load(str(path))) == sum(p.numel() for p in hf.parameters())
+
+
+def _write(tmp_path, raw: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "deepseek_v4", **raw}))
+    return str(path)
+
+
+def test_legacy_keys_read_as_transformers_folds_them(tmp_path):
+    """compress_ratios per layer, compress_rate_csa / _hca and num_hash_layers (DeepseekV4Config.__post_init__)."""
+    new = load(_write(tmp_path, dict(TINY)))
+    old = dict(TINY, compress_ratios=[0, 4, 128, 4], compress_rate_hca=8, num_hash_layers=1)
+    for key in ("layer_types", "mlp_layer_types", "compress_rates"):
+        old.pop(key)
+    old_cfg = load(_write(tmp_path, old))
+    assert old_cfg.layer_pattern == new.layer_pattern and old_cfg.hash_moe_layers == 1
+    assert count_params.total(old_cfg) == count_params.total(new)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(num_key_value_heads=2), "'num_key_value_heads'"),
+    (dict(layer_types=["full_attention"] * 4), "'layer_types'"),
+    (dict(layer_types=["sliding_attention"] * 2), "lists 2 layers"),
+    (dict(compress_ratios=[0, 3, 4, 4], layer_types=None), "'compress_ratios'"),
+    (dict(compress_rates={"compressed_sparse_attention": 1}), "'compress_rates'"),
+    (dict(compress_rates={"heavily_compressed_attention": "x"}), "'compress_rates'"),
+    (dict(compress_rates=[4, 128]), "'compress_rates' must be an object"),
+    (dict(mlp_layer_types=["moe", "hash_moe", "moe", "moe"]), "hash_moe layers after a moe layer"),
+    (dict(mlp_layer_types=["dense"] * 4), "'mlp_layer_types'"),
+    (dict(n_shared_experts=2), "'n_shared_experts'"),
+    (dict(scoring_func="relu"), "'scoring_func'"),
+    (dict(mlp_bias=True), "'mlp_bias'"),
+    (dict(hc_mult=-1), "hyper_connections"),
+    (dict(hc_mult="4"), "hc_mult"),
+    (dict(o_groups=3), "o_groups"),
+    (dict(index_topk=0), "index_topk"),
+    (dict(sliding_window=True), "sliding_window"),
+    (dict(hc_sinkhorn_iters=0), "hc_sinkhorn_iters"),
+])
+def test_hostile_config_json(tmp_path, changes, message):
+    with pytest.raises(InputError, match=message):
+        assert load(_write(tmp_path, {**TINY, **changes})).architecture is None  # refused before
+
+
+def test_hostile_config_json_is_one_line_on_the_command_line(tmp_path, cli):
+    r = cli("params", _write(tmp_path, {**TINY, "o_groups": 3}), "--no-measure")
+    assert r.code != 0 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
