@@ -180,3 +180,17 @@ def test_hostile_component(change, words):
                 compression="csa", ratio=4, index_n_heads=4, index_head_dim=8, index_topk=3)
     with pytest.raises(InputError, match=words):
         Spec(**{**args, **change})
+
+
+@pytest.mark.parametrize("T", [3, 16, 37])
+@pytest.mark.parametrize("i", range(3), ids=TYPES)
+def test_saved_activations_against_autograd(i, T):
+    """``saved`` (bytes per token, its per-sequence compressor term rounded up to a whole byte a token) against
+    what autograd packs for tfcalc's module in fp32 (hf_pairs.saved_bytes): exact but for that rounding."""
+    from hf_pairs import saved_bytes
+
+    cfg = tiny_cfg()
+    _, mine = pair(cfg, i)
+    got = saved_bytes(mine, torch.randn(1, T, cfg.hidden_size, requires_grad=True))
+    counted = T * sum(spec_of(cfg, i).saved(1, T, 4, "math", False).values())
+    assert 0 <= counted - got < T

@@ -261,18 +261,31 @@ class CompressedAttention:
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
-        """Per token, what autograd keeps in tfcalc's module (tfcalc.model.compressed_attention): x's Q latent and
-        its normed copy, q before and after its norm and RoPE, kv before and after, the scores and probabilities
-        over the S + C keys of each head, the output before and after its inverse RoPE and the grouped
-        projection's output; the compressors' C, Z and pooled entries (its gradient flows); the indexer's nothing
-        (no gradient, as transformers' top-k)."""
-        H, h, cq, T = self.n_head, self.head_dim, self.q_lora_rank, seq
+        """Bytes per token autograd keeps in tfcalc's module (tfcalc.model.compressed_attention) over a sequence of
+        T = ``seq``, e bytes an element, its norms and softmax pooling in fp32 (f = 4), as that module computes them
+        (each storage once; checked against autograd in fp32, tests/test_deepseek_v4.py):
+
+        - ``qkv``: the Q latent's norm (its fp32 input, rsqrt, normed product: 2·f·c_q + f) and output (e·c_q), q's
+          unweighted norm (f·H·h + f·H), the RoPE tables (cos, sin, -sin: 3·f·h_r/2), kv's norm (2·f·h + f), the
+          rotated q (e·H·h) and kv (e·h: the keys), and with compression the compressor's C (e·c·h for HCA, whose
+          pooling reads C's storage whole; CSA pools a new (2m)-slot tensor);
+        - ``attn_scores``: the probabilities over the T raw keys, C = T // m entries and the sink (e·H·(T + C + 1));
+        - ``attn_output``: the output rotated back (e·H·h, o_a's input) and o_a's output (e·g·d_g);
+        - ``compressor``: per sequence, divided by T and rounded up to a whole byte: the entries as keys (e·h·C),
+          the pooling's operands (HCA: the fp32 softmax over n·m·h; CSA: the 2m-slot C and its softmax, (e + f)·
+          n·2m·h), the entries' norm (2·f·n·h + f·n) and RoPE tables (f·n·h_r), n = T // m windows.
+        The indexer runs without gradient and keeps nothing."""
+        f, H, h, cq, T = 4, self.n_head, self.head_dim, self.q_lora_rank, seq
         raw, entries = self.keys_read(T, T)
-        scores = 2 * H * (raw + entries)
-        out = {"qkv": e * (2 * cq + 3 * H * h + 3 * h), "attn_scores": e * scores,
-               "attn_output": e * (2 * H * h + self.o_groups * self.o_lora_rank)}
+        n, m = entries, self.ratio
+        qkv = 2 * f * cq + f + e * cq + f * H * (h + 1) + 3 * f * self.rope_dim // 2 + 2 * f * h + f + e * H * h + e * h
+        out = {"qkv": qkv + (e * h if self.compression == "hca" and n else 0),
+               "attn_scores": e * H * (raw + entries + 1),
+               "attn_output": e * (H * h + self.o_groups * self.o_lora_rank)}
         if self.compressed:
-            out["compressor"] = e * 3 * self.series * h
+            pooled = f * n * m * h if self.compression == "hca" else (e + f) * n * 2 * m * h
+            per_sequence = e * h * n + pooled + 2 * f * n * h + f * n + f * n * self.rope_dim
+            out["compressor"] = -(-per_sequence // T)
         return out
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:

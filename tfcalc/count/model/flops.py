@@ -163,11 +163,8 @@ def matmul_entries(
 
 def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulEntry]:
     """BERT's pooler (the first token of each sequence) and MLM transform, and the LM head over all rows."""
-    d, out = head.d_model, []
-    if head.hyper is not None:  # DeepSeek-V4's hc_head: the n streams' weights, (B·T, n·d) @ (n·d, n)
-        n = head.hyper.streams
-        out.append(MatmulEntry("hc_head", "lm_head", "hyper-connection head", (rows, n * d, n), 1, 1,
-                               2 * rows * n * d * n, stack))
+    d, n = head.d_model, head.hyper.streams if head.hyper is not None else 0  # DeepSeek-V4's hc_head: n·d -> n
+    out = [MatmulEntry("hc_head", "lm_head", "hc head", (rows, n * d, n), 1, 1, 2 * rows * n * d * n, stack)][:n]
     if head.pooler:  # BERT: tanh(W h[:, 0] + b)
         out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
     if head.transform is not None:  # BERT's MLM head: dense d -> d before the vocabulary projection
