@@ -23,6 +23,8 @@ from tfcalc.workload import Workload
 
 transformers = pytest.importorskip("transformers")
 
+TESTED_TYPES = {"deepseek_v4"}  # tests/test_hf_config.py: every supported type is tested somewhere
+
 TYPES = ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
          "compressed_sparse_attention"]
 # 16 indexer heads: with few, tied (zero) index scores make the top-k torch.topk's choice (tests/test_deepseek_v4.py)
