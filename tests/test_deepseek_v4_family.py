@@ -161,6 +161,9 @@ def test_legacy_keys_read_as_transformers_folds_them(tmp_path):
     (dict(index_topk=0), "index_topk"),
     (dict(sliding_window=True), "sliding_window"),
     (dict(hc_sinkhorn_iters=0), "hc_sinkhorn_iters"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                        "attention_factor": 2.0}), "'attention_factor'"),
+    (dict(rope_scaling={"type": "yarn", "factor": 4.0}), "original_max_position_embeddings"),
 ])
 def test_hostile_config_json(tmp_path, changes, message):
     with pytest.raises(InputError, match=message):
@@ -170,3 +173,26 @@ def test_hostile_config_json(tmp_path, changes, message):
 def test_hostile_config_json_is_one_line_on_the_command_line(tmp_path, cli):
     r = cli("params", _write(tmp_path, {**TINY, "o_groups": 3}), "--no-measure")
     assert r.code != 0 and len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+def test_yarn_on_the_compressed_layers_gives_transformers_logits(tmp_path):
+    """YaRN (×4 from 16) as DeepseekV4Config folds it: on the compressed layers only, attention factor 1; the file
+    save_pretrained writes nests it under rope_parameters' "compress"; a published-style top-level rope_scaling
+    reads the same."""
+    torch.manual_seed(1)
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32,
+            "beta_slow": 1}
+    hf = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**TINY, rope_parameters=yarn)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.save_pretrained(tmp_path / "ckpt")
+    model = load_model(tmp_path / "ckpt")
+    idx = torch.randint(0, 64, (2, 37))
+    with torch.no_grad():
+        want, got = hf(idx, use_cache=False).logits, model(idx)
+    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    nested = load(str(tmp_path / "ckpt" / "config.json")).architecture.output.layer(1).mixer.yarn
+    flat = dict(TINY, rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                    "beta_fast": 32, "beta_slow": 1})
+    assert load(_write(tmp_path, flat)).architecture.output.layer(1).mixer.yarn == nested is not None
+    assert model.blocks[0].spec.mixer.yarn is None or model.blocks[0].spec.mixer.compression == "none"

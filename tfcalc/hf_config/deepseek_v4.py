@@ -87,6 +87,11 @@ def _rope(r: Reader) -> None:
         _yarn(sub)
     elif r.get("rope_scaling") or "main" not in params:
         _yarn(r)
+    if r.fields.get("rope_scaling") == "yarn":  # DeepseekV4Config: the compressed layers' cos and sin unscaled
+        if r.fields.get("yarn_attention_factor") not in (None, 1.0):
+            raise r.fail(f"YaRN 'attention_factor' {shown(r.fields['yarn_attention_factor'])} is not supported: "
+                         "DeepSeek-V4's compressed layers rotate with an attention factor of 1")
+        r.fields["yarn_attention_factor"] = 1.0
 
 
 def _layer_types(r: Reader, n: int) -> list[str]:
