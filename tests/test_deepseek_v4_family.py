@@ -196,3 +196,22 @@ def test_yarn_on_the_compressed_layers_gives_transformers_logits(tmp_path):
                                     "beta_fast": 32, "beta_slow": 1})
     assert load(_write(tmp_path, flat)).architecture.output.layer(1).mixer.yarn == nested is not None
     assert model.blocks[0].spec.mixer.yarn is None or model.blocks[0].spec.mixer.compression == "none"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["csa_ratio=1"], "'csa_ratio' must be at least 2"),
+    (["hca_ratio=0"], "'hca_ratio'"),
+    (["o_groups=3"], "o_groups"),
+    (["hyper_connections=0"], "hyper_connections"),
+    (["hash_moe_layers=9"], "hash_moe_layers"),
+    (["compress_rope_theta=-1"], "compress_rope_theta"),
+    (["sliding_window=null"], "sliding_window"),
+    (["n_kv_head=2"], "n_kv_head 1"),
+    (["pos_encoding=learned"], "pos_encoding rope"),
+    (["csa_index_topk=x"], "csa_index_topk"),
+    (["layer_pattern=swa, csa, xyz, hca"], "xyz"),
+])
+def test_hostile_flat_fields(tmp_path, overrides, message):
+    """--set on a DeepSeek-V4 config: each bad value one InputError line."""
+    with pytest.raises(InputError, match=message):
+        assert load(_write(tmp_path, TINY), overrides).architecture is None  # refused before

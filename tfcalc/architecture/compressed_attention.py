@@ -71,6 +71,7 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -373,6 +374,11 @@ def from_flat(cfg: Any, i: int, causal: bool) -> CompressedAttention:
                                yarn(cfg), cfg.norm_eps, causal)
 
 
+def _used(cfg: Any) -> bool:
+    """Whether a layer of the config is this kind's (its words in layer_pattern)."""
+    return cfg.layer_pattern is not None and bool(re.search(r"\b(swa|csa|hca)\b", cfg.layer_pattern))
+
+
 def check(cfg: Any) -> None:
     """One line per bad field (tfcalc.config_rules runs it with the other kinds' checks)."""
     for name in _FIELDS:
@@ -387,6 +393,13 @@ def check(cfg: Any) -> None:
         raise InputError(f"field 'compress_rope_theta' must be positive; got {cfg.compress_rope_theta}")
     if not cfg.hc_eps >= 0:
         raise InputError(f"field 'hc_eps' must be 0 or more; got {cfg.hc_eps}")
+    if _used(cfg):
+        if cfg.pos_encoding != "rope" or cfg.arch != "decoder" or cfg.cross_attention:
+            raise InputError("layer_pattern's swa, csa and hca layers (DeepSeek-V4's attention) rotate their keys: "
+                             "they need pos_encoding rope in a decoder without cross_attention")
+        if cfg.n_kv_head not in (None, 1) or cfg.sliding_window is None:
+            raise InputError("layer_pattern's swa, csa and hca layers (DeepSeek-V4's attention) have one shared K=V "
+                             "head and a window: n_kv_head 1 (or unset) and a sliding_window")
     if cfg.hash_moe_layers and (cfg.n_expert is None or cfg.hash_moe_layers > cfg.n_layer):
         raise InputError(f"field 'hash_moe_layers' ({cfg.hash_moe_layers}) names layers of experts: it needs "
                          f"n_expert and at most n_layer ({cfg.n_layer})")
