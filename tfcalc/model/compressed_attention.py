@@ -16,8 +16,9 @@ slot p mod m), CSA's previous-window Ca and Z_a (m slots), the indexer's the sam
 writes the state. A decode step (one token) writes its K=V into the ring and its C, Z into the window's slot,
 pools the window so far (the slots not yet written this window hidden: -inf gate) and writes that entry into its
 slot only once the window is closed (a torch.where of the old and new entry: the same op every step); the
-closing step then also keeps its window's Ca as the next entry's overlap. It attends over the whole ring and every
-entry slot under a mask built from the position on the device.
+closing step then also keeps its window's Ca as the next entry's overlap. It attends over the whole ring and the
+entries of the step's span (span // m of them: the runtime's bucket of positions, a power of two, so the shapes
+change once per bucket, tfcalc.model.cache) under a mask built from the position on the device.
 """
 
 from __future__ import annotations
@@ -243,18 +244,19 @@ class CompressedAttention(MixerModule):
         visible = (p - (p - slot) % W >= 0)[:, None]  # (B, 1, W): the slot's latest position is written
         keys = st.kv
         comp = self.compressor
-        if comp is not None and st.compressed_kv.shape[1]:
-            st.pool_step(comp, x, p, st.compressed_kv, st.window_kv, st.window_gate, getattr(st, "overlap_kv", None),
+        n = min(st.span // self.spec.ratio, st.compressed_kv.shape[1]) if comp is not None else 0
+        if n:  # the entries of the step's span (a bucket of positions, tfcalc.model.cache): its shapes per bucket
+            entries = st.compressed_kv[:, :n]  # (B, n, h), a view: written through
+            st.pool_step(comp, x, p, entries, st.window_kv, st.window_gate, getattr(st, "overlap_kv", None),
                          getattr(st, "overlap_gate", None), self.rotary)
-            n = st.compressed_kv.shape[1]
             open_ = (torch.arange(n, device=x.device)[None] < (p + 1) // self.spec.ratio)[:, None]  # (B, 1, n)
             if comp.indexer is not None:
                 ix = comp.indexer
                 with torch.no_grad():
-                    st.pool_step(ix, x, p, st.index_k, st.index_window_kv, st.index_window_gate,
+                    st.pool_step(ix, x, p, st.index_k[:, :n], st.index_window_kv, st.index_window_gate,
                                  st.index_overlap_kv, st.index_overlap_gate, self.rotary)
-                    open_ = ix.select(x, q_res, rope, st.index_k, open_)
-            keys, visible = torch.cat([keys, st.compressed_kv], dim=1), torch.cat([visible, open_], dim=-1)
+                    open_ = ix.select(x, q_res, rope, st.index_k[:, :n], open_)
+            keys, visible = torch.cat([keys, entries], dim=1), torch.cat([visible, open_], dim=-1)
         st.next.add_(1)
         bias = torch.zeros(visible.shape, device=x.device).masked_fill(~visible, NEG)
         return self._attend(q, keys.to(x.dtype), bias, rope)
@@ -277,9 +279,15 @@ class CompressedState(FixedState):
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors[:-1])
 
+    def step(self, slots: dict, span: int) -> CompressedState:
+        """The store a step calls: every tensor, and the span of positions it reads (its entries: span // m)."""
+        view = self._view(self.tensors, True)
+        view.span = span
+        return view
+
     def _view(self, tensors, decoding):
         view = object.__new__(type(self))
-        view.names, view.spec = self.names, self.spec
+        view.names, view.spec, view.span = self.names, self.spec, getattr(self, "span", 0)
         for name, t in zip(self.names, tensors, strict=True):
             setattr(view, name, t)
         view.decoding = decoding
