@@ -215,3 +215,74 @@ def test_hostile_flat_fields(tmp_path, overrides, message):
     """--set on a DeepSeek-V4 config: each bad value one InputError line."""
     with pytest.raises(InputError, match=message):
         assert load(_write(tmp_path, TINY), overrides).architecture is None  # refused before
+
+
+@pytest.mark.parametrize("n, d, iters", [(4, 32, 20), (2, 16, 3)])
+def test_hyper_connection_activations_against_autograd(n, d, iters):
+    """tfcalc.count.model.activation_terms.hyper_bytes (fp32) = what autograd packs for one HyperConnection around a
+    sub-layer that keeps nothing itself, besides its input streams (which hf_pairs.saved_bytes leaves out)."""
+    from hf_pairs import saved_bytes
+
+    from tfcalc.architecture.block import Hyper
+    from tfcalc.count.model.activation_terms import hyper_bytes
+    from tfcalc.model.hyper import HyperConnection
+
+    hyper, T = Hyper(n, iters), 8
+    hc = HyperConnection(hyper, d, 1e-6)
+    for p in hc.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+
+    class Around(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hc = hc
+
+        def forward(self, x):
+            return self.hc(x, lambda h: h * 2.0)  # a sub-layer that saves nothing
+
+    got = saved_bytes(Around(), torch.randn(1, T, n, d, requires_grad=True))
+    assert got == T * (hyper_bytes(hyper, d, 4) - 4 * n * d)
+
+
+def test_clamped_swiglu_without_alpha_keeps_six_hidden_tensors():
+    """DeepSeek-V4's clamp (swiglu_limit, no alpha): 6·f per token, against autograd on tfcalc's FFN in fp32."""
+    from hf_pairs import saved_bytes
+
+    from tfcalc.architecture import FFN
+    from tfcalc.count.model.activation_terms import ffn_factor
+    from tfcalc.model.layers import FeedForward
+
+    spec = FFN(32, 16, True, "silu", False, 10.0, None)
+    ffn = FeedForward(spec)
+    for p in ffn.parameters():
+        torch.nn.init.normal_(p)
+    saved = saved_bytes(ffn, torch.randn(1, 8, 32, requires_grad=True))
+    assert saved == 8 * 4 * 16 * ffn_factor(spec) == 8 * 4 * 16 * 6
+
+
+FLAT = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True, activation="silu", n_layer=3,
+            n_head=4, n_kv_head=1, d_head=16, rope_fraction=0.5, sliding_window=4, layer_pattern="swa, csa, hca",
+            attn_q_lora_rank=12, o_groups=2, o_lora_rank=6, csa_ratio=2, hca_ratio=4, csa_index_topk=2,
+            csa_index_heads=32, csa_index_head_dim=8, attn_bias=False, ffn_bias=False, n_expert=4, n_expert_active=2,
+            shared_expert_d_ff=64, router_scoring="sqrtsoftplus", router_score_bias=True, hash_moe_layers=2,
+            swiglu_limit=10.0, hyper_connections=2)
+
+
+@pytest.mark.parametrize("batch, seq", [(1, 8), (2, 5), (1, 3)])
+def test_whole_model_activations_against_autograd(batch, seq):
+    """tfcalc.count.model.activations of a DeepSeek-V4 stack (every layer kind, hash and learned routers with
+    sqrt-softplus scores, the clamped SwiGLU, hyper-connections and hc_head) against autograd's saved tensors of
+    tfcalc's model in fp32: exact but for the compressed layers' per-sequence terms, rounded up to a byte a token
+    (less than batch·seq bytes a compressed layer)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "count"))
+    from conftest import tiny
+    from test_activation_kinds import _saved
+
+    from tfcalc.count.model.activations import activations
+
+    cfg = tiny(**FLAT)
+    counted = activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32")).stored
+    assert 0 <= counted - _saved(cfg, batch, seq, None) < 2 * batch * seq

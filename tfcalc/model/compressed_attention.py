@@ -179,10 +179,12 @@ class CompressedAttention(MixerModule):
         """Step 4-6: q (B, nh, T, h) over keys = values (B, S, h) under bias (B, T, S), a sink per head; the output
         rotated back at the query's position, grouped output projection."""
         B, H, T, h = q.shape
-        scores = torch.matmul(q, keys[:, None].mT) * h ** -0.5 + bias[:, None].to(q.dtype)  # (B, nh, T, S)
+        S = keys.shape[1]
+        # the heads as rows of one bmm against the shared K=V (B, S, h): never H copies of it
+        scores = torch.bmm(q.reshape(B, H * T, h), keys.mT).view(B, H, T, S) * h ** -0.5 + bias[:, None].to(q.dtype)
         logits = torch.cat([scores, self.sinks.view(1, H, 1, 1).expand(B, H, T, 1).to(scores.dtype)], dim=-1)
         probs = (logits - logits.max(dim=-1, keepdim=True).values).softmax(dim=-1)[..., :-1]
-        y = torch.matmul(probs.to(keys.dtype), keys[:, None])  # (B, nh, T, h)
+        y = torch.bmm(probs.to(keys.dtype).reshape(B, H * T, S), keys).view(B, H, T, h)
         cos, sin = rope
         y = rotate(y.transpose(1, 2), cos[:, :, None], -sin[:, :, None])  # (B, T, nh, h)
         g = self.spec.o_groups

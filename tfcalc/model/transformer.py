@@ -250,6 +250,11 @@ class Transformer(Stack):
         for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
             if name.endswith("score_bias"):
                 buffer.zero_()
+        for module in self.modules():  # DeepSeek-V4's hash routing: token v's j-th expert (v·k + j) mod E, spread
+            table = getattr(module, "tid2eid", None)  # evenly (transformers starts it at 0: all to expert 0)
+            if table is not None:
+                V, k = table.shape
+                table.copy_((torch.arange(V * k, device=table.device) % module.n_expert).view(V, k))
         for module in self.modules():  # xIELU's constant beta and eps (tfcalc.model.layers.XIELU)
             if hasattr(module, "reset_buffers"):
                 module.reset_buffers()
