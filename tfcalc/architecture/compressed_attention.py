@@ -55,6 +55,11 @@ weighted sum), the indexer's weighted head sum, ReLU and top-k are non-matmul wo
 transformers, where FlopCounterMode sees no matmul for them. Projections: step 1, 2, 6 and the compressors'
 and indexer's Linears (``linears``); o_a_proj counted as g matmuls (T, H·h/g) @ (H·h/g, d_g).
 
+**A decode step** (one query at position p, keys = p + 1): ``mixing(1, keys)`` counts what transformers computes,
+min(keys, W) raw keys and keys // m entries. tfcalc's fixed-shape step (tfcalc.model.compressed_attention) reads
+the W ring slots and the entries of its span (the runtime's bucket of positions, a power of two at least the
+context: span // m), masked: the same keys seen, at most a bucket's worth more read and multiplied.
+
 **State** (``state``), per sequence and layer: the window's kv, a ring of W positions (the project's ring,
 tfcalc.model.attention_state; transformers' DynamicSlidingWindowLayer keeps W - 1, one position fewer), h each,
 cache dtype; the compressed entries, h per m positions (``StateTensor.stride``), cache dtype; CSA also the index
@@ -71,15 +76,11 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.attention import causal_pairs
-from tfcalc.architecture.flat_latent import yarn
-from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
-from tfcalc.architecture.patterns import layer_kind
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -332,78 +333,3 @@ class CompressedAttention:
     def capabilities(self) -> Capabilities:
         return Capabilities(rewind=False, tensor_parallel=False, context_parallel=False,
                             op_recompute="written-out attention scores (sinks)")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompressedFields:
-    """DeepSeek-V4's attention in the layers layer_pattern calls swa (window only), csa and hca."""
-
-    csa_ratio: int = 4  # m of the compressed sparse layers (compress_rates)
-    hca_ratio: int = 128  # m' of the heavily compressed layers
-    attn_q_lora_rank: int = 1024  # c_q (q_lora_rank)
-    o_groups: int = 8  # g: the grouped output projection's groups
-    o_lora_rank: int = 1024  # d_g: each group's output width
-    csa_index_topk: int = 512  # k (index_topk)
-    csa_index_heads: int = 64  # H_i (index_n_heads)
-    csa_index_head_dim: int = 128  # D_i (index_head_dim)
-    compress_rope_theta: float = 160000.0  # the compressed layers' RoPE base
-    # DeepSeek-V4's blocks beside its attention (tfcalc.architecture.block): hyper-connection streams n (hc_mult;
-    # None: none), the Sinkhorn iterations and epsilon of their mixing matrices
-    hyper_connections: Optional[int] = None
-    hc_sinkhorn_iters: int = 20
-    hc_eps: float = 1e-6
-    # the layers whose experts are chosen by token id (hash-routed, transformers' mlp_layer_types "hash_moe"):
-    # the first this many (None: none)
-    hash_moe_layers: Optional[int] = None
-
-
-_FIELDS = ("csa_ratio", "hca_ratio", "attn_q_lora_rank", "o_groups", "o_lora_rank", "csa_index_topk",
-           "csa_index_heads", "csa_index_head_dim")
-
-
-def from_flat(cfg: Any, i: int, causal: bool) -> CompressedAttention:
-    """Layer i's (its word in layer_pattern: swa, csa or hca)."""
-    word = layer_kind(cfg, i).word
-    compression = {"swa": "none", "csa": "csa", "hca": "hca"}[word]
-    ratio = {"none": 1, "csa": cfg.csa_ratio, "hca": cfg.hca_ratio}[compression]
-    d_head = cfg.d_head or cfg.d_model // cfg.n_head
-    rope_dim = int(d_head * cfg.rope_fraction)
-    return CompressedAttention(cfg.d_model, cfg.n_head, d_head, rope_dim, cfg.attn_q_lora_rank, cfg.o_groups,
-                               cfg.o_lora_rank, cfg.sliding_window or 0, compression, ratio, cfg.csa_index_heads,
-                               cfg.csa_index_head_dim, cfg.csa_index_topk, cfg.rope_theta, cfg.compress_rope_theta,
-                               yarn(cfg), cfg.norm_eps, causal)
-
-
-def _used(cfg: Any) -> bool:
-    """Whether a layer of the config is this kind's (its words in layer_pattern)."""
-    return cfg.layer_pattern is not None and bool(re.search(r"\b(swa|csa|hca)\b", cfg.layer_pattern))
-
-
-def check(cfg: Any) -> None:
-    """One line per bad field (tfcalc.config_rules runs it with the other kinds' checks)."""
-    for name in _FIELDS:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"field '{name}' must be a positive integer; got {value!r}")
-    for name in ("csa_ratio", "hca_ratio"):
-        if getattr(cfg, name) < 2:
-            raise InputError(f"field '{name}' must be at least 2 (tokens pooled per compressed entry); "
-                             f"got {getattr(cfg, name)}")
-    if not cfg.compress_rope_theta > 0:
-        raise InputError(f"field 'compress_rope_theta' must be positive; got {cfg.compress_rope_theta}")
-    if not cfg.hc_eps >= 0:
-        raise InputError(f"field 'hc_eps' must be 0 or more; got {cfg.hc_eps}")
-    if _used(cfg):
-        if cfg.pos_encoding != "rope" or cfg.arch != "decoder" or cfg.cross_attention:
-            raise InputError("layer_pattern's swa, csa and hca layers (DeepSeek-V4's attention) rotate their keys: "
-                             "they need pos_encoding rope in a decoder without cross_attention")
-        if cfg.n_kv_head not in (None, 1) or cfg.sliding_window is None:
-            raise InputError("layer_pattern's swa, csa and hca layers (DeepSeek-V4's attention) have one shared K=V "
-                             "head and a window: n_kv_head 1 (or unset) and a sliding_window")
-    if cfg.hash_moe_layers and (cfg.n_expert is None or cfg.hash_moe_layers > cfg.n_layer):
-        raise InputError(f"field 'hash_moe_layers' ({cfg.hash_moe_layers}) names layers of experts: it needs "
-                         f"n_expert and at most n_layer ({cfg.n_layer})")
-
-
-KIND = register(MixerKind("compressed attention", CompressedFields, from_flat, words=("swa", "csa", "hca"),
-                          check=check, group="DeepSeek-V4 compressed attention in swa, csa, hca layers"))
