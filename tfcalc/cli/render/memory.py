@@ -83,8 +83,8 @@ def _hybrid_rows(t: Table, r: MemoryReport, heads: str, window: str) -> None:
               f"{heads}{window}")
     parts = ", ".join(f"{name} {units.nbytes(nbytes)} in {dtype}" for name, (dtype, nbytes) in s.fixed_parts.items())
     fixed_layers = s.layers - s.growing_layers
-    t.add("  fixed state: per sequence", s.fixed,
-          f"B · {fixed_layers} layers, the same at any T: {parts}" if parts else "none")
+    where = f"{fixed_layers} layers" if fixed_layers else "beside the growing state"  # DeepSeek-V4: in every layer
+    t.add("  fixed state: per sequence", s.fixed, f"B · {where}, the same at any T: {parts}" if parts else "none")
 
 
 def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
