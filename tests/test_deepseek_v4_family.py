@@ -115,14 +115,24 @@ def test_tiny_checkpoint_names_map_every_tensor(tiny, cli):
     assert data["checkpoint"]["agree"]
 
 
-def test_v4_flash_size_parameters_exact(tmp_path):
+# V4-Flash's layer schedule as its config.json's compress_ratios lists it (two window-only layers, then CSA and HCA
+# alternating; a 44th entry for the MTP layer, which DeepseekV4Config drops), as quoted in public code (a slimmed
+# copy of the file) and described by the model card (deepseek-ai/DeepSeek-V4-Flash: 284B parameters, 13B active)
+FLASH_RATIOS = [0, 0] + [4, 128] * 20 + [4, 0]
+
+
+@pytest.mark.parametrize("raw", [{}, {"compress_ratios": FLASH_RATIOS}], ids=["defaults", "flash-ratios"])
+def test_v4_flash_size_parameters_exact(tmp_path, raw):
     """DeepseekV4Config's defaults (its checkpoint deepseek-ai/DeepSeek-V4-Flash-Base: 43 layers, hidden 4096, 256
-    experts): transformers' model on meta holds tfcalc's count (a config.json of the model type alone reads them)."""
+    experts), and with V4-Flash's compress_ratios: transformers' model on meta holds tfcalc's count (a config.json
+    of the model type alone reads the defaults). The second is 284,332,230,231: the model card says 284B."""
     with torch.device("meta"):
-        hf = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config())
+        hf = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**raw))
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "deepseek_v4"}))
-    assert count_params.total(load(str(path))) == sum(p.numel() for p in hf.parameters())
+    path.write_text(json.dumps({"model_type": "deepseek_v4", **raw}))
+    total = count_params.total(load(str(path)))
+    assert total == sum(p.numel() for p in hf.parameters())
+    assert "compress_ratios" not in raw or round(total / 1e9) == 284  # the model card: 284B
 
 
 def _write(tmp_path, raw: dict):
