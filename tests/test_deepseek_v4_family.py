@@ -248,7 +248,7 @@ def test_hyper_connection_activations_against_autograd(n, d, iters):
             self.hc = hc
 
         def forward(self, x):
-            return self.hc(x, lambda h: h * 2.0)  # a sub-layer that saves nothing
+            return self.hc.around(x, lambda h: h * 2.0)  # a sub-layer that saves nothing
 
     got = saved_bytes(Around(), torch.randn(1, T, n, d, requires_grad=True))
     assert got == T * (hyper_bytes(hyper, d, 4) - 4 * n * d)

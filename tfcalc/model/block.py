@@ -86,8 +86,8 @@ class Block(nn.Module):
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
-            x = self.attn_hc(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
-            return self.ffn_hc(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
+            x = self.attn_hc.around(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
+            return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
             x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:

@@ -102,6 +102,18 @@ class Compressor(nn.Module):
         self.gate_proj = Linear(d, series * width, bias=False)
         self.position_bias = nn.Parameter(torch.empty(ratio, series * width))
         self.kv_norm = RMSNorm(width, eps)
+        self.indexer: Indexer | None = None  # CSA's (set by CompressedAttention)
+
+    def forward(self, x: torch.Tensor, q_res: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Every projection of the compressor and its indexer, in one module call (FlopCounterMode groups them with
+        the attention's projections, tfcalc.measure.flops): C and Z (B, T, c·w), and for CSA the indexer's C and
+        Z (B, T, 2·D_i), queries (B, T, H_i·D_i) and head weights (B, T, H_i), without gradient."""
+        out = (self.kv_proj(x), self.gate_proj(x))
+        if self.indexer is None:
+            return out
+        ix = self.indexer
+        with torch.no_grad():  # the selection carries no gradient (transformers' top-k indices)
+            return out + (ix.kv_proj(x), ix.gate_proj(x), ix.q_b_proj(q_res), ix.scorer.weights_proj(x))
 
     def windows(self, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Every closed window of a sequence from position 0: c, z (B, T, c·w) -> entries (B, T // m, w)."""
@@ -117,6 +129,23 @@ class Compressor(nn.Module):
         return pool(torch.cat([prev_c, c[..., w:]], dim=2), torch.cat([prev_z, z[..., w:]], dim=2), self.kv_norm)
 
 
+class GroupedLinear(nn.Module):
+    """DeepseekV4GroupedLinear: ``weight`` (g·d_g, n_in) holds g blocks (d_g, n_in); the output (B, T, H, h) split in
+    g groups of n_in = H·h/g, each group times its block, in one bmm: (B, T, H, h) -> (B, T, g·d_g)."""
+
+    def __init__(self, n_in: int, n_out: int, groups: int):
+        super().__init__()
+        self.groups = groups
+        self.weight = nn.Parameter(torch.empty(n_out, n_in))
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        B, T = y.shape[:2]
+        g = self.groups
+        w = self.weight.view(g, -1, self.weight.shape[1])  # (g, d_g, n_in)
+        out = torch.matmul(y.reshape(B * T, g, -1).transpose(0, 1), w.mT)  # (g, B·T, d_g)
+        return out.transpose(0, 1).reshape(B, T, -1)
+
+
 class Indexer(Compressor):
     """DeepseekV4Indexer: its own CSA compressor at D_i (kv_proj, gate_proj, position_bias, kv_norm), q_b_proj and
     scorer.weights_proj."""
@@ -129,13 +158,14 @@ class Indexer(Compressor):
         self.scorer = nn.Module()
         self.scorer.weights_proj = Linear(spec.d_model, Hi, bias=False)
 
-    def select(self, x, q_res, rope, keys: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def select(self, iq, iw, rope, keys: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """The keep mask (B, T, C) of the compressed entries: of the ``visible`` ones (B, T, C), the top
-        min(k, C) by Σ_h w_h·ReLU(D_i^-1/2·q_h·K_s) (DeepseekV4IndexerScorer); keys (B, C, D_i) rotated."""
-        B, T, _ = x.shape
-        q = rotate(self.q_b_proj(q_res).view(B, T, self.heads, self.dim), *(t[:, :, None] for t in rope))
+        min(k, C) by Σ_h w_h·ReLU(D_i^-1/2·q_h·K_s) (DeepseekV4IndexerScorer); iq (B, T, H_i·D_i) and iw (B, T,
+        H_i) the indexer's projections, keys (B, C, D_i) rotated."""
+        B, T, _ = iq.shape
+        q = rotate(iq.view(B, T, self.heads, self.dim), *(t[:, :, None] for t in rope))
         s = F.relu(torch.matmul(q.float(), keys.float().mT[:, None])) * self.dim ** -0.5  # (B, T, H_i, C)
-        w = self.scorer.weights_proj(x).float() * self.heads ** -0.5  # (B, T, H_i)
+        w = iw.float() * self.heads ** -0.5  # (B, T, H_i)
         scores = (s * w[..., None]).sum(dim=2).masked_fill(~visible, NEG)  # (B, T, C)
         top = scores.topk(min(self.topk, keys.shape[1]), dim=-1).indices
         return torch.zeros_like(visible).scatter(-1, top, True) & visible
@@ -153,7 +183,7 @@ class CompressedAttention(MixerModule):
         self.kv_proj = Linear(d, h, bias=False)
         self.kv_norm = RMSNorm(h, spec.eps)
         g = spec.o_groups
-        self.o_a_proj = Linear(H * h // g, g * spec.o_lora_rank, bias=False)  # g blocks (DeepseekV4GroupedLinear)
+        self.o_a_proj = GroupedLinear(H * h // g, g * spec.o_lora_rank, g)
         self.o_b_proj = Linear(g * spec.o_lora_rank, d, bias=False)
         self.sinks = nn.Parameter(torch.empty(H))
         self.compressor = None
@@ -187,10 +217,7 @@ class CompressedAttention(MixerModule):
         y = torch.bmm(probs.to(keys.dtype).reshape(B, H * T, S), keys).view(B, H, T, h)
         cos, sin = rope
         y = rotate(y.transpose(1, 2), cos[:, :, None], -sin[:, :, None])  # (B, T, nh, h)
-        g = self.spec.o_groups
-        w = self.o_a_proj.weight.view(g, -1, y.shape[-1] * H // g)  # (g, d_g, H·h/g)
-        y = torch.matmul(y.reshape(B * T, g, -1).transpose(0, 1), w.mT)  # (g, B·T, d_g): one bmm
-        return self.o_b_proj(y.transpose(0, 1).reshape(B, T, -1))
+        return self.o_b_proj(self.o_a_proj(y))
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
         if store is not None and store.decoding:
@@ -204,7 +231,7 @@ class CompressedAttention(MixerModule):
         keys, visible = kv, seen
         comp = self.compressor
         if comp is not None:
-            c, z = comp.kv_proj(x), comp.gate_proj(x)
+            c, z, *index = comp(x, q_res)
             entries = comp.windows(c, z)  # (B, n, h)
             n = entries.shape[1]
             at = torch.arange(n, device=x.device) * self.spec.ratio
@@ -212,7 +239,7 @@ class CompressedAttention(MixerModule):
             open_ = torch.arange(n, device=x.device)[None, None] < (p + 1) // self.spec.ratio  # (B, T, n)
             ix = None
             if comp.indexer is not None:
-                ix = self._index_prompt(x, q_res, rope, open_)
+                ix = self._index_prompt(index, rope, open_)
                 open_ = ix[0]
             keys, visible = torch.cat([kv, entries], dim=1), torch.cat([seen, open_], dim=-1)
             if store is not None:
@@ -222,15 +249,15 @@ class CompressedAttention(MixerModule):
         bias = torch.zeros(visible.shape, device=x.device).masked_fill(~visible, NEG)
         return self._attend(q, keys, bias, rope)
 
-    def _index_prompt(self, x, q_res, rope, visible):
+    def _index_prompt(self, index, rope, visible):
         """CSA over a prompt: the indexer's entries and its selection (keep mask, raw C, Z, index keys)."""
         ix = self.compressor.indexer
+        c, z, iq, iw = index
         with torch.no_grad():  # the selection carries no gradient (transformers' top-k indices)
-            c, z = ix.kv_proj(x), ix.gate_proj(x)
             keys = ix.windows(c, z)
-            n = keys.shape[1]
-            keys = rotate(keys, *self.rotary(torch.arange(n, device=x.device).expand(x.shape[0], n) * ix.ratio))
-            return ix.select(x, q_res, rope, keys, visible), c, z, keys
+            B, n = keys.shape[:2]
+            keys = rotate(keys, *self.rotary(torch.arange(n, device=c.device).expand(B, n) * ix.ratio))
+            return ix.select(iq, iw, rope, keys, visible), c, z, keys
 
     def _step(self, x: torch.Tensor, st: CompressedState) -> torch.Tensor:
         """One decode token per sequence over the state (module docstring)."""
@@ -248,16 +275,17 @@ class CompressedAttention(MixerModule):
         comp = self.compressor
         n = min(st.span // self.spec.ratio, st.compressed_kv.shape[1]) if comp is not None else 0
         if n:  # the entries of the step's span (a bucket of positions, tfcalc.model.cache): its shapes per bucket
+            c, z, *index = comp(x, q_res)
             entries = st.compressed_kv[:, :n]  # (B, n, h), a view: written through
-            st.pool_step(comp, x, p, entries, st.window_kv, st.window_gate, getattr(st, "overlap_kv", None),
+            st.pool_step(comp, c, z, p, entries, st.window_kv, st.window_gate, getattr(st, "overlap_kv", None),
                          getattr(st, "overlap_gate", None), self.rotary)
             open_ = (torch.arange(n, device=x.device)[None] < (p + 1) // self.spec.ratio)[:, None]  # (B, 1, n)
             if comp.indexer is not None:
                 ix = comp.indexer
                 with torch.no_grad():
-                    st.pool_step(ix, x, p, st.index_k[:, :n], st.index_window_kv, st.index_window_gate,
-                                 st.index_overlap_kv, st.index_overlap_gate, self.rotary)
-                    open_ = ix.select(x, q_res, rope, st.index_k[:, :n], open_)
+                    st.pool_step(ix, index[0], index[1], p, st.index_k[:, :n], st.index_window_kv,
+                                 st.index_window_gate, st.index_overlap_kv, st.index_overlap_gate, self.rotary)
+                    open_ = ix.select(index[2], index[3], rope, st.index_k[:, :n], open_)
             keys, visible = torch.cat([keys, entries], dim=1), torch.cat([visible, open_], dim=-1)
         st.next.add_(1)
         bias = torch.zeros(visible.shape, device=x.device).masked_fill(~visible, NEG)
@@ -326,26 +354,26 @@ class CompressedState(FixedState):
             okv.copy_(c[:, (n - 1) * m:n * m, :width])
             ogate.copy_(z[:, (n - 1) * m:n * m, :width])
 
-    def pool_step(self, comp: Compressor, x, p, store, wkv, wgate, okv, ogate, rotary) -> None:
+    def pool_step(self, comp: Compressor, c_new, z_new, p, store, wkv, wgate, okv, ogate, rotary) -> None:
         """A step's C, Z into the window's slot p mod m; the window so far pooled (slots after p mod m hidden; CSA:
         the previous window's Ca beside, none for window 0) and written into entry p // m once the window closes;
         then (CSA) the closed window's Ca kept as the next one's overlap."""
         m, w = comp.ratio, comp.width
-        self.put(wkv, p % m, comp.kv_proj(x))
-        self.put(wgate, p % m, comp.gate_proj(x))
-        hidden = (torch.arange(m, device=x.device)[None] > p % m)[..., None]  # (B, m, 1)
+        self.put(wkv, p % m, c_new)
+        self.put(wgate, p % m, z_new)
+        hidden = (torch.arange(m, device=p.device)[None] > p % m)[..., None]  # (B, m, 1)
         z = (wgate + comp.position_bias).masked_fill(hidden, NEG)  # (B, m, c·w)
         c = wkv
         if comp.series == 2:
             first = (p < m)[..., None]  # (B, 1, 1): window 0 has no previous Ca
             oz = (ogate + comp.position_bias[:, :w]).masked_fill(first, NEG)
             c, z = torch.cat([okv, c[..., w:]], dim=1), torch.cat([oz, z[..., w:]], dim=1)
-        entry = pool(c.to(x.dtype), z, comp.kv_norm)[:, None]  # (B, 1, w)
+        entry = pool(c.to(c_new.dtype), z, comp.kv_norm)[:, None]  # (B, 1, w)
         at = (p // m) * m
         entry = rotate(entry, *rotary(at))
         closed = ((p + 1) % m == 0)[..., None]  # (B, 1, 1)
         slot = (p // m).clamp(max=store.shape[1] - 1)  # (B, 1)
-        rows = torch.arange(store.shape[0], device=x.device)[:, None]
+        rows = torch.arange(store.shape[0], device=p.device)[:, None]
         self.put(store, slot, torch.where(closed, entry.to(store.dtype), store[rows, slot]))
         if okv is not None:
             self.put_all(okv, torch.where(closed, wkv[..., :w], okv))

@@ -46,11 +46,19 @@ class HyperConnection(nn.Module):
             comb = comb / (comb.sum(dim=-2, keepdim=True) + self.eps)
         return pre, post, comb
 
-    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
-        """x (B, T, n, d) -> the streams after ``sublayer`` ((B, T, d) -> (B, T, d)) read their collapse."""
-        pre, post, comb = self.weights(x)
-        y = sublayer((pre[..., None] * x).sum(dim=2).to(x.dtype))  # (B, T, d)
+    def forward(self, x: torch.Tensor, y: torch.Tensor | None = None, post=None, comb=None):
+        """Called twice per sub-layer (module calls both, so FlopCounterMode counts them here, not in the sub-layer):
+        x (B, T, n, d) -> (post, comb, the collapse (B, T, d) the sub-layer reads); then with the sub-layer's output
+        y (B, T, d) and those post and comb -> the streams mixed (B, T, n, d)."""
+        if y is None:
+            pre, post, comb = self.weights(x)
+            return post, comb, (pre[..., None] * x).sum(dim=2).to(x.dtype)
         return post.to(x.dtype)[..., None] * y[..., None, :] + torch.matmul(comb.to(x.dtype).mT, x)
+
+    def around(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        """x (B, T, n, d) -> the streams after ``sublayer`` ((B, T, d) -> (B, T, d)) read their collapse."""
+        post, comb, collapsed = self(x)
+        return self(x, sublayer(collapsed), post, comb)
 
 
 class HyperHead(nn.Module):
