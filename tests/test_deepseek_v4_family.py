@@ -296,3 +296,16 @@ def test_whole_model_activations_against_autograd(batch, seq):
     cfg = tiny(**FLAT)
     counted = activations(cfg, Workload(batch=batch, seq=seq, dtype="fp32")).stored
     assert 0 <= counted - _saved(cfg, batch, seq, None) < 2 * batch * seq
+
+
+def test_rows_joining_and_leaving_decode_as_alone():
+    """Continuous batching (tfcalc.model.slots): two prompts admitted into two rows of one state, decoded together,
+    one row released and the other moved into it: each row's tokens are its own sequence's uncached greedy ones."""
+    from conftest import tiny
+    from hf_pairs import assert_rows_decode_alone
+
+    from tfcalc.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(tiny(**dict(FLAT, max_seq_len=32)), "cpu", torch.float32).eval()
+    assert_rows_decode_alone(model, [torch.randint(0, 61, (1, 5)), torch.randint(0, 61, (1, 9))], 24)
