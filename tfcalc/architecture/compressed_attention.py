@@ -26,7 +26,7 @@ heavily_compressed_attention):
 6. grouped output projection: the H·h output split in g groups, each (H·h/g) -> d_g (``o_a_proj``, a
    block-diagonal Linear run as one bmm), then g·d_g -> d (``o_b_proj``).
 
-Compression (layers with a compressor; m' = m):
+Compression (the layers with a compressor):
 
 7. HCA (eqs. 20-23): C = W_C·x and Z = W_Z·x (d -> h each, ``compressor.kv_proj``, ``compressor.gate_proj``);
    each CLOSED window of m tokens gives one entry Σ_j softmax_j(Z_j + B_j) ⊙ C_j (softmax over the window's m
