@@ -309,3 +309,17 @@ def test_rows_joining_and_leaving_decode_as_alone():
     torch.manual_seed(0)
     model = build_model(tiny(**dict(FLAT, max_seq_len=32)), "cpu", torch.float32).eval()
     assert_rows_decode_alone(model, [torch.randint(0, 61, (1, 5)), torch.randint(0, 61, (1, 9))], 24)
+
+
+def test_memory_names_the_compressed_state(tmp_path, cli):
+    """`tfcalc memory` of V4-Flash's layout at 4,096 tokens, bf16: the growing state by hand (21 CSA layers: 1,024
+    entries of 512 and 1,024 index keys of 128; 20 HCA layers: 32 entries; every layer a 128-slot window of 512; 2
+    bytes each), the fixed buffers beside it, and the row saying what grows."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "deepseek_v4", "compress_ratios": FLASH_RATIOS}))
+    r = cli("memory", str(path), "--seq", "4096", "--json")
+    growing = 2 * (21 * 1024 * (512 + 128) + 20 * 32 * 512 + 43 * 128 * 512)
+    fixed = 2 * (21 * (2 * 4 * 1024 + 2 * 4 * 512 + 2 * 4 * 256 + 2 * 4 * 128) + 20 * 2 * 128 * 512)
+    assert r.json()["kv_cache_bytes"] == growing + fixed
+    text = " ".join(cli("memory", str(path), "--seq", "4096").out.split())  # the table's wrapped cells joined
+    assert "a compressed entry (and index key) per 4 or 128 tokens" in text
