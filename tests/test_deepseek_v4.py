@@ -194,3 +194,33 @@ def test_saved_activations_against_autograd(i, T):
     got = saved_bytes(mine, torch.randn(1, T, cfg.hidden_size, requires_grad=True))
     counted = T * sum(spec_of(cfg, i).saved(1, T, 4, "math", False).values())
     assert 0 <= counted - got < T
+
+
+@pytest.mark.parametrize("i", range(3), ids=TYPES)
+def test_state_at_4096_tokens_at_v4_flash_size_against_transformers_cache(i):
+    """DeepseekV4Config's V4-Flash sizes, bf16, transformers' attention on meta over 4,096 tokens with its
+    DynamicCache: tfcalc's counted state (``state``, each tensor in its dtype) = transformers' cache + the named
+    differences: one ring slot more (W against W - 1), the open window's raw C and Z (m slots of c·h each, the
+    indexer's m of 2·D_i; transformers' buffers are empty at a multiple of m), and CSA's previous-window gate kept
+    raw in bf16 where transformers keeps it in fp32 with the position bias added (m·h and m·D_i elements, 2 bytes
+    fewer each)."""
+    cfg = DeepseekV4Config(num_hidden_layers=3, layer_types=list(TYPES))
+    cfg._attn_implementation = "eager"
+    T, spec = 4096, spec_of(cfg, i)
+    with torch.device("meta"):
+        hf = hf_v4.DeepseekV4Attention(cfg, i).to(torch.bfloat16)
+        for name, p in hf.named_parameters():  # transformers keeps these in fp32 (_keep_in_fp32_modules_strict)
+            if any(k in name for k in ("position_bias", "norm", "sinks")):
+                p.data = p.data.float()
+        x = torch.empty(1, T, cfg.hidden_size, dtype=torch.bfloat16)
+        pos = torch.arange(T)[None]
+        rot = hf_v4.DeepseekV4RotaryEmbedding(cfg)
+        cache = DynamicCache(config=cfg)
+        hf(x, {t: rot(x, pos, t) for t in ("main", "compress")}, pos,
+           torch.empty(1, 1, T, T, dtype=torch.bfloat16), cache=cache)
+    counted = sum(n * (2 if dtype in (None, "model") else 4) for dtype, n in state_by_dtype(spec, T).items())
+    h, m, c, Di = spec.head_dim, spec.ratio, spec.series, spec.index_head_dim
+    named = h + (2 * m * c * h if spec.compressed else 0)
+    if spec.sparse:
+        named += 2 * m * 2 * Di - (m * h + m * Di)  # the indexer's open window; the fp32 gates' extra 2 bytes
+    assert counted == hf_layer_bytes(cache.layers[i]) + 2 * named
