@@ -224,3 +224,20 @@ def test_state_at_4096_tokens_at_v4_flash_size_against_transformers_cache(i):
     if spec.sparse:
         named += 2 * m * 2 * Di - (m * h + m * Di)  # the indexer's open window; the fp32 gates' extra 2 bytes
     assert counted == hf_layer_bytes(cache.layers[i]) + 2 * named
+
+
+@pytest.mark.parametrize("T", [2048, 4096])
+@pytest.mark.parametrize("i", range(3), ids=TYPES)
+def test_flops_at_v4_flash_size_equal_flopcountermode_on_meta(i, T):
+    """V4-Flash's sizes (DeepseekV4Config's defaults: 64 heads of 512, 64 indexer heads of 128, top-512), transformers'
+    eager attention on meta: the projections and the full-square scores counted = FlopCounterMode's."""
+    cfg = DeepseekV4Config(num_hidden_layers=3, layer_types=list(TYPES))
+    cfg._attn_implementation = "eager"
+    with torch.device("meta"):
+        hf = hf_v4.DeepseekV4Attention(cfg, i)
+        x = torch.empty(1, T, cfg.hidden_size)
+        pos = torch.arange(T)[None]
+        rot = hf_v4.DeepseekV4RotaryEmbedding(cfg)
+        with FlopCounterMode(display=False) as c:
+            hf(x, {t: rot(x, pos, t) for t in ("main", "compress")}, pos, torch.empty(1, 1, T, T))
+    assert counted(spec_of(cfg, i), T) == c.get_total_flops()
