@@ -174,6 +174,9 @@ def test_legacy_keys_read_as_transformers_folds_them(tmp_path):
     (dict(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
                         "attention_factor": 2.0}), "'attention_factor'"),
     (dict(rope_scaling={"type": "yarn", "factor": 4.0}), "original_max_position_embeddings"),
+    (dict(quantization_config={"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+                               "scale_fmt": "ue8m0", "expert_dtype": "fp4"}), "'quantization_config'"),
+    (dict(quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]}), "'quantization_config'"),
 ])
 def test_hostile_config_json(tmp_path, changes, message):
     with pytest.raises(InputError, match=message):

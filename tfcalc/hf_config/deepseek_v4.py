@@ -56,6 +56,7 @@ def deepseek_v4(r: Reader) -> None:
     if r.flag("mlp_bias", False):
         raise r.fail("'mlp_bias' true is not supported: transformers biases the shared expert and not the routed ones")
     r.dtype()
+    _quantization(r)
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
                     ffn_bias=False, attn_bias=False, tie_embeddings=False)
     _attention(r)
@@ -64,6 +65,19 @@ def deepseek_v4(r: Reader) -> None:
     r.take("hc_sinkhorn_iters", "hc_sinkhorn_iters", 20)
     r.take("hc_eps", "hc_eps", 1e-6)
     r.causal_or_base("DeepseekV4")
+
+
+def _quantization(r: Reader) -> None:
+    """DeepSeek-V4's published checkpoints store FP4 experts (``expert_dtype``, also a top-level key in V4's
+    files) and FP8 weights with power-of-two (ue8m0) block scales, and keep the compressor's and indexer's
+    projections in bf16 (modeling_deepseek_v4.py, _keep_in_fp32_modules): tfcalc.hf_config.quantization models
+    none of these, so a file with a quantization_config is refused in one line rather than its weights miscounted."""
+    q = r.raw.get("quantization_config")
+    if q is not None:
+        expert = q.get("expert_dtype", r.raw.get("expert_dtype")) if isinstance(q, dict) else None
+        raise r.fail(f"'quantization_config' (expert_dtype {shown(expert)}) is not counted for deepseek_v4: its FP4 "
+                     "experts, ue8m0 scales and bf16 compressors are not modelled; leave it out to count the weights "
+                     "in the config's dtype")
 
 
 def _rope(r: Reader) -> None:
