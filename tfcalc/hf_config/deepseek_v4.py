@@ -18,8 +18,10 @@ streams (``hc_sinkhorn_iters``, ``hc_eps``) around every sub-layer and before th
 
 Refused by name: num_key_value_heads other than 1, hash_moe layers that are not the first ones, mlp_bias true
 (transformers biases the shared expert and not the routed ones), n_shared_experts other than 1 (transformers builds
-one shared MLP whatever it says), tie_word_embeddings true. Not counted: the MTP layer (num_nextn_predict_layers;
-transformers does not instantiate it, its checkpoint tensors are counted beside, as DeepSeek-V3's).
+one shared MLP whatever it says), tie_word_embeddings true, a YaRN attention_factor other than 1, any
+quantization_config (V4's FP4 experts with FP8 ue8m0-scaled weights are not modelled: ``_quantization``). Not
+counted: the MTP layer (num_nextn_predict_layers; transformers does not instantiate it, its checkpoint tensors are
+counted beside, as DeepSeek-V3's).
 """
 
 from __future__ import annotations
