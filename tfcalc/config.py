@@ -186,7 +186,7 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     stored_quant_keep: Optional[str] = None  # comma-separated tfcalc components, e.g. "lm_head,attn_q_weight"
     # --- DeepSeek-V2/V3, Kimi K2 (tfcalc.config_latent): the router (tfcalc.architecture.routing); YaRN
     # (.latent.Yarn); MTP modules (.mtp); latent attention's fields are its mixer kind's (.flat_latent) ---
-    router_scoring: Literal["softmax", "sigmoid"] = "softmax"
+    router_scoring: Literal["softmax", "sigmoid", "sqrtsoftplus"] = "softmax"
     router_groups: Optional[int] = None  # n_group
     router_topk_groups: Optional[int] = None  # topk_group
     routed_scaling: Optional[float] = None  # routed_scaling_factor; None: 1

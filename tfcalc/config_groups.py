@@ -29,6 +29,11 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
     ("lightning attention in the layer_pattern's lightning layers (Lightning)", ("lightning_block_size",)),
+    ("DeepSeek-V4: compressed attention in swa, csa, hca layers, hyper-connections, hash-routed experts "
+     "(CompressedAttention, Block.hyper, MoE.hash_vocab)", (
+        "csa_ratio", "hca_ratio", "attn_q_lora_rank", "o_groups", "o_lora_rank", "csa_index_topk", "csa_index_heads",
+        "csa_index_head_dim", "compress_rope_theta", "hyper_connections", "hc_sinkhorn_iters", "hc_eps",
+        "hash_moe_layers")),
     ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",

@@ -15,8 +15,8 @@ def validate_moe_extras(cfg) -> None:
         raise ConfigError("router_bias applies to a mixture of experts only (give n_expert and n_expert_active)")
     if cfg.expert_format is not None and cfg.n_expert is None:
         raise ConfigError("expert_format applies to a mixture of experts only (give n_expert and n_expert_active)")
-    if (cfg.swiglu_limit is None) != (cfg.swiglu_alpha is None):
-        raise ConfigError("give swiglu_limit and swiglu_alpha together (gpt-oss's clamped SwiGLU), or neither")
+    if cfg.swiglu_alpha is not None and cfg.swiglu_limit is None:
+        raise ConfigError("swiglu_alpha needs swiglu_limit (gpt-oss's clamped SwiGLU; a limit alone: DeepSeek-V4's)")
     if cfg.swiglu_limit is not None and (not cfg.gated_ffn or cfg.activation != "silu"):
         raise ConfigError("swiglu_limit and swiglu_alpha clamp a SwiGLU: they need gated_ffn true and activation silu")
     if cfg.attn_sinks and cfg.arch == "encoder-decoder":

@@ -57,6 +57,12 @@ KINDS = {
     "lightning-minimax": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, layer_pattern="lightning, full, lightning*2",
                               lightning_block_size=2, norm_placement="normed_residual", residual_alpha=1.5,
                               residual_multiplier=0.75, n_expert=3, n_expert_active=2),
+    # DeepSeek-V4: a window ring of 4, entries every 2 (CSA, an indexer's top-2) and every 4 (HCA) written once their
+    # window closes, the open windows' buffers; hyper-connections of 2 streams
+    "compressed-dsv4": dict(ROPE, n_layer=3, n_head=4, n_kv_head=1, d_head=16, rope_fraction=0.5, sliding_window=4,
+                            layer_pattern="swa, csa, hca", attn_q_lora_rank=12, o_groups=2, o_lora_rank=6, csa_ratio=2,
+                            hca_ratio=4, csa_index_topk=2, csa_index_heads=32, csa_index_head_dim=8,
+                            hyper_connections=2),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

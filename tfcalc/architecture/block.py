@@ -17,6 +17,14 @@ or ``dataclasses.replace(block, attention=...)`` still set it. Norms sit:
   α ``residual_alpha``, its *_alpha_factor, with DeepNet's scaling of the residual, Wang et al. 2022);
 - ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
 
+``hyper`` (a ``Hyper`` of n streams): manifold-constrained hyper-connections (DeepSeek-V4; transformers 5.24
+modeling_deepseek_v4.py, DeepseekV4HyperConnection, citing Xie et al. 2026): the residual stream is n streams
+(B, T, n, d); before each sub-layer a projection of the n·d normed streams gives pre (n), post (n) and comb
+(n × n) weights (``*_hc_fn`` (n(n + 2), n·d), ``*_hc_base`` (n(n + 2)), ``*_hc_scale`` (3)); the sub-layer
+reads Σ pre_j · stream_j and the streams become post ⊗ output + combᵀ · streams (comb Sinkhorn-projected to
+doubly stochastic). Matmuls: the projection (n·d -> n(n + 2)) and the stream mix, n × n @ n × d per token;
+the rest is elementwise.
+
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
 58 MoE" (DeepSeek-V3) is two runs and "local, global" alternating (Gemma 2) one run of a two-block
 pattern; ``layers()`` walks them one block per layer, which is all a fold needs.
@@ -39,6 +47,23 @@ Placement = Literal["pre", "post", "sandwich", "output", "normed_residual"]
 Parallel = Literal["none", "shared_norm", "two_norms"]
 
 
+@dataclass(frozen=True)
+class Hyper:
+    """Hyper-connections (module docstring): ``streams`` n, the Sinkhorn-Knopp iterations and epsilon of the mixing
+    matrices (hc_sinkhorn_iters, hc_eps)."""
+
+    streams: int
+    sinkhorn_iters: int = 20
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.streams, bool) or not isinstance(self.streams, int) or self.streams < 1:
+            raise InputError(f"hyper-connection streams must be a positive integer; got {self.streams!r}")
+        if isinstance(self.sinkhorn_iters, bool) or not isinstance(self.sinkhorn_iters, int) or \
+                self.sinkhorn_iters < 1:
+            raise InputError(f"hc_sinkhorn_iters must be a positive integer; got {self.sinkhorn_iters!r}")
+
+
 @dataclass(frozen=True, init=False)
 class Block:
     mixer: Mixer  # the token mixer (tfcalc.architecture.mixer): softmax or latent attention, ...
@@ -49,10 +74,11 @@ class Block:
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
     residual_alpha: Optional[float] = None  # the residual times this before the add (MiniMax-01's alpha factors)
+    hyper: Optional[Hyper] = None  # hyper-connections (DeepSeek-V4's; module docstring); None: one residual stream
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
-                 residual_scale: Optional[float] = None, *, attention: Any = None,
+                 residual_scale: Optional[float] = None, hyper: Optional[Hyper] = None, *, attention: Any = None,
                  residual_alpha: Optional[float] = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
@@ -61,7 +87,7 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale), ("residual_alpha", residual_alpha)):
+                            ("residual_scale", residual_scale), ("hyper", hyper), ("residual_alpha", residual_alpha)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -79,6 +105,10 @@ class Block:
                              f"(MiniMax-01's); got norm_placement {self.placement}")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
+        plain = self.placement == "pre" and self.parallel == "none" and self.cross_attention is None
+        if self.hyper is not None and not (plain and self.residual_scale is None):
+            raise InputError("hyper-connections are built for pre-norm blocks of a mixer and an FFN only "
+                             "(DeepSeek-V4's): no parallel block, cross-attention or residual scale")
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: the folds key dicts by block (``Stack.kinds_in``, asked thousands
@@ -121,20 +151,40 @@ class Block:
         def norm(name: str) -> list[Weight]:
             return self.norm.weights(name, norms[name]) if name in norms else []
 
-        out = norm("attn_norm") + [w.named("attn_") for w in self.mixer.weights()] + norm("attn_post_norm")
+        out = self.hyper_weights("attn", "attention") + norm("attn_norm") + [
+            w.named("attn_") for w in self.mixer.weights()] + norm("attn_post_norm")
         if self.cross_attention is not None:
             out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
             out += norm("cross_attn_post_norm")
         ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
-        return out + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+        return out + self.hyper_weights("ffn", "ffn") + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+
+    def hyper_weights(self, sub: str, role: str) -> list[Weight]:
+        """A sub-layer's hyper-connection tensors (module docstring), none without ``hyper``."""
+        if self.hyper is None:
+            return []
+        n, d = self.hyper.streams, self.mixer.d_model
+        return [Weight(f"{sub}_hc_fn", (n * (n + 2), n * d), role, "hyper-connection projection"),
+                Weight(f"{sub}_hc_base", (n * (n + 2),), role, "hyper-connection bias"),
+                Weight(f"{sub}_hc_scale", (3,), role, "hyper-connection scales")]
+
+    def hyper_linears(self, sub: str, role: str) -> list[Linear]:
+        """A sub-layer's hyper-connection matmuls: the projection and the stream mix (n matmuls (1, n) @ (n, d)
+        a token, counted as ``count`` n of (n_in n, n_out d))."""
+        if self.hyper is None:
+            return []
+        n, d = self.hyper.streams, self.mixer.d_model
+        return [Linear(f"{sub}_hc", role, "hyper-connection weights", n * d, n * (n + 2)),
+                Linear(f"{sub}_hc_mix", role, "hyper-connection stream mix", n, d, count=n)]
 
     def linears(self, with_cross_kv: bool = True, step: bool = False) -> list[Linear]:
         """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``);
         ``step``: the mixer's in the form a decode step runs."""
-        out = [m.named("attn_") for m in self.mixer.linears(step=step)]
+        out = [m.named("attn_") for m in self.mixer.linears(step=step)] + self.hyper_linears("attn", "attention_proj")
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
-        return out + (self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()])
+        ffn = self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]
+        return out + ffn + self.hyper_linears("ffn", "ffn")
 
 
 @dataclass(frozen=True)

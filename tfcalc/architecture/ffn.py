@@ -14,7 +14,8 @@
    (registered as nn.Parameter, so counted); β = 0.5 and eps = −1e-6 are buffers (not counted);
 4. gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): with ``swiglu_limit`` L and
    ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
-   the same matmuls as any gated FFN.
+   the same matmuls as any gated FFN. With L and no a: DeepSeek-V4's, silu(min(gate, L)) · clamp(up, -L, L)
+   (modeling_deepseek_v4.py, DeepseekV4MLP and DeepseekV4Experts._apply_gate).
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -101,6 +102,11 @@ class MoE:
     # Llama 4 (modeling_llama4.py, Llama4Router): the sigmoid of each chosen logit scales the token's
     # input to that expert, not its output (tfcalc.model.routing_input)
     sigmoid_input: bool = False
+    # DeepSeek-V4's hash-routed layers (transformers' mlp_layer_types "hash_moe", DeepseekV4HashRouter): each
+    # token's experts are a frozen table's row for its token id, ``tid2eid`` (vocab, k), a buffer (not counted as
+    # a parameter, stored in checkpoints); the router's scores still weigh them. 0: learned top-k routing; else
+    # the vocabulary the table covers
+    hash_vocab: int = 0
 
     def __post_init__(self) -> None:
         if self.n_expert < 1 or self.top_k < 1:

@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from tfcalc.architecture import flat_latent, kinds
-from tfcalc.architecture.block import Block, Run, Stack, compress
+from tfcalc.architecture.block import Block, Hyper, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.flat_attention import cross as cross_attention
 from tfcalc.architecture.mamba2 import NoMixer, check_pattern
@@ -55,7 +55,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap, cfg.logit_scale, _projected(cfg))
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), _hyper(cfg))
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 
@@ -83,6 +83,7 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
+    listed = max(listed, min(cfg.hash_moe_layers or 0, n_layer))  # DeepSeek-V4's hash-routed layers, one by one
     out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
     for seg_start, seg_stop, attn_period in period_segments(cfg, n_layer):
         for start, stop in ((max(seg_start, listed), min(seg_stop, k)), (max(seg_start, k, listed), seg_stop)):
@@ -114,6 +115,12 @@ def _merge(runs: list[Run]) -> tuple[Run, ...]:
     return tuple(out)
 
 
+def _hyper(cfg: Any) -> Hyper | None:
+    """DeepSeek-V4's hyper-connections (tfcalc.architecture.block.Hyper), where hyper_connections is given."""
+    n = cfg.hyper_connections
+    return None if n is None else Hyper(n, cfg.hc_sinkhorn_iters, cfg.hc_eps)
+
+
 def _projected(cfg: Any) -> int | None:
     """The token table's own width where it is projected in and out (OPT-350m), else None."""
     return cfg.embedding_dim if cfg.embedding_dim not in (None, cfg.d_model) else None
@@ -133,7 +140,8 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, residual_alpha=cfg.residual_alpha)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, _hyper(cfg),
+                 residual_alpha=cfg.residual_alpha)
 
 
 def _kind(cfg: Any, i: int):
@@ -166,6 +174,7 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if cfg.shared_expert_d_ff:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
                      cfg.swiglu_limit, cfg.swiglu_alpha)
+    hashed = cfg.vocab_size if i < (cfg.hash_moe_layers or 0) else 0  # DeepSeek-V4's hash-routed layers
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input)
+               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed)

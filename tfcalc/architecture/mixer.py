@@ -152,12 +152,15 @@ class StateTensor:
     # the shape a runtime allocates per position (a growing tensor: (heads, width), whose product is
     # per_token) or whole (a fixed one), batch and positions left out; () where the mixer does not say
     shape: tuple[int, ...] = ()
+    # one entry kept per ``stride`` positions (DeepSeek-V4's compressed KV: one per m tokens,
+    # tfcalc.architecture.compressed_attention); 1: one per position
+    stride: int = 1
 
     def positions(self, context: int, spare: int = 0) -> int:
         """Positions kept at a context of this many tokens; a ring (``span``) with ``spare`` slots more, which a
         speculative run allocates so that a verify step of spare + 1 tokens can be rewound
-        (tfcalc.model.attention_state)."""
-        return context if self.span is None else min(context, self.span + spare)
+        (tfcalc.model.attention_state); with a ``stride``, the entries of the closed strides."""
+        return (context if self.span is None else min(context, self.span + spare)) // self.stride
 
     def elements(self, context: int, spare: int = 0) -> int:
         return self.per_token * self.positions(context, spare) + self.fixed

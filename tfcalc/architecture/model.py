@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture import copies
-from tfcalc.architecture.block import Block, Stack
+from tfcalc.architecture.block import Block, Hyper, Stack
 from tfcalc.architecture.ffn import MoE
 from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
@@ -86,6 +86,9 @@ class Head:
     scale: Optional[float] = None  # logits times this (Cohere's logit_scale; Granite's 1 / logits_scaling)
     # the LM head reads this width, projected down from d_model by a bias-free Linear (OPT-350m's project_out)
     project_dim: Optional[int] = None
+    # hyper-connection streams collapsed before the final norm (DeepSeek-V4's hc_head, DeepseekV4HyperHead: a
+    # projection n·d -> n, sigmoid weights of the n streams); None: none (tfcalc.architecture.block.Hyper)
+    hyper: Optional[Hyper] = None
 
     def __post_init__(self) -> None:
         extras = self.tied or self.bias or self.transform or self.softcap is not None or self.scale is not None
@@ -100,6 +103,11 @@ class Head:
 
     def weights(self) -> list[Weight]:
         d, V, out = self.d_model, self.vocab_size, []
+        if self.hyper is not None:
+            n = self.hyper.streams
+            out += [Weight("hc_head_fn", (n, n * d), "lm_head", "hyper-connection head projection"),
+                    Weight("hc_head_base", (n,), "lm_head", "hyper-connection head bias"),
+                    Weight("hc_head_scale", (1,), "lm_head", "hyper-connection head scale")]
         if self.project_dim is not None:  # modeling_opt.py, OPTDecoder.project_out
             out.append(Weight("lm_head_project_out", (self.project_dim, d), "lm_head", "LM head projection out"))
         if self.pooler:  # BERT (Devlin et al. 2019, sec. 3)

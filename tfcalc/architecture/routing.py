@@ -2,7 +2,7 @@
 DeepSeek's grouped routing, sigmoid scores, correction bias and routed scaling.
 
 1. scores over the E experts: softmax of the router logits (DeepSeek-V2), or their sigmoid (DeepSeek-V3,
-   arXiv 2412.19437, sec. 2.1.2, eq. 15);
+   arXiv 2412.19437, sec. 2.1.2, eq. 15), or sqrt(softplus) (DeepSeek-V4, transformers' ACT2FN "sqrtsoftplus");
 2. grouped ("device-limited") routing: the experts are cut into ``n_group`` groups of E / n_group; each
    token keeps the ``topk_group`` best groups and picks its top-k experts among them. A group's score is
    its best expert's (DeepSeek-V2's group_limited_greedy, arXiv 2405.04434, sec. 2.2.2), or with the
@@ -25,7 +25,7 @@ from typing import Literal
 
 from tfcalc.errors import InputError
 
-Scoring = Literal["softmax", "sigmoid"]
+Scoring = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class Routing:
     bias_buffer: bool = False  # the correction bias (step 3)
 
     def __post_init__(self) -> None:
-        if self.scoring not in ("softmax", "sigmoid"):
-            raise InputError(f"router scoring must be softmax or sigmoid; got {self.scoring!r}")
+        if self.scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
+            raise InputError(f"router scoring must be softmax, sigmoid or sqrtsoftplus; got {self.scoring!r}")
         if self.n_group < 1 or self.topk_group < 1 or self.topk_group > self.n_group:
             raise InputError(f"grouped routing keeps topk_group ({self.topk_group}) of n_group ({self.n_group}) "
                              "groups: both at least 1, topk_group at most n_group")

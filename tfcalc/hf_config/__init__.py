@@ -50,6 +50,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "deepseek_v2": ("deepseek", "deepseek_v2"),
     "deepseek_v3": ("deepseek", "deepseek_v3"),
     "deepseek_v32": ("deepseek", "deepseek_v32"),
+    "deepseek_v4": ("deepseek_v4", "deepseek_v4"),
     "ernie4_5_moe": ("ernie4_5_moe", "ernie4_5_moe"),
     "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),

@@ -77,7 +77,8 @@ def scalings(raw: dict[str, Any], model_type: str) -> dict[str, Any]:
 
 def rope_scaling(r: Reader) -> None:
     """The scaling fields of a RoPE model (module docstring); nothing for a model without RoPE or DeepSeek's."""
-    if r.fields.get("pos_encoding") != "rope" or r.fields.get("kv_lora_rank") is not None:
+    if r.fields.get("pos_encoding") != "rope" or r.fields.get("kv_lora_rank") is not None or \
+            r.model_type == "deepseek_v4":  # DeepSeek-V4's compressed layers' own (tfcalc.hf_config.deepseek_v4)
         return
     raw, model_type, where = r.raw, r.model_type, r.where
     if model_type in TEXT_CONFIG:

@@ -12,6 +12,7 @@ from tfcalc.architecture import Block as BlockSpec
 from tfcalc.model import fused
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.model.ffn import FeedForward
+from tfcalc.model.hyper import HyperConnection
 from tfcalc.model.layers import make_norm
 from tfcalc.model.mixers import build_mixer
 
@@ -44,6 +45,9 @@ class Block(nn.Module):
         absent = not spec.is_moe and spec.ffn.absent  # a block of its mixer alone (Mamba2Block)
         self.ffn = None if absent else MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
+        hyper, d = spec.hyper, spec.mixer.d_model  # DeepSeek-V4's hyper-connections (tfcalc.model.hyper)
+        self.attn_hc = HyperConnection(hyper, d, spec.norm.eps) if hyper is not None else None
+        self.ffn_hc = HyperConnection(hyper, d, spec.norm.eps) if hyper is not None else None
 
     def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
         """What a sub-layer adds to the residual stream x (pre, sandwich and output; post-norm is not
@@ -107,6 +111,9 @@ class Block(nn.Module):
         sub-layer's last matmul may add its output into x in place (_adds_into)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
+        if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
+            x = self.attn_hc.around(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
+            return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
             x = self.attention_sublayer(x, rope, mask, store, fold)
         if self.cross_attn is not None:

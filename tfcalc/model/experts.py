@@ -41,7 +41,7 @@ from tfcalc.model import routing_input
 from tfcalc.model.ffn import FeedForward, ffn_hidden
 from tfcalc.model.grouped import expert_ends, grouped_matmul
 from tfcalc.model.layers import Linear
-from tfcalc.model.routing import route
+from tfcalc.model.routing import hash_route, route
 
 
 class GroupedLinear(nn.Module):
@@ -106,11 +106,22 @@ class MixtureOfExperts(nn.Module):
         self.spec, self.n_expert = spec, spec.n_expert
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
         self.router = Linear(spec.d_model, spec.n_expert, bias=spec.router_bias)
-        if spec.routing.bias_buffer:  # DeepSeek-V3's e_score_correction_bias: a buffer, as in transformers
+        if spec.routing.bias_buffer and not spec.hash_vocab:  # DeepSeek-V3's e_score_correction_bias: a buffer
             self.register_buffer("score_bias", torch.zeros(spec.n_expert))
+        if spec.hash_vocab:  # DeepSeek-V4's hash routing: the experts of each token id, a buffer as transformers'
+            self.register_buffer("tid2eid", torch.zeros(spec.hash_vocab, spec.top_k, dtype=torch.long))
+        self.tokens: torch.Tensor | None = None  # hash routing: the token ids of the rows, set by the stack's embed
         self.experts = Experts(spec.expert, spec.n_expert)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
+
+    def reset_buffers(self) -> None:
+        """init_weights' hash table (DeepSeek-V4): token v's j-th expert (v·k + j) mod E, spread evenly
+        (transformers starts it at 0: every token to expert 0)."""
+        table = getattr(self, "tid2eid", None)
+        if table is not None:
+            V, k = table.shape
+            table.copy_((torch.arange(V * k, device=table.device) % self.n_expert).view(V, k))
 
     def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, d) -> (B, T, d); ``rows`` (B,): 1 for a sequence in flight, 0 for a free row that takes no
@@ -127,6 +138,8 @@ class MixtureOfExperts(nn.Module):
     def route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, d) -> (weights, chosen experts), (N, k) each."""
         logits = self.router(flat)  # (N, E)
+        if self.spec.hash_vocab:  # DeepseekV4HashRouter: the table's experts, weighed by the router's scores
+            return hash_route(logits, self.spec, self.tid2eid.index_select(0, self.tokens.reshape(-1)), flat.dtype)
         if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
             weights, chosen = route(logits, self.spec, getattr(self, "score_bias", None))
             return weights.to(flat.dtype), chosen

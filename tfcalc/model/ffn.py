@@ -87,4 +87,6 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
         return act(gate) * up
     limit = spec.swiglu_limit
     gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+    if spec.swiglu_alpha is None:  # DeepSeek-V4's (DeepseekV4MLP): the plain SwiGLU of the clamped halves
+        return act(gate) * up
     return gate * torch.sigmoid(gate * spec.swiglu_alpha) * (up + 1)

@@ -21,6 +21,7 @@ from tfcalc.model import step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.ffn import _ACTIVATIONS
+from tfcalc.model.hyper import HyperHead
 from tfcalc.model.layers import Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
@@ -59,6 +60,12 @@ class Stack(nn.Module):
         for i, block in enumerate(self.blocks):
             block.attn.at_layer(i, len(self.blocks))
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
+        # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): the embedding copied to n streams, collapsed by
+        # hc_head before the final norm
+        self.hash_moes = [b.ffn for b, spec in zip(self.blocks, layers, strict=True)
+                          if spec.is_moe and spec.ffn.hash_vocab]
+        hyper = layers[0].hyper
+        self.hc_head = HyperHead(hyper, emb.d_model, layers[0].norm.eps) if hyper is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
         self.mixers = [b.mixer for b in layers]
@@ -154,6 +161,10 @@ class Stack(nn.Module):
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
+        for moe in self.hash_moes:  # DeepSeek-V4's hash-routed experts read the token ids (tfcalc.model.experts)
+            moe.tokens = idx
+        if self.hc_head is not None:  # (B, T, n, d): the n hyper-connection streams
+            x = x[:, :, None].expand(-1, -1, self.hc_head.hc_base.shape[0], -1).contiguous()
         return x
 
     def block_inputs(self, T: int, dtype: torch.dtype):
@@ -182,6 +193,7 @@ class Stack(nn.Module):
         return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
+        x = x if self.hc_head is None else self.hc_head(x)  # (B, T, n, d) -> (B, T, d)
         return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
@@ -241,7 +253,7 @@ class Transformer(Stack):
         for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
             if name.endswith("score_bias"):
                 buffer.zero_()
-        for module in self.modules():  # xIELU's constant beta and eps (tfcalc.model.ffn.XIELU)
+        for module in self.modules():  # buffers a module sets itself: xIELU's constants, a hash-routing table
             if hasattr(module, "reset_buffers"):
                 module.reset_buffers()
         self.to(self.tok_emb.weight.dtype)

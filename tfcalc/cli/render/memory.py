@@ -77,14 +77,19 @@ def _hybrid_rows(t: Table, r: MemoryReport, heads: str, window: str) -> None:
     s = r.split
     t.add("Generation state (KV cache + fixed)", r.kv_cache,
           f"grows with T in {s.growing_layers} of {s.layers} layers; the rest fixed per sequence")
-    if s.growing_layers:
+    if s.growing_layers and s.strides:  # DeepSeek-V4: a window of raw K=V and an entry per m tokens
+        every = " or ".join(f"{m:,}" for m in s.strides)
+        t.add("  K, V: grows with tokens", s.growing,
+              f"the window's K=V and a compressed entry (and index key) per {every} tokens, in {r.kv_dtype}, "
+              f"in {s.growing_layers} layers of {s.layers}; {heads}{window}")
+    elif s.growing_layers:
         t.add("  K, V: grows with tokens", s.growing,
               f"2·B·T·L_kv·n_kv·d_head in {r.kv_dtype}, L_kv = {s.growing_layers} attention layers of {s.layers}; "
               f"{heads}{window}")
     parts = ", ".join(f"{name} {units.nbytes(nbytes)} in {dtype}" for name, (dtype, nbytes) in s.fixed_parts.items())
     fixed_layers = s.layers - s.growing_layers
-    t.add("  fixed state: per sequence", s.fixed,
-          f"B · {fixed_layers} layers, the same at any T: {parts}" if parts else "none")
+    where = f"{fixed_layers} layers" if fixed_layers else "beside the growing state"  # DeepSeek-V4: in every layer
+    t.add("  fixed state: per sequence", s.fixed, f"B · {where}, the same at any T: {parts}" if parts else "none")
 
 
 def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:

@@ -40,7 +40,8 @@ per token per layer:
 7. FFN: ungated, the activation input and output, 2·e·f (ReLU keeps only its output: e·f); gated
    (SwiGLU/GeGLU), the fused [gate | up] output 2·e·f, the activation output e·f and the product (the
    down-projection input) e·f: 4·e·f; gpt-oss's clamped SwiGLU 7·e·f (the clamped gate, its sigmoid,
-   g·σ and up + 1 besides); xIELU (Apertus) 5·e·f: its input and output and the three tensors autograd
+   g·σ and up + 1 besides); DeepSeek-V4's (no alpha) 6·e·f (the clamped gate and up besides); xIELU (Apertus)
+   5·e·f: its input and output and the three tensors autograd
    saves between (α_p·x, expm1(min(x, eps)), expm1(...) − x); the two softplus'd scalars it also saves, 2·e
    a layer whatever the tokens, are left out (tests/count/test_activation_kinds.py states them);
 8. mixture of experts: the FFN input is kept once (the router's input); for each of the k experts a token
@@ -53,6 +54,8 @@ per token per layer:
    and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e);
 9. dropout (tfcalc's model has none; ``dropout=True`` adds the paper's terms): a 1-byte mask on the
    attention and on the FFN output (2·h), and under math the softmax-dropout mask and output, (1 + e)·a·s;
+12. hyper-connections (DeepSeek-V4, ``hyper_bytes``): what each of a block's two HyperConnections keeps, its
+   fp32 Sinkhorn iterations included (the final hc_head's, once per model, left out);
 10. cross-attention (``cross_terms``), b·T target and b·S source tokens: its norm, the Q-projection input
    e·h, Q e·q, the output e·o and the log-sum-exp 4·a per target token, its fused K/V output e·(k + v) per
    source token. Under "math" (unchecked: cross-attention has no mask, so the module runs the fused kernel
@@ -86,13 +89,16 @@ def _router_bytes(moe: MoE) -> int:
     scores of all E and, renormalized, the k chosen scores and their sum (the division keeps both)."""
     if moe.routing.is_default:
         return FP32 * (moe.top_k if moe.renormalize else moe.n_expert)
-    return FP32 * (moe.n_expert + ((moe.top_k + 1) if moe.renormalize else 0))
+    scores = 2 if moe.routing.scoring == "sqrtsoftplus" else 1  # DeepSeek-V4's: softplus' input and sqrt's output
+    return FP32 * (scores * moe.n_expert + ((moe.top_k + 1) if moe.renormalize else 0))
 
 
 def ffn_factor(ffn: FFN) -> int:
     """Hidden-width tensors the FFN keeps (step 7): 4 gated, 1 for ReLU (only its output), 5 for xIELU, else 2."""
     if ffn.gated:
-        return 7 if ffn.swiglu_limit is not None else 4
+        if ffn.swiglu_limit is not None:  # gpt-oss's 7; DeepSeek-V4's clamp (no alpha) 6: the clamped gate and up
+            return 7 if ffn.swiglu_alpha is not None else 6
+        return 4
     return {"relu": 1, "xielu": 5}.get(ffn.activation, 2)
 
 
@@ -119,6 +125,8 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["ffn_hidden"] = ffn_factor(ffn) * e * ffn.d_ff
     if block.placement == "sandwich":
         out["ffn_post_norm"] = norm_bytes(norm, e)
+    if block.hyper is not None:  # step 12: DeepSeek-V4's hyper-connections, around each of the two sub-layers
+        out["hyper_connections"] = 2 * hyper_bytes(block.hyper, h, e)
     out["dropout"] = 2 * h if dropout else 0  # the 1-byte masks of the attention and FFN outputs
     out["scores_dropout"] = scores_dropout
     # a block of one sub-layer (a Mamba2 block, Nemotron-H's layers): the absent one's norm and input kept nowhere
@@ -127,6 +135,17 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     if not isinstance(ffn, MoE) and ffn.absent:
         out.update(ffn_norm=0, ffn_input=0)
     return out
+
+
+def hyper_bytes(hyper, d: int, e: int) -> int:
+    """Step 12, per token and sub-layer (tfcalc.model.hyper.HyperConnection, n streams of d, t Sinkhorn iterations):
+    the streams (e·n·d: the collapse and the mix read them), below fp32 their fp32 copy (4·n·d), the unweighted
+    norm's 1/rms and output (4 + 4·n·d), the projection's output (4·n(n + 2)), the pre and post sigmoids (4·2n),
+    the comb softmax (4·n²), each Sinkhorn division's operand and divisor (4·(2t - 1)(n² + n)), pre + eps (4·n);
+    the mix's post and comb in the model's dtype (e·n, e·n²) and the sub-layer's output (e·d)."""
+    n, t, f = hyper.streams, hyper.sinkhorn_iters, FP32
+    return (e * n * d + (f * n * d if e != f else 0) + f * (1 + n * d) + f * n * (n + 2) + f * 2 * n + f * n * n
+            + f * (2 * t - 1) * (n * n + n) + f * n + e * n + e * n * n + e * d)
 
 
 def cross_terms(block: Block, batch: int, seq: int, src_seq: int, e: int, attention: str) -> dict[str, int]:

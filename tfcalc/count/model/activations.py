@@ -115,6 +115,9 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
         out["head_transform"] = e * h + (0 if shared else e * h) + norm_bytes(head.transform, e)
     if head.softcap is not None:
         out["logit_softcap"] = e * V
+    if head.hyper is not None:  # DeepSeek-V4's hc_head (tfcalc.model.hyper.HyperHead): the n streams (below fp32
+        n = head.hyper.streams  # an fp32 copy too), 1/rms and the normed streams, the mixes, sigmoid, pre + eps
+        out["hc_head"] = e * n * h + (FP32 * n * h if e != FP32 else 0) + FP32 * (1 + n * h + 3 * n)
     return out
 
 

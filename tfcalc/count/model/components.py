@@ -73,6 +73,9 @@ COMPONENTS = {
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")
                    for kind in ("weight", "bias")})
 COMPONENTS.update({"attn.q_a_norm.weight": "attn_q_a_norm_weight", "attn.kv_a_norm.weight": "attn_kv_a_norm_weight"})
+# DeepSeek-V4's hyper-connections (tfcalc.model.hyper): each sub-layer's and the head's
+COMPONENTS.update({f"{sub}_hc.{t}": f"{sub}_hc_{t}" for sub in ("attn", "ffn") for t in ("fn", "base", "scale")})
+COMPONENTS.update({f"hc_head.hc_{t}": f"hc_head_{t}" for t in ("fn", "base", "scale")})
 # fused module path -> the component prefix its parts are named with
 FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "expert_ffn.up": "expert_ffn",
          "ffn.shared.up": "shared_expert_ffn"}

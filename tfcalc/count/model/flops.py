@@ -163,7 +163,8 @@ def matmul_entries(
 
 def _head_matmuls(head: Head, batch: int, rows: int, stack: str) -> list[MatmulEntry]:
     """BERT's pooler (the first token of each sequence) and MLM transform, and the LM head over all rows."""
-    d, out = head.d_model, []
+    d, n = head.d_model, head.hyper.streams if head.hyper is not None else 0  # DeepSeek-V4's hc_head: n·d -> n
+    out = [MatmulEntry("hc_head", "lm_head", "hc head", (rows, n * d, n), 1, 1, 2 * rows * n * d * n, stack)][:n]
     if head.pooler:  # BERT: tanh(W h[:, 0] + b)
         out.append(MatmulEntry("pooler", "pooler", "pooler", (batch, d, d), 1, 1, 2 * batch * d * d, stack))
     if head.transform is not None:  # BERT's MLM head: dense d -> d before the vocabulary projection
@@ -220,7 +221,7 @@ def _stack_matmuls(
         moe = block.ffn if block.is_moe else None
         linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
-            linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
+            linears = [m for m in linears if m.role != "ffn" or m.name.startswith("ffn_hc")] + moe.linears(rows)
         # the mixer's mixing sits before its output projection, the last of its linears (tfcalc.architecture.mixer)
         out = max(0, len(block.mixer.linears(step=absorbed)) - 1)
         for i, m in enumerate(linears):

@@ -100,6 +100,7 @@ class StateSplit:
     fixed_parts: dict[str, tuple[str, int]]
     growing_layers: int
     layers: int
+    strides: tuple[int, ...] = ()  # positions per entry of a strided growing tensor (DeepSeek-V4's compressed KV)
 
 
 def state_split(cfg: ModelConfig, w: Workload, spare: int = 0) -> StateSplit:
@@ -110,10 +111,12 @@ def state_split(cfg: ModelConfig, w: Workload, spare: int = 0) -> StateSplit:
     fixed_el: dict[str, int] = {}
     parts: dict[str, tuple[str, int]] = {}
     growing_layers = layers = 0
+    strides: set[int] = set()
     for b, n in stack.kinds() if stack is not None else ():
         layers += n
         tensors = b.mixer.state()
         growing_layers += n if any(t.per_token for t in tensors) else 0
+        strides |= {t.stride for t in tensors if t.per_token and t.stride > 1}
         for t in tensors:
             if t.fixed:
                 dtype = state_dtype(t.dtype, w.kv, w.dtype)
@@ -122,7 +125,7 @@ def state_split(cfg: ModelConfig, w: Workload, spare: int = 0) -> StateSplit:
                 parts[t.name] = (dtype, before + weight_bytes(w.batch * n * t.fixed, dtype))
     fixed = sum(weight_bytes(w.batch * el, dtype) for dtype, el in fixed_el.items())
     own = kv_cache_bytes(cfg, w, spare) - cross_kv_cache_bytes(cfg, w)
-    return StateSplit(own - fixed, fixed, parts, growing_layers, layers)
+    return StateSplit(own - fixed, fixed, parts, growing_layers, layers, tuple(sorted(strides)))
 
 
 def kv_cache_expanded_bytes(cfg: ModelConfig, w: Workload) -> int:
