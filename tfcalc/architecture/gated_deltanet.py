@@ -46,11 +46,15 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_next.py), which the layer never changes
+# what the reports call its parts (tfcalc.architecture.mixer, 10.): the input and output projections, and the short
+# convolution with the delta rule's chunked form (or its recurrent step), the layer's position mixing
+ROLE = MixerRole("deltanet", "DeltaNet", "deltanet_proj", "DeltaNet projections", "delta_rule",
+                 "Delta-rule recurrence", "DeltaNet")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class GatedDeltaNet:
     # order, each its own tensor
     separate_projections: bool = False
     beta_scale: float = 1.0  # 2.0: OLMo-Hybrid's linear_allow_neg_eigval (β = 2·sigmoid(b))
+    role = ROLE
     module = "tfcalc.model.gated_deltanet:GatedDeltaNetModule"
 
     def __post_init__(self) -> None:

@@ -44,11 +44,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
 FP32 = 4
+# what the reports call its parts (tfcalc.architecture.mixer, 10.): in_proj and out_proj, then the convolution and
+# the chunked scan (a-e) or the recurrence, the position mixing of a state-space layer
+ROLE = MixerRole("ssm", "SSM", "ssm_proj", "SSM projections", "ssm_scan", "SSM scan (conv1d and scan)", "SSM")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Mamba2:
     norm_eps: float = 1e-5
     state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
     causal: bool = True
+    role = ROLE
     module = "tfcalc.model.mamba2:Mamba2Mixer"
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 from tfcalc.architecture import copies
 from tfcalc.architecture.block import Block, Stack
 from tfcalc.architecture.ffn import MoE
-from tfcalc.architecture.mixer import state_by_dtype, state_elements
+from tfcalc.architecture.mixer import MixerRole, role_of, state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Weight
@@ -268,6 +268,12 @@ class Architecture:
         stack = self.decoder
         forms = {b.mixer.capabilities.decode_form for b, _ in stack.kinds()} if stack is not None else set()
         return ", ".join(sorted(forms))
+
+    def roles(self) -> tuple[MixerRole, ...]:
+        """The roles its token mixers declare (tfcalc.architecture.mixer, 10.), each once, in model order; a block
+        of its FFN alone (no mixer tensors, no matmuls) left out: what the reports' breakdowns name."""
+        mixers = [b.mixer for _, b, _ in self.kinds() if b.mixer.weights() or b.mixer.linears()]
+        return tuple(dict.fromkeys(role_of(m) for m in mixers))
 
     def cross_kv_elements(self, sources: int) -> int:
         """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""

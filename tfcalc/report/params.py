@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
-from tfcalc.count.model import params as count
+from tfcalc.count.model import params as count, parts
 from tfcalc.count.model.dtypes import weight_bytes
 from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.display import Displayed
@@ -58,12 +58,27 @@ class ParamsReport(Displayed):
 
     @property
     def groups(self) -> dict[str, int]:
-        return count.group_totals(self.cfg, self.analytic)
+        """{group: parameters}, each token mixer's tensors under the role it declares (tfcalc.count.model.parts:
+        a Mamba2 layer's under "ssm", not "attention"); count.group_totals for a model of attention alone."""
+        return parts.param_totals(self.cfg, self.analytic)
+
+    def _groups_json(self) -> dict[str, Any]:
+        """The JSON's groups and shares: "attention" the whole token-mixer sub-layer, as the keys always meant;
+        beside them, where a mixer is not attention, ``groups_by_role`` and ``shares_by_role`` (each mixer's
+        tensors under its declared role) and what each role calls its parts."""
+        total, old = self.analytic_total, count.group_totals(self.cfg, self.analytic)
+        out = {"groups": old, "shares": {group: n / total for group, n in old.items()}}
+        if parts.roles(self.cfg):
+            out |= {"groups_by_role": self.groups,
+                    "shares_by_role": {group: n / total for group, n in self.groups.items()},
+                    **parts.roles_json(self.cfg)}
+        return out
 
     @property
     def attention_params(self) -> int:
         """Self- and cross-attention together: 'attention' means both wherever tfcalc reports a share."""
         return self.groups["attention"] + self.groups["cross_attention"]
+
 
     @property
     def stacks(self) -> dict[str, int]:
@@ -177,8 +192,7 @@ class ParamsReport(Displayed):
             "empirical_breakdown": self.empirical,
             "empirical_method": self.empirical_method,  # "full" (every block built), "per_block", or null
             "agree": self.agrees,
-            "groups": self.groups,
-            "shares": {group: n / total for group, n in self.groups.items()},
+            **self._groups_json(),  # and, where a mixer is not attention, its parts under its role
             "approximation": {
                 "formula": count.seeds_formula(self.cfg),
                 "value": self.approximation,

@@ -68,6 +68,9 @@ class ParamEntry:
     stack: str = ""  # one of STACKS in an encoder-decoder, "" otherwise
     experts: int = 1  # per block, this many copies are experts of a MoE FFN ...
     experts_active: int = 1  # ... of which each token runs this many
+    # the reports' group (tfcalc.count.model.parts): a token mixer's declared role where it is not attention ("ssm"
+    # for a Mamba2 layer's tensors, tfcalc.architecture.mixer.MixerRole); "": ``group``
+    part: str = ""
 
     @property
     def per_copy(self) -> int:
@@ -98,7 +101,7 @@ def _entry(p: Placed) -> ParamEntry:
     w = p.weight
     experts = w.copies if w.experts_active else 1
     return ParamEntry(w.name, w.role, w.label, w.shape, p.layers * w.copies, w.tied_to, p.stack, experts,
-                      w.experts_active or 1)
+                      w.experts_active or 1, w.part or "")
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
