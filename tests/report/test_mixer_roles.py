@@ -122,3 +122,18 @@ def test_a_model_of_attention_alone_reports_as_before(cli):
     assert list(p["groups"]) == list(count_params.GROUPS) and list(f["breakdown"]) == list(count_flops.GROUPS)
     text = cli("flops", "gpt2").out
     assert "When does attention overtake the FFN in gpt2? Per layer, the attention scores" in text
+
+
+@pytest.mark.parametrize("preset, mixer", [("nemotron-3-nano-30b-a3b", "ssm"), ("codestral-mamba-7b", "ssm"),
+                                           ("qwen3-next-80b-a3b", "deltanet"), ("lfm2-1.2b", "conv")])
+def test_memory_names_the_terms_of_a_layer_of_another_mixer(cli, preset, mixer):
+    """"Per layer" is the commonest block: where its mixer is not attention, its terms carry its own labels (a
+    Mamba2 layer's scan is no softmax), and the JSON says which mixer they are of."""
+    activations = cli("memory", preset, "--seq", "4096", "--json").json()["activations"]
+    assert activations["per_layer_mixer"] == mixer
+    assert set(activations["per_layer_labels"]) <= set(activations["per_layer"])
+    text = cli("memory", preset, "--seq", "4096", "--verbose").out
+    assert "softmax scores" not in text and "Q, K, V" not in text
+    for label in activations["per_layer_labels"].values():
+        assert label.split(":")[0] in text
+    assert "per_layer_mixer" not in cli("memory", "gpt2", "--json").json()["activations"]

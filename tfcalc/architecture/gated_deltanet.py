@@ -54,7 +54,10 @@ CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_next.py)
 # what the reports call its parts (tfcalc.architecture.mixer, 10.): the input and output projections, and the short
 # convolution with the delta rule's chunked form (or its recurrent step), the layer's position mixing
 ROLE = MixerRole("deltanet", "DeltaNet", "deltanet_proj", "DeltaNet projections", "delta_rule",
-                 "Delta-rule recurrence", "DeltaNet")
+                 "Delta-rule recurrence", "DeltaNet",
+                 (("qkv", "DeltaNet: convolution input and output, gates"),
+                  ("attn_scores", "DeltaNet: chunked delta rule (fp32)"),
+                  ("attn_output", "DeltaNet: gated norm, out_proj input")))
 
 
 @dataclass(frozen=True)

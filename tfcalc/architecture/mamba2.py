@@ -51,7 +51,9 @@ from tfcalc.errors import InputError
 FP32 = 4
 # what the reports call its parts (tfcalc.architecture.mixer, 10.): in_proj and out_proj, then the convolution and
 # the chunked scan (a-e) or the recurrence, the position mixing of a state-space layer
-ROLE = MixerRole("ssm", "SSM", "ssm_proj", "SSM projections", "ssm_scan", "SSM scan (conv1d and scan)", "SSM")
+ROLE = MixerRole("ssm", "SSM", "ssm_proj", "SSM projections", "ssm_scan", "SSM scan (conv1d and scan)", "SSM",
+                 (("qkv", "SSM: conv1d input and output, dt, x"), ("attn_scores", "SSM: chunked scan (fp32)"),
+                  ("attn_output", "SSM: gated norm, out_proj input")))
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,9 @@ class MixerRole:
     mixing: str = "attention_scores"  # the FLOP group of its position mixing (``mixing``)
     mixing_title: str = "Attention scores"
     noun: str = "attention"  # the sub-layer in a sentence ("the whole attention sub-layer")
+    # ((term, label), ...): what the activation terms its ``saved`` names are for this mixer, where the memory table's
+    # attention labels would mislead (a Mamba2 layer's "attn_scores" holds its scan's chunk scores and states)
+    terms: tuple[tuple[str, str], ...] = ()
 
 
 ATTENTION = MixerRole()  # softmax and latent attention's, and that of a mixer that declares none

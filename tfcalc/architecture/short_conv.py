@@ -54,7 +54,8 @@ from tfcalc.errors import InputError
 # what the reports call its parts (tfcalc.architecture.mixer, 10.): in_proj and out_proj, and the depthwise
 # convolution with its gates, the only position mixing of the layer
 ROLE = MixerRole("conv", "Short conv", "conv_proj", "Short-conv projections", "conv", "Short conv (depthwise)",
-                 "short-conv")
+                 "short-conv", (("qkv", "short conv: in_proj output [B | C | x]"),
+                                ("attn_output", "short conv: out_proj input")))
 
 
 def conv_taps(queries: int, keys: int, kernel: int) -> int:

@@ -203,10 +203,14 @@ class Activations:
         return self.stored + self.recompute_extra + self.loss_gradients
 
 
+def commonest_block(stack: Stack) -> Block:
+    """The stack's kind of block with the most layers (the first such on a tie): the "per layer" of a table."""
+    return max(stack.kinds(), key=lambda kind: kind[1])[0]
+
+
 def _commonest(stack: Stack, terms: dict) -> Terms:
-    """The terms of the stack's kind of block with the most layers (the first such on a tie)."""
-    block = max(stack.kinds(), key=lambda kind: kind[1])[0]
-    return terms[stack.name, id(block)]
+    """The terms of the stack's commonest kind of block."""
+    return terms[stack.name, id(commonest_block(stack))]
 
 
 def _masks(stack: Stack, seq: int) -> set[tuple]:
