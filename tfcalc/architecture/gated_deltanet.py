@@ -327,4 +327,5 @@ def placement(cfg: Any) -> Optional[str]:
 
 
 KIND = register(MixerKind("gated DeltaNet", GatedDeltaNetFields, from_flat, check=check, claims=claims,
-                          group="linear-attention layers (GatedDeltaNet)", placement=placement))
+                          group="linear-attention layers (GatedDeltaNet)", placement=placement,
+                          local_field="linear_mixer"))

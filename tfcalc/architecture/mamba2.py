@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.kinds import LayerSlots, MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -250,6 +250,19 @@ def check_pattern(cfg) -> None:
                          "no cross-attention, no parallel block")
 
 
+def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
+    """hybrid_pattern's layers (checked, ``check_pattern``): M this kind's mixer, * the kind an unnamed layer gets,
+    each with the FFN after it where ``hybrid_with_ffn`` (the mixture of experts where n_expert is given); - the
+    dense FFN alone, E the mixture of experts alone. None without hybrid_pattern."""
+    if cfg.hybrid_pattern is None:
+        return None
+    check_pattern(cfg)
+    ffn = ("moe" if cfg.n_expert is not None else "dense") if cfg.hybrid_with_ffn else "none"
+    slots = {"M": LayerSlots("mamba", ffn), "*": LayerSlots("", ffn), "-": LayerSlots(None, "dense"),
+             "E": LayerSlots(None, "moe")}
+    return tuple(slots[letter] for letter in cfg.hybrid_pattern)
+
+
 def from_flat(cfg) -> Mamba2:
     """The Mamba2 mixer the flat ssm_* fields describe (tfcalc.config, "state-space layers"; the pattern checked
     by ``check_pattern``)."""
@@ -347,4 +360,5 @@ def check(cfg: Any) -> None:
 
 
 KIND = register(MixerKind("Mamba2", Mamba2Fields, lambda cfg, i, causal: from_flat(cfg), words=("mamba",),
-                          check=check, group="state-space layers and the per-layer pattern (Mamba2)"))
+                          check=check, group="state-space layers and the per-layer pattern (Mamba2)",
+                          layer_plan=layer_plan, empty=NoMixer))
