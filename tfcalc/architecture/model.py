@@ -209,6 +209,11 @@ class Architecture:
     def has_moe(self) -> bool:
         return any(b.is_moe for _, b, _ in self.kinds())
 
+    @property
+    def has_cross_attention(self) -> bool:
+        """Whether some block reads another sequence (an encoder-decoder's decoder, GPT-2's add_cross_attention)."""
+        return any(b.cross_attention is not None for _, b, _ in self.kinds())
+
     def weights(self) -> list[Placed]:
         """Every tensor once per (name, shape), with the layers holding it, in model order: each stack's
         embeddings, blocks and final norm, then the head (with the output stack)."""

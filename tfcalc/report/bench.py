@@ -142,7 +142,7 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
     if cfg.arch == "encoder-decoder":  # its forward takes a source and a target, and --n-layer has two depths
         raise InputError(f"{cfg.name}: tfcalc bench times decoder and encoder models; encoder-decoders are not "
                          "supported yet (tfcalc flops and tfcalc memory count them)")
-    if cfg.cross_attention:
+    if cfg.architecture.has_cross_attention:
         raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which tfcalc bench does not make; "
                          "tfcalc flops and tfcalc memory count it (--src-seq)")
     if weights is not None:

@@ -193,7 +193,8 @@ class FlopsReport(WorkloadFields, Displayed):
         cfg, full, causal = self.cfg, self.crossover, self.crossover_causal
 
         def times_d(t: int | None) -> str:
-            return f" (= {t // cfg.d_model}·d_model)" if t is not None and t % cfg.d_model == 0 else ""
+            d = cfg.architecture.d_model
+            return f" (= {t // d}·d_model)" if t is not None and t % d == 0 else ""
 
         def share(t: int | None) -> str:  # of the context
             return "never" if t is None else f"{t / cfg.max_seq_len:.3g}×"

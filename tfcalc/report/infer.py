@@ -78,7 +78,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
 
 
 def check_options(model: ModelRef, o: InferOptions) -> None:
-    if model.cfg.arch == "encoder" or not model.cfg.lm_head:
+    arch = model.cfg.architecture
+    if arch.kind == "encoder" or not arch.head.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
     if not isinstance(o.batches, tuple) or not o.batches:
         raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")

@@ -119,7 +119,8 @@ class ParamsReport(Displayed):
         (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.model.quant); a quantized
         checkpoint's ("stored": its quantized matrices with their scales and the rest in bf16)."""
         out = {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
-        if self.cfg.expert_format == "mxfp4":
+        moe = self.cfg.architecture.moe()
+        if moe is not None and moe.weight_format == "mxfp4":  # the experts' stored format, as described
             from tfcalc.count.model.quant import plain, weights_bytes
 
             out["bf16+mxfp4"] = weights_bytes(self.cfg, plain("bf16"))
@@ -155,7 +156,7 @@ class ParamsReport(Displayed):
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )
         if self.empirical_method == "per_block":
-            blocks = cfg.n_layer + cfg.encoder_layers * (cfg.arch == "encoder-decoder")
+            blocks = sum(s.n_layer for s in cfg.architecture.stacks)
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
                          "so one real block of each kind in each stack was built on meta and its parameters "
                          "counted times the layers that are it.")
@@ -163,8 +164,9 @@ class ParamsReport(Displayed):
             notes.append(f"vision tower and projector: {cfg.vision_params:,} parameters beside the language model's "
                          f"{self.analytic_total:,}, not counted in it ({self.analytic_total + cfg.vision_params:,} "
                          "in the whole vision-language model); every figure here is the language model's.")
-        if cfg.arch == "encoder" and not cfg.lm_head:
-            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
+        arch = cfg.architecture
+        if arch.kind == "encoder" and not arch.head.lm_head:
+            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if arch.head.pooler else "")
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
         return notes
 

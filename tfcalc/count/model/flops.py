@@ -152,7 +152,7 @@ def matmul_entries(
         out += _stack_matmuls(arch.output, batch, queries, keys, "decoder", src=src, cross_kv=encoder,
                               absorbed=absorbed)
     else:
-        src = (queries if src is None else src) if cfg.cross_attention else None
+        src = (queries if src is None else src) if arch.has_cross_attention else None
         out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder, absorbed=absorbed)
     emb = arch.output.embeddings
     if emb.project_dim is not None:  # OPT-350m's project_in: (B·T, p) @ (p, d) after the lookup
@@ -301,7 +301,7 @@ class FlopBreakdown:
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
     """An encoder-decoder's source length, or the states a stack with cross_attention reads (default: seq)."""
-    if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
+    if not cfg.architecture.has_cross_attention:  # no block reads a source
         if src_seq is not None:
             raise InputError(f"a source length applies to encoder-decoder models only, or to stacks with "
                              f"cross_attention ({cfg.name} is {cfg.arch})")

@@ -149,8 +149,9 @@ def active_total(cfg: ModelConfig) -> int:
 def _vocab_matrices(cfg: ModelConfig) -> int:
     """How many V x d matrices the model holds: the token embedding, an untied LM head, an untied
     encoder embedding."""
-    untied_head = cfg.lm_head and not cfg.tie_embeddings
-    untied_encoder = cfg.arch == "encoder-decoder" and not cfg.tie_encoder_embedding
+    arch = cfg.architecture  # read off the description: the head's tie, the encoder table's share
+    untied_head = arch.head.lm_head and not arch.head.tied
+    untied_encoder = arch.kind == "encoder-decoder" and arch.stacks[0].embeddings.shared_with is None
     return 1 + untied_head + untied_encoder
 
 
