@@ -106,6 +106,8 @@ def test_tables_name_each_mixer_by_its_role(cli, preset):
         assert title in flops, title
     role = {"nemotron": "SSM", "qwen3": "DeltaNet", "lfm2": "Short conv", "codestral": "SSM"}[preset.split("-")[0]]
     assert f"\n{role} " in params
+    scan = " ".join(cli("scan", preset).out.split())  # the note, its lines joined
+    assert "the position mixing (" in scan and HYBRIDS[preset][1] in scan and "whole mixer sub-layer" in scan
     if "Attention projections" not in HYBRIDS[preset]:  # Codestral Mamba: no layer attends
         assert "Attention" not in params and "Attention projections" not in flops
         assert "overtake" not in flops or "attention" not in flops.split("overtake")[0]

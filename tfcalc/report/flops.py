@@ -221,7 +221,7 @@ class FlopsReport(WorkloadFields, Displayed):
                          f"{_at(causal.attention_vs_ffn)} ({why})")
         question, mixing, sublayer, scores, whole = self._crossover_names(per_layer)
         return (
-            f"When does {question} overtake the FFN in {cfg.name}? Per layer, {mixing} reach the FFN's FLOPs "
+            f"When does {question} overtake the FFN in {cfg.name}? Per layer, {mixing} the FFN's FLOPs "
             f"{_at(full.scores_vs_ffn)}{times_d(full.scores_vs_ffn)} and {sublayer}, projections included, "
             f"{_at(full.attention_vs_ffn)}{times_d(full.attention_vs_ffn)}, counting the full T×T square "
             f"({share(full.scores_vs_ffn)} and {share(full.attention_vs_ffn)} "
@@ -230,12 +230,12 @@ class FlopsReport(WorkloadFields, Displayed):
         )
 
     def _crossover_names(self, per_layer: dict[str, int]) -> tuple[str, str, str, str, str]:
-        """What the crossover sentence calls (the question's subject, the position mixing, the sub-layer, the
-        mixing and the sub-layer at T): attention's words for a model of attention alone; else each mixer's
-        declared role (tfcalc.count.model.parts), where its layers are present."""
+        """What the crossover sentence calls (the question's subject, the position mixing with its verb, the
+        sub-layer, the mixing and the sub-layer at T): attention's words for a model of attention alone; else
+        each mixer's declared role (tfcalc.count.model.parts), where its layers are present."""
         roles = parts.roles(self.cfg)
         if not roles:
-            return ("attention", "the attention scores (Q·Kᵀ and attention·V)", "the whole attention sub-layer",
+            return ("attention", "the attention scores (Q·Kᵀ and attention·V) reach", "the whole attention sub-layer",
                     "the scores are", "the whole attention")
         def lower(title: str) -> str:  # "Delta-rule recurrence" -> "delta-rule ...", "SSM scan" kept
             return title if title[1:2].isupper() else title[:1].lower() + title[1:]
@@ -243,7 +243,9 @@ class FlopsReport(WorkloadFields, Displayed):
         mixing = ([] if not per_layer["attention_scores"] else ["the attention scores (Q·Kᵀ and attention·V)"]) + [
             f"the {lower(r.mixing_title)}" for r in roles if per_layer[r.mixing]]
         nouns = ([] if not per_layer["attention_scores"] else ["attention"]) + [r.noun for r in roles]
-        return ("the token mixing", " and ".join(mixing), f"the whole mixer sub-layer ({', '.join(nouns)})",
+        # "the attention scores ... and the SSM scan reach", "the SSM scan reaches": the verb follows the subject
+        verb = "reach" if len(mixing) > 1 or per_layer["attention_scores"] else "reaches"
+        return ("the token mixing", f"{' and '.join(mixing)} {verb}", f"the whole mixer sub-layer ({', '.join(nouns)})",
                 "the position mixing is", "the whole mixer sub-layer")
 
     def to_json(self) -> dict[str, Any]:

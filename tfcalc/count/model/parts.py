@@ -32,6 +32,11 @@ def roles(cfg: ModelConfig) -> tuple[MixerRole, ...]:
     return tuple(r for r in cfg.architecture.roles() if r != ATTENTION)
 
 
+def attends(cfg: ModelConfig) -> bool:
+    """Whether some layer's mixer is attention (a Mamba2 model's none is; its attention keys stay, at 0)."""
+    return ATTENTION in cfg.architecture.roles()
+
+
 def param_parts(cfg: ModelConfig) -> tuple[str, ...]:
     """The parameter groups the reports show: GROUPS, each mixer role's after "attention"."""
     return _after(count_params.GROUPS, "attention", [e.part for e in count_params.param_entries(cfg) if e.part])
