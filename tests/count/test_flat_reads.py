@@ -17,7 +17,7 @@ FLAT = {"n_head", "head_dim", "d_head", "d_ff", "ffn_dim", "n_kv_head", "kv_head
         "lm_head", "tie_embeddings", "tie_encoder_embedding", "pooler", "expert_format", "cross_attention",
         "encoder_layers", "decoder_layers", "cross_attention_layers"}
 # read in tfcalc/report/ too only where a report shows the flat field as the config gives it (JSON keys users read)
-REPORT_FLAT = {"lm_head", "pooler", "expert_format", "cross_attention", "tie_encoder_embedding"}
+REPORT_FLAT = {"lm_head", "pooler", "expert_format", "cross_attention", "tie_encoder_embedding", "pos_encoding"}
 ALLOWED = {
     # the published formulas, each as its source writes it (one d, d_ff, head count and depth)
     ("formulas.py", "standard_formulas"), ("rank_activations.py", "korthikanti_bytes"),

@@ -210,6 +210,17 @@ class Architecture:
         return any(b.is_moe for _, b, _ in self.kinds())
 
     @property
+    def positions(self) -> str:
+        """How the output stack encodes positions (learned, sinusoidal, rope, alibi, relative, none)."""
+        return self.output.embeddings.positions
+
+    @property
+    def bounded_positions(self) -> bool:
+        """Whether the model encodes positions up to a length only (a learned or sinusoidal table, RoPE's rows built
+        for the context): the front end's max_seq_len then bounds what a measured run may take."""
+        return self.positions in ("learned", "rope", "sinusoidal")
+
+    @property
     def has_cross_attention(self) -> bool:
         """Whether some block reads another sequence (an encoder-decoder's decoder, GPT-2's add_cross_attention)."""
         return any(b.cross_attention is not None for _, b, _ in self.kinds())

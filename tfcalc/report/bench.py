@@ -123,10 +123,10 @@ def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
         return (cfg.max_seq_len,)
     for s in seqs:
         check_size("--seq", s)
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    limited = cfg.architecture.bounded_positions
     too_long = [s for s in seqs if limited and s > cfg.max_seq_len]
     if too_long:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+        raise InputError(f"{cfg.name} has {cfg.architecture.positions} positions for at most {cfg.max_seq_len} tokens; "
                          f"got --seq {too_long[0]}")
     return tuple(seqs)
 

@@ -33,7 +33,7 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
         "d_ff": cfg.ffn_dim,
         "vocab_size": cfg.vocab_size,
         "max_seq_len": cfg.max_seq_len,
-        "pos_encoding": cfg.pos_encoding,
+        "pos_encoding": cfg.architecture.positions,
         "norm": f"{cfg.norm_placement}-{cfg.norm}",
         "ffn": f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}",
         "tie_embeddings": cfg.tie_embeddings,
