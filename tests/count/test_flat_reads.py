@@ -15,7 +15,7 @@ FLAT = {"n_head", "head_dim", "d_head", "d_ff", "ffn_dim", "n_kv_head", "kv_head
         # what the description's head, embeddings, MoE and blocks hold (Head.lm_head, .tied, .pooler;
         # Embeddings.shared_with; MoE.weight_format; Architecture.has_cross_attention)
         "lm_head", "tie_embeddings", "tie_encoder_embedding", "pooler", "expert_format", "cross_attention",
-        "encoder_layers", "decoder_layers", "cross_attention_layers"}
+        "encoder_layers", "decoder_layers", "cross_attention_layers", "activation"}
 # read in tfcalc/report/ too only where a report shows the flat field as the config gives it (JSON keys users read)
 REPORT_FLAT = {"lm_head", "pooler", "expert_format", "cross_attention", "tie_encoder_embedding", "pos_encoding"}
 ALLOWED = {

@@ -54,7 +54,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap, cfg.logit_scale, _projected(cfg))
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), cfg.activation)
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 

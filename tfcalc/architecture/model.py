@@ -86,6 +86,7 @@ class Head:
     scale: Optional[float] = None  # logits times this (Cohere's logit_scale; Granite's 1 / logits_scaling)
     # the LM head reads this width, projected down from d_model by a bias-free Linear (OPT-350m's project_out)
     project_dim: Optional[int] = None
+    activation: str = "gelu"  # the transform's, between its Linear and its norm (BERT's hidden_act: the model's)
 
     def __post_init__(self) -> None:
         extras = self.tied or self.bias or self.transform or self.softcap is not None or self.scale is not None

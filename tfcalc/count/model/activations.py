@@ -110,8 +110,8 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
         "log_probs": FP32 * V if head.lm_head else 0,
     }
     if head.transform is not None:  # ReLU keeps its output, which its norm keeps too (as input, when not copied)
-        # the transform's activation is the model's (tfcalc.model.transformer reads cfg.activation for it)
-        shared = cfg.activation == "relu" and e * h == shared_input_bytes(head.transform, e)
+        # the transform's activation is the model's (Head.activation; tfcalc.model.transformer builds it so)
+        shared = head.activation == "relu" and e * h == shared_input_bytes(head.transform, e)
         out["head_transform"] = e * h + (0 if shared else e * h) + norm_bytes(head.transform, e)
     if head.softcap is not None:
         out["logit_softcap"] = e * V
