@@ -139,3 +139,17 @@ def test_memory_names_the_terms_of_a_layer_of_another_mixer(cli, preset, mixer):
     for label in activations["per_layer_labels"].values():
         assert label.split(":")[0] in text
     assert "per_layer_mixer" not in cli("memory", "gpt2", "--json").json()["activations"]
+
+
+def test_the_width_note_re_reads_only_the_attention_layers():
+    """Nemotron-3-Nano: 32 heads of 128 (4096 wide) over d_model 2688 in its 6 attention layers (2 KV heads, no
+    biases); its 23 Mamba2 and 23 FFN-alone layers have no such width. With attention 2688 wide (d_head 84, 2 KV
+    heads of 84) each attention layer holds 2·d·d + 2·d·168 in place of 2·d·4096 + 2·d·256: by hand,
+    6 · (2·2688·(4096 + 256) − 2·2688·(2688 + 168)) = 48,254,976 fewer parameters."""
+    from tfcalc.count.model.params import total, width_note
+
+    cfg = load("nemotron-3-nano-30b-a3b")
+    note = width_note(cfg)
+    assert note.total_attention_d_model_wide == total(cfg) - 48_254_976
+    d = 2688
+    assert 48_254_976 == 6 * (2 * d * (4096 + 256) - 2 * d * (d + 168))

@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass
 
 from tfcalc.architecture import Placed
+from tfcalc.architecture.mixer import ATTENTION, role_of
 from tfcalc.config import ModelConfig, replace
 
 GROUPS = ("embeddings", "attention", "cross_attention", "ffn", "norms", "pooler", "lm_head")
@@ -225,9 +226,14 @@ def width_note(cfg: ModelConfig) -> WidthNote | None:
         return None
     as_given = total(cfg)
 
+    # the attention modules, counted off the description: a hybrid's other mixers (Mamba2, DeltaNet) have no
+    # n_head·d_head width to re-read, and its FFN-alone layers no mixer at all
+    kinds = cfg.architecture.kinds()
+    modules = sum(n for _, b, n in kinds if role_of(b.mixer) == ATTENTION and b.mixer.weights()) + sum(
+        n for _, b, n in kinds if b.cross_attention is not None)
+
     def attention_params(q: float, k: float) -> float:
         d = cfg.d_model
-        modules = cfg.encoder_layers + cfg.decoder_layers + cfg.cross_attention_layers
         return modules * (2 * d * q + 2 * d * k + (q + 2 * k if cfg.attn_bias else 0) + (d if cfg.o_bias else 0))
 
     ratio = cfg.kv_heads / cfg.n_head
