@@ -153,3 +153,15 @@ def test_the_width_note_re_reads_only_the_attention_layers():
     assert note.total_attention_d_model_wide == total(cfg) - 48_254_976
     d = 2688
     assert 48_254_976 == 6 * (2 * d * (4096 + 256) - 2 * d * (d + 168))
+
+
+def test_compare_says_a_hybrids_attention_shares_are_its_mixers(cli):
+    """compare's "attention" shares keep their JSON keys and values (the whole token-mixer sub-layer); beside a
+    hybrid, the rows say so and the hybrid's row names its other mixers' roles."""
+    rows = cli("compare", "gpt2", "nemotron-3-nano-30b-a3b", "--json").json()
+    assert "mixer_roles" not in rows[0] and [r["params"] for r in rows[1]["mixer_roles"]] == ["ssm"]
+    cfg = load("nemotron-3-nano-30b-a3b")
+    groups = count_params.group_totals(cfg, count_params.breakdown(cfg))
+    assert rows[1]["attention_param_share"] == groups["attention"] / count_params.total(cfg)
+    text = cli("compare", "gpt2", "nemotron-3-nano-30b-a3b").out
+    assert "token-mixer (attention, SSM) share of params" in text
