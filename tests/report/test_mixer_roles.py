@@ -165,3 +165,15 @@ def test_compare_says_a_hybrids_attention_shares_are_its_mixers(cli):
     assert rows[1]["attention_param_share"] == groups["attention"] / count_params.total(cfg)
     text = cli("compare", "gpt2", "nemotron-3-nano-30b-a3b").out
     assert "token-mixer (attention, SSM) share of params" in text
+
+
+def test_scan_plot_labels_a_hybrids_series_by_its_roles(cli, tmp_path):
+    from tfcalc.cli.render.plot import _mixer_labels, scan_plot
+
+    report = cli("scan", "qwen3-next-80b-a3b", "--json").json()
+    labels = _mixer_labels(report)
+    assert labels == {"attention_scores": "position mixing (attention scores, Delta-rule recurrence)",
+                      "attention_proj": "projections (attention, DeltaNet)"}
+    scan_plot(report, tmp_path / "scan.png")
+    assert (tmp_path / "scan.png").stat().st_size > 0
+    assert _mixer_labels(cli("scan", "gpt2", "--json").json()) == {}
