@@ -260,7 +260,7 @@ class FlopBreakdown:
     def per_layer(self, causal: bool = False) -> dict[str, int]:
         """{attention_proj, attention_scores, ffn}: one block's FLOPs; an encoder-decoder's decoder block,
         with its cross_attention_proj and cross_attention_scores."""
-        keys = BLOCK_GROUPS + (CROSS_GROUPS if self.cfg.arch == "encoder-decoder" else ())
+        keys = BLOCK_GROUPS + (CROSS_GROUPS if self.cfg.architecture.kind == "encoder-decoder" else ())
         out = dict.fromkeys(keys, 0)
         for e in self.entries:
             if e.group in out and e.stack != "encoder":
@@ -304,7 +304,7 @@ def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | Non
     if not cfg.architecture.has_cross_attention:  # no block reads a source
         if src_seq is not None:
             raise InputError(f"a source length applies to encoder-decoder models only, or to stacks with "
-                             f"cross_attention ({cfg.name} is {cfg.arch})")
+                             f"cross_attention ({cfg.name} is {cfg.architecture.kind})")
         return None
     if src_seq is not None:
         check_sizes(src_seq=src_seq)
@@ -388,7 +388,7 @@ def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
     against the w.src_seq cached cross-attention keys (default: the context); the encoder does not run
     again. A latent attention's step in its absorbed form (step 12). An encoder generates nothing: InputError."""
     check_sizes(batch=w.batch, context=w.seq)
-    if cfg.arch == "encoder":
+    if cfg.architecture.kind == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)
     src = _source_length(cfg, w.seq, w.src_seq)

@@ -120,7 +120,7 @@ def group_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
 
 def stack_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
     """{encoder: n, decoder: n} for an encoder-decoder (the LM head counts with the decoder); {} otherwise."""
-    return _sum_by(cfg, counts, "stack", STACKS) if cfg.arch == "encoder-decoder" else {}
+    return _sum_by(cfg, counts, "stack", STACKS) if cfg.architecture.kind == "encoder-decoder" else {}
 
 
 def _sum_by(cfg: ModelConfig, counts: dict[str, int], attribute: str, keys: tuple[str, ...]) -> dict[str, int]:

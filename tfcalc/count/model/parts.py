@@ -73,7 +73,7 @@ def flop_totals(b: FlopBreakdown, causal: bool = False) -> dict[str, int]:
 
 def flop_per_layer(b: FlopBreakdown, causal: bool = False) -> dict[str, int]:
     """``FlopBreakdown.per_layer`` by ``flop_parts``: one block of each kind, its mixer's FLOPs under its role."""
-    block = BLOCK_GROUPS + (CROSS_GROUPS if b.cfg.arch == "encoder-decoder" else ())
+    block = BLOCK_GROUPS + (CROSS_GROUPS if b.cfg.architecture.kind == "encoder-decoder" else ())
     out = dict.fromkeys((p for p in flop_parts(b) if p in block or p not in FLOP_GROUPS), 0)
     for e in b.entries:
         if shown(e) in out and e.stack != "encoder":
