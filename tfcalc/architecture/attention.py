@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from tfcalc.architecture import saved
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import ATTENTION, Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.rope import RopeScaling
 from tfcalc.architecture.tensors import Linear, Weight
@@ -98,6 +98,7 @@ class Attention:
     # Llama 4's attention temperature on NoPE layers (arXiv 2501.19399): Q × (1 + s·log(1 + floor((p + 1) / f)))
     # at position p, (f, s) = (floor_scale, attn_scale); a function of the position only, no count changes
     temperature: Optional[tuple[int, float]] = None
+    role = ATTENTION  # what the reports call its parts (tfcalc.architecture.mixer, 10.)
     scale: Optional[float] = None  # None: 1/sqrt(head_dim)
     softcap: Optional[float] = None  # scores -> c·tanh(scores / c) (Gemma 2: 50)
     sinks: bool = False

@@ -33,12 +33,12 @@ Pure Python: no torch, typer or rich here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Iterator, Literal, Optional, Union
 
 from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
-from tfcalc.architecture.mixer import Mixer
+from tfcalc.architecture.mixer import Mixer, role_of
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -151,8 +151,11 @@ class Block:
         def norm(name: str) -> list[Weight]:
             return self.norm.weights(name, norms[name]) if name in norms else []
 
-        out = self.hyper_weights("attn", "attention") + norm("attn_norm") + [
-            w.named("attn_") for w in self.mixer.weights()] + norm("attn_post_norm")
+        part = role_of(self.mixer).params  # the reports' group of the mixer's tensors (its norms stay norms)
+        mixer = [w.named("attn_") for w in self.mixer.weights()]
+        if part != "attention":
+            mixer = [replace(w, part=part) if w.role == "attention" else w for w in mixer]
+        out = self.hyper_weights("attn", "attention") + norm("attn_norm") + mixer + norm("attn_post_norm")
         if self.cross_attention is not None:
             out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
             out += norm("cross_attn_post_norm")
@@ -180,7 +183,11 @@ class Block:
     def linears(self, with_cross_kv: bool = True, step: bool = False) -> list[Linear]:
         """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``);
         ``step``: the mixer's in the form a decode step runs."""
-        out = [m.named("attn_") for m in self.mixer.linears(step=step)] + self.hyper_linears("attn", "attention_proj")
+        part = role_of(self.mixer).proj  # the reports' group of the mixer's projections
+        out = [m.named("attn_") for m in self.mixer.linears(step=step)]
+        if part != "attention_proj":
+            out = [replace(m, part=part) if m.role == "attention_proj" else m for m in out]
+        out = out + self.hyper_linears("attn", "attention_proj")
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
         ffn = self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]

@@ -19,11 +19,11 @@ Per-layer patterns in the flat fields:
   per-layer windows, chunks and NoPE: tfcalc.architecture.flat_attention). This module names no mixer kind
   for the mixer slot; a cross-attention slot holds softmax attention (``Block.cross_attention``), built by
   flat_attention.cross.
-- ``hybrid_pattern`` (the Mamba2 kind's field, tfcalc.architecture.mamba2): one letter per layer, each layer one
-  sub-layer beside its norm (Nemotron-H's hybrid_override_pattern, modeling_nemotron_h.py): M the mixer kind
-  whose layer_pattern word is ``mamba``, * the kind an unnamed layer gets (softmax attention), - the dense FFN,
-  E the mixture of experts; with ``hybrid_with_ffn`` every M and * layer has the FFN after its mixer too
-  (Granite-4.0-H, modeling_granitemoehybrid.py).
+- a kind's own per-layer pattern (``MixerKind.layer_plan``, asked of the registry: the Mamba2 kind's
+  ``hybrid_pattern``, Nemotron-H's hybrid_override_pattern, modeling_nemotron_h.py): each layer's mixer -- the kind
+  a layer_pattern word names, the kind an unnamed layer gets, or none (the empty mixer its kind declares) -- and
+  its FFN (none, dense or the mixture of experts); Granite-4.0-H's (modeling_granitemoehybrid.py) the FFN after
+  every mixer. This module names no kind for it either.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from tfcalc.architecture import flat_latent, kinds
 from tfcalc.architecture.block import Block, Hyper, Run, Stack, compress
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.flat_attention import cross as cross_attention
-from tfcalc.architecture.mamba2 import NoMixer, check_pattern
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, LayerKind, layer_kind, period_segments
@@ -55,7 +54,7 @@ def build(cfg: Any) -> Architecture:
                          tied_head=tied_head),)
     transform = norm if cfg.lm_head_transform else None
     head = Head(cfg.vocab_size, cfg.d_model, cfg.lm_head, tied_head, cfg.lm_head_bias, cfg.pooler, transform,
-                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), _hyper(cfg))
+                cfg.logit_softcap, cfg.logit_scale, _projected(cfg), hyper=_hyper(cfg), activation=cfg.activation)
     mtp = flat_latent.mtp(cfg, norm, _block(cfg, norm, cfg.n_layer, True, False)) if cfg.mtp_layers else None
     return Architecture(cfg.arch, stacks, head, mtp)
 
@@ -74,12 +73,11 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     where the attention pattern's runs and the first dense layers (k = first_dense_layers) end; within
     each piece a layer's kind depends on i only through i mod the lcm of the attention pattern's period
     and (past the first k) moe_every."""
-    if cfg.hybrid_pattern is not None:  # one letter per layer (Nemotron-H): its runs found by compress
-        check_pattern(cfg)
-        alone = {letter: _block(cfg, norm, cfg.hybrid_pattern.index(letter), causal, cross) for letter in "M-E"
-                 if letter in cfg.hybrid_pattern}  # the same block wherever the letter is, but attention's
-        return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
-                                     for i, letter in enumerate(cfg.hybrid_pattern)])))
+    plan = kinds.layer_plan(cfg)
+    if plan is not None:  # a kind's own pattern, one entry per layer (Nemotron-H): its runs found by compress
+        alone = {s: _block(cfg, norm, plan.index(s), causal, cross) for s in set(plan) if s.mixer != ""}
+        return _merge(list(compress([alone.get(s) or _block(cfg, norm, i, causal, cross)  # all alike but ""'s
+                                     for i, s in enumerate(plan)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
@@ -127,16 +125,13 @@ def _projected(cfg: Any) -> int | None:
 
 
 def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
-    if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
-        letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
-        scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
-        if letter in "M*":
-            mixer = kinds.for_layer(cfg, LayerKind(False, True, "mamba")).build(cfg, i, causal) if letter == "M" \
-                else _mixer(cfg, i, causal)
-            return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
-                         cfg.norm_placement, residual_scale=scale, residual_alpha=cfg.residual_alpha)
-        return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale,
-                     residual_alpha=cfg.residual_alpha)
+    plan = kinds.layer_plan(cfg)
+    if plan is not None and i < len(plan):  # a kind's own pattern: its mixer or none, its FFN or none
+        slots, scale = plan[i], cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
+        mixer = (kinds.empty_mixer(cfg.d_model) if slots.mixer is None else _mixer(cfg, i, causal) if not slots.mixer
+                 else kinds.for_layer(cfg, LayerKind(False, True, slots.mixer)).build(cfg, i, causal))
+        ffn = FFN(cfg.d_model, 0, present=False) if slots.ffn == "none" else _ffn(cfg, i)
+        return Block(mixer, ffn, norm, cfg.norm_placement, residual_scale=scale, residual_alpha=cfg.residual_alpha)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
@@ -157,8 +152,9 @@ def _mixer(cfg: Any, i: int, causal: bool):
 
 def is_moe_layer(cfg: Any, i: int) -> bool:
     """Whether layer i (0-based, within its stack) has the mixture of experts (see the module docstring)."""
-    if cfg.hybrid_pattern is not None:  # an E layer, or every layer of a Granite-4.0-H with experts
-        return cfg.hybrid_pattern[i] == "E" or (cfg.hybrid_with_ffn and cfg.n_expert is not None)
+    plan = kinds.layer_plan(cfg)
+    if plan is not None and i < len(plan):  # a kind's own pattern says (Nemotron-H's E layers, Granite-4.0-H's)
+        return plan[i].ffn == "moe"
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0

@@ -27,7 +27,7 @@ from typing import Any, Literal, Optional
 
 from tfcalc.architecture import rope as rope_scaling
 from tfcalc.architecture.attention import Attention
-from tfcalc.architecture.kinds import MixerKind, for_layer, register
+from tfcalc.architecture.kinds import MixerKind, for_layer, local_fields, local_filler, register
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import KINDS, kind_of, layer_kind, length, parse
 from tfcalc.errors import InputError as ConfigError, shown
@@ -165,7 +165,7 @@ def _check_patterns(cfg: Any) -> None:
         raise ConfigError("give sliding_window or attention_chunk_size, not both: a local layer attends through "
                           "one of them")
     # local layers another mixer kind fills (a linear-attention layer: its state stops growing) need no window
-    linear = getattr(cfg, "linear_mixer", None) is not None
+    linear = local_filler(cfg) is not None
     if cfg.full_attention_every is not None:
         if window is None and chunk is None and not linear:
             raise ConfigError("full_attention_every alternates windowed and full layers: give sliding_window "
@@ -210,10 +210,10 @@ def _check_layer_pattern(cfg: Any) -> None:
                           "say every layer's kind (repeat a group with '*n')")
     kinds = {k for run in runs for k in run.kinds if k in KINDS}  # softmax attention's words; others' are theirs
     local = sorted(k for k in kinds if kind_of(k).local)
-    linear = getattr(cfg, "linear_mixer", None) is not None  # local layers another mixer kind fills
+    linear = local_filler(cfg) is not None  # local layers another mixer kind fills
     if local and cfg.sliding_window is None and cfg.attention_chunk_size is None and not linear:
-        raise ConfigError(f"layer_pattern has {shown(local[0])} layers: give sliding_window or "
-                          "attention_chunk_size (what they attend through), or linear_mixer")
+        raise ConfigError(f"layer_pattern has {shown(local[0])} layers: give sliding_window or attention_chunk_size "
+                          "(what they attend through)" + "".join(f", or {f}" for f in local_fields()))
     nope = sorted(k for k in kinds if not kind_of(k).rope)
     if nope and cfg.pos_encoding != "rope":
         raise ConfigError(f"layer_pattern has {shown(nope[0])} layers (no RoPE): it applies to pos_encoding rope "

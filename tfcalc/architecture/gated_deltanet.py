@@ -46,11 +46,18 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_next.py), which the layer never changes
+# what the reports call its parts (tfcalc.architecture.mixer, 10.): the input and output projections, and the short
+# convolution with the delta rule's chunked form (or its recurrent step), the layer's position mixing
+ROLE = MixerRole("deltanet", "DeltaNet", "deltanet_proj", "DeltaNet projections", "delta_rule",
+                 "Delta-rule recurrence", "DeltaNet",
+                 (("qkv", "DeltaNet: convolution input and output, gates"),
+                  ("attn_scores", "DeltaNet: chunked delta rule (fp32)"),
+                  ("attn_output", "DeltaNet: gated norm, out_proj input")))
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class GatedDeltaNet:
     # order, each its own tensor
     separate_projections: bool = False
     beta_scale: float = 1.0  # 2.0: OLMo-Hybrid's linear_allow_neg_eigval (β = 2·sigmoid(b))
+    role = ROLE
     module = "tfcalc.model.gated_deltanet:GatedDeltaNetModule"
 
     def __post_init__(self) -> None:
@@ -319,4 +327,5 @@ def placement(cfg: Any) -> Optional[str]:
 
 
 KIND = register(MixerKind("gated DeltaNet", GatedDeltaNetFields, from_flat, check=check, claims=claims,
-                          group="linear-attention layers (GatedDeltaNet)", placement=placement))
+                          group="linear-attention layers (GatedDeltaNet)", placement=placement,
+                          local_field="linear_mixer"))

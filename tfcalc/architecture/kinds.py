@@ -18,7 +18,14 @@ A ``MixerKind`` is what one mixer declares about its flat fields, in the mixer's
   or global, RoPE or none) -- latent attention claims every layer where ``kv_lora_rank`` is given; a
   linear-attention mixer might claim the local ones; ``default``: the kind of a layer nothing else claims
   (softmax attention);
-- ``group``: the heading ``tfcalc show`` lists its fields under.
+- ``group``: the heading ``tfcalc show`` lists its fields under;
+- ``local_field``: the flat field that, given, makes it fill the local layers (``full_attention_every``'s other
+  layers, ``layer_pattern``'s local words) in place of a window or chunk: gated DeltaNet's ``linear_mixer``
+  (``local_filler`` answers which kind, so softmax attention's rules and the layer pattern name none);
+- ``layer_plan(cfg)``: where it has a per-layer pattern of its own (Mamba2's ``hybrid_pattern``, Nemotron-H's
+  letters), each layer's ``LayerSlots`` -- which kind's mixer, if any, and which FFN -- checked, or None where the
+  config does not use it; ``empty(d_model)``: the mixer of a layer that has none (``plan``: a layer of its FFN
+  alone), so the front end builds such layers without naming the kind.
 
 Softmax attention (tfcalc.architecture.flat_attention) and latent attention (tfcalc.architecture.flat_latent)
 register here as they are imported; a new mixer registers its kind in its own module, and the front end
@@ -54,6 +61,9 @@ class MixerKind:
     # (cfg) -> the norm placement of the blocks this kind mixes in, where it is not cfg.norm_placement (OLMo-Hybrid's
     # DeltaNet layers norm inputs while its attention layers norm outputs); None, or returning None: norm_placement
     placement: Optional[Callable[[Any], Optional[str]]] = None
+    local_field: str = ""  # given (not None), this kind fills the local layers (see the module docstring)
+    layer_plan: Optional[Callable[[Any], Optional[tuple["LayerSlots", ...]]]] = None
+    empty: Optional[Callable[[int], Mixer]] = None  # (d_model) -> the mixer of a layer that has none
 
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.fields))
@@ -61,6 +71,16 @@ class MixerKind:
     def defaults(self) -> dict[str, Any]:
         """{field: default} of its fields (every field of a kind has one: a kind's fields are optional)."""
         return {f.name: f.default for f in dataclasses.fields(self.fields)}
+
+
+@dataclass(frozen=True)
+class LayerSlots:
+    """One layer of a kind's own per-layer pattern (``MixerKind.layer_plan``): ``mixer`` the layer_pattern word of
+    the kind in its mixer slot, "" for the kind an unnamed layer gets, None for no mixer (its FFN alone); ``ffn``
+    "none" (its mixer alone), "dense" or "moe"."""
+
+    mixer: Optional[str]
+    ffn: str = "none"
 
 
 _KINDS: dict[str, MixerKind] = {}
@@ -126,3 +146,28 @@ def for_layer(cfg: Any, layer: Any = None) -> MixerKind:
         if kind.claims is not None and kind.claims(cfg, layer):
             return kind
     return next(k for k in _KINDS.values() if k.default)
+
+
+def local_filler(cfg: Any) -> Optional[MixerKind]:
+    """The kind that fills this config's local layers in place of a window or chunk (its ``local_field`` given),
+    or None: local layers attend through a window or chunk."""
+    return next((k for k in _KINDS.values() if k.local_field and getattr(cfg, k.local_field, None) is not None), None)
+
+
+def local_fields() -> tuple[str, ...]:
+    """Every kind's ``local_field``: what a message offers beside a window or chunk for the local layers."""
+    return tuple(k.local_field for k in _KINDS.values() if k.local_field)
+
+
+def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
+    """The layers a kind's own per-layer pattern gives this config (``MixerKind.layer_plan``), or None."""
+    for kind in _KINDS.values():
+        plan = kind.layer_plan(cfg) if kind.layer_plan is not None else None
+        if plan is not None:
+            return plan
+    return None
+
+
+def empty_mixer(d_model: int) -> Mixer:
+    """The mixer of a layer that has none (``MixerKind.empty``, declared by the kind whose pattern has such layers)."""
+    return next(k.empty for k in _KINDS.values() if k.empty is not None)(d_model)

@@ -47,7 +47,7 @@ from typing import Literal, Optional
 
 from tfcalc.architecture import saved
 from tfcalc.architecture.attention import causal_pairs, score_mixing
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import ATTENTION, Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.rope import Yarn
 from tfcalc.architecture.tensors import Linear, Weight
@@ -352,6 +352,7 @@ class LatentAttention:
     def capabilities(self) -> Capabilities:
         return Capabilities(op_recompute="latent attention", decode_form="absorbed")
 
+    role = ATTENTION  # attention over a latent cache: attention's parts (tfcalc.architecture.mixer, 10.)
     module = "tfcalc.model.latent:LatentAttention"  # the torch module that runs it (tfcalc.model.mixers)
 
     def state_tensors(self) -> tuple[tuple[str, int, int], ...]:

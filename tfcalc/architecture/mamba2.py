@@ -43,12 +43,17 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.kinds import LayerSlots, MixerKind, register
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
 FP32 = 4
+# what the reports call its parts (tfcalc.architecture.mixer, 10.): in_proj and out_proj, then the convolution and
+# the chunked scan (a-e) or the recurrence, the position mixing of a state-space layer
+ROLE = MixerRole("ssm", "SSM", "ssm_proj", "SSM projections", "ssm_scan", "SSM scan (conv1d and scan)", "SSM",
+                 (("qkv", "SSM: conv1d input and output, dt, x"), ("attn_scores", "SSM: chunked scan (fp32)"),
+                  ("attn_output", "SSM: gated norm, out_proj input")))
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Mamba2:
     norm_eps: float = 1e-5
     state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
     causal: bool = True
+    role = ROLE
     module = "tfcalc.model.mamba2:Mamba2Mixer"
 
     def __post_init__(self) -> None:
@@ -244,6 +250,19 @@ def check_pattern(cfg) -> None:
                          "no cross-attention, no parallel block")
 
 
+def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
+    """hybrid_pattern's layers (checked, ``check_pattern``): M this kind's mixer, * the kind an unnamed layer gets,
+    each with the FFN after it where ``hybrid_with_ffn`` (the mixture of experts where n_expert is given); - the
+    dense FFN alone, E the mixture of experts alone. None without hybrid_pattern."""
+    if cfg.hybrid_pattern is None:
+        return None
+    check_pattern(cfg)
+    ffn = ("moe" if cfg.n_expert is not None else "dense") if cfg.hybrid_with_ffn else "none"
+    slots = {"M": LayerSlots("mamba", ffn), "*": LayerSlots("", ffn), "-": LayerSlots(None, "dense"),
+             "E": LayerSlots(None, "moe")}
+    return tuple(slots[letter] for letter in cfg.hybrid_pattern)
+
+
 def from_flat(cfg) -> Mamba2:
     """The Mamba2 mixer the flat ssm_* fields describe (tfcalc.config, "state-space layers"; the pattern checked
     by ``check_pattern``)."""
@@ -341,4 +360,5 @@ def check(cfg: Any) -> None:
 
 
 KIND = register(MixerKind("Mamba2", Mamba2Fields, lambda cfg, i, causal: from_flat(cfg), words=("mamba",),
-                          check=check, group="state-space layers and the per-layer pattern (Mamba2)"))
+                          check=check, group="state-space layers and the per-layer pattern (Mamba2)",
+                          layer_plan=layer_plan, empty=NoMixer))

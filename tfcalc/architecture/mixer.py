@@ -47,7 +47,13 @@ What a mixer answers:
    state to an earlier position, split over tensor-parallel ranks, ring over context-parallel ranks);
 9. ``module``: the torch module that runs it, named "package.module:Class" (or the class itself) and resolved
    by tfcalc.model.mixers, so this package stays free of torch; the module allocates the state (its
-   ``new_state``). Not a member of ``Mixer`` below: a mixer only counted, never built, need not name one.
+   ``new_state``). Not a member of ``Mixer`` below: a mixer only counted, never built, need not name one;
+10. ``role``: what the reports call its parts (``MixerRole``: the parameter group of its tensors, the FLOP
+   groups of its projections and of its position mixing, each a JSON key and a title), declared in its own
+   module -- a Mamba2 mixer's "SSM projections" and "SSM scan", not "attention". Read through ``role_of``:
+   a mixer that declares none is counted as attention (``ATTENTION``), as every mixer was before roles.
+   Only the reports' breakdowns read it; the counts' internal groups (``attention``, ``attention_proj``,
+   ``attention_scores``: the token-mixer sub-layer, whatever mixes) stay as they are.
 
 Pure Python: no torch, typer or rich here.
 """
@@ -164,6 +170,30 @@ class StateTensor:
 
     def elements(self, context: int, spare: int = 0) -> int:
         return self.per_token * self.positions(context, spare) + self.fixed
+
+
+@dataclass(frozen=True)
+class MixerRole:
+    """What the reports call a mixer's parts (10.): each a stable JSON key and the title a table shows."""
+
+    params: str = "attention"  # the parameter breakdown's group of its tensors (its norms stay "norms")
+    params_title: str = "Attention"
+    proj: str = "attention_proj"  # the FLOP group of its projections (``linears``)
+    proj_title: str = "Attention projections"
+    mixing: str = "attention_scores"  # the FLOP group of its position mixing (``mixing``)
+    mixing_title: str = "Attention scores"
+    noun: str = "attention"  # the sub-layer in a sentence ("the whole attention sub-layer")
+    # ((term, label), ...): what the activation terms its ``saved`` names are for this mixer, where the memory table's
+    # attention labels would mislead (a Mamba2 layer's "attn_scores" holds its scan's chunk scores and states)
+    terms: tuple[tuple[str, str], ...] = ()
+
+
+ATTENTION = MixerRole()  # softmax and latent attention's, and that of a mixer that declares none
+
+
+def role_of(mixer: object) -> MixerRole:
+    """A mixer's declared ``role`` (10.), or ``ATTENTION`` where it declares none."""
+    return getattr(mixer, "role", None) or ATTENTION
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Literal, Optional
 from tfcalc.architecture import copies
 from tfcalc.architecture.block import Block, Hyper, Stack
 from tfcalc.architecture.ffn import MoE
-from tfcalc.architecture.mixer import state_by_dtype, state_elements
+from tfcalc.architecture.mixer import MixerRole, role_of, state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.tensors import Weight
@@ -89,6 +89,7 @@ class Head:
     # hyper-connection streams collapsed before the final norm (DeepSeek-V4's hc_head, DeepseekV4HyperHead: a
     # projection n·d -> n, sigmoid weights of the n streams); None: none (tfcalc.architecture.block.Hyper)
     hyper: Optional[Hyper] = None
+    activation: str = "gelu"  # the transform's, between its Linear and its norm (BERT's hidden_act: the model's)
 
     def __post_init__(self) -> None:
         extras = self.tied or self.bias or self.transform or self.softcap is not None or self.scale is not None
@@ -217,6 +218,22 @@ class Architecture:
     def has_moe(self) -> bool:
         return any(b.is_moe for _, b, _ in self.kinds())
 
+    @property
+    def positions(self) -> str:
+        """How the output stack encodes positions (learned, sinusoidal, rope, alibi, relative, none)."""
+        return self.output.embeddings.positions
+
+    @property
+    def bounded_positions(self) -> bool:
+        """Whether the model encodes positions up to a length only (a learned or sinusoidal table, RoPE's rows built
+        for the context): the front end's max_seq_len then bounds what a measured run may take."""
+        return self.positions in ("learned", "rope", "sinusoidal")
+
+    @property
+    def has_cross_attention(self) -> bool:
+        """Whether some block reads another sequence (an encoder-decoder's decoder, GPT-2's add_cross_attention)."""
+        return any(b.cross_attention is not None for _, b, _ in self.kinds())
+
     def weights(self) -> list[Placed]:
         """Every tensor once per (name, shape), with the layers holding it, in model order: each stack's
         embeddings, blocks and final norm, then the head (with the output stack)."""
@@ -276,6 +293,12 @@ class Architecture:
         stack = self.decoder
         forms = {b.mixer.capabilities.decode_form for b, _ in stack.kinds()} if stack is not None else set()
         return ", ".join(sorted(forms))
+
+    def roles(self) -> tuple[MixerRole, ...]:
+        """The roles its token mixers declare (tfcalc.architecture.mixer, 10.), each once, in model order; a block
+        of its FFN alone (no mixer tensors, no matmuls) left out: what the reports' breakdowns name."""
+        mixers = [b.mixer for _, b, _ in self.kinds() if b.mixer.weights() or b.mixer.linears()]
+        return tuple(dict.fromkeys(role_of(m) for m in mixers))
 
     def cross_kv_elements(self, sources: int) -> int:
         """K and V elements of every cross-attention's cache over ``sources`` encoder positions."""

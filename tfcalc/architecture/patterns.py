@@ -14,8 +14,8 @@ Two ways to say it (tfcalc.config documents the fields):
 Kinds: ``full`` (the whole causal context, RoPE), ``local`` (through the window or the chunk, RoPE at
 ``rope_local_theta`` where given), ``nope`` (the whole context, no RoPE), ``local_nope`` -- softmax attention's
 words -- and the words of every other registered mixer kind (tfcalc.architecture.kinds), whose layers that
-mixer fills: ``(gdn*3, full)*12``. With ``linear_mixer`` (gated DeltaNet), the ``local`` layers are
-linear-attention layers.
+mixer fills: ``(gdn*3, full)*12``. Where a kind fills the local layers in place of a window (its ``local_field``
+given: gated DeltaNet's ``linear_mixer``, tfcalc.architecture.kinds.local_filler), the ``local`` layers are its.
 
 A pattern is kept as runs -- a tuple of kinds repeated -- never one entry per layer, so a pattern of a
 2**40-layer model costs what a 2-layer one does. Pure Python: no torch, typer or rich here.
@@ -195,8 +195,9 @@ def layer_kind(cfg, i: int) -> LayerKind:
     periods full_attention_every (with a window or a chunk) and nope_every."""
     if cfg.layer_pattern is not None:
         return kind_of(at(parse(cfg.layer_pattern), i))
-    spans = cfg.sliding_window is not None or cfg.attention_chunk_size is not None or getattr(
-        cfg, "linear_mixer", None) is not None  # a linear-attention layer is local: its state stops growing
+    # a layer another kind fills in place of a window (a linear-attention layer) is local: its state stops growing
+    spans = cfg.sliding_window is not None or cfg.attention_chunk_size is not None or mixer_kinds.local_filler(
+        cfg) is not None
     every, nope = cfg.full_attention_every, cfg.nope_every
     local = spans and not (every is not None and (i + 1) % every == 0)
     return LayerKind(local, not (nope is not None and (i + 1) % nope == 0))

@@ -47,9 +47,15 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
+
+# what the reports call its parts (tfcalc.architecture.mixer, 10.): in_proj and out_proj, and the depthwise
+# convolution with its gates, the only position mixing of the layer
+ROLE = MixerRole("conv", "Short conv", "conv_proj", "Short-conv projections", "conv", "Short conv (depthwise)",
+                 "short-conv", (("qkv", "short conv: in_proj output [B | C | x]"),
+                                ("attn_output", "short conv: out_proj input")))
 
 
 def conv_taps(queries: int, keys: int, kernel: int) -> int:
@@ -68,6 +74,7 @@ class ShortConv:
     bias: bool = False  # conv_bias: in_proj, the convolution and out_proj alike (modeling_lfm2.py)
     causal: bool = True
 
+    role = ROLE
     module = "tfcalc.model.short_conv:ShortConvModule"  # resolved by tfcalc.model.mixers (no torch here)
 
     def __post_init__(self) -> None:

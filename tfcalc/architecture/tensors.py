@@ -34,6 +34,9 @@ class Weight:
     copies: int = 1  # per layer: n_expert for each expert's tensors
     experts_active: Optional[int] = None  # an expert's tensor: a token uses this many of the copies
     tied_to: Optional[str] = None  # shares storage with that tensor (a tied LM head): counted there, not here
+    # the reports' group where it is not ``role``: a token mixer's tensors under its declared role (a Mamba2
+    # in_proj's "ssm", tfcalc.architecture.mixer.MixerRole), set by the block that places it
+    part: Optional[str] = None
 
     @property
     def numel(self) -> int:
@@ -60,6 +63,7 @@ class Linear:
     n_out: int
     rows: Literal["tokens", "sources", "routed", "first", "keys"] = "tokens"
     count: int = 1  # matmuls of this shape: one per head for a latent attention's absorbed W_UK and W_UV
+    part: Optional[str] = None  # the reports' FLOP group where it is not ``role`` (as ``Weight.part``)
 
     def named(self, prefix: str) -> "Linear":
         return replace(self, name=prefix + self.name)

@@ -65,6 +65,10 @@ def flops(
     score. An encoder-decoder runs its encoder over --src-seq source tokens and its decoder over --seq target
     tokens; cross-attention scores T × S.
 
+    A hybrid's other mixers are named by their roles: Mamba2's SSM projections and SSM scan, gated DeltaNet's
+    projections and delta-rule recurrence, a short convolution's projections and depthwise convolution, each a row
+    (JSON breakdown_by_role; the breakdown's attention_proj and attention_scores stay the whole mixer sub-layer).
+
     Latent attention (DeepSeek's MLA): the forward in the naive form transformers runs (W_kvb expands every key's
     latent); a decode step (--decode) in the absorbed form that tfcalc's module and MLA servers (vLLM, SGLang) run:
     W_UK folded into the query and W_UV into the output, per token 2·H·h_n·c_kv + 2·H·c_kv·h_v, per cached key

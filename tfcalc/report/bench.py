@@ -123,10 +123,10 @@ def check_seqs(model: ModelRef, seqs: Optional[list[int]]) -> tuple[int, ...]:
         return (cfg.max_seq_len,)
     for s in seqs:
         check_size("--seq", s)
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    limited = cfg.architecture.bounded_positions
     too_long = [s for s in seqs if limited and s > cfg.max_seq_len]
     if too_long:
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len} tokens; "
+        raise InputError(f"{cfg.name} has {cfg.architecture.positions} positions for at most {cfg.max_seq_len} tokens; "
                          f"got --seq {too_long[0]}")
     return tuple(seqs)
 
@@ -142,7 +142,7 @@ def plan_bench(model: ModelRef, batch: int = 1, seqs: Optional[list[int]] = None
     if cfg.arch == "encoder-decoder":  # its forward takes a source and a target, and --n-layer has two depths
         raise InputError(f"{cfg.name}: tfcalc bench times decoder and encoder models; encoder-decoders are not "
                          "supported yet (tfcalc flops and tfcalc memory count them)")
-    if cfg.cross_attention:
+    if cfg.architecture.has_cross_attention:
         raise InputError(f"{cfg.name}: its blocks attend to an encoder's states, which tfcalc bench does not make; "
                          "tfcalc flops and tfcalc memory count it (--src-seq)")
     if weights is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tfcalc.count.model import flops as count_flops, memory as count_memory, params as count_params
+from tfcalc.count.model import flops as count_flops, memory as count_memory, params as count_params, parts
 from tfcalc.errors import InputError
 from tfcalc.report.display import Displayed
 from tfcalc.report.flops import attention_share
@@ -33,7 +33,7 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
         "d_ff": cfg.ffn_dim,
         "vocab_size": cfg.vocab_size,
         "max_seq_len": cfg.max_seq_len,
-        "pos_encoding": cfg.pos_encoding,
+        "pos_encoding": cfg.architecture.positions,
         "norm": f"{cfg.norm_placement}-{cfg.norm}",
         "ffn": f"{'gated ' if cfg.gated_ffn else ''}{cfg.activation}",
         "tie_embeddings": cfg.tie_embeddings,
@@ -55,6 +55,9 @@ def compare_row(model: ModelRef, seq: int, dtype: str) -> dict[str, Any]:
         "ffn_param_share": groups["ffn"] / params,
         "attention_flop_share": attention_share(totals),
         "ffn_flop_share": totals["ffn"] / forward,
+        # a hybrid's other mixers (Mamba2, DeltaNet, a short convolution) by their roles: the attention shares above
+        # are then the whole token-mixer sub-layer's (tfcalc.count.model.parts)
+        **parts.roles_json(cfg),
     }
 
 

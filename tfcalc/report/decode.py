@@ -206,8 +206,8 @@ def plan_decode_bench(model: ModelRef, batch: int, seqs: Optional[list[int]], st
         if size is not None:
             bounds.check(name, size)
     if not seqs:
-        seqs = [max(1, cfg.max_seq_len - max(steps, warmup))] if cfg.pos_encoding in ("learned", "rope", "sinusoidal") \
-            else [cfg.max_seq_len]
+        bounded = cfg.architecture.bounded_positions
+        seqs = [max(1, cfg.max_seq_len - max(steps, warmup))] if bounded else [cfg.max_seq_len]
     for s in seqs:
         check_size("--seq", s)
     if cfg.arch == "encoder":

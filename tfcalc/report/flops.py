@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from tfcalc.count.model import flops as count
+from tfcalc.count.model import flops as count, parts
 from tfcalc.count.model.params import width_note
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
@@ -20,7 +20,8 @@ ATTENTION_GROUPS = ("attention_proj", "attention_scores") + count.CROSS_GROUPS
 
 
 def attention_share(totals: dict[str, int]) -> float:
-    """The attention share of forward FLOPs: ATTENTION_GROUPS over the whole forward pass."""
+    """The attention share of forward FLOPs: ATTENTION_GROUPS over the whole forward pass (of a breakdown by the
+    reports' groups, tfcalc.count.model.parts: attention alone, a Mamba2 layer's FLOPs under its own role)."""
     return sum(totals[g] for g in ATTENTION_GROUPS) / sum(totals.values())
 
 
@@ -72,7 +73,21 @@ class FlopsReport(WorkloadFields, Displayed):
 
     @property
     def attention_share(self) -> float:
-        return attention_share(self.breakdown.totals())
+        """Attention's share alone (a Mamba2 layer's FLOPs are the SSM's, ``mixer_share``); the JSON key
+        attention_share keeps the whole token-mixer sub-layer's, as it always had."""
+        return attention_share(self.parts)
+
+    @property
+    def parts(self) -> dict[str, int]:
+        """{group: FLOPs}, each token mixer's under the role it declares (tfcalc.count.model.parts): what the
+        reports show; ``breakdown.totals()`` for a model of attention alone."""
+        return parts.flop_totals(self.breakdown)
+
+    @property
+    def mixer_share(self) -> float:
+        """Every token mixer's share of forward FLOPs, attention's (cross-attention's too) and the other roles'."""
+        other = sum(self.parts[p] for r in parts.roles(self.cfg) for p in (r.proj, r.mixing))
+        return self.attention_share + other / self.forward
 
     def mismatches(self) -> list[str]:
         """The groups (and 'other', FLOPs no group explains) where measured and analytic differ."""
@@ -178,16 +193,18 @@ class FlopsReport(WorkloadFields, Displayed):
         cfg, full, causal = self.cfg, self.crossover, self.crossover_causal
 
         def times_d(t: int | None) -> str:
-            return f" (= {t // cfg.d_model}·d_model)" if t is not None and t % cfg.d_model == 0 else ""
+            d = cfg.architecture.d_model
+            return f" (= {t // d}·d_model)" if t is not None and t % d == 0 else ""
 
         def share(t: int | None) -> str:  # of the context
             return "never" if t is None else f"{t / cfg.max_seq_len:.3g}×"
 
-        per_layer = self.breakdown.per_layer()
+        per_layer = parts.flop_per_layer(self.breakdown)
         if not per_layer["ffn"]:  # a model of mixers alone (Mamba2): nothing for attention to overtake
             return "No FFN in any layer: the mixers' position mixing has no FFN cost to cross (crossover never)."
-        scores_ratio = per_layer["attention_scores"] / per_layer["ffn"]
-        attention_ratio = (per_layer["attention_scores"] + per_layer["attention_proj"]) / per_layer["ffn"]
+        pairs = parts.mixing_parts(cfg)  # each mixer role's (projections, position mixing), attention's first
+        scores_ratio = sum(per_layer[m] for _, m in pairs) / per_layer["ffn"]
+        attention_ratio = sum(per_layer[p] + per_layer[m] for p, m in pairs) / per_layer["ffn"]
         from tfcalc.architecture.mixer import is_local
 
         # the first layer whose mixer stops growing: its window or chunk (tfcalc.architecture.mixer), or neither
@@ -202,15 +219,34 @@ class FlopsReport(WorkloadFields, Displayed):
                          if None not in (causal.scores_vs_ffn, causal.attention_vs_ffn) else
                          f"; counting only the unmasked scores, {_at(causal.scores_vs_ffn)} and "
                          f"{_at(causal.attention_vs_ffn)} ({why})")
+        question, mixing, sublayer, scores, whole = self._crossover_names(per_layer)
         return (
-            f"When does attention overtake the FFN in {cfg.name}? Per layer, the attention scores (Q·Kᵀ and "
-            f"attention·V) reach the FFN's FLOPs {_at(full.scores_vs_ffn)}{times_d(full.scores_vs_ffn)} and "
-            f"the whole attention sub-layer, projections included, {_at(full.attention_vs_ffn)}"
-            f"{times_d(full.attention_vs_ffn)}, counting the full T×T square "
+            f"When does {question} overtake the FFN in {cfg.name}? Per layer, {mixing} the FFN's FLOPs "
+            f"{_at(full.scores_vs_ffn)}{times_d(full.scores_vs_ffn)} and {sublayer}, projections included, "
+            f"{_at(full.attention_vs_ffn)}{times_d(full.attention_vs_ffn)}, counting the full T×T square "
             f"({share(full.scores_vs_ffn)} and {share(full.attention_vs_ffn)} "
-            f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} the scores are "
-            f"{scores_ratio:.1%} of the FFN's FLOPs and the whole attention {attention_ratio:.1%}."
+            f"the {cfg.max_seq_len:,}-token context){causal_clause}. At T = {self.seq:,} {scores} "
+            f"{scores_ratio:.1%} of the FFN's FLOPs and {whole} {attention_ratio:.1%}."
         )
+
+    def _crossover_names(self, per_layer: dict[str, int]) -> tuple[str, str, str, str, str]:
+        """What the crossover sentence calls (the question's subject, the position mixing with its verb, the
+        sub-layer, the mixing and the sub-layer at T): attention's words for a model of attention alone; else
+        each mixer's declared role (tfcalc.count.model.parts), where its layers are present."""
+        roles = parts.roles(self.cfg)
+        if not roles:
+            return ("attention", "the attention scores (Q·Kᵀ and attention·V) reach", "the whole attention sub-layer",
+                    "the scores are", "the whole attention")
+        def lower(title: str) -> str:  # "Delta-rule recurrence" -> "delta-rule ...", "SSM scan" kept
+            return title if title[1:2].isupper() else title[:1].lower() + title[1:]
+
+        mixing = ([] if not per_layer["attention_scores"] else ["the attention scores (Q·Kᵀ and attention·V)"]) + [
+            f"the {lower(r.mixing_title)}" for r in roles if per_layer[r.mixing]]
+        nouns = ([] if not per_layer["attention_scores"] else ["attention"]) + [r.noun for r in roles]
+        # "the attention scores ... and the SSM scan reach", "the SSM scan reaches": the verb follows the subject
+        verb = "reach" if len(mixing) > 1 or per_layer["attention_scores"] else "reaches"
+        return ("the token mixing", f"{' and '.join(mixing)} {verb}", f"the whole mixer sub-layer ({', '.join(nouns)})",
+                "the position mixing is", "the whole mixer sub-layer")
 
     def to_json(self) -> dict[str, Any]:
         b, m = self.breakdown, self.measured
@@ -237,9 +273,10 @@ class FlopsReport(WorkloadFields, Displayed):
             "agree": self.agrees,
             "breakdown": b.totals(),
             "breakdown_causal": b.totals(causal=True),
-            "attention_share": self.attention_share,
+            "attention_share": attention_share(b.totals()),
             "per_layer": b.per_layer(),
             "per_layer_causal": b.per_layer(causal=True),
+            **self._by_role_json(),
             "components": b.components(),
             "per_sequence": {"forward": self.forward // self.batch,
                              "forward_causal": self.forward_causal // self.batch},
@@ -268,6 +305,19 @@ class FlopsReport(WorkloadFields, Displayed):
             },
             "notes": self.notes,
         }
+
+    def _by_role_json(self) -> dict[str, Any]:
+        """Where a token mixer is not attention: the breakdowns again with each mixer's FLOPs under the role it
+        declares (tfcalc.count.model.parts), beside the keys above, whose attention_proj and attention_scores
+        keep meaning the whole token-mixer sub-layer; {} for a model of attention alone (its JSON unchanged)."""
+        if not parts.roles(self.cfg):
+            return {}
+        b = self.breakdown
+        return {"breakdown_by_role": self.parts, "breakdown_by_role_causal": parts.flop_totals(b, causal=True),
+                "per_layer_by_role": parts.flop_per_layer(b),
+                "per_layer_by_role_causal": parts.flop_per_layer(b, causal=True),
+                "shares_by_role": {k: n / self.forward for k, n in self.parts.items()},
+                "mixer_share": self.mixer_share, **parts.roles_json(self.cfg)}
 
 
 def build_flops(model: ModelRef, workload: Workload = Workload(), measure: bool = False, device: str = "meta",

@@ -46,13 +46,13 @@ def weight_formats(o: InferOptions) -> tuple[WeightFormat, str]:
 
 def _seq(model: ModelRef, o: InferOptions) -> int:
     cfg = model.cfg
-    limited = cfg.pos_encoding in ("learned", "rope", "sinusoidal")
+    limited = cfg.architecture.bounded_positions
     # the default prompt leaves room for --gen inside the context (llama3-70b: 7,936 + 256 = 8,192), measured or not
     seq = o.seq if o.seq is not None else max(1, cfg.max_seq_len - o.gen) if limited else cfg.max_seq_len
     check_size("--seq", seq)
     if o.measure and limited and seq + o.gen > cfg.max_seq_len:  # an estimate past the context is arithmetic
-        raise InputError(f"{cfg.name} has {cfg.pos_encoding} positions for at most {cfg.max_seq_len:,} tokens; "
-                         f"--seq {seq:,} + --gen {o.gen:,} goes past them")
+        raise InputError(f"{cfg.name} has {cfg.architecture.positions} positions for at most {cfg.max_seq_len:,} "
+                         f"tokens; --seq {seq:,} + --gen {o.gen:,} goes past them")
     return seq
 
 
@@ -78,7 +78,8 @@ def datasheet_ceilings(device_spec: Optional[str], fmt: WeightFormat, matmul_eff
 
 
 def check_options(model: ModelRef, o: InferOptions) -> None:
-    if model.cfg.arch == "encoder" or not model.cfg.lm_head:
+    arch = model.cfg.architecture
+    if arch.kind == "encoder" or not arch.head.lm_head:
         raise InputError(f"{model.cfg.name} generates no tokens (an encoder, or no LM head): nothing to serve")
     if not isinstance(o.batches, tuple) or not o.batches:
         raise InputError(f"--batch: give one batch size or more; got {shown(o.batches)}")

@@ -198,7 +198,7 @@ class InferReport(Displayed):
     def beyond_context(self) -> bool:
         """The generation runs past the positions the model can encode: arithmetic only."""
         cfg = self.model.cfg
-        return cfg.pos_encoding in ("learned", "rope", "sinusoidal") and self.seq + self.options.gen > cfg.max_seq_len
+        return cfg.architecture.bounded_positions and self.seq + self.options.gen > cfg.max_seq_len
 
     def to_json(self) -> Any:
         rows = [self.row_json(i) for i in range(len(self.estimates))]

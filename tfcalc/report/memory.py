@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
+from tfcalc.architecture.mixer import ATTENTION, MixerRole, role_of
 from tfcalc.count.model import budget, memory as mem, quant, training_memory as training
+from tfcalc.count.model.activations import commonest_block
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.training.rank_activations import korthikanti_bytes, training_activations
 from tfcalc.report.display import Displayed
@@ -92,6 +94,14 @@ class MemoryReport(WorkloadFields, Displayed):
     def ratio(self) -> Optional[float]:
         return None if self.measured is None else self.measured.peak_bytes / self.run_estimate
 
+    @property
+    def layer_role(self) -> Optional[MixerRole]:
+        """The role of the mixer of the block "per layer" shows (the output stack's commonest), where it is not
+        attention (a Mamba2 layer's: its activation terms are the SSM's, tfcalc.architecture.mixer.MixerRole);
+        None for attention's."""
+        role = role_of(commonest_block(self.cfg.architecture.output).mixer)
+        return None if role == ATTENTION else role
+
     def to_json(self) -> dict[str, Any]:
         a, s, m, fit = self.activations, self.state, self.measured, self.fit
         return {
@@ -134,6 +144,9 @@ class MemoryReport(WorkloadFields, Displayed):
                 "per_layer_bytes": a.layer, "per_layer": a.per_layer, "head": a.head,
                 "recompute_extra_bytes": a.recompute_extra, "loss_gradient_bytes": a.loss_gradients,
                 "encoder_per_layer_bytes": a.encoder_layer, "encoder_per_layer": a.encoder_per_layer,
+                # where per_layer is a layer of another mixer: its role's parameter group ("ssm"), and its terms
+                **({"per_layer_mixer": self.layer_role.params, "per_layer_labels": dict(self.layer_role.terms)}
+                   if self.layer_role is not None else {}),
             },
             "korthikanti_bytes": self.korthikanti,
             "training_state": None if s is None else {

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from tfcalc.checkpoint import CheckpointCount
 from tfcalc.config import ModelConfig
-from tfcalc.count.model import params as count
+from tfcalc.count.model import params as count, parts
 from tfcalc.count.model.dtypes import weight_bytes
 from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.display import Displayed
@@ -58,12 +58,27 @@ class ParamsReport(Displayed):
 
     @property
     def groups(self) -> dict[str, int]:
-        return count.group_totals(self.cfg, self.analytic)
+        """{group: parameters}, each token mixer's tensors under the role it declares (tfcalc.count.model.parts:
+        a Mamba2 layer's under "ssm", not "attention"); count.group_totals for a model of attention alone."""
+        return parts.param_totals(self.cfg, self.analytic)
+
+    def _groups_json(self) -> dict[str, Any]:
+        """The JSON's groups and shares: "attention" the whole token-mixer sub-layer, as the keys always meant;
+        beside them, where a mixer is not attention, ``groups_by_role`` and ``shares_by_role`` (each mixer's
+        tensors under its declared role) and what each role calls its parts."""
+        total, old = self.analytic_total, count.group_totals(self.cfg, self.analytic)
+        out = {"groups": old, "shares": {group: n / total for group, n in old.items()}}
+        if parts.roles(self.cfg):
+            out |= {"groups_by_role": self.groups,
+                    "shares_by_role": {group: n / total for group, n in self.groups.items()},
+                    **parts.roles_json(self.cfg)}
+        return out
 
     @property
     def attention_params(self) -> int:
         """Self- and cross-attention together: 'attention' means both wherever tfcalc reports a share."""
         return self.groups["attention"] + self.groups["cross_attention"]
+
 
     @property
     def stacks(self) -> dict[str, int]:
@@ -104,7 +119,8 @@ class ParamsReport(Displayed):
         (gpt-oss's MXFP4), as stored: bf16 with those experts ("bf16+mxfp4", tfcalc.count.model.quant); a quantized
         checkpoint's ("stored": its quantized matrices with their scales and the rest in bf16)."""
         out = {dtype: weight_bytes(self.analytic_total, dtype) for dtype in ("fp32", "bf16")}
-        if self.cfg.expert_format == "mxfp4":
+        moe = self.cfg.architecture.moe()
+        if moe is not None and moe.weight_format == "mxfp4":  # the experts' stored format, as described
             from tfcalc.count.model.quant import plain, weights_bytes
 
             out["bf16+mxfp4"] = weights_bytes(self.cfg, plain("bf16"))
@@ -140,7 +156,7 @@ class ParamsReport(Displayed):
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )
         if self.empirical_method == "per_block":
-            blocks = cfg.n_layer + cfg.encoder_layers * (cfg.arch == "encoder-decoder")
+            blocks = sum(s.n_layer for s in cfg.architecture.stacks)
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "
                          "so one real block of each kind in each stack was built on meta and its parameters "
                          "counted times the layers that are it.")
@@ -148,8 +164,9 @@ class ParamsReport(Displayed):
             notes.append(f"vision tower and projector: {cfg.vision_params:,} parameters beside the language model's "
                          f"{self.analytic_total:,}, not counted in it ({self.analytic_total + cfg.vision_params:,} "
                          "in the whole vision-language model); every figure here is the language model's.")
-        if cfg.arch == "encoder" and not cfg.lm_head:
-            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if cfg.pooler else "")
+        arch = cfg.architecture
+        if arch.kind == "encoder" and not arch.head.lm_head:
+            notes.append("no LM head: the model ends in hidden states" + (" and the pooler" if arch.head.pooler else "")
                          + ", as Hugging Face's BertModel, the model BERT's published sizes count.")
         return notes
 
@@ -177,8 +194,7 @@ class ParamsReport(Displayed):
             "empirical_breakdown": self.empirical,
             "empirical_method": self.empirical_method,  # "full" (every block built), "per_block", or null
             "agree": self.agrees,
-            "groups": self.groups,
-            "shares": {group: n / total for group, n in self.groups.items()},
+            **self._groups_json(),  # and, where a mixer is not attention, its parts under its role
             "approximation": {
                 "formula": count.seeds_formula(self.cfg),
                 "value": self.approximation,

@@ -8,6 +8,7 @@ from typing import Any
 from tfcalc.count.model import (
     flops as count_flops,
     memory as count_memory,
+    parts,
     quant,
     state_growth,
     training_memory as training,
@@ -103,6 +104,8 @@ class ScanReport(Displayed):
             "kv_layers": self.layers[0] if self.hybrid else None, "layers": self.layers[1] if self.hybrid else None,
             "rows": [dict(r) for r in self.rows],
             "plot": self.plot,
+            # a hybrid's other mixers by their roles: its rows' attention_* are the whole token-mixer sub-layer
+            **parts.roles_json(cfg),
         }
 
 

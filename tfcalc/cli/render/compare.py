@@ -33,7 +33,11 @@ def document(reports: list[CompareReport], verbose: bool = False) -> Doc:
         rows, first = report.rows, report.rows[0]
         t = doc.table(f"Compared at T = {report.seq:,} tokens, bytes in {report.dtype}",
                       Column(""), *(Column(r["label"], "text") for r in rows), name="compare")
+        # a hybrid among them: its "attention" shares are its whole token-mixer sub-layer's (the JSON's keys as before)
+        roles = {r["noun"] for row in rows for r in row.get("mixer_roles", ())}
+        mixers = f"token-mixer (attention, {', '.join(sorted(roles))})" if roles else "attention"
         for key, label, unit in ROWS:
+            label = label.replace("attention", mixers) if key.startswith("attention_") else label
             cells = []
             for i, r in enumerate(rows):
                 value = ("yes" if r[key] else "no") if key == "tie_embeddings" else r[key]

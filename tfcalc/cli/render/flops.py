@@ -4,6 +4,7 @@ the standard formulas (--training) and decode against prefill (--decode)."""
 from __future__ import annotations
 
 from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.count.model import parts
 from tfcalc.report.flops import FlopsReport
 
 GROUP_TITLES = {
@@ -26,9 +27,12 @@ def _forward_table(doc: Doc, r: FlopsReport, verbose: bool) -> None:
                       Column("Total", "flop"), Column("Per token", "flop", priority=1), Column("Share", "share"),
                       caption=f"Source: {r.cfg.source}" if r.cfg.source and r.model.as_published else "",
                       name="forward")
-    per_layer, totals = b.per_layer(), b.totals()
-    for group, title_ in GROUP_TITLES.items():
-        entries = [e for e in b.entries if e.group == group]
+    # each token mixer's rows under the role it declares (tfcalc.count.model.parts: SSM projections, SSM scan)
+    per_layer, totals = parts.flop_per_layer(b), r.parts
+    titles = {**GROUP_TITLES, **parts.flop_titles(r.cfg)}
+    for group in (g for g in parts.flop_parts(b) if g in titles):
+        title_ = titles[group]
+        entries = [e for e in b.entries if parts.shown(e) == group]
         if not entries:  # a kind without it: no cross-attention in a decoder, no LM head in BertModel
             continue
         alone = entries[0] if len(entries) == 1 and entries[0].copies == 1 else None  # the LM head: one row
@@ -111,7 +115,7 @@ def _summary(doc: Doc, reports: list[FlopsReport]) -> None:
                       Column("Attention", "share"), Column("FFN", "share", priority=1),
                       Column("LM head", "share", priority=2), Column("Crossover T", priority=1), name="summary")
     for r in reports:
-        totals, fwd, x = r.breakdown.totals(), r.forward, r.crossover
+        totals, fwd, x = r.parts, r.forward, r.crossover
         measured = "—" if r.measured is None else Cell("✓", "green") if r.agrees else Cell("✗", "bold red")
         crossing = " / ".join("never" if t is None else f"{t:,}" for t in (x.scores_vs_ffn, x.attention_vs_ffn))
         table.add(r.model.label, f"{r.batch} × {r.seq:,}", fwd, r.forward_causal, measured, r.attention_share,

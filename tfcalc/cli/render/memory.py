@@ -101,11 +101,16 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     if s.master_weights:
         t.add("Master weights", s.master_weights, "fp32")
     t.add("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
-    stack = "decoder " if a.n_encoder_layer else ""
-    t.add(f"Activations kept, per {stack}layer", a.layer, f"{a.attention} attention")
+    stack, role = "decoder " if a.n_encoder_layer else "", r.layer_role
+    # a layer of another mixer (a Mamba2 layer, the commonest of a hybrid): its terms under its own labels
+    labels = ACTIVATION_LABELS if role is None else {
+        **ACTIVATION_LABELS, "attn_norm": f"{role.noun} norm (input; stats)", "qkv_input": f"{role.noun} input",
+        **dict(role.terms)}
+    kind = f" ({role.noun} layer)" if role is not None else ""
+    t.add(f"Activations kept, per {stack}layer{kind}", a.layer, f"{a.attention} attention")
     for key, n in a.per_layer.items() if verbose else ():
         if n:
-            t.add(f"  {ACTIVATION_LABELS.get(key, key)}", n, None)
+            t.add(f"  {labels.get(key, key)}", n, None)
     if a.n_encoder_layer:
         t.add("Activations kept, per encoder layer", a.encoder_layer, f"S = {r.src_seq:,}")
     t.add("Activations kept, all layers + head", a.stored,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
-from tfcalc.count.model import params as count
+from tfcalc.count.model import params as count, parts
 from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
 from tfcalc.report.params import ParamsReport
 
@@ -38,18 +38,19 @@ def _component_rows(table, r: ParamsReport, verbose: bool) -> None:
     if cfg.arch == "encoder-decoder":
         layers = {"encoder": cfg.encoder_layers, "decoder": cfg.decoder_layers}
         sections = [(stack, [e for e in r.entries if e.stack == stack]) for stack in count.STACKS]
+    titles = {**GROUP_TITLES, **parts.param_titles(cfg)}  # each mixer's tensors under its declared role
     for stack, entries in sections:
         indent = "  " if stack else ""
         if stack:
             n = sum(e.total for e in entries)
             table.add(f"{stack.capitalize()} ({layers[stack]} layers)", None, None, n, n / total, style="bold")
-        for group in count.GROUPS:
-            in_group = [e for e in entries if e.group == group]
+        for group in parts.param_parts(cfg):
+            in_group = [e for e in entries if (e.part or e.group) == group]
             if not in_group:
                 continue
             n = sum(e.total for e in in_group)
             tied = all(e.tied_to for e in in_group)
-            title = GROUP_TITLES[group] + (" (tied: counted in embeddings)" if tied else "")
+            title = titles[group] + (" (tied: counted in embeddings)" if tied else "")
             table.add(indent + title, None, None, n, n / total, style="bold")
             for e in in_group if verbose else []:
                 copies = f"{e.copies // e.experts} × {e.experts}" if e.experts > 1 else f"{e.copies}"

@@ -124,9 +124,20 @@ def _save(plt, fig, path: Path, dpi: int) -> None:
     write_atomic(path, buffer.getvalue())
 
 
-def _line(ax, seqs, values, key: str) -> None:
-    colour, style, marker, label = SERIES[key]
-    ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label)
+def _line(ax, seqs, values, key: str, label: Optional[str] = None) -> None:
+    colour, style, marker, default = SERIES[key]
+    ax.plot(seqs, values, color=colour, ls=style, marker=marker, ms=3.5, lw=1.6, label=label or default)
+
+
+def _mixer_labels(report: dict[str, Any]) -> dict[str, str]:
+    """A hybrid's (its report names the roles of its other mixers): the attention_* series are its whole
+    token-mixer sub-layer, labelled so; {} for a model of attention alone."""
+    roles = report.get("mixer_roles") or ()
+    if not roles:
+        return {}
+    mixing = ", ".join(["attention scores"] + [r["mixing_title"] for r in roles])
+    projections = ", ".join(["attention"] + [r["noun"] for r in roles])
+    return {"attention_scores": f"position mixing ({mixing})", "attention_proj": f"projections ({projections})"}
 
 
 def scan_plot(report: dict[str, Any], path: Path, size: tuple[float, float] = (13.0, 5.2), dpi: int = 110,
@@ -146,8 +157,9 @@ def _scan_figure(plt, report: dict[str, Any], path: Path, size: tuple[float, flo
     rows = report["rows"]
     seqs = [r["seq"] for r in rows]
     fig, (flops_ax, mem_ax) = plt.subplots(1, 2, figsize=size, constrained_layout=True)
+    labels = _mixer_labels(report)
     for key in ("attention_scores", "attention_proj", "ffn", "lm_head"):
-        _line(flops_ax, seqs, [max(r[key], 1) for r in rows], key)
+        _line(flops_ax, seqs, [max(r[key], 1) for r in rows], key, labels.get(key))
     flops_ax.plot(seqs, [r["forward_flops"] for r in rows], color="black", lw=1, ls=(0, (1, 1)), label="forward total")
     flops_ax.set_ylabel(f"forward FLOPs per batch (batch {report['batch']}, full T×T square)")
     for key in ("kv_cache_bytes", "activation_bytes", "training_bytes"):

@@ -6,6 +6,7 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Cell, Column, Doc
+from tfcalc.count.model import parts
 from tfcalc.report.flops import reached_at
 from tfcalc.report.scan import ScanReport
 
@@ -56,9 +57,12 @@ def _one(doc: Doc, report: ScanReport) -> None:
         t.add(seq_text, r["attention_scores"], r["attention_proj"], r["ffn"], r["lm_head"], r["scores_share"],
               r["kv_cache_bytes"], r["activation_bytes"], r["training_bytes"], r["forward_flops"], Cell(share_bar(r)),
               Cell(f"◀ {mark}", "bold red") if mark else None, style="bold" if mark else "")
-    x = report.crossover
-    doc.note(f"Per layer, attention scores reach the FFN's FLOPs {reached_at(x['scores_vs_ffn'])} and the whole "
-             f"attention sub-layer (projections + scores) {reached_at(x['attention_vs_ffn'])} "
+    x, roles = report.crossover, parts.roles(report.model.cfg)  # a mixer that is not attention: named by its role
+    scores = "attention scores" if not roles else "the position mixing (" + ", ".join(
+        ["attention scores"] * parts.attends(report.model.cfg) + [r.mixing_title for r in roles]) + ")"
+    sublayer, verb = ("attention sub-layer", "reach") if not roles else ("mixer sub-layer", "reaches")
+    doc.note(f"Per layer, {scores} {verb} the FFN's FLOPs {reached_at(x['scores_vs_ffn'])} and the whole "
+             f"{sublayer} (projections + scores) {reached_at(x['attention_vs_ffn'])} "
              "(full-square convention); ◀ marks the first length at or past each. "
              f"Forward FLOPs bar: {legend}. Weights: {units.nbytes(report.weights_bytes)} in {report.dtype} "
              "(in the training column, with gradients, optimizer states and activations).")

@@ -110,8 +110,8 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
         "log_probs": FP32 * V if head.lm_head else 0,
     }
     if head.transform is not None:  # ReLU keeps its output, which its norm keeps too (as input, when not copied)
-        # the transform's activation is the model's (tfcalc.model.transformer reads cfg.activation for it)
-        shared = cfg.activation == "relu" and e * h == shared_input_bytes(head.transform, e)
+        # the transform's activation is the model's (Head.activation; tfcalc.model.transformer builds it so)
+        shared = head.activation == "relu" and e * h == shared_input_bytes(head.transform, e)
         out["head_transform"] = e * h + (0 if shared else e * h) + norm_bytes(head.transform, e)
     if head.softcap is not None:
         out["logit_softcap"] = e * V
@@ -206,10 +206,14 @@ class Activations:
         return self.stored + self.recompute_extra + self.loss_gradients
 
 
+def commonest_block(stack: Stack) -> Block:
+    """The stack's kind of block with the most layers (the first such on a tie): the "per layer" of a table."""
+    return max(stack.kinds(), key=lambda kind: kind[1])[0]
+
+
 def _commonest(stack: Stack, terms: dict) -> Terms:
-    """The terms of the stack's kind of block with the most layers (the first such on a tie)."""
-    block = max(stack.kinds(), key=lambda kind: kind[1])[0]
-    return terms[stack.name, id(block)]
+    """The terms of the stack's commonest kind of block."""
+    return terms[stack.name, id(commonest_block(stack))]
 
 
 def _masks(stack: Stack, seq: int) -> set[tuple]:

@@ -47,7 +47,8 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
     """
     score_coef, linear_scores, proj_per_token = _attention_per_layer(cfg)
     ffn_per_token = _ffn_per_token(cfg)
-    if causal and cfg.arch != "encoder" and any(is_local(b.mixer) for b, _ in cfg.architecture.output.kinds()):
+    masked = cfg.architecture.kind != "encoder"  # an encoder's scores are never masked: causal is the full count
+    if causal and masked and any(is_local(b.mixer) for b, _ in cfg.architecture.output.kinds()):
         # a window, chunks or a fixed state somewhere: each layer's causal mixing summed (_windowed)
         return Crossover(_windowed(cfg, ffn_per_token), _windowed(cfg, ffn_per_token - proj_per_token))
     if score_coef == 0:  # no mixer grows like T²: per token, linear against linear, at every length
@@ -55,7 +56,7 @@ def crossover_seq(cfg: ModelConfig, causal: bool = False) -> Crossover:
                          1 if linear_scores + proj_per_token >= ffn_per_token else None)
     scores_bound = (ffn_per_token - linear_scores) / score_coef  # T >= this (full square)
     attention_bound = (ffn_per_token - linear_scores - proj_per_token) / score_coef
-    if causal and cfg.arch != "encoder":  # each causal inequality reads T + 1 >= 2 × the full-square bound
+    if causal and masked:  # each causal inequality reads T + 1 >= 2 × the full-square bound
         return Crossover(max(1, math.ceil(2 * scores_bound) - 1), max(1, math.ceil(2 * attention_bound) - 1))
     return Crossover(max(1, math.ceil(scores_bound)), max(1, math.ceil(attention_bound)))
 

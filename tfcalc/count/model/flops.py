@@ -64,12 +64,11 @@ Other kinds (tfcalc.config):
 Public names (the benchmark imports these), each taking a ``Workload`` (tfcalc.workload: batch B, seq T,
 an encoder-decoder's src_seq S): ``breakdown(cfg, w) -> FlopBreakdown`` (every matmul a ``MatmulEntry``, every
 non-matmul term a ``NonMatmulEntry``; ``.per_layer()``, ``.totals()``, ``.components()``, ``.forward``,
-``.forward_causal``, ``.non_matmul_total``); ``forward_flops``,
-``forward_flops_causal``, ``training_flops(cfg, w, recompute=False)``; one block's ``attention_proj_flops``,
-``attention_score_flops``, ``attention_flops`` (projections + scores), ``ffn_flops``, and ``lm_head_flops``;
+``.forward_causal``, ``.non_matmul_total``); ``forward_flops``, ``forward_flops_causal``, ``training_flops(cfg, w,
+recompute=False)``; one block's ``attention_proj_flops``, ``attention_score_flops``, ``attention_flops`` (projections
++ scores), ``ffn_flops``, and ``lm_head_flops``;
 ``non_matmul_flops``; ``decode_flops(cfg, w)`` (one token per sequence against w.seq cached positions);
-``crossover_seq`` and ``standard_formulas`` (re-exported from tfcalc.count.model.crossover and .formulas).
-"""
+crossover_seq and standard_formulas (re-exported from tfcalc.count.model.crossover and .formulas)."""
 
 from __future__ import annotations
 
@@ -77,7 +76,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from tfcalc.architecture import Head, Linear, MoE, Stack
-from tfcalc.architecture.mixer import Mixer
+from tfcalc.architecture.mixer import Mixer, role_of
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.crossover import Crossover, crossover_seq  # noqa: F401 (re-exported: part of this API)
 from tfcalc.count.model.formulas import FormulaEstimate, kaplan_params, palm_params, standard_formulas  # noqa: F401 (API)
@@ -114,6 +113,7 @@ class MatmulEntry:
     # weights, split by heads under TP; ``io``: the activation elements it reads and writes over all copies
     mixing: bool = False
     io: int = 0
+    part: str = ""  # the reports' group: its mixer's declared role, "ssm_scan" (tfcalc.count.model.parts); "": group
 
     @property
     def per_copy(self) -> int:
@@ -151,7 +151,7 @@ def matmul_entries(
         out += _stack_matmuls(arch.output, batch, queries, keys, "decoder", src=src, cross_kv=encoder,
                               absorbed=absorbed)
     else:
-        src = (queries if src is None else src) if cfg.cross_attention else None
+        src = (queries if src is None else src) if arch.has_cross_attention else None
         out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder, absorbed=absorbed)
     emb = arch.output.embeddings
     if emb.project_dim is not None:  # OPT-350m's project_in: (B·T, p) @ (p, d) after the lookup
@@ -188,11 +188,11 @@ def _stack_matmuls(
     layers of that kind; cross-attention against ``src`` sources where the blocks have it."""
     prefix, stack_label = ("encoder_" if stack_name == "encoder" else ""), (f"{stack_name} " if stack_name else "")
     rows = batch * queries
-    entries: dict[tuple[str, tuple[int, int, int]], MatmulEntry] = {}
+    entries: dict[tuple[str, tuple[int, int, int], str], MatmulEntry] = {}
 
     def add(name: str, group: str, label: str, shape: tuple[int, int, int], count: int, layers: int,
-            causal_per_copy: int, state: int = 0, state_dtype: str | None = None, io: int | None = None) -> None:
-        key = (prefix + name, shape)
+            causal_per_copy: int, state: int = 0, state_dtype: str | None = None, io: int | None = None, part=None):
+        key = (prefix + name, shape, part or group)  # two mixers' matmuls of one name and shape stay apart
         if key in entries:  # the same matmul in another layer kind: more copies, its causal FLOPs summed
             e = entries[key]
             entries[key] = replace(e, copies=e.copies + layers, causal_sum=e.causal_total + causal_per_copy * layers,
@@ -200,22 +200,22 @@ def _stack_matmuls(
         else:
             entries[key] = MatmulEntry(prefix + name, group, stack_label + label, shape, count, layers,
                                        causal_per_copy, stack_name, state_read=state * layers, state_dtype=state_dtype,
-                                       mixing=io is not None, io=(io or 0) * layers)
+                                       mixing=io is not None, io=(io or 0) * layers, part=part or group)
 
     def linear(m: Linear, layers: int, moe: MoE | None) -> None:
         n = {"tokens": rows, "sources": batch * (src or 0), "first": batch, "keys": batch * keys,
              "routed": moe.routed_rows(rows) if moe else rows}[m.rows]
-        add(m.name, m.role, m.label, (n, m.n_in, m.n_out), m.count, layers, 2 * n * m.n_in * m.n_out * m.count)
+        add(m.name, m.role, m.label, (n, m.n_in, m.n_out), m.count, layers, 2 * n * m.n_in * m.n_out * m.count,
+            part=m.part)
 
     def mixing(mixer: Mixer, prefix: str, group: str, label: str, n_keys: int, layers: int) -> None:
-        # the mixer's position-mixing matmuls of one sequence (tfcalc.architecture.mixer), times the batch:
-        # full square as FlopCounterMode sees them, causal over the pairs its mask leaves; a decode step's in
-        # the form it runs (step 12: latent attention's absorbed form)
+        # the mixer's position-mixing matmuls of one sequence (tfcalc.architecture.mixer), times the batch: full square
+        # as FlopCounterMode sees them, causal over the pairs its mask leaves; a decode step's in its form (step 12)
         for mm in mixer.mixing(queries, n_keys, step=absorbed):
             text = mm.label if prefix == "attn_" or mm.name != "av" else "· V"
             add(prefix + mm.name, group, label + text, mm.shape, batch * mm.copies, layers, batch * mm.causal_flops,
                 0 if stack_name == "encoder" else batch * mm.state_read, mm.state_dtype,  # an encoder keeps none
-                batch * mm.io_elements)
+                batch * mm.io_elements, role_of(mixer).mixing if prefix == "attn_" else group)
 
     for block, layers in stack.kinds():
         moe = block.ffn if block.is_moe else None
@@ -260,7 +260,7 @@ class FlopBreakdown:
     def per_layer(self, causal: bool = False) -> dict[str, int]:
         """{attention_proj, attention_scores, ffn}: one block's FLOPs; an encoder-decoder's decoder block,
         with its cross_attention_proj and cross_attention_scores."""
-        keys = BLOCK_GROUPS + (CROSS_GROUPS if self.cfg.arch == "encoder-decoder" else ())
+        keys = BLOCK_GROUPS + (CROSS_GROUPS if self.cfg.architecture.kind == "encoder-decoder" else ())
         out = dict.fromkeys(keys, 0)
         for e in self.entries:
             if e.group in out and e.stack != "encoder":
@@ -301,10 +301,10 @@ class FlopBreakdown:
 
 def _source_length(cfg: ModelConfig, seq: int, src_seq: int | None) -> int | None:
     """An encoder-decoder's source length, or the states a stack with cross_attention reads (default: seq)."""
-    if cfg.arch != "encoder-decoder" and not cfg.cross_attention:
+    if not cfg.architecture.has_cross_attention:  # no block reads a source
         if src_seq is not None:
             raise InputError(f"a source length applies to encoder-decoder models only, or to stacks with "
-                             f"cross_attention ({cfg.name} is {cfg.arch})")
+                             f"cross_attention ({cfg.name} is {cfg.architecture.kind})")
         return None
     if src_seq is not None:
         check_sizes(src_seq=src_seq)
@@ -388,7 +388,7 @@ def decode_entries(cfg: ModelConfig, w: Workload) -> list[MatmulEntry]:
     against the w.src_seq cached cross-attention keys (default: the context); the encoder does not run
     again. A latent attention's step in its absorbed form (step 12). An encoder generates nothing: InputError."""
     check_sizes(batch=w.batch, context=w.seq)
-    if cfg.arch == "encoder":
+    if cfg.architecture.kind == "encoder":
         raise InputError(f"{cfg.name} is an encoder: it generates no tokens, so it has no decode step")
     # one query: its causal pairs are the keys it reads, at most W in a windowed layer (terms.causal_pairs)
     src = _source_length(cfg, w.seq, w.src_seq)

@@ -75,10 +75,10 @@ def _head_non_matmul(cfg: ModelConfig, tokens: int) -> list[NonMatmulEntry]:
     """BERT's MLM-head transform (bias, activation, norm), the vocabulary bias, logit soft-capping."""
     head = cfg.architecture.head
     out, d, V = [], head.d_model, head.vocab_size
-    if head.transform is not None:  # its activation is the model's (tfcalc.model.transformer reads cfg.activation)
+    if head.transform is not None:  # its activation is the model's (Head.activation)
         norm = head.transform
-        per = 1 + ACTIVATION_PER_ELEMENT[cfg.activation] + NORM_PER_ELEMENT[(norm.kind, norm.bias)]
-        label = f"LM head transform: bias, {cfg.activation}, {norm.kind}"
+        per = 1 + ACTIVATION_PER_ELEMENT[head.activation] + NORM_PER_ELEMENT[(norm.kind, norm.bias)]
+        label = f"LM head transform: bias, {head.activation}, {norm.kind}"
         out.append(NonMatmulEntry("head", label, per, tokens * d, 1))
     if head.bias:
         out.append(NonMatmulEntry("bias", "LM head bias add", 1, tokens * V, 1))

@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass
 
 from tfcalc.architecture import Placed
+from tfcalc.architecture.mixer import ATTENTION, role_of
 from tfcalc.config import ModelConfig, replace
 
 GROUPS = ("embeddings", "attention", "cross_attention", "ffn", "norms", "pooler", "lm_head")
@@ -68,6 +69,9 @@ class ParamEntry:
     stack: str = ""  # one of STACKS in an encoder-decoder, "" otherwise
     experts: int = 1  # per block, this many copies are experts of a MoE FFN ...
     experts_active: int = 1  # ... of which each token runs this many
+    # the reports' group (tfcalc.count.model.parts): a token mixer's declared role where it is not attention ("ssm"
+    # for a Mamba2 layer's tensors, tfcalc.architecture.mixer.MixerRole); "": ``group``
+    part: str = ""
 
     @property
     def per_copy(self) -> int:
@@ -98,7 +102,7 @@ def _entry(p: Placed) -> ParamEntry:
     w = p.weight
     experts = w.copies if w.experts_active else 1
     return ParamEntry(w.name, w.role, w.label, w.shape, p.layers * w.copies, w.tied_to, p.stack, experts,
-                      w.experts_active or 1)
+                      w.experts_active or 1, w.part or "")
 
 
 def breakdown(cfg: ModelConfig) -> dict[str, int]:
@@ -116,7 +120,7 @@ def group_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
 
 def stack_totals(cfg: ModelConfig, counts: dict[str, int]) -> dict[str, int]:
     """{encoder: n, decoder: n} for an encoder-decoder (the LM head counts with the decoder); {} otherwise."""
-    return _sum_by(cfg, counts, "stack", STACKS) if cfg.arch == "encoder-decoder" else {}
+    return _sum_by(cfg, counts, "stack", STACKS) if cfg.architecture.kind == "encoder-decoder" else {}
 
 
 def _sum_by(cfg: ModelConfig, counts: dict[str, int], attribute: str, keys: tuple[str, ...]) -> dict[str, int]:
@@ -146,8 +150,9 @@ def active_total(cfg: ModelConfig) -> int:
 def _vocab_matrices(cfg: ModelConfig) -> int:
     """How many V x d matrices the model holds: the token embedding, an untied LM head, an untied
     encoder embedding."""
-    untied_head = cfg.lm_head and not cfg.tie_embeddings
-    untied_encoder = cfg.arch == "encoder-decoder" and not cfg.tie_encoder_embedding
+    arch = cfg.architecture  # read off the description: the head's tie, the encoder table's share
+    untied_head = arch.head.lm_head and not arch.head.tied
+    untied_encoder = arch.kind == "encoder-decoder" and arch.stacks[0].embeddings.shared_with is None
     return 1 + untied_head + untied_encoder
 
 
@@ -221,9 +226,14 @@ def width_note(cfg: ModelConfig) -> WidthNote | None:
         return None
     as_given = total(cfg)
 
+    # the attention modules, counted off the description: a hybrid's other mixers (Mamba2, DeltaNet) have no
+    # n_head·d_head width to re-read, and its FFN-alone layers no mixer at all
+    kinds = cfg.architecture.kinds()
+    modules = sum(n for _, b, n in kinds if role_of(b.mixer) == ATTENTION and b.mixer.weights()) + sum(
+        n for _, b, n in kinds if b.cross_attention is not None)
+
     def attention_params(q: float, k: float) -> float:
         d = cfg.d_model
-        modules = cfg.encoder_layers + cfg.decoder_layers + cfg.cross_attention_layers
         return modules * (2 * d * q + 2 * d * k + (q + 2 * k if cfg.attn_bias else 0) + (d if cfg.o_bias else 0))
 
     ratio = cfg.kv_heads / cfg.n_head

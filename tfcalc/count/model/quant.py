@@ -148,7 +148,8 @@ class EntryBytes:
 def stored_mxfp4(cfg: ModelConfig, fmt: WeightFormat) -> bool:
     """Whether the routed experts' matrices are counted as the checkpoint stores them, MXFP4 (see the
     module docstring): the config says so and the format is plain."""
-    return cfg.expert_format == "mxfp4" and not fmt.quantized
+    moe = cfg.architecture.moe()  # the routed experts' stored format, as the description holds it
+    return moe is not None and moe.weight_format == "mxfp4" and not fmt.quantized
 
 
 def is_expert_matrix(entry: ParamEntry) -> bool:

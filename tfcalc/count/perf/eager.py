@@ -284,7 +284,7 @@ def head_terms(cfg: ModelConfig, tokens: int, a: int) -> list[Term]:
     out: list[Term] = []
     if head.transform is not None:  # BERT: dense (+bias), activation, LayerNorm
         out.append(_term("head", Cost(0, 1, 0, 1), tokens * d, 1, a))
-        out.append(_term("head", activation_cost(cfg.activation, False, False, a), tokens * d))
+        out.append(_term("head", activation_cost(head.activation, False, False, a), tokens * d))
         out += _norm_terms(head.transform, tokens * d, 1, a, "norms")
     if not head.lm_head:
         return out

@@ -58,7 +58,7 @@ def check_budget(budget: object) -> None:
 
 def applies(cfg: ModelConfig) -> bool:
     """Whether the model's prompt can be chunked here: decoder-only (no encoder, no cross-attention)."""
-    return cfg.architecture.kind != "encoder-decoder" and not cfg.cross_attention
+    return not cfg.architecture.has_cross_attention  # an encoder-decoder's decoder attends across too
 
 
 def chunk_step(cfg: ModelConfig, start: int, size: int, fmt: WeightFormat, kv_dtype: str) -> Step:
