@@ -21,9 +21,9 @@ Per-layer patterns in the flat fields:
   flat_attention.cross.
 - ``hybrid_pattern`` (the Mamba2 kind's field, tfcalc.architecture.mamba2): one letter per layer, each layer one
   sub-layer beside its norm (Nemotron-H's hybrid_override_pattern, modeling_nemotron_h.py): M the mixer kind
-  whose layer_pattern word is ``mamba``, * the kind an unnamed layer gets (softmax attention), - the dense FFN,
-  E the mixture of experts; with ``hybrid_with_ffn`` every M and * layer has the FFN after its mixer too
-  (Granite-4.0-H, modeling_granitemoehybrid.py).
+  whose layer_pattern word ``hybrid_m_mixer`` names (``mamba``: Mamba2; ``mamba_one``: Mamba-1), * the kind an
+  unnamed layer gets (softmax attention), - the dense FFN, E the mixture of experts; with ``hybrid_with_ffn``
+  every M and * layer has the FFN after its mixer too (Granite-4.0-H, modeling_granitemoehybrid.py).
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
         letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
         scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
         if letter in "M*":
-            mixer = kinds.for_layer(cfg, LayerKind(False, True, "mamba")).build(cfg, i, causal) if letter == "M" \
-                else _mixer(cfg, i, causal)
+            m_kind = kinds.for_layer(cfg, LayerKind(False, True, cfg.hybrid_m_mixer))  # Mamba2, or Mamba-1
+            mixer = m_kind.build(cfg, i, causal) if letter == "M" else _mixer(cfg, i, causal)
             return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
                          cfg.norm_placement, residual_scale=scale)
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)

@@ -237,7 +237,7 @@ def check_pattern(cfg) -> None:
                          "layers then")
     if "E" in pattern and cfg.n_expert is None:
         raise InputError("hybrid_pattern has E (mixture-of-experts) layers: give n_expert and n_expert_active")
-    if "M" in pattern and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
+    if "M" in pattern and cfg.hybrid_m_mixer == "mamba" and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("hybrid_pattern has M (Mamba2) layers: give ssm_heads and ssm_head_dim")
     if cfg.arch != "decoder" or cfg.cross_attention or cfg.parallel_block != "none":
         raise InputError("hybrid_pattern describes a decoder's layers of one sub-layer each: arch decoder, "
