@@ -31,7 +31,7 @@ def test_every_supported_type_has_a_case():
     # Mamba2 families: tiny checkpoints written by transformers, loaded by load_model, logits compared in
     # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
     types |= {"mamba2", "nemotron_h", "granitemoehybrid"}
-    types |= {"mamba", "falcon_mamba"}  # Mamba-1: tests/model/test_mamba1.py, the same way
+    types |= {"mamba", "falcon_mamba", "jamba"}  # Mamba-1: tests/model/test_mamba1.py and test_jamba.py, the same way
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 

@@ -40,6 +40,7 @@ does not ring over context-parallel ranks. Pure Python: no torch, typer or rich 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -335,7 +336,7 @@ def check(cfg: Any) -> None:
         check_pattern(cfg)
     elif cfg.hybrid_with_ffn:
         raise InputError("hybrid_with_ffn says what hybrid_pattern's M and * layers hold: give hybrid_pattern too")
-    if cfg.layer_pattern is not None and "mamba" in cfg.layer_pattern and (
+    if cfg.layer_pattern is not None and re.search(r"\bmamba\b", cfg.layer_pattern) and (  # the word, not mamba_one
             cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("layer_pattern has mamba (Mamba2) layers: give ssm_heads and ssm_head_dim")
 

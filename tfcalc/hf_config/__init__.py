@@ -68,6 +68,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "gpt_oss": ("gpt_oss", "gpt_oss"),
     "granite": ("granite", "granite"),
     "granitemoehybrid": ("granitemoehybrid", "granitemoehybrid"),
+    "jamba": ("jamba", "jamba"),
     "kimi_k2": ("deepseek", "deepseek_v3"),
     "kimi_k25": ("kimi_k25", "kimi_k25"),
     "lfm2": ("lfm2", "lfm2"),
