@@ -250,6 +250,8 @@ def _yaml_cfg(**changes):
     (dict(hybrid_m_mixer="mamba3"), "hybrid_m_mixer"),
     (dict(hybrid_m_mixer=1), "hybrid_m_mixer"),
     (dict(arch="encoder"), "arch decoder"),
+    (dict(hybrid_pattern=None, layer_pattern="mamba_one, full", ssm_inner=None), "give ssm_inner"),
+    (dict(hybrid_pattern=None, layer_pattern="mamba_uno, full"), "layer_pattern"),
 ])
 def test_bad_mamba1_fields_are_one_clear_line(changes, message):
     with pytest.raises(InputError, match=message):
