@@ -303,3 +303,23 @@ def test_the_preset_is_the_published_config_json(falcon):
     w = Workload(batch=1, seq=4096, kv_dtype="bf16")
     assert count_flops.forward_flops(falcon, w) == count_flops.forward_flops(preset, w)
     assert kv_cache_bytes(falcon, w) == kv_cache_bytes(preset, w)
+
+
+def test_a_tied_checkpoint_with_the_older_embedding_name_loads(tmp_path):
+    """A tied head (mamba's default: no lm_head tensor stored) and ``backbone.embedding.weight``, as older files
+    name the table (MambaModel.load_hook renames it): load_model gives transformers' logits."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(1)
+    hf = _hf(dict(TINY, model_type="mamba", tie_word_embeddings=True), device="cpu")
+    nudge(hf)
+    hf.save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    assert "lm_head.weight" not in tensors
+    tensors["backbone.embedding.weight"] = tensors.pop("backbone.embeddings.weight")
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    from tfcalc.model.load import load_model
+
+    model = load_model(tmp_path)
+    assert count_params.total(model.cfg) == sum(p.numel() for p in hf.parameters())
+    assert_logits_close(hf, model, torch.randint(0, 61, (2, 9)))
