@@ -148,14 +148,16 @@ class Mamba1:
         """Per token, the tensors autograd keeps of tfcalc's module (tfcalc.model.mamba1) beside the block's norm
         and the in_proj input, each in its dtype (e bytes an element, F = 4 for fp32; an fp32 use of an e tensor is
         a copy below fp32 and the tensor itself in fp32), named as the terms tensor parallelism splits by channels
-        (tfcalc.count.training.rank_activations.SPLIT):
+        (tfcalc.count.training.rank_activations.SPLIT) but ``ssm_x_proj``, kept whole on every rank:
 
         - ``qkv``: the convolution's left-padded input, e·I·(T + K - 1) over a sequence (floored per token); SiLU's
-          input and output, 2·e·I; without norms x_proj's output [dt | B | C], e·(R + 2N), which dt_proj reads, and
-          B's and C's fp32 copies (2·F·N); with norms on dt, B, C, instead: their fp32 inputs (x_proj's output in
+          input and output, 2·e·I; dt_proj's output in fp32 (softplus's input, F·I), dt (F·I) and x in fp32 (a
+          copy below fp32, F·I);
+        - ``ssm_x_proj``, the (R + 2N)-wide tensors every TP rank keeps whole (x_proj's output is summed over the
+          ranks' channels): without norms x_proj's output [dt | B | C], e·(R + 2N), which dt_proj reads, and B's
+          and C's fp32 copies (2·F·N); with norms on dt, B, C, instead: their fp32 inputs (x_proj's output in
           fp32, copies below it: F·(R + 2N)), 1/rms of each (3F), with a weight the normed values before it
-          (e·(R + 2N)), and the outputs dt_proj and the scan read (e·R, and B and C in fp32, 2·F·N); dt_proj's
-          output in fp32 (softplus's input, F·I), dt (F·I) and x in fp32 (a copy below fp32, F·I);
+          (e·(R + 2N)), and the outputs dt_proj and the scan read (e·R, and B and C in fp32, 2·F·N);
         - ``attn_scores``: the scan, fp32: exp(dt·A) and every state h_1..h_T, 2·F·I·N; the update's operand dt·x,
           F·I;
         - ``attn_output``: y + D·x (F·I), silu(z) (F·I) and its input z (below fp32 an fp32 copy, F·I; in fp32 a
@@ -170,15 +172,14 @@ class Mamba1:
         def fp32_use(elements: int) -> int:  # an fp32 use of an e tensor: a copy below fp32, a view in fp32
             return F * elements if low else 0
 
-        qkv = e * i * (seq + k - 1) // seq + 2 * e * i
+        qkv = e * i * (seq + k - 1) // seq + 2 * e * i + F * i + F * i + fp32_use(i)
         if self.bcdt_norm == "none":
-            qkv += e * w + fp32_use(2 * n)
+            x_proj = e * w + fp32_use(2 * n)
         else:  # the norms read x_proj's output in fp32 (itself in fp32, copies below it): nothing keeps it in e
-            qkv += F * w + 3 * F + e * r + F * 2 * n + e * w * (self.bcdt_norm == "weighted")
-        qkv += F * i + F * i + fp32_use(i)
+            x_proj = F * w + 3 * F + e * r + F * 2 * n + e * w * (self.bcdt_norm == "weighted")
         scan = 2 * F * i * n + F * i
         out = F * i + F * i + (fp32_use(i) if low else e * 2 * i) + e * i
-        return {"qkv": qkv, "attn_scores": scan, "attn_output": out}
+        return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once: in_proj's output, the convolution's, x_proj's, dt and the scan's
