@@ -39,6 +39,19 @@ class BCdtNorm(nn.Module):
         return h if self.weight is None else self.weight * h
 
 
+class DtProj(nn.Module):
+    """dt_proj R -> I, its bias added in fp32 (transformers' scan adds delta_bias.float() to dt_proj.weight @ dt):
+    a module of its own so its matmul is counted as a projection (tfcalc.measure.flops reads module paths)."""
+
+    def __init__(self, rank: int, inner: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(inner, rank))
+        self.bias = nn.Parameter(torch.empty(inner))
+
+    def forward(self, dt: torch.Tensor) -> torch.Tensor:
+        return F.linear(dt, self.weight).float() + self.bias.float()  # (B, T, I) fp32
+
+
 class Mamba1State(FixedState):
     """One layer's state, allocated once: ``conv`` (B, I, K) in the model's dtype, ``ssm`` (B, I, N) in the
     component's state dtype. No positions (layout None); a step rewrites both whole (``carried``)."""
@@ -59,7 +72,7 @@ class Mamba1Mixer(MixerModule):
         self.in_proj = Linear(spec.d_model, 2 * I_, bias=spec.bias)
         self.conv1d = nn.Conv1d(I_, I_, spec.conv_kernel, groups=I_, bias=spec.conv_bias)
         self.x_proj = Linear(I_, spec.proj_width, bias=False)
-        self.dt_proj = Linear(R, I_, bias=True)
+        self.dt_proj = DtProj(R, I_)
         self.A_log = nn.Parameter(torch.empty(I_, N))
         self.D = nn.Parameter(torch.empty(I_))
         if spec.bcdt_norm != "none":
@@ -107,8 +120,7 @@ class Mamba1Mixer(MixerModule):
         dt, Bm, Cm = self.x_proj(xs).split([R, N, N], dim=-1)
         if spec.bcdt_norm != "none":  # Falcon-Mamba's and Jamba's norms on dt, B and C
             dt, Bm, Cm = self.dt_norm(dt), self.b_norm(Bm), self.c_norm(Cm)
-        # dt_proj's bias added in fp32 before the softplus, as transformers' scan adds delta_bias
-        dt = F.softplus(F.linear(dt, self.dt_proj.weight).float() + self.dt_proj.bias.float())  # (B, T, I)
+        dt = F.softplus(self.dt_proj(dt))  # (B, T, I) fp32
         A = -torch.exp(self.A_log.float())  # (I, N)
         dA = torch.exp(dt[..., None] * A)  # (B, T, I, N)
         xf = xs.float()
