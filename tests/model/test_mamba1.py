@@ -252,6 +252,7 @@ def _yaml_cfg(**changes):
     (dict(arch="encoder"), "arch decoder"),
     (dict(hybrid_pattern=None, layer_pattern="mamba_one, full", ssm_inner=None), "give ssm_inner"),
     (dict(hybrid_pattern=None, layer_pattern="mamba_uno, full"), "layer_pattern"),
+    (dict(hybrid_pattern=None, layer_pattern="mamba_one, full", arch="encoder"), "scans causally"),
 ])
 def test_bad_mamba1_fields_are_one_clear_line(changes, message):
     with pytest.raises(InputError, match=message):

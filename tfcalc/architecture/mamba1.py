@@ -248,12 +248,12 @@ def check(cfg: Any) -> None:
         raise InputError(f"ssm_bcdt_norm_eps must be in (0, 1); got {cfg.ssm_bcdt_norm_eps}")
 
 
-def from_flat(cfg: Any) -> Mamba1:
-    """The Mamba-1 mixer the flat fields describe."""
+def from_flat(cfg: Any, causal: bool = True) -> Mamba1:
+    """The Mamba-1 mixer the flat fields describe (``causal`` false, an encoder's layer: refused by the mixer)."""
     rank = cfg.ssm_dt_rank if cfg.ssm_dt_rank is not None else math.ceil(cfg.d_model / 16)
     return Mamba1(cfg.d_model, cfg.ssm_inner, rank, cfg.ssm_state_size, cfg.ssm_conv_kernel, cfg.ssm_conv_bias,
-                  cfg.ssm_bias, cfg.ssm_bcdt_norm, cfg.ssm_bcdt_norm_eps, cfg.ssm_state_dtype)
+                  cfg.ssm_bias, cfg.ssm_bcdt_norm, cfg.ssm_bcdt_norm_eps, cfg.ssm_state_dtype, causal)
 
 
-KIND = register(MixerKind("Mamba1", Mamba1Fields, lambda cfg, i, causal: from_flat(cfg), words=("mamba_one",),
+KIND = register(MixerKind("Mamba1", Mamba1Fields, lambda cfg, i, causal: from_flat(cfg, causal), words=("mamba_one",),
                           check=check, group="state-space layers (Mamba-1)"))
