@@ -69,7 +69,7 @@ class Mamba1:
         for name in ("d_model", "inner", "dt_rank", "state_size", "conv_kernel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"mamba1 {name} must be a positive integer; got {value!r}")
+                raise InputError(f"Mamba-1 {name} must be a positive integer; got {value!r}")
         if self.bcdt_norm not in NORMS:
             raise InputError(f"ssm_bcdt_norm must be one of {', '.join(NORMS)}; got {self.bcdt_norm!r}")
         eps = self.bcdt_norm_eps
@@ -210,7 +210,7 @@ class Mamba1:
                             op_recompute="a state-space scan the op-level recompute policy does not model")
 
 
-# ---- its flat fields (tfcalc.architecture.kinds): layer_pattern's word "mamba1", or hybrid_pattern's M where
+# ---- its flat fields (tfcalc.architecture.kinds): layer_pattern's word "mamba_one", or hybrid_pattern's M where
 # hybrid_m_mixer says mamba_one. Mamba2's fields it shares (read as cfg.<field>): ssm_state_size, ssm_conv_kernel,
 # ssm_conv_bias, ssm_bias, ssm_state_dtype ----
 
