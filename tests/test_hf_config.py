@@ -144,7 +144,6 @@ def test_every_supported_type_is_tested():
     lfm2 = {"lfm2", "lfm2_moe"}  # tests/test_hf_lfm2.py
     tested = set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) | TESTED_TYPES | lfm2 | HYBRID | SPARSE | MORE_MOE
     tested |= KIMI_K25 | OLMO_HYBRID
-    tested |= {"mamba", "falcon_mamba", "jamba"}  # issue 30's Mamba-1: tests/model/test_mamba1.py, test_jamba.py
     assert tested == set(SUPPORTED_MODEL_TYPES)
 
 

@@ -123,9 +123,10 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
         letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
         scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
+        word = cfg.hybrid_m_mixer  # the layer_pattern word of the kind M builds: Mamba2's, or Mamba-1's
         if letter in "M*":
-            m_kind = kinds.for_layer(cfg, LayerKind(False, True, cfg.hybrid_m_mixer))  # Mamba2, or Mamba-1
-            mixer = m_kind.build(cfg, i, causal) if letter == "M" else _mixer(cfg, i, causal)
+            mixer = kinds.for_layer(cfg, LayerKind(False, True, word)).build(cfg, i, causal) if letter == "M" \
+                else _mixer(cfg, i, causal)
             return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
                          cfg.norm_placement, residual_scale=scale)
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
