@@ -64,6 +64,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("state-space layers and the per-layer pattern (Mamba2)", (
         "hybrid_pattern", "hybrid_with_ffn", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_state_size",
         "ssm_conv_kernel", "ssm_chunk_size", "ssm_conv_bias", "ssm_bias", "ssm_state_dtype")),
+    ("state-space layers (Mamba-1)", (
+        "hybrid_m_mixer", "ssm_inner", "ssm_dt_rank", "ssm_bcdt_norm", "ssm_bcdt_norm_eps")),
     ("multi-token prediction (MTP)", ("mtp_layers",)),
     ("weights as the checkpoint stores them (quantization_config)", (
         "stored_quant", "stored_quant_scales", "stored_quant_group", "stored_quant_block", "stored_quant_scale_dtype",

@@ -38,6 +38,9 @@ KINDS = {
     # LFM2: short gated convolutions (a fixed state of K inputs, shifted in place) around an attention layer
     "conv-lfm2": dict(ROPE, n_layer=3, n_head=4, n_kv_head=2, qk_norm=True, layer_pattern="conv, full, conv",
                       conv_bias=True),
+    # Jamba: Mamba-1 layers (a fixed conv and I × N state, its norms on dt, B, C) around an attention layer
+    "mamba1-jamba": dict(ROPE, n_layer=3, n_head=4, n_kv_head=2, layer_pattern="mamba_one, full, mamba_one",
+                         ssm_inner=64, ssm_state_size=6, ssm_bcdt_norm="weighted"),
     # Qwen3-Next: three gated-DeltaNet layers (a fixed conv and recurrent state) and a gated attention layer
     "gated-deltanet": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, full_attention_every=4, qk_norm=True,
                            attn_output_gate=True, rope_fraction=0.25, linear_mixer="gated_deltanet",

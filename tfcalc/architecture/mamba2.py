@@ -40,6 +40,7 @@ does not ring over context-parallel ranks. Pure Python: no torch, typer or rich 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -243,7 +244,7 @@ def check_pattern(cfg) -> None:
                          "layers then")
     if "E" in pattern and cfg.n_expert is None:
         raise InputError("hybrid_pattern has E (mixture-of-experts) layers: give n_expert and n_expert_active")
-    if "M" in pattern and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
+    if "M" in pattern and cfg.hybrid_m_mixer == "mamba" and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("hybrid_pattern has M (Mamba2) layers: give ssm_heads and ssm_head_dim")
     if cfg.arch != "decoder" or cfg.cross_attention or cfg.parallel_block != "none":
         raise InputError("hybrid_pattern describes a decoder's layers of one sub-layer each: arch decoder, "
@@ -258,7 +259,8 @@ def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
         return None
     check_pattern(cfg)
     ffn = ("moe" if cfg.n_expert is not None else "dense") if cfg.hybrid_with_ffn else "none"
-    slots = {"M": LayerSlots("mamba", ffn), "*": LayerSlots("", ffn), "-": LayerSlots(None, "dense"),
+    # M: the kind whose layer_pattern word hybrid_m_mixer names (mamba: Mamba2; mamba_one: Mamba-1, Jamba's)
+    slots = {"M": LayerSlots(cfg.hybrid_m_mixer, ffn), "*": LayerSlots("", ffn), "-": LayerSlots(None, "dense"),
              "E": LayerSlots(None, "moe")}
     return tuple(slots[letter] for letter in cfg.hybrid_pattern)
 
@@ -337,6 +339,9 @@ class Mamba2Fields:
     # each M and * layer has the FFN after its mixer too (the mixture of experts, with its shared expert, where
     # n_expert is given): Granite-4.0-H (modeling_granitemoehybrid.py); the pattern then has no - or E
     hybrid_with_ffn: bool = False
+    # which kind the pattern's M letter builds, by its layer_pattern word: mamba (Mamba2) or mamba_one (Mamba-1:
+    # the mamba and falcon_mamba families, Jamba's)
+    hybrid_m_mixer: Literal["mamba", "mamba_one"] = "mamba"
     ssm_heads: Optional[int] = None  # H (mamba_num_heads; Mamba2Config num_heads)
     ssm_head_dim: Optional[int] = None  # P (mamba_head_dim)
     ssm_groups: int = 1  # G groups of B and C (n_groups)
@@ -354,7 +359,7 @@ def check(cfg: Any) -> None:
         check_pattern(cfg)
     elif cfg.hybrid_with_ffn:
         raise InputError("hybrid_with_ffn says what hybrid_pattern's M and * layers hold: give hybrid_pattern too")
-    if cfg.layer_pattern is not None and "mamba" in cfg.layer_pattern and (
+    if cfg.layer_pattern is not None and re.search(r"\bmamba\b", cfg.layer_pattern) and (  # the word, not mamba_one
             cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("layer_pattern has mamba (Mamba2) layers: give ssm_heads and ssm_head_dim")
 

@@ -21,6 +21,7 @@ ACTIVATION_LABELS = {
     "ffn_post_norm": "FFN output norm (sandwich)", "cross_attn_post_norm": "cross-attention output norm (sandwich)",
     "shared_expert": "MoE: shared expert (hidden, gate)",
     "conv": "short conv: input u, output z (per channel)",
+    "ssm_x_proj": "Mamba-1 x_proj out [dt | B | C] (whole per TP rank)",
 }
 
 

@@ -1,0 +1,259 @@
+"""Mamba-1: the selective state-space token mixer of Gu and Dao 2023 ("Mamba: Linear-Time Sequence Modeling with
+Selective State Spaces", arXiv 2312.00752, Algorithm 2 and sec. 3.4), as transformers' MambaMixer runs it
+(models/mamba/modeling_mamba.py; FalconMambaMixer in modeling_falcon_mamba.py, JambaMambaMixer in
+modeling_jamba.py). d = d_model, I the inner width (``intermediate_size`` = expand·d), R the rank of dt
+(``time_step_rank``), N the state size, K the convolution's taps.
+
+1. in_proj d -> [x (I) | z (I)] (bias if ``bias``);
+2. a causal depthwise convolution of K taps over x (I channels, bias if ``conv_bias``), then SiLU;
+3. x_proj I -> [dt (R) | B (N) | C (N)] (no bias); Falcon-Mamba puts a weightless RMSNorm on each of dt, B and C
+   (``bcdt_norm`` "weightless", eps ``bcdt_norm_eps``: FalconMambaWeightlessRMSNorm), Jamba an RMSNorm with a
+   weight (``bcdt_norm`` "weighted": JambaRMSNorm, R, N and N wide);
+4. dt_proj R -> I (its bias is dt's bias, added in fp32 before the softplus); dt = softplus(dt), A = -exp(A_log),
+   A_log I × N (a decay per channel and state index, not per head as in Mamba2);
+5. the selective scan, per channel i and state index n: h_t = exp(dt_t·A)·h_{t-1} + (dt_t·x_t)·B_tᵀ (an I × N
+   state), y_t = h_t·C_t + D·x_t; then y·silu(z);
+6. out_proj I -> d.
+
+**FLOPs of step 5** (``mixing``, per token): the state update (dt·x)·Bᵀ, an outer product (I, 1) @ (1, N):
+2·I·N (``update``); the read h·C, (I, N) @ (N, 1): 2·I·N (``read``). Mamba-1's A varies per channel and state
+index, so the scan has no chunked matmul form (Mamba2's SSD needs a scalar decay per head): transformers' torch
+path and tfcalc's module both run the recurrence position by position. FlopCounterMode on transformers' path sees
+the read (a matmul per position) but not the update, which transformers writes as two elementwise products
+(discrete_B * hidden_states): the update is counted here by hand and named where the tests compare (tfcalc's
+module runs it as a batched outer-product matmul, which FlopCounterMode sees). The decay exp(dt·A)·h and its add
+are elementwise (``elementwise``). The convolution counts as position mixing too: 2·I·K per position (``conv``;
+transformers pads K - 1 on both sides and drops the extra K - 1 outputs, FlopCounterMode there seeing
+2·I·K·(T + K - 1): the difference, 2·I·K·(K - 1) per layer and sequence, is named where the tests compare, as
+for Mamba2, tfcalc.architecture.mamba2).
+
+**Generation state** (``state``), per sequence and layer, fixed in the context: the convolution's last K inputs,
+I × K (transformers' cache keeps K columns; only K - 1 carry over from one step to the next), in the model's
+dtype; the SSM state, I × N, in ``state_dtype`` (fp32: transformers' scan computes it in fp32 -- exp of an fp32
+A -- and its cache keeps that tensor). Tensor parallelism splits by channels (I a multiple of TP: in_proj's and
+dt_proj's rows, the convolution, A_log, D, x_proj's and out_proj's columns, vLLM's MambaMixer); the state cannot
+rewind and does not ring over context-parallel ranks. Pure Python: no torch, typer or rich here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from tfcalc.architecture import kinds
+from tfcalc.architecture.kinds import MixerKind, register
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.tensors import Linear, Weight
+from tfcalc.errors import InputError
+
+FP32 = 4
+NORMS = ("none", "weightless", "weighted")
+
+
+@dataclass(frozen=True)
+class Mamba1:
+    d_model: int
+    inner: int  # I = expand·d_model (intermediate_size)
+    dt_rank: int  # R (time_step_rank)
+    state_size: int = 16  # N
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    bias: bool = False  # in_proj and out_proj biases (use_bias)
+    bcdt_norm: Literal["none", "weightless", "weighted"] = "none"  # RMSNorms on dt, B and C (Falcon-Mamba, Jamba)
+    bcdt_norm_eps: float = 1e-6
+    state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
+    causal: bool = True
+    module = "tfcalc.model.mamba1:Mamba1Mixer"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "inner", "dt_rank", "state_size", "conv_kernel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"Mamba-1 {name} must be a positive integer; got {value!r}")
+        if self.bcdt_norm not in NORMS:
+            raise InputError(f"ssm_bcdt_norm must be one of {', '.join(NORMS)}; got {self.bcdt_norm!r}")
+        eps = self.bcdt_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise InputError(f"ssm_bcdt_norm_eps must be a number in (0, 1); got {eps!r}")
+        if not self.causal:
+            raise InputError("a Mamba-1 mixer scans causally: it has no bidirectional form (arch encoder)")
+
+    @property
+    def proj_width(self) -> int:
+        """x_proj's output: [dt (R) | B (N) | C (N)]."""
+        return self.dt_rank + 2 * self.state_size
+
+    def weights(self) -> list[Weight]:
+        """Steps 1-6, named as transformers names them (MambaMixer); Jamba's weighted norms as dt_norm, b_norm,
+        c_norm (its dt_layernorm, b_layernorm, c_layernorm)."""
+        d, i, r, n, k = self.d_model, self.inner, self.dt_rank, self.state_size, self.conv_kernel
+        out = [Weight("in_proj_weight", (2 * i, d), "attention", "Mamba-1 in_proj weight", "rows")]
+        out += [Weight("in_proj_bias", (2 * i,), "attention", "Mamba-1 in_proj bias", "rows")] * self.bias
+        out.append(Weight("conv1d_weight", (i, 1, k), "attention", "Mamba-1 conv1d weight", "rows"))
+        out += [Weight("conv1d_bias", (i,), "attention", "Mamba-1 conv1d bias", "rows")] * self.conv_bias
+        out.append(Weight("x_proj_weight", (self.proj_width, i), "attention", "Mamba-1 x_proj weight", "cols"))
+        out += [Weight("dt_proj_weight", (i, r), "attention", "Mamba-1 dt_proj weight", "rows"),
+                Weight("dt_proj_bias", (i,), "attention", "Mamba-1 dt_proj bias", "rows"),
+                Weight("A_log", (i, n), "attention", "Mamba-1 A_log", "rows"),
+                Weight("D", (i,), "attention", "Mamba-1 D", "rows")]
+        if self.bcdt_norm == "weighted":
+            out += [Weight(f"{p}_norm_weight", (w,), "norms", f"Mamba-1 {p} RMSNorm weight")
+                    for p, w in (("dt", r), ("b", n), ("c", n))]
+        out.append(Weight("out_proj_weight", (d, i), "attention", "Mamba-1 out_proj weight", "cols"))
+        return out + [Weight("out_proj_bias", (d,), "attention", "Mamba-1 out_proj bias")] * self.bias
+
+    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
+        """in_proj, x_proj, dt_proj and out_proj, the last named ``o`` as every mixer's output projection is."""
+        i = self.inner
+        return [Linear("in_proj", "attention_proj", "Mamba-1 in_proj", self.d_model, 2 * i),
+                Linear("x_proj", "attention_proj", "Mamba-1 x_proj", i, self.proj_width),
+                Linear("dt_proj", "attention_proj", "Mamba-1 dt_proj", self.dt_rank, i),
+                Linear("o", "attention_proj", "Mamba-1 out_proj", i, self.d_model)]
+
+    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
+        """The convolution, the state update and the read (module docstring) over one sequence of ``queries``
+        tokens; a decode step reads the kept conv inputs and the state. Every position's work counts whole
+        (nothing is masked: the causal figure is the full one)."""
+        i, n, k, t = self.inner, self.state_size, self.conv_kernel, queries
+        decode = step or queries == 1
+        conv = Mixing("conv", "causal conv1d", (t, k, 1), i, 2 * t * k * i, i * k if decode else 0, "model")
+        return [conv,
+                Mixing("update", "state update (dt·x)·Bᵀ", (i, 1, n), t, 2 * i * n * t, 0, self.state_dtype,
+                       io=t * (i + n)),
+                Mixing("read", "state read h·C", (i, n, 1), t, 2 * i * n * t, i * n if decode else 0,
+                       self.state_dtype, io=t * (n + i))]
+
+    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
+        """Per token: SiLU on the convolution's output (4 FLOPs an element: exp, add, divide, multiply); dt's bias
+        and softplus (3: add, exp, log1p); exp(dt·A) (2) and the decay h·exp(dt·A) + update (2) over I·N; the D
+        skip, silu(z) and the gate over I (2 + 4 + 1); the norms on dt, B and C where the model has them (square,
+        mean, rsqrt scale: 4 an element, 5 with a weight)."""
+        i, n, t = self.inner, self.state_size, queries
+        out = [Elementwise("ssm", "Mamba-1 conv SiLU", t * i, per_element=4),
+               Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
+               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4),
+               Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
+        if self.bcdt_norm != "none":
+            out.append(Elementwise("ssm", "Mamba-1 RMSNorms on dt, B, C", t * self.proj_width,
+                                   per_element=5 if self.bcdt_norm == "weighted" else 4))
+        return out
+
+    def kernel(self, explicit_mask: bool) -> str:
+        return "flash"  # no (T, T) scores: the scan is position by position
+
+    def mask_span(self, length: int) -> tuple[None, None]:
+        return None, None
+
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
+        """Per token, the tensors autograd keeps of tfcalc's module (tfcalc.model.mamba1) beside the block's norm
+        and the in_proj input, each in its dtype (e bytes an element, F = 4 for fp32; an fp32 use of an e tensor is
+        a copy below fp32 and the tensor itself in fp32), named as the terms tensor parallelism splits by channels
+        (tfcalc.count.training.rank_activations.SPLIT) but ``ssm_x_proj``, kept whole on every rank:
+
+        - ``qkv``: the convolution's left-padded input, e·I·(T + K - 1) over a sequence (floored per token); SiLU's
+          input and output, 2·e·I; dt_proj's output in fp32 (softplus's input, F·I), dt (F·I) and x in fp32 (a
+          copy below fp32, F·I);
+        - ``ssm_x_proj``, the (R + 2N)-wide tensors every TP rank keeps whole (x_proj's output is summed over the
+          ranks' channels): without norms x_proj's output [dt | B | C], e·(R + 2N), which dt_proj reads, and B's
+          and C's fp32 copies (2·F·N); with norms on dt, B, C, instead: their fp32 inputs (x_proj's output in
+          fp32, copies below it: F·(R + 2N)), 1/rms of each (3F), with a weight the normed values before it
+          (e·(R + 2N)), and the outputs dt_proj and the scan read (e·R, and B and C in fp32, 2·F·N);
+        - ``attn_scores``: the scan, fp32: exp(dt·A) and every state h_1..h_T, 2·F·I·N; the update's operand dt·x,
+          F·I;
+        - ``attn_output``: y + D·x (F·I), silu(z) (F·I) and its input z (below fp32 an fp32 copy, F·I; in fp32 a
+          view of in_proj's whole output, e·2I), and out_proj's input (e·I).
+
+        Checked against the tensors autograd saves in fp32 and bf16 (tests/model/test_mamba1.py): equal but for the
+        flooring to whole bytes per token and the per-layer tensors that do not grow with the tokens (exp(A_log)
+        and A, F·I·N each, and below fp32 D's fp32 copy, F·I), left out as xIELU's scalars are."""
+        F, i, r, n, k, w = FP32, self.inner, self.dt_rank, self.state_size, self.conv_kernel, self.proj_width
+        low = e != F
+
+        def fp32_use(elements: int) -> int:  # an fp32 use of an e tensor: a copy below fp32, a view in fp32
+            return F * elements if low else 0
+
+        qkv = e * i * (seq + k - 1) // seq + 2 * e * i + F * i + F * i + fp32_use(i)
+        if self.bcdt_norm == "none":
+            x_proj = e * w + fp32_use(2 * n)
+        else:  # the norms read x_proj's output in fp32 (itself in fp32, copies below it): nothing keeps it in e
+            x_proj = F * w + 3 * F + e * r + F * 2 * n + e * w * (self.bcdt_norm == "weighted")
+        scan = 2 * F * i * n + F * i
+        out = F * i + F * i + (fp32_use(i) if low else e * 2 * i) + e * i
+        return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
+
+    def working_set(self, kernel: str, length: int) -> int:
+        """Elements per token alive at once: in_proj's output, the convolution's, x_proj's, dt and the scan's
+        exp(dt·A) and updates (fp32, I·N each)."""
+        return 2 * self.inner + self.inner + self.proj_width + self.inner + 2 * self.inner * self.state_size
+
+    def eager_ops(self, tokens: int) -> list[EagerOp]:
+        return []
+
+    def state(self) -> list[StateTensor]:
+        """The convolution's last K inputs (the model's dtype) and the SSM state, both fixed in the context."""
+        i, n = self.inner, self.state_size
+        return [StateTensor("conv", fixed=i * self.conv_kernel, dtype="model", shape=(i, self.conv_kernel)),
+                StateTensor("ssm", fixed=i * n, dtype=self.state_dtype, shape=(i, n))]
+
+    def expanded_state(self) -> list[StateTensor]:
+        return self.state()
+
+    def tp_widths(self) -> list[tuple[str, int]]:
+        return [("ssm_inner", self.inner)]
+
+    def tp_state_heads(self) -> int:
+        return self.inner  # each channel's conv inputs and N states are its own
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+                            op_recompute="a state-space scan the op-level recompute policy does not model")
+
+
+# ---- its flat fields (tfcalc.architecture.kinds): layer_pattern's word "mamba_one", or a per-layer plan's M
+# that names it (the Mamba2 kind's hybrid_m_mixer). Mamba2's fields it shares (read as cfg.<field>):
+# ssm_state_size, ssm_conv_kernel, ssm_conv_bias, ssm_bias, ssm_state_dtype ----
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba1Fields:
+    ssm_inner: Optional[int] = None  # I, Mamba-1's inner width (intermediate_size = expand·hidden_size)
+    ssm_dt_rank: Optional[int] = None  # R (time_step_rank); None: ceil(d_model / 16), transformers' "auto"
+    # RMSNorms on dt, B and C after x_proj: none (Mamba), weightless (Falcon-Mamba), weighted (Jamba)
+    ssm_bcdt_norm: Literal["none", "weightless", "weighted"] = "none"
+    ssm_bcdt_norm_eps: float = 1e-6  # their eps (Falcon-Mamba's mixer_rms_eps; Jamba's rms_norm_eps)
+
+
+def _uses(cfg: Any) -> bool:
+    """Whether any layer of the config is a Mamba-1 mixer: a layer_pattern word, or a layer of a kind's own
+    per-layer plan (kinds.layer_plan: Jamba's, the mamba families') that names it."""
+    pattern = cfg.layer_pattern
+    plan = kinds.layer_plan(cfg)
+    return (plan is not None and any(slots.mixer == "mamba_one" for slots in plan)) \
+        or (isinstance(pattern, str) and "mamba_one" in pattern)
+
+
+def check(cfg: Any) -> None:
+    """The fields a Mamba-1 layer needs, where the config has one (one line each); the ranges are the
+    component's (``Mamba1.__post_init__``)."""
+    if not _uses(cfg):
+        return
+    if cfg.ssm_inner is None:
+        raise InputError("the config has Mamba-1 layers: give ssm_inner (the inner width, expand·d_model)")
+    if cfg.ssm_inner < 1:
+        raise InputError(f"ssm_inner must be a positive integer; got {cfg.ssm_inner}")
+    if cfg.ssm_dt_rank is not None and cfg.ssm_dt_rank < 1:
+        raise InputError(f"ssm_dt_rank must be a positive integer; got {cfg.ssm_dt_rank}")
+    if not 0 < cfg.ssm_bcdt_norm_eps < 1:
+        raise InputError(f"ssm_bcdt_norm_eps must be in (0, 1); got {cfg.ssm_bcdt_norm_eps}")
+
+
+def from_flat(cfg: Any, causal: bool = True) -> Mamba1:
+    """The Mamba-1 mixer the flat fields describe (``causal`` false, an encoder's layer: refused by the mixer)."""
+    rank = cfg.ssm_dt_rank if cfg.ssm_dt_rank is not None else math.ceil(cfg.d_model / 16)
+    return Mamba1(cfg.d_model, cfg.ssm_inner, rank, cfg.ssm_state_size, cfg.ssm_conv_kernel, cfg.ssm_conv_bias,
+                  cfg.ssm_bias, cfg.ssm_bcdt_norm, cfg.ssm_bcdt_norm_eps, cfg.ssm_state_dtype, causal)
+
+
+KIND = register(MixerKind("Mamba1", Mamba1Fields, lambda cfg, i, causal: from_flat(cfg, causal), words=("mamba_one",),
+                          check=check, group="state-space layers (Mamba-1)"))
