@@ -158,7 +158,8 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
-        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha,
+                   multipliers=tuple(cfg.ffn_multipliers) if cfg.ffn_multipliers is not None else None)
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None

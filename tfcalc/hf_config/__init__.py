@@ -53,6 +53,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "ernie4_5_moe": ("ernie4_5_moe", "ernie4_5_moe"),
     "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),
+    "falcon_h1": ("falcon_h1", "falcon_h1"),
     "gemma": ("gemma", "gemma"),
     "gemma2": ("gemma2", "gemma2"),
     "gemma3": ("gemma3", "gemma3"),

@@ -341,7 +341,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
-        return self.down(self.act(h) if self.act is not None else ffn_hidden(self.spec, h))
+        y = self.down(self.act(h) if self.act is not None else ffn_hidden(self.spec, h))
+        return y if self.spec.multipliers is None else y * self.spec.multipliers[1]  # FalconH1MLP's down multiplier
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the up projection: [gate | up] when gated."""
@@ -379,9 +380,11 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
     (modeling_gpt_oss.py, GptOssExperts._apply_gate): g·sigmoid(alpha·g) · (u + 1), g = min(gate, limit),
     u = clamp(up, -limit, limit)."""
     act = _ACTIVATIONS[spec.activation]
+    scale = 1.0 if spec.multipliers is None else spec.multipliers[0]  # FalconH1MLP: act(gate_proj(x) · m)
     if not spec.gated:
-        return act(h)
+        return act(h if spec.multipliers is None else h * scale)
     gate, up = h.chunk(2, dim=-1)
+    gate = gate if spec.multipliers is None else gate * scale
     if spec.swiglu_limit is None:
         return act(gate) * up
     limit = spec.swiglu_limit
