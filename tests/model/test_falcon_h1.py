@@ -130,6 +130,56 @@ def test_a_tiny_checkpoint_with_biases_and_head_dim_loads(tmp_path):
     assert_logits_close(hf, model, torch.randint(0, 61, (2, 9)))
 
 
+def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):
+    """FlopCounterMode (with the CPU flash-attention ops: tfcalc.measure.flops.flop_counter) on each step equals
+    decode_flops at its context, plus the named term: a step reads its bucket of slots (16, then 20 = max_tokens),
+    the empty ones masked, where the count charges the keys of the context (2 layers, Q·Kᵀ and attention·V, 4 heads
+    of 8)."""
+    from hf_pairs import step_flops
+
+    from tfcalc.measure.flops import flop_counter
+    from tfcalc.model.cache import bucket
+
+    _, model = tiny_pair
+    steps = step_flops(model, model.new_cache(1, 20), torch.randint(1, 61, (1, 5)), 14, counter=flop_counter)
+    for context, (total, _) in zip(range(6, 20), steps, strict=True):
+        masked = 2 * 2 * 2 * 4 * 8 * (bucket(context, 20) - context)
+        assert total == count_flops.decode_flops(model.cfg, Workload(batch=1, seq=context)) + masked
+    assert all(counts == steps[0][1] for _, counts in steps[:11])  # the same ops on the same shapes within a bucket
+
+
+def _flat(**changes):
+    from tfcalc.config import from_mapping
+
+    return from_mapping(dict(n_layer=2, d_model=64, n_head=4, n_kv_head=2, vocab_size=97, max_seq_len=256,
+                             pos_encoding="rope", norm="rmsnorm", ssm_parallel=True, ssm_heads=8, ssm_head_dim=16,
+                             ssm_state_size=8, ssm_chunk_size=32, d_ff=48, gated_ffn=True, activation="silu",
+                             **changes))
+
+
+MUP = dict(attn_in_multiplier=1.3, ssm_in_multiplier=0.7, attn_out_multiplier=0.5, ssm_out_multiplier=2.0,
+           ssm_proj_multipliers=[1.0, 2.0, 3.0, 4.0, 5.0], ffn_multipliers=[0.5, 2.0])
+
+
+@pytest.mark.parametrize("gate", ["gated", "norm_then_gate", "none"])
+@pytest.mark.parametrize("mup", [False, True], ids=["plain", "mup"])
+@pytest.mark.parametrize("seq", [64, 100])
+def test_saved_activations_equal_what_autograd_keeps(gate, mup, seq):
+    """fp32, CPU, chunks of 32: the count's bytes kept for backward equal autograd's saved tensors' bytes, less what
+    the Mamba2 part's per-token terms cannot hold (tests/model/test_mamba2.py: the flooring and a few H-wide fp32
+    tensors, at most 16·H + 4·seq bytes a layer); the multipliers' scaled copies counted (ParallelMixers.saved)."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.measure.memory import forward_loss
+    from tfcalc.model import build_model
+
+    cfg = _flat(ssm_gate_norm=gate, **(MUP if mup else {}))
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu").train()
+    _, saved = forward_loss(model, torch.randint(0, 97, (2, seq)), count_saved=True)
+    counted = mem.activations(cfg, Workload(batch=2, seq=seq, dtype="fp32")).stored
+    assert 0 <= saved - counted <= 2 * (16 * 8 + 2 * 2 * seq)
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("mamba_n_heads", 7, "must divide the Mamba2 inner width"),
     ("mamba_d_head", 5, "must equal the Mamba2 inner width"),

@@ -187,9 +187,10 @@ class Mamba2:
           the four (T', N) and four (T', P) operands batched matmuls copy or keep, and two decay vectors,
           T'·(4N + 4P + 2); the states and their decays between chunks, (c + 1)² + (2c + 1)·P·N;
         - ``attn_output``: the gated norm -- silu's input z (in fp32 a view of in_proj's whole output,
-          e·proj_width; below it an fp32 copy, F·I), y, silu(z) and the grouped input in fp32 (3·F·I), 1/rms per
-          group (F·G), the normalized output (F·I in fp32, e·I below) -- and the out_proj input, e·I (without the
-          norm, Falcon-H1's default: z, y and silu(z), and the out_proj input);
+          e·proj_width; below it, or scaled by proj_scales, a tensor of its own, F·I), y, silu(z) and the grouped
+          input in fp32 (3·F·I), 1/rms per group (F·G), the normalized output (F·I in fp32, e·I below) -- and the
+          out_proj input, e·I (without the norm, Falcon-H1's default: z, y and silu(z), and the out_proj input;
+          each layout checked in fp32 in tests/model/test_falcon_h1.py).
 
         Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
         more but for the flooring and a few H-wide tensors a layer keeps whatever the tokens (A = -exp(A_log) and
@@ -202,7 +203,7 @@ class Mamba2:
         T_ = c * C
         qkv = e * cd * (2 * seq + K - 1) + (e + F) * H * seq + (e * cd if e == F else F * I_) * seq
         scan = F * H * (3 * c * C * C + T_ * (4 * N + 4 * P + 2) + (c + 1) ** 2 + (2 * c + 1) * P * N)
-        z = e * self.proj_width if e == F else F * I_
+        z = e * self.proj_width if e == F and self.proj_scales is None else F * I_  # scaled: z a tensor of its own
         norm = z + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
         if self.gate_norm == "none":  # z, y and silu(z) in fp32, the product (out_proj's input); not checked
             norm = z + 2 * F * I_ + e * I_

@@ -92,14 +92,16 @@ class ParallelMixers:
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
-        """Both parts' terms, summed where they share a name; a scaled input (attn_in, ssm_in) is a tensor of its
-        own that the projection keeps (e·d per token each, kept whole under TP: ``mixer_inputs``)."""
+        """Both parts' terms, summed where they share a name. A scaled input (attn_in, ssm_in) is a tensor of its
+        own that its projection keeps, and a product by a constant keeps nothing: with one given, its copy beside
+        the block's norm output (which the other part keeps); with both, two copies where the norm output, kept by
+        neither, is counted by the block -- e·d per token either way beyond the block's (``mixer_inputs``, kept
+        whole under TP). Checked against autograd in fp32 (tests/model/test_falcon_h1.py)."""
         out = dict(self.attention.saved(batch, seq, e, kernel, dropout))
         for term, value in self.ssm.saved(batch, seq, e, kernel, dropout).items():
             out[term] = out.get(term, 0) + value
-        scaled = sum(m is not None for m in (self.attn_in, self.ssm_in))
-        if scaled:
-            out["mixer_inputs"] = scaled * e * self.d_model
+        if self.attn_in is not None or self.ssm_in is not None:
+            out["mixer_inputs"] = e * self.d_model
         return out
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
