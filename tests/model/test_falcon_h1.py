@@ -148,6 +148,19 @@ def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_conte
     assert all(counts == steps[0][1] for _, counts in steps[:11])  # the same ops on the same shapes within a bucket
 
 
+@pytest.mark.parametrize("seq", [40, 100])
+def test_measured_flops_of_tfcalcs_module_fall_in_the_counted_groups(seq):
+    """FlopCounterMode on tfcalc's own module (meta): the Mamba2 part's scan, nested in the mixer slot beside the
+    attention, lands in attention_scores with SDPA; its in_proj and out_proj in attention_proj; group by group
+    equal to the count."""
+    from tfcalc.measure.flops import measure_flops
+
+    cfg, w = _flat(**MUP), Workload(batch=2, seq=seq)
+    m = measure_flops(cfg, w)
+    b = count_flops.breakdown(cfg, w)
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
+
+
 def _flat(**changes):
     from tfcalc.config import from_mapping
 
