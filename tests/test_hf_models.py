@@ -30,7 +30,7 @@ def test_every_supported_type_has_a_case():
     types |= {"kimi_k25"}  # vision-language: tests/test_kimi_k25.py
     # Mamba2 families: tiny checkpoints written by transformers, loaded by load_model, logits compared in
     # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
-    types |= {"mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1"}  # and tests/model/test_falcon_h1.py
+    types |= {"mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2"}  # and test_falcon_h1/zamba2.py
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 

@@ -55,7 +55,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("state-space layers and the per-layer pattern (Mamba2)", (
         "hybrid_pattern", "hybrid_with_ffn", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_state_size",
         "ssm_conv_kernel", "ssm_chunk_size", "ssm_conv_bias", "ssm_bias", "ssm_state_dtype", "ssm_out_bias",
-        "ssm_gate_norm", "ssm_proj_multipliers")),
+        "ssm_gate_norm", "ssm_proj_multipliers", "ssm_dt_min")),
+    ("Zamba2's shared transformer blocks (Zamba2Hybrid)", (
+        "shared_blocks", "shared_adapter_rank", "shared_attn_adapters", "shared_untied")),
     ("attention and Mamba2 side by side (Falcon-H1)", (
         "ssm_parallel", "attn_in_multiplier", "attn_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier",
         "ffn_multipliers")),

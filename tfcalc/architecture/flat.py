@@ -123,10 +123,11 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     if cfg.hybrid_pattern is not None:  # each layer one sub-layer: mixer alone (M, *) or FFN alone (-, E)
         letter, alone = cfg.hybrid_pattern[i], FFN(cfg.d_model, 0, present=False)
         scale = cfg.residual_multiplier  # Granite-4.0-H's, on both sub-layers
-        if letter in "M*":
-            mixer = kinds.for_layer(cfg, LayerKind(False, True, "mamba")).build(cfg, i, causal) if letter == "M" \
-                else _mixer(cfg, i, causal)
-            return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn else alone, norm,
+        if letter in "M*H":  # H: a Zamba2 hybrid layer, a shared block then Mamba2 (tfcalc.architecture.zamba2)
+            words = {"M": "mamba", "H": "zamba"}
+            mixer = kinds.for_layer(cfg, LayerKind(False, True, words[letter])).build(cfg, i, causal) \
+                if letter in words else _mixer(cfg, i, causal)
+            return Block(mixer, _ffn(cfg, i) if cfg.hybrid_with_ffn and letter != "H" else alone, norm,
                          cfg.norm_placement, residual_scale=scale)
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
     kind = _kind(cfg, i)

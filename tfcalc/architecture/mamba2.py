@@ -71,6 +71,7 @@ class Mamba2:
     out_bias: Optional[bool] = None  # out_proj's bias; None: as in_proj's (``bias``)
     gate_norm: Literal["gated", "norm_then_gate", "none"] = "gated"  # step 4
     proj_scales: Optional[tuple[float, ...]] = None  # in_proj's z, x, B, C, dt times these (Falcon-H1's mup_vector)
+    dt_min: float = 0.0  # dt clamped to at least this after softplus (Zamba2's time_step_min, its dt_limit)
     module = "tfcalc.model.mamba2:Mamba2Mixer"
 
     def __post_init__(self) -> None:
@@ -81,6 +82,8 @@ class Mamba2:
         if self.n_heads % self.n_groups:
             raise InputError(f"ssm_heads ({self.n_heads}) must be a multiple of ssm_groups ({self.n_groups}): "
                              "each group's B and C serve a whole set of heads")
+        if isinstance(self.dt_min, bool) or not isinstance(self.dt_min, (int, float)) or not 0 <= self.dt_min < 1e3:
+            raise InputError(f"ssm_dt_min must be a number from 0 (no floor); got {self.dt_min!r}")
         if self.proj_scales is not None and len(self.proj_scales) != 5:
             raise InputError(f"ssm_proj_multipliers must give 5 numbers (z, x, B, C, dt); got {len(self.proj_scales)}")
 
@@ -240,7 +243,8 @@ class Mamba2:
                             op_recompute="a state-space scan the op-level recompute policy does not model")
 
 
-LETTERS = {"M": "a Mamba2 mixer", "*": "attention", "-": "the dense FFN", "E": "the mixture of experts"}
+LETTERS = {"M": "a Mamba2 mixer", "*": "attention", "-": "the dense FFN", "E": "the mixture of experts",
+           "H": "a Zamba2 hybrid layer (a shared block, then Mamba2: tfcalc.architecture.zamba2)"}
 
 
 def check_pattern(cfg) -> None:
@@ -259,7 +263,7 @@ def check_pattern(cfg) -> None:
                          "layers then")
     if "E" in pattern and cfg.n_expert is None:
         raise InputError("hybrid_pattern has E (mixture-of-experts) layers: give n_expert and n_expert_active")
-    if "M" in pattern and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
+    if ("M" in pattern or "H" in pattern) and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("hybrid_pattern has M (Mamba2) layers: give ssm_heads and ssm_head_dim")
     if cfg.arch != "decoder" or cfg.cross_attention or cfg.parallel_block != "none":
         raise InputError("hybrid_pattern describes a decoder's layers of one sub-layer each: arch decoder, "
@@ -272,7 +276,8 @@ def from_flat(cfg) -> Mamba2:
     scales = tuple(cfg.ssm_proj_multipliers) if cfg.ssm_proj_multipliers is not None else None
     return Mamba2(cfg.d_model, cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state_size,
                   cfg.ssm_conv_kernel, cfg.ssm_chunk_size, cfg.ssm_conv_bias, cfg.ssm_bias, cfg.norm_eps,
-                  cfg.ssm_state_dtype, out_bias=cfg.ssm_out_bias, gate_norm=cfg.ssm_gate_norm, proj_scales=scales)
+                  cfg.ssm_state_dtype, out_bias=cfg.ssm_out_bias, gate_norm=cfg.ssm_gate_norm, proj_scales=scales,
+                  dt_min=cfg.ssm_dt_min or 0.0)
 
 
 @dataclass(frozen=True)
@@ -355,6 +360,7 @@ class Mamba2Fields:
     # false; mamba_norm_before_gate)
     ssm_gate_norm: Literal["gated", "norm_then_gate", "none"] = "gated"
     ssm_proj_multipliers: Optional[tuple[float, ...]] = None  # in_proj's z, x, B, C, dt times these (Falcon-H1 muP)
+    ssm_dt_min: Optional[float] = None  # dt at least this after softplus (Zamba2's time_step_min); None: no floor
 
 
 def check(cfg: Any) -> None:

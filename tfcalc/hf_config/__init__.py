@@ -101,6 +101,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "smollm3": ("smollm3", "smollm3"),
     "starcoder2": ("starcoder2", "starcoder2"),
     "t5": ("t5", "t5"),
+    "zamba2": ("zamba2", "zamba2"),
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(REGISTRY))
 

@@ -56,8 +56,11 @@ class Block(nn.Module):
             return norm(x + (y if self.residual_scale is None else y * self.residual_scale))
         return x + self._branch(norm, post_norm, f, x)  # GPT-2 onwards: x + f(norm(x))
 
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None) -> torch.Tensor:
-        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None, emb=None) -> torch.Tensor:
+        # the stack's embeddings, to a mixer that reads them (Zamba2's shared block)
+        more = {"emb": emb} if emb is not None and getattr(self.spec.mixer, "reads_embeddings", False) else {}
+        return self._residual(self.attn_norm, self.attn_post_norm,
+                              lambda h: self.attn(h, rope, mask, store=store, **more), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
@@ -75,14 +78,15 @@ class Block(nn.Module):
         return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
-                store=None, cross_kv=None, rows: torch.Tensor | None = None) -> torch.Tensor:
+                store=None, cross_kv=None, rows: torch.Tensor | None = None, emb=None) -> torch.Tensor:
         """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
         window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward); ``rows`` (B,), 1
-        for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
+        for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots); ``emb`` the
+        stack's embeddings (B, T, d), given where a mixer reads them (``reads_embeddings``: Zamba2's)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
-            x = self.attention_sublayer(x, rope, mask, store)
+            x = self.attention_sublayer(x, rope, mask, store, emb)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")

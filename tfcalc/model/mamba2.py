@@ -162,6 +162,8 @@ class Mamba2Mixer(MixerModule):
         # each group's B and C serve H / G consecutive heads
         Bh, Ch = (t.reshape(B_, T, G, 1, N).expand(B_, T, G, H // G, N).reshape(B_, T, H, N) for t in (Bm, Cm))
         dt = F.softplus(dt + self.dt_bias.to(dt.dtype))  # (B, T, H)
+        if spec.dt_min:  # Zamba2's dt_limit (time_step_min, inf), mamba2_chunk_scan's clamp
+            dt = dt.clamp(min=spec.dt_min)
         A = -torch.exp(self.A_log.float())
         if store is not None and store.decoding:
             y = self._step(xs, dt, A, Bh, Ch, store)

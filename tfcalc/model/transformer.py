@@ -55,10 +55,19 @@ class Stack(nn.Module):
         self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
+        owners: dict = {}  # a mixer whose weights are another layer's (Zamba2's shared blocks) holds that module
+        for block in self.blocks:
+            key = getattr(block.attn, "shared_key", None)
+            if key is not None and key in owners:
+                block.attn.share(owners[key])
+            elif key is not None:
+                owners[key] = block.attn
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
         self.mixers = [b.mixer for b in layers]
+        # a mixer that reads the token embeddings beside its input (Zamba2's shared block): each block is given them
+        self.reads_embeddings = any(getattr(m, "reads_embeddings", False) for m in self.mixers)
         keys = [block.attn.rope_key for block in self.blocks]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
         self.temperatures = [block.attn.temperature for block in self.blocks]  # Llama 4's NoPE layers
@@ -186,9 +195,10 @@ class Stack(nn.Module):
         through tfcalc.model.step)."""
         T = idx.shape[1]
         x = self.embed(idx, token_type_ids)  # (B, T, d)
+        more = {"emb": x} if self.reads_embeddings else {}
         for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
                                      strict=True):
-            x = block(x, rope, mask, memory)
+            x = block(x, rope, mask, memory, **more)
         return x
 
 
