@@ -100,9 +100,11 @@ class Zamba2Hybrid:
             out += [Linear(f"{p}_adapter_a", "attention_proj", f"{p.upper()} adapter A", 2 * d, r),
                     Linear(f"{p}_adapter_b", "attention_proj", f"{p.upper()} adapter B", r, 2 * d)]
         out.append(Linear(SHARED + "o", "attention_proj", "shared attention O", a.out_width, d))
-        out += [m.named(SHARED + "ffn_") for m in self.mlp.linears("shared FFN")]
-        out += [Linear("gate_up_adapter_a", "ffn", "gate_up adapter A", d, r),
-                Linear("gate_up_adapter_b", "ffn", "gate_up adapter B", r, 2 * f),
+        # the shared block's MLP and its adapter sit in the mixer slot: counted with the mixer's projections
+        out += [dataclasses.replace(m.named(SHARED + "ffn_"), role="attention_proj")
+                for m in self.mlp.linears("shared FFN")]
+        out += [Linear("gate_up_adapter_a", "attention_proj", "gate_up adapter A", d, r),
+                Linear("gate_up_adapter_b", "attention_proj", "gate_up adapter B", r, 2 * f),
                 Linear("linear", "attention_proj", "shared block output Linear", d, d)]
         return out + self.ssm.linears(with_kv, step)
 

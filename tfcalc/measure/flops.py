@@ -147,9 +147,12 @@ def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
     """Sum FlopCounterMode's per-module-path counts over the blocks and stacks, by module path."""
     totals = {path: sum(ops.values()) for path, ops in counts.items()}
     out = dict.fromkeys(list(MODULE_GROUPS) + [f"{name}.scores" for name in ATTENTION_MODULES], 0)
-    children: dict[str, int] = {}  # each path's direct submodules' counts, summed
-    for path, n in totals.items():
-        children[path.rpartition(".")[0]] = children.get(path.rpartition(".")[0], 0) + n
+    children: dict[str, int] = {}  # each path's nearest counted submodules' counts, summed (a module called
+    for path, n in totals.items():  # through its children only, Zamba2's shared block, has no count of its own)
+        parent = path.rpartition(".")[0]
+        while parent and parent not in totals:
+            parent = parent.rpartition(".")[0]
+        children[parent] = children.get(parent, 0) + n
     for path, n in totals.items():
         _, _, inside = path.partition(".")  # FlopCounterMode names paths from the root's class: "Transformer."
         local = local_path(inside)[1]

@@ -55,13 +55,7 @@ class Stack(nn.Module):
         self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
-        owners: dict = {}  # a mixer whose weights are another layer's (Zamba2's shared blocks) holds that module
-        for block in self.blocks:
-            key = getattr(block.attn, "shared_key", None)
-            if key is not None and key in owners:
-                block.attn.share(owners[key])
-            elif key is not None:
-                owners[key] = block.attn
+        self.tie_shared()
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
@@ -74,6 +68,17 @@ class Stack(nn.Module):
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = self.blocks[0].attn.n_head if emb.positions == "alibi" else 0  # ALiBi: a slope a head
         self._register_position_buffers()
+
+    def tie_shared(self) -> None:
+        """A mixer whose weights are another layer's (Zamba2's shared blocks: ``shared_key``) holds that layer's
+        parameters, each module its own (so a FLOP counter names each use by its layer); again after to_empty()."""
+        owners: dict = {}
+        for block in self.blocks:
+            key = getattr(block.attn, "shared_key", None)
+            if key is not None and key in owners:
+                block.attn.share(owners[key])
+            elif key is not None:
+                owners[key] = block.attn
 
     def _register_position_buffers(self) -> None:
         d = self.project_in.out_features if self.project_in is not None else self.tok_emb.embedding_dim
@@ -230,6 +235,8 @@ class Transformer(Stack):
         """The LM head shares the token embedding's tensor when tied (to_empty() unties them)."""
         if self.tied:
             self.lm_head.weight = self.tok_emb.weight
+        for stack in (s for s in (self, getattr(self, "encoder", None)) if s is not None):
+            stack.tie_shared()
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:

@@ -1,6 +1,6 @@
 """The torch module of Zamba2's hybrid layer (tfcalc.architecture.zamba2; transformers' Zamba2HybridLayer,
-modeling_zamba2.py): the shared block -- ONE module object held by every layer that uses it, so its parameters
-exist once (``named_parameters`` yields them once, under the first layer's path) -- then the layer's own adapters,
+modeling_zamba2.py): the shared block -- its parameters the same tensors in every layer that uses it, so they exist
+once (``named_parameters`` yields them once, under the first layer's path; ``share``) -- then the layer's own adapters,
 Linear and Mamba2 mixer. Its state: the shared attention's K and V for this use, beside the Mamba2 state
 (tfcalc.model.parallel_hybrid.ParallelState: the attention's layout, both parts' tensors)."""
 
@@ -57,8 +57,11 @@ class Zamba2HybridModule(MixerModule):
         self.ssm = build_mixer(spec.ssm)
 
     def share(self, owner: Zamba2HybridModule) -> None:
-        """Hold the owner's shared block (the same module object, so the same parameters)."""
-        self.shared = owner.shared
+        """Hold the owner's shared block's parameters (the same tensors; a module of its own, named by its layer)."""
+        for (path, _), (_, p) in zip(list(self.shared.named_parameters()), list(owner.shared.named_parameters()),
+                                     strict=True):
+            module, _, name = path.rpartition(".")
+            setattr(self.shared.get_submodule(module), name, p)
 
     def new_state(self, batch: int, max_tokens: int, device, dtype) -> ParallelState:
         return ParallelState(self.shared.attn.new_state(batch, max_tokens, device, dtype),
