@@ -133,6 +133,67 @@ def test_the_dt_floor_is_transformers_prefill(tmp_path):
     assert_logits_close(hf, model, torch.randint(1, 61, (2, 9)))
 
 
+def test_a_decode_step_runs_the_counted_flops_and_the_same_shapes_at_every_context(tiny_pair):
+    """FlopCounterMode (with the CPU flash-attention ops) on each step equals decode_flops at its context, plus the
+    bucket's masked slots the step reads (16, then 20 = max_tokens), in 3 hybrid layers of 4 heads of 16."""
+    from hf_pairs import step_flops
+
+    from tfcalc.measure.flops import flop_counter
+    from tfcalc.model.cache import bucket
+
+    _, model = tiny_pair
+    steps = step_flops(model, model.new_cache(1, 20), torch.randint(1, 61, (1, 5)), 14, counter=flop_counter)
+    for context, (total, _) in zip(range(6, 20), steps, strict=True):
+        masked = 3 * 2 * 2 * 4 * 16 * (bucket(context, 20) - context)
+        assert total == count_flops.decode_flops(model.cfg, Workload(batch=1, seq=context)) + masked
+    assert all(counts == steps[0][1] for _, counts in steps[:11])  # the same ops on the same shapes within a bucket
+
+
+def test_continuous_batching_rows_decode_alone(tiny_pair):
+    from hf_pairs import assert_rows_decode_alone
+
+    _, model = tiny_pair
+    assert_rows_decode_alone(model, [torch.randint(1, 61, (1, 4)), torch.randint(1, 61, (1, 6))], 16)
+
+
+def _flat(**changes):
+    from tfcalc.config import from_mapping
+
+    base = dict(n_layer=4, d_model=64, n_head=4, n_kv_head=4, d_head=32, vocab_size=97, max_seq_len=256,
+                pos_encoding="none", norm="rmsnorm", hybrid_pattern="MHMH", shared_blocks=1, shared_adapter_rank=8,
+                ssm_heads=8, ssm_head_dim=16, ssm_state_size=8, ssm_chunk_size=32, d_ff=48, gated_ffn=True,
+                activation="gelu", attn_scale=0.25)
+    return from_mapping(dict(base, **changes))
+
+
+@pytest.mark.parametrize("adapters", [False, True])
+def test_measured_flops_of_tfcalcs_module_fall_in_the_counted_groups(adapters):
+    """FlopCounterMode on tfcalc's own module (meta): each use's shared block under its own layer, group by group
+    equal to the count (the shared block's MLP with the mixer's projections)."""
+    from tfcalc.measure.flops import measure_flops
+
+    cfg, w = _flat(shared_attn_adapters=adapters, shared_blocks=2), Workload(batch=2, seq=40)
+    m = measure_flops(cfg, w)
+    b = count_flops.breakdown(cfg, w)
+    assert m.groups == dict({g: n for g, n in b.totals().items() if g != "embeddings" or n}, other=0)
+
+
+@pytest.mark.parametrize("seq", [64, 100])
+def test_saved_activations_against_autograd(seq):
+    """fp32, CPU: the count is low by one d-wide fp32 tensor per token and hybrid layer (Zamba2Hybrid.saved says
+    so) and, as Mamba2's, by a few H-wide tensors a layer: within both, never over."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.measure.memory import forward_loss
+    from tfcalc.model import build_model
+
+    cfg = _flat()
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu").train()
+    _, saved = forward_loss(model, torch.randint(0, 97, (2, seq)), count_saved=True)
+    counted = mem.activations(cfg, Workload(batch=2, seq=seq, dtype="fp32")).stored
+    assert 0 <= saved - counted <= 2 * 2 * seq * 4 * 64 + 4 * (16 * 8 + 2 * 2 * seq)
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("layers_block_type", ["mamba", "attention"], "'layers_block_type' must list"),
     ("num_hidden_layers", 7, "lists 5 layers"),

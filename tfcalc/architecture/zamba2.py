@@ -133,7 +133,8 @@ class Zamba2Hybrid:
         """Both mixers' terms, and per token the block's own: [h | e] and its normed copy (2·2d·e) with 1/rms in
         fp32, the FFN norm's input and output (2·d·e), the MLP's fused output, activation output and product
         (4·f·e), the adapters' inputs to B (r each) and the Linear's input (d·e), h + t and its normed copy (2·d·e).
-        Derived from the module, not checked against autograd (Falcon-H1's and Mamba2's are)."""
+        Against autograd in fp32 (tests/model/test_zamba2.py) this is low by one d-wide fp32 tensor a use (e·d per
+        token, under 1 % of the model's total there), which the derivation does not place: said, not hidden."""
         d, f, r = self.d_model, self.mlp.d_ff, self.adapter_rank
         out = dict(self.attention.saved(batch, seq, e, kernel, dropout))
         for term, value in self.ssm.saved(batch, seq, e, kernel, dropout).items():
