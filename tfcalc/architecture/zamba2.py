@@ -164,7 +164,8 @@ class Zamba2Hybrid:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=False, context_parallel=False,
+        # planned as Megatron splits attention (by heads), the MLP (by d_ff) and Mamba2 (by heads and groups)
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
                             op_recompute=self.ssm.capabilities.op_recompute)
 
 
