@@ -66,14 +66,13 @@ class Zamba2Hybrid:
             raise InputError(f"shared_adapter_rank must be a positive integer; got {self.adapter_rank}")
 
     def _shared_weights(self) -> list[Weight]:
-        d, a, f = self.d_model, self.attention, self.mlp.d_ff
+        d, a = self.d_model, self.attention
         out = dataclasses.replace(self.norm, width=2 * d).weights("in_norm", "shared block input norm")
         out += [Weight(f"{p}_weight", (w, 2 * d), "attention", f"shared attention {p.upper()} weight", "rows", "qkv")
                 for p, w in (("q", a.q_width), ("k", a.k_width), ("v", a.v_width))]
         out.append(Weight("o_weight", (d, a.out_width), "attention", "shared attention O weight", "cols"))
         out += self.norm.weights("ff_norm", "shared block FFN norm")
-        return [w.named(SHARED) for w in out] + [w.named(SHARED + "ffn_") for w in self.mlp.weights("shared FFN")] \
-            if f else [w.named(SHARED) for w in out]
+        return [w.named(SHARED) for w in out] + [w.named(SHARED + "ffn_") for w in self.mlp.weights("shared FFN")]
 
     def _adapter_weights(self, prefix: str = "", suffix: str = "_adapter", what: str = "") -> list[Weight]:
         d, r, f = self.d_model, self.adapter_rank, self.mlp.d_ff
