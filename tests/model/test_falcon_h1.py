@@ -193,6 +193,13 @@ def test_saved_activations_equal_what_autograd_keeps(gate, mup, seq):
     assert 0 <= saved - counted <= 2 * (16 * 8 + 2 * 2 * seq)
 
 
+def test_a_checkpoints_tensors_are_the_counted_parameters(cli, tmp_path):
+    keys = dict(TINY, mamba_rms_norm=True, projectors_bias=True)
+    _hf(keys, device="cpu").save_pretrained(tmp_path)
+    out = cli("params", str(tmp_path), "--json").json()
+    assert out["checkpoint_total"] == out["analytic_total"] == sum(p.numel() for p in _hf(keys).parameters())
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("mamba_n_heads", 7, "must divide the Mamba2 inner width"),
     ("mamba_d_head", 5, "must equal the Mamba2 inner width"),

@@ -194,6 +194,16 @@ def test_saved_activations_against_autograd(seq):
     assert 0 <= saved - counted <= 2 * 2 * seq * 4 * 64 + 4 * (16 * 8 + 2 * 2 * seq)
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_checkpoints_tensors_are_the_counted_parameters(cli, tmp_path, tied):
+    """The safetensors headers transformers writes (the shared blocks stored once where tied, a copy in every
+    hybrid layer with its block's adapter lists where not) hold exactly the parameters counted."""
+    keys = dict(TINY, use_shared_attention_adapter=True, tie_word_embeddings=tied)
+    _hf(keys, device="cpu").save_pretrained(tmp_path)
+    out = cli("params", str(tmp_path), "--json").json()
+    assert out["checkpoint_total"] == out["analytic_total"] == sum(p.numel() for p in _hf(keys).parameters())
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("layers_block_type", ["mamba", "attention"], "'layers_block_type' must list"),
     ("num_hidden_layers", 7, "lists 5 layers"),
