@@ -204,6 +204,22 @@ def test_a_checkpoints_tensors_are_the_counted_parameters(cli, tmp_path, tied):
     assert out["checkpoint_total"] == out["analytic_total"] == sum(p.numel() for p in _hf(keys).parameters())
 
 
+@pytest.mark.parametrize("seq", [300, 1000])
+def test_full_size_flops_equal_flop_counter_on_tfcalcs_module(tmp_path, seq):
+    """At a full default size on meta (transformers' own forward reads a value back there, so cannot run):
+    FlopCounterMode on tfcalc's module -- whose logits equal transformers' on the tiny checkpoints above -- equals
+    the count in total and group by group."""
+    from tfcalc.measure.flops import measure_flops
+
+    keys = {"hidden_size": 2560, "vocab_size": 32000, "use_shared_attention_adapter": True, "num_mem_blocks": 2,
+            "use_mem_rope": True}
+    cfg, w = config_json(tmp_path, dict(HEAD, **keys)), Workload(batch=1, seq=seq)
+    m = measure_flops(cfg, w)
+    assert m.total == count_flops.forward_flops(cfg, w)
+    assert m.groups == dict({g: n for g, n in count_flops.breakdown(cfg, w).totals().items() if g != "embeddings" or n},
+                            other=0)
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("layers_block_type", ["mamba", "attention"], "'layers_block_type' must list"),
     ("num_hidden_layers", 7, "lists 5 layers"),
