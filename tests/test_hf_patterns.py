@@ -123,7 +123,8 @@ CLASSES = {"gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 TESTED_TYPES = {"gemma3_text", "gemma3", "smollm3", "olmo2", "glm4", "llama4_text", "llama4", "olmo3", "exaone4",
                 "seed_oss", "glm4_moe", "minimax_m2", "apertus",
                 "mamba2", "nemotron_h", "granitemoehybrid",  # the Mamba2 families: tests/model/test_mamba2.py, ...
-                "mamba", "falcon_mamba", "jamba"}  # the Mamba-1 families: tests/model/test_mamba1.py, test_jamba.py
+                "mamba", "falcon_mamba", "jamba",  # the Mamba-1 families: tests/model/test_mamba1.py, test_jamba.py
+                "falcon_h1", "zamba2"}  # tests/model/test_falcon_h1.py, test_zamba2.py
 
 
 def on_meta(data: dict):

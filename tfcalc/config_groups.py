@@ -63,9 +63,15 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                      "logit_scale")),
     ("state-space layers and the per-layer pattern (Mamba2)", (
         "hybrid_pattern", "hybrid_with_ffn", "ssm_heads", "ssm_head_dim", "ssm_groups", "ssm_state_size",
-        "ssm_conv_kernel", "ssm_chunk_size", "ssm_conv_bias", "ssm_bias", "ssm_state_dtype")),
+        "ssm_conv_kernel", "ssm_chunk_size", "ssm_conv_bias", "ssm_bias", "ssm_state_dtype", "ssm_out_bias",
+        "ssm_gate_norm", "ssm_proj_multipliers", "ssm_dt_min", "hybrid_m_mixer")),
     ("state-space layers (Mamba-1)", (
-        "hybrid_m_mixer", "ssm_inner", "ssm_dt_rank", "ssm_bcdt_norm", "ssm_bcdt_norm_eps")),
+        "ssm_inner", "ssm_dt_rank", "ssm_bcdt_norm", "ssm_bcdt_norm_eps")),
+    ("Zamba2's shared transformer blocks (Zamba2Hybrid)", (
+        "shared_blocks", "shared_adapter_rank", "shared_attn_adapters", "shared_untied")),
+    ("attention and Mamba2 side by side (Falcon-H1)", (
+        "ssm_parallel", "attn_in_multiplier", "attn_out_multiplier", "ssm_in_multiplier", "ssm_out_multiplier",
+        "ffn_multipliers")),
     ("multi-token prediction (MTP)", ("mtp_layers",)),
     ("weights as the checkpoint stores them (quantization_config)", (
         "stored_quant", "stored_quant_scales", "stored_quant_group", "stored_quant_block", "stored_quant_scale_dtype",

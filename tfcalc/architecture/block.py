@@ -134,8 +134,8 @@ class Block:
         before = self.placement != "output"  # a norm on its input (or, post-norm, on the sum)
         out = ([("attn_norm", "attention norm")] if before else []) + (
             [("attn_post_norm", "attention output norm")] if after else [])
-        if not getattr(self.mixer, "sublayer", True):  # an FFN alone (Nemotron-H's - and E layers): no mixer norm
-            out = []
+        if not getattr(self.mixer, "sublayer", True) or getattr(self.mixer, "own_norm", False):
+            out = []  # an FFN alone (Nemotron-H's - and E layers), or a mixer that norms its own input (Zamba2's)
         if self.cross_attention is not None:
             out += [("cross_attn_norm", "cross-attention norm")] if before else []
             out += [("cross_attn_post_norm", "cross-attention output norm")] if after else []

@@ -46,6 +46,9 @@ class FFN:
     # false: the block has no FFN sub-layer (a Mamba2 block is its norm and mixer alone, modeling_mamba2.py
     # Mamba2Block; Nemotron-H's M and * layers): d_ff 0, no tensors, no matmuls, no norm, no residual add
     present: bool = True
+    # (gate, down): the gate projection's output times the first before the activation, the FFN's output times the
+    # second (Falcon-H1's muP mlp_multipliers, modeling_falcon_h1.py FalconH1MLP); None: no multiply
+    multipliers: Optional[tuple[float, ...]] = None
 
     def __post_init__(self) -> None:
         if self.d_model < 1 or (self.d_ff < 1 if self.present else self.d_ff != 0):

@@ -75,8 +75,8 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     and (past the first k) moe_every."""
     plan = kinds.layer_plan(cfg)
     if plan is not None:  # a kind's own pattern, one entry per layer (Nemotron-H): its runs found by compress
-        alone = {s: _block(cfg, norm, plan.index(s), causal, cross) for s in set(plan) if s.mixer != ""}
-        return _merge(list(compress([alone.get(s) or _block(cfg, norm, i, causal, cross)  # all alike but ""'s
+        alone = {s: _block(cfg, norm, plan.index(s), causal, cross) for s in set(plan) if s.alike}
+        return _merge(list(compress([alone.get(s) or _block(cfg, norm, i, causal, cross)  # a slot alike: built once
                                      for i, s in enumerate(plan)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
@@ -163,7 +163,8 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
-        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha,
+                   multipliers=tuple(cfg.ffn_multipliers) if cfg.ffn_multipliers is not None else None)
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None

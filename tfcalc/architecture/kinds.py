@@ -77,10 +77,12 @@ class MixerKind:
 class LayerSlots:
     """One layer of a kind's own per-layer pattern (``MixerKind.layer_plan``): ``mixer`` the layer_pattern word of
     the kind in its mixer slot, "" for the kind an unnamed layer gets, None for no mixer (its FFN alone); ``ffn``
-    "none" (its mixer alone), "dense" or "moe"."""
+    "none" (its mixer alone), "dense" or "moe"; ``alike``: every layer of this slot the same block, built once
+    (false where a layer's block depends on its index: attention's, Zamba2's uses of a shared block)."""
 
     mixer: Optional[str]
     ffn: str = "none"
+    alike: bool = True
 
 
 _KINDS: dict[str, MixerKind] = {}

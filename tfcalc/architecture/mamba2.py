@@ -9,7 +9,10 @@ H / G heads), N the state size, K the convolution's taps, C_ the chunk size; con
 3. dt = softplus(dt + dt_bias) per head, A = -exp(A_log) per head; the selective scan
    h_t = exp(dt·A)·h_{t-1} + dt·x_t·B_tᵀ (per head a P × N state), y_t = h_t·C_t + D·x_t;
 4. a gated RMSNorm over each of the G groups of y: norm(y · silu(z)) (MambaRMSNormGated), weight I wide;
-5. out_proj I -> d.
+   Falcon-H1 (modeling_falcon_h1.py, FalconH1Mixer) may instead norm first, norm(y) · silu(z)
+   (``gate_norm`` "norm_then_gate": mamba_norm_before_gate), or keep no norm, y · silu(z) ("none": mamba_rms_norm
+   false, no weight), and scales in_proj's five outputs by its muP multipliers (``proj_scales``, z x B C dt);
+5. out_proj I -> d (its bias ``out_bias``, where it differs from in_proj's: Falcon-H1's projectors_bias).
 
 Step 3 over a whole sequence runs chunked (the SSD algorithm, sec. 6 of the paper; transformers'
 ``mamba2_chunk_scan``): the T positions padded to c·C_ (c = ceil(T / C_) chunks), then per sequence, head and
@@ -72,6 +75,10 @@ class Mamba2:
     state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
     causal: bool = True
     role = ROLE
+    out_bias: Optional[bool] = None  # out_proj's bias; None: as in_proj's (``bias``)
+    gate_norm: Literal["gated", "norm_then_gate", "none"] = "gated"  # step 4
+    proj_scales: Optional[tuple[float, ...]] = None  # in_proj's z, x, B, C, dt times these (Falcon-H1's mup_vector)
+    dt_min: float = 0.0  # dt clamped to at least this after softplus (Zamba2's time_step_min, its dt_limit)
     module = "tfcalc.model.mamba2:Mamba2Mixer"
 
     def __post_init__(self) -> None:
@@ -82,6 +89,14 @@ class Mamba2:
         if self.n_heads % self.n_groups:
             raise InputError(f"ssm_heads ({self.n_heads}) must be a multiple of ssm_groups ({self.n_groups}): "
                              "each group's B and C serve a whole set of heads")
+        if isinstance(self.dt_min, bool) or not isinstance(self.dt_min, (int, float)) or not 0 <= self.dt_min < 1e3:
+            raise InputError(f"ssm_dt_min must be a number from 0 (no floor); got {self.dt_min!r}")
+        if self.proj_scales is not None and len(self.proj_scales) != 5:
+            raise InputError(f"ssm_proj_multipliers must give 5 numbers (z, x, B, C, dt); got {len(self.proj_scales)}")
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
 
     @property
     def inner(self) -> int:
@@ -109,9 +124,10 @@ class Mamba2:
         if self.conv_bias:
             out.append(Weight("conv1d_bias", (self.conv_dim,), "attention", "Mamba2 conv1d bias", "rows"))
         out += [Weight(name, (h,), "attention", f"Mamba2 {name}", "rows") for name in ("dt_bias", "A_log", "D")]
-        out.append(Weight("gate_norm_weight", (i,), "norms", "Mamba2 gated RMSNorm weight", "rows"))
+        if self.gate_norm != "none":
+            out.append(Weight("gate_norm_weight", (i,), "norms", "Mamba2 gated RMSNorm weight", "rows"))
         out.append(Weight("out_proj_weight", (d, i), "attention", "Mamba2 out_proj weight", "cols"))
-        return out + [Weight("out_proj_bias", (d,), "attention", "Mamba2 out_proj bias")] * self.bias
+        return out + [Weight("out_proj_bias", (d,), "attention", "Mamba2 out_proj bias")] * self.has_out_bias
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         """in_proj and out_proj; the latter named ``o``, as every mixer's output projection is (the FLOP fold lists
@@ -150,12 +166,16 @@ class Mamba2:
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
         """Per token: SiLU on the convolution's output (4 FLOPs an element: exp, add, divide, multiply), the
         softplus and exp of dt·A per head, the decay and D skip over x (H·P, 2 each), the gated RMSNorm over I
-        (silu(z) 4, times y 1, square, mean, scale and weight 4)."""
+        (silu(z) 4, times y 1, square, mean, scale and weight 4; without the norm, silu(z) times y: 5); the muP
+        multipliers on in_proj's output, one multiply an element."""
         H, I_ = self.n_heads, self.inner
+        norm = Elementwise("ssm", "Mamba2 gated RMSNorm", queries * I_, per_element=9) if self.gate_norm != "none" \
+            else Elementwise("ssm", "Mamba2 silu(z) gate", queries * I_, per_element=5)
+        mup = [Elementwise("ssm", "Mamba2 in_proj muP multipliers", queries * self.proj_width, per_element=1)]
         return [Elementwise("ssm", "Mamba2 conv SiLU", queries * self.conv_dim, per_element=4),
                 Elementwise("ssm", "Mamba2 dt softplus and exp(dt·A)", queries * H, per_element=6),
                 Elementwise("ssm", "Mamba2 D skip and decay", queries * I_, per_element=2),
-                Elementwise("ssm", "Mamba2 gated RMSNorm", queries * I_, per_element=9)]
+                norm] + (mup if self.proj_scales is not None else [])
 
     def kernel(self, explicit_mask: bool) -> str:
         return "math"  # the chunk's (C_, C_) scores are written out
@@ -177,8 +197,10 @@ class Mamba2:
           the four (T', N) and four (T', P) operands batched matmuls copy or keep, and two decay vectors,
           T'·(4N + 4P + 2); the states and their decays between chunks, (c + 1)² + (2c + 1)·P·N;
         - ``attn_output``: the gated norm -- silu's input z (in fp32 a view of in_proj's whole output,
-          e·proj_width; below it an fp32 copy, F·I), y, silu(z) and the grouped input in fp32 (3·F·I), 1/rms per
-          group (F·G), the normalized output (F·I in fp32, e·I below) -- and the out_proj input, e·I.
+          e·proj_width; below it, or scaled by proj_scales, a tensor of its own, F·I), y, silu(z) and the grouped
+          input in fp32 (3·F·I), 1/rms per group (F·G), the normalized output (F·I in fp32, e·I below) -- and the
+          out_proj input, e·I (without the norm, Falcon-H1's default: z, y and silu(z), and the out_proj input;
+          each layout checked in fp32 in tests/model/test_falcon_h1.py).
 
         Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
         more but for the flooring and a few H-wide tensors a layer keeps whatever the tokens (A = -exp(A_log) and
@@ -191,7 +213,10 @@ class Mamba2:
         T_ = c * C
         qkv = e * cd * (2 * seq + K - 1) + (e + F) * H * seq + (e * cd if e == F else F * I_) * seq
         scan = F * H * (3 * c * C * C + T_ * (4 * N + 4 * P + 2) + (c + 1) ** 2 + (2 * c + 1) * P * N)
-        norm = (e * self.proj_width if e == F else F * I_) + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
+        z = e * self.proj_width if e == F and self.proj_scales is None else F * I_  # scaled: z a tensor of its own
+        norm = z + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
+        if self.gate_norm == "none":  # z, y and silu(z) in fp32, the product (out_proj's input); not checked
+            norm = z + 2 * F * I_ + e * I_
         return {"qkv": qkv // seq, "attn_scores": scan // seq, "attn_output": norm}
 
     def working_set(self, kernel: str, length: int) -> int:
@@ -225,7 +250,8 @@ class Mamba2:
                             op_recompute="a state-space scan the op-level recompute policy does not model")
 
 
-LETTERS = {"M": "a Mamba2 mixer", "*": "attention", "-": "the dense FFN", "E": "the mixture of experts"}
+LETTERS = {"M": "a Mamba2 mixer", "*": "attention", "-": "the dense FFN", "E": "the mixture of experts",
+           "H": "a Zamba2 hybrid layer (a shared block, then Mamba2: tfcalc.architecture.zamba2)"}
 
 
 def check_pattern(cfg) -> None:
@@ -244,7 +270,8 @@ def check_pattern(cfg) -> None:
                          "layers then")
     if "E" in pattern and cfg.n_expert is None:
         raise InputError("hybrid_pattern has E (mixture-of-experts) layers: give n_expert and n_expert_active")
-    if "M" in pattern and cfg.hybrid_m_mixer == "mamba" and (cfg.ssm_heads is None or cfg.ssm_head_dim is None):
+    if (("M" in pattern and cfg.hybrid_m_mixer == "mamba") or "H" in pattern) and (
+            cfg.ssm_heads is None or cfg.ssm_head_dim is None):
         raise InputError("hybrid_pattern has M (Mamba2) layers: give ssm_heads and ssm_head_dim")
     if cfg.arch != "decoder" or cfg.cross_attention or cfg.parallel_block != "none":
         raise InputError("hybrid_pattern describes a decoder's layers of one sub-layer each: arch decoder, "
@@ -252,7 +279,8 @@ def check_pattern(cfg) -> None:
 
 
 def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
-    """hybrid_pattern's layers (checked, ``check_pattern``): M this kind's mixer, * the kind an unnamed layer gets,
+    """hybrid_pattern's layers (checked, ``check_pattern``): M the mixer hybrid_m_mixer names, * the kind an unnamed
+    layer gets, H a Zamba2 hybrid layer,
     each with the FFN after it where ``hybrid_with_ffn`` (the mixture of experts where n_expert is given); - the
     dense FFN alone, E the mixture of experts alone. None without hybrid_pattern."""
     if cfg.hybrid_pattern is None:
@@ -260,17 +288,21 @@ def layer_plan(cfg: Any) -> Optional[tuple[LayerSlots, ...]]:
     check_pattern(cfg)
     ffn = ("moe" if cfg.n_expert is not None else "dense") if cfg.hybrid_with_ffn else "none"
     # M: the kind whose layer_pattern word hybrid_m_mixer names (mamba: Mamba2; mamba_one: Mamba-1, Jamba's)
-    slots = {"M": LayerSlots(cfg.hybrid_m_mixer, ffn), "*": LayerSlots("", ffn), "-": LayerSlots(None, "dense"),
-             "E": LayerSlots(None, "moe")}
+    # H: a Zamba2 hybrid layer (its shared block is its FFN: none after it; tfcalc.architecture.zamba2)
+    slots = {"M": LayerSlots(cfg.hybrid_m_mixer, ffn), "*": LayerSlots("", ffn, alike=False),
+             "-": LayerSlots(None, "dense"), "E": LayerSlots(None, "moe"),
+             "H": LayerSlots("zamba", "none", alike=False)}
     return tuple(slots[letter] for letter in cfg.hybrid_pattern)
 
 
 def from_flat(cfg) -> Mamba2:
     """The Mamba2 mixer the flat ssm_* fields describe (tfcalc.config, "state-space layers"; the pattern checked
     by ``check_pattern``)."""
+    scales = tuple(cfg.ssm_proj_multipliers) if cfg.ssm_proj_multipliers is not None else None
     return Mamba2(cfg.d_model, cfg.ssm_heads, cfg.ssm_head_dim, cfg.ssm_groups, cfg.ssm_state_size,
                   cfg.ssm_conv_kernel, cfg.ssm_chunk_size, cfg.ssm_conv_bias, cfg.ssm_bias, cfg.norm_eps,
-                  cfg.ssm_state_dtype)
+                  cfg.ssm_state_dtype, out_bias=cfg.ssm_out_bias, gate_norm=cfg.ssm_gate_norm, proj_scales=scales,
+                  dt_min=cfg.ssm_dt_min or 0.0)
 
 
 @dataclass(frozen=True)
@@ -284,17 +316,11 @@ class NoMixer:
     sublayer = False
     module = "tfcalc.model.mamba2:NoMixerModule"
 
-    def weights(self) -> list[Weight]:
+    def _nothing(self, *args, **kwargs) -> list:
         return []
 
-    def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
-        return []
-
-    def mixing(self, queries: int, keys: int, step: bool = False) -> list[Mixing]:
-        return []
-
-    def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
-        return []
+    # no tensors, matmuls, mixing, elementwise or eager work, no state, nothing TP splits: each answer empty
+    weights = linears = mixing = elementwise = eager_ops = state = expanded_state = tp_widths = _nothing
 
     def kernel(self, explicit_mask: bool) -> str:
         return "flash"
@@ -307,18 +333,6 @@ class NoMixer:
 
     def working_set(self, kernel: str, length: int) -> int:
         return 0
-
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return []
-
-    def state(self) -> list[StateTensor]:
-        return []
-
-    def expanded_state(self) -> list[StateTensor]:
-        return []
-
-    def tp_widths(self) -> list[tuple[str, int]]:
-        return []
 
     def tp_state_heads(self) -> None:
         return None
@@ -351,6 +365,12 @@ class Mamba2Fields:
     ssm_conv_bias: bool = True  # use_conv_bias
     ssm_bias: bool = False  # in_proj and out_proj biases (use_bias; mamba_proj_bias)
     ssm_state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's dtype; None: the cache's
+    ssm_out_bias: Optional[bool] = None  # out_proj's bias where not ssm_bias (Falcon-H1's projectors_bias)
+    # the gated RMSNorm: norm(y·silu(z)) (Mamba2), norm(y)·silu(z), or none, y·silu(z) (Falcon-H1's mamba_rms_norm
+    # false; mamba_norm_before_gate)
+    ssm_gate_norm: Literal["gated", "norm_then_gate", "none"] = "gated"
+    ssm_proj_multipliers: Optional[tuple[float, ...]] = None  # in_proj's z, x, B, C, dt times these (Falcon-H1 muP)
+    ssm_dt_min: Optional[float] = None  # dt at least this after softplus (Zamba2's time_step_min); None: no floor
 
 
 def check(cfg: Any) -> None:

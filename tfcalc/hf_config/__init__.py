@@ -55,6 +55,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "exaone4": ("exaone4", "exaone4"),
     "falcon": ("falcon", "falcon"),
     "falcon_mamba": ("mamba", "falcon_mamba"),
+    "falcon_h1": ("falcon_h1", "falcon_h1"),
     "gemma": ("gemma", "gemma"),
     "gemma2": ("gemma2", "gemma2"),
     "gemma3": ("gemma3", "gemma3"),
@@ -106,6 +107,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "smollm3": ("smollm3", "smollm3"),
     "starcoder2": ("starcoder2", "starcoder2"),
     "t5": ("t5", "t5"),
+    "zamba2": ("zamba2", "zamba2"),
 }
 SUPPORTED_MODEL_TYPES = tuple(sorted(REGISTRY))
 

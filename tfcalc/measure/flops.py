@@ -148,15 +148,21 @@ def _module_counts(counts: dict[str, dict]) -> dict[str, int]:
     """Sum FlopCounterMode's per-module-path counts over the blocks and stacks, by module path."""
     totals = {path: sum(ops.values()) for path, ops in counts.items()}
     out = dict.fromkeys(list(MODULE_GROUPS) + [f"{name}.scores" for name in ATTENTION_MODULES], 0)
+    children: dict[str, int] = {}  # each path's nearest counted submodules' counts, summed (a module called
+    for path, n in totals.items():  # through its children only, Zamba2's shared block, has no count of its own)
+        parent = path.rpartition(".")[0]
+        while parent and parent not in totals:
+            parent = parent.rpartition(".")[0]
+        children[parent] = children.get(parent, 0) + n
     for path, n in totals.items():
         _, _, inside = path.partition(".")  # FlopCounterMode names paths from the root's class: "Transformer."
         local = local_path(inside)[1]
         mixer, _, child = local.partition(".")
-        if local in MODULE_GROUPS or (mixer in ATTENTION_MODULES and child and "." not in child):
+        inner = children.get(path, 0)
+        if local in MODULE_GROUPS or (mixer in ATTENTION_MODULES and child and not inner):
             out[local] = out.get(local, 0) + n  # a Linear, or a submodule of a mixer: one of its projections
-        elif local in ATTENTION_MODULES:  # what the mixer module counts beyond its submodules: SDPA
-            inner = sum(m for p, m in totals.items() if p.startswith(f"{path}.") and "." not in p[len(path) + 1:])
-            out[f"{local}.scores"] += n - inner
+        elif mixer in ATTENTION_MODULES:  # what a mixer module (or one nested in it) counts beyond its submodules:
+            out[f"{mixer}.scores"] += n - inner  # SDPA, a scan (Falcon-H1's Mamba2 beside its attention)
     return out
 
 

@@ -80,10 +80,14 @@ class Block(nn.Module):
             return fused.rms_norm.fused(x, norm.weight, norm.eps)
         return norm(x)
 
-    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None, fold: bool = False) -> torch.Tensor:
+    def attention_sublayer(self, x: torch.Tensor, rope=None, mask=None, store=None, fold: bool = False,
+                           emb=None) -> torch.Tensor:
+        # the stack's embeddings, to a mixer that reads them (Zamba2's shared block)
+        more = {"emb": emb} if emb is not None and getattr(self.spec.mixer, "reads_embeddings", False) else {}
         if fold and self.attn_norm is not None and self._adds_into(self.attn, self.attn_post_norm):
-            return self.attn(self._step_norm(self.attn_norm, x), rope, mask, store=store, residual=x)
-        return self._residual(self.attn_norm, self.attn_post_norm, lambda h: self.attn(h, rope, mask, store=store), x)
+            return self.attn(self._step_norm(self.attn_norm, x), rope, mask, store=store, residual=x, **more)
+        return self._residual(self.attn_norm, self.attn_post_norm,
+                              lambda h: self.attn(h, rope, mask, store=store, **more), x)
 
     def cross_attention_sublayer(self, x: torch.Tensor, memory: torch.Tensor | None, kv=None) -> torch.Tensor:
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
@@ -103,19 +107,21 @@ class Block(nn.Module):
         return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
-                store=None, cross_kv=None, rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
+                store=None, cross_kv=None, rows: torch.Tensor | None = None, fold: bool = False,
+                emb=None) -> torch.Tensor:
         """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
         window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward); ``rows`` (B,), 1
         for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots). ``fold``:
         a runtime step's (tfcalc.model.step), out of autograd, whose stream x no one else holds: each
-        sub-layer's last matmul may add its output into x in place (_adds_into)."""
+        sub-layer's last matmul may add its output into x in place (_adds_into). ``emb`` the stack's
+        embeddings (B, T, d), given where a mixer reads them (``reads_embeddings``: Zamba2's)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
             x = self.attn_hc.around(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
             return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
-            x = self.attention_sublayer(x, rope, mask, store, fold)
+            x = self.attention_sublayer(x, rope, mask, store, fold, emb)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")

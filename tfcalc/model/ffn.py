@@ -30,7 +30,9 @@ class FeedForward(nn.Module):
         self.up = Linear(spec.d_model, spec.d_ff * (2 if spec.gated else 1), bias=spec.bias)  # rows [gate | up]
         self.down = Linear(spec.d_ff, spec.d_model, bias=spec.bias)
         self.act = XIELU() if spec.activation == "xielu" else None
-        self.swiglu = spec.gated and spec.activation == "silu" and spec.swiglu_limit is None  # fused.silu_mul's
+        # what fused.silu_mul computes: silu(gate) · up, nothing clamped or scaled
+        self.swiglu = (spec.gated and spec.activation == "silu" and spec.swiglu_limit is None
+                       and spec.multipliers is None)
 
     adds_residual = True  # forward takes the stream it adds into (add_projection)
 
@@ -42,6 +44,9 @@ class FeedForward(nn.Module):
             hidden = fused.silu_mul.fused(h)
         else:
             hidden = ffn_hidden(self.spec, h)
+        if self.spec.multipliers is not None:  # FalconH1MLP's down multiplier: the product, then the sum
+            y = self.down(hidden) * self.spec.multipliers[1]
+            return y if residual is None else residual + y
         return add_projection(residual, self.down, hidden)
 
     def fused_rows(self) -> dict[str, int]:
@@ -80,9 +85,11 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
     (modeling_gpt_oss.py, GptOssExperts._apply_gate): g·sigmoid(alpha·g) · (u + 1), g = min(gate, limit),
     u = clamp(up, -limit, limit)."""
     act = _ACTIVATIONS[spec.activation]
+    scale = 1.0 if spec.multipliers is None else spec.multipliers[0]  # FalconH1MLP: act(gate_proj(x) · m)
     if not spec.gated:
-        return act(h)
+        return act(h if spec.multipliers is None else h * scale)
     gate, up = h.chunk(2, dim=-1)
+    gate = gate if spec.multipliers is None else gate * scale
     if spec.swiglu_limit is None:
         return act(gate) * up
     limit = spec.swiglu_limit

@@ -66,19 +66,27 @@ def chunk_scan(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, Bm: torch.Ten
 
 
 class GatedRMSNorm(nn.Module):
-    """RMSNorm of y · silu(z) over each of G groups of channels, weight I wide (MambaRMSNormGated, fp32 inside)."""
+    """RMSNorm of y · silu(z) over each of G groups of channels, weight I wide (MambaRMSNormGated, fp32 inside);
+    ``first``: norm(y) · silu(z) instead, the weight in fp32 (FalconH1RMSNormGated with norm_before_gate)."""
 
-    def __init__(self, width: int, groups: int, eps: float):
+    def __init__(self, width: int, groups: int, eps: float, first: bool = False):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(width))
-        self.groups, self.eps = groups, eps
+        self.groups, self.eps, self.first = groups, eps, first
 
     def forward(self, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         dtype = y.dtype
-        h = y.float() * F.silu(z.float())
+        h = y.float() if self.first else y.float() * F.silu(z.float())
         g = h.view(*h.shape[:-1], self.groups, -1)  # (..., G, I / G)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.first:
+            return (self.weight * g.view(h.shape) * F.silu(z.float())).to(dtype)
         return self.weight * g.view(h.shape).to(dtype)
+
+
+def silu_gate(y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """y · silu(z) with no norm (Falcon-H1's mamba_rms_norm false: FalconH1Mixer's scan_output * silu(gate))."""
+    return y * F.silu(z.to(y.dtype))
 
 
 class Mamba2State(FixedState):
@@ -102,11 +110,25 @@ class Mamba2Mixer(MixerModule):
         self.conv1d = nn.Conv1d(spec.conv_dim, spec.conv_dim, spec.conv_kernel, groups=spec.conv_dim,
                                 bias=spec.conv_bias)
         self.dt_bias, self.A_log, self.D = (nn.Parameter(torch.empty(H)) for _ in range(3))
-        self.gate_norm = GatedRMSNorm(I_, spec.n_groups, spec.norm_eps)
-        self.out_proj = Linear(I_, spec.d_model, bias=spec.bias)
+        self.gate_norm = GatedRMSNorm(I_, spec.n_groups, spec.norm_eps, spec.gate_norm == "norm_then_gate") \
+            if spec.gate_norm != "none" else silu_gate
+        self.out_proj = Linear(I_, spec.d_model, bias=spec.has_out_bias)
 
     def new_state(self, batch: int, max_tokens: int, device, dtype) -> Mamba2State:
         return Mamba2State(self.spec, batch, device, dtype)
+
+    def _projected(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """in_proj's z (B, T, I), [x | B | C] (B, T, conv_dim) and dt (B, T, H); each of the five times its muP
+        multiplier where the component has them (Falcon-H1's mup_vector, a buffer of constants there that no
+        checkpoint stores: Python scalars here, so a loaded model needs nothing filled in)."""
+        spec = self.spec
+        proj = self.in_proj(x)
+        if spec.proj_scales is None:
+            return proj.split([spec.inner, spec.conv_dim, spec.n_heads], dim=-1)
+        GN = spec.n_groups * spec.state_size
+        parts = [p * m for p, m in zip(proj.split([spec.inner, spec.inner, GN, GN, spec.n_heads], dim=-1),
+                                        spec.proj_scales, strict=True)]
+        return parts[0], torch.cat(parts[1:4], dim=-1), parts[4]
 
     def _conv(self, xbc: torch.Tensor, store: Mamba2State | None) -> torch.Tensor:
         """(B, T, conv_dim) -> the causal convolution's output, SiLU'd; with a store, its last K inputs kept
@@ -134,12 +156,14 @@ class Mamba2Mixer(MixerModule):
         spec = self.spec
         B_, T, _ = x.shape
         H, P, G, N = spec.n_heads, spec.head_dim, spec.n_groups, spec.state_size
-        z, xbc, dt = self.in_proj(x).split([spec.inner, spec.conv_dim, H], dim=-1)
+        z, xbc, dt = self._projected(x)
         xs, Bm, Cm = self._conv(xbc, store).split([spec.inner, G * N, G * N], dim=-1)
         xs = xs.reshape(B_, T, H, P)
         # each group's B and C serve H / G consecutive heads
         Bh, Ch = (t.reshape(B_, T, G, 1, N).expand(B_, T, G, H // G, N).reshape(B_, T, H, N) for t in (Bm, Cm))
         dt = F.softplus(dt + self.dt_bias.to(dt.dtype))  # (B, T, H)
+        if spec.dt_min:  # Zamba2's dt_limit (time_step_min, inf), mamba2_chunk_scan's clamp
+            dt = dt.clamp(min=spec.dt_min)
         A = -torch.exp(self.A_log.float())
         if store is not None and store.decoding:
             y = self._step(xs, dt, A, Bh, Ch, store)

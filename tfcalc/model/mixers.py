@@ -95,3 +95,16 @@ def build_mixer(spec) -> nn.Module:
     if target is None:
         raise InputError(f"{type(spec).__name__} names no torch module (its ``module``): it is counted, not built")
     return resolve(target)(spec)
+
+
+def tie_shared(mixers: list[nn.Module]) -> None:
+    """A mixer whose weights are another layer's (Zamba2's shared blocks: its ``shared_key``) holds that layer's
+    parameters, each module its own (so a FLOP counter names each use by its layer); called again after
+    to_empty(), which gives every module storage of its own."""
+    owners: dict = {}
+    for mixer in mixers:
+        key = getattr(mixer, "shared_key", None)
+        if key is not None and key in owners:
+            mixer.share(owners[key])
+        elif key is not None:
+            owners[key] = mixer

@@ -80,6 +80,17 @@ def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
     return torch.tensor(slopes, device=device, dtype=torch.float32)
 
 
+def alibi_bias(slopes: torch.Tensor, T: int, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """ALiBi's additive bias (nh, T, T) from its slopes (nh,): -slope·(i - j) on the keys a decoder's query
+    sees and -inf after it; in an encoder symmetric, -slope·|i - j|, as bidirectional ALiBi models use."""
+    pos = torch.arange(T, device=slopes.device)
+    distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
+    if not causal:
+        return (slopes.float()[:, None, None] * -distance.abs()).to(dtype)
+    bias = slopes.float()[:, None, None] * distance
+    return bias.masked_fill(distance > 0, float("-inf")).to(dtype)
+
+
 def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int, max_distance: int,
                      device=None) -> torch.Tensor:
     """T5's bucket of each (query, key) pair, (q_len, k_len) long (Raffel et al. 2020, sec. 2.1; the code

@@ -47,11 +47,12 @@ def prefill(stack, idx: torch.Tensor, cache, token_type_ids=None, memory=None) -
     positions = torch.arange(T, device=idx.device).expand(idx.shape[0], T)  # (B, T)
     slots = cache.place(positions, keep=T)
     masks = stack.layer_masks(T, x.dtype)
+    more = {"emb": x} if getattr(stack, "reads_embeddings", False) else {}  # Zamba2's shared block reads them
     for i, (block, rope, mask) in enumerate(zip(stack.blocks, ropes, masks, strict=True)):
         store = cache.states[i].prefill(slots)  # the state's own store (tfcalc.model.cache, the state protocol)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
-        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv)
+        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv, **more)
     cache.next_pos.fill_(T)
     cache.length = T
     return x
@@ -71,6 +72,8 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
     masks = {key: step_mask(held[:, :min(span, key[2])], query, key, x.dtype, slopes)
              for key, held in cache.slot_pos.items()}
     rows = {} if cache.active is None else {"rows": cache.active}  # continuous batching's rows in flight (B,)
+    if getattr(stack, "reads_embeddings", False):  # Zamba2's shared block reads the token embeddings
+        rows["emb"] = x
     for i, (block, rope) in enumerate(zip(stack.blocks, ropes, strict=True)):
         state = cache.states[i]
         store = state.step(slots, span)

@@ -23,7 +23,8 @@ from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.ffn import _ACTIVATIONS
 from tfcalc.model.hyper import HyperHead
 from tfcalc.model.layers import Linear, LMHead, _embedding, make_norm, softcap
-from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
+from tfcalc.model.mixers import tie_shared
+from tfcalc.model.positions import alibi_bias, position_buffers, relative_buckets, rope_buffer_names
 
 # A cached step's attention backends, in this order of priority: cuDNN attention (any additive mask; on an
 # H100 10 us for Llama-2-7B's 32 heads over 576 cached keys against memory-efficient attention's 26 us, the
@@ -59,6 +60,7 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         for i, block in enumerate(self.blocks):
             block.attn.at_layer(i, len(self.blocks))
+        self.tie_shared()
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): the embedding copied to n streams, collapsed by
         # hc_head before the final norm
@@ -69,12 +71,17 @@ class Stack(nn.Module):
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
         self.mixers = [b.mixer for b in layers]
+        # a mixer that reads the token embeddings beside its input (Zamba2's shared block): each block is given them
+        self.reads_embeddings = any(getattr(m, "reads_embeddings", False) for m in self.mixers)
         keys = [block.attn.rope_key for block in self.blocks]
         self.ropes = [k for k in dict.fromkeys(keys) if k is not None]
         self.temperatures = [block.attn.temperature for block in self.blocks]  # Llama 4's NoPE layers
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = self.blocks[0].attn.n_head if emb.positions == "alibi" else 0  # ALiBi: a slope a head
         self._register_position_buffers()
+
+    def tie_shared(self) -> None:
+        tie_shared([block.attn for block in self.blocks])  # Zamba2's shared blocks (tfcalc.model.mixers)
 
     def _register_position_buffers(self) -> None:
         d = self.project_in.out_features if self.project_in is not None else self.tok_emb.embedding_dim
@@ -94,7 +101,7 @@ class Stack(nn.Module):
         if self.positions == "relative":
             bias = self._relative_bias(T, dtype)
         elif self.positions == "alibi":
-            bias = self._alibi_bias(T, dtype)
+            bias = alibi_bias(self.alibi, T, self.causal, dtype)
         else:
             bias = None
         window = None if window is None or window >= T else window
@@ -116,15 +123,6 @@ class Stack(nn.Module):
         spans = [self._span(i, T) for i in range(len(self.mixers))]
         built = {span: self.attention_mask(T, dtype, *span) for span in dict.fromkeys(spans)}
         return [built[span] for span in spans]
-
-    def _alibi_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
-        pos = torch.arange(T, device=self.alibi.device)
-        distance = (pos[None, :] - pos[:, None]).to(torch.float32)  # j - i, <= 0 where allowed
-        if not self.causal:
-            return (self.alibi.float()[:, None, None] * -distance.abs()).to(dtype)
-        bias = self.alibi.float()[:, None, None] * distance
-        bias = bias.masked_fill(distance > 0, float("-inf"))
-        return bias.to(dtype)
 
     def _relative_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
         """T5's position bias (nh, T, T), with -inf above the diagonal in a decoder."""
@@ -201,9 +199,10 @@ class Stack(nn.Module):
         through tfcalc.model.step)."""
         T = idx.shape[1]
         x = self.embed(idx, token_type_ids)  # (B, T, d)
+        more = {"emb": x} if self.reads_embeddings else {}
         for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
                                      strict=True):
-            x = block(x, rope, mask, memory)
+            x = block(x, rope, mask, memory, **more)
         return x
 
 
@@ -235,6 +234,8 @@ class Transformer(Stack):
         """The LM head shares the token embedding's tensor when tied (to_empty() unties them)."""
         if self.tied:
             self.lm_head.weight = self.tok_emb.weight
+        for stack in (s for s in (self, getattr(self, "encoder", None)) if s is not None):
+            stack.tie_shared()
 
     @torch.no_grad()
     def init_weights(self, std: float = 0.02) -> None:

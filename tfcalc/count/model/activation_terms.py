@@ -39,11 +39,11 @@ per token per layer:
    fused output);
 7. FFN: ungated, the activation input and output, 2·e·f (ReLU keeps only its output: e·f); gated
    (SwiGLU/GeGLU), the fused [gate | up] output 2·e·f, the activation output e·f and the product (the
-   down-projection input) e·f: 4·e·f; gpt-oss's clamped SwiGLU 7·e·f (the clamped gate, its sigmoid,
-   g·σ and up + 1 besides); DeepSeek-V4's (no alpha) 6·e·f (the clamped gate and up besides); xIELU (Apertus)
-   5·e·f: its input and output and the three tensors autograd
-   saves between (α_p·x, expm1(min(x, eps)), expm1(...) − x); the two softplus'd scalars it also saves, 2·e
-   a layer whatever the tokens, are left out (tests/count/test_activation_kinds.py states them);
+   down-projection input) e·f: 4·e·f (5·e·f with Falcon-H1's gate multiplier: the scaled gate); gpt-oss's
+   clamped SwiGLU 7·e·f (the clamped gate, its sigmoid, g·σ and up + 1 besides); DeepSeek-V4's (no alpha) 6·e·f
+   (the clamped gate and up besides); xIELU (Apertus) 5·e·f: its input and output and the three tensors autograd
+   saves between (α_p·x, expm1(min(x, eps)), expm1(...) − x); the two softplus'd scalars it also saves, 2·e a
+   layer whatever the tokens, are left out (tests/count/test_activation_kinds.py states them);
 8. mixture of experts: the FFN input is kept once (the router's input); for each of the k experts a token
    is routed to, the expert's input rows (index_select), its hidden tensors (as 7), its output and the
    weighted output, and the routing weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen
@@ -95,10 +95,9 @@ def _router_bytes(moe: MoE) -> int:
 
 def ffn_factor(ffn: FFN) -> int:
     """Hidden-width tensors the FFN keeps (step 7): 4 gated, 1 for ReLU (only its output), 5 for xIELU, else 2."""
-    if ffn.gated:
-        if ffn.swiglu_limit is not None:  # gpt-oss's 7; DeepSeek-V4's clamp (no alpha) 6: the clamped gate and up
-            return 7 if ffn.swiglu_alpha is not None else 6
-        return 4
+    if ffn.gated:  # gpt-oss's 7; DeepSeek-V4's clamp (no alpha) 6; Falcon-H1's gate multiplier keeps the scaled gate
+        clamped = None if ffn.swiglu_limit is None else (7 if ffn.swiglu_alpha is not None else 6)
+        return (4 if clamped is None else clamped) + (ffn.multipliers is not None)
     return {"relu": 1, "xielu": 5}.get(ffn.activation, 2)
 
 

@@ -76,9 +76,12 @@ COMPONENTS.update({"attn.q_a_norm.weight": "attn_q_a_norm_weight", "attn.kv_a_no
 # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): each sub-layer's and the head's
 COMPONENTS.update({f"{sub}_hc.{t}": f"{sub}_hc_{t}" for sub in ("attn", "ffn") for t in ("fn", "base", "scale")})
 COMPONENTS.update({f"hc_head.hc_{t}": f"hc_head_{t}" for t in ("fn", "base", "scale")})
+# Zamba2's shared block (tfcalc.model.zamba2.SharedBlock), held in the hybrid layer's mixer slot
+COMPONENTS.update({"attn.shared.attn.out.weight": "attn_shared_o_weight"})
 # fused module path -> the component prefix its parts are named with
 FUSED = {"attn.qkv": "attn", "cross_attn.kv": "cross_attn", "ffn.up": "ffn", "expert_ffn.up": "expert_ffn",
-         "ffn.shared.up": "shared_expert_ffn"}
+         "ffn.shared.up": "shared_expert_ffn", "attn.shared.attn.qkv": "attn_shared",
+         "attn.shared.ffn.up": "attn_shared_ffn"}
 
 
 def local_path(name: str) -> tuple[str, str]:
@@ -118,7 +121,8 @@ def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[
     """{part: (first row, end row)} of a fused module path (as local_path gives it), from the description
     (tfcalc.architecture): the widths of the layer the full path ``param`` sits in (layers may differ),
     or without one, of the first layer that holds the module."""
-    parts = {"attn.qkv": ("attn_", ("q", "k", "v")), "cross_attn.kv": ("cross_attn_", ("k", "v"))}
+    parts = {"attn.qkv": ("attn_", ("q", "k", "v")), "cross_attn.kv": ("cross_attn_", ("k", "v")),
+             "attn.shared.attn.qkv": ("attn_shared_", ("q", "k", "v"))}
     prefix, names = parts[module] if module in parts else (_FFN_PREFIX[module], ("gate", "up"))
     layer = block_of(cfg, param) if param is not None else None
     for block in [layer] if layer is not None else [b for _, b, _ in cfg.architecture.kinds()]:
@@ -133,7 +137,8 @@ def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[
     raise KeyError(module)
 
 
-_FFN_PREFIX = {"ffn.up": "ffn_", "expert_ffn.up": "expert_ffn_", "ffn.shared.up": "shared_expert_ffn_"}
+_FFN_PREFIX = {"ffn.up": "ffn_", "expert_ffn.up": "expert_ffn_", "ffn.shared.up": "shared_expert_ffn_",
+               "attn.shared.ffn.up": "attn_shared_ffn_"}
 
 
 def components(cfg: ModelConfig, param: str, part: str | None = None) -> dict[str, int]:

@@ -224,6 +224,8 @@ def width_note(cfg: ModelConfig) -> WidthNote | None:
     them two other ways (each count itself still a fold over the description, ``total``)."""
     if cfg.q_dim == cfg.d_model or cfg.kv_lora_rank is not None:  # latent attention: wide heads by design
         return None
+    if any(getattr(b.mixer, "reads_embeddings", False) for _, b, _ in cfg.architecture.kinds()):
+        return None  # Zamba2's shared attention reads [h | embeddings]: 2·d_model wide by design
     as_given = total(cfg)
 
     # the attention modules, counted off the description: a hybrid's other mixers (Mamba2, DeltaNet) have no
