@@ -193,11 +193,12 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
     mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
     # --- RoPE scaling (tfcalc.config_rope, tfcalc.architecture.rope): no count changes, the model's tables do ---
-    rope_scaling: Optional[Literal["yarn", "linear", "llama3", "longrope"]] = None
+    rope_scaling: Optional[Literal["yarn", "linear", "llama3", "longrope", "proportional"]] = None
     rope_scaling_factor: Optional[float] = None
     rope_original_max_seq_len: Optional[int] = None  # yarn, llama3, longrope: the context trained on
     rope_short_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, within the original
     rope_long_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, past it
+    rope_proportion: Optional[float] = None  # proportional (Gemma 4): the share of a head's frequencies that turn
     rope_scaling_layers: Optional[Literal["all", "full"]] = None  # None: all RoPE layers; full: the global ones
     rope_low_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 1)
     rope_high_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 4)
@@ -218,6 +219,9 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     # Linear(d_model, embedding_dim) before the LM head, both bias-free (OPT-350m's word_embed_proj_dim,
     # modeling_opt.py project_in / project_out). None: d_model, no projections
     embedding_dim: Optional[int] = None
+    # Gemma 4 (modeling_gemma4.py, Gemma4TextDecoderLayer.layer_scalar): each block's output, residual included,
+    # times a scalar of its own, held as a buffer (no parameter; 1 until a checkpoint is loaded)
+    layer_scalar: bool = False
 
     # each layer's kind, as runs: "(local*5, full)*10, local*2"; a word of any registered mixer kind
     # (tfcalc.architecture.kinds) picks that mixer for the layer: "(gdn*3, full)*12"

@@ -23,7 +23,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention (Attention)", (
         "n_head", "n_kv_head", "d_head", "attn_bias", "attn_out_bias", "qk_norm", "qk_norm_over", "qk_norm_per_head",
         "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention",
-        "local_n_kv_head", "attn_sinks_local", "attn_v_head_dim")),
+        "local_n_kv_head", "attn_sinks_local", "attn_v_head_dim", "global_d_head", "global_n_kv_head",
+        "global_v_from_k", "v_norm")),
     ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
         "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
@@ -35,8 +36,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",
-        "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim", "yarn_attention_factor",
-        "yarn_truncate")),
+        "rope_proportion", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim",
+        "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
@@ -49,7 +50,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "shared_expert_gate", "expert_capacity_factor", "expert_format")),
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
     ("norms and the block's layout (Norm, Block)", (
-        "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier")),
+        "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",
+        "layer_scalar")),
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
     ("state-space layers and the per-layer pattern (Mamba2)", (

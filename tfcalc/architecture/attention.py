@@ -18,7 +18,10 @@ key/value heads each serving H / G query heads.
    K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head;
 6. an output gate (Qwen3-Next, modeling_qwen3_next.py Qwen3NextAttention): Q's projection is 2·H·h wide,
-   each head's h queries then its h gates; the attention output times sigmoid(gate) before O.
+   each head's h queries then its h gates; the attention output times sigmoid(gate) before O;
+7. V from K's projection (Gemma 4's global layers, attention_k_eq_v, modeling_gemma4.py Gemma4TextAttention): no
+   V weight and no V projection; V is K's projection before K's norm and RoPE, so both are still cached; and a
+   norm over each V head without a weight (Gemma 4's v_norm), h_v wide.
 
 Both answer the token-mixer protocol (tfcalc.architecture.mixer): ``weights``, ``linears``, ``mixing`` (step 2
 as the score matmuls of one sequence, full square and causal), ``state`` (step 3: K and V growing with the
@@ -107,6 +110,8 @@ class Attention:
     # step 6: the attention output times sigmoid(gate), the gate H·h more rows of Q's projection, per head
     # [q | gate] (Qwen3NextAttention, modeling_qwen3_next.py: q_proj is 2·H·h wide), before O
     output_gate: bool = False
+    v_from_k: bool = False  # step 7: V is K's projection (no V weight)
+    v_norm: Optional[Norm] = None  # step 7: each V head normed (Gemma 4: RMS, no weight)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_head", "n_kv_head", "head_dim"):
@@ -125,6 +130,8 @@ class Attention:
             raise InputError("qk_norm_whole says how wide the Q/K norms are: it needs Q/K norms")
         if self.rope_theta is None and (self.rope_dim or self.rope_scaling is not None):
             raise InputError("rope_dim and rope scaling need a rotary base (rope_theta)")
+        if self.v_from_k and (self.v_dim != self.head_dim or self.kind != "self"):
+            raise InputError("V read from K's projection needs self-attention with V heads as wide as K's")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise InputError(f"rope rotates pairs of a head's channels: rope_dim ({self.rope_dim}) must be even "
                              f"and at most d_head ({self.head_dim})")
@@ -163,7 +170,8 @@ class Attention:
         # self-attention stores [Q | K | V] as one tensor, cross-attention Q alone and [K | V] (encoder side)
         fused = {"q": "qkv", "k": "qkv", "v": "qkv"} if self.kind == "self" else {"q": None, "k": "kv", "v": "kv"}
         out: list[Weight] = []
-        for part, width in (("q", self.q_rows), ("k", self.k_width), ("v", self.v_width)):
+        parts = (("q", self.q_rows), ("k", self.k_width)) + (() if self.v_from_k else (("v", self.v_width),))
+        for part, width in parts:
             name = f"{label} {part.upper()}{' and output gate' if part == 'q' and self.output_gate else ''}"
             out.append(Weight(f"{part}_weight", (width, d), role, f"{name} weight", "rows", fused[part]))
             if self.qkv_bias:
@@ -201,7 +209,8 @@ class Attention:
         out = [Linear("q", role, f"{label}Q projection{gate}", self.d_model, self.q_rows)]
         if with_kv or self.kind == "self":
             out.append(Linear("k", role, f"{label}K projection{kv_note}", self.d_model, self.k_width, kv_rows))
-            out.append(Linear("v", role, f"{label}V projection{kv_note}", self.d_model, self.v_width, kv_rows))
+            if not self.v_from_k:  # step 7: V is K's projection
+                out.append(Linear("v", role, f"{label}V projection{kv_note}", self.d_model, self.v_width, kv_rows))
         return out + [Linear("o", role, f"{label}O projection", self.out_width, self.d_model)]
 
     def score_dims(self) -> tuple[int, int, int]:
@@ -238,13 +247,17 @@ class Attention:
         if self.qk_norm is not None:
             out.append(Elementwise("qk_norm", f"Q/K {self.qk_norm.kind}", queries * (self.q_width + self.k_width),
                                    self.qk_norm))
+        if self.v_norm is not None:
+            # priced as the Q/K norms are (tfcalc.count.model.non_matmul)
+            out.append(Elementwise("qk_norm", f"V {self.v_norm.kind}", queries * self.v_width, self.v_norm))
         if self.rope_theta is not None:  # a NoPE layer rotates nothing
             out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + self.n_kv_head) * self.rope_dim))
         if self.output_gate:  # sigmoid (3 FLOPs: exp, add, divide) and the product (1) per output element
             out.append(Elementwise("output_gate", "output gate sigmoid·product", queries * self.out_width,
                                    per_element=4))
         kv_rows = queries if self.kind == "self" else keys
-        bias = (queries * self.q_rows + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
+        v_bias = 0 if self.v_from_k else self.v_width
+        bias = (queries * self.q_rows + kv_rows * (self.k_width + v_bias) if self.qkv_bias else 0) + (
             queries * self.d_model if self.o_bias else 0)
         return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
 

@@ -45,10 +45,13 @@ class Block:
     parallel: Parallel = "none"
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
+    # the block's output, residual stream included, times a scalar of its own: Gemma 4's layer_scalar
+    # (modeling_gemma4.py, Gemma4TextDecoderLayer), a buffer in the checkpoint, no parameter; one multiply
+    layer_scalar: bool = False
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
-                 residual_scale: Optional[float] = None, *, attention: Any = None) -> None:
+                 residual_scale: Optional[float] = None, layer_scalar: bool = False, *, attention: Any = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -56,7 +59,7 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale)):
+                            ("residual_scale", residual_scale), ("layer_scalar", layer_scalar)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 

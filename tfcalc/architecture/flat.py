@@ -132,7 +132,7 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.layer_scalar)
 
 
 def _kind(cfg: Any, i: int):

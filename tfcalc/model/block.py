@@ -42,6 +42,13 @@ class Block(nn.Module):
         absent = not spec.is_moe and spec.ffn.absent  # a block of its mixer alone (Mamba2Block)
         self.ffn = None if absent else MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
+        if spec.layer_scalar:  # Gemma 4's layer_scalar: a buffer, as transformers keeps it (no parameter)
+            self.register_buffer("layer_scalar", torch.empty(1))
+
+    def reset_buffers(self) -> None:
+        """Gemma 4's layer_scalar starts at 1 (Gemma4PreTrainedModel._init_weights); a checkpoint sets it."""
+        if self.spec.layer_scalar:
+            self.layer_scalar.fill_(1.0)
 
     def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
         """What a sub-layer adds to the residual stream x (pre, sandwich and output; post-norm is not
@@ -81,6 +88,10 @@ class Block(nn.Module):
         for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
+        x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows)
+        return x * self.layer_scalar if self.spec.layer_scalar else x  # Gemma 4: after every residual add
+
+    def _sublayers(self, x, rope, mask, memory, store, cross_kv, rows) -> torch.Tensor:
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
             x = self.attention_sublayer(x, rope, mask, store)
         if self.cross_attn is not None:

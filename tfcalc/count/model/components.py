@@ -120,7 +120,8 @@ def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[
     layer = block_of(cfg, param) if param is not None else None
     for block in [layer] if layer is not None else [b for _, b, _ in cfg.architecture.kinds()]:
         shapes = {w.name: w.shape[0] for w in block.weights()}
-        if f"{prefix}{names[-1]}_weight" in shapes:
+        # a part may be absent (Gemma 4's global layers read V from K: no V rows), but not the last of them all
+        if f"{prefix}{names[-1]}_weight" in shapes or (param is not None and f"{prefix}{names[0]}_weight" in shapes):
             rows, start = {}, 0
             for p in names:
                 if f"{prefix}{p}_weight" in shapes:

@@ -1,0 +1,198 @@
+"""Gemma 4: ``gemma4_text`` (the language model) and ``gemma4`` (it, inside a vision-language model).
+
+gemma4_text (modeling_gemma4.py, configuration_gemma4.py, Gemma4TextConfig's defaults): Gemma 3's layout --
+sandwich norms, GeGLU, embeddings × √d, tied head, Q/K RMSNorms over each head, local (sliding-window) and global
+layers as ``layer_types`` says (default: five local then one global; the last layer is always global, as
+Gemma4TextConfig forces it), the final soft-cap where given -- with these changes (Gemma4TextAttention,
+Gemma4TextDecoderLayer):
+
+- every RMSNorm scales by w, not (1 + w) (Gemma4RMSNorm); scores are not scaled (scaling 1.0: the Q/K norms
+  set their size);
+- each V head is RMS-normed without a weight (v_norm: tfcalc's ``v_norm``);
+- the global layers have heads of ``global_head_dim`` (512) and, with ``attention_k_eq_v``, read V from K's
+  projection (no v_proj there) and keep ``num_global_key_value_heads`` K/V heads (tfcalc's global_d_head,
+  global_v_from_k, global_n_kv_head). transformers 5.24 writes these as ``per_layer_config`` (each global layer's
+  head_dim and num_key_value_heads), older files as the two keys: both are read;
+- RoPE per layer type (``rope_parameters`` nested by full_attention and sliding_attention): the local layers the
+  default RoPE on the whole head (base 10,000; a partial_rotary_factor there is read by no function), the global
+  ones proportional RoPE (base 1,000,000; 0.25 of the head's frequencies turn: tfcalc.architecture.rope);
+- every block's output times its ``layer_scalar`` (a buffer, no parameter: tfcalc's layer_scalar).
+
+Not built, each refused in one line: per-layer embeddings (``hidden_size_per_layer_input`` > 0, Gemma 4 E2B and
+E4B; note that Gemma4TextConfig's default is 256, so a file must say 0 or null), layers that read another
+layer's K/V (``num_kv_shared_layers`` > 0), the MoE block beside the MLP (``enable_moe_block``), bidirectional
+attention over every token (``use_bidirectional_attention`` "all").
+
+gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower and audio tower are
+not counted: a file with a ``vision_config`` or ``audio_config`` is refused in one line (their modules are not
+described here), one without either is the language model alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfcalc.architecture import Architecture
+from tfcalc.errors import shown
+from tfcalc.hf_config import layers
+from tfcalc.hf_config.llama_like import base_fields, llama_names
+from tfcalc.hf_config.names import Rule
+from tfcalc.hf_config.reader import Reader
+
+THETAS = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}  # Gemma4TextConfig.__post_init__
+DEFAULT_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1_000_000.0}}
+# the sizes a published text_config may leave out (Gemma4TextConfig's defaults)
+TEXT_DEFAULTS = dict(vocab_size=262_144, hidden_size=2304, intermediate_size=9216, num_hidden_layers=30,
+                     num_attention_heads=8, num_key_value_heads=4, head_dim=256)
+
+
+def gemma4_text(r: Reader) -> None:
+    r.raw = {**TEXT_DEFAULTS, **r.raw}
+    _refuse_unbuilt(r)
+    base_fields(r, dict(max_position_embeddings=131_072, rms_norm_eps=1e-6, rope_theta=THETAS["full_attention"],
+                        head_dim=256, tie=True, hidden_act="gelu_pytorch_tanh"))
+    r.take("attention_bias", "attn_bias", False)
+    r.fields.update(embedding_scale=True, norm_placement="sandwich", qk_norm=True, v_norm=True, layer_scalar=True,
+                    attn_scale=1.0, attn_softcap=None, logit_softcap=r.number("final_logit_softcapping", None))
+    n = r.fields["n_layer"]
+    r.raw = {**r.raw, "sliding_window": r.get("sliding_window", 512)}
+    kinds = _layer_types(r, n)
+    layers.layer_types(r, n, kinds)
+    if "sliding_attention" in kinds:
+        _global_heads(r, kinds)
+    _rope(r, kinds)
+    r.causal_or_base("Gemma4")
+
+
+def _refuse_unbuilt(r: Reader) -> None:
+    # null is no table (Gemma4TextModel tests it for truth); absent is Gemma4TextConfig's 256
+    per_layer = r.number("hidden_size_per_layer_input", None, integer=True) if "hidden_size_per_layer_input" in \
+        r.raw else 256
+    if per_layer:
+        raise r.fail(f"'hidden_size_per_layer_input' {per_layer} (per-layer embeddings, Gemma 4 E2B/E4B) is not "
+                     "built by tfcalc yet; 0 or null is the model without them")
+    shared = r.number("num_kv_shared_layers", 0, integer=True)
+    if shared:
+        raise r.fail(f"'num_kv_shared_layers' {shared} (layers that read another layer's K/V) is not built by "
+                     "tfcalc yet")
+    if r.flag("enable_moe_block", False):
+        raise r.fail("'enable_moe_block' (Gemma 4's experts beside the MLP) is not built by tfcalc yet")
+    bidirectional = r.get("use_bidirectional_attention")
+    if bidirectional not in (None, "vision"):  # "vision": text tokens stay causal, all that is counted here
+        raise r.fail(f"'use_bidirectional_attention' {shown(bidirectional)} is not supported: tfcalc's language "
+                     "model is causal (null or \"vision\")")
+    r.flag("attention_k_eq_v", False)
+
+
+def _layer_types(r: Reader, n: int) -> list[str]:
+    """layer_types, or Gemma4TextConfig's default (every 6th global); the last layer global either way."""
+    kinds = r.raw.get("layer_types")
+    if kinds is None:
+        r.per_layer_list("layer_types")
+        kinds = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    if not isinstance(kinds, list) or not all(k in ("sliding_attention", "full_attention") for k in kinds):
+        raise r.fail(f"'layer_types' must be a list of sliding_attention and full_attention; got {shown(kinds)}")
+    if kinds and kinds[-1] != "full_attention":  # Gemma4TextConfig.__post_init__ forces it (with a warning)
+        kinds = [*kinds[:-1], "full_attention"]
+    r.raw = {**r.raw, "layer_types": kinds}
+    return kinds
+
+
+def _global_heads(r: Reader, kinds: list[str]) -> None:
+    """The global layers' head width and K/V heads: per_layer_config (transformers 5.24 writes it) or
+    global_head_dim (default 512) and num_global_key_value_heads (read with attention_k_eq_v only)."""
+    k_eq_v = r.flag("attention_k_eq_v", False)
+    per_layer = r.raw.get("per_layer_config")
+    if per_layer is not None:
+        head_dim, kv_heads = _per_layer(r, per_layer, kinds)
+    else:
+        head_dim = r.number("global_head_dim", 512, integer=True)
+        kv_heads = r.number("num_global_key_value_heads", None, integer=True) if k_eq_v else None
+    for key, value in (("global_head_dim", head_dim), ("num_global_key_value_heads", kv_heads)):
+        if value is not None and value < 1:
+            raise r.fail(f"'{key}' must be a positive integer; got {shown(value)}")
+    if head_dim is not None and head_dim != r.fields["d_head"]:
+        r.fields["global_d_head"] = head_dim
+    if kv_heads is not None and kv_heads != (r.fields["n_kv_head"] or r.fields["n_head"]):
+        r.fields["global_n_kv_head"] = kv_heads
+    r.fields["global_v_from_k"] = k_eq_v
+
+
+def _per_layer(r: Reader, per_layer: Any, kinds: list[str]) -> tuple[Any, Any]:
+    """(head_dim, num_key_value_heads) every global layer's per_layer_config entry gives alike (None: not given);
+    any other override, or one on a sliding layer, or global layers told apart, is refused."""
+    if not isinstance(per_layer, dict):
+        raise r.fail(f"'per_layer_config' must be an object of layer index -> overrides; got {shown(per_layer)}")
+    seen = set()
+    for key, value in per_layer.items():
+        i = int(key) if isinstance(key, str) and key.isdigit() else None
+        if i is None or i >= len(kinds) or not isinstance(value, dict):
+            raise r.fail(f"'per_layer_config' entry {shown(key)} must be a layer index below {len(kinds)} with an "
+                         "object of overrides")
+        if kinds[i] != "full_attention" or set(value) - {"head_dim", "num_key_value_heads"}:
+            raise r.fail(f"'per_layer_config' layer {i}: tfcalc builds head_dim and num_key_value_heads overrides "
+                         "of the full_attention layers only")
+        seen.add((value.get("head_dim"), value.get("num_key_value_heads")))
+    full = [i for i, k in enumerate(kinds) if k == "full_attention"]
+    if len(seen) > 1 or (seen and {str(i) for i in full} != set(per_layer)):
+        raise r.fail("'per_layer_config' must give every full_attention layer the same overrides: tfcalc builds one "
+                     "kind of global layer")
+    return next(iter(seen)) if seen else (None, None)
+
+
+def _rope(r: Reader, kinds: list[str]) -> None:
+    """Bases per layer type; the global layers' proportional RoPE is read by tfcalc.hf_config.rope_scaling (its
+    proportion and factor), the rest checked here: default on the local layers, default or proportional on the
+    global ones."""
+    nested = r.raw.get("rope_parameters")
+    if nested is None:
+        nested = DEFAULT_ROPE
+        r.raw = {**r.raw, "rope_parameters": nested}
+    if not isinstance(nested, dict):
+        raise r.fail(f"'rope_parameters' must be an object nested by layer type; got {shown(nested)}")
+    got = {}
+    for kind in set(kinds):
+        value = nested.get(kind)
+        if not isinstance(value, dict):
+            raise r.fail(f"'rope_parameters' {kind} must be an object; got {shown(value)}")
+        rope_type = value.get("rope_type", "default")
+        allowed = ("default", "proportional") if kind == "full_attention" else ("default",)
+        if rope_type not in allowed:
+            raise r.fail(f"'rope_parameters' {kind} rope_type {shown(rope_type)} is not supported "
+                         f"({' or '.join(allowed)})")
+        theta = value.get("rope_theta", THETAS[kind])
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise r.fail(f"'rope_parameters' {kind} rope_theta must be a positive number; got {shown(theta)}")
+        got[kind] = float(theta)
+    r.fields.update(pos_encoding="rope", rope_fraction=1.0,
+                    rope_theta=got.get("full_attention", THETAS["full_attention"]))
+    if "sliding_attention" in got:
+        r.fields["rope_local_theta"] = got["sliding_attention"]
+
+
+def gemma4(r: Reader) -> None:
+    """The language model of Gemma4ForConditionalGeneration; its vision and audio towers are not counted."""
+    text, vision, audio = r.objects("text_config", "vision_config", "audio_config")
+    for key, value in (("vision_config", vision), ("audio_config", audio)):
+        if value:
+            raise r.fail(f"'{key}': Gemma 4's {key.split('_')[0]} tower is not counted by tfcalc; read the "
+                         "language model alone (its text_config as a gemma4_text config.json)")
+    inner = Reader({**text, "model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"]},
+                   f"{r.where} (text_config)")
+    gemma4_text(inner)
+    r.fields.update(inner.fields)
+    r.raw = {**r.raw, "text_config": inner.raw}  # the defaults filled in, for tfcalc.hf_config.rope_scaling
+    r.fields["tie_embeddings"] = r.flag("tie_word_embeddings", True)  # Gemma4Config's, outside text_config
+    if r.fields.get("dtype") is None:
+        r.dtype()
+    if r.head({"Gemma4ForConditionalGeneration": "causal"}, "Gemma4ForConditionalGeneration") != "causal":
+        raise r.fail("only Gemma4ForConditionalGeneration is supported")
+
+
+def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
+    """Llama's names with Gemma's sandwich norms, w (not 1 + w) in every norm (Gemma4RMSNorm), no v_proj in a
+    global layer that reads V from K, and each layer's layer_scalar a buffer (the language model's behind the
+    multimodal prefix, tfcalc.checkpoint.names)."""
+    return llama_names(arch, [(r"layers\.(\d+)\.layer_scalar", "buffer:blocks.{0}.layer_scalar")])
