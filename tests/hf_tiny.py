@@ -292,6 +292,24 @@ CASES = {
                              no_rope_layer_interval=2, attention_chunk_size=3, floor_scale=2, attn_scale=0.3,
                              rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
     "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
+    # Gemma 4 (31B-like): global layers of 16-wide heads, one K/V head, V read from K, proportional RoPE (a
+    # quarter of the head turns), the last layer global whatever layer_types says; final soft-cap; no per-layer
+    # embeddings (hidden_size_per_layer_input 0)
+    "gemma4_text": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, head_dim=8, global_head_dim=16,
+                             num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
+                             sliding_window=3, final_logit_softcapping=3.0,
+                             layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                          "sliding_attention"])),
+    # without attention_k_eq_v: the global layers keep V's projection and num_key_value_heads (the global K/V
+    # heads are read with attention_k_eq_v only), default RoPE there with its own base
+    "gemma4_text-plain": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                              dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, global_head_dim=12,
+                                   num_global_key_value_heads=1, hidden_size_per_layer_input=0, sliding_window=4,
+                                   layer_types=["sliding_attention", "full_attention", "full_attention"],
+                                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                                    "sliding_attention": {"rope_type": "default",
+                                                                          "rope_theta": 10.0}})),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 

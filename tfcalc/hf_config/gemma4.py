@@ -125,8 +125,8 @@ def _per_layer(r: Reader, per_layer: Any, kinds: list[str]) -> tuple[Any, Any]:
     any other override, or one on a sliding layer, or global layers told apart, is refused."""
     if not isinstance(per_layer, dict):
         raise r.fail(f"'per_layer_config' must be an object of layer index -> overrides; got {shown(per_layer)}")
-    seen = set()
-    for key, value in per_layer.items():
+    seen, listed = set(), set()
+    for key, value in per_layer.items():  # keys as transformers writes them: "5", or "05" in a 30-layer model
         i = int(key) if isinstance(key, str) and key.isdigit() else None
         if i is None or i >= len(kinds) or not isinstance(value, dict):
             raise r.fail(f"'per_layer_config' entry {shown(key)} must be a layer index below {len(kinds)} with an "
@@ -135,8 +135,9 @@ def _per_layer(r: Reader, per_layer: Any, kinds: list[str]) -> tuple[Any, Any]:
             raise r.fail(f"'per_layer_config' layer {i}: tfcalc builds head_dim and num_key_value_heads overrides "
                          "of the full_attention layers only")
         seen.add((value.get("head_dim"), value.get("num_key_value_heads")))
-    full = [i for i, k in enumerate(kinds) if k == "full_attention"]
-    if len(seen) > 1 or (seen and {str(i) for i in full} != set(per_layer)):
+        listed.add(i)
+    full = {i for i, k in enumerate(kinds) if k == "full_attention"}
+    if len(seen) > 1 or (seen and full != listed):
         raise r.fail("'per_layer_config' must give every full_attention layer the same overrides: tfcalc builds one "
                      "kind of global layer")
     return next(iter(seen)) if seen else (None, None)

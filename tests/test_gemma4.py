@@ -1,0 +1,280 @@
+"""Gemma 4's language model (gemma4_text, and gemma4 without its towers) against transformers 5.24: the tiny
+checkpoints of tests/hf_tiny.py (parameters, FLOPs, logits and the cache are run for every case by
+tests/test_hf_models.py) decoded over tfcalc's cache, with each layer's layer_scalar loaded; Gemma4TextConfig's
+default sizes (per-layer embeddings off) on meta: parameters exact, the cache after 4,096 tokens, a full and a
+sliding layer's attention FLOPs at two lengths; proportional RoPE; the hostile cases of the keys read."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import pytest
+import torch
+
+from tfcalc.count.model import params as count_params
+from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.errors import InputError
+from tfcalc.presets import load
+from tfcalc.workload import Workload
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+# Gemma4TextConfig's defaults without per-layer embeddings, and the global layers' K/V read from K over 2 heads
+# (attention_k_eq_v, num_global_key_value_heads): a 30-layer model, five local layers then one global
+FULL = dict(hidden_size_per_layer_input=0, attention_k_eq_v=True, num_global_key_value_heads=2)
+
+
+def _hf_config(**changes):
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.Gemma4TextConfig(**{**FULL, **changes})
+
+
+def _write(tmp_path, raw: dict, name: str = "gemma4") -> str:
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    return str(folder / "config.json")
+
+
+def _published(**changes) -> dict:
+    return json.loads(_hf_config(**changes).to_json_string())
+
+
+def _scaled(hf, seed: int) -> None:
+    """Each layer's layer_scalar (a buffer, 1 at init) moved, so that loading it shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, buffer in hf.named_buffers():
+            if name.endswith("layer_scalar"):
+                buffer.copy_(0.5 + torch.rand(buffer.shape, generator=g))
+
+
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma4_text-plain"])
+def test_tiny_decode_over_tfcalc_cache_equals_transformers(saved, tmp_path, name):
+    """layer_scalar set, saved, loaded: logits within 1e-4 of transformers'; greedy decode over tfcalc's cache
+    (rings of the window in the local layers, the wide global heads) equals its uncached forward and transformers'
+    generate, past the window."""
+    from hf_pairs import assert_decode_equals, assert_logits_close, saved_pair
+
+    hf, _ = saved(name)
+    _scaled(hf, 4)
+    hf, model = saved_pair(hf, tmp_path / "scaled")
+    prompt = torch.randint(3, 61, (2, 7), generator=torch.Generator().manual_seed(3))
+    assert_logits_close(hf, model, prompt)
+    assert_decode_equals(model, hf, prompt, 6, model.new_cache(2, 13))
+    scalars = [float(b.layer_scalar) for b in model.blocks]
+    assert len(set(scalars)) == len(scalars) and 1.0 not in scalars
+
+
+def test_layer_scalar_and_v_norm_matter(saved):
+    """Without the loaded layer_scalar, or without the V norm, tfcalc's logits leave transformers': each is what
+    matches it (the tiny case's V norm over 8 channels, its scalars moved)."""
+    import tfcalc
+
+    hf, folder = saved("gemma4_text")
+    _scaled(hf, 5)
+    hf.save_pretrained(folder)
+    ids = torch.randint(3, 61, (1, 9), generator=torch.Generator().manual_seed(5))
+    model = tfcalc.load_model(str(folder))
+    with torch.no_grad():
+        want = hf(ids).logits
+        assert (want - model(ids)).abs().max() <= 1e-4 * want.abs().max()
+        for block in model.blocks:
+            block.layer_scalar.fill_(1.0)
+        assert (want - model(ids)).abs().max() > 1e-3
+    from tfcalc.architecture import Attention
+
+    assert all(isinstance(b.attention, Attention) and b.attention.v_norm is not None
+               for b in model.cfg.architecture.output.layers())
+
+
+def test_default_size_parameters_and_layers(tmp_path):
+    """Gemma4TextConfig's default sizes on meta: parameters exact (tfcalc's model and its formula); 25 local layers
+    of 4 K/V heads of 256, 5 global ones of 2 K/V heads of 512 with no V weight."""
+    import transformers
+
+    from tfcalc.measure.params import measure_params
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.Gemma4ForCausalLM(_hf_config())
+    cfg = load(_write(tmp_path, _published()))
+    total = sum(p.numel() for p in hf.parameters())
+    assert count_params.total(cfg) == total
+    measured, breakdown = measure_params(cfg)
+    assert measured == total and breakdown == count_params.breakdown(cfg)
+    mixers = [b.mixer for b in cfg.architecture.output.layers()]
+    wide = [m for m in mixers if m.window is None]
+    assert len(wide) == 5 and {(m.n_kv_head, m.head_dim, m.v_from_k) for m in wide} == {(2, 512, True)}
+    assert {(m.n_kv_head, m.head_dim, m.v_from_k, m.window) for m in mixers if m.window} == {(4, 256, False, 512)}
+    assert {m.rope_scaling.turning(m.head_dim) for m in wide} == {64}  # int(0.25 · 512 // 2)
+
+
+def test_generation_state_at_4096_tokens_is_what_transformers_cache_holds(tmp_path):
+    """transformers' StaticCache after 4,096 tokens through every layer's attention (meta, bf16): 25 rings of 512
+    slots of 4 K/V heads of 256, and 5 global layers of every position, 2 K/V heads of 512, K and V both (V is K's
+    projection there, normed apart and not rotated, so cached beside it); tfcalc's KV bytes equal them."""
+    import transformers
+
+    T = 4096
+    hf_cfg = _hf_config()
+    hf_cfg._attn_implementation = "eager"
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.Gemma4ForCausalLM(hf_cfg).to(torch.bfloat16)
+    cache = transformers.StaticCache(config=hf.config, max_cache_len=T)
+    x = torch.empty(1, T, hf_cfg.hidden_size, device="meta", dtype=torch.bfloat16)
+    ids = torch.arange(T, device="meta")[None]
+    mask = torch.ones(1, 1, T, T, dtype=torch.bool, device="meta")
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            kind = layer.self_attn.layer_type
+            cos, sin = hf.model.rotary_emb(x, ids, kind)
+            layer.self_attn(x, (cos, sin), mask, shared_kv_states={}, cache=cache, cache_position=ids[0])
+    held = sum(t.numel() * t.element_size() for lay in cache.layers for t in (lay.keys, lay.values))
+    assert held == (25 * 512 * 2 * 4 * 256 + 5 * T * 2 * 2 * 512) * 2
+    cfg = load(_write(tmp_path, _published()))
+    assert kv_cache_bytes(cfg, Workload(batch=1, seq=T, kv_dtype="bf16")) == held
+
+
+@pytest.mark.parametrize("seq", [48, 96])
+def test_forward_flops_of_full_size_attention_equal_flop_counter_mode(tmp_path, seq):
+    """A local layer and a global one (V from K: no V projection) at full width on meta, eager (the scores as two
+    matmuls over the full square, tfcalc's convention): FlopCounterMode's total is tfcalc's per layer."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextAttention
+
+    hf_cfg = _hf_config()
+    hf_cfg._attn_implementation = "eager"
+    cfg = load(_write(tmp_path, _published()))
+    for i in (0, 5):
+        width = 512 if i == 5 else 256
+        with torch.device("meta"):
+            layer = Gemma4TextAttention(hf_cfg, i).eval()
+            x = torch.empty(1, seq, hf_cfg.hidden_size)
+            cos = sin = torch.empty(1, seq, width)
+            mask = torch.zeros(1, 1, seq, seq)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            layer(x, (cos, sin), mask, shared_kv_states={})
+        mixer = cfg.architecture.output.layer(i).mixer
+        ours = sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears()) + sum(
+            mx.flops for mx in mixer.mixing(seq, seq))
+        assert ours == counter.get_total_flops()
+
+
+def test_proportional_rope_tables_equal_transformers():
+    """tfcalc's proportional table (a quarter of a 512-wide head's frequencies turning, the rest still) equals
+    transformers' Gemma4TextRotaryEmbedding for the global layers, and the default one for the local layers."""
+    import transformers
+
+    from tfcalc.architecture.rope import Proportional
+    from tfcalc.model.positions import rope_tables
+    from tfcalc.model.rope_scaling import scaled_tables
+
+    hf_cfg = _hf_config(num_hidden_layers=6)
+    rotary = transformers.models.gemma4.modeling_gemma4.Gemma4TextRotaryEmbedding(hf_cfg)
+    x, ids = torch.empty(1, 40), torch.arange(40)[None]
+    cos, sin = rotary(x, ids, "full_attention")
+    ours = scaled_tables(1_000_000.0, 512, 40, Proportional(0.25))
+    assert torch.allclose(cos[0], ours[0], atol=1e-6) and torch.allclose(sin[0], ours[1], atol=1e-6)
+    assert (ours[1][:, 64:256] == 0).all() and (ours[1][1:, :64] != 0).all()
+    cos, sin = rotary(x, ids, "sliding_attention")
+    local = rope_tables(10_000.0, 256, 40)
+    assert torch.allclose(cos[0], local[0], atol=1e-5) and torch.allclose(sin[0], local[1], atol=1e-5)
+
+
+def test_multimodal_file_reads_its_language_model(tmp_path):
+    """gemma4 without vision_config and audio_config: its text_config's model (the defaults filled in, the outer
+    tie_word_embeddings), equal to transformers' Gemma4ForConditionalGeneration's parameter count."""
+    import transformers
+
+    text = _hf_config(num_hidden_layers=6, vocab_size=1000).to_dict()
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.Gemma4ForConditionalGeneration(transformers.Gemma4Config(text_config=text))
+    raw = json.loads(hf.config.to_json_string())
+    assert raw.get("vision_config") is None and raw.get("audio_config") is None
+    cfg = load(_write(tmp_path, raw))
+    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+    assert cfg.global_d_head == 512 and cfg.global_v_from_k and cfg.rope_scaling == "proportional"
+    with pytest.raises(InputError, match="'vision_config': Gemma 4's vision tower is not counted"):
+        load(_write(tmp_path, {**raw, "vision_config": {"hidden_size": 768}}, "vision"))
+
+
+HOSTILE = [
+    (dict(hidden_size_per_layer_input=256), "'hidden_size_per_layer_input' 256 .per-layer embeddings"),
+    (dict(hidden_size_per_layer_input="x"), "'hidden_size_per_layer_input' must be an integer"),
+    (dict(num_kv_shared_layers=4), "'num_kv_shared_layers' 4 .layers that read another layer's K/V"),
+    (dict(enable_moe_block=True), "'enable_moe_block' .Gemma 4's experts"),
+    (dict(enable_moe_block="yes"), "'enable_moe_block' must be true or false"),
+    (dict(attention_k_eq_v=1), "'attention_k_eq_v' must be true or false"),
+    (dict(use_bidirectional_attention="all"), "'use_bidirectional_attention' 'all' is not supported"),
+    (dict(global_head_dim=0, per_layer_config=None), "'global_head_dim' must be a positive integer"),
+    (dict(global_head_dim=2.5, per_layer_config=None), "'global_head_dim' must be an integer"),
+    (dict(num_global_key_value_heads=3, per_layer_config=None), "n_head .8. must be a multiple of global_n_kv_head"),
+    (dict(per_layer_config=[1]), "'per_layer_config' must be an object"),
+    (dict(per_layer_config={"0": {"head_dim": 512}}), "'per_layer_config' layer 0: tfcalc builds head_dim and"),
+    (dict(per_layer_config={"x": {}}), "'per_layer_config' entry 'x' must be a layer index"),
+    (dict(per_layer_config={"5": {"head_dim": 512, "sliding_window": 3}}), "'per_layer_config' layer 5"),
+    (dict(per_layer_config={"5": {"head_dim": 512}}), "must give every full_attention layer the same overrides"),
+    (dict(layer_types=["sliding_attention"] * 3), "'layer_types' lists 3 layers; 'num_hidden_layers' is 30"),
+    (dict(layer_types="full"), "'layer_types' must be a list of sliding_attention and full_attention"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "yarn"}, "sliding_attention": {}}),
+     "'rope_parameters' full_attention rope_type 'yarn' is not supported"),
+    (dict(rope_parameters={"full_attention": {}, "sliding_attention": {"rope_type": "proportional"}}),
+     "'rope_parameters' sliding_attention rope_type 'proportional' is not supported"),
+    (dict(rope_parameters={"full_attention": 3, "sliding_attention": {}}), "must be an object"),
+    (dict(rope_parameters={"full_attention": {"rope_theta": -1}, "sliding_attention": {}}),
+     "rope_theta must be a positive number"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0},
+                           "sliding_attention": {}}), "'partial_rotary_factor' must be a positive number"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 2.0},
+                           "sliding_attention": {}}), "rope_proportion in .0, 1."),
+    (dict(sliding_window=0), "'layer_types' names sliding window layers but 'sliding_window' is 0"),
+    (dict(architectures=["Gemma4ForConditionalGeneration"]), "'architectures' 'Gemma4ForConditionalGeneration'"),
+]
+
+
+@pytest.mark.parametrize("changes, message", HOSTILE)
+def test_hostile_config_json(tmp_path, changes, message):
+    raw = {**_published(), **changes}
+    raw = {k: v for k, v in raw.items() if v is not None or k == "hidden_size_per_layer_input"}
+    with pytest.raises(InputError, match=message):
+        load(_write(tmp_path, raw))
+
+
+def test_null_per_layer_width_is_no_table_and_absent_is_the_default(tmp_path):
+    """hidden_size_per_layer_input null: no per-layer embeddings (Gemma4TextModel tests it for truth); left out:
+    Gemma4TextConfig's 256, refused."""
+    raw = _published()
+    assert load(_write(tmp_path, {**raw, "hidden_size_per_layer_input": None})).global_v_from_k
+    del raw["hidden_size_per_layer_input"]
+    with pytest.raises(InputError, match="per-layer embeddings"):
+        load(_write(tmp_path, raw, "absent"))
+
+
+FLAT_HOSTILE = [
+    ("global_d_head=16", "global_d_head applies to the global layers beside local ones: give sliding_window"),
+    ("sliding_window=4,global_n_kv_head=3", "must be a multiple of global_n_kv_head"),
+    ("sliding_window=4,global_d_head=7", "int.global_d_head · rope_fraction. must be even"),
+    ("sliding_window=4,global_v_from_k=true,attn_v_head_dim=8", "global_v_from_k reads V from K's projection"),
+    ("rope_scaling=proportional,rope_scaling_factor=1", "rope_scaling proportional needs rope_proportion"),
+    ("rope_proportion=0.5", "rope_proportion applies with rope_scaling only"),
+    ("rope_scaling=proportional,rope_scaling_factor=1,rope_proportion=1.5", "rope_proportion in .0, 1."),
+    ("rope_scaling=proportional,rope_scaling_factor=1,rope_proportion=0.5,rope_fraction=0.5",
+     "give rope_fraction 1 with it"),
+    ("layer_scalar=2", "layer_scalar"),
+]
+
+
+@pytest.mark.parametrize("sets, message", FLAT_HOSTILE)
+def test_flat_fields_hostile(cli, sets, message):
+    args = [a for s in sets.split(",") for a in ("--set", s)]
+    r = cli("params", "llama2-7b", *args)
+    assert r.code == 2 and re.search(message, r.err), r.err
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
