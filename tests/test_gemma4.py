@@ -21,6 +21,8 @@ from tfcalc.workload import Workload
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
+TESTED_TYPES = {"gemma4", "gemma4_text"}  # tested here (tests/test_hf_config.py)
+
 # Gemma4TextConfig's defaults without per-layer embeddings, and the global layers' K/V read from K over 2 heads
 # (attention_k_eq_v, num_global_key_value_heads): a 30-layer model, five local layers then one global
 FULL = dict(hidden_size_per_layer_input=0, attention_k_eq_v=True, num_global_key_value_heads=2)

@@ -1,6 +1,5 @@
 """ModelConfig: the flat front end users write (YAML fields, --set keys, Hugging Face mappers), and
-``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds
-over.
+``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds over.
 
 Pure Python: no torch, typer or rich here, so counting never pays for importing them.
 
@@ -53,6 +52,7 @@ from typing import Any, Literal, Optional
 from tfcalc.architecture import Architecture, kinds as mixer_kinds
 from tfcalc.architecture.flat import build as build_architecture
 from tfcalc.config_derived import DerivedSizes
+from tfcalc.config_gemma import GemmaFields
 from tfcalc.config_layers import PerLayerViews
 from tfcalc.config_quant import validate_stored_groups
 from tfcalc.config_rules import (
@@ -82,7 +82,7 @@ def _frozen(value: Any) -> Any:
 # The built-in mixer kinds' fields (softmax and latent attention, registered as tfcalc.architecture is imported)
 # are this dataclass's own by inheritance: each kind's frozen dataclass of fields is a base, read from the registry
 @dataclass(frozen=True)
-class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_kinds.kinds())):
+class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for kind in mixer_kinds.kinds())):
     # --- shapes every config must give ---
     n_layer: int
     d_model: int
@@ -198,7 +198,6 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     rope_original_max_seq_len: Optional[int] = None  # yarn, llama3, longrope: the context trained on
     rope_short_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, within the original
     rope_long_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, past it
-    rope_proportion: Optional[float] = None  # proportional (Gemma 4): the share of a head's frequencies that turn
     rope_scaling_layers: Optional[Literal["all", "full"]] = None  # None: all RoPE layers; full: the global ones
     rope_low_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 1)
     rope_high_freq_factor: Optional[float] = None  # llama3 (Llama 3.1: 4)
@@ -219,9 +218,6 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     # Linear(d_model, embedding_dim) before the LM head, both bias-free (OPT-350m's word_embed_proj_dim,
     # modeling_opt.py project_in / project_out). None: d_model, no projections
     embedding_dim: Optional[int] = None
-    # Gemma 4 (modeling_gemma4.py, Gemma4TextDecoderLayer.layer_scalar): each block's output, residual included,
-    # times a scalar of its own, held as a buffer (no parameter; 1 until a checkpoint is loaded)
-    layer_scalar: bool = False
 
     # each layer's kind, as runs: "(local*5, full)*10, local*2"; a word of any registered mixer kind
     # (tfcalc.architecture.kinds) picks that mixer for the layer: "(gdn*3, full)*12"
