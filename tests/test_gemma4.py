@@ -211,7 +211,11 @@ def test_multimodal_file_reads_its_language_model(tmp_path):
 HOSTILE = [
     (dict(hidden_size_per_layer_input=256), "'hidden_size_per_layer_input' 256 .per-layer embeddings"),
     (dict(hidden_size_per_layer_input="x"), "'hidden_size_per_layer_input' must be an integer"),
-    (dict(num_kv_shared_layers=4), "'num_kv_shared_layers' 4 .layers that read another layer's K/V"),
+    (dict(num_kv_shared_layers=30), "'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers'"),
+    (dict(num_kv_shared_layers=-1), "'num_kv_shared_layers' must be 0 or more"),
+    (dict(num_kv_shared_layers=1, per_layer_config=None, layer_types=["sliding_attention"] * 29 + ["full_attention"]),
+     "a layer type among the shared layers has no earlier layer of its type"),
+    (dict(use_double_wide_mlp="no"), "'use_double_wide_mlp' must be true or false"),
     (dict(enable_moe_block=True), "'enable_moe_block' .Gemma 4's experts"),
     (dict(enable_moe_block="yes"), "'enable_moe_block' must be true or false"),
     (dict(attention_k_eq_v=1), "'attention_k_eq_v' must be true or false"),
@@ -280,3 +284,97 @@ def test_flat_fields_hostile(cli, sets, message):
     r = cli("params", "llama2-7b", *args)
     assert r.code == 2 and re.search(message, r.err), r.err
     assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+
+
+# ---------- K/V shared across the last layers (num_kv_shared_layers) ----------
+
+SHARED = dict(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=6, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=1,
+              attention_k_eq_v=True, hidden_size_per_layer_input=0, sliding_window=3, max_position_embeddings=32,
+              final_logit_softcapping=3.0, num_kv_shared_layers=3, use_double_wide_mlp=True,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                           "full_attention", "full_attention"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """A tiny Gemma 4 whose last 3 layers read the K/V of layers 1 (global) and 2 (local), their MLPs twice as
+    wide; weights and layer scalars moved; saved. transformers 5.24 runs it only with output_hidden_states set
+    (its _maybe_slice_kv_shared_inputs slices per_layer_inputs, None without per-layer embeddings)."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Gemma4TextConfig(**SHARED)
+    config._attn_implementation = "eager"
+    hf = transformers.Gemma4ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    _scaled(hf, 6)
+    folder = tmp_path_factory.mktemp("gemma4_shared")
+    hf.save_pretrained(folder)
+    return hf, folder
+
+
+def test_shared_kv_layers_read_their_sources(shared):
+    """The description: layers 1 and 2 the sources, 3-5 readers without K/V weights or state, MLPs 96 wide."""
+    _, folder = shared
+    cfg = load(str(folder / "config.json"))
+    layers = list(cfg.architecture.output.layers())
+    assert [b.mixer.kv_share for b in layers] == [None, "source", "source", "reader", "reader", "reader"]
+    assert [b.ffn.d_ff for b in layers] == [48] * 3 + [96] * 3
+    reader = layers[3].mixer
+    assert {w.name for w in reader.weights()} == {"q_weight", "o_weight", "q_norm_weight"}
+    assert reader.state() == [] and [lin.name for lin in reader.linears()] == ["q", "o"]
+
+
+def test_shared_kv_parameters_logits_and_flops_equal_transformers(shared):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import tfcalc
+    from tfcalc.count.model import flops as flops_count
+
+    hf, folder = shared
+    cfg = load(str(folder / "config.json"))
+    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+    ids = torch.randint(3, 61, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        want = hf(ids, output_hidden_states=True).logits
+    rotary = sum(sum(ops.values()) for path, ops in counter.get_flop_counts().items() if path.endswith("rotary_emb"))
+    assert flops_count.forward_flops(cfg, Workload(batch=2, seq=10)) == counter.get_total_flops() - rotary
+    model = tfcalc.load_model(str(folder))
+    with torch.no_grad():
+        got = model(ids)
+    assert (want - got).abs().max() <= 1e-4 * want.abs().max() and want.abs().max() > 0.1
+
+
+def test_shared_kv_decode_equals_transformers_and_the_cache_holds_the_sources_only(shared):
+    """Greedy decode over tfcalc's cache (past the window of 3) equals its uncached forward and transformers'
+    generate; tfcalc's cache allocates the sources' K/V only, as tfcalc counts it and as transformers' StaticCache
+    holds after a forward (its reader layers never written)."""
+    import transformers
+    from hf_pairs import greedy_uncached
+
+    import tfcalc
+    from tfcalc.model import generate
+
+    hf, folder = shared
+    model = tfcalc.load_model(str(folder))
+    prompt = torch.randint(3, 61, (2, 7), generator=torch.Generator().manual_seed(3))
+    cache = model.new_cache(2, 13)
+    out = generate(model, prompt, 6, cache=cache)
+    assert torch.equal(out, greedy_uncached(model, prompt, 6))
+    theirs = hf.generate(prompt, max_new_tokens=6, do_sample=False, output_hidden_states=True,
+                         return_dict_in_generate=True).sequences[:, 7:]
+    assert torch.equal(out, theirs)
+    cfg = load(str(folder / "config.json"))
+    counted = kv_cache_bytes(cfg, Workload(batch=2, seq=13, dtype="fp32"))
+    assert cache.nbytes == counted
+    static = transformers.StaticCache(config=hf.config, max_cache_len=13)
+    ids = torch.randint(3, 61, (2, 13), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        hf(ids, past_key_values=static, use_cache=True, output_hidden_states=True)
+    held = sum(t.numel() * t.element_size() for lay in static.layers for t in (lay.keys, lay.values)
+               if t is not None and lay.is_initialized)
+    # three layers keep a cache: layer 0 (ring of 3, 2 K/V heads of 8), 1 (13 positions, 1 head of 16), 2 (ring)
+    assert held == counted == 2 * 4 * 2 * (2 * 3 * 2 * 8 + 13 * 16)

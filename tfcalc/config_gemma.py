@@ -6,7 +6,11 @@ Python: no torch, typer or rich here.
 - ``layer_scalar`` (Gemma 4, modeling_gemma4.py Gemma4TextDecoderLayer.layer_scalar): each block's output, residual
   included, times a scalar of its own, held as a buffer (no parameter; 1 until a checkpoint is loaded);
 - ``rope_proportion`` (Gemma 4's global layers, with ``rope_scaling: proportional``; tfcalc.config_rope checks it,
-  tfcalc.architecture.rope builds it): the share of a whole head's rotate-half frequencies that turn.
+  tfcalc.architecture.rope builds it): the share of a whole head's rotate-half frequencies that turn;
+- ``kv_shared_layers`` k (Gemma 4's and Gemma 3n's num_kv_shared_layers; modeling_gemma4.py kv_sharing_modes): the
+  last k layers of the stack read the K and V of the last earlier layer of their own kind (local or global): no
+  K/V projection, no K norm, no cache of their own (tfcalc.architecture.attention, step 8);
+  ``kv_shared_d_ff``: their FFN's width where it is not d_ff (Gemma 4's use_double_wide_mlp: 2 · d_ff).
 """
 
 from __future__ import annotations
@@ -14,8 +18,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tfcalc.errors import InputError as ConfigError
+
 
 @dataclass(frozen=True, kw_only=True)
 class GemmaFields:
     layer_scalar: bool = False
     rope_proportion: Optional[float] = None
+    kv_shared_layers: Optional[int] = None
+    kv_shared_d_ff: Optional[int] = None
+
+
+MAX_SHARED_DEPTH = 100_000  # a stack with shared K/V is described layer by layer (tfcalc.architecture.flat)
+
+
+def validate_gemma(cfg) -> None:
+    """The rules of these fields, one ConfigError line each."""
+    k = cfg.kv_shared_layers
+    if k is None:
+        if cfg.kv_shared_d_ff is not None:
+            raise ConfigError("kv_shared_d_ff is the FFN width of the layers that share K/V: give kv_shared_layers")
+        return
+    if cfg.arch != "decoder":
+        raise ConfigError("kv_shared_layers applies to a decoder's causal stack")
+    if k >= cfg.n_layer:
+        raise ConfigError(f"kv_shared_layers ({k}) must be below n_layer ({cfg.n_layer}): the layers whose K/V they "
+                          "read come before them")
+    if cfg.n_layer > MAX_SHARED_DEPTH:
+        raise ConfigError(f"kv_shared_layers is described layer by layer: n_layer must be at most "
+                          f"{MAX_SHARED_DEPTH:,}; got {cfg.n_layer:,}")
+    if cfg.kv_lora_rank is not None or cfg.cross_attention or cfg.hybrid_pattern is not None:
+        raise ConfigError("kv_shared_layers is built for softmax self-attention layers (no latent attention, "
+                          "cross-attention or hybrid_pattern)")

@@ -27,7 +27,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "global_v_from_k", "v_norm")),
     ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
-        "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
+        "layer_pattern", "attn_temperature_floor", "attn_temperature_scale", "kv_shared_layers", "kv_shared_d_ff")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
     ("linear-attention layers and gated attention (GatedDeltaNet, Attention)", (
         "linear_mixer", "linear_key_heads", "linear_value_heads", "linear_key_head_dim", "linear_value_head_dim",

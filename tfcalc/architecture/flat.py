@@ -80,6 +80,8 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
                  if letter in cfg.hybrid_pattern}  # the same block wherever the letter is, but attention's
         return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
                                      for i, letter in enumerate(cfg.hybrid_pattern)])))
+    if getattr(cfg, "kv_shared_layers", None):  # the last layers and their sources differ: layer by layer
+        return _merge(list(compress([_block(cfg, norm, i, causal, cross) for i in range(n_layer)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
@@ -158,6 +160,8 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
+        if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
+            width = cfg.kv_shared_d_ff
         return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)

@@ -122,11 +122,25 @@ def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
         rope_theta=theta if rope else None, rope_dim=rope_dim if rope else 0,
         rope_scaling=scaling, qk_norm=qk_norm, v_from_k=wide and cfg.global_v_from_k, v_norm=v_norm,
+        kv_share=kv_share(cfg, i, local) if kind == "self" else None,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=(cfg.attn_sinks or cfg.attn_sinks_local and local) and kind == "self",
         qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None, output_gate=cfg.attn_output_gate and kind == "self",
     )
+
+
+def kv_share(cfg: Any, i: int, local: bool) -> Optional[str]:
+    """Layer i's part in K/V sharing (kv_shared_layers k, tfcalc.config_gemma): "reader" in the last k layers,
+    "source" for the last earlier layer of each kind (local or global), else None. The scan back stops at the
+    first layer of i's kind after it (a few layers in a periodic pattern)."""
+    k = getattr(cfg, "kv_shared_layers", None)
+    if not k or i >= cfg.n_layer:
+        return None
+    first = cfg.n_layer - k
+    if i >= first:
+        return "reader"
+    return None if any(layer_kind(cfg, j).local == local for j in range(first - 1, i, -1)) else "source"
 
 
 def cross(cfg: Any, i: int) -> Attention:

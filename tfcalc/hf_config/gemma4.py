@@ -18,10 +18,13 @@ Gemma4TextDecoderLayer):
   ones proportional RoPE (base 1,000,000; 0.25 of the head's frequencies turn: tfcalc.architecture.rope);
 - every block's output times its ``layer_scalar`` (a buffer, no parameter: tfcalc's layer_scalar).
 
+The last ``num_kv_shared_layers`` layers read the K/V of the last earlier layer of their type and hold no cache
+(tfcalc's kv_shared_layers); with ``use_double_wide_mlp`` their MLP is twice intermediate_size wide
+(kv_shared_d_ff).
+
 Not built, each refused in one line: per-layer embeddings (``hidden_size_per_layer_input`` > 0, Gemma 4 E2B and
-E4B; note that Gemma4TextConfig's default is 256, so a file must say 0 or null), layers that read another
-layer's K/V (``num_kv_shared_layers`` > 0), the MoE block beside the MLP (``enable_moe_block``), bidirectional
-attention over every token (``use_bidirectional_attention`` "all").
+E4B; note that Gemma4TextConfig's default is 256, so a file must say 0 or null), the MoE block beside the MLP
+(``enable_moe_block``), bidirectional attention over every token (``use_bidirectional_attention`` "all").
 
 gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower and audio tower are
 not counted: a file with a ``vision_config`` or ``audio_config`` is refused in one line (their modules are not
@@ -63,7 +66,27 @@ def gemma4_text(r: Reader) -> None:
     if "sliding_attention" in kinds:
         _global_heads(r, kinds)
     _rope(r, kinds)
+    _shared_kv(r, n, kinds)
     r.causal_or_base("Gemma4")
+
+
+def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
+    """num_kv_shared_layers (Gemma4TextConfig.kv_sharing_modes): the last ones read the K/V of the last earlier
+    layer of their type, each type among them having one (transformers refuses the file otherwise); with
+    use_double_wide_mlp their MLP is 2 · intermediate_size wide (Gemma4TextMLP)."""
+    shared = r.number("num_kv_shared_layers", 0, integer=True)
+    wide = r.flag("use_double_wide_mlp", False)
+    if not shared:
+        return
+    if not 0 < shared < n:
+        raise r.fail(f"'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers' ({n}): the layers "
+                     f"whose K/V they read come before them; got {shown(shared)}")
+    if set(kinds[:n - shared]) != set(kinds):
+        raise r.fail("'num_kv_shared_layers': a layer type among the shared layers has no earlier layer of its type "
+                     "to read K/V from (transformers refuses this file too)")
+    r.fields["kv_shared_layers"] = shared
+    if wide:
+        r.fields["kv_shared_d_ff"] = 2 * r.fields["d_ff"]
 
 
 def _refuse_unbuilt(r: Reader) -> None:
@@ -73,10 +96,6 @@ def _refuse_unbuilt(r: Reader) -> None:
     if per_layer:
         raise r.fail(f"'hidden_size_per_layer_input' {per_layer} (per-layer embeddings, Gemma 4 E2B/E4B) is not "
                      "built by tfcalc yet; 0 or null is the model without them")
-    shared = r.number("num_kv_shared_layers", 0, integer=True)
-    if shared:
-        raise r.fail(f"'num_kv_shared_layers' {shared} (layers that read another layer's K/V) is not built by "
-                     "tfcalc yet")
     if r.flag("enable_moe_block", False):
         raise r.fail("'enable_moe_block' (Gemma 4's experts beside the MLP) is not built by tfcalc yet")
     bidirectional = r.get("use_bidirectional_attention")
@@ -194,6 +213,6 @@ def gemma4(r: Reader) -> None:
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
     """Llama's names with Gemma's sandwich norms, w (not 1 + w) in every norm (Gemma4RMSNorm), no v_proj in a
-    global layer that reads V from K, and each layer's layer_scalar a buffer (the language model's behind the
-    multimodal prefix, tfcalc.checkpoint.names)."""
+    global layer that reads V from K, none of K, V or K's norm in a layer that reads another's K/V, and each
+    layer's layer_scalar a buffer (the language model's behind the multimodal prefix, tfcalc.checkpoint.names)."""
     return llama_names(arch, [(r"layers\.(\d+)\.layer_scalar", "buffer:blocks.{0}.layer_scalar")])

@@ -230,6 +230,8 @@ class Attention(MixerModule):
         k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
         if store is not None:
             k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
+        if self.spec.kv_share == "source":  # later layers attend over these too (tfcalc.model.kv_shared)
+            self.shared_kv = (k, v)
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
         y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)

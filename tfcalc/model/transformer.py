@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
-from tfcalc.model import step
+from tfcalc.model import kv_shared, step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
@@ -55,6 +55,7 @@ class Stack(nn.Module):
         self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
+        kv_shared.link(self.blocks)  # readers of another layer's K/V given their source (Gemma 4, Gemma 3n)
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
