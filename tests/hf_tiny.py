@@ -301,6 +301,14 @@ CASES = {
                              sliding_window=3, final_logit_softcapping=3.0,
                              layer_types=["sliding_attention", "full_attention", "sliding_attention",
                                           "sliding_attention"])),
+    # Gemma 4 E2B-like: per-layer inputs (6 channels a layer from a table of the vocabulary's rows), the last 3 of
+    # 6 layers reading the K/V of layers 1 (global) and 2 (local), their MLPs twice as wide
+    "gemma4_text-ple": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=6, head_dim=8, global_head_dim=16,
+                                 hidden_size_per_layer_input=6, vocab_size_per_layer_input=V, sliding_window=3,
+                                 num_kv_shared_layers=3, use_double_wide_mlp=True,
+                                 layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                              "sliding_attention", "full_attention", "full_attention"])),
     # without attention_k_eq_v: the global layers keep V's projection and num_key_value_heads (the global K/V
     # heads are read with attention_k_eq_v only), default RoPE there with its own base
     "gemma4_text-plain": Case("Gemma4TextConfig", "Gemma4ForCausalLM",

@@ -56,7 +56,7 @@ def _scaled(hf, seed: int) -> None:
                 buffer.copy_(0.5 + torch.rand(buffer.shape, generator=g))
 
 
-@pytest.mark.parametrize("name", ["gemma4_text", "gemma4_text-plain"])
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma4_text-plain", "gemma4_text-ple"])
 def test_tiny_decode_over_tfcalc_cache_equals_transformers(saved, tmp_path, name):
     """layer_scalar set, saved, loaded: logits within 1e-4 of transformers'; greedy decode over tfcalc's cache
     (rings of the window in the local layers, the wide global heads) equals its uncached forward and transformers'
@@ -95,17 +95,22 @@ def test_layer_scalar_and_v_norm_matter(saved):
                for b in model.cfg.architecture.output.layers())
 
 
-def test_default_size_parameters_and_layers(tmp_path):
+@pytest.mark.parametrize("changes", [{}, dict(hidden_size_per_layer_input=256, num_kv_shared_layers=12,
+                                               use_double_wide_mlp=True)], ids=["dense", "ple-shared"])
+def test_default_size_parameters_and_layers(tmp_path, changes):
     """Gemma4TextConfig's default sizes on meta: parameters exact (tfcalc's model and its formula); 25 local layers
-    of 4 K/V heads of 256, 5 global ones of 2 K/V heads of 512 with no V weight."""
+    of 4 K/V heads of 256, 5 global ones of 2 K/V heads of 512 with no V weight. And with the default per-layer
+    inputs (256 a layer, a table of 262,144 rows: 2,013,265,920 parameters) and the last 12 layers reading K/V."""
     import transformers
 
     from tfcalc.measure.params import measure_params
 
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        hf = transformers.Gemma4ForCausalLM(_hf_config())
-    cfg = load(_write(tmp_path, _published()))
+        hf = transformers.Gemma4ForCausalLM(_hf_config(**changes))
+    cfg = load(_write(tmp_path, _published(**changes)))
+    if changes:
+        assert count_params.breakdown(cfg)["per_layer_embedding"] == 262_144 * 30 * 256 == 2_013_265_920
     total = sum(p.numel() for p in hf.parameters())
     assert count_params.total(cfg) == total
     measured, breakdown = measure_params(cfg)
@@ -209,8 +214,10 @@ def test_multimodal_file_reads_its_language_model(tmp_path):
 
 
 HOSTILE = [
-    (dict(hidden_size_per_layer_input=256), "'hidden_size_per_layer_input' 256 .per-layer embeddings"),
+    (dict(hidden_size_per_layer_input=-2), "'hidden_size_per_layer_input' must be 0 or more"),
     (dict(hidden_size_per_layer_input="x"), "'hidden_size_per_layer_input' must be an integer"),
+    (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=0), "'vocab_size_per_layer_input' must be a po"),
+    (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=[1]), "'vocab_size_per_layer_input' must be an"),
     (dict(num_kv_shared_layers=30), "'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers'"),
     (dict(num_kv_shared_layers=-1), "'num_kv_shared_layers' must be 0 or more"),
     (dict(num_kv_shared_layers=1, per_layer_config=None, layer_types=["sliding_attention"] * 29 + ["full_attention"]),
@@ -255,13 +262,14 @@ def test_hostile_config_json(tmp_path, changes, message):
 
 
 def test_null_per_layer_width_is_no_table_and_absent_is_the_default(tmp_path):
-    """hidden_size_per_layer_input null: no per-layer embeddings (Gemma4TextModel tests it for truth); left out:
-    Gemma4TextConfig's 256, refused."""
+    """hidden_size_per_layer_input null or 0: no per-layer inputs (Gemma4TextModel tests it for truth); left out:
+    Gemma4TextConfig's 256."""
     raw = _published()
-    assert load(_write(tmp_path, {**raw, "hidden_size_per_layer_input": None})).global_v_from_k
+    for value in (None, 0):
+        assert load(_write(tmp_path, {**raw, "hidden_size_per_layer_input": value})).per_layer_dim is None
     del raw["hidden_size_per_layer_input"]
-    with pytest.raises(InputError, match="per-layer embeddings"):
-        load(_write(tmp_path, raw, "absent"))
+    cfg = load(_write(tmp_path, raw, "absent"))
+    assert (cfg.per_layer_dim, cfg.per_layer_vocab) == (256, None)  # 262,144 rows: the vocabulary's
 
 
 FLAT_HOSTILE = [

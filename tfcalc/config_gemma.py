@@ -10,7 +10,10 @@ Python: no torch, typer or rich here.
 - ``kv_shared_layers`` k (Gemma 4's and Gemma 3n's num_kv_shared_layers; modeling_gemma4.py kv_sharing_modes): the
   last k layers of the stack read the K and V of the last earlier layer of their own kind (local or global): no
   K/V projection, no K norm, no cache of their own (tfcalc.architecture.attention, step 8);
-  ``kv_shared_d_ff``: their FFN's width where it is not d_ff (Gemma 4's use_double_wide_mlp: 2 · d_ff).
+  ``kv_shared_d_ff``: their FFN's width where it is not d_ff (Gemma 4's use_double_wide_mlp: 2 · d_ff);
+- ``per_layer_dim`` p (Gemma 4's hidden_size_per_layer_input): per-layer inputs, p channels per layer and token,
+  from a second token table of ``per_layer_vocab`` rows (None: vocab_size) and a projection of the embeddings,
+  each block adding what it makes of its own (tfcalc.architecture.per_layer).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ class GemmaFields:
     rope_proportion: Optional[float] = None
     kv_shared_layers: Optional[int] = None
     kv_shared_d_ff: Optional[int] = None
+    per_layer_dim: Optional[int] = None
+    per_layer_vocab: Optional[int] = None
 
 
 MAX_SHARED_DEPTH = 100_000  # a stack with shared K/V is described layer by layer (tfcalc.architecture.flat)
@@ -34,6 +39,12 @@ MAX_SHARED_DEPTH = 100_000  # a stack with shared K/V is described layer by laye
 
 def validate_gemma(cfg) -> None:
     """The rules of these fields, one ConfigError line each."""
+    if cfg.per_layer_vocab is not None and cfg.per_layer_dim is None:
+        raise ConfigError("per_layer_vocab is the rows of the per-layer token table: give per_layer_dim too")
+    if cfg.per_layer_dim is not None and (cfg.arch != "decoder" or cfg.parallel_block != "none"
+                                          or cfg.embedding_dim not in (None, cfg.d_model)):
+        raise ConfigError("per_layer_dim (per-layer inputs) is built for a decoder's sequential blocks, with token "
+                          "embeddings d_model wide")
     k = cfg.kv_shared_layers
     if k is None:
         if cfg.kv_shared_d_ff is not None:

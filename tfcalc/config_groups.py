@@ -19,7 +19,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embeddings and positions (Embeddings)", (
         "vocab_size", "max_seq_len", "pos_encoding", "position_offset", "type_vocab_size", "embedding_norm",
         "embedding_scale", "embedding_multiplier", "embedding_dim", "tie_encoder_embedding", "rel_pos_buckets",
-        "rel_pos_max_distance")),
+        "rel_pos_max_distance", "per_layer_dim", "per_layer_vocab")),
     ("attention (Attention)", (
         "n_head", "n_kv_head", "d_head", "attn_bias", "attn_out_bias", "qk_norm", "qk_norm_over", "qk_norm_per_head",
         "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention",

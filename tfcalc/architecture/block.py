@@ -29,6 +29,7 @@ from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.mixer import Mixer
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.per_layer import PerLayerGate
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -48,10 +49,13 @@ class Block:
     # the block's output, residual stream included, times a scalar of its own: Gemma 4's layer_scalar
     # (modeling_gemma4.py, Gemma4TextDecoderLayer), a buffer in the checkpoint, no parameter; one multiply
     layer_scalar: bool = False
+    # its per-layer input, added after the FFN (Gemma 4's and Gemma 3n's PLE: tfcalc.architecture.per_layer)
+    per_layer_input: Optional[PerLayerGate] = None
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
-                 residual_scale: Optional[float] = None, layer_scalar: bool = False, *, attention: Any = None) -> None:
+                 residual_scale: Optional[float] = None, layer_scalar: bool = False,
+                 per_layer_input: Optional[PerLayerGate] = None, *, attention: Any = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -59,7 +63,8 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale), ("layer_scalar", layer_scalar)):
+                            ("residual_scale", residual_scale), ("layer_scalar", layer_scalar),
+                            ("per_layer_input", per_layer_input)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -107,7 +112,8 @@ class Block:
         if not self.is_moe and self.ffn.absent:  # a block of its mixer alone (Mamba2): no FFN norm
             return out
         out += [] if self.parallel == "shared_norm" or not before else [("ffn_norm", "FFN norm")]
-        return out + ([("ffn_post_norm", "FFN output norm")] if after else [])
+        out += [("ffn_post_norm", "FFN output norm")] if after else []
+        return out + ([("ple_post_norm", "per-layer input norm")] if self.per_layer_input is not None else [])
 
     def weights(self) -> list[Weight]:
         """Every tensor of the block, in model order, named as the breakdown names them."""
@@ -121,7 +127,8 @@ class Block:
             out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
             out += norm("cross_attn_post_norm")
         ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
-        return out + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+        out += norm("ffn_norm") + ffn + norm("ffn_post_norm")
+        return out + (self.per_layer_input.weights(self.norm) if self.per_layer_input is not None else [])
 
     def linears(self, with_cross_kv: bool = True, step: bool = False) -> list[Linear]:
         """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``);
@@ -129,7 +136,8 @@ class Block:
         out = [m.named("attn_") for m in self.mixer.linears(step=step)]
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
-        return out + (self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()])
+        out += self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]
+        return out + (self.per_layer_input.linears() if self.per_layer_input is not None else [])
 
 
 @dataclass(frozen=True)

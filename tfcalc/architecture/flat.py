@@ -39,6 +39,7 @@ from tfcalc.architecture.mamba2 import NoMixer, check_pattern
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, LayerKind, layer_kind, period_segments
+from tfcalc.architecture.per_layer import PerLayerGate, PerLayerInputs
 from tfcalc.errors import InputError
 
 
@@ -65,7 +66,7 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
     relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
     emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
                      cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared,
-                     cfg.embedding_multiplier, _projected(cfg))
+                     cfg.embedding_multiplier, _projected(cfg), _per_layer(cfg, n_layer))
     return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
 
 
@@ -116,6 +117,15 @@ def _merge(runs: list[Run]) -> tuple[Run, ...]:
     return tuple(out)
 
 
+def _per_layer(cfg: Any, n_layer: int) -> PerLayerInputs | None:
+    """Gemma 4's per-layer inputs (per_layer_dim p, per_layer_vocab rows; tfcalc.architecture.per_layer)."""
+    p = getattr(cfg, "per_layer_dim", None)
+    if not p:
+        return None
+    return PerLayerInputs(cfg.per_layer_vocab or cfg.vocab_size, n_layer, p, cfg.d_model,
+                          Norm(cfg.norm, p, cfg.norm_has_bias, cfg.norm_eps))
+
+
 def _projected(cfg: Any) -> int | None:
     """The token table's own width where it is projected in and out (OPT-350m), else None."""
     return cfg.embedding_dim if cfg.embedding_dim not in (None, cfg.d_model) else None
@@ -133,8 +143,10 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
+    p = getattr(cfg, "per_layer_dim", None)
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.layer_scalar)
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.layer_scalar,
+                 PerLayerGate(cfg.d_model, p, cfg.activation) if p and i < cfg.n_layer else None)
 
 
 def _kind(cfg: Any, i: int):

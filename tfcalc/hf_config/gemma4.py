@@ -22,9 +22,12 @@ The last ``num_kv_shared_layers`` layers read the K/V of the last earlier layer 
 (tfcalc's kv_shared_layers); with ``use_double_wide_mlp`` their MLP is twice intermediate_size wide
 (kv_shared_d_ff).
 
-Not built, each refused in one line: per-layer embeddings (``hidden_size_per_layer_input`` > 0, Gemma 4 E2B and
-E4B; note that Gemma4TextConfig's default is 256, so a file must say 0 or null), the MoE block beside the MLP
-(``enable_moe_block``), bidirectional attention over every token (``use_bidirectional_attention`` "all").
+Per-layer inputs (Gemma 4 E2B and E4B): ``hidden_size_per_layer_input`` p (Gemma4TextConfig's default 256; 0 or
+null: none) channels per layer and token, from a table of ``vocab_size_per_layer_input`` rows and a projection of
+the embeddings (tfcalc's per_layer_dim and per_layer_vocab; tfcalc.architecture.per_layer).
+
+Not built, each refused in one line: the MoE block beside the MLP (``enable_moe_block``), bidirectional attention
+over every token (``use_bidirectional_attention`` "all").
 
 gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower and audio tower are
 not counted: a file with a ``vision_config`` or ``audio_config`` is refused in one line (their modules are not
@@ -67,7 +70,23 @@ def gemma4_text(r: Reader) -> None:
         _global_heads(r, kinds)
     _rope(r, kinds)
     _shared_kv(r, n, kinds)
+    _per_layer_inputs(r)
     r.causal_or_base("Gemma4")
+
+
+def _per_layer_inputs(r: Reader) -> None:
+    """Per-layer inputs: hidden_size_per_layer_input p (absent: Gemma4TextConfig's 256; null or 0: none, as
+    Gemma4TextModel tests it for truth), from a table of vocab_size_per_layer_input rows (default 262,144)."""
+    key = "hidden_size_per_layer_input"
+    p = r.number(key, None, integer=True) if key in r.raw else 256
+    if p is None or p == 0:
+        return
+    if p < 0:
+        raise r.fail(f"'{key}' must be 0 or more; got {shown(p)}")
+    vocab = r.number("vocab_size_per_layer_input", 262_144, integer=True)
+    if vocab is None or vocab < 1:
+        raise r.fail(f"'vocab_size_per_layer_input' must be a positive integer; got {shown(vocab)}")
+    r.fields.update(per_layer_dim=p, per_layer_vocab=vocab if vocab != r.fields["vocab_size"] else None)
 
 
 def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
@@ -90,12 +109,6 @@ def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
 
 
 def _refuse_unbuilt(r: Reader) -> None:
-    # null is no table (Gemma4TextModel tests it for truth); absent is Gemma4TextConfig's 256
-    per_layer = r.number("hidden_size_per_layer_input", None, integer=True) if "hidden_size_per_layer_input" in \
-        r.raw else 256
-    if per_layer:
-        raise r.fail(f"'hidden_size_per_layer_input' {per_layer} (per-layer embeddings, Gemma 4 E2B/E4B) is not "
-                     "built by tfcalc yet; 0 or null is the model without them")
     if r.flag("enable_moe_block", False):
         raise r.fail("'enable_moe_block' (Gemma 4's experts beside the MLP) is not built by tfcalc yet")
     bidirectional = r.get("use_bidirectional_attention")
@@ -215,4 +228,12 @@ def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
     """Llama's names with Gemma's sandwich norms, w (not 1 + w) in every norm (Gemma4RMSNorm), no v_proj in a
     global layer that reads V from K, none of K, V or K's norm in a layer that reads another's K/V, and each
     layer's layer_scalar a buffer (the language model's behind the multimodal prefix, tfcalc.checkpoint.names)."""
-    return llama_names(arch, [(r"layers\.(\d+)\.layer_scalar", "buffer:blocks.{0}.layer_scalar")])
+    return llama_names(arch, [
+        (r"layers\.(\d+)\.layer_scalar", "buffer:blocks.{0}.layer_scalar"),
+        (r"embed_tokens_per_layer\.weight", "ple_in.table.weight"),
+        (r"per_layer_model_projection\.weight", "ple_in.proj.weight"),
+        (r"per_layer_projection_norm\.weight", "ple_in.norm.weight"),
+        (r"layers\.(\d+)\.per_layer_input_gate\.weight", "blocks.{0}.ple.gate.weight"),
+        (r"layers\.(\d+)\.per_layer_projection\.weight", "blocks.{0}.ple.out.weight"),
+        (r"layers\.(\d+)\.post_per_layer_input_norm\.weight", "blocks.{0}.ple.norm.weight"),
+    ])

@@ -48,7 +48,8 @@ MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "expert_ffn.up": "ffn", "expert_ffn.down": "ffn", "ffn.shared.up": "ffn", "ffn.shared.down": "ffn",
                  "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head",
                  **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS},
-                 "project_out": "lm_head", "project_in": "embeddings"}  # OPT-350m's projections
+                 "project_out": "lm_head", "project_in": "embeddings",  # OPT-350m's projections
+                 "ple_in.proj": "embeddings", "ple.gate": "ffn", "ple.out": "ffn"}  # Gemma 4's per-layer inputs
 # mixer module -> (the group of its projections: every submodule of it, whatever the kind of mixer; the group
 # of what it counts beyond them: SDPA's scores, a state-space scan's matmuls)
 ATTENTION_MODULES = {"attn": ("attention_proj", "attention_scores"),

@@ -12,6 +12,7 @@ from tfcalc.architecture import Block as BlockSpec
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.model.layers import FeedForward, make_norm
 from tfcalc.model.mixers import build_mixer
+from tfcalc.model.per_layer import PerLayerGate
 
 
 class Block(nn.Module):
@@ -42,6 +43,9 @@ class Block(nn.Module):
         absent = not spec.is_moe and spec.ffn.absent  # a block of its mixer alone (Mamba2Block)
         self.ffn = None if absent else MixtureOfExperts(spec.ffn) if spec.is_moe else FeedForward(spec.ffn)
         self.ffn_post_norm = norm("ffn_post_norm")
+        # Gemma 4's per-layer input, after the FFN (tfcalc.model.per_layer; its inputs bound by the stack)
+        self.ple = PerLayerGate(spec.per_layer_input, spec.norm) \
+            if spec.per_layer_input is not None else None
         if spec.layer_scalar:  # Gemma 4's layer_scalar: a buffer, as transformers keeps it (no parameter)
             self.register_buffer("layer_scalar", torch.empty(1))
 
@@ -89,6 +93,7 @@ class Block(nn.Module):
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows)
+        x = x if self.ple is None else self.ple(x)
         return x * self.layer_scalar if self.spec.layer_scalar else x  # Gemma 4: after every residual add
 
     def _sublayers(self, x, rope, mask, memory, store, cross_kv, rows) -> torch.Tensor:

@@ -21,6 +21,7 @@ from tfcalc.model import kv_shared, step
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
+from tfcalc.model.per_layer import PerLayerInputs
 from tfcalc.model.positions import position_buffers, relative_buckets, rope_buffer_names
 
 # A cached step's attention backends, in this order of priority: cuDNN attention (any additive mask; on an
@@ -56,6 +57,10 @@ class Stack(nn.Module):
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         kv_shared.link(self.blocks)  # readers of another layer's K/V given their source (Gemma 4, Gemma 3n)
+        self.ple_in = PerLayerInputs(emb.per_layer) if emb.per_layer is not None else None  # Gemma 4's PLE
+        for i, block in enumerate(self.blocks):
+            if block.ple is not None:
+                block.ple.bind(self.ple_in, i)
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # per layer: its mixer (the mask span it reads), and which of the stack's rotary tables its module
         # reads (None: no RoPE), each as the mixer answers (tfcalc.model.mixers), never by its kind
@@ -152,6 +157,8 @@ class Stack(nn.Module):
             x = x + self.type_emb(token_type_ids if token_type_ids is not None else torch.zeros_like(idx))
         if self.emb_norm is not None:
             x = self.emb_norm(x)
+        if self.ple_in is not None:  # each layer's input of these tokens, kept for the blocks (tfcalc.model.per_layer)
+            self.ple_in(idx, x)
         return x
 
     def block_inputs(self, T: int, dtype: torch.dtype):

@@ -68,6 +68,13 @@ COMPONENTS = {
     "lm_head.bias": "lm_head_bias",
     "project_in.weight": "embedding_project_in",  # OPT-350m's word_embed_proj_dim (issue 22)
     "project_out.weight": "lm_head_project_out",
+    # Gemma 4's per-layer inputs (tfcalc.architecture.per_layer): at the embeddings, and in each block
+    "ple_in.table.weight": "per_layer_embedding",
+    "ple_in.proj.weight": "per_layer_projection",
+    "ple_in.norm.weight": "per_layer_projection_norm_weight",
+    "ple.gate.weight": "ple_gate_weight",
+    "ple.out.weight": "ple_out_weight",
+    "ple.norm.weight": "ple_post_norm_weight",
 }
 # DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")
