@@ -309,6 +309,14 @@ CASES = {
                                  num_kv_shared_layers=3, use_double_wide_mlp=True,
                                  layer_types=["sliding_attention", "full_attention", "sliding_attention",
                                               "sliding_attention", "full_attention", "full_attention"])),
+    # Gemma 4 26B-A4B-like: 8 experts of 12, top 3, beside the MLP of 48 in every layer (their router reads the
+    # unnormed stream), global layers of 16-wide heads and V from K
+    "gemma4_text-moe": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, global_head_dim=16,
+                                 num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
+                                 sliding_window=4, enable_moe_block=True, num_experts=8, top_k_experts=3,
+                                 moe_intermediate_size=12, final_logit_softcapping=5.0,
+                                 layer_types=["sliding_attention", "sliding_attention", "full_attention"])),
     # without attention_k_eq_v: the global layers keep V's projection and num_key_value_heads (the global K/V
     # heads are read with attention_k_eq_v only), default RoPE there with its own base
     "gemma4_text-plain": Case("Gemma4TextConfig", "Gemma4ForCausalLM",

@@ -13,7 +13,9 @@ Python: no torch, typer or rich here.
   ``kv_shared_d_ff``: their FFN's width where it is not d_ff (Gemma 4's use_double_wide_mlp: 2 · d_ff);
 - ``per_layer_dim`` p (Gemma 4's hidden_size_per_layer_input): per-layer inputs, p channels per layer and token,
   from a second token table of ``per_layer_vocab`` rows (None: vocab_size) and a projection of the embeddings,
-  each block adding what it makes of its own (tfcalc.architecture.per_layer).
+  each block adding what it makes of its own (tfcalc.architecture.per_layer);
+- ``moe_beside_mlp`` (Gemma 4's enable_moe_block): the mixture of experts runs beside the dense MLP, which is its
+  shared expert (``shared_expert_d_ff``), with the router's scales and norms of tfcalc.architecture.ffn, step 5.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class GemmaFields:
     kv_shared_d_ff: Optional[int] = None
     per_layer_dim: Optional[int] = None
     per_layer_vocab: Optional[int] = None
+    moe_beside_mlp: bool = False
 
 
 MAX_SHARED_DEPTH = 100_000  # a stack with shared K/V is described layer by layer (tfcalc.architecture.flat)
@@ -45,6 +48,9 @@ def validate_gemma(cfg) -> None:
                                           or cfg.embedding_dim not in (None, cfg.d_model)):
         raise ConfigError("per_layer_dim (per-layer inputs) is built for a decoder's sequential blocks, with token "
                           "embeddings d_model wide")
+    if cfg.moe_beside_mlp and (cfg.n_expert is None or cfg.norm_placement != "sandwich"):
+        raise ConfigError("moe_beside_mlp (Gemma 4's experts beside the MLP) needs n_expert, shared_expert_d_ff (the "
+                          "MLP) and norm_placement sandwich")
     k = cfg.kv_shared_layers
     if k is None:
         if cfg.kv_shared_d_ff is not None:

@@ -47,7 +47,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mixture of experts and its router (MoE, Routing)", (
         "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
         "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
-        "shared_expert_gate", "expert_capacity_factor", "expert_format")),
+        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp")),
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
     ("norms and the block's layout (Norm, Block)", (
         "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",

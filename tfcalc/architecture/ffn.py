@@ -14,7 +14,13 @@
    (registered as nn.Parameter, so counted); β = 0.5 and eps = −1e-6 are buffers (not counted);
 4. gpt-oss's clamped SwiGLU (modeling_gpt_oss.py, GptOssExperts._apply_gate): with ``swiglu_limit`` L and
    ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
-   the same matmuls as any gated FFN.
+   the same matmuls as any gated FFN;
+5. Gemma 4's experts beside its MLP (``beside_mlp``; modeling_gemma4.py Gemma4TextDecoderLayer, enable_moe_block):
+   the shared FFN is the dense MLP, on the block's normed input, its output normed (mlp_post_norm); the router
+   reads the block's input before its norm: RMS-normed without a weight, times a learned ``router_scale`` (d) and
+   d^-1/2, then d -> E, a softmax over all E, the top k renormalized, each times its expert's learned
+   ``per_expert_scale`` (E); the experts read the input through a norm of their own (moe_pre_norm) and their sum
+   is normed (moe_post_norm); the two outputs are added before the block's FFN output norm.
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Optional
 
+from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -86,6 +93,11 @@ class FFN:
                       Linear("down", "ffn", f"{label} down", f, d, rows)]
 
 
+# step 5's norms, each d wide: the MLP's output, the experts' input and their output
+BESIDE_NORMS = (("mlp_post_norm", "MLP output norm"), ("moe_pre_norm", "experts' input norm"),
+                ("moe_post_norm", "experts' output norm"))
+
+
 @dataclass(frozen=True)
 class MoE:
     expert: FFN  # every routed expert has this shape
@@ -101,8 +113,14 @@ class MoE:
     # Llama 4 (modeling_llama4.py, Llama4Router): the sigmoid of each chosen logit scales the token's
     # input to that expert, not its output (tfcalc.model.routing_input)
     sigmoid_input: bool = False
+    # step 5 (Gemma 4): the shared FFN is the MLP, with the router's scales and three norms of this kind (d wide)
+    beside_mlp: Optional[Norm] = None
 
     def __post_init__(self) -> None:
+        if self.beside_mlp is not None and (self.shared is None or self.shared_gate or not self.routing.is_default
+                                or self.sigmoid_input or not self.renormalize):
+            raise InputError("Gemma 4's experts beside the MLP need the MLP as the shared expert (shared_expert_d_ff), "
+                             "no shared gate, and a softmax router renormalizing its top k")
         if self.n_expert < 1 or self.top_k < 1:
             raise InputError(f"a mixture of experts needs n_expert and n_expert_active of at least 1; got "
                              f"{self.n_expert}, {self.top_k}")
@@ -138,6 +156,10 @@ class MoE:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]
             if self.shared_gate:
                 out.append(Weight("shared_expert_gate_weight", (1, d), "ffn", "shared expert gate weight"))
+        if self.beside_mlp is not None:  # step 5
+            out += [Weight("router_scale", (d,), "ffn", "MoE router scale"),
+                    Weight("per_expert_scale", (E,), "ffn", "MoE per-expert scale")]
+            out += [w for name, label in BESIDE_NORMS for w in self.beside_mlp.weights(name, label)]
         return out
 
     def linears(self, tokens: int | None = None) -> list[Linear]:

@@ -179,8 +179,13 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
                  cfg.swiglu_alpha)
     shared = None
     if cfg.shared_expert_d_ff:
-        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
-                     cfg.swiglu_limit, cfg.swiglu_alpha)
+        width = cfg.shared_expert_d_ff
+        if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
+            width = cfg.kv_shared_d_ff
+        shared = FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
+                     cfg.swiglu_alpha)
+    beside = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps) if getattr(cfg, "moe_beside_mlp", False) \
+        else None  # Gemma 4's experts beside its MLP (tfcalc.architecture.ffn, step 5)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input)
+               sigmoid_input=cfg.router_sigmoid_input, beside_mlp=beside)

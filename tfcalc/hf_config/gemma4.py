@@ -26,8 +26,11 @@ Per-layer inputs (Gemma 4 E2B and E4B): ``hidden_size_per_layer_input`` p (Gemma
 null: none) channels per layer and token, from a table of ``vocab_size_per_layer_input`` rows and a projection of
 the embeddings (tfcalc's per_layer_dim and per_layer_vocab; tfcalc.architecture.per_layer).
 
-Not built, each refused in one line: the MoE block beside the MLP (``enable_moe_block``), bidirectional attention
-over every token (``use_bidirectional_attention`` "all").
+Experts (Gemma 4 26B-A4B, ``enable_moe_block``): in every layer ``num_experts`` of ``moe_intermediate_size``, the
+top ``top_k_experts``, beside the MLP of intermediate_size (tfcalc's moe_beside_mlp: the MLP as the shared expert,
+the router's scales and the three norms of tfcalc.architecture.ffn, step 5).
+
+Not built, refused in one line: bidirectional attention over every token (``use_bidirectional_attention`` "all").
 
 gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower and audio tower are
 not counted: a file with a ``vision_config`` or ``audio_config`` is refused in one line (their modules are not
@@ -71,8 +74,26 @@ def gemma4_text(r: Reader) -> None:
     _rope(r, kinds)
     _shared_kv(r, n, kinds)
     _per_layer_inputs(r)
+    _experts(r)
     r.causal_or_base("Gemma4")
 
+
+def _experts(r: Reader) -> None:
+    """enable_moe_block: in every layer num_experts experts of moe_intermediate_size, the top top_k_experts,
+    beside the MLP of intermediate_size (Gemma4TextExperts, Gemma4TextRouter: tfcalc's moe_beside_mlp)."""
+    if not r.flag("enable_moe_block", False):
+        return
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        value = r.number(key, None, integer=True)
+        if value is None or value < 1:
+            raise r.fail(f"'{key}' must be a positive integer with enable_moe_block; got {shown(value)}")
+    dense = r.fields["d_ff"]
+    r.take("moe_intermediate_size", "d_ff")
+    r.take("num_experts", "n_expert")
+    r.take("top_k_experts", "n_expert_active")
+    r.fields.update(shared_expert_d_ff=dense, moe_beside_mlp=True, router_norm_topk=True)
+    if r.fields.get("kv_shared_d_ff"):  # the wide MLP of the shared layers is the shared expert's, 2 · intermediate
+        r.fields["kv_shared_d_ff"] = 2 * dense
 
 def _per_layer_inputs(r: Reader) -> None:
     """Per-layer inputs: hidden_size_per_layer_input p (absent: Gemma4TextConfig's 256; null or 0: none, as
@@ -109,8 +130,6 @@ def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
 
 
 def _refuse_unbuilt(r: Reader) -> None:
-    if r.flag("enable_moe_block", False):
-        raise r.fail("'enable_moe_block' (Gemma 4's experts beside the MLP) is not built by tfcalc yet")
     bidirectional = r.get("use_bidirectional_attention")
     if bidirectional not in (None, "vision"):  # "vision": text tokens stay causal, all that is counted here
         raise r.fail(f"'use_bidirectional_attention' {shown(bidirectional)} is not supported: tfcalc's language "
@@ -228,7 +247,19 @@ def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
     """Llama's names with Gemma's sandwich norms, w (not 1 + w) in every norm (Gemma4RMSNorm), no v_proj in a
     global layer that reads V from K, none of K, V or K's norm in a layer that reads another's K/V, and each
     layer's layer_scalar a buffer (the language model's behind the multimodal prefix, tfcalc.checkpoint.names)."""
-    return llama_names(arch, [
+    moe = [
+        (r"layers\.(\d+)\.mlp\.(gate|up)_proj\.weight", "blocks.{0}.ffn.shared.up.weight|{1}"),
+        (r"layers\.(\d+)\.mlp\.down_proj\.weight", "blocks.{0}.ffn.shared.down.weight"),
+        (r"layers\.(\d+)\.router\.proj\.weight", "blocks.{0}.ffn.router.weight"),
+        (r"layers\.(\d+)\.router\.scale", "blocks.{0}.ffn.beside.router_scale"),
+        (r"layers\.(\d+)\.router\.per_expert_scale", "blocks.{0}.ffn.beside.per_expert_scale"),
+        (r"layers\.(\d+)\.experts\.gate_up_proj", "blocks.{0}.ffn.experts.up.weight"),
+        (r"layers\.(\d+)\.experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),
+        (r"layers\.(\d+)\.post_feedforward_layernorm_1\.weight", "blocks.{0}.ffn.beside.mlp_post_norm.weight"),
+        (r"layers\.(\d+)\.pre_feedforward_layernorm_2\.weight", "blocks.{0}.ffn.beside.moe_pre_norm.weight"),
+        (r"layers\.(\d+)\.post_feedforward_layernorm_2\.weight", "blocks.{0}.ffn.beside.moe_post_norm.weight"),
+    ] if arch.has_moe else []
+    return llama_names(arch, moe + [
         (r"layers\.(\d+)\.layer_scalar", "buffer:blocks.{0}.layer_scalar"),
         (r"embed_tokens_per_layer\.weight", "ple_in.table.weight"),
         (r"per_layer_model_projection\.weight", "ple_in.proj.weight"),

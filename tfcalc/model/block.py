@@ -74,16 +74,18 @@ class Block(nn.Module):
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
                               lambda h: self.cross_attn(h, memory, kv), x)
 
-    def _ffn(self, rows: torch.Tensor | None):
+    def _ffn(self, rows: torch.Tensor | None, raw: torch.Tensor | None = None):
         """The FFN as a sub-layer calls it: a mixture of experts told which rows are in flight (``rows``), so
-        that a free row takes no expert capacity (tfcalc.model.experts); a dense FFN needs no telling."""
-        if rows is None or not isinstance(self.ffn, MixtureOfExperts):
+        that a free row takes no expert capacity (tfcalc.model.experts), and (Gemma 4's experts beside the MLP)
+        the block's input before its norm (``raw``); a dense FFN needs no telling."""
+        if (rows is None and raw is None) or not isinstance(self.ffn, MixtureOfExperts):
             return self.ffn
-        return lambda h: self.ffn(h, rows=rows)
+        return lambda h: self.ffn(h, rows=rows, raw=raw)
 
     def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
-        return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
+        raw = x if self.spec.is_moe and self.spec.ffn.beside_mlp is not None else None
+        return self._residual(norm, self.ffn_post_norm, self._ffn(rows, raw), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
                 store=None, cross_kv=None, rows: torch.Tensor | None = None) -> torch.Tensor:

@@ -75,6 +75,12 @@ COMPONENTS = {
     "ple.gate.weight": "ple_gate_weight",
     "ple.out.weight": "ple_out_weight",
     "ple.norm.weight": "ple_post_norm_weight",
+    # Gemma 4's experts beside its MLP (tfcalc.model.beside)
+    "ffn.beside.router_scale": "router_scale",
+    "ffn.beside.per_expert_scale": "per_expert_scale",
+    "ffn.beside.mlp_post_norm.weight": "mlp_post_norm_weight",
+    "ffn.beside.moe_pre_norm.weight": "moe_pre_norm_weight",
+    "ffn.beside.moe_post_norm.weight": "moe_post_norm_weight",
 }
 # DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")
