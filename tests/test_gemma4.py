@@ -202,22 +202,74 @@ def test_proportional_rope_tables_equal_transformers():
     assert torch.allclose(cos[0], local[0], atol=1e-5) and torch.allclose(sin[0], local[1], atol=1e-5)
 
 
-def test_multimodal_file_reads_its_language_model(tmp_path):
-    """gemma4 without vision_config and audio_config: its text_config's model (the defaults filled in, the outer
-    tie_word_embeddings), equal to transformers' Gemma4ForConditionalGeneration's parameter count."""
+@pytest.mark.parametrize("towers", ["none", "vision", "audio", "both"])
+def test_multimodal_file_counts_its_towers_apart(tmp_path, towers):
+    """gemma4: its text_config's model (the defaults filled in, the outer tie_word_embeddings), and the vision and
+    audio towers with their projections as vision_params: together transformers' Gemma4ForConditionalGeneration's
+    parameter count, at the towers' default sizes and at others."""
     import transformers
 
+    from tfcalc.count.model import params as count
+
     text = _hf_config(num_hidden_layers=6, vocab_size=1000).to_dict()
+    vision = transformers.Gemma4VisionConfig(num_key_value_heads=4, patch_size=14).to_dict()
+    audio = transformers.Gemma4AudioConfig(subsampling_conv_channels=[64, 16], conv_kernel_size=3).to_dict()
+    kw = dict(vision_config=vision if towers in ("vision", "both") else None,
+              audio_config=audio if towers in ("audio", "both") else None)
+    if towers == "both":  # and the default towers
+        kw = dict(vision_config=transformers.Gemma4VisionConfig().to_dict(),
+                  audio_config=transformers.Gemma4AudioConfig().to_dict())
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        hf = transformers.Gemma4ForConditionalGeneration(transformers.Gemma4Config(text_config=text))
-    raw = json.loads(hf.config.to_json_string())
-    assert raw.get("vision_config") is None and raw.get("audio_config") is None
-    cfg = load(_write(tmp_path, raw))
-    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+        hf = transformers.Gemma4ForConditionalGeneration(transformers.Gemma4Config(text_config=text, **kw))
+    cfg = load(_write(tmp_path, json.loads(hf.config.to_json_string())))
+    language = sum(p.numel() for n, p in hf.named_parameters() if "language_model" in n)
+    assert count.total(cfg) == language
+    assert (cfg.vision_params or 0) == sum(p.numel() for p in hf.parameters()) - language
+    assert (cfg.vision_params is None) == (towers == "none")
     assert cfg.global_d_head == 512 and cfg.global_v_from_k and cfg.rope_scaling == "proportional"
-    with pytest.raises(InputError, match="'vision_config': Gemma 4's vision tower is not counted"):
-        load(_write(tmp_path, {**raw, "vision_config": {"hidden_size": 768}}, "vision"))
+
+
+def test_multimodal_checkpoint_loads_its_language_model(tmp_path, cli):
+    """A tiny Gemma4ForConditionalGeneration (per-layer inputs, shared K/V, a vision and an audio tower) saved: its
+    language model's logits on text through load_model, and `tfcalc params FOLDER` explains every tensor (the
+    towers' as vision_params)."""
+    import transformers
+    from hf_tiny import CASES
+
+    import tfcalc
+
+    text = transformers.Gemma4TextConfig(**CASES["gemma4_text-ple"].kwargs).to_dict()
+    vision = transformers.Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+                                             position_embedding_size=10, patch_size=4).to_dict()
+    audio = transformers.Gemma4AudioConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                           subsampling_conv_channels=[8, 4], output_proj_dims=12).to_dict()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.Gemma4Config(text_config=text, vision_config=vision, audio_config=audio)
+        config.text_config._attn_implementation = "eager"
+        hf = transformers.Gemma4ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    _scaled(hf, 7)
+    hf.save_pretrained(tmp_path)
+    ids = torch.randint(3, 61, (2, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want, got = hf(input_ids=ids).logits, tfcalc.load_model(str(tmp_path))(ids)
+    assert (want - got).abs().max() <= 1e-4 * want.abs().max()
+    data = cli("params", str(tmp_path), "--json").json()
+    checkpoint = data["checkpoint"]
+    assert checkpoint["agree"] and not checkpoint["unexplained"] and not checkpoint["misfits"]
+    language = sum(p.numel() for n, p in hf.named_parameters() if "language_model" in n)
+    # the towers' tensors in the file: their parameters and the audio tower's clipping bounds (four buffers per
+    # clipped Linear, Gemma4ClippableLinear: no parameters)
+    bounds = sum(t.numel() for n, t in hf.state_dict().items() if n.endswith(("_min", "_max")))
+    assert bounds == 40 and data["analytic_total"] == language
+    assert checkpoint["vision"] == data["vision_params"] + bounds
+    assert data["analytic_total"] + data["vision_params"] == sum(p.numel() for p in hf.parameters())
 
 
 HOSTILE = [

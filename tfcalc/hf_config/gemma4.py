@@ -32,9 +32,10 @@ the router's scales and the three norms of tfcalc.architecture.ffn, step 5).
 
 Not built, refused in one line: bidirectional attention over every token (``use_bidirectional_attention`` "all").
 
-gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower and audio tower are
-not counted: a file with a ``vision_config`` or ``audio_config`` is refused in one line (their modules are not
-described here), one without either is the language model alone.
+gemma4 (Gemma4ForConditionalGeneration): ``text_config`` is read as above; the vision tower (Gemma4VisionModel, from
+``vision_config``) and the audio tower (Gemma4AudioModel, from ``audio_config``; Gemma 4 E2B and E4B), each with the
+projection into the language model (Gemma4MultimodalEmbedder), are counted apart and named beside it
+(``vision_params``: both towers).
 """
 
 from __future__ import annotations
@@ -225,12 +226,9 @@ def _rope(r: Reader, kinds: list[str]) -> None:
 
 
 def gemma4(r: Reader) -> None:
-    """The language model of Gemma4ForConditionalGeneration; its vision and audio towers are not counted."""
+    """The language model of Gemma4ForConditionalGeneration; its vision and audio towers and their projections
+    counted apart and named beside it (``vision_params``)."""
     text, vision, audio = r.objects("text_config", "vision_config", "audio_config")
-    for key, value in (("vision_config", vision), ("audio_config", audio)):
-        if value:
-            raise r.fail(f"'{key}': Gemma 4's {key.split('_')[0]} tower is not counted by tfcalc; read the "
-                         "language model alone (its text_config as a gemma4_text config.json)")
     inner = Reader({**text, "model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"]},
                    f"{r.where} (text_config)")
     gemma4_text(inner)
@@ -239,8 +237,54 @@ def gemma4(r: Reader) -> None:
     r.fields["tie_embeddings"] = r.flag("tie_word_embeddings", True)  # Gemma4Config's, outside text_config
     if r.fields.get("dtype") is None:
         r.dtype()
+    d = r.fields["d_model"]
+    towers = 0
+    if r.raw.get("vision_config") is not None:
+        towers += vision_params(Reader({**vision, "model_type": "gemma4_vision"}, f"{r.where} (vision_config)"), d)
+    if r.raw.get("audio_config") is not None:
+        towers += audio_params(Reader({**audio, "model_type": "gemma4_audio"}, f"{r.where} (audio_config)"), d)
+    if towers:
+        r.fields["vision_params"] = towers
     if r.head({"Gemma4ForConditionalGeneration": "causal"}, "Gemma4ForConditionalGeneration") != "causal":
         raise r.fail("only Gemma4ForConditionalGeneration is supported")
+
+
+def vision_params(v: Reader, d_text: int) -> int:
+    """Gemma4VisionModel and its Gemma4MultimodalEmbedder (modeling_gemma4.py; Gemma4VisionConfig's defaults), h
+    its width, i its MLP's: a patch projection 3·p² -> h and two position tables (2, position_embedding_size, h);
+    ``num_hidden_layers`` blocks of bias-free Q (h -> H·hd), K and V (h -> G·hd), O, Q/K norms of head_dim, a gated
+    MLP h -> i -> h and four norms h wide (the V norm and clipping bounds hold no parameter); then h -> the text
+    width, bias-free (its norm has no weight)."""
+    size = v.size
+    h, i, depth = size("hidden_size", 768), size("intermediate_size", 3072), size("num_hidden_layers", 16)
+    heads, kv, hd = size("num_attention_heads", 12), size("num_key_value_heads", 12), size("head_dim", 64)
+    p, positions = size("patch_size", 16), size("position_embedding_size", 10 * 1024)
+    if v.flag("attention_bias", False):
+        raise v.fail("'attention_bias' true is not counted by tfcalc (Gemma4VisionAttention's projections are "
+                     "bias-free)")
+    block = 2 * h * heads * hd + 2 * h * kv * hd + 2 * hd + 3 * h * i + 4 * h
+    return 3 * p * p * h + 2 * positions * h + depth * block + h * d_text
+
+
+def audio_params(a: Reader, d_text: int) -> int:
+    """Gemma4AudioModel and its Gemma4MultimodalEmbedder (modeling_gemma4.py; Gemma4AudioConfig's defaults), h its
+    width: two 3×3 bias-free convolutions 1 -> c0 -> c1 with a LayerNorm (weight only) each, (c0 // 4)·c1 -> h;
+    ``num_hidden_layers`` conformer blocks, each two feed-forwards (h -> 4h -> h, two norms), attention (Q, K, V,
+    the output and the relative-position key h -> h, a per-channel scale of h / heads), a light convolution (h ->
+    2h, a depthwise kernel of conv_kernel_size, h -> h, two norms) and three norms; h -> output_proj_dims with a
+    bias; then output_proj_dims -> the text width, bias-free."""
+    size = a.size
+    h, depth, heads = size("hidden_size", 1024), size("num_hidden_layers", 12), size("num_attention_heads", 8)
+    kernel, out = size("conv_kernel_size", 5), size("output_proj_dims", 1536)
+    channels = a.get("subsampling_conv_channels", [128, 32])
+    if (not isinstance(channels, list) or len(channels) != 2
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in channels)):
+        raise a.fail(f"'subsampling_conv_channels' must be two positive integers; got {shown(channels)}")
+    c0, c1 = channels
+    subsample = 9 * c0 + c0 + 9 * c0 * c1 + c1 + (c0 // 4) * c1 * h
+    feed_forward = 8 * h * h + 2 * h
+    block = 2 * feed_forward + (5 * h * h + h // heads) + (3 * h * h + h * kernel + 2 * h) + 3 * h
+    return subsample + depth * block + h * out + out + out * d_text
 
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
