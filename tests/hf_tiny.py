@@ -317,6 +317,13 @@ CASES = {
                                  sliding_window=4, enable_moe_block=True, num_experts=8, top_k_experts=3,
                                  moe_intermediate_size=12, final_logit_softcapping=5.0,
                                  layer_types=["sliding_attention", "sliding_attention", "full_attention"])),
+    # Gemma 3n: 3 AltUp streams, LAuReL of rank 5, per-layer inputs (6 a layer, a table of 50 rows: ids past it
+    # read row 0), the last 2 of 6 layers reading K/V, activation sparsity on the first two layers
+    "gemma3n_text": Case("Gemma3nTextConfig", "Gemma3nForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=6, head_dim=8, hidden_size_per_layer_input=6,
+                              vocab_size_per_layer_input=50, sliding_window=3, num_kv_shared_layers=2, laurel_rank=5,
+                              altup_num_inputs=3, activation_sparsity_pattern=[0.95, 0.9, 0.0, 0.0, 0.0, 0.0],
+                              layer_types=["sliding_attention", "full_attention"] * 3)),
     # without attention_k_eq_v: the global layers keep V's projection and num_key_value_heads (the global K/V
     # heads are read with attention_k_eq_v only), default RoPE there with its own base
     "gemma4_text-plain": Case("Gemma4TextConfig", "Gemma4ForCausalLM",

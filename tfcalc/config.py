@@ -236,7 +236,7 @@ class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for ki
     def __post_init__(self) -> None:
         if isinstance(self.mixer_fields, list):  # from JSON (a measured run's ranks rebuild the config)
             object.__setattr__(self, "mixer_fields", tuple((k, _frozen(v)) for k, v in self.mixer_fields))
-        for name in ("dense_layers", "stored_quant_block", "rope_short_factor", "rope_long_factor"):  # YAML/JSON lists
+        for name in (n for n in list_fields() if n in self.__dataclass_fields__):  # YAML/JSON lists: tuples
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         validate(self)  # the flat fields' own rules (tfcalc.config_rules)
         # then the description, built once here: its components check their own rules (GQA's grouping, a

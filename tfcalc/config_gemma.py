@@ -15,7 +15,11 @@ Python: no torch, typer or rich here.
   from a second token table of ``per_layer_vocab`` rows (None: vocab_size) and a projection of the embeddings,
   each block adding what it makes of its own (tfcalc.architecture.per_layer);
 - ``moe_beside_mlp`` (Gemma 4's enable_moe_block): the mixture of experts runs beside the dense MLP, which is its
-  shared expert (``shared_expert_d_ff``), with the router's scales and norms of tfcalc.architecture.ffn, step 5.
+  shared expert (``shared_expert_d_ff``), with the router's scales and norms of tfcalc.architecture.ffn, step 5;
+- Gemma 3n's (tfcalc.architecture.per_layer): ``altup_inputs`` n (AltUp's streams; ``altup_correct_scale``: the
+  active corrected stream times a learned scale before the per-layer input reads it), ``laurel_rank`` (LAuReL beside
+  the attention), ``activation_sparsity`` (one share per layer: the gate's Gaussian top-k, tfcalc.architecture.ffn).
+  With AltUp the per-layer input is added to the other streams, not the active one.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class GemmaFields:
     per_layer_dim: Optional[int] = None
     per_layer_vocab: Optional[int] = None
     moe_beside_mlp: bool = False
+    altup_inputs: Optional[int] = None
+    altup_correct_scale: bool = True
+    laurel_rank: Optional[int] = None
+    activation_sparsity: Optional[tuple[float, ...]] = None
 
 
 MAX_SHARED_DEPTH = 100_000  # a stack with shared K/V is described layer by layer (tfcalc.architecture.flat)
@@ -51,6 +59,7 @@ def validate_gemma(cfg) -> None:
     if cfg.moe_beside_mlp and (cfg.n_expert is None or cfg.norm_placement != "sandwich"):
         raise ConfigError("moe_beside_mlp (Gemma 4's experts beside the MLP) needs n_expert, shared_expert_d_ff (the "
                           "MLP) and norm_placement sandwich")
+    _validate_gemma3n(cfg)
     k = cfg.kv_shared_layers
     if k is None:
         if cfg.kv_shared_d_ff is not None:
@@ -67,3 +76,19 @@ def validate_gemma(cfg) -> None:
     if cfg.kv_lora_rank is not None or cfg.cross_attention or cfg.hybrid_pattern is not None:
         raise ConfigError("kv_shared_layers is built for softmax self-attention layers (no latent attention, "
                           "cross-attention or hybrid_pattern)")
+
+
+def _validate_gemma3n(cfg) -> None:
+    if cfg.altup_inputs is not None and (cfg.altup_inputs < 2 or cfg.per_layer_dim is None
+                                         or cfg.norm_placement != "sandwich" or cfg.n_expert is not None):
+        raise ConfigError("altup_inputs (AltUp's streams) is built as Gemma 3n has it: at least 2 streams, with "
+                          "per_layer_dim, norm_placement sandwich and a dense FFN")
+    if cfg.laurel_rank is not None and cfg.altup_inputs is None:
+        raise ConfigError("laurel_rank is built with AltUp (Gemma 3n): give altup_inputs too")
+    sparsity = cfg.activation_sparsity
+    if sparsity is not None:
+        if len(sparsity) != cfg.n_layer or not all(0 <= s < 1 for s in sparsity):
+            raise ConfigError(f"activation_sparsity must give one share in [0, 1) for each of the {cfg.n_layer} "
+                              "layers")
+        if any(sparsity) and (not cfg.gated_ffn or cfg.n_expert is not None):
+            raise ConfigError("activation_sparsity applies to a dense gated FFN's gate")

@@ -43,7 +43,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
-        "swiglu_limit", "swiglu_alpha")),
+        "swiglu_limit", "swiglu_alpha", "activation_sparsity")),
     ("mixture of experts and its router (MoE, Routing)", (
         "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
         "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
@@ -51,7 +51,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
     ("norms and the block's layout (Norm, Block)", (
         "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",
-        "layer_scalar")),
+        "layer_scalar", "altup_inputs", "altup_correct_scale", "laurel_rank")),
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
     ("state-space layers and the per-layer pattern (Mamba2)", (

@@ -29,7 +29,7 @@ from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.mixer import Mixer
 from tfcalc.architecture.norm import Norm
-from tfcalc.architecture.per_layer import PerLayerGate
+from tfcalc.architecture.per_layer import AltUp, Laurel, PerLayerGate
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -51,11 +51,15 @@ class Block:
     layer_scalar: bool = False
     # its per-layer input, added after the FFN (Gemma 4's and Gemma 3n's PLE: tfcalc.architecture.per_layer)
     per_layer_input: Optional[PerLayerGate] = None
+    # Gemma 3n: the block runs on the active one of AltUp's streams, with LAuReL beside its attention
+    altup: Optional[AltUp] = None
+    laurel: Optional[Laurel] = None
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
                  residual_scale: Optional[float] = None, layer_scalar: bool = False,
-                 per_layer_input: Optional[PerLayerGate] = None, *, attention: Any = None) -> None:
+                 per_layer_input: Optional[PerLayerGate] = None, altup: Optional[AltUp] = None,
+                 laurel: Optional[Laurel] = None, *, attention: Any = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -64,7 +68,7 @@ class Block:
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
                             ("residual_scale", residual_scale), ("layer_scalar", layer_scalar),
-                            ("per_layer_input", per_layer_input)):
+                            ("per_layer_input", per_layer_input), ("altup", altup), ("laurel", laurel)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -113,7 +117,9 @@ class Block:
             return out
         out += [] if self.parallel == "shared_norm" or not before else [("ffn_norm", "FFN norm")]
         out += [("ffn_post_norm", "FFN output norm")] if after else []
-        return out + ([("ple_post_norm", "per-layer input norm")] if self.per_layer_input is not None else [])
+        out += [("ple_post_norm", "per-layer input norm")] if self.per_layer_input is not None else []
+        out += [("altup_router_norm", "AltUp router norm")] if self.altup is not None else []
+        return out + ([("laurel_norm", "LAuReL norm")] if self.laurel is not None else [])
 
     def weights(self) -> list[Weight]:
         """Every tensor of the block, in model order, named as the breakdown names them."""
@@ -128,7 +134,9 @@ class Block:
             out += norm("cross_attn_post_norm")
         ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
         out += norm("ffn_norm") + ffn + norm("ffn_post_norm")
-        return out + (self.per_layer_input.weights(self.norm) if self.per_layer_input is not None else [])
+        out += self.per_layer_input.weights(self.norm) if self.per_layer_input is not None else []
+        out += self.altup.weights(self.norm) if self.altup is not None else []
+        return out + (self.laurel.weights(self.norm) if self.laurel is not None else [])
 
     def linears(self, with_cross_kv: bool = True, step: bool = False) -> list[Linear]:
         """The block's projections and FFN matmuls (the position-mixing ones are the mixers' ``mixing``);
@@ -137,7 +145,9 @@ class Block:
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
         out += self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]
-        return out + (self.per_layer_input.linears() if self.per_layer_input is not None else [])
+        out += self.per_layer_input.linears() if self.per_layer_input is not None else []
+        out += self.altup.linears() if self.altup is not None else []
+        return out + (self.laurel.linears() if self.laurel is not None else [])
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,13 @@ class FFN:
     # false: the block has no FFN sub-layer (a Mamba2 block is its norm and mixer alone, modeling_mamba2.py
     # Mamba2Block; Nemotron-H's M and * layers): d_ff 0, no tensors, no matmuls, no norm, no residual add
     present: bool = True
+    # Gemma 3n's activation sparsity (modeling_gemma3n.py Gemma3nTextMLP._gaussian_topk): the gate's outputs below
+    # mean + std·Φ⁻¹(s) over each token's d_ff set to 0 (relu of the difference) before the activation; 0: none
+    sparsity: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.sparsity < 1 or (self.sparsity and not self.gated):
+            raise InputError(f"activation sparsity is a share in [0, 1) of a gated FFN's gate; got {self.sparsity}")
         if self.d_model < 1 or (self.d_ff < 1 if self.present else self.d_ff != 0):
             raise InputError(f"an FFN needs positive widths; got d_model {self.d_model}, d_ff {self.d_ff}")
 

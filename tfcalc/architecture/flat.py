@@ -39,7 +39,7 @@ from tfcalc.architecture.mamba2 import NoMixer, check_pattern
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, LayerKind, layer_kind, period_segments
-from tfcalc.architecture.per_layer import PerLayerGate, PerLayerInputs
+from tfcalc.architecture.per_layer import AltUp, Laurel, PerLayerGate, PerLayerInputs
 from tfcalc.errors import InputError
 
 
@@ -66,7 +66,8 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
     relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
     emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
                      cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared,
-                     cfg.embedding_multiplier, _projected(cfg), _per_layer(cfg, n_layer))
+                     cfg.embedding_multiplier, _projected(cfg), _per_layer(cfg, n_layer),
+                     AltUp(cfg.d_model, cfg.altup_inputs) if getattr(cfg, "altup_inputs", None) else None)
     return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
 
 
@@ -81,7 +82,7 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
                  if letter in cfg.hybrid_pattern}  # the same block wherever the letter is, but attention's
         return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
                                      for i, letter in enumerate(cfg.hybrid_pattern)])))
-    if getattr(cfg, "kv_shared_layers", None):  # the last layers and their sources differ: layer by layer
+    if getattr(cfg, "kv_shared_layers", None) or getattr(cfg, "activation_sparsity", None):  # layer by layer
         return _merge(list(compress([_block(cfg, norm, i, causal, cross) for i in range(n_layer)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
@@ -143,10 +144,13 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
         return Block(NoMixer(cfg.d_model), _ffn(cfg, i), norm, cfg.norm_placement, residual_scale=scale)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
-    p = getattr(cfg, "per_layer_dim", None)
+    p, mine = getattr(cfg, "per_layer_dim", None), i < cfg.n_layer  # Gemma 4's and 3n's per-layer parts
+    n, rank = getattr(cfg, "altup_inputs", None), getattr(cfg, "laurel_rank", None)
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
                  cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, cfg.layer_scalar,
-                 PerLayerGate(cfg.d_model, p, cfg.activation) if p and i < cfg.n_layer else None)
+                 PerLayerGate(cfg.d_model, p, cfg.activation) if p and mine else None,
+                 AltUp(cfg.d_model, n, cfg.altup_correct_scale) if n and mine else None,
+                 Laurel(cfg.d_model, rank) if rank and mine else None)
 
 
 def _kind(cfg: Any, i: int):
@@ -174,7 +178,9 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
         if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
             width = cfg.kv_shared_d_ff
-        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha)
+        sparsity = cfg.activation_sparsity[i] if getattr(cfg, "activation_sparsity", None) and i < cfg.n_layer else 0.0
+        return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha,
+                   sparsity=sparsity)
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None

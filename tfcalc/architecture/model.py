@@ -24,7 +24,7 @@ from tfcalc.architecture.ffn import MoE
 from tfcalc.architecture.mixer import state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
-from tfcalc.architecture.per_layer import PerLayerInputs
+from tfcalc.architecture.per_layer import AltUp, PerLayerInputs
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -49,6 +49,7 @@ class Embeddings:
     # the token table's width when not d_model, projected in by a bias-free Linear (OPT-350m's project_in)
     project_dim: Optional[int] = None
     per_layer: Optional[PerLayerInputs] = None  # Gemma 4's per-layer inputs (tfcalc.architecture.per_layer)
+    altup: Optional[AltUp] = None  # Gemma 3n's streams: their projections in and out (tfcalc.architecture.per_layer)
 
     def __post_init__(self) -> None:
         if self.positions == "learned" and self.position_rows < 1:
@@ -73,12 +74,14 @@ class Embeddings:
         if self.type_vocab_size:
             out.append(Weight("token_type_embedding", (self.type_vocab_size, d), "embeddings", "token-type embedding"))
         out += self.per_layer.weights() if self.per_layer is not None else []
+        out += self.altup.io_weights() if self.altup is not None else []
         return out + (self.norm.weights("embedding_norm", "embedding norm") if self.norm else [])
 
     def linears(self) -> list[Linear]:
         """The matmuls at the embeddings, over every token: OPT-350m's project_in, Gemma 4's per-layer projection."""
         out = [Linear("embedding_project_in", "embeddings", "embedding projection in", self.project_dim,
                       self.d_model)] if self.project_dim is not None else []
+        out += self.altup.io_linears() if self.altup is not None else []
         return out + (self.per_layer.linears() if self.per_layer is not None else [])
 
 

@@ -68,3 +68,65 @@ class PerLayerGate:
     def linears(self) -> list[Linear]:
         return [Linear("ple_gate", "ffn", "per-layer input gate", self.d_model, self.width),
                 Linear("ple_out", "ffn", "per-layer input projection", self.width, self.d_model)]
+
+
+@dataclass(frozen=True)
+class AltUp:
+    """Gemma 3n's alternating updates (Baykal et al. 2023, "AltUp", NeurIPS; modeling_gemma3n.py Gemma3nTextAltUp):
+    the residual stream is n streams of d; a block runs on the first (the active one) and the others follow.
+
+    At the embeddings, streams 1..n-1 are d -> d projections of the token embeddings (each scaled to the first's
+    RMS); at the end, each is projected back d -> d (scaled likewise) and the n averaged before the final norm
+    (``io_weights``, ``io_linears``: 2·(n-1) matrices d × d). In each block, with a router d -> n of the RMS-normed
+    active stream times 1/d, tanh'd (the modalities m): predict, every stream mixed by an n × n matrix read from m
+    (n -> n², then (n, n) @ (n, d) per token) plus itself; correct, with the router of the block's output, each
+    prediction plus (n -> n of m, plus 1) times the block's output less the active prediction; the active corrected
+    stream times a learned d-wide scale (``correct_scale``) is what the per-layer input reads."""
+
+    d_model: int
+    n: int
+    correct_scale: bool = True
+
+    def weights(self, norm) -> list[Weight]:
+        d, n = self.d_model, self.n
+        out = [Weight("altup_router_weight", (n, d), "ffn", "AltUp router"),
+               Weight("altup_prediction_weight", (n * n, n), "ffn", "AltUp prediction coefficients"),
+               Weight("altup_correction_weight", (n, n), "ffn", "AltUp correction coefficients"),
+               *norm.weights("altup_router_norm", "AltUp router norm")]
+        return out + ([Weight("altup_output_scale", (d,), "ffn", "AltUp output scale")] if self.correct_scale else [])
+
+    def linears(self) -> list[Linear]:
+        d, n = self.d_model, self.n
+        return [Linear("altup_router", "ffn", "AltUp router (predict and correct)", d, n, count=2),
+                Linear("altup_prediction", "ffn", "AltUp prediction coefficients", n, n * n),
+                Linear("altup_predict", "ffn", "AltUp prediction (n, n) @ (n, d)", n, n * d),
+                Linear("altup_correction", "ffn", "AltUp correction coefficients", n, n)]
+
+    def io_weights(self) -> list[Weight]:
+        d, k = self.d_model, self.n - 1
+        return [Weight("altup_in", (k, d, d), "embeddings", "AltUp stream projections in"),
+                Weight("altup_out", (k, d, d), "embeddings", "AltUp stream projections out")]
+
+    def io_linears(self) -> list[Linear]:
+        d, k = self.d_model, self.n - 1
+        return [Linear("altup_in", "embeddings", "AltUp stream projections in", d, d, count=k),
+                Linear("altup_out", "embeddings", "AltUp stream projections out", d, d, count=k)]
+
+
+@dataclass(frozen=True)
+class Laurel:
+    """Gemma 3n's learned augmented residual (LAuReL; modeling_gemma3n.py Gemma3nTextLaurelBlock): of the block's
+    normed input h, h + norm(right(left(h))), left d -> r and right r -> d bias-free; added to the attention's
+    residual sum, the two then times 2^-1/2."""
+
+    d_model: int
+    rank: int
+
+    def weights(self, norm) -> list[Weight]:
+        return [Weight("laurel_left_weight", (self.rank, self.d_model), "ffn", "LAuReL left"),
+                Weight("laurel_right_weight", (self.d_model, self.rank), "ffn", "LAuReL right"),
+                *norm.weights("laurel_norm", "LAuReL norm")]
+
+    def linears(self) -> list[Linear]:
+        return [Linear("laurel_left", "ffn", "LAuReL left", self.d_model, self.rank),
+                Linear("laurel_right", "ffn", "LAuReL right", self.rank, self.d_model)]

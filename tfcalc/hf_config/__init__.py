@@ -57,6 +57,8 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "gemma2": ("gemma2", "gemma2"),
     "gemma3": ("gemma3", "gemma3"),
     "gemma3_text": ("gemma3", "gemma3_text"),
+    "gemma3n": ("gemma3n", "gemma3n"),
+    "gemma3n_text": ("gemma3n", "gemma3n_text"),
     "gemma4": ("gemma4", "gemma4"),
     "gemma4_text": ("gemma4", "gemma4_text"),
     "glm4": ("glm4", "glm4"),

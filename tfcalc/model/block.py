@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from tfcalc.architecture import Block as BlockSpec
+from tfcalc.model import altup
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.model.layers import FeedForward, make_norm
 from tfcalc.model.mixers import build_mixer
@@ -46,6 +47,9 @@ class Block(nn.Module):
         # Gemma 4's per-layer input, after the FFN (tfcalc.model.per_layer; its inputs bound by the stack)
         self.ple = PerLayerGate(spec.per_layer_input, spec.norm) \
             if spec.per_layer_input is not None else None
+        # Gemma 3n: AltUp's predict and correct around the block, LAuReL beside its attention (tfcalc.model.altup)
+        self.altup = altup.AltUp(spec.altup, spec.norm) if spec.altup is not None else None
+        self.laurel = altup.Laurel(spec.laurel, spec.norm) if spec.laurel is not None else None
         if spec.layer_scalar:  # Gemma 4's layer_scalar: a buffer, as transformers keeps it (no parameter)
             self.register_buffer("layer_scalar", torch.empty(1))
 
@@ -94,6 +98,8 @@ class Block(nn.Module):
         for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots)."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
+        if self.altup is not None:  # x: AltUp's streams (B, T, n·d)
+            return altup.block_forward(self, x, rope, mask, store, rows)
         x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows)
         x = x if self.ple is None else self.ple(x)
         return x * self.layer_scalar if self.spec.layer_scalar else x  # Gemma 4: after every residual add

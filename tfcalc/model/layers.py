@@ -19,6 +19,7 @@ from tfcalc.errors import InputError
 from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.mixers import MixerModule, interleave
 from tfcalc.model.positions import apply_rope, rope_key
+from tfcalc.model.sparsity import gaussian_topk
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -188,8 +189,7 @@ class Attention(MixerModule):
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
         self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.rope_scaling)
         self.q_rows, self.gated = spec.q_rows, spec.output_gate  # Q's rows: per head [q | gate] when gated
-        # Gemma 4's global layers: V is K's projection (no V rows), each V head normed without a weight
-        self.v_from_k, self.v_rows = spec.v_from_k, 0 if spec.v_from_k else self.v_dim
+        self.v_from_k, self.v_rows = spec.v_from_k, 0 if spec.v_from_k else self.v_dim  # Gemma 4: V from K's rows
         self.v_norm = make_norm(spec.v_norm) if spec.v_norm is not None else None
         self.qkv = Linear(spec.d_model, self.q_rows + self.kv_dim + self.v_rows, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
@@ -392,6 +392,7 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
     if not spec.gated:
         return act(h)
     gate, up = h.chunk(2, dim=-1)
+    gate = gate if not spec.sparsity else gaussian_topk(gate, spec.sparsity)  # Gemma 3n (tfcalc.model.sparsity)
     if spec.swiglu_limit is None:
         return act(gate) * up
     limit = spec.swiglu_limit

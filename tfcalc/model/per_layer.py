@@ -29,6 +29,7 @@ class PerLayerInputs(nn.Module):
     def forward(self, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         B, T = idx.shape
         shape = (B, T, self.n_layer, self.width)
+        idx = torch.where((idx >= 0) & (idx < self.table.num_embeddings), idx, 0)  # Gemma 3n: past the table, row 0
         token = self.table(idx).view(shape) * math.sqrt(self.width)  # Gemma4TextScaledWordEmbedding: × √p
         context = self.norm((self.proj(x) * x.shape[-1] ** -0.5).view(shape))  # × d^-1/2, normed over p
         self.inputs = (context + token) * 2 ** -0.5
@@ -50,6 +51,10 @@ class PerLayerGate(nn.Module):
     def bind(self, inputs: PerLayerInputs, index: int) -> None:
         self.source, self.index = (inputs,), index
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def delta(self, h: torch.Tensor) -> torch.Tensor:
+        """norm(out(act(gate(h)) · input_i)): what is added (Gemma 3n adds it to AltUp's other streams)."""
         x = self.source[0].inputs[:, :, self.index]  # (B, T, p)
-        return h + self.norm(self.out(self.act(self.gate(h)) * x))
+        return self.norm(self.out(self.act(self.gate(h)) * x))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.delta(h)

@@ -18,6 +18,7 @@ from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
 from tfcalc.model import kv_shared, step
+from tfcalc.model.altup import Streams
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.layers import _ACTIVATIONS, Linear, LMHead, _embedding, make_norm, softcap
@@ -58,6 +59,7 @@ class Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         kv_shared.link(self.blocks)  # readers of another layer's K/V given their source (Gemma 4, Gemma 3n)
         self.ple_in = PerLayerInputs(emb.per_layer) if emb.per_layer is not None else None  # Gemma 4's PLE
+        self.altup_io = Streams(emb.altup) if emb.altup is not None else None  # Gemma 3n's AltUp streams
         for i, block in enumerate(self.blocks):
             if block.ple is not None:
                 block.ple.bind(self.ple_in, i)
@@ -159,7 +161,7 @@ class Stack(nn.Module):
             x = self.emb_norm(x)
         if self.ple_in is not None:  # each layer's input of these tokens, kept for the blocks (tfcalc.model.per_layer)
             self.ple_in(idx, x)
-        return x
+        return x if self.altup_io is None else self.altup_io.expand(x)  # (B, T, n·d): tfcalc.model.altup
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
@@ -187,6 +189,7 @@ class Stack(nn.Module):
         return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
+        x = x if self.altup_io is None else self.altup_io.merge(x)  # Gemma 3n: AltUp's streams back to one
         return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:

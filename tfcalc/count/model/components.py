@@ -81,6 +81,17 @@ COMPONENTS = {
     "ffn.beside.mlp_post_norm.weight": "mlp_post_norm_weight",
     "ffn.beside.moe_pre_norm.weight": "moe_pre_norm_weight",
     "ffn.beside.moe_post_norm.weight": "moe_post_norm_weight",
+    # Gemma 3n's AltUp and LAuReL (tfcalc.model.altup)
+    "altup_io.proj_in": "altup_in",
+    "altup_io.proj_out": "altup_out",
+    "altup.router_norm.weight": "altup_router_norm_weight",
+    "altup.router.weight": "altup_router_weight",
+    "altup.prediction.weight": "altup_prediction_weight",
+    "altup.correction.weight": "altup_correction_weight",
+    "altup.output_scale": "altup_output_scale",
+    "laurel.left.weight": "laurel_left_weight",
+    "laurel.right.weight": "laurel_right_weight",
+    "laurel.norm.weight": "laurel_norm_weight",
 }
 # DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")

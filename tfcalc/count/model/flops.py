@@ -155,8 +155,8 @@ def matmul_entries(
         out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder, absorbed=absorbed)
     rows = batch * queries  # OPT-350m's project_in, Gemma 4's per-layer projection: (B·T, k) @ (k, n)
     for lin in arch.output.embeddings.linears():
-        out.append(MatmulEntry(lin.name, lin.role, lin.label, (rows, lin.n_in, lin.n_out), 1, 1,
-                               2 * rows * lin.n_in * lin.n_out))
+        out.append(MatmulEntry(lin.name, lin.role, lin.label, (rows, lin.n_in, lin.n_out), lin.count, 1,
+                               2 * rows * lin.n_in * lin.n_out * lin.count))
     return out + _head_matmuls(arch.head, batch, batch * queries, "decoder" if arch.kind == "encoder-decoder" else "")
 
 
@@ -219,7 +219,7 @@ def _stack_matmuls(
         moe = block.ffn if block.is_moe else None
         linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
-            linears = [m for m in linears if m.role != "ffn"] + moe.linears(rows)
+            linears = [m for m in linears if m not in moe.linears()] + moe.linears(rows)
         # the mixer's mixing sits before its output projection, the last of its linears (tfcalc.architecture.mixer)
         out = max(0, len(block.mixer.linears(step=absorbed)) - 1)
         for i, m in enumerate(linears):
