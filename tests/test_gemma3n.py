@@ -179,3 +179,20 @@ def test_flat_fields_hostile(cli, sets, message):
     r = cli("params", "llama2-7b", "--set", sets)
     assert r.code == 2 and re.search(message, r.err), r.err
     assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["gemma3n_text", "gemma4_text-ple", "gemma4_text-moe"])
+def test_measured_flops_agree_group_by_group(saved, cli, name):
+    """`flops --measure`: FlopCounterMode on tfcalc's own module equals the analytic count in every group (AltUp's
+    and LAuReL's matmuls in the FFN's, the streams' projections and the per-layer projection in the embeddings')."""
+    _, folder = saved(name)
+    r = cli("flops", str(folder), "--seq", "10", "--measure")
+    assert r.code == 0 and "agree" in r.out and "DISAGREE" not in r.out, r.err
+
+
+def test_bench_times_an_altup_block_and_its_sub_layers(saved, cli):
+    """`bench`: block 0's attention and FFN sub-layers run on AltUp's active stream, the block on all of them."""
+    _, folder = saved("gemma3n_text")
+    r = cli("bench", str(folder), "--seq", "8", "--warmup", "0", "--repeat", "1", "--matmul-size", "64", "--json")
+    assert r.code == 0, r.err
+    assert set(r.json()["components"]) >= {"attention_s", "ffn_s"}

@@ -29,6 +29,11 @@ class Streams(nn.Module):
         self.proj_in = nn.Parameter(torch.empty(k, d, d))
         self.proj_out = nn.Parameter(torch.empty(k, d, d))
 
+    def forward(self, x: torch.Tensor, merge: bool = False) -> torch.Tensor:
+        """``expand`` (the embeddings' side), or ``merge`` (the head's): one module call either way, so that
+        FlopCounterMode counts its matmuls under it (tfcalc.measure.flops)."""
+        return self.merge(x) if merge else self.expand(x)
+
     def expand(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, T, n·d): x, then each projection of x scaled to x's RMS."""
         target = torch.mean(x ** 2, dim=-1, keepdim=True) ** 0.5
@@ -56,6 +61,10 @@ class AltUp(nn.Module):
         self.prediction = Linear(n, n * n, bias=False)
         self.correction = Linear(n, n, bias=False)
         self.output_scale = nn.Parameter(torch.empty(d)) if spec.correct_scale else None
+
+    def forward(self, streams: torch.Tensor, activated: torch.Tensor | None = None) -> torch.Tensor:
+        """``predict`` (no ``activated``) or ``correct``: one module call either way (tfcalc.measure.flops)."""
+        return self.predict(streams) if activated is None else self.correct(streams, activated)
 
     def modalities(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, T, n): tanh of the router over the normed stream times 1/d."""
@@ -93,14 +102,14 @@ def block_forward(block, x: torch.Tensor, rope, mask, store, rows) -> torch.Tens
     """A Gemma 3n block over the streams (B, T, n·d) -> (B, T, n·d) (Gemma3nTextDecoderLayer.forward)."""
     altup = block.altup
     streams = x.unflatten(-1, (altup.n, -1))  # (B, T, n, d)
-    predictions = altup.predict(streams)
+    predictions = altup(streams)  # predict
     active = predictions[..., 0, :]
     h = block.attn_norm(active)
     laurel = block.laurel(h) if block.laurel is not None else h
     attn = block.attn_post_norm(block.attn(h, rope, mask, store=store))
     mixed = (active + attn + laurel) * (1 / math.sqrt(2)) if block.laurel is not None else active + attn
     out = mixed + block.ffn_post_norm(block._ffn(rows)(block.ffn_norm(mixed)))
-    corrected = altup.correct(predictions, out)
+    corrected = altup(predictions, out)  # correct
     first = corrected[..., 0, :]
     if altup.output_scale is not None:
         first = (first.type_as(altup.output_scale) * altup.output_scale).type_as(first)

@@ -46,6 +46,10 @@ class ReaderAttention(Attention):
     def fused_rows(self) -> dict[str, int]:
         return {"q": self.q_rows}
 
+    @classmethod
+    def tp_refusal(cls, spec) -> str | None:
+        return "layers that read another layer's K/V are planned under TP, not run"
+
     def tp_localize(self, tp: int) -> None:
         interleave(self.qkv, [self.q_rows], tp)
         self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp

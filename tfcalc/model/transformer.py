@@ -161,7 +161,7 @@ class Stack(nn.Module):
             x = self.emb_norm(x)
         if self.ple_in is not None:  # each layer's input of these tokens, kept for the blocks (tfcalc.model.per_layer)
             self.ple_in(idx, x)
-        return x if self.altup_io is None else self.altup_io.expand(x)  # (B, T, n·d): tfcalc.model.altup
+        return x if self.altup_io is None else self.altup_io(x)  # (B, T, n·d): tfcalc.model.altup
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
@@ -189,7 +189,7 @@ class Stack(nn.Module):
         return out
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
-        x = x if self.altup_io is None else self.altup_io.merge(x)  # Gemma 3n: AltUp's streams back to one
+        x = x if self.altup_io is None else self.altup_io(x, merge=True)  # Gemma 3n: AltUp's streams back to one
         return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:
