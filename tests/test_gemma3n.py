@@ -196,3 +196,33 @@ def test_bench_times_an_altup_block_and_its_sub_layers(saved, cli):
     r = cli("bench", str(folder), "--seq", "8", "--warmup", "0", "--repeat", "1", "--matmul-size", "64", "--json")
     assert r.code == 0, r.err
     assert set(r.json()["components"]) >= {"attention_s", "ffn_s"}
+
+
+def full_size_flops(config_class: str, model_class: str, kwargs: dict, tmp_path, lengths=(64, 128)) -> None:
+    """FlopCounterMode over transformers' whole model at its full size on meta (eager attention: the scores over
+    the full square, tfcalc's convention), less its rotary-table matmul, equals tfcalc's forward FLOPs at each
+    length."""
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tfcalc.count.model import flops as flops_count
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = getattr(transformers, config_class)(**kwargs)
+    config._attn_implementation = "eager"
+    cfg = load(_write(tmp_path, json.loads(config.to_json_string()), config_class))
+    with torch.device("meta"):
+        hf = getattr(transformers, model_class)(config).eval()
+    for T in lengths:
+        ids = torch.zeros(1, T, dtype=torch.long, device="meta")
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            hf(ids, output_hidden_states=True)
+        rotary = sum(sum(ops.values()) for path, ops in counter.get_flop_counts().items()
+                     if path.endswith("rotary_emb"))
+        assert flops_count.forward_flops(cfg, Workload(batch=1, seq=T)) == counter.get_total_flops() - rotary
+
+
+def test_default_size_forward_flops_equal_flop_counter_mode(tmp_path):
+    """Gemma3nTextConfig's defaults: AltUp, LAuReL, per-layer inputs, 15 readers, sparsity, at 64 and 128 tokens."""
+    full_size_flops("Gemma3nTextConfig", "Gemma3nForCausalLM", {}, tmp_path)

@@ -455,3 +455,12 @@ def test_shared_kv_decode_equals_transformers_and_the_cache_holds_the_sources_on
                if t is not None and lay.is_initialized)
     # three layers keep a cache: layer 0 (ring of 3, 2 K/V heads of 8), 1 (13 positions, 1 head of 16), 2 (ring)
     assert held == counted == 2 * 4 * 2 * (2 * 3 * 2 * 8 + 13 * 16)
+
+
+def test_default_size_forward_flops_equal_flop_counter_mode(tmp_path):
+    """Gemma4TextConfig's defaults with per-layer inputs and the last 12 layers reading K/V (wide MLPs), on meta:
+    FlopCounterMode over the whole model equals tfcalc's forward FLOPs at 64 and 128 tokens (tests/test_gemma3n.py)."""
+    from test_gemma3n import full_size_flops
+
+    full_size_flops("Gemma4TextConfig", "Gemma4ForCausalLM", dict(num_kv_shared_layers=12, use_double_wide_mlp=True),
+                    tmp_path)
