@@ -464,3 +464,12 @@ def test_default_size_forward_flops_equal_flop_counter_mode(tmp_path):
 
     full_size_flops("Gemma4TextConfig", "Gemma4ForCausalLM", dict(num_kv_shared_layers=12, use_double_wide_mlp=True),
                     tmp_path)
+
+
+def test_params_names_the_per_layer_table_apart(saved, cli):
+    """`tfcalc params`: the per-layer token table counted in the model and named apart, its size as the breakdown's."""
+    _, folder = saved("gemma4_text-ple")
+    data = cli("params", str(folder), "--json").json()
+    assert data["breakdown"]["per_layer_embedding"] == 61 * 6 * 6
+    text = " ".join(cli("params", str(folder)).out.split())
+    assert f"per-layer embeddings: {61 * 6 * 6:,} of the {data['analytic_total']:,} parameters" in text
