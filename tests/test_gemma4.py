@@ -349,6 +349,8 @@ FLAT_HOSTILE = [
     ("per_layer_dim=0", "field 'per_layer_dim' must be positive"),
     ("kv_shared_layers=32", "kv_shared_layers .32. must be below n_layer .32."),
     ("kv_shared_d_ff=10", "kv_shared_d_ff is the FFN width of the layers that share K/V"),
+    ("sliding_window=8,full_attention_every=32,kv_shared_layers=1",
+     "kv_shared_layers .1.: a global layer among the last 1 has no earlier global layer"),
     ("moe_beside_mlp=true", "moe_beside_mlp .Gemma 4's experts beside the MLP. needs n_expert"),
     ("n_expert=4,n_expert_active=2,norm_placement=sandwich,moe_beside_mlp=true",
      "Gemma 4's experts beside the MLP need the MLP as the shared expert"),

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from tfcalc.architecture.patterns import layer_kind
 from tfcalc.errors import InputError as ConfigError
 
 
@@ -73,9 +74,20 @@ def validate_gemma(cfg) -> None:
     if cfg.n_layer > MAX_SHARED_DEPTH:
         raise ConfigError(f"kv_shared_layers is described layer by layer: n_layer must be at most "
                           f"{MAX_SHARED_DEPTH:,}; got {cfg.n_layer:,}")
-    if cfg.kv_lora_rank is not None or cfg.cross_attention or cfg.hybrid_pattern is not None:
+    if (cfg.kv_lora_rank is not None or cfg.cross_attention or cfg.hybrid_pattern is not None
+            or getattr(cfg, "linear_mixer", None) is not None):
         raise ConfigError("kv_shared_layers is built for softmax self-attention layers (no latent attention, "
-                          "cross-attention or hybrid_pattern)")
+                          "cross-attention, hybrid_pattern or linear_mixer)")
+    first = cfg.n_layer - k
+    readers = {layer_kind(cfg, i).local for i in range(first, cfg.n_layer)}
+    sources = set()
+    for i in range(first - 1, -1, -1):  # back from the last source, until both kinds are seen
+        sources.add(layer_kind(cfg, i).local)
+        if sources >= readers:
+            return
+    kind = "local" if (readers - sources) == {True} else "global"
+    raise ConfigError(f"kv_shared_layers ({k}): a {kind} layer among the last {k} has no earlier {kind} layer whose "
+                      "K/V it could read")
 
 
 def _validate_gemma3n(cfg) -> None:
