@@ -475,3 +475,21 @@ def test_params_names_the_per_layer_table_apart(saved, cli):
     assert data["breakdown"]["per_layer_embedding"] == 61 * 6 * 6
     text = " ".join(cli("params", str(folder)).out.split())
     assert f"per-layer embeddings: {61 * 6 * 6:,} of the {data['analytic_total']:,} parameters" in text
+
+
+TOWER_HOSTILE = [
+    ("vision_config", dict(hidden_size=0), r"\(vision_config\): 'hidden_size' must be a positive integer"),
+    ("vision_config", dict(patch_size="16"), r"\(vision_config\): 'patch_size' must be a positive integer"),
+    ("vision_config", dict(attention_bias=True), "'attention_bias' true is not counted by tfcalc"),
+    ("audio_config", dict(subsampling_conv_channels=[128]), "'subsampling_conv_channels' must be two positive"),
+    ("audio_config", dict(conv_kernel_size=-1), r"\(audio_config\): 'conv_kernel_size' must be a positive integer"),
+    ("audio_config", [1], "'audio_config' must be an object of config fields"),
+]
+
+
+@pytest.mark.parametrize("key, value, message", TOWER_HOSTILE)
+def test_hostile_towers(tmp_path, key, value, message):
+    raw = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+           "text_config": _published(num_hidden_layers=6), key: value}
+    with pytest.raises(InputError, match=message):
+        load(_write(tmp_path, raw))
