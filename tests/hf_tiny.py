@@ -301,6 +301,47 @@ CASES = {
                              no_rope_layer_interval=2, attention_chunk_size=3, floor_scale=2, attn_scale=0.3,
                              rope_parameters={"rope_type": "default", "rope_theta": 100.0})),
     "glm4": Case("Glm4Config", "Glm4ForCausalLM", dict(LLAMA_LIKE, **TOKENS, head_dim=16, partial_rotary_factor=0.5)),
+    # Gemma 4 (31B-like): global layers of 16-wide heads, one K/V head, V read from K, proportional RoPE (a
+    # quarter of the head turns), the last layer global whatever layer_types says; final soft-cap; no per-layer
+    # embeddings (hidden_size_per_layer_input 0)
+    "gemma4_text": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                        dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=4, head_dim=8, global_head_dim=16,
+                             num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
+                             sliding_window=3, final_logit_softcapping=3.0,
+                             layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                          "sliding_attention"])),
+    # Gemma 4 E2B-like: per-layer inputs (6 channels a layer from a table of the vocabulary's rows), the last 3 of
+    # 6 layers reading the K/V of layers 1 (global) and 2 (local), their MLPs twice as wide
+    "gemma4_text-ple": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=6, head_dim=8, global_head_dim=16,
+                                 hidden_size_per_layer_input=6, vocab_size_per_layer_input=V, sliding_window=3,
+                                 num_kv_shared_layers=3, use_double_wide_mlp=True,
+                                 layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                              "sliding_attention", "full_attention", "full_attention"])),
+    # Gemma 4 26B-A4B-like: 8 experts of 12, top 3, beside the MLP of 48 in every layer (their router reads the
+    # unnormed stream), global layers of 16-wide heads and V from K
+    "gemma4_text-moe": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                            dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, global_head_dim=16,
+                                 num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=0,
+                                 sliding_window=4, enable_moe_block=True, num_experts=8, top_k_experts=3,
+                                 moe_intermediate_size=12, final_logit_softcapping=5.0,
+                                 layer_types=["sliding_attention", "sliding_attention", "full_attention"])),
+    # Gemma 3n: 3 AltUp streams, LAuReL of rank 5, per-layer inputs (6 a layer, a table of 50 rows: ids past it
+    # read row 0), the last 2 of 6 layers reading K/V, activation sparsity on the first two layers
+    "gemma3n_text": Case("Gemma3nTextConfig", "Gemma3nForCausalLM",
+                         dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=6, head_dim=8, hidden_size_per_layer_input=6,
+                              vocab_size_per_layer_input=50, sliding_window=3, num_kv_shared_layers=2, laurel_rank=5,
+                              altup_num_inputs=3, activation_sparsity_pattern=[0.95, 0.9, 0.0, 0.0, 0.0, 0.0],
+                              layer_types=["sliding_attention", "full_attention"] * 3)),
+    # without attention_k_eq_v: the global layers keep V's projection and num_key_value_heads (the global K/V
+    # heads are read with attention_k_eq_v only), default RoPE there with its own base
+    "gemma4_text-plain": Case("Gemma4TextConfig", "Gemma4ForCausalLM",
+                              dict(LLAMA_LIKE, **TOKENS, num_hidden_layers=3, head_dim=8, global_head_dim=12,
+                                   num_global_key_value_heads=1, hidden_size_per_layer_input=0, sliding_window=4,
+                                   layer_types=["sliding_attention", "full_attention", "full_attention"],
+                                   rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 100.0},
+                                                    "sliding_attention": {"rope_type": "default",
+                                                                          "rope_theta": 10.0}})),
 }
 SOURCE = 7  # encoder tokens (or external states) for the cases that read them
 

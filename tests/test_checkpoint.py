@@ -200,8 +200,8 @@ def test_load_model_fills_every_parameter_or_names_what_is_missing(tmp_path):
 def test_load_model_refuses_what_changes_outputs_but_no_count(tmp_path):
     from tfcalc.model.load import load_model
 
-    proportional = {"rope_type": "proportional", "partial_rotary_factor": 0.5}
-    folder = write(tmp_path / "m", llama_tensors(), {**LLAMA, "rope_scaling": proportional})
-    with pytest.raises(ConfigError, match="rope scaling 'proportional' is not built"):
+    # proportional RoPE is built now (tests/test_hf_rope_scaling.py, tests/test_gemma4.py): GPT-2's scaling remains
+    folder = write(tmp_path / "m", llama_tensors(), {**LLAMA, "scale_attn_by_inverse_layer_idx": True})
+    with pytest.raises(ConfigError, match="'scale_attn_by_inverse_layer_idx' is not built"):
         load_model(folder)
     assert count_checkpoint(load(str(folder)), folder).agrees  # counting it is fine

@@ -136,6 +136,8 @@ def _write(tmp_path, data, name="config.json", folder="model"):
 def test_every_supported_type_is_tested():
     from test_deepseek_v4_family import TESTED_TYPES as V4  # issue 30's DeepSeek-V4
     from test_deepseek_v32 import TESTED_TYPES as SPARSE  # issue 30's DeepSeek Sparse Attention
+    from test_gemma3n import TESTED_TYPES as GEMMA3N  # issue 30's Gemma 3n
+    from test_gemma4 import TESTED_TYPES as GEMMA4  # issue 30's Gemma 4
     from test_hf_moe_more import TESTED_TYPES as MORE_MOE  # issue 30's MoE families with no new mixer
     from test_hf_patterns import TESTED_TYPES  # issue 22's per-layer families, tested there
     from test_kimi_k25 import TESTED_TYPES as KIMI_K25  # issue 30's Kimi K2.5
@@ -146,7 +148,7 @@ def test_every_supported_type_is_tested():
 
     lfm2 = {"lfm2", "lfm2_moe"}  # tests/test_hf_lfm2.py
     tested = set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) | TESTED_TYPES | lfm2 | HYBRID | SPARSE | MORE_MOE
-    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4
+    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4 | GEMMA4 | GEMMA3N
     assert tested == set(SUPPORTED_MODEL_TYPES)
 
 

@@ -29,6 +29,8 @@ def test_every_supported_type_has_a_case():
     types |= {"qwen3_5", "qwen3_5_moe"}  # vision-language: tests/test_qwen3_5.py
     types |= {"kimi_k25"}  # vision-language: tests/test_kimi_k25.py
     types |= {"mamba", "falcon_mamba", "jamba"}  # Mamba-1: tests/model/test_mamba1.py, test_jamba.py
+    types |= {"gemma4"}  # vision-language: tests/test_gemma4.py
+    types |= {"gemma3n"}  # vision-language: tests/test_gemma3n.py
     # Mamba2 families: tiny checkpoints written by transformers, loaded by load_model, logits compared in
     # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
     types |= {"mamba2", "nemotron_h", "granitemoehybrid"}

@@ -247,21 +247,23 @@ def test_dynamic_ntk_is_the_default_rope_within_the_context(tmp_path):
     assert (_logits(tfcalc.load_model(str(folder)), ids) - _logits(model, ids)).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("kind", ["proportional"])
-def test_a_scaling_the_model_does_not_build_is_counted_and_refused_by_load_model(tmp_path, kind):
+def test_proportional_on_a_llama_is_built(tmp_path):
+    """Proportional RoPE (Gemma 4's; tfcalc.architecture.rope) on a Llama: the whole head in rotate-half, half its
+    frequencies turning; counted as before and run by load_model with transformers' logits."""
+    import torch
 
     import tfcalc
     from tfcalc.count.model import params as count
-    from tfcalc.errors import InputError
 
-    extra = dict(partial_rotary_factor=0.5)  # longrope is built now (tests/test_hf_longrope.py)
     model = _build("LlamaConfig", "LlamaForCausalLM",
-                   dict(LLAMA_LIKE, rope_parameters=dict(rope_type=kind, rope_theta=100.0, **extra)))
+                   dict(LLAMA_LIKE, rope_parameters=dict(rope_type="proportional", rope_theta=100.0,
+                                                         partial_rotary_factor=0.5)))
     folder = _save(model, tmp_path)
     cfg = load(str(folder / "config.json"))
-    assert cfg.rope_scaling is None and count.total(cfg) == sum(p.numel() for p in model.parameters())
-    with pytest.raises(InputError, match=f"rope scaling '{kind}' is not built"):
-        tfcalc.load_model(str(folder))
+    assert (cfg.rope_scaling, cfg.rope_proportion, cfg.rope_fraction) == ("proportional", 0.5, 1.0)
+    assert count.total(cfg) == sum(p.numel() for p in model.parameters())
+    ids = torch.randint(0, V, (2, 32), generator=torch.Generator().manual_seed(5))
+    assert (_logits(tfcalc.load_model(str(folder)), ids) - _logits(model, ids)).abs().max() <= 1e-4
 
 
 def test_each_preset_states_its_checkpoints_scaling():

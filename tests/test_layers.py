@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tfcalc"
 RANKS = {
     "tfcalc.errors": 0, "tfcalc.units": 0, "tfcalc.amounts": 0, "tfcalc.name_lists": 0,
     "tfcalc.reading": 0, "tfcalc.writing": 0, "tfcalc.config_rules": 0, "tfcalc.config_moe": 0,
-    "tfcalc.config_latent": 0, "tfcalc.config_derived": 0, "tfcalc.config_layers": 0,
+    "tfcalc.config_latent": 0, "tfcalc.config_derived": 0, "tfcalc.config_layers": 0, "tfcalc.config_gemma": 0,
     "tfcalc.config_quant": 0, "tfcalc.config_rope": 0,
     "tfcalc.architecture": 0,  # the description: below config, which builds it (imports tfcalc.errors only)
     "tfcalc.yaml_load": 1, "tfcalc.config": 1, "tfcalc.config_copies": 1,
@@ -29,7 +29,8 @@ PURE = ("tfcalc.errors", "tfcalc.amounts", "tfcalc.name_lists",
         "tfcalc.architecture", "tfcalc.units", "tfcalc.reading", "tfcalc.writing", "tfcalc.yaml_load",
         "tfcalc.config_rules", "tfcalc.config_moe", "tfcalc.config_latent", "tfcalc.config_derived",
         "tfcalc.config_quant", "tfcalc.config_rope",
-        "tfcalc.config_layers", "tfcalc.config", "tfcalc.config_copies", "tfcalc.config_groups", "tfcalc.devices",
+        "tfcalc.config_layers", "tfcalc.config_gemma", "tfcalc.config", "tfcalc.config_copies",
+        "tfcalc.config_groups", "tfcalc.devices",
         "tfcalc.device_constants", "tfcalc.workload",
         "tfcalc.hf_config",
         "tfcalc.hub_cache", "tfcalc.presets", "tfcalc.count", "tfcalc.checkpoint")

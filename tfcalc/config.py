@@ -1,6 +1,5 @@
 """ModelConfig: the flat front end users write (YAML fields, --set keys, Hugging Face mappers), and
-``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds
-over.
+``cfg.architecture``, the per-layer description (tfcalc.architecture) it builds once and every count folds over.
 
 Pure Python: no torch, typer or rich here, so counting never pays for importing them.
 
@@ -53,6 +52,7 @@ from typing import Any, Literal, Optional
 from tfcalc.architecture import Architecture, kinds as mixer_kinds
 from tfcalc.architecture.flat import build as build_architecture
 from tfcalc.config_derived import DerivedSizes
+from tfcalc.config_gemma import GemmaFields
 from tfcalc.config_layers import PerLayerViews
 from tfcalc.config_quant import validate_stored_groups
 from tfcalc.config_rules import (
@@ -82,7 +82,7 @@ def _frozen(value: Any) -> Any:
 # The built-in mixer kinds' fields (softmax and latent attention, registered as tfcalc.architecture is imported)
 # are this dataclass's own by inheritance: each kind's frozen dataclass of fields is a base, read from the registry
 @dataclass(frozen=True)
-class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_kinds.kinds())):
+class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for kind in mixer_kinds.kinds())):
     # --- shapes every config must give ---
     n_layer: int
     d_model: int
@@ -193,7 +193,7 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     router_score_bias: bool = False  # e_score_correction_bias (a buffer, no parameter)
     mtp_layers: int = 0  # multi-token prediction modules, counted beside the model
     # --- RoPE scaling (tfcalc.config_rope, tfcalc.architecture.rope): no count changes, the model's tables do ---
-    rope_scaling: Optional[Literal["yarn", "linear", "llama3", "longrope"]] = None
+    rope_scaling: Optional[Literal["yarn", "linear", "llama3", "longrope", "proportional"]] = None
     rope_scaling_factor: Optional[float] = None
     rope_original_max_seq_len: Optional[int] = None  # yarn, llama3, longrope: the context trained on
     rope_short_factor: Optional[tuple[float, ...]] = None  # longrope: one per frequency, within the original
@@ -236,7 +236,7 @@ class ModelConfig(PerLayerViews, DerivedSizes, *(kind.fields for kind in mixer_k
     def __post_init__(self) -> None:
         if isinstance(self.mixer_fields, list):  # from JSON (a measured run's ranks rebuild the config)
             object.__setattr__(self, "mixer_fields", tuple((k, _frozen(v)) for k, v in self.mixer_fields))
-        for name in list_fields():  # YAML/JSON lists of the tuple fields, a mixer kind's too (Falcon-H1's multipliers)
+        for name in (n for n in list_fields() if n in self.__dataclass_fields__):  # YAML/JSON lists: tuples
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         validate(self)  # the flat fields' own rules (tfcalc.config_rules)
         # then the description, built once here: its components check their own rules (GQA's grouping, a

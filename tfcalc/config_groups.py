@@ -19,14 +19,15 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embeddings and positions (Embeddings)", (
         "vocab_size", "max_seq_len", "pos_encoding", "position_offset", "type_vocab_size", "embedding_norm",
         "embedding_scale", "embedding_multiplier", "embedding_dim", "tie_encoder_embedding", "rel_pos_buckets",
-        "rel_pos_max_distance")),
+        "rel_pos_max_distance", "per_layer_dim", "per_layer_vocab")),
     ("attention (Attention)", (
         "n_head", "n_kv_head", "d_head", "attn_bias", "attn_out_bias", "qk_norm", "qk_norm_over", "qk_norm_per_head",
         "qk_l2_norm", "rope_theta", "rope_fraction", "attn_scale", "attn_softcap", "attn_sinks", "cross_attention",
-        "local_n_kv_head", "attn_sinks_local", "attn_v_head_dim")),
+        "local_n_kv_head", "attn_sinks_local", "attn_v_head_dim", "global_d_head", "global_n_kv_head",
+        "global_v_from_k", "v_norm")),
     ("attention per layer: windows, chunks, NoPE (tfcalc.architecture.patterns)", (
         "sliding_window", "attention_chunk_size", "full_attention_every", "rope_local_theta", "nope_every",
-        "layer_pattern", "attn_temperature_floor", "attn_temperature_scale")),
+        "layer_pattern", "attn_temperature_floor", "attn_temperature_scale", "kv_shared_layers", "kv_shared_d_ff")),
     ("short gated convolution in the layer_pattern's conv layers (ShortConv)", ("conv_kernel", "conv_bias")),
     ("lightning attention in the layer_pattern's lightning layers (Lightning)", ("lightning_block_size",)),
     ("DeepSeek-V4: compressed attention in swa, csa, hca layers, hyper-connections, hash-routed experts "
@@ -43,22 +44,22 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",
-        "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim", "yarn_attention_factor",
-        "yarn_truncate")),
+        "rope_proportion", "yarn_beta_fast", "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim",
+        "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
-        "swiglu_limit", "swiglu_alpha")),
+        "swiglu_limit", "swiglu_alpha", "activation_sparsity")),
     ("mixture of experts and its router (MoE, Routing)", (
         "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
         "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
-        "shared_expert_gate", "expert_capacity_factor", "expert_format")),
+        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp")),
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
     ("norms and the block's layout (Norm, Block)", (
         "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",
-        "residual_alpha")),
+        "residual_alpha", "layer_scalar", "altup_inputs", "altup_correct_scale", "laurel_rank")),
     ("head (Head)", ("lm_head", "tie_embeddings", "lm_head_bias", "lm_head_transform", "pooler", "logit_softcap",
                      "logit_scale")),
     ("state-space layers and the per-layer pattern (Mamba2)", (

@@ -9,6 +9,8 @@ one ConfigError line naming the field.
 - longrope (Phi-3's; transformers' _compute_longrope_parameters): ``rope_scaling_factor`` (the file's factor,
   else max_position_embeddings / original), ``rope_original_max_seq_len``, and ``rope_short_factor`` and
   ``rope_long_factor``: one positive number per rotated frequency (rotated channels / 2) each;
+- proportional (Gemma 4's global layers; _compute_proportional_rope_parameters): ``rope_proportion`` in (0, 1],
+  the share of the whole head's rotate-half frequencies that turn (the rest stand still), and the factor;
 - ``rope_scaling_layers``: ``all`` (default) or ``full``, the global layers only (Gemma 3's linear ×8 and
   OLMo 3's YaRN: rope_parameters nested by layer type, full_attention's); the local layers rotate unscaled.
 """
@@ -24,12 +26,13 @@ _OWN = {
     "linear": (),
     "llama3": ("rope_original_max_seq_len", "rope_low_freq_factor", "rope_high_freq_factor"),
     "longrope": ("rope_original_max_seq_len", "rope_short_factor", "rope_long_factor"),
+    "proportional": ("rope_proportion",),
 }
 _REQUIRED = {"yarn": ("rope_original_max_seq_len",), "linear": (),
              "llama3": ("rope_original_max_seq_len", "rope_low_freq_factor", "rope_high_freq_factor"),
-             "longrope": _OWN["longrope"]}
+             "longrope": _OWN["longrope"], "proportional": _OWN["proportional"]}
 SCALING_FIELDS = ("rope_scaling_factor", "rope_scaling_layers",
-                  *dict.fromkeys(_OWN["yarn"] + _OWN["llama3"] + _OWN["longrope"]))
+                  *dict.fromkeys(_OWN["yarn"] + _OWN["llama3"] + _OWN["longrope"] + _OWN["proportional"]))
 
 
 def validate_rope_scaling(cfg) -> None:
@@ -38,7 +41,8 @@ def validate_rope_scaling(cfg) -> None:
     if kind is None:
         for name in SCALING_FIELDS:
             if getattr(cfg, name) is not None:
-                raise ConfigError(f"{name} applies with rope_scaling only (yarn, linear, llama3 or longrope)")
+                raise ConfigError(f"{name} applies with rope_scaling only (yarn, linear, llama3, longrope or "
+                                  "proportional)")
         return
     if cfg.pos_encoding != "rope":
         raise ConfigError(f"rope_scaling applies to pos_encoding rope only (pos_encoding is {cfg.pos_encoding})")
@@ -53,6 +57,11 @@ def validate_rope_scaling(cfg) -> None:
                           f"({cfg.rope_high_freq_factor})")
     if kind == "longrope":
         _check_longrope(cfg)
+    if kind == "proportional" and not (0 < cfg.rope_proportion <= 1 and cfg.rope_scaling_factor > 0):
+        raise ConfigError(f"rope_scaling proportional needs rope_proportion in (0, 1] and a positive "
+                          f"rope_scaling_factor; got {cfg.rope_proportion} and {cfg.rope_scaling_factor}")
+    if kind == "proportional" and cfg.rope_fraction != 1.0:
+        raise ConfigError("rope_scaling proportional turns part of a whole head: give rope_fraction 1 with it")
     if cfg.kv_lora_rank is not None and (kind != "yarn" or cfg.rope_scaling_layers not in (None, "all")):
         raise ConfigError(f"latent attention (kv_lora_rank) builds rope_scaling yarn on every layer only; got "
                           f"{kind}{'' if cfg.rope_scaling_layers is None else ' on ' + cfg.rope_scaling_layers}")

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union
 
 from tfcalc import config_latent as latent
 from tfcalc.architecture import kinds as mixer_kinds
+from tfcalc.config_gemma import validate_gemma
 from tfcalc.config_moe import validate_moe_extras
 from tfcalc.config_quant import validate_stored_quant
 from tfcalc.config_rope import validate_rope_scaling
@@ -230,6 +231,7 @@ def validate(cfg) -> None:
             kind.check(cfg)
     latent.validate_latent(cfg)
     validate_rope_scaling(cfg)
+    validate_gemma(cfg)
     if cfg.d_ff is not None and (cfg.ffn_dim_multiplier is not None or cfg.ffn_multiple_of != 1):
         raise ConfigError(
             "give either d_ff or its derivation (ffn_dim_multiplier, ffn_multiple_of), not both"

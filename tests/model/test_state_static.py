@@ -66,6 +66,20 @@ KINDS = {
                             layer_pattern="swa, csa, hca", attn_q_lora_rank=12, o_groups=2, o_lora_rank=6, csa_ratio=2,
                             hca_ratio=4, csa_index_topk=2, csa_index_heads=32, csa_index_head_dim=8,
                             hyper_connections=2),
+    # Gemma 4: global layers of wider heads with V from K and proportional RoPE, weightless V norms, layer scalars,
+    # per-layer inputs, the last 2 layers reading K/V (the global one past a ring-less source, the local one a ring)
+    "gemma4-shared-ple": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, sliding_window=4, full_attention_every=2,
+                              qk_norm=True, v_norm=True, global_d_head=16, global_n_kv_head=1, global_v_from_k=True,
+                              layer_scalar=True, rope_scaling="proportional", rope_scaling_factor=1.0,
+                              rope_proportion=0.25, rope_scaling_layers="full", kv_shared_layers=2, per_layer_dim=4,
+                              norm_placement="sandwich"),
+    # Gemma 4's experts beside the MLP (the router on the unnormed stream)
+    "gemma4-moe-beside": dict(ROPE, n_expert=4, n_expert_active=2, shared_expert_d_ff=16, moe_beside_mlp=True,
+                              norm_placement="sandwich", sliding_window=4, full_attention_every=2),
+    # Gemma 3n: AltUp's 3 streams carried through every step, LAuReL, the sparsity, shared K/V
+    "gemma3n-altup": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, sliding_window=4, full_attention_every=2,
+                          qk_norm=True, v_norm=True, per_layer_dim=4, altup_inputs=3, laurel_rank=4,
+                          kv_shared_layers=2, activation_sparsity=(0.9, 0.0, 0.0, 0.0), norm_placement="sandwich"),
 }
 PROMPT, NEW = 3, 12  # positions 0 .. 14: one bucket (min(16, 15)), every ring wrapped
 

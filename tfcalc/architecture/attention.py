@@ -18,7 +18,15 @@ key/value heads each serving H / G query heads.
    K, G·h wide;
 5. attention sinks (gpt-oss, modeling_gpt_oss.py ``sinks``): one learned logit per query head;
 6. an output gate (Qwen3-Next, modeling_qwen3_next.py Qwen3NextAttention): Q's projection is 2·H·h wide,
-   each head's h queries then its h gates; the attention output times sigmoid(gate) before O.
+   each head's h queries then its h gates; the attention output times sigmoid(gate) before O;
+7. V from K's projection (Gemma 4's global layers, attention_k_eq_v, modeling_gemma4.py Gemma4TextAttention): no
+   V weight and no V projection; V is K's projection before K's norm and RoPE, so both are still cached; and a
+   norm over each V head without a weight (Gemma 4's v_norm), h_v wide;
+8. K and V shared across layers (Gemma 4's and Gemma 3n's num_kv_shared_layers, modeling_gemma4.py
+   kv_sharing_modes): a ``reader`` layer has no K or V projection, no K norm and no cache of its own: it attends
+   over the K and V of the last earlier ``source`` layer of its own kind (local or global), the very tensors that
+   layer attends over (at a decode step, its cache's span). The reader's score matmuls read the source's cache
+   again; its state is nothing.
 
 Both answer the token-mixer protocol (tfcalc.architecture.mixer): ``weights``, ``linears``, ``mixing`` (step 2
 as the score matmuls of one sequence, full square and causal), ``state`` (step 3: K and V growing with the
@@ -108,6 +116,9 @@ class Attention:
     # step 6: the attention output times sigmoid(gate), the gate H·h more rows of Q's projection, per head
     # [q | gate] (Qwen3NextAttention, modeling_qwen3_next.py: q_proj is 2·H·h wide), before O
     output_gate: bool = False
+    v_from_k: bool = False  # step 7: V is K's projection (no V weight)
+    v_norm: Optional[Norm] = None  # step 7: each V head normed (Gemma 4: RMS, no weight)
+    kv_share: Optional[Literal["source", "reader"]] = None  # step 8: its K/V read by later layers, or theirs read
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_head", "n_kv_head", "head_dim"):
@@ -126,6 +137,12 @@ class Attention:
             raise InputError("qk_norm_whole says how wide the Q/K norms are: it needs Q/K norms")
         if self.rope_theta is None and (self.rope_dim or self.rope_scaling is not None):
             raise InputError("rope_dim and rope scaling need a rotary base (rope_theta)")
+        if self.kv_share is not None and (self.kind != "self" or self.output_gate or self.qk_norm_whole
+                                          or self.qk_norm_heads or self.qk_norm_after_rope or self.temperature):
+            raise InputError("K/V shared across layers is built for self-attention with Q/K norms per head (Gemma "
+                             "4's), without output gates or attention temperatures")
+        if self.v_from_k and (self.v_dim != self.head_dim or self.kind != "self"):
+            raise InputError("V read from K's projection needs self-attention with V heads as wide as K's")
         if self.rope_dim % 2 or self.rope_dim > self.head_dim:
             raise InputError(f"rope rotates pairs of a head's channels: rope_dim ({self.rope_dim}) must be even "
                              f"and at most d_head ({self.head_dim})")
@@ -164,7 +181,9 @@ class Attention:
         # self-attention stores [Q | K | V] as one tensor, cross-attention Q alone and [K | V] (encoder side)
         fused = {"q": "qkv", "k": "qkv", "v": "qkv"} if self.kind == "self" else {"q": None, "k": "kv", "v": "kv"}
         out: list[Weight] = []
-        for part, width in (("q", self.q_rows), ("k", self.k_width), ("v", self.v_width)):
+        parts = (("q", self.q_rows), ("k", self.k_width)) + (() if self.v_from_k else (("v", self.v_width),))
+        parts = parts[:1] if self.reader else parts  # step 8: a reader projects Q alone
+        for part, width in parts:
             name = f"{label} {part.upper()}{' and output gate' if part == 'q' and self.output_gate else ''}"
             out.append(Weight(f"{part}_weight", (width, d), role, f"{name} weight", "rows", fused[part]))
             if self.qkv_bias:
@@ -179,7 +198,8 @@ class Attention:
                     for w in self.qk_norm.weights("norm", "norm")]
         elif self.qk_norm is not None:
             q_norm, k_norm = self.qk_norms()
-            out += q_norm.weights("q_norm", f"{label} Q norm") + k_norm.weights("k_norm", f"{label} K norm")
+            out += q_norm.weights("q_norm", f"{label} Q norm")
+            out += [] if self.reader else k_norm.weights("k_norm", f"{label} K norm")
         if self.sinks:
             out.append(Weight("sinks", (self.n_head,), role, f"{label} sinks", "rows"))
         return out
@@ -200,9 +220,10 @@ class Attention:
         kv_rows, kv_note = ("tokens", "") if self.kind == "self" else ("sources", " (encoder output)")
         gate = " and output gate" if self.output_gate else ""
         out = [Linear("q", role, f"{label}Q projection{gate}", self.d_model, self.q_rows)]
-        if with_kv or self.kind == "self":
+        if (with_kv or self.kind == "self") and not self.reader:
             out.append(Linear("k", role, f"{label}K projection{kv_note}", self.d_model, self.k_width, kv_rows))
-            out.append(Linear("v", role, f"{label}V projection{kv_note}", self.d_model, self.v_width, kv_rows))
+            if not self.v_from_k:  # step 7: V is K's projection
+                out.append(Linear("v", role, f"{label}V projection{kv_note}", self.d_model, self.v_width, kv_rows))
         return out + [Linear("o", role, f"{label}O projection", self.out_width, self.d_model)]
 
     def score_dims(self) -> tuple[int, int, int]:
@@ -210,9 +231,14 @@ class Attention:
         (h, Tk) and (Tq, Tk) @ (Tk, h_v)."""
         return self.n_head, self.head_dim, self.v_dim
 
+    @property
+    def reader(self) -> bool:
+        """Step 8: it reads another layer's K and V (no K/V projection, no cache of its own)."""
+        return self.kv_share == "reader"
+
     def kv_elements(self) -> int:
-        """K and V elements cached per layer and position (step 3)."""
-        return self.k_width + self.v_width
+        """K and V elements cached per layer and position (step 3); a reader's: none (step 8)."""
+        return 0 if self.reader else self.k_width + self.v_width
 
     def kv_positions(self, context: int, spare: int = 0) -> int:
         """Positions this layer's cache keeps at a context of this many tokens (step 3); a ring with ``spare``
@@ -236,16 +262,21 @@ class Attention:
         out = [Elementwise("softmax", "softmax (full square)", scores)]
         if self.softcap is not None:
             out.append(Elementwise("softcap", "score soft-capping", scores))
+        k_width, kv_heads = (0, 0) if self.reader else (self.k_width, self.n_kv_head)  # step 8: Q's alone
         if self.qk_norm is not None:
-            out.append(Elementwise("qk_norm", f"Q/K {self.qk_norm.kind}", queries * (self.q_width + self.k_width),
+            out.append(Elementwise("qk_norm", f"Q/K {self.qk_norm.kind}", queries * (self.q_width + k_width),
                                    self.qk_norm))
+        if self.v_norm is not None and not self.reader:
+            # priced as the Q/K norms are (tfcalc.count.model.non_matmul)
+            out.append(Elementwise("qk_norm", f"V {self.v_norm.kind}", queries * self.v_width, self.v_norm))
         if self.rope_theta is not None:  # a NoPE layer rotates nothing
-            out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + self.n_kv_head) * self.rope_dim))
+            out.append(Elementwise("rope", "RoPE on Q and K", queries * (self.n_head + kv_heads) * self.rope_dim))
         if self.output_gate:  # sigmoid (3 FLOPs: exp, add, divide) and the product (1) per output element
             out.append(Elementwise("output_gate", "output gate sigmoid·product", queries * self.out_width,
                                    per_element=4))
         kv_rows = queries if self.kind == "self" else keys
-        bias = (queries * self.q_rows + kv_rows * (self.k_width + self.v_width) if self.qkv_bias else 0) + (
+        kv_bias = 0 if self.reader else self.k_width + (0 if self.v_from_k else self.v_width)
+        bias = (queries * self.q_rows + kv_rows * kv_bias if self.qkv_bias else 0) + (
             queries * self.d_model if self.o_bias else 0)
         return out + ([Elementwise("bias", "bias adds", bias)] if bias else [])
 
@@ -285,14 +316,15 @@ class Attention:
         if self.kind == "cross":
             return [EagerOp("moves", "qkv", 0, 2 * tokens * (self.k_width + self.v_width), 0, 1),
                     EagerOp("bias_linears", "bias", 2 * int(self.qkv_bias) + int(self.o_bias))]
-        out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + self.k_width + self.v_width), 0, 1)]
+        k, v, kv_heads = (0, 0, 0) if self.reader else (self.k_width, self.v_width, self.n_kv_head)  # step 8
+        out = [EagerOp("moves", "qkv", 0, 2 * tokens * (self.q_width + k + v), 0, 1)]
         if self.qk_norm_whole and self.qk_norm is not None:
             out += [EagerOp("norm", "qk_norm", tokens * qk.width, norm=qk) for qk in self.qk_norms()]
         elif self.qk_norm is not None:
-            out.append(EagerOp("norm", "qk_norm", tokens * (self.q_width + self.k_width), norm=self.qk_norm,
+            out.append(EagerOp("norm", "qk_norm", tokens * (self.q_width + k), norm=self.qk_norm,
                                kernel_factor=2))
         if self.rope_theta is not None:
-            heads = tokens * (self.n_head + self.n_kv_head)
+            heads = tokens * (self.n_head + kv_heads)
             out.append(EagerOp("rope", "rope", heads * self.rope_dim))
             if self.rope_dim < self.head_dim:
                 out.append(EagerOp("moves", "rope", 2 * heads * self.head_dim, 6 * heads * self.head_dim, 2, 6))
@@ -302,8 +334,10 @@ class Attention:
         """Step 3: K and V of each position kept, in the cache dtype; a window of W keeps a ring of W slots, a
         chunk of C one chunk of C (the fixed-shape state tfcalc.model.attention_state allocates: a decode step
         writes its own K and V into the ring, then attends over it; transformers' StaticSlidingWindowLayer
-        allocates the same W)."""
+        allocates the same W). A reader holds none: it reads its source's (step 8)."""
         span = self.chunk if self.chunk is not None else self.window
+        if self.reader:
+            return []
         return [StateTensor("k", self.k_width, span=span, shape=(self.n_kv_head, self.head_dim)),
                 StateTensor("v", self.v_width, span=span, shape=(self.n_kv_head, self.v_dim))]
 
@@ -331,6 +365,8 @@ class Attention:
     @property
     def module(self) -> str:
         """The torch module that runs it (resolved by tfcalc.model.mixers, so no torch here)."""
+        if self.reader:  # step 8
+            return "tfcalc.model.kv_shared:ReaderAttention"
         return "tfcalc.model.layers:CrossAttention" if self.kind == "cross" else "tfcalc.model.layers:Attention"
 
     def state_tensors(self) -> tuple[tuple[str, int, int], ...]:

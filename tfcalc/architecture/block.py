@@ -40,6 +40,7 @@ from tfcalc.architecture.attention import Attention
 from tfcalc.architecture.ffn import FFN, MoE
 from tfcalc.architecture.mixer import Mixer, role_of
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.per_layer import AltUp, Laurel, PerLayerGate
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -75,11 +76,21 @@ class Block:
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
     residual_alpha: Optional[float] = None  # the residual times this before the add (MiniMax-01's alpha factors)
     hyper: Optional[Hyper] = None  # hyper-connections (DeepSeek-V4's; module docstring); None: one residual stream
+    # the block's output, residual stream included, times a scalar of its own: Gemma 4's layer_scalar
+    # (modeling_gemma4.py, Gemma4TextDecoderLayer), a buffer in the checkpoint, no parameter; one multiply
+    layer_scalar: bool = False
+    # its per-layer input, added after the FFN (Gemma 4's and Gemma 3n's PLE: tfcalc.architecture.per_layer)
+    per_layer_input: Optional[PerLayerGate] = None
+    # Gemma 3n: the block runs on the active one of AltUp's streams, with LAuReL beside its attention
+    altup: Optional[AltUp] = None
+    laurel: Optional[Laurel] = None
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
                  residual_scale: Optional[float] = None, hyper: Optional[Hyper] = None, *, attention: Any = None,
-                 residual_alpha: Optional[float] = None) -> None:
+                 residual_alpha: Optional[float] = None, layer_scalar: bool = False,
+                 per_layer_input: Optional[PerLayerGate] = None, altup: Optional[AltUp] = None,
+                 laurel: Optional[Laurel] = None) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -87,7 +98,9 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale), ("hyper", hyper), ("residual_alpha", residual_alpha)):
+                            ("residual_scale", residual_scale), ("hyper", hyper), ("residual_alpha", residual_alpha),
+                            ("layer_scalar", layer_scalar), ("per_layer_input", per_layer_input), ("altup", altup),
+                            ("laurel", laurel)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -142,7 +155,10 @@ class Block:
         if not self.is_moe and self.ffn.absent:  # a block of its mixer alone (Mamba2): no FFN norm
             return out
         out += [] if self.parallel == "shared_norm" or not before else [("ffn_norm", "FFN norm")]
-        return out + ([("ffn_post_norm", "FFN output norm")] if after else [])
+        out += [("ffn_post_norm", "FFN output norm")] if after else []
+        out += [("ple_post_norm", "per-layer input norm")] if self.per_layer_input is not None else []
+        out += [("altup_router_norm", "AltUp router norm")] if self.altup is not None else []
+        return out + ([("laurel_norm", "LAuReL norm")] if self.laurel is not None else [])
 
     def weights(self) -> list[Weight]:
         """Every tensor of the block, in model order, named as the breakdown names them."""
@@ -160,7 +176,10 @@ class Block:
             out += norm("cross_attn_norm") + [w.named("cross_attn_") for w in self.cross_attention.weights()]
             out += norm("cross_attn_post_norm")
         ffn = self.ffn.weights() if self.is_moe else [w.named("ffn_") for w in self.ffn.weights()]
-        return out + self.hyper_weights("ffn", "ffn") + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+        out += self.hyper_weights("ffn", "ffn") + norm("ffn_norm") + ffn + norm("ffn_post_norm")
+        out += self.per_layer_input.weights(self.norm) if self.per_layer_input is not None else []
+        out += self.altup.weights(self.norm) if self.altup is not None else []
+        return out + (self.laurel.weights(self.norm) if self.laurel is not None else [])
 
     def hyper_weights(self, sub: str, role: str) -> list[Weight]:
         """A sub-layer's hyper-connection tensors (module docstring), none without ``hyper``."""
@@ -190,8 +209,11 @@ class Block:
         out = out + self.hyper_linears("attn", "attention_proj")
         if self.cross_attention is not None:
             out += [m.named("cross_attn_") for m in self.cross_attention.linears(with_cross_kv)]
-        ffn = self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]
-        return out + ffn + self.hyper_linears("ffn", "ffn")
+        out += self.ffn.linears() if self.is_moe else [m.named("ffn_") for m in self.ffn.linears()]
+        out += self.hyper_linears("ffn", "ffn")
+        out += self.per_layer_input.linears() if self.per_layer_input is not None else []
+        out += self.altup.linears() if self.altup is not None else []
+        return out + (self.laurel.linears() if self.laurel is not None else [])
 
 
 @dataclass(frozen=True)

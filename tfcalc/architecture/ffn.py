@@ -16,6 +16,13 @@
    ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
    the same matmuls as any gated FFN. With L and no a: DeepSeek-V4's, silu(min(gate, L)) · clamp(up, -L, L)
    (modeling_deepseek_v4.py, DeepseekV4MLP and DeepseekV4Experts._apply_gate).
+   the same matmuls as any gated FFN;
+5. Gemma 4's experts beside its MLP (``beside_mlp``; modeling_gemma4.py Gemma4TextDecoderLayer, enable_moe_block):
+   the shared FFN is the dense MLP, on the block's normed input, its output normed (mlp_post_norm); the router
+   reads the block's input before its norm: RMS-normed without a weight, times a learned ``router_scale`` (d) and
+   d^-1/2, then d -> E, a softmax over all E, the top k renormalized, each times its expert's learned
+   ``per_expert_scale`` (E); the experts read the input through a norm of their own (moe_pre_norm) and their sum
+   is normed (moe_post_norm); the two outputs are added before the block's FFN output norm.
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, Optional
 
+from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.routing import Routing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -49,8 +57,13 @@ class FFN:
     # (gate, down): the gate projection's output times the first before the activation, the FFN's output times the
     # second (Falcon-H1's muP mlp_multipliers, modeling_falcon_h1.py FalconH1MLP); None: no multiply
     multipliers: Optional[tuple[float, ...]] = None
+    # Gemma 3n's activation sparsity (modeling_gemma3n.py Gemma3nTextMLP._gaussian_topk): the gate's outputs below
+    # mean + std·Φ⁻¹(s) over each token's d_ff set to 0 (relu of the difference) before the activation; 0: none
+    sparsity: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.sparsity < 1 or (self.sparsity and not self.gated):
+            raise InputError(f"activation sparsity is a share in [0, 1) of a gated FFN's gate; got {self.sparsity}")
         if self.d_model < 1 or (self.d_ff < 1 if self.present else self.d_ff != 0):
             raise InputError(f"an FFN needs positive widths; got d_model {self.d_model}, d_ff {self.d_ff}")
 
@@ -90,6 +103,11 @@ class FFN:
                       Linear("down", "ffn", f"{label} down", f, d, rows)]
 
 
+# step 5's norms, each d wide: the MLP's output, the experts' input and their output
+BESIDE_NORMS = (("mlp_post_norm", "MLP output norm"), ("moe_pre_norm", "experts' input norm"),
+                ("moe_post_norm", "experts' output norm"))
+
+
 @dataclass(frozen=True)
 class MoE:
     expert: FFN  # every routed expert has this shape
@@ -110,8 +128,14 @@ class MoE:
     # a parameter, stored in checkpoints); the router's scores still weigh them. 0: learned top-k routing; else
     # the vocabulary the table covers
     hash_vocab: int = 0
+    # step 5 (Gemma 4): the shared FFN is the MLP, with the router's scales and three norms of this kind (d wide)
+    beside_mlp: Optional[Norm] = None
 
     def __post_init__(self) -> None:
+        if self.beside_mlp is not None and (self.shared is None or self.shared_gate or not self.routing.is_default
+                                or self.sigmoid_input or not self.renormalize):
+            raise InputError("Gemma 4's experts beside the MLP need the MLP as the shared expert (shared_expert_d_ff), "
+                             "no shared gate, and a softmax router renormalizing its top k")
         if self.n_expert < 1 or self.top_k < 1:
             raise InputError(f"a mixture of experts needs n_expert and n_expert_active of at least 1; got "
                              f"{self.n_expert}, {self.top_k}")
@@ -147,6 +171,10 @@ class MoE:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]
             if self.shared_gate:
                 out.append(Weight("shared_expert_gate_weight", (1, d), "ffn", "shared expert gate weight"))
+        if self.beside_mlp is not None:  # step 5
+            out += [Weight("router_scale", (d,), "ffn", "MoE router scale"),
+                    Weight("per_expert_scale", (E,), "ffn", "MoE per-expert scale")]
+            out += [w for name, label in BESIDE_NORMS for w in self.beside_mlp.weights(name, label)]
         return out
 
     def linears(self, tokens: int | None = None) -> list[Linear]:

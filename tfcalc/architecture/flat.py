@@ -38,6 +38,7 @@ from tfcalc.architecture.flat_attention import cross as cross_attention
 from tfcalc.architecture.model import Architecture, Embeddings, Head
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.patterns import MAX_PERIOD, LayerKind, layer_kind, period_segments
+from tfcalc.architecture.per_layer import AltUp, Laurel, PerLayerGate, PerLayerInputs
 from tfcalc.errors import InputError
 
 
@@ -64,7 +65,8 @@ def _stack(cfg: Any, norm: Norm, name: str, n_layer: int, causal: bool, cross: b
     relative = (cfg.rel_buckets, cfg.n_head) if cfg.pos_encoding == "relative" else None
     emb = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pos_encoding, cfg.max_seq_len + cfg.position_offset, relative,
                      cfg.type_vocab_size, norm if cfg.embedding_norm else None, cfg.embedding_scale, tied_head, shared,
-                     cfg.embedding_multiplier, _projected(cfg))
+                     cfg.embedding_multiplier, _projected(cfg), _per_layer(cfg, n_layer),
+                     AltUp(cfg.d_model, cfg.altup_inputs) if getattr(cfg, "altup_inputs", None) else None)
     return Stack(_runs(cfg, norm, n_layer, causal, cross), emb, norm if cfg.final_norm else None, name)
 
 
@@ -78,6 +80,8 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
         alone = {s: _block(cfg, norm, plan.index(s), causal, cross) for s in set(plan) if s.alike}
         return _merge(list(compress([alone.get(s) or _block(cfg, norm, i, causal, cross)  # a slot alike: built once
                                      for i, s in enumerate(plan)])))
+    if getattr(cfg, "kv_shared_layers", None) or getattr(cfg, "activation_sparsity", None):  # layer by layer
+        return _merge(list(compress([_block(cfg, norm, i, causal, cross) for i in range(n_layer)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
@@ -119,6 +123,15 @@ def _hyper(cfg: Any) -> Hyper | None:
     return None if n is None else Hyper(n, cfg.hc_sinkhorn_iters, cfg.hc_eps)
 
 
+def _per_layer(cfg: Any, n_layer: int) -> PerLayerInputs | None:
+    """Gemma 4's per-layer inputs (per_layer_dim p, per_layer_vocab rows; tfcalc.architecture.per_layer)."""
+    p = getattr(cfg, "per_layer_dim", None)
+    if not p:
+        return None
+    return PerLayerInputs(cfg.per_layer_vocab or cfg.vocab_size, n_layer, p, cfg.d_model,
+                          Norm(cfg.norm, p, cfg.norm_has_bias, cfg.norm_eps))
+
+
 def _projected(cfg: Any) -> int | None:
     """The token table's own width where it is projected in and out (OPT-350m), else None."""
     return cfg.embedding_dim if cfg.embedding_dim not in (None, cfg.d_model) else None
@@ -134,9 +147,14 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
         return Block(mixer, ffn, norm, cfg.norm_placement, residual_scale=scale, residual_alpha=cfg.residual_alpha)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
+    p, mine = getattr(cfg, "per_layer_dim", None), i < cfg.n_layer  # Gemma 4's and 3n's per-layer parts
+    n, rank = getattr(cfg, "altup_inputs", None), getattr(cfg, "laurel_rank", None)
     return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
                  cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, _hyper(cfg),
-                 residual_alpha=cfg.residual_alpha)
+                 residual_alpha=cfg.residual_alpha, layer_scalar=cfg.layer_scalar,
+                 per_layer_input=PerLayerGate(cfg.d_model, p, cfg.activation) if p and mine else None,
+                 altup=AltUp(cfg.d_model, n, cfg.altup_correct_scale) if n and mine else None,
+                 laurel=Laurel(cfg.d_model, rank) if rank and mine else None)
 
 
 def _kind(cfg: Any, i: int):
@@ -163,15 +181,24 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
 def _ffn(cfg: Any, i: int) -> FFN | MoE:
     if not is_moe_layer(cfg, i):
         width = cfg.dense_d_ff if cfg.n_expert is not None and cfg.dense_d_ff is not None else cfg.ffn_dim
+        if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
+            width = cfg.kv_shared_d_ff
+        sparsity = cfg.activation_sparsity[i] if getattr(cfg, "activation_sparsity", None) and i < cfg.n_layer else 0.0
         return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha,
-                   multipliers=tuple(cfg.ffn_multipliers) if cfg.ffn_multipliers is not None else None)
+                   multipliers=tuple(cfg.ffn_multipliers) if cfg.ffn_multipliers is not None else None,
+                   sparsity=sparsity)
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None
     if cfg.shared_expert_d_ff:
-        shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
-                     cfg.swiglu_limit, cfg.swiglu_alpha)
+        width = cfg.shared_expert_d_ff
+        if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
+            width = cfg.kv_shared_d_ff
+        shared = FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
+                     cfg.swiglu_alpha)
     hashed = cfg.vocab_size if i < (cfg.hash_moe_layers or 0) else 0  # DeepSeek-V4's hash-routed layers
+    beside = Norm(cfg.norm, cfg.d_model, cfg.norm_has_bias, cfg.norm_eps) if getattr(cfg, "moe_beside_mlp", False) \
+        else None  # Gemma 4's experts beside its MLP (tfcalc.architecture.ffn, step 5)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed)
+               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed, beside_mlp=beside)

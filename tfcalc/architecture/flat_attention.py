@@ -22,6 +22,7 @@ nope_every. YAML fields and ``--set`` keys alike (``--set layer_pattern="(local*
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -79,6 +80,14 @@ class AttentionFields:
     local_n_kv_head: Optional[int] = None  # None: n_kv_head in every layer
     attn_sinks_local: bool = False  # sinks (attn_sinks) in the local layers only
     attn_v_head_dim: Optional[int] = None  # None: d_head
+    # Gemma 4 (modeling_gemma4.py, Gemma4TextAttention): its global layers' heads are wider (global_head_dim 512
+    # beside head_dim 256: global_d_head) with fewer K/V heads (num_global_key_value_heads: global_n_kv_head), and
+    # read V from K's projection (attention_k_eq_v: global_v_from_k; no V weight there, V still cached: it is
+    # normed apart from K and not rotated); in every layer each V head is RMS-normed without a weight (v_norm)
+    global_d_head: Optional[int] = None  # None: d_head in every layer
+    global_n_kv_head: Optional[int] = None  # None: n_kv_head in every layer
+    global_v_from_k: bool = False
+    v_norm: bool = False
 
 
 def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
@@ -95,16 +104,43 @@ def build(cfg: Any, i: int, causal: bool, kind: str = "self") -> Attention:
     if cfg.attn_temperature_floor is not None and kind == "self" and not layer.rope:
         temperature = (cfg.attn_temperature_floor, cfg.attn_temperature_scale)
     kv_heads = cfg.local_n_kv_head if local and cfg.local_n_kv_head is not None else cfg.kv_heads
+    wide = kind == "self" and not local  # a global layer (Gemma 4's wider heads, fewer K/V heads, V = K)
+    head_dim, rope_dim = cfg.head_dim, cfg.rope_dim
+    if wide and cfg.global_d_head is not None:
+        head_dim = cfg.global_d_head
+        rope_dim = int(head_dim * cfg.rope_fraction) if cfg.pos_encoding == "rope" else 0
+        if qk_norm is not None:
+            qk_norm = dataclasses.replace(qk_norm, width=head_dim)
+    if wide and cfg.global_n_kv_head is not None:
+        kv_heads = cfg.global_n_kv_head
+    scaling = rope_scaling.for_layer(cfg, local) if rope else None
+    if scaling is not None and scaling.kind == "proportional":  # the whole head in rotate-half, part of it turning
+        rope_dim = head_dim
+    v_norm = Norm("rmsnorm", head_dim, False, cfg.norm_eps, affine=False) if cfg.v_norm and kind == "self" else None
     return Attention(
-        cfg.d_model, cfg.n_head, kv_heads, cfg.head_dim, v_head_dim=cfg.attn_v_head_dim, kind=kind, causal=causal,
+        cfg.d_model, cfg.n_head, kv_heads, head_dim, v_head_dim=cfg.attn_v_head_dim, kind=kind, causal=causal,
         window=cfg.sliding_window if local else None, chunk=cfg.attention_chunk_size if local else None,
-        rope_theta=theta if rope else None, rope_dim=cfg.rope_dim if rope else 0,
-        rope_scaling=rope_scaling.for_layer(cfg, local) if rope else None, qk_norm=qk_norm,
+        rope_theta=theta if rope else None, rope_dim=rope_dim if rope else 0,
+        rope_scaling=scaling, qk_norm=qk_norm, v_from_k=wide and cfg.global_v_from_k, v_norm=v_norm,
+        kv_share=kv_share(cfg, i, local) if kind == "self" else None,
         qk_norm_whole=whole, qk_norm_after_rope=cfg.qk_l2_norm, temperature=temperature,
         scale=cfg.attn_scale, softcap=cfg.attn_softcap, qkv_bias=cfg.attn_bias, o_bias=cfg.o_bias,
         sinks=(cfg.attn_sinks or cfg.attn_sinks_local and local) and kind == "self",
         qk_norm_heads=cfg.qk_norm_per_head and qk_norm is not None, output_gate=cfg.attn_output_gate and kind == "self",
     )
+
+
+def kv_share(cfg: Any, i: int, local: bool) -> Optional[str]:
+    """Layer i's part in K/V sharing (kv_shared_layers k, tfcalc.config_gemma): "reader" in the last k layers,
+    "source" for the last earlier layer of each kind (local or global), else None. The scan back stops at the
+    first layer of i's kind after it (a few layers in a periodic pattern)."""
+    k = getattr(cfg, "kv_shared_layers", None)
+    if not k or i >= cfg.n_layer:
+        return None
+    first = cfg.n_layer - k
+    if i >= first:
+        return "reader"
+    return None if any(layer_kind(cfg, j).local == local for j in range(first - 1, i, -1)) else "source"
 
 
 def cross(cfg: Any, i: int) -> Attention:
@@ -131,9 +167,25 @@ def check(cfg: Any) -> None:
         raise ConfigError("local_n_kv_head and attn_sinks_local apply to the local layers: give sliding_window too")
     if cfg.local_n_kv_head is not None and cfg.n_head % cfg.local_n_kv_head:
         raise ConfigError(f"n_head ({cfg.n_head}) must be a multiple of local_n_kv_head ({cfg.local_n_kv_head})")
+    _check_global(cfg)
     if cfg.qk_norm_per_head and not cfg.qk_norm:
         raise ConfigError("qk_norm_per_head gives each head its own Q/K norm weights: set qk_norm true too")
     _check_patterns(cfg)
+
+
+def _check_global(cfg: Any) -> None:
+    """Gemma 4's global-layer fields: a pattern with global layers, heads that group, V that can be K."""
+    given = [n for n in ("global_d_head", "global_n_kv_head") if getattr(cfg, n) is not None]
+    given += ["global_v_from_k"] if cfg.global_v_from_k else []
+    if given and cfg.sliding_window is None and cfg.attention_chunk_size is None:
+        raise ConfigError(f"{given[0]} applies to the global layers beside local ones: give sliding_window too")
+    if cfg.global_d_head is not None and cfg.pos_encoding == "rope" and int(cfg.global_d_head * cfg.rope_fraction) % 2:
+        raise ConfigError(f"rope rotates pairs of channels: int(global_d_head · rope_fraction) must be even; got "
+                          f"global_d_head {cfg.global_d_head}")
+    if cfg.global_n_kv_head is not None and cfg.n_head % cfg.global_n_kv_head:
+        raise ConfigError(f"n_head ({cfg.n_head}) must be a multiple of global_n_kv_head ({cfg.global_n_kv_head})")
+    if cfg.global_v_from_k and cfg.attn_v_head_dim is not None:
+        raise ConfigError("global_v_from_k reads V from K's projection: V heads are K's width (no attn_v_head_dim)")
 
 
 def _check_heads(cfg: Any) -> None:

@@ -24,7 +24,8 @@ from tfcalc.architecture.ffn import MoE
 from tfcalc.architecture.mixer import MixerRole, role_of, state_by_dtype, state_elements
 from tfcalc.architecture.mtp import MTP
 from tfcalc.architecture.norm import Norm
-from tfcalc.architecture.tensors import Weight
+from tfcalc.architecture.per_layer import AltUp, PerLayerInputs
+from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
 Positions = Literal["learned", "sinusoidal", "rope", "alibi", "none", "relative"]
@@ -47,6 +48,8 @@ class Embeddings:
     multiplier: Optional[float] = None  # token embeddings times this (Granite's embedding_multiplier)
     # the token table's width when not d_model, projected in by a bias-free Linear (OPT-350m's project_in)
     project_dim: Optional[int] = None
+    per_layer: Optional[PerLayerInputs] = None  # Gemma 4's per-layer inputs (tfcalc.architecture.per_layer)
+    altup: Optional[AltUp] = None  # Gemma 3n's streams: their projections in and out (tfcalc.architecture.per_layer)
 
     def __post_init__(self) -> None:
         if self.positions == "learned" and self.position_rows < 1:
@@ -70,7 +73,16 @@ class Embeddings:
             out.append(Weight("relative_position_bias", self.relative, "embeddings", "relative position bias"))
         if self.type_vocab_size:
             out.append(Weight("token_type_embedding", (self.type_vocab_size, d), "embeddings", "token-type embedding"))
+        out += self.per_layer.weights() if self.per_layer is not None else []
+        out += self.altup.io_weights() if self.altup is not None else []
         return out + (self.norm.weights("embedding_norm", "embedding norm") if self.norm else [])
+
+    def linears(self) -> list[Linear]:
+        """The matmuls at the embeddings, over every token: OPT-350m's project_in, Gemma 4's per-layer projection."""
+        out = [Linear("embedding_project_in", "embeddings", "embedding projection in", self.project_dim,
+                      self.d_model)] if self.project_dim is not None else []
+        out += self.altup.io_linears() if self.altup is not None else []
+        return out + (self.per_layer.linears() if self.per_layer is not None else [])
 
 
 @dataclass(frozen=True)

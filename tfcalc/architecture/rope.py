@@ -23,6 +23,10 @@ With d the rotated channels and b the base, the unscaled inverse frequencies are
   fixed for max_seq_len: long_factor when max_seq_len > L, short_factor otherwise, so the logits equal
   transformers' for every sequence past L (or all of them when max_seq_len <= L); below L with
   max_seq_len > L, transformers rotates by the short list and tfcalc by the long one.
+- ``Proportional`` (Gemma 4's global layers; _compute_proportional_rope_parameters): a whole head of h channels
+  in the rotate-half layout, of which the first a = int(p·h // 2) frequencies turn, f_i = b^(-2i/h) (the full
+  head's, not an a-pair head's: unlike GPT-NeoX's partial rotary), the other h/2 - a stand still (frequency 0:
+  cos 1, sin 0), every frequency divided by ``factor``; p is ``partial_rotary_factor`` of the layer's dict.
 """
 
 from __future__ import annotations
@@ -130,8 +134,28 @@ class LongRope:
         return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_seq_len))
 
 
-RopeScaling = Union[Yarn, LinearScaling, Llama3Scaling, LongRope]
-KINDS = ("yarn", "linear", "llama3", "longrope")  # the rope_type values tfcalc builds
+@dataclass(frozen=True)
+class Proportional:
+    """Gemma 4's: of a whole head's h/2 rotate-half frequencies the first int(proportion·h // 2) turn (divided
+    by ``factor``), the rest stand still. The head width is the layer's, so the turning count is asked per width."""
+
+    proportion: float
+    factor: float = 1.0
+    kind = "proportional"
+    attention_factor = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.proportion <= 1 and self.factor > 0):
+            raise InputError(f"proportional RoPE needs a proportion in (0, 1] and a positive factor; got "
+                             f"{self.proportion} and {self.factor}")
+
+    def turning(self, head_dim: int) -> int:
+        """Frequencies that turn in a head of head_dim channels: int(proportion·head_dim // 2), as transformers."""
+        return int(self.proportion * head_dim // 2)
+
+
+RopeScaling = Union[Yarn, LinearScaling, Llama3Scaling, LongRope, Proportional]
+KINDS = ("yarn", "linear", "llama3", "longrope", "proportional")  # the rope_type values tfcalc builds
 
 
 def from_fields(cfg: Any) -> Optional[RopeScaling]:
@@ -151,6 +175,8 @@ def from_fields(cfg: Any) -> Optional[RopeScaling]:
         long = cfg.max_seq_len > cfg.rope_original_max_seq_len
         return LongRope(cfg.rope_scaling_factor, cfg.rope_original_max_seq_len,
                         tuple(cfg.rope_long_factor if long else cfg.rope_short_factor))
+    if kind == "proportional":
+        return Proportional(cfg.rope_proportion, 1.0 if cfg.rope_scaling_factor is None else cfg.rope_scaling_factor)
     return None
 
 

@@ -65,7 +65,9 @@ _PARTS = {"query": "q", "key": "k", "value": "v"}
 # language model's names behind one more prefix (transformers 5: model.language_model.; 4: language_model.
 # and language_model.model.), and its vision tower and projector, counted apart (the config's vision_params)
 LANGUAGE_PREFIXES = ("language_model.model.", "language_model.")
-VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector|mm_projector|visual)\..*")
+# (Gemma 4's audio tower and the two towers' projections, embed_vision and embed_audio, among them)
+VISION = re.compile(r"(?:model\.)?(?:vision_tower|vision_model|multi_modal_projector|mm_projector|visual|audio_tower"
+                    r"|embed_vision|embed_audio)\..*")
 
 
 def rules(cfg: ModelConfig, model_type: str) -> list[tuple[re.Pattern, str]]:

@@ -13,11 +13,12 @@ RotaryEmbeddingConfigMixin.standardize_rope_params):
 - the vision-language types (gemma3, llama4) read their ``text_config``;
 - Phi-3's older names "su" and "yarn" are longrope (Phi3Config.convert_rope_params_to_dict).
 
-Built: yarn, linear, llama3, longrope (tfcalc.architecture.rope; longrope: short_factor and long_factor, the
-original length as ORIGINAL_DEFAULT below says, factor as given, else max_position_embeddings / original). Dynamic
-(NTK) leaves the base as it is within max_position_embeddings, all the positions tfcalc's model covers: no field,
-run as the default. Known to transformers and not built (proportional): counted, no field set, and
-tfcalc.model.load refuses to run it. Any other rope_type is refused here in one line, as transformers refuses it
+Built: yarn, linear, llama3, longrope, proportional (tfcalc.architecture.rope; longrope: short_factor and
+long_factor, the original length as ORIGINAL_DEFAULT below says, factor as given, else max_position_embeddings /
+original; proportional, Gemma 4's global layers: factor and partial_rotary_factor, the share of the whole head that
+turns, rope_proportion, both 1 where left out, and rope_fraction 1: transformers' proportional tables span the whole
+head). Dynamic (NTK) leaves the base as it is within max_position_embeddings, all the positions tfcalc's model
+covers: no field, run as the default. Any other rope_type is refused here in one line, as transformers refuses it
 (ROPE_INIT_FUNCTIONS has no entry).
 """
 
@@ -28,10 +29,10 @@ from typing import Any
 from tfcalc.errors import shown
 from tfcalc.hf_config.reader import Reader
 
-BUILT = ("yarn", "linear", "llama3", "longrope")
-KNOWN = ("default", *BUILT, "dynamic", "longrope", "proportional")  # transformers' ROPE_INIT_FUNCTIONS and default
-BY_LAYER_TYPE = ("gemma3_text", "olmo3")  # config classes that nest rope_parameters by layer type
-TEXT_CONFIG = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+BUILT = ("yarn", "linear", "llama3", "longrope", "proportional")
+KNOWN = ("default", *BUILT, "dynamic", "longrope")  # transformers' ROPE_INIT_FUNCTIONS and default
+BY_LAYER_TYPE = ("gemma3_text", "olmo3", "gemma4_text")  # config classes that nest rope_parameters by layer type
+TEXT_CONFIG = {"gemma3": "gemma3_text", "llama4": "llama4_text", "gemma4": "gemma4_text"}
 FILLED_IN = {  # the config class's own scaling when the file names none
     "gpt_oss": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                 "original_max_position_embeddings": 4096},
@@ -47,6 +48,7 @@ KEYS = {
     "linear": (),
     "llama3": (("low_freq_factor", "rope_low_freq_factor"), ("high_freq_factor", "rope_high_freq_factor")),
     "longrope": (("short_factor", "rope_short_factor"), ("long_factor", "rope_long_factor")),
+    "proportional": (),  # its partial_rotary_factor is read apart (_fields): the proportion of the head that turns
 }
 # standardize_rope_params: a config class's own original_max_position_embeddings field (the file's top-level key,
 # else its default) outranks the dict's; Phi3Config has one (default 4,096); a class without (LlamaConfig) reads
@@ -118,9 +120,13 @@ def _fields(r: Reader, scaling: dict[str, Any], layers: Any, where: str, model_t
     sub = Reader({"model_type": r.model_type, **scaling}, f"{where}: 'rope_scaling'")
     if kind == "longrope":
         _longrope(r, sub, scaling, model_type)
+    elif kind == "proportional":  # _compute_proportional_rope_parameters: factor and proportion default to 1
+        sub.fields["rope_scaling_factor"] = sub.positive("factor", 1.0)
+        sub.fields["rope_proportion"] = sub.positive("partial_rotary_factor", 1.0)
+        r.fields["rope_fraction"] = 1.0  # the whole head in rotate-half (the proportion turns), not partial rotary
     else:
         sub.take("factor", "rope_scaling_factor", required=True)
-    if kind not in ("linear", "longrope"):
+    if kind not in ("linear", "longrope", "proportional"):
         sub.take("original_max_position_embeddings", "rope_original_max_seq_len",
                  r.fields.get("max_seq_len"))
     for key, field in KEYS[kind]:

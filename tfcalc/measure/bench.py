@@ -212,7 +212,9 @@ def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ..
     with torch.inference_mode():
         x = model.embed(idx)
         rope, mask = model.block_inputs(idx.shape[1], x.dtype)
-    out = {"attention": lambda: block.attention_sublayer(x, rope, mask), "ffn": lambda: block.ffn_sublayer(x),
+    # Gemma 3n: the sub-layers run on AltUp's active stream, the block on all of them (tfcalc.model.altup)
+    part = x if getattr(block, "altup", None) is None else x.unflatten(-1, (block.altup.n, -1))[..., 0, :]
+    out = {"attention": lambda: block.attention_sublayer(part, rope, mask), "ffn": lambda: block.ffn_sublayer(part),
            "block": lambda: block(x, rope, mask), "head": lambda: model.head(x)}
     if blocks:
         with torch.inference_mode():  # each layer's own rotary table (None: NoPE) and mask (its window, chunk)

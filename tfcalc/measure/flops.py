@@ -49,7 +49,9 @@ MODULE_GROUPS = {"attn.qkv": "attention_proj", "attn.out": "attention_proj",
                  "ffn.shared_gate": "ffn", "pooler": "pooler", "head_dense": "lm_head", "lm_head": "lm_head",
                  **{f"attn.{m}": "attention_proj" for m in LATENT_LINEARS},
                  "project_out": "lm_head", "project_in": "embeddings",  # OPT-350m's projections
-                 "attn_hc": "attention_proj", "ffn_hc": "ffn", "hc_head": "lm_head"}  # DeepSeek-V4's hyper-connections
+                 "attn_hc": "attention_proj", "ffn_hc": "ffn", "hc_head": "lm_head",  # DeepSeek-V4's hyper-connections
+                 "ple_in.proj": "embeddings", "ple.gate": "ffn", "ple.out": "ffn",  # Gemma 4's per-layer inputs
+                 "altup_io": "embeddings", "altup": "ffn", "laurel": "ffn"}  # Gemma 3n's (each module's all)
 # mixer module -> (the group of its projections: every submodule of it, whatever the kind of mixer; the group
 # of what it counts beyond them: SDPA's scores, a state-space scan's matmuls)
 ATTENTION_MODULES = {"attn": ("attention_proj", "attention_scores"),

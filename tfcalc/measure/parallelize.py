@@ -66,9 +66,10 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
         if layout.tp > 1 or layout.zero != 0 or layout.ep != layout.dp:
             raise InputError("a run of expert parallelism takes every data-parallel rank into the expert-parallel "
                              "group (ep = dp), with tp 1 and DDP (--zero 0); other layouts are planned, not run")
-        if any(f.capacity_factor is not None or f.sigmoid_input for f in moe):
+        if any(f.capacity_factor is not None or f.sigmoid_input or f.beside_mlp is not None for f in moe):
             raise InputError(f"{cfg.name}: a run of expert parallelism covers dropless mixtures whose router weights "
-                             "the outputs (no capacity factor, no Llama 4 input scaling); planned, not run")
+                             "the outputs (no capacity factor, no Llama 4 input scaling, no Gemma 4 experts beside the "
+                             "MLP); planned, not run")
     if layout.pp > 1:
         raise InputError("a real run has one pipeline stage; pp > 1 is planned, not run")
     if layout.recompute != "none":
@@ -79,6 +80,9 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     if layout.tp > 1 and any(s.embeddings.positions in ("alibi", "relative") for s in arch.stacks):
         raise InputError(f"{cfg.name}: a run under TP splits the heads, and its per-head position bias "
                          "(ALiBi, T5's buckets) is not split with them; planned, not run")
+    if layout.tp > 1 and (cfg.per_layer_dim or cfg.altup_inputs or cfg.moe_beside_mlp):
+        raise InputError(f"{cfg.name}: per-layer inputs, AltUp's streams and Gemma 4's experts beside the MLP are "
+                         "planned under TP, not run")
     if layout.tp > 1:  # each mixer's torch module says whether it runs under TP (tfcalc.model.mixers)
         for _, b, _ in arch.kinds():
             for spec in (b.mixer, b.cross_attention):

@@ -56,6 +56,9 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if any(s.embeddings.positions == "relative" for s in cfg.architecture.stacks) or cfg.architecture.head.pooler:
         raise InputError(f"{cfg.name}: a learned position bias shared by every block, or a pooler, is not cut into "
                          "pipeline stages in a measured run (planned, not run)")
+    if cfg.per_layer_dim or cfg.kv_shared_layers or cfg.altup_inputs:  # Gemma 4 and 3n (tfcalc.config_gemma)
+        raise InputError(f"{cfg.name}: per-layer inputs, K/V shared across layers and AltUp's streams reach across "
+                         "pipeline stages (planned, not run)")
     chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
     if not layout.pp_layers and (total_blocks(cfg) + counted) % chunks:  # a given split: as given
         ends = f" + {counted} ends counted" if counted else ""

@@ -9,12 +9,13 @@ import torch
 from torch import nn
 
 from tfcalc.architecture import Block as BlockSpec
-from tfcalc.model import fused
+from tfcalc.model import altup, fused
 from tfcalc.model.experts import MixtureOfExperts
 from tfcalc.model.ffn import FeedForward
 from tfcalc.model.hyper import HyperConnection
 from tfcalc.model.layers import make_norm
 from tfcalc.model.mixers import build_mixer
+from tfcalc.model.per_layer import PerLayerGate
 
 
 class Block(nn.Module):
@@ -48,6 +49,19 @@ class Block(nn.Module):
         hyper, d = spec.hyper, spec.mixer.d_model  # DeepSeek-V4's hyper-connections (tfcalc.model.hyper)
         self.attn_hc = HyperConnection(hyper, d, spec.norm.eps) if hyper is not None else None
         self.ffn_hc = HyperConnection(hyper, d, spec.norm.eps) if hyper is not None else None
+        # Gemma 4's per-layer input, after the FFN (tfcalc.model.per_layer; its inputs bound by the stack)
+        self.ple = PerLayerGate(spec.per_layer_input, spec.norm) \
+            if spec.per_layer_input is not None else None
+        # Gemma 3n: AltUp's predict and correct around the block, LAuReL beside its attention (tfcalc.model.altup)
+        self.altup = altup.AltUp(spec.altup, spec.norm) if spec.altup is not None else None
+        self.laurel = altup.Laurel(spec.laurel, spec.norm) if spec.laurel is not None else None
+        if spec.layer_scalar:  # Gemma 4's layer_scalar: a buffer, as transformers keeps it (no parameter)
+            self.register_buffer("layer_scalar", torch.empty(1))
+
+    def reset_buffers(self) -> None:
+        """Gemma 4's layer_scalar starts at 1 (Gemma4PreTrainedModel._init_weights); a checkpoint sets it."""
+        if self.spec.layer_scalar:
+            self.layer_scalar.fill_(1.0)
 
     def _branch(self, norm: nn.Module | None, post_norm: nn.Module | None, f, x: torch.Tensor) -> torch.Tensor:
         """What a sub-layer adds to the residual stream x (pre, sandwich and output; post-norm is not
@@ -93,18 +107,20 @@ class Block(nn.Module):
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
                               lambda h: self.cross_attn(h, memory, kv), x)
 
-    def _ffn(self, rows: torch.Tensor | None):
+    def _ffn(self, rows: torch.Tensor | None, raw: torch.Tensor | None = None):
         """The FFN as a sub-layer calls it: a mixture of experts told which rows are in flight (``rows``), so
-        that a free row takes no expert capacity (tfcalc.model.experts); a dense FFN needs no telling."""
-        if rows is None or not isinstance(self.ffn, MixtureOfExperts):
+        that a free row takes no expert capacity (tfcalc.model.experts), and (Gemma 4's experts beside the MLP)
+        the block's input before its norm (``raw``); a dense FFN needs no telling."""
+        if (rows is None and raw is None) or not isinstance(self.ffn, MixtureOfExperts):
             return self.ffn
-        return lambda h: self.ffn(h, rows=rows)
+        return lambda h: self.ffn(h, rows=rows, raw=raw)
 
     def ffn_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None = None, fold: bool = False) -> torch.Tensor:
         norm = self.ffn_norm if self.ffn_norm is not None else self.attn_norm  # one shared norm: GPT-J, Falcon
         if fold and norm is not None and self._adds_into(self.ffn, self.ffn_post_norm):
             return self.ffn(self._step_norm(norm, x), residual=x)
-        return self._residual(norm, self.ffn_post_norm, self._ffn(rows), x)
+        raw = x if self.spec.is_moe and self.spec.ffn.beside_mlp is not None else None
+        return self._residual(norm, self.ffn_post_norm, self._ffn(rows, raw), x)
 
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
                 store=None, cross_kv=None, rows: torch.Tensor | None = None, fold: bool = False,
@@ -120,6 +136,13 @@ class Block(nn.Module):
         if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
             x = self.attn_hc.around(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
             return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
+        if self.altup is not None:  # x: AltUp's streams (B, T, n·d)
+            return altup.block_forward(self, x, rope, mask, store, rows)
+        x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows, fold, emb)
+        x = x if self.ple is None else self.ple(x)
+        return x * self.layer_scalar if self.spec.layer_scalar else x  # Gemma 4: after every residual add
+
+    def _sublayers(self, x, rope, mask, memory, store, cross_kv, rows, fold: bool = False, emb=None) -> torch.Tensor:
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
             x = self.attention_sublayer(x, rope, mask, store, fold, emb)
         if self.cross_attn is not None:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.architecture import FFN, MoE
-from tfcalc.model import routing_input
+from tfcalc.model import beside, routing_input
 from tfcalc.model.ffn import FeedForward, ffn_hidden
 from tfcalc.model.grouped import expert_ends, grouped_matmul
 from tfcalc.model.layers import Linear
@@ -114,6 +114,7 @@ class MixtureOfExperts(nn.Module):
         self.experts = Experts(spec.expert, spec.n_expert)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
+        self.beside = beside.Beside(spec) if spec.beside_mlp is not None else None  # Gemma 4 (tfcalc.model.beside)
 
     def reset_buffers(self) -> None:
         """init_weights' hash table (DeepSeek-V4): token v's j-th expert (v·k + j) mod E, spread evenly
@@ -123,12 +124,16 @@ class MixtureOfExperts(nn.Module):
             V, k = table.shape
             table.copy_((torch.arange(V * k, device=table.device) % self.n_expert).view(V, k))
 
-    def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: torch.Tensor | None = None,
+                raw: torch.Tensor | None = None) -> torch.Tensor:
         """(B, T, d) -> (B, T, d); ``rows`` (B,): 1 for a sequence in flight, 0 for a free row that takes no
-        expert capacity (the module docstring); None: every row in flight."""
+        expert capacity (the module docstring); None: every row in flight. ``raw``: the block's input before its
+        norm, which Gemma 4's router and experts read (tfcalc.model.beside)."""
         B, T, d = x.shape
         flat = x.reshape(B * T, d)  # (N, d)
         live = None if rows is None else rows.bool()[:, None].expand(B, T).reshape(B * T)  # (N,)
+        if self.beside is not None:
+            return self.beside(self, flat, raw.reshape(B * T, d), live).view(B, T, d)
         out = self.routed(flat, live)
         if self.shared is not None:
             shared = self.shared(flat)
@@ -151,10 +156,10 @@ class MixtureOfExperts(nn.Module):
         weights, chosen = logits.float().softmax(dim=-1).topk(self.top_k, dim=-1)
         return weights.to(flat.dtype), chosen
 
-    def routed(self, flat: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
+    def routed(self, flat: torch.Tensor, live: torch.Tensor | None = None, routing=None) -> torch.Tensor:
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts; ``live`` (N,) bool: the tokens in
-        flight, the others taking no capacity (module docstring)."""
-        weights, chosen = self.route(flat)  # (N, k) each
+        flight, the others taking no capacity (module docstring); ``routing``: (weights, chosen) made elsewhere."""
+        weights, chosen = self.route(flat) if routing is None else routing  # (N, k) each
         capacity = self.spec.capacity(flat.shape[0])
         if capacity is not None and live is not None:  # a free row's pairs after every expert's: expert E
             chosen = torch.where(live[:, None], chosen, self.n_expert)

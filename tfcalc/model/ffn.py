@@ -11,6 +11,7 @@ from torch import nn
 from tfcalc.architecture import FFN
 from tfcalc.model import fused
 from tfcalc.model.layers import Linear, add_projection
+from tfcalc.model.sparsity import gaussian_topk
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -32,7 +33,7 @@ class FeedForward(nn.Module):
         self.act = XIELU() if spec.activation == "xielu" else None
         # what fused.silu_mul computes: silu(gate) · up, nothing clamped or scaled
         self.swiglu = (spec.gated and spec.activation == "silu" and spec.swiglu_limit is None
-                       and spec.multipliers is None)
+                       and spec.multipliers is None and not spec.sparsity)
 
     adds_residual = True  # forward takes the stream it adds into (add_projection)
 
@@ -90,6 +91,7 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
         return act(h if spec.multipliers is None else h * scale)
     gate, up = h.chunk(2, dim=-1)
     gate = gate if spec.multipliers is None else gate * scale
+    gate = gate if not spec.sparsity else gaussian_topk(gate, spec.sparsity)  # Gemma 3n (tfcalc.model.sparsity)
     if spec.swiglu_limit is None:
         return act(gate) * up
     limit = spec.swiglu_limit

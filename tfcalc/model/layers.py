@@ -208,7 +208,9 @@ class Attention(MixerModule):
         self.causal, self.scale, self.cap, self.window = spec.causal, spec.scale, spec.softcap, spec.window
         self.rope_key = None if spec.rope_theta is None else rope_key(spec.rope_theta, spec.rope_dim, spec.rope_scaling)
         self.q_rows, self.gated = spec.q_rows, spec.output_gate  # Q's rows: per head [q | gate] when gated
-        self.qkv = Linear(spec.d_model, self.q_rows + self.kv_dim + self.v_dim, bias=spec.qkv_bias)  # [Q | K | V]
+        self.v_from_k, self.v_rows = spec.v_from_k, 0 if spec.v_from_k else self.v_dim  # Gemma 4: V from K's rows
+        self.v_norm = make_norm(spec.v_norm) if spec.v_norm is not None else None
+        self.qkv = Linear(spec.d_model, self.q_rows + self.kv_dim + self.v_rows, bias=spec.qkv_bias)  # [Q | K | V]
         self.out = Linear(spec.out_width, spec.d_model, bias=spec.o_bias)
         self.q_norm = self.k_norm = None
         if spec.qk_norm is not None and spec.qk_norm_heads:  # Cohere: weights per head
@@ -222,7 +224,8 @@ class Attention(MixerModule):
         # Q and K rotated where the projection wrote them (out of autograd), so that K stays next to V and
         # the state writes both at once (AttentionState, stacked): nothing may change Q or K apart from the
         # rotation (a norm, a gate between Q's heads), and K and V must be of one width
-        self.in_place = not self.gated and self.q_norm is None and spec.k_width == spec.v_width
+        self.in_place = (not self.gated and self.q_norm is None and spec.k_width == spec.v_width
+                         and not self.v_from_k and self.v_norm is None)  # Gemma 4's V: K's rows, or normed apart
 
     adds_residual = True  # forward takes the stream it adds into (add_projection)
 
@@ -233,8 +236,12 @@ class Attention(MixerModule):
         the output is added to (add_projection), the sum returned."""
         B, T, _ = x.shape
         qkv = self.qkv(x)
-        q, k, v = qkv.split([self.q_rows, self.kv_dim, self.v_dim], dim=-1)
+        q, k, v = qkv.split([self.q_rows, self.kv_dim, self.v_rows], dim=-1)
         in_place = self.in_place and not qkv.requires_grad
+        if self.v_from_k:  # Gemma 4: V is K's projection, before K's norm and rotation
+            v = k
+        if self.v_norm is not None:  # over each V head, (B, T, nkv, hv)
+            v = self.v_norm(v.view(B, T, self.n_kv_head, -1)).flatten(2)
         if self.gated:  # Qwen3NextAttention: each head's h queries, then its h gates
             q, gate = q.view(B, T, self.n_head, 2 * self.head_dim).chunk(2, dim=-1)
             q, gate = q.flatten(2), gate.flatten(2)  # (B, T, nh·hs) each
@@ -260,6 +267,8 @@ class Attention(MixerModule):
             k, v = _split_heads(k, self.n_kv_head), _split_heads(v, self.n_kv_head)  # (B, nkv, T, hs|hv)
             if store is not None:
                 k, v = store(k, v)  # (B, nkv, S, hs): the state's span a cached step attends to, under its mask
+        if self.spec.kv_share == "source":  # later layers attend over these too (tfcalc.model.kv_shared)
+            self.shared_kv = (k, v)
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
         y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
@@ -267,7 +276,7 @@ class Attention(MixerModule):
 
     def fused_rows(self) -> dict[str, int]:
         """The rows of the fused [Q | K | V] projection (tfcalc.measure.params splits it by them)."""
-        return {"q": self.q_rows, "k": self.kv_dim, "v": self.v_dim}
+        return {"q": self.q_rows, "k": self.kv_dim} | ({} if self.v_from_k else {"v": self.v_dim})
 
     @classmethod
     def tp_refusal(cls, spec: AttentionSpec) -> str | None:
@@ -279,9 +288,10 @@ class Attention(MixerModule):
 
     def tp_localize(self, tp: int) -> None:
         """Megatron's split by heads: [Q | K | V] rows interleaved per rank, the head counts and widths local."""
-        interleave(self.qkv, [self.q_rows, self.kv_dim, self.v_dim], tp)  # a gated Q's rows are whole heads
+        interleave(self.qkv, [self.q_rows, self.kv_dim] + ([] if self.v_from_k else [self.v_dim]), tp)
         self.n_head, self.n_kv_head = self.n_head // tp, self.n_kv_head // tp
         self.q_dim, self.kv_dim, self.v_dim = self.q_dim // tp, self.kv_dim // tp, self.v_dim // tp
+        self.v_rows //= tp
         self.q_rows //= tp
 
     def tp_plan(self, seq) -> dict:

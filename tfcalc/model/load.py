@@ -7,7 +7,7 @@ Q/K/V and [gate | up] rows, GPT-2's transposed Conv1D, GPT-NeoX's and Falcon's p
 Gemma's (1 + w) norms, one expert's slice of the grouped expert tensors) and copied into its rows of
 the parameter; every element of every parameter must be written exactly once, or the load is refused
 naming what is missing. Two things that change outputs but no count are refused too: a RoPE scaling the
-model does not build (proportional; yarn, linear, llama3 and longrope are built, tfcalc.model.rope_scaling, and
+model does not build (yarn, linear, llama3, longrope and proportional are built, tfcalc.model.rope_scaling, and
 dynamic NTK is the default RoPE within max_position_embeddings), and GPT-2's per-layer attention scaling.
 """
 
@@ -31,7 +31,8 @@ from tfcalc.model.transformer import Transformer
 def _refuse_unbuilt(raw: dict[str, Any], where: Path, cfg: ModelConfig) -> None:
     """Keys that change the function, not the count: tfcalc counts such a model but cannot run it. A RoPE
     scaling the file states (or its config class fills in) that the config does not carry:
-    proportional (tfcalc.hf_config.rope_scaling reads yarn, linear, llama3, longrope into the config)."""
+    one tfcalc.hf_config.rope_scaling does not read into the config (it reads yarn, linear, llama3, longrope and
+    proportional)."""
     model_type = raw.get("model_type")
     inner = raw.get("text_config") if model_type in TEXT_CONFIG else raw
     model_type = TEXT_CONFIG.get(model_type, model_type)

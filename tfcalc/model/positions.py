@@ -114,6 +114,20 @@ def relative_buckets(q_len: int, k_len: int, bidirectional: bool, n_buckets: int
     return buckets + torch.where(is_small, relative, large)
 
 
+def relative_bias(table, T: int, causal: bool, max_distance: int, dtype: torch.dtype) -> torch.Tensor:
+    """T5's position bias (nh, T, T) from its (buckets, nh) table (an nn.Embedding), with -inf above the
+    diagonal in a decoder (modeling_t5.py, compute_bias)."""
+    device = table.weight.device
+    if device.type == "meta":  # no values to bucket: a lookup of the right shape stands in
+        buckets = torch.zeros(T, T, dtype=torch.long, device=device)
+    else:
+        buckets = relative_buckets(T, T, not causal, table.num_embeddings, max_distance, device)
+    bias = table(buckets).permute(2, 0, 1)  # (T, T, nh) -> (nh, T, T)
+    if causal:
+        bias = bias.masked_fill(torch.ones(T, T, dtype=torch.bool, device=device).triu(1), float("-inf"))
+    return bias.to(dtype)
+
+
 def rope_key(theta: float, rotated: int, scaling=None) -> tuple:
     """What tells one rotary table from another: (base, rotated channels), and its scaling where the layer
     has one (tfcalc.architecture.rope; each mixer module gives its own key, tfcalc.model.mixers)."""

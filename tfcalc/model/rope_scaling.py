@@ -44,6 +44,10 @@ def scaled_inv_freq(theta: float, dim: int, scaling, device=None) -> torch.Tenso
         ext = torch.tensor(scaling.ext_factors, dtype=torch.float32, device=device)
         shape = torch.arange(0, dim, 2, dtype=torch.int64, device=device).float() / dim
         return 1.0 / (ext * theta**shape)
+    if scaling.kind == "proportional":  # _compute_proportional_rope_parameters: the head's first a turn, the rest 0
+        inv_freq = base_inv_freq(theta, dim, device)
+        inv_freq[scaling.turning(dim):] = 0.0
+        return inv_freq / scaling.factor
     raise ValueError(f"no rotary table for RoPE scaling {scaling.kind!r}")  # tfcalc.architecture.rope lists them
 
 

@@ -17,14 +17,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
-from tfcalc.model import step
+from tfcalc.model import kv_shared, step
+from tfcalc.model.altup import Streams
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
 from tfcalc.model.ffn import _ACTIVATIONS
 from tfcalc.model.hyper import HyperHead
 from tfcalc.model.layers import Linear, LMHead, _embedding, make_norm, softcap
 from tfcalc.model.mixers import tie_shared
-from tfcalc.model.positions import alibi_bias, position_buffers, relative_buckets, rope_buffer_names
+from tfcalc.model.per_layer import PerLayerInputs
+from tfcalc.model.positions import alibi_bias, position_buffers, relative_bias, rope_buffer_names
 
 # A cached step's attention backends, in this order of priority: cuDNN attention (any additive mask; on an
 # H100 10 us for Llama-2-7B's 32 heads over 576 cached keys against memory-efficient attention's 26 us, the
@@ -61,6 +63,12 @@ class Stack(nn.Module):
         for i, block in enumerate(self.blocks):
             block.attn.at_layer(i, len(self.blocks))
         self.tie_shared()
+        kv_shared.link(self.blocks)  # readers of another layer's K/V given their source (Gemma 4, Gemma 3n)
+        self.ple_in = PerLayerInputs(emb.per_layer) if emb.per_layer is not None else None  # Gemma 4's PLE
+        self.altup_io = Streams(emb.altup) if emb.altup is not None else None  # Gemma 3n's AltUp streams
+        for i, block in enumerate(self.blocks):
+            if block.ple is not None:
+                block.ple.bind(self.ple_in, i)
         self.final_norm = make_norm(spec.final_norm) if spec.final_norm is not None else None
         # DeepSeek-V4's hyper-connections (tfcalc.model.hyper): the embedding copied to n streams, collapsed by
         # hc_head before the final norm
@@ -99,7 +107,7 @@ class Stack(nn.Module):
         chunk C shorter than T on every key of another chunk (i // C != j // C: Llama 4's chunked
         attention, modeling_llama4.py)."""
         if self.positions == "relative":
-            bias = self._relative_bias(T, dtype)
+            bias = relative_bias(self.rel_bias, T, self.causal, self.cfg.rel_max_distance, dtype)
         elif self.positions == "alibi":
             bias = alibi_bias(self.alibi, T, self.causal, dtype)
         else:
@@ -124,20 +132,6 @@ class Stack(nn.Module):
         built = {span: self.attention_mask(T, dtype, *span) for span in dict.fromkeys(spans)}
         return [built[span] for span in spans]
 
-    def _relative_bias(self, T: int, dtype: torch.dtype) -> torch.Tensor:
-        """T5's position bias (nh, T, T), with -inf above the diagonal in a decoder."""
-        cfg, device = self.cfg, self.rel_bias.weight.device
-        if device.type == "meta":  # no values to bucket: a lookup of the right shape stands in
-            buckets = torch.zeros(T, T, dtype=torch.long, device=device)
-        else:
-            buckets = relative_buckets(T, T, not self.causal, self.rel_bias.num_embeddings, cfg.rel_max_distance,
-                                       device)
-        bias = self.rel_bias(buckets).permute(2, 0, 1)  # (T, T, nh) -> (nh, T, T)
-        if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
-            bias = bias.masked_fill(future, float("-inf"))
-        return bias.to(dtype)
-
     def embed(self, idx: torch.Tensor, token_type_ids: torch.Tensor | None = None,
               start: int | torch.Tensor = 0) -> torch.Tensor:
         """(B, T) token ids (and token types, default 0) at positions start.. -> (B, T, d) block input. start:
@@ -161,9 +155,11 @@ class Stack(nn.Module):
             x = self.emb_norm(x)
         for moe in self.hash_moes:  # DeepSeek-V4's hash-routed experts read the token ids (tfcalc.model.experts)
             moe.tokens = idx
+        if self.ple_in is not None:  # each layer's input of these tokens, kept for the blocks (tfcalc.model.per_layer)
+            self.ple_in(idx, x)
         if self.hc_head is not None:  # (B, T, n, d): the n hyper-connection streams
             x = x[:, :, None].expand(-1, -1, self.hc_head.hc_base.shape[0], -1).contiguous()
-        return x
+        return x if self.altup_io is None else self.altup_io(x)  # (B, T, n·d): tfcalc.model.altup
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
@@ -192,6 +188,7 @@ class Stack(nn.Module):
 
     def normed(self, x: torch.Tensor) -> torch.Tensor:
         x = x if self.hc_head is None else self.hc_head(x)  # (B, T, n, d) -> (B, T, d)
+        x = x if self.altup_io is None else self.altup_io(x, merge=True)  # Gemma 3n: AltUp's streams back to one
         return x if self.final_norm is None else self.final_norm(x)
 
     def forward(self, idx: torch.Tensor, token_type_ids=None, memory: torch.Tensor | None = None) -> torch.Tensor:

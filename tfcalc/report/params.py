@@ -145,6 +145,11 @@ class ParamsReport(Displayed):
         note = count.width_note(cfg)
         if note:
             notes.append(note.text(cfg.n_head, cfg.head_dim))
+        per_layer = cfg.architecture.output.embeddings.per_layer  # Gemma 4's and 3n's table: shown apart
+        if per_layer is not None:
+            table = per_layer.vocab * per_layer.n_layer * per_layer.width
+            notes.append(f"per-layer embeddings: {table:,} of the {self.analytic_total:,} parameters are the per-layer "
+                         "token table (per_layer_embedding: looked up, never multiplied), counted in the model.")
         experts = cfg.architecture.moe()  # the mixture of experts' component (every MoE layer's alike)
         if experts is not None:
             kinds = cfg.architecture.kinds()

@@ -68,6 +68,30 @@ COMPONENTS = {
     "lm_head.bias": "lm_head_bias",
     "project_in.weight": "embedding_project_in",  # OPT-350m's word_embed_proj_dim (issue 22)
     "project_out.weight": "lm_head_project_out",
+    # Gemma 4's per-layer inputs (tfcalc.architecture.per_layer): at the embeddings, and in each block
+    "ple_in.table.weight": "per_layer_embedding",
+    "ple_in.proj.weight": "per_layer_projection",
+    "ple_in.norm.weight": "per_layer_projection_norm_weight",
+    "ple.gate.weight": "ple_gate_weight",
+    "ple.out.weight": "ple_out_weight",
+    "ple.norm.weight": "ple_post_norm_weight",
+    # Gemma 4's experts beside its MLP (tfcalc.model.beside)
+    "ffn.beside.router_scale": "router_scale",
+    "ffn.beside.per_expert_scale": "per_expert_scale",
+    "ffn.beside.mlp_post_norm.weight": "mlp_post_norm_weight",
+    "ffn.beside.moe_pre_norm.weight": "moe_pre_norm_weight",
+    "ffn.beside.moe_post_norm.weight": "moe_post_norm_weight",
+    # Gemma 3n's AltUp and LAuReL (tfcalc.model.altup)
+    "altup_io.proj_in": "altup_in",
+    "altup_io.proj_out": "altup_out",
+    "altup.router_norm.weight": "altup_router_norm_weight",
+    "altup.router.weight": "altup_router_weight",
+    "altup.prediction.weight": "altup_prediction_weight",
+    "altup.correction.weight": "altup_correction_weight",
+    "altup.output_scale": "altup_output_scale",
+    "laurel.left.weight": "laurel_left_weight",
+    "laurel.right.weight": "laurel_right_weight",
+    "laurel.norm.weight": "laurel_norm_weight",
 }
 # DeepSeek's multi-head latent attention (tfcalc.model.latent), unfused
 COMPONENTS.update({f"attn.{m}.{kind}": f"attn_{m}_{kind}" for m in ("q", "q_a", "q_b", "kv_a", "kv_b")
@@ -127,7 +151,8 @@ def fused_rows(cfg: ModelConfig, module: str, param: str | None = None) -> dict[
     layer = block_of(cfg, param) if param is not None else None
     for block in [layer] if layer is not None else [b for _, b, _ in cfg.architecture.kinds()]:
         shapes = {w.name: w.shape[0] for w in block.weights()}
-        if f"{prefix}{names[-1]}_weight" in shapes:
+        # a part may be absent (Gemma 4's global layers read V from K: no V rows), but not the last of them all
+        if f"{prefix}{names[-1]}_weight" in shapes or (param is not None and f"{prefix}{names[0]}_weight" in shapes):
             rows, start = {}, 0
             for p in names:
                 if f"{prefix}{p}_weight" in shapes:

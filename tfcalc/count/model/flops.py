@@ -153,11 +153,10 @@ def matmul_entries(
     else:
         src = (queries if src is None else src) if arch.has_cross_attention else None
         out += _stack_matmuls(arch.output, batch, queries, keys, src=src, cross_kv=encoder, absorbed=absorbed)
-    emb = arch.output.embeddings
-    if emb.project_dim is not None:  # OPT-350m's project_in: (B·T, p) @ (p, d) after the lookup
-        rows, p, d = batch * queries, emb.project_dim, emb.d_model
-        out.append(MatmulEntry("embedding_project_in", "embeddings", "embedding projection in", (rows, p, d), 1, 1,
-                               2 * rows * p * d))
+    rows = batch * queries  # OPT-350m's project_in, Gemma 4's per-layer projection: (B·T, k) @ (k, n)
+    for lin in arch.output.embeddings.linears():
+        out.append(MatmulEntry(lin.name, lin.role, lin.label, (rows, lin.n_in, lin.n_out), lin.count, 1,
+                               2 * rows * lin.n_in * lin.n_out * lin.count))
     return out + _head_matmuls(arch.head, batch, batch * queries, "decoder" if arch.kind == "encoder-decoder" else "")
 
 
@@ -221,7 +220,7 @@ def _stack_matmuls(
         moe = block.ffn if block.is_moe else None
         linears = block.linears(cross_kv, step=absorbed)  # a decode step's form (step 12)
         if moe is not None:  # the label names the capacity buffers at this many tokens
-            linears = [m for m in linears if m.role != "ffn" or m.name.startswith("ffn_hc")] + moe.linears(rows)
+            linears = [m for m in linears if m not in moe.linears()] + moe.linears(rows)
         # the mixer's mixing sits before its output projection, the last of its linears (tfcalc.architecture.mixer)
         out = max(0, len(block.mixer.linears(step=absorbed)) - 1)
         for i, m in enumerate(linears):
