@@ -134,6 +134,7 @@ def _write(tmp_path, data, name="config.json", folder="model"):
 
 
 def test_every_supported_type_is_tested():
+    from test_bailing_hybrid import TESTED_TYPES as BAILING  # issue 30's Ling 3 hybrids
     from test_deepseek_v32 import TESTED_TYPES as SPARSE  # issue 30's DeepSeek Sparse Attention
     from test_hf_moe_more import TESTED_TYPES as MORE_MOE  # issue 30's MoE families with no new mixer
     from test_hf_patterns import TESTED_TYPES  # issue 22's per-layer families, tested there
@@ -145,7 +146,7 @@ def test_every_supported_type_is_tested():
 
     lfm2 = {"lfm2", "lfm2_moe"}  # tests/test_hf_lfm2.py
     tested = set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) | TESTED_TYPES | lfm2 | HYBRID | SPARSE | MORE_MOE
-    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX
+    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | BAILING
     assert tested == set(SUPPORTED_MODEL_TYPES)
 
 

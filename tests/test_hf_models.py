@@ -32,6 +32,7 @@ def test_every_supported_type_has_a_case():
     # tests/model/test_mamba2.py, test_nemotron_h.py and test_granitemoehybrid.py
     types |= {"mamba2", "nemotron_h", "granitemoehybrid"}
     types |= {"kimi_linear"}  # tiny checkpoints of its own (two layouts), every check: tests/test_kimi_linear.py
+    types |= {"bailing_hybrid"}  # tiny checkpoints of its own (two layouts): tests/test_bailing_hybrid.py
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 

@@ -34,7 +34,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
         "linear_norm_eps", "linear_norm_placement", "attn_output_gate")),
     ("Kimi Delta Attention in the layer_pattern's kda layers (KimiDeltaAttention)", (
-        "kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_bound")),
+        "kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_limit")),
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",

@@ -31,15 +31,16 @@ forward substitution building the inverse of the c×c system; it does see the pr
 convention of gated DeltaNet, whose transformers path solves): tests/test_kimi_linear.py states each term.
 
 **Ling 3's form** (``form`` "bailing": transformers' modeling_bailing_hybrid.py, BailingHybridDeltaAttention and
-BailingHybridForgetGate; layer_pattern's ``kda`` with ``kda_form`` bailing), the same recurrence and chunked
-scan with three differences, each a choice of this component, none a new mixer:
+BailingHybridForgetGate; layer_pattern's ``kda`` with ``kda_form`` bailing, ``kda_decay_limit`` m for b = -m),
+the same recurrence and chunked scan with three differences, each a choice of this component, none a new mixer:
 
 a. no bottlenecks: the decay's input ``f_proj`` and the output gate ``g_proj`` are full projections, d -> H·h each
    (where Kimi runs d -> h -> H·h twice), 2·d·H·h FLOPs a token each;
-b. the convolution stored as one tensor, ``conv1d`` (C, 1, K) over [Q | K | V] (fp32 in transformers,
-   _keep_in_fp32_modules_strict), where Kimi's checkpoints keep three; ``A_log`` (H,) where Kimi's is (1, 1, H, 1);
+b. ``A_log`` stored (H,) where Kimi's is (1, 1, H, 1); the convolution stored as three (q/k/v_conv1d), as Kimi's
+   (transformers concatenates them on load, conversion_mapping.py, and keeps the result in fp32:
+   _keep_in_fp32_modules_strict, which changes no count here);
 c. a bounded decay (``decay_bound`` b, kda_safe_gate true with kda_lower_bound b, -5 by default):
-   g = b·sigmoid(exp(A_log_head)·(f + dt_bias)), so each step decays S by at least exp(b); with kda_safe_gate
+   g = b·sigmoid(exp(A_log_head)·(f + dt_bias)) in (b, 0), so each step keeps more than exp(b) of S; with kda_safe_gate
    false, Kimi's -exp(A_log_head)·softplus(f + dt_bias). The output: the same gated RMSNorm (o_norm, weight h)
    times sigmoid(G), then out.
 
@@ -64,8 +65,8 @@ from tfcalc.errors import InputError
 @dataclass(frozen=True)
 class KimiDeltaAttention(GatedDeltaNet):
     """Built by ``kda``: n_k_head = n_v_head = H, k_head_dim = v_head_dim = h (module docstring); ``form`` kimi
-    (Kimi Linear's bottlenecks and three convolutions) or bailing (Ling 3's full projections and one convolution,
-    differences a and b), ``decay_bound`` None (the softplus decay) or b < 0 (difference c)."""
+    (Kimi Linear's bottlenecks) or bailing (Ling 3's full projections, differences a and b), ``decay_bound``
+    None (the softplus decay) or b < 0 (difference c)."""
 
     form: Literal["kimi", "bailing"] = "kimi"
     decay_bound: Optional[float] = None
@@ -91,9 +92,10 @@ class KimiDeltaAttention(GatedDeltaNet):
         q, k, v and out, as latent attention names its Q and output: tfcalc.hf_config.kimi_linear)."""
         d, H, h, w, K = self.d_model, self.n_v_head, self.v_head_dim, self.width, self.conv_kernel
         out = [Weight(f"{n}_weight", (w, d), "attention", f"KDA {n.upper()} projection", "rows") for n in "qkv"]
-        if self.form == "bailing":  # differences a and b (module docstring)
-            return out + [
-                Weight("conv1d_weight", (self.conv_dim, 1, K), "attention", "KDA short convolution (Q, K, V)", "rows"),
+        conv = [Weight(f"{n}_conv1d_weight", (w, 1, K), "attention", f"KDA short convolution ({n.upper()})", "rows")
+                for n in "qkv"]
+        if self.form == "bailing":  # difference a (module docstring)
+            return out + conv + [
                 Weight("f_proj_weight", (w, d), "attention", "KDA decay projection", "rows"),
                 Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
                 Weight("A_log", (H,), "attention", "KDA log decay rate (per head)", "rows"),
@@ -101,9 +103,7 @@ class KimiDeltaAttention(GatedDeltaNet):
                 Weight("g_proj_weight", (w, d), "attention", "KDA output gate projection", "rows"),
                 Weight("o_norm_weight", (h,), "norms", "KDA gated RMSNorm weight"),
                 Weight("o_weight", (d, w), "attention", "KDA output projection (out)", "cols")]
-        return out + [
-            *(Weight(f"{n}_conv1d_weight", (w, 1, K), "attention", f"KDA short convolution ({n.upper()})", "rows")
-              for n in "qkv"),
+        return out + conv + [
             Weight("f_a_proj_weight", (h, d), "attention", "KDA decay bottleneck (in)"),
             Weight("f_b_proj_weight", (w, h), "attention", "KDA decay bottleneck (out)", "rows"),
             Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
@@ -190,21 +190,22 @@ class KimiDeltaFields:
     kda_heads: Optional[int] = None  # Kimi Linear's linear_attn_config.num_heads
     kda_head_dim: Optional[int] = None  # linear_attn_config.head_dim (keys and values alike)
     kda_conv_kernel: Optional[int] = None  # linear_attn_config.short_conv_kernel_size; None: 4
-    # None: kimi (Kimi Linear's bottlenecks, three convolutions); bailing: Ling 3's full f_proj and g_proj, one conv1d
+    # None: kimi (Kimi Linear's rank-h bottlenecks); bailing: Ling 3's full f_proj and g_proj, A_log per head
     kda_form: Optional[Literal["kimi", "bailing"]] = None
-    kda_decay_bound: Optional[float] = None  # None: -exp(A)·softplus; b < 0: b·sigmoid(exp(A)·x) (kda_lower_bound)
+    # None: the decay -exp(A)·softplus(x); m > 0: the bounded -m·sigmoid(exp(A)·x) (Ling's kda_lower_bound, -m)
+    kda_decay_limit: Optional[float] = None
 
 
 def from_flat(cfg: Any, i: int, causal: bool) -> KimiDeltaAttention:
     return kda(cfg.d_model, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_conv_kernel or 4, cfg.norm_eps, causal,
-               cfg.kda_form or "kimi", cfg.kda_decay_bound)
+               cfg.kda_form or "kimi", None if cfg.kda_decay_limit is None else -cfg.kda_decay_limit)
 
 
 def check(cfg: Any) -> None:
     """A kda layer needs kda_heads and kda_head_dim, SiLU (its convolution's activation, transformers' hidden_act)
     and a decoder; kda fields need a kda layer (one ConfigError line each)."""
     used = cfg.layer_pattern is not None and any("kda" in run.kinds for run in parse(cfg.layer_pattern))
-    given = [f for f in ("kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_bound")
+    given = [f for f in ("kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_limit")
              if getattr(cfg, f) is not None]
     if not used:
         if given:
@@ -218,8 +219,6 @@ def check(cfg: Any) -> None:
     if cfg.activation != "silu":
         raise InputError(f"Kimi Delta Attention's convolution is followed by SiLU: activation must be silu "
                          f"(is {cfg.activation})")
-    if cfg.kda_decay_bound is not None and not cfg.kda_decay_bound < 0:
-        raise InputError(f"field 'kda_decay_bound' must be negative (a log decay per step); got {cfg.kda_decay_bound}")
 
 
 KIND = register(MixerKind("Kimi Delta Attention", KimiDeltaFields, from_flat, words=("kda",), check=check,

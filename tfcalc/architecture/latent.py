@@ -170,7 +170,7 @@ class LatentAttention:
         width = self.n_head * (self.qk_nope_head_dim + self.v_head_dim)
         out.append(Weight("kv_b_weight", (width, c), role, "attention KV expansion weight", "rows"))
         if self.head_gate:
-            out.append(Weight("g_weight", (self.n_head, d), role, "attention head gate weight", "rows"))
+            out.append(Weight("g_proj_weight", (self.n_head, d), role, "attention head gate weight", "rows"))
         out.append(Weight("o_weight", (d, self.out_width), role, "attention O weight", "cols"))
         return out + ([Weight("o_bias", (d,), role, "attention O bias")] if self.bias else [])
 

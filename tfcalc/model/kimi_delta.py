@@ -13,8 +13,8 @@ One chunk's c×c×h tensors are alive at a time (transformers builds them for ev
 of one token runs ``recurrent`` on the state in place. Nothing reads a value back to the host.
 
 Ling 3's form (spec.form "bailing", transformers' BailingHybridDeltaAttention; the differences named in
-tfcalc.architecture.kimi_delta): ``f_proj`` and ``g_proj`` in place of the bottlenecks, one ``conv1d`` (C, 1, K),
-``A_log`` (H,); the bounded decay b·sigmoid(exp(A_log)·(f + dt_bias)) where spec.decay_bound is b
+tfcalc.architecture.kimi_delta): ``f_proj`` and ``g_proj`` in place of the bottlenecks, ``A_log`` (H,); the
+bounded decay b·sigmoid(exp(A_log)·(f + dt_bias)) where spec.decay_bound is b
 (BailingHybridForgetGate with kda_safe_gate). The scan, the step, the state and the gated norm are the same code.
 """
 
@@ -73,12 +73,12 @@ class KimiDeltaModule(MixerModule):
         w = H * h
         self.H, self.h, self.bailing, self.bound = H, h, spec.form == "bailing", spec.decay_bound
         self.q, self.k, self.v = (Linear(d, w, bias=False) for _ in range(3))
-        if self.bailing:  # Ling 3's (BailingHybridDeltaAttention): one convolution, full projections, A_log (H,)
-            self.conv1d = Conv1d(3 * w, 3 * w, K, groups=3 * w, bias=False)
+        # the convolution's weights as the checkpoints keep them, three (concatenated in the forward)
+        self.q_conv1d, self.k_conv1d, self.v_conv1d = (Conv1d(w, w, K, groups=w, bias=False) for _ in range(3))
+        if self.bailing:  # Ling 3's (BailingHybridDeltaAttention): full projections, A_log (H,)
             self.f_proj, self.g_proj = Linear(d, w, bias=False), Linear(d, w, bias=False)
             self.A_log = nn.Parameter(torch.zeros(H))
-        else:  # the convolution's weights as Kimi's checkpoints keep them, three (concatenated in the forward)
-            self.q_conv1d, self.k_conv1d, self.v_conv1d = (Conv1d(w, w, K, groups=w, bias=False) for _ in range(3))
+        else:
             self.f_a_proj, self.f_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
             self.g_a_proj, self.g_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
             self.A_log = nn.Parameter(torch.zeros(1, 1, H, 1))
@@ -94,8 +94,7 @@ class KimiDeltaModule(MixerModule):
         B, T, _ = x.shape
         H, h = self.H, self.h
         qkv = torch.cat([self.q(x), self.k(x), self.v(x)], dim=-1)  # (B, T, C)
-        conv = self.conv1d.weight if self.bailing else torch.cat(
-            [self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight])  # (C, 1, K)
+        conv = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight])  # (C, 1, K)
         mixed = conv_silu(qkv, conv, store).mT  # (B, T, C)
         q, k, v = (t.reshape(B, T, H, h) for t in mixed.split(H * h, dim=-1))
         g = self._decay(x).view(B, T, H, h)  # (B, T, H, h): the log decay per channel, fp32

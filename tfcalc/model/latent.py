@@ -49,7 +49,7 @@ class LatentAttention(MixerModule):
         self.kv_a_norm = make_norm(spec.latent_norm(self.rank))
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
         # Ling 3's head gate (BailingHybridAttention's g_proj): each head's output times sigmoid(g(x))
-        self.g = Linear(d, self.n_head, bias=False) if spec.head_gate else None
+        self.g_proj = Linear(d, self.n_head, bias=False) if spec.head_gate else None
         self.out = Linear(spec.out_width, d, bias=spec.bias)
 
     @classmethod
@@ -91,12 +91,12 @@ class LatentAttention(MixerModule):
         k = torch.cat([k_nope, k_rot.expand(B, self.n_head, S, self.rope_dim)], dim=-1)  # (B, nh, S, h_n + h_r)
         q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)  # (B, nh, T, h_n + h_r)
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, None)  # (B, nh, T, h_v)
-        if self.g is None:
+        if self.g_proj is None:
             return self.out(_merge_heads(y))
         return self.out(self._gated(y.transpose(1, 2), x).flatten(2))
 
     def _gated(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """y (B, T, nh, h_v) times sigmoid of the head gate (B, T, nh), computed in fp32 as transformers does."""
-        if self.g is None:
+        if self.g_proj is None:
             return y
-        return y * torch.sigmoid(self.g(x).float()).to(y.dtype)[..., None]
+        return y * torch.sigmoid(self.g_proj(x).float()).to(y.dtype)[..., None]
