@@ -259,7 +259,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
     "content, message",
     [
         ({**GPT2, "model_type": "mpt"},
-         "model_type 'mpt' is not supported (supported: apertus, bert, "),
+         "model_type 'mpt' is not supported (supported: apertus, bailing_hybrid, bert, "),
         ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"},
          "missing required field 'hidden_size' (model_type llama)"),
         ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"},
