@@ -139,6 +139,28 @@ def test_kda_flops_equal_flop_counter_mode_on_transformers_layer(tmp_path, seq):
     assert [lin.name for lin in mixer.linears()] == ["q", "k", "v", "f", "b", "g", "o"]
 
 
+@pytest.mark.parametrize("seq", [100, 300])
+def test_latent_flops_equal_flop_counter_mode_on_transformers_layer(tmp_path, seq):
+    """transformers' BailingHybridAttention (eager attention) at full width on meta under FlopCounterMode: tfcalc's
+    count of the layer, its projections (the head gate's 2·2560·32 a token among them) and the full square of
+    scores, with nothing by hand."""
+    import transformers
+    import transformers.models.bailing_hybrid.modeling_bailing_hybrid as m
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = transformers.BailingHybridConfig()
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        layer, rotary = m.BailingHybridAttention(config, 5), m.BailingHybridRotaryEmbedding(config)
+    x = torch.empty(1, seq, 2560, device="meta")
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, rotary(x, torch.arange(seq, device="meta")[None]), None)
+    mixer = load(_write(tmp_path, RELEASED)).architecture.output.layer(5).mixer
+    projections = sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears())  # kv_b's "keys": the seq
+    assert "g" in [lin.name for lin in mixer.linears()] and mixer.head_gate
+    assert projections + sum(mx.flops for mx in mixer.mixing(seq, seq)) == counter.get_total_flops()
+
+
 def test_generation_state_at_4096_tokens_is_what_transformers_cache_holds(tmp_path, hf_meta):
     """Every layer of transformers' model on meta over a 4,096-token prompt in bf16 with its DynamicCache: the
     7 latent layers' latents and rotary keys (512 + 64 a position), the 35 KDA layers' convolution inputs (K = 4
@@ -399,3 +421,13 @@ def test_flat_fields_build_the_hybrid():
                              "kda_decay_limit=5"])
     kda = cfg.architecture.output.layer(0).mixer
     assert (kda.form, kda.decay_bound) == ("bailing", -5.0)
+
+
+def test_cli_reports_the_state_apart(tmp_path, cli):
+    """`tfcalc memory` of the config.json at 4,096 tokens: the generation state is the count's (latent positions
+    that grow and KDA state that does not); `tfcalc params` its parameters."""
+    path = _write(tmp_path, RELEASED)
+    r = cli("memory", path, "--seq", "4096", "--batch", "1", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["kv_cache_bytes"] == kv_cache_bytes(load(path), Workload(batch=1, seq=4096))
+    assert cli("params", path, "--json").json()["analytic_total"] == 124_414_191_072
