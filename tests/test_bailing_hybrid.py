@@ -197,10 +197,12 @@ TINY = dict(vocab_size=61, hidden_size=32, intermediate_size=40, moe_intermediat
             head_dim=8, layer_group_size=3, first_k_dense_replace=1, pad_token_id=0, bos_token_id=1, eos_token_id=2,
             model_max_length=256, rope_theta=10000.0)
 # the other forms: a compressed Q, biases, a kernel of 3, Kimi's softplus decay (kda_safe_gate false), no dense
-# layer, 2 shared experts, no renormalization, a layer list
+# layer, 2 shared experts, no renormalization, a layer list, YaRN (its mscale² in the softmax scale)
 VARIANT = dict(TINY, q_lora_rank=20, attention_bias=True, short_conv_kernel_size=3, kda_safe_gate=False,
                first_k_dense_replace=0, num_shared_experts=2, moe_renormalize=False, routed_scaling_factor=1.5,
-               layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"])
+               layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"],
+               rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "mscale_all_dim": 1.0,
+                                "original_max_position_embeddings": 64, "mscale": 1.0})
 
 
 def _pair(tmp_path_factory, kw, name):
@@ -229,7 +231,7 @@ def test_tiny_parameters_and_logits_across_chunks_equal_transformers(tiny, tmp_p
     assert cfg.layer_pattern == "kda*2, full, kda" and cfg.kda_decay_limit == 5.0
     assert_logits_close(hf, ours, torch.randint(0, 61, (2, 130), generator=torch.Generator().manual_seed(3)))
     hf2, ours2, cfg2 = _pair(tmp_path_factory, VARIANT, "bailing-hybrid-variant")
-    assert cfg2.kda_decay_limit is None and cfg2.layer_pattern == "full, kda*2, full"
+    assert cfg2.kda_decay_limit is None and cfg2.layer_pattern == "full, kda*2, full" and cfg2.rope_scaling == "yarn"
     assert count_params.total(cfg2) == sum(p.numel() for p in hf2.parameters())
     assert_logits_close(hf2, ours2, torch.randint(0, 61, (2, 70), generator=torch.Generator().manual_seed(4)))
 
@@ -381,6 +383,7 @@ def test_bounded_decay_is_transformers_forget_gate():
     (dict(hidden_act="gelu"), "with SiLU only"),
     (dict(num_key_value_heads=8), "'num_key_value_heads' 8 is not supported"),
     (dict(num_hidden_layers=2**41), "num_hidden_layers|n_layer"),
+    (dict(rope_parameters={"rope_type": "linear", "factor": 2.0}), "'rope_scaling' type 'linear' is not supported"),
     (dict(architectures=["BailingMoeV3ForCausalLM"]), "'architectures' 'BailingMoeV3ForCausalLM' is not supported"),
 ])
 def test_hostile_config_json(tmp_path, changes, message):

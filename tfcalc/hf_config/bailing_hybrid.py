@@ -13,14 +13,15 @@ moe_intermediate_size 768, num_experts / num_local_experts 512, num_experts_per_
 num_shared_experts / n_shared_experts 1, moe_renormalize / norm_topk_prob true, num_expert_group / n_group 8,
 topk_group 4, routed_scaling_factor 2.5, first_k_dense_replace 2, kv_lora_rank 512, q_lora_rank null,
 qk_nope_head_dim 128, qk_rope_head_dim 64 (the rotary width: transformers sets head_dim to it), v_head_dim 128,
-rope_theta 6,000,000, rms_norm_eps 1e-6 (the KDA's gated norm's too), model_max_length / max_position_embeddings
-262144, attention_bias, tie_word_embeddings, hidden_act (SiLU only: the KDA convolution's). The KDA: head_dim
-128 channels a head (linear_head_dim where given: transformers writes it beside head_dim, which it overwrites
-with qk_rope_head_dim), num_attention_heads heads (linear_num_heads where given), short_conv_kernel_size 4
-(linear_conv_kernel_dim where given); kda_safe_gate true, kda_lower_bound -5. Which layers: ``layer_types``
-(linear_attention, full_attention), else each layer_group_size-th (6) full, layer i with (i + 1) % 6 == 0: a
-trailing part group is all KDA (BailingHybridConfig.__post_init__). The experts' layers: ``mlp_layer_types``
-(dense, sparse), else the first first_k_dense_replace dense.
+rope_theta 6,000,000 (YaRN in rope_parameters or rope_scaling, read as DeepSeek-V3's), rms_norm_eps 1e-6 (the
+KDA's gated norm's too), model_max_length / max_position_embeddings 262144, attention_bias, tie_word_embeddings,
+hidden_act (SiLU only: the KDA convolution's). The KDA: head_dim 128 channels a head (linear_head_dim where given:
+transformers writes it beside head_dim, which it overwrites with qk_rope_head_dim), num_attention_heads heads
+(linear_num_heads where given), short_conv_kernel_size 4 (linear_conv_kernel_dim where given); kda_safe_gate
+true, kda_lower_bound -5. Which layers: ``layer_types`` (linear_attention, full_attention), else each
+layer_group_size-th (6) full, layer i with (i + 1) % 6 == 0: a trailing part group is all KDA
+(BailingHybridConfig.__post_init__). The experts' layers: ``mlp_layer_types`` (dense, sparse), else the first
+first_k_dense_replace dense.
 
 Not built, as transformers builds none of them: the num_nextn_predict_layers / num_mtp_layers multi-token
 prediction layers a checkpoint stores after the main ones (transformers ignores them on load; their tensors are
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.deepseek import moe_names
+from tfcalc.hf_config import deepseek
 from tfcalc.hf_config.kimi_linear import MOE_DEFAULTS, checkpoint_names as kimi_linear_names, experts
 from tfcalc.hf_config.layer_pattern import compact
 from tfcalc.hf_config.names import Rule
@@ -59,6 +60,7 @@ def bailing_hybrid(r: Reader) -> None:
     r.take("model_max_length", "max_seq_len", 262144, aliases=("max_position_embeddings",))
     r.take("rms_norm_eps", "norm_eps", 1e-6)
     r.rope(6_000_000.0)
+    deepseek._yarn(r)  # YaRN or none, with its mscale² softmax scale (BailingHybridAttention: yarn_apply_mscale)
     r.activation("hidden_act", "silu")
     if r.fields["activation"] != "silu":
         raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds Kimi Delta Attention with SiLU "
@@ -147,7 +149,8 @@ def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
     the router's correction bias ``expert_bias`` (e_score_correction_bias); then Kimi Linear's and DeepSeek-V3's
     names (the latent attention, the experts, the MTP layers, Llama's others)."""
     attn = r"layers\.(\d+)\.(?:attention|self_attn)\."
-    return moe_names(arch)[:2] + [  # first: the MTP layers (after the main ones) and FP8 scales, whatever their names
+    # first: the MTP layers (after the main ones) and FP8 scales, whatever their names
+    return deepseek.moe_names(arch)[:2] + [
         (r"word_embeddings\.weight", "tok_emb.weight"),
         (attn + r"([qkv])_proj\.weight", "blocks.{0}.attn.{1}.weight"),
         (attn + r"([qkv])_conv1d\.weight", "blocks.{0}.attn.{1}_conv1d.weight"),
