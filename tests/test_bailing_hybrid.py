@@ -236,6 +236,23 @@ def test_tiny_parameters_and_logits_across_chunks_equal_transformers(tiny, tmp_p
     assert_logits_close(hf2, ours2, torch.randint(0, 61, (2, 70), generator=torch.Generator().manual_seed(4)))
 
 
+@pytest.mark.parametrize("extra, sizes", [(dict(linear_num_heads=2, linear_head_dim=16, linear_conv_kernel_dim=3),
+                                           (2, 16, 3)), (dict(head_dim=16, short_conv_kernel_size=2), (4, 16, 2))])
+def test_the_kda_sizes_as_transformers_reads_them(tmp_path, extra, sizes):
+    """transformers' linear_* keys outrank the ones __post_init__ copies them from (num_attention_heads, head_dim,
+    short_conv_kernel_size): its model on meta and tfcalc's count agree on either spelling."""
+    import transformers
+
+    kw = dict(TINY, **extra)
+    config = transformers.BailingHybridConfig(**kw)
+    with torch.device("meta"):
+        hf = transformers.BailingHybridForCausalLM(config)
+    cfg = load(_write(tmp_path, dict(kw, model_type="bailing_hybrid")))
+    assert (config.linear_num_heads, config.linear_head_dim, config.linear_conv_kernel_dim) == sizes == (
+        cfg.kda_heads, cfg.kda_head_dim, cfg.kda_conv_kernel)
+    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+
+
 def test_params_of_the_folder_counts_every_stored_tensor(tmp_path_factory, cli):
     """`tfcalc params FOLDER` reads the safetensors header (the released names save_pretrained writes back:
     word_embeddings, attention, dense, f_proj beside the KDA, q/k/v_conv1d, expert_bias, each expert's own
