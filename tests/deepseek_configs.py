@@ -128,6 +128,7 @@ def latent_configs(draw):
         router_score_bias=sigmoid, router_groups=groups, router_topk_groups=draw(st.integers(1, groups)),
         routed_scaling=draw(st.sampled_from([1.0, 2.5])), shared_expert_d_ff=draw(st.none() | st.integers(4, 12)),
         first_dense_layers=draw(st.none() | st.integers(1, n_layer)), dense_d_ff=20,
+        attn_head_gate=draw(st.none() | st.just(True)),  # Ling 3's head gate (bailing_hybrid)
     )
     if fields["first_dense_layers"] is None or fields["first_dense_layers"] >= n_layer:
         fields.update(first_dense_layers=None, dense_d_ff=None)

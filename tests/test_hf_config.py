@@ -134,6 +134,7 @@ def _write(tmp_path, data, name="config.json", folder="model"):
 
 
 def test_every_supported_type_is_tested():
+    from test_bailing_hybrid import TESTED_TYPES as BAILING  # issue 30's Ling 3 hybrids
     from test_deepseek_v4_family import TESTED_TYPES as V4  # issue 30's DeepSeek-V4
     from test_deepseek_v32 import TESTED_TYPES as SPARSE  # issue 30's DeepSeek Sparse Attention
     from test_gemma3n import TESTED_TYPES as GEMMA3N  # issue 30's Gemma 3n
@@ -148,7 +149,7 @@ def test_every_supported_type_is_tested():
 
     lfm2 = {"lfm2", "lfm2_moe"}  # tests/test_hf_lfm2.py
     tested = set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) | TESTED_TYPES | lfm2 | HYBRID | SPARSE | MORE_MOE
-    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4 | GEMMA4 | GEMMA3N
+    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4 | GEMMA4 | GEMMA3N | BAILING
     assert tested == set(SUPPORTED_MODEL_TYPES)
 
 
@@ -261,7 +262,7 @@ def test_set_overrides_apply_to_config_json(tmp_path):
     "content, message",
     [
         ({**GPT2, "model_type": "mpt"},
-         "model_type 'mpt' is not supported (supported: apertus, bert, "),
+         "model_type 'mpt' is not supported (supported: apertus, bailing_hybrid, bert, "),
         ({k: v for k, v in LLAMA3_8B.items() if k != "hidden_size"},
          "missing required field 'hidden_size' (model_type llama)"),
         ({k: v for k, v in MIXTRAL_8X7B.items() if k != "num_local_experts"},

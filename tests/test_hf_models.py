@@ -37,6 +37,7 @@ def test_every_supported_type_has_a_case():
     types |= {"kimi_linear"}  # tiny checkpoints of its own (two layouts), every check: tests/test_kimi_linear.py
     types |= {"deepseek_v4"}  # tests/test_deepseek_v4_family.py: its own tiny checkpoint (a hash layer, every kind)
     types |= {"mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2"}  # and test_falcon_h1/zamba2.py
+    types |= {"bailing_hybrid"}  # tiny checkpoints of its own (two layouts): tests/test_bailing_hybrid.py
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 

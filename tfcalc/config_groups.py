@@ -40,7 +40,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "linear_conv_kernel", "linear_split_projections", "linear_separate_projections", "linear_beta_scale",
         "linear_norm_eps", "linear_norm_placement", "attn_output_gate")),
     ("Kimi Delta Attention in the layer_pattern's kda layers (KimiDeltaAttention)", (
-        "kda_heads", "kda_head_dim", "kda_conv_kernel")),
+        "kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_limit")),
     ("RoPE scaling (tfcalc.architecture.rope: Yarn, LinearScaling, Llama3Scaling, LongRope)", (
         "rope_scaling", "rope_scaling_factor", "rope_original_max_seq_len", "rope_scaling_layers",
         "rope_low_freq_factor", "rope_high_freq_factor", "rope_short_factor", "rope_long_factor",
@@ -48,7 +48,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave")),
+        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha", "activation_sparsity")),

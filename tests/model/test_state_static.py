@@ -55,6 +55,11 @@ KINDS = {
     # Kimi Linear: Kimi Delta Attention (a decay per key channel) beside latent attention without RoPE
     "kda-kimi-linear": dict(ROPE, n_layer=4, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
                             v_head_dim=8, layer_pattern="kda*2, nope, kda", kda_heads=2, kda_head_dim=8),
+    # Ling 3: Kimi Delta Attention in its form (full decay and gate projections, the bounded decay) beside latent
+    # attention with RoPE and a head gate
+    "kda-bailing-hybrid": dict(ROPE, n_layer=4, n_head=4, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                               v_head_dim=8, layer_pattern="kda*2, full, kda", kda_heads=2, kda_head_dim=8,
+                               kda_form="bailing", kda_decay_limit=5.0, attn_head_gate=True),
     # MiniMax-01: lightning layers (a fixed (H, d, d) state, blocks of 2 in the prompt) around a softmax layer, the
     # residual after each norm weighted
     "lightning-minimax": dict(ROPE, n_layer=4, n_head=4, n_kv_head=2, layer_pattern="lightning, full, lightning*2",

@@ -41,10 +41,12 @@ class LatentFields:
     index_n_heads: Optional[int] = None  # None with index_topk: 64 (DeepseekV32Config's default)
     index_head_dim: Optional[int] = None  # None with index_topk: 128
     index_rope_interleave: Optional[bool] = None  # None with index_topk: false (V3.2's rotate-half; GLM-5: true)
+    # each head's output times sigmoid(Linear(d, n_head)(x)) before O (Ling 3's MLA, BailingHybridAttention)
+    attn_head_gate: Optional[bool] = None
 
 
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "index_topk",
-           "index_n_heads", "index_head_dim", "index_rope_interleave")
+           "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate")
 _INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave")
 
 
@@ -63,9 +65,11 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
     args = (cfg.d_model, cfg.n_head, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
             cfg.q_lora_rank, norm, cfg.attn_bias, None if nope else cfg.rope_theta, yarn(cfg),
             cfg.rope_interleave is not False)
+    gate = cfg.attn_head_gate is True
     if cfg.index_topk is None:
-        return LatentAttention(*args)
-    return SparseLatentAttention(*args, index_topk=cfg.index_topk, index_n_heads=cfg.index_n_heads or 64,
+        return LatentAttention(*args, head_gate=gate)
+    return SparseLatentAttention(*args, head_gate=gate, index_topk=cfg.index_topk,
+                                 index_n_heads=cfg.index_n_heads or 64,
                                  index_head_dim=cfg.index_head_dim or 128,
                                  index_interleave=cfg.index_rope_interleave is True)
 

@@ -30,6 +30,20 @@ forward substitution building the inverse of the c×c system; it does see the pr
 (c, c) @ (c, h) for V_β and the decayed K_β, 2·2c²h, where tfcalc counts two triangular solves, c(c-1)·2h (the
 convention of gated DeltaNet, whose transformers path solves): tests/test_kimi_linear.py states each term.
 
+**Ling 3's form** (``form`` "bailing": transformers' modeling_bailing_hybrid.py, BailingHybridDeltaAttention and
+BailingHybridForgetGate; layer_pattern's ``kda`` with ``kda_form`` bailing, ``kda_decay_limit`` m for b = -m),
+the same recurrence and chunked scan with three differences, each a choice of this component, none a new mixer:
+
+a. no bottlenecks: the decay's input ``f_proj`` and the output gate ``g_proj`` are full projections, d -> H·h each
+   (where Kimi runs d -> h -> H·h twice), 2·d·H·h FLOPs a token each;
+b. ``A_log`` stored (H,) where Kimi's is (1, 1, H, 1); the convolution stored as three (q/k/v_conv1d), as Kimi's
+   (transformers concatenates them on load, conversion_mapping.py, and keeps the result in fp32:
+   _keep_in_fp32_modules_strict, which changes no count here);
+c. a bounded decay (``decay_bound`` b, kda_safe_gate true with kda_lower_bound b, -5 by default):
+   g = b·sigmoid(exp(A_log_head)·(f + dt_bias)) in (b, 0), so each step keeps more than exp(b) of S; with kda_safe_gate
+   false, Kimi's -exp(A_log_head)·softplus(f + dt_bias). The output: the same gated RMSNorm (o_norm, weight h)
+   times sigmoid(G), then out.
+
 Generation state per sequence and layer: gated DeltaNet's -- the convolution's last K inputs, C·K in the model's
 dtype, and S, H·h·h in fp32 (transformers' cache, cache_utils.py LinearAttentionLayer, keeps the same two).
 TP splits by heads (the bottlenecks' first halves, f_a and g_a, and the norm replicated). Pure Python.
@@ -38,7 +52,7 @@ TP splits by heads (the bottlenecks' first halves, f_a and g_a, and the norm rep
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from tfcalc.architecture.gated_deltanet import GatedDeltaNet
 from tfcalc.architecture.kinds import MixerKind, register
@@ -50,7 +64,12 @@ from tfcalc.errors import InputError
 
 @dataclass(frozen=True)
 class KimiDeltaAttention(GatedDeltaNet):
-    """Built by ``kda``: n_k_head = n_v_head = H, k_head_dim = v_head_dim = h (module docstring)."""
+    """Built by ``kda``: n_k_head = n_v_head = H, k_head_dim = v_head_dim = h (module docstring); ``form`` kimi
+    (Kimi Linear's bottlenecks) or bailing (Ling 3's full projections, differences a and b), ``decay_bound``
+    None (the softplus decay) or b < 0 (difference c)."""
+
+    form: Literal["kimi", "bailing"] = "kimi"
+    decay_bound: Optional[float] = None
 
     module = "tfcalc.model.kimi_delta:KimiDeltaModule"
 
@@ -58,6 +77,11 @@ class KimiDeltaAttention(GatedDeltaNet):
         super().__post_init__()
         if self.n_k_head != self.n_v_head or self.k_head_dim != self.v_head_dim:
             raise InputError("Kimi Delta Attention has one head size and as many key heads as value heads")
+        if self.form not in ("kimi", "bailing"):
+            raise InputError(f"Kimi Delta Attention's form is kimi or bailing; got {self.form!r}")
+        if self.decay_bound is not None and not self.decay_bound < 0:
+            raise InputError(f"Kimi Delta Attention's decay bound must be negative (a log decay); "
+                             f"got {self.decay_bound}")
 
     @property
     def width(self) -> int:
@@ -68,9 +92,18 @@ class KimiDeltaAttention(GatedDeltaNet):
         q, k, v and out, as latent attention names its Q and output: tfcalc.hf_config.kimi_linear)."""
         d, H, h, w, K = self.d_model, self.n_v_head, self.v_head_dim, self.width, self.conv_kernel
         out = [Weight(f"{n}_weight", (w, d), "attention", f"KDA {n.upper()} projection", "rows") for n in "qkv"]
-        return out + [
-            *(Weight(f"{n}_conv1d_weight", (w, 1, K), "attention", f"KDA short convolution ({n.upper()})", "rows")
-              for n in "qkv"),
+        conv = [Weight(f"{n}_conv1d_weight", (w, 1, K), "attention", f"KDA short convolution ({n.upper()})", "rows")
+                for n in "qkv"]
+        if self.form == "bailing":  # difference a (module docstring)
+            return out + conv + [
+                Weight("f_proj_weight", (w, d), "attention", "KDA decay projection", "rows"),
+                Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
+                Weight("A_log", (H,), "attention", "KDA log decay rate (per head)", "rows"),
+                Weight("b_proj_weight", (H, d), "attention", "KDA β projection", "rows"),
+                Weight("g_proj_weight", (w, d), "attention", "KDA output gate projection", "rows"),
+                Weight("o_norm_weight", (h,), "norms", "KDA gated RMSNorm weight"),
+                Weight("o_weight", (d, w), "attention", "KDA output projection (out)", "cols")]
+        return out + conv + [
             Weight("f_a_proj_weight", (h, d), "attention", "KDA decay bottleneck (in)"),
             Weight("f_b_proj_weight", (w, h), "attention", "KDA decay bottleneck (out)", "rows"),
             Weight("dt_bias", (w,), "attention", "KDA decay bias (per channel)", "rows"),
@@ -84,7 +117,13 @@ class KimiDeltaAttention(GatedDeltaNet):
 
     def linears(self, with_kv: bool = True, step: bool = False) -> list[Linear]:
         d, H, h, w = self.d_model, self.n_v_head, self.v_head_dim, self.width
-        return [Linear(n, "attention_proj", f"{n.upper()} projection", d, w) for n in "qkv"] + [
+        qkv = [Linear(n, "attention_proj", f"{n.upper()} projection", d, w) for n in "qkv"]
+        if self.form == "bailing":  # difference a: no bottlenecks
+            return qkv + [Linear("f", "attention_proj", "decay projection", d, w),
+                          Linear("b", "attention_proj", "β projection", d, H),
+                          Linear("g", "attention_proj", "output gate projection", d, w),
+                          Linear("o", "attention_proj", "output projection (out)", w, d)]
+        return qkv + [
             Linear("f_a", "attention_proj", "decay bottleneck (in)", d, h),
             Linear("f_b", "attention_proj", "decay bottleneck (out)", h, w),
             Linear("b", "attention_proj", "β projection", d, H),
@@ -95,13 +134,15 @@ class KimiDeltaAttention(GatedDeltaNet):
 
     def elementwise(self, queries: int, keys: int) -> list[Elementwise]:
         """Non-matmul work per token at the FLOPs each op does per element (a declared convention): SiLU after
-        the convolution (4); the decay per channel -- softplus, exp and products (6) -- and β's sigmoid (3) per
+        the convolution (4); the decay per channel -- softplus, exp and products, or the bounded form's sum,
+        products and sigmoid (6) -- and β's sigmoid (3) per
         head; the L2 norms of Q and K (3); per chunk, each token's c pairwise decays per channel (difference and
         exp, 2) and the decayed copies of K_β and Q (a product each, 2); the gated RMSNorm and the sigmoid of the
         gate (8) over H·h."""
         H, c, h, t = self.n_v_head, self.chunk, self.v_head_dim, queries
         return [Elementwise("conv_silu", "SiLU after the convolution", t * self.conv_dim, per_element=4),
-                Elementwise("gates", "decay softplus·exp per channel", t * self.width, per_element=6),
+                Elementwise("gates", "decay per channel" + (" (bounded sigmoid)" if self.decay_bound is not None
+                                                             else " (softplus·exp)"), t * self.width, per_element=6),
                 Elementwise("beta", "β sigmoid", t * H, per_element=3),
                 Elementwise("qk_l2", "L2 norm of Q and K", t * 2 * self.width, per_element=3),
                 Elementwise("decay", "chunk pairwise decays per channel and decayed K_β, Q",
@@ -137,9 +178,9 @@ class KimiDeltaAttention(GatedDeltaNet):
 
 
 def kda(d_model: int, heads: int, head_dim: int, conv_kernel: int = 4, norm_eps: float = 1e-5,
-        causal: bool = True) -> KimiDeltaAttention:
+        causal: bool = True, form: str = "kimi", decay_bound: Optional[float] = None) -> KimiDeltaAttention:
     return KimiDeltaAttention(d_model, heads, heads, head_dim, head_dim, conv_kernel, norm_eps=norm_eps,
-                              causal=causal)
+                              causal=causal, form=form, decay_bound=decay_bound)
 
 
 # ---- its flat fields (tfcalc.architecture.kinds): the layers layer_pattern calls "kda" ----
@@ -149,17 +190,23 @@ class KimiDeltaFields:
     kda_heads: Optional[int] = None  # Kimi Linear's linear_attn_config.num_heads
     kda_head_dim: Optional[int] = None  # linear_attn_config.head_dim (keys and values alike)
     kda_conv_kernel: Optional[int] = None  # linear_attn_config.short_conv_kernel_size; None: 4
+    # None: kimi (Kimi Linear's rank-h bottlenecks); bailing: Ling 3's full f_proj and g_proj, A_log per head
+    kda_form: Optional[Literal["kimi", "bailing"]] = None
+    # None: the decay -exp(A)·softplus(x); m > 0: the bounded -m·sigmoid(exp(A)·x) (Ling's kda_lower_bound, -m)
+    kda_decay_limit: Optional[float] = None
 
 
 def from_flat(cfg: Any, i: int, causal: bool) -> KimiDeltaAttention:
-    return kda(cfg.d_model, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_conv_kernel or 4, cfg.norm_eps, causal)
+    return kda(cfg.d_model, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_conv_kernel or 4, cfg.norm_eps, causal,
+               cfg.kda_form or "kimi", None if cfg.kda_decay_limit is None else -cfg.kda_decay_limit)
 
 
 def check(cfg: Any) -> None:
     """A kda layer needs kda_heads and kda_head_dim, SiLU (its convolution's activation, transformers' hidden_act)
     and a decoder; kda fields need a kda layer (one ConfigError line each)."""
     used = cfg.layer_pattern is not None and any("kda" in run.kinds for run in parse(cfg.layer_pattern))
-    given = [f for f in ("kda_heads", "kda_head_dim", "kda_conv_kernel") if getattr(cfg, f) is not None]
+    given = [f for f in ("kda_heads", "kda_head_dim", "kda_conv_kernel", "kda_form", "kda_decay_limit")
+             if getattr(cfg, f) is not None]
     if not used:
         if given:
             raise InputError(f"field '{given[0]}' sizes Kimi Delta Attention: name its layers 'kda' in layer_pattern")

@@ -35,6 +35,10 @@ FLOPs: matmul by matmul as the module tfcalc builds runs them (tfcalc.model.late
    layer beside the Q, KV-compression and O projections: absorbed 2·2·128·128·512 = 33,554,432 plus
    2·128·(576 + 512) = 278,528 per key; naive 2·512·128·256 + 2·128·(192 + 128) = 33,636,352 per key.
 
+A head gate (``head_gate``; Ling 3's MLA, transformers' modeling_bailing_hybrid.py BailingHybridAttention): each
+head's output times sigmoid(W_g · x), W_g d -> H (no bias), before O: 2·d·H FLOPs a token (``linears``' g), H
+sigmoids and H·h_v products (``elementwise``); the naive and the absorbed forms alike.
+
 YaRN (Peng et al. 2023, arXiv 2309.00071): the rotary frequencies are interpolated (``Yarn``) and the
 softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(factor) + 1
 (modeling_deepseek_v3.py, yarn_get_mscale). Pure Python: no torch, typer or rich here.
@@ -69,6 +73,7 @@ class LatentAttention:
     yarn: Optional[Yarn] = None
     interleave: bool = True  # rotary pairs (2i, 2i+1), as DeepSeek lays them out; false: rotate-half
     causal: bool = True
+    head_gate: bool = False  # each head's output times sigmoid(W_g·x), W_g d -> H (module docstring)
     kind: Literal["self"] = "self"
     # what a fold of ``Attention`` may read and a latent attention does not have
     window: None = None
@@ -164,6 +169,8 @@ class LatentAttention:
         out += self.latent_norm(c).weights("kv_a_norm", "attention KV latent norm")
         width = self.n_head * (self.qk_nope_head_dim + self.v_head_dim)
         out.append(Weight("kv_b_weight", (width, c), role, "attention KV expansion weight", "rows"))
+        if self.head_gate:
+            out.append(Weight("g_proj_weight", (self.n_head, d), role, "attention head gate weight", "rows"))
         out.append(Weight("o_weight", (d, self.out_width), role, "attention O weight", "cols"))
         return out + ([Weight("o_bias", (d,), role, "attention O bias")] if self.bias else [])
 
@@ -182,6 +189,7 @@ class LatentAttention:
         out += [Linear("kv_a", role, "KV compression", d, c + self.qk_rope_head_dim),
                 Linear("kv_b", role, "KV expansion (every position attended to)", c,
                        self.n_head * (self.qk_nope_head_dim + self.v_head_dim), "keys")]
+        out += [Linear("g", role, "head gate", d, self.n_head)] if self.head_gate else []
         return out + [Linear("o", role, "O projection", self.out_width, d)]
 
     def score_dims(self) -> tuple[int, int, int]:
@@ -232,7 +240,15 @@ class LatentAttention:
         out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
         if self.rope_theta is not None:
             out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
-        return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+        return out + self._gate_work(queries) + (
+            [Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+
+    def _gate_work(self, queries: int) -> list[Elementwise]:
+        """The head gate's sigmoid (3 FLOPs: exp, add, divide) over H and its product over H·h_v (1)."""
+        if not self.head_gate:
+            return []
+        return [Elementwise("output_gate", "head gate sigmoid", queries * self.n_head, per_element=3),
+                Elementwise("output_gate", "head gate product", queries * self.out_width, per_element=1)]
 
     def kernel(self, explicit_mask: bool) -> str:
         """SDPA's fused CPU kernel takes one head width: V's h_v beside h_n + h_r runs the math kernel."""
@@ -245,6 +261,8 @@ class LatentAttention:
               sources: Optional[int] = None) -> dict[str, int]:
         """tfcalc.count.model.activation_terms, step 11 (tfcalc.architecture.saved), and 9's scores dropout."""
         out = saved.latent_saved(self, batch, seq, e, kernel)
+        if self.head_gate:  # the product keeps the attention's output and the gate (the sigmoid's output) apart
+            out["attn_output"] += e * (self.out_width + self.n_head)
         out["scores_dropout"] = (1 + e) * self.n_head * seq if dropout and kernel == "math" else 0
         return out
 
@@ -276,7 +294,8 @@ class LatentAttention:
         out += [Elementwise("copy", "new state row [c | k_r] joined", queries * (c + hr), per_element=0),
                 Elementwise("copy", "state row written (scatter)", queries * (c + hr), per_element=0),
                 Elementwise("copy", "queries [q̃ | q_r] joined", queries * H * (c + hr), per_element=0)]
-        return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+        bias = [Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else []
+        return out + self._gate_work(queries) + bias
 
     def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
         """The eager work of a training step (below), or with ``step`` of one absorbed decode step over

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # importing the package loads no module beyond the reader (te
 # name that is no module of this package is imported by its own name (a family kept elsewhere: a test's own).
 REGISTRY: dict[str, tuple[str, str]] = {
     "apertus": ("apertus", "apertus"),
+    "bailing_hybrid": ("bailing_hybrid", "bailing_hybrid"),
     "bert": ("bert", "bert"),
     "bloom": ("bloom", "bloom"),
     "cohere": ("cohere", "cohere"),

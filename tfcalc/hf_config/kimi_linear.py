@@ -33,6 +33,10 @@ from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 KINDS = {"linear_attention": "kda", "full_attention": "nope"}
+# KimiLinearConfig's defaults of the experts' keys (bailing_hybrid reads the same keys with its own)
+MOE_DEFAULTS = dict(first_k_dense_replace=1, intermediate_size=9216, moe_intermediate_size=1024, num_experts=256,
+                    num_experts_per_token=8, num_shared_experts=1, num_expert_group=1, topk_group=1,
+                    routed_scaling_factor=2.446)
 
 
 def kimi_linear(r: Reader) -> None:
@@ -62,7 +66,7 @@ def kimi_linear(r: Reader) -> None:
     r.take("qk_rope_head_dim", "qk_rope_head_dim", 64)
     r.take("v_head_dim", "v_head_dim", 128)
     _kda(r)
-    _experts(r)
+    experts(r)
     r.causal_or_base("KimiLinear")
 
 
@@ -108,8 +112,9 @@ def _pattern(r: Reader, sub: Reader) -> str:
     return compact([KINDS[k] for k in kinds])
 
 
-def _experts(r: Reader) -> None:
-    """DeepSeek-V3's mixture of experts (KimiLinearMoE, KimiLinearTopkRouter) in the sparse layers."""
+def experts(r: Reader, defaults: dict = MOE_DEFAULTS) -> None:
+    """DeepSeek-V3's mixture of experts (KimiLinearMoE, KimiLinearTopkRouter) in the sparse layers; ``defaults``
+    the config class's (MOE_DEFAULTS: Kimi Linear's)."""
     func = r.get("moe_router_activation_func", "sigmoid")
     if func != "sigmoid":
         raise r.fail(f"'moe_router_activation_func' {shown(func)} is not supported: KimiLinearTopkRouter scores "
@@ -117,7 +122,7 @@ def _experts(r: Reader) -> None:
     n = r.fields["n_layer"]
     mlp = r.raw.get("mlp_layer_types")
     if mlp is None:  # no list of n: the first first_k_dense_replace dense
-        first = r.number("first_k_dense_replace", 1, integer=True)
+        first = r.number("first_k_dense_replace", defaults["first_k_dense_replace"], integer=True)
         if first is None or first < 0:
             raise r.fail(f"'first_k_dense_replace' must be 0 or more; got {shown(first)}")
         first = min(first, n)
@@ -130,22 +135,24 @@ def _experts(r: Reader) -> None:
             raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the dense layers first, then the sparse "
                          "ones")
     if first == n:  # every layer dense
-        r.take("intermediate_size", "d_ff", 9216)
+        r.take("intermediate_size", "d_ff", defaults["intermediate_size"])
         return
-    r.take("moe_intermediate_size", "d_ff", 1024)
-    r.take("num_experts", "n_expert", 256, aliases=("num_local_experts",))
-    r.take("num_experts_per_token", "n_expert_active", 8, aliases=("num_experts_per_tok",))
-    shared = r.number("num_shared_experts", r.get("n_shared_experts", 1), integer=True) or 0
+    r.take("moe_intermediate_size", "d_ff", defaults["moe_intermediate_size"])
+    r.take("num_experts", "n_expert", defaults["num_experts"], aliases=("num_local_experts",))
+    r.take("num_experts_per_token", "n_expert_active", defaults["num_experts_per_token"],
+           aliases=("num_experts_per_tok",))
+    shared = r.number("num_shared_experts", r.get("n_shared_experts", defaults["num_shared_experts"]),
+                      integer=True) or 0
     if shared:
         r.fields["shared_expert_d_ff"] = shared * r.fields["d_ff"]
     if first:
         r.fields["first_dense_layers"] = first
-        r.take("intermediate_size", "dense_d_ff", 9216)
+        r.take("intermediate_size", "dense_d_ff", defaults["intermediate_size"])
     r.fields.update(router_scoring="sigmoid", router_score_bias=True,
                     router_norm_topk=r.flag("moe_renormalize", True, aliases=("norm_topk_prob",)))
-    r.take("num_expert_group", "router_groups", 1, aliases=("n_group",))
-    r.take("topk_group", "router_topk_groups", 1)
-    r.take("routed_scaling_factor", "routed_scaling", 2.446)
+    r.take("num_expert_group", "router_groups", defaults["num_expert_group"], aliases=("n_group",))
+    r.take("topk_group", "router_topk_groups", defaults["topk_group"])
+    r.take("routed_scaling_factor", "routed_scaling", defaults["routed_scaling_factor"])
 
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:

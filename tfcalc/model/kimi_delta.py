@@ -11,6 +11,11 @@ contracted with K over the channels (a batched matmul: 2·c²·h FLOPs that Flop
 triangular solve for [V_β | decayed K_β], then gated DeltaNet's read and update of S with S decayed row by row.
 One chunk's c×c×h tensors are alive at a time (transformers builds them for every chunk at once). A decode step
 of one token runs ``recurrent`` on the state in place. Nothing reads a value back to the host.
+
+Ling 3's form (spec.form "bailing", transformers' BailingHybridDeltaAttention; the differences named in
+tfcalc.architecture.kimi_delta): ``f_proj`` and ``g_proj`` in place of the bottlenecks, ``A_log`` (H,); the
+bounded decay b·sigmoid(exp(A_log)·(f + dt_bias)) where spec.decay_bound is b
+(BailingHybridForgetGate with kda_safe_gate). The scan, the step, the state and the gated norm are the same code.
 """
 
 from __future__ import annotations
@@ -66,15 +71,19 @@ class KimiDeltaModule(MixerModule):
         self.spec = spec
         d, H, h, K = spec.d_model, spec.n_v_head, spec.v_head_dim, spec.conv_kernel
         w = H * h
-        self.H, self.h = H, h
+        self.H, self.h, self.bailing, self.bound = H, h, spec.form == "bailing", spec.decay_bound
         self.q, self.k, self.v = (Linear(d, w, bias=False) for _ in range(3))
         # the convolution's weights as the checkpoints keep them, three (concatenated in the forward)
         self.q_conv1d, self.k_conv1d, self.v_conv1d = (Conv1d(w, w, K, groups=w, bias=False) for _ in range(3))
-        self.f_a_proj, self.f_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
+        if self.bailing:  # Ling 3's (BailingHybridDeltaAttention): full projections, A_log (H,)
+            self.f_proj, self.g_proj = Linear(d, w, bias=False), Linear(d, w, bias=False)
+            self.A_log = nn.Parameter(torch.zeros(H))
+        else:
+            self.f_a_proj, self.f_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
+            self.g_a_proj, self.g_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
+            self.A_log = nn.Parameter(torch.zeros(1, 1, H, 1))
         self.dt_bias = nn.Parameter(torch.zeros(w))
-        self.A_log = nn.Parameter(torch.zeros(1, 1, H, 1))
         self.b_proj = Linear(d, H, bias=False)
-        self.g_a_proj, self.g_b_proj = Linear(d, h, bias=False), Linear(h, w, bias=False)
         self.o_norm = nn.RMSNorm(h, eps=spec.norm_eps)
         self.out = Linear(w, d, bias=False)
 
@@ -88,9 +97,7 @@ class KimiDeltaModule(MixerModule):
         conv = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight])  # (C, 1, K)
         mixed = conv_silu(qkv, conv, store).mT  # (B, T, C)
         q, k, v = (t.reshape(B, T, H, h) for t in mixed.split(H * h, dim=-1))
-        # KimiLinearForgetGate: the log decay per channel, -exp(A_log)·softplus(f + dt_bias), in fp32
-        f = self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()
-        g = -self.A_log.float().exp() * F.softplus(f.view(B, T, H, h))  # (B, T, H, h)
+        g = self._decay(x).view(B, T, H, h)  # (B, T, H, h): the log decay per channel, fp32
         beta = self.b_proj(x).float().sigmoid()  # (B, T, H)
         q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))  # (B, H, T, ...)
         q, k = l2norm(q) * h ** -0.5, l2norm(k)
@@ -102,6 +109,17 @@ class KimiDeltaModule(MixerModule):
                 store.s.copy_(s)
         y = y.transpose(1, 2).to(x.dtype)  # (B, T, H, h), as transformers returns it
         # KimiLinearRMSNormGated: normed and scaled in fp32, times sigmoid of the gate in fp32
-        gate = self.g_b_proj(self.g_a_proj(x)).view(B, T, H, h)
+        gate = (self.g_proj(x) if self.bailing else self.g_b_proj(self.g_a_proj(x))).view(B, T, H, h)
         y = F.rms_norm(y.float(), (h,), self.o_norm.weight.float(), self.o_norm.eps) * gate.float().sigmoid()
         return self.out(y.to(x.dtype).flatten(2))
+
+    def _decay(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H·h) log decays in fp32 from f + dt_bias: KimiLinearForgetGate's -exp(A_log)·softplus, or the
+        bounded b·sigmoid(exp(A_log)·(f + dt_bias)) (BailingHybridForgetGate, kda_safe_gate)."""
+        B, T, _ = x.shape
+        f = (self.f_proj(x) if self.bailing else self.f_b_proj(self.f_a_proj(x))).float() + self.dt_bias.float()
+        f = f.view(B, T, self.H, self.h)
+        rate = self.A_log.float().exp().view(self.H, 1)  # (H, 1): one rate a head
+        if self.bound is not None:
+            return (self.bound * torch.sigmoid(rate * f)).flatten(2)
+        return (-rate * F.softplus(f)).flatten(2)

@@ -48,6 +48,8 @@ class LatentAttention(MixerModule):
         self.kv_a = Linear(d, self.rank + self.rope_dim, bias=spec.bias)  # [latent | rotary key]
         self.kv_a_norm = make_norm(spec.latent_norm(self.rank))
         self.kv_b = Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)  # per head [k_nope | v]
+        # Ling 3's head gate (BailingHybridAttention's g_proj): each head's output times sigmoid(g(x))
+        self.g_proj = Linear(d, self.n_head, bias=False) if spec.head_gate else None
         self.out = Linear(spec.out_width, d, bias=spec.bias)
 
     @classmethod
@@ -82,11 +84,19 @@ class LatentAttention(MixerModule):
             latent, k_rot = store(latent, k_rot)  # (B, 1, S, ...): every position attended to
             if T == 1 and self.absorb:  # a decode step: no expansion of the S cached latents
                 y = absorbed_attention(q_nope, q_rot, latent[:, 0], k_rot[:, 0], self.kv_b.weight, self.scale, mask)
-                return self.out(y.flatten(2))  # (B, 1, H·h_v) -> (B, 1, d)
+                return self.out(self._gated(y, x).flatten(2))  # (B, 1, H·h_v) -> (B, 1, d)
         S = latent.shape[2]
         kv = self.kv_b(latent[:, 0]).view(B, S, self.n_head, self.nope + self.v_dim).transpose(1, 2)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)  # (B, nh, S, h_n), (B, nh, S, h_v)
         k = torch.cat([k_nope, k_rot.expand(B, self.n_head, S, self.rope_dim)], dim=-1)  # (B, nh, S, h_n + h_r)
         q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)  # (B, nh, T, h_n + h_r)
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, None)  # (B, nh, T, h_v)
-        return self.out(_merge_heads(y))
+        if self.g_proj is None:
+            return self.out(_merge_heads(y))
+        return self.out(self._gated(y.transpose(1, 2), x).flatten(2))
+
+    def _gated(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """y (B, T, nh, h_v) times sigmoid of the head gate (B, T, nh), computed in fp32 as transformers does."""
+        if self.g_proj is None:
+            return y
+        return y * torch.sigmoid(self.g_proj(x).float()).to(y.dtype)[..., None]
