@@ -11,6 +11,7 @@ MAX_LISTED_LAYERS = 4096  # layer numbers dense_layers may name: each is built o
 
 def validate_moe_extras(cfg) -> None:
     _validate_dense_layers(cfg)
+    _validate_longcat(cfg)
     if cfg.router_bias and cfg.n_expert is None:
         raise ConfigError("router_bias applies to a mixture of experts only (give n_expert and n_expert_active)")
     if cfg.expert_format is not None and cfg.n_expert is None:
@@ -43,3 +44,27 @@ def _validate_dense_layers(cfg) -> None:
                              else ""))
     if len(listed) >= cfg.n_layer:
         raise ConfigError("field 'dense_layers' lists every layer: with every layer dense, leave out n_expert")
+
+
+def _validate_longcat(cfg) -> None:
+    """zero_experts and moe_shortcut (LongCat-Flash; tfcalc.architecture.ffn step 5, tfcalc.architecture.block)."""
+    if cfg.zero_experts is not None:
+        if cfg.n_expert is None:
+            raise ConfigError("zero_experts applies to a mixture of experts only (give n_expert and n_expert_active)")
+        if cfg.zero_experts < 0:
+            raise ConfigError(f"field 'zero_experts' must be 0 or more; got {shown(cfg.zero_experts)}")
+    if not cfg.moe_shortcut:
+        return
+    if cfg.n_expert is None or cfg.arch != "decoder" or cfg.hybrid_pattern is not None:
+        raise ConfigError("moe_shortcut (LongCat-Flash's layer pairs) needs a decoder with a mixture of experts "
+                          "(n_expert) and no hybrid_pattern")
+    if cfg.n_layer % 2:
+        raise ConfigError(f"moe_shortcut pairs the layers (two sub-layers to a LongCat layer): n_layer must be even; "
+                          f"got {cfg.n_layer}")
+    for name in ("first_dense_layers", "moe_every", "dense_layers", "shared_expert_d_ff"):
+        if getattr(cfg, name) is not None:
+            raise ConfigError(f"{name} does not apply with moe_shortcut: the experts sit in every even layer, beside "
+                              "its dense FFN (dense_d_ff wide)")
+    if cfg.shared_expert_gate or cfg.mtp_layers:
+        raise ConfigError("shared_expert_gate and mtp_layers are not built with moe_shortcut (LongCat-Flash has "
+                          "neither in transformers)")

@@ -299,7 +299,8 @@ def _validate_layer_patterns(cfg) -> None:
         raise ConfigError(f"field 'moe_every' ({cfg.moe_every}) must be at most n_layer ({cfg.n_layer}): "
                           "layers moe_every - 1, 2·moe_every - 1, ... have the experts")
     if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1) \
-            and not cfg.dense_layers and "-" not in (cfg.hybrid_pattern or ""):  # Nemotron-H's - layers are dense
+            and not cfg.dense_layers and "-" not in (cfg.hybrid_pattern or "") and not cfg.moe_shortcut:
+        # Nemotron-H's - layers are dense, and every LongCat-Flash layer has a dense FFN
         raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers, "
                           "dense_layers or moe_every (at least 2) too")
 

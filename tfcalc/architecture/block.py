@@ -17,6 +17,15 @@ or ``dataclasses.replace(block, attention=...)`` still set it. Norms sit:
   α ``residual_alpha``, its *_alpha_factor, with DeepNet's scaling of the residual, Wang et al. 2022);
 - ``parallel``: x + attn(n1(x)) + ffn(n2(x)), with two norms (GPT-NeoX) or one shared (GPT-J, Falcon-7B).
 
+``shortcut`` (LongCat-Flash's shortcut-connected MoE, ScMoE: arXiv 2509.01322, sec. 2.1, Figure 2;
+modeling_longcat_flash.py, LongcatFlashDecoderLayer): the block's FFN is a mixture of experts whose shared
+expert is the block's dense FFN; both read the FFN norm's output, the shared part joins the stream here and the
+routed part only after the next block's FFN (so the next block's attention runs beside the experts). One HF
+LongCat layer is two blocks here: (latent attention, dense FFN + shortcut MoE) then (latent attention, dense FFN),
+each attention with its own cache, as transformers' cache holds 2·num_layers layers. Every count reads the
+block as any MoE block with a shared expert (the same tensors, matmuls and activations); only the torch
+block (tfcalc.model.block) places the add.
+
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
 58 MoE" (DeepSeek-V3) is two runs and "local, global" alternating (Gemma 2) one run of a two-block
 pattern; ``layers()`` walks them one block per layer, which is all a fold needs.
@@ -49,11 +58,12 @@ class Block:
     cross_attention: Optional[Attention] = None
     residual_scale: Optional[float] = None  # each sub-layer's output times this before the add (Granite)
     residual_alpha: Optional[float] = None  # the residual times this before the add (MiniMax-01's alpha factors)
+    shortcut: bool = False  # the routed experts' output joins after the next block's FFN (module docstring)
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
                  residual_scale: Optional[float] = None, *, attention: Any = None,
-                 residual_alpha: Optional[float] = None) -> None:
+                 residual_alpha: Optional[float] = None, shortcut: bool = False) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -61,7 +71,8 @@ class Block:
             raise InputError("a block needs a token mixer, an FFN and a norm")
         for name, value in (("mixer", mixer), ("ffn", ffn), ("norm", norm), ("placement", placement),
                             ("parallel", parallel), ("cross_attention", cross_attention),
-                            ("residual_scale", residual_scale), ("residual_alpha", residual_alpha)):
+                            ("residual_scale", residual_scale), ("residual_alpha", residual_alpha),
+                            ("shortcut", shortcut)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -77,6 +88,10 @@ class Block:
         if self.residual_alpha is not None and self.placement != "normed_residual":
             raise InputError("residual_alpha scales the normed residual of norm_placement normed_residual "
                              f"(MiniMax-01's); got norm_placement {self.placement}")
+        if self.shortcut and not (self.is_moe and self.placement == "pre" and self.parallel == "none"
+                                  and self.residual_scale is None and self.cross_attention is None):
+            raise InputError("a shortcut MoE block (LongCat-Flash's) needs a mixture of experts, norm_placement pre, "
+                             "no parallel block, no residual_multiplier and no cross-attention")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
 
@@ -160,6 +175,11 @@ class Stack:
     embeddings: "Embeddings"  # noqa: F821 (tfcalc.architecture.model; imported there to keep one direction)
     final_norm: Optional[Norm] = None
     name: Literal["", "encoder", "decoder"] = ""
+
+    def __post_init__(self) -> None:
+        if self.runs and self.runs[-1].pattern[-1].shortcut:
+            raise InputError("the last layer's shortcut MoE (LongCat-Flash's) has no next layer to join: a stack "
+                             "of shortcut blocks ends with a block without one")
 
     @property
     def prefix(self) -> str:

@@ -12,6 +12,10 @@ Per-layer patterns in the flat fields:
   ``interleave_moe_layer_step``, modeling_llama4.py);
 - ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
+- ``moe_shortcut`` (LongCat-Flash, tfcalc.architecture.block ``shortcut``): layers 0, 2, 4, ... have a dense FFN
+  (``dense_d_ff`` wide) as the shared expert of the mixture of experts, whose routed output joins after layer
+  i + 1's FFN; layers 1, 3, 5, ... a dense FFN; ``zero_experts`` identity experts beside the real ones
+  (tfcalc.architecture.ffn, step 5);
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
 - the token mixer of each layer: the mixer kind (tfcalc.architecture.kinds) its ``layer_pattern`` word names,
   else the kind that claims the layer for this config (latent attention every layer where ``kv_lora_rank`` is
@@ -81,7 +85,7 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
         return _merge(list(compress([alone.get(letter) or _block(cfg, norm, i, causal, cross)
                                      for i, letter in enumerate(cfg.hybrid_pattern)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
-    every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
+    every = (2 if cfg.moe_shortcut else cfg.moe_every or 1) if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
     out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
     for seg_start, seg_stop, attn_period in period_segments(cfg, n_layer):
@@ -132,8 +136,10 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
                      residual_alpha=cfg.residual_alpha)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
-    return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
-                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, residual_alpha=cfg.residual_alpha)
+    ffn = _ffn(cfg, i)
+    return Block(kind.build(cfg, i, causal), ffn, norm, placement, cfg.parallel_block,
+                 cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, residual_alpha=cfg.residual_alpha,
+                 shortcut=cfg.moe_shortcut and isinstance(ffn, MoE))
 
 
 def _kind(cfg: Any, i: int):
@@ -153,6 +159,8 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
         return cfg.hybrid_pattern[i] == "E" or (cfg.hybrid_with_ffn and cfg.n_expert is not None)
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
+    if cfg.moe_shortcut:  # LongCat-Flash: the first of each pair (see the module docstring)
+        return i % 2 == 0 and i < cfg.n_layer
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0
 
 
@@ -163,9 +171,11 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None
-    if cfg.shared_expert_d_ff:
+    if cfg.moe_shortcut:  # the pair's first dense FFN, beside the experts on one norm (block ``shortcut``)
+        shared = FFN(cfg.d_model, cfg.dense_d_ff or cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+    elif cfg.shared_expert_d_ff:
         shared = FFN(cfg.d_model, cfg.shared_expert_d_ff, cfg.gated_ffn, cfg.activation, cfg.ffn_bias,
                      cfg.swiglu_limit, cfg.swiglu_alpha)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input)
+               sigmoid_input=cfg.router_sigmoid_input, n_zero=cfg.zero_experts or 0)

@@ -35,6 +35,10 @@ FLOPs: matmul by matmul as the module tfcalc builds runs them (tfcalc.model.late
    layer beside the Q, KV-compression and O projections: absorbed 2·2·128·128·512 = 33,554,432 plus
    2·128·(576 + 512) = 278,528 per key; naive 2·512·128·256 + 2·128·(192 + 128) = 33,636,352 per key.
 
+LongCat-Flash's scaled latents (``lora_scale``; modeling_longcat_flash.py, LongcatFlashMLA): the query (all
+H·(h_n + h_r) channels) times sqrt(d / c_q) and the normed KV latent times sqrt(d / c_kv) before it is cached and
+expanded; two elementwise products, no matmul, no tensor.
+
 YaRN (Peng et al. 2023, arXiv 2309.00071): the rotary frequencies are interpolated (``Yarn``) and the
 softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(factor) + 1
 (modeling_deepseek_v3.py, yarn_get_mscale). Pure Python: no torch, typer or rich here.
@@ -70,6 +74,7 @@ class LatentAttention:
     interleave: bool = True  # rotary pairs (2i, 2i+1), as DeepSeek lays them out; false: rotate-half
     causal: bool = True
     kind: Literal["self"] = "self"
+    lora_scale: bool = False  # LongCat-Flash's sqrt(d / c) on the query and the latent (module docstring)
     # what a fold of ``Attention`` may read and a latent attention does not have
     window: None = None
     chunk: None = None
@@ -88,6 +93,8 @@ class LatentAttention:
             raise InputError("latent attention: qk_nope_head_dim must be 0 or more and q_lora_rank positive")
         if self.qk_rope_head_dim % 2:
             raise InputError(f"rope rotates pairs of channels: qk_rope_head_dim ({self.qk_rope_head_dim}) must be even")
+        if self.lora_scale and self.q_lora_rank is None:
+            raise InputError("latent attention's lora_scale scales the compressed query: give q_lora_rank")
         if self.kv_lora_rank > self.d_model or (self.q_lora_rank or 0) > self.d_model:
             raise InputError(f"kv_lora_rank ({self.kv_lora_rank}) and q_lora_rank ({self.q_lora_rank}) compress the "
                              f"hidden state: each must be at most d_model ({self.d_model})")
@@ -141,6 +148,13 @@ class LatentAttention:
     def scale(self) -> float:
         """The softmax scale: (h_n + h_r)^-1/2, times YaRN's mscale² (see the module docstring)."""
         return self.head_dim ** -0.5 * (self.yarn.softmax_factor if self.yarn else 1.0)
+
+    @property
+    def latent_scales(self) -> Optional[tuple[float, float]]:
+        """(query's, latent's) factors of ``lora_scale``: sqrt(d / c_q), sqrt(d / c_kv); None without it."""
+        if not self.lora_scale:
+            return None
+        return (self.d_model / self.q_lora_rank) ** 0.5, (self.d_model / self.kv_lora_rank) ** 0.5
 
     def latent_norm(self, width: int) -> Norm:
         base = self.norm or Norm("rmsnorm", width, False, 1e-6)

@@ -84,8 +84,11 @@ class Chunk(nn.Module):
         T = x.shape[1]
         ropes = model._ropes(0, T, x.dtype)
         masks = model.layer_masks(T, x.dtype)
+        carry: list = []  # a shortcut MoE's output for the next block (tfcalc.model.block)
         for block, i in zip(self.blocks, self.span, strict=True):
-            x = block(x, ropes[i], masks[i], None)
+            x = block(x, ropes[i], masks[i], None, carry=carry)
+        if carry:  # the stage ends between a shortcut block and the block that adds its experts' output
+            raise ValueError("a pipeline stage may not end on a shortcut MoE block (LongCat-Flash's first sub-layer)")
         return model.head(x) if self.last else x
 
 

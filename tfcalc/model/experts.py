@@ -105,9 +105,9 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.spec, self.n_expert = spec, spec.n_expert
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
-        self.router = Linear(spec.d_model, spec.n_expert, bias=spec.router_bias)
+        self.router = Linear(spec.d_model, spec.n_router, bias=spec.router_bias)  # real and zero experts
         if spec.routing.bias_buffer:  # DeepSeek-V3's e_score_correction_bias: a buffer, as in transformers
-            self.register_buffer("score_bias", torch.zeros(spec.n_expert))
+            self.register_buffer("score_bias", torch.zeros(spec.n_router))
         self.experts = Experts(spec.expert, spec.n_expert)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
@@ -119,14 +119,44 @@ class MixtureOfExperts(nn.Module):
         flat = x.reshape(B * T, d)  # (N, d)
         live = None if rows is None else rows.bool()[:, None].expand(B, T).reshape(B * T)  # (N,)
         out = self.routed(flat, live)
-        if self.shared is not None:
-            shared = self.shared(flat)
-            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
-        return out.view(B, T, d)
+        shared = self.shared_part(flat)
+        return (out if shared is None else out + shared).view(B, T, d)
+
+    def shared_part(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """(N, d) -> the shared expert's output (gated where it is), or None without one."""
+        if self.shared is None:
+            return None
+        shared = self.shared(flat)
+        return shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared
+
+    def parts(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T, d) -> (the routed experts' output, the shared expert's or None), apart: LongCat-Flash's
+        shortcut block adds them to the stream at different places (tfcalc.model.block)."""
+        B, T, d = x.shape
+        flat = x.reshape(B * T, d)  # (N, d)
+        live = None if rows is None else rows.bool()[:, None].expand(B, T).reshape(B * T)  # (N,)
+        shared = self.shared_part(flat)
+        return self.routed(flat, live).view(B, T, d), None if shared is None else shared.view(B, T, d)
 
     def route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, d) -> (weights, chosen experts), (N, k) each."""
-        logits = self.router(flat)  # (N, E)
+        """(N, d) -> (weights, chosen experts), (N, k) each, every chosen expert a real one (``real_picks``)."""
+        return self.real_picks(*self._route(flat))[:2]
+
+    def real_picks(self, weights: torch.Tensor, chosen: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(weights, chosen) over the real and zero-computation experts -> (weights, chosen) with each zero pick
+        moved to the last real expert at weight 0, so the routed rows are k per token whatever the router chose
+        (tfcalc.architecture.ffn, step 5), and (N, 1) the zero picks' summed weight (LongcatFlashExperts:
+        identity_expert(x) times its weight; 0 without zero experts)."""
+        if not self.spec.n_zero:
+            return weights, chosen, weights.new_zeros(())
+        real = chosen < self.n_expert  # (N, k)
+        identity = torch.where(real, 0, weights).sum(dim=-1, keepdim=True)  # (N, 1)
+        return torch.where(real, weights, 0), torch.where(real, chosen, self.n_expert - 1), identity
+
+    def _route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, d) -> (weights, chosen experts), (N, k) each, over the real and zero-computation experts."""
+        logits = self.router(flat)  # (N, E + Z)
         if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
             weights, chosen = route(logits, self.spec, getattr(self, "score_bias", None))
             return weights.to(flat.dtype), chosen
@@ -141,7 +171,7 @@ class MixtureOfExperts(nn.Module):
     def routed(self, flat: torch.Tensor, live: torch.Tensor | None = None) -> torch.Tensor:
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts; ``live`` (N,) bool: the tokens in
         flight, the others taking no capacity (module docstring)."""
-        weights, chosen = self.route(flat)  # (N, k) each
+        weights, chosen, identity = self.real_picks(*self._route(flat))  # (N, k) each, (N, 1)
         capacity = self.spec.capacity(flat.shape[0])
         if capacity is not None and live is not None:  # a free row's pairs after every expert's: expert E
             chosen = torch.where(live[:, None], chosen, self.n_expert)
@@ -151,7 +181,8 @@ class MixtureOfExperts(nn.Module):
         token = order.div(self.top_k, rounding_mode="floor")  # (P,)
         w = weights.flatten().index_select(0, order)  # (P,): each sorted pair's routing weight
         if capacity is None:  # a free row's pairs run and are discarded with its row: no pair in flight moves
-            return self._dropless(flat, token, expert, w)
+            out = self._dropless(flat, token, expert, w)
+            return out + identity * flat if self.spec.n_zero else out  # zero experts: x times their weight
         return self._buffered(flat, token, expert, w, capacity, None if live is None else self._kept(live))
 
     def _kept(self, live: torch.Tensor) -> torch.Tensor:

@@ -46,12 +46,12 @@ def prefill(stack, idx: torch.Tensor, cache, token_type_ids=None, memory=None) -
     ropes = stack._ropes(0, T, x.dtype)
     positions = torch.arange(T, device=idx.device).expand(idx.shape[0], T)  # (B, T)
     slots = cache.place(positions, keep=T)
-    masks = stack.layer_masks(T, x.dtype)
+    masks, carry = stack.layer_masks(T, x.dtype), []  # carry: shortcut MoE outputs (tfcalc.model.block)
     for i, (block, rope, mask) in enumerate(zip(stack.blocks, ropes, masks, strict=True)):
         store = cache.states[i].prefill(slots)  # the state's own store (tfcalc.model.cache, the state protocol)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
-        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv)
+        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv, carry=carry)
     cache.next_pos.fill_(T)
     cache.length = T
     return x
@@ -71,6 +71,7 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
     masks = {key: step_mask(held[:, :min(span, key[2])], query, key, x.dtype, slopes)
              for key, held in cache.slot_pos.items()}
     rows = {} if cache.active is None else {"rows": cache.active}  # continuous batching's rows in flight (B,)
+    carry: list = []  # shortcut MoE outputs on their way to the next block (tfcalc.model.block)
     for i, (block, rope) in enumerate(zip(stack.blocks, ropes, strict=True)):
         state = cache.states[i]
         store = state.step(slots, span)
@@ -79,6 +80,6 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
         # fold: the stream is the step's own (made by its embedding, handed from block to block), so each
         # sub-layer's last GEMM adds into it in place (layers.add_projection); never under autograd
         x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv,
-                  fold=not torch.is_grad_enabled(), **rows)
+                  fold=not torch.is_grad_enabled(), carry=carry, **rows)
     cache.next_pos.add_(T)
     return x

@@ -188,10 +188,10 @@ class Stack(nn.Module):
         """(B, T) ids -> (B, T, d) output of the last block, before the final norm (no cache: decoding runs
         through tfcalc.model.step)."""
         T = idx.shape[1]
-        x = self.embed(idx, token_type_ids)  # (B, T, d)
+        x, carry = self.embed(idx, token_type_ids), []  # (B, T, d); carry: shortcut MoE outputs (model.block)
         for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
                                      strict=True):
-            x = block(x, rope, mask, memory)
+            x = block(x, rope, mask, memory, carry=carry)
         return x
 
 
