@@ -11,7 +11,6 @@ MAX_LISTED_LAYERS = 4096  # layer numbers dense_layers may name: each is built o
 
 def validate_moe_extras(cfg) -> None:
     _validate_dense_layers(cfg)
-    _validate_longcat(cfg)
     if cfg.router_bias and cfg.n_expert is None:
         raise ConfigError("router_bias applies to a mixture of experts only (give n_expert and n_expert_active)")
     if cfg.expert_format is not None and cfg.n_expert is None:
@@ -46,13 +45,11 @@ def _validate_dense_layers(cfg) -> None:
         raise ConfigError("field 'dense_layers' lists every layer: with every layer dense, leave out n_expert")
 
 
-def _validate_longcat(cfg) -> None:
-    """zero_experts and moe_shortcut (LongCat-Flash; tfcalc.architecture.ffn step 5, tfcalc.architecture.block)."""
-    if cfg.zero_experts is not None:
-        if cfg.n_expert is None:
-            raise ConfigError("zero_experts applies to a mixture of experts only (give n_expert and n_expert_active)")
-        if cfg.zero_experts < 0:
-            raise ConfigError(f"field 'zero_experts' must be 0 or more; got {shown(cfg.zero_experts)}")
+def validate_longcat(cfg) -> None:
+    """zero_experts and moe_shortcut (LongCat-Flash; tfcalc.architecture.ffn step 5, tfcalc.architecture.block);
+    tfcalc.config_rules calls it before the layer patterns are read (they build the layers' runs)."""
+    if cfg.zero_experts is not None and cfg.n_expert is None:  # a positive integer (tfcalc.config_rules)
+        raise ConfigError("zero_experts applies to a mixture of experts only (give n_expert and n_expert_active)")
     if not cfg.moe_shortcut:
         return
     if cfg.n_expert is None or cfg.arch != "decoder" or cfg.hybrid_pattern is not None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union
 
 from tfcalc import config_latent as latent
 from tfcalc.architecture import kinds as mixer_kinds
-from tfcalc.config_moe import validate_moe_extras
+from tfcalc.config_moe import validate_longcat, validate_moe_extras
 from tfcalc.config_quant import validate_stored_quant
 from tfcalc.config_rope import validate_rope_scaling
 from tfcalc.errors import InputError as ConfigError, shown
@@ -247,6 +247,7 @@ def validate(cfg) -> None:
     if cfg.router_sigmoid_input and cfg.n_expert is None:
         raise ConfigError("router_sigmoid_input applies to a mixture of experts only (give n_expert and "
                           "n_expert_active)")
+    validate_longcat(cfg)
     _validate_kind(cfg)
     _validate_positions(cfg)
     validate_moe_extras(cfg)

@@ -150,10 +150,10 @@ class MoE:
         return self.top_k * tokens if capacity is None else self.n_expert * capacity
 
     def weights(self) -> list[Weight]:
-        d, E = self.d_model, self.n_router
-        out = [Weight("router_weight", (E, d), "ffn", "MoE router weight")]
+        d, E = self.d_model, self.n_expert
+        out = [Weight("router_weight", (self.n_router, d), "ffn", "MoE router weight")]
         if self.router_bias:
-            out.append(Weight("router_bias", (E,), "ffn", "MoE router bias"))
+            out.append(Weight("router_bias", (self.n_router,), "ffn", "MoE router bias"))
         out += [w.named("expert_ffn_") for w in self.expert.weights("expert FFN", E, self.top_k)]
         if self.shared is not None:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]

@@ -92,14 +92,19 @@ def _experts(r: Reader) -> None:
     r.take("ffn_hidden_size", "dense_d_ff", 12288, aliases=("intermediate_size",))
     r.take("expert_ffn_hidden_size", "d_ff", 2048, aliases=("moe_intermediate_size",))
     r.take("n_routed_experts", "n_expert", 512, aliases=("num_local_experts",))
-    r.take("moe_topk", "n_expert_active", 12, aliases=("num_experts_per_tok",))
+    k = r.take("moe_topk", "n_expert_active", 12, aliases=("num_experts_per_tok",))
+    if isinstance(k, int) and isinstance(r.fields["n_expert"], int) and k > r.fields["n_expert"]:
+        raise r.fail(f"'moe_topk' {shown(k)} is more than 'n_routed_experts' ({r.fields['n_expert']}): not built "
+                     "(tfcalc counts the upper bound, every pick on a real expert)")
     zero = r.number("zero_expert_num", 256, integer=True)
-    r.fields["zero_experts"] = zero or None  # null or 0: none (LongcatFlashTopkRouter: zero_expert_num or 0)
+    if zero is not None and zero < 0:
+        raise r.fail(f"'zero_expert_num' must be 0 or more; got {shown(zero)}")
+    r.fields["zero_experts"] = zero or None  # 0: none (LongcatFlashTopkRouter: zero_expert_num or 0)
     kind = r.get("zero_expert_type", "identity")
     if zero and kind != "identity":
         raise r.fail(f"'zero_expert_type' {shown(kind)} is not supported: transformers' zero experts are identities")
     r.fields["router_bias"] = r.flag("router_bias", False)
-    r.take("routed_scaling_factor", "routed_scaling", 6.0)
+    r.fields["routed_scaling"] = r.positive("routed_scaling_factor", 6.0)
     r.fields.update(router_scoring="softmax", router_score_bias=True, router_norm_topk=False)
 
 
