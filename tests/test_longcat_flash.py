@@ -350,3 +350,13 @@ def test_shortcut_blocks_refuse_what_they_cannot_carry():
     with pytest.raises(InputError, match="no next layer to join"):
         dataclasses.replace(cfg.architecture.output, runs=cfg.architecture.output.runs[:-1] + (
             dataclasses.replace(cfg.architecture.output.runs[-1], pattern=(first,)),))
+
+
+def test_reports_state_the_zero_expert_convention(tmp_path, cli):
+    """params and flops name the zero experts and the upper bound they count; the layer row shows them."""
+    path = str(_write(tmp_path, FULL))
+    for command in (("params", path, "--no-measure"), ("flops", path, "--seq", "64")):
+        r = cli(*command)
+        assert r.code == 0, r.err
+        assert "upper bound, all 12 on real experts" in " ".join(r.out.split())
+    assert "top-12, +1 shared, +256 zero" in cli("params", path, "--no-measure").out
