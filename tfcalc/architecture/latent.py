@@ -246,7 +246,24 @@ class LatentAttention:
         out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
         if self.rope_theta is not None:
             out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
+        out += self._scale_elementwise(queries)
         return out + ([Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
+
+    def _scale_elementwise(self, queries: int) -> list[Elementwise]:
+        """``lora_scale``'s two products (module docstring): the query's H·(h_n + h_r) and the latent's c_kv, one
+        FLOP an element."""
+        if not self.lora_scale:
+            return []
+        return [Elementwise("scale", "query and latent scaled (LongCat)", queries * (self.q_width + self.kv_lora_rank),
+                            per_element=1)]
+
+    def _scale_ops(self, tokens: int, backward: bool) -> list[EagerOp]:
+        """``lora_scale``'s two products as eager work: each reads and writes its elements, one kernel (and as
+        many back)."""
+        if not self.lora_scale:
+            return []
+        n = 2 * tokens * (self.q_width + self.kv_lora_rank)
+        return [EagerOp("moves", "qkv", n, n if backward else 0, 2, 2 if backward else 0)]
 
     def kernel(self, explicit_mask: bool) -> str:
         """SDPA's fused CPU kernel takes one head width: V's h_v beside h_n + h_r runs the math kernel."""
@@ -287,6 +304,7 @@ class LatentAttention:
                 out += [Elementwise("copy", "de-interleave Q's rotary channels", queries * H * hr, per_element=0),
                         Elementwise("copy", "de-interleave K's rotary channels", queries * hr, per_element=0)]
             out.append(Elementwise("rope", "RoPE on Q's heads and the shared K", queries * (H + 1) * hr))
+        out += self._scale_elementwise(queries)
         out += [Elementwise("copy", "new state row [c | k_r] joined", queries * (c + hr), per_element=0),
                 Elementwise("copy", "state row written (scatter)", queries * (c + hr), per_element=0),
                 Elementwise("copy", "queries [q̃ | q_r] joined", queries * H * (c + hr), per_element=0)]
@@ -323,7 +341,7 @@ class LatentAttention:
             if self.interleave:
                 out.append(EagerOp("moves", "rope", 2 * rotated, 0, 2, 0))
         gathered = 2 * tokens * H * hv if tokens > 1 else 0
-        return out + [EagerOp("moves", "state", 4 * tokens * (c + hr), 0, 2, 0),
+        return out + self._scale_ops(tokens, False) + [EagerOp("moves", "state", 4 * tokens * (c + hr), 0, 2, 0),
                       EagerOp("moves", "qkv", 2 * tokens * H * (c + hr) + gathered, 0, 1 + int(tokens > 1), 0)]
 
     def train_eager_ops(self, tokens: int) -> list[EagerOp]:
@@ -340,7 +358,8 @@ class LatentAttention:
             if self.interleave:
                 out.append(EagerOp("moves", "rope", 2 * rotated, 6 * rotated, 2, 6))
         head = H * (hn + hr)
-        return out + [EagerOp("moves", "qkv", tokens * (H * hn + hr + head), tokens * (H * hr + hr), 1, 1),
+        return out + self._scale_ops(tokens, True) + [
+            EagerOp("moves", "qkv", tokens * (H * hn + hr + head), tokens * (H * hr + hr), 1, 1),
                       EagerOp("moves", "qkv", 2 * tokens * head, 0, 1, 0),
                       EagerOp("moves", "qkv", 0, 2 * tokens * (head + H * (hn + hv) + c + hr), 0, 3)]
 

@@ -143,13 +143,13 @@ class MixtureOfExperts(nn.Module):
         return self.real_picks(*self._route(flat))[:2]
 
     def real_picks(self, weights: torch.Tensor, chosen: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(weights, chosen) over the real and zero-computation experts -> (weights, chosen) with each zero pick
         moved to the last real expert at weight 0, so the routed rows are k per token whatever the router chose
         (tfcalc.architecture.ffn, step 5), and (N, 1) the zero picks' summed weight (LongcatFlashExperts:
-        identity_expert(x) times its weight; 0 without zero experts)."""
+        identity_expert(x) times its weight; None without zero experts: no kernel)."""
         if not self.spec.n_zero:
-            return weights, chosen, weights.new_zeros(())
+            return weights, chosen, None
         real = chosen < self.n_expert  # (N, k)
         identity = torch.where(real, 0, weights).sum(dim=-1, keepdim=True)  # (N, 1)
         return torch.where(real, weights, 0), torch.where(real, chosen, self.n_expert - 1), identity
@@ -182,7 +182,7 @@ class MixtureOfExperts(nn.Module):
         w = weights.flatten().index_select(0, order)  # (P,): each sorted pair's routing weight
         if capacity is None:  # a free row's pairs run and are discarded with its row: no pair in flight moves
             out = self._dropless(flat, token, expert, w)
-            return out + identity * flat if self.spec.n_zero else out  # zero experts: x times their weight
+            return out if identity is None else out + identity * flat  # zero experts: x times their weight
         return self._buffered(flat, token, expert, w, capacity, None if live is None else self._kept(live))
 
     def _kept(self, live: torch.Tensor) -> torch.Tensor:
