@@ -360,3 +360,38 @@ def test_reports_state_the_zero_expert_convention(tmp_path, cli):
         assert r.code == 0, r.err
         assert "upper bound, all 12 on real experts" in " ".join(r.out.split())
     assert "top-12, +1 shared, +256 zero" in cli("params", path, "--no-measure").out
+
+
+@pytest.mark.parametrize("seq", [16, 32])
+def test_training_activations_are_within_ten_percent_of_what_autograd_keeps(tmp_path, seq):
+    """saved_tensors_hooks over tfcalc's whole tiny model (every floating-point storage packed for backward, once;
+    weights left out) against the count's activations: the shortcut block is counted as an MoE block with its dense
+    FFN as the shared expert, which is what it keeps (4 % over here, as a DeepSeek-V3 of these widths)."""
+    from hf_pairs import saved_bytes
+
+    from tfcalc.count.model import activations as count_activations
+    from tfcalc.model import build_model
+
+    raw = {k: v for k, v in TINY.items() if k != "head_dim"}
+    cfg = load(str(_write(tmp_path, {**FULL, **raw})))
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", torch.float32)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, 0.0, 0.05)
+    kept = saved_bytes(model, torch.randint(0, 61, (2, seq)))
+    counted = count_activations.activations(cfg, Workload(batch=2, seq=seq, dtype="fp32")).total
+    assert abs(counted - kept) <= 0.1 * kept, (counted, kept)
+
+
+def test_measured_pipeline_and_expert_parallel_runs_are_refused(tiny):
+    """Planned, not run: a pipeline stage cut may fall between a shortcut block and the next, and the expert-parallel
+    forward has no identity term; each refused in one line before any process starts."""
+    from tfcalc.count.training.layout import Layout
+    from tfcalc.measure.experts_parallel import apply_ep
+    from tfcalc.measure.pipeline import check_pipeline_measurable
+
+    _, ours, cfg, _ = tiny
+    with pytest.raises(InputError, match="shortcut MoE"):
+        check_pipeline_measurable(cfg, Layout(pp=2, seq=8, global_batch=2), 2)
+    with pytest.raises(InputError, match="zero-computation experts"):
+        apply_ep(ours, None, 2, 0)

@@ -56,6 +56,9 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if any(s.embeddings.positions == "relative" for s in cfg.architecture.stacks) or cfg.architecture.head.pooler:
         raise InputError(f"{cfg.name}: a learned position bias shared by every block, or a pooler, is not cut into "
                          "pipeline stages in a measured run (planned, not run)")
+    if any(b.shortcut for b, _ in cfg.architecture.output.kinds()):
+        raise InputError(f"{cfg.name}: a shortcut MoE (LongCat-Flash) hands its experts' output to the next block, "
+                         "across any stage cut between them: a measured pipeline is planned, not run")
     chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
     if not layout.pp_layers and (total_blocks(cfg) + counted) % chunks:  # a given split: as given
         ends = f" + {counted} ends counted" if counted else ""
@@ -88,7 +91,8 @@ class Chunk(nn.Module):
         for block, i in zip(self.blocks, self.span, strict=True):
             x = block(x, ropes[i], masks[i], None, carry=carry)
         if carry:  # the stage ends between a shortcut block and the block that adds its experts' output
-            raise ValueError("a pipeline stage may not end on a shortcut MoE block (LongCat-Flash's first sub-layer)")
+            raise InputError("a measured pipeline stage may not end on a shortcut MoE block (LongCat-Flash's first "
+                             "sub-layer): give a layout whose stages hold whole layer pairs")
         return model.head(x) if self.last else x
 
 
