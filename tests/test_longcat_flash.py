@@ -395,3 +395,29 @@ def test_measured_pipeline_and_expert_parallel_runs_are_refused(tiny):
         check_pipeline_measurable(cfg, Layout(pp=2, seq=8, global_batch=2), 2)
     with pytest.raises(InputError, match="zero-computation experts"):
         apply_ep(ours, None, 2, 0)
+
+
+@pytest.mark.parametrize("seq", [64, 160])
+def test_attention_flops_at_full_width_equal_flop_counter_mode_on_transformers(tmp_path, seq):
+    """transformers' LongcatFlashMLA at full width on meta under FlopCounterMode (eager attention over the T×T
+    square): tfcalc's projections and mixing for one of the 56 attentions; the scales cost no matmul."""
+    import transformers
+    import transformers.models.longcat_flash.modeling_longcat_flash as m
+    from torch.utils.flop_counter import FlopCounterMode
+
+    hf_cfg = transformers.LongcatFlashConfig()
+    hf_cfg._attn_implementation = "eager"
+    with torch.device("meta"):
+        layer = m.LongcatFlashMLA(hf_cfg, 0).eval()
+        x = torch.empty(1, seq, 6144)
+        cos = sin = torch.empty(1, seq, 64)
+        mask = torch.zeros(1, 1, seq, seq)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, (cos, sin), mask)
+    mixer = load(str(_write(tmp_path, FULL))).architecture.output.layer(1).mixer
+    projections = sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears())
+    # by hand: q_a, q_b, kv_a, o over the tokens, kv_b over the keys; Q·Kᵀ over 192 channels, A·V over 128
+    by_hand = 2 * seq * (6144 * 1536 + 1536 * 64 * 192 + 6144 * 576 + 512 * 64 * 256 + 64 * 128 * 6144)
+    assert projections == by_hand
+    assert projections + sum(mx.flops for mx in mixer.mixing(seq, seq)) == counter.get_total_flops() == (
+        by_hand + 2 * seq * seq * 64 * (192 + 128))
