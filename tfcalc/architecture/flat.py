@@ -136,10 +136,9 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
                      residual_alpha=cfg.residual_alpha)
     kind = _kind(cfg, i)
     placement = (kind.placement(cfg) if kind.placement is not None else None) or cfg.norm_placement
-    ffn = _ffn(cfg, i)
-    return Block(kind.build(cfg, i, causal), ffn, norm, placement, cfg.parallel_block,
+    return Block(kind.build(cfg, i, causal), _ffn(cfg, i), norm, placement, cfg.parallel_block,
                  cross_attention(cfg, i) if cross else None, cfg.residual_multiplier, residual_alpha=cfg.residual_alpha,
-                 shortcut=cfg.moe_shortcut and isinstance(ffn, MoE))
+                 shortcut=cfg.moe_shortcut and is_moe_layer(cfg, i))
 
 
 def _kind(cfg: Any, i: int):
