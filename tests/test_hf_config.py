@@ -143,13 +143,14 @@ def test_every_supported_type_is_tested():
     from test_hf_patterns import TESTED_TYPES  # issue 22's per-layer families, tested there
     from test_kimi_k25 import TESTED_TYPES as KIMI_K25  # issue 30's Kimi K2.5
     from test_kimi_linear import TESTED_TYPES as KIMI_LINEAR  # issue 30's Kimi Linear
+    from test_longcat_flash import TESTED_TYPES as LONGCAT  # issue 30's LongCat-Flash
     from test_minimax import TESTED_TYPES as MINIMAX  # issue 30's lightning-attention hybrid
     from test_olmo_hybrid import TESTED_TYPES as OLMO_HYBRID  # issue 30's OLMo-Hybrid
     from test_qwen3_next import TESTED_TYPES as HYBRID  # issue 30's gated-DeltaNet hybrids
 
     lfm2 = {"lfm2", "lfm2_moe"}  # tests/test_hf_lfm2.py
     tested = set(HUB) | set(NO_PRESET) | set(DEEPSEEK_FILES) | TESTED_TYPES | lfm2 | HYBRID | SPARSE | MORE_MOE
-    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4 | GEMMA4 | GEMMA3N | BAILING
+    tested |= KIMI_K25 | OLMO_HYBRID | KIMI_LINEAR | MINIMAX | V4 | GEMMA4 | GEMMA3N | BAILING | LONGCAT
     assert tested == set(SUPPORTED_MODEL_TYPES)
 
 

@@ -38,6 +38,9 @@ def test_every_supported_type_has_a_case():
     types |= {"deepseek_v4"}  # tests/test_deepseek_v4_family.py: its own tiny checkpoint (a hash layer, every kind)
     types |= {"mamba2", "nemotron_h", "granitemoehybrid", "falcon_h1", "zamba2"}  # and test_falcon_h1/zamba2.py
     types |= {"bailing_hybrid"}  # tiny checkpoints of its own (two layouts): tests/test_bailing_hybrid.py
+    # a tiny checkpoint of its own (its parameters less transformers' unused zero-expert gate/up, its routing forced
+    # for the FLOPs): tests/test_longcat_flash.py
+    types |= {"longcat_flash"}
     assert types == set(SUPPORTED_MODEL_TYPES) - set(ALIASES)
 
 

@@ -78,7 +78,6 @@ ConfigError = InputError
 def _frozen(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value  # a tuple keeps the config hashable
 
-
 # The built-in mixer kinds' fields (softmax and latent attention, registered as tfcalc.architecture is imported)
 # are this dataclass's own by inheritance: each kind's frozen dataclass of fields is a base, read from the registry
 @dataclass(frozen=True)
@@ -99,7 +98,6 @@ class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for ki
     # a multimodal checkpoint's vision tower and projector (Gemma 3's SigLIP, Llama 4's), named beside the
     # language model that every count describes, never counted in it
     vision_params: Optional[int] = None
-
     # --- feed-forward width: d_ff, or derived the way Llama does (see ffn_dim) ---
     d_ff: Optional[int] = None
     ffn_mult: float = 4.0
@@ -223,10 +221,12 @@ class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for ki
     # (tfcalc.architecture.kinds) picks that mixer for the layer: "(gdn*3, full)*12"
     layer_pattern: Optional[str] = None
 
-    # --- Llama 4 (modeling_llama4.py) ---
-    # the router's sigmoid of each chosen logit (not renormalized) scales the token's input to that expert,
-    # not its output (Llama4Router, Llama4TextMoe)
+    # --- Llama 4 (modeling_llama4.py): the router's sigmoid of each chosen logit (not renormalized) scales the
+    # token's input to that expert, not its output (Llama4Router, Llama4TextMoe) ---
     router_sigmoid_input: bool = False
+    # --- LongCat-Flash (tfcalc.config_moe): identity experts beside the real ones, and the shortcut MoE layout ---
+    zero_experts: Optional[int] = None  # zero_expert_num (tfcalc.architecture.ffn, step 5)
+    moe_shortcut: bool = False  # even layers: dense FFN + shortcut experts; odd: dense FFN (architecture.block)
 
     # the fields of mixer kinds registered after this class was made (a plugin's kind, tfcalc.architecture.kinds),
     # as sorted (name, value) pairs: read as cfg.<name> like every other field (__getattr__), written in YAML and

@@ -48,15 +48,16 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate")),
+        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate", "mla_lora_scale")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha", "activation_sparsity")),
     ("mixture of experts and its router (MoE, Routing)", (
         "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
         "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
-        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp")),
-    ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff")),
+        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp", "zero_experts")),
+    ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff",
+                                                   "moe_shortcut")),
     ("norms and the block's layout (Norm, Block)", (
         "norm", "norm_bias", "norm_eps", "norm_placement", "parallel_block", "final_norm", "residual_multiplier",
         "residual_alpha", "layer_scalar", "altup_inputs", "altup_correct_scale", "laurel_rank")),

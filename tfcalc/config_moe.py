@@ -43,3 +43,25 @@ def _validate_dense_layers(cfg) -> None:
                              else ""))
     if len(listed) >= cfg.n_layer:
         raise ConfigError("field 'dense_layers' lists every layer: with every layer dense, leave out n_expert")
+
+
+def validate_longcat(cfg) -> None:
+    """zero_experts and moe_shortcut (LongCat-Flash; tfcalc.architecture.ffn step 5, tfcalc.architecture.block);
+    tfcalc.config_rules calls it before the layer patterns are read (they build the layers' runs)."""
+    if cfg.zero_experts is not None and cfg.n_expert is None:  # a positive integer (tfcalc.config_rules)
+        raise ConfigError("zero_experts applies to a mixture of experts only (give n_expert and n_expert_active)")
+    if not cfg.moe_shortcut:
+        return
+    if cfg.n_expert is None or cfg.arch != "decoder" or cfg.hybrid_pattern is not None:
+        raise ConfigError("moe_shortcut (LongCat-Flash's layer pairs) needs a decoder with a mixture of experts "
+                          "(n_expert) and no hybrid_pattern")
+    if cfg.n_layer % 2:
+        raise ConfigError(f"moe_shortcut pairs the layers (two sub-layers to a LongCat layer): n_layer must be even; "
+                          f"got {cfg.n_layer}")
+    for name in ("first_dense_layers", "moe_every", "dense_layers", "shared_expert_d_ff"):
+        if getattr(cfg, name) is not None:
+            raise ConfigError(f"{name} does not apply with moe_shortcut: the experts sit in every even layer, beside "
+                              "its dense FFN (dense_d_ff wide)")
+    if cfg.shared_expert_gate or cfg.mtp_layers:
+        raise ConfigError("shared_expert_gate and mtp_layers are not built with moe_shortcut (LongCat-Flash has "
+                          "neither in transformers)")

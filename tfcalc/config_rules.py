@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple, Optional, Union
 from tfcalc import config_latent as latent
 from tfcalc.architecture import kinds as mixer_kinds
 from tfcalc.config_gemma import validate_gemma
-from tfcalc.config_moe import validate_moe_extras
+from tfcalc.config_moe import validate_longcat, validate_moe_extras
 from tfcalc.config_quant import validate_stored_quant
 from tfcalc.config_rope import validate_rope_scaling
 from tfcalc.errors import InputError as ConfigError, shown
@@ -249,6 +249,7 @@ def validate(cfg) -> None:
     if cfg.router_sigmoid_input and cfg.n_expert is None:
         raise ConfigError("router_sigmoid_input applies to a mixture of experts only (give n_expert and "
                           "n_expert_active)")
+    validate_longcat(cfg)
     _validate_kind(cfg)
     _validate_positions(cfg)
     validate_moe_extras(cfg)
@@ -301,7 +302,8 @@ def _validate_layer_patterns(cfg) -> None:
         raise ConfigError(f"field 'moe_every' ({cfg.moe_every}) must be at most n_layer ({cfg.n_layer}): "
                           "layers moe_every - 1, 2·moe_every - 1, ... have the experts")
     if cfg.dense_d_ff is not None and cfg.first_dense_layers is None and cfg.moe_every in (None, 1) \
-            and not cfg.dense_layers and "-" not in (cfg.hybrid_pattern or ""):  # Nemotron-H's - layers are dense
+            and not cfg.dense_layers and "-" not in (cfg.hybrid_pattern or "") and not cfg.moe_shortcut:
+        # Nemotron-H's - layers are dense, and every LongCat-Flash layer has a dense FFN
         raise ConfigError("dense_d_ff is the width of the dense layers of a mixed model: give first_dense_layers, "
                           "dense_layers or moe_every (at least 2) too")
 

@@ -107,7 +107,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 # what a depth pattern is written in (tfcalc.config_copies): a --set of any of these besides the depth is the
 # user's own pattern, checked as written
 _PATTERN_FIELDS = ("n_encoder_layer", "full_attention_every", "nope_every", "layer_pattern", "first_dense_layers",
-                   "moe_every", "dense_layers")
+                   "moe_every", "dense_layers", "moe_shortcut")
 
 
 def _config_from(data: dict[str, Any], origin: str, overrides: list[str]) -> ModelConfig:

@@ -33,7 +33,8 @@ VIEWS = {"detach", "_unsafe_view", "_reshape_alias", "alias"}
 LATENT = dict(pos_encoding="rope", norm="rmsnorm", norm_bias=False, gated_ffn=True, activation="silu",
               tie_embeddings=False, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, n_head=4,
               n_layer=1)
-KINDS = {"v3-like": dict(LATENT, q_lora_rank=16), "v2-lite-like": dict(LATENT, rope_interleave=False)}
+KINDS = {"v3-like": dict(LATENT, q_lora_rank=16), "v2-lite-like": dict(LATENT, rope_interleave=False),
+         "longcat-like": dict(LATENT, q_lora_rank=16, mla_lora_scale=True)}  # two more products (LongCat-Flash)
 
 
 def _moved(t: torch.Tensor) -> int:
@@ -118,7 +119,9 @@ def test_the_step_non_matmul_entries_name_the_ops_it_runs(kind, monkeypatch):
     spec = next(b for b, _ in cfg.architecture.output.kinds()).mixer
     H, hr, c, hv = spec.n_head, spec.qk_rope_head_dim, spec.kv_lora_rank, spec.v_head_dim
     entries = [e for e in non_matmul_entries(cfg, batch, 1, step=True) if e.component in ("mixer", "rope", "norms")]
-    copies = sorted(e.elements * e.copies for e in entries if e.component == "mixer")
+    copies = sorted(e.elements * e.copies for e in entries if e.component == "mixer" and "scaled" not in e.label)
+    scaled = [e.elements for e in entries if "scaled" in e.label]  # LongCat's two products: Q's and the latent's
+    assert scaled == ([batch * (spec.q_width + c)] if spec.lora_scale else [])
     moved = [n for name, n in recorded.ops if name in ("cat", "write", "clone")]
     assert sorted(moved) == sorted(copies)  # the step's copies; RoPE's swap of the halves is a flip (below)
     rope = next(e for e in entries if e.component == "rope")

@@ -25,6 +25,15 @@ reads Σ pre_j · stream_j and the streams become post ⊗ output + combᵀ · s
 doubly stochastic). Matmuls: the projection (n·d -> n(n + 2)) and the stream mix, n × n @ n × d per token;
 the rest is elementwise.
 
+``shortcut`` (LongCat-Flash's shortcut-connected MoE, ScMoE: arXiv 2509.01322, sec. 2.1, Figure 2;
+modeling_longcat_flash.py, LongcatFlashDecoderLayer): the block's FFN is a mixture of experts whose shared
+expert is the block's dense FFN; both read the FFN norm's output, the shared part joins the stream here and the
+routed part only after the next block's FFN (so the next block's attention runs beside the experts). One HF
+LongCat layer is two blocks here: (latent attention, dense FFN + shortcut MoE) then (latent attention, dense FFN),
+each attention with its own cache, as transformers' cache holds 2·num_layers layers. Every count reads the
+block as any MoE block with a shared expert (the same tensors, matmuls and activations); only the torch
+block (tfcalc.model.block) places the add.
+
 A ``Stack`` holds its blocks as ``Run``s -- a pattern of blocks repeated -- so "the first 3 dense, then
 58 MoE" (DeepSeek-V3) is two runs and "local, global" alternating (Gemma 2) one run of a two-block
 pattern; ``layers()`` walks them one block per layer, which is all a fold needs.
@@ -84,13 +93,14 @@ class Block:
     # Gemma 3n: the block runs on the active one of AltUp's streams, with LAuReL beside its attention
     altup: Optional[AltUp] = None
     laurel: Optional[Laurel] = None
+    shortcut: bool = False  # the routed experts' output joins after the next block's FFN (module docstring)
 
     def __init__(self, mixer: Optional[Mixer] = None, ffn: Union[FFN, MoE, None] = None, norm: Optional[Norm] = None,
                  placement: Placement = "pre", parallel: Parallel = "none", cross_attention: Optional[Attention] = None,
                  residual_scale: Optional[float] = None, hyper: Optional[Hyper] = None, *, attention: Any = None,
                  residual_alpha: Optional[float] = None, layer_scalar: bool = False,
                  per_layer_input: Optional[PerLayerGate] = None, altup: Optional[AltUp] = None,
-                 laurel: Optional[Laurel] = None) -> None:
+                 laurel: Optional[Laurel] = None, shortcut: bool = False) -> None:
         """As the dataclass's own, and ``attention=`` the name the mixer slot had (it wins over ``mixer``, so
         ``dataclasses.replace(block, attention=a)``, which passes both, sets ``a``)."""
         mixer = mixer if attention is None else attention
@@ -100,7 +110,7 @@ class Block:
                             ("parallel", parallel), ("cross_attention", cross_attention),
                             ("residual_scale", residual_scale), ("hyper", hyper), ("residual_alpha", residual_alpha),
                             ("layer_scalar", layer_scalar), ("per_layer_input", per_layer_input), ("altup", altup),
-                            ("laurel", laurel)):
+                            ("laurel", laurel), ("shortcut", shortcut)):
             object.__setattr__(self, name, value)
         self.__post_init__()
 
@@ -116,6 +126,10 @@ class Block:
         if self.residual_alpha is not None and self.placement != "normed_residual":
             raise InputError("residual_alpha scales the normed residual of norm_placement normed_residual "
                              f"(MiniMax-01's); got norm_placement {self.placement}")
+        if self.shortcut and not (self.is_moe and self.placement == "pre" and self.parallel == "none"
+                                  and self.residual_scale is None and self.cross_attention is None):
+            raise InputError("a shortcut MoE block (LongCat-Flash's) needs a mixture of experts, norm_placement pre, "
+                             "no parallel block, no residual_multiplier and no cross-attention")
         if self.parallel != "none" and self.cross_attention is not None:
             raise InputError("parallel_block with cross-attention is not supported: no model in use has it")
         plain = self.placement == "pre" and self.parallel == "none" and self.cross_attention is None
@@ -239,6 +253,11 @@ class Stack:
     embeddings: "Embeddings"  # noqa: F821 (tfcalc.architecture.model; imported there to keep one direction)
     final_norm: Optional[Norm] = None
     name: Literal["", "encoder", "decoder"] = ""
+
+    def __post_init__(self) -> None:
+        if self.runs and self.runs[-1].pattern[-1].shortcut:
+            raise InputError("the last layer's shortcut MoE (LongCat-Flash's) has no next layer to join: a stack "
+                             "of shortcut blocks ends with a block without one")
 
     @property
     def prefix(self) -> str:

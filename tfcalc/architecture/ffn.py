@@ -16,13 +16,22 @@
    ``swiglu_alpha`` a, hidden = g·sigmoid(a·g) · (u + 1) with g = min(gate, L), u = clamp(up, -L, L);
    the same matmuls as any gated FFN. With L and no a: DeepSeek-V4's, silu(min(gate, L)) · clamp(up, -L, L)
    (modeling_deepseek_v4.py, DeepseekV4MLP and DeepseekV4Experts._apply_gate).
-   the same matmuls as any gated FFN;
 5. Gemma 4's experts beside its MLP (``beside_mlp``; modeling_gemma4.py Gemma4TextDecoderLayer, enable_moe_block):
    the shared FFN is the dense MLP, on the block's normed input, its output normed (mlp_post_norm); the router
    reads the block's input before its norm: RMS-normed without a weight, times a learned ``router_scale`` (d) and
    d^-1/2, then d -> E, a softmax over all E, the top k renormalized, each times its expert's learned
    ``per_expert_scale`` (E); the experts read the input through a norm of their own (moe_pre_norm) and their sum
    is normed (moe_post_norm); the two outputs are added before the block's FFN output norm.
+6. zero-computation experts (LongCat-Flash, arXiv 2509.01322, sec. 2.1; modeling_longcat_flash.py,
+   LongcatFlashExperts): ``n_zero`` identity experts beside the E real ones; the router scores all E + Z
+   (its weight (E + Z, d), its correction bias E + Z values) and a token routed to one adds its input times
+   the routing weight: no weight, no matmul. How many of a token's k picks land on real experts is the
+   learned router's choice (the paper steers its mean with a PID-controlled bias, sec. 2.1, "Computational
+   budget control"), unknowable from the config: every count here (active parameters, FLOPs, expert rows)
+   takes the upper bound, all k on real experts -- the figure a deployment must provision for, and what
+   tfcalc's module runs (tfcalc.model.experts: an identity pick multiplies through an expert at weight 0,
+   so no shape depends on the routing). The paper's mean (about 8 of 12, sec. 2.1) is a measurement, not
+   a count.
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -130,6 +139,7 @@ class MoE:
     hash_vocab: int = 0
     # step 5 (Gemma 4): the shared FFN is the MLP, with the router's scales and three norms of this kind (d wide)
     beside_mlp: Optional[Norm] = None
+    n_zero: int = 0  # zero-computation (identity) experts beside the n_expert real ones (step 6)
 
     def __post_init__(self) -> None:
         if self.beside_mlp is not None and (self.shared is None or self.shared_gate or not self.routing.is_default
@@ -139,15 +149,25 @@ class MoE:
         if self.n_expert < 1 or self.top_k < 1:
             raise InputError(f"a mixture of experts needs n_expert and n_expert_active of at least 1; got "
                              f"{self.n_expert}, {self.top_k}")
-        if self.top_k > self.n_expert:
+        if self.n_zero < 0:
+            raise InputError(f"zero-computation experts must be 0 or more; got {self.n_zero}")
+        if self.top_k > self.n_expert:  # with zero experts too: the upper bound (step 5) is k real ones
             raise InputError(f"n_expert_active ({self.top_k}) must not exceed n_expert ({self.n_expert})")
+        if self.n_zero and (self.capacity_factor is not None or self.sigmoid_input):
+            raise InputError("zero-computation experts are built dropless, with the weights on the outputs "
+                             "(LongCat-Flash's): no expert_capacity_factor, no router_sigmoid_input")
         if self.shared_gate and self.shared is None:
             raise InputError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
-        self.routing.check(self.n_expert, self.top_k)
+        self.routing.check(self.n_router, self.top_k)
 
     @property
     def d_model(self) -> int:
         return self.expert.d_model
+
+    @property
+    def n_router(self) -> int:
+        """Experts the router scores: the real ones and the zero-computation ones (step 5)."""
+        return self.n_expert + self.n_zero
 
     def capacity(self, tokens: int) -> Optional[int]:
         """Rows each expert's buffer holds for ``tokens`` tokens: ceil(c·k·tokens / E); None when dropless."""
@@ -163,9 +183,9 @@ class MoE:
 
     def weights(self) -> list[Weight]:
         d, E = self.d_model, self.n_expert
-        out = [Weight("router_weight", (E, d), "ffn", "MoE router weight")]
+        out = [Weight("router_weight", (self.n_router, d), "ffn", "MoE router weight")]
         if self.router_bias:
-            out.append(Weight("router_bias", (E,), "ffn", "MoE router bias"))
+            out.append(Weight("router_bias", (self.n_router,), "ffn", "MoE router bias"))
         out += [w.named("expert_ffn_") for w in self.expert.weights("expert FFN", E, self.top_k)]
         if self.shared is not None:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]
@@ -179,10 +199,12 @@ class MoE:
 
     def linears(self, tokens: int | None = None) -> list[Linear]:
         label = f"expert FFN (top-{self.top_k} of {self.n_expert})"
+        if self.n_zero:
+            label = f"expert FFN (top-{self.top_k} of {self.n_expert} + {self.n_zero} zero, all k real)"
         capacity = None if tokens is None else self.capacity(tokens)
         if capacity is not None:
             label += f", {capacity} rows each"
-        out = [Linear("router", "ffn", "MoE router", self.d_model, self.n_expert)]
+        out = [Linear("router", "ffn", "MoE router", self.d_model, self.n_router)]
         out += [m.named("expert_ffn_") for m in self.expert.linears(label, "routed")]
         if self.shared is not None:
             out += [m.named("shared_expert_ffn_") for m in self.shared.linears("shared expert FFN")]

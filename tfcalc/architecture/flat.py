@@ -12,6 +12,10 @@ Per-layer patterns in the flat fields:
   ``interleave_moe_layer_step``, modeling_llama4.py);
 - ``dense_layers``: the layers listed have a dense FFN too (Qwen2/3-MoE's ``mlp_only_layers``,
   modeling_qwen3_moe.py); the layers up to the last one listed are built one by one, the rest in closed form;
+- ``moe_shortcut`` (LongCat-Flash, tfcalc.architecture.block ``shortcut``): layers 0, 2, 4, ... have a dense FFN
+  (``dense_d_ff`` wide) as the shared expert of the mixture of experts, whose routed output joins after layer
+  i + 1's FFN; layers 1, 3, 5, ... a dense FFN; ``zero_experts`` identity experts beside the real ones
+  (tfcalc.architecture.ffn, step 5);
 - ``dense_d_ff``: the width of those dense FFNs (DeepSeek-V3: 18432 beside experts of 2048); default d_ff;
 - the token mixer of each layer: the mixer kind (tfcalc.architecture.kinds) its ``layer_pattern`` word names,
   else the kind that claims the layer for this config (latent attention every layer where ``kv_lora_rank`` is
@@ -83,7 +87,7 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
     if getattr(cfg, "kv_shared_layers", None) or getattr(cfg, "activation_sparsity", None):  # layer by layer
         return _merge(list(compress([_block(cfg, norm, i, causal, cross) for i in range(n_layer)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
-    every = cfg.moe_every or 1 if cfg.n_expert is not None else 1
+    every = (2 if cfg.moe_shortcut else cfg.moe_every or 1) if cfg.n_expert is not None else 1
     listed = min(cfg.dense_layers[-1] + 1, n_layer) if cfg.n_expert is not None and cfg.dense_layers else 0
     listed = max(listed, min(cfg.hash_moe_layers or 0, n_layer))  # DeepSeek-V4's hash-routed layers, one by one
     out = list(compress([_block(cfg, norm, i, causal, cross) for i in range(listed)]))  # past them: periodic
@@ -154,7 +158,8 @@ def _block(cfg: Any, norm: Norm, i: int, causal: bool, cross: bool) -> Block:
                  residual_alpha=cfg.residual_alpha, layer_scalar=cfg.layer_scalar,
                  per_layer_input=PerLayerGate(cfg.d_model, p, cfg.activation) if p and mine else None,
                  altup=AltUp(cfg.d_model, n, cfg.altup_correct_scale) if n and mine else None,
-                 laurel=Laurel(cfg.d_model, rank) if rank and mine else None)
+                 laurel=Laurel(cfg.d_model, rank) if rank and mine else None,
+                 shortcut=cfg.moe_shortcut and is_moe_layer(cfg, i))
 
 
 def _kind(cfg: Any, i: int):
@@ -175,6 +180,8 @@ def is_moe_layer(cfg: Any, i: int) -> bool:
         return plan[i].ffn == "moe"
     if cfg.n_expert is None or i < (cfg.first_dense_layers or 0) or i in (cfg.dense_layers or ()):
         return False
+    if cfg.moe_shortcut:  # LongCat-Flash: the first of each pair (see the module docstring)
+        return i % 2 == 0 and i < cfg.n_layer
     return cfg.moe_every is None or (i + 1) % cfg.moe_every == 0
 
 
@@ -190,7 +197,9 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None
-    if cfg.shared_expert_d_ff:
+    if cfg.moe_shortcut:  # the pair's first dense FFN, beside the experts on one norm (block ``shortcut``)
+        shared = FFN(cfg.d_model, cfg.dense_d_ff or cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias)
+    elif cfg.shared_expert_d_ff:
         width = cfg.shared_expert_d_ff
         if getattr(cfg, "kv_shared_d_ff", None) and i >= cfg.n_layer - cfg.kv_shared_layers:  # Gemma 4's wide MLP
             width = cfg.kv_shared_d_ff
@@ -201,4 +210,5 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
         else None  # Gemma 4's experts beside its MLP (tfcalc.architecture.ffn, step 5)
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
-               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed, beside_mlp=beside)
+               sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed, beside_mlp=beside,
+               n_zero=cfg.zero_experts or 0)

@@ -43,8 +43,10 @@ class LatentFields:
     index_rope_interleave: Optional[bool] = None  # None with index_topk: false (V3.2's rotate-half; GLM-5: true)
     # each head's output times sigmoid(Linear(d, n_head)(x)) before O (Ling 3's MLA, BailingHybridAttention)
     attn_head_gate: Optional[bool] = None
+    mla_lora_scale: bool = False  # LongCat-Flash's sqrt(d / c) on the query and the latent (architecture.latent)
 
 
+# latent attention's own fields (mla_lora_scale, a bool, is checked apart: check)
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "index_topk",
            "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate")
 _INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave")
@@ -67,7 +69,7 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
             cfg.rope_interleave is not False)
     gate = cfg.attn_head_gate is True
     if cfg.index_topk is None:
-        return LatentAttention(*args, head_gate=gate)
+        return LatentAttention(*args, head_gate=gate, lora_scale=cfg.mla_lora_scale)
     return SparseLatentAttention(*args, head_gate=gate, index_topk=cfg.index_topk,
                                  index_n_heads=cfg.index_n_heads or 64,
                                  index_head_dim=cfg.index_head_dim or 128,
@@ -76,6 +78,9 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
 
 def check(cfg: Any) -> None:
     """Latent attention's fields against the rest of the config (one ConfigError line each)."""
+    if cfg.mla_lora_scale and (cfg.kv_lora_rank is None or cfg.q_lora_rank is None or cfg.index_topk is not None):
+        raise ConfigError("mla_lora_scale scales the compressed query and latent (LongCat-Flash's MLA): it needs "
+                          "kv_lora_rank and q_lora_rank, and no index_topk")
     if cfg.qk_nope_head_dim is not None and cfg.qk_nope_head_dim < 0:
         raise ConfigError(f"field 'qk_nope_head_dim' must be 0 or more; got {cfg.qk_nope_head_dim}")
     if cfg.kv_lora_rank is None:

@@ -39,6 +39,10 @@ A head gate (``head_gate``; Ling 3's MLA, transformers' modeling_bailing_hybrid.
 head's output times sigmoid(W_g · x), W_g d -> H (no bias), before O: 2·d·H FLOPs a token (``linears``' g), H
 sigmoids and H·h_v products (``elementwise``); the naive and the absorbed forms alike.
 
+LongCat-Flash's scaled latents (``lora_scale``; modeling_longcat_flash.py, LongcatFlashMLA): the query (all
+H·(h_n + h_r) channels) times sqrt(d / c_q) and the normed KV latent times sqrt(d / c_kv) before it is cached and
+expanded; two elementwise products, no matmul, no tensor.
+
 YaRN (Peng et al. 2023, arXiv 2309.00071): the rotary frequencies are interpolated (``Yarn``) and the
 softmax scale is (h_n + h_r)^-1/2 · mscale², mscale = 0.1·mscale_all_dim·ln(factor) + 1
 (modeling_deepseek_v3.py, yarn_get_mscale). Pure Python: no torch, typer or rich here.
@@ -49,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from tfcalc.architecture import saved
+from tfcalc.architecture import latent_eager, saved
 from tfcalc.architecture.attention import causal_pairs, score_mixing
 from tfcalc.architecture.mixer import ATTENTION, Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
@@ -75,6 +79,7 @@ class LatentAttention:
     causal: bool = True
     head_gate: bool = False  # each head's output times sigmoid(W_g·x), W_g d -> H (module docstring)
     kind: Literal["self"] = "self"
+    lora_scale: bool = False  # LongCat-Flash's sqrt(d / c) on the query and the latent (module docstring)
     # what a fold of ``Attention`` may read and a latent attention does not have
     window: None = None
     chunk: None = None
@@ -93,6 +98,8 @@ class LatentAttention:
             raise InputError("latent attention: qk_nope_head_dim must be 0 or more and q_lora_rank positive")
         if self.qk_rope_head_dim % 2:
             raise InputError(f"rope rotates pairs of channels: qk_rope_head_dim ({self.qk_rope_head_dim}) must be even")
+        if self.lora_scale and self.q_lora_rank is None:
+            raise InputError("latent attention's lora_scale scales the compressed query: give q_lora_rank")
         if self.kv_lora_rank > self.d_model or (self.q_lora_rank or 0) > self.d_model:
             raise InputError(f"kv_lora_rank ({self.kv_lora_rank}) and q_lora_rank ({self.q_lora_rank}) compress the "
                              f"hidden state: each must be at most d_model ({self.d_model})")
@@ -146,6 +153,13 @@ class LatentAttention:
     def scale(self) -> float:
         """The softmax scale: (h_n + h_r)^-1/2, times YaRN's mscale² (see the module docstring)."""
         return self.head_dim ** -0.5 * (self.yarn.softmax_factor if self.yarn else 1.0)
+
+    @property
+    def latent_scales(self) -> Optional[tuple[float, float]]:
+        """(query's, latent's) factors of ``lora_scale``: sqrt(d / c_q), sqrt(d / c_kv); None without it."""
+        if not self.lora_scale:
+            return None
+        return (self.d_model / self.q_lora_rank) ** 0.5, (self.d_model / self.kv_lora_rank) ** 0.5
 
     def latent_norm(self, width: int) -> Norm:
         base = self.norm or Norm("rmsnorm", width, False, 1e-6)
@@ -240,6 +254,7 @@ class LatentAttention:
         out = [Elementwise("softmax", "softmax (full square)", self.n_head * queries * keys)]
         if self.rope_theta is not None:
             out.append(Elementwise("rope", "RoPE on Q and K", queries * 2 * self.n_head * self.qk_rope_head_dim))
+        out += self._scale_elementwise(queries)
         return out + self._gate_work(queries) + (
             [Elementwise("bias", "bias adds", queries * self.d_model)] if self.bias else [])
 
@@ -249,6 +264,14 @@ class LatentAttention:
             return []
         return [Elementwise("output_gate", "head gate sigmoid", queries * self.n_head, per_element=3),
                 Elementwise("output_gate", "head gate product", queries * self.out_width, per_element=1)]
+
+    def _scale_elementwise(self, queries: int) -> list[Elementwise]:
+        """``lora_scale``'s two products (module docstring): the query's H·(h_n + h_r) and the latent's c_kv, one
+        FLOP an element."""
+        if not self.lora_scale:
+            return []
+        return [Elementwise("scale", "query and latent scaled (LongCat)", queries * (self.q_width + self.kv_lora_rank),
+                            per_element=1)]
 
     def kernel(self, explicit_mask: bool) -> str:
         """SDPA's fused CPU kernel takes one head width: V's h_v beside h_n + h_r runs the math kernel."""
@@ -291,6 +314,7 @@ class LatentAttention:
                 out += [Elementwise("copy", "de-interleave Q's rotary channels", queries * H * hr, per_element=0),
                         Elementwise("copy", "de-interleave K's rotary channels", queries * hr, per_element=0)]
             out.append(Elementwise("rope", "RoPE on Q's heads and the shared K", queries * (H + 1) * hr))
+        out += self._scale_elementwise(queries)
         out += [Elementwise("copy", "new state row [c | k_r] joined", queries * (c + hr), per_element=0),
                 Elementwise("copy", "state row written (scatter)", queries * (c + hr), per_element=0),
                 Elementwise("copy", "queries [q̃ | q_r] joined", queries * H * (c + hr), per_element=0)]
@@ -298,56 +322,16 @@ class LatentAttention:
         return out + self._gate_work(queries) + bias
 
     def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
-        """The eager work of a training step (below), or with ``step`` of one absorbed decode step over
-        ``tokens`` = B·T query rows (``step_eager_ops``): a step has no backward, so only the forward figures
+        """The eager work of a training step, or with ``step`` of one absorbed decode step over ``tokens`` = B·T
+        query rows (tfcalc.architecture.latent_eager): a step has no backward, so only the forward figures
         tfcalc.count.perf.eager prices from them apply."""
-        return self.step_eager_ops(tokens) if step else self.train_eager_ops(tokens)
-
-    def _latent_norms(self, tokens: int) -> list[EagerOp]:
-        """The norms on the compressed KV latent (c) and, where Q is compressed, on c_q: a step's and training's."""
-        c, q = self.kv_lora_rank, self.q_lora_rank
-        out = [EagerOp("norm", "norms", tokens * c, norm=self.latent_norm(c))]
-        if q is not None:
-            out.append(EagerOp("norm", "norms", tokens * q, norm=self.latent_norm(q)))
-        return out
+        return latent_eager.step_ops(self, tokens) if step else latent_eager.train_ops(self, tokens)
 
     def step_eager_ops(self, tokens: int) -> list[EagerOp]:
-        """One absorbed decode step's eager ops beside its matmuls and attention kernel (tfcalc.count.perf.eager
-        prices them; tests/model/test_latent_step_traffic.py sums the bytes of every aten op of the real step
-        under a TorchDispatchMode): the latent norms (c, c_q); the de-interleaving cats (one for Q, one for K:
-        2 per rotated element) and RoPE over Q's H heads and the one K head, whose products read each row's cos
-        and sin (positions per row in a step: 4·h_r per token over Q and K); the new row [c | k_r] joined (a
-        cat: 2·(c + h_r)) and scattered into the state (its source read, its rows written: 2·(c + h_r)); the
-        queries [q̃ | q_r] joined (2·H·(c + h_r)); the output heads copied for W_o where B·T > 1 (2·H·h_v)."""
-        H, hr, c, hv = self.n_head, self.qk_rope_head_dim, self.kv_lora_rank, self.v_head_dim
-        out = self._latent_norms(tokens)
-        rotated = tokens * (H + 1) * hr
-        if self.rope_theta is not None:
-            out.append(EagerOp("rope", "rope", rotated))
-            out.append(EagerOp("moves", "rope", 4 * tokens * hr))  # the cos and sin rows, read for Q and for K
-            if self.interleave:
-                out.append(EagerOp("moves", "rope", 2 * rotated, 0, 2, 0))
-        gathered = 2 * tokens * H * hv if tokens > 1 else 0
-        return out + [EagerOp("moves", "state", 4 * tokens * (c + hr), 0, 2, 0),
-                      EagerOp("moves", "qkv", 2 * tokens * H * (c + hr) + gathered, 0, 1 + int(tokens > 1), 0)]
+        return latent_eager.step_ops(self, tokens)
 
     def train_eager_ops(self, tokens: int) -> list[EagerOp]:
-        """tfcalc.model.latent's eager work (tfcalc.count.perf.eager, 6): the norms on the compressed KV latent
-        (c_kv) and Q (c_q); RoPE on the H query heads' and the one shared key's h_r channels, de-interleaved
-        (a cat forward, two slice_backwards and their sum back); the cats of [k_n | k_r expanded] (its
-        backward sums the H copies of k_r) and [q_n | q_r]; back, the cats the splits of Q, of W_kvb's
-        [k_n | v] and of W_kva's [latent | k_r] leave. Its biases' gradient sums are not counted."""
-        H, hn, hr, hv, c = self.n_head, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim, self.kv_lora_rank
-        out = self._latent_norms(tokens)
-        rotated = tokens * (H + 1) * hr
-        if self.rope_theta is not None:
-            out.append(EagerOp("rope", "rope", rotated))
-            if self.interleave:
-                out.append(EagerOp("moves", "rope", 2 * rotated, 6 * rotated, 2, 6))
-        head = H * (hn + hr)
-        return out + [EagerOp("moves", "qkv", tokens * (H * hn + hr + head), tokens * (H * hr + hr), 1, 1),
-                      EagerOp("moves", "qkv", 2 * tokens * head, 0, 1, 0),
-                      EagerOp("moves", "qkv", 0, 2 * tokens * (head + H * (hn + hv) + c + hr), 0, 3)]
+        return latent_eager.train_ops(self, tokens)
 
     def state(self) -> list[StateTensor]:
         """Step 4: the latent c (c_kv) and the rotary key k_r (h_r) of every position, in the cache dtype."""

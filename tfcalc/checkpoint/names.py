@@ -94,6 +94,7 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
     for pattern, target in table:
         m = pattern.fullmatch(short)
         if m:
+            m = _Groups(m)
             if target in ("buffer", "mtp", "scales"):
                 return target
             if target.startswith("buffer:"):
@@ -106,6 +107,26 @@ def map_name(table: list[tuple[re.Pattern, str]], name: str) -> Piece | str | No
             param, _, expert = param.format(*m.groups()).partition("@")
             return Piece(param, _PARTS.get(part, part), transform or None, tied, int(expert) if expert else None)
     return "buffer" if BUFFERS.fullmatch(name) else None
+
+
+class _Group(str):
+    """A matched group; the format spec ``2n+s`` gives 2·group + s: LongCat-Flash's layer i holds two sub-layers,
+    tfcalc's blocks 2i and 2i + 1 (``layers.{0:2n+1}``)."""
+
+    def __format__(self, spec: str) -> str:
+        if spec.startswith("2n"):
+            return str(2 * int(self) + int(spec[2:] or 0))
+        return str.__format__(self, spec)
+
+
+class _Groups:
+    """A match whose groups format as ``_Group``s."""
+
+    def __init__(self, m: re.Match):
+        self._m = m
+
+    def groups(self) -> tuple:
+        return tuple(g if g is None else _Group(g) for g in self._m.groups())
 
 
 def experts_of(cfg: ModelConfig, param: str) -> int:

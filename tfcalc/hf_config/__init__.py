@@ -85,6 +85,7 @@ REGISTRY: dict[str, tuple[str, str]] = {
     "llama4": ("llama4", "llama4"),
     "llama4_text": ("llama4", "llama4_text"),
     "mamba": ("mamba", "mamba"),
+    "longcat_flash": ("longcat_flash", "longcat_flash"),
     "mamba2": ("mamba2", "mamba2"),
     "mimo_v2_flash": ("mimo_v2_flash", "mimo_v2_flash"),
     "minimax": ("minimax", "minimax"),

@@ -215,12 +215,12 @@ def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ..
     # Gemma 3n: the sub-layers run on AltUp's active stream, the block on all of them (tfcalc.model.altup)
     part = x if getattr(block, "altup", None) is None else x.unflatten(-1, (block.altup.n, -1))[..., 0, :]
     out = {"attention": lambda: block.attention_sublayer(part, rope, mask), "ffn": lambda: block.ffn_sublayer(part),
-           "block": lambda: block(x, rope, mask), "head": lambda: model.head(x)}
+           "block": lambda: block(x, rope, mask, carry=[]), "head": lambda: model.head(x)}
     if blocks:
         with torch.inference_mode():  # each layer's own rotary table (None: NoPE) and mask (its window, chunk)
             ropes, masks = model._ropes(0, idx.shape[1], x.dtype), model.layer_masks(idx.shape[1], x.dtype)
     for i in blocks:
-        out[f"block {i}"] = lambda b=model.blocks[i], r=ropes[i], m=masks[i]: b(x, r, m)
+        out[f"block {i}"] = lambda b=model.blocks[i], r=ropes[i], m=masks[i]: b(x, r, m, carry=[])
     return out
 
 

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tfcalc.errors import InputError
 from tfcalc.model.experts import MixtureOfExperts
 
 
@@ -40,6 +41,8 @@ def apply_ep(model: nn.Module, group, ep: int, rank: int) -> list[str]:
     all-to-alls; returns the names of the expert parameters (local to the rank: DDP must skip them)."""
     names = []
     for name, m in moe_modules(model):
+        if m.spec.n_zero:  # their identity term is the one-process forward's (MixtureOfExperts.routed)
+            raise InputError("an expert-parallel run of zero-computation experts (LongCat-Flash) is planned, not run")
         n = m.n_expert // ep
         first = rank * n
         for part in ("up", "down"):

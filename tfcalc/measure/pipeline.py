@@ -59,6 +59,9 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if cfg.per_layer_dim or cfg.kv_shared_layers or cfg.altup_inputs:  # Gemma 4 and 3n (tfcalc.config_gemma)
         raise InputError(f"{cfg.name}: per-layer inputs, K/V shared across layers and AltUp's streams reach across "
                          "pipeline stages (planned, not run)")
+    if any(b.shortcut for b, _ in cfg.architecture.output.kinds()):
+        raise InputError(f"{cfg.name}: a shortcut MoE (LongCat-Flash) hands its experts' output to the next block, "
+                         "across any stage cut between them: a measured pipeline is planned, not run")
     chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
     if not layout.pp_layers and (total_blocks(cfg) + counted) % chunks:  # a given split: as given
         ends = f" + {counted} ends counted" if counted else ""
@@ -87,8 +90,12 @@ class Chunk(nn.Module):
         T = x.shape[1]
         ropes = model._ropes(0, T, x.dtype)
         masks = model.layer_masks(T, x.dtype)
+        carry: list = []  # a shortcut MoE's output for the next block (tfcalc.model.block)
         for block, i in zip(self.blocks, self.span, strict=True):
-            x = block(x, ropes[i], masks[i], None)
+            x = block(x, ropes[i], masks[i], None, carry=carry)
+        if carry:  # the stage ends between a shortcut block and the block that adds its experts' output
+            raise InputError("a measured pipeline stage may not end on a shortcut MoE block (LongCat-Flash's first "
+                             "sub-layer): give a layout whose stages hold whole layer pairs")
         return model.head(x) if self.last else x
 
 

@@ -122,15 +122,25 @@ class Block(nn.Module):
         raw = x if self.spec.is_moe and self.spec.ffn.beside_mlp is not None else None
         return self._residual(norm, self.ffn_post_norm, self._ffn(rows, raw), x)
 
+    def _shortcut_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None, carry: list) -> torch.Tensor:
+        """LongCat-Flash's shortcut MoE (LongcatFlashDecoderLayer): the experts and the dense FFN (the MoE's shared
+        expert) read one norm's output; the dense FFN joins here, the routed experts' output waits in ``carry``
+        for the next block (tfcalc.architecture.block, ``shortcut``)."""
+        routed, dense = self.ffn.parts(self.ffn_norm(x), rows)
+        carry.append(routed)
+        return x if dense is None else x + dense
+
     def forward(self, x: torch.Tensor, rope=None, mask=None, memory: torch.Tensor | None = None,
                 store=None, cross_kv=None, rows: torch.Tensor | None = None, fold: bool = False,
-                emb=None) -> torch.Tensor:
+                emb=None, carry: list | None = None) -> torch.Tensor:
         """``rope``: this layer's (cos, sin), or None (no RoPE in this layer); ``mask``: its mask (its
         window); ``store`` and ``cross_kv`` when decoding with a cache (see Stack.forward); ``rows`` (B,), 1
         for a sequence in flight and 0 for a free row of continuous batching (tfcalc.model.slots). ``fold``:
         a runtime step's (tfcalc.model.step), out of autograd, whose stream x no one else holds: each
         sub-layer's last matmul may add its output into x in place (_adds_into). ``emb`` the stack's
-        embeddings (B, T, d), given where a mixer reads them (``reads_embeddings``: Zamba2's)."""
+        embeddings (B, T, d), given where a mixer reads them (``reads_embeddings``: Zamba2's). ``carry``: the
+        stack's list, one per pass, through which a shortcut block hands its routed experts' output to the next
+        block, which adds it after its FFN (LongCat-Flash's ScMoE); needed by a stack with shortcut blocks."""
         if self.parallel:
             return self._parallel(x, rope, mask, store, rows)
         if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
@@ -138,18 +148,24 @@ class Block(nn.Module):
             return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
         if self.altup is not None:  # x: AltUp's streams (B, T, n·d)
             return altup.block_forward(self, x, rope, mask, store, rows)
-        x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows, fold, emb)
+        x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows, fold, emb, carry)
         x = x if self.ple is None else self.ple(x)
         return x * self.layer_scalar if self.spec.layer_scalar else x  # Gemma 4: after every residual add
 
-    def _sublayers(self, x, rope, mask, memory, store, cross_kv, rows, fold: bool = False, emb=None) -> torch.Tensor:
+    def _sublayers(self, x, rope, mask, memory, store, cross_kv, rows, fold: bool = False, emb=None,
+                   carry: list | None = None) -> torch.Tensor:
         if getattr(self.spec.mixer, "sublayer", True):  # not an FFN-alone layer (Nemotron-H's - and E)
             x = self.attention_sublayer(x, rope, mask, store, fold, emb)
         if self.cross_attn is not None:
             if memory is None and cross_kv is None:
                 raise ValueError("a block with cross-attention needs the states it attends to (memory)")
             x = self.cross_attention_sublayer(x, memory, cross_kv)
-        return x if self.ffn is None else self.ffn_sublayer(x, rows, fold)
+        if self.spec.shortcut:
+            if carry is None:
+                raise ValueError("a shortcut MoE block hands its experts' output on: call it with the stack's carry")
+            return self._shortcut_sublayer(x, rows, carry)
+        x = x if self.ffn is None else self.ffn_sublayer(x, rows, fold)
+        return x + carry.pop() if carry else x  # the previous block's shortcut experts (LongcatFlashDecoderLayer)
 
     def _parallel(self, x: torch.Tensor, rope, mask, store=None, rows=None) -> torch.Tensor:
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one

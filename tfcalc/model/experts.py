@@ -105,9 +105,9 @@ class MixtureOfExperts(nn.Module):
         super().__init__()
         self.spec, self.n_expert = spec, spec.n_expert
         self.top_k, self.renormalize = spec.top_k, spec.renormalize
-        self.router = Linear(spec.d_model, spec.n_expert, bias=spec.router_bias)
+        self.router = Linear(spec.d_model, spec.n_router, bias=spec.router_bias)  # real and zero experts
         if spec.routing.bias_buffer and not spec.hash_vocab:  # DeepSeek-V3's e_score_correction_bias: a buffer
-            self.register_buffer("score_bias", torch.zeros(spec.n_expert))
+            self.register_buffer("score_bias", torch.zeros(spec.n_router))
         if spec.hash_vocab:  # DeepSeek-V4's hash routing: the experts of each token id, a buffer as transformers'
             self.register_buffer("tid2eid", torch.zeros(spec.hash_vocab, spec.top_k, dtype=torch.long))
         self.tokens: torch.Tensor | None = None  # hash routing: the token ids of the rows, set by the stack's embed
@@ -135,14 +135,44 @@ class MixtureOfExperts(nn.Module):
         if self.beside is not None:
             return self.beside(self, flat, raw.reshape(B * T, d), live).view(B, T, d)
         out = self.routed(flat, live)
-        if self.shared is not None:
-            shared = self.shared(flat)
-            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
-        return out.view(B, T, d)
+        shared = self.shared_part(flat)
+        return (out if shared is None else out + shared).view(B, T, d)
+
+    def shared_part(self, flat: torch.Tensor) -> torch.Tensor | None:
+        """(N, d) -> the shared expert's output (gated where it is), or None without one."""
+        if self.shared is None:
+            return None
+        shared = self.shared(flat)
+        return shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared
+
+    def parts(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, T, d) -> (the routed experts' output, the shared expert's or None), apart: LongCat-Flash's
+        shortcut block adds them to the stream at different places (tfcalc.model.block)."""
+        B, T, d = x.shape
+        flat = x.reshape(B * T, d)  # (N, d)
+        live = None if rows is None else rows.bool()[:, None].expand(B, T).reshape(B * T)  # (N,)
+        shared = self.shared_part(flat)
+        return self.routed(flat, live).view(B, T, d), None if shared is None else shared.view(B, T, d)
 
     def route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, d) -> (weights, chosen experts), (N, k) each."""
-        logits = self.router(flat)  # (N, E)
+        """(N, d) -> (weights, chosen experts), (N, k) each, every chosen expert a real one (``real_picks``)."""
+        return self.real_picks(*self._route(flat))[:2]
+
+    def real_picks(self, weights: torch.Tensor, chosen: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(weights, chosen) over the real and zero-computation experts -> (weights, chosen) with each zero pick
+        moved to the last real expert at weight 0, so the routed rows are k per token whatever the router chose
+        (tfcalc.architecture.ffn, step 5), and (N, 1) the zero picks' summed weight (LongcatFlashExperts:
+        identity_expert(x) times its weight; None without zero experts: no kernel)."""
+        if not self.spec.n_zero:
+            return weights, chosen, None
+        real = chosen < self.n_expert  # (N, k)
+        identity = torch.where(real, 0, weights).sum(dim=-1, keepdim=True)  # (N, 1)
+        return torch.where(real, weights, 0), torch.where(real, chosen, self.n_expert - 1), identity
+
+    def _route(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, d) -> (weights, chosen experts), (N, k) each, over the real and zero-computation experts."""
+        logits = self.router(flat)  # (N, E + Z)
         if self.spec.hash_vocab:  # DeepseekV4HashRouter: the table's experts, weighed by the router's scores
             return hash_route(logits, self.spec, self.tid2eid.index_select(0, self.tokens.reshape(-1)), flat.dtype)
         if not self.spec.routing.is_default:  # DeepSeek's grouped, sigmoid, biased, scaled routing
@@ -159,7 +189,7 @@ class MixtureOfExperts(nn.Module):
     def routed(self, flat: torch.Tensor, live: torch.Tensor | None = None, routing=None) -> torch.Tensor:
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts; ``live`` (N,) bool: the tokens in
         flight, the others taking no capacity (module docstring); ``routing``: (weights, chosen) made elsewhere."""
-        weights, chosen = self.route(flat) if routing is None else routing  # (N, k) each
+        weights, chosen, identity = self.real_picks(*self._route(flat)) if routing is None else (*routing, None)
         capacity = self.spec.capacity(flat.shape[0])
         if capacity is not None and live is not None:  # a free row's pairs after every expert's: expert E
             chosen = torch.where(live[:, None], chosen, self.n_expert)
@@ -169,7 +199,8 @@ class MixtureOfExperts(nn.Module):
         token = order.div(self.top_k, rounding_mode="floor")  # (P,)
         w = weights.flatten().index_select(0, order)  # (P,): each sorted pair's routing weight
         if capacity is None:  # a free row's pairs run and are discarded with its row: no pair in flight moves
-            return self._dropless(flat, token, expert, w)
+            out = self._dropless(flat, token, expert, w)
+            return out if identity is None else out + identity * flat  # zero experts: x times their weight
         return self._buffered(flat, token, expert, w, capacity, None if live is None else self._kept(live))
 
     def _kept(self, live: torch.Tensor) -> torch.Tensor:

@@ -51,6 +51,7 @@ class LatentAttention(MixerModule):
         # Ling 3's head gate (BailingHybridAttention's g_proj): each head's output times sigmoid(g(x))
         self.g_proj = Linear(d, self.n_head, bias=False) if spec.head_gate else None
         self.out = Linear(spec.out_width, d, bias=spec.bias)
+        self.scales = spec.latent_scales  # LongCat-Flash's sqrt(d / c_q), sqrt(d / c_kv), or None
 
     @classmethod
     def tp_refusal(cls, spec: LatentSpec) -> str | None:
@@ -73,9 +74,11 @@ class LatentAttention(MixerModule):
         returns the state's span to attend to (tfcalc.model.attention_state.AttentionState)."""
         B, T, _ = x.shape
         q = self.q(x) if self.q is not None else self.q_b(self.q_a_norm(self.q_a(x)))
+        q = q if self.scales is None else q * self.scales[0]  # LongcatFlashMLA: the whole query
         q_nope, q_rot = q.view(B, T, self.n_head, -1).split([self.nope, self.rope_dim], dim=-1)  # (B, T, nh, ..)
         latent, k_rot = self.kv_a(x).split([self.rank, self.rope_dim], dim=-1)
         latent = self.kv_a_norm(latent)  # (B, T, c_kv)
+        latent = latent if self.scales is None else latent * self.scales[1]  # scaled before it is cached
         k_rot = k_rot.view(B, T, 1, self.rope_dim)
         if rope is not None:
             q_rot, k_rot = self._rotate(q_rot, rope), self._rotate(k_rot, rope)

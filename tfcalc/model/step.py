@@ -46,13 +46,13 @@ def prefill(stack, idx: torch.Tensor, cache, token_type_ids=None, memory=None) -
     ropes = stack._ropes(0, T, x.dtype)
     positions = torch.arange(T, device=idx.device).expand(idx.shape[0], T)  # (B, T)
     slots = cache.place(positions, keep=T)
-    masks = stack.layer_masks(T, x.dtype)
+    masks, carry = stack.layer_masks(T, x.dtype), []  # carry: shortcut MoE outputs (tfcalc.model.block)
     more = {"emb": x} if getattr(stack, "reads_embeddings", False) else {}  # Zamba2's shared block reads them
     for i, (block, rope, mask) in enumerate(zip(stack.blocks, ropes, masks, strict=True)):
         store = cache.states[i].prefill(slots)  # the state's own store (tfcalc.model.cache, the state protocol)
         cross_kv = None if cache.cross is None else cache.cross[i]
         # the decoding arguments by keyword: a tensor-parallel plan lays out the positional ones
-        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv, **more)
+        x = block(x, rope, mask, memory, store=store, cross_kv=cross_kv, carry=carry, **more)
     cache.next_pos.fill_(T)
     cache.length = T
     return x
@@ -74,6 +74,7 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
     rows = {} if cache.active is None else {"rows": cache.active}  # continuous batching's rows in flight (B,)
     if getattr(stack, "reads_embeddings", False):  # Zamba2's shared block reads the token embeddings
         rows["emb"] = x
+    carry: list = []  # shortcut MoE outputs on their way to the next block (tfcalc.model.block)
     for i, (block, rope) in enumerate(zip(stack.blocks, ropes, strict=True)):
         state = cache.states[i]
         store = state.step(slots, span)
@@ -82,6 +83,6 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
         # fold: the stream is the step's own (made by its embedding, handed from block to block), so each
         # sub-layer's last GEMM adds into it in place (layers.add_projection); never under autograd
         x = block(x, rope, masks.get(state.layout), None, store=store, cross_kv=cross_kv,
-                  fold=not torch.is_grad_enabled(), **rows)
+                  fold=not torch.is_grad_enabled(), carry=carry, **rows)
     cache.next_pos.add_(T)
     return x

@@ -195,11 +195,11 @@ class Stack(nn.Module):
         """(B, T) ids -> (B, T, d) output of the last block, before the final norm (no cache: decoding runs
         through tfcalc.model.step)."""
         T = idx.shape[1]
-        x = self.embed(idx, token_type_ids)  # (B, T, d)
+        x, carry = self.embed(idx, token_type_ids), []  # (B, T, d); carry: shortcut MoE outputs (model.block)
         more = {"emb": x} if self.reads_embeddings else {}
         for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
                                      strict=True):
-            x = block(x, rope, mask, memory, **more)
+            x = block(x, rope, mask, memory, carry=carry, **more)
         return x
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from tfcalc.count.model import flops as count, parts
-from tfcalc.count.model.params import width_note
+from tfcalc.count.model.params import ZERO_EXPERTS, width_note
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef, WorkloadFields
 from tfcalc.workload import Workload
@@ -156,6 +156,8 @@ class FlopsReport(WorkloadFields, Displayed):
                 f"mixture of experts: only the top-{moe.top_k} of {moe.n_expert} experts run for each token, "
                 f"so the FFN counts {moe.top_k} experts' matmuls per token (and the router), not "
                 f"{moe.n_expert}; the experts a token skips do no work for it")
+            if moe.n_zero:
+                out.append(ZERO_EXPERTS.format(z=moe.n_zero, k=moe.top_k))
             capacity = moe.capacity(self.batch * self.seq)
             if capacity is not None:
                 out.append(

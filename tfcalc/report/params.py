@@ -11,6 +11,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model import params as count, parts
 from tfcalc.count.model.dtypes import weight_bytes
 from tfcalc.count.model.layer_kinds import layer_kinds, mtp_summary
+from tfcalc.count.model.params import ZERO_EXPERTS
 from tfcalc.report.display import Displayed
 from tfcalc.report.model_ref import ModelRef
 
@@ -160,6 +161,8 @@ class ParamsReport(Displayed):
                 f"so {self.active_params:,} of {self.analytic_total:,} parameters are active per token "
                 "(router, attention, embeddings, norms and head included); FLOPs per token count only those."
             )
+            if experts.n_zero:
+                notes.append(ZERO_EXPERTS.format(z=experts.n_zero, k=experts.top_k))
         if self.empirical_method == "per_block":
             blocks = sum(s.n_layer for s in cfg.architecture.stacks)
             notes.append(f"empirical count: {blocks:,} blocks are too many to build one by one in reasonable time, "

@@ -33,6 +33,7 @@ def _label(block: Block) -> tuple[str, str]:
         return ("no FFN", "mixer alone") if block.ffn.absent else ("dense", f"FFN {block.ffn.d_ff}")
     moe = block.ffn
     shared = ", +1 shared" if moe.shared is not None else ""
+    shared += f", +{moe.n_zero} zero" if moe.n_zero else ""  # zero-computation experts (architecture.ffn, step 5)
     return "MoE", f"{moe.n_expert} × {moe.expert.d_ff}, top-{moe.top_k}{shared}"
 
 

@@ -87,6 +87,13 @@ class ParamEntry:
         return self.total // self.experts * self.experts_active
 
 
+# the convention for zero-computation experts (tfcalc.architecture.ffn, step 5), shared by params and flops
+ZERO_EXPERTS = ("zero-computation experts: the router also scores {z} identity experts; a pick of one costs no "
+                "weights and no matmul, and how many of the {k} picks land there is the learned router's choice. "
+                "Active parameters and FLOPs count the upper bound, all {k} on real experts (LongCat-Flash, arXiv "
+                "2509.01322, sec. 2.1: its mean is steered by a bias, not fixed by the config)")
+
+
 def param_entries(cfg: ModelConfig) -> list[ParamEntry]:
     """Every parameter tensor of the model, in model order (encoder first): a fold over
     ``cfg.architecture.weights()`` (tfcalc.architecture), one entry per tensor kind.
