@@ -60,3 +60,14 @@ def test_bench_without_a_model_times_gpt2_on_the_named_device(cli, mode):
     assert f"`tfcalc {' '.join(mode)} llama2-7b --device cpu`" in notes[0]
     named = cli(*mode, "gpt2", "--set", "n_layer=1", "--seq", "8", *FAST, *extra, "--json")
     assert named.code == 0 and "no model named" not in named.err
+
+
+def test_bench_times_the_sublayers_a_model_has(cli):
+    """A model of Mamba2 layers alone (Codestral Mamba: no FFN anywhere, block 0 a mixer alone) is timed: its
+    mixer sub-layer from the first block that has one, an FFN time of nothing (no FFN to run); it stopped on an
+    internal error before, block 0's FFN being None."""
+    r = cli("bench", "codestral-mamba-7b", "--n-layer", "2", "--seq", "16", "--warmup", "0", "--repeat", "1",
+            "--json")
+    assert r.code == 0, r.err
+    c = r.json()["components"]
+    assert c["attention_s"] > 0 and c["ffn_s"] >= 0 and c["ffn_s"] < c["attention_s"]

@@ -205,7 +205,7 @@ COMPONENTS = ("attention", "ffn", "block", "head")
 
 def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ...] = ()
                     ) -> dict[str, Callable[[], torch.Tensor]]:
-    """Calls of block 0's attention sub-layer, FFN sub-layer and whole block, and of the final norm + LM
+    """Calls of an attention (mixer) sub-layer, an FFN sub-layer and block 0 whole, and of the final norm + LM
     head, at idx's shapes; and of each whole block i of ``blocks`` ("block i"); to be made under
     torch.inference_mode() (their input is made under it)."""
     block = model.blocks[0]
@@ -214,7 +214,12 @@ def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ..
         rope, mask = model.block_inputs(idx.shape[1], x.dtype)
     # Gemma 3n: the sub-layers run on AltUp's active stream, the block on all of them (tfcalc.model.altup)
     part = x if getattr(block, "altup", None) is None else x.unflatten(-1, (block.altup.n, -1))[..., 0, :]
-    out = {"attention": lambda: block.attention_sublayer(part, rope, mask), "ffn": lambda: block.ffn_sublayer(part),
+    # each sub-layer timed in the first block that has it (Nemotron-H's block 0 may be an FFN alone); a model
+    # with no FFN at all (Codestral Mamba) has none to time: its FFN call returns its input, no work
+    mixing = next((b for b in model.blocks if getattr(b.spec.mixer, "sublayer", True)), block)
+    ffn = next((b for b in model.blocks if b.ffn is not None), None)
+    out = {"attention": lambda: mixing.attention_sublayer(part, rope, mask),
+           "ffn": (lambda: ffn.ffn_sublayer(part)) if ffn is not None else (lambda: part),
            "block": lambda: block(x, rope, mask, carry=[]), "head": lambda: model.head(x)}
     if blocks:
         with torch.inference_mode():  # each layer's own rotary table (None: NoPE) and mask (its window, chunk)
