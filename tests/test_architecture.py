@@ -36,8 +36,11 @@ def test_every_preset_describes_every_layer(name):
         # a mixer without attention heads (LFM2's short convolution, Mamba2's M, an FFN-alone layer's empty slot)
         if not hasattr(a, "n_head") or (cfg.hybrid_pattern is not None and cfg.hybrid_pattern[i] != "*"):
             continue
-        assert (a.n_head, a.n_kv_head, a.head_dim) == (cfg.n_head, cfg.kv_heads, cfg.head_dim)
         assert a.window == (cfg.layer_window(i) if cfg.arch != "encoder" else None)
+        expected = (cfg.n_head, cfg.kv_heads, cfg.head_dim)
+        if cfg.global_d_head is not None and a.window is None:  # Gemma 4's global layers: wider heads, fewer K/V
+            expected = (cfg.n_head, cfg.global_n_kv_head or cfg.kv_heads, cfg.global_d_head)
+        assert (a.n_head, a.n_kv_head, a.head_dim) == expected
         assert block.is_moe == is_moe_layer(cfg, i)  # DeepSeek-V3: the first 3 layers dense
         assert (block.cross_attention is not None) == (cfg.arch == "encoder-decoder")
     assert arch is cfg.architecture  # built once

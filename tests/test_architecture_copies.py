@@ -105,7 +105,7 @@ def test_one_of_each_holds_each_kind_once_in_model_order(preset, expected):
 @pytest.mark.parametrize("preset", preset_names())
 def test_every_preset_at_every_small_depth_has_flat_fields_that_say_it(preset):
     cfg = load(preset)
-    for n in range(1, 9):
+    for n in range(2, 9, 2) if cfg.moe_shortcut else range(1, 9):  # LongCat-Flash's pairs: an odd depth is refused
         arch = cfg.architecture.shrunk(n, 1)
         copy = with_architecture(cfg, arch)
         assert copy.n_layer == min(n, cfg.n_layer)

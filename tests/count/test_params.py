@@ -96,10 +96,11 @@ def test_width_note_for_the_inconsistent_gpt3_rows_and_gemma_2s_wide_attention()
     # over 5376, its config.json), and issue 30's Seed-OSS-36B (80 heads of 128 = 10,240 over 5120), GLM-4.5
     # (96 of 128 = 12,288 over 5120) and MiniMax-M2 (48 of 128 = 6144 over 3072), each its config.json's head_dim,
     # and Qwen3-Next-80B-A3B's gated attention layers (16 heads of 256 = 4096 over 2048), Nemotron-3-Nano-30B-A3B's
-    # attention layers (32 of 128 = 4096 over 2688)
+    # attention layers (32 of 128 = 4096 over 2688), Gemma 4 31B's local layers (32 of 256 = 8192 over 5376,
+    # google-deepmind/gemma's Gemma4_31B)
     assert noted == {"gpt3-xl", "gpt3-13b", "gemma-2-9b", "gpt-oss-20b", "gpt-oss-120b", "qwen3-30b-a3b",
                      "qwen3-235b-a22b", "gemma-3-27b", "seed-oss-36b", "glm-4.5", "minimax-m2", "qwen3-next-80b-a3b",
-                     "nemotron-3-nano-30b-a3b"}
+                     "nemotron-3-nano-30b-a3b", "gemma-4-31b"}
     note = count.width_note(load("gpt3-xl"))
     assert note.q_dim == 3072 and note.total_as_given == count.total(load("gpt3-xl"))
     # Reading d_head as 2048/24 makes attention 4*2048^2 + 4*2048 per layer, as in GPT-2: ~1.3B, the named size.

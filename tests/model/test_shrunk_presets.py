@@ -19,11 +19,17 @@ from tfcalc.report.small_copy import small_widths
 NAMES = preset_names()
 
 
+def _depths(cfg) -> tuple[int, ...]:
+    """1, 2 and 3 layers; a model of shortcut pairs (LongCat-Flash: two sub-layers a layer, moe_shortcut) 2, 4 and 6,
+    an odd depth refused in one line (test_an_odd_depth_of_shortcut_pairs_is_refused)."""
+    return (2, 4, 6) if cfg.moe_shortcut else (1, 2, 3)
+
+
 @pytest.mark.parametrize("name", NAMES, ids=NAMES)
 def test_every_preset_shrunk_builds_and_runs_a_forward(name):
     narrow = small_widths(load(name), 1)
     B, T = 2, 8
-    for depth in (1, 2, 3):
+    for depth in _depths(narrow):
         arch = narrow.architecture.shrunk(depth, 1)
         copy = with_architecture(narrow, arch)
         assert [s.n_layer for s in arch.stacks] == [min(depth, s.n_layer) if s.name != "encoder" else 1
@@ -56,7 +62,7 @@ def test_every_preset_at_reduced_depth_builds_as_the_commands_make_it(name):
     from tfcalc.measure.memory import _warmup_config
 
     cfg = load(name)
-    for n in (1, 2, 3):
+    for n in _depths(cfg):
         set_depth = load(name, [f"n_layer={n}"])
         bench_copy = written_back(cfg, cfg.architecture.shrunk(min(n, cfg.n_layer)))
         for copy in (set_depth, bench_copy):
@@ -80,3 +86,14 @@ def test_a_depth_pattern_the_user_writes_is_still_checked_as_written():
     assert load("llama-4-scout", ["n_layer=8"]).nope_every == 4  # allowed as written: not rewritten
     shallow = load("llama-4-scout", ["n_layer=2"])
     assert [b.mixer.chunk for b in shallow.architecture.output.layers()] == [8192, None]  # a chunked, a NoPE layer
+
+
+def test_an_odd_depth_of_shortcut_pairs_is_refused():
+    """LongCat-Flash's blocks come in pairs (the first's MoE joins the second's output): 3 sub-layers is no model; both
+    ways to ask for it answer in one line."""
+    from tfcalc.errors import InputError
+
+    with pytest.raises(InputError, match="shortcut MoE .* has no next layer to join"):
+        load("longcat-flash-chat", ["n_layer=3"])
+    with pytest.raises(InputError, match="shortcut MoE .* has no next layer to join"):
+        load("longcat-flash-chat").architecture.shrunk(3)

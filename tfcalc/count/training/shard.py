@@ -51,6 +51,7 @@ stage has only output projection and loss calculation"; 126 blocks + 2 = 128 = 1
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, replace
 from typing import Literal, Optional
@@ -120,7 +121,22 @@ def module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
 @functools.lru_cache(maxsize=64)
 def _module_tensors(cfg: ModelConfig) -> tuple[Tensor, ...]:
     placed = [p for p in cfg.architecture.weights() if not p.weight.tied_to]  # a tied one is its owner's
-    return tuple(_join([(p.weight, p.where) for p in placed]))
+    out: list[Tensor] = []
+    for (stack, block), run in itertools.groupby(placed, key=lambda p: (p.stack, p.where == "block")):
+        if not block:
+            out += _join([(p.weight, p.where) for p in run])
+            continue
+        # each block kind's parts joined apart: architecture.weights() lists a (name, shape) once over the kinds,
+        # so Gemma 4's global q and k (other shapes than the local ones) would join the local qkv into one tensor
+        seen: set[tuple[str, tuple[int, ...]]] = set()
+        for s, b, _ in cfg.architecture.kinds():
+            if s.name != stack:
+                continue
+            for t in _join([(w.named(s.prefix), "block") for w in b.weights() if not w.tied_to]):
+                if (t.name, t.shape) not in seen:
+                    seen.add((t.name, t.shape))
+                    out.append(t)
+    return tuple(out)
 
 
 def unit(stack: Stack, block: Block) -> tuple[Tensor, ...]:
