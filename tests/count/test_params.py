@@ -97,10 +97,10 @@ def test_width_note_for_the_inconsistent_gpt3_rows_and_gemma_2s_wide_attention()
     # (96 of 128 = 12,288 over 5120) and MiniMax-M2 (48 of 128 = 6144 over 3072), each its config.json's head_dim,
     # and Qwen3-Next-80B-A3B's gated attention layers (16 heads of 256 = 4096 over 2048), Nemotron-3-Nano-30B-A3B's
     # attention layers (32 of 128 = 4096 over 2688), Gemma 4 31B's local layers (32 of 256 = 8192 over 5376,
-    # google-deepmind/gemma's Gemma4_31B)
+    # google-deepmind/gemma's Gemma4_31B), Qwen3.5-397B-A17B's gated attention layers (32 of 256 = 8192 over 4096)
     assert noted == {"gpt3-xl", "gpt3-13b", "gemma-2-9b", "gpt-oss-20b", "gpt-oss-120b", "qwen3-30b-a3b",
                      "qwen3-235b-a22b", "gemma-3-27b", "seed-oss-36b", "glm-4.5", "minimax-m2", "qwen3-next-80b-a3b",
-                     "nemotron-3-nano-30b-a3b", "gemma-4-31b"}
+                     "nemotron-3-nano-30b-a3b", "gemma-4-31b", "qwen3.5-397b-a17b"}
     note = count.width_note(load("gpt3-xl"))
     assert note.q_dim == 3072 and note.total_as_given == count.total(load("gpt3-xl"))
     # Reading d_head as 2048/24 makes attention 4*2048^2 + 4*2048 per layer, as in GPT-2: ~1.3B, the named size.
