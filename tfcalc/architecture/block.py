@@ -256,8 +256,8 @@ class Stack:
 
     def __post_init__(self) -> None:
         if self.runs and self.runs[-1].pattern[-1].shortcut:
-            raise InputError("the last layer's shortcut MoE (LongCat-Flash's) has no next layer to join: a stack "
-                             "of shortcut blocks ends with a block without one")
+            raise InputError("LongCat-Flash's layers are pairs of blocks (the shortcut MoE of the first joins the "
+                             "second): give an even n_layer (the last layer's shortcut MoE has no next layer to join)")
 
     @property
     def prefix(self) -> str:
