@@ -285,3 +285,20 @@ def test_tiny_shared_indexer_logits_and_decode_equal_transformers(tmp_path):
     ours.blocks[3].attn.top_source = (ours.blocks[0].attn,)  # layer 0's top-k instead of layer 2's: other logits
     with torch.no_grad():
         assert (ours(ids) - ref).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("preset, value, message", [
+    ("deepseek-v3", "F" * 61, "applies to sparse attention only"),
+    ("glm-5.1", "FS", "one letter per layer \\(78\\)"),
+    ("glm-5.1", "S" + "F" * 77, "starting with F"),
+    ("glm-5.1", "F" * 77 + "x", "one letter per layer"),
+])
+def test_flat_field_index_topk_pattern_hostile(preset, value, message):
+    with pytest.raises(InputError, match=message):
+        load(preset, [f"index_topk_pattern={value}"])
+
+
+def test_flat_field_index_topk_pattern_on_the_preset():
+    cfg = load("glm-5.1", ["index_topk_pattern=" + "F" + "FSSS" * 19 + "F"])
+    layers = [cfg.architecture.output.layer(i).mixer.index_shared for i in range(78)]
+    assert layers == [c == "S" for c in cfg.index_topk_pattern] and sum(layers) == 57

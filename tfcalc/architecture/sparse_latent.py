@@ -27,6 +27,10 @@ A decode step (one query) runs sparse in tfcalc's module: the k selected rows of
 and attended to (absorbed form), so its main-attention FLOPs and reads are over min(k, S) keys; the indexer reads
 every cached indexer key. The top-k selection and the ReLU are non-matmul work (``elementwise``).
 
+GLM-5's shared layers (``index_shared``; modeling_glm_moe_dsa.py, GlmMoeDsaAttention with indexer_types[i]
+"shared"; IndexCache, arXiv 2603.12201) run no indexer: they take the top-k of the last earlier full layer, so they
+have none of steps 1-4's weights, FLOPs or cached indexer keys, only latent attention's under that top-k.
+
 Training: transformers runs the indexer under torch.no_grad (no gradient to it, no activation kept for it); the
 main attention's explicit mask makes SDPA run its math kernel, which keeps the scores; the mask itself, added to
 the scores, is not kept. Pure Python: no torch, typer or rich here.
