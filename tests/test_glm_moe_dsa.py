@@ -2,7 +2,8 @@
 (tfcalc.architecture.sparse_latent, ``index_interleave``), held against transformers 5.24 (modeling_glm_moe_dsa.py):
 GlmMoeDsaConfig's defaults (its docstring's checkpoint, zai-org/GLM-5) written as a config.json and read back,
 parameters exact on meta, FlopCounterMode on one attention layer at two lengths, the cache at 4,096 tokens; a tiny
-checkpoint's logits and decode; its "shared" indexer layers refused by name."""
+checkpoint's logits and decode; its "shared" indexer layers (indexer_types / index_topk_pattern /
+index_topk_freq, IndexCache) held the same way, with no indexer weights, FLOPs or indexer keys of their own."""
 
 from __future__ import annotations
 
@@ -155,11 +156,15 @@ def test_tiny_logits_and_decode_equal_transformers(tiny):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(indexer_types=["full", "shared"] + ["full"] * 76), "'indexer_types'"),
+    (dict(indexer_types=["shared", "full"] + ["full"] * 76), "first layer must run its indexer"),
+    (dict(indexer_types=["full", "shared"]), "'indexer_types' .* must give each of the 78 layers"),
     (dict(indexer_types="full"), "'indexer_types'"),
-    (dict(indexer_types=None, index_topk_pattern="FS" * 39), "'index_topk_pattern'"),
-    (dict(indexer_types=None, index_topk_freq=4), "'index_topk_freq' 4 is not supported"),
+    (dict(indexer_types=["full", "sparse"] + ["full"] * 76), "'indexer_types'"),
+    (dict(indexer_types=None, index_topk_pattern="FX" * 39), "'index_topk_pattern'"),
+    (dict(indexer_types=None, index_topk_pattern=7), "'index_topk_pattern'"),
+    (dict(indexer_types=None, index_topk_freq=2, index_skip_topk_offset=0), "first layer must run its indexer"),
     (dict(indexer_types=None, index_topk_freq="2"), "'index_topk_freq' must be an integer"),
+    (dict(indexer_types=None, index_skip_topk_offset=1.5), "'index_skip_topk_offset' must be an integer"),
     (dict(index_n_heads=0), "'index_n_heads' must be positive"),
     (dict(q_lora_rank=None), "'q_lora_rank' null is not supported"),
 ])
@@ -172,3 +177,128 @@ def test_flat_field_index_rope_interleave_needs_index_topk():
     with pytest.raises(InputError, match="applies to sparse attention only"):
         load("deepseek-v3", ["index_rope_interleave=true"])
     assert load("deepseek-v3.2", ["index_rope_interleave=true"]).architecture.output.layer(0).mixer.index_interleave
+
+
+# GLM-5's shared indexer layers (configuration_glm_moe_dsa.py: indexer_types; GlmMoeDsaAttention builds no indexer
+# on a "shared" layer and takes the previous full layer's top-k)
+@pytest.mark.parametrize("extra", [dict(index_topk_freq=4), dict(index_topk_freq=3, index_skip_topk_offset=5),
+                                   dict(index_topk_pattern="FSSF" * 19 + "FS")])
+def test_shared_indexer_layers_parameters_exact(tmp_path, extra):
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf_cfg = transformers.GlmMoeDsaConfig(**extra)
+        raw = json.loads(hf_cfg.to_json_string())
+    with torch.device("meta"):
+        hf = transformers.GlmMoeDsaForCausalLM(hf_cfg)
+    raw.pop("indexer_types")  # read back from the keys transformers derives it from, as a published file has them
+    cfg = load(_write(tmp_path, raw))
+    assert cfg.index_topk_pattern == "".join("F" if k == "full" else "S" for k in hf_cfg.indexer_types)
+    assert "S" in cfg.index_topk_pattern
+    assert count_params.total(cfg) == sum(p.numel() for p in hf.parameters())
+    shared = hf_cfg.indexer_types.count("shared")  # each shared layer: one indexer fewer (by hand, as above)
+    assert count_params.total(load(_write(tmp_path, _published()))) - count_params.total(cfg) == shared * (
+        2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32)
+
+
+@pytest.mark.parametrize("seq", [48, 96])
+def test_shared_layer_flops_equal_flop_counter_mode(tmp_path, seq):
+    """A shared GlmMoeDsaAttention given the previous layer's top-k: no indexer FLOPs, the main attention's."""
+    import transformers
+    import transformers.models.glm_moe_dsa.modeling_glm_moe_dsa as m
+    from torch.utils.flop_counter import FlopCounterMode
+
+    hf_cfg = transformers.GlmMoeDsaConfig(index_topk=32, index_topk_freq=2)
+    hf_cfg._attn_implementation = "eager"
+    assert hf_cfg.indexer_types[2] == "shared"
+    with torch.device("meta"):
+        layer = m.GlmMoeDsaAttention(hf_cfg, 2).eval()
+        x = torch.empty(1, seq, 6144)
+        cos = sin = torch.empty(1, seq, 64)
+        mask = torch.ones(1, 1, seq, seq, dtype=torch.bool).tril()
+        top = torch.zeros(1, seq, 32, dtype=torch.long)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(x, (cos, sin), mask, prev_topk_indices=top)
+    cfg = load(_write(tmp_path, {**_published(), "index_topk": 32, "indexer_types": hf_cfg.indexer_types}))
+    mixer = cfg.architecture.output.layer(2).mixer
+    assert mixer.index_shared and not cfg.architecture.output.layer(1).mixer.index_shared
+    assert sum(2 * seq * lin.n_in * lin.n_out for lin in mixer.linears()) + sum(
+        mx.flops for mx in mixer.mixing(seq, seq)) == counter.get_total_flops()
+    assert not [w for w in mixer.weights() if "indexer" in w.name] and mixer.state()[-1].name != "index_k"
+
+
+def test_shared_layers_generation_state_is_what_transformers_cache_holds(tmp_path):
+    """transformers writes indexer keys on full layers only (update_indexer is the indexer's): 4,096 tokens."""
+    import transformers
+    from transformers import DynamicCache
+
+    hf_cfg = transformers.GlmMoeDsaConfig(index_topk_freq=4)
+    with torch.device("meta"):
+        model = transformers.GlmMoeDsaForCausalLM(hf_cfg).to(torch.bfloat16)
+    cache, T = DynamicCache(config=model.config), 4096
+    x = torch.empty(1, T, 6144, device="meta", dtype=torch.bfloat16)
+    cos = sin = torch.empty(1, T, 64, device="meta", dtype=torch.bfloat16)
+    mask = torch.ones(1, 1, T, T, dtype=torch.bool, device="meta")
+    top = torch.zeros(1, T, 2048, dtype=torch.long, device="meta")
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn(x, (cos, sin), mask, cache=cache, prev_topk_indices=top)
+    held = sum(t.numel() * t.element_size() for lay in cache.layers for t in (lay.keys, lay.values, lay.indexer_keys)
+               if t is not None and t.numel())
+    full = hf_cfg.indexer_types.count("full")
+    cfg = load(_write(tmp_path, {**_published(), "indexer_types": hf_cfg.indexer_types}))
+    assert held == (78 * (512 + 64) + full * 128) * T * 2 == kv_cache_bytes(
+        cfg, Workload(batch=1, seq=T, kv_dtype="bf16"))
+
+
+def test_tiny_shared_indexer_logits_and_decode_equal_transformers(tmp_path):
+    import transformers
+
+    import tfcalc
+    from tfcalc.model import generate
+
+    torch.manual_seed(0)
+    config = transformers.GlmMoeDsaConfig(**{**TINY, "num_hidden_layers": 4}, index_topk_pattern="FSFS")
+    config._attn_implementation = "eager"
+    config._experts_implementation = "eager"
+    hf = transformers.GlmMoeDsaForCausalLM(config).eval()
+    assert hf.model.layers[1].self_attn.indexer is None
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p), alpha=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf.save_pretrained(tmp_path)
+    ours = tfcalc.load_model(str(tmp_path))
+    assert ours.blocks[1].attn.indexer is None and ours.blocks[3].attn.top_source == (ours.blocks[2].attn,)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in hf.parameters())
+    ids = torch.randint(0, 61, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref, got = hf(input_ids=ids).logits, ours(ids)
+    assert (got - ref).abs().max() <= 1e-4 * ref.abs().max() and ref.abs().max() > 0.1
+    prompt, idx = ids[:, :9], ids[:, :9]
+    with torch.no_grad():
+        for _ in range(6):
+            idx = torch.cat([idx, hf(input_ids=idx).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(generate(ours, prompt, 6, cache=ours.new_cache(2, 15)), idx[:, 9:])
+    ours.blocks[3].attn.top_source = (ours.blocks[0].attn,)  # layer 0's top-k instead of layer 2's: other logits
+    with torch.no_grad():
+        assert (ours(ids) - ref).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("preset, value, message", [
+    ("deepseek-v3", "F" * 61, "applies to sparse attention only"),
+    ("glm-5.1", "FS", "one letter per layer \\(78\\)"),
+    ("glm-5.1", "S" + "F" * 77, "starting with F"),
+    ("glm-5.1", "F" * 77 + "x", "one letter per layer"),
+])
+def test_flat_field_index_topk_pattern_hostile(preset, value, message):
+    with pytest.raises(InputError, match=message):
+        load(preset, [f"index_topk_pattern={value}"])
+
+
+def test_flat_field_index_topk_pattern_on_the_preset():
+    cfg = load("glm-5.1", ["index_topk_pattern=" + "F" + "FSSS" * 19 + "F"])
+    layers = [cfg.architecture.output.layer(i).mixer.index_shared for i in range(78)]
+    assert layers == [c == "S" for c in cfg.index_topk_pattern] and sum(layers) == 57

@@ -48,7 +48,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "yarn_attention_factor", "yarn_truncate")),
     ("latent attention (LatentAttention)", (
         "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
-        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate", "mla_lora_scale")),
+        "index_topk", "index_n_heads", "index_head_dim", "index_rope_interleave", "index_topk_pattern",
+        "attn_head_gate", "mla_lora_scale")),
     ("feed-forward (FFN)", (
         "d_ff", "ffn_mult", "ffn_dim_multiplier", "ffn_multiple_of", "activation", "gated_ffn", "ffn_bias",
         "swiglu_limit", "swiglu_alpha", "activation_sparsity")),

@@ -84,7 +84,8 @@ def _runs(cfg: Any, norm: Norm, n_layer: int, causal: bool, cross: bool) -> tupl
         alone = {s: _block(cfg, norm, plan.index(s), causal, cross) for s in set(plan) if s.alike}
         return _merge(list(compress([alone.get(s) or _block(cfg, norm, i, causal, cross)  # a slot alike: built once
                                      for i, s in enumerate(plan)])))
-    if getattr(cfg, "kv_shared_layers", None) or getattr(cfg, "activation_sparsity", None):  # layer by layer
+    if (getattr(cfg, "kv_shared_layers", None) or getattr(cfg, "activation_sparsity", None)
+            or getattr(cfg, "index_topk_pattern", None)):  # layer by layer (the last: one letter per layer, listed)
         return _merge(list(compress([_block(cfg, norm, i, causal, cross) for i in range(n_layer)])))
     k = min(cfg.first_dense_layers or 0, n_layer) if cfg.n_expert is not None else 0
     every = (2 if cfg.moe_shortcut else cfg.moe_every or 1) if cfg.n_expert is not None else 1

@@ -41,6 +41,9 @@ class LatentFields:
     index_n_heads: Optional[int] = None  # None with index_topk: 64 (DeepseekV32Config's default)
     index_head_dim: Optional[int] = None  # None with index_topk: 128
     index_rope_interleave: Optional[bool] = None  # None with index_topk: false (V3.2's rotate-half; GLM-5: true)
+    # one letter per layer, F: the layer runs its indexer, S: it reuses the previous F layer's top-k and has no
+    # indexer (GLM-5's indexer_types / index_topk_pattern, configuration_glm_moe_dsa.py); None: every layer F
+    index_topk_pattern: Optional[str] = None
     # each head's output times sigmoid(Linear(d, n_head)(x)) before O (Ling 3's MLA, BailingHybridAttention)
     attn_head_gate: Optional[bool] = None
     mla_lora_scale: bool = False  # LongCat-Flash's sqrt(d / c) on the query and the latent (architecture.latent)
@@ -48,8 +51,8 @@ class LatentFields:
 
 # latent attention's own fields (mla_lora_scale, a bool, is checked apart: check)
 _LATENT = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave", "index_topk",
-           "index_n_heads", "index_head_dim", "index_rope_interleave", "attn_head_gate")
-_INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave")
+           "index_n_heads", "index_head_dim", "index_rope_interleave", "index_topk_pattern", "attn_head_gate")
+_INDEX = ("index_n_heads", "index_head_dim", "index_rope_interleave", "index_topk_pattern")
 
 
 def yarn(cfg: Any) -> Optional[Yarn]:
@@ -73,7 +76,15 @@ def latent_attention(cfg: Any, i: int = 0, causal: bool = True) -> LatentAttenti
     return SparseLatentAttention(*args, head_gate=gate, index_topk=cfg.index_topk,
                                  index_n_heads=cfg.index_n_heads or 64,
                                  index_head_dim=cfg.index_head_dim or 128,
-                                 index_interleave=cfg.index_rope_interleave is True)
+                                 index_interleave=cfg.index_rope_interleave is True,
+                                 index_shared=shared_indexer(cfg, i))
+
+
+def shared_indexer(cfg: Any, i: int) -> bool:
+    """Whether layer i reuses the previous full layer's top-k (index_topk_pattern's S); the layer after the stack
+    (an MTP module's) runs its own."""
+    pattern = cfg.index_topk_pattern
+    return pattern is not None and i < len(pattern) and pattern[i] == "S"
 
 
 def check(cfg: Any) -> None:
@@ -110,6 +121,11 @@ def _check_index(cfg: Any) -> None:
     if width < cfg.qk_rope_head_dim:
         raise ConfigError(f"field 'index_head_dim' ({width}) must be at least qk_rope_head_dim "
                           f"({cfg.qk_rope_head_dim}): the indexer rotates that many of its channels")
+    pattern = cfg.index_topk_pattern
+    if pattern is not None and (not isinstance(pattern, str) or len(pattern) != cfg.n_layer
+                                or set(pattern) - {"F", "S"} or pattern[:1] != "F"):
+        raise ConfigError(f"field 'index_topk_pattern' must be one letter per layer ({cfg.n_layer}), F (runs its "
+                          f"indexer) or S (reuses the previous F layer's top-k), starting with F; got {pattern!r}")
 
 
 def _check_attention(cfg: Any) -> None:

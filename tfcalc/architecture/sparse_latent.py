@@ -27,6 +27,10 @@ A decode step (one query) runs sparse in tfcalc's module: the k selected rows of
 and attended to (absorbed form), so its main-attention FLOPs and reads are over min(k, S) keys; the indexer reads
 every cached indexer key. The top-k selection and the ReLU are non-matmul work (``elementwise``).
 
+GLM-5's shared layers (``index_shared``; modeling_glm_moe_dsa.py, GlmMoeDsaAttention with indexer_types[i]
+"shared"; IndexCache, arXiv 2603.12201) run no indexer: they take the top-k of the last earlier full layer, so they
+have none of steps 1-4's weights, FLOPs or cached indexer keys, only latent attention's under that top-k.
+
 Training: transformers runs the indexer under torch.no_grad (no gradient to it, no activation kept for it); the
 main attention's explicit mask makes SDPA run its math kernel, which keeps the scores; the mask itself, added to
 the scores, is not kept. Pure Python: no torch, typer or rich here.
@@ -60,6 +64,10 @@ class SparseLatentAttention(LatentAttention):
     index_n_heads: int = 64
     index_head_dim: int = 128
     index_interleave: bool = False  # the indexer's rotary pairs (2i, 2i+1), GLM-5's; false: rotate-half, V3.2's
+    # GLM-5's "shared" indexer layer (modeling_glm_moe_dsa.py, GlmMoeDsaAttention: indexer None when
+    # config.indexer_types[i] == "shared"): it reuses the previous full layer's top-k, so it has no indexer weights,
+    # FLOPs or indexer-key cache of its own (transformers' update_indexer is never called for it)
+    index_shared: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +87,8 @@ class SparseLatentAttention(LatentAttention):
         """Latent attention's, then the indexer's (DeepseekV32Indexer.__init__): wq_b, wk, k_norm (weight and
         bias), weights_proj; kept whole under TP (transformers' TP plan splits none of them)."""
         Hi, Di, role = self.index_n_heads, self.index_head_dim, "attention"
+        if self.index_shared:
+            return super().weights()
         return super().weights() + [
             Weight("indexer_wq_b_weight", (Hi * Di, self.q_lora_rank), role, "indexer Q weight"),
             Weight("indexer_wk_weight", (Di, self.d_model), role, "indexer K weight"),
@@ -98,7 +108,7 @@ class SparseLatentAttention(LatentAttention):
         if step:
             return self.decode_linears()
         out = super().linears(with_kv)
-        return out[:-1] + self._index_linears() + out[-1:]
+        return out if self.index_shared else out[:-1] + self._index_linears() + out[-1:]
 
     def selected(self, queries: int, keys: int) -> int:
         """Keys the main attention reads in a decode step (one query): min(k, keys)."""
@@ -113,6 +123,7 @@ class SparseLatentAttention(LatentAttention):
         index = [Mixing("index_qk", "indexer scores q_I·k_I", (queries, Di, keys), Hi, 2 * Hi * Di * pairs,
                         Di * keys, io=Hi * queries * (Di + keys)),
                  Mixing("index_sum", "indexer weighted sum over heads", (1, Hi, keys), queries, 2 * Hi * pairs)]
+        index = [] if self.index_shared else index
         heads, h, hv = self.decode_score_dims() if step else self.score_dims()
         if step and queries == 1:  # the min(k, keys) rows gathered, each read once
             n = self.selected(queries, keys)
@@ -127,6 +138,8 @@ class SparseLatentAttention(LatentAttention):
         h_r channels, the ReLU over H_i·queries·keys scores (1 FLOP each), the top-k selection over the
         queries·keys index scores (counted as traffic, 0 FLOPs)."""
         Hi = self.index_n_heads
+        if self.index_shared:
+            return super().elementwise(queries, keys, step)
         return super().elementwise(queries, keys, step) + [
             Elementwise("qk_norm", "indexer K norm", queries * self.index_head_dim, self.index_norm()),
             Elementwise("rope", "RoPE on the indexer's Q and K", queries * (Hi + 1) * self.qk_rope_head_dim),
@@ -147,14 +160,19 @@ class SparseLatentAttention(LatentAttention):
         """Latent attention's (math kernel), plus the indexer's queries and its fp32 scores, H_i·length per
         token, and its (1 per key) index scores."""
         Hi = self.index_n_heads
+        if self.index_shared:
+            return super().working_set("math", length)
         return super().working_set("math", length) + Hi * self.index_head_dim + (Hi + 1) * length
 
     def state(self) -> list[StateTensor]:
-        """Latent attention's [c | k_r] and the indexer key (D_i) of every position, in the cache dtype."""
+        """Latent attention's [c | k_r] and the indexer key (D_i) of every position, in the cache dtype; a shared
+        layer's [c | k_r] alone."""
+        if self.index_shared:
+            return super().state()
         return super().state() + [StateTensor("index_k", self.index_head_dim, shape=(1, self.index_head_dim))]
 
     def expanded_state(self) -> list[StateTensor]:
         """What a runtime without MLA keeps: the expanded K and V heads, and the indexer keys still."""
-        return super().expanded_state() + self.state()[-1:]
+        return super().expanded_state() + ([] if self.index_shared else self.state()[-1:])
 
     module = "tfcalc.model.sparse_latent:SparseLatentAttention"

@@ -200,22 +200,41 @@ def deepseek_v32(r: Reader) -> None:
 
 def glm_moe_dsa(r: Reader) -> None:
     """GlmMoeDsaConfig (GLM-5): DeepSeek-V3.2's model with the indexer's RoPE on interleaved pairs and 32
-    indexer heads by default. Its "shared" indexer layers (indexer_types, or index_topk_pattern /
-    index_topk_freq / index_skip_topk_offset: a layer reusing the previous layer's top-k, with no indexer of its
-    own) are refused by name: the reuse across layers is not built."""
-    kinds = r.get("indexer_types")
-    if kinds is not None and (not isinstance(kinds, list) or any(k != "full" for k in kinds)):
-        raise r.fail(f"'indexer_types' {shown(kinds)} is not supported: every layer runs its own indexer ('full'); "
-                     "layers that share another's top-k are not built")
-    pattern = r.get("index_topk_pattern")
-    if pattern is not None and (not isinstance(pattern, (str, list)) or set(pattern) - {"F", "full"}):
-        raise r.fail(f"'index_topk_pattern' {shown(pattern)} is not supported: only full indexer layers ('F')")
-    freq = r.number("index_topk_freq", 1, integer=True)
-    if kinds is None and pattern is None and freq is not None and freq > 1:
-        raise r.fail(f"'index_topk_freq' {shown(freq)} is not supported: layers that share another's top-k are "
-                     "not built (1: an indexer in every layer)")
+    indexer heads by default, and "shared" indexer layers (IndexCache, arXiv 2603.12201): a layer of indexer_types
+    "shared" reuses the previous full layer's top-k and has no indexer (tfcalc's index_topk_pattern's S)."""
     _sparse(r, GLM_DSA_DEFAULTS, "GlmMoeDsa")
     r.fields["index_rope_interleave"] = True
+    kinds = _indexer_types(r, r.fields["n_layer"])
+    if "shared" in kinds:
+        r.fields["index_topk_pattern"] = "".join("F" if k == "full" else "S" for k in kinds)
+
+
+def _indexer_types(r: Reader, n: int) -> list[str]:
+    """Each layer's indexer mode as GlmMoeDsaConfig.__post_init__ derives it (configuration_glm_moe_dsa.py):
+    indexer_types, else index_topk_pattern (F/S letters or a list of modes), else the schedule: layer i full
+    when max(i - index_skip_topk_offset + 1, 0) % index_topk_freq == 0 (freq 1, offset 2 by default)."""
+    kinds, pattern = r.get("indexer_types"), r.get("index_topk_pattern")
+    if kinds is None and pattern is not None:
+        if isinstance(pattern, str) and not set(pattern) - {"F", "S"}:
+            kinds = [{"F": "full", "S": "shared"}[c] for c in pattern]
+        elif isinstance(pattern, list):
+            kinds = pattern
+        else:
+            raise r.fail(f"'index_topk_pattern' {shown(pattern)} must be a string of F (full) and S (shared)")
+        key = "index_topk_pattern"
+    elif kinds is None:
+        freq = r.number("index_topk_freq", 1, integer=True)
+        offset = r.number("index_skip_topk_offset", 2, integer=True)
+        kinds = ["full" if max(i - offset + 1, 0) % max(freq, 1) == 0 else "shared" for i in range(n)]
+        key = "index_skip_topk_offset"
+    else:
+        key = "indexer_types"
+    if not isinstance(kinds, list) or len(kinds) != n or set(kinds) - {"full", "shared"}:
+        raise r.fail(f"'{key}' {shown(kinds)} must give each of the {n} layers 'full' or 'shared'")
+    if kinds[0] != "full":
+        raise r.fail(f"'{key}' {shown(kinds)}: the first layer must run its indexer ('full'): a shared layer reuses "
+                     "an earlier full layer's top-k")
+    return kinds
 
 
 def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from tfcalc.architecture.sparse_latent import SparseLatentAttention as SparseSpec
+from tfcalc.errors import InputError
 from tfcalc.model.latent import LatentAttention, deinterleave
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys
 from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
@@ -72,7 +73,11 @@ class SparseLatentAttention(LatentAttention):
     def __init__(self, spec: SparseSpec):
         super().__init__(spec)
         self.topk = spec.index_topk
-        self.indexer = Indexer(spec)
+        # GLM-5's shared layer: no indexer, the top-k of the last earlier full layer (set by link, held outside
+        # the module tree), as GlmMoeDsaAttention takes prev_topk_indices; a full layer keeps its top-k for them
+        self.indexer = None if spec.index_shared else Indexer(spec)
+        self.top_source: tuple = ()
+        self.last_top: torch.Tensor | None = None
 
     @staticmethod
     def _visible(mask: torch.Tensor | None, B: int, T: int, S: int, device) -> torch.Tensor:
@@ -91,16 +96,27 @@ class SparseLatentAttention(LatentAttention):
         latent, k_rot = self.kv_a_norm(latent), k_rot.view(B, T, 1, self.rope_dim)
         if rope is not None:
             q_rot, k_rot = self._rotate(q_rot, rope), self._rotate(k_rot, rope)
-        with torch.no_grad():  # no gradient to the indexer (DeepseekV32Indexer.forward is torch.no_grad too)
-            index_q, index_k, index_w = self.indexer(x, q_resid, rope)  # (B, T, H_i, D_i), (B, T, D_i), (B, T, H_i)
-        latent, k_rot, index_k = latent[:, None], k_rot.transpose(1, 2), index_k[:, None]  # (B, 1, T, ...)
-        if store is not None:
-            latent, k_rot, index_k = store(latent, k_rot, index_k)  # (B, 1, S, ...)
-        S = latent.shape[2]
-        visible = self._visible(mask, B, T, S, x.device)  # (B, T, S), 0 or -inf
-        with torch.no_grad():
-            scores = index_scores(index_q, index_k[:, 0], index_w) + visible  # (B, T, S)
-            top = scores.topk(min(self.topk, S), dim=-1).indices  # (B, T, k): on the device
+        latent, k_rot = latent[:, None], k_rot.transpose(1, 2)  # (B, 1, T, ...)
+        if self.indexer is None:
+            if not self.top_source or self.top_source[0].last_top is None:
+                raise InputError("a layer that reuses another layer's top-k has no full indexer layer before it")
+            if store is not None:
+                latent, k_rot = store(latent, k_rot)  # (B, 1, S, ...)
+            S = latent.shape[2]
+            visible = self._visible(mask, B, T, S, x.device)  # (B, T, S), 0 or -inf
+            top = self.top_source[0].last_top  # (B, T, k): the source's, over the same span of slots
+        else:
+            with torch.no_grad():  # no gradient to the indexer (DeepseekV32Indexer.forward is torch.no_grad too)
+                index_q, index_k, index_w = self.indexer(x, q_resid, rope)  # (B, T, H_i, D_i), (B, T, D_i), (B, T, H_i)
+            index_k = index_k[:, None]  # (B, 1, T, D_i)
+            if store is not None:
+                latent, k_rot, index_k = store(latent, k_rot, index_k)  # (B, 1, S, ...)
+            S = latent.shape[2]
+            visible = self._visible(mask, B, T, S, x.device)  # (B, T, S), 0 or -inf
+            with torch.no_grad():
+                scores = index_scores(index_q, index_k[:, 0], index_w) + visible  # (B, T, S)
+                top = scores.topk(min(self.topk, S), dim=-1).indices  # (B, T, k): on the device
+            self.last_top = top
         if store is not None and T == 1 and self.absorb:  # a decode step: the k selected rows only
             rows = cache_keys(latent[:, 0], k_rot[:, 0])  # (B, S, c + h_r)
             picked = rows.gather(1, top[:, 0, :, None].expand(B, top.shape[-1], rows.shape[-1]))  # (B, k, c + h_r)
@@ -116,3 +132,17 @@ class SparseLatentAttention(LatentAttention):
         q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)  # (B, nh, T, h_n + h_r)
         y = attend(q, k, v, sparse_mask, False, self.scale, None)  # (B, nh, T, h_v)
         return self.out(_merge_heads(y))
+
+
+def link(blocks: nn.ModuleList) -> None:
+    """Each shared-indexer layer's source: the last earlier layer that runs its indexer (modeling_glm_moe_dsa.py
+    passes topk_indices from layer to layer; a shared layer returns what it was given). A stack cut where a shared
+    layer has no full one before it (a pipeline stage) is refused as it runs."""
+    source = None
+    for block in blocks:
+        attn = block.attn
+        if isinstance(attn, SparseLatentAttention):
+            if attn.indexer is not None:
+                source = attn
+            elif source is not None:
+                attn.top_source = (source,)

@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tfcalc.architecture import Architecture, Stack as StackSpec
 from tfcalc.config import ModelConfig
 from tfcalc.errors import InputError
-from tfcalc.model import kv_shared, step
+from tfcalc.model import kv_shared, sparse_latent, step
 from tfcalc.model.altup import Streams
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
@@ -64,6 +64,7 @@ class Stack(nn.Module):
             block.attn.at_layer(i, len(self.blocks))
         self.tie_shared()
         kv_shared.link(self.blocks)  # readers of another layer's K/V given their source (Gemma 4, Gemma 3n)
+        sparse_latent.link(self.blocks)  # GLM-5's shared-indexer layers given the full layer before them
         self.ple_in = PerLayerInputs(emb.per_layer) if emb.per_layer is not None else None  # Gemma 4's PLE
         self.altup_io = Streams(emb.altup) if emb.altup is not None else None  # Gemma 3n's AltUp streams
         for i, block in enumerate(self.blocks):
