@@ -2,7 +2,8 @@
 2412.19437, sec. 3.2.1, Table 2), worked by hand on tiny configs: the bubble (PP/2 − 1)(F&B + B − 3W) beside
 1F1B's (PP − 1)(F + B) and ZB1P's (PP − 1)(F + B − 2W); 2× the parameters a rank (each rank holds stage i and
 stage PP − 1 − i; a block's parameters counted on transformers' GPT-2 block); PP + 1 micro-batches'
-activations; and the one-line refusals (odd PP, fewer micro-batches than PP)."""
+activations; and the one-line refusals (odd PP; an odd count of micro-batches or fewer than 2 × PP, as
+deepseek-ai/DualPipe's DualPipe.step asserts)."""
 
 import dataclasses
 
@@ -35,7 +36,7 @@ def table2_idle(p: int, f: float, b_input: float, w: float) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("p, m, f, b_input, w", [(4, 8, 1.0, 1.0, 1.0), (8, 16, 1.0, 2.0, 1.5),
-                                                 (8, 8, 2.0, 1.0, 3.0), (2, 4, 1.0, 1.0, 1.0)])
+                                                 (8, 16, 2.0, 1.0, 3.0), (2, 4, 1.0, 1.0, 1.0)])
 def test_bubble_is_table_2s(p, m, f, b_input, w):
     """Each schedule's idle time over m·(F + B + W) of work, as the report's Table 2 writes it; at
     F = B_input = W = 1 and p = 4: 1F1B 9, ZB1P 3, DualPipe 2 passes; p = 2 leaves DualPipe no bubble."""
@@ -91,7 +92,7 @@ def test_each_rank_holds_twice_the_parameters():
     assert rm.rank_memory(cfg, layout()).states > rm.rank_memory(cfg, layout(schedule="1f1b")).states
 
 
-@pytest.mark.parametrize("p, m", [(4, 8), (8, 16), (4, 4)])
+@pytest.mark.parametrize("p, m", [(4, 8), (8, 16), (6, 12)])
 def test_activations_of_p_plus_1_micro_batches(p, m):
     """Table 2's "Activation PP + 1" (at most the m there are), every rank alike, against 1F1B's p − i."""
     cfg = tiny(n_layer=2 * p, max_seq_len=16)
@@ -105,8 +106,10 @@ def test_activations_of_p_plus_1_micro_batches(p, m):
 
 
 @pytest.mark.parametrize("changes, words", [
-    (dict(pp=3, global_batch=6), "needs an even pp and at least pp micro-batches a step; got pp 3, 6"),
-    (dict(pp=4, global_batch=3), "got pp 4, 3 micro-batches"),
+    (dict(pp=3, global_batch=6), "needs an even pp and an even count of micro-batches a step, at least 2 × pp; "
+                                 "got pp 3, 6"),
+    (dict(pp=4, global_batch=6), "got pp 4, 6 micro-batches"),
+    (dict(pp=4, global_batch=9), "got pp 4, 9 micro-batches"),
     (dict(pp=1), "needs pp > 1"),
 ])
 def test_refusals(changes, words):

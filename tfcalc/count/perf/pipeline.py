@@ -42,10 +42,11 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    (p − 1)·(F + B − 2W); activations of p + 1 micro-batches a rank against 1F1B's p. The overlap hides
    communication, not compute, so F&B = F + B here; in this module's B (the input gradients alone,
    zero-bubble's) the bubble is (p/2 − 1)·(F + 2B − W), over m·(F + B + W) of work -- each micro-batch
-   crosses each rank once, as in 1F1B. It needs p even (the stages pair up) and m ≥ p (the DualPipe
-   code, deepseek-ai/DualPipe, feeds half the micro-batches from each end and fills both halves' warm-up);
-   every rank is priced with the p + 1 of Table 2 (at most m), and sends as 1F1B's. The all-to-all overlap
-   is ``--overlap ep``'s.
+   crosses each rank once, as in 1F1B. It needs p even (the stages pair up) and m even and at least 2p:
+   the reference code (deepseek-ai/DualPipe, dualpipe/dualpipe.py, DualPipe.step: "num_ranks % 2 == 0",
+   "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2") feeds half the micro-batches from each end, each
+   half at least p to fill its warm-up. Every rank is priced with Table 2's p + 1, and sends as 1F1B's. The
+   all-to-all overlap is ``--overlap ep``'s.
 
 Overlap (``--overlap``, any of tp, pp and ep; none by default, Megatron-LM's default):
 
