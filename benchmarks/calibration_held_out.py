@@ -58,8 +58,10 @@ it, never used to choose a parameter of the performance model. Reported beside i
   parallelism (sec. 3.2), no tensor parallelism; FP8 GEMMs (sec. 3.3) and FP8 dispatches; DualPipe hiding the
   all-to-all (sec. 3.2.1: --overlap ep) through DeepEP's hierarchical dispatch with node-limited routing (at most 4
   of 8 nodes, sec. 2.1.2: --ep-dispatch, auto across nodes); sequence 4,096 and the final batch of 15,360
-  sequences (sec. 4.2; the first 469B tokens ramp it up from 3,072, not priced); DualPipe's own bubble priced as
-  1F1B's. Added with expert parallelism across nodes (issue 31), its network and NVLink shares and overlap.
+  sequences (sec. 4.2; the first 469B tokens ramp it up from 3,072, not priced); DualPipe's own schedule
+  (--schedule dualpipe: Table 2's bubble, 2× parameters, PP + 1 activations; the row was 1.13 with 1F1B's
+  bubble, 1.18 with DualPipe's). Added with expert parallelism across nodes (issue 31), its network and NVLink
+  shares and overlap.
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -173,7 +175,7 @@ DEEPSEEK_V3_TOKENS, DEEPSEEK_V3_GPU_HOURS = 14.8e12, 2.664e6  # Table 1: pre-tra
 
 def deepseek_v3_rate() -> float:
     r = tfcalc.plan("deepseek-v3", pp=16, dp=128, ep=64, zero=1, seq=4096, global_batch=15360, micro_batch=1,
-                    recompute="none", compute_dtype="fp8", overlap=("ep",), device_spec=H800)
+                    recompute="none", compute_dtype="fp8", overlap=("ep",), schedule="dualpipe", device_spec=H800)
     return r.tokens_per_s / r.plan.layout.gpus
 
 

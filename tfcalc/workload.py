@@ -113,7 +113,7 @@ class Layout:
     offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
     zero_engine: str = "flat"  # ZeRO-1: "flat" buffers (DeepSpeed, Megatron) or "torch" (ZeroRedundancyOptimizer)
     # --- pipeline schedule, overlap and context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
-    schedule: str = "1f1b"  # 1f1b, interleaved (virtual stages, Narayanan et al. 2021) or zero-bubble (ZB-H1)
+    schedule: str = "1f1b"  # 1f1b, interleaved (Narayanan et al. 2021), zero-bubble (ZB-H1) or dualpipe
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule
     overlap: tuple[str, ...] = ()  # communication hidden behind compute: any of "tp", "pp" (default: none)
     cp: int = 1  # context-parallel ranks: the sequence split C ways, K/V passed around a ring

@@ -33,6 +33,20 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    (tfcalc.count.training.micro_batch_time: each weight's gradient GEMM is W, the input-gradient GEMMs, attention's
    backward and recompute are B). ZB-H2 (no bubble, up to 2p − 1 micro-batches in flight) and ZB-V are
    not modelled.
+4. dualpipe -- DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437, sec. 3.2.1, Table 2):
+   micro-batches fed from both ends of the pipeline, rank i holding stages i and p − 1 − i (two copies of
+   the model across the p ranks: 2× the parameters of a rank, with their gradients and optimizer states --
+   tfcalc.count.training.rank_memory), one micro-batch's forward and another's backward overlapped. Table 2,
+   with B the whole backward of a chunk (input and weight gradients) and F&B an overlapped forward and
+   backward pair: bubble (p/2 − 1)·(F&B + B − 3W) against 1F1B's (p − 1)·(F + B) and ZB1P's
+   (p − 1)·(F + B − 2W); activations of p + 1 micro-batches a rank against 1F1B's p. The overlap hides
+   communication, not compute, so F&B = F + B here; in this module's B (the input gradients alone,
+   zero-bubble's) the bubble is (p/2 − 1)·(F + 2B − W), over m·(F + B + W) of work -- each micro-batch
+   crosses each rank once, as in 1F1B. It needs p even (the stages pair up) and m even and at least 2p:
+   the reference code (deepseek-ai/DualPipe, dualpipe/dualpipe.py, DualPipe.step: "num_ranks % 2 == 0",
+   "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2") feeds half the micro-batches from each end, each
+   half at least p to fill its warm-up. Every rank is priced with Table 2's p + 1, and sends as 1F1B's. The
+   all-to-all overlap is ``--overlap ep``'s.
 
 Overlap (``--overlap``, any of tp, pp and ep; none by default, Megatron-LM's default):
 
@@ -60,15 +74,15 @@ from __future__ import annotations
 
 from tfcalc.workload import Layout
 
-SCHEDULES = ("1f1b", "interleaved", "zero-bubble")
+SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
 OVERLAPS = ("tp", "pp", "ep")
 OVERLAPPED_TP = ("tp_activations",)  # the causes --overlap tp hides (see the module docstring)
 
 
 def bubble_fraction(layout: Layout, forward_s: float = 1.0, input_grad_s: float = 1.0,
                     weight_grad_s: float = 1.0) -> float:
-    """The idle share of the pipelined step (steps 1-3); the seconds of one micro-batch's F, B and W on
-    the slowest stage matter only for zero-bubble."""
+    """The idle share of the pipelined step (steps 1-4); the seconds of one micro-batch's F, B (input
+    gradients) and W on the slowest stage matter only for zero-bubble and dualpipe."""
     p, m, v = layout.pp, layout.micro_batches, layout.virtual_stages
     if p == 1:
         return 0.0
@@ -79,13 +93,27 @@ def bubble_fraction(layout: Layout, forward_s: float = 1.0, input_grad_s: float 
         work = forward_s + input_grad_s + weight_grad_s
         idle = (p - 1) * max(0.0, forward_s + input_grad_s - weight_grad_s)
         return idle / (m * work + idle) if work > 0 else 0.0
+    if layout.schedule == "dualpipe":  # step 4: Table 2's (p/2 − 1)(F&B + B − 3W), F&B = F + B, B = B + W here
+        work = forward_s + input_grad_s + weight_grad_s
+        idle = (p // 2 - 1) * max(0.0, forward_s + 2 * input_grad_s - weight_grad_s)
+        return idle / (m * work + idle) if work > 0 else 0.0
     return (p - 1) / (m + p - 1)
+
+
+def stages_held(layout: Layout, stage: int) -> tuple[int, ...]:
+    """The pipeline stages whose parameters the rank of ``stage`` holds: its own, and under dualpipe the
+    mirrored stage p − 1 − i too (step 4)."""
+    if layout.schedule == "dualpipe" and layout.pp > 1:
+        return (stage, layout.pp - 1 - stage)
+    return (stage,)
 
 
 def chunk_micro_batches(layout: Layout, stage: int) -> list[int]:
     """Micro-batches whose activations each of the rank's V chunks holds at the peak (step 2; 1F1B and
-    zero-bubble: one chunk, min(p − i, m))."""
+    zero-bubble: one chunk, min(p − i, m); dualpipe: min(p + 1, m), step 4)."""
     p, m, v = layout.pp, layout.micro_batches, layout.virtual_stages
+    if layout.schedule == "dualpipe" and p > 1:
+        return [min(p + 1, m)]
     if layout.schedule != "interleaved" or v == 1:
         return [min(p - stage, m)]
     n = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)

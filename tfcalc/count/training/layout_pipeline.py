@@ -1,7 +1,9 @@
 """The checks of a layout's pipeline schedule, overlap and context parallelism (tfcalc.count.training.layout's
 check_layout calls ``check_pipeline``): one InputError line each. Pure arithmetic.
 
-- --schedule: 1f1b, interleaved or zero-bubble (tfcalc.count.perf.pipeline); the latter two need pp > 1.
+- --schedule: 1f1b, interleaved, zero-bubble or dualpipe (tfcalc.count.perf.pipeline); all but 1f1b need pp > 1;
+  dualpipe an even pp (rank i holds stages i and p − 1 − i) and an even count of micro-batches, at least 2 × pp
+  (half fed from each end: deepseek-ai/DualPipe's DualPipe.step asserts both).
 - --virtual-stages V: > 1 only with interleaved, which needs V ≥ 2, the blocks divisible by pp × V (every
   chunk as many blocks) and the micro-batches a multiple of pp (Megatron-LM's rule for its interleaved
   schedule: "number of microbatches is not divisible by pipeline-model-parallel-size when using
@@ -111,6 +113,10 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--schedule {L.schedule} schedules pipeline stages: it needs pp > 1")
     if L.schedule == "interleaved" and L.virtual_stages < 2:
         raise InputError("--schedule interleaved needs --virtual-stages V of 2 or more (V = 1 is 1f1b)")
+    if L.schedule == "dualpipe" and (L.pp % 2 or L.micro_batches % 2 or L.micro_batches < 2 * L.pp):
+        raise InputError(f"--schedule dualpipe pairs stage i with stage pp − 1 − i and feeds half the micro-batches "
+                         f"from each end: it needs an even pp and an even count of micro-batches a step, at least "
+                         f"2 × pp; got pp {L.pp}, {L.micro_batches} micro-batches")
     if L.pp_layers:
         check_pp_layers(cfg, L)
     _check_split(cfg, L)

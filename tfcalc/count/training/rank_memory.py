@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.activations import Activations, activations
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
+from tfcalc.count.perf.pipeline import stages_held
 from tfcalc.count.training.fp8 import fp8_cache_bytes
 from tfcalc.count.training.offload import Offload, offload
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
@@ -233,7 +234,8 @@ def rank_memory(cfg: ModelConfig, layout: Layout) -> RankMemory:
 def stage_memory(cfg: ModelConfig, layout: Layout, stage: int) -> RankMemory:
     """What TP rank 0 of pipeline stage ``stage`` holds (rank_memory's figure of one stage)."""
     blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.stage_split)
-    psi, w, g, o = model_states(cfg, layout, stage)
+    # dualpipe: the rank holds its stage and the mirrored one, each with its states (tfcalc.count.perf.pipeline, 4)
+    psi, w, g, o = map(sum, zip(*(model_states(cfg, layout, s) for s in stages_held(layout, stage)), strict=True))
     # without resharding every unit of the stage stays gathered until its backward
     gathered = weight_element_bytes(layout.dtype) * psi if not layout.reshard_after_forward else \
         gathered_bytes(cfg, layout)

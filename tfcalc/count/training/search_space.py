@@ -12,7 +12,9 @@ parallelism -- each only where the request leaves it open. Pure arithmetic.
   per stage, where the micro-batches are a multiple of pp (tfcalc.count.training.layout_pipeline) -- or, unless
   --pp-split-counts is given, that divides them once the head (blocks + 1) or both ends (blocks + 2) count
   as blocks (``split_counts``; Megatron-LM's --account-for-*-in-pipeline-split). Zero-bubble
-  only when asked: its ZB-H1 bubble is always below 1F1B's in this model, but few training stacks run it.
+  only when asked: its ZB-H1 bubble is always below 1F1B's in this model, but few training stacks run it;
+  dualpipe likewise, on even pp with an even count of micro-batches, at least 2 × pp
+  (tfcalc.count.perf.pipeline, step 4).
   A layout of one stage runs 1f1b (a schedule orders pipeline stages).
 - context parallelism: for long sequences only, each power of two C that leaves every rank at least
   CP_MIN_TOKENS positions (Llama 3 405B's 128K-token stage ran CP 16: 8,192 positions a rank; Dubey et
@@ -112,8 +114,10 @@ def schedules(cfg: ModelConfig, layout: Layout, space: SearchSpace) -> Iterator[
     asked, fixed = space.schedule, space.pp_split_counts
     if asked in (None, "1f1b"):
         yield replace(layout, schedule="1f1b", virtual_stages=1, pp_split_counts=fixed or ())
-    if asked == "zero-bubble":
-        yield replace(layout, schedule="zero-bubble", virtual_stages=1, pp_split_counts=fixed or ())
+    if asked in ("zero-bubble", "dualpipe"):  # only when asked (the module docstring)
+        if asked == "zero-bubble" or (layout.pp % 2 == 0 and layout.micro_batches % 2 == 0
+                                     and layout.micro_batches >= 2 * layout.pp):
+            yield replace(layout, schedule=asked, virtual_stages=1, pp_split_counts=fixed or ())
     if asked in (None, "interleaved") and layout.micro_batches % layout.pp == 0:
         vs = [space.virtual_stages] if space.virtual_stages is not None else range(2, MAX_VIRTUAL + 1)
         for v in vs:
