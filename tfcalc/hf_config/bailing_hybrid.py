@@ -37,7 +37,14 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import deepseek
-from tfcalc.hf_config.kimi_linear import MOE_DEFAULTS, checkpoint_names as kimi_linear_names, experts
+from tfcalc.hf_config.kimi_linear import (
+    MOE_DEFAULTS,
+    checkpoint_names as kimi_linear_names,
+    experts,
+    latent_sizes,
+    one_kv_head_per_query,
+    silu_block,
+)
 from tfcalc.hf_config.layer_pattern import compact
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
@@ -52,29 +59,15 @@ DEFAULTS = dict(MOE_DEFAULTS, first_k_dense_replace=2, intermediate_size=6144, m
 def bailing_hybrid(r: Reader) -> None:
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"))
     r.take("vocab_size", "vocab_size", 157184)
-    kv = r.number("num_key_value_heads", None, integer=True)
-    if kv is not None and kv != r.raw["num_attention_heads"]:
-        raise r.fail(f"'num_key_value_heads' {shown(kv)} is not supported: latent attention expands one key and "
-                     "value head per query head (num_attention_heads)")
+    one_kv_head_per_query(r)
     _refusals(r)
     r.take("model_max_length", "max_seq_len", 262144, aliases=("max_position_embeddings",))
     r.take("rms_norm_eps", "norm_eps", 1e-6)
     r.rope(6_000_000.0)
     deepseek._yarn(r)  # YaRN or none, with its mscale² softmax scale (BailingHybridAttention: yarn_apply_mscale)
-    r.activation("hidden_act", "silu")
-    if r.fields["activation"] != "silu":
-        raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds Kimi Delta Attention with SiLU "
-                     "only (its convolution's activation)")
-    r.take("tie_word_embeddings", "tie_embeddings", False)
-    r.take("attention_bias", "attn_bias", False)
-    r.dtype()
-    r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
-                    ffn_bias=False, rope_interleave=True, attn_head_gate=True)
-    r.take("kv_lora_rank", "kv_lora_rank", 512)
-    r.take("q_lora_rank", "q_lora_rank", None)
-    r.take("qk_nope_head_dim", "qk_nope_head_dim", 128)
-    r.take("qk_rope_head_dim", "qk_rope_head_dim", 64)
-    r.take("v_head_dim", "v_head_dim", 128)
+    silu_block(r)
+    r.fields.update(rope_interleave=True, attn_head_gate=True)
+    latent_sizes(r)
     r.fields["layer_pattern"] = _pattern(r)
     if "kda" in r.fields["layer_pattern"]:  # no KDA layer (layer_group_size 1): no KDA fields either
         _kda(r)

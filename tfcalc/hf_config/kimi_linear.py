@@ -42,15 +42,31 @@ MOE_DEFAULTS = dict(first_k_dense_replace=1, intermediate_size=9216, moe_interme
 def kimi_linear(r: Reader) -> None:
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"))
     r.take("vocab_size", "vocab_size", 163840)
-    kv = r.number("num_key_value_heads", None, integer=True)
-    if kv is not None and kv != r.raw["num_attention_heads"]:
-        raise r.fail(f"'num_key_value_heads' {shown(kv)} is not supported: latent attention expands one key and "
-                     "value head per query head (num_attention_heads)")
+    one_kv_head_per_query(r)
     if r.get("mla_use_nope", True) is not True:
         raise r.fail("'mla_use_nope' false is not supported: transformers' KimiLinearAttention rotates nothing")
     r.take("model_max_length", "max_seq_len", 1048576, aliases=("max_position_embeddings",))
     r.take("rms_norm_eps", "norm_eps", 1e-5)
     r.rope(10000.0)  # read, never applied: every attention layer is a nope layer of the pattern
+    silu_block(r)
+    latent_sizes(r)
+    _kda(r)
+    experts(r)
+    r.causal_or_base("KimiLinear")
+
+
+def one_kv_head_per_query(r: Reader) -> None:
+    """Latent attention expands one K and V head per query head: another num_key_value_heads is refused (Kimi
+    Linear's and Ling 3's)."""
+    kv = r.number("num_key_value_heads", None, integer=True)
+    if kv is not None and kv != r.raw["num_attention_heads"]:
+        raise r.fail(f"'num_key_value_heads' {shown(kv)} is not supported: latent attention expands one key and "
+                     "value head per query head (num_attention_heads)")
+
+
+def silu_block(r: Reader) -> None:
+    """The block both KDA families build: SiLU only (KDA's convolution's activation), RMSNorm before each
+    sub-layer and at the end, gated bias-free FFNs, untied embeddings unless said."""
     r.activation("hidden_act", "silu")
     if r.fields["activation"] != "silu":
         raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds Kimi Delta Attention with SiLU "
@@ -60,14 +76,15 @@ def kimi_linear(r: Reader) -> None:
     r.dtype()
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
                     ffn_bias=False)
+
+
+def latent_sizes(r: Reader) -> None:
+    """The latent attention's ranks and head widths, with KimiLinearConfig's and BailingHybridConfig's defaults."""
     r.take("kv_lora_rank", "kv_lora_rank", 512)
     r.take("q_lora_rank", "q_lora_rank", None)
     r.take("qk_nope_head_dim", "qk_nope_head_dim", 128)
     r.take("qk_rope_head_dim", "qk_rope_head_dim", 64)
     r.take("v_head_dim", "v_head_dim", 128)
-    _kda(r)
-    experts(r)
-    r.causal_or_base("KimiLinear")
 
 
 def _kda(r: Reader) -> None:
