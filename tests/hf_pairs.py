@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tfcalc.errors import InputError
 from tfcalc.model import generate
 from tfcalc.model.generate import next_token
 from tfcalc.model.load import load_model
@@ -86,6 +88,16 @@ def eager_flops(hf, idx: torch.Tensor) -> int:
     finally:
         hf.config._attn_implementation = "sdpa"
     return counter.get_total_flops()
+
+
+def assert_verify_refused(model, vocab: int) -> None:
+    """A state that cannot return to an earlier position (a recurrent mixer's): after a 3-token prompt, a verify
+    step of 2 tokens (extend) is refused in one line that names the rewind."""
+    cache = model.new_cache(1, 10)
+    with torch.no_grad():
+        model.prefill(torch.randint(0, vocab, (1, 3)), cache)
+    with pytest.raises(InputError, match="rewind"):
+        model.extend(torch.randint(0, vocab, (1, 2)), cache)
 
 
 def assert_rows_decode_alone(model, prompts: list[torch.Tensor], max_tokens: int, release: bool = True) -> None:

@@ -22,7 +22,15 @@ import math
 
 import pytest
 import torch
-from hf_pairs import assert_decode_equals, assert_logits_close, assert_rows_decode_alone, nudge, saved_bytes, step_flops
+from hf_pairs import (
+    assert_decode_equals,
+    assert_logits_close,
+    assert_rows_decode_alone,
+    assert_verify_refused,
+    nudge,
+    saved_bytes,
+    step_flops,
+)
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -304,12 +312,7 @@ def test_tiny_continuous_batching_rows(tiny):
 
 def test_tiny_verify_step_is_refused(tiny):
     """A KDA state cannot return to an earlier position: speculative verify (extend) is refused in one line."""
-    _, ours, _ = tiny
-    cache = ours.new_cache(1, 10)
-    with torch.no_grad():
-        ours.prefill(torch.randint(0, 61, (1, 3)), cache)
-    with pytest.raises(InputError, match="rewind"):
-        ours.extend(torch.randint(0, 61, (1, 2)), cache)
+    assert_verify_refused(tiny[1], 61)
 
 
 @pytest.mark.parametrize("dtype, e", [(torch.float32, 4), (torch.bfloat16, 2)])

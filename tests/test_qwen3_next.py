@@ -17,7 +17,7 @@ import math
 
 import pytest
 import torch
-from hf_pairs import assert_rows_decode_alone, greedy_uncached, saved_bytes, step_flops
+from hf_pairs import assert_rows_decode_alone, assert_verify_refused, greedy_uncached, saved_bytes, step_flops
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
@@ -233,12 +233,7 @@ def test_tiny_continuous_batching_rows(tiny):
 
 
 def test_tiny_verify_step_is_refused(tiny):
-    _, ours, _ = tiny
-    cache = ours.new_cache(1, 10)
-    with torch.no_grad():
-        ours.prefill(torch.randint(0, 61, (1, 3)), cache)
-    with pytest.raises(InputError, match="rewind"):
-        ours.extend(torch.randint(0, 61, (1, 2)), cache)
+    assert_verify_refused(tiny[1], 61)
 
 
 # ---------- hostile inputs ----------
