@@ -71,8 +71,8 @@ class AttentionState:
         shapes = spec.state_tensors()
         self.packed = None  # the one buffer the tensors are views of, when packed
         self.stacked = None  # the one buffer (B, Σ heads, S, w) the tensors are head views of, when stacked
-        if stacked and len(shapes) > 1 and len({w for _, _, w in shapes}) == 1:  # else apart (a reader keeps none)
-            widths = {w for _, _, w in shapes}
+        widths = {w for _, _, w in shapes}
+        if stacked and len(shapes) > 1 and len(widths) == 1:  # else apart (a K/V reader keeps no tensor)
             heads = [h for _, h, _ in shapes]
             self.stacked = torch.zeros(batch, sum(heads), self.size, widths.pop(), device=device, dtype=dtype)
             self.tensors = list(self.stacked.split(heads, dim=1))  # views (B, h, S, w)
