@@ -18,6 +18,14 @@ from tfcalc.model.mixers import build_mixer
 from tfcalc.model.per_layer import PerLayerGate
 
 
+def _forward_adds_residual(module: nn.Module) -> bool:
+    """Whether ``module``'s forward takes the stream to add into: declared (``adds_residual = True``) by the
+    class that defines the forward it runs, so a subclass that writes its own forward does not inherit the
+    answer silently (Falcon-H1's ParallelMixersModule subclasses Attention and sums two mixers)."""
+    owner = next(c for c in type(module).__mro__ if "forward" in vars(c))
+    return vars(owner).get("adds_residual", False) is True
+
+
 class Block(nn.Module):
     """Self-attention, cross-attention (an encoder-decoder's decoder, or cross_attention), FFN or mixture
     of experts; each a residual sub-layer with its own norm, laid out pre, post or sandwich, or attention
@@ -85,7 +93,7 @@ class Block(nn.Module):
         """Whether a runtime step's sub-layer may hand ``module`` the stream to add its output into
         (layers.add_projection): x + f(norm(x)) with nothing between f's last matmul and the add."""
         return (self.placement in ("pre", "sandwich") and post_norm is None and self.residual_scale is None
-                and getattr(module, "adds_residual", False))
+                and module is not None and _forward_adds_residual(module))
 
     @staticmethod
     def _step_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

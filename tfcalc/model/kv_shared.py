@@ -28,6 +28,8 @@ class ReaderAttention(Attention):
         self.v_norm = None
         self.kv_source: tuple = ()  # (its source's module,): set by link, held outside the module tree
 
+    adds_residual = True  # forward takes the stream it adds into (add_projection)
+
     def forward(self, x: torch.Tensor, rope=None, mask: torch.Tensor | None = None, store=None,
                 residual: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d); ``store`` is not called: the reader writes no state. ``residual``: as Attention's."""

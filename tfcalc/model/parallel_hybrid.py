@@ -50,7 +50,7 @@ class ParallelMixersModule(Attention):
     attention is this module itself (tfcalc.model.layers.Attention: its ``qkv`` and ``out`` where every attention
     keeps them, so the breakdown and the checkpoint names read them as any layer's), the Mamba2 mixer its ``ssm``."""
 
-    adds_residual = False  # two outputs summed: the stream is added by the block (layers.add_projection)
+    # no adds_residual: two outputs summed, the stream is added by the block (block._forward_adds_residual)
 
     def __init__(self, spec):
         super().__init__(spec.attention)
