@@ -9,6 +9,7 @@ import typer
 from tfcalc.cli import render
 from tfcalc.cli.infer_options import (
     AcceptRate,
+    AttentionDP,
     Draft,
     DraftTokens,
     HostOpUs,
@@ -18,7 +19,9 @@ from tfcalc.cli.infer_options import (
     MeanOutput,
     PrefillChunk,
     Rate,
+    RedundantExperts,
     Requests,
+    ServeEP,
     ServeTP,
 )
 from tfcalc.cli.options import (
@@ -88,6 +91,9 @@ def infer(
     bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
     tp: ServeTP = 1,
+    ep: ServeEP = 1,
+    attention_dp: AttentionDP = None,
+    redundant_experts: RedundantExperts = 0,
     draft: Draft = None,
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
@@ -130,6 +136,15 @@ def infer(
     less NCCL's buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T
     local ranks (gloo on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for
     --device-spec.
+
+    --ep E [--tp T] [--attention-dp D]: expert-parallel serving of a mixture on E GPUs (the published stacks'
+    layout: SGLang's --ep with --enable-dp-attention, vLLM's --enable-expert-parallel, DeepSeek-V3's inference
+    system): the routed experts split E ways (⌈(n + R)/E⌉ a GPU, --redundant-experts R), attention, dense layers
+    and shared experts tensor-parallel over T and whole on each of the D = E / T data-parallel groups, each group
+    holding the KV cache of its own ⌈B/D⌉ of the B sequences. A step on one GPU reads its experts that the step's
+    tokens hit (h·(1 − (1 − k/(n + R))^tokens) of its h), its group's attention, and sends its B/E tokens to the
+    experts' GPUs and back (dispatch and combine per MoE layer, over NVLink in a node, DeepEP's node-limited route
+    over the network across nodes), not overlapped. Figures per GPU; tok/s total is all E GPUs'.
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
@@ -185,6 +200,7 @@ def infer(
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
+        ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
         mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests, max_time=max_time, eager=eager,
         launch=launch,

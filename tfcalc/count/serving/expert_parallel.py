@@ -1,0 +1,344 @@
+"""Expert-parallel serving (``infer --ep E [--tp T] [--attention-dp D]``): a mixture of experts served on E GPUs,
+its routed experts split E ways, its attention (and dense layers) tensor-parallel over T GPUs and data-parallel over
+D = E / T groups of them. Pure arithmetic: one GPU's share of each roofline row (tfcalc.count.serving.roofline).
+
+The layout is the published stacks': SGLang's ``--tp E --ep E --enable-dp-attention --dp D`` (lmsys.org/blog/
+2025-05-05-large-scale-ep), vLLM's ``--data-parallel-size D --tensor-parallel-size T --enable-expert-parallel``
+(EP = T·D: vLLM docs, "Expert Parallel Deployment"), DeepSeek-V3's inference system (arXiv 2412.19437, sec. 3.4:
+prefill EP 32 with attention TP 4 × DP 8; decode EP 320 with attention TP 4 × DP 80, or EP 144 on 18 nodes with
+32 redundant experts, DeepSeek's "Day 6" inference-system note). With B sequences in flight over the E GPUs:
+
+1. Weights per GPU: attention, dense FFNs, shared experts, the router, embeddings and the LM head as under
+   ``--tp T`` (tfcalc.count.serving.serving_tp: Megatron's splits over T, whole on every attention-DP group);
+   the routed experts whole, h = ⌈(n + R)/E⌉ of them on each GPU (n experts, R redundant copies of hot experts,
+   DeepSeek's EPLB; the largest GPU's count when E does not divide n + R).
+2. KV cache per GPU: each attention-DP group holds the state of its own b = ⌈B/D⌉ sequences, split over its T
+   GPUs as ``--tp T`` splits it (serving_tp.state_bytes_per_gpu at batch b).
+3. A step on one GPU: the attention and dense rows of b sequences under TP T (serving_tp.shard_row), and of the
+   routed experts its share of the whole step's: the step's B·q tokens choose k of the n experts each; under
+   uniform routing the k·B·q pairs spread evenly over the n + R slots, so one GPU multiplies h/(n + R) of them
+   (FLOPs, activations) and reads the weights of those of its h experts some token hits: h·(1 − (1 − k/(n + R))^
+   (B·q)) experts a layer (with R = 0, n·(1 − (1 − k/n)^(B·q)) across the model split over E GPUs, the roofline's
+   experts_touched; a replica takes its share of its expert's tokens, so each slot's chance is k/(n + R)).
+4. All-to-all per MoE layer and step (DeepEP's dispatch and combine, SGLang's and DeepSeek's kernels): each GPU
+   sends its B·q/E tokens (the T GPUs of an attention group dispatch a T-th of its tokens each) to the GPUs
+   holding their experts, and the experts' outputs come back. Rows of d_model per token and call, over the network
+   and over NVLink: tfcalc.count.training.experts_parallel.token_routes -- inside one node one copy per (token,
+   expert) pair off this GPU, k·(E − 1)/E; across ν nodes DeepEP's route, once per remote node holding one of the
+   token's experts (node-limited routing: DeepSeek's groups cap it at topk_group nodes) and forwarded once per GPU
+   over NVLink. Dispatch in the activation dtype (FP8 with one fp32 scale per 128 channels under fp8 weights, as
+   DeepEP's low-latency dispatch sends), combine in the activation dtype (bf16). Both links at once; one latency
+   per call (DeepEP issues every peer's transfer at once, not a pairwise ring as training's alltoall, step 3),
+   the network's when the group spans nodes: 2·L calls a step for L MoE layers. Exposed: not overlapped with the
+   matmuls (SGLang's two-batch overlap and DeepSeek's dual micro-batch decode hide part of it; not modelled).
+5. The step adds the attention group's TP all-reduces (serving_tp.comm_seconds at batch b over T GPUs) and the
+   per-step costs of tfcalc.count.perf.inference at b sequences. Decode throughput of the E GPUs is B per step;
+   per GPU B/E, per node B·(GPUs per node)/E per step.
+
+Not modelled: expert load imbalance beyond the uniform router (DeepSeek's EPLB aims at balance; tfcalc's training
+side models none either), the overlap of step 4, the attention groups' unequal lengths (every group at the same
+context).
+
+Worked example (tests/count/serving/test_expert_parallel.py): Qwen3-30B-A3B (48 layers, 128 experts, k 8, d 2048)
+at EP 4 (attention DP 4) decoding B = 8 sequences in bf16 on one node: b = 2 sequences per attention group, h = 32
+experts per GPU of which 32·(1 − (1 − 8/128)^8) = 12.05 are hit a layer; each GPU dispatches 2 tokens, each
+8·3/4 = 6 rows of 2,048 × 2 bytes off the GPU: 24,576 bytes a token each way, 49,152 B per layer and GPU, 48 layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Optional
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model.budget import largest_fitting
+from tfcalc.count.model.memory import activation_element_bytes
+from tfcalc.count.model.params import param_entries
+from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
+from tfcalc.count.perf.inference import step_seconds
+from tfcalc.count.serving import serving_tp
+from tfcalc.count.serving.roofline import (
+    Ceilings,
+    Row,
+    Step,
+    _param_component,
+    _weight_bytes_by_component,
+    decode_step,
+    prefill_step,
+)
+from tfcalc.count.serving.static import BATCH_LIMIT, Estimate, _first_batch, decode_totals, step_overhead
+from tfcalc.count.training.experts_parallel import FP8_SCALE_CHANNELS, FP32, token_routes
+from tfcalc.errors import InputError
+from tfcalc.workload import Workload, decoder_source
+
+ROUTED = "expert_ffn"  # the routed experts' matmul components (expert_ffn_gate, _up, _down); shared_expert_ffn: not
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """E GPUs: the experts E ways, attention TP T × DP D (T·D = E), R redundant expert copies, and the links."""
+
+    ep: int
+    tp: int
+    dp: int
+    redundant: int = 0
+    gpus_per_node: int = 8
+    intra: str = "nvlink"
+    intra_bytes_per_s: float = 0.0  # per GPU, one direction
+    intra_latency_s: float = 0.0
+    intra_efficiency: float = 1.0
+    network_bytes_per_s: float = 0.0  # per GPU, one direction
+    network_latency_s: float = 0.0
+    network_efficiency: float = 1.0
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.ep // self.gpus_per_node)
+
+    @property
+    def dispatcher(self) -> str:
+        """training's ``--ep-dispatch auto``: DeepEP's route across nodes, one copy per pair inside one."""
+        return "deepep" if self.nodes > 1 else "alltoall"
+
+    def attention(self) -> Optional[serving_tp.TensorParallel]:
+        """The attention group's TP over the node's link (None at T = 1)."""
+        if self.tp == 1:
+            return None
+        return serving_tp.TensorParallel(self.tp, self.intra, self.intra_bytes_per_s, self.intra_latency_s,
+                                         self.intra_efficiency)
+
+
+def moe_of(cfg: ModelConfig):
+    """The first mixture's FFN (every MoE layer's, in the presets), or None for a dense model."""
+    return next((b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe), None)
+
+
+def moe_layers(cfg: ModelConfig) -> int:
+    return sum(n for _, b, n in cfg.architecture.kinds() if b.is_moe)
+
+
+def check_layout(cfg: ModelConfig, ep: int, tp: int, dp: Optional[int], redundant: int,
+                 gpus_per_node: int) -> int:
+    """The rule of the module docstring, one line per refusal; the attention DP D (E / T when not given)."""
+    for name, v in (("--ep", ep), ("--tp", tp)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise InputError(f"{name} must be a positive integer; got {v!r}")
+    if isinstance(redundant, bool) or not isinstance(redundant, int) or redundant < 0:
+        raise InputError(f"--redundant-experts must be a whole number of expert copies, 0 or more; got {redundant!r}")
+    moe = moe_of(cfg)
+    if moe is None:
+        raise InputError(f"--ep {ep}: {cfg.name} has no mixture of experts to split (use --tp)")
+    if cfg.architecture.kind == "encoder-decoder":
+        raise InputError("--ep: encoder-decoder mixtures are not modelled; give a decoder-only model")
+    if dp is None:
+        if ep % tp:
+            raise InputError(f"--ep {ep} is not a multiple of --tp {tp}: the attention groups of T GPUs fill the E")
+        dp = ep // tp
+    if isinstance(dp, bool) or not isinstance(dp, int) or dp < 1:
+        raise InputError(f"--attention-dp must be a positive integer; got {dp!r}")
+    if tp * dp != ep:
+        raise InputError(f"--tp {tp} × --attention-dp {dp} = {tp * dp} GPUs, but --ep {ep}: every GPU holds experts "
+                         "and serves attention, so T × D must equal E")
+    if ep > moe.n_expert + redundant:
+        raise InputError(f"--ep {ep} is more GPUs than {cfg.name}'s {moe.n_expert + redundant} expert slots: "
+                         "a GPU would hold none")
+    if ep > gpus_per_node and ep % gpus_per_node:
+        raise InputError(f"--ep {ep} across nodes must fill whole nodes of {gpus_per_node} GPUs")
+    serving_tp.check_tp(cfg, tp, gpus_per_node)  # the attention group's TP: heads, FFN width, within a node
+    return dp
+
+
+def held(cfg: ModelConfig, lay: ExpertLayout) -> int:
+    """Step 1's h: routed experts (slots) on the fullest GPU."""
+    return -(-(moe_of(cfg).n_expert + lay.redundant) // lay.ep)
+
+
+def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, lay: ExpertLayout, decode: bool = False) -> dict[str, int]:
+    """Step 1: {'total', 'routed_experts', 'rest', 'other'} bytes on the fullest GPU; 'other' the weights no
+    matmul reads (the roofline's row) under TP T."""
+    moe, mxfp4 = moe_of(cfg), stored_format(cfg, fmt)
+    routed = rest = 0
+    for entry in param_entries(cfg):
+        b = entry_bytes(entry, fmt, mxfp4).total
+        if (_param_component(entry.component, cfg) or "").startswith(ROUTED):
+            routed += b
+        else:  # serving_tp's share of every other tensor under TP T (private helpers: the same rule, not a copy)
+            rest += serving_tp._local_bytes(entry, b, serving_tp._entry_share(entry.component, cfg, lay.tp), cfg)
+    mine = routed * held(cfg, lay) // moe.n_expert
+    other = serving_tp.weights_per_gpu(cfg, fmt, lay.tp, decode)["other"]
+    return {"total": rest + mine, "routed_experts": mine, "rest": rest, "other": other}
+
+
+def group_batch(batch: int, lay: ExpertLayout) -> int:
+    """Step 2's b: the sequences of the fullest attention-DP group."""
+    return -(-batch // lay.dp)
+
+
+def kv_per_gpu(cfg: ModelConfig, w: Workload, lay: ExpertLayout, spare: int = 0) -> int:
+    """Step 2: the state of b sequences over the group's T GPUs."""
+    return serving_tp.state_bytes_per_gpu(cfg, replace(w, batch=group_batch(w.batch, lay)), lay.tp, spare)
+
+
+def hit_per_gpu(cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> float:
+    """Step 3: of a GPU's h experts, those some of ``tokens`` tokens hit per layer: h·(1 − (1 − k/(n + R))^tokens)."""
+    moe = moe_of(cfg)
+    return held(cfg, lay) * (1 - (1 - moe.top_k / (moe.n_expert + lay.redundant)) ** tokens)
+
+
+def _scale(v: int, f: Fraction) -> int:
+    return v * f.numerator // f.denominator
+
+
+def _expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> Row:
+    """Step 3: one GPU's share of the whole step's routed-expert row; ``whole`` the row's weights, every expert."""
+    moe, h = moe_of(cfg), held(cfg, lay)
+    pairs = Fraction(h, moe.n_expert + lay.redundant)
+    weight = round(whole * hit_per_gpu(cfg, lay, tokens) / moe.n_expert)
+    return replace(row, flops=_scale(row.flops, pairs), weight_bytes=weight,
+                   activation_bytes=_scale(row.activation_bytes, pairs), count=row.count // moe.n_expert * h)
+
+
+class Sharding:
+    """One GPU's share of each step (static.estimate's Sharding, for EP): built from the whole step at batch B."""
+
+    def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, lay: ExpertLayout,
+                 src_seq: Optional[int] = None):
+        self.cfg, self.fmt, self.kv_dtype, self.lay, self.src = cfg, fmt, kv_dtype, lay, src_seq
+        self.weights = weights_per_gpu(cfg, fmt, lay)["total"]
+        self.other = {"decode": weights_per_gpu(cfg, fmt, lay, decode=True)["other"],
+                      "prefill": weights_per_gpu(cfg, fmt, lay)["other"]}
+
+    def step(self, whole: Step) -> Step:
+        """Step 3 at the whole step's B sequences: the group's b under TP T, the experts' share of B's."""
+        cfg, b = self.cfg, group_batch(whole.batch, self.lay)
+        if whole.phase == "decode":
+            local = decode_step(cfg, b, whole.context, self.fmt, self.kv_dtype, src_seq=self.src)
+        else:
+            local = prefill_step(cfg, b, whole.queries, self.fmt, self.kv_dtype, src_seq=self.src)
+        weights = _weight_bytes_by_component(cfg, self.fmt, whole.phase == "decode")
+        tokens = whole.batch * whole.queries
+        rows = []
+        for mine, all_of in zip(local.rows, whole.rows, strict=True):
+            if mine.component.startswith(ROUTED):
+                rows.append(_expert_row(all_of, weights.get(mine.component, 0), cfg, self.lay, tokens))
+            elif mine.component == "other":
+                rows.append(replace(mine, weight_bytes=self.other[whole.phase]))
+            else:
+                rows.append(serving_tp.shard_row(mine, cfg, self.lay.tp))
+        return replace(local, rows=tuple(rows))
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """Step 4 for one step on one GPU."""
+
+    tokens: float  # tokens this GPU dispatches (B·q/E)
+    layers: int  # MoE layers
+    dispatch_bytes_per_token: float  # per layer, both links
+    combine_bytes_per_token: float
+    network_bytes: float  # per step, both calls, every layer
+    intra_bytes: float
+    seconds: float
+
+
+def all_to_all(cfg: ModelConfig, lay: ExpertLayout, tokens: float, act_bytes: int, fp8: bool) -> AllToAll:
+    """Step 4: the dispatch and combine of ``tokens`` tokens of this GPU at every MoE layer."""
+    moe, L = moe_of(cfg), moe_layers(cfg)
+    if lay.ep == 1:
+        return AllToAll(tokens, L, 0.0, 0.0, 0.0, 0.0, 0.0)
+    d = moe.d_model
+    routes = token_routes(moe, lay.ep, lay.nodes, lay.dispatcher, moe.top_k)
+    dispatch_row = d + FP32 * -(-d // FP8_SCALE_CHANNELS) if fp8 else act_bytes * d
+    per_row = dispatch_row + act_bytes * d  # a row goes out in the dispatch and back in the combine
+    network = tokens * L * routes.network_rows * per_row
+    intra = tokens * L * routes.intra_rows * per_row
+    rows = routes.network_rows + routes.intra_rows
+    latency = lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s
+    wire = max(network / (lay.network_bytes_per_s * lay.network_efficiency) if network else 0.0,
+               intra / (lay.intra_bytes_per_s * lay.intra_efficiency) if intra else 0.0)
+    return AllToAll(tokens, L, rows * dispatch_row, rows * act_bytes * d, network, intra, 2 * L * latency + wire)
+
+
+def step_all_to_all(cfg: ModelConfig, fmt: WeightFormat, lay: ExpertLayout, whole: Step) -> AllToAll:
+    return all_to_all(cfg, lay, whole.batch * whole.queries / lay.ep, activation_element_bytes(fmt.compute_dtype),
+                      fmt.compute_dtype == "fp8")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What estimate() adds beside static.Estimate (the JSON's expert_parallel)."""
+
+    group_batch: int
+    experts_per_gpu: int
+    weights: dict[str, int]
+    prefill_a2a: AllToAll
+    decode_a2a: Optional[AllToAll]
+    prefill_tp_comm_s: float
+    decode_tp_comm_s: Optional[float]
+
+
+def _timed(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
+    """(the GPU's step, its overhead with the TP all-reduces and the all-to-all in comm_s, a2a, TP comm)."""
+    mine = shard.step(whole)
+    a2a = step_all_to_all(cfg, fmt, shard.lay, whole)
+    over = step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src)
+    tp_comm = 0.0 if over is None else over.comm_s
+    if over is not None:
+        over = replace(over, comm_s=tp_comm + a2a.seconds)
+    return mine, over, a2a, tp_comm
+
+
+def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memory_bytes: Optional[int],
+             lay: ExpertLayout) -> tuple[Estimate, Terms]:
+    """static.estimate's figures on one GPU of the layout, B = w.batch sequences over all E (module docstring)."""
+    seq, gen, src = w.seq, w.gen, decoder_source(cfg, w.seq, w.src_seq)
+    shard = Sharding(cfg, fmt, w.kv, lay, src)
+    prefill, prefill_over, prefill_a2a, prefill_comm = _timed(
+        cfg, shard, prefill_step(cfg, w.batch, seq, fmt, w.kv, src_seq=src), fmt, c, src)
+    if prefill_over is not None:
+        prefill_over = replace(prefill_over, request_s=c.perf.request_s)
+    prefill_s = step_seconds(prefill.time_s(c), prefill_over) + (0.0 if prefill_over else prefill_a2a.seconds)
+    first = decode_s = per_token = bound = decode_over = decode_a2a = decode_comm = None
+    if gen > 1:
+        def step(context: int) -> Step:
+            return shard.step(decode_step(cfg, w.batch, context, fmt, w.kv, src_seq=src))
+
+        n = gen - 1
+        first, decode_over, decode_a2a, decode_comm = _timed(
+            cfg, shard, decode_step(cfg, w.batch, seq + 1, fmt, w.kv, src_seq=src), fmt, c, src)
+        totals = decode_totals(step, seq + 1, seq + gen - 1, c)
+        decode_s = step_seconds(totals.seconds / n, decode_over) + (0.0 if decode_over else decode_a2a.seconds)
+        per_token = totals.weight_kv_bytes / w.batch / n
+        bound = "compute" if totals.compute_s >= totals.memory_s else "memory"
+    kv = kv_per_gpu(cfg, replace(w, src_seq=src), lay)
+    est = Estimate(w.batch, seq, gen, prefill, prefill_s, first, decode_s, per_token, bound, shard.weights, kv,
+                   None if memory_bytes is None else shard.weights + kv <= memory_bytes, prefill_over, decode_over)
+    terms = Terms(group_batch(w.batch, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), prefill_a2a,
+                  decode_a2a, prefill_comm, decode_comm)
+    return est, terms
+
+
+def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int, lay: ExpertLayout) -> int:
+    """The largest B whose fullest GPU holds its weights and its group's state: D × the largest group batch."""
+    weights, src = weights_per_gpu(cfg, fmt, lay)["total"], decoder_source(cfg, w.seq, w.src_seq)
+
+    def need(b: int) -> int:
+        return weights + serving_tp.state_bytes_per_gpu(cfg, replace(w, batch=b, src_seq=src), lay.tp)
+
+    return lay.dp * largest_fitting(need, memory_bytes, BATCH_LIMIT // lay.dp)
+
+
+def compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, lay: ExpertLayout,
+                        weights_only: bool = False) -> Optional[int]:
+    """The smallest B whose decode step at context w.seq is compute-bound on one GPU (``weights_only``: its matmuls
+    with weights, static.weight_matmuls_compute_bound_batch's rows), or None."""
+    src = decoder_source(cfg, w.seq, w.src_seq)
+    shard = Sharding(cfg, fmt, w.kv, lay, src)
+
+    def reached(b: int) -> bool:
+        rows = [r for r in shard.step(decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src)).rows
+                if not (weights_only and r.mixing)]
+        return sum(r.compute_s(c) for r in rows) >= sum(r.memory_s(c) for r in rows)
+
+    return _first_batch(reached)

@@ -1,0 +1,92 @@
+"""`tfcalc infer --ep E [--tp T] [--attention-dp D] [--redundant-experts R]`: expert-parallel serving of a mixture
+(tfcalc.count.serving.expert_parallel) -- the layout's check, the node's links the prediction uses, the estimate per
+batch on one GPU, and the JSON object ``expert_parallel`` of tfcalc.report.infer_report. Predictions only: --measure,
+--rate and --draft are refused beside --ep (one line each)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+from tfcalc import devices
+from tfcalc.count.serving import expert_parallel as ep
+from tfcalc.count.serving.roofline import Ceilings
+from tfcalc.errors import InputError, shown
+from tfcalc.report.infer_options import InferOptions
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import Workload
+
+
+def active(o: InferOptions) -> bool:
+    """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
+    return o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts)
+
+
+def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
+    """The layout and its links (count.perf.hardware's α and efficiency per link kind), checked."""
+    if isinstance(o.ep, bool) or not isinstance(o.ep, int) or o.ep < 1:
+        raise InputError(f"--ep must be a positive integer; got {shown(o.ep)}")
+    for flag, given in (("--measure", o.measure), ("--rate", o.rate is not None), ("--draft", o.draft is not None)):
+        if given:
+            raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
+                             f"drop {flag} (or --ep)")
+    if o.ep == 1:
+        raise InputError("--attention-dp and --redundant-experts lay out expert parallelism: give --ep E above 1")
+    if spec is None or c.perf is None:
+        raise InputError("--ep predicts for a listed device: give --device-spec")
+    if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
+        raise InputError(f"--ep {o.ep}: {spec.name} has no GPU-to-GPU link in tfcalc's table (one GPU per node)")
+    dp = ep.check_layout(model.cfg, o.ep, o.tp, o.attention_dp, o.redundant_experts, spec.gpus_per_node)
+    if o.ep > spec.gpus_per_node and not spec.inter_node_bytes_per_s:
+        raise InputError(f"--ep {o.ep} spans nodes of {spec.gpus_per_node} GPUs, but {spec.name} names no network "
+                         "between nodes (inter_node_bytes_per_s)")
+    link, perf = devices.intra_link(spec), c.perf
+    return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
+                           perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
+                           perf.link_latency_s["network"], perf.link_efficiency["network"])
+
+
+def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],
+              lay: ep.ExpertLayout) -> dict[str, Any]:
+    """The report's fields under EP: estimates (one GPU's), terms, read_estimates (the same: the EP runtime is not
+    tfcalc's), max_batch, the compute-bound batches."""
+    cfg = model.cfg
+    pairs = [ep.estimate(cfg, replace(w, batch=b), fmt, c, memory, lay) for b in o.batches]
+    return {"estimates": tuple(e for e, _ in pairs), "ep_terms": tuple(t for _, t in pairs),
+            "max_batch": None if memory is None else ep.max_batch(cfg, w, fmt, memory, lay),
+            "compute_bound_batch": ep.compute_bound_batch(cfg, w, fmt, c, lay),
+            "weight_matmuls_compute_bound_batch": ep.compute_bound_batch(cfg, w, fmt, c, lay, weights_only=True)}
+
+
+def _a2a(a: Optional[ep.AllToAll]) -> Optional[dict[str, Any]]:
+    if a is None:
+        return None
+    return {"tokens_per_gpu": a.tokens, "moe_layers": a.layers, "dispatch_bytes_per_token_per_layer":
+            a.dispatch_bytes_per_token, "combine_bytes_per_token_per_layer": a.combine_bytes_per_token,
+            "network_bytes": round(a.network_bytes), "nvlink_bytes": round(a.intra_bytes), "seconds": a.seconds}
+
+
+def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
+    """The layout and each term of the module docstring of count.serving.expert_parallel, one GPU's."""
+    moe = ep.moe_of(cfg)
+    per_step = None if est.decode_s_per_token is None else est.batch / est.decode_s_per_token
+    decode = est.first_decode_step
+    return {
+        "gpus": lay.ep, "ep": lay.ep, "attention_tp": lay.tp, "attention_dp": lay.dp, "nodes": lay.nodes,
+        "gpus_per_node": lay.gpus_per_node, "dispatcher": lay.dispatcher, "n_expert": moe.n_expert,
+        "top_k": moe.top_k, "redundant_experts": lay.redundant, "experts_per_gpu": t.experts_per_gpu,
+        "sequences_per_attention_group": t.group_batch,
+        "weights_bytes_per_gpu": t.weights["total"], "routed_experts_bytes_per_gpu": t.weights["routed_experts"],
+        "attention_dense_shared_bytes_per_gpu": t.weights["rest"], "kv_cache_bytes_per_gpu": est.kv_cache_bytes,
+        "decode_experts_hit_per_gpu_per_layer": ep.hit_per_gpu(cfg, lay, est.batch),
+        "decode_weights_read_bytes_per_gpu": None if decode is None else decode.weight_bytes,
+        "decode_kv_read_bytes_per_gpu": None if decode is None else decode.kv_bytes,
+        "prefill_all_to_all": _a2a(t.prefill_a2a), "decode_all_to_all": _a2a(t.decode_a2a),
+        "a2a_s_per_decode_step": None if t.decode_a2a is None else t.decode_a2a.seconds,
+        "attention_tp_comm_s_per_decode_step": t.decode_tp_comm_s, "prefill_attention_tp_comm_s": t.prefill_tp_comm_s,
+        "decode_tokens_per_s_all_gpus": per_step,
+        "decode_tokens_per_s_per_gpu": None if per_step is None else per_step / lay.ep,
+        "decode_tokens_per_s_per_node": None if per_step is None else per_step / lay.ep * min(lay.ep,
+                                                                                              lay.gpus_per_node),
+        "assumption": "uniform routing over the n + R expert slots; the all-to-all exposed (not overlapped)",
+    }
