@@ -139,7 +139,7 @@ def infer(
 
     --ep E [--tp T] [--attention-dp D]: expert-parallel serving of a mixture on E GPUs (the published stacks'
     layout: SGLang's --ep with --enable-dp-attention, vLLM's --enable-expert-parallel, DeepSeek-V3's inference
-    system): the routed experts split E ways (⌈(n + R)/E⌉ a GPU, --redundant-experts R), attention, dense layers
+    system): the routed experts split E ways ((n + R)/E a GPU, --redundant-experts R), attention, dense layers
     and shared experts tensor-parallel over T and whole on each of the D = E / T data-parallel groups, each group
     holding the KV cache of its own ⌈B/D⌉ of the B sequences. A step on one GPU reads its experts that the step's
     tokens hit (h·(1 − (1 − k/(n + R))^tokens) of its h), its group's attention, and sends its B/E tokens to the

@@ -24,7 +24,8 @@ AttentionDP = Annotated[Optional[int], typer.Option(
     metavar="D", show_default=False)]
 RedundantExperts = Annotated[int, typer.Option(
     "--redundant-experts", help="With --ep E: extra copies of hot experts spread over the GPUs (DeepSeek's EPLB: 32 "
-    "at EP 144); each GPU holds ⌈(experts + R) / E⌉ and the tokens spread over the n + R slots.", metavar="R")]
+    "at EP 144); each GPU holds (experts + R) / E (E must divide it) and the tokens spread over the n + R slots.",
+    metavar="R")]
 Draft = Annotated[Optional[str], typer.Option(
     "--draft", help="Speculative decoding: the draft model (a preset, YAML or config.json) that proposes tokens for "
     "the target to verify; same vocabulary as MODEL. Needs --accept-rate.", metavar="MODEL", show_default=False)]

@@ -10,8 +10,8 @@ prefill EP 32 with attention TP 4 × DP 8; decode EP 320 with attention TP 4 × 
 
 1. Weights per GPU: attention, dense FFNs, shared experts, the router, embeddings and the LM head as under
    ``--tp T`` (tfcalc.count.serving.serving_tp: Megatron's splits over T, whole on every attention-DP group);
-   the routed experts whole, h = ⌈(n + R)/E⌉ of them on each GPU (n experts, R redundant copies of hot experts,
-   DeepSeek's EPLB; the largest GPU's count when E does not divide n + R).
+   the routed experts whole, h = (n + R)/E of them on each GPU (n experts, R redundant copies of hot experts,
+   DeepSeek's EPLB; E must divide n + R, as every published layout does: 256 + 32 over 144 or 72 GPUs).
 2. KV cache per GPU: each attention-DP group holds the state of its own b = ⌈B/D⌉ sequences, split over its T
    GPUs as ``--tp T`` splits it (serving_tp.state_bytes_per_gpu at batch b).
 3. A step on one GPU: the attention and dense rows of b sequences under TP T (serving_tp.shard_row), and of the
@@ -41,8 +41,9 @@ context).
 
 Worked example (tests/count/serving/test_expert_parallel.py): Qwen3-30B-A3B (48 layers, 128 experts, k 8, d 2048)
 at EP 4 (attention DP 4) decoding B = 8 sequences in bf16 on one node: b = 2 sequences per attention group, h = 32
-experts per GPU of which 32·(1 − (1 − 8/128)^8) = 12.05 are hit a layer; each GPU dispatches 2 tokens, each
-8·3/4 = 6 rows of 2,048 × 2 bytes off the GPU: 24,576 bytes a token each way, 49,152 B per layer and GPU, 48 layers.
+experts per GPU of which 32·(1 − (1 − 8/128)^8) = 12.90 are hit a layer; each GPU dispatches 2 tokens, each
+8·3/4 = 6 rows of 2,048 × 2 bytes off the GPU: 24,576 bytes a token each way, 2 · 48 · 2 · 24,576 = 4,718,592
+bytes a step, in 2 · 48 · 2 µs + 4,718,592 B / (450 GB/s × 0.8) = 205.1 µs on an H100 node's NVLink.
 """
 
 from __future__ import annotations
@@ -140,9 +141,11 @@ def check_layout(cfg: ModelConfig, ep: int, tp: int, dp: Optional[int], redundan
     if tp * dp != ep:
         raise InputError(f"--tp {tp} × --attention-dp {dp} = {tp * dp} GPUs, but --ep {ep}: every GPU holds experts "
                          "and serves attention, so T × D must equal E")
-    if ep > moe.n_expert + redundant:
-        raise InputError(f"--ep {ep} is more GPUs than {cfg.name}'s {moe.n_expert + redundant} expert slots: "
-                         "a GPU would hold none")
+    slots = moe.n_expert + redundant
+    if slots % ep:
+        raise InputError(f"--ep {ep} does not divide {cfg.name}'s {moe.n_expert} experts"
+                         + (f" + {redundant} redundant" if redundant else "") + ": each GPU holds as many (give "
+                         "--redundant-experts R so that E divides n + R, as DeepSeek's 256 + 32 over 144 GPUs)")
     if ep > gpus_per_node and ep % gpus_per_node:
         raise InputError(f"--ep {ep} across nodes must fill whole nodes of {gpus_per_node} GPUs")
     serving_tp.check_tp(cfg, tp, gpus_per_node)  # the attention group's TP: heads, FFN width, within a node
@@ -150,12 +153,12 @@ def check_layout(cfg: ModelConfig, ep: int, tp: int, dp: Optional[int], redundan
 
 
 def held(cfg: ModelConfig, lay: ExpertLayout) -> int:
-    """Step 1's h: routed experts (slots) on the fullest GPU."""
-    return -(-(moe_of(cfg).n_expert + lay.redundant) // lay.ep)
+    """Step 1's h: routed experts (slots) on each GPU, (n + R) / E (check_layout: E divides n + R)."""
+    return (moe_of(cfg).n_expert + lay.redundant) // lay.ep
 
 
 def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, lay: ExpertLayout, decode: bool = False) -> dict[str, int]:
-    """Step 1: {'total', 'routed_experts', 'rest', 'other'} bytes on the fullest GPU; 'other' the weights no
+    """Step 1: {'total', 'routed_experts', 'rest', 'other'} bytes on each GPU; 'other' the weights no
     matmul reads (the roofline's row) under TP T."""
     moe, mxfp4 = moe_of(cfg), stored_format(cfg, fmt)
     routed = rest = 0
