@@ -295,14 +295,12 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, **overrides: Any) -> "InferReport":
-    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
-    or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
-    serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
-    rate=, mean_input=, mean_output=: continuous batching in steady state (docs/serving.md), prefill_chunk= its
-    chunked prefill's tokens per step (0: prompts prefilled whole; None: 8192, or 0 with measure=True); with
-    measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget);
-    launch="eager" (host_op_s= seconds per kernel): steps priced with the host's launches (--launch); ep=E
-    (attention_dp=, redundant_experts=): expert-parallel serving of a mixture over E GPUs (--ep)."""
+    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
+    measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T, ep=E (attention_dp=,
+    redundant_experts=): tensor- and expert-parallel serving (figures per GPU); draft=, accept_rate=, draft_tokens=:
+    speculative decoding; rate=, mean_input=, mean_output=: continuous batching in steady state (docs/serving.md),
+    prefill_chunk= its chunked prefill's tokens per step (0: prompts whole; None: 8192, 0 with measure=True); with
+    measure=True both run on the device (requests=, max_time=: the continuous run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
