@@ -47,3 +47,16 @@ def test_experts_hit_against_the_prediction(ranks):
     """Of a rank's 4 experts, those some of the step's E·b tokens chose: 4·(1 − (1 − 2/8)^(E·b))."""
     measured = sum(r["experts_hit_mean"] for r in ranks) / E
     assert measured == pytest.approx(ep.hit_per_gpu(CFG, lay(), E * B), rel=0.15)
+
+
+def test_infer_ep_measure_through_the_api():
+    """`infer --ep 2 --measure`: the run beside the listed device's prediction, in JSON expert_parallel.measured."""
+    import tfcalc
+
+    r = tfcalc.infer(CFG, batch=4, seq=8, gen=2, ep=2, measure=True).to_json()
+    m = r["expert_parallel"]["measured"]
+    assert m["weights_equal"] and m["world_size"] == 2 and m["sequences_per_rank"] == 2
+    a = m["a2a_bytes_per_rank_per_step"]
+    assert a["predicted"] == 2 * 2 * 2 * 2 * (1 / 2) * 32 * 4  # b 2 tokens, 2 layers, 2 calls, k 2 · 1/2 off, d 32
+    assert a["measured"] == pytest.approx(a["predicted"], rel=0.3)  # 16 steps of 4 tokens: a looser band
+    assert r["device_spec"] == "h100-sxm" and r["measured"] is False  # the prediction stays the listed device's

@@ -144,7 +144,10 @@ def infer(
     holding the KV cache of its own ⌈B/D⌉ of the B sequences. A step on one GPU reads its experts that the step's
     tokens hit (h·(1 − (1 − k/(n + R))^tokens) of its h), its group's attention, and sends its B/E tokens to the
     experts' GPUs and back (dispatch and combine per MoE layer, over NVLink in a node, DeepEP's node-limited route
-    over the network across nodes), not overlapped. Figures per GPU; tok/s total is all E GPUs'.
+    over the network across nodes), not overlapped. Figures per GPU; tok/s total is all E GPUs'. With --measure
+    (E ranks of one node, no --tp): the real model's experts split over E gloo ranks of this machine, each rank its
+    own sequences, one-token steps: per-rank parameter bytes, all-to-all bytes off a rank and experts hit, beside
+    the prediction of that run; the prediction stays the listed device's.
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
@@ -214,7 +217,8 @@ def infer(
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
     calls += speculative_measured.calls(options) + continuous_measured.calls(options)
     with busy_host(f"infer --measure {ref.label}", measure and out.format in ("json", "csv")), \
-            render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
+            render.progress(f"infer {ref.label}", calls,
+                            enabled=measure and tp == 1 and ep == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
 

@@ -174,7 +174,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
 
 def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[int], fmt: WeightFormat, kv: str,
                      spec: Optional[devices.DeviceSpec], ceilings: Ceilings) -> InferReport:
-    lay = infer_ep.layout(model, o, spec, ceilings)
+    lay = infer_ep.layout(model, o, spec, ceilings)  # --measure's own rule: build_infer
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     f = infer_ep.estimates(model, o, w, fmt, ceilings, devices.usable_bytes(spec, communicating=True), lay)
     return InferReport(model, o, seq, src, fmt, kv, spec, ceilings, f["estimates"], f["max_batch"],
@@ -245,8 +245,13 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
-    if infer_ep.active(o):  # a prediction only: --measure refused there in one line
-        return estimate_infer(model, o)
+    if infer_ep.active(o):  # the listed device's prediction; --measure: the experts on E gloo ranks beside it
+        report = estimate_infer(model, replace(o, measure=False))
+        if not o.measure:
+            return report
+        infer_ep.layout(model, o, report.spec, report.ceilings)  # what a measured run takes, before any rank starts
+        return replace(report, options=o, ep_measured=infer_ep.measure(model, report.ep_layout,
+                                                                       report.estimates[0].batch))
     if o.measure and o.tp > 1:  # the prediction for the listed device, the collectives measured on T ranks
         check_options(model, o)
         report = estimate_infer(model, replace(o, measure=False))

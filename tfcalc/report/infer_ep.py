@@ -1,7 +1,10 @@
 """`tfcalc infer --ep E [--tp T] [--attention-dp D] [--redundant-experts R]`: expert-parallel serving of a mixture
 (tfcalc.count.serving.expert_parallel) -- the layout's check, the node's links the prediction uses, the estimate per
-batch on one GPU, and the JSON object ``expert_parallel`` of tfcalc.report.infer_report. Predictions only: --measure,
---rate and --draft are refused beside --ep (one line each)."""
+batch on one GPU, and the JSON object ``expert_parallel`` of tfcalc.report.infer_report. With --measure (E ranks of
+one node, attention DP, on this machine's CPUs): the prediction stays the listed device's, and the real model's
+expert-parallel one-token steps on E gloo ranks (tfcalc.measure.serving_ep) are set beside it -- per-rank parameter
+bytes, the all-to-all's bytes off each rank and the experts hit -- with the prediction of that run (fp32). --rate and
+--draft are refused beside --ep (one line each)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     """The layout and its links (count.perf.hardware's α and efficiency per link kind), checked."""
     if isinstance(o.ep, bool) or not isinstance(o.ep, int) or o.ep < 1:
         raise InputError(f"--ep must be a positive integer; got {shown(o.ep)}")
-    for flag, given in (("--measure", o.measure), ("--rate", o.rate is not None), ("--draft", o.draft is not None)):
+    for flag, given in (("--rate", o.rate is not None), ("--draft", o.draft is not None)):
         if given:
             raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
                              f"drop {flag} (or --ep)")
@@ -40,6 +43,9 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     if o.ep > spec.gpus_per_node and not spec.inter_node_bytes_per_s:
         raise InputError(f"--ep {o.ep} spans nodes of {spec.gpus_per_node} GPUs, but {spec.name} names no network "
                          "between nodes (inter_node_bytes_per_s)")
+    if o.measure and (o.tp > 1 or o.ep > spec.gpus_per_node or o.redundant_experts or o.device != "cpu"):
+        raise InputError("--measure --ep runs the experts on E gloo ranks of this machine's CPUs, attention data-"
+                         "parallel: give --ep within one node, without --tp, --redundant-experts or --device cuda")
     link, perf = devices.intra_link(spec), c.perf
     return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
                            perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
@@ -90,3 +96,34 @@ def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
                                                                                               lay.gpus_per_node),
         "assumption": "uniform routing over the n + R expert slots; the all-to-all exposed (not overlapped)",
     }
+
+
+MEASURED_STEPS = 16  # one-token steps a measured run averages over (the routing varies from step to step)
+
+
+def measure(model: ModelRef, lay: ep.ExpertLayout, batch: int) -> dict[str, Any]:
+    """--measure --ep E: the real model's steps on E gloo ranks (fp32), each rank its own ⌈B/D⌉ sequences, beside
+    count.serving.expert_parallel's figures for that run: parameter bytes (exact), all-to-all bytes off a rank
+    and experts hit per layer and step (expectations under uniform routing: a random router comes close)."""
+    import dataclasses
+
+    from tfcalc.count.model.quant import plain
+    from tfcalc.measure.launch import check_nproc
+    from tfcalc.measure.serving_ep import measure as run
+
+    cfg, b = model.cfg, ep.group_batch(batch, lay)
+    check_nproc(lay.ep, "cpu")
+    ranks = run(dataclasses.asdict(cfg), lay.ep, b, MEASURED_STEPS)
+    w = ep.weights_per_gpu(cfg, plain("fp32"), lay)
+    a2a = ep.all_to_all(cfg, lay, b, 4, fp8=False)
+    per_step = sum(r["off_rank_bytes"] for r in ranks) / (lay.ep * MEASURED_STEPS)
+    return {"backend": "gloo", "world_size": lay.ep, "dtype": "fp32", "sequences_per_rank": b,
+            "steps": MEASURED_STEPS,
+            "routed_experts_bytes_per_rank": {"measured": [r["routed_experts_bytes"] for r in ranks],
+                                              "predicted": w["routed_experts"]},
+            "rest_bytes_per_rank": {"measured": [r["rest_bytes"] for r in ranks], "predicted": w["rest"]},
+            "a2a_bytes_per_rank_per_step": {"measured": per_step, "predicted": a2a.intra_bytes},
+            "experts_hit_per_rank_per_layer": {"measured": sum(r["experts_hit_mean"] for r in ranks) / lay.ep,
+                                               "predicted": ep.hit_per_gpu(cfg, lay, b * lay.ep)},
+            "weights_equal": all(r["routed_experts_bytes"] == w["routed_experts"] and r["rest_bytes"] == w["rest"]
+                                 for r in ranks)}

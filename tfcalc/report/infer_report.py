@@ -51,6 +51,7 @@ class InferReport(Displayed):
     # --ep: the layout and, per batch, the terms beside the estimate (tfcalc.report.infer_ep); estimates one GPU's
     ep_layout: Optional[expert_parallel.ExpertLayout] = None
     ep_terms: Optional[tuple[expert_parallel.Terms, ...]] = None
+    ep_measured: Optional[dict[str, Any]] = None  # --measure --ep: the run on E gloo ranks (report.infer_ep.measure)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -114,8 +115,8 @@ class InferReport(Displayed):
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
             "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.gpus),
             "tp": self.tp, "tensor_parallel": self.tp_json(est),
-            "ep": self.options.ep, "expert_parallel": None if self.ep_layout is None else infer_ep.to_json(
-                self.ep_layout, self.model.cfg, est, self.ep_terms[i]), "speculative": self.speculative_json(i),
+            "ep": self.options.ep, "expert_parallel": self.ep_json(i),
+            "speculative": self.speculative_json(i),
             "continuous": continuous_report.to_json(self.continuous, self.continuous_measured),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
@@ -142,6 +143,13 @@ class InferReport(Displayed):
     @property
     def tp(self) -> int:
         return self.options.tp
+
+    def ep_json(self, i: int) -> Optional[dict[str, Any]]:
+        """--ep: the layout and its terms at batch i, one GPU's (report.infer_ep), and a measured run; None without."""
+        if self.ep_layout is None:
+            return None
+        x = infer_ep.to_json(self.ep_layout, self.model.cfg, self.estimates[i], self.ep_terms[i])
+        return x | {"measured": self.ep_measured if i == 0 else None}
 
     @property
     def gpus(self) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
-from tfcalc.cli.render.infer_ep import ep_table
+from tfcalc.cli.render.infer_ep import ep_measured_note, ep_table
 from tfcalc.count.perf.hardware import constants_line, from_table
 from tfcalc.report.infer_report import InferReport
 
@@ -339,6 +339,7 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         _short_note(doc, r, rows)
         _speculative_table(doc, r, rows)
         ep_table(doc, rows)
+        ep_measured_note(doc, rows[0])
         _notes(doc, r, rows[0])
         if r.measured:
             busy_note(doc, rows[0])

@@ -38,3 +38,18 @@ def ep_table(doc: Doc, rows: list[dict[str, Any]]) -> None:
              f"{units.nbytes(a['dispatch_bytes_per_token_per_layer'])} + "
              f"{units.nbytes(a['combine_bytes_per_token_per_layer'])} a token and layer, not overlapped with the "
              "matmuls; experts hit under uniform routing. tok/s total in the table above is all GPUs'.")
+
+
+def ep_measured_note(doc: Doc, first: dict[str, Any]) -> None:
+    """--measure --ep: the run on E gloo ranks beside its prediction (tfcalc.report.infer_ep.measure)."""
+    x = first["expert_parallel"]
+    m = None if x is None else x.get("measured")
+    if not m:
+        return
+    a, h = m["a2a_bytes_per_rank_per_step"], m["experts_hit_per_rank_per_layer"]
+    doc.note(f"Measured on {m['world_size']} {m['backend']} ranks ({m['dtype']}, {m['sequences_per_rank']} sequences a "
+             f"rank, {m['steps']} one-token steps): parameters per rank "
+             + ("equal to the prediction" if m["weights_equal"] else "NOT equal to the prediction")
+             + f"; all-to-all {units.nbytes(a['measured'])} off a rank a step (predicted "
+             f"{units.nbytes(a['predicted'])}); {h['measured']:.3g} of its experts hit a layer (predicted "
+             f"{h['predicted']:.3g}, uniform routing).", "ok" if m["weights_equal"] else "warning")
