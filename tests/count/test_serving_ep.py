@@ -102,13 +102,52 @@ def test_all_to_all_across_nodes_node_limited():
     moe = ep.moe_of(cfg)
     p_node, p_gpu = touched(256, 8, 8, 4, 8), touched(256, 8, 8, 4, 64)
     assert p_node == pytest.approx(1 - 35 / 70)  # 1 − C(7, 4)/C(8, 4) = 1/2
-    a = ep.all_to_all(cfg, lay(64), 1, 2, fp8=True)
+    a = ep.all_to_all(cfg, lay(64), 1, 2, fp8=True, decode=False)  # the prefill's normal kernels
+    assert a.how == "deepep"
     rows = 7 * p_node + 56 * p_gpu
     assert a.dispatch_bytes_per_token == pytest.approx(rows * (7168 + 4 * 56), rel=1e-12)
     assert a.combine_bytes_per_token == pytest.approx(rows * 7168 * 2, rel=1e-12)
     assert a.network_bytes == pytest.approx(58 * 7 * p_node * (7168 + 224 + 2 * 7168), rel=1e-12)
     # node-limited: 3.5 rows a token cross the network, against 8 · 56/64 = 7 with one copy per (token, expert) pair
     assert 7 * p_node == pytest.approx(3.5) and moe.top_k * 56 / 64 == 7
+
+
+def test_decode_across_nodes_one_message_per_pair():
+    """Step 4's decode route across nodes (DeepEP's low-latency kernels): each (token, expert) pair its own message,
+    k·(E − r)/E of them across nodes, k·(r − 1)/E over NVLink; DeepEP's EP 64 dispatch of 128 tokens (docs/legacy.md:
+    173 µs at 43 GB/s) moves 7.4 MB, within 2 % of 128 · 8 FP8 rows of 7,168 bytes + 56 fp32 scales: one message
+    per pair, not the node-limited route's."""
+    cfg = load("deepseek-v3")
+    a = ep.all_to_all(cfg, lay(64), 128, 2, fp8=True, decode=True)
+    assert a.how == "low_latency"
+    assert a.network_bytes == pytest.approx(128 * 58 * 8 * 56 / 64 * (7392 + 2 * 7168), rel=1e-12)
+    assert a.intra_bytes == pytest.approx(128 * 58 * 8 * 7 / 64 * (7392 + 2 * 7168), rel=1e-12)
+    assert 128 * 8 * 7392 == pytest.approx(43e9 * 173e-6, rel=0.05)  # DeepEP's own figure, all pairs counted
+    assert ep.route(lay(8), True) == ep.route(lay(8), False) == "alltoall"  # one node
+
+
+def test_overlap_two_half_batches():
+    """Step 6: under --overlap ep the step is the longer of the two halves' compute and the whole batch's all-to-all;
+    without, their sum. Across nodes the decode's low-latency kernels hold no SM, so the halves' compute is twice
+    the compute of a step at B/2 exactly; the prefill's normal kernels hold 20 SMs of an H100's 132."""
+    from tfcalc.count.model.quant import plain
+    from tfcalc.report.infer import datasheet_ceilings
+
+    fmt = plain("bf16")
+    _, c = datasheet_ceilings("h100-sxm", fmt)
+    w = Workload(batch=512, seq=1000, gen=20, dtype="bf16")
+    two = lay(16)  # 2 nodes
+    plain_est, plain_t = ep.estimate(QWEN, w, fmt, c, None, two)
+    assert plain_est.decode_s_per_token == pytest.approx(plain_t.decode.compute_s + plain_t.decode.a2a.seconds)
+    over = ep.ExpertLayout(**{**two.__dict__, "overlap": True})
+    est, t = ep.estimate(QWEN, w, fmt, c, None, over)
+    _, half = ep.estimate(QWEN, Workload(batch=256, seq=1000, gen=20, dtype="bf16"), fmt, c, None, two)
+    assert t.decode.compute_s == pytest.approx(2 * half.decode.compute_s, rel=1e-12)
+    assert est.decode_s_per_token == pytest.approx(max(t.decode.compute_s, t.decode.a2a.seconds), rel=1e-12)
+    assert t.decode.a2a == plain_t.decode.a2a  # the same bytes, only hidden
+    assert (ep.held_sms(two, False, c.perf), ep.held_sms(two, True, c.perf)) == (20, 0)
+    assert ep.held_sms(lay(8), True, c.perf) == c.perf.comm_sms
+    assert ep.slowed(1.0, two, False, c.perf) == pytest.approx(c.perf.sm_count / (c.perf.sm_count - 20))
 
 
 def test_one_gpus_step_rows():
@@ -160,6 +199,8 @@ def test_infer_ep_json_terms():
     (["qwen3-30b-a3b", "--ep", "4", "--tp", "3"], "not a multiple of --tp"),
     (["qwen3-30b-a3b", "--ep", "8", "--tp", "2", "--attention-dp", "2"], "must equal E"),
     (["qwen3-30b-a3b", "--attention-dp", "2"], "give --ep E above 1"),
+    (["qwen3-30b-a3b", "--overlap", "ep"], "give --ep E above 1"),
+    (["qwen3-30b-a3b", "--ep", "4", "--overlap", "tp"], "--overlap takes ep"),
     (["qwen3-30b-a3b", "--ep", "4", "--redundant-experts", "-1"], "0 or more"),
     (["qwen3-30b-a3b", "--ep", "4", "--rate", "2", "--mean-input", "100", "--mean-output", "10"], "--rate with --ep"),
     (["qwen3-30b-a3b", "--ep", "4", "--tp", "2", "--measure"], "--measure --ep runs the experts on E gloo ranks"),

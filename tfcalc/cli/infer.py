@@ -12,6 +12,7 @@ from tfcalc.cli.infer_options import (
     AttentionDP,
     Draft,
     DraftTokens,
+    EPOverlap,
     HostOpUs,
     Launch,
     MaxTime,
@@ -23,6 +24,7 @@ from tfcalc.cli.infer_options import (
     Requests,
     ServeEP,
     ServeTP,
+    ep_overlap,
 )
 from tfcalc.cli.options import (
     BandwidthEfficiency,
@@ -94,6 +96,7 @@ def infer(
     ep: ServeEP = 1,
     attention_dp: AttentionDP = None,
     redundant_experts: RedundantExperts = 0,
+    overlap: EPOverlap = None,
     draft: Draft = None,
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
@@ -144,7 +147,8 @@ def infer(
     holding the KV cache of its own ⌈B/D⌉ of the B sequences. A step on one GPU reads its experts that the step's
     tokens hit (h·(1 − (1 − k/(n + R))^tokens) of its h), its group's attention, and sends its B/E tokens to the
     experts' GPUs and back (dispatch and combine per MoE layer, over NVLink in a node, DeepEP's node-limited route
-    over the network across nodes), not overlapped. Figures per GPU; tok/s total is all E GPUs'. With --measure
+    over the network across nodes), after the compute (--overlap ep: two half batches, one's all-to-all under the
+    other's compute). Figures per GPU; tok/s total is all E GPUs'. With --measure
     (E ranks of one node, no --tp): the real model's experts split over E gloo ranks of this machine, each rank its
     own sequences, one-token steps: per-rank parameter bytes, all-to-all bytes off a rank and experts hit, beside
     the prediction of that run; the prediction stays the listed device's.
@@ -203,7 +207,7 @@ def infer(
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
-        ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts,
+        ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap(overlap),
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
         mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests, max_time=max_time, eager=eager,
         launch=launch,

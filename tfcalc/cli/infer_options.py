@@ -26,6 +26,23 @@ RedundantExperts = Annotated[int, typer.Option(
     "--redundant-experts", help="With --ep E: extra copies of hot experts spread over the GPUs (DeepSeek's EPLB: 32 "
     "at EP 144); each GPU holds (experts + R) / E (E must divide it) and the tokens spread over the n + R slots.",
     metavar="R")]
+EPOverlap = Annotated[Optional[str], typer.Option(
+    "--overlap", help="With --ep: ep runs each step as two half batches, one's all-to-all under the other's compute "
+    "(SGLang's two-batch overlap, DeepSeek's dual micro-batch, vLLM's DBO); none: the all-to-all after the compute "
+    "[default: none].", metavar="ep|none", show_default=False)]
+
+
+def ep_overlap(value: Optional[str]) -> bool:
+    """--overlap: 'ep' or 'none' (any case, spaces around), one line otherwise."""
+    from tfcalc.errors import InputError, shown
+
+    text = (value or "none").strip().lower()
+    if text not in ("ep", "none"):
+        raise InputError(f"--overlap takes ep (the all-to-all under two half batches' compute) or none; got "
+                         f"{shown(value)}")
+    return text == "ep"
+
+
 Draft = Annotated[Optional[str], typer.Option(
     "--draft", help="Speculative decoding: the draft model (a preset, YAML or config.json) that proposes tokens for "
     "the target to verify; same vocabulary as MODEL. Needs --accept-rate.", metavar="MODEL", show_default=False)]

@@ -22,7 +22,7 @@ from tfcalc.workload import Workload
 
 def active(o: InferOptions) -> bool:
     """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
-    return o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts)
+    return o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
 
 
 def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
@@ -34,7 +34,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
             raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
                              f"drop {flag} (or --ep)")
     if o.ep == 1:
-        raise InputError("--attention-dp and --redundant-experts lay out expert parallelism: give --ep E above 1")
+        raise InputError("--attention-dp, --redundant-experts and --overlap ep lay out expert parallelism: give --ep E "
+                         "above 1")
     if spec is None or c.perf is None:
         raise InputError("--ep predicts for a listed device: give --device-spec")
     if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
@@ -49,7 +50,7 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     link, perf = devices.intra_link(spec), c.perf
     return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
                            perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
-                           perf.link_latency_s["network"], perf.link_efficiency["network"])
+                           perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],
@@ -64,10 +65,13 @@ def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, m
             "weight_matmuls_compute_bound_batch": ep.compute_bound_batch(cfg, w, fmt, c, lay, weights_only=True)}
 
 
-def _a2a(a: Optional[ep.AllToAll]) -> Optional[dict[str, Any]]:
-    if a is None:
+def _a2a(p: Optional[ep.Phase]) -> Optional[dict[str, Any]]:
+    """A phase's all-to-all (step 4) and how much of it the step shows (step 6)."""
+    if p is None:
         return None
-    return {"tokens_per_gpu": a.tokens, "moe_layers": a.layers, "dispatch_bytes_per_token_per_layer":
+    a = p.a2a
+    return {"route": a.how, "compute_s": p.compute_s, "step_s": p.step_s, "exposed_s": p.exposed_a2a_s,
+            "tokens_per_gpu": a.tokens, "moe_layers": a.layers, "dispatch_bytes_per_token_per_layer":
             a.dispatch_bytes_per_token, "combine_bytes_per_token_per_layer": a.combine_bytes_per_token,
             "network_bytes": round(a.network_bytes), "nvlink_bytes": round(a.intra_bytes), "seconds": a.seconds}
 
@@ -79,7 +83,7 @@ def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
     decode = est.first_decode_step
     return {
         "gpus": lay.ep, "ep": lay.ep, "attention_tp": lay.tp, "attention_dp": lay.dp, "nodes": lay.nodes,
-        "gpus_per_node": lay.gpus_per_node, "dispatcher": lay.dispatcher, "n_expert": moe.n_expert,
+        "gpus_per_node": lay.gpus_per_node, "n_expert": moe.n_expert, "overlap": "two-batch" if lay.overlap else None,
         "top_k": moe.top_k, "redundant_experts": lay.redundant, "experts_per_gpu": t.experts_per_gpu,
         "sequences_per_attention_group": t.group_batch,
         "weights_bytes_per_gpu": t.weights["total"], "routed_experts_bytes_per_gpu": t.weights["routed_experts"],
@@ -87,14 +91,16 @@ def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
         "decode_experts_hit_per_gpu_per_layer": ep.hit_per_gpu(cfg, lay, est.batch),
         "decode_weights_read_bytes_per_gpu": None if decode is None else decode.weight_bytes,
         "decode_kv_read_bytes_per_gpu": None if decode is None else decode.kv_bytes,
-        "prefill_all_to_all": _a2a(t.prefill_a2a), "decode_all_to_all": _a2a(t.decode_a2a),
-        "a2a_s_per_decode_step": None if t.decode_a2a is None else t.decode_a2a.seconds,
-        "attention_tp_comm_s_per_decode_step": t.decode_tp_comm_s, "prefill_attention_tp_comm_s": t.prefill_tp_comm_s,
+        "prefill_all_to_all": _a2a(t.prefill), "decode_all_to_all": _a2a(t.decode),
+        "a2a_s_per_decode_step": None if t.decode is None else t.decode.a2a.seconds,
+        "attention_tp_comm_s_per_decode_step": None if t.decode is None else t.decode.tp_comm_s,
+        "prefill_attention_tp_comm_s": t.prefill.tp_comm_s,
         "decode_tokens_per_s_all_gpus": per_step,
         "decode_tokens_per_s_per_gpu": None if per_step is None else per_step / lay.ep,
         "decode_tokens_per_s_per_node": None if per_step is None else per_step / lay.ep * min(lay.ep,
                                                                                               lay.gpus_per_node),
-        "assumption": "uniform routing over the n + R expert slots; the all-to-all exposed (not overlapped)",
+        "assumption": "uniform routing over the n + R expert slots; the all-to-all after the compute, or under "
+                      "--overlap ep beside two half batches' compute",
     }
 
 

@@ -34,6 +34,7 @@ class InferOptions:
     ep: int = 1
     attention_dp: Optional[int] = None
     redundant_experts: int = 0
+    ep_overlap: bool = False  # --overlap ep: two micro-batches, the all-to-all under the compute
     draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.serving.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS

@@ -20,45 +20,61 @@ prefill EP 32 with attention TP 4 × DP 8; decode EP 320 with attention TP 4 × 
    (FLOPs, activations) and reads the weights of those of its h experts some token hits: h·(1 − (1 − k/(n + R))^
    (B·q)) experts a layer (with R = 0, n·(1 − (1 − k/n)^(B·q)) across the model split over E GPUs, the roofline's
    experts_touched; a replica takes its share of its expert's tokens, so each slot's chance is k/(n + R)).
-4. All-to-all per MoE layer and step (DeepEP's dispatch and combine, SGLang's and DeepSeek's kernels): each GPU
-   sends its B·q/E tokens (the T GPUs of an attention group dispatch a T-th of its tokens each) to the GPUs
-   holding their experts, and the experts' outputs come back. Rows of d_model per token and call, over the network
-   and over NVLink: tfcalc.count.training.experts_parallel.token_routes -- inside one node one copy per (token,
-   expert) pair off this GPU, k·(E − 1)/E; across ν nodes DeepEP's route, once per remote node holding one of the
-   token's experts (node-limited routing: DeepSeek's groups cap it at topk_group nodes) and forwarded once per GPU
-   over NVLink. Dispatch in the activation dtype (FP8 with one fp32 scale per 128 channels under fp8 weights, as
-   DeepEP's low-latency dispatch sends), combine in the activation dtype (bf16). Both links at once; one latency
-   per call (DeepEP issues every peer's transfer at once, not a pairwise ring as training's alltoall, step 3),
-   the network's when the group spans nodes: 2·L calls a step for L MoE layers. Exposed: not overlapped with the
-   matmuls (SGLang's two-batch overlap and DeepSeek's dual micro-batch decode hide part of it; not modelled).
-5. The step adds the attention group's TP all-reduces (serving_tp.comm_seconds at batch b over T GPUs) and the
-   per-step costs of tfcalc.count.perf.inference at b sequences. Decode throughput of the E GPUs is B per step;
-   per GPU B/E, per node B·(GPUs per node)/E per step.
+4. All-to-all per MoE layer and step (dispatch and combine): each GPU sends its B·q/E tokens (the T GPUs of an
+   attention group dispatch a T-th of its tokens each) to the GPUs holding their experts, and the experts' outputs
+   come back. Rows of d_model per token and call, over the network and over NVLink, as
+   tfcalc.count.training.experts_parallel.token_routes counts them (``route``): inside one node one copy per
+   (token, expert) pair off this GPU, k·(E − 1)/E, over NVLink; across ν nodes the prefill runs DeepEP's normal
+   kernels -- once per remote node holding one of the token's experts (node-limited routing: DeepSeek's groups cap
+   it at topk_group nodes), forwarded once per GPU over NVLink -- and the decode DeepEP's low-latency kernels, one
+   RDMA message per (token, expert) pair, k·(E − r)/E of them across nodes (r GPUs a node; DeepEP docs/legacy.md,
+   whose EP 64 dispatch of 128 tokens × top 8 × 7,168 FP8 bytes in 173 µs is 43 GB/s of exactly those bytes).
+   Dispatch in the activation dtype (FP8 with one fp32 scale per 128 channels under fp8 weights, as DeepEP
+   sends), combine in the activation dtype (bf16). Both links at once; one latency per call (every peer's transfer
+   issued at once, not a pairwise ring as training's), the network's when the group spans nodes: 2·L calls a step.
+5. The step's compute adds the attention group's TP all-reduces (serving_tp.comm_seconds at batch b over T GPUs)
+   and the per-step costs of tfcalc.count.perf.inference at b sequences; the all-to-all follows it, exposed.
+   Decode throughput of the E GPUs is B per step; per GPU B/E, per node B·(GPUs per node)/E per step.
+6. ``--overlap ep`` (SGLang's two-batch overlap, DeepSeek's dual micro-batch prefill and 5-stage decode, vLLM's
+   dual-batch overlap): the batch split into two halves of ⌈B/2⌉, one half's all-to-all running while the other
+   computes; the step takes the longer of the two halves' compute (each half reads its weights again and launches
+   its kernels again: 2 × a step at ⌈B/2⌉) and the whole batch's all-to-all. The halves' matmuls run on the SMs
+   the all-to-all leaves them (``held_sms``: DeepEP's normal kernels hold 20, its low-latency decode kernels none
+   while their RDMA messages fly, profile-data's README; one node's NCCL all-to-all ``comm_sms``): rows × S/(S − h).
 
 Not modelled: expert load imbalance beyond the uniform router (DeepSeek's EPLB aims at balance; tfcalc's training
-side models none either), the overlap of step 4, the attention groups' unequal lengths (every group at the same
-context).
+side models none either), the attention groups' unequal lengths (every group at the same context), the pipeline's
+fill under step 6 (one half's first stage alone).
 
 Worked example (tests/count/serving/test_expert_parallel.py): Qwen3-30B-A3B (48 layers, 128 experts, k 8, d 2048)
 at EP 4 (attention DP 4) decoding B = 8 sequences in bf16 on one node: b = 2 sequences per attention group, h = 32
 experts per GPU of which 32·(1 − (1 − 8/128)^8) = 12.90 are hit a layer; each GPU dispatches 2 tokens, each
 8·3/4 = 6 rows of 2,048 × 2 bytes off the GPU: 24,576 bytes a token each way, 2 · 48 · 2 · 24,576 = 4,718,592
-bytes a step, in 2 · 48 · 2 µs + 4,718,592 B / (450 GB/s × 0.8) = 205.1 µs on an H100 node's NVLink.
+bytes a step, in 2 · 48 · 2 µs + 4,718,592 B / (450 GB/s × 0.8) = 205.1 µs on an H100 node's NVLink. DeepSeek-V3 at
+EP 72 over 9 nodes decoding 256 sequences a GPU (SGLang's setup) sends 256 · 58 · 8 · 64/72 rows of 7,392 + 14,336
+bytes a step across nodes: 2.29 GB, 51 ms at 50 GB/s × 0.9 -- about what its compute takes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Optional
+from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
-from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import serving_tp
+from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's steps 4 and 6, re-exported
+    AllToAll,
+    all_to_all,
+    held_sms,
+    route,
+    slowed,
+    step_all_to_all,
+)
 from tfcalc.count.serving.roofline import (
     Ceilings,
     Row,
@@ -69,7 +85,6 @@ from tfcalc.count.serving.roofline import (
     prefill_step,
 )
 from tfcalc.count.serving.static import BATCH_LIMIT, Estimate, _first_batch, decode_totals, step_overhead
-from tfcalc.count.training.experts_parallel import FP8_SCALE_CHANNELS, FP32, token_routes
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload, decoder_source
 
@@ -92,15 +107,11 @@ class ExpertLayout:
     network_bytes_per_s: float = 0.0  # per GPU, one direction
     network_latency_s: float = 0.0
     network_efficiency: float = 1.0
+    overlap: bool = False  # --overlap ep: two micro-batches, one's all-to-all under the other's compute (step 6)
 
     @property
     def nodes(self) -> int:
         return -(-self.ep // self.gpus_per_node)
-
-    @property
-    def dispatcher(self) -> str:
-        """training's ``--ep-dispatch auto``: DeepEP's route across nodes, one copy per pair inside one."""
-        return "deepep" if self.nodes > 1 else "alltoall"
 
     def attention(self) -> Optional[serving_tp.TensorParallel]:
         """The attention group's TP over the node's link (None at T = 1)."""
@@ -233,39 +244,19 @@ class Sharding:
 
 
 @dataclass(frozen=True)
-class AllToAll:
-    """Step 4 for one step on one GPU."""
+class Phase:
+    """A step's seconds on one GPU (step 5, and step 6's overlap): its compute (rows, per-step costs, TP
+    all-reduces), its all-to-all, and the step: their sum, or under --overlap ep the longer of the all-to-all and
+    the compute of two half batches."""
 
-    tokens: float  # tokens this GPU dispatches (B·q/E)
-    layers: int  # MoE layers
-    dispatch_bytes_per_token: float  # per layer, both links
-    combine_bytes_per_token: float
-    network_bytes: float  # per step, both calls, every layer
-    intra_bytes: float
-    seconds: float
+    compute_s: float
+    a2a: AllToAll
+    tp_comm_s: float
+    step_s: float
 
-
-def all_to_all(cfg: ModelConfig, lay: ExpertLayout, tokens: float, act_bytes: int, fp8: bool) -> AllToAll:
-    """Step 4: the dispatch and combine of ``tokens`` tokens of this GPU at every MoE layer."""
-    moe, L = moe_of(cfg), moe_layers(cfg)
-    if lay.ep == 1:
-        return AllToAll(tokens, L, 0.0, 0.0, 0.0, 0.0, 0.0)
-    d = moe.d_model
-    routes = token_routes(moe, lay.ep, lay.nodes, lay.dispatcher, moe.top_k)
-    dispatch_row = d + FP32 * -(-d // FP8_SCALE_CHANNELS) if fp8 else act_bytes * d
-    per_row = dispatch_row + act_bytes * d  # a row goes out in the dispatch and back in the combine
-    network = tokens * L * routes.network_rows * per_row
-    intra = tokens * L * routes.intra_rows * per_row
-    rows = routes.network_rows + routes.intra_rows
-    latency = lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s
-    wire = max(network / (lay.network_bytes_per_s * lay.network_efficiency) if network else 0.0,
-               intra / (lay.intra_bytes_per_s * lay.intra_efficiency) if intra else 0.0)
-    return AllToAll(tokens, L, rows * dispatch_row, rows * act_bytes * d, network, intra, 2 * L * latency + wire)
-
-
-def step_all_to_all(cfg: ModelConfig, fmt: WeightFormat, lay: ExpertLayout, whole: Step) -> AllToAll:
-    return all_to_all(cfg, lay, whole.batch * whole.queries / lay.ep, activation_element_bytes(fmt.compute_dtype),
-                      fmt.compute_dtype == "fp8")
+    @property
+    def exposed_a2a_s(self) -> float:
+        return self.step_s - self.compute_s if self.step_s > self.compute_s else 0.0
 
 
 @dataclass(frozen=True)
@@ -275,51 +266,77 @@ class Terms:
     group_batch: int
     experts_per_gpu: int
     weights: dict[str, int]
-    prefill_a2a: AllToAll
-    decode_a2a: Optional[AllToAll]
-    prefill_tp_comm_s: float
-    decode_tp_comm_s: Optional[float]
+    prefill: Phase
+    decode: Optional[Phase]
+
+    @property
+    def prefill_a2a(self) -> AllToAll:
+        return self.prefill.a2a
+
+    @property
+    def decode_a2a(self) -> Optional[AllToAll]:
+        return None if self.decode is None else self.decode.a2a
 
 
-def _timed(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
-    """(the GPU's step, its overhead with the TP all-reduces and the all-to-all in comm_s, a2a, TP comm)."""
+def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
+    """(the GPU's step, its per-step costs with the TP all-reduces in comm_s, the step's all-to-all)."""
     mine = shard.step(whole)
-    a2a = step_all_to_all(cfg, fmt, shard.lay, whole)
-    over = step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src)
-    tp_comm = 0.0 if over is None else over.comm_s
-    if over is not None:
-        over = replace(over, comm_s=tp_comm + a2a.seconds)
-    return mine, over, a2a, tp_comm
+    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), step_all_to_all(cfg, fmt, shard.lay,
+                                                                                               whole)
+
+
+def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over) -> Phase:
+    """Step 6 (--overlap ep: SGLang's two-batch overlap, DeepSeek's dual micro-batch; vLLM's DBO): the batch split in
+    two, one half's all-to-all runs under the other's attention and experts -- the step the longer of the two
+    halves' compute (``halves_s``: each half reads the weights again) and the whole batch's all-to-all; else the
+    all-to-all after the compute."""
+    tp = 0.0 if over is None else over.comm_s
+    if halves_s is None:
+        return Phase(compute_s, a2a, tp, compute_s + a2a.seconds)
+    return Phase(halves_s, a2a, tp, max(halves_s, a2a.seconds))
+
+
+def _with_a2a(over, phase: Phase):
+    """The per-step costs as reported: comm_s the TP all-reduces and the all-to-all's exposed seconds."""
+    return None if over is None else replace(over, comm_s=phase.tp_comm_s + phase.exposed_a2a_s)
 
 
 def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memory_bytes: Optional[int],
              lay: ExpertLayout) -> tuple[Estimate, Terms]:
     """static.estimate's figures on one GPU of the layout, B = w.batch sequences over all E (module docstring)."""
-    seq, gen, src = w.seq, w.gen, decoder_source(cfg, w.seq, w.src_seq)
-    shard = Sharding(cfg, fmt, w.kv, lay, src)
-    prefill, prefill_over, prefill_a2a, prefill_comm = _timed(
-        cfg, shard, prefill_step(cfg, w.batch, seq, fmt, w.kv, src_seq=src), fmt, c, src)
-    if prefill_over is not None:
-        prefill_over = replace(prefill_over, request_s=c.perf.request_s)
-    prefill_s = step_seconds(prefill.time_s(c), prefill_over) + (0.0 if prefill_over else prefill_a2a.seconds)
-    first = decode_s = per_token = bound = decode_over = decode_a2a = decode_comm = None
+    B, seq, gen, src = w.batch, w.seq, w.gen, decoder_source(cfg, w.seq, w.src_seq)
+    shard, half = Sharding(cfg, fmt, w.kv, lay, src), -(-B // 2) if lay.overlap and B > 1 else None
+    request = 0.0 if c.perf is None else c.perf.request_s
+    prefill, over, a2a = _parts(cfg, shard, prefill_step(cfg, B, seq, fmt, w.kv, src_seq=src), fmt, c, src)
+    halves = None
+    if half:
+        h, h_over, _ = _parts(cfg, shard, prefill_step(cfg, half, seq, fmt, w.kv, src_seq=src), fmt, c, src)
+        halves = 2 * step_seconds(slowed(h.time_s(c), lay, False, c.perf), h_over)
+    pre = _phase(step_seconds(prefill.time_s(c), over), halves, a2a, over)
+    prefill_over = _with_a2a(over, pre)
+    if prefill_over is not None:  # the request's fixed work, once, before its first token
+        prefill_over = replace(prefill_over, request_s=request)
+    first = decode_s = per_token = bound = decode_over = dec = None
     if gen > 1:
-        def step(context: int) -> Step:
-            return shard.step(decode_step(cfg, w.batch, context, fmt, w.kv, src_seq=src))
+        def at(batch: int) -> Callable[[int], Step]:
+            return lambda context: shard.step(decode_step(cfg, batch, context, fmt, w.kv, src_seq=src))
 
-        n = gen - 1
-        first, decode_over, decode_a2a, decode_comm = _timed(
-            cfg, shard, decode_step(cfg, w.batch, seq + 1, fmt, w.kv, src_seq=src), fmt, c, src)
-        totals = decode_totals(step, seq + 1, seq + gen - 1, c)
-        decode_s = step_seconds(totals.seconds / n, decode_over) + (0.0 if decode_over else decode_a2a.seconds)
-        per_token = totals.weight_kv_bytes / w.batch / n
+        n, lo, hi = gen - 1, seq + 1, seq + gen - 1
+        first, over, a2a = _parts(cfg, shard, decode_step(cfg, B, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+        totals = decode_totals(at(B), lo, hi, c)
+        halves = None
+        if half:
+            _, h_over, _ = _parts(cfg, shard, decode_step(cfg, half, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+            halves = 2 * step_seconds(slowed(decode_totals(at(half), lo, hi, c).seconds / n, lay, True, c.perf),
+                                      h_over)
+        dec = _phase(step_seconds(totals.seconds / n, over), halves, a2a, over)
+        decode_s, decode_over = dec.step_s, _with_a2a(over, dec)
+        per_token = totals.weight_kv_bytes / B / n
         bound = "compute" if totals.compute_s >= totals.memory_s else "memory"
     kv = kv_per_gpu(cfg, replace(w, src_seq=src), lay)
-    est = Estimate(w.batch, seq, gen, prefill, prefill_s, first, decode_s, per_token, bound, shard.weights, kv,
+    est = Estimate(B, seq, gen, prefill, pre.step_s + request, first, decode_s, per_token, bound, shard.weights, kv,
                    None if memory_bytes is None else shard.weights + kv <= memory_bytes, prefill_over, decode_over)
-    terms = Terms(group_batch(w.batch, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), prefill_a2a,
-                  decode_a2a, prefill_comm, decode_comm)
-    return est, terms
+    return est, Terms(group_batch(B, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), pre, dec)
 
 
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int, lay: ExpertLayout) -> int:
