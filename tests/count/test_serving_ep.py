@@ -195,6 +195,7 @@ def test_infer_ep_json_terms():
 @pytest.mark.parametrize("args, message", [
     (["qwen3-30b-a3b", "--ep", "0"], "--ep must be a positive integer"),
     (["qwen3-30b-a3b", "--ep", "3"], "does not divide"),
+    (["qwen3-30b-a3b", "--ep", "1000000000"], "a GPU would hold none"),
     (["qwen3-30b-a3b", "--ep", "16", "--redundant-experts", "8"], "does not divide"),
     (["qwen3-30b-a3b", "--ep", "4", "--tp", "3"], "not a multiple of --tp"),
     (["qwen3-30b-a3b", "--ep", "8", "--tp", "2", "--attention-dp", "2"], "must equal E"),

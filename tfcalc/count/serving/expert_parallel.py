@@ -153,6 +153,9 @@ def check_layout(cfg: ModelConfig, ep: int, tp: int, dp: Optional[int], redundan
         raise InputError(f"--tp {tp} × --attention-dp {dp} = {tp * dp} GPUs, but --ep {ep}: every GPU holds experts "
                          "and serves attention, so T × D must equal E")
     slots = moe.n_expert + redundant
+    if ep > slots:
+        raise InputError(f"--ep {ep} is more GPUs than {cfg.name}'s {slots} expert slots ({moe.n_expert} experts"
+                         + (f" + {redundant} redundant" if redundant else "") + "): a GPU would hold none")
     if slots % ep:
         raise InputError(f"--ep {ep} does not divide {cfg.name}'s {moe.n_expert} experts"
                          + (f" + {redundant} redundant" if redundant else "") + ": each GPU holds as many (give "
