@@ -77,6 +77,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from calibration_held_out_ep import expert_parallel_rows
 from calibration_row import GPTJ, Row
 
 import tfcalc
@@ -259,4 +260,4 @@ def held_out_rows() -> list[Row]:
     for label, preset, gptj, batch, inp, outp, tp, rate in TRT_TP:
         out.append(Row("inference throughput", f"{label}, TP {tp}, batch {batch}, {inp} in, {outp} out", trt_a100,
                        rate, "tok/s/GPU", tp_rate(preset, batch, inp, outp, tp, **(GPTJ if gptj else {}))))
-    return out
+    return out + expert_parallel_rows()  # `infer --ep` (benchmarks/calibration_held_out_ep.py)

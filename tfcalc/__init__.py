@@ -293,14 +293,14 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
-          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, **overrides: Any) -> "InferReport":
-    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file),
-    or measure=True: ceilings measured and the model timed on device, the prediction beside. tp=T: tensor-parallel
-    serving over T GPUs of a node (figures per GPU); draft=, accept_rate=, draft_tokens=: speculative decoding;
-    rate=, mean_input=, mean_output=: continuous batching in steady state (docs/serving.md), prefill_chunk= its
-    chunked prefill's tokens per step (0: prompts prefilled whole; None: 8192, or 0 with measure=True); with
-    measure=True both run on the device (requests=, max_time=: the continuous run's requests and time budget);
-    launch="eager" (host_op_s= seconds per kernel): steps priced with the host's launches (--launch)."""
+          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
+          attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False, **overrides: Any
+          ) -> "InferReport":
+    """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
+    measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
+    redundant_experts=, ep_overlap=): tensor- and expert-parallel serving (per GPU); draft=, accept_rate=, draft_tokens:
+    speculative decoding; rate=, mean_input=, mean_output=: continuous batching, prefill_chunk= its chunk (0: prompts
+    whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -313,7 +313,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
                            mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time,
-                           launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk)
+                           launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap)
     return build_infer(_model(model, overrides), options)
 
 

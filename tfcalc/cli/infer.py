@@ -9,8 +9,10 @@ import typer
 from tfcalc.cli import render
 from tfcalc.cli.infer_options import (
     AcceptRate,
+    AttentionDP,
     Draft,
     DraftTokens,
+    EPOverlap,
     HostOpUs,
     Launch,
     MaxTime,
@@ -18,8 +20,11 @@ from tfcalc.cli.infer_options import (
     MeanOutput,
     PrefillChunk,
     Rate,
+    RedundantExperts,
     Requests,
+    ServeEP,
     ServeTP,
+    ep_overlap,
 )
 from tfcalc.cli.options import (
     BandwidthEfficiency,
@@ -88,6 +93,10 @@ def infer(
     bandwidth_efficiency: BandwidthEfficiency = None,
     require_fit: RequireFit = False,
     tp: ServeTP = 1,
+    ep: ServeEP = 1,
+    attention_dp: AttentionDP = None,
+    redundant_experts: RedundantExperts = 0,
+    overlap: EPOverlap = None,
     draft: Draft = None,
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
@@ -130,6 +139,19 @@ def infer(
     less NCCL's buffers too. With --measure, the collectives of the real model's forward under DTensor TP on T
     local ranks (gloo on the CPU, fp32) are set beside the prediction (calls and bytes); the prediction stays for
     --device-spec.
+
+    --ep E [--tp T] [--attention-dp D]: expert-parallel serving of a mixture on E GPUs (the published stacks'
+    layout: SGLang's --ep with --enable-dp-attention, vLLM's --enable-expert-parallel, DeepSeek-V3's inference
+    system): the routed experts split E ways ((n + R)/E a GPU, --redundant-experts R), attention, dense layers
+    and shared experts tensor-parallel over T and whole on each of the D = E / T data-parallel groups, each group
+    holding the KV cache of its own ⌈B/D⌉ of the B sequences. A step on one GPU reads its experts that the step's
+    tokens hit (h·(1 − (1 − k/(n + R))^tokens) of its h), its group's attention, and sends its B/E tokens to the
+    experts' GPUs and back (dispatch and combine per MoE layer, over NVLink in a node, DeepEP's node-limited route
+    over the network across nodes), after the compute (--overlap ep: two half batches, one's all-to-all under the
+    other's compute). Figures per GPU; tok/s total is all E GPUs'. With --measure
+    (E ranks of one node, no --tp): the real model's experts split over E gloo ranks of this machine, each rank its
+    own sequences, one-token steps: per-rank parameter bytes, all-to-all bytes off a rank and experts hit, beside
+    the prediction of that run; the prediction stays the listed device's.
 
     --draft MODEL --accept-rate A [--draft-tokens K]: speculative decoding (Leviathan et al. 2023): a round of K draft
     steps and one target step verifying K + 1 tokens yields (1 − A^(K+1)) / (1 − A) tokens; printed beside plain
@@ -185,6 +207,7 @@ def infer(
         kv_dtype=kv_dtype.value if kv_dtype else None, src_seq=src_seq, device_spec=device_spec, measure=measure,
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
+        ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap(overlap),
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
         mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests, max_time=max_time, eager=eager,
         launch=launch,
@@ -198,7 +221,8 @@ def infer(
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
     calls += speculative_measured.calls(options) + continuous_measured.calls(options)
     with busy_host(f"infer --measure {ref.label}", measure and out.format in ("json", "csv")), \
-            render.progress(f"infer {ref.label}", calls, enabled=measure and tp == 1 and not out.quiet) as advance:
+            render.progress(f"infer {ref.label}", calls,
+                            enabled=measure and tp == 1 and ep == 1 and not out.quiet) as advance:
         report = build_infer(ref, options, advance)
     from tfcalc.cli.render import infer as view
 

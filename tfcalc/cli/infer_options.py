@@ -13,6 +13,36 @@ ServeTP = Annotated[int, typer.Option(
     "--tp", help="Tensor-parallel serving over T GPUs of one node: heads, FFN and vocabulary split T ways (KV heads "
     "replicated when T exceeds them), two all-reduces per layer on the node's link; figures per GPU.",
     metavar="T")]
+ServeEP = Annotated[int, typer.Option(
+    "--ep", help="Expert-parallel serving of a mixture over E GPUs (across nodes in whole nodes): the routed experts "
+    "split E ways, attention and dense layers tensor-parallel over --tp T and data-parallel over the E / T groups "
+    "(each group its own sequences and their KV cache), a DeepEP-style all-to-all dispatch and combine per MoE layer; "
+    "figures per GPU, tok/s of all E (SGLang --ep with --enable-dp-attention, vLLM --enable-expert-parallel).",
+    metavar="E")]
+AttentionDP = Annotated[Optional[int], typer.Option(
+    "--attention-dp", help="With --ep E: data-parallel attention groups D; --tp T × D must equal E [default: E / T].",
+    metavar="D", show_default=False)]
+RedundantExperts = Annotated[int, typer.Option(
+    "--redundant-experts", help="With --ep E: extra copies of hot experts spread over the GPUs (DeepSeek's EPLB: 32 "
+    "at EP 144); each GPU holds (experts + R) / E (E must divide it) and the tokens spread over the n + R slots.",
+    metavar="R")]
+EPOverlap = Annotated[Optional[str], typer.Option(
+    "--overlap", help="With --ep: ep runs each step as two half batches, one's all-to-all under the other's compute "
+    "(SGLang's two-batch overlap, DeepSeek's dual micro-batch, vLLM's DBO); none: the all-to-all after the compute "
+    "[default: none].", metavar="ep|none", show_default=False)]
+
+
+def ep_overlap(value: Optional[str]) -> bool:
+    """--overlap: 'ep' or 'none' (any case, spaces around), one line otherwise."""
+    from tfcalc.errors import InputError, shown
+
+    text = (value or "none").strip().lower()
+    if text not in ("ep", "none"):
+        raise InputError(f"--overlap takes ep (the all-to-all under two half batches' compute) or none; got "
+                         f"{shown(value)}")
+    return text == "ep"
+
+
 Draft = Annotated[Optional[str], typer.Option(
     "--draft", help="Speculative decoding: the draft model (a preset, YAML or config.json) that proposes tokens for "
     "the target to verify; same vocabulary as MODEL. Needs --accept-rate.", metavar="MODEL", show_default=False)]

@@ -23,7 +23,7 @@ from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp
 from tfcalc.count.serving import continuous, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
-from tfcalc.report import continuous as continuous_report, continuous_measured, speculative_measured
+from tfcalc.report import continuous as continuous_report, continuous_measured, infer_ep, speculative_measured
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, read_estimate
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.infer_report import InferReport
@@ -147,6 +147,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
     if ceilings.perf is not None:  # --launch, --host-op-us (tfcalc.count.perf.inference, step 6)
         ceilings = replace(ceilings, perf=with_launch(ceilings.perf, o.launch, o.host_op_s))
+    if infer_ep.active(o):  # expert-parallel serving: its own estimate per GPU (tfcalc.report.infer_ep)
+        return _expert_parallel(model, o, seq, src, fmt, kv, spec, ceilings)
     check_tp(model, o, spec)
     tp = tensor_parallel(spec, ceilings, o.tp) if o.tp > 1 else None
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
@@ -168,6 +170,16 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
         serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state, read_estimates=read,
     ))
+
+
+def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[int], fmt: WeightFormat, kv: str,
+                     spec: Optional[devices.DeviceSpec], ceilings: Ceilings) -> InferReport:
+    lay = infer_ep.layout(model, o, spec, ceilings)  # --measure's own rule: build_infer
+    w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+    f = infer_ep.estimates(model, o, w, fmt, ceilings, devices.usable_bytes(spec, communicating=True), lay)
+    return InferReport(model, o, seq, src, fmt, kv, spec, ceilings, f["estimates"], f["max_batch"],
+                       f["compute_bound_batch"], f["weight_matmuls_compute_bound_batch"], ep_layout=lay,
+                       ep_terms=f["ep_terms"])
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
@@ -233,6 +245,13 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
 
 
 def build_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] = lambda: None) -> InferReport:
+    if infer_ep.active(o):  # the listed device's prediction; --measure: the experts on E gloo ranks beside it
+        report = estimate_infer(model, replace(o, measure=False))
+        if not o.measure:
+            return report
+        infer_ep.layout(model, o, report.spec, report.ceilings)  # what a measured run takes, before any rank starts
+        return replace(report, options=o, ep_measured=infer_ep.measure(model, report.ep_layout,
+                                                                       report.estimates[0].batch))
     if o.measure and o.tp > 1:  # the prediction for the listed device, the collectives measured on T ranks
         check_options(model, o)
         report = estimate_infer(model, replace(o, measure=False))

@@ -1,6 +1,7 @@
 """What `tfcalc infer` is asked (tfcalc.report.infer builds the report from it): the batches, the prompt and
 the generation, the weights' and the cache's formats, the device, and the serving modes -- tensor parallelism
-(--tp), speculative decoding (--draft), continuous batching (--rate) -- each field the flag of that name."""
+(--tp), expert parallelism (--ep), speculative decoding (--draft), continuous batching (--rate) -- each field the
+flag of that name."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ class InferOptions:
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet bandwidth; None: the device's
     # issue 20, serving (helper I): tensor-parallel serving over tp GPUs of one node (tfcalc.count.serving.serving_tp)
     tp: int = 1
+    # issue 31: expert-parallel serving of a mixture (tfcalc.count.serving.expert_parallel): the experts over ep GPUs,
+    # attention TP tp × data-parallel attention_dp (None: ep / tp), redundant expert copies
+    ep: int = 1
+    attention_dp: Optional[int] = None
+    redundant_experts: int = 0
+    ep_overlap: bool = False  # --overlap ep: two micro-batches, the all-to-all under the compute
     draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.serving.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS

@@ -12,9 +12,9 @@ from tfcalc import devices
 from tfcalc.count.model.memory import kv_cache_expanded_bytes, state_split
 from tfcalc.count.model.quant import WeightFormat, format_label, stored_mxfp4
 from tfcalc.count.perf.hardware import device_constants
-from tfcalc.count.serving import continuous, serving_tp, speculative, static as serving
+from tfcalc.count.serving import continuous, expert_parallel, serving_tp, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, experts_touched
-from tfcalc.report import continuous as continuous_report
+from tfcalc.report import continuous as continuous_report, infer_ep
 from tfcalc.report.decode import predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer_options import InferOptions
@@ -48,6 +48,10 @@ class InferReport(Displayed):
     continuous_measured: Optional[dict[str, Any]] = None  # --measure --rate: the server run (continuous_measured)
     # per batch, the same request priced at the keys tfcalc's runtime reads (its bucket): predicted.*_read
     read_estimates: Optional[tuple[serving.Estimate, ...]] = None
+    # --ep: the layout and, per batch, the terms beside the estimate (tfcalc.report.infer_ep); estimates one GPU's
+    ep_layout: Optional[expert_parallel.ExpertLayout] = None
+    ep_terms: Optional[tuple[expert_parallel.Terms, ...]] = None
+    ep_measured: Optional[dict[str, Any]] = None  # --measure --ep: the run on E gloo ranks (report.infer_ep.measure)
 
     def headline(self) -> str:
         from tfcalc import units
@@ -56,7 +60,7 @@ class InferReport(Displayed):
         rows = data if isinstance(data, list) else [data]
         each = ", ".join(f"batch {r['batch']:,} {units.tokens_rate(r['decode_tokens_per_s_total'])}"
                          + ("" if r["fits"] is not False else " (does not fit)") for r in rows)
-        where = rows[0]["device"] if self.tp == 1 else f"{self.tp} × {rows[0]['device']}"
+        where = rows[0]["device"] if self.gpus == 1 else f"{self.gpus} × {rows[0]['device']}"
         line = f"{self.model.label} on {where}, prompt {self.seq:,}: decode {each}"
         steady = rows[0]["continuous"]
         if steady is not None:
@@ -106,11 +110,13 @@ class InferReport(Displayed):
             "generation_state": self.state_json(est),
             # the form a decode step is counted (and tfcalc's module run) in: latent attention's absorbed one
             "decode_attention_form": self.model.cfg.architecture.decode_forms(),
-            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.tp > 1),
+            "memory_bytes": None if self.spec is None else devices.usable_bytes(self.spec, communicating=self.gpus > 1),
             "datasheet_memory_bytes": None if self.spec is None else self.spec.memory_bytes,
             "driver_memory_bytes": None if self.spec is None else devices.driver_bytes(self.spec),
-            "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.tp),
-            "tp": self.tp, "tensor_parallel": self.tp_json(est), "speculative": self.speculative_json(i),
+            "runtime_reserved_bytes": None if self.spec is None else reserved_bytes(self.spec, self.gpus),
+            "tp": self.tp, "tensor_parallel": self.tp_json(est),
+            "ep": self.options.ep, "expert_parallel": self.ep_json(i),
+            "speculative": self.speculative_json(i),
             "continuous": continuous_report.to_json(self.continuous, self.continuous_measured),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
@@ -138,10 +144,22 @@ class InferReport(Displayed):
     def tp(self) -> int:
         return self.options.tp
 
+    def ep_json(self, i: int) -> Optional[dict[str, Any]]:
+        """--ep: the layout and its terms at batch i, one GPU's (report.infer_ep), and a measured run; None without."""
+        if self.ep_layout is None:
+            return None
+        x = infer_ep.to_json(self.ep_layout, self.model.cfg, self.estimates[i], self.ep_terms[i])
+        return x | {"measured": self.ep_measured if i == 0 else None}
+
+    @property
+    def gpus(self) -> int:
+        """GPUs serving one copy of the model: T under --tp, E under --ep (attention TP T × DP D = E)."""
+        return self.ep_layout.ep if self.ep_layout is not None else self.tp
+
     def tp_json(self, est: serving.Estimate) -> Optional[dict[str, Any]]:
         """Tensor-parallel serving: the split and the step's all-reduces (count.serving.serving_tp); None at T = 1.
         weights_bytes, kv_cache_bytes and fits are then one GPU's."""
-        if self.tp == 1:
+        if self.tp == 1 or self.ep_layout is not None:  # under --ep: expert_parallel's attention_tp and terms
             return None
         cfg, t = self.model.cfg, self.tp_link
         over = (est.prefill_overhead, est.decode_overhead)

@@ -7,13 +7,16 @@ from typing import Any
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
+from tfcalc.cli.render.infer_ep import ep_measured_note, ep_table
 from tfcalc.count.perf.hardware import constants_line, from_table
 from tfcalc.report.infer_report import InferReport
 
 
 def _title(r: InferReport, first: dict[str, Any]) -> str:
     where = first["device_name"] or first["device"]
-    if r.tp > 1:
+    if r.ep_layout is not None:
+        where = f"{r.gpus} × {where} (expert parallel; figures per GPU, tok/s total of all)"
+    elif r.tp > 1:
         where = f"{r.tp} × {where} (tensor parallel; figures per GPU)"
     return (f"{r.model.label} on {where}: prompt {r.seq:,} + {r.options.gen:,} new tokens, weights "
             f"{r.weight_label}, KV cache {r.kv_dtype} ({r.ceilings.source})")
@@ -287,7 +290,7 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
     doc.note(f"Ceilings: {units.flop_rate(c.flops_per_s)} ({r.fmt.compute_dtype}){sixteen} and "
              f"{units.byte_rate(c.bytes_per_s)}, "
              f"ridge {units.intensity(c.ridge)}; {c.source}. Weights: {units.nbytes(first['weights_bytes'])}"
-             + (" per GPU." if r.tp > 1 else "."))
+             + (" per GPU." if r.gpus > 1 else "."))
     _tp_note(doc, r, first)
     if c.perf is not None and not from_table(c.perf):  # a device file: where each constant came from (issue 31)
         doc.note(constants_line(c.perf))
@@ -335,6 +338,8 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
         _short_note(doc, r, rows)
         _speculative_table(doc, r, rows)
+        ep_table(doc, rows)
+        ep_measured_note(doc, rows[0])
         _notes(doc, r, rows[0])
         if r.measured:
             busy_note(doc, rows[0])

@@ -1,0 +1,83 @@
+"""Expert-parallel serving's all-to-all (tfcalc.count.serving.expert_parallel, steps 4 and 6): the dispatch and
+combine of a step's tokens on one GPU -- the route by phase and span, the bytes per link, the seconds -- and the SMs
+its kernels hold while two half batches overlap it. Pure arithmetic; the layout is expert_parallel.ExpertLayout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model.memory import activation_element_bytes
+from tfcalc.count.model.quant import WeightFormat
+from tfcalc.count.serving.roofline import Step
+from tfcalc.count.training.experts_parallel import FP8_SCALE_CHANNELS, FP32, token_routes
+
+
+def _moe(cfg: ModelConfig):
+    return next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
+
+
+def _layers(cfg: ModelConfig) -> int:
+    return sum(n for _, b, n in cfg.architecture.kinds() if b.is_moe)
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """Step 4 for one step on one GPU."""
+
+    tokens: float  # tokens this GPU dispatches (B·q/E)
+    layers: int  # MoE layers
+    dispatch_bytes_per_token: float  # per layer, both links
+    combine_bytes_per_token: float
+    network_bytes: float  # per step, both calls, every layer
+    intra_bytes: float
+    seconds: float
+    how: str = "alltoall"  # step 4's route: alltoall (one copy per pair), deepep (node-limited), low_latency
+
+
+def route(lay, decode: bool) -> str:
+    """Step 4's route: inside one node one copy per (token, expert) pair over NVLink; across nodes the prefill's
+    DeepEP normal kernels (node-limited, forwarded over NVLink), the decode's low-latency kernels (one RDMA message
+    per pair, DeepEP docs/legacy.md, "Low-latency kernels with pure RDMA": 128 tokens × top-8 × 7,168 FP8 in 173 µs
+    at EP 64, 43 GB/s, as the per-pair bytes give)."""
+    if lay.nodes == 1:
+        return "alltoall"
+    return "low_latency" if decode else "deepep"
+
+
+def all_to_all(cfg: ModelConfig, lay, tokens: float, act_bytes: int, fp8: bool,
+               decode: bool = True) -> AllToAll:
+    """Step 4: the dispatch and combine of ``tokens`` tokens of this GPU at every MoE layer."""
+    moe, L, how = _moe(cfg), _layers(cfg), route(lay, decode)
+    if lay.ep == 1:
+        return AllToAll(tokens, L, 0.0, 0.0, 0.0, 0.0, 0.0, how)
+    d = moe.d_model
+    routes = token_routes(moe, lay.ep, lay.nodes, "deepep" if how == "deepep" else "alltoall", moe.top_k)
+    dispatch_row = d + FP32 * -(-d // FP8_SCALE_CHANNELS) if fp8 else act_bytes * d
+    per_row = dispatch_row + act_bytes * d  # a row goes out in the dispatch and back in the combine
+    network = tokens * L * routes.network_rows * per_row
+    intra = tokens * L * routes.intra_rows * per_row
+    rows = routes.network_rows + routes.intra_rows
+    latency = lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s
+    wire = max(network / (lay.network_bytes_per_s * lay.network_efficiency) if network else 0.0,
+               intra / (lay.intra_bytes_per_s * lay.intra_efficiency) if intra else 0.0)
+    return AllToAll(tokens, L, rows * dispatch_row, rows * act_bytes * d, network, intra, 2 * L * latency + wire, how)
+
+
+def step_all_to_all(cfg: ModelConfig, fmt: WeightFormat, lay, whole: Step) -> AllToAll:
+    return all_to_all(cfg, lay, whole.batch * whole.queries / lay.ep, activation_element_bytes(fmt.compute_dtype),
+                      fmt.compute_dtype == "fp8", whole.phase == "decode")
+
+
+def held_sms(lay, decode: bool, perf) -> int:
+    """Step 6's SMs the all-to-all's kernels hold while the other half computes: DeepEP's normal kernels
+    (``PerfSpec.ep_comm_sms``, 20: DeepSeek-V3 sec. 3.2.2), none for its low-latency decode kernels (the RDMA
+    messages fly without an SM: profile-data's README), NCCL's ``comm_sms`` for one node's all-to-all."""
+    how = route(lay, decode)
+    return 0 if perf is None or how == "low_latency" else perf.ep_comm_sms if how == "deepep" else perf.comm_sms
+
+
+def slowed(rows_s: float, lay, decode: bool, perf) -> float:
+    """The rows' seconds on the SMs the all-to-all leaves them (step 6): × sm_count / (sm_count − held)."""
+    sms = held_sms(lay, decode, perf)
+    return rows_s if not sms else rows_s * perf.sm_count / (perf.sm_count - sms)

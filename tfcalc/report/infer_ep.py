@@ -1,0 +1,135 @@
+"""`tfcalc infer --ep E [--tp T] [--attention-dp D] [--redundant-experts R]`: expert-parallel serving of a mixture
+(tfcalc.count.serving.expert_parallel) -- the layout's check, the node's links the prediction uses, the estimate per
+batch on one GPU, and the JSON object ``expert_parallel`` of tfcalc.report.infer_report. With --measure (E ranks of
+one node, attention DP, on this machine's CPUs): the prediction stays the listed device's, and the real model's
+expert-parallel one-token steps on E gloo ranks (tfcalc.measure.serving_ep) are set beside it -- per-rank parameter
+bytes, the all-to-all's bytes off each rank and the experts hit -- with the prediction of that run (fp32). --rate and
+--draft are refused beside --ep (one line each)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+from tfcalc import devices
+from tfcalc.count.serving import expert_parallel as ep
+from tfcalc.count.serving.roofline import Ceilings
+from tfcalc.errors import InputError, shown
+from tfcalc.report.infer_options import InferOptions
+from tfcalc.report.model_ref import ModelRef
+from tfcalc.workload import Workload
+
+
+def active(o: InferOptions) -> bool:
+    """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
+    return o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
+
+
+def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
+    """The layout and its links (count.perf.hardware's α and efficiency per link kind), checked."""
+    if isinstance(o.ep, bool) or not isinstance(o.ep, int) or o.ep < 1:
+        raise InputError(f"--ep must be a positive integer; got {shown(o.ep)}")
+    for flag, given in (("--rate", o.rate is not None), ("--draft", o.draft is not None)):
+        if given:
+            raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
+                             f"drop {flag} (or --ep)")
+    if o.ep == 1:
+        raise InputError("--attention-dp, --redundant-experts and --overlap ep lay out expert parallelism: give --ep E "
+                         "above 1")
+    if spec is None or c.perf is None:
+        raise InputError("--ep predicts for a listed device: give --device-spec")
+    if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
+        raise InputError(f"--ep {o.ep}: {spec.name} has no GPU-to-GPU link in tfcalc's table (one GPU per node)")
+    dp = ep.check_layout(model.cfg, o.ep, o.tp, o.attention_dp, o.redundant_experts, spec.gpus_per_node)
+    if o.ep > spec.gpus_per_node and not spec.inter_node_bytes_per_s:
+        raise InputError(f"--ep {o.ep} spans nodes of {spec.gpus_per_node} GPUs, but {spec.name} names no network "
+                         "between nodes (inter_node_bytes_per_s)")
+    if o.measure and (o.tp > 1 or o.ep > spec.gpus_per_node or o.redundant_experts or o.device != "cpu"):
+        raise InputError("--measure --ep runs the experts on E gloo ranks of this machine's CPUs, attention data-"
+                         "parallel: give --ep within one node, without --tp, --redundant-experts or --device cuda")
+    link, perf = devices.intra_link(spec), c.perf
+    return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
+                           perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
+                           perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap)
+
+
+def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],
+              lay: ep.ExpertLayout) -> dict[str, Any]:
+    """The report's fields under EP: estimates (one GPU's), terms, read_estimates (the same: the EP runtime is not
+    tfcalc's), max_batch, the compute-bound batches."""
+    cfg = model.cfg
+    pairs = [ep.estimate(cfg, replace(w, batch=b), fmt, c, memory, lay) for b in o.batches]
+    return {"estimates": tuple(e for e, _ in pairs), "ep_terms": tuple(t for _, t in pairs),
+            "max_batch": None if memory is None else ep.max_batch(cfg, w, fmt, memory, lay),
+            "compute_bound_batch": ep.compute_bound_batch(cfg, w, fmt, c, lay),
+            "weight_matmuls_compute_bound_batch": ep.compute_bound_batch(cfg, w, fmt, c, lay, weights_only=True)}
+
+
+def _a2a(p: Optional[ep.Phase]) -> Optional[dict[str, Any]]:
+    """A phase's all-to-all (step 4) and how much of it the step shows (step 6)."""
+    if p is None:
+        return None
+    a = p.a2a
+    return {"route": a.how, "compute_s": p.compute_s, "step_s": p.step_s, "exposed_s": p.exposed_a2a_s,
+            "tokens_per_gpu": a.tokens, "moe_layers": a.layers, "dispatch_bytes_per_token_per_layer":
+            a.dispatch_bytes_per_token, "combine_bytes_per_token_per_layer": a.combine_bytes_per_token,
+            "network_bytes": round(a.network_bytes), "nvlink_bytes": round(a.intra_bytes), "seconds": a.seconds}
+
+
+def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
+    """The layout and each term of the module docstring of count.serving.expert_parallel, one GPU's."""
+    moe = ep.moe_of(cfg)
+    per_step = None if est.decode_s_per_token is None else est.batch / est.decode_s_per_token
+    decode = est.first_decode_step
+    return {
+        "gpus": lay.ep, "ep": lay.ep, "attention_tp": lay.tp, "attention_dp": lay.dp, "nodes": lay.nodes,
+        "gpus_per_node": lay.gpus_per_node, "n_expert": moe.n_expert, "overlap": "two-batch" if lay.overlap else None,
+        "top_k": moe.top_k, "redundant_experts": lay.redundant, "experts_per_gpu": t.experts_per_gpu,
+        "sequences_per_attention_group": t.group_batch,
+        "weights_bytes_per_gpu": t.weights["total"], "routed_experts_bytes_per_gpu": t.weights["routed_experts"],
+        "attention_dense_shared_bytes_per_gpu": t.weights["rest"], "kv_cache_bytes_per_gpu": est.kv_cache_bytes,
+        "decode_experts_hit_per_gpu_per_layer": ep.hit_per_gpu(cfg, lay, est.batch),
+        "decode_weights_read_bytes_per_gpu": None if decode is None else decode.weight_bytes,
+        "decode_kv_read_bytes_per_gpu": None if decode is None else decode.kv_bytes,
+        "prefill_all_to_all": _a2a(t.prefill), "decode_all_to_all": _a2a(t.decode),
+        "a2a_s_per_decode_step": None if t.decode is None else t.decode.a2a.seconds,
+        "attention_tp_comm_s_per_decode_step": None if t.decode is None else t.decode.tp_comm_s,
+        "prefill_attention_tp_comm_s": t.prefill.tp_comm_s,
+        "decode_tokens_per_s_all_gpus": per_step,
+        "decode_tokens_per_s_per_gpu": None if per_step is None else per_step / lay.ep,
+        "decode_tokens_per_s_per_node": None if per_step is None else per_step / lay.ep * min(lay.ep,
+                                                                                              lay.gpus_per_node),
+        "assumption": "uniform routing over the n + R expert slots; the all-to-all after the compute, or under "
+                      "--overlap ep beside two half batches' compute",
+    }
+
+
+MEASURED_STEPS = 16  # one-token steps a measured run averages over (the routing varies from step to step)
+
+
+def measure(model: ModelRef, lay: ep.ExpertLayout, batch: int) -> dict[str, Any]:
+    """--measure --ep E: the real model's steps on E gloo ranks (fp32), each rank its own ⌈B/D⌉ sequences, beside
+    count.serving.expert_parallel's figures for that run: parameter bytes (exact), all-to-all bytes off a rank
+    and experts hit per layer and step (expectations under uniform routing: a random router comes close)."""
+    import dataclasses
+
+    from tfcalc.count.model.quant import plain
+    from tfcalc.measure.launch import check_nproc
+    from tfcalc.measure.serving_ep import measure as run
+
+    cfg, b = model.cfg, ep.group_batch(batch, lay)
+    check_nproc(lay.ep, "cpu")
+    ranks = run(dataclasses.asdict(cfg), lay.ep, b, MEASURED_STEPS)
+    w = ep.weights_per_gpu(cfg, plain("fp32"), lay)
+    a2a = ep.all_to_all(cfg, lay, b, 4, fp8=False)
+    per_step = sum(r["off_rank_bytes"] for r in ranks) / (lay.ep * MEASURED_STEPS)
+    return {"backend": "gloo", "world_size": lay.ep, "dtype": "fp32", "sequences_per_rank": b,
+            "steps": MEASURED_STEPS,
+            "routed_experts_bytes_per_rank": {"measured": [r["routed_experts_bytes"] for r in ranks],
+                                              "predicted": w["routed_experts"]},
+            "rest_bytes_per_rank": {"measured": [r["rest_bytes"] for r in ranks], "predicted": w["rest"]},
+            "a2a_bytes_per_rank_per_step": {"measured": per_step, "predicted": a2a.intra_bytes},
+            "experts_hit_per_rank_per_layer": {"measured": sum(r["experts_hit_mean"] for r in ranks) / lay.ep,
+                                               "predicted": ep.hit_per_gpu(cfg, lay, b * lay.ep)},
+            "weights_equal": all(r["routed_experts_bytes"] == w["routed_experts"] and r["rest_bytes"] == w["rest"]
+                                 for r in ranks)}
