@@ -27,7 +27,9 @@ it, never used to choose a parameter of the performance model. Reported beside i
   set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, end of 2024), Tables 1 and 3:
   Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
-  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused), and with
+  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels compile: each
+  TransformerBlock compiled, the embedding, final norm and loss eager, parallelize_llama.py's apply_compile
+  at the page's torchtitan commit 9dec370; --kernels fused before, 1.36/1.40), and with
   torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
   tensorwise, added with the recipes by name, issue 31); and its Table 2, context parallelism: FSDP × CP on
   8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
@@ -121,8 +123,8 @@ def torchtitan_h100_rate(gpus: int, kernels: str, local: int = 2, **fp8) -> Call
 
 
 # benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: (GPUs, technique, tfcalc's kernels, TPS/GPU)
-TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fused", 6667),
-                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514),
+TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "compile", 6667),
+                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "compile", 6514),
                    (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
                    (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
 # Table 2: (FSDP, CP, sequence, TPS/GPU)
@@ -132,7 +134,7 @@ TORCHTITAN_CP = [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071),
 def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
     def run() -> float:
         r = tfcalc.plan("llama3-8b", dp=dp, cp=cp, zero=3, global_batch=dp, micro_batch=1, seq=seq, recompute="full",
-                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="fused", compute_dtype="fp8",
+                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="compile", compute_dtype="fp8",
                         fp8_recipe="tensorwise", max_seq_len=seq)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
@@ -231,7 +233,7 @@ def held_out_rows() -> list[Row]:
         fp8 = dict(compute_dtype="fp8", fp8_recipe=kernels) if kernels == "tensorwise" else {}
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(gpus, "fused" if fp8 else kernels, **fp8)))
+                       torchtitan_h100_rate(gpus, "compile" if fp8 else kernels, **fp8)))
     for dp, cp, seq, tps in TORCHTITAN_CP:
         out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
                        "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
@@ -239,7 +241,7 @@ def held_out_rows() -> list[Row]:
     for recipe, label, tps in TORCHAO_FLOAT8:
         out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
                        "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(8, "fused", 1, compute_dtype="fp8", fp8_recipe=recipe)))
+                       torchtitan_h100_rate(8, "compile", 1, compute_dtype="fp8", fp8_recipe=recipe)))
     for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",

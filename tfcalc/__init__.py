@@ -344,7 +344,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule);
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
-    default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile); power_limit: watts each GPU is
+    default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
+    the embedding, final norm and loss eager); power_limit: watts each GPU is
     capped at (the clock it sustains: tfcalc.count.training.overlap_costs.power_capped_clock)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS

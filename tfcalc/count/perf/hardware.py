@@ -56,10 +56,20 @@ Fields and their sources:
   kernel on the 2-core test machine, between a bare dispatched op's 0.9 µs and this constant). ``launch``
   "graph" (the default: tfcalc's runtime captures its decode steps on CUDA, tfcalc.model.generate; vLLM,
   SGLang and TensorRT-LLM replay CUDA graphs or run a C++ runtime) charges no host term; "eager" charges it.
-- ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
+- ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward, the
+  backward in tfcalc's convention (2 × the forward's FLOPs, tfcalc.count.training.micro_batch_time).
   FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
-  we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
-  et al. 2024, "FlashAttention-3", sec. 1): 0.35 and 0.3.
+  we take 0.6 forward and 0.45 backward. On Hopper, by kernel (``attention_kernel``, HOPPER_ATTENTION):
+  Shah et al. 2024, "FlashAttention-3" (arXiv 2407.08608), Fig. 5 (forward, causal mask, head dim 128,
+  H100 80GB SXM5, 8K tokens) and Fig. 6 (backward, head dim 128, 8K): FlashAttention-2 333 and 318 TFLOP/s,
+  cuDNN 529 and 518, FlashAttention-3 602 and 559. FlashAttention's benchmark
+  (benchmarks/benchmark_flash_attention.py, ``flops``) counts a backward as 2.5 × the forward's FLOPs (it
+  recomputes Q·Kᵀ and the softmax: five T × T products to the forward's two); tfcalc charges 2 ×, so a
+  published backward rate is taken × 2/2.5: FlashAttention-2 0.337 and 0.257 of the 989 TFLOP/s peak.
+  FlashAttention-2 is the default on Hopper: PyTorch's SDPA runs its in-tree FlashAttention-2 (the cuDNN
+  backend is opt-in since torch 2.5.1), and torch's ring attention (context parallelism) calls the flash or
+  the memory-efficient kernel only. Choose another with ``perf: {attention_kernel: cudnn}`` (or fa3) in a
+  device file, or state ``flash_efficiency`` itself.
 - ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
   tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
   one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
@@ -113,17 +123,29 @@ class PerfSpec:
     ep_comm_sms: int = 20  # SMs DeepEP's all-to-all kernels hold under --overlap ep (count.training.experts_parallel)
     host_op_s: float = 31e-6  # the host's time per counted kernel of an eager step (docstring; perf.inference, 6)
     launch: str = "graph"  # "graph": steps captured (no host term); "eager": every kernel launched from Python
+    attention_kernel: str = "fa2"  # the fused attention kernel flash_efficiency is of (ATTENTION_KERNEL_NAMES)
     # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
     constants_from: tuple[tuple[str, str], ...] = ()
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
-                     self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms))
+                     self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms,
+                     self.attention_kernel))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
-_HOPPER_FLASH = (0.35, 0.30)  # FlashAttention-2 on H100 (Shah et al. 2024)
+H100_BF16 = 989e12
+BACKWARD_COUNT = 2 / 2.5  # FlashAttention's benchmark counts a backward as 2.5 forwards, tfcalc 2 (docstring)
+# attention kernel -> (forward, backward) on Hopper, Shah et al. 2024 Fig. 5 (causal, d_head 128, 8K) and Fig. 6
+HOPPER_ATTENTION: dict[str, tuple[float, float]] = {
+    "fa2": (333e12 / H100_BF16, 318e12 * BACKWARD_COUNT / H100_BF16),
+    "cudnn": (529e12 / H100_BF16, 518e12 * BACKWARD_COUNT / H100_BF16),
+    "fa3": (602e12 / H100_BF16, 559e12 * BACKWARD_COUNT / H100_BF16),
+}
+ATTENTION_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN", "fa3": "FlashAttention-3"}
+_HOPPER_FLASH = HOPPER_ATTENTION["fa2"]  # PyTorch SDPA's flash backend on H100 (docstring)
+HOPPER_KEYS = ("h100", "h200")  # the table devices whose attention kernels HOPPER_ATTENTION measures
 
 # key -> (sm_count, matmul_ceiling, flash_efficiency, source of the ceiling)
 _TABLE: dict[str, tuple[int, float, tuple[float, float], str]] = {
@@ -179,7 +201,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 # What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
-                "flash_efficiency": "default, FlashAttention-2 on an A100"}
+                "flash_efficiency": "default, the A100's"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -193,6 +215,14 @@ def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
     basis = perf_basis(spec)
     perf = perf_spec(basis or "", matmul_efficiency, bandwidth_efficiency)
     stated = dict(spec.perf)
+    if "attention_kernel" in stated:  # a kernel by name: its Hopper measurement (HOPPER_ATTENTION)
+        if not (basis or "").startswith(HOPPER_KEYS):
+            from tfcalc.errors import InputError
+
+            raise InputError(f"{spec.source}: perf.attention_kernel takes the kernels' H100 measurements; this file "
+                             f"inherits {basis or 'no table device'}: name a Hopper device (inherits: h100-sxm) or "
+                             "state flash_efficiency")
+        stated["flash_efficiency"] = HOPPER_ATTENTION[stated["attention_kernel"]]
     if "matmul_ceiling" in stated:
         perf = replace(perf, source=f"matmul ceiling {stated['matmul_ceiling']:g} from {spec.source}")
     user = basis != spec.key or spec.inherits is not None or bool(stated)
@@ -210,7 +240,8 @@ def constants_line(perf: PerfSpec) -> str:
     """One line naming each per-device constant, its value and where it came from."""
     values = {"sm_count": str(perf.sm_count), "matmul_ceiling": f"{perf.matmul_ceiling:.3g}",
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
-              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)}
+              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)
+              + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
@@ -259,5 +290,5 @@ def perf_json(perf: PerfSpec) -> dict:
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
             "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "ep_comm_sms": perf.ep_comm_sms,
             "source": perf.source,
-            "host_op_s": perf.host_op_s, "launch": perf.launch,
+            "host_op_s": perf.host_op_s, "launch": perf.launch, "attention_kernel": perf.attention_kernel,
             "constants_from": dict(perf.constants_from)}

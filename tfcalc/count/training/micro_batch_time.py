@@ -22,7 +22,9 @@ memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of
 products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
 cost: under kernels="eager" (the default: PyTorch without torch.compile) every op's bytes and kernel
 as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
-recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
+recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise); under "compile"
+(torch.compile of each block, torchtitan's) the blocks' work fused and the embedding, final norm and loss
+eager, once each way (tfcalc.count.perf.elementwise, 5). Under
 --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
 (tfcalc.count.perf.fp8_time). A mixture of experts adds its router's top-k, index work and token permutes
@@ -155,7 +157,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8:
             m, k, n, count = tp_shape(e, layout.tp, experts)
             c = fp8_recipes.casts(layout.fp8_recipe, -(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8,
-                                  layout.kernels == "fused")
+                                  layout.kernels != "eager")
             cast_fwd += c.forward_bytes * count * e.copies
             cast_bwd += c.backward_bytes * count * e.copies
             cast_kernels = [cast_kernels[0] + c.forward_kernels * e.copies,
@@ -182,14 +184,21 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         traffic, other, forward_kernels = _eager_other(cfg, layout, act, score_elements, kernels, again, bandwidth,
                                                        perf)
     else:
+        compiled = layout.kernels == "compile"  # the blocks fused, the rest eager (elementwise, step 5)
         nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
-        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
+        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel, compiled) / layout.cp
         if layout.attention == "math":
             traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
-        kernels += sum(e.copies for e in nm)
+        kernels += sum(e.copies for e in nm if not (compiled and elementwise.is_outside_blocks(e)))
         passes = 1 + elementwise.BACKWARD_TRAFFIC + again
         other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
         forward_kernels = kernels
+        if compiled:  # once forward and once back: activation checkpointing wraps the blocks only
+            fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                                        layout.sequence_parallel, edges_only=True)
+            traffic += fwd / layout.cp
+            other += (fwd + bwd) / layout.cp / bandwidth + (fwd_k + bwd_k) * perf.kernel_s
+            forward_kernels += fwd_k
     # context parallelism's ring: the block merges and the gradients' fp32 accumulation (context_parallel, 5)
     ring_f, ring_b, ring_fk, ring_bk = ring_merges(entries, layout, kv_elements(cfg, layout) if layout.cp > 1 else 0)
     full = layout.recompute == "full"  # recompute casts the forward's inputs again
