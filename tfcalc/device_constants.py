@@ -60,8 +60,8 @@ def check_perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
     for name, value in perf.items():
         if name == "attention_kernel":
             if not isinstance(value, str) or value.strip().lower() not in ATTENTION_KERNELS:
-                raise InputError(f"{where}: field 'perf.attention_kernel' must be one of {', '.join(ATTENTION_KERNELS)}; "
-                                 f"got {shown(value)}")
+                raise InputError(f"{where}: field 'perf.attention_kernel' must be one of "
+                                 f"{', '.join(ATTENTION_KERNELS)}; got {shown(value)}")
             if "flash_efficiency" in perf:
                 raise InputError(f"{where}: perf: 'attention_kernel' and 'flash_efficiency' both set the attention "
                                  "kernel's efficiency; give one")

@@ -39,7 +39,8 @@ def short(layout: Layout) -> str:
         f" ({'+'.join(layout.pp_split_counts)} as blocks)" if layout.pp_split_counts else "")
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
-    more = sharding.describe(layout) + {"fused": ", fused kernels", "compile": ", compiled blocks"}.get(layout.kernels, "")
+    kernels = {"fused": ", fused kernels", "compile": ", compiled blocks"}.get(layout.kernels, "")
+    more = sharding.describe(layout) + kernels
     more = more.lstrip(", ")
     return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
             f"{micro}{overlap}" + (f" · {more}" if more else ""))
