@@ -52,8 +52,8 @@ it, never used to choose a parameter of the performance model. Reported beside i
   on 8 H100 with torchtitan, batch 1, seq 8,192, torch.compile, FSDP2, per-op SAC: tensorwise with float8
   all-gather 7,689.5 and rowwise with bf16 all-gather 6,768 tokens/s (per GPU, torchtitan's "tps"); bf16
   6,150. The README names no power limit or memory: the PyTorch team's Grand Teton H100s of the torchtitan
-  rows taken. Float8 all-gather is not priced (FSDP's gathers are hidden in one node). Added with the recipes
-  by name (issue 31).
+  rows taken. The tensorwise row's FP8 all-gather priced (--fp8-all-gather: half the gathered bytes, the weight
+  casts on the shard, one amax all-reduce a step). Added with the recipes by name (issue 31).
 - DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
   tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
   H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
@@ -140,9 +140,9 @@ def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
     return run
 
 
-# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, tokens/s per GPU)
-TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", 7689.5),
-                  ("rowwise", "rowwise, bf16 all-gather", 6768)]
+# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, FP8 all-gather, tokens/s per GPU)
+TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", True, 7689.5),
+                  ("rowwise", "rowwise, bf16 all-gather", False, 6768)]
 
 
 OLMO2 = dict(sliding_window=None, full_attention_every=None, vocab_size=100352)  # docstring: OLMo 2's blocks
@@ -238,10 +238,11 @@ def held_out_rows() -> list[Row]:
         out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
                        "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
                        "tok/s/GPU", torchtitan_cp_rate(dp, cp, seq)))
-    for recipe, label, tps in TORCHAO_FLOAT8:
+    for recipe, label, gather, tps in TORCHAO_FLOAT8:
         out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
                        "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(8, "compile", 1, compute_dtype="fp8", fp8_recipe=recipe)))
+                       torchtitan_h100_rate(8, "compile", 1, compute_dtype="fp8", fp8_recipe=recipe,
+                                            fp8_all_gather=gather)))
     for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",

@@ -16,6 +16,7 @@ from tfcalc.report.plan_search import host_words, searched_offload
 
 CAUSES = {
     "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
+    "fp8_amax": "FP8 weight amaxes (FP8 gathers)",
     "tp_loss": "TP vocabulary-parallel loss", "tp_norm_grads": "TP (SP) norm gradients",
     "pp_activations": "PP activations", "pp_tied_embedding": "PP tied embedding",
     # issue 20, sharding (tfcalc.count.training.sharding, tfcalc.count.training.experts_parallel)

@@ -48,8 +48,9 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.context_parallel import kv_elements, ring_merges
-from tfcalc.count.training.fp8 import runs_fp8
+from tfcalc.count.training.fp8 import gathers_fp8, runs_fp8
 from tfcalc.count.training.shard import total_blocks
+from tfcalc.count.training.sharding import shard_dp
 from tfcalc.workload import Layout
 
 COLUMN = ("q", "k", "v", "gate", "up", "qkv")
@@ -150,6 +151,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8_peak else perf
     cast_fwd = cast_bwd = 0.0
     cast_kernels = [0, 0]  # forward, backward (fp8_recipes)
+    fp8_shards = shard_dp(layout) if gathers_fp8(layout) else 0  # --fp8-all-gather (fp8, step 4)
     for e in entries:
         # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
         fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group, e.mixing)
@@ -157,7 +159,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8:
             m, k, n, count = tp_shape(e, layout.tp, experts)
             c = fp8_recipes.casts(layout.fp8_recipe, -(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8,
-                                  layout.kernels != "eager")
+                                  layout.kernels != "eager", fp8_shards, layout.reshard_after_forward)
             cast_fwd += c.forward_bytes * count * e.copies
             cast_bwd += c.backward_bytes * count * e.copies
             cast_kernels = [cast_kernels[0] + c.forward_kernels * e.copies,
