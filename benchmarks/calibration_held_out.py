@@ -13,7 +13,13 @@ it, never used to choose a parameter of the performance model. Reported beside i
   split; tfcalc.count.training.shard.stage_ranges). ZeRO-1 for their FSDP-style sharding.
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
-  GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.
+  GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it. The hardware as sec. 2.2 ("Training Hardware &
+  Carbon Footprint") states it: "200 Gbps end-points" (InfiniBand on the Research Super Cluster, RoCE on the
+  production clusters) -- one 200 Gb/s link a GPU, the a100-80gb table's DGX A100 network (25 GB/s a GPU) --
+  and the per-GPU power cap of Table 2's "Power Consumption" column, 400 W for 7B, 13B and 70B (the 350 W
+  production cap is 34B's, not held out here): --power-limit 400, the A100 SXM's rated 400 W, so the
+  A100's sustained clock (tfcalc.count.perf.hardware) unchanged. Table 2's GPU-hours are the whole runs'
+  (restarts, evaluations and failures included); no goodput for them is published, and none is assumed.
 - torchtitan, docs/performance.md (pytorch/torchtitan, 2024), FSDP2 on 64 A100-80GB: tokens per second per
   GPU ("WPS") of Llama 3 8B and 70B (seq 8,192, local batch 1) and Llama 2 13B and 70B (seq 4,096, local
   batch 1 or 2), global batch = local × 64, as the page states them. Its job config's defaults: no
@@ -96,9 +102,12 @@ def llama3_mfu(dp: int, per_dp: int) -> Callable[[], float]:
     return run
 
 
+LLAMA2_POWER_W = 400  # Touvron et al. 2023, Table 2, "Power Consumption (W)" of 7B, 13B and 70B (docstring)
+
+
 def llama2_rate(preset: str) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.plan(preset, gpus=1024, seq=4096, device_spec="a100-80gb")
+        r = tfcalc.plan(preset, gpus=1024, seq=4096, device_spec="a100-80gb", power_limit=LLAMA2_POWER_W)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
@@ -222,7 +231,8 @@ def held_out_rows() -> list[Row]:
            for g, dp, per, mfu in ((8192, 64, 32, 43), (16384, 128, 16, 41))]
     for preset, label, hours in (("llama2-7b", "7B", 184320), ("llama2-13b", "13B", 368640),
                                  ("llama2-70b", "70B", 1720320)):
-        out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB, tfcalc's layout of 1,024 GPUs",
+        out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB at 400 W, 200 Gb/s a GPU, tfcalc's layout "
+                       "of 1,024 GPUs",
                        "Touvron et al. 2023, Table 2 (GPU-hours for 2T tokens)", 2e12 / (hours * 3600), "tok/s/GPU",
                        llama2_rate(preset)))
     for label, preset, seq, local, ac, recompute, wps in TORCHTITAN:
