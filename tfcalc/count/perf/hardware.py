@@ -66,10 +66,15 @@ Fields and their sources:
   (benchmarks/benchmark_flash_attention.py, ``flops``) counts a backward as 2.5 × the forward's FLOPs (it
   recomputes Q·Kᵀ and the softmax: five T × T products to the forward's two); tfcalc charges 2 ×, so a
   published backward rate is taken × 2/2.5: FlashAttention-2 0.337 and 0.257 of the 989 TFLOP/s peak.
-  FlashAttention-2 is the default on Hopper: PyTorch's SDPA runs its in-tree FlashAttention-2 (the cuDNN
-  backend is opt-in since torch 2.5.1), and torch's ring attention (context parallelism) calls the flash or
-  the memory-efficient kernel only. Choose another with ``perf: {attention_kernel: cudnn}`` (or fa3) in a
-  device file, or state ``flash_efficiency`` itself.
+  Without the mask (Fig. 5's other panel, head dim 128, 8K) the forward runs faster -- FlashAttention-2 370,
+  cuDNN 600, FlashAttention-3 646 TFLOP/s -- and context parallelism's ring runs its later steps so: each
+  block after the first is a whole (unmasked) rectangle (torch's _templated_ring_attention: the first step
+  causal on the rank's two chunks, the later ones on half of them, is_causal False), so a ring of C steps
+  runs 1/C of its forward at the causal rate and the rest at ``flash_unmasked_forward``
+  (tfcalc.count.training.micro_batch_time). FlashAttention-2 is the default on Hopper: PyTorch's SDPA runs its
+  in-tree FlashAttention-2 (the cuDNN backend is opt-in since torch 2.5.1), and torch's ring attention (context
+  parallelism) calls the flash or the memory-efficient kernel only. Choose another with
+  ``perf: {attention_kernel: cudnn}`` (or fa3) in a device file, or state ``flash_efficiency`` itself.
 - ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
   tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
   one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
@@ -124,6 +129,7 @@ class PerfSpec:
     host_op_s: float = 31e-6  # the host's time per counted kernel of an eager step (docstring; perf.inference, 6)
     launch: str = "graph"  # "graph": steps captured (no host term); "eager": every kernel launched from Python
     attention_kernel: str = "fa2"  # the fused attention kernel flash_efficiency is of (ATTENTION_KERNEL_NAMES)
+    flash_unmasked_forward: Optional[float] = None  # its forward without the causal mask; None: flash_efficiency[0]
     # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
     constants_from: tuple[tuple[str, str], ...] = ()
 
@@ -131,7 +137,7 @@ class PerfSpec:
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
                      self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms,
-                     self.attention_kernel))
+                     self.attention_kernel, self.flash_unmasked_forward))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -143,6 +149,8 @@ HOPPER_ATTENTION: dict[str, tuple[float, float]] = {
     "cudnn": (529e12 / H100_BF16, 518e12 * BACKWARD_COUNT / H100_BF16),
     "fa3": (602e12 / H100_BF16, 559e12 * BACKWARD_COUNT / H100_BF16),
 }
+# ... their forward without the causal mask (Fig. 5, d_head 128, 8K): a ring's later steps (docstring)
+HOPPER_UNMASKED_FORWARD = {"fa2": 370e12 / H100_BF16, "cudnn": 600e12 / H100_BF16, "fa3": 646e12 / H100_BF16}
 ATTENTION_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN", "fa3": "FlashAttention-3"}
 _HOPPER_FLASH = HOPPER_ATTENTION["fa2"]  # PyTorch SDPA's flash backend on H100 (docstring)
 HOPPER_KEYS = ("h100", "h200")  # the table devices whose attention kernels HOPPER_ATTENTION measures
@@ -189,7 +197,9 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
               bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
     """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
     sms, ceiling, flash, source = _TABLE.get(device_key, (108, 0.80, (0.6, 0.45), GENERIC))
+    unmasked = HOPPER_UNMASKED_FORWARD["fa2"] if flash == _HOPPER_FLASH else None
     spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
+                    flash_unmasked_forward=unmasked,
                     fp8_ceiling=_FP8_CEILING.get(device_key, PerfSpec.fp8_ceiling),
                     matmul_efficiency=matmul_efficiency,
                     sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
@@ -223,6 +233,9 @@ def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
                              f"inherits {basis or 'no table device'}: name a Hopper device (inherits: h100-sxm) or "
                              "state flash_efficiency")
         stated["flash_efficiency"] = HOPPER_ATTENTION[stated["attention_kernel"]]
+        stated["flash_unmasked_forward"] = HOPPER_UNMASKED_FORWARD[stated["attention_kernel"]]
+    elif "flash_efficiency" in stated:  # a stated rate, of no kernel by name: the ring's later steps run at it too
+        stated["flash_unmasked_forward"] = None
     if "matmul_ceiling" in stated:
         perf = replace(perf, source=f"matmul ceiling {stated['matmul_ceiling']:g} from {spec.source}")
     user = basis != spec.key or spec.inherits is not None or bool(stated)
@@ -291,4 +304,5 @@ def perf_json(perf: PerfSpec) -> dict:
             "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "ep_comm_sms": perf.ep_comm_sms,
             "source": perf.source,
             "host_op_s": perf.host_op_s, "launch": perf.launch, "attention_kernel": perf.attention_kernel,
+            "flash_unmasked_forward": perf.flash_unmasked_forward,
             "constants_from": dict(perf.constants_from)}

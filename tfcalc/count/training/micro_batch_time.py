@@ -111,12 +111,18 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
              ) -> tuple[float, float, float]:
     """(forward, backward, of the backward the weight gradient) seconds of one copy of the matmul on one
     rank. Context parallelism (tfcalc.count.training.context_parallel): a rank's rows are its s/C positions, its
-    causal score pairs 1/C of the whole (load-balanced chunks)."""
+    causal score pairs 1/C of the whole (load-balanced chunks); the ring's first step runs the causal kernel, its
+    C − 1 later steps unmasked blocks of as many pairs each, at the kernel's unmasked forward rate
+    (tfcalc.count.perf.hardware, ``flash_unmasked_forward``)."""
     m, k, n, count = tp_shape(e, layout.tp, experts)
     if e.mixing and layout.attention == "flash":
         flops = e.causal_total / e.copies / layout.tp / layout.cp
         fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
-        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff), 0.0
+        forward = flops / (peak * fwd_eff)
+        if layout.cp > 1 and not perf.matmul_efficiency and perf.flash_unmasked_forward:
+            C = layout.cp
+            forward = flops / C / (peak * fwd_eff) + flops * (C - 1) / C / (peak * perf.flash_unmasked_forward)
+        return forward, 2 * flops / (peak * bwd_eff), 0.0
     m = -(-m // layout.cp)
     forward = _gemm_s(m, k, n, count, peak, perf)
     weight_grad = _gemm_s(k, m, n, count, peak, perf) if not e.mixing else 0.0
