@@ -240,17 +240,21 @@ def moe_layers(cfg: ModelConfig, layout: Layout, act: int) -> moe_dispatch.Dispa
 def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
                  bandwidth: float, perf: PerfSpec) -> tuple[float, float, int]:
     """kernels="eager": the non-matmul ops as eager PyTorch runs them, each its own kernel (tfcalc.count.perf.eager),
-    forward, backward and (full or op recompute) the forward's again; the "math" scores' passes as fused.
+    forward, backward and (full or op recompute) the blocks' forward again -- activation checkpointing wraps the
+    blocks (torchtitan's checkpoint_wrapper per TransformerBlock, Megatron-LM's per layer), so the embedding, final
+    norm and loss (eager.terms' ``edges_only``) run once; the "math" scores' passes as fused.
     (forward bytes, seconds of the non-matmul work and every kernel's fixed cost, forward kernels)."""
     fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
                                                 layout.sequence_parallel)
-    fwd, bwd = fwd / layout.cp, bwd / layout.cp
+    edge_f, _, edge_k, _ = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                              layout.sequence_parallel, edges_only=True) if again else (0.0, 0.0, 0, 0)
+    fwd, bwd, edge_f = fwd / layout.cp, bwd / layout.cp, edge_f / layout.cp
     if layout.attention == "math":
         scores = elementwise.score_traffic(score_elements, act, layout.dropout)
         fwd, bwd = fwd + scores, bwd + scores * elementwise.BACKWARD_TRAFFIC
     matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
-    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
-    return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
+    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) - edge_k + bwd_k
+    return fwd, (fwd * (1 + again) - edge_f + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
 
 
 def moe_step_s(cfg: ModelConfig, layout: Layout, bandwidth: float, perf: PerfSpec) -> float:
