@@ -39,7 +39,10 @@ it, never used to choose a parameter of the performance model. Reported beside i
   torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
   tensorwise, added with the recipes by name, issue 31); and its Table 2, context parallelism: FSDP × CP on
   8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
-  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). The page's hardware
+  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). Attention runs
+  PyTorch's SDPA flash backend, FlashAttention-2, at its published H100 rates (tfcalc.count.perf.hardware,
+  HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked.
+  The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
