@@ -13,7 +13,13 @@ it, never used to choose a parameter of the performance model. Reported beside i
   split; tfcalc.count.training.shard.stage_ranges). ZeRO-1 for their FSDP-style sharding.
 - Touvron et al. 2023, "Llama 2", Table 2: GPU-hours on A100-80GB for 2T tokens (7B 184,320; 13B 368,640;
   70B 1,720,320), as tokens per second per GPU. The layout is not published: tfcalc's own search over 1,024
-  GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it.
+  GPUs (seq 4,096, 4M tokens a step, Llama 2's) picks it. The hardware as sec. 2.2 ("Training Hardware &
+  Carbon Footprint") states it: "200 Gbps end-points" (InfiniBand on the Research Super Cluster, RoCE on the
+  production clusters) -- one 200 Gb/s link a GPU, the a100-80gb table's DGX A100 network (25 GB/s a GPU) --
+  and the per-GPU power cap of Table 2's "Power Consumption" column, 400 W for 7B, 13B and 70B (the 350 W
+  production cap is 34B's, not held out here): --power-limit 400, the A100 SXM's rated 400 W, so the
+  A100's sustained clock (tfcalc.count.perf.hardware) unchanged. Table 2's GPU-hours are the whole runs'
+  (restarts, evaluations and failures included); no goodput for them is published, and none is assumed.
 - torchtitan, docs/performance.md (pytorch/torchtitan, 2024), FSDP2 on 64 A100-80GB: tokens per second per
   GPU ("WPS") of Llama 3 8B and 70B (seq 8,192, local batch 1) and Llama 2 13B and 70B (seq 4,096, local
   batch 1 or 2), global batch = local × 64, as the page states them. Its job config's defaults: no
@@ -27,11 +33,16 @@ it, never used to choose a parameter of the performance model. Reported beside i
   set has no FSDP row) and of the data-parallel network model across nodes (8 nodes of 8).
 - torchtitan, benchmarks/llama3_h100_202412_torchtitan.md (pytorch/torchtitan, end of 2024), Tables 1 and 3:
   Llama 3.1 8B, FSDP on 8 and 128 H100 (local batch 2, seq 8,192 -- train_configs/llama3_8b.toml's --
-  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels fused), and with
+  selective op AC, fp32 reduce: torchtitan's defaults), eager and torch.compile (--kernels compile: each
+  TransformerBlock compiled, the embedding, final norm and loss eager, parallelize_llama.py's apply_compile
+  at the page's torchtitan commit 9dec370; --kernels fused before, 1.36/1.40), and with
   torch.compile + Float8 (torchao's tensorwise dynamic scaling, torchtitan's recipe then: --fp8-recipe
   tensorwise, added with the recipes by name, issue 31); and its Table 2, context parallelism: FSDP × CP on
   8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
-  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). The page's hardware
+  attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). Attention runs
+  PyTorch's SDPA flash backend, FlashAttention-2, at its published H100 rates (tfcalc.count.perf.hardware,
+  HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked.
+  The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
@@ -50,8 +61,8 @@ it, never used to choose a parameter of the performance model. Reported beside i
   on 8 H100 with torchtitan, batch 1, seq 8,192, torch.compile, FSDP2, per-op SAC: tensorwise with float8
   all-gather 7,689.5 and rowwise with bf16 all-gather 6,768 tokens/s (per GPU, torchtitan's "tps"); bf16
   6,150. The README names no power limit or memory: the PyTorch team's Grand Teton H100s of the torchtitan
-  rows taken. Float8 all-gather is not priced (FSDP's gathers are hidden in one node). Added with the recipes
-  by name (issue 31).
+  rows taken. The tensorwise row's FP8 all-gather priced (--fp8-all-gather: half the gathered bytes, the weight
+  casts on the shard, one amax all-reduce a step). Added with the recipes by name (issue 31).
 - DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
   tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
   H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
@@ -95,9 +106,12 @@ def llama3_mfu(dp: int, per_dp: int) -> Callable[[], float]:
     return run
 
 
+LLAMA2_POWER_W = 400  # Touvron et al. 2023, Table 2, "Power Consumption (W)" of 7B, 13B and 70B (docstring)
+
+
 def llama2_rate(preset: str) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.plan(preset, gpus=1024, seq=4096, device_spec="a100-80gb")
+        r = tfcalc.plan(preset, gpus=1024, seq=4096, device_spec="a100-80gb", power_limit=LLAMA2_POWER_W)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
@@ -122,8 +136,8 @@ def torchtitan_h100_rate(gpus: int, kernels: str, local: int = 2, **fp8) -> Call
 
 
 # benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3: (GPUs, technique, tfcalc's kernels, TPS/GPU)
-TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "fused", 6667),
-                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "fused", 6514),
+TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "compile", 6667),
+                   (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "compile", 6514),
                    (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
                    (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
 # Table 2: (FSDP, CP, sequence, TPS/GPU)
@@ -133,15 +147,15 @@ TORCHTITAN_CP = [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071),
 def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
     def run() -> float:
         r = tfcalc.plan("llama3-8b", dp=dp, cp=cp, zero=3, global_batch=dp, micro_batch=1, seq=seq, recompute="full",
-                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="fused", compute_dtype="fp8",
+                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="compile", compute_dtype="fp8",
                         fp8_recipe="tensorwise", max_seq_len=seq)
         return r.tokens_per_s / r.plan.layout.gpus
     return run
 
 
-# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, tokens/s per GPU)
-TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", 7689.5),
-                  ("rowwise", "rowwise, bf16 all-gather", 6768)]
+# torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, FP8 all-gather, tokens/s per GPU)
+TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", True, 7689.5),
+                  ("rowwise", "rowwise, bf16 all-gather", False, 6768)]
 
 
 OLMO2 = dict(sliding_window=None, full_attention_every=None, vocab_size=100352)  # docstring: OLMo 2's blocks
@@ -221,7 +235,8 @@ def held_out_rows() -> list[Row]:
            for g, dp, per, mfu in ((8192, 64, 32, 43), (16384, 128, 16, 41))]
     for preset, label, hours in (("llama2-7b", "7B", 184320), ("llama2-13b", "13B", 368640),
                                  ("llama2-70b", "70B", 1720320)):
-        out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB, tfcalc's layout of 1,024 GPUs",
+        out.append(Row("training throughput", f"Llama 2 {label}, A100-80GB at 400 W, 200 Gb/s a GPU, tfcalc's layout "
+                       "of 1,024 GPUs",
                        "Touvron et al. 2023, Table 2 (GPU-hours for 2T tokens)", 2e12 / (hours * 3600), "tok/s/GPU",
                        llama2_rate(preset)))
     for label, preset, seq, local, ac, recompute, wps in TORCHTITAN:
@@ -232,15 +247,16 @@ def held_out_rows() -> list[Row]:
         fp8 = dict(compute_dtype="fp8", fp8_recipe=kernels) if kernels == "tensorwise" else {}
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(gpus, "fused" if fp8 else kernels, **fp8)))
+                       torchtitan_h100_rate(gpus, "compile" if fp8 else kernels, **fp8)))
     for dp, cp, seq, tps in TORCHTITAN_CP:
         out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
                        "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
                        "tok/s/GPU", torchtitan_cp_rate(dp, cp, seq)))
-    for recipe, label, tps in TORCHAO_FLOAT8:
+    for recipe, label, gather, tps in TORCHAO_FLOAT8:
         out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
                        "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",
-                       torchtitan_h100_rate(8, "fused", 1, compute_dtype="fp8", fp8_recipe=recipe)))
+                       torchtitan_h100_rate(8, "compile", 1, compute_dtype="fp8", fp8_recipe=recipe,
+                                            fp8_all_gather=gather)))
     for label, preset, over, micro, batch, gpus, tps in OLMO_CORE:
         out.append(Row("training throughput", f"{label}, HSDP 8 × {gpus // 8} H100, torch.compile, seq 4,096",
                        "OLMo-core README (2025-03), BF16 throughput table", tps, "tok/s/GPU",

@@ -330,7 +330,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
          # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
          ep: Optional[int] = None, ep_dispatch: str = "auto", compute_dtype: Optional[str] = None,
-         fp8_recipe: str = "delayed",
+         fp8_recipe: str = "delayed", fp8_all_gather: bool = False,
          reshard_after_forward: bool = True,
          hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
          # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
@@ -345,7 +345,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule);
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
-    default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile); power_limit: watts each GPU is
+    default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
+    the embedding, final norm and loss eager); power_limit: watts each GPU is
     capped at (the clock it sustains: tfcalc.count.training.overlap_costs.power_capped_clock)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
@@ -361,7 +362,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           bandwidth_efficiency=bandwidth_efficiency,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
                           ep=ep, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
-                          reshard_after_forward=reshard_after_forward, hsdp=hsdp,
+                          fp8_all_gather=fp8_all_gather, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
                           offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)
                           else tuple(offload) if isinstance(offload, (list, tuple)) else offload,

@@ -12,6 +12,8 @@ from typing import Any, Optional
 from tfcalc.errors import InputError, shown, shown_path
 
 PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
+# a fused attention kernel by name: its Hopper efficiencies are tfcalc.count.perf.hardware.HOPPER_ATTENTION's
+ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 MAX_SMS = 1_000_000  # B200 has 148 SMs, MI300X 304 CUs; a million is a typo
 
 
@@ -56,9 +58,19 @@ def check_perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
                          f"names: {', '.join(PERF_FIELDS)}")
     out = []
     for name, value in perf.items():
+        if name == "attention_kernel":
+            if not isinstance(value, str) or value.strip().lower() not in ATTENTION_KERNELS:
+                raise InputError(f"{where}: field 'perf.attention_kernel' must be one of "
+                                 f"{', '.join(ATTENTION_KERNELS)}; got {shown(value)}")
+            if "flash_efficiency" in perf:
+                raise InputError(f"{where}: perf: 'attention_kernel' and 'flash_efficiency' both set the attention "
+                                 "kernel's efficiency; give one")
+            out.append((name, value.strip().lower()))
+            continue
         if name not in PERF_FIELDS:
-            raise InputError(f"{where}: perf: unknown constant {shown(name)}{suggest(str(name)[:100], PERF_FIELDS)}; "
-                             f"choose from {', '.join(PERF_FIELDS)}")
+            names = PERF_FIELDS + ("attention_kernel",)
+            raise InputError(f"{where}: perf: unknown constant {shown(name)}{suggest(str(name)[:100], names)}; "
+                             f"choose from {', '.join(names)}")
         if name == "sm_count":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
                 raise InputError(f"{where}: field 'perf.sm_count' must be an integer from 1 to {MAX_SMS:,}; "

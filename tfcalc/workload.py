@@ -107,6 +107,9 @@ class Layout:
     compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
     fp8_recipe: str = "delayed"  # the FP8 recipe by name (tfcalc.count.perf.fp8_recipes): delayed, tensorwise, ...
     reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward
+    # ZeRO-3 under --compute-dtype fp8 --fp8-recipe tensorwise: the FP8 linears' weights all-gathered cast to FP8
+    # (torchao's enable_fsdp_float8_all_gather; tfcalc.count.training.fp8, step 4)
+    fp8_all_gather: bool = False
     hsdp: Optional[int] = None  # ZeRO-3 within groups of hsdp DP ranks, replicated across them; None: over all dp
     grad_dtype: Optional[str] = None  # "fp32": a main_grad buffer in fp32 (Megatron); None: the weights' dtype
     offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there

@@ -51,8 +51,9 @@ KernelMode = enum.Enum("KernelMode", {name: name for name in KERNEL_MODES}, type
 Kernels = Annotated[KernelMode, typer.Option(
     "--kernels", help="The non-matmul kernels the step runs: eager (PyTorch op by op, each norm, RoPE, activation "
     "and add its own kernels, fp32 where the module upcasts: what runs without torch.compile, as torchtitan's "
-    "published runs) or fused (one read and one write per element: Megatron-LM/Transformer Engine's fused kernels, "
-    "torch.compile).")]
+    "published runs), fused (one read and one write per element: Megatron-LM/Transformer Engine's fused kernels) or "
+    "compile (torch.compile of each block, as torchtitan applies it: the blocks' norms, activations, RoPE and adds "
+    "fused, the embedding, final norm and loss left eager).")]
 
 
 def split_count_names(values: Optional[list[str]]) -> Optional[tuple[str, ...]]:

@@ -32,6 +32,11 @@ FP8Recipe = Annotated[str, typer.Option(
     "scaling), tensorwise, rowwise or rowwise_with_gw_hp (torchao.float8's dynamic recipes, as torchtitan runs "
     "them: their amax and cast kernels, rowwise_with_gw_hp's weight gradient in 16 bits), mxfp8 (a scale per 32 "
     "elements, where the device has the MX rate).", metavar="RECIPE")]
+FP8AllGather = Annotated[bool, typer.Option(
+    "--fp8-all-gather", help="ZeRO-3 with --compute-dtype fp8 --fp8-recipe tensorwise: all-gather the FP8 linears' "
+    "weights cast to FP8 (torchao's enable_fsdp_float8_all_gather, torchtitan's --float8.enable_fsdp_float8_all_gather "
+    "with precompute_float8_dynamic_scale_for_fsdp): half the gathered bytes, one all-reduce of the weights' amaxes "
+    "a step, the weight's cast run on the shard.", metavar="")]
 NoReshard = Annotated[bool, typer.Option(
     "--no-reshard-after-forward", help="ZeRO-3: keep each unit's gathered weights from its forward to its backward "
     "(FSDP2 reshard_after_forward=False): one all-gather per block and micro-batch, not two; more memory [a search "

@@ -222,7 +222,7 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     r = request
     compute_dtype, fp8_recipe = narrow(r.compute_dtype, r.fp8_recipe)  # --compute-dtype mxfp8|nvfp4: a recipe
     return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
-                fp8_recipe=fp8_recipe,
+                fp8_recipe=fp8_recipe, fp8_all_gather=r.fp8_all_gather,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
 

@@ -221,7 +221,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
             # issue 20, sharding and precision (tfcalc.count.training.sharding)
             "ep": layout.ep, "ep_dispatch": layout.ep_dispatch, "compute_dtype": layout.compute_dtype,
-            "fp8_recipe": layout.fp8_recipe,
+            "fp8_recipe": layout.fp8_recipe, "fp8_all_gather": layout.fp8_all_gather,
             "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
             "zero_engine": layout.zero_engine,
             "offload": [w for w, on in (("optimizer", layout.offload_optimizer),

@@ -46,6 +46,7 @@ class PlanRequest:
     compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.training.fp8)
     fp8_recipe: str = "delayed"  # its recipe by name (tfcalc.count.perf.fp8_recipes)
     reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)
+    fp8_all_gather: bool = False  # --fp8-all-gather: ZeRO-3 gathers the FP8 linears' weights in FP8
     hsdp: Optional[int] = None  # ZeRO-3 within groups of R ranks, replicated across them
     grad_dtype: Optional[str] = None  # fp32: a main_grad buffer beside narrower weights
     offload: tuple[str, ...] = ()  # "optimizer", "activations" (tfcalc.count.training.offload)
@@ -125,3 +126,10 @@ def check_sharding_request(r: PlanRequest) -> None:
         raise InputError(f"--offload names each of {', '.join(OFFLOAD)} once; got {shown(r.offload)}")
     if not isinstance(r.reshard_after_forward, bool):
         raise InputError(f"reshard_after_forward must be True or False; got {shown(r.reshard_after_forward)}")
+    if not isinstance(r.fp8_all_gather, bool):
+        raise InputError(f"fp8_all_gather must be True or False; got {shown(r.fp8_all_gather)}")
+    # torchao casts a weight to FP8 before FSDP2 gathers it under tensorwise scaling only (one scale per tensor,
+    # from the shards' amaxes all-reduced: tfcalc.count.training.fp8, step 4)
+    if r.fp8_all_gather and (r.compute_dtype != "fp8" or r.fp8_recipe != "tensorwise" or r.zero not in (None, 3)):
+        raise InputError("--fp8-all-gather needs ZeRO-3 (FSDP) with --compute-dtype fp8 --fp8-recipe tensorwise "
+                         "(torchao gathers FP8 weights under tensorwise scaling only)")

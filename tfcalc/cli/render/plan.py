@@ -16,6 +16,7 @@ from tfcalc.report.plan_search import host_words, searched_offload
 
 CAUSES = {
     "dp_grads": "DP gradients", "zero_params": "ZeRO/FSDP weight gathers", "tp_activations": "TP activations",
+    "fp8_amax": "FP8 weight amaxes (FP8 gathers)",
     "tp_loss": "TP vocabulary-parallel loss", "tp_norm_grads": "TP (SP) norm gradients",
     "pp_activations": "PP activations", "pp_tied_embedding": "PP tied embedding",
     # issue 20, sharding (tfcalc.count.training.sharding, tfcalc.count.training.experts_parallel)
@@ -39,7 +40,8 @@ def short(layout: Layout) -> str:
         f" ({'+'.join(layout.pp_split_counts)} as blocks)" if layout.pp_split_counts else "")
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
-    more = sharding.describe(layout) + (", fused kernels" if layout.kernels == "fused" else "")
+    kernels = {"fused": ", fused kernels", "compile": ", compiled blocks"}.get(layout.kernels, "")
+    more = sharding.describe(layout) + kernels
     more = more.lstrip(", ")
     return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"
             f"{micro}{overlap}" + (f" · {more}" if more else ""))

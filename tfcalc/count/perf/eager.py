@@ -247,20 +247,22 @@ def _ffn_terms(block: Block, tokens: int, a: int) -> list[Term]:
     return out
 
 
-def stack_terms(cfg: ModelConfig, batch: int, seq: int, src: int | None, a: int) -> list[Term]:
+def stack_terms(cfg: ModelConfig, batch: int, seq: int, src: int | None, a: int, edges_only: bool = False
+                ) -> list[Term]:
     """Every stack's blocks (each kind once, times its layers), embeddings and final norm (module
-    docstring, 9)."""
+    docstring, 9); ``edges_only``: the embeddings and final norms alone (what a per-block torch.compile leaves
+    eager: tfcalc.count.perf.elementwise, 5)."""
     arch = cfg.architecture
     out: list[Term] = []
     for stack in arch.stacks:
         length = src if stack.name == "encoder" and src is not None else seq
         tokens, emb = batch * length, stack.embeddings
         d = emb.d_model
-        for block, layers in stack.kinds():
+        for block, layers in ([] if edges_only else stack.kinds()):
             out += [Term(t.component, t.forward * layers, t.backward * layers, t.forward_kernels * layers,
                          t.backward_kernels * layers) for t in block_terms(block, batch, length, src, a)]
         readers = sum(layers for block, layers in stack.kinds() if block.cross_attention is not None)
-        if readers > 1 and src is not None:  # the source states' gradients from each cross-attention, summed
+        if readers > 1 and src is not None and not edges_only:  # the source states' gradients, summed
             out.append(_term("residual", Cost(0, 3, 0, 1), batch * src * d, readers - 1, a))
         out.append(_term("embeddings", Cost(2, 1, 1, 1), tokens * d, 1, a))  # every stack gathers its tokens
         if emb.positions in ("learned", "sinusoidal"):
@@ -301,22 +303,25 @@ def head_terms(cfg: ModelConfig, tokens: int, a: int) -> list[Term]:
 
 
 @lru_cache(maxsize=1024)
-def terms(cfg: ModelConfig, batch: int, seq: int, a: int, src: int | None = None) -> tuple[Term, ...]:
-    """The model's eager work for one micro-batch of ``batch`` sequences of ``seq`` (cached per config)."""
+def terms(cfg: ModelConfig, batch: int, seq: int, a: int, src: int | None = None, edges_only: bool = False
+          ) -> tuple[Term, ...]:
+    """The model's eager work for one micro-batch of ``batch`` sequences of ``seq`` (cached per config);
+    ``edges_only``: the work outside the blocks alone (embeddings, final norms, the head and the loss)."""
     arch = cfg.architecture
     cross = any(b.cross_attention is not None for _, b, _ in arch.kinds())
     src = (seq if src is None else src) if cross or arch.kind == "encoder-decoder" else None
-    return tuple(stack_terms(cfg, batch, seq, src, a) + head_terms(cfg, batch * seq, a))
+    return tuple(stack_terms(cfg, batch, seq, src, a, edges_only) + head_terms(cfg, batch * seq, a))
 
 
-def rank_traffic(cfg: ModelConfig, batch: int, seq: int, a: int, tp: int = 1, sp: bool = False
-                 ) -> tuple[float, float, int, int]:
+def rank_traffic(cfg: ModelConfig, batch: int, seq: int, a: int, tp: int = 1, sp: bool = False,
+                 edges_only: bool = False) -> tuple[float, float, int, int]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) of one TP rank's eager
     non-matmul work for a micro-batch: the per-head and column-split widths (SPLIT_BY_TP) t ways, the
-    (B·T, d) terms only under sequence parallelism (as tfcalc.count.perf.elementwise splits them)."""
+    (B·T, d) terms only under sequence parallelism (as tfcalc.count.perf.elementwise splits them);
+    ``edges_only``: of the work outside the blocks alone (``terms``)."""
     fwd = bwd = 0.0
     kf = kb = 0
-    for t in terms(cfg, batch, seq, a):
+    for t in terms(cfg, batch, seq, a, None, edges_only):
         split = tp if (t.component in SPLIT_BY_TP or sp) else 1
         fwd += t.forward / split
         bwd += t.backward / split

@@ -22,6 +22,16 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
    FMA as 2 FLOPs) × 2 weights = the fp32 FLOP rate in weight-instructions per second. Not hidden
    behind the weight stream -- gpt-fast's own bandwidth column (1,397 GB/s in bf16, 1,069 in int8, 863
    in int4 on an A100) shows the cost.
+5. torch.compile as torchtitan applies it (--kernels compile): each TransformerBlock compiled on its own
+   (pytorch/torchtitan, parallelize_llama.py ``apply_compile``: "Apply torch.compile to each TransformerBlock,
+   which makes compilation efficient due to repeated structure"; OLMo-core's ``apply_compile`` likewise), so
+   Inductor fuses the blocks' norms, activations, RoPE and residual adds (step 1's traffic), while the work
+   outside the blocks -- the token embedding, the final norm, the LM head's cast to fp32 and the
+   cross-entropy (torchtitan's ``cross_entropy_loss``: ``pred.flatten(0, 1).float()``, outside the compiled
+   region until torchtitan compiled the loss in 2025) -- runs op by op as eager PyTorch runs it
+   (tfcalc.count.perf.eager, ``edges_only``), once forward and once backward: activation checkpointing wraps
+   the blocks only, so no recompute replays it. The GEMMs and the fused attention are the same kernels in
+   both modes (Inductor leaves aten.mm and SDPA's flash kernel to their libraries).
 """
 
 from __future__ import annotations
@@ -41,12 +51,19 @@ def is_score_level(e: NonMatmulEntry) -> bool:
     return e.component == "softmax" or (e.component in ("softcap", "positions") and "score" in e.label)
 
 
-def forward_traffic(entries: list[NonMatmulEntry], act_bytes: int, tp: int = 1, sp: bool = False) -> float:
+def is_outside_blocks(e: NonMatmulEntry) -> bool:
+    """Work of the embeddings, the final norm and the head (step 5: what a per-block compile leaves eager)."""
+    return (e.component in ("final_norm", "pooler", "head", "embeddings")
+            or any(s in e.label for s in ("positions added", "embedding ", "LM head", "logit soft-capping")))
+
+
+def forward_traffic(entries: list[NonMatmulEntry], act_bytes: int, tp: int = 1, sp: bool = False,
+                    blocks_only: bool = False) -> float:
     """Step 1: bytes the non-matmul kernels of one forward pass move on one TP rank (score-level work left
-    out: step 2)."""
+    out: step 2); ``blocks_only``: the blocks' work alone (step 5)."""
     total = 0.0
     for e in entries:
-        if is_score_level(e):
+        if is_score_level(e) or (blocks_only and is_outside_blocks(e)):
             continue
         split = tp if (e.component in SPLIT_BY_TP or sp) else 1
         total += 2 * e.elements * e.copies * act_bytes / split

@@ -79,9 +79,14 @@ class Casts:
     backward_kernels: int
 
 
-def casts(recipe: str, m: int, k: int, n: int, e: int, ew: int, fused: bool = False) -> Casts:
+def casts(recipe: str, m: int, k: int, n: int, e: int, ew: int, fused: bool = False, shards: int = 0,
+          regathered: bool = True) -> Casts:
     """The module docstring's kernels and bytes for one linear; e the activations' and output gradient's
-    bytes, ew the weight's; ``fused``: torch.compile's fusion (see the docstring's last paragraph)."""
+    bytes, ew the weight's; ``fused``: torch.compile's fusion (see the docstring's last paragraph); ``shards``:
+    the weight gathered in FP8 from that many shards (tensorwise, --fp8-all-gather: ``gathered_in``),
+    ``regathered`` again before the backward (FSDP2's reshard after forward)."""
+    if shards:
+        return gathered_in(casts(recipe, m, k, n, e, ew, fused), k * n, ew, shards, regathered)
     mk, kn, mn = m * k, k * n, m * n
     if fused and recipe != "delayed":  # the input's and output gradient's first read taken by the kernel before
         c = casts(recipe, m, k, n, e, ew)
@@ -103,6 +108,18 @@ def casts(recipe: str, m: int, k: int, n: int, e: int, ew: int, fused: bool = Fa
         q = NVFP4_BYTES
         return Casts((2 * e + q) * mk + (2 * ew + q) * kn, (e + q) * mk + (3 * e + 2 * q) * mn, 4, 4)
     raise ValueError(recipe)
+
+
+def gathered_in(c: Casts, kn: int, ew: int, shards: int, regathered: bool) -> Casts:
+    """Tensorwise with the weight gathered in FP8 (tfcalc.count.training.fp8, step 4): the 16-bit weight's casts
+    (forward: amax (read ew) and cast (read ew, write 1), 3 kernels; backward: cast again (read ew, write 1), 1
+    kernel) give way to the shard's: its amax once (read ew, 1 kernel; precomputed once a step for every weight,
+    charged here with each micro-batch's forward) and its cast before each gather (read ew, write 1, 1 kernel),
+    and to the transposed copy the input gradient's GEMM takes of the gathered FP8 weight (read 1, write 1)."""
+    shard = kn / shards
+    forward = c.forward_bytes - (2 * ew + 1) * kn + (2 * ew + 1) * shard
+    backward = c.backward_bytes - (ew + 1) * kn + 2 * kn + (ew + 1) * shard * regathered
+    return Casts(forward, backward, c.forward_kernels - 3 + 2, c.backward_kernels - 1 + 1 + regathered)
 
 
 ROWWISE_GEMM = 0.739 / 0.865  # per-row scaled FP8 GEMM time's share of per-tensor's (module docstring)

@@ -56,10 +56,25 @@ Fields and their sources:
   kernel on the 2-core test machine, between a bare dispatched op's 0.9 µs and this constant). ``launch``
   "graph" (the default: tfcalc's runtime captures its decode steps on CUDA, tfcalc.model.generate; vLLM,
   SGLang and TensorRT-LLM replay CUDA graphs or run a C++ runtime) charges no host term; "eager" charges it.
-- ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward.
+- ``flash_efficiency``: the fraction of the peak fused attention reaches, forward and backward, the
+  backward in tfcalc's convention (2 × the forward's FLOPs, tfcalc.count.training.micro_batch_time).
   FlashAttention-2 (Dao 2023, abstract and Fig. 5-6): 50-73 % of peak forward on A100, less backward;
-  we take 0.6 forward and 0.45 backward. On H100, FlashAttention-2 reaches about 35 % of the peak (Shah
-  et al. 2024, "FlashAttention-3", sec. 1): 0.35 and 0.3.
+  we take 0.6 forward and 0.45 backward. On Hopper, by kernel (``attention_kernel``, HOPPER_ATTENTION):
+  Shah et al. 2024, "FlashAttention-3" (arXiv 2407.08608), Fig. 5 (forward, causal mask, head dim 128,
+  H100 80GB SXM5, 8K tokens) and Fig. 6 (backward, head dim 128, 8K): FlashAttention-2 333 and 318 TFLOP/s,
+  cuDNN 529 and 518, FlashAttention-3 602 and 559. FlashAttention's benchmark
+  (benchmarks/benchmark_flash_attention.py, ``flops``) counts a backward as 2.5 × the forward's FLOPs (it
+  recomputes Q·Kᵀ and the softmax: five T × T products to the forward's two); tfcalc charges 2 ×, so a
+  published backward rate is taken × 2/2.5: FlashAttention-2 0.337 and 0.257 of the 989 TFLOP/s peak.
+  Without the mask (Fig. 5's other panel, head dim 128, 8K) the forward runs faster -- FlashAttention-2 370,
+  cuDNN 600, FlashAttention-3 646 TFLOP/s -- and context parallelism's ring runs its later steps so: each
+  block after the first is a whole (unmasked) rectangle (torch's _templated_ring_attention: the first step
+  causal on the rank's two chunks, the later ones on half of them, is_causal False), so a ring of C steps
+  runs 1/C of its forward at the causal rate and the rest at ``flash_unmasked_forward``
+  (tfcalc.count.training.micro_batch_time). FlashAttention-2 is the default on Hopper: PyTorch's SDPA runs its
+  in-tree FlashAttention-2 (the cuDNN backend is opt-in since torch 2.5.1), and torch's ring attention (context
+  parallelism) calls the flash or the memory-efficient kernel only. Choose another with
+  ``perf: {attention_kernel: cudnn}`` (or fa3) in a device file, or state ``flash_efficiency`` itself.
 - ``dequant_ops_per_weight``: CUDA-core instructions per dequantized weight in a weight-only kernel (see
   tfcalc.count.perf.elementwise): int8 2 (convert to float, multiply by the scale), int4 3 (unpack:
   one shift-and-mask LOP3, convert, one FMA applying zero point and scale); fp8 1 (a convert).
@@ -113,17 +128,32 @@ class PerfSpec:
     ep_comm_sms: int = 20  # SMs DeepEP's all-to-all kernels hold under --overlap ep (count.training.experts_parallel)
     host_op_s: float = 31e-6  # the host's time per counted kernel of an eager step (docstring; perf.inference, 6)
     launch: str = "graph"  # "graph": steps captured (no host term); "eager": every kernel launched from Python
+    attention_kernel: str = "fa2"  # the fused attention kernel flash_efficiency is of (ATTENTION_KERNEL_NAMES)
+    flash_unmasked_forward: Optional[float] = None  # its forward without the causal mask; None: flash_efficiency[0]
     # where each per-device constant (tfcalc.device_constants.PERF_FIELDS) came from: file, table device, default
     constants_from: tuple[tuple[str, str], ...] = ()
 
     def __hash__(self) -> int:  # the dict fields are read-only by convention; hash what identifies a spec
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
-                     self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms))
+                     self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms,
+                     self.attention_kernel, self.flash_unmasked_forward))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
-_HOPPER_FLASH = (0.35, 0.30)  # FlashAttention-2 on H100 (Shah et al. 2024)
+H100_BF16 = 989e12
+BACKWARD_COUNT = 2 / 2.5  # FlashAttention's benchmark counts a backward as 2.5 forwards, tfcalc 2 (docstring)
+# attention kernel -> (forward, backward) on Hopper, Shah et al. 2024 Fig. 5 (causal, d_head 128, 8K) and Fig. 6
+HOPPER_ATTENTION: dict[str, tuple[float, float]] = {
+    "fa2": (333e12 / H100_BF16, 318e12 * BACKWARD_COUNT / H100_BF16),
+    "cudnn": (529e12 / H100_BF16, 518e12 * BACKWARD_COUNT / H100_BF16),
+    "fa3": (602e12 / H100_BF16, 559e12 * BACKWARD_COUNT / H100_BF16),
+}
+# ... their forward without the causal mask (Fig. 5, d_head 128, 8K): a ring's later steps (docstring)
+HOPPER_UNMASKED_FORWARD = {"fa2": 370e12 / H100_BF16, "cudnn": 600e12 / H100_BF16, "fa3": 646e12 / H100_BF16}
+ATTENTION_KERNEL_NAMES = {"fa2": "FlashAttention-2", "cudnn": "cuDNN", "fa3": "FlashAttention-3"}
+_HOPPER_FLASH = HOPPER_ATTENTION["fa2"]  # PyTorch SDPA's flash backend on H100 (docstring)
+HOPPER_KEYS = ("h100", "h200")  # the table devices whose attention kernels HOPPER_ATTENTION measures
 
 # key -> (sm_count, matmul_ceiling, flash_efficiency, source of the ceiling)
 _TABLE: dict[str, tuple[int, float, tuple[float, float], str]] = {
@@ -167,7 +197,9 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
               bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
     """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
     sms, ceiling, flash, source = _TABLE.get(device_key, (108, 0.80, (0.6, 0.45), GENERIC))
+    unmasked = HOPPER_UNMASKED_FORWARD["fa2"] if flash == _HOPPER_FLASH else None
     spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
+                    flash_unmasked_forward=unmasked,
                     fp8_ceiling=_FP8_CEILING.get(device_key, PerfSpec.fp8_ceiling),
                     matmul_efficiency=matmul_efficiency,
                     sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
@@ -179,7 +211,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 # What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
-                "flash_efficiency": "default, FlashAttention-2 on an A100"}
+                "flash_efficiency": "default, the A100's"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -193,6 +225,17 @@ def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
     basis = perf_basis(spec)
     perf = perf_spec(basis or "", matmul_efficiency, bandwidth_efficiency)
     stated = dict(spec.perf)
+    if "attention_kernel" in stated:  # a kernel by name: its Hopper measurement (HOPPER_ATTENTION)
+        if not (basis or "").startswith(HOPPER_KEYS):
+            from tfcalc.errors import InputError
+
+            raise InputError(f"{spec.source}: perf.attention_kernel takes the kernels' H100 measurements; this file "
+                             f"inherits {basis or 'no table device'}: name a Hopper device (inherits: h100-sxm) or "
+                             "state flash_efficiency")
+        stated["flash_efficiency"] = HOPPER_ATTENTION[stated["attention_kernel"]]
+        stated["flash_unmasked_forward"] = HOPPER_UNMASKED_FORWARD[stated["attention_kernel"]]
+    elif "flash_efficiency" in stated:  # a stated rate, of no kernel by name: the ring's later steps run at it too
+        stated["flash_unmasked_forward"] = None
     if "matmul_ceiling" in stated:
         perf = replace(perf, source=f"matmul ceiling {stated['matmul_ceiling']:g} from {spec.source}")
     user = basis != spec.key or spec.inherits is not None or bool(stated)
@@ -210,7 +253,8 @@ def constants_line(perf: PerfSpec) -> str:
     """One line naming each per-device constant, its value and where it came from."""
     values = {"sm_count": str(perf.sm_count), "matmul_ceiling": f"{perf.matmul_ceiling:.3g}",
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
-              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)}
+              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)
+              + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
@@ -259,5 +303,6 @@ def perf_json(perf: PerfSpec) -> dict:
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),
             "fp8_ceiling": perf.fp8_ceiling, "comm_sms": perf.comm_sms, "ep_comm_sms": perf.ep_comm_sms,
             "source": perf.source,
-            "host_op_s": perf.host_op_s, "launch": perf.launch,
+            "host_op_s": perf.host_op_s, "launch": perf.launch, "attention_kernel": perf.attention_kernel,
+            "flash_unmasked_forward": perf.flash_unmasked_forward,
             "constants_from": dict(perf.constants_from)}

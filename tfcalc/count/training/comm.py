@@ -57,7 +57,10 @@ bytes of one micro-batch's hidden states (e activation bytes, b micro-batch, s s
    without resharding after forward a block is gathered once per micro-batch; ZeRO-1 as PyTorch's
    ZeroRedundancyOptimizer all-reduces (DDP) and broadcasts one bucket per rank. The token all-to-alls
    of expert parallelism: tfcalc.count.training.experts_parallel.
-9. cp_kv (cp > 1): context parallelism's ring passes of K/V and their gradients, point-to-point
+9. fp8_amax (--fp8-all-gather, ZeRO-3 with torchao's tensorwise Float8): the FP8 linears' weights are
+   gathered in FP8 (cause 2's bytes for them halved) and their amaxes all-reduced once a step, one fp32
+   each (tfcalc.count.training.fp8, step 4).
+10. cp_kv (cp > 1): context parallelism's ring passes of K/V and their gradients, point-to-point
    (tfcalc.count.training.context_parallel). Under CP, every message above that carries positions carries the
    rank's s/C of them, and the dp group of causes 1-2 is the dp × cp ranks that hold the same weights.
    Under the interleaved schedule cause 6 counts a send at every chunk boundary (tfcalc.count.perf.pipeline).
@@ -73,6 +76,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf.pipeline import sends_per_micro_batch
 from tfcalc.count.training.context_parallel import kv_ring
+from tfcalc.count.training.fp8 import FP8_BYTES, fp8_linear_weight, fp8_linears, gathers_fp8
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.rank_memory import FP32, stage_expert_params, weight_element_bytes
 from tfcalc.count.training.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
@@ -144,10 +148,12 @@ def by_key(collectives) -> dict[str, int]:
     return out
 
 
-def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = False) -> tuple[int, int, int]:
+def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = False, fp8_only: bool = False
+                 ) -> tuple[int, int, int]:
     """(FSDP units of the stage's blocks, all their shards, the root's tensors on the stage): elements per
     rank under FSDP2's padded split. Under expert parallelism the routed experts are units of their own
-    over dp / ep ranks (``experts``: those units; else the rest, as torchtitan wraps them)."""
+    over dp / ep ranks (``experts``: those units; else the rest, as torchtitan wraps them). ``fp8_only``: the
+    shards of the FP8 linears' weights alone (tfcalc.count.training.fp8, step 4)."""
     apart = layout.ep > 1
     n = expert_dp(layout) if experts else shard_dp(layout)
 
@@ -158,7 +164,7 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = F
         return copies * fsdp_shard(shape, n)
 
     def ours(t) -> bool:
-        return not apart or routed_expert(t.name) == experts
+        return (not apart or routed_expert(t.name) == experts) and (not fp8_only or fp8_linear_weight(t))
 
     kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
     blocks = sum(k * sum(shard(t, t.copies) for t in tensors if ours(t)) for _, tensors, k in kinds)
@@ -181,9 +187,15 @@ def _zero3(cfg: ModelConfig, layout: Layout, stage: int, experts: bool) -> list[
     units = blocks + (root > 0)
     again = 2 if layout.reshard_after_forward else 1
     cause = "expert" if experts else "dp"
+    # --fp8-all-gather: the FP8 linears' shards travel cast to FP8, one byte an element (fp8, step 4)
+    fp8 = _unit_shards(cfg, layout, stage, experts, fp8_only=True)[1] if gathers_fp8(layout) else 0
+    gathered = ew * (shards - fp8) + FP8_BYTES * fp8
     out = [Collective("expert_params" if experts else "zero_params", "all_gather", group, N,
-                      ew * N * m * (again * shards + root), m * (again * blocks + (root > 0))),
+                      N * m * (again * gathered + ew * root), m * (again * blocks + (root > 0))),
            Collective(f"{cause}_grads", "reduce_scatter", group, N, eg * N * m * (shards + root), m * units)]
+    if fp8:  # precompute_float8_dynamic_scale_for_fsdp: the shards' amaxes, one fp32 each, all-reduced once a step
+        out.append(Collective("fp8_amax", "all_reduce", group, N,
+                              FP32 * fp8_linears(cfg, layout, stage, experts), 1))
     if layout.hsdp is not None and not experts:
         out.append(Collective("dp_grads", "all_reduce", "dp_replicate", layout.dp // layout.hsdp,
                               eg * m * (shards + root), m * units))

@@ -29,7 +29,9 @@ from tfcalc.workload import RECOMPUTE, Layout  # noqa: F401  (re-exported: the l
 
 ZERO_STAGES = (0, 1, 2, 3)
 ATTENTION_KERNELS = ("flash", "math")
-KERNEL_MODES = ("eager", "fused")  # the non-matmul kernels: tfcalc.count.perf.eager, or fused (elementwise)
+# the non-matmul kernels: tfcalc.count.perf.eager; fused (elementwise); compile: the blocks fused by Inductor, the
+# embedding, final norm and loss eager (torchtitan's per-block torch.compile: tfcalc.count.perf.elementwise, 5)
+KERNEL_MODES = ("eager", "fused", "compile")
 
 
 def _positive(**values: int) -> None:
@@ -39,7 +41,7 @@ def _positive(**values: int) -> None:
 
 
 def check_kernels(kernels: object) -> None:
-    """--kernels: eager or fused (tfcalc.count.perf.eager), one line otherwise."""
+    """--kernels: eager, fused or compile (tfcalc.count.perf.eager, elementwise), one line otherwise."""
     if not isinstance(kernels, str) or kernels not in KERNEL_MODES:
         raise InputError(f"--kernels must be one of {', '.join(KERNEL_MODES)}; got {shown(kernels)}")
 

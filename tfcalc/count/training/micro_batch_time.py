@@ -22,7 +22,9 @@ memory traffic (tfcalc.count.perf.elementwise). Recompute adds a forward: all of
 products (selective). Then the non-matmul traffic at the achievable bandwidth and each kernel's fixed
 cost: under kernels="eager" (the default: PyTorch without torch.compile) every op's bytes and kernel
 as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
-recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise). Under
+recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise); under "compile"
+(torch.compile of each block, torchtitan's) the blocks' work fused and the embedding, final norm and loss
+eager, once each way (tfcalc.count.perf.elementwise, 5). Under
 --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
 (tfcalc.count.perf.fp8_time). A mixture of experts adds its router's top-k, index work and token permutes
@@ -46,8 +48,9 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.context_parallel import kv_elements, ring_merges
-from tfcalc.count.training.fp8 import runs_fp8
+from tfcalc.count.training.fp8 import gathers_fp8, runs_fp8
 from tfcalc.count.training.shard import total_blocks
+from tfcalc.count.training.sharding import shard_dp
 from tfcalc.workload import Layout
 
 COLUMN = ("q", "k", "v", "gate", "up", "qkv")
@@ -108,12 +111,18 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
              ) -> tuple[float, float, float]:
     """(forward, backward, of the backward the weight gradient) seconds of one copy of the matmul on one
     rank. Context parallelism (tfcalc.count.training.context_parallel): a rank's rows are its s/C positions, its
-    causal score pairs 1/C of the whole (load-balanced chunks)."""
+    causal score pairs 1/C of the whole (load-balanced chunks); the ring's first step runs the causal kernel, its
+    C − 1 later steps unmasked blocks of as many pairs each, at the kernel's unmasked forward rate
+    (tfcalc.count.perf.hardware, ``flash_unmasked_forward``)."""
     m, k, n, count = tp_shape(e, layout.tp, experts)
     if e.mixing and layout.attention == "flash":
         flops = e.causal_total / e.copies / layout.tp / layout.cp
         fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
-        return flops / (peak * fwd_eff), 2 * flops / (peak * bwd_eff), 0.0
+        forward = flops / (peak * fwd_eff)
+        if layout.cp > 1 and not perf.matmul_efficiency and perf.flash_unmasked_forward:
+            C = layout.cp
+            forward = flops / C / (peak * fwd_eff) + flops * (C - 1) / C / (peak * perf.flash_unmasked_forward)
+        return forward, 2 * flops / (peak * bwd_eff), 0.0
     m = -(-m // layout.cp)
     forward = _gemm_s(m, k, n, count, peak, perf)
     weight_grad = _gemm_s(k, m, n, count, peak, perf) if not e.mixing else 0.0
@@ -148,6 +157,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8_peak else perf
     cast_fwd = cast_bwd = 0.0
     cast_kernels = [0, 0]  # forward, backward (fp8_recipes)
+    fp8_shards = shard_dp(layout) if gathers_fp8(layout) else 0  # --fp8-all-gather (fp8, step 4)
     for e in entries:
         # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
         fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group, e.mixing)
@@ -155,7 +165,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8:
             m, k, n, count = tp_shape(e, layout.tp, experts)
             c = fp8_recipes.casts(layout.fp8_recipe, -(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8,
-                                  layout.kernels == "fused")
+                                  layout.kernels != "eager", fp8_shards, layout.reshard_after_forward)
             cast_fwd += c.forward_bytes * count * e.copies
             cast_bwd += c.backward_bytes * count * e.copies
             cast_kernels = [cast_kernels[0] + c.forward_kernels * e.copies,
@@ -182,14 +192,21 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         traffic, other, forward_kernels = _eager_other(cfg, layout, act, score_elements, kernels, again, bandwidth,
                                                        perf)
     else:
+        compiled = layout.kernels == "compile"  # the blocks fused, the rest eager (elementwise, step 5)
         nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
-        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel) / layout.cp
+        traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel, compiled) / layout.cp
         if layout.attention == "math":
             traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
-        kernels += sum(e.copies for e in nm)
+        kernels += sum(e.copies for e in nm if not (compiled and elementwise.is_outside_blocks(e)))
         passes = 1 + elementwise.BACKWARD_TRAFFIC + again
         other = (traffic * passes / bandwidth + kernels * perf.kernel_s * (1 + elementwise.BACKWARD_KERNELS + again))
         forward_kernels = kernels
+        if compiled:  # once forward and once back: activation checkpointing wraps the blocks only
+            fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                                        layout.sequence_parallel, edges_only=True)
+            traffic += fwd / layout.cp
+            other += (fwd + bwd) / layout.cp / bandwidth + (fwd_k + bwd_k) * perf.kernel_s
+            forward_kernels += fwd_k
     # context parallelism's ring: the block merges and the gradients' fp32 accumulation (context_parallel, 5)
     ring_f, ring_b, ring_fk, ring_bk = ring_merges(entries, layout, kv_elements(cfg, layout) if layout.cp > 1 else 0)
     full = layout.recompute == "full"  # recompute casts the forward's inputs again
@@ -223,17 +240,21 @@ def moe_layers(cfg: ModelConfig, layout: Layout, act: int) -> moe_dispatch.Dispa
 def _eager_other(cfg: ModelConfig, layout: Layout, act: int, score_elements: int, matmul_kernels: int, again: bool,
                  bandwidth: float, perf: PerfSpec) -> tuple[float, float, int]:
     """kernels="eager": the non-matmul ops as eager PyTorch runs them, each its own kernel (tfcalc.count.perf.eager),
-    forward, backward and (full or op recompute) the forward's again; the "math" scores' passes as fused.
+    forward, backward and (full or op recompute) the blocks' forward again -- activation checkpointing wraps the
+    blocks (torchtitan's checkpoint_wrapper per TransformerBlock, Megatron-LM's per layer), so the embedding, final
+    norm and loss (eager.terms' ``edges_only``) run once; the "math" scores' passes as fused.
     (forward bytes, seconds of the non-matmul work and every kernel's fixed cost, forward kernels)."""
     fwd, bwd, fwd_k, bwd_k = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
                                                 layout.sequence_parallel)
-    fwd, bwd = fwd / layout.cp, bwd / layout.cp
+    edge_f, _, edge_k, _ = eager.rank_traffic(cfg, layout.micro_batch, layout.seq, act, layout.tp,
+                                              layout.sequence_parallel, edges_only=True) if again else (0.0, 0.0, 0, 0)
+    fwd, bwd, edge_f = fwd / layout.cp, bwd / layout.cp, edge_f / layout.cp
     if layout.attention == "math":
         scores = elementwise.score_traffic(score_elements, act, layout.dropout)
         fwd, bwd = fwd + scores, bwd + scores * elementwise.BACKWARD_TRAFFIC
     matmul_passes = 1 + elementwise.BACKWARD_KERNELS + again
-    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) + bwd_k
-    return fwd, (fwd * (1 + again) + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
+    kernels = matmul_kernels * matmul_passes + fwd_k * (1 + again) - edge_k + bwd_k
+    return fwd, (fwd * (1 + again) - edge_f + bwd) / bandwidth + kernels * perf.kernel_s, matmul_kernels + fwd_k
 
 
 def moe_step_s(cfg: ModelConfig, layout: Layout, bandwidth: float, perf: PerfSpec) -> float:

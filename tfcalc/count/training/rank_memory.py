@@ -34,7 +34,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.activations import Activations, activations
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.perf.pipeline import stages_held
-from tfcalc.count.training.fp8 import fp8_cache_bytes
+from tfcalc.count.training.fp8 import FP8_BYTES, fp8_cache_bytes, fp8_linear_weight, gathers_fp8
 from tfcalc.count.training.offload import Offload, offload
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
 from tfcalc.count.training.shard import (
@@ -174,17 +174,21 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
 def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
     """ZeRO-3: 2 × the largest FSDP unit (one block, or the root's tensors), unsharded, TP-local; under
     expert parallelism a block's routed experts (EP rank 0's) are a unit of their own, as
-    tfcalc.count.training.comm counts them. Without resharding after forward, see ``rank_memory``."""
+    tfcalc.count.training.comm counts them. Without resharding after forward, see ``rank_memory``. Under
+    --fp8-all-gather the FP8 linears' weights are gathered, and held, in FP8 (tfcalc.count.training.fp8, step 4)."""
     if layout.zero != 3:
         return 0
-    def size(t) -> int:
-        return local_copies(t.name, t.copies, layout) * math.prod(tp_local_shape(t, layout.tp))
+    ew, fp8 = weight_element_bytes(layout.dtype), gathers_fp8(layout)
+
+    def size(t) -> int:  # bytes
+        b = FP8_BYTES if fp8 and fp8_linear_weight(t) else ew
+        return b * local_copies(t.name, t.copies, layout) * math.prod(tp_local_shape(t, layout.tp))
 
     parts = [(False, True)] if layout.ep == 1 else [(False,), (True,)]  # which tensors (routed or not) make a unit
     block = max(sum(size(t) for t in tensors if routed_expert(t.name) in part)
                 for tensors, _ in units(cfg) for part in parts)  # the largest unit of a block kind
     root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)
-    return 2 * weight_element_bytes(layout.dtype) * max(block, root)
+    return 2 * max(block, root)
 
 
 @functools.lru_cache(maxsize=256)

@@ -71,6 +71,7 @@ from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training.fp8 import gathers_fp8
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
@@ -273,8 +274,11 @@ class StageSeconds:
 
 @lru_cache(maxsize=4096)
 def _alike(layout: Layout) -> Layout:
-    """What a micro-batch's time depends on (a search prices many layouts that share it)."""
-    return replace(layout, dp=1, pp=1, zero=0, global_batch=layout.micro_batch, schedule="1f1b", virtual_stages=1,
+    """What a micro-batch's time depends on (a search prices many layouts that share it); under --fp8-all-gather
+    the ZeRO-3 shards too (the weights' casts run on them: tfcalc.count.training.fp8, step 4)."""
+    sharded = gathers_fp8(layout)
+    return replace(layout, dp=layout.dp if sharded else 1, pp=1, zero=3 if sharded else 0,
+                   global_batch=layout.micro_batch * (layout.dp if sharded else 1), schedule="1f1b", virtual_stages=1,
                    overlap=(), pp_split_counts=(), pp_layers=())
 
 
