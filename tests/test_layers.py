@@ -21,7 +21,7 @@ RANKS = {
     "tfcalc.config_groups": 0, "tfcalc.device_constants": 1, "tfcalc.devices": 1, "tfcalc.workload": 2,
     "tfcalc.hf_config": 2, "tfcalc.hub_cache": 2, "tfcalc.presets": 2, "tfcalc.count": 3, "tfcalc.checkpoint": 3,
     "tfcalc.model": 3, "tfcalc.measure": 4,
-    "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.notebook": 7, "tfcalc.__main__": 7, "tfcalc": 7,
+    "tfcalc.report": 5, "tfcalc.cli": 6, "tfcalc.notebook": 7, "tfcalc.__main__": 7, "tfcalc.api_args": 7, "tfcalc": 7,
 }
 # no torch, typer or rich: counting never pays for them (checkpoint headers are read with safetensors'
 # numpy framework, no torch)
