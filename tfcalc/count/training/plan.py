@@ -160,7 +160,7 @@ def _fitting(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilizatio
         bound = ShapeBound(cfg, start, hw.memory_bytes, hw.gpus_per_node, recompute, ep)
     for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
                                     tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention))),
-                                    keep=bound.fits):
+                                    keep=bound.fits if base.etp is None else None):  # bound: the legacy grid
         for b in micro_batches(layout, space):
             fitted = False
             for option in schedules(cfg, replace(layout, micro_batch=b), space):
