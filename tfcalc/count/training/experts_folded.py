@@ -66,11 +66,12 @@ def folded(layout: Layout) -> bool:
 
 def resolve_fold(has_moe: bool, layout: Layout) -> Layout:
     """The layout with ``etp`` 1 where folding is implied and --etp was not given: a mixture of experts whose
-    EP does not divide dp, or under --sp (the legacy grid keeps both out). Otherwise as given."""
+    EP does not divide dp but tp·cp·dp, or under --sp (the legacy grid keeps both out). Otherwise as given."""
     from dataclasses import replace
 
-    if layout.etp is None and has_moe and (layout.sequence_parallel or layout.dp % max(1, layout.ep)):
-        return replace(layout, etp=1)
+    E, ranks = max(1, layout.ep), layout.tp * layout.cp * layout.dp
+    if layout.etp is None and has_moe and (layout.sequence_parallel or (layout.dp % E and ranks % E == 0)):
+        return replace(layout, etp=1)  # (an E dividing neither is refused by the legacy grid's check)
     return layout
 
 

@@ -160,7 +160,7 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
     elif ep > 1:
         if L.dp % ep:
             raise InputError(f"--ep {ep}: the expert-parallel group is made of data-parallel ranks, so ep must "
-                             f"divide dp ({L.dp})")
+                             f"divide dp ({L.dp}) -- or, with --etp, tp × cp × dp ({L.tp * L.cp * L.dp})")
         if L.hsdp is not None:
             raise InputError("--ep with --hsdp is not modelled: give one")
     # context parallelism folds the cp ranks into the data-parallel group the states shard over
