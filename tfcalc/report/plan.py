@@ -81,10 +81,12 @@ class PlanReport(Displayed):
         if self.model.cfg.architecture.has_moe and folded(self.plan.layout):
             L = self.plan.layout
             out.append(f"experts folded over tp × cp × dp = {L.tp * L.cp * L.dp} ranks (MoE Parallel Folding): "
-                       f"{experts_folded.describe(L)}; each rank holds 1/{L.ep} of every mixture's routed experts"
+                       f"{experts_folded.describe(L)}; each rank holds {f'1/{L.ep}' if L.ep > 1 else 'all'} of every mixture's "
+                       "routed experts"
                        f"{f', each split {L.etp} ways,' if L.etp > 1 else ''} and routes its own {rank_tokens(L):,} "
-                       "tokens a micro-batch; "
-                       f"{ep_dispatch_words(L, self.device.gpus_per_node)} (tfcalc.count.training.experts_folded)")
+                       "tokens a micro-batch"
+                       + (f"; {ep_dispatch_words(L, self.device.gpus_per_node)}" if L.ep > 1 else "")
+                       + " (tfcalc.count.training.experts_folded)")
         elif self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
             out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
                        f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "

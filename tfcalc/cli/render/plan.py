@@ -88,8 +88,9 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     n = sharding.shard_dp(L)
     experts = f", experts 1/{sharding.expert_dp(L)}" if sharding.experts_apart(L) else ""
     zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{n}{experts}, rows padded"}[L.zero]
-    etp = f", each 1/{L.etp}" if (L.etp or 1) > 1 else ""  # experts folded (count.training.experts_folded)
-    held = f" (1/{L.ep} of the experts{etp})" if L.ep > 1 or etp else ""
+    etp = f"each 1/{L.etp}" if (L.etp or 1) > 1 else ""  # experts folded (count.training.experts_folded)
+    held = f" (1/{L.ep} of the experts{', ' + etp if etp else ''})" if L.ep > 1 else f" (the experts {etp})" if etp \
+        else ""
     t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
