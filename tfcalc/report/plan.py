@@ -81,8 +81,8 @@ class PlanReport(Displayed):
         if self.model.cfg.architecture.has_moe and folded(self.plan.layout):
             L = self.plan.layout
             out.append(f"experts folded over tp × cp × dp = {L.tp * L.cp * L.dp} ranks (MoE Parallel Folding): "
-                       f"{experts_folded.describe(L)}; each rank holds {f'1/{L.ep}' if L.ep > 1 else 'all'} of every mixture's "
-                       "routed experts"
+                       f"{experts_folded.describe(L)}; each rank holds {f'1/{L.ep}' if L.ep > 1 else 'all'} of "
+                       "every mixture's routed experts"
                        f"{f', each split {L.etp} ways,' if L.etp > 1 else ''} and routes its own {rank_tokens(L):,} "
                        "tokens a micro-batch"
                        + (f"; {ep_dispatch_words(L, self.device.gpus_per_node)}" if L.ep > 1 else "")
