@@ -13,6 +13,7 @@ TP rank 0 of tp 2, without the experts: embedding 4,096 + LM head 4,096 + final 
 """
 
 import dataclasses
+import time
 
 import pytest
 
@@ -295,3 +296,20 @@ def test_the_legacy_grid_figures_are_unchanged(name, fields, states, payloads):
     plan = make_plan(cfg, Layout(micro_batch=1, **fields), H100, None)
     assert (plan.memory.params, plan.memory.weights, plan.memory.grads, plan.memory.optimizer) == states
     assert {c.key: c.payload_bytes for c in plan.collectives if c.key in payloads} == payloads
+
+
+
+
+def test_a_folded_search_over_16384_gpus_is_fast():
+    """`plan --gpus 16384 --etp 1` (the experts folded, SP tried for them; the legacy grid's memory bound is
+    not used): Qwen3-30B-A3B under the issue's 2 s, with the margin and the warm caches of the dense search's
+    test (tests/count/test_pipeline_schedules.py)."""
+    import tfcalc
+
+    tfcalc.plan("qwen3-30b-a3b", gpus=64, seq=4096, etp=1)
+    start = time.process_time()
+    r = tfcalc.plan("qwen3-30b-a3b", gpus=16384, seq=4096, etp=1)
+    assert time.process_time() - start < 2.0 * 0.75
+    layouts = [p.layout for p in r.candidates]
+    assert layouts and all(L.etp == 1 for L in layouts)
+    assert all(L.sequence_parallel for L in layouts if L.tp > 1)
