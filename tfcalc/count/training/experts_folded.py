@@ -26,10 +26,11 @@ lays a second grid over the same tp·cp·dp ranks of a pipeline stage for the ex
    reduce-scatter after the combine (MoELayer on the local shard; tfcalc.count.training.comm cause 3
    counts TP collectives only for the shared expert, TP-split as a dense FFN). So each rank routes,
    permutes and dispatches its own T_r = b·s / (cp·tp) tokens (``rank_tokens``): its router, top-k and
-   permutes run on T_r rows. What was "tokens all-gathered from SP ranks" in the older alltoall_seq
-   dispatcher is not what MoEAlltoAllTokenDispatcher does: its path is permute -> A2A(EP) -> AG(ETP) ->
-   experts -> RS(ETP) -> A2A(EP) -> unpermute (token_dispatcher.py, MoEAlltoAllTokenDispatcher's
-   docstring), which is what is modelled here. The router's weight sees only the rank's shard, so its
+   permutes run on T_r rows. No all-gather over the SP ranks comes first: MoEAlltoAllTokenDispatcher takes
+   the [S/TP, B, H] shard and runs permute -> A2A(EP) -> AG(ETP) -> experts -> RS(ETP) -> A2A(EP) ->
+   unpermute (megatron/core/transformer/moe/token_dispatcher.py, its docstring), which is what is modelled
+   here; its ``tp_group`` is the expert-TP group. (MoEAllGatherTokenDispatcher instead all-gathers the tokens
+   over TP × EP and reduce-scatters them back: not modelled.) The router's weight sees only the rank's shard, so its
    gradient is partial over TP and is all-reduced with the norms' (Megatron's router sets
    ``sequence_parallel`` on its weight; comm cause 5).
 4. Collectives per MoE layer and micro-batch, k routed copies a token, h = d_model, e activation bytes:
