@@ -50,3 +50,16 @@ def test_a_search_with_etp_tries_sp_for_experts(cli):
 ])
 def test_hostile_folded_flags(cli, model, args, message):
     assert_one_line_error(cli("plan", model, "--seq", "4096", "--global-batch", "16", *args), message)
+
+
+def test_a_search_with_an_ep_only_tp_times_dp_holds_folds_the_experts(cli):
+    """Qwen3-235B on 256 GPUs with --ep 32: the legacy grid needs 32 | dp (tp·pp ≤ 8); the search now also
+    lays EP 32 over TP × DP (ETP 1, SP) where dp alone cannot hold it, as Megatron's recipe does."""
+    r = cli("plan", "qwen3-235b-a22b", "--gpus", "256", "--ep", "32", "--seq", "4096", "--global-batch", "2048",
+            "--top", "1000", "--json")
+    assert r.code == 0, r.err
+    layouts = [x["layout"] for x in r.json()["search"]["layouts"]]
+    folded = [x for x in layouts if x["etp"] == 1]
+    assert folded and all(x["dp"] % 32 or x["cp"] > 1 for x in folded)
+    assert all(x["sequence_parallel"] for x in folded if x["tp"] > 1)
+    assert all(x["dp"] % 32 == 0 for x in layouts if x["etp"] is None)

@@ -66,14 +66,21 @@ def folded(layout: Layout) -> bool:
 
 
 def resolve_fold(has_moe: bool, layout: Layout) -> Layout:
-    """The layout with ``etp`` 1 where folding is implied and --etp was not given: a mixture of experts whose
-    EP does not divide dp but tp·cp·dp, or under --sp (the legacy grid keeps both out). Otherwise as given."""
+    """The layout with ``etp`` 1 where folding is implied and --etp was not given: a mixture of experts under
+    --sp, or whose EP the legacy grid cannot lay out (E not dividing dp, or context parallelism) but tp·cp·dp
+    can (the legacy grid keeps all three out). Otherwise as given."""
     from dataclasses import replace
 
-    E, ranks = max(1, layout.ep), layout.tp * layout.cp * layout.dp
-    if layout.etp is None and has_moe and (layout.sequence_parallel or (layout.dp % E and ranks % E == 0)):
+    if layout.etp is None and has_moe and (layout.sequence_parallel or implied(layout.ep, layout.tp, layout.cp,
+                                                                              layout.dp)):
         return replace(layout, etp=1)  # (an E dividing neither is refused by the legacy grid's check)
     return layout
+
+
+def implied(ep: int, tp: int, cp: int, dp: int) -> bool:
+    """Whether EP ``ep`` needs the folded grid at tp·cp·dp (``resolve_fold``): the legacy one takes it from dp
+    alone, without CP."""
+    return ep > 1 and (dp % ep != 0 or cp > 1) and (tp * cp * dp) % ep == 0
 
 
 def expert_data_ranks(layout: Layout) -> int:

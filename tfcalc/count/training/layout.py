@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.layout_pipeline import check_pipeline
 from tfcalc.count.training.search_space import overlaps
 from tfcalc.count.training.shard import check_tp, total_blocks
@@ -165,6 +166,7 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
     sp = sequence_parallel_modelled(cfg, base.etp is not None)
+    folded_sp = sequence_parallel_modelled(cfg, True)  # an --ep the legacy grid cannot lay out folds (experts_folded)
     for cp in cps:
         for tp in every:
             if tp > gpus_per_node:
@@ -189,9 +191,10 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                 for z in zeros:
                     for r in recomputes:
                         for e in eps:
-                            split = sp and tp > 1 and (base.seq // cp) % tp == 0
+                            etp = 1 if base.etp is None and ep is not None and implied(e, tp, cp, dp) else base.etp
+                            split = (sp or (etp is not None and folded_sp)) and tp > 1 and (base.seq // cp) % tp == 0
                             sched = dict(schedule="1f1b", virtual_stages=1, pp_split_counts=()) if pp == 1 else {}
-                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
+                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e, etp=etp,
                                              sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap, e),
                                              **sched)
                             try:
