@@ -313,3 +313,18 @@ def test_a_folded_search_over_16384_gpus_is_fast():
     layouts = [p.layout for p in r.candidates]
     assert layouts and all(L.etp == 1 for L in layouts)
     assert all(L.sequence_parallel for L in layouts if L.tp > 1)
+
+
+def test_context_parallel_ranks_fold_into_the_expert_grid():
+    """tp 1 × cp 2 × dp 2, EP 4 (the legacy grid has no EP under CP: folding is implied, ETP 1, EDP 1). A rank
+    routes its s/C = 64 positions: 4 × 64·2·64·2 bytes per layer and micro-batch, m = 4 / 2 = 2, 2 layers."""
+    cfg = tiny()
+    L = resolve_fold(True, layout(tp=1, cp=2, dp=2, ep=4, etp=None, sequence_parallel=False))
+    assert L.etp == 1 and expert_data_ranks(L) == 1
+    plan = make_plan(cfg, L, H100, None)
+    assert by(plan, "ep_tokens", "all_to_all").payload_bytes == 2 * 2 * 4 * 64 * 2 * 64 * 2
+    # the dense tensors whole at tp 1 (8,192 + 8,192 + 64 + 2 × (64 + 64 + 8,192 + 4,096 + 512) = 42,304) reduce
+    # over dp·cp = 4 ranks in bf16; the experts' not at all (EDP 1)
+    dp = by(plan, "dp_grads", "all_reduce")
+    assert (dp.group_size, dp.payload_bytes) == (4, 2 * 42_304)
+    assert not [c for c in plan.collectives if c.cause == "expert_grads"]
