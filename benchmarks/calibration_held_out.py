@@ -73,6 +73,17 @@ it, never used to choose a parameter of the performance model. Reported beside i
   (--schedule dualpipe: Table 2's bubble, 2× parameters, PP + 1 activations; the row was 1.13 with 1F1B's
   bubble, 1.18 with DualPipe's). Added with expert parallelism across nodes (issue 31), its network and NVLink
   shares and overlap.
+- Megatron-Bridge docs/performance-summary.md (NVIDIA-NeMo/Megatron-Bridge), "25.11 NeMo Container", DGX-H100:
+  Qwen3_235B_a22B on 256 H100, FP8-CS, GBS 2,048, MBS 1, seq 4,096, TP 2, PP 8, CP 1, VP 4, EP 32: 1,575 tokens/s
+  per GPU (233 model TFLOP/s). DP = 256 / (TP 2 × PP 8) = 16, so EP 32 spans TP × DP: Megatron's "EP 32 = TP 2 ×
+  DP 16", said with experts folded (--ep 32 with --sp implies --etp 1: tfcalc.count.training.experts_folded). The
+  rest of the setup from the recipe of that name (src/megatron/bridge/perf_recipes/qwen/h100/qwen3_moe.py,
+  qwen3_235b_a22b_pretrain_256gpu_h100_fp8cs_config): sequence parallelism, no recompute, the alltoall
+  dispatcher (--ep-dispatch alltoall), overlap_moe_expert_parallel_comm (--overlap ep), FP8 current scaling
+  (--fp8-recipe tensorwise), the distributed optimizer (ZeRO-1), and 94 layers + embedding + loss over PP 8 ×
+  VP 4 = 32 chunks of 3 (--pp-split-counts embedding,head). The table's MoE rows force-balance the routing, as
+  tfcalc assumes. Added with experts folded over TP × DP (issue 31); tfcalc's memory for it (121 GiB a rank,
+  activations 106 GiB) does not fit the 80 GB it ran on: the rate is the held-out figure, not the memory.
 - TensorRT-LLM docs/source/performance.md (v0.6.1), "Low Latency" (data of v0.5): first-token latency at
   batch 1 on H100 SXM (FP8 weights and KV cache) and L40S (FP8), TP 1, the same LLaMA 7B and GPT-J 6B as
   the calibration set's A100 rows. Seen when the serving runtime's fixed cost per request was sized
@@ -194,6 +205,14 @@ def deepseek_v3_rate() -> float:
     return r.tokens_per_s / r.plan.layout.gpus
 
 
+def qwen3_235b_folded_rate() -> float:
+    r = tfcalc.plan("qwen3-235b-a22b", tp=2, pp=8, dp=16, ep=32, sequence_parallel=True, zero=1, seq=4096,
+                    global_batch=2048, micro_batch=1, recompute="none", schedule="interleaved", virtual_stages=4,
+                    pp_split_counts=("embedding", "head"), compute_dtype="fp8", fp8_recipe="tensorwise",
+                    overlap=("ep",), ep_dispatch="alltoall", device_spec="h100-sxm")
+    return r.tokens_per_s / r.plan.layout.gpus
+
+
 def first_token_ms(preset: str, inp: int, device: str, **over) -> Callable[[], float]:
     def run() -> float:
         r = tfcalc.infer(preset, batch=1, seq=inp, gen=1, dtype="fp8", kv_dtype="fp8", device_spec=device, **over)
@@ -264,6 +283,9 @@ def held_out_rows() -> list[Row]:
     out.append(Row("training throughput", "DeepSeek-V3, 2,048 H800, PP 16, EP 64 over 8 nodes, DualPipe, FP8",
                    "DeepSeek-V3 technical report, Table 1 (2.664M GPU-hours for 14.8T tokens)",
                    DEEPSEEK_V3_TOKENS / (DEEPSEEK_V3_GPU_HOURS * 3600), "tok/s/GPU", deepseek_v3_rate))
+    out.append(Row("training throughput", "Qwen3-235B-A22B, 256 H100, TP 2 + SP, PP 8 V 4, EP 32 over TP × DP, FP8-CS",
+                   "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo Container, DGX-H100", 1575, "tok/s/GPU",
+                   qwen3_235b_folded_rate))
     trt = "TensorRT-LLM docs/source/performance.md v0.6.1, Low Latency (v0.5 data, FP8, TP 1)"
     for device, name, label, inp, ms in TRT_LOW_LATENCY:
         preset, over = ("llama2-7b", {}) if label.startswith("LLaMA") else ("gpt3-6.7b", GPTJ)

@@ -200,6 +200,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
          ep: Optional[int] = None, ep_dispatch: str = "auto", compute_dtype: Optional[str] = None,
          fp8_recipe: str = "delayed", fp8_all_gather: bool = False,
+         etp: Optional[int] = None,  # --etp: count.training.experts_folded
          reshard_after_forward: bool = True,
          hsdp: Optional[int] = None, grad_dtype: Optional[str] = None, offload: Union[str, Sequence[str]] = (),
          # issue 20, pipeline and context: --schedule, --virtual-stages, --overlap, --cp
@@ -230,7 +231,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
-                          ep=ep, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
+                          ep=ep, etp=etp, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
                           fp8_all_gather=fp8_all_gather, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
                           offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)

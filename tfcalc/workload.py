@@ -102,6 +102,9 @@ class Layout:
     dropout: bool = False
     # --- issue 20, sharding and precision (helper X); checked by tfcalc.count.training.sharding ---
     ep: int = 1  # expert parallel: each MoE's routed experts split over ep ranks of the DP group
+    # expert tensor parallel: None keeps the experts' legacy grid (EP within DP, experts whole on every TP rank);
+    # an int folds the experts' ETP × EP grid over tp·cp·dp (tfcalc.count.training.experts_folded)
+    etp: Optional[int] = None
     # how EP's tokens travel (tfcalc.count.training.experts_parallel): auto, alltoall or deepep (hierarchical)
     ep_dispatch: str = "auto"
     compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`

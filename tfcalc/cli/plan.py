@@ -50,6 +50,7 @@ from tfcalc.cli.render import plan as view
 from tfcalc.cli.render.host import busy_host
 from tfcalc.cli.sharding_options import (
     EP,
+    ETP,
     HSDP,
     ComputeDType,
     EPDispatch,
@@ -141,6 +142,7 @@ def plan(
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
     # issue 20, sharding and precision (tfcalc.cli.sharding_options)
     ep: EP = None,
+    etp: ETP = None,
     ep_dispatch: EPDispatch = "auto",
     compute_dtype: ComputeDType = None,
     fp8_recipe: FP8Recipe = "delayed",
@@ -171,7 +173,8 @@ def plan(
     reduction overlapped with the backward pass, TP and PP not; the pipeline bubble (p−1)/(m+p−1). --mfu F states
     the end-to-end MFU instead (the printed MFU is F); --matmul-efficiency F sets the matmuls' share of the peak.
     Device memory: the driver's total (79.2 GiB on an "80 GB" H100) less the CUDA context and NCCL buffers.
-    Variants: --ep (experts over E ranks of the DP group, the token all-to-all), --compute-dtype fp8, --hsdp,
+    Variants: --ep (experts over E ranks of the DP group, the token all-to-all; with --etp or --sp, or an E that does
+    not divide dp, folded over TP × CP × DP as Megatron-Core's MoE Parallel Folding), --compute-dtype fp8, --hsdp,
     --no-reshard-after-forward, --grad-dtype fp32, --recompute op (torchtitan's op-level checkpointing), --offload
     (docs/plans.md, "Sharding and precision variants").
 
@@ -190,7 +193,7 @@ def plan(
         dtype=dtype.value if dtype else ESTIMATE_DTYPE, mfu=mfu, matmul_efficiency=matmul_efficiency,
         bandwidth_efficiency=bandwidth_efficiency,
         tokens=parse_count(tokens, "--tokens") if tokens is not None else None,
-        top=top, ep=ep, ep_dispatch=lower(ep_dispatch), compute_dtype=lower(compute_dtype),
+        top=top, ep=ep, etp=etp, ep_dispatch=lower(ep_dispatch), compute_dtype=lower(compute_dtype),
         fp8_recipe=lower(fp8_recipe), fp8_all_gather=fp8_all_gather, reshard_after_forward=not no_reshard_after_forward,
         hsdp=hsdp, grad_dtype=lower(grad_dtype), offload=offload_parts(offload),
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,

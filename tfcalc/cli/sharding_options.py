@@ -13,8 +13,17 @@ from tfcalc.name_lists import name_list
 
 EP = Annotated[Optional[int], typer.Option(
     "--ep", help="Expert-parallel degree: each mixture's routed experts split over E ranks of the data-parallel group "
-    "(E divides dp and the experts), tokens exchanged by all-to-all [default: 1; a search of a MoE model tries the "
-    "largest E within a node].", show_default=False, metavar="E")]
+    "(E divides dp and the experts), or folded over tp × cp × dp (--etp), tokens exchanged by all-to-all "
+    "[default: 1; a search of a MoE model tries the largest E within a node].", show_default=False, metavar="E")]
+ETP = Annotated[Optional[int], typer.Option(
+    "--etp", help="Expert tensor-parallel degree (Megatron-Core's expert_tensor_parallel_size; MoE Parallel "
+    "Folding, arXiv 2504.14960): the experts get a grid of their own, ETP × EP folded over the attention's "
+    "tp × cp × dp ranks (EP·ETP divides them; each expert's hidden width split ETP ways; its gradients reduced over "
+    "the tp·cp·dp / (EP·ETP) ranks that hold it), so EP may span TP ranks (EP 32 = TP 2 × DP 16). Needs --sp "
+    "when tp > 1: each rank dispatches its own sequence shard [default: the legacy grid (EP within DP, experts "
+    "whole on every TP rank), or 1 when --sp is given with experts, or when dp alone cannot hold E (E does not "
+    "divide dp, or --cp) but tp × cp × dp can].",
+    show_default=False, metavar="T")]
 EPDispatch = Annotated[str, typer.Option(
     "--ep-dispatch", help="How expert parallelism's tokens travel: alltoall (one copy per token and expert, straight "
     "to its rank: Megatron's alltoall dispatcher, torchtitan), deepep (one copy per token and remote node over the "

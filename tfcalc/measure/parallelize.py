@@ -61,6 +61,9 @@ def check_measurable(cfg: ModelConfig, layout: Layout) -> None:
     arch = cfg.architecture
     if layout.hsdp is not None and layout.tp > 1:
         raise InputError("--hsdp is run with tp 1 (FSDP2 on a 2-D data-parallel mesh); under TP it is planned, not run")
+    if layout.etp is not None and (layout.tp > 1 or layout.etp > 1):  # count.training.experts_folded
+        raise InputError("experts folded over TP ranks or split by --etp are planned, not run (a run of expert "
+                         "parallelism takes its group from the data-parallel ranks)")
     if layout.ep > 1:  # tfcalc.measure.experts_parallel
         moe = [b.ffn for _, b, _ in arch.kinds() if b.is_moe]
         if layout.tp > 1 or layout.zero != 0 or layout.ep != layout.dp:

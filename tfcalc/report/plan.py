@@ -22,6 +22,8 @@ from tfcalc.count.model.training_memory import check_training_dtype
 from tfcalc.count.perf.fp8_recipes import NARROW, narrow
 from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
+from tfcalc.count.training import experts_folded
+from tfcalc.count.training.experts_folded import folded, rank_tokens, resolve_fold
 from tfcalc.count.training.layout import (
     Layout,
     candidate_layouts,
@@ -76,7 +78,16 @@ class PlanReport(Displayed):
     def notes(self) -> list[str]:
         """What the plan assumes beyond the layout, for this model."""
         out = []
-        if self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
+        if self.model.cfg.architecture.has_moe and folded(self.plan.layout):
+            L = self.plan.layout
+            out.append(f"experts folded over tp × cp × dp = {L.tp * L.cp * L.dp} ranks (MoE Parallel Folding): "
+                       f"{experts_folded.describe(L)}; each rank holds {f'1/{L.ep}' if L.ep > 1 else 'all'} of "
+                       "every mixture's routed experts"
+                       f"{f', each split {L.etp} ways,' if L.etp > 1 else ''} and routes its own {rank_tokens(L):,} "
+                       "tokens a micro-batch"
+                       + (f"; {ep_dispatch_words(L, self.device.gpus_per_node)}" if L.ep > 1 else "")
+                       + " (tfcalc.count.training.experts_folded)")
+        elif self.model.cfg.architecture.has_moe and self.plan.layout.ep > 1:
             out.append(f"expert parallel over {self.plan.layout.ep} ranks of the data-parallel group: each holds "
                        f"1/{self.plan.layout.ep} of every mixture's routed experts, replicated over dp / ep = "
                        f"{self.plan.layout.dp // self.plan.layout.ep}; tokens travel by all-to-all, "
@@ -221,7 +232,7 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
     compute_dtype, fp8_recipe = narrow(r.compute_dtype, r.fp8_recipe)  # --compute-dtype mxfp8|nvfp4: a recipe
-    return dict(ep=1 if r.ep is None else r.ep, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
+    return dict(ep=1 if r.ep is None else r.ep, etp=r.etp, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
                 fp8_recipe=fp8_recipe, fp8_all_gather=r.fp8_all_gather,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)
@@ -318,6 +329,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         gpus = None if request.gpus is None else check_size("--gpus", request.gpus)
         tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp, request.cp or 1)
         layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
+        layout = resolve_fold(cfg.architecture.has_moe, layout)  # --etp 1 implied (count.training.experts_folded)
         kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
     training = None
     if request.tokens is not None:

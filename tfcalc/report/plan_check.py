@@ -220,8 +220,9 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             "global_batch": layout.global_batch, "micro_batches": layout.micro_batches, "seq": layout.seq,
             "dtype": layout.dtype, "gpus": layout.gpus, "attention": layout.attention, "dropout": layout.dropout,
             # issue 20, sharding and precision (tfcalc.count.training.sharding)
-            "ep": layout.ep, "ep_dispatch": layout.ep_dispatch, "compute_dtype": layout.compute_dtype,
-            "fp8_recipe": layout.fp8_recipe, "fp8_all_gather": layout.fp8_all_gather,
+            "ep": layout.ep, "etp": layout.etp, "ep_dispatch": layout.ep_dispatch,
+            "compute_dtype": layout.compute_dtype, "fp8_recipe": layout.fp8_recipe,
+            "fp8_all_gather": layout.fp8_all_gather,
             "reshard_after_forward": layout.reshard_after_forward, "hsdp": layout.hsdp, "grad_dtype": layout.grad_dtype,
             "zero_engine": layout.zero_engine,
             "offload": [w for w, on in (("optimizer", layout.offload_optimizer),

@@ -42,6 +42,7 @@ class PlanRequest:
     top: int = 10
     # --- issue 20, sharding and precision (helper X): tfcalc.count.training.sharding ---
     ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
+    etp: Optional[int] = None  # experts folded over TP × DP, ETP ways (count.training.experts_folded); None: implied
     ep_dispatch: str = "auto"  # how EP's tokens travel: auto, alltoall, deepep (count.training.experts_parallel)
     compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.training.fp8)
     fp8_recipe: str = "delayed"  # its recipe by name (tfcalc.count.perf.fp8_recipes)
@@ -118,6 +119,8 @@ def check_sharding_request(r: PlanRequest) -> None:
     """The types of the sharding and precision fields (their values: tfcalc.count.training.sharding)."""
     if r.ep is not None:
         check_size("--ep", r.ep)
+    if r.etp is not None:
+        check_size("--etp", r.etp)
     if r.hsdp is not None:
         check_size("--hsdp", r.hsdp)
     if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):

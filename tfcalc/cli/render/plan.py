@@ -22,6 +22,7 @@ CAUSES = {
     # issue 20, sharding (tfcalc.count.training.sharding, tfcalc.count.training.experts_parallel)
     "expert_grads": "Expert gradients", "expert_params": "Expert weight gathers",
     "ep_counts": "EP token counts", "ep_tokens": "EP token dispatch and combine",
+    "etp_tokens": "ETP expert-row gathers",  # experts folded, ETP > 1 (tfcalc.count.training.experts_folded)
     # issue 20, pipeline and context (tfcalc.count.training.context_parallel)
     "cp_kv": "CP ring K/V (and gradients)",
 }
@@ -87,9 +88,11 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     t = doc.table(f"{r.model.label}: {short(L)}, {L.gpus} × {r.device.key} — memory of one rank (stage {m.stage}, "
                   "TP rank 0)", Column("Memory"), Column("Bytes", "bytes"), Column("How", priority=1), name="memory")
     n = sharding.shard_dp(L)
-    experts = f", experts 1/{sharding.expert_dp(L)}" if L.ep > 1 else ""
+    experts = f", experts 1/{sharding.expert_dp(L)}" if sharding.experts_apart(L) else ""
     zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{n}{experts}, rows padded"}[L.zero]
-    held = f" (1/{L.ep} of the experts)" if L.ep > 1 else ""
+    etp = f"each 1/{L.etp}" if (L.etp or 1) > 1 else ""  # experts folded (count.training.experts_folded)
+    held = f" (1/{L.ep} of the experts{', ' + etp if etp else ''})" if L.ep > 1 else f" (the experts {etp})" if etp \
+        else ""
     t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")

@@ -82,9 +82,11 @@ from tfcalc.count.training.rank_memory import FP32, stage_expert_params, weight_
 from tfcalc.count.training.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
 from tfcalc.count.training.sharding import (
     expert_dp,
+    experts_apart,
     flat_buckets,
     grad_element_bytes,
     local_copies,
+    local_shape,
     routed_expert,
     shard_dp,
     split_states,
@@ -93,7 +95,7 @@ from tfcalc.count.training.sharding import (
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all", "broadcast")
 # cp (context parallelism's ring); ep, edp (each routed expert's replicas), dp_shard and dp_replicate
 # (HSDP): tfcalc.count.training.sharding
-GROUPS = ("dp", "tp", "pp", "cp", "ep", "edp", "dp_shard", "dp_replicate")
+GROUPS = ("dp", "tp", "pp", "cp", "ep", "edp", "dp_shard", "dp_replicate", "etp")  # etp: experts_folded
 
 
 @dataclass(frozen=True)
@@ -154,11 +156,11 @@ def _unit_shards(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = F
     rank under FSDP2's padded split. Under expert parallelism the routed experts are units of their own
     over dp / ep ranks (``experts``: those units; else the rest, as torchtitan wraps them). ``fp8_only``: the
     shards of the FP8 linears' weights alone (tfcalc.count.training.fp8, step 4)."""
-    apart = layout.ep > 1
+    apart = experts_apart(layout)
     n = expert_dp(layout) if experts else shard_dp(layout)
 
     def shard(t, copies) -> int:
-        shape = tp_local_shape(t, layout.tp)
+        shape = local_shape(t, layout)
         if routed_expert(t.name):  # a block's experts: one grouped tensor split along them (rank_memory._shapes)
             return fsdp_shard((local_copies(t.name, copies, layout), *shape), n)
         return copies * fsdp_shard(shape, n)
@@ -211,11 +213,11 @@ def dp_collectives(cfg: ModelConfig, layout: Layout, stage: int, psi: int) -> li
     if N == 1:
         return []
     if layout.zero == 3:
-        return _zero3(cfg, layout, stage, False) + (_zero3(cfg, layout, stage, True) if layout.ep > 1 else [])
+        return _zero3(cfg, layout, stage, False) + (_zero3(cfg, layout, stage, True) if experts_apart(layout) else [])
     if layout.zero == 1 and layout.zero_engine == "torch":  # DDP's all-reduce, a broadcast per rank (sharding, 7)
         return [Collective("dp_grads", "all_reduce", "dp", N, eg * psi, None),
                 Collective("zero_params", "broadcast", "dp", N, ew * psi, N)]
-    experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
+    experts = stage_expert_params(cfg, layout, stage) if experts_apart(layout) else 0
     out = []
     for (elements, n), (group, cause, gather) in zip(split_states(psi - experts, experts, layout),
                                                      (("dp", "dp_grads", "zero_params"),
@@ -277,10 +279,11 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
 
 def sp_partial_grad_params(cfg: ModelConfig, layout: Layout, stage: int) -> list[int]:
     """Sizes of the tensors whose gradients are partial under sequence parallelism (cause 5): the block
-    norms, and the final norm on the last stage."""
+    norms, and the final norm on the last stage; a router's, which routes the rank's shard (experts folded:
+    tfcalc.count.training.experts_folded, step 3)."""
     sizes = []
     for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
-        if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_")):
+        if t.name.startswith(("attn_norm_", "ffn_norm_", "final_norm_", "router_")):
             sizes += [math.prod(t.shape)] * copies
     return sizes
 

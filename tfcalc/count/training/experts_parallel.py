@@ -64,6 +64,7 @@ from math import comb
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.training.comm import Collective, Links
+from tfcalc.count.training.experts_folded import rank_tokens
 from tfcalc.count.training.shard import stage_kinds
 from tfcalc.count.training.sharding import dispatcher, ep_nodes
 from tfcalc.workload import Layout
@@ -120,8 +121,8 @@ def ep_collectives(cfg: ModelConfig, layout: Layout, stage: int, gpus_per_node: 
     """Steps 1-3: the stage's MoE layers' all-to-alls in one step of m micro-batches."""
     E, m = layout.ep, layout.micro_batches
     if E == 1:
-        return []
-    tokens = layout.micro_batch * layout.seq
+        return etp_collectives(cfg, layout, stage)
+    tokens = rank_tokens(layout)  # b·s; folded, the rank's b·s/(cp·tp) (tfcalc.count.training.experts_folded, 3)
     e = activation_element_bytes(layout.dtype)
     nodes = ep_nodes(layout, gpus_per_node)
     how = dispatcher(layout, nodes)
@@ -145,7 +146,29 @@ def ep_collectives(cfg: ModelConfig, layout: Layout, stage: int, gpus_per_node: 
         return []
     out = [Collective("ep_counts", "all_to_all", "ep", E, m * counts, m * layers)]
     if how == "alltoall" and nodes == 1:  # step 2 as it always was: every byte on the node's link
-        return out + [Collective("ep_tokens", "all_to_all", "ep", E, m * 4 * rows * e, m * 4 * layers)]
+        return out + [Collective("ep_tokens", "all_to_all", "ep", E, m * 4 * rows * e, m * 4 * layers)] \
+            + etp_collectives(cfg, layout, stage)
     links = Links(round(m * network), round(m * intra), *peers)
     payload = m * 4 * rows * e if how == "alltoall" else links.network_bytes + links.intra_bytes
-    return out + [Collective("ep_tokens", "all_to_all", "ep", E, payload, m * 4 * layers, links)]
+    return out + [Collective("ep_tokens", "all_to_all", "ep", E, payload, m * 4 * layers, links)] \
+        + etp_collectives(cfg, layout, stage)
+
+
+def etp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collective]:
+    """Expert tensor parallelism's token gathers (tfcalc.count.training.experts_folded, step 4): per MoE layer
+    and micro-batch 2 all-gathers and 2 reduce-scatters over the ETP group, each of the ETP ranks' received
+    rows, ETP·T_r·k·h·e (T_r·k the rows a rank receives under balanced routing)."""
+    T = layout.etp or 1
+    if T == 1:
+        return []
+    tokens, e = rank_tokens(layout), activation_element_bytes(layout.dtype)
+    rows = layers = 0
+    for block, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
+        if block.is_moe:
+            layers += n
+            rows += n * block.ffn.routed_rows(tokens) * block.ffn.d_model
+    if not layers:
+        return []
+    m = layout.micro_batches
+    return [Collective("etp_tokens", op, "etp", T, m * 2 * T * rows * e, m * 2 * layers)
+            for op in ("all_gather", "reduce_scatter")]

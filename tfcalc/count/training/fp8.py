@@ -40,8 +40,8 @@ import math
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.perf.fp8_recipes import keeps_fp8_weights
-from tfcalc.count.training.shard import stage_tensors, tp_local_shape
-from tfcalc.count.training.sharding import local_copies, routed_expert
+from tfcalc.count.training.shard import stage_tensors
+from tfcalc.count.training.sharding import experts_apart, local_copies, local_shape, routed_expert
 from tfcalc.workload import Layout
 
 AMAX_HISTORY = 1024  # DelayedScaling(amax_history_len=1024), Transformer Engine's default
@@ -80,7 +80,7 @@ def fp8_linears(cfg: ModelConfig, layout: Layout, stage: int, experts: bool = Fa
     """FP8 linear weights on one rank of the stage (step 4's amaxes): the blocks' (``experts``: the routed
     experts' grouped tensors alone, else the rest)."""
     return sum(copies for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
-               if fp8_linear_weight(t) and (layout.ep == 1 or routed_expert(t.name) == experts))
+               if fp8_linear_weight(t) and (not experts_apart(layout) or routed_expert(t.name) == experts))
 
 
 def fp8_cache_bytes(cfg: ModelConfig, layout: Layout, stage: int) -> int:
@@ -91,6 +91,6 @@ def fp8_cache_bytes(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     for t, copies in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if t.per_block and len(t.shape) == 2 and _fp8_weight(t.name):
             n = local_copies(t.name, copies, layout)
-            elements += n * math.prod(tp_local_shape(t, layout.tp))
+            elements += n * math.prod(local_shape(t, layout))  # a folded expert's ETP share
             linears += n
     return 2 * elements + linears * SCALED_TENSORS * AMAX_HISTORY * FP32

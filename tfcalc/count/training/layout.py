@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.layout_pipeline import check_pipeline
 from tfcalc.count.training.search_space import overlaps
 from tfcalc.count.training.shard import check_tp, total_blocks
@@ -65,9 +66,9 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if layout.pp > 1 and cfg.arch == "encoder-decoder":
         raise InputError(f"{cfg.name} is an encoder-decoder: plans cover it with pp 1 (its stages would pass the "
                          "encoder output along: not modelled)")
-    if layout.sequence_parallel and _has_moe(cfg):
+    if layout.sequence_parallel and _has_moe(cfg) and layout.etp is None:  # folded: count.training.experts_folded
         raise InputError(f"{cfg.name} has a mixture of experts, kept whole on every TP rank: sequence "
-                         "parallelism around replicated experts is not modelled (leave out --sp)")
+                         "parallelism around replicated experts is not modelled (give --etp to fold them)")
     if layout.sequence_parallel and _has_cross(cfg):
         raise InputError(f"{cfg.name} has cross-attention: sequence parallelism around the encoder output its "
                          "K/V projections read is not modelled (leave out --sp)")
@@ -105,9 +106,10 @@ def _has_moe(cfg: ModelConfig) -> bool:
     return cfg.architecture.has_moe
 
 
-def sequence_parallel_modelled(cfg: ModelConfig) -> bool:
-    """Whether the plan models sequence parallelism for cfg: not around replicated experts, nor cross-attention."""
-    return not _has_moe(cfg) and not _has_cross(cfg)
+def sequence_parallel_modelled(cfg: ModelConfig, folded: bool = False) -> bool:
+    """Whether the plan models sequence parallelism for cfg: not around replicated experts (it does around
+    experts folded over TP × DP, ``folded``: tfcalc.count.training.experts_folded), nor cross-attention."""
+    return (folded or not _has_moe(cfg)) and not _has_cross(cfg)
 
 
 def resolve_degrees(gpus: int | None, tp: int | None, pp: int | None, dp: int | None,
@@ -165,7 +167,8 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
     tfcalc.count.training.search_bound)."""
     recomputes = RECOMPUTE if recompute is None else (recompute,)
     every = divisors(gpus)  # tp and pp are divisors of gpus: enumerated once, the work scales with their count
-    sp = sequence_parallel_modelled(cfg)
+    sp = sequence_parallel_modelled(cfg, base.etp is not None)
+    folded_sp = sequence_parallel_modelled(cfg, True)  # an --ep the legacy grid cannot lay out folds (experts_folded)
     for cp in cps:
         for tp in every:
             if tp > gpus_per_node:
@@ -185,13 +188,15 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                 if keep is not None and not keep(tp, pp, cp, dp):
                     continue
                 zeros = (ZERO_STAGES if dp * cp > 1 else (0,)) if zero is None else (zero,)
-                eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if cp == 1 else (1,)
+                legacy_cp = cp > 1 and base.etp is None  # the legacy grid has no EP under CP
+                eps = (ep,) if ep is not None else search_ep(cfg, tp, dp, gpus_per_node) if not legacy_cp else (1,)
                 for z in zeros:
                     for r in recomputes:
                         for e in eps:
-                            split = sp and tp > 1 and (base.seq // cp) % tp == 0
+                            etp = 1 if base.etp is None and ep is not None and implied(e, tp, cp, dp) else base.etp
+                            split = (sp or (etp is not None and folded_sp)) and tp > 1 and (base.seq // cp) % tp == 0
                             sched = dict(schedule="1f1b", virtual_stages=1, pp_split_counts=()) if pp == 1 else {}
-                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e,
+                            layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e, etp=etp,
                                              sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap, e),
                                              **sched)
                             try:

@@ -48,6 +48,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.context_parallel import kv_elements, ring_merges
+from tfcalc.count.training.experts_folded import folded
 from tfcalc.count.training.fp8 import gathers_fp8, runs_fp8
 from tfcalc.count.training.shard import total_blocks
 from tfcalc.count.training.sharding import shard_dp
@@ -75,13 +76,21 @@ class MicroBatchTime:
         return blocks * (self.block_matmul_s + self.block_other_s) + (self.head_matmul_s + self.head_other_s) * last
 
 
-def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int, int]:
+def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1, fold: tuple[int, int] = (1, 1)) -> tuple[int, int, int, int]:
     """(m, k, n, count) of one TP rank's share of the matmul (see the module docstring). A mixture's
     routed rows are spread over its n_expert experts (a grouped GEMM of n_expert products of m / E rows,
-    uniform routing), whole on every TP rank."""
+    uniform routing), whole on every TP rank. ``fold`` (S, T): experts folded over TP × DP
+    (tfcalc.count.training.experts_folded, steps 3-4): the rank routes 1/S of the rows (S = tp, its sequence
+    shard), its ETP group gathers T ranks' rows and each multiplies them at 1/T of the experts' width."""
     m, k, n = e.shape
+    share, etp = fold
     if is_expert(e):
+        m = -(-m * etp // share)
+        tail = e.component.rsplit("_", 1)[-1]
+        k, n = (k, -(-n // etp)) if tail in COLUMN else (-(-k // etp), n) if tail in ROW else (k, n)
         return -(-m // n_expert), k, n, e.count * n_expert
+    if e.component.endswith("router") and share > 1:  # the router on the rank's shard (experts_folded, 3)
+        return -(-m // share), k, n, e.count
     if tp == 1:
         return m, k, n, e.count
     if e.mixing:
@@ -94,6 +103,11 @@ def tp_shape(e: MatmulEntry, tp: int, n_expert: int = 1) -> tuple[int, int, int,
     if tail in ROW:
         return m, max(1, k // tp), n, e.count
     return m, k, n, e.count
+
+
+def fold(layout: Layout) -> tuple[int, int]:
+    """tp_shape's ``fold`` of the layout: (tp, etp) where the experts are folded, else (1, 1)."""
+    return (layout.tp, layout.etp) if folded(layout) else (1, 1)
 
 
 def _gemm_s(m: int, k: int, n: int, count: int, peak: float, perf: PerfSpec) -> float:
@@ -114,7 +128,7 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
     causal score pairs 1/C of the whole (load-balanced chunks); the ring's first step runs the causal kernel, its
     C − 1 later steps unmasked blocks of as many pairs each, at the kernel's unmasked forward rate
     (tfcalc.count.perf.hardware, ``flash_unmasked_forward``)."""
-    m, k, n, count = tp_shape(e, layout.tp, experts)
+    m, k, n, count = tp_shape(e, layout.tp, experts, fold(layout))
     if e.mixing and layout.attention == "flash":
         flops = e.causal_total / e.copies / layout.tp / layout.cp
         fwd_eff, bwd_eff = (perf.matmul_efficiency,) * 2 if perf.matmul_efficiency else perf.flash_efficiency
@@ -163,7 +177,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         fp8 = bool(fp8_peak) and runs_fp8(layout, e.component, e.group, e.mixing)
         fwd, bwd, wgrad = _entry_s(e, layout, fp8_peak if fp8 else peak, fp8_perf if fp8 else perf, experts)
         if fp8:
-            m, k, n, count = tp_shape(e, layout.tp, experts)
+            m, k, n, count = tp_shape(e, layout.tp, experts, fold(layout))
             c = fp8_recipes.casts(layout.fp8_recipe, -(-m // layout.cp), k, n, act, BITS_PER_ELEMENT[layout.dtype] // 8,
                                   layout.kernels != "eager", fp8_shards, layout.reshard_after_forward)
             cast_fwd += c.forward_bytes * count * e.copies
@@ -228,8 +242,9 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
 
 def moe_layers(cfg: ModelConfig, layout: Layout, act: int) -> moe_dispatch.Dispatch:
     """Every MoE layer's dispatch work (tfcalc.count.perf.moe_dispatch) for one micro-batch on one rank: its
-    tokens are the micro-batch's, 1/C of them under context parallelism; TP ranks each route all of them."""
-    tokens = -(-layout.micro_batch * layout.seq // layout.cp)
+    tokens are the micro-batch's, 1/C of them under context parallelism; TP ranks each route all of them,
+    or their sequence shard where the experts are folded (tfcalc.count.training.experts_folded, step 3)."""
+    tokens = -(-layout.micro_batch * layout.seq // layout.cp) // fold(layout)[0]
     out = moe_dispatch.Dispatch(0.0, 0.0, 0, 0)
     for _, block, layers in cfg.architecture.kinds():
         if block.is_moe:

@@ -35,6 +35,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
+from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.experts_parallel import ep_collectives
 from tfcalc.count.training.layout import (
     Layout,
@@ -150,6 +151,16 @@ def search(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization:
     return sorted(plans, key=lambda p: (p.step.overlap_s, p.memory.total))
 
 
+def _legacy_bound(bound: ShapeBound, base: Layout, ep: Optional[int]):
+    """The bound's ``fits`` where a shape keeps the legacy expert grid it is derived for; a shape whose
+    experts fold (--etp, or an --ep only tp·cp·dp can hold: tfcalc.count.training.experts_folded) is built."""
+    if base.etp is not None:
+        return None
+    if ep is None:
+        return bound.fits
+    return lambda tp, pp, cp, dp: implied(ep, tp, cp, dp) or bound.fits(tp, pp, cp, dp)
+
+
 def _fitting(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilization: float, zero: Optional[int],
              recompute: Optional[str], ep: Optional[int], space: SearchSpace,
              bound: Optional[ShapeBound] = None) -> list[Plan]:
@@ -160,7 +171,7 @@ def _fitting(cfg: ModelConfig, gpus: int, base: Layout, hw: Hardware, utilizatio
         bound = ShapeBound(cfg, start, hw.memory_bytes, hw.gpus_per_node, recompute, ep)
     for layout in candidate_layouts(cfg, gpus, start, hw.gpus_per_node, zero, recompute, ep,
                                     tuple(cp_degrees(base.seq, gpus, space, cp_applies(cfg, base.attention))),
-                                    keep=bound.fits):
+                                    keep=_legacy_bound(bound, base, ep)):
         for b in micro_batches(layout, space):
             fitted = False
             for option in schedules(cfg, replace(layout, micro_batch=b), space):

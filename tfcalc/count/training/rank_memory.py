@@ -29,11 +29,13 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.activations import Activations, activations
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.perf.pipeline import stages_held
+from tfcalc.count.training.experts_folded import expert_local_shape
 from tfcalc.count.training.fp8 import FP8_BYTES, fp8_cache_bytes, fp8_linear_weight, gathers_fp8
 from tfcalc.count.training.offload import Offload, offload
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
@@ -48,10 +50,12 @@ from tfcalc.count.training.shard import (
 )
 from tfcalc.count.training.sharding import (
     expert_dp,
+    experts_apart,
     flat_shard,
     grad_element_bytes,
     greedy_rank0_grouped,
     local_copies,
+    local_shape,
     routed_expert,
     shard_dp,
     split_states,
@@ -100,16 +104,18 @@ def _local_shapes(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[tuple[t
     block's routed experts are one grouped tensor (E / ep, *shape) per block, EP rank 0's experts
     (tfcalc.model.experts; tfcalc.count.training.sharding, step 1): FSDP2 splits it along the experts, so with E
     not a multiple of the ranks each holds ⌈E/N⌉ experts' rows, padded -- not ⌈rows/N⌉ of each expert."""
-    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)
+    return _shapes(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split, layout.etp)
 
 
 @functools.lru_cache(maxsize=16384)  # a search prices the same stages under many layouts
-def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
-            virtual: int, counted: tuple[str, ...] = ()) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
+def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int, counted: tuple[str, ...] = (),
+            etp: Optional[int] = None) -> tuple[tuple[tuple[int, ...], int, bool], ...]:
+    """``etp``: the experts' own TP split where they are folded (tfcalc.count.training.experts_folded), else whole."""
     out = []
     for t, n in stage_tensors(cfg, pp, stage, virtual, counted):
         if routed_expert(t.name):  # n = experts × blocks: one grouped tensor per block
-            out.append(((t.copies // ep, *tp_local_shape(t, tp)), n // t.copies, True))
+            out.append(((t.copies // ep, *expert_local_shape(t.name, tp_local_shape(t, tp), etp)), n // t.copies,
+                        True))
         else:
             out.append((tp_local_shape(t, tp), n, False))
     return tuple(out)
@@ -117,9 +123,9 @@ def _shapes(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int,
 
 @functools.lru_cache(maxsize=16384)
 def _sums(cfg: ModelConfig, tp: int, pp: int, ep: int, stage: int, virtual: int,
-          counted: tuple[str, ...] = ()) -> tuple[int, int]:
+          counted: tuple[str, ...] = (), etp: Optional[int] = None) -> tuple[int, int]:
     """(all the parameters, the routed experts') of the stage's local shapes."""
-    shapes = _shapes(cfg, tp, pp, ep, stage, virtual, counted)
+    shapes = _shapes(cfg, tp, pp, ep, stage, virtual, counted, etp)
     return (sum(n * math.prod(shape) for shape, n, _ in shapes),
             sum(n * math.prod(shape) for shape, n, expert in shapes if expert))
 
@@ -129,7 +135,7 @@ param_sums = _sums  # (all, routed experts') of (cfg, tp, pp, ep, stage, virtual
 
 def stage_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Ψ: parameters of TP rank 0's slice of the stage (EP rank 0's experts)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)[0]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split, layout.etp)[0]
 
 
 def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]:
@@ -138,7 +144,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]
     ends' once -- counted, not listed (a stage may hold 2**40 blocks)."""
     out: dict[int, int] = {}
     for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
-        size = math.prod(tp_local_shape(t, layout.tp))
+        size = math.prod(local_shape(t, layout))
         if routed_expert(t.name):  # n = experts × blocks
             size, n = local_copies(t.name, t.copies, layout) * size, n // t.copies
         out[size] = out.get(size, 0) + n
@@ -147,7 +153,7 @@ def stored_sizes(cfg: ModelConfig, layout: Layout, stage: int) -> dict[int, int]
 
 def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
     """Of Ψ, the routed experts' parameters: split by ZeRO over dp / ep ranks (tfcalc.count.training.sharding)."""
-    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split)[1]
+    return _sums(cfg, layout.tp, layout.pp, layout.ep, stage, layout.virtual_stages, layout.stage_split, layout.etp)[1]
 
 
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
@@ -156,7 +162,7 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     tfcalc.count.training.sharding)."""
     psi = stage_params(cfg, layout, stage)
     ew, eo, eg = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), grad_element_bytes(layout)
-    experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
+    experts = stage_expert_params(cfg, layout, stage) if experts_apart(layout) else 0
     flat = flat_shard(split_states(psi - experts, experts, layout))  # ZeRO-1/2: flat buffers split N ways
     if layout.zero == 0:
         return psi, ew * psi, eg * psi, eo * psi
@@ -180,11 +186,12 @@ def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
         return 0
     ew, fp8 = weight_element_bytes(layout.dtype), gathers_fp8(layout)
 
-    def size(t) -> int:  # bytes
+    def size(t) -> int:  # bytes; a folded expert's ETP share (local_shape)
         b = FP8_BYTES if fp8 and fp8_linear_weight(t) else ew
-        return b * local_copies(t.name, t.copies, layout) * math.prod(tp_local_shape(t, layout.tp))
+        return b * local_copies(t.name, t.copies, layout) * math.prod(local_shape(t, layout))
 
-    parts = [(False, True)] if layout.ep == 1 else [(False,), (True,)]  # which tensors (routed or not) make a unit
+    # which tensors (routed or not) make a unit
+    parts = [(False, True)] if not experts_apart(layout) else [(False,), (True,)]
     block = max(sum(size(t) for t in tensors if routed_expert(t.name) in part)
                 for tensors, _ in units(cfg) for part in parts)  # the largest unit of a block kind
     root = sum(size(t) for t in module_tensors(cfg) if not t.per_block)

@@ -43,6 +43,8 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model import op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.perf.fp8_recipes import RECIPES
+from tfcalc.count.training import experts_folded
+from tfcalc.count.training.shard import tp_local_shape
 from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
@@ -61,8 +63,10 @@ def dispatcher(layout: Layout, nodes: int) -> str:
 
 
 def ep_nodes(layout: Layout, gpus_per_node: int) -> int:
-    """Nodes the EP group spans: E ranks tp apart (Megatron's order), gpus_per_node / tp of them in a node."""
-    per_node = min(layout.ep, max(1, gpus_per_node // layout.tp))
+    """Nodes the EP group spans: E ranks tp apart (Megatron's order), gpus_per_node / tp of them in a node;
+    folded, etp apart (tfcalc.count.training.experts_folded, step 1)."""
+    stride = layout.etp if experts_folded.folded(layout) else layout.tp
+    per_node = min(layout.ep, max(1, gpus_per_node // stride))
     return -(-layout.ep // per_node)
 
 
@@ -93,8 +97,17 @@ def _op_unsupported(cfg: ModelConfig) -> Optional[str]:
 
 
 def expert_dp(layout: Layout) -> int:
-    """Ranks each routed expert is replicated over: dp / ep (step 1)."""
+    """Ranks each routed expert is replicated over: dp / ep (step 1); folded, tp·cp·dp / (ep·etp)
+    (tfcalc.count.training.experts_folded)."""
+    if experts_folded.folded(layout):
+        return experts_folded.expert_data_ranks(layout)
     return layout.dp // layout.ep
+
+
+def experts_apart(layout: Layout) -> bool:
+    """Whether the routed experts' states are a group of their own (their own flat buffer, FSDP units and
+    reductions): under expert parallelism, or folded over other ranks than the dense tensors' dp·cp."""
+    return layout.ep > 1 or (experts_folded.folded(layout) and expert_dp(layout) != layout.data_ranks)
 
 
 def shard_dp(layout: Layout) -> int:
@@ -142,14 +155,17 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
         bad = [n for n in counts if n % ep]
         if bad:
             raise InputError(f"--ep {ep} does not divide the {bad[0]} routed experts of {cfg.name}")
+    if experts_folded.folded(L):  # the experts' own grid over tp·cp·dp (experts_folded, step 1)
+        experts_folded.check_fold(cfg, L, expert_counts(cfg))
+    elif ep > 1:
         if L.dp % ep:
             raise InputError(f"--ep {ep}: the expert-parallel group is made of data-parallel ranks, so ep must "
-                             f"divide dp ({L.dp})")
+                             f"divide dp ({L.dp}) -- or, with --etp, tp × cp × dp ({L.tp * L.cp * L.dp})")
         if L.hsdp is not None:
             raise InputError("--ep with --hsdp is not modelled: give one")
     # context parallelism folds the cp ranks into the data-parallel group the states shard over
     # (Layout.data_ranks); the expert and HSDP groups are not stated over it yet
-    if L.cp > 1 and (ep > 1 or L.hsdp is not None):
+    if L.cp > 1 and ((ep > 1 and not experts_folded.folded(L)) or L.hsdp is not None):
         raise InputError(f"--cp {L.cp} with {'--ep' if ep > 1 else '--hsdp'} is not modelled: give one")
     if L.compute_dtype is not None and (not isinstance(L.compute_dtype, str) or L.compute_dtype not in COMPUTE_DTYPES):
         raise InputError(f"--compute-dtype must be fp8 (the default: --dtype); got {shown(L.compute_dtype)}")
@@ -183,7 +199,9 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
 def describe(layout: Layout) -> str:
     """The variants in words, for a layout's one-line description ('' when none is set)."""
     L, parts = layout, []
-    if L.ep > 1:
+    if experts_folded.folded(L):
+        parts.append(experts_folded.describe(L))
+    elif L.ep > 1:
         parts.append(f"ep {L.ep}")
     if L.hsdp is not None:
         parts.append(f"HSDP {L.hsdp} × {L.dp // L.hsdp}")
@@ -199,6 +217,13 @@ def describe(layout: Layout) -> str:
     return ", ".join(parts)
 
 
+def local_shape(t, layout: Layout) -> tuple[int, ...]:
+    """A stored tensor's (tfcalc.count.training.shard.Tensor) shape on TP rank 0, a routed expert's on ETP rank 0
+    where the experts are folded (tfcalc.count.training.experts_folded, step 2)."""
+    shape = tp_local_shape(t, layout.tp)
+    return experts_folded.expert_local_shape(t.name, shape, layout.etp) if routed_expert(t.name) else shape
+
+
 def local_copies(name: str, copies: int, layout: Layout) -> int:
     """Copies of a stored tensor one rank holds: a routed expert's split over ep ranks (step 1)."""
     return copies // layout.ep if routed_expert(name) else copies
@@ -208,9 +233,9 @@ def split_states(psi_dense: int, psi_expert: int, layout: Layout) -> list[tuple[
     """(elements, ranks they are split over) of the flat ZeRO-1/2 buffers: one buffer over shard_dp
     without expert parallelism (tfcalc.count.training.rank_memory's convention), else the dense parameters over
     dp and the rank's experts over dp / ep (Megatron's separate expert buffer)."""
-    if layout.ep == 1:
+    if not experts_apart(layout):
         return [(psi_dense + psi_expert, shard_dp(layout))]
-    return [(psi_dense, layout.dp), (psi_expert, expert_dp(layout))]
+    return [(psi_dense, layout.data_ranks), (psi_expert, expert_dp(layout))]  # data_ranks: dp (cp 1 unfolded)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -71,6 +71,7 @@ from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training import experts_folded
 from tfcalc.count.training.fp8 import gathers_fp8
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
@@ -177,8 +178,8 @@ def group_in_node(group: str, layout: Layout, gpus_per_node: int) -> bool:
             # the experts' replicas (edp) and HSDP's replicas stride across the whole DP group (cp is 1 with
             # either: check_sharding)
             "ep": layout.tp * layout.ep, "dp_shard": layout.tp * (layout.hsdp or layout.dp),
-            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}[group]
-    return span <= gpus_per_node
+            "edp": layout.tp * layout.dp, "dp_replicate": layout.tp * layout.dp}.get(group)
+    return (experts_folded.group_span(group, layout) or span) <= gpus_per_node
 
 
 MIN_UTILIZATION = 1e-4  # below 0.01% of the peak a step time is not a plan (1e-300 made it infinite)
@@ -198,7 +199,7 @@ def check_utilization(utilization: object, option: str = "--mfu") -> Optional[fl
 
 
 # groups whose time counts with another's: the data-parallel variants overlap with the backward as dp does
-TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp"}
+TIME_GROUP = {"edp": "dp", "dp_shard": "dp", "dp_replicate": "dp", "etp": "ep"}  # etp: on the path as EP's
 
 
 def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> int:
@@ -206,7 +207,8 @@ def group_nodes(group: str, layout: Layout, gpus_per_node: int, size: int) -> in
     sit ``stride`` apart, so a node holds gpus_per_node / stride of them (at least one)."""
     t = layout.tp
     stride = {"tp": 1, "cp": t, "dp": t, "ep": t, "dp_shard": t, "pp": t * layout.cp * layout.dp,
-              "edp": t * layout.ep, "dp_replicate": t * (layout.hsdp or layout.dp)}[group]
+              "edp": t * layout.ep, "dp_replicate": t * (layout.hsdp or layout.dp)}.get(group)
+    stride = experts_folded.group_stride(group, layout) or stride  # the experts' own grid, where folded
     per_node = min(size, max(1, gpus_per_node // stride))
     return -(-size // per_node)
 
