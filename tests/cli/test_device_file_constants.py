@@ -20,8 +20,8 @@ DATASHEET = ("name: My H100\npeak_flops: {fp32: 67.0e12, bf16: 989.0e12, fp16: 9
              "gpus_per_node: 8\nhost_memory_bytes: 2199023255552\n"
              f"memory_bytes: {devices.usable_bytes(devices.by_key('h100-sxm'))}\n")
 STATED = ("perf: {sm_count: 132, matmul_ceiling: 0.801, fp8_ceiling: 0.709, sustained_clock: 1.0, "
-          "flash_efficiency: [0.35, 0.3]}\n")
-FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
+          "flash_efficiency: [0.35, 0.3], kernel_s: 2.67e-6}\n")  # kernel_s: measured on tfcalc's H100 run
+FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s")
 PLAN = ("plan", "llama2-7b", "--tp", "8", "--seq", "4096", "--json")
 
 
@@ -97,6 +97,10 @@ def test_the_table_devices_print_no_constants_line(cli):
     ("perf: {matmul_ceiling: '0.8'}\n", "field 'perf.matmul_ceiling' must be a number in [0.0001, 1]"),
     ("perf: {flash_efficiency: [0.3]}\n", "field 'perf.flash_efficiency' must be [forward, backward]"),
     ("perf: {flash_efficiency: [0.3, .nan]}\n", "field 'perf.flash_efficiency[1]' must be a number"),
+    ("perf: {kernel_s: 4}\n", "field 'perf.kernel_s' must be seconds per kernel from 0 to 0.001"),
+    ("perf: {kernel_s: -1.0e-6}\n", "field 'perf.kernel_s' must be seconds per kernel"),
+    ("perf: {kernel_s: .nan}\n", "field 'perf.kernel_s' must be seconds per kernel"),
+    ("perf: {kernel_s: true}\n", "field 'perf.kernel_s' must be seconds per kernel"),
 ])
 def test_hostile_device_constants_are_one_line_refusals(cli, tmp_path, extra, message):
     path = _file(tmp_path, extra)

@@ -190,7 +190,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 # What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
-                "flash_efficiency": "default, FlashAttention-2 on an A100"}
+                "flash_efficiency": "default, FlashAttention-2 on an A100", "kernel_s": "default, 4 µs"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -221,7 +221,8 @@ def constants_line(perf: PerfSpec) -> str:
     """One line naming each per-device constant, its value and where it came from."""
     values = {"sm_count": str(perf.sm_count), "matmul_ceiling": f"{perf.matmul_ceiling:.3g}",
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
-              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)}
+              "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency),
+              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
