@@ -85,7 +85,9 @@ it, never used to choose a parameter of the performance model. Reported beside i
   TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). The request rate
   a closed loop of C sustains is its throughput ÷ the output length (Little's law over the requests): tfcalc's
   `infer --rate` at that rate, its mean TTFT and inter-token latency beside the page's, for C up to 50 (beyond,
-  the page's TTFT grows with the queue a closed loop builds at saturation, which a steady state has not).
+  the page's TTFT grows with the queue a closed loop builds at saturation, which a steady state has not). "fp8"
+  read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
+  beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
 
 from __future__ import annotations
