@@ -30,7 +30,8 @@ from calibration_row import GPTJ, Row  # noqa: E402
 import tfcalc  # noqa: E402
 
 BAND = (0.8, 1.25)
-GROUPS = ("training throughput", "iteration time", "inference throughput", "first-token latency", "memory")
+GROUPS = ("training throughput", "iteration time", "inference throughput", "first-token latency", "per-token latency",
+          "memory")
 BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 
 

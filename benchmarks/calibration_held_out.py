@@ -92,6 +92,24 @@ it, never used to choose a parameter of the performance model. Reported beside i
   of LLaMA 70B at TP 4 (47 ms at 128 tokens in, 377 ms at 2,048), and the throughput rows at TP 2 and 4,
   read as output tokens/s per GPU (the H100 table's header and the document's later versions say per
   GPU; the A100 header of v0.6.1 says "out tok/s").
+- TensorRT-LLM docs/source/performance/perf-overview.md (NVIDIA/TensorRT-LLM at 00f3768, the v1.0 tables, PyTorch
+  backend), "Throughput Measurements": `trtllm-bench throughput`, every request queued at once ("an infinite
+  rate"), synthetic prompts of exactly ISL tokens and outputs of exactly OSL, ModelOpt FP8 checkpoints (FP8
+  weights and KV cache, nvidia/Llama-3.1-8B-Instruct-FP8 and the others the page lists), CUDA graphs; the page's
+  metric "Total Output Throughput (tokens/sec)" for the whole TP group (the TP 2 H100 70B row, 6,378 at 128/128,
+  is above one H100's compute for 70B FP8 and so a total), shown here per GPU. tfcalc: `infer --rate`'s capacity
+  (``max_rate_per_s``, continuous batching with its default chunked prefill of 8,192 tokens a step) × OSL / TP.
+  Llama 3.3 70B is Llama 3.1 70B's architecture (the llama3-70b preset). The MoE rows ran with
+  ``enable_attention_dp`` and EP (the page's MoE options): tfcalc prices plain TP 8 (``infer --ep`` not yet
+  there). Added with chunked prefill's mean over the decode batch (issue 31).
+- NVIDIA NIM for LLMs benchmarking guide, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance ("Performance",
+  Llama-3.3-70b-instruct, NIM 1.8.0, 2 × H100 80G, fp8, TP 2): AIPerf at a fixed concurrency C (closed loop),
+  TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). The request rate
+  a closed loop of C sustains is its throughput ÷ the output length (Little's law over the requests): tfcalc's
+  `infer --rate` at that rate, its mean TTFT and inter-token latency beside the page's, for C up to 50 (beyond,
+  the page's TTFT grows with the queue a closed loop builds at saturation, which a steady state has not). "fp8"
+  read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
+  beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
 
 from __future__ import annotations
@@ -248,6 +266,67 @@ TRT_TP = [("GPT-J 6B", "gpt3-6.7b", True, 120, 128, 2048, 2, 2192),
           ("LLaMA 70B", "llama2-70b", False, 120, 2048, 128, 4, 79)]
 
 
+# perf-overview.md: (model, preset, GPU key, GPU label, TP, ISL, OSL, total output tok/s)
+TRT_MAX = [("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 128, 128, 28312),
+           ("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 1000, 1000, 15220),
+           ("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 2048, 128, 3450),
+           ("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 5000, 500, 3459),
+           ("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 20000, 2000, 1351),
+           ("Llama 3.1 8B", "llama3-8b", "h200", "H200", 1, 128, 128, 27911),
+           ("Llama 3.1 8B", "llama3-8b", "h200", "H200", 1, 1000, 1000, 17744),
+           ("Llama 3.3 70B", "llama3-70b", "h100-sxm", "H100", 2, 128, 128, 6378),
+           ("Llama 3.3 70B", "llama3-70b", "h100-sxm", "H100", 2, 1000, 1000, 4205),
+           ("Llama 3.3 70B", "llama3-70b", "h100-sxm", "H100", 2, 2048, 128, 762),
+           ("Llama 3.3 70B", "llama3-70b", "h100-sxm", "H100", 2, 5000, 500, 898),
+           ("Llama 3.3 70B", "llama3-70b", "h100-sxm", "H100", 2, 20000, 2000, 437),
+           ("Llama 3.3 70B", "llama3-70b", "h200", "H200", 1, 128, 128, 3803),
+           ("Llama 3.3 70B", "llama3-70b", "h200", "H200", 1, 1000, 1000, 2909),
+           ("Llama 3.1 405B", "llama3-70b", "h100-sxm", "H100", 8, 128, 128, 3627),
+           ("Llama 3.1 405B", "llama3-70b", "h100-sxm", "H100", 8, 1000, 1000, 2919),
+           ("Llama 3.1 405B", "llama3-70b", "h100-sxm", "H100", 8, 5000, 500, 610),
+           ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h100-sxm", "H100", 8, 1000, 1000, 14898),
+           ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h100-sxm", "H100", 8, 2048, 2048, 9924),
+           ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h100-sxm", "H100", 8, 5000, 500, 3225),
+           ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 128, 128, 30429),
+           ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 1000, 1000, 23789)]
+
+
+def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Callable[[], float]:
+    over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
+    def run() -> float:
+        r = tfcalc.infer(preset, seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec=device, tp=tp, rate=1.0,
+                         mean_input=inp, mean_output=out, **{**over, "max_seq_len": max(8192, inp + out)})
+        return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
+    return run
+
+
+# NIM 1.8.0, Llama-3.3-70b-instruct, 2 × H100 fp8 TP 2: (ISL, OSL, concurrency, TTFT ms, ITL ms, output tok/s)
+NIM_70B = [(5000, 500, 1, 406.77, 18.58, 51.67), (5000, 500, 5, 546.7, 21.83, 218.48),
+           (5000, 500, 25, 688.69, 38.75, 623.4), (5000, 500, 50, 834.51, 59.73, 814.37),
+           (500, 2000, 1, 47.77, 18.91, 52.85)]
+
+
+def under_load(inp: int, out: int, tokens_per_s: float, key: str) -> Callable[[], float]:
+    def run() -> float:
+        r = tfcalc.infer("llama3-70b", seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
+                         rate=tokens_per_s / out, mean_input=inp, mean_output=out)
+        return r.to_json()["continuous"][key] * 1e3
+    return run
+
+
+def serving_rows() -> list[Row]:
+    trt = "TensorRT-LLM perf-overview.md (00f3768, v1.0), max throughput, FP8"
+    out = [Row("inference throughput", f"{label}, {gpu} TP {tp}, {inp:,} in, {outp:,} out, all requests at once", trt,
+               total / tp, "tok/s/GPU", max_throughput(preset, device, tp, inp, outp))
+           for label, preset, device, gpu, tp, inp, outp, total in TRT_MAX]
+    nim = "NVIDIA NIM LLM benchmarking 1.0.0, Performance (Llama 3.3 70B, NIM 1.8.0)"
+    for inp, outp, users, ttft, itl, rate in NIM_70B:
+        label = f"Llama 3.3 70B, 2 H100 fp8 TP 2, {inp:,} in, {outp:,} out, {users} concurrent ({rate:g} tok/s)"
+        out.append(Row("first-token latency", label, nim, ttft, "ms", under_load(inp, outp, rate, "ttft_s")))
+        out.append(Row("per-token latency", label, nim, itl, "ms", under_load(inp, outp, rate, "itl_s")))
+    return out
+
+
 def held_out_rows() -> list[Row]:
     out = [Row("training throughput", f"Llama 3 405B, {g:,} H100, TP 8, PP 16 interleaved V 8, DP {dp}",
                "Dubey et al. 2024, Table 4", mfu, "% MFU", llama3_mfu(dp, per))
@@ -298,4 +377,4 @@ def held_out_rows() -> list[Row]:
     for label, preset, gptj, batch, inp, outp, tp, rate in TRT_TP:
         out.append(Row("inference throughput", f"{label}, TP {tp}, batch {batch}, {inp} in, {outp} out", trt_a100,
                        rate, "tok/s/GPU", tp_rate(preset, batch, inp, outp, tp, **(GPTJ if gptj else {}))))
-    return out + expert_parallel_rows()  # `infer --ep` (benchmarks/calibration_held_out_ep.py)
+    return out + expert_parallel_rows() + serving_rows()  # `infer --ep` (benchmarks/calibration_held_out_ep.py)

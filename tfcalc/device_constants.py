@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 from tfcalc.errors import InputError, shown, shown_path
 
-PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
+PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s")
+MAX_KERNEL_S = 1e-3  # seconds: a kernel's fixed cost is microseconds (count.perf.hardware); a millisecond is a typo
 # a fused attention kernel by name: its Hopper efficiencies are tfcalc.count.perf.hardware.HOPPER_ATTENTION's
 ATTENTION_KERNELS = ("fa2", "cudnn", "fa3")
 MAX_SMS = 1_000_000  # B200 has 148 SMs, MI300X 304 CUs; a million is a typo
@@ -75,6 +76,11 @@ def check_perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SMS:
                 raise InputError(f"{where}: field 'perf.sm_count' must be an integer from 1 to {MAX_SMS:,}; "
                                  f"got {shown(value)}")
+        elif name == "kernel_s":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_KERNEL_S:
+                raise InputError(f"{where}: field 'perf.kernel_s' must be seconds per kernel from 0 to "
+                                 f"{MAX_KERNEL_S:g}, e.g. 4.0e-6; got {shown(value)}")
+            value = float(value)
         elif name == "flash_efficiency":
             if not isinstance(value, list) or len(value) != 2:
                 raise InputError(f"{where}: field 'perf.flash_efficiency' must be [forward, backward], "

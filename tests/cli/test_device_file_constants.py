@@ -22,8 +22,8 @@ DATASHEET = ("name: My H100\npeak_flops: {fp32: 67.0e12, bf16: 989.0e12, fp16: 9
              "gpus_per_node: 8\nhost_memory_bytes: 2199023255552\n"
              f"memory_bytes: {devices.usable_bytes(devices.by_key('h100-sxm'))}\n")
 STATED = ("perf: {sm_count: 132, matmul_ceiling: 0.801, fp8_ceiling: 0.709, sustained_clock: 1.0, "
-          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}]}}\n")
-FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency")
+          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}], kernel_s: 2.67e-6}}\n")  # kernel_s: tfcalc's H100 run
+FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s")
 PLAN = ("plan", "llama2-7b", "--tp", "8", "--seq", "4096", "--json")
 
 
@@ -103,6 +103,10 @@ def test_the_table_devices_print_no_constants_line(cli):
     ("perf: {attention_kernel: 2}\n", "field 'perf.attention_kernel' must be one of fa2, cudnn, fa3"),
     ("perf: {attention_kernel: fa3, flash_efficiency: [0.5, 0.4]}\n", "'attention_kernel' and 'flash_efficiency' "
      "both set"),
+    ("perf: {kernel_s: 4}\n", "field 'perf.kernel_s' must be seconds per kernel from 0 to 0.001"),
+    ("perf: {kernel_s: -1.0e-6}\n", "field 'perf.kernel_s' must be seconds per kernel"),
+    ("perf: {kernel_s: .nan}\n", "field 'perf.kernel_s' must be seconds per kernel"),
+    ("perf: {kernel_s: true}\n", "field 'perf.kernel_s' must be seconds per kernel"),
 ])
 def test_hostile_device_constants_are_one_line_refusals(cli, tmp_path, extra, message):
     path = _file(tmp_path, extra)

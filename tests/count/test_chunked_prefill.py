@@ -17,7 +17,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import tfcalc
 from tfcalc.architecture.attention import causal_pairs
-from tfcalc.count.model.quant import plain
+from tfcalc.count.model.quant import plain, weight_format
 from tfcalc.count.perf.inference import Overhead
 from tfcalc.count.serving import chunked, continuous
 from tfcalc.count.serving.roofline import Ceilings, decode_step
@@ -92,6 +92,27 @@ def test_a_prompts_seconds_beside_decode_tokens():
     assert e.chunked.whole(3) == pytest.approx(added / 1e9, rel=1e-12)
     alone = sum(hand_flops(0, context, s, c) for s, c in chunked.chunks(40, 16, 0))
     assert e.chunked.whole(0) == pytest.approx(alone / 1e9, rel=1e-12)
+
+
+def test_a_prompt_costs_at_least_its_flops_at_the_ceiling_wherever_the_batch_falls():
+    """Step 3's mean: a GEMM's rows are padded to whole tiles and its tiles to whole waves, so what a chunk adds to
+    one decode step jumps with n; averaged over where n falls, a compute-bound prompt costs at least its own matmul
+    FLOPs at the best rate any GEMM reaches (the ceiling × the peak). Llama 3 70B FP8 on an H200, 128 tokens in:
+    2·70.55e9·128 ≈ 18.1 TFLOP of weight matmuls over 1.45 PFLOP/s ≈ 12.4 ms; at N = 2,305 the step-wise cost at the
+    one batch was 0.8 ms (the chunk's 128 rows filled the decode GEMM's last tile)."""
+    cfg, fp8 = load("llama3-70b"), weight_format("fp8")
+    _, c = datasheet_ceilings("h200", fp8)
+    e = continuous.Engine(cfg, fp8, "fp8", c, continuous.Traffic(50.0, 128, 128), None, None, budget=8192)
+    weights = 2 * 128 * (cfg.n_layer * (2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672))
+    floor = weights / (c.flops_per_s * c.perf.fp8_ceiling)
+    assert e.chunked.whole(2305) < floor / 10  # the jump at one batch
+    for n in range(1500, 3000, 37):  # eight samples of a wave pattern that repeats over 33 tiles: within 2 %
+        assert e.chunked.seconds(n) >= 0.98 * floor, n
+    s, k = chunked.SPREAD, chunked.SAMPLES
+    assert (s, k) == (1024, 8) and e.chunked.expected(2304) == pytest.approx(  # 18 gaps of 128
+        sum(e.chunked.whole(2304 + 128 * (i - 4)) for i in range(k)) / k)
+    assert e.chunked.expected(2305) == pytest.approx((127 * e.chunked.expected(2304) + e.chunked.expected(2432)) / 128)
+    assert e.chunked.expected(1) == e.chunked.whole(1)  # one sequence: nothing to spread over
 
 
 @lru_cache(maxsize=None)

@@ -33,7 +33,14 @@ Fields and their sources:
 - ``kernel_s``: the fixed cost of one kernel on the GPU (launch, ramp-up, tail, the wait between
   dependent kernels), 4 µs: the launch-latency class the CUDA C++ Best Practices Guide describes
   ("a few microseconds" per launch); CUDA graphs and torch.compile (gpt-fast, TensorRT-LLM) remove the
-  CPU side but not the GPU's ramp and drain between dependent kernels.
+  CPU side but not the GPU's ramp and drain between dependent kernels. Measured on the H100 SXM (``KERNEL_S``):
+  2.67 µs, from tfcalc's own runtime captured in CUDA graphs (benchmarks/results/h100-2026-11-27-report.json,
+  `infer --measure`, Llama-2-7B bf16, prompt 512, 64 new tokens; RoPE, RMSNorm and SwiGLU fused, the residual
+  folded into the GEMMs, one K/V write: 439 kernels a step, h100-2026-11-27-decode-profile.json): at batch 1 a
+  step took 6.040 ms where the rows and the elementwise traffic are 4.837 ms, over the 450 kernels the model
+  counts: (6.040 − 4.837) / 450 = 2.67 µs. Batch 16, not fitted, checks it: 6.393 ms + 450 × 2.67 µs = 7.594
+  ms against 7.586 measured. 4 µs had matched the runtime before the fusions (6.6-6.9 ms a step, 535-695
+  kernels: h100-2026-11-26-decode-profile.json, h100-2026-11-27-decode-profile-unfused.json).
 - ``request_s``: serving only, the fixed work of one request around the GPU's kernels, paid once, in the
   time to first token: what a first-token latency measures beside the prefill's kernels. TensorRT-LLM's
   "1st Token Latency" (docs/source/performance.md, "Reproducing First Token Latency") is the wall time of
@@ -193,6 +200,10 @@ def fp8_ceiling_note(device_key: str, perf: Optional[PerfSpec] = None) -> str:
     return f"{PerfSpec.fp8_ceiling:.3f} of the FP8 peak, the H100 SXM's (MAMF FP8 1402.6/1979), assumed"
 
 
+# key -> kernel_s where it was measured (the module docstring's kernel_s); else PerfSpec.kernel_s, 4 µs
+KERNEL_S = {"h100-sxm": 2.67e-6}
+
+
 def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
               bandwidth_efficiency: Optional[float] = None) -> PerfSpec:
     """The model's properties of a table device (a user's own device: the generic defaults, H100-like)."""
@@ -201,7 +212,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
     spec = PerfSpec(sm_count=sms, matmul_ceiling=ceiling, flash_efficiency=flash, source=source,
                     flash_unmasked_forward=unmasked,
                     fp8_ceiling=_FP8_CEILING.get(device_key, PerfSpec.fp8_ceiling),
-                    matmul_efficiency=matmul_efficiency,
+                    kernel_s=KERNEL_S.get(device_key, PerfSpec.kernel_s), matmul_efficiency=matmul_efficiency,
                     sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
     if bandwidth_efficiency is not None:
         spec = PerfSpec(**{**spec.__dict__, "bandwidth_efficiency": bandwidth_efficiency})
@@ -211,7 +222,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 # What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
-                "flash_efficiency": "default, the A100's"}
+                "flash_efficiency": "default, the A100's", "kernel_s": "default, 4 µs"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -254,7 +265,8 @@ def constants_line(perf: PerfSpec) -> str:
     values = {"sm_count": str(perf.sm_count), "matmul_ceiling": f"{perf.matmul_ceiling:.3g}",
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
               "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)
-              + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}"}
+              + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}",
+              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
