@@ -160,7 +160,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that",
-                "dualpipe": "DualPipe (p/2−1)(F+2B−W) over m(F+B+W) + that"}[L.schedule]
+                "dualpipe": "DualPipe (p/2−1)(F+2B−W) over m(F+B+W) + that",
+                "dualpipev": "DualPipeV (p−1)/2·(F+2B−W) over m(F+B+W) + that"}[L.schedule]
         counts = stage_block_counts(total_blocks(r.model.cfg), L.pp, L.virtual_stages, L.stage_split)
         counted = (f"; {' and '.join(L.pp_split_counts)} counted as a block each, blocks per stage "
                    f"{'/'.join(map(str, counts))}" if L.pp_split_counts else
