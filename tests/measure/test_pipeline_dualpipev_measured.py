@@ -45,7 +45,7 @@ def test_every_rank_equals_its_plan(check):
     assert {r["schedule"] for r in check.ranks} == {"ScheduleDualPipeV"}
     for rank, (states, planned) in zip(check.ranks, stage_plans(CFG, LAYOUT), strict=True):
         assert {k: rank[k] for k in states} == states
-        assert [c["cause"] for c in rank["collectives"]] == ["pp_activations"]  # both ends on rank 0: no all-reduce
+        assert [c["cause"] for c in rank["collectives"]] == [c.cause for c in planned] == ["pp_activations"]
         sends = rank["collectives"][0]
         assert sends["calls"] == 4 * 2  # m × (4 − 2 at the first or last rank): one boundary each way a stage
         assert sends["payload_bytes"] == sends["calls"] * 16 * CFG.d_model * 4  # fp32 (1, 16, d) activations
@@ -72,7 +72,7 @@ def test_the_order_each_rank_ran(check):
 
 def test_saved_activations_at_their_peak(check):
     """Rank 1 (no end): 3 micro-batches of stage 1 and 2 of stage 2 (2p − r and r + 1) at once, the plan's,
-    RoPE's slices beside. Rank 0 holds one more thing than the schedule's order frees: the last stage's first micro-batch
+    RoPE's slices beside. Rank 0 holds more than the schedule's order keeps: the last stage's first micro-batch
     runs its backward split (I, then W) and PyTorch's runtime keeps the step's losses (its _internal_losses)
     to the step's end, so the tensors only the input gradient reads (the loss's log-softmax, the norms', the
     activation's inputs) stay saved: at most one micro-batch of that stage more."""
