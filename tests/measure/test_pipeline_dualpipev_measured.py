@@ -73,9 +73,9 @@ def test_the_order_each_rank_ran(check):
 def test_saved_activations_at_their_peak(check):
     """Rank 1 (no end): 3 micro-batches of stage 1 and 2 of stage 2 (2p − r and r + 1) at once, the plan's,
     RoPE's slices beside. Rank 0 holds more than the schedule's order keeps: the last stage's first micro-batch
-    runs its backward split (I, then W) and PyTorch's runtime keeps the step's losses (its _internal_losses)
-    to the step's end, so the tensors only the input gradient reads (the loss's log-softmax, the norms', the
-    activation's inputs) stay saved: at most one micro-batch of that stage more."""
+    runs its backward split (I, then W; step 3 of the order, p − r − 1 = 1 such on rank 0, none on rank 1)
+    and PyTorch's split backward leaves part of its saved tensors alive past W, to the step's end
+    (tfcalc.measure.pipeline, step 4): at most one micro-batch of that stage more."""
     planned = [rm.stage_memory(CFG, LAYOUT, r).activations for r in (0, 1)]
     measured = [r["activation_bytes"] for r in check.ranks]
     assert 0 <= measured[1] - planned[1] <= ROPE * 5

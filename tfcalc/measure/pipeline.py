@@ -25,9 +25,11 @@ rank r holding stages r and 2p − 1 − r (tfcalc.count.training.shard.V_SHAPE)
    and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
    the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
    plan's peak); under DualPipeV (2p micro-batches through stages that keep fewer) the most held at once
-   (SavedBytes.pack_live). PyTorch's runtime keeps the step's losses (its _internal_losses) to the step's
-   end: a last-stage micro-batch whose backward runs split (I, then W) keeps what only I reads saved until
-   then -- measured on DualPipeV's rank 0, one micro-batch's part; the model states of the rank's chunks.
+   (SavedBytes.pack_live). A micro-batch whose backward PyTorch splits (stage_backward_input with
+   retain_graph, then stage_backward_weight) keeps part of its saved tensors past its W, to the step's end
+   (measured on gloo: 20,736 of a one-block stage's 47,616 bytes): DualPipeV's step 3 splits p − r − 1
+   micro-batches on rank r before its peak, so there the measurement exceeds the plan by up to those
+   micro-batches (0 on the last rank); the model states of the rank's chunks.
 5. With data parallelism (pp × dp ranks, tfcalc.report.plan_check step 4): a (dp, pp) mesh, each replica its
    own tokens; after the schedule, each rank's gradients all-reduced over its stage's dp group in one
    contiguous buffer (ReplicaGrads: Megatron-LM's way; PyTorch's DDP does not survive the schedule).
