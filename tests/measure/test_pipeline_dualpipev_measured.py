@@ -102,3 +102,23 @@ def test_what_plan_measure_runs_for_a_planned_dualpipe():
     assert "embedding and head counted as blocks (ran DualPipeV's own cut)" in said
     assert not any("dualpipev" in s for s in _left_out(dataclasses.replace(planned, schedule="dualpipev",
                                                                            pp_split_counts=()), ran))
+
+
+def test_four_ranks_in_a_v():
+    """pp 4 on 4 ranks, 8 blocks in 8 stages, 8 micro-batches (GPT-2-shaped, untied): every rank's states and
+    sends are its plan's -- the middle ranks send 4 a micro-batch, the ends 2 (rank 3's fold is local); the
+    last rank, with no split backward before its peak, saves exactly its plan's 2p − r + r + 1 = 9 stage
+    micro-batches; rank r < 3 at most p − r − 1 micro-batches of its second stage more (see above)."""
+    cfg = tiny(n_layer=8, max_seq_len=16, tie_embeddings=False)
+    lay = dataclasses.replace(LAYOUT, pp=4, global_batch=8)
+    check_layout(cfg, lay)
+    (ranks,) = launch([dict(config=dataclasses.asdict(cfg), layout=dataclasses.asdict(lay))], 4)
+    check = PlanCheck(cfg, False, lay, make_plan(cfg, lay, HW, None), tuple(ranks), ())
+    assert check.states_exact and check.collectives_exact
+    assert [r["collectives"][0]["calls"] for r in ranks] == [8 * 2, 8 * 4, 8 * 4, 8 * 2]
+    planned = [rm.stage_memory(cfg, lay, r).activations for r in range(4)]
+    block = planned[3] // 9  # rank 3: stages 3 and 4, one block each, 5 + 4 micro-batches
+    assert ranks[3]["activation_bytes"] == planned[3]
+    for r in range(3):
+        second = planned[0] - 8 * block if r == 0 else block  # a micro-batch of stage 7 (block, head, loss) or a block
+        assert 0 <= ranks[r]["activation_bytes"] - planned[r] <= (3 - r) * second
