@@ -217,7 +217,10 @@ def test_search_tries_dualpipev_only_when_asked():
 def test_cli(cli):
     args = ("plan", "gpt2", "--pp", "4", "--global-batch", "32")
     j = cli(*args, "--schedule", "dualpipev", "--json").json()
-    assert j["layout"]["schedule"] == "dualpipev" and "DualPipeV" in cli(*args, "--schedule", "dualpipev").out
+    text = " ".join(cli(*args, "--schedule", "dualpipev").out.split())  # the table's wrapped cells joined
+    assert j["layout"]["schedule"] == "dualpipev" and "DualPipeV (p−1)/2·(F+2B−W)" in text
+    assert "8+1 chunk micro-batches in flight of stages 0 and 7 (DualPipeV)" in text  # rank 0: 2p − 0 and 0 + 1
+    assert "no recompute; 5 in flight" in " ".join(cli(*args, "--schedule", "dualpipe").out.split())  # p + 1
     assert j["step"]["bubble"] < cli(*args, "--json").json()["step"]["bubble"]
     assert_one_line_error(cli("plan", "gpt2", "--pp", "4", "--global-batch", "4", "--schedule", "dualpipev"),
                           "at least as many micro-batches")

@@ -94,8 +94,10 @@ def _memory(doc: Doc, r: PlanReport) -> None:
           + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
     chunks = chunk_micro_batches(L, m.stage)
-    flight = (f"{min(L.pp - m.stage, L.micro_batches)} in flight" if len(chunks) == 1 else
-              f"{'+'.join(map(str, chunks))} chunk micro-batches in flight (interleaved)")
+    how = (f"of stages {m.stage} and {2 * L.pp - 1 - m.stage} (DualPipeV)" if L.schedule == "dualpipev" and L.pp > 1
+           else "(interleaved)")
+    flight = (f"{chunks[0]} in flight" if len(chunks) == 1 else  # 1F1B's p − i, dualpipe's p + 1 (perf.pipeline)
+              f"{'+'.join(map(str, chunks))} chunk micro-batches in flight {how}")
     of = f"{L.micro_batch} × {L.seq:,}" + (f" / cp {L.cp}" if L.cp > 1 else "")
     t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; {flight} of {of}")
     if L.offload_activations:
