@@ -210,8 +210,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          kernels: str = "eager", power_limit: Optional[float] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
-    micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble', 'dualpipe') and cp: None is 1,
-    1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
+    micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble', 'dualpipe', 'dualpipev') and
+    cp: None is 1, 1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
     'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule);
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the

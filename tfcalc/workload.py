@@ -119,7 +119,7 @@ class Layout:
     offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
     zero_engine: str = "flat"  # ZeRO-1: "flat" buffers (DeepSpeed, Megatron) or "torch" (ZeroRedundancyOptimizer)
     # --- pipeline schedule, overlap and context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
-    schedule: str = "1f1b"  # 1f1b, interleaved (Narayanan et al. 2021), zero-bubble (ZB-H1) or dualpipe
+    schedule: str = "1f1b"  # 1f1b, interleaved (Narayanan et al. 2021), zero-bubble (ZB-H1), dualpipe(v)
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule
     overlap: tuple[str, ...] = ()  # communication hidden behind compute: any of "tp", "pp" (default: none)
     cp: int = 1  # context-parallel ranks: the sequence split C ways, K/V passed around a ring
@@ -135,7 +135,10 @@ class Layout:
     @property
     def stage_split(self) -> tuple:
         """How the blocks divide over the stages, as tfcalc.count.training.shard.stage_ranges takes it: the
-        given per-stage counts (ints), else the ends counted as blocks (names)."""
+        given per-stage counts (ints), else the ends counted as blocks (names); under dualpipev ("v",): two
+        stages a rank, placed in a V (tfcalc.count.training.shard.V_SHAPE)."""
+        if self.schedule == "dualpipev" and self.pp > 1:
+            return ("v",)
         return self.pp_layers or self.pp_split_counts
 
     @property

@@ -4,7 +4,7 @@ same programs run on gloo ranks in tests/measure/ (test_pipeline_measured, test_
 test_distributed, test_hsdp_run, test_small_copy_runs, test_serving_tp_measured); here they must place
 every tensor on the rank's own GPU (cuda:LOCAL_RANK), run NCCL's collectives and agree with the plan to the
 byte, as there:
-- pipeline parallelism (torch.distributed.pipelining: 1F1B, interleaved, zero-bubble), NCCL's send/recv;
+- pipeline parallelism (torch.distributed.pipelining: 1F1B, interleaved, zero-bubble, DualPipeV), NCCL's send/recv;
 - expert parallelism's all-to-all (counts in int64, tokens in fp32; the experts' rows indexed on the GPU);
 - ZeRO-1 (ZeroRedundancyOptimizer's broadcasts) and ZeRO-2 (FSDP2 without resharding after forward);
 - ZeRO-3 on the small copy of a latent-attention MoE (deepseek-v3: 16 experts in grouped tensors);
@@ -30,6 +30,7 @@ LAYOUTS = {
     "pipeline-1f1b": ("gpt2", "--pp", "2"),
     "pipeline-interleaved": ("gpt2", "--pp", "2", "--schedule", "interleaved", "--virtual-stages", "2"),
     "pipeline-zero-bubble": ("gpt2", "--pp", "2", "--schedule", "zero-bubble"),
+    "pipeline-dualpipev": ("gpt2", "--pp", "2", "--global-batch", "8", "--schedule", "dualpipe"),  # ScheduleDualPipeV
     "expert-parallel": ("mixtral-8x7b", "--dp", "2", "--ep", "2"),
     "zero-1": ("gpt2", "--dp", "2", "--zero", "1"),
     "zero-2": ("gpt2", "--dp", "2", "--zero", "2"),

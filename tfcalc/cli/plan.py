@@ -182,8 +182,8 @@ def plan(
     fit. --measure runs the layout on --nproc local ranks (a small copy of a large model; fp32) with PyTorch's DDP,
     ZeroRedundancyOptimizer (ZeRO-1), FSDP2 (ZeRO-2 as FSDP2 without resharding after forward, ZeRO-3, HSDP),
     tensor-parallel APIs, expert parallelism's all-to-all and torch.distributed.pipelining (1F1B, interleaved,
-    zero-bubble; with data parallelism on 4 ranks or more), and shows the plan of that run beside what it
-    measured: model-state and collective bytes agree exactly.
+    zero-bubble, and DualPipeV for dualpipe and dualpipev; with data parallelism on 4 ranks or more), and shows the
+    plan of that run beside what it measured: model-state and collective bytes agree exactly.
     """
     out = output(format, json_out, exact, verbose, table)
     request = PlanRequest(

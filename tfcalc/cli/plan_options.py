@@ -18,10 +18,12 @@ ScheduleName = enum.Enum("ScheduleName", {name.replace("-", "_"): name for name 
 Schedule = Annotated[Optional[ScheduleName], typer.Option(
     "--schedule", help="Pipeline schedule: 1f1b (PipeDream-Flush), interleaved (V virtual stages a rank, bubble / V, "
     "V × the sends; Narayanan et al. 2021), zero-bubble (ZB-H1, Qi et al. 2024: bubble (p−1)(F+B−W), 1F1B's "
-    "memory) or dualpipe (DeepSeek-V3 report, Table 2: bubble (p/2−1)(F&B+B−3W), 2× parameters a rank, p+1 "
-    "micro-batches' activations; even pp, an even count of micro-batches ≥ 2 × pp) [default: 1f1b; a search "
-    "also tries interleaved].",
-    show_default=False, metavar="1f1b|interleaved|zero-bubble|dualpipe")]
+    "memory), dualpipe (DeepSeek-V3 report, Table 2: bubble (p/2−1)(F&B+B−3W), 2× parameters a rank, p+1 "
+    "micro-batches' activations; even pp, an even count of micro-batches ≥ 2 × pp) or dualpipev (DualPipe cut in "
+    "half, PyTorch's ScheduleDualPipeV: 2 × pp stages in a V, one copy of the parameters, bubble "
+    "(p−1)/2·(F+2B−W), 2p+1 half-stage micro-batches' activations; micro-batches ≥ 2 × pp; what --measure runs "
+    "for both) [default: 1f1b; a search also tries interleaved].",
+    show_default=False, metavar="1f1b|interleaved|zero-bubble|dualpipe|dualpipev")]
 VirtualStages = Annotated[Optional[int], typer.Option(
     "--virtual-stages", help="Interleaved schedule: model chunks per pipeline rank (blocks divisible by pp × V, "
     "micro-batches a multiple of pp) [default: 1; 2 with --schedule interleaved].", show_default=False,

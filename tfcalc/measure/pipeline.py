@@ -3,13 +3,16 @@
 ``ScheduleInterleavedZeroBubble`` on one stage a rank for --schedule zero-bubble: PyTorch's ZB1P (Qi et al.
 2024, arXiv 2401.10241), which with one local stage is ZB-H1, tfcalc's model (tfcalc.count.perf.pipeline,
 step 3): 1F1B's order of forwards, each backward split into I (the inputs' gradient, sent back at once)
-and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-batches.
+and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-batches. ``ScheduleDualPipeV``
+(PyTorch 2.11 and later) for --schedule dualpipev (tfcalc.count.perf.pipeline, step 5): 2p stages in a V,
+rank r holding stages r and 2p − 1 − r (tfcalc.count.training.shard.V_SHAPE), rank 0 both ends.
 
 1. The model is built whole on every rank (the same seed), then cut into pp × V chunks of the blocks
    (tfcalc.count.training.shard.stage_ranges: rank r holds model chunks r, r + pp, ...); the first chunk holds the
-   embeddings, the last the final norm and the head. With --pp-split-counts the ends count as a block each
-   in that cut, so a chunk may hold the embedding alone or the head alone (no block): a PipelineStage takes
-   any module, and the chunk then embeds, or runs the head, and nothing else. Each chunk is a
+   embeddings, the last the final norm and the head (under DualPipeV: stage 0 and stage 2p − 1, both on rank
+   0, which then holds a tied embedding once: no all-reduce of step 2). With --pp-split-counts the ends count
+   as a block each in that cut, so a chunk may hold the embedding alone or the head alone (no block): a
+   PipelineStage takes any module, and the chunk then embeds, or runs the head, and nothing else. Each chunk is a
    ``PipelineStage``; a rank's parameters are its chunks' (the rest of the model it built is never run nor
    counted).
 2. A tied embedding is held by the first chunk (as the token embedding) and the last (as the head), on
@@ -21,7 +24,12 @@ and W (the weights', deferred into the drain), 1F1B's sends and in-flight micro-
    (its ``_batch_p2p``, the one place its sends and receives go through): the payload of every isend,
    and the calls; and the tied gradient's all-reduce. Saved activations: every tensor autograd packs on
    the rank during the step (rank 0 holds all its forwards in flight at once when m ≤ p and V ≤ 2: the
-   plan's peak); the model states of the rank's chunks.
+   plan's peak); under DualPipeV (2p micro-batches through stages that keep fewer) the most held at once
+   (SavedBytes.pack_live). A micro-batch whose backward PyTorch splits (stage_backward_input with
+   retain_graph, then stage_backward_weight) keeps part of its saved tensors past its W, to the step's end
+   (measured on gloo: 20,736 of a one-block stage's 47,616 bytes): DualPipeV's step 3 splits p − r − 1
+   micro-batches on rank r before its peak, so there the measurement exceeds the plan by up to those
+   micro-batches (0 on the last rank); the model states of the rank's chunks.
 5. With data parallelism (pp × dp ranks, tfcalc.report.plan_check step 4): a (dp, pp) mesh, each replica its
    own tokens; after the schedule, each rank's gradients all-reduced over its stage's dp group in one
    contiguous buffer (ReplicaGrads: Megatron-LM's way; PyTorch's DDP does not survive the schedule).
@@ -39,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.perf.pipeline import head_stage
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.shard import stage_ranges, total_blocks
 from tfcalc.errors import InputError
@@ -62,8 +71,15 @@ def check_pipeline_measurable(cfg: ModelConfig, layout: Layout, nproc: int) -> N
     if any(b.shortcut for b, _ in cfg.architecture.output.kinds()):
         raise InputError(f"{cfg.name}: a shortcut MoE (LongCat-Flash) hands its experts' output to the next block, "
                          "across any stage cut between them: a measured pipeline is planned, not run")
+    if layout.schedule == "dualpipev":
+        from torch.distributed.pipelining import schedules
+
+        if not hasattr(schedules, "ScheduleDualPipeV"):  # PyTorch 2.11 has it; older ones do not
+            raise InputError(f"PyTorch {torch.__version__} has no ScheduleDualPipeV: a measured dualpipe run needs "
+                             "2.11 or later (planned, not run)")
     chunks, counted = layout.pp * layout.virtual_stages, len(layout.pp_split_counts)
-    if not layout.pp_layers and (total_blocks(cfg) + counted) % chunks:  # a given split: as given
+    even = layout.pp_layers or layout.schedule == "dualpipev"  # a given split, or DualPipeV's cut: as it comes
+    if not even and (total_blocks(cfg) + counted) % chunks:
         ends = f" + {counted} ends counted" if counted else ""
         raise InputError(f"the measured pipeline cuts {cfg.name}'s {total_blocks(cfg)} blocks{ends} into pp × V = "
                          f"{chunks} equal chunks: not divisible")
@@ -205,21 +221,25 @@ class PipelineTrainer:
         self.groups = PipelineGroups(device, layout.dp, p)
         self.rank, self.dp_rank = self.groups.pp_rank, self.groups.dp_rank  # the stage, the replica
         v = layout.virtual_stages if layout.schedule == "interleaved" else 1
-        n = p * v
+        dual = layout.schedule == "dualpipev"
+        n = 2 * p if dual else p * v
+        index = [self.rank, n - 1 - self.rank] if dual else [self.rank + k * p for k in range(v)]  # V or looped
         spans = stage_ranges(total_blocks(cfg), p, self.rank, v, layout.stage_split)  # a span may be empty
-        self.chunks = [Chunk(model, span, self.rank + k * p == 0, self.rank + k * p == n - 1)
-                       for k, span in enumerate(spans)]
+        self.chunks = [Chunk(model, span, i == 0, i == n - 1) for i, span in zip(index, spans, strict=True)]
         self.replicas = ReplicaGrads(self.groups.dp, layout.dp) if layout.dp > 1 else None  # step 5
-        stages = [PipelineStage(c, self.rank + k * p, n, device, group=self.groups.pp)
-                  for k, c in enumerate(self.chunks)]
-        self.first = self.chunks[0].first
-        self.last = self.chunks[-1].last
+        stages = [PipelineStage(c, i, n, device, group=self.groups.pp) for i, c in zip(index, self.chunks, strict=True)]
+        self.first = any(c.first for c in self.chunks)
+        self.last = any(c.last for c in self.chunks)
         self.m = layout.micro_batches
 
         def loss(output, target):
             return F.cross_entropy(output.float().view(-1, output.shape[-1]), target.view(-1))
 
-        if layout.schedule == "zero-bubble":  # ZB-H1: one stage a rank, B and W apart (the module docstring)
+        if dual:  # 2p stages in a V, two a rank (the module docstring)
+            from torch.distributed.pipelining import schedules
+
+            self.schedule = schedules.ScheduleDualPipeV(stages, n_microbatches=self.m, loss_fn=loss)
+        elif layout.schedule == "zero-bubble":  # ZB-H1: one stage a rank, B and W apart (the module docstring)
             self.schedule = ScheduleInterleavedZeroBubble(stages, n_microbatches=self.m, loss_fn=loss)
         elif v == 1:
             self.schedule = Schedule1F1B(stages[0], n_microbatches=self.m, loss_fn=loss)
@@ -228,7 +248,7 @@ class PipelineTrainer:
         self.actions = _compute_actions(self.schedule, self.rank)
         self.params = list({id(q): q for c in self.chunks for q in c.parameters()}.values())
         self.opt = torch.optim.Adam(self.params, foreach=False)
-        tied = getattr(model, "tied", False) and p > 1
+        tied = getattr(model, "tied", False) and p > 1 and not dual  # DualPipeV: both ends on rank 0
         self.tied_group = self.groups.ends() if tied else None  # every rank joins the groups' creation
         self.tied = model.lm_head.weight if tied and (self.first or self.last) else None
         gen = torch.Generator().manual_seed(1000 + self.dp_rank)  # the stages of one replica: the same tokens
@@ -242,7 +262,7 @@ class PipelineTrainer:
         """One step of m micro-batches; the state bytes of the rank's chunks (step 3)."""
         import torch.distributed as dist
 
-        hooks = (torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t) if saved is not None
+        hooks = (torch.autograd.graph.saved_tensors_hooks(saved.pack_live, lambda held: held.t) if saved is not None
                  else contextlib.nullcontext())
         self.p2p.recording = log is not None
         losses: list = []
@@ -285,16 +305,18 @@ class PipelineTrainer:
         import torch.distributed as dist
 
         value = self.first_loss.reshape(1).to(self.device).float()
-        dist.broadcast(value, group=self.groups.pp, group_src=self.layout.pp - 1)
+        dist.broadcast(value, group=self.groups.pp, group_src=head_stage(self.layout))
         return float(value)
 
 
 def _compute_actions(schedule, rank: int) -> list[str]:
     """The rank's computations in the order the schedule runs them, as PyTorch names them ("0F1": stage 0's
     forward of micro-batch 1; B a whole backward, I the inputs' gradient, W the weights'), where the
-    schedule lists them (the runtime schedules: interleaved and zero-bubble); else []."""
+    schedule lists them (the runtime schedules: interleaved, zero-bubble and DualPipeV, whose overlapped
+    forward-backward pairs are listed as their two parts); else []."""
     order = getattr(schedule, "pipeline_order", None) or {}
-    return [str(a) for a in order.get(rank, []) if a is not None and a.computation_type.value in ("F", "B", "I", "W")]
+    flat = [s for a in order.get(rank, []) if a is not None for s in (getattr(a, "sub_actions", None) or (a,))]
+    return [str(a) for a in flat if a.computation_type.value in ("F", "B", "I", "W")]
 
 
 def run_pipeline(job: dict, device: torch.device, advance) -> dict:
@@ -323,6 +345,10 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     step_s = host_seconds(lambda: result.update(trainer.step(log=True, saved=saved)), device)
     states = result
     advance("done")
-    return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved.total,
+    # activations: every storage saved in the step; DualPipeV runs 2p micro-batches through stages that keep
+    # fewer (tfcalc.count.perf.pipeline, step 5): there the most held at once, the plan's figure
+    saved_bytes = saved.peak if layout.schedule == "dualpipev" else saved.total
+    return {**states, "step_s": step_s, "first_loss": first_loss, "activation_bytes": saved_bytes,
+            "activation_peak_bytes": saved.peak,
             "peak_bytes": meter.peak(), "peak_method": meter.method, "collectives": trainer.collectives(),
             "comm_counts": {}, "schedule": type(trainer.schedule).__name__, "actions": trainer.actions}

@@ -47,15 +47,50 @@ class SavedBytes:
         self.model = model
         self.seen: dict[int, int] = {}
 
+        self.live: dict[int, int] = {}  # storage -> packed tensors that hold it and are not yet freed
+        self.now = self.peak = 0
+
+    def storages(self, t) -> list[tuple[int, int]]:
+        """(address, bytes) of the storages behind a packed tensor that count: not a parameter's."""
+        if not (t.is_floating_point() and t.dim() > 0):
+            return []
+        params = {s.untyped_storage().data_ptr() for p in self.model.parameters() for s in plain(p)}
+        return [(s.data_ptr(), s.nbytes()) for s in (local.untyped_storage() for local in plain(t))
+                if s.data_ptr() not in params]
+
     def pack(self, t):
-        if t.is_floating_point() and t.dim() > 0:
-            params = {s.untyped_storage().data_ptr() for p in self.model.parameters() for s in plain(p)}
-            for local in plain(t):
-                storage = local.untyped_storage()
-                if storage.data_ptr() not in params:
-                    self.seen[storage.data_ptr()] = storage.nbytes()
+        self.seen.update(self.storages(t))
         return t
+
+    def pack_live(self, t) -> "_Held":
+        """pack, and the bytes held at once: a storage counts from its first packing until autograd frees the
+        last packed tensor that holds it (after its backward, or its weight gradient's), so ``peak`` is the
+        most the rank held in flight (a schedule that runs more micro-batches than it keeps)."""
+        keys = self.storages(t)
+        self.seen.update(keys)
+        for ptr, nbytes in keys:
+            self.live[ptr] = self.live.get(ptr, 0) + 1
+            self.now += nbytes * (self.live[ptr] == 1)
+        self.peak = max(self.peak, self.now)
+        return _Held(t, keys, self)
+
+    def free(self, keys: list[tuple[int, int]]) -> None:
+        for ptr, nbytes in keys:
+            self.live[ptr] -= 1
+            if not self.live[ptr]:
+                del self.live[ptr]
+                self.now -= nbytes
 
     @property
     def total(self) -> int:
         return sum(self.seen.values())
+
+
+class _Held:
+    """A packed tensor under SavedBytes.pack_live: autograd drops it when it frees the saved tensor."""
+
+    def __init__(self, t, keys, owner: SavedBytes):
+        self.t, self.keys, self.owner = t, keys, owner
+
+    def __del__(self):
+        self.owner.free(self.keys)

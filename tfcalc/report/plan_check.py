@@ -27,7 +27,10 @@ What runs, and why it is a fair check of the plan:
    schedule (1F1B; interleaved with its V; zero-bubble as PyTorch's ScheduleInterleavedZeroBubble on one
    stage a rank), pp micro-batches a replica (a multiple of pp, as the interleaved schedule needs), a small
    copy of pp × V blocks, run by torch.distributed.pipelining (tfcalc.measure.pipeline); every rank's
-   model states and collectives against its own stage's plan.
+   model states and collectives against its own stage's plan. --schedule dualpipe and dualpipev run
+   PyTorch's ScheduleDualPipeV (DualPipe cut in half: 2 × pp stages in a V, one copy of the parameters) on
+   2 × pp micro-batches a replica and a copy of at least 2 × pp blocks; the plan beside it is DualPipeV's
+   (tfcalc.count.perf.pipeline, step 5), and a planned dualpipe (two copies, step 4) is named as left out.
 """
 
 from __future__ import annotations
@@ -58,19 +61,22 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
     """The layout the ranks run (step 1 of the module docstring; a pipeline: step 4)."""
     if layout.pp > 1 and layout.tp == 1:  # a pipeline (with TP planned too, the run keeps the TP: step 1)
         interleaved = layout.schedule == "interleaved"
-        schedule = layout.schedule if interleaved or layout.schedule == "zero-bubble" else "1f1b"
+        dual = layout.schedule in ("dualpipe", "dualpipev")  # both run PyTorch's DualPipeV (step 4)
+        schedule = layout.schedule if interleaved or layout.schedule == "zero-bubble" else "dualpipev" if dual \
+            else "1f1b"
         micro = min(layout.micro_batch, MEASURE_MICRO_BATCH)
         # data parallel beside the pipeline where at least 2 stages are left a replica: DDP on each stage
         dp = math.gcd(layout.dp, nproc // 2) if nproc >= 4 else 1
         return dataclasses.replace(
             layout, tp=1, pp=nproc // dp, dp=dp, cp=1, seq=min(layout.seq, MEASURE_SEQ), micro_batch=micro,
-            global_batch=micro * nproc, zero=0, recompute="none", sequence_parallel=False, dtype="fp32",
-            schedule=schedule, virtual_stages=layout.virtual_stages if interleaved
+            global_batch=micro * nproc * (2 if dual else 1), zero=0, recompute="none", sequence_parallel=False,
+            dtype="fp32", schedule=schedule, virtual_stages=layout.virtual_stages if interleaved
             else 1, overlap=tuple(o for o in layout.overlap if o == "pp"),
             # the sharding and precision variants are left out of a measured pipeline (_left_out says so)
             reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
             offload_activations=False, ep=1, zero_engine="flat",
-            pp_layers=layout.pp_layers if nproc // dp == layout.pp else ())  # a given split: on as many stages
+            pp_layers=layout.pp_layers if nproc // dp == layout.pp and not dual else (),  # a given split: as many
+            pp_split_counts=() if dual else layout.pp_split_counts)  # DualPipeV places its stages itself
     tp = math.gcd(layout.tp, nproc)
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
@@ -122,7 +128,7 @@ class PlanCheck:
 
             L = self.layout
             states = self.rank_plans()[0][0]
-            blocks = stage_block_counts(total_blocks(self.cfg), L.pp, L.virtual_stages, L.pp_split_counts)[0]
+            blocks = stage_block_counts(total_blocks(self.cfg), L.pp, L.virtual_stages, L.stage_split)[0]
             acts = stage_activations(self.cfg, L, 0, blocks)
             return {**states, "activation_bytes": acts, "total_bytes": sum(states.values()) + acts}
         return {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
@@ -244,7 +250,12 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"dp {planned.dp} (ran dp {ran.dp}: {why})")
     if planned.pp_layers and planned.pp_layers != ran.pp_layers:
         out.append(f"the stage split {','.join(map(str, planned.pp_layers))} (ran the even split)")
-    if planned.schedule != ran.schedule:
+    if planned.pp_split_counts and not ran.pp_split_counts:
+        out.append(f"{' and '.join(planned.pp_split_counts)} counted as blocks (ran DualPipeV's own cut)")
+    if planned.schedule == "dualpipe" and ran.schedule == "dualpipev":
+        out.append("dualpipe's two copies of the parameters (ran dualpipev, PyTorch's ScheduleDualPipeV: DualPipe cut "
+                   "in half, 2 × pp stages in a V, one copy; the plan beside it is DualPipeV's)")
+    elif planned.schedule != ran.schedule:
         out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
         out.append(f"{planned.recompute} recompute")
@@ -279,7 +290,7 @@ def small_blocks(ran: Layout, kinds: int = 1) -> int:
     """Blocks of a small copy: at least 2, at least one of each of the model's ``kinds`` of layer (its
     distinct blocks), and with the ends counted (--pp-split-counts) dividing over the pp × V chunks (a
     pipeline's), as tfcalc.count.training.layout_pipeline requires."""
-    chunks, counted = ran.pp * ran.virtual_stages, len(ran.pp_split_counts)
+    chunks, counted = ran.pp * (2 if ran.schedule == "dualpipev" else ran.virtual_stages), len(ran.pp_split_counts)
     n = max(2, kinds, chunks - counted)  # without ends counted: pp × V, one block a chunk
     while (n + counted) % chunks:
         n += 1

@@ -99,8 +99,10 @@ def _memory(doc: Doc, r: PlanReport) -> None:
           + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
     chunks = chunk_micro_batches(L, m.stage)
-    flight = (f"{min(L.pp - m.stage, L.micro_batches)} in flight" if len(chunks) == 1 else
-              f"{'+'.join(map(str, chunks))} chunk micro-batches in flight (interleaved)")
+    how = (f"of stages {m.stage} and {2 * L.pp - 1 - m.stage} (DualPipeV)" if L.schedule == "dualpipev" and L.pp > 1
+           else "(interleaved)")
+    flight = (f"{chunks[0]} in flight" if len(chunks) == 1 else  # 1F1B's p − i, dualpipe's p + 1 (perf.pipeline)
+              f"{'+'.join(map(str, chunks))} chunk micro-batches in flight {how}")
     of = f"{L.micro_batch} × {L.seq:,}" + (f" / cp {L.cp}" if L.cp > 1 else "")
     t.add("Activations", m.activations, f"{L.attention} attention, {recompute}; {flight} of {of}")
     if L.offload_activations:
@@ -165,7 +167,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that",
-                "dualpipe": "DualPipe (p/2−1)(F+2B−W) over m(F+B+W) + that"}[L.schedule]
+                "dualpipe": "DualPipe (p/2−1)(F+2B−W) over m(F+B+W) + that",
+                "dualpipev": "DualPipeV (p−1)/2·(F+2B−W) over m(F+B+W) + that"}[L.schedule]
         counts = stage_block_counts(total_blocks(r.model.cfg), L.pp, L.virtual_stages, L.stage_split)
         counted = (f"; {' and '.join(L.pp_split_counts)} counted as a block each, blocks per stage "
                    f"{'/'.join(map(str, counts))}" if L.pp_split_counts else

@@ -47,6 +47,20 @@ Schedules (``--schedule``; all flush the pipeline every step, so the optimizer s
    "num_chunks % 2 == 0 and num_chunks >= num_ranks * 2") feeds half the micro-batches from each end, each
    half at least p to fill its warm-up. Every rank is priced with Table 2's p + 1, and sends as 1F1B's. The
    all-to-all overlap is ``--overlap ep``'s.
+5. dualpipev -- DualPipeV, DualPipe "cut in half" (Sea AI Lab's "Cut-in-half" schedule; deepseek-ai/DualPipe,
+   README's table and dualpipe/dualpipev.py; PyTorch's torch.distributed.pipelining.ScheduleDualPipeV, 2.11
+   and later): the model cut into 2p stages of L/(2p) blocks placed in a V, rank i holding stages i and
+   2p − 1 − i (the first rank holds the embedding and the head), ONE copy of the parameters (the README's
+   "2×" is per stage of 2p: a rank's L/p blocks, 1F1B's). The README's table, per stage (a chunk):
+   bubble (PP/2 − 1)(F&B + B − 3W) with PP = 2p stages, i.e. (p − 1)(F_c + 2B_c − W_c) in this module's B;
+   a chunk is half the rank, so (p − 1)/2 · (F + 2B − W) in the rank's F, B, W -- over m·(F + B + W) of
+   work. Activations of PP + 1 = 2p + 1 chunk-micro-batches: ScheduleDualPipeV's order (steps 1-4 of
+   _calculate_single_rank_operations: 2(p − i − 1) forwards of stage i, then i + 1 of each stage, then
+   the first overlapped forward) holds 2p − i micro-batches of stage i and i + 1 of stage 2p − 1 − i at its
+   peak (at most m of each). Sends: each stage boundary but the fold's (stages p − 1 and p, both on rank
+   p − 1), each way: 4 − 2[i = 0] − 2[i = p − 1] a micro-batch. No tied-embedding all-reduce (both ends
+   on rank 0). It needs m ≥ 2p (torch: "at least as many microbatches as stages"; DualPipeV.step's
+   "num_chunks >= num_ranks * 2"), any p > 1.
 
 Overlap (``--overlap``, any of tp, pp and ep; none by default, Megatron-LM's default):
 
@@ -74,15 +88,15 @@ from __future__ import annotations
 
 from tfcalc.workload import Layout
 
-SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
+SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe", "dualpipev")
 OVERLAPS = ("tp", "pp", "ep")
 OVERLAPPED_TP = ("tp_activations",)  # the causes --overlap tp hides (see the module docstring)
 
 
 def bubble_fraction(layout: Layout, forward_s: float = 1.0, input_grad_s: float = 1.0,
                     weight_grad_s: float = 1.0) -> float:
-    """The idle share of the pipelined step (steps 1-4); the seconds of one micro-batch's F, B (input
-    gradients) and W on the slowest stage matter only for zero-bubble and dualpipe."""
+    """The idle share of the pipelined step (steps 1-5); the seconds of one micro-batch's F, B (input
+    gradients) and W on the slowest stage matter only for zero-bubble, dualpipe and dualpipev."""
     p, m, v = layout.pp, layout.micro_batches, layout.virtual_stages
     if p == 1:
         return 0.0
@@ -97,6 +111,10 @@ def bubble_fraction(layout: Layout, forward_s: float = 1.0, input_grad_s: float 
         work = forward_s + input_grad_s + weight_grad_s
         idle = (p // 2 - 1) * max(0.0, forward_s + 2 * input_grad_s - weight_grad_s)
         return idle / (m * work + idle) if work > 0 else 0.0
+    if layout.schedule == "dualpipev":  # step 5: the same per chunk of half a rank, over 2p stages
+        work = forward_s + input_grad_s + weight_grad_s
+        idle = (p - 1) / 2 * max(0.0, forward_s + 2 * input_grad_s - weight_grad_s)
+        return idle / (m * work + idle) if work > 0 else 0.0
     return (p - 1) / (m + p - 1)
 
 
@@ -108,12 +126,20 @@ def stages_held(layout: Layout, stage: int) -> tuple[int, ...]:
     return (stage,)
 
 
+def head_stage(layout: Layout) -> int:
+    """The pipeline rank that holds the head (and the loss): the last, but the first under dualpipev (step 5)."""
+    return 0 if layout.schedule == "dualpipev" else layout.pp - 1
+
+
 def chunk_micro_batches(layout: Layout, stage: int) -> list[int]:
     """Micro-batches whose activations each of the rank's V chunks holds at the peak (step 2; 1F1B and
-    zero-bubble: one chunk, min(p − i, m); dualpipe: min(p + 1, m), step 4)."""
+    zero-bubble: one chunk, min(p − i, m); dualpipe: min(p + 1, m), step 4; dualpipev: its two stages',
+    step 5)."""
     p, m, v = layout.pp, layout.micro_batches, layout.virtual_stages
     if layout.schedule == "dualpipe" and p > 1:
         return [min(p + 1, m)]
+    if layout.schedule == "dualpipev":
+        return [min(2 * p - stage, m), min(stage + 1, m)]
     if layout.schedule != "interleaved" or v == 1:
         return [min(p - stage, m)]
     n = min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1)
@@ -126,9 +152,11 @@ def chunk_micro_batches(layout: Layout, stage: int) -> list[int]:
 
 
 def sends_per_micro_batch(layout: Layout, stage: int) -> int:
-    """Activations the rank of ``stage`` sends per micro-batch, forward and backward (steps 1-2)."""
+    """Activations the rank of ``stage`` sends per micro-batch, forward and backward (steps 1-2, 5)."""
     if layout.pp == 1:
         return 0
+    if layout.schedule == "dualpipev":  # step 5: two stages a rank, no send across the fold nor past the ends
+        return 4 - 2 * (stage == 0) - 2 * (stage == layout.pp - 1)
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
     return 2 * v - (stage == layout.pp - 1) - (stage == 0)
 
@@ -141,7 +169,8 @@ def exposed_pp(pp_s: float, layout: Layout, stage: int) -> float:
     if not sends:
         return 0.0
     v = layout.virtual_stages if layout.schedule == "interleaved" else 1
-    return pp_s * min(1.0, 2 * (layout.pp * v - 1) / sends)
+    crossings = 4 * (layout.pp - 1) if layout.schedule == "dualpipev" else 2 * (layout.pp * v - 1)  # step 5
+    return pp_s * min(1.0, crossings / sends)
 
 
 def exposed_tp(tp_by_cause: dict[str, float], matmul_s: float, layout: Layout) -> float:

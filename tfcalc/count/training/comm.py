@@ -74,7 +74,7 @@ from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf.pipeline import sends_per_micro_batch
+from tfcalc.count.perf.pipeline import head_stage, sends_per_micro_batch
 from tfcalc.count.training.context_parallel import kv_ring
 from tfcalc.count.training.fp8 import FP8_BYTES, fp8_linear_weight, fp8_linears, gathers_fp8
 from tfcalc.count.training.layout import Layout
@@ -249,7 +249,7 @@ def tp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     # a cross-attention's K/V projection reads the encoder output: its input gradient is one more reduction
     # in the backward pass, of the source states (as many as the target's here: the plan's source is seq)
     cross = sum(n for b, _, n in kinds if b.cross_attention is not None)
-    first, last = stage == 0, stage == layout.pp - 1
+    first, last = stage == 0, stage == head_stage(layout)
     tokens = layout.micro_batch * layout.seq // layout.cp  # a CP rank's positions (count.training.context_parallel)
     head = cfg.architecture.head
     X = activation_element_bytes(layout.dtype) * tokens * head.d_model
@@ -298,7 +298,7 @@ def pp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collect
     X = activation_element_bytes(layout.dtype) * tokens * h // (layout.tp if layout.sequence_parallel else 1)
     directions = sends_per_micro_batch(layout, stage)  # interleaved: every chunk boundary (perf.pipeline)
     out = [Collective("pp_activations", "send_recv", "pp", 2, m * directions * X, m * directions)]
-    tied = tied_stage_copy(cfg, p)
+    tied = tied_stage_copy(cfg, p, layout.stage_split)  # None under dualpipev: both ends on the first rank
     if tied is not None and stage in (0, p - 1):
         size = weight_element_bytes(layout.dtype) * math.prod(tp_local_shape(tied, layout.tp))
         out.append(Collective("pp_tied_embedding", "all_reduce", "pp", 2, size, 1))

@@ -1,9 +1,13 @@
 """The checks of a layout's pipeline schedule, overlap and context parallelism (tfcalc.count.training.layout's
 check_layout calls ``check_pipeline``): one InputError line each. Pure arithmetic.
 
-- --schedule: 1f1b, interleaved, zero-bubble or dualpipe (tfcalc.count.perf.pipeline); all but 1f1b need pp > 1;
-  dualpipe an even pp (rank i holds stages i and p − 1 − i) and an even count of micro-batches, at least 2 × pp
-  (half fed from each end: deepseek-ai/DualPipe's DualPipe.step asserts both).
+- --schedule: 1f1b, interleaved, zero-bubble, dualpipe or dualpipev (tfcalc.count.perf.pipeline); all but 1f1b
+  need pp > 1; dualpipe an even pp (rank i holds stages i and p − 1 − i) and an even count of micro-batches,
+  at least 2 × pp (half fed from each end: deepseek-ai/DualPipe's DualPipe.step asserts both).
+- dualpipev (DualPipeV: 2p stages in a V, two a rank): any pp > 1 and at least 2 × pp micro-batches a step
+  (PyTorch's ScheduleDualPipeV: "at least as many microbatches as stages"; deepseek-ai/DualPipe's DualPipeV.step:
+  "num_chunks >= num_ranks * 2"), at least 2 × pp blocks (a block a stage), not with --pp-layers or
+  --pp-split-counts (its placement is its own: tfcalc.count.training.shard.V_SHAPE).
 - --virtual-stages V: > 1 only with interleaved, which needs V ≥ 2, the blocks divisible by pp × V (every
   chunk as many blocks) and the micro-batches a multiple of pp (Megatron-LM's rule for its interleaved
   schedule: "number of microbatches is not divisible by pipeline-model-parallel-size when using
@@ -99,6 +103,19 @@ def check_pp_layers(cfg: ModelConfig, L: Layout) -> None:
         raise InputError("--pp-layers gives one chunk a stage: it does not take --schedule interleaved")
 
 
+def check_dualpipev(cfg: ModelConfig, L: Layout) -> None:
+    """The module docstring's dualpipev checks (pp > 1: check_pipeline's)."""
+    if L.micro_batches < 2 * L.pp:
+        raise InputError(f"--schedule dualpipev runs 2 × pp = {2 * L.pp} stages and needs at least as many "
+                         f"micro-batches a step; got {L.micro_batches}")
+    if total_blocks(cfg) < 2 * L.pp:
+        raise InputError(f"--schedule dualpipev cuts {cfg.name}'s {total_blocks(cfg)} blocks into 2 × pp = "
+                         f"{2 * L.pp} stages: it needs a block a stage")
+    if L.pp_layers or L.pp_split_counts:
+        raise InputError("--schedule dualpipev places its 2 × pp stages in a V itself: leave out --pp-layers and "
+                         "--pp-split-counts")
+
+
 def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
     """The module docstring's checks."""
     L = layout
@@ -117,6 +134,8 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"--schedule dualpipe pairs stage i with stage pp − 1 − i and feeds half the micro-batches "
                          f"from each end: it needs an even pp and an even count of micro-batches a step, at least "
                          f"2 × pp; got pp {L.pp}, {L.micro_batches} micro-batches")
+    if L.schedule == "dualpipev":
+        check_dualpipev(cfg, L)
     if L.pp_layers:
         check_pp_layers(cfg, L)
     _check_split(cfg, L)

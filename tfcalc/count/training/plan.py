@@ -34,6 +34,7 @@ from typing import Callable, Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
+from tfcalc.count.perf.pipeline import head_stage
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
 from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.experts_parallel import ep_collectives
@@ -316,5 +317,5 @@ def pipeline_stages(cfg: ModelConfig, layout: Layout, hw: Hardware) -> list[dict
     micro-batches' activations): the step is paced by the slowest, the plan shows the largest."""
     t = micro_batch_at(cfg, layout, hw)
     counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.stage_split)
-    return [{"stage": s, "layers": n, "micro_batch_s": t.stage_s(n, s == layout.pp - 1),
+    return [{"stage": s, "layers": n, "micro_batch_s": t.stage_s(n, s == head_stage(layout)),
              "total_bytes": stage_memory(cfg, layout, s).total} for s, n in enumerate(counts)]

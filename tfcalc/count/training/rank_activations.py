@@ -47,7 +47,7 @@ from typing import Optional, Union
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.activations import SCORE_TERMS, Activations, activations
-from tfcalc.count.perf.pipeline import chunk_micro_batches
+from tfcalc.count.perf.pipeline import chunk_micro_batches, head_stage
 from tfcalc.count.training.shard import stage_blocks, stage_ranges  # noqa: F401  (stage_blocks: re-exported)
 from tfcalc.workload import Layout, Workload
 
@@ -122,8 +122,8 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     whole model, encoder first; under the interleaved schedule a range per chunk): stored terms of its
     micro-batches in flight (per chunk: tfcalc.count.perf.pipeline.chunk_micro_batches; the first stage's
     terms with its first chunk, the last stage's with its last), one rebuilt block under full recompute,
-    the loss gradients on the last stage."""
-    first, last = stage == 0, stage == layout.pp - 1
+    the loss gradients on the last stage (the first rank's under dualpipev: its second chunk is the last)."""
+    first, last = stage == 0, stage == head_stage(layout)
     chunks = [blocks] if isinstance(blocks, range) else blocks
     counts = chunk_micro_batches(layout, stage)
     kinds = [_stage_layers(acts, r) for r in chunks]

@@ -14,7 +14,7 @@ parallelism -- each only where the request leaves it open. Pure arithmetic.
   as blocks (``split_counts``; Megatron-LM's --account-for-*-in-pipeline-split). Zero-bubble
   only when asked: its ZB-H1 bubble is always below 1F1B's in this model, but few training stacks run it;
   dualpipe likewise, on even pp with an even count of micro-batches, at least 2 × pp
-  (tfcalc.count.perf.pipeline, step 4).
+  (tfcalc.count.perf.pipeline, step 4); dualpipev with at least 2 × pp micro-batches and blocks (step 5).
   A layout of one stage runs 1f1b (a schedule orders pipeline stages).
 - context parallelism: for long sequences only, each power of two C that leaves every rank at least
   CP_MIN_TOKENS positions (Llama 3 405B's 128K-token stage ran CP 16: 8,192 positions a rank; Dubey et
@@ -114,9 +114,10 @@ def schedules(cfg: ModelConfig, layout: Layout, space: SearchSpace) -> Iterator[
     asked, fixed = space.schedule, space.pp_split_counts
     if asked in (None, "1f1b"):
         yield replace(layout, schedule="1f1b", virtual_stages=1, pp_split_counts=fixed or ())
-    if asked in ("zero-bubble", "dualpipe"):  # only when asked (the module docstring)
-        if asked == "zero-bubble" or (layout.pp % 2 == 0 and layout.micro_batches % 2 == 0
-                                     and layout.micro_batches >= 2 * layout.pp):
+    if asked in ("zero-bubble", "dualpipe", "dualpipev"):  # only when asked (the module docstring)
+        m, p = layout.micro_batches, layout.pp
+        if (asked == "zero-bubble" or (asked == "dualpipe" and p % 2 == 0 and m % 2 == 0 and m >= 2 * p)
+                or (asked == "dualpipev" and m >= 2 * p and total_blocks(cfg) >= 2 * p and not fixed)):
             yield replace(layout, schedule=asked, virtual_stages=1, pp_split_counts=fixed or ())
     if asked in (None, "interleaved") and layout.micro_batches % layout.pp == 0:
         vs = [space.virtual_stages] if space.virtual_stages is not None else range(2, MAX_VIRTUAL + 1)

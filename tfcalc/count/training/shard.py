@@ -46,6 +46,9 @@ embedding (e = 1), layer U − 1 the head (h = 1), block i layer i + e -- Megatr
 layer offset: chunk k's first block is k·c − e), and Llama 3's schedule (Dubey et al. 2024, sec. 3.3.2:
 "the first model chunk on the first stage has only the embedding, and the last model chunk on the last
 stage has only output projection and loss calculation"; 126 blocks + 2 = 128 = 16 stages × V 8).
+Under DualPipeV (``V_SHAPE``, the layout's stage_split under --schedule dualpipev; tfcalc.count.perf.pipeline,
+step 5) the blocks are cut into 2p stages as stage_blocks cuts them, rank i holding stages i and 2p − 1 − i:
+the first rank holds the embeddings and the head (one tied tensor, once), rank p − 1 the fold.
 """
 
 from __future__ import annotations
@@ -203,6 +206,7 @@ def stage_blocks(n_layer: int, pp: int) -> list[int]:
 
 
 SPLIT_COUNTS = ("embedding", "head")  # what --pp-split-counts may count as a block (the module docstring)
+V_SHAPE = ("v",)  # DualPipeV's placement (the module docstring): Layout.stage_split under --schedule dualpipev
 
 
 def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1, counted: tuple[str, ...] = ()) -> list[range]:
@@ -214,7 +218,11 @@ def stage_ranges(n_layer: int, pp: int, stage: int, virtual: int = 1, counted: t
     ``counted`` (any of SPLIT_COUNTS): the ends count as a block each (the module docstring); a chunk may
     then hold no block (the embedding's, the head's), its range empty. ``counted`` of ints instead (``--pp-layers``,
     V = 1): each stage's block count, given -- stage s holds the blocks after the first s stages' (Megatron-LM's
-    --decoder-first/last-pipeline-num-layers, torchtitan's manual stage split by layer)."""
+    --decoder-first/last-pipeline-num-layers, torchtitan's manual stage split by layer). ``V_SHAPE``: stages
+    ``stage`` and 2·pp − 1 − stage of 2·pp (the module docstring; ``virtual`` is 1 there)."""
+    if counted == V_SHAPE:
+        cut = stage_blocks(n_layer, 2 * pp)
+        return [range(sum(cut[:s]), sum(cut[:s + 1])) for s in (stage, 2 * pp - 1 - stage)]
     if counted and isinstance(counted[0], int):
         start = sum(counted[:stage])
         return [range(start, start + counted[stage])]
@@ -253,7 +261,7 @@ def stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
 @functools.lru_cache(maxsize=16384)  # a plan's search asks for the same stages of many layouts
 def _stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
                    counted: tuple[str, ...] = ()) -> tuple[tuple[Tensor, int], ...]:
-    first, last = stage == 0, stage == pp - 1
+    first, last = stage == 0, stage == (0 if counted == V_SHAPE else pp - 1)
     held: dict[tuple, int] = {}  # keyed by (name, shape): cheaper to hash than the dataclass
     for _, tensors, n in stage_kinds(cfg, pp, stage, virtual, counted):
         for t in tensors:
@@ -269,8 +277,9 @@ def _stage_tensors(cfg: ModelConfig, pp: int, stage: int, virtual: int = 1,
     return tuple(out)
 
 
-def tied_stage_copy(cfg: ModelConfig, pp: int) -> Optional[Tensor]:
-    """The tied embedding that the first and last stages both hold when pp > 1, else None."""
-    if pp == 1:
+def tied_stage_copy(cfg: ModelConfig, pp: int, counted: tuple = ()) -> Optional[Tensor]:
+    """The tied embedding that the first and last stages both hold when pp > 1, else None (and None under
+    V_SHAPE: both ends on the first rank, one tensor)."""
+    if pp == 1 or counted == V_SHAPE:
         return None
     return next((t for t in module_tensors(cfg) if t.where == "both"), None)

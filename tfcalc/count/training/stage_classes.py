@@ -13,7 +13,9 @@ size, and φ repeats with period dividing P_i, so the first P_i stages of the (i
 For i ≠ j its first block lies in (end_i − size, end_i): at most one stage. The (i, j) pairs only grow
 with s, so there are at most 2·(runs) ranges: the candidates number O(runs · pattern length), and the
 first stage of each distinct kind is among them (each kind's first stage is its key's first).
-Interleaved stages (V > 1) and given splits (--pp-layers) are walked (pp ≤ the GPUs of a layout)."""
+Interleaved stages (V > 1) and given splits (--pp-layers) are walked (pp ≤ the GPUs of a layout); under
+DualPipeV (shard.V_SHAPE) every rank is priced: its two stages hold 2p − i and i + 1 micro-batches
+(tfcalc.count.perf.pipeline, step 5), so ranks of the same kinds of blocks may still differ."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import bisect
 import functools
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.training.shard import stage_ranges, total_blocks
+from tfcalc.count.training.shard import V_SHAPE, stage_ranges, total_blocks
 
 
 def _signature(cfg: ModelConfig, n_blocks: int, pp: int, stage: int, virtual: int, counted: tuple[str, ...]):
@@ -69,6 +71,8 @@ def _candidates(cfg: ModelConfig, lo: int, hi: int, a: int, size: int) -> list[i
 def priced_stages(cfg: ModelConfig, pp: int, virtual: int, counted: tuple[str, ...] = ()) -> tuple[int, ...]:
     """The ends, and the first stage of each kind between them, in stage order (see rank_memory)."""
     n_blocks = total_blocks(cfg)
+    if counted == V_SHAPE:
+        return tuple(range(pp))
     given = bool(counted) and isinstance(counted[0], int)  # --pp-layers: the stages are walked (pp ≤ the GPUs)
     classes = [] if given else _classes(n_blocks, pp, counted)
     if virtual > 1 or pp <= 2 or given or min(size for *_, size in classes) < 1:

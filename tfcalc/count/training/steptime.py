@@ -309,9 +309,11 @@ def _stage_s(cfg: ModelConfig, layout: Layout, hw: Hardware, held_sms: int = 0) 
     # each stage's blocks as placed (--pp-split-counts, --pp-layers: shard.stage_ranges); the embedding's lookup is
     # memory traffic spread over the blocks' non-matmul time (micro_batch_time), the head the last stage's own
     counts = stage_block_counts(total_blocks(cfg), layout.pp, layout.virtual_stages, layout.stage_split)
-    stage = max(t.stage_s(max(counts[:-1], default=0), False), t.stage_s(counts[-1], True))
-    last = stage == t.stage_s(counts[-1], True)
-    blocks = counts[-1] if last else max(counts[:-1])
+    h = pipeline.head_stage(layout)  # the last stage, the first rank under dualpipev (count.perf.pipeline, 5)
+    others = [n for s, n in enumerate(counts) if s != h]
+    stage = max(t.stage_s(max(others, default=0), False), t.stage_s(counts[h], True))
+    last = stage == t.stage_s(counts[h], True)
+    blocks = counts[h] if last else max(others)
     matmuls = blocks * t.block_matmul_s + t.head_matmul_s * last
     forward = blocks * t.block_forward_s
     weight_grad = blocks * t.block_weight_grad_s + t.head_weight_grad_s * last
