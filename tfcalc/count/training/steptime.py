@@ -78,26 +78,15 @@ from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
 from tfcalc.count.training.sharding import dispatcher, ep_nodes, grad_element_bytes
-from tfcalc.count.training.token_count import MAX_TOKENS, parse_count  # noqa: F401 (their old home)
+from tfcalc.count.training.token_count import (  # noqa: F401 (their old home)
+    CHINCHILLA_TABLE_3,
+    CHINCHILLA_TOKENS_PER_PARAM,
+    MAX_TOKENS,
+    chinchilla_tokens,
+    parse_count,
+)
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
-
-CHINCHILLA_TOKENS_PER_PARAM = 20  # the usual rounding, kept for reference; chinchilla_tokens() reads Table 3
-# Hoffmann et al. 2022, Table 3: (parameters, compute-optimal tokens), approach 1
-CHINCHILLA_TABLE_3 = ((400e6, 8.0e9), (1e9, 20.2e9), (10e9, 205.1e9), (67e9, 1.5e12), (175e9, 3.7e12),
-                      (280e9, 5.9e12), (520e9, 11.0e12), (1e12, 21.2e12), (10e12, 216.2e12))
-
-
-def chinchilla_tokens(params: int) -> int:
-    """Compute-optimal training tokens for a model of ``params`` parameters (step 7)."""
-    table = [(math.log(n), d / n) for n, d in CHINCHILLA_TABLE_3]
-    x = math.log(max(params, 1))
-    if x <= table[0][0]:
-        return round(params * table[0][1])
-    for (x0, r0), (x1, r1) in zip(table, table[1:], strict=False):
-        if x <= x1:
-            return round(params * (r0 + (r1 - r0) * (x - x0) / (x1 - x0)))
-    return round(params * table[-1][1])
 
 
 @dataclass(frozen=True)
