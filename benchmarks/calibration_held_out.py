@@ -80,6 +80,7 @@ from typing import Callable
 from calibration_row import GPTJ, Row
 
 import tfcalc
+from tfcalc import devices
 
 LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
                    max_seq_len=8192)
@@ -259,4 +260,79 @@ def held_out_rows() -> list[Row]:
     for label, preset, gptj, batch, inp, outp, tp, rate in TRT_TP:
         out.append(Row("inference throughput", f"{label}, TP {tp}, batch {batch}, {inp} in, {outp} out", trt_a100,
                        rate, "tok/s/GPU", tp_rate(preset, batch, inp, outp, tp, **(GPTJ if gptj else {}))))
+    return out + memory_rows()
+
+
+# ---------- memory: peak bytes a GPU holds in training, as published (issue 31; reported, not fitted) ----------
+# torchtitan's "Memory(GiB)" is torch.cuda.memory_stats' "reserved_bytes.all.peak" (the caching allocator's
+# reserved peak, allocations and the blocks it keeps cached: torchtitan metrics.DeviceMemoryMonitor, logged as
+# max_reserved_gib), the maximum over the ranks; tfcalc's total is what its tensors need (allocated), so the
+# allocator's cache and fragmentation are part of each ratio's miss. nvidia-smi's figures (BLOOM, bert-large)
+# also count the CUDA context and NCCL's buffers: tfcalc's own constants for those (tfcalc.devices) are added.
+# torchtitan's pipeline runs (Tables 5 and 6) take its defaults of Dec. 2024: micro-batches = stages
+# (pipelining_utils.build_pipeline_schedule: n_microbatches None -> pp × stages a rank, so 1F1B's 32 sequences
+# go as 8 micro-batches of 4, Interleaved 1F1B's as 16 of 2), two stages a rank for the interleaved schedule
+# and the layers split with one fewer on the first and last stage (generate_split_points: --pp-split-counts
+# embedding,head), no resharding after forward under PP (apply_fsdp), full AC, TP with sequence parallelism.
+GiB = 2**30
+
+
+def plan_gib(preset: str, plus: int = 0, **kw) -> Callable[[], float]:
+    def run() -> float:
+        return (tfcalc.plan(preset, **kw).to_json()["per_rank"]["total_bytes"] + plus) / GiB
+    return run
+
+
+TT_FSDP = dict(zero=3, seq=8192, grad_dtype="fp32", device_spec=GRAND_TETON)
+TT_FP8 = dict(compute_dtype="fp8", fp8_recipe="tensorwise", kernels="fused")
+TT_405B = dict(TT_FSDP, **TT_FP8, tp=8, pp=8, recompute="full", sequence_parallel=True, reshard_after_forward=False,
+               pp_split_counts=("embedding", "head"), **LLAMA3_405B)
+# Tables 1 and 3, Llama 3.1 8B, local batch 2, selective op AC: (GPUs, technique, tfcalc's options, GiB)
+TT_MEMORY_8B = [(8, "FSDP", {}, 82.4), (8, "FSDP + torch.compile", dict(kernels="fused"), 77.0),
+                (8, "FSDP + torch.compile + Float8", TT_FP8, 76.8), (128, "FSDP", {}, 67.0),
+                (128, "FSDP + torch.compile", dict(kernels="fused"), 62.0),
+                (128, "FSDP + torch.compile + Float8", TT_FP8, 61.8)]
+# Table 2 (8B, FSDP × CP) and Table 6 (405B, FSDP × CP × TP 8 × PP 8, 1F1B, local batch 8): (FSDP, CP, seq, GiB)
+TT_MEMORY_CP_8B = [(8, 1, 32768, 83.9), (4, 2, 65536, 84.2), (2, 4, 131072, 84.0), (1, 8, 262144, 84.5)]
+TT_MEMORY_CP_405B = [(8, 1, 32768, 75.3), (4, 2, 65536, 75.9), (2, 4, 131072, 77.1), (1, 8, 262144, 84.9)]
+BLOOM = dict(n_layer=70, d_model=14336, n_head=112, d_head=128, vocab_size=250880, max_seq_len=2048,
+             pos_encoding="alibi", embedding_norm=True, activation="gelu_tanh", tie_embeddings=True)
+
+
+def memory_rows() -> list[Row]:
+    tt = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+    out = [Row("memory", f"Llama 3.1 8B, {technique}, {gpus} H100, local batch 2, selective op AC", tt +
+               f", Table {1 if gpus == 8 else 3} (reserved peak)", gib, "GiB",
+               plan_gib("llama3-8b", dp=gpus, global_batch=2 * gpus, micro_batch=2, recompute="op", **TT_FSDP, **over))
+           for gpus, technique, over, gib in TT_MEMORY_8B]
+    for dp, cp, seq, gib in TT_MEMORY_CP_8B:
+        out.append(Row("memory", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + Float8, full AC",
+                       tt + ", Table 2 (reserved peak)", gib, "GiB",
+                       plan_gib("llama3-8b", dp=dp, cp=cp, global_batch=dp, micro_batch=1, recompute="full",
+                                max_seq_len=seq, **{**TT_FSDP, "seq": seq}, **TT_FP8)))
+    for label, gib in (("2D", 71.9), ("2D + AsyncTP (not modelled)", 67.6)):
+        out.append(Row("memory", f"Llama 3.1 70B, FSDP 32 × TP 8, {label}, compile + Float8, local batch 16, full AC",
+                       tt + ", Table 4 (reserved peak)", gib, "GiB",
+                       plan_gib("llama3-70b", dp=32, tp=8, global_batch=512, micro_batch=16, recompute="full",
+                                sequence_parallel=True, **TT_FSDP, **TT_FP8)))
+    for label, micro, sched, gib in (("1F1B", 4, dict(schedule="1f1b"), 82.5),
+                                     ("Interleaved 1F1B", 2, dict(schedule="interleaved", virtual_stages=2), 72.7)):
+        out.append(Row("memory", f"Llama 3.1 405B, FSDP 8 × TP 8 × PP 8 {label}, 8K tokens, local batch 32 in micro-"
+                       f"batches of {micro}", tt + ", Table 5 (reserved peak)", gib, "GiB",
+                       plan_gib("llama3-70b", dp=8, global_batch=256, micro_batch=micro, **TT_405B, **sched)))
+    for dp, cp, seq, gib in TT_MEMORY_CP_405B:
+        out.append(Row("memory", f"Llama 3.1 405B, FSDP {dp} × CP {cp} × TP 8 × PP 8 1F1B, {seq // 1024}K tokens",
+                       tt + ", Table 6 (reserved peak)", gib, "GiB",
+                       plan_gib("llama3-70b", dp=dp, cp=cp, global_batch=8 * dp, micro_batch=1,
+                                **{**TT_405B, "seq": seq, "max_seq_len": seq})))
+    context = devices.CUDA_CONTEXT_BYTES
+    out.append(Row("memory", "BLOOM 176B, TP 4 × PP 12 × DP 8, ZeRO-1, bf16, micro-batch 2, full recompute, nvidia-smi",
+                   "BigScience 176B model page (Notion): 'using 60 GB of memory on each GPU'", 60 * 1e9 / GiB, "GiB",
+                   plan_gib("gpt3", context + devices.COMM_BUFFER_BYTES, tp=4, pp=12, dp=8, zero=1, global_batch=2048,
+                            micro_batch=2, seq=2048, recompute="full", grad_dtype="fp32", device_spec="a100-80gb",
+                            **BLOOM)))
+    out.append(Row("memory", "bert-large-uncased + classifier, fp32 AdamW, batch 4 × 512, eager (nvidia-smi)",
+                   "transformers docs, model_memory_anatomy.md (Trainer, 'GPU memory occupied: 14949 MB')",
+                   14949 / 1024, "GiB", plan_gib("bert-large", context, dp=1, global_batch=4, micro_batch=4, seq=512,
+                                                 dtype="fp32", attention="math", device_spec="v100")))
     return out

@@ -137,7 +137,9 @@ class PlanReport(Displayed):
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
-                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
+                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host,
+                         # ZeRO-3 under a pipeline: unsharded gradients (tfcalc.count.training.pipeline_fsdp)
+                         "accumulated_grads_bytes": m.accumulated_grads},
             # offload's host memory, per node (tfcalc.count.training.plan.host_fits); fits holds both it and the GPU's
             "host": {"bytes_per_node": p.host_per_node, "ranks_per_node": p.ranks_per_node,
                      "node_bytes": p.host_limit, "fits": p.host_fits,

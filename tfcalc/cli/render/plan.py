@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.training import sharding
 from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.pipeline_fsdp import stage_gathered
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
 from tfcalc.count.training.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
@@ -105,8 +106,12 @@ def _memory(doc: Doc, r: PlanReport) -> None:
         t.add("FP8 weight casts", m.fp8_cache, "each FP8 linear's weight and its transpose, 1 byte each, kept "
               "for the backward; amax histories (Transformer Engine)")
     if m.gathered:
-        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if L.reshard_after_forward
-              else "every unit of the stage, kept from forward to backward")
+        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if not stage_gathered(L)
+              else "every unit of the stage, kept from forward to backward" if L.pp == 1 else
+              "every unit of the stage: the pipeline's backward does not reshard")
+    if m.accumulated_grads:
+        t.add("Unsharded gradients (PP)", m.accumulated_grads, f"the stage's, {L.grad_dtype or L.dtype}, accumulated "
+              "over the micro-batches: reduce-scattered after the last")
     memory = r.plan.memory_limit
     style = "bold" if m.total <= memory else "bold red"
     t.add("Total: " + ("fits" if m.total <= memory else "does not fit"), m.total,

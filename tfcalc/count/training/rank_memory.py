@@ -17,7 +17,9 @@ Splitting conventions (what makes the plan equal a real run): ZeRO-1 and -2 spli
 Ψ parameters (DeepSpeed), ⌈Ψ/N⌉ per rank; ZeRO-3 splits every tensor along dim 0 as FSDP2 does, padded
 to ⌈rows/N⌉ (tfcalc.count.training.shard.fsdp_shard) -- equal to Ψ/N whenever N divides every tensor's rows.
 ZeRO-3 also holds gathered (unsharded) weights while a unit runs: FSDP2 keeps the running unit and
-prefetches the next, 2 × the largest unit, in the weight dtype (``gathered``).
+prefetches the next, 2 × the largest unit, in the weight dtype (``gathered``); under a pipeline the whole
+stage's, and its unsharded gradients accumulated over the micro-batches (``accumulated_grads``:
+tfcalc.count.training.pipeline_fsdp).
 
 Activations: tfcalc.count.training.rank_activations, the one activation model (the terms of the real module,
 tfcalc.count.model.activations, shared out by tensor and sequence parallelism, recompute and the pipeline's
@@ -36,6 +38,7 @@ from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.perf.pipeline import stages_held
 from tfcalc.count.training.fp8 import fp8_cache_bytes
 from tfcalc.count.training.offload import Offload, offload
+from tfcalc.count.training.pipeline_fsdp import accumulated_grad_bytes, stage_gathered
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
 from tfcalc.count.training.shard import (
     fsdp_shard,
@@ -76,6 +79,8 @@ class RankMemory:
     gathered: int  # ZeRO-3 only: unsharded weights of the running and the prefetched unit
     fp8_cache: int = 0  # --compute-dtype fp8: FP8 weight casts and amax histories (tfcalc.count.training.fp8)
     host: int = 0  # --offload: bytes held in host memory instead (tfcalc.count.training.offload), not in the total
+    # ZeRO-3 under a pipeline: the stage's gradients accumulated unsharded (tfcalc.count.training.pipeline_fsdp)
+    accumulated_grads: int = 0
 
     @property
     def states(self) -> int:
@@ -83,7 +88,7 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return self.states + self.activations + self.gathered + self.fp8_cache
+        return self.states + self.activations + self.gathered + self.fp8_cache + self.accumulated_grads
 
 
 def weight_element_bytes(dtype: str) -> int:
@@ -236,13 +241,13 @@ def stage_memory(cfg: ModelConfig, layout: Layout, stage: int) -> RankMemory:
     blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.stage_split)
     # dualpipe: the rank holds its stage and the mirrored one, each with its states (tfcalc.count.perf.pipeline, 4)
     psi, w, g, o = map(sum, zip(*(model_states(cfg, layout, s) for s in stages_held(layout, stage)), strict=True))
-    # without resharding every unit of the stage stays gathered until its backward
-    gathered = weight_element_bytes(layout.dtype) * psi if not layout.reshard_after_forward else \
-        gathered_bytes(cfg, layout)
+    # without resharding (or under a pipeline: pipeline_fsdp, 1) every unit of the stage stays gathered
+    gathered = weight_element_bytes(layout.dtype) * psi if stage_gathered(layout) else gathered_bytes(cfg, layout)
     acts = _stage_activations(cfg, _activation_alike(layout), stage, blocks)
     off = rank_offload(cfg, layout, stage, o)
     return RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
-                      fp8_cache_bytes(cfg, layout, stage), off.host_bytes)
+                      fp8_cache_bytes(cfg, layout, stage), off.host_bytes,
+                      accumulated_grad_bytes(layout, psi, grad_element_bytes(layout)))
 
 
 def rank_offload(cfg: ModelConfig, layout: Layout, stage: int, optimizer_bytes: int) -> Offload:
