@@ -134,6 +134,10 @@ def plan(
     power_limit: Annotated[Optional[float], typer.Option(
         "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
         "(W / rated)^(1/3) of its own [default: the rated power].", show_default=False, metavar="W")] = None,
+    dropout: Annotated[bool, typer.Option(
+        "--dropout", help="Train with dropout: each dropout's mask (1 byte an element) and its output kept for the "
+        "backward pass, the attention probabilities' too under --attention math (Korthikanti et al. 2022, Table 2; "
+        "transformers' BERT and GPT-2 train with it) [default: no dropout, as LLM pre-training runs].")] = False,
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -194,7 +198,7 @@ def plan(
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
-        kernels=kernels.value, power_limit=power_limit)
+        kernels=kernels.value, power_limit=power_limit, dropout=dropout)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 
