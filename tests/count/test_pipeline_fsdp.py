@@ -1,7 +1,7 @@
 """ZeRO-3 under a pipeline (tfcalc.count.training.pipeline_fsdp) against the hand derivation: a tiny Llama
 (d 64, 4 heads, FFN 128, vocabulary 100, 4 layers) on pp 2 × dp 2. Its last stage holds two blocks, the final
 norm and the head: 2·(4·64² + 3·64·128 + 2·64) + 64 + 100·64 = 88,640 parameters; the first, the embedding and
-two blocks: 88,576. The measured counterpart (FSDP2 on gloo ranks): tests/measure/test_pipeline_fsdp.py."""
+two blocks: 88,576. The measured counterpart (FSDP2 on gloo ranks): tests/measure/test_pipeline_fsdp_measured.py."""
 
 import pytest
 
@@ -42,3 +42,15 @@ def test_the_plan_table_names_the_term(cli, width):
     assert r.code == 0, r.err
     assert "Unsharded gradients (PP)" in r.out
     assert "the pipeline's backward does not reshard" in " ".join(r.out.split())  # the cell wraps
+
+
+def test_fsdp2_with_an_fp32_reduction_is_16_bytes_a_parameter_not_18():
+    """rank_memory, step 4: Llama 2 7B (Ψ = 6,738,415,616, every tensor's rows divisible by 8) on FSDP 8 with
+    --grad-dtype fp32: one fp32 shard (the master) 4, its fp32 gradient 4, Adam's moments 8 -> 16Ψ/8 =
+    13,476,831,232 bytes, as with bf16 gradients; no bf16 shard."""
+    m = tfcalc.plan("llama2-7b", dp=8, zero=3, global_batch=8, seq=4096, grad_dtype="fp32").to_json()["per_rank"]
+    assert m["weights_bytes"] == 0
+    assert (m["grads_bytes"], m["optimizer_bytes"]) == (4 * 6738415616 // 8, 12 * 6738415616 // 8)
+    bf16 = tfcalc.plan("llama2-7b", dp=8, zero=3, global_batch=8, seq=4096).to_json()["per_rank"]
+    states = ("weights_bytes", "grads_bytes", "optimizer_bytes")
+    assert sum(m[k] for k in states) == sum(bf16[k] for k in states) == 13476831232

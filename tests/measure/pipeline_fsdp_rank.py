@@ -1,9 +1,10 @@
-"""One gloo rank of tests/measure/test_pipeline_fsdp.py: an FSDP2 stage (bf16 parameters, fp32 reduction, resharded
-after forward) run as torch.distributed.pipelining runs a stage's micro-batches -- each backward with
-``set_is_last_backward(False)``, ``set_reshard_after_backward(False)`` and ``set_requires_gradient_sync(False)``
-(PipelineStage.backward_maybe_with_nosync) -- over two micro-batches; then what FSDP2 holds, read from its
-own parameter records: the unsharded gradients accumulated and the unsharded parameters still allocated.
-Rank 0 writes them to the JSON file named by argv[1]."""
+"""One gloo rank of tests/measure/test_pipeline_fsdp_measured.py: an FSDP2 stage (bf16 parameters, fp32
+reduction, resharded after forward) run as torch.distributed.pipelining runs a stage's micro-batches: each
+backward with ``set_is_last_backward(False)``, ``set_reshard_after_backward(False)`` and
+``set_requires_gradient_sync(False)`` (PipelineStage.backward_maybe_with_nosync), two micro-batches. Then
+what FSDP2 holds, read from its own parameter records: the unsharded gradients accumulated and the unsharded
+parameters still allocated; then the last micro-batch with sync on and an Adam step: the shards, their
+gradients and the moments. Rank 0 writes them to the JSON file named by argv[1]."""
 
 import json
 import sys
@@ -47,6 +48,20 @@ def main(path: str) -> None:
     for _ in range(2):  # two micro-batches, gradients accumulated unsharded
         model(torch.randn(4, 16)).float().pow(2).sum().backward()
     out = dict(held(model), world=dist.get_world_size())
+    # the step's last micro-batch as the schedule ends it: gradients reduce-scattered into the fp32 shards, then Adam
+    model.set_is_last_backward(True)
+    model.set_reshard_after_backward(True)
+    model.set_requires_gradient_sync(True)
+    model(torch.randn(4, 16)).float().pow(2).sum().backward()
+    opt = torch.optim.AdamW(model.parameters(), foreach=False)
+    opt.step()
+    local = [p.to_local() for p in model.parameters()]  # the shards, as FSDP2 stores them
+    out["shard_elements"] = sum(t.numel() for t in local)
+    out["shard_bytes"] = sum(t.numel() * t.element_size() for t in local)
+    out["shard_grad_bytes"] = sum(p.grad.to_local().numel() * p.grad.to_local().element_size()
+                                  for p in model.parameters())
+    out["moment_bytes"] = sum(s.to_local().numel() * s.to_local().element_size() for st in opt.state.values()
+                              for k, s in st.items() if k in ("exp_avg", "exp_avg_sq"))
     if dist.get_rank() == 0:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(out, f)

@@ -89,7 +89,9 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     experts = f", experts 1/{sharding.expert_dp(L)}" if L.ep > 1 else ""
     zero = {0: "whole", 1: "whole", 2: "whole", 3: f"1/{n}{experts}, rows padded"}[L.zero]
     held = f" (1/{L.ep} of the experts)" if L.ep > 1 else ""
-    t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
+    t.add("Weights", m.weights, f"{m.params:,} params{held}: no {L.dtype} shard, FSDP2's fp32 shard is the master "
+          "(optimizer states); gathered below" if m.weights == 0 and L.zero == 3 else
+          f"{m.params:,} params{held} × {L.dtype}; {zero}")
     t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
           + ("; offloaded to the host" if L.offload_optimizer else ""))

@@ -10,7 +10,12 @@ the parameters this rank's tensor-parallel slice of its pipeline stage holds (``
 2. ZeRO-1: optimizer states (master and moments) split over the N dp ranks (dp × cp under context
    parallelism, whose ranks hold the same weights): 4Ψ + 12Ψ/N (bf16).
 3. ZeRO-2: gradients split too: 2Ψ + 14Ψ/N.
-4. ZeRO-3: weights split too: 16Ψ/N.
+4. ZeRO-3: weights split too: 16Ψ/N. Under FSDP2's mixed precision with an fp32 reduction
+   (``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, --grad-dtype fp32: torchtitan's default)
+   the shard is one fp32 tensor, the optimizer's parameter -- the master weights -- and its gradient the
+   reduce-scatter's fp32 output (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py casts it to the
+   shard's dtype): 4 + 4 + 8 = 16 bytes a parameter, no 16-bit shard beside the master (``fp32_master_shard``:
+   weights 0, the master counted with the optimizer states), where 2 + 4 + 12 = 18 would count it twice.
    Llama 2 7B (Ψ = 6,738,415,616), N = 8: 107,814,649,856 / 37,061,285,888 / 25,269,058,560 /
    13,476,831,232 bytes.
 Splitting conventions (what makes the plan equal a real run): ZeRO-1 and -2 split a flat buffer of all
@@ -173,7 +178,13 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
         return psi, ew * psi, eg * flat, eo * flat
     N, Ne = shard_dp(layout), expert_dp(layout)
     shards = [(n * fsdp_shard(shape, Ne if expert else N)) for shape, n, expert in _local_shapes(cfg, layout, stage)]
-    return psi, ew * sum(shards), eg * sum(shards), eo * sum(shards)
+    ws = 0 if fp32_master_shard(layout) else ew  # step 4: the fp32 shard is the master
+    return psi, ws * sum(shards), eg * sum(shards), eo * sum(shards)
+
+
+def fp32_master_shard(layout: Layout) -> bool:
+    """Step 4: ZeRO-3 (FSDP2) with 16-bit weights and an fp32 reduction keeps one fp32 shard, the master."""
+    return layout.zero == 3 and layout.grad_dtype == "fp32" and weight_element_bytes(layout.dtype) < FP32
 
 
 def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from tfcalc.count.training.pipeline_fsdp import accumulated_grad_bytes, stage_gathered
+from tfcalc.count.training.rank_memory import fp32_master_shard, optimizer_element_bytes
+from tfcalc.count.training.sharding import grad_element_bytes
 from tfcalc.measure.launch import run_ranks
 from tfcalc.workload import Layout
 
@@ -33,3 +35,14 @@ def test_unsharded_gradients_and_weights_are_the_derivation(measured):
     # bf16, every unit still unsharded: a view of the all-gather's buffer, rows padded to a multiple of N (33 -> 34
     # in the first weight and bias: 17 elements more), which the plan's Ψ·e_w leaves out
     assert measured["unsharded_param_bytes"] == 2 * (psi + 17)
+
+
+def test_fsdp2_mixed_precision_keeps_one_fp32_shard(measured):
+    """rank_memory, step 4: under MixedPrecisionPolicy(bf16, reduce fp32) the shard is fp32 (the master), its
+    gradient fp32, Adam's moments fp32: 16 bytes an element of the shard, no 16-bit shard beside it."""
+    n = measured["shard_elements"]  # the padded shard: 1,378 / 2 = 689
+    assert n == (psi_padded := 16 * 34 + 34 + 33 * 16 + 16 + 16 * 16) // measured["world"] and psi_padded == 1378
+    assert (measured["shard_bytes"], measured["shard_grad_bytes"], measured["moment_bytes"]) == (4 * n, 4 * n, 8 * n)
+    layout = Layout(dp=measured["world"], zero=3, seq=8, global_batch=4, grad_dtype="fp32")
+    assert fp32_master_shard(layout)  # the plan's shard: no bf16 weights, fp32 gradients, master + moments
+    assert grad_element_bytes(layout) + optimizer_element_bytes("bf16") == 16
