@@ -70,6 +70,12 @@ it, never used to choose a parameter of the performance model. Reported beside i
   of LLaMA 70B at TP 4 (47 ms at 128 tokens in, 377 ms at 2,048), and the throughput rows at TP 2 and 4,
   read as output tokens/s per GPU (the H100 table's header and the document's later versions say per
   GPU; the A100 header of v0.6.1 says "out tok/s").
+- Memory (the "memory" group, ``memory_rows``; issue 31): peak GiB per GPU in training, each with its setup --
+  torchtitan's H100 tables 1-6 (FSDP, FSDP × CP, FSDP × TP, FSDP × TP × PP, 4D; torchtitan logs the caching
+  allocator's reserved peak, the maximum over ranks), torchao's Float8 e2e table (its "GB" are torchtitan's
+  logged GiB), BigScience's BLOOM 176B page ("60 GB of memory on each GPU", nvidia-smi: the CUDA context and
+  NCCL buffers added) and transformers' model_memory_anatomy page (bert-large, fp32, V100, nvidia-smi: the
+  page's own measured context added). The comment above ``memory_rows`` says how each setup is read.
 """
 
 from __future__ import annotations
@@ -305,6 +311,13 @@ def memory_rows() -> list[Row]:
                f", Table {1 if gpus == 8 else 3} (reserved peak)", gib, "GiB",
                plan_gib("llama3-8b", dp=gpus, global_batch=2 * gpus, micro_batch=2, recompute="op", **TT_FSDP, **over))
            for gpus, technique, over, gib in TT_MEMORY_8B]
+    for recipe, label, gib in (("", "bf16", 47.65), ("tensorwise", "Float8 tensorwise, float8 all-gather", 47.77),
+                               ("rowwise", "Float8 rowwise, bf16 all-gather", 47.79)):
+        fp8 = dict(compute_dtype="fp8", fp8_recipe=recipe) if recipe else {}
+        out.append(Row("memory", f"Llama3-8b, torch.compile, {label}, FSDP 8 H100, batch 1, per-op SAC",
+                       "torchao torchao/float8/README.md, e2e training benchmarks (H100, peak memory)", gib, "GiB",
+                       plan_gib("llama3-8b", dp=8, global_batch=8, micro_batch=1, recompute="op", kernels="fused",
+                                **TT_FSDP, **fp8)))
     for dp, cp, seq, gib in TT_MEMORY_CP_8B:
         out.append(Row("memory", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + Float8, full AC",
                        tt + ", Table 2 (reserved peak)", gib, "GiB",
