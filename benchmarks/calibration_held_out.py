@@ -280,6 +280,8 @@ def held_out_rows() -> list[Row]:
 # go as 8 micro-batches of 4, Interleaved 1F1B's as 16 of 2), two stages a rank for the interleaved schedule
 # and the layers split with one fewer on the first and last stage (generate_split_points: --pp-split-counts
 # embedding,head), no resharding after forward under PP (apply_fsdp), full AC, TP with sequence parallelism.
+# BLOOM (Megatron-DeepSpeed, bf16): DeepSpeed's BF16_Optimizer with its fp32 gradient accumulation, ZeRO-1 as the
+# BLOOM paper states it (--zero-engine deepspeed --grad-dtype fp32), full recompute, micro-batch 2 (tr11-176B-ml).
 GiB = 2**30
 
 
@@ -342,8 +344,8 @@ def memory_rows() -> list[Row]:
     out.append(Row("memory", "BLOOM 176B, TP 4 × PP 12 × DP 8, ZeRO-1, bf16, micro-batch 2, full recompute, nvidia-smi",
                    "BigScience 176B model page (Notion): 'using 60 GB of memory on each GPU'", 60 * 1e9 / GiB, "GiB",
                    plan_gib("gpt3", context + devices.COMM_BUFFER_BYTES, tp=4, pp=12, dp=8, zero=1, global_batch=2048,
-                            micro_batch=2, seq=2048, recompute="full", grad_dtype="fp32", device_spec="a100-80gb",
-                            **BLOOM)))
+                            micro_batch=2, seq=2048, recompute="full", grad_dtype="fp32", zero_engine="deepspeed",
+                            device_spec="a100-80gb", **BLOOM)))
     # the page's own V100-SXM2 16GB: 1,343 MiB occupied by the CUDA context and kernels before the model, 14,949 MiB
     # after training at batch 4 and 8,681 MiB at batch 1 (4 steps accumulated); Trainer's defaults: fp32, AdamW,
     # dropout 0.1 in train mode, transformers' eager attention of 2022 (scores materialized)

@@ -336,7 +336,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
-         kernels: str = "eager", power_limit: Optional[float] = None, dropout: bool = False,
+         kernels: str = "eager", power_limit: Optional[float] = None, dropout: bool = False, zero_engine: str = "flat",
          **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
@@ -347,7 +347,9 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile); power_limit: watts each GPU is
     capped at (the clock it sustains: tfcalc.count.training.overlap_costs.power_capped_clock); dropout: the run
-    trains with dropout (its masks and dropped tensors are kept for the backward pass)."""
+    trains with dropout (its masks and dropped tensors are kept for the backward pass); zero_engine: 'flat'
+    (Megatron's and DeepSpeed's flat ZeRO buffers), 'torch' (ZeroRedundancyOptimizer, ZeRO-1) or 'deepspeed'
+    (DeepSpeed's BF16_Optimizer: its bf16 gradients kept beside the fp32 ones; tfcalc.count.training.sharding, 8)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -372,7 +374,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           pp_split_counts=name_list("--pp-split-counts", pp_split_counts, SPLIT_COUNTS)
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
-                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers), dropout=dropout)
+                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers), dropout=dropout,
+                          zero_engine=zero_engine)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -92,7 +92,8 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     t.add("Weights", m.weights, f"{m.params:,} params{held}: no {L.dtype} shard, FSDP2's fp32 shard is the master "
           "(optimizer states); gathered below" if m.weights == 0 and L.zero == 3 else
           f"{m.params:,} params{held} × {L.dtype}; {zero}")
-    t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
+    kept = f", and the {L.dtype} .grad kept beside (DeepSpeed BF16_Optimizer)" if L.zero_engine == "deepspeed" else ""
+    t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole") + kept)
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
           + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"

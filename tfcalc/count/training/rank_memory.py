@@ -168,6 +168,8 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     ew, eo, eg = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), grad_element_bytes(layout)
     experts = stage_expert_params(cfg, layout, stage) if layout.ep > 1 else 0
     flat = flat_shard(split_states(psi - experts, experts, layout))  # ZeRO-1/2: flat buffers split N ways
+    if layout.zero_engine == "deepspeed":  # the bf16 .grad kept beside the fp32 buffer (sharding, 8)
+        eg += ew
     if layout.zero == 0:
         return psi, ew * psi, eg * psi, eo * psi
     if layout.zero == 1 and layout.zero_engine == "torch":  # whole tensors dealt out (count.training.sharding, 7)
