@@ -321,7 +321,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
-         micro_batch: Optional[int] = None,
+         micro_batch: Optional[int] = None, dropout: bool = False, zero_engine: str = "flat",
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
          device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
          top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
@@ -336,8 +336,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
-         kernels: str = "eager", power_limit: Optional[float] = None, dropout: bool = False, zero_engine: str = "flat",
-         **overrides: Any) -> "PlanReport":
+         kernels: str = "eager", power_limit: Optional[float] = None, **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble', 'dualpipe') and cp: None is 1,
@@ -346,10 +345,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default) or 'fused' (Megatron/Transformer Engine kernels, torch.compile); power_limit: watts each GPU is
-    capped at (the clock it sustains: tfcalc.count.training.overlap_costs.power_capped_clock); dropout: the run
-    trains with dropout (its masks and dropped tensors are kept for the backward pass); zero_engine: 'flat'
-    (Megatron's and DeepSpeed's flat ZeRO buffers), 'torch' (ZeroRedundancyOptimizer, ZeRO-1) or 'deepspeed'
-    (DeepSpeed's BF16_Optimizer: its bf16 gradients kept beside the fp32 ones; tfcalc.count.training.sharding, 8)."""
+    capped at (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -361,7 +357,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
-                          bandwidth_efficiency=bandwidth_efficiency,
+                          bandwidth_efficiency=bandwidth_efficiency, dropout=dropout, zero_engine=zero_engine,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
                           ep=ep, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
                           reshard_after_forward=reshard_after_forward, hsdp=hsdp,
@@ -374,8 +370,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           pp_split_counts=name_list("--pp-split-counts", pp_split_counts, SPLIT_COUNTS)
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
-                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers), dropout=dropout,
-                          zero_engine=zero_engine)
+                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers))
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 
