@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from calibration_held_out import held_out_rows  # noqa: E402
+from calibration_held_out_memory import memory_rows  # noqa: E402
 from calibration_row import GPTJ, Row  # noqa: E402
 
 import tfcalc  # noqa: E402
@@ -178,7 +179,7 @@ def rows() -> list[Row]:
 
 def held_out() -> list[Row]:
     """Published figures of the same kinds, not in calibration.md: reported, never fitted."""
-    return [replace(r, held_out=True) for r in held_out_rows()]
+    return [replace(r, held_out=True) for r in held_out_rows() + memory_rows()]
 
 
 # ---------- output ----------
