@@ -7,7 +7,8 @@ micro-batch and the schedule (count.training.plan.search, tfcalc.count.training.
 shape whose layout at the first micro-batch under 1F1B does not fit (the least in flight: it then skips
 the other schedules and the larger micro-batches), so a bound on those layouts is a bound on all it keeps.
 A rank's memory is, over the pipeline stages, the largest of weights + gradients + optimizer states +
-activations + ZeRO-3's gathered units (+ FP8 casts, ≥ 0: tfcalc.count.training.rank_memory). For each stage s
+activations + ZeRO-3's gathered units (+ FP8 casts and a pipeline's unsharded gradients under ZeRO-3, ≥ 0:
+tfcalc.count.training.rank_memory, pipeline_fsdp). For each stage s
 that rank_memory prices, at least:
 
 1. activations: the least over the recomputes tried, with 1F1B's min(p − s, m) micro-batches in flight,
