@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from calibration_held_out import held_out_rows  # noqa: E402
+from calibration_held_out_memory import memory_rows  # noqa: E402
 from calibration_row import GPTJ, Row  # noqa: E402
 
 import tfcalc  # noqa: E402
@@ -179,7 +180,7 @@ def rows() -> list[Row]:
 
 def held_out() -> list[Row]:
     """Published figures of the same kinds, not in calibration.md: reported, never fitted."""
-    return [replace(r, held_out=True) for r in held_out_rows()]
+    return [replace(r, held_out=True) for r in held_out_rows() + memory_rows()]
 
 
 # ---------- output ----------
@@ -194,7 +195,7 @@ def evaluate(selected: list[Row]) -> list[dict]:
 
 
 def passes(x: dict) -> bool:
-    if x["group"] == "memory":  # exact rows stay exact: equal at the published figure's own rounding
+    if x["group"] == "memory" and not x["held_out"]:  # exact rows stay exact: equal at the figure's own rounding
         shown = f"{x['published']:g}"
         places = len(shown.split(".")[1]) if "." in shown else 0
         return round(x["predicted"], places) == x["published"]
@@ -226,7 +227,8 @@ def markdown(results: list[dict]) -> str:
                          f"{_fmt(x['predicted'])} | {x['ratio']:.2f}{mark} | {x['source']} |")
         lines += ["", "| group | within [0.8, 1.25] |", "|---|---|"]
         for g, (ok, n) in pass_rates(results, held).items():
-            lines.append(f"| {g} | {ok} of {n} ({ok / n:.0%}) |" if g != "memory" else f"| {g} | {ok} of {n} exact |")
+            exact = g == "memory" and not held  # the held-out memory figures are in the band like the others
+            lines.append(f"| {g} | {ok} of {n} exact |" if exact else f"| {g} | {ok} of {n} ({ok / n:.0%}) |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -191,7 +191,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
-         micro_batch: Optional[int] = None,
+         micro_batch: Optional[int] = None, dropout: bool = False, zero_engine: str = "flat",
          global_batch: Optional[int] = None, seq: Optional[int] = None, dtype: str = "bf16",
          device_spec: str = "h100-sxm", mfu: Optional[float] = None, tokens: Union[int, str, None] = None,
          top: int = 10, measure: bool = False, nproc: int = 2, matmul_efficiency: Optional[float] = None,
@@ -216,8 +216,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
-    the embedding, final norm and loss eager); power_limit: watts each GPU is
-    capped at (the clock it sustains: tfcalc.count.training.overlap_costs.power_capped_clock)."""
+    the embedding, final norm and loss eager); power_limit: watts each GPU is capped at
+    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -229,7 +229,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     request = PlanRequest(gpus=gpus, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, attention=attention,
                           sequence_parallel=sequence_parallel, micro_batch=micro_batch, global_batch=global_batch,
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
-                          bandwidth_efficiency=bandwidth_efficiency,
+                          bandwidth_efficiency=bandwidth_efficiency, dropout=dropout, zero_engine=zero_engine,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
                           ep=ep, etp=etp, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
                           fp8_all_gather=fp8_all_gather, reshard_after_forward=reshard_after_forward, hsdp=hsdp,

@@ -136,6 +136,15 @@ def plan(
     power_limit: Annotated[Optional[float], typer.Option(
         "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
         "(W / rated)^(1/3) of its own [default: the rated power].", show_default=False, metavar="W")] = None,
+    dropout: Annotated[bool, typer.Option(
+        "--dropout", help="Train with dropout: each dropout's mask (1 byte an element) and its output kept for the "
+        "backward pass, the attention probabilities' too under --attention math (Korthikanti et al. 2022, Table 2; "
+        "transformers' BERT and GPT-2 train with it) [default: no dropout, as LLM pre-training runs].")] = False,
+    zero_engine: Annotated[str, typer.Option(
+        "--zero-engine", help="How ZeRO 0/1 hold the states: flat (Megatron's and DeepSpeed's flat buffers), torch "
+        "(ZeroRedundancyOptimizer, ZeRO-1: whole tensors dealt out) or deepspeed (DeepSpeed's BF16_Optimizer, with "
+        "--grad-dtype fp32: the bf16 gradients stay allocated beside the fp32 accumulation, 2 bytes a parameter "
+        "more).", metavar="ENGINE")] = "flat",
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -199,7 +208,7 @@ def plan(
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
-        kernels=kernels.value, power_limit=power_limit)
+        kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine)
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

@@ -148,7 +148,9 @@ class PlanReport(Displayed):
             "per_rank": {"weights_bytes": m.weights, "grads_bytes": m.grads, "optimizer_bytes": m.optimizer,
                          "activation_bytes": m.activations, "gathered_weights_bytes": m.gathered,
                          "total_bytes": m.total, "params": m.params, "pipeline_stage": m.stage,
-                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host},
+                         "fp8_cache_bytes": m.fp8_cache, "host_bytes": m.host,
+                         # ZeRO-3 under a pipeline: unsharded gradients (tfcalc.count.training.pipeline_fsdp)
+                         "accumulated_grads_bytes": m.accumulated_grads},
             # offload's host memory, per node (tfcalc.count.training.plan.host_fits); fits holds both it and the GPU's
             "host": {"bytes_per_node": p.host_per_node, "ranks_per_node": p.ranks_per_node,
                      "node_bytes": p.host_limit, "fits": p.host_fits,
@@ -224,7 +226,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
                   cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), kernels=request.kernels,
-                  pp_layers=request.pp_layers or (),
+                  pp_layers=request.pp_layers or (), dropout=request.dropout, zero_engine=request.zero_engine,
                   **sharding_fields(request))
 
 

@@ -60,6 +60,8 @@ class PlanRequest:
     pp_layers: Optional[tuple[int, ...]] = None  # each pipeline stage's blocks (--pp-layers); None: an even split
     kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
+    zero_engine: str = "flat"  # ZeRO 0/1 states: flat (Megatron), torch, deepspeed (count.training.sharding, 7-8)
+    dropout: bool = False  # dropout in training: its masks and dropped tensors kept (tfcalc.count.model.activations)
 
     @property
     def micro(self) -> int:

@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.training import sharding
 from tfcalc.count.training.layout import Layout
+from tfcalc.count.training.pipeline_fsdp import stage_gathered
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
 from tfcalc.count.training.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
@@ -93,8 +94,11 @@ def _memory(doc: Doc, r: PlanReport) -> None:
     etp = f"each 1/{L.etp}" if (L.etp or 1) > 1 else ""  # experts folded (count.training.experts_folded)
     held = f" (1/{L.ep} of the experts{', ' + etp if etp else ''})" if L.ep > 1 else f" (the experts {etp})" if etp \
         else ""
-    t.add("Weights", m.weights, f"{m.params:,} params{held} × {L.dtype}; {zero}")
-    t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole"))
+    t.add("Weights", m.weights, f"{m.params:,} params{held}: no {L.dtype} shard, FSDP2's fp32 shard is the master "
+          "(optimizer states); gathered below" if m.weights == 0 and L.zero == 3 else
+          f"{m.params:,} params{held} × {L.dtype}; {zero}")
+    kept = f", and the {L.dtype} .grad kept beside (DeepSpeed BF16_Optimizer)" if L.zero_engine == "deepspeed" else ""
+    t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole") + kept)
     t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
           + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
@@ -112,8 +116,12 @@ def _memory(doc: Doc, r: PlanReport) -> None:
         t.add("FP8 weight casts", m.fp8_cache, "each FP8 linear's weight and its transpose, 1 byte each, kept "
               "for the backward; amax histories (Transformer Engine)")
     if m.gathered:
-        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if L.reshard_after_forward
-              else "every unit of the stage, kept from forward to backward")
+        t.add("Gathered weights (ZeRO-3)", m.gathered, "running + prefetched unit, unsharded" if not stage_gathered(L)
+              else "every unit of the stage, kept from forward to backward" if L.pp == 1 else
+              "every unit of the stage: the pipeline's backward does not reshard")
+    if m.accumulated_grads:
+        t.add("Unsharded gradients (PP)", m.accumulated_grads, f"the stage's, {L.grad_dtype or L.dtype}, accumulated "
+              "over the micro-batches: reduce-scattered after the last")
     memory = r.plan.memory_limit
     style = "bold" if m.total <= memory else "bold red"
     t.add("Total: " + ("fits" if m.total <= memory else "does not fit"), m.total,

@@ -195,10 +195,13 @@ class Activations:
     @property
     def recompute_extra(self) -> int:
         """With full (or op) recompute, the largest block's activations, rebuilt one block at a time in the
-        backward."""
+        backward; under op recompute less what the policy saved, which the replay reads from its cache
+        (torch.utils.checkpoint's selective-checkpoint caching mode) rather than computing anew."""
         if self.recompute not in ("full", "op"):
             return 0
-        return max(sum(t.values()) for t, _, _ in self.kinds_in(0, self.n_encoder_layer + self.n_layer))
+        op = self.recompute == "op"
+        return max(sum(t.values()) - (sum(self.op_terms[id(t)].values()) if op else 0)
+                   for t, _, _ in self.kinds_in(0, self.n_encoder_layer + self.n_layer))
 
     @property
     def total(self) -> int:

@@ -133,8 +133,10 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     stored += counts[0] * head_first + counts[-1] * head_last + sum(counts) * every
     rebuilt = 0
     flat = [k for chunk in kinds for k in chunk]
-    if layout.recompute in ("full", "op") and flat:
-        rebuilt = max(layer_bytes(acts, layout, terms, stored=False) for terms, _, _ in flat)
+    if layout.recompute in ("full", "op") and flat:  # op: the policy's saved outputs come from its cache
+        rebuilt = max(layer_bytes(acts, layout, terms, stored=False) - (sum(
+            share(k, v, acts, layout, False) for k, v in acts.op_terms[id(terms)].items())
+            if layout.recompute == "op" else 0) for terms, _, _ in flat)
     loss = _ceil(acts.loss_gradients, layout.tp) if last else 0
     return stored + rebuilt + loss
 

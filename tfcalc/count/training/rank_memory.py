@@ -10,14 +10,21 @@ the parameters this rank's tensor-parallel slice of its pipeline stage holds (``
 2. ZeRO-1: optimizer states (master and moments) split over the N dp ranks (dp × cp under context
    parallelism, whose ranks hold the same weights): 4Ψ + 12Ψ/N (bf16).
 3. ZeRO-2: gradients split too: 2Ψ + 14Ψ/N.
-4. ZeRO-3: weights split too: 16Ψ/N.
+4. ZeRO-3: weights split too: 16Ψ/N. Under FSDP2's mixed precision with an fp32 reduction
+   (``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, --grad-dtype fp32: torchtitan's default)
+   the shard is one fp32 tensor, the optimizer's parameter -- the master weights -- and its gradient the
+   reduce-scatter's fp32 output (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py casts it to the
+   shard's dtype): 4 + 4 + 8 = 16 bytes a parameter, no 16-bit shard beside the master (``fp32_master_shard``:
+   weights 0, the master counted with the optimizer states), where 2 + 4 + 12 = 18 would count it twice.
    Llama 2 7B (Ψ = 6,738,415,616), N = 8: 107,814,649,856 / 37,061,285,888 / 25,269,058,560 /
    13,476,831,232 bytes.
 Splitting conventions (what makes the plan equal a real run): ZeRO-1 and -2 split a flat buffer of all
 Ψ parameters (DeepSpeed), ⌈Ψ/N⌉ per rank; ZeRO-3 splits every tensor along dim 0 as FSDP2 does, padded
 to ⌈rows/N⌉ (tfcalc.count.training.shard.fsdp_shard) -- equal to Ψ/N whenever N divides every tensor's rows.
 ZeRO-3 also holds gathered (unsharded) weights while a unit runs: FSDP2 keeps the running unit and
-prefetches the next, 2 × the largest unit, in the weight dtype (``gathered``).
+prefetches the next, 2 × the largest unit, in the weight dtype (``gathered``); under a pipeline the whole
+stage's, and its unsharded gradients accumulated over the micro-batches (``accumulated_grads``:
+tfcalc.count.training.pipeline_fsdp).
 
 Activations: tfcalc.count.training.rank_activations, the one activation model (the terms of the real module,
 tfcalc.count.model.activations, shared out by tensor and sequence parallelism, recompute and the pipeline's
@@ -38,6 +45,7 @@ from tfcalc.count.perf.pipeline import stages_held
 from tfcalc.count.training.experts_folded import expert_local_shape
 from tfcalc.count.training.fp8 import FP8_BYTES, fp8_cache_bytes, fp8_linear_weight, gathers_fp8
 from tfcalc.count.training.offload import Offload, offload
+from tfcalc.count.training.pipeline_fsdp import accumulated_grad_bytes, stage_gathered
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
 from tfcalc.count.training.shard import (
     fsdp_shard,
@@ -80,6 +88,8 @@ class RankMemory:
     gathered: int  # ZeRO-3 only: unsharded weights of the running and the prefetched unit
     fp8_cache: int = 0  # --compute-dtype fp8: FP8 weight casts and amax histories (tfcalc.count.training.fp8)
     host: int = 0  # --offload: bytes held in host memory instead (tfcalc.count.training.offload), not in the total
+    # ZeRO-3 under a pipeline: the stage's gradients accumulated unsharded (tfcalc.count.training.pipeline_fsdp)
+    accumulated_grads: int = 0
 
     @property
     def states(self) -> int:
@@ -87,7 +97,7 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return self.states + self.activations + self.gathered + self.fp8_cache
+        return self.states + self.activations + self.gathered + self.fp8_cache + self.accumulated_grads
 
 
 def weight_element_bytes(dtype: str) -> int:
@@ -164,6 +174,8 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     ew, eo, eg = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), grad_element_bytes(layout)
     experts = stage_expert_params(cfg, layout, stage) if experts_apart(layout) else 0
     flat = flat_shard(split_states(psi - experts, experts, layout))  # ZeRO-1/2: flat buffers split N ways
+    if layout.zero_engine == "deepspeed":  # the bf16 .grad kept beside the fp32 buffer (sharding, 8)
+        eg += ew
     if layout.zero == 0:
         return psi, ew * psi, eg * psi, eo * psi
     if layout.zero == 1 and layout.zero_engine == "torch":  # whole tensors dealt out (count.training.sharding, 7)
@@ -174,7 +186,13 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
         return psi, ew * psi, eg * flat, eo * flat
     N, Ne = shard_dp(layout), expert_dp(layout)
     shards = [(n * fsdp_shard(shape, Ne if expert else N)) for shape, n, expert in _local_shapes(cfg, layout, stage)]
-    return psi, ew * sum(shards), eg * sum(shards), eo * sum(shards)
+    ws = 0 if fp32_master_shard(layout) else ew  # step 4: the fp32 shard is the master
+    return psi, ws * sum(shards), eg * sum(shards), eo * sum(shards)
+
+
+def fp32_master_shard(layout: Layout) -> bool:
+    """Step 4: ZeRO-3 (FSDP2) with 16-bit weights and an fp32 reduction keeps one fp32 shard, the master."""
+    return layout.zero == 3 and layout.grad_dtype == "fp32" and weight_element_bytes(layout.dtype) < FP32
 
 
 def gathered_bytes(cfg: ModelConfig, layout: Layout) -> int:
@@ -247,13 +265,13 @@ def stage_memory(cfg: ModelConfig, layout: Layout, stage: int) -> RankMemory:
     blocks = stage_block_count(total_blocks(cfg), layout.pp, stage, layout.virtual_stages, layout.stage_split)
     # dualpipe: the rank holds its stage and the mirrored one, each with its states (tfcalc.count.perf.pipeline, 4)
     psi, w, g, o = map(sum, zip(*(model_states(cfg, layout, s) for s in stages_held(layout, stage)), strict=True))
-    # without resharding every unit of the stage stays gathered until its backward
-    gathered = weight_element_bytes(layout.dtype) * psi if not layout.reshard_after_forward else \
-        gathered_bytes(cfg, layout)
+    # without resharding (or under a pipeline: pipeline_fsdp, 1) every unit of the stage stays gathered
+    gathered = weight_element_bytes(layout.dtype) * psi if stage_gathered(layout) else gathered_bytes(cfg, layout)
     acts = _stage_activations(cfg, _activation_alike(layout), stage, blocks)
     off = rank_offload(cfg, layout, stage, o)
     return RankMemory(stage, psi, w, g, o - off.optimizer_saved, acts - off.activations_saved, gathered,
-                      fp8_cache_bytes(cfg, layout, stage), off.host_bytes)
+                      fp8_cache_bytes(cfg, layout, stage), off.host_bytes,
+                      accumulated_grad_bytes(layout, psi, grad_element_bytes(layout)))
 
 
 def rank_offload(cfg: ModelConfig, layout: Layout, stage: int, optimizer_bytes: int) -> Offload:

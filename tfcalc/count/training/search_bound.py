@@ -7,7 +7,8 @@ micro-batch and the schedule (count.training.plan.search, tfcalc.count.training.
 shape whose layout at the first micro-batch under 1F1B does not fit (the least in flight: it then skips
 the other schedules and the larger micro-batches), so a bound on those layouts is a bound on all it keeps.
 A rank's memory is, over the pipeline stages, the largest of weights + gradients + optimizer states +
-activations + ZeRO-3's gathered units (+ FP8 casts, ≥ 0: tfcalc.count.training.rank_memory). For each stage s
+activations + ZeRO-3's gathered units (+ FP8 casts and a pipeline's unsharded gradients under ZeRO-3, ≥ 0:
+tfcalc.count.training.rank_memory, pipeline_fsdp). For each stage s
 that rank_memory prices, at least:
 
 1. activations: the least over the recomputes tried, with 1F1B's min(p − s, m) micro-batches in flight,
@@ -19,7 +20,8 @@ that rank_memory prices, at least:
    rank's Ψ₁ₑ/E experts over dp/E ranks (tfcalc.count.training.sharding), Ψ₁ₑ/dp all the same; ZeRO-3 pads each
    tensor up; HSDP splits over fewer ranks. e_o is 0 when the optimizer may be offloaded.
 3. weights: the lesser of whole (ZeRO-0 to 2) at the largest expert-parallel degree E tried, e_w · Ψ_E,
-   and split (ZeRO-3), e_w · Ψ₁ / (dp · cp) plus the gathered units at E (the smallest units: a routed
+   and split (ZeRO-3), e_w · Ψ₁ / (dp · cp) (none under an fp32 reduction: FSDP2's fp32 shard is the master)
+   plus the gathered units at E (the smallest units: a routed
    expert's unit shrinks with E); without resharding after forward the stage's weights stay gathered, Ψ_E
    or more.
 The bound is the largest over the priced stages of the stage's sum. Activations are read from the one
@@ -125,7 +127,9 @@ class ShapeBound:
         for s in priced_stages(cfg, pp, 1, self._counted(pp)):
             psi1, experts = self.stage_params(tp, pp, s)
             psie = psi1 - experts + experts // e  # a rank's routed experts split e ways (e divides their count)
-            states = (self.eg + self.eo) * (psi1 // n) + min(self.ew * psie, self.ew * (psi1 // n) + gathered)
+            # ZeRO-3 with an fp32 reduction keeps no 16-bit shard (rank_memory.fp32_master_shard): none split
+            shard = 0 if self.eg == 4 and self.ew < 4 else self.ew
+            states = (self.eg + self.eo) * (psi1 // n) + min(self.ew * psie, shard * (psi1 // n) + gathered)
             most = max(most, states + self.activations(tp, pp, cp, min(m, 2 * pp), s))
             if stop is not None and most > stop:
                 break

@@ -32,6 +32,14 @@ rank's model states are split over. Pure arithmetic, no torch.
    not ⌈Ψ/N⌉ of a flat buffer; after the step each rank broadcasts its tensors to the others, one bucket
    per rank (``parameters_as_bucket_view=True``): N broadcasts of Ψ·e_w in all. The default, "flat", is
    the plan's ZeRO-1 (DeepSpeed's and Megatron's: a flat buffer reduce-scattered and all-gathered).
+8. ``zero_engine`` "deepspeed" (--zero-engine deepspeed; ZeRO 0 or 1, bf16 weights, --grad-dtype fp32): DeepSpeed's
+   BF16_Optimizer, as BLOOM trained (Megatron-DeepSpeed). Its states are the flat ones of "flat", and the bf16
+   ``.grad`` autograd writes stays allocated beside the fp32 accumulation buffer: the pipeline engine clears it
+   before each micro-batch's backward (``clear_lp_grads``) and adds it into the fp32 buffer after, keeping it
+   (``update_hp_grads(clear_lp_grads=False)``, deepspeed/runtime/pipe/engine.py ``_exec_backward_pass``;
+   deepspeed/runtime/bf16_optimizer.py), so the next forward's activations come on top of it: e_w·Ψ more
+   gradient bytes, 6 a parameter in all (Megatron's main_grad, written by the fused weight-gradient GEMM,
+   keeps none: "flat").
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ from tfcalc.errors import InputError, shown
 from tfcalc.workload import Layout
 
 COMPUTE_DTYPES = ("fp8",)
-ZERO_ENGINES = ("flat", "torch")
+ZERO_ENGINES = ("flat", "torch", "deepspeed")
 GRAD_DTYPES = ("fp32",)
 OFFLOAD = ("optimizer", "activations")
 DISPATCHERS = ("auto", "alltoall", "deepep")  # --ep-dispatch (tfcalc.count.training.experts_parallel, step 3)
@@ -182,6 +190,9 @@ def check_sharding(cfg: ModelConfig, layout: Layout) -> None:
         raise InputError(f"zero_engine must be one of {', '.join(ZERO_ENGINES)}; got {shown(L.zero_engine)}")
     if L.zero_engine == "torch" and (L.zero != 1 or L.tp > 1 or L.pp > 1 or L.ep > 1 or L.cp > 1):
         raise InputError("ZeroRedundancyOptimizer (zero_engine torch) is ZeRO-1 beside DDP: tp 1, pp 1, ep 1, cp 1")
+    if L.zero_engine == "deepspeed" and (L.zero > 1 or L.grad_dtype != "fp32"):
+        raise InputError("--zero-engine deepspeed is DeepSpeed's BF16_Optimizer: ZeRO 0 or 1 with --grad-dtype fp32 "
+                         "(its fp32 gradient accumulation)")
     check_model_variants(cfg, None, L.recompute, L.attention)
     if not L.reshard_after_forward and L.zero != 3:
         raise InputError("--no-reshard-after-forward keeps FSDP's gathered weights: it needs --zero 3 (or --fsdp)")
@@ -211,6 +222,8 @@ def describe(layout: Layout) -> str:
         parts.append(f"{L.compute_dtype} matmuls")
     if L.grad_dtype:
         parts.append(f"{L.grad_dtype} grads")
+    if L.zero_engine == "deepspeed":
+        parts.append("DeepSpeed BF16_Optimizer")
     offload = [w for w, on in (("optimizer", L.offload_optimizer), ("activations", L.offload_activations)) if on]
     if offload:
         parts.append(f"{' and '.join(offload)} offloaded")
