@@ -263,7 +263,8 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
         for block in {id(b): b for run in stack.runs for b in run.pattern}.values():
             if (stack.name, block) not in by_value:
                 kernel = attention or block_kernel(stack, block)
-                terms = {key: tokens * n for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
+                terms = {key: int(tokens * n)  # a mixer's Fraction of a sequence's bytes: whole here
+                         for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
                 if block.cross_attention is not None:  # src external states (an encoder's output)
                     cross_kernel = attention or block.cross_attention.kernel(False)  # no mask: its own choice
                     terms.update(cross_terms(block, batch, length, src, e, cross_kernel))  # step 10
