@@ -205,8 +205,8 @@ class Mamba2:
 
         Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
         more, A = -exp(A_log)'s two H-wide fp32 tensors included (per micro-batch, not per token); over one chunk
-        (T <= C_) fewer operands are copied, and the count is high by a few per cent. Below fp32 the dtype-dependent views and copies are as written above,
-        not checked against autograd."""
+        (T <= C_) fewer operands are copied, and the count is high by a few per cent. Below fp32 the dtype-dependent
+        views and copies are as written above, not checked against autograd."""
         F, H, P, N, G, K, C = FP32, self.n_heads, self.head_dim, self.state_size, self.n_groups, \
             self.conv_kernel, self.chunk_size
         I_, cd, c = self.inner, self.conv_dim, self.chunks(seq)
