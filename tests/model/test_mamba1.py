@@ -324,3 +324,61 @@ def test_a_tied_checkpoint_with_the_older_embedding_name_loads(tmp_path):
     model = load_model(tmp_path)
     assert count_params.total(model.cfg) == sum(p.numel() for p in hf.parameters())
     assert_logits_close(hf, model, torch.randint(0, 61, (2, 9)))
+
+
+# ---------- a prompt's chunked scan (tfcalc.model.mamba1.chunked_scan) ----------
+@pytest.mark.parametrize("T", [2, 4, 16, 37, 64, 90])
+def test_chunked_prefill_equals_transformers_loop(tiny_pair, T):
+    """Out of autograd a prompt runs the chunked scan (c chunks of floor(sqrt(T)) and a tail): logits within 1e-4 of
+    transformers' sequential loop (MambaMixer.slow_forward, FalconMambaMixer's), and the state it leaves equal to
+    transformers' cache after the same prompt; under autograd the loop itself runs: the same logits."""
+    hf, model = tiny_pair
+    idx = torch.randint(0, 61, (2, T), generator=torch.Generator().manual_seed(T))
+    assert_logits_close(hf, model, idx)
+    with torch.no_grad():
+        want = [layer.recurrent_states[0] for layer in hf(idx, use_cache=True).cache.layers]
+        cache = model.new_cache(2, T + 1)
+        model.prefill(idx, cache)
+    for layer, state in zip(want, cache.states, strict=True):
+        assert (layer - state.ssm).abs().max() <= 1e-4 * layer.abs().max()
+    with torch.enable_grad():
+        trained = model(idx)
+    with torch.no_grad():
+        assert (trained - model(idx)).abs().max() <= 1e-5 * trained.abs().max()
+
+
+@pytest.mark.parametrize("lengths", [(16, 90), (37, 64)])
+def test_chunked_prefill_runs_the_counted_kernels(tiny_pair, lengths):
+    """The kernels a prompt's forward dispatches (every aten op under a TorchDispatchMode, views and allocations
+    left out) grow from one length to the other by what the count says the scan adds a layer (scan_kernels:
+    about 2·sqrt(T), where the loop ran 3·T), and the performance model's kernel count by the same."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tfcalc.architecture.mamba1 import scan_kernels
+    from tfcalc.count.perf.inference import kernel_count
+
+    hf, model = tiny_pair
+    free = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
+            "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "empty_like", "empty",
+            "as_strided", "lift_fresh", "_to_copy", "to"}
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += func.__name__.split(".")[0] not in free
+            return func(*args, **(kwargs or {}))
+
+    ran = []
+    for T in lengths:
+        with torch.no_grad(), Ops() as ops:
+            model(torch.randint(0, 61, (1, T)))
+        ran.append(ops.n)
+    layers = model.cfg.n_layer
+    grows = layers * (scan_kernels(lengths[1]) - scan_kernels(lengths[0]))
+    assert ran[1] - ran[0] == grows
+    assert kernel_count(model.cfg, 1, lengths[1], lengths[1]) - kernel_count(model.cfg, 1, lengths[0], lengths[0]) \
+        == grows
+    assert scan_kernels(4096) < 140 < 3 * 4096  # the loop's 12,288 a layer at 4,096 tokens

@@ -18,7 +18,10 @@ modeling_jamba.py). d = d_model, I the inner width (``intermediate_size`` = expa
 **FLOPs of step 5** (``mixing``, per token): the state update (dt·x)·Bᵀ, an outer product (I, 1) @ (1, N):
 2·I·N (``update``); the read h·C, (I, N) @ (N, 1): 2·I·N (``read``). Mamba-1's A varies per channel and state
 index, so the scan has no chunked matmul form (Mamba2's SSD needs a scalar decay per head): transformers' torch
-path and tfcalc's module both run the recurrence position by position. FlopCounterMode on transformers' path sees
+path runs the recurrence position by position (3·T kernels a layer), as tfcalc's module does under autograd; out
+of it (prefill) tfcalc's module runs the same recurrence in chunks of about sqrt(T) (``scan_chunks``,
+``scan_kernels``: about 2·sqrt(T) kernels, priced so by tfcalc.count.perf.inference), its running products and
+fix-up 3 FLOPs an element more, not counted (the sequential recurrence's are). FlopCounterMode on transformers' path sees
 the read (a matmul per position) but not the update, which transformers writes as two elementwise products
 (discrete_B * hidden_states): the update is counted here by hand and named where the tests compare (tfcalc's
 module runs it as a batched outer-product matmul, which FlopCounterMode sees). The decay exp(dt·A)·h and its add
@@ -49,6 +52,23 @@ from tfcalc.errors import InputError
 
 FP32 = 4
 NORMS = ("none", "weightless", "weighted")
+
+
+def scan_chunks(queries: int) -> tuple[int, int, int]:
+    """(L, c, r): a prompt of T positions scanned as c chunks of L = floor(sqrt(T)) and a tail of r < L
+    (tfcalc.model.mamba1.chunked_scan): L - 1 + c - 1 + r + 2 <= about 2·sqrt(T) + 2 kernels."""
+    L = max(1, math.isqrt(queries))
+    c = queries // L
+    return L, c, queries - c * L
+
+
+def scan_kernels(queries: int) -> int:
+    """Kernels of the elementwise part of a prompt's scan out of autograd (tfcalc.model.mamba1.chunked_scan):
+    dt·A and its exp (2), the chunks' recurrence (L - 1 addcmul_), where c > 1 their running products (one
+    cumprod_), the entering states (a copy and c - 2 addcmul) and the fix-up (one addcmul_), the tail (r). The two
+    matmuls (update, read) are one batched kernel each (``mixing``)."""
+    L, c, r = scan_chunks(queries)
+    return 2 + (L - 1) + (c + 1 if c > 1 else 0) + r
 
 
 @dataclass(frozen=True)
@@ -132,7 +152,10 @@ class Mamba1:
         i, n, t = self.inner, self.state_size, queries
         out = [Elementwise("ssm", "Mamba-1 conv SiLU", t * i, per_element=4),
                Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
-               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4),
+               # a prompt's chunked scan runs in scan_kernels(t) kernels (its running products and fix-up, 3 more
+               # FLOPs an element, not counted: the sequential recurrence's are, as the convention names)
+               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4,
+                           kernels=scan_kernels(t) if t > 1 else 1),
                Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
         if self.bcdt_norm != "none":
             out.append(Elementwise("ssm", "Mamba-1 RMSNorms on dt, B, C", t * self.proj_width,

@@ -114,6 +114,7 @@ class Elementwise:
     elements: int
     norm: Optional[Norm] = None
     per_element: Optional[int] = None
+    kernels: int = 1  # the kernels it runs in (Mamba-1's chunked scan: about 2·sqrt(T); tfcalc.count.perf.inference)
 
 
 @dataclass(frozen=True)

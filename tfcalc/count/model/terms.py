@@ -25,6 +25,7 @@ class NonMatmulEntry:
     per_element: int
     elements: int
     copies: int
+    kernels: int = 1  # per copy (a mixer's Elementwise.kernels: a loop's or a chunked scan's)
 
     @property
     def total(self) -> int:
