@@ -21,8 +21,8 @@ index, so the scan has no chunked matmul form (Mamba2's SSD needs a scalar decay
 path runs the recurrence position by position (3·T kernels a layer), as tfcalc's module does under autograd; out
 of it (prefill) tfcalc's module runs the same recurrence in chunks of about sqrt(T) (``scan_chunks``,
 ``scan_kernels``: about 2·sqrt(T) kernels, priced so by tfcalc.count.perf.inference), its running products and
-fix-up 3 FLOPs an element more, not counted (the sequential recurrence's are). FlopCounterMode on transformers' path sees
-the read (a matmul per position) but not the update, which transformers writes as two elementwise products
+fix-up 3 FLOPs an element more, not counted (the sequential recurrence's are). FlopCounterMode on transformers'
+path sees the read (a matmul per position) but not the update, which transformers writes as two elementwise products
 (discrete_B * hidden_states): the update is counted here by hand and named where the tests compare (tfcalc's
 module runs it as a batched outer-product matmul, which FlopCounterMode sees). The decay exp(dt·A)·h and its add
 are elementwise (``elementwise``). The convolution counts as position mixing too: 2·I·K per position (``conv``;
