@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture import kinds
@@ -187,21 +188,23 @@ class Mamba1:
         - ``attn_output``: y + D·x (F·I), silu(z) (F·I) and its input z (below fp32 an fp32 copy, F·I; in fp32 a
           view of in_proj's whole output, e·2I), and out_proj's input (e·I).
 
-        Checked against the tensors autograd saves in fp32 and bf16 (tests/model/test_mamba1.py): equal but for the
-        flooring to whole bytes per token and the per-layer tensors that do not grow with the tokens (exp(A_log)
-        and A, F·I·N each, and below fp32 D's fp32 copy, F·I), left out as xIELU's scalars are."""
+        The per-sequence convolution input and the per-layer tensors that do not grow with the tokens (exp(A_log)
+        and A, F·I·N each, and below fp32 D's fp32 copy, F·I) are exact fractions of a token (the fold, times
+        batch·seq, makes them whole). Checked against the tensors autograd saves in fp32 and bf16
+        (tests/model/test_mamba1.py): equal to the byte."""
         F, i, r, n, k, w = FP32, self.inner, self.dt_rank, self.state_size, self.conv_kernel, self.proj_width
         low = e != F
 
         def fp32_use(elements: int) -> int:  # an fp32 use of an e tensor: a copy below fp32, a view in fp32
             return F * elements if low else 0
 
-        qkv = e * i * (seq + k - 1) // seq + 2 * e * i + F * i + F * i + fp32_use(i)
+        qkv = Fraction(e * i * (seq + k - 1), seq) + 2 * e * i + F * i + F * i + fp32_use(i)
         if self.bcdt_norm == "none":
             x_proj = e * w + fp32_use(2 * n)
         else:  # the norms read x_proj's output in fp32 (itself in fp32, copies below it): nothing keeps it in e
             x_proj = F * w + 3 * F + e * r + F * 2 * n + e * w * (self.bcdt_norm == "weighted")
-        scan = 2 * F * i * n + F * i
+        # per micro-batch, not per token: exp(A_log) and A (F·I·N each), below fp32 D's fp32 copy (F·I)
+        scan = 2 * F * i * n + F * i + Fraction(2 * F * i * n + fp32_use(i), batch * seq)
         out = F * i + F * i + (fp32_use(i) if low else e * 2 * i) + e * i
         return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
 
