@@ -26,7 +26,8 @@ from conftest import assert_one_line_error
 from tfcalc.count.training.shard import tp_local_shape, unit
 from tfcalc.presets import load
 
-LIGHTNING = ["layer_pattern=(lightning*3, full)*8", "lightning_block_size=128"]  # llama2-7b's widths (tests/test_minimax)
+# llama2-7b's widths as lightning layers (tests/test_minimax.py)
+LIGHTNING = ["layer_pattern=(lightning*3, full)*8", "lightning_block_size=128"]
 
 
 def _mixer_rank_elements(name: str, kind: str, tp: int, overrides=()) -> tuple[int, int]:
