@@ -159,6 +159,8 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["moe_routing"] = k_ * (3 * e * h + e) + _router_bytes(ffn)
         if ffn.shared is not None:  # its input is the router's; gated: the sigmoid output and the shared output
             out["shared_expert"] = ffn_factor(ffn.shared) * e * ffn.shared.d_ff + (e * h + e if ffn.shared_gate else 0)
+        if ffn.beside_mlp is not None:
+            out["moe_beside"] = beside_terms(ffn, e)
     else:  # Gemma 3n's sparsity: the top-k's ReLU output and the gate's standard deviation (step 13)
         sparse = (e * ffn.d_ff + e) if ffn.sparsity else 0
         out["ffn_hidden"] = ffn_factor(ffn) * e * ffn.d_ff + sparse
@@ -180,6 +182,19 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     if not isinstance(ffn, MoE) and ffn.absent:
         out.update(ffn_norm=0, ffn_input=0)
     return out
+
+
+def beside_terms(moe: MoE, e: int) -> int:
+    """Step 8, Gemma 4's experts beside the MLP (tfcalc.model.beside), per token, beyond a mixture's terms: the MLP's
+    post-norm and the experts' post-norm (norm_bytes each), the experts' pre-norm of the block's unnormed input (in
+    fp32 or under LayerNorm that input itself, which the block's FFN norm keeps); the router's weightless RMSNorm
+    of the same input (1/rms in fp32, below fp32 an fp32 copy, and its output, which the router scale's product
+    keeps, e·h) and the router's input e·h; beside the k renormalized weights counted, the softmax over all E, the
+    k chosen and their sum (fp32) and the k experts' scales gathered (e·k)."""
+    norm, h, k = moe.beside_mlp, moe.d_model, moe.top_k
+    norms = 3 * norm_bytes(norm, e) - shared_input_bytes(norm, e)
+    route = (FP32 * h if e != FP32 else 0) + FP32 + 2 * e * h
+    return norms + route + FP32 * (moe.n_expert + k + 1) + e * k
 
 
 def hyper_bytes(hyper, d: int, e: int) -> int:
