@@ -380,3 +380,46 @@ def test_chunked_prefill_runs_the_counted_kernels(tiny_pair, lengths):
     assert kernel_count(model.cfg, 1, lengths[1], lengths[1]) - kernel_count(model.cfg, 1, lengths[0], lengths[0]) \
         == grows
     assert scan_kernels(4096) < 140 < 3 * 4096  # the loop's 12,288 a layer at 4,096 tokens
+
+
+@pytest.mark.parametrize("lengths", [(16, 90), (37, 81)])  # T = I = 64 would take (B, T, N) tensors for (I, N) ones
+def test_chunked_prefill_moves_the_counted_bytes(tiny_pair, lengths):
+    """The bytes the scan's ops read and write over the (..., I, N) fp32 tensors (every aten op's tensor inputs read,
+    its outputs written, under a TorchDispatchMode; views moving nothing) grow from one length to the other by
+    what the performance model's traffic says (scan_passes × 4·I·N a sequence and layer)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tfcalc.count.model.non_matmul import non_matmul_entries
+    from tfcalc.count.perf import elementwise
+
+    hf, model = tiny_pair
+    spec = model.cfg.architecture.output.layer(0).mixer
+    i, n = spec.inner, spec.state_size
+    views = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "t",
+             "transpose", "permute", "detach", "alias", "empty_like", "empty", "as_strided", "lift_fresh"}
+
+    def moved(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors
+                   if isinstance(t, torch.Tensor) and t.dim() >= 3 and tuple(t.shape[-2:]) == (i, n))
+
+    class Bytes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.__name__.split(".")[0]
+            if name not in views:  # what it reads: its inputs, not an out= tensor nor copy_'s destination
+                read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
+                self.n += moved(read) + moved(out if isinstance(out, tuple) else [out])
+            return out
+
+    ran, counted = [], []
+    for T in lengths:
+        with torch.no_grad(), Bytes() as ops:
+            model(torch.randint(0, 61, (1, T)))
+        ran.append(ops.n)
+        scan = [e for e in non_matmul_entries(model.cfg, 1, T) if "exp(dt·A)" in e.label]
+        counted.append(elementwise.forward_traffic(scan, 4))
+    assert ran[1] - ran[0] == counted[1] - counted[0]

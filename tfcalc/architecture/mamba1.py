@@ -72,6 +72,20 @@ def scan_kernels(queries: int) -> int:
     return 2 + (L - 1) + (c + 1 if c > 1 else 0) + r
 
 
+def scan_passes(queries: int) -> int:
+    """Element passes over the (T, I, N) fp32 tensors of a prompt's chunked scan, per (channel, state index): dt·A
+    written (1), its exp read and written (2), the update matmul's output written and the read matmul's input read
+    (2: their ``mixing`` io counts their other operands), the chunks' recurrence reading the decay, the previous and
+    the current state and writing it (4 over c·(L - 1) positions), the running products read and written (2 over
+    c·L, where c > 1), the entering states (a copy, 2, and c - 2 steps of the recurrence, 4 each, over one position),
+    the fix-up reading the products, the states and the entering state and writing the states (3 over (c - 1)·L, 1
+    over c - 1), the tail as the recurrence (4 over r). Times 4 bytes and I·N: the scan's memory traffic
+    (``elementwise``)."""
+    L, c, r = scan_chunks(queries)
+    chunks = 2 * c * L + 2 + 4 * (c - 2) + 3 * (c - 1) * L + (c - 1) if c > 1 else 0
+    return 5 * queries + 4 * c * (L - 1) + chunks + 4 * r
+
+
 @dataclass(frozen=True)
 class Mamba1:
     d_model: int
@@ -153,10 +167,11 @@ class Mamba1:
         i, n, t = self.inner, self.state_size, queries
         out = [Elementwise("ssm", "Mamba-1 conv SiLU", t * i, per_element=4),
                Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
-               # a prompt's chunked scan runs in scan_kernels(t) kernels (its running products and fix-up, 3 more
-               # FLOPs an element, not counted: the sequential recurrence's are, as the convention names)
+               # a prompt's chunked scan runs in scan_kernels(t) kernels, moving scan_passes(t) fp32 passes (its
+               # running products and fix-up, 3 more FLOPs an element, not counted: the sequential recurrence's are)
                Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4,
-                           kernels=scan_kernels(t) if t > 1 else 1),
+                           kernels=scan_kernels(t) if t > 1 else 1,
+                           traffic=FP32 * i * n * scan_passes(t) if t > 1 else None),
                Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
         if self.bcdt_norm != "none":
             out.append(Elementwise("ssm", "Mamba-1 RMSNorms on dt, B, C", t * self.proj_width,
