@@ -48,7 +48,8 @@ per token per layer:
    is routed to, the expert's input rows (index_select), its hidden tensors (as 7), its output and the
    weighted output, and the routing weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen
    logits, 4·k (of all E, 4·E, when the top k are not renormalized; DeepSeek's routing: the scores of all E,
-   4·E, and renormalized the k chosen and their sum, 4·(k + 1) more). A shared expert keeps its hidden
+   4·E, and renormalized the k chosen and their sum, 4·(k + 1) more; Gemma 4's experts beside the MLP, their
+   norms and router besides: ``beside_terms``). A shared expert keeps its hidden
    tensors as 7 (its input is the router's) and with a gate the sigmoid output e and the shared output
    e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C input rows instead,
    and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e);
