@@ -134,7 +134,9 @@ def _stream_terms(stack: Stack, e: int) -> dict[str, int]:
     emb, h, out = stack.embeddings, stack.embeddings.d_model, {}
     if emb.altup is not None:
         rescaled = (emb.altup.n - 1) * (2 * e * h + 2 * e)
-        out["altup_streams"] = (e * h + 2 * e + rescaled) + (e * emb.altup.n * h + 2 * e + rescaled)
+        # the expand at the embeddings (a pipeline's first stage), the merge before the final norm (its last)
+        out["altup_expand"] = e * h + 2 * e + rescaled
+        out["altup_merge"] = e * emb.altup.n * h + 2 * e + rescaled
     if emb.per_layer is not None:
         pl, first = emb.per_layer, stack.layer(0)
         x = 0 if emb.altup is not None else e * h - shared_input_bytes(first.norm, e)
