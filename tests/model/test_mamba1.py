@@ -325,12 +325,21 @@ def test_a_tied_checkpoint_with_the_older_embedding_name_loads(tmp_path):
 
 
 # ---------- a prompt's chunked scan (tfcalc.model.mamba1.chunked_scan) ----------
+@pytest.fixture(scope="module", params=["mamba", "falcon_mamba"])
+def scan_pair(request, tmp_path_factory):
+    """tiny_pair's, built apart: a test above round-trips tiny_pair's tfcalc model through bf16."""
+    torch.manual_seed(0)
+    hf = _hf(dict(TINY, model_type=request.param), device="cpu")
+    nudge(hf)
+    return saved_pair(hf, tmp_path_factory.mktemp(request.param + "_scan"))
+
+
 @pytest.mark.parametrize("T", [2, 4, 16, 37, 64, 90])
-def test_chunked_prefill_equals_transformers_loop(tiny_pair, T):
+def test_chunked_prefill_equals_transformers_loop(scan_pair, T):
     """Out of autograd a prompt runs the chunked scan (c chunks of floor(sqrt(T)) and a tail): logits within 1e-4 of
     transformers' sequential loop (MambaMixer.slow_forward, FalconMambaMixer's), and the state it leaves equal to
     transformers' cache after the same prompt; under autograd the loop itself runs: the same logits."""
-    hf, model = tiny_pair
+    hf, model = scan_pair
     idx = torch.randint(0, 61, (2, T), generator=torch.Generator().manual_seed(T))
     assert_logits_close(hf, model, idx)
     with torch.no_grad():
@@ -346,7 +355,7 @@ def test_chunked_prefill_equals_transformers_loop(tiny_pair, T):
 
 
 @pytest.mark.parametrize("lengths", [(16, 90), (37, 64)])
-def test_chunked_prefill_runs_the_counted_kernels(tiny_pair, lengths):
+def test_chunked_prefill_runs_the_counted_kernels(scan_pair, lengths):
     """The kernels a prompt's forward dispatches (every aten op under a TorchDispatchMode, views and allocations
     left out) grow from one length to the other by what the count says the scan adds a layer (scan_kernels:
     about 2·sqrt(T), where the loop ran 3·T), and the performance model's kernel count by the same."""
@@ -355,7 +364,7 @@ def test_chunked_prefill_runs_the_counted_kernels(tiny_pair, lengths):
     from tfcalc.architecture.mamba1 import scan_kernels
     from tfcalc.count.perf.inference import kernel_count
 
-    hf, model = tiny_pair
+    hf, model = scan_pair
     free = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
             "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "empty_like", "empty",
             "as_strided", "lift_fresh", "_to_copy", "to"}
@@ -383,7 +392,7 @@ def test_chunked_prefill_runs_the_counted_kernels(tiny_pair, lengths):
 
 
 @pytest.mark.parametrize("lengths", [(16, 90), (37, 81)])  # T = I = 64 would take (B, T, N) tensors for (I, N) ones
-def test_chunked_prefill_moves_the_counted_bytes(tiny_pair, lengths):
+def test_chunked_prefill_moves_the_counted_bytes(scan_pair, lengths):
     """The bytes the scan's ops read and write over the (..., I, N) fp32 tensors (every aten op's tensor inputs read,
     its outputs written, under a TorchDispatchMode; views moving nothing) grow from one length to the other by
     what the performance model's traffic says (scan_passes × 4·I·N a sequence and layer)."""
@@ -392,7 +401,7 @@ def test_chunked_prefill_moves_the_counted_bytes(tiny_pair, lengths):
     from tfcalc.count.model.non_matmul import non_matmul_entries
     from tfcalc.count.perf import elementwise
 
-    hf, model = tiny_pair
+    hf, model = scan_pair
     spec = model.cfg.architecture.output.layer(0).mixer
     i, n = spec.inner, spec.state_size
     views = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "t",
