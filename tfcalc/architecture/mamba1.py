@@ -20,7 +20,7 @@ modeling_jamba.py). d = d_model, I the inner width (``intermediate_size`` = expa
 index, so the scan has no chunked matmul form (Mamba2's SSD needs a scalar decay per head): transformers' torch
 path runs the recurrence position by position (3·T kernels a layer), as tfcalc's module does under autograd; out
 of it (prefill) tfcalc's module runs the same recurrence in chunks of about sqrt(T) (``scan_chunks``,
-``scan_kernels``: about 2·sqrt(T) kernels, priced so by tfcalc.count.perf.inference), its running products and
+``scan_kernels``: about 3·sqrt(T) kernels, priced so by tfcalc.count.perf.inference), its running products and
 fix-up 3 FLOPs an element more, not counted (the sequential recurrence's are). FlopCounterMode on transformers'
 path sees the read (a matmul per position) but not the update, which transformers writes as two elementwise products
 (discrete_B * hidden_states): the update is counted here by hand and named where the tests compare (tfcalc's
@@ -57,7 +57,7 @@ NORMS = ("none", "weightless", "weighted")
 
 def scan_chunks(queries: int) -> tuple[int, int, int]:
     """(L, c, r): a prompt of T positions scanned as c chunks of L = floor(sqrt(T)) and a tail of r < L
-    (tfcalc.model.mamba1.chunked_scan): L - 1 + c - 1 + r + 2 <= about 2·sqrt(T) + 2 kernels."""
+    (tfcalc.model.mamba1.chunked_scan): about 3·sqrt(T) kernels (``scan_kernels``)."""
     L = max(1, math.isqrt(queries))
     c = queries // L
     return L, c, queries - c * L
@@ -65,24 +65,24 @@ def scan_chunks(queries: int) -> tuple[int, int, int]:
 
 def scan_kernels(queries: int) -> int:
     """Kernels of the elementwise part of a prompt's scan out of autograd (tfcalc.model.mamba1.chunked_scan):
-    dt·A and its exp (2), the chunks' recurrence (L - 1 addcmul_), where c > 1 their running products (one
-    cumprod_), the entering states (a copy and c - 2 addcmul) and the fix-up (one addcmul_), the tail (r). The two
-    matmuls (update, read) are one batched kernel each (``mixing``)."""
+    dt·A and its exp (2), the chunks' recurrence (L - 1 addcmul_), where c > 1 their running products (L - 1 mul_),
+    the entering states (a copy and c - 2 addcmul) and the fix-up (one addcmul_), the tail (r). The two matmuls
+    (update, read) are one batched kernel each (``mixing``)."""
     L, c, r = scan_chunks(queries)
-    return 2 + (L - 1) + (c + 1 if c > 1 else 0) + r
+    return 2 + (L - 1) + ((L - 1) + c if c > 1 else 0) + r
 
 
 def scan_passes(queries: int) -> int:
     """Element passes over the (T, I, N) fp32 tensors of a prompt's chunked scan, per (channel, state index): dt·A
     written (1), its exp read and written (2), the update matmul's output written and the read matmul's input read
     (2: their ``mixing`` io counts their other operands), the chunks' recurrence reading the decay, the previous and
-    the current state and writing it (4 over c·(L - 1) positions), the running products read and written (2 over
-    c·L, where c > 1), the entering states (a copy, 2, and c - 2 steps of the recurrence, 4 each, over one position),
-    the fix-up reading the products, the states and the entering state and writing the states (3 over (c - 1)·L, 1
-    over c - 1), the tail as the recurrence (4 over r). Times 4 bytes and I·N: the scan's memory traffic
-    (``elementwise``)."""
+    the current state and writing it (4 over c·(L - 1) positions), the running products reading two decays and
+    writing one (3 over c·(L - 1), where c > 1), the entering states (a copy, 2, and c - 2 steps of the recurrence,
+    4 each, over one position), the fix-up reading the products, the states and the entering state and writing the
+    states (3 over (c - 1)·L, 1 over c - 1), the tail as the recurrence (4 over r). Times 4 bytes and I·N: the
+    scan's memory traffic (``elementwise``)."""
     L, c, r = scan_chunks(queries)
-    chunks = 2 * c * L + 2 + 4 * (c - 2) + 3 * (c - 1) * L + (c - 1) if c > 1 else 0
+    chunks = 3 * c * (L - 1) + 2 + 4 * (c - 2) + 3 * (c - 1) * L + (c - 1) if c > 1 else 0
     return 5 * queries + 4 * c * (L - 1) + chunks + 4 * r
 
 

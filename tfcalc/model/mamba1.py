@@ -4,7 +4,7 @@ Transformers' torch path (models/mamba/modeling_mamba.py, MambaMixer.slow_forwar
 and the updates (dt·x)·Bᵀ for every position at once in fp32, then the recurrence h_t = exp(dt_t·A)·h_{t-1} +
 update_t and the read h_t·C_t position by position (A varies per channel and state index, so Mamba2's chunked matmul
 form, a scalar decay per head, does not apply; mamba_ssm's fused CUDA scan is not built). A prompt out of autograd
-(prefill, a no-grad forward) runs the same recurrence chunked (``chunked_scan``: about 2·sqrt(T) kernels a layer
+(prefill, a no-grad forward) runs the same recurrence chunked (``chunked_scan``: about 3·sqrt(T) kernels a layer
 instead of the loop's 3·T, in place over the two (B, T, I, N) fp32 tensors the loop reads, so no more memory) and
 reads every state in one batched matmul; under autograd (training) the loop runs, as its saved activations are
 counted (tfcalc.architecture.mamba1, ``saved``). A decode step runs the same recurrence once over the state
@@ -69,12 +69,12 @@ class Mamba1State(FixedState):
 
 
 def chunked_scan(dA: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-    """Every state h_t = dA_t·h_{t-1} + update_t (h_0 = 0) of a prompt, out of autograd, in about 2·sqrt(T) kernels
+    """Every state h_t = dA_t·h_{t-1} + update_t (h_0 = 0) of a prompt, out of autograd, in about 3·sqrt(T) kernels
     where the position-by-position loop takes 3·T (tfcalc.architecture.mamba1, ``scan_chunks``): the T positions
     cut into c chunks of L (and a tail of r < L),
 
     1. within every chunk at once, the recurrence from a zero state, one addcmul_ a position (L - 1 kernels over
-       (B, c, I, N)), and each chunk's running product of its decays (one cumprod);
+       (B, c, I, N)), and each chunk's running product of its decays (one mul_ a position, where c > 1);
     2. the state entering each chunk, S_{j+1} = P_j·S_j + H_j (P_j its decays' product, H_j its last local state):
        c - 1 kernels over (B, I, N);
     3. every position of chunks 1.. gets its running product times its chunk's entering state (one addcmul_);
@@ -88,10 +88,11 @@ def chunked_scan(dA: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
     body = c * L
     a = dA[:, :body].unflatten(1, (c, L))  # (B, c, L, I, N), views
     h = update[:, :body].unflatten(1, (c, L))
-    for t in range(1, L):  # 1: within each chunk, from zero
-        h[:, :, t].addcmul_(a[:, :, t], h[:, :, t - 1])
+    for t in range(1, L):  # 1: within each chunk, from zero; the decays' running product (a CPU's cumprod over a
+        h[:, :, t].addcmul_(a[:, :, t], h[:, :, t - 1])  # middle dimension is 20x slower than these steps)
+        if c > 1:
+            a[:, :, t].mul_(a[:, :, t - 1])
     if c > 1:
-        a.cumprod_(dim=2)  # 1: each position's decay product since its chunk began
         entering = torch.empty_like(h[:, :, 0])  # (B, c, I, N); chunk 0 enters at zero (never read)
         entering[:, 1] = h[:, 0, -1]
         for j in range(2, c):  # 2: S_j = P_{j-1}·S_{j-1} + H_{j-1}

@@ -12,7 +12,7 @@ Then, per step (``overhead``), added to the rows' sum:
 
 1. kernels: every matmul and non-matmul kernel of every layer pays ``kernel_s`` (attention's Q·Kᵀ,
    softmax and ·V fused into one kernel; a mixer's work in as many kernels as it says, ``Elementwise.kernels``:
-   Mamba-1's prompt scan, chunked, about 2·sqrt(T) a layer, tfcalc.architecture.mamba1.scan_kernels);
+   Mamba-1's prompt scan, chunked, about 3·sqrt(T) a layer, tfcalc.architecture.mamba1.scan_kernels);
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
 3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once); a
