@@ -226,9 +226,9 @@ def test_the_preset_is_the_published_config_json(codestral):
 @pytest.mark.parametrize("seq", [33, 64, 100, 200])
 def test_saved_activations_equal_what_autograd_keeps(pattern, seq):
     """fp32, CPU, chunks of 32 (two to seven here): the count's bytes kept for backward are autograd's saved
-    tensors' bytes (tfcalc.measure.memory.forward_loss), less what the per-token terms cannot hold -- each
-    sequence's bytes floored to whole bytes per token (under one byte per token per term), and a few H-wide fp32
-    tensors a Mamba2 layer keeps whatever the tokens (A = -exp(A_log) and its uses, 16·H bytes here)."""
+    tensors' bytes (tfcalc.measure.memory.forward_loss) to the byte -- each sequence's bytes whole (the per-token
+    terms are exact fractions of them) and the two H-wide fp32 tensors a Mamba2 layer keeps whatever the tokens
+    (A = -exp(A_log): exp's result and its negation, 8·H bytes). Before: low by up to 16·H + 4·seq bytes a layer."""
     from tfcalc.count.model import memory as mem
     from tfcalc.measure.memory import forward_loss
     from tfcalc.model import build_model
@@ -240,7 +240,7 @@ def test_saved_activations_equal_what_autograd_keeps(pattern, seq):
     _, saved = forward_loss(model, torch.randint(0, 97, (2, seq)), count_saved=True)
     counted = mem.activations(cfg, Workload(batch=2, seq=seq, dtype="fp32")).stored
     mamba_layers = pattern.count("M")
-    assert 0 <= saved - counted <= mamba_layers * (16 * 8 + 2 * 2 * seq)
+    assert saved == counted, (saved - counted, mamba_layers)
 
 
 def test_saved_activations_of_a_single_chunk_are_within_four_percent():

@@ -18,8 +18,11 @@ modeling_jamba.py). d = d_model, I the inner width (``intermediate_size`` = expa
 **FLOPs of step 5** (``mixing``, per token): the state update (dt·x)·Bᵀ, an outer product (I, 1) @ (1, N):
 2·I·N (``update``); the read h·C, (I, N) @ (N, 1): 2·I·N (``read``). Mamba-1's A varies per channel and state
 index, so the scan has no chunked matmul form (Mamba2's SSD needs a scalar decay per head): transformers' torch
-path and tfcalc's module both run the recurrence position by position. FlopCounterMode on transformers' path sees
-the read (a matmul per position) but not the update, which transformers writes as two elementwise products
+path runs the recurrence position by position (3·T kernels a layer), as tfcalc's module does under autograd; out
+of it (prefill) tfcalc's module runs the same recurrence in chunks of about sqrt(T) (``scan_chunks``,
+``scan_kernels``: about 3·sqrt(T) kernels, priced so by tfcalc.count.perf.inference), its running products and
+fix-up 3 FLOPs an element more, not counted (the sequential recurrence's are). FlopCounterMode on transformers'
+path sees the read (a matmul per position) but not the update, which transformers writes as two elementwise products
 (discrete_B * hidden_states): the update is counted here by hand and named where the tests compare (tfcalc's
 module runs it as a batched outer-product matmul, which FlopCounterMode sees). The decay exp(dt·A)·h and its add
 are elementwise (``elementwise``). The convolution counts as position mixing too: 2·I·K per position (``conv``;
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture import kinds
@@ -49,6 +53,37 @@ from tfcalc.errors import InputError
 
 FP32 = 4
 NORMS = ("none", "weightless", "weighted")
+
+
+def scan_chunks(queries: int) -> tuple[int, int, int]:
+    """(L, c, r): a prompt of T positions scanned as c chunks of L = floor(sqrt(T)) and a tail of r < L
+    (tfcalc.model.mamba1.chunked_scan): about 3·sqrt(T) kernels (``scan_kernels``)."""
+    L = max(1, math.isqrt(queries))
+    c = queries // L
+    return L, c, queries - c * L
+
+
+def scan_kernels(queries: int) -> int:
+    """Kernels of the elementwise part of a prompt's scan out of autograd (tfcalc.model.mamba1.chunked_scan):
+    dt·A and its exp (2), the chunks' recurrence (L - 1 addcmul_), where c > 1 their running products (L - 1 mul_),
+    the entering states (a copy and c - 2 addcmul) and the fix-up (one addcmul_), the tail (r). The two matmuls
+    (update, read) are one batched kernel each (``mixing``)."""
+    L, c, r = scan_chunks(queries)
+    return 2 + (L - 1) + ((L - 1) + c if c > 1 else 0) + r
+
+
+def scan_passes(queries: int) -> int:
+    """Element passes over the (T, I, N) fp32 tensors of a prompt's chunked scan, per (channel, state index): dt·A
+    written (1), its exp read and written (2), the update matmul's output written and the read matmul's input read
+    (2: their ``mixing`` io counts their other operands), the chunks' recurrence reading the decay, the previous and
+    the current state and writing it (4 over c·(L - 1) positions), the running products reading two decays and
+    writing one (3 over c·(L - 1), where c > 1), the entering states (a copy, 2, and c - 2 steps of the recurrence,
+    4 each, over one position), the fix-up reading the products, the states and the entering state and writing the
+    states (3 over (c - 1)·L, 1 over c - 1), the tail as the recurrence (4 over r). Times 4 bytes and I·N: the
+    scan's memory traffic (``elementwise``)."""
+    L, c, r = scan_chunks(queries)
+    chunks = 3 * c * (L - 1) + 2 + 4 * (c - 2) + 3 * (c - 1) * L + (c - 1) if c > 1 else 0
+    return 5 * queries + 4 * c * (L - 1) + chunks + 4 * r
 
 
 @dataclass(frozen=True)
@@ -132,7 +167,11 @@ class Mamba1:
         i, n, t = self.inner, self.state_size, queries
         out = [Elementwise("ssm", "Mamba-1 conv SiLU", t * i, per_element=4),
                Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
-               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4),
+               # a prompt's chunked scan runs in scan_kernels(t) kernels, moving scan_passes(t) fp32 passes (its
+               # running products and fix-up, 3 more FLOPs an element, not counted: the sequential recurrence's are)
+               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4,
+                           kernels=scan_kernels(t) if t > 1 else 1,
+                           traffic=FP32 * i * n * scan_passes(t) if t > 1 else None),
                Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
         if self.bcdt_norm != "none":
             out.append(Elementwise("ssm", "Mamba-1 RMSNorms on dt, B, C", t * self.proj_width,
@@ -164,21 +203,23 @@ class Mamba1:
         - ``attn_output``: y + D·x (F·I), silu(z) (F·I) and its input z (below fp32 an fp32 copy, F·I; in fp32 a
           view of in_proj's whole output, e·2I), and out_proj's input (e·I).
 
-        Checked against the tensors autograd saves in fp32 and bf16 (tests/model/test_mamba1.py): equal but for the
-        flooring to whole bytes per token and the per-layer tensors that do not grow with the tokens (exp(A_log)
-        and A, F·I·N each, and below fp32 D's fp32 copy, F·I), left out as xIELU's scalars are."""
+        The per-sequence convolution input and the per-layer tensors that do not grow with the tokens (exp(A_log)
+        and A, F·I·N each, and below fp32 D's fp32 copy, F·I) are exact fractions of a token (the fold, times
+        batch·seq, makes them whole). Checked against the tensors autograd saves in fp32 and bf16
+        (tests/model/test_mamba1.py): equal to the byte."""
         F, i, r, n, k, w = FP32, self.inner, self.dt_rank, self.state_size, self.conv_kernel, self.proj_width
         low = e != F
 
         def fp32_use(elements: int) -> int:  # an fp32 use of an e tensor: a copy below fp32, a view in fp32
             return F * elements if low else 0
 
-        qkv = e * i * (seq + k - 1) // seq + 2 * e * i + F * i + F * i + fp32_use(i)
+        qkv = Fraction(e * i * (seq + k - 1), seq) + 2 * e * i + F * i + F * i + fp32_use(i)
         if self.bcdt_norm == "none":
             x_proj = e * w + fp32_use(2 * n)
         else:  # the norms read x_proj's output in fp32 (itself in fp32, copies below it): nothing keeps it in e
             x_proj = F * w + 3 * F + e * r + F * 2 * n + e * w * (self.bcdt_norm == "weighted")
-        scan = 2 * F * i * n + F * i
+        # per micro-batch, not per token: exp(A_log) and A (F·I·N each), below fp32 D's fp32 copy (F·I)
+        scan = 2 * F * i * n + F * i + Fraction(2 * F * i * n + fp32_use(i), batch * seq)
         out = F * i + F * i + (fp32_use(i) if low else e * 2 * i) + e * i
         return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.kinds import LayerSlots, MixerKind, register
@@ -203,10 +204,9 @@ class Mamba2:
           each layout checked in fp32 in tests/model/test_falcon_h1.py).
 
         Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
-        more but for the flooring and a few H-wide tensors a layer keeps whatever the tokens (A = -exp(A_log) and
-        its uses), left out as xIELU's scalars are; over one chunk (T <= C_) fewer operands are copied, and the
-        count is high by a few per cent. Below fp32 the dtype-dependent views and copies are as written above,
-        not checked against autograd."""
+        more, A = -exp(A_log)'s two H-wide fp32 tensors included (per micro-batch, not per token); over one chunk
+        (T <= C_) fewer operands are copied, and the count is high by a few per cent. Below fp32 the dtype-dependent
+        views and copies are as written above, not checked against autograd."""
         F, H, P, N, G, K, C = FP32, self.n_heads, self.head_dim, self.state_size, self.n_groups, \
             self.conv_kernel, self.chunk_size
         I_, cd, c = self.inner, self.conv_dim, self.chunks(seq)
@@ -217,7 +217,11 @@ class Mamba2:
         norm = z + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
         if self.gate_norm == "none":  # z, y and silu(z) in fp32, the product (out_proj's input); not checked
             norm = z + 2 * F * I_ + e * I_
-        return {"qkv": qkv // seq, "attn_scores": scan // seq, "attn_output": norm}
+        # per token as exact fractions: a sequence's bytes over its tokens, and A = -exp(A_log)'s two fp32 H-wide
+        # tensors (exp's result, and the negation the product with dt keeps) over the micro-batch's, so that the
+        # fold (tfcalc.count.model.activations, times batch·seq) gives whole bytes
+        return {"qkv": Fraction(qkv, seq), "attn_scores": Fraction(scan, seq) + Fraction(2 * F * H, batch * seq),
+                "attn_output": norm}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once: in_proj's output, the convolution's, the scan's chunk scores."""

@@ -114,6 +114,10 @@ class Elementwise:
     elements: int
     norm: Optional[Norm] = None
     per_element: Optional[int] = None
+    kernels: int = 1  # the kernels it runs in (Mamba-1's chunked scan: about 2·sqrt(T); tfcalc.count.perf.inference)
+    # bytes its kernels move per sequence where they are not one read and one write of ``elements`` activations
+    # (Mamba-1's fp32 scan, many passes over its (T, I, N) tensors); None: 2·elements·activation bytes
+    traffic: Optional[int] = None
 
 
 @dataclass(frozen=True)

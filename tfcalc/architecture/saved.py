@@ -48,12 +48,23 @@ def _qk_norm_keeps_qkv(att: Mixer, e: int) -> bool:
     return att.qk_norm is not None and (att.qk_norm.kind == "layernorm" or e == FP32)
 
 
+def _fused_kept(att: Mixer, e: int) -> bool:
+    """Under the fused kernel, whether a view of the fused QKV output (Q's alone in a reader) reaches autograd:
+    SDPA reads V (or Q) as a view, or a norm of Q, K or V heads keeps its input (LayerNorm; RMSNorm in fp32). With
+    Q and K new and each V head normed (Gemma 4, 3n) below fp32 the norms keep fp32 copies: none is kept."""
+    reader = getattr(att, "reader", False)
+    v_view = not reader and getattr(att, "v_norm", None) is None
+    v_norm_keeps = getattr(att, "v_norm", None) is not None and not reader and _keeps_input(att.v_norm, e)
+    return v_view or not _new_qk(att) or _qk_norm_keeps_qkv(att, e) or v_norm_keeps
+
+
 def _qk_norm_bytes(att: Mixer, e: int) -> int:
     """Per token, what the Q and K norms keep, one row per head (step 6)."""
-    rows = att.n_head + att.n_kv_head
+    reader = getattr(att, "reader", False)  # step 8: no K of its own
+    rows, k = att.n_head + (0 if reader else att.n_kv_head), (0 if reader else att.k_width)
     if att.qk_norm.kind == "layernorm":  # per-head weights (Cohere): their product keeps the normed x̂ too
-        return 2 * FP32 * rows + (e * (att.q_width + att.k_width) if att.qk_norm_heads else 0)
-    return FP32 * (att.q_width + att.k_width) * (2 if e < FP32 else 1) + FP32 * rows
+        return 2 * FP32 * rows + (e * (att.q_width + k) if att.qk_norm_heads else 0)
+    return FP32 * (att.q_width + k) * (2 if e < FP32 else 1) + FP32 * rows
 
 
 def _written_out(att: Mixer, batch: int, seq: int, e: int) -> dict[str, int]:
@@ -117,9 +128,12 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
     """{term: bytes per token} one self-attention keeps beside the block's norm and the QKV input (steps 3-6,
     and 9's scores dropout), under ``kernel``."""
     q, k, v, o, a = att.q_width, att.k_width, att.v_width, att.out_width, att.n_head
+    if getattr(att, "reader", False):  # step 8: Q alone; K and V are its source layer's, kept there
+        k = v = 0
+    fused = q + k + (0 if getattr(att, "v_from_k", False) else v)  # step 7: V read from K has no rows of its own
     out: dict[str, int] = {}
     if kernel == "flash":
-        out["qkv"] = e * (q + k + v)
+        out["qkv"] = e * fused if _fused_kept(att, e) else 0
         out["rope_qk"] = e * (q + k) if _new_qk(att) else 0
         out["attn_scores"] = 0
         out["softmax_stats"] = FP32 * a  # log-sum-exp per head
@@ -127,13 +141,16 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
         out.update(_written_out(att, batch, seq, e), rope_qk=0)
     else:
         v_is_view = att.n_kv_head == att.n_head and (batch == 1 or att.n_head == 1)
-        fused = v_is_view or _qk_norm_keeps_qkv(att, e)  # the whole fused QKV output is kept through a view
-        out["qkv"] = e * (2 * q + (0 if v_is_view else o)) + (e * (q + k + v) if fused else 0)  # K, V per query head
+        kept = v_is_view or _qk_norm_keeps_qkv(att, e)  # the whole fused QKV output is kept through a view
+        out["qkv"] = e * (2 * q + (0 if v_is_view else o)) + (e * fused if kept else 0)  # K, V per query head
         out["rope_qk"] = 0
         out["attn_scores"] = e * a * seq  # softmax output, the s² term
         out["softmax_stats"] = 0
     if att.qk_norm is not None:
         out["qk_norm"] = _qk_norm_bytes(att, e)
+    if getattr(att, "v_norm", None) is not None and v:  # Gemma 4, 3n: each V head normed, no weight: its 1/rms
+        # and its output (SDPA's V), below fp32 its fp32 copy (no x̂ apart from the output: no weight to scale)
+        out["qk_norm"] = out.get("qk_norm", 0) + FP32 * att.n_kv_head + e * v + (FP32 * v if e != FP32 else 0)
     out["attn_output"] = e * o  # SDPA output = O-projection input
     if getattr(att, "output_gate", False):  # Qwen3-Next: sigmoid(gate) and the gated product (O's input) kept too
         out["attn_output"] += 2 * e * o

@@ -32,6 +32,7 @@ from tfcalc.architecture.ffn import FFN
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.norm import Norm
+from tfcalc.architecture.saved import norm_bytes
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -129,17 +130,20 @@ class Zamba2Hybrid:
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
-        """Both mixers' terms, and per token the block's own: [h | e] and its normed copy (2·2d·e) with 1/rms in
-        fp32, the FFN norm's input and output (2·d·e), the MLP's fused output, activation output and product
-        (4·f·e), the adapters' inputs to B (r each) and the Linear's input (d·e), h + t and its normed copy (2·d·e).
-        Against autograd in fp32 (tests/model/test_zamba2.py) this is low by one d-wide fp32 tensor a use (e·d per
-        token, under 1 % of the model's total there), which the derivation does not place: said, not hidden."""
+        """Both mixers' terms (the block's norm and input terms stand for the Mamba2 norm of h + t and in_proj's
+        input), and per token the shared block's own: the 2d-wide norm of [h | e] (norm_bytes: in fp32 the concat
+        itself, 1/rms, x̂) and its output u (the Q, K, V and adapters' input, e·2d), the FFN norm of the attention's
+        output and its output a (the MLP's and its adapter's input, e·d), the MLP's fused output, activation
+        output and product (4·f·e), the adapters' inputs to B (r each) and the Linear's input (d·e). Exact against
+        autograd in fp32 and bf16 (tests/model/test_zamba2.py)."""
         d, f, r = self.d_model, self.mlp.d_ff, self.adapter_rank
         out = dict(self.attention.saved(batch, seq, e, kernel, dropout))
         for term, value in self.ssm.saved(batch, seq, e, kernel, dropout).items():
             out[term] = out.get(term, 0) + value
         adapters = r * (1 + (3 if self.attn_adapters else 0))
-        out["shared_block"] = e * (4 * d + 2 * d + 4 * f + adapters + d + 2 * d) + 3 * 4
+        wide = dataclasses.replace(self.norm, width=2 * d)
+        out["shared_block"] = (norm_bytes(wide, e) + e * 2 * d + norm_bytes(self.norm, e) + e * d
+                               + e * (4 * f + adapters + d))
         return out
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:

@@ -1,13 +1,17 @@
 """The Mamba-1 mixer's torch module and its generation state (tfcalc.architecture.mamba1 derives every figure).
 
-Prefill (and the uncached forward) runs transformers' torch path (models/mamba/modeling_mamba.py,
-``mamba_selective_scan``'s sequential loop): dt, exp(dt·A) and the updates (dt·x)·Bᵀ for every position at once in
-fp32, then the recurrence h_t = exp(dt_t·A)·h_{t-1} + update_t and the read h_t·C_t position by position (A varies
-per channel and state index, so Mamba2's chunked matmul form does not apply; mamba_ssm's fused CUDA scan is not
-built). A decode step runs the same recurrence once over the state allocated once (``Mamba1State``: the
-convolution's last K inputs and the I × N SSM state), in place, the same ops on the same shapes at every position,
-nothing read back to the host. The update is a batched outer-product matmul (transformers multiplies elementwise:
-the same values), so FlopCounterMode sees what the count names. The causal convolution pads the left only.
+Transformers' torch path (models/mamba/modeling_mamba.py, MambaMixer.slow_forward's sequential loop): dt, exp(dt·A)
+and the updates (dt·x)·Bᵀ for every position at once in fp32, then the recurrence h_t = exp(dt_t·A)·h_{t-1} +
+update_t and the read h_t·C_t position by position (A varies per channel and state index, so Mamba2's chunked matmul
+form, a scalar decay per head, does not apply; mamba_ssm's fused CUDA scan is not built). A prompt out of autograd
+(prefill, a no-grad forward) runs the same recurrence chunked (``chunked_scan``: about 3·sqrt(T) kernels a layer
+instead of the loop's 3·T, in place over the two (B, T, I, N) fp32 tensors the loop reads, so no more memory) and
+reads every state in one batched matmul; under autograd (training) the loop runs, as its saved activations are
+counted (tfcalc.architecture.mamba1, ``saved``). A decode step runs the same recurrence once over the state
+allocated once (``Mamba1State``: the convolution's last K inputs and the I × N SSM state), in place, the same ops on
+the same shapes at every position, nothing read back to the host. The update is a batched outer-product matmul
+(transformers multiplies elementwise: the same values), so FlopCounterMode sees what the count names. The causal
+convolution pads the left only.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcalc.architecture.mamba1 import Mamba1
+from tfcalc.architecture.mamba1 import Mamba1, scan_chunks
 from tfcalc.model.fixed_state import FixedState
 from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
@@ -64,6 +68,41 @@ class Mamba1State(FixedState):
                          (ssm.shape, dtype if ssm.dtype is None else DTYPES[ssm.dtype]))
 
 
+def chunked_scan(dA: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+    """Every state h_t = dA_t·h_{t-1} + update_t (h_0 = 0) of a prompt, out of autograd, in about 3·sqrt(T) kernels
+    where the position-by-position loop takes 3·T (tfcalc.architecture.mamba1, ``scan_chunks``): the T positions
+    cut into c chunks of L (and a tail of r < L),
+
+    1. within every chunk at once, the recurrence from a zero state, one addcmul_ a position (L - 1 kernels over
+       (B, c, I, N)), and each chunk's running product of its decays (one mul_ a position, where c > 1);
+    2. the state entering each chunk, S_{j+1} = P_j·S_j + H_j (P_j its decays' product, H_j its last local state):
+       c - 1 kernels over (B, I, N);
+    3. every position of chunks 1.. gets its running product times its chunk's entering state (one addcmul_);
+    4. the tail's r positions continue the recurrence one addcmul_ each.
+
+    The products and sums are the loop's, associated otherwise: equal to it within fp32 rounding. ``update`` is
+    overwritten with the states and ``dA`` with the running products: no (B, T, I, N) tensor beyond the two the
+    loop reads (dA, update: both already in memory, fp32)."""
+    B, T = dA.shape[:2]
+    L, c, r = scan_chunks(T)
+    body = c * L
+    a = dA[:, :body].unflatten(1, (c, L))  # (B, c, L, I, N), views
+    h = update[:, :body].unflatten(1, (c, L))
+    for t in range(1, L):  # 1: within each chunk, from zero; the decays' running product (a CPU's cumprod over a
+        h[:, :, t].addcmul_(a[:, :, t], h[:, :, t - 1])  # middle dimension is 20x slower than these steps)
+        if c > 1:
+            a[:, :, t].mul_(a[:, :, t - 1])
+    if c > 1:
+        entering = torch.empty_like(h[:, :, 0])  # (B, c, I, N); chunk 0 enters at zero (never read)
+        entering[:, 1] = h[:, 0, -1]
+        for j in range(2, c):  # 2: S_j = P_{j-1}·S_{j-1} + H_{j-1}
+            torch.addcmul(h[:, j - 1, -1], a[:, j - 1, -1], entering[:, j - 1], out=entering[:, j])
+        h[:, 1:].addcmul_(a[:, 1:], entering[:, 1:, None])  # 3
+    for t in range(body, T):  # 4: the tail
+        update[:, t].addcmul_(dA[:, t], update[:, t - 1])
+    return update
+
+
 class Mamba1Mixer(MixerModule):
     def __init__(self, spec: Mamba1):
         super().__init__()
@@ -103,6 +142,11 @@ class Mamba1Mixer(MixerModule):
             h = store.ssm.float() * dA[:, 0] + update[:, 0]
             store.ssm.copy_(h.to(store.ssm.dtype))
             return (h @ C[:, 0])[..., 0][:, None]  # (B, I, N) @ (B, N, 1)
+        if not (torch.is_grad_enabled() and (dA.requires_grad or update.requires_grad)):
+            h = chunked_scan(dA, update)  # (B, T, I, N), every state, in update's storage
+            if store is not None:
+                store.ssm.copy_(h[:, -1].to(store.ssm.dtype))
+            return (h @ C)[..., 0]  # (B, T, I, N) @ (B, T, N, 1): every position's read in one batched matmul
         h = update[:, 0].clone()  # h_1 from h_0 = 0
         ys = [h @ C[:, 0]]
         for t in range(1, dA.shape[1]):

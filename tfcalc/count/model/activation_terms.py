@@ -48,7 +48,8 @@ per token per layer:
    is routed to, the expert's input rows (index_select), its hidden tensors (as 7), its output and the
    weighted output, and the routing weight: k·(3·e·h + hidden + e), plus the fp32 softmax of the k chosen
    logits, 4·k (of all E, 4·E, when the top k are not renormalized; DeepSeek's routing: the scores of all E,
-   4·E, and renormalized the k chosen and their sum, 4·(k + 1) more). A shared expert keeps its hidden
+   4·E, and renormalized the k chosen and their sum, 4·(k + 1) more; Gemma 4's experts beside the MLP, their
+   norms and router besides: ``beside_terms``). A shared expert keeps its hidden
    tensors as 7 (its input is the router's) and with a gate the sigmoid output e and the shared output
    e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C input rows instead,
    and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e);
@@ -70,6 +71,19 @@ per token per layer:
    log-sum-exp 4·H. "math" (what SDPA runs on a CPU when h_v differs from h_n + h_r): Q and K as the
    matmuls keep them, V e·H·h_v (the whole W_kvb output when it stays a view: batch 1, one head or one position), the
    softmax output e·H·s. The compressions are replicated on every tensor-parallel rank (key "latent").
+13. Gemma 3n and Gemma 4 (``altup_terms``, ``laurel_terms``, ``ple_gate_terms``; tfcalc.model.altup, .per_layer;
+   n streams of d, LAuReL rank r, per-layer inputs p wide): AltUp's predict keeps the block's input, all n
+   streams (e·n·d: (n, n) @ streams), its router norm (whose input, in fp32 or under LayerNorm, is a view of
+   those streams: kept with them), the router's input e·d, tanh's fp32 output 4·n (below fp32 the cast,
+   the coefficients' input, e·n), the coefficients e·n²; the attention norm's input is a view of the n
+   predictions: where a norm keeps its input, the whole e·n·d. Correct keeps a norm of the block's output, the
+   router's input and tanh's as predict's, the coefficients plus one e·n and the innovation e·d; with a
+   per-layer input, the corrected streams too (e·n·d: the output scale's product, or the gate, reads a view of
+   them; without one they are the next block's input). LAuReL: the right matrix's input e·r and a norm of its
+   output. The per-layer gate: its input e·d (the scaled first stream; Gemma 4's block output), the
+   activation's input, output and product with the layer's input, e·p each (ReLU keeps its output: 2), and a
+   norm of the projection's output. Gemma 3n's activation sparsity (step 7) keeps the top-k's ReLU output e·f
+   and the gate's standard deviation, e per token, more.
 """
 
 from __future__ import annotations
@@ -101,6 +115,32 @@ def ffn_factor(ffn: FFN) -> int:
     return {"relu": 1, "xielu": 5}.get(ffn.activation, 2)
 
 
+def altup_terms(block: Block, e: int) -> dict[str, int]:
+    """Step 13, per token: AltUp's predict and correct around ``block`` (and its norms' views of the streams)."""
+    altup, norm, d = block.altup, block.norm, block.mixer.d_model
+    n, shared = altup.n, shared_input_bytes(block.norm, e)
+    tanh = FP32 * n + (e * n if e != FP32 else 0)  # tanh in fp32, cast back below it (tfcalc.model.altup)
+    predict = e * n * d + norm_bytes(norm, e) - shared + e * d + tanh + e * n * n
+    correct = norm_bytes(norm, e) + e * d + tanh + e * n + e * d
+    corrected = e * n * d if block.per_layer_input is not None else 0
+    # the attention norm's input is a view of the n predictions: kept whole where the norm keeps its input
+    return {"altup": predict + correct + corrected, "attn_norm_streams": (n - 1) * shared}
+
+
+def laurel_terms(block: Block, e: int) -> int:
+    """Step 13, per token: LAuReL's right input and its norm (the left reads the attention's input, kept)."""
+    return e * block.laurel.rank + norm_bytes(block.norm, e)
+
+
+def ple_gate_terms(block: Block, e: int) -> int:
+    """Step 13, per token: a block's per-layer input gate (its input the scaled first stream, or the block's
+    output; Gemma 3n without the output scale reads a view of the corrected streams, kept by ``altup_terms``)."""
+    gate, norm = block.per_layer_input, block.norm
+    view = block.altup is not None and not block.altup.correct_scale
+    return (0 if view else e * gate.d_model) + (2 if gate.activation == "relu" else 3) * e * gate.width \
+        + norm_bytes(norm, e)
+
+
 def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, dropout: bool = False) -> dict[str, int]:
     """{component: bytes per token} one block keeps (steps 1-9), under kernel ``attention``."""
     ffn, norm = block.ffn, block.norm
@@ -120,12 +160,21 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
         out["moe_routing"] = k_ * (3 * e * h + e) + _router_bytes(ffn)
         if ffn.shared is not None:  # its input is the router's; gated: the sigmoid output and the shared output
             out["shared_expert"] = ffn_factor(ffn.shared) * e * ffn.shared.d_ff + (e * h + e if ffn.shared_gate else 0)
-    else:
-        out["ffn_hidden"] = ffn_factor(ffn) * e * ffn.d_ff
+        if ffn.beside_mlp is not None:
+            out["moe_beside"] = beside_terms(ffn, e)
+    else:  # Gemma 3n's sparsity: the top-k's ReLU output and the gate's standard deviation (step 13)
+        sparse = (e * ffn.d_ff + e) if ffn.sparsity else 0
+        out["ffn_hidden"] = ffn_factor(ffn) * e * ffn.d_ff + sparse
     if block.placement == "sandwich":
         out["ffn_post_norm"] = norm_bytes(norm, e)
     if block.hyper is not None:  # step 12: DeepSeek-V4's hyper-connections, around each of the two sub-layers
         out["hyper_connections"] = 2 * hyper_bytes(block.hyper, h, e)
+    if block.altup is not None:  # step 13
+        out.update(altup_terms(block, e))
+    if block.laurel is not None:
+        out["laurel"] = laurel_terms(block, e)
+    if block.per_layer_input is not None:
+        out["ple_gate"] = ple_gate_terms(block, e)
     out["dropout"] = 2 * h if dropout else 0  # the 1-byte masks of the attention and FFN outputs
     out["scores_dropout"] = scores_dropout
     # a block of one sub-layer (a Mamba2 block, Nemotron-H's layers): the absent one's norm and input kept nowhere
@@ -134,6 +183,19 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     if not isinstance(ffn, MoE) and ffn.absent:
         out.update(ffn_norm=0, ffn_input=0)
     return out
+
+
+def beside_terms(moe: MoE, e: int) -> int:
+    """Step 8, Gemma 4's experts beside the MLP (tfcalc.model.beside), per token, beyond a mixture's terms: the MLP's
+    post-norm and the experts' post-norm (norm_bytes each), the experts' pre-norm of the block's unnormed input (in
+    fp32 or under LayerNorm that input itself, which the block's FFN norm keeps); the router's weightless RMSNorm
+    of the same input (1/rms in fp32, below fp32 an fp32 copy, and its output, which the router scale's product
+    keeps, e·h) and the router's input e·h; beside the k renormalized weights counted, the softmax over all E, the
+    k chosen and their sum (fp32) and the k experts' scales gathered (e·k)."""
+    norm, h, k = moe.beside_mlp, moe.d_model, moe.top_k
+    norms = 3 * norm_bytes(norm, e) - shared_input_bytes(norm, e)
+    route = (FP32 * h if e != FP32 else 0) + FP32 + 2 * e * h
+    return norms + route + FP32 * (moe.n_expert + k + 1) + e * k
 
 
 def hyper_bytes(hyper, d: int, e: int) -> int:

@@ -115,9 +115,32 @@ def head_activations(cfg: ModelConfig, e: int) -> dict[str, int]:
         out["head_transform"] = e * h + (0 if shared else e * h) + norm_bytes(head.transform, e)
     if head.softcap is not None:
         out["logit_softcap"] = e * V
+    out.update(_stream_terms(stack, e))
     if head.hyper is not None:  # DeepSeek-V4's hc_head (tfcalc.model.hyper.HyperHead): the n streams (below fp32
         n = head.hyper.streams  # an fp32 copy too), 1/rms and the normed streams, the mixes, sigmoid, pre + eps
         out["hc_head"] = e * n * h + (FP32 * n * h if e != FP32 else 0) + FP32 * (1 + n * h + 3 * n)
+    return out
+
+
+def _stream_terms(stack: Stack, e: int) -> dict[str, int]:
+    """{component: bytes per token} at the embeddings and the head of Gemma 3n's and Gemma 4's stacks
+    (tfcalc.model.altup.Streams, tfcalc.model.per_layer.PerLayerInputs). AltUp's expand keeps the embeddings
+    x (e·h: x² and the projections read them), mean(x²) and its root e each, and for each of the n - 1
+    projections its output (its square and the rescale read it) e·h, the clamped mean of its square and its
+    root e each, and the rescaled product e·h; the merge the same, reading the last block's n streams through
+    a view (e·n·h). Per-layer inputs: the projection's input (the embeddings: AltUp's, or, in fp32 or under
+    LayerNorm, the first block's norm's input, kept there), the norm of each layer's p channels, and the
+    inputs the blocks read, e·L·p."""
+    emb, h, out = stack.embeddings, stack.embeddings.d_model, {}
+    if emb.altup is not None:
+        rescaled = (emb.altup.n - 1) * (2 * e * h + 2 * e)
+        # the expand at the embeddings (a pipeline's first stage), the merge before the final norm (its last)
+        out["altup_expand"] = e * h + 2 * e + rescaled
+        out["altup_merge"] = e * emb.altup.n * h + 2 * e + rescaled
+    if emb.per_layer is not None:
+        pl, first = emb.per_layer, stack.layer(0)
+        x = 0 if emb.altup is not None else e * h - shared_input_bytes(first.norm, e)
+        out["per_layer_inputs"] = x + norm_bytes(pl.norm, e, rows=pl.n_layer) + e * pl.n_layer * pl.width
     return out
 
 
@@ -245,7 +268,8 @@ def _terms_by_block(arch: Architecture, batch: int, seq: int, src: int, e: int, 
         for block in {id(b): b for run in stack.runs for b in run.pattern}.values():
             if (stack.name, block) not in by_value:
                 kernel = attention or block_kernel(stack, block)
-                terms = {key: tokens * n for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
+                terms = {key: int(tokens * n)  # a mixer's Fraction of a sequence's bytes: whole here
+                         for key, n in layer_terms(block, batch, length, e, kernel, dropout).items()}
                 if block.cross_attention is not None:  # src external states (an encoder's output)
                     cross_kernel = attention or block.cross_attention.kernel(False)  # no mask: its own choice
                     terms.update(cross_terms(block, batch, length, src, e, cross_kernel))  # step 10

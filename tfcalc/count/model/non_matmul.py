@@ -181,7 +181,8 @@ def _block_work(block: Block, positions: str, batch: int, seq: int, src: int | N
     if any(e.work == "rope" for e in own):
         out["rope"] = [NonMatmulEntry("rope", f"{stack}RoPE on Q and K", ROPE_PER_ELEMENT, rope, 1)]
     priced = ("softmax", "softcap", "qk_norm", "rope", "bias")  # a mixer's other work at its own per-element price
-    out["mixer"] = [NonMatmulEntry("mixer", f"{stack}{e.label}", e.per_element, batch * e.elements, 1)
+    out["mixer"] = [NonMatmulEntry("mixer", f"{stack}{e.label}", e.per_element, batch * e.elements, 1, e.kernels,
+                                   None if e.traffic is None else batch * e.traffic)
                     for e in own if e.work not in priced]
     if positions in ("alibi", "relative"):
         name = "ALiBi" if positions == "alibi" else "relative position"
@@ -194,9 +195,9 @@ def _joined(entries: list[tuple[NonMatmulEntry, int]]) -> list[NonMatmulEntry]:
     """Entries times their layers, the same work over several kinds of block joined (first seen first)."""
     out: dict[tuple, NonMatmulEntry] = {}
     for e, layers in entries:
-        key = (e.component, e.label, e.per_element, e.elements)
+        key = (e.component, e.label, e.per_element, e.elements, e.kernels, e.traffic)
         copies = e.copies * layers + (out[key].copies if key in out else 0)
-        out[key] = NonMatmulEntry(e.component, e.label, e.per_element, e.elements, copies)
+        out[key] = NonMatmulEntry(e.component, e.label, e.per_element, e.elements, copies, e.kernels, e.traffic)
     return list(out.values())
 
 

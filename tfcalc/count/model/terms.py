@@ -4,6 +4,7 @@ per element, and the size checks. Pure arithmetic, no torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from tfcalc.architecture.attention import causal_pairs  # noqa: F401 (re-exported: the mask is attention's)
 from tfcalc.errors import InputError
@@ -25,6 +26,8 @@ class NonMatmulEntry:
     per_element: int
     elements: int
     copies: int
+    kernels: int = 1  # per copy (a mixer's Elementwise.kernels: a loop's or a chunked scan's)
+    traffic: Optional[int] = None  # bytes per copy (a mixer's Elementwise.traffic); None: 2·elements·act bytes
 
     @property
     def total(self) -> int:

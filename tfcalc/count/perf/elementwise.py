@@ -3,7 +3,8 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
 
 1. Non-matmul kernels are memory-bound: each reads its input and writes its output once (fused as
    PyTorch's and Megatron's kernels are), so its traffic is 2 · elements · activation bytes, elements
-   from tfcalc.count.model.non_matmul (norms, activations, RoPE, residual and bias adds, ...). Under tensor
+   from tfcalc.count.model.non_matmul (norms, activations, RoPE, residual and bias adds, ...), or what a mixer
+   says its kernels move (``Elementwise.traffic``: Mamba-1's fp32 scan, tfcalc.architecture.mamba1). Under tensor
    parallelism the FFN hidden, RoPE and per-head terms are split t ways; the (B·T, d) terms (norms,
    residuals) only under sequence parallelism. The backward pass moves about twice the forward's
    (each kernel reads the gradient and its saved input and writes a gradient).
@@ -66,7 +67,8 @@ def forward_traffic(entries: list[NonMatmulEntry], act_bytes: int, tp: int = 1, 
         if is_score_level(e) or (blocks_only and is_outside_blocks(e)):
             continue
         split = tp if (e.component in SPLIT_BY_TP or sp) else 1
-        total += 2 * e.elements * e.copies * act_bytes / split
+        moved = 2 * e.elements * act_bytes if e.traffic is None else e.traffic  # a mixer's own passes (fp32 scans)
+        total += moved * e.copies / split
     return total
 
 

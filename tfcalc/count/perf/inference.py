@@ -11,7 +11,8 @@ A roofline row takes max(FLOPs / (peak × efficiency), bytes / achievable bandwi
 Then, per step (``overhead``), added to the rows' sum:
 
 1. kernels: every matmul and non-matmul kernel of every layer pays ``kernel_s`` (attention's Q·Kᵀ,
-   softmax and ·V fused into one kernel);
+   softmax and ·V fused into one kernel; a mixer's work in as many kernels as it says, ``Elementwise.kernels``:
+   Mamba-1's prompt scan, chunked, about 3·sqrt(T) a layer, tfcalc.architecture.mamba1.scan_kernels);
 2. dequantization of int8/int4 weights (tfcalc.count.perf.elementwise, step 4): each quantized weight
    the step reads, once;
 3. the non-matmul kernels' memory traffic (norms, activations, RoPE, residuals: read and written once); a
@@ -114,7 +115,7 @@ def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
             n += e.copies
     for e in non_matmul_entries(cfg, batch, queries, step=queries == 1):  # a decode step's own form, as above
         if not elementwise.is_score_level(e):
-            n += e.copies
+            n += e.copies * e.kernels  # a mixer's work in several kernels (Mamba-1's chunked scan)
     return n
 
 
