@@ -1,0 +1,59 @@
+"""Published config.json files (or exact transcriptions of them) of issue 30's families that no other test holds:
+each read by tfcalc and built by transformers 5.24 on the meta device from the same file (no memory, no init), the
+parameters equal to the single one; the language model of a vision-language file counted beside its tower. The files
+and where each was read: tests/fixtures/published_configs/README.md. Counts that a model card states are held to it
+(within the rounding of the card's figure)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from tfcalc.count.model import params as count
+from tfcalc.presets import load
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+FOLDER = Path(__file__).parent / "fixtures" / "published_configs"
+FILES = sorted(FOLDER.glob("*.json"))
+# the figure each model card states (total parameters), as printed, and the rounding it is printed to
+CARDS = {
+    "granitemoehybrid-h-small": (32e9, 0.5e9), "granitemoehybrid-h-tiny": (7e9, 0.5e9),
+    "granitemoehybrid-h-micro": (3e9, 0.5e9), "granitemoehybrid-h-1b": (1.5e9, 0.05e9),
+    "granitemoehybrid-h-350m": (340e6, 5e6), "qwen3_5_moe-122b-a10b": (122e9, 0.5e9),
+    "qwen3_5_moe-35b-a3b": (35e9, 0.5e9),
+}
+
+
+def transformers_total(data: dict) -> int:
+    """Parameters of the model transformers builds from this config.json: its ``architectures`` class, the config
+    class its ``model_type`` names, on meta, weights tied as the file says."""
+    import torch
+    import transformers
+    from transformers.initialization import no_init_weights
+
+    keys = {k: v for k, v in data.items() if k != "model_type"}
+    config = transformers.AutoConfig.for_model(data["model_type"], **keys)
+    with warnings.catch_warnings(), torch.device("meta"), no_init_weights():
+        warnings.simplefilter("ignore")
+        model = getattr(transformers, data["architectures"][0])(config)
+    model.tie_weights()
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_file_is_named_in_the_readme():
+    readme = (FOLDER / "README.md").read_text()
+    assert FILES and all(f"| {path.name} |" in readme for path in FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_parameters_equal_transformers_on_meta(path):
+    data = json.loads(path.read_text())
+    cfg = load(str(path))
+    total = count.total(cfg) + (cfg.vision_params or 0)
+    assert total == transformers_total(data)
+    if path.stem in CARDS:
+        stated, rounding = CARDS[path.stem]
+        assert abs(count.total(cfg) - stated) <= rounding
