@@ -1,8 +1,9 @@
 """Published config.json files (or exact transcriptions of them) of issue 30's families that no other test holds:
 each read by tfcalc and built by transformers 5.24 on the meta device from the same file (no memory, no init), the
-parameters equal to the single one; the language model of a vision-language file counted beside its tower. The files
-and where each was read: tests/fixtures/published_configs/README.md. Counts that a model card states are held to it
-(within the rounding of the card's figure)."""
+parameters equal to the single one, and the generation state at 4,096 tokens (bf16) equal to the bytes of the cache
+transformers' forward over 4,096 tokens holds. The files and where each was read:
+tests/fixtures/published_configs/README.md. Counts that a model card states are held to it (within the rounding of
+the card's figure)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ CARDS = {
     "granitemoehybrid-h-small": (32e9, 0.5e9), "granitemoehybrid-h-tiny": (7e9, 0.5e9),
     "granitemoehybrid-h-micro": (3e9, 0.5e9), "granitemoehybrid-h-1b": (1.5e9, 0.05e9),
     "granitemoehybrid-h-350m": (340e6, 5e6), "qwen3_5_moe-122b-a10b": (122e9, 0.5e9),
-    "qwen3_5_moe-35b-a3b": (35e9, 0.5e9),
+    "qwen3_5_moe-35b-a3b": (35e9, 0.5e9), "nemotron_h-8b": (8e9, 0.5e9), "nemotron_h-4b": (4e9, 0.05e9),
 }
 
 
-def transformers_total(data: dict) -> int:
-    """Parameters of the model transformers builds from this config.json: its ``architectures`` class, the config
-    class its ``model_type`` names, on meta, weights tied as the file says."""
+def transformers_model(data: dict):
+    """The model transformers builds from this config.json on meta: its ``architectures`` class, the config class its
+    ``model_type`` names, weights tied as the file says."""
     import torch
     import transformers
     from transformers.initialization import no_init_weights
@@ -40,7 +41,11 @@ def transformers_total(data: dict) -> int:
         warnings.simplefilter("ignore")
         model = getattr(transformers, data["architectures"][0])(config)
     model.tie_weights()
-    return sum(p.numel() for p in model.parameters())
+    return model
+
+
+def transformers_total(data: dict) -> int:
+    return sum(p.numel() for p in transformers_model(data).parameters())
 
 
 def test_every_file_is_named_in_the_readme():
@@ -57,3 +62,20 @@ def test_parameters_equal_transformers_on_meta(path):
     if path.stem in CARDS:
         stated, rounding = CARDS[path.stem]
         assert abs(count.total(cfg) - stated) <= rounding
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_state_at_4096_tokens_equals_transformers_cache(path):
+    """Every layer's K/V, convolution columns and recurrent state, each in the dtype transformers allocates it
+    (bf16 model; Mamba2's and the gated DeltaNet's recurrent state as their modules keep it)."""
+    import torch
+    from hf_pairs import hf_cache_bytes
+
+    from tfcalc.count.model.memory import kv_cache_bytes
+    from tfcalc.workload import Workload
+
+    model = transformers_model(json.loads(path.read_text())).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        out = model(torch.zeros(1, 4096, dtype=torch.long, device="meta"), use_cache=True)
+    cache = getattr(out, "cache", None) or out.past_key_values
+    assert kv_cache_bytes(load(str(path)), Workload(batch=1, seq=4096, kv_dtype="bf16")) == hf_cache_bytes(cache)
