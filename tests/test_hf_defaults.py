@@ -82,3 +82,15 @@ def test_an_absent_num_key_value_heads_is_the_class_default(tmp_path, model_type
     cfg = load(str(path))
     expected = transformers.AutoConfig.for_model(model_type, num_attention_heads=heads, head_dim=64).num_key_value_heads
     assert (cfg.n_head, cfg.kv_heads) == (heads, kv) and expected == kv
+
+
+@pytest.mark.parametrize("model_type, heads, kv", [("mistral", 12, 8), ("qwen3_moe", 6, 4), ("glm4", 3, 2)])
+def test_heads_the_class_default_kv_heads_do_not_divide_are_one_line(tmp_path, model_type, heads, kv):
+    """The class's K/V heads read for an absent key, then held to the heads: 12 query heads over Mistral's 8 are
+    refused in one line naming both (transformers would build 12 // 8 = 1 query head per K/V head)."""
+    data, _ = required_only(tmp_path, model_type)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(dict(data, num_attention_heads=heads, head_dim=64)))
+    with pytest.raises(InputError, match=rf"n_head \({heads}\) must be a multiple of n_kv_head \({kv}\)") as info:
+        load(str(path))
+    assert "\n" not in str(info.value)

@@ -176,3 +176,15 @@ def test_the_h_small_preset_is_its_config_json(tmp_path):
         w = Workload(batch=1, seq=seq)
         assert count_flops.forward_flops(cfg, w) == count_flops.forward_flops(preset, w)
         assert kv_cache_bytes(cfg, w) == kv_cache_bytes(preset, w)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hybrid_pattern=MMMM", "one letter per layer (40); got 4"),
+    ("hybrid_pattern=MMMMM*MMMMMMMMM*MMMMMMMMM*MMMMMMMMM*MMMX", "letter 'X' is none of"),
+    ("ssm_groups=3", "ssm_heads (128) must be a multiple of ssm_groups (3)"),
+    ("n_expert_active=73", "n_expert_active (73) must not exceed n_expert (72)"),
+    ("shared_expert_d_ff=-1", "'shared_expert_d_ff' must be positive"),
+])
+def test_bad_overrides_of_the_h_small_preset_are_one_line(cli, override, message):
+    r = cli("params", "granite-4.0-h-small", "--set", override)
+    assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1
