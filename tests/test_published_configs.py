@@ -26,6 +26,7 @@ CARDS = {
     "granitemoehybrid-h-350m": (340e6, 5e6), "qwen3_5_moe-122b-a10b": (122e9, 0.5e9),
     "qwen3_5_moe-35b-a3b": (35e9, 0.5e9), "nemotron_h-8b": (8e9, 0.5e9), "nemotron_h-4b": (4e9, 0.05e9),
     "lfm2-350m": (350e6, 5e6), "lfm2-2.6b": (2.6e9, 0.05e9), "jamba-1.5-mini": (52e9, 0.5e9),
+    "falcon_h1-1.5b": (1.55e9, 0.005e9), "falcon_h1-0.5b": (0.5e9, 0.05e9),
 }
 
 
