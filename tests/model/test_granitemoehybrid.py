@@ -8,6 +8,9 @@ whose expert loop reads routing counts back and so runs on real weights only); d
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from hf_pairs import (
@@ -22,6 +25,7 @@ from hf_pairs import (
 
 from tfcalc.count.model import flops as count_flops, params as count_params
 from tfcalc.count.model.memory import kv_cache_bytes
+from tfcalc.presets import load
 from tfcalc.workload import Workload
 
 transformers = pytest.importorskip("transformers")
@@ -127,3 +131,60 @@ def test_bad_granitemoehybrid_config_json_is_one_line(tmp_path, key, value, mess
     auto = {"mamba_d_head": "auto"} if key == "mamba_n_heads" else {}  # the head width derived from the heads
     with pytest.raises(InputError, match=message):
         config_json(tmp_path, dict(DOC_EXAMPLE, **{key: value}, **auto))
+
+
+# Granite-4.0-H-Small's config.json as transcribed (tests/fixtures/published_configs/README.md names each source;
+# presets/granite-4.0-h-small.yaml cites them key by key)
+PUBLISHED = Path(__file__).parents[1] / "fixtures" / "published_configs"
+H_SMALL = json.loads((PUBLISHED / "granitemoehybrid-h-small.json").read_text())
+
+
+def test_h_small_parameters_equal_transformers_on_meta(tmp_path):
+    """32,207,337,984: the card's "32B total"; 36 Mamba2 mixers (128 heads of 64, 1 group, state 128) and 4
+    attention layers (32 heads of 128, 8 KV heads) at layers 5, 15, 25, 35, each then 72 SwiGLU experts of 768 beside
+    a shared SwiGLU MLP of 1536; tied head. By hand as well."""
+    cfg = config_json(tmp_path, H_SMALL)
+    total = count_params.total(cfg)
+    assert total == sum(p.numel() for p in _hf(H_SMALL).parameters()) == 32_207_337_984
+    d, inner, conv, heads = 4096, 8192, 8192 + 2 * 128, 128
+    mamba = d * (inner + conv + heads) + conv * 4 + conv + 3 * heads + inner + inner * d
+    attention = d * 4096 + 2 * d * 1024 + 4096 * d
+    ffn = 72 * 3 * d * 768 + 72 * d + 3 * d * 1536
+    assert total == 36 * mamba + 4 * attention + 40 * (ffn + 2 * d) + 100352 * d + d
+
+
+def test_h_small_state_at_4096_tokens_equals_transformers_cache(tmp_path):
+    """The 4 attention layers' K/V (8 heads of 128, bf16) and the 36 Mamba2 layers' convolution (K columns, bf16) and
+    SSM state (fp32); the experts dropped (their loop cannot run on meta; the FFN holds no state)."""
+    raw = dict(H_SMALL, num_local_experts=0)
+    cfg, hf = config_json(tmp_path, raw), _hf(raw, dtype=torch.bfloat16)
+    with torch.no_grad():
+        cache = hf(torch.zeros(1, 4096, dtype=torch.long, device="meta"), use_cache=True).cache
+    by_hand = 4 * 2 * 4096 * 8 * 128 * 2 + 36 * ((8192 + 256) * 4 * 2 + 128 * 64 * 128 * 4)
+    assert kv_cache_bytes(cfg, Workload(batch=1, seq=4096, kv_dtype="bf16")) == hf_cache_bytes(cache) == by_hand
+    assert kv_cache_bytes(load("granite-4.0-h-small"), Workload(batch=1, seq=4096, kv_dtype="bf16")) == by_hand
+
+
+def test_the_h_small_preset_is_its_config_json(tmp_path):
+    cfg, preset = config_json(tmp_path, H_SMALL), load("granite-4.0-h-small")
+    assert count_params.breakdown(cfg) == count_params.breakdown(preset)
+    assert count_params.total(preset) == 32_207_337_984
+    assert abs(count_params.total(preset) / 32e9 - 1) < 0.01  # the card's "32B total"
+    # active: the 62 experts of 72 a token skips, in each of the 40 layers, left out -- about the card's "9B activated"
+    assert count_params.active_total(preset) == 32_207_337_984 - 40 * 62 * 3 * 4096 * 768 == 8_803_121_664
+    for seq in (1024, 4096):
+        w = Workload(batch=1, seq=seq)
+        assert count_flops.forward_flops(cfg, w) == count_flops.forward_flops(preset, w)
+        assert kv_cache_bytes(cfg, w) == kv_cache_bytes(preset, w)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hybrid_pattern=MMMM", "one letter per layer (40); got 4"),
+    ("hybrid_pattern=MMMMM*MMMMMMMMM*MMMMMMMMM*MMMMMMMMM*MMMX", "letter 'X' is none of"),
+    ("ssm_groups=3", "ssm_heads (128) must be a multiple of ssm_groups (3)"),
+    ("n_expert_active=73", "n_expert_active (73) must not exceed n_expert (72)"),
+    ("shared_expert_d_ff=-1", "'shared_expert_d_ff' must be positive"),
+])
+def test_bad_overrides_of_the_h_small_preset_are_one_line(cli, override, message):
+    r = cli("params", "granite-4.0-h-small", "--set", override)
+    assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1

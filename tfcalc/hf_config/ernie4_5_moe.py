@@ -29,7 +29,7 @@ from tfcalc.hf_config.reader import Reader
 
 
 def ernie4_5_moe(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0, tie=True),
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0, tie=True, n_kv_head=4),
                 d_ff_key=None)
     if r.flag("use_bias", False):
         raise r.fail("'use_bias' true is not supported: transformers puts biases on the attention, the dense MLPs "

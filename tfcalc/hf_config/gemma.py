@@ -11,15 +11,17 @@ from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 
-def gemma_common(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256, tie=True))
+def gemma_common(r: Reader, n_kv_head: int) -> None:
+    """n_kv_head: the config class's default num_key_value_heads (Gemma 16, Gemma 2 and 3 4)."""
+    base_fields(r, dict(max_position_embeddings=8192, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256, tie=True,
+                        n_kv_head=n_kv_head))
     r.take("attention_bias", "attn_bias", False)
     r.refuse("use_bidirectional_attention", True, "every layer is causal here")
     r.fields.update(embedding_scale=True)  # modeling_gemma.py: embeddings × sqrt(hidden_size)
 
 
 def gemma(r: Reader) -> None:
-    gemma_common(r)
+    gemma_common(r, 16)
     # configuration_gemma.py: the legacy hidden_act "gelu" of the released files means the tanh approximation
     act = r.get("hidden_activation", r.get("hidden_act", "gelu_pytorch_tanh"))
     r.raw = {**r.raw, "hidden_act": "gelu_pytorch_tanh" if act == "gelu" else act}

@@ -14,7 +14,7 @@ from tfcalc.hf_config.reader import Reader
 
 def gemma2(r: Reader) -> None:
     r.divisible_heads()
-    gemma_common(r)
+    gemma_common(r, 4)
     r.activation("hidden_activation", "gelu_pytorch_tanh")  # modeling_gemma2.py reads this key, not hidden_act
     scalar = r.positive("query_pre_attn_scalar", 256)
     r.fields.update(norm_placement="sandwich", attn_scale=scalar ** -0.5,

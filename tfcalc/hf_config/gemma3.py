@@ -28,7 +28,7 @@ from tfcalc.hf_config.reader import Reader
 
 def gemma3_text(r: Reader) -> None:
     r.divisible_heads()
-    gemma_common(r)
+    gemma_common(r, 4)
     r.take("max_position_embeddings", "max_seq_len", 131_072)  # Gemma3TextConfig's default
     r.activation("hidden_activation", "gelu_pytorch_tanh")
     nested = r.rope_parameters()

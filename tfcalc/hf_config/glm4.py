@@ -13,7 +13,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def glm4(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1.5625e-07, rope_theta=10000.0, head_dim=128))
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1.5625e-07, rope_theta=10000.0, head_dim=128,
+                        n_kv_head=2))
     r.rope(10000.0, fraction=0.5)
     r.fields.update(attn_bias=r.flag("attention_bias", True), attn_out_bias=False, norm_placement="sandwich")
     r.causal_or_base("Glm4")

@@ -22,7 +22,8 @@ DEFAULTS = dict(n_routed_experts=128, moe_intermediate_size=1408, num_experts_pe
 
 
 def glm4_moe(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=10000.0), d_ff_key=None)
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=10000.0, n_kv_head=8),
+                d_ff_key=None)
     r.rope(10000.0, fraction=0.5)  # Glm4MoeConfig.__post_init__: partial_rotary_factor 0.5 unless given
     r.take("attention_bias", "attn_bias", False)
     r.fields.update(attn_out_bias=False, qk_norm=r.flag("use_qk_norm", False))

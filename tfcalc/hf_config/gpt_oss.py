@@ -16,7 +16,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def gpt_oss(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0, head_dim=64))
+    base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0, head_dim=64,
+                        n_kv_head=8))
     r.take("num_local_experts", "n_expert", 128, aliases=("num_experts",))
     r.take("num_experts_per_tok", "n_expert_active", 4, aliases=("experts_per_token",))
     bias = r.flag("attention_bias", True)

@@ -25,7 +25,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def llama4_text(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=500000.0, head_dim=128))
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=500000.0, head_dim=128,
+                        n_kv_head=8))
     n = r.fields["n_layer"]
     r.fields.update(attn_bias=r.flag("attention_bias", False))
     r.take("num_local_experts", "n_expert", 16)

@@ -4,7 +4,7 @@ gemma3), gpt_oss, granite, smollm3, olmo2, glm4, llama4 (each in tfcalc.hf_confi
 
 Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size (unless the family reads its
 own d_ff: qwen2_moe's moe_intermediate_size), vocab_size. Optional, with the defaults of each transformers config
-class: num_key_value_heads, head_dim, max_position_embeddings, rms_norm_eps, rope_theta (or
+class (``defaults``): num_key_value_heads, head_dim, max_position_embeddings, rms_norm_eps, rope_theta (or
 rope_parameters.rope_theta), hidden_act, tie_word_embeddings, torch_dtype. What each type adds is in its own
 module, from its modeling file.
 
@@ -25,7 +25,9 @@ def base_fields(r: Reader, defaults: dict[str, Any], d_ff_key: str | None = "int
     """The fields every Llama-shaped file has; d_ff from d_ff_key (None: the caller reads it)."""
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
                *([(d_ff_key, "d_ff")] if d_ff_key else []), ("vocab_size", "vocab_size"))
-    r.take("num_key_value_heads", "n_kv_head")  # null: = num_attention_heads
+    # absent (or null, Reader.get): the config class's default, ``n_kv_head`` in defaults (Mistral's 8 whatever the
+    # heads); where the class has none (LlamaConfig's None), as many as num_attention_heads
+    r.take("num_key_value_heads", "n_kv_head", defaults.get("n_kv_head"))
     r.take("head_dim", "d_head", defaults.get("head_dim"))  # null: hidden_size / num_attention_heads
     r.take("max_position_embeddings", "max_seq_len", defaults["max_position_embeddings"])
     r.take("rms_norm_eps", "norm_eps", defaults["rms_norm_eps"])

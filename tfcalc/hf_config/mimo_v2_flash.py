@@ -38,7 +38,7 @@ FRACTION = 0.334
 
 def mimo_v2_flash(r: Reader) -> None:
     base_fields(r, dict(max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=THETAS["full_attention"],
-                        head_dim=192), d_ff_key=None)
+                        head_dim=192, n_kv_head=4), d_ff_key=None)
     _rope(r)
     r.take("attention_bias", "attn_bias", False)
     r.take("v_head_dim", "attn_v_head_dim", 128)

@@ -34,7 +34,7 @@ FACTORS = ("full_attn", "linear_attn", "mlp")
 
 
 def minimax(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6))
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6, n_kv_head=8))
     if r.fields["activation"] != "silu":
         raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds MiniMax's lightning attention "
                      "with SiLU only (its Q, K, V activation)")

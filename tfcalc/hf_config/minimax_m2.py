@@ -19,7 +19,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def minimax_m2(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=196608, rms_norm_eps=1e-6, rope_theta=5_000_000.0, head_dim=128),
+    base_fields(r, dict(max_position_embeddings=196608, rms_norm_eps=1e-6, rope_theta=5_000_000.0, head_dim=128,
+                        n_kv_head=8),
                 d_ff_key=None)
     head = r.fields.get("d_head") or r.raw["hidden_size"] // r.raw["num_attention_heads"]
     rotary = r.raw.get("rotary_dim")

@@ -11,7 +11,7 @@ from tfcalc.hf_config.reader import Reader
 
 
 def mistral(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, rope_theta=10000.0))
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-6, rope_theta=10000.0, n_kv_head=8))
     r.windows()
     r.causal_or_base("Mistral")
 

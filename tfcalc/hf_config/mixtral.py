@@ -11,7 +11,7 @@ from tfcalc.hf_config.reader import Reader
 
 
 def mixtral(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6))
+    base_fields(r, dict(max_position_embeddings=4096 * 32, rms_norm_eps=1e-5, rope_theta=1e6, n_kv_head=8))
     r.required(("num_local_experts", "n_expert"), ("num_experts_per_tok", "n_expert_active"))
     r.windows()
     r.causal_or_base("Mixtral")

@@ -55,7 +55,7 @@ def nemotron_h(r: Reader) -> None:
         raise r.fail(f"'mamba_ssm_cache_dtype' {shown(cache)} is not one of {', '.join(DTYPES)}")
     r.fields["ssm_state_dtype"] = DTYPES[cache]
     r.take("num_attention_heads", "n_head", 32)
-    r.take("num_key_value_heads", "n_kv_head")
+    r.take("num_key_value_heads", "n_kv_head", 8)  # NemotronHConfig's default
     r.take("head_dim", "d_head", 128)
     r.take("attention_bias", "attn_bias", False)
     r.take("max_position_embeddings", "max_seq_len", 4096)

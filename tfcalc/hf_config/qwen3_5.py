@@ -29,12 +29,12 @@ MOE_DEFAULTS = dict(vocab_size=248320, hidden_size=2048, num_hidden_layers=40, n
 
 
 def qwen3_5_text(r: Reader) -> None:
-    base_fields(r, TEXT)
+    base_fields(r, dict(TEXT, n_kv_head=4))  # Qwen3_5TextConfig's num_key_value_heads
     _hybrid(r, "Qwen3_5")
 
 
 def qwen3_5_moe_text(r: Reader) -> None:
-    base_fields(r, TEXT, d_ff_key=None)
+    base_fields(r, dict(TEXT, n_kv_head=2), d_ff_key=None)  # Qwen3_5MoeTextConfig's
     r.take("moe_intermediate_size", "d_ff", 512)
     r.take("num_experts", "n_expert", 256)
     r.take("num_experts_per_tok", "n_expert_active", 8)

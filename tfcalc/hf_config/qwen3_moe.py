@@ -16,7 +16,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def qwen3_moe(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0), d_ff_key=None)
+    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0, n_kv_head=4),
+                d_ff_key=None)
     experts = r.get("num_experts", 128, aliases=("num_local_experts",))  # transformers 5 writes the latter
     if expert_layers(r, experts, dense_width=6144):  # some layer has the experts (else: a dense model)
         r.required(("moe_intermediate_size", "d_ff"))

@@ -25,7 +25,8 @@ KINDS = ("linear_attention", "full_attention")
 
 
 def qwen3_next(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256),
+    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256,
+                        n_kv_head=2),
                 d_ff_key=None)
     gated_attention(r)
     if expert_layers(r, r.get("num_experts", 512)):

@@ -14,7 +14,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def seed_oss(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=524288, rms_norm_eps=1e-6, rope_theta=10_000_000.0, head_dim=128))
+    base_fields(r, dict(max_position_embeddings=524288, rms_norm_eps=1e-6, rope_theta=10_000_000.0, head_dim=128,
+                        n_kv_head=8))
     r.take("attention_bias", "attn_bias", True)
     r.take("attention_out_bias", "attn_out_bias", False)
     r.take("mlp_bias", "ffn_bias", False)

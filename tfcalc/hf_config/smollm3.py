@@ -13,7 +13,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def smollm3(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=2_000_000.0, tie=True))
+    base_fields(r, dict(max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=2_000_000.0, tie=True,
+                        n_kv_head=4))
     r.take("attention_bias", "attn_bias", False)
     r.take("mlp_bias", "ffn_bias", False)
     n = r.fields["n_layer"]
