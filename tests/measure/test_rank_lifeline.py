@@ -65,8 +65,18 @@ def test_a_stopped_rank_ends_the_run_naming_it(tmp_path, monkeypatch):
 def test_a_rank_killed_by_a_signal_is_named_with_it_not_its_peer(tmp_path, sig, words):
     """Rank 1 dies by a signal; rank 0 then fails as a peer does (exit 1, a closed connection): the
     message names rank 1 and the signal, not rank 0 and 'out of memory'."""
+    # rank 0 fails only once rank 1 is dead (a zombie or reaped): a fixed sleep lost the race on a loaded machine
+    wait = ("def _dead(f):\n"
+            "    try:\n"
+            "        pid = open(f).read().strip()\n"
+            "        return bool(pid) and open('/proc/' + pid + '/stat').read().rpartition(')')[2].split()[0] == 'Z'\n"
+            "    except OSError:\n"
+            "        return os.path.exists(f)\n"
+            f"end = time.monotonic() + 30\n"
+            f"while not _dead(os.path.join({str(tmp_path)!r}, 'pid-1')) and time.monotonic() < end:\n"
+            "    time.sleep(0.01)\n")
     then = (f"if os.environ['RANK'] == '1': os.kill(os.getpid(), {int(sig)})\n"
-            "time.sleep(0.02)\nraise ConnectionError('Connection closed by peer')")
+            + wait + "raise ConnectionError('Connection closed by peer')")
     logs = [str(tmp_path / f"{r}.err") for r in range(2)]
     with pytest.raises(InputError, match=rf"^the distributed run failed: rank 1 \({words}"):
         run_ranks([sys.executable, "-c", RANK.format(folder=str(tmp_path), then=then)], 2, logs, timeout=60)
