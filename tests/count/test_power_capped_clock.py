@@ -67,3 +67,16 @@ def test_the_h100_power_limit_takes_its_static_power_apart():
     assert r.hardware.perf.static_power_w == 88.0
     assert r.hardware.perf.sustained_clock == pytest.approx(((500 - 88) / (700 - 88)) ** (1 / 3))
     assert math.isclose(plan("llama2-7b", gpus=8, seq=4096, device_spec="h100-sxm").hardware.perf.sustained_clock, 1.0)
+
+
+def test_a_device_file_is_rated_as_the_device_it_inherits_and_may_state_its_static_power(tmp_path):
+    from pathlib import Path
+
+    grand_teton = Path(__file__).parents[2] / "benchmarks" / "devices" / "grand-teton-h100-500w.yaml"
+    text = grand_teton.read_text().replace("perf: {sustained_clock: 0.876}", "perf: {static_power_w: 120}")
+    path = tmp_path / "gt.yaml"
+    path.write_text(text)
+    r = plan("llama3-8b", dp=8, zero=3, seq=8192, device_spec=str(path), power_limit=500)
+    assert r.hardware.perf.static_power_w == 120.0  # stated in the file, over the inherited H100's 88 W
+    assert r.hardware.perf.sustained_clock == pytest.approx(((500 - 120) / (700 - 120)) ** (1 / 3))  # 0.868
+    assert dict(r.hardware.perf.constants_from)["static_power_w"] == "the device file"
