@@ -22,7 +22,7 @@ DATASHEET = ("name: My H100\npeak_flops: {fp32: 67.0e12, bf16: 989.0e12, fp16: 9
              "gpus_per_node: 8\nhost_memory_bytes: 2199023255552\n"
              f"memory_bytes: {devices.usable_bytes(devices.by_key('h100-sxm'))}\n")
 STATED = ("perf: {sm_count: 132, matmul_ceiling: 0.801, fp8_ceiling: 0.709, sustained_clock: 1.0, "
-          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}], kernel_s: 2.67e-6, static_power_w: 88}}\n")
+          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}], kernel_s: 2.67e-6, static_power_w: 85}}\n")
 # kernel_s: tfcalc's H100 run; static_power_w: an idle H100's draw (tfcalc.count.perf.hardware)
 FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s",
           "static_power_w")

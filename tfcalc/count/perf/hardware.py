@@ -26,12 +26,14 @@ Fields and their sources:
   Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS). H100 SXM's datasheet rate is already
   counted at 1.83 GHz, below its 1.98 GHz boost (the same page: 528 tensor cores × 1,024 FLOPs × 1.83
   GHz = 989 TFLOP/s): 1.0. Applied to training steps, not to the short kernels of serving.
-- ``static_power_w``: the watts of a busy GPU that do not follow its SM clock (leakage, the HBM stacks, the
-  board), which --power-limit takes off the limit before the SMs' dynamic power scales the clock
-  (tfcalc.count.training.overlap_costs.power_capped_clock). H100: 88 W, what an idle H100 draws (nvidia-smi;
-  Horace He, "Strangely, Matrix Multiplications on GPUs Run Faster When Given 'Predictable' Data!",
-  thonking.ai, 2024) -- a lower bound, leakage rising with temperature. Other devices: 0 (no public
-  figure), the cube-root law alone.
+- ``static_power_w``: the watts of a busy GPU that do not follow its SM clock (leakage, the HBM stacks at
+  their own clock, the board), which --power-limit takes off the limit before the SMs' dynamic power scales
+  the clock (tfcalc.count.training.overlap_costs.power_capped_clock): the board's draw at idle, in P0 with the
+  memory clocked at full rate, from captured ``nvidia-smi`` logs (thamada/nvidia-smi): H100 80GB HBM3 (SXM)
+  85 W, the mean of eight idle GPUs, 75-100 W (nvsim/H100SXMx8_smi.py; on GPU 0, 69.6 of its 100.9 W are the
+  HBM's, "GPU Memory Power Readings"); A100-SXM4-80GB 59 W, the mean of four, 58-60 W
+  (gls/A100SXMx4_smi.py). A lower bound: leakage grows with the temperature under load. Other devices: 0
+  (none captured), the cube-root law alone.
 - ``bandwidth_efficiency``: the fraction of the datasheet memory bandwidth a streaming kernel reaches.
   0.85 by default: a device-to-device copy of 4 GiB on an H100 NVL measures 3.568 of 3.938 TB/s (0.906)
   and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
@@ -208,7 +210,7 @@ def fp8_ceiling_note(device_key: str, perf: Optional[PerfSpec] = None) -> str:
 
 
 # key -> static_power_w where it was measured (the module docstring); else 0
-STATIC_POWER_W = {"h100-sxm": 88.0}
+STATIC_POWER_W = {"h100-sxm": 85.0, "a100-80gb": 59.0}
 
 
 # key -> kernel_s where it was measured (the module docstring's kernel_s); else PerfSpec.kernel_s, 4 µs

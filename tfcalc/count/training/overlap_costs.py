@@ -123,13 +123,13 @@ def power_capped_clock(power_limit_w: float, tdp_w: float, static_w: float = 0.0
         P = P_s + (P_r − P_s) · s³   →   s = ((P − P_s) / (P_r − P_s))^(1/3),   1 at or above P_r.
 
     torchtitan's H100s ran at 500 W of 700 (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
-    "Hardware"); with the H100's 88 W (``static_power_w``): (412/612)^(1/3) = 0.876; with none, 0.894.
-    Measured points it is tested against (tests/count/test_power_capped_clock.py): one die's bf16 GEMM (8192³,
-    one harness, torch 2.8) at two power limits, an A100 80GB PCIe at 300 W and an A100-SXM4-80GB at 500 W:
-    236.3 and 289.3 TFLOP/s, 0.817 (tusharhqq/napkin-math-gpu results/a100-80gb-pcie.json and
-    a100-80gb-sxm4.json, ``power_limit_w``); the law with no static power gives (300/500)^(1/3) = 0.843, and
-    a static power of 60 W would make it exact (no published A100 figure: tfcalc states none). torchtitan's footnote 2
-    bounds the 500 W H100's peak between the H100 NVL's datasheet rate and the SXM's (835/989 = 0.845 to 1).
+    "Hardware"); with the H100's 85 W (``static_power_w``, an idle H100's draw): (415/615)^(1/3) = 0.877; with
+    none, 0.894. Checked (tests/count/test_power_capped_clock.py) against one die's bf16 GEMM (8192³, one
+    harness, torch 2.8) at two power limits, an A100 80GB PCIe at 300 W and an A100-SXM4-80GB at 500 W: 236.3
+    and 289.3 TFLOP/s, 0.817 (tusharhqq/napkin-math-gpu results/a100-80gb-pcie.json and a100-80gb-sxm4.json,
+    ``power_limit_w``); with the A100's 59 W idle draw the law gives (241/441)^(1/3) = 0.818, with none 0.843.
+    torchtitan's footnote 2 bounds the 500 W H100's peak between the H100 NVL's datasheet rate and the SXM's
+    (835/989 = 0.845 to 1).
     A limit at or below P_s leaves no dynamic power: InputError."""
     if power_limit_w <= 0 or tdp_w <= 0:
         raise InputError(f"a power limit and a rated power must be positive watts; got {power_limit_w:g} and {tdp_w:g}")
