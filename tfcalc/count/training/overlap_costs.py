@@ -132,7 +132,8 @@ def power_capped_clock(power_limit_w: float, tdp_w: float, static_w: float = 0.0
     (835/989 = 0.845 to 1). Not modelled: the voltage floor. Below the clock where the voltage reaches its
     minimum the dynamic power falls only linearly with the clock, so a deep cap costs more than the law says:
     a GB300 capped at 500 W of its 1,400 measured a cuBLAS GEMM at ~617 TFLOP/s against ~1,600-2,174 at 1,400
-    W (facebookexperimental/triton PR 2023), 0.28-0.39, where the law gives 0.71 (0.65 with 150 W static).
+    W (facebookexperimental/triton PR 2023), 0.28-0.39, where the law gives 0.71 (0.66 with the 137 W an idle
+    B200 draws, ROCm/legacy-rocm-build issue 5219).
     A limit at or below P_s leaves no dynamic power: InputError."""
     if power_limit_w <= 0 or tdp_w <= 0:
         raise InputError(f"a power limit and a rated power must be positive watts; got {power_limit_w:g} and {tdp_w:g}")
