@@ -135,7 +135,8 @@ def plan(
     kernels: Kernels = KernelMode.eager,
     power_limit: Annotated[Optional[float], typer.Option(
         "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
-        "(W / rated)^(1/3) of its own [default: the rated power].", show_default=False, metavar="W")] = None,
+        "((W - static) / (rated - static))^(1/3) of its own, static the watts that do not follow the clock "
+        "(perf.static_power_w: H100 85, A100 59) [default: the rated power].", show_default=False, metavar="W")] = None,
     dropout: Annotated[bool, typer.Option(
         "--dropout", help="Train with dropout: each dropout's mask (1 byte an element) and its output kept for the "
         "backward pass, the attention probabilities' too under --attention math (Korthikanti et al. 2022, Table 2; "

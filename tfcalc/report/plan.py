@@ -199,7 +199,9 @@ def hardware(spec: devices.DeviceSpec, dtype: str, matmul_efficiency: Optional[f
         raise InputError(f"the {spec.key} spec gives no interconnect bandwidth, which a parallel plan needs")
     perf = device_perf(spec, matmul_efficiency, bandwidth_efficiency)
     if power_limit is not None:  # --power-limit: the clock at that limit (count.training.overlap_costs)
-        perf = dataclasses.replace(perf, sustained_clock=perf.sustained_clock * capped_clock(power_limit, spec.key))
+        # a device file is rated as the table device it inherits from (devices.perf_basis), its static power too
+        clock = capped_clock(power_limit, devices.perf_basis(spec) or spec.key, static_w=perf.static_power_w)
+        perf = dataclasses.replace(perf, sustained_clock=perf.sustained_clock * clock)
     return Hardware(peak, devices.usable_bytes(spec), spec.intra_node_bytes_per_s, spec.inter_node_bytes_per_s,
                     spec.gpus_per_node, spec.bandwidth_bytes_per_s, devices.intra_link(spec), perf,
                     **more_hardware(spec))

@@ -202,7 +202,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  FSDP2 copies", st.fsdp_copy_s, "all-gather copy-out and reduce-scatter copy-in, on the compute stream")
     if r.request.power_limit is not None:  # tfcalc.count.training.overlap_costs.power_capped_clock
         t.add(f"Clock at a {r.request.power_limit:g} W power limit: {r.hardware.perf.sustained_clock:.3f}", None,
-              "of the datasheet's, (limit / rated)^(1/3): dynamic power ∝ f·V², V ∝ f")
+              f"of the datasheet's, ((limit − {r.hardware.perf.static_power_w:g} W static) / (rated − static))^(1/3): "
+              "dynamic power ∝ f·V², V ∝ f")
     if st.basis == "mfu":
         t.add("Step, performance model", st.physics_s, f"MFU {r.physics_mfu:.1%} predicted")
         t.add("Step, at --mfu", st.overlap_s, "model FLOPs / (MFU × peak × GPUs)", style="bold")

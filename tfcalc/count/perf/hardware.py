@@ -26,6 +26,14 @@ Fields and their sources:
   Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS). H100 SXM's datasheet rate is already
   counted at 1.83 GHz, below its 1.98 GHz boost (the same page: 528 tensor cores × 1,024 FLOPs × 1.83
   GHz = 989 TFLOP/s): 1.0. Applied to training steps, not to the short kernels of serving.
+- ``static_power_w``: the watts of a busy GPU that do not follow its SM clock (leakage, the HBM stacks at
+  their own clock, the board), which --power-limit takes off the limit before the SMs' dynamic power scales
+  the clock (tfcalc.count.training.overlap_costs.power_capped_clock): the board's draw at idle, in P0 with the
+  memory clocked at full rate, from captured ``nvidia-smi`` logs (thamada/nvidia-smi): H100 80GB HBM3 (SXM)
+  85 W, the mean of eight idle GPUs, 75-100 W (nvsim/H100SXMx8_smi.py; on GPU 0, 69.6 of its 100.9 W are the
+  HBM's, "GPU Memory Power Readings"); A100-SXM4-80GB 59 W, the mean of four, 58-60 W
+  (gls/A100SXMx4_smi.py). A lower bound: leakage grows with the temperature under load. Other devices: 0
+  (none captured), the cube-root law alone.
 - ``bandwidth_efficiency``: the fraction of the datasheet memory bandwidth a streaming kernel reaches.
   0.85 by default: a device-to-device copy of 4 GiB on an H100 NVL measures 3.568 of 3.938 TB/s (0.906)
   and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
@@ -121,6 +129,7 @@ class PerfSpec:
     matmul_ceiling: float = 0.80
     fp8_ceiling: float = 0.709  # FP8 GEMMs against the FP8 peak (module docstring)
     sustained_clock: float = 1.0
+    static_power_w: float = 0.0  # W that do not scale with the clock, for --power-limit (docstring)
     bandwidth_efficiency: float = 0.85
     kernel_s: float = 4e-6
     flash_efficiency: tuple[float, float] = (0.6, 0.45)  # forward, backward
@@ -144,7 +153,7 @@ class PerfSpec:
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
                      self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms,
-                     self.attention_kernel, self.flash_unmasked_forward))
+                     self.attention_kernel, self.flash_unmasked_forward, self.static_power_w))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -200,6 +209,10 @@ def fp8_ceiling_note(device_key: str, perf: Optional[PerfSpec] = None) -> str:
     return f"{PerfSpec.fp8_ceiling:.3f} of the FP8 peak, the H100 SXM's (MAMF FP8 1402.6/1979), assumed"
 
 
+# key -> static_power_w where it was measured (the module docstring); else 0
+STATIC_POWER_W = {"h100-sxm": 85.0, "a100-80gb": 59.0}
+
+
 # key -> kernel_s where it was measured (the module docstring's kernel_s); else PerfSpec.kernel_s, 4 µs
 KERNEL_S = {"h100-sxm": 2.67e-6}
 
@@ -213,7 +226,8 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
                     flash_unmasked_forward=unmasked,
                     fp8_ceiling=_FP8_CEILING.get(device_key, PerfSpec.fp8_ceiling),
                     kernel_s=KERNEL_S.get(device_key, PerfSpec.kernel_s), matmul_efficiency=matmul_efficiency,
-                    sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0)
+                    sustained_clock=A100_SUSTAINED if device_key.startswith("a100") else 1.0,
+                    static_power_w=STATIC_POWER_W.get(device_key, 0.0))
     if bandwidth_efficiency is not None:
         spec = PerfSpec(**{**spec.__dict__, "bandwidth_efficiency": bandwidth_efficiency})
     return spec
@@ -222,7 +236,8 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 # What a device file that neither states nor inherits a constant gets, named as the output names it (issue 31).
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
-                "flash_efficiency": "default, the A100's", "kernel_s": "default, 4 µs"}
+                "flash_efficiency": "default, the A100's", "kernel_s": "default, 4 µs",
+                "static_power_w": "default, none"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -266,7 +281,7 @@ def constants_line(perf: PerfSpec) -> str:
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
               "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)
               + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}",
-              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs"}
+              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs", "static_power_w": f"{perf.static_power_w:g} W"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
@@ -310,6 +325,7 @@ def check_fraction(name: str, value: object) -> float:
 def perf_json(perf: PerfSpec) -> dict:
     """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
     return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
+            "static_power_w": perf.static_power_w,
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),

@@ -96,8 +96,9 @@ RATED_POWER_W = {"h100-sxm": 700, "h100-nvl": 400, "h100-pcie": 350, "h200": 700
 MAX_POWER_W = 10_000  # ten times a B200's rated power: a larger figure is a typo
 
 
-def capped_clock(power_limit_w: object, device_key: str, rated_w: object = None) -> float:
-    """--power-limit W on a device: power_capped_clock against its rated power (``rated_w``, else the table's);
+def capped_clock(power_limit_w: object, device_key: str, rated_w: object = None, static_w: float = 0.0) -> float:
+    """--power-limit W on a device: power_capped_clock against its rated power (``rated_w``, else the table's),
+    ``static_w`` of it not scaling with the clock (the device's ``static_power_w``, tfcalc.count.perf.hardware);
     InputError, one line, for a limit that is not a positive number of watts or a device without a rating."""
     if isinstance(power_limit_w, bool) or not isinstance(power_limit_w, (int, float)) \
             or not 0 < power_limit_w <= MAX_POWER_W:
@@ -107,18 +108,38 @@ def capped_clock(power_limit_w: object, device_key: str, rated_w: object = None)
         known = ", ".join(RATED_POWER_W)
         raise InputError(f"--power-limit: no rated power is known for {device_key!r} (known: {known}); state "
                          "its clock as perf: {sustained_clock: X} in a device file")
-    return power_capped_clock(float(power_limit_w), float(rated))
+    return power_capped_clock(float(power_limit_w), float(rated), float(static_w))
 
 
-def power_capped_clock(power_limit_w: float, tdp_w: float) -> float:
-    """The share of its clock a GPU holds when every SM is busy under a power limit below its rated power
-    (``sustained_clock``, tfcalc.count.perf.hardware): dynamic CMOS power is P = α·C·V²·f, and under DVFS the
-    voltage scales about linearly with the frequency, so a compute-bound GPU at its power limit has
-    P ∝ f³ and f ∝ P^(1/3) (Weste & Harris, "CMOS VLSI Design", 4th ed., sec. 5.1, dynamic power; the
-    voltage-frequency pairing of DVFS, sec. 5.2). An upper bound on the clock: the static power, which
-    does not scale, leaves the dynamic part less than the whole limit. At or above the rated power, 1.
-    torchtitan's H100 benchmarks ran at 500 W of 700 (pytorch/torchtitan
-    benchmarks/llama3_h100_202412_torchtitan.md, "Hardware"): (500/700)^(1/3) = 0.894."""
+def power_capped_clock(power_limit_w: float, tdp_w: float, static_w: float = 0.0) -> float:
+    """The share of its rated clock a GPU holds when every SM runs GEMMs under a power limit below its rated
+    power (``sustained_clock``, tfcalc.count.perf.hardware). The board's power is a part that does not follow
+    the SM clock -- leakage, the HBM stacks (refreshed and clocked at their own rate), the board's regulators:
+    ``static_w`` -- and the SMs' dynamic power, α·C·V²·f, where under DVFS the voltage scales about linearly
+    with the frequency, so it goes as f³ (Weste & Harris, "CMOS VLSI Design", 4th ed., sec. 5.1, dynamic
+    power; the voltage-frequency pairing of DVFS, sec. 5.2). At the rated power P_r the clock is the rated
+    one (s = 1); at a limit P the dynamic part has P − P_s of the P_r − P_s it had:
+
+        P = P_s + (P_r − P_s) · s³   →   s = ((P − P_s) / (P_r − P_s))^(1/3),   1 at or above P_r.
+
+    torchtitan's H100s ran at 500 W of 700 (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
+    "Hardware"); with the H100's 85 W (``static_power_w``, an idle H100's draw): (415/615)^(1/3) = 0.877; with
+    none, 0.894. Checked (tests/count/test_power_capped_clock.py) against one die's bf16 GEMM (8192³, one
+    harness, torch 2.8) at two power limits, an A100 80GB PCIe at 300 W and an A100-SXM4-80GB at 500 W: 236.3
+    and 289.3 TFLOP/s, 0.817 (tusharhqq/napkin-math-gpu results/a100-80gb-pcie.json and a100-80gb-sxm4.json,
+    ``power_limit_w``); with the A100's 59 W idle draw the law gives (241/441)^(1/3) = 0.818, with none 0.843.
+    torchtitan's footnote 2 bounds the 500 W H100's peak between the H100 NVL's datasheet rate and the SXM's
+    (835/989 = 0.845 to 1). Not modelled: the voltage floor. Below the clock where the voltage reaches its
+    minimum the dynamic power falls only linearly with the clock, so a deep cap costs more than the law says:
+    a GB300 capped at 500 W of its 1,400 measured a cuBLAS GEMM at ~617 TFLOP/s against ~1,600-2,174 at 1,400
+    W (facebookexperimental/triton PR 2023), 0.28-0.39, where the law gives 0.71 (0.66 with the 137 W an idle
+    B200 draws, ROCm/legacy-rocm-build issue 5219).
+    A limit at or below P_s leaves no dynamic power: InputError."""
     if power_limit_w <= 0 or tdp_w <= 0:
         raise InputError(f"a power limit and a rated power must be positive watts; got {power_limit_w:g} and {tdp_w:g}")
-    return min(1.0, (power_limit_w / tdp_w) ** (1 / 3))
+    if power_limit_w >= tdp_w:
+        return 1.0
+    if not 0 <= static_w < power_limit_w:
+        raise InputError(f"a {power_limit_w:g} W power limit leaves no dynamic power above the device's "
+                         f"{static_w:g} W that does not scale with the clock (perf.static_power_w)")
+    return ((power_limit_w - static_w) / (tdp_w - static_w)) ** (1 / 3)
