@@ -163,13 +163,14 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
-          attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False, **overrides: Any
-          ) -> "InferReport":
+          attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
+          expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
-    redundant_experts=, ep_overlap=): tensor- and expert-parallel serving (per GPU); draft=, accept_rate=, draft_tokens:
-    speculative decoding; rate=, mean_input=, mean_output=: continuous batching, prefill_chunk= its chunk (0: prompts
-    whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured run's); launch="eager" (host_op_s=)."""
+    redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
+    accept_rate=, draft_tokens: speculative decoding; rate=, mean_input=, mean_output=: continuous batching,
+    prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
+    run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -183,7 +184,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
                            mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time,
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
-                           attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap)
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+                           expert_imbalance=expert_imbalance)
     return build_infer(_model(model, overrides), options)
 
 

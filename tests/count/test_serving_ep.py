@@ -6,6 +6,8 @@ time of the worked example, the rows of one GPU's step -- then `--ep 1` as befor
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -143,7 +145,9 @@ def test_overlap_two_half_batches():
     est, t = ep.estimate(QWEN, w, fmt, c, None, over)
     _, half = ep.estimate(QWEN, Workload(batch=256, seq=1000, gen=20, dtype="bf16"), fmt, c, None, two)
     assert t.decode.compute_s == pytest.approx(2 * half.decode.compute_s, rel=1e-12)
-    assert est.decode_s_per_token == pytest.approx(max(t.decode.compute_s, t.decode.a2a.seconds), rel=1e-12)
+    longer, shorter = sorted((t.decode.compute_s, t.decode.a2a.seconds), reverse=True)
+    # and the pipeline's fill: the shorter stream's one stage of 2·L (one half's layer) beside nothing
+    assert est.decode_s_per_token == pytest.approx(longer + shorter / (2 * 48), rel=1e-12)
     assert t.decode.a2a == plain_t.decode.a2a  # the same bytes, only hidden
     assert (ep.held_sms(two, False, c.perf), ep.held_sms(two, True, c.perf)) == (20, 0)
     assert ep.held_sms(lay(8), True, c.perf) == c.perf.comm_sms
@@ -156,7 +160,7 @@ def test_one_gpus_step_rows():
     add up to the whole step's."""
     B, E = 16, 4
     whole = decode_step(QWEN, B, 512, BF16, "bf16")
-    shard = ep.Sharding(QWEN, BF16, "bf16", lay(E))
+    shard = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.0))  # balanced: each GPU the mean's
     mine = shard.step(whole)
     group = decode_step(QWEN, B // E, 512, BF16, "bf16")
     assert mine.batch == B // E
@@ -169,6 +173,40 @@ def test_one_gpus_step_rows():
             assert r == g
 
 
+def test_fullest_gpu_rows_and_all_to_all():
+    """Step 7: the fullest GPU's routed rows are f times the mean's (FLOPs, activations; f from count.perf.
+    expert_imbalance at the step's B tokens, EPLB's skew by default), its experts hit at f·B tokens, the rest as
+    balanced; the all-to-all's wire time f times the balanced one's, its 2·L latencies as they were."""
+    from tfcalc.count.perf import expert_imbalance as ei
+
+    B, E = 16, 4
+    whole = decode_step(QWEN, B, 512, BF16, "bf16")
+    f = ei.factor(E, 128, 8, B, ei.SKEW["eplb"])
+    assert f == pytest.approx(1 + 1.0294 * math.sqrt(4 / 3) * math.sqrt(ei.SKEW["eplb"] ** 2 + 0.75 * 120 / 127 / 32),
+                              rel=1e-4)  # e_4 = 1.0294 (Harter)
+    even = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.0)).step(whole)
+    full = ep.Sharding(QWEN, BF16, "bf16", lay(E)).step(whole)
+    for a, b in zip(even.rows, full.rows, strict=True):
+        if a.component.startswith("expert_ffn"):
+            assert b.flops == pytest.approx(a.flops * f, rel=1e-6)
+            assert b.activation_bytes == pytest.approx(a.activation_bytes * f, rel=1e-5)
+            assert b.weight_bytes == pytest.approx(48 * 2048 * 768 * 2 * 32 * (1 - (1 - 8 / 128) ** (B * f)), abs=1)
+        else:
+            assert a == b
+    fixed = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.5)).step(whole)
+    assert [r.flops for r in fixed.rows if r.component == "expert_ffn_up"] == \
+        [round(r.flops * 1.5) for r in even.rows if r.component == "expert_ffn_up"]
+    from tfcalc.report.infer import datasheet_ceilings
+
+    _, C = datasheet_ceilings("h100-sxm", BF16)
+    w = Workload(batch=B, seq=1000, gen=20, dtype="bf16")
+    _, t1 = ep.estimate(QWEN, w, BF16, C, None, replace(lay(E), imbalance=1.0))
+    _, tf = ep.estimate(QWEN, w, BF16, C, None, lay(E))
+    latency = 2 * 48 * lay(E).intra_latency_s
+    assert tf.decode.a2a.seconds - latency == pytest.approx((t1.decode.a2a.seconds - latency) * f, rel=1e-12)
+    assert tf.imbalance == {"prefill": ei.factor(E, 128, 8, B * 1000, ei.SKEW["eplb"]), "decode": f}
+
+
 def test_ep_1_is_as_before():
     """--ep 1 (the default) leaves every figure as it was: the same JSON with and without it, ep 1 and no
     expert_parallel object."""
@@ -179,8 +217,10 @@ def test_ep_1_is_as_before():
 
 def test_infer_ep_json_terms():
     """The JSON's terms equal the module's, per GPU; throughput per GPU and node from the whole batch's."""
-    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4).to_json()
+    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4, expert_imbalance=1.0).to_json()
     x = r["expert_parallel"]
+    assert x["expert_imbalance"] == {"skew": None, "skew_cv": None, "fixed": 1.0, "prefill_factor": 1.0,
+                                     "decode_factor": 1.0}
     assert (x["ep"], x["attention_tp"], x["attention_dp"], x["experts_per_gpu"], x["nodes"]) == (4, 1, 4, 32, 1)
     assert r["weights_bytes"] == x["weights_bytes_per_gpu"] == ep.weights_per_gpu(QWEN, BF16, lay(4))["total"]
     assert r["kv_cache_bytes"] == x["kv_cache_bytes_per_gpu"] == 2 * 2 * 1100 * 48 * 4 * 128 * 2

@@ -65,6 +65,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
+from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import serving_tp
 from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's steps 4 and 6, re-exported
@@ -108,6 +109,7 @@ class ExpertLayout:
     network_latency_s: float = 0.0
     network_efficiency: float = 1.0
     overlap: bool = False  # --overlap ep: two micro-batches, one's all-to-all under the other's compute (step 6)
+    imbalance: expert_imbalance.Imbalance = None  # --expert-imbalance: a skew's name or a fixed factor (step 7)
 
     @property
     def nodes(self) -> int:
@@ -207,13 +209,34 @@ def _scale(v: int, f: Fraction) -> int:
     return v * f.numerator // f.denominator
 
 
+IMBALANCE_DEFAULT = "eplb"  # step 7: the published large-EP deployments run DeepSeek's EPLB
+
+
+def imbalance(cfg: ModelConfig, lay: ExpertLayout, tokens: float) -> float:
+    """Step 7's f: the fullest GPU's routed pairs over the mean for a step of ``tokens`` tokens
+    (tfcalc.count.perf.expert_imbalance), or the fixed factor --expert-imbalance gives."""
+    moe = moe_of(cfg)
+    return expert_imbalance.resolve(lay.imbalance, IMBALANCE_DEFAULT, lay.ep, moe.n_expert + lay.redundant,
+                                    moe.top_k, tokens)
+
+
 def _expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> Row:
-    """Step 3: one GPU's share of the whole step's routed-expert row; ``whole`` the row's weights, every expert."""
-    moe, h = moe_of(cfg), held(cfg, lay)
-    pairs = Fraction(h, moe.n_expert + lay.redundant)
-    weight = round(whole * hit_per_gpu(cfg, lay, tokens) / moe.n_expert)
+    """Steps 3 and 7: the fullest GPU's share of the whole step's routed-expert row (f times the mean's rows:
+    FLOPs, activations, and the experts they hit); ``whole`` the row's weights, every expert."""
+    moe, h, f = moe_of(cfg), held(cfg, lay), imbalance(cfg, lay, tokens)
+    pairs = Fraction(h, moe.n_expert + lay.redundant) * Fraction(f).limit_denominator(1 << 20)
+    weight = round(whole * hit_per_gpu(cfg, lay, tokens * f) / moe.n_expert)
     return replace(row, flops=_scale(row.flops, pairs), weight_bytes=weight,
                    activation_bytes=_scale(row.activation_bytes, pairs), count=row.count // moe.n_expert * h)
+
+
+def _receiving(a2a: AllToAll, f: float, lay: ExpertLayout) -> AllToAll:
+    """Step 7 on the all-to-all: the fullest GPU receives f times the mean's rows in the dispatch and sends them
+    back in the combine, so the wire time (not the per-call latency) is f times the mean GPU's."""
+    if not a2a.seconds or f == 1.0:
+        return a2a
+    latency = 2 * a2a.layers * (lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s)
+    return replace(a2a, seconds=latency + (a2a.seconds - latency) * f)
 
 
 class Sharding:
@@ -271,6 +294,7 @@ class Terms:
     weights: dict[str, int]
     prefill: Phase
     decode: Optional[Phase]
+    imbalance: dict = None  # step 7: {'prefill': f, 'decode': f or None} at the whole batch's tokens
 
     @property
     def prefill_a2a(self) -> AllToAll:
@@ -283,9 +307,9 @@ class Terms:
 
 def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
     """(the GPU's step, its per-step costs with the TP all-reduces in comm_s, the step's all-to-all)."""
-    mine = shard.step(whole)
-    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), step_all_to_all(cfg, fmt, shard.lay,
-                                                                                               whole)
+    mine, f = shard.step(whole), imbalance(cfg, shard.lay, whole.batch * whole.queries)
+    a2a = _receiving(step_all_to_all(cfg, fmt, shard.lay, whole), f, shard.lay)
+    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), a2a
 
 
 def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over) -> Phase:
@@ -296,7 +320,14 @@ def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over) -> 
     tp = 0.0 if over is None else over.comm_s
     if halves_s is None:
         return Phase(compute_s, a2a, tp, compute_s + a2a.seconds)
-    return Phase(halves_s, a2a, tp, max(halves_s, a2a.seconds))
+    return Phase(halves_s, a2a, tp, max(halves_s, a2a.seconds) + fill(halves_s, a2a))
+
+
+def fill(halves_s: float, a2a: AllToAll) -> float:
+    """Step 6's pipeline fill and drain: two streams (the halves' compute, their all-to-alls) of 2·L stages each,
+    one half's layer on each; the longer stream runs end to end and the shorter one's first (or last) stage has
+    nothing beside it: min(compute, all-to-all) / (2·L) added to the longer."""
+    return min(halves_s, a2a.seconds) / (2 * a2a.layers) if a2a.layers else 0.0
 
 
 def _with_a2a(over, phase: Phase):
@@ -339,7 +370,8 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memo
     kv = kv_per_gpu(cfg, replace(w, src_seq=src), lay)
     est = Estimate(B, seq, gen, prefill, pre.step_s + request, first, decode_s, per_token, bound, shard.weights, kv,
                    None if memory_bytes is None else shard.weights + kv <= memory_bytes, prefill_over, decode_over)
-    return est, Terms(group_batch(B, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), pre, dec)
+    f = {"prefill": imbalance(cfg, lay, B * seq), "decode": imbalance(cfg, lay, B) if gen > 1 else None}
+    return est, Terms(group_batch(B, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), pre, dec, f)
 
 
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int, lay: ExpertLayout) -> int:
