@@ -146,12 +146,51 @@ def test_overlap_two_half_batches():
     _, half = ep.estimate(QWEN, Workload(batch=256, seq=1000, gen=20, dtype="bf16"), fmt, c, None, two)
     assert t.decode.compute_s == pytest.approx(2 * half.decode.compute_s, rel=1e-12)
     longer, shorter = sorted((t.decode.compute_s, t.decode.a2a.seconds), reverse=True)
-    # and the pipeline's fill: the shorter stream's one stage of 2·L (one half's layer) beside nothing
+    # and the decode pipeline's fill: the shorter stream's one stage of 2·L (one half's layer) beside nothing
     assert est.decode_s_per_token == pytest.approx(longer + shorter / (2 * 48), rel=1e-12)
+    # the prefill stage by stage (count.serving.ep_overlap): at least the longer of the two, at most their sum
+    assert max(t.prefill.compute_s, t.prefill.a2a.seconds) < t.prefill.step_s < \
+        t.prefill.compute_s + t.prefill.a2a.seconds
     assert t.decode.a2a == plain_t.decode.a2a  # the same bytes, only hidden
     assert (ep.held_sms(two, False, c.perf), ep.held_sms(two, True, c.perf)) == (20, 0)
     assert ep.held_sms(lay(8), True, c.perf) == c.perf.comm_sms
     assert ep.slowed(1.0, two, False, c.perf) == pytest.approx(c.perf.sm_count / (c.perf.sm_count - 20))
+
+
+def test_two_batch_overlap_stage_by_stage_by_hand():
+    """Step 6 (count.serving.ep_overlap), one MoE layer, halves 8 s (per half: attention 1, routed experts 2, shared
+    1 in the prefill; 1 each of projections, core, shared, routed in the decode), all-to-all 4 s or 8 s (dispatch
+    and combine half of it each, per half 1 s or 2 s). Prefill, delta 0, A1 B1 A2 B2 A3 B3:
+    at 4 s all of it hidden: 8.0; at 8 s: A's dispatch 1→3, B's 3→5, A's experts wait to 3, end 5, its combine
+    5→7, B's experts 5→7, combine 7→9, A's shared 7→8, B's 8→9, its combine done at 9: 9.0 of max 8, sum 16.
+    Decode, delta 2, A0 A1 (A2 B0) (A3 B1) (A4 B2) B3 B4 at 4 s: everything hidden but B's last combine (8→9): 9.0.
+    No all-to-all: the halves' 8 s; no compute: the all-to-all's 8 s."""
+    from tfcalc.count.serving import ep_overlap as ov
+
+    pre = {"prep": 0.0, "core": 0.25, "shared": 0.25, "routed": 0.5}
+    assert ov.step_seconds(8.0, pre, 4.0, 1, 0.5, False) == pytest.approx(8.0)
+    assert ov.step_seconds(8.0, pre, 8.0, 1, 0.5, False) == pytest.approx(9.0)
+    dec = {"prep": 0.25, "core": 0.25, "shared": 0.25, "routed": 0.25}
+    assert ov.step_seconds(8.0, dec, 4.0, 1, 0.5, True) == pytest.approx(9.0)
+    for decode in (False, True):
+        assert ov.step_seconds(8.0, dec, 0.0, 61, 0.5, decode) == pytest.approx(8.0)
+        assert ov.step_seconds(0.0, dec, 8.0, 61, 0.5, decode) == pytest.approx(8.0)
+        mixed = ov.step_seconds(8.0, pre, 6.0, 61, 0.4, decode)
+        assert 8.0 <= mixed < 14.0
+
+
+def test_stage_shares_of_the_rows():
+    """ep_overlap.shares: DeepSeek-V3's rows by stage add up to the step's row seconds."""
+    from tfcalc.count.serving import ep_overlap as ov
+    from tfcalc.report.infer import datasheet_ceilings
+
+    fmt = quant.plain("fp8")
+    _, c = datasheet_ceilings("h100-sxm", fmt)
+    step = decode_step(load("deepseek-v3"), 64, 2000, fmt, "bf16")
+    part = ov.shares(step, c)
+    assert sum(part.values()) == pytest.approx(1.0) and min(part.values()) > 0
+    routed = sum(r.time_s(c) for r in step.rows if r.component.startswith("expert_ffn"))
+    assert part["routed"] == pytest.approx(routed / step.time_s(c))
 
 
 def test_one_gpus_step_rows():

@@ -67,7 +67,7 @@ from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.inference import step_seconds
-from tfcalc.count.serving import serving_tp
+from tfcalc.count.serving import ep_overlap, serving_tp
 from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's steps 4 and 6, re-exported
     AllToAll,
     all_to_all,
@@ -312,22 +312,19 @@ def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
     return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), a2a
 
 
-def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over) -> Phase:
+def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over, part: Optional[dict] = None,
+           decode: bool = False) -> Phase:
     """Step 6 (--overlap ep: SGLang's two-batch overlap, DeepSeek's dual micro-batch; vLLM's DBO): the batch split in
-    two, one half's all-to-all runs under the other's attention and experts -- the step the longer of the two
-    halves' compute (``halves_s``: each half reads the weights again) and the whole batch's all-to-all; else the
+    two, each half's all-to-all under the other's compute, stage by stage (tfcalc.count.serving.ep_overlap; the
+    halves' compute ``halves_s``, each half reading the weights again, ``part`` its shares by stage); else the
     all-to-all after the compute."""
     tp = 0.0 if over is None else over.comm_s
     if halves_s is None:
         return Phase(compute_s, a2a, tp, compute_s + a2a.seconds)
-    return Phase(halves_s, a2a, tp, max(halves_s, a2a.seconds) + fill(halves_s, a2a))
-
-
-def fill(halves_s: float, a2a: AllToAll) -> float:
-    """Step 6's pipeline fill and drain: two streams (the halves' compute, their all-to-alls) of 2·L stages each,
-    one half's layer on each; the longer stream runs end to end and the shorter one's first (or last) stage has
-    nothing beside it: min(compute, all-to-all) / (2·L) added to the longer."""
-    return min(halves_s, a2a.seconds) / (2 * a2a.layers) if a2a.layers else 0.0
+    sent = a2a.dispatch_bytes_per_token + a2a.combine_bytes_per_token
+    return Phase(halves_s, a2a, tp, ep_overlap.step_seconds(halves_s, part, a2a.seconds, a2a.layers,
+                                                            a2a.dispatch_bytes_per_token / sent if sent else 0.5,
+                                                            decode))
 
 
 def _with_a2a(over, phase: Phase):
@@ -342,11 +339,11 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memo
     shard, half = Sharding(cfg, fmt, w.kv, lay, src), -(-B // 2) if lay.overlap and B > 1 else None
     request = 0.0 if c.perf is None else c.perf.request_s
     prefill, over, a2a = _parts(cfg, shard, prefill_step(cfg, B, seq, fmt, w.kv, src_seq=src), fmt, c, src)
-    halves = None
+    halves = part = None
     if half:
         h, h_over, _ = _parts(cfg, shard, prefill_step(cfg, half, seq, fmt, w.kv, src_seq=src), fmt, c, src)
-        halves = 2 * step_seconds(slowed(h.time_s(c), lay, False, c.perf), h_over)
-    pre = _phase(step_seconds(prefill.time_s(c), over), halves, a2a, over)
+        halves, part = 2 * step_seconds(slowed(h.time_s(c), lay, False, c.perf), h_over), ep_overlap.shares(h, c)
+    pre = _phase(step_seconds(prefill.time_s(c), over), halves, a2a, over, part)
     prefill_over = _with_a2a(over, pre)
     if prefill_over is not None:  # the request's fixed work, once, before its first token
         prefill_over = replace(prefill_over, request_s=request)
@@ -358,12 +355,13 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memo
         n, lo, hi = gen - 1, seq + 1, seq + gen - 1
         first, over, a2a = _parts(cfg, shard, decode_step(cfg, B, lo, fmt, w.kv, src_seq=src), fmt, c, src)
         totals = decode_totals(at(B), lo, hi, c)
-        halves = None
+        halves = part = None
         if half:
-            _, h_over, _ = _parts(cfg, shard, decode_step(cfg, half, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+            h, h_over, _ = _parts(cfg, shard, decode_step(cfg, half, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+            part = ep_overlap.shares(h, c)
             halves = 2 * step_seconds(slowed(decode_totals(at(half), lo, hi, c).seconds / n, lay, True, c.perf),
                                       h_over)
-        dec = _phase(step_seconds(totals.seconds / n, over), halves, a2a, over)
+        dec = _phase(step_seconds(totals.seconds / n, over), halves, a2a, over, part, decode=True)
         decode_s, decode_over = dec.step_s, _with_a2a(over, dec)
         per_token = totals.weight_kv_bytes / B / n
         bound = "compute" if totals.compute_s >= totals.memory_s else "memory"
