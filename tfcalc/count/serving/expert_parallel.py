@@ -36,15 +36,18 @@ prefill EP 32 with attention TP 4 × DP 8; decode EP 320 with attention TP 4 × 
    and the per-step costs of tfcalc.count.perf.inference at b sequences; the all-to-all follows it, exposed.
    Decode throughput of the E GPUs is B per step; per GPU B/E, per node B·(GPUs per node)/E per step.
 6. ``--overlap ep`` (SGLang's two-batch overlap, DeepSeek's dual micro-batch prefill and 5-stage decode, vLLM's
-   dual-batch overlap): the batch split into two halves of ⌈B/2⌉, one half's all-to-all running while the other
-   computes; the step takes the longer of the two halves' compute (each half reads its weights again and launches
-   its kernels again: 2 × a step at ⌈B/2⌉) and the whole batch's all-to-all. The halves' matmuls run on the SMs
-   the all-to-all leaves them (``held_sms``: DeepEP's normal kernels hold 20, its low-latency decode kernels none
-   while their RDMA messages fly, profile-data's README; one node's NCCL all-to-all ``comm_sms``): rows × S/(S − h).
+   dual-batch overlap): two halves of ⌈B/2⌉, each reading its weights and launching its kernels again (2 × a step
+   at ⌈B/2⌉), one half's all-to-all under the other's compute, stage by stage as SGLang's DeepSeek strategies run
+   them (tfcalc.count.serving.ep_overlap). The halves' matmuls run on the SMs the all-to-all leaves them
+   (``held_sms``: DeepEP's normal kernels hold 20, its low-latency decode kernels none while their RDMA messages
+   fly, profile-data's README; one node's NCCL all-to-all ``comm_sms``): rows × S/(S − h).
+7. Expert load imbalance (``--expert-imbalance``): every GPU waits for the one whose experts received the most
+   pairs, f times the mean (tfcalc.count.perf.expert_imbalance: the expected maximum over the E GPUs of the step's
+   routing noise and a placement skew, EPLB's measured spread by default); that GPU's routed rows are f × step 3's
+   (FLOPs, activations, experts hit at f·B·q tokens), its all-to-all's wire time f × step 4's.
 
-Not modelled: expert load imbalance beyond the uniform router (DeepSeek's EPLB aims at balance; tfcalc's training
-side models none either), the attention groups' unequal lengths (every group at the same context), the pipeline's
-fill under step 6 (one half's first stage alone).
+Not modelled: the attention groups' unequal lengths (every group at the same context), contention between the
+overlapped compute and communication beyond the SMs held (SGLang measures both slower under TBO, no figure).
 
 Worked example (tests/count/serving/test_expert_parallel.py): Qwen3-30B-A3B (48 layers, 128 experts, k 8, d 2048)
 at EP 4 (attention DP 4) decoding B = 8 sequences in bf16 on one node: b = 2 sequences per attention group, h = 32
@@ -271,9 +274,7 @@ class Sharding:
 
 @dataclass(frozen=True)
 class Phase:
-    """A step's seconds on one GPU (step 5, and step 6's overlap): its compute (rows, per-step costs, TP
-    all-reduces), its all-to-all, and the step: their sum, or under --overlap ep the longer of the all-to-all and
-    the compute of two half batches."""
+    """A step's seconds on one GPU: its compute, its all-to-all, and the step (their sum; step 6 under overlap)."""
 
     compute_s: float
     a2a: AllToAll
