@@ -200,7 +200,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          bandwidth_efficiency: Optional[float] = None,
          # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
          # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
-         ep: Optional[int] = None, ep_dispatch: str = "auto", compute_dtype: Optional[str] = None,
+         ep: Optional[int] = None, ep_dispatch: str = "auto", expert_imbalance: Any = None,
+         compute_dtype: Optional[str] = None,
          fp8_recipe: str = "delayed", fp8_all_gather: bool = False,
          etp: Optional[int] = None,  # --etp: count.training.experts_folded
          reshard_after_forward: bool = True,
@@ -219,7 +220,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
     the embedding, final norm and loss eager); power_limit: watts each GPU is capped at
-    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine."""
+    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine;
+    expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -233,7 +235,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency, dropout=dropout, zero_engine=zero_engine,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
-                          ep=ep, etp=etp, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
+                          ep=ep, etp=etp, ep_dispatch=ep_dispatch, expert_imbalance=expert_imbalance,
+                          compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
                           fp8_all_gather=fp8_all_gather, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
                           offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)

@@ -88,3 +88,41 @@ def test_parse(value, expected):
 def test_parse_refuses(value):
     with pytest.raises(InputError, match="--expert-imbalance must be one of"):
         ei.parse(value)
+
+
+def test_training_expert_gemms_wait_for_the_fullest_rank():
+    """count.training.micro_batch_time: under EP every expert GEMM (forward, input and weight gradients) × f, the
+    rest as it was: the block's matmul seconds are linear in f, and f = 1 leaves them as without the term. The
+    default is the routing's noise alone, at the EP group's micro_batch·seq·ep tokens; no EP, no factor."""
+    from tfcalc.count.perf.hardware import PerfSpec
+    from tfcalc.count.training.micro_batch_time import imbalance, micro_batch_time
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg, perf = load("qwen3-30b-a3b"), PerfSpec(sm_count=132, kernel_s=4e-6)
+
+    def mm(f):
+        L = Layout(seq=1024, global_batch=8, micro_batch=2, ep=8, expert_imbalance=f)
+        return micro_batch_time(cfg, L, 989e12, 3e12, perf)
+
+    one, two, three = mm(1.0), mm(2.0), mm(3.0)
+    experts = two.block_matmul_s - one.block_matmul_s
+    assert 0 < experts < one.block_matmul_s
+    assert three.block_matmul_s - two.block_matmul_s == pytest.approx(experts, rel=1e-9)
+    assert two.block_weight_grad_s > one.block_weight_grad_s
+    assert two.block_other_s == one.block_other_s
+    L = Layout(seq=1024, global_batch=8, micro_batch=2, ep=8)
+    assert imbalance(cfg, L) == pytest.approx(ei.factor(8, 128, 8, 2 * 1024 * 8, 0.0), rel=1e-12)
+    assert 1.0 < imbalance(cfg, L) < 1.05
+    assert imbalance(cfg, Layout(seq=1024, global_batch=8, micro_batch=2)) == 1.0
+
+
+def test_cli_bad_value_one_line(cli):
+    """--expert-imbalance 0.5 (below a balanced step) in infer, a name it does not know in plan: one line each."""
+    from conftest import assert_one_line_error
+
+    assert_one_line_error(cli("infer", "qwen3-30b-a3b", "--ep", "4", "--device-spec", "h100-sxm",
+                              "--expert-imbalance", "0.5"), "--expert-imbalance must be one of")
+    assert_one_line_error(cli("plan", "qwen3-30b-a3b", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8",
+                              "--expert-imbalance", "lots"), "--expert-imbalance must be one of")
+    assert_one_line_error(cli("infer", "qwen3-30b-a3b", "--expert-imbalance", "eplb"), "give --ep E above 1")
