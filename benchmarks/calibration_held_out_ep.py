@@ -6,7 +6,9 @@ The weights in FP8 (the checkpoint's format, DeepGEMM's FP8 GEMMs), the KV cache
 - The SGLang Team, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs"
   (lmsys.org/blog/2025-05-05-large-scale-ep, May 2025), "Evaluation": decode on 9 nodes of 8 H100 (EP 72, DP
   attention 72), 256 sequences per GPU at a KV length of 2,000: 22,282 output tokens/s per node; prefill on 4 nodes
-  (EP 32), 16,384 tokens per GPU at prompts of 1K, 2K and 4K: 57,674, 54,543 and 50,302 input tokens/s per node.
+  (EP 32), 16,384 tokens per GPU at prompts of 1K, 2K and 4K: 57,674, 54,543 and 50,302 input tokens/s per node;
+  "Profile Results": 59,337 at 4K under a "simulated perfect EPLB (random expert selection following group-limited
+  routing semantics)", priced at --expert-imbalance uniform (a row added with the imbalance term).
   EPLB with 32 redundant experts (the reproduction's --ep-num-redundant-experts 32, sglang issue 6017), two-batch
   overlap on (--overlap ep). The decode priced at 2,000 positions plus 100 generated; the prefill as one step of
   16,384 tokens a GPU. The post's TBO ablation ("the speedup reaches 25.5 % at 256 tokens with a performance of
