@@ -163,13 +163,14 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
-          attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False, **overrides: Any
-          ) -> "InferReport":
+          attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
+          expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
-    redundant_experts=, ep_overlap=): tensor- and expert-parallel serving (per GPU); draft=, accept_rate=, draft_tokens:
-    speculative decoding; rate=, mean_input=, mean_output=: continuous batching, prefill_chunk= its chunk (0: prompts
-    whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured run's); launch="eager" (host_op_s=)."""
+    redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
+    accept_rate=, draft_tokens: speculative decoding; rate=, mean_input=, mean_output=: continuous batching,
+    prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
+    run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -183,7 +184,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
                            mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time,
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
-                           attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap)
+                           attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+                           expert_imbalance=expert_imbalance)
     return build_infer(_model(model, overrides), options)
 
 
@@ -198,7 +200,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          bandwidth_efficiency: Optional[float] = None,
          # issue 20, sharding and precision: --ep, --compute-dtype, --no-reshard-after-forward, --hsdp,
          # --grad-dtype, --offload ("optimizer", "activations", both as a tuple or "optimizer,activations")
-         ep: Optional[int] = None, ep_dispatch: str = "auto", compute_dtype: Optional[str] = None,
+         ep: Optional[int] = None, ep_dispatch: str = "auto", expert_imbalance: Any = None,
+         compute_dtype: Optional[str] = None,
          fp8_recipe: str = "delayed", fp8_all_gather: bool = False,
          etp: Optional[int] = None,  # --etp: count.training.experts_folded
          reshard_after_forward: bool = True,
@@ -217,7 +220,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
     the embedding, final norm and loss eager); power_limit: watts each GPU is capped at
-    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine."""
+    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine;
+    expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -231,7 +235,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           seq=seq, dtype=dtype, mfu=mfu, top=top, matmul_efficiency=matmul_efficiency,
                           bandwidth_efficiency=bandwidth_efficiency, dropout=dropout, zero_engine=zero_engine,
                           tokens=parse_count(tokens) if isinstance(tokens, str) else tokens,
-                          ep=ep, etp=etp, ep_dispatch=ep_dispatch, compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
+                          ep=ep, etp=etp, ep_dispatch=ep_dispatch, expert_imbalance=expert_imbalance,
+                          compute_dtype=compute_dtype, fp8_recipe=fp8_recipe,
                           fp8_all_gather=fp8_all_gather, reshard_after_forward=reshard_after_forward, hsdp=hsdp,
                           grad_dtype=grad_dtype,
                           offload=name_list("--offload", offload, OFFLOAD) if isinstance(offload, str)

@@ -107,6 +107,9 @@ class Layout:
     etp: Optional[int] = None
     # how EP's tokens travel (tfcalc.count.training.experts_parallel): auto, alltoall or deepep (hierarchical)
     ep_dispatch: str = "auto"
+    # the fullest EP rank's routed rows over the mean (tfcalc.count.perf.expert_imbalance): a skew's name, a fixed
+    # factor, or None (the training default, "uniform": the routing's noise alone)
+    expert_imbalance: Optional[object] = None
     compute_dtype: Optional[str] = None  # "fp8": the blocks' linears run FP8 GEMMs; storage stays `dtype`
     fp8_recipe: str = "delayed"  # the FP8 recipe by name (tfcalc.count.perf.fp8_recipes): delayed, tensorwise, ...
     reshard_after_forward: bool = True  # ZeRO-3: False keeps each unit gathered from its forward to its backward

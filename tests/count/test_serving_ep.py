@@ -6,6 +6,8 @@ time of the worked example, the rows of one GPU's step -- then `--ep 1` as befor
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -143,11 +145,52 @@ def test_overlap_two_half_batches():
     est, t = ep.estimate(QWEN, w, fmt, c, None, over)
     _, half = ep.estimate(QWEN, Workload(batch=256, seq=1000, gen=20, dtype="bf16"), fmt, c, None, two)
     assert t.decode.compute_s == pytest.approx(2 * half.decode.compute_s, rel=1e-12)
-    assert est.decode_s_per_token == pytest.approx(max(t.decode.compute_s, t.decode.a2a.seconds), rel=1e-12)
+    longer, shorter = sorted((t.decode.compute_s, t.decode.a2a.seconds), reverse=True)
+    # and the decode pipeline's fill: the shorter stream's one stage of 2·L (one half's layer) beside nothing
+    assert est.decode_s_per_token == pytest.approx(longer + shorter / (2 * 48), rel=1e-12)
+    # the prefill stage by stage (count.serving.ep_overlap): at least the longer of the two, at most their sum
+    assert max(t.prefill.compute_s, t.prefill.a2a.seconds) < t.prefill.step_s < \
+        t.prefill.compute_s + t.prefill.a2a.seconds
     assert t.decode.a2a == plain_t.decode.a2a  # the same bytes, only hidden
     assert (ep.held_sms(two, False, c.perf), ep.held_sms(two, True, c.perf)) == (20, 0)
     assert ep.held_sms(lay(8), True, c.perf) == c.perf.comm_sms
     assert ep.slowed(1.0, two, False, c.perf) == pytest.approx(c.perf.sm_count / (c.perf.sm_count - 20))
+
+
+def test_two_batch_overlap_stage_by_stage_by_hand():
+    """Step 6 (count.serving.ep_overlap), one MoE layer, halves 8 s (per half: attention 1, routed experts 2, shared
+    1 in the prefill; 1 each of projections, core, shared, routed in the decode), all-to-all 4 s or 8 s (dispatch
+    and combine half of it each, per half 1 s or 2 s). Prefill, delta 0, A1 B1 A2 B2 A3 B3:
+    at 4 s all of it hidden: 8.0; at 8 s: A's dispatch 1→3, B's 3→5, A's experts wait to 3, end 5, its combine
+    5→7, B's experts 5→7, combine 7→9, A's shared 7→8, B's 8→9, its combine done at 9: 9.0 of max 8, sum 16.
+    Decode, delta 2, A0 A1 (A2 B0) (A3 B1) (A4 B2) B3 B4 at 4 s: everything hidden but B's last combine (8→9): 9.0.
+    No all-to-all: the halves' 8 s; no compute: the all-to-all's 8 s."""
+    from tfcalc.count.serving import ep_overlap as ov
+
+    pre = {"prep": 0.0, "core": 0.25, "shared": 0.25, "routed": 0.5}
+    assert ov.step_seconds(8.0, pre, 4.0, 1, 0.5, False) == pytest.approx(8.0)
+    assert ov.step_seconds(8.0, pre, 8.0, 1, 0.5, False) == pytest.approx(9.0)
+    dec = {"prep": 0.25, "core": 0.25, "shared": 0.25, "routed": 0.25}
+    assert ov.step_seconds(8.0, dec, 4.0, 1, 0.5, True) == pytest.approx(9.0)
+    for decode in (False, True):
+        assert ov.step_seconds(8.0, dec, 0.0, 61, 0.5, decode) == pytest.approx(8.0)
+        assert ov.step_seconds(0.0, dec, 8.0, 61, 0.5, decode) == pytest.approx(8.0)
+        mixed = ov.step_seconds(8.0, pre, 6.0, 61, 0.4, decode)
+        assert 8.0 <= mixed < 14.0
+
+
+def test_stage_shares_of_the_rows():
+    """ep_overlap.shares: DeepSeek-V3's rows by stage add up to the step's row seconds."""
+    from tfcalc.count.serving import ep_overlap as ov
+    from tfcalc.report.infer import datasheet_ceilings
+
+    fmt = quant.plain("fp8")
+    _, c = datasheet_ceilings("h100-sxm", fmt)
+    step = decode_step(load("deepseek-v3"), 64, 2000, fmt, "bf16")
+    part = ov.shares(step, c)
+    assert sum(part.values()) == pytest.approx(1.0) and min(part.values()) > 0
+    routed = sum(r.time_s(c) for r in step.rows if r.component.startswith("expert_ffn"))
+    assert part["routed"] == pytest.approx(routed / step.time_s(c))
 
 
 def test_one_gpus_step_rows():
@@ -156,7 +199,7 @@ def test_one_gpus_step_rows():
     add up to the whole step's."""
     B, E = 16, 4
     whole = decode_step(QWEN, B, 512, BF16, "bf16")
-    shard = ep.Sharding(QWEN, BF16, "bf16", lay(E))
+    shard = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.0))  # balanced: each GPU the mean's
     mine = shard.step(whole)
     group = decode_step(QWEN, B // E, 512, BF16, "bf16")
     assert mine.batch == B // E
@@ -169,6 +212,40 @@ def test_one_gpus_step_rows():
             assert r == g
 
 
+def test_fullest_gpu_rows_and_all_to_all():
+    """Step 7: the fullest GPU's routed rows are f times the mean's (FLOPs, activations; f from count.perf.
+    expert_imbalance at the step's B tokens, EPLB's skew by default), its experts hit at f·B tokens, the rest as
+    balanced; the all-to-all's wire time f times the balanced one's, its 2·L latencies as they were."""
+    from tfcalc.count.perf import expert_imbalance as ei
+
+    B, E = 16, 4
+    whole = decode_step(QWEN, B, 512, BF16, "bf16")
+    f = ei.factor(E, 128, 8, B, ei.SKEW["eplb"])
+    assert f == pytest.approx(1 + 1.0294 * math.sqrt(4 / 3) * math.sqrt(ei.SKEW["eplb"] ** 2 + 0.75 * 120 / 127 / 32),
+                              rel=1e-4)  # e_4 = 1.0294 (Harter)
+    even = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.0)).step(whole)
+    full = ep.Sharding(QWEN, BF16, "bf16", lay(E)).step(whole)
+    for a, b in zip(even.rows, full.rows, strict=True):
+        if a.component.startswith("expert_ffn"):
+            assert b.flops == pytest.approx(a.flops * f, rel=1e-6)
+            assert b.activation_bytes == pytest.approx(a.activation_bytes * f, rel=1e-5)
+            assert b.weight_bytes == pytest.approx(48 * 2048 * 768 * 2 * 32 * (1 - (1 - 8 / 128) ** (B * f)), abs=1)
+        else:
+            assert a == b
+    fixed = ep.Sharding(QWEN, BF16, "bf16", replace(lay(E), imbalance=1.5)).step(whole)
+    assert [r.flops for r in fixed.rows if r.component == "expert_ffn_up"] == \
+        [round(r.flops * 1.5) for r in even.rows if r.component == "expert_ffn_up"]
+    from tfcalc.report.infer import datasheet_ceilings
+
+    _, C = datasheet_ceilings("h100-sxm", BF16)
+    w = Workload(batch=B, seq=1000, gen=20, dtype="bf16")
+    _, t1 = ep.estimate(QWEN, w, BF16, C, None, replace(lay(E), imbalance=1.0))
+    _, tf = ep.estimate(QWEN, w, BF16, C, None, lay(E))
+    latency = 2 * 48 * lay(E).intra_latency_s
+    assert tf.decode.a2a.seconds - latency == pytest.approx((t1.decode.a2a.seconds - latency) * f, rel=1e-12)
+    assert tf.imbalance == {"prefill": ei.factor(E, 128, 8, B * 1000, ei.SKEW["eplb"]), "decode": f}
+
+
 def test_ep_1_is_as_before():
     """--ep 1 (the default) leaves every figure as it was: the same JSON with and without it, ep 1 and no
     expert_parallel object."""
@@ -179,8 +256,10 @@ def test_ep_1_is_as_before():
 
 def test_infer_ep_json_terms():
     """The JSON's terms equal the module's, per GPU; throughput per GPU and node from the whole batch's."""
-    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4).to_json()
+    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4, expert_imbalance=1.0).to_json()
     x = r["expert_parallel"]
+    assert x["expert_imbalance"] == {"skew": None, "skew_cv": None, "fixed": 1.0, "prefill_factor": 1.0,
+                                     "decode_factor": 1.0}
     assert (x["ep"], x["attention_tp"], x["attention_dp"], x["experts_per_gpu"], x["nodes"]) == (4, 1, 4, 32, 1)
     assert r["weights_bytes"] == x["weights_bytes_per_gpu"] == ep.weights_per_gpu(QWEN, BF16, lay(4))["total"]
     assert r["kv_cache_bytes"] == x["kv_cache_bytes_per_gpu"] == 2 * 2 * 1100 * 48 * 4 * 128 * 2

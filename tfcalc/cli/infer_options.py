@@ -31,6 +31,13 @@ EPOverlap = Annotated[Optional[str], typer.Option(
     "(SGLang's two-batch overlap, DeepSeek's dual micro-batch, vLLM's DBO); none: the all-to-all after the compute "
     "[default: none].", metavar="ep|none", show_default=False)]
 
+ExpertImbalance = Annotated[Optional[str], typer.Option(
+    "--expert-imbalance", help="With --ep: the fullest GPU's routed tokens over the mean, which the experts' GEMMs "
+    "and the all-to-all wait on. eplb: the spread left by DeepSeek's EPLB (TensorRT-LLM's measured 0.041 by rank), "
+    "none: no EPLB (0.48), uniform: a perfectly balanced router; each plus the step's routing noise, the expected "
+    "maximum over the E GPUs; or a fixed factor F (1.0 = balanced) [default: eplb].", metavar="eplb|none|uniform|F",
+    show_default=False)]
+
 
 def ep_overlap(value: Optional[str]) -> bool:
     """--overlap: 'ep' or 'none' (any case, spaces around), one line otherwise."""

@@ -30,6 +30,12 @@ EPDispatch = Annotated[str, typer.Option(
     "network, forwarded over NVLink once per GPU: DeepSeek-V3's DeepEP; node-limited routing from the model's "
     "router groups), or auto: deepep where the EP group spans nodes, alltoall inside one.",
     metavar="auto|alltoall|deepep")]
+ExpertImbalance = Annotated[Optional[str], typer.Option(
+    "--expert-imbalance", help="With --ep: the fullest EP rank's routed tokens over the mean, which every rank's "
+    "expert GEMMs wait on: uniform (the router's balancing loss leaves the routing's noise alone, the expected "
+    "maximum over the EP ranks), eplb or none (TensorRT-LLM's measured spreads by rank, with and without "
+    "DeepSeek's EPLB), or a fixed factor F (1.0 = balanced) [default: uniform].", metavar="uniform|eplb|none|F",
+    show_default=False)]
 ComputeDType = Annotated[Optional[str], typer.Option(
     "--compute-dtype", help="fp8: the blocks' linears run FP8 GEMMs (Transformer Engine's delayed scaling unless "
     "--fp8-recipe; attention and the LM head stay in --dtype, as do weights and master weights); mxfp8 and nvfp4 "

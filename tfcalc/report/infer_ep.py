@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from tfcalc import devices
+from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.serving import expert_parallel as ep
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.errors import InputError, shown
@@ -22,7 +23,8 @@ from tfcalc.workload import Workload
 
 def active(o: InferOptions) -> bool:
     """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
-    return o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
+    return (o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
+            or o.expert_imbalance is not None)
 
 
 def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
@@ -34,8 +36,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
             raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
                              f"drop {flag} (or --ep)")
     if o.ep == 1:
-        raise InputError("--attention-dp, --redundant-experts and --overlap ep lay out expert parallelism: give --ep E "
-                         "above 1")
+        raise InputError("--attention-dp, --redundant-experts, --overlap ep and --expert-imbalance lay out expert "
+                         "parallelism: give --ep E above 1")
     if spec is None or c.perf is None:
         raise InputError("--ep predicts for a listed device: give --device-spec")
     if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
@@ -50,7 +52,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     link, perf = devices.intra_link(spec), c.perf
     return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
                            perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
-                           perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap)
+                           perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap,
+                           expert_imbalance.parse(o.expert_imbalance))
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],
@@ -99,8 +102,11 @@ def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
         "decode_tokens_per_s_per_gpu": None if per_step is None else per_step / lay.ep,
         "decode_tokens_per_s_per_node": None if per_step is None else per_step / lay.ep * min(lay.ep,
                                                                                               lay.gpus_per_node),
-        "assumption": "uniform routing over the n + R expert slots; the all-to-all after the compute, or under "
-                      "--overlap ep beside two half batches' compute",
+        "expert_imbalance": {**expert_imbalance.describe(lay.imbalance, ep.IMBALANCE_DEFAULT),
+                             "prefill_factor": t.imbalance["prefill"], "decode_factor": t.imbalance["decode"]},
+        "assumption": "the routed pairs of the fullest GPU: the mean's (n + R slots) times expert_imbalance's factor "
+                      "(count.perf.expert_imbalance); the all-to-all after the compute, or under --overlap ep beside "
+                      "two half batches' compute",
     }
 
 

@@ -35,6 +35,7 @@ class InferOptions:
     attention_dp: Optional[int] = None
     redundant_experts: int = 0
     ep_overlap: bool = False  # --overlap ep: two micro-batches, the all-to-all under the compute
+    expert_imbalance: object = None  # --expert-imbalance: a skew's name or a fixed factor (count.perf.expert_imbalance)
     draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.serving.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS

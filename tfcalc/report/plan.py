@@ -19,6 +19,7 @@ from typing import Any, Optional
 from tfcalc import devices
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.fp8_recipes import NARROW, narrow
 from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
@@ -31,7 +32,7 @@ from tfcalc.count.training.layout import (
     resolve_degrees,
 )
 from tfcalc.count.training.layout_pipeline import check_cp
-from tfcalc.count.training.micro_batch_time import moe_step_s
+from tfcalc.count.training.micro_batch_time import imbalance as training_imbalance, moe_step_s
 from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, pipeline_stages, search
@@ -114,6 +115,11 @@ class PlanReport(Displayed):
         return st.model_flops / (st.physics_s * self.hardware.peak_flops_per_s * self.plan.layout.gpus)
 
     @property
+    def expert_imbalance(self) -> float:
+        """The fullest EP rank's routed rows over the mean, its expert GEMMs' factor (count.perf.expert_imbalance)."""
+        return training_imbalance(self.model.cfg, self.plan.layout)
+
+    @property
     def moe_dispatch_s(self) -> float:
         """Of the compute: the MoE layers' router top-k, index work and permutes (count.perf.moe_dispatch)."""
         hw = self.hardware
@@ -174,6 +180,8 @@ class PlanReport(Displayed):
                      "ep_contention_s": st.ep_contention_s,
                      "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
                      "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
+                     # the fullest EP rank's expert GEMMs over the mean's (count.perf.expert_imbalance)
+                     "expert_imbalance": self.expert_imbalance,
                      "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
@@ -236,7 +244,8 @@ def sharding_fields(request: PlanRequest) -> dict[str, Any]:
     """The Layout fields of tfcalc.count.training.sharding, from the request (ep 1 unless given)."""
     r = request
     compute_dtype, fp8_recipe = narrow(r.compute_dtype, r.fp8_recipe)  # --compute-dtype mxfp8|nvfp4: a recipe
-    return dict(ep=1 if r.ep is None else r.ep, etp=r.etp, ep_dispatch=r.ep_dispatch, compute_dtype=compute_dtype,
+    return dict(ep=1 if r.ep is None else r.ep, etp=r.etp, ep_dispatch=r.ep_dispatch,
+                expert_imbalance=expert_imbalance.parse(r.expert_imbalance), compute_dtype=compute_dtype,
                 fp8_recipe=fp8_recipe, fp8_all_gather=r.fp8_all_gather,
                 reshard_after_forward=r.reshard_after_forward, hsdp=r.hsdp, grad_dtype=r.grad_dtype,
                 offload_optimizer="optimizer" in r.offload, offload_activations="activations" in r.offload)

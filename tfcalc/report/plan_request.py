@@ -44,6 +44,7 @@ class PlanRequest:
     ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts
     etp: Optional[int] = None  # experts folded over TP × DP, ETP ways (count.training.experts_folded); None: implied
     ep_dispatch: str = "auto"  # how EP's tokens travel: auto, alltoall, deepep (count.training.experts_parallel)
+    expert_imbalance: object = None  # the fullest EP rank's rows over the mean: a skew or a factor (expert_imbalance)
     compute_dtype: Optional[str] = None  # fp8: the blocks' linears in FP8 (tfcalc.count.training.fp8)
     fp8_recipe: str = "delayed"  # its recipe by name (tfcalc.count.perf.fp8_recipes)
     reshard_after_forward: bool = True  # False: --no-reshard-after-forward (ZeRO-3)

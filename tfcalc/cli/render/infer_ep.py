@@ -20,6 +20,7 @@ def ep_table(doc: Doc, rows: list[dict[str, Any]]) -> None:
                   + (", two-batch overlap" if x["overlap"] else "") + "; per GPU",
                   Column("batch", "int"), Column("seqs / group", "int", priority=2), Column("weights", "bytes"),
                   Column("KV cache", "bytes"), Column("experts hit / layer", priority=1),
+                  Column("max/mean tokens", priority=1),
                   Column("weights read / step", "bytes", priority=1), Column("a2a / step", "seconds"),
                   Column("a2a exposed", "seconds", priority=1),
                   Column("a2a bytes / step", "bytes", priority=2), Column("tok/s per GPU", "tokens_rate"),
@@ -29,6 +30,7 @@ def ep_table(doc: Doc, rows: list[dict[str, Any]]) -> None:
         a = x["decode_all_to_all"]
         t.add(row["batch"], x["sequences_per_attention_group"], x["weights_bytes_per_gpu"],
               x["kv_cache_bytes_per_gpu"], f"{x['decode_experts_hit_per_gpu_per_layer']:.3g}",
+              _factor(x["expert_imbalance"]),
               x["decode_weights_read_bytes_per_gpu"], x["a2a_s_per_decode_step"], None if a is None else a["exposed_s"],
               None if a is None else a["network_bytes"] + a["nvlink_bytes"], x["decode_tokens_per_s_per_gpu"],
               x["decode_tokens_per_s_per_node"])
@@ -40,7 +42,22 @@ def ep_table(doc: Doc, rows: list[dict[str, Any]]) -> None:
              f"{units.nbytes(a['combine_bytes_per_token_per_layer'])} a token and layer ({a['route']} route), "
              + ("two half batches each computing while the other's all-to-all runs (--overlap ep)" if x["overlap"]
                 else "after the compute (--overlap ep: two half batches overlapping it)")
-             + "; experts hit under uniform routing. tok/s total in the table above is all GPUs'.")
+             + "; experts hit under uniform routing. " + _imbalance_note(x["expert_imbalance"])
+             + " tok/s total in the table above is all GPUs'.")
+
+
+def _factor(i: dict[str, Any]) -> str:
+    """The decode step's max/mean (the prefill's where there is no decode)."""
+    f = i["decode_factor"] if i["decode_factor"] is not None else i["prefill_factor"]
+    return f"{f:.3f}"
+
+
+def _imbalance_note(i: dict[str, Any]) -> str:
+    how = (f"fixed at {i['fixed']:g} (--expert-imbalance)" if i["fixed"] is not None else
+           f"the expected maximum over the GPUs under the {i['skew']} skew (CV {i['skew_cv']:.3g} by GPU) and each "
+           "step's routing noise")
+    return (f"The fullest GPU's routed tokens over the mean ({i['prefill_factor']:.3f} in the prefill): {how}; the "
+            "experts' GEMMs and the all-to-all's wire time wait on it.")
 
 
 def ep_measured_note(doc: Doc, first: dict[str, Any]) -> None:

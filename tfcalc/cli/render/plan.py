@@ -172,6 +172,9 @@ def _time(doc: Doc, r: PlanReport) -> None:
     if r.moe_dispatch_s:  # tfcalc.count.perf.moe_dispatch
         t.add("  of it, MoE dispatch", r.moe_dispatch_s, "router top-k, sorting the pairs by expert, permute and "
               "unpermute: memory-bound")
+    if r.expert_imbalance != 1.0:  # tfcalc.count.perf.expert_imbalance
+        t.add("  of it, expert imbalance", None, f"the expert GEMMs × {r.expert_imbalance:.3f}: every rank waits for "
+              f"the one of {L.ep} EP ranks whose experts received the most tokens (--expert-imbalance)")
     if L.pp > 1:
         rule = {"1f1b": "1F1B (p−1)/(m+p−1)", "interleaved": f"interleaved ((p−1)/V)/(m+(p−1)/V), V {L.virtual_stages}",
                 "zero-bubble": "ZB-H1 (p−1)(F+B−W) over m(F+B+W) + that",

@@ -36,15 +36,18 @@ prefill EP 32 with attention TP 4 × DP 8; decode EP 320 with attention TP 4 × 
    and the per-step costs of tfcalc.count.perf.inference at b sequences; the all-to-all follows it, exposed.
    Decode throughput of the E GPUs is B per step; per GPU B/E, per node B·(GPUs per node)/E per step.
 6. ``--overlap ep`` (SGLang's two-batch overlap, DeepSeek's dual micro-batch prefill and 5-stage decode, vLLM's
-   dual-batch overlap): the batch split into two halves of ⌈B/2⌉, one half's all-to-all running while the other
-   computes; the step takes the longer of the two halves' compute (each half reads its weights again and launches
-   its kernels again: 2 × a step at ⌈B/2⌉) and the whole batch's all-to-all. The halves' matmuls run on the SMs
-   the all-to-all leaves them (``held_sms``: DeepEP's normal kernels hold 20, its low-latency decode kernels none
-   while their RDMA messages fly, profile-data's README; one node's NCCL all-to-all ``comm_sms``): rows × S/(S − h).
+   dual-batch overlap): two halves of ⌈B/2⌉, each reading its weights and launching its kernels again (2 × a step
+   at ⌈B/2⌉), one half's all-to-all under the other's compute, stage by stage as SGLang's DeepSeek strategies run
+   them (tfcalc.count.serving.ep_overlap). The halves' matmuls run on the SMs the all-to-all leaves them
+   (``held_sms``: DeepEP's normal kernels hold 20, its low-latency decode kernels none while their RDMA messages
+   fly, profile-data's README; one node's NCCL all-to-all ``comm_sms``): rows × S/(S − h).
+7. Expert load imbalance (``--expert-imbalance``): every GPU waits for the one whose experts received the most
+   pairs, f times the mean (tfcalc.count.perf.expert_imbalance: the expected maximum over the E GPUs of the step's
+   routing noise and a placement skew, EPLB's measured spread by default); that GPU's routed rows are f × step 3's
+   (FLOPs, activations, experts hit at f·B·q tokens), its all-to-all's wire time f × step 4's.
 
-Not modelled: expert load imbalance beyond the uniform router (DeepSeek's EPLB aims at balance; tfcalc's training
-side models none either), the attention groups' unequal lengths (every group at the same context), the pipeline's
-fill under step 6 (one half's first stage alone).
+Not modelled: the attention groups' unequal lengths (every group at the same context), contention between the
+overlapped compute and communication beyond the SMs held (SGLang measures both slower under TBO, no figure).
 
 Worked example (tests/count/serving/test_expert_parallel.py): Qwen3-30B-A3B (48 layers, 128 experts, k 8, d 2048)
 at EP 4 (attention DP 4) decoding B = 8 sequences in bf16 on one node: b = 2 sequences per attention group, h = 32
@@ -65,8 +68,9 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
+from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.inference import step_seconds
-from tfcalc.count.serving import serving_tp
+from tfcalc.count.serving import ep_overlap, serving_tp
 from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's steps 4 and 6, re-exported
     AllToAll,
     all_to_all,
@@ -108,6 +112,7 @@ class ExpertLayout:
     network_latency_s: float = 0.0
     network_efficiency: float = 1.0
     overlap: bool = False  # --overlap ep: two micro-batches, one's all-to-all under the other's compute (step 6)
+    imbalance: expert_imbalance.Imbalance = None  # --expert-imbalance: a skew's name or a fixed factor (step 7)
 
     @property
     def nodes(self) -> int:
@@ -207,13 +212,34 @@ def _scale(v: int, f: Fraction) -> int:
     return v * f.numerator // f.denominator
 
 
+IMBALANCE_DEFAULT = "eplb"  # step 7: the published large-EP deployments run DeepSeek's EPLB
+
+
+def imbalance(cfg: ModelConfig, lay: ExpertLayout, tokens: float) -> float:
+    """Step 7's f: the fullest GPU's routed pairs over the mean for a step of ``tokens`` tokens
+    (tfcalc.count.perf.expert_imbalance), or the fixed factor --expert-imbalance gives."""
+    moe = moe_of(cfg)
+    return expert_imbalance.resolve(lay.imbalance, IMBALANCE_DEFAULT, lay.ep, moe.n_expert + lay.redundant,
+                                    moe.top_k, tokens)
+
+
 def _expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> Row:
-    """Step 3: one GPU's share of the whole step's routed-expert row; ``whole`` the row's weights, every expert."""
-    moe, h = moe_of(cfg), held(cfg, lay)
-    pairs = Fraction(h, moe.n_expert + lay.redundant)
-    weight = round(whole * hit_per_gpu(cfg, lay, tokens) / moe.n_expert)
+    """Steps 3 and 7: the fullest GPU's share of the whole step's routed-expert row (f times the mean's rows:
+    FLOPs, activations, and the experts they hit); ``whole`` the row's weights, every expert."""
+    moe, h, f = moe_of(cfg), held(cfg, lay), imbalance(cfg, lay, tokens)
+    pairs = Fraction(h, moe.n_expert + lay.redundant) * Fraction(f).limit_denominator(1 << 20)
+    weight = round(whole * hit_per_gpu(cfg, lay, tokens * f) / moe.n_expert)
     return replace(row, flops=_scale(row.flops, pairs), weight_bytes=weight,
                    activation_bytes=_scale(row.activation_bytes, pairs), count=row.count // moe.n_expert * h)
+
+
+def _receiving(a2a: AllToAll, f: float, lay: ExpertLayout) -> AllToAll:
+    """Step 7 on the all-to-all: the fullest GPU receives f times the mean's rows in the dispatch and sends them
+    back in the combine, so the wire time (not the per-call latency) is f times the mean GPU's."""
+    if not a2a.seconds or f == 1.0:
+        return a2a
+    latency = 2 * a2a.layers * (lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s)
+    return replace(a2a, seconds=latency + (a2a.seconds - latency) * f)
 
 
 class Sharding:
@@ -248,9 +274,7 @@ class Sharding:
 
 @dataclass(frozen=True)
 class Phase:
-    """A step's seconds on one GPU (step 5, and step 6's overlap): its compute (rows, per-step costs, TP
-    all-reduces), its all-to-all, and the step: their sum, or under --overlap ep the longer of the all-to-all and
-    the compute of two half batches."""
+    """A step's seconds on one GPU: its compute, its all-to-all, and the step (their sum; step 6 under overlap)."""
 
     compute_s: float
     a2a: AllToAll
@@ -271,6 +295,7 @@ class Terms:
     weights: dict[str, int]
     prefill: Phase
     decode: Optional[Phase]
+    imbalance: dict = None  # step 7: {'prefill': f, 'decode': f or None} at the whole batch's tokens
 
     @property
     def prefill_a2a(self) -> AllToAll:
@@ -283,20 +308,24 @@ class Terms:
 
 def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
     """(the GPU's step, its per-step costs with the TP all-reduces in comm_s, the step's all-to-all)."""
-    mine = shard.step(whole)
-    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), step_all_to_all(cfg, fmt, shard.lay,
-                                                                                               whole)
+    mine, f = shard.step(whole), imbalance(cfg, shard.lay, whole.batch * whole.queries)
+    a2a = _receiving(step_all_to_all(cfg, fmt, shard.lay, whole), f, shard.lay)
+    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), a2a
 
 
-def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over) -> Phase:
+def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over, part: Optional[dict] = None,
+           decode: bool = False) -> Phase:
     """Step 6 (--overlap ep: SGLang's two-batch overlap, DeepSeek's dual micro-batch; vLLM's DBO): the batch split in
-    two, one half's all-to-all runs under the other's attention and experts -- the step the longer of the two
-    halves' compute (``halves_s``: each half reads the weights again) and the whole batch's all-to-all; else the
+    two, each half's all-to-all under the other's compute, stage by stage (tfcalc.count.serving.ep_overlap; the
+    halves' compute ``halves_s``, each half reading the weights again, ``part`` its shares by stage); else the
     all-to-all after the compute."""
     tp = 0.0 if over is None else over.comm_s
     if halves_s is None:
         return Phase(compute_s, a2a, tp, compute_s + a2a.seconds)
-    return Phase(halves_s, a2a, tp, max(halves_s, a2a.seconds))
+    sent = a2a.dispatch_bytes_per_token + a2a.combine_bytes_per_token
+    return Phase(halves_s, a2a, tp, ep_overlap.step_seconds(halves_s, part, a2a.seconds, a2a.layers,
+                                                            a2a.dispatch_bytes_per_token / sent if sent else 0.5,
+                                                            decode))
 
 
 def _with_a2a(over, phase: Phase):
@@ -311,11 +340,11 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memo
     shard, half = Sharding(cfg, fmt, w.kv, lay, src), -(-B // 2) if lay.overlap and B > 1 else None
     request = 0.0 if c.perf is None else c.perf.request_s
     prefill, over, a2a = _parts(cfg, shard, prefill_step(cfg, B, seq, fmt, w.kv, src_seq=src), fmt, c, src)
-    halves = None
+    halves = part = None
     if half:
         h, h_over, _ = _parts(cfg, shard, prefill_step(cfg, half, seq, fmt, w.kv, src_seq=src), fmt, c, src)
-        halves = 2 * step_seconds(slowed(h.time_s(c), lay, False, c.perf), h_over)
-    pre = _phase(step_seconds(prefill.time_s(c), over), halves, a2a, over)
+        halves, part = 2 * step_seconds(slowed(h.time_s(c), lay, False, c.perf), h_over), ep_overlap.shares(h, c)
+    pre = _phase(step_seconds(prefill.time_s(c), over), halves, a2a, over, part)
     prefill_over = _with_a2a(over, pre)
     if prefill_over is not None:  # the request's fixed work, once, before its first token
         prefill_over = replace(prefill_over, request_s=request)
@@ -327,19 +356,21 @@ def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Ceilings, memo
         n, lo, hi = gen - 1, seq + 1, seq + gen - 1
         first, over, a2a = _parts(cfg, shard, decode_step(cfg, B, lo, fmt, w.kv, src_seq=src), fmt, c, src)
         totals = decode_totals(at(B), lo, hi, c)
-        halves = None
+        halves = part = None
         if half:
-            _, h_over, _ = _parts(cfg, shard, decode_step(cfg, half, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+            h, h_over, _ = _parts(cfg, shard, decode_step(cfg, half, lo, fmt, w.kv, src_seq=src), fmt, c, src)
+            part = ep_overlap.shares(h, c)
             halves = 2 * step_seconds(slowed(decode_totals(at(half), lo, hi, c).seconds / n, lay, True, c.perf),
                                       h_over)
-        dec = _phase(step_seconds(totals.seconds / n, over), halves, a2a, over)
+        dec = _phase(step_seconds(totals.seconds / n, over), halves, a2a, over, part, decode=True)
         decode_s, decode_over = dec.step_s, _with_a2a(over, dec)
         per_token = totals.weight_kv_bytes / B / n
         bound = "compute" if totals.compute_s >= totals.memory_s else "memory"
     kv = kv_per_gpu(cfg, replace(w, src_seq=src), lay)
     est = Estimate(B, seq, gen, prefill, pre.step_s + request, first, decode_s, per_token, bound, shard.weights, kv,
                    None if memory_bytes is None else shard.weights + kv <= memory_bytes, prefill_over, decode_over)
-    return est, Terms(group_batch(B, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), pre, dec)
+    f = {"prefill": imbalance(cfg, lay, B * seq), "decode": imbalance(cfg, lay, B) if gen > 1 else None}
+    return est, Terms(group_batch(B, lay), held(cfg, lay), weights_per_gpu(cfg, fmt, lay), pre, dec, f)
 
 
 def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: int, lay: ExpertLayout) -> int:

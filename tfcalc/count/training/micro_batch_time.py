@@ -11,7 +11,9 @@ tensor parallelism t (Megatron's split, Narayanan et al. 2021, sec. 2.3; tfcalc.
 A mixture's expert matmuls run as one grouped GEMM per projection, forward and input gradient, at the
 efficiency of the routing's uneven rows per expert (tfcalc.count.perf.grouped_gemm: binomial row counts
 under a balanced router, each expert's tiles its own); the weight gradient (k, rows) @ (rows, n) at the
-mean rows.
+mean rows. Under expert parallelism every rank waits for the one whose experts received the most rows: each
+expert GEMM × f (``imbalance``: tfcalc.count.perf.expert_imbalance, by default the routing's noise alone, the
+router's balancing loss evening the rest over the batch).
 
 Each matmul (m, k) @ (k, n) runs forward as one GEMM and backward as two: the input gradient
 (m, n) @ (n, k) and the weight gradient (k, m) @ (m, n), each at its own shape's efficiency
@@ -45,7 +47,7 @@ from tfcalc.count.model import non_matmul, op_recompute
 from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
-from tfcalc.count.perf import eager, elementwise, fp8_recipes, gemm, grouped_gemm, moe_dispatch
+from tfcalc.count.perf import eager, elementwise, expert_imbalance, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training.context_parallel import kv_elements, ring_merges
 from tfcalc.count.training.experts_folded import folded
@@ -149,6 +151,20 @@ def _entry_s(e: MatmulEntry, layout: Layout, peak: float, perf: PerfSpec, expert
     return forward, backward, weight_grad
 
 
+IMBALANCE_DEFAULT = "uniform"  # the router's balancing loss over the batch: its noise alone (expert_imbalance)
+
+
+def imbalance(cfg: ModelConfig, layout: Layout) -> float:
+    """The fullest EP rank's routed rows over the mean (tfcalc.count.perf.expert_imbalance) for one micro-batch:
+    the EP group's ep ranks route micro_batch · seq / cp tokens each; 1.0 without expert parallelism."""
+    moe = next((b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe), None)
+    if moe is None or layout.ep <= 1:
+        return 1.0
+    tokens = layout.micro_batch * layout.seq * layout.ep / layout.cp
+    return expert_imbalance.resolve(layout.expert_imbalance, IMBALANCE_DEFAULT, layout.ep, moe.n_expert, moe.top_k,
+                                    tokens)
+
+
 def is_expert(e: MatmulEntry) -> bool:
     """A mixture's routed expert matmul (its rows a grouped GEMM's, per expert)."""
     return e.component.startswith(("expert_", "encoder_expert_"))
@@ -171,6 +187,7 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
         if fp8_peak else perf
     cast_fwd = cast_bwd = 0.0
     cast_kernels = [0, 0]  # forward, backward (fp8_recipes)
+    wait = imbalance(cfg, layout)  # every EP rank waits for the fullest one's expert GEMMs
     fp8_shards = shard_dp(layout) if gathers_fp8(layout) else 0  # --fp8-all-gather (fp8, step 4)
     for e in entries:
         # --compute-dtype fp8: the blocks' linears at the FP8 peak and ceiling, and their casts (fp8_time)
@@ -187,6 +204,8 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
             if not fp8_recipes.fp8_weight_grad(layout.fp8_recipe):  # the weight gradient at the 16-bit rate
                 high = _entry_s(e, layout, peak, perf, experts)[2]
                 bwd, wgrad = bwd - wgrad + high, high
+        if wait != 1.0 and is_expert(e):  # the fullest rank's rows: f × the mean's, each GEMM
+            fwd, bwd, wgrad = fwd * wait, bwd * wait, wgrad * wait
         again = fwd if (layout.recompute == "full" or (layout.recompute == "selective" and e.mixing)
                         or (layout.recompute == "op" and e.component in op_recompute.RECOMPUTED)) else 0
         total = (fwd + bwd + again) * e.copies
