@@ -104,10 +104,11 @@ it, never used to choose a parameter of the performance model. Reported beside i
   there). Added with chunked prefill's mean over the decode batch (issue 31).
 - NVIDIA NIM for LLMs benchmarking guide, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance ("Performance",
   Llama-3.3-70b-instruct, NIM 1.8.0, 2 × H100 80G, fp8, TP 2): AIPerf at a fixed concurrency C (closed loop),
-  TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). The request rate
-  a closed loop of C sustains is its throughput ÷ the output length (Little's law over the requests): tfcalc's
-  `infer --rate` at that rate, its mean TTFT and inter-token latency beside the page's, for C up to 50 (beyond,
-  the page's TTFT grows with the queue a closed loop builds at saturation, which a steady state has not). "fp8"
+  TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). tfcalc's
+  `infer --concurrency C` (the closed loop: each user's next request when its last one ends,
+  tfcalc.count.serving.closed_loop), its mean TTFT, inter-token latency and output tokens/s (the whole server's)
+  beside the page's, for C up to 50. Until the closed loop was built these rows ran `infer --rate` at the rate
+  Little's law gives from the page's throughput (output tokens/s ÷ O), its TTFT 0.76-0.80 at C = 5-50. "fp8"
   read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
   beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
@@ -306,11 +307,11 @@ NIM_70B = [(5000, 500, 1, 406.77, 18.58, 51.67), (5000, 500, 5, 546.7, 21.83, 21
            (500, 2000, 1, 47.77, 18.91, 52.85)]
 
 
-def under_load(inp: int, out: int, tokens_per_s: float, key: str) -> Callable[[], float]:
+def under_load(inp: int, out: int, users: int, key: str, scale: float = 1e3) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.infer("llama3-70b", seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
-                         rate=tokens_per_s / out, mean_input=inp, mean_output=out)
-        return r.to_json()["continuous"][key] * 1e3
+        r = tfcalc.infer("llama3-70b", dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
+                         concurrency=users, mean_input=inp, mean_output=out)
+        return r.to_json()["continuous"][key] * scale
     return run
 
 
@@ -322,8 +323,10 @@ def serving_rows() -> list[Row]:
     nim = "NVIDIA NIM LLM benchmarking 1.0.0, Performance (Llama 3.3 70B, NIM 1.8.0)"
     for inp, outp, users, ttft, itl, rate in NIM_70B:
         label = f"Llama 3.3 70B, 2 H100 fp8 TP 2, {inp:,} in, {outp:,} out, {users} concurrent ({rate:g} tok/s)"
-        out.append(Row("first-token latency", label, nim, ttft, "ms", under_load(inp, outp, rate, "ttft_s")))
-        out.append(Row("per-token latency", label, nim, itl, "ms", under_load(inp, outp, rate, "itl_s")))
+        out.append(Row("first-token latency", label, nim, ttft, "ms", under_load(inp, outp, users, "ttft_s")))
+        out.append(Row("per-token latency", label, nim, itl, "ms", under_load(inp, outp, users, "itl_s")))
+        out.append(Row("inference throughput", label, nim, rate, "tok/s",
+                       under_load(inp, outp, users, "output_tokens_per_s", 1.0)))
     return out
 
 

@@ -20,7 +20,7 @@ from tfcalc import devices
 from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp8_ceiling_note, with_launch
-from tfcalc.count.serving import continuous, speculative, static as serving
+from tfcalc.count.serving import speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, infer_ep, speculative_measured
@@ -154,9 +154,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     state = None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    if o.rate is not None:  # the static estimate beside: at the mean decode batch, or the largest that fits
-        state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                        memory, tp, continuous_report.prefill_chunk(o))
+    if continuous_report.loaded(o):  # the static estimate beside: at the mean decode batch, or the largest that fits
+        state = continuous_report.steady_state(o, cfg, fmt, kv, ceilings, memory, tp)
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)

@@ -118,7 +118,9 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
     x = rows[0]["continuous"]
     if x is None:
         return
-    t = doc.table(f"Continuous batching: {x['rate_per_s']:g} requests/s, {x['mean_input']:,} tokens in and "
+    load = (f"{x['rate_per_s']:g} requests/s" if not x.get("users") else
+            f"{x['users']:,} users in a closed loop, {x['rate_per_s']:.3g} requests/s")
+    t = doc.table(f"Continuous batching: {load}, {x['mean_input']:,} tokens in and "
                   f"{x['mean_output']:,} out on average", Column("in flight"), Column("TTFT", "seconds"),
                   Column("inter-token", "seconds"), Column("end to end", "seconds", priority=1),
                   Column("tok/s out", "tokens_rate"), Column("KV cache", "bytes", priority=1),

@@ -84,6 +84,7 @@ class SteadyState:
     request_s: float
     prefill_chunk: Optional[int] = None  # chunked prefill's tokens per step B (None: prefills whole, alone)
     prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (over capacity: beside N = 1)
+    users: Optional[int] = None  # closed loop (tfcalc.count.serving.closed_loop): C users; None: Poisson arrivals
 
     @property
     def over_capacity(self) -> bool:
