@@ -100,8 +100,13 @@ it, never used to choose a parameter of the performance model. Reported beside i
   is above one H100's compute for 70B FP8 and so a total), shown here per GPU. tfcalc: `infer --rate`'s capacity
   (``max_rate_per_s``, continuous batching with its default chunked prefill of 8,192 tokens a step) × OSL / TP.
   Llama 3.3 70B is Llama 3.1 70B's architecture (the llama3-70b preset). The MoE rows ran with
-  ``enable_attention_dp`` and EP (the page's MoE options): tfcalc prices plain TP 8 (``infer --ep`` not yet
-  there). Added with chunked prefill's mean over the decode batch (issue 31).
+  ``enable_attention_dp`` and ``trtllm-bench --tp 8 --ep $ep_size`` (the page's "For MoE models"; its YAML prints
+  enable_attention_dp indented under cuda_graph_config, and the ep size of the table is not printed): the layout of
+  TensorRT-LLM's own Qwen3-235B-A22B configs (examples/configs/database/Qwen/Qwen3-235B-A22B/*/..._tp8_*.yaml:
+  tensor_parallel_size 8, moe_expert_parallel_size 8, enable_attention_dp true) -- the H200 rows priced so,
+  `infer --ep 8 --rate` (tfcalc.count.serving.ep_continuous: attention DP 8, each group its requests, KV cache and
+  chunked prefill; the experts over 8 GPUs, the all-to-all after each MoE layer); the H100 rows still plain TP 8.
+  Added with chunked prefill's mean over the decode batch (issue 31).
 - NVIDIA NIM for LLMs benchmarking guide, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance ("Performance",
   Llama-3.3-70b-instruct, NIM 1.8.0, 2 × H100 80G, fp8, TP 2): AIPerf at a fixed concurrency C (closed loop),
   TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). tfcalc's
@@ -290,13 +295,16 @@ TRT_MAX = [("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 128, 128, 28312)
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h100-sxm", "H100", 8, 5000, 500, 3225),
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 128, 128, 30429),
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 1000, 1000, 23789)]
+# the MoE rows set with the page's MoE layout (attention DP 8 beside EP 8, `infer --ep 8`); the H100 rows not yet
+EP_ROWS = {("qwen3-235b-a22b", "h200")}
 
 
 def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Callable[[], float]:
     over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
+    layout = {"ep": tp} if (preset, device) in EP_ROWS else {"tp": tp}  # EP over the TP 8 GPUs, attention DP 8
     def run() -> float:
-        r = tfcalc.infer(preset, seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec=device, tp=tp, rate=1.0,
-                         mean_input=inp, mean_output=out, **{**over, "max_seq_len": max(8192, inp + out)})
+        r = tfcalc.infer(preset, dtype="fp8", kv_dtype="fp8", device_spec=device, rate=1.0, mean_input=inp,
+                         mean_output=out, **layout, **{**over, "max_seq_len": max(8192, inp + out)})
         return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
     return run
 
@@ -317,7 +325,9 @@ def under_load(inp: int, out: int, users: int, key: str, scale: float = 1e3) -> 
 
 def serving_rows() -> list[Row]:
     trt = "TensorRT-LLM perf-overview.md (00f3768, v1.0), max throughput, FP8"
-    out = [Row("inference throughput", f"{label}, {gpu} TP {tp}, {inp:,} in, {outp:,} out, all requests at once", trt,
+    out = [Row("inference throughput", f"{label}, {gpu} "
+               + (f"EP {tp} + attention DP {tp}" if (preset, device) in EP_ROWS else f"TP {tp}")
+               + f", {inp:,} in, {outp:,} out, all requests at once", trt,
                total / tp, "tok/s/GPU", max_throughput(preset, device, tp, inp, outp))
            for label, preset, device, gpu, tp, inp, outp, total in TRT_MAX]
     nim = "NVIDIA NIM LLM benchmarking 1.0.0, Performance (Llama 3.3 70B, NIM 1.8.0)"

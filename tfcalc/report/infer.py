@@ -20,7 +20,7 @@ from tfcalc import devices
 from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp8_ceiling_note, with_launch
-from tfcalc.count.serving import speculative, static as serving
+from tfcalc.count.serving import expert_parallel as ep, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, infer_ep, speculative_measured
@@ -175,10 +175,15 @@ def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[i
                      spec: Optional[devices.DeviceSpec], ceilings: Ceilings) -> InferReport:
     lay = infer_ep.layout(model, o, spec, ceilings)  # --measure's own rule: build_infer
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    f = infer_ep.estimates(model, o, w, fmt, ceilings, devices.usable_bytes(spec, communicating=True), lay)
+    memory, state = devices.usable_bytes(spec, communicating=True), None
+    if continuous_report.loaded(o):  # each attention-DP group a server; the static estimate at the mean batch
+        state = infer_ep.steady_state(model, o, fmt, kv, ceilings, memory, lay)
+        fitting = None if memory is None else ep.max_batch(model.cfg, w, fmt, memory, lay)
+        o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
+    f = infer_ep.estimates(model, o, w, fmt, ceilings, memory, lay)
     return InferReport(model, o, seq, src, fmt, kv, spec, ceilings, f["estimates"], f["max_batch"],
                        f["compute_bound_batch"], f["weight_matmuls_compute_bound_batch"], ep_layout=lay,
-                       ep_terms=f["ep_terms"])
+                       ep_terms=f["ep_terms"], continuous=state)
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":

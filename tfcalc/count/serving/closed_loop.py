@@ -65,9 +65,9 @@ def check_users(users: object) -> None:
 class Loop:
     """Steps 2-4 at a decode batch N for one server (``e``: continuous.Engine) and C users."""
 
-    def __init__(self, e: Engine, users: int, mean_output: int, request_s: float):
+    def __init__(self, e: Engine, users: float, mean_output: int, request_s: float):
         self.e, self.c, self.out, self.request = e, users, mean_output, request_s
-        self.f = (users - 1) / users
+        self.f = max(0.0, (users - 1) / users)  # under a group's share C/D below one user: nobody else seen
 
     def seen(self, big_n: float) -> float:
         return self.f * big_n
@@ -107,6 +107,12 @@ def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings,
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
     e = Engine(cfg, fmt, kv_dtype, c, Traffic(1.0, mean_input, mean_output), memory, tp, prefill_chunk)
+    return solve(e, users, mean_input, mean_output)
+
+
+def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyState:
+    """Steps 1-6 for a server ``e`` (continuous.Engine, or one attention-DP group's: ep_continuous) and C users."""
+    c = e.c
     request = c.perf.request_s if c.perf is not None else 0.0
     loop = Loop(e, users, mean_output, request)
     cap_n = e.max_concurrency()
