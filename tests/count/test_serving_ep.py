@@ -206,7 +206,7 @@ def test_infer_ep_json_terms():
     (["qwen3-30b-a3b", "--ep", "4", "--overlap", "ep", "--rate", "2", "--mean-input", "100", "--mean-output", "10"],
      "--rate with --overlap ep"),
     (["qwen3-30b-a3b", "--ep", "4", "--concurrency", "8", "--mean-input", "100", "--mean-output", "10", "--measure"],
-     "--concurrency and --measure"),
+     "--concurrency with --ep --measure"),
     (["qwen3-30b-a3b", "--ep", "4", "--tp", "2", "--measure"], "--measure --ep runs the experts on E gloo ranks"),
     (["qwen3-30b-a3b", "--ep", "16", "--measure"], "within one node"),
     (["qwen3-30b-a3b", "--ep", "12"], "does not divide"),

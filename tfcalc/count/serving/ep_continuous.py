@@ -153,4 +153,4 @@ def whole(state: continuous.SteadyState, dp: int) -> continuous.SteadyState:
     t = state.traffic
     return replace(state, traffic=continuous.Traffic(t.rate * dp, t.mean_input, t.mean_output),
                    concurrency=times(state.concurrency), max_concurrency=times(state.max_concurrency),
-                   max_rate=state.max_rate * dp, users=times(state.users))
+                   max_rate=state.max_rate * dp, users=None if state.users is None else round(state.users * dp))
