@@ -118,7 +118,11 @@ def test_check_users(users):
     (("--concurrency", "4", "--mean-input", "10"), "--concurrency needs --mean-input I and --mean-output O"),
     (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--batch", "4"), "--batch is a static"),
     (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--rate", "2"), "--rate and --concurrency"),
-    (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--measure"), "--concurrency and --measure"),
+    (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--measure", "--tp", "2"),
+     "--concurrency with --measure --tp is not measured"),
+    (("--concurrency", "4", "--mean-input", "10", "--mean-output", "1", "--measure"), "--mean-output 2 or more"),
+    (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--prefill-chunk", "1"),
+     "--prefill-chunk must be a whole number"),
 ])
 def test_hostile_concurrency(cli, args, message):
     assert_one_line_error(cli("infer", "llama2-13b", *args), message)

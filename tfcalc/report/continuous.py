@@ -57,9 +57,6 @@ def check(o) -> None:
                          "one")
     if o.concurrency is not None:
         closed_loop.check_users(o.concurrency)
-        if o.measure:
-            raise InputError("--concurrency and --measure: the measured server takes Poisson arrivals (--rate R); "
-                             "drop --measure for the closed loop's prediction")
         continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
     else:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))

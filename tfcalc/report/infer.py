@@ -220,7 +220,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     src = decoder_source(model.cfg, seq, o.src_seq)
     if o.draft is not None:  # every refusal of the speculative or continuous run before anything runs
         speculative_measured.precheck(model, o, seq)
-    if o.rate is not None:
+    if continuous_report.loaded(o):
         continuous_measured.precheck(model, o)
     plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in static.batches),
                       steps=static.gen - 1, warmup=o.warmup, repeat=o.repeat,
@@ -231,9 +231,9 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     ceilings = measured_ceilings(run)
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
-    if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
-        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None,
-                        prefill_chunk=None)
+    if continuous_report.loaded(o) and report.estimates[0].batch != 1:  # the static row as timed: batch 1
+        alone = replace(static, rate=None, concurrency=None, mean_input=None, mean_output=None, requests=None,
+                        max_time=None, prefill_chunk=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
                      model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,
@@ -242,7 +242,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
     if o.draft is not None:
         report = replace(report, speculative_measured=speculative_measured.measure(model, o, report, advance))
-    if o.rate is not None and report.continuous is not None:
+    if continuous_report.loaded(o) and report.continuous is not None:
         report = replace(report, continuous_measured=continuous_measured.measure(
             model, o, report.continuous, run.device, advance, ceilings))
     return report
