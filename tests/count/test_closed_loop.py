@@ -133,3 +133,13 @@ def test_cli_table_and_json(cli):
     assert r.code == 0 and "8 users in a closed loop" in r.out
     j = cli("infer", "llama3-8b", "--concurrency", "8", "--mean-input", "512", "--mean-output", "256", "--json").json()
     assert j["continuous"]["users"] == 8 and j["continuous"]["arrivals"].startswith("closed loop")
+
+
+def test_not_one_sequence_fits(cli):
+    """A prompt whose KV cache alone passes the memory: nothing served, said so, --require-fit exits 1."""
+    r = tfcalc.infer("llama3-8b", concurrency=100, mean_input=100_000, mean_output=100, device_spec="l4",
+                     max_seq_len=131072).to_json()["continuous"]
+    assert r["over_capacity"] and r["limit"] == "memory" and r["max_concurrency"] == 0 and r["ttft_s"] is None
+    res = cli("infer", "llama3-8b", "--concurrency", "100", "--mean-input", "100000", "--mean-output", "100",
+              "--device-spec", "l4", "--require-fit")
+    assert res.code == 1 and "Not one sequence of 100,050 positions fits" in res.out
