@@ -113,7 +113,11 @@ it, never used to choose a parameter of the performance model. Reported beside i
   `infer --concurrency C` (the closed loop: each user's next request when its last one ends,
   tfcalc.count.serving.closed_loop), its mean TTFT, inter-token latency and output tokens/s (the whole server's)
   beside the page's, for C up to 50. Until the closed loop was built these rows ran `infer --rate` at the rate
-  Little's law gives from the page's throughput (output tokens/s ÷ O), its TTFT 0.76-0.80 at C = 5-50. "fp8"
+  Little's law gives from the page's throughput (output tokens/s ÷ O), its TTFT 0.76-0.80 at C = 5-50. The closed
+  loop's mean-value TTFT assumes the users' requests end at random phases (lengths that vary); with every output
+  exactly 500 tokens, as the page's runs, a simulation of the same chunked scheduler keeps users who end together
+  together and queues their prompts: TTFT 375, 621 and 816 ms at C = 5, 25 and 50 (the page: 547, 689, 835), where
+  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py's simulation, lengths fixed). "fp8"
   read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
   beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
