@@ -117,7 +117,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   loop's mean-value TTFT assumes the users' requests end at random phases (lengths that vary); with every output
   exactly 500 tokens, as the page's runs, a simulation of the same chunked scheduler keeps users who end together
   together and queues their prompts: TTFT 375, 621 and 816 ms at C = 5, 25 and 50 (the page: 547, 689, 835), where
-  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py's simulation, lengths fixed). "fp8"
+  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py, test_equal_lengths_keep_users_together). "fp8"
   read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
   beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
