@@ -100,14 +100,24 @@ it, never used to choose a parameter of the performance model. Reported beside i
   is above one H100's compute for 70B FP8 and so a total), shown here per GPU. tfcalc: `infer --rate`'s capacity
   (``max_rate_per_s``, continuous batching with its default chunked prefill of 8,192 tokens a step) × OSL / TP.
   Llama 3.3 70B is Llama 3.1 70B's architecture (the llama3-70b preset). The MoE rows ran with
-  ``enable_attention_dp`` and EP (the page's MoE options): tfcalc prices plain TP 8 (``infer --ep`` not yet
-  there). Added with chunked prefill's mean over the decode batch (issue 31).
+  ``enable_attention_dp`` and ``trtllm-bench --tp 8 --ep $ep_size`` (the page's "For MoE models"; its YAML prints
+  enable_attention_dp indented under cuda_graph_config, and the ep size of the table is not printed): the layout of
+  TensorRT-LLM's own Qwen3-235B-A22B configs (examples/configs/database/Qwen/Qwen3-235B-A22B/*/..._tp8_*.yaml:
+  tensor_parallel_size 8, moe_expert_parallel_size 8, enable_attention_dp true) -- the H200 rows priced so,
+  `infer --ep 8 --rate` (tfcalc.count.serving.ep_continuous: attention DP 8, each group its requests, KV cache and
+  chunked prefill; the experts over 8 GPUs, the all-to-all after each MoE layer); the H100 rows still plain TP 8.
+  Added with chunked prefill's mean over the decode batch (issue 31).
 - NVIDIA NIM for LLMs benchmarking guide, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance ("Performance",
   Llama-3.3-70b-instruct, NIM 1.8.0, 2 × H100 80G, fp8, TP 2): AIPerf at a fixed concurrency C (closed loop),
-  TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). The request rate
-  a closed loop of C sustains is its throughput ÷ the output length (Little's law over the requests): tfcalc's
-  `infer --rate` at that rate, its mean TTFT and inter-token latency beside the page's, for C up to 50 (beyond,
-  the page's TTFT grows with the queue a closed loop builds at saturation, which a steady state has not). "fp8"
+  TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). tfcalc's
+  `infer --concurrency C` (the closed loop: each user's next request when its last one ends,
+  tfcalc.count.serving.closed_loop), its mean TTFT, inter-token latency and output tokens/s (the whole server's)
+  beside the page's, for C up to 50. Until the closed loop was built these rows ran `infer --rate` at the rate
+  Little's law gives from the page's throughput (output tokens/s ÷ O), its TTFT 0.76-0.80 at C = 5-50. The closed
+  loop's mean-value TTFT assumes the users' requests end at random phases (lengths that vary); with every output
+  exactly 500 tokens, as the page's runs, a simulation of the same chunked scheduler keeps users who end together
+  together and queues their prompts: TTFT 375, 621 and 816 ms at C = 5, 25 and 50 (the page: 547, 689, 835), where
+  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py, test_equal_lengths_keep_users_together). "fp8"
   read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
   beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
@@ -289,13 +299,16 @@ TRT_MAX = [("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 128, 128, 28312)
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h100-sxm", "H100", 8, 5000, 500, 3225),
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 128, 128, 30429),
            ("Qwen3-235B-A22B", "qwen3-235b-a22b", "h200", "H200", 8, 1000, 1000, 23789)]
+# the MoE rows set with the page's MoE layout (attention DP 8 beside EP 8, `infer --ep 8`); the H100 rows not yet
+EP_ROWS = {("qwen3-235b-a22b", "h200")}
 
 
 def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Callable[[], float]:
     over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
+    layout = {"ep": tp} if (preset, device) in EP_ROWS else {"tp": tp}  # EP over the TP 8 GPUs, attention DP 8
     def run() -> float:
-        r = tfcalc.infer(preset, seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec=device, tp=tp, rate=1.0,
-                         mean_input=inp, mean_output=out, **{**over, "max_seq_len": max(8192, inp + out)})
+        r = tfcalc.infer(preset, dtype="fp8", kv_dtype="fp8", device_spec=device, rate=1.0, mean_input=inp,
+                         mean_output=out, **layout, **{**over, "max_seq_len": max(8192, inp + out)})
         return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
     return run
 
@@ -306,24 +319,28 @@ NIM_70B = [(5000, 500, 1, 406.77, 18.58, 51.67), (5000, 500, 5, 546.7, 21.83, 21
            (500, 2000, 1, 47.77, 18.91, 52.85)]
 
 
-def under_load(inp: int, out: int, tokens_per_s: float, key: str) -> Callable[[], float]:
+def under_load(inp: int, out: int, users: int, key: str, scale: float = 1e3) -> Callable[[], float]:
     def run() -> float:
-        r = tfcalc.infer("llama3-70b", seq=inp, gen=out, dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
-                         rate=tokens_per_s / out, mean_input=inp, mean_output=out)
-        return r.to_json()["continuous"][key] * 1e3
+        r = tfcalc.infer("llama3-70b", dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
+                         concurrency=users, mean_input=inp, mean_output=out)
+        return r.to_json()["continuous"][key] * scale
     return run
 
 
 def serving_rows() -> list[Row]:
     trt = "TensorRT-LLM perf-overview.md (00f3768, v1.0), max throughput, FP8"
-    out = [Row("inference throughput", f"{label}, {gpu} TP {tp}, {inp:,} in, {outp:,} out, all requests at once", trt,
+    out = [Row("inference throughput", f"{label}, {gpu} "
+               + (f"EP {tp} + attention DP {tp}" if (preset, device) in EP_ROWS else f"TP {tp}")
+               + f", {inp:,} in, {outp:,} out, all requests at once", trt,
                total / tp, "tok/s/GPU", max_throughput(preset, device, tp, inp, outp))
            for label, preset, device, gpu, tp, inp, outp, total in TRT_MAX]
     nim = "NVIDIA NIM LLM benchmarking 1.0.0, Performance (Llama 3.3 70B, NIM 1.8.0)"
     for inp, outp, users, ttft, itl, rate in NIM_70B:
         label = f"Llama 3.3 70B, 2 H100 fp8 TP 2, {inp:,} in, {outp:,} out, {users} concurrent ({rate:g} tok/s)"
-        out.append(Row("first-token latency", label, nim, ttft, "ms", under_load(inp, outp, rate, "ttft_s")))
-        out.append(Row("per-token latency", label, nim, itl, "ms", under_load(inp, outp, rate, "itl_s")))
+        out.append(Row("first-token latency", label, nim, ttft, "ms", under_load(inp, outp, users, "ttft_s")))
+        out.append(Row("per-token latency", label, nim, itl, "ms", under_load(inp, outp, users, "itl_s")))
+        out.append(Row("inference throughput", label, nim, rate, "tok/s",
+                       under_load(inp, outp, users, "output_tokens_per_s", 1.0)))
     return out
 
 

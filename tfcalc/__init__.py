@@ -160,7 +160,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           device: str = "cpu", warmup: int = 3, repeat: int = 10, copy_bytes: Optional[int] = None,
           matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
           draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
-          rate: Optional[float] = None, mean_input: Optional[int] = None, mean_output: Optional[int] = None,
+          rate: Optional[float] = None, concurrency: Optional[int] = None, mean_input: Optional[int] = None,
+          mean_output: Optional[int] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
@@ -168,9 +169,9 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
     redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
-    accept_rate=, draft_tokens: speculative decoding; rate=, mean_input=, mean_output=: continuous batching,
-    prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
-    run's); launch="eager" (host_op_s=)."""
+    accept_rate=, draft_tokens: speculative decoding; rate= (or concurrency=: a closed loop of C users),
+    mean_input=, mean_output=: continuous batching, prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with
+    measure=True; requests=, max_time=: the measured run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -182,7 +183,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            measure=measure, device=device, warmup=warmup, repeat=repeat, copy_bytes=copy_bytes,
                            matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
-                           mean_input=mean_input, mean_output=mean_output, requests=requests, max_time=max_time,
+                           concurrency=concurrency, mean_input=mean_input, mean_output=mean_output, requests=requests,
+                           max_time=max_time,
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance)

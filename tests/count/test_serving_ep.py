@@ -282,7 +282,10 @@ def test_infer_ep_json_terms():
     (["qwen3-30b-a3b", "--overlap", "ep"], "give --ep E above 1"),
     (["qwen3-30b-a3b", "--ep", "4", "--overlap", "tp"], "--overlap takes ep"),
     (["qwen3-30b-a3b", "--ep", "4", "--redundant-experts", "-1"], "0 or more"),
-    (["qwen3-30b-a3b", "--ep", "4", "--rate", "2", "--mean-input", "100", "--mean-output", "10"], "--rate with --ep"),
+    (["qwen3-30b-a3b", "--ep", "4", "--overlap", "ep", "--rate", "2", "--mean-input", "100", "--mean-output", "10"],
+     "--rate with --overlap ep"),
+    (["qwen3-30b-a3b", "--ep", "4", "--concurrency", "8", "--mean-input", "100", "--mean-output", "10", "--measure"],
+     "--concurrency with --ep --measure"),
     (["qwen3-30b-a3b", "--ep", "4", "--tp", "2", "--measure"], "--measure --ep runs the experts on E gloo ranks"),
     (["qwen3-30b-a3b", "--ep", "16", "--measure"], "within one node"),
     (["qwen3-30b-a3b", "--ep", "12"], "does not divide"),
@@ -291,7 +294,7 @@ def test_infer_ep_json_terms():
     (["qwen3-30b-a3b", "--ep", "4", "--draft", "qwen3-30b-a3b", "--accept-rate", "0.5"], "--draft with --ep"),
 ])
 def test_hostile(cli, args, message):
-    static = [] if "--rate" in args else ["--seq", "128", "--gen", "4"]
+    static = [] if "--rate" in args or "--concurrency" in args else ["--seq", "128", "--gen", "4"]
     assert_one_line_error(cli("infer", *args, *static), message)
 
 

@@ -191,3 +191,31 @@ def test_the_python_api_takes_requests_and_max_time():
                      max_seq_len=64).to_json()
     m = r["continuous"]["measured"]
     assert m["requests"] == m["completed"] == 5 and m["time_budget_s"] == 30.0
+
+
+@pytest.mark.parametrize("users,requests", [(1, 5), (3, 12), (40, 8)])
+def test_a_closed_loop_of_users(users, requests, wide_weights):
+    """--concurrency C --measure: C requests at the start, each later one arriving when an earlier one's last token
+    came (the j-th to end brings request C + j), never more than C in flight; every request served whole."""
+    plan = _plan(users=users, requests=requests)
+    run = run_continuous(plan)
+    assert not run.stopped and run.completed == requests and plan.rows == min(users, requests)
+    first = min(users, requests)
+    assert run.arrivals[:first] == (0.0,) * first
+    ends = sorted(t[-1] for t in run.token_times)
+    assert list(run.arrivals[first:]) == ends[:requests - first]
+    assert all(n <= min(users, requests) for n, _ in run.decode_steps)
+    assert sum(n for n, _ in run.decode_steps) == requests * (plan.mean_output - 1)
+    if users == 1:  # one at a time: nothing waits, a prompt never beside another sequence
+        assert all(n == 1 for n, _ in run.decode_steps)
+
+
+def test_measured_closed_loop_beside_its_prediction():
+    o = InferOptions(batches=(1,), seq=None, gen=256, dtype="fp32", measure=True, warmup=0, repeat=1,
+                     matmul_size=16, copy_bytes=2**16, concurrency=3, mean_input=6, mean_output=4, requests=9)
+    r = build_infer(resolve("gpt2", [x for x in TINY if x != "--set"]), o).to_json()
+    c, m = r["continuous"], r["continuous"]["measured"]
+    assert c["users"] == 3 and m["arrivals"].startswith("closed loop of 3 users")
+    assert m["completed"] == 9 and m["slots"] == 3
+    assert m["predicted"]["output_tokens_per_s"] == pytest.approx(c["rate_per_s"] * 4)
+    assert m["ratio"]["ttft"] == pytest.approx(c["ttft_s"] / m["ttft_s"]["mean"])

@@ -10,6 +10,7 @@ from tfcalc.cli import render
 from tfcalc.cli.infer_options import (
     AcceptRate,
     AttentionDP,
+    Concurrency,
     Draft,
     DraftTokens,
     EPOverlap,
@@ -103,6 +104,7 @@ def infer(
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
     rate: Rate = None,
+    concurrency: Concurrency = None,
     mean_input: MeanInput = None,
     mean_output: MeanOutput = None,
     prefill_chunk: PrefillChunk = None,
@@ -173,6 +175,9 @@ def infer(
     --max-time seconds; measured: throughput, TTFT, inter-token and end-to-end latency (mean, median, p90), the
     decode batch and step, the prefills' share; predicted beside them with the ceilings measured in the same run.
     The run is refused before allocating when the weights and the slots' KV cache do not fit.
+    --concurrency C in place of --rate: a closed loop of C users, each sending its next request when its last one
+    ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT and inter-token latency by
+    mean-value analysis of the same server (C = throughput × end-to-end latency); predicted only.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -198,11 +203,12 @@ def infer(
     if eager and not measure:
         raise InputError("--eager says how --measure runs its decode steps; it needs --measure")
     run_on = device or "cpu"
-    if rate is not None:  # continuous batching derives the batch and takes the means in place of --seq and --gen
+    if rate is not None or concurrency is not None:  # continuous batching derives the batch and takes the means
+        load = "--rate" if rate is not None else "--concurrency"  # in place of --seq and --gen
         for name, given in (("--batch", batch is not None), ("--seq", seq is not None), ("--gen", gen != 256)):
             if given:
-                raise InputError(f"{name} is a static batch's; with --rate give --mean-input and --mean-output "
-                                 "(the batch follows from the rate)")
+                raise InputError(f"{name} is a static batch's; with {load} give --mean-input and --mean-output "
+                                 "(the batch follows from the load)")
     options = InferOptions(
         batches=tuple(parse_lengths(batch, "--batch")) if batch is not None else (1,), seq=seq, gen=gen,
         dtype=dtype.value if dtype else default_dtype(run_on if measure else None), group_size=group_size,
@@ -211,16 +217,17 @@ def infer(
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap(overlap),
         expert_imbalance=expert_imbalance,
-        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, mean_input=mean_input,
-        mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests, max_time=max_time, eager=eager,
-        launch=launch,
+        draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
+        mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests,
+        max_time=max_time, eager=eager, launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )
     ref = resolve(model, overrides or [])
     if seq is not None:  # the default prompt is the whole context: its --gen past it is said in the table's notes
         warn_past_context(ref, seq, gen)
     # as tfcalc.measure.decode.DecodePlan.calls: both ceilings, then per batch the prefills and the decode steps
-    timed_gen = mean_output if rate is not None and mean_output else gen  # --rate: the decode timed at O tokens
+    loaded = rate is not None or concurrency is not None
+    timed_gen = mean_output if loaded and mean_output else gen  # --rate: the decode timed at O tokens
     calls = 4 * (warmup + repeat) + len(options.batches) * (warmup + repeat + warmup + max(0, timed_gen - 1))
     calls += speculative_measured.calls(options) + continuous_measured.calls(options)
     with busy_host(f"infer --measure {ref.label}", measure and out.format in ("json", "csv")), \

@@ -63,6 +63,12 @@ Rate = Annotated[Optional[float], typer.Option(
     "--rate", help="Continuous batching: requests per second arriving (Poisson); with --mean-input and --mean-output, "
     "the steady state: concurrency (Little's law), TTFT, inter-token latency, throughput, capacity.", metavar="R",
     show_default=False)]
+Concurrency = Annotated[Optional[int], typer.Option(
+    "--concurrency", help="Continuous batching under a closed loop: C users, each sending its next request the moment "
+    "the previous one's last token arrives, no think time (genai-perf/AIPerf concurrency mode, vLLM benchmark_serving "
+    "--max-concurrency); in place of --rate, with --mean-input and --mean-output: throughput, TTFT, inter-token "
+    "latency, the mean decode batch (mean-value analysis, tfcalc.count.serving.closed_loop).", metavar="C",
+    show_default=False)]
 MeanInput = Annotated[Optional[int], typer.Option(
     "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
 MeanOutput = Annotated[Optional[int], typer.Option(

@@ -7,7 +7,9 @@ waiting request at batch 1 into a free slot of the cache (tfcalc.model.slots; it
 the prefill), or, when none waits, runs one decode step for every sequence in flight
 (tfcalc.model.slots.decode_rows); a sequence with its O tokens leaves at once. Idle, the loop sleeps until
 the next arrival. Every request has exactly I prompt tokens (random ids) and O output tokens, the lengths
-the prediction assumes (its means); arrivals are exponential gaps of mean 1/R from random.Random(seed).
+the prediction assumes (its means); arrivals are exponential gaps of mean 1/R from random.Random(seed), or under
+``--concurrency C`` a closed loop (tfcalc.count.serving.closed_loop): C requests at the start, and each request
+that ends brings the next at the end of the iteration that made its last token.
 
 Each iteration ends with a synchronize and a read of the host clock (tfcalc.measure.bench.HostClock), as a
 server that streams its tokens does: a token's time is the end of the iteration that made it. TTFT = the
@@ -68,10 +70,11 @@ class ContinuousPlan:
     max_time: float  # seconds of serving at most
     seed: int = 0
     warmup: bool = True
+    users: Optional[int] = None  # --concurrency C: a closed loop of C users (rate unused); None: Poisson at rate
 
     @property
     def rows(self) -> int:
-        return min(self.requests, MAX_ROWS)
+        return min(self.requests, MAX_ROWS, self.users or MAX_ROWS)
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,11 @@ def require_fit(plan: ContinuousPlan) -> None:
 
 
 def arrivals(plan: ContinuousPlan) -> tuple[float, ...]:
-    """Poisson arrivals: exponential gaps of mean 1 / rate, seeded."""
+    """Poisson arrivals: exponential gaps of mean 1 / rate, seeded. A closed loop: its C users' first requests at
+    the start, the others not yet known (infinity: each comes when a request ends, _serve)."""
+    if plan.users is not None:
+        first = min(plan.users, plan.requests)
+        return (0.0,) * first + (float("inf"),) * (plan.requests - first)
     rng, t, out = random.Random(plan.seed), 0.0, []
     for _ in range(plan.requests):
         t += rng.expovariate(plan.rate)
@@ -208,7 +215,8 @@ class _Server:
 
 def _serve(server: _Server, plan: ContinuousPlan, on_call: Optional[Callable[[], None]]) -> ContinuousRun:
     host = bench.HostClock(server.dev)
-    when = arrivals(plan)
+    when = list(arrivals(plan))
+    closed = plan.users is not None
     times: list[list[float]] = [[] for _ in when]
     prefills: list[float] = []
     steps: list[tuple[int, float]] = []
@@ -242,12 +250,15 @@ def _serve(server: _Server, plan: ContinuousPlan, on_call: Optional[Callable[[],
             time.sleep(max(0.0, min(when[arrived], plan.max_time) - now))
             continue
         left = server.leave(done)
+        if closed:  # each user's next request the moment its last token came (no think time): request C + j
+            for k in range(plan.users + finished, min(plan.requests, plan.users + finished + left)):  # after the
+                when[k] = end  # j-th to end
         finished += left
         for _ in range(left):
             if on_call:
                 on_call()
     timed = server.reads[len(server.reads) - len(steps):]  # the warm-up's steps left out
-    return ContinuousRun(when, tuple(tuple(t) for t in times), tuple(prefills), tuple(steps), plan.rows,
+    return ContinuousRun(tuple(when), tuple(tuple(t) for t in times), tuple(prefills), tuple(steps), plan.rows,
                          server.cache.nbytes, stopped, plan.mean_output, decode_reads=tuple(timed))
 
 

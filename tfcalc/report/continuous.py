@@ -1,5 +1,6 @@
 """`tfcalc infer --rate R --mean-input I --mean-output O`: continuous batching in steady state
-(tfcalc.count.serving.continuous) beside the static estimate at its mean decode batch. The JSON's ``continuous``
+(tfcalc.count.serving.continuous) beside the static estimate at its mean decode batch; --concurrency C in place of
+--rate: C users in a closed loop (tfcalc.count.serving.closed_loop). The JSON's ``continuous``
 object; None without --rate. With --measure the loop runs on the device: tfcalc.report.continuous_measured."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import chunked, continuous
+from tfcalc.count.serving import chunked, closed_loop, continuous
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
@@ -26,20 +27,39 @@ def prefill_chunk(o) -> Optional[int]:
     return o.prefill_chunk or None
 
 
+def loaded(o) -> bool:
+    """Whether the options ask for a server under load: --rate R (Poisson) or --concurrency C (closed loop)."""
+    return o.rate is not None or o.concurrency is not None
+
+
+def flag(o) -> str:
+    return "--rate" if o.rate is not None else "--concurrency"
+
+
 def check(o) -> None:
-    """--rate needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
+    """--rate or --concurrency needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
     given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk}
-    if o.rate is None:
+    if not loaded(o):
         for name, value in given.items():
             if value is not None:
-                raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) too")
+                raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) or "
+                                 "--concurrency C (users) too")
         return
+    if o.rate is not None and o.concurrency is not None:
+        raise InputError("--rate and --concurrency: give one (--rate: Poisson arrivals at R requests/s; --concurrency: "
+                         "C users, each sending its next request when the last one ends)")
     for name, value in list(given.items())[:2]:
         if value is None:
-            raise InputError(f"--rate needs --mean-input I and --mean-output O (tokens per request); {name} is missing")
+            raise InputError(f"{flag(o)} needs --mean-input I and --mean-output O (tokens per request); {name} is "
+                             "missing")
     if o.draft is not None:
-        raise InputError("--rate and --draft: continuous batching with speculative decoding is not modelled; give one")
-    continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+        raise InputError(f"{flag(o)} and --draft: continuous batching with speculative decoding is not modelled; give "
+                         "one")
+    if o.concurrency is not None:
+        closed_loop.check_users(o.concurrency)
+        continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
+    else:
+        continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
         chunked.check_budget(o.prefill_chunk)
         if o.measure:
@@ -49,9 +69,18 @@ def check(o) -> None:
 
 def static_options(o):
     """The static estimate beside: seq = I, gen = O (the batch follows from the steady state)."""
-    if o.rate is None:
+    if not loaded(o):
         return o
     return replace(o, seq=o.mean_input, gen=o.mean_output, batches=(1,))
+
+
+def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyState:
+    """The steady state the options ask for: Poisson arrivals at --rate, or a closed loop of --concurrency users."""
+    if o.concurrency is not None:
+        return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
+                                       prefill_chunk(o))
+    return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
+                                   memory, tp, prefill_chunk(o))
 
 
 def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
@@ -68,8 +97,10 @@ def to_json(state: Optional[continuous.SteadyState],
     if state is None:
         return None
     t = state.traffic
-    return {"rate_per_s": t.rate, "mean_input": t.mean_input, "mean_output": t.mean_output,
-            "scheduler": SCHEDULER if state.prefill_chunk is None else CHUNKED,
+    arrivals = "Poisson arrivals" if state.users is None else f"closed loop of {state.users:,} users, no think time"
+    return {"rate_per_s": t.rate, "users": state.users, "arrivals": arrivals, "mean_input": t.mean_input,
+            "mean_output": t.mean_output,
+            "scheduler": (SCHEDULER if state.prefill_chunk is None else CHUNKED).replace("Poisson arrivals", arrivals),
             "prefill_chunk": state.prefill_chunk, "prefill_steps": state.prefill_steps, "prefill_s": state.prefill_s,
             "prefill_share": state.prefill_share, "concurrency": state.concurrency,
             "decode_batch": state.concurrency, "decode_step_s": state.decode_step_s, "ttft_s": state.ttft_s,

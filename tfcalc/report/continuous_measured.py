@@ -38,30 +38,33 @@ DEFAULT_MAX_TIME = 60.0  # seconds of serving at most
 
 def check(o: "InferOptions") -> None:
     """--requests and --max-time belong to --rate --measure; each a positive number."""
+    loaded = o.rate is not None or o.concurrency is not None
+    flag = "--rate" if o.rate is not None else "--concurrency"
     if o.requests is not None or o.max_time is not None:
-        if o.rate is None or not o.measure:
+        if not loaded or not o.measure:
             name = "--requests" if o.requests is not None else "--max-time"
-            raise InputError(f"{name} belongs to a measured continuous-batching run: give --rate R --measure too")
+            raise InputError(f"{name} belongs to a measured continuous-batching run: give --rate R (or --concurrency "
+                             "C) --measure too")
     from tfcalc.measure import bounds  # the largest a run of a day could use
 
     if o.requests is not None:
         bounds.check("--requests", o.requests)
     if o.max_time is not None:
         bounds.check_seconds("--max-time", o.max_time)
-    if o.rate is not None and o.measure:
+    if loaded and o.measure:
         if o.tp != 1:
-            raise InputError("--rate with --measure --tp is not measured (--measure --tp measures tensor "
-                             "parallelism's collectives alone): drop --rate or --tp")
+            raise InputError(f"{flag} with --measure --tp is not measured (--measure --tp measures tensor "
+                             f"parallelism's collectives alone): drop {flag} or --tp")
         if o.mean_output is not None and o.mean_output < 2:
-            raise InputError("--rate --measure times decode steps: give --mean-output 2 or more")
+            raise InputError(f"{flag} --measure times decode steps: give --mean-output 2 or more")
 
 
 def plan_of(model: "ModelRef", o: "InferOptions"):
     from tfcalc.measure.continuous import ContinuousPlan
 
-    return ContinuousPlan(cfg=model.cfg, device=o.device, dtype=o.dtype, rate=float(o.rate), mean_input=o.mean_input,
-                          mean_output=o.mean_output, requests=o.requests or DEFAULT_REQUESTS,
-                          max_time=float(o.max_time or DEFAULT_MAX_TIME))
+    return ContinuousPlan(cfg=model.cfg, device=o.device, dtype=o.dtype, rate=float(o.rate or 0.0),
+                          mean_input=o.mean_input, mean_output=o.mean_output, requests=o.requests or DEFAULT_REQUESTS,
+                          max_time=float(o.max_time or DEFAULT_MAX_TIME), users=o.concurrency)
 
 
 def precheck(model: "ModelRef", o: "InferOptions") -> None:
@@ -129,7 +132,8 @@ def to_json(run, state: "SteadyState", plan, device: str, ceilings=None) -> dict
         "served": len(served), "stopped_at_budget": run.stopped, "time_budget_s": plan.max_time,
         "span_s": run.span_s, "slots": run.rows, "cache_bytes": run.cache_bytes, "exact": run.exact,
         "checked_requests": run.checked,
-        "arrivals": f"Poisson, {plan.rate:g} requests/s, random.Random({plan.seed})",
+        "arrivals": f"Poisson, {plan.rate:g} requests/s, random.Random({plan.seed})" if plan.users is None else
+                    f"closed loop of {plan.users:,} users, each next request when its last token came",
         "lengths": f"every request {plan.mean_input} tokens in, {plan.mean_output} out",
         "output_tokens_per_s": out_rate, "input_tokens_per_s": len(served) * plan.mean_input / run.span_s,
         "requests_per_s": run.completed / run.span_s,
@@ -162,4 +166,4 @@ def measure(model: "ModelRef", o: "InferOptions", state: "SteadyState", device: 
 
 def calls(o: "InferOptions") -> int:
     """Progress calls of the measured run: one per request served."""
-    return 0 if o.rate is None or not o.measure else (o.requests or DEFAULT_REQUESTS)
+    return 0 if (o.rate is None and o.concurrency is None) or not o.measure else (o.requests or DEFAULT_REQUESTS)

@@ -20,7 +20,7 @@ from tfcalc import devices
 from tfcalc.count.model.memory import check_dtype
 from tfcalc.count.model.quant import WeightFormat, default_kv_dtype, weight_format
 from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp8_ceiling_note, with_launch
-from tfcalc.count.serving import continuous, speculative, static as serving
+from tfcalc.count.serving import expert_parallel as ep, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
 from tfcalc.report import continuous as continuous_report, continuous_measured, infer_ep, speculative_measured
@@ -154,9 +154,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     state = None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    if o.rate is not None:  # the static estimate beside: at the mean decode batch, or the largest that fits
-        state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                        memory, tp, continuous_report.prefill_chunk(o))
+    if continuous_report.loaded(o):  # the static estimate beside: at the mean decode batch, or the largest that fits
+        state = continuous_report.steady_state(o, cfg, fmt, kv, ceilings, memory, tp)
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
     estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
@@ -176,10 +175,15 @@ def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[i
                      spec: Optional[devices.DeviceSpec], ceilings: Ceilings) -> InferReport:
     lay = infer_ep.layout(model, o, spec, ceilings)  # --measure's own rule: build_infer
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
-    f = infer_ep.estimates(model, o, w, fmt, ceilings, devices.usable_bytes(spec, communicating=True), lay)
+    memory, state = devices.usable_bytes(spec, communicating=True), None
+    if continuous_report.loaded(o):  # each attention-DP group a server; the static estimate at the mean batch
+        state = infer_ep.steady_state(model, o, fmt, kv, ceilings, memory, lay)
+        fitting = None if memory is None else ep.max_batch(model.cfg, w, fmt, memory, lay)
+        o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
+    f = infer_ep.estimates(model, o, w, fmt, ceilings, memory, lay)
     return InferReport(model, o, seq, src, fmt, kv, spec, ceilings, f["estimates"], f["max_batch"],
                        f["compute_bound_batch"], f["weight_matmuls_compute_bound_batch"], ep_layout=lay,
-                       ep_terms=f["ep_terms"])
+                       ep_terms=f["ep_terms"], continuous=state)
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":
@@ -216,7 +220,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     src = decoder_source(model.cfg, seq, o.src_seq)
     if o.draft is not None:  # every refusal of the speculative or continuous run before anything runs
         speculative_measured.precheck(model, o, seq)
-    if o.rate is not None:
+    if continuous_report.loaded(o):
         continuous_measured.precheck(model, o)
     plan = DecodePlan(cfg=model.cfg, device=o.device, dtype=o.dtype, points=tuple((b, seq) for b in static.batches),
                       steps=static.gen - 1, warmup=o.warmup, repeat=o.repeat,
@@ -227,9 +231,9 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     ceilings = measured_ceilings(run)
     spec = devices.lookup(run.device_name)
     report = estimate_infer(model, o, ceilings, spec)
-    if o.rate is not None and report.estimates[0].batch != 1:  # the static row as timed: batch 1
-        alone = replace(static, rate=None, mean_input=None, mean_output=None, requests=None, max_time=None,
-                        prefill_chunk=None)
+    if continuous_report.loaded(o) and report.estimates[0].batch != 1:  # the static row as timed: batch 1
+        alone = replace(static, rate=None, concurrency=None, mean_input=None, mean_output=None, requests=None,
+                        max_time=None, prefill_chunk=None)
         report = replace(report, estimates=estimate_infer(model, alone, ceilings, spec).estimates)
     rows = tuple(measured_json(est, t, run, ceilings, o.dtype, read_estimate(  # priced at the keys its steps read
                      model.cfg, Workload(batch=est.batch, seq=report.seq, src_seq=report.src_seq, gen=o.gen,
@@ -238,7 +242,7 @@ def measure_infer(model: ModelRef, o: InferOptions, advance: Callable[[], None] 
     report = replace(report, measured=rows, device=run.device, device_name=run.device_name)
     if o.draft is not None:
         report = replace(report, speculative_measured=speculative_measured.measure(model, o, report, advance))
-    if o.rate is not None and report.continuous is not None:
+    if continuous_report.loaded(o) and report.continuous is not None:
         report = replace(report, continuous_measured=continuous_measured.measure(
             model, o, report.continuous, run.device, advance, ceilings))
     return report

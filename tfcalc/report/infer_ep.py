@@ -3,8 +3,9 @@
 batch on one GPU, and the JSON object ``expert_parallel`` of tfcalc.report.infer_report. With --measure (E ranks of
 one node, attention DP, on this machine's CPUs): the prediction stays the listed device's, and the real model's
 expert-parallel one-token steps on E gloo ranks (tfcalc.measure.serving_ep) are set beside it -- per-rank parameter
-bytes, the all-to-all's bytes off each rank and the experts hit -- with the prediction of that run (fp32). --rate and
---draft are refused beside --ep (one line each)."""
+bytes, the all-to-all's bytes off each rank and the experts hit -- with the prediction of that run (fp32). --rate R
+or --concurrency C: continuous batching over the attention-DP groups (tfcalc.count.serving.ep_continuous); --draft is
+refused beside --ep, and --overlap ep or --measure beside --rate/--concurrency (one line each)."""
 
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     """The layout and its links (count.perf.hardware's α and efficiency per link kind), checked."""
     if isinstance(o.ep, bool) or not isinstance(o.ep, int) or o.ep < 1:
         raise InputError(f"--ep must be a positive integer; got {shown(o.ep)}")
-    for flag, given in (("--rate", o.rate is not None), ("--draft", o.draft is not None)):
-        if given:
-            raise InputError(f"{flag} with --ep: expert-parallel serving is a prediction of static batches in tfcalc; "
-                             f"drop {flag} (or --ep)")
+    if o.draft is not None:
+        raise InputError("--draft with --ep: speculative decoding under expert parallelism is not modelled; drop "
+                         "--draft (or --ep)")
+    load = "--rate" if o.rate is not None else "--concurrency" if o.concurrency is not None else None
+    if load and o.ep_overlap:
+        raise InputError(f"{load} with --overlap ep: two half batches under a stream of requests are not modelled; "
+                         f"drop --overlap (or {load})")
+    if load and o.measure:
+        raise InputError(f"{load} with --ep --measure: the measured expert-parallel run is of one-token steps; drop "
+                         f"--measure (or {load})")
     if o.ep == 1:
         raise InputError("--attention-dp, --redundant-experts, --overlap ep and --expert-imbalance lay out expert "
                          "parallelism: give --ep E above 1")
@@ -54,6 +61,24 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
                            perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
                            perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap,
                            expert_imbalance.parse(o.expert_imbalance))
+
+
+def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, memory: Optional[int],
+                 lay: ep.ExpertLayout):
+    """--rate R or --concurrency C under EP: each attention-DP group a server of R/D requests/s or C/D users
+    (tfcalc.count.serving.ep_continuous), the whole server's figures D times a group's."""
+    from tfcalc.count.serving import closed_loop, continuous, ep_continuous
+    from tfcalc.report.continuous import prefill_chunk
+
+    cfg, d = model.cfg, lay.dp
+    t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output)
+    budget = prefill_chunk(o)
+    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget)
+    if o.concurrency is not None:
+        group = closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output)
+    else:
+        group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e)
+    return ep_continuous.whole(group, d)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],

@@ -40,6 +40,7 @@ class InferOptions:
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
     rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.serving.continuous)
+    concurrency: Optional[int] = None  # continuous batching, closed loop: C users (tfcalc.count.serving.closed_loop)
     mean_input: Optional[int] = None
     mean_output: Optional[int] = None
     prefill_chunk: Optional[int] = None  # --rate: chunked prefill's tokens per step (0: off; None: the default)

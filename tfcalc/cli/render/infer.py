@@ -118,7 +118,9 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
     x = rows[0]["continuous"]
     if x is None:
         return
-    t = doc.table(f"Continuous batching: {x['rate_per_s']:g} requests/s, {x['mean_input']:,} tokens in and "
+    load = (f"{x['rate_per_s']:g} requests/s" if not x.get("users") else
+            f"{x['users']:,} users in a closed loop, {x['rate_per_s']:.3g} requests/s")
+    t = doc.table(f"Continuous batching: {load}, {x['mean_input']:,} tokens in and "
                   f"{x['mean_output']:,} out on average", Column("in flight"), Column("TTFT", "seconds"),
                   Column("inter-token", "seconds"), Column("end to end", "seconds", priority=1),
                   Column("tok/s out", "tokens_rate"), Column("KV cache", "bytes", priority=1),
@@ -132,9 +134,13 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
                          f"({x['max_concurrency'] or 0:,} fit)",
                "budget": f"the sequences in flight fill the {x.get('prefill_chunk') or 0:,} tokens a step carries "
                          "(--prefill-chunk), leaving no room for prompts"}  # a measured CPU knows no memory: None
-        doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without bound. "
-                 f"The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit 1).",
-                 "warning")
+        if x.get("users"):  # a closed loop is over capacity only when not one sequence fits
+            doc.note(f"Not one sequence of {x['mean_input'] + max(1, x['mean_output'] // 2):,} positions fits beside "
+                     "the weights: nothing is served (--require-fit: exit 1).", "warning")
+        else:
+            doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s: {why[x['limit']]}; the queue grows without "
+                     f"bound. The server sustains at most {x['max_rate_per_s']:.3g} requests/s (--require-fit: exit "
+                     "1).", "warning")
     doc.note(f"Scheduler: {x['scheduler']}. In flight (the mean decode batch) by Little's law: rate × (O − 1) × "
              f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
              + _chunked(x) + f"); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "

@@ -84,6 +84,7 @@ class SteadyState:
     request_s: float
     prefill_chunk: Optional[int] = None  # chunked prefill's tokens per step B (None: prefills whole, alone)
     prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (over capacity: beside N = 1)
+    users: Optional[int] = None  # closed loop (tfcalc.count.serving.closed_loop): C users; None: Poisson arrivals
 
     @property
     def over_capacity(self) -> bool:
@@ -237,13 +238,14 @@ def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Opt
 
 def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
                  memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
-                 prefill_chunk: Optional[int] = None) -> SteadyState:
+                 prefill_chunk: Optional[int] = None, engine: Optional[Engine] = None) -> SteadyState:
     """Steps 1-6 of the module docstring; ``prefill_chunk``: chunked prefill with a budget of that many tokens
-    per step (tfcalc.count.serving.chunked; decoder-only models), None: each prompt prefilled whole, alone."""
+    per step (tfcalc.count.serving.chunked; decoder-only models), None: each prompt prefilled whole, alone.
+    ``engine``: the server's steps priced otherwise (one attention-DP group's, tfcalc.count.serving.ep_continuous)."""
     check(t)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
-    e = Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk)
+    e = engine or Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk)
     request = c.perf.request_s if c.perf is not None else 0.0
     cap_n = e.max_concurrency()
     cap = math.inf if cap_n is None else float(cap_n)
