@@ -224,9 +224,20 @@ class Mamba1:
         return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
-        """Elements per token alive at once: in_proj's output, the convolution's, x_proj's, dt and the scan's
-        exp(dt·A) and updates (fp32, I·N each)."""
-        return 2 * self.inner + self.inner + self.proj_width + self.inner + 2 * self.inner * self.state_size
+        """Elements per token alive at once in the activations' dtype, at the prefill's peak (tfcalc.model.mamba1:
+        the output's D·x + y): in_proj's output (2I), the convolution's (I) and x_proj's (R + 2N); the fp32 rest
+        in ``fp32_working_set``."""
+        return 2 * self.inner + self.inner + self.proj_width
+
+    def fp32_working_set(self, kernel: str, length: int, e: int) -> int:
+        """Elements per token alive at that peak in fp32 whatever the activations' dtype (4 bytes each,
+        tfcalc.count.model.memory.forward_working_set): dt (I), the chunked scan's exp(dt·A) and states (2·I·N,
+        chunked_scan works in place on the two), the states' read h·C, D·x and their sum (3I), and below fp32 x's
+        fp32 copy (I). Checked against the peak of the storages a tiny model's prefill allocates
+        (tests/model/test_mamba1_costs.py); before, the two (T, I, N) tensors were counted at the activations'
+        bytes (falcon-mamba-7b bf16 at 4,096 tokens about 2.1 GB under)."""
+        i = self.inner
+        return i + 2 * i * self.state_size + 3 * i + (i if e < 4 else 0)
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:
         return []
