@@ -165,7 +165,16 @@ def _keeps_input(norm: Norm, e: int) -> bool:
 
 
 def latent_saved(att: Mixer, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
-    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input."""
+    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input.
+
+    The "math" kernel is counted as it reduces in the activations' dtype: Q, K and V as the module passes them
+    and the softmax in e bytes, what CUDA's math SDPA kept before torch 2.5 and keeps with
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) (a global switch: the CPU's math kernel follows it
+    too). torch's default since 2.5 upcasts fp16/bf16 inputs of the math kernel to fp32 on every device: it then
+    keeps fp32 copies of Q, K and V, F·H·(2(h_n + h_r) + h_v), in place of the e-byte tensors counted (nothing else
+    keeps those), and the softmax in fp32, F·H·S (about 1.35x the whole at 64 tokens in tests/test_deepseek_v32.py);
+    the fused kernels (flash, efficient: the GPU's choice where no explicit mask forces math) keep the e-byte Q,
+    K, V and a log-sum-exp either way. fp32 is the same under both."""
     H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
     q_latent = 0
     if att.q_lora_rank is not None:
