@@ -84,3 +84,88 @@ def test_prefill_working_set_is_the_measured_peak(norm, dtype, e, seq):
     tokens = 2 * seq
     by_hand = e * tokens * h - 4 * i * n + (e * tokens * r if norm != "none" else 0)
     assert mem.forward_working_set(cfg, Workload(batch=2, seq=seq, dtype=dtype)) - live.peak == by_hand
+
+
+VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
+         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
+         "_reshape_alias", "unbind"}
+
+
+class Dispatched(TorchDispatchMode):
+    """Kernels (every aten op but views) and the bytes they read and write of the (..., I, N)-shaped tensors (its
+    tensor inputs read, its outputs written; not an out= tensor nor copy_'s destination)."""
+
+    def __init__(self, i: int, n: int):
+        super().__init__()
+        self.i, self.n, self.kernels, self.bytes = i, n, 0, 0
+
+    def _moved(self, tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors
+                   if isinstance(t, torch.Tensor) and t.dim() >= 3 and tuple(t.shape[-2:]) == (self.i, self.n))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        if name not in VIEWS:
+            self.kernels += 1
+            read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
+            self.bytes += self._moved(read) + self._moved(out if isinstance(out, tuple) else [out])
+        return out
+
+
+@pytest.mark.parametrize("lengths", [(17, 33), (20, 64)])
+def test_training_loop_runs_the_counted_kernels_and_bytes(lengths):
+    """A training step's forward and backward of a tiny two-layer model (autograd: the position loop) dispatch,
+    from one length to the other, as many more kernels and (..., I, N) bytes as the loop's count says
+    (Mamba1.autograd_loop, two layers): 3 kernels a position forward, 5 backward (and fewer than one in-place
+    accumulation a position beside them, the engine's choice); 11 fp32 passes over (I, N) forward, 23 backward.
+    Before: one kernel an entry, no passes; and the module's indexing made the backward quadratic (a zero-filled
+    (T, I, N) gradient a position: 8T² passes)."""
+    cfg = _cfg(ssm_state_size=8)
+    spec = cfg.architecture.output.layer(0).mixer
+    torch.manual_seed(0)
+    from tfcalc.model import build_model
+
+    model = build_model(cfg, "cpu").train()
+    ran = []
+    for T in lengths:
+        idx = torch.randint(0, 61, (2, T))
+        with Dispatched(spec.inner, spec.state_size) as fwd:
+            loss = model(idx).float().sum()
+        with Dispatched(spec.inner, spec.state_size) as bwd:
+            loss.backward()
+        ran.append((fwd.bytes, bwd.bytes, fwd.kernels, bwd.kernels))
+    counted = [spec.autograd_loop(2, T) for T in lengths]
+    grows = [ran[1][k] - ran[0][k] for k in range(4)]
+    for k in range(3):  # the bytes each way and the forward's kernels: exactly
+        assert grows[k] == cfg.n_layer * (counted[1][k] - counted[0][k]), k
+    # backward: 5 a position, and the in-place accumulations (add_) of the small gradients (C's, dt's) autograd's
+    # engine chooses at run time, fewer than one a position (12 and 22 over 16 positions for one and two layers)
+    positions = cfg.n_layer * (lengths[1] - lengths[0])
+    assert 5 * positions == cfg.n_layer * (counted[1][3] - counted[0][3]) <= grows[3] < 6 * positions
+
+
+def test_a_training_step_prices_the_loop():
+    """micro_batch_time adds the loop's seconds (tfcalc.count.training.mixer_loops) to the blocks' other work:
+    forward, backward and the replayed forward under full recompute, at the bandwidth and each kernel's cost."""
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt, mixer_loops
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg = load("falcon-mamba-7b")
+    perf = perf_spec("h100-sxm")
+    for recompute in ("none", "full"):
+        layout = Layout(seq=4096, global_batch=8, micro_batch=1, recompute=recompute)
+        with_loop = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, 3e12, perf)
+        lf, lb, kf, kb = mixer_loops.loop_costs(cfg, 1, 4096)
+        again = recompute == "full"
+        loop_s = (lf * (1 + again) + lb) / 3e12 + (kf * (1 + again) + kb) * perf.kernel_s
+        assert kf == 64 * 3 * 4096 and kb == 64 * 5 * 4096
+        zero = mixer_loops.loop_costs
+        try:
+            mixer_loops.loop_costs = lambda *a, **k: (0.0, 0.0, 0, 0)
+            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, 3e12, perf)
+        finally:
+            mixer_loops.loop_costs = zero
+        assert with_loop.block_other_s - without.block_other_s == pytest.approx(loop_s / 64, rel=1e-12)

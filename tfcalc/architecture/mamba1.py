@@ -178,6 +178,26 @@ class Mamba1:
                                    per_element=5 if self.bcdt_norm == "weighted" else 4))
         return out
 
+    def autograd_loop(self, batch: int, seq: int) -> tuple[int, int, int, int]:
+        """(forward bytes, backward bytes, forward kernels, backward kernels) of the scan under autograd, where
+        tfcalc.model.mamba1 runs the recurrence position by position (a training step; out of autograd the
+        chunked scan, ``scan_kernels``), per layer, priced by tfcalc.count.training.mixer_loops.
+
+        Kernels: forward h_1's clone, a mul and an add at each later position, a bmm reading each (h·C), the
+        stack: 3T; backward 5 a position (the mul's two products, the read's two, the sum of h's two gradients;
+        the positions' gradients stacked by unbind's backward, one kernel each; autograd's engine adds fewer than
+        one in-place accumulation of a small gradient a position, its choice at run time: not counted). Bytes, the
+        fp32 passes over (I, N) a position, times 4·b·I·N: forward dt·A written, its exp read and written, the
+        update's bmm output written (4T) and the loop (the clone 2, each later mul and add 3 + 3, each read 1:
+        7T - 4), 11T - 4; backward 23T - 8 (the mul's products 6, the read's 2, h's sum 3, the stacks of dA's and
+        the update's gradients 4, exp's backward 3, dt·A's and the update bmm's reads of their gradients;
+        measured: the (..., I, N) bytes of the ops a tiny model's backward dispatches, tests/model/test_mamba1_costs
+        .py, at 17 to 64 tokens). Indexing the positions (select) instead made the backward quadratic: a
+        zero-filled (T, I, N) gradient a position, summed (8T² passes; falcon-mamba-7b at 4,096 tokens 26 s a
+        layer on an H100's bandwidth)."""
+        T, unit = seq, FP32 * batch * self.inner * self.state_size
+        return unit * (11 * T - 4), unit * (23 * T - 8), 3 * T, 5 * T
+
     def kernel(self, explicit_mask: bool) -> str:
         return "flash"  # no (T, T) scores: the scan is position by position
 
