@@ -213,11 +213,8 @@ class Mamba2:
         I_, cd, c = self.inner, self.conv_dim, self.chunks(seq)
         T_ = c * C
         qkv = e * cd * (2 * seq + K - 1) + (e + F) * H * seq + (e * cd if e == F else F * I_) * seq
-        # over one chunk the matmuls read x·dt and the states entering the chunks as views: x·dt is kept once (its
-        # batched copy and the permuted tensor are one storage) and the states entering as the whole (c + 1)-state
-        # product, not a copy of the c before the last
-        # product, not a copy of the c before the last; with one sequence too, B and C are read as views of their
-        # padded fp32 tensors (two (T', N) where four copies)
+        # over one chunk the matmuls read x·dt and the entering states as views (x·dt kept once; the states as the
+        # whole (c + 1)-state product, not a copy of c), and of one sequence B and C too (two (T', N) where four)
         operands, states = (4 * P, (2 * c + 1) * P * N) if c > 1 else (3 * P, 2 * (c + 1) * P * N)
         operands += 4 * N if c > 1 or batch > 1 else 2 * N
         scan = F * H * (3 * c * C * C + T_ * (operands + 2) + (c + 1) ** 2 + states)
