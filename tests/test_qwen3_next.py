@@ -347,19 +347,24 @@ def test_saved_activations_equal_what_autograd_keeps(dtype, e, layout):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_saved_activations_of_a_deltanet_model_equal_autograd(dtype):
-    """Three DeltaNet layers (tfcalc.measure.memory.forward_loss: every storage autograd keeps, each once): the
-    count's stored activations to the byte, over one chunk (5 tokens: no state update built, so nothing freed
-    that a pointer could later reuse) and over two (70, padded to 128)."""
+@pytest.mark.parametrize("layers", [3, 4])
+def test_saved_activations_of_a_deltanet_model_equal_autograd(dtype, layers):
+    """Three DeltaNet layers, and a fourth of Qwen3-Next's gated attention (Q/K norms, a quarter rotated, each
+    head's output gate) (tfcalc.measure.memory.forward_loss: every storage autograd keeps, each once): the count's
+    stored activations to the byte, over one chunk (5 tokens: no state update built, so nothing freed that a
+    pointer could later reuse) and over two (70, padded to 128). Before, the gated attention was low by its gate's
+    rows of the fused output a view keeps (e·q a token) and, where its Q norm keeps its input, the copy of Q's
+    strided heads (e·q)."""
     from tfcalc.config import from_mapping
     from tfcalc.count.model import memory as mem
     from tfcalc.measure.memory import forward_loss
     from tfcalc.model import build_model
 
-    cfg = from_mapping(dict(n_layer=3, d_model=64, n_head=2, n_kv_head=1, d_head=16, vocab_size=97, max_seq_len=256,
-                            norm="rmsnorm", d_ff=48, gated_ffn=True, activation="silu", full_attention_every=4,
-                            linear_mixer="gated_deltanet", linear_key_heads=2, linear_value_heads=4,
-                            linear_key_head_dim=8, linear_value_head_dim=8))
+    cfg = from_mapping(dict(n_layer=layers, d_model=64, n_head=2, n_kv_head=1, d_head=16, vocab_size=97,
+                            max_seq_len=256, norm="rmsnorm", d_ff=48, gated_ffn=True, activation="silu",
+                            full_attention_every=4, linear_mixer="gated_deltanet", linear_key_heads=2,
+                            linear_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8, pos_encoding="rope",
+                            qk_norm=True, attn_output_gate=True, rope_fraction=0.25))
     torch.manual_seed(0)
     model = build_model(cfg, "cpu").train().to(torch.float32 if dtype == "fp32" else torch.bfloat16)
     for seq in (5, 70):

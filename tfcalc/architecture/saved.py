@@ -131,6 +131,8 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
     if getattr(att, "reader", False):  # step 8: Q alone; K and V are its source layer's, kept there
         k = v = 0
     fused = q + k + (0 if getattr(att, "v_from_k", False) else v)  # step 7: V read from K has no rows of its own
+    if getattr(att, "output_gate", False):  # Qwen3-Next: the gate's rows are in the fused output a view keeps
+        fused += q
     out: dict[str, int] = {}
     if kernel == "flash":
         out["qkv"] = e * fused if _fused_kept(att, e) else 0
@@ -148,6 +150,8 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
         out["softmax_stats"] = 0
     if att.qk_norm is not None:
         out["qk_norm"] = _qk_norm_bytes(att, e)
+        if getattr(att, "output_gate", False) and _qk_norm_keeps_qkv(att, e):  # Q strided between the gates: its
+            out["qk_norm"] += e * q  # heads' view is a copy, which the norm keeps as its input
     if getattr(att, "v_norm", None) is not None and v:  # Gemma 4, 3n: each V head normed, no weight: its 1/rms
         # and its output (SDPA's V), below fp32 its fp32 copy (no x̂ apart from the output: no weight to scale)
         out["qk_norm"] = out.get("qk_norm", 0) + FP32 * att.n_kv_head + e * v + (FP32 * v if e != FP32 else 0)
