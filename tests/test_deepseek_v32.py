@@ -374,12 +374,17 @@ def test_tiny_verify_steps_equal_the_uncached_forward(tiny):
             cache.rewind(at + kept)
 
 
-def test_saved_activations_are_what_autograd_keeps():
-    """saved_tensors_hooks on tfcalc's DSA module in fp32 (every floating-point storage packed for backward, once,
-    weights and the input excluded) against the component's saved bytes at two lengths, byte for byte: the
-    indexer keeps nothing. (In bf16 the CPU's math SDPA keeps its scores in fp32, beyond latent attention's count
-    of them in bf16: a gap of plain latent attention's as well, 233,984 counted against 315,904 kept at T = 64.)"""
-    dtype, e = torch.float32, 4
+@pytest.mark.parametrize("dtype, e", [(torch.float32, 4), (torch.bfloat16, 2)])
+@pytest.mark.parametrize("reduce_low", [True, False])
+def test_saved_activations_are_what_autograd_keeps(dtype, e, reduce_low):
+    """saved_tensors_hooks on tfcalc's DSA module (every floating-point storage packed for backward, once, weights
+    and the input excluded) against the component's saved bytes at two lengths, byte for byte: the indexer keeps
+    nothing. The count is of the math kernel reducing in the activations' dtype (tfcalc.architecture.saved,
+    latent_saved): with torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) (global: the CPU's math
+    kernel follows it) bf16 is that to the byte; under torch's default the math kernel upcasts bf16 to fp32 and
+    keeps, by hand, fp32 Q, K and V (4·H·(2·48 + 32) a token) where the count has bf16 Q, K and the expanded
+    [K_nope | V] (2·H·(2·48 + 64)), and an fp32 softmax (4·H·T where 2·H·T): at T = 64, 315,904 kept against
+    233,984 counted."""
     from tfcalc.architecture.sparse_latent import SparseLatentAttention
     from tfcalc.model.sparse_latent import SparseLatentAttention as Module
 
@@ -387,11 +392,19 @@ def test_saved_activations_are_what_autograd_keeps():
     module = Module(spec).to(dtype)
     for p in module.parameters():
         torch.nn.init.normal_(p, 0.0, 0.05)
-    for T in (64, 128):
-        x = torch.randn(1, T, 256, dtype=dtype, requires_grad=True)
-        kept = saved_bytes(module, x)
-        counted = T * sum(spec.saved(1, T, e, "math", False).values())
-        assert counted == kept
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(reduce_low)
+    try:
+        for T in (64, 128):
+            x = torch.randn(1, T, 256, dtype=dtype, requires_grad=True)
+            kept = saved_bytes(module, x)
+            counted = T * sum(spec.saved(1, T, e, "math", False).values())
+            H, qk, hv = 4, 32 + 16, 32
+            upcast = 0 if e == 4 or reduce_low else T * (4 * H * (2 * qk + hv) - 2 * H * (2 * qk + 32 + hv)
+                                                          + (4 - 2) * H * T)
+            assert kept == counted + upcast, T
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
 
 
 def test_tiny_decode_step_flops_are_the_counted_sparse_step(tiny):

@@ -43,12 +43,15 @@ whole); ring attention over context-parallel ranks is not modelled (refused). Pu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
+
+FP32 = 4  # bytes of the fp32 tensors the chunked form computes on
 
 CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_next.py), which the layer never changes
 # what the reports call its parts (tfcalc.architecture.mixer, 10.): the input and output projections, and the short
@@ -213,18 +216,43 @@ class GatedDeltaNet:
     def mask_span(self, length: int) -> tuple[None, None]:
         return None, None
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate, within about
-        5 % of what saved_tensors_hooks finds on it at 128 to 256 tokens: tests/test_qwen3_next.py), each term
-        split by heads under TP: ``qkv``, the convolution's input and output (e each) and the fp32 tensors
-        the chunked form computes on per token and head -- 10 scalars (β, the decay and their products), 12
-        of dk (Q and K normed, scaled, decayed, K_β and their chunked copies), 8 of dv (V, V_β, u, v_new, the
-        output and its norm), and the state S once a chunk (dk·dv, twice, over c tokens); ``attn_scores``,
-        each token's rows of the chunk's c×c matrices (the decays, K_β·Kᵀ, Q·Kᵀ and their masked products:
-        5·c, fp32); ``attn_output``, the gated norm's output and out_proj's input (e each)."""
-        H, c, dk, dv = self.n_v_head, self.chunk, self.k_head_dim, self.v_head_dim
-        fp32 = 4 * H * (10 + 12 * dk + 8 * dv + 2 * dk * dv // c)
-        return {"qkv": e * 2 * self.conv_dim + fp32, "attn_scores": 4 * 5 * H * c, "attn_output": e * 2 * self.v_width}
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, Fraction]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (tfcalc.model.gated_deltanet)
+        over ``batch`` sequences of T = ``seq`` tokens, each tensor in its dtype (e bytes an element, F = 4 for
+        fp32), named as tensor parallelism splits them (every term by heads). Tp = c·⌈T/c⌉ is the length the
+        chunked form pads to, N = Tp / c its chunks, H the value heads, C the convolution's channels:
+
+        - ``qkv``: the convolution's left-padded input, e·C·(T + K - 1) a sequence, and its output (SiLU's input,
+          e·C); β's sigmoid output, the decay's softplus input and output (3F·H); Q and K before their L2 norms and
+          each norm's 1/rms (2F·H·(dk + 1)); per micro-batch, exp(A_log) and its negation (2F·H), and OLMo-Hybrid's
+          three convolution weights concatenated (e·C·K);
+        - ``attn_scores``, the chunked form, per padded token (Tp a sequence): β, Q, K and V padded (F·(1 + 2dk +
+          dv) a head), K_β, the two solves' outputs (u, dv; w, dk), two exponentials of the running decay, v_new
+          (dv); the five c×c rows (the decays, K_β·Kᵀ, Q·Kᵀ and the two masked products, 5c); per chunk the state
+          it starts from (F·H·dk·dv). Over more than one chunk, the state updates between them: the decayed K and
+          Q (2dk: the first chunk's product with the zero state needs no gradient for Q), the third exponential,
+          and each chunk's whole-chunk decay (F·H a chunk). A forward that keeps no state builds no update after
+          the last chunk (tfcalc.model.gated_deltanet.chunked, ``final``), so over one chunk there is none;
+        - ``attn_output``: the gated norm's input (in fp32 a view of the padded output: F·Vw·Tp / T; below fp32 its
+          fp32 copy, F·Vw) and 1/rms (F·H), the normed output (e·Vw; in fp32 F) and its product with the weight in
+          fp32, SiLU(Z)'s input and output (3F·Vw), out_proj's input (e·Vw).
+
+        Terms that do not grow with each token are exact fractions of one (the fold, times batch·seq, makes them
+        whole). Checked against the tensors autograd saves (tests/test_qwen3_next.py), fp32 and bf16, at lengths
+        below, at and above the chunk and in between, in the three projection layouts: equal to the byte."""
+        F, H, c, dk, dv = FP32, self.n_v_head, self.chunk, self.k_head_dim, self.v_head_dim
+        C, K, vw = self.conv_dim, self.conv_kernel, self.v_width
+        tp = self.padded(seq)
+        n = tp // c
+        per_layer = 2 * F * H + (e * C * K if self.separate_projections else 0)
+        qkv = Fraction(e * C * (seq + K - 1), seq) + e * C + 3 * F * H + 2 * F * H * (dk + 1) \
+            + Fraction(per_layer, batch * seq)
+        many = n > 1  # over one chunk no state update is built: no decayed Q or K, no chunk decay
+        padded = F * H * ((4 if many else 3) + 5 * c + (6 if many else 4) * dk + 3 * dv)
+        scores = Fraction(tp * padded + n * F * H * (many + dk * dv), seq)
+        norm_in = Fraction(F * vw * tp, seq) if e == F else F * vw
+        out = norm_in + F * H + (F if e == F else e) * vw + 3 * F * vw + e * vw
+        return {"qkv": qkv, "attn_scores": scores, "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once in the mixer: the projections, the convolution's output, the

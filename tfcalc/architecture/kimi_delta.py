@@ -52,6 +52,7 @@ TP splits by heads (the bottlenecks' first halves, f_a and g_a, and the norm rep
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal, Optional
 
 from tfcalc.architecture.gated_deltanet import GatedDeltaNet
@@ -149,19 +150,44 @@ class KimiDeltaAttention(GatedDeltaNet):
                             self.padded(t) * H * c * h, per_element=4),
                 Elementwise("gated_norm", "gated RMSNorm and sigmoid(G)", t * self.width, per_element=8)]
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate, checked against
-        saved_tensors_hooks on it in tests/test_kimi_linear.py), split by heads under TP: ``qkv``, the
-        projections' and the convolution's outputs and the two bottlenecks (e each), and gated DeltaNet's fp32
-        per-token tensors of the chunked form with the decay a vector (its cumulative sums and their exps: 6
-        more of h); ``attn_scores``, each token's rows of the chunk's per-channel decays and the decayed copies
-        of K_β and Q (3·c·h, fp32) and the c×c system and scores (2·c); ``attn_output``, the gated norm's
-        input, output and gate (fp32) and out's input (e)."""
-        H, c, h = self.n_v_head, self.chunk, self.v_head_dim
-        w = self.width
-        fp32 = 4 * H * (6 + 18 * h + 2 * h * h // c)
-        return {"qkv": e * (2 * self.conv_dim + 2 * h) + fp32, "attn_scores": 4 * H * c * (3 * h + 2),
-                "attn_output": 4 * 3 * w + e * w}
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, Fraction]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (tfcalc.model.kimi_delta) over
+        ``batch`` sequences of T = ``seq`` tokens, split by heads under TP (H heads of h, w = H·h, C = 3w, F = 4;
+        Tp = c·⌈T/c⌉ the padded length, N = Tp / c its chunks):
+
+        - ``qkv``: the convolution's left-padded input, e·C·(T + K - 1) a sequence, and its output (e·C); the
+          forget gate's bottleneck output (e·h, Kimi's form), its fp32 input and output (softplus's, or the bounded
+          form's product and sigmoid: 2F·w); β's sigmoid (F·H); Q and K before their L2 norms and 1/rms (2F·(w +
+          H)); per micro-batch the three convolution weights concatenated (e·C·K) and exp(A_log) with its negation
+          (F·H each; the bounded form keeps no negation);
+        - ``attn_scores``, per padded token: β, Q, K, V and K_β padded (F·H·(1 + 4h)); per chunk its decays per
+          channel and the decayed K_β and Q copies the contractions make (3c²h), the system and the scores (2c²),
+          the right-hand side's and Q's decays, the solve's two outputs and v_new (5ch) and, over more than one
+          chunk, K's copies for the two contractions (2ch); the state it starts from (h²); over more than one chunk
+          the decayed Q of the chunks after the first (ch) and the updates between chunks (the whole-chunk decay,
+          h, and the decayed K and its transpose, 2ch); no update after the last (tfcalc.model.kimi_delta.chunked,
+          ``final``);
+        - ``attn_output``: the gated norm's input (in fp32 a view of the padded output, F·w·Tp / T; below fp32 a
+          copy, F·w) and 1/rms (F·H), the gate's bottleneck output (e·h, Kimi's form), the normed x̂, the norm's
+          output and the gate's sigmoid (3F·w), out's input (e·w); below fp32 the norm weight's fp32 copy (F·h a
+          micro-batch).
+
+        Terms that do not grow with each token are exact fractions of one. Checked against the tensors autograd
+        saves (tests/test_kimi_linear.py), fp32 and bf16, both forms, at lengths below, at and above the chunk:
+        equal to the byte."""
+        F, H, c, h, C, K, w = 4, self.n_v_head, self.chunk, self.v_head_dim, self.conv_dim, self.conv_kernel, self.width
+        tp = self.padded(seq)
+        n = tp // c
+        kimi = self.form == "kimi"
+        tokens = batch * seq
+        layer = e * C * K + F * H * (2 if self.decay_bound is None else 1)
+        qkv = Fraction(e * C * (seq + K - 1), seq) + e * C + (e * h if kimi else 0) + 2 * F * w + F * H \
+            + 2 * F * (w + H) + Fraction(layer, tokens)
+        per_chunk = 3 * c * c * h + 2 * c * c + (7 if n > 1 else 5) * c * h + h * h
+        scan = F * H * (tp * (1 + 4 * h) + n * per_chunk + (n - 1) * (3 * c * h + h))
+        norm_in = Fraction(F * w * tp, seq) if e == F else F * w
+        out = norm_in + F * H + (e * h if kimi else 0) + 3 * F * w + e * w + (Fraction(F * h, tokens) if e != F else 0)
+        return {"qkv": qkv, "attn_scores": Fraction(scan, seq), "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once: gated DeltaNet's, and a chunk's per-channel decays and decayed

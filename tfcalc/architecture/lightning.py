@@ -31,6 +31,7 @@ paper) is not modelled (refused). Pure Python: no torch here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Optional
 
 from tfcalc.architecture.kinds import MixerKind, register
@@ -125,16 +126,35 @@ class Lightning:
     def mask_span(self, length: int) -> tuple[None, None]:
         return None, None
 
-    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, int]:
-        """Bytes per token autograd keeps for the backward pass of tfcalc's module (an estimate held within 10 %
-        of what saved_tensors_hooks finds on it: tests/test_minimax.py), split by heads under TP: ``qkv``, the
-        projection's output and its SiLU (3·H·d each), Q and K times their decays (H·d each), and the state S
-        before each block (H·d·d over b tokens); ``attn_scores``, each token's row of its block's decayed scores
-        (b per head: the decay D itself is one tensor shared by the blocks); ``attn_output``, the block outputs,
-        the norm's input and output, the gate's pre-activation and sigmoid and out_proj's input (5·H·d)."""
-        w, b = self.width, self.block
-        return {"qkv": e * (2 * 3 * w + 2 * w + self.n_head * self.head_dim ** 2 // b),
-                "attn_scores": e * self.n_head * b, "attn_output": e * 5 * w}
+    def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool) -> dict[str, Fraction]:
+        """Bytes per token autograd keeps for the backward pass of tfcalc's module (tfcalc.model.lightning) over
+        ``batch`` sequences of T = ``seq`` tokens, split by heads under TP (H heads of d, w = H·d, F = 4; the T
+        tokens in n blocks of b, the last c_n = T - (n - 1)·b of them, never padded):
+
+        - ``qkv``: the projection's output (SiLU's input) and the contiguous Q, K and V the blocks read, e·3w each;
+        - ``attn_scores``, per sequence: each block's scores Q·Kᵀ (c_i², kept by the decayed product's matmul),
+          the state it starts from (d²), after the first block Q times its decays (c_i·d; the first block's
+          product with the zero state needs no gradient for Q) and before the last K times its decays (c_i·d,
+          the state update; none after the last block, tfcalc.model.lightning.blocks ``final``), e·H each; per
+          micro-batch the decays of each block length (D, c², and Q's, c; K's, c, where a block of that length
+          updates the state; the whole block's λ^b, 1, from three blocks on), e·H each;
+        - ``attn_output``: the output heads (the norm's fp32 input, F·w) and 1/rms (F), the normed output (F·w in
+          fp32, e·w below), the weighted output, the gate's sigmoid and out_proj's input (3e·w).
+
+        Terms that do not grow with each token are exact fractions of one. Checked against the tensors autograd
+        saves (tests/test_minimax.py), fp32 and bf16, at one block, whole blocks and a short last one: equal to
+        the byte."""
+        F, H, d, b, w = 4, self.n_head, self.head_dim, self.block, self.width
+        n = -(-seq // b)
+        sizes = [min(b, seq - i * b) for i in range(n)]
+        blocks = sum(c * c + d * d + (i >= 1) * c * d + (i < n - 1) * c * d for i, c in enumerate(sizes))
+        updates: dict[int, bool] = {}  # each block length's decays, K's kept where such a block updates S
+        for i, c in enumerate(sizes):
+            updates[c] = updates.get(c, False) or i < n - 1
+        decays = sum(c * c + c + (c if kd else 0) for c, kd in updates.items()) + (1 if n >= 3 else 0)
+        scores = Fraction(e * H * blocks, seq) + Fraction(e * H * decays, batch * seq)
+        out = F * w + F + (F * w if e == F else e * w) + 3 * e * w
+        return {"qkv": 6 * e * w, "attn_scores": scores, "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
         """Elements per token alive at once in the mixer: [Q | K | V] twice, a block's scores rows, the outputs."""

@@ -178,6 +178,26 @@ class Mamba1:
                                    per_element=5 if self.bcdt_norm == "weighted" else 4))
         return out
 
+    def autograd_loop(self, batch: int, seq: int) -> tuple[int, int, int, int]:
+        """(forward bytes, backward bytes, forward kernels, backward kernels) of the scan under autograd, where
+        tfcalc.model.mamba1 runs the recurrence position by position (a training step; out of autograd the
+        chunked scan, ``scan_kernels``), per layer, priced by tfcalc.count.training.mixer_loops.
+
+        Kernels: forward h_1's clone, a mul and an add at each later position, a bmm reading each (h·C), the
+        stack: 3T; backward 5 a position (the mul's two products, the read's two, the sum of h's two gradients;
+        the positions' gradients stacked by unbind's backward, one kernel each; autograd's engine adds fewer than
+        one in-place accumulation of a small gradient a position, its choice at run time: not counted). Bytes, the
+        fp32 passes over (I, N) a position, times 4·b·I·N: forward dt·A written, its exp read and written, the
+        update's bmm output written (4T) and the loop (the clone 2, each later mul and add 3 + 3, each read 1:
+        7T - 4), 11T - 4; backward 23T - 8 (the mul's products 6, the read's 2, h's sum 3, the stacks of dA's and
+        the update's gradients 4, exp's backward 3, dt·A's and the update bmm's reads of their gradients;
+        measured: the (..., I, N) bytes of the ops a tiny model's backward dispatches, tests/model/test_mamba1_costs
+        .py, at 17 to 64 tokens). Indexing the positions (select) instead made the backward quadratic: a
+        zero-filled (T, I, N) gradient a position, summed (8T² passes; falcon-mamba-7b at 4,096 tokens 26 s a
+        layer on an H100's bandwidth)."""
+        T, unit = seq, FP32 * batch * self.inner * self.state_size
+        return unit * (11 * T - 4), unit * (23 * T - 8), 3 * T, 5 * T
+
     def kernel(self, explicit_mask: bool) -> str:
         return "flash"  # no (T, T) scores: the scan is position by position
 
@@ -224,9 +244,20 @@ class Mamba1:
         return {"qkv": qkv, "ssm_x_proj": x_proj, "attn_scores": scan, "attn_output": out}
 
     def working_set(self, kernel: str, length: int) -> int:
-        """Elements per token alive at once: in_proj's output, the convolution's, x_proj's, dt and the scan's
-        exp(dt·A) and updates (fp32, I·N each)."""
-        return 2 * self.inner + self.inner + self.proj_width + self.inner + 2 * self.inner * self.state_size
+        """Elements per token alive at once in the activations' dtype, at the prefill's peak (tfcalc.model.mamba1:
+        the output's D·x + y): in_proj's output (2I), the convolution's (I) and x_proj's (R + 2N); the fp32 rest
+        in ``fp32_working_set``."""
+        return 2 * self.inner + self.inner + self.proj_width
+
+    def fp32_working_set(self, kernel: str, length: int, e: int) -> int:
+        """Elements per token alive at that peak in fp32 whatever the activations' dtype (4 bytes each,
+        tfcalc.count.model.memory.forward_working_set): dt (I), the chunked scan's exp(dt·A) and states (2·I·N,
+        chunked_scan works in place on the two), the states' read h·C, D·x and their sum (3I), and below fp32 x's
+        fp32 copy (I). Checked against the peak of the storages a tiny model's prefill allocates
+        (tests/model/test_mamba1_costs.py); before, the two (T, I, N) tensors were counted at the activations'
+        bytes (falcon-mamba-7b bf16 at 4,096 tokens about 2.1 GB under)."""
+        i = self.inner
+        return i + 2 * i * self.state_size + 3 * i + (i if e < 4 else 0)
 
     def eager_ops(self, tokens: int) -> list[EagerOp]:
         return []

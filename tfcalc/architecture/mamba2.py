@@ -196,23 +196,28 @@ class Mamba2:
           keeps SiLU's whole output, e·conv_dim·T, below it a copy, F·I·T;
         - ``attn_scores``: the scan (fp32), per head: the decays, the scores C·Bᵀ and their product, 3·c·C_²;
           the four (T', N) and four (T', P) operands batched matmuls copy or keep, and two decay vectors,
-          T'·(4N + 4P + 2); the states and their decays between chunks, (c + 1)² + (2c + 1)·P·N;
+          T'·(4N + 4P + 2); the states and their decays between chunks, (c + 1)² + (2c + 1)·P·N. Over one chunk
+          (c = 1) x·dt is read as a view (3P where 4P) and the state entering the chunk as a view of the whole
+          product, 2(c + 1)·P·N where (2c + 1)·P·N, and of one sequence B and C as views too (2N where 4N);
         - ``attn_output``: the gated norm -- silu's input z (in fp32 a view of in_proj's whole output,
           e·proj_width; below it, or scaled by proj_scales, a tensor of its own, F·I), y, silu(z) and the grouped
           input in fp32 (3·F·I), 1/rms per group (F·G), the normalized output (F·I in fp32, e·I below) -- and the
           out_proj input, e·I (without the norm, Falcon-H1's default: z, y and silu(z), and the out_proj input;
           each layout checked in fp32 in tests/model/test_falcon_h1.py).
 
-        Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over two chunks or
-        more, A = -exp(A_log)'s two H-wide fp32 tensors included (per micro-batch, not per token); over one chunk
-        (T <= C_) fewer operands are copied, and the count is high by a few per cent. Below fp32 the dtype-dependent
-        views and copies are as written above, not checked against autograd."""
+        Checked against the tensors autograd saves in fp32 (tests/model/test_mamba2.py): equal over one chunk and
+        more, A = -exp(A_log)'s two H-wide fp32 tensors included (per micro-batch, not per token). Below fp32 the
+        dtype-dependent views and copies are as written above, not checked against autograd."""
         F, H, P, N, G, K, C = FP32, self.n_heads, self.head_dim, self.state_size, self.n_groups, \
             self.conv_kernel, self.chunk_size
         I_, cd, c = self.inner, self.conv_dim, self.chunks(seq)
         T_ = c * C
         qkv = e * cd * (2 * seq + K - 1) + (e + F) * H * seq + (e * cd if e == F else F * I_) * seq
-        scan = F * H * (3 * c * C * C + T_ * (4 * N + 4 * P + 2) + (c + 1) ** 2 + (2 * c + 1) * P * N)
+        # over one chunk the matmuls read x·dt and the entering states as views (x·dt kept once; the states as the
+        # whole (c + 1)-state product, not a copy of c), and of one sequence B and C too (two (T', N) where four)
+        operands, states = (4 * P, (2 * c + 1) * P * N) if c > 1 else (3 * P, 2 * (c + 1) * P * N)
+        operands += 4 * N if c > 1 or batch > 1 else 2 * N
+        scan = F * H * (3 * c * C * C + T_ * (operands + 2) + (c + 1) ** 2 + states)
         z = e * self.proj_width if e == F and self.proj_scales is None else F * I_  # scaled: z a tensor of its own
         norm = z + 3 * F * I_ + F * G + (F if e == F else e) * I_ + e * I_
         if self.gate_norm == "none":  # z, y and silu(z) in fp32, the product (out_proj's input); not checked

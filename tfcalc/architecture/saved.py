@@ -131,6 +131,8 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
     if getattr(att, "reader", False):  # step 8: Q alone; K and V are its source layer's, kept there
         k = v = 0
     fused = q + k + (0 if getattr(att, "v_from_k", False) else v)  # step 7: V read from K has no rows of its own
+    if getattr(att, "output_gate", False):  # Qwen3-Next: the gate's rows are in the fused output a view keeps
+        fused += q
     out: dict[str, int] = {}
     if kernel == "flash":
         out["qkv"] = e * fused if _fused_kept(att, e) else 0
@@ -148,6 +150,8 @@ def attention_saved(att: Mixer, batch: int, seq: int, e: int, kernel: str, dropo
         out["softmax_stats"] = 0
     if att.qk_norm is not None:
         out["qk_norm"] = _qk_norm_bytes(att, e)
+        if getattr(att, "output_gate", False) and _qk_norm_keeps_qkv(att, e):  # Q strided between the gates: its
+            out["qk_norm"] += e * q  # heads' view is a copy, which the norm keeps as its input
     if getattr(att, "v_norm", None) is not None and v:  # Gemma 4, 3n: each V head normed, no weight: its 1/rms
         # and its output (SDPA's V), below fp32 its fp32 copy (no x̂ apart from the output: no weight to scale)
         out["qk_norm"] = out.get("qk_norm", 0) + FP32 * att.n_kv_head + e * v + (FP32 * v if e != FP32 else 0)
@@ -165,7 +169,16 @@ def _keeps_input(norm: Norm, e: int) -> bool:
 
 
 def latent_saved(att: Mixer, batch: int, seq: int, e: int, attention: str) -> dict[str, int]:
-    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input."""
+    """{component: bytes per token} a latent attention keeps (step 11), beside the block norm and the input.
+
+    The "math" kernel is counted as it reduces in the activations' dtype: Q, K and V as the module passes them
+    and the softmax in e bytes, what CUDA's math SDPA kept before torch 2.5 and keeps with
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True) (a global switch: the CPU's math kernel follows it
+    too). torch's default since 2.5 upcasts fp16/bf16 inputs of the math kernel to fp32 on every device: it then
+    keeps fp32 copies of Q, K and V, F·H·(2(h_n + h_r) + h_v), in place of the e-byte tensors counted (nothing else
+    keeps those), and the softmax in fp32, F·H·S (about 1.35x the whole at 64 tokens in tests/test_deepseek_v32.py);
+    the fused kernels (flash, efficient: the GPU's choice where no explicit mask forces math) keep the e-byte Q,
+    K, V and a log-sum-exp either way. fp32 is the same under both."""
     H, c, r, hn, hv = att.n_head, att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
     q_latent = 0
     if att.q_lora_rank is not None:

@@ -33,16 +33,22 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
+def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None, final: bool = True):
     """The gated delta rule over a sequence, chunk by chunk. q, k (B, H, T, dk) L2-normed and q scaled, v
     (B, H, T, dv), g and beta (B, H, T), all fp32; ``state`` (B, H, dk, dv) or None (zero). Returns the
-    output (B, H, T, dv) and the final state. T is padded to whole chunks with zeros (a zero β and g leave S
-    as it is)."""
+    output (B, H, T, dv) and the final state. ``final`` false (a forward with no store to keep the state in):
+    the last chunk's update runs outside autograd, its FLOPs done as transformers' loop does them but no nodes
+    built that would be freed as soon as the forward returns (what they saved would count as kept, and its
+    memory could be reused; tfcalc.architecture.gated_deltanet.GatedDeltaNet.saved counts what stays). T is
+    padded to whole chunks with zeros (a zero β and g leave S as it is)."""
     B, H, T, dk = k.shape
     dv = v.shape[-1]
     pad = (-T) % chunk
-    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-    g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    # fresh contiguous copies whatever T: F.pad by nothing clones with the input's strides (q and k come
+    # transposed), and a strided copy would make the chunk views and matmuls below copy again, so what autograd
+    # keeps would depend on whether T is a whole number of chunks (GatedDeltaNet.saved counts one layout)
+    q, k, v = (F.pad(x, (0, 0, 0, pad)).contiguous() for x in (q, k, v))
+    g, beta = (F.pad(x, (0, pad)).contiguous() for x in (g, beta))
     n = (T + pad) // chunk
     kb, vb = k * beta[..., None], v * beta[..., None]
     q, k, kb, vb = (x.reshape(B, H, n, chunk, x.shape[-1]) for x in (q, k, kb, vb))  # (B, H, N, c, w)
@@ -55,13 +61,17 @@ def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
     w = torch.linalg.solve_triangular(system, kb * cum.exp()[..., None], upper=False, unitriangular=True)
     s = q.new_zeros(B, H, dk, dv) if state is None else state.to(q.dtype)
     q = q * cum.exp()[..., None]
-    k = k * (cum[..., -1:] - cum).exp()[..., None]
-    last = cum[..., -1].exp()[..., None, None]  # (B, H, N, 1, 1): the decay over a whole chunk
+    grad = torch.is_grad_enabled()
+    tracked = n if final else n - 1  # state updates autograd sees: the last one only where its result is kept
+    with torch.set_grad_enabled(grad and tracked > 0):
+        k = k * (cum[..., -1:] - cum).exp()[..., None]
+        last = cum[..., -1].exp()[..., None, None]  # (B, H, N, 1, 1): the decay over a whole chunk
     out = []
     for i in range(n):
         v_new = u[:, :, i] - w[:, :, i] @ s  # (B, H, c, dv): what the state does not already predict
         out.append(q[:, :, i] @ s + scores[:, :, i] @ v_new)
-        s = s * last[:, :, i] + k[:, :, i].mT @ v_new
+        with torch.set_grad_enabled(grad and i < tracked):
+            s = s * last[:, :, i] + k[:, :, i].mT @ v_new
     return torch.cat(out, dim=2)[:, :, :T], s
 
 
@@ -163,7 +173,10 @@ class GatedDeltaNetModule(MixerModule):
         q, k, v, z = qkvz.split([dk, dk, r * dv, r * dv], dim=-1)
         b, a = self.in_proj_ba(x).view(B, T, self.hk, 2 * r).split([r, r], dim=-1)
         qkv = torch.cat([q.flatten(2), k.flatten(2), v.flatten(2)], dim=-1)
-        return qkv, z.reshape(B, T, self.hv, dv), b.reshape(B, T, self.hv), a.reshape(B, T, self.hv)
+        # Z a copy, as reshape makes it but where one key head or r = 1 lets it view in_proj_qkvz's output (then
+        # SiLU(Z) in fp32 would keep that whole output)
+        z = z.clone(memory_format=torch.contiguous_format).view(B, T, self.hv, dv)
+        return qkv, z, b.reshape(B, T, self.hv), a.reshape(B, T, self.hv)
 
     def _conv(self, qkv: torch.Tensor, store) -> torch.Tensor:
         """Step 2 on (B, T, C) -> (B, C, T) after SiLU (conv_silu)."""
@@ -177,8 +190,12 @@ class GatedDeltaNetModule(MixerModule):
         mixed = self._conv(qkv, store).mT  # (B, T, C)
         q, k, v = mixed.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], dim=-1)
         r = self.hv // self.hk
-        # each key head serves its r value heads, in order (repeat_interleave's layout, by a view: no sync)
-        q, k = (t.view(B, T, self.hk, 1, self.dk).expand(B, T, self.hk, r, self.dk).reshape(B, T, self.hv, self.dk)
+        # each key head serves its r value heads, in order (repeat_interleave's layout, no sync), always a copy:
+        # reshape (or contiguous) would keep a view of the convolution's output where one key head, r = 1 or a
+        # single token allows it, and the L2 norms would then keep that whole output (GatedDeltaNet.saved counts
+        # the copies)
+        q, k = (t.view(B, T, self.hk, 1, self.dk).expand(B, T, self.hk, r, self.dk)
+                .clone(memory_format=torch.contiguous_format).view(B, T, self.hv, self.dk)
                 for t in (q, k))  # (B, T, Hv, dk)
         v = v.view(B, T, self.hv, self.dv)
         beta = b.float().sigmoid()
@@ -190,7 +207,8 @@ class GatedDeltaNetModule(MixerModule):
         if store is not None and store.decoding and T == 1:
             y = recurrent(q, k, v, g, beta, store.s)
         else:
-            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or not store.decoding else store.s)
+            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or not store.decoding else store.s,
+                           final=store is not None)
             if store is not None:
                 store.s.copy_(s)
         y = y.transpose(1, 2)  # (B, T, Hv, dv), fp32

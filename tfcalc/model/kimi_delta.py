@@ -29,21 +29,24 @@ from tfcalc.model.layers import Linear
 from tfcalc.model.mixers import MixerModule
 
 
-def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
+def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None, final: bool = True):
     """The gated delta rule with a decay per key channel, chunk by chunk. q, k (B, H, T, dk) L2-normed and q
     scaled, v (B, H, T, dv), g (B, H, T, dk) the log decays, beta (B, H, T), all fp32; ``state`` (B, H, dk, dv)
     or None (zero). Returns the output (B, H, T, dv) and the final state. T is padded to whole chunks with
-    zeros (a zero β and g leave S as it is)."""
+    zeros (a zero β and g leave S as it is). ``final`` false: the last chunk's state update runs outside autograd,
+    as gated DeltaNet's (tfcalc.model.gated_deltanet.chunked)."""
     B, H, T, dk = k.shape
     pad = (-T) % chunk
-    q, k, v, g = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v, g))
-    beta = F.pad(beta, (0, pad))
+    # fresh contiguous copies whatever T (F.pad by nothing clones with the input's strides): one layout to count
+    q, k, v, g = (F.pad(x, (0, 0, 0, pad)).contiguous() for x in (q, k, v, g))
+    beta = F.pad(beta, (0, pad)).contiguous()
     n = (T + pad) // chunk
     kb, vb = k * beta[..., None], v * beta[..., None]
     q, k, kb, vb, g = (x.reshape(B, H, n, chunk, x.shape[-1]) for x in (q, k, kb, vb, g))  # (B, H, N, c, w)
     cum = g.cumsum(-2)  # (B, H, N, c, dk): the log decay per channel from the chunk's start
     upper = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).triu(1)[..., None]  # (c, c, 1): j > i
     s = q.new_zeros(B, H, dk, v.shape[-1]) if state is None else state.to(q.dtype)
+    grad = torch.is_grad_enabled()
     out = []
     for i in range(n):
         G, ki = cum[:, :, i], k[:, :, i]  # (B, H, c, dk)
@@ -57,7 +60,8 @@ def chunked(q, k, v, g, beta, chunk: int, state: torch.Tensor | None = None):
         v_new = u - w @ s  # (B, H, c, dv): what the state does not already predict
         out.append((q[:, :, i] * G.exp()) @ s + scores @ v_new)
         last = G[..., -1:, :]  # (B, H, 1, dk): the decay over the whole chunk
-        s = s * last.mT.exp() + (ki * (last - G).exp()).mT @ v_new  # S decayed row by row, then updated
+        with torch.set_grad_enabled(grad and (final or i < n - 1)):  # S decayed row by row, then updated
+            s = s * last.mT.exp() + (ki * (last - G).exp()).mT @ v_new
     return torch.cat(out, dim=2)[:, :, :T], s
 
 
@@ -96,7 +100,8 @@ class KimiDeltaModule(MixerModule):
         qkv = torch.cat([self.q(x), self.k(x), self.v(x)], dim=-1)  # (B, T, C)
         conv = torch.cat([self.q_conv1d.weight, self.k_conv1d.weight, self.v_conv1d.weight])  # (C, 1, K)
         mixed = conv_silu(qkv, conv, store).mT  # (B, T, C)
-        q, k, v = (t.reshape(B, T, H, h) for t in mixed.split(H * h, dim=-1))
+        # copies (a reshape keeps a view of the convolution's output where one token or head allows it)
+        q, k, v = (t.clone(memory_format=torch.contiguous_format).view(B, T, H, h) for t in mixed.split(H * h, dim=-1))
         g = self._decay(x).view(B, T, H, h)  # (B, T, H, h): the log decay per channel, fp32
         beta = self.b_proj(x).float().sigmoid()  # (B, T, H)
         q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))  # (B, H, T, ...)
@@ -104,7 +109,8 @@ class KimiDeltaModule(MixerModule):
         if store is not None and store.decoding and T == 1:
             y = recurrent(q, k, v, g[:, :, 0], beta, store.s)  # the decay (B, H, h): S's rows
         else:
-            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or not store.decoding else store.s)
+            y, s = chunked(q, k, v, g, beta, self.spec.chunk, None if store is None or not store.decoding else store.s,
+                           final=store is not None)
             if store is not None:
                 store.s.copy_(s)
         y = y.transpose(1, 2).to(x.dtype)  # (B, T, H, h), as transformers returns it

@@ -45,22 +45,26 @@ def decays(s: torch.Tensor, c: int) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return q, k, d, torch.exp(-s * c)
 
 
-def blocks(q, k, v, s: torch.Tensor, block: int, state: torch.Tensor | None):
+def blocks(q, k, v, s: torch.Tensor, block: int, state: torch.Tensor | None, final: bool = True):
     """The decayed linear attention over a sequence, block by block. q, k, v (B, H, T, d); ``state`` (B, H, d, d)
-    or None (zero). Returns the output (B, H, T, d) and the final state, in q's dtype."""
+    or None (zero). Returns the output (B, H, T, d) and the final state, in q's dtype. ``final`` false (no store
+    keeps the state): the last block's update runs outside autograd, whose nodes would be freed as the forward
+    returns (as tfcalc.model.gated_deltanet.chunked does)."""
     B, H, T, d = q.shape
     S = q.new_zeros(B, H, d, d) if state is None else state.to(q.dtype)
     out, cached = [], {}
+    grad, n = torch.is_grad_enabled(), -(-T // block)
     # split, not sliced block by block: a split's backward is one concatenation of the blocks' gradients, where each
     # slice's would write a zero tensor of all T positions (a backward quadratic in T)
-    for qb, kb, vb in zip(*(t.split(block, dim=2) for t in (q, k, v)), strict=True):  # (B, H, c, d) each
+    for i, (qb, kb, vb) in enumerate(zip(*(t.split(block, dim=2) for t in (q, k, v)), strict=True)):  # (B, H, c, d)
         c = qb.shape[2]
         if c not in cached:  # at most two lengths: the whole block and the last one
             cached[c] = tuple(t.to(q.dtype) for t in decays(s, c))
         qd, kd, diag, whole = cached[c]
         intra = ((qb @ kb.mT) * diag) @ vb
         out.append((qb * qd) @ S + intra)
-        S = S * whole + (kb * kd).mT @ vb
+        with torch.set_grad_enabled(grad and (final or i < n - 1)):
+            S = S * whole + (kb * kd).mT @ vb
     return torch.cat(out, dim=2), S
 
 
@@ -116,7 +120,8 @@ class LightningModule(MixerModule):
             S.mul_(ratio.to(S.dtype)).add_((k.mT @ v).to(S.dtype))  # (B, H, d, d)
             y = q @ S.to(q.dtype)
         else:
-            y, S = blocks(q, k, v, s, self.spec.block, store.s if store is not None and store.decoding else None)
+            y, S = blocks(q, k, v, s, self.spec.block, store.s if store is not None and store.decoding else None,
+                          final=store is not None)
             if store is not None:
                 store.s.copy_(S)
         y = y.transpose(1, 2).reshape(B, T, self.h * self.d)

@@ -147,11 +147,15 @@ class Mamba1Mixer(MixerModule):
             if store is not None:
                 store.ssm.copy_(h[:, -1].to(store.ssm.dtype))
             return (h @ C)[..., 0]  # (B, T, I, N) @ (B, T, N, 1): every position's read in one batched matmul
-        h = update[:, 0].clone()  # h_1 from h_0 = 0
-        ys = [h @ C[:, 0]]
+        # under autograd, position by position; the positions taken by unbind, whose backward stacks their
+        # gradients in one kernel, where indexing's select_backward writes a zero-filled (B, T, I, N) gradient for
+        # each position and autograd sums them: quadratic in T (tfcalc.architecture.mamba1, autograd_loop)
+        decays, updates, reads = dA.unbind(1), update.unbind(1), C.unbind(1)
+        h = updates[0].clone()  # h_1 from h_0 = 0
+        ys = [h @ reads[0]]
         for t in range(1, dA.shape[1]):
-            h = dA[:, t] * h + update[:, t]
-            ys.append(h @ C[:, t])
+            h = decays[t] * h + updates[t]
+            ys.append(h @ reads[t])
         if store is not None:
             store.ssm.copy_(h.to(store.ssm.dtype))
         return torch.stack(ys, dim=1)[..., 0]  # (B, T, I)

@@ -159,8 +159,10 @@ class Mamba2Mixer(MixerModule):
         z, xbc, dt = self._projected(x)
         xs, Bm, Cm = self._conv(xbc, store).split([spec.inner, G * N, G * N], dim=-1)
         xs = xs.reshape(B_, T, H, P)
-        # each group's B and C serve H / G consecutive heads
-        Bh, Ch = (t.reshape(B_, T, G, 1, N).expand(B_, T, G, H // G, N).reshape(B_, T, H, N) for t in (Bm, Cm))
+        # each group's B and C serve H / G consecutive heads; always a copy (reshape keeps a view where G = 1, and
+        # the scan's batched matmuls would then read its own copies as views or not by the layout of T's padding)
+        Bh, Ch = (t.reshape(B_, T, G, 1, N).expand(B_, T, G, H // G, N).clone(memory_format=torch.contiguous_format)
+                  .view(B_, T, H, N) for t in (Bm, Cm))
         dt = F.softplus(dt + self.dt_bias.to(dt.dtype))  # (B, T, H)
         if spec.dt_min:  # Zamba2's dt_limit (time_step_min, inf), mamba2_chunk_scan's clamp
             dt = dt.clamp(min=spec.dt_min)

@@ -32,6 +32,7 @@ Training is modelled for fp32, tf32, bf16 and fp16 weights; fp8, int8 and int4 a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Optional
 
 from tfcalc.architecture import Block, Stack
@@ -180,16 +181,21 @@ def forward_working_set(cfg: ModelConfig, w: Workload, attention: Optional[str] 
     head = batch * seq * (2 * h + logits)
     if arch.kind != "encoder-decoder":
         if cross is not None:  # a decoder-only stack reading src external states
-            return e * (batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel), cross, head))
-        return e * max(_stack_stage(out_stack, batch, seq, kernel), head)
-    encoder = _stack_stage(arch.stacks[0], batch, src, kernel)
-    return e * max(encoder, batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel), cross or 0, head))
+            return int(e * (batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel, e), cross, head)))
+        return int(e * max(_stack_stage(out_stack, batch, seq, kernel, e), head))
+    encoder = _stack_stage(arch.stacks[0], batch, src, kernel, e)
+    return int(e * max(encoder, batch * src * h + max(_stack_stage(out_stack, batch, seq, kernel, e), cross or 0,
+                                                      head)))
 
 
-def _block_stage(block: Block, kernel: str, length: int) -> int:
-    """Per token, the elements of one block's larger stage (forward_working_set, 1 and 2)."""
+def _block_stage(block: Block, kernel: str, length: int, e: int) -> Fraction:
+    """Per token, the elements of one block's larger stage (forward_working_set, 1 and 2), in elements of e bytes:
+    a mixer's tensors computed in fp32 whatever the activations' dtype (``fp32_working_set``, optional: Mamba-1's
+    scan) at 4 bytes each."""
     h = block.mixer.d_model
-    attn = 3 * h + block.mixer.working_set(kernel, length)  # x, norm and projection outputs, and the mixer's own
+    fp32 = getattr(block.mixer, "fp32_working_set", None)
+    wide = Fraction(FP32 * fp32(kernel, length, e), e) if fp32 is not None else 0
+    attn = 3 * h + block.mixer.working_set(kernel, length) + wide  # x, norm and projection outputs, the mixer's
     ffn = block.ffn.expert if block.is_moe else block.ffn
     hidden = 2 * h + (4 if ffn.gated else 2) * ffn.d_ff
     if block.is_moe:
@@ -197,7 +203,7 @@ def _block_stage(block: Block, kernel: str, length: int) -> int:
     return max(attn, hidden)
 
 
-def _stack_stage(stack: Stack, batch: int, length: int, kernel: str) -> int:
+def _stack_stage(stack: Stack, batch: int, length: int, kernel: str, e: int) -> Fraction:
     """Elements of the largest stage of one stack's blocks (each kind of block its own widths), and its
     attention masks: one per distinct window or chunk shorter than ``length`` of its causal layers
     (tfcalc.model.Stack.layer_masks), (None, None) for the layers that see every position."""
@@ -207,7 +213,7 @@ def _stack_stage(stack: Stack, batch: int, length: int, kernel: str) -> int:
         bias = sum(e.elements for e in kinds[0][0].mixer.elementwise(length, length) if e.work == "softmax")
     spans = {b.mixer.mask_span(length) for b, _ in kinds if b.mixer.causal} or {(None, None)}
     masks = sum(bias if span == (None, None) else (bias or length * length) for span in spans)
-    return batch * length * max(_block_stage(b, kernel, length) for b, _ in kinds) + masks
+    return batch * length * max(_block_stage(b, kernel, length, e) for b, _ in kinds) + masks
 
 
 def _cross_stage(a: Mixer, batch: int, seq: int, src: int, attention: Optional[str]) -> int:

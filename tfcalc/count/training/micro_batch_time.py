@@ -49,6 +49,7 @@ from tfcalc.count.model.flops import MatmulEntry, matmul_entries
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf import eager, elementwise, expert_imbalance, fp8_recipes, gemm, grouped_gemm, moe_dispatch
 from tfcalc.count.perf.hardware import PerfSpec
+from tfcalc.count.training import mixer_loops
 from tfcalc.count.training.context_parallel import kv_elements, ring_merges
 from tfcalc.count.training.experts_folded import folded
 from tfcalc.count.training.fp8 import gathers_fp8, runs_fp8
@@ -251,6 +252,10 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
               + (cast_kernels[0] * (1 + full) + cast_kernels[1]) * perf.kernel_s)
     forward_kernels += cast_kernels[0]
     forward_other = (traffic + cast_fwd) / bandwidth + forward_kernels * perf.kernel_s
+    # a mixer's position loop under autograd (Mamba-1's): its kernels and fp32 passes (mixer_loops)
+    lf, lb, lkf, lkb = mixer_loops.loop_costs(cfg, layout.micro_batch, layout.seq, layout.tp)
+    other += (lf * (1 + again) + lb) / bandwidth + (lkf * (1 + again) + lkb) * perf.kernel_s
+    forward_other += lf / bandwidth + lkf * perf.kernel_s
     d = moe_layers(cfg, layout, act)
     moe_s = _dispatch_s(d, again, bandwidth, perf)
     forward_other += d.forward_bytes / bandwidth + d.forward_kernels * perf.kernel_s

@@ -1,0 +1,171 @@
+"""Mamba-1's costs outside the counts of FLOPs and saved activations (tfcalc.architecture.mamba1), each against what a
+tiny model's forward actually does on torch, under a TorchDispatchMode:
+
+- the prefill's working set (tfcalc.count.model.memory.forward_working_set): the peak of the bytes the storages its
+  ops allocate hold at once (torch keeps no peak counter for CPU memory; each storage counted once, from the op
+  that creates it until the last tensor on it dies), where the scan's two (T, I, N) tensors are fp32 whatever the
+  activations' dtype.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from tfcalc.workload import Workload
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+class LiveBytes(TorchDispatchMode):
+    """The peak of the bytes alive in storages that ops allocate: a storage counts from the first op output on it
+    until the last tensor on it is gone (a finalizer per tensor); storages in ``skip`` (weights, the input) never."""
+
+    def __init__(self, skip=()):
+        super().__init__()
+        self.skip, self.refs, self.size, self.live, self.peak = set(skip), {}, {}, 0, 0
+
+    def _drop(self, ptr: int) -> None:
+        self.refs[ptr] -= 1
+        if not self.refs[ptr]:
+            del self.refs[ptr]
+            self.live -= self.size.pop(ptr)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.untyped_storage().data_ptr() in self.skip:
+                continue
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in self.refs:
+                self.refs[ptr], self.size[ptr] = 0, t.untyped_storage().nbytes()
+                self.live += self.size[ptr]
+                self.peak = max(self.peak, self.live)
+            self.refs[ptr] += 1
+            weakref.finalize(t, self._drop, ptr)
+        return out
+
+
+def _cfg(**changes):
+    from tfcalc.config import from_mapping
+
+    base = dict(n_layer=2, d_model=32, n_head=4, vocab_size=61, max_seq_len=512, pos_encoding="none", norm="rmsnorm",
+                hybrid_pattern="MM", hybrid_m_mixer="mamba_one", ssm_inner=64, ssm_state_size=16)
+    return from_mapping({**base, **changes})
+
+
+@pytest.mark.parametrize("norm", ["none", "weighted"])
+@pytest.mark.parametrize("dtype, e", [("bf16", 2), ("fp32", 4)])
+@pytest.mark.parametrize("seq", [64, 200])
+def test_prefill_working_set_is_the_measured_peak(norm, dtype, e, seq):
+    """The no-grad forward's peak (LiveBytes) against forward_working_set, to the byte up to what the count's
+    convention adds or leaves out by hand: its stage counts the block's output projection beside x and the norm
+    output (3h; out_proj has not run at the scan's peak: e·h a token more), not the layer's A = -exp(A_log)
+    (4·I·N bytes whatever the tokens), and with dt/B/C norms x_proj's output where the normed dt is already freed
+    (e·R a token more). Peak: x and the norm output (2h), in_proj's, the convolution's and x_proj's outputs
+    (2I + I + R + 2N) in e; dt, exp(dt·A) and the states, h·C, D·x, their sum and below fp32 x's copy in fp32
+    (I + 2·I·N + 3I + I). Before: the count was 0.48x the peak in bf16 (the (T, I, N) tensors at 2 bytes)."""
+    from tfcalc.count.model import memory as mem
+    from tfcalc.model import build_model
+
+    cfg = _cfg(ssm_bcdt_norm=norm)
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu").to(torch.bfloat16 if e == 2 else torch.float32).eval()
+    idx = torch.randint(0, 61, (2, seq))
+    skip = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), idx]}
+    with torch.no_grad(), LiveBytes(skip) as live:
+        model(idx)
+    spec = cfg.architecture.output.layer(0).mixer
+    h, i, n, r = cfg.d_model, spec.inner, spec.state_size, spec.dt_rank
+    tokens = 2 * seq
+    by_hand = e * tokens * h - 4 * i * n + (e * tokens * r if norm != "none" else 0)
+    assert mem.forward_working_set(cfg, Workload(batch=2, seq=seq, dtype=dtype)) - live.peak == by_hand
+
+
+VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
+         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
+         "_reshape_alias", "unbind"}
+
+
+class Dispatched(TorchDispatchMode):
+    """Kernels (every aten op but views) and the bytes they read and write of the (..., I, N)-shaped tensors (its
+    tensor inputs read, its outputs written; not an out= tensor nor copy_'s destination)."""
+
+    def __init__(self, i: int, n: int):
+        super().__init__()
+        self.i, self.n, self.kernels, self.bytes = i, n, 0, 0
+
+    def _moved(self, tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in tensors
+                   if isinstance(t, torch.Tensor) and t.dim() >= 3 and tuple(t.shape[-2:]) == (self.i, self.n))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        if name not in VIEWS:
+            self.kernels += 1
+            read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
+            self.bytes += self._moved(read) + self._moved(out if isinstance(out, tuple) else [out])
+        return out
+
+
+@pytest.mark.parametrize("lengths", [(17, 33), (20, 64)])
+def test_training_loop_runs_the_counted_kernels_and_bytes(lengths):
+    """A training step's forward and backward of a tiny two-layer model (autograd: the position loop) dispatch,
+    from one length to the other, as many more kernels and (..., I, N) bytes as the loop's count says
+    (Mamba1.autograd_loop, two layers): 3 kernels a position forward, 5 backward (and fewer than one in-place
+    accumulation a position beside them, the engine's choice); 11 fp32 passes over (I, N) forward, 23 backward.
+    Before: one kernel an entry, no passes; and the module's indexing made the backward quadratic (a zero-filled
+    (T, I, N) gradient a position: 8T² passes)."""
+    cfg = _cfg(ssm_state_size=8)
+    spec = cfg.architecture.output.layer(0).mixer
+    torch.manual_seed(0)
+    from tfcalc.model import build_model
+
+    model = build_model(cfg, "cpu").train()
+    ran = []
+    for T in lengths:
+        idx = torch.randint(0, 61, (2, T))
+        with Dispatched(spec.inner, spec.state_size) as fwd:
+            loss = model(idx).float().sum()
+        with Dispatched(spec.inner, spec.state_size) as bwd:
+            loss.backward()
+        ran.append((fwd.bytes, bwd.bytes, fwd.kernels, bwd.kernels))
+    counted = [spec.autograd_loop(2, T) for T in lengths]
+    grows = [ran[1][k] - ran[0][k] for k in range(4)]
+    for k in range(3):  # the bytes each way and the forward's kernels: exactly
+        assert grows[k] == cfg.n_layer * (counted[1][k] - counted[0][k]), k
+    # backward: 5 a position, and the in-place accumulations (add_) of the small gradients (C's, dt's) autograd's
+    # engine chooses at run time, fewer than one a position (12 and 22 over 16 positions for one and two layers)
+    positions = cfg.n_layer * (lengths[1] - lengths[0])
+    assert 5 * positions == cfg.n_layer * (counted[1][3] - counted[0][3]) <= grows[3] < 6 * positions
+
+
+def test_a_training_step_prices_the_loop():
+    """micro_batch_time adds the loop's seconds (tfcalc.count.training.mixer_loops) to the blocks' other work:
+    forward, backward and the replayed forward under full recompute, at the bandwidth and each kernel's cost."""
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt, mixer_loops
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg = load("falcon-mamba-7b")
+    perf = perf_spec("h100-sxm")
+    for recompute in ("none", "full"):
+        layout = Layout(seq=4096, global_batch=8, micro_batch=1, recompute=recompute)
+        with_loop = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, 3e12, perf)
+        lf, lb, kf, kb = mixer_loops.loop_costs(cfg, 1, 4096)
+        again = recompute == "full"
+        loop_s = (lf * (1 + again) + lb) / 3e12 + (kf * (1 + again) + kb) * perf.kernel_s
+        assert kf == 64 * 3 * 4096 and kb == 64 * 5 * 4096
+        zero = mixer_loops.loop_costs
+        try:
+            mixer_loops.loop_costs = lambda *a, **k: (0.0, 0.0, 0, 0)
+            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, 3e12, perf)
+        finally:
+            mixer_loops.loop_costs = zero
+        assert with_loop.block_other_s - without.block_other_s == pytest.approx(loop_s / 64, rel=1e-12)
