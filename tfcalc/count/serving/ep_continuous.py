@@ -119,7 +119,7 @@ class Engine(continuous.Engine):
         return step, self.with_a2a(self.overhead(step), n, True)
 
     def overhead(self, step: Step):
-        return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
+        return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src, permute=True)  # moe_serving
 
 
 class ChunkedPrefill(chunked.ChunkedPrefill):
