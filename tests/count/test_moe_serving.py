@@ -96,3 +96,15 @@ def test_infer_ep_json_carries_the_permute():
     plain = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, device_spec="h100-sxm").to_json()
     assert plain["predicted"]["overhead"]["prefill"]["moe_permute_s"] == 0
     assert load("qwen3-30b-a3b").n_layer == 48
+
+
+def test_no_copy_under_deepep_low_latency_decode():
+    """Across nodes the decode runs DeepEP's low-latency kernels, which write the experts' layout themselves: no
+    permute in the decode step; the prefill (DeepEP's normal kernels) still copies."""
+    r = tfcalc.infer("qwen3-30b-a3b", batch=64, seq=1000, gen=10, ep=16, expert_imbalance=1.0,
+                     device_spec="h100-sxm").to_json()
+    over = r["predicted"]["overhead"]
+    assert r["expert_parallel"]["nodes"] == 2
+    assert over["decode_step"]["moe_permute_s"] == 0
+    assert over["prefill"]["moe_permute_s"] == pytest.approx(
+        64 * 1000 * 8 / 16 * 2048 * 4 * 48 / (3.35e12 * perf_spec("h100-sxm").bandwidth_efficiency), rel=1e-6)

@@ -16,7 +16,11 @@ stacks, and the grouped GEMM's tiles by each expert's own row count. Pure arithm
    tfcalc.count.model.non_matmul's "weight and add the expert outputs" (2·P·d·a, already in the step's traffic and
    its kernel in the step's count). Without EP the default serving kernel is vLLM's fused MoE
    (vllm/model_executor/layers/fused_moe/fused_moe.py, fused_moe_kernel): the GEMM loads each expert's rows through
-   sorted_token_ids (moe_align_block_size), no copy of its own -- nothing charged.
+   sorted_token_ids (moe_align_block_size), no copy of its own -- nothing charged. Nor in a decode step across
+   nodes (tfcalc.count.serving.ep_all_to_all's "low_latency" route): DeepEP's low-latency dispatch writes each
+   received row straight into its expert's slot of the (local experts, max tokens, d) buffer DeepGEMM's masked
+   grouped GEMM reads (deep_ep/buffer.py, low_latency_dispatch; SGLang's DeepEP low-latency path,
+   m_grouped_gemm_fp8_fp8_bf16_nt_masked), and its combine reads that layout back with the weights.
 2. Grouped GEMM by tokens per expert (every layout): a routed-expert row's efficiency is
    tfcalc.count.perf.grouped_gemm's, each expert's binomial row count cut into its own tiles (vLLM's
    moe_align_block_size pads every expert's rows to BLOCK_SIZE_M, num_tokens_post_padded ≤ P + E·(BLOCK_SIZE_M − 1);
