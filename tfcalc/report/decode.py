@@ -45,7 +45,8 @@ def _overhead_json(o) -> Optional[dict[str, Any]]:
     return None if o is None else {"kernels": o.kernels, "kernel_s": o.kernel_s, "dequant_s": o.dequant_s,
                                    "traffic_s": o.traffic_s, "comm_s": o.comm_s, "request_s": o.request_s,
                                    "total_s": o.total_s, "host_s": o.host_s, "launch": o.launch,
-                                   "moe_dispatch_s": o.moe_s}  # count.perf.moe_dispatch (perf.inference, 3b)
+                                   "moe_dispatch_s": o.moe_s,  # count.perf.moe_dispatch (perf.inference, 3b)
+                                   "moe_permute_s": o.moe_permute_s}  # count.perf.moe_serving (perf.inference, 3c)
 
 
 def _host_bound(o, step_s: Optional[float]) -> bool:

@@ -307,7 +307,9 @@ def _notes(doc: Doc, r: InferReport, first: dict[str, Any]) -> None:
                  f"kernels × {c.perf.kernel_s * 1e6:g} µs" + (f", {units.seconds(over['dequant_s'])} of dequantization"
                                                               if over["dequant_s"] else "")
                  + (f", {units.seconds(over['moe_dispatch_s'])} of MoE top-k and sorting"
-                    if over.get("moe_dispatch_s") else "") + _host_words(c, over)
+                    if over.get("moe_dispatch_s") else "")
+                 + (f", {units.seconds(over['moe_permute_s'])} of copying the experts' rows into expert order"
+                    if over.get("moe_permute_s") else "") + _host_words(c, over)
                  + "; the prefill the "
                  f"runtime's {units.seconds(c.perf.request_s)} per request. " + _memory_words(first)
                  + " More: docs/predictions.md.")

@@ -25,6 +25,9 @@ Then, per step (``overhead``), added to the rows' sum:
 3b. a mixture of experts' router top-k and its sort of the pairs by expert, as vLLM's fused MoE runs them
    (tfcalc.count.perf.moe_dispatch, step 5: the rows gathered inside the expert GEMMs, the weighted sum step 3's),
    every TP rank routing all the step's tokens (``Overhead.moe_s``; its 2 kernels a layer in step 1's count);
+3c. under expert parallelism (``infer --ep``), the rows one GPU's experts receive copied into expert order before
+   the grouped GEMM (tfcalc.count.perf.moe_serving, step 1: ``Overhead.moe_permute_s``, its kernels in step 1's
+   count); the routed experts' GEMMs at the grouped GEMM's efficiency by tokens per expert (moe_serving, step 2);
 4. the prefill only: the runtime's fixed work per request (``request_s``, tfcalc.count.perf.hardware),
    once per request, in the time to first token;
 5. under tensor parallelism (``infer --tp``): the step's all-reduces (tfcalc.count.serving.serving_tp);
@@ -49,12 +52,13 @@ adds, SiLU·gate, RoPE), 32 × 14 = 448, plus the LM head and the final norm: 45
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.flops import matmul_entries
 from tfcalc.count.model.non_matmul import non_matmul_entries
 from tfcalc.count.model.quant import WeightFormat
-from tfcalc.count.perf import elementwise, gemm, moe_dispatch
+from tfcalc.count.perf import elementwise, gemm, moe_dispatch, moe_serving
 from tfcalc.count.perf.hardware import PerfSpec
 
 
@@ -75,7 +79,10 @@ def row_efficiency(component: str, shape: tuple[int, int, int], count: int, perf
     if mixing:  # a position-mixing matmul: its fused kernel's (MatmulEntry.mixing)
         return perf.flash_efficiency[0]
     m, k, n = shape
-    return gemm.efficiency(m, n, k, perf.sm_count, perf.fp8_ceiling if fp8 else perf.matmul_ceiling, count)
+    ceiling = perf.fp8_ceiling if fp8 else perf.matmul_ceiling
+    if moe_serving.is_routed(component) and count > 1:  # each expert's rows in its own tiles (moe_serving, step 2)
+        return moe_serving.efficiency(shape, count, perf.sm_count, ceiling)
+    return gemm.efficiency(m, n, k, perf.sm_count, ceiling, count)
 
 
 @dataclass(frozen=True)
@@ -91,11 +98,13 @@ class Overhead:
     host_s: float = 0.0  # eager steps only: the host issuing the step's kernels (step 6), overlapped, not added
     launch: str = "graph"  # the launch mode priced (PerfSpec.launch)
     moe_s: float = 0.0  # a mixture's top-k, index work and permutes' traffic (step 3b; its kernels in kernel_s)
+    moe_permute_s: float = 0.0  # expert parallelism: the received rows copied into expert order (step 3c)
 
     @property
     def total_s(self) -> float:
         """The device's seconds beside the rows (steps 1-5); the host's are ``step_s``'s."""
-        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s + self.moe_s
+        return self.kernel_s + self.dequant_s + self.traffic_s + self.comm_s + self.request_s + self.moe_s \
+            + self.moe_permute_s
 
     def step_s(self, rows_s: float) -> float:
         """The step's time from its rows' roofline: max(device, host) + the request's fixed work (step 6)."""
@@ -120,16 +129,18 @@ def kernel_count(cfg: ModelConfig, batch: int, queries: int, keys: int) -> int:
 
 
 def overhead(cfg: ModelConfig, batch: int, queries: int, keys: int, quantized_weights: int, dtype: str,
-             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec, tp: int = 1) -> Overhead:
+             act_bytes: int, bandwidth: float, fp32_flops: float, perf: PerfSpec, tp: int = 1,
+             permute: Optional[moe_dispatch.Dispatch] = None) -> Overhead:
     """Steps 1-3 for one step on one GPU of ``tp``; ``quantized_weights`` the int8/int4 weights it reads,
-    ``bandwidth`` the achievable bytes/s."""
+    ``bandwidth`` the achievable bytes/s; ``permute``: step 3c's copy under expert parallelism."""
     moe = moe_forward(cfg, batch * queries, act_bytes)
-    kernels = kernel_count(cfg, batch, queries, keys) + moe.forward_kernels
+    permute = permute or moe_dispatch.Dispatch(0.0, 0.0, 0, 0)
+    kernels = kernel_count(cfg, batch, queries, keys) + moe.forward_kernels + permute.forward_kernels
     traffic = elementwise.forward_traffic(non_matmul_entries(cfg, batch, queries, step=queries == 1), act_bytes, tp)
     dequant = elementwise.dequant_seconds(quantized_weights, dtype, perf.dequant_ops_per_weight, fp32_flops)
     host = kernels * perf.host_op_s if perf.launch == "eager" else 0.0
     return Overhead(kernels, kernels * perf.kernel_s, dequant, traffic / bandwidth, host_s=host, launch=perf.launch,
-                    moe_s=moe.forward_bytes / bandwidth)
+                    moe_s=moe.forward_bytes / bandwidth, moe_permute_s=permute.forward_bytes / bandwidth)
 
 
 def moe_forward(cfg: ModelConfig, tokens: int, act_bytes: int) -> moe_dispatch.Dispatch:

@@ -119,7 +119,8 @@ class Engine(continuous.Engine):
         return step, self.with_a2a(self.overhead(step), n, True)
 
     def overhead(self, step: Step):
-        return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src)
+        copy = ep.route(self.lay, step.phase == "decode") != "low_latency"  # DeepEP LL: no copy (moe_serving, 1)
+        return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src, permute=copy)
 
 
 class ChunkedPrefill(chunked.ChunkedPrefill):

@@ -310,7 +310,8 @@ def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
     """(the GPU's step, its per-step costs with the TP all-reduces in comm_s, the step's all-to-all)."""
     mine, f = shard.step(whole), imbalance(cfg, shard.lay, whole.batch * whole.queries)
     a2a = _receiving(step_all_to_all(cfg, fmt, shard.lay, whole), f, shard.lay)
-    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src), a2a
+    copy = route(shard.lay, whole.phase == "decode") != "low_latency"  # DeepEP LL: no copy (perf.moe_serving, 1)
+    return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src, permute=copy), a2a
 
 
 def _phase(compute_s: float, halves_s: Optional[float], a2a: AllToAll, over, part: Optional[dict] = None,

@@ -33,6 +33,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.budget import largest_fitting
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat, weights_bytes
+from tfcalc.count.perf import moe_serving
 from tfcalc.count.perf.inference import Overhead, overhead, quantized_weights, step_seconds
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import (
@@ -209,16 +210,23 @@ def decode_totals(step: Callable[[int], Step], lo: int, hi: int, c: Ceilings,
 
 
 def step_overhead(cfg: ModelConfig, step: Step, fmt: WeightFormat, c: Ceilings,
-                  tp: Optional[TensorParallel] = None, src_seq: Optional[int] = None) -> Optional[Overhead]:
+                  tp: Optional[TensorParallel] = None, src_seq: Optional[int] = None,
+                  permute: bool = False) -> Optional[Overhead]:
     """The performance model's per-step costs (tfcalc.count.perf.inference) on one GPU, with tensor
-    parallelism's all-reduces (tfcalc.count.serving.serving_tp); None without a performance model."""
+    parallelism's all-reduces (tfcalc.count.serving.serving_tp); None without a performance model. ``permute``:
+    expert parallelism's copy of the GPU's received rows into expert order (tfcalc.count.perf.moe_serving, step 1)."""
     if c.perf is None:
         return None
     fp32 = c.fp32_flops_per_s or c.flops_per_s / 16  # no fp32 rate: a sixteenth of the tensor rate (A100's)
     act = activation_element_bytes(fmt.compute_dtype)
     t = 1 if tp is None else tp.tp
+    moe = [(block.ffn, layers) for _, block, layers in cfg.architecture.kinds() if block.is_moe]
+    copy = None
+    if permute and moe:  # the GEMM's input in FP8 under FP8 weights: the copy is the cast (moe_serving, step 1)
+        copy = moe_serving.step_permute(step.rows, moe[0][0].d_model, sum(n for _, n in moe), act,
+                                        1 if fmt.compute_dtype == "fp8" else act)
     o = overhead(cfg, step.batch, step.queries, step.context, quantized_weights(step, fmt), fmt.dtype, act,
-                 c.bytes_per_s, fp32, c.perf, t)
+                 c.bytes_per_s, fp32, c.perf, t, copy)
     if t == 1:
         return o
     decode = step.phase == "decode"
