@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Optional
 
 from tfcalc.errors import InputError
@@ -232,7 +233,7 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
         cap = min(cap, e.budget - 1)
     if cap < 1:
         return None, "no sequence fits"
-    chunk = e.chunked.step_s if e.chunked is not None else None
+    chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
     done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
