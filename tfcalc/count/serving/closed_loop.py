@@ -133,9 +133,9 @@ def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings,
     t_p = e.prompt_s(n)
     tau = e.tau(big_n) if big_n > 0 else e.step_s(1)
     return replace(mean, traffic=Traffic(s.rate, mean_input, mean_output), prefill_s=t_p, prefill_share=s.rate * t_p,
-                   concurrency=big_n, decode_step_s=tau, ttft_s=s.ttft_s + mean.request_s,
+                   concurrency=big_n, decode_step_s=tau, ttft_s=s.ttft_s,
                    itl_s=s.itl_s if mean_output > 1 else tau, kv_cache_bytes=e.kv_bytes(big_n), method=why,
-                   ttft_p50_s=s.ttft_p50_s + mean.request_s, ttft_p99_s=s.ttft_p99_s + mean.request_s)
+                   ttft_p50_s=s.ttft_p50_s, ttft_p99_s=s.ttft_p99_s)
 
 
 def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyState:

@@ -5,16 +5,22 @@ at ``--random-range-ratio 0`` with ``--ignore-eos``. Priced by the deterministic
 of the engine's steps through tfcalc's own step times (tfcalc.count.serving.continuous.Engine), not by the mean-value
 analysis of closed_loop.py, which assumes the users' phases random.
 
-Why it differs: users whose requests end in the same step send their next prompts in the same step; with fixed
-lengths they stay together for ever (each of them takes the same O − 1 steps to decode), so each round their prompts
-queue behind each other at the prefill -- the second of two users who arrive together waits for the first's prompt.
-The random-phase view spreads those prompts over the round and misses the queue (test_closed_loop's
-``test_equal_lengths_keep_users_together``: Llama 3 70B FP8 at TP 2, 5,000 in and 500 out, 50 users: 816 ms simulated
-against the mean view's 425).
+Why it differs: with fixed lengths a user's round is a fixed number of steps (its prompt's, then O − 1 decode steps),
+whatever they last, so the phases the users fall into at the start stay: a user whose prompt had to wait for another's
+prompt step finishes one step after it and, its next prompt missing the step under way, waits again -- a convoy, each
+round, of users queued behind each other's prompts. The random-phase view spreads those prompts over the round and
+misses the queue. Llama 3 70B FP8 at TP 2, 5,000 in and 500 out on H100s (tfcalc's default 8,192-token steps): TTFT
+749 / 1,182 / 1,350 ms at 5 / 25 / 50 users against the mean view's 374 / 392 / 425; throughput and ITL within 3 %.
+The convoy needs the late join of step 1: a prompt allowed into the very step that began as its user's last token
+came (test_closed_loop's harness without ``late``) slips into the gaps and the queue dissolves over tens of rounds.
 
 The schedule (the same scheduler as continuous.py and chunked.py, one engine step at a time):
 1. At t = 0 all C users send their first request (genai-perf starts C requests at once); a user whose last token
-   comes at a step's end sends the next one at that instant, joining the waiting prompts, first come, first served.
+   comes at a step's end sends the next one at that instant. It reaches the engine the runtime's fixed work per
+   request later (the performance model's request_s: streaming the last token, the client's next request,
+   tokenizing) and joins the waiting prompts, first come, first served, at the first step boundary after that: never
+   in the step that began as its last token came (the engine does not wait for it: vLLM V1's EngineCore schedules the
+   next step at once, the new request comes through its input queue).
 2. Chunked prefill (budget B, chunked.py step 4): a step decodes one token for each of the n sequences in flight and
    packs the waiting prompts in order into the B − n tokens left (the one partly done first), each prompt
    started only while the KV cache holds it beside the others admitted (``cap``, the Engine's bound, and B − 1).
@@ -85,21 +91,22 @@ class _Loop:
     one chunk (n = 0: the chunk alone); ``prefill``: an unchunked prompt's step."""
 
     def __init__(self, users: int, inp: int, out: int, budget: Optional[int], cap: int,
-                 decode: Callable[[int], float], chunk: Callable[[int, int, int], float], prefill: float):
-        self.inp, self.out, self.budget, self.cap = inp, out, budget, cap
+                 decode: Callable[[int], float], chunk: Callable[[int, int, int], float], prefill: float,
+                 delay: float = 0.0):
+        self.inp, self.out, self.budget, self.cap, self.delay = inp, out, budget, cap, delay
         self.decode, self.chunk, self.prefill = decode, chunk, prefill
         self.now, self.step, self.running, self.partial = 0.0, 0, 0, 0  # partial: the head prompt's tokens done
         self.ends: dict[int, int] = {}  # decode step index -> sequences that emit their last token there
-        self.waiting = deque([[0.0, users]])  # [arrival, prompts]: first come, first served
+        self.waiting = deque([[0.0, users, -1]])  # [sent, prompts, steps begun by then], first come, first served
         self.done = 0
         self.window = False
         self.ttfts: list[tuple[float, int]] = []
         self.seq_time = self.tokens = self.steps = 0.0
 
-    def _join(self, arrival: float, k: int) -> None:
+    def _join(self, sent: float, k: int) -> None:
         """k prompts' first tokens at now: they decode from the next step (O − 1 steps), or are done at O = 1."""
         if self.window:
-            self.ttfts.append((self.now - arrival, k))
+            self.ttfts.append((self.now - sent, k))
         if self.out == 1:
             self._finish(k)
         else:
@@ -108,7 +115,7 @@ class _Loop:
 
     def _finish(self, k: int) -> None:
         self.done += k
-        self.waiting.append([self.now, k])
+        self.waiting.append([self.now, k, self.steps])
 
     def _advance(self, dt: float, decoded: int, repeat: int = 1) -> None:
         """``repeat`` steps of dt each; ``decoded`` sequences each emit a token a step (the rest stall: prefill)."""
@@ -118,12 +125,24 @@ class _Loop:
             self.seq_time += self.running * dt * repeat
             self.tokens += decoded * repeat
 
+    def _ready(self, head: list) -> bool:
+        """At the engine (``delay`` after it was sent), and not sent at the instant the step now starting began: a
+        request ending at a step's end is answered after the next step is under way (step 1)."""
+        return head[0] + self.delay <= self.now and head[2] < self.steps
+
     def _decode_until_event(self) -> None:
-        """Decode steps alone until the next finish (step 3's jump), at most one if a prompt could be admitted."""
+        """Decode steps alone until the next finish or the step in which the next prompt reaches the engine (step
+        3's jump); nothing in flight: idle until that prompt comes."""
         n = self.running
-        nxt = min(self.ends)
-        repeat = 1 if self.waiting and self._admissible() else nxt - self.step
-        self._advance(self.decode(n), n, repeat)
+        if not n:
+            self.now = max(self.now, self.waiting[0][0] + self.delay)
+            self.steps += 1
+            return
+        tau, repeat = self.decode(n), min(self.ends) - self.step
+        if self.waiting and self._admissible():
+            wait = self.waiting[0][0] + self.delay - self.now
+            repeat = 1 if wait <= 0 else min(repeat, max(1, math.ceil(wait / tau)))
+        self._advance(tau, n, repeat)
         self.step += repeat
         self._retire()
 
@@ -138,7 +157,7 @@ class _Loop:
         return max(0, self.cap - self.running - (1 if self.partial else 0))
 
     def unchunked(self) -> None:
-        if self.waiting and self._admissible():
+        if self.waiting and self._admissible() and self._ready(self.waiting[0]):
             head = self.waiting[0]
             k = min(head[1], self._admissible())  # prefills first, whole, one after another
             for _ in range(k):
@@ -153,7 +172,7 @@ class _Loop:
     def chunked(self) -> None:
         n, budget = self.running, self.budget
         room, fresh = budget - n, self._admissible()
-        if room <= 0 or not self.waiting or (not self.partial and not fresh):
+        if room <= 0 or not self.waiting or (not self.partial and not (fresh and self._ready(self.waiting[0]))):
             self._decode_until_event()
             return
         pieces, joined = [], []  # (start, size, prompts); (arrival, prompts) finishing their prefill in this step
@@ -170,7 +189,7 @@ class _Loop:
                 joined.append((head[0], 1))
                 self._pop(head, 1)
                 continue
-            if not fresh:
+            if not fresh or not self._ready(head):
                 break
             whole = min(head[1], room // self.inp, fresh)
             if whole:
@@ -202,11 +221,11 @@ class _Loop:
 
 
 def simulate(users: int, inp: int, out: int, budget: Optional[int], cap: int, decode: Callable[[int], float],
-             chunk: Callable[[int, int, int], float], prefill: float, rounds: int = ROUNDS,
+             chunk: Callable[[int, int, int], float], prefill: float, delay: float = 0.0, rounds: int = ROUNDS,
              step_limit: int = STEP_LIMIT) -> Optional[Schedule]:
     """Steps 1-4 of the module docstring; ``budget`` None: unchunked (``prefill`` each prompt's step); ``cap`` the
     sequences the KV cache admits at once (≥ 1). None when the schedule passes ``step_limit`` simulated steps."""
-    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill)
+    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill, delay)
     run = loop.unchunked if budget is None else loop.chunked
     while loop.done < users:
         run()
@@ -234,7 +253,8 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
     if cap < 1:
         return None, "no sequence fits"
     chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
-    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s)
+    request = e.c.perf.request_s if e.c.perf is not None else 0.0
+    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
                       "of random phases stands in")
