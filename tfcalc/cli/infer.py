@@ -178,8 +178,9 @@ def infer(
     decode batch and step, the prefills' share; predicted beside them with the ceilings measured in the same run.
     The run is refused before allocating when the weights and the slots' KV cache do not fit.
     --concurrency C in place of --rate: a closed loop of C users, each sending its next request when its last one
-    ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT and inter-token latency by
-    mean-value analysis of the same server (C = throughput × end-to-end latency); predicted only.
+    ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT (mean, p50, p99) and inter-token
+    latency from the engine's steps simulated for C users with fixed lengths (--lengths fixed, the default), or by
+    mean-value analysis of the same server (--lengths random); C = throughput × end-to-end latency.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under

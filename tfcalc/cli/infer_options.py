@@ -67,7 +67,8 @@ Concurrency = Annotated[Optional[int], typer.Option(
     "--concurrency", help="Continuous batching under a closed loop: C users, each sending its next request the moment "
     "the previous one's last token arrives, no think time (genai-perf/AIPerf concurrency mode, vLLM benchmark_serving "
     "--max-concurrency); in place of --rate, with --mean-input and --mean-output: throughput, TTFT, inter-token "
-    "latency, the mean decode batch (mean-value analysis, tfcalc.count.serving.closed_loop).", metavar="C",
+    "latency, the mean decode batch (fixed lengths: the engine's schedule simulated, count/serving/lockstep.py; "
+    "--lengths random: mean-value analysis, count/serving/closed_loop.py).", metavar="C",
     show_default=False)]
 Lengths = Annotated[Optional[str], typer.Option(
     "--lengths", help="--concurrency: how --mean-input and --mean-output are taken. fixed: every request exactly I "

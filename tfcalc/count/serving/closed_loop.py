@@ -4,6 +4,9 @@ the moment the previous one's last token arrives, no think time -- the load of g
 Load Modes", Concurrency Mode; the NIM benchmarking guide's figures), of vLLM's ``benchmark_serving.py
 --max-concurrency C`` at the default infinite request rate (an asyncio.Semaphore(C) held around the whole streamed
 request, released after its last token: vllm-project/vllm PR 9390) and of SGLang's bench_serving --max-concurrency.
+Under fixed lengths (``--lengths fixed``, the default) the loop is priced by its deterministic schedule instead
+(tfcalc.count.serving.lockstep: users who finish together stay together); what follows is ``--lengths random``, the
+users' phases random, and the fallback past the schedule's step limit.
 Pure arithmetic on the server of tfcalc.count.serving.continuous (its Engine: the decode step τ(n), a prompt's cost
 t_p(n) and, chunked, its hold S(n) on the steps' prompt budget).
 
@@ -129,8 +132,7 @@ def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings,
     if s is None:
         return replace(mean, method=why)
     big_n = s.decode_batch
-    n = mean.concurrency if big_n > 0 else 0.0  # a prompt's cost beside the others' decoding, as the mean view's
-    t_p = e.prompt_s(n)
+    t_p = e.prompt_s(max(0.0, (users - 1) / users) * big_n)  # a prompt's cost beside the others decoding (step 2)
     tau = e.tau(big_n) if big_n > 0 else e.step_s(1)
     return replace(mean, traffic=Traffic(s.rate, mean_input, mean_output), prefill_s=t_p, prefill_share=s.rate * t_p,
                    concurrency=big_n, decode_step_s=tau, ttft_s=s.ttft_s,
