@@ -140,9 +140,11 @@ def test_check_lengths(lengths):
     (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--lengths", "zipf"), "--lengths must be"),
     (("--rate", "4", "--mean-input", "10", "--mean-output", "10", "--lengths", "fixed"), "give --concurrency C"),
     (("--lengths", "fixed",), "give --concurrency C"),
+    (("--concurrency", "4", "--mean-input", "10", "--mean-output", "10", "--lengths", "fixed", "--ep", "2"),
+     "--lengths fixed with --ep"),
 ])
 def test_hostile_lengths(cli, args, message):
-    assert_one_line_error(cli("infer", "llama2-13b", *args), message)
+    assert_one_line_error(cli("infer", "qwen3-30b-a3b" if "--ep" in args else "llama2-13b", *args), message)
 
 
 def test_cli_random_lengths(cli):

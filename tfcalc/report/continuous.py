@@ -62,6 +62,9 @@ def check(o) -> None:
         closed_loop.check_users(o.concurrency)
         if o.lengths is not None:
             lockstep.check_lengths(o.lengths)
+        if o.lengths == "fixed" and o.ep > 1:
+            raise InputError("--lengths fixed with --ep: the attention-DP groups under a closed loop are priced by the "
+                             "mean-value analysis of random phases only; give --lengths random or leave it out")
         continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
     else:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
