@@ -161,7 +161,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           matmul_efficiency: Optional[float] = None, bandwidth_efficiency: Optional[float] = None, tp: int = 1,
           draft: Optional[str] = None, accept_rate: Optional[float] = None, draft_tokens: Optional[int] = None,
           rate: Optional[float] = None, concurrency: Optional[int] = None, mean_input: Optional[int] = None,
-          mean_output: Optional[int] = None,
+          mean_output: Optional[int] = None, lengths: Optional[str] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
@@ -170,8 +170,9 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
     redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
     accept_rate=, draft_tokens: speculative decoding; rate= (or concurrency=: a closed loop of C users),
-    mean_input=, mean_output=: continuous batching, prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with
-    measure=True; requests=, max_time=: the measured run's); launch="eager" (host_op_s=)."""
+    mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
+    prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
+    run's); launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -184,7 +185,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
                            concurrency=concurrency, mean_input=mean_input, mean_output=mean_output, requests=requests,
-                           max_time=max_time,
+                           lengths=lengths, max_time=max_time,
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance)

@@ -17,6 +17,7 @@ from tfcalc.cli.infer_options import (
     ExpertImbalance,
     HostOpUs,
     Launch,
+    Lengths,
     MaxTime,
     MeanInput,
     MeanOutput,
@@ -105,6 +106,7 @@ def infer(
     draft_tokens: DraftTokens = None,
     rate: Rate = None,
     concurrency: Concurrency = None,
+    lengths: Lengths = None,
     mean_input: MeanInput = None,
     mean_output: MeanOutput = None,
     prefill_chunk: PrefillChunk = None,
@@ -176,8 +178,9 @@ def infer(
     decode batch and step, the prefills' share; predicted beside them with the ceilings measured in the same run.
     The run is refused before allocating when the weights and the slots' KV cache do not fit.
     --concurrency C in place of --rate: a closed loop of C users, each sending its next request when its last one
-    ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT and inter-token latency by
-    mean-value analysis of the same server (C = throughput × end-to-end latency); predicted only.
+    ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT (mean, p50, p99) and inter-token
+    latency from the engine's steps simulated for C users with fixed lengths (--lengths fixed, the default), or by
+    mean-value analysis of the same server (--lengths random); C = throughput × end-to-end latency.
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -218,7 +221,7 @@ def infer(
         ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap(overlap),
         expert_imbalance=expert_imbalance,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
-        mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests,
+        lengths=lengths, mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk, requests=requests,
         max_time=max_time, eager=eager, launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )

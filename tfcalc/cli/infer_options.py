@@ -67,8 +67,16 @@ Concurrency = Annotated[Optional[int], typer.Option(
     "--concurrency", help="Continuous batching under a closed loop: C users, each sending its next request the moment "
     "the previous one's last token arrives, no think time (genai-perf/AIPerf concurrency mode, vLLM benchmark_serving "
     "--max-concurrency); in place of --rate, with --mean-input and --mean-output: throughput, TTFT, inter-token "
-    "latency, the mean decode batch (mean-value analysis, tfcalc.count.serving.closed_loop).", metavar="C",
+    "latency, the mean decode batch (fixed lengths: the engine's schedule simulated, count/serving/lockstep.py; "
+    "--lengths random: mean-value analysis, count/serving/closed_loop.py).", metavar="C",
     show_default=False)]
+Lengths = Annotated[Optional[str], typer.Option(
+    "--lengths", help="--concurrency: how --mean-input and --mean-output are taken. fixed: every request exactly I "
+    "prompt and O output tokens (genai-perf/AIPerf with --synthetic-input-tokens-stddev 0 and a fixed output length, "
+    "NIM's benchmarking runs; vLLM bench's random dataset at --random-range-ratio 0 with --ignore-eos), priced by "
+    "simulating the engine's deterministic schedule: users who finish together send their next prompts together and "
+    "queue at the prefill; random: lengths that vary around the means, the users' phases random (mean-value "
+    "analysis) [default: fixed].", metavar="fixed|random", show_default=False)]
 MeanInput = Annotated[Optional[int], typer.Option(
     "--mean-input", help="Continuous batching: mean prompt tokens per request.", metavar="I", show_default=False)]
 MeanOutput = Annotated[Optional[int], typer.Option(

@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import chunked, closed_loop, continuous
+from tfcalc.count.serving import chunked, closed_loop, continuous, lockstep
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
@@ -39,6 +39,9 @@ def flag(o) -> str:
 def check(o) -> None:
     """--rate or --concurrency needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
     given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk}
+    if o.lengths is not None and o.concurrency is None:
+        raise InputError("--lengths says how --concurrency's users send their requests (fixed or random lengths); "
+                         "give --concurrency C")
     if not loaded(o):
         for name, value in given.items():
             if value is not None:
@@ -57,6 +60,11 @@ def check(o) -> None:
                          "one")
     if o.concurrency is not None:
         closed_loop.check_users(o.concurrency)
+        if o.lengths is not None:
+            lockstep.check_lengths(o.lengths)
+        if o.lengths == "fixed" and o.ep > 1:
+            raise InputError("--lengths fixed with --ep: the attention-DP groups under a closed loop are priced by the "
+                             "mean-value analysis of random phases only; give --lengths random or leave it out")
         continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
     else:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
@@ -78,7 +86,7 @@ def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyStat
     """The steady state the options ask for: Poisson arrivals at --rate, or a closed loop of --concurrency users."""
     if o.concurrency is not None:
         return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
-                                       prefill_chunk(o))
+                                       prefill_chunk(o), o.lengths or "fixed")
     return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
                                    memory, tp, prefill_chunk(o))
 
@@ -108,5 +116,7 @@ def to_json(state: Optional[continuous.SteadyState],
             "output_tokens_per_s": None if state.over_capacity else t.rate * t.mean_output,
             "input_tokens_per_s": None if state.over_capacity else t.rate * t.mean_input,
             "kv_cache_bytes": state.kv_cache_bytes, "max_concurrency": state.max_concurrency,
-            "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity, "limit": state.limit,
+            "lengths": state.lengths, "method": state.method, "ttft_p50_s": state.ttft_p50_s,
+            "ttft_p99_s": state.ttft_p99_s, "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity,
+            "limit": state.limit,
             "measured": measured}

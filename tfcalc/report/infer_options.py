@@ -41,6 +41,7 @@ class InferOptions:
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS
     rate: Optional[float] = None  # continuous batching: requests per second (tfcalc.count.serving.continuous)
     concurrency: Optional[int] = None  # continuous batching, closed loop: C users (tfcalc.count.serving.closed_loop)
+    lengths: Optional[str] = None  # --concurrency: 'fixed' (None: the default) or 'random' (count/serving/lockstep)
     mean_input: Optional[int] = None
     mean_output: Optional[int] = None
     prefill_chunk: Optional[int] = None  # --rate: chunked prefill's tokens per step (0: off; None: the default)

@@ -148,6 +148,11 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
+    if x.get("users") and x.get("method") and not x["over_capacity"]:
+        doc.note(f"Lengths {x['lengths']} (--lengths): " + (
+            f"the engine's steps simulated for {x['users']:,} users who start together, a first round then 8 measured; "
+            f"TTFT p50 {units.seconds(x['ttft_p50_s'])}, p99 {units.seconds(x['ttft_p99_s'])}."
+            if x["method"] == "schedule" else f"{x['method']}."))
     if x.get("measured"):
         _continuous_measured_table(doc, x)
 

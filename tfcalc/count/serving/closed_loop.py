@@ -4,6 +4,9 @@ the moment the previous one's last token arrives, no think time -- the load of g
 Load Modes", Concurrency Mode; the NIM benchmarking guide's figures), of vLLM's ``benchmark_serving.py
 --max-concurrency C`` at the default infinite request rate (an asyncio.Semaphore(C) held around the whole streamed
 request, released after its last token: vllm-project/vllm PR 9390) and of SGLang's bench_serving --max-concurrency.
+Under fixed lengths (``--lengths fixed``, the default) the loop is priced by its deterministic schedule instead
+(tfcalc.count.serving.lockstep: users who finish together stay together); what follows is ``--lengths random``, the
+users' phases random, and the fallback past the schedule's step limit.
 Pure arithmetic on the server of tfcalc.count.serving.continuous (its Engine: the decode step τ(n), a prompt's cost
 t_p(n) and, chunked, its hold S(n) on the steps' prompt budget).
 
@@ -48,11 +51,12 @@ unchunked within 4 % up to 16 (1.29 at 64 users of 512 in and 64 out, 1.9 at 256
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.quant import WeightFormat
-from tfcalc.count.serving import chunked
+from tfcalc.count.serving import chunked, lockstep
 from tfcalc.count.serving.continuous import Engine, SteadyState, Traffic, _first_root, _max_rate, check
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.count.serving.serving_tp import TensorParallel
@@ -110,15 +114,30 @@ class Loop:
 
 def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, users: int, mean_input: int,
                 mean_output: int, memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
-                prefill_chunk: Optional[int] = None) -> SteadyState:
-    """Steps 1-6 of the module docstring: the SteadyState of continuous.py, its traffic's rate the throughput X in
-    requests/s, ``users`` C, and ``max_rate`` the open-loop capacity beside."""
+                prefill_chunk: Optional[int] = None, lengths: str = "fixed") -> SteadyState:
+    """The SteadyState of continuous.py, its traffic's rate the throughput X in requests/s, ``users`` C, and
+    ``max_rate`` the open-loop capacity beside. ``lengths`` 'fixed' (every request I and O exactly): the deterministic
+    schedule (tfcalc.count.serving.lockstep), the mean-value analysis where that passes its step limit; 'random':
+    steps 1-6 of the module docstring."""
     check_users(users)
     check(Traffic(1.0, mean_input, mean_output))
+    lockstep.check_lengths(lengths)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
     e = Engine(cfg, fmt, kv_dtype, c, Traffic(1.0, mean_input, mean_output), memory, tp, prefill_chunk)
-    return solve(e, users, mean_input, mean_output)
+    mean = replace(solve(e, users, mean_input, mean_output), lengths=lengths, method="mean-value analysis")
+    if lengths == "random" or mean.limit is not None:
+        return mean
+    s, why = lockstep.schedule(e, users, mean_input, mean_output)
+    if s is None:
+        return replace(mean, method=why)
+    big_n = s.decode_batch
+    t_p = e.prompt_s(max(0.0, (users - 1) / users) * big_n)  # a prompt's cost beside the others decoding (step 2)
+    tau = e.tau(big_n) if big_n > 0 else e.step_s(1)
+    return replace(mean, traffic=Traffic(s.rate, mean_input, mean_output), prefill_s=t_p, prefill_share=s.rate * t_p,
+                   concurrency=big_n, decode_step_s=tau, ttft_s=s.ttft_s,
+                   itl_s=s.itl_s if mean_output > 1 else tau, kv_cache_bytes=e.kv_bytes(big_n), method=why,
+                   ttft_p50_s=s.ttft_p50_s, ttft_p99_s=s.ttft_p99_s)
 
 
 def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyState:

@@ -85,6 +85,10 @@ class SteadyState:
     prefill_chunk: Optional[int] = None  # chunked prefill's tokens per step B (None: prefills whole, alone)
     prefill_steps: Optional[int] = None  # chunked: the steps a prompt's chunks take (over capacity: beside N = 1)
     users: Optional[int] = None  # closed loop (tfcalc.count.serving.closed_loop): C users; None: Poisson arrivals
+    lengths: Optional[str] = None  # closed loop: 'fixed' (every request I and O exactly) or 'random'
+    method: Optional[str] = None  # closed loop: 'schedule' (count/serving/lockstep.py) or why the mean view stands in
+    ttft_p50_s: Optional[float] = None  # closed loop, fixed lengths: the schedule's TTFT quantiles
+    ttft_p99_s: Optional[float] = None
 
     @property
     def over_capacity(self) -> bool:
