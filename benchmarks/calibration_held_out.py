@@ -41,7 +41,8 @@ it, never used to choose a parameter of the performance model. Reported beside i
   8 GPUs at 32K-256K tokens, torch.compile + Float8 (tensorwise), full AC, local batch 1 (added with ring
   attention's merges, issue 31; the RoPE table stretched to the length, ``max_seq_len``). Attention runs
   PyTorch's SDPA flash backend, FlashAttention-2, at its published H100 rates (tfcalc.count.perf.hardware,
-  HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked.
+  HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked. RoPE
+  in complex numbers, left by Inductor to aten kernels (--rope complex: count.perf.elementwise, 6): 1.28 → 1.24.
   The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
@@ -62,7 +63,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   all-gather 7,689.5 and rowwise with bf16 all-gather 6,768 tokens/s (per GPU, torchtitan's "tps"); bf16
   6,150. The README names no power limit or memory: the PyTorch team's Grand Teton H100s of the torchtitan
   rows taken. The tensorwise row's FP8 all-gather priced (--fp8-all-gather: half the gathered bytes, the weight
-  casts on the shard, one amax all-reduce a step). Added with the recipes by name (issue 31).
+  casts on the shard, one amax all-reduce a step). Added with the recipes by name (issue 31). --rope complex.
 - DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Table 1 and sec. 3: pre-training on 14.8T
   tokens took 2.664M H800 GPU-hours, read as tokens per second per GPU (1,543). The setup as published: 2,048
   H800 (benchmarks/devices/h800-sxm.yaml), 16-way pipeline, 64-way expert parallelism over 8 nodes, ZeRO-1 data
@@ -128,6 +129,7 @@ from pathlib import Path
 from typing import Callable
 
 from calibration_held_out_ep import expert_parallel_rows
+from calibration_held_out_llama1 import llama1_rows
 from calibration_row import GPTJ, Row
 
 import tfcalc
@@ -354,6 +356,7 @@ def held_out_rows() -> list[Row]:
                        "of 1,024 GPUs",
                        "Touvron et al. 2023, Table 2 (GPU-hours for 2T tokens)", 2e12 / (hours * 3600), "tok/s/GPU",
                        llama2_rate(preset)))
+    out += llama1_rows()
     for label, preset, seq, local, ac, recompute, wps in TORCHTITAN:
         out.append(Row("training throughput", f"{label}, FSDP 64 A100, seq {seq:,}, local batch {local}, AC {ac}",
                        "torchtitan docs/performance.md (2024, eager, fp32 reduce)", wps, "tok/s/GPU",

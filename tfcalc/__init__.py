@@ -213,7 +213,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
-         kernels: str = "eager", power_limit: Optional[float] = None, **overrides: Any) -> "PlanReport":
+         kernels: str = "eager", power_limit: Optional[float] = None, rope: str = "complex",
+         **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
     micro_batch, schedule ('1f1b', 'interleaved' with virtual_stages V, 'zero-bubble', 'dualpipe', 'dualpipev') and
@@ -222,7 +223,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
     pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
     default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
-    the embedding, final norm and loss eager); power_limit: watts each GPU is capped at
+    the embedding, final norm and loss eager); rope: 'complex' (torchtitan's RoPE, which compile leaves to aten
+    kernels and casts) or 'real' (rotate-half, fused); power_limit: watts each GPU is capped at
     (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine;
     expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
     from tfcalc.count.perf.pipeline import OVERLAPS
@@ -250,7 +252,8 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           pp_split_counts=name_list("--pp-split-counts", pp_split_counts, SPLIT_COUNTS)
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
-                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers))
+                          kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers),
+                          rope=rope)
     return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
 
 

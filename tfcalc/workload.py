@@ -134,6 +134,9 @@ class Layout:
     pp_layers: tuple[int, ...] = ()
     # --- the non-matmul kernels (issue 20; tfcalc.count.perf.eager) ---
     kernels: str = "eager"  # eager: PyTorch's op-by-op kernels; fused: Megatron/TE fused kernels, torch.compile
+    # RoPE as complex products (torchtitan's apply_rotary_emb) or rotate-half ("real"): under kernels="compile"
+    # Inductor leaves the complex product to an aten kernel between casts (tfcalc.count.perf.elementwise, 6)
+    rope: str = "complex"
 
     @property
     def stage_split(self) -> tuple:

@@ -41,6 +41,7 @@ from tfcalc.cli.plan_options import (
     Overlap,
     PPLayers,
     PPSplitCounts,
+    RopeKind,
     Schedule,
     VirtualStages,
     overlap_names,
@@ -134,6 +135,7 @@ def plan(
     overlap: Overlap = None,
     cp: CP = None,
     kernels: Kernels = KernelMode.eager,
+    rope: RopeKind = "complex",
     power_limit: Annotated[Optional[float], typer.Option(
         "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
         "((W - static) / (rated - static))^(1/3) of its own, static the watts that do not follow the clock "
@@ -212,7 +214,8 @@ def plan(
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
-        kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine)
+        kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
+        rope=lower(rope))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

@@ -56,6 +56,10 @@ Kernels = Annotated[KernelMode, typer.Option(
     "published runs), fused (one read and one write per element: Megatron-LM/Transformer Engine's fused kernels) or "
     "compile (torch.compile of each block, as torchtitan applies it: the blocks' norms, activations, RoPE and adds "
     "fused, the embedding, final norm and loss left eager).")]
+RopeKind = Annotated[str, typer.Option(
+    "--rope", help="How the blocks rotate Q and K, priced under --kernels compile: complex (torchtitan's "
+    "apply_rotary_emb, view_as_complex: Inductor generates no code for complex tensors, so a cast to fp32, an aten "
+    "complex product and a cast back, each way) or real (rotate-half, fused by Inductor).", metavar="KIND")]
 
 
 def split_count_names(values: Optional[list[str]]) -> Optional[tuple[str, ...]]:

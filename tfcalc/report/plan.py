@@ -236,7 +236,8 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   sequence_parallel=request.sequence_parallel, dtype=request.dtype, attention=request.attention,
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
                   cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), kernels=request.kernels,
-                  pp_layers=request.pp_layers or (), dropout=request.dropout, zero_engine=request.zero_engine,
+                  rope=request.rope, pp_layers=request.pp_layers or (), dropout=request.dropout,
+                  zero_engine=request.zero_engine,
                   **sharding_fields(request))
 
 

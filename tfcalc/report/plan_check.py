@@ -236,6 +236,7 @@ def layout_json(layout: Layout) -> dict[str, Any]:
             # issue 20, pipeline and context
             "schedule": layout.schedule, "virtual_stages": layout.virtual_stages, "overlap": list(layout.overlap),
             "cp": layout.cp, "pp_split_counts": list(layout.pp_split_counts), "kernels": layout.kernels,
+            "rope": layout.rope,
             "pp_layers": list(layout.pp_layers)}
 
 

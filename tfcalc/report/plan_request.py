@@ -9,7 +9,7 @@ from typing import Optional, Union
 
 from tfcalc.count.model.activations import TRAINING_ATTENTION
 from tfcalc.count.perf.hardware import check_fraction
-from tfcalc.count.training.layout import RECOMPUTE, ZERO_STAGES, check_kernels
+from tfcalc.count.training.layout import RECOMPUTE, ZERO_STAGES, check_kernels, check_rope
 from tfcalc.count.training.sharding import OFFLOAD
 from tfcalc.count.training.steptime import MAX_TOKENS, check_utilization
 from tfcalc.errors import InputError, shown
@@ -60,6 +60,7 @@ class PlanRequest:
     pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
     pp_layers: Optional[tuple[int, ...]] = None  # each pipeline stage's blocks (--pp-layers); None: an even split
     kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
+    rope: str = "complex"  # complex products (torchtitan's) or rotate-half, under compile (count.perf.elementwise, 6)
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
     zero_engine: str = "flat"  # ZeRO 0/1 states: flat (Megatron), torch, deepspeed (count.training.sharding, 7-8)
     dropout: bool = False  # dropout in training: its masks and dropped tensors kept (tfcalc.count.model.activations)
@@ -96,6 +97,7 @@ def check_request(request: PlanRequest) -> None:
     check_size("--top", r.top)
     check_schedule_request(r)
     check_kernels(r.kernels)
+    check_rope(r.rope)
     if r.tokens is not None and (isinstance(r.tokens, bool) or not isinstance(r.tokens, int)
                                  or not 1 <= r.tokens <= MAX_TOKENS):
         raise InputError(f"--tokens must be a whole number of tokens from 1 to {MAX_TOKENS:.0e}; got {shown(r.tokens)}")

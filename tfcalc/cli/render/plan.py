@@ -43,6 +43,8 @@ def short(layout: Layout) -> str:
     micro = f" · mb {layout.micro_batch}" if layout.micro_batch > 1 else ""
     overlap = f" · overlap {'+'.join(layout.overlap)}" if layout.overlap else ""
     kernels = {"fused": ", fused kernels", "compile": ", compiled blocks"}.get(layout.kernels, "")
+    if layout.kernels == "compile" and layout.rope == "complex":  # count.perf.elementwise, 6
+        kernels += " (complex RoPE left to aten)"
     more = sharding.describe(layout) + kernels
     more = more.lstrip(", ")
     return (f"tp {layout.tp}{sp}{cp} · pp {layout.pp}{sched} · dp {layout.dp} · ZeRO-{layout.zero} · {recompute}"

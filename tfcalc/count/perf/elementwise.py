@@ -33,6 +33,18 @@ and dequantizing weight-only int8/int4 weights. Pure arithmetic.
    (tfcalc.count.perf.eager, ``edges_only``), once forward and once backward: activation checkpointing wraps
    the blocks only, so no recompute replays it. The GEMMs and the fused attention are the same kernels in
    both modes (Inductor leaves aten.mm and SDPA's flash kernel to their libraries).
+6. RoPE in complex numbers under torch.compile (``rope="complex"``, the default; "real" for rotate-half
+   RoPE, which Inductor fuses as step 1 prices it): torchtitan's Llama rotates Q and K as complex products
+   (models/llama/model.py ``apply_rotary_emb``: ``torch.view_as_complex(xq.float()...)`` × ``freqs_cis``,
+   ``view_as_real``, ``type_as``), and Inductor generates no code for complex tensors
+   (torch/_inductor/lowering.py: ``make_fallback(aten.view_as_complex)``, ``unsupported_input_tensor``
+   warns "Torchinductor does not support code generation for complex operators"), so the product runs as
+   an aten kernel between two generated casts. Seen in Inductor's output code for that function (TORCH_LOGS=
+   output_code, torch 2.13; tests/count/test_complex_rope.py compiles it): per Q and per K, forward: a cast
+   kernel bf16 → fp32 (a + F bytes per rotated element), ``aten.mul`` on complex64 (F in, F out; the table
+   read once), a cast back (F + a), 2a + 4F = 20 bytes and 3 kernels where step 1 prices 2a and one kernel
+   for Q and K together; backward the same three over the gradient (× conj(freqs_cis)), 20 bytes and 3
+   kernels where step 1 prices 2 · 2a and two. COMPLEX_ROPE is the difference, per rotated element.
 """
 
 from __future__ import annotations
@@ -45,6 +57,28 @@ SCORE_LEVEL = ("softmax", "softcap_scores", "positions_scores")
 SPLIT_BY_TP = ("activation", "rope", "bias", "moe")  # widths TP splits (bias: mostly the column-split outputs)
 BACKWARD_TRAFFIC = 2.0
 BACKWARD_KERNELS = 2.0
+
+
+F32 = 4
+COMPLEX_ROPE_KERNELS = 6  # step 6: per layer each way, a cast, the complex product and a cast, for Q and for K
+ROPE_KINDS = ("complex", "real")
+
+
+def complex_rope_bytes(act_bytes: int) -> int:
+    """Step 6: bytes per rotated element, each way: the casts to fp32 and back (none in fp32) and the complex
+    product (F in, F out per real element)."""
+    return 2 * F32 + (2 * (act_bytes + F32) if act_bytes != F32 else 0)
+
+
+def complex_rope_extra(entries: list[NonMatmulEntry], act_bytes: int, tp: int = 1) -> tuple[float, float, int, int]:
+    """Step 6: (forward bytes, backward bytes, forward kernels, backward kernels) that complex RoPE under
+    torch.compile adds to step 1's fused pricing, over one forward and backward pass on one TP rank (RoPE's
+    widths are split t ways)."""
+    rotated = sum(e.elements * e.copies for e in entries if e.component == "rope") / tp
+    layers = sum(e.copies for e in entries if e.component == "rope")
+    per = complex_rope_bytes(act_bytes)
+    return (rotated * (per - 2 * act_bytes), rotated * max(0.0, per - BACKWARD_TRAFFIC * 2 * act_bytes),
+            layers * (COMPLEX_ROPE_KERNELS - 1), layers * (COMPLEX_ROPE_KERNELS - int(BACKWARD_KERNELS)))
 
 
 def is_score_level(e: NonMatmulEntry) -> bool:

@@ -77,6 +77,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.perf.pipeline import head_stage, sends_per_micro_batch
 from tfcalc.count.training.context_parallel import kv_ring
 from tfcalc.count.training.fp8 import FP8_BYTES, fp8_linear_weight, fp8_linears, gathers_fp8
+from tfcalc.count.training.fsdp_edges import edge_shares
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.rank_memory import FP32, stage_expert_params, weight_element_bytes
 from tfcalc.count.training.shard import fsdp_shard, stage_kinds, stage_tensors, tied_stage_copy, tp_local_shape
@@ -121,6 +122,7 @@ class Collective:
     payload_bytes: int  # summed over the calls (see the module docstring)
     calls: Optional[int]  # None where PyTorch chooses (DDP's buckets)
     links: Optional[Links] = None  # the sent bytes by link, where they take two (else the group's one link)
+    edge_share: float = 0.0  # of its bytes, at the step's ends where nothing hides it (ZeRO-3: fsdp_edges)
 
     @property
     def key(self) -> str:
@@ -192,15 +194,18 @@ def _zero3(cfg: ModelConfig, layout: Layout, stage: int, experts: bool) -> list[
     # --fp8-all-gather: the FP8 linears' shards travel cast to FP8, one byte an element (fp8, step 4)
     fp8 = _unit_shards(cfg, layout, stage, experts, fp8_only=True)[1] if gathers_fp8(layout) else 0
     gathered = ew * (shards - fp8) + FP8_BYTES * fp8
+    # the root's and the first block's gathers before the forward, their reductions after the backward (fsdp_edges)
+    first, last = (0.0, 0.0) if experts else edge_shares(blocks, shards, root, m, layout.reshard_after_forward)
     out = [Collective("expert_params" if experts else "zero_params", "all_gather", group, N,
-                      N * m * (again * gathered + ew * root), m * (again * blocks + (root > 0))),
-           Collective(f"{cause}_grads", "reduce_scatter", group, N, eg * N * m * (shards + root), m * units)]
+                      N * m * (again * gathered + ew * root), m * (again * blocks + (root > 0)), edge_share=first),
+           Collective(f"{cause}_grads", "reduce_scatter", group, N, eg * N * m * (shards + root), m * units,
+                      edge_share=last)]
     if fp8:  # precompute_float8_dynamic_scale_for_fsdp: the shards' amaxes, one fp32 each, all-reduced once a step
         out.append(Collective("fp8_amax", "all_reduce", group, N,
                               FP32 * fp8_linears(cfg, layout, stage, experts), 1))
     if layout.hsdp is not None and not experts:
         out.append(Collective("dp_grads", "all_reduce", "dp_replicate", layout.dp // layout.hsdp,
-                              eg * m * (shards + root), m * units))
+                              eg * m * (shards + root), m * units, edge_share=last))
     return out
 
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.training_memory import check_training_dtype
+from tfcalc.count.perf.elementwise import ROPE_KINDS
 from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.layout_pipeline import check_pipeline
 from tfcalc.count.training.search_space import overlaps
@@ -45,6 +46,12 @@ def check_kernels(kernels: object) -> None:
     """--kernels: eager, fused or compile (tfcalc.count.perf.eager, elementwise), one line otherwise."""
     if not isinstance(kernels, str) or kernels not in KERNEL_MODES:
         raise InputError(f"--kernels must be one of {', '.join(KERNEL_MODES)}; got {shown(kernels)}")
+
+
+def check_rope(rope: object) -> None:
+    """--rope: complex or real (tfcalc.count.perf.elementwise, 6), one line otherwise."""
+    if not isinstance(rope, str) or rope not in ROPE_KINDS:
+        raise InputError(f"--rope must be one of {', '.join(ROPE_KINDS)}; got {shown(rope)}")
 
 
 def check_layout(cfg: ModelConfig, layout: Layout) -> None:

@@ -26,7 +26,8 @@ cost: under kernels="eager" (the default: PyTorch without torch.compile) every o
 as tfcalc.count.perf.eager derives them, forward, backward and a replayed forward under full or op
 recompute; under "fused" one read and one write per element (tfcalc.count.perf.elementwise); under "compile"
 (torch.compile of each block, torchtitan's) the blocks' work fused and the embedding, final norm and loss
-eager, once each way (tfcalc.count.perf.elementwise, 5). Under
+eager, once each way (tfcalc.count.perf.elementwise, 5), and RoPE in complex numbers (``layout.rope``, torchtitan's)
+as the casts and aten product Inductor leaves it (elementwise, 6), replayed with the blocks under recompute. Under
 --compute-dtype fp8 the FP8 linears run at the FP8 peak under the FP8 ceiling, and their
 casts (16-bit in, FP8 row-major and transposed out) are memory traffic and kernels of their own
 (tfcalc.count.perf.fp8_time). A mixture of experts adds its router's top-k, index work and token permutes
@@ -241,6 +242,11 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
             traffic += fwd / layout.cp
             other += (fwd + bwd) / layout.cp / bandwidth + (fwd_k + bwd_k) * perf.kernel_s
             forward_kernels += fwd_k
+            if layout.rope == "complex":  # torchtitan's complex RoPE: Inductor's fallback (elementwise, 6)
+                c_f, c_b, c_fk, c_bk = elementwise.complex_rope_extra(nm, act, layout.tp)
+                traffic += c_f / layout.cp
+                other += (c_f * (1 + again) + c_b) / layout.cp / bandwidth + (c_fk * (1 + again) + c_bk) * perf.kernel_s
+                forward_kernels += c_fk
     # context parallelism's ring: the block merges and the gradients' fp32 accumulation (context_parallel, 5)
     ring_f, ring_b, ring_fk, ring_bk = ring_merges(entries, layout, kv_elements(cfg, layout) if layout.cp > 1 else 0)
     full = layout.recompute == "full"  # recompute casts the forward's inputs again

@@ -32,7 +32,9 @@
      (DDP's buckets, FSDP's reduce-scatter): with ZeRO-0/1 only the last micro-batch's backward (the
      earlier ones accumulate under no_sync), with ZeRO-2/3 every micro-batch's; ZeRO-3's gathers overlap
      with forward and backward (FSDP's prefetch). What does not fit in that window is exposed, and so is
-     the last bucket (25 MiB), which starts only when the backward ends.
+     the last bucket (25 MiB), which starts only when the backward ends; under ZeRO-3 instead FSDP2's
+     ends: the root's and first block's gathers before the forward, their reductions after the backward
+     (tfcalc.count.training.fsdp_edges).
    Without overlap: everything added (``no_overlap_s``). The step time is ``overlap_s``.
    Overlap is not free: a NCCL collective is a kernel whose CTAs (one per channel) hold SMs while it
    runs, so the compute it overlaps runs its GEMMs' tiles in waves over the SMs left
@@ -73,6 +75,7 @@ from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training import experts_folded
 from tfcalc.count.training.fp8 import gathers_fp8
+from tfcalc.count.training.fsdp_edges import edge_s
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.overlap_costs import dp_hbm_bytes, fsdp_copy_s, hbm_contention_s
@@ -331,7 +334,11 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     pp = pipeline.exposed_pp(comm["pp"], layout, stage_index)
     window = s.backward * (1 if layout.zero in (0, 1) else m) + (compute - s.backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
-    exposed = {"tp": tp, "pp": pp, "dp": max(0.0, comm["dp"] - window) + last_bucket, "cp": cp}
+    hideable = comm["dp"]
+    if layout.zero == 3:  # FSDP2's root and first-block collectives at the step's ends, outside the window
+        last_bucket = edge_s(collectives, lambda c: collective_seconds(c, layout, hw))
+        hideable -= last_bucket
+    exposed = {"tp": tp, "pp": pp, "dp": max(0.0, hideable - window) + last_bucket, "cp": cp}
     ep_hidden = ep_cost = 0.0
     if "ep" in comm:  # expert parallelism's all-to-alls: on every micro-batch's critical path, as TP's ...
         if "ep" in layout.overlap:  # ... or under another micro-batch's compute but 1/m (experts_parallel, 4)
@@ -347,12 +354,12 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
     slow = held.total / s.total - 1 if s.total else 0.0
     hidden_tp = sum(v for cause, v in tp_by_cause.items() if cause in pipeline.OVERLAPPED_TP) \
         if "tp" in layout.overlap else 0.0
-    contention = slow * (min(comm["dp"], window) + min(hidden_tp, m * s.matmuls) * stretch)
+    contention = slow * (min(hideable, window) + min(hidden_tp, m * s.matmuls) * stretch)
     # ... and HBM's: the DP traffic's hidden share slows the memory-bound kernels; FSDP2's copies run on the
     # compute stream (tfcalc.count.training.overlap_costs)
     hbm = dp_hbm_bytes(collectives, layout.zero, BITS_PER_ELEMENT[layout.dtype] // 8, grad_element_bytes(layout))
     bandwidth = hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency
-    hidden_dp = min(comm["dp"], window) / comm["dp"] if comm["dp"] else 0.0
+    hidden_dp = min(hideable, window) / comm["dp"] if comm["dp"] else 0.0
     hbm_s = hbm_contention_s(hbm.overlapped, hidden_dp, bandwidth, 1 - s.matmuls / s.total if s.total else 0.0)
     copy_s = fsdp_copy_s(hbm.exposed, hbm.copy_calls, bandwidth, hw.perf.kernel_s)
     physics = pipelined + sum(exposed.values()) + contention + hbm_s + copy_s + ep_cost
