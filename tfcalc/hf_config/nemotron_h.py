@@ -60,7 +60,10 @@ def nemotron_h(r: Reader) -> None:
     r.take("attention_bias", "attn_bias", False)
     r.take("max_position_embeddings", "max_seq_len", 4096)
     r.take("layer_norm_epsilon", "norm_eps", 1e-5)
-    r.take("tie_word_embeddings", "tie_embeddings", False)
+    # NemotronHForCausalLM ties nothing (_tied_weights_keys = {}): the head is its own weight whatever
+    # tie_word_embeddings says (read, held to true or false)
+    r.flag("tie_word_embeddings", False)
+    r.fields["tie_embeddings"] = False
     r.activation("mlp_hidden_act", "relu2")
     r.take("mlp_bias", "ffn_bias", False)
     r.dtype()

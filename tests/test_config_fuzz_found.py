@@ -1,0 +1,41 @@
+"""The configs tests/test_config_fuzz.py found tfcalc counting otherwise than transformers 5.24 builds them (or
+refusing what it builds), each kept as it was drawn, held by tests/config_draws.check after its fix: parameters
+equal to transformers' on meta, the generation state equal to its cache."""
+
+from __future__ import annotations
+
+import pytest
+from config_draws import check, tfcalc_config
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+pytest.importorskip("transformers")
+
+SMALL = dict(hidden_size=64, vocab_size=96, pad_token_id=0, num_hidden_layers=2)
+MLA = dict(num_attention_heads=1, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+           q_lora_rank=None)
+FOUND = {
+    # KimiLinearForCausalLM, BailingHybridForCausalLM and NemotronHForCausalLM tie nothing (_tied_weights_keys =
+    # {}): tfcalc had tied the head to the embedding where the file said tie_word_embeddings true
+    "kimi_linear-tie": dict(SMALL, **MLA, model_type="kimi_linear", architectures=["KimiLinearForCausalLM"],
+                            tie_word_embeddings=True, num_experts=4, num_experts_per_token=1, moe_intermediate_size=16,
+                            layer_types=["linear_attention", "full_attention"], first_k_dense_replace=0,
+                            linear_attn_config={"head_dim": 8, "num_heads": 1, "short_conv_kernel_size": 2}),
+    "bailing_hybrid-tie": dict(SMALL, **MLA, model_type="bailing_hybrid", architectures=["BailingHybridForCausalLM"],
+                               tie_word_embeddings=True, num_experts=4, num_experts_per_token=1,
+                               moe_intermediate_size=16, num_expert_group=1, topk_group=1, linear_head_dim=8,
+                               linear_num_heads=1, layer_group_size=2, first_k_dense_replace=0),
+    "nemotron_h-tie": dict(SMALL, model_type="nemotron_h", architectures=["NemotronHForCausalLM"],
+                           tie_word_embeddings=True, intermediate_size=48, num_attention_heads=1,
+                           num_key_value_heads=1, head_dim=16, hybrid_override_pattern="*M", mamba_num_heads=2,
+                           mamba_head_dim=8, ssm_state_size=16, n_groups=1),
+}
+
+
+@pytest.mark.parametrize("name", list(FOUND))
+def test_found_config_counts_as_transformers_builds_it(name):
+    check(FOUND[name])
+
+
+@pytest.mark.parametrize("name", [n for n in FOUND if n.endswith("-tie")])
+def test_a_class_that_ties_nothing_is_read_untied(name):
+    assert tfcalc_config(FOUND[name]).tie_embeddings is False
