@@ -28,7 +28,24 @@ FOUND = {
                            tie_word_embeddings=True, intermediate_size=48, num_attention_heads=1,
                            num_key_value_heads=1, head_dim=16, hybrid_override_pattern="*M", mamba_num_heads=2,
                            mamba_head_dim=8, ssm_state_size=16, n_groups=1),
+    # NemotronHForCausalLM builds no MTP layers (it ignores mtp.* on load): tfcalc had refused the file
+    "nemotron_h-mtp": dict(SMALL, model_type="nemotron_h", architectures=["NemotronHForCausalLM"],
+                           intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
+                           hybrid_override_pattern="*M", mamba_num_heads=2, mamba_head_dim=8, ssm_state_size=16,
+                           n_groups=1, num_nextn_predict_layers=1),
 }
+
+
+def test_nemotron_h_mtp_tensors_are_counted_beside():
+    """A Nemotron-H checkpoint's MTP layers (mtp.layers.0...: the names NemotronHForCausalLM's
+    _keys_to_ignore_on_load_unexpected leaves) are read as a multi-token-prediction module's, not refused."""
+    import re
+
+    from tfcalc.hf_config.nemotron_h import checkpoint_names
+
+    rules = checkpoint_names(tfcalc_config(FOUND["nemotron_h-mtp"]).architecture, "nemotron_h")
+    name = "mtp.layers.0.mixer.experts.0.up_proj.weight"
+    assert next(target for rule, target in rules if re.fullmatch(rule, name)) == "mtp"
 
 
 @pytest.mark.parametrize("name", list(FOUND))

@@ -14,8 +14,10 @@ num_hidden_layers beside it, with a warning).
   always on, not gated); the router as DeepSeek-V3's (sigmoid, correction bias, n_group / topk_group, top-k
   renormalized when norm_topk_prob, times routed_scaling_factor; NemotronHTopkRouter).
 
-Refused by name: moe_latent_size (latent projections around the experts, not built), MTP layers
-(num_nextn_predict_layers), a Mamba2 activation other than SiLU, a dt limit, sliding windows.
+Not built, as transformers builds none of them: the num_nextn_predict_layers multi-token prediction layers
+(mtp_hybrid_override_pattern; NemotronHForCausalLM ignores ``mtp.*`` on load, tfcalc counts those tensors beside the
+model, tfcalc.hf_config.names' ``mtp``). Refused by name: moe_latent_size (latent projections around the experts,
+not built), a Mamba2 activation other than SiLU, a dt limit, sliding windows.
 """
 
 from __future__ import annotations
@@ -72,8 +74,9 @@ def nemotron_h(r: Reader) -> None:
         if r.get(key) is not None:
             raise r.fail(f"'{key}' {shown(r.get(key))} is not built (transformers' torch path for it is not "
                          "reproduced here)")
-    if r.number("num_nextn_predict_layers", 0, integer=True):
-        raise r.fail("'num_nextn_predict_layers': Nemotron-H's MTP layers are not counted")
+    mtp = r.number("num_nextn_predict_layers", 0, integer=True)
+    if mtp is not None and mtp < 0:
+        raise r.fail(f"'num_nextn_predict_layers' must be 0 or more; got {shown(mtp)}")
     r.fields.update(pos_encoding="none", norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True,
                     gated_ffn=False)
     r.causal_or_base("NemotronH")
@@ -128,4 +131,4 @@ def _layers(arch: Architecture) -> list[Rule]:
 
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
-    return _layers(arch) + backbone(arch)
+    return [(r"mtp\..*", "mtp")] + _layers(arch) + backbone(arch)
