@@ -33,6 +33,16 @@ FOUND = {
                            intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
                            hybrid_override_pattern="*M", mamba_num_heads=2, mamba_head_dim=8, ssm_state_size=16,
                            n_groups=1, num_nextn_predict_layers=1),
+    # Lfm2MoeModel's first num_dense_layers layers dense: tfcalc had refused num_dense_layers 0 (an intermediate_size
+    # no layer uses) and num_dense_layers at the depth (every layer dense, no experts built)
+    "lfm2_moe-no-dense": dict(SMALL, model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"],
+                              intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
+                              layer_types=["full_attention", "conv"], num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=16, num_dense_layers=0),
+    "lfm2_moe-all-dense": dict(SMALL, model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"],
+                               intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
+                               layer_types=["full_attention", "conv"], num_experts=4, num_experts_per_tok=2,
+                               moe_intermediate_size=16),
 }
 
 
