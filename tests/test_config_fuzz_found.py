@@ -43,6 +43,12 @@ FOUND = {
                                intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
                                layer_types=["full_attention", "conv"], num_experts=4, num_experts_per_tok=2,
                                moe_intermediate_size=16),
+    # a layers_block_type in the names transformers before 5.x wrote (mamba, attention; NemotronHConfig remaps them):
+    # tfcalc had refused it
+    "nemotron_h-legacy-names": dict(SMALL, model_type="nemotron_h", architectures=["NemotronHForCausalLM"],
+                                    intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
+                                    layers_block_type=["attention", "mamba"], mamba_num_heads=2, mamba_head_dim=8,
+                                    ssm_state_size=16, n_groups=1),
 }
 
 

@@ -1,9 +1,9 @@
 """Nemotron-H config.json files (NVIDIA Nemotron-H, Nemotron-Nano-9B-v2, Nemotron-3-Nano-30B-A3B;
 modeling_nemotron_h.py, configuration_nemotron_h.py): a decoder whose every layer is ONE sub-layer beside its
 RMSNorm (NemotronHBlock: x + mixer(norm(x))), the kind per layer from ``hybrid_override_pattern`` (M a Mamba2
-mixer, * attention, - an MLP, E a mixture of experts) or its list form ``layers_block_type`` (linear_attention,
-full_attention, mlp, moe), tfcalc's ``hybrid_pattern``; the layer count is the pattern's (transformers ignores
-num_hidden_layers beside it, with a warning).
+mixer, * attention, - an MLP, E a mixture of experts) or its list form ``layers_block_type`` / ``layer_types``
+(linear_attention, full_attention, mlp, moe; the older mamba, attention read too), tfcalc's ``hybrid_pattern``;
+the layer count is the pattern's (transformers ignores num_hidden_layers beside it, with a warning).
 
 - Mamba2 (tfcalc.architecture.mamba2): mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel,
   chunk_size, use_bias (in_proj, out_proj), use_conv_bias; the SSM state kept in mamba_ssm_cache_dtype (float32);
@@ -30,16 +30,21 @@ from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+# the names files written by transformers before 5.x list (configuration_utils._LEGACY_LAYER_TYPE_REMAP, which
+# NemotronHConfig applies on read)
+LEGACY = {"mamba": "M", "attention": "*"}
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _pattern(r: Reader) -> str:
     pattern = r.get("hybrid_override_pattern")
     if pattern is None:
-        listed = r.get("layers_block_type", ["linear_attention", "moe", "full_attention", "mlp"])
-        if not isinstance(listed, list) or any(not isinstance(k, str) or k not in LETTERS for k in listed):
-            raise r.fail(f"'layers_block_type' must list layer kinds of {', '.join(LETTERS)}; got {shown(listed)}")
-        pattern = "".join(LETTERS[k] for k in listed)
+        listed = r.get("layers_block_type", r.get("layer_types", ["linear_attention", "moe", "full_attention", "mlp"]))
+        letters = {**LETTERS, **LEGACY}
+        if not isinstance(listed, list) or any(not isinstance(k, str) or k not in letters for k in listed):
+            raise r.fail(f"'layers_block_type' must list layer kinds of {', '.join(LETTERS)} (or mamba, attention); "
+                         f"got {shown(listed)}")
+        pattern = "".join(letters[k] for k in listed)
     if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
         raise r.fail(f"'hybrid_override_pattern' must be letters M, *, - and E, one per layer; got {shown(pattern)}")
     return pattern
