@@ -49,6 +49,11 @@ FOUND = {
                                     intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
                                     layers_block_type=["attention", "mamba"], mamba_num_heads=2, mamba_head_dim=8,
                                     ssm_state_size=16, n_groups=1),
+    # NemotronHAttention's projections have no bias whatever attention_bias says: tfcalc had counted four
+    "nemotron_h-attention-bias": dict(SMALL, model_type="nemotron_h", architectures=["NemotronHForCausalLM"],
+                                      intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
+                                      hybrid_override_pattern="*M", mamba_num_heads=2, mamba_head_dim=8,
+                                      ssm_state_size=16, n_groups=1, attention_bias=True),
 }
 
 

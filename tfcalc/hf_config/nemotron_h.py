@@ -7,8 +7,9 @@ the layer count is the pattern's (transformers ignores num_hidden_layers beside 
 
 - Mamba2 (tfcalc.architecture.mamba2): mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel,
   chunk_size, use_bias (in_proj, out_proj), use_conv_bias; the SSM state kept in mamba_ssm_cache_dtype (float32);
-- attention: num_attention_heads, num_key_value_heads, head_dim, attention_bias; no positions at all (NemotronH-
-  Attention applies no rotary embedding: rope_theta and partial_rotary_factor in the files are unused);
+- attention: num_attention_heads, num_key_value_heads, head_dim (no bias: attention_bias is unused); no positions
+  at all (NemotronHAttention applies no rotary embedding: rope_theta and partial_rotary_factor in the files are
+  unused);
 - MLP and experts: up and down only (not gated), mlp_hidden_act (relu2), mlp_bias; the MLP intermediate_size
   wide, each routed expert moe_intermediate_size, the shared expert moe_shared_expert_intermediate_size (one,
   always on, not gated); the router as DeepSeek-V3's (sigmoid, correction bias, n_group / topk_group, top-k
@@ -64,7 +65,10 @@ def nemotron_h(r: Reader) -> None:
     r.take("num_attention_heads", "n_head", 32)
     r.take("num_key_value_heads", "n_kv_head", 8)  # NemotronHConfig's default
     r.take("head_dim", "d_head", 128)
-    r.take("attention_bias", "attn_bias", False)
+    # NemotronHAttention builds its four projections without a bias whatever attention_bias says (read, held to
+    # true or false)
+    r.flag("attention_bias", False)
+    r.fields["attn_bias"] = False
     r.take("max_position_embeddings", "max_seq_len", 4096)
     r.take("layer_norm_epsilon", "norm_eps", 1e-5)
     # NemotronHForCausalLM ties nothing (_tied_weights_keys = {}): the head is its own weight whatever
