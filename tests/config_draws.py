@@ -149,5 +149,6 @@ def check(data: dict, state_tokens: int | None = 64, refusals: tuple[str, ...] =
     rings = sum(b.attention.kv_elements() * (b.attention.kv_positions(T) < T)
                 for b in cfg.architecture.output.layers() if hasattr(b.attention, "kv_positions"))
     # MiniMaxCache keeps the lightning layers' states apart from its layers (linear_cache)
-    linear = sum(t.numel() * t.element_size() for t in getattr(cache, "linear_cache", []) if isinstance(t, torch.Tensor))
+    linear = sum(t.numel() * t.element_size() for t in getattr(cache, "linear_cache", [])
+                 if isinstance(t, torch.Tensor))
     assert kv_cache_bytes(cfg, Workload(batch=1, seq=T, kv_dtype="bf16")) - 2 * rings == hf_cache_bytes(cache) + linear
