@@ -16,6 +16,8 @@ from tfcalc.count.model import params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
+B = st.booleans()
+
 
 def put(draw, d: dict, key: str, strategy, p_absent: bool = True) -> None:
     """d[key] drawn from strategy, or (when p_absent) the key left out: the config class's default."""
@@ -69,6 +71,38 @@ def pattern(draw, n: int, kinds: list[str], must: tuple[str, ...] = ()) -> list[
     return out
 
 
+def base(draw, model_type: str, arch: str, layers=(1, 6)) -> dict:
+    d = {"model_type": model_type, "architectures": [arch], "hidden_size": 64, "vocab_size": 96, "pad_token_id": 0,
+         "num_hidden_layers": draw(st.integers(*layers))}
+    put(draw, d, "tie_word_embeddings", B)
+    put(draw, d, "intermediate_size", st.sampled_from([48, 96]))
+    return d
+
+
+def hybrid(draw, n: int, kinds=("linear_attention", "full_attention")) -> list[str]:
+    return pattern(draw, n, list(kinds), (kinds[1], kinds[0]))
+
+
+def mla(draw, d: dict, q_lora=True) -> None:
+    """Multi-head latent attention's sizes (DeepSeek-V2's)."""
+    d["num_attention_heads"] = draw(st.sampled_from([1, 2, 4]))
+    d.update(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=draw(st.sampled_from([8, 16])),
+             v_head_dim=draw(st.sampled_from([8, 16])))
+    if q_lora:
+        d["q_lora_rank"] = draw(st.sampled_from([None, 24]))
+
+
+def moe(draw, d: dict, experts="n_routed_experts", top="num_experts_per_tok", width="moe_intermediate_size",
+        shared="n_shared_experts", groups=("n_group", "topk_group")) -> None:
+    e = draw(st.sampled_from([4, 8]))
+    d.update({experts: e, top: draw(st.sampled_from([1, 2])), width: 16})
+    if shared:
+        put(draw, d, shared, st.sampled_from([0, 1, 2]))
+    if groups and draw(B):
+        g = draw(st.sampled_from([1, 2]))
+        d.update({groups[0]: g, groups[1]: draw(st.integers(1, g))})
+
+
 def transformers_model(data: dict):
     import torch
     import transformers
@@ -109,6 +143,22 @@ def tfcalc_config(data: dict):
 REFUSED = (r"must be a multiple of n_kv_head", r"missing required field")
 
 
+def cache_bytes(cache) -> int:
+    """Every tensor a transformers cache holds, each once: each layer's tensors and those of its dicts (keys,
+    values, DSA's indexer_keys, convolution and recurrent states, ...) and MiniMaxCache's linear_cache, kept
+    apart from its layers."""
+    import torch
+
+    tensors = {}
+    for layer in cache.layers:
+        for value in vars(layer).values():
+            for t in (value.values() if isinstance(value, dict) else [value]):
+                if isinstance(t, torch.Tensor):
+                    tensors[id(t)] = t
+    tensors.update((id(t), t) for t in getattr(cache, "linear_cache", []) if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
 def check(data: dict, state_tokens: int | None = 64, refusals: tuple[str, ...] = ()) -> None:
     """tfcalc counts data as transformers builds it (or refuses it in one line matching one of refusals, a config
     transformers builds but tfcalc states it does not count); the state at state_tokens equals transformers'
@@ -132,8 +182,6 @@ def check(data: dict, state_tokens: int | None = 64, refusals: tuple[str, ...] =
     assert count.total(cfg) + (cfg.vision_params or 0) == want
     if state_tokens is None or '"dynamic"' in json.dumps(data):  # dynamic RoPE reads its length back (.item())
         return
-    from hf_pairs import hf_cache_bytes
-
     from tfcalc.count.model.memory import kv_cache_bytes
     from tfcalc.workload import Workload
 
@@ -148,7 +196,4 @@ def check(data: dict, state_tokens: int | None = 64, refusals: tuple[str, ...] =
     T = state_tokens
     rings = sum(b.attention.kv_elements() * (b.attention.kv_positions(T) < T)
                 for b in cfg.architecture.output.layers() if hasattr(b.attention, "kv_positions"))
-    # MiniMaxCache keeps the lightning layers' states apart from its layers (linear_cache)
-    linear = sum(t.numel() * t.element_size() for t in getattr(cache, "linear_cache", [])
-                 if isinstance(t, torch.Tensor))
-    assert kv_cache_bytes(cfg, Workload(batch=1, seq=T, kv_dtype="bf16")) - 2 * rings == hf_cache_bytes(cache) + linear
+    assert kv_cache_bytes(cfg, Workload(batch=1, seq=T, kv_dtype="bf16")) - 2 * rings == cache_bytes(cache)

@@ -54,6 +54,17 @@ FOUND = {
                                       intermediate_size=48, num_attention_heads=1, num_key_value_heads=1, head_dim=16,
                                       hybrid_override_pattern="*M", mamba_num_heads=2, mamba_head_dim=8,
                                       ssm_state_size=16, n_groups=1, attention_bias=True),
+    # DSA: an mlp_layer_types list is what DeepseekV32Config builds by (first_k_dense_replace only fills one in):
+    # tfcalc had refused a list that disagreed with first_k_dense_replace's default of 3
+    "deepseek_v32-mlp-layer-types": dict(SMALL, **{**MLA, "q_lora_rank": 24}, model_type="deepseek_v32", architectures=[
+        "DeepseekV32ForCausalLM"], num_hidden_layers=3, intermediate_size=48, n_routed_experts=4,
+        num_experts_per_tok=1, moe_intermediate_size=16, n_group=1, topk_group=1, index_n_heads=1, index_head_dim=16,
+        index_topk=4, mlp_layer_types=["dense", "sparse", "sparse"]),
+    "glm_moe_dsa-all-sparse": dict(SMALL, **{**MLA, "q_lora_rank": 24}, model_type="glm_moe_dsa",
+                                   architectures=["GlmMoeDsaForCausalLM"],
+                                   n_routed_experts=4, num_experts_per_tok=1, moe_intermediate_size=16,
+                                   n_group=1, topk_group=1, index_n_heads=1, index_head_dim=16, index_topk=4,
+                                   mlp_layer_types=["sparse", "sparse"]),
 }
 
 
