@@ -153,7 +153,7 @@ def cache_bytes(cache) -> int:
     for layer in cache.layers:
         for value in vars(layer).values():
             for t in (value.values() if isinstance(value, dict) else [value]):
-                if isinstance(t, torch.Tensor):
+                if isinstance(t, torch.Tensor) and t.is_floating_point():  # not a length or window counter
                     tensors[id(t)] = t
     tensors.update((id(t), t) for t in getattr(cache, "linear_cache", []) if isinstance(t, torch.Tensor))
     return sum(t.numel() * t.element_size() for t in tensors.values())

@@ -72,6 +72,11 @@ FOUND = {
                             index_n_heads=2, index_head_dim=16, index_topk=4, sliding_window=8, qk_rope_head_dim=8,
                             layer_types=["sliding_attention", "compressed_sparse_attention"],
                             mlp_layer_types=["hash_moe", "moe"]),
+    # every layer with the experts (moe_layer_start_index 0): intermediate_size no layer's width; tfcalc had refused it
+    "ernie4_5_moe-every-layer": dict(SMALL, model_type="ernie4_5_moe", architectures=["Ernie4_5_MoeForCausalLM"],
+                                     intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
+                                     moe_num_experts=4, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=0,
+                                     moe_layer_start_index=0),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 
