@@ -140,7 +140,7 @@ def tfcalc_config(data: dict):
 
 
 # refusals of configs transformers builds on meta but could not run, each stated by tfcalc (tests/test_hf_defaults.py)
-REFUSED = (r"must be a multiple of n_kv_head", r"missing required field")
+REFUSED = (r"must be a multiple of (local_)?n_kv_head", r"missing required field")
 
 
 def cache_bytes(cache) -> int:

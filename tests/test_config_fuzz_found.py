@@ -77,6 +77,12 @@ FOUND = {
                                      intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
                                      moe_num_experts=4, moe_k=2, moe_intermediate_size=16, moe_num_shared_experts=0,
                                      moe_layer_start_index=0),
+    # one layer, full attention (MiMoV2FlashConfig's layer 0): tfcalc had refused the sliding layers' RoPE base
+    "mimo_v2_flash-no-sliding-layer": dict(SMALL, model_type="mimo_v2_flash", architectures=["MiMoV2FlashForCausalLM"],
+                                           num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                                           v_head_dim=8, mlp_layer_types=["sparse"], sliding_window=4,
+                                           n_routed_experts=4, num_experts_per_tok=1, moe_intermediate_size=16,
+                                           n_group=1, topk_group=1),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 
