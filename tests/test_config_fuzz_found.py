@@ -83,6 +83,13 @@ FOUND = {
                                            v_head_dim=8, mlp_layer_types=["sparse"], sliding_window=4,
                                            n_routed_experts=4, num_experts_per_tok=1, moe_intermediate_size=16,
                                            n_group=1, topk_group=1),
+    # every layer global (Gemma4TextConfig forces the last one full): transformers gives each global_head_dim, the
+    # global K/V heads and V = K (per_layer_config); tfcalc had read them only beside sliding layers
+    "gemma4-all-global": dict(SMALL, model_type="gemma4_text", architectures=["Gemma4ForCausalLM"],
+                              intermediate_size=48, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                              layer_types=["full_attention", "sliding_attention"], sliding_window=4,
+                              global_head_dim=32, attention_k_eq_v=True, num_global_key_value_heads=1,
+                              hidden_size_per_layer_input=0, vocab_size_per_layer_input=96),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 
