@@ -90,6 +90,10 @@ FOUND = {
                               layer_types=["full_attention", "sliding_attention"], sliding_window=4,
                               global_head_dim=32, attention_k_eq_v=True, num_global_key_value_heads=1,
                               hidden_size_per_layer_input=0, vocab_size_per_layer_input=96),
+    # num_key_value_heads absent: Exaone4Config's 32 K/V heads under 64 query heads; tfcalc had read 64
+    "exaone4-absent-kv-heads": dict(SMALL, model_type="exaone4", architectures=["Exaone4ForCausalLM"],
+                                    intermediate_size=48, num_attention_heads=64, head_dim=8, sliding_window=4,
+                                    layer_types=["sliding_attention", "full_attention"]),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 
