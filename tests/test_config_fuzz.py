@@ -9,45 +9,12 @@ way."""
 from __future__ import annotations
 
 import pytest
-from config_draws import attention, check, heads, pattern, put, rope
+from config_draws import B, attention, base, check, heads, hybrid, mla, moe, pattern, put, rope
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 pytest.importorskip("transformers")
 FUZZ = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
-B = st.booleans()
-
-
-def base(draw, model_type: str, arch: str, layers=(1, 6)) -> dict:
-    d = {"model_type": model_type, "architectures": [arch], "hidden_size": 64, "vocab_size": 96, "pad_token_id": 0,
-         "num_hidden_layers": draw(st.integers(*layers))}
-    put(draw, d, "tie_word_embeddings", B)
-    put(draw, d, "intermediate_size", st.sampled_from([48, 96]))
-    return d
-
-
-def hybrid(draw, n: int, kinds=("linear_attention", "full_attention")) -> list[str]:
-    return pattern(draw, n, list(kinds), (kinds[1], kinds[0]))
-
-
-def mla(draw, d: dict, q_lora=True) -> None:
-    """Multi-head latent attention's sizes (DeepSeek-V2's)."""
-    d["num_attention_heads"] = draw(st.sampled_from([1, 2, 4]))
-    d.update(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=draw(st.sampled_from([8, 16])),
-             v_head_dim=draw(st.sampled_from([8, 16])))
-    if q_lora:
-        d["q_lora_rank"] = draw(st.sampled_from([None, 24]))
-
-
-def moe(draw, d: dict, experts="n_routed_experts", top="num_experts_per_tok", width="moe_intermediate_size",
-        shared="n_shared_experts", groups=("n_group", "topk_group")) -> None:
-    e = draw(st.sampled_from([4, 8]))
-    d.update({experts: e, top: draw(st.sampled_from([1, 2])), width: 16})
-    if shared:
-        put(draw, d, shared, st.sampled_from([0, 1, 2]))
-    if groups and draw(B):
-        g = draw(st.sampled_from([1, 2]))
-        d.update({groups[0]: g, groups[1]: draw(st.integers(1, g))})
 
 
 @st.composite
@@ -325,11 +292,15 @@ FAMILIES = {"qwen3_next": qwen3_next(), "qwen3_5": qwen3_5(), "olmo_hybrid": olm
             "mamba2": mamba2(), "zamba2": zamba2(), "jamba": jamba(), "mamba": mamba(), "lfm2": lfm2()}
 
 
+# what tfcalc states it does not build: Nemotron-H's latent projections around the experts (Nemotron 3 Super's)
+REFUSALS = {"nemotron_h": (r"'moe_latent_size' \d+ is not built",)}
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_drawn_configs_count_as_transformers_builds_them(family):
     @FUZZ
     @given(FAMILIES[family])
     def run(data):
-        check(data)
+        check(data, refusals=REFUSALS.get(family, ()))
 
     run()

@@ -94,6 +94,12 @@ FOUND = {
     "exaone4-absent-kv-heads": dict(SMALL, model_type="exaone4", architectures=["Exaone4ForCausalLM"],
                                     intermediate_size=48, num_attention_heads=64, head_dim=8, sliding_window=4,
                                     layer_types=["sliding_attention", "full_attention"]),
+    # moe_latent_size beside a pattern without E layers: NemotronHForCausalLM builds no latent projection; tfcalc had
+    # refused the file
+    "nemotron_h-latent-without-experts": dict(SMALL, model_type="nemotron_h", architectures=["NemotronHForCausalLM"],
+                                              intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
+                                              head_dim=16, hybrid_override_pattern="*M", mamba_num_heads=2,
+                                              mamba_head_dim=8, ssm_state_size=16, n_groups=1, moe_latent_size=32),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 

@@ -17,8 +17,9 @@ the layer count is the pattern's (transformers ignores num_hidden_layers beside 
 
 Not built, as transformers builds none of them: the num_nextn_predict_layers multi-token prediction layers
 (mtp_hybrid_override_pattern; NemotronHForCausalLM ignores ``mtp.*`` on load, tfcalc counts those tensors beside the
-model, tfcalc.hf_config.names' ``mtp``). Refused by name: moe_latent_size (latent projections around the experts,
-not built), a Mamba2 activation other than SiLU, a dt limit, sliding windows.
+model, tfcalc.hf_config.names' ``mtp``). Refused by name: moe_latent_size beside E layers (latent projections
+around the experts, not built; without E layers transformers builds none), a Mamba2 activation other than SiLU,
+a dt limit, sliding windows.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def nemotron_h(r: Reader) -> None:
     r.dtype()
     _experts(r, pattern)
     for key in ("moe_latent_size", "sliding_window"):
+        if key == "moe_latent_size" and "E" not in pattern:  # no mixture of experts: no latent projection built
+            continue
         if r.get(key) is not None:
             raise r.fail(f"'{key}' {shown(r.get(key))} is not built (transformers' torch path for it is not "
                          "reproduced here)")
