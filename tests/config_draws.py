@@ -6,17 +6,23 @@ equal to transformers' cache; or one line of refusal)."""
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import warnings
 from pathlib import Path
 
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 
 from tfcalc.count.model import params as count
 from tfcalc.errors import InputError
 from tfcalc.presets import load
 
 B = st.booleans()
+# the same draws on every run (derandomize), so the suite cannot fail by chance; TFCALC_FUZZ_EXAMPLES=500 (with
+# TFCALC_FUZZ_RANDOM=1 for fresh draws) searches further by hand
+FUZZ = settings(max_examples=int(os.environ.get("TFCALC_FUZZ_EXAMPLES", "20")), deadline=None,
+                derandomize=not os.environ.get("TFCALC_FUZZ_RANDOM"), suppress_health_check=list(HealthCheck),
+                database=None)
 
 
 def put(draw, d: dict, key: str, strategy, p_absent: bool = True) -> None:

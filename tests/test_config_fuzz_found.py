@@ -100,6 +100,13 @@ FOUND = {
                                               intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
                                               head_dim=16, hybrid_override_pattern="*M", mamba_num_heads=2,
                                               mamba_head_dim=8, ssm_state_size=16, n_groups=1, moe_latent_size=32),
+    # expert_layer_offset past the last layer: JambaModel builds no experts (every layer a JambaMLP); tfcalc had
+    # refused the period
+    "jamba-no-expert-layer": dict(SMALL, model_type="jamba", architectures=["JambaForCausalLM"], num_hidden_layers=1,
+                                  intermediate_size=48, num_attention_heads=1, num_key_value_heads=1,
+                                  attn_layer_period=1, attn_layer_offset=0, expert_layer_period=2,
+                                  expert_layer_offset=1, num_experts=4, num_experts_per_tok=1, mamba_d_state=4,
+                                  mamba_dt_rank=4, mamba_expand=1),
 }
 NO_META_FORWARD = {"deepseek_v4-tied"}  # DeepseekV4's hash routing reads its table back on meta
 

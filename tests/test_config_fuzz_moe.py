@@ -8,12 +8,11 @@ in one line."""
 from __future__ import annotations
 
 import pytest
-from config_draws import B, attention, base, check, mla, moe, pattern, put, rope
-from hypothesis import HealthCheck, given, settings, strategies as st
+from config_draws import FUZZ, B, attention, base, check, mla, moe, pattern, put, rope
+from hypothesis import given, strategies as st
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 pytest.importorskip("transformers")
-FUZZ = settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 GROUPS = ("n_group", "topk_group")
 
 

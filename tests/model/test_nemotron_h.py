@@ -174,6 +174,7 @@ def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     ("num_nextn_predict_layers", -1, "'num_nextn_predict_layers' must be 0 or more"),
     ("mamba_ssm_cache_dtype", "int8", "mamba_ssm_cache_dtype"),
     ("n_shared_experts", 2, "one shared MLP"),
+    ("n_shared_experts", 0, "one shared MLP whatever it says"),  # tfcalc had counted no shared MLP
     ("mlp_hidden_act", "swish2", "not an activation"),
     ("mamba_num_heads", 60, "multiple of 'n_groups'"),
 ])

@@ -105,11 +105,11 @@ def _experts(r: Reader, pattern: str) -> None:
         r.take("intermediate_size", "dense_d_ff", 21504)
     r.take("n_routed_experts", "n_expert", 8, aliases=("num_local_experts",))
     r.take("num_experts_per_tok", "n_expert_active", 2)
-    shared = r.number("n_shared_experts", 1, integer=True) or 0
-    if shared not in (0, 1):
-        raise r.fail(f"'n_shared_experts' {shared}: transformers' NemotronHMoE builds one shared MLP")
-    if shared:
-        r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
+    shared = r.number("n_shared_experts", 1, integer=True)
+    if shared != 1:  # 0 included: NemotronHMoE builds its shared MLP whatever n_shared_experts says
+        raise r.fail(f"'n_shared_experts' {shown(shared)}: transformers' NemotronHMoE builds one shared MLP whatever "
+                     "it says")
+    r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
     sigmoid_router(r, 1, 1, 1.0)
 
 
