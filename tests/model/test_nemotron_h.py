@@ -175,6 +175,7 @@ def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     ("mamba_ssm_cache_dtype", "int8", "mamba_ssm_cache_dtype"),
     ("n_shared_experts", 2, "one shared MLP"),
     ("n_shared_experts", 0, "one shared MLP whatever it says"),  # tfcalc had counted no shared MLP
+    ("mlp_bias", True, "'mlp_bias' true beside E layers"),  # tfcalc had biased the routed experts too
     ("mlp_hidden_act", "swish2", "not an activation"),
     ("mamba_num_heads", 60, "multiple of 'n_groups'"),
 ])

@@ -78,6 +78,9 @@ def nemotron_h(r: Reader) -> None:
     r.fields["tie_embeddings"] = False
     r.activation("mlp_hidden_act", "relu2")
     r.take("mlp_bias", "ffn_bias", False)
+    if r.fields["ffn_bias"] and "E" in pattern:  # NemotronHExperts' fused up/down tensors have no bias
+        raise r.fail("'mlp_bias' true beside E layers is not supported: transformers biases the MLPs and the shared "
+                     "expert but not the routed experts")
     r.dtype()
     _experts(r, pattern)
     for key in ("moe_latent_size", "sliding_window"):
