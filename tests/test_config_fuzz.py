@@ -294,7 +294,7 @@ FAMILIES = {"qwen3_next": qwen3_next(), "qwen3_5": qwen3_5(), "olmo_hybrid": olm
 # what tfcalc states it does not build: Nemotron-H's latent projections around the experts (Nemotron 3 Super's)
 # and n_shared_experts other than 1 (NemotronHMoE builds one shared MLP whatever it says), biased MLPs beside unbiased
 # routed experts
-REFUSALS = {"nemotron_h": (r"'moe_latent_size' \d+ is not built", r"'n_shared_experts' 0",
+REFUSALS = {"nemotron_h": (r"'moe_latent_size' \d+ is not built", r"'n_shared_experts' \d+:",
                           r"'mlp_bias' true beside E layers")}
 
 

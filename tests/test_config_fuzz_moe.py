@@ -167,8 +167,10 @@ FAMILIES = {"deepseek_v32": deepseek_v32(), "deepseek_v4": deepseek_v4(), "longc
             "glm4_moe": glm4_moe(), "minimax_m2": minimax_m2(), "kimi_k25": kimi_k25(),
             "mimo_v2_flash": mimo_v2_flash(), "ernie4_5_moe": ernie4_5_moe()}
 NO_META_FORWARD = {"longcat_flash", "deepseek_v4", "kimi_k25"}  # a forward reads routing back (.item, nonzero)
-# what tfcalc states it does not count: DeepseekV4 builds one shared expert whatever n_shared_experts says
-REFUSALS = {"deepseek_v4": (r"'n_shared_experts' 0 is not supported", r"hash_moe layers after a moe layer"),
+# what tfcalc states it does not count: DSA's sparse layers before dense ones; DeepseekV4 builds one shared expert
+# whatever n_shared_experts says, its hash-routed layers first
+REFUSALS = {"deepseek_v32": (r"'mlp_layer_types' .* is not supported: one of dense or sparse per layer",),
+            "deepseek_v4": (r"'n_shared_experts' 0 is not supported", r"hash_moe layers after a moe layer"),
             # Glm4MoeLiteConfig reads no first_k_dense_replace (its first layer dense); ERNIE's biased attention,
             # dense MLPs and shared experts beside unbiased routed experts
             "glm4_moe": (r"'first_k_dense_replace' \d+ is not read by transformers' glm4_moe_lite",),

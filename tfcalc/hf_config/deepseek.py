@@ -263,8 +263,8 @@ def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
     dense = min(r.number("first_k_dense_replace", 3, integer=True) or 0, n_layer)
     mlp = r.get("mlp_layer_types")
     if mlp is not None and mlp != ["dense"] * dense + ["sparse"] * (n_layer - dense):
-        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the first first_k_dense_replace ({dense}) "
-                     "layers dense, then sparse")
+        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: one of dense or sparse per layer "
+                     f"({n_layer}), the dense layers first")
     r.fields["rope_interleave"] = True
     if "n_expert" in r.fields:
         sigmoid_router(r, defaults["n_group"], defaults["topk_group"], 2.5)
