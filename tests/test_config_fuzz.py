@@ -174,6 +174,7 @@ def granitemoehybrid(draw):
     put(draw, d, "mamba_conv_bias", B)
     put(draw, d, "mamba_proj_bias", B)
     put(draw, d, "attention_bias", B)
+    rope(draw, d)
     return d
 
 
@@ -282,6 +283,7 @@ def lfm2(draw):
         put(draw, d, "block_auto_adjust_ff_dim", B)
         put(draw, d, "block_multiple_of", st.sampled_from([16, 256]))
         put(draw, d, "block_ffn_dim_multiplier", st.sampled_from([1.0, 1.5]))
+    rope(draw, d)
     return d
 
 

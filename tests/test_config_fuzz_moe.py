@@ -113,6 +113,7 @@ def minimax_m2(draw):
     d.update(num_local_experts=draw(st.sampled_from([4, 8])), num_experts_per_tok=2)
     put(draw, d, "use_qk_norm", B)
     put(draw, d, "rotary_dim", st.sampled_from([8, 16]))
+    rope(draw, d)
     return d
 
 
@@ -160,6 +161,7 @@ def ernie4_5_moe(draw):
     put(draw, d, "moe_layer_end_index", st.integers(0, n - 1))
     put(draw, d, "moe_layer_interval", st.sampled_from([1, 2]))
     put(draw, d, "use_bias", B)
+    rope(draw, d)
     return d
 
 
