@@ -131,3 +131,41 @@ def test_found_config_counts_as_transformers_builds_it(name):
 @pytest.mark.parametrize("name", [n for n in FOUND if n.endswith("-tie")])
 def test_a_class_that_ties_nothing_is_read_untied(name):
     assert tfcalc_config(FOUND[name]).tie_embeddings is False
+
+
+CHECKPOINTS = {
+    "lfm2_moe-all-dense": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM", dict(
+        hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, num_experts=4, num_experts_per_tok=2, layer_types=["full_attention", "conv"],
+        num_dense_layers=2)),
+    "lfm2_moe-no-dense": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM", dict(
+        hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, num_experts=4, num_experts_per_tok=2, layer_types=["full_attention", "conv"],
+        num_dense_layers=0)),
+    "nemotron_h-tie-bias-mtp": ("NemotronHConfig", "NemotronHForCausalLM", dict(
+        hidden_size=64, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        hybrid_override_pattern="M*-", mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=16, n_groups=1,
+        chunk_size=8, tie_word_embeddings=True, attention_bias=True, num_nextn_predict_layers=1)),
+    "kimi_linear-tie": ("KimiLinearConfig", "KimiLinearForCausalLM", dict(
+        hidden_size=64, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, num_experts=4,
+        num_experts_per_token=2, layer_types=["linear_attention", "full_attention"], tie_word_embeddings=True,
+        linear_attn_config={"head_dim": 8, "num_heads": 2, "short_conv_kernel_size": 4})),
+}
+
+
+@pytest.mark.parametrize("name", list(CHECKPOINTS))
+def test_found_checkpoints_load_with_transformers_logits(tmp_path, name):
+    """The fixed readings hold on weights too: a tiny checkpoint transformers writes from each (fp32, its norms
+    nudged off one) loaded by load_model gives its logits within 1e-4 of the largest."""
+    import torch
+    import transformers
+    from hf_pairs import assert_logits_close, nudge, saved_pair
+
+    config_class, model_class, sizes = CHECKPOINTS[name]
+    torch.manual_seed(0)
+    config = getattr(transformers, config_class)(vocab_size=96, pad_token_id=0, **sizes)
+    hf = getattr(transformers, model_class)(config).eval()
+    nudge(hf)
+    hf, ours = saved_pair(hf, tmp_path)
+    assert_logits_close(hf, ours, torch.randint(0, 96, (1, 12)))
