@@ -72,7 +72,8 @@ def test_the_class_defaults_count_as_transformers_builds_them(tmp_path, model_ty
 
 
 @pytest.mark.parametrize("model_type, kv", [("mistral", 8), ("qwen3_moe", 4), ("nemotron_h", 8), ("gemma2", 4),
-                                            ("qwen3_5_moe_text", 2), ("ernie4_5_moe", 4), ("seed_oss", 8)])
+                                            ("qwen3_5_moe_text", 2), ("ernie4_5_moe", 4), ("seed_oss", 8),
+                                            ("exaone4", 32)])
 def test_an_absent_num_key_value_heads_is_the_class_default(tmp_path, model_type, kv):
     """Whatever the heads: 48 query heads over Mistral's 8 K/V heads, as MistralConfig(num_attention_heads=48)."""
     data, _ = required_only(tmp_path, model_type)

@@ -181,6 +181,32 @@ def test_nope_mode_checkpoint_logits(tmp_path):
     assert_logits_close(hf, load_model(str(tmp_path)), torch.randint(0, 61, (2, 20)))
 
 
+def test_grouped_value_heads_checkpoint_logits(tmp_path):
+    """linear_num_value_heads a multiple of linear_num_key_heads (found by tests/test_config_fuzz.py: tfcalc refused
+    it): OlmoHybridGatedDeltaNet repeats each query/key head over its group of value heads (repeat_interleave), as
+    Qwen3-Next's does. One key head of 16 over two value heads of 8 (Q, K and V 16 channels each, so the equal split
+    of save_pretrained is the true one): parameters exact, transformers' logits over three chunks, the decode over
+    the fixed state the uncached forward's."""
+    import transformers
+
+    from tfcalc.model import generate
+    from tfcalc.model.load import load_model
+
+    torch.manual_seed(0)
+    config = transformers.OlmoHybridConfig(**{**TINY, "linear_num_key_heads": 1, "linear_num_value_heads": 2,
+                                              "linear_key_head_dim": 16, "linear_value_head_dim": 8})
+    hf = transformers.OlmoHybridForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.add_(torch.randn_like(p) * (0.3 if "norm" in name else 0.05))
+    hf.save_pretrained(tmp_path)
+    ours = load_model(str(tmp_path))
+    assert count_params.total(load(str(tmp_path / "config.json"))) == sum(p.numel() for p in hf.parameters())
+    assert_logits_close(hf, ours, torch.randint(0, 61, (2, 130), generator=torch.Generator().manual_seed(3)))
+    prompt = torch.randint(0, 61, (1, 60), generator=torch.Generator().manual_seed(5))
+    assert torch.equal(generate(ours, prompt, 6, cache=ours.new_cache(1, 66)), greedy_uncached(ours, prompt, 6))
+
+
 def test_transformers_equal_split_is_refused_in_one_line(tiny, tmp_path):
     """transformers 5.24's save_pretrained writes conv1d back as three equal thirds (its Concatenate reversed), not
     the Hk·dk, Hk·dk, Hv·dv of the released checkpoints: with dk != dv tfcalc refuses it by shape, in one line."""
@@ -207,7 +233,7 @@ def test_transformers_equal_split_is_refused_in_one_line(tiny, tmp_path):
     (dict(layer_types=["linear_attention"] * 3), "'layer_types' lists 3 layers; 'num_hidden_layers' is 4"),
     (dict(layer_types=["sliding_attention"] * 4), "'layer_types' must be a list of linear_attention"),
     (dict(layer_types="linear_attention"), "'layer_types' must be a list"),
-    (dict(linear_num_value_heads=4), "'linear_num_value_heads' 4 must equal 'linear_num_key_heads' 2"),
+    (dict(linear_num_value_heads=3), "'linear_num_value_heads' 3 must be a positive multiple of 'linear_num_key_"),
     (dict(linear_num_key_heads=0), "'linear_num_key_heads' must be a positive integer"),
     (dict(linear_key_head_dim=0), "'linear_key_head_dim' must be a positive integer"),
     (dict(linear_key_head_dim=True), "'linear_key_head_dim' must be an integer"),

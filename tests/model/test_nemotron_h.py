@@ -169,11 +169,13 @@ def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     ("hybrid_override_pattern", "MEX", "must be letters M, \\*, - and E"),
     ("hybrid_override_pattern", "", "must be letters"),
     ("hybrid_override_pattern", ["M"], "must be letters"),
-    ("layers_block_type", ["mamba"], "layers_block_type"),
+    ("layers_block_type", ["ssm"], "layers_block_type"),
     ("moe_latent_size", 1024, "'moe_latent_size' 1024 is not built"),
-    ("num_nextn_predict_layers", 1, "MTP layers"),
+    ("num_nextn_predict_layers", -1, "'num_nextn_predict_layers' must be 0 or more"),
     ("mamba_ssm_cache_dtype", "int8", "mamba_ssm_cache_dtype"),
     ("n_shared_experts", 2, "one shared MLP"),
+    ("n_shared_experts", 0, "one shared MLP whatever it says"),  # tfcalc had counted no shared MLP
+    ("mlp_bias", True, "'mlp_bias' true beside E layers"),  # tfcalc had biased the routed experts too
     ("mlp_hidden_act", "swish2", "not an activation"),
     ("mamba_num_heads", 60, "multiple of 'n_groups'"),
 ])

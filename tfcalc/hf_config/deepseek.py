@@ -3,7 +3,8 @@ files say model_type "kimi_k2" with architectures ["DeepseekV3ForCausalLM"]: the
 deepseek_v32, as transformers' modeling_deepseek_v3.py, modeling_deepseek_v2.py and modeling_deepseek_v32.py
 build them. DeepSeek-V3.2 is V3 with DeepSeek Sparse Attention in every layer (index_topk, index_n_heads,
 index_head_dim: tfcalc.architecture.sparse_latent); its layer_types are all "indexed_attention" and its
-mlp_layer_types the first_k_dense_replace dense layers then the sparse ones (others are refused by name).
+mlp_layer_types dense layers then sparse ones (read before first_k_dense_replace, as the config class does; other
+orders are refused by name).
 glm_moe_dsa (GLM-5, modeling_glm_moe_dsa.py) is the same model with the indexer's RoPE on interleaved pairs.
 
 Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size (the dense layers'),
@@ -244,6 +245,12 @@ def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
                      "(its indexer reads the compressed query)")
     if r.get("rope_interleave", True) is not True:
         raise r.fail("'rope_interleave' false is not supported: DSA's attention always rotates interleaved pairs")
+    mlp = r.get("mlp_layer_types")
+    if isinstance(mlp, list) and all(k in ("dense", "sparse") for k in mlp) and "dense" not in mlp[
+            mlp.index("sparse") if "sparse" in mlp else len(mlp):]:
+        # the list is what the config class builds by (first_k_dense_replace only makes one where none is given,
+        # DeepseekV32Config.__post_init__): its dense layers first, whatever first_k_dense_replace says
+        r.raw = {**r.raw, "first_k_dense_replace": mlp.index("sparse") if "sparse" in mlp else len(mlp)}
     _common(r, defaults)
     scoring = r.get("scoring_func", "sigmoid")
     if scoring != "sigmoid":
@@ -256,8 +263,8 @@ def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
     dense = min(r.number("first_k_dense_replace", 3, integer=True) or 0, n_layer)
     mlp = r.get("mlp_layer_types")
     if mlp is not None and mlp != ["dense"] * dense + ["sparse"] * (n_layer - dense):
-        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: the first first_k_dense_replace ({dense}) "
-                     "layers dense, then sparse")
+        raise r.fail(f"'mlp_layer_types' {shown(mlp)} is not supported: one of dense or sparse per layer "
+                     f"({n_layer}), the dense layers first")
     r.fields["rope_interleave"] = True
     if "n_expert" in r.fields:
         sigmoid_router(r, defaults["n_group"], defaults["topk_group"], 2.5)

@@ -18,7 +18,7 @@ streams (``hc_sinkhorn_iters``, ``hc_eps``) around every sub-layer and before th
 
 Refused by name: num_key_value_heads other than 1, hash_moe layers that are not the first ones, mlp_bias true
 (transformers biases the shared expert and not the routed ones), n_shared_experts other than 1 (transformers builds
-one shared MLP whatever it says), tie_word_embeddings true, a YaRN attention_factor other than 1, any
+one shared MLP whatever it says), a YaRN attention_factor other than 1, any
 quantization_config (V4's FP4 experts with FP8 ue8m0-scaled weights are not modelled: ``_quantization``). Not
 counted: the MTP layer (num_nextn_predict_layers; transformers does not instantiate it, its checkpoint tensors are
 counted beside, as DeepSeek-V3's).
@@ -31,7 +31,7 @@ from tfcalc.errors import shown
 from tfcalc.hf_config.deepseek import _yarn, moe_names
 from tfcalc.hf_config.layer_pattern import compact
 from tfcalc.hf_config.llama_like import llama_names
-from tfcalc.hf_config.names import Rule
+from tfcalc.hf_config.names import Rule, tied_head
 from tfcalc.hf_config.reader import Reader
 
 WORDS = {"sliding_attention": "swa", "compressed_sparse_attention": "csa", "heavily_compressed_attention": "hca"}
@@ -53,14 +53,14 @@ def deepseek_v4(r: Reader) -> None:
     r.take("rms_norm_eps", "norm_eps", 1e-6)
     _rope(r)
     r.activation("hidden_act", "silu")
-    if r.flag("tie_word_embeddings", False):
-        raise r.fail("'tie_word_embeddings' true is not supported: DeepSeek-V4's LM head is its own")
+    # DeepseekV4ForCausalLM ties lm_head.weight to embed_tokens.weight when the file says so (_tied_weights_keys)
+    r.fields["tie_embeddings"] = r.flag("tie_word_embeddings", False)
     if r.flag("mlp_bias", False):
         raise r.fail("'mlp_bias' true is not supported: transformers biases the shared expert and not the routed ones")
     r.dtype()
     _quantization(r)
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,
-                    ffn_bias=False, attn_bias=False, tie_embeddings=False)
+                    ffn_bias=False, attn_bias=False)
     _attention(r)
     _experts(r)
     r.take("hc_mult", "hyper_connections", 4)
@@ -198,7 +198,7 @@ def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
     and shared expert (w1 gate, w3 up, w2 down); the MTP layer's ``mtp.*`` counted beside."""
     layer, attn = r"layers\.(\d+)\.", r"layers\.(\d+)\.attn\."
     out = [(r".*\.weight_scale_inv", "buffer"), (r"mtp\..*", "mtp"),
-           (r"head\.weight", "lm_head.weight"), (r"embed\.weight", "tok_emb.weight"),
+           (r"head\.weight", tied_head(arch)), (r"embed\.weight", "tok_emb.weight"),
            (r"hc_head_(fn|base|scale)", "hc_head.hc_{0}"), (r"hc_head\.(hc_fn|hc_base|hc_scale)", "hc_head.{0}"),
            (layer + r"hc_(attn|ffn)_(fn|base|scale)", "blocks.{0}.{1}_hc.{2}"),
            (layer + r"(attn|ffn)_hc\.(fn|base|scale)", "blocks.{0}.{1}_hc.{2}"),

@@ -66,7 +66,8 @@ def _expert_layers(r: Reader) -> bool:
     if sparse <= 0:
         r.take("intermediate_size", "d_ff", required=True)
         return False
-    r.take("intermediate_size", "dense_d_ff", required=True)
+    if start or every > 1 or end < n - 1:  # some layer dense: intermediate_size is its MLP's width
+        r.take("intermediate_size", "dense_d_ff", required=True)
     if start:
         r.fields["first_dense_layers"] = start
     if every > 1:

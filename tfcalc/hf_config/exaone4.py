@@ -21,7 +21,8 @@ from tfcalc.hf_config.reader import Reader
 
 
 def exaone4(r: Reader) -> None:
-    base_fields(r, dict(max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0))
+    # num_key_value_heads absent: Exaone4Config's 32, whatever the heads (tfcalc.hf_config's contract)
+    base_fields(r, dict(max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0, n_kv_head=32))
     r.fields.update(norm_placement="output", qk_norm=True)  # per head (qk_norm_over "head")
     n = r.fields["n_layer"]
     window = r.raw.get("sliding_window", 4096)  # Exaone4Config's default

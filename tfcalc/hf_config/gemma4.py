@@ -70,8 +70,14 @@ def gemma4_text(r: Reader) -> None:
     r.raw = {**r.raw, "sliding_window": r.get("sliding_window", 512)}
     kinds = _layer_types(r, n)
     layers.layer_types(r, n, kinds)
-    if "sliding_attention" in kinds:
-        _global_heads(r, kinds)
+    _global_heads(r, kinds)  # every global layer's, all-global models included (per_layer_config names each)
+    if "sliding_attention" not in kinds:  # every layer global: the global heads are the model's heads
+        if r.fields.get("global_d_head"):
+            r.fields["d_head"] = r.fields.pop("global_d_head")
+        if r.fields.get("global_n_kv_head"):
+            r.fields["n_kv_head"] = r.fields.pop("global_n_kv_head")
+        if r.fields.get("global_v_from_k"):  # V read from K in every layer: the window stays, no layer is local
+            r.fields["sliding_window"] = r.raw["sliding_window"]
     _rope(r, kinds)
     _shared_kv(r, n, kinds)
     _per_layer_inputs(r)

@@ -63,7 +63,8 @@ def jamba(r: Reader) -> None:
                     ssm_bcdt_norm="weighted", ssm_bcdt_norm_eps=r.fields["norm_eps"], ssm_state_dtype="fp32")
     experts = r.size("num_experts", 16)
     expert_period, expert_offset = _period(r, "expert_layer_period", "expert_layer_offset", (2, 1))
-    if experts > 1:  # JambaSparseMoeBlock on its layers, JambaMLP on the others
+    if experts > 1 and expert_offset < n:  # JambaSparseMoeBlock on its layers (none where the offset is past the
+        # last layer: every layer a JambaMLP), JambaMLP on the others
         r.fields.update(n_expert=experts, router_norm_topk=False)
         r.take("num_experts_per_tok", "n_expert_active", 2)
         if expert_offset == expert_period - 1:

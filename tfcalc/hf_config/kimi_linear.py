@@ -66,12 +66,15 @@ def one_kv_head_per_query(r: Reader) -> None:
 
 def silu_block(r: Reader) -> None:
     """The block both KDA families build: SiLU only (KDA's convolution's activation), RMSNorm before each
-    sub-layer and at the end, gated bias-free FFNs, untied embeddings unless said."""
+    sub-layer and at the end, gated bias-free FFNs, untied embeddings."""
     r.activation("hidden_act", "silu")
     if r.fields["activation"] != "silu":
         raise r.fail(f"'hidden_act' {shown(r.raw.get('hidden_act'))}: tfcalc builds Kimi Delta Attention with SiLU "
                      "only (its convolution's activation)")
-    r.take("tie_word_embeddings", "tie_embeddings", False)
+    # KimiLinearForCausalLM and BailingHybridForCausalLM tie nothing (_tied_weights_keys = {}): the head is its
+    # own weight whatever tie_word_embeddings says (read, held to true or false)
+    r.flag("tie_word_embeddings", False)
+    r.fields["tie_embeddings"] = False
     r.take("attention_bias", "attn_bias", False)
     r.dtype()
     r.fields.update(norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True, gated_ffn=True,

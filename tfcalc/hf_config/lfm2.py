@@ -107,6 +107,13 @@ def lfm2_moe(r: Reader) -> None:
                     router_norm_topk=r.flag("norm_topk_prob", True),
                     router_score_bias=r.flag("use_expert_bias", True))
     r.take("routed_scaling_factor", "routed_scaling", 1.0)
+    if not dense:  # no dense layer: intermediate_size is no layer's width (Lfm2MoeDecoderLayer builds none)
+        r.fields.pop("dense_d_ff")
+    elif dense >= r.fields["n_layer"]:  # every layer dense (layer_idx < num_dense_layers): no experts built
+        r.fields["d_ff"] = r.fields.pop("dense_d_ff")
+        for field in ("n_expert", "n_expert_active", "first_dense_layers", "router_scoring", "router_norm_topk",
+                      "router_score_bias", "routed_scaling"):
+            r.fields.pop(field, None)
     _layer_types(r, fallback=False)
     r.causal_or_base("Lfm2Moe")
 

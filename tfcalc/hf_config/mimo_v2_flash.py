@@ -55,6 +55,8 @@ def mimo_v2_flash(r: Reader) -> None:
                               for i in range(n)] if r.raw.get("layer_types") is None else [])
     if r.fields.get("sliding_window"):
         r.fields.update(local_n_kv_head=2 * (r.fields["n_kv_head"] or r.fields["n_head"]), attn_sinks_local=True)
+    else:  # no sliding layer (one full layer, or layer_types all full): no layer reads the sliding base
+        r.fields.pop("rope_local_theta", None)
     _experts(r, n)
     r.causal_or_base("MiMoV2Flash")
 

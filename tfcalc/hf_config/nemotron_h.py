@@ -1,21 +1,25 @@
 """Nemotron-H config.json files (NVIDIA Nemotron-H, Nemotron-Nano-9B-v2, Nemotron-3-Nano-30B-A3B;
 modeling_nemotron_h.py, configuration_nemotron_h.py): a decoder whose every layer is ONE sub-layer beside its
 RMSNorm (NemotronHBlock: x + mixer(norm(x))), the kind per layer from ``hybrid_override_pattern`` (M a Mamba2
-mixer, * attention, - an MLP, E a mixture of experts) or its list form ``layers_block_type`` (linear_attention,
-full_attention, mlp, moe), tfcalc's ``hybrid_pattern``; the layer count is the pattern's (transformers ignores
-num_hidden_layers beside it, with a warning).
+mixer, * attention, - an MLP, E a mixture of experts) or its list form ``layers_block_type`` / ``layer_types``
+(linear_attention, full_attention, mlp, moe; the older mamba, attention read too), tfcalc's ``hybrid_pattern``;
+the layer count is the pattern's (transformers ignores num_hidden_layers beside it, with a warning).
 
 - Mamba2 (tfcalc.architecture.mamba2): mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, conv_kernel,
   chunk_size, use_bias (in_proj, out_proj), use_conv_bias; the SSM state kept in mamba_ssm_cache_dtype (float32);
-- attention: num_attention_heads, num_key_value_heads, head_dim, attention_bias; no positions at all (NemotronH-
-  Attention applies no rotary embedding: rope_theta and partial_rotary_factor in the files are unused);
+- attention: num_attention_heads, num_key_value_heads, head_dim (no bias: attention_bias is unused); no positions
+  at all (NemotronHAttention applies no rotary embedding: rope_theta and partial_rotary_factor in the files are
+  unused);
 - MLP and experts: up and down only (not gated), mlp_hidden_act (relu2), mlp_bias; the MLP intermediate_size
   wide, each routed expert moe_intermediate_size, the shared expert moe_shared_expert_intermediate_size (one,
   always on, not gated); the router as DeepSeek-V3's (sigmoid, correction bias, n_group / topk_group, top-k
   renormalized when norm_topk_prob, times routed_scaling_factor; NemotronHTopkRouter).
 
-Refused by name: moe_latent_size (latent projections around the experts, not built), MTP layers
-(num_nextn_predict_layers), a Mamba2 activation other than SiLU, a dt limit, sliding windows.
+Not built, as transformers builds none of them: the num_nextn_predict_layers multi-token prediction layers
+(mtp_hybrid_override_pattern; NemotronHForCausalLM ignores ``mtp.*`` on load, tfcalc counts those tensors beside the
+model, tfcalc.hf_config.names' ``mtp``). Refused by name: moe_latent_size beside E layers (latent projections
+around the experts, not built; without E layers transformers builds none), a Mamba2 activation other than SiLU,
+a dt limit, sliding windows.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
 
 LETTERS = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+# the names files written by transformers before 5.x list (configuration_utils._LEGACY_LAYER_TYPE_REMAP, which
+# NemotronHConfig applies on read)
+LEGACY = {"mamba": "M", "attention": "*"}
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _pattern(r: Reader) -> str:
     pattern = r.get("hybrid_override_pattern")
     if pattern is None:
-        listed = r.get("layers_block_type", ["linear_attention", "moe", "full_attention", "mlp"])
-        if not isinstance(listed, list) or any(not isinstance(k, str) or k not in LETTERS for k in listed):
-            raise r.fail(f"'layers_block_type' must list layer kinds of {', '.join(LETTERS)}; got {shown(listed)}")
-        pattern = "".join(LETTERS[k] for k in listed)
+        listed = r.get("layers_block_type", r.get("layer_types", ["linear_attention", "moe", "full_attention", "mlp"]))
+        letters = {**LETTERS, **LEGACY}
+        if not isinstance(listed, list) or any(not isinstance(k, str) or k not in letters for k in listed):
+            raise r.fail(f"'layers_block_type' must list layer kinds of {', '.join(LETTERS)} (or mamba, attention); "
+                         f"got {shown(listed)}")
+        pattern = "".join(letters[k] for k in listed)
     if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
         raise r.fail(f"'hybrid_override_pattern' must be letters M, *, - and E, one per layer; got {shown(pattern)}")
     return pattern
@@ -57,20 +66,32 @@ def nemotron_h(r: Reader) -> None:
     r.take("num_attention_heads", "n_head", 32)
     r.take("num_key_value_heads", "n_kv_head", 8)  # NemotronHConfig's default
     r.take("head_dim", "d_head", 128)
-    r.take("attention_bias", "attn_bias", False)
+    # NemotronHAttention builds its four projections without a bias whatever attention_bias says (read, held to
+    # true or false)
+    r.flag("attention_bias", False)
+    r.fields["attn_bias"] = False
     r.take("max_position_embeddings", "max_seq_len", 4096)
     r.take("layer_norm_epsilon", "norm_eps", 1e-5)
-    r.take("tie_word_embeddings", "tie_embeddings", False)
+    # NemotronHForCausalLM ties nothing (_tied_weights_keys = {}): the head is its own weight whatever
+    # tie_word_embeddings says (read, held to true or false)
+    r.flag("tie_word_embeddings", False)
+    r.fields["tie_embeddings"] = False
     r.activation("mlp_hidden_act", "relu2")
     r.take("mlp_bias", "ffn_bias", False)
+    if r.fields["ffn_bias"] and "E" in pattern:  # NemotronHExperts' fused up/down tensors have no bias
+        raise r.fail("'mlp_bias' true beside E layers is not supported: transformers biases the MLPs and the shared "
+                     "expert but not the routed experts")
     r.dtype()
     _experts(r, pattern)
     for key in ("moe_latent_size", "sliding_window"):
+        if key == "moe_latent_size" and "E" not in pattern:  # no mixture of experts: no latent projection built
+            continue
         if r.get(key) is not None:
             raise r.fail(f"'{key}' {shown(r.get(key))} is not built (transformers' torch path for it is not "
                          "reproduced here)")
-    if r.number("num_nextn_predict_layers", 0, integer=True):
-        raise r.fail("'num_nextn_predict_layers': Nemotron-H's MTP layers are not counted")
+    mtp = r.number("num_nextn_predict_layers", 0, integer=True)
+    if mtp is not None and mtp < 0:
+        raise r.fail(f"'num_nextn_predict_layers' must be 0 or more; got {shown(mtp)}")
     r.fields.update(pos_encoding="none", norm="rmsnorm", norm_bias=False, norm_placement="pre", final_norm=True,
                     gated_ffn=False)
     r.causal_or_base("NemotronH")
@@ -87,11 +108,11 @@ def _experts(r: Reader, pattern: str) -> None:
         r.take("intermediate_size", "dense_d_ff", 21504)
     r.take("n_routed_experts", "n_expert", 8, aliases=("num_local_experts",))
     r.take("num_experts_per_tok", "n_expert_active", 2)
-    shared = r.number("n_shared_experts", 1, integer=True) or 0
-    if shared not in (0, 1):
-        raise r.fail(f"'n_shared_experts' {shared}: transformers' NemotronHMoE builds one shared MLP")
-    if shared:
-        r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
+    shared = r.number("n_shared_experts", 1, integer=True)
+    if shared != 1:  # 0 included: NemotronHMoE builds its shared MLP whatever n_shared_experts says
+        raise r.fail(f"'n_shared_experts' {shown(shared)}: transformers' NemotronHMoE builds one shared MLP whatever "
+                     "it says")
+    r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
     sigmoid_router(r, 1, 1, 1.0)
 
 
@@ -125,4 +146,4 @@ def _layers(arch: Architecture) -> list[Rule]:
 
 
 def checkpoint_names(arch: Architecture, model_type: str) -> list[Rule]:
-    return _layers(arch) + backbone(arch)
+    return [(r"mtp\..*", "mtp")] + _layers(arch) + backbone(arch)

@@ -54,9 +54,11 @@ def olmo_hybrid(r: Reader) -> None:
     if not isinstance(k_heads, int) or isinstance(k_heads, bool) or k_heads < 1:
         raise r.fail(f"'linear_num_key_heads' must be a positive integer; got {shown(k_heads)}")
     v_heads = r.take("linear_num_value_heads", "linear_value_heads", heads)
-    if v_heads != k_heads:  # OlmoHybridGatedDeltaNet repeats no key head over value heads (Qwen3-Next's does)
-        raise r.fail(f"'linear_num_value_heads' {shown(v_heads)} must equal 'linear_num_key_heads' {shown(k_heads)}: "
-                     "OLMo-Hybrid's DeltaNet pairs one key head with each value head")
+    # grouped value heads: OlmoHybridGatedDeltaNet's torch path repeats each query/key head over its
+    # linear_num_value_heads // linear_num_key_heads value heads (repeat_interleave, modeling_olmo_hybrid.py)
+    if not isinstance(v_heads, int) or isinstance(v_heads, bool) or v_heads < 1 or v_heads % k_heads:
+        raise r.fail(f"'linear_num_value_heads' {shown(v_heads)} must be a positive multiple of "
+                     f"'linear_num_key_heads' {shown(k_heads)}: each key head serves a whole group of value heads")
     k_dim = r.take("linear_key_head_dim", "linear_key_head_dim", int(0.75 * r.fields["d_model"] / k_heads))
     if not isinstance(k_dim, int) or isinstance(k_dim, bool) or k_dim < 1:
         raise r.fail(f"'linear_key_head_dim' must be a positive integer; got {shown(k_dim)}")
