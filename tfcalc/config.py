@@ -227,6 +227,9 @@ class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for ki
     # --- LongCat-Flash (tfcalc.config_moe): identity experts beside the real ones, and the shortcut MoE layout ---
     zero_experts: Optional[int] = None  # zero_expert_num (tfcalc.architecture.ffn, step 5)
     moe_shortcut: bool = False  # even layers: dense FFN + shortcut experts; odd: dense FFN (architecture.block)
+    # --- Nemotron 3 Super's latent MoE (modeling_nemotron_h.py, NemotronHMoE): the routed experts work in this
+    # width, between d -> latent and latent -> d projections (tfcalc.architecture.ffn, step 7). None: d_model ---
+    moe_latent_dim: Optional[int] = None
 
     # the fields of mixer kinds registered after this class was made (a plugin's kind, tfcalc.architecture.kinds),
     # as sorted (name, value) pairs: read as cfg.<name> like every other field (__getattr__), written in YAML and

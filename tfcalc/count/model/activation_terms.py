@@ -230,7 +230,7 @@ def capacity_terms(moe: MoE, terms: dict[str, int], tokens: int, e: int) -> None
     weight, e (0 when dropped). Llama 4's input-side weights keep the same amounts: the pair's input row
     and weight before the buffers, and the row read back. Exact for every routing. ``terms`` (already
     times the tokens) is updated in place."""
-    h, k, E = moe.d_model, moe.top_k, moe.n_expert
+    h, k, E = moe.dispatch_width, moe.top_k, moe.n_expert  # the experts' rows: L wide in a latent MoE
     buffer_rows = E * moe.capacity(tokens)
     terms["ffn_hidden"] = buffer_rows * ffn_factor(moe.expert) * e * moe.expert.d_ff
     softmax = tokens * _router_bytes(moe)
