@@ -131,3 +131,36 @@ def test_moe_latent_dim_needs_experts():
     cfg = load("qwen3-30b-a3b", ["moe_latent_dim=512"])  # any MoE takes it: 2·d·L per layer beside the narrower experts
     base = load("qwen3-30b-a3b")
     assert count_params.total(cfg) - count_params.total(base) == 48 * (2 * 2048 * 512 - 128 * 3 * 768 * (2048 - 512))
+
+
+def _ffn_saved(cfg, T):
+    """(autograd's bytes for tfcalc's MoE module of the first E layer on T tokens in fp32, the count's)."""
+    from hf_pairs import saved_bytes
+
+    from tfcalc.count.model.activation_terms import capacity_terms, layer_terms
+    from tfcalc.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model(cfg, "cpu", torch.float32)
+    i, block = next((i, b) for i, b in enumerate(cfg.architecture.output.layers()) if b.is_moe)
+    got = saved_bytes(model.blocks[i].ffn, torch.randn(1, T, cfg.d_model, requires_grad=True))
+    terms = {k: T * v for k, v in layer_terms(block, 1, T, 4, "math").items()}
+    if block.ffn.capacity_factor is not None:
+        capacity_terms(block.ffn, terms, T, 4)
+    return got, sum(terms[k] for k in ("ffn_hidden", "moe_routing", "shared_expert") if k in terms)
+
+
+@pytest.mark.parametrize("T", [5, 16])
+def test_saved_activations_of_the_latent_moe_against_autograd(tmp_path, T):
+    """What autograd packs for the MoE module (hf_pairs.saved_bytes), the count's step 8 with L-wide routed rows and
+    the L -> d projection's input: dropless (Nemotron-H) and with a capacity (a flat config, --set)."""
+    got, counted = _ffn_saved(config_json(tmp_path, _raw(LATENT)), T)
+    assert got == counted
+    plain_got, plain = _ffn_saved(config_json(tmp_path, _raw(TINY)), T)
+    assert plain_got == plain and counted < plain  # the routed rows 16 wide, not 32
+    from tfcalc.presets import load
+
+    flat = load("gpt2", ["n_layer=1", "d_model=32", "n_head=4", "d_ff=12", "n_expert=4", "n_expert_active=2",
+                         "expert_capacity_factor=1.25", "moe_latent_dim=16", "vocab_size=61", "max_seq_len=64"])
+    got, counted = _ffn_saved(flat, T)
+    assert got == counted
