@@ -55,6 +55,9 @@ def test_super_like_moe_layer_by_hand(tmp_path):
     attention = d * 32 * 128 * 2 + 2 * d * 2 * 128 + d
     mlp = 2 * d * 10240 + d
     assert with_latent == 2 * mamba + 2 * moe + attention + mlp + 2 * 131072 * d + d
+    # a token runs the router, 22 experts, the shared one and both projections of each E layer
+    active_moe = E * d + 22 * 2 * f * L + 2 * d * S + 2 * d * L + d
+    assert count_params.active_total(config_json(tmp_path, SUPER)) == with_latent - 2 * moe + 2 * active_moe
 
 
 @pytest.fixture(scope="module")
