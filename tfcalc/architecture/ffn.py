@@ -33,12 +33,14 @@
    so no shape depends on the routing). The paper's mean (about 8 of 12, sec. 2.1) is a measurement, not
    a count.
 7. latent MoE (Nemotron 3 Super; modeling_nemotron_h.py, NemotronHMoE, moe_latent_size; Megatron-Core's
-   ``moe_latent_size``): the router and the shared expert read the block's d-wide input, the routed tokens are
-   projected d -> L (``latent_in``, fc1_latent_proj) before the experts, which work in L (their up (f, L), down
-   (L, f): ``expert.d_model`` is L), and their weighted sum L -> d (``latent_out``, fc2_latent_proj) after; both
-   projections carry a bias when the experts' FFN does (transformers' mlp_bias). The projection runs once per
-   token, not per routed pair, before the dispatch: the tokens that cross an all-to-all under expert
-   parallelism are L wide (``dispatch_width``).
+   ``moe_latent_size``, megatron/core/transformer/moe/moe_layer.py, MoELayer): the router and the shared expert
+   read the block's d-wide input, the routed tokens are projected d -> L (``latent_in``, fc1_latent_proj) before
+   the experts, which work in L (their up (f, L), down (L, f): ``expert.d_model`` is L), and their weighted sum
+   L -> d (``latent_out``, fc2_latent_proj) after; both projections carry a bias when the experts' FFN does
+   (transformers' mlp_bias) and are whole on every tensor-parallel rank (Megatron-Core's parallel_mode
+   "duplicated"). The projection runs once per token, not per routed pair, before the dispatch
+   (MoELayer.router_and_preprocess: fc1_latent_proj, then the dispatcher; the combine, then fc2_latent_proj): the
+   tokens that cross an all-to-all under expert parallelism are L wide (``dispatch_width``).
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
