@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_pairs import assert_logits_close, config_json, eager_flops, nudge, saved_pair
+from hf_pairs import assert_decode_equals, assert_logits_close, config_json, eager_flops, nudge, saved_pair
 from test_nemotron_h import TINY, _hf
 
 from tfcalc.config import replace
@@ -76,6 +76,11 @@ def test_tiny_latent_checkpoint_logits_equal_transformers(latent_pair):
     hf, model = latent_pair
     assert model.cfg.moe_latent_dim == 16
     assert_logits_close(hf, model, torch.randint(0, 61, (2, 11)))
+
+
+def test_tiny_latent_decode_over_the_hybrid_cache_equals_the_uncached_forward(latent_pair):
+    hf, model = latent_pair
+    assert_decode_equals(model, hf, torch.randint(0, 61, (2, 5)), 8, model.new_cache(2, 13))
 
 
 @pytest.mark.parametrize("T", [11, 37])
