@@ -221,12 +221,12 @@ class ModelConfig(PerLayerViews, DerivedSizes, GemmaFields, *(kind.fields for ki
     # (tfcalc.architecture.kinds) picks that mixer for the layer: "(gdn*3, full)*12"
     layer_pattern: Optional[str] = None
 
-    # --- Llama 4 (modeling_llama4.py): the router's sigmoid of each chosen logit (not renormalized) scales the
-    # token's input to that expert, not its output (Llama4Router, Llama4TextMoe) ---
-    router_sigmoid_input: bool = False
-    # --- LongCat-Flash (tfcalc.config_moe): identity experts beside the real ones, and the shortcut MoE layout ---
+    # --- Llama 4 (modeling_llama4.py, Llama4Router, Llama4TextMoe) ---
+    router_sigmoid_input: bool = False  # each chosen logit's sigmoid (not renormalized) scales the expert's input
+    # --- LongCat-Flash's identity experts and shortcut MoE; Nemotron 3 Super's latent MoE (tfcalc.config_moe) ---
     zero_experts: Optional[int] = None  # zero_expert_num (tfcalc.architecture.ffn, step 5)
     moe_shortcut: bool = False  # even layers: dense FFN + shortcut experts; odd: dense FFN (architecture.block)
+    moe_latent_dim: Optional[int] = None  # the routed experts' width between d -> L -> d projections (ffn, step 7)
 
     # the fields of mixer kinds registered after this class was made (a plugin's kind, tfcalc.architecture.kinds),
     # as sorted (name, value) pairs: read as cfg.<name> like every other field (__getattr__), written in YAML and

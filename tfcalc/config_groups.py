@@ -56,7 +56,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mixture of experts and its router (MoE, Routing)", (
         "n_expert", "n_expert_active", "router_norm_topk", "router_sigmoid_input", "router_bias", "router_scoring",
         "router_groups", "router_topk_groups", "routed_scaling", "router_score_bias", "shared_expert_d_ff",
-        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp", "zero_experts")),
+        "shared_expert_gate", "expert_capacity_factor", "expert_format", "moe_beside_mlp", "zero_experts",
+        "moe_latent_dim")),
     ("which layers have the experts (Stack runs)", ("first_dense_layers", "moe_every", "dense_layers", "dense_d_ff",
                                                    "moe_shortcut")),
     ("norms and the block's layout (Norm, Block)", (

@@ -48,8 +48,9 @@ def _validate_dense_layers(cfg) -> None:
 def validate_longcat(cfg) -> None:
     """zero_experts and moe_shortcut (LongCat-Flash; tfcalc.architecture.ffn step 5, tfcalc.architecture.block);
     tfcalc.config_rules calls it before the layer patterns are read (they build the layers' runs)."""
-    if cfg.zero_experts is not None and cfg.n_expert is None:  # a positive integer (tfcalc.config_rules)
-        raise ConfigError("zero_experts applies to a mixture of experts only (give n_expert and n_expert_active)")
+    for name in ("zero_experts", "moe_latent_dim"):  # positive integers (tfcalc.config_rules)
+        if getattr(cfg, name) is not None and cfg.n_expert is None:
+            raise ConfigError(f"{name} applies to a mixture of experts only (give n_expert and n_expert_active)")
     if not cfg.moe_shortcut:
         return
     if cfg.n_expert is None or cfg.arch != "decoder" or cfg.hybrid_pattern is not None:

@@ -24,13 +24,19 @@ def L(**changes) -> Layout:
     return Layout(**fields)
 
 
-def test_ep_run_agrees_with_the_plan_and_computes_the_unsharded_loss():
+# a latent MoE (Nemotron 3 Super's, tfcalc.architecture.ffn step 7): the routed rows projected to 16 before the
+# dispatch, so each exchanged row is 16 wide, not d 32
+LATENT = tiny(**MIXTRAL_LIKE, n_layer=2, d_ff=24, moe_latent_dim=16)
+
+
+@pytest.mark.parametrize("CFG, width", [(CFG, 32), (LATENT, 16)], ids=["mixtral-like", "latent"])
+def test_ep_run_agrees_with_the_plan_and_computes_the_unsharded_loss(CFG, width):
     check = check_plan(CFG, L(), 2, H100, None)
     assert check.states_exact and check.collectives_exact
     planned = {(c.cause, c.op): c for c in check.plan.collectives}
     tokens = planned["ep_tokens", "all_to_all"]
-    # 2 micro-batches × 2 MoE layers × 4 exchanges of 16 tokens × top-2 × d 32 × fp32
-    assert (tokens.calls, tokens.payload_bytes) == (2 * 2 * 4, 2 * 2 * 4 * 16 * 2 * 32 * 4)
+    # 2 micro-batches × 2 MoE layers × 4 exchanges of 16 tokens × top-2 × width (d 32, or the latent 16) × fp32
+    assert (tokens.calls, tokens.payload_bytes) == (2 * 2 * 4, 2 * 2 * 4 * 16 * 2 * width * 4)
     assert planned["ep_counts", "all_to_all"].payload_bytes == 2 * 2 * 4 * 8  # n_expert int64 per layer
     # each rank holds 2 of the 4 experts: the weights the plan counts, measured on both ranks
     assert {r["weights_bytes"] for r in check.ranks} == {check.plan.memory.weights}

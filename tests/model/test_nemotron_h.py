@@ -170,7 +170,6 @@ def test_decode_over_the_hybrid_cache_equals_the_uncached_forward(tiny_pair):
     ("hybrid_override_pattern", "", "must be letters"),
     ("hybrid_override_pattern", ["M"], "must be letters"),
     ("layers_block_type", ["ssm"], "layers_block_type"),
-    ("moe_latent_size", 1024, "'moe_latent_size' 1024 is not built"),
     ("num_nextn_predict_layers", -1, "'num_nextn_predict_layers' must be 0 or more"),
     ("mamba_ssm_cache_dtype", "int8", "mamba_ssm_cache_dtype"),
     ("n_shared_experts", 2, "one shared MLP"),

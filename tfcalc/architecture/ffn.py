@@ -32,6 +32,15 @@
    tfcalc's module runs (tfcalc.model.experts: an identity pick multiplies through an expert at weight 0,
    so no shape depends on the routing). The paper's mean (about 8 of 12, sec. 2.1) is a measurement, not
    a count.
+7. latent MoE (Nemotron 3 Super; modeling_nemotron_h.py, NemotronHMoE, moe_latent_size; Megatron-Core's
+   ``moe_latent_size``, megatron/core/transformer/moe/moe_layer.py, MoELayer): the router and the shared expert
+   read the block's d-wide input, the routed tokens are projected d -> L (``latent_in``, fc1_latent_proj) before
+   the experts, which work in L (their up (f, L), down (L, f): ``expert.d_model`` is L), and their weighted sum
+   L -> d (``latent_out``, fc2_latent_proj) after; both projections carry a bias when the experts' FFN does
+   (transformers' mlp_bias) and are whole on every tensor-parallel rank (Megatron-Core's parallel_mode
+   "duplicated"). The projection runs once per token, not per routed pair, before the dispatch
+   (MoELayer.router_and_preprocess: fc1_latent_proj, then the dispatcher; the combine, then fc2_latent_proj): the
+   tokens that cross an all-to-all under expert parallelism are L wide (``dispatch_width``).
 
 Both list their tensors (``weights``) and matmuls (``linears``), which every fold reads. Pure Python.
 """
@@ -140,6 +149,8 @@ class MoE:
     # step 5 (Gemma 4): the shared FFN is the MLP, with the router's scales and three norms of this kind (d wide)
     beside_mlp: Optional[Norm] = None
     n_zero: int = 0  # zero-computation (identity) experts beside the n_expert real ones (step 6)
+    # step 7: the block's width d when the routed experts work in a latent width (expert.d_model, L); 0: none
+    latent_from: int = 0
 
     def __post_init__(self) -> None:
         if self.beside_mlp is not None and (self.shared is None or self.shared_gate or not self.routing.is_default
@@ -158,10 +169,25 @@ class MoE:
                              "(LongCat-Flash's): no expert_capacity_factor, no router_sigmoid_input")
         if self.shared_gate and self.shared is None:
             raise InputError("shared_expert_gate needs a shared expert: give shared_expert_d_ff")
+        if self.latent_from < 0 or (self.latent_from and (self.beside_mlp is not None or self.sigmoid_input
+                                                          or self.n_zero)):
+            raise InputError("the latent MoE (moe_latent_dim) is built with neither Gemma 4's experts beside the MLP, "
+                             "router_sigmoid_input nor zero_experts (no model has them together)")
         self.routing.check(self.n_router, self.top_k)
 
     @property
     def d_model(self) -> int:
+        """The block's width: what the router, the shared expert and the residual read."""
+        return self.latent_from or self.expert.d_model
+
+    @property
+    def latent(self) -> int:
+        """The routed experts' width when it is a latent one (step 7), else 0."""
+        return self.expert.d_model if self.latent_from else 0
+
+    @property
+    def dispatch_width(self) -> int:
+        """The width of each routed token as the experts receive it (and an all-to-all moves it): L or d."""
         return self.expert.d_model
 
     @property
@@ -187,6 +213,14 @@ class MoE:
         if self.router_bias:
             out.append(Weight("router_bias", (self.n_router,), "ffn", "MoE router bias"))
         out += [w.named("expert_ffn_") for w in self.expert.weights("expert FFN", E, self.top_k)]
+        if self.latent:  # step 7: d -> L before the experts, L -> d after, once per token
+            L, bias = self.latent, self.expert.bias
+            out.append(Weight("latent_in_weight", (L, d), "ffn", "MoE latent in weight"))
+            if bias:
+                out.append(Weight("latent_in_bias", (L,), "ffn", "MoE latent in bias"))
+            out.append(Weight("latent_out_weight", (d, L), "ffn", "MoE latent out weight"))
+            if bias:
+                out.append(Weight("latent_out_bias", (d,), "ffn", "MoE latent out bias"))
         if self.shared is not None:
             out += [w.named("shared_expert_ffn_") for w in self.shared.weights("shared expert FFN")]
             if self.shared_gate:
@@ -205,7 +239,12 @@ class MoE:
         if capacity is not None:
             label += f", {capacity} rows each"
         out = [Linear("router", "ffn", "MoE router", self.d_model, self.n_router)]
+        if self.latent:  # step 7: label the width, project in once per token
+            label += f", latent {self.latent}"
+            out.append(Linear("latent_in", "ffn", "MoE latent in", self.d_model, self.latent))
         out += [m.named("expert_ffn_") for m in self.expert.linears(label, "routed")]
+        if self.latent:
+            out.append(Linear("latent_out", "ffn", "MoE latent out", self.latent, self.d_model))
         if self.shared is not None:
             out += [m.named("shared_expert_ffn_") for m in self.shared.linears("shared expert FFN")]
             if self.shared_gate:

@@ -195,7 +195,8 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
         return FFN(cfg.d_model, width, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit, cfg.swiglu_alpha,
                    multipliers=tuple(cfg.ffn_multipliers) if cfg.ffn_multipliers is not None else None,
                    sparsity=sparsity)
-    expert = FFN(cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
+    latent = getattr(cfg, "moe_latent_dim", None)  # the experts' own width (tfcalc.architecture.ffn, step 7)
+    expert = FFN(latent or cfg.d_model, cfg.ffn_dim, cfg.gated_ffn, cfg.activation, cfg.ffn_bias, cfg.swiglu_limit,
                  cfg.swiglu_alpha)
     shared = None
     if cfg.moe_shortcut:  # the pair's first dense FFN, beside the experts on one norm (block ``shortcut``)
@@ -212,4 +213,4 @@ def _ffn(cfg: Any, i: int) -> FFN | MoE:
     return MoE(expert, cfg.n_expert, cfg.n_expert_active, shared, cfg.shared_expert_gate, cfg.router_norm_topk,
                cfg.expert_capacity_factor, cfg.router_bias, cfg.expert_format, flat_latent.routing(cfg),
                sigmoid_input=cfg.router_sigmoid_input, hash_vocab=hashed, beside_mlp=beside,
-               n_zero=cfg.zero_experts or 0)
+               n_zero=cfg.zero_experts or 0, latent_from=cfg.d_model if latent else 0)

@@ -13,13 +13,16 @@ the layer count is the pattern's (transformers ignores num_hidden_layers beside 
 - MLP and experts: up and down only (not gated), mlp_hidden_act (relu2), mlp_bias; the MLP intermediate_size
   wide, each routed expert moe_intermediate_size, the shared expert moe_shared_expert_intermediate_size (one,
   always on, not gated); the router as DeepSeek-V3's (sigmoid, correction bias, n_group / topk_group, top-k
-  renormalized when norm_topk_prob, times routed_scaling_factor; NemotronHTopkRouter).
+  renormalized when norm_topk_prob, times routed_scaling_factor; NemotronHTopkRouter);
+- moe_latent_size (Nemotron 3 Super's latent MoE), tfcalc's ``moe_latent_dim``: the routed experts work in that
+  width, the routed input projected d -> L before them (fc1_latent_proj) and their sum L -> d after
+  (fc2_latent_proj), the router and shared expert on the full width (tfcalc.architecture.ffn, step 7); without E
+  layers transformers builds no projection and it is read and unused.
 
 Not built, as transformers builds none of them: the num_nextn_predict_layers multi-token prediction layers
 (mtp_hybrid_override_pattern; NemotronHForCausalLM ignores ``mtp.*`` on load, tfcalc counts those tensors beside the
-model, tfcalc.hf_config.names' ``mtp``). Refused by name: moe_latent_size beside E layers (latent projections
-around the experts, not built; without E layers transformers builds none), a Mamba2 activation other than SiLU,
-a dt limit, sliding windows.
+model, tfcalc.hf_config.names' ``mtp``). Refused by name: a Mamba2 activation other than SiLU, a dt limit, sliding
+windows.
 """
 
 from __future__ import annotations
@@ -83,12 +86,9 @@ def nemotron_h(r: Reader) -> None:
                      "expert but not the routed experts")
     r.dtype()
     _experts(r, pattern)
-    for key in ("moe_latent_size", "sliding_window"):
-        if key == "moe_latent_size" and "E" not in pattern:  # no mixture of experts: no latent projection built
-            continue
-        if r.get(key) is not None:
-            raise r.fail(f"'{key}' {shown(r.get(key))} is not built (transformers' torch path for it is not "
-                         "reproduced here)")
+    if r.get("sliding_window") is not None:
+        raise r.fail(f"'sliding_window' {shown(r.get('sliding_window'))} is not built (transformers' torch path for "
+                     "it is not reproduced here)")
     mtp = r.number("num_nextn_predict_layers", 0, integer=True)
     if mtp is not None and mtp < 0:
         raise r.fail(f"'num_nextn_predict_layers' must be 0 or more; got {shown(mtp)}")
@@ -113,6 +113,10 @@ def _experts(r: Reader, pattern: str) -> None:
         raise r.fail(f"'n_shared_experts' {shown(shared)}: transformers' NemotronHMoE builds one shared MLP whatever "
                      "it says")
     r.take("moe_shared_expert_intermediate_size", "shared_expert_d_ff", 7688)
+    latent = r.number("moe_latent_size", None, integer=True)
+    if latent is not None and latent < 1:  # transformers builds Linear(d, 0) at 0 and fails below; neither is a model
+        raise r.fail(f"'moe_latent_size' must be a positive integer (the experts' width) or null; got {shown(latent)}")
+    r.fields["moe_latent_dim"] = latent
     sigmoid_router(r, 1, 1, 1.0)
 
 
@@ -121,8 +125,9 @@ def _experts(r: Reader, pattern: str) -> None:
 def _layers(arch: Architecture) -> list[Rule]:
     """Each layer's norm is the mixer's input norm (``attn_norm``) in an M or * layer and the FFN's (``ffn_norm``)
     in a - or E layer, read from the description (``Block.norms``); attention (q, k, v, o), MLP (up, down), router
-    (``gate``, its correction bias a buffer), experts (grouped (E, f, d) and (E, d, f), tfcalc's layout, or one
-    tensor per expert as the released files store them) and shared expert as DeepSeek-V3's are."""
+    (``gate``, its correction bias a buffer), the latent projections (fc1/fc2_latent_proj), experts (grouped
+    (E, f, d) and (E, d, f), tfcalc's layout, or one tensor per expert as the released files store them) and shared
+    expert as DeepSeek-V3's are."""
     layer = r"backbone\.layers\.(\d+)\.mixer\."
     by_norm: dict[str, list[str]] = {}
     for i, block in enumerate(arch.output.layers()):
@@ -135,6 +140,8 @@ def _layers(arch: Architecture) -> list[Rule]:
         (layer + r"up_proj\.(weight|bias)", "blocks.{0}.ffn.up.{1}"),
         (layer + r"down_proj\.(weight|bias)", "blocks.{0}.ffn.down.{1}"),
         (layer + r"gate\.weight", "blocks.{0}.ffn.router.weight"),
+        (layer + r"fc1_latent_proj\.(weight|bias)", "blocks.{0}.ffn.latent_in.{1}"),
+        (layer + r"fc2_latent_proj\.(weight|bias)", "blocks.{0}.ffn.latent_out.{1}"),
         (layer + r"gate\.e_score_correction_bias", "buffer:blocks.{0}.ffn.score_bias"),
         (layer + r"experts\.up_proj", "blocks.{0}.ffn.experts.up.weight"),
         (layer + r"experts\.down_proj", "blocks.{0}.ffn.experts.down.weight"),

@@ -62,9 +62,17 @@ def _routed(self: MixtureOfExperts, flat: torch.Tensor, live: torch.Tensor | Non
     tfcalc.model.experts) never reaches an expert-parallel run: every row of a training step is live."""
     if live is not None:
         raise ValueError("an expert-parallel run routes every row: rows in flight are for one-process decoding")
+    weights, chosen = self.route(flat)  # (N, k) each
+    if self.spec.latent:  # a latent MoE dispatches its L-wide rows (tfcalc.architecture.ffn, step 7)
+        return self.latent_out(_exchange(self, self.latent_in(flat), weights, chosen))
+    return _exchange(self, flat, weights, chosen)
+
+
+def _exchange(self: MixtureOfExperts, flat: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor
+              ) -> torch.Tensor:
+    """(N, w) rows and their routing -> (N, w): steps 1-4's sort, dispatch, local experts and combine."""
     from torch.distributed.nn.functional import all_to_all_single
 
-    weights, chosen = self.route(flat)  # (N, k) each
     ep, n, group = self.ep, self.ep_local, self.ep_group
     order = chosen.flatten().argsort(stable=True)  # (N·k,): the pairs sorted by expert
     token, slot = order // self.top_k, order % self.top_k

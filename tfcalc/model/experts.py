@@ -112,6 +112,9 @@ class MixtureOfExperts(nn.Module):
             self.register_buffer("tid2eid", torch.zeros(spec.hash_vocab, spec.top_k, dtype=torch.long))
         self.tokens: torch.Tensor | None = None  # hash routing: the token ids of the rows, set by the stack's embed
         self.experts = Experts(spec.expert, spec.n_expert)
+        if spec.latent:  # Nemotron 3 Super (NemotronHMoE's fc1_latent_proj, fc2_latent_proj): d -> L -> experts -> d
+            self.latent_in = Linear(spec.d_model, spec.latent, bias=spec.expert.bias)
+            self.latent_out = Linear(spec.latent, spec.d_model, bias=spec.expert.bias)
         self.shared = FeedForward(spec.shared) if spec.shared is not None else None
         self.shared_gate = Linear(spec.d_model, 1, bias=False) if spec.shared_gate else None
         self.beside = beside.Beside(spec) if spec.beside_mlp is not None else None  # Gemma 4 (tfcalc.model.beside)
@@ -190,6 +193,13 @@ class MixtureOfExperts(nn.Module):
         """(N, d) -> (N, d): the weighted sum of each token's top-k experts; ``live`` (N,) bool: the tokens in
         flight, the others taking no capacity (module docstring); ``routing``: (weights, chosen) made elsewhere."""
         weights, chosen, identity = self.real_picks(*self._route(flat)) if routing is None else (*routing, None)
+        if self.spec.latent:  # routed on the full width, the experts run in L (tfcalc.architecture.ffn, step 7)
+            return self.latent_out(self._run(self.latent_in(flat), weights, chosen, None, live))  # (N, L) -> (N, d)
+        return self._run(flat, weights, chosen, identity, live)
+
+    def _run(self, flat: torch.Tensor, weights: torch.Tensor, chosen: torch.Tensor, identity: torch.Tensor | None,
+             live: torch.Tensor | None) -> torch.Tensor:
+        """(N, w) rows with their routing -> (N, w): the experts' weighted sum, w the experts' width."""
         capacity = self.spec.capacity(flat.shape[0])
         if capacity is not None and live is not None:  # a free row's pairs after every expert's: expert E
             chosen = torch.where(live[:, None], chosen, self.n_expert)

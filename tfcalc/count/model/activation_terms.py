@@ -52,7 +52,9 @@ per token per layer:
    norms and router besides: ``beside_terms``). A shared expert keeps its hidden
    tensors as 7 (its input is the router's) and with a gate the sigmoid output e and the shared output
    e·h. With a capacity C (``capacity_terms``) each expert keeps its buffer of C input rows instead,
-   and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e);
+   and each pair the row it reads back, its weighted row and its weight, k·(2·e·h + e). A latent MoE
+   (tfcalc.architecture.ffn, step 7): every routed row above is L wide, h -> L, and the L -> d projection keeps
+   its input, e·L a token (d -> L's input is the router's; the gather keeps no input, only its index);
 9. dropout (tfcalc's model has none; ``dropout=True`` adds the paper's terms): a 1-byte mask on the
    attention and on the FFN output (2·h), and under math the softmax-dropout mask and output, (1 + e)·a·s;
 12. hyper-connections (DeepSeek-V4, ``hyper_bytes``): what each of a block's two HyperConnections keeps, its
@@ -157,7 +159,8 @@ def layer_terms(block: Block, batch: int, seq: int, e: int, attention: str, drop
     if isinstance(ffn, MoE):  # step 8
         k_ = ffn.top_k
         out["ffn_hidden"] = k_ * ffn_factor(ffn.expert) * e * ffn.expert.d_ff
-        out["moe_routing"] = k_ * (3 * e * h + e) + _router_bytes(ffn)
+        w = ffn.dispatch_width  # step 8: L in a latent MoE, whose L -> d projection keeps its input, e·L
+        out["moe_routing"] = k_ * (3 * e * w + e) + _router_bytes(ffn) + e * ffn.latent
         if ffn.shared is not None:  # its input is the router's; gated: the sigmoid output and the shared output
             out["shared_expert"] = ffn_factor(ffn.shared) * e * ffn.shared.d_ff + (e * h + e if ffn.shared_gate else 0)
         if ffn.beside_mlp is not None:
@@ -230,8 +233,8 @@ def capacity_terms(moe: MoE, terms: dict[str, int], tokens: int, e: int) -> None
     weight, e (0 when dropped). Llama 4's input-side weights keep the same amounts: the pair's input row
     and weight before the buffers, and the row read back. Exact for every routing. ``terms`` (already
     times the tokens) is updated in place."""
-    h, k, E = moe.d_model, moe.top_k, moe.n_expert
+    h, k, E = moe.dispatch_width, moe.top_k, moe.n_expert  # the experts' rows: L wide in a latent MoE
     buffer_rows = E * moe.capacity(tokens)
     terms["ffn_hidden"] = buffer_rows * ffn_factor(moe.expert) * e * moe.expert.d_ff
     softmax = tokens * _router_bytes(moe)
-    terms["moe_routing"] = buffer_rows * e * h + tokens * k * (2 * e * h + e) + softmax
+    terms["moe_routing"] = buffer_rows * e * h + tokens * k * (2 * e * h + e) + softmax + tokens * e * moe.latent

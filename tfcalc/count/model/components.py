@@ -48,6 +48,10 @@ COMPONENTS = {
     "ffn.act.alpha_n": "ffn_act_alpha_n",
     "ffn.router.weight": "router_weight",
     "ffn.router.bias": "router_bias",
+    "ffn.latent_in.weight": "latent_in_weight",  # the latent MoE's projections (tfcalc.architecture.ffn, step 7)
+    "ffn.latent_in.bias": "latent_in_bias",
+    "ffn.latent_out.weight": "latent_out_weight",
+    "ffn.latent_out.bias": "latent_out_bias",
     "attn.sinks": "attn_sinks",
     "expert_ffn.down.weight": "expert_ffn_down_weight",
     "expert_ffn.down.bias": "expert_ffn_down_bias",

@@ -34,6 +34,7 @@ def _label(block: Block) -> tuple[str, str]:
     moe = block.ffn
     shared = ", +1 shared" if moe.shared is not None else ""
     shared += f", +{moe.n_zero} zero" if moe.n_zero else ""  # zero-computation experts (architecture.ffn, step 5)
+    shared += f", latent {moe.latent}" if moe.latent else ""  # the experts' width (architecture.ffn, step 7)
     return "MoE", f"{moe.n_expert} × {moe.expert.d_ff}, top-{moe.top_k}{shared}"
 
 

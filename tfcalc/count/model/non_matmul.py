@@ -119,7 +119,7 @@ def _ffn_work(block: Block, tokens: int, stack: str) -> tuple[list[NonMatmulEntr
     activation = [NonMatmulEntry("activation", f"{stack}{name}", act, rows * expert.d_ff, 1)]
     if moe is None:
         return activation, []
-    d, routed = moe.d_model, tokens * moe.top_k
+    d, routed = moe.dispatch_width, tokens * moe.top_k  # the experts' width: L in a latent MoE
     out = []  # softmax over the k chosen logits (or all E); scale each expert output and add it in
     logits, which = (routed, "top-k") if moe.renormalize else (tokens * moe.n_expert, "all")
     out.append(NonMatmulEntry("moe", f"{stack}softmax of the {which} router logits", SOFTMAX_PER_SCORE, logits, 1))

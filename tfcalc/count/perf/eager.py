@@ -234,7 +234,8 @@ def _ffn_terms(block: Block, tokens: int, a: int) -> list[Term]:
     if moe is None:
         return out
     d, routed, E = moe.d_model, tokens * moe.top_k, moe.n_expert
-    out.append(Term("moe", routed * d * 7 * a, routed * d * 9 * a, 3, 5))
+    w = moe.dispatch_width  # the routed rows' width: L in a latent MoE (tfcalc.architecture.ffn, step 7)
+    out.append(Term("moe", routed * w * 7 * a, routed * w * 9 * a, 3, 5))
     logits = routed if moe.renormalize else tokens * E
     out.append(Term("moe", logits * (2 * a + 4 * F32), logits * (2 * a + 5 * F32), 3, 3))
     if moe.shared is not None:

@@ -134,7 +134,7 @@ def layer(moe: MoE, tokens: int, a: int, kernels: str = "fused", ep: int = 1) ->
     if kernels == "serving":
         return serving(tokens, moe, F32 if fp32_scores else a)
     out = topk(tokens, moe.n_expert, moe.top_k, F32 if fp32_scores else a)
-    out = out + index_work(pairs, a) + permute(tokens, pairs, moe.d_model, a, kernels)
+    out = out + index_work(pairs, a) + permute(tokens, pairs, moe.dispatch_width, a, kernels)
     if ep > 1 and moe.n_expert // ep > 1:
-        out = out + sort_chunks(pairs, moe.d_model, a)
+        out = out + sort_chunks(pairs, moe.dispatch_width, a)
     return out

@@ -51,7 +51,7 @@ def all_to_all(cfg: ModelConfig, lay, tokens: float, act_bytes: int, fp8: bool,
     moe, L, how = _moe(cfg), _layers(cfg), route(lay, decode)
     if lay.ep == 1:
         return AllToAll(tokens, L, 0.0, 0.0, 0.0, 0.0, 0.0, how)
-    d = moe.d_model
+    d = moe.dispatch_width  # a latent MoE dispatches its L-wide rows (tfcalc.architecture.ffn, step 7)
     routes = token_routes(moe, lay.ep, lay.nodes, "deepep" if how == "deepep" else "alltoall", moe.top_k)
     dispatch_row = d + FP32 * -(-d // FP8_SCALE_CHANNELS) if fp8 else act_bytes * d
     per_row = dispatch_row + act_bytes * d  # a row goes out in the dispatch and back in the combine

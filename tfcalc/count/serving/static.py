@@ -223,7 +223,7 @@ def step_overhead(cfg: ModelConfig, step: Step, fmt: WeightFormat, c: Ceilings,
     moe = [(block.ffn, layers) for _, block, layers in cfg.architecture.kinds() if block.is_moe]
     copy = None
     if permute and moe:  # the GEMM's input in FP8 under FP8 weights: the copy is the cast (moe_serving, step 1)
-        copy = moe_serving.step_permute(step.rows, moe[0][0].d_model, sum(n for _, n in moe), act,
+        copy = moe_serving.step_permute(step.rows, moe[0][0].dispatch_width, sum(n for _, n in moe), act,
                                         1 if fmt.compute_dtype == "fp8" else act)
     o = overhead(cfg, step.batch, step.queries, step.context, quantized_weights(step, fmt), fmt.dtype, act,
                  c.bytes_per_s, fp32, c.perf, t, copy)

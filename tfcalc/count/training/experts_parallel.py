@@ -133,7 +133,7 @@ def ep_collectives(cfg: ModelConfig, layout: Layout, stage: int, gpus_per_node: 
     peers = (0, 0)
     for block, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if block.is_moe:
-            ffn, h = block.ffn, block.ffn.d_model
+            ffn, h = block.ffn, block.ffn.dispatch_width  # L wide in a latent MoE (architecture.ffn, step 7)
             layers += n
             counts += n * ffn.n_expert * INT64
             rows += n * ffn.routed_rows(tokens) * h
@@ -166,7 +166,7 @@ def etp_collectives(cfg: ModelConfig, layout: Layout, stage: int) -> list[Collec
     for block, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if block.is_moe:
             layers += n
-            rows += n * block.ffn.routed_rows(tokens) * block.ffn.d_model
+            rows += n * block.ffn.routed_rows(tokens) * block.ffn.dispatch_width
     if not layers:
         return []
     m = layout.micro_batches
