@@ -27,6 +27,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
+from tfcalc.hf_config.gemma4 import kv_shared_layers
 from tfcalc.hf_config.llama_like import base_fields, llama_names
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
@@ -105,15 +106,7 @@ def _streams(r: Reader, n: int, kinds: list[str]) -> None:
             raise r.fail(f"'{key}' must be a positive integer; got {shown(value)}")
     r.fields.update(altup_inputs=streams, altup_correct_scale=r.flag("altup_correct_scale", True), laurel_rank=rank,
                     per_layer_dim=per_layer, per_layer_vocab=vocab if vocab != r.fields["vocab_size"] else None)
-    shared = r.number("num_kv_shared_layers", 15, integer=True)
-    if shared:
-        if not 0 < shared < n:
-            raise r.fail(f"'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers' ({n}); got "
-                         f"{shown(shared)}")
-        if set(kinds[:n - shared]) != set(kinds):
-            raise r.fail("'num_kv_shared_layers': a layer type among the shared layers has no earlier layer of its "
-                         "type to read K/V from (transformers refuses this file too)")
-        r.fields["kv_shared_layers"] = shared
+    kv_shared_layers(r, n, kinds, 15)  # Gemma3nTextConfig's default
     sparsity = r.raw.get("activation_sparsity_pattern")
     if sparsity is None:
         sparse = 10 if n > 10 else 0

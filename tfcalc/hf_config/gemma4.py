@@ -121,10 +121,19 @@ def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
     """num_kv_shared_layers (Gemma4TextConfig.kv_sharing_modes): the last ones read the K/V of the last earlier
     layer of their type, each type among them having one (transformers refuses the file otherwise); with
     use_double_wide_mlp their MLP is 2 · intermediate_size wide (Gemma4TextMLP)."""
-    shared = r.number("num_kv_shared_layers", 0, integer=True)
+    shared = kv_shared_layers(r, n, kinds, 0)
     wide = r.flag("use_double_wide_mlp", False)
+    if shared and wide:
+        r.fields["kv_shared_d_ff"] = 2 * r.fields["d_ff"]
+
+
+def kv_shared_layers(r: Reader, n: int, kinds: list[str], default: int) -> int:
+    """num_kv_shared_layers, Gemma 3n's and Gemma 4's (default: the config class's; 0 none): checked and set as
+    the ``kv_shared_layers`` field when above 0 -- the last ones read the K/V of an earlier layer of their type, so
+    they are fewer than the layers and each type among them has an earlier layer."""
+    shared = r.number("num_kv_shared_layers", default, integer=True)
     if not shared:
-        return
+        return 0
     if not 0 < shared < n:
         raise r.fail(f"'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers' ({n}): the layers "
                      f"whose K/V they read come before them; got {shown(shared)}")
@@ -132,8 +141,7 @@ def _shared_kv(r: Reader, n: int, kinds: list[str]) -> None:
         raise r.fail("'num_kv_shared_layers': a layer type among the shared layers has no earlier layer of its type "
                      "to read K/V from (transformers refuses this file too)")
     r.fields["kv_shared_layers"] = shared
-    if wide:
-        r.fields["kv_shared_d_ff"] = 2 * r.fields["d_ff"]
+    return shared
 
 
 def _refuse_unbuilt(r: Reader) -> None:
