@@ -185,7 +185,7 @@ def test_the_cuda_path_of_the_timing_loop_with_fake_events(monkeypatch):
 
 def test_the_cuda_peak_meter_reads_the_allocators_counters(monkeypatch):
     from tfcalc.measure.device import Device
-    from tfcalc.measure.memory import CudaPeakMeter, peak_meter
+    from tfcalc.measure.peak_meter import CudaPeakMeter, peak_meter
 
     state = {"allocated": 1000, "peak": 1000, "reset": 0}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

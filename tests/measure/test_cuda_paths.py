@@ -99,7 +99,7 @@ def test_ranks_asked_on_cuda_are_refused_beyond_the_gpus(monkeypatch):
 
 
 def test_the_cuda_peak_meter_resets_after_its_baseline_and_synchronizes_before_reading(monkeypatch):
-    from tfcalc.measure.memory import CudaPeakMeter
+    from tfcalc.measure.peak_meter import CudaPeakMeter
 
     log, state = [], {"allocated": 10, "peak": 10}
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))

@@ -13,7 +13,7 @@ How the clock is read, and why:
 - Ceilings, timed the same way: a large matmul (FLOP/s), and over one large buffer a device copy, a
   read-only reduction and a matrix-vector product (bytes/s, the slowest: see Bandwidth); the roofline's
   measured ridge is their ratio.
-- Peak memory: tfcalc.measure.memory.peak_meter, the device's own counters (CUDA: the caching
+- Peak memory: tfcalc.measure.peak_meter, the device's own counters (CUDA: the caching
   allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``; CPU: the process's peak RSS,
   reset through /proc/self/clear_refs), read around the timed forward passes.
 """

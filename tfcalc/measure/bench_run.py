@@ -102,7 +102,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[], None],
     from tfcalc import devices
     from tfcalc.measure import autorange, bench
     from tfcalc.measure.device import resolve_device, tf32_matmuls, torch_dtype
-    from tfcalc.measure.memory import peak_meter
+    from tfcalc.measure.peak_meter import peak_meter
     from tfcalc.measure.stand_in import probe
     from tfcalc.model import build_model
 

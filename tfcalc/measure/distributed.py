@@ -22,7 +22,7 @@ Measured on every rank:
 - collectives: every call during the measured step (tfcalc.measure.collectives);
 - saved activations: bytes autograd keeps for backward in the measured step's first micro-batch
   (distinct storages of the local tensors packed, parameters excluded), as tfcalc.measure.memory does;
-- peak memory above a baseline taken before the model is built (tfcalc.measure.memory.peak_meter);
+- peak memory above a baseline taken before the model is built (tfcalc.measure.peak_meter);
 - the wall time of the measured step, and the loss of the first micro-batch before any update (the
   sharded model must compute the single-device model's loss: tests/measure/test_distributed.py).
 A "bench" job times forward + backward of one micro-batch with tfcalc.measure.bench.time_calls.
@@ -208,7 +208,7 @@ def run_measure(job: dict, device: torch.device, advance=_quiet) -> dict:
     from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.collectives import CollectiveLog
     from tfcalc.measure.device import resolve_device
-    from tfcalc.measure.memory import peak_meter
+    from tfcalc.measure.peak_meter import peak_meter
 
     meter = peak_meter(resolve_device(str(device)))
     meter.start()

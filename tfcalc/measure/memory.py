@@ -43,7 +43,6 @@ stands in for the matmul results: the same tensors, without the slow arithmetic.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import json
 import os
 import sys
@@ -52,7 +51,8 @@ from typing import Any, Optional
 
 from tfcalc.architecture import Architecture
 from tfcalc.config import ConfigError, ModelConfig, from_mapping, replace
-from tfcalc.measure.device import Device, resolve_device, torch_dtype
+from tfcalc.measure.device import resolve_device, torch_dtype
+from tfcalc.measure.peak_meter import peak_meter
 from tfcalc.workload import Workload
 
 WARMUP_SEQ = 16
@@ -193,82 +193,6 @@ def run_model(cfg: ModelConfig, workload: Workload, device: str, training: bool,
     opt.step()
     opt.zero_grad(set_to_none=False)
     return saved
-
-
-# ---------- peak meters ----------
-
-
-def _proc_status(field: str) -> Optional[int]:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-class CpuPeakMeter:
-    """Peak resident memory of this process above start() (see the module docstring)."""
-
-    def start(self) -> None:
-        gc.collect()
-        self.reset = False
-        try:
-            with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-                f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
-            self.reset = True
-        except OSError:
-            pass
-        self.baseline = _proc_status("VmRSS") or self._maxrss()
-
-    @staticmethod
-    def _maxrss() -> int:
-        import resource
-
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return rss if sys.platform == "darwin" else rss * 1024  # bytes on macOS, KiB on Linux
-
-    def peak(self) -> int:
-        hwm = _proc_status("VmHWM") if self.reset else None
-        return max(0, (hwm if hwm is not None else self._maxrss()) - self.baseline)
-
-    @property
-    def method(self) -> str:
-        how = "VmHWM, reset via clear_refs" if self.reset else "ru_maxrss"
-        return f"peak RSS of a child process above its baseline ({how})"
-
-
-class CudaPeakMeter:
-    """The CUDA caching allocator's peak above start()."""
-
-    def __init__(self, device: str):
-        self.device = device
-
-    def start(self) -> None:
-        import torch
-
-        gc.collect()
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
-        self.baseline = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-    def peak(self) -> int:
-        import torch
-
-        torch.cuda.synchronize(self.device)
-        return torch.cuda.max_memory_allocated(self.device) - self.baseline
-
-    method = "torch.cuda.max_memory_allocated above the start (caching allocator's counters)"
-
-
-def peak_meter(device: Device) -> CpuPeakMeter | CudaPeakMeter:
-    """The device's own peak-memory counter: start(), run, then peak() bytes above the start.
-    CUDA: the caching allocator; otherwise the process's peak RSS (on MPS, unified memory that the
-    process maps, which is an approximation)."""
-    return CudaPeakMeter(device.name) if device.kind == "cuda" else CpuPeakMeter()
 
 
 def _warmup_config(cfg: ModelConfig) -> tuple[ModelConfig, Architecture]:

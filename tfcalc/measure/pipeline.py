@@ -325,7 +325,7 @@ def run_pipeline(job: dict, device: torch.device, advance) -> dict:
     from tfcalc.config import from_mapping
     from tfcalc.measure.bench import host_seconds
     from tfcalc.measure.device import resolve_device, torch_dtype
-    from tfcalc.measure.memory import peak_meter
+    from tfcalc.measure.peak_meter import peak_meter
     from tfcalc.model import build_model
 
     meter = peak_meter(resolve_device(str(device)))
