@@ -43,7 +43,8 @@ it, never used to choose a parameter of the performance model. Reported beside i
   PyTorch's SDPA flash backend, FlashAttention-2, at its published H100 rates (tfcalc.count.perf.hardware,
   HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked. RoPE
   in complex numbers, left by Inductor to aten kernels (--rope complex: count.perf.elementwise, 6): 1.28 → 1.24.
-  The page's hardware
+  The step waits for the slowest of its GPUs (Sinha et al. 2022's 8 % spread: count.perf.slowest_rank): compile
+  on 128 GPUs 1.26 → 1.22, on 8 1.23 → 1.21; the 8 → 128 loss 0 → 1.4 % (published 2.3 %). The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).

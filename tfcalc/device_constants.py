@@ -12,7 +12,7 @@ from typing import Any, Optional
 from tfcalc.errors import InputError, shown, shown_path
 
 PERF_FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s",
-               "static_power_w")
+               "static_power_w", "gpu_variation")
 MAX_STATIC_W = 10_000  # W: a B200 is rated 1,000; ten times that is a typo (count.training.overlap_costs)
 MAX_KERNEL_S = 1e-3  # seconds: a kernel's fixed cost is microseconds (count.perf.hardware); a millisecond is a typo
 # a fused attention kernel by name: its Hopper efficiencies are tfcalc.count.perf.hardware.HOPPER_ATTENTION's
@@ -87,6 +87,11 @@ def check_perf(path: Path, perf: Any) -> tuple[tuple[str, Any], ...]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < MAX_STATIC_W:
                 raise InputError(f"{where}: field 'perf.static_power_w' must be watts from 0 to {MAX_STATIC_W:,}, "
                                  f"e.g. 88; got {shown(value)}")
+            value = float(value)
+        elif name == "gpu_variation":  # a spread, 0 allowed (tfcalc.count.perf.slowest_rank)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise InputError(f"{where}: field 'perf.gpu_variation' must be a fraction in [0, 1), e.g. 0.08; "
+                                 f"got {shown(value)}")
             value = float(value)
         elif name == "flash_efficiency":
             if not isinstance(value, list) or len(value) != 2:

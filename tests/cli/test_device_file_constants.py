@@ -22,10 +22,12 @@ DATASHEET = ("name: My H100\npeak_flops: {fp32: 67.0e12, bf16: 989.0e12, fp16: 9
              "gpus_per_node: 8\nhost_memory_bytes: 2199023255552\n"
              f"memory_bytes: {devices.usable_bytes(devices.by_key('h100-sxm'))}\n")
 STATED = ("perf: {sm_count: 132, matmul_ceiling: 0.801, fp8_ceiling: 0.709, sustained_clock: 1.0, "
-          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}], kernel_s: 2.67e-6, static_power_w: 85}}\n")
-# kernel_s: tfcalc's H100 run; static_power_w: an idle H100's draw (tfcalc.count.perf.hardware)
+          f"flash_efficiency: [{FA2_H100[0]!r}, {FA2_H100[1]!r}], kernel_s: 2.67e-6, static_power_w: 85, "
+          "gpu_variation: 0.08}\n")
+# kernel_s: tfcalc's H100 run; static_power_w: an idle H100's draw; gpu_variation: Sinha et al.'s 8 %
+# (tfcalc.count.perf.hardware)
 FIELDS = ("sm_count", "matmul_ceiling", "fp8_ceiling", "sustained_clock", "flash_efficiency", "kernel_s",
-          "static_power_w")
+          "static_power_w", "gpu_variation")
 PLAN = ("plan", "llama2-7b", "--tp", "8", "--seq", "4096", "--json")
 
 
@@ -112,6 +114,10 @@ def test_the_table_devices_print_no_constants_line(cli):
     ("perf: {static_power_w: -5}\n", "field 'perf.static_power_w' must be watts from 0 to 10,000"),
     ("perf: {static_power_w: .nan}\n", "field 'perf.static_power_w' must be watts"),
     ("perf: {static_power_w: '88'}\n", "field 'perf.static_power_w' must be watts"),
+    ("perf: {gpu_variation: 1}\n", "field 'perf.gpu_variation' must be a fraction in [0, 1)"),
+    ("perf: {gpu_variation: -0.1}\n", "field 'perf.gpu_variation' must be a fraction"),
+    ("perf: {gpu_variation: .nan}\n", "field 'perf.gpu_variation' must be a fraction"),
+    ("perf: {gpu_variation: true}\n", "field 'perf.gpu_variation' must be a fraction"),
 ])
 def test_hostile_device_constants_are_one_line_refusals(cli, tmp_path, extra, message):
     path = _file(tmp_path, extra)

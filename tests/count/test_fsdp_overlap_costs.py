@@ -79,7 +79,7 @@ def test_step_charges_fsdp_copies_from_its_collectives():
     assert st.fsdp_copy_s == pytest.approx(exposed / bandwidth + calls * hw.perf.kernel_s)
     assert st.hbm_contention_s > 0
     assert st.physics_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()) + st.contention_s
-                                         + st.hbm_contention_s + st.fsdp_copy_s + st.optimizer_s)
+                                         + st.hbm_contention_s + st.fsdp_copy_s + st.optimizer_s + st.slowest_rank_s)
     assert r.to_json()["step"]["fsdp_copy_s"] == st.fsdp_copy_s
 
 

@@ -9,6 +9,7 @@ from conftest import tiny
 
 from tfcalc.count.model.flops import training_flops
 from tfcalc.count.model.params import total
+from tfcalc.count.perf.slowest_rank import expected_max, sigma
 from tfcalc.count.training import comm, rank_memory as rm, shard
 from tfcalc.count.training.layout import Layout, check_layout, resolve_degrees
 from tfcalc.count.training.plan import fewest_gpus, make_plan, search
@@ -175,7 +176,10 @@ def test_step_time_adds_or_overlaps_communication():
     plan = make_plan(cfg, layout(tp=2, dp=4, zero=1, global_batch=64), H100, None)
     st, m = plan.step, 64 // 4
     assert st.basis == "physics" and st.overlap_s == st.physics_s
-    assert st.no_overlap_s == pytest.approx(st.pipelined_s + sum(st.comm_s.values()) + st.optimizer_s)
+    # the slowest of the 8 GPUs' matmuls, in both (tfcalc.count.perf.slowest_rank)
+    assert st.slowest_rank_s == pytest.approx(st.matmul_s * sigma(0.08) * expected_max(8))
+    assert st.no_overlap_s == pytest.approx(st.pipelined_s + sum(st.comm_s.values()) + st.optimizer_s
+                                            + st.slowest_rank_s)
     # TP on every micro-batch's critical path; DP reduction hidden behind the last micro-batch's backward
     # pass (ZeRO-1 accumulates the others), all but what overflows that window and the last 25 MiB bucket
     assert st.exposed_s["tp"] == st.comm_s["tp"]
@@ -184,7 +188,7 @@ def test_step_time_adds_or_overlaps_communication():
     # (and the optimizer step after it: tfcalc.count.perf.optimizer)
     # and in HBM (tfcalc.count.training.overlap_costs: ZeRO-1's flat buffers need no FSDP2 copies)
     assert st.overlap_s == pytest.approx(st.pipelined_s + sum(st.exposed_s.values()) + st.contention_s
-                                         + st.hbm_contention_s + st.optimizer_s)
+                                         + st.hbm_contention_s + st.optimizer_s + st.slowest_rank_s)
     assert st.contention_s > 0 and st.hbm_contention_s > 0 and st.fsdp_copy_s == 0
     assert st.overlap_s < st.no_overlap_s
     assert st.model_flops == training_flops(cfg, Workload(batch=64, seq=4096))

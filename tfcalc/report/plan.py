@@ -178,6 +178,7 @@ class PlanReport(Displayed):
                      "hbm_contention_s": st.hbm_contention_s, "fsdp_copy_s": st.fsdp_copy_s,
                      # --overlap ep's cost: the all-to-alls' SMs (count.training.experts_parallel, 4)
                      "ep_contention_s": st.ep_contention_s,
+                     "slowest_rank_s": st.slowest_rank_s,  # the slowest GPU's matmuls (count.perf.slowest_rank)
                      "power_limit_w": self.request.power_limit,  # its clock: perf.sustained_clock
                      "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
                      # the fullest EP rank's expert GEMMs over the mean's (count.perf.expert_imbalance)

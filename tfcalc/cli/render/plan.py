@@ -6,6 +6,7 @@ from __future__ import annotations
 from tfcalc import devices, units
 from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count.perf.pipeline import chunk_micro_batches
+from tfcalc.count.perf.slowest_rank import expected_max, sigma
 from tfcalc.count.training import sharding
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.pipeline_fsdp import stage_gathered
@@ -205,6 +206,10 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add("  overlap's HBM cost", st.hbm_contention_s, "memory-bound kernels beside the overlapped DP traffic")
     if st.fsdp_copy_s:  # tfcalc.count.training.overlap_costs, 2
         t.add("  FSDP2 copies", st.fsdp_copy_s, "all-gather copy-out and reduce-scatter copy-in, on the compute stream")
+    if st.slowest_rank_s:  # tfcalc.count.perf.slowest_rank
+        perf = r.hardware.perf
+        t.add(f"  slowest of {L.gpus:,} GPUs", st.slowest_rank_s, f"matmuls × σ {sigma(perf.gpu_variation):.2%} × "
+              f"e_N {expected_max(L.gpus):.2f}: GPUs spread {perf.gpu_variation:.0%} (Sinha et al. 2022)")
     if r.request.power_limit is not None:  # tfcalc.count.training.overlap_costs.power_capped_clock
         t.add(f"Clock at a {r.request.power_limit:g} W power limit: {r.hardware.perf.sustained_clock:.3f}", None,
               f"of the datasheet's, ((limit − {r.hardware.perf.static_power_w:g} W static) / (rated − static))^(1/3): "

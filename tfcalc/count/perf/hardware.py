@@ -34,6 +34,10 @@ Fields and their sources:
   HBM's, "GPU Memory Power Readings"); A100-SXM4-80GB 59 W, the mean of four, 58-60 W
   (gls/A100SXMx4_smi.py). A lower bound: leakage grows with the temperature under load. Other devices: 0
   (none captured), the cube-root law alone.
+- ``gpu_variation``: how far apart GPUs of one SKU run, as Sinha et al. measure it (SC22, arXiv 2208.11035v3:
+  the span of a box plot's whiskers over the GPUs of a cluster, 4 IQR, over the median): 0.08, their "8% (max
+  22%) average performance variation" over V100 and MI50/MI60 clusters, for every device (none measured on
+  others). A synchronous step waits for the slowest of its GPUs (tfcalc.count.perf.slowest_rank); 0 leaves it out.
 - ``bandwidth_efficiency``: the fraction of the datasheet memory bandwidth a streaming kernel reaches.
   0.85 by default: a device-to-device copy of 4 GiB on an H100 NVL measures 3.568 of 3.938 TB/s (0.906)
   and read-read-write 0.914 (a public measurement quoted with mamf-finder's); kernels that stream
@@ -130,6 +134,7 @@ class PerfSpec:
     fp8_ceiling: float = 0.709  # FP8 GEMMs against the FP8 peak (module docstring)
     sustained_clock: float = 1.0
     static_power_w: float = 0.0  # W that do not scale with the clock, for --power-limit (docstring)
+    gpu_variation: float = 0.08  # same-SKU GPUs' speed spread, 4 IQR / median (docstring; count.perf.slowest_rank)
     bandwidth_efficiency: float = 0.85
     kernel_s: float = 4e-6
     flash_efficiency: tuple[float, float] = (0.6, 0.45)  # forward, backward
@@ -153,7 +158,7 @@ class PerfSpec:
         return hash((self.sm_count, self.matmul_ceiling, self.fp8_ceiling, self.sustained_clock,
                      self.bandwidth_efficiency, self.kernel_s, self.flash_efficiency, self.matmul_efficiency,
                      self.request_s, self.comm_sms, self.host_op_s, self.launch, self.ep_comm_sms,
-                     self.attention_kernel, self.flash_unmasked_forward, self.static_power_w))
+                     self.attention_kernel, self.flash_unmasked_forward, self.static_power_w, self.gpu_variation))
 
 
 A100_SUSTAINED = 1305 / 1410  # see sustained_clock in the module docstring
@@ -237,7 +242,7 @@ def perf_spec(device_key: str, matmul_efficiency: Optional[float] = None,
 DEFAULT_FROM = {"sm_count": "default, the A100's", "matmul_ceiling": "default, the H100 SXM's",
                 "fp8_ceiling": "default, the H100 SXM's", "sustained_clock": "default, no clock derating",
                 "flash_efficiency": "default, the A100's", "kernel_s": "default, 4 µs",
-                "static_power_w": "default, none"}
+                "static_power_w": "default, none", "gpu_variation": "default, Sinha et al. 2022's 8 %"}
 
 
 def device_perf(spec: DeviceSpec, matmul_efficiency: Optional[float] = None,
@@ -281,7 +286,8 @@ def constants_line(perf: PerfSpec) -> str:
               "fp8_ceiling": f"{perf.fp8_ceiling:.3g}", "sustained_clock": f"{perf.sustained_clock:.3g}",
               "flash_efficiency": "/".join(f"{v:.3g}" for v in perf.flash_efficiency)
               + f" {ATTENTION_KERNEL_NAMES.get(perf.attention_kernel, perf.attention_kernel)}",
-              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs", "static_power_w": f"{perf.static_power_w:g} W"}
+              "kernel_s": f"{perf.kernel_s * 1e6:.3g} µs", "static_power_w": f"{perf.static_power_w:g} W",
+              "gpu_variation": f"{perf.gpu_variation:.3g}"}
     line = "Device constants: " + "; ".join(f"{n} {values[n]} ({w})" for n, w in perf.constants_from)
     if any(w.startswith("default") for _, w in perf.constants_from):
         line += " (state them under perf: in the device file, or name a table device with inherits:)"
@@ -325,7 +331,7 @@ def check_fraction(name: str, value: object) -> float:
 def perf_json(perf: PerfSpec) -> dict:
     """The performance model's device properties (tfcalc.count.perf.hardware), as used."""
     return {"sm_count": perf.sm_count, "matmul_ceiling": perf.matmul_ceiling, "sustained_clock": perf.sustained_clock,
-            "static_power_w": perf.static_power_w,
+            "static_power_w": perf.static_power_w, "gpu_variation": perf.gpu_variation,
             "bandwidth_efficiency": perf.bandwidth_efficiency, "kernel_s": perf.kernel_s,
             "flash_efficiency": list(perf.flash_efficiency), "matmul_efficiency": perf.matmul_efficiency,
             "link_latency_s": dict(perf.link_latency_s), "link_efficiency": dict(perf.link_efficiency),

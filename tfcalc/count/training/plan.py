@@ -35,6 +35,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
 from tfcalc.count.perf.pipeline import head_stage
+from tfcalc.count.perf.slowest_rank import with_slowest_rank
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
 from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.experts_parallel import ep_collectives
@@ -121,6 +122,8 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
                                     hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency)
         step = with_optimizer(step, seconds, hw.peak_flops_per_s, layout.gpus)
+    # the step waits for its slowest GPU (tfcalc.count.perf.slowest_rank)
+    step = with_slowest_rank(step, hw.perf.gpu_variation, hw.peak_flops_per_s, layout.gpus)
     if layout.offload_optimizer or layout.offload_activations:  # the PCIe traffic (tfcalc.count.training.offload)
         off = rank_offload(cfg, layout, mem.stage, model_states(cfg, layout, mem.stage)[3])
         pcie, exposed = pcie_seconds(off, hw.pcie_bytes_per_s or GEN4, hw.perf.link_efficiency["pcie"],

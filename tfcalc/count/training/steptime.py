@@ -129,6 +129,7 @@ class StepTime:
     hbm_contention_s: float = 0.0  # memory-bound compute waiting on overlapped collectives' HBM traffic (step 5)
     fsdp_copy_s: float = 0.0  # FSDP2's copy-out and reduce-scatter copy-in on the compute stream (step 5)
     ep_contention_s: float = 0.0  # --overlap ep's cost: the compute beside the all-to-alls' SMs (step 5)
+    slowest_rank_s: float = 0.0  # the slowest GPU's extra matmul time (tfcalc.count.perf.slowest_rank)
 
     @property
     def pipelined_s(self) -> float:
