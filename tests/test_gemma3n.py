@@ -140,6 +140,9 @@ HOSTILE = [
     (dict(laurel_rank=0), "'laurel_rank' must be a positive integer"),
     (dict(hidden_size_per_layer_input=0), "'hidden_size_per_layer_input' must be a positive integer"),
     (dict(vocab_size_per_layer_input="x"), "'vocab_size_per_layer_input' must be an integer"),
+    # null: Gemma3nTextConfig's strict int fields refuse it (transformers 5.24), not the default 256 in silence
+    (dict(hidden_size_per_layer_input=None), "'hidden_size_per_layer_input' is null: Gemma3nTextConfig requires an"),
+    (dict(vocab_size_per_layer_input=None), "'vocab_size_per_layer_input' is null: Gemma3nTextConfig requires an"),
     (dict(num_kv_shared_layers=35), "'num_kv_shared_layers' must be 0 or more and below"),
     (dict(activation_sparsity_pattern=[0.5] * 3), "'activation_sparsity_pattern' must give one share"),
     (dict(activation_sparsity_pattern=[1.0] * 35), "'activation_sparsity_pattern' must give one share"),

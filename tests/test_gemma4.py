@@ -275,6 +275,7 @@ def test_multimodal_checkpoint_loads_its_language_model(tmp_path, cli):
 HOSTILE = [
     (dict(hidden_size_per_layer_input=-2), "'hidden_size_per_layer_input' must be 0 or more"),
     (dict(hidden_size_per_layer_input="x"), "'hidden_size_per_layer_input' must be an integer"),
+    (dict(hidden_size_per_layer_input=None), "'hidden_size_per_layer_input' is null: Gemma4TextConfig requires an"),
     (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=0), "'vocab_size_per_layer_input' must be a po"),
     (dict(hidden_size_per_layer_input=8, vocab_size_per_layer_input=[1]), "'vocab_size_per_layer_input' must be an"),
     (dict(num_kv_shared_layers=30), "'num_kv_shared_layers' must be 0 or more and below 'num_hidden_layers'"),
@@ -323,15 +324,34 @@ def test_hostile_config_json(tmp_path, changes, message):
         load(_write(tmp_path, raw))
 
 
-def test_null_per_layer_width_is_no_table_and_absent_is_the_default(tmp_path):
-    """hidden_size_per_layer_input null or 0: no per-layer inputs (Gemma4TextModel tests it for truth); left out:
+def test_zero_per_layer_width_is_no_table_and_absent_is_the_default(tmp_path):
+    """hidden_size_per_layer_input 0: no per-layer inputs (Gemma4TextModel tests it for truth); left out:
     Gemma4TextConfig's 256."""
     raw = _published()
-    for value in (None, 0):
-        assert load(_write(tmp_path, {**raw, "hidden_size_per_layer_input": value})).per_layer_dim is None
+    assert load(_write(tmp_path, {**raw, "hidden_size_per_layer_input": 0})).per_layer_dim is None
     del raw["hidden_size_per_layer_input"]
     cfg = load(_write(tmp_path, raw, "absent"))
     assert (cfg.per_layer_dim, cfg.per_layer_vocab) == (256, None)  # 262,144 rows: the vocabulary's
+
+
+@pytest.mark.parametrize("key", ["hidden_size_per_layer_input", "vocab_size_per_layer_input"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["gemma4_text", "gemma4"])
+def test_a_null_per_layer_size_is_refused_as_transformers_refuses_the_file(tmp_path, key, wrapped):
+    """Gemma4TextConfig declares both per-layer sizes plain ints, validated strictly: transformers 5.24 loads no
+    config.json with null there (StrictDataclassFieldValidationError), so tfcalc refuses it in one line rather than
+    reading no per-layer inputs, or the default, in silence -- with per-layer inputs in use (p = 8) or not."""
+    import transformers
+
+    for p in (8, 0):
+        raw = {**_published(hidden_size_per_layer_input=p, vocab_size_per_layer_input=96), key: None}
+        if wrapped:
+            raw = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": raw}
+        path = _write(tmp_path, raw, f"{key}-{p}")
+        with pytest.raises(Exception, match=f"field '{key}'.*\\n.*expected int, got NoneType"):
+            transformers.AutoConfig.from_pretrained(str(tmp_path / f"{key}-{p}"))
+        with pytest.raises(InputError, match=f"'{key}' is null: Gemma4TextConfig requires an integer there") as e:
+            load(path)
+        assert "\n" not in str(e.value)
 
 
 FLAT_HOSTILE = [

@@ -1,8 +1,9 @@
 """The gemma-4-31b preset (presets/gemma-4-31b.yaml) against the sources it cites: the preset equals GEMMA4_31B (the
-checkpoint's config.json as transcribed in ollama/ollama x/models/gemma4/gemma4_test.go, TestParseTextConfig31B,
-with max_position_embeddings at the model card's 256K) read through tfcalc's HF mapper, field by field; its shapes
-are Google DeepMind's Gemma4_31B (google-deepmind/gemma, gemma/gm/nn/gemma4/_gemma4.py), by hand; its parameters
-are transformers 5.24's Gemma4ForCausalLM on meta, and within 0.1 % of the model card's "30.7B"."""
+checkpoint's config.json as transcribed in ollama/ollama x/models/gemma4/gemma4_test.go, TestParseTextConfig31B, with
+max_position_embeddings at the model card's 256K, hidden_size_per_layer_input null written 0) read through tfcalc's
+HF mapper, field by field; its shapes are Google DeepMind's Gemma4_31B (google-deepmind/gemma,
+gemma/gm/nn/gemma4/_gemma4.py), by hand; its parameters are transformers 5.24's Gemma4ForCausalLM on meta, and within
+0.1 % of the model card's "30.7B"."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ TEXT = {
     "num_attention_heads": 32, "num_key_value_heads": 16, "num_global_key_value_heads": 4, "head_dim": 256,
     "global_head_dim": 512, "vocab_size": 262144, "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
     "sliding_window": 1024, "final_logit_softcapping": 30.0, "use_double_wide_mlp": False, "num_kv_shared_layers": 0,
-    "hidden_size_per_layer_input": None, "attention_k_eq_v": True, "tie_word_embeddings": True,
+    # the transcription's null written 0 (no per-layer inputs), as tests/fixtures/published_configs does for the 26B:
+    # transformers 5.24's strict Gemma4TextConfig refuses null there, and so does tfcalc (tests/test_gemma4.py)
+    "hidden_size_per_layer_input": 0, "attention_k_eq_v": True, "tie_word_embeddings": True,
     "layer_types": LAYER_TYPES,
     "rope_parameters": {
         "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
@@ -73,8 +76,7 @@ def test_parameters_equal_transformers_on_meta_and_the_model_card(tmp_path):
     final norm."""
     import transformers
 
-    # null per-layer inputs are none (Gemma4TextModel tests the width for truth); 5.24's strict config wants the 0
-    text = {k: v for k, v in TEXT.items() if k != "model_type"} | {"hidden_size_per_layer_input": 0}
+    text = {k: v for k, v in TEXT.items() if k != "model_type"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf_cfg = transformers.Gemma4TextConfig(**text)

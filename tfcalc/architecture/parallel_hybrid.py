@@ -10,12 +10,13 @@ z, x, B, C, dt) belong to the Mamba2 component (``proj_scales``) and its ``key_m
 scale (keys times m before RoPE, which is linear, so the scores times m: ``attn_scale`` = m / sqrt(d_head)). None of
 them changes a parameter or a FLOP of a matmul; each is one multiply an element, counted as non-matmul work.
 
-``ParallelMixers`` answers the mixer protocol (tfcalc.architecture.mixer) as the union of its two parts: every
-tensor, projection, position-mixing matmul and state tensor of each, the Mamba2 part's named with ``ssm_`` before
-them (attention's ``o`` and Mamba2's out_proj ``o`` apart: ``attn_o`` and ``attn_ssm_o`` in the FLOP table). Its
-state is the attention's K and V, which grow with the context, beside the Mamba2 part's fixed conv ring and SSM
-state; it cannot rewind (the recurrent part holds no earlier position) nor ring over context-parallel ranks.
-Tensor parallelism splits both parts by heads (attention heads; SSM heads and groups).
+``ParallelMixers`` answers the mixer protocol (tfcalc.architecture.mixer) as the union of its two parts (the union
+alone: tfcalc.architecture.attention_ssm, shared with Zamba2): every tensor, projection, position-mixing matmul and
+state tensor of each, the Mamba2 part's named with ``ssm_`` before them (attention's ``o`` and Mamba2's out_proj
+``o`` apart: ``attn_o`` and ``attn_ssm_o`` in the FLOP table). Its state is the attention's K and V, which grow with
+the context, beside the Mamba2 part's fixed conv ring and SSM state; it cannot rewind (the recurrent part holds no
+earlier position) nor ring over context-parallel ranks. Tensor parallelism splits both parts by heads (attention
+heads; SSM heads and groups).
 
 The flat front end: ``ssm_parallel`` (every layer so, the attention and Mamba2 sizes from their own fields), the four
 multipliers, and ``ffn_multipliers`` (Falcon-H1's mlp_multipliers: the gate projection's output times the first
@@ -31,8 +32,9 @@ from typing import Any, Optional
 
 from tfcalc.architecture import flat_attention, kinds, mamba2
 from tfcalc.architecture.attention import Attention
+from tfcalc.architecture.attention_ssm import AttentionSsmParts
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Elementwise, Mixing
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
 
@@ -40,7 +42,7 @@ SSM = "ssm_"  # the prefix of the Mamba2 part's names
 
 
 @dataclass(frozen=True)
-class ParallelMixers:
+class ParallelMixers(AttentionSsmParts):
     attention: Attention
     ssm: mamba2.Mamba2
     attn_in: Optional[float] = None
@@ -78,17 +80,11 @@ class ParallelMixers:
     def elementwise(self, queries: int, keys: int, step: bool = False) -> list[Elementwise]:
         """Both parts', the sum of their outputs (one add per element), and the multipliers given."""
         d = self.d_model
-        out = self.attention.elementwise(queries, keys) + self.ssm.elementwise(queries, keys)
+        out = super().elementwise(queries, keys)
         out.append(Elementwise("ssm", "attention + Mamba2 outputs", queries * d, per_element=1))
         if self.multipliers():
             out.append(Elementwise("ssm", "muP in/out multipliers", queries * d * self.multipliers(), per_element=1))
         return out
-
-    def kernel(self, explicit_mask: bool) -> str:
-        return self.attention.kernel(explicit_mask)
-
-    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
-        return self.attention.mask_span(length)
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
@@ -97,37 +93,14 @@ class ParallelMixers:
         the block's norm output (which the other part keeps); with both, two copies where the norm output, kept by
         neither, is counted by the block -- e·d per token either way beyond the block's (``mixer_inputs``, kept
         whole under TP). Checked against autograd in fp32 (tests/model/test_falcon_h1.py)."""
-        out = dict(self.attention.saved(batch, seq, e, kernel, dropout))
-        for term, value in self.ssm.saved(batch, seq, e, kernel, dropout).items():
-            out[term] = out.get(term, 0) + value
+        out = super().saved(batch, seq, e, kernel, dropout)
         if self.attn_in is not None or self.ssm_in is not None:
             out["mixer_inputs"] = e * self.d_model
         return out
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
         """Both parts' at once (the attention's output is alive while the Mamba2 part runs), and the sum."""
-        return self.attention.working_set(kernel, length) + self.ssm.working_set(kernel, length) + self.d_model
-
-    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
-        return self.attention.eager_ops(tokens) + self.ssm.eager_ops(tokens)
-
-    def state(self) -> list[StateTensor]:
-        return self.attention.state() + self.ssm.state()
-
-    def expanded_state(self) -> list[StateTensor]:
-        return self.attention.expanded_state() + self.ssm.expanded_state()
-
-    def tp_widths(self) -> list[tuple[str, int]]:
-        return self.attention.tp_widths() + self.ssm.tp_widths()
-
-    def tp_state_heads(self) -> Optional[int]:
-        """The growing K and V split by KV head (the Mamba2 state by its heads, which TP divides: tp_widths)."""
-        return self.attention.tp_state_heads()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
-                            op_recompute=self.ssm.capabilities.op_recompute)
+        return super().working_set(kernel, length) + self.d_model
 
 
 # ---- its flat fields (tfcalc.architecture.kinds): every layer claimed where ssm_parallel is true ----

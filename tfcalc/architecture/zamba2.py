@@ -28,9 +28,10 @@ from typing import Any, Optional
 
 from tfcalc.architecture import flat_attention, kinds, mamba2
 from tfcalc.architecture.attention import Attention
+from tfcalc.architecture.attention_ssm import AttentionSsmParts
 from tfcalc.architecture.ffn import FFN
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
+from tfcalc.architecture.mixer import Elementwise, Mixing
 from tfcalc.architecture.norm import Norm
 from tfcalc.architecture.saved import norm_bytes
 from tfcalc.architecture.tensors import Linear, Weight
@@ -40,7 +41,7 @@ SHARED = "shared_"  # the prefix of the shared block's names
 
 
 @dataclass(frozen=True)
-class Zamba2Hybrid:
+class Zamba2Hybrid(AttentionSsmParts):
     d_model: int
     attention: Attention  # its d_model the block's input width, 2d; O written here (2d -> d)
     mlp: FFN  # d -> f -> d, gated
@@ -117,16 +118,10 @@ class Zamba2Hybrid:
         element) and the adds (h + t, the adapters' outputs)."""
         d, f = self.d_model, self.mlp.d_ff
         adds = queries * (d + 2 * f + (3 * 2 * d if self.attn_adapters else 0))
-        return self.attention.elementwise(queries, keys) + self.ssm.elementwise(queries, keys) + [
+        return super().elementwise(queries, keys) + [
             Elementwise("ssm", "shared FFN activation and product", queries * f, per_element=5),
             Elementwise("ssm", "shared block and Mamba2 RMSNorms", queries * 4 * d, per_element=4),
             Elementwise("ssm", "adapter and stream adds", adds, per_element=1)]
-
-    def kernel(self, explicit_mask: bool) -> str:
-        return self.attention.kernel(explicit_mask)
-
-    def mask_span(self, length: int) -> tuple[Optional[int], Optional[int]]:
-        return self.attention.mask_span(length)
 
     def saved(self, batch: int, seq: int, e: int, kernel: str, dropout: bool,
               sources: Optional[int] = None) -> dict[str, int]:
@@ -137,9 +132,7 @@ class Zamba2Hybrid:
         output and product (4·f·e), the adapters' inputs to B (r each) and the Linear's input (d·e). Exact against
         autograd in fp32 and bf16 (tests/model/test_zamba2.py)."""
         d, f, r = self.d_model, self.mlp.d_ff, self.adapter_rank
-        out = dict(self.attention.saved(batch, seq, e, kernel, dropout))
-        for term, value in self.ssm.saved(batch, seq, e, kernel, dropout).items():
-            out[term] = out.get(term, 0) + value
+        out = super().saved(batch, seq, e, kernel, dropout)
         adapters = r * (1 + (3 if self.attn_adapters else 0))
         wide = dataclasses.replace(self.norm, width=2 * d)
         out["shared_block"] = (norm_bytes(wide, e) + e * 2 * d + norm_bytes(self.norm, e) + e * d
@@ -147,29 +140,10 @@ class Zamba2Hybrid:
         return out
 
     def working_set(self, kernel: str, length: int, sources: Optional[int] = None) -> int:
-        return self.attention.working_set(kernel, length) + self.ssm.working_set(kernel, length) + \
-            4 * self.d_model + 2 * self.mlp.d_ff
-
-    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
-        return self.attention.eager_ops(tokens) + self.ssm.eager_ops(tokens)
-
-    def state(self) -> list[StateTensor]:
-        return self.attention.state() + self.ssm.state()
-
-    def expanded_state(self) -> list[StateTensor]:
-        return self.attention.expanded_state() + self.ssm.expanded_state()
+        return super().working_set(kernel, length) + 4 * self.d_model + 2 * self.mlp.d_ff
 
     def tp_widths(self) -> list[tuple[str, int]]:
-        return self.attention.tp_widths() + self.ssm.tp_widths() + [("d_ff", self.mlp.d_ff)]
-
-    def tp_state_heads(self) -> Optional[int]:
-        return self.attention.tp_state_heads()
-
-    @property
-    def capabilities(self) -> Capabilities:
-        # planned as Megatron splits attention (by heads), the MLP (by d_ff) and Mamba2 (by heads and groups)
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
-                            op_recompute=self.ssm.capabilities.op_recompute)
+        return super().tp_widths() + [("d_ff", self.mlp.d_ff)]  # the shared block's MLP, split by d_ff
 
 
 # ---- its flat fields (tfcalc.architecture.kinds): hybrid_pattern's letter H ----

@@ -27,7 +27,7 @@ from __future__ import annotations
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
 from tfcalc.hf_config import layers
-from tfcalc.hf_config.gemma4 import kv_shared_layers
+from tfcalc.hf_config.gemma4 import kv_shared_layers, per_layer_not_null
 from tfcalc.hf_config.llama_like import base_fields, llama_names
 from tfcalc.hf_config.names import Rule
 from tfcalc.hf_config.reader import Reader
@@ -98,6 +98,7 @@ def _streams(r: Reader, n: int, kinds: list[str]) -> None:
         raise r.fail(f"'altup_active_idx' {shown(r.raw.get('altup_active_idx'))} is not supported (0: the first "
                      "stream active)")
     rank = r.number("laurel_rank", 64, integer=True)
+    per_layer_not_null(r, "Gemma3nTextConfig")  # not the default 256 in silence: transformers refuses the file
     per_layer = r.number("hidden_size_per_layer_input", 256, integer=True)
     vocab = r.number("vocab_size_per_layer_input", 262_144, integer=True)
     for key, value in (("laurel_rank", rank), ("hidden_size_per_layer_input", per_layer),

@@ -22,9 +22,10 @@ The last ``num_kv_shared_layers`` layers read the K/V of the last earlier layer 
 (tfcalc's kv_shared_layers); with ``use_double_wide_mlp`` their MLP is twice intermediate_size wide
 (kv_shared_d_ff).
 
-Per-layer inputs (Gemma 4 E2B and E4B): ``hidden_size_per_layer_input`` p (Gemma4TextConfig's default 256; 0 or
-null: none) channels per layer and token, from a table of ``vocab_size_per_layer_input`` rows and a projection of
-the embeddings (tfcalc's per_layer_dim and per_layer_vocab; tfcalc.architecture.per_layer).
+Per-layer inputs (Gemma 4 E2B and E4B): ``hidden_size_per_layer_input`` p (Gemma4TextConfig's default 256; 0:
+none) channels per layer and token, from a table of ``vocab_size_per_layer_input`` rows and a projection of the
+embeddings (tfcalc's per_layer_dim and per_layer_vocab; tfcalc.architecture.per_layer). Either written null is
+refused in one line, as transformers refuses the file (both are plain ``int`` fields of its strict config).
 
 Experts (Gemma 4 26B-A4B, ``enable_moe_block``): in every layer ``num_experts`` of ``moe_intermediate_size``, the
 top ``top_k_experts``, beside the MLP of intermediate_size (tfcalc's moe_beside_mlp: the MLP as the shared expert,
@@ -102,12 +103,24 @@ def _experts(r: Reader) -> None:
     if r.fields.get("kv_shared_d_ff"):  # the wide MLP of the shared layers is the shared expert's, 2 · intermediate
         r.fields["kv_shared_d_ff"] = 2 * dense
 
+def per_layer_not_null(r: Reader, config_class: str, off: str = "") -> None:
+    """Refuse hidden_size_per_layer_input or vocab_size_per_layer_input written null: transformers 5.24's
+    Gemma4TextConfig and Gemma3nTextConfig declare both plain ``int`` fields, validated strictly (huggingface_hub's
+    strict dataclass: "expected int, got NoneType", StrictDataclassFieldValidationError), so no transformers loads
+    such a file; reading the null as absent (the default) or as none would count a model nobody can build."""
+    for key in ("hidden_size_per_layer_input", "vocab_size_per_layer_input"):
+        if key in r.raw and r.raw[key] is None:
+            raise r.fail(f"'{key}' is null: {config_class} requires an integer there{off}")
+
+
 def _per_layer_inputs(r: Reader) -> None:
-    """Per-layer inputs: hidden_size_per_layer_input p (absent: Gemma4TextConfig's 256; null or 0: none, as
-    Gemma4TextModel tests it for truth), from a table of vocab_size_per_layer_input rows (default 262,144)."""
+    """Per-layer inputs: hidden_size_per_layer_input p (absent: Gemma4TextConfig's 256; 0: none, as
+    Gemma4TextModel tests it for truth), from a table of vocab_size_per_layer_input rows (default 262,144); null
+    refused (per_layer_not_null)."""
+    per_layer_not_null(r, "Gemma4TextConfig", " (0 for no per-layer inputs)")
     key = "hidden_size_per_layer_input"
-    p = r.number(key, None, integer=True) if key in r.raw else 256
-    if p is None or p == 0:
+    p = r.number(key, 256, integer=True)
+    if p == 0:
         return
     if p < 0:
         raise r.fail(f"'{key}' must be 0 or more; got {shown(p)}")

@@ -2,7 +2,8 @@
 modeling_zamba2.py): the shared block -- its parameters the same tensors in every layer that uses it, so they exist
 once (``named_parameters`` yields them once, under the first layer's path; ``share``) -- then the layer's own adapters,
 Linear and Mamba2 mixer. Its state: the shared attention's K and V for this use, beside the Mamba2 state
-(tfcalc.model.parallel_hybrid.ParallelState: the attention's layout, both parts' tensors)."""
+(tfcalc.model.attention_ssm, the protocol's forwarding shared with Falcon-H1: the attention's layout, both parts'
+tensors)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import dataclasses
 import torch
 from torch import nn
 
+from tfcalc.model.attention_ssm import AttentionSsmMixer
 from tfcalc.model.ffn import FeedForward, ffn_hidden
 from tfcalc.model.layers import Attention, Linear, make_norm
-from tfcalc.model.mixers import MixerModule, build_mixer
-from tfcalc.model.parallel_hybrid import ParallelState
+from tfcalc.model.mixers import build_mixer
 
 
 class SharedBlock(nn.Module):
@@ -37,7 +38,7 @@ def lora(n_in: int, rank: int, n_out: int) -> nn.Sequential:
     return nn.Sequential(Linear(n_in, rank, bias=False), Linear(rank, n_out, bias=False))
 
 
-class Zamba2HybridModule(MixerModule):
+class Zamba2HybridModule(AttentionSsmMixer):
     def __init__(self, spec):
         super().__init__()
         d, f, r = spec.d_model, spec.mlp.d_ff, spec.adapter_rank
@@ -64,9 +65,8 @@ class Zamba2HybridModule(MixerModule):
             module, _, name = path.rpartition(".")
             setattr(self.shared.get_submodule(module), name, p)
 
-    def new_state(self, batch: int, max_tokens: int, device, dtype) -> ParallelState:
-        return ParallelState(self.shared.attn.new_state(batch, max_tokens, device, dtype),
-                             self.ssm.new_state(batch, max_tokens, device, dtype))
+    def attention_state(self, batch: int, max_tokens: int, device, dtype):
+        return self.shared.attn.new_state(batch, max_tokens, device, dtype)  # this use's own K and V
 
     def _attention(self, u: torch.Tensor, rope, mask, store) -> torch.Tensor:
         """The shared attention on u (B, T, 2d), each of Q, K and V plus this use's adapter where it has them."""
@@ -85,7 +85,7 @@ class Zamba2HybridModule(MixerModule):
     def forward(self, x: torch.Tensor, rope=None, mask=None, store=None, emb=None) -> torch.Tensor:
         """x: the residual stream h (B, T, d) -- the block norms nothing (``own_norm``) -- and emb (B, T, d) -> what
         the layer adds to h: mamba(norm(h + t)), t the use's Linear of the shared block's output."""
-        attn_store, ssm_store = (None, None) if store is None else store
+        attn_store, ssm_store = self.split_store(store)
         s = self.shared
         u = s.in_norm(torch.cat([x, emb], dim=-1))  # (B, T, 2d): [h | e], as Zamba2AttentionDecoderLayer concats
         a = s.ff_norm(self._attention(u, rope, mask, attn_store))  # (B, T, d)

@@ -57,7 +57,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.serving import chunked, lockstep
-from tfcalc.count.serving.continuous import Engine, SteadyState, Traffic, _first_root, _max_rate, check
+from tfcalc.count.serving.continuous import Engine, SteadyState, Traffic, check, first_root, max_rate
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT
@@ -149,7 +149,7 @@ def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyS
     bound = min(float(users), float(BATCH_LIMIT), math.inf if cap_n is None else float(cap_n))
     if e.chunked is not None:
         bound = min(bound, float(e.budget - 1))
-    capacity = _max_rate(e, Traffic(1.0, mean_input, mean_output), math.inf if cap_n is None else float(cap_n))
+    capacity = max_rate(e, Traffic(1.0, mean_input, mean_output), math.inf if cap_n is None else float(cap_n))
     if cap_n is not None and cap_n < 1:  # not one sequence's KV cache beside the weights
         t_p = e.prompt_s(0.0)
         return SteadyState(Traffic(0.0, mean_input, mean_output), t_p, 0.0, None, None, None, None, None, cap_n,
@@ -159,7 +159,7 @@ def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyS
     elif loop.gap(bound) > 0:  # the root lies past the bound: N at the bound, the rest wait
         big_n, clamped = bound, True
     else:
-        big_n, clamped = _first_root(loop.gap, bound), False
+        big_n, clamped = first_root(loop.gap, bound), False
     d = loop.decode(big_n)
     if clamped:
         x = big_n / d

@@ -180,7 +180,7 @@ def _smallest_root(g: Callable[[float], float], hi: float) -> Optional[float]:
     return hi
 
 
-def _first_root(g: Callable[[float], float], hi: float) -> Optional[float]:
+def first_root(g: Callable[[float], float], hi: float) -> Optional[float]:
     """The smallest x in (0, hi] with g(x) ≤ 0, g > 0 near 0, found by doubling then bisection; None if none of
     1, 2, 4, ..., hi has g ≤ 0. Chunked prefill's g may turn positive again near the budget (a prompt's chunks
     shrink to the budget the decode tokens leave), so the first crossing is sought, not the last point's sign."""
@@ -209,13 +209,13 @@ def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[flo
         return rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * p.seconds(n))
 
     bound = min(cap, float(e.budget - 1), float(BATCH_LIMIT))
-    n = _first_root(g, max(bound, 1.0))
+    n = first_root(g, max(bound, 1.0))
     if n is not None and n <= bound:
         return (n, None) if rate * p.service(n) < 1 else (None, "budget")
     low = p.seconds(1)  # what it runs into: the prompts alone; else the N the decode steps would need with the
     if rate * low >= 1:  # prompts at t_p(1) each, past the memory's bound or the budget's (the tighter one)
         return None, "prefill"
-    free = _first_root(lambda n: rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * low), float(BATCH_LIMIT))
+    free = first_root(lambda n: rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * low), float(BATCH_LIMIT))
     if free is None or free <= min(cap, e.budget - 1):  # not even there, or the prompts' cost grows with N
         return None, "decode"
     return None, "memory" if cap <= e.budget - 1 else "budget"
@@ -254,7 +254,7 @@ def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings
     cap_n = e.max_concurrency()
     cap = math.inf if cap_n is None else float(cap_n)
     n, limit = concurrency(e, t, cap)
-    rate = _max_rate(e, t, cap)
+    rate = max_rate(e, t, cap)
     if n is None:  # chunked: the prompt's cost beside one sequence decoding
         t_p = e.prompt_s(1.0)
         return SteadyState(t, t_p, t.rate * t_p, None, None, None, None, None, cap_n, rate, limit, request,
@@ -272,7 +272,7 @@ def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings
                        e.budget, steps)
 
 
-def _max_rate(e: Engine, t: Traffic, cap: float) -> float:
+def max_rate(e: Engine, t: Traffic, cap: float) -> float:
     """Step 4: the largest rate with a steady state (bisection; concurrency grows with the rate)."""
     def ok(r: float) -> bool:
         return concurrency(e, Traffic(r, t.mean_input, t.mean_output), cap)[0] is not None

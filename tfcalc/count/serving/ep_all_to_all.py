@@ -13,11 +13,13 @@ from tfcalc.count.serving.roofline import Step
 from tfcalc.count.training.experts_parallel import FP8_SCALE_CHANNELS, FP32, token_routes
 
 
-def _moe(cfg: ModelConfig):
-    return next(b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe)
+def moe_of(cfg: ModelConfig):
+    """The first mixture's FFN (every MoE layer's, in the presets), or None for a dense model."""
+    return next((b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe), None)
 
 
-def _layers(cfg: ModelConfig) -> int:
+def moe_layers(cfg: ModelConfig) -> int:
+    """The MoE layers, each one dispatch and one combine a step."""
     return sum(n for _, b, n in cfg.architecture.kinds() if b.is_moe)
 
 
@@ -48,7 +50,7 @@ def route(lay, decode: bool) -> str:
 def all_to_all(cfg: ModelConfig, lay, tokens: float, act_bytes: int, fp8: bool,
                decode: bool = True) -> AllToAll:
     """Step 4: the dispatch and combine of ``tokens`` tokens of this GPU at every MoE layer."""
-    moe, L, how = _moe(cfg), _layers(cfg), route(lay, decode)
+    moe, L, how = moe_of(cfg), moe_layers(cfg), route(lay, decode)
     if lay.ep == 1:
         return AllToAll(tokens, L, 0.0, 0.0, 0.0, 0.0, 0.0, how)
     d = moe.dispatch_width  # a latent MoE dispatches its L-wide rows (tfcalc.architecture.ffn, step 7)

@@ -38,7 +38,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import chunked, continuous, expert_parallel as ep, serving_tp
-from tfcalc.count.serving.roofline import Ceilings, Row, Step, _weight_bytes_by_component, decode_step, prefill_step
+from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, prefill_step, weight_bytes_by_component
 from tfcalc.count.serving.static import step_overhead
 from tfcalc.workload import decoder_source
 
@@ -58,8 +58,8 @@ class GroupSharding:
         runs it when every group's ``tokens`` (all D groups' together) reach the experts."""
         d, (m, k, n) = self.lay.dp, row.shape  # m: a group's rows per expert; every group's reach the expert
         whole = replace(row, flops=row.flops * d, activation_bytes=row.activation_bytes * d, shape=(m * d, k, n))
-        weights = _weight_bytes_by_component(self.cfg, self.fmt, decode).get(row.component, 0)
-        return ep._expert_row(whole, weights, self.cfg, self.lay, tokens)
+        weights = weight_bytes_by_component(self.cfg, self.fmt, decode).get(row.component, 0)
+        return ep.expert_row(whole, weights, self.cfg, self.lay, tokens)
 
     def step(self, group: Step, tokens: Optional[int] = None) -> Step:
         """``tokens``: every group's tokens through the experts (default D × the group's step's)."""
@@ -105,7 +105,7 @@ class Engine(continuous.Engine):
         GPU receives f times the mean's (expert_parallel, step 7: every group's tokens routed at once)."""
         a2a = ep.all_to_all(self.cfg, self.lay, group_tokens / self.lay.tp, self.act, self.fmt.compute_dtype == "fp8",
                             decode)
-        return ep._receiving(a2a, ep.imbalance(self.cfg, self.lay, group_tokens * self.lay.dp), self.lay).seconds
+        return ep.fullest_all_to_all(a2a, self.cfg, self.lay, group_tokens * self.lay.dp).seconds
 
     def with_a2a(self, over, group_tokens: int, decode: bool, comm_s: Optional[float] = None):
         """The per-step costs with the all-to-all in comm_s (after the compute, exposed), beside the TP all-reduces."""
@@ -140,7 +140,7 @@ class ChunkedPrefill(chunked.ChunkedPrefill):
         decode, d_over = e.decode_parts(n)
         mixed = chunked.mixed_step(e.cfg, decode, chunk)
         tokens = e.lay.dp * (n + size)
-        rows = tuple(replace(r, weight_bytes=round(_weight_bytes_by_component(e.cfg, e.fmt, True).get(r.component, 0)
+        rows = tuple(replace(r, weight_bytes=round(weight_bytes_by_component(e.cfg, e.fmt, True).get(r.component, 0)
                                                     * ep.hit_per_gpu(e.cfg, e.lay, tokens) / ep.moe_of(e.cfg).n_expert))
                      if r.component.startswith(ep.ROUTED) else r for r in mixed.rows)
         tp_comm = 0.0 if e.tp is None else chunked.mixed_comm_seconds(e.cfg, e.tp, n, size, self.act)

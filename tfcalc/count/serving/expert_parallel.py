@@ -75,6 +75,8 @@ from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's st
     AllToAll,
     all_to_all,
     held_sms,
+    moe_layers,
+    moe_of,
     route,
     slowed,
     step_all_to_all,
@@ -83,12 +85,12 @@ from tfcalc.count.serving.roofline import (
     Ceilings,
     Row,
     Step,
-    _param_component,
-    _weight_bytes_by_component,
     decode_step,
+    param_component,
     prefill_step,
+    weight_bytes_by_component,
 )
-from tfcalc.count.serving.static import BATCH_LIMIT, Estimate, _first_batch, decode_totals, step_overhead
+from tfcalc.count.serving.static import BATCH_LIMIT, Estimate, decode_totals, first_batch, step_overhead
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload, decoder_source
 
@@ -124,15 +126,6 @@ class ExpertLayout:
             return None
         return serving_tp.TensorParallel(self.tp, self.intra, self.intra_bytes_per_s, self.intra_latency_s,
                                          self.intra_efficiency)
-
-
-def moe_of(cfg: ModelConfig):
-    """The first mixture's FFN (every MoE layer's, in the presets), or None for a dense model."""
-    return next((b.ffn for _, b, _ in cfg.architecture.kinds() if b.is_moe), None)
-
-
-def moe_layers(cfg: ModelConfig) -> int:
-    return sum(n for _, b, n in cfg.architecture.kinds() if b.is_moe)
 
 
 def check_layout(cfg: ModelConfig, ep: int, tp: int, dp: Optional[int], redundant: int,
@@ -183,10 +176,10 @@ def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, lay: ExpertLayout, deco
     routed = rest = 0
     for entry in param_entries(cfg):
         b = entry_bytes(entry, fmt, mxfp4).total
-        if (_param_component(entry.component, cfg) or "").startswith(ROUTED):
+        if (param_component(entry.component, cfg) or "").startswith(ROUTED):
             routed += b
-        else:  # serving_tp's share of every other tensor under TP T (private helpers: the same rule, not a copy)
-            rest += serving_tp._local_bytes(entry, b, serving_tp._entry_share(entry.component, cfg, lay.tp), cfg)
+        else:  # serving_tp's share of every other tensor under TP T (the same rule, not a copy)
+            rest += serving_tp.entry_bytes_per_gpu(entry, b, cfg, lay.tp)
     mine = routed * held(cfg, lay) // moe.n_expert
     other = serving_tp.weights_per_gpu(cfg, fmt, lay.tp, decode)["other"]
     return {"total": rest + mine, "routed_experts": mine, "rest": rest, "other": other}
@@ -223,9 +216,10 @@ def imbalance(cfg: ModelConfig, lay: ExpertLayout, tokens: float) -> float:
                                     moe.top_k, tokens)
 
 
-def _expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> Row:
+def expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, tokens: int) -> Row:
     """Steps 3 and 7: the fullest GPU's share of the whole step's routed-expert row (f times the mean's rows:
-    FLOPs, activations, and the experts they hit); ``whole`` the row's weights, every expert."""
+    FLOPs, activations, and the experts they hit) when ``tokens`` tokens reach the experts; ``whole`` the row's
+    weights, every expert."""
     moe, h, f = moe_of(cfg), held(cfg, lay), imbalance(cfg, lay, tokens)
     pairs = Fraction(h, moe.n_expert + lay.redundant) * Fraction(f).limit_denominator(1 << 20)
     weight = round(whole * hit_per_gpu(cfg, lay, tokens * f) / moe.n_expert)
@@ -233,9 +227,11 @@ def _expert_row(row: Row, whole: int, cfg: ModelConfig, lay: ExpertLayout, token
                    activation_bytes=_scale(row.activation_bytes, pairs), count=row.count // moe.n_expert * h)
 
 
-def _receiving(a2a: AllToAll, f: float, lay: ExpertLayout) -> AllToAll:
-    """Step 7 on the all-to-all: the fullest GPU receives f times the mean's rows in the dispatch and sends them
-    back in the combine, so the wire time (not the per-call latency) is f times the mean GPU's."""
+def fullest_all_to_all(a2a: AllToAll, cfg: ModelConfig, lay: ExpertLayout, tokens: float) -> AllToAll:
+    """Step 7 on the all-to-all ``a2a`` (the mean GPU's) of a step routing ``tokens`` tokens at once, as the fullest
+    GPU receives it: f times the mean's rows in the dispatch, sent back in the combine, so the wire time (not the
+    per-call latency) is f times the mean GPU's, f = imbalance(cfg, lay, tokens)."""
+    f = imbalance(cfg, lay, tokens)
     if not a2a.seconds or f == 1.0:
         return a2a
     latency = 2 * a2a.layers * (lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s)
@@ -259,12 +255,12 @@ class Sharding:
             local = decode_step(cfg, b, whole.context, self.fmt, self.kv_dtype, src_seq=self.src)
         else:
             local = prefill_step(cfg, b, whole.queries, self.fmt, self.kv_dtype, src_seq=self.src)
-        weights = _weight_bytes_by_component(cfg, self.fmt, whole.phase == "decode")
+        weights = weight_bytes_by_component(cfg, self.fmt, whole.phase == "decode")
         tokens = whole.batch * whole.queries
         rows = []
         for mine, all_of in zip(local.rows, whole.rows, strict=True):
             if mine.component.startswith(ROUTED):
-                rows.append(_expert_row(all_of, weights.get(mine.component, 0), cfg, self.lay, tokens))
+                rows.append(expert_row(all_of, weights.get(mine.component, 0), cfg, self.lay, tokens))
             elif mine.component == "other":
                 rows.append(replace(mine, weight_bytes=self.other[whole.phase]))
             else:
@@ -308,8 +304,8 @@ class Terms:
 
 def _parts(cfg, shard: Sharding, whole: Step, fmt, c: Ceilings, src) -> tuple:
     """(the GPU's step, its per-step costs with the TP all-reduces in comm_s, the step's all-to-all)."""
-    mine, f = shard.step(whole), imbalance(cfg, shard.lay, whole.batch * whole.queries)
-    a2a = _receiving(step_all_to_all(cfg, fmt, shard.lay, whole), f, shard.lay)
+    mine = shard.step(whole)
+    a2a = fullest_all_to_all(step_all_to_all(cfg, fmt, shard.lay, whole), cfg, shard.lay, whole.batch * whole.queries)
     copy = route(shard.lay, whole.phase == "decode") != "low_latency"  # DeepEP LL: no copy (perf.moe_serving, 1)
     return mine, step_overhead(cfg, mine, fmt, c, shard.lay.attention(), src, permute=copy), a2a
 
@@ -396,4 +392,4 @@ def compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, c: Cei
                 if not (weights_only and r.mixing)]
         return sum(r.compute_s(c) for r in rows) >= sum(r.memory_s(c) for r in rows)
 
-    return _first_batch(reached)
+    return first_batch(reached)

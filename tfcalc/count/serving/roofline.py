@@ -221,7 +221,7 @@ def experts_touched(n_expert: int, active: int, tokens: int) -> float:
     return n_expert * (1 - (1 - active / n_expert) ** tokens)
 
 
-def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
+def param_component(entry_component: str, cfg: ModelConfig) -> str | None:
     """The matmul a parameter tensor belongs to ('attn_q_weight' -> 'attn_q'), or None (embeddings, norms)."""
     name = entry_component
     head = cfg.architecture.head
@@ -236,7 +236,7 @@ def _param_component(entry_component: str, cfg: ModelConfig) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool) -> dict[str, int]:
+def weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool) -> dict[str, int]:
     """{matmul component or 'other': weight bytes}; a decode step leaves out the encoder's tensors. The
     same for every batch and context: cached (serving's batch searches price dozens of steps); callers
     only read it."""
@@ -245,7 +245,7 @@ def _weight_bytes_by_component(cfg: ModelConfig, fmt: WeightFormat, decode: bool
     for entry in param_entries(cfg):
         if decode and entry.stack == "encoder":
             continue
-        key = _param_component(entry.component, cfg) or "other"
+        key = param_component(entry.component, cfg) or "other"
         out[key] = out.get(key, 0) + entry_bytes(entry, fmt, mxfp4).total
     return out
 
@@ -279,7 +279,7 @@ def _absorbed_weights(weights: dict[str, int], entries: list[MatmulEntry]) -> di
 
 def _rows(cfg: ModelConfig, entries: list[MatmulEntry], fmt: WeightFormat, kv_dtype: str, batch: int,
           tokens: int, decode: bool) -> tuple[Row, ...]:
-    weights = _absorbed_weights(_weight_bytes_by_component(cfg, fmt, decode), entries)
+    weights = _absorbed_weights(weight_bytes_by_component(cfg, fmt, decode), entries)
     act = activation_element_bytes(fmt.compute_dtype)
     rows = [_row(cfg, e, weights, fmt, kv_dtype, batch, tokens, act) for e in entries]
     rows.append(Row("other", "other weights (embeddings, norms)", 0, weights.get("other", 0), 0, 0))

@@ -46,7 +46,7 @@ from tfcalc.count.model.memory import cross_kv_cache_bytes, kv_cache_bytes
 from tfcalc.count.model.params import param_entries
 from tfcalc.count.model.quant import WeightFormat, entry_bytes, stored_format
 from tfcalc.count.perf import collectives
-from tfcalc.count.serving.roofline import ABSORBED, Row, Step, _param_component
+from tfcalc.count.serving.roofline import ABSORBED, Row, Step, param_component
 from tfcalc.count.training.comm import sent_bytes
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
@@ -242,7 +242,7 @@ def _entry_share(component: str, cfg: ModelConfig, tp: int) -> Fraction:
     """A parameter tensor's share on one GPU (module docstring, steps 1-3)."""
     if component == "token_embedding":  # vocabulary-parallel (tied: the LM head's, below)
         return Fraction(1, tp)
-    matmul = _param_component(component, cfg)
+    matmul = param_component(component, cfg)
     if matmul is None:
         return Fraction(1)
     if component.endswith("_bias") and _kind(matmul) == "row":  # added once after the all-reduce
@@ -255,19 +255,26 @@ def _local_bytes(entry, nbytes: int, f: Fraction, cfg: ModelConfig) -> int:
     block, as tfcalc.count.training.shard gives rank 0; a vocabulary of 50,257 over 4 GPUs: 12,565 rows)."""
     if f == 1 or not entry.shape:
         return nbytes
-    matmul = _param_component(entry.component, cfg)
+    matmul = param_component(entry.component, cfg)
     dim = 1 if matmul is not None and _kind(matmul) == "row" and len(entry.shape) == 2 else 0
     n = entry.shape[dim]
     return nbytes * -(-n * f.numerator // f.denominator) // n
+
+
+def entry_bytes_per_gpu(entry, nbytes: int, cfg: ModelConfig, tp: int) -> int:
+    """The bytes of one parameter tensor (``entry``, ``nbytes`` stored) on the fullest GPU under TP ``tp``: its
+    share (steps 1-3) rounded up to whole rows of its split dimension. The one rule for every tensor that TP splits,
+    also expert_parallel's for the tensors outside the routed experts."""
+    return _local_bytes(entry, nbytes, _entry_share(entry.component, cfg, tp), cfg)
 
 
 def weights_per_gpu(cfg: ModelConfig, fmt: WeightFormat, tp: int, decode: bool = False) -> dict[str, int]:
     """{'total': bytes one GPU stores, 'other': of them, the weights no matmul reads (roofline's row)}."""
     mxfp4, total, other = stored_format(cfg, fmt), 0, 0
     for entry in param_entries(cfg):
-        b = _local_bytes(entry, entry_bytes(entry, fmt, mxfp4).total, _entry_share(entry.component, cfg, tp), cfg)
+        b = entry_bytes_per_gpu(entry, entry_bytes(entry, fmt, mxfp4).total, cfg, tp)
         total += b
-        if _param_component(entry.component, cfg) is None and not (decode and entry.stack == "encoder"):
+        if param_component(entry.component, cfg) is None and not (decode and entry.stack == "encoder"):
             other += b
     return {"total": total, "other": other}
 

@@ -307,7 +307,7 @@ def max_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, memory_bytes: in
     return largest_fitting(need, memory_bytes, BATCH_LIMIT)
 
 
-def _first_batch(reached: Callable[[int], bool]) -> Optional[int]:
+def first_batch(reached: Callable[[int], bool]) -> Optional[int]:
     """The smallest batch in [1, BATCH_LIMIT] for which reached() holds (monotone in the batch), or None."""
     if not reached(BATCH_LIMIT):
         return None
@@ -324,7 +324,7 @@ def compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilin
                         tp: Optional[TensorParallel] = None) -> Optional[int]:
     """The smallest batch whose whole decode step at the context w.seq is compute-bound, or None (never)."""
     src_seq, shard = decoder_source(cfg, w.seq, w.src_seq), Sharding(cfg, fmt, tp)
-    return _first_batch(lambda b: shard.step(decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq)).bound(ceilings)
+    return first_batch(lambda b: shard.step(decode_step(cfg, b, w.seq, fmt, w.kv, src_seq=src_seq)).bound(ceilings)
                         == "compute")
 
 
@@ -339,4 +339,4 @@ def weight_matmuls_compute_bound_batch(cfg: ModelConfig, w: Workload, fmt: Weigh
                 if not r.mixing]
         return sum(r.compute_s(ceilings) for r in rows) >= sum(r.memory_s(ceilings) for r in rows)
 
-    return _first_batch(reached)
+    return first_batch(reached)
