@@ -92,8 +92,8 @@ class _Loop:
 
     def __init__(self, users: int, inp: int, out: int, budget: Optional[int], cap: int,
                  decode: Callable[[int], float], chunk: Callable[[int, int, int], float], prefill: float,
-                 delay: float = 0.0):
-        self.inp, self.out, self.budget, self.cap, self.delay = inp, out, budget, cap, delay
+                 delay: float = 0.0, split: bool = True):
+        self.inp, self.out, self.budget, self.cap, self.delay, self.split = inp, out, budget, cap, delay, split
         self.decode, self.chunk, self.prefill = decode, chunk, prefill
         self.now, self.step, self.running, self.partial = 0.0, 0, 0, 0  # partial: the head prompt's tokens done
         self.ends: dict[int, int] = {}  # decode step index -> sequences that emit their last token there
@@ -172,7 +172,8 @@ class _Loop:
     def chunked(self) -> None:
         n, budget = self.running, self.budget
         room, fresh = budget - n, self._admissible()
-        if room <= 0 or not self.waiting or (not self.partial and not (fresh and self._ready(self.waiting[0]))):
+        if (room < (1 if self.split else self.inp) or not self.waiting
+                or (not self.partial and not (fresh and self._ready(self.waiting[0])))):
             self._decode_until_event()
             return
         pieces, joined = [], []  # (start, size, prompts); (arrival, prompts) finishing their prefill in this step
@@ -199,6 +200,8 @@ class _Loop:
                 fresh -= whole
                 self._pop(head, whole)
                 continue
+            if not self.split:  # whole prompts only: the first that does not fit waits for the next step
+                break
             pieces.append((0, room, 1))  # a part of the next prompt fills the step
             self.partial, fresh, room = room, fresh - 1, 0
         self._advance(self._price(n, pieces), n)
@@ -222,10 +225,10 @@ class _Loop:
 
 def simulate(users: int, inp: int, out: int, budget: Optional[int], cap: int, decode: Callable[[int], float],
              chunk: Callable[[int, int, int], float], prefill: float, delay: float = 0.0, rounds: int = ROUNDS,
-             step_limit: int = STEP_LIMIT) -> Optional[Schedule]:
+             step_limit: int = STEP_LIMIT, split: bool = True) -> Optional[Schedule]:
     """Steps 1-4 of the module docstring; ``budget`` None: unchunked (``prefill`` each prompt's step); ``cap`` the
     sequences the KV cache admits at once (≥ 1). None when the schedule passes ``step_limit`` simulated steps."""
-    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill, delay)
+    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill, delay, split)
     run = loop.unchunked if budget is None else loop.chunked
     while loop.done < users:
         run()
@@ -249,12 +252,14 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
     cap_n = e.max_concurrency()
     cap = min(users, math.inf if cap_n is None else cap_n)
     if e.chunked is not None:
-        cap = min(cap, e.budget - 1)
+        cap = min(cap, e.chunked.max_decode)
     if cap < 1:
         return None, "no sequence fits"
     chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
     request = e.c.perf.request_s if e.c.perf is not None else 0.0
-    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT)
+    split = e.chunked is None or e.chunked.split
+    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT,
+                    split=split)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
                       "of random phases stands in")
