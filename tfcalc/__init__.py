@@ -163,8 +163,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           rate: Optional[float] = None, concurrency: Optional[int] = None, mean_input: Optional[int] = None,
           mean_output: Optional[int] = None, lengths: Optional[str] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
-          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, context_chunking: Optional[str] = None,
-          ep: int = 1,
+          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
+          context_chunking: Optional[str] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
           expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
