@@ -14,6 +14,21 @@ misses the queue. Llama 3 70B FP8 at TP 2, 5,000 in and 500 out on H100s (tfcalc
 The convoy needs the late join of step 1: a prompt allowed into the very step that began as its user's last token
 came (test_closed_loop's harness without ``late``) slips into the gaps and the queue dissolves over tens of rounds.
 
+Whole prompts (``--context-chunking off``, TensorRT-LLM without chunked context; chunked.py, last paragraph) with a
+budget that admits one prompt a step (I ≤ B − n < 2I): the C prompts sent at t = 0 run one a step, so the users
+leave one step apart and stay so -- a train. User k's prompt runs in step p_k = p_1 + k − 1 and its last token ends
+step p_k + O − 1; its next prompt reaches the engine during step p_k + O and runs in p_k + O + 1: every user's round is
+O + 1 steps, the train's order and spacing are kept. Step p_k + O is user k − 1's prompt step (p_(k−1) + O + 1), so
+every user but the first waits out a whole prompt step before its own; the first waits out a decode step. With a
+prompt step P (beside the C − 1 others decoding) and a decode step τ (of the C − 1), the fixed work per request
+shorter than τ: TTFT, from the request's send at a step's end, 2P for C − 1 users and τ + P for one, mean
+P + ((C − 1)·P + τ)/C; a round lasts C·P + (O + 1 − C)·τ (C ≤ O), X = C over it (tests/count/test_whole_prompts.py,
+by hand). A measured TTFT near 2P at
+many users is this train: NIM's Llama 3.3 70B, 5,000 in, at C = 50, 835 ms beside 407 ms at C = 1. Llama 3 70B FP8
+at TP 2 as above: 671 / 734 / 751 ms at 5 / 25 / 50 users (P = 0.37 s), throughput and ITL as under chunking; the
+budget's chunking packs 1.64 prompts a step instead and splits one of them over two steps, which is the longer
+queue above.
+
 The schedule (the same scheduler as continuous.py and chunked.py, one engine step at a time):
 1. At t = 0 all C users send their first request (genai-perf starts C requests at once); a user whose last token
    comes at a step's end sends the next one at that instant. It reaches the engine the runtime's fixed work per
