@@ -42,6 +42,9 @@ The schedule (the same scheduler as continuous.py and chunked.py, one engine ste
    Its seconds: T(n, first chunk) (chunked.ChunkedPrefill.step_s: the mixed step, the weights read once; at n = 0
    the chunk alone) plus, for every further chunk, T(max(n, 1), chunk) − τ(max(n, 1)), what it adds to a step; no
    chunk: τ(n). A prompt whose last chunk ran yields its first token at the step's end and decodes from the next.
+   Whole prompts (``--context-chunking off``): the waiting prompts whole, in order, while B − n has room for a whole
+   one; the first that does not fit and all behind it wait for a later step (TensorRT-LLM's micro-batch scheduler
+   stops at it), priced as above with every piece a whole prompt.
    Unchunked: a waiting prompt, when the cache admits it, is a step of its own, t_p, ahead of any decoding (vLLM V0);
    otherwise the step decodes the n in flight, τ(n).
 3. A sequence's last (O-th) token comes at the end of its (O − 1)-th decode step; its user sends the next request then.
