@@ -104,3 +104,14 @@ def test_default_is_unchanged():
     assert a == b and a["context_chunking"] == "on"
 
 
+
+
+def test_expert_parallel_groups_take_whole_prompts():
+    """Under --ep each attention-DP group's engine takes the prompts whole too (ep_continuous.Engine's budget): a prompt
+    of 6,000 in a budget of 8,192 is one piece of one step, and the JSON and the scheduler line say so."""
+    args = dict(dtype="fp8", kv_dtype="fp8", device_spec="h200", ep=2, rate=2.0, mean_input=6000, mean_output=100)
+    off = tfcalc.infer("qwen3-30b-a3b", context_chunking="off", **args).to_json()["continuous"]
+    on = tfcalc.infer("qwen3-30b-a3b", **args).to_json()["continuous"]
+    assert off["context_chunking"] == "off" and off["prefill_steps"] == 1
+    assert "without chunked context" in off["scheduler"]
+    assert on["context_chunking"] == "on"
