@@ -46,8 +46,8 @@ set) with max_num_tokens B = 8,192, trtllm-build's default (BuildConfig.max_num_
 sequence decoding, then each waiting prompt whole while the step's tokens stay within B, and stops at the first that
 does not fit. A prompt is then one chunk (step 3: t_p(n) = T(n, I) − τ(n), in one step), a step carries
 ⌊(B − n)/I⌋ of them, and S(n) = min(n, 1)·τ(n) / ⌊(B − n)/I⌋ + t_p(n): each holds its share of a step's room. The
-decode batch is bounded by B − I (room for one prompt beside it), and I ≤ B (TensorRT-LLM requires max_num_tokens ≥
-max_input_len without chunked context)."""
+decode batch is bounded by B − I (room for one prompt beside it), and I ≤ B: the scheduler never splits a prompt and
+stops at one that does not fit even an empty step, so a longer prompt would never run."""
 
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ def check_whole(prompt: int, budget: int) -> None:
     """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens."""
     if prompt > budget:
         raise InputError(f"--context-chunking off: each prompt runs whole in one step, so --mean-input ({prompt:,}) "
-                         f"must fit the step's budget --prefill-chunk ({budget:,}), as TensorRT-LLM requires "
-                         "max_num_tokens >= max_input_len without chunked context")
+                         f"must fit the step's budget --prefill-chunk ({budget:,}): TensorRT-LLM's scheduler without "
+                         "chunked context never runs a longer prompt")
 
 
 def chunks(prompt: int, budget: int, n: int, split: bool = True) -> list[tuple[int, int]]:
