@@ -119,7 +119,14 @@ it, never used to choose a parameter of the performance model. Reported beside i
   loop's mean-value TTFT assumes the users' requests end at random phases (lengths that vary); with every output
   exactly 500 tokens, as the page's runs, a simulation of the same chunked scheduler keeps users who end together
   together and queues their prompts: TTFT 375, 621 and 816 ms at C = 5, 25 and 50 (the page: 547, 689, 835), where
-  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py, test_equal_lengths_keep_users_together). "fp8"
+  random phases give 374, 392 and 425 (tests/count/test_closed_loop.py, test_equal_lengths_keep_users_together).
+  The engine: NIM runs Llama 3.3 70B on H100s through its TensorRT-LLM backend (NIM for LLMs, "Optimization": the
+  optimized profiles are TensorRT-LLM engines); the page does not print its scheduler settings, so the rows take
+  TensorRT-LLM's defaults: in-flight batching without chunked context (ExecutorConfig enableChunkedContext false)
+  and max_num_tokens 8,192 (trtllm-build's BuildConfig), `infer --context-chunking off` (tfcalc.count.serving.chunked,
+  last paragraph). One 5,000-token prompt fits a step, so the users stagger into a train one step apart, each prompt
+  arriving during its predecessor's prefill step (tfcalc.count.serving.lockstep, "Whole prompts"): TTFT 671, 734, 751
+  ms where vLLM V1's chunked packing of 1.64 prompts a step gave 749, 1,182, 1,350. "fp8"
   read as FP8 weights and KV cache: with a bf16 cache 50 sequences of 5,250 positions do not fit 2 × 80 GB
   beside the weights (tfcalc: over capacity, 'memory'), and the page ran them.
 """
@@ -325,7 +332,7 @@ NIM_70B = [(5000, 500, 1, 406.77, 18.58, 51.67), (5000, 500, 5, 546.7, 21.83, 21
 def under_load(inp: int, out: int, users: int, key: str, scale: float = 1e3) -> Callable[[], float]:
     def run() -> float:
         r = tfcalc.infer("llama3-70b", dtype="fp8", kv_dtype="fp8", device_spec="h100-sxm", tp=2,
-                         concurrency=users, mean_input=inp, mean_output=out)
+                         concurrency=users, mean_input=inp, mean_output=out, context_chunking="off")
         return r.to_json()["continuous"][key] * scale
     return run
 

@@ -163,7 +163,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           rate: Optional[float] = None, concurrency: Optional[int] = None, mean_input: Optional[int] = None,
           mean_output: Optional[int] = None, lengths: Optional[str] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
-          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None, ep: int = 1,
+          host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
+          context_chunking: Optional[str] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
           expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
@@ -172,7 +173,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     accept_rate=, draft_tokens: speculative decoding; rate= (or concurrency=: a closed loop of C users),
     mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
-    run's); launch="eager" (host_op_s=)."""
+    run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default);
+    launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -186,7 +188,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate,
                            concurrency=concurrency, mean_input=mean_input, mean_output=mean_output, requests=requests,
                            lengths=lengths, max_time=max_time,
-                           launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk, ep=ep,
+                           launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk,
+                           context_chunking=context_chunking, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance)
     return build_infer(_model(model, overrides), options)

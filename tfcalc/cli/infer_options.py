@@ -87,6 +87,13 @@ PrefillChunk = Annotated[Optional[int], typer.Option(
     "prompts, the weights read once for both (Sarathi-Serve; vLLM V1's default); 0: each prompt prefilled whole, "
     "alone (vLLM V0's default scheduler) [default: 8192; with --measure, 0: tfcalc's runtime prefills whole].",
     metavar="N", show_default=False)]
+ContextChunking = Annotated[Optional[str], typer.Option(
+    "--context-chunking", help="Continuous batching: on: a prompt longer than the room a step's budget "
+    "(--prefill-chunk) leaves is split into chunks over several steps (vLLM V1's chunked prefill); off: each prompt "
+    "whole in one step, as many as fit the budget beside the decode tokens, the next waiting for a later step "
+    "(TensorRT-LLM's in-flight batching without chunked context, its executor's default; its max_num_tokens, 8,192 "
+    "by default, is the budget); needs --mean-input within the budget [default: on].", metavar="on|off",
+    show_default=False)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
     f"{_bound_help('--requests')} [default: 64].", metavar="N", show_default=False,

@@ -17,6 +17,11 @@ SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (
 CHUNKED = ("iteration-level (Orca, Yu et al. 2022), chunked prefill: every step decodes the sequences in flight and "
            "fills the rest of its token budget with prompt chunks, the weights read once (Sarathi-Serve, Agrawal et "
            "al. 2024; vLLM V1's default), paged KV cache; Poisson arrivals")
+WHOLE = ("iteration-level (Orca, Yu et al. 2022), in-flight batching without chunked context: every step decodes the "
+         "sequences in flight and takes the waiting prompts whole, first come, first served, while they fit the rest "
+         "of its token budget, the weights read once (TensorRT-LLM's micro-batch scheduler, enable_chunked_context "
+         "false), paged KV cache; Poisson arrivals")
+CONTEXT_CHUNKING = ("on", "off")
 
 
 def prefill_chunk(o) -> Optional[int]:
@@ -25,6 +30,11 @@ def prefill_chunk(o) -> Optional[int]:
     if o.prefill_chunk is None:
         return None if o.measure else chunked.DEFAULT_BUDGET
     return o.prefill_chunk or None
+
+
+def split(o) -> bool:
+    """--context-chunking: on (the default) splits a prompt over the steps' budget; off runs it whole in one step."""
+    return o.context_chunking != "off"
 
 
 def loaded(o) -> bool:
@@ -38,7 +48,8 @@ def flag(o) -> str:
 
 def check(o) -> None:
     """--rate or --concurrency needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
-    given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk}
+    given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk,
+             "--context-chunking": o.context_chunking}
     if o.lengths is not None and o.concurrency is None:
         raise InputError("--lengths says how --concurrency's users send their requests (fixed or random lengths); "
                          "give --concurrency C")
@@ -68,11 +79,25 @@ def check(o) -> None:
         continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
     else:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+    if o.context_chunking is not None:
+        check_chunking(o)
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
         chunked.check_budget(o.prefill_chunk)
         if o.measure:
             raise InputError("--prefill-chunk and --measure: tfcalc's own runtime prefills each prompt whole "
                              "(tfcalc.model.slots); give --prefill-chunk 0 or leave it out")
+
+
+def check_chunking(o) -> None:
+    if o.context_chunking not in CONTEXT_CHUNKING:
+        raise InputError("--context-chunking must be on (a prompt split over the steps' budget) or off (each prompt "
+                         f"whole in one step); got {str(o.context_chunking)[:40]!r}")
+    if o.context_chunking == "off" and (o.prefill_chunk == 0 or o.measure):
+        raise InputError("--context-chunking off puts whole prompts in the steps' token budget; --prefill-chunk 0 and "
+                         "--measure prefill each prompt alone, in a step of its own: give one")
+    budget = prefill_chunk(o)
+    if o.context_chunking == "off" and budget is not None:
+        chunked.check_whole(o.mean_input, budget)
 
 
 def static_options(o):
@@ -86,9 +111,9 @@ def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyStat
     """The steady state the options ask for: Poisson arrivals at --rate, or a closed loop of --concurrency users."""
     if o.concurrency is not None:
         return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
-                                       prefill_chunk(o), o.lengths or "fixed")
+                                       prefill_chunk(o), o.lengths or "fixed", split(o))
     return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                   memory, tp, prefill_chunk(o))
+                                   memory, tp, prefill_chunk(o), split=split(o))
 
 
 def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
@@ -97,6 +122,10 @@ def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
     if state.concurrency is not None:
         return max(1, math.ceil(state.concurrency))
     return max(1, fitting or 1)
+
+
+def scheduler(state: continuous.SteadyState) -> str:
+    return SCHEDULER if state.prefill_chunk is None else WHOLE if state.whole else CHUNKED
 
 
 def to_json(state: Optional[continuous.SteadyState],
@@ -108,8 +137,10 @@ def to_json(state: Optional[continuous.SteadyState],
     arrivals = "Poisson arrivals" if state.users is None else f"closed loop of {state.users:,} users, no think time"
     return {"rate_per_s": t.rate, "users": state.users, "arrivals": arrivals, "mean_input": t.mean_input,
             "mean_output": t.mean_output,
-            "scheduler": (SCHEDULER if state.prefill_chunk is None else CHUNKED).replace("Poisson arrivals", arrivals),
-            "prefill_chunk": state.prefill_chunk, "prefill_steps": state.prefill_steps, "prefill_s": state.prefill_s,
+            "scheduler": scheduler(state).replace("Poisson arrivals", arrivals),
+            "prefill_chunk": state.prefill_chunk,
+            "context_chunking": None if state.prefill_chunk is None else "off" if state.whole else "on",
+            "prefill_steps": state.prefill_steps, "prefill_s": state.prefill_s,
             "prefill_share": state.prefill_share, "concurrency": state.concurrency,
             "decode_batch": state.concurrency, "decode_step_s": state.decode_step_s, "ttft_s": state.ttft_s,
             "itl_s": state.itl_s if t.mean_output > 1 else None, "e2e_s": state.e2e_s, "request_s": state.request_s,

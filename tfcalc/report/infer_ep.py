@@ -68,17 +68,17 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
     """--rate R or --concurrency C under EP: each attention-DP group a server of R/D requests/s or C/D users
     (tfcalc.count.serving.ep_continuous), the whole server's figures D times a group's."""
     from tfcalc.count.serving import closed_loop, continuous, ep_continuous
-    from tfcalc.report.continuous import prefill_chunk
+    from tfcalc.report.continuous import prefill_chunk, split
 
     cfg, d = model.cfg, lay.dp
     t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output)
     budget = prefill_chunk(o)
-    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget)
+    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o))
     if o.concurrency is not None:
         group = closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output)
     else:
         group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e)
-    return ep_continuous.whole(group, d)
+    return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],

@@ -36,7 +36,18 @@ A mixed step of n decode tokens at context L and a chunk of c prompt tokens at p
    S(n) = min(n, 1)·τ(n)·I / (B − n) + t_p(n), busy R·S(n) < 1 of the time (capacity: the limit 'budget').
 
 With n = 0 and I ≤ B that is one step over the whole prompt: the unchunked prefill's rows, less the encoder
-(decoder-only models only: an encoder-decoder is served unchunked, its prompt through the encoder first)."""
+(decoder-only models only: an encoder-decoder is served unchunked, its prompt through the encoder first).
+
+Whole prompts in the budget (``split=False``, ``--context-chunking off``): TensorRT-LLM's in-flight batching without
+chunked context -- its executor's default (ExecutorConfig(enableChunkedContext = false),
+cpp/include/tensorrt_llm/executor/executor.h; the Triton backend's enable_chunked_context parameter, false unless
+set) with max_num_tokens B = 8,192, trtllm-build's default (BuildConfig.max_num_tokens). Its micro-batch scheduler
+(cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp, operator()) walks the requests in order: one token for each
+sequence decoding, then each waiting prompt whole while the step's tokens stay within B, and stops at the first that
+does not fit. A prompt is then one chunk (step 3: t_p(n) = T(n, I) − τ(n), in one step), a step carries
+⌊(B − n)/I⌋ of them, and S(n) = min(n, 1)·τ(n) / ⌊(B − n)/I⌋ + t_p(n): each holds its share of a step's room. The
+decode batch is bounded by B − I (room for one prompt beside it), and I ≤ B: the scheduler never splits a prompt and
+stops at one that does not fit even an empty step, so a longer prompt would never run."""
 
 from __future__ import annotations
 
@@ -142,18 +153,34 @@ def merge_overhead(d: Optional[Overhead], p: Optional[Overhead], comm_s: float =
     return replace(d, **{**merged, "comm_s": comm_s, "request_s": 0.0})
 
 
-def chunks(prompt: int, budget: int, n: int) -> list[tuple[int, int]]:
-    """Step 3: (start, size) of each chunk of a prompt of ``prompt`` tokens beside n decode tokens."""
+def check_whole(prompt: int, budget: int) -> None:
+    """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens."""
+    if prompt > budget:
+        raise InputError(f"--context-chunking off: each prompt runs whole in one step, so --mean-input ({prompt:,}) "
+                         f"must fit the step's budget --prefill-chunk ({budget:,}): TensorRT-LLM's scheduler without "
+                         "chunked context never runs a longer prompt")
+
+
+def chunks(prompt: int, budget: int, n: int, split: bool = True) -> list[tuple[int, int]]:
+    """Step 3: (start, size) of each chunk of a prompt of ``prompt`` tokens beside n decode tokens; ``split`` False:
+    the prompt whole, one chunk (whole prompts in the budget)."""
+    if not split:
+        return [(0, prompt)]
     size = max(1, min(prompt, budget - n))
     return [(s, min(size, prompt - s)) for s in range(0, prompt, size)]
 
 
 class ChunkedPrefill:
     """A prompt's GPU seconds under chunked prefill beside n decode tokens (step 3), cached per whole n.
-    ``engine``: tfcalc.count.serving.continuous.Engine (its decode steps, sharding and ceilings)."""
+    ``engine``: tfcalc.count.serving.continuous.Engine (its decode steps, sharding and ceilings); ``split`` False:
+    whole prompts in the budget (module docstring, last paragraph)."""
 
-    def __init__(self, engine, prompt: int, budget: int):
-        self.e, self.prompt, self.budget = engine, prompt, budget
+    def __init__(self, engine, prompt: int, budget: int, split: bool = True):
+        if not split:
+            check_whole(prompt, budget)
+        self.e, self.prompt, self.budget, self.split = engine, prompt, budget, split
+        # the decode batch that leaves a prompt room (whole prompts: at least one sequence decodes, as when I = B)
+        self.max_decode = budget - 1 if split else max(1, budget - prompt)
         self.act = activation_element_bytes(engine.fmt.compute_dtype)
         self.whole = lru_cache(maxsize=None)(self._whole)
         self.window = lru_cache(maxsize=None)(self._window)
@@ -177,7 +204,7 @@ class ChunkedPrefill:
 
     def _whole(self, n: int) -> float:
         base = self.e.step_s(n) if n else 0.0
-        parts = chunks(self.prompt, self.budget, n)
+        parts = chunks(self.prompt, self.budget, n, self.split)
         if len(parts) <= SAMPLED:
             return sum(self.step_s(n, s, c) - base for s, c in parts)
         # many chunks (n near the budget): a chunk's cost grows with its start only through the cache its
@@ -208,10 +235,14 @@ class ChunkedPrefill:
 
     def steps(self, n: float) -> int:
         """The steps a prompt's chunks take beside about n decode tokens."""
-        return len(chunks(self.prompt, self.budget, round(n)))
+        return len(chunks(self.prompt, self.budget, round(n), self.split))
 
     def service(self, n: float) -> float:
         """S(n): the time a prompt holds the steps' prompt budget (step 4): its share of the steps, I / (B − n)
         of one step's room, each τ(n) long (none at n < 1 steps: its chunks run alone), and t_p(n). Prompts
-        pack the budget first come, first served, so the prompts wait on each other as at one server of S."""
+        pack the budget first come, first served, so the prompts wait on each other as at one server of S. Whole
+        prompts: a step's room holds ⌊(B − n)/I⌋ of them, each its share of the step."""
+        if not self.split:
+            per_step = max(1, int(self.budget - n) // self.prompt)
+            return min(n, 1.0) * self.e.tau(n) / per_step + self.seconds(n)
         return min(n, 1.0) * self.e.tau(n) * self.prompt / max(1.0, self.budget - n) + self.seconds(n)

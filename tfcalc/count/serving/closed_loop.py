@@ -114,18 +114,20 @@ class Loop:
 
 def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, users: int, mean_input: int,
                 mean_output: int, memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
-                prefill_chunk: Optional[int] = None, lengths: str = "fixed") -> SteadyState:
+                prefill_chunk: Optional[int] = None, lengths: str = "fixed", split: bool = True) -> SteadyState:
     """The SteadyState of continuous.py, its traffic's rate the throughput X in requests/s, ``users`` C, and
     ``max_rate`` the open-loop capacity beside. ``lengths`` 'fixed' (every request I and O exactly): the deterministic
     schedule (tfcalc.count.serving.lockstep), the mean-value analysis where that passes its step limit; 'random':
-    steps 1-6 of the module docstring."""
+    steps 1-6 of the module docstring. ``split`` False: whole prompts in the budget (tfcalc.count.serving.chunked,
+    TensorRT-LLM without chunked context)."""
     check_users(users)
     check(Traffic(1.0, mean_input, mean_output))
     lockstep.check_lengths(lengths)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
-    e = Engine(cfg, fmt, kv_dtype, c, Traffic(1.0, mean_input, mean_output), memory, tp, prefill_chunk)
-    mean = replace(solve(e, users, mean_input, mean_output), lengths=lengths, method="mean-value analysis")
+    e = Engine(cfg, fmt, kv_dtype, c, Traffic(1.0, mean_input, mean_output), memory, tp, prefill_chunk, split)
+    mean = replace(solve(e, users, mean_input, mean_output), lengths=lengths, method="mean-value analysis",
+                   whole=not split and e.chunked is not None)
     if lengths == "random" or mean.limit is not None:
         return mean
     s, why = lockstep.schedule(e, users, mean_input, mean_output)
@@ -148,7 +150,7 @@ def solve(e: Engine, users: float, mean_input: int, mean_output: int) -> SteadyS
     cap_n = e.max_concurrency()
     bound = min(float(users), float(BATCH_LIMIT), math.inf if cap_n is None else float(cap_n))
     if e.chunked is not None:
-        bound = min(bound, float(e.budget - 1))
+        bound = min(bound, float(e.chunked.max_decode))
     capacity = max_rate(e, Traffic(1.0, mean_input, mean_output), math.inf if cap_n is None else float(cap_n))
     if cap_n is not None and cap_n < 1:  # not one sequence's KV cache beside the weights
         t_p = e.prompt_s(0.0)

@@ -44,7 +44,7 @@ ITL = τ(N) / (1 − ρ(N)) as before: the steps per second, (1 − ρ)/τ, whic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Optional
 
@@ -89,6 +89,7 @@ class SteadyState:
     method: Optional[str] = None  # closed loop: 'schedule' (count/serving/lockstep.py) or why the mean view stands in
     ttft_p50_s: Optional[float] = None  # closed loop, fixed lengths: the schedule's TTFT quantiles
     ttft_p99_s: Optional[float] = None
+    whole: bool = False  # chunked: whole prompts in the budget (chunked.py's last paragraph; --context-chunking off)
 
     @property
     def over_capacity(self) -> bool:
@@ -114,7 +115,8 @@ class Engine:
     """The server's step times and memory for one model, format, device and TP (cached per batch)."""
 
     def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
-                 memory: Optional[int], tp: Optional[TensorParallel], budget: Optional[int] = None):
+                 memory: Optional[int], tp: Optional[TensorParallel], budget: Optional[int] = None,
+                 split: bool = True):
         self.cfg, self.fmt, self.kv, self.c, self.tp, self.memory = cfg, fmt, kv_dtype, c, tp, memory
         self.shard = Sharding(cfg, fmt, tp)
         self.context = t.mean_input + max(1, t.mean_output // 2)
@@ -124,7 +126,7 @@ class Engine:
         self.decode_parts = lru_cache(maxsize=None)(self._decode_parts)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
         self.budget = budget if budget is not None and chunked.applies(cfg) else None
-        self.chunked = None if self.budget is None else chunked.ChunkedPrefill(self, t.mean_input, self.budget)
+        self.chunked = None if self.budget is None else chunked.ChunkedPrefill(self, t.mean_input, self.budget, split)
 
     def overhead(self, step: Step):
         """The performance model's per-step costs of one of this server's steps (None without one)."""
@@ -208,7 +210,7 @@ def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[flo
     def g(n: float) -> float:
         return rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * p.seconds(n))
 
-    bound = min(cap, float(e.budget - 1), float(BATCH_LIMIT))
+    bound = min(cap, float(p.max_decode), float(BATCH_LIMIT))
     n = first_root(g, max(bound, 1.0))
     if n is not None and n <= bound:
         return (n, None) if rate * p.service(n) < 1 else (None, "budget")
@@ -216,9 +218,9 @@ def chunked_concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[flo
     if rate * low >= 1:  # prompts at t_p(1) each, past the memory's bound or the budget's (the tighter one)
         return None, "prefill"
     free = first_root(lambda n: rate * (t.mean_output - 1) * e.tau(n) - n * (1 - rate * low), float(BATCH_LIMIT))
-    if free is None or free <= min(cap, e.budget - 1):  # not even there, or the prompts' cost grows with N
+    if free is None or free <= min(cap, p.max_decode):  # not even there, or the prompts' cost grows with N
         return None, "decode"
-    return None, "memory" if cap <= e.budget - 1 else "budget"
+    return None, "memory" if cap <= p.max_decode else "budget"
 
 
 def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Optional[str]]:
@@ -242,14 +244,20 @@ def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Opt
 
 def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
                  memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
-                 prefill_chunk: Optional[int] = None, engine: Optional[Engine] = None) -> SteadyState:
+                 prefill_chunk: Optional[int] = None, engine: Optional[Engine] = None,
+                 split: bool = True) -> SteadyState:
     """Steps 1-6 of the module docstring; ``prefill_chunk``: chunked prefill with a budget of that many tokens
     per step (tfcalc.count.serving.chunked; decoder-only models), None: each prompt prefilled whole, alone.
     ``engine``: the server's steps priced otherwise (one attention-DP group's, tfcalc.count.serving.ep_continuous)."""
     check(t)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
-    e = engine or Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk)
+    e = engine or Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk, split)
+    return replace(_steady_state(e, t), whole=e.chunked is not None and not e.chunked.split)
+
+
+def _steady_state(e: Engine, t: Traffic) -> SteadyState:
+    c = e.c
     request = c.perf.request_s if c.perf is not None else 0.0
     cap_n = e.max_concurrency()
     cap = math.inf if cap_n is None else float(cap_n)

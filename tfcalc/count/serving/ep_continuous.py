@@ -84,7 +84,7 @@ class Engine(continuous.Engine):
     tokens at the experts and the all-to-all added after the compute."""
 
     def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: continuous.Traffic,
-                 memory: Optional[int], lay: ep.ExpertLayout, budget: Optional[int] = None):
+                 memory: Optional[int], lay: ep.ExpertLayout, budget: Optional[int] = None, split: bool = True):
         from functools import lru_cache
 
         self.cfg, self.fmt, self.kv, self.c, self.memory, self.lay = cfg, fmt, kv_dtype, c, memory, lay
@@ -98,7 +98,7 @@ class Engine(continuous.Engine):
         self.decode_parts = lru_cache(maxsize=None)(self._decode_parts)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
         self.budget = budget if budget is not None and chunked.applies(cfg) else None
-        self.chunked = None if self.budget is None else ChunkedPrefill(self, t.mean_input, self.budget)
+        self.chunked = None if self.budget is None else ChunkedPrefill(self, t.mean_input, self.budget, split)
 
     def a2a_s(self, group_tokens: int, decode: bool) -> float:
         """Step 3's all-to-all: the group's tokens dispatched a T-th by each of its GPUs, combined back; the fullest

@@ -14,6 +14,21 @@ misses the queue. Llama 3 70B FP8 at TP 2, 5,000 in and 500 out on H100s (tfcalc
 The convoy needs the late join of step 1: a prompt allowed into the very step that began as its user's last token
 came (test_closed_loop's harness without ``late``) slips into the gaps and the queue dissolves over tens of rounds.
 
+Whole prompts (``--context-chunking off``, TensorRT-LLM without chunked context; chunked.py, last paragraph) with a
+budget that admits one prompt a step (I ≤ B − n < 2I): the C prompts sent at t = 0 run one a step, so the users
+leave one step apart and stay so -- a train. User k's prompt runs in step p_k = p_1 + k − 1 and its last token ends
+step p_k + O − 1; its next prompt reaches the engine during step p_k + O and runs in p_k + O + 1: every user's round is
+O + 1 steps, the train's order and spacing are kept. Step p_k + O is user k − 1's prompt step (p_(k−1) + O + 1), so
+every user but the first waits out a whole prompt step before its own; the first waits out a decode step. With a
+prompt step P (beside the C − 1 others decoding) and a decode step τ (of the C − 1), the fixed work per request
+shorter than τ: TTFT, from the request's send at a step's end, 2P for C − 1 users and τ + P for one, mean
+P + ((C − 1)·P + τ)/C; a round lasts C·P + (O + 1 − C)·τ (C ≤ O), X = C over it (tests/count/test_whole_prompts.py,
+by hand). A measured TTFT near 2P at
+many users is this train: NIM's Llama 3.3 70B, 5,000 in, at C = 50, 835 ms beside 407 ms at C = 1. Llama 3 70B FP8
+at TP 2 as above: 671 / 734 / 751 ms at 5 / 25 / 50 users (P = 0.37 s), throughput and ITL as under chunking; the
+budget's chunking packs 1.64 prompts a step instead and splits one of them over two steps, which is the longer
+queue above.
+
 The schedule (the same scheduler as continuous.py and chunked.py, one engine step at a time):
 1. At t = 0 all C users send their first request (genai-perf starts C requests at once); a user whose last token
    comes at a step's end sends the next one at that instant. It reaches the engine the runtime's fixed work per
@@ -27,6 +42,9 @@ The schedule (the same scheduler as continuous.py and chunked.py, one engine ste
    Its seconds: T(n, first chunk) (chunked.ChunkedPrefill.step_s: the mixed step, the weights read once; at n = 0
    the chunk alone) plus, for every further chunk, T(max(n, 1), chunk) − τ(max(n, 1)), what it adds to a step; no
    chunk: τ(n). A prompt whose last chunk ran yields its first token at the step's end and decodes from the next.
+   Whole prompts (``--context-chunking off``): the waiting prompts whole, in order, while B − n has room for a whole
+   one; the first that does not fit and all behind it wait for a later step (TensorRT-LLM's micro-batch scheduler
+   stops at it), priced as above with every piece a whole prompt.
    Unchunked: a waiting prompt, when the cache admits it, is a step of its own, t_p, ahead of any decoding (vLLM V0);
    otherwise the step decodes the n in flight, τ(n).
 3. A sequence's last (O-th) token comes at the end of its (O − 1)-th decode step; its user sends the next request then.
@@ -92,8 +110,8 @@ class _Loop:
 
     def __init__(self, users: int, inp: int, out: int, budget: Optional[int], cap: int,
                  decode: Callable[[int], float], chunk: Callable[[int, int, int], float], prefill: float,
-                 delay: float = 0.0):
-        self.inp, self.out, self.budget, self.cap, self.delay = inp, out, budget, cap, delay
+                 delay: float = 0.0, split: bool = True):
+        self.inp, self.out, self.budget, self.cap, self.delay, self.split = inp, out, budget, cap, delay, split
         self.decode, self.chunk, self.prefill = decode, chunk, prefill
         self.now, self.step, self.running, self.partial = 0.0, 0, 0, 0  # partial: the head prompt's tokens done
         self.ends: dict[int, int] = {}  # decode step index -> sequences that emit their last token there
@@ -172,7 +190,8 @@ class _Loop:
     def chunked(self) -> None:
         n, budget = self.running, self.budget
         room, fresh = budget - n, self._admissible()
-        if room <= 0 or not self.waiting or (not self.partial and not (fresh and self._ready(self.waiting[0]))):
+        if (room < (1 if self.split else self.inp) or not self.waiting
+                or (not self.partial and not (fresh and self._ready(self.waiting[0])))):
             self._decode_until_event()
             return
         pieces, joined = [], []  # (start, size, prompts); (arrival, prompts) finishing their prefill in this step
@@ -199,6 +218,8 @@ class _Loop:
                 fresh -= whole
                 self._pop(head, whole)
                 continue
+            if not self.split:  # whole prompts only: the first that does not fit waits for the next step
+                break
             pieces.append((0, room, 1))  # a part of the next prompt fills the step
             self.partial, fresh, room = room, fresh - 1, 0
         self._advance(self._price(n, pieces), n)
@@ -222,10 +243,10 @@ class _Loop:
 
 def simulate(users: int, inp: int, out: int, budget: Optional[int], cap: int, decode: Callable[[int], float],
              chunk: Callable[[int, int, int], float], prefill: float, delay: float = 0.0, rounds: int = ROUNDS,
-             step_limit: int = STEP_LIMIT) -> Optional[Schedule]:
+             step_limit: int = STEP_LIMIT, split: bool = True) -> Optional[Schedule]:
     """Steps 1-4 of the module docstring; ``budget`` None: unchunked (``prefill`` each prompt's step); ``cap`` the
     sequences the KV cache admits at once (≥ 1). None when the schedule passes ``step_limit`` simulated steps."""
-    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill, delay)
+    loop = _Loop(users, inp, out, budget, cap, decode, chunk, prefill, delay, split)
     run = loop.unchunked if budget is None else loop.chunked
     while loop.done < users:
         run()
@@ -249,12 +270,14 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
     cap_n = e.max_concurrency()
     cap = min(users, math.inf if cap_n is None else cap_n)
     if e.chunked is not None:
-        cap = min(cap, e.budget - 1)
+        cap = min(cap, e.chunked.max_decode)
     if cap < 1:
         return None, "no sequence fits"
     chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
     request = e.c.perf.request_s if e.c.perf is not None else 0.0
-    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT)
+    split = e.chunked is None or e.chunked.split
+    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT,
+                    split=split)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
                       "of random phases stands in")
