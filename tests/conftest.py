@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 # One thread for torch here and in the child processes the tests start (they inherit the environment;
 # torch reads it when it is first imported). The tests run tiny models, whose ops gain nothing from a
 # second thread, and on a busy machine every op's fork/join waits for a descheduled thread. Results do
 # not depend on it; tfcalc itself keeps torch's default.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A suite started in the background by a non-interactive shell (`pytest ... &`, nohup) inherits SIGINT ignored,
+# and an ignored signal stays ignored across exec: the processes the tests start would ignore the Ctrl-C the
+# signal tests send them (tests/cli/test_hostile_process.py, tests/measure/test_rank_lifeline.py). A handled
+# signal is reset to its default across exec, so handling it here gives the children a terminal's SIGINT.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402 -- below the environment set above, which must come before any import of torch
 from hypothesis import strategies as st
