@@ -47,9 +47,9 @@ it, never used to choose a parameter of the performance model. Reported beside i
   heads, dK/dV passed in fp32, the transfers exposed where torch.compile traces the ring, its merges fused): the
   64K, 128K and 256K rows 1.11, 1.49, 1.56 → 1.08, 1.45, 1.51. What remains at CP 4 and 8 is not the ring's as
   its code runs it: every rank of every row holds 32K positions and runs C kernels of 32K × 16K (or 16K × 32K)
-  positions a layer (load-balanced, measured on gloo ranks), yet the page's steps give 4.4 s a 32K-causal unit
-  of attention at CP 1 and 2 and 6.6-7.0 s at CP 4 and 8 (non-attention held at the CP 1 row's): no cost linear
-  in the ring's steps does both. Not fitted.
+  positions a layer (load-balanced, measured on gloo ranks), yet the page's steps leave 5.3 and 4.9 s of
+  attention per 32K-causal unit of work at CP 1 and 2 and 6.9 and 7.1 s at CP 4 and 8 (the rest taken at
+  tfcalc's × 1.19, the CP 1 row's ratio): no cost linear in the ring's steps does both. Not fitted.
   The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
