@@ -55,7 +55,8 @@ torchtitan's context_parallel does. Pure arithmetic.
    - the overlap: apply_compile wraps each block in torch.compile(fullgraph=True) (parallelize_llama.py), so the
      ring, called inside the block, is traced; a traced functional collective waits where it is issued
      (torch/distributed/_functional_collectives.py, ``_maybe_wrap_tensor``: ``wait_tensor`` when tracing) and
-     Inductor keeps that order (torch._inductor.config.reorder_for_compute_comm_overlap, False by default). So
+     Inductor keeps that order (torch._inductor.config.reorder_for_compute_comm_overlap, False by default, and
+     in torch 2.13 aten_distributed_optimizations.enable_overlap_scheduling, False too). So
      the all-gather completes before the first block's kernel and each fp32 gradient pass before the next step:
      step 3's overlap does not happen, the ring's transfers are on the critical path (``--overlap cp`` states
      them hidden, e.g. under Inductor's reordering). Measured by tests/count/test_ring_costs.py on gloo ranks:
