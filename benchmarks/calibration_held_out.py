@@ -44,7 +44,8 @@ it, never used to choose a parameter of the performance model. Reported beside i
   HOPPER_ATTENTION: the h100-sxm table's, which the device file inherits), the ring's later steps unmasked. RoPE
   in complex numbers, left by Inductor to aten kernels (--rope complex: count.perf.elementwise, 6): 1.28 → 1.24.
   The step waits for the slowest of its GPUs (Sinha et al. 2022's 8 % spread: count.perf.slowest_rank): compile
-  on 128 GPUs 1.26 → 1.22, on 8 1.23 → 1.21; the 8 → 128 loss 0 → 1.4 % (published 2.3 %). The page's hardware
+  on 128 GPUs 1.26 → 1.22, on 8 1.23 → 1.21; the 8 → 128 loss 0 → 1.4 % (published 2.3 %). Table 2's rows and
+  Table 6's: benchmarks/calibration_held_out_cp.py. The page's hardware
   is not a datasheet H100 SXM: 96GB HBM2e at 2.4 TB/s and a 500 W power limit, stated in
   benchmarks/devices/grand-teton-h100-500w.yaml (its clock from the power limit:
   tfcalc.count.training.overlap_costs.power_capped_clock). Added with FSDP's overlap costs (issue 31).
@@ -136,14 +137,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from calibration_held_out_cp import context_parallel_rows
 from calibration_held_out_ep import expert_parallel_rows
 from calibration_held_out_llama1 import llama1_rows
-from calibration_row import GPTJ, Row
+from calibration_row import GPTJ, GRAND_TETON, LLAMA3_405B, Row
 
 import tfcalc
-
-LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
-                   max_seq_len=8192)
 
 
 def llama3_mfu(dp: int, per_dp: int) -> Callable[[], float]:
@@ -173,7 +172,6 @@ def torchtitan_rate(preset: str, seq: int, local: int, recompute: str) -> Callab
     return run
 
 
-GRAND_TETON = str(Path(__file__).parent / "devices" / "grand-teton-h100-500w.yaml")
 
 
 def torchtitan_h100_rate(gpus: int, kernels: str, local: int = 2, **fp8) -> Callable[[], float]:
@@ -189,19 +187,6 @@ TORCHTITAN_H100 = [(8, "FSDP", "eager", 5762), (8, "FSDP + torch.compile", "comp
                    (128, "FSDP", "eager", 5605), (128, "FSDP + torch.compile", "compile", 6514),
                    (8, "FSDP + torch.compile + Float8", "tensorwise", 8532),
                    (128, "FSDP + torch.compile + Float8", "tensorwise", 8380)]
-# Table 2: (FSDP, CP, sequence, TPS/GPU)
-TORCHTITAN_CP = [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548)]
-
-
-def torchtitan_cp_rate(dp: int, cp: int, seq: int) -> Callable[[], float]:
-    def run() -> float:
-        r = tfcalc.plan("llama3-8b", dp=dp, cp=cp, zero=3, global_batch=dp, micro_batch=1, seq=seq, recompute="full",
-                        grad_dtype="fp32", device_spec=GRAND_TETON, kernels="compile", compute_dtype="fp8",
-                        fp8_recipe="tensorwise", max_seq_len=seq)
-        return r.tokens_per_s / r.plan.layout.gpus
-    return run
-
-
 # torchao/float8/README.md, e2e training benchmarks on 8 H100: (recipe, label, FP8 all-gather, tokens/s per GPU)
 TORCHAO_FLOAT8 = [("tensorwise", "tensorwise, float8 all-gather", True, 7689.5),
                   ("rowwise", "rowwise, bf16 all-gather", False, 6768)]
@@ -374,10 +359,7 @@ def held_out_rows() -> list[Row]:
         out.append(Row("training throughput", f"Llama 3.1 8B, {technique}, {gpus} H100 (HBM2e, 500 W), local batch 2",
                        "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Tables 1 and 3", tps, "tok/s/GPU",
                        torchtitan_h100_rate(gpus, "compile" if fp8 else kernels, **fp8)))
-    for dp, cp, seq, tps in TORCHTITAN_CP:
-        out.append(Row("training throughput", f"Llama 3.1 8B, FSDP {dp} × CP {cp}, {seq // 1024}K tokens, compile + "
-                       "Float8, 8 H100 (500 W)", "torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 2", tps,
-                       "tok/s/GPU", torchtitan_cp_rate(dp, cp, seq)))
+    out += context_parallel_rows()  # Tables 2 and 6 (benchmarks/calibration_held_out_cp.py)
     for recipe, label, gather, tps in TORCHAO_FLOAT8:
         out.append(Row("training throughput", f"Llama3-8b, torch.compile + Float8 {label}, FSDP 8 H100, batch 1",
                        "torchao torchao/float8/README.md, e2e training benchmarks (H100)", tps, "tok/s/GPU",

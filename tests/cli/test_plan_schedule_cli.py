@@ -41,7 +41,7 @@ def test_cp_multiplies_the_gpus_and_adds_the_ring(cli):
     (["--pp", "2", "--schedule", "interleaved", "--global-batch", "3"], "a multiple of pp (2)"),
     (["--schedule", "zero-bubble", "--dp", "2"], "needs pp > 1"),
     (["--pp", "2", "--overlap", "dp"], "--overlap takes tp, pp"),
-    (["--pp", "2", "--overlap", "pp,pp"], "each of tp, pp, ep once"),
+    (["--pp", "2", "--overlap", "pp,pp"], "each of tp, pp, ep, cp once"),
     (["--pp", "2", "--overlap", "tp"], "--overlap tp needs tp > 1 with --sequence-parallel"),
     (["--dp", "2", "--overlap", "pp"], "it needs pp > 1"),
     (["--dp", "2", "--cp", "0"], "--cp must be between 1"),

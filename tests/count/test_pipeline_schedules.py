@@ -219,7 +219,7 @@ def test_cp_degrees_for_long_sequences_only():
     (dict(schedule="interleaved", virtual_stages=2, global_batch=6), "a multiple of pp (4)"),
     (dict(schedule="zero-bubble", pp=1), "needs pp > 1"),
     (dict(schedule="interleaved", virtual_stages=2, pp=1, global_batch=8), "needs pp > 1"),
-    (dict(overlap=("pp", "pp")), "each of tp, pp, ep once"),
+    (dict(overlap=("pp", "pp")), "each of tp, pp, ep, cp once"),
     (dict(overlap=("dp",)), "--overlap takes tp, pp"),
     (dict(overlap="tp"), "must be a list"),
     (dict(overlap=("tp",)), "--overlap tp needs tp > 1 with --sequence-parallel"),

@@ -32,8 +32,11 @@ Overlap = Annotated[Optional[list[str]], typer.Option(
     "--overlap", help="Communication hidden behind compute: tp (TP all-gathers/reduce-scatters under the GEMMs, as "
     "Megatron's --tp-comm-overlap; needs --sp), pp (pipeline sends but the fill's and drain's), ep (expert "
     "parallelism's all-to-alls under another micro-batch's compute, as DualPipe or Megatron's "
-    "--overlap-moe-expert-parallel-comm, at the cost of the SMs they hold; needs --ep), any of them (tp,pp,ep) or "
-    "none [default: none; repeat the flag or separate by commas, any case].", show_default=False, metavar="tp,pp,ep")]
+    "--overlap-moe-expert-parallel-comm, at the cost of the SMs they hold; needs --ep), cp (the context-parallel "
+    "ring's K/V passes behind attention even under --kernels compile, where torch.compile traces the ring and "
+    "waits for each at once; without compile they are always hidden; needs --cp), any of them (tp,pp,ep,cp) or "
+    "none [default: none; repeat the flag or separate by commas, any case].", show_default=False,
+    metavar="tp,pp,ep,cp")]
 PPSplitCounts = Annotated[Optional[list[str]], typer.Option(
     "--pp-split-counts", help="Count the embedding and/or the LM head (with the loss) as one block each when the "
     "blocks are divided over the pp × V pipeline chunks (Megatron-LM's --account-for-embedding/loss-in-pipeline-"

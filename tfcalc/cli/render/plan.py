@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Cell, Column, Doc
 from tfcalc.count.perf.pipeline import chunk_micro_batches
 from tfcalc.count.perf.slowest_rank import expected_max, sigma
 from tfcalc.count.training import sharding
+from tfcalc.count.training.context_parallel import ring_exposed
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.pipeline_fsdp import stage_gathered
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
@@ -59,11 +60,12 @@ def overlapped(L: Layout) -> str:
         hidden.append("TP all-gathers/reduce-scatters behind the GEMMs")
     if "pp" in L.overlap:
         hidden.append("PP sends but the fill's and drain's")
-    if L.cp > 1:
+    if L.cp > 1 and not ring_exposed(L):
         hidden.append("CP ring behind attention")
     if "ep" in L.overlap:
         hidden.append("EP all-to-alls behind another micro-batch but 1/m")
     shown = [g.upper() for g in ("tp", "pp", "ep") if g not in L.overlap and getattr(L, g) > 1]
+    shown += ["CP ring (traced by torch.compile)"] if L.cp > 1 and ring_exposed(L) else []
     return "; ".join(hidden) + (f"; {', '.join(shown)} not" if shown else "")
 
 

@@ -76,8 +76,11 @@ Overlap (``--overlap``, any of tp, pp and ep; none by default, Megatron-LM's def
   parallelism (Megatron asserts it), as tfcalc does. Hidden: up to the matmul time of each micro-batch.
   Not hidden: the loss's all-reduce (tp_loss), the norms' gradient all-reduce (tp_norm_grads), and
   whatever exceeds the matmuls. Without it every TP collective is on the critical path.
-- cp: context parallelism's ring passes always overlap with attention (tfcalc.count.training.context_parallel):
-  exposed only where a ring step's K/V take longer than the attention kernel's block.
+- cp: context parallelism's ring passes overlap with attention (tfcalc.count.training.context_parallel, step 3):
+  exposed only where a ring step's K/V take longer than the attention kernel's block -- but under --kernels
+  compile torchtitan's torch.compile traces the ring and each transfer is waited for where it is issued (step 7):
+  all exposed, unless --overlap cp states them hidden (Inductor's reorder_for_compute_comm_overlap). Without
+  --kernels compile the ring is always overlapped, with or without the flag.
 - ep: expert parallelism's all-to-alls under another micro-batch's compute (DualPipe; Megatron-Core's
   --overlap-moe-expert-parallel-comm): tfcalc.count.training.experts_parallel, step 4.
 TP, CP and exposed PP time sit inside each micro-batch, so the pipeline stretches them as it does the
@@ -89,7 +92,7 @@ from __future__ import annotations
 from tfcalc.workload import Layout
 
 SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe", "dualpipev")
-OVERLAPS = ("tp", "pp", "ep")
+OVERLAPS = ("tp", "pp", "ep", "cp")
 OVERLAPPED_TP = ("tp_activations",)  # the causes --overlap tp hides (see the module docstring)
 
 

@@ -37,15 +37,43 @@ torchtitan's context_parallel does. Pure arithmetic.
      dK and dV (16 bits) into fp32 accumulators (read 4 + 2, write 4: 10 bytes an element) and concatenates
      dK and dV into the buffer the ring passes on (read 4, write 4); at the end converts them back (6):
      N_q·(10·C + 6) + N_kv·(18·C + 6) bytes; kernels 4·C and C − 1 extra attention kernels. (The gradients'
-     buffer travels in fp32, twice step 3's 16-bit bytes: not counted there.)
+     buffer travels in fp32: step 2's bytes under torchtitan's ring, step 7.)
    Full recompute runs the forward's again. These are memory-bound kernels at the achievable bandwidth
    (tfcalc.count.training.micro_batch_time's non-matmul time); the K/V passes themselves are step 3's.
 6. Rank order: tp, cp, dp, pp (Megatron-Core's default order "tp-cp-ep-dp-pp"): a CP group sits inside
    a node when tp × cp ≤ GPUs per node. GPUs = tp · cp · pp · dp.
+7. torchtitan's ring (``--kernels compile``, torchtitan's torch.compile of each block; issue 31), as its code at the
+   commit of its H100 benchmarks (pytorch/torchtitan 9dec370, December 2024) and PyTorch's ring run it:
+   - the heads: torchtitan's Attention repeats K and V to the query heads before SDPA (models/llama/model.py,
+     ``repeat_kv``), so the ring carries and accumulates n_head K and V heads, not GQA's n_kv_head: steps 2 and
+     5's K/V elements × n_head / n_kv_head (Llama 3 8B: × 4);
+   - the gradients: PyTorch's backward accumulates dK and dV in fp32 (_ContextParallelOptions.convert_to_f32,
+     True) and passes that fp32 buffer at each of its C steps (its dK/dV rotater exchanges after every step and
+     the owner takes the last: _templated_ring_attention_backward): step 2's gradient pass is C sends of 4-byte
+     elements, not C − 1 of 16-bit ones. K and V travel C − 1 times each pass (the default rotate method,
+     all-gather, moves the same bytes; torchtitan's --experimental.context_parallel_rotate_method "allgather");
+   - the overlap: apply_compile wraps each block in torch.compile(fullgraph=True) (parallelize_llama.py), so the
+     ring, called inside the block, is traced; a traced functional collective waits where it is issued
+     (torch/distributed/_functional_collectives.py, ``_maybe_wrap_tensor``: ``wait_tensor`` when tracing) and
+     Inductor keeps that order (torch._inductor.config.reorder_for_compute_comm_overlap, False by default, and
+     in torch 2.13 aten_distributed_optimizations.enable_overlap_scheduling, False too). So
+     the all-gather completes before the first block's kernel and each fp32 gradient pass before the next step:
+     step 3's overlap does not happen, the ring's transfers are on the critical path (``--overlap cp`` states
+     them hidden, e.g. under Inductor's reordering). Measured by tests/count/test_ring_costs.py on gloo ranks:
+     the bytes each rank's collectives send per pass, the query-key pairs of each rank's kernels, and the traced
+     ring's all-gather followed at once by its wait.
+   - the merges: traced with the block, Inductor fuses each step's merge into one pass over its distinct tensors
+     (read the fp32 running output and the block's 16-bit one, write fp32: 10 bytes an element, 2 kernels with
+     the log-sum-exp's) and each backward step's additions into the buffers they fill (dQ, dK, dV: read 4 + 2,
+     write 4: 10 bytes an element, the concatenation written in place; 2 kernels): step 5's bytes with 10 for
+     its 38 and 18. The conversions at the ends stay.
+   Load balancing (step 1) holds there: _ContextParallelOptions.enable_load_balance is True by default (then and
+   now), and each rank's kernels cover s²/(2C) pairs (measured the same way).
 """
 
 from __future__ import annotations
 
+from tfcalc.architecture.attention import Attention
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.dtypes import activation_element_bytes
 from tfcalc.count.training.shard import stage_kinds
@@ -55,7 +83,26 @@ from tfcalc.workload import Layout
 def kv_elements(cfg: ModelConfig, layout: Layout) -> int:
     """N_kv of step 5 over every block of the model: K and V elements of the rank's positions (a micro-batch)."""
     tokens = layout.micro_batch * (layout.seq // layout.cp)
-    return sum(n * tokens * (kv_width(b) // layout.tp) for _, b, n in cfg.architecture.kinds())
+    return sum(n * tokens * (ring_width(b, layout) // layout.tp) for _, b, n in cfg.architecture.kinds())
+
+
+def torchtitan_ring(layout: Layout) -> bool:
+    """Step 7: the ring as torchtitan runs it -- its blocks under torch.compile (``--kernels compile``)."""
+    return layout.kernels == "compile"
+
+
+def ring_exposed(layout: Layout) -> bool:
+    """Step 7: the ring's transfers on the critical path (traced by torch.compile), unless --overlap cp."""
+    return torchtitan_ring(layout) and "cp" not in layout.overlap
+
+
+def ring_width(block, layout: Layout) -> int:
+    """K and V elements per position as the ring carries them: kv_width, × n_head / n_kv_head where torchtitan's
+    Attention repeats them to the query heads before SDPA (step 7)."""
+    m = block.mixer
+    if torchtitan_ring(layout) and isinstance(m, Attention):
+        return kv_width(block) * (m.n_head // m.n_kv_head)
+    return kv_width(block)
 
 
 def kv_width(block) -> int:
@@ -67,7 +114,14 @@ def kv_width(block) -> int:
 MERGE_BYTES = 38  # a later step's whole merge, bytes per output element (step 5)
 MERGE_KERNELS = 9  # ... its kernels: the conversion, three passes, the log-sum-exp's five
 CONVERT = 6  # 16 bits to fp32 or back: read 2, write 4 (or read 4, write 2)
+GRAD_BYTES = 4  # torch's ring accumulates and passes dK, dV in fp32 (step 7)
 BACKWARD_KERNELS = 4  # dQ, dK, dV added into fp32 and dK, dV concatenated, each backward step (step 5)
+KV_ADD_BYTES = 18  # ... dK, dV: added (read 4 + 2, write 4), then concatenated (read 4, write 4)
+# compiled (step 7): one pass over each tensor's distinct inputs and outputs, the log-sum-exp's row beside it
+FUSED_MERGE_BYTES = 10  # read the fp32 running output and the block's 16-bit one, write fp32
+FUSED_MERGE_KERNELS = 2  # the output's update and the log-sum-exp's
+FUSED_ADD_BYTES = 10  # an fp32 accumulator plus a 16-bit gradient (read 4 + 2, write 4), the cat written in place
+FUSED_BACKWARD_KERNELS = 2  # dQ's addition, dK's and dV's into the buffer the ring passes
 
 
 def ring_merges(entries, layout: Layout, kv_elements: int) -> tuple[float, float, int, int]:
@@ -83,9 +137,13 @@ def ring_merges(entries, layout: Layout, kv_elements: int) -> tuple[float, float
             m, _, n = e.shape
             n_q += -(-m // C) * n * max(1, e.count // layout.tp) * e.copies
             layers += e.copies
-    forward = n_q * (2 * CONVERT + MERGE_BYTES * (C - 1))
-    backward = n_q * (10 * C + CONVERT) + kv_elements * (18 * C + CONVERT)
-    return forward, backward, layers * (C - 1) * (MERGE_KERNELS + 1), layers * (BACKWARD_KERNELS * C + C - 1)
+    if torchtitan_ring(layout):  # compiled with the block: each step's merge and additions fused (step 7)
+        merge, merge_k, kv_add, bwd_k = FUSED_MERGE_BYTES, FUSED_MERGE_KERNELS, FUSED_ADD_BYTES, FUSED_BACKWARD_KERNELS
+    else:
+        merge, merge_k, kv_add, bwd_k = MERGE_BYTES, MERGE_KERNELS, KV_ADD_BYTES, BACKWARD_KERNELS
+    forward = n_q * (2 * CONVERT + merge * (C - 1))
+    backward = n_q * (FUSED_ADD_BYTES * C + CONVERT) + kv_elements * (kv_add * C + CONVERT)
+    return forward, backward, layers * (C - 1) * (merge_k + 1), layers * (bwd_k * C + C - 1)
 
 
 def kv_ring(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
@@ -95,9 +153,10 @@ def kv_ring(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int]:
         return 0, 0
     e = activation_element_bytes(layout.dtype)
     tokens = layout.micro_batch * (layout.seq // C)
-    passes = 1 + (layout.recompute != "none") + 2  # forward (and its rerun), then K/V and their gradients
-    per_mb = sum(n * tokens * (kv_width(b) // layout.tp) * e
-                 for b, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split))
-    layers = sum(n for _, _, n in stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split))
+    passes = 1 + (layout.recompute != "none") + 1  # forward (and its rerun), then K/V again backward
+    grads, grad_bytes = (C, GRAD_BYTES) if torchtitan_ring(layout) else (C - 1, e)  # their gradients (step 7)
+    kinds = stage_kinds(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split)
+    per_mb = sum(n * tokens * (ring_width(b, layout) // layout.tp) for b, _, n in kinds)  # K/V elements
+    layers = sum(n for _, _, n in kinds)
     m = layout.micro_batches
-    return m * passes * (C - 1) * per_mb, m * passes * (C - 1) * layers
+    return m * per_mb * (passes * (C - 1) * e + grads * grad_bytes), m * layers * (passes * (C - 1) + grads)

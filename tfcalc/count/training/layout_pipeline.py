@@ -145,6 +145,8 @@ def check_pipeline(cfg: ModelConfig, layout: Layout) -> None:
                              f"a multiple of pp ({L.pp}), as Megatron-LM requires")
     if "ep" in L.overlap and L.ep == 1:
         raise InputError("--overlap ep hides expert parallelism's all-to-alls: it needs --ep > 1")
+    if "cp" in L.overlap and L.cp == 1:
+        raise InputError("--overlap cp hides the context-parallel ring's transfers: it needs --cp > 1")
     if "pp" in L.overlap and L.pp == 1:
         raise InputError("--overlap pp hides pipeline sends: it needs pp > 1")
     if "tp" in L.overlap and not (L.tp > 1 and L.sequence_parallel):

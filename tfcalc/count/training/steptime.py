@@ -74,6 +74,7 @@ from tfcalc.count.model.op_recompute import RECOMPUTED
 from tfcalc.count.perf import collectives as alpha_beta, pipeline
 from tfcalc.count.perf.hardware import PerfSpec
 from tfcalc.count.training import experts_folded
+from tfcalc.count.training.context_parallel import ring_exposed
 from tfcalc.count.training.fp8 import gathers_fp8
 from tfcalc.count.training.fsdp_edges import edge_s
 from tfcalc.count.training.layout import Layout
@@ -331,7 +332,8 @@ def step_time(cfg: ModelConfig, layout: Layout, collectives, hw: Hardware, mfu: 
         if c.group == "tp":
             tp_by_cause[c.cause] = tp_by_cause.get(c.cause, 0.0) + collective_seconds(c, layout, hw)
     tp = pipeline.exposed_tp(tp_by_cause, m * s.matmuls, layout) * stretch
-    cp = max(0.0, comm["cp"] - m * s.attention) * stretch  # the ring hides behind attention (context_parallel)
+    # the ring hides behind attention, but not where torch.compile traces it (context_parallel, steps 3 and 7)
+    cp = (comm["cp"] if ring_exposed(layout) else max(0.0, comm["cp"] - m * s.attention)) * stretch
     pp = pipeline.exposed_pp(comm["pp"], layout, stage_index)
     window = s.backward * (1 if layout.zero in (0, 1) else m) + (compute - s.backward * m) * (layout.zero == 3)
     last_bucket = min(comm["dp"], alpha_beta.DDP_BUCKET_BYTES / (hw.inter_node_bytes_per_s or 1.0))
