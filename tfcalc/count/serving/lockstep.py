@@ -276,8 +276,14 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
     chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
     request = e.c.perf.request_s if e.c.perf is not None else 0.0
     split = e.chunked is None or e.chunked.split
-    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT,
-                    split=split)
+    hit = getattr(e, "cached", 0)  # a cached prefix of P: a prompt's I − P tokens from P (serving.prefix, step 2)
+    if hit and chunk is not None:
+        whole_chunk = chunk
+
+        def chunk(n: int, start: int, size: int) -> float:
+            return whole_chunk(n, hit + start, size)
+    done = simulate(users, inp - hit, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request,
+                    step_limit=STEP_LIMIT, split=split)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
                       "of random phases stands in")
