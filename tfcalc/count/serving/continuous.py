@@ -39,6 +39,10 @@ the steps' prompt budget, chunked step 4). 5: TTFT = W + (1 − R·S)·min(N, 1)
 the fixed work, W = R·S² / (2(1 − R·S)) (M/D/1 on the budget): the prompt's k chunks each ride on a step that
 decodes the N in flight.
 ITL = τ(N) / (1 − ρ(N)) as before: the steps per second, (1 − ρ)/τ, whichever steps the chunks are in.
+
+A cached prefix (``Traffic.cached_prefix``, tfcalc.count.serving.prefix) changes two inputs and nothing else: the
+prompt's step (1; chunked: its chunks) computes the I − P uncached tokens from position P, and the KV cache of N
+sequences is N·(M(L) − s) + s, the prefix's s bytes once (4: the memory's bound on N grows so).
 """
 
 from __future__ import annotations

@@ -266,7 +266,9 @@ def simulate(users: int, inp: int, out: int, budget: Optional[int], cap: int, de
 
 
 def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str]:
-    """The schedule of a server ``e`` (continuous.Engine) for C users, or None and why the mean view stands in."""
+    """The schedule of a server ``e`` (continuous.Engine) for C users, or None and why the mean view stands in. A
+    cached prefix of P tokens (tfcalc.count.serving.prefix): each prompt is its I − P uncached tokens, in the budget
+    and in its chunks, each chunk priced from its position P + s."""
     cap_n = e.max_concurrency()
     cap = min(users, math.inf if cap_n is None else cap_n)
     if e.chunked is not None:
