@@ -200,6 +200,11 @@ def test_hostile_cached_prefix(cli, args, message):
     assert_one_line_error(cli("infer", "llama2-7b", *args), message)
 
 
+def test_expert_parallel_single_request_is_refused(cli):
+    assert_one_line_error(cli("infer", "qwen3-30b-a3b", "--ep", "8", "--seq", "2048", "--cached-prefix", "1024"),
+                          "the attention-DP groups take it under --rate or --concurrency")
+
+
 def test_an_encoder_decoder_is_refused(cli):
     assert_one_line_error(cli("infer", "t5-base", "--seq", "256", "--cached-prefix", "64"),
                           "prefix caching is priced for decoder-only models")

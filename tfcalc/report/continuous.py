@@ -113,6 +113,9 @@ def cached_tokens(model, o, seq: int) -> int:
     if not chunked.applies(model.cfg):
         raise InputError(f"--cached-prefix: {model.cfg.name} attends across to a source (an encoder-decoder or cross-"
                          "attention): prefix caching is priced for decoder-only models")
+    if o.ep > 1 and not loaded(o):  # the single-request estimate under EP (count/serving/expert_parallel.py) reshards
+        raise InputError("--cached-prefix with --ep: the attention-DP groups take it under --rate or --concurrency; "
+                         "the single-request estimate under --ep prefills whole prompts")
     return prefix.hit_tokens(o.cached_prefix)
 
 
