@@ -200,6 +200,17 @@ def test_hostile_cached_prefix(cli, args, message):
     assert_one_line_error(cli("infer", "llama2-7b", *args), message)
 
 
+def test_whole_prompts_fit_the_budget_less_the_cached_prefix(cli):
+    """--context-chunking off: a prompt runs whole in one step; the tokens it computes are I − P."""
+    args = ("infer", "llama3-8b", "--rate", "4", "--mean-input", "3000", "--mean-output", "64", "--prefill-chunk",
+            "2048", "--context-chunking", "off")
+    assert_one_line_error(cli(*args), "--mean-input (3,000) must fit the step's budget")
+    assert_one_line_error(cli(*args, "--cached-prefix", "512"),
+                          "--mean-input less the cached prefix (2,488) must fit the step's budget")
+    r = cli(*args, "--cached-prefix", "1024", "--json")
+    assert r.code == 0 and '"context_chunking": "off"' in r.out and '"cached_tokens": 1024' in r.out
+
+
 def test_expert_parallel_single_request_is_refused(cli):
     assert_one_line_error(cli("infer", "qwen3-30b-a3b", "--ep", "8", "--seq", "2048", "--cached-prefix", "1024"),
                           "the attention-DP groups take it under --rate or --concurrency")

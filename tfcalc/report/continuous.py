@@ -79,9 +79,9 @@ def check(o) -> None:
         if o.lengths == "fixed" and o.ep > 1:
             raise InputError("--lengths fixed with --ep: the attention-DP groups under a closed loop are priced by the "
                              "mean-value analysis of random phases only; give --lengths random or leave it out")
-        continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
+        continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output, o.cached_prefix or 0))
     else:
-        continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+        continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output, o.cached_prefix or 0))
     if o.context_chunking is not None:
         check_chunking(o)
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
@@ -99,8 +99,10 @@ def check_chunking(o) -> None:
         raise InputError("--context-chunking off puts whole prompts in the steps' token budget; --prefill-chunk 0 and "
                          "--measure prefill each prompt alone, in a step of its own: give one")
     budget = prefill_chunk(o)
-    if o.context_chunking == "off" and budget is not None:
-        chunked.check_whole(o.mean_input, budget)
+    if o.context_chunking == "off" and budget is not None:  # the tokens a step computes: a cached prefix's P are not
+        hit = prefix.hit_tokens(o.cached_prefix or 0)  # (the engine packs I − P a prompt, count/serving/prefix.py)
+        what = "--mean-input less the cached prefix" if hit else "--mean-input"
+        chunked.check_whole(o.mean_input - hit, budget, what)
 
 
 def cached_tokens(model, o, seq: int) -> int:

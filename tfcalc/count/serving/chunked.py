@@ -153,10 +153,11 @@ def merge_overhead(d: Optional[Overhead], p: Optional[Overhead], comm_s: float =
     return replace(d, **{**merged, "comm_s": comm_s, "request_s": 0.0})
 
 
-def check_whole(prompt: int, budget: int) -> None:
-    """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens."""
+def check_whole(prompt: int, budget: int, what: str = "--mean-input") -> None:
+    """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens; ``what`` names
+    the tokens computed (a cached prefix's: the uncached ones, tfcalc.count.serving.prefix)."""
     if prompt > budget:
-        raise InputError(f"--context-chunking off: each prompt runs whole in one step, so --mean-input ({prompt:,}) "
+        raise InputError(f"--context-chunking off: each prompt runs whole in one step, so {what} ({prompt:,}) "
                          f"must fit the step's budget --prefill-chunk ({budget:,}): TensorRT-LLM's scheduler without "
                          "chunked context never runs a longer prompt")
 
