@@ -11,9 +11,10 @@ benchmarks/benchmark_prefix_caching.py --prefix-len, SGLang's generated-shared-p
 outcome of that prefix, the prompt length and eviction, and says nothing of how many copies the cache holds. In
 steady state a shared prefix of N tokens in prompts of I is a token hit rate of P/I (P below).
 
-1. The hit: vLLM caches and looks up whole blocks only (a block's hash covers its block_size tokens; a partial
-   block is never shared, vllm/v1/core/kv_cache_utils.py, hash_block_tokens), block_size 16 by default
-   (vllm/config/cache.py, CacheConfig.block_size), so P = ⌊N / 16⌋·16 tokens hit. (SGLang's radix tree is
+1. The hit: vLLM caches and looks up whole blocks only ("A cached block is a full block with a block hash",
+   vllm/v1/core/block_pool.py, BlockHashToBlockMap; each block's hash covers its tokens and its prefix's,
+   docs/design/prefix_caching.md), block_size 16 by default (CacheConfig.block_size), so P = ⌊N / 16⌋·16 tokens
+   hit. (SGLang's radix tree is
    token-granular at its default page size of 1: P = N there; N a multiple of 16 means the same to both.)
 2. A prompt's prefill computes its I − P uncached tokens at positions [P, I): every linear over I − P rows, and
    attention of those rows over all I positions, the P cached keys and causally among themselves:
