@@ -166,7 +166,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
           context_chunking: Optional[str] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
-          expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
+          expert_imbalance: Any = None, cached_prefix: Optional[int] = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
     redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
@@ -174,7 +174,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
     run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default);
-    launch="eager" (host_op_s=)."""
+    launch="eager" (host_op_s=); cached_prefix=N: N tokens of every prompt cached already (count/serving/prefix.py)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -191,7 +191,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk,
                            context_chunking=context_chunking, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
-                           expert_imbalance=expert_imbalance)
+                           expert_imbalance=expert_imbalance, cached_prefix=cached_prefix)
     return build_infer(_model(model, overrides), options)
 
 

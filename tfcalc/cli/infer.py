@@ -10,6 +10,7 @@ from tfcalc.cli import render
 from tfcalc.cli.infer_options import (
     AcceptRate,
     AttentionDP,
+    CachedPrefix,
     Concurrency,
     ContextChunking,
     Draft,
@@ -112,6 +113,7 @@ def infer(
     mean_output: MeanOutput = None,
     prefill_chunk: PrefillChunk = None,
     context_chunking: ContextChunking = None,
+    cached_prefix: CachedPrefix = None,
     requests: Requests = None,
     max_time: MaxTime = None,
     format: FormatOption = Format.table,
@@ -183,6 +185,9 @@ def infer(
     ends (genai-perf's concurrency mode, vLLM's --max-concurrency): throughput, TTFT (mean, p50, p99) and inter-token
     latency from the engine's steps simulated for C users with fixed lengths (--lengths fixed, the default), or by
     mean-value analysis of the same server (--lengths random); C = throughput × end-to-end latency.
+    --cached-prefix N: the first N tokens of every prompt are cached (a shared system prompt under vLLM's prefix
+    caching or SGLang's RadixAttention; whole blocks of 16 hit): a prefill computes the rest, attending to all the
+    prompt's positions, and under load the KV cache holds the prefix once (count/serving/prefix.py).
 
     A mixture of experts: FLOPs are the top-k routed experts' matmuls per token plus shared experts and the router;
     a step reads the weights of only the experts some token routes to -- E·(1 − (1 − k/E)^tokens) per layer under
@@ -224,7 +229,7 @@ def infer(
         expert_imbalance=expert_imbalance,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
         lengths=lengths, mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk,
-        context_chunking=context_chunking, requests=requests,
+        context_chunking=context_chunking, cached_prefix=cached_prefix, requests=requests,
         max_time=max_time, eager=eager, launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfcalc.cli.options import _bound_help, bounded_count
+from tfcalc.cli.options import _bound_help, bounded_count, length_value
 
 ServeTP = Annotated[int, typer.Option(
     "--tp", help="Tensor-parallel serving over T GPUs of one node: heads, FFN and vocabulary split T ways (KV heads "
@@ -94,6 +94,13 @@ ContextChunking = Annotated[Optional[str], typer.Option(
     "(TensorRT-LLM's in-flight batching without chunked context, its executor's default; its max_num_tokens, 8,192 "
     "by default, is the budget); needs --mean-input within the budget [default: on].", metavar="on|off",
     show_default=False)]
+CachedPrefix = Annotated[Optional[int], typer.Option(
+    "--cached-prefix", help="Prefix caching: the first N tokens of every prompt (a shared system prompt) have their "
+    "KV in the cache already (vLLM's automatic prefix caching, SGLang's RadixAttention): a prefill computes the other "
+    "I − N tokens, attending to all I positions; under --rate/--concurrency the KV cache holds the prefix once, not "
+    "per sequence, so more sequences fit. Whole blocks of 16 hit (vLLM's block size): N rounded down to them; "
+    "0 ≤ N < the prompt (--seq, or --mean-input under load) [default: none].", metavar="N", show_default=False,
+    parser=length_value)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
     f"{_bound_help('--requests')} [default: 64].", metavar="N", show_default=False,

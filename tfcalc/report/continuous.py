@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import chunked, closed_loop, continuous, lockstep
+from tfcalc.count.serving import chunked, closed_loop, continuous, lockstep, prefix
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
@@ -48,6 +48,9 @@ def flag(o) -> str:
 
 def check(o) -> None:
     """--rate or --concurrency needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
+    if o.cached_prefix is not None and o.measure:
+        raise InputError("--cached-prefix and --measure: tfcalc's own runtime prefills every prompt whole; the cached "
+                         "prefix is a prediction only")
     given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk,
              "--context-chunking": o.context_chunking}
     if o.lengths is not None and o.concurrency is None:
@@ -76,9 +79,9 @@ def check(o) -> None:
         if o.lengths == "fixed" and o.ep > 1:
             raise InputError("--lengths fixed with --ep: the attention-DP groups under a closed loop are priced by the "
                              "mean-value analysis of random phases only; give --lengths random or leave it out")
-        continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output))
+        continuous.check(continuous.Traffic(1.0, o.mean_input, o.mean_output, o.cached_prefix or 0))
     else:
-        continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
+        continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output, o.cached_prefix or 0))
     if o.context_chunking is not None:
         check_chunking(o)
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
@@ -96,8 +99,26 @@ def check_chunking(o) -> None:
         raise InputError("--context-chunking off puts whole prompts in the steps' token budget; --prefill-chunk 0 and "
                          "--measure prefill each prompt alone, in a step of its own: give one")
     budget = prefill_chunk(o)
-    if o.context_chunking == "off" and budget is not None:
-        chunked.check_whole(o.mean_input, budget)
+    if o.context_chunking == "off" and budget is not None:  # the tokens a step computes: a cached prefix's P are not
+        hit = prefix.hit_tokens(o.cached_prefix or 0)  # (the engine packs I − P a prompt, count/serving/prefix.py)
+        what = "--mean-input less the cached prefix" if hit else "--mean-input"
+        chunked.check_whole(o.mean_input - hit, budget, what)
+
+
+def cached_tokens(model, o, seq: int) -> int:
+    """--cached-prefix N, checked: N < the prompt (--seq, or --mean-input under load), a decoder-only model, no
+    --measure (tfcalc's runtime prefills every prompt whole); the P = ⌊N/16⌋·16 tokens that hit
+    (tfcalc.count.serving.prefix, step 1), 0 without it."""
+    if o.cached_prefix is None:
+        return 0
+    prefix.check(o.cached_prefix, seq, "--mean-input" if loaded(o) else "--seq")
+    if not chunked.applies(model.cfg):
+        raise InputError(f"--cached-prefix: {model.cfg.name} attends across to a source (an encoder-decoder or cross-"
+                         "attention): prefix caching is priced for decoder-only models")
+    if o.ep > 1 and not loaded(o):  # the single-request estimate under EP (count/serving/expert_parallel.py) reshards
+        raise InputError("--cached-prefix with --ep: the attention-DP groups take it under --rate or --concurrency; "
+                         "the single-request estimate under --ep prefills whole prompts")
+    return prefix.hit_tokens(o.cached_prefix)
 
 
 def static_options(o):
@@ -111,8 +132,9 @@ def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyStat
     """The steady state the options ask for: Poisson arrivals at --rate, or a closed loop of --concurrency users."""
     if o.concurrency is not None:
         return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
-                                       prefill_chunk(o), o.lengths or "fixed", split(o))
-    return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
+                                       prefill_chunk(o), o.lengths or "fixed", split(o), o.cached_prefix or 0)
+    return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output,
+                                                                              o.cached_prefix or 0),
                                    memory, tp, prefill_chunk(o), split=split(o))
 
 
@@ -149,5 +171,6 @@ def to_json(state: Optional[continuous.SteadyState],
             "kv_cache_bytes": state.kv_cache_bytes, "max_concurrency": state.max_concurrency,
             "lengths": state.lengths, "method": state.method, "ttft_p50_s": state.ttft_p50_s,
             "ttft_p99_s": state.ttft_p99_s, "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity,
-            "limit": state.limit,
+            "limit": state.limit, "cached_prefix": state.cached_prefix, "cached_tokens": state.cached_tokens,
+            "prefix_kv_bytes": state.prefix_kv_bytes,
             "measured": measured}

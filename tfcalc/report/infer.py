@@ -154,15 +154,17 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
     memory = devices.usable_bytes(spec, communicating=o.tp > 1) if spec is not None else None
     state = None
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
+    hit = continuous_report.cached_tokens(model, o, seq)  # --cached-prefix: the prompt's P tokens hit (serving.prefix)
     if continuous_report.loaded(o):  # the static estimate beside: at the mean decode batch, or the largest that fits
         state = continuous_report.steady_state(o, cfg, fmt, kv, ceilings, memory, tp)
         fitting = None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp)
         o = replace(o, batches=(continuous_report.batch_of(state, fitting),))
-    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp) for b in o.batches)
+    estimates = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp, cached=hit)
+                      for b in o.batches)
     # the same requests as tfcalc's own runtime reads them: each step over a bucket of a cache of seq + gen - 1
     # slots (tfcalc.model.generate), beside the live context's figures above
     read = tuple(serving.estimate(cfg, replace(w, batch=b), fmt, ceilings, memory, tp,
-                                  span=lambda n: read_span(n, seq + o.gen - 1)) for b in o.batches)
+                                  span=lambda n: read_span(n, seq + o.gen - 1), cached=hit) for b in o.batches)
     return with_draft(model, o, InferReport(
         model, o, seq, src, fmt, kv, spec, ceilings, estimates,
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
@@ -174,6 +176,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
 def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[int], fmt: WeightFormat, kv: str,
                      spec: Optional[devices.DeviceSpec], ceilings: Ceilings) -> InferReport:
     lay = infer_ep.layout(model, o, spec, ceilings)  # --measure's own rule: build_infer
+    continuous_report.cached_tokens(model, o, seq)  # checked; under load the groups' servers take it
     w = Workload(batch=o.batches[0], seq=seq, src_seq=src, gen=o.gen, dtype=fmt.dtype, kv_dtype=kv)
     memory, state = devices.usable_bytes(spec, communicating=True), None
     if continuous_report.loaded(o):  # each attention-DP group a server; the static estimate at the mean batch

@@ -71,11 +71,13 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
     from tfcalc.report.continuous import prefill_chunk, split
 
     cfg, d = model.cfg, lay.dp
-    t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output)
+    t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output,
+                           o.cached_prefix or 0)
     budget = prefill_chunk(o)
     e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o))
     if o.concurrency is not None:
-        group = closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output)
+        group = continuous.with_prefix(closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output), e,
+                                       t.cached_prefix)
     else:
         group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e)
     return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split)

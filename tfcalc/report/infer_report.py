@@ -84,6 +84,9 @@ class InferReport(Displayed):
         return {
             "preset": self.model.cfg.name, "label": self.model.label, "batch": est.batch, "seq": self.seq,
             "gen": self.options.gen, "src_seq": self.src_seq,
+            # --cached-prefix N: the tokens asked and those that hit, whole blocks (count/serving/prefix.py)
+            "cached_prefix": self.options.cached_prefix or 0,
+            "cached_tokens": est.prefill.context - est.prefill.queries,
             "dtype": self.fmt.dtype, "weight_format": {"dtype": self.fmt.dtype, "group_size": self.fmt.group_size,
                                                        "zero_point": self.fmt.zero_point, "label": self.weight_label,
                                                        "experts": "mxfp4" if stored_mxfp4(self.model.cfg, self.fmt)

@@ -36,6 +36,19 @@ def _predicted_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> No
               p["prefill_bound"])
 
 
+def _prefix_note(doc: Doc, row: dict[str, Any]) -> None:
+    """--cached-prefix: what the prefill computes and, under load, what the KV cache holds once."""
+    x, asked = row["continuous"], row["cached_prefix"]
+    if not asked:
+        return
+    hit = x["cached_tokens"] if x else row["cached_tokens"]
+    prompt = x["mean_input"] if x else row["seq"]
+    held = "" if not x else (f"; the KV cache holds the prefix once ({units.nbytes(x['prefix_kv_bytes'])}), each "
+                             "sequence only the rest of its context")
+    doc.note(f"Cached prefix: {asked:,} tokens asked, {hit:,} hit (whole blocks of 16): a prefill computes "
+             f"{prompt - hit:,} of the {prompt:,} prompt tokens, attending to all of them{held}.")
+
+
 def _short_note(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> None:
     """The batches asked for that do not fit, in words, under the table: its fits column may be moved below it
     on a narrow terminal, and a verdict must not depend on the width."""
@@ -148,6 +161,7 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
+    _prefix_note(doc, rows[0])
     if x.get("users") and x.get("method") and not x["over_capacity"]:
         doc.note(f"Lengths {x['lengths']} (--lengths): " + (
             f"the engine's steps simulated for {x['users']:,} users who start together, a first round then 8 measured; "
@@ -350,6 +364,8 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         _continuous_table(doc, r, rows)
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
         _short_note(doc, r, rows)
+        if rows[0]["continuous"] is None:  # under load the continuous table says it
+            _prefix_note(doc, rows[0])
         _speculative_table(doc, r, rows)
         ep_table(doc, rows)
         ep_measured_note(doc, rows[0])

@@ -153,10 +153,11 @@ def merge_overhead(d: Optional[Overhead], p: Optional[Overhead], comm_s: float =
     return replace(d, **{**merged, "comm_s": comm_s, "request_s": 0.0})
 
 
-def check_whole(prompt: int, budget: int) -> None:
-    """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens."""
+def check_whole(prompt: int, budget: int, what: str = "--mean-input") -> None:
+    """Whole prompts in the budget (module docstring, last paragraph): each must fit a step's tokens; ``what`` names
+    the tokens computed (a cached prefix's: the uncached ones, tfcalc.count.serving.prefix)."""
     if prompt > budget:
-        raise InputError(f"--context-chunking off: each prompt runs whole in one step, so --mean-input ({prompt:,}) "
+        raise InputError(f"--context-chunking off: each prompt runs whole in one step, so {what} ({prompt:,}) "
                          f"must fit the step's budget --prefill-chunk ({budget:,}): TensorRT-LLM's scheduler without "
                          "chunked context never runs a longer prompt")
 
@@ -173,12 +174,14 @@ def chunks(prompt: int, budget: int, n: int, split: bool = True) -> list[tuple[i
 class ChunkedPrefill:
     """A prompt's GPU seconds under chunked prefill beside n decode tokens (step 3), cached per whole n.
     ``engine``: tfcalc.count.serving.continuous.Engine (its decode steps, sharding and ceilings); ``split`` False:
-    whole prompts in the budget (module docstring, last paragraph)."""
+    whole prompts in the budget (module docstring, last paragraph); ``prompt`` the tokens to compute, from position
+    ``start`` (a cached prefix's P, tfcalc.count.serving.prefix; 0: the whole prompt)."""
 
-    def __init__(self, engine, prompt: int, budget: int, split: bool = True):
+    def __init__(self, engine, prompt: int, budget: int, split: bool = True, start: int = 0):
         if not split:
             check_whole(prompt, budget)
         self.e, self.prompt, self.budget, self.split = engine, prompt, budget, split
+        self.start = start  # a cached prefix of P: the prompt's I − P tokens from position P (serving.prefix, step 2)
         # the decode batch that leaves a prompt room (whole prompts: at least one sequence decodes, as when I = B)
         self.max_decode = budget - 1 if split else max(1, budget - prompt)
         self.act = activation_element_bytes(engine.fmt.compute_dtype)
@@ -204,7 +207,7 @@ class ChunkedPrefill:
 
     def _whole(self, n: int) -> float:
         base = self.e.step_s(n) if n else 0.0
-        parts = chunks(self.prompt, self.budget, n, self.split)
+        parts = [(self.start + s, c) for s, c in chunks(self.prompt, self.budget, n, self.split)]
         if len(parts) <= SAMPLED:
             return sum(self.step_s(n, s, c) - base for s, c in parts)
         # many chunks (n near the budget): a chunk's cost grows with its start only through the cache its

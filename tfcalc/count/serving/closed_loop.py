@@ -57,7 +57,7 @@ from typing import Optional
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.serving import chunked, lockstep
-from tfcalc.count.serving.continuous import Engine, SteadyState, Traffic, check, first_root, max_rate
+from tfcalc.count.serving.continuous import Engine, SteadyState, Traffic, check, first_root, max_rate, with_prefix
 from tfcalc.count.serving.roofline import Ceilings
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT
@@ -114,20 +114,23 @@ class Loop:
 
 def closed_loop(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, users: int, mean_input: int,
                 mean_output: int, memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
-                prefill_chunk: Optional[int] = None, lengths: str = "fixed", split: bool = True) -> SteadyState:
+                prefill_chunk: Optional[int] = None, lengths: str = "fixed", split: bool = True,
+                cached_prefix: int = 0) -> SteadyState:
     """The SteadyState of continuous.py, its traffic's rate the throughput X in requests/s, ``users`` C, and
     ``max_rate`` the open-loop capacity beside. ``lengths`` 'fixed' (every request I and O exactly): the deterministic
     schedule (tfcalc.count.serving.lockstep), the mean-value analysis where that passes its step limit; 'random':
     steps 1-6 of the module docstring. ``split`` False: whole prompts in the budget (tfcalc.count.serving.chunked,
-    TensorRT-LLM without chunked context)."""
+    TensorRT-LLM without chunked context). ``cached_prefix``: N tokens of every prompt cached (serving.prefix)."""
     check_users(users)
-    check(Traffic(1.0, mean_input, mean_output))
+    traffic = Traffic(1.0, mean_input, mean_output, cached_prefix)
+    check(traffic)
     lockstep.check_lengths(lengths)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
-    e = Engine(cfg, fmt, kv_dtype, c, Traffic(1.0, mean_input, mean_output), memory, tp, prefill_chunk, split)
+    e = Engine(cfg, fmt, kv_dtype, c, traffic, memory, tp, prefill_chunk, split)
     mean = replace(solve(e, users, mean_input, mean_output), lengths=lengths, method="mean-value analysis",
                    whole=not split and e.chunked is not None)
+    mean = with_prefix(mean, e, cached_prefix)
     if lengths == "random" or mean.limit is not None:
         return mean
     s, why = lockstep.schedule(e, users, mean_input, mean_output)

@@ -39,19 +39,23 @@ the steps' prompt budget, chunked step 4). 5: TTFT = W + (1 − R·S)·min(N, 1)
 the fixed work, W = R·S² / (2(1 − R·S)) (M/D/1 on the budget): the prompt's k chunks each ride on a step that
 decodes the N in flight.
 ITL = τ(N) / (1 − ρ(N)) as before: the steps per second, (1 − ρ)/τ, whichever steps the chunks are in.
+
+A cached prefix (``Traffic.cached_prefix``, tfcalc.count.serving.prefix) changes two inputs and nothing else: the
+prompt's step (1; chunked: its chunks) computes the I − P uncached tokens from position P, and the KV cache of N
+sequences is N·(M(L) − s) + s, the prefix's s bytes once (4: the memory's bound on N grows so).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
-from tfcalc.count.serving import chunked
+from tfcalc.count.serving import chunked, prefix
 from tfcalc.count.serving.roofline import Ceilings, Step, decode_step, prefill_step
 from tfcalc.count.serving.serving_tp import TensorParallel
 from tfcalc.count.serving.static import BATCH_LIMIT, Sharding, step_overhead
@@ -66,6 +70,7 @@ class Traffic:
     rate: float  # requests per second
     mean_input: int
     mean_output: int
+    cached_prefix: int = 0  # N: tokens of each prompt whose KV is cached already (tfcalc.count.serving.prefix)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,9 @@ class SteadyState:
     ttft_p50_s: Optional[float] = None  # closed loop, fixed lengths: the schedule's TTFT quantiles
     ttft_p99_s: Optional[float] = None
     whole: bool = False  # chunked: whole prompts in the budget (chunked.py's last paragraph; --context-chunking off)
+    cached_prefix: int = 0  # --cached-prefix N (tfcalc.count.serving.prefix)
+    cached_tokens: int = 0  # P: the tokens of it that hit, whole blocks (prefix, step 1)
+    prefix_kv_bytes: int = 0  # s: the shared prefix's state, held once (prefix, step 3; per GPU under --tp)
 
     @property
     def over_capacity(self) -> bool:
@@ -109,6 +117,7 @@ def check(t: Traffic) -> None:
     for name, v in (("--mean-input", t.mean_input), ("--mean-output", t.mean_output)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise InputError(f"{name} must be a positive whole number of tokens; got {str(v)[:40]!r}")
+    prefix.check(t.cached_prefix, t.mean_input)
 
 
 class Engine:
@@ -121,12 +130,21 @@ class Engine:
         self.shard = Sharding(cfg, fmt, tp)
         self.context = t.mean_input + max(1, t.mean_output // 2)
         self.src = decoder_source(cfg, t.mean_input, None)
-        pre = self.shard.step(prefill_step(cfg, 1, t.mean_input, fmt, kv_dtype, src_seq=self.src))
+        pre = self.shard.step(self.prompt_step(t))
         self.prefill_s = step_seconds(pre.time_s(c), self.overhead(pre))
         self.decode_parts = lru_cache(maxsize=None)(self._decode_parts)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
         self.budget = budget if budget is not None and chunked.applies(cfg) else None
-        self.chunked = None if self.budget is None else chunked.ChunkedPrefill(self, t.mean_input, self.budget, split)
+        self.chunked = None if self.budget is None else chunked.ChunkedPrefill(
+            self, t.mean_input - self.cached, self.budget, split, start=self.cached)
+
+    def prompt_step(self, t: Traffic) -> Step:
+        """A prompt's prefill, alone: its I − P uncached tokens from position P (tfcalc.count.serving.prefix, step 2;
+        P = 0 without a cached prefix: the whole prompt). Sets ``cached``, P."""
+        prefix.check(t.cached_prefix, t.mean_input)
+        self.cached = prefix.hit_tokens(t.cached_prefix)
+        return prefill_step(self.cfg, 1, t.mean_input - self.cached, self.fmt, self.kv, src_seq=self.src,
+                            start=self.cached)
 
     def overhead(self, step: Step):
         """The performance model's per-step costs of one of this server's steps (None without one)."""
@@ -156,15 +174,23 @@ class Engine:
         """One sequence at the mean context, in the model's dtype (a convolution's state) and the KV dtype."""
         return Workload(seq=self.context, dtype=self.fmt.dtype, kv_dtype=self.kv, src_seq=self.src)
 
+    @cached_property
+    def shared(self) -> int:
+        """s: the cached prefix's state at the mean context, held once for all sequences (prefix, step 3)."""
+        return prefix.shared_bytes(self.shard.state, self.workload, self.cached)
+
     def kv_bytes(self, n: float) -> int:
-        per = self.shard.state(self.workload)
-        return math.ceil(n * per)
+        """The KV cache of n sequences at the mean context: n·(M(L) − s) + s (prefix, step 3; s = 0 without one)."""
+        s = self.shared
+        per = self.shard.state(self.workload) - s
+        return math.ceil(n * per) + (s if n > 0 else 0)
 
     def max_concurrency(self) -> Optional[int]:
         if self.memory is None:
             return None
-        per = self.shard.state(self.workload)
-        return max(0, (self.memory - self.shard.weights) // per) if per else BATCH_LIMIT
+        s = self.shared
+        per = self.shard.state(self.workload) - s
+        return max(0, (self.memory - self.shard.weights - s) // per) if per else BATCH_LIMIT
 
 
 def _smallest_root(g: Callable[[float], float], hi: float) -> Optional[float]:
@@ -253,7 +279,15 @@ def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
     e = engine or Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk, split)
-    return replace(_steady_state(e, t), whole=e.chunked is not None and not e.chunked.split)
+    return with_prefix(replace(_steady_state(e, t), whole=e.chunked is not None and not e.chunked.split), e,
+                       t.cached_prefix)
+
+
+def with_prefix(state: SteadyState, e: Engine, cached_prefix: int) -> SteadyState:
+    """The steady state with its cached prefix said (tfcalc.count.serving.prefix): N asked, P hit, s held once."""
+    if not cached_prefix:
+        return state
+    return replace(state, cached_prefix=cached_prefix, cached_tokens=e.cached, prefix_kv_bytes=e.shared)
 
 
 def _steady_state(e: Engine, t: Traffic) -> SteadyState:

@@ -38,7 +38,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import chunked, continuous, expert_parallel as ep, serving_tp
-from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, prefill_step, weight_bytes_by_component
+from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, weight_bytes_by_component
 from tfcalc.count.serving.static import step_overhead
 from tfcalc.workload import decoder_source
 
@@ -93,12 +93,13 @@ class Engine(continuous.Engine):
         self.act = activation_element_bytes(fmt.compute_dtype)
         self.context = t.mean_input + max(1, t.mean_output // 2)
         self.src = decoder_source(cfg, t.mean_input, None)
-        pre = self.shard.step(prefill_step(cfg, 1, t.mean_input, fmt, kv_dtype, src_seq=self.src))
-        self.prefill_s = step_seconds(pre.time_s(c), self.with_a2a(self.overhead(pre), t.mean_input, False))
+        pre = self.shard.step(self.prompt_step(t))  # a cached prefix's P tokens not computed (serving.prefix)
+        self.prefill_s = step_seconds(pre.time_s(c), self.with_a2a(self.overhead(pre), pre.queries, False))
         self.decode_parts = lru_cache(maxsize=None)(self._decode_parts)
         self.step_s = lru_cache(maxsize=None)(self._step_s)
         self.budget = budget if budget is not None and chunked.applies(cfg) else None
-        self.chunked = None if self.budget is None else ChunkedPrefill(self, t.mean_input, self.budget, split)
+        self.chunked = None if self.budget is None else ChunkedPrefill(self, t.mean_input - self.cached, self.budget,
+                                                                       split, start=self.cached)
 
     def a2a_s(self, group_tokens: int, decode: bool) -> float:
         """Step 3's all-to-all: the group's tokens dispatched a T-th by each of its GPUs, combined back; the fullest

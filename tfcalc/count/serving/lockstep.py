@@ -266,7 +266,9 @@ def simulate(users: int, inp: int, out: int, budget: Optional[int], cap: int, de
 
 
 def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str]:
-    """The schedule of a server ``e`` (continuous.Engine) for C users, or None and why the mean view stands in."""
+    """The schedule of a server ``e`` (continuous.Engine) for C users, or None and why the mean view stands in. A
+    cached prefix of P tokens (tfcalc.count.serving.prefix): each prompt is its I − P uncached tokens, in the budget
+    and in its chunks, each chunk priced from its position P + s."""
     cap_n = e.max_concurrency()
     cap = min(users, math.inf if cap_n is None else cap_n)
     if e.chunked is not None:
@@ -276,8 +278,14 @@ def schedule(e, users: int, inp: int, out: int) -> tuple[Optional[Schedule], str
     chunk = None if e.chunked is None else lru_cache(maxsize=None)(e.chunked.step_s)  # a round's steps recur
     request = e.c.perf.request_s if e.c.perf is not None else 0.0
     split = e.chunked is None or e.chunked.split
-    done = simulate(users, inp, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request, step_limit=STEP_LIMIT,
-                    split=split)
+    hit = getattr(e, "cached", 0)  # a cached prefix of P: a prompt's I − P tokens from P (serving.prefix, step 2)
+    if hit and chunk is not None:
+        whole_chunk = chunk
+
+        def chunk(n: int, start: int, size: int) -> float:
+            return whole_chunk(n, hit + start, size)
+    done = simulate(users, inp - hit, out, e.budget, int(cap), e.step_s, chunk, e.prefill_s, request,
+                    step_limit=STEP_LIMIT, split=split)
     if done is None:
         return None, (f"the schedule of {users:,} users passes {STEP_LIMIT:,} engine steps: the mean-value analysis "
                       "of random phases stands in")

@@ -264,16 +264,18 @@ class Sharding:
 
 def estimate(cfg: ModelConfig, w: Workload, fmt: WeightFormat, ceilings: Ceilings,
              memory_bytes: Optional[int] = None, tp: Optional[TensorParallel] = None,
-             span: Optional[Callable[[int], int]] = None) -> Estimate:
+             span: Optional[Callable[[int], int]] = None, cached: int = 0) -> Estimate:
     """Prefill and decode of ``w.batch`` sequences: w.seq prompt tokens, w.gen new tokens each, the KV cache
     in w.kv (an encoder-decoder reads w.src_seq source tokens, default w.seq). Under ``tp`` every figure is
     one GPU's: its share of the rows, weights and KV cache, and the step's all-reduces. ``span``: the keys a
     decode step at a live context actually reads (tfcalc's runtime: its bucket, roofline.read_span), the
-    decode figures priced so (``keys`` "read"); None: at the live context."""
+    decode figures priced so (``keys`` "read"); None: at the live context. ``cached``: the P tokens of each prompt
+    whose KV is cached already (a prefix hit, tfcalc.count.serving.prefix): the prefill computes the w.seq − P others
+    from position P (prefix, step 2); the decode and the KV cache as without."""
     batch, seq, gen, kv_dtype, src_seq = w.batch, w.seq, w.gen, w.kv, decoder_source(cfg, w.seq, w.src_seq)
     _check(seq, gen)
     shard = Sharding(cfg, fmt, tp)
-    prefill = shard.step(prefill_step(cfg, batch, seq, fmt, kv_dtype, src_seq=src_seq))
+    prefill = shard.step(prefill_step(cfg, batch, seq - cached, fmt, kv_dtype, src_seq=src_seq, start=cached))
     weights = shard.weights
     kv = shard.state(replace(w, src_seq=src_seq))
     first = decode_s = bytes_per_token = bound = decode_over = None
