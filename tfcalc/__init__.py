@@ -41,18 +41,18 @@ if TYPE_CHECKING:
     from tfcalc.report.scan import ScanReport
 
 
-from tfcalc.api_args import _api, _model  # noqa: E402 - the rules every public function below follows
+from tfcalc import api_args  # noqa: E402 - the rules every public function below follows
 
 
-@_api
+@api_args.public
 def params(model: "ModelSpec", *, measure: bool = True, **overrides: Any) -> "ParamsReport":
     """`tfcalc params`: analytic and (measure=True) empirical parameter counts."""
     from tfcalc.report.params import build_params
 
-    return build_params(_model(model, overrides), measure)
+    return build_params(api_args.resolve_model(model, overrides), measure)
 
 
-@_api
+@api_args.public
 def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
           measure: bool = False, device: str = "meta", training: bool = False, recompute: bool = False,
           **overrides: Any) -> "FlopsReport":
@@ -61,10 +61,10 @@ def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_
     from tfcalc.workload import Workload
 
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq)
-    return build_flops(_model(model, overrides), workload, measure, device, training, recompute)
+    return build_flops(api_args.resolve_model(model, overrides), workload, measure, device, training, recompute)
 
 
-@_api
+@api_args.public
 def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
            dtype: Optional[str] = None, training: bool = False, optimizer: str = "adam-mixed",
            attention: Optional[str] = None, recompute: str = "none", budget: Union[int, str, None] = None,
@@ -78,10 +78,10 @@ def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src
                             budget=budget)  # budget: bytes, read by _checked as --budget is
     dtype = dtype or default_dtype(device if measure else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype)
-    return build_memory(_model(model, overrides), workload, options, measure, device)
+    return build_memory(api_args.resolve_model(model, overrides), workload, options, measure, device)
 
 
-@_api
+@api_args.public
 def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], None] = None, *, device: str = "cpu",
           dtype: Optional[str] = None, min_time: float = 3.0, repeat: Optional[int] = None, rounds: int = 3,
           warmup: Optional[int] = None, compile: bool = False, n_layer: Optional[int] = None,
@@ -99,7 +99,7 @@ def bench(model: "ModelSpec", batch: int = 1, seq: Union[int, Sequence[int], Non
     from tfcalc.report.bench import build_bench, plan_bench
     from tfcalc.workload import default_dtype
 
-    ref = _model(model, overrides)
+    ref = api_args.resolve_model(model, overrides)
     timed = repeat if repeat is not None else 3 if decode is None and nproc is None else 5
     if nproc is not None:
         from tfcalc.report.bench_dist import build_dist_bench, plan_dist_bench
@@ -153,7 +153,7 @@ def load_model(path: str, device: str = "cpu", dtype: str = "fp32"):
     return load(path, where.name, torch_dtype(dtype))
 
 
-@_api
+@api_args.public
 def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optional[int] = None, gen: int = 256, *,
           dtype: Optional[str] = None, kv_dtype: Optional[str] = None, group_size: Optional[int] = None,
           src_seq: Optional[int] = None, device_spec: Optional[str] = None, measure: bool = False,
@@ -192,10 +192,10 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            context_chunking=context_chunking, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance, cached_prefix=cached_prefix)
-    return build_infer(_model(model, overrides), options)
+    return build_infer(api_args.resolve_model(model, overrides), options)
 
 
-@_api
+@api_args.public
 def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, zero: Optional[int] = None,
          recompute: Optional[str] = None, attention: str = "flash", sequence_parallel: bool = False,
@@ -257,20 +257,20 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
                           kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers),
                           rope=rope)
-    return build_plan(_model(model, overrides), request, device_spec, measure, nproc)
+    return build_plan(api_args.resolve_model(model, overrides), request, device_spec, measure, nproc)
 
 
-@_api
+@api_args.public
 def compare(*models: "ModelSpec", seq: Optional[int] = None, dtype: str = "bf16", **overrides: Any) -> "CompareReport":
     """`tfcalc compare`: the models side by side at one length (seq, or the shortest context among them);
     models given one by one or as a list (``compare(["gpt2", "llama2-7b"])``)."""
     from tfcalc.report.compare import build_compare
 
     listed = [m for given in models for m in (given if isinstance(given, (list, tuple)) else [given])]
-    return build_compare([_model(m, overrides) for m in listed], seq, dtype)
+    return build_compare([api_args.resolve_model(m, overrides) for m in listed], seq, dtype)
 
 
-@_api
+@api_args.public
 def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch: int = 1, *, dtype: str = "bf16",
          **overrides: Any) -> "ScanReport":
     """`tfcalc scan`: forward FLOPs and memory against sequence length (seq: the lengths; default 128, 256,
@@ -278,7 +278,7 @@ def scan(model: "ModelSpec", seq: Union[int, Sequence[int], None] = None, batch:
     from tfcalc.report.scan import build_scan
 
     seqs = [128 * 2**i for i in range(11)] if seq is None else [seq] if isinstance(seq, int) else list(seq)
-    return build_scan(_model(model, overrides), seqs, batch, dtype)
+    return build_scan(api_args.resolve_model(model, overrides), seqs, batch, dtype)
 
 
 __all__ = ["__version__", "bench", "compare", "flops", "infer", "inspect", "load_model", "memory", "params", "plan",

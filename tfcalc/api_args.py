@@ -102,8 +102,9 @@ def _python_names(message: str, names: Sequence[str]) -> str:
 _FLAG_ARGUMENTS = {"copy-size": "copy_bytes"}
 
 
-def _api(function):
-    """A public function that reads '4k' where the command line does and names its own arguments in errors."""
+def public(function):
+    """Decorate each function of tfcalc's public API (tfcalc/__init__.py) with these rules: it reads '4k' where
+    the command line does, checks each argument's type before any work, and names its own arguments in errors."""
     import functools
     import inspect
 
@@ -137,7 +138,9 @@ def _override_text(key: str, value: Any) -> str:
     return f"{key}={shown}"
 
 
-def _model(model: "ModelSpec", overrides: dict[str, Any]) -> "ModelRef":
+def resolve_model(model: "ModelSpec", overrides: dict[str, Any]) -> "ModelRef":
+    """The model a public function was given (a preset, a file, a ModelConfig), its keyword overrides turned
+    into the --set texts a command reads (``n_layer=6``; True -> ``true``, None -> ``null``)."""
     import tfcalc.notebook  # noqa: F401 - the reports' tables in a notebook (_repr_html_, _repr_markdown_)
     from tfcalc.report.model_ref import resolve
 

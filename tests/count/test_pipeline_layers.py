@@ -24,7 +24,7 @@ import tfcalc
 from tfcalc.count.training import rank_memory as rm
 from tfcalc.count.training.layout import Layout, check_layout
 from tfcalc.count.training.plan import make_plan, pipeline_stages
-from tfcalc.count.training.rank_activations import _head_parts, layer_bytes
+from tfcalc.count.training.rank_activations import head_parts, layer_bytes
 from tfcalc.count.training.shard import stage_block_counts, stage_ranges
 from tfcalc.count.training.steptime import Hardware, micro_batch_at
 from tfcalc.errors import InputError
@@ -75,8 +75,8 @@ def test_stage_memory_by_hand(split):
     assert rm.stage_params(CFG, L, 1) == split[1] * per_block + 2 * D + 61 * D
     acts = rm.layout_activations(CFG, L)
     block = layer_bytes(acts, L, acts.per_layer)
-    first = _head_parts(acts, L, True, False)[0]
-    last = _head_parts(acts, L, False, True)[1]
+    first = head_parts(acts, L, True, False)[0]
+    last = head_parts(acts, L, False, True)[1]
     loss = acts.loss_gradients
     # 1F1B: stage 0 keeps p − 0 = 2 micro-batches in flight, stage 1 one
     assert rm.stage_activations(CFG, L, 0, split[0]) == 2 * (split[0] * block + first)

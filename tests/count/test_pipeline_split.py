@@ -31,7 +31,7 @@ from tfcalc.count.training import rank_memory as rm
 from tfcalc.count.training.layout import Layout, check_layout
 from tfcalc.count.training.micro_batch_time import micro_batch_time
 from tfcalc.count.training.plan import make_plan, search
-from tfcalc.count.training.rank_activations import _head_parts, layer_bytes
+from tfcalc.count.training.rank_activations import head_parts, layer_bytes
 from tfcalc.count.training.search_bound import ShapeBound
 from tfcalc.count.training.search_space import SearchSpace, schedules, split_counts
 from tfcalc.count.training.shard import stage_block_counts, stage_ranges
@@ -98,7 +98,7 @@ def test_stage_0_memory_by_hand():
     assert rm.stage_params(CFG, L, 0) == 3 * per_block + embedding
     acts = rm.layout_activations(CFG, L)
     block = layer_bytes(acts, L, acts.per_layer)
-    emb = _head_parts(acts, L, True, False)[0]
+    emb = head_parts(acts, L, True, False)[0]
     assert emb > 0
     assert pipeline.chunk_micro_batches(L, 0) == [3, 2]
     assert rm.stage_activations(CFG, L, 0, 3) == 7 * block + 3 * emb

@@ -22,13 +22,13 @@ from tfcalc.cli.options import (
     Overrides,
     Seqs,
     Verbose,
-    _bound_help,
-    _flag,
     bench_model,
+    bound_help,
     bounded_count,
     bounded_size,
     output,
     parse_lengths,
+    switch,
     table_option,
 )
 from tfcalc.cli.render import bench as view
@@ -53,17 +53,17 @@ def bench(
         "get a sixteenth of it.", metavar="S")] = 3.0,
     repeat: Annotated[int, typer.Option(
         "--repeat", help="At least this many timed forward calls per length (sub-layers and ceiling: at least "
-        "min(N, 3)); median, p10 and p90 over them all; " + _bound_help("--repeat") + ". 3 by default: one a "
+        "min(N, 3)); median, p10 and p90 over them all; " + bound_help("--repeat") + ". 3 by default: one a "
         "round, so that a forward pass of seconds is not timed longer than the answer needs.", metavar="N",
         parser=bounded_count("--repeat"))] = 3,
     rounds: Annotated[int, typer.Option(
         "--rounds", help="Interleaved rounds the timed calls are split into; the spread between the rounds' "
-        f"medians is reported; {_bound_help('--rounds')}.", metavar="R", parser=bounded_count("--rounds"))] = 3,
+        f"medians is reported; {bound_help('--rounds')}.", metavar="R", parser=bounded_count("--rounds"))] = 3,
     warmup: Annotated[Optional[int], typer.Option(
-        "--warmup", help="Exactly N untimed calls before timing each item, " + _bound_help("--warmup") + " "
+        "--warmup", help="Exactly N untimed calls before timing each item, " + bound_help("--warmup") + " "
         "[default: until a call is no more than 10% faster than the one before, or a quarter of the budget is "
         "spent].", show_default=False, metavar="N", parser=bounded_count("--warmup", 0))] = None,
-    compile_: Annotated[bool, _flag("--compile", help="torch.compile the model first.")] = False,
+    compile_: Annotated[bool, switch("--compile", help="torch.compile the model first.")] = False,
     n_layer: Annotated[Optional[int], typer.Option(
         "--n-layer", help="Build only K blocks and extrapolate to full depth. The K blocks keep the model's depth "
         "pattern with fewer repeats (Llama 4's NoPE every fourth layer, DeepSeek-V3's dense layers before its MoE "

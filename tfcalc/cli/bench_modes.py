@@ -29,8 +29,8 @@ from tfcalc.cli.options import (
     SequenceParallel,
     Verbose,
     Zero,
-    _bound_help,
     bench_model,
+    bound_help,
     bounded_count,
     output,
     parse_lengths,
@@ -43,12 +43,12 @@ from tfcalc.errors import InputError
 from tfcalc.report import resolve
 from tfcalc.workload import default_dtype
 
-Warmup = Annotated[int, typer.Option("--warmup", help=f"Untimed calls before timing; {_bound_help('--warmup')}.",
+Warmup = Annotated[int, typer.Option("--warmup", help=f"Untimed calls before timing; {bound_help('--warmup')}.",
                                      metavar="N", parser=bounded_count("--warmup", 0))]
 Repeat = Annotated[int, typer.Option("--repeat", help="Timed calls: median, p10 and p90 over them (decode: every "
-                                     f"step is one); {_bound_help('--repeat')}.", metavar="N",
+                                     f"step is one); {bound_help('--repeat')}.", metavar="N",
                                      parser=bounded_count("--repeat"))]
-Steps = Annotated[int, typer.Option("--steps", help=f"Decode steps after the prefill; {_bound_help('--steps')} "
+Steps = Annotated[int, typer.Option("--steps", help=f"Decode steps after the prefill; {bound_help('--steps')} "
                                     "(and the prompt and the steps within the model's context).", metavar="N",
                                     parser=bounded_count("--steps"))]
 DecodeTable = table_option("decode", "predicted")

@@ -20,8 +20,8 @@ from tfcalc.cli.options import (
     SrcSeq,
     Training,
     Verbose,
-    _flag,
     output,
+    switch,
     table_option,
 )
 from tfcalc.cli.render import flops as view
@@ -41,9 +41,9 @@ def flops(
     measure: Measure = False,
     device: Device = None,
     training: Training = False,
-    recompute: Annotated[bool, _flag("--recompute", help="Training with full activation recompute: 4 × forward, "
+    recompute: Annotated[bool, switch("--recompute", help="Training with full activation recompute: 4 × forward, "
                                      "not 3 ×.")] = False,
-    decode: Annotated[bool, _flag("--decode", help="Also FLOPs per generated token at context T with a KV "
+    decode: Annotated[bool, switch("--decode", help="Also FLOPs per generated token at context T with a KV "
                                   "cache; latent attention (DeepSeek's MLA) in its absorbed form.")] = False,
     format: FormatOption = Format.table,
     table: TableOption = None,

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfcalc.cli.options import _bound_help, bounded_count, length_value
+from tfcalc.cli.options import bound_help, bounded_count, length_value
 
 ServeTP = Annotated[int, typer.Option(
     "--tp", help="Tensor-parallel serving over T GPUs of one node: heads, FFN and vocabulary split T ways (KV heads "
@@ -103,11 +103,11 @@ CachedPrefix = Annotated[Optional[int], typer.Option(
     parser=length_value)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
-    f"{_bound_help('--requests')} [default: 64].", metavar="N", show_default=False,
+    f"{bound_help('--requests')} [default: 64].", metavar="N", show_default=False,
     parser=bounded_count("--requests"))]
 MaxTime = Annotated[Optional[float], typer.Option(
     "--max-time", help="Continuous batching with --measure: seconds of serving at most; the run stops there and "
-    f"says how many requests it served; {_bound_help('--max-time')} [default: 60].", metavar="S",
+    f"says how many requests it served; {bound_help('--max-time')} [default: 60].", metavar="S",
     show_default=False)]
 Launch = Annotated[Optional[str], typer.Option(
     "--launch", help="How the steps' kernels reach the GPU: graph (captured in CUDA graphs or torch.compile's "

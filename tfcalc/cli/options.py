@@ -20,7 +20,9 @@ from tfcalc.count.model.dtypes import DTYPES
 from tfcalc.errors import InputError
 
 
-def _flag(*names: str, help: str) -> typer.models.OptionInfo:
+def switch(*names: str, help: str) -> typer.models.OptionInfo:
+    """An on/off option (``--json``, ``--measure``): no metavar, so the help shows the flag alone. Every command's
+    own switches are made with it too (tfcalc.cli.flops, bench, presets)."""
     return typer.Option(*names, help=help, metavar="")
 
 
@@ -63,10 +65,10 @@ Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 FormatOption = Annotated[Format, typer.Option(
     "--format", "-f", help="table (for people), json (the stable contract), markdown (to paste), csv (raw values).",
     metavar="FORMAT")]
-Json = Annotated[bool, _flag("--json", help="Print JSON: the same as --format json.")]
-Exact = Annotated[bool, _flag("--exact", help="Whole numbers (FLOPs, bytes, counts) instead of 291.6 GFLOP, 2 GiB.")]
-Verbose = Annotated[bool, _flag("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
-Eager = Annotated[bool, _flag(
+Json = Annotated[bool, switch("--json", help="Print JSON: the same as --format json.")]
+Exact = Annotated[bool, switch("--exact", help="Whole numbers (FLOPs, bytes, counts) instead of 291.6 GFLOP, 2 GiB.")]
+Verbose = Annotated[bool, switch("--verbose", "-v", help="Every tensor, matmul or term, not only the groups.")]
+Eager = Annotated[bool, switch(
     "--eager", help="Measured decode steps uncaptured, every kernel launched from Python. Default on CUDA: each step "
     "captured once per cache bucket in a CUDA graph and replayed (mode \"graph\"); the CPU always runs eager. The "
     "mode that ran is reported (JSON key \"mode\").")]
@@ -143,7 +145,9 @@ def bounded_size(flag: str):
     return parse
 
 
-def _bound_help(flag: str) -> str:
+def bound_help(flag: str) -> str:
+    """'at most 10,000, what a run of a day could use': the bound of a count flag (tfcalc.measure.bounds), for
+    the help of every flag that bounded_count checks, here and in the commands' own options."""
     from tfcalc.measure.bounds import help_bound
 
     return help_bound(flag, "bytes" if flag == "--copy-size" else "")
@@ -170,7 +174,7 @@ Batches = Annotated[Optional[str], typer.Option(
     "--batch", "-b", help="Batch sizes: one (8), several (1,8,64) or a doubling range (1..256) [default: 1].",
     show_default=False, metavar="B[,B...]|A..B")]
 Gen = Annotated[int, typer.Option("--gen", help="Tokens to generate per sequence (the prefill yields the first); "
-                                  f"{LENGTHS_RULE}; with --measure {_bound_help('--gen')}.", parser=length_value,
+                                  f"{LENGTHS_RULE}; with --measure {bound_help('--gen')}.", parser=length_value,
                                   metavar="N")]
 KvDType = Annotated[Optional[DTypeName], typer.Option(
     "--kv-dtype", help="Dtype of the KV cache, apart from the weights' [default: the weights' dtype; bf16 for "
@@ -183,19 +187,19 @@ DeviceSpec = Annotated[Optional[str], typer.Option(
     "a YAML file with your own (`tfcalc devices` lists the table) [default: h100-sxm].", show_default=False,
     metavar="KEY|FILE")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Measured runs: untimed calls before timing; "
-                                     f"{_bound_help('--warmup')}.", metavar="N", parser=bounded_count("--warmup", 0))]
+                                     f"{bound_help('--warmup')}.", metavar="N", parser=bounded_count("--warmup", 0))]
 Repeat = Annotated[int, typer.Option("--repeat", help="Measured runs: timed calls; median, p10 and p90 over them "
-                                     f"(decode: every step is one); {_bound_help('--repeat')}.", metavar="N",
+                                     f"(decode: every step is one); {bound_help('--repeat')}.", metavar="N",
                                      parser=bounded_count("--repeat"))]
 CopySize = Annotated[Optional[str], typer.Option(
     "--copy-size", help="Measured decoding: bytes of the buffer that measures the bandwidth ceiling, "
-    f"{_bound_help('--copy-size')} [default: 256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE",
+    f"{bound_help('--copy-size')} [default: 256MiB on CPU, 1GiB on GPUs].", show_default=False, metavar="SIZE",
     parser=bounded_size("--copy-size"))]
 MatmulSize = Annotated[Optional[int], typer.Option(
     "--matmul-size", help="n of the n×n matmul that measures the ceiling; "
-    f"{_bound_help('--matmul-size')} [default: 2048 on CPU, 8192 on GPUs].", show_default=False, metavar="N",
+    f"{bound_help('--matmul-size')} [default: 2048 on CPU, 8192 on GPUs].", show_default=False, metavar="N",
     parser=bounded_count("--matmul-size"))]
-Measure = Annotated[bool, _flag("--measure", help="Also run the real module and put the measurement beside "
+Measure = Annotated[bool, switch("--measure", help="Also run the real module and put the measurement beside "
                                 "the estimate.")]
 # the performance model's two overrides (tfcalc.count.perf), the same for plan and infer
 MatmulEfficiency = Annotated[Optional[float], typer.Option(
@@ -204,9 +208,9 @@ MatmulEfficiency = Annotated[Optional[float], typer.Option(
 BandwidthEfficiency = Annotated[Optional[float], typer.Option(
     "--bandwidth-efficiency", help="Share of the datasheet memory bandwidth kernels reach [default: the "
     "device's, 0.85].", show_default=False, metavar="F")]
-RequireFit = Annotated[bool, _flag("--require-fit", help="For scripts: exit 1 (after the answer) when it does not "
+RequireFit = Annotated[bool, switch("--require-fit", help="For scripts: exit 1 (after the answer) when it does not "
                                    "fit; 0 when it does.")]
-Training = Annotated[bool, _flag("--training", help="A training step (forward, backward, optimizer), not inference.")]
+Training = Annotated[bool, switch("--training", help="A training step (forward, backward, optimizer), not inference.")]
 
 
 def warn_past_context(ref, seq: Optional[int], gen: Optional[int] = None) -> None:
@@ -282,8 +286,8 @@ TP = Annotated[Optional[int], typer.Option("--tp", help="Tensor-parallel degree 
 Zero = Annotated[Optional[int], typer.Option(
     "--zero", help="ZeRO stage: 0 plain data parallel (DDP), 1 optimizer states, 2 + gradients, 3 + weights (FSDP) "
     "[default: 0; a search tries each].", show_default=False, metavar="0|1|2|3")]
-FSDP = Annotated[bool, _flag("--fsdp", help="Shard everything over the data-parallel ranks: the same as --zero 3.")]
-SequenceParallel = Annotated[bool, _flag(
+FSDP = Annotated[bool, switch("--fsdp", help="Shard everything over the data-parallel ranks: the same as --zero 3.")]
+SequenceParallel = Annotated[bool, switch(
     "--sequence-parallel", help="Split norms and dropout along the sequence over the TP ranks (Korthikanti et al. "
     "2022).")]
 

@@ -6,7 +6,7 @@ import sys
 from typing import Annotated
 
 from tfcalc.cli import render
-from tfcalc.cli.options import Format, FormatOption, Json, Model, Overrides, _flag, output
+from tfcalc.cli.options import Format, FormatOption, Json, Model, Overrides, output, switch
 from tfcalc.cli.render import presets as view
 from tfcalc.report import resolve
 from tfcalc.report.presets import build_presets
@@ -18,7 +18,7 @@ def list_presets(format: FormatOption = Format.table, json_out: Json = False) ->
 
 
 def show(model: Model, overrides: Overrides = None, json_out: Json = False,
-         all_fields: Annotated[bool, _flag("--all", help="Every field, the unset ones as null too (--json always "
+         all_fields: Annotated[bool, switch("--all", help="Every field, the unset ones as null too (--json always "
                                            "lists them all).")] = False) -> None:
     """Print the resolved config (after --set overrides) as YAML: every field that is set, derived sizes written in
     (--all: the unset ones too, as null).

@@ -64,7 +64,7 @@ def bailing_hybrid(r: Reader) -> None:
     r.take("model_max_length", "max_seq_len", 262144, aliases=("max_position_embeddings",))
     r.take("rms_norm_eps", "norm_eps", 1e-6)
     r.rope(6_000_000.0)
-    deepseek._yarn(r)  # YaRN or none, with its mscale² softmax scale (BailingHybridAttention: yarn_apply_mscale)
+    deepseek.yarn_scaling(r)  # YaRN or none, with its mscale² softmax scale (BailingHybridAttention: yarn_apply_mscale)
     silu_block(r)
     r.fields.update(rope_interleave=True, attn_head_gate=True)
     latent_sizes(r)

@@ -38,7 +38,10 @@ V2_DEFAULTS = dict(n_routed_experts=64, moe_intermediate_size=1407, num_experts_
                    first_k_dense_replace=0, q_lora_rank=1536, max_position_embeddings=2048)
 
 
-def _common(r: Reader, defaults: dict[str, Any]) -> None:
+def shared_fields(r: Reader, defaults: dict[str, Any]) -> None:
+    """The fields every config of this shape shares (sizes, norms, RoPE and YaRN, latent attention, the
+    experts), with the family's ``defaults`` where a key is absent: DeepSeek-V3/V2/V3.2 here, and GLM-4.7-Flash
+    (tfcalc.hf_config.glm4_moe_lite), whose model is DeepSeek-V3's."""
     r.required(("num_hidden_layers", "n_layer"), ("hidden_size", "d_model"), ("num_attention_heads", "n_head"),
                ("vocab_size", "vocab_size"))
     kv = r.number("num_key_value_heads", None, integer=True)
@@ -56,7 +59,7 @@ def _common(r: Reader, defaults: dict[str, Any]) -> None:
                     ffn_bias=False)
     _latent(r, defaults)
     experts(r, defaults)
-    _yarn(r)
+    yarn_scaling(r)
 
 
 def _latent(r: Reader, defaults: dict[str, Any]) -> None:
@@ -91,8 +94,9 @@ def experts(r: Reader, defaults: dict[str, Any]) -> None:
         r.take("intermediate_size", "dense_d_ff", required=True)
 
 
-def _yarn(r: Reader) -> None:
-    """rope_scaling (transformers 4) or rope_parameters (5): yarn, or none."""
+def yarn_scaling(r: Reader) -> None:
+    """rope_scaling (transformers 4) or rope_parameters (5): yarn, or none; with DeepSeek's mscale keys. Read
+    here and by the other families that scale RoPE as DeepSeek does (Ling 3, LongCat-Flash, DeepSeek-V4)."""
     scaling = r.get("rope_scaling") or r.rope_parameters()
     if not isinstance(scaling, dict):
         raise r.fail(f"'rope_scaling' must be an object; got {shown(scaling)}")
@@ -123,7 +127,7 @@ def sigmoid_router(r: Reader, groups: int, topk_groups: int, scaling: float) -> 
 
 
 def deepseek_v3(r: Reader) -> None:
-    _common(r, V3_DEFAULTS)
+    shared_fields(r, V3_DEFAULTS)
     scoring = r.get("scoring_func", "sigmoid")
     if scoring != "sigmoid":
         raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV3TopkRouter scores with a sigmoid")
@@ -136,7 +140,7 @@ def deepseek_v3(r: Reader) -> None:
 
 def deepseek_v2(r: Reader) -> None:
     r.divisible_heads()
-    _common(r, V2_DEFAULTS)
+    shared_fields(r, V2_DEFAULTS)
     scoring = r.get("scoring_func", "softmax")
     if scoring != "softmax":
         raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: DeepseekV2TopkRouter scores with a softmax")
@@ -251,7 +255,7 @@ def _sparse(r: Reader, defaults: dict[str, Any], prefix: str) -> None:
         # the list is what the config class builds by (first_k_dense_replace only makes one where none is given,
         # DeepseekV32Config.__post_init__): its dense layers first, whatever first_k_dense_replace says
         r.raw = {**r.raw, "first_k_dense_replace": mlp.index("sparse") if "sparse" in mlp else len(mlp)}
-    _common(r, defaults)
+    shared_fields(r, defaults)
     scoring = r.get("scoring_func", "sigmoid")
     if scoring != "sigmoid":
         raise r.fail(f"'scoring_func' {shown(scoring)} is not supported: {prefix}TopkRouter scores with a sigmoid")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from tfcalc.architecture import Architecture
 from tfcalc.errors import shown
-from tfcalc.hf_config.deepseek import _yarn, moe_names
+from tfcalc.hf_config.deepseek import moe_names, yarn_scaling
 from tfcalc.hf_config.layer_pattern import compact
 from tfcalc.hf_config.llama_like import llama_names
 from tfcalc.hf_config.names import Rule, tied_head
@@ -100,9 +100,9 @@ def _rope(r: Reader) -> None:
         scaled = dict(r.raw, rope_scaling=compress, rope_parameters=None)
         sub = Reader(scaled, r.where)
         sub.fields = r.fields
-        _yarn(sub)
+        yarn_scaling(sub)
     elif r.get("rope_scaling") or "main" not in params:
-        _yarn(r)
+        yarn_scaling(r)
     if r.fields.get("rope_scaling") == "yarn":  # DeepseekV4Config: the compressed layers' cos and sin unscaled
         if r.fields.get("yarn_attention_factor") not in (None, 1.0):
             raise r.fail(f"YaRN 'attention_factor' {shown(r.fields['yarn_attention_factor'])} is not supported: "

@@ -37,7 +37,7 @@ def glm4_moe_lite(r: Reader) -> None:
                      "head_dim as qk_rope_head_dim (Glm4MoeLiteConfig.attribute_map)")
     r.raw = {**r.raw, "first_k_dense_replace": first, **({"qk_rope_head_dim": alias} if rope is None and alias
                                                           else {})}
-    deepseek._common(r, DEFAULTS)
+    deepseek.shared_fields(r, DEFAULTS)
     if not isinstance(dense, int) and "n_expert" in r.fields:  # dense layers not all first: listed
         r.fields["dense_layers"] = dense
         r.take("intermediate_size", "dense_d_ff", required=True)

@@ -69,7 +69,7 @@ def longcat_flash(r: Reader) -> None:
                     ffn_bias=False, rope_interleave=True, mla_lora_scale=True, moe_shortcut=True)
     _latent(r)
     _experts(r)
-    deepseek._yarn(r)
+    deepseek.yarn_scaling(r)
     r.causal_or_base("LongcatFlash")
 
 

@@ -223,7 +223,7 @@ def component_calls(model: Transformer, idx: torch.Tensor, blocks: tuple[int, ..
            "block": lambda: block(x, rope, mask, carry=[]), "head": lambda: model.head(x)}
     if blocks:
         with torch.inference_mode():  # each layer's own rotary table (None: NoPE) and mask (its window, chunk)
-            ropes, masks = model._ropes(0, idx.shape[1], x.dtype), model.layer_masks(idx.shape[1], x.dtype)
+            ropes, masks = model.rope_tables(0, idx.shape[1], x.dtype), model.layer_masks(idx.shape[1], x.dtype)
     for i in blocks:
         out[f"block {i}"] = lambda b=model.blocks[i], r=ropes[i], m=masks[i]: b(x, r, m, carry=[])
     return out

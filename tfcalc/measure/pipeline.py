@@ -104,7 +104,7 @@ class Chunk(nn.Module):
         if self.first:
             x = model.embed(x)  # (B, T) ids -> (B, T, d)
         T = x.shape[1]
-        ropes = model._ropes(0, T, x.dtype)
+        ropes = model.rope_tables(0, T, x.dtype)
         masks = model.layer_masks(T, x.dtype)
         carry: list = []  # a shortcut MoE's output for the next block (tfcalc.model.block)
         for block, i in zip(self.blocks, self.span, strict=True):

@@ -108,7 +108,7 @@ def block_forward(block, x: torch.Tensor, rope, mask, store, rows) -> torch.Tens
     laurel = block.laurel(h) if block.laurel is not None else h
     attn = block.attn_post_norm(block.attn(h, rope, mask, store=store))
     mixed = (active + attn + laurel) * (1 / math.sqrt(2)) if block.laurel is not None else active + attn
-    out = mixed + block.ffn_post_norm(block._ffn(rows)(block.ffn_norm(mixed)))
+    out = mixed + block.ffn_post_norm(block.ffn_call(rows)(block.ffn_norm(mixed)))
     corrected = altup(predictions, out)  # correct
     first = corrected[..., 0, :]
     if altup.output_scale is not None:

@@ -115,10 +115,11 @@ class Block(nn.Module):
         return self._residual(self.cross_attn_norm, self.cross_attn_post_norm,
                               lambda h: self.cross_attn(h, memory, kv), x)
 
-    def _ffn(self, rows: torch.Tensor | None, raw: torch.Tensor | None = None):
-        """The FFN as a sub-layer calls it: a mixture of experts told which rows are in flight (``rows``), so
-        that a free row takes no expert capacity (tfcalc.model.experts), and (Gemma 4's experts beside the MLP)
-        the block's input before its norm (``raw``); a dense FFN needs no telling."""
+    def ffn_call(self, rows: torch.Tensor | None, raw: torch.Tensor | None = None):
+        """The FFN as a sub-layer calls it (here, and Gemma 3n's AltUp block, tfcalc.model.altup): a mixture of
+        experts told which rows are in flight (``rows``), so that a free row takes no expert capacity
+        (tfcalc.model.experts), and (Gemma 4's experts beside the MLP) the block's input before its norm
+        (``raw``); a dense FFN needs no telling."""
         if (rows is None and raw is None) or not isinstance(self.ffn, MixtureOfExperts):
             return self.ffn
         return lambda h: self.ffn(h, rows=rows, raw=raw)
@@ -128,7 +129,7 @@ class Block(nn.Module):
         if fold and norm is not None and self._adds_into(self.ffn, self.ffn_post_norm):
             return self.ffn(self._step_norm(norm, x), residual=x)
         raw = x if self.spec.is_moe and self.spec.ffn.beside_mlp is not None else None
-        return self._residual(norm, self.ffn_post_norm, self._ffn(rows, raw), x)
+        return self._residual(norm, self.ffn_post_norm, self.ffn_call(rows, raw), x)
 
     def _shortcut_sublayer(self, x: torch.Tensor, rows: torch.Tensor | None, carry: list) -> torch.Tensor:
         """LongCat-Flash's shortcut MoE (LongcatFlashDecoderLayer): the experts and the dense FFN (the MoE's shared
@@ -153,7 +154,7 @@ class Block(nn.Module):
             return self._parallel(x, rope, mask, store, rows)
         if self.attn_hc is not None:  # x: (B, T, n, d), n hyper-connection streams
             x = self.attn_hc.around(x, lambda h: self.attn(self.attn_norm(h), rope, mask, store=store))
-            return self.ffn_hc.around(x, lambda h: self._ffn(rows)(self.ffn_norm(h)))
+            return self.ffn_hc.around(x, lambda h: self.ffn_call(rows)(self.ffn_norm(h)))
         if self.altup is not None:  # x: AltUp's streams (B, T, n·d)
             return altup.block_forward(self, x, rope, mask, store, rows)
         x = self._sublayers(x, rope, mask, memory, store, cross_kv, rows, fold, emb, carry)
@@ -179,5 +180,6 @@ class Block(nn.Module):
         """x + attn(n1(x)) + ffn(n2(x)) (GPT-NeoX, modeling_gpt_neox.py, use_parallel_residual), or with one
         norm output read by both (Falcon-7B, modeling_falcon.py; GPT-J; PaLM, Chowdhery et al. 2022, sec. 2)."""
         h = self.attn_norm(x)
-        y = self.attn(h, rope, mask, store=store) + self._ffn(rows)(h if self.ffn_norm is None else self.ffn_norm(x))
+        y = self.attn(h, rope, mask, store=store) + self.ffn_call(rows)(
+            h if self.ffn_norm is None else self.ffn_norm(x))
         return x + (y if self.residual_scale is None else y * self.residual_scale)

@@ -74,11 +74,11 @@ class Rotary(nn.Module):
         return yarn_inv_freq(theta, dim, self.yarn, device) if self.yarn is not None else \
             1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
 
-    def _register_position_buffers(self) -> None:
+    def register_position_buffers(self) -> None:
         """Recomputed after a build on meta (tfcalc.model.load and init_weights call it: no checkpoint holds it)."""
         self.inv_freq = self._inv_freq(self.inv_freq.device)
 
-    reset_buffers = _register_position_buffers
+    reset_buffers = register_position_buffers
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions[..., None].float() * self.inv_freq.to(positions.device)

@@ -13,7 +13,9 @@ from tfcalc.model import fused
 from tfcalc.model.layers import Linear, add_projection
 from tfcalc.model.sparsity import gaussian_topk
 
-_ACTIVATIONS = {
+# the FFN's activations by the config's name; also those of the per-layer inputs (tfcalc.model.per_layer) and
+# of BERT's prediction head (tfcalc.model.transformer)
+ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
@@ -85,7 +87,7 @@ def ffn_hidden(spec: FFN, h: torch.Tensor) -> torch.Tensor:
     act(h), or act(gate) · up of its halves [gate | up] when gated; gpt-oss's clamped SwiGLU
     (modeling_gpt_oss.py, GptOssExperts._apply_gate): g·sigmoid(alpha·g) · (u + 1), g = min(gate, limit),
     u = clamp(up, -limit, limit)."""
-    act = _ACTIVATIONS[spec.activation]
+    act = ACTIVATIONS[spec.activation]
     scale = 1.0 if spec.multipliers is None else spec.multipliers[0]  # FalconH1MLP: act(gate_proj(x) · m)
     if not spec.gated:
         return act(h if spec.multipliers is None else h * scale)

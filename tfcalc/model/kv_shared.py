@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tfcalc.errors import InputError
-from tfcalc.model.layers import Attention, Linear, _merge_heads, add_projection, attend, interleave
+from tfcalc.model.layers import Attention, Linear, add_projection, attend, interleave, merge_heads
 from tfcalc.model.positions import rotate
 
 
@@ -44,7 +44,7 @@ class ReaderAttention(Attention):
             q = rotate(q, cos, sin)  # the stack's sine is signed (positions.rotate)
         k, v = self.kv_source[0].shared_kv  # (B, nkv, S, hs|hv): what the source attended over in this forward
         y = attend(q.transpose(1, 2), k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks)
-        return add_projection(residual, self.out, _merge_heads(y))  # (B, T, d)
+        return add_projection(residual, self.out, merge_heads(y))  # (B, T, d)
 
     def fused_rows(self) -> dict[str, int]:
         return {"q": self.q_rows}

@@ -16,7 +16,7 @@ import torch
 from tfcalc.architecture import LatentAttention as LatentSpec
 from tfcalc.model.attention_state import AttentionState
 from tfcalc.model.latent_absorbed import absorbed_attention
-from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
+from tfcalc.model.layers import Linear, attend, make_norm, merge_heads
 from tfcalc.model.mixers import MixerModule
 from tfcalc.model.positions import rope_key, rotate
 
@@ -95,7 +95,7 @@ class LatentAttention(MixerModule):
         q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)  # (B, nh, T, h_n + h_r)
         y = attend(q, k, v, mask, self.causal and T > 1, self.scale, None)  # (B, nh, T, h_v)
         if self.g_proj is None:
-            return self.out(_merge_heads(y))
+            return self.out(merge_heads(y))
         return self.out(self._gated(y.transpose(1, 2), x).flatten(2))
 
     def _gated(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

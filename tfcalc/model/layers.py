@@ -98,15 +98,17 @@ def add_projection(residual: torch.Tensor | None, linear: nn.Linear, y: torch.Te
     return residual + linear(y)
 
 
-def _embedding(n: int, d: int) -> nn.Embedding:
-    """An embedding whose weight is left uninitialized (init_weights fills it). nn.Embedding's own
+def empty_embedding(n: int, d: int) -> nn.Embedding:
+    """An embedding of n rows of d whose weight is left uninitialized (init_weights fills it, or a checkpoint),
+    for every table of the model (tfcalc.model.transformer, per_layer). nn.Embedding's own
     init calls normal_, which on the meta device goes through torch._refs and imports torch._dynamo:
     two seconds of start-up for nothing."""
     return nn.Embedding(n, d, _weight=torch.empty(n, d))
 
 
-def _merge_heads(y: torch.Tensor) -> torch.Tensor:
-    """(B, nh, T, hs) -> (B, T, nh*hs)."""
+def merge_heads(y: torch.Tensor) -> torch.Tensor:
+    """(B, nh, T, hs) -> (B, T, nh*hs): the heads' outputs side by side, the output projection's input (every
+    attention module: here, latent, sparse_latent, kv_shared)."""
     B, nh, T, hs = y.shape
     return y.transpose(1, 2).reshape(B, T, nh * hs)
 
@@ -271,7 +273,7 @@ class Attention(MixerModule):
             self.shared_kv = (k, v)
         # A single query needs no causal mask: every key it is given is in its past (and SDPA's is_causal
         # would align it with the first key, not the last).
-        y = _merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
+        y = merge_heads(attend(q, k, v, mask, self.causal and T > 1, self.scale, self.cap, self.sinks))  # (B, T, o)
         return add_projection(residual, self.out, y * torch.sigmoid(gate) if self.gated else y)
 
     def fused_rows(self) -> dict[str, int]:
@@ -376,4 +378,4 @@ class CrossAttention(MixerModule):
         q = _split_heads(self.q(x), self.n_head)  # (B, nh, T, hs)
         k, v = kv if kv is not None else self.project(memory)  # (B, nkv, S, hs|hv)
         y = attend(q, k, v, None, False, self.scale, self.cap)  # (B, nh, T, hv)
-        return self.out(_merge_heads(y))
+        return self.out(merge_heads(y))

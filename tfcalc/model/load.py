@@ -204,8 +204,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     model.to_empty(device="cpu")
     model.tie_weights()
     for stack in model.modules():  # the position tables, which no checkpoint holds
-        if hasattr(stack, "_register_position_buffers"):
-            stack._register_position_buffers()
+        if hasattr(stack, "register_position_buffers"):
+            stack.register_position_buffers()
     with torch.no_grad():
         load_weights(model, cfg, folder, raw, source.weights)
         _fold_t5_output_scale(model, cfg, raw)

@@ -12,8 +12,8 @@ import math
 import torch
 from torch import nn
 
-from tfcalc.model.ffn import _ACTIVATIONS
-from tfcalc.model.layers import Linear, _embedding, make_norm
+from tfcalc.model.ffn import ACTIVATIONS
+from tfcalc.model.layers import Linear, empty_embedding, make_norm
 
 
 class PerLayerInputs(nn.Module):
@@ -22,7 +22,7 @@ class PerLayerInputs(nn.Module):
     def __init__(self, spec):
         super().__init__()
         self.n_layer, self.width = spec.n_layer, spec.width
-        self.table = _embedding(spec.vocab, spec.n_layer * spec.width)
+        self.table = empty_embedding(spec.vocab, spec.n_layer * spec.width)
         self.proj = Linear(spec.d_model, spec.n_layer * spec.width, bias=False)
         self.norm = make_norm(spec.norm)
         self.inputs: torch.Tensor | None = None  # the forward's, (B, T, L, p)
@@ -45,7 +45,7 @@ class PerLayerGate(nn.Module):
         self.gate = Linear(spec.d_model, spec.width, bias=False)
         self.out = Linear(spec.width, spec.d_model, bias=False)
         self.norm = make_norm(norm)
-        self.act = _ACTIVATIONS[spec.activation]
+        self.act = ACTIVATIONS[spec.activation]
         self.source: tuple = ()  # (the stack's PerLayerInputs, this layer's index): set by bind
         self.index = 0
 

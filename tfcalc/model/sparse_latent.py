@@ -25,7 +25,7 @@ from tfcalc.architecture.sparse_latent import SparseLatentAttention as SparseSpe
 from tfcalc.errors import InputError
 from tfcalc.model.latent import LatentAttention, deinterleave
 from tfcalc.model.latent_absorbed import absorbed_attention, cache_keys
-from tfcalc.model.layers import Linear, _merge_heads, attend, make_norm
+from tfcalc.model.layers import Linear, attend, make_norm, merge_heads
 from tfcalc.model.positions import rotate
 
 
@@ -131,7 +131,7 @@ class SparseLatentAttention(LatentAttention):
         k = torch.cat([k_nope, k_rot.expand(B, self.n_head, S, self.rope_dim)], dim=-1)  # (B, nh, S, h_n + h_r)
         q = torch.cat([q_nope, q_rot], dim=-1).transpose(1, 2)  # (B, nh, T, h_n + h_r)
         y = attend(q, k, v, sparse_mask, False, self.scale, None)  # (B, nh, T, h_v)
-        return self.out(_merge_heads(y))
+        return self.out(merge_heads(y))
 
 
 def link(blocks: nn.ModuleList) -> None:

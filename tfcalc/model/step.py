@@ -43,7 +43,7 @@ def prefill(stack, idx: torch.Tensor, cache, token_type_ids=None, memory=None) -
     T = idx.shape[1]
     cache.check_room(T)
     x = stack.embed(idx, token_type_ids, 0)  # (B, T, d)
-    ropes = stack._ropes(0, T, x.dtype)
+    ropes = stack.rope_tables(0, T, x.dtype)
     positions = torch.arange(T, device=idx.device).expand(idx.shape[0], T)  # (B, T)
     slots = cache.place(positions, keep=T)
     masks, carry = stack.layer_masks(T, x.dtype), []  # carry: shortcut MoE outputs (tfcalc.model.block)
@@ -65,7 +65,7 @@ def run_step(stack, idx: torch.Tensor, cache, span: int) -> torch.Tensor:
     T = idx.shape[1]
     start = cache.next_pos  # (B,)
     x = stack.embed(idx, None, start)  # (B, T, d): positions per row
-    ropes = stack._ropes(start, T, x.dtype)  # per layer (B, T, r)
+    ropes = stack.rope_tables(start, T, x.dtype)  # per layer (B, T, r)
     query = start[:, None] + torch.arange(T, device=idx.device)  # (B, T)
     slots = cache.place(query)
     slopes = stack.alibi if stack.positions == "alibi" else None

@@ -21,9 +21,9 @@ from tfcalc.model import kv_shared, sparse_latent, step
 from tfcalc.model.altup import Streams
 from tfcalc.model.block import Block
 from tfcalc.model.cache import StaticCache, check_decodable
-from tfcalc.model.ffn import _ACTIVATIONS
+from tfcalc.model.ffn import ACTIVATIONS
 from tfcalc.model.hyper import HyperHead
-from tfcalc.model.layers import Linear, LMHead, _embedding, make_norm, softcap
+from tfcalc.model.layers import Linear, LMHead, empty_embedding, make_norm, softcap
 from tfcalc.model.mixers import tie_shared
 from tfcalc.model.per_layer import PerLayerInputs
 from tfcalc.model.positions import alibi_bias, position_buffers, relative_bias, rope_buffer_names
@@ -50,14 +50,14 @@ class Stack(nn.Module):
         layers, emb = list(spec.layers()), spec.embeddings
         self.causal = layers[0].mixer.causal
         self.positions, self.scale = emb.positions, emb.scale
-        self.tok_emb = tok_emb if tok_emb is not None else _embedding(emb.vocab_size, emb.table_dim)
+        self.tok_emb = tok_emb if tok_emb is not None else empty_embedding(emb.vocab_size, emb.table_dim)
         self.multiplier = emb.multiplier  # Granite's embedding_multiplier
         # OPT-350m: a narrower token table, projected in (modeling_opt.py, project_in)
         self.project_in = Linear(emb.project_dim, emb.d_model, bias=False) if emb.project_dim is not None else None
-        self.pos_emb = _embedding(emb.position_rows, emb.d_model) if emb.positions == "learned" else None
+        self.pos_emb = empty_embedding(emb.position_rows, emb.d_model) if emb.positions == "learned" else None
         # T5: one (buckets, n_head) table per stack, read by every block (modeling_t5.py keeps it in block 0)
-        self.rel_bias = _embedding(*emb.relative) if emb.relative is not None else None
-        self.type_emb = _embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
+        self.rel_bias = empty_embedding(*emb.relative) if emb.relative is not None else None
+        self.type_emb = empty_embedding(emb.type_vocab_size, emb.d_model) if emb.type_vocab_size else None
         self.emb_norm = make_norm(emb.norm) if emb.norm is not None else None
         self.blocks = nn.ModuleList(Block(b) for b in layers)  # each layer as the description has it
         for i, block in enumerate(self.blocks):
@@ -87,12 +87,13 @@ class Stack(nn.Module):
         self.temperatures = [block.attn.temperature for block in self.blocks]  # Llama 4's NoPE layers
         self.layer_ropes = [None if k is None else self.ropes.index(k) for k in keys]
         self.alibi_heads = self.blocks[0].attn.n_head if emb.positions == "alibi" else 0  # ALiBi: a slope a head
-        self._register_position_buffers()
+        self.register_position_buffers()
 
     def tie_shared(self) -> None:
         tie_shared([block.attn for block in self.blocks])  # Zamba2's shared blocks (tfcalc.model.mixers)
 
-    def _register_position_buffers(self) -> None:
+    def register_position_buffers(self) -> None:
+        """(Re)compute the position tables no checkpoint holds (after a build on meta: load, init_weights)."""
         d = self.project_in.out_features if self.project_in is not None else self.tok_emb.embedding_dim
         tables = position_buffers(self.positions, self.cfg.max_seq_len, d, self.alibi_heads, self.ropes,
                                   self.tok_emb.weight.device)
@@ -164,15 +165,16 @@ class Stack(nn.Module):
 
     def block_inputs(self, T: int, dtype: torch.dtype):
         """(rope, mask) that the first block takes at sequence length T."""
-        return self._ropes(0, T, dtype)[0], self.attention_mask(T, dtype, *self._span(0, T))
+        return self.rope_tables(0, T, dtype)[0], self.attention_mask(T, dtype, *self._span(0, T))
 
     def _span(self, i: int, T: int) -> tuple[int | None, int | None]:
         """The (window, chunk) that layer i's mask hides keys by at T tokens (each None where it hides none)."""
         return self.mixers[i].mask_span(T) if self.causal else (None, None)
 
-    def _ropes(self, start: int | torch.Tensor, T: int, dtype: torch.dtype) -> list:
+    def rope_tables(self, start: int | torch.Tensor, T: int, dtype: torch.dtype) -> list:
         """Each layer's cos and sin of positions start .. start + T - 1 (sliced once per distinct table),
-        or None where the layer has no RoPE; start (B,) with T = 1: (B, 1, r), each sequence at its own."""
+        or None where the layer has no RoPE; start (B,) with T = 1: (B, 1, r), each sequence at its own. What
+        each block's forward takes: here, in the runtime's step (tfcalc.model.step), a pipeline chunk, bench."""
         tables = []
         pos = slice(start, start + T) if isinstance(start, int) else _positions(start, T, start.device)
         for j in range(len(self.ropes)):
@@ -198,7 +200,7 @@ class Stack(nn.Module):
         T = idx.shape[1]
         x, carry = self.embed(idx, token_type_ids), []  # (B, T, d); carry: shortcut MoE outputs (model.block)
         more = {"emb": x} if self.reads_embeddings else {}
-        for block, rope, mask in zip(self.blocks, self._ropes(0, T, x.dtype), self.layer_masks(T, x.dtype),
+        for block, rope, mask in zip(self.blocks, self.rope_tables(0, T, x.dtype), self.layer_masks(T, x.dtype),
                                      strict=True):
             x = block(x, rope, mask, memory, carry=carry, **more)
         return x
@@ -248,7 +250,7 @@ class Transformer(Stack):
                 p.normal_(0.0, std)
         for stack in self.modules():
             if isinstance(stack, Stack):
-                stack._register_position_buffers()
+                stack.register_position_buffers()
         for name, buffer in self.named_buffers():  # DeepSeek-V3's router correction bias starts at 0
             if name.endswith("score_bias"):
                 buffer.zero_()
@@ -271,7 +273,7 @@ class Transformer(Stack):
         """(B, T, d) final hidden states -> (B, T, vocab_size): BERT's head transform, the projection,
         and Gemma 2's soft-capping."""
         if self.head_dense is not None:
-            h = self.head_norm(_ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
+            h = self.head_norm(ACTIVATIONS[self.cfg.activation](self.head_dense(h)))
         if self.project_out is not None:
             h = self.project_out(h)
         logits = self.lm_head(h)

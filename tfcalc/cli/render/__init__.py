@@ -253,7 +253,7 @@ class Progress:
             # the bar at the largest fraction yet, the ETA the forecast itself (Rich's own ETA would
             # extrapolate from the bar's speed, which a held bar makes wrong)
             # the countdown column counts down from the forecast between forecasts (tfcalc.cli.render.eta)
-            self.bar.update(self.task, completed=self.done * total, total=total, eta=f"ETA {_clock(left)}",
+            self.bar.update(self.task, completed=self.done * total, total=total, eta=f"ETA {clock(left)}",
                             deadline=time.monotonic() + left)
 
     def describe(self, text: str) -> None:
@@ -268,8 +268,9 @@ class Progress:
         self.describe(f"{self.title}: {text}" if self.title else text)
 
 
-def _clock(seconds: float) -> str:
-    """'0:42', '1:02:03': a countdown as Rich writes one."""
+def clock(seconds: float) -> str:
+    """'0:42', '1:02:03': a countdown as Rich writes one; the ETA of every progress bar, here and in
+    tfcalc.cli.render.eta's countdown."""
     s = int(round(seconds))
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
@@ -305,7 +306,7 @@ def progress(description: str, total: float, enabled: bool = True, unit: str = "
 
     description = safe(description)
     with Bar(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(description, total=total, eta=f"ETA {_clock(total)}" if unit == "s" else "",
+        task = bar.add_task(description, total=total, eta=f"ETA {clock(total)}" if unit == "s" else "",
                             deadline=time.monotonic() + float(total))
         shown = Progress(bar, task, seconds=unit == "s", title=description)
         shown.total = float(total)

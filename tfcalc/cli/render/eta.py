@@ -12,12 +12,12 @@ from rich.text import Text
 
 def countdown(deadline: float, now: float, finished: bool) -> str:
     """'ETA 0:07' until the deadline; then 'ETA over by 0:02' (a forecast that was short)."""
-    from tfcalc.cli.render import _clock
+    from tfcalc.cli.render import clock
 
     if finished:
         return "ETA 0:00"
     left = deadline - now
-    return f"ETA {_clock(left)}" if left >= 0 else f"ETA over by {_clock(-left)}"
+    return f"ETA {clock(left)}" if left >= 0 else f"ETA over by {clock(-left)}"
 
 
 class Countdown(ProgressColumn):

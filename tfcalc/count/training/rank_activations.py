@@ -97,8 +97,11 @@ def layer_bytes(acts: Activations, layout: Layout, terms: dict[str, int], stored
     return sum(share(key, v, acts, layout, moe) for key, v in terms.items() if key not in drop)
 
 
-def _head_parts(acts: Activations, layout: Layout, first: bool, last: bool) -> tuple[int, int, int]:
-    """(the first stage's terms, the last stage's, every stage's) of the model's once-per-model terms."""
+def head_parts(acts: Activations, layout: Layout, first: bool, last: bool) -> tuple[int, int, int]:
+    """(the first stage's terms, the last stage's, every stage's) of the model's once-per-model terms
+    (embedding, head, loss: ``acts.head``), as one rank of a stage that is the first and/or the last holds
+    them: for stage_activation_bytes here, and for the search's lower bound
+    (tfcalc.count.training.search_bound), which must add the same bytes."""
     out = [0, 0, 0]
     for key, v in acts.head.items():
         where = 2 if key in EVERY_STAGE else 0 if key in FIRST_STAGE else 1
@@ -108,7 +111,7 @@ def _head_parts(acts: Activations, layout: Layout, first: bool, last: bool) -> t
 
 
 def _head_bytes(acts: Activations, layout: Layout, first: bool, last: bool) -> int:
-    return sum(_head_parts(acts, layout, first, last))
+    return sum(head_parts(acts, layout, first, last))
 
 
 def _stage_layers(acts: Activations, blocks: range) -> list[tuple[dict[str, int], int, int]]:
@@ -129,7 +132,7 @@ def stage_activation_bytes(acts: Activations, layout: Layout, stage: int, blocks
     kinds = [_stage_layers(acts, r) for r in chunks]
     stored = sum(c * sum(n * layer_bytes(acts, layout, terms, layer_input=x) for terms, n, x in k)
                  for c, k in zip(counts, kinds, strict=True))
-    head_first, head_last, every = _head_parts(acts, layout, first, last)
+    head_first, head_last, every = head_parts(acts, layout, first, last)
     stored += counts[0] * head_first + counts[-1] * head_last + sum(counts) * every
     rebuilt = 0
     flat = [k for chunk in kinds for k in chunk]

@@ -44,7 +44,7 @@ from tfcalc.count.training.layout import (
     search_ep,
     sequence_parallel_modelled,
 )
-from tfcalc.count.training.rank_activations import _head_parts, layer_bytes
+from tfcalc.count.training.rank_activations import head_parts, layer_bytes
 from tfcalc.count.training.rank_memory import (
     gathered_bytes,
     layout_activations,
@@ -224,7 +224,7 @@ class ShapeBound:
         key = (tp, cp, recompute, first, last)
         if key not in self._layers:
             acts, layout = self._context(tp, cp, recompute)
-            self._layers[key] = sum(_head_parts(acts, layout, first, last))
+            self._layers[key] = sum(head_parts(acts, layout, first, last))
         return self._layers[key]
 
     def _layer(self, tp: int, cp: int, recompute: str, terms: dict, x: int, stored: bool) -> int:
