@@ -129,6 +129,10 @@ def make_optimizer(model, optimizer: str, dtype: str):
     params = list(model.parameters())
     if optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-3, foreach=False)
+    if optimizer == "muon":  # Muon on the hidden matrices, AdamW on the rest (tfcalc.measure.muon_step)
+        from tfcalc.measure.muon_step import MasterMuon
+
+        return MasterMuon(model)
     if optimizer == "adam-mixed" and dtype in ("bf16", "fp16"):
         return _MasterAdam(params)
     return torch.optim.Adam(params, foreach=False)
