@@ -1,0 +1,121 @@
+"""The Muon optimizer under a parallel layout (``plan --optimizer muon``): its states on a rank and its step's
+time. Pure arithmetic. The optimizer itself -- which tensors it steps, its state, Newton-Schulz's FLOPs -- is
+tfcalc.count.model.muon; the rest of the training step is the same as under AdamW.
+
+1. States: the rank's ZeRO shard of X elements (tfcalc.count.training.rank_memory, steps 1-4) holds AdamW's 12 bytes
+   (bf16: fp32 master and two moments) for the elements that are not hidden matrices' and 8 (master and one
+   momentum) for those that are: eo·X − 4·X_m, X_m = X·M/Ψ the hidden matrices' share of the shard (M of the
+   stage's Ψ TP-local elements; exact at ZeRO-0 and for FSDP2 shards of rows N divides; a flat ZeRO-1/2 buffer
+   cuts through tensors, so its share is the stage's mean).
+2. Gather (Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv 2502.16982, sec. 2.3, "Distributed Muon",
+   Algorithm 1): Newton-Schulz needs a whole matrix, so after the reduce-scatter each rank all-gathers, over the
+   ZeRO group (N > 1, ZeRO ≥ 1), the momentum-applied gradient of the matrices, in bf16 (the paper: "DP Gather"):
+   payload 2·M bytes (TP-local M), and under tensor parallelism the TP shards too ("TP Gather"), 2·M·tp over tp.
+   Both after the last reduction, before the next forward: exposed, added to the step.
+3. Newton-Schulz compute (tfcalc.count.model.muon): 5 steps of X·Xᵀ, A·A and B·X on each whole matrix, at the
+   GEMM model's efficiency (tfcalc.count.perf.gemm). Which matrices a rank computes: under ZeRO-0 (DDP) every
+   rank its stage's all (redundant, torch.optim.Muon as it is); under ZeRO-1/2 (the paper's setting: a flat
+   buffer partitioned over DP) the matrices of its partition, 1/N of the stage's ("Calculate Full Update ... then
+   discard part of the full update matrix"); under ZeRO-3 (FSDP2: every rank holds a dim-0 shard of every
+   matrix) each rank needs every matrix's full update to keep its shard: all of them, redundantly. Under TP every
+   TP rank computes the whole matrix (the paper's TP gather). Under EP only the rank's experts.
+4. The elementwise pass, priced as the fused Adam pass is (tfcalc.count.perf.optimizer): per matrix element,
+   clipping 3g, the momentum (read g, read and write the fp32 buffer 8, write the bf16 Newton-Schulz input 2),
+   the update (read the bf16 orthogonalized update 2, read and write the fp32 master 8, write the 16-bit weight
+   w): 4g + 20 + w (30 in bf16, where AdamW's is 34); the other elements AdamW's 24 + 4g + w.
+
+Published check (tests/count/test_muon_plan.py): Moonlight, sec. 2.3 ("the end-to-end latency of Distributed
+Muon ... 1% to 3% of the forward-backward"): the gather and Newton-Schulz of Llama 2 7B at DP 64, ZeRO-1, 4M
+tokens fall in that range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tfcalc.config import ModelConfig
+from tfcalc.count.model import muon
+from tfcalc.count.perf import gemm
+from tfcalc.count.perf.optimizer import adam_bytes_per_param
+from tfcalc.count.training.shard import stage_tensors
+from tfcalc.count.training.sharding import local_copies, local_shape, routed_expert, shard_dp
+from tfcalc.workload import Layout
+
+FP32, BF16 = 4, 2
+
+
+@dataclass(frozen=True)
+class MuonStep:
+    """The Muon step of one rank (module docstring): seconds of each part and what they move and compute."""
+
+    matrix_elements: int  # X_m: the hidden matrices' elements of the rank's shard
+    ns_flops: int  # step 3
+    ns_s: float
+    gather_bytes: int  # step 2: payloads of the DP and TP all-gathers
+    gather_s: float
+    elementwise_s: float  # step 4, the matrices' and the rest's
+
+    @property
+    def seconds(self) -> float:
+        return self.ns_s + self.gather_s + self.elementwise_s
+
+
+def stage_matrices(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, tuple[tuple[int, int, int], ...]]:
+    """(M, ((rows, cols, count), ...)): the hidden matrices' TP-local elements on the stage, and their whole
+    (TP-gathered) shapes with how many of each the rank holds (its EP share of the experts)."""
+    local, shapes = 0, {}
+    for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
+        if not muon.hidden_matrix(tuple(t.shape), t.per_block):
+            continue
+        count = n // t.copies * local_copies(t.name, t.copies, layout) if routed_expert(t.name) else n
+        local += count * math.prod(local_shape(t, layout))
+        shapes[tuple(t.shape)] = shapes.get(tuple(t.shape), 0) + count
+    return local, tuple((r, c, k) for (r, c), k in shapes.items())
+
+
+def muon_states(adam_optimizer_bytes: int, eo: int, psi: int, matrices: int) -> int:
+    """Step 1: the shard's Muon states from its AdamW states (eo bytes an element)."""
+    shard = adam_optimizer_bytes // eo
+    return adam_optimizer_bytes - FP32 * (shard * matrices // psi if psi else 0)
+
+
+def _ns_seconds(m: int, n: int, peak: float, perf) -> float:
+    """One matrix's Newton-Schulz (m ≤ n): 5 × (X·Xᵀ, A·A, B·X)."""
+    if perf.matmul_efficiency is not None:
+        return muon.ns_flops(m, n) / (peak * perf.matmul_efficiency)
+    one = (gemm.seconds(m, m, n, peak, perf.sm_count, perf.matmul_ceiling)
+           + gemm.seconds(m, m, m, peak, perf.sm_count, perf.matmul_ceiling)
+           + gemm.seconds(m, n, m, peak, perf.sm_count, perf.matmul_ceiling))
+    return muon.NS_STEPS * one
+
+
+def gathers(layout: Layout, matrices: int) -> list:
+    """Step 2's all-gathers (Collective), bf16, bucketed as DDP's (calls None)."""
+    from tfcalc.count.training.comm import Collective  # comm reads rank_memory, which reads step 1 here
+
+    out = []
+    if layout.zero >= 1 and shard_dp(layout) > 1:
+        out.append(Collective("muon_gather", "all_gather", "dp", shard_dp(layout), BF16 * matrices, None))
+    if layout.tp > 1:
+        out.append(Collective("muon_gather", "all_gather", "tp", layout.tp, BF16 * matrices * layout.tp, None))
+    return out
+
+
+def muon_step(cfg: ModelConfig, layout: Layout, stage: int, shard: int, psi: int, hw, grad_bytes: int,
+              weight_bytes: int, collective_seconds) -> MuonStep:
+    """Steps 2-4 for the rank of ``stage`` stepping ``shard`` elements of its stage's ``psi``;
+    ``collective_seconds(c, layout, hw)`` prices a collective (tfcalc.count.training.steptime)."""
+    local, shapes = stage_matrices(cfg, layout, stage)
+    share = shard * local // psi if psi else 0
+    # step 3: which matrices this rank orthogonalizes
+    part = 1 / shard_dp(layout) if layout.zero in (1, 2) else 1.0
+    peak, perf = hw.peak_flops_per_s, hw.perf
+    flops = sum(k * muon.ns_flops(r, c) for r, c, k in shapes) * part
+    ns_s = sum(k * _ns_seconds(min(r, c), max(r, c), peak, perf) for r, c, k in shapes) * part
+    cs = gathers(layout, local)
+    bw = hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency
+    elementwise = (share * (4 * grad_bytes + 20 + (weight_bytes if weight_bytes < FP32 else 0))
+                   + (shard - share) * adam_bytes_per_param(weight_bytes, grad_bytes)) / bw
+    return MuonStep(share, round(flops), ns_s, sum(c.payload_bytes for c in cs),
+                    sum(collective_seconds(c, layout, hw) for c in cs), elementwise)
