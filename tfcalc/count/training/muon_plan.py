@@ -90,22 +90,20 @@ def _ns_seconds(m: int, n: int, peak: float, perf) -> float:
     return muon.NS_STEPS * one
 
 
-def gathers(layout: Layout, matrices: int) -> list:
-    """Step 2's all-gathers (Collective), bf16, bucketed as DDP's (calls None)."""
-    from tfcalc.count.training.comm import Collective  # comm reads rank_memory, which reads step 1 here
-
+def gathers(layout: Layout, matrices: int) -> list[tuple[str, int, int]]:
+    """Step 2's all-gathers, bf16: (group, ranks, payload bytes) of each."""
     out = []
     if layout.zero >= 1 and shard_dp(layout) > 1:
-        out.append(Collective("muon_gather", "all_gather", "dp", shard_dp(layout), BF16 * matrices, None))
+        out.append(("dp", shard_dp(layout), BF16 * matrices))
     if layout.tp > 1:
-        out.append(Collective("muon_gather", "all_gather", "tp", layout.tp, BF16 * matrices * layout.tp, None))
+        out.append(("tp", layout.tp, BF16 * matrices * layout.tp))
     return out
 
 
 def muon_step(cfg: ModelConfig, layout: Layout, stage: int, shard: int, psi: int, hw, grad_bytes: int,
-              weight_bytes: int, collective_seconds) -> MuonStep:
+              weight_bytes: int, gather_seconds) -> MuonStep:
     """Steps 2-4 for the rank of ``stage`` stepping ``shard`` elements of its stage's ``psi``;
-    ``collective_seconds(c, layout, hw)`` prices a collective (tfcalc.count.training.steptime)."""
+    ``gather_seconds(group, ranks, payload)`` prices an all-gather (tfcalc.count.training.steptime)."""
     local, shapes = stage_matrices(cfg, layout, stage)
     share = shard * local // psi if psi else 0
     # step 3: which matrices this rank orthogonalizes
@@ -117,5 +115,5 @@ def muon_step(cfg: ModelConfig, layout: Layout, stage: int, shard: int, psi: int
     bw = hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency
     elementwise = (share * (4 * grad_bytes + 20 + (weight_bytes if weight_bytes < FP32 else 0))
                    + (shard - share) * adam_bytes_per_param(weight_bytes, grad_bytes)) / bw
-    return MuonStep(share, round(flops), ns_s, sum(c.payload_bytes for c in cs),
-                    sum(collective_seconds(c, layout, hw) for c in cs), elementwise)
+    return MuonStep(share, round(flops), ns_s, sum(b for _, _, b in cs),
+                    sum(gather_seconds(*c) for c in cs), elementwise)
