@@ -93,3 +93,12 @@ def cfg_params(cfg) -> int:
     from tfcalc.count.model.params import total
 
     return total(cfg)
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_largest_matrix_as_the_module_stores_it(case):
+    """The step's temporaries are sized on the largest matrix the module holds (fused Q|K|V, [gate | up])."""
+    cfg, _ = CASES[case]
+    model = build_model(cfg, "meta", torch.float32)
+    shapes = [tuple(sorted(p.shape)) for n, p in model.named_parameters() if "blocks." in n and p.ndim == 2]
+    assert muon.largest_matrix(cfg) == max(shapes, key=lambda s: s[0] * s[1])

@@ -46,9 +46,18 @@ def matrix_params(cfg: ModelConfig) -> int:
 
 
 def largest_matrix(cfg: ModelConfig) -> tuple[int, int]:
-    """(m, n), m ≤ n, of the largest hidden matrix (by elements); (0, 0) when there is none."""
-    shapes = [tuple(sorted(p.weight.shape)) for p in cfg.architecture.weights()
-              if not p.weight.tied_to and hidden_matrix(tuple(p.weight.shape), p.where == "block")]
+    """(m, n), m ≤ n, of the largest hidden matrix as the module stores it (by elements; parts the module fuses,
+    Q|K|V and [gate | up], joined by rows as tfcalc.count.training.shard joins them); (0, 0) when there is none."""
+    shapes = []
+    for _, block, _ in cfg.architecture.kinds():
+        joined: dict[str, tuple[int, int]] = {}
+        for i, w in enumerate(block.weights()):
+            if w.tied_to or not hidden_matrix(tuple(w.shape), True):
+                continue
+            key = f"{w.name.rsplit('_', 2)[0]}_{w.fused}" if w.fused else str(i)
+            rows, cols = joined.get(key, (0, w.shape[1]))
+            joined[key] = (rows + w.shape[0], cols)
+        shapes += [tuple(sorted(s)) for s in joined.values()]
     return max(shapes, key=lambda s: s[0] * s[1], default=(0, 0))
 
 

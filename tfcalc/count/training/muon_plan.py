@@ -100,11 +100,12 @@ def gathers(layout: Layout, matrices: int) -> list[tuple[str, int, int]]:
     return out
 
 
-def muon_step(cfg: ModelConfig, layout: Layout, stage: int, shard: int, psi: int, hw, grad_bytes: int,
+def muon_step(cfg: ModelConfig, layout: Layout, stages: tuple[int, ...], shard: int, psi: int, hw, grad_bytes: int,
               weight_bytes: int, gather_seconds) -> MuonStep:
-    """Steps 2-4 for the rank of ``stage`` stepping ``shard`` elements of its stage's ``psi``;
+    """Steps 2-4 for the rank holding ``stages`` (two under DualPipe) stepping ``shard`` elements of their ``psi``;
     ``gather_seconds(group, ranks, payload)`` prices an all-gather (tfcalc.count.training.steptime)."""
-    local, shapes = stage_matrices(cfg, layout, stage)
+    held = [stage_matrices(cfg, layout, s) for s in stages]
+    local, shapes = sum(m for m, _ in held), tuple(shape for _, shapes in held for shape in shapes)
     share = shard * local // psi if psi else 0
     # step 3: which matrices this rank orthogonalizes
     part = 1 / shard_dp(layout) if layout.zero in (1, 2) else 1.0
