@@ -149,8 +149,8 @@ def plan_muon_step(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardwa
     """The Muon step of the plan's rank (tfcalc.count.training.muon_plan): its shard, the AdamW states' elements."""
     stages = tuple(stages_held(layout, mem.stage))
     shard = sum(adam_states(cfg, layout, s)[3] for s in stages)
-    def gather_s(group: str, ranks: int, payload: int) -> float:  # bucketed as DDP's (calls None)
-        return collective_seconds(Collective("muon_gather", "all_gather", group, ranks, payload, None), layout, hw)
+    def gather_s(group: str, ranks: int, payload: int, calls: int) -> float:
+        return collective_seconds(Collective("muon_gather", "all_gather", group, ranks, payload, calls), layout, hw)
 
     return muon_step(cfg, layout, stages, shard // optimizer_element_bytes(layout.dtype), mem.params, hw,
                      grad_element_bytes(layout), weight_element_bytes(layout.dtype), gather_s)
