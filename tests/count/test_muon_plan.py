@@ -71,3 +71,26 @@ def test_moonlight_overhead():
 def test_bad_optimizer_is_one_line():
     with pytest.raises(InputError, match="--optimizer must be adam or muon"):
         make_plan(CFG, _layout(optimizer="lion"), H100, None)
+
+
+@pytest.mark.parametrize("preset,seq,batch,gpus", [("llama2-7b", 4096, 64, [1, 8, 16]),
+                                                   ("mixtral-8x7b", 32768, 16, [8, 32])])
+def test_the_search_bound_stays_under_muons_memory(preset, seq, batch, gpus):
+    """The search prunes on a lower bound of a rank's memory (tfcalc.count.training.search_bound): under Muon it
+    counts 4 bytes less a parameter, which must keep it under every layout's Muon memory (the bound with Adam's
+    bytes would exceed them, and prune layouts that fit)."""
+    from tfcalc.count.training.layout import candidate_layouts
+    from tfcalc.count.training.rank_memory import rank_memory
+    from tfcalc.count.training.search_bound import ShapeBound
+    from tfcalc.count.training.search_space import SearchSpace, schedules
+
+    cfg = load(preset)
+    start = Layout(seq=seq, global_batch=batch, micro_batch=1, optimizer="muon")
+    bound = ShapeBound(cfg, start, H100.memory_bytes, 8)
+    checked = 0
+    for n in gpus:
+        for layout in candidate_layouts(cfg, n, start, 8):
+            L = next(schedules(cfg, layout, SearchSpace()))
+            assert bound.bytes(L.tp, L.pp, L.cp, L.dp) <= rank_memory(cfg, L).total, L.describe()
+            checked += 1
+    assert checked > 10
