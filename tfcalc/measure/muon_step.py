@@ -77,9 +77,14 @@ class MasterMuon:
                     master.grad = None
                     p.copy_(master)
 
-    def zero_grad(self, set_to_none: bool = False) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
         for p, _ in self.pairs:
-            p.grad = None if set_to_none else p.grad.zero_()
+            p.grad = None if set_to_none or p.grad is None else p.grad.zero_()
+
+    @property
+    def state(self) -> dict:
+        """The inner optimizers' state, by parameter (what tfcalc.measure.rank_bytes.optimizer_tensors reads)."""
+        return {p: s for o in self.optimizers for p, s in o.state.items()}
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor of the optimizers' state, AdamW's 0-d step counters left out."""
