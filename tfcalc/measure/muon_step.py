@@ -52,29 +52,26 @@ class _GroupedMuon:
 
 
 class MasterMuon:
-    """Muon + AdamW over fp32 masters (the weights themselves in fp32); ``optimizers`` the three inner ones."""
+    """Muon + AdamW over fp32 masters (the weights themselves in fp32), one tensor at a time as tfcalc.measure.memory's
+    mixed-precision Adam steps (so the fp32 copy of a gradient exists for one tensor only): ``optimizers`` one per
+    tensor, torch.optim.Muon for a 2-D matrix, _GroupedMuon for grouped experts, AdamW for the rest."""
 
     def __init__(self, model, foreach: bool = False):
         matrices, rest = hidden_matrices(model)
         self.pairs = [(p, p if p.dtype == torch.float32 else p.detach().float().requires_grad_())
                       for p in matrices + rest]
-        master = dict((id(p), m) for p, m in self.pairs)
-        flat = [master[id(p)] for p in matrices if p.ndim == 2]
-        grouped = [master[id(p)] for p in matrices if p.ndim == 3]
-        self.optimizers = [o for o in (torch.optim.Muon(flat) if flat else None, _GroupedMuon(grouped) if grouped
-                                       else None, torch.optim.AdamW([master[id(p)] for p in rest], foreach=foreach)
-                                       if rest else None) if o is not None]
+        kinds = [torch.optim.Muon if p.ndim == 2 else _GroupedMuon for p in matrices] + [None] * len(rest)
+        self.optimizers = [kind([m]) if kind is not None else torch.optim.AdamW([m], foreach=foreach)
+                           for (_, m), kind in zip(self.pairs, kinds, strict=True)]
 
     def step(self) -> None:
-        for p, master in self.pairs:
+        for (p, master), opt in zip(self.pairs, self.optimizers, strict=True):
             if master is not p:
                 master.grad = p.grad.float()
-        for o in self.optimizers:
-            o.step()
-        with torch.no_grad():
-            for p, master in self.pairs:
-                if master is not p:
-                    master.grad = None
+            opt.step()
+            if master is not p:
+                master.grad = None
+                with torch.no_grad():
                     p.copy_(master)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -88,5 +85,4 @@ class MasterMuon:
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor of the optimizers' state, AdamW's 0-d step counters left out."""
-        return [v for o in self.optimizers for s in o.state.values() for v in s.values()
-                if isinstance(v, torch.Tensor) and v.ndim > 0]
+        return [v for s in self.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.ndim > 0]
