@@ -69,7 +69,7 @@ def test_newton_schulz_flops_against_flop_counter(shape):
 
 
 def test_overhead_within_jordans_bound():
-    """Keller Jordan's post ("Runtime analysis"): the NS FLOPs over the matrices' training FLOPs are at most
+    """Keller Jordan's post (its FLOP-overhead analysis): the NS FLOPs over the matrices' training FLOPs are at most
     T·m/B; the nanoGPT speedrun (m = 768, B = 524,288 tokens) 0.73 %, Llama 3 405B (m = 16,384, 16M tokens) 0.49 %:
     both under the 1 % the post states."""
     for m, n, tokens in ((768, 3072, 524_288), (16_384, 53_248, 16 * 2**20)):

@@ -59,8 +59,8 @@ def test_tensor_parallel_gathers_the_shards_too():
 
 def test_moonlight_overhead():
     """Moonlight, sec. 2.3: Distributed Muon's extra latency (the gather and Newton-Schulz) is 1-3 % of the
-    forward-backward. Llama 2 7B, DP 64 over 8 nodes, ZeRO-1, 4M tokens: 1.3 % here (12 ms of Newton-Schulz and a
-    63 ms bf16 all-gather of the matrices over 5.8 s of compute)."""
+    forward-backward, as they report it. Llama 2 7B, DP 64 over 8 nodes, ZeRO-1, 4M tokens: 1.3 % here (12 ms of
+    Newton-Schulz and a 63 ms bf16 all-gather of the matrices over 5.8 s of compute)."""
     L = Layout(tp=1, pp=1, dp=64, zero=1, seq=4096, global_batch=1024, micro_batch=1, optimizer="muon")
     p = make_plan(CFG, L, H100, None)
     m = plan_muon_step(CFG, L, p.memory, H100)

@@ -2,10 +2,10 @@
 
 Muon (Jordan et al. 2024, kellerjordan.github.io/posts/muon; Liu et al. 2025, "Muon is Scalable for LLM
 Training", arXiv 2502.16982, sec. 2; torch.optim.Muon, torch/optim/_muon.py) updates each hidden 2-D weight
-matrix W with the orthogonalized momentum: B ← μB + G (one momentum buffer), O = NS₅(G + μB) (Nesterov), W ← W − ηO.
-Everything else -- the embeddings, the LM head, the norms and biases -- stays on AdamW (both papers: "Muon
-should only be used for hidden weight layers"; Moonlight, sec. 2.2). Which tensors are "hidden matrices": the
-blocks' tensors stored with 2 dimensions per copy (torch.optim.Muon refuses any other ``ndim``); a mixture's
+matrix W with its orthogonalized momentum: one buffer B (torch: B ← lerp(B, G, 1 − μ)), O = NS₅ of the Nesterov
+blend lerp(G, B, μ), W ← W − ηO. Everything else -- the embeddings, the LM head, the norms and biases -- stays on
+AdamW (both sources: Muon for the hidden matrices only). Which tensors are "hidden matrices": the blocks'
+tensors stored with 2 dimensions per copy (torch.optim.Muon refuses any other ``ndim``); a mixture's
 routed experts, one grouped (E, m, n) tensor in tfcalc's module, count as E matrices (each expert its own
 matrix, as Moonlight's MoE runs them); a fused tensor ([gate | up], Q|K|V) is one matrix, as the module stores it.
 
@@ -19,9 +19,9 @@ Newton-Schulz (torch/optim/_muon.py ``_zeropower_via_newtonschulz``; the quintic
 (a, b, c) = (3.4445, −4.7750, 2.0315), 5 steps): X is the m × n matrix with m ≤ n (transposed if taller), each
 step computes A = X·Xᵀ (2·m²·n FLOPs), B = b·A + c·A·A (one addmm: 2·m³), X ← a·X + B·X (one addmm:
 2·m²·n): 4·m²·n + 2·m³ FLOPs a step, 5 × that a matrix. Against the training FLOPs of the matrix (6·m·n per
-token, B tokens a step) the overhead is 5·(4m²n + 2m³)/(6mnB) ≤ 5·m/B (m ≤ n): Keller Jordan's "T·m/B" bound
-(his post, "Runtime analysis": below 1 % for typical LM training, e.g. 0.7 % for the nanoGPT speedrun at m = 768,
-B = 524,288 tokens).
+token, B tokens a step) the overhead is 5·(4m²n + 2m³)/(6mnB) ≤ 5·m/B (m ≤ n): Keller Jordan's T·m/B bound
+(his post's FLOP-overhead analysis, below 1 % for typical LM training; at most 0.73 % for the nanoGPT speedrun,
+m = 768, B = 524,288 tokens).
 """
 
 from __future__ import annotations

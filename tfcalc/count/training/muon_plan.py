@@ -7,17 +7,17 @@ tfcalc.count.model.muon; the rest of the training step is the same as under Adam
    momentum) for those that are: eo·X − 4·X_m, X_m = X·M/Ψ the hidden matrices' share of the shard (M of the
    stage's Ψ TP-local elements; exact at ZeRO-0 and for FSDP2 shards of rows N divides; a flat ZeRO-1/2 buffer
    cuts through tensors, so its share is the stage's mean).
-2. Gather (Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv 2502.16982, sec. 2.3, "Distributed Muon",
-   Algorithm 1): Newton-Schulz needs a whole matrix, so after the reduce-scatter each rank all-gathers, over the
-   ZeRO group (N > 1, ZeRO ≥ 1), the momentum-applied gradient of the matrices, in bf16 (the paper: "DP Gather"):
-   payload 2·M bytes (TP-local M), and under tensor parallelism the TP shards too ("TP Gather"), 2·M·tp over tp,
+2. Gather (Liu et al. 2025, "Muon is Scalable for LLM Training", arXiv 2502.16982, sec. 2.3, Distributed Muon):
+   Newton-Schulz needs a whole matrix, so after the reduce-scatter each rank all-gathers, over the
+   ZeRO group (N > 1, ZeRO ≥ 1), the momentum-applied gradient of the matrices, in bf16 (the paper's DP gather):
+   payload 2·M bytes (TP-local M), and under tensor parallelism the TP shards too (its TP gather), 2·M·tp over tp,
    each in the distributed optimizer's buckets (calls as ZeRO-1's parameter all-gather).
    Both after the last reduction, before the next forward: exposed, added to the step.
 3. Newton-Schulz compute (tfcalc.count.model.muon): 5 steps of X·Xᵀ, A·A and B·X on each whole matrix, at the
    GEMM model's efficiency (tfcalc.count.perf.gemm). Which matrices a rank computes: under ZeRO-0 (DDP) every
    rank its stage's all (redundant, torch.optim.Muon as it is); under ZeRO-1/2 (the paper's setting: a flat
-   buffer partitioned over DP) the matrices of its partition, 1/N of the stage's ("Calculate Full Update ... then
-   discard part of the full update matrix"); under ZeRO-3 (FSDP2: every rank holds a dim-0 shard of every
+   buffer partitioned over DP) the matrices of its partition, 1/N of the stage's (each rank computes the full update
+   of its partition's matrices and keeps its part of it); under ZeRO-3 (FSDP2: every rank holds a dim-0 shard of every
    matrix) each rank needs every matrix's full update to keep its shard: all of them, redundantly. Under TP every
    TP rank computes the whole matrix (the paper's TP gather). Under EP only the rank's experts.
 4. The elementwise pass, priced as the fused Adam pass is (tfcalc.count.perf.optimizer): per matrix element,
@@ -25,8 +25,8 @@ tfcalc.count.model.muon; the rest of the training step is the same as under Adam
    the update (read the bf16 orthogonalized update 2, read and write the fp32 master 8, write the 16-bit weight
    w): 4g + 20 + w (30 in bf16, where AdamW's is 34); the other elements AdamW's 24 + 4g + w.
 
-Published check (tests/count/test_muon_plan.py): Moonlight, sec. 2.3 ("the end-to-end latency of Distributed
-Muon ... 1% to 3% of the forward-backward"): the gather and Newton-Schulz of Llama 2 7B at DP 64 (8 nodes),
+Published check (tests/count/test_muon_plan.py): Moonlight, sec. 2.3, puts Distributed Muon's extra latency at
+1-3 % of the forward-backward: the gather and Newton-Schulz of Llama 2 7B at DP 64 (8 nodes),
 ZeRO-1, 4M tokens on H100s: 12 ms + 63 ms beside 5.8 s of compute, 1.3 %.
 """
 
