@@ -94,3 +94,19 @@ def test_the_search_bound_stays_under_muons_memory(preset, seq, batch, gpus):
             assert bound.bytes(L.tp, L.pp, L.cp, L.dp) <= rank_memory(cfg, L).total, L.describe()
             checked += 1
     assert checked > 10
+
+
+def test_experts_gather_over_their_own_group():
+    """Mixtral 8x7B at DP 8, EP 4, ZeRO-1: per block the dense matrices are QKV 6144 × 4096, O 4096² and the router
+    8 × 4096 (41,975,808), each expert [w1 | w3] 28672 × 4096 and w2 4096 × 14336 (176,160,768), 2 experts a rank.
+    The dense ones gather over the 8 DP ranks, the experts' over their EDP group of 8 / 4 = 2; Newton-Schulz on 1/8
+    of the dense and 1/2 of the rank's experts."""
+    cfg = load("mixtral-8x7b")
+    L = Layout(tp=1, pp=1, dp=8, ep=4, zero=1, seq=4096, global_batch=64, micro_batch=1, optimizer="muon")
+    p = make_plan(cfg, L, H100, None)
+    m = plan_muon_step(cfg, L, p.memory, H100)
+    dense, experts = 32 * 41_975_808, 32 * 2 * 176_160_768
+    assert m.gather_bytes == 2 * dense + 2 * experts
+    ns = (32 * (muon.ns_flops(6144, 4096) + muon.ns_flops(4096, 4096) + muon.ns_flops(8, 4096)) / 8
+          + 32 * 2 * (muon.ns_flops(28672, 4096) + muon.ns_flops(4096, 14336)) / 2)
+    assert m.ns_flops == pytest.approx(ns, rel=1e-12)

@@ -12,7 +12,8 @@ tfcalc.count.model.muon; the rest of the training step is the same as under Adam
    ZeRO group (N > 1, ZeRO ≥ 1), the momentum-applied gradient of the matrices, in bf16 (the paper's DP gather):
    payload 2·M bytes (TP-local M), and under tensor parallelism the TP shards too (its TP gather), 2·M·tp over tp,
    each in the distributed optimizer's buckets (calls as ZeRO-1's parameter all-gather).
-   Both after the last reduction, before the next forward: exposed, added to the step.
+   The routed experts' matrices, whose states split over their own EDP group under expert parallelism, gather
+   there. Both after the last reduction, before the next forward: exposed, added to the step.
 3. Newton-Schulz compute (tfcalc.count.model.muon): 5 steps of X·Xᵀ, A·A and B·X on each whole matrix, at the
    GEMM model's efficiency (tfcalc.count.perf.gemm). Which matrices a rank computes: under ZeRO-0 (DDP) every
    rank its stage's all (redundant, torch.optim.Muon as it is); under ZeRO-1/2 (the paper's setting: a flat
@@ -40,7 +41,15 @@ from tfcalc.count.model import muon
 from tfcalc.count.perf import gemm
 from tfcalc.count.perf.optimizer import adam_bytes_per_param
 from tfcalc.count.training.shard import stage_tensors
-from tfcalc.count.training.sharding import flat_buckets, local_copies, local_shape, routed_expert, shard_dp
+from tfcalc.count.training.sharding import (
+    expert_dp,
+    experts_apart,
+    flat_buckets,
+    local_copies,
+    local_shape,
+    routed_expert,
+    shard_dp,
+)
 from tfcalc.workload import Layout
 
 FP32, BF16 = 4, 2
@@ -62,17 +71,32 @@ class MuonStep:
         return self.ns_s + self.gather_s + self.elementwise_s
 
 
-def stage_matrices(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, tuple[tuple[int, int, int], ...]]:
-    """(M, ((rows, cols, count), ...)): the hidden matrices' TP-local elements on the stage, and their whole
-    (TP-gathered) shapes with how many of each the rank holds (its EP share of the experts)."""
-    local, shapes = 0, {}
+@dataclass(frozen=True)
+class StageMatrices:
+    """The hidden matrices of a stage on one rank: ``local`` their TP-local elements (``experts`` of them the routed
+    experts'), ``tp_whole`` the whole elements of those TP splits (what the TP gather assembles), and ``shapes``
+    (rows, cols, count, routed expert) of the whole matrices, counted as the rank holds them (its EP share)."""
+
+    local: int
+    experts: int
+    tp_whole: int
+    shapes: tuple[tuple[int, int, int, bool], ...]
+
+
+def stage_matrices(cfg: ModelConfig, layout: Layout, stage: int) -> StageMatrices:
+    local = experts = tp_whole = 0
+    shapes: dict[tuple[int, int, bool], int] = {}
     for t, n in stage_tensors(cfg, layout.pp, stage, layout.virtual_stages, layout.stage_split):
         if not muon.hidden_matrix(tuple(t.shape), t.per_block):
             continue
-        count = n // t.copies * local_copies(t.name, t.copies, layout) if routed_expert(t.name) else n
-        local += count * math.prod(local_shape(t, layout))
-        shapes[tuple(t.shape)] = shapes.get(tuple(t.shape), 0) + count
-    return local, tuple((r, c, k) for (r, c), k in shapes.items())
+        expert = routed_expert(t.name)
+        count = n // t.copies * local_copies(t.name, t.copies, layout) if expert else n
+        here = count * math.prod(local_shape(t, layout))
+        local, experts = local + here, experts + (here if expert else 0)
+        tp_whole += count * math.prod(t.shape) if here < count * math.prod(t.shape) else 0
+        key = (*t.shape, expert)
+        shapes[key] = shapes.get(key, 0) + count
+    return StageMatrices(local, experts, tp_whole, tuple((r, c, k, e) for (r, c, e), k in shapes.items()))
 
 
 def muon_states(adam_optimizer_bytes: int, eo: int, psi: int, matrices: int) -> int:
@@ -91,15 +115,23 @@ def _ns_seconds(m: int, n: int, peak: float, perf) -> float:
     return muon.NS_STEPS * one
 
 
-def gathers(layout: Layout, matrices: int) -> list[tuple[str, int, int, int]]:
+def _groups(layout: Layout) -> tuple[int, int]:
+    """(N, N_e): the ranks ZeRO splits the dense and the routed experts' states over (count.training.sharding)."""
+    n = shard_dp(layout)
+    return n, expert_dp(layout) if experts_apart(layout) else n
+
+
+def gathers(layout: Layout, m: StageMatrices) -> list[tuple[str, int, int, int]]:
     """Step 2's all-gathers, bf16: (group, ranks, payload bytes, calls) of each, in the distributed optimizer's
-    buckets (Megatron-Core's, where Moonlight's Distributed Muon runs: tfcalc.count.training.sharding.flat_buckets)."""
-    out = []
-    if layout.zero >= 1 and shard_dp(layout) > 1:
-        n = shard_dp(layout)
-        out.append(("dp", n, BF16 * matrices, flat_buckets(1, matrices, n)))
-    if layout.tp > 1:
-        out.append(("tp", layout.tp, BF16 * matrices * layout.tp, flat_buckets(1, matrices * layout.tp, layout.tp)))
+    buckets (Megatron-Core's, where Moonlight's Distributed Muon runs: tfcalc.count.training.sharding.flat_buckets):
+    the dense matrices over the ZeRO group, the routed experts' over theirs (EDP) where they are apart, the TP
+    shards over TP."""
+    (n, ne), out = _groups(layout), []
+    apart = experts_apart(layout)
+    for group, ranks, elements in (("dp", n, m.local - (m.experts if apart else 0)),
+                                   ("edp", ne, m.experts if apart else 0), ("tp", layout.tp, m.tp_whole)):
+        if elements and ranks > 1 and (group == "tp" or layout.zero >= 1):
+            out.append((group, ranks, BF16 * elements, flat_buckets(1, elements, ranks)))
     return out
 
 
@@ -108,14 +140,15 @@ def muon_step(cfg: ModelConfig, layout: Layout, stages: tuple[int, ...], shard: 
     """Steps 2-4 for the rank holding ``stages`` (two under DualPipe) stepping ``shard`` elements of their ``psi``;
     ``gather_seconds(group, ranks, payload, calls)`` prices an all-gather (tfcalc.count.training.steptime)."""
     held = [stage_matrices(cfg, layout, s) for s in stages]
-    local, shapes = sum(m for m, _ in held), tuple(shape for _, shapes in held for shape in shapes)
-    share = shard * local // psi if psi else 0
-    # step 3: which matrices this rank orthogonalizes
-    part = 1 / shard_dp(layout) if layout.zero in (1, 2) else 1.0
+    m = StageMatrices(sum(h.local for h in held), sum(h.experts for h in held), sum(h.tp_whole for h in held),
+                      tuple(shape for h in held for shape in h.shapes))
+    share = shard * m.local // psi if psi else 0
+    # step 3: which matrices this rank orthogonalizes: 1/N of each group's under ZeRO-1/2, else all
+    n, ne = _groups(layout) if layout.zero in (1, 2) else (1, 1)
     peak, perf = hw.peak_flops_per_s, hw.perf
-    flops = sum(k * muon.ns_flops(r, c) for r, c, k in shapes) * part
-    ns_s = sum(k * _ns_seconds(min(r, c), max(r, c), peak, perf) for r, c, k in shapes) * part
-    cs = gathers(layout, local)
+    flops = sum(k * muon.ns_flops(r, c) / (ne if e else n) for r, c, k, e in m.shapes)
+    ns_s = sum(k * _ns_seconds(min(r, c), max(r, c), peak, perf) / (ne if e else n) for r, c, k, e in m.shapes)
+    cs = gathers(layout, m)
     bw = hw.bandwidth_bytes_per_s * perf.bandwidth_efficiency
     elementwise = (share * (4 * grad_bytes + 20 + (weight_bytes if weight_bytes < FP32 else 0))
                    + (shard - share) * adam_bytes_per_param(weight_bytes, grad_bytes)) / bw

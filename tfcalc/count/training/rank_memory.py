@@ -174,7 +174,7 @@ def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int
     (tfcalc.count.training.muon_plan, step 1)."""
     psi, w, g, o = adam_states(cfg, layout, stage)
     if layout.optimizer == "muon":
-        o = muon_states(o, optimizer_element_bytes(layout.dtype), psi, stage_matrices(cfg, layout, stage)[0])
+        o = muon_states(o, optimizer_element_bytes(layout.dtype), psi, stage_matrices(cfg, layout, stage).local)
     return psi, w, g, o
 
 
