@@ -217,6 +217,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
          kernels: str = "eager", power_limit: Optional[float] = None, rope: str = "complex",
+         optimizer: str = "adam",  # --optimizer adam|muon (count.training.muon_plan)
          **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
@@ -256,7 +257,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
                           kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers),
-                          rope=rope)
+                          rope=rope, optimizer=optimizer)
     return build_plan(api_args.resolve_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -121,6 +121,7 @@ class Layout:
     offload_optimizer: bool = False  # fp32 master weights and Adam moments in host memory, stepped there
     offload_activations: bool = False  # saved activations copied to host memory, back for the backward pass
     zero_engine: str = "flat"  # ZeRO 0/1: "flat", "torch" (ZeroRedundancyOptimizer), "deepspeed" (BF16_Optimizer)
+    optimizer: str = "adam"  # adam (AdamW, mixed precision) or muon (tfcalc.count.training.muon_plan)
     # --- pipeline schedule, overlap and context parallelism (issue 20; tfcalc.count.perf.pipeline) ---
     schedule: str = "1f1b"  # 1f1b, interleaved (Narayanan et al. 2021), zero-bubble (ZB-H1), dualpipe(v)
     virtual_stages: int = 1  # V: model chunks per pipeline rank, > 1 only with the interleaved schedule

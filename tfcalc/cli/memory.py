@@ -72,7 +72,8 @@ def memory(
     training: Training = False,
     optimizer: Annotated[Optimizer, typer.Option(
         "--optimizer", help="adam-mixed: fp32 master weights and moments (16 bytes/param in bf16); adam: all in "
-        "the dtype; sgd: no state.")] = Optimizer["adam-mixed"],
+        "the dtype; sgd: no state; muon: Muon's one fp32 momentum buffer per hidden matrix, AdamW on embeddings, head, "
+        "norms and biases, fp32 masters (Jordan et al. 2024; Moonlight, arXiv 2502.16982).")] = Optimizer["adam-mixed"],
     attention: Annotated[Optional[Attention], typer.Option(
         "--attention", help="Attention kernel: flash (no s² scores kept, as training stacks run) or math (scores "
         "kept) [default: flash; with --measure, what the real module runs].", show_default=False)] = None,

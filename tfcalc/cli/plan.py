@@ -149,6 +149,11 @@ def plan(
         "(ZeroRedundancyOptimizer, ZeRO-1: whole tensors dealt out) or deepspeed (DeepSpeed's BF16_Optimizer, with "
         "--grad-dtype fp32: the bf16 gradients stay allocated beside the fp32 accumulation, 2 bytes a parameter "
         "more).", metavar="ENGINE")] = "flat",
+    optimizer: Annotated[str, typer.Option(
+        "--optimizer", help="adam: mixed-precision AdamW (fp32 master, two moments); muon: Muon on the blocks' 2-D "
+        "matrices (one fp32 momentum; 5 Newton-Schulz steps, the matrices all-gathered over ZeRO's DP and TP ranks "
+        "first, as Moonlight's distributed Muon, arXiv 2502.16982 sec. 2.3), AdamW on the rest.",
+        metavar="adam|muon")] = "adam",
     tokens: Annotated[Optional[str], typer.Option(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
@@ -215,7 +220,7 @@ def plan(
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
         kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
-        rope=lower(rope))
+        rope=lower(rope), optimizer=lower(optimizer))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

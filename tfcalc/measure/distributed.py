@@ -103,6 +103,10 @@ def device_name(device: torch.device) -> str:
 def optimizer(model, layout: Layout):
     """Adam (foreach=False); under ZeRO-1, PyTorch's ZeroRedundancyOptimizer around it, one bucket per rank
     (tfcalc.count.training.sharding, step 7)."""
+    if layout.optimizer == "muon":  # DDP only (report.plan_check.measured_layout): Muon + AdamW on every rank
+        from tfcalc.measure.muon_step import MasterMuon
+
+        return MasterMuon(model)
     if layout.zero == 1 and layout.dp > 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 

@@ -8,7 +8,8 @@ are kept between steps (zero_grad(set_to_none=False), as DDP and Megatron keep t
 which is what the estimate "weights + gradients + optimizer state + activations" describes. Optimizers
 run with foreach=False: the foreach kernels add a parameter-sized temporary in the step that no estimate
 counts. "adam-mixed" below fp32 is Adam on fp32 master copies, stepped one tensor at a time (so the fp32
-copy of a gradient exists for one tensor only).
+copy of a gradient exists for one tensor only). "muon" is torch.optim.Muon on the blocks' matrices and AdamW on
+the rest, on fp32 masters below fp32 (tfcalc.measure.muon_step).
 
 The peak, from the device's own counters, above a baseline taken after a warm-up run and before the
 model is built (so it counts the weights, everything the run allocates, and nothing of torch itself):
@@ -129,6 +130,10 @@ def make_optimizer(model, optimizer: str, dtype: str):
     params = list(model.parameters())
     if optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-3, foreach=False)
+    if optimizer == "muon":  # Muon on the hidden matrices, AdamW on the rest (tfcalc.measure.muon_step)
+        from tfcalc.measure.muon_step import MasterMuon
+
+        return MasterMuon(model)
     if optimizer == "adam-mixed" and dtype in ("bf16", "fp16"):
         return _MasterAdam(params)
     return torch.optim.Adam(params, foreach=False)

@@ -35,7 +35,7 @@ from tfcalc.count.training.layout_pipeline import check_cp
 from tfcalc.count.training.micro_batch_time import imbalance as training_imbalance, moe_step_s
 from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
-from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, pipeline_stages, search
+from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, muon_json, pipeline_stages, search
 from tfcalc.count.training.search_space import cp_applies, cp_degrees
 from tfcalc.count.training.sharding import check_model_variants, check_sharding, dispatcher, ep_nodes
 from tfcalc.count.training.steptime import Hardware, TrainingRun, training_run
@@ -183,7 +183,8 @@ class PlanReport(Displayed):
                      "moe_dispatch_s": self.moe_dispatch_s,  # of compute_s: count.perf.moe_dispatch
                      # the fullest EP rank's expert GEMMs over the mean's (count.perf.expert_imbalance)
                      "expert_imbalance": self.expert_imbalance,
-                     "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer)
+                     "optimizer_s": st.optimizer_s,  # Adam on the rank's shard (count.perf.optimizer); or Muon's:
+                     "optimizer": L.optimizer, "muon": muon_json(self.model.cfg, p, self.hardware),
                      "matmul_efficiency": self.request.matmul_efficiency,
                      "perf": perf_json(self.hardware.perf)},
             # each stage's blocks, one micro-batch's seconds and memory (--pp-layers; count.training.plan)
@@ -238,7 +239,7 @@ def _base(request: PlanRequest, seq: int, global_batch: int) -> Layout:
                   schedule=request.schedule or "1f1b", virtual_stages=request.virtual, overlap=tuple(request.overlap),
                   cp=request.cp or 1, pp_split_counts=tuple(request.pp_split_counts or ()), kernels=request.kernels,
                   rope=request.rope, pp_layers=request.pp_layers or (), dropout=request.dropout,
-                  zero_engine=request.zero_engine,
+                  zero_engine=request.zero_engine, optimizer=request.optimizer,
                   **sharding_fields(request))
 
 

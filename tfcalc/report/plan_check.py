@@ -76,7 +76,8 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
             reshard_after_forward=True, compute_dtype=None, grad_dtype=None, hsdp=None, offload_optimizer=False,
             offload_activations=False, ep=1, zero_engine="flat",
             pp_layers=layout.pp_layers if nproc // dp == layout.pp and not dual else (),  # a given split: as many
-            pp_split_counts=() if dual else layout.pp_split_counts)  # DualPipeV places its stages itself
+            pp_split_counts=() if dual else layout.pp_split_counts,  # DualPipeV places its stages itself
+            optimizer="adam")  # Muon is measured on DDP without TP or a pipeline only
     tp = math.gcd(layout.tp, nproc)
     dp = nproc // tp
     seq = min(layout.seq, MEASURE_SEQ)
@@ -95,7 +96,9 @@ def measured_layout(layout: Layout, nproc: int) -> Layout:
         ep=math.gcd(layout.ep, dp), zero_engine="torch" if zero == 1 else "flat",
         ep_dispatch="alltoall",  # gloo's all_to_all_single: one copy per token and expert (experts_parallel, 3)
         schedule="1f1b", virtual_stages=1, pp_split_counts=(), pp_layers=(),
-        overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel))
+        overlap=tuple(o for o in layout.overlap if o == "tp" and tp > 1 and layout.sequence_parallel),
+        # Muon runs as torch.optim.Muon on whole matrices: DDP without TP (tfcalc.measure.muon_step); else Adam
+        optimizer=layout.optimizer if zero == 0 and tp == 1 else "adam")
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,9 @@ def _left_out(planned: Layout, ran: Layout) -> tuple[str, ...]:
         out.append(f"the {planned.schedule} schedule (ran {ran.schedule})")
     if planned.recompute != "none":
         out.append(f"{planned.recompute} recompute")
+    if planned.optimizer != ran.optimizer:
+        out.append(f"{planned.optimizer} (ran {ran.optimizer}: Muon's whole-matrix step is measured on DDP without TP "
+                   "or a pipeline)")
     if planned.tp != ran.tp:
         out.append(f"tp {planned.tp} (ran tp {ran.tp})")
     if planned.zero == 1 and ran.zero_engine == "torch":

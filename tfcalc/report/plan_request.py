@@ -64,6 +64,7 @@ class PlanRequest:
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
     zero_engine: str = "flat"  # ZeRO 0/1 states: flat (Megatron), torch, deepspeed (count.training.sharding, 7-8)
     dropout: bool = False  # dropout in training: its masks and dropped tensors kept (tfcalc.count.model.activations)
+    optimizer: str = "adam"  # adam (AdamW) or muon (tfcalc.count.training.muon_plan)
 
     @property
     def micro(self) -> int:
@@ -130,6 +131,10 @@ def check_sharding_request(r: PlanRequest) -> None:
         check_size("--hsdp", r.hsdp)
     if not isinstance(r.offload, (tuple, list)) or any(w not in OFFLOAD for w in r.offload):
         raise InputError(f"--offload must be optimizer, activations or both; got {shown(r.offload)}")
+    if r.optimizer not in ("adam", "muon"):  # tfcalc.count.training.muon_plan
+        raise InputError(f"--optimizer must be adam or muon; got {shown(r.optimizer)}")
+    if r.optimizer == "muon" and "optimizer" in r.offload:
+        raise InputError("--offload optimizer with --optimizer muon is not modelled (ZeRO-Offload steps Adam)")
     if len(set(r.offload)) != len(r.offload):  # as the flag's rule (tfcalc.name_lists)
         raise InputError(f"--offload names each of {', '.join(OFFLOAD)} once; got {shown(r.offload)}")
     if not isinstance(r.reshard_after_forward, bool):

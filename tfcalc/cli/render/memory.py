@@ -25,6 +25,9 @@ ACTIVATION_LABELS = {
 }
 
 
+STATE_NOTES = {"sgd": "none (plain SGD)", "muon": "Muon momentum (fp32, hidden matrices); AdamW m, v (the rest)"}
+
+
 def _inference_rows(t: Table, r: MemoryReport) -> None:
     cfg = r.cfg
     heads = f"{cfg.kv_heads} KV heads of {cfg.n_head}" + (" (GQA)" if 1 < cfg.kv_heads < cfg.n_head else
@@ -101,7 +104,7 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     t.add("Gradients", s.gradients, f"in {r.dtype}", rule=True)
     if s.master_weights:
         t.add("Master weights", s.master_weights, "fp32")
-    t.add("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
+    t.add("Optimizer state", s.optimizer_state, STATE_NOTES.get(s.optimizer, "Adam moments m, v"))
     stack, role = "decoder " if a.n_encoder_layer else "", r.layer_role
     # a layer of another mixer (a Mamba2 layer, the commonest of a hybrid): its terms under its own labels
     labels = ACTIVATION_LABELS if role is None else {

@@ -11,6 +11,7 @@ from tfcalc.count.training import sharding
 from tfcalc.count.training.context_parallel import ring_exposed
 from tfcalc.count.training.layout import Layout
 from tfcalc.count.training.pipeline_fsdp import stage_gathered
+from tfcalc.count.training.plan import muon_json
 from tfcalc.count.training.shard import stage_block_counts, total_blocks
 from tfcalc.count.training.steptime import collective_seconds, group_in_node
 from tfcalc.report.plan import PlanReport
@@ -31,6 +32,14 @@ CAUSES = {
 }
 STATE_LABELS = {"weights_bytes": "Weights", "grads_bytes": "Gradients", "optimizer_bytes": "Optimizer states",
                 "activation_bytes": "Activations", "total_bytes": "Total"}
+
+
+def muon_note(r) -> str:
+    """The Muon step's parts (tfcalc.count.training.muon_plan)."""
+    m = muon_json(r.model.cfg, r.plan, r.hardware)
+    return (f"Muon: Newton-Schulz {m['ns_flops']:.3g} FLOP in {m['ns_s'] * 1e3:.3g} ms, matrices all-gathered "
+            f"{m['gather_bytes'] / 2**30:.3g} GiB in {m['gather_s'] * 1e3:.3g} ms, elementwise "
+            f"{m['elementwise_s'] * 1e3:.3g} ms; AdamW on the rest")
 
 
 def short(layout: Layout) -> str:
@@ -104,7 +113,8 @@ def _memory(doc: Doc, r: PlanReport) -> None:
           f"{m.params:,} params{held} × {L.dtype}; {zero}")
     kept = f", and the {L.dtype} .grad kept beside (DeepSpeed BF16_Optimizer)" if L.zero_engine == "deepspeed" else ""
     t.add("Gradients", m.grads, f"{L.grad_dtype or L.dtype}; " + (f"1/{n}{experts}" if L.zero >= 2 else "whole") + kept)
-    t.add("Optimizer states", m.optimizer, "fp32 master, Adam m and v; " + (f"1/{n}{experts}" if L.zero else "whole")
+    states = "Muon momentum (matrices), AdamW m and v (the rest)" if L.optimizer == "muon" else "Adam m and v"
+    t.add("Optimizer states", m.optimizer, f"fp32 master, {states}; " + (f"1/{n}{experts}" if L.zero else "whole")
           + ("; offloaded to the host" if L.offload_optimizer else ""))
     recompute = "no recompute" if L.recompute == "none" else f"{L.recompute} recompute"
     chunks = chunk_micro_batches(L, m.stage)
@@ -195,7 +205,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
         if seconds:
             t.add(f"Communication, {group}", seconds, None)
     if st.optimizer_s:
-        t.add("Optimizer step", st.optimizer_s, "Adam over the rank's shard, memory-bound, after the reductions")
+        t.add("Optimizer step", st.optimizer_s, "Adam over the rank's shard, memory-bound, after the reductions"
+              if L.optimizer != "muon" else muon_note(r))
     t.add("Step, no overlap", st.no_overlap_s, "compute + all communication")
     if st.contention_s:  # overlap's own cost (tfcalc.count.training.steptime, step 5)
         t.add("  overlap's cost", st.contention_s, f"the compute under overlapped collectives on "

@@ -19,7 +19,9 @@ Training state per parameter (P params, weights in the dtype, e_w bytes):
 - "adam-mixed": weights e_w + gradients e_w + fp32 master weights 4 (when the dtype is narrower than
   fp32) + fp32 Adam moments 8: 16 bytes/param in bf16 (ZeRO, Rajbhandari et al. 2020, sec. 3.1);
 - "adam": everything in the weight dtype, torch.optim.Adam as it is: 4·e_w (16 in fp32, 8 in bf16);
-- "sgd": weights and gradients, 2·e_w (no momentum).
+- "sgd": weights and gradients, 2·e_w (no momentum);
+- "muon": mixed precision as adam-mixed, one fp32 momentum buffer per hidden matrix and AdamW's two moments for
+  the rest (embeddings, LM head, norms, biases): 16 − 4·M/P bytes/param in bf16 (tfcalc.count.model.muon).
 The optimizer step adds temporaries, one tensor at a time in torch.optim's single-tensor code: Adam's
 denominator (√v, then √v / √(1 - β₂ᵗ) + ε: two tensors the size of the largest parameter, in the
 moments' dtype, alive together for an instant) and, for adam-mixed below fp32, the fp32 copy of that
@@ -59,7 +61,7 @@ from tfcalc.count.model.dtypes import (  # noqa: F401  (re-exported: memory's pu
 from tfcalc.count.model.params import total as param_total
 from tfcalc.workload import Workload
 
-OPTIMIZERS = ("adam-mixed", "adam", "sgd")
+OPTIMIZERS = ("adam-mixed", "adam", "sgd", "muon")
 TRAINING_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 

@@ -65,6 +65,11 @@ def check_layout(cfg: ModelConfig, layout: Layout) -> None:
     if not isinstance(layout.attention, str) or layout.attention not in ATTENTION_KERNELS:
         raise InputError(f"--attention must be one of {', '.join(ATTENTION_KERNELS)}; got {shown(layout.attention)}")
     check_kernels(layout.kernels)
+    if layout.optimizer not in ("adam", "muon"):  # tfcalc.count.training.muon_plan
+        raise InputError(f"--optimizer must be adam or muon; got {shown(layout.optimizer)}")
+    if layout.optimizer == "muon" and layout.offload_optimizer:
+        raise InputError("--offload optimizer with --optimizer muon is not modelled (ZeRO-Offload steps Adam's "
+                         "states on the CPU)")
     check_training_dtype(layout.dtype)
     check_tp(cfg, layout.tp)
     blocks = total_blocks(cfg)

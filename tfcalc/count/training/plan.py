@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from tfcalc.config import ModelConfig
+from tfcalc.count.model import muon
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
-from tfcalc.count.perf.pipeline import head_stage
+from tfcalc.count.perf.pipeline import head_stage, stages_held
 from tfcalc.count.perf.slowest_rank import with_slowest_rank
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
 from tfcalc.count.training.experts_folded import implied
@@ -46,9 +47,11 @@ from tfcalc.count.training.layout import (
     divisors,
     sequence_parallel_modelled,
 )
+from tfcalc.count.training.muon_plan import MuonStep, muon_step
 from tfcalc.count.training.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.training.rank_memory import (
     RankMemory,
+    adam_states,
     gathered_bytes,
     model_states,
     optimizer_element_bytes,
@@ -74,7 +77,14 @@ from tfcalc.count.training.search_space import (
 from tfcalc.count.training.shard import stage_block_counts, total_blocks, tp_split_widths
 from tfcalc.count.training.sharding import expert_counts, grad_element_bytes
 from tfcalc.count.training.stage_classes import stage_block_count
-from tfcalc.count.training.steptime import Hardware, StepTime, micro_batch_at, step_time, with_optimizer
+from tfcalc.count.training.steptime import (
+    Hardware,
+    StepTime,
+    collective_seconds,
+    micro_batch_at,
+    step_time,
+    with_optimizer,
+)
 from tfcalc.errors import InputError
 
 GPU_LIMIT = 16384  # --gpus auto gives up beyond this many
@@ -121,6 +131,8 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
                                     hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency)
+        if layout.optimizer == "muon":  # gather, Newton-Schulz, the elementwise pass (count.training.muon_plan)
+            seconds = plan_muon_step(cfg, layout, mem, hw).seconds
         step = with_optimizer(step, seconds, hw.peak_flops_per_s, layout.gpus)
     # the step waits for its slowest GPU (tfcalc.count.perf.slowest_rank)
     step = with_slowest_rank(step, hw.perf.gpu_variation, hw.peak_flops_per_s, layout.gpus)
@@ -131,6 +143,26 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
         step = with_pcie(step, pcie, exposed, hw.peak_flops_per_s, layout.gpus)
     return Plan(layout, mem, collectives, step, hw.memory_bytes, hw.host_memory_bytes,
                 min(layout.gpus, hw.gpus_per_node))
+
+
+def plan_muon_step(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware) -> MuonStep:
+    """The Muon step of the plan's rank (tfcalc.count.training.muon_plan): its shard, the AdamW states' elements."""
+    stages = tuple(stages_held(layout, mem.stage))
+    shard = sum(adam_states(cfg, layout, s)[3] for s in stages)
+    def gather_s(group: str, ranks: int, payload: int, calls: int) -> float:
+        return collective_seconds(Collective("muon_gather", "all_gather", group, ranks, payload, calls), layout, hw)
+
+    return muon_step(cfg, layout, stages, shard // optimizer_element_bytes(layout.dtype), mem.params, hw,
+                     grad_element_bytes(layout), weight_element_bytes(layout.dtype), gather_s)
+
+
+def muon_json(cfg: ModelConfig, plan: Plan, hw: Hardware) -> Optional[dict]:
+    """The JSON of the plan's Muon step (tfcalc.count.training.muon_plan); None under Adam or --offload optimizer."""
+    if plan.layout.optimizer != "muon" or not plan.memory.optimizer:
+        return None
+    m = plan_muon_step(cfg, plan.layout, plan.memory, hw)
+    return {"matrix_params": m.matrix_elements, "ns_steps": muon.NS_STEPS, "ns_flops": m.ns_flops, "ns_s": m.ns_s,
+            "gather_bytes": m.gather_bytes, "gather_s": m.gather_s, "elementwise_s": m.elementwise_s}
 
 
 def host_fits(mem: RankMemory, layout: Layout, hw: Hardware) -> bool:

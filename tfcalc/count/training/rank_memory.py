@@ -44,6 +44,7 @@ from tfcalc.count.model.dtypes import BITS_PER_ELEMENT
 from tfcalc.count.perf.pipeline import stages_held
 from tfcalc.count.training.experts_folded import expert_local_shape
 from tfcalc.count.training.fp8 import FP8_BYTES, fp8_cache_bytes, fp8_linear_weight, gathers_fp8
+from tfcalc.count.training.muon_plan import muon_states, stage_matrices
 from tfcalc.count.training.offload import Offload, offload
 from tfcalc.count.training.pipeline_fsdp import accumulated_grad_bytes, stage_gathered
 from tfcalc.count.training.rank_activations import micro_batch, stage_activation_bytes
@@ -169,7 +170,16 @@ def stage_expert_params(cfg: ModelConfig, layout: Layout, stage: int) -> int:
 def model_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
     """(Ψ, weights, grads, optimizer) bytes of one rank of the stage (steps 1-4; gradients in
     --grad-dtype, the routed experts' states split over dp / ep, HSDP's over its groups:
-    tfcalc.count.training.sharding)."""
+    tfcalc.count.training.sharding); under Muon one momentum instead of two for the hidden matrices' share
+    (tfcalc.count.training.muon_plan, step 1)."""
+    psi, w, g, o = adam_states(cfg, layout, stage)
+    if layout.optimizer == "muon":
+        o = muon_states(o, optimizer_element_bytes(layout.dtype), psi, stage_matrices(cfg, layout, stage).local)
+    return psi, w, g, o
+
+
+def adam_states(cfg: ModelConfig, layout: Layout, stage: int) -> tuple[int, int, int, int]:
+    """model_states under AdamW."""
     psi = stage_params(cfg, layout, stage)
     ew, eo, eg = weight_element_bytes(layout.dtype), optimizer_element_bytes(layout.dtype), grad_element_bytes(layout)
     experts = stage_expert_params(cfg, layout, stage) if experts_apart(layout) else 0
