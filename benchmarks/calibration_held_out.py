@@ -141,6 +141,10 @@ from calibration_held_out_llama1 import llama1_rows
 from calibration_row import GPTJ, Row
 
 import tfcalc
+from tfcalc.count.model.params import total as params_total
+from tfcalc.count.serving.engine_caps import trtllm_bench
+from tfcalc.devices import by_key
+from tfcalc.presets import load
 
 LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
                    max_seq_len=8192)
@@ -313,12 +317,25 @@ TRT_MAX = [("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 128, 128, 28312)
 EP_ROWS = {("qwen3-235b-a22b", "h200")}
 
 
+def trtllm_bench_settings(preset: str, over: dict, device: str, tp: int, inp: int, out: int) -> dict:
+    """What `trtllm-bench throughput` runs with when the command names no --max_batch_size and --max_num_tokens, as
+    the page's commands do: its heuristic (tfcalc.count.serving.engine_caps) at TP = tp, PP 1 (under attention DP
+    a rank's cap), FP8 weights and cache, the default --kv_cache_free_gpu_mem_fraction 0.90, the GPU's memory as
+    tfcalc's datasheet sizes it; chunked prefill off (its default): whole prompts in max_num_tokens."""
+    cfg = load(preset, [f"{k}={v}" for k, v in over.items()])
+    caps = trtllm_bench(params_total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, tp, 1, inp, out,
+                        by_key(device).memory_bytes, "fp8", "fp8")
+    return {"max_batch": caps.max_batch_size, "prefill_chunk": caps.max_num_tokens, "context_chunking": "off"}
+
+
 def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Callable[[], float]:
     over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
     layout = {"ep": tp} if (preset, device) in EP_ROWS else {"tp": tp}  # EP over the TP 8 GPUs, attention DP 8
     def run() -> float:
+        over_seq = {**over, "max_seq_len": max(8192, inp + out)}
         r = tfcalc.infer(preset, dtype="fp8", kv_dtype="fp8", device_spec=device, rate=1.0, mean_input=inp,
-                         mean_output=out, **layout, **{**over, "max_seq_len": max(8192, inp + out)})
+                         mean_output=out, **layout, **trtllm_bench_settings(preset, over_seq, device, tp, inp, out),
+                         **over_seq)
         return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
     return run
 

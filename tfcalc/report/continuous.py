@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import chunked, closed_loop, continuous, lockstep
+from tfcalc.count.serving import chunked, closed_loop, continuous, engine_caps, lockstep
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
@@ -49,7 +49,7 @@ def flag(o) -> str:
 def check(o) -> None:
     """--rate or --concurrency needs --mean-input and --mean-output, and takes the place of --batch, --seq and --gen."""
     given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk,
-             "--context-chunking": o.context_chunking}
+             "--context-chunking": o.context_chunking, "--max-batch": o.max_batch}
     if o.lengths is not None and o.concurrency is None:
         raise InputError("--lengths says how --concurrency's users send their requests (fixed or random lengths); "
                          "give --concurrency C")
@@ -81,11 +81,21 @@ def check(o) -> None:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output))
     if o.context_chunking is not None:
         check_chunking(o)
+    if o.max_batch is not None:
+        check_max_batch(o)
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
         chunked.check_budget(o.prefill_chunk)
         if o.measure:
             raise InputError("--prefill-chunk and --measure: tfcalc's own runtime prefills each prompt whole "
                              "(tfcalc.model.slots); give --prefill-chunk 0 or leave it out")
+
+
+def check_max_batch(o) -> None:
+    """--max-batch B caps the Poisson steady state's sequences in flight (count/serving/engine_caps.py)."""
+    engine_caps.check_max_batch(o.max_batch)
+    if o.concurrency is not None or o.measure:
+        raise InputError("--max-batch caps --rate's steady state; --concurrency's users and --measure's runtime hold "
+                         "their own sequences: give --rate, or leave --max-batch out")
 
 
 def check_chunking(o) -> None:
@@ -113,7 +123,7 @@ def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyStat
         return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
                                        prefill_chunk(o), o.lengths or "fixed", split(o))
     return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output),
-                                   memory, tp, prefill_chunk(o), split=split(o))
+                                   memory, tp, prefill_chunk(o), split=split(o), max_batch=o.max_batch)
 
 
 def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
@@ -149,5 +159,5 @@ def to_json(state: Optional[continuous.SteadyState],
             "kv_cache_bytes": state.kv_cache_bytes, "max_concurrency": state.max_concurrency,
             "lengths": state.lengths, "method": state.method, "ttft_p50_s": state.ttft_p50_s,
             "ttft_p99_s": state.ttft_p99_s, "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity,
-            "limit": state.limit,
+            "limit": state.limit, "max_batch": state.max_batch,
             "measured": measured}

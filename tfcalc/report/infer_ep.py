@@ -77,7 +77,7 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
     if o.concurrency is not None:
         group = closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output)
     else:
-        group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e)
+        group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e, max_batch=o.max_batch)
     return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split)
 
 

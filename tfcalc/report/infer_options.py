@@ -46,6 +46,7 @@ class InferOptions:
     mean_output: Optional[int] = None
     prefill_chunk: Optional[int] = None  # --rate: chunked prefill's tokens per step (0: off; None: the default)
     context_chunking: Optional[str] = None  # 'on' (None: the default) or 'off': whole prompts in the step's budget
+    max_batch: Optional[int] = None  # --rate: the engine's cap on sequences in flight a group (serving/engine_caps)
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)
     max_time: Optional[float] = None  # --rate --measure: seconds of serving at most
     launch: Optional[str] = None  # the prediction's launch mode: graph | eager (PerfSpec.launch; None: the device's)
