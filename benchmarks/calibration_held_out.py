@@ -113,7 +113,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   general.py, get_settings; tensorrt_llm/bench/build/tuning.py): tfcalc.count.serving.engine_caps at TP = the row's
   TP, FP8 weights and cache, the default KV fraction 0.90 -- `infer --max-batch` (a rank's, an attention-DP group's
   under attention DP) and `--prefill-chunk` = max_num_tokens with `--context-chunking off` (chunked prefill off,
-  its default). Twelve rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
+  its default). Thirteen rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
   rows out of band: Llama 3.1 8B on an H200 at 128/128 gets 4,096 and 8,192 as the H100 does (the 4,096 cap of
   finetune_setting binds on both) and holds 2,046; Qwen3-235B on H200s gets 4,096/8,192 (128/128) and 2,304/4,608
   (1,000/1,000) a rank, where a group holds 3,491 and 735.
