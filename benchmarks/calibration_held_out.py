@@ -113,7 +113,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   general.py, get_settings; tensorrt_llm/bench/build/tuning.py): tfcalc.count.serving.engine_caps at TP = the row's
   TP, FP8 weights and cache, the default KV fraction 0.90 -- `infer --max-batch` (a rank's, an attention-DP group's
   under attention DP) and `--prefill-chunk` = max_num_tokens with `--context-chunking off` (chunked prefill off,
-  its default). Thirteen rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
+  its default). Nine rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
   rows out of band: Llama 3.1 8B on an H200 at 128/128 gets 4,096 and 8,192 as the H100 does (the 4,096 cap of
   finetune_setting binds on both) and holds 2,046; Qwen3-235B on H200s gets 4,096/8,192 (128/128) and 2,304/4,608
   (1,000/1,000) a rank, where a group holds 3,491 and 735.
@@ -151,7 +151,7 @@ from calibration_row import GPTJ, Row
 import tfcalc
 from tfcalc.count.model.params import total as params_total
 from tfcalc.count.serving.engine_caps import trtllm_bench
-from tfcalc.devices import by_key
+from tfcalc.devices import by_key, driver_bytes
 from tfcalc.presets import load
 
 LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
@@ -329,10 +329,11 @@ def trtllm_bench_settings(preset: str, over: dict, device: str, tp: int, inp: in
     """What `trtllm-bench throughput` runs with when the command names no --max_batch_size and --max_num_tokens, as
     the page's commands do: its heuristic (tfcalc.count.serving.engine_caps) at TP = tp, PP 1 (under attention DP
     a rank's cap), FP8 weights and cache, the default --kv_cache_free_gpu_mem_fraction 0.90, the GPU's memory as
-    tfcalc's datasheet sizes it; chunked prefill off (its default): whole prompts in max_num_tokens."""
+    NVML reports it (tfcalc's model of the driver's total, devices.driver_bytes); chunked prefill off (its default):
+    whole prompts in max_num_tokens."""
     cfg = load(preset, [f"{k}={v}" for k, v in over.items()])
     caps = trtllm_bench(params_total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, tp, 1, inp, out,
-                        by_key(device).memory_bytes, "fp8", "fp8")
+                        driver_bytes(by_key(device)), "fp8", "fp8")
     return {"max_batch": caps.max_batch_size, "prefill_chunk": caps.max_num_tokens, "context_chunking": "off"}
 
 
