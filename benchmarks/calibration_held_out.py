@@ -111,9 +111,10 @@ it, never used to choose a parameter of the performance model. Reported beside i
   Added with chunked prefill's mean over the decode batch (issue 31). The engine's settings: the page's commands
   name no --max_batch_size or --max_num_tokens, so trtllm-bench picked them (tensorrt_llm/bench/benchmark/utils/
   general.py, get_settings; tensorrt_llm/bench/build/tuning.py): tfcalc.count.serving.engine_caps at TP = the row's
-  TP, FP8 weights and cache, the default KV fraction 0.90 -- `infer --max-batch` (a rank's, an attention-DP group's
-  under attention DP) and `--prefill-chunk` = max_num_tokens with `--context-chunking off` (chunked prefill off,
-  its default). Nine rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
+  TP (the EP rows: TRT-LLM's tp_size 8), FP8 weights and cache, the default KV fraction 0.90, the GPU's memory as
+  the driver reports it -- `infer --max-batch trtllm-bench`: max_batch_size a rank's (an attention-DP group's under
+  attention DP), max_num_tokens as `--prefill-chunk` with `--context-chunking off` (chunked prefill off, its
+  default). Nine rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
   rows out of band: Llama 3.1 8B on an H200 at 128/128 gets 4,096 and 8,192 as the H100 does (the 4,096 cap of
   finetune_setting binds on both) and holds 2,046; Qwen3-235B on H200s gets 4,096/8,192 (128/128) and 2,304/4,608
   (1,000/1,000) a rank, where a group holds 3,491 and 735.
@@ -149,10 +150,6 @@ from calibration_held_out_llama1 import llama1_rows
 from calibration_row import GPTJ, Row
 
 import tfcalc
-from tfcalc.count.model.params import total as params_total
-from tfcalc.count.serving.engine_caps import trtllm_bench
-from tfcalc.devices import by_key, driver_bytes
-from tfcalc.presets import load
 
 LLAMA3_405B = dict(n_layer=126, d_model=16384, n_head=128, n_kv_head=8, d_ff=53248, vocab_size=128256,
                    max_seq_len=8192)
@@ -325,26 +322,14 @@ TRT_MAX = [("Llama 3.1 8B", "llama3-8b", "h100-sxm", "H100", 1, 128, 128, 28312)
 EP_ROWS = {("qwen3-235b-a22b", "h200")}
 
 
-def trtllm_bench_settings(preset: str, over: dict, device: str, tp: int, inp: int, out: int) -> dict:
-    """What `trtllm-bench throughput` runs with when the command names no --max_batch_size and --max_num_tokens, as
-    the page's commands do: its heuristic (tfcalc.count.serving.engine_caps) at TP = tp, PP 1 (under attention DP
-    a rank's cap), FP8 weights and cache, the default --kv_cache_free_gpu_mem_fraction 0.90, the GPU's memory as
-    NVML reports it (tfcalc's model of the driver's total, devices.driver_bytes); chunked prefill off (its default):
-    whole prompts in max_num_tokens."""
-    cfg = load(preset, [f"{k}={v}" for k, v in over.items()])
-    caps = trtllm_bench(params_total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, tp, 1, inp, out,
-                        driver_bytes(by_key(device)), "fp8", "fp8")
-    return {"max_batch": caps.max_batch_size, "prefill_chunk": caps.max_num_tokens, "context_chunking": "off"}
-
-
 def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Callable[[], float]:
     over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
     layout = {"ep": tp} if (preset, device) in EP_ROWS else {"tp": tp}  # EP over the TP 8 GPUs, attention DP 8
     def run() -> float:
-        over_seq = {**over, "max_seq_len": max(8192, inp + out)}
+        # the page's commands name no --max_batch_size or --max_num_tokens: trtllm-bench's own (module docstring)
         r = tfcalc.infer(preset, dtype="fp8", kv_dtype="fp8", device_spec=device, rate=1.0, mean_input=inp,
-                         mean_output=out, **layout, **trtllm_bench_settings(preset, over_seq, device, tp, inp, out),
-                         **over_seq)
+                         mean_output=out, max_batch="trtllm-bench", **layout,
+                         **{**over, "max_seq_len": max(8192, inp + out)})
         return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
     return run
 

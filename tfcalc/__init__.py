@@ -164,7 +164,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           mean_output: Optional[int] = None, lengths: Optional[str] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
-          context_chunking: Optional[str] = None, max_batch: Optional[int] = None, ep: int = 1,
+          context_chunking: Optional[str] = None, max_batch: Union[int, str, None] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
           expert_imbalance: Any = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
@@ -174,7 +174,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
     run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default),
-    max_batch= the engine's cap on sequences in flight (per attention-DP group);
+    max_batch= the engine's cap on sequences in flight (per attention-DP group), or 'trtllm-bench' (its heuristic);
     launch="eager" (host_op_s=)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions

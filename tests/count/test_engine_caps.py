@@ -134,7 +134,41 @@ def test_cli_json_and_speed(cli):
     (("--rate", "1", "--mean-input", "8", "--mean-output", "8", "--max-batch", "0"), "--max-batch must be"),
     (("--rate", "1", "--mean-input", "8", "--mean-output", "8", "--max-batch", "-3"), "--max-batch must be"),
     (("--max-batch", "8"), "--max-batch belongs to continuous batching"),
+    (("--rate", "1", "--mean-input", "8", "--mean-output", "8", "--max-batch", "lots"), "or trtllm-bench"),
+    (("--rate", "1", "--mean-input", "8", "--mean-output", "8", "--max-batch", "2.5"), "--max-batch must be"),
     (("--concurrency", "4", "--mean-input", "8", "--mean-output", "8", "--max-batch", "8"), "--max-batch caps"),
 ])
 def test_hostile(cli, args, message):
     assert_one_line_error(cli("infer", "gpt2", *args), message)
+
+
+def test_trtllm_bench_keyword_sets_the_engines_settings(cli):
+    """--max-batch trtllm-bench: tuning.py's arithmetic at the driver's memory (tfcalc's 79.19 GiB for an H100):
+    (79.19 − 7.479) × 0.9 GiB over 65,536 B a token and 2,000 tokens a request: 528.7 → 640 and 2,048; whole prompts
+    (--context-chunking off) in a budget of 2,048 (--prefill-chunk)."""
+    from tfcalc import devices
+
+    x = cli("infer", "llama3-8b", "--dtype", "fp8", "--kv-dtype", "fp8", "--rate", "10", "--mean-input", "1000",
+            "--mean-output", "1000", "--max-batch", "trtllm-bench", "--json").json()["continuous"]
+    gib = devices.driver_bytes(devices.by_key("h100-sxm")) / GIB
+    requests = (gib - 8_030_261_248 / GIB) * 0.9 * GIB / 65_536 / 2000
+    s = x["engine_settings"]
+    assert s["kv_requests"] == pytest.approx(requests, rel=1e-9) and requests == pytest.approx(528.7, abs=0.1)
+    assert (s["max_batch_size"], s["max_num_tokens"], s["tp_size"]) == (640, 2048, 1)
+    assert (x["max_batch"], x["prefill_chunk"], x["context_chunking"]) == (640, 2048, "off")
+    given = tfcalc.infer("llama3-8b", rate=10, max_batch="trtllm-bench", prefill_chunk=4096,
+                         **{**RUN, "device_spec": "h100-sxm"}).to_json()["continuous"]
+    assert given["prefill_chunk"] == 4096 and given["max_batch"] == 640  # a budget given stays
+
+
+def test_trtllm_bench_counts_the_ep_gpus_as_its_tp_size():
+    """TRT-LLM's MoE rows run `--tp 8 --ep 8` with attention DP: the heuristic over tp_size 8, the cap a rank's."""
+    x = tfcalc.infer("qwen3-235b-a22b", rate=30, max_batch="trtllm-bench", ep=8, dtype="fp8", kv_dtype="fp8",
+                     device_spec="h200", mean_input=1000, mean_output=1000).to_json()["continuous"]
+    assert x["engine_settings"]["tp_size"] == 8 and (x["max_batch"], x["prefill_chunk"]) == (2304, 4608)
+
+
+def test_untuned_quantization_takes_the_build_defaults():
+    """build.py: int8/int4 are not in TUNED_QUANTS -- BuildConfig's 2,048 and 8,192 (8,192 ≥ 1,000 + 2,048)."""
+    caps = trtllm_bench(*LLAMA31_8B, 1, 1, 1000, 1000, H100_NVML, "int4", "fp8")
+    assert (caps.max_batch_size, caps.max_num_tokens) == (2048, 8192)

@@ -91,6 +91,7 @@ class SteadyState:
     ttft_p99_s: Optional[float] = None
     whole: bool = False  # chunked: whole prompts in the budget (chunked.py's last paragraph; --context-chunking off)
     max_batch: Optional[int] = None  # the engine's cap on sequences in flight (--max-batch; serving/engine_caps.py)
+    engine: Optional[dict] = None  # --max-batch trtllm-bench: the engine's settings as it computed them (JSON)
 
     @property
     def over_capacity(self) -> bool:

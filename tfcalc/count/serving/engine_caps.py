@@ -19,6 +19,9 @@ The source (NVIDIA/TensorRT-LLM, the v1.0-era files; the same arithmetic in ever
      min(raw batch × (1 + ISL/OSL), 32768).
   5. rounded up ("slightly optimistic"): batch below 256 to a multiple of 32 (at least 64), below 1,024 to 128, else
      256; tokens below 4,096 to a multiple of 256 (at least 2,048), below 8,192 to 512, else 1,024.
+- tensorrt_llm/bench/build/build.py, ``get_benchmark_engine_settings``: only FP8, FP8 block scales, NVFP4 and
+  unquantized checkpoints are tuned (TUNED_QUANTS); any other quantization (int8, int4 here) takes BuildConfig's
+  defaults, max_batch_size 2,048 and max_num_tokens 8,192.
 - tensorrt_llm/_torch/pyexecutor/py_executor.py, ``_fetch_new_requests``: under attention DP the requests in flight
   are capped at tp_size × max_num_active_requests in all, max_batch_size a rank -- the cap is each attention-DP
   group's (of one GPU each under TensorRT-LLM's attention DP).
@@ -40,6 +43,8 @@ BATCH_CAP = 4096  # tuning.py, finetune_setting: "Cap total batch size to avoid 
 TOKEN_CAP = 32768  # tuning.py: "Cap num tokens to avoid TRT activation buffer becoming too large"
 KV_FRACTION = 0.90  # trtllm-bench throughput --kv_cache_free_gpu_mem_fraction, default .90
 ELEMENT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}  # tuning.py BYTES_PER_ELEM; anything else 2
+UNTUNED = ("int8", "int4")  # build.py: not in TUNED_QUANTS, BuildConfig's defaults instead
+BUILD_DEFAULTS = (2048, 8192)  # BuildConfig.max_batch_size, BuildConfig.max_num_tokens
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: in
     if requests < 1:
         raise InputError(f"trtllm-bench's heuristic: the weights leave room for {requests:.2f} requests of "
                          f"{isl + osl:,} tokens; TensorRT-LLM refuses this mapping ('Please try with more GPUs')")
-    bs, tokens = finetune(requests, isl, osl, pp)
+    bs, tokens = BUILD_DEFAULTS if weight_dtype in UNTUNED else finetune(requests, isl, osl, pp)
     if not chunked:
         tokens = max(tokens, isl + bs)
     return EngineCaps(bs, tokens, requests)
@@ -90,4 +95,5 @@ def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: in
 
 def check_max_batch(n) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"--max-batch must be a positive whole number of sequences; got {str(n)[:40]!r}")
+        raise InputError("--max-batch must be a positive whole number of sequences or trtllm-bench; got "
+                         f"{str(n)[:40]!r}")
