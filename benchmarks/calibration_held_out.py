@@ -114,7 +114,7 @@ it, never used to choose a parameter of the performance model. Reported beside i
   TP (the EP rows: TRT-LLM's tp_size 8), FP8 weights and cache, the default KV fraction 0.90, the GPU's memory as
   the driver reports it -- `infer --max-batch trtllm-bench`: max_batch_size a rank's (an attention-DP group's under
   attention DP), max_num_tokens as `--prefill-chunk` with `--context-chunking off` (chunked prefill off, its
-  default). Nine rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
+  default). Eight rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
   rows out of band: Llama 3.1 8B on an H200 at 128/128 gets 4,096 and 8,192 as the H100 does (the 4,096 cap of
   finetune_setting binds on both) and holds 2,046; Qwen3-235B on H200s gets 4,096/8,192 (128/128) and 2,304/4,608
   (1,000/1,000) a rank, where a group holds 3,491 and 735.
