@@ -109,7 +109,16 @@ it, never used to choose a parameter of the performance model. Reported beside i
   tensor_parallel_size 8, moe_expert_parallel_size 8, enable_attention_dp true) -- the H200 rows priced so,
   `infer --ep 8 --rate` (tfcalc.count.serving.ep_continuous: attention DP 8, each group its requests, KV cache and
   chunked prefill; the experts over 8 GPUs, the all-to-all after each MoE layer); the H100 rows still plain TP 8.
-  Added with chunked prefill's mean over the decode batch (issue 31).
+  Added with chunked prefill's mean over the decode batch (issue 31). The engine's settings: the page's commands
+  name no --max_batch_size or --max_num_tokens, so trtllm-bench picked them (tensorrt_llm/bench/benchmark/utils/
+  general.py, get_settings; tensorrt_llm/bench/build/tuning.py): tfcalc.count.serving.engine_caps at TP = the row's
+  TP (the EP rows: TRT-LLM's tp_size 8), FP8 weights and cache, the default KV fraction 0.90, the GPU's memory as
+  the driver reports it -- `infer --max-batch trtllm-bench`: max_batch_size a rank's (an attention-DP group's under
+  attention DP), max_num_tokens as `--prefill-chunk` with `--context-chunking off` (chunked prefill off, its
+  default). Eight rows moved (at most 0.93 -> 0.85, Qwen3-235B H100 1,000/1,000); the cap binds nowhere in the
+  rows out of band: Llama 3.1 8B on an H200 at 128/128 gets 4,096 and 8,192 as the H100 does (the 4,096 cap of
+  finetune_setting binds on both) and holds 2,046; Qwen3-235B on H200s gets 4,096/8,192 (128/128) and 2,304/4,608
+  (1,000/1,000) a rank, where a group holds 3,491 and 735.
 - NVIDIA NIM for LLMs benchmarking guide, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance ("Performance",
   Llama-3.3-70b-instruct, NIM 1.8.0, 2 × H100 80G, fp8, TP 2): AIPerf at a fixed concurrency C (closed loop),
   TTFT, ITL and output tokens/s, 5,000 input / 500 output tokens (and 500 / 2,000 at C = 1). tfcalc's
@@ -302,8 +311,10 @@ def max_throughput(preset: str, device: str, tp: int, inp: int, out: int) -> Cal
     over = LLAMA3_405B if preset == "llama3-70b" and tp == 8 else {}
     layout = {"ep": tp} if (preset, device) in EP_ROWS else {"tp": tp}  # EP over the TP 8 GPUs, attention DP 8
     def run() -> float:
+        # the page's commands name no --max_batch_size or --max_num_tokens: trtllm-bench's own (module docstring)
         r = tfcalc.infer(preset, dtype="fp8", kv_dtype="fp8", device_spec=device, rate=1.0, mean_input=inp,
-                         mean_output=out, **layout, **{**over, "max_seq_len": max(8192, inp + out)})
+                         mean_output=out, max_batch="trtllm-bench", **layout,
+                         **{**over, "max_seq_len": max(8192, inp + out)})
         return r.to_json()["continuous"]["max_rate_per_s"] * out / tp
     return run
 

@@ -164,7 +164,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           mean_output: Optional[int] = None, lengths: Optional[str] = None,
           requests: Optional[int] = None, max_time: Optional[float] = None, launch: Optional[str] = None,
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
-          context_chunking: Optional[str] = None, ep: int = 1,
+          context_chunking: Optional[str] = None, max_batch: Union[int, str, None] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
           expert_imbalance: Any = None, cached_prefix: Optional[int] = None, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
@@ -173,7 +173,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     accept_rate=, draft_tokens: speculative decoding; rate= (or concurrency=: a closed loop of C users),
     mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
-    run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default);
+    run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default),
+    max_batch= the engine's cap on sequences in flight (per attention-DP group), or 'trtllm-bench' (its heuristic);
     launch="eager" (host_op_s=); cached_prefix=N: N tokens of every prompt cached already (count/serving/prefix.py)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
@@ -189,7 +190,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            concurrency=concurrency, mean_input=mean_input, mean_output=mean_output, requests=requests,
                            lengths=lengths, max_time=max_time,
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk,
-                           context_chunking=context_chunking, ep=ep,
+                           context_chunking=context_chunking, max_batch=max_batch, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance, cached_prefix=cached_prefix)
     return build_infer(api_args.resolve_model(model, overrides), options)

@@ -20,6 +20,7 @@ from tfcalc.cli.infer_options import (
     HostOpUs,
     Launch,
     Lengths,
+    MaxBatch,
     MaxTime,
     MeanInput,
     MeanOutput,
@@ -64,6 +65,7 @@ from tfcalc.cli.render.host import busy_host
 from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import continuous_measured, resolve, speculative_measured
+from tfcalc.report.continuous import parse_max_batch
 from tfcalc.report.infer import build_infer
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.workload import default_dtype
@@ -114,6 +116,7 @@ def infer(
     prefill_chunk: PrefillChunk = None,
     context_chunking: ContextChunking = None,
     cached_prefix: CachedPrefix = None,
+    max_batch: MaxBatch = None,
     requests: Requests = None,
     max_time: MaxTime = None,
     format: FormatOption = Format.table,
@@ -229,7 +232,8 @@ def infer(
         expert_imbalance=expert_imbalance,
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
         lengths=lengths, mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk,
-        context_chunking=context_chunking, cached_prefix=cached_prefix, requests=requests,
+        context_chunking=context_chunking, cached_prefix=cached_prefix, max_batch=parse_max_batch(max_batch),
+        requests=requests,
         max_time=max_time, eager=eager, launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
     )

@@ -101,6 +101,14 @@ CachedPrefix = Annotated[Optional[int], typer.Option(
     "per sequence, so more sequences fit. Whole blocks of 16 hit (vLLM's block size): N rounded down to them; "
     "0 ≤ N < the prompt (--seq, or --mean-input under load) [default: none].", metavar="N", show_default=False,
     parser=length_value)]
+MaxBatch = Annotated[Optional[str], typer.Option(
+    "--max-batch", help="Continuous batching (--rate): the engine's cap on sequences in flight, a server's (an "
+    "attention-DP group's under --ep): TensorRT-LLM's max_batch_size, vLLM's max_num_seqs. The steady state's batch "
+    "stays within it and the KV cache's bound; where it is the tighter, the limit is 'batch'. trtllm-bench: the "
+    "max_batch_size and max_num_tokens `trtllm-bench throughput` computes when its command names neither "
+    "(tensorrt_llm/bench/build/tuning.py; count/serving/engine_caps.py), the tokens as --prefill-chunk with "
+    "--context-chunking off unless given [default: no cap but the KV cache's].",
+    metavar="B|trtllm-bench", show_default=False)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
     f"{bound_help('--requests')} [default: 64].", metavar="N", show_default=False,

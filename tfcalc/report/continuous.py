@@ -9,7 +9,7 @@ import math
 from dataclasses import replace
 from typing import Any, Optional
 
-from tfcalc.count.serving import chunked, closed_loop, continuous, lockstep, prefix
+from tfcalc.count.serving import chunked, closed_loop, continuous, engine_caps, lockstep, prefix
 from tfcalc.errors import InputError
 
 SCHEDULER = ("iteration-level (Orca, Yu et al. 2022), prefills first and whole (vLLM's default without chunked "
@@ -52,7 +52,7 @@ def check(o) -> None:
         raise InputError("--cached-prefix and --measure: tfcalc's own runtime prefills every prompt whole; the cached "
                          "prefix is a prediction only")
     given = {"--mean-input": o.mean_input, "--mean-output": o.mean_output, "--prefill-chunk": o.prefill_chunk,
-             "--context-chunking": o.context_chunking}
+             "--context-chunking": o.context_chunking, "--max-batch": o.max_batch}
     if o.lengths is not None and o.concurrency is None:
         raise InputError("--lengths says how --concurrency's users send their requests (fixed or random lengths); "
                          "give --concurrency C")
@@ -84,11 +84,33 @@ def check(o) -> None:
         continuous.check(continuous.Traffic(o.rate, o.mean_input, o.mean_output, o.cached_prefix or 0))
     if o.context_chunking is not None:
         check_chunking(o)
+    if o.max_batch is not None:
+        check_max_batch(o)
     if o.prefill_chunk is not None and o.prefill_chunk != 0:
         chunked.check_budget(o.prefill_chunk)
         if o.measure:
             raise InputError("--prefill-chunk and --measure: tfcalc's own runtime prefills each prompt whole "
                              "(tfcalc.model.slots); give --prefill-chunk 0 or leave it out")
+
+
+TRTLLM_BENCH = "trtllm-bench"  # --max-batch trtllm-bench: the caps trtllm-bench throughput picks (engine_options)
+
+
+def parse_max_batch(value: Any) -> Any:
+    """--max-batch's text: a whole number, or 'trtllm-bench'; anything else goes on to check_max_batch's error."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return value
+
+
+def check_max_batch(o) -> None:
+    """--max-batch B caps the Poisson steady state's sequences in flight (count/serving/engine_caps.py); 'trtllm-bench'
+    takes the cap trtllm-bench throughput computes (engine_options)."""
+    if o.max_batch != TRTLLM_BENCH:
+        engine_caps.check_max_batch(o.max_batch)
+    if o.concurrency is not None or o.measure:
+        raise InputError("--max-batch caps --rate's steady state; --concurrency's users and --measure's runtime hold "
+                         "their own sequences: give --rate, or leave --max-batch out")
 
 
 def check_chunking(o) -> None:
@@ -121,6 +143,32 @@ def cached_tokens(model, o, seq: int) -> int:
     return prefix.hit_tokens(o.cached_prefix)
 
 
+def engine_options(o, cfg, spec, fmt, kv: str):
+    """--max-batch trtllm-bench: the settings `trtllm-bench throughput` runs with when its command names no
+    --max_batch_size and --max_num_tokens (count/serving/engine_caps.py): its heuristic over TRT-LLM's tp_size GPUs
+    (--tp T, or the E GPUs of --ep E: attention DP does not enter it) at the GPU's memory as the driver reports it,
+    the weights' and cache's element bytes, --mean-input and --mean-output; max_batch_size a server's (an
+    attention-DP group's), and, unless given, --prefill-chunk its max_num_tokens with --context-chunking off
+    (trtllm-bench's default, chunked prefill off). Returns the options with them set, the caps in engine_settings."""
+    if o.max_batch != TRTLLM_BENCH:
+        return o
+    if spec is None:
+        raise InputError("--max-batch trtllm-bench reads the GPU's memory from the device table: give --device-spec")
+    from tfcalc import devices
+    from tfcalc.count.model.params import total
+
+    gpus = o.ep if o.ep > 1 else o.tp
+    chunked_on = o.context_chunking == "on"
+    caps = engine_caps.trtllm_bench(total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, gpus, 1, o.mean_input,
+                                    o.mean_output, devices.driver_bytes(spec), fmt.dtype, kv, chunked=chunked_on)
+    o = replace(o, max_batch=caps.max_batch_size,
+                prefill_chunk=o.prefill_chunk if o.prefill_chunk is not None else caps.max_num_tokens,
+                context_chunking=o.context_chunking or "off")
+    return replace(o, engine_settings={"engine": TRTLLM_BENCH, "source": caps.source, "tp_size": gpus,
+               "kv_cache_free_gpu_mem_fraction": engine_caps.KV_FRACTION, "kv_requests": caps.kv_requests,
+               "max_batch_size": caps.max_batch_size, "max_num_tokens": caps.max_num_tokens})
+
+
 def static_options(o):
     """The static estimate beside: seq = I, gen = O (the batch follows from the steady state)."""
     if not loaded(o):
@@ -133,9 +181,10 @@ def steady_state(o, cfg, fmt, kv, ceilings, memory, tp) -> continuous.SteadyStat
     if o.concurrency is not None:
         return closed_loop.closed_loop(cfg, fmt, kv, ceilings, o.concurrency, o.mean_input, o.mean_output, memory, tp,
                                        prefill_chunk(o), o.lengths or "fixed", split(o), o.cached_prefix or 0)
-    return continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output,
-                                                                              o.cached_prefix or 0),
-                                   memory, tp, prefill_chunk(o), split=split(o))
+    state = continuous.steady_state(cfg, fmt, kv, ceilings, continuous.Traffic(o.rate, o.mean_input, o.mean_output,
+                                                                               o.cached_prefix or 0),
+                                    memory, tp, prefill_chunk(o), split=split(o), max_batch=o.max_batch)
+    return replace(state, engine=o.engine_settings)
 
 
 def batch_of(state: continuous.SteadyState, fitting: Optional[int]) -> int:
@@ -172,5 +221,5 @@ def to_json(state: Optional[continuous.SteadyState],
             "lengths": state.lengths, "method": state.method, "ttft_p50_s": state.ttft_p50_s,
             "ttft_p99_s": state.ttft_p99_s, "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity,
             "limit": state.limit, "cached_prefix": state.cached_prefix, "cached_tokens": state.cached_tokens,
-            "prefix_kv_bytes": state.prefix_kv_bytes,
+            "prefix_kv_bytes": state.prefix_kv_bytes, "max_batch": state.max_batch, "engine_settings": state.engine,
             "measured": measured}

@@ -147,6 +147,8 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         spec, ceilings = datasheet_ceilings(o.device_spec, fmt, o.matmul_efficiency, o.bandwidth_efficiency)
     if ceilings.perf is not None:  # --launch, --host-op-us (tfcalc.count.perf.inference, step 6)
         ceilings = replace(ceilings, perf=with_launch(ceilings.perf, o.launch, o.host_op_s))
+    if continuous_report.loaded(o):  # --max-batch trtllm-bench: the engine's own settings (count/serving/engine_caps)
+        o = continuous_report.engine_options(o, cfg, spec, fmt, kv)
     if infer_ep.active(o):  # expert-parallel serving: its own estimate per GPU (tfcalc.report.infer_ep)
         return _expert_parallel(model, o, seq, src, fmt, kv, spec, ceilings)
     check_tp(model, o, spec)

@@ -79,8 +79,9 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
         group = continuous.with_prefix(closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output), e,
                                        t.cached_prefix)
     else:
-        group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e)
-    return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split)
+        group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e, max_batch=o.max_batch)
+    return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split,
+                   engine=o.engine_settings)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],

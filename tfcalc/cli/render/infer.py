@@ -146,7 +146,9 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
                "memory": "the KV cache of the sequences in flight passes the memory "
                          f"({x['max_concurrency'] or 0:,} fit)",
                "budget": f"the sequences in flight fill the {x.get('prefill_chunk') or 0:,} tokens a step carries "
-                         "(--prefill-chunk), leaving no room for prompts"}  # a measured CPU knows no memory: None
+                         "(--prefill-chunk), leaving no room for prompts",
+               "batch": f"the sequences in flight pass the engine's cap of {x.get('max_batch') or 0:,} (--max-batch)"
+               }  # a measured CPU knows no memory: None
         if x.get("users"):  # a closed loop is over capacity only when not one sequence fits
             doc.note(f"Not one sequence of {x['mean_input'] + max(1, x['mean_output'] // 2):,} positions fits beside "
                      "the weights: nothing is served (--require-fit: exit 1).", "warning")
@@ -157,7 +159,9 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
     doc.note(f"Scheduler: {x['scheduler']}. In flight (the mean decode batch) by Little's law: rate × (O − 1) × "
              f"inter-token latency; prefills take {x['prefill_share']:.0%} of the GPU ({units.seconds(x['prefill_s'])} "
              + _chunked(x) + f"); capacity in requests/s; the KV cache holds {x['max_concurrency']:,} sequences of "
-             f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most. The table below: the static "
+             f"{x['mean_input'] + max(1, x['mean_output'] // 2):,} positions at most"
+             + (f", the engine {x['max_batch']:,} (--max-batch)" if x.get("max_batch") else "")
+             + ". The table below: the static "
              + ("estimate at the largest batch that fits." if x["over_capacity"] else "estimate at that batch.")
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")

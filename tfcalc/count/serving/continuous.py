@@ -98,6 +98,8 @@ class SteadyState:
     cached_prefix: int = 0  # --cached-prefix N (tfcalc.count.serving.prefix)
     cached_tokens: int = 0  # P: the tokens of it that hit, whole blocks (prefix, step 1)
     prefix_kv_bytes: int = 0  # s: the shared prefix's state, held once (prefix, step 3; per GPU under --tp)
+    max_batch: Optional[int] = None  # the engine's cap on sequences in flight (--max-batch; serving/engine_caps.py)
+    engine: Optional[dict] = None  # --max-batch trtllm-bench: the engine's settings as it computed them (JSON)
 
     @property
     def over_capacity(self) -> bool:
@@ -271,16 +273,19 @@ def concurrency(e: Engine, t: Traffic, cap: float) -> tuple[Optional[float], Opt
 def steady_state(cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: Traffic,
                  memory: Optional[int] = None, tp: Optional[TensorParallel] = None,
                  prefill_chunk: Optional[int] = None, engine: Optional[Engine] = None,
-                 split: bool = True) -> SteadyState:
+                 split: bool = True, max_batch: Optional[int] = None) -> SteadyState:
     """Steps 1-6 of the module docstring; ``prefill_chunk``: chunked prefill with a budget of that many tokens
     per step (tfcalc.count.serving.chunked; decoder-only models), None: each prompt prefilled whole, alone.
-    ``engine``: the server's steps priced otherwise (one attention-DP group's, tfcalc.count.serving.ep_continuous)."""
+    ``engine``: the server's steps priced otherwise (one attention-DP group's, tfcalc.count.serving.ep_continuous).
+    ``max_batch``: the engine's cap on the sequences in flight (TensorRT-LLM's max_batch_size, vLLM's max_num_seqs;
+    tfcalc.count.serving.engine_caps), step 4's bound N ≤ min(the KV cache's, max_batch): the limit 'batch' where
+    the cap is the tighter; None: the KV cache's alone."""
     check(t)
     if prefill_chunk is not None:
         chunked.check_budget(prefill_chunk)
     e = engine or Engine(cfg, fmt, kv_dtype, c, t, memory, tp, prefill_chunk, split)
-    return with_prefix(replace(_steady_state(e, t), whole=e.chunked is not None and not e.chunked.split), e,
-                       t.cached_prefix)
+    return with_prefix(replace(_steady_state(e, t, max_batch), whole=e.chunked is not None and not e.chunked.split),
+                       e, t.cached_prefix)
 
 
 def with_prefix(state: SteadyState, e: Engine, cached_prefix: int) -> SteadyState:
@@ -290,17 +295,29 @@ def with_prefix(state: SteadyState, e: Engine, cached_prefix: int) -> SteadyStat
     return replace(state, cached_prefix=cached_prefix, cached_tokens=e.cached, prefix_kv_bytes=e.shared)
 
 
-def _steady_state(e: Engine, t: Traffic) -> SteadyState:
+def capped(e: Engine, t: Traffic, cap: float, max_batch: Optional[int]) -> tuple[Optional[float], Optional[str]]:
+    """Step 3's N under the KV cache's bound ``cap`` and the engine's ``max_batch``: the steady state's N where it is
+    within max_batch; past it, over capacity with the limit 'batch' (the rate needs more sequences in flight than the
+    engine admits). N is sought as without the cap, so that a cap can only take steady states away: the search for
+    the first crossing probes N at doubling points up to its bound, and a step's time jumps with whole GEMM waves, so
+    a search bounded at max_batch would probe other points and could find a crossing the uncapped one passes over."""
+    n, limit = concurrency(e, t, cap)
+    if max_batch is None or n is None or n <= max_batch:
+        return n, limit
+    return None, "batch"
+
+
+def _steady_state(e: Engine, t: Traffic, max_batch: Optional[int] = None) -> SteadyState:
     c = e.c
     request = c.perf.request_s if c.perf is not None else 0.0
     cap_n = e.max_concurrency()
     cap = math.inf if cap_n is None else float(cap_n)
-    n, limit = concurrency(e, t, cap)
-    rate = max_rate(e, t, cap)
+    n, limit = capped(e, t, cap, max_batch)
+    rate = max_rate(e, t, cap, max_batch)
     if n is None:  # chunked: the prompt's cost beside one sequence decoding
         t_p = e.prompt_s(1.0)
         return SteadyState(t, t_p, t.rate * t_p, None, None, None, None, None, cap_n, rate, limit, request,
-                           e.budget, None if e.chunked is None else e.chunked.steps(1.0))
+                           e.budget, None if e.chunked is None else e.chunked.steps(1.0), max_batch=max_batch)
     t_p = e.prompt_s(n)
     rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
@@ -311,13 +328,13 @@ def _steady_state(e: Engine, t: Traffic) -> SteadyState:
         wait, idle, own = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s, t_p + steps * min(n, 1.0) * tau
     ttft = wait + idle * min(n, 1.0) * tau / 2 + own + request
     return SteadyState(t, t_p, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request,
-                       e.budget, steps)
+                       e.budget, steps, max_batch=max_batch)
 
 
-def max_rate(e: Engine, t: Traffic, cap: float) -> float:
+def max_rate(e: Engine, t: Traffic, cap: float, max_batch: Optional[int] = None) -> float:
     """Step 4: the largest rate with a steady state (bisection; concurrency grows with the rate)."""
     def ok(r: float) -> bool:
-        return concurrency(e, Traffic(r, t.mean_input, t.mean_output), cap)[0] is not None
+        return capped(e, Traffic(r, t.mean_input, t.mean_output), cap, max_batch)[0] is not None
 
     hi = 1 / e.prefill_s
     if e.chunked is not None:  # t_p(N) beside decode tokens is below the prefill alone: seek the bound upwards
