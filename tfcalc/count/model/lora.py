@@ -1,0 +1,229 @@
+"""LoRA fine-tuning (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models", arXiv 2106.09685):
+what a training step keeps and computes when the base model is frozen and each adapted linear W (d_out × d_in)
+gains a trainable pair A (r × d_in), B (d_out × r): y = W·x + (α/r)·B·(A·x). Pure arithmetic, no torch.
+
+Targets: the linears of a block by their role, q, k, v, o (attention), gate, up, down (FFN), or "all-linear"
+(every one of them; as PEFT's ``target_modules="all-linear"``, the output layer is left out). The default is
+q and v: the paper's choice (sec. 7.1, Table 5, "adapting both W_q and W_v gives the best performance") and
+PEFT's default for llama-like models (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
+"llama": ["q_proj", "v_proj"]). α scales B·A's output and changes no count (left out).
+
+1. Parameters. Each adapted linear adds r·d_in + d_out·r = r·(d_in + d_out) trainable parameters; the base's P
+   stay, frozen. GPT-3 175B (L = 96, d = 12,288), r = 4 on q and v: 96 · 2 · 4 · (12,288 + 12,288) = 18,874,368
+   parameters, 37.7 MB in fp16 -- the paper's "checkpoint size reduced from 350 GB to 35 MB" (sec. 4.2).
+2. State (``lora_state``). The frozen weights stay in their dtype with no gradient and no optimizer state; the
+   adapters carry what a trained parameter carries under the optimizer (adam-mixed: e_w weights + e_w gradients
+   + 4 fp32 master + 8 fp32 moments; PEFT's autocast_adapter_dtype keeps adapters in fp32 instead, 4 + 4 + 8:
+   the same 16 bytes). So a step holds e_w·P + (bytes a trained parameter costs)·P_lora. GPT-3 175B in fp16:
+   350 GB of frozen weights + 0.30 GB of adapter state, where full fine-tuning holds 16 bytes a parameter (2.8 TB;
+   the paper's 1.2 TB for full fine-tuning (sec. 4.2) is its own measurement of its setup, not 16 bytes a
+   parameter, and its 350 GB for LoRA is the fp16 weights: what this state gives, activations apart).
+3. Activations (``activation_delta``; the terms of tfcalc.count.model.activation_terms, per token). Autograd
+   saves a tensor only for a gradient some input needs (PyTorch saves a matmul's input only when its weight
+   needs a gradient). So against full fine-tuning:
+   a. each adapter keeps A·x, e·r (B's weight gradient); x, A's input, is the base linear's input, kept once;
+   b. a frozen linear no longer keeps its input for its weight gradient: QKV's (e·h) unless q, k or v is
+      adapted, the FFN-up's (e·h) unless gate or up is, the down projection's (the product, or an ungated FFN's
+      activation output, e·f) unless down is (ReLU keeps its output itself), the LM head's (e·h);
+      the O projection's input is SDPA's output, which the fused kernel keeps anyway;
+   c. an RMSNorm with a frozen weight no longer keeps x̂ (fp32, 4·h) for the weight's gradient (LayerNorm's
+      backward keeps its input and statistics for the input's gradient: unchanged);
+   d. before the first adapter nothing needs a gradient: in the first block every term ahead of the first
+      adapted linear goes (the block's first norm always; the attention's terms when the first adapter is o or
+      in the FFN; ...), as do the embeddings' norm.
+   Checked to the byte against autograd's saved tensors of tfcalc's module with real adapters
+   (tests/count/test_lora.py). In the first block a fused [gate | up] output needs a gradient as a whole when
+   either is adapted (separate modules, PEFT's, keep less there: one block's difference, left out).
+4. FLOPs (``training_flops``). Forward: the base's F plus 2·r·(d_in + d_out) a token per adapter. Backward:
+   input gradients through every frozen matmul (F again for the linears, 2× for the attention scores), no
+   weight gradients for them, so the 6N rule becomes ≈ 4N + the adapters' 6·r·(d_in + d_out) a token; before
+   the first adapter no input gradient is taken (the first block's linears up to it, its attention's
+   backward when the first adapter follows it, A's input gradient at the first adapters). Checked against
+   FlopCounterMode on the real module with frozen weights.
+5. Data parallelism: only the adapters' gradients are reduced (tfcalc.count.training.comm prices them).
+
+Modelled for decoder-only stacks of softmax-attention blocks with a dense FFN and pre-norms (Llama, Mistral,
+Qwen2, GPT-2, ...); other architectures are refused in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from tfcalc.architecture.ffn import FFN
+from tfcalc.config import ModelConfig
+from tfcalc.errors import InputError
+
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+DEFAULT_TARGETS = ("q", "v")
+ALL_LINEAR = "all-linear"
+WEIGHT = {t: f"{'attn' if t in 'qkvo' else 'ffn'}_{t}_weight" for t in TARGETS}
+# the block's linears in the order a forward pass runs them, grouped by the input they read
+STAGES = (("q", "k", "v"), ("o",), ("gate", "up"), ("down",))
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    rank: int
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+
+
+def parse_targets(text: Optional[str]) -> tuple[str, ...]:
+    """--lora-targets: comma-separated names of TARGETS, or "all-linear"; None: the default (q, v)."""
+    if text is None:
+        return DEFAULT_TARGETS
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if names == [ALL_LINEAR]:
+        return TARGETS
+    bad = [t for t in names if t not in TARGETS]
+    if bad or not names:
+        raise InputError(f"unknown --lora-targets '{','.join(bad) or text}'; choose from {', '.join(TARGETS)} "
+                         f"(comma-separated) or {ALL_LINEAR}")
+    return tuple(t for t in TARGETS if t in names)
+
+
+def spec(rank: Optional[int], targets: Optional[str]) -> Optional[LoraSpec]:
+    """The LoRA of --lora-rank and --lora-targets; None when off (rank absent or 0)."""
+    if rank is not None and rank < 0:
+        raise InputError(f"--lora-rank must be 0 (off) or positive, not {rank}")
+    if not rank:
+        if targets is not None:
+            raise InputError("--lora-targets needs --lora-rank r (r > 0)")
+        return None
+    return LoraSpec(rank, parse_targets(targets))
+
+
+def _blocks(cfg: ModelConfig):
+    arch = cfg.architecture
+    kinds = arch.kinds()
+    ok = arch.kind == "decoder" and len(kinds) == 1
+    block = kinds[0][1] if kinds else None
+    ok = ok and block.mixer.kind == "self" and isinstance(block.ffn, FFN) and block.placement == "pre"
+    ok = ok and block.parallel == "none" and block.mixer.qk_norm is None and not _extras(block)
+    if not ok:
+        raise InputError(f"LoRA is modelled for decoder-only stacks of one kind of attention block with a dense FFN "
+                         f"and pre-norms (Llama, Mistral, Qwen2, GPT-2); {cfg.name} is not one")
+    return block, kinds[0][2]
+
+
+def _extras(block) -> bool:
+    return any(getattr(block, name, None) for name in ("cross_attention", "hyper", "per_layer_input", "altup",
+                                                       "laurel", "shortcut", "residual_scale", "layer_scalar"))
+
+
+def adapted(cfg: ModelConfig, lora: LoraSpec) -> list[tuple[str, int, int, int]]:
+    """(target, d_in, d_out, layers) of every adapted linear, checked: each target exists, r ≤ min(d_in, d_out)."""
+    block, layers = _blocks(cfg)
+    shapes = {w.name: w.shape for w in block.weights()}
+    present = [t for t in TARGETS if WEIGHT[t] in shapes]
+    out = []
+    for t in lora.targets:
+        if WEIGHT[t] not in shapes:
+            raise InputError(f"{cfg.name} has no '{t}' linear to adapt; it has {', '.join(present)}")
+        d_out, d_in = shapes[WEIGHT[t]]
+        if lora.rank > min(d_in, d_out):
+            raise InputError(f"--lora-rank {lora.rank} exceeds {t}'s smaller dimension {min(d_in, d_out)} "
+                             f"({d_in} -> {d_out}): a rank above it adds nothing")
+        out.append((t, d_in, d_out, layers))
+    return out
+
+
+def trainable_params(cfg: ModelConfig, lora: LoraSpec) -> int:
+    """Step 1: Σ over adapted linears r·(d_in + d_out), every layer."""
+    return sum(lora.rank * (d_in + d_out) * n for _, d_in, d_out, n in adapted(cfg, lora))
+
+
+def checkpoint_bytes(cfg: ModelConfig, lora: LoraSpec, dtype_bytes: int) -> int:
+    """The adapters alone, stored in the dtype (the paper's checkpoint, sec. 4.2)."""
+    return trainable_params(cfg, lora) * dtype_bytes
+
+
+def lora_state(full, lora_params: int):
+    """Step 2 from the full fine-tuning state (tfcalc.count.model.training_memory.TrainingState): the frozen weights
+    and the adapters' weights in the dtype, the adapters' gradients, master weights and optimizer state at what the
+    optimizer keeps a trained parameter (its bytes per parameter, so any optimizer's state scales alike); the step's
+    temporaries those of the largest adapter tensor (bounded here by the full model's)."""
+    n = full.params
+
+    def per(x: int) -> int:
+        return x * lora_params // n
+
+    return replace(full, weights=full.weights + per(full.weights), gradients=per(full.gradients),
+                   master_weights=per(full.master_weights), optimizer_state=per(full.optimizer_state),
+                   params=n + lora_params, step_temporaries=min(full.step_temporaries, per(full.step_temporaries) or 0))
+
+
+def _first_stage(targets: tuple[str, ...]) -> int:
+    return next(i for i, stage in enumerate(STAGES) if set(stage) & set(targets))
+
+
+def activation_delta(cfg: ModelConfig, per_layer: dict[str, int], head: dict[str, int], tokens: int, e: int,
+                     lora: LoraSpec) -> dict[str, int]:
+    """Step 3: {term: bytes} to add to the full fine-tuning activations (negative: no longer kept), for
+    ``per_layer`` and ``head`` the full terms (times the tokens) of the fused kernel without recompute."""
+    block, L = _blocks(cfg)
+    t = set(lora.targets)
+    h, rms = cfg.architecture.d_model, block.norm.kind == "rmsnorm"
+    f = block.ffn.d_ff
+    x_hat = FP32 * h * tokens if rms else 0  # 3c, per norm
+    out = {"adapters": L * len(t) * e * lora.rank * tokens, "frozen_norms": -2 * L * x_hat}
+    out["qkv_input"] = 0 if t & {"q", "k", "v"} else -L * per_layer["qkv_input"]
+    out["ffn_input"] = 0 if t & {"gate", "up"} else -L * per_layer["ffn_input"]
+    out["down_input"] = 0 if "down" in t or block.ffn.activation == "relu" else -L * e * f * tokens
+    # 3d: the first block, ahead of its first adapter (what 3b and 3c have not already taken)
+    first, lost = _first_stage(lora.targets), per_layer["attn_norm"] - x_hat
+    if first >= 1:
+        lost += sum(per_layer.get(k, 0) for k in ("qkv", "rope_qk", "attn_scores", "softmax_stats"))
+        lost += per_layer["qkv_input"] if t & {"q", "k", "v"} else 0  # (not already taken by 3b)
+    if first >= 2:
+        lost += per_layer["attn_output"] + per_layer["ffn_norm"] - x_hat
+    if first >= 3:  # the down projection's input stays, its adapter's
+        lost += per_layer["ffn_hidden"] - e * f * tokens + (per_layer["ffn_input"] if t & {"gate", "up"} else 0)
+    out["first_block"] = -lost
+    out["head"] = -(head.get("lm_head_input", 0) + head.get("embedding_norm", 0) + (x_hat if head.get("final_norm")
+                                                                                   else 0))
+    return out
+
+
+def check_terms(per_layer: dict[str, int], attention: str, recompute: str) -> None:
+    """The delta is derived for the fused kernel without recompute or dropout (step 3)."""
+    if attention != "flash" or recompute != "none" or per_layer.get("dropout") or per_layer.get("scores_dropout"):
+        raise InputError("LoRA activations are modelled for --attention flash without --recompute or dropout")
+
+
+@dataclass(frozen=True)
+class LoraFlops:
+    """Step 4, FLOPs of one training step: the base's forward and backward and the adapters', beside full
+    fine-tuning's (3 × the forward)."""
+
+    base_forward: int
+    base_backward: int
+    adapter_forward: int
+    adapter_backward: int
+    full_training: int
+
+    @property
+    def total(self) -> int:
+        return self.base_forward + self.base_backward + self.adapter_forward + self.adapter_backward
+
+
+SCORES = ("attn_qk", "attn_av")
+STAGE_OF = {"attn_q": 0, "attn_k": 0, "attn_v": 0, "attn_qkv": 0, "attn_o": 1, "ffn_gate": 2, "ffn_up": 2,
+            "ffn_down": 3}
+
+
+def training_flops(cfg: ModelConfig, entries, tokens: int, lora: LoraSpec) -> LoraFlops:
+    """Step 4 over the forward's matmul entries (tfcalc.count.model.flops.matmul_entries) of ``tokens`` tokens."""
+    first = _first_stage(lora.targets)
+    fwd = sum(e.total for e in entries)
+    bwd = 0
+    for e in entries:
+        per_copy = 2 * e.per_copy if e.component in SCORES else e.per_copy
+        bwd += per_copy * e.copies
+        if e.component in SCORES and first >= 1 or STAGE_OF.get(e.component, 9) <= first:
+            bwd -= per_copy  # the first block, ahead of (or at the input of) its first adapter: no input gradient
+    a_fwd = sum(2 * tokens * lora.rank * (d_in + d_out) * n for _, d_in, d_out, n in adapted(cfg, lora))
+    first_a = sum(2 * tokens * lora.rank * d_in for t, d_in, _, _ in adapted(cfg, lora) if t in STAGES[first])
+    return LoraFlops(fwd, bwd, a_fwd, 2 * a_fwd - first_a, 3 * fwd)
