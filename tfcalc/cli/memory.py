@@ -19,6 +19,8 @@ from tfcalc.cli.options import (
     GroupSize,
     Json,
     KvDType,
+    LoraRank,
+    LoraTargets,
     Measure,
     Models,
     Overrides,
@@ -32,7 +34,7 @@ from tfcalc.cli.options import (
     warn_past_context,
 )
 from tfcalc.cli.render import memory as view
-from tfcalc.count.model import memory as mem
+from tfcalc.count.model import lora, memory as mem
 from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
@@ -80,6 +82,8 @@ def memory(
         "--recompute", help="selective: rebuild the attention scores (none kept under flash); full: keep only each "
         "block's input (activation checkpointing); op: torchtitan's op-level checkpointing (each block's input, "
         "QKV, attention and FFN-up outputs kept).")] = Recompute.none,
+    lora_rank: LoraRank = None,
+    lora_targets: LoraTargets = None,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
@@ -126,7 +130,8 @@ def memory(
     options = MemoryOptions(training=training, optimizer=optimizer.value,
                             attention=attention.value if attention else None, recompute=recompute.value,
                             budget=parse_bytes(budget, "--budget") if budget is not None else None,
-                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size)
+                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size,
+                            lora=lora.spec(lora_rank, lora_targets))
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Column, Doc, Table
 from tfcalc.report.memory import MemoryReport
 
 ACTIVATION_LABELS = {
+    "lora_adapters": "LoRA: each adapter's A·x", "lora_frozen": "LoRA: inputs frozen weights no longer keep",
     "attn_norm": "attention norm (input; stats)", "qkv_input": "QKV input", "qkv": "Q, K, V",
     "rope_qk": "rotated Q, K (RoPE)", "attn_scores": "softmax scores (s²)", "softmax_stats": "log-sum-exp (fp32)",
     "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
@@ -98,7 +99,12 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     if a is None or s is None:
         t.add(f"Training: not modelled for {r.dtype} (an inference format)", None, None, style="dim", rule=True)
         return
-    t.add("Gradients", s.gradients, f"in {r.dtype}", rule=True)
+    if r.lora_params is not None:
+        o = r.options.lora
+        t.add("LoRA adapters (trained)", s.weights - r.weights, f"{r.lora_params:,} params: rank {o.rank} on "
+              f"{', '.join(o.targets)}; the base frozen (no gradients, no optimizer state)", rule=True)
+    t.add("Gradients", s.gradients, f"in {r.dtype}" + (", the adapters'" if r.lora_params is not None else ""),
+          rule=r.lora_params is None)
     if s.master_weights:
         t.add("Master weights", s.master_weights, "fp32")
     t.add("Optimizer state", s.optimizer_state, {"sgd": "none (plain SGD)"}.get(s.optimizer, "Adam moments m, v"))
@@ -116,6 +122,10 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
         t.add("Activations kept, per encoder layer", a.encoder_layer, f"S = {r.src_seq:,}")
     t.add("Activations kept, all layers + head", a.stored,
           f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
+    for key in ("lora_first_block", "lora_head") if r.lora_params is not None else ():
+        t.add(f"  {'LoRA: the first block, ahead of its adapters' if key == 'lora_first_block' else 'LoRA: head'}",
+              a.head[key], "kept for no gradient: frozen and ahead of every adapter" if key == "lora_first_block"
+              else "frozen LM head's input and final norm's x̂")
     if a.recompute_extra:
         t.add("  + one block rebuilt in backward", a.recompute_extra, None)
     t.add("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")

@@ -187,6 +187,18 @@ def activation_delta(cfg: ModelConfig, per_layer: dict[str, int], head: dict[str
     return out
 
 
+def lora_activations(acts, delta: dict[str, int], layers: int):
+    """The full fine-tuning Activations (tfcalc.count.model.activations) with step 3's delta: per layer, the adapters'
+    A·x ("lora_adapters") and what frozen weights no longer keep ("lora_frozen"); outside the blocks, the first
+    block's prefix and the head's ("lora_first_block", "lora_head"). One kind of block (``_blocks``)."""
+    per = {"lora_adapters": delta["adapters"] // layers,
+           "lora_frozen": sum(delta[k] for k in ("frozen_norms", "qkv_input", "ffn_input", "down_input")) // layers}
+    per_layer = {**acts.per_layer, **per}
+    terms = {key: {**t, **per} for key, t in acts.terms.items()}
+    head = {**acts.head, "lora_first_block": delta["first_block"], "lora_head": delta["head"]}
+    return replace(acts, per_layer=per_layer, terms=terms, head=head, _ranges={})
+
+
 def check_terms(per_layer: dict[str, int], attention: str, recompute: str) -> None:
     """The delta is derived for the fused kernel without recompute or dropout (step 3)."""
     if attention != "flash" or recompute != "none" or per_layer.get("dropout") or per_layer.get("scores_dropout"):
