@@ -19,6 +19,8 @@ from tfcalc.cli.options import (
     Format,
     FormatOption,
     Json,
+    LoraRank,
+    LoraTargets,
     MatmulEfficiency,
     Measure,
     Model,
@@ -64,6 +66,7 @@ from tfcalc.cli.sharding_options import (
     lower,
     offload_parts,
 )
+from tfcalc.count.model import lora
 from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
@@ -153,6 +156,8 @@ def plan(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    lora_rank: LoraRank = None,
+    lora_targets: LoraTargets = None,
     # issue 20, sharding and precision (tfcalc.cli.sharding_options)
     ep: EP = None,
     etp: ETP = None,
@@ -215,7 +220,7 @@ def plan(
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
         kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
-        rope=lower(rope))
+        rope=lower(rope), lora=lora.spec(lora_rank, lora_targets))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

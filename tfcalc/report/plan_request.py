@@ -64,6 +64,7 @@ class PlanRequest:
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
     zero_engine: str = "flat"  # ZeRO 0/1 states: flat (Megatron), torch, deepspeed (count.training.sharding, 7-8)
     dropout: bool = False  # dropout in training: its masks and dropped tensors kept (tfcalc.count.model.activations)
+    lora: object = None  # --lora-rank/--lora-targets: a tfcalc.count.model.lora.LoraSpec (count.training.lora_plan)
 
     @property
     def micro(self) -> int:

@@ -46,6 +46,7 @@ from tfcalc.count.training.layout import (
     divisors,
     sequence_parallel_modelled,
 )
+from tfcalc.count.training.lora_plan import check_lora_layout, lora_collectives, lora_memory, lora_step
 from tfcalc.count.training.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.training.rank_memory import (
     RankMemory,
@@ -108,15 +109,25 @@ class Plan:
         return by_key(self.collectives)
 
 
-def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float) -> Plan:
+def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float, lora=None) -> Plan:
+    """``lora``: a tfcalc.count.model.lora.LoraSpec, LoRA fine-tuning (tfcalc.count.training.lora_plan)."""
     check_layout(cfg, layout)
-    return _plan(cfg, layout, rank_memory(cfg, layout), hw, utilization)
+    mem = rank_memory(cfg, layout)
+    if lora is not None:
+        check_lora_layout(layout)
+        mem = lora_memory(cfg, layout, mem, lora)
+    return _plan(cfg, layout, mem, hw, utilization, lora)
 
 
-def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
+def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float, lora=None) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage,
                                                                                             hw.gpus_per_node))
+    if lora is not None:  # the adapters' gradients alone (tfcalc.count.training.lora_plan, step 2)
+        collectives = tuple(lora_collectives(cfg, layout, lora))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
+    if lora is not None:  # the base's matmuls forward and input-gradient only, the adapters' (lora_plan, step 3)
+        step = lora_step(cfg, layout, step, lora, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency,
+                         hw.peak_flops_per_s)
     if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),

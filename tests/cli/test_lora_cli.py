@@ -1,0 +1,89 @@
+"""`tfcalc memory --training --lora-rank` and `tfcalc plan --lora-rank` (tfcalc.count.model.lora,
+tfcalc.count.training.lora_plan): the JSON against hand derivations of Llama 2 7B (32 layers, d = 4,096,
+f = 11,008), each bad input one line."""
+
+import pytest
+from conftest import assert_one_line_error
+
+PSI = 6_738_415_616  # Llama 2 7B's parameters
+# rank 8 on q and v: 32 layers · 2 linears · 8 · (4,096 + 4,096)
+A_QV = 32 * 2 * 8 * (4096 + 4096)
+# rank 8 on every linear: q, o 4,096 -> 4,096; k, v 4,096 -> 4,096 (MHA); gate, up 4,096 -> 11,008; down back
+A_ALL = 32 * 8 * (4 * (4096 + 4096) + 3 * (4096 + 11008))
+
+
+@pytest.mark.parametrize("targets, adapters", [(None, A_QV), ("all-linear", A_ALL), ("v,q", A_QV)])
+def test_memory_json_states_the_frozen_base_and_the_adapters(cli, targets, adapters):
+    args = ["memory", "llama2-7b", "--training", "--seq", "2048", "--json", "--lora-rank", "8"]
+    d = cli(*args, *(["--lora-targets", targets] if targets else [])).json()
+    full = cli("memory", "llama2-7b", "--training", "--seq", "2048", "--json").json()
+    assert d["lora"]["trainable_params"] == adapters and d["lora"]["frozen_params"] == PSI
+    assert d["lora"]["checkpoint_bytes"] == 2 * adapters
+    s = d["training_state"]
+    # bf16 frozen weights and adapters; the adapters' bf16 gradients, fp32 master and fp32 Adam moments
+    assert (s["weights_bytes"], s["gradient_bytes"], s["master_weight_bytes"], s["optimizer_state_bytes"]) == (
+        2 * (PSI + adapters), 2 * adapters, 4 * adapters, 8 * adapters)
+    assert d["activation_bytes"] == full["activation_bytes"] + sum(d["lora"]["activation_delta_bytes"].values())
+    assert d["activation_bytes"] < full["activation_bytes"]  # frozen weights keep no inputs for their gradients
+    assert d["training_bytes"] == sum(s[k] for k in ("weights_bytes", "gradient_bytes", "master_weight_bytes",
+                                                     "optimizer_state_bytes")) + d["activation_bytes"]
+    assert full["lora"] is None
+
+
+def test_memory_table_shows_the_adapters(cli):
+    r = cli("memory", "llama2-7b", "--training", "--lora-rank", "8", "--seq", "2048")
+    assert r.code == 0 and "LoRA adapters (trained)" in r.out and "4,194,304 params: rank 8 on q, v" in r.out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--training", "--lora-rank", "-2"], "must be 0 (off) or positive"),
+    (["--training", "--lora-rank", "4097"], "exceeds q's smaller dimension 4096"),
+    (["--training", "--lora-rank", "8", "--lora-targets", "q,wq"], "unknown --lora-targets 'wq'"),
+    (["--training", "--lora-targets", "q"], "needs --lora-rank"),
+    (["--lora-rank", "8"], "add --training"),
+    (["--training", "--lora-rank", "8", "--recompute", "full"], "without --recompute"),
+    (["--training", "--lora-rank", "8", "--measure"], "drop --measure or --lora-rank"),
+])
+def test_memory_bad_inputs_are_one_line(cli, args, message):
+    assert_one_line_error(cli("memory", "llama2-7b", *args), message)
+
+
+PLAN = ("plan", "llama2-7b", "--dp", "8", "--micro-batch", "1", "--global-batch", "64", "--seq", "4096",
+        "--device-spec", "h100-sxm", "--json")
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_plan_states_and_gradient_reduction_are_the_adapters(cli, zero):
+    full = cli(*PLAN, "--zero", str(zero)).json()
+    d = cli(*PLAN, "--zero", str(zero), "--lora-rank", "8").json()
+    r, shard = d["per_rank"], -(-A_QV // 8)
+    assert r["weights_bytes"] == 2 * (PSI + A_QV)
+    assert r["grads_bytes"] == 2 * (A_QV if zero < 2 else shard)
+    assert r["optimizer_bytes"] == 12 * (A_QV if zero == 0 else shard)
+    assert r["activation_bytes"] < full["per_rank"]["activation_bytes"]
+    # DDP's ring all-reduce sends 2(N-1)/N of the adapters' bf16 gradients; ZeRO-1/2 reduce-scatter and gather them
+    reduced = {c["cause"]: c["payload_bytes"] for c in d["collectives"]}
+    if zero == 0:
+        assert reduced == {"dp_grads": 2 * A_QV}
+        assert d["comm_bytes_per_step"]["total"] == 2 * 2 * A_QV * 7 // 8
+    else:
+        assert reduced["zero_params"] == 2 * 8 * shard
+    assert d["lora"] == {"rank": 8, "targets": ["q", "v"], "trainable_params": A_QV}
+    # the base's matmuls lose their weight gradients (6N -> ≈ 4N): a faster step, not below 2/3 of it
+    assert 2 / 3 < d["step_time_s"] / full["step_time_s"] < 0.95
+    # the linears' 6N becomes 4N; the attention scores (a fifth of the forward at 4,096 tokens) keep their backward
+    assert 2 / 3 < d["step"]["model_flops"] / full["step"]["model_flops"] < 0.75
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dp", "4", "--tp", "2"], "modelled for data parallelism"),
+    (["--dp", "8", "--zero", "3"], "not --zero 3"),
+    (["--gpus", "8", "--zero", "1", "--tp", "1", "--pp", "1"], None),
+    ([], "prices one layout"),
+])
+def test_plan_layouts_outside_the_model_are_one_line(cli, args, message):
+    r = cli("plan", "llama2-7b", *args, "--lora-rank", "8", "--seq", "4096")
+    if message is None:
+        assert r.code == 0
+    else:
+        assert_one_line_error(r, message)
