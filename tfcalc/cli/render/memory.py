@@ -123,9 +123,9 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     t.add("Activations kept, all layers + head", a.stored,
           f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
     for key in ("lora_first_block", "lora_head") if r.lora_params is not None else ():
-        t.add(f"  {'LoRA: the first block, ahead of its adapters' if key == 'lora_first_block' else 'LoRA: head'}",
-              a.head[key], "kept for no gradient: frozen and ahead of every adapter" if key == "lora_first_block"
-              else "frozen LM head's input and final norm's x̂")
+        t.add(f"  LoRA: {'first block, frozen prefix' if key == 'lora_first_block' else 'frozen head'}",
+              a.head[key], "ahead of the first adapter: no gradient" if key == "lora_first_block"
+              else "LM head's input, final norm's x̂")
     if a.recompute_extra:
         t.add("  + one block rebuilt in backward", a.recompute_extra, None)
     t.add("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")
