@@ -87,3 +87,24 @@ def test_plan_layouts_outside_the_model_are_one_line(cli, args, message):
         assert r.code == 0
     else:
         assert_one_line_error(r, message)
+
+
+def test_memory_qlora_base_is_nf4_block_linears_and_the_rest_in_bf16(cli):
+    """bitsandbytes' NF4 tensors, double-quantized, as its QuantState holds them (tests/count/test_qlora.py):
+    8,655,940 bytes for a 4,096 × 4,096 weight, 23,260,996 for 11,008 × 4,096."""
+    d = cli("memory", "llama2-7b", "--training", "--seq", "2048", "--json", "--lora-rank", "8",
+            "--base-dtype", "nf4").json()
+    linears = 32 * (4 * 4096 * 4096 + 3 * 11008 * 4096)
+    base = 32 * (4 * 8_655_940 + 3 * 23_260_996) + 2 * (PSI - linears)
+    assert d["lora"]["base_dtype"] == "nf4" and d["lora"]["base_weight_bytes"] == base
+    assert d["training_state"]["weights_bytes"] == base + 2 * A_QV
+    # the largest linear dequantized to bf16 while it runs, beside the activations
+    assert d["lora"]["activation_delta_bytes"]["qlora_dequantized"] == 2 * 11008 * 4096
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--training", "--lora-rank", "8", "--base-dtype", "int4"], "unknown --base-dtype 'int4'"),
+    (["--training", "--base-dtype", "nf4"], "--base-dtype needs --lora-rank"),
+])
+def test_memory_bad_base_dtype_is_one_line(cli, args, message):
+    assert_one_line_error(cli("memory", "llama2-7b", *args), message)

@@ -84,6 +84,11 @@ def memory(
         "QKV, attention and FFN-up outputs kept).")] = Recompute.none,
     lora_rank: LoraRank = None,
     lora_targets: LoraTargets = None,
+    base_dtype: Annotated[Optional[str], typer.Option(
+        "--base-dtype", help="nf4: QLoRA (Dettmers et al. 2023) -- the frozen base's block linears in 4-bit "
+        "NormalFloat, double-quantized (4.127 bits a weight, bitsandbytes' storage), the rest in --dtype "
+        "[default: --dtype].",
+        show_default=False, metavar="nf4")] = None,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
@@ -131,7 +136,7 @@ def memory(
                             attention=attention.value if attention else None, recompute=recompute.value,
                             budget=parse_bytes(budget, "--budget") if budget is not None else None,
                             kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size,
-                            lora=lora.spec(lora_rank, lora_targets))
+                            lora=lora.spec(lora_rank, lora_targets, base_dtype))
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

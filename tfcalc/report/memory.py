@@ -51,8 +51,7 @@ class MemoryReport(WorkloadFields, Displayed):
     kv_cache_expanded: Optional[int] = None  # latent attention: the K and V heads its cache expands to
     # the decoder's state split: what grows with the tokens and what each sequence holds whatever its length
     split: Optional[mem.StateSplit] = None
-    lora_params: Optional[int] = None  # the adapters' (trainable) parameters under --lora-rank
-    lora_delta: Optional[dict[str, int]] = None  # activation bytes against full fine-tuning, by term
+    lora: Optional[lora_count.LoraTraining] = None  # --lora-rank: the adapters, the frozen base, the delta
 
     def headline(self) -> str:
         from tfcalc import units
@@ -158,11 +157,11 @@ class MemoryReport(WorkloadFields, Displayed):
                 "bytes_per_param": s.bytes_per_param, "step_temporary_bytes": s.step_temporaries,
             },
             "training": self.training,
-            "lora": None if self.lora_params is None else {
-                "rank": o.lora.rank, "targets": list(o.lora.targets), "trainable_params": self.lora_params,
-                "frozen_params": self.params, "checkpoint_bytes": lora_count.checkpoint_bytes(
-                    self.cfg, o.lora, mem.BITS_PER_ELEMENT[self.dtype] // 8),
-                "activation_delta_bytes": self.lora_delta},
+            "lora": None if self.lora is None else {
+                "rank": o.lora.rank, "targets": list(o.lora.targets), "base_dtype": o.lora.base_dtype or self.dtype,
+                "trainable_params": self.lora.params, "frozen_params": self.params,
+                "base_weight_bytes": self.lora.base_bytes, "adapter_weight_bytes": self.lora.adapter_bytes,
+                "checkpoint_bytes": self.lora.adapter_bytes, "activation_delta_bytes": self.lora.delta},
             "estimated_peak_bytes": self.run_estimate if m is not None else None,
             "measured_ratio": self.ratio,
             "measured_saved_activation_bytes": None if m is None else m.saved_activation_bytes,
@@ -203,9 +202,9 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
         acts = training_activations(cfg, single, w)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
-    lora_params = delta = None
-    if o.lora is not None:
-        acts, state, lora_params, delta = _lora(cfg, w, o, acts, state)
+    lora = _lora(cfg, w, o, acts, state) if o.lora is not None else None
+    if lora is not None:
+        acts, state = lora.activations, lora.state
     fit = None
     if o.budget is not None:
         if o.training:
@@ -223,7 +222,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         split=mem.state_split(cfg, replace(w, kv_dtype=kv)) if cfg.architecture.decoder is not None else None,
         kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, replace(w, kv_dtype=kv))
         if any(b.mixer.expanded_state() != b.mixer.state() for _, b, _ in cfg.architecture.kinds()) else None,
-        lora_params=lora_params, lora_delta=delta,
+        lora=lora,
     )
 
 
@@ -234,11 +233,7 @@ def _lora(cfg, w: Workload, o: MemoryOptions, acts, state):
     if not o.training or o.budget is not None:
         raise InputError("--lora-rank prices a training step: add --training (and drop --budget, not modelled "
                          "with LoRA)")
-    lora_count.check_terms(acts.per_layer, o.attention, o.recompute)
-    n = lora_count.trainable_params(cfg, o.lora)
-    delta = lora_count.activation_delta(cfg, acts.per_layer, acts.head, w.batch * w.seq,
-                                        mem.activation_element_bytes(w.dtype), o.lora)
-    return (lora_count.lora_activations(acts, delta, acts.n_layer), lora_count.lora_state(state, n), n, delta)
+    return lora_count.lora_training(cfg, acts, state, o.lora, w.batch * w.seq, mem.activation_element_bytes(w.dtype))
 
 
 def measure_steps(training: bool) -> tuple[str, ...]:

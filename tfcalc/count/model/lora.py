@@ -48,11 +48,13 @@ Qwen2, GPT-2, ...); other architectures are refused in one line.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
 from tfcalc.architecture.ffn import FFN
 from tfcalc.config import ModelConfig
+from tfcalc.count.model import qlora
 from tfcalc.errors import InputError
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -68,6 +70,7 @@ FP32 = 4
 class LoraSpec:
     rank: int
     targets: tuple[str, ...] = DEFAULT_TARGETS
+    base_dtype: Optional[str] = None  # "nf4": QLoRA's 4-bit base (tfcalc.count.model.qlora); None: --dtype
 
 
 def parse_targets(text: Optional[str]) -> tuple[str, ...]:
@@ -84,15 +87,18 @@ def parse_targets(text: Optional[str]) -> tuple[str, ...]:
     return tuple(t for t in TARGETS if t in names)
 
 
-def spec(rank: Optional[int], targets: Optional[str]) -> Optional[LoraSpec]:
-    """The LoRA of --lora-rank and --lora-targets; None when off (rank absent or 0)."""
+def spec(rank: Optional[int], targets: Optional[str], base_dtype: Optional[str] = None) -> Optional[LoraSpec]:
+    """The LoRA of --lora-rank, --lora-targets and --base-dtype; None when off (rank absent or 0)."""
     if rank is not None and rank < 0:
         raise InputError(f"--lora-rank must be 0 (off) or positive, not {rank}")
+    if base_dtype is not None and base_dtype.lower() != "nf4":
+        raise InputError(f"unknown --base-dtype '{base_dtype}'; choose nf4 (QLoRA), or leave it out (the --dtype)")
     if not rank:
-        if targets is not None:
-            raise InputError("--lora-targets needs --lora-rank r (r > 0)")
+        if targets is not None or base_dtype is not None:
+            raise InputError(f"{'--lora-targets' if targets is not None else '--base-dtype'} needs --lora-rank r "
+                             "(r > 0)")
         return None
-    return LoraSpec(rank, parse_targets(targets))
+    return LoraSpec(rank, parse_targets(targets), base_dtype and base_dtype.lower())
 
 
 def _blocks(cfg: ModelConfig):
@@ -113,10 +119,15 @@ def _extras(block) -> bool:
                                                        "laurel", "shortcut", "residual_scale", "layer_scalar"))
 
 
+def block_linears(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """{weight name: shape} of the (one kind of) block's tensors, the architecture checked (``_blocks``)."""
+    return {w.name: w.shape for w in _blocks(cfg)[0].weights()}
+
+
 def adapted(cfg: ModelConfig, lora: LoraSpec) -> list[tuple[str, int, int, int]]:
     """(target, d_in, d_out, layers) of every adapted linear, checked: each target exists, r ≤ min(d_in, d_out)."""
     block, layers = _blocks(cfg)
-    shapes = {w.name: w.shape for w in block.weights()}
+    shapes = block_linears(cfg)
     present = [t for t in TARGETS if WEIGHT[t] in shapes]
     out = []
     for t in lora.targets:
@@ -195,8 +206,42 @@ def lora_activations(acts, delta: dict[str, int], layers: int):
            "lora_frozen": sum(delta[k] for k in ("frozen_norms", "qkv_input", "ffn_input", "down_input")) // layers}
     per_layer = {**acts.per_layer, **per}
     terms = {key: {**t, **per} for key, t in acts.terms.items()}
-    head = {**acts.head, "lora_first_block": delta["first_block"], "lora_head": delta["head"]}
+    head = {**acts.head, "lora_first_block": delta["first_block"], "lora_head": delta["head"],
+            **({"qlora_dequantized": delta["qlora_dequantized"]} if "qlora_dequantized" in delta else {})}
     return replace(acts, per_layer=per_layer, terms=terms, head=head, _ranges={})
+
+
+def linears(cfg: ModelConfig) -> list[tuple[int, int]]:
+    """(elements, layers) of the block's linear weights, q, k, v, o, gate, up, down (what QLoRA quantizes)."""
+    shapes, layers = block_linears(cfg), _blocks(cfg)[1]
+    return [(math.prod(shapes[WEIGHT[t]]), layers) for t in TARGETS if WEIGHT[t] in shapes]
+
+
+@dataclass(frozen=True)
+class LoraTraining:
+    """What `memory --training --lora-rank` reports: the state and activations, and how they came."""
+
+    activations: object  # tfcalc.count.model.activations.Activations, step 3's delta in
+    state: object  # tfcalc.count.model.training_memory.TrainingState, step 2
+    params: int  # the adapters'
+    base_bytes: int  # the frozen base's weights (NF4 under QLoRA, tfcalc.count.model.qlora)
+    adapter_bytes: int  # the adapters' weights in the dtype
+    delta: dict[str, int]  # step 3, by term
+
+
+def lora_training(cfg: ModelConfig, acts, full_state, lora: LoraSpec, tokens: int, e: int) -> LoraTraining:
+    """Steps 1-3 (and QLoRA's base, tfcalc.count.model.qlora) of one training step from full fine-tuning's
+    activations and state (their dtype: e_w = full_state.weights / params)."""
+    check_terms(acts.per_layer, acts.attention, acts.recompute)
+    n = trainable_params(cfg, lora)
+    delta = activation_delta(cfg, acts.per_layer, acts.head, tokens, e, lora)
+    state, ew = lora_state(full_state, n), full_state.weights // full_state.params
+    base = full_state.weights
+    if lora.base_dtype == "nf4":
+        base = qlora.base_bytes(linears(cfg), full_state.params, ew)
+        delta["qlora_dequantized"] = qlora.dequantized_bytes(linears(cfg), ew)
+        state = replace(state, weights=base + ew * n)
+    return LoraTraining(lora_activations(acts, delta, acts.n_layer), state, n, base, ew * n, delta)
 
 
 def check_terms(per_layer: dict[str, int], attention: str, recompute: str) -> None:
