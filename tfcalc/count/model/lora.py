@@ -40,7 +40,8 @@ PEFT's default for llama-like models (peft/utils/constants.py, TRANSFORMERS_MODE
    the first adapter no input gradient is taken (the first block's linears up to it, its attention's
    backward when the first adapter follows it, A's input gradient at the first adapters). Checked against
    FlopCounterMode on the real module with frozen weights.
-5. Data parallelism: only the adapters' gradients are reduced (tfcalc.count.training.comm prices them).
+5. Data parallelism: only the adapters' gradients are reduced (tfcalc.count.training.lora_plan).
+6. QLoRA (``base_dtype`` "nf4"): the frozen block linears in NF4 (tfcalc.count.model.qlora); the rest as above.
 
 Modelled for decoder-only stacks of softmax-attention blocks with a dense FFN and pre-norms (Llama, Mistral,
 Qwen2, GPT-2, ...); other architectures are refused in one line.
