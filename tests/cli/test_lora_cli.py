@@ -77,7 +77,9 @@ def test_plan_states_and_gradient_reduction_are_the_adapters(cli, zero):
 
 @pytest.mark.parametrize("args, message", [
     (["--dp", "4", "--tp", "2"], "modelled for data parallelism"),
-    (["--dp", "8", "--zero", "3"], "not --zero 3"),
+    (["--dp", "8", "--recompute", "full"], "without --recompute"),
+    (["--dp", "8", "--offload", "optimizer"], "without --offload"),
+    (["--dp", "8", "--zero", "3", "--hsdp", "4"], "no --hsdp"),
     (["--gpus", "8", "--zero", "1", "--tp", "1", "--pp", "1"], None),
     ([], "prices one layout"),
 ])
@@ -108,3 +110,37 @@ def test_memory_qlora_base_is_nf4_block_linears_and_the_rest_in_bf16(cli):
 ])
 def test_memory_bad_base_dtype_is_one_line(cli, args, message):
     assert_one_line_error(cli("memory", "llama2-7b", *args), message)
+
+
+@pytest.mark.parametrize("dp", [8, 16])
+def test_plan_fsdp_shards_the_frozen_base_and_reduces_the_adapters_alone(cli, dp):
+    """ZeRO-3 (FSDP2): every Llama 2 7B tensor's rows divide by 8 and 16, so the base's shard is Ψ/N; each adapter
+    tensor is padded to ⌈rows/N⌉ rows: A (8 × 4,096) keeps one row of 4,096 on every rank, B (4,096 × 8) 4,096/N."""
+    args = ["plan", "llama2-7b", "--dp", str(dp), "--zero", "3", "--micro-batch", "1", "--global-batch", str(4 * dp),
+            "--seq", "4096", "--device-spec", "h100-sxm", "--json"]
+    full, d = cli(*args).json(), cli(*args, "--lora-rank", "8").json()
+    mine = 32 * 2 * (1 * 4096 + 4096 // dp * 8)
+    r = d["per_rank"]
+    assert (r["weights_bytes"], r["grads_bytes"], r["optimizer_bytes"]) == (2 * (PSI // dp + mine), 2 * mine,
+                                                                           12 * mine)
+    # the largest unit gathered twice (running and prefetched) in bf16: here the root (embedding, head, final norm)
+    # over a block with its adapters
+    block, root = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096 + 2 * 2 * 8 * 4096, 2 * 32000 * 4096 + 4096
+    assert r["gathered_weights_bytes"] == 2 * 2 * max(block, root) == full["per_rank"]["gathered_weights_bytes"]
+    full_calls = {c["op"]: c for c in full["collectives"]}
+    calls = {c["op"]: c for c in d["collectives"]}
+    m = 4  # micro-batches a rank
+    assert calls["reduce_scatter"]["payload_bytes"] == 2 * dp * m * mine
+    assert calls["reduce_scatter"]["calls"] == m * 32  # a block's unit and micro-batch; the root reduces nothing
+    assert calls["all_gather"]["payload_bytes"] == full_calls["all_gather"]["payload_bytes"] + dp * m * 2 * 2 * mine
+    assert d["step_time_s"] < full["step_time_s"]
+
+
+def test_plan_fsdp_gathers_a_block_with_its_adapters(cli):
+    """Llama 2 70B (d 8,192, GQA K/V 1,024 wide, f 28,672): a block outweighs the root, and its adapters (rank 8 on
+    q: 8·8,192 + 8,192·8; on v: 8·8,192 + 1,024·8) are gathered with it."""
+    args = ["plan", "llama2-70b", "--dp", "64", "--zero", "3", "--micro-batch", "1", "--seq", "4096", "--json"]
+    block = 2 * 8192 * 8192 + 2 * 8192 * 1024 + 3 * 8192 * 28672 + 2 * 8192
+    adapters = (8 * 8192 + 8192 * 8) + (8 * 8192 + 1024 * 8)
+    assert cli(*args).json()["per_rank"]["gathered_weights_bytes"] == 2 * 2 * block
+    assert cli(*args, "--lora-rank", "8").json()["per_rank"]["gathered_weights_bytes"] == 2 * 2 * (block + adapters)

@@ -123,11 +123,10 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage,
                                                                                             hw.gpus_per_node))
     if lora is not None:  # the adapters' gradients alone (tfcalc.count.training.lora_plan, step 2)
-        collectives = tuple(lora_collectives(cfg, layout, lora))
+        collectives = tuple(lora_collectives(cfg, layout, mem.params, lora))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
     if lora is not None:  # the base's matmuls forward and input-gradient only, the adapters' (lora_plan, step 3)
-        step = lora_step(cfg, layout, step, lora, hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency,
-                         hw.peak_flops_per_s)
+        step = lora_step(cfg, layout, step, lora, hw, collectives)
     if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
