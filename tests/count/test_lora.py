@@ -22,6 +22,9 @@ from tfcalc.workload import Layout, Workload
 
 TINY = {"llama2-7b": ["n_layer=3", "d_model=64", "n_head=4", "n_kv_head=2", "d_ff=176", "vocab_size=128"],
         "gpt2": ["n_layer=3", "d_model=64", "n_head=4", "d_ff=176", "vocab_size=128"]}
+# the blocks each test runs: Llama (GQA, SwiGLU, RMSNorm), GPT-2 (LayerNorm, GELU), and Qwen3's RMSNorm Q/K norms
+CASES = {"llama": ("llama2-7b", TINY["llama2-7b"]), "gpt2": ("gpt2", TINY["gpt2"]),
+         "qk_norm": ("llama2-7b", [*TINY["llama2-7b"], "qk_norm=true"])}
 TARGET_SETS = [("q", "v"), ("k",), ("q", "k", "v", "o"), lora.TARGETS, ("o",), ("up",), ("down",), ("up", "down"),
                ("o", "down")]
 
@@ -69,12 +72,13 @@ def _adder(pairs, rows):
 
 
 @pytest.mark.parametrize("targets", TARGET_SETS, ids=",".join)
-@pytest.mark.parametrize("preset", list(TINY))
+@pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_activations_equal_what_autograd_saves_with_real_adapters(preset, targets, dtype):
+def test_activations_equal_what_autograd_saves_with_real_adapters(case, targets, dtype):
+    preset = CASES[case][0]
     if preset == "gpt2" and "gate" in targets:
         targets = tuple(t for t in targets if t != "gate")
-    cfg, B, T, r = load(preset, TINY[preset]), 2, 16, 4
+    cfg, B, T, r = load(*CASES[case]), 2, 16, 4
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     w = Workload(batch=B, seq=T, dtype=dtype)
     full = training_activations(cfg, Layout.single(w, "none", "flash"), w)
@@ -96,11 +100,12 @@ def test_activations_equal_what_autograd_saves_with_real_adapters(preset, target
 
 
 @pytest.mark.parametrize("targets", TARGET_SETS, ids=",".join)
-@pytest.mark.parametrize("preset", list(TINY))
-def test_training_flops_equal_flopcountermode_with_frozen_weights(preset, targets):
+@pytest.mark.parametrize("case", list(CASES))
+def test_training_flops_equal_flopcountermode_with_frozen_weights(case, targets):
+    preset = CASES[case][0]
     if preset == "gpt2" and "gate" in targets:
         targets = tuple(t for t in targets if t != "gate")
-    cfg, B, T, r = load(preset, TINY[preset]), 2, 16, 4
+    cfg, B, T, r = load(*CASES[case]), 2, 16, 4
     model = build_model(cfg, "cpu").train()
     add_adapters(model, cfg, targets, r, torch.float32)
     idx = torch.randint(0, 128, (B, T))

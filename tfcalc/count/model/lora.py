@@ -27,7 +27,8 @@ PEFT's default for llama-like models (peft/utils/constants.py, TRANSFORMERS_MODE
       activation output, e·f) unless down is (ReLU keeps its output itself), the LM head's (e·h);
       the O projection's input is SDPA's output, which the fused kernel keeps anyway;
    c. an RMSNorm with a frozen weight no longer keeps x̂ (fp32, 4·h) for the weight's gradient (LayerNorm's
-      backward keeps its input and statistics for the input's gradient: unchanged);
+      backward keeps its input and statistics for the input's gradient: unchanged); RMSNorm Q/K norms (Qwen3),
+      their x̂, 4·(q + k);
    d. before the first adapter nothing needs a gradient: in the first block every term ahead of the first
       adapted linear goes (the block's first norm always; the attention's terms when the first adapter is o or
       in the FFN; ...), as do the embeddings' norm.
@@ -43,8 +44,9 @@ PEFT's default for llama-like models (peft/utils/constants.py, TRANSFORMERS_MODE
 5. Data parallelism: only the adapters' gradients are reduced (tfcalc.count.training.lora_plan).
 6. QLoRA (``base_dtype`` "nf4"): the frozen block linears in NF4 (tfcalc.count.model.qlora); the rest as above.
 
-Modelled for decoder-only stacks of softmax-attention blocks with a dense FFN and pre-norms (Llama, Mistral,
-Qwen2, GPT-2, ...); other architectures are refused in one line.
+Modelled for decoder-only stacks of one kind of softmax-attention block with a dense FFN and pre-norms (Llama,
+Mistral, Qwen2, Qwen3's dense models with their RMSNorm Q/K norms, GPT-2, ...); other architectures (mixtures of
+experts, hybrids, sandwich or output norms, blocks of several kinds) are refused in one line.
 """
 
 from __future__ import annotations
@@ -108,10 +110,11 @@ def _blocks(cfg: ModelConfig):
     ok = arch.kind == "decoder" and len(kinds) == 1
     block = kinds[0][1] if kinds else None
     ok = ok and block.mixer.kind == "self" and isinstance(block.ffn, FFN) and block.placement == "pre"
-    ok = ok and block.parallel == "none" and block.mixer.qk_norm is None and not _extras(block)
+    qk = block.mixer.qk_norm
+    ok = ok and block.parallel == "none" and not _extras(block) and (qk is None or qk.kind == "rmsnorm")
     if not ok:
         raise InputError(f"LoRA is modelled for decoder-only stacks of one kind of attention block with a dense FFN "
-                         f"and pre-norms (Llama, Mistral, Qwen2, GPT-2); {cfg.name} is not one")
+                         f"and pre-norms (Llama, Mistral, Qwen2, Qwen3 dense, GPT-2); {cfg.name} is not one")
     return block, kinds[0][2]
 
 
@@ -180,14 +183,16 @@ def activation_delta(cfg: ModelConfig, per_layer: dict[str, int], head: dict[str
     h, rms = cfg.architecture.d_model, block.norm.kind == "rmsnorm"
     f = block.ffn.d_ff
     x_hat = FP32 * h * tokens if rms else 0  # 3c, per norm
-    out = {"adapters": L * len(t) * e * lora.rank * tokens, "frozen_norms": -2 * L * x_hat}
+    # Q/K norms (Qwen3's RMSNorm of each head): their x̂, 4·(q + k), kept for their weights' gradient alone (3c)
+    qk_hat = FP32 * (block.mixer.q_width + block.mixer.k_width) * tokens if block.mixer.qk_norm is not None else 0
+    out = {"adapters": L * len(t) * e * lora.rank * tokens, "frozen_norms": -L * (2 * x_hat + qk_hat)}
     out["qkv_input"] = 0 if t & {"q", "k", "v"} else -L * per_layer["qkv_input"]
     out["ffn_input"] = 0 if t & {"gate", "up"} else -L * per_layer["ffn_input"]
     out["down_input"] = 0 if "down" in t or block.ffn.activation == "relu" else -L * e * f * tokens
     # 3d: the first block, ahead of its first adapter (what 3b and 3c have not already taken)
     first, lost = _first_stage(lora.targets), per_layer["attn_norm"] - x_hat
     if first >= 1:
-        lost += sum(per_layer.get(k, 0) for k in ("qkv", "rope_qk", "attn_scores", "softmax_stats"))
+        lost += sum(per_layer.get(k, 0) for k in ("qkv", "rope_qk", "attn_scores", "softmax_stats", "qk_norm")) - qk_hat
         lost += per_layer["qkv_input"] if t & {"q", "k", "v"} else 0  # (not already taken by 3b)
     if first >= 2:
         lost += per_layer["attn_output"] + per_layer["ffn_norm"] - x_hat
