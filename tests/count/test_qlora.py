@@ -58,6 +58,6 @@ def test_the_papers_65b_from_over_780_gb_to_under_48_gb():
     full = training.training_state(cfg, "bf16", "adam-mixed")
     spec = lora.LoraSpec(64, lora.TARGETS, "nf4")
     base = qlora.base_bytes(lora.linears(cfg), full.params, 2)
-    state = lora.lora_state(full, lora.trainable_params(cfg, spec))
+    state = lora.lora_state(full, cfg, spec)
     assert full.total > 780e9
     assert base + (state.total - state.weights) + 2 * lora.trainable_params(cfg, spec) < 48e9

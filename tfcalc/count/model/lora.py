@@ -58,6 +58,7 @@ from typing import Optional
 from tfcalc.architecture.ffn import FFN
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import qlora
+from tfcalc.count.model.params import param_entries
 from tfcalc.errors import InputError
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -155,19 +156,22 @@ def checkpoint_bytes(cfg: ModelConfig, lora: LoraSpec, dtype_bytes: int) -> int:
     return trainable_params(cfg, lora) * dtype_bytes
 
 
-def lora_state(full, lora_params: int):
+def lora_state(full, cfg: ModelConfig, lora: LoraSpec):
     """Step 2 from the full fine-tuning state (tfcalc.count.model.training_memory.TrainingState): the frozen weights
     and the adapters' weights in the dtype, the adapters' gradients, master weights and optimizer state at what the
-    optimizer keeps a trained parameter (its bytes per parameter, so any optimizer's state scales alike); the step's
-    temporaries those of the largest adapter tensor (bounded here by the full model's)."""
-    n = full.params
+    optimizer keeps a trained parameter (its bytes per parameter, so any optimizer's state scales alike); the
+    optimizer step's temporaries those of the largest adapter tensor instead of the model's largest tensor (they
+    are a few copies of one tensor, training_memory's module docstring)."""
+    n, lora_params = full.params, trainable_params(cfg, lora)
+    largest = max(e.per_copy for e in param_entries(cfg) if not e.tied_to)
+    adapter = max(max(lora.rank * d_in, d_out * lora.rank) for _, d_in, d_out, _ in adapted(cfg, lora))
 
     def per(x: int) -> int:
         return x * lora_params // n
 
     return replace(full, weights=full.weights + per(full.weights), gradients=per(full.gradients),
                    master_weights=per(full.master_weights), optimizer_state=per(full.optimizer_state),
-                   params=n + lora_params, step_temporaries=min(full.step_temporaries, per(full.step_temporaries) or 0))
+                   params=n + lora_params, step_temporaries=full.step_temporaries * adapter // largest)
 
 
 def _first_stage(targets: tuple[str, ...]) -> int:
@@ -241,7 +245,7 @@ def lora_training(cfg: ModelConfig, acts, full_state, lora: LoraSpec, tokens: in
     check_terms(acts.per_layer, acts.attention, acts.recompute)
     n = trainable_params(cfg, lora)
     delta = activation_delta(cfg, acts.per_layer, acts.head, tokens, e, lora)
-    state, ew = lora_state(full_state, n), full_state.weights // full_state.params
+    state, ew = lora_state(full_state, cfg, lora), full_state.weights // full_state.params
     base = full_state.weights
     if lora.base_dtype == "nf4":
         base = qlora.base_bytes(linears(cfg), full_state.params, ew)
