@@ -144,3 +144,25 @@ def test_plan_fsdp_gathers_a_block_with_its_adapters(cli):
     adapters = (8 * 8192 + 8192 * 8) + (8 * 8192 + 1024 * 8)
     assert cli(*args).json()["per_rank"]["gathered_weights_bytes"] == 2 * 2 * block
     assert cli(*args, "--lora-rank", "8").json()["per_rank"]["gathered_weights_bytes"] == 2 * 2 * (block + adapters)
+
+
+def test_plan_qlora_base_and_its_dequantizations(cli):
+    """ZeRO-1 over 8 H100s: the NF4 base as memory counts it (bitsandbytes' tensors), the largest linear dequantized
+    beside the activations, and two dequantizations of every block linear a micro-batch (read NF4, write bf16) at
+    the device's bandwidth."""
+    from tfcalc.devices import resolve
+    from tfcalc.report.plan import hardware
+
+    args = [*PLAN, "--zero", "1", "--lora-rank", "8"]
+    bf16, nf4 = cli(*args).json(), cli(*args, "--base-dtype", "nf4").json()
+    linears = 32 * (4 * 4096 * 4096 + 3 * 11008 * 4096)
+    base = 32 * (4 * 8_655_940 + 3 * 23_260_996) + 2 * (PSI - linears)
+    assert nf4["per_rank"]["weights_bytes"] == base + 2 * A_QV
+    assert nf4["per_rank"]["activation_bytes"] == bf16["per_rank"]["activation_bytes"] + 2 * 11008 * 4096
+    hw = hardware(resolve("h100-sxm"), "bf16")
+    moved = 2 * 32 * (4 * (8_655_940 + 2 * 4096 * 4096) + 3 * (23_260_996 + 2 * 11008 * 4096))
+    m = 64 // 8  # micro-batches a rank
+    assert nf4["step_time_s"] - bf16["step_time_s"] == pytest.approx(
+        m * moved / (hw.bandwidth_bytes_per_s * hw.perf.bandwidth_efficiency), rel=1e-9)
+    assert_one_line_error(cli("plan", "llama2-7b", "--dp", "8", "--zero", "3", "--lora-rank", "8", "--base-dtype",
+                              "nf4"), "modelled for ZeRO 0-2")

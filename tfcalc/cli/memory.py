@@ -10,6 +10,7 @@ import typer
 
 from tfcalc.cli import render
 from tfcalc.cli.options import (
+    BaseDType,
     Batch,
     Device,
     DType,
@@ -84,11 +85,7 @@ def memory(
         "QKV, attention and FFN-up outputs kept).")] = Recompute.none,
     lora_rank: LoraRank = None,
     lora_targets: LoraTargets = None,
-    base_dtype: Annotated[Optional[str], typer.Option(
-        "--base-dtype", help="nf4: QLoRA (Dettmers et al. 2023) -- the frozen base's block linears in 4-bit "
-        "NormalFloat, double-quantized (4.127 bits a weight, bitsandbytes' storage), the rest in --dtype "
-        "[default: --dtype].",
-        show_default=False, metavar="nf4")] = None,
+    base_dtype: BaseDType = None,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,

@@ -14,6 +14,7 @@ from tfcalc.cli.options import (
     FSDP,
     TP,
     BandwidthEfficiency,
+    BaseDType,
     DType,
     Exact,
     Format,
@@ -158,6 +159,7 @@ def plan(
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
     lora_rank: LoraRank = None,
     lora_targets: LoraTargets = None,
+    base_dtype: BaseDType = None,
     # issue 20, sharding and precision (tfcalc.cli.sharding_options)
     ep: EP = None,
     etp: ETP = None,
@@ -220,7 +222,7 @@ def plan(
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
         kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
-        rope=lower(rope), lora=lora.spec(lora_rank, lora_targets))
+        rope=lower(rope), lora=lora.spec(lora_rank, lora_targets, base_dtype))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 

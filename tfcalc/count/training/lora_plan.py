@@ -25,14 +25,19 @@ dp ranks, e_w, e_g, e_o bytes of a weight, a gradient and a parameter's optimize
    their exposure is priced again against it. Under ZeRO 0-2 only the adapters' small reduction travels, behind
    full fine-tuning's backward window (left as it was).
 4. The optimizer steps the adapters' shard alone (tfcalc.count.perf.optimizer, through _plan's pricing).
+5. QLoRA (--base-dtype nf4, ZeRO 0-2): the base's weights as tfcalc.count.model.qlora stores them, its largest
+   linear dequantized beside the activations; each block linear is dequantized (bitsandbytes' MatMul4Bit) in
+   the forward and again for the input gradient: two passes a micro-batch, each reading the NF4 tensor and
+   writing its e_w copy, priced at the bandwidth on the compute stream.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 from tfcalc.config import ModelConfig
-from tfcalc.count.model import lora
+from tfcalc.count.model import lora, qlora
 from tfcalc.count.model.dtypes import activation_element_bytes
 from tfcalc.count.model.flops import matmul_entries
 from tfcalc.count.training.comm import dp_collectives
@@ -52,7 +57,7 @@ from tfcalc.errors import InputError
 from tfcalc.workload import Layout
 
 
-def check_lora_layout(layout: Layout) -> None:
+def check_lora_layout(layout: Layout, spec: Optional[lora.LoraSpec] = None) -> None:
     L = layout
     if L.tp > 1 or L.pp > 1 or L.cp > 1 or L.ep > 1 or L.hsdp is not None:
         raise InputError("plan --lora-rank is modelled for data parallelism, ZeRO 0-3 (--tp, --pp, --cp, --ep 1; "
@@ -61,6 +66,8 @@ def check_lora_layout(layout: Layout) -> None:
         raise InputError("plan --lora-rank is modelled without --offload, --compute-dtype, --zero-engine or --dropout")
     if L.recompute != "none" or L.attention != "flash":
         raise InputError("plan --lora-rank is modelled for --attention flash without --recompute")
+    if spec is not None and spec.base_dtype and L.zero == 3:
+        raise InputError("plan --base-dtype nf4 is modelled for ZeRO 0-2 (FSDP's sharding of NF4 storage is not)")
 
 
 def adapter_tensors(cfg: ModelConfig, spec: lora.LoraSpec) -> list[tuple[int, int]]:
@@ -88,8 +95,11 @@ def lora_memory(cfg: ModelConfig, layout: Layout, full: RankMemory, spec: lora.L
         ws = 0 if fp32_master_shard(layout) else ew  # the adapters' fp32 shard is their master (rank_memory, 4)
         return replace(full, weights=ew * base + ws * mine, grads=eg * mine, optimizer=eo * mine,
                        activations=activations, gathered=_gathered(cfg, layout, spec, psi + A))
-    shard = -(-A // N)
-    return replace(full, weights=ew * (psi + A), grads=eg * (A if layout.zero < 2 else shard),
+    shard, base = -(-A // N), ew * psi
+    if spec.base_dtype == "nf4":  # step 5
+        base = qlora.base_bytes(lora.linears(cfg), psi, ew)
+        activations += qlora.dequantized_bytes(lora.linears(cfg), ew)
+    return replace(full, weights=base + ew * A, grads=eg * (A if layout.zero < 2 else shard),
                    optimizer=eo * (A if layout.zero == 0 else shard), activations=activations, gathered=0)
 
 
@@ -133,6 +143,8 @@ def lora_step(cfg: ModelConfig, layout: Layout, step: StepTime, spec: lora.LoraS
     e = activation_element_bytes(layout.dtype)
     adapters = m * sum(3 * e * T * (d_in + d_out) * n for _, d_in, d_out, n in lora.adapted(cfg, spec)) / bandwidth
     saved = step.matmul_s * (1 - base) - adapters
+    if spec.base_dtype == "nf4":  # step 5: two dequantizations of every block linear a micro-batch
+        saved -= m * 2 * sum((qlora.nf4_bytes(n) + e * n) * k for n, k in lora.linears(cfg)) / bandwidth
     model, compute = flops.total * m * layout.dp, step.compute_s - saved
     physics, exposed = step.physics_s - saved, dict(step.exposed_s)
     if layout.zero == 3 and "dp" in exposed:  # the gathers' window is the step's compute (steptime, step 4)

@@ -114,7 +114,7 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
     check_layout(cfg, layout)
     mem = rank_memory(cfg, layout)
     if lora is not None:
-        check_lora_layout(layout)
+        check_lora_layout(layout, lora)
         mem = lora_memory(cfg, layout, mem, lora)
     return _plan(cfg, layout, mem, hw, utilization, lora)
 
