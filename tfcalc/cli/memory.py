@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.lora_options import BaseDType, LoraRank, LoraTargets
 from tfcalc.cli.options import (
-    BaseDType,
     Batch,
     Device,
     DType,
@@ -20,8 +20,6 @@ from tfcalc.cli.options import (
     GroupSize,
     Json,
     KvDType,
-    LoraRank,
-    LoraTargets,
     Measure,
     Models,
     Overrides,

@@ -3,25 +3,24 @@ or the layouts that fit -- and, with --measure, the plan checked on a real torch
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Annotated, Optional
 
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.lora_options import BaseDType, LoraRank, LoraTargets
 from tfcalc.cli.options import (
     COUNTS_RULE,
     FSDP,
     TP,
     BandwidthEfficiency,
-    BaseDType,
     DType,
     Exact,
     Format,
     FormatOption,
     Json,
-    LoraRank,
-    LoraTargets,
     MatmulEfficiency,
     Measure,
     Model,
@@ -222,11 +221,13 @@ def plan(
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
         kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
-        rope=lower(rope), lora=lora.spec(lora_rank, lora_targets, base_dtype))
+        rope=lower(rope))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
+    # --lora-rank, --lora-targets, --base-dtype (tfcalc.count.training.lora_plan)
+    request = dataclasses.replace(request, lora=lora.spec(lora_rank, lora_targets, base_dtype))
     ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     ranks = 2 if nproc is None else nproc
     # a --gpus auto search of a large MoE at a long context tries hundreds of GPU counts (seconds): the

@@ -243,6 +243,8 @@ def lora_training(cfg: ModelConfig, acts, full_state, lora: LoraSpec, tokens: in
     """Steps 1-3 (and QLoRA's base, tfcalc.count.model.qlora) of one training step from full fine-tuning's
     activations and state (their dtype: e_w = full_state.weights / params)."""
     check_terms(acts.per_layer, acts.attention, acts.recompute)
+    if full_state.optimizer not in ("adam-mixed", "adam", "sgd"):  # a state per parameter alike (lora_state)
+        raise InputError(f"--lora-rank is priced with adam-mixed, adam or sgd, not --optimizer {full_state.optimizer}")
     n = trainable_params(cfg, lora)
     delta = activation_delta(cfg, acts.per_layer, acts.head, tokens, e, lora)
     state, ew = lora_state(full_state, cfg, lora), full_state.weights // full_state.params

@@ -66,6 +66,8 @@ def check_lora_layout(layout: Layout, spec: Optional[lora.LoraSpec] = None) -> N
         raise InputError("plan --lora-rank is modelled without --offload, --compute-dtype, --zero-engine or --dropout")
     if L.recompute != "none" or L.attention != "flash":
         raise InputError("plan --lora-rank is modelled for --attention flash without --recompute")
+    if getattr(L, "optimizer", "adam") != "adam":  # --optimizer muon: its per-matrix state is not priced here
+        raise InputError("plan --lora-rank is priced with Adam: drop --optimizer or --lora-rank")
     if spec is not None and spec.base_dtype and L.zero == 3:
         raise InputError("plan --base-dtype nf4 is modelled for ZeRO 0-2 (FSDP's sharding of NF4 storage is not)")
 

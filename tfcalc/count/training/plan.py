@@ -36,6 +36,7 @@ from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
 from tfcalc.count.perf.pipeline import head_stage
 from tfcalc.count.perf.slowest_rank import with_slowest_rank
+from tfcalc.count.training import lora_plan
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
 from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.experts_parallel import ep_collectives
@@ -46,7 +47,6 @@ from tfcalc.count.training.layout import (
     divisors,
     sequence_parallel_modelled,
 )
-from tfcalc.count.training.lora_plan import check_lora_layout, lora_collectives, lora_memory, lora_step
 from tfcalc.count.training.offload import GEN4, pcie_seconds, with_pcie
 from tfcalc.count.training.rank_memory import (
     RankMemory,
@@ -114,8 +114,8 @@ def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
     check_layout(cfg, layout)
     mem = rank_memory(cfg, layout)
     if lora is not None:
-        check_lora_layout(layout, lora)
-        mem = lora_memory(cfg, layout, mem, lora)
+        lora_plan.check_lora_layout(layout, lora)
+        mem = lora_plan.lora_memory(cfg, layout, mem, lora)
     return _plan(cfg, layout, mem, hw, utilization, lora)
 
 
@@ -123,10 +123,10 @@ def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utili
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage,
                                                                                             hw.gpus_per_node))
     if lora is not None:  # the adapters' gradients alone (tfcalc.count.training.lora_plan, step 2)
-        collectives = tuple(lora_collectives(cfg, layout, mem.params, lora))
+        collectives = tuple(lora_plan.lora_collectives(cfg, layout, mem.params, lora))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
     if lora is not None:  # the base's matmuls forward and input-gradient only, the adapters' (lora_plan, step 3)
-        step = lora_step(cfg, layout, step, lora, hw, collectives)
+        step = lora_plan.lora_step(cfg, layout, step, lora, hw, collectives)
     if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
