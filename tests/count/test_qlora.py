@@ -51,9 +51,9 @@ def test_bitsandbytes_keeps_no_input_of_a_4bit_linear():
 
 
 def test_the_papers_65b_from_over_780_gb_to_under_48_gb():
-    """Dettmers et al. 2023, abstract: finetuning a 65B model "from >780GB of GPU memory to <48GB": full
-    fine-tuning's 16 bytes a parameter, against an NF4 base and rank-64 adapters on every linear (sec. 4,
-    "LoRA r = 64 on all layers"), their Adam state in fp32 (activations apart)."""
+    """Dettmers et al. 2023, abstract: a 65B model's finetuning needs over 780 GB of GPU memory, under 48 GB with
+    QLoRA -- full fine-tuning's 16 bytes a parameter, against an NF4 base and rank-64 adapters on every linear (its
+    sec. 4 setup), their Adam state in fp32 (activations apart)."""
     cfg = load("llama2-7b", LLAMA_65B)
     full = training.training_state(cfg, "bf16", "adam-mixed")
     spec = lora.LoraSpec(64, lora.TARGETS, "nf4")

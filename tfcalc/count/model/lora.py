@@ -4,20 +4,21 @@ gains a trainable pair A (r × d_in), B (d_out × r): y = W·x + (α/r)·B·(A·
 
 Targets: the linears of a block by their role, q, k, v, o (attention), gate, up, down (FFN), or "all-linear"
 (every one of them; as PEFT's ``target_modules="all-linear"``, the output layer is left out). The default is
-q and v: the paper's choice (sec. 7.1, Table 5, "adapting both W_q and W_v gives the best performance") and
+q and v: the paper's choice (sec. 7.1, Table 5: of one parameter budget, W_q with W_v adapts best) and
 PEFT's default for llama-like models (peft/utils/constants.py, TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING:
 "llama": ["q_proj", "v_proj"]). α scales B·A's output and changes no count (left out).
 
 1. Parameters. Each adapted linear adds r·d_in + d_out·r = r·(d_in + d_out) trainable parameters; the base's P
    stay, frozen. GPT-3 175B (L = 96, d = 12,288), r = 4 on q and v: 96 · 2 · 4 · (12,288 + 12,288) = 18,874,368
-   parameters, 37.7 MB in fp16 -- the paper's "checkpoint size reduced from 350 GB to 35 MB" (sec. 4.2).
+   parameters, 37.7 MB in fp16 -- the paper's checkpoint of 35 MB, down from the 350 GB model's (sec. 4.2).
 2. State (``lora_state``). The frozen weights stay in their dtype with no gradient and no optimizer state; the
    adapters carry what a trained parameter carries under the optimizer (adam-mixed: e_w weights + e_w gradients
    + 4 fp32 master + 8 fp32 moments; PEFT's autocast_adapter_dtype keeps adapters in fp32 instead, 4 + 4 + 8:
    the same 16 bytes). So a step holds e_w·P + (bytes a trained parameter costs)·P_lora. GPT-3 175B in fp16:
-   350 GB of frozen weights + 0.30 GB of adapter state, where full fine-tuning holds 16 bytes a parameter (2.8 TB;
-   the paper's 1.2 TB for full fine-tuning (sec. 4.2) is its own measurement of its setup, not 16 bytes a
-   parameter, and its 350 GB for LoRA is the fp16 weights: what this state gives, activations apart).
+   350 GB of frozen weights + 0.30 GB of adapter state, where full fine-tuning holds 16 bytes a parameter, 2.8 TB.
+   The paper's training VRAM (sec. 4.2) falls from 1.2 TB to 350 GB: its 350 GB is the fp16 weights, what this
+   state gives (activations apart); its 1.2 TB, 6.9 bytes a parameter, is a setup it does not describe (fp16
+   weights, gradients and moments would be 8; mixed-precision Adam, as counted here, 16).
 3. Activations (``activation_delta``; the terms of tfcalc.count.model.activation_terms, per token). Autograd
    saves a tensor only for a gradient some input needs (PyTorch saves a matmul's input only when its weight
    needs a gradient). So against full fine-tuning:

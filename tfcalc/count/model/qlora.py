@@ -8,8 +8,8 @@ bnb_4bit_use_double_quant=True)). Pure arithmetic, no torch.
    the packed values, two a byte, ⌈n/2⌉; one absmax a block of 64, quantized to 8 bits, ⌈n/64⌉ bytes; those
    absmaxes' own fp32 absmax a block of 256, 4·⌈⌈n/64⌉/256⌉; the NF4 code (16 fp32), the nested 8-bit code (256
    fp32) and the nested offset (one fp32): 4·(16 + 256 + 1) bytes a tensor. Per parameter 4 + 8/64 + 32/(64·256)
-   = 4.127 bits -- the paper's "from 32/64 = 0.5 bits per parameter to 8/64 + 32/(64·256) = 0.127" (sec. 3,
-   Double Quantization). Checked against bitsandbytes' QuantState where it is installed.
+   = 4.127 bits -- the paper's double quantization, which takes the constants from 32/64 = 0.5 bits a
+   parameter to 8/64 + 32/(64·256) = 0.127 (sec. 3). Checked against bitsandbytes' QuantState where it is installed.
 2. Which tensors: each block linear (q, k, v, o, gate, up, down), one tensor each as the Hugging Face modules
    store them (transformers quantizes every nn.Linear but the output layer); embeddings, norms, biases and the
    LM head stay in --dtype. (PEFT's prepare_model_for_kbit_training casts those to fp32 besides; not counted.)
