@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.lora_options import BaseDType, LoraRank, LoraTargets
 from tfcalc.cli.options import (
     Batch,
     Device,
@@ -32,7 +33,7 @@ from tfcalc.cli.options import (
     warn_past_context,
 )
 from tfcalc.cli.render import memory as view
-from tfcalc.count.model import memory as mem
+from tfcalc.count.model import lora, memory as mem
 from tfcalc.count.model.budget import parse_bytes
 from tfcalc.errors import InputError
 from tfcalc.report import resolve
@@ -81,6 +82,9 @@ def memory(
         "--recompute", help="selective: rebuild the attention scores (none kept under flash); full: keep only each "
         "block's input (activation checkpointing); op: torchtitan's op-level checkpointing (each block's input, "
         "QKV, attention and FFN-up outputs kept).")] = Recompute.none,
+    lora_rank: LoraRank = None,
+    lora_targets: LoraTargets = None,
+    base_dtype: BaseDType = None,
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="Memory to fit, e.g. 80GB (10⁹) or 80GiB (2³⁰): the largest context and batch that fit.",
         show_default=False, metavar="SIZE")] = None,
@@ -127,7 +131,8 @@ def memory(
     options = MemoryOptions(training=training, optimizer=optimizer.value,
                             attention=attention.value if attention else None, recompute=recompute.value,
                             budget=parse_bytes(budget, "--budget") if budget is not None else None,
-                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size)
+                            kv_dtype=kv_dtype.value if kv_dtype else None, group_size=group_size,
+                            lora=lora.spec(lora_rank, lora_targets, base_dtype))
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype_name)
     reports = []
     steps = measure_steps(training) if measure else ("count",)

@@ -3,12 +3,14 @@ or the layouts that fit -- and, with --measure, the plan checked on a real torch
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Annotated, Optional
 
 import typer
 
 from tfcalc.cli import render
+from tfcalc.cli.lora_options import BaseDType, LoraRank, LoraTargets
 from tfcalc.cli.options import (
     COUNTS_RULE,
     FSDP,
@@ -64,6 +66,7 @@ from tfcalc.cli.sharding_options import (
     lower,
     offload_parts,
 )
+from tfcalc.count.model import lora
 from tfcalc.count.training.layout import ATTENTION_KERNELS, RECOMPUTE
 from tfcalc.count.training.steptime import parse_count
 from tfcalc.report import resolve
@@ -158,6 +161,9 @@ def plan(
         "--tokens", help="Training tokens, e.g. 2T (2·10¹²) or 300B: training time and GPU-hours.", show_default=False,
         metavar="D")] = None,
     top: Annotated[int, typer.Option("--top", help="Layouts a search lists.", metavar="K")] = 10,
+    lora_rank: LoraRank = None,
+    lora_targets: LoraTargets = None,
+    base_dtype: BaseDType = None,
     # issue 20, sharding and precision (tfcalc.cli.sharding_options)
     ep: EP = None,
     etp: ETP = None,
@@ -225,6 +231,8 @@ def plan(
         from tfcalc.errors import InputError
 
         raise InputError("--nproc is the number of ranks --measure runs; add --measure")
+    # --lora-rank, --lora-targets, --base-dtype (tfcalc.count.training.lora_plan)
+    request = dataclasses.replace(request, lora=lora.spec(lora_rank, lora_targets, base_dtype))
     ref = resolve(model, overrides or [])  # a --seq past the context is refused (build_plan): no warning
     ranks = 2 if nproc is None else nproc
     # a --gpus auto search of a large MoE at a long context tries hundreds of GPU counts (seconds): the

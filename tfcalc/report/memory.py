@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from tfcalc.architecture.mixer import ATTENTION, MixerRole, role_of
-from tfcalc.count.model import budget, memory as mem, quant, training_memory as training
+from tfcalc.count.model import budget, lora as lora_count, memory as mem, quant, training_memory as training
 from tfcalc.count.model.activations import commonest_block
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.training.rank_activations import korthikanti_bytes, training_activations
@@ -27,6 +27,7 @@ class MemoryOptions:
     budget: Optional[int] = None  # bytes to fit, or None
     kv_dtype: Optional[str] = None  # the KV cache's dtype; None: tfcalc.count.model.quant.default_kv_dtype
     group_size: Optional[int] = None  # int8/int4/fp8 weights: weights per scale (tfcalc.count.model.quant)
+    lora: Optional[lora_count.LoraSpec] = None  # --lora-rank/--lora-targets: a frozen base, adapters trained
 
 
 @dataclass(frozen=True, repr=False)
@@ -50,6 +51,7 @@ class MemoryReport(WorkloadFields, Displayed):
     kv_cache_expanded: Optional[int] = None  # latent attention: the K and V heads its cache expands to
     # the decoder's state split: what grows with the tokens and what each sequence holds whatever its length
     split: Optional[mem.StateSplit] = None
+    lora: Optional[lora_count.LoraTraining] = None  # --lora-rank: the adapters, the frozen base, the delta
 
     def headline(self) -> str:
         from tfcalc import units
@@ -103,7 +105,7 @@ class MemoryReport(WorkloadFields, Displayed):
         return None if role == ATTENTION else role
 
     def to_json(self) -> dict[str, Any]:
-        a, s, m, fit = self.activations, self.state, self.measured, self.fit
+        a, s, m, fit, o = self.activations, self.state, self.measured, self.fit, self.options
         return {
             "preset": self.cfg.name,
             "label": self.model.label,
@@ -155,6 +157,11 @@ class MemoryReport(WorkloadFields, Displayed):
                 "bytes_per_param": s.bytes_per_param, "step_temporary_bytes": s.step_temporaries,
             },
             "training": self.training,
+            "lora": None if self.lora is None else {
+                "rank": o.lora.rank, "targets": list(o.lora.targets), "base_dtype": o.lora.base_dtype or self.dtype,
+                "trainable_params": self.lora.params, "frozen_params": self.params,
+                "base_weight_bytes": self.lora.base_bytes, "adapter_weight_bytes": self.lora.adapter_bytes,
+                "checkpoint_bytes": self.lora.adapter_bytes, "activation_delta_bytes": self.lora.delta},
             "estimated_peak_bytes": self.run_estimate if m is not None else None,
             "measured_ratio": self.ratio,
             "measured_saved_activation_bytes": None if m is None else m.saved_activation_bytes,
@@ -195,6 +202,9 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU
         acts = training_activations(cfg, single, w)
     state = training.training_state(cfg, w.dtype, o.optimizer) if trainable else None
+    lora = _lora(cfg, w, o, acts, state) if o.lora is not None else None
+    if lora is not None:
+        acts, state = lora.activations, lora.state
     fit = None
     if o.budget is not None:
         if o.training:
@@ -212,7 +222,18 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
         split=mem.state_split(cfg, replace(w, kv_dtype=kv)) if cfg.architecture.decoder is not None else None,
         kv_cache_expanded=mem.kv_cache_expanded_bytes(cfg, replace(w, kv_dtype=kv))
         if any(b.mixer.expanded_state() != b.mixer.state() for _, b, _ in cfg.architecture.kinds()) else None,
+        lora=lora,
     )
+
+
+def _lora(cfg, w: Workload, o: MemoryOptions, acts, state):
+    """(activations, state, adapter parameters, activation delta) of LoRA fine-tuning (tfcalc.count.model.lora)."""
+    from tfcalc.errors import InputError
+
+    if not o.training or o.budget is not None:
+        raise InputError("--lora-rank prices a training step: add --training (and drop --budget, not modelled "
+                         "with LoRA)")
+    return lora_count.lora_training(cfg, acts, state, o.lora, w.batch * w.seq, mem.activation_element_bytes(w.dtype))
 
 
 def measure_steps(training: bool) -> tuple[str, ...]:
@@ -269,6 +290,10 @@ def measure_memory(report: MemoryReport, device: str, on_step: Callable[[str], N
 def build_memory(model: ModelRef, workload: Workload, options: MemoryOptions = MemoryOptions(),
                  measure: bool = False, device: str = "cpu", on_step: Callable[[str], None] = lambda name: None,
                  on_note: Callable[[str], None] = lambda line: None) -> MemoryReport:
+    if measure and options.lora is not None:
+        from tfcalc.errors import InputError
+
+        raise InputError("--measure runs the model without LoRA adapters; drop --measure or --lora-rank")
     if measure:  # the estimate of what the module runs here: its own kernel
         kernel = mem.default_attention(model.cfg)
         if options.attention not in (None, kernel):

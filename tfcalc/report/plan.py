@@ -23,7 +23,7 @@ from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.fp8_recipes import NARROW, narrow
 from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
-from tfcalc.count.training import experts_folded
+from tfcalc.count.training import experts_folded, lora_plan
 from tfcalc.count.training.experts_folded import folded, rank_tokens, resolve_fold
 from tfcalc.count.training.layout import (
     Layout,
@@ -102,6 +102,7 @@ class PlanReport(Displayed):
                        "cross-attention splits as self-attention does), as many source tokens as target tokens")
         if not from_table(self.hardware.perf):  # a device file: which constants it stated, inherited, defaulted
             out.append(constants_line(self.hardware.perf))
+        out += lora_plan.lora_notes(self.model.cfg, self.request.lora)
         return out + sharding_notes(self.plan.layout, self.device) + search_notes(self)
 
     @property
@@ -197,6 +198,7 @@ class PlanReport(Displayed):
                              "step_time_s": c.step.overlap_s, "mfu": c.step.mfu}
                             for c in self.candidates[: self.request.top]]},
             "measured": None if self.measured is None else self.measured.to_json(),
+            "lora": lora_plan.lora_json(self.model.cfg, self.request.lora),  # tfcalc.count.training.lora_plan
         }
 
 
@@ -334,6 +336,8 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_size("--top", request.top)
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
+    if request.lora is not None and (request.searching or measure):
+        raise InputError("plan --lora-rank prices one layout, not measured: give --dp (or --gpus), drop --measure")
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")
@@ -346,7 +350,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
         tp, pp, dp = resolve_degrees(gpus, request.tp, request.pp, request.dp, request.cp or 1)
         layout = dataclasses.replace(_base(request, seq, _global_batch(request, seq, dp)), tp=tp, pp=pp, dp=dp)
         layout = resolve_fold(cfg.architecture.has_moe, layout)  # --etp 1 implied (count.training.experts_folded)
-        kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu)
+        kind, candidates, chosen = None, (), make_plan(cfg, layout, hw, request.mfu, request.lora)
     training = None
     if request.tokens is not None:
         if request.tokens < 1:

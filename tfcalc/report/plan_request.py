@@ -39,6 +39,7 @@ class PlanRequest:
     matmul_efficiency: Optional[float] = None  # every matmul at this share of the peak, not the shape model
     bandwidth_efficiency: Optional[float] = None  # share of the datasheet memory bandwidth; None: the device's
     tokens: Optional[int] = None
+    lora: object = None  # --lora-rank/--lora-targets: a tfcalc.count.model.lora.LoraSpec (count.training.lora_plan)
     top: int = 10
     # --- issue 20, sharding and precision (helper X): tfcalc.count.training.sharding ---
     ep: Optional[int] = None  # None: 1 for a layout; a search tries expert parallelism on a mixture of experts

@@ -8,6 +8,7 @@ from tfcalc.cli.render.doc import Column, Doc, Table
 from tfcalc.report.memory import MemoryReport
 
 ACTIVATION_LABELS = {
+    "lora_adapters": "LoRA: each adapter's A·x", "lora_frozen": "LoRA: inputs frozen weights no longer keep",
     "attn_norm": "attention norm (input; stats)", "qkv_input": "QKV input", "qkv": "Q, K, V",
     "rope_qk": "rotated Q, K (RoPE)", "attn_scores": "softmax scores (s²)", "softmax_stats": "log-sum-exp (fp32)",
     "attn_output": "attention output", "ffn_norm": "FFN norm (input; stats)", "ffn_input": "FFN input",
@@ -101,7 +102,15 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
     if a is None or s is None:
         t.add(f"Training: not modelled for {r.dtype} (an inference format)", None, None, style="dim", rule=True)
         return
-    t.add("Gradients", s.gradients, f"in {r.dtype}", rule=True)
+    if r.lora is not None:
+        o = r.options.lora
+        if o.base_dtype:
+            t.add("QLoRA frozen base", r.lora.base_bytes, "block linears NF4, double-quantized (4.127 bits); the "
+                  f"rest in {r.dtype}", rule=True)
+        t.add("LoRA adapters (trained)", r.lora.adapter_bytes, f"{r.lora.params:,} params: rank {o.rank} on "
+              f"{', '.join(o.targets)}; the base frozen (no gradients, no optimizer state)", rule=not o.base_dtype)
+    t.add("Gradients", s.gradients, f"in {r.dtype}" + (", the adapters'" if r.lora is not None else ""),
+          rule=r.lora is None)
     if s.master_weights:
         t.add("Master weights", s.master_weights, "fp32")
     t.add("Optimizer state", s.optimizer_state, STATE_NOTES.get(s.optimizer, "Adam moments m, v"))
@@ -119,6 +128,12 @@ def _training_rows(t: Table, r: MemoryReport, verbose: bool) -> None:
         t.add("Activations kept, per encoder layer", a.encoder_layer, f"S = {r.src_seq:,}")
     t.add("Activations kept, all layers + head", a.stored,
           f"recompute {a.recompute}" + (": block inputs only" if a.recompute == "full" else ""))
+    if r.lora is not None and "qlora_dequantized" in a.head:
+        t.add("  QLoRA: a dequantized weight", a.head["qlora_dequantized"], f"the largest linear's, in {r.dtype}")
+    for key in ("lora_first_block", "lora_head") if r.lora is not None else ():
+        t.add(f"  LoRA: {'first block, frozen prefix' if key == 'lora_first_block' else 'frozen head'}",
+              a.head[key], "ahead of the first adapter: no gradient" if key == "lora_first_block"
+              else "LM head's input, final norm's x̂")
     if a.recompute_extra:
         t.add("  + one block rebuilt in backward", a.recompute_extra, None)
     t.add("  + loss gradients at backward start", a.loss_gradients, "fp32 log-probs and logits")

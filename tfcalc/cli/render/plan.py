@@ -238,7 +238,8 @@ def _time(doc: Doc, r: PlanReport) -> None:
         t.add(f"MFU: {st.mfu:.1%} of the {L.dtype} peak", None, f"model FLOPs (3 × forward) / step; "
               f"{r.mfu_fp8_peak:.1%} of the FP8 peak ({units.flop_rate(r.device.peak('fp8'))})")
     else:
-        t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step")
+        t.add(f"MFU: {st.mfu:.1%}", None, "model FLOPs (3 × forward) / step" if r.request.lora is None else
+              "the FLOPs LoRA runs (forward, input gradients, adapters) / step")
     if r.training is not None:
         run = r.training
         t.add(f"Training on {units.params(run.tokens)} tokens", _days(run.seconds),

@@ -37,6 +37,7 @@ from tfcalc.count.model.params import total as param_total
 from tfcalc.count.perf.optimizer import optimizer_seconds
 from tfcalc.count.perf.pipeline import head_stage, stages_held
 from tfcalc.count.perf.slowest_rank import with_slowest_rank
+from tfcalc.count.training import lora_plan
 from tfcalc.count.training.comm import Collective, by_key, step_collectives
 from tfcalc.count.training.experts_folded import implied
 from tfcalc.count.training.experts_parallel import ep_collectives
@@ -118,15 +119,24 @@ class Plan:
         return by_key(self.collectives)
 
 
-def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float) -> Plan:
+def make_plan(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float, lora=None) -> Plan:
+    """``lora``: a tfcalc.count.model.lora.LoraSpec, LoRA fine-tuning (tfcalc.count.training.lora_plan)."""
     check_layout(cfg, layout)
-    return _plan(cfg, layout, rank_memory(cfg, layout), hw, utilization)
+    mem = rank_memory(cfg, layout)
+    if lora is not None:
+        lora_plan.check_lora_layout(layout, lora)
+        mem = lora_plan.lora_memory(cfg, layout, mem, lora)
+    return _plan(cfg, layout, mem, hw, utilization, lora)
 
 
-def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float) -> Plan:
+def _plan(cfg: ModelConfig, layout: Layout, mem: RankMemory, hw: Hardware, utilization: float, lora=None) -> Plan:
     collectives = tuple(step_collectives(cfg, layout, mem.stage, mem.params) + ep_collectives(cfg, layout, mem.stage,
                                                                                             hw.gpus_per_node))
+    if lora is not None:  # the adapters' gradients alone (tfcalc.count.training.lora_plan, step 2)
+        collectives = tuple(lora_plan.lora_collectives(cfg, layout, mem.params, lora))
     step = step_time(cfg, layout, collectives, hw, utilization, mem.stage)
+    if lora is not None:  # the base's matmuls forward and input-gradient only, the adapters' (lora_plan, step 3)
+        step = lora_plan.lora_step(cfg, layout, step, lora, hw, collectives)
     if mem.optimizer:  # Adam over the rank's shard, memory-bound (tfcalc.count.perf.optimizer)
         params = mem.optimizer // optimizer_element_bytes(layout.dtype)
         seconds = optimizer_seconds(params, weight_element_bytes(layout.dtype), grad_element_bytes(layout),
