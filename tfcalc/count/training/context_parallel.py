@@ -73,7 +73,6 @@ torchtitan's context_parallel does. Pure arithmetic.
 
 from __future__ import annotations
 
-from tfcalc.architecture.attention import Attention
 from tfcalc.config import ModelConfig
 from tfcalc.count.model.dtypes import activation_element_bytes
 from tfcalc.count.training.shard import stage_kinds
@@ -97,11 +96,15 @@ def ring_exposed(layout: Layout) -> bool:
 
 
 def ring_width(block, layout: Layout) -> int:
-    """K and V elements per position as the ring carries them: kv_width, × n_head / n_kv_head where torchtitan's
-    Attention repeats them to the query heads before SDPA (step 7)."""
-    m = block.mixer
-    if torchtitan_ring(layout) and isinstance(m, Attention):
-        return kv_width(block) * (m.n_head // m.n_kv_head)
+    """K and V elements per position as the ring carries them: kv_width, or -- where torchtitan's Attention repeats
+    K and V to the query heads before SDPA (step 7) -- the K and V operands of the mixer's own attention matmuls,
+    per key at the query heads (Q·Kᵀ's copies × its head width, attention·V's copies × its value width): GQA's
+    kv_width × n_head / n_kv_head, a latent attention's expanded heads unchanged."""
+    if torchtitan_ring(layout):
+        by_name = {mm.name: mm for mm in block.mixer.mixing(1, 1)}
+        if "qk" in by_name and "av" in by_name:
+            qk, av = by_name["qk"], by_name["av"]
+            return qk.copies * qk.shape[1] + av.copies * av.shape[2]
     return kv_width(block)
 
 
