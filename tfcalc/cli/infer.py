@@ -258,7 +258,7 @@ def infer(
     if require_fit:
         data = report.to_json()
         rows = data if isinstance(data, list) else [data]
-        steady = rows[0]["continuous"]
+        steady = rows[0]["disaggregated"] or rows[0]["continuous"]  # --disaggregate: the disaggregated server's
         if steady and steady["over_capacity"]:
             render.does_not_fit(f"{ref.label} at {steady['rate_per_s']:g} requests/s: over capacity "
                                 f"({steady['limit']}; at most {steady['max_rate_per_s']:.3g} requests/s)")
