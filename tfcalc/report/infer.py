@@ -122,8 +122,8 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
     if o.measure and o.device_spec is not None and o.tp == 1:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
+    disaggregated.check(o)  # before continuous's checks: its own line for a missing --rate
     continuous_report.check(o)
-    disaggregated.check(o)
     continuous_measured.check(o)
 
 
