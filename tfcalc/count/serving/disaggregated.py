@@ -115,8 +115,10 @@ def layer_send_s(per_gpu_bytes: int, layers: int, link: Link) -> float:
     return link.latency_s + per_gpu_bytes / layers / (link.bytes_per_s * link.efficiency)
 
 
-def decode_concurrency(e: Engine, rate: float, mean_output: int, cap: float) -> tuple[Optional[float], Optional[str]]:
-    """Step 3: a decode server's N at r_d, or (None, 'decode' or 'memory')."""
+def decode_concurrency(e: Engine, rate: float, mean_output: int, cap: float,
+                       why: bool = True) -> tuple[Optional[float], Optional[str]]:
+    """Step 3: a decode server's N at r_d, or (None, 'decode' or 'memory'; None unless ``why``: the search past the
+    KV cache's bound that tells them apart is skipped)."""
     if mean_output == 1:  # the prefill yields the one token; nothing decodes
         return 0.0, None
     scale = rate * (mean_output - 1)
@@ -124,6 +126,8 @@ def decode_concurrency(e: Engine, rate: float, mean_output: int, cap: float) -> 
     n = first_root(lambda n: scale * e.tau(n) - n, bound)
     if n is not None and n <= cap:
         return n, None
+    if not why:
+        return None, None
     free = n if n is not None or cap == math.inf else first_root(lambda n: scale * e.tau(n) - n, float(BATCH_LIMIT))
     return None, "memory" if free is not None else "decode"
 
@@ -136,7 +140,7 @@ def decode_max_rate(e: Engine, mean_output: int, cap: float) -> float:
     lo = 0.0
     for _ in range(ITERATIONS):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if decode_concurrency(e, mid, mean_output, cap)[0] is not None else (lo, mid)
+        lo, hi = (mid, hi) if decode_concurrency(e, mid, mean_output, cap, False)[0] is not None else (lo, mid)
     return lo
 
 
