@@ -181,3 +181,23 @@ def test_hostile_disaggregate(cli, args, message):
 
 def test_without_mean_lengths(cli):
     assert_one_line_error(cli("infer", "llama2-7b", "--disaggregate", "1:1"), "--disaggregate prices a server")
+
+
+def test_expert_parallel_prefill_is_the_colocated_groups():
+    """Under --ep each attention-DP group is a server: the prefill instance's prompt step is the colocated groups'
+    (prompts whole), and at a trickle TTFT differs from theirs by the exposed transfer alone."""
+    args = dict(ep=4, mean_input=512, mean_output=64)
+    col = tfcalc.infer("qwen3-30b-a3b", rate=1e-4, prefill_chunk=0, **args).to_json()["continuous"]
+    x = tfcalc.infer("qwen3-30b-a3b", rate=1e-4, disaggregate="1:1", **args).to_json()["disaggregated"]
+    assert x["prefill_s"] == pytest.approx(col["prefill_s"], rel=1e-12)
+    assert x["ttft_s"] == pytest.approx(col["ttft_s"] + x["kv_transfer_exposed_s"], rel=1e-3)
+    assert x["prefill_max_rate_per_s"] == pytest.approx(4 / x["prefill_s"])  # 4 groups, one prompt each at a time
+
+
+def test_the_table(cli):
+    ok = cli("infer", "llama2-7b", "--rate", "2", "--mean-input", "512", "--mean-output", "64", "--disaggregate", "1:3")
+    assert ok.code == 0 and "Disaggregated 1:3 (1 prefill, 3 decode instances)" in ok.out
+    assert "NVLink" in ok.out and "Over capacity" not in ok.out
+    over = cli("infer", "llama2-7b", "--rate", "500", "--mean-input", "512", "--mean-output", "64", "--disaggregate",
+               "1:3")
+    assert over.code == 0 and "(limit prefill)" in over.out
