@@ -201,3 +201,20 @@ def test_the_table(cli):
     over = cli("infer", "llama2-7b", "--rate", "500", "--mean-input", "512", "--mean-output", "64", "--disaggregate",
                "1:3")
     assert over.code == 0 and "(limit prefill)" in over.out
+
+
+def test_the_budget_batched_bound_is_the_static_prefill():
+    """Beside the one-prompt queue: k = ⌊8,192 / I⌋ prompts a step, T(k) the static estimate's prefill of a batch of k
+    (less the runtime's 2 ms per request), and P·k/T(k) the prefill instances' bound were every step full."""
+    x = tfcalc.infer("llama3-8b", rate=1, mean_input=1024, mean_output=64, disaggregate="2:1").to_json()
+    x = x["disaggregated"]
+    static = tfcalc.infer("llama3-8b", batch=8, seq=1024, gen=64).estimates[0]
+    assert x["prompts_per_step_batched"] == 8
+    assert x["prefill_batched_s"] == pytest.approx(static.prefill_s - x["request_s"], rel=1e-12)
+    assert x["prefill_batched_max_rate_per_s"] == pytest.approx(2 * 8 / x["prefill_batched_s"])
+    assert x["prefill_batched_max_rate_per_s"] >= x["prefill_max_rate_per_s"]
+    one = tfcalc.infer("llama3-8b", batch=1, seq=1024, gen=64).estimates[0]
+    assert x["prefill_s"] == pytest.approx(one.prefill_s - x["request_s"], rel=1e-12)
+    long = tfcalc.infer("llama3-8b", rate=1, mean_input=9000, mean_output=64, disaggregate="1:1").to_json()
+    assert long["disaggregated"]["prompts_per_step_batched"] == 1
+    assert long["disaggregated"]["prefill_batched_s"] == long["disaggregated"]["prefill_s"]

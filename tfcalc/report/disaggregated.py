@@ -84,5 +84,7 @@ def to_json(x: Optional[dis.Disaggregated]) -> Optional[dict[str, Any]]:
             "output_tokens_per_s": None if over else t.rate * t.mean_output,
             "input_tokens_per_s": None if over else t.rate * t.mean_input,
             "kv_cache_bytes": x.kv_cache_bytes, "max_concurrency": x.max_concurrency,
-            "prefill_max_rate_per_s": x.prefill_max_rate, "decode_max_rate_per_s": x.decode_max_rate,
+            "prefill_max_rate_per_s": x.prefill_max_rate, "prompts_per_step_batched": x.prompts_per_step,
+            "prefill_batched_s": x.prefill_batched_s, "prefill_batched_max_rate_per_s": x.prefill_batched_max_rate,
+            "decode_max_rate_per_s": x.decode_max_rate,
             "max_rate_per_s": x.max_rate, "over_capacity": over, "limit": x.limit, "decode_limit": x.decode_limit}

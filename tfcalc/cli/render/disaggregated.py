@@ -37,6 +37,10 @@ def disaggregated_table(doc: Doc, row: dict[str, Any]) -> None:
     doc.note(f"Scheduler: {x['scheduler']}. A prompt's prefill {units.seconds(x['prefill_s'])} (each prefill server "
              f"busy {x['prefill_share']:.0%}); its KV cache, {units.nbytes(x['kv_transfer_bytes'])} per GPU, moves in "
              f"{units.seconds(x['kv_transfer_s'])} over {LINKS.get(x['kv_link'], x['kv_link'])}, layer by layer under "
-             "the prefill: the KV transfer column is the part past it. Decode batch per decode server (Little's law, "
+             "the prefill: the KV transfer column is the part past it. "
+             + (f"Prompts batched to 8,192 tokens ({x['prompts_per_step_batched']:,} a step, not in the queue) "
+                f"would raise the prefill instances' bound from {x['prefill_max_rate_per_s']:.3g} to "
+                f"{x['prefill_batched_max_rate_per_s']:.3g} requests/s. " if x["prompts_per_step_batched"] > 1 else "")
+             + "Decode batch per decode server (Little's law, "
              "no prefill stalls); the continuous table above is the colocated server, one instance at the same rate. "
              "More: docs/serving.md.", "dim")

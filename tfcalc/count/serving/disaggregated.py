@@ -15,8 +15,11 @@ counterpart; the response streamed from the decode server, so the first token le
    t_p as continuous's step 1 (the same step, so P:D = 1:1 agrees with the colocated server where it must). The
    requests split evenly over the P·g prefill servers (g: attention-DP groups per instance, 1 without --ep), each an
    M/D/1 queue at r_p = R/(P·g): ρ_p = r_p·t_p, wait W = ρ_p·t_p / (2(1 − ρ_p)) (Pollaczek-Khinchine; DistServe eq. 1).
-   Not modelled: several prompts batched into one step by a token budget (a prompt of a few hundred tokens or more is
-   compute-bound, so batching saves only the weight read; the capacity here is the slightly lower one).
+   Not modelled in the queue: several prompts batched into one step by a token budget B (SGLang's
+   --max-prefill-tokens, vLLM's max_num_batched_tokens; a prompt of a few hundred tokens or more is compute-bound, so
+   batching saves little but the weight read). Beside it, the bound batching gives: k = max(1, ⌊B/I⌋) prompts a step
+   at B = 8,192 (chunked.DEFAULT_BUDGET), T(k) their step, P·g·k/T(k) requests/s the prefill instances could
+   sustain were every step full -- how far the one-prompt queue's capacity may fall short for short prompts.
 2. KV transfer: the prompt's generation state at I positions in the KV dtype (a hybrid's fixed state with it), each
    GPU of the prefill server sending its own share (under --tp T a T-th of the heads) to its counterpart in the decode
    server over its own link, X = α + bytes / (B·η) per layer, summed over the L layers. The link: the node's GPU-to-GPU
@@ -41,6 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from tfcalc.count.serving.chunked import DEFAULT_BUDGET
 from tfcalc.count.serving.continuous import ITERATIONS, Engine, Traffic, first_root
 from tfcalc.count.serving.static import BATCH_LIMIT
 from tfcalc.errors import InputError
@@ -82,6 +86,9 @@ class Disaggregated:
     limit: Optional[str]  # None, 'prefill' or 'decode'
     decode_limit: Optional[str]  # where the decode runs out: 'decode' or 'memory'
     request_s: float
+    prompts_per_step: int = 1  # k = max(1, ⌊B/I⌋): the budget's prompts a step (step 1's bound beside)
+    prefill_batched_s: float = 0.0  # T(k)
+    prefill_batched_max_rate: float = 0.0  # P·g·k / T(k)
 
     @property
     def max_rate(self) -> float:
@@ -164,8 +171,10 @@ def solve(e: Engine, t: Traffic, prefill: int, decode: int, groups: int, link: L
     wait = None if rho >= 1 else rho * t_p / (2 * (1 - rho))
     tau = None if n is None else e.tau(n) if n > 0 else e.step_s(1)
     ok = limit is None
+    k = max(1, DEFAULT_BUDGET // (t.mean_input - e.cached))
+    t_k = e.prompts_s(k) if k > 1 else t_p
     return Disaggregated(
         t, prefill, decode, groups, t_p, rho, wait, nbytes, layers * x, exposed, link, layers,
         n if ok else None, tau if ok else None, wait + t_p + exposed + request if ok else None, tau if ok else None,
         e.kv_bytes(n) if ok else None, cap_n, prefill * groups / t_p, decode * groups * d_rate, limit,
-        None if n is not None else why, request)
+        None if n is not None else why, request, k, t_k, prefill * groups * k / t_k)
