@@ -22,7 +22,7 @@ BF16 = plain("bf16")
 
 def pipeline_end(t_p: float, layers: int, x: float) -> float:
     """When the last layer's KV has arrived: layer l computes in t_p/L after layer l − 1, and its send of x starts once
-    it has computed and the link is free (Splitwise IV-C, Mooncake 5), one layer at a time."""
+    it has computed and the link is free (Splitwise, Mooncake's layer-wise prefill), one layer at a time."""
     c, computed, link_free = t_p / layers, 0.0, 0.0
     for _ in range(layers):
         computed += c

@@ -3,18 +3,19 @@ instances and D decode instances, each of the layout the other options give (one
 groups), the KV cache of every prompt moved from the prefill instance that computed it to a decode instance. Pure
 arithmetic on the serving roofline (the steps of tfcalc.count.serving.continuous's Engine, or ep_continuous's).
 
-Sources: DistServe (Zhong et al., OSDI 2024, arXiv 2401.09670: sec. 2-3, a prefill instance runs prompts only and is
-an M/D/1 queue, sec. 3.1 eq. 1; a decode instance runs decode steps only; sec. 4.3, the KV cache moved after the
-prefill), Splitwise (Patel et al., ISCA 2024: sec. IV-C, the KV cache sent layer by layer while the prompt computes, so
-that only the part past the prefill's own time is exposed), Mooncake (Qin et al., FAST 2025, arXiv 2407.00079: sec. 5,
-layer-wise prefill: each layer's KV stored and sent while the next layer runs), SGLang's PD disaggregation
-(lmsys.org/blog/2025-05-05-large-scale-ep: prefill and decode servers, KV moved by RDMA from each GPU to its
-counterpart; the response streamed from the decode server, so the first token leaves after the KV arrives).
+Sources: DistServe (Zhong et al., OSDI 2024, arXiv 2401.09670: a prefill instance runs prompts only, analysed as an
+M/D/1 queue, sec. 3.1, Avg TTFT = D + R·D² / (2(1 − R·D)); a decode instance runs decode steps only; its placement for
+slow cluster networks keeps each prompt's KV transfer inside a node, on NVLink), Splitwise (Patel et al., ISCA 2024:
+the KV cache sent layer by layer while the prompt still computes, so that only the part past the prefill's own time is
+exposed), Mooncake (Qin et al., FAST 2025, arXiv 2407.00079: layer-wise prefill, each layer's KV stored and sent while
+the next layer runs), SGLang's PD disaggregation (lmsys.org/blog/2025-05-05-large-scale-ep: prefill and decode
+servers, the KV moved by RDMA from each GPU to its counterpart; the response streamed from the decode server, so the
+first token leaves after the KV arrives).
 
 1. Prefill instance: prompts only, each prefilled whole, one at a time per server (an attention-DP group under --ep),
    t_p as continuous's step 1 (the same step, so P:D = 1:1 agrees with the colocated server where it must). The
    requests split evenly over the P·g prefill servers (g: attention-DP groups per instance, 1 without --ep), each an
-   M/D/1 queue at r_p = R/(P·g): ρ_p = r_p·t_p, wait W = ρ_p·t_p / (2(1 − ρ_p)) (Pollaczek-Khinchine; DistServe eq. 1).
+   M/D/1 queue at r_p = R/(P·g): ρ_p = r_p·t_p, wait W = ρ_p·t_p / (2(1 − ρ_p)) (Pollaczek-Khinchine; DistServe sec. 3.1).
    Not modelled in the queue: several prompts batched into one step by a token budget B (SGLang's
    --max-prefill-tokens, vLLM's max_num_batched_tokens; a prompt of a few hundred tokens or more is compute-bound, so
    batching saves little but the weight read). Beside it, the bound batching gives: k = max(1, ⌊B/I⌋) prompts a step
@@ -22,11 +23,11 @@ counterpart; the response streamed from the decode server, so the first token le
    sustain were every step full -- how far the one-prompt queue's capacity may fall short for short prompts.
 2. KV transfer: the prompt's generation state at I positions in the KV dtype (a hybrid's fixed state with it), each
    GPU of the prefill server sending its own share (under --tp T a T-th of the heads) to its counterpart in the decode
-   server over its own link, X = α + bytes / (B·η) per layer, summed over the L layers. The link: the node's GPU-to-GPU
-   link (NVLink or PCIe) when all (P + D) instances fit in one node, else the network between nodes (the device's
-   inter_node_bytes_per_s per GPU, one NIC per GPU); B, α, η the performance model's for that link. Layer by layer
-   (Splitwise IV-C, Mooncake 5): layer l's KV is sent once layer l has computed, while layer l + 1 computes. With c =
-   t_p/L per layer and x = X/L per layer's send, the last send ends at t_p + x when x ≤ c, else at c + L·x: the
+   server over its own link: a layer's share in x = α + bytes / (L·bw·η), the whole X = L·x. The link: the node's
+   GPU-to-GPU link (NVLink or PCIe) when all (P + D) instances fit in one node, else the network between nodes (the
+   device's inter_node_bytes_per_s per GPU, one NIC per GPU); bw, α, η the performance model's for that link. Layer
+   by layer (Splitwise; Mooncake's layer-wise prefill): layer l's KV is sent once layer l has computed, while layer
+   l + 1 computes. With c = t_p/L a layer's compute, the last send ends at t_p + x when x ≤ c, else at c + L·x: the
    exposed part past the prefill is max(x, L·x − (L − 1)·c) -- never below one layer's send.
 3. Decode instance: decode steps only (no prefill stalls). The sequences split over the D·g decode servers, each at
    r_d = R/(D·g); Little's law with ρ = 0 (continuous, step 3): N = r_d·(O − 1)·τ(N), the smallest root, N within the
