@@ -15,7 +15,8 @@ first token leaves after the KV arrives).
 1. Prefill instance: prompts only, each prefilled whole, one at a time per server (an attention-DP group under --ep),
    t_p as continuous's step 1 (the same step, so P:D = 1:1 agrees with the colocated server where it must). The
    requests split evenly over the P·g prefill servers (g: attention-DP groups per instance, 1 without --ep), each an
-   M/D/1 queue at r_p = R/(P·g): ρ_p = r_p·t_p, wait W = ρ_p·t_p / (2(1 − ρ_p)) (Pollaczek-Khinchine; DistServe sec. 3.1).
+   M/D/1 queue at r_p = R/(P·g): ρ_p = r_p·t_p, wait W = ρ_p·t_p / (2(1 − ρ_p)) (Pollaczek-Khinchine; DistServe
+   sec. 3.1).
    Not modelled in the queue: several prompts batched into one step by a token budget B (SGLang's
    --max-prefill-tokens, vLLM's max_num_batched_tokens; a prompt of a few hundred tokens or more is compute-bound, so
    batching saves little but the weight read). Beside it, the bound batching gives: k = max(1, ⌊B/I⌋) prompts a step
