@@ -44,7 +44,8 @@ def link(spec: Optional[devices.DeviceSpec], c, gpus: int, p_d: tuple[int, int])
     total = (p_d[0] + p_d[1]) * gpus
     if total <= spec.gpus_per_node and spec.intra_node_bytes_per_s and spec.gpus_per_node > 1:
         kind = devices.intra_link(spec)
-        return dis.Link(kind, spec.intra_node_bytes_per_s, c.perf.link_latency_s[kind], c.perf.link_efficiency[kind])
+        return dis.Link(kind, spec.intra_node_bytes_per_s, c.perf.link_latency_s[kind], c.perf.link_efficiency[kind],
+                        devices.intra_link_name(spec))
     if not spec.inter_node_bytes_per_s:
         raise InputError(f"--disaggregate {p_d[0]}:{p_d[1]} needs {total:,} GPUs, past one node of {spec.name} "
                          f"({spec.gpus_per_node}), which names no network between nodes (inter_node_bytes_per_s)")
@@ -77,7 +78,7 @@ def to_json(x: Optional[dis.Disaggregated]) -> Optional[dict[str, Any]]:
             "mean_output": t.mean_output, "scheduler": SCHEDULER,
             "prefill_s": x.prefill_s, "prefill_share": x.prefill_share, "prefill_wait_s": x.prefill_wait_s,
             "kv_transfer_bytes": x.kv_transfer_bytes, "kv_transfer_s": x.kv_transfer_s,
-            "kv_transfer_exposed_s": x.kv_exposed_s, "kv_link": x.link.kind,
+            "kv_transfer_exposed_s": x.kv_exposed_s, "kv_link": x.link.kind, "kv_link_name": x.link.name,
             "kv_link_bytes_per_s": x.link.bytes_per_s, "layers": x.layers,
             "decode_batch": x.concurrency, "decode_step_s": x.decode_step_s, "ttft_s": x.ttft_s,
             "itl_s": x.itl_s if t.mean_output > 1 else None, "e2e_s": x.e2e_s, "request_s": x.request_s,

@@ -8,9 +8,6 @@ from typing import Any
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
 
-LINKS = {"nvlink": "the node's NVLink (all instances in one node)",
-         "pcie": "the node's PCIe (all instances in one node)", "network": "the network between nodes, per GPU"}
-
 
 def disaggregated_table(doc: Doc, row: dict[str, Any]) -> None:
     x = row.get("disaggregated")
@@ -34,10 +31,12 @@ def disaggregated_table(doc: Doc, row: dict[str, Any]) -> None:
         doc.note(f"Over capacity at {x['rate_per_s']:g} requests/s (limit {x['limit']}): {why}. The prefill instances "
                  f"sustain {x['prefill_max_rate_per_s']:.3g} requests/s, the decode instances "
                  f"{x['decode_max_rate_per_s']:.3g} (--require-fit: exit 1).", "warning")
+    path = ("the network between nodes, per GPU" if x["kv_link"] == "network" else
+            f"the node's {x['kv_link_name']} (all instances in one node)")
     doc.note(f"Scheduler: {x['scheduler']}. A prompt's prefill {units.seconds(x['prefill_s'])} (each prefill server "
              f"busy {x['prefill_share']:.0%}); its KV cache, {units.nbytes(x['kv_transfer_bytes'])} per GPU, moves in "
-             f"{units.seconds(x['kv_transfer_s'])} over {LINKS.get(x['kv_link'], x['kv_link'])}, layer by layer under "
-             "the prefill: the KV transfer column is the part past it. "
+             f"{units.seconds(x['kv_transfer_s'])} over {path}, layer by layer under the prefill: the KV transfer "
+             "column is the part past it. "
              + (f"Prompts batched to 8,192 tokens ({x['prompts_per_step_batched']:,} a step, not in the queue) "
                 f"would raise the prefill instances' bound from {x['prefill_max_rate_per_s']:.3g} to "
                 f"{x['prefill_batched_max_rate_per_s']:.3g} requests/s. " if x["prompts_per_step_batched"] > 1 else "")

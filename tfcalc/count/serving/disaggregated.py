@@ -61,6 +61,7 @@ class Link:
     bytes_per_s: float  # per GPU, one direction
     latency_s: float
     efficiency: float
+    name: str = "network"  # how the output names it: 'NVLink', 'Infinity Fabric', 'PCIe' (devices.intra_link_name)
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def parse(value) -> tuple[int, int]:
     """--disaggregate P:D: two positive whole numbers, one line otherwise."""
     text = str(value).strip()
     parts = text.split(":")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+    if len(parts) != 2 or not all(p.strip().isdecimal() and int(p) >= 1 for p in parts):
         raise InputError("--disaggregate takes P:D, the prefill and decode instances, two positive whole numbers "
                          f"(e.g. 1:3); got {text[:40]!r}")
     return int(parts[0]), int(parts[1])
