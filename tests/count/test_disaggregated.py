@@ -167,6 +167,8 @@ def test_nothing_without_the_flag():
     (("--rate", "2", "--disaggregate", "1.5:2"), "--disaggregate takes P:D"),
     (("--rate", "2", "--disaggregate", "2"), "--disaggregate takes P:D"),
     (("--rate", "2", "--disaggregate", "-1:2"), "--disaggregate takes P:D"),
+    (("--rate", "2", "--disaggregate", "\u00b2:1"), "--disaggregate takes P:D"),  # a digit int() does not read
+    (("--rate", "2", "--disaggregate", "1:2:3"), "--disaggregate takes P:D"),
     (("--disaggregate", "1:1"), "--disaggregate prices a server under a Poisson stream"),
     (("--concurrency", "4", "--disaggregate", "1:1"), "closed loop is not modelled disaggregated"),
     (("--rate", "2", "--disaggregate", "1:1", "--measure"), "prediction only"),
