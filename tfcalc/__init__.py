@@ -166,7 +166,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           host_op_s: Optional[float] = None, prefill_chunk: Optional[int] = None,
           context_chunking: Optional[str] = None, max_batch: Union[int, str, None] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
-          expert_imbalance: Any = None, cached_prefix: Optional[int] = None, **overrides: Any) -> "InferReport":
+          expert_imbalance: Any = None, cached_prefix: Optional[int] = None, disaggregate: Optional[str] = None,
+          **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
     redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
@@ -175,7 +176,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
     run's), context_chunking='on'|'off' (off: whole prompts in the step's budget, TensorRT-LLM's default),
     max_batch= the engine's cap on sequences in flight (per attention-DP group), or 'trtllm-bench' (its heuristic);
-    launch="eager" (host_op_s=); cached_prefix=N: N tokens of every prompt cached already (count/serving/prefix.py)."""
+    launch="eager" (host_op_s=); cached_prefix=N: N tokens of every prompt cached already (count/serving/prefix.py);
+    disaggregate="P:D": P prefill and D decode instances under rate= (count/serving/disaggregated.py)."""
     from tfcalc.report.infer import build_infer
     from tfcalc.report.infer_options import InferOptions
     from tfcalc.workload import default_dtype
@@ -192,7 +194,8 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            launch=launch, host_op_s=host_op_s, prefill_chunk=prefill_chunk,
                            context_chunking=context_chunking, max_batch=max_batch, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
-                           expert_imbalance=expert_imbalance, cached_prefix=cached_prefix)
+                           expert_imbalance=expert_imbalance, cached_prefix=cached_prefix,
+                           disaggregate=disaggregate)
     return build_infer(api_args.resolve_model(model, overrides), options)
 
 

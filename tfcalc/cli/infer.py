@@ -13,6 +13,7 @@ from tfcalc.cli.infer_options import (
     CachedPrefix,
     Concurrency,
     ContextChunking,
+    Disaggregate,
     Draft,
     DraftTokens,
     EPOverlap,
@@ -117,6 +118,7 @@ def infer(
     context_chunking: ContextChunking = None,
     cached_prefix: CachedPrefix = None,
     max_batch: MaxBatch = None,
+    disaggregate: Disaggregate = None,
     requests: Requests = None,
     max_time: MaxTime = None,
     format: FormatOption = Format.table,
@@ -233,6 +235,7 @@ def infer(
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
         lengths=lengths, mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk,
         context_chunking=context_chunking, cached_prefix=cached_prefix, max_batch=parse_max_batch(max_batch),
+        disaggregate=disaggregate,
         requests=requests,
         max_time=max_time, eager=eager, launch=launch,
         host_op_s=None if host_op_us is None else host_op_us * 1e-6,
@@ -255,7 +258,7 @@ def infer(
     if require_fit:
         data = report.to_json()
         rows = data if isinstance(data, list) else [data]
-        steady = rows[0]["continuous"]
+        steady = rows[0]["disaggregated"] or rows[0]["continuous"]  # --disaggregate: the disaggregated server's
         if steady and steady["over_capacity"]:
             render.does_not_fit(f"{ref.label} at {steady['rate_per_s']:g} requests/s: over capacity "
                                 f"({steady['limit']}; at most {steady['max_rate_per_s']:.3g} requests/s)")

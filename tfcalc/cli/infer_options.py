@@ -109,6 +109,13 @@ MaxBatch = Annotated[Optional[str], typer.Option(
     "(tensorrt_llm/bench/build/tuning.py; count/serving/engine_caps.py), the tokens as --prefill-chunk with "
     "--context-chunking off unless given [default: no cap but the KV cache's].",
     metavar="B|trtllm-bench", show_default=False)]
+Disaggregate = Annotated[Optional[str], typer.Option(
+    "--disaggregate", help="Continuous batching (--rate): disaggregated prefill and decode, P prefill and D decode "
+    "instances, each of the layout --tp/--ep give (DistServe, Splitwise, Mooncake, SGLang PD): prompts queue for a "
+    "prefill instance, their KV cache moves to a decode instance layer by layer (NVLink when all instances fit one "
+    "node, else the network), decode instances run decode steps only; TTFT, inter-token latency and capacity, limit "
+    "'prefill' or 'decode' (count/serving/disaggregated.py; JSON disaggregated).", metavar="P:D",
+    show_default=False)]
 Requests = Annotated[Optional[int], typer.Option(
     "--requests", help="Continuous batching with --measure: requests to serve (Poisson arrivals at --rate, seeded); "
     f"{bound_help('--requests')} [default: 64].", metavar="N", show_default=False,

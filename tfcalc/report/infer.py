@@ -23,7 +23,13 @@ from tfcalc.count.perf.hardware import PerfSpec, check_fraction, device_perf, fp
 from tfcalc.count.serving import expert_parallel as ep, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, read_span
 from tfcalc.errors import InputError, shown
-from tfcalc.report import continuous as continuous_report, continuous_measured, infer_ep, speculative_measured
+from tfcalc.report import (
+    continuous as continuous_report,
+    continuous_measured,
+    disaggregated,
+    infer_ep,
+    speculative_measured,
+)
 from tfcalc.report.decode import default_copy_bytes, measured_ceilings, measured_json, read_estimate
 from tfcalc.report.infer_options import InferOptions
 from tfcalc.report.infer_report import InferReport
@@ -116,6 +122,7 @@ def check_options(model: ModelRef, o: InferOptions) -> None:
     if o.measure and o.device_spec is not None and o.tp == 1:
         raise InputError("--device-spec predicts for a listed device, --measure for the one it runs on: give one")
     check_draft(o)
+    disaggregated.check(o)  # before continuous's checks: its own line for a missing --rate
     continuous_report.check(o)
     continuous_measured.check(o)
 
@@ -172,6 +179,7 @@ def estimate_infer(model: ModelRef, o: InferOptions, ceilings: Optional[Ceilings
         None if memory is None else serving.max_batch(cfg, w, fmt, memory, tp),
         serving.compute_bound_batch(cfg, w, fmt, ceilings, tp),
         serving.weight_matmuls_compute_bound_batch(cfg, w, fmt, ceilings, tp), continuous=state, read_estimates=read,
+        disaggregated=disaggregated.solve(o, cfg, fmt, kv, ceilings, spec, memory, tp),
     ))
 
 
@@ -188,7 +196,8 @@ def _expert_parallel(model: ModelRef, o: InferOptions, seq: int, src: Optional[i
     f = infer_ep.estimates(model, o, w, fmt, ceilings, memory, lay)
     return InferReport(model, o, seq, src, fmt, kv, spec, ceilings, f["estimates"], f["max_batch"],
                        f["compute_bound_batch"], f["weight_matmuls_compute_bound_batch"], ep_layout=lay,
-                       ep_terms=f["ep_terms"], continuous=state)
+                       ep_terms=f["ep_terms"], continuous=state,
+                       disaggregated=disaggregated.solve(o, model.cfg, fmt, kv, ceilings, spec, memory, lay=lay))
 
 
 def with_draft(model: ModelRef, o: InferOptions, report: "InferReport") -> "InferReport":

@@ -47,6 +47,7 @@ class InferOptions:
     prefill_chunk: Optional[int] = None  # --rate: chunked prefill's tokens per step (0: off; None: the default)
     context_chunking: Optional[str] = None  # 'on' (None: the default) or 'off': whole prompts in the step's budget
     cached_prefix: Optional[int] = None  # N tokens of each prompt already in the KV cache (count/serving/prefix.py)
+    disaggregate: Optional[str] = None  # --disaggregate P:D (count/serving/disaggregated.py)
     max_batch: object = None  # --rate: the engine's cap on sequences in flight a group, or 'trtllm-bench' (engine_caps)
     engine_settings: Optional[dict] = None  # --max-batch trtllm-bench: the caps it computed (report.continuous)
     requests: Optional[int] = None  # --rate --measure: requests served (None: continuous_measured's default)

@@ -14,7 +14,7 @@ from tfcalc.count.model.quant import WeightFormat, format_label, stored_mxfp4
 from tfcalc.count.perf.hardware import device_constants
 from tfcalc.count.serving import continuous, expert_parallel, serving_tp, speculative, static as serving
 from tfcalc.count.serving.roofline import Ceilings, experts_touched
-from tfcalc.report import continuous as continuous_report, infer_ep
+from tfcalc.report import continuous as continuous_report, disaggregated, infer_ep
 from tfcalc.report.decode import predicted_json, rows_json
 from tfcalc.report.display import Displayed
 from tfcalc.report.infer_options import InferOptions
@@ -43,6 +43,7 @@ class InferReport(Displayed):
     draft: Optional[ModelRef] = None  # --draft: the draft model and, per batch, the speculative round
     speculative: Optional[tuple[speculative.Speculative, ...]] = None
     continuous: Optional[continuous.SteadyState] = None  # --rate: the steady state (report.continuous)
+    disaggregated: Optional[Any] = None  # --disaggregate P:D (report.disaggregated)
     tp_measured: Optional[dict[str, Any]] = None  # --measure --tp: the collectives on T ranks (report.serving_tp)
     speculative_measured: Optional[dict[str, Any]] = None  # --measure --draft: the rounds run (speculative_measured)
     continuous_measured: Optional[dict[str, Any]] = None  # --measure --rate: the server run (continuous_measured)
@@ -121,6 +122,7 @@ class InferReport(Displayed):
             "ep": self.options.ep, "expert_parallel": self.ep_json(i),
             "speculative": self.speculative_json(i),
             "continuous": continuous_report.to_json(self.continuous, self.continuous_measured),
+            "disaggregated": disaggregated.to_json(self.disaggregated),
             "max_batch": self.max_batch, "compute_bound_batch": self.compute_bound_batch,
             "weight_matmuls_compute_bound_batch": self.weight_matmuls_compute_bound_batch,
             "total_s": est.total_s, "beyond_context": self.beyond_context,

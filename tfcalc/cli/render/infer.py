@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfcalc import units
+from tfcalc.cli.render.disaggregated import disaggregated_table
 from tfcalc.cli.render.doc import Column, Doc
 from tfcalc.cli.render.infer_ep import ep_measured_note, ep_table
 from tfcalc.count.perf.hardware import constants_line, from_table
@@ -366,6 +367,7 @@ def document(reports: list[InferReport], verbose: bool = False) -> Doc:
         data = r.to_json()
         rows = data if isinstance(data, list) else [data]
         _continuous_table(doc, r, rows)
+        disaggregated_table(doc, rows[0])
         (_measured_table if r.measured else _predicted_table)(doc, r, rows)
         _short_note(doc, r, rows)
         if rows[0]["continuous"] is None:  # under load the continuous table says it

@@ -145,8 +145,15 @@ class Engine:
         P = 0 without a cached prefix: the whole prompt). Sets ``cached``, P."""
         prefix.check(t.cached_prefix, t.mean_input)
         self.cached = prefix.hit_tokens(t.cached_prefix)
+        self.prompt_tokens = t.mean_input - self.cached
         return prefill_step(self.cfg, 1, t.mean_input - self.cached, self.fmt, self.kv, src_seq=self.src,
                             start=self.cached)
+
+    def prompts_s(self, k: int) -> float:
+        """k prompts prefilled together in one step, alone (k = 1: t_p; disaggregated prefill's budget batches)."""
+        pre = self.shard.step(prefill_step(self.cfg, k, self.prompt_tokens, self.fmt, self.kv, src_seq=self.src,
+                                           start=self.cached))
+        return step_seconds(pre.time_s(self.c), self.overhead(pre))
 
     def overhead(self, step: Step):
         """The performance model's per-step costs of one of this server's steps (None without one)."""

@@ -38,7 +38,7 @@ from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import chunked, continuous, expert_parallel as ep, serving_tp
-from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, weight_bytes_by_component
+from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, prefill_step, weight_bytes_by_component
 from tfcalc.count.serving.static import step_overhead
 from tfcalc.workload import decoder_source
 
@@ -100,6 +100,12 @@ class Engine(continuous.Engine):
         self.budget = budget if budget is not None and chunked.applies(cfg) else None
         self.chunked = None if self.budget is None else ChunkedPrefill(self, t.mean_input - self.cached, self.budget,
                                                                        split, start=self.cached)
+
+    def prompts_s(self, k: int) -> float:
+        """k prompts in one prefill step of every group (k = 1: t_p), the all-to-all of the group's k·(I − P) tokens."""
+        pre = self.shard.step(prefill_step(self.cfg, k, self.prompt_tokens, self.fmt, self.kv, src_seq=self.src,
+                                           start=self.cached))
+        return step_seconds(pre.time_s(self.c), self.with_a2a(self.overhead(pre), k * pre.queries, False))
 
     def a2a_s(self, group_tokens: int, decode: bool) -> float:
         """Step 3's all-to-all: the group's tokens dispatched a T-th by each of its GPUs, combined back; the fullest
