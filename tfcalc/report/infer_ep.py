@@ -25,7 +25,7 @@ from tfcalc.workload import Workload
 def active(o: InferOptions) -> bool:
     """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
     return (o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
-            or o.expert_imbalance is not None or o.ep_comm != "auto")
+            or o.expert_imbalance is not None or o.ep_comm != "auto" or o.adp_balance)
 
 
 def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
@@ -43,8 +43,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
         raise InputError(f"{load} with --ep --measure: the measured expert-parallel run is of one-token steps; drop "
                          f"--measure (or {load})")
     if o.ep == 1:
-        raise InputError("--attention-dp, --redundant-experts, --overlap ep, --expert-imbalance and --ep-comm lay out "
-                         "expert parallelism: give --ep E above 1")
+        raise InputError("--attention-dp, --redundant-experts, --overlap ep, --expert-imbalance, --ep-comm and "
+                         "--adp-balance lay out expert parallelism: give --ep E above 1")
     if spec is None or c.perf is None:
         raise InputError("--ep predicts for a listed device: give --device-spec")
     if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
@@ -75,14 +75,15 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
     t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output,
                            o.cached_prefix or 0)
     budget = prefill_chunk(o)
-    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o))
+    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o), o.adp_balance)
     if o.concurrency is not None:
         group = continuous.with_prefix(closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output), e,
                                        t.cached_prefix)
     else:
         group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e, max_batch=o.max_batch)
+    pace = None if e.chunked is None or d == 1 else e.pace(group.concurrency)  # the stall rides the chunked path
     return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split,
-                   engine=o.engine_settings)
+                   engine=o.engine_settings, pace=pace)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],

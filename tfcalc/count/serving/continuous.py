@@ -100,6 +100,7 @@ class SteadyState:
     prefix_kv_bytes: int = 0  # s: the shared prefix's state, held once (prefix, step 3; per GPU under --tp)
     max_batch: Optional[int] = None  # the engine's cap on sequences in flight (--max-batch; serving/engine_caps.py)
     engine: Optional[dict] = None  # --max-batch trtllm-bench: the engine's settings as it computed them (JSON)
+    pace: Optional[dict] = None  # attention DP: the groups' stall terms (count.serving.adp_pace, ep_continuous; JSON)
 
     @property
     def over_capacity(self) -> bool:
