@@ -78,10 +78,23 @@ def test_engine_adds_the_stall_to_the_chunked_prompt():
         want = on.chunked.seconds(n) + off.nonexpert_s(n) * adp_pace.stall_factor(lam, 4)
         assert off.chunked.seconds(n) == pytest.approx(want, rel=1e-12)
         assert off.prompt_s(n) == pytest.approx(want, rel=1e-12)
+        assert off.own_prompt_s(n) == pytest.approx(on.chunked.seconds(n), rel=1e-12)  # its TTFT: its own steps
     prompt = on.shard.step(ep_continuous.chunked.chunk_step(QWEN, 0, 512, BF16, "bf16"))
     rest = sum(r.time_s(on.c) for r in prompt.rows if not r.component.startswith(ep.ROUTED))
     assert on.nonexpert_s(0) == pytest.approx(rest, rel=1e-12) and rest > 0
     assert {r.component for r in prompt.rows} & {"attn_q", "attn_o"}  # the rows it keeps are attention's
+
+
+def test_light_load_ttft_keeps_the_prompts_own_steps():
+    """At a light load the stall is (D − 1)·t_ne on the other groups' share, not on the prompt's own first token:
+    TTFT off and on differ by less than one t_ne, while a prompt's share differs by nearly (D − 1)·t_ne."""
+    kw = dict(device_spec="h100-sxm", ep=4, rate=0.05, mean_input=512, mean_output=64)
+    off = tfcalc.infer("qwen3-30b-a3b", **kw).to_json()["continuous"]
+    on = tfcalc.infer("qwen3-30b-a3b", adp_balance=True, **kw).to_json()["continuous"]
+    t_ne = off["attention_dp_pace"]["nonexpert_prompt_s"]
+    assert 0 <= off["ttft_s"] - on["ttft_s"] < t_ne
+    assert off["prefill_s"] - on["prefill_s"] == pytest.approx(off["attention_dp_pace"]["stall_s_per_prompt"])
+    assert off["attention_dp_pace"]["stall_s_per_prompt"] > 2.5 * t_ne
 
 
 def test_balanced_is_the_aligned_model():

@@ -165,6 +165,11 @@ class Engine:
         """A prompt's seconds on the GPU beside n sequences decoding: t_p unchunked, t_p(n) chunked."""
         return self.prefill_s if self.chunked is None else self.chunked.seconds(n)
 
+    def own_prompt_s(self, n: float) -> float:
+        """A prompt's own steps' seconds for its TTFT (step 5): t_p(n), here; an attention-DP group's leaves out the
+        stall its prompts put on the other groups (ep_continuous), which its share ρ counts."""
+        return self.prompt_s(n)
+
     def tau(self, n: float) -> float:
         """τ(n): linear between whole batches, τ(1) below one."""
         if n <= 1:
@@ -323,10 +328,11 @@ def _steady_state(e: Engine, t: Traffic, max_batch: Optional[int] = None) -> Ste
     rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
     if e.chunked is None:
-        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, t_p
+        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, e.own_prompt_s(n)
     else:  # the prompts ahead hold the budget S(N) each (M/D/1); its own steps each carry the decode step too
         steps, s = e.chunked.steps(n), e.chunked.service(n)
-        wait, idle, own = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s, t_p + steps * min(n, 1.0) * tau
+        wait, idle = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s
+        own = e.own_prompt_s(n) + steps * min(n, 1.0) * tau
     ttft = wait + idle * min(n, 1.0) * tau / 2 + own + request
     return SteadyState(t, t_p, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request,
                        e.budget, steps, max_batch=max_batch)

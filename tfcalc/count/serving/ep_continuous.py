@@ -143,6 +143,11 @@ class Engine(continuous.Engine):
         lam = adp_pace.prompts_per_step(n, self.out)
         return self.nonexpert_s(round(n)) * adp_pace.stall_factor(lam, self.lay.dp)
 
+    def own_prompt_s(self, n: float) -> float:
+        """A prompt's own steps for its TTFT: the aligned t_p(n), without the stall it puts on the other groups
+        (which the group's share ρ counts through prompt_s)."""
+        return self.prefill_s if self.chunked is None else self.chunked.aligned(n)
+
     def pace(self, n: Optional[float]) -> dict:
         """The stall's terms at the steady state's n (JSON)."""
         n = 1.0 if n is None else n
@@ -168,9 +173,13 @@ class ChunkedPrefill(chunked.ChunkedPrefill):
         step = e.shard.step(chunked.chunk_step(e.cfg, start, size, e.fmt, e.kv))
         return step, e.with_a2a(e.overhead(step), size, False)
 
+    def aligned(self, n: float) -> float:
+        """t_p(n) with a prompt in every group's step (chunked.ChunkedPrefill.seconds)."""
+        return super().seconds(n)
+
     def seconds(self, n: float) -> float:
-        """t_p(n) (chunked.ChunkedPrefill.seconds) and the groups' stall (adp_pace, Engine.stall_s)."""
-        return super().seconds(n) + self.e.stall_s(n)
+        """t_p(n) aligned and the groups' stall (adp_pace, Engine.stall_s)."""
+        return self.aligned(n) + self.e.stall_s(n)
 
     def step_s(self, n: int, start: int, size: int) -> float:
         chunk, over = self._chunk(start, size)
