@@ -44,7 +44,8 @@ def run(job: dict) -> dict:
     starts.append(time.perf_counter())
     # a step: from one step's start to the next's on this rank (the ranks leave a collective a little apart, so
     # a single step's time on one rank carries that skew; consecutive steps' starts share it)
-    return {"rank": rank, "world_size": d, "step_s": [b - a for a, b in zip(starts, starts[1:], strict=False)], "counts": counts}
+    steps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    return {"rank": rank, "world_size": d, "step_s": steps, "counts": counts}
 
 
 def main(argv: list[str] | None = None) -> None:
