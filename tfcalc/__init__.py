@@ -167,10 +167,11 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
           context_chunking: Optional[str] = None, max_batch: Union[int, str, None] = None, ep: int = 1,
           attention_dp: Optional[int] = None, redundant_experts: int = 0, ep_overlap: bool = False,
           expert_imbalance: Any = None, cached_prefix: Optional[int] = None, disaggregate: Optional[str] = None,
-          **overrides: Any) -> "InferReport":
+          ep_comm: str = "auto", adp_balance: bool = False, **overrides: Any) -> "InferReport":
     """`tfcalc infer`: serving estimates on a device's roofline (device_spec: a table key or a YAML file), or
     measure=True: ceilings measured and the model timed, the prediction beside. tp=T, ep=E (attention_dp=,
-    redundant_experts=, ep_overlap=, expert_imbalance=): tensor- and expert-parallel serving (per GPU); draft=,
+    redundant_experts=, ep_overlap=, expert_imbalance=, ep_comm='auto'|'alltoall'|'allgather', adp_balance=):
+    tensor- and expert-parallel serving (per GPU); draft=,
     accept_rate=, draft_tokens: speculative decoding; rate= (or concurrency=: a closed loop of C users),
     mean_input=, mean_output=: continuous batching (lengths='fixed'|'random': how concurrency='s users send them),
     prefill_chunk= its chunk (0: prompts whole; None: 8192, 0 with measure=True; requests=, max_time=: the measured
@@ -195,7 +196,7 @@ def infer(model: "ModelSpec", batch: Union[int, Sequence[int]] = 1, seq: Optiona
                            context_chunking=context_chunking, max_batch=max_batch, ep=ep,
                            attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                            expert_imbalance=expert_imbalance, cached_prefix=cached_prefix,
-                           disaggregate=disaggregate)
+                           disaggregate=disaggregate, ep_comm=ep_comm, adp_balance=adp_balance)
     return build_infer(api_args.resolve_model(model, overrides), options)
 
 

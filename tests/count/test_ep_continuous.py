@@ -5,6 +5,8 @@ over the whole server, the whole server D groups, and attention DP beside TP for
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import assert_one_line_error
 
@@ -62,7 +64,7 @@ def test_whole_server_littles_law(load):
 def test_groups_split_the_load():
     """D groups at R: each a server at R/D -- the whole's rate, batch and capacity D times one group's."""
     _, c = datasheet_ceilings("h100-sxm", BF16)
-    lay = layout(c, 4)
+    lay = dataclasses.replace(layout(c, 4), comm="allgather")  # --ep-comm's default with attention DP in a node
     t = continuous.Traffic(5.0, 512, 128)
     e = ep_continuous.Engine(QWEN, BF16, "bf16", c, t, None, lay, 8192)
     group = continuous.steady_state(QWEN, BF16, "bf16", c, t, None, None, 8192, engine=e)

@@ -256,7 +256,8 @@ def test_ep_1_is_as_before():
 
 def test_infer_ep_json_terms():
     """The JSON's terms equal the module's, per GPU; throughput per GPU and node from the whole batch's."""
-    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4, expert_imbalance=1.0).to_json()
+    r = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4, expert_imbalance=1.0,
+                     ep_comm="alltoall").to_json()
     x = r["expert_parallel"]
     assert x["expert_imbalance"] == {"skew": None, "skew_cv": None, "fixed": 1.0, "prefill_factor": 1.0,
                                      "decode_factor": 1.0}
@@ -269,6 +270,10 @@ def test_infer_ep_json_terms():
     assert over["comm_s"] == pytest.approx(x["a2a_s_per_decode_step"], rel=1e-12)  # T = 1: no all-reduce
     assert x["decode_tokens_per_s_per_gpu"] * 4 == pytest.approx(r["decode_tokens_per_s_total"], rel=1e-12)
     assert r["max_batch"] % 4 == 0 and r["fits"] is True
+    # the default under attention DP in one node, TensorRT-LLM's allgather + reduce-scatter: 2 tokens a GPU, 48
+    # layers, 3 peers, rows of 2,048 bf16 + 8 int32 ids + 8 fp32 weights gathered and 2,048 bf16 scattered
+    g = tfcalc.infer("qwen3-30b-a3b", batch=8, seq=1000, gen=100, ep=4, expert_imbalance=1.0).to_json()
+    assert g["expert_parallel"]["decode_all_to_all"]["nvlink_bytes"] == 2 * 48 * 3 * (4096 + 64 + 4096)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -9,6 +9,7 @@ import typer
 from tfcalc.cli import render
 from tfcalc.cli.infer_options import (
     AcceptRate,
+    ADPBalance,
     AttentionDP,
     CachedPrefix,
     Concurrency,
@@ -16,6 +17,7 @@ from tfcalc.cli.infer_options import (
     Disaggregate,
     Draft,
     DraftTokens,
+    EPComm,
     EPOverlap,
     ExpertImbalance,
     HostOpUs,
@@ -31,6 +33,7 @@ from tfcalc.cli.infer_options import (
     Requests,
     ServeEP,
     ServeTP,
+    adp_balance as parse_adp_balance,
     ep_overlap,
 )
 from tfcalc.cli.options import (
@@ -106,6 +109,8 @@ def infer(
     redundant_experts: RedundantExperts = 0,
     overlap: EPOverlap = None,
     expert_imbalance: ExpertImbalance = None,
+    ep_comm: EPComm = "auto",
+    adp_balance: ADPBalance = None,
     draft: Draft = None,
     accept_rate: AcceptRate = None,
     draft_tokens: DraftTokens = None,
@@ -231,7 +236,7 @@ def infer(
         device=run_on, warmup=warmup, repeat=repeat, copy_bytes=parse_bytes(copy_size) if copy_size else None,
         matmul_efficiency=matmul_efficiency, bandwidth_efficiency=bandwidth_efficiency, tp=tp,
         ep=ep, attention_dp=attention_dp, redundant_experts=redundant_experts, ep_overlap=ep_overlap(overlap),
-        expert_imbalance=expert_imbalance,
+        expert_imbalance=expert_imbalance, ep_comm=ep_comm, adp_balance=parse_adp_balance(adp_balance),
         draft=draft, accept_rate=accept_rate, draft_tokens=draft_tokens, rate=rate, concurrency=concurrency,
         lengths=lengths, mean_input=mean_input, mean_output=mean_output, prefill_chunk=prefill_chunk,
         context_chunking=context_chunking, cached_prefix=cached_prefix, max_batch=parse_max_batch(max_batch),

@@ -37,6 +37,28 @@ ExpertImbalance = Annotated[Optional[str], typer.Option(
     "none: no EPLB (0.48), uniform: a perfectly balanced router; each plus the step's routing noise, the expected "
     "maximum over the E GPUs; or a fixed factor F (1.0 = balanced) [default: eplb].", metavar="eplb|none|uniform|F",
     show_default=False)]
+EPComm = Annotated[str, typer.Option(
+    "--ep-comm", help="With --ep and attention DP: the MoE layer's exchange. allgather: every rank's tokens to every "
+    "GPU before the experts, their outputs reduce-scattered after (TensorRT-LLM's CUTLASS MoE on Hopper); alltoall: "
+    "each token to its experts' GPUs only; auto: allgather with attention DP inside one node, else alltoall (the "
+    "source's rule: alltoall needs a multi-node NVLink domain and EP above top-k) [default: auto].",
+    metavar="auto|alltoall|allgather", show_default=False)]
+
+ADPBalance = Annotated[Optional[str], typer.Option(
+    "--adp-balance", help="With --ep, attention DP and --rate/--concurrency: on: the groups' prompts held until every "
+    "group has one (TensorRT-LLM's attention_dp_config enable_balance), so they share steps; off: each group "
+    "schedules its own and a step waits for the group with the most prompts' attention (its default) [default: off].",
+    metavar="on|off", show_default=False)]
+
+
+def adp_balance(value: Optional[str]) -> bool:
+    """--adp-balance: 'on' or 'off' (any case), one line otherwise."""
+    from tfcalc.errors import InputError, shown
+
+    v = "off" if value is None else str(value).strip().lower()
+    if v not in ("on", "off"):
+        raise InputError(f"--adp-balance must be on or off; got {shown(value)}")
+    return v == "on"
 
 
 def ep_overlap(value: Optional[str]) -> bool:

@@ -222,4 +222,5 @@ def to_json(state: Optional[continuous.SteadyState],
             "ttft_p99_s": state.ttft_p99_s, "max_rate_per_s": state.max_rate, "over_capacity": state.over_capacity,
             "limit": state.limit, "cached_prefix": state.cached_prefix, "cached_tokens": state.cached_tokens,
             "prefix_kv_bytes": state.prefix_kv_bytes, "max_batch": state.max_batch, "engine_settings": state.engine,
+            "attention_dp_pace": state.pace,
             "measured": measured}

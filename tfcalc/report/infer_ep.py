@@ -25,7 +25,7 @@ from tfcalc.workload import Workload
 def active(o: InferOptions) -> bool:
     """Whether the options ask for expert parallelism (--ep above 1, or --attention-dp / --redundant-experts)."""
     return (o.ep != 1 or o.attention_dp is not None or bool(o.redundant_experts) or o.ep_overlap
-            or o.expert_imbalance is not None)
+            or o.expert_imbalance is not None or o.ep_comm != "auto" or o.adp_balance)
 
 
 def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec], c: Ceilings) -> ep.ExpertLayout:
@@ -43,8 +43,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
         raise InputError(f"{load} with --ep --measure: the measured expert-parallel run is of one-token steps; drop "
                          f"--measure (or {load})")
     if o.ep == 1:
-        raise InputError("--attention-dp, --redundant-experts, --overlap ep and --expert-imbalance lay out expert "
-                         "parallelism: give --ep E above 1")
+        raise InputError("--attention-dp, --redundant-experts, --overlap ep, --expert-imbalance, --ep-comm and "
+                         "--adp-balance lay out expert parallelism: give --ep E above 1")
     if spec is None or c.perf is None:
         raise InputError("--ep predicts for a listed device: give --device-spec")
     if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
@@ -60,7 +60,8 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     return ep.ExpertLayout(o.ep, o.tp, dp, o.redundant_experts, spec.gpus_per_node, link, spec.intra_node_bytes_per_s,
                            perf.link_latency_s[link], perf.link_efficiency[link], spec.inter_node_bytes_per_s or 0.0,
                            perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap,
-                           expert_imbalance.parse(o.expert_imbalance))
+                           expert_imbalance.parse(o.expert_imbalance),
+                           ep.comm_method(o.ep_comm, o.ep, dp, spec.gpus_per_node))
 
 
 def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, memory: Optional[int],
@@ -74,14 +75,15 @@ def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, me
     t = continuous.Traffic(o.rate / d if o.rate is not None else 1.0, o.mean_input, o.mean_output,
                            o.cached_prefix or 0)
     budget = prefill_chunk(o)
-    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o))
+    e = ep_continuous.Engine(cfg, fmt, kv, c, t, memory, lay, budget, split(o), o.adp_balance)
     if o.concurrency is not None:
         group = continuous.with_prefix(closed_loop.solve(e, o.concurrency / d, o.mean_input, o.mean_output), e,
                                        t.cached_prefix)
     else:
         group = continuous.steady_state(cfg, fmt, kv, c, t, memory, None, budget, engine=e, max_batch=o.max_batch)
+    pace = None if e.chunked is None or d == 1 else e.pace(group.concurrency)  # the stall rides the chunked path
     return replace(ep_continuous.whole(group, d), whole=e.chunked is not None and not e.chunked.split,
-                   engine=o.engine_settings)
+                   engine=o.engine_settings, pace=pace)
 
 
 def estimates(model: ModelRef, o: InferOptions, w: Workload, fmt, c: Ceilings, memory: Optional[int],
@@ -122,6 +124,9 @@ def to_json(lay: ep.ExpertLayout, cfg, est, t: ep.Terms) -> dict[str, Any]:
         "decode_experts_hit_per_gpu_per_layer": ep.hit_per_gpu(cfg, lay, est.batch),
         "decode_weights_read_bytes_per_gpu": None if decode is None else decode.weight_bytes,
         "decode_kv_read_bytes_per_gpu": None if decode is None else decode.kv_bytes,
+        "ep_comm": {"method": lay.comm, "source": "TensorRT-LLM v1.0's CUTLASS MoE under attention DP: allgather + "
+                    "reduce-scatter unless a multi-node NVLink domain and EP > top-k (modeling_qwen3_moe.py, "
+                    "should_enable_alltoall); count.serving.ep_all_to_all.comm_method"},
         "prefill_all_to_all": _a2a(t.prefill), "decode_all_to_all": _a2a(t.decode),
         "a2a_s_per_decode_step": None if t.decode is None else t.decode.a2a.seconds,
         "attention_tp_comm_s_per_decode_step": None if t.decode is None else t.decode.tp_comm_s,
@@ -152,6 +157,7 @@ def measure(model: ModelRef, lay: ep.ExpertLayout, batch: int) -> dict[str, Any]
     from tfcalc.measure.serving_ep import measure as run
 
     cfg, b = model.cfg, ep.group_batch(batch, lay)
+    lay = dataclasses.replace(lay, comm="alltoall")  # the gloo ranks exchange by all_to_all_single (serving_ep)
     check_nproc(lay.ep, "cpu")
     ranks = run(dataclasses.asdict(cfg), lay.ep, b, MEASURED_STEPS)
     w = ep.weights_per_gpu(cfg, plain("fp32"), lay)

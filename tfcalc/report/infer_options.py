@@ -36,6 +36,8 @@ class InferOptions:
     redundant_experts: int = 0
     ep_overlap: bool = False  # --overlap ep: two micro-batches, the all-to-all under the compute
     expert_imbalance: object = None  # --expert-imbalance: a skew's name or a fixed factor (count.perf.expert_imbalance)
+    adp_balance: bool = False  # --adp-balance on: the groups' prompts aligned (count.serving.adp_pace)
+    ep_comm: str = "auto"  # --ep-comm: the MoE's exchange under attention DP (count.serving.ep_all_to_all.comm_method)
     draft: Optional[str] = None  # speculative decoding's draft model (tfcalc.count.serving.speculative)
     accept_rate: Optional[float] = None
     draft_tokens: Optional[int] = None  # None: speculative.DEFAULT_DRAFT_TOKENS

@@ -8,7 +8,7 @@ from typing import Any
 from tfcalc import units
 from tfcalc.cli.render.disaggregated import disaggregated_table
 from tfcalc.cli.render.doc import Column, Doc
-from tfcalc.cli.render.infer_ep import ep_measured_note, ep_table
+from tfcalc.cli.render.infer_ep import ep_measured_note, ep_table, pace_note
 from tfcalc.count.perf.hardware import constants_line, from_table
 from tfcalc.report.infer_report import InferReport
 
@@ -167,6 +167,7 @@ def _continuous_table(doc: Doc, r: InferReport, rows: list[dict[str, Any]]) -> N
              if x["max_concurrency"] is not None else
              f"Scheduler: {x['scheduler']}.")
     _prefix_note(doc, rows[0])
+    pace_note(doc, x.get("attention_dp_pace"))
     if x.get("users") and x.get("method") and not x["over_capacity"]:
         doc.note(f"Lengths {x['lengths']} (--lengths): " + (
             f"the engine's steps simulated for {x['users']:,} users who start together, a first round then 8 measured; "

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from tfcalc import units
 from tfcalc.cli.render.doc import Column, Doc
@@ -36,8 +36,11 @@ def ep_table(doc: Doc, rows: list[dict[str, Any]]) -> None:
               x["decode_tokens_per_s_per_node"])
     a = x["decode_all_to_all"] or x["prefill_all_to_all"]
     doc.note(f"Expert parallel: routed experts {units.nbytes(x['routed_experts_bytes_per_gpu'])} + attention, dense "
-             f"and shared {units.nbytes(x['attention_dense_shared_bytes_per_gpu'])} per GPU; each GPU dispatches its "
-             f"tokens to the experts' GPUs and takes their outputs back at each of {a['moe_layers']} MoE layers, "
+             f"and shared {units.nbytes(x['attention_dense_shared_bytes_per_gpu'])} per GPU; "
+             + ("every GPU gathers all GPUs' tokens and reduce-scatters the experts' outputs back (--ep-comm allgather,"
+                " TensorRT-LLM's CUTLASS MoE under attention DP)" if a["route"] == "allgather" else
+                "each GPU dispatches its tokens to the experts' GPUs and takes their outputs back")
+             + f" at each of {a['moe_layers']} MoE layers, "
              f"{units.nbytes(a['dispatch_bytes_per_token_per_layer'])} + "
              f"{units.nbytes(a['combine_bytes_per_token_per_layer'])} a token and layer ({a['route']} route), "
              + ("two half batches each computing while the other's all-to-all runs (--overlap ep)" if x["overlap"]
@@ -73,3 +76,15 @@ def ep_measured_note(doc: Doc, first: dict[str, Any]) -> None:
              + f"; all-to-all {units.nbytes(a['measured'])} off a rank a step (predicted "
              f"{units.nbytes(a['predicted'])}); {h['measured']:.3g} of its experts hit a layer (predicted "
              f"{h['predicted']:.3g}, uniform routing).", "ok" if m["weights_equal"] else "warning")
+
+
+def pace_note(doc: Doc, p: Optional[dict[str, Any]]) -> None:
+    """--rate/--concurrency under attention DP: the groups' stall (count.serving.adp_pace), one note."""
+    if not p:
+        return
+    doc.note(f"Attention DP (--adp-balance {p['balance']}): " + (
+        "every group's prompts in the same steps." if p["balance"] == "on" else
+        f"the {p['groups']} groups schedule their prompts apart, {p['prompts_per_step']:.3g} a step each; a step "
+        f"waits for the group with the most ({p['expected_max_prompts']:.3g} expected), so a prompt's attention and "
+        f"dense rows ({units.seconds(p['nonexpert_prompt_s'])}) hold the groups with fewer for "
+        f"{units.seconds(p['stall_s_per_prompt'])} in all (count/serving/adp_pace.py)."))

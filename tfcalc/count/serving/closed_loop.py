@@ -86,7 +86,7 @@ class Loop:
         e = self.e
         if e.chunked is None:
             return e.prefill_s
-        return e.prompt_s(n) + e.chunked.steps(n) * min(n, 1.0) * e.tau(n)
+        return e.own_prompt_s(n) + e.chunked.steps(n) * min(n, 1.0) * e.tau(n)
 
     def hold(self, n: float) -> float:
         return self.e.prefill_s if self.e.chunked is None else self.e.chunked.service(n)

@@ -100,6 +100,7 @@ class SteadyState:
     prefix_kv_bytes: int = 0  # s: the shared prefix's state, held once (prefix, step 3; per GPU under --tp)
     max_batch: Optional[int] = None  # the engine's cap on sequences in flight (--max-batch; serving/engine_caps.py)
     engine: Optional[dict] = None  # --max-batch trtllm-bench: the engine's settings as it computed them (JSON)
+    pace: Optional[dict] = None  # attention DP: the groups' stall terms (count.serving.adp_pace, ep_continuous; JSON)
 
     @property
     def over_capacity(self) -> bool:
@@ -170,6 +171,11 @@ class Engine:
     def prompt_s(self, n: float) -> float:
         """A prompt's seconds on the GPU beside n sequences decoding: t_p unchunked, t_p(n) chunked."""
         return self.prefill_s if self.chunked is None else self.chunked.seconds(n)
+
+    def own_prompt_s(self, n: float) -> float:
+        """A prompt's own steps' seconds for its TTFT (step 5): t_p(n), here; an attention-DP group's leaves out the
+        stall its prompts put on the other groups (ep_continuous), which its share ρ counts."""
+        return self.prompt_s(n)
 
     def tau(self, n: float) -> float:
         """τ(n): linear between whole batches, τ(1) below one."""
@@ -329,10 +335,11 @@ def _steady_state(e: Engine, t: Traffic, max_batch: Optional[int] = None) -> Ste
     rho = t.rate * t_p
     tau = e.tau(n) if n > 0 else e.step_s(1)
     if e.chunked is None:
-        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, t_p
+        steps, wait, idle, own = None, rho * t_p / (2 * (1 - rho)), 1 - rho, e.own_prompt_s(n)
     else:  # the prompts ahead hold the budget S(N) each (M/D/1); its own steps each carry the decode step too
         steps, s = e.chunked.steps(n), e.chunked.service(n)
-        wait, idle, own = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s, t_p + steps * min(n, 1.0) * tau
+        wait, idle = t.rate * s * s / (2 * (1 - t.rate * s)), 1 - t.rate * s
+        own = e.own_prompt_s(n) + steps * min(n, 1.0) * tau
     ttft = wait + idle * min(n, 1.0) * tau / 2 + own + request
     return SteadyState(t, t_p, rho, n, tau, ttft, tau / (1 - rho), e.kv_bytes(n), cap_n, rate, None, request,
                        e.budget, steps, max_batch=max_batch)

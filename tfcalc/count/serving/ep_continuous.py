@@ -9,14 +9,15 @@ perf-overview.md, "For MoE models"), SGLang's ``--enable-dp-attention``, vLLM's 
    KV cache (its T GPUs' memory less their weights: the group's sequences each at serving_tp's share over T) and its
    own chunked prefill (the budget B is per group, as TensorRT-LLM's max_num_tokens and each vLLM DP engine's
    max_num_batched_tokens are per rank).
-2. A step is synchronised across the groups: every MoE layer's all-to-all waits for all of them, so the step takes
+2. A step is synchronised across the groups: every MoE layer's exchange waits for all of them, so the step takes
    the slowest group's time. In the steady state every group is at the mean -- n decode sequences, and in a step
-   carrying prompt chunks, a chunk in every group (the groups alike, as TensorRT-LLM's attention_dp_config
-   enable_balance holds a rank's prompts until the others have theirs, batching_wait_iters / timeout_iters) -- so the
-   step is one group's. Not modelled: the spread between the groups' batches, and steps where some groups carry no
-   chunk (the group with one then sets a step the others would run faster: each group's timeline would see the
-   others' chunks' attention as stalls; the aligned case is the faster bound). At light load a prompt's step is
-   priced with the other groups' chunks beside it, so a lone prompt's TTFT is over-counted by their expert work.
+   carrying prompt chunks, a chunk in every group -- priced so; then, unless ``balance`` (``--adp-balance on``:
+   TensorRT-LLM's attention_dp_config enable_balance, which holds a rank's prompts until the others have theirs),
+   each prompt's t_p(n) gains tfcalc.count.serving.adp_pace's stall, t_ne(n)·(M_D(λ)/λ − 1): the groups schedule
+   their prompts apart (the source's default), and a group with more prompts in a step holds the others for their
+   attention and dense rows (``nonexpert_s``). Not modelled: the spread between the groups' decode batches. At
+   light load a prompt's step is priced with the other groups' chunks beside it, so a lone prompt's TTFT is
+   over-counted by their expert work.
 3. One GPU's step at a group's n decode tokens (and a chunk of c): the attention and dense rows of the group's n (+ c)
    tokens under TP T (expert_parallel.Sharding's rule), the routed experts' share of every group's tokens, D·(n + c)
    (FLOPs h/(n + R) of the pairs, the weights of its h experts that some of those tokens hit), the per-step costs of
@@ -37,7 +38,7 @@ from tfcalc.config import ModelConfig
 from tfcalc.count.model.memory import activation_element_bytes
 from tfcalc.count.model.quant import WeightFormat
 from tfcalc.count.perf.inference import step_seconds
-from tfcalc.count.serving import chunked, continuous, expert_parallel as ep, serving_tp
+from tfcalc.count.serving import adp_pace, chunked, continuous, expert_parallel as ep, serving_tp
 from tfcalc.count.serving.roofline import Ceilings, Row, Step, decode_step, prefill_step, weight_bytes_by_component
 from tfcalc.count.serving.static import step_overhead
 from tfcalc.workload import decoder_source
@@ -84,10 +85,13 @@ class Engine(continuous.Engine):
     tokens at the experts and the all-to-all added after the compute."""
 
     def __init__(self, cfg: ModelConfig, fmt: WeightFormat, kv_dtype: str, c: Ceilings, t: continuous.Traffic,
-                 memory: Optional[int], lay: ep.ExpertLayout, budget: Optional[int] = None, split: bool = True):
+                 memory: Optional[int], lay: ep.ExpertLayout, budget: Optional[int] = None, split: bool = True,
+                 balance: bool = False):
         from functools import lru_cache
 
         self.cfg, self.fmt, self.kv, self.c, self.memory, self.lay = cfg, fmt, kv_dtype, c, memory, lay
+        self.balance, self.inp, self.out = balance, t.mean_input, t.mean_output
+        self.nonexpert_s = lru_cache(maxsize=None)(self._nonexpert_s)
         self.tp = lay.attention()
         self.shard = GroupSharding(cfg, fmt, lay)
         self.act = activation_element_bytes(fmt.compute_dtype)
@@ -125,6 +129,42 @@ class Engine(continuous.Engine):
         step = self.shard.step(decode_step(self.cfg, n, self.context, self.fmt, self.kv, src_seq=self.src))
         return step, self.with_a2a(self.overhead(step), n, True)
 
+    def _nonexpert_s(self, n: int) -> float:
+        """adp_pace's t_ne(n): a whole prompt's attention, dense and other rows on the group's GPUs beside n sequences
+        decoding -- the mixed step's rows less the decode step's (the weights read once), its expert rows left out."""
+        def rest(s: Step) -> float:
+            return sum(r.time_s(self.c) for r in s.rows if not r.component.startswith(ep.ROUTED))
+
+        size = self.inp - self.cached  # the prompt's uncached tokens, I − P
+        prompt = self.shard.step(chunked.chunk_step(self.cfg, self.cached, size, self.fmt, self.kv))
+        if n == 0:
+            return rest(prompt)
+        decode, _ = self.decode_parts(n)
+        return max(0.0, rest(chunked.mixed_step(self.cfg, decode, prompt)) - rest(decode))
+
+    def stall_s(self, n: float) -> float:
+        """adp_pace step 3: the seconds a prompt adds, beyond the aligned t_p(n), where the groups schedule apart."""
+        if self.balance or self.lay.dp == 1:
+            return 0.0
+        lam = adp_pace.prompts_per_step(n, self.out)
+        return self.nonexpert_s(round(n)) * adp_pace.stall_factor(lam, self.lay.dp)
+
+    def own_prompt_s(self, n: float) -> float:
+        """A prompt's own steps for its TTFT: the aligned t_p(n), without the stall it puts on the other groups
+        (which the group's share ρ counts through prompt_s)."""
+        return self.prefill_s if self.chunked is None else self.chunked.aligned(n)
+
+    def pace(self, n: Optional[float]) -> dict:
+        """The stall's terms at the steady state's n (JSON)."""
+        n = 1.0 if n is None else n
+        lam = adp_pace.prompts_per_step(n, self.out)
+        return {"balance": "on" if self.balance else "off", "groups": self.lay.dp, "prompts_per_step": lam,
+                "expected_max_prompts": adp_pace.expected_max(lam, self.lay.dp),
+                "nonexpert_prompt_s": self.nonexpert_s(round(n)), "stall_s_per_prompt": self.stall_s(n),
+                "source": "TensorRT-LLM v1.0 py_executor._schedule: each attention-DP rank schedules its own "
+                          "prompts (attention_dp_config.enable_balance off by default); every MoE layer waits for "
+                          "the rank with the most (count.serving.adp_pace)"}
+
     def overhead(self, step: Step):
         copy = ep.route(self.lay, step.phase == "decode") != "low_latency"  # DeepEP LL: no copy (moe_serving, 1)
         return step_overhead(self.cfg, step, self.fmt, self.c, self.tp, self.src, permute=copy)
@@ -138,6 +178,14 @@ class ChunkedPrefill(chunked.ChunkedPrefill):
         e = self.e
         step = e.shard.step(chunked.chunk_step(e.cfg, start, size, e.fmt, e.kv))
         return step, e.with_a2a(e.overhead(step), size, False)
+
+    def aligned(self, n: float) -> float:
+        """t_p(n) with a prompt in every group's step (chunked.ChunkedPrefill.seconds)."""
+        return super().seconds(n)
+
+    def seconds(self, n: float) -> float:
+        """t_p(n) aligned and the groups' stall (adp_pace, Engine.stall_s)."""
+        return self.aligned(n) + self.e.stall_s(n)
 
     def step_s(self, n: int, start: int, size: int) -> float:
         chunk, over = self._chunk(start, size)

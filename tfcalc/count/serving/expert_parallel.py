@@ -72,8 +72,11 @@ from tfcalc.count.perf import expert_imbalance
 from tfcalc.count.perf.inference import step_seconds
 from tfcalc.count.serving import ep_overlap, serving_tp
 from tfcalc.count.serving.ep_all_to_all import (  # noqa: F401 - the module's steps 4 and 6, re-exported
+    EP_COMMS,
     AllToAll,
     all_to_all,
+    allgather_reducescatter,
+    comm_method,
     held_sms,
     moe_layers,
     moe_of,
@@ -115,6 +118,7 @@ class ExpertLayout:
     network_efficiency: float = 1.0
     overlap: bool = False  # --overlap ep: two micro-batches, one's all-to-all under the other's compute (step 6)
     imbalance: expert_imbalance.Imbalance = None  # --expert-imbalance: a skew's name or a fixed factor (step 7)
+    comm: str = "alltoall"  # --ep-comm, resolved: alltoall (step 4) or allgather (ep_all_to_all.comm_method)
 
     @property
     def nodes(self) -> int:
@@ -232,7 +236,7 @@ def fullest_all_to_all(a2a: AllToAll, cfg: ModelConfig, lay: ExpertLayout, token
     GPU receives it: f times the mean's rows in the dispatch, sent back in the combine, so the wire time (not the
     per-call latency) is f times the mean GPU's, f = imbalance(cfg, lay, tokens)."""
     f = imbalance(cfg, lay, tokens)
-    if not a2a.seconds or f == 1.0:
+    if not a2a.seconds or f == 1.0 or a2a.how == "allgather":  # every GPU gets every row: no fullest GPU
         return a2a
     latency = 2 * a2a.layers * (lay.network_latency_s if lay.nodes > 1 else lay.intra_latency_s)
     return replace(a2a, seconds=latency + (a2a.seconds - latency) * f)
