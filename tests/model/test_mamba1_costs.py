@@ -169,3 +169,50 @@ def test_a_training_step_prices_the_loop():
         finally:
             mixer_loops.loop_costs = zero
         assert with_loop.block_other_s - without.block_other_s == pytest.approx(loop_s / 64, rel=1e-12)
+
+
+@pytest.mark.parametrize("kernels", ["fused", "compile"])
+def test_a_training_step_counts_the_scan_once(kernels):
+    """Under autograd the module runs the position loop, not the chunked scan (tfcalc.model.mamba1._scan), so a
+    training step's non-matmul work is the loop's (Mamba1.autograd_loop: every fp32 pass over (T, I, N), dt·A and
+    its exp included) plus one read and one write of the mixer's other elementwise entries; the scan's entry keeps
+    its one fused kernel each way (exp(dt·A): the loop's 3T and 5T kernels are the recurrence's, the reads and the
+    stacks) and no bytes of its own. Hand derivation for a micro-batch of B sequences of T tokens on one rank, per
+    layer, at bandwidth b and each kernel's cost k (seconds): the step's non-matmul seconds minus the same step's
+    with the Mamba-1 entries' bytes all zero is the other entries' bytes, 2·a·(I + I + I)·B·T for SiLU, the
+    softplus and the gate (+ the norms' 2·a·(R + 2N)·B·T where the model has them), times 1 + 2 passes, over b,
+    exactly: no scan_passes(T) term, the chunked prefill's (before: about 12T more fp32 passes a layer forward,
+    2 × that backward, the scan counted beside its loop). And the inference passes must not enter at all."""
+    from tfcalc.architecture import mamba1 as arch
+    from tfcalc.architecture.mixer import Elementwise
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg, perf = load("falcon-mamba-7b"), perf_spec("h100-sxm")
+    spec = cfg.architecture.output.layer(0).mixer
+    B, T, a, bw = 1, 2048, 2, 3e12
+    layout = Layout(seq=T, global_batch=8, micro_batch=B, kernels=kernels)
+    step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    # the inference scan's passes (out of autograd only) play no part in a training step
+    passes = arch.scan_passes
+    try:
+        arch.scan_passes = lambda queries: 10**6 * passes(queries)
+        inflated = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    finally:
+        arch.scan_passes = passes
+    assert inflated.block_other_s == step.block_other_s
+    # the mixer's other entries, by hand: SiLU, softplus and the D skip / gate over I, the weightless norms over
+    # R + 2N, one read and one write each, forward and twice backward
+    inner, R, N = spec.inner, spec.dt_rank, spec.state_size
+    assert spec.bcdt_norm == "weightless"
+    others = 2 * a * B * T * (3 * inner + R + 2 * N) * 3 / bw
+    real = arch.Mamba1.elementwise
+    try:  # the mixer's entries kept, their bytes zero: what remains is everything but them
+        arch.Mamba1.elementwise = lambda self, q, k: [Elementwise(e.work, e.label, e.elements, e.norm, e.per_element,
+                                                                  e.kernels, 0) for e in real(self, q, k)]
+        without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    finally:
+        arch.Mamba1.elementwise = real
+    assert step.block_other_s - without.block_other_s == pytest.approx(others, rel=1e-12)

@@ -53,6 +53,7 @@ from tfcalc.errors import InputError
 
 FP32 = 4
 NORMS = ("none", "weightless", "weighted")
+SCAN = "Mamba-1 exp(dt·A) and the decay"  # the scan's elementwise entry, whose bytes autograd_loop moves in training
 
 
 def scan_chunks(queries: int) -> tuple[int, int, int]:
@@ -100,6 +101,8 @@ class Mamba1:
     state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
     causal: bool = True
     module = "tfcalc.model.mamba1:Mamba1Mixer"
+    # the elementwise entries whose bytes the loop moves under autograd (tfcalc.count.training.mixer_loops)
+    loop_entries = (SCAN,)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "inner", "dt_rank", "state_size", "conv_kernel"):
@@ -169,7 +172,7 @@ class Mamba1:
                Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
                # a prompt's chunked scan runs in scan_kernels(t) kernels, moving scan_passes(t) fp32 passes (its
                # running products and fix-up, 3 more FLOPs an element, not counted: the sequential recurrence's are)
-               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4,
+               Elementwise("ssm", SCAN, t * i * n, per_element=4,
                            kernels=scan_kernels(t) if t > 1 else 1,
                            traffic=FP32 * i * n * scan_passes(t) if t > 1 else None),
                Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
