@@ -1,6 +1,6 @@
 """The loops a mixer runs position by position under autograd, priced in a training step
 (tfcalc.count.training.micro_batch_time): Mamba-1's recurrence (tfcalc.architecture.mamba1, ``autograd_loop``:
-3T kernels forward and 5T backward a layer, and its fp32 passes over (T, I, N), 11 forward and 23 backward), where
+3T kernels forward and 5T backward a layer, and its fp32 passes over (T, I, N), 11 forward and 26 backward), where
 the count of non-matmul work has one kernel an entry and no such traffic. A mixer without ``autograd_loop`` has none.
 The entry the mixer prices its scan's work in (``loop_entries``: Mamba-1's "exp(dt·A) and the decay") holds the
 chunked scan's passes a prompt runs out of autograd (tfcalc.architecture.mamba1.scan_passes); a training step runs
