@@ -92,16 +92,18 @@ VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsq
 
 
 class Dispatched(TorchDispatchMode):
-    """Kernels (every aten op but views) and the bytes they read and write of the (..., I, N)-shaped tensors (its
-    tensor inputs read, its outputs written; not an out= tensor nor copy_'s destination)."""
+    """Kernels (every aten op but views) and the bytes they read and write of the (..., I, N)-shaped tensors, or
+    (..., N, I) (h transposed, which the read's gradient bmm reads): its tensor inputs read, a list's too (stack's),
+    its outputs written; not an out= tensor nor copy_'s destination."""
 
     def __init__(self, i: int, n: int):
         super().__init__()
         self.i, self.n, self.kernels, self.bytes = i, n, 0, 0
 
     def _moved(self, tensors) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors
-                   if isinstance(t, torch.Tensor) and t.dim() >= 3 and tuple(t.shape[-2:]) == (self.i, self.n))
+        flat = [u for t in tensors for u in (t if isinstance(t, (list, tuple)) else [t])]
+        return sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor) and t.dim() >= 3
+                   and tuple(t.shape[-2:]) in ((self.i, self.n), (self.n, self.i)))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -113,14 +115,17 @@ class Dispatched(TorchDispatchMode):
         return out
 
 
-@pytest.mark.parametrize("lengths", [(17, 33), (20, 64)])
-def test_training_loop_runs_the_counted_kernels_and_bytes(lengths):
-    """A training step's forward and backward of a tiny two-layer model (autograd: the position loop) dispatch,
-    from one length to the other, as many more kernels and (..., I, N) bytes as the loop's count says
-    (Mamba1.autograd_loop, two layers): 3 kernels a position forward, 5 backward (and fewer than one in-place
-    accumulation a position beside them, the engine's choice); 11 fp32 passes over (I, N) forward, 23 backward.
-    Before: one kernel an entry, no passes; and the module's indexing made the backward quadratic (a zero-filled
-    (T, I, N) gradient a position: 8T² passes)."""
+@pytest.mark.parametrize("batch, lengths", [(1, (17, 33)), (2, (20, 40)), (3, (13, 21))])
+def test_training_loop_runs_the_counted_kernels_and_bytes(batch, lengths):
+    """A training step's forward and backward of a tiny two-layer model (autograd: the position loop) dispatch
+    the (..., I, N) bytes the loop's count says (Mamba1.autograd_loop, two layers), to the byte: every such tensor
+    of the model is the scan's (the lengths chosen so that neither T nor T + K - 1 is I or N: no (B, T, N) nor
+    convolution input matches); and from one length to the other as many more kernels: 3 a position forward, 5
+    backward. The parameters' gradients are dropped between the lengths: a second backward into kept .grad
+    tensors adds one in-place accumulation (add_) a parameter, which the count had taken for fewer than one
+    run-time accumulation a position (a bound, 5 to 6 a position, where it is 5). Before: the backward's 23T - 8
+    passes were fitted on an instrument that read no list (stack's inputs) nor hᵀ (the read's gradient bmm):
+    26T - 9 and the A gradient's I·N, derived."""
     cfg = _cfg(ssm_state_size=8)
     spec = cfg.architecture.output.layer(0).mixer
     torch.manual_seed(0)
@@ -129,20 +134,18 @@ def test_training_loop_runs_the_counted_kernels_and_bytes(lengths):
     model = build_model(cfg, "cpu").train()
     ran = []
     for T in lengths:
-        idx = torch.randint(0, 61, (2, T))
+        idx = torch.randint(0, 61, (batch, T))
+        model.zero_grad(set_to_none=True)
         with Dispatched(spec.inner, spec.state_size) as fwd:
             loss = model(idx).float().sum()
         with Dispatched(spec.inner, spec.state_size) as bwd:
             loss.backward()
         ran.append((fwd.bytes, bwd.bytes, fwd.kernels, bwd.kernels))
-    counted = [spec.autograd_loop(2, T) for T in lengths]
-    grows = [ran[1][k] - ran[0][k] for k in range(4)]
-    for k in range(3):  # the bytes each way and the forward's kernels: exactly
-        assert grows[k] == cfg.n_layer * (counted[1][k] - counted[0][k]), k
-    # backward: 5 a position, and the in-place accumulations (add_) of the small gradients (C's, dt's) autograd's
-    # engine chooses at run time, fewer than one a position (12 and 22 over 16 positions for one and two layers)
-    positions = cfg.n_layer * (lengths[1] - lengths[0])
-    assert 5 * positions == cfg.n_layer * (counted[1][3] - counted[0][3]) <= grows[3] < 6 * positions
+    counted = [spec.autograd_loop(batch, T) for T in lengths]
+    for r, c in zip(ran, counted, strict=True):  # the bytes each way, whole
+        assert r[:2] == (cfg.n_layer * c[0], cfg.n_layer * c[1])
+    for k in (2, 3):  # the kernels, from one length to the other
+        assert ran[1][k] - ran[0][k] == cfg.n_layer * (counted[1][k] - counted[0][k]), k
 
 
 def test_a_training_step_prices_the_loop():
@@ -169,3 +172,50 @@ def test_a_training_step_prices_the_loop():
         finally:
             mixer_loops.loop_costs = zero
         assert with_loop.block_other_s - without.block_other_s == pytest.approx(loop_s / 64, rel=1e-12)
+
+
+@pytest.mark.parametrize("kernels", ["fused", "compile"])
+def test_a_training_step_counts_the_scan_once(kernels):
+    """Under autograd the module runs the position loop, not the chunked scan (tfcalc.model.mamba1._scan), so a
+    training step's non-matmul work is the loop's (Mamba1.autograd_loop: every fp32 pass over (T, I, N), dt·A and
+    its exp included) plus one read and one write of the mixer's other elementwise entries; the scan's entry keeps
+    its one fused kernel each way (exp(dt·A): the loop's 3T and 5T kernels are the recurrence's, the reads and the
+    stacks) and no bytes of its own. Hand derivation for a micro-batch of B sequences of T tokens on one rank, per
+    layer, at bandwidth b and each kernel's cost k (seconds): the step's non-matmul seconds minus the same step's
+    with the Mamba-1 entries' bytes all zero is the other entries' bytes, 2·a·(I + I + I)·B·T for SiLU, the
+    softplus and the gate (+ the norms' 2·a·(R + 2N)·B·T where the model has them), times 1 + 2 passes, over b,
+    exactly: no scan_passes(T) term, the chunked prefill's (before: about 12T more fp32 passes a layer forward,
+    2 × that backward, the scan counted beside its loop). And the inference passes must not enter at all."""
+    from tfcalc.architecture import mamba1 as arch
+    from tfcalc.architecture.mixer import Elementwise
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg, perf = load("falcon-mamba-7b"), perf_spec("h100-sxm")
+    spec = cfg.architecture.output.layer(0).mixer
+    B, T, a, bw = 1, 2048, 2, 3e12
+    layout = Layout(seq=T, global_batch=8, micro_batch=B, kernels=kernels)
+    step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    # the inference scan's passes (out of autograd only) play no part in a training step
+    passes = arch.scan_passes
+    try:
+        arch.scan_passes = lambda queries: 10**6 * passes(queries)
+        inflated = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    finally:
+        arch.scan_passes = passes
+    assert inflated.block_other_s == step.block_other_s
+    # the mixer's other entries, by hand: SiLU, softplus and the D skip / gate over I, the weightless norms over
+    # R + 2N, one read and one write each, forward and twice backward
+    inner, R, N = spec.inner, spec.dt_rank, spec.state_size
+    assert spec.bcdt_norm == "weightless"
+    others = 2 * a * B * T * (3 * inner + R + 2 * N) * 3 / bw
+    real = arch.Mamba1.elementwise
+    try:  # the mixer's entries kept, their bytes zero: what remains is everything but them
+        arch.Mamba1.elementwise = lambda self, q, k: [Elementwise(e.work, e.label, e.elements, e.norm, e.per_element,
+                                                                  e.kernels, 0) for e in real(self, q, k)]
+        without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+    finally:
+        arch.Mamba1.elementwise = real
+    assert step.block_other_s - without.block_other_s == pytest.approx(others, rel=1e-12)

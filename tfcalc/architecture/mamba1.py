@@ -53,6 +53,7 @@ from tfcalc.errors import InputError
 
 FP32 = 4
 NORMS = ("none", "weightless", "weighted")
+SCAN = "Mamba-1 exp(dt·A) and the decay"  # the scan's elementwise entry, whose bytes autograd_loop moves in training
 
 
 def scan_chunks(queries: int) -> tuple[int, int, int]:
@@ -100,6 +101,8 @@ class Mamba1:
     state_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = "fp32"  # the SSM state's; None: the cache dtype
     causal: bool = True
     module = "tfcalc.model.mamba1:Mamba1Mixer"
+    # the elementwise entries whose bytes the loop moves under autograd (tfcalc.count.training.mixer_loops)
+    loop_entries = (SCAN,)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "inner", "dt_rank", "state_size", "conv_kernel"):
@@ -169,7 +172,7 @@ class Mamba1:
                Elementwise("ssm", "Mamba-1 dt bias and softplus", t * i, per_element=3),
                # a prompt's chunked scan runs in scan_kernels(t) kernels, moving scan_passes(t) fp32 passes (its
                # running products and fix-up, 3 more FLOPs an element, not counted: the sequential recurrence's are)
-               Elementwise("ssm", "Mamba-1 exp(dt·A) and the decay", t * i * n, per_element=4,
+               Elementwise("ssm", SCAN, t * i * n, per_element=4,
                            kernels=scan_kernels(t) if t > 1 else 1,
                            traffic=FP32 * i * n * scan_passes(t) if t > 1 else None),
                Elementwise("ssm", "Mamba-1 D skip and silu(z) gate", t * i, per_element=7)]
@@ -184,19 +187,25 @@ class Mamba1:
         chunked scan, ``scan_kernels``), per layer, priced by tfcalc.count.training.mixer_loops.
 
         Kernels: forward h_1's clone, a mul and an add at each later position, a bmm reading each (h·C), the
-        stack: 3T; backward 5 a position (the mul's two products, the read's two, the sum of h's two gradients;
-        the positions' gradients stacked by unbind's backward, one kernel each; autograd's engine adds fewer than
-        one in-place accumulation of a small gradient a position, its choice at run time: not counted). Bytes, the
-        fp32 passes over (I, N) a position, times 4·b·I·N: forward dt·A written, its exp read and written, the
-        update's bmm output written (4T) and the loop (the clone 2, each later mul and add 3 + 3, each read 1:
-        7T - 4), 11T - 4; backward 23T - 8 (the mul's products 6, the read's 2, h's sum 3, the stacks of dA's and
-        the update's gradients 4, exp's backward 3, dt·A's and the update bmm's reads of their gradients;
-        measured: the (..., I, N) bytes of the ops a tiny model's backward dispatches, tests/model/test_mamba1_costs
-        .py, at 17 to 64 tokens). Indexing the positions (select) instead made the backward quadratic: a
-        zero-filled (T, I, N) gradient a position, summed (8T² passes; falcon-mamba-7b at 4,096 tokens 26 s a
-        layer on an H100's bandwidth)."""
+        stack: 3T; backward 5T: the read's two bmm a position (2T), the mul's two products at each later position
+        (2T - 2), the sum of h's two gradients at each earlier one (T - 1), the stacks unbind's backward makes of
+        dA's, the update's and C's gradients (3). Bytes, the fp32 passes over (I, N) a position, times 4·b·I·N:
+        forward dt·A written, its exp read and written, the update's bmm output written (4T) and the loop (the
+        clone 2, each later mul and add 3 + 3, each read 1: 7T - 4), 11T - 4; backward 26T - 9: the read's
+        gradient bmms write h's gradient and read hᵀ (2T), the mul's products (6T - 6), h's sum (3T - 3), the
+        stacks of dA's and the update's gradients read and written (4T), the update bmm reading its gradient twice
+        (2T), exp's backward (3T), dt·A's (a product and a sum over N for dt's gradient, 3T; a product and a sum
+        over the batch and positions for A's, 3T), and that sum's (I, N) output, 4·I·N bytes whatever the batch.
+        Checked against the bytes and kernels a tiny model's forward and backward dispatch (TorchDispatchMode,
+        tests/model/test_mamba1_costs.py), the bytes to the byte; before, 23T - 8 backward, fitted on an
+        instrument that read neither stack's list of inputs nor hᵀ, and the backward's kernels a bound (5 to 6 a
+        position: the in-place accumulations it saw were a second backward's into kept .grad tensors). dt·A's
+        and exp's kernels (2 forward, 5 backward) are not the loop's: the scan's elementwise entry keeps them, as
+        one fused kernel (tfcalc.count.training.mixer_loops). Indexing the positions (select) instead made the
+        backward quadratic: a zero-filled (T, I, N) gradient a position, summed (8T² passes; falcon-mamba-7b at
+        4,096 tokens 26 s a layer on an H100's bandwidth)."""
         T, unit = seq, FP32 * batch * self.inner * self.state_size
-        return unit * (11 * T - 4), unit * (23 * T - 8), 3 * T, 5 * T
+        return unit * (11 * T - 4), unit * (26 * T - 9) + FP32 * self.inner * self.state_size, 3 * T, 5 * T
 
     def kernel(self, explicit_mask: bool) -> str:
         return "flash"  # no (T, T) scores: the scan is position by position

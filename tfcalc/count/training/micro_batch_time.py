@@ -228,7 +228,8 @@ def micro_batch_time(cfg: ModelConfig, layout: Layout, peak: float, bandwidth: f
                                                        perf)
     else:
         compiled = layout.kernels == "compile"  # the blocks fused, the rest eager (elementwise, step 5)
-        nm = non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq)
+        # a mixer's loop under autograd moves its scan's bytes (mixer_loops, below): its entry's, not twice
+        nm = mixer_loops.in_training(cfg, non_matmul.non_matmul_entries(cfg, layout.micro_batch, layout.seq))
         traffic = elementwise.forward_traffic(nm, act, layout.tp, layout.sequence_parallel, compiled) / layout.cp
         if layout.attention == "math":
             traffic += elementwise.score_traffic(score_elements, act, layout.dropout)
