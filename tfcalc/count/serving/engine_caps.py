@@ -59,19 +59,14 @@ def finetune(requests: float, isl: int, osl: int, pp: int = 1) -> tuple[int, int
     """Steps 4-5 of the module docstring: (max_batch_size, max_num_tokens) from the requests the cache holds."""
     raw_bs = min(requests, BATCH_CAP) / pp
     raw_tokens = min(raw_bs * (1 + isl / osl), TOKEN_CAP)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
-    return bs, tokens
+    return rounded(raw_bs, (256, 1024), (32, 128, 256), 64), rounded(raw_tokens, (4096, 8192), (256, 512, 1024), 2048)
+
+
+def rounded(raw: float, bands: tuple[int, int], steps: tuple[int, int, int], floor: int) -> int:
+    """Step 5: ``raw`` rounded up to ``steps[0]`` below ``bands[0]``, ``steps[1]`` below ``bands[1]``, else
+    ``steps[2]``; at least ``floor`` (tuning.py applies it in the first band only; past it every value exceeds it)."""
+    step = steps[0] if raw < bands[0] else steps[1] if raw < bands[1] else steps[2]
+    return max(floor, step * math.ceil(raw / step))
 
 
 def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: int, pp: int, isl: int, osl: int,
