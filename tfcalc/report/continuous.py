@@ -58,6 +58,9 @@ def check(o) -> None:
                          "give --concurrency C")
     if not loaded(o):
         for name, value in given.items():
+            if value is not None and name == "--max-batch":  # --concurrency refuses it (check_max_batch)
+                raise InputError("--max-batch belongs to continuous batching under a Poisson stream: give --rate R "
+                                 "(requests per second) too")
             if value is not None:
                 raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) or "
                                  "--concurrency C (users) too")
@@ -97,8 +100,9 @@ TRTLLM_BENCH = "trtllm-bench"  # --max-batch trtllm-bench: the caps trtllm-bench
 
 
 def parse_max_batch(value: Any) -> Any:
-    """--max-batch's text: a whole number, or 'trtllm-bench'; anything else goes on to check_max_batch's error."""
-    if isinstance(value, str) and value.strip().isdigit():
+    """--max-batch's text: a whole number in ASCII digits, or 'trtllm-bench'; anything else ('١٢' too, which
+    str.isdigit and int take) goes on to check_max_batch's error."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
     return value
 

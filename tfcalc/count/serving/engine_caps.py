@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tfcalc.count.serving.static import BATCH_LIMIT  # the batch searches' end: a cap past it never binds
 from tfcalc.errors import InputError
 
 GIB = 1024 ** 3
@@ -89,6 +90,6 @@ def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: in
 
 
 def check_max_batch(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError("--max-batch must be a positive whole number of sequences or trtllm-bench; got "
-                         f"{str(n)[:40]!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= BATCH_LIMIT:
+        raise InputError(f"--max-batch must be a whole number of sequences from 1 to {BATCH_LIMIT:,}, or "
+                         f"trtllm-bench; got {str(n)[:40]!r}")
