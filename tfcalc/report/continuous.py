@@ -161,6 +161,9 @@ def engine_options(o, cfg, spec, fmt, kv: str):
     from tfcalc import devices
     from tfcalc.count.model.params import total
 
+    if not cfg.n_kv_head:  # tuning.py's step 1 prices 2 · layers · KV heads · head size a token: no heads, no cache
+        raise InputError(f"--max-batch trtllm-bench: {cfg.name} has no attention KV heads, and trtllm-bench's "
+                         "heuristic sizes the batch by the KV cache per token; give --max-batch B")
     gpus = o.ep if o.ep > 1 else o.tp
     chunked_on = o.context_chunking == "on"
     caps = engine_caps.trtllm_bench(total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, gpus, 1, o.mean_input,
