@@ -103,7 +103,7 @@ def test_the_api_answers_as_the_command_line(cli):
     (("--ep", "4", "--tp", "4", "--adp-balance", "on", "--rate", "2", *LOAD), "with one group"),  # D = 1: was ignored
     (("--ep", "4", "--adp-balance", "on", "--rate", "2", "--prefill-chunk", "0", *LOAD), "--prefill-chunk 0"),
     (("--ep", "4", "--tp", "4", "--ep-comm", "allgather", "--rate", "2", *LOAD), "--ep-comm allgather"),
-    (("--max-batch", "8", *LOAD), "give --rate R"),  # named --concurrency, which then refused it
+    (("--max-batch", "8", "--seq", "1024"), "give --rate R"),  # named --concurrency, which then refused it
 ])
 def test_combinations_that_were_ignored_are_refused(cli, args, message):
     if "--mean-input" not in args:
