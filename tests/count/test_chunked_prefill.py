@@ -5,7 +5,6 @@ in the load, the unchunked scheduler as before, and the hostile budgets."""
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from functools import lru_cache
 
@@ -13,6 +12,7 @@ import pytest
 import torch
 from conftest import assert_one_line_error, configs
 from hypothesis import HealthCheck, given, settings, strategies as st
+from serving_sim import poisson_arrivals, token_step
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import tfcalc
@@ -131,11 +131,7 @@ def simulate_chunked(e: continuous.Engine, rate: float, inp: int, out: int, budg
     (the additivity the model assumes, priced by ChunkedPrefill.step_s; the step itself is tested by hand above).
     Returns the time-mean sequences decoding, the mean gap between a sequence's tokens and the mean time to first
     token (without the runtime's fixed work)."""
-    rng = random.Random(seed)
-    arrivals, t = deque(), 0.0
-    for _ in range(requests):
-        t += rng.expovariate(rate)
-        arrivals.append(t)
+    arrivals = poisson_arrivals(rate, requests, seed)
     mixed = lru_cache(maxsize=None)(e.chunked.step_s)
     now, running, area, gaps, ttfts = 0.0, [], 0.0, [], []
     waiting: deque = deque()
@@ -156,12 +152,7 @@ def simulate_chunked(e: continuous.Engine, rate: float, inp: int, out: int, budg
         base = max(n, 1)
         step += sum(mixed(base, start, size) - e.step_s(base) for _, start, size in picked[1:])
         area += n * step
-        now += step
-        for seq in running:
-            gaps.append(now - seq[1])
-            seq[0] -= 1
-            seq[1] = now
-        running = [s for s in running if s[0] > 0]
+        now, running = token_step(running, now, step, gaps)
         for req, _, size in picked:
             req[1] += size
             if req[1] == inp:

@@ -5,11 +5,11 @@ static estimate, capacity, and the hostile cases."""
 
 from __future__ import annotations
 
-import random
 from collections import deque
 
 import pytest
 from conftest import assert_one_line_error
+from serving_sim import poisson_arrivals, token_step
 
 import tfcalc
 from tfcalc.count.model.quant import plain
@@ -24,11 +24,7 @@ def simulate(e: continuous.Engine, rate: float, out: int, requests: int, seed: i
     """The scheduler of the module docstring, request by request: returns the time-mean sequences in
     decode, the mean gap between a sequence's tokens, and the mean time to first token (without the
     runtime's fixed work per request)."""
-    rng = random.Random(seed)
-    arrivals, t = deque(), 0.0
-    for _ in range(requests):
-        t += rng.expovariate(rate)
-        arrivals.append(t)
+    arrivals = poisson_arrivals(rate, requests, seed)
     now, running, area, gaps, ttfts = 0.0, [], 0.0, [], []
     waiting: deque = deque()
     while arrivals or waiting or running:
@@ -44,12 +40,7 @@ def simulate(e: continuous.Engine, rate: float, out: int, requests: int, seed: i
         elif running:  # a decode iteration: one token for every sequence in flight
             step = e.step_s(len(running))
             area += len(running) * step
-            now += step
-            for seq in running:
-                gaps.append(now - seq[1])
-                seq[0] -= 1
-                seq[1] = now
-            running = [s for s in running if s[0] > 0]
+            now, running = token_step(running, now, step, gaps)
         else:
             now = arrivals[0]
     return area / now, sum(gaps) / len(gaps), sum(ttfts) / len(ttfts)

@@ -10,6 +10,7 @@ from collections import deque
 
 import pytest
 from conftest import assert_one_line_error
+from serving_sim import token_step
 
 import tfcalc
 from tfcalc.count.model.quant import plain
@@ -81,12 +82,7 @@ def simulate(e: continuous.Engine, rate: float, out: int, exposed: float, reques
             continue
         step = e.step_s(len(running))
         area += len(running) * step
-        now += step
-        for seq in running:
-            gaps.append(now - seq[1])
-            seq[0] -= 1
-            seq[1] = now
-        running = [s for s in running if s[0] > 0]
+        now, running = token_step(running, now, step, gaps)
     return area / now, sum(gaps) / len(gaps), ttft
 
 

@@ -26,6 +26,13 @@ def switch(*names: str, help: str) -> typer.models.OptionInfo:
     return typer.Option(*names, help=help, metavar="")
 
 
+def described(*names: str, help: str, metavar: str, **extra) -> typer.models.OptionInfo:
+    """An option whose help states its default itself ("[default: off]"): the metavar names its values (on|off,
+    auto|alltoall|allgather, P:D, N), and Typer's own default line, which would print the None that stands for
+    "not given", is left out. ``extra``: typer.Option's other arguments (a parser)."""
+    return typer.Option(*names, help=help, metavar=metavar, show_default=False, **extra)
+
+
 Models = Annotated[list[str], typer.Argument(
     help="Preset names or aliases (see `tfcalc presets`), or paths to YAML or Hugging Face config.json files.",
     show_default=False, metavar="MODEL...")]

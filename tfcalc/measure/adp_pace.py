@@ -69,22 +69,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def measure(ranks: int, steps: int, lam: float, unit_s: float, timeout: float = 300) -> list[dict]:
     """Run the request on ``ranks`` local gloo ranks; every rank's record."""
-    from tfcalc.measure.launch import TEMP_PREFIX, check_nproc, run_ranks
-    from tfcalc.measure.lifeline import run_folder
+    from tfcalc.measure.launch import check_nproc, run_module
 
     check_nproc(ranks, "cpu")
-    with run_folder(TEMP_PREFIX) as tmp:
-        path = os.path.join(tmp, "request.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"steps": steps, "lam": lam, "unit_s": unit_s}, f)
-        logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(ranks)]
-        run_ranks([sys.executable, "-m", "tfcalc.measure.adp_pace", path], ranks, logs, timeout)
-        out = []
-        for r in range(ranks):
-            with open(os.path.join(tmp, f"rank-{r}.json"), encoding="utf-8") as f:
-                out.append(json.load(f))
-        return out
-
+    return run_module("tfcalc.measure.adp_pace", {"steps": steps, "lam": lam, "unit_s": unit_s}, ranks, timeout)
 
 if __name__ == "__main__":
     main()

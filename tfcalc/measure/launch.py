@@ -250,6 +250,22 @@ def run_ranks(cmd: list[str], nproc: int, logs: list[str], timeout: float, watch
         raise InputError("the distributed run failed: a rank left before the run ended")
 
 
+def run_module(module: str, request: dict, nproc: int, timeout: float) -> list[dict]:
+    """Run ``python -m module request.json`` as ranks 0..nproc-1 in a fresh folder, each rank writing its record to
+    rank-R.json beside the request; every rank's record (tfcalc.measure.serving_tp, serving_ep, adp_pace)."""
+    with run_folder(TEMP_PREFIX) as tmp:
+        path = os.path.join(tmp, "request.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(request, f)
+        logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(nproc)]
+        run_ranks([sys.executable, "-m", module, path], nproc, logs, timeout)
+        out = []
+        for r in range(nproc):
+            with open(os.path.join(tmp, f"rank-{r}.json"), encoding="utf-8") as f:
+                out.append(json.load(f))
+        return out
+
+
 def launch(jobs: list[dict], nproc: int, timeout: float = 600, device: str | None = None,
            on_status=None) -> list[list[dict]]:
     """Run the jobs on nproc local ranks; answers[job][rank]. device 'cpu' keeps the ranks on gloo even

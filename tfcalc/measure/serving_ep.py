@@ -123,24 +123,12 @@ def measure(config: dict, ep: int, batch: int, steps: int, timeout: float = 300)
     the ranks would not fit (tfcalc.measure.fit.require_serving_ranks_fit: each builds the whole model first)."""
     from tfcalc.config import from_mapping
     from tfcalc.measure.fit import require_serving_ranks_fit
-    from tfcalc.measure.launch import TEMP_PREFIX, check_nproc, run_ranks
-    from tfcalc.measure.lifeline import run_folder
+    from tfcalc.measure.launch import check_nproc, run_module
 
     check_nproc(ep, "cpu")
     cfg = from_mapping(config)
     require_serving_ranks_fit(cfg, ep, batch, 1, "cpu", f"{cfg.name} expert-parallel serving (fp32)")
-    with run_folder(TEMP_PREFIX) as tmp:
-        path = os.path.join(tmp, "request.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"config": config, "batch": batch, "steps": steps}, f)
-        logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(ep)]
-        run_ranks([sys.executable, "-m", "tfcalc.measure.serving_ep", path], ep, logs, timeout)
-        out = []
-        for r in range(ep):
-            with open(os.path.join(tmp, f"rank-{r}.json"), encoding="utf-8") as f:
-                out.append(json.load(f))
-        return out
-
+    return run_module("tfcalc.measure.serving_ep", {"config": config, "batch": batch, "steps": steps}, ep, timeout)
 
 if __name__ == "__main__":
     main()

@@ -78,21 +78,13 @@ def measure(config: dict, tp: int, batch: int, seq: int, timeout: float = 300, d
     starts, when the ranks would not fit (tfcalc.measure.fit.require_serving_ranks_fit)."""
     from tfcalc.config import from_mapping
     from tfcalc.measure.fit import require_serving_ranks_fit
-    from tfcalc.measure.launch import TEMP_PREFIX, check_nproc, run_ranks
-    from tfcalc.measure.lifeline import run_folder
+    from tfcalc.measure.launch import check_nproc, run_module
 
     check_nproc(tp, device)
     cfg = from_mapping(config)
     require_serving_ranks_fit(cfg, tp, batch, seq, device, f"{cfg.name} serving (fp32)")  # before any rank starts
-    with run_folder(TEMP_PREFIX) as tmp:
-        path = os.path.join(tmp, "request.json")
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"config": config, "batch": batch, "seq": seq, "device": device}, f)
-        logs = [os.path.join(tmp, f"rank-{r}.err") for r in range(tp)]
-        run_ranks([sys.executable, "-m", "tfcalc.measure.serving_tp", path], tp, logs, timeout)
-        with open(os.path.join(tmp, "rank-0.json"), encoding="utf-8") as f:
-            return json.load(f)
-
+    request = {"config": config, "batch": batch, "seq": seq, "device": device}
+    return run_module("tfcalc.measure.serving_tp", request, tp, timeout)[0]  # rank 0's record
 
 if __name__ == "__main__":
     main()

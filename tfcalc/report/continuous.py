@@ -58,6 +58,9 @@ def check(o) -> None:
                          "give --concurrency C")
     if not loaded(o):
         for name, value in given.items():
+            if value is not None and name == "--max-batch":  # --concurrency refuses it (check_max_batch)
+                raise InputError("--max-batch belongs to continuous batching under a Poisson stream: give --rate R "
+                                 "(requests per second) too")
             if value is not None:
                 raise InputError(f"{name} belongs to continuous batching: give --rate R (requests per second) or "
                                  "--concurrency C (users) too")
@@ -97,8 +100,9 @@ TRTLLM_BENCH = "trtllm-bench"  # --max-batch trtllm-bench: the caps trtllm-bench
 
 
 def parse_max_batch(value: Any) -> Any:
-    """--max-batch's text: a whole number, or 'trtllm-bench'; anything else goes on to check_max_batch's error."""
-    if isinstance(value, str) and value.strip().isdigit():
+    """--max-batch's text: a whole number in ASCII digits, or 'trtllm-bench'; anything else ('١٢' too, which
+    str.isdigit and int take) goes on to check_max_batch's error."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         return int(value.strip())
     return value
 
@@ -157,6 +161,9 @@ def engine_options(o, cfg, spec, fmt, kv: str):
     from tfcalc import devices
     from tfcalc.count.model.params import total
 
+    if not cfg.n_kv_head:  # tuning.py's step 1 prices 2 · layers · KV heads · head size a token: no heads, no cache
+        raise InputError(f"--max-batch trtllm-bench: {cfg.name} has no attention KV heads, and trtllm-bench's "
+                         "heuristic sizes the batch by the KV cache per token; give --max-batch B")
     gpus = o.ep if o.ep > 1 else o.tp
     chunked_on = o.context_chunking == "on"
     caps = engine_caps.trtllm_bench(total(cfg), cfg.n_layer, cfg.n_kv_head, cfg.head_dim, gpus, 1, o.mean_input,

@@ -50,6 +50,7 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
     if (spec.gpus_per_node < 2 or not spec.intra_node_bytes_per_s) and o.ep > 1:
         raise InputError(f"--ep {o.ep}: {spec.name} has no GPU-to-GPU link in tfcalc's table (one GPU per node)")
     dp = ep.check_layout(model.cfg, o.ep, o.tp, o.attention_dp, o.redundant_experts, spec.gpus_per_node)
+    check_groups(o, dp)
     if o.ep > spec.gpus_per_node and not spec.inter_node_bytes_per_s:
         raise InputError(f"--ep {o.ep} spans nodes of {spec.gpus_per_node} GPUs, but {spec.name} names no network "
                          "between nodes (inter_node_bytes_per_s)")
@@ -62,6 +63,29 @@ def layout(model: ModelRef, o: InferOptions, spec: Optional[devices.DeviceSpec],
                            perf.link_latency_s["network"], perf.link_efficiency["network"], o.ep_overlap,
                            expert_imbalance.parse(o.expert_imbalance),
                            ep.comm_method(o.ep_comm, o.ep, dp, spec.gpus_per_node))
+
+
+def check_groups(o: InferOptions, dp: int) -> None:
+    """--ep-comm allgather and --adp-balance on act between attention-DP groups: refused in one line where there is
+    one group (D = 1: TP attention, every GPU the same tokens), and --adp-balance where no step is paced
+    (tfcalc.count.serving.ep_continuous: the stall rides the budgeted steps of --rate/--concurrency)."""
+    from tfcalc.report.continuous import loaded, prefill_chunk
+
+    if o.ep_comm == "allgather" and dp == 1:
+        raise InputError("--ep-comm allgather gathers each attention-DP group's own tokens; with one group (--tp "
+                         "equal to --ep) every GPU holds the same tokens: give --attention-dp D above 1, or --ep-comm "
+                         "alltoall or auto")
+    if not o.adp_balance:
+        return
+    if dp == 1:
+        raise InputError("--adp-balance aligns the attention-DP groups' prompts; with one group (--tp equal to --ep) "
+                         "there is none to wait for: give --attention-dp D above 1, or drop --adp-balance")
+    if not loaded(o):
+        raise InputError("--adp-balance paces the attention-DP groups' prompts under load: give --rate R or "
+                         "--concurrency C with --mean-input and --mean-output")
+    if prefill_chunk(o) is None:
+        raise InputError("--adp-balance with --prefill-chunk 0: the groups' pace is priced on steps that carry prompts "
+                         "within the token budget, not on prompts prefilled alone; drop one")
 
 
 def steady_state(model: ModelRef, o: InferOptions, fmt, kv: str, c: Ceilings, memory: Optional[int],

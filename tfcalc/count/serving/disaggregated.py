@@ -52,6 +52,8 @@ from tfcalc.count.serving.static import BATCH_LIMIT
 from tfcalc.errors import InputError
 from tfcalc.workload import Workload
 
+INSTANCES_LIMIT = 1 << 16  # --disaggregate's P and D at most: 65,536 instances, past the largest clusters built
+
 
 @dataclass(frozen=True)
 class Link:
@@ -105,12 +107,14 @@ class Disaggregated:
 
 
 def parse(value) -> tuple[int, int]:
-    """--disaggregate P:D: two positive whole numbers, one line otherwise."""
+    """--disaggregate P:D: two whole numbers from 1 to INSTANCES_LIMIT in ASCII digits (str.isdecimal alone takes
+    '١' and '１', which int reads), one line otherwise."""
     text = str(value).strip()
     parts = text.split(":")
-    if len(parts) != 2 or not all(p.strip().isdecimal() and int(p) >= 1 for p in parts):
-        raise InputError("--disaggregate takes P:D, the prefill and decode instances, two positive whole numbers "
-                         f"(e.g. 1:3); got {text[:40]!r}")
+    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdecimal() and 1 <= int(p) <= INSTANCES_LIMIT
+                                  for p in parts):
+        raise InputError(f"--disaggregate takes P:D, the prefill and decode instances, two whole numbers from 1 to "
+                         f"{INSTANCES_LIMIT:,} (e.g. 1:3); got {text[:40]!r}")
     return int(parts[0]), int(parts[1])
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tfcalc.count.serving.static import BATCH_LIMIT  # the batch searches' end: a cap past it never binds
 from tfcalc.errors import InputError
 
 GIB = 1024 ** 3
@@ -59,19 +60,14 @@ def finetune(requests: float, isl: int, osl: int, pp: int = 1) -> tuple[int, int
     """Steps 4-5 of the module docstring: (max_batch_size, max_num_tokens) from the requests the cache holds."""
     raw_bs = min(requests, BATCH_CAP) / pp
     raw_tokens = min(raw_bs * (1 + isl / osl), TOKEN_CAP)
-    if raw_bs < 256:
-        bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        bs = 256 * math.ceil(raw_bs / 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
-    elif raw_tokens < 8192:
-        tokens = 512 * math.ceil(raw_tokens / 512)
-    else:
-        tokens = 1024 * math.ceil(raw_tokens / 1024)
-    return bs, tokens
+    return rounded(raw_bs, (256, 1024), (32, 128, 256), 64), rounded(raw_tokens, (4096, 8192), (256, 512, 1024), 2048)
+
+
+def rounded(raw: float, bands: tuple[int, int], steps: tuple[int, int, int], floor: int) -> int:
+    """Step 5: ``raw`` rounded up to ``steps[0]`` below ``bands[0]``, ``steps[1]`` below ``bands[1]``, else
+    ``steps[2]``; at least ``floor`` (tuning.py applies it in the first band only; past it every value exceeds it)."""
+    step = steps[0] if raw < bands[0] else steps[1] if raw < bands[1] else steps[2]
+    return max(floor, step * math.ceil(raw / step))
 
 
 def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: int, pp: int, isl: int, osl: int,
@@ -94,6 +90,6 @@ def trtllm_bench(params: int, layers: int, kv_heads: int, head_size: int, tp: in
 
 
 def check_max_batch(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError("--max-batch must be a positive whole number of sequences or trtllm-bench; got "
-                         f"{str(n)[:40]!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= BATCH_LIMIT:
+        raise InputError(f"--max-batch must be a whole number of sequences from 1 to {BATCH_LIMIT:,}, or "
+                         f"trtllm-bench; got {str(n)[:40]!r}")
