@@ -111,3 +111,16 @@ def test_hostile_gpu_variation_is_one_line(cli, tmp_path, value):
                                                     f"perf: {{sustained_clock: 0.877, gpu_variation: {value}}}"))
     r = cli("plan", "llama2-7b", "--dp", "8", "--device-spec", str(path))
     assert_one_line_error(r, "field 'perf.gpu_variation' must be a fraction in [0, 1)")
+
+
+def test_all_linear_adapts_the_linears_the_model_has(cli):
+    """PEFT's target_modules="all-linear" adapts every linear of the block: GPT-2's FFN has no gate (it answered
+    "gpt2 has no 'gate' linear to adapt"). 12 layers, d = 768, f = 3,072, q, k, v, o and up, down as tfcalc's module
+    stores them: 12 · 8 · (4 · (768 + 768) + 2 · (768 + 3,072)). A gate named explicitly is still refused."""
+    want = 12 * 8 * (4 * (768 + 768) + 2 * (768 + 3072))
+    m = cli("memory", "gpt2", "--training", "--lora-rank", "8", "--lora-targets", "all-linear", "--json").json()
+    assert m["lora"]["targets"] == ["q", "k", "v", "o", "up", "down"] and m["lora"]["trainable_params"] == want
+    p = cli("plan", "gpt2", "--dp", "2", "--lora-rank", "8", "--lora-targets", "all-linear", "--json").json()
+    assert p["lora"] == {"rank": 8, "targets": ["q", "k", "v", "o", "up", "down"], "trainable_params": want}
+    assert_one_line_error(cli("memory", "gpt2", "--training", "--lora-rank", "8", "--lora-targets", "q,gate"),
+                          "gpt2 has no 'gate' linear to adapt")

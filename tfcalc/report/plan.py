@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
+from tfcalc.count.model.lora import for_model as lora_for_model
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
 from tfcalc.count.perf import expert_imbalance
@@ -298,9 +299,8 @@ def _offload_words(cfg, gpus: int, base: Layout, hw: Hardware, utilization, only
 
     if not only["space"].offload:
         return ""
-    if hw.host_memory_bytes is None:
-        return offload_words(base)
-    unchecked = search(cfg, gpus, base, dataclasses.replace(hw, host_memory_bytes=None), utilization, **only)
+    unchecked = [] if hw.host_memory_bytes is None else search(
+        cfg, gpus, base, dataclasses.replace(hw, host_memory_bytes=None), utilization, **only)
     if not unchecked:
         return offload_words(base)
     least = min(unchecked, key=lambda p: p.host_per_node)
@@ -338,6 +338,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
     if request.lora is not None and (request.searching or measure):
         raise InputError("plan --lora-rank prices one layout: give --dp (--gpus alone searches), drop --measure")
+    request = dataclasses.replace(request, lora=lora_for_model(cfg, request.lora))  # all-linear: the model's linears
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")

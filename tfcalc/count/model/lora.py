@@ -76,6 +76,7 @@ class LoraSpec:
     rank: int
     targets: tuple[str, ...] = DEFAULT_TARGETS
     base_dtype: Optional[str] = None  # "nf4": QLoRA's 4-bit base (tfcalc.count.model.qlora); None: --dtype
+    all_linear: bool = False  # --lora-targets all-linear: the linears the model's block has (for_model)
 
 
 def parse_targets(text: Optional[str]) -> tuple[str, ...]:
@@ -112,7 +113,18 @@ def spec(rank: Optional[int], targets: Optional[str], base_dtype: Optional[str] 
             raise InputError(f"{'--lora-targets' if targets is not None else '--base-dtype'} needs --lora-rank r "
                              "(r > 0)")
         return None
-    return LoraSpec(rank, parse_targets(targets), base_dtype and base_dtype.lower())
+    parsed = parse_targets(targets)  # checked first: every name a string
+    joined = ",".join(targets) if isinstance(targets, (list, tuple)) else targets or ""
+    return LoraSpec(rank, parsed, base_dtype and base_dtype.lower(), joined.strip().lower() == ALL_LINEAR)
+
+
+def for_model(cfg: ModelConfig, lora: Optional[LoraSpec]) -> Optional[LoraSpec]:
+    """all-linear as PEFT's target_modules="all-linear" reads it: every linear of the block the model has (GPT-2's
+    FFN has no gate); named targets stay as given (one the model lacks is refused by ``adapted``)."""
+    if lora is None or not lora.all_linear:
+        return lora
+    shapes = block_linears(cfg)
+    return replace(lora, targets=tuple(t for t in TARGETS if WEIGHT[t] in shapes))
 
 
 def _blocks(cfg: ModelConfig):
