@@ -68,14 +68,19 @@ def flops(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_
 def memory(model: "ModelSpec", batch: int = 1, seq: Optional[int] = None, *, src_seq: Optional[int] = None,
            dtype: Optional[str] = None, training: bool = False, optimizer: str = "adam-mixed",
            attention: Optional[str] = None, recompute: str = "none", budget: Union[int, str, None] = None,
-           measure: bool = False, device: str = "cpu", **overrides: Any) -> "MemoryReport":
+           measure: bool = False, device: str = "cpu", lora_rank: Optional[int] = None,
+           lora_targets: Union[str, Sequence[str], None] = None, base_dtype: Optional[str] = None,
+           **overrides: Any) -> "MemoryReport":
     """`tfcalc memory`: weights, KV cache, activations, training state; measure=True reads the peak on device.
-    dtype defaults as on the command line: bf16, or fp32 for a run measured on a CPU."""
+    dtype defaults as on the command line: bf16, or fp32 for a run measured on a CPU. lora_rank, lora_targets
+    ('q,v' or a sequence of names), base_dtype ('nf4'): as --lora-rank, --lora-targets, --base-dtype."""
+    from tfcalc.count.model import lora
     from tfcalc.report.memory import MemoryOptions, build_memory
     from tfcalc.workload import Workload, default_dtype
 
     options = MemoryOptions(training=training, optimizer=optimizer, attention=attention, recompute=recompute,
-                            budget=budget)  # budget: bytes, read by _checked as --budget is
+                            budget=budget,  # budget: bytes, read by _checked as --budget is
+                            lora=lora.spec(lora_rank, lora_targets, base_dtype))
     dtype = dtype or default_dtype(device if measure else None)
     workload = Workload(batch=batch, seq=seq, src_seq=src_seq, dtype=dtype)
     return build_memory(api_args.resolve_model(model, overrides), workload, options, measure, device)
@@ -223,6 +228,9 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
          kernels: str = "eager", power_limit: Optional[float] = None, rope: str = "complex",
          optimizer: str = "adam",  # --optimizer adam|muon (count.training.muon_plan)
+         # --lora-rank, --lora-targets ('q,v' or a sequence), --base-dtype nf4 (count.training.lora_plan)
+         lora_rank: Optional[int] = None, lora_targets: Union[str, Sequence[str], None] = None,
+         base_dtype: Optional[str] = None,
          **overrides: Any) -> "PlanReport":
     """`tfcalc plan`: a parallel layout's memory per rank, collectives, step and training time (no tp, pp
     or dp: a search over gpus, or the fewest that fit); measure=True checks it on nproc local ranks.
@@ -236,6 +244,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     kernels and casts) or 'real' (rotate-half, fused); power_limit: watts each GPU is capped at
     (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine;
     expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
+    from tfcalc.count.model import lora
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS
     from tfcalc.count.training.sharding import OFFLOAD
@@ -262,7 +271,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
                           if isinstance(pp_split_counts, str) else tuple(pp_split_counts)
                           if isinstance(pp_split_counts, (list, tuple)) else pp_split_counts,
                           kernels=kernels, power_limit=power_limit, pp_layers=stage_counts(pp_layers),
-                          rope=rope, optimizer=optimizer)
+                          rope=rope, optimizer=optimizer, lora=lora.spec(lora_rank, lora_targets, base_dtype))
     return build_plan(api_args.resolve_model(model, overrides), request, device_spec, measure, nproc)
 
 

@@ -196,7 +196,7 @@ def estimate_memory(model: ModelRef, workload: Workload, options: MemoryOptions 
     weights = quant.weights_bytes(cfg, fmt)
     # the kernel the activations assume: as asked, else flash (every current training stack); a measured run
     # arrives here with its module's own kernel (build_memory)
-    o = replace(o, attention=o.attention or mem.TRAINING_ATTENTION)
+    o = replace(o, attention=o.attention or mem.TRAINING_ATTENTION, lora=lora_count.for_model(cfg, o.lora))
     acts = None
     if trainable:
         single = Layout.single(w, o.recompute, o.attention)  # the one activation model, on one GPU

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from tfcalc import devices
+from tfcalc.count.model.lora import for_model as lora_for_model
 from tfcalc.count.model.params import total as param_total
 from tfcalc.count.model.training_memory import check_training_dtype
 from tfcalc.count.perf import expert_imbalance
@@ -36,7 +37,7 @@ from tfcalc.count.training.micro_batch_time import imbalance as training_imbalan
 from tfcalc.count.training.offload import host_link_bytes_per_s
 from tfcalc.count.training.overlap_costs import capped_clock
 from tfcalc.count.training.plan import Plan, fewest_gpus, make_plan, muon_json, pipeline_stages, search
-from tfcalc.count.training.search_space import cp_applies, cp_degrees
+from tfcalc.count.training.search_space import cp_applies, cp_degrees, offload_words
 from tfcalc.count.training.sharding import check_model_variants, check_sharding, dispatcher, ep_nodes
 from tfcalc.count.training.steptime import Hardware, TrainingRun, training_run
 from tfcalc.errors import InputError, shown
@@ -298,11 +299,10 @@ def _offload_words(cfg, gpus: int, base: Layout, hw: Hardware, utilization, only
 
     if not only["space"].offload:
         return ""
-    if hw.host_memory_bytes is None:
-        return " (with offload too)"
-    unchecked = search(cfg, gpus, base, dataclasses.replace(hw, host_memory_bytes=None), utilization, **only)
+    unchecked = [] if hw.host_memory_bytes is None else search(
+        cfg, gpus, base, dataclasses.replace(hw, host_memory_bytes=None), utilization, **only)
     if not unchecked:
-        return " (with offload too)"
+        return offload_words(base)
     least = min(unchecked, key=lambda p: p.host_per_node)
     return (f" without offload; with {offloaded_words(least.layout)} offload it needs at least "
             f"{units.nbytes(least.host_per_node)} of host memory per node, more than the node's "
@@ -337,7 +337,8 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     seq = check_size("--seq", request.seq) if request.seq is not None else cfg.max_seq_len
     check_model_variants(cfg, request.ep, request.recompute, request.attention)
     if request.lora is not None and (request.searching or measure):
-        raise InputError("plan --lora-rank prices one layout, not measured: give --dp (or --gpus), drop --measure")
+        raise InputError("plan --lora-rank prices one layout: give --dp (--gpus alone searches), drop --measure")
+    request = dataclasses.replace(request, lora=lora_for_model(cfg, request.lora))  # all-linear: the model's linears
     if request.searching:
         if measure:
             raise InputError("--measure checks one layout: give --tp, --pp or --dp (a search lists many)")

@@ -60,7 +60,7 @@ from tfcalc.architecture.ffn import FFN
 from tfcalc.config import ModelConfig
 from tfcalc.count.model import qlora
 from tfcalc.count.model.params import param_entries
-from tfcalc.errors import InputError
+from tfcalc.errors import InputError, shown
 
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 DEFAULT_TARGETS = ("q", "v")
@@ -76,34 +76,55 @@ class LoraSpec:
     rank: int
     targets: tuple[str, ...] = DEFAULT_TARGETS
     base_dtype: Optional[str] = None  # "nf4": QLoRA's 4-bit base (tfcalc.count.model.qlora); None: --dtype
+    all_linear: bool = False  # --lora-targets all-linear: the linears the model's block has (for_model)
 
 
 def parse_targets(text: Optional[str]) -> tuple[str, ...]:
     """--lora-targets: comma-separated names of TARGETS, or "all-linear"; None: the default (q, v)."""
     if text is None:
         return DEFAULT_TARGETS
+    if isinstance(text, (list, tuple)) and all(isinstance(t, str) for t in text):  # the Python API's sequence
+        text = ",".join(text)
+    if not isinstance(text, str):
+        raise InputError(f"--lora-targets must be names, comma-separated; got {shown(text)}")
     names = [t.strip().lower() for t in text.split(",") if t.strip()]
     if names == [ALL_LINEAR]:
         return TARGETS
+    if ALL_LINEAR in names:
+        raise InputError(f"--lora-targets {ALL_LINEAR} stands alone (it names every linear); got {shown(text)}")
     bad = [t for t in names if t not in TARGETS]
     if bad or not names:
-        raise InputError(f"unknown --lora-targets '{','.join(bad) or text}'; choose from {', '.join(TARGETS)} "
+        raise InputError(f"unknown --lora-targets {shown(','.join(bad) or text)}; choose from {', '.join(TARGETS)} "
                          f"(comma-separated) or {ALL_LINEAR}")
     return tuple(t for t in TARGETS if t in names)
 
 
 def spec(rank: Optional[int], targets: Optional[str], base_dtype: Optional[str] = None) -> Optional[LoraSpec]:
     """The LoRA of --lora-rank, --lora-targets and --base-dtype; None when off (rank absent or 0)."""
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):  # the Python API's values
+        raise InputError(f"--lora-rank must be a whole number; got {shown(rank)}")
     if rank is not None and rank < 0:
         raise InputError(f"--lora-rank must be 0 (off) or positive, not {rank}")
-    if base_dtype is not None and base_dtype.lower() != "nf4":
-        raise InputError(f"unknown --base-dtype '{base_dtype}'; choose nf4 (QLoRA), or leave it out (the --dtype)")
+    if base_dtype is not None and (not isinstance(base_dtype, str) or base_dtype.lower() != "nf4"):
+        raise InputError(f"unknown --base-dtype {shown(base_dtype)}; choose nf4 (QLoRA), or leave it out (the "
+                         "--dtype)")
     if not rank:
         if targets is not None or base_dtype is not None:
             raise InputError(f"{'--lora-targets' if targets is not None else '--base-dtype'} needs --lora-rank r "
                              "(r > 0)")
         return None
-    return LoraSpec(rank, parse_targets(targets), base_dtype and base_dtype.lower())
+    parsed = parse_targets(targets)  # checked first: every name a string
+    joined = ",".join(targets) if isinstance(targets, (list, tuple)) else targets or ""
+    return LoraSpec(rank, parsed, base_dtype and base_dtype.lower(), joined.strip().lower() == ALL_LINEAR)
+
+
+def for_model(cfg: ModelConfig, lora: Optional[LoraSpec]) -> Optional[LoraSpec]:
+    """all-linear as PEFT's target_modules="all-linear" reads it: every linear of the block the model has (GPT-2's
+    FFN has no gate); named targets stay as given (one the model lacks is refused by ``adapted``)."""
+    if lora is None or not lora.all_linear:
+        return lora
+    shapes = block_linears(cfg)
+    return replace(lora, targets=tuple(t for t in TARGETS if WEIGHT[t] in shapes))
 
 
 def _blocks(cfg: ModelConfig):

@@ -209,8 +209,8 @@ def candidate_layouts(cfg: ModelConfig, gpus: int, base: Layout, gpus_per_node: 
                             split = (sp or (etp is not None and folded_sp)) and tp > 1 and (base.seq // cp) % tp == 0
                             sched = dict(schedule="1f1b", virtual_stages=1, pp_split_counts=()) if pp == 1 else {}
                             layout = replace(base, tp=tp, pp=pp, dp=dp, cp=cp, zero=z, recompute=r, ep=e, etp=etp,
-                                             sequence_parallel=split, overlap=overlaps(tp, pp, split, base.overlap, e),
-                                             **sched)
+                                             sequence_parallel=split,
+                                             overlap=overlaps(tp, pp, split, base.overlap, e, cp), **sched)
                             try:
                                 check_layout(cfg, _probe(layout))
                             except InputError:

@@ -73,6 +73,7 @@ from tfcalc.count.training.search_space import (
     fsdp_variants,
     micro_batches,
     offload_bases,
+    offload_words,
     schedules,
 )
 from tfcalc.count.training.shard import stage_block_counts, total_blocks, tp_split_widths
@@ -254,6 +255,8 @@ def _variants(cfg: ModelConfig, layout: Layout, hw: Hardware, utilization: float
 def min_gpus(cfg: ModelConfig, base: Layout, hw: Hardware) -> int:
     """The lower bound of the module docstring: model states split over every GPU must fit."""
     optimizer = 0 if base.offload_optimizer else optimizer_element_bytes(base.dtype)  # on the host: not a GPU's
+    if base.optimizer == "muon" and optimizer:  # no second moment on the matrices: 4 less everywhere, still a bound
+        optimizer -= 4  # (as search_bound.ShapeBound's e_o)
     per_param = 2 * weight_element_bytes(base.dtype) + optimizer
     return max(1, -(-per_param * param_total(cfg) // hw.memory_bytes))
 
@@ -336,7 +339,7 @@ def fewest_gpus(cfg: ModelConfig, base: Layout, hw: Hardware, utilization: float
             return found
     raise InputError(f"no layout of up to {limit} GPUs fits {cfg.name} at global batch {base.global_batch}, "
                      f"micro-batch {base.micro_batch}, seq {base.seq} in {hw.memory_bytes / 1e9:g} GB per GPU"
-                     + (" (with offload too)" if may_offload else ""))
+                     + (offload_words(base) if may_offload else ""))
 
 
 def _fewest(cfg: ModelConfig, bases: list[Layout], hw: Hardware, utilization: float, limit: int, only: dict,

@@ -20,7 +20,7 @@ parallelism -- each only where the request leaves it open. Pure arithmetic.
   CP_MIN_TOKENS positions (Llama 3 405B's 128K-token stage ran CP 16: 8,192 positions a rank; Dubey et
   al. 2024, sec. 3.3.2) and divides the GPUs.
 - overlap: as asked, on the layouts it applies to (tp with tp > 1 and sequence parallelism, pp with
-  pp > 1).
+  pp > 1, ep with ep > 1, cp with cp > 1).
 - FSDP variants (``fsdp_variants``; unless --hsdp, --no-reshard-after-forward or a ZeRO stage other than 3
   is given): each ZeRO-3 layout that fits is tried again with HSDP -- shards within a node, replicas
   across nodes (Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.2: the gathers on NVLink) -- and without
@@ -91,11 +91,12 @@ def micro_batches(layout: Layout, space: SearchSpace) -> Iterator[int]:
 
 def applicable_overlap(layout: Layout, overlap: tuple[str, ...]) -> tuple[str, ...]:
     """The asked overlap, kept where the layout has what it hides."""
-    return overlaps(layout.tp, layout.pp, layout.sequence_parallel, overlap)
+    return overlaps(layout.tp, layout.pp, layout.sequence_parallel, overlap, layout.ep, layout.cp)
 
 
-def overlaps(tp: int, pp: int, sequence_parallel: bool, overlap: tuple[str, ...], ep: int = 1) -> tuple[str, ...]:
-    keep = {"tp": tp > 1 and sequence_parallel, "pp": pp > 1, "ep": ep > 1}
+def overlaps(tp: int, pp: int, sequence_parallel: bool, overlap: tuple[str, ...], ep: int = 1,
+             cp: int = 1) -> tuple[str, ...]:
+    keep = {"tp": tp > 1 and sequence_parallel, "pp": pp > 1, "ep": ep > 1, "cp": cp > 1}
     return tuple(o for o in overlap if keep.get(o, True))
 
 
@@ -158,6 +159,14 @@ def fsdp_variants(layout: Layout, gpus_per_node: int, space: SearchSpace) -> Ite
 
 def offload_bases(base: Layout) -> list[Layout]:
     """The layouts a search tries with offload when nothing fits without it: the optimizer, the activations,
-    both (tfcalc.count.training.offload)."""
+    both (tfcalc.count.training.offload); under Muon the activations only (ZeRO-Offload's CPU step is Adam's)."""
     return [replace(base, offload_optimizer=o, offload_activations=a) for o, a in ((True, False), (False, True),
-                                                                                (True, True))]
+                                                                                (True, True))
+            if not (o and base.optimizer == "muon")]
+
+
+def offload_words(base: Layout) -> str:
+    """What a search's offload tried, for its 'nothing fits' line."""
+    if base.optimizer == "muon":
+        return " (with activation offload too; optimizer offload is not modelled with Muon)"
+    return " (with offload too)"
