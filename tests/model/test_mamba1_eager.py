@@ -21,7 +21,7 @@ VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsq
          "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
          "_reshape_alias", "unbind"}
 MATMULS = {"mm", "addmm", "bmm", "convolution", "convolution_backward"}
-B, I, N, R = 2, 12, 5, 3  # no dimension a multiple of the lengths below, nor equal to another
+B, I_, N, R = 2, 12, 5, 3  # no dimension a multiple of the lengths below, nor equal to another
 
 
 class Ops(TorchDispatchMode):
@@ -40,10 +40,10 @@ class Ops(TorchDispatchMode):
         read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
         read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
         wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
-        if any(tuple(t.shape) in {(B, I, N), (B, N, I), (B, I, 1), (B, N, 1)} for t in read + wrote):
+        if any(tuple(t.shape) in {(B, I_, N), (B, N, I_), (B, I_, 1), (B, N, 1)} for t in read + wrote):
             return out  # a position's: the loop's kernel
         self.ops.append((name, sum(t.numel() * t.element_size() for t in read + wrote
-                                   if not (t.dim() >= 3 and tuple(t.shape[-2:]) in ((I, N), (N, I))))))
+                                   if not (t.dim() >= 3 and tuple(t.shape[-2:]) in ((I_, N), (N, I_))))))
         return out
 
 
@@ -69,7 +69,7 @@ def _measure(spec: Mamba1, dtype, T: int):
 def test_the_declared_ops_are_the_modules_op_for_op(norm, dtype, a):
     """Forward and backward, kernel by kernel in order: the bytes each moves per token more from 7 to 11 tokens a
     sequence is what its EagerOp prices (tfcalc.count.perf.eager.mixer_terms at a bytes an activation)."""
-    spec = Mamba1(8, I, R, N, 4, True, False, norm)
+    spec = Mamba1(8, I_, R, N, 4, True, False, norm)
     short, long = _measure(spec, dtype, 7), _measure(spec, dtype, 11)
     grown = []
     for s, L in zip(short, long, strict=True):
@@ -84,7 +84,8 @@ def test_the_declared_ops_are_the_modules_op_for_op(norm, dtype, a):
     assert forward == grown[0]
     assert backward == grown[1]
     # every declared op is one kernel one way, but in fp32 the casts, which do not run
-    assert all(kf + kb == (0 if a == 4 and op.kind == "cast" else 1) for (kf, kb, _, _), op in zip(declared, ops))
+    assert all(kf + kb == (0 if a == 4 and op.kind == "cast" else 1)
+               for (kf, kb, _, _), op in zip(declared, ops, strict=True))
     # the kernels themselves, weight-sized ones included (casts of A_log, D, dt's bias; A's exp and negation)
     assert sum(t.forward_kernels for t in eager.mixer_terms(ops, a)) == len(short[0])
     assert sum(t.backward_kernels for t in eager.mixer_terms(ops, a)) == len(short[1])
