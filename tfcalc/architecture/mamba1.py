@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Optional
 
-from tfcalc.architecture import kinds
+from tfcalc.architecture import kinds, mamba1_eager
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
@@ -268,8 +268,11 @@ class Mamba1:
         i = self.inner
         return i + 2 * i * self.state_size + 3 * i + (i if e < 4 else 0)
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return []
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """Every aten op tfcalc's module runs beside its matmuls and the position loop, forward and backward, one
+        a kernel (tfcalc.architecture.mamba1_eager, checked op for op against the module's dispatches): the
+        (..., I, N) bytes of dt·A and exp are the loop's (``autograd_loop``), their kernels here."""
+        return mamba1_eager.ops(self, tokens)
 
     def state(self) -> list[StateTensor]:
         """The convolution's last K inputs (the model's dtype) and the SSM state, both fixed in the context."""

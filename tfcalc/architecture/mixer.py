@@ -127,6 +127,8 @@ class EagerOp:
 
     - "moves": ``elements`` read and written forward and ``backward`` back (bytes: × the activation's
       bytes), in the kernels given (a split's backward cat, a concatenation);
+    - "fp32": the same in fp32 whatever the activations' dtype (4 bytes an element: Mamba-1's dt and gate);
+    - "cast": ``elements`` converted between the activations' dtype and fp32 (a + 4 bytes each); none in fp32;
     - "norm": a norm (``norm``) over ``elements``, its kernels ``kernel_factor`` times (one call per head
       group of Q and of K);
     - "rope": rotary embedding over ``elements`` rotated elements of Q, then of K;

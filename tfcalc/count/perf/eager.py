@@ -195,13 +195,20 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
 
 
 def mixer_terms(ops: list[EagerOp], a: int) -> list[Term]:
-    """A token mixer's eager work, as it lists it (``EagerOp``), priced: moves at a bytes per element, norms
+    """A token mixer's eager work, as it lists it (``EagerOp``), priced: moves at a bytes per element, fp32 moves at
+    4, casts between a and fp32 at a + 4 (none in fp32), norms
     by norm_cost (kernels ``kernel_factor`` times: one call per head group of Q and of K), RoPE by step 5
     (kernels for Q, then K). Its Linears with a bias are counted with the block's (_biased_linears)."""
     out: list[Term] = []
     for op in ops:
         if op.kind == "moves":
             out.append(Term(op.component, a * op.elements, a * op.backward, op.forward_kernels, op.backward_kernels))
+        elif op.kind == "fp32":  # in fp32 whatever the activations' dtype
+            out.append(Term(op.component, F32 * op.elements, F32 * op.backward, op.forward_kernels,
+                            op.backward_kernels))
+        elif op.kind == "cast" and a != F32:  # a <-> fp32; in fp32 .float() is the tensor itself: no kernel
+            out.append(Term(op.component, (a + F32) * op.elements, (a + F32) * op.backward, op.forward_kernels,
+                            op.backward_kernels))
         elif op.kind == "norm":
             (t,) = _norm_terms(op.norm, op.elements, 1, a, op.component)
             k = op.kernel_factor
