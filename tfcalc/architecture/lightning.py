@@ -164,8 +164,13 @@ class Lightning:
     def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
         """The aten ops tfcalc's module runs on every token beside its matmuls, forward and backward, one a kernel
         (tfcalc.architecture.lightning_eager, checked op for op against the module's dispatches); the block scan's
-        own kernels, which grow with the blocks, are not among them."""
+        own kernels, which grow with the blocks, are ``scan_eager_ops``'."""
         return lightning_eager.ops(self, tokens)
+
+    def scan_eager_ops(self, batch: int, seq: int) -> list[EagerOp]:
+        """The block scan's eager ops in training over ``batch`` sequences of ``seq`` tokens, whole: their kernels
+        grow with a sequence's blocks, not with the tokens (tfcalc.architecture.lightning_eager.scan)."""
+        return lightning_eager.scan(self, batch, seq)
 
     def state(self) -> list[StateTensor]:
         """S per head (d × d), the model's dtype (module docstring)."""

@@ -49,3 +49,51 @@ def ops(spec: Any, tokens: int) -> list[EagerOp]:
                   _bwd("moves", 2 * t * 3 * w),  # [dQ | dK | dV] per head into qkv_proj's output gradient
                   _bwd("moves", 3 * t * 3 * w),  # SiLU's
                   _bwd("moves", 3 * t * spec.d_model, "residual")]  # x's two gradients added (qkv_proj, output_gate)
+
+
+def _decays(h: int, c: int) -> list[EagerOp]:
+    """The decays of a block of c tokens (tfcalc.model.lightning.decays), made once a forward per block length,
+    in fp32 (s is), elements = bytes / 4 (int64 positions 8 bytes, the mask 1): the positions (arange), Q's λ^(i+1)
+    (neg, mul, exp), K's λ^(c-1-j) (neg, rsub, mul, exp), D (sub, mul, ge, neg, a scalar -inf, where, exp) and λ^c
+    (neg, mul, exp); then the four cast to the activations' dtype (none in fp32)."""
+    ops = [2 * c, 2 * h, h + 2 * c + h * c, 2 * h * c,  # arange, -s, -s·i, exp
+           2 * h, 4 * c, h + 2 * c + h * c, 2 * h * c,  # -s, c - i, -s·(c - i), exp
+           4 * c + 2 * c * c, h + 2 * c * c + h * c * c,  # gap, s·gap
+           5 * h * c * c / 4, 2 * h * c * c, 1,  # >= 0, -s·gap, -inf
+           9 * h * c * c / 4 + 1, 2 * h * c * c,  # where, exp
+           2 * h, 2 * h, 2 * h]  # -s, ·c, exp
+    return [_fwd("fp32", n) for n in ops] + [_fwd("cast", n) for n in (h * c, h * c, h * c * c, h)]
+
+
+def scan(spec: Any, batch: int, seq: int) -> list[EagerOp]:
+    """The block scan's ops (tfcalc.model.lightning.blocks) over ``batch`` sequences of ``seq`` tokens in training
+    (no store: the last block's update runs outside autograd), whole, in the order they run; B sequences, H heads of
+    d, blocks of c_i tokens. Forward: S zero (B·H·d² written), then a block's decays where its length first comes,
+    and every block's six: the scores times D (2BHc² + Hc²), Q times its decays (2BHcd + Hc), intra + inter
+    (3BHcd), S·λ^c (2BHd² + H), K times its decays (2BHcd + Hc), the state's sum (3BHd²). Backward, the last block
+    first: the last's output gradient and Q's made contiguous for the bmm (2BHcd each), Q's decays (2BHcd + Hc), D
+    (2BHc² + Hc²), Q's two gradients added (3BHcd); every other block K's decays, S·λ^c's (2BHd² + H: not the first,
+    whose S is zero) and the S gradient's two added (3BHd², neither in the first), the output gradient made
+    contiguous, Q's decays, Q's contiguous copy, Q's two gradients added, D, and K's and V's two each added."""
+    B, h, d = batch, spec.n_head, spec.head_dim
+    sizes = [min(spec.block, seq - i * spec.block) for i in range(-(-seq // spec.block))]
+    fwd, seen = [_fwd("moves", B * h * d * d)], set()
+    for c in sizes:
+        if c not in seen:
+            seen.add(c)
+            fwd += _decays(h, c)
+        fwd += [_fwd("moves", 2 * B * h * c * c + h * c * c), _fwd("moves", 2 * B * h * c * d + h * c),
+                _fwd("moves", 3 * B * h * c * d), _fwd("moves", 2 * B * h * d * d + h),
+                _fwd("moves", 2 * B * h * c * d + h * c), _fwd("moves", 3 * B * h * d * d)]
+    c = sizes[-1]
+    bwd = [_bwd("moves", 2 * B * h * c * d), _bwd("moves", 2 * B * h * c * d + h * c), _bwd("moves", 2 * B * h * c * d),
+           _bwd("moves", 2 * B * h * c * c + h * c * c), _bwd("moves", 3 * B * h * c * d)]
+    for i in range(len(sizes) - 2, -1, -1):
+        c = sizes[i]
+        state = [_bwd("moves", 2 * B * h * d * d + h)] if i else []
+        bwd += [_bwd("moves", 2 * B * h * c * d + h * c), *state, _bwd("moves", 2 * B * h * c * d),
+                *([_bwd("moves", 3 * B * h * d * d)] if i else []), _bwd("moves", 2 * B * h * c * d + h * c),
+                _bwd("moves", 2 * B * h * c * d), _bwd("moves", 3 * B * h * c * d),
+                _bwd("moves", 2 * B * h * c * c + h * c * c), _bwd("moves", 3 * B * h * c * d),
+                _bwd("moves", 3 * B * h * c * d)]
+    return fwd + bwd

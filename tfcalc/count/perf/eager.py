@@ -185,6 +185,9 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     if block.residual_alpha is not None:  # MiniMax-01's scaled normed residual: one more product a sub-layer
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, sublayers, a))
     out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
+    scan = getattr(mixer, "scan_eager_ops", None)  # a block scan's, by its sequences' blocks (lightning's)
+    if scan is not None:
+        out += mixer_terms(scan(batch, seq), a)
     if cross is not None:  # its own work as it says, over the source rows (its fused [K | V]'s split)
         out += mixer_terms(cross.eager_ops(batch * (src or seq)), a)
     out += _ffn_terms(block, tokens, a)
