@@ -164,7 +164,7 @@ class Lightning:
     def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
         """The aten ops tfcalc's module runs on every token beside its matmuls, forward and backward, one a kernel
         (tfcalc.architecture.lightning_eager, checked op for op against the module's dispatches); the block scan's
-        own kernels, which grow with the blocks, are ``scan_eager_ops``'."""
+        own kernels, which grow with the blocks, are ``scan_eager_ops``'s."""
         return lightning_eager.ops(self, tokens)
 
     def scan_eager_ops(self, batch: int, seq: int) -> list[EagerOp]:

@@ -8,11 +8,12 @@ entries are the fused model's (tfcalc.count.training.micro_batch_time), no mixer
 (tfcalc.count.training.mixer_loops), and only the matmuls (qkv_proj, output_gate, out_proj, the blocks' four
 bmm) are the matmul entries.
 
-Not here: the block scan's own kernels (per block: the scores times D, Q and K times their decays, intra + inter,
-S·λ^c and the update's sum; their backward; the decays of each block length), whose kernels grow with the number of
-blocks of a sequence, not with the tokens the protocol passes; they stay unpriced under eager (and under fused as
-the ``decay`` entry). Checked op for op against the aten ops of the module's forward and backward under a
-TorchDispatchMode (tests/model/test_lightning_eager.py), fp32 and bf16. Pure Python."""
+The block scan's own kernels (``scan``: per block the scores times D, Q and K times their decays, intra + inter,
+S·λ^c and the state's sum, and their backward; the decays once a forward per block length) grow with a sequence's
+blocks, not with the tokens: ``Lightning.scan_eager_ops(batch, seq)`` declares them whole, and
+tfcalc.count.perf.eager.block_terms asks a mixer that has it. Both checked op for op against the aten ops of the
+module's forward and backward under a TorchDispatchMode (tests/model/test_lightning_eager.py), fp32 and bf16.
+Pure Python."""
 
 from __future__ import annotations
 

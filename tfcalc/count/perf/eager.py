@@ -53,6 +53,8 @@ backward bytes, then the kernels forward / backward:
    summed: L - 1 adds of 3a). The scores and softmax are the attention kernel's (or, under "math",
    elementwise step 2's passes, in both modes). DeepSeek's latent attention: LatentAttention.eager_ops (derived from
    tfcalc/model/latent.py, not dispatch-checked: see its docstring).
+   A mixer whose kernels grow with its sequences' blocks (lightning attention's block scan) lists them
+   by batch and sequence too (``scan_eager_ops``, tfcalc.architecture.lightning_eager).
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
