@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional
 
+from tfcalc.architecture import lightning_eager
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
@@ -160,8 +161,16 @@ class Lightning:
         """Elements per token alive at once in the mixer: [Q | K | V] twice, a block's scores rows, the outputs."""
         return 6 * self.width + 2 * self.n_head * self.block + 4 * self.width  # the scores and their decayed copy
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return []
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """The aten ops tfcalc's module runs on every token beside its matmuls, forward and backward, one a kernel
+        (tfcalc.architecture.lightning_eager, checked op for op against the module's dispatches); the block scan's
+        own kernels, which grow with the blocks, are ``scan_eager_ops``'s."""
+        return lightning_eager.ops(self, tokens)
+
+    def scan_eager_ops(self, batch: int, seq: int) -> list[EagerOp]:
+        """The block scan's eager ops in training over ``batch`` sequences of ``seq`` tokens, whole: their kernels
+        grow with a sequence's blocks, not with the tokens (tfcalc.architecture.lightning_eager.scan)."""
+        return lightning_eager.scan(self, batch, seq)
 
     def state(self) -> list[StateTensor]:
         """S per head (d × d), the model's dtype (module docstring)."""

@@ -30,20 +30,25 @@ def _bwd(kind: str, elements: int, component: str = "qkv") -> EagerOp:
     return EagerOp(kind, component, 0, elements, 0, 1)
 
 
-def _norm(w: int, t: int, weighted: bool) -> list[EagerOp]:
+def rms_norm_ops(w: int, t: int, weighted: bool, component: str = XP) -> list[EagerOp]:
     """One BCdtNorm over w channels (tfcalc.model.mamba1): forward x.float(), pow(2) (2w), mean (w in, 1 out),
     + eps (2), rsqrt (2), h·rsqrt (2w + 1), .to(x.dtype), and with a weight weight·h in the model's dtype (2w);
     back: the weight's two products and its sum over the rows (2w, 3w, w, in the model's dtype), the cast, grad·rsqrt
     (3w), grad·h (2w + 1), its sum over the row (w + 1), rsqrt's derivative (pow, mul, mul: 2, 2, 3), mean's expand
-    divided (2w), pow's pow(x, 1) and × 2 (2w, 2w), × grad (3w), the two paths added (3w), the cast back."""
-    fw = [_fwd("cast", t * w, XP), _fwd("fp32", 2 * t * w, XP), _fwd("fp32", t * (w + 1), XP),
-          _fwd("fp32", 2 * t, XP), _fwd("fp32", 2 * t, XP), _fwd("fp32", t * (2 * w + 1), XP),
-          _fwd("cast", t * w, XP)] + [_fwd("moves", 2 * t * w, XP)] * weighted
-    bw = [_bwd("moves", 2 * t * w, XP), _bwd("moves", 3 * t * w, XP), _bwd("moves", t * w, XP)] * weighted
-    bw += [_bwd("cast", t * w, XP), _bwd("fp32", 3 * t * w, XP), _bwd("fp32", t * (2 * w + 1), XP),
-           _bwd("fp32", t * (w + 1), XP), _bwd("fp32", 2 * t, XP), _bwd("fp32", 2 * t, XP), _bwd("fp32", 3 * t, XP),
-           _bwd("fp32", 2 * t * w, XP), _bwd("fp32", 2 * t * w, XP), _bwd("fp32", 2 * t * w, XP),
-           _bwd("fp32", 3 * t * w, XP), _bwd("fp32", 3 * t * w, XP), _bwd("cast", t * w, XP)]
+    divided (2w), pow's pow(x, 1) and × 2 (2w, 2w), × grad (3w), the two paths added (3w), the cast back. Lightning
+    attention's output norm runs the same (tfcalc.architecture.lightning_eager)."""
+    def f(kind: str, n: int) -> EagerOp:
+        return _fwd(kind, n, component)
+
+    def b(kind: str, n: int) -> EagerOp:
+        return _bwd(kind, n, component)
+
+    fw = [f("cast", t * w), f("fp32", 2 * t * w), f("fp32", t * (w + 1)), f("fp32", 2 * t), f("fp32", 2 * t),
+          f("fp32", t * (2 * w + 1)), f("cast", t * w)] + [f("moves", 2 * t * w)] * weighted
+    bw = [b("moves", 2 * t * w), b("moves", 3 * t * w), b("moves", t * w)] * weighted
+    bw += [b("cast", t * w), b("fp32", 3 * t * w), b("fp32", t * (2 * w + 1)), b("fp32", t * (w + 1)), b("fp32", 2 * t),
+           b("fp32", 2 * t), b("fp32", 3 * t), b("fp32", 2 * t * w), b("fp32", 2 * t * w), b("fp32", 2 * t * w),
+           b("fp32", 3 * t * w), b("fp32", 3 * t * w), b("cast", t * w)]
     return fw + bw
 
 
@@ -56,7 +61,7 @@ def ops(spec: Any, tokens: int) -> list[EagerOp]:
            _fwd("moves", 2 * t * i)]  # SiLU
     if spec.bcdt_norm != "none":
         for w in (r, n, n):
-            out += [op for op in _norm(w, t, spec.bcdt_norm == "weighted") if op.forward_kernels]
+            out += [op for op in rms_norm_ops(w, t, spec.bcdt_norm == "weighted") if op.forward_kernels]
     out += [_fwd("cast", t * i), _fwd("cast", 0),  # dt_proj's output and its bias to fp32
             _fwd("fp32", 2 * t * i), _fwd("fp32", 2 * t * i),  # + bias, softplus
             _fwd("cast", 0), _fwd("fp32", 0), _fwd("fp32", 0),  # A = -exp(A_log.float()): weight-sized
@@ -84,7 +89,7 @@ def ops(spec: Any, tokens: int) -> list[EagerOp]:
             _bwd("cast", t * i)]  # dt_proj's output gradient back
     if spec.bcdt_norm != "none":
         for w in (n, n, r):  # autograd runs them back from the last used (C, B, dt)
-            out += [op for op in _norm(w, t, spec.bcdt_norm == "weighted") if op.backward_kernels]
+            out += [op for op in rms_norm_ops(w, t, spec.bcdt_norm == "weighted") if op.backward_kernels]
     return out + [_bwd("moves", 2 * t * spec.proj_width, XP),  # [ddt | dB | dC] concatenated for x_proj
                   _bwd("moves", 3 * t * i),  # x's two gradients added (x_proj's, the fp32 copy's)
                   _bwd("moves", 3 * t * i),  # SiLU's

@@ -53,6 +53,8 @@ backward bytes, then the kernels forward / backward:
    summed: L - 1 adds of 3a). The scores and softmax are the attention kernel's (or, under "math",
    elementwise step 2's passes, in both modes). DeepSeek's latent attention: LatentAttention.eager_ops (derived from
    tfcalc/model/latent.py, not dispatch-checked: see its docstring).
+   A mixer whose kernels grow with its sequences' blocks (lightning attention's block scan) lists them
+   by batch and sequence too (``scan_eager_ops``, tfcalc.architecture.lightning_eager).
 7. Bias: nn.Linear runs aten.addmm, the bias added in the GEMM (0 bytes); its gradient is a sum over
    the rows of the output gradient: a per output element, 1 kernel per biased Linear.
 8. Mixture of experts (experts.py, per routed element of (N·k, d)): index_select of the rows (2a), ×
@@ -185,6 +187,9 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
     if block.residual_alpha is not None:  # MiniMax-01's scaled normed residual: one more product a sub-layer
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, sublayers, a))
     out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
+    scan = getattr(mixer, "scan_eager_ops", None)  # a block scan's, by its sequences' blocks (lightning's)
+    if scan is not None:
+        out += mixer_terms(scan(batch, seq), a)
     if cross is not None:  # its own work as it says, over the source rows (its fused [K | V]'s split)
         out += mixer_terms(cross.eager_ops(batch * (src or seq)), a)
     out += _ffn_terms(block, tokens, a)
