@@ -25,7 +25,8 @@ B, CHUNK = 2, 4  # H = 4, P = 3, G = 2, N = 5, conv_dim 32: no two per-token wid
 
 class Ops(TorchDispatchMode):
     """(op, bytes) of every kernel but the views and the matmuls: its tensor inputs read (a list's too), its
-    outputs written, not copy_'s destination nor an out= tensor; a kernel on the (c + 1, c + 1) passing, 0 bytes."""
+    outputs written, not copy_'s destination nor an out= tensor, nor a bool mask (the (C_, C_) ones are
+    weight-sized; dt_min's clamp's, a byte an element, left out); a kernel on the (c + 1, c + 1) passing, 0 bytes."""
 
     def __init__(self, chunks: int):
         super().__init__()
@@ -40,7 +41,8 @@ class Ops(TorchDispatchMode):
         read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
         wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
         square = any(t.dim() >= 2 and tuple(t.shape[-2:]) == self.square for t in read + wrote)
-        self.ops.append((name, 0 if square else sum(t.numel() * t.element_size() for t in read + wrote)))
+        self.ops.append((name, 0 if square else sum(t.numel() * t.element_size() for t in read + wrote
+                                                     if t.dtype != torch.bool)))
         return out
 
 
@@ -61,12 +63,17 @@ def _measure(spec: Mamba2, dtype, T: int):
     return fwd.ops, bwd.ops
 
 
+LAYOUTS = {"gated": {}, "norm_then_gate": {"gate_norm": "norm_then_gate"}, "no norm": {"gate_norm": "none"},
+           "muP": {"proj_scales": (1.5, 0.5, 2.0, 0.25, 3.0)}, "dt_min": {"dt_min": 0.01}}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype, a", [(torch.bfloat16, 2), (torch.float32, 4)])
-def test_the_declared_ops_are_the_modules_op_for_op(dtype, a):
+def test_the_declared_ops_are_the_modules_op_for_op(layout, dtype, a):
     """Forward and backward, kernel by kernel in order: the bytes each moves per token more from 8 to 16 tokens a
     sequence (2 and 4 chunks: c + 1 never C_) is what its EagerOp prices (tfcalc.count.perf.eager.mixer_terms at
     a bytes an activation)."""
-    spec = Mamba2(8, 4, 3, 2, 5, 4, CHUNK)
+    spec = Mamba2(8, 4, 3, 2, 5, 4, CHUNK, **LAYOUTS[layout])
     short, long = _measure(spec, dtype, 8), _measure(spec, dtype, 16)
     grown = []
     for s, L in zip(short, long, strict=True):

@@ -31,26 +31,38 @@ def _b(kind: str, elements: int) -> EagerOp:
     return EagerOp(kind, "qkv", 0, elements, 0, 1)
 
 
-def _norm_forward(spec: Any, t: int) -> list[EagerOp]:
-    """GatedRMSNorm (MambaRMSNormGated) forward from the scan's fp32 y: the per-group norm of y·silu(z)."""
-    i, g = t * spec.inner, t * spec.n_groups
-    return [_f("fp32", 2 * i),  # y made contiguous (its (B, T, I) view of the permuted scan output)
-            _f("cast", i), _f("fp32", 2 * i), _f("fp32", 3 * i),  # z.float(), silu, y·silu(z)
-            _f("fp32", 2 * i), _f("fp32", i + g), _f("fp32", 2 * g), _f("fp32", 2 * g),  # pow, mean, + eps, rsqrt
-            _f("fp32", 2 * i + g), _f("fp32", 2 * i),  # × rsqrt, × weight
-            _f("cast", i)]  # back to the model's dtype for out_proj
+def _rms(i: int, g: int) -> list[EagerOp]:
+    """The per-group RMSNorm in fp32 over h: pow, mean, + eps, rsqrt, × rsqrt, × weight."""
+    return [_f("fp32", 2 * i), _f("fp32", i + g), _f("fp32", 2 * g), _f("fp32", 2 * g), _f("fp32", 2 * i + g),
+            _f("fp32", 2 * i)]
 
 
-def _norm_backward(spec: Any, t: int) -> list[EagerOp]:
+def _rms_backward(i: int, g: int) -> list[EagerOp]:
+    """Its backward from the gradient of g (the weight's product's done): grad·h, grad·rsqrt, the row's sum,
+    rsqrt's derivative (pow, mul, mul), mean's expand divided, pow(x, 1), × 2, × grad, the two paths added."""
+    return [_b("fp32", 3 * i), _b("fp32", 2 * i + g), _b("fp32", i + g), _b("fp32", 2 * g), _b("fp32", 2 * g),
+            _b("fp32", 3 * g), _b("fp32", 2 * i), _b("fp32", 2 * i), _b("fp32", 2 * i), _b("fp32", 3 * i),
+            _b("fp32", 3 * i)]
+
+
+def _gate(spec: Any, t: int) -> list[EagerOp]:
+    """Step 4 from the scan's fp32 y (its (B, T, I) view of the permuted output made contiguous), forward and
+    backward: MambaRMSNormGated's norm(y·silu(z)) ("gated"), norm(y)·silu(z) ("norm_then_gate"), y·silu(z)
+    ("none"); z cast to fp32 and the result back to the model's dtype for out_proj, its gradient to fp32 and z's
+    back."""
     i, g = t * spec.inner, t * spec.n_groups
-    return [_b("cast", i),  # out_proj's input gradient to fp32
-            _b("fp32", 2 * i), _b("fp32", 3 * i), _b("fp32", i), _b("cast", 0),  # × weight; the weight's and its sum
-            _b("fp32", 3 * i), _b("fp32", 2 * i + g), _b("fp32", i + g),  # grad·h, grad·rsqrt, the row's sum
-            _b("fp32", 2 * g), _b("fp32", 2 * g), _b("fp32", 3 * g),  # rsqrt's derivative (pow, mul, mul)
-            _b("fp32", 2 * i), _b("fp32", 2 * i), _b("fp32", 2 * i),  # mean's expand divided, pow(x, 1), × 2
-            _b("fp32", 3 * i), _b("fp32", 3 * i),  # × grad, the two paths added
-            _b("fp32", 3 * i), _b("fp32", 3 * i), _b("fp32", 3 * i),  # y·silu(z)'s two, silu's
-            _b("cast", i)]  # z's gradient back
+    gate = [_f("cast", i), _f("fp32", 2 * i), _f("fp32", 3 * i)]  # z.float(), silu, the product
+    gate_back = [_b("fp32", 3 * i), _b("fp32", 3 * i), _b("fp32", 3 * i), _b("cast", i)]  # the product's, silu's
+    weight_back = [_b("fp32", 2 * i), _b("fp32", 3 * i), _b("fp32", i), _b("cast", 0)]  # × weight; its grad, sum
+    if spec.gate_norm == "gated":
+        forward = gate + _rms(i, g)
+        backward = weight_back + _rms_backward(i, g) + gate_back
+    elif spec.gate_norm == "norm_then_gate":
+        forward = _rms(i, g) + gate
+        backward = gate_back + weight_back + _rms_backward(i, g)
+    else:
+        forward, backward = gate, gate_back
+    return [_f("fp32", 2 * i)] + forward + [_f("cast", i), _b("cast", i)] + backward
 
 
 def ops(spec: Any, tokens: int) -> list[EagerOp]:
@@ -58,28 +70,31 @@ def ops(spec: Any, tokens: int) -> list[EagerOp]:
     t, H, C = tokens, spec.n_heads, spec.chunk_size
     i, h, hn, s = t * spec.inner, t * H, t * H * spec.state_size, t * H * C
     hpn, hc = t * H * spec.head_dim * spec.state_size // C, t * H // C  # chunk states; a value per chunk
-    cd = t * spec.conv_dim
-    out = [_f("moves", 2 * cd), _f("moves", 2 * cd),  # the convolution's left pad, SiLU
-           _f("moves", 2 * hn), _f("moves", 2 * hn),  # B and C copied per head (the expand's clone)
-           _f("moves", 2 * h), _f("moves", 2 * h),  # dt + bias, softplus
-           _f("cast", 0), _f("fp32", 0), _f("fp32", 0),  # A = -exp(A_log.float()): weight-sized
-           _f("cast", i), _f("cast", h), _f("fp32", 2 * i + h), _f("fp32", 2 * i),  # x, dt to fp32; x·dt, its pad
-           _f("cast", hn), _f("fp32", 2 * hn), _f("cast", hn), _f("fp32", 2 * hn),  # B, C to fp32, padded
-           _f("fp32", 2 * h), _f("fp32", 2 * h), _f("fp32", 2 * h),  # dt·A, its pad, the cumulative sum
-           _f("fp32", 0), _f("fp32", 0), _f("fp32", 0),  # the segment sum's (C_, C_) mask: ones, tril, not
-           _f("fp32", 2 * s), _f("fp32", 2 * s),  # masked_fill, cumsum
-           _f("fp32", 0), _f("fp32", 0), _f("fp32", 2 * s), _f("fp32", 2 * s),  # ones, triu, masked_fill, exp
-           _f("fp32", 2 * hn), _f("fp32", 2 * hn),  # C and Bᵀ laid out for a's bmm
-           _f("fp32", 3 * s), _f("fp32", 2 * i),  # scores × decay; x·dt laid out for b's
-           _f("fp32", 2 * h + hc), _f("fp32", 2 * h),  # the decay to the chunk's end: subtract, exp
-           _f("fp32", 2 * i + h), _f("fp32", 2 * i), _f("fp32", 2 * hn),  # × x·dt; c's two operands laid out
-           _f("fp32", 0), _f("fp32", 2 * hpn), _f("fp32", 2 * hc)]  # zero entering state, the cat; pad of the ends
+    cd, gn, scaled, floor = t * spec.conv_dim, t * spec.n_groups * spec.state_size, spec.proj_scales, spec.dt_min
+    # Falcon-H1's muP multipliers: z, x, B, C, dt each times its own, then [x | B | C] concatenated
+    out = [_f("moves", 2 * n) for n in (i, i, gn, gn, h, cd)] if scaled is not None else []
+    out += [_f("moves", 2 * cd), _f("moves", 2 * cd),  # the convolution's left pad, SiLU
+            _f("moves", 2 * hn), _f("moves", 2 * hn),  # B and C copied per head (the expand's clone)
+            _f("moves", 2 * h), _f("moves", 2 * h)]  # dt + bias, softplus
+    out += [_f("moves", 2 * h)] * bool(floor)  # Zamba2's clamp to dt_min
+    out += [_f("cast", 0), _f("fp32", 0), _f("fp32", 0),  # A = -exp(A_log.float()): weight-sized
+            _f("cast", i), _f("cast", h), _f("fp32", 2 * i + h), _f("fp32", 2 * i),  # x, dt to fp32; x·dt, its pad
+            _f("cast", hn), _f("fp32", 2 * hn), _f("cast", hn), _f("fp32", 2 * hn),  # B, C to fp32, padded
+            _f("fp32", 2 * h), _f("fp32", 2 * h), _f("fp32", 2 * h),  # dt·A, its pad, the cumulative sum
+            _f("fp32", 0), _f("fp32", 0), _f("fp32", 0),  # the segment sum's (C_, C_) mask: ones, tril, not
+            _f("fp32", 2 * s), _f("fp32", 2 * s),  # masked_fill, cumsum
+            _f("fp32", 0), _f("fp32", 0), _f("fp32", 2 * s), _f("fp32", 2 * s),  # ones, triu, masked_fill, exp
+            _f("fp32", 2 * hn), _f("fp32", 2 * hn),  # C and Bᵀ laid out for a's bmm
+            _f("fp32", 3 * s), _f("fp32", 2 * i),  # scores × decay; x·dt laid out for b's
+            _f("fp32", 2 * h + hc), _f("fp32", 2 * h),  # the decay to the chunk's end: subtract, exp
+            _f("fp32", 2 * i + h), _f("fp32", 2 * i), _f("fp32", 2 * hn),  # × x·dt; c's two operands laid out
+            _f("fp32", 0), _f("fp32", 2 * hpn), _f("fp32", 2 * hc)]  # zero entering state, the cat; pad of the ends
     out += [_f("fp32", 0)] * 9  # the (c + 1)² segment sum: ones, tril, not, masked_fill, cumsum, ones, triu,
     # masked_fill, exp (bytes left out: module docstring)
     out += [_f("fp32", 2 * hn), _f("fp32", 2 * hpn),  # e's operands laid out (C, the entering states)
             _f("fp32", 2 * h), _f("fp32", 2 * i + h), _f("fp32", 3 * i),  # exp(cum), × it, + the chunk's own
             _f("cast", 0), _f("fp32", 2 * i), _f("fp32", 3 * i)]  # D.float(), D·x, y + D·x
-    out += _norm_forward(spec, t) + _norm_backward(spec, t)
+    out += _gate(spec, t)
     out += [_b("fp32", 2 * i), _b("fp32", 3 * i), _b("fp32", i), _b("cast", 0),  # D's skip: x's, D's and its sum
             _b("fp32", 3 * i), _b("fp32", 2 * i + h), _b("fp32", i + h), _b("fp32", 3 * h),  # e: × exp(cum)'s two
             _b("fp32", 2 * i),  # the output gradient laid out for e's bmm
@@ -103,11 +118,13 @@ def ops(spec: Any, tokens: int) -> list[EagerOp]:
             _b("fp32", 2 * i), _b("fp32", 2 * i),  # x·dt's gradient laid out, its pad's
             _b("fp32", 3 * i), _b("fp32", 2 * i + h), _b("fp32", i + h), _b("fp32", 3 * i),  # x·dt's two; x's added
             _b("fp32", 3 * h), _b("cast", h), _b("cast", i),  # dt's two added; dt, x back to the model's dtype
-            _b("fp32", 0), _b("fp32", 0), _b("cast", 0),  # A_log's: negation, exp's, cast
-            _b("moves", 3 * h), _b("moves", h)]  # softplus's; the bias's sum
-    gn = t * spec.n_groups * spec.state_size
-    return out + [_b("moves", hn + gn), _b("moves", hn + gn),  # C's and B's per-head copies summed per group
-                  _b("moves", 2 * cd),  # [dx | dB | dC] concatenated
-                  _b("moves", 3 * cd),  # SiLU's
-                  _b("moves", 2 * cd),  # the pad's: the slice copied
-                  _b("moves", 2 * t * spec.proj_width)]  # [dz | dxBC | ddt] concatenated for in_proj
+            _b("fp32", 0), _b("fp32", 0), _b("cast", 0)]  # A_log's: negation, exp's, cast
+    # the clamp's backward: a scalar zero, dt >= dt_min (its bool mask's byte an element left out), where
+    out += [_b("moves", 0), _b("moves", h), _b("moves", 2 * h)] if floor else []
+    out += [_b("moves", 3 * h), _b("moves", h)]  # softplus's; the bias's sum
+    out += [_b("moves", hn + gn), _b("moves", hn + gn),  # C's and B's per-head copies summed per group
+            _b("moves", 2 * cd),  # [dx | dB | dC] concatenated
+            _b("moves", 3 * cd),  # SiLU's
+            _b("moves", 2 * cd)]  # the pad's: the slice copied
+    out += [_b("moves", 2 * n) for n in (h, gn, gn, i, i)] if scaled is not None else []  # the multipliers' (dt first)
+    return out + [_b("moves", 2 * t * spec.proj_width)]  # [dz | dxBC | ddt] concatenated for in_proj
