@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Optional
 
+from tfcalc.architecture import mamba2_eager
 from tfcalc.architecture.kinds import LayerSlots, MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
@@ -232,8 +233,9 @@ class Mamba2:
         """Elements per token alive at once: in_proj's output, the convolution's, the scan's chunk scores."""
         return self.proj_width + self.conv_dim + self.n_heads * min(length, self.chunk_size) + self.inner
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return []
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """Every aten op its module runs beside the matmuls, one a kernel (tfcalc.architecture.mamba2_eager)."""
+        return mamba2_eager.ops(self, tokens)
 
     def state(self) -> list[StateTensor]:
         """The convolution's last K inputs and the SSM state, both fixed in the context (module docstring)."""

@@ -1,0 +1,137 @@
+"""Mamba2's eager ops (tfcalc.architecture.mamba2_eager, ``Mamba2.eager_ops``) against the aten ops tfcalc's module
+(tfcalc.model.mamba2.Mamba2Mixer) dispatches forward and backward on the CPU, under a TorchDispatchMode, op for
+op in the order it runs them: each kernel's bytes read and written, those that grow with the tokens (measured at
+two lengths of whole chunks: weight-sized operands, the pad's K - 1 columns and the zero entering state a sequence
+do not), less the matmuls (mm, bmm, the convolution) and the bytes of the (c + 1)² states' passing (its kernels
+counted), which the declaration leaves out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tfcalc.architecture.mamba2 import Mamba2
+from tfcalc.count.perf import eager
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
+         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
+         "_reshape_alias", "unbind"}
+MATMULS = {"mm", "addmm", "bmm", "convolution", "convolution_backward"}
+B, CHUNK = 2, 4  # H = 4, P = 3, G = 2, N = 5, conv_dim 32: no two per-token widths alike
+
+
+class Ops(TorchDispatchMode):
+    """(op, bytes) of every kernel but the views and the matmuls: its tensor inputs read (a list's too), its
+    outputs written, not copy_'s destination nor an out= tensor, nor a bool mask (the (C_, C_) ones are
+    weight-sized; dt_min's clamp's, a byte an element, left out); a kernel on the (c + 1, c + 1) passing, 0 bytes."""
+
+    def __init__(self, chunks: int):
+        super().__init__()
+        self.ops, self.square = [], (chunks + 1, chunks + 1)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        if name in VIEWS or name in MATMULS:
+            return out
+        read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
+        read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
+        wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+        square = any(t.dim() >= 2 and tuple(t.shape[-2:]) == self.square for t in read + wrote)
+        self.ops.append((name, 0 if square else sum(t.numel() * t.element_size() for t in read + wrote
+                                                     if t.dtype != torch.bool)))
+        return out
+
+
+def _measure(spec: Mamba2, dtype, T: int):
+    from tfcalc.model.mamba2 import Mamba2Mixer
+
+    torch.manual_seed(0)
+    m = Mamba2Mixer(spec)
+    for p in m.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    m = m.to(dtype)
+    x = torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True)
+    with Ops(T // CHUNK) as fwd:
+        y = m(x)
+    grad = torch.randn_like(y)
+    with Ops(T // CHUNK) as bwd:
+        y.backward(grad)
+    return fwd.ops, bwd.ops
+
+
+LAYOUTS = {"gated": {}, "norm_then_gate": {"gate_norm": "norm_then_gate"}, "no norm": {"gate_norm": "none"},
+           "muP": {"proj_scales": (1.5, 0.5, 2.0, 0.25, 3.0)}, "dt_min": {"dt_min": 0.01}}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype, a", [(torch.bfloat16, 2), (torch.float32, 4)])
+def test_the_declared_ops_are_the_modules_op_for_op(layout, dtype, a):
+    """Forward and backward, kernel by kernel in order: the bytes each moves per token more from 8 to 16 tokens a
+    sequence (2 and 4 chunks: c + 1 never C_) is what its EagerOp prices (tfcalc.count.perf.eager.mixer_terms at
+    a bytes an activation)."""
+    spec = Mamba2(8, 4, 3, 2, 5, 4, CHUNK, **LAYOUTS[layout])
+    short, long = _measure(spec, dtype, 8), _measure(spec, dtype, 16)
+    grown = []
+    for s, L in zip(short, long, strict=True):
+        assert [name for name, _ in s] == [name for name, _ in L]  # the same kernels at every length
+        grown.append([(b2 - b1) / (B * 8) for (_, b1), (_, b2) in zip(s, L, strict=True)])
+    ops = spec.eager_ops(1 * CHUNK)  # whole chunks: the per-chunk widths (states, a value a chunk) exact
+    declared = [(t.forward_kernels, t.backward_kernels, t.forward / CHUNK, t.backward / CHUNK) for t in
+                (eager.mixer_terms([op], a)[0] if eager.mixer_terms([op], a) else eager.Term("", 0, 0, 0, 0)
+                 for op in ops)]
+    forward = [f for kf, _, f, _ in declared if kf]
+    backward = [b for _, kb, _, b in declared if kb]
+    assert forward == grown[0]
+    assert backward == grown[1]
+    # every declared op is one kernel one way, but in fp32 the casts, which do not run
+    assert all(kf + kb == (0 if a == 4 and op.kind == "cast" else 1)
+               for (kf, kb, _, _), op in zip(declared, ops, strict=True))
+    terms = eager.mixer_terms(ops, a)
+    assert sum(t.forward_kernels for t in terms) == len(short[0])
+    assert sum(t.backward_kernels for t in terms) == len(short[1])
+
+
+def test_the_ops_scale_with_the_tokens():
+    spec = Mamba2(4096, 128, 64, 8, 128, 4, 256)
+    one, many = eager.mixer_terms(spec.eager_ops(256), 2), eager.mixer_terms(spec.eager_ops(256 * 16), 2)
+    assert [(t.forward * 16, t.backward * 16) for t in one] == [(t.forward, t.backward) for t in many]
+
+
+def test_a_training_step_prices_them_under_eager():
+    """plan's default --kernels eager: the micro-batch's non-matmul seconds rise by the declared ops' bytes at the
+    bandwidth and their kernels at each kernel's cost (forward, backward; the forward again under full recompute)."""
+    from tfcalc.architecture import mamba2 as arch
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg, perf = load("granite-4.0-h-small"), perf_spec("h100-sxm")  # Mamba2, attention and MoE
+    kinds = [(b.mixer, n) for _, b, n in cfg.architecture.kinds() if isinstance(b.mixer, arch.Mamba2)]
+    B_, T, bw = 1, 2048, 3e12
+    for recompute in ("none", "full"):
+        layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
+        eager.terms.cache_clear()
+        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+        real = arch.Mamba2.eager_ops
+        try:
+            arch.Mamba2.eager_ops = lambda self, tokens, step=False: []
+            eager.terms.cache_clear()
+            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+        finally:
+            arch.Mamba2.eager_ops = real
+            eager.terms.cache_clear()
+        again = recompute == "full"
+        by_hand = 0.0
+        for mixer, layers in kinds:
+            terms = eager.mixer_terms(mixer.eager_ops(B_ * T), 2)
+            f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
+            kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
+            by_hand += layers * ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s)
+        assert by_hand > 0
+        # block_other_s is per block: the step's seconds over its blocks (micro_batch_time.total_blocks)
+        assert (step.block_other_s - without.block_other_s) * mbt.total_blocks(cfg) == pytest.approx(by_hand, rel=1e-9)
