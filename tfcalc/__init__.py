@@ -226,7 +226,7 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
          schedule: Optional[str] = None, virtual_stages: Optional[int] = None, overlap: Sequence[str] = (),
          cp: Optional[int] = None, pp_split_counts: Union[None, str, Sequence[str]] = None,
          pp_layers: Union[None, str, Sequence[int]] = None,  # each stage's blocks: (3, 2) or "3,2"
-         kernels: str = "eager", power_limit: Optional[float] = None, rope: str = "complex",
+         kernels: Optional[str] = None, power_limit: Optional[float] = None, rope: str = "complex",
          optimizer: str = "adam",  # --optimizer adam|muon (count.training.muon_plan)
          # --lora-rank, --lora-targets ('q,v' or a sequence), --base-dtype nf4 (count.training.lora_plan)
          lora_rank: Optional[int] = None, lora_targets: Union[str, Sequence[str], None] = None,
@@ -238,12 +238,12 @@ def plan(model: "ModelSpec", gpus: Union[int, str, None] = None, *, tp: Optional
     cp: None is 1, 1f1b and 1 for a layout, and left to a search; overlap: any of 'tp', 'pp' and offload: 'optimizer',
     'activations', each a sequence or a comma-separated text (tfcalc.name_lists: the flags' rule);
     pp_split_counts: any of 'embedding', 'head' counted as a block each when the blocks are divided over the
-    pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op, the
-    default), 'fused' (Megatron/Transformer Engine kernels) or 'compile' (torch.compile per block, torchtitan's:
-    the embedding, final norm and loss eager); rope: 'complex' (torchtitan's RoPE, which compile leaves to aten
-    kernels and casts) or 'real' (rotate-half, fused); power_limit: watts each GPU is capped at
-    (count.training.overlap_costs.power_capped_clock); dropout, zero_engine: as --dropout, --zero-engine;
-    expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
+    pp × V chunks (None: none for a layout, a search's choice); kernels: 'eager' (PyTorch op by op; None: it,
+    or fused for a Mamba, gated DeltaNet or lightning model), 'fused' (Megatron/Transformer Engine kernels) or
+    'compile' (torch.compile per block, torchtitan's: the embedding, final norm and loss eager); rope: 'complex'
+    (torchtitan's RoPE, which compile leaves to aten kernels and casts) or 'real' (rotate-half, fused);
+    power_limit: watts each GPU is capped at (count.training.overlap_costs.power_capped_clock); dropout,
+    zero_engine: as --dropout, --zero-engine; expert_imbalance: as --expert-imbalance (count.perf.expert_imbalance)."""
     from tfcalc.count.model import lora
     from tfcalc.count.perf.pipeline import OVERLAPS
     from tfcalc.count.training.shard import SPLIT_COUNTS

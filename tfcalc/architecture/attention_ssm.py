@@ -57,5 +57,5 @@ class AttentionSsmParts:
     @property
     def capabilities(self) -> Capabilities:
         # TP planned as Megatron splits attention (by heads) and Mamba2 (by heads and groups)
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False, training_kernels="fused",
                             op_recompute=self.ssm.capabilities.op_recompute)

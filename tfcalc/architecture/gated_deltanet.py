@@ -281,7 +281,7 @@ class GatedDeltaNet:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False, training_kernels="fused",
                             op_recompute="gated DeltaNet's chunked scan")
 
 

@@ -199,7 +199,7 @@ class KimiDeltaAttention(GatedDeltaNet):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False, training_kernels="fused",
                             op_recompute="Kimi Delta Attention's chunked scan")
 
 

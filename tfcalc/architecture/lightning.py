@@ -188,7 +188,7 @@ class Lightning:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False, training_kernels="fused",
                             op_recompute="lightning attention's block scan")
 
 

@@ -257,7 +257,7 @@ class Mamba2:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False,
+        return Capabilities(rewind=False, tensor_parallel=True, context_parallel=False, training_kernels="fused",
                             op_recompute="a state-space scan the op-level recompute policy does not model")
 
 

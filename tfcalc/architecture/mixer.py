@@ -216,6 +216,10 @@ class Capabilities:
     # the form its decode step runs and is counted in, when it differs from the forward's (``linears`` and
     # ``mixing`` with step=True): latent attention's "absorbed" (tfcalc.architecture.latent, step 6)
     decode_form: str = "standard"
+    # the non-matmul kernels its published training runs: "fused" where the reference implementation ships its own
+    # kernels (mamba_ssm's selective scan and SSD, flash-linear-attention's chunked delta rules, MiniMax's lightning
+    # kernels) and the op-by-op PyTorch path is a fallback; a model with one plans with --kernels fused by default
+    training_kernels: str = "eager"
 
 
 @runtime_checkable

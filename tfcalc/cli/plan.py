@@ -38,7 +38,6 @@ from tfcalc.cli.options import (
 )
 from tfcalc.cli.plan_options import (
     CP,
-    KernelMode,
     Kernels,
     Overlap,
     PPLayers,
@@ -137,7 +136,7 @@ def plan(
     pp_layers: PPLayers = None,
     overlap: Overlap = None,
     cp: CP = None,
-    kernels: Kernels = KernelMode.eager,
+    kernels: Kernels = None,
     rope: RopeKind = "complex",
     power_limit: Annotated[Optional[float], typer.Option(
         "--power-limit", help="Watts each GPU is capped at (nvidia-smi -pl): the clock it sustains through the step, "
@@ -225,7 +224,7 @@ def plan(
         schedule=schedule.value if schedule else None, virtual_stages=virtual_stages,
         overlap=overlap_names(overlap), cp=cp, pp_split_counts=split_count_names(pp_split_counts),
         pp_layers=stage_counts(pp_layers),
-        kernels=kernels.value, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
+        kernels=kernels.value if kernels else None, power_limit=power_limit, dropout=dropout, zero_engine=zero_engine,
         rope=lower(rope), optimizer=lower(optimizer))
     if nproc is not None and not measure:
         from tfcalc.errors import InputError

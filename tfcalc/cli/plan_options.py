@@ -53,12 +53,14 @@ CP = Annotated[Optional[int], typer.Option(
     "= tp · cp · pp · dp, rank order tp, cp, dp, pp [default: 1; a search tries it for long sequences].",
     show_default=False, metavar="C")]
 KernelMode = enum.Enum("KernelMode", {name: name for name in KERNEL_MODES}, type=str)
-Kernels = Annotated[KernelMode, typer.Option(
+Kernels = Annotated[Optional[KernelMode], typer.Option(
     "--kernels", help="The non-matmul kernels the step runs: eager (PyTorch op by op, each norm, RoPE, activation "
     "and add its own kernels, fp32 where the module upcasts: what runs without torch.compile, as torchtitan's "
     "published runs), fused (one read and one write per element: Megatron-LM/Transformer Engine's fused kernels) or "
     "compile (torch.compile of each block, as torchtitan applies it: the blocks' norms, activations, RoPE and adds "
-    "fused, the embedding, final norm and loss left eager).")]
+    "fused, the embedding, final norm and loss left eager) [default: eager; fused for a model with a Mamba, gated "
+    "DeltaNet or lightning-attention mixer, whose published training runs its own fused kernels].",
+    show_default=False)]
 RopeKind = Annotated[str, typer.Option(
     "--rope", help="How the blocks rotate Q and K, priced under --kernels compile: complex (torchtitan's "
     "apply_rotary_emb, view_as_complex: Inductor generates no code for complex tensors, so a cast to fp32, an aten "

@@ -26,12 +26,7 @@ from tfcalc.count.perf.fp8_time import fp8_peak_share
 from tfcalc.count.perf.hardware import constants_line, device_perf, fp8_ceiling_note, from_table, perf_json
 from tfcalc.count.training import experts_folded, lora_plan
 from tfcalc.count.training.experts_folded import folded, rank_tokens, resolve_fold
-from tfcalc.count.training.layout import (
-    Layout,
-    candidate_layouts,
-    check_positions,
-    resolve_degrees,
-)
+from tfcalc.count.training.layout import Layout, candidate_layouts, check_positions, default_kernels, resolve_degrees
 from tfcalc.count.training.layout_pipeline import check_cp
 from tfcalc.count.training.micro_batch_time import imbalance as training_imbalance, moe_step_s
 from tfcalc.count.training.offload import host_link_bytes_per_s
@@ -316,6 +311,7 @@ def build_plan(model: ModelRef, request: PlanRequest, device_spec: str = DEFAULT
     each GPU count a --gpus auto search tries (tfcalc.count.training.plan.fewest_gpus)."""
     cfg = model.cfg
     check_request(request)
+    request = dataclasses.replace(request, kernels=request.kernels or default_kernels(cfg))  # the model's default
     check_size("--nproc", nproc)  # the ranks --measure would run: a count, measured or not (the API's nproc=0)
     if not isinstance(device_spec, str):
         raise InputError(f"--device-spec must be a table key or a file name; got {shown(device_spec)}")

@@ -60,7 +60,7 @@ class PlanRequest:
     cp: Optional[int] = None  # None: 1 for a layout; a search tries CP for long sequences
     pp_split_counts: Optional[tuple[str, ...]] = None  # "embedding", "head"; None: none, a search may count them
     pp_layers: Optional[tuple[int, ...]] = None  # each pipeline stage's blocks (--pp-layers); None: an even split
-    kernels: str = "eager"  # the non-matmul kernels: eager PyTorch's op by op, or fused (tfcalc.count.perf.eager)
+    kernels: Optional[str] = None  # eager, fused or compile; None: the model's (count.training.layout.default_kernels)
     rope: str = "complex"  # complex products (torchtitan's) or rotate-half, under compile (count.perf.elementwise, 6)
     power_limit: Optional[float] = None  # W: the clock it sustains (count.training.overlap_costs.power_capped_clock)
     zero_engine: str = "flat"  # ZeRO 0/1 states: flat (Megatron), torch, deepspeed (count.training.sharding, 7-8)

@@ -42,9 +42,18 @@ def _positive(**values: int) -> None:
             raise InputError(f"--{name.replace('_', '-')} must be a positive integer; got {shown(value)}")
 
 
+def default_kernels(cfg) -> str:
+    """--kernels when not given: fused for a model with a mixer whose published training runs its own fused kernels
+    (``Capabilities.training_kernels``: Mamba's, gated DeltaNet's, lightning attention's -- their op-by-op PyTorch
+    path is a fallback no published run trains with), else eager (PyTorch op by op, torchtitan's published runs)."""
+    fused = any(block.mixer.capabilities.training_kernels == "fused" for _, block, _ in cfg.architecture.kinds())
+    return "fused" if fused else "eager"
+
+
 def check_kernels(kernels: object) -> None:
-    """--kernels: eager, fused or compile (tfcalc.count.perf.eager, elementwise), one line otherwise."""
-    if not isinstance(kernels, str) or kernels not in KERNEL_MODES:
+    """--kernels: eager, fused or compile (tfcalc.count.perf.eager, elementwise), one line otherwise; None: the
+    model's default (default_kernels)."""
+    if kernels is not None and (not isinstance(kernels, str) or kernels not in KERNEL_MODES):
         raise InputError(f"--kernels must be one of {', '.join(KERNEL_MODES)}; got {shown(kernels)}")
 
 
