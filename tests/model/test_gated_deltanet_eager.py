@@ -92,3 +92,48 @@ def test_the_declared_ops_are_the_modules_op_for_op(layout, dtype, a, T):
     f, b = declared(spec, a, T)
     assert f == [float(by) for _, by in fwd]
     assert b == [float(by) for _, by in bwd]
+
+
+def test_kimi_delta_declares_none_of_them():
+    """Kimi Delta Attention's module (tfcalc.model.kimi_delta) runs its own ops: it does not inherit these."""
+    from tfcalc.architecture.kimi_delta import KimiDeltaAttention
+
+    kda = KimiDeltaAttention(8, 2, 2, 4, 4, 3, chunk=4)
+    assert kda.eager_ops(64) == [] and getattr(kda, "sequence_eager_ops", None) is None
+
+
+def test_a_training_step_prices_them_under_eager():
+    """plan's default --kernels eager: the micro-batch's non-matmul seconds rise by the declared ops' bytes at the
+    bandwidth and their kernels at each kernel's cost (forward, backward; the forward again under full recompute),
+    per sequence of the micro-batch (the chunk loop's kernels are a sequence's chunks), once a DeltaNet layer."""
+    from tfcalc.architecture import gated_deltanet as arch
+    from tfcalc.count.perf.hardware import perf_spec
+    from tfcalc.count.training import micro_batch_time as mbt
+    from tfcalc.presets import load
+    from tfcalc.workload import Layout
+
+    cfg, perf = load("qwen3-next-80b-a3b"), perf_spec("h100-sxm")
+    kinds = [(block.mixer, layers) for _, block, layers in cfg.architecture.kinds()
+             if isinstance(block.mixer, arch.GatedDeltaNet)]
+    assert len(kinds) == 1
+    spec, layers = kinds[0]
+    blocks = sum(n for _, _, n in cfg.architecture.kinds())
+    B_, T, bw = 2, 1000, 3e12  # 1000 tokens: padded to 16 chunks of 64
+    for recompute in ("none", "full"):
+        layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
+        eager.terms.cache_clear()
+        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+        real = arch.GatedDeltaNet.sequence_eager_ops
+        try:
+            arch.GatedDeltaNet.sequence_eager_ops = lambda self, batch, seq: []
+            eager.terms.cache_clear()
+            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
+        finally:
+            arch.GatedDeltaNet.sequence_eager_ops = real
+            eager.terms.cache_clear()
+        again = recompute == "full"
+        terms = eager.mixer_terms(spec.sequence_eager_ops(B_, T), 2)
+        f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
+        kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
+        by_hand = layers * ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s) / blocks
+        assert step.block_other_s - without.block_other_s == pytest.approx(by_hand, rel=1e-9)
