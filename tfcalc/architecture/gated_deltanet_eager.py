@@ -179,9 +179,11 @@ def ops(spec: Any, batch: int, seq: int) -> list[EagerOp]:
             f("cast", N * vw), f("moves", 2 * N * vw),  # to the model's dtype, × weight
             f("cast", N * vw), f("cast", N * vw), f("fp32", 2 * N * vw), f("fp32", 3 * N * vw),  # · silu(z)
             f("cast", N * vw)]
+    # back: out_proj's input gradient to fp32, the gate's two products and SiLU's, Z's and y's back to the dtype
     bwd = [b("cast", N * vw), b("fp32", 3 * N * vw), b("fp32", 3 * N * vw), b("fp32", 3 * N * vw),
            b("cast", N * vw), b("cast", N * vw),
            b("moves", 3 * N * vw), b("moves", 2 * N * vw), b("moves", N * vw),  # the weight's
+           # rms_norm's (tfcalc.count.perf.eager, 1), its fp32 copy's and the .to(x.dtype)'s casts back
            b("cast", N * vw), b("fp32", 3 * N * vw), b("fp32", N * (2 * vw + h)), b("fp32", N * (vw + h)),
            b("fp32", 2 * N * h), b("fp32", 2 * N * h), b("fp32", 3 * N * h), b("fp32", N * (vw + h)),
            b("fp32", 2 * N * vw), b("fp32", 2 * N * vw), b("fp32", 3 * N * vw), b("fp32", 3 * N * vw),
@@ -190,7 +192,9 @@ def ops(spec: Any, batch: int, seq: int) -> list[EagerOp]:
         bwd += [b("fp32", (N + B * n * c) * vw)]
     bwd += _loop_bwd(B, h, c, dk, dv, n, N == B * n * c) + _chunk_bwd(B, h, c, dk, dv, n, N)
     bwd += _l2norm_bwd(N * h, dk, False) + _l2norm_bwd(N * h, dk, True)
-    bwd += [b("cast", N * vw), b("cast", N * h * dk), b("cast", N * h * dk)]
+    bwd += [b("cast", N * vw), b("cast", N * h * dk), b("cast", N * h * dk)]  # v, k, q back to the model's dtype
+    # g = -exp(A_log)·softplus(a + dt_bias): the two products, A_log's sum, softplus', dt_bias' sum and cast, a's
+    # cast, exp's and the negation's (weight-sized); β's sigmoid (OLMo-Hybrid's × 2 first)
     bwd += [b("fp32", 2 * N * h), b("fp32", 3 * N * h), b("fp32", N * h), b("fp32", 3 * N * h), b("fp32", N * h),
             b("cast", 0), b("cast", N * h), b("fp32", 0), b("fp32", 0), b("cast", 0)]
     if spec.beta_scale != 1.0:
