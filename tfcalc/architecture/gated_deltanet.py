@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, Optional
 
+from tfcalc.architecture import gated_deltanet_eager
 from tfcalc.architecture.kinds import MixerKind, register
 from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise, MixerRole, Mixing, StateTensor
 from tfcalc.architecture.tensors import Linear, Weight
@@ -260,8 +261,16 @@ class GatedDeltaNet:
         H, c = self.n_v_head, self.chunk
         return 2 * self.conv_dim + 2 * self.v_width + 2 * H + 2 * (2 * H * self.k_head_dim + self.v_width) + 3 * H * c
 
-    def eager_ops(self, tokens: int) -> list[EagerOp]:
-        return []
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        """One sequence of ``tokens`` (``sequence_eager_ops``); a decode step's are not declared."""
+        return [] if step else self.sequence_eager_ops(1, tokens)
+
+    def sequence_eager_ops(self, batch: int, seq: int) -> list[EagerOp]:
+        """Every aten op tfcalc's module runs beside its matmuls (projections, convolution, the chunk's products and
+        solves), forward and backward, one a kernel, over ``batch`` sequences of ``seq`` tokens: the chunk loop's
+        kernels and its gradients' n-fold writes depend on the sequence, not only the tokens
+        (tfcalc.architecture.gated_deltanet_eager, checked op for op against the module's dispatches)."""
+        return gated_deltanet_eager.ops(self, batch, seq)
 
     def state(self) -> list[StateTensor]:
         """The convolution's last K inputs (the model's dtype, whatever --kv-dtype) and S (fp32): module docstring."""

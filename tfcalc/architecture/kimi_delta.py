@@ -57,7 +57,7 @@ from typing import Any, Literal, Optional
 
 from tfcalc.architecture.gated_deltanet import GatedDeltaNet
 from tfcalc.architecture.kinds import MixerKind, register
-from tfcalc.architecture.mixer import Capabilities, Elementwise
+from tfcalc.architecture.mixer import Capabilities, EagerOp, Elementwise
 from tfcalc.architecture.patterns import parse
 from tfcalc.architecture.tensors import Linear, Weight
 from tfcalc.errors import InputError
@@ -73,6 +73,13 @@ class KimiDeltaAttention(GatedDeltaNet):
     decay_bound: Optional[float] = None
 
     module = "tfcalc.model.kimi_delta:KimiDeltaModule"
+    # its module (tfcalc.model.kimi_delta) runs other ops than gated DeltaNet's (the per-channel decay, its own
+    # chunked form): gated DeltaNet's declared eager ops (tfcalc.architecture.gated_deltanet_eager) are not its own,
+    # and its are not declared yet
+    sequence_eager_ops = None
+
+    def eager_ops(self, tokens: int, step: bool = False) -> list[EagerOp]:
+        return []
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -186,8 +186,12 @@ def block_terms(block: Block, batch: int, seq: int, src: int | None, a: int) -> 
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, 1 if block.parallel != "none" else sublayers, a))
     if block.residual_alpha is not None:  # MiniMax-01's scaled normed residual: one more product a sub-layer
         out.append(_term("residual", Cost(2, 2, 1, 1), tokens * d, sublayers, a))
-    out += mixer_terms(mixer.eager_ops(tokens), a)  # the mixer's own work (tfcalc.architecture.mixer, EagerOp)
-    scan = getattr(mixer, "scan_eager_ops", None)  # a block scan's, by its sequences' blocks (lightning's)
+    # the mixer's own work (tfcalc.architecture.mixer, EagerOp); per sequence where its kernels depend on the
+    # length, not only the tokens (gated DeltaNet's chunk loop: ``sequence_eager_ops``); a block scan's, by its
+    # sequences' blocks (lightning's ``scan_eager_ops``)
+    per_sequence = getattr(mixer, "sequence_eager_ops", None)
+    out += mixer_terms(per_sequence(batch, seq) if per_sequence else mixer.eager_ops(tokens), a)
+    scan = getattr(mixer, "scan_eager_ops", None)
     if scan is not None:
         out += mixer_terms(scan(batch, seq), a)
     if cross is not None:  # its own work as it says, over the source rows (its fused [K | V]'s split)
