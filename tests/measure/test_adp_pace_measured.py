@@ -37,12 +37,17 @@ def test_each_step_waits_for_the_slowest_rank(ranks):
 
 
 def test_mean_step_is_the_expected_maximum(ranks):
-    """The mean over the run against u·M_D(λ) (the sample's maximum is a draw of it: within 20 %), and well above
-    the aligned model's u·λ."""
-    counts = ranks[0]["counts"]
+    """The mean over the run: the slowest rank's work each step, as it lasted (a loaded machine wakes a sleeping
+    rank late, by as much as the tolerance: the work's own seconds, not u·k, are what the step waits for); its
+    counts' mean maximum against M_D(λ) (the sample is a draw of it: within 20 %); well above the aligned model's
+    u·λ. Within 3 ms, as each step is: a rank that waits in gloo's collective wakes later than one that finds
+    the others there, which the idle steps' collective time (base_s) does not hold."""
+    counts, works = ranks[0]["counts"], ranks[0]["work_s"]
     sample_max = sum(max(k) for k in counts) / STEPS
     assert sample_max == pytest.approx(adp_pace.expected_max(LAM, D), rel=0.2)
+    slowest_work = sum(max(w) for w in works) / STEPS
+    assert slowest_work >= UNIT * sample_max * 0.99  # a sleep lasts at least as asked
     for r in ranks:
         mean_step = sum(r["step_s"]) / STEPS - base_s(r, counts)
-        assert mean_step == pytest.approx(UNIT * sample_max, rel=0.15, abs=1.5e-3)
+        assert mean_step == pytest.approx(slowest_work, rel=0, abs=3e-3)
         assert mean_step > 1.5 * UNIT * LAM

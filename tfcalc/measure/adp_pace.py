@@ -4,9 +4,9 @@ D ranks, S steps; in each step every rank draws its prompts k_i ~ Poisson(λ) (s
 as adp_pace step 1 has them), does k_i units of its own work before the collective -- a sleep of k_i·u seconds, so
 that the ranks' work does not contend for this machine's cores and a loaded test machine does not blur it, standing
 for a prompt's attention and dense rows (t_ne = u) -- then all-reduces a small tensor, as each MoE layer's allgather
-/ reduce-scatter (or all-to-all) meets every rank. Each rank records each step's wall time and every rank's k_i
-(gathered after the step). adp_pace says a step lasts u·max_i k_i plus the collective, not u·(mean k): the
-measured mean step against u·M_D(λ).
+/ reduce-scatter (or all-to-all) meets every rank. Each rank records each step's wall time and every rank's
+k_i and its work's own seconds (gathered after the step). adp_pace says a step lasts u·max_i k_i plus the
+collective, not u·(mean k): the measured mean step against the slowest rank's work and u·M_D(λ).
 
 One rank's program, launched by ``measure`` (tfcalc.measure.launch):
 
@@ -31,21 +31,24 @@ def run(job: dict) -> dict:
     rank, d = dist.get_rank(), dist.get_world_size()
     one = torch.ones(1)
     dist.all_reduce(one)  # the group up before the first timed step
-    starts, counts = [], []
+    starts, counts, works = [], [], []
     for s in range(job["steps"]):
         k = int(np.random.default_rng([rank, s]).poisson(job["lam"]))
         starts.append(time.perf_counter())
         if k:
             time.sleep(k * job["unit_s"])  # the rank's own prompts' attention and dense rows
+        work = time.perf_counter() - starts[-1]  # the sleep as it lasted: a loaded machine wakes a rank late
         dist.all_reduce(one)  # the MoE layer's collective over every rank
-        got = [torch.zeros(1, dtype=torch.int64) for _ in range(d)]
-        dist.all_gather(got, torch.tensor([k]))  # the counts, for the record (a second collective: the step's end)
-        counts.append([int(x.item()) for x in got])
+        got = [torch.zeros(2, dtype=torch.float64) for _ in range(d)]
+        # the counts and the work's own seconds, for the record (a second collective: the step's end)
+        dist.all_gather(got, torch.tensor([float(k), work], dtype=torch.float64))
+        counts.append([int(x[0].item()) for x in got])
+        works.append([float(x[1].item()) for x in got])
     starts.append(time.perf_counter())
     # a step: from one step's start to the next's on this rank (the ranks leave a collective a little apart, so
     # a single step's time on one rank carries that skew; consecutive steps' starts share it)
     steps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
-    return {"rank": rank, "world_size": d, "step_s": steps, "counts": counts}
+    return {"rank": rank, "world_size": d, "step_s": steps, "counts": counts, "work_s": works}
 
 
 def main(argv: list[str] | None = None) -> None:

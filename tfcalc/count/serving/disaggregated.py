@@ -161,7 +161,7 @@ def decode_max_rate(e: Engine, mean_output: int, cap: float) -> float:
 def solve(e: Engine, t: Traffic, prefill: int, decode: int, groups: int, link: Link) -> Disaggregated:
     """Steps 1-5 for the engine ``e`` of one server (its prefill t_p, decode τ(n), KV cache per GPU), built without
     chunked prefill; ``groups``: servers per instance (attention-DP groups, 1 without --ep)."""
-    t_p, layers = e.prefill_s, e.cfg.n_layer
+    t_p, layers = e.prefill_s, sum(n for _, _, n in e.cfg.architecture.kinds())  # the blocks, each a layer sent
     request = e.c.perf.request_s if e.c.perf is not None else 0.0
     rho = t.rate / (prefill * groups) * t_p
     prompt = Workload(seq=t.mean_input, dtype=e.fmt.dtype, kv_dtype=e.kv, src_seq=e.src)
