@@ -124,6 +124,7 @@ def test_a_training_step_prices_them_under_eager(tmp_path):
     import json
 
     from test_minimax import TEXT_01
+
     from tfcalc.architecture import lightning as arch
     from tfcalc.count.perf.hardware import perf_spec
     from tfcalc.count.training import micro_batch_time as mbt
