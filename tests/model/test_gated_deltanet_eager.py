@@ -11,16 +11,13 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from eager_checks import Kernels, block_other_s, forward_backward, operands, priced_s, seeded
 
 from tfcalc.architecture.gated_deltanet import GatedDeltaNet
 from tfcalc.count.perf import eager
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
-         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
-         "_reshape_alias", "unbind"}
 MATMULS = {"mm", "addmm", "bmm", "convolution", "convolution_backward", "linalg_solve_triangular"}
 FRESH = {"new_zeros", "zeros", "ones", "empty", "new_empty", "zeros_like", "new_ones"}  # write only
 B = 3  # the batch: no other first dimension of a tensor here is 3
@@ -30,42 +27,24 @@ def _elements(t: torch.Tensor) -> int:
     return math.prod(s for s, st in zip(t.shape, t.stride(), strict=True) if st != 0 or s == 1)
 
 
-class Ops(TorchDispatchMode):
+class Ops(Kernels):
     """(op, bytes) of every kernel but the views and the matmuls (module docstring)."""
 
     def __init__(self):
-        super().__init__()
-        self.ops = []
+        super().__init__(MATMULS)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.__name__.split(".")[0]
-        if name in VIEWS or name in MATMULS:
-            return out
-        read = [] if name in FRESH else [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items()
-                                                                     if k != "out")]
-        read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
-        wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    def record(self, name, args, kwargs, out):
+        read, wrote = operands(name, args, kwargs, out)
+        read = [] if name in FRESH else read
         self.ops.append((name, sum(_elements(t) * t.element_size() for t in read + wrote
                                    if t.dim() and t.shape[0] == B)))
-        return out
 
 
 def measure(spec: GatedDeltaNet, dtype, T: int):
     from tfcalc.model.gated_deltanet import GatedDeltaNetModule
 
-    torch.manual_seed(0)
-    m = GatedDeltaNetModule(spec)
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.1)
-    m = m.to(dtype)
-    x = torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True)
-    with Ops() as fwd:
-        y = m(x)
-    grad = torch.randn_like(y)
-    with Ops() as bwd:
-        y.backward(grad)
-    return fwd.ops, bwd.ops
+    m = seeded(lambda: GatedDeltaNetModule(spec), dtype)
+    return forward_backward(m, torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True), Ops)
 
 
 def declared(spec: GatedDeltaNet, a: int, T: int):
@@ -108,7 +87,6 @@ def test_a_training_step_prices_them_under_eager():
     per sequence of the micro-batch (the chunk loop's kernels are a sequence's chunks), once a DeltaNet layer."""
     from tfcalc.architecture import gated_deltanet as arch
     from tfcalc.count.perf.hardware import perf_spec
-    from tfcalc.count.training import micro_batch_time as mbt
     from tfcalc.presets import load
     from tfcalc.workload import Layout
 
@@ -121,19 +99,7 @@ def test_a_training_step_prices_them_under_eager():
     B_, T, bw = 2, 1000, 3e12  # 1000 tokens: padded to 16 chunks of 64
     for recompute in ("none", "full"):
         layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
-        eager.terms.cache_clear()
-        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        real = arch.GatedDeltaNet.sequence_eager_ops
-        try:
-            arch.GatedDeltaNet.sequence_eager_ops = lambda self, batch, seq: []
-            eager.terms.cache_clear()
-            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        finally:
-            arch.GatedDeltaNet.sequence_eager_ops = real
-            eager.terms.cache_clear()
-        again = recompute == "full"
-        terms = eager.mixer_terms(spec.sequence_eager_ops(B_, T), 2)
-        f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
-        kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
-        by_hand = layers * ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s) / blocks
-        assert step.block_other_s - without.block_other_s == pytest.approx(by_hand, rel=1e-9)
+        declared, without = block_other_s(
+            cfg, layout, {(arch.GatedDeltaNet, "sequence_eager_ops"): lambda self, batch, seq: []}, bw, perf)
+        by_hand = layers * priced_s(spec.sequence_eager_ops(B_, T), 2, recompute, bw, perf.kernel_s) / blocks
+        assert declared - without == pytest.approx(by_hand, rel=1e-9)

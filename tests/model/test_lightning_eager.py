@@ -7,42 +7,36 @@ state), which the declaration leaves out (its docstring) and this test counts, s
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from eager_checks import Kernels, block_other_s, forward_backward, priced_s, seeded, tensors
 
 from tfcalc.architecture.lightning import Lightning
 from tfcalc.count.perf import eager
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
-         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
-         "_reshape_alias", "unbind"}
 MATMULS = {"mm", "addmm", "bmm"}
 B, H, D, DM, BLOCK = 2, 3, 5, 7, 4  # w = 15, 3w = 45: H, d, d_model no length below, nor B
 SHORT, LONG = 10, 14  # blocks of 4, 4, 2 and 4, 4, 4, 2
 
 
-class Ops(TorchDispatchMode):
+class Ops(Kernels):
     """(op, bytes, on (B, T, ·)) of every kernel but the views and the matmuls: its tensor inputs read (a list's
-    too), its outputs written (new_zeros reads nothing); whether one of them is a (B, T, ·) tensor."""
+    too; every argument: no copy_ or out= runs here), its outputs written (new_zeros reads nothing); whether one
+    of them is a (B, T, ·) tensor."""
 
     def __init__(self, T: int):
-        super().__init__()
-        self.T, self.ops = T, []
+        super().__init__(MATMULS)
+        self.T = T
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.__name__.split(".")[0]
-        if name in VIEWS or name in MATMULS:
-            return out
-        read = [*args, *(kwargs or {}).values()] if name != "new_zeros" else []  # it reads only q's dtype
-        read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
-        wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    def record(self, name, args, kwargs, out):
+        read = tensors([*args, *(kwargs or {}).values()]) if name != "new_zeros" else []  # it reads only q's dtype
+        wrote = tensors(out if isinstance(out, (list, tuple)) else [out])
         self.ops.append((name, sum(t.numel() * t.element_size() for t in read + wrote),
                          any(t.dim() == 3 and t.shape[:2] == (B, self.T) for t in read + wrote)))
-        return out
 
 
 def _per_token(ops: list, forward: bool) -> list:
@@ -57,21 +51,12 @@ def _per_token(ops: list, forward: bool) -> list:
 def _measure(dtype, T: int, block: int = BLOCK):
     from tfcalc.model.lightning import LightningModule
 
-    torch.manual_seed(0)
-    m = LightningModule(Lightning(DM, H, D, block))
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.1)
-    m = m.to(dtype)
+    m = seeded(lambda: LightningModule(Lightning(DM, H, D, block)), dtype)
     m.at_layer(1, 4)
     with torch.no_grad():  # the slopes, made once a module and device (LightningModule.slopes), not a step's
         m(torch.zeros(1, 1, DM, dtype=dtype))
-    x = torch.randn(B, T, DM, dtype=dtype, requires_grad=True)
-    with Ops(T) as fwd:
-        y = m(x)
-    grad = torch.randn_like(y)
-    with Ops(T) as bwd:
-        y.backward(grad)
-    return _per_token(fwd.ops, True), _per_token(bwd.ops, False)
+    fwd, bwd = forward_backward(m, torch.randn(B, T, DM, dtype=dtype, requires_grad=True), partial(Ops, T))
+    return _per_token(fwd, True), _per_token(bwd, False)
 
 
 @pytest.mark.parametrize("dtype, a", [(torch.bfloat16, 2), (torch.float32, 4)])
@@ -141,20 +126,9 @@ def test_a_training_step_prices_them_under_eager(tmp_path):
     blocks = mbt.total_blocks(cfg)
     for recompute in ("none", "full"):
         layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
-        eager.terms.cache_clear()
-        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        real, scan = arch.Lightning.eager_ops, arch.Lightning.scan_eager_ops
-        try:
-            arch.Lightning.eager_ops = lambda self, tokens, step=False: []
-            arch.Lightning.scan_eager_ops = lambda self, batch, seq: []
-            eager.terms.cache_clear()
-            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        finally:
-            arch.Lightning.eager_ops, arch.Lightning.scan_eager_ops = real, scan
-            eager.terms.cache_clear()
-        again = recompute == "full"
-        terms = eager.mixer_terms(spec.eager_ops(B_ * T) + spec.scan_eager_ops(B_, T), 2)
-        f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
-        kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
-        by_hand = layers * ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s) / blocks
-        assert step.block_other_s - without.block_other_s == pytest.approx(by_hand, rel=1e-9)
+        silenced = {(arch.Lightning, "eager_ops"): lambda self, tokens, step=False: [],
+                    (arch.Lightning, "scan_eager_ops"): lambda self, batch, seq: []}
+        declared, without = block_other_s(cfg, layout, silenced, bw, perf)
+        ops = spec.eager_ops(B_ * T) + spec.scan_eager_ops(B_, T)
+        by_hand = layers * priced_s(ops, 2, recompute, bw, perf.kernel_s) / blocks
+        assert declared - without == pytest.approx(by_hand, rel=1e-9)

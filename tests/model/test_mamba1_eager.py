@@ -10,58 +10,37 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from eager_checks import Kernels, block_other_s, forward_backward, operands, priced_s, seeded
 
 from tfcalc.architecture.mamba1 import Mamba1
 from tfcalc.count.perf import eager
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
-         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
-         "_reshape_alias", "unbind"}
 MATMULS = {"mm", "addmm", "bmm", "convolution", "convolution_backward"}
 B, I_, N, R = 2, 12, 5, 3  # no dimension a multiple of the lengths below, nor equal to another
 
 
-class Ops(TorchDispatchMode):
-    """(op, bytes) of every kernel but the views, the matmuls and the loop's: its tensor inputs read (a list's
-    too), its outputs written, not copy_'s destination nor an out= tensor; the (..., I, N) tensors left out."""
+class Ops(Kernels):
+    """(op, bytes) of every kernel but the views, the matmuls and the loop's: its tensors read and written
+    (eager_checks.operands); the (..., I, N) tensors left out."""
 
     def __init__(self):
-        super().__init__()
-        self.ops = []
+        super().__init__(MATMULS)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.__name__.split(".")[0]
-        if name in VIEWS or name in MATMULS:
-            return out
-        read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
-        read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
-        wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    def record(self, name, args, kwargs, out):
+        read, wrote = operands(name, args, kwargs, out)
         if any(tuple(t.shape) in {(B, I_, N), (B, N, I_), (B, I_, 1), (B, N, 1)} for t in read + wrote):
-            return out  # a position's: the loop's kernel
+            return  # a position's: the loop's kernel
         self.ops.append((name, sum(t.numel() * t.element_size() for t in read + wrote
                                    if not (t.dim() >= 3 and tuple(t.shape[-2:]) in ((I_, N), (N, I_))))))
-        return out
 
 
 def _measure(spec: Mamba1, dtype, T: int):
     from tfcalc.model.mamba1 import Mamba1Mixer
 
-    torch.manual_seed(0)
-    m = Mamba1Mixer(spec)
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.1)
-    m = m.to(dtype)
-    x = torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True)
-    with Ops() as fwd:
-        y = m(x)
-    grad = torch.randn_like(y)
-    with Ops() as bwd:
-        y.backward(grad)
-    return fwd.ops, bwd.ops
+    m = seeded(lambda: Mamba1Mixer(spec), dtype)
+    return forward_backward(m, torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True), Ops)
 
 
 @pytest.mark.parametrize("norm", ["none", "weightless", "weighted"])
@@ -103,7 +82,6 @@ def test_a_training_step_prices_them_under_eager():
     as every block op), beside the loop's (mixer_loops), which they do not repeat (the test above)."""
     from tfcalc.architecture import mamba1 as arch
     from tfcalc.count.perf.hardware import perf_spec
-    from tfcalc.count.training import micro_batch_time as mbt
     from tfcalc.presets import load
     from tfcalc.workload import Layout
 
@@ -112,19 +90,7 @@ def test_a_training_step_prices_them_under_eager():
     B_, T, bw = 1, 2048, 3e12
     for recompute in ("none", "full"):
         layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
-        eager.terms.cache_clear()
-        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        real = arch.Mamba1.eager_ops
-        try:
-            arch.Mamba1.eager_ops = lambda self, tokens, step=False: []
-            eager.terms.cache_clear()
-            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        finally:
-            arch.Mamba1.eager_ops = real
-            eager.terms.cache_clear()
-        again = recompute == "full"
-        terms = eager.mixer_terms(spec.eager_ops(B_ * T), 2)
-        f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
-        kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
-        by_hand = ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s)
-        assert step.block_other_s - without.block_other_s == pytest.approx(by_hand, rel=1e-9)
+        declared, without = block_other_s(
+            cfg, layout, {(arch.Mamba1, "eager_ops"): lambda self, tokens, step=False: []}, bw, perf)
+        by_hand = priced_s(spec.eager_ops(B_ * T), 2, recompute, bw, perf.kernel_s)
+        assert declared - without == pytest.approx(by_hand, rel=1e-9)

@@ -7,60 +7,43 @@ counted), which the declaration leaves out."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from eager_checks import Kernels, block_other_s, forward_backward, operands, priced_s, seeded
 
 from tfcalc.architecture.mamba2 import Mamba2
 from tfcalc.count.perf import eager
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
-VIEWS = {"view", "_unsafe_view", "unflatten", "slice", "select", "expand", "unsqueeze", "squeeze", "split",
-         "split_with_sizes", "chunk", "t", "transpose", "permute", "detach", "alias", "as_strided", "lift_fresh",
-         "_reshape_alias", "unbind"}
 MATMULS = {"mm", "addmm", "bmm", "convolution", "convolution_backward"}
 B, CHUNK = 2, 4  # H = 4, P = 3, G = 2, N = 5, conv_dim 32: no two per-token widths alike
 
 
-class Ops(TorchDispatchMode):
-    """(op, bytes) of every kernel but the views and the matmuls: its tensor inputs read (a list's too), its
-    outputs written, not copy_'s destination nor an out= tensor, nor a bool mask (the (C_, C_) ones are
-    weight-sized; dt_min's clamp's, a byte an element, left out); a kernel on the (c + 1, c + 1) passing, 0 bytes."""
+class Ops(Kernels):
+    """(op, bytes) of every kernel but the views and the matmuls: its tensors read and written
+    (eager_checks.operands), not a bool mask (the (C_, C_) ones are weight-sized; dt_min's clamp's, a byte an
+    element, left out); a kernel on the (c + 1, c + 1) passing, 0 bytes."""
 
     def __init__(self, chunks: int):
-        super().__init__()
-        self.ops, self.square = [], (chunks + 1, chunks + 1)
+        super().__init__(MATMULS)
+        self.square = (chunks + 1, chunks + 1)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func.__name__.split(".")[0]
-        if name in VIEWS or name in MATMULS:
-            return out
-        read = [*args[name == "copy_":], *(v for k, v in (kwargs or {}).items() if k != "out")]
-        read = [u for t in read for u in (t if isinstance(t, (list, tuple)) else [t]) if isinstance(u, torch.Tensor)]
-        wrote = [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    def record(self, name, args, kwargs, out):
+        read, wrote = operands(name, args, kwargs, out)
         square = any(t.dim() >= 2 and tuple(t.shape[-2:]) == self.square for t in read + wrote)
         self.ops.append((name, 0 if square else sum(t.numel() * t.element_size() for t in read + wrote
                                                      if t.dtype != torch.bool)))
-        return out
 
 
 def _measure(spec: Mamba2, dtype, T: int):
     from tfcalc.model.mamba2 import Mamba2Mixer
 
-    torch.manual_seed(0)
-    m = Mamba2Mixer(spec)
-    for p in m.parameters():
-        torch.nn.init.normal_(p, std=0.1)
-    m = m.to(dtype)
+    m = seeded(lambda: Mamba2Mixer(spec), dtype)
     x = torch.randn(B, T, spec.d_model, dtype=dtype, requires_grad=True)
-    with Ops(T // CHUNK) as fwd:
-        y = m(x)
-    grad = torch.randn_like(y)
-    with Ops(T // CHUNK) as bwd:
-        y.backward(grad)
-    return fwd.ops, bwd.ops
+    return forward_backward(m, x, partial(Ops, T // CHUNK))
 
 
 LAYOUTS = {"gated": {}, "norm_then_gate": {"gate_norm": "norm_then_gate"}, "no norm": {"gate_norm": "none"},
@@ -115,23 +98,10 @@ def test_a_training_step_prices_them_under_eager():
     B_, T, bw = 1, 2048, 3e12
     for recompute in ("none", "full"):
         layout = Layout(seq=T, global_batch=8, micro_batch=B_, recompute=recompute)
-        eager.terms.cache_clear()
-        step = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        real = arch.Mamba2.eager_ops
-        try:
-            arch.Mamba2.eager_ops = lambda self, tokens, step=False: []
-            eager.terms.cache_clear()
-            without = mbt.micro_batch_time.__wrapped__(cfg, layout, 1e15, bw, perf)
-        finally:
-            arch.Mamba2.eager_ops = real
-            eager.terms.cache_clear()
-        again = recompute == "full"
-        by_hand = 0.0
-        for mixer, layers in kinds:
-            terms = eager.mixer_terms(mixer.eager_ops(B_ * T), 2)
-            f, b = sum(t.forward for t in terms), sum(t.backward for t in terms)
-            kf, kb = sum(t.forward_kernels for t in terms), sum(t.backward_kernels for t in terms)
-            by_hand += layers * ((f * (1 + again) + b) / bw + (kf * (1 + again) + kb) * perf.kernel_s)
+        declared, without = block_other_s(
+            cfg, layout, {(arch.Mamba2, "eager_ops"): lambda self, tokens, step=False: []}, bw, perf)
+        by_hand = sum(layers * priced_s(mixer.eager_ops(B_ * T), 2, recompute, bw, perf.kernel_s)
+                      for mixer, layers in kinds)
         assert by_hand > 0
         # block_other_s is per block: the step's seconds over its blocks (micro_batch_time.total_blocks)
-        assert (step.block_other_s - without.block_other_s) * mbt.total_blocks(cfg) == pytest.approx(by_hand, rel=1e-9)
+        assert (declared - without) * mbt.total_blocks(cfg) == pytest.approx(by_hand, rel=1e-9)
